@@ -1,0 +1,61 @@
+// Package schema holds byoc's SQL migrations, one directory per dialect
+// (sqlite/, postgres/), embedded in the binary and applied with goose.
+//
+// Both dialects store timestamps as BIGINT Unix nanoseconds, 0 meaning unset,
+// and JSON documents as TEXT, so one store implementation reads both.
+package schema
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"fmt"
+	"io/fs"
+
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+)
+
+//go:embed sqlite/*.sql postgres/*.sql
+var migrations embed.FS
+
+// The dialects Migrate accepts.
+const (
+	SQLite   = "sqlite"
+	Postgres = "postgres"
+)
+
+// Migrate applies every pending migration for dialect ("sqlite" or
+// "postgres") to db. On PostgreSQL it holds an advisory session lock while
+// it runs, so several imsd replicas starting at once migrate exactly once.
+func Migrate(ctx context.Context, db *sql.DB, dialect string) error {
+	var (
+		gd   goose.Dialect
+		opts []goose.ProviderOption
+	)
+	switch dialect {
+	case SQLite:
+		gd = goose.DialectSQLite3
+	case Postgres:
+		gd = goose.DialectPostgres
+		locker, err := lock.NewPostgresSessionLocker()
+		if err != nil {
+			return fmt.Errorf("migrate: %w", err)
+		}
+		opts = append(opts, goose.WithSessionLocker(locker))
+	default:
+		return fmt.Errorf("migrate: unknown dialect %q", dialect)
+	}
+	sub, err := fs.Sub(migrations, dialect)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	p, err := goose.NewProvider(gd, db, sub, opts...)
+	if err != nil {
+		return fmt.Errorf("migrate %s: %w", dialect, err)
+	}
+	if _, err := p.Up(ctx); err != nil {
+		return fmt.Errorf("migrate %s: %w", dialect, err)
+	}
+	return nil
+}
