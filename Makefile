@@ -1,0 +1,64 @@
+# byoc — run `make help` for the targets.
+SHELL := /bin/bash
+GO    ?= go
+BIN   := $(CURDIR)/bin
+TOOL  := $(GO) tool -modfile=tools/go.mod
+DEMO  := $(CURDIR)/.demo
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## List the targets.
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: build
+build: ## Build imsd, agentd and byoc into bin/.
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/imsd ./imsd
+	$(GO) build -o $(BIN)/agentd ./agentd
+	$(GO) build -o $(BIN)/byoc ./tui
+
+.PHONY: generate
+generate: ## Regenerate the Go code from rpc/ (committed).
+	rm -rf rpc/gen
+	$(TOOL) buf generate
+
+.PHONY: check-generate
+check-generate: generate ## Fail when `make generate` changes anything.
+	@git add -N rpc/gen >/dev/null 2>&1 || true
+	@if ! git diff --quiet --exit-code -- rpc/gen; then \
+		echo "generated code is out of date: run 'make generate' and commit" >&2; \
+		git diff --stat -- rpc/gen >&2; exit 1; fi
+
+.PHONY: lint
+lint: ## go vet, staticcheck and buf lint.
+	$(GO) vet ./...
+	$(TOOL) staticcheck ./...
+	$(TOOL) buf lint
+
+.PHONY: test-short
+test-short: ## Fast tier: go test -short -race.
+	$(GO) test -short -race -count=1 ./...
+
+.PHONY: test-full
+test-full: ## Full tier: tests that start real servers (PostgreSQL, processes).
+	$(GO) test -count=1 -timeout 20m ./...
+
+.PHONY: test
+test: check-generate lint test-short test-full ## Everything CI runs: generated code, lint, fast and full tiers.
+
+.PHONY: bench
+bench: ## Benchmarks: pickup latency, dispatch throughput, memory per agent, plugin launch.
+	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./bench/...
+
+.PHONY: demo
+demo: build ## Start imsd (SQLite) and an enrolled agent in the background, run a job, follow its logs.
+	@scripts/demo.sh start
+
+.PHONY: demo-stop
+demo-stop: ## Stop what `make demo` started.
+	@scripts/demo.sh stop
+
+.PHONY: clean
+clean: ## Remove build output and demo state.
+	rm -rf $(BIN) $(DEMO)

@@ -1,0 +1,82 @@
+// Package auth mints and checks the credentials imsd accepts: operator API
+// tokens (bearer secrets with a role), single-use enrolment tokens, and the
+// Ed25519 challenge signatures agents answer with. Secrets are stored only
+// as SHA-256 hashes.
+package auth
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base32"
+	"encoding/hex"
+	"strings"
+)
+
+// Token prefixes tell a leaked secret's kind at a glance (and let secret
+// scanners find them).
+const (
+	APITokenPrefix    = "byoc_op_"
+	EnrollTokenPrefix = "byoc_enr_"
+)
+
+var b32 = base32.StdEncoding.WithPadding(base32.NoPadding)
+
+// NewSecret returns prefix followed by 160 random bits, base32 encoded.
+func NewSecret(prefix string) string {
+	b := make([]byte, 20)
+	if _, err := rand.Read(b); err != nil {
+		panic("crypto/rand failed: " + err.Error()) // cannot happen on Linux
+	}
+	return prefix + strings.ToLower(b32.EncodeToString(b))
+}
+
+// NewID returns prefix followed by 80 random bits, base32 encoded. IDs are not
+// secrets; they only have to be unique.
+func NewID(prefix string) string {
+	b := make([]byte, 10)
+	if _, err := rand.Read(b); err != nil {
+		panic("crypto/rand failed: " + err.Error())
+	}
+	return prefix + strings.ToLower(b32.EncodeToString(b))
+}
+
+// Hash returns the hex SHA-256 of a secret, the form in which it is stored.
+func Hash(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(sum[:])
+}
+
+// NewNonce returns 32 random bytes for an agent challenge.
+func NewNonce() []byte {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		panic("crypto/rand failed: " + err.Error())
+	}
+	return b
+}
+
+// challengeContext binds a signature to its purpose, so that a signature
+// over a nonce can never be reused for anything else.
+const challengeContext = "byoc agent connect v1\x00"
+
+// SignChallenge signs a Connect challenge nonce with the agent's key.
+func SignChallenge(key ed25519.PrivateKey, agentID string, nonce []byte) []byte {
+	return ed25519.Sign(key, challengeMessage(agentID, nonce))
+}
+
+// VerifyChallenge reports whether sig is the agent's signature of nonce.
+func VerifyChallenge(pub []byte, agentID string, nonce, sig []byte) bool {
+	if len(pub) != ed25519.PublicKeySize {
+		return false
+	}
+	return ed25519.Verify(ed25519.PublicKey(pub), challengeMessage(agentID, nonce), sig)
+}
+
+func challengeMessage(agentID string, nonce []byte) []byte {
+	m := make([]byte, 0, len(challengeContext)+len(agentID)+1+len(nonce))
+	m = append(m, challengeContext...)
+	m = append(m, agentID...)
+	m = append(m, 0)
+	return append(m, nonce...)
+}

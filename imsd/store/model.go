@@ -1,0 +1,160 @@
+package store
+
+import "time"
+
+// Role is what an operator API token may do.
+type Role string
+
+// The roles.
+const (
+	RoleAdmin  Role = "admin"
+	RoleViewer Role = "viewer"
+)
+
+// JobState is where a job is in its life.
+type JobState string
+
+// The job states. Succeeded, failed, cancelled and timed out are terminal:
+// a job in one of them never changes again.
+const (
+	JobQueued    JobState = "queued"
+	JobAssigned  JobState = "assigned"
+	JobRunning   JobState = "running"
+	JobSucceeded JobState = "succeeded"
+	JobFailed    JobState = "failed"
+	JobCancelled JobState = "cancelled"
+	JobTimedOut  JobState = "timed_out"
+)
+
+// Terminal reports whether s is a final state.
+func (s JobState) Terminal() bool {
+	switch s {
+	case JobSucceeded, JobFailed, JobCancelled, JobTimedOut:
+		return true
+	}
+	return false
+}
+
+// APIToken is an operator credential. Only the SHA-256 of its secret is stored.
+type APIToken struct {
+	ID        string
+	Name      string
+	Role      Role
+	CreatedAt time.Time
+}
+
+// App is a vendor application. The config format arrives in a later issue;
+// for now an app is a name.
+type App struct {
+	ID          string
+	Name        string
+	Description string
+	CreatedAt   time.Time
+}
+
+// Install is one instance of an app in one customer account.
+type Install struct {
+	ID        string
+	AppID     string
+	Name      string
+	Inputs    map[string]string
+	CreatedAt time.Time
+}
+
+// EnrollmentToken is a single-use, expiring credential that lets one agent
+// enrol for one install. Only the SHA-256 of its secret is stored.
+type EnrollmentToken struct {
+	Hash      string
+	InstallID string
+	ExpiresAt time.Time
+	CreatedAt time.Time
+}
+
+// Agent is an enrolled agentd, bound to exactly one install by its Ed25519
+// public key.
+type Agent struct {
+	ID         string
+	InstallID  string
+	PublicKey  []byte
+	Hostname   string
+	Version    string
+	EnrolledAt time.Time
+	// LastSeenAt is zero until the agent first connects.
+	LastSeenAt time.Time
+}
+
+// Job is one unit of work for one install's agent, handed out under a lease.
+type Job struct {
+	ID            string
+	InstallID     string
+	ComponentType string
+	Operation     string
+	// Config is the component config as a JSON object.
+	Config      []byte
+	State       JobState
+	Attempt     int
+	MaxAttempts int
+	Timeout     time.Duration
+	// FencingToken changes with every assignment; every write back must
+	// carry the current one.
+	FencingToken    int64
+	AgentID         string
+	LeaseDeadline   time.Time
+	CancelRequested bool
+	CancelReason    string
+	CreatedAt       time.Time
+	StartedAt       time.Time
+	EndedAt         time.Time
+	ExitCode        int
+	Error           string
+	Outputs         map[string]string
+	CreatedBy       string
+}
+
+// Lease names a job an agent holds and the fencing token it holds it with.
+type Lease struct {
+	JobID        string
+	FencingToken int64
+}
+
+// Writer identifies who writes back to a job: the agent and the fencing
+// token of its lease.
+type Writer struct {
+	AgentID      string
+	FencingToken int64
+}
+
+// Result is how a job ended on its agent.
+type Result struct {
+	State    JobState // one of the terminal states
+	ExitCode int
+	Error    string
+	Outputs  map[string]string
+}
+
+// LogLine is one line of a job's log. (Attempt, Seq) is unique per job, so
+// a line resent after a reconnect is stored once.
+type LogLine struct {
+	Attempt int
+	Seq     int64
+	Time    time.Time
+	Stream  int // 1 stdout, 2 stderr, 3 system
+	Text    string
+}
+
+// JobFilter selects jobs for ListJobs.
+type JobFilter struct {
+	InstallID string
+	States    []JobState
+	// Limit is at most 1000; 0 means 100.
+	Limit int
+	// Cursor continues a listing; it is the NextCursor of the previous page.
+	Cursor string
+}
+
+// ExpiredJob is a job the lease sweeper changed, and how.
+type ExpiredJob struct {
+	Job Job
+	// Requeued is true when the job went back to the queue for another attempt.
+	Requeued bool
+}
