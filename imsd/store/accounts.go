@@ -1,0 +1,373 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/byoc-dev/byoc/imsd/errs"
+)
+
+// CreateAPIToken stores an operator token. hash is the SHA-256 of its secret.
+func (s *Store) CreateAPIToken(ctx context.Context, t APIToken, hash string) error {
+	switch {
+	case t.ID == "":
+		return errs.Field("id", "required")
+	case t.Name == "":
+		return errs.Field("name", "required")
+	case t.Role != RoleAdmin && t.Role != RoleViewer:
+		return errs.Field("role", "must be %q or %q, not %q", RoleAdmin, RoleViewer, t.Role)
+	case hash == "":
+		return errs.Field("hash", "required")
+	}
+	return s.write(ctx, "create api token", func(tx *sqlx.Tx) error {
+		_, err := tx.ExecContext(ctx, s.bind(`INSERT INTO api_tokens (id, name, role, hash, created_at) VALUES (?, ?, ?, ?, ?)`),
+			t.ID, t.Name, string(t.Role), hash, nanos(t.CreatedAt))
+		if isUnique(err) {
+			return errs.E(errs.AlreadyExists, "api token %q already exists", t.ID)
+		}
+		return err
+	})
+}
+
+type apiTokenRow struct {
+	ID        string `db:"id"`
+	Name      string `db:"name"`
+	Role      string `db:"role"`
+	CreatedAt int64  `db:"created_at"`
+}
+
+// APITokenByHash returns the unrevoked token whose secret hashes to hash.
+func (s *Store) APITokenByHash(ctx context.Context, hash string) (APIToken, error) {
+	var r apiTokenRow
+	err := s.r.GetContext(ctx, &r, s.bind(`SELECT id, name, role, created_at FROM api_tokens WHERE hash = ? AND revoked_at = 0`), hash)
+	if errors.Is(err, sql.ErrNoRows) {
+		return APIToken{}, errs.E(errs.NotFound, "api token not found")
+	}
+	if err != nil {
+		return APIToken{}, fmt.Errorf("api token by hash: %w", err)
+	}
+	return APIToken{ID: r.ID, Name: r.Name, Role: Role(r.Role), CreatedAt: fromNanos(r.CreatedAt)}, nil
+}
+
+// CountAPITokens returns how many unrevoked operator tokens exist, so imsd
+// can tell a first start (mint an admin token) from a later one.
+func (s *Store) CountAPITokens(ctx context.Context) (int, error) {
+	var n int
+	if err := s.r.GetContext(ctx, &n, `SELECT COUNT(*) FROM api_tokens WHERE revoked_at = 0`); err != nil {
+		return 0, fmt.Errorf("count api tokens: %w", err)
+	}
+	return n, nil
+}
+
+type appRow struct {
+	ID          string `db:"id"`
+	Name        string `db:"name"`
+	Description string `db:"description"`
+	CreatedAt   int64  `db:"created_at"`
+}
+
+func (r appRow) app() App {
+	return App{ID: r.ID, Name: r.Name, Description: r.Description, CreatedAt: fromNanos(r.CreatedAt)}
+}
+
+// CreateApp stores a new app. Its ID and name must both be unused.
+func (s *Store) CreateApp(ctx context.Context, a App) error {
+	switch {
+	case a.ID == "":
+		return errs.Field("id", "required")
+	case a.Name == "":
+		return errs.Field("name", "required")
+	}
+	return s.write(ctx, "create app", func(tx *sqlx.Tx) error {
+		_, err := tx.ExecContext(ctx, s.bind(`INSERT INTO apps (id, name, description, created_at) VALUES (?, ?, ?, ?)`),
+			a.ID, a.Name, a.Description, nanos(a.CreatedAt))
+		if isUnique(err) {
+			return errs.E(errs.AlreadyExists, "app %q already exists", a.Name)
+		}
+		return err
+	})
+}
+
+// ListApps returns every app ordered by name.
+func (s *Store) ListApps(ctx context.Context) ([]App, error) {
+	var rows []appRow
+	if err := s.r.SelectContext(ctx, &rows, `SELECT id, name, description, created_at FROM apps ORDER BY name`); err != nil {
+		return nil, fmt.Errorf("list apps: %w", err)
+	}
+	apps := make([]App, len(rows))
+	for i, r := range rows {
+		apps[i] = r.app()
+	}
+	return apps, nil
+}
+
+// GetApp returns the app with ID or name idOrName; an ID match wins.
+func (s *Store) GetApp(ctx context.Context, idOrName string) (App, error) {
+	var r appRow
+	err := s.r.GetContext(ctx, &r, s.bind(`SELECT id, name, description, created_at FROM apps
+		WHERE id = ? OR name = ? ORDER BY CASE WHEN id = ? THEN 0 ELSE 1 END LIMIT 1`), idOrName, idOrName, idOrName)
+	if errors.Is(err, sql.ErrNoRows) {
+		return App{}, errs.E(errs.NotFound, "app %q not found", idOrName)
+	}
+	if err != nil {
+		return App{}, fmt.Errorf("get app %s: %w", idOrName, err)
+	}
+	return r.app(), nil
+}
+
+type installRow struct {
+	ID        string `db:"id"`
+	AppID     string `db:"app_id"`
+	Name      string `db:"name"`
+	Inputs    string `db:"inputs"`
+	CreatedAt int64  `db:"created_at"`
+}
+
+func (r installRow) install() (Install, error) {
+	in, err := decodeMap(r.Inputs)
+	if err != nil {
+		return Install{}, fmt.Errorf("install %s inputs: %w", r.ID, err)
+	}
+	return Install{ID: r.ID, AppID: r.AppID, Name: r.Name, Inputs: in, CreatedAt: fromNanos(r.CreatedAt)}, nil
+}
+
+func installs(rows []installRow) ([]Install, error) {
+	out := make([]Install, len(rows))
+	for i, r := range rows {
+		var err error
+		if out[i], err = r.install(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// CreateInstall stores a new install of an existing app together with its
+// first enrolment token, in one transaction. tok.InstallID may be empty; it
+// is taken from in.
+func (s *Store) CreateInstall(ctx context.Context, in Install, tok EnrollmentToken) error {
+	switch {
+	case in.ID == "":
+		return errs.Field("id", "required")
+	case in.Name == "":
+		return errs.Field("name", "required")
+	case in.AppID == "":
+		return errs.Field("app_id", "required")
+	case tok.InstallID != "" && tok.InstallID != in.ID:
+		return errs.Field("enrollment_token.install_id", "is %q, want the new install %q", tok.InstallID, in.ID)
+	}
+	tok.InstallID = in.ID
+	if err := validateEnrollmentToken(tok); err != nil {
+		return err
+	}
+	return s.write(ctx, "create install", func(tx *sqlx.Tx) error {
+		var one int
+		err := tx.GetContext(ctx, &one, s.bind(`SELECT 1 FROM apps WHERE id = ?`), in.AppID)
+		if errors.Is(err, sql.ErrNoRows) {
+			return errs.E(errs.NotFound, "app %q not found", in.AppID)
+		}
+		if err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, s.bind(`INSERT INTO installs (id, app_id, name, inputs, created_at) VALUES (?, ?, ?, ?, ?)`),
+			in.ID, in.AppID, in.Name, encodeMap(in.Inputs), nanos(in.CreatedAt))
+		if isUnique(err) {
+			return errs.E(errs.AlreadyExists, "install %q already exists", in.Name)
+		}
+		if err != nil {
+			return err
+		}
+		return s.insertEnrollmentToken(ctx, tx, tok)
+	})
+}
+
+// ListInstalls returns the installs of app appID, or of every app when
+// appID is "", ordered by name.
+func (s *Store) ListInstalls(ctx context.Context, appID string) ([]Install, error) {
+	var rows []installRow
+	err := s.r.SelectContext(ctx, &rows, s.bind(`SELECT id, app_id, name, inputs, created_at FROM installs
+		WHERE ? = '' OR app_id = ? ORDER BY name`), appID, appID)
+	if err != nil {
+		return nil, fmt.Errorf("list installs: %w", err)
+	}
+	return installs(rows)
+}
+
+// GetInstall returns the install with ID or name idOrName; an ID match wins.
+func (s *Store) GetInstall(ctx context.Context, idOrName string) (Install, error) {
+	var r installRow
+	err := s.r.GetContext(ctx, &r, s.bind(`SELECT id, app_id, name, inputs, created_at FROM installs
+		WHERE id = ? OR name = ? ORDER BY CASE WHEN id = ? THEN 0 ELSE 1 END LIMIT 1`), idOrName, idOrName, idOrName)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Install{}, errs.E(errs.NotFound, "install %q not found", idOrName)
+	}
+	if err != nil {
+		return Install{}, fmt.Errorf("get install %s: %w", idOrName, err)
+	}
+	return r.install()
+}
+
+func validateEnrollmentToken(t EnrollmentToken) error {
+	switch {
+	case t.Hash == "":
+		return errs.Field("enrollment_token.hash", "required")
+	case t.InstallID == "":
+		return errs.Field("enrollment_token.install_id", "required")
+	}
+	return requireTime("enrollment_token.expires_at", t.ExpiresAt)
+}
+
+// CreateEnrollmentToken stores another enrolment token for an existing
+// install.
+func (s *Store) CreateEnrollmentToken(ctx context.Context, t EnrollmentToken) error {
+	if err := validateEnrollmentToken(t); err != nil {
+		return err
+	}
+	return s.write(ctx, "create enrollment token", func(tx *sqlx.Tx) error {
+		return s.insertEnrollmentToken(ctx, tx, t)
+	})
+}
+
+func (s *Store) insertEnrollmentToken(ctx context.Context, tx *sqlx.Tx, t EnrollmentToken) error {
+	_, err := tx.ExecContext(ctx, s.bind(`INSERT INTO enrollment_tokens (hash, install_id, expires_at, created_at) VALUES (?, ?, ?, ?)`),
+		t.Hash, t.InstallID, nanos(t.ExpiresAt), nanos(t.CreatedAt))
+	switch {
+	case isUnique(err):
+		return errs.E(errs.AlreadyExists, "enrollment token already exists")
+	case isForeignKey(err):
+		return errs.E(errs.NotFound, "install %q not found", t.InstallID)
+	}
+	return err
+}
+
+// Enroll spends the enrolment token whose secret hashes to tokenHash and
+// registers agent a for the token's install (a.InstallID is ignored). A
+// token works once: of two concurrent calls with it, exactly one succeeds.
+// An unknown, used or expired token is refused with PermissionDenied, and
+// the message says which.
+func (s *Store) Enroll(ctx context.Context, tokenHash string, a Agent, now time.Time) (Agent, error) {
+	switch {
+	case a.ID == "":
+		return Agent{}, errs.Field("id", "required")
+	case len(a.PublicKey) == 0:
+		return Agent{}, errs.Field("public_key", "required")
+	}
+	if err := requireTime("now", now); err != nil {
+		return Agent{}, err
+	}
+	if a.EnrolledAt.IsZero() {
+		a.EnrolledAt = now
+	}
+	err := s.write(ctx, "enroll", func(tx *sqlx.Tx) error {
+		// The conditional UPDATE is the single point of truth: on
+		// PostgreSQL a concurrent spender blocks on the row lock, then
+		// re-checks used_at and updates nothing.
+		err := tx.GetContext(ctx, &a.InstallID, s.bind(`UPDATE enrollment_tokens SET used_at = ?, used_by_agent = ?
+			WHERE hash = ? AND used_at = 0 AND expires_at > ? RETURNING install_id`),
+			nanos(now), a.ID, tokenHash, nanos(now))
+		if errors.Is(err, sql.ErrNoRows) {
+			return s.whyTokenRefused(ctx, tx, tokenHash)
+		}
+		if err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, s.bind(`INSERT INTO agents (id, install_id, public_key, hostname, version, enrolled_at, last_seen_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?)`),
+			a.ID, a.InstallID, a.PublicKey, a.Hostname, a.Version, nanos(a.EnrolledAt), nanos(a.LastSeenAt))
+		if isUnique(err) {
+			return errs.E(errs.AlreadyExists, "agent %q already exists", a.ID)
+		}
+		return err
+	})
+	if err != nil {
+		return Agent{}, err
+	}
+	a.EnrolledAt = fromNanos(nanos(a.EnrolledAt))
+	a.LastSeenAt = fromNanos(nanos(a.LastSeenAt))
+	return a, nil
+}
+
+func (s *Store) whyTokenRefused(ctx context.Context, tx *sqlx.Tx, hash string) error {
+	var t struct {
+		UsedAt int64 `db:"used_at"`
+	}
+	err := tx.GetContext(ctx, &t, s.bind(`SELECT used_at FROM enrollment_tokens WHERE hash = ?`), hash)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return errs.E(errs.PermissionDenied, "enrollment token unknown")
+	case err != nil:
+		return err
+	case t.UsedAt != 0:
+		return errs.E(errs.PermissionDenied, "enrollment token already used")
+	default:
+		return errs.E(errs.PermissionDenied, "enrollment token expired")
+	}
+}
+
+type agentRow struct {
+	ID         string `db:"id"`
+	InstallID  string `db:"install_id"`
+	PublicKey  []byte `db:"public_key"`
+	Hostname   string `db:"hostname"`
+	Version    string `db:"version"`
+	EnrolledAt int64  `db:"enrolled_at"`
+	LastSeenAt int64  `db:"last_seen_at"`
+}
+
+func (r agentRow) agent() Agent {
+	return Agent{
+		ID: r.ID, InstallID: r.InstallID, PublicKey: r.PublicKey, Hostname: r.Hostname, Version: r.Version,
+		EnrolledAt: fromNanos(r.EnrolledAt), LastSeenAt: fromNanos(r.LastSeenAt),
+	}
+}
+
+const agentCols = `id, install_id, public_key, hostname, version, enrolled_at, last_seen_at`
+
+// GetAgent returns the agent with ID id.
+func (s *Store) GetAgent(ctx context.Context, id string) (Agent, error) {
+	var r agentRow
+	err := s.r.GetContext(ctx, &r, s.bind(`SELECT `+agentCols+` FROM agents WHERE id = ?`), id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Agent{}, errs.E(errs.NotFound, "agent %q not found", id)
+	}
+	if err != nil {
+		return Agent{}, fmt.Errorf("get agent %s: %w", id, err)
+	}
+	return r.agent(), nil
+}
+
+// AgentsForInstall returns the agents enrolled for an install, newest first.
+func (s *Store) AgentsForInstall(ctx context.Context, installID string) ([]Agent, error) {
+	var rows []agentRow
+	err := s.r.SelectContext(ctx, &rows, s.bind(`SELECT `+agentCols+` FROM agents WHERE install_id = ?
+		ORDER BY enrolled_at DESC, id DESC`), installID)
+	if err != nil {
+		return nil, fmt.Errorf("agents for install %s: %w", installID, err)
+	}
+	out := make([]Agent, len(rows))
+	for i, r := range rows {
+		out[i] = r.agent()
+	}
+	return out, nil
+}
+
+// TouchAgent records that agent id was seen at now.
+func (s *Store) TouchAgent(ctx context.Context, id string, now time.Time) error {
+	return s.write(ctx, "touch agent", func(tx *sqlx.Tx) error {
+		res, err := tx.ExecContext(ctx, s.bind(`UPDATE agents SET last_seen_at = ? WHERE id = ?`), nanos(now), id)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 0 {
+			return errs.E(errs.NotFound, "agent %q not found", id)
+		}
+		return nil
+	})
+}

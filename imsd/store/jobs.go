@@ -1,0 +1,544 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/byoc-dev/byoc/imsd/errs"
+)
+
+// TimeoutGrace is how long past a running job's timeout ExpireLeases waits
+// before it marks the job timed out. The agent enforces the timeout itself
+// and reports the result; the sweeper is only the backstop.
+const TimeoutGrace = time.Minute
+
+type jobRow struct {
+	ID              string `db:"id"`
+	InstallID       string `db:"install_id"`
+	ComponentType   string `db:"component_type"`
+	Operation       string `db:"operation"`
+	Config          string `db:"config"`
+	State           string `db:"state"`
+	Attempt         int    `db:"attempt"`
+	MaxAttempts     int    `db:"max_attempts"`
+	TimeoutNS       int64  `db:"timeout_ns"`
+	FencingToken    int64  `db:"fencing_token"`
+	AgentID         string `db:"agent_id"`
+	LeaseDeadline   int64  `db:"lease_deadline"`
+	CancelRequested bool   `db:"cancel_requested"`
+	CancelReason    string `db:"cancel_reason"`
+	CreatedAt       int64  `db:"created_at"`
+	StartedAt       int64  `db:"started_at"`
+	EndedAt         int64  `db:"ended_at"`
+	ExitCode        int    `db:"exit_code"`
+	Error           string `db:"error"`
+	Outputs         string `db:"outputs"`
+	CreatedBy       string `db:"created_by"`
+}
+
+const jobCols = `id, install_id, component_type, operation, config, state, attempt, max_attempts, timeout_ns,
+	fencing_token, agent_id, lease_deadline, cancel_requested, cancel_reason, created_at, started_at, ended_at,
+	exit_code, error, outputs, created_by`
+
+func (r jobRow) job() (Job, error) {
+	out, err := decodeMap(r.Outputs)
+	if err != nil {
+		return Job{}, fmt.Errorf("job %s outputs: %w", r.ID, err)
+	}
+	return Job{
+		ID: r.ID, InstallID: r.InstallID, ComponentType: r.ComponentType, Operation: r.Operation,
+		Config: []byte(r.Config), State: JobState(r.State), Attempt: r.Attempt, MaxAttempts: r.MaxAttempts,
+		Timeout: time.Duration(r.TimeoutNS), FencingToken: r.FencingToken, AgentID: r.AgentID,
+		LeaseDeadline: fromNanos(r.LeaseDeadline), CancelRequested: r.CancelRequested, CancelReason: r.CancelReason,
+		CreatedAt: fromNanos(r.CreatedAt), StartedAt: fromNanos(r.StartedAt), EndedAt: fromNanos(r.EndedAt),
+		ExitCode: r.ExitCode, Error: r.Error, Outputs: out, CreatedBy: r.CreatedBy,
+	}, nil
+}
+
+func toJobs(rows []jobRow) ([]Job, error) {
+	out := make([]Job, len(rows))
+	for i, r := range rows {
+		var err error
+		if out[i], err = r.job(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// EnqueueJob stores j as a queued job at attempt 0. The caller fills in
+// the ID, CreatedAt and defaults; MaxAttempts must be at least 1 and
+// Timeout positive. State, attempt, lease and result fields are ignored.
+func (s *Store) EnqueueJob(ctx context.Context, j Job) error {
+	switch {
+	case j.ID == "":
+		return errs.Field("id", "required")
+	case j.InstallID == "":
+		return errs.Field("install_id", "required")
+	case j.ComponentType == "":
+		return errs.Field("component_type", "required")
+	case j.Operation == "":
+		return errs.Field("operation", "required")
+	case j.MaxAttempts < 1:
+		return errs.Field("max_attempts", "must be at least 1, got %d", j.MaxAttempts)
+	case j.Timeout <= 0:
+		return errs.Field("timeout", "must be positive, got %s", j.Timeout)
+	}
+	if err := requireTime("created_at", j.CreatedAt); err != nil {
+		return err
+	}
+	config := "{}"
+	if len(j.Config) > 0 {
+		if !json.Valid(j.Config) {
+			return errs.Field("config", "not valid JSON")
+		}
+		config = string(j.Config)
+	}
+	return s.write(ctx, "enqueue job", func(tx *sqlx.Tx) error {
+		_, err := tx.ExecContext(ctx, s.bind(`INSERT INTO jobs (id, install_id, component_type, operation, config, state,
+			max_attempts, timeout_ns, created_at, created_by) VALUES (?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?)`),
+			j.ID, j.InstallID, j.ComponentType, j.Operation, config, j.MaxAttempts, int64(j.Timeout), nanos(j.CreatedAt), j.CreatedBy)
+		switch {
+		case isUnique(err):
+			return errs.E(errs.AlreadyExists, "job %q already exists", j.ID)
+		case isForeignKey(err):
+			return errs.E(errs.NotFound, "install %q not found", j.InstallID)
+		case err != nil:
+			return err
+		}
+		return s.notifyJobs(ctx, tx, j.InstallID)
+	})
+}
+
+// GetJob returns the job with ID id.
+func (s *Store) GetJob(ctx context.Context, id string) (Job, error) {
+	var r jobRow
+	err := s.r.GetContext(ctx, &r, s.bind(`SELECT `+jobCols+` FROM jobs WHERE id = ?`), id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Job{}, errs.E(errs.NotFound, "job %q not found", id)
+	}
+	if err != nil {
+		return Job{}, fmt.Errorf("get job %s: %w", id, err)
+	}
+	return r.job()
+}
+
+// ListJobs returns the jobs f selects, newest first, and a cursor for the
+// next page ("" on the last page).
+func (s *Store) ListJobs(ctx context.Context, f JobFilter) (jobs []Job, nextCursor string, err error) {
+	limit := f.Limit
+	switch {
+	case limit == 0:
+		limit = 100
+	case limit < 0 || limit > 1000:
+		return nil, "", errs.Field("limit", "must be between 1 and 1000, got %d", limit)
+	}
+	var (
+		where []string
+		args  []any
+	)
+	if f.InstallID != "" {
+		where = append(where, "install_id = ?")
+		args = append(args, f.InstallID)
+	}
+	if len(f.States) > 0 {
+		for i, st := range f.States {
+			if !validState(st) {
+				return nil, "", errs.Field(fmt.Sprintf("states[%d]", i), "unknown job state %q", st)
+			}
+			args = append(args, string(st))
+		}
+		where = append(where, "state IN ("+placeholders(len(f.States))+")")
+	}
+	if f.Cursor != "" {
+		at, id, ok := parseCursor(f.Cursor)
+		if !ok {
+			return nil, "", errs.Field("cursor", "not a cursor from a previous page")
+		}
+		where = append(where, "(created_at < ? OR (created_at = ? AND id < ?))")
+		args = append(args, at, at, id)
+	}
+	q := `SELECT ` + jobCols + ` FROM jobs`
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	q += ` ORDER BY created_at DESC, id DESC LIMIT ?`
+	args = append(args, limit+1)
+	var rows []jobRow
+	if err := s.r.SelectContext(ctx, &rows, s.bind(q), args...); err != nil {
+		return nil, "", fmt.Errorf("list jobs: %w", err)
+	}
+	if len(rows) > limit {
+		rows = rows[:limit]
+		last := rows[limit-1]
+		nextCursor = makeCursor(last.CreatedAt, last.ID)
+	}
+	out, err := toJobs(rows)
+	return out, nextCursor, err
+}
+
+func validState(s JobState) bool {
+	switch s {
+	case JobQueued, JobAssigned, JobRunning:
+		return true
+	}
+	return s.Terminal()
+}
+
+// A cursor is the (created_at, id) of the last job of a page. It is
+// base64 so clients treat it as opaque.
+func makeCursor(at int64, id string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(at, 10) + "/" + id))
+}
+
+func parseCursor(c string) (at int64, id string, ok bool) {
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return 0, "", false
+	}
+	a, id, ok := strings.Cut(string(b), "/")
+	if !ok || id == "" {
+		return 0, "", false
+	}
+	at, err = strconv.ParseInt(a, 10, 64)
+	return at, id, err == nil
+}
+
+// ClaimJobs hands up to n of the oldest queued jobs of an install to agent
+// w.AgentID: each becomes assigned, at the next attempt, with a new fencing
+// token and a lease until leaseUntil. It returns the claimed jobs, oldest
+// first. Concurrent claimers, in this process or in other replicas on the
+// same PostgreSQL, never get the same job.
+func (s *Store) ClaimJobs(ctx context.Context, installID string, w Writer, n int, leaseUntil, now time.Time) ([]Job, error) {
+	if w.AgentID == "" {
+		return nil, errs.Field("agent_id", "required")
+	}
+	if !leaseUntil.After(now) {
+		return nil, errs.Field("lease_until", "must be after now")
+	}
+	if n <= 0 {
+		return nil, nil
+	}
+	var rows []jobRow
+	err := s.write(ctx, "claim jobs", func(tx *sqlx.Tx) error {
+		var ids []string
+		err := tx.SelectContext(ctx, &ids, s.bind(`SELECT id FROM jobs WHERE install_id = ? AND state = 'queued'
+			ORDER BY created_at, id LIMIT ?`+s.skipLocked()), installID, n)
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		// One UPDATE for the whole batch; the CASE gives each job its own
+		// token. CAST because PostgreSQL cannot infer a CASE of parameters.
+		var b strings.Builder
+		args := make([]any, 0, 2+3*len(ids))
+		b.WriteString(`UPDATE jobs SET state = 'assigned', attempt = attempt + 1, agent_id = ?, lease_deadline = ?,
+			started_at = 0, fencing_token = CASE id`)
+		args = append(args, w.AgentID, nanos(leaseUntil))
+		for _, id := range ids {
+			b.WriteString(` WHEN ? THEN CAST(? AS BIGINT)`)
+			args = append(args, id, newFencingToken())
+		}
+		b.WriteString(` END WHERE state = 'queued' AND id IN (` + placeholders(len(ids)) + `) RETURNING ` + jobCols)
+		for _, id := range ids {
+			args = append(args, id)
+		}
+		return tx.SelectContext(ctx, &rows, s.bind(b.String()), args...)
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(rows, func(a, b jobRow) int {
+		if a.CreatedAt != b.CreatedAt {
+			return int(min(max(a.CreatedAt-b.CreatedAt, -1), 1))
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	return toJobs(rows)
+}
+
+// jobForWrite reads a job inside a write transaction, locking its row on
+// PostgreSQL until the transaction ends.
+func (s *Store) jobForWrite(ctx context.Context, tx *sqlx.Tx, id string) (Job, error) {
+	var r jobRow
+	err := tx.GetContext(ctx, &r, s.bind(`SELECT `+jobCols+` FROM jobs WHERE id = ?`+s.forUpdate()), id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Job{}, errs.E(errs.NotFound, "job %q not found", id)
+	}
+	if err != nil {
+		return Job{}, err
+	}
+	return r.job()
+}
+
+// updateJob runs an UPDATE ... RETURNING on one job and returns it.
+func (s *Store) updateJob(ctx context.Context, tx *sqlx.Tx, q string, args ...any) (Job, error) {
+	var r jobRow
+	if err := tx.GetContext(ctx, &r, s.bind(q+` RETURNING `+jobCols), args...); err != nil {
+		return Job{}, err
+	}
+	return r.job()
+}
+
+// checkWriter refuses a write back to j from anyone but the agent holding
+// its current lease. An agent that does not hold the job learns nothing
+// about it beyond that.
+func checkWriter(j Job, w Writer) error {
+	if j.AgentID == "" || j.AgentID != w.AgentID {
+		return errs.E(errs.PermissionDenied, "job %s does not belong to this agent", j.ID)
+	}
+	if j.FencingToken != w.FencingToken {
+		if j.State.Terminal() {
+			return errs.E(errs.Conflict, "job %s already ended", j.ID)
+		}
+		return errs.E(errs.Conflict, "stale fencing token for job %s: attempt %d now holds the lease", j.ID, j.Attempt)
+	}
+	return nil
+}
+
+// AckJob records that the agent started job jobID: assigned becomes
+// running and the lease is renewed until leaseUntil. Acking a running job
+// again with the same token changes nothing.
+func (s *Store) AckJob(ctx context.Context, jobID string, w Writer, leaseUntil, now time.Time) (Job, error) {
+	if err := requireTime("now", now); err != nil {
+		return Job{}, err
+	}
+	var out Job
+	err := s.write(ctx, "ack job", func(tx *sqlx.Tx) error {
+		j, err := s.jobForWrite(ctx, tx, jobID)
+		if err != nil {
+			return err
+		}
+		if err := checkWriter(j, w); err != nil {
+			return err
+		}
+		switch j.State {
+		case JobRunning:
+			out = j
+			return nil
+		case JobAssigned:
+			out, err = s.updateJob(ctx, tx, `UPDATE jobs SET state = 'running', started_at = ?, lease_deadline = ? WHERE id = ?`,
+				nanos(now), nanos(leaseUntil), jobID)
+			return err
+		default:
+			return errs.E(errs.Conflict, "job %s already ended", jobID)
+		}
+	})
+	return out, err
+}
+
+// RenewLeases extends to leaseUntil the lease of every job in leases that
+// agentID still holds with that fencing token and that is still assigned
+// or running. The IDs of the others are returned as lost.
+func (s *Store) RenewLeases(ctx context.Context, agentID string, leases []Lease, leaseUntil time.Time) (renewed, lost []string, err error) {
+	if len(leases) == 0 {
+		return nil, nil, nil
+	}
+	const chunk = 200
+	held := make(map[string]bool, len(leases))
+	err = s.write(ctx, "renew leases", func(tx *sqlx.Tx) error {
+		for c := range slices.Chunk(leases, chunk) {
+			var b strings.Builder
+			args := []any{nanos(leaseUntil), agentID}
+			b.WriteString(`UPDATE jobs SET lease_deadline = ? WHERE agent_id = ? AND state IN ('assigned', 'running') AND (`)
+			for i, l := range c {
+				if i > 0 {
+					b.WriteString(` OR `)
+				}
+				b.WriteString(`(id = ? AND fencing_token = ?)`)
+				args = append(args, l.JobID, l.FencingToken)
+			}
+			b.WriteString(`) RETURNING id`)
+			var ids []string
+			if err := tx.SelectContext(ctx, &ids, s.bind(b.String()), args...); err != nil {
+				return err
+			}
+			for _, id := range ids {
+				held[id] = true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, l := range leases {
+		if held[l.JobID] {
+			renewed = append(renewed, l.JobID)
+		} else {
+			lost = append(lost, l.JobID)
+		}
+	}
+	return renewed, lost, nil
+}
+
+// FinishJob records how job jobID ended on its agent. r.State must be
+// terminal. Finishing a job again with the same token returns it unchanged,
+// so a result resent after a lost reply is harmless.
+func (s *Store) FinishJob(ctx context.Context, jobID string, w Writer, r Result, now time.Time) (Job, error) {
+	if !r.State.Terminal() {
+		return Job{}, errs.Field("state", "%q is not a final job state", r.State)
+	}
+	if err := requireTime("now", now); err != nil {
+		return Job{}, err
+	}
+	var out Job
+	err := s.write(ctx, "finish job", func(tx *sqlx.Tx) error {
+		j, err := s.jobForWrite(ctx, tx, jobID)
+		if err != nil {
+			return err
+		}
+		if err := checkWriter(j, w); err != nil {
+			return err
+		}
+		if j.State.Terminal() {
+			out = j
+			return nil
+		}
+		out, err = s.updateJob(ctx, tx, `UPDATE jobs SET state = ?, ended_at = ?, exit_code = ?, error = ?, outputs = ?,
+			lease_deadline = 0 WHERE id = ?`, string(r.State), nanos(now), r.ExitCode, r.Error, encodeMap(r.Outputs), jobID)
+		if err != nil {
+			return err
+		}
+		return s.notifyLogs(ctx, tx, jobID)
+	})
+	return out, err
+}
+
+// RequestCancel cancels job jobID: a queued job is cancelled at once; an
+// assigned or running one is marked so its agent stops it. Cancelling a
+// cancelled job returns it as it is; any other ended job is a Conflict.
+func (s *Store) RequestCancel(ctx context.Context, jobID, reason string, now time.Time) (Job, error) {
+	if err := requireTime("now", now); err != nil {
+		return Job{}, err
+	}
+	var out Job
+	err := s.write(ctx, "cancel job", func(tx *sqlx.Tx) error {
+		j, err := s.jobForWrite(ctx, tx, jobID)
+		if err != nil {
+			return err
+		}
+		switch j.State {
+		case JobCancelled:
+			out = j
+			return nil
+		case JobQueued:
+			msg := reason
+			if msg == "" {
+				msg = "cancelled"
+			}
+			out, err = s.updateJob(ctx, tx, `UPDATE jobs SET state = 'cancelled', ended_at = ?, error = ?,
+				cancel_requested = TRUE, cancel_reason = ? WHERE id = ?`, nanos(now), msg, reason, jobID)
+			if err != nil {
+				return err
+			}
+			return s.notifyLogs(ctx, tx, jobID)
+		case JobAssigned, JobRunning:
+			out, err = s.updateJob(ctx, tx, `UPDATE jobs SET cancel_requested = TRUE, cancel_reason = ? WHERE id = ?`, reason, jobID)
+			if err != nil {
+				return err
+			}
+			// Wake the replica holding the agent's stream so it passes
+			// the cancellation on.
+			return s.notifyJobs(ctx, tx, j.InstallID)
+		default:
+			return errs.E(errs.Conflict, "job %s already %s", jobID, strings.ReplaceAll(string(j.State), "_", " "))
+		}
+	})
+	return out, err
+}
+
+// ExpireLeases is the lease sweeper. Every assigned or running job whose
+// lease ended before now is cancelled if that was requested, failed if it
+// used its last attempt, and queued again otherwise (the attempt number
+// goes up at the next claim). A running job more than TimeoutGrace past its
+// timeout is timed out. Jobs the sweeper ends get a fresh fencing token, so
+// their last agent's late writes are refused. It returns what changed.
+func (s *Store) ExpireLeases(ctx context.Context, now time.Time) ([]ExpiredJob, error) {
+	if err := requireTime("now", now); err != nil {
+		return nil, err
+	}
+	var out []ExpiredJob
+	err := s.write(ctx, "expire leases", func(tx *sqlx.Tx) error {
+		var rows []jobRow
+		// started_at < now - grace - timeout rather than started_at +
+		// timeout + grace < now: the sum can overflow a BIGINT.
+		err := tx.SelectContext(ctx, &rows, s.bind(`SELECT `+jobCols+` FROM jobs
+			WHERE (state IN ('assigned', 'running') AND lease_deadline < ?)
+			   OR (state = 'running' AND started_at < ? - timeout_ns)
+			ORDER BY created_at, id`+s.skipLocked()), nanos(now), nanos(now.Add(-TimeoutGrace)))
+		if err != nil {
+			return err
+		}
+		requeued := map[string]bool{}
+		for _, r := range rows {
+			j, err := r.job()
+			if err != nil {
+				return err
+			}
+			end := func(state JobState, msg string) (Job, error) {
+				return s.updateJob(ctx, tx, `UPDATE jobs SET state = ?, ended_at = ?, error = ?, lease_deadline = 0,
+					fencing_token = ? WHERE id = ?`, string(state), nanos(now), msg, newFencingToken(), j.ID)
+			}
+			var e ExpiredJob
+			switch timedOut := j.State == JobRunning && j.StartedAt.Add(j.Timeout+TimeoutGrace).Before(now); {
+			case j.CancelRequested:
+				msg := j.CancelReason
+				if msg == "" {
+					msg = "cancelled"
+				}
+				e.Job, err = end(JobCancelled, msg)
+			case timedOut:
+				e.Job, err = end(JobTimedOut, fmt.Sprintf("timed out: attempt %d ran longer than its %s timeout and agent %s sent no result within %s after",
+					j.Attempt, j.Timeout, j.AgentID, TimeoutGrace))
+			case j.Attempt >= j.MaxAttempts:
+				e.Job, err = end(JobFailed, fmt.Sprintf("lease expired on attempt %d of %d: agent %s stopped heartbeating",
+					j.Attempt, j.MaxAttempts, j.AgentID))
+			default:
+				e.Requeued = true
+				requeued[j.InstallID] = true
+				e.Job, err = s.updateJob(ctx, tx, `UPDATE jobs SET state = 'queued', agent_id = '', lease_deadline = 0,
+					started_at = 0 WHERE id = ?`, j.ID)
+			}
+			if err != nil {
+				return err
+			}
+			if !e.Requeued {
+				if err := s.notifyLogs(ctx, tx, j.ID); err != nil {
+					return err
+				}
+			}
+			out = append(out, e)
+		}
+		for _, id := range slices.Sorted(maps.Keys(requeued)) {
+			if err := s.notifyJobs(ctx, tx, id); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// QueuedJobInstalls returns the IDs of the installs that have queued jobs,
+// so their agents can be woken at start-up and after a sweep.
+func (s *Store) QueuedJobInstalls(ctx context.Context) ([]string, error) {
+	var ids []string
+	if err := s.r.SelectContext(ctx, &ids, `SELECT DISTINCT install_id FROM jobs WHERE state = 'queued' ORDER BY install_id`); err != nil {
+		return nil, fmt.Errorf("queued job installs: %w", err)
+	}
+	return ids, nil
+}

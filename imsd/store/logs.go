@@ -1,0 +1,106 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/byoc-dev/byoc/imsd/errs"
+)
+
+// logChunk is how many lines one INSERT carries: 6 parameters a line stays
+// far below SQLite's and PostgreSQL's parameter limits.
+const logChunk = 500
+
+// AppendLogs stores log lines of job jobID written by w, under the job's
+// current attempt (the lines' Attempt fields are ignored). A line whose
+// (attempt, seq) is already stored is skipped, so resending a batch after
+// a reconnect is harmless.
+func (s *Store) AppendLogs(ctx context.Context, jobID string, w Writer, lines []LogLine) error {
+	for i, l := range lines {
+		if l.Stream < 1 || l.Stream > 3 {
+			return errs.Field(fmt.Sprintf("lines[%d].stream", i), "must be 1 (stdout), 2 (stderr) or 3 (system), got %d", l.Stream)
+		}
+	}
+	return s.write(ctx, "append logs", func(tx *sqlx.Tx) error {
+		j, err := s.jobForWrite(ctx, tx, jobID)
+		if err != nil {
+			return err
+		}
+		if err := checkWriter(j, w); err != nil {
+			return err
+		}
+		if len(lines) == 0 {
+			return nil
+		}
+		for c := range slices.Chunk(lines, logChunk) {
+			args := make([]any, 0, 6*len(c))
+			var b strings.Builder
+			b.WriteString(`INSERT INTO job_logs (job_id, attempt, seq, at, stream, text) VALUES `)
+			for i, l := range c {
+				if i > 0 {
+					b.WriteString(`, `)
+				}
+				b.WriteString(`(?, ?, ?, ?, ?, ?)`)
+				args = append(args, jobID, j.Attempt, l.Seq, nanos(l.Time), l.Stream, cleanText(l.Text))
+			}
+			b.WriteString(` ON CONFLICT DO NOTHING`)
+			if _, err := tx.ExecContext(ctx, s.bind(b.String()), args...); err != nil {
+				return err
+			}
+		}
+		return s.notifyLogs(ctx, tx, jobID)
+	})
+}
+
+// cleanText makes a line storable as TEXT everywhere: a process may print
+// invalid UTF-8 or NUL bytes, which PostgreSQL refuses.
+func cleanText(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	return strings.ReplaceAll(s, "\x00", "\uFFFD")
+}
+
+type logRow struct {
+	Attempt int    `db:"attempt"`
+	Seq     int64  `db:"seq"`
+	At      int64  `db:"at"`
+	Stream  int    `db:"stream"`
+	Text    string `db:"text"`
+}
+
+// ListLogs returns up to limit lines of job jobID ordered by (attempt,
+// seq), strictly after (afterAttempt, afterSeq); (0, 0) starts at the
+// beginning. limit <= 0 means 1000; at most 10000 lines come back.
+func (s *Store) ListLogs(ctx context.Context, jobID string, afterAttempt int, afterSeq int64, limit int) ([]LogLine, error) {
+	if limit <= 0 {
+		limit = 1000
+	}
+	limit = min(limit, 10000)
+	var rows []logRow
+	err := s.r.SelectContext(ctx, &rows, s.bind(`SELECT attempt, seq, at, stream, text FROM job_logs
+		WHERE job_id = ? AND (attempt > ? OR (attempt = ? AND seq > ?)) ORDER BY attempt, seq LIMIT ?`),
+		jobID, afterAttempt, afterAttempt, afterSeq, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list logs of job %s: %w", jobID, err)
+	}
+	if len(rows) == 0 {
+		// Tell "no lines yet" from "no such job".
+		if _, err := s.GetJob(ctx, jobID); err != nil {
+			var e *errs.Error
+			if errors.As(err, &e) {
+				return nil, e
+			}
+			return nil, fmt.Errorf("list logs of job %s: %w", jobID, err)
+		}
+		return nil, nil
+	}
+	out := make([]LogLine, len(rows))
+	for i, r := range rows {
+		out[i] = LogLine{Attempt: r.Attempt, Seq: r.Seq, Time: fromNanos(r.At), Stream: r.Stream, Text: r.Text}
+	}
+	return out, nil
+}

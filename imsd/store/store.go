@@ -1,0 +1,279 @@
+// Package store persists imsd's fleet state (operator tokens, apps, installs,
+// agents, jobs and their logs) in SQL through sqlx. One implementation serves
+// SQLite (the default: one file, zero setup) and PostgreSQL (several imsd
+// replicas on one database); the few places where the SQL differs switch on
+// the dialect.
+//
+// The store never reads the clock: every method that records a time takes it
+// as an argument, so callers and tests decide what "now" is. IDs are made by
+// the caller too. Errors a client may see are *errs.Error values; anything
+// else is internal.
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/jmoiron/sqlx"
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/byoc-dev/byoc/imsd/errs"
+	"github.com/byoc-dev/byoc/schema"
+)
+
+// The dialects Dialect reports.
+const (
+	DialectSQLite   = schema.SQLite
+	DialectPostgres = schema.Postgres
+)
+
+// Store is imsd's persistent state. It is safe for concurrent use.
+type Store struct {
+	dialect string
+	// w runs every write transaction. On SQLite it holds a single
+	// connection, which serialises writers inside the process (and makes
+	// every transaction take the write lock up front, BEGIN IMMEDIATE), so
+	// there are no busy-upgrade failures between our own transactions.
+	w *sqlx.DB
+	// r serves plain reads. On SQLite it is a separate pool of read-only
+	// connections so reads never queue behind the writer (WAL lets them run
+	// alongside it). On PostgreSQL it is the same pool as w.
+	r *sqlx.DB
+	// pg is the parsed PostgreSQL config, used by Listen for its dedicated
+	// connection. Nil on SQLite.
+	pg *pgx.ConnConfig
+}
+
+// Open opens the database named by dsn and applies pending migrations.
+// A dsn starting with postgres:// or postgresql:// is a PostgreSQL URL;
+// anything else is a SQLite file path, optionally prefixed with "sqlite:".
+func Open(ctx context.Context, dsn string) (*Store, error) {
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		return openPostgres(ctx, dsn)
+	}
+	path := strings.TrimPrefix(strings.TrimPrefix(dsn, "sqlite://"), "sqlite:")
+	return openSQLite(ctx, path)
+}
+
+const (
+	sqliteReaders = 4
+	postgresConns = 20
+)
+
+func openSQLite(ctx context.Context, path string) (*Store, error) {
+	if path == "" || strings.Contains(path, ":memory:") || strings.Contains(path, "?") {
+		// Two pools need a shared file; and the query string is ours.
+		return nil, errs.Field("dsn", "want a SQLite file path without parameters, got %q", path)
+	}
+	// _pragma parameters run on every new connection of a pool, so pooled
+	// connections cannot miss them.
+	common := "?_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)"
+	wdb, err := sql.Open("sqlite", path+common+"&_pragma=journal_mode(WAL)&_txlock=immediate")
+	if err != nil {
+		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+	}
+	wdb.SetMaxOpenConns(1)
+	wdb.SetMaxIdleConns(1)
+	wdb.SetConnMaxLifetime(0)
+	wdb.SetConnMaxIdleTime(0)
+	s := &Store{dialect: DialectSQLite, w: sqlx.NewDb(wdb, "sqlite")}
+	// Migrate through the writer first: it creates the file and switches it
+	// to WAL before any reader opens it.
+	if err := schema.Migrate(ctx, wdb, schema.SQLite); err != nil {
+		wdb.Close()
+		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+	}
+	rdb, err := sql.Open("sqlite", path+common+"&_pragma=query_only(1)")
+	if err != nil {
+		wdb.Close()
+		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+	}
+	rdb.SetMaxOpenConns(sqliteReaders)
+	rdb.SetMaxIdleConns(sqliteReaders)
+	if err := rdb.PingContext(ctx); err != nil {
+		wdb.Close()
+		rdb.Close()
+		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+	}
+	s.r = sqlx.NewDb(rdb, "sqlite")
+	return s, nil
+}
+
+func openPostgres(ctx context.Context, dsn string) (*Store, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		// The parse error may quote the password.
+		return nil, errs.Field("dsn", "not a valid PostgreSQL URL")
+	}
+	db := stdlib.OpenDB(*cfg)
+	db.SetMaxOpenConns(postgresConns)
+	db.SetMaxIdleConns(postgresConns)
+	db.SetConnMaxIdleTime(5 * time.Minute)
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open postgres %s@%s/%s: %w", cfg.User, cfg.Host, cfg.Database, err)
+	}
+	if err := schema.Migrate(ctx, db, schema.Postgres); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open postgres: %w", err)
+	}
+	x := sqlx.NewDb(db, "pgx")
+	return &Store{dialect: DialectPostgres, w: x, r: x, pg: cfg}, nil
+}
+
+// Close closes the database pools.
+func (s *Store) Close() error {
+	var err error
+	if s.r != s.w {
+		err = s.r.Close()
+	}
+	return errors.Join(err, s.w.Close())
+}
+
+// Dialect reports which database the store uses: "sqlite" or "postgres".
+func (s *Store) Dialect() string { return s.dialect }
+
+func (s *Store) postgres() bool { return s.dialect == DialectPostgres }
+
+// bind rewrites ? placeholders for the dialect.
+func (s *Store) bind(q string) string { return s.w.Rebind(q) }
+
+// forUpdate locks the rows a write transaction reads before changing them.
+// SQLite has no row locks; its single writer connection already excludes
+// every other writer.
+func (s *Store) forUpdate() string {
+	if s.postgres() {
+		return " FOR UPDATE"
+	}
+	return ""
+}
+
+// skipLocked is forUpdate for queue scans: rows another replica holds are
+// passed over rather than waited for.
+func (s *Store) skipLocked() string {
+	if s.postgres() {
+		return " FOR UPDATE SKIP LOCKED"
+	}
+	return ""
+}
+
+// write runs fn in a transaction on the writer pool and commits it when fn
+// returns nil. op names the operation in internal errors; *errs.Error
+// values pass through unwrapped.
+func (s *Store) write(ctx context.Context, op string, fn func(tx *sqlx.Tx) error) error {
+	tx, err := s.w.BeginTxx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	if err := fn(tx); err != nil {
+		return wrap(op, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("%s: commit: %w", op, err)
+	}
+	return nil
+}
+
+func wrap(op string, err error) error {
+	var e *errs.Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+// isUnique reports whether err is a unique or primary key violation.
+func isUnique(err error) bool {
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		return se.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE || se.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY
+	}
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23505"
+}
+
+// isForeignKey reports whether err is a foreign key violation.
+func isForeignKey(err error) bool {
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		return se.Code() == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY
+	}
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23503"
+}
+
+// nanos converts t to the stored form: Unix nanoseconds, 0 for the zero time.
+func nanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+// fromNanos is the inverse of nanos. Times come back in UTC.
+func fromNanos(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}
+
+// encodeMap stores a string map as a JSON object; nil is "{}".
+func encodeMap(m map[string]string) string {
+	if len(m) == 0 {
+		return "{}"
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		panic(err) // a map[string]string always marshals
+	}
+	return string(b)
+}
+
+// decodeMap is the inverse of encodeMap; an empty object is nil.
+func decodeMap(s string) (map[string]string, error) {
+	var m map[string]string
+	if err := json.Unmarshal([]byte(s), &m); err != nil {
+		return nil, fmt.Errorf("decode stored JSON: %w", err)
+	}
+	if len(m) == 0 {
+		return nil, nil
+	}
+	return m, nil
+}
+
+// newFencingToken returns a random positive int64 from crypto/rand, so a
+// token cannot be guessed from the last one.
+func newFencingToken() int64 {
+	var b [8]byte
+	for {
+		rand.Read(b[:]) // never fails (crypto/rand panics instead)
+		if t := int64(binary.BigEndian.Uint64(b[:]) >> 1); t > 0 {
+			return t
+		}
+	}
+}
+
+func requireTime(field string, t time.Time) error {
+	if t.IsZero() || t.UnixNano() <= 0 {
+		return errs.Field(field, "a time after 1970 is required")
+	}
+	return nil
+}
+
+// placeholders returns "?, ?, ..." with n marks.
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
+}
