@@ -1,0 +1,244 @@
+// Package action is the built-in "action" component type: it runs a list
+// of shell steps in the job's work directory and streams their output.
+//
+// Config:
+//
+//	{
+//	  "steps": [{"name": "build", "script": "make"}],
+//	  "destroy_steps": [{"name": "teardown", "script": "..."}],
+//	  "shell": "/bin/sh"
+//	}
+//
+// Each step runs as `<shell> -e -c <script>` with exactly the request's
+// environment plus BYOC_OUTPUTS, the path of a file the step may write
+// key=value lines to; those become the result's outputs. Steps stop at the
+// first failure.
+package action
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/byoc-dev/byoc/plugins/sdk"
+)
+
+// TypeName is the component type this package implements.
+const TypeName = "action"
+
+// Version is the version of the action plugin.
+const Version = "0.1.0"
+
+const defaultShell = "/bin/sh"
+
+// configSchema is the JSON Schema of the action config.
+const configSchema = `{
+  "$schema": "https://json-schema.org/draft/2020-12/schema",
+  "type": "object",
+  "required": ["steps"],
+  "additionalProperties": false,
+  "properties": {
+    "steps": {"$ref": "#/$defs/steps", "minItems": 1},
+    "destroy_steps": {"$ref": "#/$defs/steps"},
+    "shell": {"type": "string", "default": "/bin/sh"}
+  },
+  "$defs": {
+    "steps": {
+      "type": "array",
+      "items": {
+        "type": "object",
+        "required": ["script"],
+        "additionalProperties": false,
+        "properties": {
+          "name": {"type": "string"},
+          "script": {"type": "string", "minLength": 1}
+        }
+      }
+    }
+  }
+}`
+
+// Plugin implements sdk.Plugin for the action type.
+type Plugin struct{}
+
+var _ sdk.Plugin = (*Plugin)(nil)
+
+// New returns the action plugin.
+func New() *Plugin { return &Plugin{} }
+
+// Describe reports the action type and its config schema.
+func (p *Plugin) Describe(context.Context, *sdk.DescribeRequest) (*sdk.DescribeResponse, error) {
+	return &sdk.DescribeResponse{
+		Type:             TypeName,
+		Version:          Version,
+		ProtocolVersions: []int{sdk.ProtocolVersion},
+		ConfigSchema:     configSchema,
+	}, nil
+}
+
+// Validate checks the config and names each offending field.
+func (p *Plugin) Validate(_ context.Context, req *sdk.ValidateRequest) (*sdk.ValidateResponse, error) {
+	_, diags := parseConfig(req.Config)
+	return &sdk.ValidateResponse{Diagnostics: diags}, nil
+}
+
+// Plan describes the steps Apply would run without running them.
+func (p *Plugin) Plan(_ context.Context, req *sdk.PlanRequest) (*sdk.PlanResponse, error) {
+	cfg, err := configOrError(req.Config)
+	if err != nil {
+		return nil, err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "would run %d step(s) with %s:\n", len(cfg.Steps), cfg.Shell)
+	for i, s := range cfg.Steps {
+		fmt.Fprintf(&b, "  %d. %s: %s\n", i+1, s.Name, firstLine(s.Script))
+	}
+	changes := strings.TrimRight(b.String(), "\n")
+	for _, line := range strings.Split(changes, "\n") {
+		req.Log.System(line)
+	}
+	return &sdk.PlanResponse{Changes: changes}, nil
+}
+
+// Apply runs the steps in order and stops at the first failure.
+func (p *Plugin) Apply(ctx context.Context, req *sdk.ApplyRequest) (*sdk.ApplyResponse, error) {
+	cfg, err := configOrError(req.Config)
+	if err != nil {
+		return nil, err
+	}
+	code, outputs, err := runSteps(ctx, cfg.Shell, cfg.Steps, req.Job, req.Env, req.Log)
+	return &sdk.ApplyResponse{ExitCode: code, Outputs: outputs}, err
+}
+
+// Destroy runs destroy_steps if the config has any and otherwise succeeds:
+// an action leaves nothing behind that the plugin knows how to remove.
+func (p *Plugin) Destroy(ctx context.Context, req *sdk.DestroyRequest) (*sdk.DestroyResponse, error) {
+	cfg, err := configOrError(req.Config)
+	if err != nil {
+		return nil, err
+	}
+	if len(cfg.DestroySteps) == 0 {
+		req.Log.System("no destroy_steps: nothing to destroy")
+		return &sdk.DestroyResponse{}, nil
+	}
+	code, outputs, err := runSteps(ctx, cfg.Shell, cfg.DestroySteps, req.Job, req.Env, req.Log)
+	return &sdk.DestroyResponse{ExitCode: code, Outputs: outputs}, err
+}
+
+type step struct {
+	Name   string
+	Script string
+}
+
+type config struct {
+	Steps        []step
+	DestroySteps []step
+	Shell        string
+}
+
+func configOrError(m map[string]any) (config, error) {
+	cfg, diags := parseConfig(m)
+	if len(diags) == 0 {
+		return cfg, nil
+	}
+	msgs := make([]string, len(diags))
+	for i, d := range diags {
+		msgs[i] = d.Field + ": " + d.Message
+	}
+	return cfg, fmt.Errorf("invalid config: %s", strings.Join(msgs, "; "))
+}
+
+// parseConfig decodes the config by hand rather than through JSON so that
+// every problem is reported with the path of its field.
+func parseConfig(m map[string]any) (config, []sdk.Diagnostic) {
+	cfg := config{Shell: defaultShell}
+	var diags []sdk.Diagnostic
+	bad := func(field, msg string) { diags = append(diags, sdk.Diagnostic{Field: field, Message: msg}) }
+
+	for k := range m {
+		switch k {
+		case "steps", "destroy_steps", "shell":
+		default:
+			bad(k, "unknown field")
+		}
+	}
+	if v, ok := m["shell"]; ok {
+		s, isString := v.(string)
+		switch {
+		case !isString:
+			bad("shell", "must be a string")
+		case s == "":
+			bad("shell", "must not be empty")
+		default:
+			cfg.Shell = s
+		}
+	}
+	steps, ok := m["steps"]
+	if !ok {
+		bad("steps", "is required")
+	} else {
+		cfg.Steps = parseSteps("steps", steps, bad)
+		if steps != nil && len(cfg.Steps) == 0 {
+			if _, isList := steps.([]any); isList {
+				bad("steps", "must not be empty")
+			}
+		}
+	}
+	if v, ok := m["destroy_steps"]; ok {
+		cfg.DestroySteps = parseSteps("destroy_steps", v, bad)
+	}
+	return cfg, diags
+}
+
+func parseSteps(field string, v any, bad func(field, msg string)) []step {
+	list, ok := v.([]any)
+	if !ok {
+		bad(field, "must be a list of steps")
+		return nil
+	}
+	steps := make([]step, 0, len(list))
+	for i, item := range list {
+		at := fmt.Sprintf("%s[%d]", field, i)
+		obj, ok := item.(map[string]any)
+		if !ok {
+			bad(at, "must be an object with a script")
+			continue
+		}
+		s := step{Name: fmt.Sprintf("%s[%d]", field, i)}
+		for k, val := range obj {
+			switch k {
+			case "name":
+				name, ok := val.(string)
+				if !ok {
+					bad(at+".name", "must be a string")
+				} else if name != "" {
+					s.Name = name
+				}
+			case "script":
+				script, ok := val.(string)
+				if !ok {
+					bad(at+".script", "must be a string")
+				} else {
+					s.Script = script
+				}
+			default:
+				bad(at+"."+k, "unknown field")
+			}
+		}
+		if _, ok := obj["script"]; !ok {
+			bad(at+".script", "is required")
+		} else if _, isString := obj["script"].(string); isString && strings.TrimSpace(s.Script) == "" {
+			bad(at+".script", "must not be empty")
+		}
+		steps = append(steps, s)
+	}
+	return steps
+}
+
+func firstLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i] + " ..."
+	}
+	return s
+}

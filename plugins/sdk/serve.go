@@ -1,0 +1,76 @@
+package sdk
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/hashicorp/go-plugin"
+)
+
+// PluginName is the name under which the component plugin is dispensed.
+const PluginName = "component"
+
+// Handshake is the go-plugin handshake shared by the agent and every
+// plugin. The cookie is not a secret; it only stops a plugin binary from
+// being run as a normal program by mistake.
+var Handshake = plugin.HandshakeConfig{
+	ProtocolVersion:  ProtocolVersion,
+	MagicCookieKey:   "BYOC_PLUGIN_MAGIC_COOKIE",
+	MagicCookieValue: "77394d7629366ce6710feee806aa17dbe37b198a17ade280",
+}
+
+// PluginMap returns the go-plugin plugin set: on the plugin side pass the
+// implementation, on the host side pass nil.
+func PluginMap(impl Plugin) plugin.PluginSet {
+	return plugin.PluginSet{PluginName: &GRPCPlugin{Impl: impl}}
+}
+
+// Serve serves p over go-plugin gRPC and never returns. It is the one call
+// in a plugin's main. Run as "byoc-plugin-x describe", it prints p's
+// description as JSON and exits instead.
+func Serve(p Plugin) {
+	ServeArgs(p, os.Args[1:])
+}
+
+// ServeArgs is Serve with explicit arguments, for a binary that serves a
+// plugin from a subcommand (the agent serving its built-in types).
+func ServeArgs(p Plugin, args []string) {
+	if len(args) > 0 && args[0] == "describe" {
+		if err := PrintDescription(context.Background(), os.Stdout, p); err != nil {
+			fmt.Fprintln(os.Stderr, "describe:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	plugin.Serve(&plugin.ServeConfig{
+		HandshakeConfig: Handshake,
+		Plugins:         PluginMap(p),
+		GRPCServer:      plugin.DefaultGRPCServer,
+	})
+	os.Exit(0)
+}
+
+// PrintDescription writes p's description to w as indented JSON.
+func PrintDescription(ctx context.Context, w io.Writer, p Plugin) error {
+	d, err := p.Describe(ctx, &DescribeRequest{})
+	if err != nil {
+		return err
+	}
+	out := struct {
+		*DescribeResponse
+		// The schema is JSON already; print it as an object, not a string.
+		ConfigSchema json.RawMessage `json:"config_schema,omitempty"`
+	}{DescribeResponse: d}
+	if json.Valid([]byte(d.ConfigSchema)) {
+		out.ConfigSchema = json.RawMessage(d.ConfigSchema)
+	} else if d.ConfigSchema != "" {
+		b, _ := json.Marshal(d.ConfigSchema)
+		out.ConfigSchema = b
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}
