@@ -1,0 +1,206 @@
+// Package cli implements the byoc operator command line: contexts (named
+// servers and tokens kept in a config file) and commands that call imsd's
+// OperatorService over Connect. Main runs one command line and returns its
+// exit code, so that tests drive the real commands with buffers.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+)
+
+// Exit codes. A followed job that ends badly exits with the job's own exit
+// code instead (or exitError when it has none).
+const (
+	exitOK          = 0
+	exitError       = 1
+	exitUsage       = 2
+	exitInterrupted = 130
+)
+
+// Main runs the byoc command line args (without the program name) and
+// returns the process exit code: 0 on success, 1 on an error, 2 on a usage
+// error, or a followed job's exit code.
+func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	a := &app{
+		stdin:  stdin,
+		stdout: stdout,
+		stderr: stderr,
+		getenv: os.Getenv,
+		now:    time.Now,
+	}
+	return a.run(ctx, args)
+}
+
+// app is the state of one command line run: its streams, the global flags
+// and, once resolved, the config.
+type app struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	getenv         func(string) string
+	now            func() time.Time
+
+	// Global flags.
+	contextName string
+	server      string
+	token       string
+	output      string
+
+	// started is set once cobra has parsed and validated the command line
+	// and runs a command; errors before that are usage errors.
+	started bool
+}
+
+// usageError is a command line mistake: exit code 2 and a pointer to --help.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// exitCodeError ends the run with a given exit code after its message (if
+// any) has been printed.
+type exitCodeError struct {
+	code int
+	msg  string // printed as "error: msg" unless empty
+}
+
+func (e *exitCodeError) Error() string { return e.msg }
+
+func (a *app) run(ctx context.Context, args []string) int {
+	root := a.rootCommand()
+	root.SetArgs(args)
+	root.SetIn(a.stdin)
+	root.SetOut(a.stdout)
+	root.SetErr(a.stderr)
+	cmd, err := root.ExecuteC()
+	if err == nil {
+		return exitOK
+	}
+	var ue *usageError
+	var ee *exitCodeError
+	switch {
+	case errors.As(err, &ee):
+		if ee.msg != "" {
+			fmt.Fprintf(a.stderr, "error: %s\n", ee.msg)
+		}
+		return ee.code
+	case errors.As(err, &ue) || !a.started:
+		fmt.Fprintf(a.stderr, "error: %s\n", err)
+		if cmd == nil {
+			cmd = root
+		}
+		fmt.Fprintf(a.stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
+		return exitUsage
+	case ctx.Err() != nil && errors.Is(err, context.Canceled):
+		fmt.Fprintln(a.stderr, "error: interrupted")
+		return exitInterrupted
+	default:
+		fmt.Fprintf(a.stderr, "error: %s\n", a.describe(err))
+		return exitError
+	}
+}
+
+func (a *app) rootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "byoc",
+		Short: "Operate byoc: apps, installs, jobs and their logs",
+		Long: `byoc is the operator program of byoc. It talks to one imsd server, chosen
+by the current context (see "byoc context --help") or by --server and --token.`,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		// Without a command, print help. (The interactive TUI will live here.)
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usagef("unknown command %q for %q", args[0], cmd.CommandPath())
+			}
+			return cmd.Help()
+		},
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			if a.output != "text" && a.output != "json" {
+				return usagef("--output must be text or json, not %q", a.output)
+			}
+			return nil
+		},
+		CompletionOptions: cobra.CompletionOptions{HiddenDefaultCmd: true},
+	}
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return &usageError{msg: err.Error()}
+	})
+	pf := root.PersistentFlags()
+	pf.StringVar(&a.contextName, "context", "", "use this context instead of the current one")
+	pf.StringVar(&a.server, "server", "", "imsd URL, overriding the context's (http:// or https://)")
+	pf.StringVar(&a.token, "token", "", "API token, overriding the context's")
+	pf.StringVarP(&a.output, "output", "o", "text", "output format: text or json")
+
+	root.AddCommand(
+		a.contextCommand(),
+		a.whoamiCommand(),
+		a.appCommand(),
+		a.installCommand(),
+		a.actionCommand(),
+		a.jobCommand(),
+	)
+	a.markStart(root)
+	return root
+}
+
+// markStart wraps the RunE of cmd and its descendants to record that cobra
+// accepted the command line: cobra checks required flags only just before
+// RunE, after every hook.
+func (a *app) markStart(cmd *cobra.Command) {
+	if run := cmd.RunE; run != nil {
+		cmd.RunE = func(cmd *cobra.Command, args []string) error {
+			a.started = true
+			return run(cmd, args)
+		}
+	}
+	for _, sub := range cmd.Commands() {
+		a.markStart(sub)
+	}
+}
+
+// group returns a command that only holds subcommands: without arguments it
+// prints its help, and an unknown subcommand is a usage error.
+func group(use, short string, subs ...*cobra.Command) *cobra.Command {
+	c := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usagef("unknown command %q for %q", args[0], cmd.CommandPath())
+			}
+			return cmd.Help()
+		},
+	}
+	c.AddCommand(subs...)
+	return c
+}
+
+// exactArgs is cobra.ExactArgs with a message that names the arguments.
+func exactArgs(names ...string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) < len(names) {
+			return usagef("missing %s", strings.Join(names[len(args):], ", "))
+		}
+		if len(args) > len(names) {
+			return usagef("unexpected argument %q", args[len(names)])
+		}
+		return nil
+	}
+}
+
+var noArgs = exactArgs()
+
+func (a *app) jsonOutput() bool { return a.output == "json" }

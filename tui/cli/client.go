@@ -1,0 +1,188 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1/imsv1connect"
+)
+
+// target is the server a command talks to and how it got chosen.
+type target struct {
+	server  string
+	token   string
+	context string // empty when --server chose the server
+}
+
+// resolveTarget picks the server and token: --server and --token override
+// the context chosen by --context or the config's current context, as
+// kubectl's flags do. The context's token is never sent to a server other
+// than the context's own.
+func (a *app) resolveTarget() (*target, error) {
+	path, err := configPath(a.getenv)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := loadConfig(path)
+	if err != nil {
+		return nil, err
+	}
+	name := a.contextName
+	if name == "" {
+		name = cfg.CurrentContext
+	}
+	var cc *ConfigContext
+	if name != "" {
+		cc = cfg.Context(name)
+		if cc == nil && (a.contextName != "" || a.server == "") {
+			return nil, fmt.Errorf("context %q not found in %s; add it with: byoc context add %s --server URL --token TOKEN --use", name, path, name)
+		}
+	}
+	t := &target{server: a.server, token: a.token}
+	if cc != nil {
+		if t.server == "" || strings.TrimRight(t.server, "/") == strings.TrimRight(cc.Server, "/") {
+			t.server = cc.Server
+			t.context = cc.Name
+			if t.token == "" {
+				t.token = cc.Token
+			}
+		}
+	}
+	if t.server == "" {
+		return nil, errors.New("no context selected; add one with: byoc context add NAME --server URL --token TOKEN --use (or pass --server and --token)")
+	}
+	if err := checkServerURL(t.server); err != nil {
+		return nil, &usageError{msg: err.Error()}
+	}
+	if t.token == "" {
+		return nil, &usageError{msg: fmt.Sprintf("no token for %s; pass --token or add a context for it with: byoc context add NAME --server %s --token TOKEN", t.server, t.server)}
+	}
+	return t, nil
+}
+
+// client is an OperatorService client bound to one target.
+type client struct {
+	imsv1connect.OperatorServiceClient
+	target *target
+}
+
+// connect resolves the target and returns a client for it.
+func (a *app) connect() (*client, error) {
+	t, err := a.resolveTarget()
+	if err != nil {
+		return nil, err
+	}
+	return &client{
+		OperatorServiceClient: imsv1connect.NewOperatorServiceClient(
+			newHTTPClient(),
+			strings.TrimRight(t.server, "/"),
+			connect.WithInterceptors(bearer(t.token)),
+		),
+		target: t,
+	}, nil
+}
+
+// newHTTPClient returns an HTTP client for imsd: HTTP/1.1 and HTTP/2 over
+// TLS for https:// URLs, and HTTP/1.1 or unencrypted HTTP/2 for http://
+// ones. It has no overall timeout, since log streams last as long as a job.
+func newHTTPClient() *http.Client {
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetHTTP2(true)
+	p.SetUnencryptedHTTP2(true)
+	return &http.Client{
+		Transport: &http.Transport{
+			Proxy:               http.ProxyFromEnvironment,
+			DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			TLSHandshakeTimeout: 10 * time.Second,
+			IdleConnTimeout:     90 * time.Second,
+			Protocols:           &p,
+		},
+	}
+}
+
+// bearer returns an interceptor that presents token on every call.
+func bearer(token string) connect.Interceptor {
+	return &bearerInterceptor{header: "Bearer " + token}
+}
+
+type bearerInterceptor struct{ header string }
+
+func (b *bearerInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		req.Header().Set("Authorization", b.header)
+		return next(ctx, req)
+	}
+}
+
+func (b *bearerInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		conn := next(ctx, spec)
+		conn.RequestHeader().Set("Authorization", b.header)
+		return conn
+	}
+}
+
+func (b *bearerInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}
+
+// rpcError wraps an error from a call with the target it was sent to, so
+// that the message can say which server failed and how to fix it.
+type rpcError struct {
+	target *target
+	err    error
+}
+
+func (e *rpcError) Error() string { return e.err.Error() }
+func (e *rpcError) Unwrap() error { return e.err }
+
+// wrap annotates a call's error with the client's target.
+func (c *client) wrap(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &rpcError{target: c.target, err: err}
+}
+
+// describe turns an error into the message printed after "error: ". Connect
+// errors show the server's message (which names the offending field);
+// failures to reach the server name the server and suggest a fix.
+func (a *app) describe(err error) string {
+	var re *rpcError
+	if !errors.As(err, &re) {
+		return err.Error()
+	}
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return err.Error()
+	}
+	where := re.target.server
+	if re.target.context != "" {
+		where = fmt.Sprintf("%s (context %q)", re.target.server, re.target.context)
+	}
+	msg := ce.Message()
+	if msg == "" {
+		msg = ce.Code().String()
+	}
+	var ne net.Error
+	switch ce.Code() {
+	case connect.CodeUnavailable:
+		if errors.As(err, &ne) || strings.Contains(msg, "dial") {
+			return fmt.Sprintf("cannot reach the byoc server at %s: %s\nCheck the server URL with: byoc context list", where, msg)
+		}
+		return fmt.Sprintf("server %s is unavailable: %s", where, msg)
+	case connect.CodeUnauthenticated:
+		return fmt.Sprintf("%s\nThe server %s did not accept the token; replace it with: byoc context add NAME --server %s --token TOKEN", msg, where, re.target.server)
+	case connect.CodeDeadlineExceeded:
+		return fmt.Sprintf("request to %s timed out: %s", where, msg)
+	}
+	return msg
+}

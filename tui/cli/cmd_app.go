@@ -1,0 +1,140 @@
+package cli
+
+import (
+	"fmt"
+	"strings"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+
+	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
+)
+
+func (a *app) whoamiCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "whoami",
+		Short: "Show which server and token you are using",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.connect()
+			if err != nil {
+				return err
+			}
+			res, err := c.WhoAmI(cmd.Context(), connect.NewRequest(&imsv1.WhoAmIRequest{}))
+			if err != nil {
+				return c.wrap(err)
+			}
+			if a.jsonOutput() {
+				return writeJSON(a.stdout, res.Msg)
+			}
+			f := newFields(a.stdout)
+			f.add("Server", c.target.server)
+			f.add("Context", c.target.context)
+			f.add("Token", res.Msg.GetName())
+			f.add("Token ID", res.Msg.GetTokenId())
+			f.add("Role", roleName(res.Msg.GetRole()))
+			return f.flush()
+		},
+	}
+}
+
+func roleName(r imsv1.Role) string {
+	return strings.ToLower(strings.TrimPrefix(r.String(), "ROLE_"))
+}
+
+func (a *app) appCommand() *cobra.Command {
+	return group("app", "Create and inspect apps",
+		a.appCreateCommand(),
+		a.appListCommand(),
+		a.appGetCommand(),
+	)
+}
+
+func (a *app) appCreateCommand() *cobra.Command {
+	var description string
+	cmd := &cobra.Command{
+		Use:   "create NAME [--description D]",
+		Short: "Create an app",
+		Args:  exactArgs("NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.connect()
+			if err != nil {
+				return err
+			}
+			res, err := c.CreateApp(cmd.Context(), connect.NewRequest(&imsv1.CreateAppRequest{
+				Name:        args[0],
+				Description: description,
+			}))
+			if err != nil {
+				return c.wrap(err)
+			}
+			if a.jsonOutput() {
+				return writeJSON(a.stdout, res.Msg.GetApp())
+			}
+			fmt.Fprintf(a.stdout, "Created app %q (id %s).\n", res.Msg.GetApp().GetName(), res.Msg.GetApp().GetId())
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&description, "description", "", "what the app is")
+	return cmd
+}
+
+func (a *app) appListCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List apps",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.connect()
+			if err != nil {
+				return err
+			}
+			res, err := c.ListApps(cmd.Context(), connect.NewRequest(&imsv1.ListAppsRequest{}))
+			if err != nil {
+				return c.wrap(err)
+			}
+			if a.jsonOutput() {
+				return writeJSONList(a.stdout, res.Msg.GetApps())
+			}
+			if len(res.Msg.GetApps()) == 0 {
+				fmt.Fprintln(a.stderr, "No apps; create one with: byoc app create NAME")
+				return nil
+			}
+			now := a.now()
+			t := newTable(a.stdout, "NAME", "ID", "CREATED", "DESCRIPTION")
+			for _, app := range res.Msg.GetApps() {
+				t.row(app.GetName(), app.GetId(), ago(now, app.GetCreateTime()), app.GetDescription())
+			}
+			return t.flush()
+		},
+	}
+}
+
+func (a *app) appGetCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "get NAME",
+		Short: "Show an app (by name or id)",
+		Args:  exactArgs("NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.connect()
+			if err != nil {
+				return err
+			}
+			res, err := c.GetApp(cmd.Context(), connect.NewRequest(&imsv1.GetAppRequest{IdOrName: args[0]}))
+			if err != nil {
+				return c.wrap(err)
+			}
+			app := res.Msg.GetApp()
+			if a.jsonOutput() {
+				return writeJSON(a.stdout, app)
+			}
+			f := newFields(a.stdout)
+			f.add("Name", app.GetName())
+			f.add("ID", app.GetId())
+			f.add("Description", app.GetDescription())
+			f.add("Created", when(a.now(), app.GetCreateTime()))
+			return f.flush()
+		},
+	}
+}

@@ -1,0 +1,230 @@
+package cli
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+
+	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
+)
+
+func (a *app) installCommand() *cobra.Command {
+	return group("install", "Create and inspect installs and their agents",
+		a.installCreateCommand(),
+		a.installListCommand(),
+		a.installGetCommand(),
+		a.installTokenCommand(),
+	)
+}
+
+// ttlSeconds converts a --ttl style flag to whole seconds; 0 means the
+// server's default.
+func ttlSeconds(flag string, d time.Duration) (int64, error) {
+	if d < 0 || d%time.Second != 0 {
+		return 0, usagef("--%s must be a positive whole number of seconds, such as 30m or 24h", flag)
+	}
+	return int64(d / time.Second), nil
+}
+
+// parseInputs turns k=v flags into a map.
+func parseInputs(kvs []string) (map[string]string, error) {
+	m := make(map[string]string, len(kvs))
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, usagef("--input %q must be KEY=VALUE", kv)
+		}
+		if _, dup := m[k]; dup {
+			return nil, usagef("--input %q is given twice", k)
+		}
+		m[k] = v
+	}
+	return m, nil
+}
+
+// printEnrollment prints an enrolment token and the agentd command line
+// that uses it.
+func (a *app) printEnrollment(c *client, install string, tok *imsv1.EnrollmentToken) {
+	now := a.now()
+	fmt.Fprintf(a.stdout, "Enrolment token (single use, shown once; expires %s):\n  %s\n\n",
+		ago(now, tok.GetExpireTime()), tok.GetToken())
+	fmt.Fprintf(a.stdout, "Run the install's agent with:\n  agentd --ims %s --enroll-token %s --state-dir %s\n",
+		shellQuote(c.target.server), shellQuote(tok.GetToken()), shellQuote("./agent-"+install))
+}
+
+func (a *app) installCreateCommand() *cobra.Command {
+	var appName string
+	var inputs []string
+	var ttl time.Duration
+	cmd := &cobra.Command{
+		Use:   "create NAME --app APP [--input KEY=VALUE ...] [--token-ttl 24h]",
+		Short: "Create an install of an app and print its agent's enrolment token",
+		Args:  exactArgs("NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			in, err := parseInputs(inputs)
+			if err != nil {
+				return err
+			}
+			secs, err := ttlSeconds("token-ttl", ttl)
+			if err != nil {
+				return err
+			}
+			c, err := a.connect()
+			if err != nil {
+				return err
+			}
+			res, err := c.CreateInstall(cmd.Context(), connect.NewRequest(&imsv1.CreateInstallRequest{
+				App:                       appName,
+				Name:                      args[0],
+				Inputs:                    in,
+				EnrollmentTokenTtlSeconds: secs,
+			}))
+			if err != nil {
+				return c.wrap(err)
+			}
+			if a.jsonOutput() {
+				return writeJSON(a.stdout, res.Msg)
+			}
+			ins := res.Msg.GetInstall()
+			fmt.Fprintf(a.stdout, "Created install %q (id %s) of app %s.\n\n", ins.GetName(), ins.GetId(), appName)
+			a.printEnrollment(c, ins.GetName(), res.Msg.GetEnrollmentToken())
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&appName, "app", "", "the app (name or id)")
+	cmd.Flags().StringArrayVar(&inputs, "input", nil, "an input as KEY=VALUE (repeatable)")
+	cmd.Flags().DurationVar(&ttl, "token-ttl", 0, "enrolment token lifetime (default: the server's, 24h)")
+	_ = cmd.MarkFlagRequired("app")
+	return cmd
+}
+
+func (a *app) installListCommand() *cobra.Command {
+	var appName string
+	cmd := &cobra.Command{
+		Use:     "list [--app APP]",
+		Aliases: []string{"ls"},
+		Short:   "List installs and whether their agents are connected",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.connect()
+			if err != nil {
+				return err
+			}
+			res, err := c.ListInstalls(cmd.Context(), connect.NewRequest(&imsv1.ListInstallsRequest{App: appName}))
+			if err != nil {
+				return c.wrap(err)
+			}
+			if a.jsonOutput() {
+				return writeJSONList(a.stdout, res.Msg.GetInstalls())
+			}
+			if len(res.Msg.GetInstalls()) == 0 {
+				fmt.Fprintln(a.stderr, "No installs; create one with: byoc install create NAME --app APP")
+				return nil
+			}
+			now := a.now()
+			t := newTable(a.stdout, "NAME", "ID", "APP", "AGENT", "LAST SEEN", "CREATED")
+			for _, ins := range res.Msg.GetInstalls() {
+				t.row(ins.GetName(), ins.GetId(), ins.GetAppId(), agentState(ins.GetAgent()),
+					ago(now, ins.GetAgent().GetLastSeenTime()), ago(now, ins.GetCreateTime()))
+			}
+			return t.flush()
+		},
+	}
+	cmd.Flags().StringVar(&appName, "app", "", "only installs of this app (name or id)")
+	return cmd
+}
+
+func agentState(s *imsv1.AgentStatus) string {
+	switch {
+	case s == nil:
+		return "not enrolled"
+	case s.GetConnected():
+		return "connected"
+	default:
+		return "disconnected"
+	}
+}
+
+func (a *app) installGetCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "get NAME",
+		Short: "Show an install (by name or id) and its agent",
+		Args:  exactArgs("NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.connect()
+			if err != nil {
+				return err
+			}
+			res, err := c.GetInstall(cmd.Context(), connect.NewRequest(&imsv1.GetInstallRequest{IdOrName: args[0]}))
+			if err != nil {
+				return c.wrap(err)
+			}
+			ins := res.Msg.GetInstall()
+			if a.jsonOutput() {
+				return writeJSON(a.stdout, ins)
+			}
+			now := a.now()
+			f := newFields(a.stdout)
+			f.add("Name", ins.GetName())
+			f.add("ID", ins.GetId())
+			f.add("App", ins.GetAppId())
+			f.add("Created", when(now, ins.GetCreateTime()))
+			f.add("Inputs", keyValues(ins.GetInputs()))
+			ag := ins.GetAgent()
+			state := agentState(ag)
+			if ag != nil && ag.GetLastSeenTime() != nil {
+				state += ", last seen " + ago(now, ag.GetLastSeenTime())
+			}
+			f.add("Agent", state)
+			if ag != nil {
+				f.add("Agent ID", ag.GetAgentId())
+				f.add("Agent version", ag.GetVersion())
+				f.add("Agent host", ag.GetHostname())
+				f.add("Enrolled", when(now, ag.GetEnrollTime()))
+			}
+			if err := f.flush(); err != nil {
+				return err
+			}
+			if ag == nil {
+				fmt.Fprintf(a.stderr, "No agent has enrolled; get a new enrolment token with: byoc install token %s\n", ins.GetName())
+			}
+			return nil
+		},
+	}
+}
+
+func (a *app) installTokenCommand() *cobra.Command {
+	var ttl time.Duration
+	cmd := &cobra.Command{
+		Use:   "token NAME [--ttl 24h]",
+		Short: "Issue a new single-use enrolment token for an install's agent",
+		Args:  exactArgs("NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			secs, err := ttlSeconds("ttl", ttl)
+			if err != nil {
+				return err
+			}
+			c, err := a.connect()
+			if err != nil {
+				return err
+			}
+			res, err := c.CreateEnrollmentToken(cmd.Context(), connect.NewRequest(&imsv1.CreateEnrollmentTokenRequest{
+				Install:    args[0],
+				TtlSeconds: secs,
+			}))
+			if err != nil {
+				return c.wrap(err)
+			}
+			if a.jsonOutput() {
+				return writeJSON(a.stdout, res.Msg)
+			}
+			a.printEnrollment(c, args[0], res.Msg.GetEnrollmentToken())
+			return nil
+		},
+	}
+	cmd.Flags().DurationVar(&ttl, "ttl", 0, "token lifetime (default: the server's, 24h)")
+	return cmd
+}

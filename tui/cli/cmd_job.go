@@ -1,0 +1,513 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
+)
+
+func (a *app) actionCommand() *cobra.Command {
+	return group("action", "Run scripted actions on installs", a.actionRunCommand())
+}
+
+func (a *app) actionRunCommand() *cobra.Command {
+	var timeout time.Duration
+	var maxAttempts int32
+	var follow bool
+	lf := logFormat{}
+	cmd := &cobra.Command{
+		Use:   "run INSTALL [--timeout 10m] [--max-attempts N] [--follow] -- SCRIPT...",
+		Short: "Run a script on an install's agent as an action job",
+		Long: `Run a script on an install's agent as an action job. The words after -- are
+joined with spaces into one script step. Prints the job id; with --follow,
+streams the job's logs and exits with the job's exit code.`,
+		Example: `  byoc action run shop-acme -- 'df -h && uptime'
+  byoc action run shop-acme -f --timeout 5m -- ./migrate.sh --dry-run`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			dash := cmd.ArgsLenAtDash()
+			switch {
+			case len(args) == 0 || dash == 0:
+				return usagef("missing INSTALL")
+			case dash > 1:
+				return usagef("unexpected argument %q before --", args[1])
+			case len(args) == 1:
+				return usagef("missing the script: put it after --, as in: byoc action run %s -- echo hello", args[0])
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			install, script := args[0], strings.Join(args[1:], " ")
+			if strings.TrimSpace(script) == "" {
+				return usagef("the script is empty")
+			}
+			secs, err := ttlSeconds("timeout", timeout)
+			if err != nil {
+				return err
+			}
+			if maxAttempts < 0 {
+				return usagef("--max-attempts must not be negative")
+			}
+			config, err := structpb.NewStruct(map[string]any{
+				"steps": []any{map[string]any{"name": "run", "script": script}},
+			})
+			if err != nil {
+				return err
+			}
+			c, err := a.connect()
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			res, err := c.EnqueueJob(ctx, connect.NewRequest(&imsv1.EnqueueJobRequest{
+				Install:        install,
+				ComponentType:  "action",
+				Operation:      "apply",
+				Config:         config,
+				TimeoutSeconds: secs,
+				MaxAttempts:    maxAttempts,
+			}))
+			if err != nil {
+				return c.wrap(err)
+			}
+			job := res.Msg.GetJob()
+			switch {
+			case follow:
+				fmt.Fprintf(a.stderr, "==> job %s queued on %s\n", job.GetId(), install)
+			case a.jsonOutput():
+				return writeJSON(a.stdout, job)
+			default:
+				fmt.Fprintln(a.stdout, job.GetId())
+				fmt.Fprintf(a.stderr, "Follow its logs with: byoc job logs -f %s\n", job.GetId())
+				return nil
+			}
+			return a.followJob(ctx, c, job.GetId(), lf)
+		},
+	}
+	f := cmd.Flags()
+	f.DurationVar(&timeout, "timeout", 0, "the job's time limit on the agent (default: the server's, 1h)")
+	f.Int32Var(&maxAttempts, "max-attempts", 0, "how often to hand the job out again after its lease expires (default: the server's, 3)")
+	f.BoolVarP(&follow, "follow", "f", false, "stream the job's logs and exit with its exit code")
+	lf.flags(cmd)
+	return cmd
+}
+
+func (a *app) jobCommand() *cobra.Command {
+	return group("job", "Inspect jobs, stream their logs, cancel them",
+		a.jobListCommand(),
+		a.jobGetCommand(),
+		a.jobLogsCommand(),
+		a.jobCancelCommand(),
+	)
+}
+
+// stateName renders a job state for people: "queued", "timed_out".
+func stateName(s imsv1.JobState) string {
+	return strings.ToLower(strings.TrimPrefix(s.String(), "JOB_STATE_"))
+}
+
+// parseStates parses --state values: names with or without the JOB_STATE_
+// prefix, in any case, with - or _.
+func parseStates(names []string) ([]imsv1.JobState, error) {
+	var states []imsv1.JobState
+	for _, n := range names {
+		key := strings.ToUpper(strings.ReplaceAll(strings.TrimSpace(n), "-", "_"))
+		if key == "" {
+			continue
+		}
+		if !strings.HasPrefix(key, "JOB_STATE_") {
+			key = "JOB_STATE_" + key
+		}
+		v, ok := imsv1.JobState_value[key]
+		if !ok || v == 0 {
+			return nil, usagef("--state %q is not one of queued, assigned, running, succeeded, failed, cancelled, timed_out", n)
+		}
+		states = append(states, imsv1.JobState(v))
+	}
+	return states, nil
+}
+
+func isTerminal(s imsv1.JobState) bool {
+	switch s {
+	case imsv1.JobState_JOB_STATE_SUCCEEDED, imsv1.JobState_JOB_STATE_FAILED,
+		imsv1.JobState_JOB_STATE_CANCELLED, imsv1.JobState_JOB_STATE_TIMED_OUT:
+		return true
+	}
+	return false
+}
+
+// maxPageSize is the server's largest page.
+const maxPageSize = 1000
+
+func (a *app) jobListCommand() *cobra.Command {
+	var install string
+	var states []string
+	var limit int
+	cmd := &cobra.Command{
+		Use:     "list [--install I] [--state queued,running,...] [--limit N]",
+		Aliases: []string{"ls"},
+		Short:   "List jobs, newest first",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := parseStates(states)
+			if err != nil {
+				return err
+			}
+			if limit <= 0 {
+				return usagef("--limit must be positive")
+			}
+			c, err := a.connect()
+			if err != nil {
+				return err
+			}
+			var jobs []*imsv1.Job
+			token := ""
+			for len(jobs) < limit {
+				res, err := c.ListJobs(cmd.Context(), connect.NewRequest(&imsv1.ListJobsRequest{
+					Install:   install,
+					States:    st,
+					PageSize:  int32(min(limit-len(jobs), maxPageSize)),
+					PageToken: token,
+				}))
+				if err != nil {
+					return c.wrap(err)
+				}
+				jobs = append(jobs, res.Msg.GetJobs()...)
+				token = res.Msg.GetNextPageToken()
+				if token == "" || len(res.Msg.GetJobs()) == 0 {
+					break
+				}
+			}
+			if len(jobs) > limit {
+				jobs = jobs[:limit]
+			}
+			if a.jsonOutput() {
+				return writeJSONList(a.stdout, jobs)
+			}
+			if len(jobs) == 0 {
+				fmt.Fprintln(a.stderr, "No jobs.")
+				return nil
+			}
+			now := a.now()
+			t := newTable(a.stdout, "ID", "INSTALL", "TYPE", "OPERATION", "STATE", "ATTEMPT", "CREATED", "EXIT")
+			for _, j := range jobs {
+				exit := ""
+				if isTerminal(j.GetState()) {
+					exit = fmt.Sprint(j.GetExitCode())
+				}
+				t.row(j.GetId(), j.GetInstallId(), j.GetComponentType(), j.GetOperation(), stateName(j.GetState()),
+					fmt.Sprintf("%d/%d", j.GetAttempt(), j.GetMaxAttempts()), ago(now, j.GetCreateTime()), exit)
+			}
+			return t.flush()
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&install, "install", "", "only jobs of this install (name or id)")
+	f.StringSliceVar(&states, "state", nil, "only jobs in these states (comma-separated or repeated)")
+	f.IntVar(&limit, "limit", 100, "list at most this many jobs")
+	return cmd
+}
+
+func (a *app) jobGetCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "get JOB",
+		Short: "Show a job, and why it is not running if it is pending",
+		Args:  exactArgs("JOB"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.connect()
+			if err != nil {
+				return err
+			}
+			res, err := c.GetJob(cmd.Context(), connect.NewRequest(&imsv1.GetJobRequest{Id: args[0]}))
+			if err != nil {
+				return c.wrap(err)
+			}
+			j := res.Msg.GetJob()
+			if a.jsonOutput() {
+				return writeJSON(a.stdout, j)
+			}
+			return a.printJob(j)
+		},
+	}
+}
+
+func (a *app) printJob(j *imsv1.Job) error {
+	now := a.now()
+	f := newFields(a.stdout)
+	f.add("ID", j.GetId())
+	f.add("Install", j.GetInstallId())
+	f.add("Type", j.GetComponentType())
+	f.add("Operation", j.GetOperation())
+	state := stateName(j.GetState())
+	if j.GetCancelRequested() && !isTerminal(j.GetState()) {
+		state += " (cancel requested)"
+	}
+	f.add("State", state)
+	if j.GetPendingReason() != "" {
+		f.add("Pending", j.GetPendingReason())
+	}
+	f.add("Attempt", fmt.Sprintf("%d of %d", j.GetAttempt(), j.GetMaxAttempts()))
+	if j.GetTimeoutSeconds() > 0 {
+		f.add("Timeout", (time.Duration(j.GetTimeoutSeconds()) * time.Second).String())
+	}
+	f.add("Agent", j.GetAgentId())
+	f.add("Created", when(now, j.GetCreateTime()))
+	f.add("Created by", j.GetCreatedBy())
+	if j.GetStartTime() != nil {
+		f.add("Started", when(now, j.GetStartTime()))
+	}
+	if j.GetLeaseExpireTime() != nil && !isTerminal(j.GetState()) {
+		f.add("Lease expires", ago(now, j.GetLeaseExpireTime()))
+	}
+	if j.GetEndTime() != nil {
+		f.add("Ended", when(now, j.GetEndTime()))
+	}
+	if isTerminal(j.GetState()) {
+		f.add("Exit code", fmt.Sprint(j.GetExitCode()))
+	}
+	if j.GetError() != "" {
+		f.add("Error", j.GetError())
+	}
+	if len(j.GetOutputs()) > 0 {
+		f.add("Outputs", keyValues(j.GetOutputs()))
+	}
+	if j.GetConfig() != nil {
+		b, err := protojson.Marshal(j.GetConfig())
+		if err == nil {
+			f.add("Config", string(b))
+		}
+	}
+	return f.flush()
+}
+
+// logFormat is how log lines are printed.
+type logFormat struct {
+	timestamps   bool
+	streamPrefix bool
+}
+
+func (lf *logFormat) flags(cmd *cobra.Command) {
+	cmd.Flags().BoolVar(&lf.timestamps, "timestamps", false, "prefix each line with its time")
+	cmd.Flags().BoolVar(&lf.streamPrefix, "stream-prefix", false, `mark each line with its stream ("out | ", "err | ")`)
+}
+
+// logPrinter prints log lines: system lines after "==> ", and, on request,
+// timestamps and stream marks. All streams go to one writer, so that their
+// order is kept.
+type logPrinter struct {
+	w           io.Writer
+	format      logFormat
+	lastAttempt int32
+	// The position of the last line printed, to resume a broken stream.
+	afterAttempt int32
+	afterSeq     int64
+}
+
+func (p *logPrinter) print(l *imsv1.LogLine) {
+	if l.GetAttempt() < p.afterAttempt || l.GetAttempt() == p.afterAttempt && l.GetSeq() <= p.afterSeq {
+		return // already printed before a reconnect
+	}
+	p.afterAttempt, p.afterSeq = l.GetAttempt(), l.GetSeq()
+	var b strings.Builder
+	if p.lastAttempt != 0 && l.GetAttempt() != p.lastAttempt {
+		fmt.Fprintf(&b, "==> attempt %d\n", l.GetAttempt())
+	}
+	p.lastAttempt = l.GetAttempt()
+	if p.format.timestamps {
+		b.WriteString(l.GetTime().AsTime().Local().Format("2006-01-02T15:04:05.000Z07:00"))
+		b.WriteByte(' ')
+	}
+	switch l.GetStream() {
+	case imsv1.LogStream_LOG_STREAM_SYSTEM:
+		b.WriteString("==> ")
+	case imsv1.LogStream_LOG_STREAM_STDERR:
+		if p.format.streamPrefix {
+			b.WriteString("err | ")
+		}
+	default:
+		if p.format.streamPrefix {
+			b.WriteString("out | ")
+		}
+	}
+	b.WriteString(strings.TrimSuffix(l.GetText(), "\n"))
+	b.WriteByte('\n')
+	io.WriteString(p.w, b.String())
+}
+
+func (a *app) jobLogsCommand() *cobra.Command {
+	var follow bool
+	lf := logFormat{}
+	cmd := &cobra.Command{
+		Use:   "logs JOB [--follow] [--timestamps] [--stream-prefix]",
+		Short: "Print a job's log lines; with --follow, until the job ends",
+		Long: `Print a job's log lines, stdout and stderr alike, on standard output; lines
+the agent writes itself start with "==> ". With --follow, keep streaming until
+the job ends, print a summary on standard error and exit with the job's exit
+code.`,
+		Args: exactArgs("JOB"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.connect()
+			if err != nil {
+				return err
+			}
+			if follow {
+				return a.followJob(cmd.Context(), c, args[0], lf)
+			}
+			p := &logPrinter{w: a.stdout, format: lf}
+			_, err = a.streamLogs(cmd.Context(), c, args[0], false, p)
+			return err
+		},
+	}
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "stream new lines until the job ends, then exit with its exit code")
+	lf.flags(cmd)
+	return cmd
+}
+
+// streamLogs prints the lines of one StreamJobLogs call, resuming after the
+// last line p printed, and returns the ended job if the server sent it.
+func (a *app) streamLogs(ctx context.Context, c *client, jobID string, follow bool, p *logPrinter) (*imsv1.Job, error) {
+	stream, err := c.StreamJobLogs(ctx, connect.NewRequest(&imsv1.StreamJobLogsRequest{
+		JobId:        jobID,
+		Follow:       follow,
+		AfterAttempt: p.afterAttempt,
+		AfterSeq:     p.afterSeq,
+	}))
+	if err != nil {
+		return nil, c.wrap(err)
+	}
+	defer stream.Close()
+	var job *imsv1.Job
+	for stream.Receive() {
+		msg := stream.Msg()
+		for _, l := range msg.GetLines() {
+			p.print(l)
+		}
+		if msg.GetJob() != nil {
+			job = msg.GetJob()
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return job, c.wrap(err)
+	}
+	return job, nil
+}
+
+// followJob streams a job's logs until it ends, reconnecting after a broken
+// stream, then reports how it ended: nil for success, or an exitCodeError
+// carrying the job's exit code.
+func (a *app) followJob(ctx context.Context, c *client, jobID string, lf logFormat) error {
+	p := &logPrinter{w: a.stdout, format: lf}
+	backoff := 250 * time.Millisecond
+	failures := 0
+	for {
+		job, err := a.streamLogs(ctx, c, jobID, true, p)
+		if ctx.Err() != nil {
+			fmt.Fprintf(a.stderr, "Stopped following job %s; it keeps running (cancel it with: byoc job cancel %s).\n", jobID, jobID)
+			return &exitCodeError{code: exitInterrupted}
+		}
+		if job == nil && err == nil {
+			// The stream ended without the final job, as when a server
+			// restarts: ask for the job, and resume if it has not ended.
+			res, gerr := c.GetJob(ctx, connect.NewRequest(&imsv1.GetJobRequest{Id: jobID}))
+			if gerr != nil {
+				err = c.wrap(gerr)
+			} else if isTerminal(res.Msg.GetJob().GetState()) {
+				job = res.Msg.GetJob()
+			}
+		}
+		if job != nil {
+			return a.jobEnded(job)
+		}
+		if err != nil {
+			if !retryable(err) || failures >= 5 {
+				return err
+			}
+			failures++
+		} else {
+			failures = 0
+		}
+		fmt.Fprintf(a.stderr, "==> log stream interrupted; reconnecting\n")
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+func retryable(err error) bool {
+	switch connect.CodeOf(err) {
+	case connect.CodeUnavailable, connect.CodeAborted, connect.CodeInternal, connect.CodeUnknown:
+		// Internal and unknown cover a connection dropped mid-stream.
+		return true
+	}
+	return false
+}
+
+// jobEnded prints a one-line summary of an ended job on stderr and returns
+// the error that makes the process exit with the job's exit code.
+func (a *app) jobEnded(j *imsv1.Job) error {
+	took := ""
+	if j.GetStartTime() != nil && j.GetEndTime() != nil {
+		took = " in " + shortDuration(j.GetEndTime().AsTime().Sub(j.GetStartTime().AsTime()))
+	}
+	if j.GetState() == imsv1.JobState_JOB_STATE_SUCCEEDED {
+		fmt.Fprintf(a.stderr, "==> job %s succeeded%s\n", j.GetId(), took)
+		return nil
+	}
+	code := int(j.GetExitCode())
+	if code <= 0 || code > 255 {
+		// Exit codes above 255 wrap around in the shell; never let a failed
+		// job look like a success.
+		code = exitError
+	}
+	msg := fmt.Sprintf("job %s %s%s", j.GetId(), strings.ReplaceAll(stateName(j.GetState()), "_", " "), took)
+	if j.GetExitCode() != 0 {
+		msg += fmt.Sprintf(" with exit code %d", j.GetExitCode())
+	}
+	if j.GetError() != "" {
+		msg += ": " + j.GetError()
+	}
+	return &exitCodeError{code: code, msg: msg}
+}
+
+func (a *app) jobCancelCommand() *cobra.Command {
+	var reason string
+	cmd := &cobra.Command{
+		Use:   "cancel JOB [--reason R]",
+		Short: "Cancel a queued job, or ask the agent to stop a running one",
+		Args:  exactArgs("JOB"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.connect()
+			if err != nil {
+				return err
+			}
+			res, err := c.CancelJob(cmd.Context(), connect.NewRequest(&imsv1.CancelJobRequest{Id: args[0], Reason: reason}))
+			if err != nil {
+				return c.wrap(err)
+			}
+			j := res.Msg.GetJob()
+			if a.jsonOutput() {
+				return writeJSON(a.stdout, j)
+			}
+			if isTerminal(j.GetState()) {
+				fmt.Fprintf(a.stdout, "Job %s is %s.\n", j.GetId(), stateName(j.GetState()))
+			} else {
+				fmt.Fprintf(a.stdout, "Asked the agent to stop job %s (%s); follow it with: byoc job logs -f %s\n",
+					j.GetId(), stateName(j.GetState()), j.GetId())
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why, for the audit log")
+	return cmd
+}
+

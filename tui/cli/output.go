@@ -1,0 +1,167 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// jsonOptions renders messages for scripts: every field present (so that a
+// missing field never needs special-casing), enum values by name.
+var jsonOptions = protojson.MarshalOptions{EmitUnpopulated: true}
+
+// writeJSON prints one message as indented JSON. protojson deliberately
+// varies its whitespace, so the result is re-indented with encoding/json
+// to keep the output byte-stable.
+func writeJSON(w io.Writer, m proto.Message) error {
+	b, err := jsonOptions.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("encode json: %w", err)
+	}
+	return writeIndented(w, b)
+}
+
+// writeJSONList prints messages as one JSON array (empty, not null, when
+// there are none).
+func writeJSONList[M proto.Message](w io.Writer, ms []M) error {
+	var buf bytes.Buffer
+	buf.WriteByte('[')
+	for i, m := range ms {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		b, err := jsonOptions.Marshal(m)
+		if err != nil {
+			return fmt.Errorf("encode json: %w", err)
+		}
+		buf.Write(b)
+	}
+	buf.WriteByte(']')
+	return writeIndented(w, buf.Bytes())
+}
+
+func writeIndented(w io.Writer, b []byte) error {
+	var out bytes.Buffer
+	if err := json.Indent(&out, b, "", "  "); err != nil {
+		return fmt.Errorf("encode json: %w", err)
+	}
+	out.WriteByte('\n')
+	_, err := w.Write(out.Bytes())
+	return err
+}
+
+// table writes aligned columns.
+type table struct{ tw *tabwriter.Writer }
+
+func newTable(w io.Writer, header ...string) *table {
+	t := &table{tw: tabwriter.NewWriter(w, 0, 4, 3, ' ', 0)}
+	t.row(header...)
+	return t
+}
+
+func (t *table) row(cells ...string) {
+	for i, c := range cells {
+		if c == "" {
+			cells[i] = "-"
+		}
+		// A tab or newline in a cell would break the columns.
+		cells[i] = strings.NewReplacer("\t", " ", "\n", " ").Replace(cells[i])
+	}
+	fmt.Fprintln(t.tw, strings.Join(cells, "\t"))
+}
+
+func (t *table) flush() error { return t.tw.Flush() }
+
+// fields writes "Key:  value" lines with aligned values.
+type fields struct{ tw *tabwriter.Writer }
+
+func newFields(w io.Writer) *fields {
+	return &fields{tw: tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)}
+}
+
+func (f *fields) add(key, value string) {
+	if value == "" {
+		value = "-"
+	}
+	fmt.Fprintf(f.tw, "%s:\t%s\n", key, value)
+}
+
+func (f *fields) flush() error { return f.tw.Flush() }
+
+// ago renders t relative to now, as "3s ago" or "in 5m"; "" for unset.
+func ago(now time.Time, ts *timestamppb.Timestamp) string {
+	if ts == nil {
+		return ""
+	}
+	d := now.Sub(ts.AsTime())
+	if d < 0 {
+		return "in " + shortDuration(-d)
+	}
+	return shortDuration(d) + " ago"
+}
+
+// when renders a timestamp as "3s ago (2025-01-02T15:04:05Z)".
+func when(now time.Time, ts *timestamppb.Timestamp) string {
+	if ts == nil {
+		return ""
+	}
+	return fmt.Sprintf("%s (%s)", ago(now, ts), ts.AsTime().Local().Format(time.RFC3339))
+}
+
+// shortDuration renders d with one or two units: 45s, 3m10s, 2h5m, 3d4h.
+func shortDuration(d time.Duration) string {
+	d = d.Round(time.Second)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < 10*time.Minute:
+		m, s := int(d.Minutes()), int(d.Seconds())%60
+		if s == 0 {
+			return fmt.Sprintf("%dm", m)
+		}
+		return fmt.Sprintf("%dm%ds", m, s)
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 24*time.Hour:
+		h, m := int(d.Hours()), int(d.Minutes())%60
+		if m == 0 {
+			return fmt.Sprintf("%dh", h)
+		}
+		return fmt.Sprintf("%dh%dm", h, m)
+	default:
+		days, h := int(d.Hours())/24, int(d.Hours())%24
+		if h == 0 {
+			return fmt.Sprintf("%dd", days)
+		}
+		return fmt.Sprintf("%dd%dh", days, h)
+	}
+}
+
+// keyValues renders a map as "k=v, k=v" in key order.
+func keyValues(m map[string]string) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, k+"="+m[k])
+	}
+	return strings.Join(parts, ", ")
+}
+
+// shellQuote quotes s for a POSIX shell when it needs quoting.
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./:=@%+,", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
