@@ -1,0 +1,273 @@
+// Package agent is agentd's runtime: it enrols once, then holds one outbound
+// stream to imsd, runs each assigned job through a component plugin, and
+// writes acks, logs and results back under the job's fencing token. It keeps
+// unconfirmed writes in memory and resends them after a reconnect, so a
+// broken stream or an imsd restart loses and duplicates nothing.
+package agent
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/byoc-dev/byoc/agentd/identity"
+	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
+	"github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1/agentv1connect"
+)
+
+// Runner runs one job to its end. The agent calls it in a goroutine per job.
+type Runner interface {
+	Run(ctx context.Context, job Job, log func(stream int32, text string)) Outcome
+}
+
+// Job is an assignment as the runner sees it.
+type Job struct {
+	ID            string
+	InstallID     string
+	Attempt       int32
+	ComponentType string
+	Operation     string
+	Config        map[string]any
+	Timeout       time.Duration
+}
+
+// Outcome is how a job ended.
+type Outcome struct {
+	Outcome  agentv1.Outcome
+	ExitCode int32
+	Error    string
+	Outputs  map[string]string
+}
+
+// Config is everything the agent needs.
+type Config struct {
+	IMSURL      string
+	EnrollToken string
+	StateDir    string
+	// Capacity is how many jobs run at once (default 4).
+	Capacity int
+	Runner   Runner
+	Version  string
+	Logger   *slog.Logger
+	// HTTPClient dials imsd; the default speaks HTTP/2 over TLS or plaintext.
+	HTTPClient *http.Client
+	// BackoffMin and BackoffMax bound the reconnect delay (100ms, 30s).
+	BackoffMin, BackoffMax time.Duration
+	// FlushInterval batches log lines (default 50ms).
+	FlushInterval time.Duration
+	// MaxBufferedLines bounds the lines a job keeps while imsd does not
+	// confirm them (default 100000); beyond it the oldest unsent lines are
+	// dropped and a system line says how many.
+	MaxBufferedLines int
+}
+
+// Agent is a running agentd.
+type Agent struct {
+	cfg    Config
+	id     identity.Identity
+	client agentv1connect.AgentServiceClient
+	log    *slog.Logger
+
+	mu   sync.Mutex
+	jobs map[string]*jobRun
+	kick chan struct{}
+	// logKick starts the batching timer for log lines.
+	logKick chan struct{}
+	wg      sync.WaitGroup
+	// connected is closed and replaced at every state change, for tests.
+	stateCh   chan struct{}
+	connected bool
+}
+
+// New loads the agent's identity from the state dir, enrolling first if
+// there is none.
+func New(ctx context.Context, cfg Config) (*Agent, error) {
+	if cfg.IMSURL == "" {
+		return nil, errors.New("the imsd URL is required (--ims)")
+	}
+	if cfg.StateDir == "" {
+		return nil, errors.New("a state directory is required (--state-dir)")
+	}
+	if cfg.Runner == nil {
+		return nil, errors.New("no job runner configured")
+	}
+	if cfg.Capacity <= 0 {
+		cfg.Capacity = 4
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = DefaultHTTPClient()
+	}
+	if cfg.BackoffMin == 0 {
+		cfg.BackoffMin = 100 * time.Millisecond
+	}
+	if cfg.BackoffMax == 0 {
+		cfg.BackoffMax = 30 * time.Second
+	}
+	if cfg.FlushInterval == 0 {
+		cfg.FlushInterval = 50 * time.Millisecond
+	}
+	if cfg.MaxBufferedLines == 0 {
+		cfg.MaxBufferedLines = 100000
+	}
+	a := &Agent{
+		cfg:     cfg,
+		client:  agentv1connect.NewAgentServiceClient(cfg.HTTPClient, strings.TrimRight(cfg.IMSURL, "/")),
+		log:     cfg.Logger,
+		jobs:    make(map[string]*jobRun),
+		kick:    make(chan struct{}, 1),
+		logKick: make(chan struct{}, 1),
+		stateCh: make(chan struct{}),
+	}
+	id, err := identity.Load(cfg.StateDir)
+	switch {
+	case err == nil:
+		if cfg.EnrollToken != "" {
+			a.log.Info("already enrolled; ignoring the enrolment token", "agent", id.AgentID, "state_dir", cfg.StateDir)
+		}
+	case errors.Is(err, identity.ErrNotEnrolled):
+		if cfg.EnrollToken == "" {
+			return nil, fmt.Errorf("%s holds no agent identity: pass the install's enrolment token (--enroll-token) once", cfg.StateDir)
+		}
+		id, err = a.enroll(ctx)
+		if err != nil {
+			return nil, err
+		}
+	default:
+		return nil, fmt.Errorf("load identity: %w", err)
+	}
+	a.id = id
+	a.log = a.log.With("agent", id.AgentID)
+	return a, nil
+}
+
+// DefaultHTTPClient speaks HTTP/2 to imsd, with TLS for https:// URLs and
+// plaintext (h2c) for http:// ones.
+func DefaultHTTPClient() *http.Client {
+	p := new(http.Protocols)
+	p.SetHTTP2(true)
+	p.SetUnencryptedHTTP2(true)
+	return &http.Client{Transport: &http.Transport{
+		Protocols:           p,
+		DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		TLSClientConfig:     &tls.Config{MinVersion: tls.VersionTLS12},
+		TLSHandshakeTimeout: 10 * time.Second,
+		HTTP2: &http.HTTP2Config{
+			// A dead path to imsd is noticed within a minute even when
+			// nothing is being sent.
+			SendPingTimeout: 30 * time.Second,
+			PingTimeout:     15 * time.Second,
+		},
+	}}
+}
+
+func (a *Agent) enroll(ctx context.Context) (identity.Identity, error) {
+	key, err := identity.NewKey()
+	if err != nil {
+		return identity.Identity{}, err
+	}
+	host, _ := os.Hostname()
+	resp, err := a.client.Enroll(ctx, connect.NewRequest(&agentv1.EnrollRequest{
+		EnrollmentToken: a.cfg.EnrollToken,
+		PublicKey:       key.Public().([]byte),
+		Hostname:        host,
+		Version:         a.cfg.Version,
+		Role:            "install",
+	}))
+	if err != nil {
+		return identity.Identity{}, fmt.Errorf("enrol with %s: %w", a.cfg.IMSURL, err)
+	}
+	id := identity.Identity{AgentID: resp.Msg.AgentId, InstallID: resp.Msg.InstallId, IMSURL: a.cfg.IMSURL, PrivateKey: key}
+	if err := identity.Save(a.cfg.StateDir, id); err != nil {
+		return identity.Identity{}, fmt.Errorf("save identity: %w", err)
+	}
+	a.log.Info("enrolled", "agent", id.AgentID, "install", id.InstallID)
+	return id, nil
+}
+
+// ID returns the agent's id.
+func (a *Agent) ID() string { return a.id.AgentID }
+
+// InstallID returns the install the agent is bound to.
+func (a *Agent) InstallID() string { return a.id.InstallID }
+
+// WaitConnected blocks until the agent has a live stream or ctx ends.
+func (a *Agent) WaitConnected(ctx context.Context) error {
+	for {
+		a.mu.Lock()
+		ok, ch := a.connected, a.stateCh
+		a.mu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (a *Agent) setConnected(v bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.connected = v
+	close(a.stateCh)
+	a.stateCh = make(chan struct{})
+}
+
+// Run holds the stream to imsd until ctx ends, reconnecting with jittered
+// exponential backoff. Jobs keep running across reconnects. When ctx ends,
+// running jobs are stopped; their leases run out and imsd hands them out again.
+func (a *Agent) Run(ctx context.Context) error {
+	defer a.wg.Wait()
+	backoff := a.cfg.BackoffMin
+	for {
+		start := time.Now()
+		err := a.session(ctx)
+		a.setConnected(false)
+		if ctx.Err() != nil {
+			a.stopAll("agent shutting down")
+			return nil
+		}
+		if connect.CodeOf(err) == connect.CodeUnauthenticated {
+			// Retrying cannot fix a revoked or unknown identity.
+			a.stopAll("agent identity refused")
+			return fmt.Errorf("imsd refused this agent's identity: %w", err)
+		}
+		if time.Since(start) > 10*time.Second {
+			backoff = a.cfg.BackoffMin
+		}
+		// Full jitter: spread a fleet's reconnects after an imsd restart.
+		delay := backoff/2 + rand.N(backoff/2+1)
+		a.log.Warn("stream to imsd ended; reconnecting", "err", err, "in", delay.Round(time.Millisecond))
+		select {
+		case <-ctx.Done():
+			a.stopAll("agent shutting down")
+			return nil
+		case <-time.After(delay):
+		}
+		backoff = min(backoff*2, a.cfg.BackoffMax)
+	}
+}
+
+func (a *Agent) stopAll(reason string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, j := range a.jobs {
+		j.cancel(errors.New(reason))
+	}
+}

@@ -1,0 +1,82 @@
+// Package identity keeps an agent's identity in its state directory: the
+// Ed25519 key pair the agent made itself, the agent id imsd gave it at
+// enrolment and the install it is bound to. The private key never leaves
+// the state directory.
+package identity
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// FileName is the identity file inside the state directory.
+const FileName = "identity.json"
+
+// Identity is an enrolled agent's identity.
+type Identity struct {
+	AgentID    string             `json:"agent_id"`
+	InstallID  string             `json:"install_id"`
+	IMSURL     string             `json:"ims_url"`
+	PrivateKey ed25519.PrivateKey `json:"private_key"`
+}
+
+// ErrNotEnrolled is returned by Load when the state directory holds no identity.
+var ErrNotEnrolled = errors.New("not enrolled")
+
+// NewKey makes a fresh key pair.
+func NewKey() (ed25519.PrivateKey, error) {
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	return priv, err
+}
+
+// Load reads the identity from dir.
+func Load(dir string) (Identity, error) {
+	b, err := os.ReadFile(filepath.Join(dir, FileName))
+	if errors.Is(err, os.ErrNotExist) {
+		return Identity{}, ErrNotEnrolled
+	}
+	if err != nil {
+		return Identity{}, err
+	}
+	var id Identity
+	if err := json.Unmarshal(b, &id); err != nil {
+		return Identity{}, fmt.Errorf("%s: %w", filepath.Join(dir, FileName), err)
+	}
+	if id.AgentID == "" || len(id.PrivateKey) != ed25519.PrivateKeySize {
+		return Identity{}, fmt.Errorf("%s: agent_id or private_key missing or malformed", filepath.Join(dir, FileName))
+	}
+	return id, nil
+}
+
+// Save writes the identity to dir atomically, readable by the owner only.
+func Save(dir string, id Identity) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(id, "", "  ")
+	if err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".identity-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), filepath.Join(dir, FileName))
+}

@@ -1,0 +1,140 @@
+// Command agentd is byoc's agent: one per customer install, living in the
+// customer's account. It dials out to imsd, and runs each job it is handed
+// through a component plugin subprocess.
+//
+//	agentd --ims URL --enroll-token T --state-dir DIR   enrol once, then serve
+//	agentd --ims URL --state-dir DIR                    serve with the saved identity
+//	agentd plugin TYPE                                  serve a built-in component type (the loader runs this)
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+
+	"github.com/byoc-dev/byoc/agentd/agent"
+	"github.com/byoc-dev/byoc/agentd/pluginhost"
+	"github.com/byoc-dev/byoc/plugins/action"
+	"github.com/byoc-dev/byoc/plugins/sdk"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// builtins are the component types compiled into agentd. They load through
+// the same loader and protocol as third-party plugins: agentd re-executes
+// itself as "agentd plugin TYPE".
+var builtins = map[string]func() sdk.Plugin{
+	"action": func() sdk.Plugin { return action.New() },
+}
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "plugin" {
+		os.Exit(servePlugin(os.Args[2:]))
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:]))
+}
+
+func servePlugin(args []string) int {
+	if len(args) == 0 || builtins[args[0]] == nil {
+		fmt.Fprintf(os.Stderr, "agentd plugin: name a built-in type: %s\n", strings.Join(builtinNames(), ", "))
+		return 2
+	}
+	sdk.ServeArgs(builtins[args[0]](), args[1:])
+	return 0
+}
+
+func builtinNames() []string {
+	names := make([]string, 0, len(builtins))
+	for n := range builtins {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// multiFlag collects a repeated flag.
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+func run(ctx context.Context, args []string) int {
+	fs := flag.NewFlagSet("agentd", flag.ContinueOnError)
+	var (
+		ims, token, stateDir string
+		capacity             int
+		pluginDirs, pins     multiFlag
+		level                slog.Level
+	)
+	fs.StringVar(&ims, "ims", os.Getenv("BYOC_IMS_URL"), "imsd `URL`; also $BYOC_IMS_URL")
+	fs.StringVar(&token, "enroll-token", os.Getenv("BYOC_ENROLL_TOKEN"), "single-use enrolment `token`, needed once; also $BYOC_ENROLL_TOKEN")
+	fs.StringVar(&stateDir, "state-dir", "", "`directory` for the agent's identity and job workspaces")
+	fs.IntVar(&capacity, "capacity", 4, "how many jobs run at once")
+	fs.Var(&pluginDirs, "plugin-dir", "`directory` searched for byoc-plugin-<type> binaries (repeatable)")
+	fs.Var(&pins, "plugin-pin", "`type=sha256` pin for an external plugin (repeatable); unpinned plugins never run")
+	fs.TextVar(&level, "log-level", slog.LevelInfo, "log `level`: debug, info, warn, error")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "agentd: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	pinMap := map[string]string{}
+	for _, p := range pins {
+		typ, sum, ok := strings.Cut(p, "=")
+		if !ok || typ == "" || len(sum) != 64 {
+			fmt.Fprintf(os.Stderr, "agentd: --plugin-pin %q: want TYPE=SHA256 (64 hex digits)\n", p)
+			return 2
+		}
+		pinMap[typ] = strings.ToLower(sum)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "agentd: find own executable: %v\n", err)
+		return 1
+	}
+	if stateDir != "" {
+		if stateDir, err = filepath.Abs(stateDir); err != nil {
+			fmt.Fprintf(os.Stderr, "agentd: %v\n", err)
+			return 1
+		}
+	}
+	loader := &pluginhost.Loader{
+		SelfExe:  self,
+		SelfArgs: func(typ string) []string { return []string{"plugin", typ} },
+		Builtins: builtinNames(),
+		Dirs:     pluginDirs,
+		Pins:     pinMap,
+		Logger:   log,
+	}
+	a, err := agent.New(ctx, agent.Config{
+		IMSURL:      ims,
+		EnrollToken: token,
+		StateDir:    stateDir,
+		Capacity:    capacity,
+		Runner:      &agent.PluginRunner{Loader: loader, WorkRoot: filepath.Join(stateDir, "jobs")},
+		Version:     version,
+		Logger:      log,
+	})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "agentd: %v\n", err)
+		return 1
+	}
+	if err := a.Run(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "agentd: %v\n", err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,349 @@
+// Package cluster starts real byoc parts for end-to-end tests and
+// benchmarks: imsd in-process on a loopback port with a temporary data
+// directory, and agentd as a real process built from this repository. It
+// also gives typed clients and small wait helpers that poll with a deadline
+// instead of sleeping.
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/byoc-dev/byoc/agentd/agent"
+	"github.com/byoc-dev/byoc/imsd/server"
+	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
+	"github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1/imsv1connect"
+)
+
+var (
+	buildOnce sync.Once
+	binDir    string
+	buildErr  error
+)
+
+// RepoRoot returns the repository root, found from this source file.
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// Binaries builds agentd (and byoc) once per test binary and returns the
+// directory holding them.
+func Binaries(tb testing.TB) string {
+	tb.Helper()
+	buildOnce.Do(func() {
+		binDir, buildErr = os.MkdirTemp("", "byoc-bin-")
+		if buildErr != nil {
+			return
+		}
+		for _, p := range []struct{ name, pkg string }{{"agentd", "./agentd"}, {"byoc", "./tui"}, {"imsd", "./imsd"}} {
+			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, p.name), p.pkg)
+			cmd.Dir = RepoRoot()
+			if out, err := cmd.CombinedOutput(); err != nil {
+				buildErr = fmt.Errorf("go build %s: %v\n%s", p.pkg, err, out)
+				return
+			}
+		}
+	})
+	if buildErr != nil {
+		tb.Fatal(buildErr)
+	}
+	return binDir
+}
+
+// IMS is an imsd started by a test.
+type IMS struct {
+	*server.Server
+	DataDir    string
+	AdminToken string
+	cfg        server.Config
+	done       chan error
+	cancel     context.CancelFunc
+}
+
+// Options tune StartIMS.
+type Options struct {
+	DataDir           string // default: a new temp dir
+	DatabaseURL       string
+	Addr              string // default 127.0.0.1:0
+	LeaseDuration     time.Duration
+	HeartbeatInterval time.Duration
+	SweepInterval     time.Duration
+	Logger            *slog.Logger
+	Now               func() time.Time
+}
+
+// StartIMS starts imsd and stops it at cleanup.
+func StartIMS(tb testing.TB, o Options) *IMS {
+	tb.Helper()
+	if o.DataDir == "" {
+		o.DataDir = tb.TempDir()
+	}
+	if o.Addr == "" {
+		o.Addr = "127.0.0.1:0"
+	}
+	if o.Logger == nil {
+		// Set BYOC_TEST_LOG=1 to see imsd's log while debugging a test.
+		var w io.Writer = io.Discard
+		if os.Getenv("BYOC_TEST_LOG") != "" {
+			w = os.Stderr
+		}
+		o.Logger = slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	cfg := server.Config{
+		Addr: o.Addr, DataDir: o.DataDir, DatabaseURL: o.DatabaseURL,
+		LeaseDuration: o.LeaseDuration, HeartbeatInterval: o.HeartbeatInterval, SweepInterval: o.SweepInterval,
+		Logger: o.Logger, Now: o.Now,
+	}
+	ims := &IMS{DataDir: o.DataDir, cfg: cfg}
+	ims.start(tb)
+	tb.Cleanup(ims.Stop)
+	return ims
+}
+
+func (ims *IMS) start(tb testing.TB) {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var srv *server.Server
+	var err error
+	// The port of a restarted imsd may still be held by the kernel for a moment.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		srv, err = server.New(ctx, ims.cfg)
+		if err == nil || time.Now().After(deadline) || !strings.Contains(err.Error(), "address already in use") {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		cancel()
+		tb.Fatalf("start imsd: %v", err)
+	}
+	ims.Server, ims.cancel, ims.done = srv, cancel, make(chan error, 1)
+	ims.cfg.Addr = srv.Addr() // a restart comes back on the same port
+	go func() { ims.done <- srv.Serve(ctx) }()
+	if ims.AdminToken == "" && ims.cfg.DatabaseURL == "" {
+		b, err := os.ReadFile(filepath.Join(ims.DataDir, "admin.token"))
+		if err != nil {
+			tb.Fatalf("read admin token: %v", err)
+		}
+		ims.AdminToken = strings.TrimSpace(string(b))
+	}
+}
+
+// Stop stops imsd and waits for it.
+func (ims *IMS) Stop() {
+	if ims.cancel == nil {
+		return
+	}
+	ims.cancel()
+	<-ims.done
+	ims.cancel = nil
+}
+
+// Restart stops imsd and starts it again on the same address and data.
+func (ims *IMS) Restart(tb testing.TB) {
+	tb.Helper()
+	ims.Stop()
+	ims.start(tb)
+}
+
+// Client returns an operator client using token.
+func (ims *IMS) Client(token string) imsv1connect.OperatorServiceClient {
+	return imsv1connect.NewOperatorServiceClient(agent.DefaultHTTPClient(), ims.URL(), connect.WithInterceptors(bearer(token)))
+}
+
+// Admin returns an operator client with the first admin token.
+func (ims *IMS) Admin() imsv1connect.OperatorServiceClient { return ims.Client(ims.AdminToken) }
+
+type bearer string
+
+func (b bearer) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		req.Header().Set("Authorization", "Bearer "+string(b))
+		return next(ctx, req)
+	}
+}
+
+func (b bearer) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		c := next(ctx, spec)
+		c.RequestHeader().Set("Authorization", "Bearer "+string(b))
+		return c
+	}
+}
+
+func (b bearer) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}
+
+// Bearer returns a client interceptor that sends token.
+func Bearer(token string) connect.Interceptor { return bearer(token) }
+
+// NewInstall creates an app (once) and an install and returns the install
+// and its enrolment token.
+func NewInstall(tb testing.TB, c imsv1connect.OperatorServiceClient, app, name string) (*imsv1.Install, string) {
+	tb.Helper()
+	ctx := context.Background()
+	if _, err := c.GetApp(ctx, connect.NewRequest(&imsv1.GetAppRequest{IdOrName: app})); err != nil {
+		if _, err := c.CreateApp(ctx, connect.NewRequest(&imsv1.CreateAppRequest{Name: app})); err != nil {
+			tb.Fatalf("create app: %v", err)
+		}
+	}
+	resp, err := c.CreateInstall(ctx, connect.NewRequest(&imsv1.CreateInstallRequest{App: app, Name: name}))
+	if err != nil {
+		tb.Fatalf("create install: %v", err)
+	}
+	return resp.Msg.Install, resp.Msg.EnrollmentToken.Token
+}
+
+// AgentProc is an agentd process.
+type AgentProc struct {
+	Cmd      *exec.Cmd
+	StateDir string
+	out      *lockedBuffer
+	done     chan struct{}
+}
+
+// StartAgent runs agentd against url. token may be empty when stateDir
+// already holds an identity.
+func StartAgent(tb testing.TB, url, token, stateDir string, extra ...string) *AgentProc {
+	tb.Helper()
+	bin := filepath.Join(Binaries(tb), "agentd")
+	args := append([]string{"--ims", url, "--state-dir", stateDir, "--log-level", "debug"}, extra...)
+	if token != "" {
+		args = append(args, "--enroll-token", token)
+	}
+	cmd := exec.Command(bin, args...)
+	buf := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = buf, buf
+	cmd.Env = append(os.Environ(), "AWS_SECRET_ACCESS_KEY=agent-secret-must-not-leak")
+	if err := cmd.Start(); err != nil {
+		tb.Fatalf("start agentd: %v", err)
+	}
+	p := &AgentProc{Cmd: cmd, StateDir: stateDir, out: buf, done: make(chan struct{})}
+	go func() { cmd.Wait(); close(p.done) }()
+	tb.Cleanup(func() {
+		p.Stop()
+		if tb.Failed() {
+			tb.Logf("agentd output:\n%s", buf.String())
+		}
+	})
+	return p
+}
+
+// Kill kills the agent process with SIGKILL, as a crash would.
+func (p *AgentProc) Kill() {
+	p.Cmd.Process.Kill()
+	<-p.done
+}
+
+// Stop asks the agent to stop and waits.
+func (p *AgentProc) Stop() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	p.Cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		p.Kill()
+	}
+}
+
+// Output is what the agent printed so far.
+func (p *AgentProc) Output() string { return p.out.String() }
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// Eventually polls cond every 10ms until it returns true or timeout passes.
+func Eventually(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// WaitJob polls until the job is in one of states and returns it.
+func WaitJob(tb testing.TB, c imsv1connect.OperatorServiceClient, id string, timeout time.Duration, states ...imsv1.JobState) *imsv1.Job {
+	tb.Helper()
+	var job *imsv1.Job
+	Eventually(tb, timeout, fmt.Sprintf("job %s to reach %v", id, states), func() bool {
+		r, err := c.GetJob(context.Background(), connect.NewRequest(&imsv1.GetJobRequest{Id: id}))
+		if err != nil {
+			return false
+		}
+		job = r.Msg.Job
+		for _, s := range states {
+			if job.State == s {
+				return true
+			}
+		}
+		return false
+	})
+	return job
+}
+
+// Logs reads a job's whole log (not following).
+func Logs(tb testing.TB, c imsv1connect.OperatorServiceClient, id string) []*imsv1.LogLine {
+	tb.Helper()
+	st, err := c.StreamJobLogs(context.Background(), connect.NewRequest(&imsv1.StreamJobLogsRequest{JobId: id}))
+	if err != nil {
+		tb.Fatalf("stream logs: %v", err)
+	}
+	var out []*imsv1.LogLine
+	for st.Receive() {
+		out = append(out, st.Msg().Lines...)
+	}
+	if err := st.Err(); err != nil {
+		tb.Fatalf("stream logs: %v", err)
+	}
+	return out
+}
+
+// Texts returns the text of the stdout and stderr lines.
+func Texts(lines []*imsv1.LogLine) []string {
+	var out []string
+	for _, l := range lines {
+		if l.Stream != imsv1.LogStream_LOG_STREAM_SYSTEM {
+			out = append(out, l.Text)
+		}
+	}
+	return out
+}
+

@@ -1,0 +1,449 @@
+// Package agentapi serves byoc.agent.v1.AgentService: enrolment, and the one
+// long-lived stream each agent holds. On that stream imsd hands out jobs under
+// leases and accepts acks, logs and results only from the agent that holds the
+// current lease, identified by the job's fencing token.
+package agentapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/byoc-dev/byoc/imsd/auth"
+	"github.com/byoc-dev/byoc/imsd/dispatch"
+	"github.com/byoc-dev/byoc/imsd/errs"
+	"github.com/byoc-dev/byoc/imsd/rpcerr"
+	"github.com/byoc-dev/byoc/imsd/store"
+	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
+)
+
+// Limits on what an agent may send. An agent splits longer output itself;
+// a line over the limit is a protocol violation that ends the stream.
+const (
+	MaxLogLineBytes = 64 << 10
+	MaxLogBatch     = 1000
+)
+
+// Config holds the lease timing.
+type Config struct {
+	// LeaseDuration is how long an assignment stays valid without a heartbeat.
+	LeaseDuration time.Duration
+	// HeartbeatInterval is how often agents are told to heartbeat.
+	HeartbeatInterval time.Duration
+	// HelloTimeout bounds the wait for an agent's signed hello.
+	HelloTimeout time.Duration
+}
+
+// Observer receives events worth a metric. All methods must be cheap.
+type Observer interface {
+	Connected(delta int)
+	Picked(latency time.Duration)
+	Finished(state store.JobState)
+}
+
+// Service implements agentv1connect.AgentServiceHandler.
+type Service struct {
+	store *store.Store
+	hub   *dispatch.Hub
+	cfg   Config
+	now   func() time.Time
+	log   *slog.Logger
+	obs   Observer
+}
+
+// New returns the agent service.
+func New(st *store.Store, hub *dispatch.Hub, cfg Config, now func() time.Time, log *slog.Logger, obs Observer) *Service {
+	return &Service{store: st, hub: hub, cfg: cfg, now: now, log: log, obs: obs}
+}
+
+// Enroll binds a new agent identity to the install of a single-use token.
+func (s *Service) Enroll(ctx context.Context, req *connect.Request[agentv1.EnrollRequest]) (*connect.Response[agentv1.EnrollResponse], error) {
+	m := req.Msg
+	switch {
+	case m.EnrollmentToken == "":
+		return nil, s.err(ctx, errs.Field("enrollment_token", "is required"))
+	case len(m.PublicKey) != 32:
+		return nil, s.err(ctx, errs.Field("public_key", "must be a 32-byte Ed25519 public key, got %d bytes", len(m.PublicKey)))
+	case m.Role != "" && m.Role != "install":
+		return nil, s.err(ctx, errs.Field("role", "must be %q, got %q", "install", m.Role))
+	case len(m.Hostname) > 255:
+		return nil, s.err(ctx, errs.Field("hostname", "is longer than 255 bytes"))
+	case len(m.Version) > 100:
+		return nil, s.err(ctx, errs.Field("version", "is longer than 100 bytes"))
+	}
+	now := s.now()
+	a, err := s.store.Enroll(ctx, auth.Hash(m.EnrollmentToken), store.Agent{
+		ID:         auth.NewID("agt_"),
+		PublicKey:  m.PublicKey,
+		Hostname:   m.Hostname,
+		Version:    m.Version,
+		EnrolledAt: now,
+	}, now)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	s.log.InfoContext(ctx, "agent enrolled", "agent", a.ID, "install", a.InstallID, "hostname", a.Hostname)
+	return connect.NewResponse(&agentv1.EnrollResponse{AgentId: a.ID, InstallId: a.InstallID}), nil
+}
+
+func (s *Service) err(ctx context.Context, err error) error { return rpcerr.ToConnect(ctx, s.log, err) }
+
+type stream = connect.BidiStream[agentv1.ConnectRequest, agentv1.ConnectResponse]
+
+// Connect runs one agent stream until the agent goes away, a newer stream of
+// the same agent replaces it, or the agent breaks the protocol.
+func (s *Service) Connect(ctx context.Context, st *stream) error {
+	nonce := auth.NewNonce()
+	if err := st.Send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Challenge{Challenge: &agentv1.Challenge{Nonce: nonce}}}); err != nil {
+		return err
+	}
+	in := make(chan *agentv1.ConnectRequest)
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			m, err := st.Receive()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case in <- m:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+
+	var hello *agentv1.Hello
+	timer := time.NewTimer(s.cfg.HelloTimeout)
+	select {
+	case m := <-in:
+		timer.Stop()
+		hello = m.GetHello()
+		if hello == nil {
+			return connect.NewError(connect.CodeInvalidArgument, errors.New("hello: the first message on the stream must be a hello"))
+		}
+	case err := <-recvErr:
+		timer.Stop()
+		return ignoreEOF(err)
+	case <-timer.C:
+		return connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("hello: none within %s", s.cfg.HelloTimeout))
+	case <-ctx.Done():
+		timer.Stop()
+		return nil
+	}
+	agent, err := s.store.GetAgent(ctx, hello.AgentId)
+	if err != nil && !errs.Is(err, errs.NotFound) {
+		return s.err(ctx, err)
+	}
+	if err != nil || !auth.VerifyChallenge(agent.PublicKey, agent.ID, nonce, hello.Signature) {
+		return connect.NewError(connect.CodeUnauthenticated, errors.New("hello: unknown agent or bad signature; enrol again with a new enrolment token"))
+	}
+	if hello.Capacity < 1 || hello.Capacity > 1000 {
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("hello.capacity: must be between 1 and 1000, got %d", hello.Capacity))
+	}
+
+	c := &conn{
+		svc:      s,
+		st:       st,
+		agent:    agent,
+		capacity: int(hello.Capacity),
+		inflight: make(map[string]int64),
+		log:      s.log.With("agent", agent.ID, "install", agent.InstallID),
+	}
+	c.sess = s.hub.Register(agent.ID, agent.InstallID)
+	defer s.hub.Unregister(c.sess)
+	s.obs.Connected(1)
+	defer s.obs.Connected(-1)
+	return c.run(ctx, hello, in, recvErr)
+}
+
+// conn is the state of one authenticated agent stream. It is owned by the
+// handler goroutine; only the receive loop runs beside it.
+type conn struct {
+	svc      *Service
+	st       *stream
+	agent    store.Agent
+	sess     *dispatch.Session
+	capacity int
+	inflight map[string]int64 // job id -> fencing token
+	lastSeen time.Time
+	log      *slog.Logger
+}
+
+func (c *conn) run(ctx context.Context, hello *agentv1.Hello, in <-chan *agentv1.ConnectRequest, recvErr <-chan error) error {
+	s := c.svc
+	now := s.now()
+	renewed, lost, err := s.store.RenewLeases(ctx, c.agent.ID, leases(hello.Running), now.Add(s.cfg.LeaseDuration))
+	if err != nil {
+		return s.err(ctx, err)
+	}
+	tokens := make(map[string]int64, len(hello.Running))
+	for _, r := range hello.Running {
+		tokens[r.JobId] = r.FencingToken
+	}
+	for _, id := range renewed {
+		c.inflight[id] = tokens[id]
+	}
+	if err := c.send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Welcome{Welcome: &agentv1.Welcome{
+		InstallId:           c.agent.InstallID,
+		HeartbeatIntervalMs: s.cfg.HeartbeatInterval.Milliseconds(),
+		LeaseDurationMs:     s.cfg.LeaseDuration.Milliseconds(),
+		Reattached:          renewed,
+		Lost:                lost,
+	}}}); err != nil {
+		return err
+	}
+	c.log.InfoContext(ctx, "agent connected", "reattached", len(renewed), "lost", len(lost))
+	c.touch(ctx, now)
+	if err := c.claim(ctx); err != nil {
+		return err
+	}
+
+	// An agent that stops talking is dropped after three missed heartbeats;
+	// its leases then run out on their own.
+	idleLimit := 3 * s.cfg.HeartbeatInterval
+	idle := time.NewTimer(idleLimit)
+	defer idle.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-c.sess.Replaced:
+			return connect.NewError(connect.CodeAborted, errors.New("replaced by a newer stream of the same agent"))
+		case err := <-recvErr:
+			return ignoreEOF(err)
+		case <-idle.C:
+			return connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("no message from the agent for %s", idleLimit))
+		case <-c.sess.Wake:
+			if err := c.claim(ctx); err != nil {
+				return err
+			}
+		case req := <-c.sess.Cancel:
+			if _, ok := c.inflight[req.JobID]; ok {
+				if err := c.send(cancelMsg(req.JobID, req.Reason)); err != nil {
+					return err
+				}
+			}
+		case m := <-in:
+			idle.Reset(idleLimit)
+			if err := c.handle(ctx, m); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func (c *conn) send(m *agentv1.ConnectResponse) error { return c.st.Send(m) }
+
+func (c *conn) touch(ctx context.Context, now time.Time) {
+	// Touch at most once per lease duration: last-seen is for people, the
+	// lease deadline is what the protocol relies on.
+	if now.Sub(c.lastSeen) < c.svc.cfg.LeaseDuration {
+		return
+	}
+	if err := c.svc.store.TouchAgent(ctx, c.agent.ID, now); err != nil {
+		c.log.WarnContext(ctx, "touch agent", "err", err)
+		return
+	}
+	c.lastSeen = now
+}
+
+// claim hands out queued jobs of the install up to the agent's free capacity.
+func (c *conn) claim(ctx context.Context) error {
+	s := c.svc
+	for {
+		free := c.capacity - len(c.inflight)
+		if free <= 0 {
+			return nil
+		}
+		now := s.now()
+		jobs, err := s.store.ClaimJobs(ctx, c.agent.InstallID, store.Writer{AgentID: c.agent.ID}, free, now.Add(s.cfg.LeaseDuration), now)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			c.log.ErrorContext(ctx, "claim jobs", "err", err)
+			return nil // the next wake or heartbeat tries again
+		}
+		for _, j := range jobs {
+			c.inflight[j.ID] = j.FencingToken
+			a, err := assignment(j, c.agent.InstallID)
+			if err != nil {
+				c.log.ErrorContext(ctx, "encode assignment", "job", j.ID, "err", err)
+				continue
+			}
+			if err := c.send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Assignment{Assignment: a}}); err != nil {
+				return err
+			}
+		}
+		if len(jobs) < free {
+			return nil
+		}
+	}
+}
+
+func (c *conn) handle(ctx context.Context, m *agentv1.ConnectRequest) error {
+	s := c.svc
+	now := s.now()
+	switch msg := m.Msg.(type) {
+	case *agentv1.ConnectRequest_Heartbeat:
+		c.touch(ctx, now)
+		renewed, lost, err := s.store.RenewLeases(ctx, c.agent.ID, leases(msg.Heartbeat.Running), now.Add(s.cfg.LeaseDuration))
+		if err != nil {
+			return s.err(ctx, err)
+		}
+		for _, id := range lost {
+			delete(c.inflight, id)
+			if err := c.send(rejected(0, id, connect.CodeFailedPrecondition.String(), fmt.Sprintf("lease on job %s was lost; stop it", id))); err != nil {
+				return err
+			}
+		}
+		// A cancellation requested through another imsd replica reaches
+		// the agent here.
+		for _, id := range renewed {
+			j, err := s.store.GetJob(ctx, id)
+			if err == nil && j.CancelRequested {
+				if err := c.send(cancelMsg(id, j.CancelReason)); err != nil {
+					return err
+				}
+			}
+		}
+		return c.claim(ctx) // catch up on a wake-up that was missed
+	case *agentv1.ConnectRequest_Ack:
+		a := msg.Ack
+		j, err := s.store.AckJob(ctx, a.JobId, store.Writer{AgentID: c.agent.ID, FencingToken: a.FencingToken}, now.Add(s.cfg.LeaseDuration), now)
+		if err != nil {
+			return c.reject(ctx, a.WriteId, a.JobId, err)
+		}
+		if j.Attempt == 1 && !j.CreatedAt.IsZero() {
+			s.obs.Picked(now.Sub(j.CreatedAt))
+		}
+		return c.send(accepted(a.WriteId))
+	case *agentv1.ConnectRequest_Logs:
+		l := msg.Logs
+		if len(l.Lines) > MaxLogBatch {
+			return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("logs.lines: %d lines exceed the %d-line batch limit", len(l.Lines), MaxLogBatch))
+		}
+		lines := make([]store.LogLine, len(l.Lines))
+		for i, ln := range l.Lines {
+			if len(ln.Text) > MaxLogLineBytes {
+				return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("logs.lines[%d].text: %d bytes exceed the %d-byte limit; split long lines", i, len(ln.Text), MaxLogLineBytes))
+			}
+			if ln.Seq < 1 {
+				return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("logs.lines[%d].seq: must be 1 or more, got %d", i, ln.Seq))
+			}
+			if ln.Stream < 1 || ln.Stream > 3 {
+				return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("logs.lines[%d].stream: must be 1 (stdout), 2 (stderr) or 3 (system), got %d", i, ln.Stream))
+			}
+			lines[i] = store.LogLine{Seq: ln.Seq, Time: ln.Time.AsTime(), Stream: int(ln.Stream), Text: ln.Text}
+		}
+		if err := s.store.AppendLogs(ctx, l.JobId, store.Writer{AgentID: c.agent.ID, FencingToken: l.FencingToken}, lines); err != nil {
+			return c.reject(ctx, l.WriteId, l.JobId, err)
+		}
+		s.hub.NotifyLog(l.JobId)
+		return c.send(accepted(l.WriteId))
+	case *agentv1.ConnectRequest_Result:
+		r := msg.Result
+		state, ok := outcomes[r.Outcome]
+		if !ok {
+			return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("result.outcome: must be succeeded, failed, cancelled or timed_out, got %v", r.Outcome))
+		}
+		if len(r.Error) > MaxLogLineBytes {
+			r.Error = r.Error[:MaxLogLineBytes]
+		}
+		j, err := s.store.FinishJob(ctx, r.JobId, store.Writer{AgentID: c.agent.ID, FencingToken: r.FencingToken}, store.Result{
+			State: state, ExitCode: int(r.ExitCode), Error: r.Error, Outputs: r.Outputs,
+		}, now)
+		if err != nil {
+			return c.reject(ctx, r.WriteId, r.JobId, err)
+		}
+		delete(c.inflight, r.JobId)
+		s.obs.Finished(j.State)
+		s.hub.NotifyLog(r.JobId)
+		if err := c.send(accepted(r.WriteId)); err != nil {
+			return err
+		}
+		return c.claim(ctx)
+	case *agentv1.ConnectRequest_Hello:
+		return connect.NewError(connect.CodeInvalidArgument, errors.New("hello: sent twice on one stream"))
+	default:
+		return connect.NewError(connect.CodeInvalidArgument, errors.New("message: empty or of an unknown kind"))
+	}
+}
+
+// reject answers a refused write. Refusals are per job and leave the stream
+// open; a stale or foreign writer must stop the job.
+func (c *conn) reject(ctx context.Context, writeID uint64, jobID string, err error) error {
+	switch errs.CodeOf(err) {
+	case errs.Conflict, errs.NotFound, errs.PermissionDenied, errs.Invalid:
+		delete(c.inflight, jobID)
+		c.log.WarnContext(ctx, "write refused", "job", jobID, "err", err)
+		return c.send(rejected(writeID, jobID, rpcerr.CodeName(err), err.Error()))
+	}
+	return c.svc.err(ctx, err)
+}
+
+var outcomes = map[agentv1.Outcome]store.JobState{
+	agentv1.Outcome_OUTCOME_SUCCEEDED: store.JobSucceeded,
+	agentv1.Outcome_OUTCOME_FAILED:    store.JobFailed,
+	agentv1.Outcome_OUTCOME_CANCELLED: store.JobCancelled,
+	agentv1.Outcome_OUTCOME_TIMED_OUT: store.JobTimedOut,
+}
+
+func leases(running []*agentv1.RunningJob) []store.Lease {
+	out := make([]store.Lease, len(running))
+	for i, r := range running {
+		out[i] = store.Lease{JobID: r.JobId, FencingToken: r.FencingToken}
+	}
+	return out
+}
+
+func assignment(j store.Job, installID string) (*agentv1.JobAssignment, error) {
+	cfg := &structpb.Struct{}
+	if len(j.Config) > 0 {
+		if err := cfg.UnmarshalJSON(j.Config); err != nil {
+			return nil, err
+		}
+	}
+	return &agentv1.JobAssignment{
+		JobId:          j.ID,
+		FencingToken:   j.FencingToken,
+		Attempt:        int32(j.Attempt),
+		ComponentType:  j.ComponentType,
+		Operation:      j.Operation,
+		Config:         cfg,
+		TimeoutSeconds: int64(j.Timeout / time.Second),
+		InstallId:      installID,
+	}, nil
+}
+
+func accepted(id uint64) *agentv1.ConnectResponse {
+	return &agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Accepted{Accepted: &agentv1.WriteAccepted{WriteId: id}}}
+}
+
+func rejected(id uint64, jobID, code, msg string) *agentv1.ConnectResponse {
+	return &agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Rejected{Rejected: &agentv1.WriteRejected{
+		WriteId: id, JobId: jobID, Code: code, Message: msg,
+	}}}
+}
+
+func cancelMsg(jobID, reason string) *agentv1.ConnectResponse {
+	return &agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Cancel{Cancel: &agentv1.JobCancel{JobId: jobID, Reason: reason}}}
+}
+
+func ignoreEOF(err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) {
+		return nil
+	}
+	if connect.CodeOf(err) == connect.CodeCanceled {
+		return nil
+	}
+	return err
+}

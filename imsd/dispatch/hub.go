@@ -1,0 +1,169 @@
+// Package dispatch keeps track of the agents connected to this imsd and wakes
+// them when there is work: an enqueue signals the install's sessions at once,
+// so pickup takes one round trip, never a polling interval. It also fans out
+// "new log lines" signals to log followers. The database stays the only
+// source of truth; the hub only carries wake-ups, so losing one costs latency,
+// never correctness (sessions also re-check on every heartbeat).
+package dispatch
+
+import (
+	"sync"
+)
+
+// Session is one connected agent stream as the hub sees it.
+type Session struct {
+	AgentID   string
+	InstallID string
+	// Wake is signalled (never blocking, capacity 1) when the install may
+	// have queued jobs.
+	Wake chan struct{}
+	// Cancel receives job ids whose cancellation an operator requested.
+	Cancel chan CancelRequest
+	// Replaced is closed when a newer stream of the same agent registers, so
+	// the old (zombie) stream can end.
+	Replaced chan struct{}
+	once     sync.Once
+}
+
+// CancelRequest asks an agent to stop a job.
+type CancelRequest struct {
+	JobID  string
+	Reason string
+}
+
+// Hub is the registry of connected sessions. It is safe for concurrent use.
+type Hub struct {
+	mu        sync.Mutex
+	byInstall map[string]map[*Session]struct{}
+	byAgent   map[string]*Session
+	logs      map[string]chan struct{} // job id -> closed on new lines
+}
+
+// NewHub returns an empty hub.
+func NewHub() *Hub {
+	return &Hub{
+		byInstall: make(map[string]map[*Session]struct{}),
+		byAgent:   make(map[string]*Session),
+		logs:      make(map[string]chan struct{}),
+	}
+}
+
+// Register adds a session for agentID. A previous session of the same agent
+// is told it was replaced.
+func (h *Hub) Register(agentID, installID string) *Session {
+	s := &Session{
+		AgentID:   agentID,
+		InstallID: installID,
+		Wake:      make(chan struct{}, 1),
+		Cancel:    make(chan CancelRequest, 16),
+		Replaced:  make(chan struct{}),
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if old := h.byAgent[agentID]; old != nil {
+		h.removeLocked(old)
+		old.once.Do(func() { close(old.Replaced) })
+	}
+	h.byAgent[agentID] = s
+	set := h.byInstall[installID]
+	if set == nil {
+		set = make(map[*Session]struct{})
+		h.byInstall[installID] = set
+	}
+	set[s] = struct{}{}
+	return s
+}
+
+// Unregister removes s if it is still registered.
+func (h *Hub) Unregister(s *Session) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.removeLocked(s)
+}
+
+func (h *Hub) removeLocked(s *Session) {
+	if h.byAgent[s.AgentID] == s {
+		delete(h.byAgent, s.AgentID)
+	}
+	if set := h.byInstall[s.InstallID]; set != nil {
+		delete(set, s)
+		if len(set) == 0 {
+			delete(h.byInstall, s.InstallID)
+		}
+	}
+}
+
+// Wake signals every session of installID that there may be work.
+func (h *Hub) Wake(installID string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for s := range h.byInstall[installID] {
+		select {
+		case s.Wake <- struct{}{}:
+		default: // already signalled
+		}
+	}
+}
+
+// Connected reports whether agentID has a stream on this imsd.
+func (h *Hub) Connected(agentID string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.byAgent[agentID] != nil
+}
+
+// InstallConnected reports how many agents of installID are connected here.
+func (h *Hub) InstallConnected(installID string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.byInstall[installID])
+}
+
+// Count returns the number of connected sessions.
+func (h *Hub) Count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.byAgent)
+}
+
+// Cancel forwards a cancellation to agentID's session, if it is connected
+// here. It reports whether it was delivered; an agent elsewhere learns of it
+// at its next heartbeat.
+func (h *Hub) Cancel(agentID string, req CancelRequest) bool {
+	h.mu.Lock()
+	s := h.byAgent[agentID]
+	h.mu.Unlock()
+	if s == nil {
+		return false
+	}
+	select {
+	case s.Cancel <- req:
+		return true
+	default:
+		return false // the heartbeat path catches up
+	}
+}
+
+// LogSignal returns a channel that is closed the next time job's log grows
+// or the job ends.
+func (h *Hub) LogSignal(jobID string) <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ch := h.logs[jobID]
+	if ch == nil {
+		ch = make(chan struct{})
+		h.logs[jobID] = ch
+	}
+	return ch
+}
+
+// NotifyLog wakes the followers of job's log.
+func (h *Hub) NotifyLog(jobID string) {
+	h.mu.Lock()
+	ch := h.logs[jobID]
+	delete(h.logs, jobID)
+	h.mu.Unlock()
+	if ch != nil {
+		close(ch)
+	}
+}

@@ -1,0 +1,55 @@
+// Command imsd is byoc's infrastructure management server: one per vendor.
+// It serves the operator and agent APIs and keeps all fleet state, in SQLite
+// by default or in PostgreSQL.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/byoc-dev/byoc/imsd/server"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:]))
+}
+
+func run(ctx context.Context, args []string) int {
+	fs := flag.NewFlagSet("imsd", flag.ContinueOnError)
+	var cfg server.Config
+	var level slog.Level
+	fs.StringVar(&cfg.Addr, "addr", "127.0.0.1:7070", "listen `address` (host:port)")
+	fs.StringVar(&cfg.DataDir, "data-dir", "", "`directory` for the SQLite database and the first admin token")
+	fs.StringVar(&cfg.DatabaseURL, "database-url", os.Getenv("BYOC_DATABASE_URL"), "PostgreSQL `URL` (postgres://...) instead of SQLite; also $BYOC_DATABASE_URL")
+	fs.StringVar(&cfg.AdminTokenFile, "admin-token-file", "", "`file` the first start writes the admin token to (default DATA-DIR/admin.token)")
+	fs.StringVar(&cfg.TLSCertFile, "tls-cert", "", "TLS certificate `file`; serves HTTPS")
+	fs.StringVar(&cfg.TLSKeyFile, "tls-key", "", "TLS key `file`")
+	fs.DurationVar(&cfg.LeaseDuration, "lease", 0, "job lease `duration` (default 30s)")
+	fs.DurationVar(&cfg.HeartbeatInterval, "heartbeat", 0, "agent heartbeat `interval` (default 10s)")
+	fs.TextVar(&level, "log-level", slog.LevelInfo, "log `level`: debug, info, warn, error")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "imsd: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	srv, err := server.New(ctx, cfg)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "imsd: %v\n", err)
+		return 1
+	}
+	if err := srv.Serve(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "imsd: %v\n", err)
+		return 1
+	}
+	return 0
+}

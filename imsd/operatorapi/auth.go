@@ -1,0 +1,88 @@
+package operatorapi
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"connectrpc.com/connect"
+
+	"github.com/byoc-dev/byoc/imsd/auth"
+	"github.com/byoc-dev/byoc/imsd/errs"
+	"github.com/byoc-dev/byoc/imsd/store"
+	"github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1/imsv1connect"
+)
+
+// readOnly lists the procedures a viewer may call. Everything else needs an
+// admin: a procedure added later is admin-only until listed here.
+var readOnly = map[string]bool{
+	imsv1connect.OperatorServiceWhoAmIProcedure:        true,
+	imsv1connect.OperatorServiceListAppsProcedure:      true,
+	imsv1connect.OperatorServiceGetAppProcedure:        true,
+	imsv1connect.OperatorServiceListInstallsProcedure:  true,
+	imsv1connect.OperatorServiceGetInstallProcedure:    true,
+	imsv1connect.OperatorServiceListJobsProcedure:      true,
+	imsv1connect.OperatorServiceGetJobProcedure:        true,
+	imsv1connect.OperatorServiceStreamJobLogsProcedure: true,
+}
+
+type callerKey struct{}
+
+// callerFrom returns the token that authenticated the call.
+func callerFrom(ctx context.Context) store.APIToken {
+	t, _ := ctx.Value(callerKey{}).(store.APIToken)
+	return t
+}
+
+// Authenticator is a Connect interceptor that checks the bearer token and
+// the caller's role on every operator call, unary and streaming.
+type Authenticator struct {
+	Store *store.Store
+}
+
+var _ connect.Interceptor = (*Authenticator)(nil)
+
+func (a *Authenticator) authorize(ctx context.Context, procedure string, header string) (context.Context, error) {
+	secret, ok := strings.CutPrefix(header, "Bearer ")
+	if !ok || secret == "" {
+		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("missing bearer token: pass --token or add a context with `byoc context add`"))
+	}
+	tok, err := a.Store.APITokenByHash(ctx, auth.Hash(secret))
+	if errs.Is(err, errs.NotFound) {
+		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("unknown or revoked API token"))
+	}
+	if err != nil {
+		return nil, connect.NewError(connect.CodeUnavailable, errors.New("cannot check the API token now; try again"))
+	}
+	if tok.Role != store.RoleAdmin && !readOnly[procedure] {
+		return nil, connect.NewError(connect.CodePermissionDenied, errors.New("token "+tok.Name+" has role "+string(tok.Role)+", which may only read; this call needs an admin token"))
+	}
+	return context.WithValue(ctx, callerKey{}, tok), nil
+}
+
+// WrapUnary implements connect.Interceptor.
+func (a *Authenticator) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		ctx, err := a.authorize(ctx, req.Spec().Procedure, req.Header().Get("Authorization"))
+		if err != nil {
+			return nil, err
+		}
+		return next(ctx, req)
+	}
+}
+
+// WrapStreamingClient implements connect.Interceptor; it is a no-op.
+func (a *Authenticator) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+// WrapStreamingHandler implements connect.Interceptor.
+func (a *Authenticator) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		ctx, err := a.authorize(ctx, conn.Spec().Procedure, conn.RequestHeader().Get("Authorization"))
+		if err != nil {
+			return err
+		}
+		return next(ctx, conn)
+	}
+}

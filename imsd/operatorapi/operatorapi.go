@@ -1,0 +1,608 @@
+// Package operatorapi serves byoc.ims.v1.OperatorService: the API the byoc
+// CLI and TUI use to manage apps, installs and jobs and to follow job logs.
+// It validates every request before touching the store, so a bad request
+// changes nothing and its error names the offending field.
+package operatorapi
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/byoc-dev/byoc/imsd/auth"
+	"github.com/byoc-dev/byoc/imsd/dispatch"
+	"github.com/byoc-dev/byoc/imsd/errs"
+	"github.com/byoc-dev/byoc/imsd/rpcerr"
+	"github.com/byoc-dev/byoc/imsd/store"
+	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
+	"github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1/imsv1connect"
+)
+
+// Defaults and limits for requests.
+const (
+	DefaultJobTimeout     = time.Hour
+	MaxJobTimeout         = 24 * time.Hour
+	DefaultMaxAttempts    = 3
+	MaxMaxAttempts        = 10
+	DefaultEnrollTokenTTL = 24 * time.Hour
+	MaxEnrollTokenTTL     = 30 * 24 * time.Hour
+	MaxConfigBytes        = 256 << 10
+	MaxInputs             = 200
+	MaxInputValueBytes    = 4 << 10
+	logPage               = 500
+)
+
+// Config tunes the service.
+type Config struct {
+	// HeartbeatInterval is what agents are told; an agent unseen for three
+	// intervals counts as disconnected on other replicas.
+	HeartbeatInterval time.Duration
+	// FollowPoll bounds how long a log follower waits without a wake-up
+	// before it re-reads the database (a safety net, not the normal path).
+	FollowPoll time.Duration
+}
+
+// Service implements imsv1connect.OperatorServiceHandler.
+type Service struct {
+	imsv1connect.UnimplementedOperatorServiceHandler
+	store *store.Store
+	hub   *dispatch.Hub
+	cfg   Config
+	now   func() time.Time
+	log   *slog.Logger
+}
+
+// New returns the operator service.
+func New(st *store.Store, hub *dispatch.Hub, cfg Config, now func() time.Time, log *slog.Logger) *Service {
+	if cfg.FollowPoll == 0 {
+		cfg.FollowPoll = 2 * time.Second
+	}
+	return &Service{store: st, hub: hub, cfg: cfg, now: now, log: log}
+}
+
+func (s *Service) err(ctx context.Context, err error) error { return rpcerr.ToConnect(ctx, s.log, err) }
+
+var (
+	nameRE     = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+	inputKeyRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
+	typeRE     = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,62}$`)
+)
+
+func checkName(field, v string) error {
+	if v == "" {
+		return errs.Field(field, "is required")
+	}
+	if !nameRE.MatchString(v) {
+		return errs.Field(field, "%q is not a valid name: use 1-63 lowercase letters, digits and '-', starting and ending with a letter or digit", v)
+	}
+	return nil
+}
+
+func checkInputs(field string, in map[string]string) error {
+	if len(in) > MaxInputs {
+		return errs.Field(field, "has %d entries; at most %d are allowed", len(in), MaxInputs)
+	}
+	for k, v := range in {
+		if !inputKeyRE.MatchString(k) {
+			return errs.Field(field+"["+k+"]", "is not a valid input name: use letters, digits and '_', not starting with a digit")
+		}
+		if len(v) > MaxInputValueBytes {
+			return errs.Field(field+"["+k+"]", "is %d bytes; at most %d are allowed", len(v), MaxInputValueBytes)
+		}
+	}
+	return nil
+}
+
+func ttl(field string, seconds int64) (time.Duration, error) {
+	switch {
+	case seconds == 0:
+		return DefaultEnrollTokenTTL, nil
+	case seconds < 0:
+		return 0, errs.Field(field, "must not be negative")
+	case time.Duration(seconds)*time.Second > MaxEnrollTokenTTL:
+		return 0, errs.Field(field, "must be at most %d (30 days)", int64(MaxEnrollTokenTTL/time.Second))
+	}
+	return time.Duration(seconds) * time.Second, nil
+}
+
+// WhoAmI describes the caller's token.
+func (s *Service) WhoAmI(ctx context.Context, _ *connect.Request[imsv1.WhoAmIRequest]) (*connect.Response[imsv1.WhoAmIResponse], error) {
+	t := callerFrom(ctx)
+	return connect.NewResponse(&imsv1.WhoAmIResponse{TokenId: t.ID, Name: t.Name, Role: roleToProto(t.Role)}), nil
+}
+
+// CreateApiToken mints an operator token.
+func (s *Service) CreateApiToken(ctx context.Context, req *connect.Request[imsv1.CreateApiTokenRequest]) (*connect.Response[imsv1.CreateApiTokenResponse], error) {
+	if err := checkName("name", req.Msg.Name); err != nil {
+		return nil, s.err(ctx, err)
+	}
+	role, ok := map[imsv1.Role]store.Role{imsv1.Role_ROLE_ADMIN: store.RoleAdmin, imsv1.Role_ROLE_VIEWER: store.RoleViewer}[req.Msg.Role]
+	if !ok {
+		return nil, s.err(ctx, errs.Field("role", "must be ROLE_ADMIN or ROLE_VIEWER"))
+	}
+	secret, tok, err := CreateToken(ctx, s.store, req.Msg.Name, role, s.now())
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	s.log.InfoContext(ctx, "api token created", "token", tok.ID, "name", tok.Name, "role", tok.Role, "by", callerFrom(ctx).Name)
+	return connect.NewResponse(&imsv1.CreateApiTokenResponse{TokenId: tok.ID, Token: secret}), nil
+}
+
+// CreateToken mints and stores an API token and returns its secret.
+func CreateToken(ctx context.Context, st *store.Store, name string, role store.Role, now time.Time) (string, store.APIToken, error) {
+	secret := auth.NewSecret(auth.APITokenPrefix)
+	tok := store.APIToken{ID: auth.NewID("tok_"), Name: name, Role: role, CreatedAt: now}
+	if err := st.CreateAPIToken(ctx, tok, auth.Hash(secret)); err != nil {
+		return "", store.APIToken{}, fmt.Errorf("create api token: %w", err)
+	}
+	return secret, tok, nil
+}
+
+// CreateApp creates an app.
+func (s *Service) CreateApp(ctx context.Context, req *connect.Request[imsv1.CreateAppRequest]) (*connect.Response[imsv1.CreateAppResponse], error) {
+	m := req.Msg
+	if err := checkName("name", m.Name); err != nil {
+		return nil, s.err(ctx, err)
+	}
+	if len(m.Description) > 1024 {
+		return nil, s.err(ctx, errs.Field("description", "is longer than 1024 bytes"))
+	}
+	a := store.App{ID: auth.NewID("app_"), Name: m.Name, Description: m.Description, CreatedAt: s.now()}
+	if err := s.store.CreateApp(ctx, a); err != nil {
+		return nil, s.err(ctx, err)
+	}
+	return connect.NewResponse(&imsv1.CreateAppResponse{App: appToProto(a)}), nil
+}
+
+// ListApps lists every app.
+func (s *Service) ListApps(ctx context.Context, _ *connect.Request[imsv1.ListAppsRequest]) (*connect.Response[imsv1.ListAppsResponse], error) {
+	apps, err := s.store.ListApps(ctx)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	out := &imsv1.ListAppsResponse{}
+	for _, a := range apps {
+		out.Apps = append(out.Apps, appToProto(a))
+	}
+	return connect.NewResponse(out), nil
+}
+
+// GetApp returns one app.
+func (s *Service) GetApp(ctx context.Context, req *connect.Request[imsv1.GetAppRequest]) (*connect.Response[imsv1.GetAppResponse], error) {
+	if req.Msg.IdOrName == "" {
+		return nil, s.err(ctx, errs.Field("id_or_name", "is required"))
+	}
+	a, err := s.store.GetApp(ctx, req.Msg.IdOrName)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	return connect.NewResponse(&imsv1.GetAppResponse{App: appToProto(a)}), nil
+}
+
+// CreateInstall creates an install and its first enrolment token.
+func (s *Service) CreateInstall(ctx context.Context, req *connect.Request[imsv1.CreateInstallRequest]) (*connect.Response[imsv1.CreateInstallResponse], error) {
+	m := req.Msg
+	if m.App == "" {
+		return nil, s.err(ctx, errs.Field("app", "is required"))
+	}
+	if err := checkName("name", m.Name); err != nil {
+		return nil, s.err(ctx, err)
+	}
+	if err := checkInputs("inputs", m.Inputs); err != nil {
+		return nil, s.err(ctx, err)
+	}
+	life, err := ttl("enrollment_token_ttl_seconds", m.EnrollmentTokenTtlSeconds)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	app, err := s.store.GetApp(ctx, m.App)
+	if errs.Is(err, errs.NotFound) {
+		return nil, s.err(ctx, errs.Field("app", "no app named %q; create it with `byoc app create`", m.App))
+	}
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	now := s.now()
+	in := store.Install{ID: auth.NewID("ins_"), AppID: app.ID, Name: m.Name, Inputs: m.Inputs, CreatedAt: now}
+	if in.Inputs == nil {
+		in.Inputs = map[string]string{}
+	}
+	secret := auth.NewSecret(auth.EnrollTokenPrefix)
+	et := store.EnrollmentToken{Hash: auth.Hash(secret), InstallID: in.ID, ExpiresAt: now.Add(life), CreatedAt: now}
+	if err := s.store.CreateInstall(ctx, in, et); err != nil {
+		return nil, s.err(ctx, err)
+	}
+	s.log.InfoContext(ctx, "install created", "install", in.ID, "name", in.Name, "app", app.Name, "by", callerFrom(ctx).Name)
+	return connect.NewResponse(&imsv1.CreateInstallResponse{
+		Install:         s.installToProto(ctx, in),
+		EnrollmentToken: &imsv1.EnrollmentToken{Token: secret, ExpireTime: timestamppb.New(et.ExpiresAt)},
+	}), nil
+}
+
+// ListInstalls lists installs, optionally of one app.
+func (s *Service) ListInstalls(ctx context.Context, req *connect.Request[imsv1.ListInstallsRequest]) (*connect.Response[imsv1.ListInstallsResponse], error) {
+	appID := ""
+	if req.Msg.App != "" {
+		app, err := s.store.GetApp(ctx, req.Msg.App)
+		if errs.Is(err, errs.NotFound) {
+			return nil, s.err(ctx, errs.Field("app", "no app named %q", req.Msg.App))
+		}
+		if err != nil {
+			return nil, s.err(ctx, err)
+		}
+		appID = app.ID
+	}
+	ins, err := s.store.ListInstalls(ctx, appID)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	out := &imsv1.ListInstallsResponse{}
+	for _, in := range ins {
+		out.Installs = append(out.Installs, s.installToProto(ctx, in))
+	}
+	return connect.NewResponse(out), nil
+}
+
+// GetInstall returns one install with its agent's status.
+func (s *Service) GetInstall(ctx context.Context, req *connect.Request[imsv1.GetInstallRequest]) (*connect.Response[imsv1.GetInstallResponse], error) {
+	if req.Msg.IdOrName == "" {
+		return nil, s.err(ctx, errs.Field("id_or_name", "is required"))
+	}
+	in, err := s.store.GetInstall(ctx, req.Msg.IdOrName)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	return connect.NewResponse(&imsv1.GetInstallResponse{Install: s.installToProto(ctx, in)}), nil
+}
+
+// CreateEnrollmentToken issues a new enrolment token for an install.
+func (s *Service) CreateEnrollmentToken(ctx context.Context, req *connect.Request[imsv1.CreateEnrollmentTokenRequest]) (*connect.Response[imsv1.CreateEnrollmentTokenResponse], error) {
+	if req.Msg.Install == "" {
+		return nil, s.err(ctx, errs.Field("install", "is required"))
+	}
+	life, err := ttl("ttl_seconds", req.Msg.TtlSeconds)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	in, err := s.store.GetInstall(ctx, req.Msg.Install)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	now := s.now()
+	secret := auth.NewSecret(auth.EnrollTokenPrefix)
+	et := store.EnrollmentToken{Hash: auth.Hash(secret), InstallID: in.ID, ExpiresAt: now.Add(life), CreatedAt: now}
+	if err := s.store.CreateEnrollmentToken(ctx, et); err != nil {
+		return nil, s.err(ctx, err)
+	}
+	return connect.NewResponse(&imsv1.CreateEnrollmentTokenResponse{
+		EnrollmentToken: &imsv1.EnrollmentToken{Token: secret, ExpireTime: timestamppb.New(et.ExpiresAt)},
+	}), nil
+}
+
+var operations = map[string]bool{"plan": true, "apply": true, "destroy": true}
+
+// EnqueueJob queues a job and wakes the install's agent.
+func (s *Service) EnqueueJob(ctx context.Context, req *connect.Request[imsv1.EnqueueJobRequest]) (*connect.Response[imsv1.EnqueueJobResponse], error) {
+	m := req.Msg
+	if m.Install == "" {
+		return nil, s.err(ctx, errs.Field("install", "is required"))
+	}
+	if m.ComponentType == "" {
+		return nil, s.err(ctx, errs.Field("component_type", "is required"))
+	}
+	if !typeRE.MatchString(m.ComponentType) {
+		return nil, s.err(ctx, errs.Field("component_type", "%q is not a valid type name", m.ComponentType))
+	}
+	if !operations[m.Operation] {
+		return nil, s.err(ctx, errs.Field("operation", "must be plan, apply or destroy, got %q", m.Operation))
+	}
+	timeout := DefaultJobTimeout
+	switch {
+	case m.TimeoutSeconds < 0:
+		return nil, s.err(ctx, errs.Field("timeout_seconds", "must not be negative"))
+	case time.Duration(m.TimeoutSeconds)*time.Second > MaxJobTimeout:
+		return nil, s.err(ctx, errs.Field("timeout_seconds", "must be at most %d (24 hours)", int64(MaxJobTimeout/time.Second)))
+	case m.TimeoutSeconds > 0:
+		timeout = time.Duration(m.TimeoutSeconds) * time.Second
+	}
+	attempts := DefaultMaxAttempts
+	switch {
+	case m.MaxAttempts < 0 || m.MaxAttempts > MaxMaxAttempts:
+		return nil, s.err(ctx, errs.Field("max_attempts", "must be between 1 and %d", MaxMaxAttempts))
+	case m.MaxAttempts > 0:
+		attempts = int(m.MaxAttempts)
+	}
+	config := []byte("{}")
+	if m.Config != nil {
+		b, err := m.Config.MarshalJSON()
+		if err != nil {
+			return nil, s.err(ctx, errs.Field("config", "cannot be encoded as JSON: %v", err))
+		}
+		if len(b) > MaxConfigBytes {
+			return nil, s.err(ctx, errs.Field("config", "is %d bytes as JSON; at most %d are allowed", len(b), MaxConfigBytes))
+		}
+		config = b
+	}
+	in, err := s.store.GetInstall(ctx, m.Install)
+	if errs.Is(err, errs.NotFound) {
+		return nil, s.err(ctx, errs.Field("install", "no install named %q", m.Install))
+	}
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	j := store.Job{
+		ID:            auth.NewID("job_"),
+		InstallID:     in.ID,
+		ComponentType: m.ComponentType,
+		Operation:     m.Operation,
+		Config:        config,
+		State:         store.JobQueued,
+		MaxAttempts:   attempts,
+		Timeout:       timeout,
+		CreatedAt:     s.now(),
+		CreatedBy:     callerFrom(ctx).Name,
+	}
+	if err := s.store.EnqueueJob(ctx, j); err != nil {
+		return nil, s.err(ctx, err)
+	}
+	s.hub.Wake(in.ID)
+	return connect.NewResponse(&imsv1.EnqueueJobResponse{Job: s.jobToProto(ctx, j)}), nil
+}
+
+var statesFromProto = map[imsv1.JobState]store.JobState{
+	imsv1.JobState_JOB_STATE_QUEUED:    store.JobQueued,
+	imsv1.JobState_JOB_STATE_ASSIGNED:  store.JobAssigned,
+	imsv1.JobState_JOB_STATE_RUNNING:   store.JobRunning,
+	imsv1.JobState_JOB_STATE_SUCCEEDED: store.JobSucceeded,
+	imsv1.JobState_JOB_STATE_FAILED:    store.JobFailed,
+	imsv1.JobState_JOB_STATE_CANCELLED: store.JobCancelled,
+	imsv1.JobState_JOB_STATE_TIMED_OUT: store.JobTimedOut,
+}
+
+// ListJobs lists jobs, newest first.
+func (s *Service) ListJobs(ctx context.Context, req *connect.Request[imsv1.ListJobsRequest]) (*connect.Response[imsv1.ListJobsResponse], error) {
+	m := req.Msg
+	f := store.JobFilter{Limit: int(m.PageSize), Cursor: m.PageToken}
+	if m.PageSize < 0 || m.PageSize > 1000 {
+		return nil, s.err(ctx, errs.Field("page_size", "must be between 0 and 1000"))
+	}
+	for i, st := range m.States {
+		v, ok := statesFromProto[st]
+		if !ok {
+			return nil, s.err(ctx, errs.Field(fmt.Sprintf("states[%d]", i), "is not a job state"))
+		}
+		f.States = append(f.States, v)
+	}
+	if m.Install != "" {
+		in, err := s.store.GetInstall(ctx, m.Install)
+		if errs.Is(err, errs.NotFound) {
+			return nil, s.err(ctx, errs.Field("install", "no install named %q", m.Install))
+		}
+		if err != nil {
+			return nil, s.err(ctx, err)
+		}
+		f.InstallID = in.ID
+	}
+	jobs, next, err := s.store.ListJobs(ctx, f)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	out := &imsv1.ListJobsResponse{NextPageToken: next}
+	for _, j := range jobs {
+		out.Jobs = append(out.Jobs, s.jobToProto(ctx, j))
+	}
+	return connect.NewResponse(out), nil
+}
+
+// GetJob returns one job, saying why it waits if it does.
+func (s *Service) GetJob(ctx context.Context, req *connect.Request[imsv1.GetJobRequest]) (*connect.Response[imsv1.GetJobResponse], error) {
+	if req.Msg.Id == "" {
+		return nil, s.err(ctx, errs.Field("id", "is required"))
+	}
+	j, err := s.store.GetJob(ctx, req.Msg.Id)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	pj := s.jobToProto(ctx, j)
+	pj.PendingReason = s.pendingReason(ctx, j)
+	return connect.NewResponse(&imsv1.GetJobResponse{Job: pj}), nil
+}
+
+// pendingReason explains, in words an operator can act on, why a job that
+// is not running yet waits.
+func (s *Service) pendingReason(ctx context.Context, j store.Job) string {
+	now := s.now()
+	switch j.State {
+	case store.JobAssigned:
+		return fmt.Sprintf("assigned to agent %s (attempt %d of %d), waiting for it to start; the lease expires in %s",
+			j.AgentID, j.Attempt, j.MaxAttempts, j.LeaseDeadline.Sub(now).Round(time.Second))
+	case store.JobQueued:
+	default:
+		return ""
+	}
+	agents, err := s.store.AgentsForInstall(ctx, j.InstallID)
+	if err != nil {
+		return "cannot tell: " + err.Error()
+	}
+	if len(agents) == 0 {
+		return fmt.Sprintf("no agent has enrolled for install %s yet: run agentd with the install's enrolment token (`byoc install token`)", j.InstallID)
+	}
+	stale := 3 * s.cfg.HeartbeatInterval
+	for _, a := range agents {
+		if s.hub.Connected(a.ID) || (!a.LastSeenAt.IsZero() && now.Sub(a.LastSeenAt) < stale) {
+			ahead, _, err := s.store.ListJobs(ctx, store.JobFilter{InstallID: j.InstallID, States: []store.JobState{store.JobAssigned, store.JobRunning}, Limit: 1000})
+			if err == nil && len(ahead) > 0 {
+				return fmt.Sprintf("agent %s is connected and busy with %d job(s); this job starts when one ends", a.ID, len(ahead))
+			}
+			return fmt.Sprintf("agent %s is connected; the job is being handed to it", a.ID)
+		}
+	}
+	a := agents[0]
+	if a.LastSeenAt.IsZero() {
+		return fmt.Sprintf("agent %s enrolled %s ago but has never connected", a.ID, now.Sub(a.EnrolledAt).Round(time.Second))
+	}
+	return fmt.Sprintf("agent %s is not connected (last seen %s ago); the job starts when it reconnects", a.ID, now.Sub(a.LastSeenAt).Round(time.Second))
+}
+
+// CancelJob cancels a queued job or asks the agent to stop a running one.
+func (s *Service) CancelJob(ctx context.Context, req *connect.Request[imsv1.CancelJobRequest]) (*connect.Response[imsv1.CancelJobResponse], error) {
+	if req.Msg.Id == "" {
+		return nil, s.err(ctx, errs.Field("id", "is required"))
+	}
+	reason := req.Msg.Reason
+	if reason == "" {
+		reason = "cancelled by " + callerFrom(ctx).Name
+	}
+	if len(reason) > 1024 {
+		return nil, s.err(ctx, errs.Field("reason", "is longer than 1024 bytes"))
+	}
+	j, err := s.store.RequestCancel(ctx, req.Msg.Id, reason, s.now())
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	if !j.State.Terminal() && j.AgentID != "" {
+		s.hub.Cancel(j.AgentID, dispatch.CancelRequest{JobID: j.ID, Reason: reason})
+	}
+	s.hub.NotifyLog(j.ID)
+	s.log.InfoContext(ctx, "job cancel requested", "job", j.ID, "state", j.State, "by", callerFrom(ctx).Name)
+	return connect.NewResponse(&imsv1.CancelJobResponse{Job: s.jobToProto(ctx, j)}), nil
+}
+
+// StreamJobLogs replays a job's log and, when following, streams new lines
+// until the job has ended and every line it wrote has been sent.
+func (s *Service) StreamJobLogs(ctx context.Context, req *connect.Request[imsv1.StreamJobLogsRequest], out *connect.ServerStream[imsv1.StreamJobLogsResponse]) error {
+	m := req.Msg
+	if m.JobId == "" {
+		return s.err(ctx, errs.Field("job_id", "is required"))
+	}
+	if m.AfterAttempt < 0 || m.AfterSeq < 0 {
+		return s.err(ctx, errs.Field("after_seq", "must not be negative"))
+	}
+	if _, err := s.store.GetJob(ctx, m.JobId); err != nil {
+		return s.err(ctx, err)
+	}
+	attempt, seq := int(m.AfterAttempt), m.AfterSeq
+	for {
+		// Take the signal before reading, so a line written between the
+		// read and the wait still wakes us.
+		signal := s.hub.LogSignal(m.JobId)
+		job, err := s.store.GetJob(ctx, m.JobId)
+		if err != nil {
+			return s.err(ctx, err)
+		}
+		for {
+			lines, err := s.store.ListLogs(ctx, m.JobId, attempt, seq, logPage)
+			if err != nil {
+				return s.err(ctx, err)
+			}
+			if len(lines) == 0 {
+				break
+			}
+			resp := &imsv1.StreamJobLogsResponse{Lines: make([]*imsv1.LogLine, len(lines))}
+			for i, l := range lines {
+				resp.Lines[i] = &imsv1.LogLine{Attempt: int32(l.Attempt), Seq: l.Seq, Time: timestamppb.New(l.Time), Stream: imsv1.LogStream(l.Stream), Text: l.Text}
+			}
+			if err := out.Send(resp); err != nil {
+				return err
+			}
+			last := lines[len(lines)-1]
+			attempt, seq = last.Attempt, last.Seq
+			if len(lines) < logPage {
+				break
+			}
+		}
+		// The job was read before its lines: if it had ended then, every
+		// line it will ever have has now been sent.
+		if !m.Follow || job.State.Terminal() {
+			if m.Follow {
+				return out.Send(&imsv1.StreamJobLogsResponse{Job: s.jobToProto(ctx, job)})
+			}
+			return nil
+		}
+		t := time.NewTimer(s.cfg.FollowPoll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-signal:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+func roleToProto(r store.Role) imsv1.Role {
+	switch r {
+	case store.RoleAdmin:
+		return imsv1.Role_ROLE_ADMIN
+	case store.RoleViewer:
+		return imsv1.Role_ROLE_VIEWER
+	}
+	return imsv1.Role_ROLE_UNSPECIFIED
+}
+
+func appToProto(a store.App) *imsv1.App {
+	return &imsv1.App{Id: a.ID, Name: a.Name, Description: a.Description, CreateTime: ts(a.CreatedAt)}
+}
+
+func (s *Service) installToProto(ctx context.Context, in store.Install) *imsv1.Install {
+	p := &imsv1.Install{Id: in.ID, AppId: in.AppID, Name: in.Name, Inputs: in.Inputs, CreateTime: ts(in.CreatedAt)}
+	agents, err := s.store.AgentsForInstall(ctx, in.ID)
+	if err != nil || len(agents) == 0 {
+		return p
+	}
+	a := agents[0]
+	for _, b := range agents {
+		if s.hub.Connected(b.ID) {
+			a = b
+			break
+		}
+	}
+	connected := s.hub.Connected(a.ID) || (!a.LastSeenAt.IsZero() && s.now().Sub(a.LastSeenAt) < 3*s.cfg.HeartbeatInterval)
+	p.Agent = &imsv1.AgentStatus{
+		AgentId: a.ID, Connected: connected, LastSeenTime: ts(a.LastSeenAt),
+		Version: a.Version, Hostname: a.Hostname, EnrollTime: ts(a.EnrolledAt),
+	}
+	return p
+}
+
+var statesToProto = func() map[store.JobState]imsv1.JobState {
+	m := make(map[store.JobState]imsv1.JobState, len(statesFromProto))
+	for k, v := range statesFromProto {
+		m[v] = k
+	}
+	return m
+}()
+
+func (s *Service) jobToProto(ctx context.Context, j store.Job) *imsv1.Job {
+	p := &imsv1.Job{
+		Id: j.ID, InstallId: j.InstallID, ComponentType: j.ComponentType, Operation: j.Operation,
+		State: statesToProto[j.State], Attempt: int32(j.Attempt), MaxAttempts: int32(j.MaxAttempts),
+		TimeoutSeconds: int64(j.Timeout / time.Second), AgentId: j.AgentID,
+		CreateTime: ts(j.CreatedAt), StartTime: ts(j.StartedAt), EndTime: ts(j.EndedAt),
+		LeaseExpireTime: ts(j.LeaseDeadline), CancelRequested: j.CancelRequested,
+		ExitCode: int32(j.ExitCode), Error: j.Error, Outputs: j.Outputs, CreatedBy: j.CreatedBy,
+	}
+	if len(j.Config) > 0 {
+		cfg := &structpb.Struct{}
+		if err := cfg.UnmarshalJSON(j.Config); err == nil {
+			p.Config = cfg
+		} else {
+			s.log.WarnContext(ctx, "job config is not a JSON object", "job", j.ID, "err", err)
+		}
+	}
+	return p
+}
+
+func ts(t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() {
+		return nil
+	}
+	return timestamppb.New(t)
+}

@@ -1,0 +1,44 @@
+package server
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/byoc-dev/byoc/imsd/dispatch"
+	"github.com/byoc-dev/byoc/imsd/store"
+)
+
+// metrics implements agentapi.Observer with Prometheus collectors.
+type metrics struct {
+	pickup   prometheus.Histogram
+	finished *prometheus.CounterVec
+}
+
+func newMetrics(reg *prometheus.Registry, hub *dispatch.Hub) *metrics {
+	m := &metrics{
+		pickup: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "byoc_job_pickup_seconds",
+			Help:    "Time from enqueue to the agent acknowledging a job's first attempt.",
+			Buckets: []float64{.001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 5, 30},
+		}),
+		finished: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "byoc_jobs_finished_total",
+			Help: "Jobs finished by agents, by final state.",
+		}, []string{"state"}),
+	}
+	reg.MustRegister(m.pickup, m.finished,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "byoc_agents_connected",
+			Help: "Agent streams connected to this imsd.",
+		}, func() float64 { return float64(hub.Count()) }),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return m
+}
+
+func (m *metrics) Connected(int)                 {}
+func (m *metrics) Picked(d time.Duration)        { m.pickup.Observe(d.Seconds()) }
+func (m *metrics) Finished(state store.JobState) { m.finished.WithLabelValues(string(state)).Inc() }

@@ -1,0 +1,328 @@
+// Package server assembles imsd: it opens the store, mounts the operator and
+// agent APIs (Connect, gRPC and gRPC-Web on one HTTP/2 port), health,
+// readiness and Prometheus endpoints, and runs the lease sweeper. A whole
+// imsd can be started from a test on port 0 with a temporary directory.
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/byoc-dev/byoc/imsd/agentapi"
+	"github.com/byoc-dev/byoc/imsd/dispatch"
+	"github.com/byoc-dev/byoc/imsd/operatorapi"
+	"github.com/byoc-dev/byoc/imsd/store"
+	"github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1/agentv1connect"
+	"github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1/imsv1connect"
+)
+
+// Config is everything imsd needs to start.
+type Config struct {
+	// Addr is the listen address; ":0" picks a free port.
+	Addr string
+	// DataDir holds the SQLite database and the first admin token.
+	DataDir string
+	// DatabaseURL selects PostgreSQL (postgres://...) instead of SQLite.
+	DatabaseURL string
+	// AdminTokenFile is where the first start writes the admin token;
+	// default DataDir/admin.token.
+	AdminTokenFile string
+	// TLSCertFile and TLSKeyFile serve HTTPS instead of plaintext HTTP/2.
+	TLSCertFile, TLSKeyFile string
+
+	LeaseDuration     time.Duration // default 30s
+	HeartbeatInterval time.Duration // default 10s
+	SweepInterval     time.Duration // default 1s
+
+	Logger *slog.Logger
+	Now    func() time.Time
+}
+
+func (c *Config) defaults() error {
+	if c.Addr == "" {
+		c.Addr = "127.0.0.1:7070"
+	}
+	if c.LeaseDuration == 0 {
+		c.LeaseDuration = 30 * time.Second
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = 10 * time.Second
+	}
+	if c.SweepInterval == 0 {
+		c.SweepInterval = time.Second
+	}
+	if c.HeartbeatInterval >= c.LeaseDuration {
+		return fmt.Errorf("heartbeat interval %s must be shorter than the lease duration %s", c.HeartbeatInterval, c.LeaseDuration)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.DatabaseURL == "" && c.DataDir == "" {
+		return errors.New("set a data directory (--data-dir) for SQLite or a PostgreSQL URL (--database-url)")
+	}
+	if c.AdminTokenFile == "" && c.DataDir != "" {
+		c.AdminTokenFile = filepath.Join(c.DataDir, "admin.token")
+	}
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		return errors.New("--tls-cert and --tls-key go together")
+	}
+	return nil
+}
+
+// Server is a running imsd.
+type Server struct {
+	cfg   Config
+	store *store.Store
+	hub   *dispatch.Hub
+	ln    net.Listener
+	http  *http.Server
+	reg   *prometheus.Registry
+	log   *slog.Logger
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// New opens the store (applying migrations), creates the first admin token
+// if there is none, and binds the listen address. Call Serve to start.
+func New(ctx context.Context, cfg Config) (*Server, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	dsn := cfg.DatabaseURL
+	if dsn == "" {
+		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+			return nil, fmt.Errorf("create data dir: %w", err)
+		}
+		dsn = filepath.Join(cfg.DataDir, "imsd.db")
+	}
+	st, err := store.Open(ctx, dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	s := &Server{cfg: cfg, store: st, hub: dispatch.NewHub(), log: cfg.Logger}
+	if err := s.bootstrap(ctx); err != nil {
+		st.Close()
+		return nil, err
+	}
+	s.ln, err = net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+	s.http = s.newHTTPServer()
+	return s, nil
+}
+
+// bootstrap creates the first admin token on an empty database.
+func (s *Server) bootstrap(ctx context.Context) error {
+	n, err := s.store.CountAPITokens(ctx)
+	if err != nil {
+		return fmt.Errorf("count api tokens: %w", err)
+	}
+	if n > 0 {
+		return nil
+	}
+	secret, _, err := operatorapi.CreateToken(ctx, s.store, "admin", store.RoleAdmin, s.cfg.Now())
+	if err != nil {
+		return err
+	}
+	if s.cfg.AdminTokenFile == "" {
+		s.log.Warn("first start: created the admin API token; it is shown once", "token", secret)
+		return nil
+	}
+	if err := writeFileAtomic(s.cfg.AdminTokenFile, []byte(secret+"\n"), 0o600); err != nil {
+		return fmt.Errorf("write admin token: %w", err)
+	}
+	s.log.Info("first start: created the admin API token", "file", s.cfg.AdminTokenFile)
+	return nil
+}
+
+func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	if err := f.Chmod(mode); err != nil {
+		f.Close()
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}
+
+func (s *Server) newHTTPServer() *http.Server {
+	cfg := s.cfg
+	s.reg = prometheus.NewRegistry()
+	obs := newMetrics(s.reg, s.hub)
+
+	mux := http.NewServeMux()
+	op := operatorapi.New(s.store, s.hub, operatorapi.Config{HeartbeatInterval: cfg.HeartbeatInterval}, cfg.Now, s.log)
+	mux.Handle(imsv1connect.NewOperatorServiceHandler(op,
+		connect.WithInterceptors(&operatorapi.Authenticator{Store: s.store}),
+		connect.WithReadMaxBytes(4<<20)))
+	ag := agentapi.New(s.store, s.hub, agentapi.Config{
+		LeaseDuration:     cfg.LeaseDuration,
+		HeartbeatInterval: cfg.HeartbeatInterval,
+		HelloTimeout:      10 * time.Second,
+	}, cfg.Now, s.log, obs)
+	mux.Handle(agentv1connect.NewAgentServiceHandler(ag, connect.WithReadMaxBytes(16<<20)))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if _, err := s.store.CountAPITokens(ctx); err != nil {
+			http.Error(w, "database not reachable", http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ready\n"))
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+
+	p := new(http.Protocols)
+	p.SetHTTP1(true)
+	p.SetHTTP2(true)
+	p.SetUnencryptedHTTP2(true)
+	return &http.Server{
+		Handler:           mux,
+		Protocols:         p,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		HTTP2: &http.HTTP2Config{
+			MaxConcurrentStreams: 1000,
+			// Agents keep one idle stream open for days: probe dead peers.
+			SendPingTimeout: 30 * time.Second,
+			PingTimeout:     15 * time.Second,
+		},
+	}
+}
+
+// Addr is the bound listen address.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// URL is the base URL clients dial.
+func (s *Server) URL() string {
+	if s.cfg.TLSCertFile != "" {
+		return "https://" + s.Addr()
+	}
+	return "http://" + s.Addr()
+}
+
+// Store returns the server's store, for tests and tools.
+func (s *Server) Store() *store.Store { return s.store }
+
+// Hub returns the server's dispatch hub, for tests and benchmarks.
+func (s *Server) Hub() *dispatch.Hub { return s.hub }
+
+// Serve runs until ctx ends or Close is called; it then drains and returns.
+func (s *Server) Serve(ctx context.Context) error {
+	ctx, s.cancel = context.WithCancel(ctx)
+	s.wg.Add(2)
+	go func() { defer s.wg.Done(); s.sweep(ctx) }()
+	go func() {
+		defer s.wg.Done()
+		if err := s.store.Listen(ctx, s.hub.Wake, s.hub.NotifyLog); err != nil && ctx.Err() == nil {
+			s.log.Error("listen for wake-ups", "err", err)
+		}
+	}()
+	errc := make(chan error, 1)
+	go func() {
+		var err error
+		if s.cfg.TLSCertFile != "" {
+			s.http.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+			err = s.http.ServeTLS(s.ln, s.cfg.TLSCertFile, s.cfg.TLSKeyFile)
+		} else {
+			err = s.http.Serve(s.ln)
+		}
+		errc <- err
+	}()
+	s.log.Info("imsd serving", "addr", s.Addr(), "database", s.store.Dialect())
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	// Agent streams never end on their own: give requests a moment, then
+	// cut the rest. Agents reconnect and re-attach.
+	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if serr := s.http.Shutdown(sctx); serr != nil {
+		s.http.Close()
+	}
+	s.cancel()
+	s.wg.Wait()
+	if cerr := s.store.Close(); err == nil && !errors.Is(err, http.ErrServerClosed) {
+		err = cerr
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+// Close stops a serving server.
+func (s *Server) Close() {
+	if s.cancel != nil {
+		s.cancel()
+	}
+}
+
+// sweep expires leases on a timer and wakes the agents that can take the
+// requeued jobs.
+func (s *Server) sweep(ctx context.Context) {
+	t := time.NewTicker(s.cfg.SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		changed, err := s.store.ExpireLeases(ctx, s.cfg.Now())
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Error("expire leases", "err", err)
+			}
+			continue
+		}
+		for _, c := range changed {
+			s.log.Info("lease expired", "job", c.Job.ID, "attempt", c.Job.Attempt, "requeued", c.Requeued, "state", c.Job.State)
+			if c.Requeued {
+				s.hub.Wake(c.Job.InstallID)
+			}
+			s.hub.NotifyLog(c.Job.ID)
+		}
+	}
+}
