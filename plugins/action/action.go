@@ -178,10 +178,8 @@ func parseConfig(m map[string]any) (config, []sdk.Diagnostic) {
 		bad("steps", "is required")
 	} else {
 		cfg.Steps = parseSteps("steps", steps, bad)
-		if steps != nil && len(cfg.Steps) == 0 {
-			if _, isList := steps.([]any); isList {
-				bad("steps", "must not be empty")
-			}
+		if list, isList := steps.([]any); isList && len(list) == 0 {
+			bad("steps", "must not be empty")
 		}
 	}
 	if v, ok := m["destroy_steps"]; ok {

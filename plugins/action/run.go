@@ -212,4 +212,3 @@ func (w *lineWriter) Flush() {
 		w.line()
 	}
 }
-
