@@ -30,7 +30,7 @@ func (a *app) whoamiCommand() *cobra.Command {
 			f := newFields(a.stdout)
 			f.add("Server", c.target.server)
 			f.add("Context", c.target.context)
-			f.add("Token", res.Msg.GetName())
+			f.add("Token name", res.Msg.GetName())
 			f.add("Token ID", res.Msg.GetTokenId())
 			f.add("Role", roleName(res.Msg.GetRole()))
 			return f.flush()

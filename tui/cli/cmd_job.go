@@ -407,6 +407,7 @@ func (a *app) followJob(ctx context.Context, c *client, jobID string, lf logForm
 	p := &logPrinter{w: a.stdout, format: lf}
 	backoff := 250 * time.Millisecond
 	failures := 0
+	first := true
 	for {
 		job, err := a.streamLogs(ctx, c, jobID, true, p)
 		if ctx.Err() != nil {
@@ -427,13 +428,16 @@ func (a *app) followJob(ctx context.Context, c *client, jobID string, lf logForm
 			return a.jobEnded(job)
 		}
 		if err != nil {
-			if !retryable(err) || failures >= 5 {
+			// A first call that fails is a wrong server or job, not a
+			// broken stream: report it at once.
+			if (first && p.afterAttempt == 0) || !retryable(err) || failures >= 5 {
 				return err
 			}
 			failures++
 		} else {
 			failures = 0
 		}
+		first = false
 		fmt.Fprintf(a.stderr, "==> log stream interrupted; reconnecting\n")
 		select {
 		case <-ctx.Done():
@@ -510,4 +514,3 @@ func (a *app) jobCancelCommand() *cobra.Command {
 	cmd.Flags().StringVar(&reason, "reason", "", "why, for the audit log")
 	return cmd
 }
-

@@ -140,7 +140,7 @@ func shortDuration(d time.Duration) string {
 		return fmt.Sprintf("%dh%dm", h, m)
 	default:
 		days, h := int(d.Hours())/24, int(d.Hours())%24
-		if h == 0 {
+		if h == 0 || days >= 10 {
 			return fmt.Sprintf("%dd", days)
 		}
 		return fmt.Sprintf("%dd%dh", days, h)

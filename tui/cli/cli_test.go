@@ -1,0 +1,511 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// result is one run of the command line.
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// byoc runs the real command line with args and returns what it printed.
+func byoc(tb testing.TB, args ...string) result {
+	tb.Helper()
+	var stdout, stderr bytes.Buffer
+	code := Main(context.Background(), args, strings.NewReader(""), &stdout, &stderr)
+	return result{code: code, stdout: stdout.String(), stderr: stderr.String()}
+}
+
+// mustRun runs args and fails the test unless they exit 0.
+func mustRun(tb testing.TB, args ...string) result {
+	tb.Helper()
+	r := byoc(tb, args...)
+	if r.code != 0 {
+		tb.Fatalf("byoc %s: exit %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), r.code, r.stdout, r.stderr)
+	}
+	return r
+}
+
+// useConfig points BYOC_CONFIG at a fresh file in a fresh directory and
+// returns its path.
+func useConfig(tb testing.TB) string {
+	tb.Helper()
+	path := filepath.Join(tb.TempDir(), "byoc", "config.json")
+	tb.Setenv(configEnv, path)
+	return path
+}
+
+// setup starts a fake server and adds a current context for it.
+func setup(tb testing.TB) (*fakeOperator, string) {
+	tb.Helper()
+	useConfig(tb)
+	f := &fakeOperator{}
+	url := newFakeServer(tb, f)
+	mustRun(tb, "context", "add", "test", "--server", url, "--token", testToken, "--use")
+	return f, url
+}
+
+func TestContextAddUseList(t *testing.T) {
+	path := useConfig(t)
+	mustRun(t, "context", "add", "prod", "--server", "https://ims.example.com", "--token", "byoc_op_prodsecret")
+	mustRun(t, "context", "add", "dev", "--server", "http://127.0.0.1:8080", "--token", "byoc_op_devsecret")
+
+	// The first context added becomes current.
+	if r := mustRun(t, "context", "current"); r.stdout != "prod\n" {
+		t.Errorf("context current = %q, want prod", r.stdout)
+	}
+	mustRun(t, "context", "use", "dev")
+
+	r := mustRun(t, "context", "list")
+	for _, secret := range []string{"prodsecret", "devsecret"} {
+		if strings.Contains(r.stdout+r.stderr, secret) {
+			t.Errorf("context list printed a token:\n%s", r.stdout)
+		}
+	}
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("context list printed %d lines, want 3:\n%s", len(lines), r.stdout)
+	}
+	if !strings.HasPrefix(lines[2], "*") || !strings.Contains(lines[2], "dev") || strings.HasPrefix(lines[1], "*") {
+		t.Errorf("context list does not mark dev as current:\n%s", r.stdout)
+	}
+
+	r = mustRun(t, "context", "list", "-o", "json")
+	var views []map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &views); err != nil {
+		t.Fatalf("context list -o json: %v\n%s", err, r.stdout)
+	}
+	if len(views) != 2 || views[1]["name"] != "dev" || views[1]["current"] != true || views[0]["token"] != nil {
+		t.Errorf("context list -o json = %v", views)
+	}
+	if strings.Contains(r.stdout, "secret") {
+		t.Errorf("context list -o json printed a token:\n%s", r.stdout)
+	}
+
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("config mode = %v, want 0600", fi.Mode().Perm())
+	}
+	di, err := os.Stat(filepath.Dir(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if di.Mode().Perm() != 0o700 {
+		t.Errorf("config dir mode = %v, want 0700", di.Mode().Perm())
+	}
+	entries, _ := os.ReadDir(filepath.Dir(path))
+	if len(entries) != 1 {
+		t.Errorf("config dir holds %d files, want only config.json (temp files left behind?)", len(entries))
+	}
+
+	// Removing the current context leaves none current.
+	mustRun(t, "context", "remove", "dev")
+	if r := byoc(t, "context", "current"); r.code != exitError {
+		t.Errorf("context current with none current: exit %d, want 1", r.code)
+	}
+	if r := byoc(t, "context", "use", "nope"); r.code != exitError || !strings.Contains(r.stderr, `context "nope" not found`) || !strings.Contains(r.stderr, "prod") {
+		t.Errorf("context use nope: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+func TestContextAddTokenFromStdin(t *testing.T) {
+	useConfig(t)
+	var stdout, stderr bytes.Buffer
+	code := Main(context.Background(), []string{"context", "add", "dev", "--server", "http://127.0.0.1:1", "--token", "-"},
+		strings.NewReader("byoc_op_fromstdin\n"), &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	path, _ := configPath(os.Getenv)
+	cfg, err := loadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Context("dev").Token; got != "byoc_op_fromstdin" {
+		t.Errorf("token = %q", got)
+	}
+}
+
+func TestWhoAmISendsToken(t *testing.T) {
+	f, url := setup(t)
+	r := mustRun(t, "whoami")
+	if got := f.lastAuth(); got != "Bearer "+testToken {
+		t.Errorf("Authorization = %q", got)
+	}
+	for _, want := range []string{url, "ci", "tok_1", "admin", "test"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("whoami output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if strings.Contains(r.stdout, testToken) {
+		t.Errorf("whoami printed the token:\n%s", r.stdout)
+	}
+
+	// --token overrides the context's token.
+	r = byoc(t, "whoami", "--token", "byoc_op_wrong")
+	if r.code != exitError || f.lastAuth() != "Bearer byoc_op_wrong" || !strings.Contains(r.stderr, "invalid API token") {
+		t.Errorf("whoami --token wrong: exit %d, auth %q, stderr %q", r.code, f.lastAuth(), r.stderr)
+	}
+}
+
+func TestServerFlagNeverSendsContextTokenElsewhere(t *testing.T) {
+	f, _ := setup(t)
+	other := &fakeOperator{}
+	otherURL := newFakeServer(t, other)
+
+	r := byoc(t, "--server", otherURL, "whoami")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "no token for "+otherURL) {
+		t.Errorf("--server without --token: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if other.lastAuth() != "" {
+		t.Errorf("the other server got Authorization %q", other.lastAuth())
+	}
+	mustRun(t, "--server", otherURL, "--token", testToken, "whoami")
+	if other.lastAuth() != "Bearer "+testToken {
+		t.Errorf("other server got %q", other.lastAuth())
+	}
+	_ = f
+}
+
+func TestJSONOutput(t *testing.T) {
+	setup(t)
+
+	r := mustRun(t, "app", "list", "-o", "json")
+	var apps []map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &apps); err != nil {
+		t.Fatalf("app list -o json: %v\n%s", err, r.stdout)
+	}
+	if len(apps) != 2 || apps[0]["name"] != "shop" || apps[1]["description"] != "" {
+		t.Errorf("app list -o json = %v", apps)
+	}
+
+	r = mustRun(t, "app", "get", "shop", "--output", "json")
+	var app map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &app); err != nil {
+		t.Fatalf("app get -o json: %v\n%s", err, r.stdout)
+	}
+	if app["id"] != "app_1" || app["createTime"] != "2025-01-02T03:04:05Z" {
+		t.Errorf("app get -o json = %v", app)
+	}
+	// The same call prints the same bytes.
+	if again := mustRun(t, "app", "get", "shop", "-o", "json"); again.stdout != r.stdout {
+		t.Errorf("json output is not stable:\n%s\n%s", r.stdout, again.stdout)
+	}
+
+	r = mustRun(t, "job", "list", "-o", "json")
+	var jobs []map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &jobs); err != nil {
+		t.Fatalf("job list -o json: %v\n%s", err, r.stdout)
+	}
+	if len(jobs) != 2 || jobs[1]["state"] != "JOB_STATE_FAILED" || jobs[1]["exitCode"] != float64(4) || jobs[0]["exitCode"] != float64(0) {
+		t.Errorf("job list -o json = %v", jobs)
+	}
+}
+
+func TestTextTables(t *testing.T) {
+	setup(t)
+	r := mustRun(t, "app", "list")
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "NAME") || !strings.Contains(lines[1], "ago") {
+		t.Fatalf("app list:\n%s", r.stdout)
+	}
+	// Columns line up: ID starts at the same offset on every line.
+	col := strings.Index(lines[0], "ID")
+	for _, l := range lines[1:] {
+		if !strings.HasPrefix(l[col:], "app_") {
+			t.Errorf("misaligned row %q (ID column at %d)", l, col)
+		}
+	}
+
+	r = mustRun(t, "install", "get", "shop-acme")
+	for _, want := range []string{"connected, last seen 3s ago", "region=eu-west-1, size=m", "agt_1"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("install get lacks %q:\n%s", want, r.stdout)
+		}
+	}
+}
+
+func TestInstallCreate(t *testing.T) {
+	f, url := setup(t)
+	r := mustRun(t, "install", "create", "shop-acme", "--app", "shop", "--input", "region=eu-west-1", "--input", "note=a=b", "--token-ttl", "1h")
+	want := "agentd --ims " + url + " --enroll-token byoc_enr_secret --state-dir ./agent-shop-acme"
+	if !strings.Contains(r.stdout, want) {
+		t.Errorf("install create output lacks %q:\n%s", want, r.stdout)
+	}
+	got := f.created[0]
+	if got.GetApp() != "shop" || got.GetName() != "shop-acme" || got.GetEnrollmentTokenTtlSeconds() != 3600 ||
+		got.GetInputs()["region"] != "eu-west-1" || got.GetInputs()["note"] != "a=b" {
+		t.Errorf("server received %v", got)
+	}
+
+	for _, args := range [][]string{
+		{"install", "create", "x", "--app", "shop", "--input", "novalue"},
+		{"install", "create", "x"},
+		{"install", "create", "x", "--app", "shop", "--token-ttl", "-1h"},
+	} {
+		if r := byoc(t, args...); r.code != exitUsage {
+			t.Errorf("byoc %v: exit %d, want 2 (stderr %q)", args, r.code, r.stderr)
+		}
+	}
+}
+
+func TestActionRunBuildsConfig(t *testing.T) {
+	f, _ := setup(t)
+	r := mustRun(t, "action", "run", "shop-acme", "--timeout", "10m", "--max-attempts", "2", "--", "echo", "-n", "hi", "&&", "ls")
+	if r.stdout != "job_1\n" {
+		t.Errorf("stdout = %q, want the job id", r.stdout)
+	}
+	got := f.enqueued[0]
+	if got.GetInstall() != "shop-acme" || got.GetComponentType() != "action" || got.GetOperation() != "apply" ||
+		got.GetTimeoutSeconds() != 600 || got.GetMaxAttempts() != 2 {
+		t.Errorf("server received %v", got)
+	}
+	cfg, _ := json.Marshal(got.GetConfig().AsMap())
+	if want := `{"steps":[{"name":"run","script":"echo -n hi \u0026\u0026 ls"}]}`; string(cfg) != want {
+		t.Errorf("config = %s, want %s", cfg, want)
+	}
+
+	for _, args := range [][]string{
+		{"action", "run", "shop-acme"},
+		{"action", "run", "--", "echo"},
+		{"action", "run", "a", "b", "--", "echo"},
+	} {
+		if r := byoc(t, args...); r.code != exitUsage {
+			t.Errorf("byoc %v: exit %d, want 2 (stderr %q)", args, r.code, r.stderr)
+		}
+	}
+}
+
+func TestJobListFilters(t *testing.T) {
+	f, _ := setup(t)
+	r := mustRun(t, "job", "list", "--install", "shop-acme", "--state", "queued,Running", "--state", "timed-out", "--limit", "5")
+	got := f.listed[0]
+	wantStates := []imsv1.JobState{imsv1.JobState_JOB_STATE_QUEUED, imsv1.JobState_JOB_STATE_RUNNING, imsv1.JobState_JOB_STATE_TIMED_OUT}
+	if got.GetInstall() != "shop-acme" || !slices.Equal(got.GetStates(), wantStates) || got.GetPageSize() != 5 {
+		t.Errorf("server received %v", got)
+	}
+	if !strings.Contains(r.stdout, "running") || !strings.Contains(r.stdout, "1/3") {
+		t.Errorf("job list:\n%s", r.stdout)
+	}
+}
+
+func TestJobGetShowsPendingReason(t *testing.T) {
+	f, _ := setup(t)
+	f.job = &imsv1.Job{Id: "job_1", State: imsv1.JobState_JOB_STATE_QUEUED, PendingReason: "the install's agent is not connected", MaxAttempts: 3, CreateTime: testTime}
+	r := mustRun(t, "job", "get", "job_1")
+	if !strings.Contains(r.stdout, "the install's agent is not connected") || !strings.Contains(r.stdout, "queued") {
+		t.Errorf("job get:\n%s", r.stdout)
+	}
+}
+
+// logScript is a job's log: two output lines, a stderr line and the agent's
+// own line, then the ended job.
+func logScript(end *imsv1.Job) [][]*imsv1.StreamJobLogsResponse {
+	return [][]*imsv1.StreamJobLogsResponse{{
+		{Lines: []*imsv1.LogLine{
+			{Attempt: 1, Seq: 1, Stream: imsv1.LogStream_LOG_STREAM_SYSTEM, Text: "starting action", Time: testTime},
+			{Attempt: 1, Seq: 2, Stream: imsv1.LogStream_LOG_STREAM_STDOUT, Text: "hello\n", Time: testTime},
+		}},
+		{Lines: []*imsv1.LogLine{
+			{Attempt: 1, Seq: 3, Stream: imsv1.LogStream_LOG_STREAM_STDERR, Text: "oops", Time: testTime},
+		}},
+		{Job: end},
+	}}
+}
+
+func TestJobLogsFollowExitCode(t *testing.T) {
+	tests := []struct {
+		name       string
+		job        *imsv1.Job
+		wantCode   int
+		wantStderr string
+	}{
+		{"succeeded", &imsv1.Job{Id: "job_1", State: imsv1.JobState_JOB_STATE_SUCCEEDED}, 0, "job job_1 succeeded"},
+		{"failed", &imsv1.Job{Id: "job_1", State: imsv1.JobState_JOB_STATE_FAILED, ExitCode: 3, Error: "step run failed"}, 3, "error: job job_1 failed with exit code 3: step run failed"},
+		{"timed out", &imsv1.Job{Id: "job_1", State: imsv1.JobState_JOB_STATE_TIMED_OUT, Error: "time limit of 10m0s reached"}, 1, "error: job job_1 timed out: time limit"},
+		{"cancelled", &imsv1.Job{Id: "job_1", State: imsv1.JobState_JOB_STATE_CANCELLED, Error: "cancelled by ci"}, 1, "cancelled"},
+		{"huge exit code", &imsv1.Job{Id: "job_1", State: imsv1.JobState_JOB_STATE_FAILED, ExitCode: 256}, 1, "exit code 256"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f, _ := setup(t)
+			f.logCalls = logScript(tt.job)
+			r := byoc(t, "job", "logs", "job_1", "-f")
+			if r.code != tt.wantCode {
+				t.Errorf("exit %d, want %d; stderr %q", r.code, tt.wantCode, r.stderr)
+			}
+			if want := "==> starting action\nhello\noops\n"; r.stdout != want {
+				t.Errorf("stdout = %q, want %q", r.stdout, want)
+			}
+			if !strings.Contains(r.stderr, tt.wantStderr) || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+				t.Errorf("stderr = %q, want one line with %q", r.stderr, tt.wantStderr)
+			}
+			if reqs := f.logRequestsCopy(); len(reqs) != 1 || !reqs[0].GetFollow() {
+				t.Errorf("log requests = %v", reqs)
+			}
+		})
+	}
+}
+
+func TestJobLogsFormats(t *testing.T) {
+	f, _ := setup(t)
+	f.logCalls = logScript(nil)
+	r := mustRun(t, "job", "logs", "job_1", "--stream-prefix")
+	if want := "==> starting action\nout | hello\nerr | oops\n"; r.stdout != want {
+		t.Errorf("stdout = %q, want %q", r.stdout, want)
+	}
+	r = mustRun(t, "job", "logs", "job_1", "--timestamps")
+	ts := testTime.AsTime().Local().Format("2006-01-02T15:04:05.000Z07:00")
+	if !strings.HasPrefix(r.stdout, ts+" ==> starting action\n") {
+		t.Errorf("stdout = %q", r.stdout)
+	}
+}
+
+func TestJobLogsFollowResumes(t *testing.T) {
+	f, _ := setup(t)
+	end := &imsv1.Job{Id: "job_1", State: imsv1.JobState_JOB_STATE_FAILED, ExitCode: 7}
+	f.job = &imsv1.Job{Id: "job_1", State: imsv1.JobState_JOB_STATE_RUNNING}
+	// The first stream breaks off after two lines (as when imsd restarts);
+	// the second replays from the start, and the client skips what it
+	// printed already.
+	full := logScript(end)[0]
+	f.logCalls = [][]*imsv1.StreamJobLogsResponse{full[:1], full}
+	r := byoc(t, "job", "logs", "job_1", "-f")
+	if r.code != 7 {
+		t.Errorf("exit %d, want 7; stderr %q", r.code, r.stderr)
+	}
+	if want := "==> starting action\nhello\noops\n"; r.stdout != want {
+		t.Errorf("stdout = %q, want %q", r.stdout, want)
+	}
+	reqs := f.logRequestsCopy()
+	if len(reqs) != 2 || reqs[1].GetAfterAttempt() != 1 || reqs[1].GetAfterSeq() != 2 {
+		t.Errorf("log requests = %v", reqs)
+	}
+}
+
+func TestActionRunFollow(t *testing.T) {
+	f, _ := setup(t)
+	start := timestamppb.New(testTime.AsTime())
+	endTime := timestamppb.New(testTime.AsTime().Add(12e9))
+	f.logCalls = logScript(&imsv1.Job{Id: "job_1", State: imsv1.JobState_JOB_STATE_FAILED, ExitCode: 42, StartTime: start, EndTime: endTime})
+	r := byoc(t, "action", "run", "shop-acme", "-f", "--", "exit 42")
+	if r.code != 42 {
+		t.Errorf("exit %d, want 42; stderr %q", r.code, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "job job_1 failed in 12s with exit code 42") {
+		t.Errorf("stderr = %q", r.stderr)
+	}
+	if !strings.Contains(r.stdout, "hello") || strings.Contains(r.stdout, "job_1\n") {
+		t.Errorf("stdout = %q", r.stdout)
+	}
+}
+
+func TestJobCancel(t *testing.T) {
+	setup(t)
+	r := mustRun(t, "job", "cancel", "job_1", "--reason", "stuck")
+	if !strings.Contains(r.stdout, "Asked the agent to stop job job_1") {
+		t.Errorf("stdout = %q", r.stdout)
+	}
+}
+
+func TestErrors(t *testing.T) {
+	setup(t)
+	tests := []struct {
+		args       []string
+		wantCode   int
+		wantStderr string
+	}{
+		{[]string{"app", "get", "nope"}, exitError, "error: app \"nope\" not found\n"},
+		{[]string{"app", "create", "Bad Name"}, exitError, "error: name: must be lowercase letters, digits and dashes\n"},
+		{[]string{"app", "get"}, exitUsage, "error: missing NAME"},
+		{[]string{"app", "get", "a", "b"}, exitUsage, `error: unexpected argument "b"`},
+		{[]string{"app", "list", "--bogus"}, exitUsage, "error: unknown flag: --bogus"},
+		{[]string{"bogus"}, exitUsage, `error: unknown command "bogus" for "byoc"`},
+		{[]string{"job", "bogus"}, exitUsage, `error: unknown command "bogus" for "byoc job"`},
+		{[]string{"app", "list", "-o", "yaml"}, exitUsage, "--output must be text or json"},
+		{[]string{"job", "list", "--state", "done"}, exitUsage, `--state "done" is not one of`},
+		{[]string{"context", "add", "x", "--server", "ftp://x", "--token", "t"}, exitUsage, "must be an http:// or https:// URL"},
+		{[]string{"--context", "nope", "app", "list"}, exitError, `context "nope" not found`},
+		{[]string{"job", "get", "job_9"}, exitError, `error: job "job_9" not found`},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			r := byoc(t, tt.args...)
+			if r.code != tt.wantCode {
+				t.Errorf("exit %d, want %d (stderr %q)", r.code, tt.wantCode, r.stderr)
+			}
+			if !strings.Contains(r.stderr, tt.wantStderr) {
+				t.Errorf("stderr = %q, want it to contain %q", r.stderr, tt.wantStderr)
+			}
+		})
+	}
+}
+
+func TestNoContext(t *testing.T) {
+	useConfig(t)
+	r := byoc(t, "app", "list")
+	if r.code != exitError || !strings.Contains(r.stderr, "byoc context add NAME --server URL --token TOKEN") {
+		t.Errorf("exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+func TestUnreachableServer(t *testing.T) {
+	useConfig(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + ln.Addr().String()
+	ln.Close() // nothing listens there now
+	mustRun(t, "context", "add", "gone", "--server", url, "--token", testToken, "--use")
+
+	for _, args := range [][]string{{"whoami"}, {"job", "logs", "-f", "job_1"}} {
+		r := byoc(t, args...)
+		if r.code != exitError {
+			t.Errorf("%v: exit %d, want 1", args, r.code)
+		}
+		for _, want := range []string{"cannot reach the byoc server at " + url, `context "gone"`, "byoc context list"} {
+			if !strings.Contains(r.stderr, want) {
+				t.Errorf("%v: stderr %q lacks %q", args, r.stderr, want)
+			}
+		}
+	}
+}
+
+func TestShortDuration(t *testing.T) {
+	tests := []struct {
+		d    time.Duration
+		want string
+	}{
+		{0, "0s"},
+		{3 * time.Second, "3s"},
+		{90 * time.Second, "1m30s"},
+		{5 * time.Minute, "5m"},
+		{42*time.Minute + 10*time.Second, "42m"},
+		{2*time.Hour + 5*time.Minute, "2h5m"},
+		{50 * time.Hour, "2d2h"},
+		{300 * time.Hour, "12d"},
+	}
+	for _, tt := range tests {
+		if got := shortDuration(tt.d); got != tt.want {
+			t.Errorf("shortDuration(%v) = %q, want %q", tt.d, got, tt.want)
+		}
+	}
+}

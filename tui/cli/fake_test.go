@@ -1,0 +1,223 @@
+package cli
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
+	"github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1/imsv1connect"
+)
+
+// testToken is the only token the fake server accepts.
+const testToken = "byoc_op_testtoken"
+
+// fakeOperator is an in-process OperatorService with canned data that
+// records what it was asked.
+type fakeOperator struct {
+	imsv1connect.UnimplementedOperatorServiceHandler
+
+	mu          sync.Mutex
+	authHeaders []string
+	protos      []string
+	created     []*imsv1.CreateInstallRequest
+	enqueued    []*imsv1.EnqueueJobRequest
+	listed      []*imsv1.ListJobsRequest
+	logRequests []*imsv1.StreamJobLogsRequest
+	// logCalls[i] is what the i-th StreamJobLogs call sends; the last entry
+	// repeats.
+	logCalls [][]*imsv1.StreamJobLogsResponse
+	job      *imsv1.Job // returned by GetJob
+}
+
+var testTime = timestamppb.New(time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC))
+
+func (f *fakeOperator) auth(h http.Header) error {
+	f.mu.Lock()
+	f.authHeaders = append(f.authHeaders, h.Get("Authorization"))
+	f.mu.Unlock()
+	if h.Get("Authorization") != "Bearer "+testToken {
+		return connect.NewError(connect.CodeUnauthenticated, errString("invalid API token"))
+	}
+	return nil
+}
+
+type errString string
+
+func (e errString) Error() string { return string(e) }
+
+func (f *fakeOperator) WhoAmI(ctx context.Context, req *connect.Request[imsv1.WhoAmIRequest]) (*connect.Response[imsv1.WhoAmIResponse], error) {
+	if err := f.auth(req.Header()); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&imsv1.WhoAmIResponse{TokenId: "tok_1", Name: "ci", Role: imsv1.Role_ROLE_ADMIN}), nil
+}
+
+var testApps = []*imsv1.App{
+	{Id: "app_1", Name: "shop", Description: "the shop", CreateTime: testTime},
+	{Id: "app_2", Name: "blog", CreateTime: testTime},
+}
+
+func (f *fakeOperator) CreateApp(ctx context.Context, req *connect.Request[imsv1.CreateAppRequest]) (*connect.Response[imsv1.CreateAppResponse], error) {
+	if err := f.auth(req.Header()); err != nil {
+		return nil, err
+	}
+	if req.Msg.GetName() == "" || req.Msg.GetName() == "Bad Name" {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errString("name: must be lowercase letters, digits and dashes"))
+	}
+	return connect.NewResponse(&imsv1.CreateAppResponse{App: &imsv1.App{Id: "app_9", Name: req.Msg.GetName(), Description: req.Msg.GetDescription(), CreateTime: testTime}}), nil
+}
+
+func (f *fakeOperator) ListApps(ctx context.Context, req *connect.Request[imsv1.ListAppsRequest]) (*connect.Response[imsv1.ListAppsResponse], error) {
+	if err := f.auth(req.Header()); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&imsv1.ListAppsResponse{Apps: testApps}), nil
+}
+
+func (f *fakeOperator) GetApp(ctx context.Context, req *connect.Request[imsv1.GetAppRequest]) (*connect.Response[imsv1.GetAppResponse], error) {
+	if err := f.auth(req.Header()); err != nil {
+		return nil, err
+	}
+	for _, a := range testApps {
+		if a.GetName() == req.Msg.GetIdOrName() || a.GetId() == req.Msg.GetIdOrName() {
+			return connect.NewResponse(&imsv1.GetAppResponse{App: a}), nil
+		}
+	}
+	return nil, connect.NewError(connect.CodeNotFound, errString(`app "`+req.Msg.GetIdOrName()+`" not found`))
+}
+
+func (f *fakeOperator) CreateInstall(ctx context.Context, req *connect.Request[imsv1.CreateInstallRequest]) (*connect.Response[imsv1.CreateInstallResponse], error) {
+	if err := f.auth(req.Header()); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	f.created = append(f.created, req.Msg)
+	f.mu.Unlock()
+	return connect.NewResponse(&imsv1.CreateInstallResponse{
+		Install: &imsv1.Install{Id: "ins_1", AppId: "app_1", Name: req.Msg.GetName(), Inputs: req.Msg.GetInputs(), CreateTime: testTime},
+		EnrollmentToken: &imsv1.EnrollmentToken{
+			Token:      "byoc_enr_secret",
+			ExpireTime: timestamppb.New(time.Now().Add(24 * time.Hour)),
+		},
+	}), nil
+}
+
+func (f *fakeOperator) GetInstall(ctx context.Context, req *connect.Request[imsv1.GetInstallRequest]) (*connect.Response[imsv1.GetInstallResponse], error) {
+	if err := f.auth(req.Header()); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&imsv1.GetInstallResponse{Install: &imsv1.Install{
+		Id: "ins_1", AppId: "app_1", Name: req.Msg.GetIdOrName(), CreateTime: testTime,
+		Inputs: map[string]string{"region": "eu-west-1", "size": "m"},
+		Agent: &imsv1.AgentStatus{
+			AgentId: "agt_1", Connected: true, Version: "v0.1.0", Hostname: "ip-10-0-0-1",
+			LastSeenTime: timestamppb.New(time.Now().Add(-3 * time.Second)), EnrollTime: testTime,
+		},
+	}}), nil
+}
+
+func (f *fakeOperator) EnqueueJob(ctx context.Context, req *connect.Request[imsv1.EnqueueJobRequest]) (*connect.Response[imsv1.EnqueueJobResponse], error) {
+	if err := f.auth(req.Header()); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	f.enqueued = append(f.enqueued, req.Msg)
+	f.mu.Unlock()
+	return connect.NewResponse(&imsv1.EnqueueJobResponse{Job: &imsv1.Job{
+		Id: "job_1", InstallId: "ins_1", ComponentType: req.Msg.GetComponentType(), Operation: req.Msg.GetOperation(),
+		Config: req.Msg.GetConfig(), State: imsv1.JobState_JOB_STATE_QUEUED, MaxAttempts: 3, CreateTime: testTime,
+	}}), nil
+}
+
+func (f *fakeOperator) ListJobs(ctx context.Context, req *connect.Request[imsv1.ListJobsRequest]) (*connect.Response[imsv1.ListJobsResponse], error) {
+	if err := f.auth(req.Header()); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	f.listed = append(f.listed, req.Msg)
+	f.mu.Unlock()
+	return connect.NewResponse(&imsv1.ListJobsResponse{Jobs: []*imsv1.Job{
+		{Id: "job_2", InstallId: "ins_1", ComponentType: "action", Operation: "apply", State: imsv1.JobState_JOB_STATE_RUNNING, Attempt: 1, MaxAttempts: 3, CreateTime: testTime},
+		{Id: "job_1", InstallId: "ins_1", ComponentType: "action", Operation: "apply", State: imsv1.JobState_JOB_STATE_FAILED, Attempt: 1, MaxAttempts: 3, ExitCode: 4, CreateTime: testTime},
+	}}), nil
+}
+
+func (f *fakeOperator) GetJob(ctx context.Context, req *connect.Request[imsv1.GetJobRequest]) (*connect.Response[imsv1.GetJobResponse], error) {
+	if err := f.auth(req.Header()); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.job == nil || f.job.GetId() != req.Msg.GetId() {
+		return nil, connect.NewError(connect.CodeNotFound, errString(`job "`+req.Msg.GetId()+`" not found`))
+	}
+	return connect.NewResponse(&imsv1.GetJobResponse{Job: f.job}), nil
+}
+
+func (f *fakeOperator) StreamJobLogs(ctx context.Context, req *connect.Request[imsv1.StreamJobLogsRequest], stream *connect.ServerStream[imsv1.StreamJobLogsResponse]) error {
+	if err := f.auth(req.Header()); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	f.protos = append(f.protos, req.Peer().Protocol)
+	n := len(f.logRequests)
+	f.logRequests = append(f.logRequests, req.Msg)
+	msgs := f.logCalls[min(n, len(f.logCalls)-1)]
+	f.mu.Unlock()
+	for _, m := range msgs {
+		if m.GetJob() != nil && !req.Msg.GetFollow() {
+			continue // only a followed stream ends with the job
+		}
+		if err := stream.Send(m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (f *fakeOperator) CancelJob(ctx context.Context, req *connect.Request[imsv1.CancelJobRequest]) (*connect.Response[imsv1.CancelJobResponse], error) {
+	if err := f.auth(req.Header()); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&imsv1.CancelJobResponse{Job: &imsv1.Job{Id: req.Msg.GetId(), State: imsv1.JobState_JOB_STATE_RUNNING, CancelRequested: true}}), nil
+}
+
+// newFakeServer serves f over HTTP/1.1 and unencrypted HTTP/2, as imsd
+// does on loopback, and returns its URL.
+func newFakeServer(tb testing.TB, f *fakeOperator) string {
+	tb.Helper()
+	mux := http.NewServeMux()
+	mux.Handle(imsv1connect.NewOperatorServiceHandler(f))
+	srv := httptest.NewUnstartedServer(mux)
+	srv.EnableHTTP2 = true
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	srv.Config.Protocols = &p
+	srv.Start()
+	tb.Cleanup(srv.Close)
+	return srv.URL
+}
+
+func (f *fakeOperator) lastAuth() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.authHeaders) == 0 {
+		return ""
+	}
+	return f.authHeaders[len(f.authHeaders)-1]
+}
+
+func (f *fakeOperator) logRequestsCopy() []*imsv1.StreamJobLogsRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.logRequests)
+}
