@@ -25,3 +25,5 @@ func TestStart(t *testing.T) {
 		t.Fatalf("fsync = %q, %v; want off", v, err)
 	}
 }
+
+func TestMain(m *testing.M) { pgtest.Main(m) }

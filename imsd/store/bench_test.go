@@ -1,0 +1,63 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/byoc-dev/byoc/imsd/store"
+	"github.com/byoc-dev/byoc/imsd/store/pgtest"
+)
+
+// BenchmarkClaimFinish measures a job's whole trip through the store, one
+// job at a time: enqueue, claim, ack, finish.
+func BenchmarkClaimFinish(b *testing.B) {
+	b.Run("sqlite", func(b *testing.B) {
+		benchClaimFinish(b, filepath.Join(b.TempDir(), "bench.db"))
+	})
+	b.Run("postgres", func(b *testing.B) {
+		benchClaimFinish(b, pgtest.Start(b))
+	})
+}
+
+func benchClaimFinish(b *testing.B, dsn string) {
+	ctx := context.Background()
+	s, err := store.Open(ctx, dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	must := func(err error) {
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	must(s.CreateApp(ctx, store.App{ID: "app", Name: "app", CreatedAt: t0}))
+	must(s.CreateInstall(ctx, store.Install{ID: "inst", AppID: "app", Name: "inst", CreatedAt: t0},
+		store.EnrollmentToken{Hash: "h", ExpiresAt: t0.Add(time.Hour), CreatedAt: t0}))
+	_, err = s.Enroll(ctx, "h", store.Agent{ID: "ag", PublicKey: []byte("k")}, t0)
+	must(err)
+
+	i := 0
+	for b.Loop() {
+		now := t0.Add(time.Duration(i) * time.Millisecond)
+		id := fmt.Sprintf("job-%d", i)
+		i++
+		must(s.EnqueueJob(ctx, store.Job{ID: id, InstallID: "inst", ComponentType: "t", Operation: "apply",
+			MaxAttempts: 3, Timeout: time.Minute, CreatedAt: now}))
+		jobs, err := s.ClaimJobs(ctx, "inst", store.Writer{AgentID: "ag"}, 1, now.Add(time.Minute), now)
+		must(err)
+		if len(jobs) != 1 {
+			b.Fatalf("claimed %d jobs", len(jobs))
+		}
+		w := store.Writer{AgentID: "ag", FencingToken: jobs[0].FencingToken}
+		_, err = s.AckJob(ctx, id, w, now.Add(time.Minute), now)
+		must(err)
+		_, err = s.FinishJob(ctx, id, w, store.Result{State: store.JobSucceeded}, now)
+		must(err)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+}
