@@ -593,7 +593,10 @@ func testFencing(t *testing.T, e *env) {
 		name string
 		do   func(w store.Writer) error
 	}{
-		{"ack", func(w store.Writer) error { _, err := e.s.AckJob(ctx, "job-1", w, now.Add(time.Minute), now); return err }},
+		{"ack", func(w store.Writer) error {
+			_, err := e.s.AckJob(ctx, "job-1", w, now.Add(time.Minute), now)
+			return err
+		}},
 		{"logs", func(w store.Writer) error { return e.s.AppendLogs(ctx, "job-1", w, lines(1, 1, 3)) }},
 		{"finish", func(w store.Writer) error {
 			_, err := e.s.FinishJob(ctx, "job-1", w, store.Result{State: store.JobSucceeded}, now)
