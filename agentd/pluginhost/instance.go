@@ -1,0 +1,150 @@
+package pluginhost
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/byoc-dev/byoc/plugins/sdk"
+)
+
+// Instance is one running plugin process.
+type Instance struct {
+	typ    string
+	client *plugin.Client
+	rpc    *sdk.Client
+	cmd    *exec.Cmd
+	pgid   int
+	logger *slog.Logger
+
+	killOnce sync.Once
+}
+
+// Type returns the component type the instance serves.
+func (i *Instance) Type() string { return i.typ }
+
+// PGID returns the plugin's process group id, which is also its pid.
+func (i *Instance) PGID() int { return i.pgid }
+
+// Describe asks the plugin what it is.
+func (i *Instance) Describe(ctx context.Context) (*sdk.DescribeResponse, error) {
+	d, err := i.rpc.Describe(ctx)
+	if err != nil {
+		return nil, i.callError(ctx, "describe", err)
+	}
+	return d, nil
+}
+
+// Validate asks the plugin to check config.
+func (i *Instance) Validate(ctx context.Context, config map[string]any) (*sdk.ValidateResponse, error) {
+	v, err := i.rpc.Validate(ctx, config)
+	if err != nil {
+		return nil, i.callError(ctx, "validate", err)
+	}
+	return v, nil
+}
+
+// Run performs op (sdk.OpPlan, sdk.OpApply or sdk.OpDestroy), calling onLog
+// for each log line as it arrives. A failed operation is reported in the
+// Result; an error means the call itself failed. If ctx ends first, the
+// plugin's process group is killed and the error wraps ctx.Err(). If the
+// plugin dies, the error says so, with its exit status.
+func (i *Instance) Run(ctx context.Context, op string, req *sdk.RunRequest, onLog func(sdk.LogEvent)) (*sdk.Result, error) {
+	res, err := i.rpc.Run(ctx, op, req, onLog)
+	if err != nil {
+		return nil, i.callError(ctx, op, err)
+	}
+	return res, nil
+}
+
+// callError explains why a call failed: the caller gave up, or the plugin
+// died, or else whatever gRPC said.
+func (i *Instance) callError(ctx context.Context, what string, err error) error {
+	if ctx.Err() != nil {
+		i.Kill()
+		return fmt.Errorf("plugin %s: %s: %w", i.typ, what, ctx.Err())
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.Canceled, codes.Internal:
+		// A dead plugin shows up as a broken transport; wait a moment to
+		// tell that apart from a live plugin's error.
+	default:
+		return fmt.Errorf("plugin %s: %s: %w", i.typ, what, err)
+	}
+	if !pollUntil(exitWait, func() bool { return i.exited() }) {
+		return fmt.Errorf("plugin %s: %s: %w", i.typ, what, err)
+	}
+	// Kill clears up what the plugin left behind and reaps it, after which
+	// its exit status is known.
+	i.Kill()
+	return fmt.Errorf("plugin %s exited during %s: %s", i.typ, what, i.exitStatus())
+}
+
+// exited reports whether the plugin process has ended.
+func (i *Instance) exited() bool {
+	return i.client.Exited() || (i.pgid > 0 && processExited(i.pgid))
+}
+
+// exitStatus describes how the plugin ended; call it only after Kill.
+func (i *Instance) exitStatus() string {
+	if i.cmd.ProcessState == nil {
+		return "unknown exit status"
+	}
+	return i.cmd.ProcessState.String()
+}
+
+// Kill ends the plugin and everything in its process group: SIGTERM, then
+// SIGKILL to what is still running after a grace period. It returns once
+// the group is gone and the plugin reaped. It is safe to call more than
+// once and from several goroutines.
+func (i *Instance) Kill() {
+	i.killOnce.Do(func() {
+		if i.pgid > 0 {
+			i.killGroup()
+		}
+		// Reaps the plugin and stops go-plugin's goroutines; the process is
+		// already dead, so this does not wait for a graceful exit.
+		i.client.Kill()
+	})
+}
+
+func (i *Instance) killGroup() {
+	if err := signalGroup(i.pgid, syscall.SIGTERM); err != nil {
+		i.logger.Warn("terminate plugin process group", "pgid", i.pgid, "err", err)
+	}
+	if pollUntil(killGrace, func() bool { return !groupAlive(i.pgid) }) {
+		return
+	}
+	i.logger.Warn("plugin process group outlived SIGTERM; killing it", "pgid", i.pgid)
+	if err := signalGroup(i.pgid, syscall.SIGKILL); err != nil {
+		i.logger.Warn("kill plugin process group", "pgid", i.pgid, "err", err)
+	}
+	if !pollUntil(killGrace, func() bool { return !groupAlive(i.pgid) }) {
+		i.logger.Error("plugin process group survived SIGKILL", "pgid", i.pgid)
+	}
+}
+
+// pollUntil polls cond with a short, growing interval until it holds or
+// timeout passes, and reports whether it held.
+func pollUntil(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	interval := 500 * time.Microsecond
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(interval)
+		interval = min(2*interval, 20*time.Millisecond)
+	}
+}

@@ -1,0 +1,296 @@
+// Package pluginhost starts component plugins for the agent: one
+// subprocess per job, built-in and external types through the same loader
+// and the same protocol.
+//
+// A built-in type is the agent binary re-executing itself. An external type
+// is a binary named byoc-plugin-<type> in one of the configured directories,
+// run only if its SHA-256 matches the pin for that type and neither it nor
+// its directory is writable by group or others.
+//
+// Every plugin runs in its own process group with an explicit environment
+// (never the agent's own, which may hold cloud credentials), in the job's
+// work directory, and dies with the agent. [Instance.Kill] kills the whole
+// group, including anything the plugin's scripts left running.
+//
+// The package relies on Linux process groups, parent-death signals and
+// /proc.
+package pluginhost
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-plugin"
+
+	"github.com/byoc-dev/byoc/plugins/sdk"
+)
+
+// BinaryPrefix starts the file name of every external plugin.
+const BinaryPrefix = "byoc-plugin-"
+
+// BaseEnv is the environment every plugin starts with, before
+// StartOptions.Env; HOME and TMPDIR are set to the work directory.
+var baseEnv = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8"}
+
+const (
+	// defaultStartTimeout bounds the go-plugin handshake when ctx has no
+	// earlier deadline.
+	defaultStartTimeout = time.Minute
+	// killGrace is how long Kill waits after SIGTERM before SIGKILL.
+	killGrace = 2 * time.Second
+	// exitWait is how long a failed call waits to learn whether the plugin
+	// process died, to report that instead of a transport error.
+	exitWait = 2 * time.Second
+)
+
+// typeName is what a component type may be called; it becomes part of a
+// file name, so it must not hold a path.
+var typeName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]*$`)
+
+// Loader starts plugins of built-in and external component types.
+type Loader struct {
+	// SelfExe is the agent binary, re-executed to serve built-in types.
+	SelfExe string
+	// SelfArgs returns the arguments that make SelfExe serve built-in type
+	// typ, such as ["plugin", typ]. Nil means exactly that.
+	SelfArgs func(typ string) []string
+	// Builtins names the built-in types.
+	Builtins []string
+	// Dirs are searched in order for external plugins.
+	Dirs []string
+	// Pins maps an external type to the hex SHA-256 of its binary.
+	Pins map[string]string
+	// Logger receives go-plugin's messages and the plugins' stderr at debug
+	// level. Nil discards them.
+	Logger *slog.Logger
+}
+
+// StartOptions says where and how a plugin runs.
+type StartOptions struct {
+	// WorkDir is the job's work directory: the plugin's working directory,
+	// HOME and TMPDIR. Required.
+	WorkDir string
+	// Env is added to the plugin's minimal base environment; nothing of the
+	// agent's own environment is passed on.
+	Env map[string]string
+}
+
+// Start launches a plugin for type typ and completes the handshake.
+// The caller must Kill the returned Instance.
+func (l *Loader) Start(ctx context.Context, typ string, opt StartOptions) (*Instance, error) {
+	if opt.WorkDir == "" {
+		return nil, fmt.Errorf("start plugin %s: work dir is required", typ)
+	}
+	cmd, exe, err := l.command(typ)
+	if err != nil {
+		return nil, fmt.Errorf("start plugin %s: %w", typ, err)
+	}
+	if exe != nil {
+		// The parent's copy of the verified binary is not needed once the
+		// child has it (or failed to start).
+		defer exe.Close()
+	}
+	cmd.Dir = opt.WorkDir
+	cmd.Env = pluginEnv(opt)
+	cmd.SysProcAttr = pluginProcAttr()
+
+	startTimeout := defaultStartTimeout
+	if d, ok := ctx.Deadline(); ok {
+		startTimeout = min(startTimeout, time.Until(d))
+	}
+	if err := ctx.Err(); err != nil || startTimeout <= 0 {
+		return nil, fmt.Errorf("start plugin %s: %w", typ, context.DeadlineExceeded)
+	}
+	logger := l.Logger
+	if logger == nil {
+		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	logger = logger.With("plugin", typ)
+	client := plugin.NewClient(&plugin.ClientConfig{
+		HandshakeConfig:  sdk.Handshake,
+		Plugins:          sdk.PluginMap(nil),
+		Cmd:              cmd,
+		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		AutoMTLS:         true,
+		SkipHostEnv:      true,
+		StartTimeout:     startTimeout,
+		Logger:           newHCLog(logger, "plugin."+typ),
+	})
+	inst := &Instance{typ: typ, client: client, cmd: cmd, logger: logger}
+
+	rpc, err := dial(client)
+	if cmd.Process != nil {
+		// Start has returned, so reading cmd.Process no longer races.
+		inst.pgid = cmd.Process.Pid
+	}
+	if err != nil {
+		inst.Kill()
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("start plugin %s: %w", typ, ctx.Err())
+		}
+		return nil, fmt.Errorf("start plugin %s: %w", typ, err)
+	}
+	inst.rpc = rpc
+	return inst, nil
+}
+
+func dial(client *plugin.Client) (*sdk.Client, error) {
+	proto, err := client.Client()
+	if err != nil {
+		return nil, err
+	}
+	raw, err := proto.Dispense(sdk.PluginName)
+	if err != nil {
+		return nil, err
+	}
+	c, ok := raw.(*sdk.Client)
+	if !ok {
+		return nil, fmt.Errorf("plugin dispensed %T, want *sdk.Client", raw)
+	}
+	return c, nil
+}
+
+// pluginEnv is the whole environment of a plugin process.
+func pluginEnv(opt StartOptions) []string {
+	env := append([]string(nil), baseEnv...)
+	env = append(env, "HOME="+opt.WorkDir, "TMPDIR="+opt.WorkDir)
+	keys := make([]string, 0, len(opt.Env))
+	for k := range opt.Env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		env = append(env, k+"="+opt.Env[k])
+	}
+	return env
+}
+
+// command builds the command that serves typ. For an external type it also
+// returns the opened binary: the command executes that open file, so the
+// bytes that run are the bytes whose checksum was checked, even if the file
+// is replaced in between.
+func (l *Loader) command(typ string) (*exec.Cmd, *os.File, error) {
+	if !typeName.MatchString(typ) {
+		return nil, nil, fmt.Errorf("invalid component type %q", typ)
+	}
+	if slices.Contains(l.Builtins, typ) {
+		if l.SelfExe == "" {
+			return nil, nil, errors.New("built-in plugins need the agent's own path (SelfExe)")
+		}
+		args := []string{"plugin", typ}
+		if l.SelfArgs != nil {
+			args = l.SelfArgs(typ)
+		}
+		return exec.Command(l.SelfExe, args...), nil, nil
+	}
+	dir, path, err := l.find(typ)
+	if err != nil {
+		return nil, nil, err
+	}
+	f, err := l.verify(typ, dir, path)
+	if err != nil {
+		return nil, nil, err
+	}
+	// ExtraFiles[0] is descriptor 3 in the child; executing /proc/self/fd/3
+	// is how fexecve works.
+	cmd := &exec.Cmd{Path: "/proc/self/fd/3", Args: []string{path}, ExtraFiles: []*os.File{f}}
+	return cmd, f, nil
+}
+
+// find locates the binary of external type typ in the plugin dirs.
+func (l *Loader) find(typ string) (dir, path string, err error) {
+	for _, dir := range l.Dirs {
+		path := filepath.Join(dir, BinaryPrefix+typ)
+		if _, err := os.Lstat(path); err == nil {
+			return dir, path, nil
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return "", "", fmt.Errorf("look for plugin: %w", err)
+		}
+	}
+	known := l.KnownTypes()
+	if len(known) == 0 {
+		return "", "", fmt.Errorf("unknown component type %q: no types are available", typ)
+	}
+	return "", "", fmt.Errorf("unknown component type %q; known types: %s", typ, strings.Join(known, ", "))
+}
+
+// verify opens an external plugin binary and checks its permissions and
+// its pin.
+func (l *Loader) verify(typ, dir, path string) (*os.File, error) {
+	di, err := os.Stat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("plugin dir: %w", err)
+	}
+	if di.Mode().Perm()&0o022 != 0 {
+		return nil, fmt.Errorf("plugin dir %s is writable by group or others (mode %v); refusing to run plugins from it", dir, di.Mode().Perm())
+	}
+	want, pinned := l.Pins[typ]
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open plugin: %w", err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			f.Close()
+		}
+	}()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("stat plugin: %w", err)
+	}
+	switch {
+	case !fi.Mode().IsRegular():
+		return nil, fmt.Errorf("plugin %s is not a regular file", path)
+	case fi.Mode().Perm()&0o022 != 0:
+		return nil, fmt.Errorf("plugin %s is writable by group or others (mode %v); refusing to run it", path, fi.Mode().Perm())
+	case fi.Mode().Perm()&0o100 == 0:
+		return nil, fmt.Errorf("plugin %s is not executable", path)
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return nil, fmt.Errorf("hash plugin: %w", err)
+	}
+	got := hex.EncodeToString(h.Sum(nil))
+	if !pinned {
+		return nil, fmt.Errorf("plugin %s is not pinned: add its sha256 to the agent's plugin pins after checking it (%s has sha256 %s)", typ, path, got)
+	}
+	if !strings.EqualFold(strings.TrimSpace(want), got) {
+		return nil, fmt.Errorf("plugin %s: checksum mismatch: pinned %s, found %s", typ, strings.ToLower(strings.TrimSpace(want)), got)
+	}
+	ok = true
+	return f, nil
+}
+
+// KnownTypes lists the built-in types and the external plugins present in
+// the plugin dirs, sorted and without duplicates.
+func (l *Loader) KnownTypes() []string {
+	types := append([]string(nil), l.Builtins...)
+	for _, dir := range l.Dirs {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			if name, ok := strings.CutPrefix(e.Name(), BinaryPrefix); ok && typeName.MatchString(name) {
+				types = append(types, name)
+			}
+		}
+	}
+	slices.Sort(types)
+	return slices.Compact(types)
+}

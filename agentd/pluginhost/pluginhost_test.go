@@ -1,0 +1,542 @@
+package pluginhost_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/byoc-dev/byoc/agentd/pluginhost"
+	"github.com/byoc-dev/byoc/plugins/action"
+	"github.com/byoc-dev/byoc/plugins/sdk"
+)
+
+// builtins are the types the test binary serves when re-executed, the way
+// the agent binary does.
+var builtins = map[string]sdk.Plugin{"action": action.New()}
+
+func TestMain(m *testing.M) {
+	if len(os.Args) > 2 && os.Args[1] == "plugin" {
+		p, ok := builtins[os.Args[2]]
+		if !ok {
+			fmt.Fprintf(os.Stderr, "no built-in type %q\n", os.Args[2])
+			os.Exit(2)
+		}
+		sdk.ServeArgs(p, os.Args[3:])
+	}
+	code := m.Run()
+	if testkitDir != "" {
+		os.RemoveAll(testkitDir)
+	}
+	os.Exit(code)
+}
+
+var (
+	testkitOnce sync.Once
+	testkitDir  string
+	testkitBin  string
+	testkitErr  error
+)
+
+// testkit builds the external test plugin once per test binary.
+func testkit(tb testing.TB) string {
+	tb.Helper()
+	testkitOnce.Do(func() {
+		testkitDir, testkitErr = os.MkdirTemp("", "pluginhost-testkit-")
+		if testkitErr != nil {
+			return
+		}
+		testkitBin = filepath.Join(testkitDir, "testkit")
+		out, err := exec.Command("go", "build", "-o", testkitBin, "./testdata/testkit").CombinedOutput()
+		if err != nil {
+			testkitErr = fmt.Errorf("go build testkit: %v\n%s", err, out)
+		}
+	})
+	if testkitErr != nil {
+		tb.Fatal(testkitErr)
+	}
+	return testkitBin
+}
+
+// install copies bin into a fresh plugin dir as the plugin for typ and
+// returns the dir and the binary's sha256.
+func install(tb testing.TB, bin, typ string) (dir, sum string) {
+	tb.Helper()
+	b, err := os.ReadFile(bin)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	dir = filepath.Join(tb.TempDir(), "plugins")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, pluginhost.BinaryPrefix+typ), b, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	h := sha256.Sum256(b)
+	return dir, hex.EncodeToString(h[:])
+}
+
+func testLogger() *slog.Logger {
+	if os.Getenv("BYOC_TEST_PLUGIN_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+func newLoader(tb testing.TB) *pluginhost.Loader {
+	tb.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return &pluginhost.Loader{
+		SelfExe:  self,
+		SelfArgs: func(typ string) []string { return []string{"plugin", typ} },
+		Builtins: []string{"action"},
+		Logger:   testLogger(),
+	}
+}
+
+func start(tb testing.TB, l *pluginhost.Loader, typ string, env map[string]string) (*pluginhost.Instance, string) {
+	tb.Helper()
+	dir := tb.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	inst, err := l.Start(ctx, typ, pluginhost.StartOptions{WorkDir: dir, Env: env})
+	if err != nil {
+		tb.Fatalf("Start(%s): %v", typ, err)
+	}
+	tb.Cleanup(inst.Kill)
+	return inst, dir
+}
+
+func script(s string) map[string]any {
+	return map[string]any{"steps": []any{map[string]any{"name": "s", "script": s}}}
+}
+
+func stdout(logs []sdk.LogEvent) []string {
+	var out []string
+	for _, l := range logs {
+		if l.Stream == sdk.StreamStdout {
+			out = append(out, l.Text)
+		}
+	}
+	return out
+}
+
+func run(tb testing.TB, inst *pluginhost.Instance, dir string, cfg map[string]any, env map[string]string) (*sdk.Result, []sdk.LogEvent) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var logs []sdk.LogEvent
+	res, err := inst.Run(ctx, sdk.OpApply, &sdk.RunRequest{Job: sdk.JobContext{JobID: "j", WorkDir: dir}, Config: cfg, Env: env},
+		func(e sdk.LogEvent) { logs = append(logs, e) })
+	if err != nil {
+		tb.Fatalf("Run: %v", err)
+	}
+	return res, logs
+}
+
+func TestBuiltin(t *testing.T) {
+	inst, dir := start(t, newLoader(t), "action", nil)
+	d, err := inst.Describe(t.Context())
+	if err != nil || d.Type != "action" {
+		t.Fatalf("Describe = %+v, %v", d, err)
+	}
+	v, err := inst.Validate(t.Context(), map[string]any{"steps": []any{map[string]any{"script": ""}}})
+	if err != nil || len(v.Diagnostics) != 1 || v.Diagnostics[0].Field != "steps[0].script" {
+		t.Fatalf("Validate = %+v, %v", v, err)
+	}
+	res, logs := run(t, inst, dir, script(`echo one; echo two; echo "k=v" > "$BYOC_OUTPUTS"`), nil)
+	if res.Error != "" || res.Outputs["k"] != "v" {
+		t.Errorf("result = %+v", res)
+	}
+	if got := stdout(logs); !slices.Equal(got, []string{"one", "two"}) {
+		t.Errorf("stdout = %q", got)
+	}
+	if inst.PGID() <= 0 {
+		t.Errorf("PGID = %d", inst.PGID())
+	}
+}
+
+func TestExternal(t *testing.T) {
+	bin := testkit(t)
+	tests := []struct {
+		name    string
+		setup   func(t *testing.T, dir, sum string) map[string]string // returns pins
+		typ     string
+		wantErr string
+	}{
+		{"pinned", func(t *testing.T, dir, sum string) map[string]string {
+			return map[string]string{"testkit": strings.ToUpper(sum)}
+		}, "testkit", ""},
+		{"not pinned", func(t *testing.T, dir, sum string) map[string]string {
+			return map[string]string{"other": sum}
+		}, "testkit", "plugin testkit is not pinned"},
+		{"wrong checksum", func(t *testing.T, dir, sum string) map[string]string {
+			return map[string]string{"testkit": strings.Repeat("ab", 32)}
+		}, "testkit", "checksum mismatch: pinned " + strings.Repeat("ab", 32) + ", found "},
+		{"world-writable dir", func(t *testing.T, dir, sum string) map[string]string {
+			chmod(t, dir, 0o777)
+			return map[string]string{"testkit": sum}
+		}, "testkit", "is writable by group or others"},
+		{"group-writable binary", func(t *testing.T, dir, sum string) map[string]string {
+			chmod(t, filepath.Join(dir, "byoc-plugin-testkit"), 0o775)
+			return map[string]string{"testkit": sum}
+		}, "testkit", "is writable by group or others"},
+		{"unknown type", func(t *testing.T, dir, sum string) map[string]string {
+			return map[string]string{"testkit": sum}
+		}, "nope", `unknown component type "nope"; known types: action, testkit`},
+		{"path in type", func(t *testing.T, dir, sum string) map[string]string {
+			return nil
+		}, "../testkit", "invalid component type"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir, sum := install(t, bin, "testkit")
+			l := newLoader(t)
+			l.Dirs = []string{filepath.Join(t.TempDir(), "missing"), dir}
+			l.Pins = tt.setup(t, dir, sum)
+			inst, err := l.Start(t.Context(), tt.typ, pluginhost.StartOptions{WorkDir: t.TempDir()})
+			if tt.wantErr != "" {
+				if err == nil {
+					inst.Kill()
+					t.Fatalf("Start succeeded, want error %q", tt.wantErr)
+				}
+				if !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Start error = %q, want it to contain %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Start: %v", err)
+			}
+			t.Cleanup(inst.Kill)
+			res, logs := run(t, inst, t.TempDir(), map[string]any{"mode": "ok"}, nil)
+			if res.Error != "" || res.Outputs["mode"] != "ok" || !slices.Contains(stdout(logs), "hello from testkit") {
+				t.Errorf("result = %+v, logs = %+v", res, logs)
+			}
+		})
+	}
+}
+
+func chmod(tb testing.TB, path string, mode os.FileMode) {
+	tb.Helper()
+	if err := os.Chmod(path, mode); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// TestEnvIsClean checks that nothing of the agent's environment reaches a
+// plugin or its scripts.
+func TestEnvIsClean(t *testing.T) {
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "leak")
+	bin := testkit(t)
+	dir, sum := install(t, bin, "testkit")
+	l := newLoader(t)
+	l.Dirs, l.Pins = []string{dir}, map[string]string{"testkit": sum}
+
+	checkEnv := func(t *testing.T, env []string, workDir string) {
+		t.Helper()
+		for _, want := range []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + workDir, "TMPDIR=" + workDir, "LANG=C.UTF-8", "JOB_VAR=set"} {
+			if !slices.Contains(env, want) {
+				t.Errorf("plugin env lacks %q: %q", want, env)
+			}
+		}
+		for _, kv := range env {
+			if strings.Contains(kv, "leak") || strings.HasPrefix(kv, "AWS_") {
+				t.Errorf("plugin env has %q", kv)
+			}
+		}
+	}
+
+	t.Run("builtin process", func(t *testing.T) {
+		inst, workDir := start(t, l, "action", map[string]string{"JOB_VAR": "set"})
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(inst.PGID()) + "/environ")
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkEnv(t, strings.Split(strings.TrimRight(string(b), "\x00"), "\x00"), workDir)
+	})
+	t.Run("builtin script", func(t *testing.T) {
+		inst, workDir := start(t, l, "action", nil)
+		_, logs := run(t, inst, workDir, script("env"), map[string]string{"ONLY": "this"})
+		env := stdout(logs)
+		if !slices.Contains(env, "ONLY=this") {
+			t.Errorf("script env lacks the request env: %q", env)
+		}
+		for _, kv := range env {
+			if strings.Contains(kv, "leak") {
+				t.Errorf("script env has %q", kv)
+			}
+		}
+	})
+	t.Run("external process", func(t *testing.T) {
+		inst, workDir := start(t, l, "testkit", map[string]string{"JOB_VAR": "set"})
+		_, logs := run(t, inst, workDir, map[string]any{"mode": "env"}, nil)
+		checkEnv(t, stdout(logs), workDir)
+	})
+}
+
+// groupPIDs lists the live processes of process group pgid.
+func groupPIDs(tb testing.TB, pgid int) []int {
+	tb.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if state, pg, ok := stat(pid); ok && pg == pgid && state != 'Z' {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+func stat(pid int) (state byte, pgid int, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	f := bytes.Fields(b[bytes.LastIndexByte(b, ')')+1:])
+	pg, _ := strconv.Atoi(string(f[2]))
+	return f[0][0], pg, true
+}
+
+// dead reports whether pid is gone or a zombie.
+func dead(pid int) bool {
+	if errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+		return true
+	}
+	state, _, ok := stat(pid)
+	return !ok || state == 'Z'
+}
+
+// assertGone fails unless every pid is dead within timeout.
+func assertGone(tb testing.TB, pids []int, timeout time.Duration) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for _, pid := range pids {
+		for !dead(pid) {
+			if time.Now().After(deadline) {
+				tb.Errorf("pid %d still alive", pid)
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
+
+func TestCancelKillsProcessGroup(t *testing.T) {
+	inst, dir := start(t, newLoader(t), "action", nil)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var pids []int
+	began := time.Now()
+	_, err := inst.Run(ctx, sdk.OpApply, &sdk.RunRequest{
+		Job:    sdk.JobContext{WorkDir: dir},
+		Config: script("sleep 300 & sleep 300 & echo started; wait"),
+		Env:    map[string]string{"PATH": "/usr/bin:/bin"},
+	}, func(e sdk.LogEvent) {
+		if e.Text != "started" {
+			return
+		}
+		// plugin, sh and two sleeps; the sleeps may still be forking.
+		deadline := time.Now().Add(5 * time.Second)
+		for pids = groupPIDs(t, inst.PGID()); len(pids) < 4 && time.Now().Before(deadline); pids = groupPIDs(t, inst.PGID()) {
+			time.Sleep(time.Millisecond)
+		}
+		began = time.Now()
+		cancel()
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run error = %v, want context.Canceled", err)
+	}
+	if len(pids) < 4 {
+		t.Fatalf("process group had %d live processes, want at least 4: %v", len(pids), pids)
+	}
+	if !slices.Contains(pids, inst.PGID()) {
+		t.Errorf("plugin %d not in its own group %v", inst.PGID(), pids)
+	}
+	// Run kills before it returns, so everything must be dead already.
+	assertGone(t, pids, 0)
+	if d := time.Since(began); d > 3*time.Second {
+		t.Errorf("cancel took %v", d)
+	}
+	if !errors.Is(syscall.Kill(-inst.PGID(), 0), syscall.ESRCH) && len(groupPIDs(t, inst.PGID())) > 0 {
+		t.Errorf("process group %d still has live members", inst.PGID())
+	}
+}
+
+func TestCrashMidApply(t *testing.T) {
+	bin := testkit(t)
+	dir, sum := install(t, bin, "testkit")
+	l := newLoader(t)
+	l.Dirs, l.Pins = []string{dir}, map[string]string{"testkit": sum}
+	tests := []struct {
+		name   string
+		typ    string
+		config map[string]any
+		want   string
+		// A line sent right before os.Exit may never leave the process.
+		wantLogs bool
+	}{
+		{"script kills plugin", "action", script("echo bye; kill -9 $PPID; sleep 300"), "plugin action exited during apply: signal: killed", true},
+		{"plugin exits", "testkit", map[string]any{"mode": "crash"}, "plugin testkit exited during apply: exit status 3", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			inst, workDir := start(t, l, tt.typ, nil)
+			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+			defer cancel()
+			var logs []string
+			res, err := inst.Run(ctx, sdk.OpApply, &sdk.RunRequest{Job: sdk.JobContext{WorkDir: workDir}, Config: tt.config, Env: map[string]string{"PATH": "/usr/bin:/bin"}},
+				func(e sdk.LogEvent) { logs = append(logs, e.Text) })
+			if err == nil {
+				t.Fatalf("Run = %+v, want an error", res)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Run error = %q, want %q", err, tt.want)
+			}
+			if ctx.Err() != nil {
+				t.Errorf("crash was only noticed at the deadline")
+			}
+			if tt.wantLogs && len(logs) == 0 {
+				t.Errorf("no log lines before the crash")
+			}
+			assertGone(t, groupPIDs(t, inst.PGID()), 0)
+		})
+	}
+}
+
+func TestDeadlineKillsHungPlugin(t *testing.T) {
+	bin := testkit(t)
+	dir, sum := install(t, bin, "testkit")
+	l := newLoader(t)
+	l.Dirs, l.Pins = []string{dir}, map[string]string{"testkit": sum}
+	tests := []struct {
+		name   string
+		typ    string
+		config map[string]any
+	}{
+		{"plugin ignores ctx", "testkit", map[string]any{"mode": "hang"}},
+		{"script hangs", "action", script("sleep 300")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			inst, workDir := start(t, l, tt.typ, nil)
+			ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+			defer cancel()
+			began := time.Now()
+			_, err := inst.Run(ctx, sdk.OpApply, &sdk.RunRequest{Job: sdk.JobContext{WorkDir: workDir}, Config: tt.config, Env: map[string]string{"PATH": "/usr/bin:/bin"}}, nil)
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Run error = %v, want context.DeadlineExceeded", err)
+			}
+			if d := time.Since(began); d > 3*time.Second {
+				t.Errorf("Run returned after %v", d)
+			}
+			if !dead(inst.PGID()) {
+				t.Errorf("plugin %d still alive", inst.PGID())
+			}
+			assertGone(t, groupPIDs(t, inst.PGID()), 0)
+		})
+	}
+}
+
+func TestKillIsIdempotent(t *testing.T) {
+	inst, _ := start(t, newLoader(t), "action", nil)
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Go(inst.Kill)
+	}
+	wg.Wait()
+	inst.Kill()
+	if !dead(inst.PGID()) {
+		t.Errorf("plugin %d still alive", inst.PGID())
+	}
+	if _, err := inst.Describe(t.Context()); err == nil {
+		t.Errorf("Describe after Kill succeeded")
+	}
+}
+
+func TestStartErrors(t *testing.T) {
+	tests := []struct {
+		name    string
+		loader  func(*pluginhost.Loader)
+		opt     pluginhost.StartOptions
+		wantErr string
+	}{
+		{"no work dir", nil, pluginhost.StartOptions{}, "work dir is required"},
+		{"self exe is not a plugin", func(l *pluginhost.Loader) { l.SelfExe = "/bin/true" }, pluginhost.StartOptions{WorkDir: os.TempDir()}, "start plugin action"},
+		{"unknown type without dirs", func(l *pluginhost.Loader) { l.Builtins = []string{"action", "other"} }, pluginhost.StartOptions{WorkDir: os.TempDir()}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l := newLoader(t)
+			if tt.loader != nil {
+				tt.loader(l)
+			}
+			typ := "action"
+			want := tt.wantErr
+			if want == "" {
+				typ, want = "missing", `unknown component type "missing"; known types: action, other`
+			}
+			inst, err := l.Start(t.Context(), typ, tt.opt)
+			if err == nil {
+				inst.Kill()
+				t.Fatal("Start succeeded")
+			}
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("Start error = %q, want %q", err, want)
+			}
+		})
+	}
+}
+
+func BenchmarkLaunch(b *testing.B) {
+	l := newLoader(b)
+	dir := b.TempDir()
+	ctx := b.Context()
+	durations := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		began := time.Now()
+		inst, err := l.Start(ctx, "action", pluginhost.StartOptions{WorkDir: dir})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := inst.Describe(ctx); err != nil {
+			b.Fatal(err)
+		}
+		inst.Kill()
+		durations = append(durations, time.Since(began))
+	}
+	b.StopTimer()
+	slices.Sort(durations)
+	pct := func(p float64) float64 {
+		i := min(int(float64(len(durations))*p), len(durations)-1)
+		return float64(durations[i].Microseconds()) / 1000
+	}
+	b.ReportMetric(pct(0.50), "p50-ms")
+	b.ReportMetric(pct(0.99), "p99-ms")
+}

@@ -1,0 +1,52 @@
+// Command testkit is an external plugin for pluginhost tests. Its Apply
+// behaves according to config "mode": ok, env, crash or hang.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/byoc-dev/byoc/plugins/sdk"
+)
+
+type testkit struct{}
+
+func (testkit) Describe(context.Context, *sdk.DescribeRequest) (*sdk.DescribeResponse, error) {
+	return &sdk.DescribeResponse{Type: "testkit", Version: "0.0.1", ProtocolVersions: []int{sdk.ProtocolVersion}}, nil
+}
+
+func (testkit) Validate(context.Context, *sdk.ValidateRequest) (*sdk.ValidateResponse, error) {
+	return &sdk.ValidateResponse{}, nil
+}
+
+func (testkit) Plan(context.Context, *sdk.PlanRequest) (*sdk.PlanResponse, error) {
+	return &sdk.PlanResponse{Changes: "nothing"}, nil
+}
+
+func (testkit) Apply(ctx context.Context, req *sdk.ApplyRequest) (*sdk.ApplyResponse, error) {
+	switch mode, _ := req.Config["mode"].(string); mode {
+	case "ok":
+		req.Log.Stdout("hello from testkit")
+		return &sdk.ApplyResponse{Outputs: map[string]string{"mode": mode}}, nil
+	case "env":
+		for _, kv := range os.Environ() {
+			req.Log.Stdout(kv)
+		}
+		return &sdk.ApplyResponse{}, nil
+	case "crash":
+		req.Log.Stdout("about to crash")
+		os.Exit(3)
+	case "hang":
+		req.Log.Stdout("hanging")
+		select {} // ignores ctx on purpose
+	}
+	return nil, errors.New(fmt.Sprint("unknown mode ", req.Config["mode"]))
+}
+
+func (testkit) Destroy(context.Context, *sdk.DestroyRequest) (*sdk.DestroyResponse, error) {
+	return &sdk.DestroyResponse{}, nil
+}
+
+func main() { sdk.Serve(testkit{}) }
