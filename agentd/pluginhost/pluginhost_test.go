@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -513,11 +514,14 @@ func TestStartErrors(t *testing.T) {
 	}
 }
 
+// BenchmarkLaunch measures a built-in plugin's whole life for one job:
+// start, handshake, one Describe, Kill. Run with -benchtime 50x.
 func BenchmarkLaunch(b *testing.B) {
 	l := newLoader(b)
 	dir := b.TempDir()
 	ctx := b.Context()
-	durations := make([]time.Duration, 0, b.N)
+	total := make([]time.Duration, 0, b.N)
+	kill := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for range b.N {
 		began := time.Now()
@@ -528,15 +532,51 @@ func BenchmarkLaunch(b *testing.B) {
 		if _, err := inst.Describe(ctx); err != nil {
 			b.Fatal(err)
 		}
+		killed := time.Now()
 		inst.Kill()
-		durations = append(durations, time.Since(began))
+		total = append(total, time.Since(began))
+		kill = append(kill, time.Since(killed))
 	}
 	b.StopTimer()
-	slices.Sort(durations)
-	pct := func(p float64) float64 {
-		i := min(int(float64(len(durations))*p), len(durations)-1)
-		return float64(durations[i].Microseconds()) / 1000
+	b.ReportMetric(percentile(total, 0.50), "p50-ms")
+	b.ReportMetric(percentile(total, 0.99), "p99-ms")
+	b.ReportMetric(percentile(kill, 0.50), "kill-p50-ms")
+}
+
+// percentile returns the p-th percentile of ds in milliseconds.
+func percentile(ds []time.Duration, p float64) float64 {
+	ds = slices.Clone(ds)
+	slices.Sort(ds)
+	i := min(int(float64(len(ds))*p), len(ds)-1)
+	return float64(ds[i].Microseconds()) / 1000
+}
+
+func TestDescribeCommand(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
 	}
-	b.ReportMetric(pct(0.50), "p50-ms")
-	b.ReportMetric(pct(0.99), "p99-ms")
+	tests := []struct {
+		name string
+		cmd  []string
+		want string
+	}{
+		{"builtin", []string{self, "plugin", "action", "describe"}, "action"},
+		{"external", []string{testkit(t), "describe"}, "testkit"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, err := exec.CommandContext(t.Context(), tt.cmd[0], tt.cmd[1:]...).Output()
+			if err != nil {
+				t.Fatalf("%v: %v", tt.cmd, err)
+			}
+			var d struct {
+				Type             string `json:"type"`
+				ProtocolVersions []int  `json:"protocol_versions"`
+			}
+			if err := json.Unmarshal(out, &d); err != nil || d.Type != tt.want || !slices.Contains(d.ProtocolVersions, sdk.ProtocolVersion) {
+				t.Errorf("describe = %s (%v)", out, err)
+			}
+		})
+	}
 }
