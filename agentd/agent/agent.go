@@ -7,6 +7,7 @@ package agent
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -182,7 +183,7 @@ func (a *Agent) enroll(ctx context.Context) (identity.Identity, error) {
 	host, _ := os.Hostname()
 	resp, err := a.client.Enroll(ctx, connect.NewRequest(&agentv1.EnrollRequest{
 		EnrollmentToken: a.cfg.EnrollToken,
-		PublicKey:       key.Public().([]byte),
+		PublicKey:       key.Public().(ed25519.PublicKey),
 		Hostname:        host,
 		Version:         a.cfg.Version,
 		Role:            "install",

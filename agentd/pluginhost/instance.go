@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"os/exec"
 	"sync"
 	"syscall"
@@ -24,6 +25,8 @@ type Instance struct {
 	cmd    *exec.Cmd
 	pgid   int
 	logger *slog.Logger
+	// sockDir holds the plugin's gRPC socket; removed by Kill.
+	sockDir string
 
 	killOnce sync.Once
 }
@@ -113,6 +116,7 @@ func (i *Instance) Kill() {
 		// Reaps the plugin and stops go-plugin's goroutines; the process is
 		// already dead, so this does not wait for a graceful exit.
 		i.client.Kill()
+		os.RemoveAll(i.sockDir)
 	})
 }
 

@@ -107,6 +107,13 @@ func (l *Loader) Start(ctx context.Context, typ string, opt StartOptions) (*Inst
 	cmd.Dir = opt.WorkDir
 	cmd.Env = pluginEnv(opt)
 	cmd.SysProcAttr = pluginProcAttr()
+	// The plugin's gRPC socket lives in a short private directory: a socket
+	// path under a deep work directory can exceed the 108-byte limit.
+	sockDir, err := os.MkdirTemp("", "byoc-plugin-")
+	if err != nil {
+		return nil, fmt.Errorf("start plugin %s: socket dir: %w", typ, err)
+	}
+	cmd.Env = append(cmd.Env, plugin.EnvUnixSocketDir+"="+sockDir)
 
 	startTimeout := defaultStartTimeout
 	if d, ok := ctx.Deadline(); ok {
@@ -125,12 +132,14 @@ func (l *Loader) Start(ctx context.Context, typ string, opt StartOptions) (*Inst
 		Plugins:          sdk.PluginMap(nil),
 		Cmd:              cmd,
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
-		AutoMTLS:         true,
-		SkipHostEnv:      true,
-		StartTimeout:     startTimeout,
-		Logger:           newHCLog(logger, "plugin."+typ),
+		// Third-party plugins talk over mutual TLS; a built-in is this very
+		// binary, so the certificate exchange would only cost launch time.
+		AutoMTLS:     exe != nil,
+		SkipHostEnv:  true,
+		StartTimeout: startTimeout,
+		Logger:       newHCLog(logger, "plugin."+typ),
 	})
-	inst := &Instance{typ: typ, client: client, cmd: cmd, logger: logger}
+	inst := &Instance{typ: typ, client: client, cmd: cmd, logger: logger, sockDir: sockDir}
 
 	rpc, err := dial(client)
 	if cmd.Process != nil {

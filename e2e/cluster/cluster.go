@@ -346,4 +346,3 @@ func Texts(lines []*imsv1.LogLine) []string {
 	}
 	return out
 }
-

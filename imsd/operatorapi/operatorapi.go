@@ -105,7 +105,7 @@ func ttl(field string, seconds int64) (time.Duration, error) {
 		return DefaultEnrollTokenTTL, nil
 	case seconds < 0:
 		return 0, errs.Field(field, "must not be negative")
-	case time.Duration(seconds)*time.Second > MaxEnrollTokenTTL:
+	case seconds > int64(MaxEnrollTokenTTL/time.Second):
 		return 0, errs.Field(field, "must be at most %d (30 days)", int64(MaxEnrollTokenTTL/time.Second))
 	}
 	return time.Duration(seconds) * time.Second, nil
@@ -306,7 +306,7 @@ func (s *Service) EnqueueJob(ctx context.Context, req *connect.Request[imsv1.Enq
 	switch {
 	case m.TimeoutSeconds < 0:
 		return nil, s.err(ctx, errs.Field("timeout_seconds", "must not be negative"))
-	case time.Duration(m.TimeoutSeconds)*time.Second > MaxJobTimeout:
+	case m.TimeoutSeconds > int64(MaxJobTimeout/time.Second):
 		return nil, s.err(ctx, errs.Field("timeout_seconds", "must be at most %d (24 hours)", int64(MaxJobTimeout/time.Second)))
 	case m.TimeoutSeconds > 0:
 		timeout = time.Duration(m.TimeoutSeconds) * time.Second

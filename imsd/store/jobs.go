@@ -291,11 +291,28 @@ func (s *Store) updateJob(ctx context.Context, tx *sqlx.Tx, q string, args ...an
 }
 
 // checkWriter refuses a write back to j from anyone but the agent holding
-// its current lease. An agent that does not hold the job learns nothing
-// about it beyond that.
-func checkWriter(j Job, w Writer) error {
-	if j.AgentID == "" || j.AgentID != w.AgentID {
-		return errs.E(errs.PermissionDenied, "job %s does not belong to this agent", j.ID)
+// its current lease. An agent of another install learns nothing about the
+// job beyond that it is not its own; an agent of the same install that lost
+// the lease (the job was requeued, or another attempt holds it) is told its
+// fencing token is stale, which is terminal for that job on that agent.
+func (s *Store) checkWriter(ctx context.Context, tx *sqlx.Tx, j Job, w Writer) error {
+	foreign := errs.E(errs.PermissionDenied, "job %s does not belong to this agent", j.ID)
+	if j.AgentID != w.AgentID || j.AgentID == "" {
+		var install string
+		err := tx.GetContext(ctx, &install, s.bind(`SELECT install_id FROM agents WHERE id = ?`), w.AgentID)
+		if errors.Is(err, sql.ErrNoRows) || (err == nil && install != j.InstallID) {
+			return foreign
+		}
+		if err != nil {
+			return err
+		}
+		if j.AgentID != "" && j.FencingToken == w.FencingToken {
+			return foreign // the holder's token from another agent: forged
+		}
+		if j.FencingToken == w.FencingToken {
+			// Requeued: nobody holds the lease the writer had.
+			return errs.E(errs.Conflict, "stale fencing token for job %s: its lease expired and it was requeued", j.ID)
+		}
 	}
 	if j.FencingToken != w.FencingToken {
 		if j.State.Terminal() {
@@ -319,7 +336,7 @@ func (s *Store) AckJob(ctx context.Context, jobID string, w Writer, leaseUntil, 
 		if err != nil {
 			return err
 		}
-		if err := checkWriter(j, w); err != nil {
+		if err := s.checkWriter(ctx, tx, j, w); err != nil {
 			return err
 		}
 		switch j.State {
@@ -398,7 +415,7 @@ func (s *Store) FinishJob(ctx context.Context, jobID string, w Writer, r Result,
 		if err != nil {
 			return err
 		}
-		if err := checkWriter(j, w); err != nil {
+		if err := s.checkWriter(ctx, tx, j, w); err != nil {
 			return err
 		}
 		if j.State.Terminal() {

@@ -31,7 +31,7 @@ func (s *Store) AppendLogs(ctx context.Context, jobID string, w Writer, lines []
 		if err != nil {
 			return err
 		}
-		if err := checkWriter(j, w); err != nil {
+		if err := s.checkWriter(ctx, tx, j, w); err != nil {
 			return err
 		}
 		if len(lines) == 0 {

@@ -657,7 +657,7 @@ func testLeaseExpiryRequeues(t *testing.T, e *env) {
 
 	// The requeued job cannot be written by its old holder.
 	_, err = e.s.AckJob(ctx, "job-1", writer(first), at(4*time.Minute), at(3*time.Minute))
-	wantErr(t, err, errs.PermissionDenied)
+	wantErr(t, err, errs.Conflict, "stale fencing token")
 
 	second := e.claimOne(inst, "ag-1", at(3*time.Minute))
 	equal(t, "attempt", second.Attempt, 2)
@@ -685,7 +685,7 @@ func testLeaseExpiryRequeues(t *testing.T, e *env) {
 	j2 := e.claimOne(inst, "ag-2", at(8*time.Minute))
 	equal(t, "attempt", j2.Attempt, 2)
 	_, err = e.s.AckJob(ctx, "job-2", writer(j), at(9*time.Minute), at(8*time.Minute))
-	wantErr(t, err, errs.PermissionDenied)
+	wantErr(t, err, errs.Conflict, "stale fencing token")
 }
 
 func testMaxAttempts(t *testing.T, e *env) {

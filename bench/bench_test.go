@@ -1,0 +1,404 @@
+// Package bench measures byoc's dispatch path against a real imsd process:
+// pickup latency, dispatch throughput and memory per connected agent, on
+// SQLite and on PostgreSQL. The agents are protocol-level agents in this
+// process (they ack and finish each job at once, like a no-op plugin), each
+// with its own TCP connection, so the figures are imsd's. Run with
+// `make bench`; figures are printed, not asserted.
+package bench
+
+import (
+	"bufio"
+	"context"
+	"crypto/ed25519"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/byoc-dev/byoc/agentd/agent"
+	"github.com/byoc-dev/byoc/agentd/identity"
+	"github.com/byoc-dev/byoc/e2e/cluster"
+	"github.com/byoc-dev/byoc/imsd/auth"
+	"github.com/byoc-dev/byoc/imsd/store/pgtest"
+	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
+	"github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1/agentv1connect"
+	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
+	"github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1/imsv1connect"
+)
+
+// imsProc is imsd running as its own process, so its memory can be read.
+type imsProc struct {
+	cmd   *exec.Cmd
+	url   string
+	token string
+}
+
+func startIMS(b *testing.B, databaseURL string) *imsProc {
+	b.Helper()
+	bin := filepath.Join(cluster.Binaries(b), "imsd")
+	dir := b.TempDir()
+	port := freePort(b)
+	args := []string{"--addr", "127.0.0.1:" + port, "--data-dir", dir, "--log-level", "warn", "--heartbeat", "10s", "--lease", "60s"}
+	if databaseURL != "" {
+		args = append(args, "--database-url", databaseURL)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	p := &imsProc{cmd: cmd, url: "http://127.0.0.1:" + port}
+	cluster.Eventually(b, 30*time.Second, "imsd to be ready", func() bool {
+		r, err := http.Get(p.url + "/readyz")
+		if err != nil {
+			return false
+		}
+		r.Body.Close()
+		tok, err := os.ReadFile(filepath.Join(dir, "admin.token"))
+		p.token = strings.TrimSpace(string(tok))
+		return r.StatusCode == 200 && err == nil
+	})
+	return p
+}
+
+func freePort(b *testing.B) string {
+	// Bind and release: good enough on a quiet loopback.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	_, port, _ := strings.Cut(l.Addr().String(), ":")
+	return port
+}
+
+func (p *imsProc) client() imsv1connect.OperatorServiceClient {
+	return imsv1connect.NewOperatorServiceClient(agent.DefaultHTTPClient(), p.url, connect.WithInterceptors(cluster.Bearer(p.token)))
+}
+
+// rss returns imsd's resident set in bytes.
+func (p *imsProc) rss(b *testing.B) int64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// heap returns imsd's live heap from its metrics endpoint.
+func (p *imsProc) heap(b *testing.B) int64 {
+	r, err := http.Get(p.url + "/metrics")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Body.Close()
+	sc := bufio.NewScanner(r.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "go_memstats_heap_inuse_bytes "); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			return int64(f)
+		}
+	}
+	return 0
+}
+
+// benchAgent is a protocol-level agent that finishes every job at once.
+type benchAgent struct {
+	id      string
+	key     ed25519.PrivateKey
+	install string
+	client  agentv1connect.AgentServiceClient
+	picked  func(jobID string, at time.Time)
+	cancel  context.CancelFunc
+}
+
+// fleet creates n installs with one connected agent each.
+func fleet(b *testing.B, p *imsProc, n int, picked func(string, time.Time)) []*benchAgent {
+	b.Helper()
+	c := p.client()
+	ctx := context.Background()
+	if _, err := c.CreateApp(ctx, connect.NewRequest(&imsv1.CreateAppRequest{Name: "bench"})); err != nil {
+		b.Fatal(err)
+	}
+	agents := make([]*benchAgent, n)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	var failed atomic.Value
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			name := fmt.Sprintf("i%05d", i)
+			r, err := c.CreateInstall(ctx, connect.NewRequest(&imsv1.CreateInstallRequest{App: "bench", Name: name}))
+			if err != nil {
+				failed.Store(err)
+				return
+			}
+			key, _ := identity.NewKey()
+			// One transport per agent: one TCP connection each, as in the field.
+			ac := agentv1connect.NewAgentServiceClient(agent.DefaultHTTPClient(), p.url)
+			er, err := ac.Enroll(ctx, connect.NewRequest(&agentv1.EnrollRequest{EnrollmentToken: r.Msg.EnrollmentToken.Token, PublicKey: key.Public().(ed25519.PublicKey)}))
+			if err != nil {
+				failed.Store(err)
+				return
+			}
+			agents[i] = &benchAgent{id: er.Msg.AgentId, key: key, install: name, client: ac, picked: picked}
+		}()
+	}
+	wg.Wait()
+	if err, _ := failed.Load().(error); err != nil {
+		b.Fatal(err)
+	}
+	ready := make(chan struct{}, n)
+	for _, a := range agents {
+		go a.run(b, ready)
+	}
+	for range n {
+		<-ready
+	}
+	b.Cleanup(func() {
+		for _, a := range agents {
+			a.cancel()
+		}
+	})
+	return agents
+}
+
+func (a *benchAgent) run(b *testing.B, ready chan<- struct{}) {
+	ctx, cancel := context.WithCancel(context.Background())
+	a.cancel = cancel
+	st := a.client.Connect(ctx)
+	st.Send(nil)
+	m, err := st.Receive()
+	if err != nil {
+		b.Error(err)
+		ready <- struct{}{}
+		return
+	}
+	st.Send(&agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Hello{Hello: &agentv1.Hello{
+		AgentId: a.id, Signature: auth.SignChallenge(a.key, a.id, m.GetChallenge().Nonce), Capacity: 4,
+	}}})
+	if _, err := st.Receive(); err != nil {
+		b.Error(err)
+	}
+	ready <- struct{}{}
+	var wid uint64
+	for {
+		m, err := st.Receive()
+		if err != nil {
+			return
+		}
+		as := m.GetAssignment()
+		if as == nil {
+			continue
+		}
+		a.picked(as.JobId, time.Now())
+		wid++
+		st.Send(&agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Ack{Ack: &agentv1.JobAck{WriteId: wid, JobId: as.JobId, FencingToken: as.FencingToken}}})
+		wid++
+		st.Send(&agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Result{Result: &agentv1.JobResult{
+			WriteId: wid, JobId: as.JobId, FencingToken: as.FencingToken, Outcome: agentv1.Outcome_OUTCOME_SUCCEEDED,
+		}}})
+	}
+}
+
+var noop = func() *structpb.Struct {
+	s, _ := structpb.NewStruct(map[string]any{"steps": []any{map[string]any{"name": "noop", "script": "true"}}})
+	return s
+}()
+
+
+func machine() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s/%s, %d CPUs, %s, host %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), host)
+}
+
+// BenchmarkPickupLatency enqueues jobs at 100/s across 1,000 connected
+// agents and measures enqueue → assignment received.
+func BenchmarkPickupLatency(b *testing.B) {
+	const agents, rate, jobs = 1000, 100, 1000
+	for _, name := range []string{"sqlite", "postgres"} {
+		b.Run(name, func(b *testing.B) {
+			dsn := ""
+			if name == "postgres" {
+				dsn = pgtest.Start(b)
+			}
+			p := startIMS(b, dsn)
+			var mu sync.Mutex
+			sent := map[string]time.Time{}
+			early := map[string]time.Time{}
+			var lat []time.Duration
+			done := make(chan struct{}, jobs)
+			fleet(b, p, agents, func(id string, at time.Time) {
+				mu.Lock()
+				if t0, ok := sent[id]; ok {
+					lat = append(lat, at.Sub(t0))
+					delete(sent, id)
+					done <- struct{}{}
+				} else {
+					early[id] = at
+				}
+				mu.Unlock()
+			})
+			c := p.client()
+			b.ResetTimer()
+			for range b.N {
+				lat = lat[:0]
+				tick := time.NewTicker(time.Second / rate)
+				for i := range jobs {
+					<-tick.C
+					install := fmt.Sprintf("i%05d", (i*7919)%agents)
+					t0 := time.Now()
+					r, err := c.EnqueueJob(context.Background(), connect.NewRequest(&imsv1.EnqueueJobRequest{Install: install, ComponentType: "action", Operation: "apply", Config: noop}))
+					if err != nil {
+						b.Fatal(err)
+					}
+					mu.Lock()
+					if at, ok := early[r.Msg.Job.Id]; ok {
+						// The assignment beat the enqueue response.
+						lat = append(lat, at.Sub(t0))
+						delete(early, r.Msg.Job.Id)
+						done <- struct{}{}
+					} else {
+						sent[r.Msg.Job.Id] = t0
+					}
+					mu.Unlock()
+				}
+				tick.Stop()
+				deadline := time.After(30 * time.Second)
+				for range jobs {
+					select {
+					case <-done:
+					case <-deadline:
+						b.Fatalf("only %d of %d jobs picked up", len(lat), jobs)
+					}
+				}
+			}
+			b.StopTimer()
+			slices.Sort(lat)
+			p50, p99 := lat[len(lat)/2], lat[len(lat)*99/100]
+			b.ReportMetric(float64(p50.Microseconds())/1000, "p50-ms")
+			b.ReportMetric(float64(p99.Microseconds())/1000, "p99-ms")
+			fmt.Printf("pickup latency %s: %d agents, %d jobs at %d/s: p50 %.2f ms, p99 %.2f ms (target p99 < 10 ms) [%s]\n",
+				name, agents, jobs, rate, float64(p50.Microseconds())/1000, float64(p99.Microseconds())/1000, machine())
+		})
+	}
+}
+
+// BenchmarkDispatchThroughput drains no-op jobs across 1,000 agents as fast
+// as imsd hands them out, with 32 concurrent enqueuers.
+func BenchmarkDispatchThroughput(b *testing.B) {
+	const agents, jobs, enqueuers = 1000, 20000, 32
+	for _, name := range []string{"sqlite", "postgres"} {
+		b.Run(name, func(b *testing.B) {
+			dsn := ""
+			if name == "postgres" {
+				dsn = pgtest.Start(b)
+			}
+			p := startIMS(b, dsn)
+			var picked atomic.Int64
+			all := make(chan struct{}, 1)
+			var target atomic.Int64
+			fleet(b, p, agents, func(string, time.Time) {
+				if picked.Add(1) == target.Load() {
+					all <- struct{}{}
+				}
+			})
+			c := p.client()
+			b.ResetTimer()
+			var best float64
+			for range b.N {
+				picked.Store(0)
+				target.Store(jobs)
+				start := time.Now()
+				var wg sync.WaitGroup
+				var next atomic.Int64
+				for range enqueuers {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for {
+							i := next.Add(1) - 1
+							if i >= jobs {
+								return
+							}
+							install := fmt.Sprintf("i%05d", (i*7919)%agents)
+							if _, err := c.EnqueueJob(context.Background(), connect.NewRequest(&imsv1.EnqueueJobRequest{Install: install, ComponentType: "action", Operation: "apply", Config: noop})); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					}()
+				}
+				wg.Wait()
+				select {
+				case <-all:
+				case <-time.After(120 * time.Second):
+					b.Fatalf("only %d of %d jobs picked up", picked.Load(), jobs)
+				}
+				// Wait for the results too: a job is done when its result is stored.
+				cluster.Eventually(b, 120*time.Second, "every job to finish", func() bool {
+					r, err := c.ListJobs(context.Background(), connect.NewRequest(&imsv1.ListJobsRequest{
+						States: []imsv1.JobState{imsv1.JobState_JOB_STATE_QUEUED, imsv1.JobState_JOB_STATE_ASSIGNED, imsv1.JobState_JOB_STATE_RUNNING}, PageSize: 1}))
+					return err == nil && len(r.Msg.Jobs) == 0
+				})
+				rate := float64(jobs) / time.Since(start).Seconds()
+				best = max(best, rate)
+			}
+			b.StopTimer()
+			b.ReportMetric(best, "jobs/s")
+			fmt.Printf("dispatch throughput %s: %d no-op jobs across %d agents, %d enqueuers: %.0f jobs/s, enqueue to result stored (target on SQLite: 5000) [%s]\n",
+				name, jobs, agents, enqueuers, best, machine())
+		})
+	}
+}
+
+// BenchmarkIdleAgentMemory connects idle agents and divides imsd's RSS and
+// heap growth by their number.
+func BenchmarkIdleAgentMemory(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		b.Run(fmt.Sprintf("agents=%d", n), func(b *testing.B) {
+			for range b.N {
+				p := startIMS(b, "")
+				c := p.client()
+				c.ListApps(context.Background(), connect.NewRequest(&imsv1.ListAppsRequest{}))
+				rss0, heap0 := p.rss(b), p.heap(b)
+				fleet(b, p, n, func(string, time.Time) {})
+				runtime.GC()
+				// Let imsd settle after the enrolment burst.
+				cluster.Eventually(b, 10*time.Second, "imsd to settle", func() bool { return p.heap(b) > 0 })
+				rss, heap := p.rss(b), p.heap(b)
+				perRSS := float64(rss-rss0) / float64(n)
+				perHeap := float64(heap-heap0) / float64(n)
+				b.ReportMetric(perRSS/1024, "rss-KiB/agent")
+				b.ReportMetric(perHeap/1024, "heap-KiB/agent")
+				fmt.Printf("memory per idle agent, %d agents: RSS %.1f KiB, heap %.1f KiB (imsd RSS %d MiB; target 32 KB) [%s]\n",
+					n, perRSS/1024, perHeap/1024, rss>>20, machine())
+			}
+		})
+	}
+}

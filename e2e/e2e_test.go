@@ -1,0 +1,270 @@
+// Package e2e runs byoc end to end: imsd in-process on a loopback port with
+// a temporary data directory, agentd as real processes built from this
+// repository, real plugin subprocesses and real shell scripts.
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/byoc-dev/byoc/e2e/cluster"
+	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
+	"github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1/imsv1connect"
+)
+
+// fast lease timing so that expiry tests take seconds, not minutes.
+var fast = cluster.Options{LeaseDuration: 1500 * time.Millisecond, HeartbeatInterval: 200 * time.Millisecond, SweepInterval: 50 * time.Millisecond}
+
+func skipShort(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: skipping end-to-end test with real processes")
+	}
+}
+
+func actionConfig(t testing.TB, script string) *structpb.Struct {
+	t.Helper()
+	cfg, err := structpb.NewStruct(map[string]any{"steps": []any{map[string]any{"name": "run", "script": script}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func enqueue(t testing.TB, c imsv1connect.OperatorServiceClient, install, script string, timeout int64) *imsv1.Job {
+	t.Helper()
+	r, err := c.EnqueueJob(context.Background(), connect.NewRequest(&imsv1.EnqueueJobRequest{
+		Install: install, ComponentType: "action", Operation: "apply", Config: actionConfig(t, script), TimeoutSeconds: timeout,
+	}))
+	if err != nil {
+		t.Fatalf("enqueue: %v", err)
+	}
+	return r.Msg.Job
+}
+
+// follow streams a job's log until it ends and returns the lines and the
+// ended job.
+func follow(t testing.TB, c imsv1connect.OperatorServiceClient, id string) ([]*imsv1.LogLine, *imsv1.Job) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	st, err := c.StreamJobLogs(ctx, connect.NewRequest(&imsv1.StreamJobLogsRequest{JobId: id, Follow: true}))
+	if err != nil {
+		t.Fatalf("follow: %v", err)
+	}
+	var lines []*imsv1.LogLine
+	var job *imsv1.Job
+	for st.Receive() {
+		lines = append(lines, st.Msg().Lines...)
+		if st.Msg().Job != nil {
+			job = st.Msg().Job
+		}
+	}
+	if err := st.Err(); err != nil {
+		t.Fatalf("follow: %v", err)
+	}
+	if job == nil {
+		t.Fatal("follow ended without the final job message")
+	}
+	return lines, job
+}
+
+func startAgent(t *testing.T, ims *cluster.IMS, installName string) *cluster.AgentProc {
+	t.Helper()
+	_, token := cluster.NewInstall(t, ims.Admin(), "shop", installName)
+	p := cluster.StartAgent(t, ims.URL(), token, filepath.Join(t.TempDir(), "agent"))
+	waitConnected(t, ims, installName)
+	return p
+}
+
+func waitConnected(t *testing.T, ims *cluster.IMS, install string) {
+	t.Helper()
+	cluster.Eventually(t, 30*time.Second, "agent of "+install+" to connect", func() bool {
+		r, err := ims.Admin().GetInstall(context.Background(), connect.NewRequest(&imsv1.GetInstallRequest{IdOrName: install}))
+		return err == nil && r.Msg.Install.Agent != nil && r.Msg.Install.Agent.Connected
+	})
+}
+
+func TestRunJobLogsAndResultInOrder(t *testing.T) {
+	skipShort(t)
+	ims := cluster.StartIMS(t, fast)
+	startAgent(t, ims, "acme")
+	c := ims.Admin()
+
+	job := enqueue(t, c, "acme", `echo one; echo two >&2; echo three; echo "region=eu-west-1" >> "$BYOC_OUTPUTS"; exit 0`, 60)
+	lines, end := follow(t, c, job.Id)
+	if end.State != imsv1.JobState_JOB_STATE_SUCCEEDED || end.ExitCode != 0 {
+		t.Fatalf("job ended %v exit %d (%s), want succeeded exit 0", end.State, end.ExitCode, end.Error)
+	}
+	// stdout and stderr are separate pipes: order holds within each.
+	var stdout, stderr []string
+	for _, l := range lines {
+		switch l.Stream {
+		case imsv1.LogStream_LOG_STREAM_STDOUT:
+			stdout = append(stdout, l.Text)
+		case imsv1.LogStream_LOG_STREAM_STDERR:
+			stderr = append(stderr, l.Text)
+		}
+	}
+	if !slices.Equal(stdout, []string{"one", "three"}) || !slices.Equal(stderr, []string{"two"}) {
+		t.Fatalf("stdout %q, stderr %q; want [one three] and [two]", stdout, stderr)
+	}
+	for i := 1; i < len(lines); i++ {
+		if lines[i].Seq <= lines[i-1].Seq {
+			t.Fatalf("log out of order at %d: seq %d after %d", i, lines[i].Seq, lines[i-1].Seq)
+		}
+	}
+	if end.Outputs["region"] != "eu-west-1" {
+		t.Fatalf("outputs = %v, want region=eu-west-1", end.Outputs)
+	}
+
+	failing := enqueue(t, c, "acme", `echo before; exit 7`, 60)
+	_, end = follow(t, c, failing.Id)
+	if end.State != imsv1.JobState_JOB_STATE_FAILED || end.ExitCode != 7 {
+		t.Fatalf("failing job ended %v exit %d, want failed exit 7", end.State, end.ExitCode)
+	}
+	if end.Attempt != 1 {
+		t.Fatalf("attempt = %d, want 1", end.Attempt)
+	}
+}
+
+func TestPluginEnvironmentIsClean(t *testing.T) {
+	skipShort(t)
+	ims := cluster.StartIMS(t, fast)
+	startAgent(t, ims, "acme")
+	c := ims.Admin()
+	job := enqueue(t, c, "acme", `env`, 60)
+	lines, end := follow(t, c, job.Id)
+	if end.State != imsv1.JobState_JOB_STATE_SUCCEEDED {
+		t.Fatalf("job ended %v: %s", end.State, end.Error)
+	}
+	all := strings.Join(cluster.Texts(lines), "\n")
+	if strings.Contains(all, "AWS_SECRET_ACCESS_KEY") || strings.Contains(all, "agent-secret-must-not-leak") {
+		t.Fatalf("the agent's environment leaked into the job:\n%s", all)
+	}
+	if !strings.Contains(all, "BYOC_JOB_ID="+job.Id) {
+		t.Fatalf("job environment lacks BYOC_JOB_ID:\n%s", all)
+	}
+}
+
+// pids extracts "pid N" lines a script printed.
+func pids(lines []*imsv1.LogLine) []int {
+	re := regexp.MustCompile(`^pid (\d+)$`)
+	var out []int
+	for _, l := range lines {
+		if m := re.FindStringSubmatch(l.Text); m != nil {
+			n, _ := strconv.Atoi(m[1])
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// alive reports whether pid exists and is not a zombie.
+func alive(pid int) bool {
+	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the command name in parentheses.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
+
+// waitPIDs waits until the script has printed n pids.
+func waitPIDs(t *testing.T, c imsv1connect.OperatorServiceClient, id string, n int) []int {
+	t.Helper()
+	var got []int
+	cluster.Eventually(t, 30*time.Second, fmt.Sprintf("job %s to print %d pids", id, n), func() bool {
+		got = pids(cluster.Logs(t, c, id))
+		return len(got) >= n
+	})
+	return got
+}
+
+const sleeper = `echo "pid $$"; sleep 300 & echo "pid $!"; (trap '' TERM; sleep 300) & echo "pid $!"; wait`
+
+func TestCancelKillsEveryProcess(t *testing.T) {
+	skipShort(t)
+	ims := cluster.StartIMS(t, fast)
+	startAgent(t, ims, "acme")
+	c := ims.Admin()
+	job := enqueue(t, c, "acme", sleeper, 300)
+	ps := waitPIDs(t, c, job.Id, 3)
+	if _, err := c.CancelJob(context.Background(), connect.NewRequest(&imsv1.CancelJobRequest{Id: job.Id, Reason: "operator changed their mind"})); err != nil {
+		t.Fatalf("cancel: %v", err)
+	}
+	end := cluster.WaitJob(t, c, job.Id, 20*time.Second, imsv1.JobState_JOB_STATE_CANCELLED)
+	if !strings.Contains(end.Error, "operator changed their mind") {
+		t.Fatalf("cancelled job error = %q, want the reason", end.Error)
+	}
+	// The kill grace is 2s; the result is written after the group is gone.
+	cluster.Eventually(t, 5*time.Second, "every process of the job to exit", func() bool {
+		for _, p := range ps {
+			if alive(p) {
+				return false
+			}
+		}
+		return true
+	})
+	// The agent keeps serving.
+	next := enqueue(t, c, "acme", `echo still here`, 60)
+	if _, end := follow(t, c, next.Id); end.State != imsv1.JobState_JOB_STATE_SUCCEEDED {
+		t.Fatalf("next job ended %v: %s", end.State, end.Error)
+	}
+}
+
+func TestTimeoutKillsEveryProcess(t *testing.T) {
+	skipShort(t)
+	ims := cluster.StartIMS(t, fast)
+	startAgent(t, ims, "acme")
+	c := ims.Admin()
+	job := enqueue(t, c, "acme", sleeper, 2)
+	ps := waitPIDs(t, c, job.Id, 3)
+	end := cluster.WaitJob(t, c, job.Id, 30*time.Second, imsv1.JobState_JOB_STATE_TIMED_OUT)
+	if !strings.Contains(end.Error, "timed out after 2s") {
+		t.Fatalf("timed-out job error = %q", end.Error)
+	}
+	cluster.Eventually(t, 5*time.Second, "every process of the job to exit", func() bool {
+		for _, p := range ps {
+			if alive(p) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func TestCrashingPluginFailsJobAndAgentGoesOn(t *testing.T) {
+	skipShort(t)
+	ims := cluster.StartIMS(t, fast)
+	startAgent(t, ims, "acme")
+	c := ims.Admin()
+	// The step's parent is the plugin process: kill it mid-apply.
+	crash := enqueue(t, c, "acme", `echo about to crash; kill -9 $PPID; sleep 5`, 60)
+	_, end := follow(t, c, crash.Id)
+	if end.State != imsv1.JobState_JOB_STATE_FAILED || !strings.Contains(end.Error, "plugin") {
+		t.Fatalf("crashed job ended %v with error %q; want failed naming the plugin", end.State, end.Error)
+	}
+	next := enqueue(t, c, "acme", `echo fine`, 60)
+	if _, end := follow(t, c, next.Id); end.State != imsv1.JobState_JOB_STATE_SUCCEEDED {
+		t.Fatalf("next job ended %v: %s", end.State, end.Error)
+	}
+}
