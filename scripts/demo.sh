@@ -43,14 +43,14 @@ mkdir -p "$demo"
 echo "==> starting imsd on $url (SQLite in $demo/imsd)"
 nohup "$bin/imsd" --addr "$addr" --data-dir "$demo/imsd" --heartbeat 2s --lease 10s >"$demo/imsd.log" 2>&1 &
 echo $! >"$demo/imsd.pid"
+byoc() { "$bin/byoc" "$@"; }
+ready=""
 for _ in $(seq 100); do
-  if [ -s "$demo/imsd/admin.token" ] && curl -fsS "$url/readyz" >/dev/null 2>&1; then break; fi
   if ! kill -0 "$(cat "$demo/imsd.pid")" 2>/dev/null; then echo "imsd failed to start:" >&2; cat "$demo/imsd.log" >&2; exit 1; fi
+  if [ -s "$demo/imsd/admin.token" ] && byoc --server "$url" --token "$(cat "$demo/imsd/admin.token")" whoami >/dev/null 2>&1; then ready=1; break; fi
   sleep 0.1
 done
-curl -fsS "$url/readyz" >/dev/null || { echo "imsd is not ready; see $demo/imsd.log" >&2; exit 1; }
-
-byoc() { "$bin/byoc" "$@"; }
+[ -n "$ready" ] || { echo "imsd is not ready; see $demo/imsd.log" >&2; exit 1; }
 byoc context add demo --server "$url" --token "$(cat "$demo/imsd/admin.token")" --use >/dev/null
 byoc app create shop --description "the demo app" >/dev/null
 token="$(byoc install create acme --app shop --input region=eu-west-1 -o json | sed -n 's/.*"token": *"\([^"]*\)".*/\1/p' | head -n1)"
