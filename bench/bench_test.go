@@ -55,6 +55,9 @@ func startIMS(b *testing.B, databaseURL string) *imsProc {
 	if databaseURL != "" {
 		args = append(args, "--database-url", databaseURL)
 	}
+	if a := os.Getenv("BYOC_BENCH_PPROF"); a != "" {
+		args = append(args, "--debug-addr", a) // profile imsd while a benchmark runs
+	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
@@ -231,7 +234,6 @@ var noop = func() *structpb.Struct {
 	return s
 }()
 
-
 func machine() string {
 	host, _ := os.Hostname()
 	return fmt.Sprintf("%s/%s, %d CPUs, %s, host %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), host)
@@ -312,7 +314,10 @@ func BenchmarkPickupLatency(b *testing.B) {
 // BenchmarkDispatchThroughput drains no-op jobs across 1,000 agents as fast
 // as imsd hands them out, with 32 concurrent enqueuers.
 func BenchmarkDispatchThroughput(b *testing.B) {
-	const agents, jobs, enqueuers = 1000, 20000, 32
+	agents, jobs, enqueuers := 1000, 20000, 32
+	if n, err := strconv.Atoi(os.Getenv("BYOC_BENCH_JOBS")); err == nil {
+		jobs = n
+	}
 	for _, name := range []string{"sqlite", "postgres"} {
 		b.Run(name, func(b *testing.B) {
 			dsn := ""
@@ -333,7 +338,7 @@ func BenchmarkDispatchThroughput(b *testing.B) {
 			var best float64
 			for range b.N {
 				picked.Store(0)
-				target.Store(jobs)
+				target.Store(int64(jobs))
 				start := time.Now()
 				var wg sync.WaitGroup
 				var next atomic.Int64
@@ -343,10 +348,10 @@ func BenchmarkDispatchThroughput(b *testing.B) {
 						defer wg.Done()
 						for {
 							i := next.Add(1) - 1
-							if i >= jobs {
+							if i >= int64(jobs) {
 								return
 							}
-							install := fmt.Sprintf("i%05d", (i*7919)%agents)
+							install := fmt.Sprintf("i%05d", (i*7919)%int64(agents))
 							if _, err := c.EnqueueJob(context.Background(), connect.NewRequest(&imsv1.EnqueueJobRequest{Install: install, ComponentType: "action", Operation: "apply", Config: noop})); err != nil {
 								b.Error(err)
 								return

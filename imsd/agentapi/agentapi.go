@@ -174,7 +174,9 @@ type conn struct {
 	capacity int
 	inflight map[string]int64 // job id -> fencing token
 	lastSeen time.Time
-	log      *slog.Logger
+	// lastForced is when the queue was last read without a hub mark.
+	lastForced time.Time
+	log        *slog.Logger
 }
 
 func (c *conn) run(ctx context.Context, hello *agentv1.Hello, in <-chan *agentv1.ConnectRequest, recvErr <-chan error) error {
@@ -202,7 +204,8 @@ func (c *conn) run(ctx context.Context, hello *agentv1.Hello, in <-chan *agentv1
 	}
 	c.log.InfoContext(ctx, "agent connected", "reattached", len(renewed), "lost", len(lost))
 	c.touch(ctx, now)
-	if err := c.claim(ctx); err != nil {
+	c.lastForced = now
+	if err := c.claim(ctx, true); err != nil {
 		return err
 	}
 
@@ -222,7 +225,7 @@ func (c *conn) run(ctx context.Context, hello *agentv1.Hello, in <-chan *agentv1
 		case <-idle.C:
 			return connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("no message from the agent for %s", idleLimit))
 		case <-c.sess.Wake:
-			if err := c.claim(ctx); err != nil {
+			if err := c.claim(ctx, false); err != nil {
 				return err
 			}
 		case req := <-c.sess.Cancel:
@@ -255,12 +258,17 @@ func (c *conn) touch(ctx context.Context, now time.Time) {
 	c.lastSeen = now
 }
 
-// claim hands out queued jobs of the install up to the agent's free capacity.
-func (c *conn) claim(ctx context.Context) error {
+// claim hands out queued jobs of the install up to the agent's free
+// capacity. With force unset it first asks the hub whether anything may be
+// queued, which saves a database round trip after most finished jobs.
+func (c *conn) claim(ctx context.Context, force bool) error {
 	s := c.svc
 	for {
 		free := c.capacity - len(c.inflight)
 		if free <= 0 {
+			return nil
+		}
+		if !s.hub.TakeQueued(c.agent.InstallID) && !force {
 			return nil
 		}
 		now := s.now()
@@ -286,6 +294,10 @@ func (c *conn) claim(ctx context.Context) error {
 		if len(jobs) < free {
 			return nil
 		}
+		// The queue may hold more than this agent can take: let the
+		// install's other agents look too.
+		s.hub.Wake(c.agent.InstallID)
+		force = false
 	}
 }
 
@@ -315,7 +327,14 @@ func (c *conn) handle(ctx context.Context, m *agentv1.ConnectRequest) error {
 				}
 			}
 		}
-		return c.claim(ctx) // catch up on a wake-up that was missed
+		// Catch up on a wake-up that was lost, at most once a minute: the
+		// hub's mark is exact within one imsd, and PostgreSQL replicas
+		// relay enqueues to each other with NOTIFY.
+		force := now.Sub(c.lastForced) > time.Minute
+		if force {
+			c.lastForced = now
+		}
+		return c.claim(ctx, force)
 	case *agentv1.ConnectRequest_Ack:
 		a := msg.Ack
 		j, err := s.store.AckJob(ctx, a.JobId, store.Writer{AgentID: c.agent.ID, FencingToken: a.FencingToken}, now.Add(s.cfg.LeaseDuration), now)
@@ -370,7 +389,7 @@ func (c *conn) handle(ctx context.Context, m *agentv1.ConnectRequest) error {
 		if err := c.send(accepted(r.WriteId)); err != nil {
 			return err
 		}
-		return c.claim(ctx)
+		return c.claim(ctx, false)
 	case *agentv1.ConnectRequest_Hello:
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("hello: sent twice on one stream"))
 	default:

@@ -37,6 +37,11 @@ type Hub struct {
 	byInstall map[string]map[*Session]struct{}
 	byAgent   map[string]*Session
 	logs      map[string]chan struct{} // job id -> closed on new lines
+	// queued marks installs that may have queued jobs. Wake sets it; a
+	// session takes (clears) it before it looks at the queue, so a claim
+	// that would surely find nothing is skipped without missing a job
+	// enqueued meanwhile: that enqueue sets the mark again after its commit.
+	queued map[string]bool
 }
 
 // NewHub returns an empty hub.
@@ -45,7 +50,18 @@ func NewHub() *Hub {
 		byInstall: make(map[string]map[*Session]struct{}),
 		byAgent:   make(map[string]*Session),
 		logs:      make(map[string]chan struct{}),
+		queued:    make(map[string]bool),
 	}
+}
+
+// TakeQueued reports whether installID may have queued jobs, and clears the
+// mark. Call it before reading the queue.
+func (h *Hub) TakeQueued(installID string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	q := h.queued[installID]
+	delete(h.queued, installID)
+	return q
 }
 
 // Register adds a session for agentID. A previous session of the same agent
@@ -82,6 +98,11 @@ func (h *Hub) Unregister(s *Session) {
 }
 
 func (h *Hub) removeLocked(s *Session) {
+	defer func() {
+		if len(h.byInstall[s.InstallID]) == 0 {
+			delete(h.queued, s.InstallID)
+		}
+	}()
 	if h.byAgent[s.AgentID] == s {
 		delete(h.byAgent, s.AgentID)
 	}
@@ -97,6 +118,10 @@ func (h *Hub) removeLocked(s *Session) {
 func (h *Hub) Wake(installID string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if len(h.byInstall[installID]) == 0 {
+		return // a session claims everything queued when it connects
+	}
+	h.queued[installID] = true
 	for s := range h.byInstall[installID] {
 		select {
 		case s.Wake <- struct{}{}:

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -34,10 +36,50 @@ func callerFrom(ctx context.Context) store.APIToken {
 	return t
 }
 
+// tokenCacheTTL bounds how long a looked-up token is trusted without
+// asking the database again.
+const tokenCacheTTL = 5 * time.Second
+
 // Authenticator is a Connect interceptor that checks the bearer token and
-// the caller's role on every operator call, unary and streaming.
+// the caller's role on every operator call, unary and streaming. Tokens are
+// cached for a few seconds, so a busy client costs no query per call.
 type Authenticator struct {
-	Store *store.Store
+	store *store.Store
+	now   func() time.Time
+
+	mu    sync.Mutex
+	cache map[string]cachedToken
+}
+
+type cachedToken struct {
+	tok     store.APIToken
+	expires time.Time
+}
+
+// NewAuthenticator returns an Authenticator over st.
+func NewAuthenticator(st *store.Store, now func() time.Time) *Authenticator {
+	return &Authenticator{store: st, now: now, cache: make(map[string]cachedToken)}
+}
+
+func (a *Authenticator) lookup(ctx context.Context, hash string) (store.APIToken, error) {
+	now := a.now()
+	a.mu.Lock()
+	c, ok := a.cache[hash]
+	a.mu.Unlock()
+	if ok && now.Before(c.expires) {
+		return c.tok, nil
+	}
+	tok, err := a.store.APITokenByHash(ctx, hash)
+	if err != nil {
+		return tok, err
+	}
+	a.mu.Lock()
+	if len(a.cache) > 10000 {
+		clear(a.cache) // crude bound; tokens are few
+	}
+	a.cache[hash] = cachedToken{tok: tok, expires: now.Add(tokenCacheTTL)}
+	a.mu.Unlock()
+	return tok, nil
 }
 
 var _ connect.Interceptor = (*Authenticator)(nil)
@@ -47,7 +89,7 @@ func (a *Authenticator) authorize(ctx context.Context, procedure string, header 
 	if !ok || secret == "" {
 		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("missing bearer token: pass --token or add a context with `byoc context add`"))
 	}
-	tok, err := a.Store.APITokenByHash(ctx, auth.Hash(secret))
+	tok, err := a.lookup(ctx, auth.Hash(secret))
 	if errs.Is(err, errs.NotFound) {
 		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("unknown or revoked API token"))
 	}

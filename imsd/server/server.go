@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"sync"
@@ -42,6 +43,9 @@ type Config struct {
 	AdminTokenFile string
 	// TLSCertFile and TLSKeyFile serve HTTPS instead of plaintext HTTP/2.
 	TLSCertFile, TLSKeyFile string
+	// DebugAddr, when set, serves /debug/pprof on its own listener, kept
+	// off the API port.
+	DebugAddr string
 
 	LeaseDuration     time.Duration // default 30s
 	HeartbeatInterval time.Duration // default 10s
@@ -189,14 +193,16 @@ func (s *Server) newHTTPServer() *http.Server {
 	mux := http.NewServeMux()
 	op := operatorapi.New(s.store, s.hub, operatorapi.Config{HeartbeatInterval: cfg.HeartbeatInterval}, cfg.Now, s.log)
 	mux.Handle(imsv1connect.NewOperatorServiceHandler(op,
-		connect.WithInterceptors(&operatorapi.Authenticator{Store: s.store}),
-		connect.WithReadMaxBytes(4<<20)))
+		connect.WithInterceptors(operatorapi.NewAuthenticator(s.store, cfg.Now)),
+		connect.WithReadMaxBytes(4<<20),
+		// Compressing small messages costs more CPU than it saves bytes.
+		connect.WithCompressMinBytes(4<<10)))
 	ag := agentapi.New(s.store, s.hub, agentapi.Config{
 		LeaseDuration:     cfg.LeaseDuration,
 		HeartbeatInterval: cfg.HeartbeatInterval,
 		HelloTimeout:      10 * time.Second,
 	}, cfg.Now, s.log, obs)
-	mux.Handle(agentv1connect.NewAgentServiceHandler(ag, connect.WithReadMaxBytes(16<<20)))
+	mux.Handle(agentv1connect.NewAgentServiceHandler(ag, connect.WithReadMaxBytes(16<<20), connect.WithCompressMinBytes(4<<10)))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n"))
 	})
@@ -268,6 +274,15 @@ func (s *Server) Serve(ctx context.Context) error {
 		}
 		errc <- err
 	}()
+	if s.cfg.DebugAddr != "" {
+		dbg := &http.Server{Addr: s.cfg.DebugAddr, Handler: pprofMux(), ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := dbg.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.log.Error("debug server", "err", err)
+			}
+		}()
+		defer dbg.Close()
+	}
 	s.log.Info("imsd serving", "addr", s.Addr(), "database", s.store.Dialect())
 	var err error
 	select {
@@ -325,4 +340,14 @@ func (s *Server) sweep(ctx context.Context) {
 			s.hub.NotifyLog(c.Job.ID)
 		}
 	}
+}
+
+func pprofMux() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
 }
