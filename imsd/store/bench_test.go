@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -59,5 +60,70 @@ func benchClaimFinish(b *testing.B, dsn string) {
 		_, err = s.FinishJob(ctx, id, w, store.Result{State: store.JobSucceeded}, now)
 		must(err)
 	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+}
+
+// BenchmarkClaimFinishParallel is BenchmarkClaimFinish from many goroutines
+// at once, each with its own install and agent, as a busy imsd serves many
+// agents: it shows what concurrent writers cost and share.
+func BenchmarkClaimFinishParallel(b *testing.B) {
+	b.Run("sqlite", func(b *testing.B) {
+		benchClaimFinishParallel(b, filepath.Join(b.TempDir(), "bench.db"))
+	})
+	b.Run("postgres", func(b *testing.B) {
+		benchClaimFinishParallel(b, pgtest.Start(b))
+	})
+}
+
+func benchClaimFinishParallel(b *testing.B, dsn string) {
+	ctx := context.Background()
+	s, err := store.Open(ctx, dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	if err := s.CreateApp(ctx, store.App{ID: "app", Name: "app", CreatedAt: t0}); err != nil {
+		b.Fatal(err)
+	}
+	var workers atomic.Int64
+	b.SetParallelism(16) // goroutines per GOMAXPROCS
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		k := workers.Add(1)
+		inst, agent, hash := fmt.Sprintf("inst-%d", k), fmt.Sprintf("ag-%d", k), fmt.Sprintf("h-%d", k)
+		if err := s.CreateInstall(ctx, store.Install{ID: inst, AppID: "app", Name: inst, CreatedAt: t0},
+			store.EnrollmentToken{Hash: hash, ExpiresAt: t0.Add(time.Hour), CreatedAt: t0}); err != nil {
+			b.Error(err)
+			return
+		}
+		if _, err := s.Enroll(ctx, hash, store.Agent{ID: agent, PublicKey: []byte("k")}, t0); err != nil {
+			b.Error(err)
+			return
+		}
+		for i := 0; pb.Next(); i++ {
+			now := t0.Add(time.Duration(i) * time.Millisecond)
+			id := fmt.Sprintf("job-%d-%d", k, i)
+			if err := s.EnqueueJob(ctx, store.Job{ID: id, InstallID: inst, ComponentType: "t", Operation: "apply",
+				MaxAttempts: 3, Timeout: time.Minute, CreatedAt: now}); err != nil {
+				b.Error(err)
+				return
+			}
+			jobs, err := s.ClaimJobs(ctx, inst, store.Writer{AgentID: agent}, 1, now.Add(time.Minute), now)
+			if err != nil || len(jobs) != 1 {
+				b.Errorf("claimed %d jobs: %v", len(jobs), err)
+				return
+			}
+			w := store.Writer{AgentID: agent, FencingToken: jobs[0].FencingToken}
+			if _, err := s.AckJob(ctx, id, w, now.Add(time.Minute), now); err != nil {
+				b.Error(err)
+				return
+			}
+			if _, err := s.FinishJob(ctx, id, w, store.Result{State: store.JobSucceeded}, now); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
 }
