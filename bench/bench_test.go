@@ -111,7 +111,10 @@ func (p *imsProc) rss(b *testing.B) int64 {
 }
 
 // heap returns imsd's live heap from its metrics endpoint.
-func (p *imsProc) heap(b *testing.B) int64 {
+func (p *imsProc) heap(b *testing.B) int64 { return int64(p.metric(b, "go_memstats_heap_inuse_bytes")) }
+
+// metric reads one unlabelled metric from imsd's metrics endpoint.
+func (p *imsProc) metric(b *testing.B, name string) float64 {
 	r, err := http.Get(p.url + "/metrics")
 	if err != nil {
 		b.Fatal(err)
@@ -119,9 +122,9 @@ func (p *imsProc) heap(b *testing.B) int64 {
 	defer r.Body.Close()
 	sc := bufio.NewScanner(r.Body)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "go_memstats_heap_inuse_bytes "); ok {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
 			f, _ := strconv.ParseFloat(v, 64)
-			return int64(f)
+			return f
 		}
 	}
 	return 0
@@ -392,6 +395,7 @@ func BenchmarkIdleAgentMemory(b *testing.B) {
 				c := p.client()
 				c.ListApps(context.Background(), connect.NewRequest(&imsv1.ListAppsRequest{}))
 				rss0, heap0 := p.rss(b), p.heap(b)
+				stack0, g0 := p.metric(b, "go_memstats_stack_inuse_bytes"), p.metric(b, "go_goroutines")
 				fleet(b, p, n, func(string, time.Time) {})
 				runtime.GC()
 				// Let imsd settle after the enrolment burst.
@@ -399,6 +403,9 @@ func BenchmarkIdleAgentMemory(b *testing.B) {
 				rss, heap := p.rss(b), p.heap(b)
 				perRSS := float64(rss-rss0) / float64(n)
 				perHeap := float64(heap-heap0) / float64(n)
+				perStack := (p.metric(b, "go_memstats_stack_inuse_bytes") - stack0) / float64(n)
+				perG := (p.metric(b, "go_goroutines") - g0) / float64(n)
+				fmt.Printf("  of which goroutine stacks %.1f KiB/agent, %.1f goroutines/agent\n", perStack/1024, perG)
 				b.ReportMetric(perRSS/1024, "rss-KiB/agent")
 				b.ReportMetric(perHeap/1024, "heap-KiB/agent")
 				fmt.Printf("memory per idle agent, %d agents: RSS %.1f KiB, heap %.1f KiB (imsd RSS %d MiB; target 32 KB) [%s]\n",

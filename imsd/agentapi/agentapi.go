@@ -10,6 +10,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -103,35 +106,30 @@ func (s *Service) Connect(ctx context.Context, st *stream) error {
 	if err := st.Send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Challenge{Challenge: &agentv1.Challenge{Nonce: nonce}}}); err != nil {
 		return err
 	}
-	in := make(chan *agentv1.ConnectRequest)
-	recvErr := make(chan error, 1)
+	// Only the hello is read on a helper goroutine, to bound the wait for
+	// it; returning ends the stream, which unblocks that read.
+	type received struct {
+		m   *agentv1.ConnectRequest
+		err error
+	}
+	first := make(chan received, 1)
 	go func() {
-		for {
-			m, err := st.Receive()
-			if err != nil {
-				recvErr <- err
-				return
-			}
-			select {
-			case in <- m:
-			case <-ctx.Done():
-				return
-			}
-		}
+		m, err := st.Receive()
+		first <- received{m, err}
 	}()
 
 	var hello *agentv1.Hello
 	timer := time.NewTimer(s.cfg.HelloTimeout)
 	select {
-	case m := <-in:
+	case r := <-first:
 		timer.Stop()
-		hello = m.GetHello()
+		if r.err != nil {
+			return ignoreEOF(r.err)
+		}
+		hello = r.m.GetHello()
 		if hello == nil {
 			return connect.NewError(connect.CodeInvalidArgument, errors.New("hello: the first message on the stream must be a hello"))
 		}
-	case err := <-recvErr:
-		timer.Stop()
-		return ignoreEOF(err)
 	case <-timer.C:
 		return connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("hello: none within %s", s.cfg.HelloTimeout))
 	case <-ctx.Done():
@@ -157,29 +155,98 @@ func (s *Service) Connect(ctx context.Context, st *stream) error {
 		inflight: make(map[string]int64),
 		log:      s.log.With("agent", agent.ID, "install", agent.InstallID),
 	}
-	c.sess = s.hub.Register(agent.ID, agent.InstallID)
-	defer s.hub.Unregister(c.sess)
+	c.ctx = ctx
+	c.sess = s.hub.Register(agent.ID, agent.InstallID, dispatch.Handlers{
+		Wake:     c.wake,
+		Cancel:   c.cancel,
+		Replaced: func() { c.replaced.Store(true) },
+	})
+	defer func() {
+		s.hub.Unregister(c.sess)
+		c.mu.Lock()
+		c.dead = true // no send after the handler returns
+		c.mu.Unlock()
+	}()
 	s.obs.Connected(1)
 	defer s.obs.Connected(-1)
-	return c.run(ctx, hello, in, recvErr)
+	if err := c.welcome(ctx, hello); err != nil {
+		return err
+	}
+	// The hello goroutine has ended; from here this goroutine reads the
+	// stream itself, so an idle agent costs imsd one goroutine (plus the
+	// HTTP/2 connection's own). Wake-ups and cancellations arrive through
+	// the hub's handlers. An agent silent for three heartbeats is cut off by
+	// a timer that closes the request body, which ends the blocked read; a
+	// dead connection is also found by HTTP/2 pings.
+	idleLimit := 3 * s.cfg.HeartbeatInterval
+	var idle atomic.Bool
+	var cut *time.Timer
+	if body := bodyFrom(ctx); body != nil {
+		cut = time.AfterFunc(idleLimit, func() { idle.Store(true); body.Close() })
+		defer cut.Stop()
+	}
+	defer c.log.InfoContext(ctx, "agent disconnected")
+	for {
+		m, err := st.Receive()
+		if err != nil {
+			if idle.Load() {
+				return connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("no message from the agent for %s", idleLimit))
+			}
+			return ignoreEOF(err)
+		}
+		if cut != nil {
+			cut.Reset(idleLimit)
+		}
+		if c.replaced.Load() {
+			return connect.NewError(connect.CodeAborted, errors.New("replaced by a newer stream of the same agent"))
+		}
+		c.mu.Lock()
+		err = c.handle(ctx, m)
+		c.mu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
 }
 
-// conn is the state of one authenticated agent stream. It is owned by the
-// handler goroutine; only the receive loop runs beside it.
+// conn is the state of one authenticated agent stream. mu guards the
+// fields below it and serialises sends on the stream.
 type conn struct {
 	svc      *Service
 	st       *stream
+	ctx      context.Context
 	agent    store.Agent
 	sess     *dispatch.Session
 	capacity int
+	log      *slog.Logger
+
+	replaced atomic.Bool
+	// claiming and wakePending run at most one claim goroutine per stream.
+	claiming, wakePending atomic.Bool
+
+	mu       sync.Mutex
+	dead     bool
 	inflight map[string]int64 // job id -> fencing token
 	lastSeen time.Time
 	// lastForced is when the queue was last read without a hub mark.
 	lastForced time.Time
-	log        *slog.Logger
 }
 
-func (c *conn) run(ctx context.Context, hello *agentv1.Hello, in <-chan *agentv1.ConnectRequest, recvErr <-chan error) error {
+// welcome re-attaches the jobs the agent says it runs, answers the hello and
+// hands out what is queued. It runs on a short-lived goroutine: the database
+// work grows a goroutine's stack, and the stream's own goroutine then sits
+// idle for days with whatever stack it has.
+func (c *conn) welcome(ctx context.Context, hello *agentv1.Hello) error {
+	done := make(chan error, 1)
+	go func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		done <- c.welcomeLocked(ctx, hello)
+	}()
+	return <-done
+}
+
+func (c *conn) welcomeLocked(ctx context.Context, hello *agentv1.Hello) error {
 	s := c.svc
 	now := s.now()
 	renewed, lost, err := s.store.RenewLeases(ctx, c.agent.ID, leases(hello.Running), now.Add(s.cfg.LeaseDuration))
@@ -205,45 +272,55 @@ func (c *conn) run(ctx context.Context, hello *agentv1.Hello, in <-chan *agentv1
 	c.log.InfoContext(ctx, "agent connected", "reattached", len(renewed), "lost", len(lost))
 	c.touch(ctx, now)
 	c.lastForced = now
-	if err := c.claim(ctx, true); err != nil {
-		return err
-	}
-
-	// An agent that stops talking is dropped after three missed heartbeats;
-	// its leases then run out on their own.
-	idleLimit := 3 * s.cfg.HeartbeatInterval
-	idle := time.NewTimer(idleLimit)
-	defer idle.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-c.sess.Replaced:
-			return connect.NewError(connect.CodeAborted, errors.New("replaced by a newer stream of the same agent"))
-		case err := <-recvErr:
-			return ignoreEOF(err)
-		case <-idle.C:
-			return connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("no message from the agent for %s", idleLimit))
-		case <-c.sess.Wake:
-			if err := c.claim(ctx, false); err != nil {
-				return err
-			}
-		case req := <-c.sess.Cancel:
-			if _, ok := c.inflight[req.JobID]; ok {
-				if err := c.send(cancelMsg(req.JobID, req.Reason)); err != nil {
-					return err
-				}
-			}
-		case m := <-in:
-			idle.Reset(idleLimit)
-			if err := c.handle(ctx, m); err != nil {
-				return err
-			}
-		}
-	}
+	return c.claim(ctx, true)
 }
 
-func (c *conn) send(m *agentv1.ConnectResponse) error { return c.st.Send(m) }
+// wake is the hub's Wake handler: it starts the claim goroutine unless one
+// is running, which then claims again for a wake that came meanwhile.
+func (c *conn) wake() {
+	c.wakePending.Store(true)
+	if !c.claiming.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		for {
+			for c.wakePending.Swap(false) {
+				c.mu.Lock()
+				err := c.claim(c.ctx, false)
+				c.mu.Unlock()
+				if err != nil {
+					c.log.DebugContext(c.ctx, "claim after wake-up", "err", err)
+				}
+			}
+			c.claiming.Store(false)
+			// A wake between the last Swap and the Store above found the
+			// flag still set and returned; pick it up here.
+			if !c.wakePending.Load() || !c.claiming.CompareAndSwap(false, true) {
+				return
+			}
+		}
+	}()
+}
+
+// cancel is the hub's Cancel handler.
+func (c *conn) cancel(req dispatch.CancelRequest) {
+	go func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if _, ok := c.inflight[req.JobID]; ok {
+			if err := c.send(cancelMsg(req.JobID, req.Reason)); err != nil {
+				c.log.WarnContext(c.ctx, "send cancel", "job", req.JobID, "err", err)
+			}
+		}
+	}()
+}
+
+func (c *conn) send(m *agentv1.ConnectResponse) error {
+	if c.dead {
+		return errors.New("stream closed")
+	}
+	return c.st.Send(m)
+}
 
 func (c *conn) touch(ctx context.Context, now time.Time) {
 	// Touch at most once per lease duration: last-seen is for people, the
@@ -261,11 +338,12 @@ func (c *conn) touch(ctx context.Context, now time.Time) {
 // claim hands out queued jobs of the install up to the agent's free
 // capacity. With force unset it first asks the hub whether anything may be
 // queued, which saves a database round trip after most finished jobs.
+// c.mu is held.
 func (c *conn) claim(ctx context.Context, force bool) error {
 	s := c.svc
 	for {
 		free := c.capacity - len(c.inflight)
-		if free <= 0 {
+		if free <= 0 || c.dead {
 			return nil
 		}
 		if !s.hub.TakeQueued(c.agent.InstallID) && !force {
@@ -455,6 +533,22 @@ func rejected(id uint64, jobID, code, msg string) *agentv1.ConnectResponse {
 
 func cancelMsg(jobID, reason string) *agentv1.ConnectResponse {
 	return &agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Cancel{Cancel: &agentv1.JobCancel{JobId: jobID, Reason: reason}}}
+}
+
+type bodyKey struct{}
+
+// KeepBody is middleware for the agent service: it lets a stream's handler
+// close its own request body, the one way to end a read blocked on an agent
+// that went silent without closing its connection.
+func KeepBody(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), bodyKey{}, r.Body)))
+	})
+}
+
+func bodyFrom(ctx context.Context) io.Closer {
+	c, _ := ctx.Value(bodyKey{}).(io.Closer)
+	return c
 }
 
 func ignoreEOF(err error) error {

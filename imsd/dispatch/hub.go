@@ -10,19 +10,25 @@ import (
 	"sync"
 )
 
-// Session is one connected agent stream as the hub sees it.
+// Session is one connected agent stream as the hub sees it. The hub may
+// call its handlers with the hub's lock held: they must not block and must
+// not call back into the hub synchronously.
 type Session struct {
 	AgentID   string
 	InstallID string
-	// Wake is signalled (never blocking, capacity 1) when the install may
-	// have queued jobs.
-	Wake chan struct{}
-	// Cancel receives job ids whose cancellation an operator requested.
-	Cancel chan CancelRequest
-	// Replaced is closed when a newer stream of the same agent registers, so
-	// the old (zombie) stream can end.
-	Replaced chan struct{}
-	once     sync.Once
+	Handlers
+}
+
+// Handlers are how the hub reaches a session. An idle agent stream owns no
+// goroutine of its own besides the one reading it, so the hub signals a
+// session by calling it rather than through a channel someone must watch.
+type Handlers struct {
+	// Wake is called when the install may have queued jobs.
+	Wake func()
+	// Cancel is called when an operator cancels one of the agent's jobs.
+	Cancel func(CancelRequest)
+	// Replaced is called when a newer stream of the same agent registers.
+	Replaced func()
 }
 
 // CancelRequest asks an agent to stop a job.
@@ -66,19 +72,13 @@ func (h *Hub) TakeQueued(installID string) bool {
 
 // Register adds a session for agentID. A previous session of the same agent
 // is told it was replaced.
-func (h *Hub) Register(agentID, installID string) *Session {
-	s := &Session{
-		AgentID:   agentID,
-		InstallID: installID,
-		Wake:      make(chan struct{}, 1),
-		Cancel:    make(chan CancelRequest, 16),
-		Replaced:  make(chan struct{}),
-	}
+func (h *Hub) Register(agentID, installID string, hs Handlers) *Session {
+	s := &Session{AgentID: agentID, InstallID: installID, Handlers: hs}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if old := h.byAgent[agentID]; old != nil {
 		h.removeLocked(old)
-		old.once.Do(func() { close(old.Replaced) })
+		go old.Replaced()
 	}
 	h.byAgent[agentID] = s
 	set := h.byInstall[installID]
@@ -123,10 +123,7 @@ func (h *Hub) Wake(installID string) {
 	}
 	h.queued[installID] = true
 	for s := range h.byInstall[installID] {
-		select {
-		case s.Wake <- struct{}{}:
-		default: // already signalled
-		}
+		s.Wake()
 	}
 }
 
@@ -152,8 +149,8 @@ func (h *Hub) Count() int {
 }
 
 // Cancel forwards a cancellation to agentID's session, if it is connected
-// here. It reports whether it was delivered; an agent elsewhere learns of it
-// at its next heartbeat.
+// here, and reports whether it was. An agent connected to another replica
+// learns of it at its next heartbeat.
 func (h *Hub) Cancel(agentID string, req CancelRequest) bool {
 	h.mu.Lock()
 	s := h.byAgent[agentID]
@@ -161,12 +158,8 @@ func (h *Hub) Cancel(agentID string, req CancelRequest) bool {
 	if s == nil {
 		return false
 	}
-	select {
-	case s.Cancel <- req:
-		return true
-	default:
-		return false // the heartbeat path catches up
-	}
+	s.Cancel(req)
+	return true
 }
 
 // LogSignal returns a channel that is closed the next time job's log grows

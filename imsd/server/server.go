@@ -202,7 +202,8 @@ func (s *Server) newHTTPServer() *http.Server {
 		HeartbeatInterval: cfg.HeartbeatInterval,
 		HelloTimeout:      10 * time.Second,
 	}, cfg.Now, s.log, obs)
-	mux.Handle(agentv1connect.NewAgentServiceHandler(ag, connect.WithReadMaxBytes(16<<20), connect.WithCompressMinBytes(4<<10)))
+	agentPath, agentHandler := agentv1connect.NewAgentServiceHandler(ag, connect.WithReadMaxBytes(16<<20), connect.WithCompressMinBytes(4<<10))
+	mux.Handle(agentPath, agentapi.KeepBody(agentHandler))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n"))
 	})

@@ -51,6 +51,16 @@ const jobCols = `id, install_id, component_type, operation, config, state, attem
 	fencing_token, agent_id, lease_deadline, cancel_requested, cancel_reason, created_at, started_at, ended_at,
 	exit_code, error, outputs, created_by`
 
+// jobColsQualified is jobCols prefixed with the table name, for statements
+// that join another relation with the same column names.
+var jobColsQualified = func() string {
+	cols := strings.Split(jobCols, ",")
+	for i, c := range cols {
+		cols[i] = "jobs." + strings.TrimSpace(c)
+	}
+	return strings.Join(cols, ", ")
+}()
+
 func (r jobRow) job() (Job, error) {
 	out, err := decodeMap(r.Outputs)
 	if err != nil {
@@ -232,28 +242,29 @@ func (s *Store) ClaimJobs(ctx context.Context, installID string, w Writer, n int
 	}
 	var rows []jobRow
 	err := s.write(ctx, "claim jobs", func(tx *sqlx.Tx) error {
-		var ids []string
-		err := tx.SelectContext(ctx, &ids, s.bind(`SELECT id FROM jobs WHERE install_id = ? AND state = 'queued'
-			ORDER BY created_at, id LIMIT ?`+s.skipLocked()), installID, n)
-		if err != nil || len(ids) == 0 {
-			return err
+		if s.postgres() {
+			// SKIP LOCKED passes over the rows other claimers hold; each
+			// claimed row takes its token from the array by its rank.
+			tokens := make([]int64, n)
+			for i := range tokens {
+				tokens[i] = newFencingToken()
+			}
+			return tx.SelectContext(ctx, &rows, `UPDATE jobs SET state = 'assigned', attempt = attempt + 1, agent_id = $1,
+				lease_deadline = $2, started_at = 0, fencing_token = c.token
+				FROM (SELECT id, ($3::BIGINT[])[row_number() OVER (ORDER BY created_at, id)] AS token
+				      FROM (SELECT id, created_at FROM jobs WHERE install_id = $4 AND state = 'queued'
+				            ORDER BY created_at, id LIMIT $5 FOR UPDATE SKIP LOCKED) q) c
+				WHERE jobs.id = c.id AND jobs.state = 'queued' RETURNING `+jobColsQualified,
+				w.AgentID, nanos(leaseUntil), tokens, installID, n)
 		}
-		// One UPDATE for the whole batch; the CASE gives each job its own
-		// token. CAST because PostgreSQL cannot infer a CASE of parameters.
-		var b strings.Builder
-		args := make([]any, 0, 2+3*len(ids))
-		b.WriteString(`UPDATE jobs SET state = 'assigned', attempt = attempt + 1, agent_id = ?, lease_deadline = ?,
-			started_at = 0, fencing_token = CASE id`)
-		args = append(args, w.AgentID, nanos(leaseUntil))
-		for _, id := range ids {
-			b.WriteString(` WHEN ? THEN CAST(? AS BIGINT)`)
-			args = append(args, id, newFencingToken())
-		}
-		b.WriteString(` END WHERE state = 'queued' AND id IN (` + placeholders(len(ids)) + `) RETURNING ` + jobCols)
-		for _, id := range ids {
-			args = append(args, id)
-		}
-		return tx.SelectContext(ctx, &rows, s.bind(b.String()), args...)
+		// SQLite has one writer, so the subquery's rows cannot change
+		// under the UPDATE. random() is SQLite's ChaCha20 PRNG, seeded
+		// from the OS: tokens stay unguessable. The mask keeps them
+		// positive (abs() would overflow on the smallest int64).
+		return tx.SelectContext(ctx, &rows, `UPDATE jobs SET state = 'assigned', attempt = attempt + 1, agent_id = ?,
+			lease_deadline = ?, started_at = 0, fencing_token = max(1, random() & 9223372036854775807)
+			WHERE id IN (SELECT id FROM jobs WHERE install_id = ? AND state = 'queued' ORDER BY created_at, id LIMIT ?)
+			RETURNING `+jobCols, w.AgentID, nanos(leaseUntil), installID, n)
 	})
 	if err != nil {
 		return nil, err
@@ -288,6 +299,21 @@ func (s *Store) updateJob(ctx context.Context, tx *sqlx.Tx, q string, args ...an
 		return Job{}, err
 	}
 	return r.job()
+}
+
+// tryUpdateJob runs an UPDATE ... RETURNING that changes at most one job
+// and returns it; ok is false when no row matched.
+func (s *Store) tryUpdateJob(ctx context.Context, tx *sqlx.Tx, q string, args ...any) (j Job, ok bool, err error) {
+	var r jobRow
+	err = tx.GetContext(ctx, &r, s.bind(q+` RETURNING `+jobCols), args...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Job{}, false, nil
+	}
+	if err != nil {
+		return Job{}, false, err
+	}
+	j, err = r.job()
+	return j, err == nil, err
 }
 
 // checkWriter refuses a write back to j from anyone but the agent holding
@@ -332,6 +358,16 @@ func (s *Store) AckJob(ctx context.Context, jobID string, w Writer, leaseUntil, 
 	}
 	var out Job
 	err := s.write(ctx, "ack job", func(tx *sqlx.Tx) error {
+		// The usual case, one statement: the holder acks an assigned job.
+		var ok bool
+		var err error
+		out, ok, err = s.tryUpdateJob(ctx, tx, `UPDATE jobs SET state = 'running', started_at = ?, lease_deadline = ?
+			WHERE id = ? AND agent_id = ? AND agent_id <> '' AND fencing_token = ? AND state = 'assigned'`,
+			nanos(now), nanos(leaseUntil), jobID, w.AgentID, w.FencingToken)
+		if ok || err != nil {
+			return err
+		}
+		// Anything else: a resent ack, or a write to refuse and explain.
 		j, err := s.jobForWrite(ctx, tx, jobID)
 		if err != nil {
 			return err
@@ -411,21 +447,33 @@ func (s *Store) FinishJob(ctx context.Context, jobID string, w Writer, r Result,
 	}
 	var out Job
 	err := s.write(ctx, "finish job", func(tx *sqlx.Tx) error {
-		j, err := s.jobForWrite(ctx, tx, jobID)
+		// The usual case, one statement: the holder finishes its job.
+		var ok bool
+		var err error
+		out, ok, err = s.tryUpdateJob(ctx, tx, `UPDATE jobs SET state = ?, ended_at = ?, exit_code = ?, error = ?, outputs = ?,
+			lease_deadline = 0 WHERE id = ? AND agent_id = ? AND agent_id <> '' AND fencing_token = ? AND state IN ('assigned', 'running')`,
+			string(r.State), nanos(now), r.ExitCode, r.Error, encodeMap(r.Outputs), jobID, w.AgentID, w.FencingToken)
 		if err != nil {
 			return err
 		}
-		if err := s.checkWriter(ctx, tx, j, w); err != nil {
-			return err
-		}
-		if j.State.Terminal() {
-			out = j
-			return nil
-		}
-		out, err = s.updateJob(ctx, tx, `UPDATE jobs SET state = ?, ended_at = ?, exit_code = ?, error = ?, outputs = ?,
-			lease_deadline = 0 WHERE id = ?`, string(r.State), nanos(now), r.ExitCode, r.Error, encodeMap(r.Outputs), jobID)
-		if err != nil {
-			return err
+		if !ok {
+			// A resent result, or a write to refuse and explain.
+			j, err := s.jobForWrite(ctx, tx, jobID)
+			if err != nil {
+				return err
+			}
+			if err := s.checkWriter(ctx, tx, j, w); err != nil {
+				return err
+			}
+			if j.State.Terminal() {
+				out = j
+				return nil
+			}
+			out, err = s.updateJob(ctx, tx, `UPDATE jobs SET state = ?, ended_at = ?, exit_code = ?, error = ?, outputs = ?,
+				lease_deadline = 0 WHERE id = ?`, string(r.State), nanos(now), r.ExitCode, r.Error, encodeMap(r.Outputs), jobID)
+			if err != nil {
+				return err
+			}
 		}
 		return s.notifyLogs(ctx, tx, jobID)
 	})

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
@@ -27,11 +28,8 @@ func (s *Store) AppendLogs(ctx context.Context, jobID string, w Writer, lines []
 		}
 	}
 	return s.write(ctx, "append logs", func(tx *sqlx.Tx) error {
-		j, err := s.jobForWrite(ctx, tx, jobID)
+		attempt, err := s.heldAttempt(ctx, tx, jobID, w)
 		if err != nil {
-			return err
-		}
-		if err := s.checkWriter(ctx, tx, j, w); err != nil {
 			return err
 		}
 		if len(lines) == 0 {
@@ -46,7 +44,7 @@ func (s *Store) AppendLogs(ctx context.Context, jobID string, w Writer, lines []
 					b.WriteString(`, `)
 				}
 				b.WriteString(`(?, ?, ?, ?, ?, ?)`)
-				args = append(args, jobID, j.Attempt, l.Seq, nanos(l.Time), l.Stream, cleanText(l.Text))
+				args = append(args, jobID, attempt, l.Seq, nanos(l.Time), l.Stream, cleanText(l.Text))
 			}
 			b.WriteString(` ON CONFLICT DO NOTHING`)
 			if _, err := tx.ExecContext(ctx, s.bind(b.String()), args...); err != nil {
@@ -55,6 +53,26 @@ func (s *Store) AppendLogs(ctx context.Context, jobID string, w Writer, lines []
 		}
 		return s.notifyLogs(ctx, tx, jobID)
 	})
+}
+
+// heldAttempt returns the attempt of job jobID if w holds its lease, and
+// otherwise the error checkWriter gives. The row stays locked on
+// PostgreSQL until tx ends.
+func (s *Store) heldAttempt(ctx context.Context, tx *sqlx.Tx, jobID string, w Writer) (int, error) {
+	var attempt int
+	err := tx.GetContext(ctx, &attempt, s.bind(`SELECT attempt FROM jobs
+		WHERE id = ? AND agent_id = ? AND agent_id <> '' AND fencing_token = ?`+s.forUpdate()), jobID, w.AgentID, w.FencingToken)
+	if !errors.Is(err, sql.ErrNoRows) {
+		return attempt, err
+	}
+	j, err := s.jobForWrite(ctx, tx, jobID)
+	if err != nil {
+		return 0, err
+	}
+	if err := s.checkWriter(ctx, tx, j, w); err != nil {
+		return 0, err
+	}
+	return j.Attempt, nil
 }
 
 // cleanText makes a line storable as TEXT everywhere: a process may print
