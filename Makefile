@@ -48,7 +48,8 @@ test-full: ## Full tier: tests that start real servers (PostgreSQL, processes).
 test: check-generate lint test-short test-full ## Everything CI runs: generated code, lint, fast and full tiers.
 
 .PHONY: bench
-bench: ## Benchmarks: pickup latency, dispatch throughput, memory per agent, plugin launch.
+bench: ## Benchmarks: plugin launch, pickup latency, dispatch throughput, memory per agent (prints figures).
+	$(GO) test -run '^$$' -bench Launch -benchtime 50x ./agentd/pluginhost/
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./bench/...
 
 .PHONY: demo

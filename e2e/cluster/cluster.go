@@ -136,7 +136,7 @@ func (ims *IMS) start(tb testing.TB) {
 	ims.Server, ims.cancel, ims.done = srv, cancel, make(chan error, 1)
 	ims.cfg.Addr = srv.Addr() // a restart comes back on the same port
 	go func() { ims.done <- srv.Serve(ctx) }()
-	if ims.AdminToken == "" && ims.cfg.DatabaseURL == "" {
+	if ims.AdminToken == "" {
 		b, err := os.ReadFile(filepath.Join(ims.DataDir, "admin.token"))
 		if err != nil {
 			tb.Fatalf("read admin token: %v", err)
