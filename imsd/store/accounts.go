@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jmoiron/sqlx"
-
 	"github.com/byoc-dev/byoc/imsd/errs"
 )
 
@@ -24,7 +22,7 @@ func (s *Store) CreateAPIToken(ctx context.Context, t APIToken, hash string) err
 	case hash == "":
 		return errs.Field("hash", "required")
 	}
-	return s.write(ctx, "create api token", func(tx *sqlx.Tx) error {
+	return s.write(ctx, "create api token", func(tx *txn) error {
 		_, err := tx.ExecContext(ctx, s.bind(`INSERT INTO api_tokens (id, name, role, hash, created_at) VALUES (?, ?, ?, ?, ?)`),
 			t.ID, t.Name, string(t.Role), hash, nanos(t.CreatedAt))
 		if isUnique(err) {
@@ -83,7 +81,7 @@ func (s *Store) CreateApp(ctx context.Context, a App) error {
 	case a.Name == "":
 		return errs.Field("name", "required")
 	}
-	return s.write(ctx, "create app", func(tx *sqlx.Tx) error {
+	return s.write(ctx, "create app", func(tx *txn) error {
 		_, err := tx.ExecContext(ctx, s.bind(`INSERT INTO apps (id, name, description, created_at) VALUES (?, ?, ?, ?)`),
 			a.ID, a.Name, a.Description, nanos(a.CreatedAt))
 		if isUnique(err) {
@@ -165,7 +163,7 @@ func (s *Store) CreateInstall(ctx context.Context, in Install, tok EnrollmentTok
 	if err := validateEnrollmentToken(tok); err != nil {
 		return err
 	}
-	return s.write(ctx, "create install", func(tx *sqlx.Tx) error {
+	return s.write(ctx, "create install", func(tx *txn) error {
 		var one int
 		err := tx.GetContext(ctx, &one, s.bind(`SELECT 1 FROM apps WHERE id = ?`), in.AppID)
 		if errors.Is(err, sql.ErrNoRows) {
@@ -228,12 +226,12 @@ func (s *Store) CreateEnrollmentToken(ctx context.Context, t EnrollmentToken) er
 	if err := validateEnrollmentToken(t); err != nil {
 		return err
 	}
-	return s.write(ctx, "create enrollment token", func(tx *sqlx.Tx) error {
+	return s.write(ctx, "create enrollment token", func(tx *txn) error {
 		return s.insertEnrollmentToken(ctx, tx, t)
 	})
 }
 
-func (s *Store) insertEnrollmentToken(ctx context.Context, tx *sqlx.Tx, t EnrollmentToken) error {
+func (s *Store) insertEnrollmentToken(ctx context.Context, tx *txn, t EnrollmentToken) error {
 	_, err := tx.ExecContext(ctx, s.bind(`INSERT INTO enrollment_tokens (hash, install_id, expires_at, created_at) VALUES (?, ?, ?, ?)`),
 		t.Hash, t.InstallID, nanos(t.ExpiresAt), nanos(t.CreatedAt))
 	switch {
@@ -263,7 +261,7 @@ func (s *Store) Enroll(ctx context.Context, tokenHash string, a Agent, now time.
 	if a.EnrolledAt.IsZero() {
 		a.EnrolledAt = now
 	}
-	err := s.write(ctx, "enroll", func(tx *sqlx.Tx) error {
+	err := s.write(ctx, "enroll", func(tx *txn) error {
 		// The conditional UPDATE is the single point of truth: on
 		// PostgreSQL a concurrent spender blocks on the row lock, then
 		// re-checks used_at and updates nothing.
@@ -292,7 +290,7 @@ func (s *Store) Enroll(ctx context.Context, tokenHash string, a Agent, now time.
 	return a, nil
 }
 
-func (s *Store) whyTokenRefused(ctx context.Context, tx *sqlx.Tx, hash string) error {
+func (s *Store) whyTokenRefused(ctx context.Context, tx *txn, hash string) error {
 	var t struct {
 		UsedAt int64 `db:"used_at"`
 	}
@@ -358,7 +356,7 @@ func (s *Store) AgentsForInstall(ctx context.Context, installID string) ([]Agent
 
 // TouchAgent records that agent id was seen at now.
 func (s *Store) TouchAgent(ctx context.Context, id string, now time.Time) error {
-	return s.write(ctx, "touch agent", func(tx *sqlx.Tx) error {
+	return s.write(ctx, "touch agent", func(tx *txn) error {
 		res, err := tx.ExecContext(ctx, s.bind(`UPDATE agents SET last_seen_at = ? WHERE id = ?`), nanos(now), id)
 		if err != nil {
 			return err

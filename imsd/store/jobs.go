@@ -13,8 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jmoiron/sqlx"
-
 	"github.com/byoc-dev/byoc/imsd/errs"
 )
 
@@ -115,7 +113,7 @@ func (s *Store) EnqueueJob(ctx context.Context, j Job) error {
 		}
 		config = string(j.Config)
 	}
-	return s.write(ctx, "enqueue job", func(tx *sqlx.Tx) error {
+	return s.write(ctx, "enqueue job", func(tx *txn) error {
 		_, err := tx.ExecContext(ctx, s.bind(`INSERT INTO jobs (id, install_id, component_type, operation, config, state,
 			max_attempts, timeout_ns, created_at, created_by) VALUES (?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?)`),
 			j.ID, j.InstallID, j.ComponentType, j.Operation, config, j.MaxAttempts, int64(j.Timeout), nanos(j.CreatedAt), j.CreatedBy)
@@ -241,7 +239,7 @@ func (s *Store) ClaimJobs(ctx context.Context, installID string, w Writer, n int
 		return nil, nil
 	}
 	var rows []jobRow
-	err := s.write(ctx, "claim jobs", func(tx *sqlx.Tx) error {
+	err := s.write(ctx, "claim jobs", func(tx *txn) error {
 		if s.postgres() {
 			// SKIP LOCKED passes over the rows other claimers hold; each
 			// claimed row takes its token from the array by its rank.
@@ -280,7 +278,7 @@ func (s *Store) ClaimJobs(ctx context.Context, installID string, w Writer, n int
 
 // jobForWrite reads a job inside a write transaction, locking its row on
 // PostgreSQL until the transaction ends.
-func (s *Store) jobForWrite(ctx context.Context, tx *sqlx.Tx, id string) (Job, error) {
+func (s *Store) jobForWrite(ctx context.Context, tx *txn, id string) (Job, error) {
 	var r jobRow
 	err := tx.GetContext(ctx, &r, s.bind(`SELECT `+jobCols+` FROM jobs WHERE id = ?`+s.forUpdate()), id)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -293,7 +291,7 @@ func (s *Store) jobForWrite(ctx context.Context, tx *sqlx.Tx, id string) (Job, e
 }
 
 // updateJob runs an UPDATE ... RETURNING on one job and returns it.
-func (s *Store) updateJob(ctx context.Context, tx *sqlx.Tx, q string, args ...any) (Job, error) {
+func (s *Store) updateJob(ctx context.Context, tx *txn, q string, args ...any) (Job, error) {
 	var r jobRow
 	if err := tx.GetContext(ctx, &r, s.bind(q+` RETURNING `+jobCols), args...); err != nil {
 		return Job{}, err
@@ -303,7 +301,7 @@ func (s *Store) updateJob(ctx context.Context, tx *sqlx.Tx, q string, args ...an
 
 // tryUpdateJob runs an UPDATE ... RETURNING that changes at most one job
 // and returns it; ok is false when no row matched.
-func (s *Store) tryUpdateJob(ctx context.Context, tx *sqlx.Tx, q string, args ...any) (j Job, ok bool, err error) {
+func (s *Store) tryUpdateJob(ctx context.Context, tx *txn, q string, args ...any) (j Job, ok bool, err error) {
 	var r jobRow
 	err = tx.GetContext(ctx, &r, s.bind(q+` RETURNING `+jobCols), args...)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -321,7 +319,7 @@ func (s *Store) tryUpdateJob(ctx context.Context, tx *sqlx.Tx, q string, args ..
 // job beyond that it is not its own; an agent of the same install that lost
 // the lease (the job was requeued, or another attempt holds it) is told its
 // fencing token is stale, which is terminal for that job on that agent.
-func (s *Store) checkWriter(ctx context.Context, tx *sqlx.Tx, j Job, w Writer) error {
+func (s *Store) checkWriter(ctx context.Context, tx *txn, j Job, w Writer) error {
 	foreign := errs.E(errs.PermissionDenied, "job %s does not belong to this agent", j.ID)
 	if j.AgentID != w.AgentID || j.AgentID == "" {
 		var install string
@@ -357,7 +355,7 @@ func (s *Store) AckJob(ctx context.Context, jobID string, w Writer, leaseUntil, 
 		return Job{}, err
 	}
 	var out Job
-	err := s.write(ctx, "ack job", func(tx *sqlx.Tx) error {
+	err := s.write(ctx, "ack job", func(tx *txn) error {
 		// The usual case, one statement: the holder acks an assigned job.
 		var ok bool
 		var err error
@@ -399,7 +397,7 @@ func (s *Store) RenewLeases(ctx context.Context, agentID string, leases []Lease,
 	}
 	const chunk = 200
 	held := make(map[string]bool, len(leases))
-	err = s.write(ctx, "renew leases", func(tx *sqlx.Tx) error {
+	err = s.write(ctx, "renew leases", func(tx *txn) error {
 		for c := range slices.Chunk(leases, chunk) {
 			var b strings.Builder
 			args := []any{nanos(leaseUntil), agentID}
@@ -446,7 +444,7 @@ func (s *Store) FinishJob(ctx context.Context, jobID string, w Writer, r Result,
 		return Job{}, err
 	}
 	var out Job
-	err := s.write(ctx, "finish job", func(tx *sqlx.Tx) error {
+	err := s.write(ctx, "finish job", func(tx *txn) error {
 		// The usual case, one statement: the holder finishes its job.
 		var ok bool
 		var err error
@@ -488,7 +486,7 @@ func (s *Store) RequestCancel(ctx context.Context, jobID, reason string, now tim
 		return Job{}, err
 	}
 	var out Job
-	err := s.write(ctx, "cancel job", func(tx *sqlx.Tx) error {
+	err := s.write(ctx, "cancel job", func(tx *txn) error {
 		j, err := s.jobForWrite(ctx, tx, jobID)
 		if err != nil {
 			return err
@@ -534,7 +532,7 @@ func (s *Store) ExpireLeases(ctx context.Context, now time.Time) ([]ExpiredJob, 
 		return nil, err
 	}
 	var out []ExpiredJob
-	err := s.write(ctx, "expire leases", func(tx *sqlx.Tx) error {
+	err := s.write(ctx, "expire leases", func(tx *txn) error {
 		var rows []jobRow
 		// started_at < now - grace - timeout rather than started_at +
 		// timeout + grace < now: the sum can overflow a BIGINT.

@@ -8,8 +8,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/jmoiron/sqlx"
-
 	"github.com/byoc-dev/byoc/imsd/errs"
 )
 
@@ -27,7 +25,7 @@ func (s *Store) AppendLogs(ctx context.Context, jobID string, w Writer, lines []
 			return errs.Field(fmt.Sprintf("lines[%d].stream", i), "must be 1 (stdout), 2 (stderr) or 3 (system), got %d", l.Stream)
 		}
 	}
-	return s.write(ctx, "append logs", func(tx *sqlx.Tx) error {
+	return s.write(ctx, "append logs", func(tx *txn) error {
 		attempt, err := s.heldAttempt(ctx, tx, jobID, w)
 		if err != nil {
 			return err
@@ -58,7 +56,7 @@ func (s *Store) AppendLogs(ctx context.Context, jobID string, w Writer, lines []
 // heldAttempt returns the attempt of job jobID if w holds its lease, and
 // otherwise the error checkWriter gives. The row stays locked on
 // PostgreSQL until tx ends.
-func (s *Store) heldAttempt(ctx context.Context, tx *sqlx.Tx, jobID string, w Writer) (int, error) {
+func (s *Store) heldAttempt(ctx context.Context, tx *txn, jobID string, w Writer) (int, error) {
 	var attempt int
 	err := tx.GetContext(ctx, &attempt, s.bind(`SELECT attempt FROM jobs
 		WHERE id = ? AND agent_id = ? AND agent_id <> '' AND fencing_token = ?`+s.forUpdate()), jobID, w.AgentID, w.FencingToken)

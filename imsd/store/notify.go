@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jmoiron/sqlx"
 )
 
 // The PostgreSQL channels that carry wake-ups between imsd replicas.
@@ -17,16 +16,16 @@ const (
 // notifyJobs wakes, on every replica, the agents of install installID. It
 // is sent when tx commits. On SQLite there is one process, which wakes
 // itself, so it does nothing.
-func (s *Store) notifyJobs(ctx context.Context, tx *sqlx.Tx, installID string) error {
+func (s *Store) notifyJobs(ctx context.Context, tx *txn, installID string) error {
 	return s.notify(ctx, tx, jobsChannel, installID)
 }
 
 // notifyLogs wakes, on every replica, the followers of job jobID's log.
-func (s *Store) notifyLogs(ctx context.Context, tx *sqlx.Tx, jobID string) error {
+func (s *Store) notifyLogs(ctx context.Context, tx *txn, jobID string) error {
 	return s.notify(ctx, tx, logsChannel, jobID)
 }
 
-func (s *Store) notify(ctx context.Context, tx *sqlx.Tx, channel, payload string) error {
+func (s *Store) notify(ctx context.Context, tx *txn, channel, payload string) error {
 	if !s.postgres() {
 		return nil
 	}

@@ -50,6 +50,9 @@ type Store struct {
 	// connections so reads never queue behind the writer (WAL lets them run
 	// alongside it). On PostgreSQL it is the same pool as w.
 	r *sqlx.DB
+	// gc is the group-commit writer on SQLite; nil on PostgreSQL, where
+	// every write has a transaction of its own.
+	gc *groupCommit
 	// pg is the parsed PostgreSQL config, used by Listen for its dedicated
 	// connection. Nil on SQLite.
 	pg *pgx.ConnConfig
@@ -107,6 +110,7 @@ func openSQLite(ctx context.Context, path string) (*Store, error) {
 		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
 	}
 	s.r = sqlx.NewDb(rdb, "sqlite")
+	s.gc = startGroupCommit(s.w)
 	return s, nil
 }
 
@@ -132,8 +136,12 @@ func openPostgres(ctx context.Context, dsn string) (*Store, error) {
 	return &Store{dialect: DialectPostgres, w: x, r: x, pg: cfg}, nil
 }
 
-// Close closes the database pools.
+// Close closes the database pools. Writes already queued are run first;
+// writes that arrive after Close fail.
 func (s *Store) Close() error {
+	if s.gc != nil {
+		s.gc.stop()
+	}
 	var err error
 	if s.r != s.w {
 		err = s.r.Close()
@@ -166,24 +174,6 @@ func (s *Store) skipLocked() string {
 		return " FOR UPDATE SKIP LOCKED"
 	}
 	return ""
-}
-
-// write runs fn in a transaction on the writer pool and commits it when fn
-// returns nil. op names the operation in internal errors; *errs.Error
-// values pass through unwrapped.
-func (s *Store) write(ctx context.Context, op string, fn func(tx *sqlx.Tx) error) error {
-	tx, err := s.w.BeginTxx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("%s: %w", op, err)
-	}
-	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	if err := fn(tx); err != nil {
-		return wrap(op, err)
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("%s: commit: %w", op, err)
-	}
-	return nil
 }
 
 func wrap(op string, err error) error {

@@ -1,0 +1,233 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/jmoiron/sqlx"
+)
+
+// txn is the transaction a write function runs in. Its methods take a
+// context like sqlx.Tx's, but on SQLite they run under the context of the
+// whole group-commit batch instead: a caller giving up must not interrupt a
+// statement, since SQLite rolls back the entire transaction, other callers'
+// writes included, when it interrupts an UPDATE or INSERT.
+type txn struct {
+	tx *sqlx.Tx
+	// ctx replaces the caller's context for every statement, when set.
+	ctx context.Context
+}
+
+func (t *txn) c(ctx context.Context) context.Context {
+	if t.ctx != nil {
+		return t.ctx
+	}
+	return ctx
+}
+
+func (t *txn) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	return t.tx.ExecContext(t.c(ctx), q, args...)
+}
+
+func (t *txn) GetContext(ctx context.Context, dest any, q string, args ...any) error {
+	return t.tx.GetContext(t.c(ctx), dest, q, args...)
+}
+
+func (t *txn) SelectContext(ctx context.Context, dest any, q string, args ...any) error {
+	return t.tx.SelectContext(t.c(ctx), dest, q, args...)
+}
+
+// write runs fn in a transaction and commits it when fn returns nil. op
+// names the operation in internal errors; *errs.Error values pass through
+// unwrapped. On SQLite fn joins the group commit.
+func (s *Store) write(ctx context.Context, op string, fn func(tx *txn) error) error {
+	if s.gc != nil {
+		return s.gc.write(ctx, op, fn)
+	}
+	tx, err := s.w.BeginTxx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	if err := fn(&txn{tx: tx}); err != nil {
+		return wrap(op, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("%s: commit: %w", op, err)
+	}
+	return nil
+}
+
+// maxBatch caps how many writes share one SQLite transaction.
+const maxBatch = 128
+
+// errClosed is what a write gets once the store is closing.
+var errClosed = errors.New("store closed")
+
+// groupCommit runs SQLite writes on one goroutine: every write waiting when
+// it is free runs in one transaction, each in a savepoint of its own, so a
+// failed write is undone alone, and one COMMIT answers them all. SQLite
+// allows one writer anyway; what a batch saves is a BEGIN and a COMMIT (a
+// WAL append and lock round trip) per write.
+type groupCommit struct {
+	db   *sqlx.DB
+	reqs chan *writeReq
+	quit chan struct{}
+	done chan struct{}
+	once sync.Once
+}
+
+type writeReq struct {
+	ctx context.Context
+	op  string
+	fn  func(tx *txn) error
+	// err is sent exactly once; buffered so the writer never waits.
+	err chan error
+	// pending is the answer kept until the batch commits.
+	ok bool
+}
+
+func startGroupCommit(db *sqlx.DB) *groupCommit {
+	g := &groupCommit{db: db, reqs: make(chan *writeReq), quit: make(chan struct{}), done: make(chan struct{})}
+	go g.run()
+	return g
+}
+
+func (g *groupCommit) write(ctx context.Context, op string, fn func(tx *txn) error) error {
+	r := &writeReq{ctx: ctx, op: op, fn: fn, err: make(chan error, 1)}
+	select {
+	case g.reqs <- r:
+	case <-ctx.Done():
+		return fmt.Errorf("%s: %w", op, ctx.Err())
+	case <-g.quit:
+		return fmt.Errorf("%s: %w", op, errClosed)
+	}
+	// Once taken, a write is always answered, and soon: its caller waits
+	// to learn whether it committed even if ctx ends meanwhile.
+	return <-r.err
+}
+
+// stop runs the writes already queued, then stops the writer.
+func (g *groupCommit) stop() {
+	g.once.Do(func() { close(g.quit) })
+	<-g.done
+}
+
+func (g *groupCommit) run() {
+	defer close(g.done)
+	batch := make([]*writeReq, 0, maxBatch)
+	for {
+		select {
+		case r := <-g.reqs:
+			batch = append(batch[:0], r)
+		case <-g.quit:
+			// Drain: run whoever is still waiting, then stop.
+			for {
+				batch = g.gather(batch[:0])
+				if len(batch) == 0 {
+					return
+				}
+				g.runBatch(batch)
+			}
+		}
+		g.runBatch(g.gather(batch))
+	}
+}
+
+// gather adds to batch every write waiting now, up to maxBatch.
+func (g *groupCommit) gather(batch []*writeReq) []*writeReq {
+	for len(batch) < maxBatch {
+		select {
+		case r := <-g.reqs:
+			batch = append(batch, r)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+func (g *groupCommit) runBatch(batch []*writeReq) {
+	ctx := context.Background()
+	tx, err := g.db.BeginTxx(ctx, nil)
+	if err != nil {
+		for _, r := range batch {
+			r.err <- fmt.Errorf("%s: %w", r.op, err)
+		}
+		return
+	}
+	t := &txn{tx: tx, ctx: ctx}
+	if len(batch) == 1 {
+		// Nothing to isolate from: no savepoint.
+		r := batch[0]
+		if err := r.ctx.Err(); err != nil {
+			tx.Rollback() //nolint:errcheck
+			r.err <- fmt.Errorf("%s: %w", r.op, err)
+			return
+		}
+		if err := r.fn(t); err != nil {
+			tx.Rollback() //nolint:errcheck
+			r.err <- wrap(r.op, err)
+			return
+		}
+		if err := tx.Commit(); err != nil {
+			r.err <- fmt.Errorf("%s: commit: %w", r.op, err)
+			return
+		}
+		r.err <- nil
+		return
+	}
+	for i, r := range batch {
+		r.ok = false
+		if err := r.ctx.Err(); err != nil {
+			// Its caller gave up while it waited: skip it.
+			r.err <- fmt.Errorf("%s: %w", r.op, err)
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, "SAVEPOINT w"); err != nil {
+			g.fail(tx, batch, i, false, err)
+			return
+		}
+		ferr := r.fn(t)
+		if ferr != nil {
+			r.err <- wrap(r.op, ferr)
+			if _, err := tx.ExecContext(ctx, "ROLLBACK TO w"); err != nil {
+				// SQLite already rolled back the whole transaction (a
+				// full disk, say): the earlier writes are lost too.
+				g.fail(tx, batch, i, true, err)
+				return
+			}
+		}
+		if _, err := tx.ExecContext(ctx, "RELEASE w"); err != nil {
+			g.fail(tx, batch, i, ferr != nil, err)
+			return
+		}
+		r.ok = ferr == nil
+	}
+	err = tx.Commit()
+	for _, r := range batch {
+		if !r.ok {
+			continue // already answered
+		}
+		if err != nil {
+			r.err <- fmt.Errorf("%s: commit: %w", r.op, err)
+		} else {
+			r.err <- nil
+		}
+	}
+}
+
+// fail rolls the batch back after a failure at batch[i] and fails every
+// write not yet answered: those before i that waited for the commit, i
+// itself unless answered, and those after i, which never ran.
+func (g *groupCommit) fail(tx *sqlx.Tx, batch []*writeReq, i int, answered bool, err error) {
+	tx.Rollback() //nolint:errcheck
+	for j, r := range batch {
+		if (j < i && r.ok) || (j == i && !answered) || j > i {
+			r.err <- fmt.Errorf("%s: %w", r.op, err)
+		}
+	}
+}
