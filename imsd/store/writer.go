@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/jmoiron/sqlx"
@@ -19,6 +20,20 @@ type txn struct {
 	tx *sqlx.Tx
 	// ctx replaces the caller's context for every statement, when set.
 	ctx context.Context
+	// g, when set, keeps statements prepared across transactions.
+	g *groupCommit
+}
+
+// stmt returns q prepared within the transaction, or nil to run it as is.
+func (t *txn) stmt(ctx context.Context, q string) *sqlx.Stmt {
+	if t.g == nil {
+		return nil
+	}
+	st := t.g.prepared(q)
+	if st == nil {
+		return nil
+	}
+	return t.tx.StmtxContext(ctx, st)
 }
 
 func (t *txn) c(ctx context.Context) context.Context {
@@ -29,15 +44,27 @@ func (t *txn) c(ctx context.Context) context.Context {
 }
 
 func (t *txn) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
-	return t.tx.ExecContext(t.c(ctx), q, args...)
+	ctx = t.c(ctx)
+	if st := t.stmt(ctx, q); st != nil {
+		return st.ExecContext(ctx, args...)
+	}
+	return t.tx.ExecContext(ctx, q, args...)
 }
 
 func (t *txn) GetContext(ctx context.Context, dest any, q string, args ...any) error {
-	return t.tx.GetContext(t.c(ctx), dest, q, args...)
+	ctx = t.c(ctx)
+	if st := t.stmt(ctx, q); st != nil {
+		return st.GetContext(ctx, dest, args...)
+	}
+	return t.tx.GetContext(ctx, dest, q, args...)
 }
 
 func (t *txn) SelectContext(ctx context.Context, dest any, q string, args ...any) error {
-	return t.tx.SelectContext(t.c(ctx), dest, q, args...)
+	ctx = t.c(ctx)
+	if st := t.stmt(ctx, q); st != nil {
+		return st.SelectContext(ctx, dest, args...)
+	}
+	return t.tx.SelectContext(ctx, dest, q, args...)
 }
 
 // write runs fn in a transaction and commits it when fn returns nil. op
@@ -73,11 +100,17 @@ var errClosed = errors.New("store closed")
 // allows one writer anyway; what a batch saves is a BEGIN and a COMMIT (a
 // WAL append and lock round trip) per write.
 type groupCommit struct {
-	db   *sqlx.DB
-	reqs chan *writeReq
-	quit chan struct{}
-	done chan struct{}
-	once sync.Once
+	db *sqlx.DB
+	// stmts holds statements prepared on the one writer connection, by
+	// SQL text: modernc.org/sqlite compiles a statement anew for every
+	// query unless it is prepared, and compiling cost more than running.
+	// Only the writer goroutine uses it; nil once stopped.
+	stmts     map[string]*sqlx.Stmt
+	toPrepare []string
+	reqs      chan *writeReq
+	quit      chan struct{}
+	done      chan struct{}
+	once      sync.Once
 }
 
 type writeReq struct {
@@ -91,7 +124,7 @@ type writeReq struct {
 }
 
 func startGroupCommit(db *sqlx.DB) *groupCommit {
-	g := &groupCommit{db: db, reqs: make(chan *writeReq), quit: make(chan struct{}), done: make(chan struct{})}
+	g := &groupCommit{db: db, stmts: map[string]*sqlx.Stmt{}, reqs: make(chan *writeReq), quit: make(chan struct{}), done: make(chan struct{})}
 	go g.run()
 	return g
 }
@@ -116,8 +149,41 @@ func (g *groupCommit) stop() {
 	<-g.done
 }
 
+// maxStmts caps the prepared statements kept. Statements built for a
+// batch size (log chunks, lease renewals) vary; past the cap, new ones run
+// unprepared.
+const maxStmts = 256
+
+// prepared returns q's prepared statement, or nil if it has none yet; it
+// is then prepared after the batch, when the connection is free again.
+func (g *groupCommit) prepared(q string) *sqlx.Stmt {
+	if st, ok := g.stmts[q]; ok {
+		return st
+	}
+	if len(g.stmts)+len(g.toPrepare) < maxStmts && !slices.Contains(g.toPrepare, q) {
+		g.toPrepare = append(g.toPrepare, q)
+	}
+	return nil
+}
+
+// prepare prepares the statements the last batch ran unprepared.
+func (g *groupCommit) prepare() {
+	for _, q := range g.toPrepare {
+		if st, err := g.db.Preparex(q); err == nil {
+			g.stmts[q] = st
+		} // else the unprepared query reports the error each time
+	}
+	g.toPrepare = g.toPrepare[:0]
+}
+
 func (g *groupCommit) run() {
-	defer close(g.done)
+	defer func() {
+		for _, st := range g.stmts {
+			st.Close()
+		}
+		g.stmts = nil
+		close(g.done)
+	}()
 	batch := make([]*writeReq, 0, maxBatch)
 	for {
 		select {
@@ -134,6 +200,7 @@ func (g *groupCommit) run() {
 			}
 		}
 		g.runBatch(g.gather(batch))
+		g.prepare()
 	}
 }
 
@@ -159,7 +226,7 @@ func (g *groupCommit) runBatch(batch []*writeReq) {
 		}
 		return
 	}
-	t := &txn{tx: tx, ctx: ctx}
+	t := &txn{tx: tx, ctx: ctx, g: g}
 	if len(batch) == 1 {
 		// Nothing to isolate from: no savepoint.
 		r := batch[0]
@@ -187,21 +254,21 @@ func (g *groupCommit) runBatch(batch []*writeReq) {
 			r.err <- fmt.Errorf("%s: %w", r.op, err)
 			continue
 		}
-		if _, err := tx.ExecContext(ctx, "SAVEPOINT w"); err != nil {
+		if _, err := t.ExecContext(ctx, "SAVEPOINT w"); err != nil {
 			g.fail(tx, batch, i, false, err)
 			return
 		}
 		ferr := r.fn(t)
 		if ferr != nil {
 			r.err <- wrap(r.op, ferr)
-			if _, err := tx.ExecContext(ctx, "ROLLBACK TO w"); err != nil {
+			if _, err := t.ExecContext(ctx, "ROLLBACK TO w"); err != nil {
 				// SQLite already rolled back the whole transaction (a
 				// full disk, say): the earlier writes are lost too.
 				g.fail(tx, batch, i, true, err)
 				return
 			}
 		}
-		if _, err := tx.ExecContext(ctx, "RELEASE w"); err != nil {
+		if _, err := t.ExecContext(ctx, "RELEASE w"); err != nil {
 			g.fail(tx, batch, i, ferr != nil, err)
 			return
 		}
