@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -247,7 +248,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		if connect.CodeOf(err) == connect.CodeUnauthenticated {
 			// Retrying cannot fix a revoked or unknown identity.
 			a.stopAll("agent identity refused")
-			return fmt.Errorf("imsd refused this agent's identity: %w", err)
+			return fmt.Errorf("imsd refused this agent's identity (%w); to enrol again, move %s away and start agentd with a new --enroll-token (byoc install token INSTALL)", err, filepath.Join(a.cfg.StateDir, identity.FileName))
 		}
 		if time.Since(start) > 10*time.Second {
 			backoff = a.cfg.BackoffMin

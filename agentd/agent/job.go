@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -117,7 +118,7 @@ func (a *Agent) appendLog(j *jobRun, stream int32, text string) {
 		}
 		text = text[len(chunk):]
 		if !utf8.ValidString(chunk) {
-			chunk = toValidUTF8(chunk)
+			chunk = strings.ToValidUTF8(chunk, "\uFFFD")
 		}
 		j.nextSeq++
 		j.lines = append(j.lines, &agentv1.LogLine{Seq: j.nextSeq, Time: now, Stream: stream, Text: chunk})
@@ -132,14 +133,6 @@ func (a *Agent) appendLog(j *jobRun, stream int32, text string) {
 	case a.logKick <- struct{}{}:
 	default:
 	}
-}
-
-func toValidUTF8(s string) string {
-	b := make([]rune, 0, len(s))
-	for _, r := range s {
-		b = append(b, r)
-	}
-	return string(b)
 }
 
 // finish records a job's outcome; the session sends it once every log line

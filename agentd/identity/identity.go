@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/byoc-dev/byoc/internal/atomicfile"
 )
 
 // FileName is the identity file inside the state directory.
@@ -55,28 +57,9 @@ func Load(dir string) (Identity, error) {
 
 // Save writes the identity to dir atomically, readable by the owner only.
 func Save(dir string, id Identity) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
 	b, err := json.MarshalIndent(id, "", "  ")
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, ".identity-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), filepath.Join(dir, FileName))
+	return atomicfile.Write(filepath.Join(dir, FileName), b, 0o600)
 }

@@ -396,7 +396,11 @@ func (c *conn) handle(ctx context.Context, m *agentv1.ConnectRequest) error {
 			}
 		}
 		// A cancellation requested through another imsd replica reaches
-		// the agent here.
+		// the agent here. A single SQLite imsd delivers every cancellation
+		// through the hub, so it skips these reads.
+		if s.store.Dialect() == store.DialectSQLite {
+			renewed = nil
+		}
 		for _, id := range renewed {
 			j, err := s.store.GetJob(ctx, id)
 			if err == nil && j.CancelRequested {

@@ -26,6 +26,7 @@ import (
 	"github.com/byoc-dev/byoc/imsd/dispatch"
 	"github.com/byoc-dev/byoc/imsd/operatorapi"
 	"github.com/byoc-dev/byoc/imsd/store"
+	"github.com/byoc-dev/byoc/internal/atomicfile"
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1/agentv1connect"
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1/imsv1connect"
 )
@@ -151,38 +152,11 @@ func (s *Server) bootstrap(ctx context.Context) error {
 		s.log.Warn("first start: created the admin API token; it is shown once", "token", secret)
 		return nil
 	}
-	if err := writeFileAtomic(s.cfg.AdminTokenFile, []byte(secret+"\n"), 0o600); err != nil {
+	if err := atomicfile.Write(s.cfg.AdminTokenFile, []byte(secret+"\n"), 0o600); err != nil {
 		return fmt.Errorf("write admin token: %w", err)
 	}
 	s.log.Info("first start: created the admin API token", "file", s.cfg.AdminTokenFile)
 	return nil
-}
-
-func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if err := f.Chmod(mode); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
 }
 
 func (s *Server) newHTTPServer() *http.Server {

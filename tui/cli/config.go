@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+
+	"github.com/byoc-dev/byoc/internal/atomicfile"
 )
 
 // configEnv names the environment variable that overrides the config path.
@@ -114,34 +116,8 @@ func saveConfig(path string, c *Config) error {
 		return fmt.Errorf("encode config: %w", err)
 	}
 	b = append(b, '\n')
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("create config directory: %w", err)
-	}
-	f, err := os.CreateTemp(dir, ".config-*.json")
-	if err != nil {
-		return fmt.Errorf("write config: %w", err)
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // after a successful rename this fails harmlessly
-	// CreateTemp already uses 0600; Chmod makes it independent of that detail.
-	if err := f.Chmod(0o600); err != nil {
-		f.Close()
-		return fmt.Errorf("write config: %w", err)
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return fmt.Errorf("write config: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("write config: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("write config: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("write config: %w", err)
+	if err := atomicfile.Write(path, b, 0o600); err != nil {
+		return fmt.Errorf("save config: %w", err)
 	}
 	return nil
 }
