@@ -150,3 +150,37 @@ func TestIMSRestartMidJob(t *testing.T) {
 		t.Fatalf("after the restart the log is\n%q\nwant\n%q", got, want)
 	}
 }
+
+// A job cancelled while its agent is disconnected is cancelled on the
+// agent when it re-attaches.
+func TestCancelReachesAReconnectingAgent(t *testing.T) {
+	ims := cluster.StartIMS(t, fast)
+	c := ims.Admin()
+	_, token := cluster.NewInstall(t, c, "shop", "acme")
+	a := cluster.EnrollRaw(t, ims.URL(), token)
+	a.Connect(t, 1)
+	job := enqueue(t, c, "acme", "sleep 300", 60)
+	as := a.Assignment(t)
+	a.Answer(t, a.Send(t, cluster.Ack(as.JobId, as.FencingToken)))
+	a.Close()
+	cluster.Eventually(t, 10*time.Second, "the agent to drop off", func() bool { return ims.Hub().Count() == 0 })
+	if _, err := c.CancelJob(context.Background(), connect.NewRequest(&imsv1.CancelJobRequest{Id: job.Id, Reason: "while away"})); err != nil {
+		t.Fatal(err)
+	}
+	w := a.Connect(t, 1, &agentv1.RunningJob{JobId: as.JobId, FencingToken: as.FencingToken})
+	if !slices.Contains(w.Reattached, as.JobId) {
+		t.Fatalf("welcome reattached = %v", w.Reattached)
+	}
+	for {
+		m, err := a.Next(t, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cn := m.GetCancel(); cn != nil {
+			if cn.JobId != as.JobId || cn.Reason != "while away" {
+				t.Fatalf("cancel = %v", cn)
+			}
+			return
+		}
+	}
+}

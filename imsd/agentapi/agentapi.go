@@ -269,6 +269,14 @@ func (c *conn) welcomeLocked(ctx context.Context, hello *agentv1.Hello) error {
 	}}}); err != nil {
 		return err
 	}
+	// A job cancelled while its agent was away learns of it now.
+	for _, id := range renewed {
+		if j, err := s.store.GetJob(ctx, id); err == nil && j.CancelRequested {
+			if err := c.send(cancelMsg(id, j.CancelReason)); err != nil {
+				return err
+			}
+		}
+	}
 	c.log.InfoContext(ctx, "agent connected", "reattached", len(renewed), "lost", len(lost))
 	c.touch(ctx, now)
 	c.lastForced = now
