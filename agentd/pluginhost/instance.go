@@ -75,6 +75,12 @@ func (i *Instance) callError(ctx context.Context, what string, err error) error 
 		i.Kill()
 		return fmt.Errorf("plugin %s: %s: %w", i.typ, what, ctx.Err())
 	}
+	if _, ok := ctx.Deadline(); ok && status.Code(err) == codes.DeadlineExceeded {
+		// gRPC runs its own timer for ctx's deadline and may fire a moment
+		// before ctx reports it: the caller's deadline passed either way.
+		i.Kill()
+		return fmt.Errorf("plugin %s: %s: %w", i.typ, what, context.DeadlineExceeded)
+	}
 	switch status.Code(err) {
 	case codes.Unavailable, codes.Canceled, codes.Internal:
 		// A dead plugin shows up as a broken transport; wait a moment to
