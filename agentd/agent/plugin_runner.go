@@ -55,8 +55,9 @@ func (r *PluginRunner) Run(ctx context.Context, job Job, log func(int32, string)
 		return fail("start plugin for type %q: %v", job.ComponentType, err)
 	}
 	defer inst.Kill()
-	log(StreamSystem, fmt.Sprintf("[agentd] %s %s: attempt %d, plugin started in %s (pid group %d)",
-		job.ComponentType, job.Operation, job.Attempt, time.Since(started).Round(time.Millisecond), inst.PGID()))
+	d := inst.Description()
+	log(StreamSystem, fmt.Sprintf("[agentd] %s %s: attempt %d, plugin %s %s started in %s (pid group %d, protocol %s)",
+		job.ComponentType, job.Operation, job.Attempt, d.Type, d.Version, time.Since(started).Round(time.Millisecond), inst.PGID(), d.Negotiated))
 
 	v, err := inst.Validate(ctx, job.Config)
 	if err != nil {

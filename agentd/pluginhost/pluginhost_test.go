@@ -182,30 +182,57 @@ func TestExternal(t *testing.T) {
 		setup   func(t *testing.T, dir, sum string) map[string]string // returns pins
 		typ     string
 		wantErr string
+		env     map[string]string
 	}{
 		{"pinned", func(t *testing.T, dir, sum string) map[string]string {
 			return map[string]string{"testkit": strings.ToUpper(sum)}
-		}, "testkit", ""},
+		}, "testkit", "", nil},
 		{"not pinned", func(t *testing.T, dir, sum string) map[string]string {
 			return map[string]string{"other": sum}
-		}, "testkit", "plugin testkit is not pinned"},
+		}, "testkit", "plugin testkit is not pinned", nil},
 		{"wrong checksum", func(t *testing.T, dir, sum string) map[string]string {
 			return map[string]string{"testkit": strings.Repeat("ab", 32)}
-		}, "testkit", "checksum mismatch: pinned " + strings.Repeat("ab", 32) + ", found "},
+		}, "testkit", "checksum mismatch: pinned " + strings.Repeat("ab", 32) + ", found ", nil},
 		{"world-writable dir", func(t *testing.T, dir, sum string) map[string]string {
 			chmod(t, dir, 0o777)
 			return map[string]string{"testkit": sum}
-		}, "testkit", "is writable by group or others"},
+		}, "testkit", "is writable by group or others", nil},
 		{"group-writable binary", func(t *testing.T, dir, sum string) map[string]string {
 			chmod(t, filepath.Join(dir, "byoc-plugin-testkit"), 0o775)
 			return map[string]string{"testkit": sum}
-		}, "testkit", "is writable by group or others"},
+		}, "testkit", "is writable by group or others", nil},
 		{"unknown type", func(t *testing.T, dir, sum string) map[string]string {
 			return map[string]string{"testkit": sum}
-		}, "nope", `unknown component type "nope"; known types: action, testkit`},
+		}, "nope", `unknown component type "nope"; known types: action, testkit`, nil},
 		{"path in type", func(t *testing.T, dir, sum string) map[string]string {
 			return nil
-		}, "../testkit", "invalid component type"},
+		}, "../testkit", "invalid component type", nil},
+		{"parent writable by others", func(t *testing.T, dir, sum string) map[string]string {
+			chmod(t, filepath.Dir(dir), 0o777)
+			return map[string]string{"testkit": sum}
+		}, "testkit", "which is writable by others without the sticky bit", nil},
+		{"dir owned by another user", func(t *testing.T, dir, sum string) map[string]string {
+			chown(t, dir, 65534)
+			return map[string]string{"testkit": sum}
+		}, "testkit", "is owned by uid 65534, neither root nor the agent's user", nil},
+		{"binary owned by another user", func(t *testing.T, dir, sum string) map[string]string {
+			chown(t, filepath.Join(dir, "byoc-plugin-testkit"), 65534)
+			return map[string]string{"testkit": sum}
+		}, "testkit", "is owned by uid 65534", nil},
+		{"plugin for another type", func(t *testing.T, dir, sum string) map[string]string {
+			b, err := os.ReadFile(filepath.Join(dir, "byoc-plugin-testkit"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "byoc-plugin-other"), b, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			return map[string]string{"other": sum}
+		}, "other", `plugin says it serves type "testkit", not "other"`, nil},
+		{"incompatible protocol", func(t *testing.T, dir, sum string) map[string]string {
+			return map[string]string{"testkit": sum}
+		}, "testkit", `plugin "testkit" speaks byoc plugin protocol 2.x, but this agent speaks 1.1`,
+			map[string]string{"TESTKIT_PROTOCOL_MAJOR": "2"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -213,7 +240,7 @@ func TestExternal(t *testing.T) {
 			l := newLoader(t)
 			l.Dirs = []string{filepath.Join(t.TempDir(), "missing"), dir}
 			l.Pins = tt.setup(t, dir, sum)
-			inst, err := l.Start(t.Context(), tt.typ, pluginhost.StartOptions{WorkDir: t.TempDir()})
+			inst, err := l.Start(t.Context(), tt.typ, pluginhost.StartOptions{WorkDir: t.TempDir(), Env: tt.env})
 			if tt.wantErr != "" {
 				if err == nil {
 					inst.Kill()
@@ -233,6 +260,16 @@ func TestExternal(t *testing.T) {
 				t.Errorf("result = %+v, logs = %+v", res, logs)
 			}
 		})
+	}
+}
+
+func chown(tb testing.TB, path string, uid int) {
+	tb.Helper()
+	if os.Getuid() != 0 {
+		tb.Skip("changing a file's owner needs root")
+	}
+	if err := os.Chown(path, uid, uid); err != nil {
+		tb.Fatal(err)
 	}
 }
 
@@ -571,10 +608,12 @@ func TestDescribeCommand(t *testing.T) {
 				t.Fatalf("%v: %v", tt.cmd, err)
 			}
 			var d struct {
-				Type             string `json:"type"`
-				ProtocolVersions []int  `json:"protocol_versions"`
+				Type             string   `json:"type"`
+				Protocol         string   `json:"protocol"`
+				ProtocolVersions []string `json:"protocol_versions"`
 			}
-			if err := json.Unmarshal(out, &d); err != nil || d.Type != tt.want || !slices.Contains(d.ProtocolVersions, sdk.ProtocolVersion) {
+			want := sdk.Protocol.String()
+			if err := json.Unmarshal(out, &d); err != nil || d.Type != tt.want || d.Protocol != want || !slices.Contains(d.ProtocolVersions, want) {
 				t.Errorf("describe = %s (%v)", out, err)
 			}
 		})

@@ -61,7 +61,10 @@ const configSchema = `{
 // Plugin implements sdk.Plugin for the action type.
 type Plugin struct{}
 
-var _ sdk.Plugin = (*Plugin)(nil)
+var (
+	_ sdk.Plugin    = (*Plugin)(nil)
+	_ sdk.Destroyer = (*Plugin)(nil)
+)
 
 // New returns the action plugin.
 func New() *Plugin { return &Plugin{} }
@@ -69,10 +72,9 @@ func New() *Plugin { return &Plugin{} }
 // Describe reports the action type and its config schema.
 func (p *Plugin) Describe(context.Context, *sdk.DescribeRequest) (*sdk.DescribeResponse, error) {
 	return &sdk.DescribeResponse{
-		Type:             TypeName,
-		Version:          Version,
-		ProtocolVersions: []int{sdk.ProtocolVersion},
-		ConfigSchema:     configSchema,
+		Type:         TypeName,
+		Version:      Version,
+		ConfigSchema: configSchema,
 	}, nil
 }
 

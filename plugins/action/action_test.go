@@ -102,7 +102,7 @@ func TestDescribe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Type != "action" || !slices.Contains(d.ProtocolVersions, sdk.ProtocolVersion) || d.ConfigSchema == "" {
+	if d.Type != "action" || d.Protocol != sdk.Protocol || !d.Has(sdk.CapDestroy) || d.Has(sdk.CapDrift) || d.ConfigSchema == "" {
 		t.Errorf("Describe = %+v", d)
 	}
 }
