@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -344,4 +345,29 @@ func TestCancelStopsStep(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Apply did not return after cancel")
 	}
+}
+
+// TestHarness drives the action type through sdktest the way the agent
+// runs its jobs: validate, then plan, apply and destroy, each in a fresh
+// work dir.
+func TestHarness(t *testing.T) {
+	marker := filepath.Join(t.TempDir(), "destroyed")
+	cfg := map[string]any{
+		"steps":         []any{map[string]any{"name": "hello", "script": `echo "hello $WHO"; echo greeting=hi >"$BYOC_OUTPUTS"`}},
+		"destroy_steps": []any{map[string]any{"script": "touch " + marker}},
+	}
+	sdktest.Test(t, action.New(), sdktest.Case{
+		Env: map[string]string{"WHO": "operator"},
+		Steps: []sdktest.Step{
+			{Config: map[string]any{"steps": []any{map[string]any{"scrpt": "x"}}},
+				ExpectDiagnostics: []string{"steps[0].script: is required", "steps[0].scrpt: unknown field"}},
+			{Op: sdk.OpPlan, Config: cfg, Check: sdktest.All(sdktest.ExpectChanges("would run 1 step(s)"), sdktest.ExpectNoLog("hello operator"))},
+			{Config: cfg, Check: sdktest.All(sdktest.ExpectLog("hello operator"), sdktest.ExpectOutput("greeting", "hi"))},
+			{Config: steps("fail", "exit 7"), ExpectError: regexp.MustCompile(`step "fail" failed with exit code 7`), Check: sdktest.ExpectExitCode(7)},
+		},
+		CheckDestroy: func(*sdktest.Outcome) error {
+			_, err := os.Stat(marker)
+			return err
+		},
+	})
 }

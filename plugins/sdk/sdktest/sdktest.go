@@ -111,6 +111,9 @@ type Step struct {
 	Config map[string]any
 	// Env is added to the case's environment for this step.
 	Env map[string]string
+	// PreConfig, if set, runs before the step, to change the world behind
+	// the plugin's back (to test drift, say). An error fails the test.
+	PreConfig func() error
 	// Timeout is the job's time limit; one minute if zero.
 	Timeout time.Duration
 	// ExpectDiagnostics, if set, expects validation to fail: each entry is
@@ -198,6 +201,11 @@ func Test(t testing.TB, p sdk.Plugin, c Case) {
 		name := s.Name
 		if name == "" {
 			name = fmt.Sprintf("step %d (%s)", i+1, op)
+		}
+		if s.PreConfig != nil {
+			if err := s.PreConfig(); err != nil {
+				t.Fatalf("%s: pre-config: %v", name, err)
+			}
 		}
 		out, diags := runJob(name, op, s.Config, s.Env, s.Timeout)
 		if err := checkDiagnostics(diags, s.ExpectDiagnostics); err != nil {
