@@ -123,6 +123,10 @@ func TestApplyLinesInOrder(t *testing.T) {
 		t.Errorf("stderr = %q, want %q", got, want)
 	}
 	sys := texts(logs, sdk.StreamSystem)
+	if len(sys) != 5 || !strings.HasPrefix(sys[0], "sandbox: ") {
+		t.Errorf("first system line does not say how steps are sandboxed: %q", sys)
+	}
+	sys = sys[1:]
 	if len(sys) != 4 || !strings.Contains(sys[0], "first: start") || !strings.Contains(sys[1], "exit code 0") ||
 		!strings.Contains(sys[2], "second: start") {
 		t.Errorf("system lines = %q", sys)
@@ -351,10 +355,9 @@ func TestCancelStopsStep(t *testing.T) {
 // runs its jobs: validate, then plan, apply and destroy, each in a fresh
 // work dir.
 func TestHarness(t *testing.T) {
-	marker := filepath.Join(t.TempDir(), "destroyed")
 	cfg := map[string]any{
 		"steps":         []any{map[string]any{"name": "hello", "script": `echo "hello $WHO"; echo greeting=hi >"$BYOC_OUTPUTS"`}},
-		"destroy_steps": []any{map[string]any{"script": "touch " + marker}},
+		"destroy_steps": []any{map[string]any{"script": `echo destroyed=yes >"$BYOC_OUTPUTS"`}},
 	}
 	sdktest.Test(t, action.New(), sdktest.Case{
 		Env: map[string]string{"WHO": "operator"},
@@ -365,9 +368,6 @@ func TestHarness(t *testing.T) {
 			{Config: cfg, Check: sdktest.All(sdktest.ExpectLog("hello operator"), sdktest.ExpectOutput("greeting", "hi"))},
 			{Config: steps("fail", "exit 7"), ExpectError: regexp.MustCompile(`step "fail" failed with exit code 7`), Check: sdktest.ExpectExitCode(7)},
 		},
-		CheckDestroy: func(*sdktest.Outcome) error {
-			_, err := os.Stat(marker)
-			return err
-		},
+		CheckDestroy: sdktest.ExpectOutput("destroyed", "yes"),
 	})
 }
