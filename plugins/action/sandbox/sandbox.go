@@ -59,7 +59,7 @@ type Policy struct {
 	// Network lets the command use the host's network.
 	Network bool
 	// Env is the command's whole environment.
-	Env []string
+	Env    []string
 	Limits Limits
 	// Stdout and Stderr receive the command's output.
 	Stdout, Stderr io.Writer

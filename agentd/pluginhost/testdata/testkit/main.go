@@ -48,7 +48,6 @@ func (testkit) Apply(ctx context.Context, req *sdk.ApplyRequest) (*sdk.ApplyResp
 	return nil, errors.New(fmt.Sprint("unknown mode ", req.Config["mode"]))
 }
 
-
 func main() {
 	// TESTKIT_PROTOCOL_MAJOR=2 makes this a plugin built for a future,
 	// incompatible protocol: it offers major 2 at the handshake.
