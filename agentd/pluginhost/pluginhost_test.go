@@ -438,9 +438,12 @@ func TestCrashMidApply(t *testing.T) {
 		want   string
 		// A line sent right before the plugin dies may never leave it.
 		wantLogs bool
+		// killOn, if set, SIGKILLs the plugin when this line arrives: a
+		// step cannot do it itself, it sees no process outside its sandbox.
+		killOn string
 	}{
-		{"script kills plugin", "action", script("echo bye; kill -9 $PPID; sleep 300"), "plugin action exited during apply: signal: killed", false},
-		{"plugin exits", "testkit", map[string]any{"mode": "crash"}, "plugin testkit exited during apply: exit status 3", false},
+		{"plugin killed mid-apply", "action", script("echo bye; sleep 300"), "plugin action exited during apply: signal: killed", true, "bye"},
+		{"plugin exits", "testkit", map[string]any{"mode": "crash"}, "plugin testkit exited during apply: exit status 3", false, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -449,7 +452,12 @@ func TestCrashMidApply(t *testing.T) {
 			defer cancel()
 			var logs []string
 			res, err := inst.Run(ctx, sdk.OpApply, &sdk.RunRequest{Job: sdk.JobContext{WorkDir: workDir}, Config: tt.config, Env: map[string]string{"PATH": "/usr/bin:/bin"}},
-				func(e sdk.LogEvent) { logs = append(logs, e.Text) })
+				func(e sdk.LogEvent) {
+					logs = append(logs, e.Text)
+					if tt.killOn != "" && e.Text == tt.killOn {
+						_ = syscall.Kill(inst.PGID(), syscall.SIGKILL)
+					}
+				})
 			if err == nil {
 				t.Fatalf("Run = %+v, want an error", res)
 			}
@@ -500,6 +508,22 @@ func TestDeadlineKillsHungPlugin(t *testing.T) {
 		})
 	}
 }
+
+// A step runs in its own PID namespace: its parent there is the sandbox's
+// init, and the plugin is out of its reach.
+func TestStepCannotKillItsPlugin(t *testing.T) {
+	l := newLoader(t)
+	inst, workDir := start(t, l, "action", nil)
+	res, logs := run(t, inst, workDir, script("kill -9 $PPID 2>/dev/null; echo survived"), map[string]string{"PATH": "/usr/bin:/bin"})
+	if res.Error != "" || !slices.Contains(stdout(logs), "survived") {
+		t.Errorf("result = %+v, logs = %q", res, stdout(logs))
+	}
+	if !groupAlive(inst.PGID()) {
+		t.Errorf("the plugin died")
+	}
+}
+
+func groupAlive(pgid int) bool { return syscall.Kill(pgid, 0) == nil }
 
 func TestKillIsIdempotent(t *testing.T) {
 	inst, _ := start(t, newLoader(t), "action", nil)
@@ -562,12 +586,14 @@ func BenchmarkLaunch(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		began := time.Now()
+		// Start returns once the plugin has answered its first call, the
+		// protocol negotiation.
 		inst, err := l.Start(ctx, "action", pluginhost.StartOptions{WorkDir: dir})
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := inst.Describe(ctx); err != nil {
-			b.Fatal(err)
+		if inst.Description().Negotiated != sdk.Protocol {
+			b.Fatalf("negotiated %s", inst.Description().Negotiated)
 		}
 		killed := time.Now()
 		inst.Kill()
