@@ -36,7 +36,7 @@ const SecretsKey = "secrets"
 
 // redactHold bounds how long a log line that ends like the start of a
 // secret is held back waiting for the next event of its stream.
-const redactHold = 250 * time.Millisecond
+const redactHold = 100 * time.Millisecond
 
 // Run implements Runner.
 func (r *PluginRunner) Run(ctx context.Context, job Job, rawLog func(int32, string)) Outcome {
@@ -45,24 +45,12 @@ func (r *PluginRunner) Run(ctx context.Context, job Job, rawLog func(int32, stri
 		secretValues = append(secretValues, v)
 	}
 	red := redact.New(secretValues...)
-	// Every line goes through the redactor, per stream, so that a secret a
-	// plugin sends in pieces is caught too; flushed before the outcome.
-	streams := map[int32]*redact.Stream{}
-	for _, st := range []int32{StreamStdout, StreamStderr, StreamSystem} {
-		st := st
-		streams[st] = red.NewStream(redactHold, func(text string) { rawLog(st, text) })
-	}
-	log := func(stream int32, text string) {
-		if s, ok := streams[stream]; ok {
-			s.Add(text)
-			return
-		}
-		rawLog(stream, red.String(text))
-	}
+	// Every line goes through the redactor, so that a secret a plugin
+	// sends in pieces is caught too; flushed before the outcome.
+	stream := red.NewStream(redactHold, func(e redact.Event) { rawLog(e.Stream, e.Text) })
+	log := func(st int32, text string) { stream.Add(redact.Event{Stream: st, Text: text}) }
 	out := r.run(ctx, job, log, red)
-	for _, s := range streams {
-		s.Flush()
-	}
+	stream.Flush()
 	out.Error = red.String(out.Error)
 	out.Outputs = red.Map(out.Outputs)
 	return out

@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -63,7 +64,7 @@ echo "$DB_PASSWORD" >&2
 echo "dsn=postgres://app:$DB_PASSWORD@db" >"$BYOC_OUTPUTS"
 echo "also the unused one: $OTHER"
 exit 0`
-	out, lines := runJob(t, map[string]string{"DB_PASSWORD": secret, "OTHER": "unused-secret-value"}, map[string]any{
+	out, lines := runJob(t, map[string]string{"DB_PASSWORD": secret, "OTHER": "t-unused-secret-value"}, map[string]any{
 		"secrets": []any{"DB_PASSWORD"},
 		"steps":   []any{map[string]any{"script": script}},
 	})
@@ -90,6 +91,14 @@ exit 0`
 		if !strings.Contains(all.String(), want) {
 			t.Errorf("log lacks %q", want)
 		}
+	}
+	// The step's start line ends in "t", like the start of the OTHER
+	// secret: it is held back until more is known, and the step's output
+	// waits behind it, never overtaking it.
+	start := slices.IndexFunc(lines, func(l line) bool { return strings.HasSuffix(l.text, ": start") })
+	first := slices.IndexFunc(lines, func(l line) bool { return strings.HasPrefix(l.text, "xxxx") })
+	if start < 0 || first < start {
+		t.Errorf("the step's output came before its start line (%d, %d)", start, first)
 	}
 	if out.Outputs["dsn"] != "postgres://app:***@db" {
 		t.Errorf("outputs = %v", out.Outputs)

@@ -7,7 +7,7 @@
 // stream (a chunk of output per event, or a long line split in two).
 // [Stream] therefore holds back an event that ends with the beginning of a
 // secret until the next event on that stream shows whether the secret
-// continues, or until it is flushed.
+// continues, or until a short hold time passes; events never change order.
 package redact
 
 import (
@@ -133,53 +133,44 @@ func (r *Redactor) heldFrom(s string) int {
 	return len(s)
 }
 
-// Stream redacts the events of one log stream, in order, and passes them
-// to emit. It is safe for concurrent use.
+// Event is one log line of a stream.
+type Event struct {
+	Stream int32
+	Text   string
+}
+
+// Stream redacts a job's log events and passes them on in the order they
+// came. A secret split across consecutive events of one stream is caught:
+// an event that ends like the start of a secret is held back, and every
+// event after it with it, until the next event of its stream shows how it
+// goes on, or until the hold time passes. It is safe for concurrent use.
 type Stream struct {
 	r    *Redactor
-	emit func(string)
+	emit func(Event)
 	hold time.Duration
 
 	mu      sync.Mutex
-	pending []string
+	pending []Event
 	timer   *time.Timer
 }
 
-// NewStream returns a Stream that emits redacted events. An event held
-// back because it ends like the start of a secret is released after hold
-// at the latest, so a plugin that goes quiet does not hide its last line.
-func (r *Redactor) NewStream(hold time.Duration, emit func(string)) *Stream {
+// NewStream returns a Stream that emits redacted events. A held event is
+// released after hold at the latest, so a plugin that goes quiet does not
+// hide its last line.
+func (r *Redactor) NewStream(hold time.Duration, emit func(Event)) *Stream {
 	return &Stream{r: r, emit: emit, hold: hold}
 }
 
 // Add takes one event.
-func (s *Stream) Add(text string) {
+func (s *Stream) Add(e Event) {
 	if s.r.Empty() {
-		s.emit(text)
+		s.emit(e)
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.pending = append(s.pending, text)
-	joined := strings.Join(s.pending, "")
-	covered := s.r.cover(joined)
-	held := s.r.heldFrom(joined)
-	// A match that ends inside the held tail cannot be partial.
-	for held < len(joined) && covered[held] {
-		held++
-	}
-	// Emit the events that end before the held tail begins; an event the
-	// tail starts in waits whole, since a line cannot be cut in two.
-	off, n := 0, 0
-	for _, e := range s.pending {
-		if off+len(e) > held {
-			break
-		}
-		s.emit(maskRange(joined, covered, off, off+len(e)))
-		off += len(e)
-		n++
-	}
-	s.pending = s.pending[n:]
+	s.pending = append(s.pending, e)
+	s.release(false)
 	if len(s.pending) == 0 {
 		s.stopTimer()
 		return
@@ -194,17 +185,57 @@ func (s *Stream) Flush() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stopTimer()
-	if len(s.pending) == 0 {
-		return
+	s.release(true)
+}
+
+// release emits pending events from the front, in order, up to the first
+// one that must still wait (none when all is set).
+func (s *Stream) release(all bool) {
+	// Per stream: the pending text joined, what of it is secret, and where
+	// a possibly partial secret at its end begins.
+	type streamState struct {
+		joined  string
+		covered []bool
+		held    int
 	}
-	joined := strings.Join(s.pending, "")
-	covered := s.r.cover(joined)
-	off := 0
-	for _, e := range s.pending {
-		s.emit(maskRange(joined, covered, off, off+len(e)))
-		off += len(e)
+	states := map[int32]*streamState{}
+	offsets := make([]int, len(s.pending))
+	var b = map[int32]*strings.Builder{}
+	for i, e := range s.pending {
+		sb := b[e.Stream]
+		if sb == nil {
+			sb = &strings.Builder{}
+			b[e.Stream] = sb
+		}
+		offsets[i] = sb.Len()
+		sb.WriteString(e.Text)
 	}
-	s.pending = nil
+	for st, sb := range b {
+		joined := sb.String()
+		covered := s.r.cover(joined)
+		held := len(joined)
+		if !all {
+			held = s.r.heldFrom(joined)
+			// A match that ends inside the held tail cannot be partial.
+			for held < len(joined) && covered[held] {
+				held++
+			}
+		}
+		states[st] = &streamState{joined, covered, held}
+	}
+	n := 0
+	for i, e := range s.pending {
+		st := states[e.Stream]
+		from, to := offsets[i], offsets[i]+len(e.Text)
+		// A line cannot be cut in two: an event the held tail starts in
+		// waits whole, and so does everything after it.
+		if to > st.held {
+			break
+		}
+		s.emit(Event{Stream: e.Stream, Text: maskRange(st.joined, st.covered, from, to)})
+		n++
+	}
+	s.pending = append(s.pending[:0], s.pending[n:]...)
 }
 
 func (s *Stream) stopTimer() {

@@ -1,6 +1,7 @@
 package redact_test
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -43,10 +44,14 @@ func TestStreamSplitSecret(t *testing.T) {
 			}
 			chunks := []string{text[:cut1], text[cut1:cut2], text[cut2:]}
 			var got []string
-			s := r.NewStream(0, func(e string) { got = append(got, e) })
-			for _, c := range chunks {
+			s := r.NewStream(0, func(e redact.Event) { got = append(got, e.Text) })
+			for i, c := range chunks {
 				if c != "" {
-					s.Add(c)
+					s.Add(redact.Event{Stream: 1, Text: c})
+				}
+				// Lines of another stream in between change nothing.
+				if i == 0 {
+					s.Add(redact.Event{Stream: 2, Text: "other stream"})
 				}
 			}
 			s.Flush()
@@ -60,6 +65,7 @@ func TestStreamSplitSecret(t *testing.T) {
 					}
 				}
 			}
+			all = strings.Replace(all, "other stream", "", 1)
 			if strings.Contains(all, secret) || !strings.HasPrefix(all, "before ") || !strings.Contains(all, " after ") {
 				t.Fatalf("cuts %d,%d: events %q", cut1, cut2, got)
 			}
@@ -67,18 +73,19 @@ func TestStreamSplitSecret(t *testing.T) {
 	}
 }
 
-func TestStreamPassesOrdinaryLinesAtOnce(t *testing.T) {
+func TestStreamKeepsOrder(t *testing.T) {
 	r := redact.New("zzzz-secret")
 	var got []string
-	s := r.NewStream(time.Hour, func(e string) { got = append(got, e) })
-	s.Add("line one")
-	s.Add("line two ends with zz")
-	if !slices.Equal(got, []string{"line one"}) {
-		t.Fatalf("got %q; the line ending like the secret's start must wait", got)
+	s := r.NewStream(time.Hour, func(e redact.Event) { got = append(got, fmt.Sprint(e.Stream, ":", e.Text)) })
+	s.Add(redact.Event{Stream: 1, Text: "line one"})
+	s.Add(redact.Event{Stream: 1, Text: "line two ends with zz"})
+	s.Add(redact.Event{Stream: 3, Text: "system line"})
+	if !slices.Equal(got, []string{"1:line one"}) {
+		t.Fatalf("got %q; the line ending like the secret's start, and what follows it, must wait", got)
 	}
-	s.Add("zz-secret and more")
-	if !slices.Equal(got, []string{"line one", "line two ends with ***", "*** and more"}) {
-		t.Fatalf("got %q", got)
+	s.Add(redact.Event{Stream: 1, Text: "zz-secret and more"})
+	if want := []string{"1:line one", "1:line two ends with ***", "3:system line", "1:*** and more"}; !slices.Equal(got, want) {
+		t.Fatalf("got %q, want %q", got, want)
 	}
 }
 
@@ -87,13 +94,13 @@ func TestStreamHeldLineIsReleasedAfterHold(t *testing.T) {
 	var mu sync.Mutex
 	var got []string
 	done := make(chan struct{})
-	s := r.NewStream(20*time.Millisecond, func(e string) {
+	s := r.NewStream(20*time.Millisecond, func(e redact.Event) {
 		mu.Lock()
-		got = append(got, e)
+		got = append(got, e.Text)
 		mu.Unlock()
 		close(done)
 	})
-	s.Add("prompt zz")
+	s.Add(redact.Event{Stream: 1, Text: "prompt zz"})
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):

@@ -69,7 +69,7 @@ func describe(ctx context.Context, p Plugin, host ProtocolVersion) (d *Descripti
 		Type: r.Type, Version: r.Version, ConfigSchema: r.ConfigSchema,
 		Protocol:         Protocol,
 		ProtocolVersions: []ProtocolVersion{Protocol},
-		Capabilities:     capabilities(p),
+		Capabilities:     append([]string{}, capabilities(p)...),
 	}
 	if o, ok := p.(OutputsSchemaProvider); ok {
 		s, err := o.OutputsSchema(ctx, &OutputsSchemaRequest{})
