@@ -19,3 +19,15 @@ func checkOwner(what string, fi fs.FileInfo) error {
 	}
 	return nil
 }
+
+// identity reads what identifies one version of a file's content.
+func identity(fi fs.FileInfo) (fileID, bool) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fileID{}, false
+	}
+	return fileID{
+		dev: uint64(st.Dev), ino: st.Ino, size: st.Size,
+		mtime: st.Mtim.Nano(), ctime: st.Ctim.Nano(),
+	}, true
+}

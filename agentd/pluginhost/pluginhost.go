@@ -33,6 +33,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-plugin"
@@ -78,6 +79,20 @@ type Loader struct {
 	// Logger receives go-plugin's messages and the plugins' stderr at debug
 	// level. Nil discards them.
 	Logger *slog.Logger
+
+	// sums caches the checksum of each verified binary by file identity.
+	sumsMu sync.Mutex
+	sums   map[fileID]string
+}
+
+// fileID identifies one version of a file's content: writing to a file
+// changes its size or mtime and always its ctime, which no one but the
+// kernel sets. Only root or the agent's user could write a plugin that
+// passes verify, and they could replace the agent itself.
+type fileID struct {
+	dev, ino     uint64
+	size         int64
+	mtime, ctime int64
 }
 
 // StartOptions says where and how a plugin runs.
@@ -295,11 +310,10 @@ func (l *Loader) verify(typ, dir, path string) (*os.File, error) {
 	if err := checkOwner(path, fi); err != nil {
 		return nil, err
 	}
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return nil, fmt.Errorf("hash plugin: %w", err)
+	got, err := l.checksum(f, fi)
+	if err != nil {
+		return nil, err
 	}
-	got := hex.EncodeToString(h.Sum(nil))
 	if !pinned {
 		return nil, fmt.Errorf("plugin %s is not pinned: add its sha256 to the agent's plugin pins after checking it (%s has sha256 %s)", typ, path, got)
 	}
@@ -370,4 +384,37 @@ func checkDir(dir string) error {
 			return nil
 		}
 	}
+}
+
+// checksum returns the hex SHA-256 of the open file f. Hashing a plugin
+// binary of tens of megabytes costs more than the rest of a launch, so
+// the sum is kept for as long as the file's identity is unchanged.
+func (l *Loader) checksum(f *os.File, fi fs.FileInfo) (string, error) {
+	id, ok := identity(fi)
+	if ok {
+		l.sumsMu.Lock()
+		sum, hit := l.sums[id]
+		l.sumsMu.Unlock()
+		if hit {
+			return sum, nil
+		}
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("hash plugin: %w", err)
+	}
+	sum := hex.EncodeToString(h.Sum(nil))
+	// The file may have changed while it was read; keep the sum only if
+	// its identity is the same afterwards.
+	if after, err := f.Stat(); ok && err == nil {
+		if id2, ok2 := identity(after); ok2 && id2 == id {
+			l.sumsMu.Lock()
+			if l.sums == nil {
+				l.sums = map[fileID]string{}
+			}
+			l.sums[id] = sum
+			l.sumsMu.Unlock()
+		}
+	}
+	return sum, nil
 }

@@ -645,3 +645,26 @@ func TestDescribeCommand(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkLaunchExternal is BenchmarkLaunch for a pinned third-party
+// plugin: it adds checking the binary (hash, modes, owners) and AutoMTLS.
+func BenchmarkLaunchExternal(b *testing.B) {
+	dir, sum := install(b, testkit(b), "testkit")
+	l := newLoader(b)
+	l.Dirs, l.Pins = []string{dir}, map[string]string{"testkit": sum}
+	work := b.TempDir()
+	total := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		began := time.Now()
+		inst, err := l.Start(b.Context(), "testkit", pluginhost.StartOptions{WorkDir: work})
+		if err != nil {
+			b.Fatal(err)
+		}
+		total = append(total, time.Since(began))
+		inst.Kill()
+	}
+	b.StopTimer()
+	b.ReportMetric(percentile(total, 0.50), "p50-ms")
+	b.ReportMetric(percentile(total, 0.99), "p99-ms")
+}
