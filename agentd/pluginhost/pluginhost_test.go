@@ -668,3 +668,39 @@ func BenchmarkLaunchExternal(b *testing.B) {
 	b.ReportMetric(percentile(total, 0.50), "p50-ms")
 	b.ReportMetric(percentile(total, 0.99), "p99-ms")
 }
+
+// The loader keeps a verified plugin's checksum, but a changed binary is
+// hashed again and refused.
+func TestChangedPluginIsRefused(t *testing.T) {
+	dir, sum := install(t, testkit(t), "testkit")
+	l := newLoader(t)
+	l.Dirs, l.Pins = []string{dir}, map[string]string{"testkit": sum}
+	inst, err := l.Start(t.Context(), "testkit", pluginhost.StartOptions{WorkDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst.Kill()
+	// Same size, same mtime: only the content and the ctime change.
+	path := filepath.Join(dir, "byoc-plugin-testkit")
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte{0xff}, fi.Size()-1); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := os.Chtimes(path, fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	if inst, err := l.Start(t.Context(), "testkit", pluginhost.StartOptions{WorkDir: t.TempDir()}); err == nil {
+		inst.Kill()
+		t.Fatal("a changed plugin started")
+	} else if !strings.Contains(err.Error(), "checksum mismatch: pinned "+sum) {
+		t.Fatalf("error = %v", err)
+	}
+}
