@@ -58,8 +58,9 @@ test-examples: ## Vet and test the example plugins (each its own module).
 test: check-generate lint test-short test-full test-examples ## Everything CI runs: generated code, lint, fast and full tiers, example plugins.
 
 .PHONY: bench
-bench: ## Benchmarks: plugin launch, pickup latency, dispatch throughput, memory per agent (prints figures).
+bench: ## Benchmarks: plugin launch, sandbox overhead per step, pickup latency, dispatch throughput, memory per agent (prints figures).
 	$(GO) test -run '^$$' -bench Launch -benchtime 50x ./agentd/pluginhost/
+	$(GO) test -run '^$$' -bench StepOverhead -benchtime 100x ./plugins/action/sandbox/
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./bench/...
 
 .PHONY: demo
