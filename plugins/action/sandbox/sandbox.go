@@ -128,7 +128,7 @@ func (s *Sandbox) probe(ctx context.Context, opt Options) {
 			s.level = LevelNamespaces
 			s.warnings = append(s.warnings, fmt.Sprintf("%s; isolating with Linux namespaces only: "+
 				"own PID, IPC, UTS and mount namespaces and no network, but the file system is NOT read-only "+
-				"(install bubblewrap for that)", bwrapWhy))
+				"and /proc still lists the host's processes (install bubblewrap for both)", bwrapWhy))
 		} else {
 			s.warnings = append(s.warnings, fmt.Sprintf("%s and Linux namespaces are not available (%s): "+
 				"the step runs WITHOUT isolation, with only a clean environment", bwrapWhy, nsWhy))
