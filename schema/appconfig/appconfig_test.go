@@ -99,3 +99,16 @@ func TestExampleIsValid(t *testing.T) {
 		t.Errorf("order = %s", got)
 	}
 }
+
+// The committed JSON Schemas must be what the Go types generate.
+func TestSchemaFilesUpToDate(t *testing.T) {
+	for name, want := range SchemaFiles() {
+		got, err := os.ReadFile(filepath.Join("jsonschema", name))
+		if err != nil {
+			t.Fatalf("%v: run make generate", err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("jsonschema/%s is out of date: run make generate", name)
+		}
+	}
+}

@@ -1,7 +1,6 @@
 package appconfig
 
 import (
-	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -257,11 +256,4 @@ func stem(p string) string { return strings.TrimSuffix(path.Base(p), ".toml") }
 
 func sortByName[T any](s []T, name func(T) string) {
 	slices.SortFunc(s, func(a, b T) int { return strings.Compare(name(a), name(b)) })
-}
-
-// errAs reports whether err is an app config *Error.
-func errAs(err error) (*Error, bool) {
-	var e *Error
-	ok := errors.As(err, &e)
-	return e, ok
 }

@@ -38,7 +38,6 @@ var (
 	identRE   = regexp.MustCompile(`^[a-z][a-z0-9_]{0,62}$`)
 	appNameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,62}$`)
 	envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	typeRE    = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,62}$`)
 )
 
 const identHint = "use lowercase letters, digits and _, starting with a letter"

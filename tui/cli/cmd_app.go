@@ -47,6 +47,8 @@ func (a *app) appCommand() *cobra.Command {
 		a.appCreateCommand(),
 		a.appListCommand(),
 		a.appGetCommand(),
+		a.appValidateCommand(),
+		a.appInitCommand(),
 	)
 }
 
