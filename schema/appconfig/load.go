@@ -1,6 +1,8 @@
 package appconfig
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io/fs"
 	"os"
@@ -256,4 +258,15 @@ func stem(p string) string { return strings.TrimSuffix(path.Base(p), ".toml") }
 
 func sortByName[T any](s []T, name func(T) string) {
 	slices.SortFunc(s, func(a, b T) int { return strings.Compare(name(a), name(b)) })
+}
+
+// Digest is the SHA-256 of an app config's files: their paths and
+// contents, in path order.
+func Digest(files map[string][]byte) string {
+	h := sha256.New()
+	for _, p := range sortedKeys(files) {
+		fmt.Fprintf(h, "%d:%s\n%d:", len(p), p, len(files[p]))
+		h.Write(files[p])
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
 }

@@ -3,9 +3,16 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
 	"strings"
 
+	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
+
+	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 
 	"github.com/byoc-dev/byoc/schema/appconfig"
 )
@@ -81,4 +88,134 @@ func (a *app) appInitCommand() *cobra.Command {
 			return nil
 		},
 	}
+}
+
+// appPushCommand validates an app config and stores it as a revision.
+func (a *app) appPushCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "push DIR",
+		Short: "Validate an app config directory and store it as the app's next revision",
+		Long: `Check the app config in DIR as "byoc app validate" does, then send every
+file to imsd, which checks it again and stores it as the app's next
+immutable revision (creating the app on its first push). Pushing files
+identical to the latest revision creates nothing.`,
+		Args: exactArgs("DIR"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := appconfig.LoadDir(args[0], appconfig.Options{})
+			var cerr *appconfig.Error
+			if errors.As(err, &cerr) {
+				return &exitCodeError{code: exitError, msg: cerr.Error()}
+			} else if err != nil {
+				return err
+			}
+			c, err := a.connect()
+			if err != nil {
+				return err
+			}
+			req := &imsv1.PushAppRevisionRequest{}
+			for _, p := range slices.Sorted(maps.Keys(cfg.Files)) {
+				req.Files = append(req.Files, &imsv1.AppFile{Path: p, Content: cfg.Files[p]})
+			}
+			res, err := c.PushAppRevision(cmd.Context(), connect.NewRequest(req))
+			if err != nil {
+				return c.wrap(err)
+			}
+			if a.jsonOutput() {
+				return writeJSON(a.stdout, res.Msg)
+			}
+			rev := res.Msg.GetRevision()
+			if !res.Msg.GetCreated() {
+				fmt.Fprintf(a.stdout, "App %q is unchanged: revision %d has the same files.\n", res.Msg.GetApp().GetName(), rev.GetNumber())
+				return nil
+			}
+			fmt.Fprintf(a.stdout, "Pushed app %q revision %d (%s).\n", res.Msg.GetApp().GetName(), rev.GetNumber(), rev.GetDigest())
+			printChanges(a.stdout, res.Msg.GetChanges())
+			return nil
+		},
+	}
+}
+
+func (a *app) appRevisionsCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "revisions APP",
+		Short: "List an app's revisions, newest first",
+		Args:  exactArgs("APP"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.connect()
+			if err != nil {
+				return err
+			}
+			res, err := c.ListAppRevisions(cmd.Context(), connect.NewRequest(&imsv1.ListAppRevisionsRequest{App: args[0]}))
+			if err != nil {
+				return c.wrap(err)
+			}
+			if a.jsonOutput() {
+				return writeJSONList(a.stdout, res.Msg.GetRevisions())
+			}
+			t := newTable(a.stdout, "REVISION", "VERSION", "DIGEST", "PUSHED", "BY")
+			for _, r := range res.Msg.GetRevisions() {
+				t.row(fmt.Sprint(r.GetNumber()), r.GetVersion(), shortDigest(r.GetDigest()), ago(a.now(), r.GetCreateTime()), r.GetCreatedBy())
+			}
+			return t.flush()
+		},
+	}
+}
+
+func (a *app) appDiffCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "diff APP REV1 [REV2]",
+		Short: "Show what changed between two revisions of an app (REV2 defaults to the latest)",
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) < 2 || len(args) > 3 {
+				return usagef("want APP REV1 [REV2], got %d arguments", len(args))
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var nums [2]int64
+			for i, s := range args[1:] {
+				n, err := strconv.ParseInt(s, 10, 64)
+				if err != nil || n <= 0 {
+					return usagef("revision %q is not a revision number", s)
+				}
+				nums[i] = n
+			}
+			c, err := a.connect()
+			if err != nil {
+				return err
+			}
+			res, err := c.DiffAppRevisions(cmd.Context(), connect.NewRequest(&imsv1.DiffAppRevisionsRequest{App: args[0], From: nums[0], To: nums[1]}))
+			if err != nil {
+				return c.wrap(err)
+			}
+			if a.jsonOutput() {
+				return writeJSONList(a.stdout, res.Msg.GetChanges())
+			}
+			if len(res.Msg.GetChanges()) == 0 {
+				fmt.Fprintln(a.stdout, "No changes.")
+				return nil
+			}
+			printChanges(a.stdout, res.Msg.GetChanges())
+			return nil
+		},
+	}
+}
+
+func printChanges(w io.Writer, cs []*imsv1.ConfigChange) {
+	sign := map[string]string{"added": "+", "removed": "-", "changed": "~"}
+	for _, c := range cs {
+		line := fmt.Sprintf("  %s %s %s", sign[c.GetOp()], c.GetKind(), c.GetName())
+		if len(c.GetFields()) > 0 {
+			line += ": " + strings.Join(c.GetFields(), ", ")
+		}
+		fmt.Fprintln(w, line)
+	}
+}
+
+func shortDigest(d string) string {
+	d = strings.TrimPrefix(d, "sha256:")
+	if len(d) > 12 {
+		d = d[:12]
+	}
+	return d
 }

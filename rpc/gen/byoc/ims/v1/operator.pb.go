@@ -2192,6 +2192,658 @@ func (x *CancelJobResponse) GetJob() *Job {
 	return nil
 }
 
+// AppFile is one file of an app config directory.
+type AppFile struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// path is relative to the app directory, with / separators.
+	Path          string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Content       []byte `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppFile) Reset() {
+	*x = AppFile{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppFile) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppFile) ProtoMessage() {}
+
+func (x *AppFile) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppFile.ProtoReflect.Descriptor instead.
+func (*AppFile) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *AppFile) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *AppFile) GetContent() []byte {
+	if x != nil {
+		return x.Content
+	}
+	return nil
+}
+
+// AppRevision is an immutable, validated snapshot of an app config.
+type AppRevision struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	AppId  string                 `protobuf:"bytes,1,opt,name=app_id,json=appId,proto3" json:"app_id,omitempty"`
+	Number int64                  `protobuf:"varint,2,opt,name=number,proto3" json:"number,omitempty"`
+	// digest is the SHA-256 of the revision's files.
+	Digest string `protobuf:"bytes,3,opt,name=digest,proto3" json:"digest,omitempty"`
+	// version is the version that app.toml gives.
+	Version    string                 `protobuf:"bytes,4,opt,name=version,proto3" json:"version,omitempty"`
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	CreatedBy  string                 `protobuf:"bytes,6,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
+	// components are the component names, sandbox included, in deploy order.
+	Components    []string `protobuf:"bytes,7,rep,name=components,proto3" json:"components,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppRevision) Reset() {
+	*x = AppRevision{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppRevision) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppRevision) ProtoMessage() {}
+
+func (x *AppRevision) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppRevision.ProtoReflect.Descriptor instead.
+func (*AppRevision) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *AppRevision) GetAppId() string {
+	if x != nil {
+		return x.AppId
+	}
+	return ""
+}
+
+func (x *AppRevision) GetNumber() int64 {
+	if x != nil {
+		return x.Number
+	}
+	return 0
+}
+
+func (x *AppRevision) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+func (x *AppRevision) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *AppRevision) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *AppRevision) GetCreatedBy() string {
+	if x != nil {
+		return x.CreatedBy
+	}
+	return ""
+}
+
+func (x *AppRevision) GetComponents() []string {
+	if x != nil {
+		return x.Components
+	}
+	return nil
+}
+
+type PushAppRevisionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Files         []*AppFile             `protobuf:"bytes,1,rep,name=files,proto3" json:"files,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PushAppRevisionRequest) Reset() {
+	*x = PushAppRevisionRequest{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PushAppRevisionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PushAppRevisionRequest) ProtoMessage() {}
+
+func (x *PushAppRevisionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PushAppRevisionRequest.ProtoReflect.Descriptor instead.
+func (*PushAppRevisionRequest) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *PushAppRevisionRequest) GetFiles() []*AppFile {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
+type PushAppRevisionResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	App      *App                   `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
+	Revision *AppRevision           `protobuf:"bytes,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	// created is false when the files equal the latest revision's.
+	Created bool `protobuf:"varint,3,opt,name=created,proto3" json:"created,omitempty"`
+	// changes are what changed since the previous revision.
+	Changes       []*ConfigChange `protobuf:"bytes,4,rep,name=changes,proto3" json:"changes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PushAppRevisionResponse) Reset() {
+	*x = PushAppRevisionResponse{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PushAppRevisionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PushAppRevisionResponse) ProtoMessage() {}
+
+func (x *PushAppRevisionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PushAppRevisionResponse.ProtoReflect.Descriptor instead.
+func (*PushAppRevisionResponse) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *PushAppRevisionResponse) GetApp() *App {
+	if x != nil {
+		return x.App
+	}
+	return nil
+}
+
+func (x *PushAppRevisionResponse) GetRevision() *AppRevision {
+	if x != nil {
+		return x.Revision
+	}
+	return nil
+}
+
+func (x *PushAppRevisionResponse) GetCreated() bool {
+	if x != nil {
+		return x.Created
+	}
+	return false
+}
+
+func (x *PushAppRevisionResponse) GetChanges() []*ConfigChange {
+	if x != nil {
+		return x.Changes
+	}
+	return nil
+}
+
+type ListAppRevisionsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	App           string                 `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAppRevisionsRequest) Reset() {
+	*x = ListAppRevisionsRequest{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAppRevisionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAppRevisionsRequest) ProtoMessage() {}
+
+func (x *ListAppRevisionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAppRevisionsRequest.ProtoReflect.Descriptor instead.
+func (*ListAppRevisionsRequest) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *ListAppRevisionsRequest) GetApp() string {
+	if x != nil {
+		return x.App
+	}
+	return ""
+}
+
+type ListAppRevisionsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Revisions     []*AppRevision         `protobuf:"bytes,1,rep,name=revisions,proto3" json:"revisions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAppRevisionsResponse) Reset() {
+	*x = ListAppRevisionsResponse{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAppRevisionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAppRevisionsResponse) ProtoMessage() {}
+
+func (x *ListAppRevisionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAppRevisionsResponse.ProtoReflect.Descriptor instead.
+func (*ListAppRevisionsResponse) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *ListAppRevisionsResponse) GetRevisions() []*AppRevision {
+	if x != nil {
+		return x.Revisions
+	}
+	return nil
+}
+
+type DiffAppRevisionsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	App   string                 `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
+	From  int64                  `protobuf:"varint,2,opt,name=from,proto3" json:"from,omitempty"`
+	// to is the newer revision; 0 means the latest.
+	To            int64 `protobuf:"varint,3,opt,name=to,proto3" json:"to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiffAppRevisionsRequest) Reset() {
+	*x = DiffAppRevisionsRequest{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiffAppRevisionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiffAppRevisionsRequest) ProtoMessage() {}
+
+func (x *DiffAppRevisionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiffAppRevisionsRequest.ProtoReflect.Descriptor instead.
+func (*DiffAppRevisionsRequest) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *DiffAppRevisionsRequest) GetApp() string {
+	if x != nil {
+		return x.App
+	}
+	return ""
+}
+
+func (x *DiffAppRevisionsRequest) GetFrom() int64 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+func (x *DiffAppRevisionsRequest) GetTo() int64 {
+	if x != nil {
+		return x.To
+	}
+	return 0
+}
+
+type DiffAppRevisionsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Changes       []*ConfigChange        `protobuf:"bytes,1,rep,name=changes,proto3" json:"changes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiffAppRevisionsResponse) Reset() {
+	*x = DiffAppRevisionsResponse{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiffAppRevisionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiffAppRevisionsResponse) ProtoMessage() {}
+
+func (x *DiffAppRevisionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiffAppRevisionsResponse.ProtoReflect.Descriptor instead.
+func (*DiffAppRevisionsResponse) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *DiffAppRevisionsResponse) GetChanges() []*ConfigChange {
+	if x != nil {
+		return x.Changes
+	}
+	return nil
+}
+
+// ConfigChange is one difference between two app configs.
+type ConfigChange struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// kind is component, action, input, secret, install, file, or a
+	// section: app, input_groups, permissions, policies, break_glass.
+	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// op is added, removed or changed.
+	Op string `protobuf:"bytes,3,opt,name=op,proto3" json:"op,omitempty"`
+	// fields are the key paths that changed.
+	Fields        []string `protobuf:"bytes,4,rep,name=fields,proto3" json:"fields,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfigChange) Reset() {
+	*x = ConfigChange{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfigChange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfigChange) ProtoMessage() {}
+
+func (x *ConfigChange) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfigChange.ProtoReflect.Descriptor instead.
+func (*ConfigChange) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *ConfigChange) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *ConfigChange) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ConfigChange) GetOp() string {
+	if x != nil {
+		return x.Op
+	}
+	return ""
+}
+
+func (x *ConfigChange) GetFields() []string {
+	if x != nil {
+		return x.Fields
+	}
+	return nil
+}
+
+// ConfigDiagnostic is one problem in an app config.
+type ConfigDiagnostic struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	File          string                 `protobuf:"bytes,1,opt,name=file,proto3" json:"file,omitempty"`
+	Line          int32                  `protobuf:"varint,2,opt,name=line,proto3" json:"line,omitempty"`
+	Key           string                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	Message       string                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	Hint          string                 `protobuf:"bytes,5,opt,name=hint,proto3" json:"hint,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfigDiagnostic) Reset() {
+	*x = ConfigDiagnostic{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfigDiagnostic) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfigDiagnostic) ProtoMessage() {}
+
+func (x *ConfigDiagnostic) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfigDiagnostic.ProtoReflect.Descriptor instead.
+func (*ConfigDiagnostic) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *ConfigDiagnostic) GetFile() string {
+	if x != nil {
+		return x.File
+	}
+	return ""
+}
+
+func (x *ConfigDiagnostic) GetLine() int32 {
+	if x != nil {
+		return x.Line
+	}
+	return 0
+}
+
+func (x *ConfigDiagnostic) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ConfigDiagnostic) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *ConfigDiagnostic) GetHint() string {
+	if x != nil {
+		return x.Hint
+	}
+	return ""
+}
+
+// ConfigDiagnostics is the error detail of a refused push.
+type ConfigDiagnostics struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Diagnostics   []*ConfigDiagnostic    `protobuf:"bytes,1,rep,name=diagnostics,proto3" json:"diagnostics,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfigDiagnostics) Reset() {
+	*x = ConfigDiagnostics{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfigDiagnostics) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfigDiagnostics) ProtoMessage() {}
+
+func (x *ConfigDiagnostics) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfigDiagnostics.ProtoReflect.Descriptor instead.
+func (*ConfigDiagnostics) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *ConfigDiagnostics) GetDiagnostics() []*ConfigDiagnostic {
+	if x != nil {
+		return x.Diagnostics
+	}
+	return nil
+}
+
 var File_byoc_ims_v1_operator_proto protoreflect.FileDescriptor
 
 const file_byoc_ims_v1_operator_proto_rawDesc = "" +
@@ -2345,7 +2997,52 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"7\n" +
 	"\x11CancelJobResponse\x12\"\n" +
-	"\x03job\x18\x01 \x01(\v2\x10.byoc.ims.v1.JobR\x03job*=\n" +
+	"\x03job\x18\x01 \x01(\v2\x10.byoc.ims.v1.JobR\x03job\"7\n" +
+	"\aAppFile\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x18\n" +
+	"\acontent\x18\x02 \x01(\fR\acontent\"\xea\x01\n" +
+	"\vAppRevision\x12\x15\n" +
+	"\x06app_id\x18\x01 \x01(\tR\x05appId\x12\x16\n" +
+	"\x06number\x18\x02 \x01(\x03R\x06number\x12\x16\n" +
+	"\x06digest\x18\x03 \x01(\tR\x06digest\x12\x18\n" +
+	"\aversion\x18\x04 \x01(\tR\aversion\x12;\n" +
+	"\vcreate_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12\x1d\n" +
+	"\n" +
+	"created_by\x18\x06 \x01(\tR\tcreatedBy\x12\x1e\n" +
+	"\n" +
+	"components\x18\a \x03(\tR\n" +
+	"components\"D\n" +
+	"\x16PushAppRevisionRequest\x12*\n" +
+	"\x05files\x18\x01 \x03(\v2\x14.byoc.ims.v1.AppFileR\x05files\"\xc2\x01\n" +
+	"\x17PushAppRevisionResponse\x12\"\n" +
+	"\x03app\x18\x01 \x01(\v2\x10.byoc.ims.v1.AppR\x03app\x124\n" +
+	"\brevision\x18\x02 \x01(\v2\x18.byoc.ims.v1.AppRevisionR\brevision\x12\x18\n" +
+	"\acreated\x18\x03 \x01(\bR\acreated\x123\n" +
+	"\achanges\x18\x04 \x03(\v2\x19.byoc.ims.v1.ConfigChangeR\achanges\"+\n" +
+	"\x17ListAppRevisionsRequest\x12\x10\n" +
+	"\x03app\x18\x01 \x01(\tR\x03app\"R\n" +
+	"\x18ListAppRevisionsResponse\x126\n" +
+	"\trevisions\x18\x01 \x03(\v2\x18.byoc.ims.v1.AppRevisionR\trevisions\"O\n" +
+	"\x17DiffAppRevisionsRequest\x12\x10\n" +
+	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
+	"\x04from\x18\x02 \x01(\x03R\x04from\x12\x0e\n" +
+	"\x02to\x18\x03 \x01(\x03R\x02to\"O\n" +
+	"\x18DiffAppRevisionsResponse\x123\n" +
+	"\achanges\x18\x01 \x03(\v2\x19.byoc.ims.v1.ConfigChangeR\achanges\"^\n" +
+	"\fConfigChange\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x0e\n" +
+	"\x02op\x18\x03 \x01(\tR\x02op\x12\x16\n" +
+	"\x06fields\x18\x04 \x03(\tR\x06fields\"z\n" +
+	"\x10ConfigDiagnostic\x12\x12\n" +
+	"\x04file\x18\x01 \x01(\tR\x04file\x12\x12\n" +
+	"\x04line\x18\x02 \x01(\x05R\x04line\x12\x10\n" +
+	"\x03key\x18\x03 \x01(\tR\x03key\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x12\x12\n" +
+	"\x04hint\x18\x05 \x01(\tR\x04hint\"T\n" +
+	"\x11ConfigDiagnostics\x12?\n" +
+	"\vdiagnostics\x18\x01 \x03(\v2\x1d.byoc.ims.v1.ConfigDiagnosticR\vdiagnostics*=\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -2364,13 +3061,16 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x16LOG_STREAM_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11LOG_STREAM_STDOUT\x10\x01\x12\x15\n" +
 	"\x11LOG_STREAM_STDERR\x10\x02\x12\x15\n" +
-	"\x11LOG_STREAM_SYSTEM\x10\x032\xf4\b\n" +
+	"\x11LOG_STREAM_SYSTEM\x10\x032\x94\v\n" +
 	"\x0fOperatorService\x12A\n" +
 	"\x06WhoAmI\x12\x1a.byoc.ims.v1.WhoAmIRequest\x1a\x1b.byoc.ims.v1.WhoAmIResponse\x12Y\n" +
 	"\x0eCreateApiToken\x12\".byoc.ims.v1.CreateApiTokenRequest\x1a#.byoc.ims.v1.CreateApiTokenResponse\x12J\n" +
 	"\tCreateApp\x12\x1d.byoc.ims.v1.CreateAppRequest\x1a\x1e.byoc.ims.v1.CreateAppResponse\x12G\n" +
 	"\bListApps\x12\x1c.byoc.ims.v1.ListAppsRequest\x1a\x1d.byoc.ims.v1.ListAppsResponse\x12A\n" +
-	"\x06GetApp\x12\x1a.byoc.ims.v1.GetAppRequest\x1a\x1b.byoc.ims.v1.GetAppResponse\x12V\n" +
+	"\x06GetApp\x12\x1a.byoc.ims.v1.GetAppRequest\x1a\x1b.byoc.ims.v1.GetAppResponse\x12\\\n" +
+	"\x0fPushAppRevision\x12#.byoc.ims.v1.PushAppRevisionRequest\x1a$.byoc.ims.v1.PushAppRevisionResponse\x12_\n" +
+	"\x10ListAppRevisions\x12$.byoc.ims.v1.ListAppRevisionsRequest\x1a%.byoc.ims.v1.ListAppRevisionsResponse\x12_\n" +
+	"\x10DiffAppRevisions\x12$.byoc.ims.v1.DiffAppRevisionsRequest\x1a%.byoc.ims.v1.DiffAppRevisionsResponse\x12V\n" +
 	"\rCreateInstall\x12!.byoc.ims.v1.CreateInstallRequest\x1a\".byoc.ims.v1.CreateInstallResponse\x12S\n" +
 	"\fListInstalls\x12 .byoc.ims.v1.ListInstallsRequest\x1a!.byoc.ims.v1.ListInstallsResponse\x12M\n" +
 	"\n" +
@@ -2397,7 +3097,7 @@ func file_byoc_ims_v1_operator_proto_rawDescGZIP() []byte {
 }
 
 var file_byoc_ims_v1_operator_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_byoc_ims_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_byoc_ims_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
 var file_byoc_ims_v1_operator_proto_goTypes = []any{
 	(Role)(0),                             // 0: byoc.ims.v1.Role
 	(JobState)(0),                         // 1: byoc.ims.v1.JobState
@@ -2436,81 +3136,106 @@ var file_byoc_ims_v1_operator_proto_goTypes = []any{
 	(*StreamJobLogsResponse)(nil),         // 34: byoc.ims.v1.StreamJobLogsResponse
 	(*CancelJobRequest)(nil),              // 35: byoc.ims.v1.CancelJobRequest
 	(*CancelJobResponse)(nil),             // 36: byoc.ims.v1.CancelJobResponse
-	nil,                                   // 37: byoc.ims.v1.Install.InputsEntry
-	nil,                                   // 38: byoc.ims.v1.CreateInstallRequest.InputsEntry
-	nil,                                   // 39: byoc.ims.v1.Job.OutputsEntry
-	(*timestamppb.Timestamp)(nil),         // 40: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),               // 41: google.protobuf.Struct
+	(*AppFile)(nil),                       // 37: byoc.ims.v1.AppFile
+	(*AppRevision)(nil),                   // 38: byoc.ims.v1.AppRevision
+	(*PushAppRevisionRequest)(nil),        // 39: byoc.ims.v1.PushAppRevisionRequest
+	(*PushAppRevisionResponse)(nil),       // 40: byoc.ims.v1.PushAppRevisionResponse
+	(*ListAppRevisionsRequest)(nil),       // 41: byoc.ims.v1.ListAppRevisionsRequest
+	(*ListAppRevisionsResponse)(nil),      // 42: byoc.ims.v1.ListAppRevisionsResponse
+	(*DiffAppRevisionsRequest)(nil),       // 43: byoc.ims.v1.DiffAppRevisionsRequest
+	(*DiffAppRevisionsResponse)(nil),      // 44: byoc.ims.v1.DiffAppRevisionsResponse
+	(*ConfigChange)(nil),                  // 45: byoc.ims.v1.ConfigChange
+	(*ConfigDiagnostic)(nil),              // 46: byoc.ims.v1.ConfigDiagnostic
+	(*ConfigDiagnostics)(nil),             // 47: byoc.ims.v1.ConfigDiagnostics
+	nil,                                   // 48: byoc.ims.v1.Install.InputsEntry
+	nil,                                   // 49: byoc.ims.v1.CreateInstallRequest.InputsEntry
+	nil,                                   // 50: byoc.ims.v1.Job.OutputsEntry
+	(*timestamppb.Timestamp)(nil),         // 51: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),               // 52: google.protobuf.Struct
 }
 var file_byoc_ims_v1_operator_proto_depIdxs = []int32{
 	0,  // 0: byoc.ims.v1.WhoAmIResponse.role:type_name -> byoc.ims.v1.Role
 	0,  // 1: byoc.ims.v1.CreateApiTokenRequest.role:type_name -> byoc.ims.v1.Role
-	40, // 2: byoc.ims.v1.App.create_time:type_name -> google.protobuf.Timestamp
+	51, // 2: byoc.ims.v1.App.create_time:type_name -> google.protobuf.Timestamp
 	7,  // 3: byoc.ims.v1.CreateAppResponse.app:type_name -> byoc.ims.v1.App
 	7,  // 4: byoc.ims.v1.ListAppsResponse.apps:type_name -> byoc.ims.v1.App
 	7,  // 5: byoc.ims.v1.GetAppResponse.app:type_name -> byoc.ims.v1.App
-	40, // 6: byoc.ims.v1.AgentStatus.last_seen_time:type_name -> google.protobuf.Timestamp
-	40, // 7: byoc.ims.v1.AgentStatus.enroll_time:type_name -> google.protobuf.Timestamp
-	37, // 8: byoc.ims.v1.Install.inputs:type_name -> byoc.ims.v1.Install.InputsEntry
-	40, // 9: byoc.ims.v1.Install.create_time:type_name -> google.protobuf.Timestamp
+	51, // 6: byoc.ims.v1.AgentStatus.last_seen_time:type_name -> google.protobuf.Timestamp
+	51, // 7: byoc.ims.v1.AgentStatus.enroll_time:type_name -> google.protobuf.Timestamp
+	48, // 8: byoc.ims.v1.Install.inputs:type_name -> byoc.ims.v1.Install.InputsEntry
+	51, // 9: byoc.ims.v1.Install.create_time:type_name -> google.protobuf.Timestamp
 	14, // 10: byoc.ims.v1.Install.agent:type_name -> byoc.ims.v1.AgentStatus
-	38, // 11: byoc.ims.v1.CreateInstallRequest.inputs:type_name -> byoc.ims.v1.CreateInstallRequest.InputsEntry
+	49, // 11: byoc.ims.v1.CreateInstallRequest.inputs:type_name -> byoc.ims.v1.CreateInstallRequest.InputsEntry
 	15, // 12: byoc.ims.v1.CreateInstallResponse.install:type_name -> byoc.ims.v1.Install
 	18, // 13: byoc.ims.v1.CreateInstallResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	40, // 14: byoc.ims.v1.EnrollmentToken.expire_time:type_name -> google.protobuf.Timestamp
+	51, // 14: byoc.ims.v1.EnrollmentToken.expire_time:type_name -> google.protobuf.Timestamp
 	15, // 15: byoc.ims.v1.ListInstallsResponse.installs:type_name -> byoc.ims.v1.Install
 	15, // 16: byoc.ims.v1.GetInstallResponse.install:type_name -> byoc.ims.v1.Install
 	18, // 17: byoc.ims.v1.CreateEnrollmentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	41, // 18: byoc.ims.v1.Job.config:type_name -> google.protobuf.Struct
+	52, // 18: byoc.ims.v1.Job.config:type_name -> google.protobuf.Struct
 	1,  // 19: byoc.ims.v1.Job.state:type_name -> byoc.ims.v1.JobState
-	40, // 20: byoc.ims.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	40, // 21: byoc.ims.v1.Job.start_time:type_name -> google.protobuf.Timestamp
-	40, // 22: byoc.ims.v1.Job.end_time:type_name -> google.protobuf.Timestamp
-	40, // 23: byoc.ims.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
-	39, // 24: byoc.ims.v1.Job.outputs:type_name -> byoc.ims.v1.Job.OutputsEntry
-	41, // 25: byoc.ims.v1.EnqueueJobRequest.config:type_name -> google.protobuf.Struct
+	51, // 20: byoc.ims.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	51, // 21: byoc.ims.v1.Job.start_time:type_name -> google.protobuf.Timestamp
+	51, // 22: byoc.ims.v1.Job.end_time:type_name -> google.protobuf.Timestamp
+	51, // 23: byoc.ims.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
+	50, // 24: byoc.ims.v1.Job.outputs:type_name -> byoc.ims.v1.Job.OutputsEntry
+	52, // 25: byoc.ims.v1.EnqueueJobRequest.config:type_name -> google.protobuf.Struct
 	25, // 26: byoc.ims.v1.EnqueueJobResponse.job:type_name -> byoc.ims.v1.Job
 	1,  // 27: byoc.ims.v1.ListJobsRequest.states:type_name -> byoc.ims.v1.JobState
 	25, // 28: byoc.ims.v1.ListJobsResponse.jobs:type_name -> byoc.ims.v1.Job
 	25, // 29: byoc.ims.v1.GetJobResponse.job:type_name -> byoc.ims.v1.Job
-	40, // 30: byoc.ims.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	51, // 30: byoc.ims.v1.LogLine.time:type_name -> google.protobuf.Timestamp
 	2,  // 31: byoc.ims.v1.LogLine.stream:type_name -> byoc.ims.v1.LogStream
 	32, // 32: byoc.ims.v1.StreamJobLogsResponse.lines:type_name -> byoc.ims.v1.LogLine
 	25, // 33: byoc.ims.v1.StreamJobLogsResponse.job:type_name -> byoc.ims.v1.Job
 	25, // 34: byoc.ims.v1.CancelJobResponse.job:type_name -> byoc.ims.v1.Job
-	3,  // 35: byoc.ims.v1.OperatorService.WhoAmI:input_type -> byoc.ims.v1.WhoAmIRequest
-	5,  // 36: byoc.ims.v1.OperatorService.CreateApiToken:input_type -> byoc.ims.v1.CreateApiTokenRequest
-	8,  // 37: byoc.ims.v1.OperatorService.CreateApp:input_type -> byoc.ims.v1.CreateAppRequest
-	10, // 38: byoc.ims.v1.OperatorService.ListApps:input_type -> byoc.ims.v1.ListAppsRequest
-	12, // 39: byoc.ims.v1.OperatorService.GetApp:input_type -> byoc.ims.v1.GetAppRequest
-	16, // 40: byoc.ims.v1.OperatorService.CreateInstall:input_type -> byoc.ims.v1.CreateInstallRequest
-	19, // 41: byoc.ims.v1.OperatorService.ListInstalls:input_type -> byoc.ims.v1.ListInstallsRequest
-	21, // 42: byoc.ims.v1.OperatorService.GetInstall:input_type -> byoc.ims.v1.GetInstallRequest
-	23, // 43: byoc.ims.v1.OperatorService.CreateEnrollmentToken:input_type -> byoc.ims.v1.CreateEnrollmentTokenRequest
-	26, // 44: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
-	28, // 45: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
-	30, // 46: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
-	33, // 47: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
-	35, // 48: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
-	4,  // 49: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
-	6,  // 50: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
-	9,  // 51: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
-	11, // 52: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
-	13, // 53: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
-	17, // 54: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
-	20, // 55: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
-	22, // 56: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
-	24, // 57: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
-	27, // 58: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
-	29, // 59: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
-	31, // 60: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
-	34, // 61: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
-	36, // 62: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
-	49, // [49:63] is the sub-list for method output_type
-	35, // [35:49] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	51, // 35: byoc.ims.v1.AppRevision.create_time:type_name -> google.protobuf.Timestamp
+	37, // 36: byoc.ims.v1.PushAppRevisionRequest.files:type_name -> byoc.ims.v1.AppFile
+	7,  // 37: byoc.ims.v1.PushAppRevisionResponse.app:type_name -> byoc.ims.v1.App
+	38, // 38: byoc.ims.v1.PushAppRevisionResponse.revision:type_name -> byoc.ims.v1.AppRevision
+	45, // 39: byoc.ims.v1.PushAppRevisionResponse.changes:type_name -> byoc.ims.v1.ConfigChange
+	38, // 40: byoc.ims.v1.ListAppRevisionsResponse.revisions:type_name -> byoc.ims.v1.AppRevision
+	45, // 41: byoc.ims.v1.DiffAppRevisionsResponse.changes:type_name -> byoc.ims.v1.ConfigChange
+	46, // 42: byoc.ims.v1.ConfigDiagnostics.diagnostics:type_name -> byoc.ims.v1.ConfigDiagnostic
+	3,  // 43: byoc.ims.v1.OperatorService.WhoAmI:input_type -> byoc.ims.v1.WhoAmIRequest
+	5,  // 44: byoc.ims.v1.OperatorService.CreateApiToken:input_type -> byoc.ims.v1.CreateApiTokenRequest
+	8,  // 45: byoc.ims.v1.OperatorService.CreateApp:input_type -> byoc.ims.v1.CreateAppRequest
+	10, // 46: byoc.ims.v1.OperatorService.ListApps:input_type -> byoc.ims.v1.ListAppsRequest
+	12, // 47: byoc.ims.v1.OperatorService.GetApp:input_type -> byoc.ims.v1.GetAppRequest
+	39, // 48: byoc.ims.v1.OperatorService.PushAppRevision:input_type -> byoc.ims.v1.PushAppRevisionRequest
+	41, // 49: byoc.ims.v1.OperatorService.ListAppRevisions:input_type -> byoc.ims.v1.ListAppRevisionsRequest
+	43, // 50: byoc.ims.v1.OperatorService.DiffAppRevisions:input_type -> byoc.ims.v1.DiffAppRevisionsRequest
+	16, // 51: byoc.ims.v1.OperatorService.CreateInstall:input_type -> byoc.ims.v1.CreateInstallRequest
+	19, // 52: byoc.ims.v1.OperatorService.ListInstalls:input_type -> byoc.ims.v1.ListInstallsRequest
+	21, // 53: byoc.ims.v1.OperatorService.GetInstall:input_type -> byoc.ims.v1.GetInstallRequest
+	23, // 54: byoc.ims.v1.OperatorService.CreateEnrollmentToken:input_type -> byoc.ims.v1.CreateEnrollmentTokenRequest
+	26, // 55: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
+	28, // 56: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
+	30, // 57: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
+	33, // 58: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
+	35, // 59: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
+	4,  // 60: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
+	6,  // 61: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
+	9,  // 62: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
+	11, // 63: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
+	13, // 64: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
+	40, // 65: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
+	42, // 66: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
+	44, // 67: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
+	17, // 68: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
+	20, // 69: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
+	22, // 70: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
+	24, // 71: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
+	27, // 72: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
+	29, // 73: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
+	31, // 74: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
+	34, // 75: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
+	36, // 76: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
+	60, // [60:77] is the sub-list for method output_type
+	43, // [43:60] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_byoc_ims_v1_operator_proto_init() }
@@ -2524,7 +3249,7 @@ func file_byoc_ims_v1_operator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byoc_ims_v1_operator_proto_rawDesc), len(file_byoc_ims_v1_operator_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   37,
+			NumMessages:   48,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -46,6 +46,15 @@ const (
 	OperatorServiceListAppsProcedure = "/byoc.ims.v1.OperatorService/ListApps"
 	// OperatorServiceGetAppProcedure is the fully-qualified name of the OperatorService's GetApp RPC.
 	OperatorServiceGetAppProcedure = "/byoc.ims.v1.OperatorService/GetApp"
+	// OperatorServicePushAppRevisionProcedure is the fully-qualified name of the OperatorService's
+	// PushAppRevision RPC.
+	OperatorServicePushAppRevisionProcedure = "/byoc.ims.v1.OperatorService/PushAppRevision"
+	// OperatorServiceListAppRevisionsProcedure is the fully-qualified name of the OperatorService's
+	// ListAppRevisions RPC.
+	OperatorServiceListAppRevisionsProcedure = "/byoc.ims.v1.OperatorService/ListAppRevisions"
+	// OperatorServiceDiffAppRevisionsProcedure is the fully-qualified name of the OperatorService's
+	// DiffAppRevisions RPC.
+	OperatorServiceDiffAppRevisionsProcedure = "/byoc.ims.v1.OperatorService/DiffAppRevisions"
 	// OperatorServiceCreateInstallProcedure is the fully-qualified name of the OperatorService's
 	// CreateInstall RPC.
 	OperatorServiceCreateInstallProcedure = "/byoc.ims.v1.OperatorService/CreateInstall"
@@ -83,6 +92,17 @@ type OperatorServiceClient interface {
 	CreateApp(context.Context, *connect.Request[v1.CreateAppRequest]) (*connect.Response[v1.CreateAppResponse], error)
 	ListApps(context.Context, *connect.Request[v1.ListAppsRequest]) (*connect.Response[v1.ListAppsResponse], error)
 	GetApp(context.Context, *connect.Request[v1.GetAppRequest]) (*connect.Response[v1.GetAppResponse], error)
+	// PushAppRevision validates an app config (its files) and stores it as
+	// the app's next immutable revision, creating the app on its first push.
+	// Pushing the same files as the latest revision returns that revision.
+	// An invalid config is refused with InvalidArgument, every problem in
+	// the message and as ConfigDiagnostics in the error details.
+	PushAppRevision(context.Context, *connect.Request[v1.PushAppRevisionRequest]) (*connect.Response[v1.PushAppRevisionResponse], error)
+	// ListAppRevisions lists an app's revisions, newest first.
+	ListAppRevisions(context.Context, *connect.Request[v1.ListAppRevisionsRequest]) (*connect.Response[v1.ListAppRevisionsResponse], error)
+	// DiffAppRevisions says what changed between two revisions of an app,
+	// per component, action, input, secret and install.
+	DiffAppRevisions(context.Context, *connect.Request[v1.DiffAppRevisionsRequest]) (*connect.Response[v1.DiffAppRevisionsResponse], error)
 	// CreateInstall creates an install of an app and returns its first
 	// single-use enrolment token.
 	CreateInstall(context.Context, *connect.Request[v1.CreateInstallRequest]) (*connect.Response[v1.CreateInstallResponse], error)
@@ -143,6 +163,24 @@ func NewOperatorServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			httpClient,
 			baseURL+OperatorServiceGetAppProcedure,
 			connect.WithSchema(operatorServiceMethods.ByName("GetApp")),
+			connect.WithClientOptions(opts...),
+		),
+		pushAppRevision: connect.NewClient[v1.PushAppRevisionRequest, v1.PushAppRevisionResponse](
+			httpClient,
+			baseURL+OperatorServicePushAppRevisionProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("PushAppRevision")),
+			connect.WithClientOptions(opts...),
+		),
+		listAppRevisions: connect.NewClient[v1.ListAppRevisionsRequest, v1.ListAppRevisionsResponse](
+			httpClient,
+			baseURL+OperatorServiceListAppRevisionsProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("ListAppRevisions")),
+			connect.WithClientOptions(opts...),
+		),
+		diffAppRevisions: connect.NewClient[v1.DiffAppRevisionsRequest, v1.DiffAppRevisionsResponse](
+			httpClient,
+			baseURL+OperatorServiceDiffAppRevisionsProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("DiffAppRevisions")),
 			connect.WithClientOptions(opts...),
 		),
 		createInstall: connect.NewClient[v1.CreateInstallRequest, v1.CreateInstallResponse](
@@ -209,6 +247,9 @@ type operatorServiceClient struct {
 	createApp             *connect.Client[v1.CreateAppRequest, v1.CreateAppResponse]
 	listApps              *connect.Client[v1.ListAppsRequest, v1.ListAppsResponse]
 	getApp                *connect.Client[v1.GetAppRequest, v1.GetAppResponse]
+	pushAppRevision       *connect.Client[v1.PushAppRevisionRequest, v1.PushAppRevisionResponse]
+	listAppRevisions      *connect.Client[v1.ListAppRevisionsRequest, v1.ListAppRevisionsResponse]
+	diffAppRevisions      *connect.Client[v1.DiffAppRevisionsRequest, v1.DiffAppRevisionsResponse]
 	createInstall         *connect.Client[v1.CreateInstallRequest, v1.CreateInstallResponse]
 	listInstalls          *connect.Client[v1.ListInstallsRequest, v1.ListInstallsResponse]
 	getInstall            *connect.Client[v1.GetInstallRequest, v1.GetInstallResponse]
@@ -243,6 +284,21 @@ func (c *operatorServiceClient) ListApps(ctx context.Context, req *connect.Reque
 // GetApp calls byoc.ims.v1.OperatorService.GetApp.
 func (c *operatorServiceClient) GetApp(ctx context.Context, req *connect.Request[v1.GetAppRequest]) (*connect.Response[v1.GetAppResponse], error) {
 	return c.getApp.CallUnary(ctx, req)
+}
+
+// PushAppRevision calls byoc.ims.v1.OperatorService.PushAppRevision.
+func (c *operatorServiceClient) PushAppRevision(ctx context.Context, req *connect.Request[v1.PushAppRevisionRequest]) (*connect.Response[v1.PushAppRevisionResponse], error) {
+	return c.pushAppRevision.CallUnary(ctx, req)
+}
+
+// ListAppRevisions calls byoc.ims.v1.OperatorService.ListAppRevisions.
+func (c *operatorServiceClient) ListAppRevisions(ctx context.Context, req *connect.Request[v1.ListAppRevisionsRequest]) (*connect.Response[v1.ListAppRevisionsResponse], error) {
+	return c.listAppRevisions.CallUnary(ctx, req)
+}
+
+// DiffAppRevisions calls byoc.ims.v1.OperatorService.DiffAppRevisions.
+func (c *operatorServiceClient) DiffAppRevisions(ctx context.Context, req *connect.Request[v1.DiffAppRevisionsRequest]) (*connect.Response[v1.DiffAppRevisionsResponse], error) {
+	return c.diffAppRevisions.CallUnary(ctx, req)
 }
 
 // CreateInstall calls byoc.ims.v1.OperatorService.CreateInstall.
@@ -299,6 +355,17 @@ type OperatorServiceHandler interface {
 	CreateApp(context.Context, *connect.Request[v1.CreateAppRequest]) (*connect.Response[v1.CreateAppResponse], error)
 	ListApps(context.Context, *connect.Request[v1.ListAppsRequest]) (*connect.Response[v1.ListAppsResponse], error)
 	GetApp(context.Context, *connect.Request[v1.GetAppRequest]) (*connect.Response[v1.GetAppResponse], error)
+	// PushAppRevision validates an app config (its files) and stores it as
+	// the app's next immutable revision, creating the app on its first push.
+	// Pushing the same files as the latest revision returns that revision.
+	// An invalid config is refused with InvalidArgument, every problem in
+	// the message and as ConfigDiagnostics in the error details.
+	PushAppRevision(context.Context, *connect.Request[v1.PushAppRevisionRequest]) (*connect.Response[v1.PushAppRevisionResponse], error)
+	// ListAppRevisions lists an app's revisions, newest first.
+	ListAppRevisions(context.Context, *connect.Request[v1.ListAppRevisionsRequest]) (*connect.Response[v1.ListAppRevisionsResponse], error)
+	// DiffAppRevisions says what changed between two revisions of an app,
+	// per component, action, input, secret and install.
+	DiffAppRevisions(context.Context, *connect.Request[v1.DiffAppRevisionsRequest]) (*connect.Response[v1.DiffAppRevisionsResponse], error)
 	// CreateInstall creates an install of an app and returns its first
 	// single-use enrolment token.
 	CreateInstall(context.Context, *connect.Request[v1.CreateInstallRequest]) (*connect.Response[v1.CreateInstallResponse], error)
@@ -355,6 +422,24 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 		OperatorServiceGetAppProcedure,
 		svc.GetApp,
 		connect.WithSchema(operatorServiceMethods.ByName("GetApp")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServicePushAppRevisionHandler := connect.NewUnaryHandler(
+		OperatorServicePushAppRevisionProcedure,
+		svc.PushAppRevision,
+		connect.WithSchema(operatorServiceMethods.ByName("PushAppRevision")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceListAppRevisionsHandler := connect.NewUnaryHandler(
+		OperatorServiceListAppRevisionsProcedure,
+		svc.ListAppRevisions,
+		connect.WithSchema(operatorServiceMethods.ByName("ListAppRevisions")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceDiffAppRevisionsHandler := connect.NewUnaryHandler(
+		OperatorServiceDiffAppRevisionsProcedure,
+		svc.DiffAppRevisions,
+		connect.WithSchema(operatorServiceMethods.ByName("DiffAppRevisions")),
 		connect.WithHandlerOptions(opts...),
 	)
 	operatorServiceCreateInstallHandler := connect.NewUnaryHandler(
@@ -423,6 +508,12 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 			operatorServiceListAppsHandler.ServeHTTP(w, r)
 		case OperatorServiceGetAppProcedure:
 			operatorServiceGetAppHandler.ServeHTTP(w, r)
+		case OperatorServicePushAppRevisionProcedure:
+			operatorServicePushAppRevisionHandler.ServeHTTP(w, r)
+		case OperatorServiceListAppRevisionsProcedure:
+			operatorServiceListAppRevisionsHandler.ServeHTTP(w, r)
+		case OperatorServiceDiffAppRevisionsProcedure:
+			operatorServiceDiffAppRevisionsHandler.ServeHTTP(w, r)
 		case OperatorServiceCreateInstallProcedure:
 			operatorServiceCreateInstallHandler.ServeHTTP(w, r)
 		case OperatorServiceListInstallsProcedure:
@@ -468,6 +559,18 @@ func (UnimplementedOperatorServiceHandler) ListApps(context.Context, *connect.Re
 
 func (UnimplementedOperatorServiceHandler) GetApp(context.Context, *connect.Request[v1.GetAppRequest]) (*connect.Response[v1.GetAppResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.GetApp is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) PushAppRevision(context.Context, *connect.Request[v1.PushAppRevisionRequest]) (*connect.Response[v1.PushAppRevisionResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.PushAppRevision is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) ListAppRevisions(context.Context, *connect.Request[v1.ListAppRevisionsRequest]) (*connect.Response[v1.ListAppRevisionsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.ListAppRevisions is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) DiffAppRevisions(context.Context, *connect.Request[v1.DiffAppRevisionsRequest]) (*connect.Response[v1.DiffAppRevisionsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.DiffAppRevisions is not implemented"))
 }
 
 func (UnimplementedOperatorServiceHandler) CreateInstall(context.Context, *connect.Request[v1.CreateInstallRequest]) (*connect.Response[v1.CreateInstallResponse], error) {
