@@ -23,6 +23,7 @@ var readOnly = map[string]bool{
 	imsv1connect.OperatorServiceGetAppProcedure:        true,
 	imsv1connect.OperatorServiceListInstallsProcedure:  true,
 	imsv1connect.OperatorServiceGetInstallProcedure:    true,
+	imsv1connect.OperatorServiceWatchInstallsProcedure: true,
 	imsv1connect.OperatorServiceListJobsProcedure:      true,
 	imsv1connect.OperatorServiceGetJobProcedure:        true,
 	imsv1connect.OperatorServiceStreamJobLogsProcedure: true,
