@@ -20,6 +20,39 @@ type logLine struct {
 	text    string
 	width   int  // display width of text
 	ascii   bool // text is printable ASCII: columns are bytes
+	// cuts caches, for non-ASCII text wrapped at cutW columns, the byte
+	// offset where each row starts, so that showing row k of a long line
+	// does not walk the line from its start every frame.
+	cutW int
+	cuts []int
+}
+
+// row returns row k of l wrapped at w columns.
+func (l *logLine) row(k, w int) string {
+	if l.ascii {
+		return l.columns(k*w, (k+1)*w)
+	}
+	if l.cutW != w {
+		l.cutW, l.cuts = w, l.cuts[:0]
+		col := 0
+		l.cuts = append(l.cuts, 0)
+		for i, r := range l.text {
+			rw := runewidth.RuneWidth(r)
+			if col+rw > w {
+				l.cuts = append(l.cuts, i)
+				col = 0
+			}
+			col += rw
+		}
+	}
+	if k >= len(l.cuts) {
+		return ""
+	}
+	end := len(l.text)
+	if k+1 < len(l.cuts) {
+		end = l.cuts[k+1]
+	}
+	return l.text[l.cuts[k]:end]
 }
 
 // ring is a bounded buffer of log lines: at most maxLines lines and about

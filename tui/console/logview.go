@@ -234,7 +234,12 @@ func (v *logView) rows(i, w int) int {
 		return 1
 	}
 	tw := max(1, w-v.prefixWidth())
-	return max(1, (v.r.At(i).width+tw-1)/tw)
+	l := v.r.At(i)
+	if !l.ascii {
+		l.row(0, tw) // wide characters: count the rows the cuts make
+		return max(1, len(l.cuts))
+	}
+	return max(1, (l.width+tw-1)/tw)
 }
 
 // bottom is the first shown row when the last line is on the last row.
@@ -418,7 +423,7 @@ func (v *logView) render(m *Model, w, h int) []string {
 		for k := sub; k < rows && len(out) < h; k++ {
 			var text string
 			if v.wrap {
-				text = l.columns(k*tw, (k+1)*tw)
+				text = l.row(k, tw)
 			} else {
 				text = l.columns(0, tw)
 			}

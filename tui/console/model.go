@@ -508,7 +508,7 @@ func (m *Model) headerLines() []string {
 			since = "showing data from " + m.lastData.Format("15:04:05")
 		}
 		retry := m.retryAt.Sub(m.now).Round(time.Second)
-		out = append(out, m.st.banner.Render(fmt.Sprintf(" imsd unreachable: %s — retrying in %s; %s ", errText(m.offline), max(retry, 0), since)))
+		out = append(out, m.st.banner.Render(fmt.Sprintf(" imsd unreachable, retrying in %s; %s: %s ", max(retry, 0), since, errText(m.offline))))
 	}
 	var crumbs []string
 	for _, v := range m.stack {

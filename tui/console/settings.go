@@ -61,7 +61,7 @@ func LoadSettings(path string) (Settings, error) {
 		case errors.As(err, &se):
 			return Settings{}, fmt.Errorf("%s:%d: %v", path, lineOf(b, se.Offset), err)
 		case errors.As(err, &te):
-			return Settings{}, fmt.Errorf("%s:%d: %s: must be %s", path, lineOf(b, te.Offset), te.Field, te.Type)
+			return Settings{}, fmt.Errorf("%s:%d: %s: a %s is needed here", path, lineOf(b, te.Offset), te.Field, te.Type)
 		}
 		return Settings{}, fmt.Errorf("%s: %v", path, err)
 	}
