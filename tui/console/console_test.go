@@ -307,7 +307,10 @@ func TestCommandLine(t *testing.T) {
 
 	var dialled string
 	m2 := newTestModel(t, Options{Dial: nil})
-	m2.opts.Dial = func(_ contextT, name string) (*Conn, error) { dialled = name; return nil, errors.New("no such context") }
+	m2.opts.Dial = func(_ contextT, name string) (*Conn, error) {
+		dialled = name
+		return nil, errors.New("no such context")
+	}
 	cmd := press(m2, ":", "ctx staging", "enter")
 	if cmd == nil {
 		t.Fatal(":ctx NAME dials in a command")
