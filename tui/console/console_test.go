@@ -4,8 +4,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -457,4 +459,49 @@ func TestGoldens(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestIncrementalUpdatesMatchAFullSort applies random changes one by one
+// and checks the rows against a fresh sort and filter of the same data.
+func TestIncrementalUpdatesMatchAFullSort(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for sortBy := range sortKeys {
+		for _, filter := range []string{"", "shop", "agent=online"} {
+			f := newFleet()
+			f.sortBy, f.filter, f.reverse = sortBy, filter, sortBy%2 == 1
+			var all []*imsv1.InstallStatus
+			for i := 0; i < 200; i++ {
+				all = append(all, status(fmt.Sprintf("i%03d", i), []string{"shop", "billing"}[i%2], []string{"online", "offline", "none"}[i%3],
+					time.Duration(rng.IntN(100))*time.Second, int32(rng.IntN(3)), int32(rng.IntN(3)), nil))
+			}
+			f.apply([]*imsv1.WatchInstallsResponse{{Snapshot: true, Installs: all}})
+			for step := 0; step < 500; step++ {
+				r := &imsv1.WatchInstallsResponse{}
+				switch k := rng.IntN(10); {
+				case k == 0:
+					r.RemovedInstallIds = []string{fmt.Sprintf("ins_i%03d", rng.IntN(220))}
+				default:
+					i := rng.IntN(220) // some are new
+					r.Installs = []*imsv1.InstallStatus{status(fmt.Sprintf("i%03d", i), []string{"shop", "billing"}[rng.IntN(2)],
+						[]string{"online", "offline", "none"}[rng.IntN(3)], time.Duration(rng.IntN(100))*time.Second, int32(rng.IntN(3)), int32(rng.IntN(3)), nil)}
+				}
+				f.apply([]*imsv1.WatchInstallsResponse{r})
+				g := newFleet()
+				g.sortBy, g.filter, g.reverse = f.sortBy, f.filter, f.reverse
+				g.byID = f.byID
+				g.resort()
+				if !slices.Equal(names(f.visible), names(g.visible)) || len(f.sorted) != len(f.byID) {
+					t.Fatalf("sort %s filter %q step %d: incremental rows differ from a full sort:\n%v\n%v", sortKeys[sortBy], filter, step, names(f.visible), names(g.visible))
+				}
+			}
+		}
+	}
+}
+
+func names(rows []*imsv1.InstallStatus) []string {
+	out := make([]string, len(rows))
+	for i, r := range rows {
+		out[i] = r.Install.Name
+	}
+	return out
 }

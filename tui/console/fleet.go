@@ -2,6 +2,7 @@ package console
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -31,36 +32,78 @@ type fleet struct {
 
 func newFleet() *fleet { return &fleet{byID: map[string]*imsv1.InstallStatus{}} }
 
-// apply merges watch responses and re-sorts once.
+// apply merges watch responses. A snapshot re-sorts everything; a change
+// to a few installs moves just those rows (binary search and a copy), so
+// a steady stream of updates costs O(log n) comparisons per change, not a
+// sort of the whole fleet.
 func (f *fleet) apply(resps []*imsv1.WatchInstallsResponse) {
+	full := false
 	for _, r := range resps {
 		if r.Snapshot {
 			f.byID = make(map[string]*imsv1.InstallStatus, len(r.Installs))
-			f.loaded = true
+			f.loaded, full = true, true
 		}
 		for _, s := range r.Installs {
+			old := f.byID[s.Install.Id]
 			f.byID[s.Install.Id] = s
+			if !full {
+				f.remove(old)
+				f.insert(s)
+			}
 		}
 		for _, id := range r.RemovedInstallIds {
+			if old := f.byID[id]; old != nil && !full {
+				f.remove(old)
+			}
 			delete(f.byID, id)
 		}
 	}
-	f.resort()
+	if full {
+		f.resort()
+	}
 }
+
+// less is the fleet's order: the sort column, then the name (unique), so
+// every install has exactly one place.
+func (f *fleet) less(a, b *imsv1.InstallStatus) bool {
+	if c := compareBy(sortKeys[f.sortBy], a, b); c != 0 {
+		return (c < 0) != f.reverse
+	}
+	return a.Install.Name < b.Install.Name
+}
+
+func (f *fleet) search(rows []*imsv1.InstallStatus, s *imsv1.InstallStatus) int {
+	return sort.Search(len(rows), func(i int) bool { return !f.less(rows[i], s) })
+}
+
+func (f *fleet) insert(s *imsv1.InstallStatus) {
+	f.sorted = slices.Insert(f.sorted, f.search(f.sorted, s), s)
+	if matches(s, f.terms()) {
+		f.visible = slices.Insert(f.visible, f.search(f.visible, s), s)
+	}
+}
+
+// remove takes out the row of old (the status as it was sorted).
+func (f *fleet) remove(old *imsv1.InstallStatus) {
+	if old == nil {
+		return
+	}
+	if i := f.search(f.sorted, old); i < len(f.sorted) && f.sorted[i] == old {
+		f.sorted = slices.Delete(f.sorted, i, i+1)
+	}
+	if i := f.search(f.visible, old); i < len(f.visible) && f.visible[i] == old {
+		f.visible = slices.Delete(f.visible, i, i+1)
+	}
+}
+
+func (f *fleet) terms() []string { return strings.Fields(strings.ToLower(f.filter)) }
 
 func (f *fleet) resort() {
 	f.sorted = f.sorted[:0]
 	for _, s := range f.byID {
 		f.sorted = append(f.sorted, s)
 	}
-	key := sortKeys[f.sortBy]
-	sort.Slice(f.sorted, func(i, j int) bool {
-		a, b := f.sorted[i], f.sorted[j]
-		if c := compareBy(key, a, b); c != 0 {
-			return (c < 0) != f.reverse
-		}
-		return a.Install.Name < b.Install.Name
-	})
+	sort.Slice(f.sorted, func(i, j int) bool { return f.less(f.sorted[i], f.sorted[j]) })
 	f.refilter()
 }
 
@@ -120,7 +163,7 @@ func lastSeen(s *imsv1.InstallStatus) time.Time {
 // substring of the name, app or id.
 func (f *fleet) refilter() {
 	f.visible = f.visible[:0]
-	terms := strings.Fields(strings.ToLower(f.filter))
+	terms := f.terms()
 	for _, s := range f.sorted {
 		if matches(s, terms) {
 			f.visible = append(f.visible, s)
