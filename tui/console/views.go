@@ -266,16 +266,15 @@ func (v *fleetView) render(m *Model, w, h int) []string {
 
 type installView struct {
 	list
-	id      string
-	jobs    []*imsv1.Job
-	shown   []*imsv1.Job
-	filter  string
-	gen     int
-	loaded  bool
-	err     error
-	ctx     context.Context
-	cancel  context.CancelFunc
-	pending bool // a refresh is in flight
+	id     string
+	jobs   []*imsv1.Job
+	shown  []*imsv1.Job
+	filter string
+	gen    int
+	loaded bool
+	err    error
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 func newInstallView(id string) *installView { return &installView{id: id} }
