@@ -505,3 +505,27 @@ func names(rows []*imsv1.InstallStatus) []string {
 	}
 	return out
 }
+
+// TestREADMEKeyMap keeps the README's key map and console.json names true.
+func TestREADMEKeyMap(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := strings.Join(strings.Fields(string(b)), " ")
+	for _, d := range keyDefaults {
+		if !strings.Contains(readme, " "+string(d.act)+" ") && !strings.Contains(readme, "`"+string(d.act)+" ") && !strings.Contains(readme, " "+string(d.act)+"`") {
+			t.Errorf("README does not name the action %s", d.act)
+		}
+		for _, k := range d.keys {
+			if !strings.Contains(readme, "`"+k+"`") {
+				t.Errorf("README's key map lacks %s's key %q", d.act, k)
+			}
+		}
+	}
+	for name := range themeDefaults {
+		if !strings.Contains(readme, name) {
+			t.Errorf("README does not name the colour %s", name)
+		}
+	}
+}
