@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	tea "charm.land/bubbletea/v2"
 	"connectrpc.com/connect"
 	"github.com/charmbracelet/x/ansi"
 
@@ -329,6 +330,9 @@ func TestUnreachableKeepsDataAndShowsBanner(t *testing.T) {
 	feed(m, &imsv1.WatchInstallsResponse{Snapshot: true, Installs: snapshot().Installs[:1]})
 	s = screen(m)
 	mustNotContain(t, s, "unreachable", "globex")
+
+	m.Update(fleetMsg{gen: m.fleetGen, events: []fleetEvent{{err: connect.NewError(connect.CodeUnauthenticated, errors.New("unknown or revoked API token")), retryIn: time.Second}}})
+	mustContain(t, screen(m), "imsd did not accept the token")
 }
 
 func TestSettingsErrorsNameFileAndLine(t *testing.T) {
@@ -528,4 +532,37 @@ func TestREADMEKeyMap(t *testing.T) {
 			t.Errorf("README does not name the colour %s", name)
 		}
 	}
+}
+
+func TestBurstsAreCoalescedIntoOneMessage(t *testing.T) {
+	ch := make(chan logChunk, 500)
+	for i := 0; i < 300; i++ {
+		ch <- logChunk{lines: logLines(i+1, i+1, func(int) string { return "x" })}
+	}
+	msg := nextBatch(ch, 256, func(c []logChunk, closed bool) tea.Msg { return logMsg{gen: 7, chunks: c, closed: closed} })().(logMsg)
+	if len(msg.chunks) != 256 || msg.closed {
+		t.Fatalf("first batch has %d chunks (closed %v), want 256 waiting ones at once", len(msg.chunks), msg.closed)
+	}
+	close(ch)
+	msg = nextBatch(ch, 256, func(c []logChunk, closed bool) tea.Msg { return logMsg{gen: 7, chunks: c, closed: closed} })().(logMsg)
+	if len(msg.chunks) != 44 || !msg.closed {
+		t.Fatalf("second batch has %d chunks (closed %v), want the other 44 and the end", len(msg.chunks), msg.closed)
+	}
+}
+
+func TestContextSwitchStartsAfresh(t *testing.T) {
+	m := newTestModel(t, Options{})
+	feed(m, snapshot())
+	press(m, "enter")
+	old := m.fleetGen
+	other := &Conn{Context: "staging", Server: "https://staging.example.com", Client: m.conn.Client}
+	m.Update(ctxMsg{conn: other})
+	s := screen(m)
+	mustContain(t, s, "byoc staging (https://staging.example.com)", "switched to context staging", "loading installs")
+	mustNotContain(t, s, "acme")
+	if m.fleetGen == old {
+		t.Fatal("a new context needs a new watch generation")
+	}
+	m.Update(ctxMsg{err: errors.New(`context "nope" not found in /home/op/.config/byoc/config.json`)})
+	mustContain(t, screen(m), `context "nope" not found`)
 }

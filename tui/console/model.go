@@ -508,7 +508,14 @@ func (m *Model) headerLines() []string {
 			since = "showing data from " + m.lastData.Format("15:04:05")
 		}
 		retry := m.retryAt.Sub(m.now).Round(time.Second)
-		out = append(out, m.st.banner.Render(fmt.Sprintf(" imsd unreachable, retrying in %s; %s: %s ", max(retry, 0), since, errText(m.offline))))
+		what := "imsd unreachable"
+		switch connect.CodeOf(m.offline) {
+		case connect.CodeUnauthenticated:
+			what = "imsd did not accept the token (fix it with byoc context add)"
+		case connect.CodePermissionDenied:
+			what = "imsd refused the fleet watch"
+		}
+		out = append(out, m.st.banner.Render(fmt.Sprintf(" %s, retrying in %s; %s: %s ", what, max(retry, 0), since, errText(m.offline))))
 	}
 	var crumbs []string
 	for _, v := range m.stack {
