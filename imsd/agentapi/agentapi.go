@@ -367,6 +367,9 @@ func (c *conn) claim(ctx context.Context, force bool) error {
 			c.log.ErrorContext(ctx, "claim jobs", "err", err)
 			return nil // the next wake or heartbeat tries again
 		}
+		if len(jobs) > 0 {
+			s.hub.FleetChanged()
+		}
 		for _, j := range jobs {
 			c.inflight[j.ID] = j.FencingToken
 			a, err := assignment(j, c.agent.InstallID)
@@ -477,6 +480,7 @@ func (c *conn) handle(ctx context.Context, m *agentv1.ConnectRequest) error {
 		delete(c.inflight, r.JobId)
 		s.obs.Finished(j.State)
 		s.hub.NotifyLog(r.JobId)
+		s.hub.FleetChanged()
 		if err := c.send(accepted(r.WriteId)); err != nil {
 			return err
 		}

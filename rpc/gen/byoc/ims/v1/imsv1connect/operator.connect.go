@@ -64,6 +64,9 @@ const (
 	// OperatorServiceGetInstallProcedure is the fully-qualified name of the OperatorService's
 	// GetInstall RPC.
 	OperatorServiceGetInstallProcedure = "/byoc.ims.v1.OperatorService/GetInstall"
+	// OperatorServiceWatchInstallsProcedure is the fully-qualified name of the OperatorService's
+	// WatchInstalls RPC.
+	OperatorServiceWatchInstallsProcedure = "/byoc.ims.v1.OperatorService/WatchInstalls"
 	// OperatorServiceCreateEnrollmentTokenProcedure is the fully-qualified name of the
 	// OperatorService's CreateEnrollmentToken RPC.
 	OperatorServiceCreateEnrollmentTokenProcedure = "/byoc.ims.v1.OperatorService/CreateEnrollmentToken"
@@ -108,6 +111,10 @@ type OperatorServiceClient interface {
 	CreateInstall(context.Context, *connect.Request[v1.CreateInstallRequest]) (*connect.Response[v1.CreateInstallResponse], error)
 	ListInstalls(context.Context, *connect.Request[v1.ListInstallsRequest]) (*connect.Response[v1.ListInstallsResponse], error)
 	GetInstall(context.Context, *connect.Request[v1.GetInstallRequest]) (*connect.Response[v1.GetInstallResponse], error)
+	// WatchInstalls sends every install with its live status (agent, job
+	// counts) as a snapshot, then, as they happen, every install that changed.
+	// It is how the console stays current without polling each row.
+	WatchInstalls(context.Context, *connect.Request[v1.WatchInstallsRequest]) (*connect.ServerStreamForClient[v1.WatchInstallsResponse], error)
 	// CreateEnrollmentToken issues a fresh single-use enrolment token for an
 	// install, for example to replace its agent.
 	CreateEnrollmentToken(context.Context, *connect.Request[v1.CreateEnrollmentTokenRequest]) (*connect.Response[v1.CreateEnrollmentTokenResponse], error)
@@ -201,6 +208,12 @@ func NewOperatorServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(operatorServiceMethods.ByName("GetInstall")),
 			connect.WithClientOptions(opts...),
 		),
+		watchInstalls: connect.NewClient[v1.WatchInstallsRequest, v1.WatchInstallsResponse](
+			httpClient,
+			baseURL+OperatorServiceWatchInstallsProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("WatchInstalls")),
+			connect.WithClientOptions(opts...),
+		),
 		createEnrollmentToken: connect.NewClient[v1.CreateEnrollmentTokenRequest, v1.CreateEnrollmentTokenResponse](
 			httpClient,
 			baseURL+OperatorServiceCreateEnrollmentTokenProcedure,
@@ -253,6 +266,7 @@ type operatorServiceClient struct {
 	createInstall         *connect.Client[v1.CreateInstallRequest, v1.CreateInstallResponse]
 	listInstalls          *connect.Client[v1.ListInstallsRequest, v1.ListInstallsResponse]
 	getInstall            *connect.Client[v1.GetInstallRequest, v1.GetInstallResponse]
+	watchInstalls         *connect.Client[v1.WatchInstallsRequest, v1.WatchInstallsResponse]
 	createEnrollmentToken *connect.Client[v1.CreateEnrollmentTokenRequest, v1.CreateEnrollmentTokenResponse]
 	enqueueJob            *connect.Client[v1.EnqueueJobRequest, v1.EnqueueJobResponse]
 	listJobs              *connect.Client[v1.ListJobsRequest, v1.ListJobsResponse]
@@ -316,6 +330,11 @@ func (c *operatorServiceClient) GetInstall(ctx context.Context, req *connect.Req
 	return c.getInstall.CallUnary(ctx, req)
 }
 
+// WatchInstalls calls byoc.ims.v1.OperatorService.WatchInstalls.
+func (c *operatorServiceClient) WatchInstalls(ctx context.Context, req *connect.Request[v1.WatchInstallsRequest]) (*connect.ServerStreamForClient[v1.WatchInstallsResponse], error) {
+	return c.watchInstalls.CallServerStream(ctx, req)
+}
+
 // CreateEnrollmentToken calls byoc.ims.v1.OperatorService.CreateEnrollmentToken.
 func (c *operatorServiceClient) CreateEnrollmentToken(ctx context.Context, req *connect.Request[v1.CreateEnrollmentTokenRequest]) (*connect.Response[v1.CreateEnrollmentTokenResponse], error) {
 	return c.createEnrollmentToken.CallUnary(ctx, req)
@@ -371,6 +390,10 @@ type OperatorServiceHandler interface {
 	CreateInstall(context.Context, *connect.Request[v1.CreateInstallRequest]) (*connect.Response[v1.CreateInstallResponse], error)
 	ListInstalls(context.Context, *connect.Request[v1.ListInstallsRequest]) (*connect.Response[v1.ListInstallsResponse], error)
 	GetInstall(context.Context, *connect.Request[v1.GetInstallRequest]) (*connect.Response[v1.GetInstallResponse], error)
+	// WatchInstalls sends every install with its live status (agent, job
+	// counts) as a snapshot, then, as they happen, every install that changed.
+	// It is how the console stays current without polling each row.
+	WatchInstalls(context.Context, *connect.Request[v1.WatchInstallsRequest], *connect.ServerStream[v1.WatchInstallsResponse]) error
 	// CreateEnrollmentToken issues a fresh single-use enrolment token for an
 	// install, for example to replace its agent.
 	CreateEnrollmentToken(context.Context, *connect.Request[v1.CreateEnrollmentTokenRequest]) (*connect.Response[v1.CreateEnrollmentTokenResponse], error)
@@ -460,6 +483,12 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 		connect.WithSchema(operatorServiceMethods.ByName("GetInstall")),
 		connect.WithHandlerOptions(opts...),
 	)
+	operatorServiceWatchInstallsHandler := connect.NewServerStreamHandler(
+		OperatorServiceWatchInstallsProcedure,
+		svc.WatchInstalls,
+		connect.WithSchema(operatorServiceMethods.ByName("WatchInstalls")),
+		connect.WithHandlerOptions(opts...),
+	)
 	operatorServiceCreateEnrollmentTokenHandler := connect.NewUnaryHandler(
 		OperatorServiceCreateEnrollmentTokenProcedure,
 		svc.CreateEnrollmentToken,
@@ -520,6 +549,8 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 			operatorServiceListInstallsHandler.ServeHTTP(w, r)
 		case OperatorServiceGetInstallProcedure:
 			operatorServiceGetInstallHandler.ServeHTTP(w, r)
+		case OperatorServiceWatchInstallsProcedure:
+			operatorServiceWatchInstallsHandler.ServeHTTP(w, r)
 		case OperatorServiceCreateEnrollmentTokenProcedure:
 			operatorServiceCreateEnrollmentTokenHandler.ServeHTTP(w, r)
 		case OperatorServiceEnqueueJobProcedure:
@@ -583,6 +614,10 @@ func (UnimplementedOperatorServiceHandler) ListInstalls(context.Context, *connec
 
 func (UnimplementedOperatorServiceHandler) GetInstall(context.Context, *connect.Request[v1.GetInstallRequest]) (*connect.Response[v1.GetInstallResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.GetInstall is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) WatchInstalls(context.Context, *connect.Request[v1.WatchInstallsRequest], *connect.ServerStream[v1.WatchInstallsResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.WatchInstalls is not implemented"))
 }
 
 func (UnimplementedOperatorServiceHandler) CreateEnrollmentToken(context.Context, *connect.Request[v1.CreateEnrollmentTokenRequest]) (*connect.Response[v1.CreateEnrollmentTokenResponse], error) {
