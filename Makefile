@@ -45,8 +45,18 @@ test-short: ## Fast tier: go test -short -race.
 test-full: ## Full tier: tests that start real servers (PostgreSQL, processes).
 	$(GO) test -count=1 -timeout 20m ./...
 
+# Example plugins are Go modules of their own, built only against the SDK.
+EXAMPLES := $(patsubst %/go.mod,%,$(wildcard plugins/examples/*/go.mod))
+
+.PHONY: test-examples
+test-examples: ## Vet and test the example plugins (each its own module).
+	@set -e; for d in $(EXAMPLES); do \
+		echo "== $$d"; \
+		(cd $$d && $(GO) vet ./... && $(GO) test -race -count=1 ./...); \
+	done
+
 .PHONY: test
-test: check-generate lint test-short test-full ## Everything CI runs: generated code, lint, fast and full tiers.
+test: check-generate lint test-short test-full test-examples ## Everything CI runs: generated code, lint, fast and full tiers, example plugins.
 
 .PHONY: bench
 bench: ## Benchmarks: plugin launch, pickup latency, dispatch throughput, memory per agent (prints figures).

@@ -21,6 +21,7 @@ import (
 
 	"github.com/byoc-dev/byoc/agentd/agent"
 	"github.com/byoc-dev/byoc/agentd/pluginhost"
+	"github.com/byoc-dev/byoc/agentd/secrets"
 	"github.com/byoc-dev/byoc/plugins/action"
 	"github.com/byoc-dev/byoc/plugins/sdk"
 )
@@ -74,6 +75,7 @@ func run(ctx context.Context, args []string) int {
 		ims, token, stateDir string
 		capacity             int
 		pluginDirs, pins     multiFlag
+		secretsFile          string
 		level                slog.Level
 	)
 	fs.StringVar(&ims, "ims", os.Getenv("BYOC_IMS_URL"), "imsd `URL`; also $BYOC_IMS_URL")
@@ -82,6 +84,7 @@ func run(ctx context.Context, args []string) int {
 	fs.IntVar(&capacity, "capacity", 4, "how many jobs run at once")
 	fs.Var(&pluginDirs, "plugin-dir", "`directory` searched for byoc-plugin-<type> binaries (repeatable)")
 	fs.Var(&pins, "plugin-pin", "`type=sha256` pin for an external plugin (repeatable); unpinned plugins never run")
+	fs.StringVar(&secretsFile, "secrets-file", "", "customer-owned `file` of NAME=value secrets (mode 0600); jobs get those their config lists under \"secrets\", and every value is redacted from job logs, errors and outputs")
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "log `level`: debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -99,6 +102,14 @@ func run(ctx context.Context, args []string) int {
 			return 2
 		}
 		pinMap[typ] = strings.ToLower(sum)
+	}
+	var secretMap map[string]string
+	if secretsFile != "" {
+		var err error
+		if secretMap, err = secrets.Load(secretsFile); err != nil {
+			fmt.Fprintf(os.Stderr, "agentd: --secrets-file: %v\n", err)
+			return 2
+		}
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -124,7 +135,7 @@ func run(ctx context.Context, args []string) int {
 		EnrollToken: token,
 		StateDir:    stateDir,
 		Capacity:    capacity,
-		Runner:      &agent.PluginRunner{Loader: loader, WorkRoot: filepath.Join(stateDir, "jobs")},
+		Runner:      &agent.PluginRunner{Loader: loader, WorkRoot: filepath.Join(stateDir, "jobs"), Secrets: secretMap},
 		Version:     version,
 		Logger:      log,
 	})

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -160,18 +159,32 @@ func TestPluginEnvironmentIsClean(t *testing.T) {
 	}
 }
 
-// pids extracts "pid N" lines a script printed.
-func pids(lines []*imsv1.LogLine) []int {
-	re := regexp.MustCompile(`^pid (\d+)$`)
+// markerPIDs lists the live host processes whose command line contains
+// marker. Steps run in their own PID namespace, so the pids a script could
+// print are not the host's; a marker in the script's text finds them.
+func markerPIDs(marker string) []int {
+	entries, _ := os.ReadDir("/proc")
 	var out []int
-	for _, l := range lines {
-		if m := re.FindStringSubmatch(l.Text); m != nil {
-			n, _ := strconv.Atoi(m[1])
-			out = append(out, n)
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && strings.Contains(string(b), marker) && alive(pid) {
+			out = append(out, pid)
 		}
 	}
 	return out
 }
+
+// marker returns a string unique to this test process and call, usable as
+// a sleep duration: "300.<digits>".
+func marker() string {
+	markerSeq++
+	return fmt.Sprintf("300.%d%03d", os.Getpid(), markerSeq)
+}
+
+var markerSeq int
 
 // alive reports whether pid exists and is not a zombie.
 func alive(pid int) bool {
@@ -188,26 +201,31 @@ func alive(pid int) bool {
 	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
 }
 
-// waitPIDs waits until the script has printed n pids.
-func waitPIDs(t *testing.T, c imsv1connect.OperatorServiceClient, id string, n int) []int {
+// waitPIDs waits until n host processes carry marker.
+func waitPIDs(t *testing.T, marker string, n int) []int {
 	t.Helper()
 	var got []int
-	cluster.Eventually(t, 30*time.Second, fmt.Sprintf("job %s to print %d pids", id, n), func() bool {
-		got = pids(cluster.Logs(t, c, id))
+	cluster.Eventually(t, 30*time.Second, fmt.Sprintf("%d processes of the job to run", n), func() bool {
+		got = markerPIDs(marker)
 		return len(got) >= n
 	})
 	return got
 }
 
-const sleeper = `echo "pid $$"; sleep 300 & echo "pid $!"; (trap '' TERM; sleep 300) & echo "pid $!"; wait`
+// sleeper is a script that leaves processes behind, one of them ignoring
+// SIGTERM. Its shell, its subshell and both sleeps carry mark.
+func sleeper(mark string) string {
+	return `sleep ` + mark + ` & (trap '' TERM; sleep ` + mark + `) & wait`
+}
 
 func TestCancelKillsEveryProcess(t *testing.T) {
 	skipShort(t)
 	ims := cluster.StartIMS(t, fast)
 	startAgent(t, ims, "acme")
 	c := ims.Admin()
-	job := enqueue(t, c, "acme", sleeper, 300)
-	ps := waitPIDs(t, c, job.Id, 3)
+	mark := marker()
+	job := enqueue(t, c, "acme", sleeper(mark), 300)
+	ps := waitPIDs(t, mark, 4)
 	if _, err := c.CancelJob(context.Background(), connect.NewRequest(&imsv1.CancelJobRequest{Id: job.Id, Reason: "operator changed their mind"})); err != nil {
 		t.Fatalf("cancel: %v", err)
 	}
@@ -236,8 +254,9 @@ func TestTimeoutKillsEveryProcess(t *testing.T) {
 	ims := cluster.StartIMS(t, fast)
 	startAgent(t, ims, "acme")
 	c := ims.Admin()
-	job := enqueue(t, c, "acme", sleeper, 2)
-	ps := waitPIDs(t, c, job.Id, 3)
+	mark := marker()
+	job := enqueue(t, c, "acme", sleeper(mark), 2)
+	ps := waitPIDs(t, mark, 4)
 	end := cluster.WaitJob(t, c, job.Id, 30*time.Second, imsv1.JobState_JOB_STATE_TIMED_OUT)
 	if !strings.Contains(end.Error, "timed out after 2s") {
 		t.Fatalf("timed-out job error = %q", end.Error)
@@ -252,13 +271,41 @@ func TestTimeoutKillsEveryProcess(t *testing.T) {
 	})
 }
 
+// pluginAncestor finds the plugin process ("agentd plugin action") that
+// pid descends from.
+func pluginAncestor(t *testing.T, pid int) int {
+	t.Helper()
+	for p := pid; p > 1; {
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p)); err == nil && strings.Contains(string(b), "plugin\x00action") {
+			return p
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
+		if err != nil {
+			break
+		}
+		f := strings.Fields(string(b)[strings.LastIndexByte(string(b), ')')+1:])
+		if p, err = strconv.Atoi(f[1]); err != nil {
+			break
+		}
+	}
+	t.Fatalf("no plugin process above pid %d", pid)
+	return 0
+}
+
 func TestCrashingPluginFailsJobAndAgentGoesOn(t *testing.T) {
 	skipShort(t)
 	ims := cluster.StartIMS(t, fast)
 	startAgent(t, ims, "acme")
 	c := ims.Admin()
-	// The step's parent is the plugin process: kill it mid-apply.
-	crash := enqueue(t, c, "acme", `echo about to crash; kill -9 $PPID; sleep 5`, 60)
+	// Kill the plugin process mid-apply. A step cannot do it itself: it
+	// runs in its own PID namespace and sees no process of the host.
+	mark := marker()
+	crash := enqueue(t, c, "acme", `echo about to crash; sleep `+mark, 60)
+	ps := waitPIDs(t, mark, 1)
+	plugin := pluginAncestor(t, ps[0])
+	if err := syscall.Kill(plugin, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
 	_, end := follow(t, c, crash.Id)
 	if end.State != imsv1.JobState_JOB_STATE_FAILED || !strings.Contains(end.Error, "plugin") {
 		t.Fatalf("crashed job ended %v with error %q; want failed naming the plugin", end.State, end.Error)

@@ -25,8 +25,17 @@ func TestKilledAgentJobRerunsAsAttempt2(t *testing.T) {
 	first := cluster.StartAgent(t, ims.URL(), token, filepath.Join(t.TempDir(), "a1"))
 	waitConnected(t, ims, "acme")
 
-	job := enqueue(t, c, "acme", `echo "attempt $BYOC_ATTEMPT"; echo "pid $$"; if [ "$BYOC_ATTEMPT" = 1 ]; then sleep 300; fi; echo done`, 120)
-	ps := waitPIDs(t, c, job.Id, 1)
+	mark := marker()
+	job := enqueue(t, c, "acme", `echo "attempt $BYOC_ATTEMPT"; if [ "$BYOC_ATTEMPT" = 1 ]; then sleep `+mark+`; fi; echo done`, 120)
+	ps := waitPIDs(t, mark, 1)
+	cluster.Eventually(t, 10*time.Second, "attempt 1's line to reach imsd", func() bool {
+		for _, l := range cluster.Logs(t, c, job.Id) {
+			if l.Text == "attempt 1" {
+				return true
+			}
+		}
+		return false
+	})
 	first.Kill()
 	// The plugin dies with its agent (parent-death signal), and its script with it.
 	cluster.Eventually(t, 5*time.Second, "the killed agent's job processes to exit", func() bool { return !alive(ps[0]) })
@@ -44,7 +53,7 @@ func TestKilledAgentJobRerunsAsAttempt2(t *testing.T) {
 	}
 	var a1, a2 []string
 	for _, l := range lines {
-		if l.Stream == imsv1.LogStream_LOG_STREAM_SYSTEM || strings.HasPrefix(l.Text, "pid ") {
+		if l.Stream == imsv1.LogStream_LOG_STREAM_SYSTEM {
 			continue
 		}
 		if l.Attempt == 1 {

@@ -3,12 +3,15 @@ package agent
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/byoc-dev/byoc/agentd/pluginhost"
+	"github.com/byoc-dev/byoc/agentd/redact"
+	"github.com/byoc-dev/byoc/agentd/secrets"
 	"github.com/byoc-dev/byoc/plugins/sdk"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 )
@@ -18,15 +21,96 @@ import (
 type PluginRunner struct {
 	Loader   *pluginhost.Loader
 	WorkRoot string
+	// Secrets are the customer's secrets, by name (from the agent's
+	// secrets file). A job receives those its config names in a
+	// top-level "secrets" list, as environment variables of its
+	// operation; the values of all of them are redacted from every log
+	// line, error and output the job sends back.
+	Secrets map[string]string
 }
 
+// SecretsKey is the top-level config key, for every component type, that
+// lists the secrets a job receives. The agent resolves and removes it
+// before the plugin sees the config.
+const SecretsKey = "secrets"
+
+// redactHold bounds how long a log line that ends like the start of a
+// secret is held back waiting for the next event of its stream.
+const redactHold = 250 * time.Millisecond
+
 // Run implements Runner.
-func (r *PluginRunner) Run(ctx context.Context, job Job, log func(int32, string)) Outcome {
+func (r *PluginRunner) Run(ctx context.Context, job Job, rawLog func(int32, string)) Outcome {
+	secretValues := make([]string, 0, len(r.Secrets))
+	for _, v := range r.Secrets {
+		secretValues = append(secretValues, v)
+	}
+	red := redact.New(secretValues...)
+	// Every line goes through the redactor, per stream, so that a secret a
+	// plugin sends in pieces is caught too; flushed before the outcome.
+	streams := map[int32]*redact.Stream{}
+	for _, st := range []int32{StreamStdout, StreamStderr, StreamSystem} {
+		st := st
+		streams[st] = red.NewStream(redactHold, func(text string) { rawLog(st, text) })
+	}
+	log := func(stream int32, text string) {
+		if s, ok := streams[stream]; ok {
+			s.Add(text)
+			return
+		}
+		rawLog(stream, red.String(text))
+	}
+	out := r.run(ctx, job, log, red)
+	for _, s := range streams {
+		s.Flush()
+	}
+	out.Error = red.String(out.Error)
+	out.Outputs = red.Map(out.Outputs)
+	return out
+}
+
+// resolveSecrets takes the "secrets" list out of config and returns the
+// named secrets as environment variables.
+func (r *PluginRunner) resolveSecrets(config map[string]any) (map[string]any, map[string]string, error) {
+	raw, ok := config[SecretsKey]
+	if !ok {
+		return config, nil, nil
+	}
+	rest := make(map[string]any, len(config))
+	for k, v := range config {
+		if k != SecretsKey {
+			rest[k] = v
+		}
+	}
+	list, ok := raw.([]any)
+	if !ok {
+		return nil, nil, fmt.Errorf("config.%s: must be a list of secret names", SecretsKey)
+	}
+	env := map[string]string{}
+	for i, item := range list {
+		name, ok := item.(string)
+		if !ok || !secrets.Name.MatchString(name) {
+			return nil, nil, fmt.Errorf("config.%s[%d]: must be a secret name of letters, digits and _", SecretsKey, i)
+		}
+		v, ok := r.Secrets[name]
+		if !ok {
+			return nil, nil, fmt.Errorf("config.%s[%d]: secret %q is not defined on this agent (its --secrets-file)", SecretsKey, i, name)
+		}
+		env[name] = v
+	}
+	return rest, env, nil
+}
+
+func (r *PluginRunner) run(ctx context.Context, job Job, log func(int32, string), red *redact.Redactor) Outcome {
 	fail := func(format string, args ...any) Outcome {
-		msg := fmt.Sprintf(format, args...)
+		msg := red.String(fmt.Sprintf(format, args...))
 		log(StreamSystem, "[agentd] "+msg)
 		return Outcome{Outcome: agentv1.Outcome_OUTCOME_FAILED, ExitCode: -1, Error: msg}
 	}
+	config, secretEnv, err := r.resolveSecrets(job.Config)
+	if err != nil {
+		return fail("%v", err)
+	}
+	job.Config = config
 	work := filepath.Join(r.WorkRoot, fmt.Sprintf("%s-%d", job.ID, job.Attempt))
 	// A previous agent process may have left this attempt's workspace.
 	if err := os.RemoveAll(work); err != nil {
@@ -55,8 +139,9 @@ func (r *PluginRunner) Run(ctx context.Context, job Job, log func(int32, string)
 		return fail("start plugin for type %q: %v", job.ComponentType, err)
 	}
 	defer inst.Kill()
-	log(StreamSystem, fmt.Sprintf("[agentd] %s %s: attempt %d, plugin started in %s (pid group %d)",
-		job.ComponentType, job.Operation, job.Attempt, time.Since(started).Round(time.Millisecond), inst.PGID()))
+	d := inst.Description()
+	log(StreamSystem, fmt.Sprintf("[agentd] %s %s: attempt %d, plugin %s %s started in %s (pid group %d, protocol %s)",
+		job.ComponentType, job.Operation, job.Attempt, d.Type, d.Version, time.Since(started).Round(time.Millisecond), inst.PGID(), d.Negotiated))
 
 	v, err := inst.Validate(ctx, job.Config)
 	if err != nil {
@@ -75,10 +160,14 @@ func (r *PluginRunner) Run(ctx context.Context, job Job, log func(int32, string)
 		}
 		return fail("invalid %s config: %s", job.ComponentType, b.String())
 	}
+	// Secrets go to the operation only, never into the plugin process's
+	// own environment.
+	opEnv := maps.Clone(env)
+	maps.Copy(opEnv, secretEnv)
 	res, err := inst.Run(ctx, job.Operation, &sdk.RunRequest{
 		Job:    sdk.JobContext{JobID: job.ID, InstallID: job.InstallID, Attempt: int(job.Attempt), WorkDir: work, Timeout: job.Timeout},
 		Config: job.Config,
-		Env:    env,
+		Env:    opEnv,
 	}, func(e sdk.LogEvent) { log(int32(e.Stream), e.Text) })
 	if ctx.Err() != nil {
 		return Outcome{} // the agent reports the cause

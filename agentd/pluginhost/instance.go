@@ -25,6 +25,9 @@ type Instance struct {
 	cmd    *exec.Cmd
 	pgid   int
 	logger *slog.Logger
+	// desc is what the plugin said of itself when the protocol was
+	// negotiated.
+	desc *sdk.Description
 	// sockDir holds the plugin's gRPC socket; removed by Kill.
 	sockDir string
 
@@ -37,8 +40,12 @@ func (i *Instance) Type() string { return i.typ }
 // PGID returns the plugin's process group id, which is also its pid.
 func (i *Instance) PGID() int { return i.pgid }
 
+// Description is what the plugin said of itself at start, with the
+// protocol version negotiated with it.
+func (i *Instance) Description() *sdk.Description { return i.desc }
+
 // Describe asks the plugin what it is.
-func (i *Instance) Describe(ctx context.Context) (*sdk.DescribeResponse, error) {
+func (i *Instance) Describe(ctx context.Context) (*sdk.Description, error) {
 	d, err := i.rpc.Describe(ctx)
 	if err != nil {
 		return nil, i.callError(ctx, "describe", err)

@@ -31,6 +31,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -142,6 +143,17 @@ func (l *Loader) Start(ctx context.Context, typ string, opt StartOptions) (*Inst
 	inst := &Instance{typ: typ, client: client, cmd: cmd, logger: logger, sockDir: sockDir}
 
 	rpc, err := dial(client)
+	if err != nil {
+		err = incompatible(typ, err)
+	}
+	if err == nil {
+		// The first call agrees on the protocol's minor version and learns
+		// what the plugin can do.
+		inst.desc, err = rpc.Negotiate(ctx)
+		if err == nil && inst.desc.Type != typ {
+			err = fmt.Errorf("plugin says it serves type %q, not %q", inst.desc.Type, typ)
+		}
+	}
 	if cmd.Process != nil {
 		// Start has returned, so reading cmd.Process no longer races.
 		inst.pgid = cmd.Process.Pid
@@ -155,6 +167,20 @@ func (l *Loader) Start(ctx context.Context, typ string, opt StartOptions) (*Inst
 	}
 	inst.rpc = rpc
 	return inst, nil
+}
+
+// handshakeVersion finds the plugin's major version in go-plugin's refusal.
+var handshakeVersion = regexp.MustCompile(`incompatible API version with plugin\. Plugin version: (\d+)`)
+
+// incompatible turns go-plugin's refusal of another major version into an
+// *sdk.IncompatibleError, which names both versions in byoc's terms.
+func incompatible(typ string, err error) error {
+	m := handshakeVersion.FindStringSubmatch(err.Error())
+	if m == nil {
+		return err
+	}
+	major, _ := strconv.Atoi(m[1])
+	return &sdk.IncompatibleError{Type: typ, Plugin: sdk.ProtocolVersion{Major: major}, PluginMinorUnknown: true, Host: sdk.Protocol}
 }
 
 func dial(client *plugin.Client) (*sdk.Client, error) {
@@ -240,12 +266,8 @@ func (l *Loader) find(typ string) (dir, path string, err error) {
 // verify opens an external plugin binary and checks its permissions and
 // its pin.
 func (l *Loader) verify(typ, dir, path string) (*os.File, error) {
-	di, err := os.Stat(dir)
-	if err != nil {
-		return nil, fmt.Errorf("plugin dir: %w", err)
-	}
-	if di.Mode().Perm()&0o022 != 0 {
-		return nil, fmt.Errorf("plugin dir %s is writable by group or others (mode %v); refusing to run plugins from it", dir, di.Mode().Perm())
+	if err := checkDir(dir); err != nil {
+		return nil, err
 	}
 	want, pinned := l.Pins[typ]
 	f, err := os.Open(path)
@@ -269,6 +291,9 @@ func (l *Loader) verify(typ, dir, path string) (*os.File, error) {
 		return nil, fmt.Errorf("plugin %s is writable by group or others (mode %v); refusing to run it", path, fi.Mode().Perm())
 	case fi.Mode().Perm()&0o100 == 0:
 		return nil, fmt.Errorf("plugin %s is not executable", path)
+	}
+	if err := checkOwner(path, fi); err != nil {
+		return nil, err
 	}
 	h := sha256.New()
 	if _, err := io.Copy(h, f); err != nil {
@@ -302,4 +327,47 @@ func (l *Loader) KnownTypes() []string {
 	}
 	slices.Sort(types)
 	return slices.Compact(types)
+}
+
+// checkDir refuses a plugin directory that someone other than root or the
+// agent's user could change: one writable by group or others, owned by
+// another user, or with such a parent (which could swap the whole
+// directory). A world-writable parent with the sticky bit, such as /tmp,
+// is allowed: others cannot rename what they do not own in it.
+func checkDir(dir string) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return fmt.Errorf("plugin dir: %w", err)
+	}
+	if abs, err = filepath.EvalSymlinks(abs); err != nil {
+		return fmt.Errorf("plugin dir: %w", err)
+	}
+	di, err := os.Stat(abs)
+	if err != nil {
+		return fmt.Errorf("plugin dir: %w", err)
+	}
+	if !di.IsDir() {
+		return fmt.Errorf("plugin dir %s is not a directory", dir)
+	}
+	if di.Mode().Perm()&0o022 != 0 {
+		return fmt.Errorf("plugin dir %s is writable by group or others (mode %v); refusing to run plugins from it", dir, di.Mode().Perm())
+	}
+	if err := checkOwner("plugin dir "+dir, di); err != nil {
+		return err
+	}
+	for p := filepath.Dir(abs); ; p = filepath.Dir(p) {
+		pi, err := os.Stat(p)
+		if err != nil {
+			return fmt.Errorf("plugin dir parent: %w", err)
+		}
+		if pi.Mode().Perm()&0o002 != 0 && pi.Mode()&fs.ModeSticky == 0 {
+			return fmt.Errorf("plugin dir %s is inside %s, which is writable by others without the sticky bit (mode %v); refusing to run plugins from it", dir, p, pi.Mode())
+		}
+		if err := checkOwner("plugin dir parent "+p, pi); err != nil {
+			return err
+		}
+		if p == filepath.Dir(p) {
+			return nil
+		}
+	}
 }

@@ -182,30 +182,57 @@ func TestExternal(t *testing.T) {
 		setup   func(t *testing.T, dir, sum string) map[string]string // returns pins
 		typ     string
 		wantErr string
+		env     map[string]string
 	}{
 		{"pinned", func(t *testing.T, dir, sum string) map[string]string {
 			return map[string]string{"testkit": strings.ToUpper(sum)}
-		}, "testkit", ""},
+		}, "testkit", "", nil},
 		{"not pinned", func(t *testing.T, dir, sum string) map[string]string {
 			return map[string]string{"other": sum}
-		}, "testkit", "plugin testkit is not pinned"},
+		}, "testkit", "plugin testkit is not pinned", nil},
 		{"wrong checksum", func(t *testing.T, dir, sum string) map[string]string {
 			return map[string]string{"testkit": strings.Repeat("ab", 32)}
-		}, "testkit", "checksum mismatch: pinned " + strings.Repeat("ab", 32) + ", found "},
+		}, "testkit", "checksum mismatch: pinned " + strings.Repeat("ab", 32) + ", found ", nil},
 		{"world-writable dir", func(t *testing.T, dir, sum string) map[string]string {
 			chmod(t, dir, 0o777)
 			return map[string]string{"testkit": sum}
-		}, "testkit", "is writable by group or others"},
+		}, "testkit", "is writable by group or others", nil},
 		{"group-writable binary", func(t *testing.T, dir, sum string) map[string]string {
 			chmod(t, filepath.Join(dir, "byoc-plugin-testkit"), 0o775)
 			return map[string]string{"testkit": sum}
-		}, "testkit", "is writable by group or others"},
+		}, "testkit", "is writable by group or others", nil},
 		{"unknown type", func(t *testing.T, dir, sum string) map[string]string {
 			return map[string]string{"testkit": sum}
-		}, "nope", `unknown component type "nope"; known types: action, testkit`},
+		}, "nope", `unknown component type "nope"; known types: action, testkit`, nil},
 		{"path in type", func(t *testing.T, dir, sum string) map[string]string {
 			return nil
-		}, "../testkit", "invalid component type"},
+		}, "../testkit", "invalid component type", nil},
+		{"parent writable by others", func(t *testing.T, dir, sum string) map[string]string {
+			chmod(t, filepath.Dir(dir), 0o777)
+			return map[string]string{"testkit": sum}
+		}, "testkit", "which is writable by others without the sticky bit", nil},
+		{"dir owned by another user", func(t *testing.T, dir, sum string) map[string]string {
+			chown(t, dir, 65534)
+			return map[string]string{"testkit": sum}
+		}, "testkit", "is owned by uid 65534, neither root nor the agent's user", nil},
+		{"binary owned by another user", func(t *testing.T, dir, sum string) map[string]string {
+			chown(t, filepath.Join(dir, "byoc-plugin-testkit"), 65534)
+			return map[string]string{"testkit": sum}
+		}, "testkit", "is owned by uid 65534", nil},
+		{"plugin for another type", func(t *testing.T, dir, sum string) map[string]string {
+			b, err := os.ReadFile(filepath.Join(dir, "byoc-plugin-testkit"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "byoc-plugin-other"), b, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			return map[string]string{"other": sum}
+		}, "other", `plugin says it serves type "testkit", not "other"`, nil},
+		{"incompatible protocol", func(t *testing.T, dir, sum string) map[string]string {
+			return map[string]string{"testkit": sum}
+		}, "testkit", `plugin "testkit" speaks byoc plugin protocol 2.x, but this agent speaks 1.1`,
+			map[string]string{"TESTKIT_PROTOCOL_MAJOR": "2"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -213,7 +240,7 @@ func TestExternal(t *testing.T) {
 			l := newLoader(t)
 			l.Dirs = []string{filepath.Join(t.TempDir(), "missing"), dir}
 			l.Pins = tt.setup(t, dir, sum)
-			inst, err := l.Start(t.Context(), tt.typ, pluginhost.StartOptions{WorkDir: t.TempDir()})
+			inst, err := l.Start(t.Context(), tt.typ, pluginhost.StartOptions{WorkDir: t.TempDir(), Env: tt.env})
 			if tt.wantErr != "" {
 				if err == nil {
 					inst.Kill()
@@ -233,6 +260,16 @@ func TestExternal(t *testing.T) {
 				t.Errorf("result = %+v, logs = %+v", res, logs)
 			}
 		})
+	}
+}
+
+func chown(tb testing.TB, path string, uid int) {
+	tb.Helper()
+	if os.Getuid() != 0 {
+		tb.Skip("changing a file's owner needs root")
+	}
+	if err := os.Chown(path, uid, uid); err != nil {
+		tb.Fatal(err)
 	}
 }
 
@@ -401,9 +438,12 @@ func TestCrashMidApply(t *testing.T) {
 		want   string
 		// A line sent right before the plugin dies may never leave it.
 		wantLogs bool
+		// killOn, if set, SIGKILLs the plugin when this line arrives: a
+		// step cannot do it itself, it sees no process outside its sandbox.
+		killOn string
 	}{
-		{"script kills plugin", "action", script("echo bye; kill -9 $PPID; sleep 300"), "plugin action exited during apply: signal: killed", false},
-		{"plugin exits", "testkit", map[string]any{"mode": "crash"}, "plugin testkit exited during apply: exit status 3", false},
+		{"plugin killed mid-apply", "action", script("echo bye; sleep 300"), "plugin action exited during apply: signal: killed", true, "bye"},
+		{"plugin exits", "testkit", map[string]any{"mode": "crash"}, "plugin testkit exited during apply: exit status 3", false, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -412,7 +452,12 @@ func TestCrashMidApply(t *testing.T) {
 			defer cancel()
 			var logs []string
 			res, err := inst.Run(ctx, sdk.OpApply, &sdk.RunRequest{Job: sdk.JobContext{WorkDir: workDir}, Config: tt.config, Env: map[string]string{"PATH": "/usr/bin:/bin"}},
-				func(e sdk.LogEvent) { logs = append(logs, e.Text) })
+				func(e sdk.LogEvent) {
+					logs = append(logs, e.Text)
+					if tt.killOn != "" && e.Text == tt.killOn {
+						_ = syscall.Kill(inst.PGID(), syscall.SIGKILL)
+					}
+				})
 			if err == nil {
 				t.Fatalf("Run = %+v, want an error", res)
 			}
@@ -463,6 +508,22 @@ func TestDeadlineKillsHungPlugin(t *testing.T) {
 		})
 	}
 }
+
+// A step runs in its own PID namespace: its parent there is the sandbox's
+// init, and the plugin is out of its reach.
+func TestStepCannotKillItsPlugin(t *testing.T) {
+	l := newLoader(t)
+	inst, workDir := start(t, l, "action", nil)
+	res, logs := run(t, inst, workDir, script("kill -9 $PPID 2>/dev/null; echo survived"), map[string]string{"PATH": "/usr/bin:/bin"})
+	if res.Error != "" || !slices.Contains(stdout(logs), "survived") {
+		t.Errorf("result = %+v, logs = %q", res, stdout(logs))
+	}
+	if !groupAlive(inst.PGID()) {
+		t.Errorf("the plugin died")
+	}
+}
+
+func groupAlive(pgid int) bool { return syscall.Kill(pgid, 0) == nil }
 
 func TestKillIsIdempotent(t *testing.T) {
 	inst, _ := start(t, newLoader(t), "action", nil)
@@ -525,12 +586,14 @@ func BenchmarkLaunch(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		began := time.Now()
+		// Start returns once the plugin has answered its first call, the
+		// protocol negotiation.
 		inst, err := l.Start(ctx, "action", pluginhost.StartOptions{WorkDir: dir})
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := inst.Describe(ctx); err != nil {
-			b.Fatal(err)
+		if inst.Description().Negotiated != sdk.Protocol {
+			b.Fatalf("negotiated %s", inst.Description().Negotiated)
 		}
 		killed := time.Now()
 		inst.Kill()
@@ -571,10 +634,12 @@ func TestDescribeCommand(t *testing.T) {
 				t.Fatalf("%v: %v", tt.cmd, err)
 			}
 			var d struct {
-				Type             string `json:"type"`
-				ProtocolVersions []int  `json:"protocol_versions"`
+				Type             string   `json:"type"`
+				Protocol         string   `json:"protocol"`
+				ProtocolVersions []string `json:"protocol_versions"`
 			}
-			if err := json.Unmarshal(out, &d); err != nil || d.Type != tt.want || !slices.Contains(d.ProtocolVersions, sdk.ProtocolVersion) {
+			want := sdk.Protocol.String()
+			if err := json.Unmarshal(out, &d); err != nil || d.Type != tt.want || d.Protocol != want || !slices.Contains(d.ProtocolVersions, want) {
 				t.Errorf("describe = %s (%v)", out, err)
 			}
 		})

@@ -4,22 +4,31 @@
 // Config:
 //
 //	{
-//	  "steps": [{"name": "build", "script": "make"}],
+//	  "steps": [{"name": "build", "script": "make", "timeout": "10m"}],
 //	  "destroy_steps": [{"name": "teardown", "script": "..."}],
-//	  "shell": "/bin/sh"
+//	  "shell": "/bin/sh",
+//	  "sandbox": {"network": false, "memory_mb": 512, "cpus": 1, "pids": 512}
 //	}
 //
 // Each step runs as `<shell> -e -c <script>` with exactly the request's
 // environment plus BYOC_OUTPUTS, the path of a file the step may write
 // key=value lines to; those become the result's outputs. Steps stop at the
 // first failure.
+//
+// Every step runs in a sandbox (package sandbox): read-only system root,
+// private /tmp, only the work dir writable, no network unless the action
+// sets sandbox.network, its own PID namespace, and cgroup limits. The job
+// log says which isolation was applied and warns about whatever could not
+// be.
 package action
 
 import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
+	"github.com/byoc-dev/byoc/plugins/action/sandbox"
 	"github.com/byoc-dev/byoc/plugins/sdk"
 )
 
@@ -40,7 +49,17 @@ const configSchema = `{
   "properties": {
     "steps": {"$ref": "#/$defs/steps", "minItems": 1},
     "destroy_steps": {"$ref": "#/$defs/steps"},
-    "shell": {"type": "string", "default": "/bin/sh"}
+    "shell": {"type": "string", "default": "/bin/sh"},
+    "sandbox": {
+      "type": "object",
+      "additionalProperties": false,
+      "properties": {
+        "network": {"type": "boolean", "default": false, "description": "let steps use the host's network"},
+        "memory_mb": {"type": "integer", "minimum": 16, "default": 512},
+        "cpus": {"type": "number", "exclusiveMinimum": 0, "default": 1},
+        "pids": {"type": "integer", "minimum": 8, "default": 512}
+      }
+    }
   },
   "$defs": {
     "steps": {
@@ -51,7 +70,8 @@ const configSchema = `{
         "additionalProperties": false,
         "properties": {
           "name": {"type": "string"},
-          "script": {"type": "string", "minLength": 1}
+          "script": {"type": "string", "minLength": 1},
+          "timeout": {"type": "string", "description": "Go duration such as 30s or 10m; the job's time limit otherwise"}
         }
       }
     }
@@ -59,20 +79,36 @@ const configSchema = `{
 }`
 
 // Plugin implements sdk.Plugin for the action type.
-type Plugin struct{}
+type Plugin struct {
+	sandbox sandbox.Options
+}
 
-var _ sdk.Plugin = (*Plugin)(nil)
+var (
+	_ sdk.Plugin    = (*Plugin)(nil)
+	_ sdk.Destroyer = (*Plugin)(nil)
+)
 
-// New returns the action plugin.
+// New returns the action plugin, sandboxing steps as well as this machine
+// allows.
 func New() *Plugin { return &Plugin{} }
+
+// NewWithSandbox returns the action plugin with explicit sandbox options
+// (to test a fallback, say).
+func NewWithSandbox(opt sandbox.Options) *Plugin { return &Plugin{sandbox: opt} }
+
+// Default limits for a step.
+const (
+	defaultMemoryMB = 512
+	defaultCPUs     = 1.0
+	defaultPIDs     = 512
+)
 
 // Describe reports the action type and its config schema.
 func (p *Plugin) Describe(context.Context, *sdk.DescribeRequest) (*sdk.DescribeResponse, error) {
 	return &sdk.DescribeResponse{
-		Type:             TypeName,
-		Version:          Version,
-		ProtocolVersions: []int{sdk.ProtocolVersion},
-		ConfigSchema:     configSchema,
+		Type:         TypeName,
+		Version:      Version,
+		ConfigSchema: configSchema,
 	}, nil
 }
 
@@ -106,7 +142,7 @@ func (p *Plugin) Apply(ctx context.Context, req *sdk.ApplyRequest) (*sdk.ApplyRe
 	if err != nil {
 		return nil, err
 	}
-	code, outputs, err := runSteps(ctx, cfg.Shell, cfg.Steps, req.Job, req.Env, req.Log)
+	code, outputs, err := p.runSteps(ctx, cfg, cfg.Steps, req.Job, req.Env, req.Log)
 	return &sdk.ApplyResponse{ExitCode: code, Outputs: outputs}, err
 }
 
@@ -121,19 +157,22 @@ func (p *Plugin) Destroy(ctx context.Context, req *sdk.DestroyRequest) (*sdk.Des
 		req.Log.System("no destroy_steps: nothing to destroy")
 		return &sdk.DestroyResponse{}, nil
 	}
-	code, outputs, err := runSteps(ctx, cfg.Shell, cfg.DestroySteps, req.Job, req.Env, req.Log)
+	code, outputs, err := p.runSteps(ctx, cfg, cfg.DestroySteps, req.Job, req.Env, req.Log)
 	return &sdk.DestroyResponse{ExitCode: code, Outputs: outputs}, err
 }
 
 type step struct {
-	Name   string
-	Script string
+	Name    string
+	Script  string
+	Timeout time.Duration
 }
 
 type config struct {
 	Steps        []step
 	DestroySteps []step
 	Shell        string
+	Network      bool
+	Limits       sandbox.Limits
 }
 
 func configOrError(m map[string]any) (config, error) {
@@ -151,13 +190,13 @@ func configOrError(m map[string]any) (config, error) {
 // parseConfig decodes the config by hand rather than through JSON so that
 // every problem is reported with the path of its field.
 func parseConfig(m map[string]any) (config, []sdk.Diagnostic) {
-	cfg := config{Shell: defaultShell}
+	cfg := config{Shell: defaultShell, Limits: sandbox.Limits{MemoryBytes: defaultMemoryMB << 20, CPUs: defaultCPUs, PIDs: defaultPIDs}}
 	var diags []sdk.Diagnostic
 	bad := func(field, msg string) { diags = append(diags, sdk.Diagnostic{Field: field, Message: msg}) }
 
 	for k := range m {
 		switch k {
-		case "steps", "destroy_steps", "shell":
+		case "steps", "destroy_steps", "shell", "sandbox":
 		default:
 			bad(k, "unknown field")
 		}
@@ -172,6 +211,9 @@ func parseConfig(m map[string]any) (config, []sdk.Diagnostic) {
 		default:
 			cfg.Shell = s
 		}
+	}
+	if v, ok := m["sandbox"]; ok {
+		parseSandbox(v, &cfg, bad)
 	}
 	steps, ok := m["steps"]
 	if !ok {
@@ -212,6 +254,17 @@ func parseSteps(field string, v any, bad func(field, msg string)) []step {
 				} else if name != "" {
 					s.Name = name
 				}
+			case "timeout":
+				str, ok := val.(string)
+				d, err := time.ParseDuration(str)
+				switch {
+				case !ok:
+					bad(at+".timeout", "must be a duration such as \"30s\"")
+				case err != nil || d <= 0:
+					bad(at+".timeout", fmt.Sprintf("%q is not a positive duration such as \"30s\"", str))
+				default:
+					s.Timeout = d
+				}
 			case "script":
 				script, ok := val.(string)
 				if !ok {
@@ -231,6 +284,50 @@ func parseSteps(field string, v any, bad func(field, msg string)) []step {
 		steps = append(steps, s)
 	}
 	return steps
+}
+
+func parseSandbox(v any, cfg *config, bad func(field, msg string)) {
+	obj, ok := v.(map[string]any)
+	if !ok {
+		bad("sandbox", "must be an object")
+		return
+	}
+	num := func(k string, minimum float64) (float64, bool) {
+		f, ok := obj[k].(float64)
+		if !ok {
+			bad("sandbox."+k, "must be a number")
+			return 0, false
+		}
+		if f < minimum {
+			bad("sandbox."+k, fmt.Sprintf("must be at least %g", minimum))
+			return 0, false
+		}
+		return f, true
+	}
+	for k, val := range obj {
+		switch k {
+		case "network":
+			b, ok := val.(bool)
+			if !ok {
+				bad("sandbox.network", "must be true or false")
+			}
+			cfg.Network = b
+		case "memory_mb":
+			if f, ok := num(k, 16); ok {
+				cfg.Limits.MemoryBytes = int64(f) << 20
+			}
+		case "cpus":
+			if f, ok := num(k, 0.01); ok {
+				cfg.Limits.CPUs = f
+			}
+		case "pids":
+			if f, ok := num(k, 8); ok {
+				cfg.Limits.PIDs = int(f)
+			}
+		default:
+			bad("sandbox."+k, "unknown field")
+		}
+	}
 }
 
 func firstLine(s string) string {

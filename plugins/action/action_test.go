@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -102,7 +103,7 @@ func TestDescribe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Type != "action" || !slices.Contains(d.ProtocolVersions, sdk.ProtocolVersion) || d.ConfigSchema == "" {
+	if d.Type != "action" || d.Protocol != sdk.Protocol || !d.Has(sdk.CapDestroy) || d.Has(sdk.CapDrift) || d.ConfigSchema == "" {
 		t.Errorf("Describe = %+v", d)
 	}
 }
@@ -122,6 +123,10 @@ func TestApplyLinesInOrder(t *testing.T) {
 		t.Errorf("stderr = %q, want %q", got, want)
 	}
 	sys := texts(logs, sdk.StreamSystem)
+	if len(sys) != 5 || !strings.HasPrefix(sys[0], "sandbox: ") {
+		t.Errorf("first system line does not say how steps are sandboxed: %q", sys)
+	}
+	sys = sys[1:]
 	if len(sys) != 4 || !strings.Contains(sys[0], "first: start") || !strings.Contains(sys[1], "exit code 0") ||
 		!strings.Contains(sys[2], "second: start") {
 		t.Errorf("system lines = %q", sys)
@@ -344,4 +349,25 @@ func TestCancelStopsStep(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Apply did not return after cancel")
 	}
+}
+
+// TestHarness drives the action type through sdktest the way the agent
+// runs its jobs: validate, then plan, apply and destroy, each in a fresh
+// work dir.
+func TestHarness(t *testing.T) {
+	cfg := map[string]any{
+		"steps":         []any{map[string]any{"name": "hello", "script": `echo "hello $WHO"; echo greeting=hi >"$BYOC_OUTPUTS"`}},
+		"destroy_steps": []any{map[string]any{"script": `echo destroyed=yes >"$BYOC_OUTPUTS"`}},
+	}
+	sdktest.Test(t, action.New(), sdktest.Case{
+		Env: map[string]string{"WHO": "operator"},
+		Steps: []sdktest.Step{
+			{Config: map[string]any{"steps": []any{map[string]any{"scrpt": "x"}}},
+				ExpectDiagnostics: []string{"steps[0].script: is required", "steps[0].scrpt: unknown field"}},
+			{Op: sdk.OpPlan, Config: cfg, Check: sdktest.All(sdktest.ExpectChanges("would run 1 step(s)"), sdktest.ExpectNoLog("hello operator"))},
+			{Config: cfg, Check: sdktest.All(sdktest.ExpectLog("hello operator"), sdktest.ExpectOutput("greeting", "hi"))},
+			{Config: steps("fail", "exit 7"), ExpectError: regexp.MustCompile(`step "fail" failed with exit code 7`), Check: sdktest.ExpectExitCode(7)},
+		},
+		CheckDestroy: sdktest.ExpectOutput("destroyed", "yes"),
+	})
 }

@@ -6,13 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 	"unicode/utf8"
 
+	"github.com/byoc-dev/byoc/plugins/action/sandbox"
 	"github.com/byoc-dev/byoc/plugins/sdk"
 )
 
@@ -24,9 +23,10 @@ const MaxLineBytes = 64 << 10
 // must not hang the step; the host kills the process group at the end.
 const outputWaitDelay = 2 * time.Second
 
-// runSteps runs steps in order and returns the exit code of the first one
-// that fails, or 0, and the outputs of the steps that succeeded.
-func runSteps(ctx context.Context, shell string, steps []step, job sdk.JobContext, env map[string]string, log sdk.Logger) (int, map[string]string, error) {
+// runSteps runs steps in order, each in its own sandbox, and returns the
+// exit code of the first one that fails, or 0, and the outputs of the
+// steps that succeeded.
+func (p *Plugin) runSteps(ctx context.Context, cfg config, steps []step, job sdk.JobContext, env map[string]string, log sdk.Logger) (int, map[string]string, error) {
 	workDir := job.WorkDir
 	if workDir == "" {
 		workDir = "."
@@ -34,6 +34,12 @@ func runSteps(ctx context.Context, shell string, steps []step, job sdk.JobContex
 	workDir, err := filepath.Abs(workDir)
 	if err != nil {
 		return 1, nil, fmt.Errorf("work dir: %w", err)
+	}
+	sb := sandbox.New(ctx, p.sandbox)
+	policy := sandbox.Policy{WorkDir: workDir, Network: cfg.Network, Limits: cfg.Limits, WaitDelay: outputWaitDelay}
+	log.System("sandbox: " + sb.Describe(policy))
+	for _, w := range sb.Warnings() {
+		log.System("sandbox: WARNING: " + w)
 	}
 	outputs := map[string]string{}
 	for i, s := range steps {
@@ -45,7 +51,7 @@ func runSteps(ctx context.Context, shell string, steps []step, job sdk.JobContex
 		}
 		log.System(label + ": start")
 		start := time.Now()
-		code, err := runStep(ctx, shell, workDir, env, outFile, s.Script, log)
+		code, err := runStep(ctx, sb, policy, cfg.Shell, s, env, outFile, log)
 		if err != nil {
 			log.System(fmt.Sprintf("%s: %v", label, err))
 			return code, outputs, fmt.Errorf("step %q: %w", s.Name, err)
@@ -61,55 +67,44 @@ func runSteps(ctx context.Context, shell string, steps []step, job sdk.JobContex
 	return 0, outputs, nil
 }
 
-// runStep runs one script and returns its exit code. An error means the
-// script could not be run or was stopped by ctx.
-func runStep(ctx context.Context, shell, workDir string, env map[string]string, outFile, script string, log sdk.Logger) (int, error) {
-	cmd := exec.CommandContext(ctx, shell, "-e", "-c", script)
-	cmd.Dir = workDir
-	cmd.Env = make([]string, 0, len(env)+1)
+// errStepTimeout ends a step that ran past its own time limit.
+var errStepTimeout = errors.New("step timed out")
+
+// runStep runs one script in the sandbox and returns its exit code. An
+// error means the script could not be run, was stopped by ctx, ran past
+// its time limit or was killed for exceeding its memory limit.
+func runStep(ctx context.Context, sb *sandbox.Sandbox, policy sandbox.Policy, shell string, s step, env map[string]string, outFile string, log sdk.Logger) (int, error) {
+	policy.Env = make([]string, 0, len(env)+1)
 	for k, v := range env {
 		if k != "BYOC_OUTPUTS" {
-			cmd.Env = append(cmd.Env, k+"="+v)
+			policy.Env = append(policy.Env, k+"="+v)
 		}
 	}
-	cmd.Env = append(cmd.Env, "BYOC_OUTPUTS="+outFile)
-	// The script stays in the plugin's process group so that the host can
-	// kill everything it started with one signal; Pdeathsig covers the
-	// plugin dying first.
-	cmd.SysProcAttr = stepProcAttr()
+	policy.Env = append(policy.Env, "BYOC_OUTPUTS="+outFile)
 	stdout := newLineWriter(log.Stdout)
 	stderr := newLineWriter(log.Stderr)
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-	cmd.WaitDelay = outputWaitDelay
+	policy.Stdout, policy.Stderr = stdout, stderr
 
-	err := cmd.Run()
+	stepCtx := ctx
+	if s.Timeout > 0 {
+		var cancel context.CancelFunc
+		stepCtx, cancel = context.WithTimeoutCause(ctx, s.Timeout, errStepTimeout)
+		defer cancel()
+	}
+	res, err := sb.Run(stepCtx, policy, []string{shell, "-e", "-c", s.Script})
 	stdout.Flush()
 	stderr.Flush()
-	if ctx.Err() != nil {
-		return exitCode(cmd), fmt.Errorf("stopped: %w", context.Cause(ctx))
-	}
-	var exitErr *exec.ExitError
 	switch {
-	case err == nil, errors.Is(err, exec.ErrWaitDelay):
-		return exitCode(cmd), nil
-	case errors.As(err, &exitErr):
-		return exitCode(cmd), nil
-	default:
+	case res.OOMKilled:
+		return res.ExitCode, fmt.Errorf("killed: exceeded its memory limit of %d MiB (sandbox.memory_mb)", policy.Limits.MemoryBytes>>20)
+	case ctx.Err() != nil:
+		return res.ExitCode, fmt.Errorf("stopped: %w", context.Cause(ctx))
+	case errors.Is(err, errStepTimeout):
+		return res.ExitCode, fmt.Errorf("killed: exceeded its time limit of %s", s.Timeout)
+	case err != nil:
 		return 127, fmt.Errorf("run %s: %w", shell, err)
 	}
-}
-
-// exitCode reports a finished command's exit code the way a shell does:
-// 128+n for a command killed by signal n.
-func exitCode(cmd *exec.Cmd) int {
-	st := cmd.ProcessState
-	if st == nil {
-		return 1
-	}
-	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return 128 + int(ws.Signal())
-	}
-	return st.ExitCode()
+	return res.ExitCode, nil
 }
 
 // readOutputs adds the key=value lines of path, if it exists, to outputs.

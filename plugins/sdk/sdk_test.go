@@ -20,7 +20,7 @@ type fake struct {
 }
 
 func (fake) Describe(context.Context, *sdk.DescribeRequest) (*sdk.DescribeResponse, error) {
-	return &sdk.DescribeResponse{Type: "fake", Version: "1", ProtocolVersions: []int{1}, ConfigSchema: `{"type":"object"}`}, nil
+	return &sdk.DescribeResponse{Type: "fake", Version: "1", ConfigSchema: `{"type":"object"}`}, nil
 }
 func (fake) Validate(_ context.Context, req *sdk.ValidateRequest) (*sdk.ValidateResponse, error) {
 	if req.Config["bad"] != nil {
@@ -95,7 +95,7 @@ func TestRun(t *testing.T) {
 func TestClient(t *testing.T) {
 	c := sdktest.Start(t, fake{})
 	d, err := c.Describe(t.Context())
-	if err != nil || d.Type != "fake" || !slices.Equal(d.ProtocolVersions, []int{1}) {
+	if err != nil || d.Type != "fake" || d.Protocol != sdk.Protocol {
 		t.Errorf("Describe = %+v, %v", d, err)
 	}
 	v, err := c.Validate(t.Context(), map[string]any{"bad": true})
@@ -110,7 +110,7 @@ func TestClient(t *testing.T) {
 	if err != nil || res.Err() != nil {
 		t.Errorf("destroy with nil response = %+v, %v", res, err)
 	}
-	if _, err := c.Run(t.Context(), "drift", nil, nil); err == nil || !strings.Contains(err.Error(), "unknown operation") {
+	if _, err := c.Run(t.Context(), "frobnicate", nil, nil); err == nil || !strings.Contains(err.Error(), "unknown operation") {
 		t.Errorf("unknown op error = %v", err)
 	}
 	if _, err := c.Validate(t.Context(), map[string]any{"ch": make(chan int)}); err == nil {

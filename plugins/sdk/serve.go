@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/hashicorp/go-plugin"
 )
@@ -16,8 +17,12 @@ const PluginName = "component"
 // Handshake is the go-plugin handshake shared by the agent and every
 // plugin. The cookie is not a secret; it only stops a plugin binary from
 // being run as a normal program by mistake.
+//
+// Its ProtocolVersion is the major protocol version: go-plugin refuses a
+// plugin of another major before any call. Minor versions are negotiated
+// by [Client.Negotiate].
 var Handshake = plugin.HandshakeConfig{
-	ProtocolVersion:  ProtocolVersion,
+	ProtocolVersion:  ProtocolMajor,
 	MagicCookieKey:   "BYOC_PLUGIN_MAGIC_COOKIE",
 	MagicCookieValue: "77394d7629366ce6710feee806aa17dbe37b198a17ade280",
 }
@@ -53,24 +58,39 @@ func ServeArgs(p Plugin, args []string) {
 	os.Exit(0)
 }
 
-// PrintDescription writes p's description to w as indented JSON.
+// PrintDescription writes p's description to w as indented JSON: type,
+// version, protocol, protocol_versions, capabilities, config_schema and
+// outputs_schema. This is what "byoc-plugin-x describe" prints.
 func PrintDescription(ctx context.Context, w io.Writer, p Plugin) error {
-	d, err := p.Describe(ctx, &DescribeRequest{})
+	d, err := describe(ctx, p, ProtocolVersion{})
 	if err != nil {
 		return err
 	}
 	out := struct {
-		*DescribeResponse
-		// The schema is JSON already; print it as an object, not a string.
-		ConfigSchema json.RawMessage `json:"config_schema,omitempty"`
-	}{DescribeResponse: d}
-	if json.Valid([]byte(d.ConfigSchema)) {
-		out.ConfigSchema = json.RawMessage(d.ConfigSchema)
-	} else if d.ConfigSchema != "" {
-		b, _ := json.Marshal(d.ConfigSchema)
-		out.ConfigSchema = b
+		*Description
+		// Schemas are JSON already; print them as objects, not strings.
+		ConfigSchema  json.RawMessage `json:"config_schema,omitempty"`
+		OutputsSchema json.RawMessage `json:"outputs_schema,omitempty"`
+	}{Description: d}
+	if out.ConfigSchema, err = rawSchema("config", d.ConfigSchema); err != nil {
+		return err
+	}
+	if out.OutputsSchema, err = rawSchema("outputs", d.OutputsSchema); err != nil {
+		return err
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(out)
+}
+
+// rawSchema checks that a declared schema compiles, so a broken schema is
+// found by its author's describe, not by the first agent that loads it.
+func rawSchema(what, s string) (json.RawMessage, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	if _, err := CompileSchema(s); err != nil {
+		return nil, fmt.Errorf("%s schema: %w", what, err)
+	}
+	return json.RawMessage(s), nil
 }

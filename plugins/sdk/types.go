@@ -6,28 +6,67 @@ import (
 	"time"
 )
 
-// ProtocolVersion is the plugin protocol version this SDK speaks.
-const ProtocolVersion = 1
-
 // Operation names accepted by [Client.Run].
 const (
 	OpPlan    = "plan"
 	OpApply   = "apply"
 	OpDestroy = "destroy"
+	OpDrift   = "drift"
 )
 
-// Plugin is what a component type implements.
+// Plugin is what every component type implements.
 //
-// Plan, Apply and Destroy may log through the request's Log while they run;
-// each line reaches the agent immediately. A non-nil error means the
-// operation failed; its message becomes the result's error and, if the
-// response's ExitCode is zero, the exit code becomes 1.
+// Plan and Apply (and the optional operations) may log through the
+// request's Log while they run; each line reaches the agent immediately.
+// A non-nil error means the operation failed; its message becomes the
+// result's error and, if the response's ExitCode is zero, the exit code
+// becomes 1. A panic is reported as a failed operation.
+//
+// Optional capabilities are separate interfaces, found at run time by type
+// assertion and announced to the host in Describe: [Destroyer], [Drifter],
+// [OutputsSchemaProvider].
 type Plugin interface {
+	// Describe says what the plugin is. The SDK adds the protocol version
+	// and the capabilities.
 	Describe(ctx context.Context, req *DescribeRequest) (*DescribeResponse, error)
+	// Validate checks a config beyond what its schema says; it is called
+	// only for configs the schema accepts.
 	Validate(ctx context.Context, req *ValidateRequest) (*ValidateResponse, error)
 	Plan(ctx context.Context, req *PlanRequest) (*PlanResponse, error)
 	Apply(ctx context.Context, req *ApplyRequest) (*ApplyResponse, error)
+}
+
+// Destroyer is a plugin that can remove what Apply created. The host
+// refuses a destroy job for a type without it.
+type Destroyer interface {
 	Destroy(ctx context.Context, req *DestroyRequest) (*DestroyResponse, error)
+}
+
+// Drifter is a plugin that can tell whether a component still matches its
+// config without changing it.
+type Drifter interface {
+	Drift(ctx context.Context, req *DriftRequest) (*DriftResponse, error)
+}
+
+// OutputsSchemaProvider is a plugin that declares the JSON Schema of the
+// outputs Apply returns.
+type OutputsSchemaProvider interface {
+	OutputsSchema(ctx context.Context, req *OutputsSchemaRequest) (*OutputsSchemaResponse, error)
+}
+
+// capabilities lists the optional interfaces p implements.
+func capabilities(p Plugin) []string {
+	var caps []string
+	if _, ok := p.(Destroyer); ok {
+		caps = append(caps, CapDestroy)
+	}
+	if _, ok := p.(Drifter); ok {
+		caps = append(caps, CapDrift)
+	}
+	if _, ok := p.(OutputsSchemaProvider); ok {
+		caps = append(caps, CapOutputsSchema)
+	}
+	return caps
 }
 
 // JobContext tells a plugin which job it runs and where.
@@ -80,15 +119,22 @@ type LogEvent struct {
 }
 
 // DescribeRequest asks a plugin what it is.
-type DescribeRequest struct{}
+type DescribeRequest struct {
+	// HostProtocol is the host's protocol version; zero when the plugin
+	// is run as "byoc-plugin-x describe".
+	HostProtocol ProtocolVersion
+}
 
 // DescribeResponse says what a plugin is.
 type DescribeResponse struct {
-	Type             string `json:"type"`
-	Version          string `json:"version"`
-	ProtocolVersions []int  `json:"protocol_versions"`
-	// ConfigSchema is a JSON Schema of the component config.
-	ConfigSchema string `json:"config_schema,omitempty"`
+	// Type is the component type, the <type> of byoc-plugin-<type>.
+	Type string
+	// Version is the plugin's own version.
+	Version string
+	// ConfigSchema is a JSON Schema of the component config. The SDK checks
+	// every config against it before calling Validate, Plan, Apply, Destroy
+	// or Drift, and reports each problem with the path of its field.
+	ConfigSchema string
 }
 
 // ValidateRequest asks a plugin to check a component config.
@@ -152,7 +198,34 @@ type DestroyResponse struct {
 	Outputs  map[string]string
 }
 
-// RunRequest is what the host sends for plan, apply and destroy.
+// DriftRequest asks a plugin whether the component still matches its
+// config. It must not change anything.
+type DriftRequest struct {
+	Job    JobContext
+	Config map[string]any
+	Env    map[string]string
+	Log    Logger
+}
+
+// DriftResponse is the outcome of a drift check.
+type DriftResponse struct {
+	// Drifted reports that the component no longer matches its config.
+	Drifted bool
+	// Changes says what differs, for a human.
+	Changes  string
+	ExitCode int
+	Outputs  map[string]string
+}
+
+// OutputsSchemaRequest asks for the schema of a plugin's outputs.
+type OutputsSchemaRequest struct{}
+
+// OutputsSchemaResponse holds the JSON Schema of a plugin's outputs.
+type OutputsSchemaResponse struct {
+	Schema string
+}
+
+// RunRequest is what the host sends for plan, apply, destroy and drift.
 type RunRequest struct {
 	Job    JobContext
 	Config map[string]any
@@ -165,8 +238,10 @@ type Result struct {
 	// Error is set when the operation failed.
 	Error   string
 	Outputs map[string]string
-	// Changes summarises a plan.
+	// Changes summarises a plan or a drift.
 	Changes string
+	// Drifted is the verdict of a drift check.
+	Drifted bool
 }
 
 // Err returns the operation's failure as an error, or nil if it succeeded.

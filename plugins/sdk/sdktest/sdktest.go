@@ -1,12 +1,34 @@
 // Package sdktest runs a plugin in-process and drives it the way the agent
 // does: over the real gRPC service, through an *sdk.Client, without a
 // subprocess. Plugin authors use it in their own tests.
+//
+// [Test] is the harness: it negotiates the protocol, then runs each [Step]
+// as the agent runs a job (validate the config, then plan, apply, destroy
+// or drift in a fresh work directory with the agent's environment), checks
+// what came back, and at the end destroys what the steps applied, as a
+// real install's deprovision would.
+//
+//	func TestBucket(t *testing.T) {
+//		sdktest.Test(t, bucket.New(), sdktest.Case{Steps: []sdktest.Step{
+//			{Op: sdk.OpPlan, Config: cfg, Check: sdktest.ExpectChanges("create")},
+//			{Config: cfg, Check: sdktest.ExpectOutput("name", "b1")},
+//			{Config: map[string]any{"nme": "x"}, ExpectDiagnostics: []string{"nme: unknown field"}},
+//		}})
+//	}
 package sdktest
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -15,9 +37,20 @@ import (
 	"github.com/byoc-dev/byoc/plugins/sdk"
 )
 
-// Start serves p on an in-memory connection and returns a client for it.
+// Start serves p on an in-memory connection and returns a client for it
+// that has negotiated the protocol, as the agent does before any call.
 // Everything is stopped when the test ends.
 func Start(tb testing.TB, p sdk.Plugin) *sdk.Client {
+	tb.Helper()
+	c := StartRaw(tb, p)
+	if _, err := c.Negotiate(tb.Context()); err != nil {
+		tb.Fatalf("negotiate protocol: %v", err)
+	}
+	return c
+}
+
+// StartRaw is Start without negotiation.
+func StartRaw(tb testing.TB, p sdk.Plugin) *sdk.Client {
 	tb.Helper()
 	lis := bufconn.Listen(1 << 20)
 	srv := grpc.NewServer()
@@ -49,4 +82,306 @@ func Run(tb testing.TB, c *sdk.Client, op string, req *sdk.RunRequest) (*sdk.Res
 		tb.Fatalf("%s: %v", op, err)
 	}
 	return res, logs
+}
+
+// Case is a sequence of steps run against one plugin.
+type Case struct {
+	// InstallID names the install the jobs belong to; "install-test" if
+	// empty.
+	InstallID string
+	// Env is added to every step's environment.
+	Env map[string]string
+	// Steps run in order; the first failing step ends the test.
+	Steps []Step
+	// SkipDestroy leaves what the steps applied in place. By default, a
+	// plugin with the destroy capability is asked to destroy the last
+	// config applied, and the destroy must succeed.
+	SkipDestroy bool
+	// CheckDestroy, if set, checks the final destroy.
+	CheckDestroy Check
+}
+
+// Step is one job.
+type Step struct {
+	// Name labels the step in failures; "step N (op)" if empty.
+	Name string
+	// Op is sdk.OpPlan, OpApply (the default), OpDestroy or OpDrift.
+	Op string
+	// Config is the component config.
+	Config map[string]any
+	// Env is added to the case's environment for this step.
+	Env map[string]string
+	// PreConfig, if set, runs before the step, to change the world behind
+	// the plugin's back (to test drift, say). An error fails the test.
+	PreConfig func() error
+	// Timeout is the job's time limit; one minute if zero.
+	Timeout time.Duration
+	// ExpectDiagnostics, if set, expects validation to fail: each entry is
+	// "field: message", matched against a diagnostic by substring. The
+	// operation is then not run, as the agent would not run it.
+	ExpectDiagnostics []string
+	// ExpectError, if set, expects the operation to fail with an error
+	// matching it.
+	ExpectError *regexp.Regexp
+	// Check, if set, checks the outcome.
+	Check Check
+}
+
+// Outcome is what one step produced.
+type Outcome struct {
+	Result *sdk.Result
+	Logs   []sdk.LogEvent
+	// WorkDir was the job's work directory; it stays until the test ends.
+	WorkDir string
+}
+
+// Log returns the log lines joined by newlines.
+func (o *Outcome) Log() string {
+	lines := make([]string, len(o.Logs))
+	for i, e := range o.Logs {
+		lines[i] = e.Text
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Check inspects a step's outcome and says what is wrong.
+type Check func(*Outcome) error
+
+// Test runs c against p in-process. Failures are reported through t.
+func Test(t testing.TB, p sdk.Plugin, c Case) {
+	t.Helper()
+	client := StartRaw(t, p)
+	desc, err := client.Negotiate(t.Context())
+	if err != nil {
+		t.Fatalf("negotiate protocol: %v", err)
+	}
+	if desc.Type == "" {
+		t.Fatalf("describe: the plugin's type is empty")
+	}
+	if c.InstallID == "" {
+		c.InstallID = "install-test"
+	}
+	var applied map[string]any
+	didApply := false
+	n := 0
+	runJob := func(name, op string, config map[string]any, env map[string]string, timeout time.Duration) (*Outcome, []sdk.Diagnostic) {
+		t.Helper()
+		n++
+		work := filepath.Join(t.TempDir(), "work")
+		if err := os.MkdirAll(work, 0o700); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if timeout == 0 {
+			timeout = time.Minute
+		}
+		job := sdk.JobContext{JobID: fmt.Sprintf("job-%d", n), InstallID: c.InstallID, Attempt: 1, WorkDir: work, Timeout: timeout}
+		v, err := client.Validate(t.Context(), config)
+		if err != nil {
+			t.Fatalf("%s: validate: %v", name, err)
+		}
+		if len(v.Diagnostics) > 0 {
+			return nil, v.Diagnostics
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), timeout)
+		defer cancel()
+		out := &Outcome{WorkDir: work}
+		res, err := client.Run(ctx, op, &sdk.RunRequest{Job: job, Config: config, Env: jobEnv(job, op, c.Env, env)},
+			func(e sdk.LogEvent) { out.Logs = append(out.Logs, e) })
+		if err != nil {
+			t.Fatalf("%s: %s: %v", name, op, err)
+		}
+		out.Result = res
+		return out, nil
+	}
+	for i, s := range c.Steps {
+		op := s.Op
+		if op == "" {
+			op = sdk.OpApply
+		}
+		name := s.Name
+		if name == "" {
+			name = fmt.Sprintf("step %d (%s)", i+1, op)
+		}
+		if s.PreConfig != nil {
+			if err := s.PreConfig(); err != nil {
+				t.Fatalf("%s: pre-config: %v", name, err)
+			}
+		}
+		out, diags := runJob(name, op, s.Config, s.Env, s.Timeout)
+		if err := checkDiagnostics(diags, s.ExpectDiagnostics); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if diags != nil {
+			continue
+		}
+		if err := checkError(out.Result, s.ExpectError); err != nil {
+			t.Fatalf("%s: %v\nlog:\n%s", name, err, out.Log())
+		}
+		if s.Check != nil {
+			if err := s.Check(out); err != nil {
+				t.Fatalf("%s: %v\nlog:\n%s", name, err, out.Log())
+			}
+		}
+		if op == sdk.OpApply && out.Result.Err() == nil {
+			applied, didApply = s.Config, true
+		}
+		if op == sdk.OpDestroy && out.Result.Err() == nil {
+			didApply = false
+		}
+	}
+	if c.SkipDestroy || !didApply || !desc.Has(sdk.CapDestroy) {
+		return
+	}
+	out, diags := runJob("final destroy", sdk.OpDestroy, applied, nil, 0)
+	if len(diags) > 0 {
+		t.Fatalf("final destroy: %v", sdk.DiagnosticsError(diags))
+	}
+	if err := out.Result.Err(); err != nil {
+		t.Fatalf("final destroy failed: %v\nlog:\n%s", err, out.Log())
+	}
+	if c.CheckDestroy != nil {
+		if err := c.CheckDestroy(out); err != nil {
+			t.Fatalf("final destroy: %v\nlog:\n%s", err, out.Log())
+		}
+	}
+}
+
+// jobEnv is the environment the agent gives a job.
+func jobEnv(job sdk.JobContext, op string, layers ...map[string]string) map[string]string {
+	env := map[string]string{
+		"PATH":            "/usr/local/bin:/usr/bin:/bin",
+		"HOME":            job.WorkDir,
+		"TMPDIR":          job.WorkDir,
+		"LANG":            "C.UTF-8",
+		"BYOC_JOB_ID":     job.JobID,
+		"BYOC_INSTALL_ID": job.InstallID,
+		"BYOC_ATTEMPT":    strconv.Itoa(job.Attempt),
+		"BYOC_OPERATION":  op,
+	}
+	for _, l := range layers {
+		for k, v := range l {
+			env[k] = v
+		}
+	}
+	return env
+}
+
+func checkDiagnostics(got []sdk.Diagnostic, want []string) error {
+	if len(want) == 0 {
+		if len(got) > 0 {
+			return fmt.Errorf("config rejected: %v", sdk.DiagnosticsError(got))
+		}
+		return nil
+	}
+	if len(got) == 0 {
+		return fmt.Errorf("config accepted; want diagnostics %q", want)
+	}
+	for _, w := range want {
+		found := false
+		for _, d := range got {
+			if strings.Contains(d.String(), w) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return fmt.Errorf("no diagnostic matches %q; got %v", w, sdk.DiagnosticsError(got))
+		}
+	}
+	return nil
+}
+
+func checkError(res *sdk.Result, want *regexp.Regexp) error {
+	switch err := res.Err(); {
+	case want == nil && err != nil:
+		return fmt.Errorf("failed (exit code %d): %v", res.ExitCode, err)
+	case want == nil && res.ExitCode != 0:
+		return fmt.Errorf("exit code %d", res.ExitCode)
+	case want != nil && err == nil:
+		return fmt.Errorf("succeeded; want an error matching %q", want)
+	case want != nil && !want.MatchString(err.Error()):
+		return fmt.Errorf("error %q does not match %q", err, want)
+	}
+	return nil
+}
+
+// ExpectOutput checks that the result has output key set to value.
+func ExpectOutput(key, value string) Check {
+	return func(o *Outcome) error {
+		got, ok := o.Result.Outputs[key]
+		if !ok {
+			return fmt.Errorf("output %q missing; outputs: %v", key, o.Result.Outputs)
+		}
+		if got != value {
+			return fmt.Errorf("output %q = %q, want %q", key, got, value)
+		}
+		return nil
+	}
+}
+
+// ExpectLog checks that some log line contains substr.
+func ExpectLog(substr string) Check {
+	return func(o *Outcome) error {
+		for _, e := range o.Logs {
+			if strings.Contains(e.Text, substr) {
+				return nil
+			}
+		}
+		return fmt.Errorf("no log line contains %q", substr)
+	}
+}
+
+// ExpectNoLog checks that no log line contains substr.
+func ExpectNoLog(substr string) Check {
+	return func(o *Outcome) error {
+		for _, e := range o.Logs {
+			if strings.Contains(e.Text, substr) {
+				return fmt.Errorf("log line %q contains %q", e.Text, substr)
+			}
+		}
+		return nil
+	}
+}
+
+// ExpectExitCode checks the result's exit code.
+func ExpectExitCode(code int) Check {
+	return func(o *Outcome) error {
+		if o.Result.ExitCode != code {
+			return fmt.Errorf("exit code %d, want %d", o.Result.ExitCode, code)
+		}
+		return nil
+	}
+}
+
+// ExpectChanges checks that the plan's or drift's changes contain substr.
+func ExpectChanges(substr string) Check {
+	return func(o *Outcome) error {
+		if !strings.Contains(o.Result.Changes, substr) {
+			return fmt.Errorf("changes %q do not contain %q", o.Result.Changes, substr)
+		}
+		return nil
+	}
+}
+
+// ExpectDrifted checks a drift check's verdict.
+func ExpectDrifted(drifted bool) Check {
+	return func(o *Outcome) error {
+		if o.Result.Drifted != drifted {
+			return fmt.Errorf("drifted = %v, want %v (changes: %q)", o.Result.Drifted, drifted, o.Result.Changes)
+		}
+		return nil
+	}
+}
+
+// All runs every check and joins their errors.
+func All(checks ...Check) Check {
+	return func(o *Outcome) error {
+		var errs []error
+		for _, c := range checks {
+			if err := c(o); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		return errors.Join(errs...)
+	}
 }

@@ -1,5 +1,6 @@
 // Command testkit is an external plugin for pluginhost tests. Its Apply
 // behaves according to config "mode": ok, env, crash or hang.
+// It has no optional capabilities.
 package main
 
 import (
@@ -8,13 +9,15 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/hashicorp/go-plugin"
+
 	"github.com/byoc-dev/byoc/plugins/sdk"
 )
 
 type testkit struct{}
 
 func (testkit) Describe(context.Context, *sdk.DescribeRequest) (*sdk.DescribeResponse, error) {
-	return &sdk.DescribeResponse{Type: "testkit", Version: "0.0.1", ProtocolVersions: []int{sdk.ProtocolVersion}}, nil
+	return &sdk.DescribeResponse{Type: "testkit", Version: "0.0.1"}, nil
 }
 
 func (testkit) Validate(context.Context, *sdk.ValidateRequest) (*sdk.ValidateResponse, error) {
@@ -45,8 +48,14 @@ func (testkit) Apply(ctx context.Context, req *sdk.ApplyRequest) (*sdk.ApplyResp
 	return nil, errors.New(fmt.Sprint("unknown mode ", req.Config["mode"]))
 }
 
-func (testkit) Destroy(context.Context, *sdk.DestroyRequest) (*sdk.DestroyResponse, error) {
-	return &sdk.DestroyResponse{}, nil
+func main() {
+	// TESTKIT_PROTOCOL_MAJOR=2 makes this a plugin built for a future,
+	// incompatible protocol: it offers major 2 at the handshake.
+	if os.Getenv("TESTKIT_PROTOCOL_MAJOR") == "2" {
+		hs := sdk.Handshake
+		hs.ProtocolVersion = 2
+		plugin.Serve(&plugin.ServeConfig{HandshakeConfig: hs, Plugins: sdk.PluginMap(testkit{}), GRPCServer: plugin.DefaultGRPCServer})
+		return
+	}
+	sdk.Serve(testkit{})
 }
-
-func main() { sdk.Serve(testkit{}) }

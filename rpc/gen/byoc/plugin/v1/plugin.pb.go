@@ -23,15 +23,70 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-type DescribeRequest struct {
+// ProtocolVersion is a plugin protocol version, major.minor.
+type ProtocolVersion struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
+	Major         int32                  `protobuf:"varint,1,opt,name=major,proto3" json:"major,omitempty"`
+	Minor         int32                  `protobuf:"varint,2,opt,name=minor,proto3" json:"minor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProtocolVersion) Reset() {
+	*x = ProtocolVersion{}
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProtocolVersion) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProtocolVersion) ProtoMessage() {}
+
+func (x *ProtocolVersion) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProtocolVersion.ProtoReflect.Descriptor instead.
+func (*ProtocolVersion) Descriptor() ([]byte, []int) {
+	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ProtocolVersion) GetMajor() int32 {
+	if x != nil {
+		return x.Major
+	}
+	return 0
+}
+
+func (x *ProtocolVersion) GetMinor() int32 {
+	if x != nil {
+		return x.Minor
+	}
+	return 0
+}
+
+type DescribeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// host_protocol is the host's protocol version (1.1); unset from a 1.0 host.
+	HostProtocol  *ProtocolVersion `protobuf:"bytes,1,opt,name=host_protocol,json=hostProtocol,proto3" json:"host_protocol,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DescribeRequest) Reset() {
 	*x = DescribeRequest{}
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[0]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -43,7 +98,7 @@ func (x *DescribeRequest) String() string {
 func (*DescribeRequest) ProtoMessage() {}
 
 func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[0]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -56,23 +111,40 @@ func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeRequest.ProtoReflect.Descriptor instead.
 func (*DescribeRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{0}
+	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *DescribeRequest) GetHostProtocol() *ProtocolVersion {
+	if x != nil {
+		return x.HostProtocol
+	}
+	return nil
 }
 
 type DescribeResponse struct {
-	state            protoimpl.MessageState `protogen:"open.v1"`
-	Type             string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
-	Version          string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
-	ProtocolVersions []int32                `protobuf:"varint,3,rep,packed,name=protocol_versions,json=protocolVersions,proto3" json:"protocol_versions,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Type    string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	Version string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	// protocol_versions are the major versions the plugin speaks.
+	ProtocolVersions []int32 `protobuf:"varint,3,rep,packed,name=protocol_versions,json=protocolVersions,proto3" json:"protocol_versions,omitempty"`
 	// config_schema is a JSON Schema of the component config.
-	ConfigSchema  string `protobuf:"bytes,4,opt,name=config_schema,json=configSchema,proto3" json:"config_schema,omitempty"`
+	ConfigSchema string `protobuf:"bytes,4,opt,name=config_schema,json=configSchema,proto3" json:"config_schema,omitempty"`
+	// protocol is the exact version the plugin was built for (1.1); a 1.0
+	// plugin leaves it unset.
+	Protocol *ProtocolVersion `protobuf:"bytes,5,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	// capabilities names the optional operations the plugin implements:
+	// "destroy", "drift", "outputs_schema" (1.1). A 1.0 plugin leaves it
+	// empty and serves destroy.
+	Capabilities []string `protobuf:"bytes,6,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
+	// outputs_schema is a JSON Schema of the outputs map (1.1).
+	OutputsSchema string `protobuf:"bytes,7,opt,name=outputs_schema,json=outputsSchema,proto3" json:"outputs_schema,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DescribeResponse) Reset() {
 	*x = DescribeResponse{}
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[1]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -84,7 +156,7 @@ func (x *DescribeResponse) String() string {
 func (*DescribeResponse) ProtoMessage() {}
 
 func (x *DescribeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[1]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -97,7 +169,7 @@ func (x *DescribeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeResponse.ProtoReflect.Descriptor instead.
 func (*DescribeResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{1}
+	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *DescribeResponse) GetType() string {
@@ -128,6 +200,27 @@ func (x *DescribeResponse) GetConfigSchema() string {
 	return ""
 }
 
+func (x *DescribeResponse) GetProtocol() *ProtocolVersion {
+	if x != nil {
+		return x.Protocol
+	}
+	return nil
+}
+
+func (x *DescribeResponse) GetCapabilities() []string {
+	if x != nil {
+		return x.Capabilities
+	}
+	return nil
+}
+
+func (x *DescribeResponse) GetOutputsSchema() string {
+	if x != nil {
+		return x.OutputsSchema
+	}
+	return ""
+}
+
 // JobContext tells a plugin which job it runs and where.
 type JobContext struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -143,7 +236,7 @@ type JobContext struct {
 
 func (x *JobContext) Reset() {
 	*x = JobContext{}
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[2]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -155,7 +248,7 @@ func (x *JobContext) String() string {
 func (*JobContext) ProtoMessage() {}
 
 func (x *JobContext) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[2]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -168,7 +261,7 @@ func (x *JobContext) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobContext.ProtoReflect.Descriptor instead.
 func (*JobContext) Descriptor() ([]byte, []int) {
-	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{2}
+	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *JobContext) GetJobId() string {
@@ -215,7 +308,7 @@ type ValidateRequest struct {
 
 func (x *ValidateRequest) Reset() {
 	*x = ValidateRequest{}
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[3]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -227,7 +320,7 @@ func (x *ValidateRequest) String() string {
 func (*ValidateRequest) ProtoMessage() {}
 
 func (x *ValidateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[3]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -240,7 +333,7 @@ func (x *ValidateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateRequest.ProtoReflect.Descriptor instead.
 func (*ValidateRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{3}
+	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ValidateRequest) GetConfig() *structpb.Struct {
@@ -261,7 +354,7 @@ type Diagnostic struct {
 
 func (x *Diagnostic) Reset() {
 	*x = Diagnostic{}
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[4]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -273,7 +366,7 @@ func (x *Diagnostic) String() string {
 func (*Diagnostic) ProtoMessage() {}
 
 func (x *Diagnostic) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[4]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -286,7 +379,7 @@ func (x *Diagnostic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Diagnostic.ProtoReflect.Descriptor instead.
 func (*Diagnostic) Descriptor() ([]byte, []int) {
-	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{4}
+	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Diagnostic) GetField() string {
@@ -312,7 +405,7 @@ type ValidateResponse struct {
 
 func (x *ValidateResponse) Reset() {
 	*x = ValidateResponse{}
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[5]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -324,7 +417,7 @@ func (x *ValidateResponse) String() string {
 func (*ValidateResponse) ProtoMessage() {}
 
 func (x *ValidateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[5]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -337,7 +430,7 @@ func (x *ValidateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateResponse.ProtoReflect.Descriptor instead.
 func (*ValidateResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{5}
+	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ValidateResponse) GetDiagnostics() []*Diagnostic {
@@ -359,7 +452,7 @@ type LogEvent struct {
 
 func (x *LogEvent) Reset() {
 	*x = LogEvent{}
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[6]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -371,7 +464,7 @@ func (x *LogEvent) String() string {
 func (*LogEvent) ProtoMessage() {}
 
 func (x *LogEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[6]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -384,7 +477,7 @@ func (x *LogEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogEvent.ProtoReflect.Descriptor instead.
 func (*LogEvent) Descriptor() ([]byte, []int) {
-	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{6}
+	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *LogEvent) GetTime() *timestamppb.Timestamp {
@@ -415,14 +508,17 @@ type Result struct {
 	Error   string            `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
 	Outputs map[string]string `protobuf:"bytes,3,rep,name=outputs,proto3" json:"outputs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// changes summarises a plan.
-	Changes       string `protobuf:"bytes,4,opt,name=changes,proto3" json:"changes,omitempty"`
+	Changes string `protobuf:"bytes,4,opt,name=changes,proto3" json:"changes,omitempty"`
+	// drifted reports, for a drift check, that the component no longer
+	// matches its config (1.1).
+	Drifted       bool `protobuf:"varint,5,opt,name=drifted,proto3" json:"drifted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[7]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -434,7 +530,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[7]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -447,7 +543,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{7}
+	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Result) GetExitCode() int32 {
@@ -478,6 +574,13 @@ func (x *Result) GetChanges() string {
 	return ""
 }
 
+func (x *Result) GetDrifted() bool {
+	if x != nil {
+		return x.Drifted
+	}
+	return false
+}
+
 type PlanRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Job           *JobContext            `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
@@ -489,7 +592,7 @@ type PlanRequest struct {
 
 func (x *PlanRequest) Reset() {
 	*x = PlanRequest{}
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[8]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -501,7 +604,7 @@ func (x *PlanRequest) String() string {
 func (*PlanRequest) ProtoMessage() {}
 
 func (x *PlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[8]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -514,7 +617,7 @@ func (x *PlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanRequest.ProtoReflect.Descriptor instead.
 func (*PlanRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{8}
+	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PlanRequest) GetJob() *JobContext {
@@ -551,7 +654,7 @@ type PlanResponse struct {
 
 func (x *PlanResponse) Reset() {
 	*x = PlanResponse{}
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[9]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -563,7 +666,7 @@ func (x *PlanResponse) String() string {
 func (*PlanResponse) ProtoMessage() {}
 
 func (x *PlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[9]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -576,7 +679,7 @@ func (x *PlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanResponse.ProtoReflect.Descriptor instead.
 func (*PlanResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{9}
+	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PlanResponse) GetEvent() isPlanResponse_Event {
@@ -631,7 +734,7 @@ type ApplyRequest struct {
 
 func (x *ApplyRequest) Reset() {
 	*x = ApplyRequest{}
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[10]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -643,7 +746,7 @@ func (x *ApplyRequest) String() string {
 func (*ApplyRequest) ProtoMessage() {}
 
 func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[10]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -656,7 +759,7 @@ func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyRequest.ProtoReflect.Descriptor instead.
 func (*ApplyRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{10}
+	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ApplyRequest) GetJob() *JobContext {
@@ -693,7 +796,7 @@ type ApplyResponse struct {
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[11]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -705,7 +808,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[11]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -718,7 +821,7 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{11}
+	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ApplyResponse) GetEvent() isApplyResponse_Event {
@@ -773,7 +876,7 @@ type DestroyRequest struct {
 
 func (x *DestroyRequest) Reset() {
 	*x = DestroyRequest{}
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[12]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -785,7 +888,7 @@ func (x *DestroyRequest) String() string {
 func (*DestroyRequest) ProtoMessage() {}
 
 func (x *DestroyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[12]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -798,7 +901,7 @@ func (x *DestroyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyRequest.ProtoReflect.Descriptor instead.
 func (*DestroyRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{12}
+	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DestroyRequest) GetJob() *JobContext {
@@ -835,7 +938,7 @@ type DestroyResponse struct {
 
 func (x *DestroyResponse) Reset() {
 	*x = DestroyResponse{}
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[13]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -847,7 +950,7 @@ func (x *DestroyResponse) String() string {
 func (*DestroyResponse) ProtoMessage() {}
 
 func (x *DestroyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[13]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -860,7 +963,7 @@ func (x *DestroyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyResponse.ProtoReflect.Descriptor instead.
 func (*DestroyResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{13}
+	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DestroyResponse) GetEvent() isDestroyResponse_Event {
@@ -904,17 +1007,166 @@ func (*DestroyResponse_Log) isDestroyResponse_Event() {}
 
 func (*DestroyResponse_Result) isDestroyResponse_Event() {}
 
+type DriftRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Job           *JobContext            `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Config        *structpb.Struct       `protobuf:"bytes,2,opt,name=config,proto3" json:"config,omitempty"`
+	Env           map[string]string      `protobuf:"bytes,3,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DriftRequest) Reset() {
+	*x = DriftRequest{}
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DriftRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DriftRequest) ProtoMessage() {}
+
+func (x *DriftRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DriftRequest.ProtoReflect.Descriptor instead.
+func (*DriftRequest) Descriptor() ([]byte, []int) {
+	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *DriftRequest) GetJob() *JobContext {
+	if x != nil {
+		return x.Job
+	}
+	return nil
+}
+
+func (x *DriftRequest) GetConfig() *structpb.Struct {
+	if x != nil {
+		return x.Config
+	}
+	return nil
+}
+
+func (x *DriftRequest) GetEnv() map[string]string {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
+type DriftResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Event:
+	//
+	//	*DriftResponse_Log
+	//	*DriftResponse_Result
+	Event         isDriftResponse_Event `protobuf_oneof:"event"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DriftResponse) Reset() {
+	*x = DriftResponse{}
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DriftResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DriftResponse) ProtoMessage() {}
+
+func (x *DriftResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DriftResponse.ProtoReflect.Descriptor instead.
+func (*DriftResponse) Descriptor() ([]byte, []int) {
+	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *DriftResponse) GetEvent() isDriftResponse_Event {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+func (x *DriftResponse) GetLog() *LogEvent {
+	if x != nil {
+		if x, ok := x.Event.(*DriftResponse_Log); ok {
+			return x.Log
+		}
+	}
+	return nil
+}
+
+func (x *DriftResponse) GetResult() *Result {
+	if x != nil {
+		if x, ok := x.Event.(*DriftResponse_Result); ok {
+			return x.Result
+		}
+	}
+	return nil
+}
+
+type isDriftResponse_Event interface {
+	isDriftResponse_Event()
+}
+
+type DriftResponse_Log struct {
+	Log *LogEvent `protobuf:"bytes,1,opt,name=log,proto3,oneof"`
+}
+
+type DriftResponse_Result struct {
+	Result *Result `protobuf:"bytes,2,opt,name=result,proto3,oneof"`
+}
+
+func (*DriftResponse_Log) isDriftResponse_Event() {}
+
+func (*DriftResponse_Result) isDriftResponse_Event() {}
+
 var File_byoc_plugin_v1_plugin_proto protoreflect.FileDescriptor
 
 const file_byoc_plugin_v1_plugin_proto_rawDesc = "" +
 	"\n" +
-	"\x1bbyoc/plugin/v1/plugin.proto\x12\x0ebyoc.plugin.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x11\n" +
-	"\x0fDescribeRequest\"\x92\x01\n" +
+	"\x1bbyoc/plugin/v1/plugin.proto\x12\x0ebyoc.plugin.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"=\n" +
+	"\x0fProtocolVersion\x12\x14\n" +
+	"\x05major\x18\x01 \x01(\x05R\x05major\x12\x14\n" +
+	"\x05minor\x18\x02 \x01(\x05R\x05minor\"W\n" +
+	"\x0fDescribeRequest\x12D\n" +
+	"\rhost_protocol\x18\x01 \x01(\v2\x1f.byoc.plugin.v1.ProtocolVersionR\fhostProtocol\"\x9a\x02\n" +
 	"\x10DescribeResponse\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12+\n" +
 	"\x11protocol_versions\x18\x03 \x03(\x05R\x10protocolVersions\x12#\n" +
-	"\rconfig_schema\x18\x04 \x01(\tR\fconfigSchema\"\xa0\x01\n" +
+	"\rconfig_schema\x18\x04 \x01(\tR\fconfigSchema\x12;\n" +
+	"\bprotocol\x18\x05 \x01(\v2\x1f.byoc.plugin.v1.ProtocolVersionR\bprotocol\x12\"\n" +
+	"\fcapabilities\x18\x06 \x03(\tR\fcapabilities\x12%\n" +
+	"\x0eoutputs_schema\x18\a \x01(\tR\routputsSchema\"\xa0\x01\n" +
 	"\n" +
 	"JobContext\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1d\n" +
@@ -934,12 +1186,13 @@ const file_byoc_plugin_v1_plugin_proto_rawDesc = "" +
 	"\bLogEvent\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x16\n" +
 	"\x06stream\x18\x02 \x01(\x05R\x06stream\x12\x12\n" +
-	"\x04text\x18\x03 \x01(\tR\x04text\"\xd0\x01\n" +
+	"\x04text\x18\x03 \x01(\tR\x04text\"\xea\x01\n" +
 	"\x06Result\x12\x1b\n" +
 	"\texit_code\x18\x01 \x01(\x05R\bexitCode\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12=\n" +
 	"\aoutputs\x18\x03 \x03(\v2#.byoc.plugin.v1.Result.OutputsEntryR\aoutputs\x12\x18\n" +
-	"\achanges\x18\x04 \x01(\tR\achanges\x1a:\n" +
+	"\achanges\x18\x04 \x01(\tR\achanges\x12\x18\n" +
+	"\adrifted\x18\x05 \x01(\bR\adrifted\x1a:\n" +
 	"\fOutputsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xdc\x01\n" +
@@ -975,13 +1228,25 @@ const file_byoc_plugin_v1_plugin_proto_rawDesc = "" +
 	"\x0fDestroyResponse\x12,\n" +
 	"\x03log\x18\x01 \x01(\v2\x18.byoc.plugin.v1.LogEventH\x00R\x03log\x120\n" +
 	"\x06result\x18\x02 \x01(\v2\x16.byoc.plugin.v1.ResultH\x00R\x06resultB\a\n" +
-	"\x05event2\x91\x03\n" +
+	"\x05event\"\xde\x01\n" +
+	"\fDriftRequest\x12,\n" +
+	"\x03job\x18\x01 \x01(\v2\x1a.byoc.plugin.v1.JobContextR\x03job\x12/\n" +
+	"\x06config\x18\x02 \x01(\v2\x17.google.protobuf.StructR\x06config\x127\n" +
+	"\x03env\x18\x03 \x03(\v2%.byoc.plugin.v1.DriftRequest.EnvEntryR\x03env\x1a6\n" +
+	"\bEnvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"x\n" +
+	"\rDriftResponse\x12,\n" +
+	"\x03log\x18\x01 \x01(\v2\x18.byoc.plugin.v1.LogEventH\x00R\x03log\x120\n" +
+	"\x06result\x18\x02 \x01(\v2\x16.byoc.plugin.v1.ResultH\x00R\x06resultB\a\n" +
+	"\x05event2\xd9\x03\n" +
 	"\x16ComponentPluginService\x12M\n" +
 	"\bDescribe\x12\x1f.byoc.plugin.v1.DescribeRequest\x1a .byoc.plugin.v1.DescribeResponse\x12M\n" +
 	"\bValidate\x12\x1f.byoc.plugin.v1.ValidateRequest\x1a .byoc.plugin.v1.ValidateResponse\x12C\n" +
 	"\x04Plan\x12\x1b.byoc.plugin.v1.PlanRequest\x1a\x1c.byoc.plugin.v1.PlanResponse0\x01\x12F\n" +
 	"\x05Apply\x12\x1c.byoc.plugin.v1.ApplyRequest\x1a\x1d.byoc.plugin.v1.ApplyResponse0\x01\x12L\n" +
-	"\aDestroy\x12\x1e.byoc.plugin.v1.DestroyRequest\x1a\x1f.byoc.plugin.v1.DestroyResponse0\x01B\xb5\x01\n" +
+	"\aDestroy\x12\x1e.byoc.plugin.v1.DestroyRequest\x1a\x1f.byoc.plugin.v1.DestroyResponse0\x01\x12F\n" +
+	"\x05Drift\x12\x1c.byoc.plugin.v1.DriftRequest\x1a\x1d.byoc.plugin.v1.DriftResponse0\x01B\xb5\x01\n" +
 	"\x12com.byoc.plugin.v1B\vPluginProtoP\x01Z8github.com/byoc-dev/byoc/rpc/gen/byoc/plugin/v1;pluginv1\xa2\x02\x03BPX\xaa\x02\x0eByoc.Plugin.V1\xca\x02\x0eByoc\\Plugin\\V1\xe2\x02\x1aByoc\\Plugin\\V1\\GPBMetadata\xea\x02\x10Byoc::Plugin::V1b\x06proto3"
 
 var (
@@ -996,64 +1261,77 @@ func file_byoc_plugin_v1_plugin_proto_rawDescGZIP() []byte {
 	return file_byoc_plugin_v1_plugin_proto_rawDescData
 }
 
-var file_byoc_plugin_v1_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_byoc_plugin_v1_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_byoc_plugin_v1_plugin_proto_goTypes = []any{
-	(*DescribeRequest)(nil),       // 0: byoc.plugin.v1.DescribeRequest
-	(*DescribeResponse)(nil),      // 1: byoc.plugin.v1.DescribeResponse
-	(*JobContext)(nil),            // 2: byoc.plugin.v1.JobContext
-	(*ValidateRequest)(nil),       // 3: byoc.plugin.v1.ValidateRequest
-	(*Diagnostic)(nil),            // 4: byoc.plugin.v1.Diagnostic
-	(*ValidateResponse)(nil),      // 5: byoc.plugin.v1.ValidateResponse
-	(*LogEvent)(nil),              // 6: byoc.plugin.v1.LogEvent
-	(*Result)(nil),                // 7: byoc.plugin.v1.Result
-	(*PlanRequest)(nil),           // 8: byoc.plugin.v1.PlanRequest
-	(*PlanResponse)(nil),          // 9: byoc.plugin.v1.PlanResponse
-	(*ApplyRequest)(nil),          // 10: byoc.plugin.v1.ApplyRequest
-	(*ApplyResponse)(nil),         // 11: byoc.plugin.v1.ApplyResponse
-	(*DestroyRequest)(nil),        // 12: byoc.plugin.v1.DestroyRequest
-	(*DestroyResponse)(nil),       // 13: byoc.plugin.v1.DestroyResponse
-	nil,                           // 14: byoc.plugin.v1.Result.OutputsEntry
-	nil,                           // 15: byoc.plugin.v1.PlanRequest.EnvEntry
-	nil,                           // 16: byoc.plugin.v1.ApplyRequest.EnvEntry
-	nil,                           // 17: byoc.plugin.v1.DestroyRequest.EnvEntry
-	(*structpb.Struct)(nil),       // 18: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil), // 19: google.protobuf.Timestamp
+	(*ProtocolVersion)(nil),       // 0: byoc.plugin.v1.ProtocolVersion
+	(*DescribeRequest)(nil),       // 1: byoc.plugin.v1.DescribeRequest
+	(*DescribeResponse)(nil),      // 2: byoc.plugin.v1.DescribeResponse
+	(*JobContext)(nil),            // 3: byoc.plugin.v1.JobContext
+	(*ValidateRequest)(nil),       // 4: byoc.plugin.v1.ValidateRequest
+	(*Diagnostic)(nil),            // 5: byoc.plugin.v1.Diagnostic
+	(*ValidateResponse)(nil),      // 6: byoc.plugin.v1.ValidateResponse
+	(*LogEvent)(nil),              // 7: byoc.plugin.v1.LogEvent
+	(*Result)(nil),                // 8: byoc.plugin.v1.Result
+	(*PlanRequest)(nil),           // 9: byoc.plugin.v1.PlanRequest
+	(*PlanResponse)(nil),          // 10: byoc.plugin.v1.PlanResponse
+	(*ApplyRequest)(nil),          // 11: byoc.plugin.v1.ApplyRequest
+	(*ApplyResponse)(nil),         // 12: byoc.plugin.v1.ApplyResponse
+	(*DestroyRequest)(nil),        // 13: byoc.plugin.v1.DestroyRequest
+	(*DestroyResponse)(nil),       // 14: byoc.plugin.v1.DestroyResponse
+	(*DriftRequest)(nil),          // 15: byoc.plugin.v1.DriftRequest
+	(*DriftResponse)(nil),         // 16: byoc.plugin.v1.DriftResponse
+	nil,                           // 17: byoc.plugin.v1.Result.OutputsEntry
+	nil,                           // 18: byoc.plugin.v1.PlanRequest.EnvEntry
+	nil,                           // 19: byoc.plugin.v1.ApplyRequest.EnvEntry
+	nil,                           // 20: byoc.plugin.v1.DestroyRequest.EnvEntry
+	nil,                           // 21: byoc.plugin.v1.DriftRequest.EnvEntry
+	(*structpb.Struct)(nil),       // 22: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
 }
 var file_byoc_plugin_v1_plugin_proto_depIdxs = []int32{
-	18, // 0: byoc.plugin.v1.ValidateRequest.config:type_name -> google.protobuf.Struct
-	4,  // 1: byoc.plugin.v1.ValidateResponse.diagnostics:type_name -> byoc.plugin.v1.Diagnostic
-	19, // 2: byoc.plugin.v1.LogEvent.time:type_name -> google.protobuf.Timestamp
-	14, // 3: byoc.plugin.v1.Result.outputs:type_name -> byoc.plugin.v1.Result.OutputsEntry
-	2,  // 4: byoc.plugin.v1.PlanRequest.job:type_name -> byoc.plugin.v1.JobContext
-	18, // 5: byoc.plugin.v1.PlanRequest.config:type_name -> google.protobuf.Struct
-	15, // 6: byoc.plugin.v1.PlanRequest.env:type_name -> byoc.plugin.v1.PlanRequest.EnvEntry
-	6,  // 7: byoc.plugin.v1.PlanResponse.log:type_name -> byoc.plugin.v1.LogEvent
-	7,  // 8: byoc.plugin.v1.PlanResponse.result:type_name -> byoc.plugin.v1.Result
-	2,  // 9: byoc.plugin.v1.ApplyRequest.job:type_name -> byoc.plugin.v1.JobContext
-	18, // 10: byoc.plugin.v1.ApplyRequest.config:type_name -> google.protobuf.Struct
-	16, // 11: byoc.plugin.v1.ApplyRequest.env:type_name -> byoc.plugin.v1.ApplyRequest.EnvEntry
-	6,  // 12: byoc.plugin.v1.ApplyResponse.log:type_name -> byoc.plugin.v1.LogEvent
-	7,  // 13: byoc.plugin.v1.ApplyResponse.result:type_name -> byoc.plugin.v1.Result
-	2,  // 14: byoc.plugin.v1.DestroyRequest.job:type_name -> byoc.plugin.v1.JobContext
-	18, // 15: byoc.plugin.v1.DestroyRequest.config:type_name -> google.protobuf.Struct
-	17, // 16: byoc.plugin.v1.DestroyRequest.env:type_name -> byoc.plugin.v1.DestroyRequest.EnvEntry
-	6,  // 17: byoc.plugin.v1.DestroyResponse.log:type_name -> byoc.plugin.v1.LogEvent
-	7,  // 18: byoc.plugin.v1.DestroyResponse.result:type_name -> byoc.plugin.v1.Result
-	0,  // 19: byoc.plugin.v1.ComponentPluginService.Describe:input_type -> byoc.plugin.v1.DescribeRequest
-	3,  // 20: byoc.plugin.v1.ComponentPluginService.Validate:input_type -> byoc.plugin.v1.ValidateRequest
-	8,  // 21: byoc.plugin.v1.ComponentPluginService.Plan:input_type -> byoc.plugin.v1.PlanRequest
-	10, // 22: byoc.plugin.v1.ComponentPluginService.Apply:input_type -> byoc.plugin.v1.ApplyRequest
-	12, // 23: byoc.plugin.v1.ComponentPluginService.Destroy:input_type -> byoc.plugin.v1.DestroyRequest
-	1,  // 24: byoc.plugin.v1.ComponentPluginService.Describe:output_type -> byoc.plugin.v1.DescribeResponse
-	5,  // 25: byoc.plugin.v1.ComponentPluginService.Validate:output_type -> byoc.plugin.v1.ValidateResponse
-	9,  // 26: byoc.plugin.v1.ComponentPluginService.Plan:output_type -> byoc.plugin.v1.PlanResponse
-	11, // 27: byoc.plugin.v1.ComponentPluginService.Apply:output_type -> byoc.plugin.v1.ApplyResponse
-	13, // 28: byoc.plugin.v1.ComponentPluginService.Destroy:output_type -> byoc.plugin.v1.DestroyResponse
-	24, // [24:29] is the sub-list for method output_type
-	19, // [19:24] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	0,  // 0: byoc.plugin.v1.DescribeRequest.host_protocol:type_name -> byoc.plugin.v1.ProtocolVersion
+	0,  // 1: byoc.plugin.v1.DescribeResponse.protocol:type_name -> byoc.plugin.v1.ProtocolVersion
+	22, // 2: byoc.plugin.v1.ValidateRequest.config:type_name -> google.protobuf.Struct
+	5,  // 3: byoc.plugin.v1.ValidateResponse.diagnostics:type_name -> byoc.plugin.v1.Diagnostic
+	23, // 4: byoc.plugin.v1.LogEvent.time:type_name -> google.protobuf.Timestamp
+	17, // 5: byoc.plugin.v1.Result.outputs:type_name -> byoc.plugin.v1.Result.OutputsEntry
+	3,  // 6: byoc.plugin.v1.PlanRequest.job:type_name -> byoc.plugin.v1.JobContext
+	22, // 7: byoc.plugin.v1.PlanRequest.config:type_name -> google.protobuf.Struct
+	18, // 8: byoc.plugin.v1.PlanRequest.env:type_name -> byoc.plugin.v1.PlanRequest.EnvEntry
+	7,  // 9: byoc.plugin.v1.PlanResponse.log:type_name -> byoc.plugin.v1.LogEvent
+	8,  // 10: byoc.plugin.v1.PlanResponse.result:type_name -> byoc.plugin.v1.Result
+	3,  // 11: byoc.plugin.v1.ApplyRequest.job:type_name -> byoc.plugin.v1.JobContext
+	22, // 12: byoc.plugin.v1.ApplyRequest.config:type_name -> google.protobuf.Struct
+	19, // 13: byoc.plugin.v1.ApplyRequest.env:type_name -> byoc.plugin.v1.ApplyRequest.EnvEntry
+	7,  // 14: byoc.plugin.v1.ApplyResponse.log:type_name -> byoc.plugin.v1.LogEvent
+	8,  // 15: byoc.plugin.v1.ApplyResponse.result:type_name -> byoc.plugin.v1.Result
+	3,  // 16: byoc.plugin.v1.DestroyRequest.job:type_name -> byoc.plugin.v1.JobContext
+	22, // 17: byoc.plugin.v1.DestroyRequest.config:type_name -> google.protobuf.Struct
+	20, // 18: byoc.plugin.v1.DestroyRequest.env:type_name -> byoc.plugin.v1.DestroyRequest.EnvEntry
+	7,  // 19: byoc.plugin.v1.DestroyResponse.log:type_name -> byoc.plugin.v1.LogEvent
+	8,  // 20: byoc.plugin.v1.DestroyResponse.result:type_name -> byoc.plugin.v1.Result
+	3,  // 21: byoc.plugin.v1.DriftRequest.job:type_name -> byoc.plugin.v1.JobContext
+	22, // 22: byoc.plugin.v1.DriftRequest.config:type_name -> google.protobuf.Struct
+	21, // 23: byoc.plugin.v1.DriftRequest.env:type_name -> byoc.plugin.v1.DriftRequest.EnvEntry
+	7,  // 24: byoc.plugin.v1.DriftResponse.log:type_name -> byoc.plugin.v1.LogEvent
+	8,  // 25: byoc.plugin.v1.DriftResponse.result:type_name -> byoc.plugin.v1.Result
+	1,  // 26: byoc.plugin.v1.ComponentPluginService.Describe:input_type -> byoc.plugin.v1.DescribeRequest
+	4,  // 27: byoc.plugin.v1.ComponentPluginService.Validate:input_type -> byoc.plugin.v1.ValidateRequest
+	9,  // 28: byoc.plugin.v1.ComponentPluginService.Plan:input_type -> byoc.plugin.v1.PlanRequest
+	11, // 29: byoc.plugin.v1.ComponentPluginService.Apply:input_type -> byoc.plugin.v1.ApplyRequest
+	13, // 30: byoc.plugin.v1.ComponentPluginService.Destroy:input_type -> byoc.plugin.v1.DestroyRequest
+	15, // 31: byoc.plugin.v1.ComponentPluginService.Drift:input_type -> byoc.plugin.v1.DriftRequest
+	2,  // 32: byoc.plugin.v1.ComponentPluginService.Describe:output_type -> byoc.plugin.v1.DescribeResponse
+	6,  // 33: byoc.plugin.v1.ComponentPluginService.Validate:output_type -> byoc.plugin.v1.ValidateResponse
+	10, // 34: byoc.plugin.v1.ComponentPluginService.Plan:output_type -> byoc.plugin.v1.PlanResponse
+	12, // 35: byoc.plugin.v1.ComponentPluginService.Apply:output_type -> byoc.plugin.v1.ApplyResponse
+	14, // 36: byoc.plugin.v1.ComponentPluginService.Destroy:output_type -> byoc.plugin.v1.DestroyResponse
+	16, // 37: byoc.plugin.v1.ComponentPluginService.Drift:output_type -> byoc.plugin.v1.DriftResponse
+	32, // [32:38] is the sub-list for method output_type
+	26, // [26:32] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_byoc_plugin_v1_plugin_proto_init() }
@@ -1061,17 +1339,21 @@ func file_byoc_plugin_v1_plugin_proto_init() {
 	if File_byoc_plugin_v1_plugin_proto != nil {
 		return
 	}
-	file_byoc_plugin_v1_plugin_proto_msgTypes[9].OneofWrappers = []any{
+	file_byoc_plugin_v1_plugin_proto_msgTypes[10].OneofWrappers = []any{
 		(*PlanResponse_Log)(nil),
 		(*PlanResponse_Result)(nil),
 	}
-	file_byoc_plugin_v1_plugin_proto_msgTypes[11].OneofWrappers = []any{
+	file_byoc_plugin_v1_plugin_proto_msgTypes[12].OneofWrappers = []any{
 		(*ApplyResponse_Log)(nil),
 		(*ApplyResponse_Result)(nil),
 	}
-	file_byoc_plugin_v1_plugin_proto_msgTypes[13].OneofWrappers = []any{
+	file_byoc_plugin_v1_plugin_proto_msgTypes[14].OneofWrappers = []any{
 		(*DestroyResponse_Log)(nil),
 		(*DestroyResponse_Result)(nil),
+	}
+	file_byoc_plugin_v1_plugin_proto_msgTypes[16].OneofWrappers = []any{
+		(*DriftResponse_Log)(nil),
+		(*DriftResponse_Result)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1079,7 +1361,7 @@ func file_byoc_plugin_v1_plugin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byoc_plugin_v1_plugin_proto_rawDesc), len(file_byoc_plugin_v1_plugin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   18,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

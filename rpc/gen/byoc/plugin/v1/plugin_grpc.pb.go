@@ -24,6 +24,7 @@ const (
 	ComponentPluginService_Plan_FullMethodName     = "/byoc.plugin.v1.ComponentPluginService/Plan"
 	ComponentPluginService_Apply_FullMethodName    = "/byoc.plugin.v1.ComponentPluginService/Apply"
 	ComponentPluginService_Destroy_FullMethodName  = "/byoc.plugin.v1.ComponentPluginService/Destroy"
+	ComponentPluginService_Drift_FullMethodName    = "/byoc.plugin.v1.ComponentPluginService/Drift"
 )
 
 // ComponentPluginServiceClient is the client API for ComponentPluginService service.
@@ -33,12 +34,27 @@ const (
 // ComponentPluginService is what every component type implements, built in or
 // third party. The agent starts one plugin subprocess per job with
 // hashicorp/go-plugin and calls it over gRPC.
+//
+// The protocol is versioned major.minor. The major version is go-plugin's
+// handshake version: a plugin of another major is refused before any call.
+// Minor versions only add (fields, RPCs, capabilities); the host calls
+// Describe first, sending its own version, and both sides then use only what
+// the lower minor version has. An RPC a plugin lacks answers Unimplemented.
+//
+// Minor versions of major 1:
+//
+//	1.0  Describe, Validate, Plan, Apply, Destroy.
+//	1.1  protocol and capabilities in Describe; Drift; outputs_schema;
+//	     the drifted flag in Result.
 type ComponentPluginServiceClient interface {
 	Describe(ctx context.Context, in *DescribeRequest, opts ...grpc.CallOption) (*DescribeResponse, error)
 	Validate(ctx context.Context, in *ValidateRequest, opts ...grpc.CallOption) (*ValidateResponse, error)
 	Plan(ctx context.Context, in *PlanRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[PlanResponse], error)
 	Apply(ctx context.Context, in *ApplyRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ApplyResponse], error)
+	// Destroy is served only by plugins with the "destroy" capability.
 	Destroy(ctx context.Context, in *DestroyRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[DestroyResponse], error)
+	// Drift (1.1) is served only by plugins with the "drift" capability.
+	Drift(ctx context.Context, in *DriftRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[DriftResponse], error)
 }
 
 type componentPluginServiceClient struct {
@@ -126,6 +142,25 @@ func (c *componentPluginServiceClient) Destroy(ctx context.Context, in *DestroyR
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ComponentPluginService_DestroyClient = grpc.ServerStreamingClient[DestroyResponse]
 
+func (c *componentPluginServiceClient) Drift(ctx context.Context, in *DriftRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[DriftResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ComponentPluginService_ServiceDesc.Streams[3], ComponentPluginService_Drift_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[DriftRequest, DriftResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ComponentPluginService_DriftClient = grpc.ServerStreamingClient[DriftResponse]
+
 // ComponentPluginServiceServer is the server API for ComponentPluginService service.
 // All implementations must embed UnimplementedComponentPluginServiceServer
 // for forward compatibility.
@@ -133,12 +168,27 @@ type ComponentPluginService_DestroyClient = grpc.ServerStreamingClient[DestroyRe
 // ComponentPluginService is what every component type implements, built in or
 // third party. The agent starts one plugin subprocess per job with
 // hashicorp/go-plugin and calls it over gRPC.
+//
+// The protocol is versioned major.minor. The major version is go-plugin's
+// handshake version: a plugin of another major is refused before any call.
+// Minor versions only add (fields, RPCs, capabilities); the host calls
+// Describe first, sending its own version, and both sides then use only what
+// the lower minor version has. An RPC a plugin lacks answers Unimplemented.
+//
+// Minor versions of major 1:
+//
+//	1.0  Describe, Validate, Plan, Apply, Destroy.
+//	1.1  protocol and capabilities in Describe; Drift; outputs_schema;
+//	     the drifted flag in Result.
 type ComponentPluginServiceServer interface {
 	Describe(context.Context, *DescribeRequest) (*DescribeResponse, error)
 	Validate(context.Context, *ValidateRequest) (*ValidateResponse, error)
 	Plan(*PlanRequest, grpc.ServerStreamingServer[PlanResponse]) error
 	Apply(*ApplyRequest, grpc.ServerStreamingServer[ApplyResponse]) error
+	// Destroy is served only by plugins with the "destroy" capability.
 	Destroy(*DestroyRequest, grpc.ServerStreamingServer[DestroyResponse]) error
+	// Drift (1.1) is served only by plugins with the "drift" capability.
+	Drift(*DriftRequest, grpc.ServerStreamingServer[DriftResponse]) error
 	mustEmbedUnimplementedComponentPluginServiceServer()
 }
 
@@ -163,6 +213,9 @@ func (UnimplementedComponentPluginServiceServer) Apply(*ApplyRequest, grpc.Serve
 }
 func (UnimplementedComponentPluginServiceServer) Destroy(*DestroyRequest, grpc.ServerStreamingServer[DestroyResponse]) error {
 	return status.Errorf(codes.Unimplemented, "method Destroy not implemented")
+}
+func (UnimplementedComponentPluginServiceServer) Drift(*DriftRequest, grpc.ServerStreamingServer[DriftResponse]) error {
+	return status.Errorf(codes.Unimplemented, "method Drift not implemented")
 }
 func (UnimplementedComponentPluginServiceServer) mustEmbedUnimplementedComponentPluginServiceServer() {
 }
@@ -255,6 +308,17 @@ func _ComponentPluginService_Destroy_Handler(srv interface{}, stream grpc.Server
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ComponentPluginService_DestroyServer = grpc.ServerStreamingServer[DestroyResponse]
 
+func _ComponentPluginService_Drift_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(DriftRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ComponentPluginServiceServer).Drift(m, &grpc.GenericServerStream[DriftRequest, DriftResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ComponentPluginService_DriftServer = grpc.ServerStreamingServer[DriftResponse]
+
 // ComponentPluginService_ServiceDesc is the grpc.ServiceDesc for ComponentPluginService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -285,6 +349,11 @@ var ComponentPluginService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Destroy",
 			Handler:       _ComponentPluginService_Destroy_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "Drift",
+			Handler:       _ComponentPluginService_Drift_Handler,
 			ServerStreams: true,
 		},
 	},

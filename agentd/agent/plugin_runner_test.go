@@ -1,0 +1,123 @@
+package agent_test
+
+import (
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/byoc-dev/byoc/agentd/agent"
+	"github.com/byoc-dev/byoc/agentd/pluginhost"
+	"github.com/byoc-dev/byoc/plugins/action"
+	"github.com/byoc-dev/byoc/plugins/sdk"
+	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
+)
+
+// The test binary serves the built-in action type when re-executed, the
+// way agentd does.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 2 && os.Args[1] == "plugin" && os.Args[2] == "action" {
+		sdk.ServeArgs(action.New(), os.Args[3:])
+	}
+	os.Exit(m.Run())
+}
+
+type line struct {
+	stream int32
+	text   string
+}
+
+func runJob(t *testing.T, secrets map[string]string, config map[string]any) (agent.Outcome, []line) {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &agent.PluginRunner{
+		Loader:   &pluginhost.Loader{SelfExe: self, Builtins: []string{"action"}},
+		WorkRoot: t.TempDir(),
+		Secrets:  secrets,
+	}
+	var mu sync.Mutex
+	var lines []line
+	out := r.Run(t.Context(), agent.Job{ID: "job1", InstallID: "ins1", Attempt: 1, ComponentType: "action",
+		Operation: sdk.OpApply, Config: config, Timeout: time.Minute},
+		func(stream int32, text string) {
+			mu.Lock()
+			lines = append(lines, line{stream, text})
+			mu.Unlock()
+		})
+	return out, lines
+}
+
+// A secret never leaves the agent: not in a log line, not split across two
+// log events, not in the error, not in the outputs.
+func TestSecretsAreRedacted(t *testing.T) {
+	const secret = "hunter2-correct-horse"
+	// 65,530 x's and then the secret: the action type splits lines at
+	// 64 KiB, so the secret arrives in two log events.
+	script := `head -c 65530 /dev/zero | tr '\0' x; echo "$DB_PASSWORD"
+echo "password is $DB_PASSWORD"
+echo "$DB_PASSWORD" >&2
+echo "dsn=postgres://app:$DB_PASSWORD@db" >"$BYOC_OUTPUTS"
+echo "also the unused one: $OTHER"
+exit 0`
+	out, lines := runJob(t, map[string]string{"DB_PASSWORD": secret, "OTHER": "unused-secret-value"}, map[string]any{
+		"secrets": []any{"DB_PASSWORD"},
+		"steps":   []any{map[string]any{"script": script}},
+	})
+	if out.Outcome != agentv1.Outcome_OUTCOME_SUCCEEDED {
+		t.Fatalf("outcome %v: %s", out.Outcome, out.Error)
+	}
+	var all strings.Builder
+	split := false
+	for i, l := range lines {
+		all.WriteString(l.text + "\n")
+		for j := 0; j+5 <= len(secret); j++ {
+			if strings.Contains(l.text, secret[j:j+5]) {
+				t.Errorf("line %d leaks %q: %.80q", i, secret[j:j+5], l.text)
+			}
+		}
+		if strings.HasSuffix(l.text, "xxx***") && i+1 < len(lines) && lines[i+1].text == "***" {
+			split = true
+		}
+	}
+	if !split {
+		t.Errorf("the secret split across two events was not masked in both")
+	}
+	for _, want := range []string{"password is ***", "also the unused one: \n"} {
+		if !strings.Contains(all.String(), want) {
+			t.Errorf("log lacks %q", want)
+		}
+	}
+	if out.Outputs["dsn"] != "postgres://app:***@db" {
+		t.Errorf("outputs = %v", out.Outputs)
+	}
+}
+
+func TestSecretErrors(t *testing.T) {
+	const secret = "s3cr3t-in-an-error"
+	out, _ := runJob(t, map[string]string{"TOKEN": secret}, map[string]any{
+		"secrets": []any{"TOKEN"},
+		"steps":   []any{map[string]any{"name": "bad " + secret, "script": "exit 4"}},
+	})
+	if out.Outcome != agentv1.Outcome_OUTCOME_FAILED || strings.Contains(out.Error, secret) || !strings.Contains(out.Error, `step "bad ***" failed with exit code 4`) {
+		t.Errorf("outcome %v, error %q", out.Outcome, out.Error)
+	}
+	for _, tt := range []struct {
+		secrets any
+		want    string
+	}{
+		{[]any{"NOPE"}, `config.secrets[0]: secret "NOPE" is not defined on this agent`},
+		{"TOKEN", "config.secrets: must be a list of secret names"},
+		{[]any{"TOKEN", "a-b"}, "config.secrets[1]: must be a secret name"},
+	} {
+		out, _ := runJob(t, map[string]string{"TOKEN": secret}, map[string]any{
+			"secrets": tt.secrets, "steps": []any{map[string]any{"script": "true"}},
+		})
+		if out.Outcome != agentv1.Outcome_OUTCOME_FAILED || !strings.Contains(out.Error, tt.want) {
+			t.Errorf("secrets %v: outcome %v, error %q, want %q", tt.secrets, out.Outcome, out.Error, tt.want)
+		}
+	}
+}

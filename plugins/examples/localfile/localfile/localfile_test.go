@@ -1,0 +1,93 @@
+package localfile_test
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"testing"
+
+	"github.com/byoc-dev/byoc/plugins/examples/localfile/localfile"
+	"github.com/byoc-dev/byoc/plugins/sdk"
+	"github.com/byoc-dev/byoc/plugins/sdk/sdktest"
+)
+
+func fileIs(path, content string) sdktest.Check {
+	return func(*sdktest.Outcome) error {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if string(b) != content {
+			return fmt.Errorf("%s holds %q, want %q", path, b, content)
+		}
+		return nil
+	}
+}
+
+func TestLifecycle(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "etc", "motd")
+	v1 := map[string]any{"path": path, "content": "hello\n"}
+	v2 := map[string]any{"path": path, "content": "bye\n", "mode": "0600"}
+	sum := sha256.Sum256([]byte("bye\n"))
+
+	sdktest.Test(t, localfile.New(), sdktest.Case{
+		Steps: []sdktest.Step{
+			{Op: sdk.OpPlan, Config: v1, Check: sdktest.ExpectChanges("create " + path)},
+			{Config: v1, Check: sdktest.All(fileIs(path, "hello\n"), sdktest.ExpectOutput("path", path))},
+			{Op: sdk.OpPlan, Config: v1, Check: sdktest.ExpectChanges("no changes")},
+			{Op: sdk.OpDrift, Config: v1, Check: sdktest.ExpectDrifted(false)},
+			{Config: v2, Check: sdktest.All(fileIs(path, "bye\n"), sdktest.ExpectOutput("sha256", hex.EncodeToString(sum[:])))},
+		},
+		CheckDestroy: func(*sdktest.Outcome) error {
+			if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("%s still exists after destroy (%v)", path, err)
+			}
+			return nil
+		},
+	})
+}
+
+func TestDrift(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "motd")
+	cfg := map[string]any{"path": path, "content": "hello\n"}
+	sdktest.Test(t, localfile.New(), sdktest.Case{Steps: []sdktest.Step{
+		{Config: cfg},
+		{Op: sdk.OpDrift, Config: cfg, Check: sdktest.ExpectDrifted(false)},
+		{
+			Name:      "edited by hand",
+			PreConfig: func() error { return os.WriteFile(path, []byte("edited\n"), 0o644) },
+			Op:        sdk.OpDrift, Config: cfg,
+			Check: sdktest.All(sdktest.ExpectDrifted(true), sdktest.ExpectChanges("content (7 bytes, want 6)")),
+		},
+		{Op: sdk.OpPlan, Config: cfg, Check: sdktest.ExpectChanges("update " + path)},
+		{Name: "apply repairs", Config: cfg, Check: fileIs(path, "hello\n")},
+		{Op: sdk.OpDrift, Config: cfg, Check: sdktest.ExpectDrifted(false)},
+	}})
+}
+
+func TestInvalidConfig(t *testing.T) {
+	sdktest.Test(t, localfile.New(), sdktest.Case{Steps: []sdktest.Step{
+		{Config: map[string]any{"content": "x"}, ExpectDiagnostics: []string{"path: is required"}},
+		{Config: map[string]any{"path": "etc/motd", "content": "x"}, ExpectDiagnostics: []string{"path: "}},
+		{Config: map[string]any{"path": "/etc/../motd", "content": "x"}, ExpectDiagnostics: []string{"path: must be a clean path (/motd)"}},
+		{Config: map[string]any{"path": "/x", "content": "x", "mode": "rw", "owner": "root"},
+			ExpectDiagnostics: []string{"mode: ", "owner: unknown field"}},
+	}})
+}
+
+func TestApplyFailureIsReported(t *testing.T) {
+	dir := t.TempDir()
+	// A directory where the file should be: apply must fail, saying why.
+	path := filepath.Join(dir, "d")
+	if err := os.Mkdir(path, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sdktest.Test(t, localfile.New(), sdktest.Case{Steps: []sdktest.Step{
+		{Config: map[string]any{"path": path, "content": "x"}, ExpectError: regexp.MustCompile("file exists|is a directory")},
+	}})
+}

@@ -1,0 +1,343 @@
+package sdk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	pluginv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/plugin/v1"
+)
+
+// GRPCPlugin adapts a [Plugin] to go-plugin's gRPC transport. On the plugin
+// side Impl serves requests; on the host side GRPCClient returns a *[Client].
+type GRPCPlugin struct {
+	plugin.NetRPCUnsupportedPlugin
+
+	// Impl is the plugin implementation; only the plugin side sets it.
+	Impl Plugin
+}
+
+var _ plugin.GRPCPlugin = (*GRPCPlugin)(nil)
+
+// GRPCServer registers the component service backed by Impl.
+func (p *GRPCPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
+	if p.Impl == nil {
+		return errors.New("sdk: GRPCPlugin has no Impl")
+	}
+	pluginv1.RegisterComponentPluginServiceServer(s, newServer(p.Impl))
+	return nil
+}
+
+// GRPCClient returns a *[Client] for the plugin on the other end of c.
+func (p *GRPCPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, c *grpc.ClientConn) (any, error) {
+	return NewClient(c), nil
+}
+
+// server implements the generated gRPC service on top of a Plugin.
+type server struct {
+	pluginv1.UnimplementedComponentPluginServiceServer
+	impl Plugin
+
+	// The config schema is compiled once, on first use.
+	schemaOnce sync.Once
+	schema     *Schema
+	schemaErr  error
+}
+
+func newServer(p Plugin) *server { return &server{impl: p} }
+
+// describe builds the full description of the plugin: what the author's
+// Describe says plus what the SDK knows.
+func describe(ctx context.Context, p Plugin, host ProtocolVersion) (d *Description, err error) {
+	defer recoverTo(&err)
+	r, err := p.Describe(ctx, &DescribeRequest{HostProtocol: host})
+	if err != nil {
+		return nil, err
+	}
+	if r == nil {
+		r = &DescribeResponse{}
+	}
+	d = &Description{
+		Type: r.Type, Version: r.Version, ConfigSchema: r.ConfigSchema,
+		Protocol:         Protocol,
+		ProtocolVersions: []ProtocolVersion{Protocol},
+		Capabilities:     capabilities(p),
+	}
+	if o, ok := p.(OutputsSchemaProvider); ok {
+		s, err := o.OutputsSchema(ctx, &OutputsSchemaRequest{})
+		if err != nil {
+			return nil, fmt.Errorf("outputs schema: %w", err)
+		}
+		if s != nil {
+			d.OutputsSchema = s.Schema
+		}
+	}
+	return d, nil
+}
+
+// configSchema returns the plugin's compiled config schema, or nil if it
+// declares none.
+func (s *server) configSchema(ctx context.Context) (*Schema, error) {
+	s.schemaOnce.Do(func() {
+		d, err := describe(ctx, s.impl, Protocol)
+		if err != nil {
+			s.schemaErr = fmt.Errorf("describe: %w", err)
+			return
+		}
+		if strings.TrimSpace(d.ConfigSchema) == "" {
+			return
+		}
+		s.schema, s.schemaErr = CompileSchema(d.ConfigSchema)
+	})
+	return s.schema, s.schemaErr
+}
+
+// checkConfig validates config against the schema.
+func (s *server) checkConfig(ctx context.Context, config map[string]any) ([]Diagnostic, error) {
+	sch, err := s.configSchema(ctx)
+	if err != nil || sch == nil {
+		return nil, err
+	}
+	return sch.Validate(config), nil
+}
+
+func (s *server) Describe(ctx context.Context, req *pluginv1.DescribeRequest) (*pluginv1.DescribeResponse, error) {
+	d, err := describe(ctx, s.impl, versionFromProto(req.GetHostProtocol()))
+	if err != nil {
+		return nil, err
+	}
+	out := &pluginv1.DescribeResponse{
+		Type: d.Type, Version: d.Version, ConfigSchema: d.ConfigSchema, OutputsSchema: d.OutputsSchema,
+		Protocol:     versionToProto(d.Protocol),
+		Capabilities: d.Capabilities,
+	}
+	for _, v := range d.ProtocolVersions {
+		out.ProtocolVersions = append(out.ProtocolVersions, int32(v.Major))
+	}
+	return out, nil
+}
+
+func (s *server) Validate(ctx context.Context, req *pluginv1.ValidateRequest) (resp *pluginv1.ValidateResponse, err error) {
+	defer recoverTo(&err)
+	config := req.GetConfig().AsMap()
+	diags, err := s.checkConfig(ctx, config)
+	if err != nil {
+		return nil, err
+	}
+	if len(diags) == 0 {
+		r, err := s.impl.Validate(ctx, &ValidateRequest{Config: config})
+		if err != nil {
+			return nil, err
+		}
+		if r != nil {
+			diags = r.Diagnostics
+		}
+	}
+	out := &pluginv1.ValidateResponse{}
+	for _, d := range diags {
+		out.Diagnostics = append(out.Diagnostics, &pluginv1.Diagnostic{Field: d.Field, Message: d.Message})
+	}
+	return out, nil
+}
+
+// opRequest is what the plan, apply, destroy and drift requests share.
+type opRequest interface {
+	GetJob() *pluginv1.JobContext
+	GetConfig() *structpbStruct
+	GetEnv() map[string]string
+}
+
+// run checks the config against the schema, then calls fn.
+func (s *server) run(ctx context.Context, req opRequest, log Logger, fn func(JobContext, map[string]any, map[string]string, Logger) (*pluginv1.Result, error)) (*pluginv1.Result, error) {
+	config := req.GetConfig().AsMap()
+	diags, err := s.checkConfig(ctx, config)
+	if err != nil {
+		return nil, err
+	}
+	if len(diags) > 0 {
+		return nil, DiagnosticsError(diags)
+	}
+	return fn(jobFromProto(req.GetJob()), config, req.GetEnv(), log)
+}
+
+// DiagnosticsError joins diagnostics into one error: "invalid config:
+// steps[0].script: is required; shell: must be a string".
+func DiagnosticsError(diags []Diagnostic) error {
+	msgs := make([]string, len(diags))
+	for i, d := range diags {
+		msgs[i] = d.String()
+	}
+	return errors.New("invalid config: " + strings.Join(msgs, "; "))
+}
+
+// String returns "field: message".
+func (d Diagnostic) String() string {
+	if d.Field == "" {
+		return d.Message
+	}
+	return d.Field + ": " + d.Message
+}
+
+func (s *server) Plan(req *pluginv1.PlanRequest, stream grpc.ServerStreamingServer[pluginv1.PlanResponse]) error {
+	return serveOp(stream,
+		func(l *pluginv1.LogEvent) *pluginv1.PlanResponse {
+			return &pluginv1.PlanResponse{Event: &pluginv1.PlanResponse_Log{Log: l}}
+		},
+		func(r *pluginv1.Result) *pluginv1.PlanResponse {
+			return &pluginv1.PlanResponse{Event: &pluginv1.PlanResponse_Result{Result: r}}
+		},
+		func(ctx context.Context, log Logger) (*pluginv1.Result, error) {
+			return s.run(ctx, req, log, func(job JobContext, cfg map[string]any, env map[string]string, log Logger) (*pluginv1.Result, error) {
+				r, err := s.impl.Plan(ctx, &PlanRequest{Job: job, Config: cfg, Env: env, Log: log})
+				if r == nil {
+					return &pluginv1.Result{}, err
+				}
+				return &pluginv1.Result{ExitCode: int32(r.ExitCode), Outputs: r.Outputs, Changes: r.Changes}, err
+			})
+		})
+}
+
+func (s *server) Apply(req *pluginv1.ApplyRequest, stream grpc.ServerStreamingServer[pluginv1.ApplyResponse]) error {
+	return serveOp(stream,
+		func(l *pluginv1.LogEvent) *pluginv1.ApplyResponse {
+			return &pluginv1.ApplyResponse{Event: &pluginv1.ApplyResponse_Log{Log: l}}
+		},
+		func(r *pluginv1.Result) *pluginv1.ApplyResponse {
+			return &pluginv1.ApplyResponse{Event: &pluginv1.ApplyResponse_Result{Result: r}}
+		},
+		func(ctx context.Context, log Logger) (*pluginv1.Result, error) {
+			return s.run(ctx, req, log, func(job JobContext, cfg map[string]any, env map[string]string, log Logger) (*pluginv1.Result, error) {
+				r, err := s.impl.Apply(ctx, &ApplyRequest{Job: job, Config: cfg, Env: env, Log: log})
+				if r == nil {
+					return &pluginv1.Result{}, err
+				}
+				return &pluginv1.Result{ExitCode: int32(r.ExitCode), Outputs: r.Outputs}, err
+			})
+		})
+}
+
+func (s *server) Destroy(req *pluginv1.DestroyRequest, stream grpc.ServerStreamingServer[pluginv1.DestroyResponse]) error {
+	d, ok := s.impl.(Destroyer)
+	if !ok {
+		return status.Error(codes.Unimplemented, "this plugin does not implement destroy")
+	}
+	return serveOp(stream,
+		func(l *pluginv1.LogEvent) *pluginv1.DestroyResponse {
+			return &pluginv1.DestroyResponse{Event: &pluginv1.DestroyResponse_Log{Log: l}}
+		},
+		func(r *pluginv1.Result) *pluginv1.DestroyResponse {
+			return &pluginv1.DestroyResponse{Event: &pluginv1.DestroyResponse_Result{Result: r}}
+		},
+		func(ctx context.Context, log Logger) (*pluginv1.Result, error) {
+			return s.run(ctx, req, log, func(job JobContext, cfg map[string]any, env map[string]string, log Logger) (*pluginv1.Result, error) {
+				r, err := d.Destroy(ctx, &DestroyRequest{Job: job, Config: cfg, Env: env, Log: log})
+				if r == nil {
+					return &pluginv1.Result{}, err
+				}
+				return &pluginv1.Result{ExitCode: int32(r.ExitCode), Outputs: r.Outputs}, err
+			})
+		})
+}
+
+func (s *server) Drift(req *pluginv1.DriftRequest, stream grpc.ServerStreamingServer[pluginv1.DriftResponse]) error {
+	d, ok := s.impl.(Drifter)
+	if !ok {
+		return status.Error(codes.Unimplemented, "this plugin does not implement drift")
+	}
+	return serveOp(stream,
+		func(l *pluginv1.LogEvent) *pluginv1.DriftResponse {
+			return &pluginv1.DriftResponse{Event: &pluginv1.DriftResponse_Log{Log: l}}
+		},
+		func(r *pluginv1.Result) *pluginv1.DriftResponse {
+			return &pluginv1.DriftResponse{Event: &pluginv1.DriftResponse_Result{Result: r}}
+		},
+		func(ctx context.Context, log Logger) (*pluginv1.Result, error) {
+			return s.run(ctx, req, log, func(job JobContext, cfg map[string]any, env map[string]string, log Logger) (*pluginv1.Result, error) {
+				r, err := d.Drift(ctx, &DriftRequest{Job: job, Config: cfg, Env: env, Log: log})
+				if r == nil {
+					return &pluginv1.Result{}, err
+				}
+				return &pluginv1.Result{ExitCode: int32(r.ExitCode), Outputs: r.Outputs, Changes: r.Changes, Drifted: r.Drifted}, err
+			})
+		})
+}
+
+// serveOp runs one streaming operation: it hands fn a Logger that sends log
+// events on stream, then sends the final result built from fn's return.
+func serveOp[R any](
+	stream grpc.ServerStreamingServer[R],
+	wrapLog func(*pluginv1.LogEvent) *R,
+	wrapResult func(*pluginv1.Result) *R,
+	fn func(context.Context, Logger) (*pluginv1.Result, error),
+) error {
+	log := &streamLogger{send: func(e *pluginv1.LogEvent) error { return stream.Send(wrapLog(e)) }}
+	res, err := func() (res *pluginv1.Result, err error) {
+		defer recoverTo(&err)
+		return fn(stream.Context(), log)
+	}()
+	// A plugin may leak goroutines that keep logging; they must not write
+	// to a stream that is finished.
+	log.close()
+	if res == nil {
+		res = &pluginv1.Result{}
+	}
+	if err != nil {
+		res.Error = validUTF8(err.Error())
+		if res.ExitCode == 0 {
+			res.ExitCode = 1
+		}
+	}
+	return stream.Send(wrapResult(res))
+}
+
+// streamLogger is the Logger given to plugin operations.
+type streamLogger struct {
+	mu     sync.Mutex
+	closed bool
+	send   func(*pluginv1.LogEvent) error
+}
+
+func (l *streamLogger) Stdout(text string) { l.emit(StreamStdout, text) }
+func (l *streamLogger) Stderr(text string) { l.emit(StreamStderr, text) }
+func (l *streamLogger) System(text string) { l.emit(StreamSystem, text) }
+
+func (l *streamLogger) emit(s Stream, text string) {
+	e := &pluginv1.LogEvent{Time: timestamppb.Now(), Stream: int32(s), Text: validUTF8(text)}
+	// gRPC streams allow one sender at a time, and the order of lines matters.
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return
+	}
+	// A failed send means the host has gone; the operation's context is
+	// cancelled as well, so there is nothing useful to do with the error.
+	_ = l.send(e)
+}
+
+func (l *streamLogger) close() {
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+}
+
+// validUTF8 makes text safe for a proto3 string field, which must be UTF-8;
+// script output need not be.
+func validUTF8(text string) string {
+	return strings.ToValidUTF8(text, "\uFFFD")
+}
+
+// recoverTo turns a panic in plugin code into an error, so that a bug in one
+// operation is reported as a failure rather than as a crashed plugin.
+func recoverTo(err *error) {
+	if r := recover(); r != nil {
+		*err = fmt.Errorf("plugin panic: %v", r)
+	}
+}
