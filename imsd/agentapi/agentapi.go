@@ -6,6 +6,7 @@ package agentapi
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -366,6 +367,9 @@ func (c *conn) claim(ctx context.Context, force bool) error {
 			c.log.ErrorContext(ctx, "claim jobs", "err", err)
 			return nil // the next wake or heartbeat tries again
 		}
+		if len(jobs) > 0 {
+			s.hub.FleetChanged()
+		}
 		for _, j := range jobs {
 			c.inflight[j.ID] = j.FencingToken
 			a, err := assignment(j, c.agent.InstallID)
@@ -476,6 +480,7 @@ func (c *conn) handle(ctx context.Context, m *agentv1.ConnectRequest) error {
 		delete(c.inflight, r.JobId)
 		s.obs.Finished(j.State)
 		s.hub.NotifyLog(r.JobId)
+		s.hub.FleetChanged()
 		if err := c.send(accepted(r.WriteId)); err != nil {
 			return err
 		}
@@ -515,11 +520,9 @@ func leases(running []*agentv1.RunningJob) []store.Lease {
 }
 
 func assignment(j store.Job, installID string) (*agentv1.JobAssignment, error) {
-	cfg := &structpb.Struct{}
-	if len(j.Config) > 0 {
-		if err := cfg.UnmarshalJSON(j.Config); err != nil {
-			return nil, err
-		}
+	cfg, err := configStruct(j.Config)
+	if err != nil {
+		return nil, err
 	}
 	return &agentv1.JobAssignment{
 		JobId:          j.ID,
@@ -571,4 +574,20 @@ func ignoreEOF(err error) error {
 		return nil
 	}
 	return err
+}
+
+// configStruct decodes a job's stored config, a JSON object, for the
+// assignment. encoding/json and structpb.NewStruct do it in about half the
+// CPU of protojson, which showed in profiles of a busy imsd. The stored
+// config was encoded by imsd itself, so protojson's stricter checks (such
+// as duplicate keys) have nothing left to catch.
+func configStruct(b []byte) (*structpb.Struct, error) {
+	if len(b) == 0 {
+		return &structpb.Struct{}, nil
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("job config: %w", err)
+	}
+	return structpb.NewStruct(m)
 }

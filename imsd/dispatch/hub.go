@@ -48,6 +48,8 @@ type Hub struct {
 	// that would surely find nothing is skipped without missing a job
 	// enqueued meanwhile: that enqueue sets the mark again after its commit.
 	queued map[string]bool
+	// fleet is closed when any install's status may have changed.
+	fleet chan struct{}
 }
 
 // NewHub returns an empty hub.
@@ -57,6 +59,7 @@ func NewHub() *Hub {
 		byAgent:   make(map[string]*Session),
 		logs:      make(map[string]chan struct{}),
 		queued:    make(map[string]bool),
+		fleet:     make(chan struct{}),
 	}
 }
 
@@ -87,6 +90,7 @@ func (h *Hub) Register(agentID, installID string, hs Handlers) *Session {
 		h.byInstall[installID] = set
 	}
 	set[s] = struct{}{}
+	h.fleetChangedLocked()
 	return s
 }
 
@@ -98,6 +102,7 @@ func (h *Hub) Unregister(s *Session) {
 }
 
 func (h *Hub) removeLocked(s *Session) {
+	h.fleetChangedLocked()
 	defer func() {
 		if len(h.byInstall[s.InstallID]) == 0 {
 			delete(h.queued, s.InstallID)
@@ -118,6 +123,7 @@ func (h *Hub) removeLocked(s *Session) {
 func (h *Hub) Wake(installID string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.fleetChangedLocked() // an enqueue changes the install's job counts
 	if len(h.byInstall[installID]) == 0 {
 		return // a session claims everything queued when it connects
 	}
@@ -184,4 +190,27 @@ func (h *Hub) NotifyLog(jobID string) {
 	if ch != nil {
 		close(ch)
 	}
+}
+
+// FleetSignal returns a channel that is closed the next time an install's
+// status may have changed: an agent connected or disconnected, a job was
+// enqueued, claimed, finished or cancelled, an install was created. Fleet
+// watchers re-read the database when it fires; changes made on another
+// replica reach them only through their periodic re-read.
+func (h *Hub) FleetSignal() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.fleet
+}
+
+// FleetChanged wakes the fleet watchers.
+func (h *Hub) FleetChanged() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.fleetChangedLocked()
+}
+
+func (h *Hub) fleetChangedLocked() {
+	close(h.fleet)
+	h.fleet = make(chan struct{})
 }

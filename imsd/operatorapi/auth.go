@@ -18,14 +18,17 @@ import (
 // readOnly lists the procedures a viewer may call. Everything else needs an
 // admin: a procedure added later is admin-only until listed here.
 var readOnly = map[string]bool{
-	imsv1connect.OperatorServiceWhoAmIProcedure:        true,
-	imsv1connect.OperatorServiceListAppsProcedure:      true,
-	imsv1connect.OperatorServiceGetAppProcedure:        true,
-	imsv1connect.OperatorServiceListInstallsProcedure:  true,
-	imsv1connect.OperatorServiceGetInstallProcedure:    true,
-	imsv1connect.OperatorServiceListJobsProcedure:      true,
-	imsv1connect.OperatorServiceGetJobProcedure:        true,
-	imsv1connect.OperatorServiceStreamJobLogsProcedure: true,
+	imsv1connect.OperatorServiceWhoAmIProcedure:           true,
+	imsv1connect.OperatorServiceListAppsProcedure:         true,
+	imsv1connect.OperatorServiceGetAppProcedure:           true,
+	imsv1connect.OperatorServiceListAppRevisionsProcedure: true,
+	imsv1connect.OperatorServiceDiffAppRevisionsProcedure: true,
+	imsv1connect.OperatorServiceListInstallsProcedure:     true,
+	imsv1connect.OperatorServiceGetInstallProcedure:       true,
+	imsv1connect.OperatorServiceWatchInstallsProcedure:    true,
+	imsv1connect.OperatorServiceListJobsProcedure:         true,
+	imsv1connect.OperatorServiceGetJobProcedure:           true,
+	imsv1connect.OperatorServiceStreamJobLogsProcedure:    true,
 }
 
 type callerKey struct{}

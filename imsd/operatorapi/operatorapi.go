@@ -9,9 +9,11 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"sort"
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -46,6 +48,12 @@ type Config struct {
 	// FollowPoll bounds how long a log follower waits without a wake-up
 	// before it re-reads the database (a safety net, not the normal path).
 	FollowPoll time.Duration
+	// FleetPoll is how often a fleet watcher re-reads the database without
+	// a wake-up: it catches heartbeats and other replicas' changes.
+	FleetPoll time.Duration
+	// FleetCoalesce is the least time between two re-reads of one fleet
+	// watcher, so a burst of changes costs one read.
+	FleetCoalesce time.Duration
 }
 
 // Service implements imsv1connect.OperatorServiceHandler.
@@ -62,6 +70,12 @@ type Service struct {
 func New(st *store.Store, hub *dispatch.Hub, cfg Config, now func() time.Time, log *slog.Logger) *Service {
 	if cfg.FollowPoll == 0 {
 		cfg.FollowPoll = 2 * time.Second
+	}
+	if cfg.FleetPoll == 0 {
+		cfg.FleetPoll = 5 * time.Second
+	}
+	if cfg.FleetCoalesce == 0 {
+		cfg.FleetCoalesce = 100 * time.Millisecond
 	}
 	return &Service{store: st, hub: hub, cfg: cfg, now: now, log: log}
 }
@@ -218,6 +232,7 @@ func (s *Service) CreateInstall(ctx context.Context, req *connect.Request[imsv1.
 	if err := s.store.CreateInstall(ctx, in, et); err != nil {
 		return nil, s.err(ctx, err)
 	}
+	s.hub.FleetChanged()
 	s.log.InfoContext(ctx, "install created", "install", in.ID, "name", in.Name, "app", app.Name, "by", callerFrom(ctx).Name)
 	return connect.NewResponse(&imsv1.CreateInstallResponse{
 		Install:         s.installToProto(ctx, in),
@@ -470,6 +485,7 @@ func (s *Service) CancelJob(ctx context.Context, req *connect.Request[imsv1.Canc
 		s.hub.Cancel(j.AgentID, dispatch.CancelRequest{JobID: j.ID, Reason: reason})
 	}
 	s.hub.NotifyLog(j.ID)
+	s.hub.FleetChanged()
 	s.log.InfoContext(ctx, "job cancel requested", "job", j.ID, "state", j.State, "by", callerFrom(ctx).Name)
 	return connect.NewResponse(&imsv1.CancelJobResponse{Job: s.jobToProto(ctx, j)}), nil
 }
@@ -484,10 +500,50 @@ func (s *Service) StreamJobLogs(ctx context.Context, req *connect.Request[imsv1.
 	if m.AfterAttempt < 0 || m.AfterSeq < 0 {
 		return s.err(ctx, errs.Field("after_seq", "must not be negative"))
 	}
+	backwards := m.BeforeSeq != 0 || m.BeforeAttempt != 0
+	switch {
+	case m.BeforeAttempt < 0 || m.BeforeSeq < 0:
+		return s.err(ctx, errs.Field("before_seq", "must not be negative"))
+	case backwards && m.BeforeSeq == 0:
+		return s.err(ctx, errs.Field("before_seq", "is required with before_attempt"))
+	case backwards && m.Follow:
+		return s.err(ctx, errs.Field("follow", "cannot be combined with before_seq"))
+	case backwards && (m.AfterAttempt != 0 || m.AfterSeq != 0):
+		return s.err(ctx, errs.Field("before_seq", "cannot be combined with after_seq"))
+	case m.Tail < 0 || m.Tail > 10000:
+		return s.err(ctx, errs.Field("tail", "must be between 0 and 10000"))
+	case m.Tail > 0 && (backwards || m.AfterAttempt != 0 || m.AfterSeq != 0):
+		return s.err(ctx, errs.Field("tail", "cannot be combined with after_seq or before_seq"))
+	case m.Limit < 0 || m.Limit > 10000:
+		return s.err(ctx, errs.Field("limit", "must be between 0 and 10000"))
+	}
 	if _, err := s.store.GetJob(ctx, m.JobId); err != nil {
 		return s.err(ctx, err)
 	}
 	attempt, seq := int(m.AfterAttempt), m.AfterSeq
+	if backwards || m.Tail > 0 {
+		limit := int(m.Limit)
+		if m.Tail > 0 {
+			limit = int(m.Tail)
+		}
+		lines, err := s.store.ListLogsBefore(ctx, m.JobId, int(m.BeforeAttempt), m.BeforeSeq, limit)
+		if err != nil {
+			return s.err(ctx, err)
+		}
+		for len(lines) > 0 {
+			n := min(len(lines), logPage)
+			if err := out.Send(&imsv1.StreamJobLogsResponse{Lines: linesToProto(lines[:n])}); err != nil {
+				return err
+			}
+			last := lines[n-1]
+			attempt, seq = last.Attempt, last.Seq
+			lines = lines[n:]
+		}
+		if backwards {
+			return nil
+		}
+		// A tail goes on like any stream, after its last line.
+	}
 	for {
 		// Take the signal before reading, so a line written between the
 		// read and the wait still wakes us.
@@ -504,10 +560,7 @@ func (s *Service) StreamJobLogs(ctx context.Context, req *connect.Request[imsv1.
 			if len(lines) == 0 {
 				break
 			}
-			resp := &imsv1.StreamJobLogsResponse{Lines: make([]*imsv1.LogLine, len(lines))}
-			for i, l := range lines {
-				resp.Lines[i] = &imsv1.LogLine{Attempt: int32(l.Attempt), Seq: l.Seq, Time: timestamppb.New(l.Time), Stream: imsv1.LogStream(l.Stream), Text: l.Text}
-			}
+			resp := &imsv1.StreamJobLogsResponse{Lines: linesToProto(lines)}
 			if err := out.Send(resp); err != nil {
 				return err
 			}
@@ -537,6 +590,104 @@ func (s *Service) StreamJobLogs(ctx context.Context, req *connect.Request[imsv1.
 	}
 }
 
+func linesToProto(lines []store.LogLine) []*imsv1.LogLine {
+	out := make([]*imsv1.LogLine, len(lines))
+	for i, l := range lines {
+		out[i] = &imsv1.LogLine{Attempt: int32(l.Attempt), Seq: l.Seq, Time: timestamppb.New(l.Time), Stream: imsv1.LogStream(l.Stream), Text: l.Text}
+	}
+	return out
+}
+
+// WatchInstalls sends a snapshot of the fleet, then the installs that
+// changed. It re-reads the fleet when the hub says something changed (at
+// most every FleetCoalesce) and every FleetPoll, and sends only what differs
+// from what this stream sent before.
+func (s *Service) WatchInstalls(ctx context.Context, req *connect.Request[imsv1.WatchInstallsRequest], out *connect.ServerStream[imsv1.WatchInstallsResponse]) error {
+	appID := ""
+	if req.Msg.App != "" {
+		app, err := s.store.GetApp(ctx, req.Msg.App)
+		if errs.Is(err, errs.NotFound) {
+			return s.err(ctx, errs.Field("app", "no app named %q", req.Msg.App))
+		}
+		if err != nil {
+			return s.err(ctx, err)
+		}
+		appID = app.ID
+	}
+	var sent map[string]*imsv1.InstallStatus
+	for {
+		signal := s.hub.FleetSignal()
+		read := time.Now()
+		cur, err := s.fleet(ctx, appID)
+		if err != nil {
+			return s.err(ctx, err)
+		}
+		resp := &imsv1.WatchInstallsResponse{Snapshot: sent == nil}
+		for id, st := range cur {
+			if old, ok := sent[id]; sent == nil || !ok || !proto.Equal(old, st) {
+				resp.Installs = append(resp.Installs, st)
+			}
+		}
+		for id := range sent {
+			if _, ok := cur[id]; !ok {
+				resp.RemovedInstallIds = append(resp.RemovedInstallIds, id)
+			}
+		}
+		if resp.Snapshot || len(resp.Installs) > 0 || len(resp.RemovedInstallIds) > 0 {
+			sort.Slice(resp.Installs, func(i, j int) bool { return resp.Installs[i].Install.Name < resp.Installs[j].Install.Name })
+			if err := out.Send(resp); err != nil {
+				return err
+			}
+		}
+		sent = cur
+		t := time.NewTimer(s.cfg.FleetPoll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-signal:
+		case <-t.C:
+		}
+		t.Stop()
+		// Let a burst of changes settle into one read.
+		if wait := s.cfg.FleetCoalesce - time.Since(read); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil
+			case <-t.C:
+			}
+		}
+	}
+}
+
+// fleet reads every install's status, keyed by install id.
+func (s *Service) fleet(ctx context.Context, appID string) (map[string]*imsv1.InstallStatus, error) {
+	fs, err := s.store.Fleet(ctx, appID)
+	if err != nil {
+		return nil, err
+	}
+	apps, err := s.store.ListApps(ctx)
+	if err != nil {
+		return nil, err
+	}
+	appNames := make(map[string]string, len(apps))
+	for _, a := range apps {
+		appNames[a.ID] = a.Name
+	}
+	out := make(map[string]*imsv1.InstallStatus, len(fs.Installs))
+	for _, in := range fs.Installs {
+		p := &imsv1.Install{Id: in.ID, AppId: in.AppID, Name: in.Name, Inputs: in.Inputs, CreateTime: ts(in.CreatedAt)}
+		p.Agent = s.agentStatus(fs.Agents[in.ID])
+		out[in.ID] = &imsv1.InstallStatus{
+			Install: p, AppName: appNames[in.AppID],
+			QueuedJobs: int32(fs.Queued[in.ID]), RunningJobs: int32(fs.Active[in.ID]),
+		}
+	}
+	return out, nil
+}
+
 func roleToProto(r store.Role) imsv1.Role {
 	switch r {
 	case store.RoleAdmin:
@@ -554,8 +705,18 @@ func appToProto(a store.App) *imsv1.App {
 func (s *Service) installToProto(ctx context.Context, in store.Install) *imsv1.Install {
 	p := &imsv1.Install{Id: in.ID, AppId: in.AppID, Name: in.Name, Inputs: in.Inputs, CreateTime: ts(in.CreatedAt)}
 	agents, err := s.store.AgentsForInstall(ctx, in.ID)
-	if err != nil || len(agents) == 0 {
+	if err != nil {
 		return p
+	}
+	p.Agent = s.agentStatus(agents)
+	return p
+}
+
+// agentStatus describes an install's agent: the connected one, or else the
+// newest. It is nil when no agent has enrolled.
+func (s *Service) agentStatus(agents []store.Agent) *imsv1.AgentStatus {
+	if len(agents) == 0 {
+		return nil
 	}
 	a := agents[0]
 	for _, b := range agents {
@@ -565,11 +726,10 @@ func (s *Service) installToProto(ctx context.Context, in store.Install) *imsv1.I
 		}
 	}
 	connected := s.hub.Connected(a.ID) || (!a.LastSeenAt.IsZero() && s.now().Sub(a.LastSeenAt) < 3*s.cfg.HeartbeatInterval)
-	p.Agent = &imsv1.AgentStatus{
+	return &imsv1.AgentStatus{
 		AgentId: a.ID, Connected: connected, LastSeenTime: ts(a.LastSeenAt),
 		Version: a.Version, Hostname: a.Hostname, EnrollTime: ts(a.EnrolledAt),
 	}
-	return p
 }
 
 var statesToProto = func() map[store.JobState]imsv1.JobState {

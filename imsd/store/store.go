@@ -48,8 +48,9 @@ type Store struct {
 	w *sqlx.DB
 	// r serves plain reads. On SQLite it is a separate pool of read-only
 	// connections so reads never queue behind the writer (WAL lets them run
-	// alongside it). On PostgreSQL it is the same pool as w.
-	r *sqlx.DB
+	// alongside it), with its queries kept prepared. On PostgreSQL it
+	// wraps the same pool as w.
+	r *reader
 	// gc is the group-commit writer on SQLite; nil on PostgreSQL, where
 	// every write has a transaction of its own.
 	gc *groupCommit
@@ -109,7 +110,7 @@ func openSQLite(ctx context.Context, path string) (*Store, error) {
 		rdb.Close()
 		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
 	}
-	s.r = sqlx.NewDb(rdb, "sqlite")
+	s.r = newReader(sqlx.NewDb(rdb, "sqlite"), true)
 	s.gc = startGroupCommit(s.w)
 	return s, nil
 }
@@ -133,7 +134,7 @@ func openPostgres(ctx context.Context, dsn string) (*Store, error) {
 		return nil, fmt.Errorf("open postgres: %w", err)
 	}
 	x := sqlx.NewDb(db, "pgx")
-	return &Store{dialect: DialectPostgres, w: x, r: x, pg: cfg}, nil
+	return &Store{dialect: DialectPostgres, w: x, r: newReader(x, false), pg: cfg}, nil
 }
 
 // Close closes the database pools. Writes already queued are run first;
@@ -142,10 +143,7 @@ func (s *Store) Close() error {
 	if s.gc != nil {
 		s.gc.stop()
 	}
-	var err error
-	if s.r != s.w {
-		err = s.r.Close()
-	}
+	err := s.r.Close(s.r.db != s.w)
 	return errors.Join(err, s.w.Close())
 }
 

@@ -52,6 +52,7 @@ type app struct {
 	server      string
 	token       string
 	output      string
+	readOnly    bool
 
 	// started is set once cobra has parsed and validated the command line
 	// and runs a command; errors before that are usage errors.
@@ -115,16 +116,17 @@ func (a *app) rootCommand() *cobra.Command {
 		Use:   "byoc",
 		Short: "Operate byoc: apps, installs, jobs and their logs",
 		Long: `byoc is the operator program of byoc. It talks to one imsd server, chosen
-by the current context (see "byoc context --help") or by --server and --token.`,
+by the current context (see "byoc context --help") or by --server and --token.
+Without a command it opens the interactive console (press ? in it for keys).`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
-		// Without a command, print help. (The interactive TUI will live here.)
+		// Without a command, open the interactive console.
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
 				return usagef("unknown command %q for %q", args[0], cmd.CommandPath())
 			}
-			return cmd.Help()
+			return a.runConsole(cmd.Context())
 		},
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
 			if a.output != "text" && a.output != "json" {
@@ -142,6 +144,7 @@ by the current context (see "byoc context --help") or by --server and --token.`,
 	pf.StringVar(&a.server, "server", "", "imsd URL, overriding the context's (http:// or https://)")
 	pf.StringVar(&a.token, "token", "", "API token, overriding the context's")
 	pf.StringVarP(&a.output, "output", "o", "text", "output format: text or json")
+	root.Flags().BoolVar(&a.readOnly, "readonly", false, "console: leave every key that changes something unbound")
 
 	root.AddCommand(
 		a.contextCommand(),

@@ -43,10 +43,15 @@ func roleName(r imsv1.Role) string {
 }
 
 func (a *app) appCommand() *cobra.Command {
-	return group("app", "Create and inspect apps",
+	return group("app", "Create, validate, push and inspect apps",
 		a.appCreateCommand(),
 		a.appListCommand(),
 		a.appGetCommand(),
+		a.appValidateCommand(),
+		a.appInitCommand(),
+		a.appPushCommand(),
+		a.appRevisionsCommand(),
+		a.appDiffCommand(),
 	)
 }
 

@@ -165,3 +165,13 @@ func shellQuote(s string) string {
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
+
+// writeJSONValue prints a plain Go value as indented JSON, for output that
+// is not an API message (such as local validation results).
+func writeJSONValue(w io.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode json: %w", err)
+	}
+	return writeIndented(w, b)
+}

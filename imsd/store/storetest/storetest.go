@@ -37,6 +37,7 @@ func Run(t *testing.T, open OpenFunc) {
 	}{
 		{"APITokens", testAPITokens},
 		{"Apps", testApps},
+		{"AppRevisions", testAppRevisions},
 		{"Installs", testInstalls},
 		{"Enroll", testEnroll},
 		{"EnrollConcurrent", testEnrollConcurrent},
@@ -52,6 +53,8 @@ func Run(t *testing.T, open OpenFunc) {
 		{"RenewLeases", testRenewLeases},
 		{"Cancel", testCancel},
 		{"Logs", testLogs},
+		{"LogsBefore", testLogsBefore},
+		{"Fleet", testFleet},
 		{"ListJobs", testListJobs},
 		{"QueuedJobInstalls", testQueuedJobInstalls},
 		{"Restart", testRestart},
@@ -234,6 +237,46 @@ func testApps(t *testing.T, e *env) {
 	wantErr(t, err, errs.NotFound, `app "nope" not found`)
 	wantErr(t, e.s.CreateApp(ctx, store.App{ID: "app-3", Name: "alpha"}), errs.AlreadyExists, "alpha")
 	wantErr(t, e.s.CreateApp(ctx, store.App{ID: "app-4"}), errs.Invalid, "name")
+}
+
+func testAppRevisions(t *testing.T, e *env) {
+	ctx := e.ctx()
+	ok(t, e.s.CreateApp(ctx, store.App{ID: "app-1", Name: "acme", CreatedAt: T0}))
+	_, err := e.s.GetAppRevision(ctx, "app-1", 0)
+	wantErr(t, err, errs.NotFound, "no revisions yet")
+	files1 := map[string][]byte{"app.toml": []byte("name = \"acme\"\n")}
+	r1, created, err := e.s.CreateAppRevision(ctx, store.AppRevision{AppID: "app-1", Digest: "d1", Version: "1.0", Files: files1, CreatedAt: T0, CreatedBy: "ci"})
+	ok(t, err)
+	equal(t, "first revision number", r1.Number, int64(1))
+	equal(t, "first push created", created, true)
+	// The same digest again: no new revision.
+	again, created, err := e.s.CreateAppRevision(ctx, store.AppRevision{AppID: "app-1", Digest: "d1", Files: files1, CreatedAt: at(time.Second)})
+	ok(t, err)
+	equal(t, "repeated push number", again.Number, int64(1))
+	equal(t, "repeated push created", created, false)
+	files2 := map[string][]byte{"app.toml": []byte("name = \"acme\"\nversion = \"2\"\n"), "scripts/x.sh": {0, 1, 2, 0xff}}
+	r2, created, err := e.s.CreateAppRevision(ctx, store.AppRevision{AppID: "app-1", Digest: "d2", Version: "2.0", Files: files2, CreatedAt: at(2 * time.Second)})
+	ok(t, err)
+	equal(t, "second revision number", r2.Number, int64(2))
+	equal(t, "second push created", created, true)
+	revs, err := e.s.ListAppRevisions(ctx, "app-1")
+	ok(t, err)
+	if len(revs) != 2 || revs[0].Number != 2 || revs[1].Number != 1 || revs[1].Version != "1.0" || revs[1].CreatedBy != "ci" {
+		t.Fatalf("ListAppRevisions = %+v, want 2 then 1", revs)
+	}
+	latest, err := e.s.GetAppRevision(ctx, "app-1", 0)
+	ok(t, err)
+	equal(t, "latest", latest.Number, int64(2))
+	equal(t, "binary file kept", string(latest.Files["scripts/x.sh"]), string(files2["scripts/x.sh"]))
+	first, err := e.s.GetAppRevision(ctx, "app-1", 1)
+	ok(t, err)
+	equal(t, "revision 1 file", string(first.Files["app.toml"]), string(files1["app.toml"]))
+	_, err = e.s.GetAppRevision(ctx, "app-1", 9)
+	wantErr(t, err, errs.NotFound, "no revision 9")
+	_, _, err = e.s.CreateAppRevision(ctx, store.AppRevision{AppID: "nope", Digest: "d", Files: files1, CreatedAt: T0})
+	wantErr(t, err, errs.NotFound, `app "nope" not found`)
+	_, _, err = e.s.CreateAppRevision(ctx, store.AppRevision{AppID: "app-1", Digest: "d3", CreatedAt: T0})
+	wantErr(t, err, errs.Invalid, "files")
 }
 
 func testInstalls(t *testing.T, e *env) {
@@ -1053,4 +1096,69 @@ func testListen(t *testing.T, e *env) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Listen did not return after its context ended")
 	}
+}
+
+func testLogsBefore(t *testing.T, e *env) {
+	ctx := e.ctx()
+	inst := e.install("acme")
+	e.agent(inst, "ag-1")
+	e.enqueue("job-1", inst, T0)
+	c := e.claimOne(inst, "ag-1", T0)
+	ok(t, e.s.AppendLogs(ctx, "job-1", writer(c), lines(1, 1, 10)))
+	_, err := e.s.ExpireLeases(ctx, at(time.Hour))
+	ok(t, err)
+	c2 := e.claimOne(inst, "ag-1", at(time.Hour))
+	ok(t, e.s.AppendLogs(ctx, "job-1", writer(c2), lines(2, 1, 3)))
+
+	seqs := func(ls []store.LogLine) string {
+		var out []string
+		for _, l := range ls {
+			out = append(out, fmt.Sprintf("%d.%d", l.Attempt, l.Seq))
+		}
+		return strings.Join(out, " ")
+	}
+	tail, err := e.s.ListLogsBefore(ctx, "job-1", 0, 0, 4)
+	ok(t, err)
+	equal(t, "last 4 lines, oldest first", seqs(tail), "1.10 2.1 2.2 2.3")
+	page, err := e.s.ListLogsBefore(ctx, "job-1", 2, 1, 3)
+	ok(t, err)
+	equal(t, "3 before 2.1 (across attempts)", seqs(page), "1.8 1.9 1.10")
+	page, err = e.s.ListLogsBefore(ctx, "job-1", 1, 3, 10)
+	ok(t, err)
+	equal(t, "before 1.3", seqs(page), "1.1 1.2")
+	page, err = e.s.ListLogsBefore(ctx, "job-1", 1, 1, 10)
+	ok(t, err)
+	equal(t, "before the first line", len(page), 0)
+}
+
+func testFleet(t *testing.T, e *env) {
+	ctx := e.ctx()
+	a := e.install("acme")
+	b := e.install("globex")
+	e.install("initech")
+	e.agent(a, "ag-old")
+	e.agent(a, "ag-new")
+	e.agent(b, "ag-b")
+	e.enqueue("job-1", a, T0)
+	e.enqueue("job-2", a, at(time.Second))
+	e.enqueue("job-3", a, at(2*time.Second))
+	e.enqueue("job-4", b, T0)
+	e.claimOne(a, "ag-new", at(time.Minute))
+	cb := e.claimOne(b, "ag-b", at(time.Minute))
+	_, err := e.s.FinishJob(ctx, cb.ID, writer(cb), store.Result{State: store.JobSucceeded}, at(2*time.Minute))
+	ok(t, err)
+
+	fs, err := e.s.Fleet(ctx, "")
+	ok(t, err)
+	equal(t, "installs", len(fs.Installs), 3)
+	equal(t, "acme agents", len(fs.Agents[a]), 2)
+	equal(t, "globex agents", len(fs.Agents[b]), 1)
+	equal(t, "acme queued", fs.Queued[a], 2)
+	equal(t, "acme active", fs.Active[a], 1)
+	equal(t, "globex queued (its job ended)", fs.Queued[b], 0)
+	equal(t, "globex active", fs.Active[b], 0)
+
+	fs, err = e.s.Fleet(ctx, "no-such-app")
+	ok(t, err)
+	equal(t, "installs of another app", len(fs.Installs), 0)
 }

@@ -1254,6 +1254,186 @@ func (x *GetInstallResponse) GetInstall() *Install {
 	return nil
 }
 
+// InstallStatus is an install with what the fleet view shows about it.
+type InstallStatus struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Install *Install               `protobuf:"bytes,1,opt,name=install,proto3" json:"install,omitempty"`
+	AppName string                 `protobuf:"bytes,2,opt,name=app_name,json=appName,proto3" json:"app_name,omitempty"`
+	// queued_jobs counts the install's jobs waiting for its agent.
+	QueuedJobs int32 `protobuf:"varint,3,opt,name=queued_jobs,json=queuedJobs,proto3" json:"queued_jobs,omitempty"`
+	// running_jobs counts the install's jobs assigned to or run by its agent.
+	RunningJobs   int32 `protobuf:"varint,4,opt,name=running_jobs,json=runningJobs,proto3" json:"running_jobs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InstallStatus) Reset() {
+	*x = InstallStatus{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InstallStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InstallStatus) ProtoMessage() {}
+
+func (x *InstallStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InstallStatus.ProtoReflect.Descriptor instead.
+func (*InstallStatus) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *InstallStatus) GetInstall() *Install {
+	if x != nil {
+		return x.Install
+	}
+	return nil
+}
+
+func (x *InstallStatus) GetAppName() string {
+	if x != nil {
+		return x.AppName
+	}
+	return ""
+}
+
+func (x *InstallStatus) GetQueuedJobs() int32 {
+	if x != nil {
+		return x.QueuedJobs
+	}
+	return 0
+}
+
+func (x *InstallStatus) GetRunningJobs() int32 {
+	if x != nil {
+		return x.RunningJobs
+	}
+	return 0
+}
+
+type WatchInstallsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// app filters by app id or name; empty watches all installs.
+	App           string `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchInstallsRequest) Reset() {
+	*x = WatchInstallsRequest{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchInstallsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchInstallsRequest) ProtoMessage() {}
+
+func (x *WatchInstallsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchInstallsRequest.ProtoReflect.Descriptor instead.
+func (*WatchInstallsRequest) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *WatchInstallsRequest) GetApp() string {
+	if x != nil {
+		return x.App
+	}
+	return ""
+}
+
+type WatchInstallsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// snapshot is set on the first message of a stream: its installs are all
+	// there are, and the receiver replaces what it had.
+	Snapshot bool `protobuf:"varint,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	// installs are new or changed installs (all of them in a snapshot).
+	Installs []*InstallStatus `protobuf:"bytes,2,rep,name=installs,proto3" json:"installs,omitempty"`
+	// removed_install_ids are installs that no longer exist.
+	RemovedInstallIds []string `protobuf:"bytes,3,rep,name=removed_install_ids,json=removedInstallIds,proto3" json:"removed_install_ids,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *WatchInstallsResponse) Reset() {
+	*x = WatchInstallsResponse{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchInstallsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchInstallsResponse) ProtoMessage() {}
+
+func (x *WatchInstallsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchInstallsResponse.ProtoReflect.Descriptor instead.
+func (*WatchInstallsResponse) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *WatchInstallsResponse) GetSnapshot() bool {
+	if x != nil {
+		return x.Snapshot
+	}
+	return false
+}
+
+func (x *WatchInstallsResponse) GetInstalls() []*InstallStatus {
+	if x != nil {
+		return x.Installs
+	}
+	return nil
+}
+
+func (x *WatchInstallsResponse) GetRemovedInstallIds() []string {
+	if x != nil {
+		return x.RemovedInstallIds
+	}
+	return nil
+}
+
 type CreateEnrollmentTokenRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Install       string                 `protobuf:"bytes,1,opt,name=install,proto3" json:"install,omitempty"`
@@ -1264,7 +1444,7 @@ type CreateEnrollmentTokenRequest struct {
 
 func (x *CreateEnrollmentTokenRequest) Reset() {
 	*x = CreateEnrollmentTokenRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[20]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1276,7 +1456,7 @@ func (x *CreateEnrollmentTokenRequest) String() string {
 func (*CreateEnrollmentTokenRequest) ProtoMessage() {}
 
 func (x *CreateEnrollmentTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[20]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1289,7 +1469,7 @@ func (x *CreateEnrollmentTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateEnrollmentTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateEnrollmentTokenRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{20}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CreateEnrollmentTokenRequest) GetInstall() string {
@@ -1315,7 +1495,7 @@ type CreateEnrollmentTokenResponse struct {
 
 func (x *CreateEnrollmentTokenResponse) Reset() {
 	*x = CreateEnrollmentTokenResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[21]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1327,7 +1507,7 @@ func (x *CreateEnrollmentTokenResponse) String() string {
 func (*CreateEnrollmentTokenResponse) ProtoMessage() {}
 
 func (x *CreateEnrollmentTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[21]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1340,7 +1520,7 @@ func (x *CreateEnrollmentTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateEnrollmentTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateEnrollmentTokenResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{21}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CreateEnrollmentTokenResponse) GetEnrollmentToken() *EnrollmentToken {
@@ -1385,7 +1565,7 @@ type Job struct {
 
 func (x *Job) Reset() {
 	*x = Job{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[22]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1397,7 +1577,7 @@ func (x *Job) String() string {
 func (*Job) ProtoMessage() {}
 
 func (x *Job) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[22]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1410,7 +1590,7 @@ func (x *Job) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Job.ProtoReflect.Descriptor instead.
 func (*Job) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{22}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Job) GetId() string {
@@ -1571,7 +1751,7 @@ type EnqueueJobRequest struct {
 
 func (x *EnqueueJobRequest) Reset() {
 	*x = EnqueueJobRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[23]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1583,7 +1763,7 @@ func (x *EnqueueJobRequest) String() string {
 func (*EnqueueJobRequest) ProtoMessage() {}
 
 func (x *EnqueueJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[23]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1596,7 +1776,7 @@ func (x *EnqueueJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueJobRequest.ProtoReflect.Descriptor instead.
 func (*EnqueueJobRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{23}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *EnqueueJobRequest) GetInstall() string {
@@ -1650,7 +1830,7 @@ type EnqueueJobResponse struct {
 
 func (x *EnqueueJobResponse) Reset() {
 	*x = EnqueueJobResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[24]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1662,7 +1842,7 @@ func (x *EnqueueJobResponse) String() string {
 func (*EnqueueJobResponse) ProtoMessage() {}
 
 func (x *EnqueueJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[24]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1675,7 +1855,7 @@ func (x *EnqueueJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueJobResponse.ProtoReflect.Descriptor instead.
 func (*EnqueueJobResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{24}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *EnqueueJobResponse) GetJob() *Job {
@@ -1701,7 +1881,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[25]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1713,7 +1893,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[25]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1726,7 +1906,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{25}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListJobsRequest) GetInstall() string {
@@ -1767,7 +1947,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[26]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1779,7 +1959,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[26]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1792,7 +1972,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{26}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -1818,7 +1998,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[27]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1830,7 +2010,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[27]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1843,7 +2023,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{27}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetJobRequest) GetId() string {
@@ -1862,7 +2042,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[28]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1874,7 +2054,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[28]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1887,7 +2067,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{28}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetJobResponse) GetJob() *Job {
@@ -1911,7 +2091,7 @@ type LogLine struct {
 
 func (x *LogLine) Reset() {
 	*x = LogLine{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[29]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1923,7 +2103,7 @@ func (x *LogLine) String() string {
 func (*LogLine) ProtoMessage() {}
 
 func (x *LogLine) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[29]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1936,7 +2116,7 @@ func (x *LogLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogLine.ProtoReflect.Descriptor instead.
 func (*LogLine) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{29}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *LogLine) GetAttempt() int32 {
@@ -1979,15 +2159,26 @@ type StreamJobLogsRequest struct {
 	JobId  string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	Follow bool                   `protobuf:"varint,2,opt,name=follow,proto3" json:"follow,omitempty"`
 	// after_attempt and after_seq resume a stream after the last line seen.
-	AfterAttempt  int32 `protobuf:"varint,3,opt,name=after_attempt,json=afterAttempt,proto3" json:"after_attempt,omitempty"`
-	AfterSeq      int64 `protobuf:"varint,4,opt,name=after_seq,json=afterSeq,proto3" json:"after_seq,omitempty"`
+	AfterAttempt int32 `protobuf:"varint,3,opt,name=after_attempt,json=afterAttempt,proto3" json:"after_attempt,omitempty"`
+	AfterSeq     int64 `protobuf:"varint,4,opt,name=after_seq,json=afterSeq,proto3" json:"after_seq,omitempty"`
+	// before_attempt and before_seq, when before_seq is set, ask for the
+	// lines just before that line instead (up to limit, oldest first), to
+	// page back through a long log; follow must be unset.
+	BeforeAttempt int32 `protobuf:"varint,5,opt,name=before_attempt,json=beforeAttempt,proto3" json:"before_attempt,omitempty"`
+	BeforeSeq     int64 `protobuf:"varint,6,opt,name=before_seq,json=beforeSeq,proto3" json:"before_seq,omitempty"`
+	// tail, when set, starts at the job's last tail lines instead of its
+	// first line; after_* and before_* must be unset.
+	Tail int32 `protobuf:"varint,7,opt,name=tail,proto3" json:"tail,omitempty"`
+	// limit bounds the lines a before_* request returns: 0 means 500, at
+	// most 10000.
+	Limit         int32 `protobuf:"varint,8,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StreamJobLogsRequest) Reset() {
 	*x = StreamJobLogsRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[30]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1999,7 +2190,7 @@ func (x *StreamJobLogsRequest) String() string {
 func (*StreamJobLogsRequest) ProtoMessage() {}
 
 func (x *StreamJobLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[30]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2012,7 +2203,7 @@ func (x *StreamJobLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamJobLogsRequest.ProtoReflect.Descriptor instead.
 func (*StreamJobLogsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{30}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *StreamJobLogsRequest) GetJobId() string {
@@ -2043,6 +2234,34 @@ func (x *StreamJobLogsRequest) GetAfterSeq() int64 {
 	return 0
 }
 
+func (x *StreamJobLogsRequest) GetBeforeAttempt() int32 {
+	if x != nil {
+		return x.BeforeAttempt
+	}
+	return 0
+}
+
+func (x *StreamJobLogsRequest) GetBeforeSeq() int64 {
+	if x != nil {
+		return x.BeforeSeq
+	}
+	return 0
+}
+
+func (x *StreamJobLogsRequest) GetTail() int32 {
+	if x != nil {
+		return x.Tail
+	}
+	return 0
+}
+
+func (x *StreamJobLogsRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
 type StreamJobLogsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Lines []*LogLine             `protobuf:"bytes,1,rep,name=lines,proto3" json:"lines,omitempty"`
@@ -2054,7 +2273,7 @@ type StreamJobLogsResponse struct {
 
 func (x *StreamJobLogsResponse) Reset() {
 	*x = StreamJobLogsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[31]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2066,7 +2285,7 @@ func (x *StreamJobLogsResponse) String() string {
 func (*StreamJobLogsResponse) ProtoMessage() {}
 
 func (x *StreamJobLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[31]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2079,7 +2298,7 @@ func (x *StreamJobLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamJobLogsResponse.ProtoReflect.Descriptor instead.
 func (*StreamJobLogsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{31}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *StreamJobLogsResponse) GetLines() []*LogLine {
@@ -2106,7 +2325,7 @@ type CancelJobRequest struct {
 
 func (x *CancelJobRequest) Reset() {
 	*x = CancelJobRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[32]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2118,7 +2337,7 @@ func (x *CancelJobRequest) String() string {
 func (*CancelJobRequest) ProtoMessage() {}
 
 func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[32]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2131,7 +2350,7 @@ func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobRequest.ProtoReflect.Descriptor instead.
 func (*CancelJobRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{32}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CancelJobRequest) GetId() string {
@@ -2157,7 +2376,7 @@ type CancelJobResponse struct {
 
 func (x *CancelJobResponse) Reset() {
 	*x = CancelJobResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[33]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2169,7 +2388,7 @@ func (x *CancelJobResponse) String() string {
 func (*CancelJobResponse) ProtoMessage() {}
 
 func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[33]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2182,12 +2401,664 @@ func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobResponse.ProtoReflect.Descriptor instead.
 func (*CancelJobResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{33}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CancelJobResponse) GetJob() *Job {
 	if x != nil {
 		return x.Job
+	}
+	return nil
+}
+
+// AppFile is one file of an app config directory.
+type AppFile struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// path is relative to the app directory, with / separators.
+	Path          string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Content       []byte `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppFile) Reset() {
+	*x = AppFile{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppFile) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppFile) ProtoMessage() {}
+
+func (x *AppFile) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppFile.ProtoReflect.Descriptor instead.
+func (*AppFile) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *AppFile) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *AppFile) GetContent() []byte {
+	if x != nil {
+		return x.Content
+	}
+	return nil
+}
+
+// AppRevision is an immutable, validated snapshot of an app config.
+type AppRevision struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	AppId  string                 `protobuf:"bytes,1,opt,name=app_id,json=appId,proto3" json:"app_id,omitempty"`
+	Number int64                  `protobuf:"varint,2,opt,name=number,proto3" json:"number,omitempty"`
+	// digest is the SHA-256 of the revision's files.
+	Digest string `protobuf:"bytes,3,opt,name=digest,proto3" json:"digest,omitempty"`
+	// version is the version that app.toml gives.
+	Version    string                 `protobuf:"bytes,4,opt,name=version,proto3" json:"version,omitempty"`
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	CreatedBy  string                 `protobuf:"bytes,6,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
+	// components are the component names, sandbox included, in deploy order.
+	Components    []string `protobuf:"bytes,7,rep,name=components,proto3" json:"components,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppRevision) Reset() {
+	*x = AppRevision{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppRevision) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppRevision) ProtoMessage() {}
+
+func (x *AppRevision) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppRevision.ProtoReflect.Descriptor instead.
+func (*AppRevision) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *AppRevision) GetAppId() string {
+	if x != nil {
+		return x.AppId
+	}
+	return ""
+}
+
+func (x *AppRevision) GetNumber() int64 {
+	if x != nil {
+		return x.Number
+	}
+	return 0
+}
+
+func (x *AppRevision) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+func (x *AppRevision) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *AppRevision) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *AppRevision) GetCreatedBy() string {
+	if x != nil {
+		return x.CreatedBy
+	}
+	return ""
+}
+
+func (x *AppRevision) GetComponents() []string {
+	if x != nil {
+		return x.Components
+	}
+	return nil
+}
+
+type PushAppRevisionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Files         []*AppFile             `protobuf:"bytes,1,rep,name=files,proto3" json:"files,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PushAppRevisionRequest) Reset() {
+	*x = PushAppRevisionRequest{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PushAppRevisionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PushAppRevisionRequest) ProtoMessage() {}
+
+func (x *PushAppRevisionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PushAppRevisionRequest.ProtoReflect.Descriptor instead.
+func (*PushAppRevisionRequest) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *PushAppRevisionRequest) GetFiles() []*AppFile {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
+type PushAppRevisionResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	App      *App                   `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
+	Revision *AppRevision           `protobuf:"bytes,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	// created is false when the files equal the latest revision's.
+	Created bool `protobuf:"varint,3,opt,name=created,proto3" json:"created,omitempty"`
+	// changes are what changed since the previous revision.
+	Changes       []*ConfigChange `protobuf:"bytes,4,rep,name=changes,proto3" json:"changes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PushAppRevisionResponse) Reset() {
+	*x = PushAppRevisionResponse{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PushAppRevisionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PushAppRevisionResponse) ProtoMessage() {}
+
+func (x *PushAppRevisionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PushAppRevisionResponse.ProtoReflect.Descriptor instead.
+func (*PushAppRevisionResponse) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *PushAppRevisionResponse) GetApp() *App {
+	if x != nil {
+		return x.App
+	}
+	return nil
+}
+
+func (x *PushAppRevisionResponse) GetRevision() *AppRevision {
+	if x != nil {
+		return x.Revision
+	}
+	return nil
+}
+
+func (x *PushAppRevisionResponse) GetCreated() bool {
+	if x != nil {
+		return x.Created
+	}
+	return false
+}
+
+func (x *PushAppRevisionResponse) GetChanges() []*ConfigChange {
+	if x != nil {
+		return x.Changes
+	}
+	return nil
+}
+
+type ListAppRevisionsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	App           string                 `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAppRevisionsRequest) Reset() {
+	*x = ListAppRevisionsRequest{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAppRevisionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAppRevisionsRequest) ProtoMessage() {}
+
+func (x *ListAppRevisionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAppRevisionsRequest.ProtoReflect.Descriptor instead.
+func (*ListAppRevisionsRequest) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *ListAppRevisionsRequest) GetApp() string {
+	if x != nil {
+		return x.App
+	}
+	return ""
+}
+
+type ListAppRevisionsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Revisions     []*AppRevision         `protobuf:"bytes,1,rep,name=revisions,proto3" json:"revisions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAppRevisionsResponse) Reset() {
+	*x = ListAppRevisionsResponse{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAppRevisionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAppRevisionsResponse) ProtoMessage() {}
+
+func (x *ListAppRevisionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAppRevisionsResponse.ProtoReflect.Descriptor instead.
+func (*ListAppRevisionsResponse) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *ListAppRevisionsResponse) GetRevisions() []*AppRevision {
+	if x != nil {
+		return x.Revisions
+	}
+	return nil
+}
+
+type DiffAppRevisionsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	App   string                 `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
+	From  int64                  `protobuf:"varint,2,opt,name=from,proto3" json:"from,omitempty"`
+	// to is the newer revision; 0 means the latest.
+	To            int64 `protobuf:"varint,3,opt,name=to,proto3" json:"to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiffAppRevisionsRequest) Reset() {
+	*x = DiffAppRevisionsRequest{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiffAppRevisionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiffAppRevisionsRequest) ProtoMessage() {}
+
+func (x *DiffAppRevisionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiffAppRevisionsRequest.ProtoReflect.Descriptor instead.
+func (*DiffAppRevisionsRequest) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *DiffAppRevisionsRequest) GetApp() string {
+	if x != nil {
+		return x.App
+	}
+	return ""
+}
+
+func (x *DiffAppRevisionsRequest) GetFrom() int64 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+func (x *DiffAppRevisionsRequest) GetTo() int64 {
+	if x != nil {
+		return x.To
+	}
+	return 0
+}
+
+type DiffAppRevisionsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Changes       []*ConfigChange        `protobuf:"bytes,1,rep,name=changes,proto3" json:"changes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiffAppRevisionsResponse) Reset() {
+	*x = DiffAppRevisionsResponse{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiffAppRevisionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiffAppRevisionsResponse) ProtoMessage() {}
+
+func (x *DiffAppRevisionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiffAppRevisionsResponse.ProtoReflect.Descriptor instead.
+func (*DiffAppRevisionsResponse) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *DiffAppRevisionsResponse) GetChanges() []*ConfigChange {
+	if x != nil {
+		return x.Changes
+	}
+	return nil
+}
+
+// ConfigChange is one difference between two app configs.
+type ConfigChange struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// kind is component, action, input, secret, install, file, or a
+	// section: app, input_groups, permissions, policies, break_glass.
+	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// op is added, removed or changed.
+	Op string `protobuf:"bytes,3,opt,name=op,proto3" json:"op,omitempty"`
+	// fields are the key paths that changed.
+	Fields        []string `protobuf:"bytes,4,rep,name=fields,proto3" json:"fields,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfigChange) Reset() {
+	*x = ConfigChange{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfigChange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfigChange) ProtoMessage() {}
+
+func (x *ConfigChange) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfigChange.ProtoReflect.Descriptor instead.
+func (*ConfigChange) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ConfigChange) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *ConfigChange) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ConfigChange) GetOp() string {
+	if x != nil {
+		return x.Op
+	}
+	return ""
+}
+
+func (x *ConfigChange) GetFields() []string {
+	if x != nil {
+		return x.Fields
+	}
+	return nil
+}
+
+// ConfigDiagnostic is one problem in an app config.
+type ConfigDiagnostic struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	File          string                 `protobuf:"bytes,1,opt,name=file,proto3" json:"file,omitempty"`
+	Line          int32                  `protobuf:"varint,2,opt,name=line,proto3" json:"line,omitempty"`
+	Key           string                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	Message       string                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	Hint          string                 `protobuf:"bytes,5,opt,name=hint,proto3" json:"hint,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfigDiagnostic) Reset() {
+	*x = ConfigDiagnostic{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfigDiagnostic) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfigDiagnostic) ProtoMessage() {}
+
+func (x *ConfigDiagnostic) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfigDiagnostic.ProtoReflect.Descriptor instead.
+func (*ConfigDiagnostic) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *ConfigDiagnostic) GetFile() string {
+	if x != nil {
+		return x.File
+	}
+	return ""
+}
+
+func (x *ConfigDiagnostic) GetLine() int32 {
+	if x != nil {
+		return x.Line
+	}
+	return 0
+}
+
+func (x *ConfigDiagnostic) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ConfigDiagnostic) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *ConfigDiagnostic) GetHint() string {
+	if x != nil {
+		return x.Hint
+	}
+	return ""
+}
+
+// ConfigDiagnostics is the error detail of a refused push.
+type ConfigDiagnostics struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Diagnostics   []*ConfigDiagnostic    `protobuf:"bytes,1,rep,name=diagnostics,proto3" json:"diagnostics,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfigDiagnostics) Reset() {
+	*x = ConfigDiagnostics{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfigDiagnostics) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfigDiagnostics) ProtoMessage() {}
+
+func (x *ConfigDiagnostics) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfigDiagnostics.ProtoReflect.Descriptor instead.
+func (*ConfigDiagnostics) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *ConfigDiagnostics) GetDiagnostics() []*ConfigDiagnostic {
+	if x != nil {
+		return x.Diagnostics
 	}
 	return nil
 }
@@ -2269,7 +3140,19 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\n" +
 	"id_or_name\x18\x01 \x01(\tR\bidOrName\"D\n" +
 	"\x12GetInstallResponse\x12.\n" +
-	"\ainstall\x18\x01 \x01(\v2\x14.byoc.ims.v1.InstallR\ainstall\"Y\n" +
+	"\ainstall\x18\x01 \x01(\v2\x14.byoc.ims.v1.InstallR\ainstall\"\x9e\x01\n" +
+	"\rInstallStatus\x12.\n" +
+	"\ainstall\x18\x01 \x01(\v2\x14.byoc.ims.v1.InstallR\ainstall\x12\x19\n" +
+	"\bapp_name\x18\x02 \x01(\tR\aappName\x12\x1f\n" +
+	"\vqueued_jobs\x18\x03 \x01(\x05R\n" +
+	"queuedJobs\x12!\n" +
+	"\frunning_jobs\x18\x04 \x01(\x05R\vrunningJobs\"(\n" +
+	"\x14WatchInstallsRequest\x12\x10\n" +
+	"\x03app\x18\x01 \x01(\tR\x03app\"\x9b\x01\n" +
+	"\x15WatchInstallsResponse\x12\x1a\n" +
+	"\bsnapshot\x18\x01 \x01(\bR\bsnapshot\x126\n" +
+	"\binstalls\x18\x02 \x03(\v2\x1a.byoc.ims.v1.InstallStatusR\binstalls\x12.\n" +
+	"\x13removed_install_ids\x18\x03 \x03(\tR\x11removedInstallIds\"Y\n" +
 	"\x1cCreateEnrollmentTokenRequest\x12\x18\n" +
 	"\ainstall\x18\x01 \x01(\tR\ainstall\x12\x1f\n" +
 	"\vttl_seconds\x18\x02 \x01(\x03R\n" +
@@ -2332,12 +3215,17 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x03seq\x18\x02 \x01(\x03R\x03seq\x12.\n" +
 	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12.\n" +
 	"\x06stream\x18\x04 \x01(\x0e2\x16.byoc.ims.v1.LogStreamR\x06stream\x12\x12\n" +
-	"\x04text\x18\x05 \x01(\tR\x04text\"\x87\x01\n" +
+	"\x04text\x18\x05 \x01(\tR\x04text\"\xf7\x01\n" +
 	"\x14StreamJobLogsRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x16\n" +
 	"\x06follow\x18\x02 \x01(\bR\x06follow\x12#\n" +
 	"\rafter_attempt\x18\x03 \x01(\x05R\fafterAttempt\x12\x1b\n" +
-	"\tafter_seq\x18\x04 \x01(\x03R\bafterSeq\"g\n" +
+	"\tafter_seq\x18\x04 \x01(\x03R\bafterSeq\x12%\n" +
+	"\x0ebefore_attempt\x18\x05 \x01(\x05R\rbeforeAttempt\x12\x1d\n" +
+	"\n" +
+	"before_seq\x18\x06 \x01(\x03R\tbeforeSeq\x12\x12\n" +
+	"\x04tail\x18\a \x01(\x05R\x04tail\x12\x14\n" +
+	"\x05limit\x18\b \x01(\x05R\x05limit\"g\n" +
 	"\x15StreamJobLogsResponse\x12*\n" +
 	"\x05lines\x18\x01 \x03(\v2\x14.byoc.ims.v1.LogLineR\x05lines\x12\"\n" +
 	"\x03job\x18\x02 \x01(\v2\x10.byoc.ims.v1.JobR\x03job\":\n" +
@@ -2345,7 +3233,52 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"7\n" +
 	"\x11CancelJobResponse\x12\"\n" +
-	"\x03job\x18\x01 \x01(\v2\x10.byoc.ims.v1.JobR\x03job*=\n" +
+	"\x03job\x18\x01 \x01(\v2\x10.byoc.ims.v1.JobR\x03job\"7\n" +
+	"\aAppFile\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x18\n" +
+	"\acontent\x18\x02 \x01(\fR\acontent\"\xea\x01\n" +
+	"\vAppRevision\x12\x15\n" +
+	"\x06app_id\x18\x01 \x01(\tR\x05appId\x12\x16\n" +
+	"\x06number\x18\x02 \x01(\x03R\x06number\x12\x16\n" +
+	"\x06digest\x18\x03 \x01(\tR\x06digest\x12\x18\n" +
+	"\aversion\x18\x04 \x01(\tR\aversion\x12;\n" +
+	"\vcreate_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12\x1d\n" +
+	"\n" +
+	"created_by\x18\x06 \x01(\tR\tcreatedBy\x12\x1e\n" +
+	"\n" +
+	"components\x18\a \x03(\tR\n" +
+	"components\"D\n" +
+	"\x16PushAppRevisionRequest\x12*\n" +
+	"\x05files\x18\x01 \x03(\v2\x14.byoc.ims.v1.AppFileR\x05files\"\xc2\x01\n" +
+	"\x17PushAppRevisionResponse\x12\"\n" +
+	"\x03app\x18\x01 \x01(\v2\x10.byoc.ims.v1.AppR\x03app\x124\n" +
+	"\brevision\x18\x02 \x01(\v2\x18.byoc.ims.v1.AppRevisionR\brevision\x12\x18\n" +
+	"\acreated\x18\x03 \x01(\bR\acreated\x123\n" +
+	"\achanges\x18\x04 \x03(\v2\x19.byoc.ims.v1.ConfigChangeR\achanges\"+\n" +
+	"\x17ListAppRevisionsRequest\x12\x10\n" +
+	"\x03app\x18\x01 \x01(\tR\x03app\"R\n" +
+	"\x18ListAppRevisionsResponse\x126\n" +
+	"\trevisions\x18\x01 \x03(\v2\x18.byoc.ims.v1.AppRevisionR\trevisions\"O\n" +
+	"\x17DiffAppRevisionsRequest\x12\x10\n" +
+	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
+	"\x04from\x18\x02 \x01(\x03R\x04from\x12\x0e\n" +
+	"\x02to\x18\x03 \x01(\x03R\x02to\"O\n" +
+	"\x18DiffAppRevisionsResponse\x123\n" +
+	"\achanges\x18\x01 \x03(\v2\x19.byoc.ims.v1.ConfigChangeR\achanges\"^\n" +
+	"\fConfigChange\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x0e\n" +
+	"\x02op\x18\x03 \x01(\tR\x02op\x12\x16\n" +
+	"\x06fields\x18\x04 \x03(\tR\x06fields\"z\n" +
+	"\x10ConfigDiagnostic\x12\x12\n" +
+	"\x04file\x18\x01 \x01(\tR\x04file\x12\x12\n" +
+	"\x04line\x18\x02 \x01(\x05R\x04line\x12\x10\n" +
+	"\x03key\x18\x03 \x01(\tR\x03key\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x12\x12\n" +
+	"\x04hint\x18\x05 \x01(\tR\x04hint\"T\n" +
+	"\x11ConfigDiagnostics\x12?\n" +
+	"\vdiagnostics\x18\x01 \x03(\v2\x1d.byoc.ims.v1.ConfigDiagnosticR\vdiagnostics*=\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -2364,17 +3297,21 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x16LOG_STREAM_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11LOG_STREAM_STDOUT\x10\x01\x12\x15\n" +
 	"\x11LOG_STREAM_STDERR\x10\x02\x12\x15\n" +
-	"\x11LOG_STREAM_SYSTEM\x10\x032\xf4\b\n" +
+	"\x11LOG_STREAM_SYSTEM\x10\x032\xee\v\n" +
 	"\x0fOperatorService\x12A\n" +
 	"\x06WhoAmI\x12\x1a.byoc.ims.v1.WhoAmIRequest\x1a\x1b.byoc.ims.v1.WhoAmIResponse\x12Y\n" +
 	"\x0eCreateApiToken\x12\".byoc.ims.v1.CreateApiTokenRequest\x1a#.byoc.ims.v1.CreateApiTokenResponse\x12J\n" +
 	"\tCreateApp\x12\x1d.byoc.ims.v1.CreateAppRequest\x1a\x1e.byoc.ims.v1.CreateAppResponse\x12G\n" +
 	"\bListApps\x12\x1c.byoc.ims.v1.ListAppsRequest\x1a\x1d.byoc.ims.v1.ListAppsResponse\x12A\n" +
-	"\x06GetApp\x12\x1a.byoc.ims.v1.GetAppRequest\x1a\x1b.byoc.ims.v1.GetAppResponse\x12V\n" +
+	"\x06GetApp\x12\x1a.byoc.ims.v1.GetAppRequest\x1a\x1b.byoc.ims.v1.GetAppResponse\x12\\\n" +
+	"\x0fPushAppRevision\x12#.byoc.ims.v1.PushAppRevisionRequest\x1a$.byoc.ims.v1.PushAppRevisionResponse\x12_\n" +
+	"\x10ListAppRevisions\x12$.byoc.ims.v1.ListAppRevisionsRequest\x1a%.byoc.ims.v1.ListAppRevisionsResponse\x12_\n" +
+	"\x10DiffAppRevisions\x12$.byoc.ims.v1.DiffAppRevisionsRequest\x1a%.byoc.ims.v1.DiffAppRevisionsResponse\x12V\n" +
 	"\rCreateInstall\x12!.byoc.ims.v1.CreateInstallRequest\x1a\".byoc.ims.v1.CreateInstallResponse\x12S\n" +
 	"\fListInstalls\x12 .byoc.ims.v1.ListInstallsRequest\x1a!.byoc.ims.v1.ListInstallsResponse\x12M\n" +
 	"\n" +
-	"GetInstall\x12\x1e.byoc.ims.v1.GetInstallRequest\x1a\x1f.byoc.ims.v1.GetInstallResponse\x12n\n" +
+	"GetInstall\x12\x1e.byoc.ims.v1.GetInstallRequest\x1a\x1f.byoc.ims.v1.GetInstallResponse\x12X\n" +
+	"\rWatchInstalls\x12!.byoc.ims.v1.WatchInstallsRequest\x1a\".byoc.ims.v1.WatchInstallsResponse0\x01\x12n\n" +
 	"\x15CreateEnrollmentToken\x12).byoc.ims.v1.CreateEnrollmentTokenRequest\x1a*.byoc.ims.v1.CreateEnrollmentTokenResponse\x12M\n" +
 	"\n" +
 	"EnqueueJob\x12\x1e.byoc.ims.v1.EnqueueJobRequest\x1a\x1f.byoc.ims.v1.EnqueueJobResponse\x12G\n" +
@@ -2397,7 +3334,7 @@ func file_byoc_ims_v1_operator_proto_rawDescGZIP() []byte {
 }
 
 var file_byoc_ims_v1_operator_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_byoc_ims_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_byoc_ims_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_byoc_ims_v1_operator_proto_goTypes = []any{
 	(Role)(0),                             // 0: byoc.ims.v1.Role
 	(JobState)(0),                         // 1: byoc.ims.v1.JobState
@@ -2422,95 +3359,127 @@ var file_byoc_ims_v1_operator_proto_goTypes = []any{
 	(*ListInstallsResponse)(nil),          // 20: byoc.ims.v1.ListInstallsResponse
 	(*GetInstallRequest)(nil),             // 21: byoc.ims.v1.GetInstallRequest
 	(*GetInstallResponse)(nil),            // 22: byoc.ims.v1.GetInstallResponse
-	(*CreateEnrollmentTokenRequest)(nil),  // 23: byoc.ims.v1.CreateEnrollmentTokenRequest
-	(*CreateEnrollmentTokenResponse)(nil), // 24: byoc.ims.v1.CreateEnrollmentTokenResponse
-	(*Job)(nil),                           // 25: byoc.ims.v1.Job
-	(*EnqueueJobRequest)(nil),             // 26: byoc.ims.v1.EnqueueJobRequest
-	(*EnqueueJobResponse)(nil),            // 27: byoc.ims.v1.EnqueueJobResponse
-	(*ListJobsRequest)(nil),               // 28: byoc.ims.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),              // 29: byoc.ims.v1.ListJobsResponse
-	(*GetJobRequest)(nil),                 // 30: byoc.ims.v1.GetJobRequest
-	(*GetJobResponse)(nil),                // 31: byoc.ims.v1.GetJobResponse
-	(*LogLine)(nil),                       // 32: byoc.ims.v1.LogLine
-	(*StreamJobLogsRequest)(nil),          // 33: byoc.ims.v1.StreamJobLogsRequest
-	(*StreamJobLogsResponse)(nil),         // 34: byoc.ims.v1.StreamJobLogsResponse
-	(*CancelJobRequest)(nil),              // 35: byoc.ims.v1.CancelJobRequest
-	(*CancelJobResponse)(nil),             // 36: byoc.ims.v1.CancelJobResponse
-	nil,                                   // 37: byoc.ims.v1.Install.InputsEntry
-	nil,                                   // 38: byoc.ims.v1.CreateInstallRequest.InputsEntry
-	nil,                                   // 39: byoc.ims.v1.Job.OutputsEntry
-	(*timestamppb.Timestamp)(nil),         // 40: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),               // 41: google.protobuf.Struct
+	(*InstallStatus)(nil),                 // 23: byoc.ims.v1.InstallStatus
+	(*WatchInstallsRequest)(nil),          // 24: byoc.ims.v1.WatchInstallsRequest
+	(*WatchInstallsResponse)(nil),         // 25: byoc.ims.v1.WatchInstallsResponse
+	(*CreateEnrollmentTokenRequest)(nil),  // 26: byoc.ims.v1.CreateEnrollmentTokenRequest
+	(*CreateEnrollmentTokenResponse)(nil), // 27: byoc.ims.v1.CreateEnrollmentTokenResponse
+	(*Job)(nil),                           // 28: byoc.ims.v1.Job
+	(*EnqueueJobRequest)(nil),             // 29: byoc.ims.v1.EnqueueJobRequest
+	(*EnqueueJobResponse)(nil),            // 30: byoc.ims.v1.EnqueueJobResponse
+	(*ListJobsRequest)(nil),               // 31: byoc.ims.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),              // 32: byoc.ims.v1.ListJobsResponse
+	(*GetJobRequest)(nil),                 // 33: byoc.ims.v1.GetJobRequest
+	(*GetJobResponse)(nil),                // 34: byoc.ims.v1.GetJobResponse
+	(*LogLine)(nil),                       // 35: byoc.ims.v1.LogLine
+	(*StreamJobLogsRequest)(nil),          // 36: byoc.ims.v1.StreamJobLogsRequest
+	(*StreamJobLogsResponse)(nil),         // 37: byoc.ims.v1.StreamJobLogsResponse
+	(*CancelJobRequest)(nil),              // 38: byoc.ims.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),             // 39: byoc.ims.v1.CancelJobResponse
+	(*AppFile)(nil),                       // 40: byoc.ims.v1.AppFile
+	(*AppRevision)(nil),                   // 41: byoc.ims.v1.AppRevision
+	(*PushAppRevisionRequest)(nil),        // 42: byoc.ims.v1.PushAppRevisionRequest
+	(*PushAppRevisionResponse)(nil),       // 43: byoc.ims.v1.PushAppRevisionResponse
+	(*ListAppRevisionsRequest)(nil),       // 44: byoc.ims.v1.ListAppRevisionsRequest
+	(*ListAppRevisionsResponse)(nil),      // 45: byoc.ims.v1.ListAppRevisionsResponse
+	(*DiffAppRevisionsRequest)(nil),       // 46: byoc.ims.v1.DiffAppRevisionsRequest
+	(*DiffAppRevisionsResponse)(nil),      // 47: byoc.ims.v1.DiffAppRevisionsResponse
+	(*ConfigChange)(nil),                  // 48: byoc.ims.v1.ConfigChange
+	(*ConfigDiagnostic)(nil),              // 49: byoc.ims.v1.ConfigDiagnostic
+	(*ConfigDiagnostics)(nil),             // 50: byoc.ims.v1.ConfigDiagnostics
+	nil,                                   // 51: byoc.ims.v1.Install.InputsEntry
+	nil,                                   // 52: byoc.ims.v1.CreateInstallRequest.InputsEntry
+	nil,                                   // 53: byoc.ims.v1.Job.OutputsEntry
+	(*timestamppb.Timestamp)(nil),         // 54: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),               // 55: google.protobuf.Struct
 }
 var file_byoc_ims_v1_operator_proto_depIdxs = []int32{
 	0,  // 0: byoc.ims.v1.WhoAmIResponse.role:type_name -> byoc.ims.v1.Role
 	0,  // 1: byoc.ims.v1.CreateApiTokenRequest.role:type_name -> byoc.ims.v1.Role
-	40, // 2: byoc.ims.v1.App.create_time:type_name -> google.protobuf.Timestamp
+	54, // 2: byoc.ims.v1.App.create_time:type_name -> google.protobuf.Timestamp
 	7,  // 3: byoc.ims.v1.CreateAppResponse.app:type_name -> byoc.ims.v1.App
 	7,  // 4: byoc.ims.v1.ListAppsResponse.apps:type_name -> byoc.ims.v1.App
 	7,  // 5: byoc.ims.v1.GetAppResponse.app:type_name -> byoc.ims.v1.App
-	40, // 6: byoc.ims.v1.AgentStatus.last_seen_time:type_name -> google.protobuf.Timestamp
-	40, // 7: byoc.ims.v1.AgentStatus.enroll_time:type_name -> google.protobuf.Timestamp
-	37, // 8: byoc.ims.v1.Install.inputs:type_name -> byoc.ims.v1.Install.InputsEntry
-	40, // 9: byoc.ims.v1.Install.create_time:type_name -> google.protobuf.Timestamp
+	54, // 6: byoc.ims.v1.AgentStatus.last_seen_time:type_name -> google.protobuf.Timestamp
+	54, // 7: byoc.ims.v1.AgentStatus.enroll_time:type_name -> google.protobuf.Timestamp
+	51, // 8: byoc.ims.v1.Install.inputs:type_name -> byoc.ims.v1.Install.InputsEntry
+	54, // 9: byoc.ims.v1.Install.create_time:type_name -> google.protobuf.Timestamp
 	14, // 10: byoc.ims.v1.Install.agent:type_name -> byoc.ims.v1.AgentStatus
-	38, // 11: byoc.ims.v1.CreateInstallRequest.inputs:type_name -> byoc.ims.v1.CreateInstallRequest.InputsEntry
+	52, // 11: byoc.ims.v1.CreateInstallRequest.inputs:type_name -> byoc.ims.v1.CreateInstallRequest.InputsEntry
 	15, // 12: byoc.ims.v1.CreateInstallResponse.install:type_name -> byoc.ims.v1.Install
 	18, // 13: byoc.ims.v1.CreateInstallResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	40, // 14: byoc.ims.v1.EnrollmentToken.expire_time:type_name -> google.protobuf.Timestamp
+	54, // 14: byoc.ims.v1.EnrollmentToken.expire_time:type_name -> google.protobuf.Timestamp
 	15, // 15: byoc.ims.v1.ListInstallsResponse.installs:type_name -> byoc.ims.v1.Install
 	15, // 16: byoc.ims.v1.GetInstallResponse.install:type_name -> byoc.ims.v1.Install
-	18, // 17: byoc.ims.v1.CreateEnrollmentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	41, // 18: byoc.ims.v1.Job.config:type_name -> google.protobuf.Struct
-	1,  // 19: byoc.ims.v1.Job.state:type_name -> byoc.ims.v1.JobState
-	40, // 20: byoc.ims.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	40, // 21: byoc.ims.v1.Job.start_time:type_name -> google.protobuf.Timestamp
-	40, // 22: byoc.ims.v1.Job.end_time:type_name -> google.protobuf.Timestamp
-	40, // 23: byoc.ims.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
-	39, // 24: byoc.ims.v1.Job.outputs:type_name -> byoc.ims.v1.Job.OutputsEntry
-	41, // 25: byoc.ims.v1.EnqueueJobRequest.config:type_name -> google.protobuf.Struct
-	25, // 26: byoc.ims.v1.EnqueueJobResponse.job:type_name -> byoc.ims.v1.Job
-	1,  // 27: byoc.ims.v1.ListJobsRequest.states:type_name -> byoc.ims.v1.JobState
-	25, // 28: byoc.ims.v1.ListJobsResponse.jobs:type_name -> byoc.ims.v1.Job
-	25, // 29: byoc.ims.v1.GetJobResponse.job:type_name -> byoc.ims.v1.Job
-	40, // 30: byoc.ims.v1.LogLine.time:type_name -> google.protobuf.Timestamp
-	2,  // 31: byoc.ims.v1.LogLine.stream:type_name -> byoc.ims.v1.LogStream
-	32, // 32: byoc.ims.v1.StreamJobLogsResponse.lines:type_name -> byoc.ims.v1.LogLine
-	25, // 33: byoc.ims.v1.StreamJobLogsResponse.job:type_name -> byoc.ims.v1.Job
-	25, // 34: byoc.ims.v1.CancelJobResponse.job:type_name -> byoc.ims.v1.Job
-	3,  // 35: byoc.ims.v1.OperatorService.WhoAmI:input_type -> byoc.ims.v1.WhoAmIRequest
-	5,  // 36: byoc.ims.v1.OperatorService.CreateApiToken:input_type -> byoc.ims.v1.CreateApiTokenRequest
-	8,  // 37: byoc.ims.v1.OperatorService.CreateApp:input_type -> byoc.ims.v1.CreateAppRequest
-	10, // 38: byoc.ims.v1.OperatorService.ListApps:input_type -> byoc.ims.v1.ListAppsRequest
-	12, // 39: byoc.ims.v1.OperatorService.GetApp:input_type -> byoc.ims.v1.GetAppRequest
-	16, // 40: byoc.ims.v1.OperatorService.CreateInstall:input_type -> byoc.ims.v1.CreateInstallRequest
-	19, // 41: byoc.ims.v1.OperatorService.ListInstalls:input_type -> byoc.ims.v1.ListInstallsRequest
-	21, // 42: byoc.ims.v1.OperatorService.GetInstall:input_type -> byoc.ims.v1.GetInstallRequest
-	23, // 43: byoc.ims.v1.OperatorService.CreateEnrollmentToken:input_type -> byoc.ims.v1.CreateEnrollmentTokenRequest
-	26, // 44: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
-	28, // 45: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
-	30, // 46: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
-	33, // 47: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
-	35, // 48: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
-	4,  // 49: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
-	6,  // 50: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
-	9,  // 51: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
-	11, // 52: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
-	13, // 53: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
-	17, // 54: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
-	20, // 55: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
-	22, // 56: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
-	24, // 57: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
-	27, // 58: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
-	29, // 59: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
-	31, // 60: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
-	34, // 61: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
-	36, // 62: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
-	49, // [49:63] is the sub-list for method output_type
-	35, // [35:49] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	15, // 17: byoc.ims.v1.InstallStatus.install:type_name -> byoc.ims.v1.Install
+	23, // 18: byoc.ims.v1.WatchInstallsResponse.installs:type_name -> byoc.ims.v1.InstallStatus
+	18, // 19: byoc.ims.v1.CreateEnrollmentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
+	55, // 20: byoc.ims.v1.Job.config:type_name -> google.protobuf.Struct
+	1,  // 21: byoc.ims.v1.Job.state:type_name -> byoc.ims.v1.JobState
+	54, // 22: byoc.ims.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	54, // 23: byoc.ims.v1.Job.start_time:type_name -> google.protobuf.Timestamp
+	54, // 24: byoc.ims.v1.Job.end_time:type_name -> google.protobuf.Timestamp
+	54, // 25: byoc.ims.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
+	53, // 26: byoc.ims.v1.Job.outputs:type_name -> byoc.ims.v1.Job.OutputsEntry
+	55, // 27: byoc.ims.v1.EnqueueJobRequest.config:type_name -> google.protobuf.Struct
+	28, // 28: byoc.ims.v1.EnqueueJobResponse.job:type_name -> byoc.ims.v1.Job
+	1,  // 29: byoc.ims.v1.ListJobsRequest.states:type_name -> byoc.ims.v1.JobState
+	28, // 30: byoc.ims.v1.ListJobsResponse.jobs:type_name -> byoc.ims.v1.Job
+	28, // 31: byoc.ims.v1.GetJobResponse.job:type_name -> byoc.ims.v1.Job
+	54, // 32: byoc.ims.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	2,  // 33: byoc.ims.v1.LogLine.stream:type_name -> byoc.ims.v1.LogStream
+	35, // 34: byoc.ims.v1.StreamJobLogsResponse.lines:type_name -> byoc.ims.v1.LogLine
+	28, // 35: byoc.ims.v1.StreamJobLogsResponse.job:type_name -> byoc.ims.v1.Job
+	28, // 36: byoc.ims.v1.CancelJobResponse.job:type_name -> byoc.ims.v1.Job
+	54, // 37: byoc.ims.v1.AppRevision.create_time:type_name -> google.protobuf.Timestamp
+	40, // 38: byoc.ims.v1.PushAppRevisionRequest.files:type_name -> byoc.ims.v1.AppFile
+	7,  // 39: byoc.ims.v1.PushAppRevisionResponse.app:type_name -> byoc.ims.v1.App
+	41, // 40: byoc.ims.v1.PushAppRevisionResponse.revision:type_name -> byoc.ims.v1.AppRevision
+	48, // 41: byoc.ims.v1.PushAppRevisionResponse.changes:type_name -> byoc.ims.v1.ConfigChange
+	41, // 42: byoc.ims.v1.ListAppRevisionsResponse.revisions:type_name -> byoc.ims.v1.AppRevision
+	48, // 43: byoc.ims.v1.DiffAppRevisionsResponse.changes:type_name -> byoc.ims.v1.ConfigChange
+	49, // 44: byoc.ims.v1.ConfigDiagnostics.diagnostics:type_name -> byoc.ims.v1.ConfigDiagnostic
+	3,  // 45: byoc.ims.v1.OperatorService.WhoAmI:input_type -> byoc.ims.v1.WhoAmIRequest
+	5,  // 46: byoc.ims.v1.OperatorService.CreateApiToken:input_type -> byoc.ims.v1.CreateApiTokenRequest
+	8,  // 47: byoc.ims.v1.OperatorService.CreateApp:input_type -> byoc.ims.v1.CreateAppRequest
+	10, // 48: byoc.ims.v1.OperatorService.ListApps:input_type -> byoc.ims.v1.ListAppsRequest
+	12, // 49: byoc.ims.v1.OperatorService.GetApp:input_type -> byoc.ims.v1.GetAppRequest
+	42, // 50: byoc.ims.v1.OperatorService.PushAppRevision:input_type -> byoc.ims.v1.PushAppRevisionRequest
+	44, // 51: byoc.ims.v1.OperatorService.ListAppRevisions:input_type -> byoc.ims.v1.ListAppRevisionsRequest
+	46, // 52: byoc.ims.v1.OperatorService.DiffAppRevisions:input_type -> byoc.ims.v1.DiffAppRevisionsRequest
+	16, // 53: byoc.ims.v1.OperatorService.CreateInstall:input_type -> byoc.ims.v1.CreateInstallRequest
+	19, // 54: byoc.ims.v1.OperatorService.ListInstalls:input_type -> byoc.ims.v1.ListInstallsRequest
+	21, // 55: byoc.ims.v1.OperatorService.GetInstall:input_type -> byoc.ims.v1.GetInstallRequest
+	24, // 56: byoc.ims.v1.OperatorService.WatchInstalls:input_type -> byoc.ims.v1.WatchInstallsRequest
+	26, // 57: byoc.ims.v1.OperatorService.CreateEnrollmentToken:input_type -> byoc.ims.v1.CreateEnrollmentTokenRequest
+	29, // 58: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
+	31, // 59: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
+	33, // 60: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
+	36, // 61: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
+	38, // 62: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
+	4,  // 63: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
+	6,  // 64: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
+	9,  // 65: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
+	11, // 66: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
+	13, // 67: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
+	43, // 68: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
+	45, // 69: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
+	47, // 70: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
+	17, // 71: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
+	20, // 72: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
+	22, // 73: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
+	25, // 74: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
+	27, // 75: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
+	30, // 76: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
+	32, // 77: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
+	34, // 78: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
+	37, // 79: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
+	39, // 80: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
+	63, // [63:81] is the sub-list for method output_type
+	45, // [45:63] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_byoc_ims_v1_operator_proto_init() }
@@ -2524,7 +3493,7 @@ func file_byoc_ims_v1_operator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byoc_ims_v1_operator_proto_rawDesc), len(file_byoc_ims_v1_operator_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   37,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -46,6 +46,15 @@ const (
 	OperatorServiceListAppsProcedure = "/byoc.ims.v1.OperatorService/ListApps"
 	// OperatorServiceGetAppProcedure is the fully-qualified name of the OperatorService's GetApp RPC.
 	OperatorServiceGetAppProcedure = "/byoc.ims.v1.OperatorService/GetApp"
+	// OperatorServicePushAppRevisionProcedure is the fully-qualified name of the OperatorService's
+	// PushAppRevision RPC.
+	OperatorServicePushAppRevisionProcedure = "/byoc.ims.v1.OperatorService/PushAppRevision"
+	// OperatorServiceListAppRevisionsProcedure is the fully-qualified name of the OperatorService's
+	// ListAppRevisions RPC.
+	OperatorServiceListAppRevisionsProcedure = "/byoc.ims.v1.OperatorService/ListAppRevisions"
+	// OperatorServiceDiffAppRevisionsProcedure is the fully-qualified name of the OperatorService's
+	// DiffAppRevisions RPC.
+	OperatorServiceDiffAppRevisionsProcedure = "/byoc.ims.v1.OperatorService/DiffAppRevisions"
 	// OperatorServiceCreateInstallProcedure is the fully-qualified name of the OperatorService's
 	// CreateInstall RPC.
 	OperatorServiceCreateInstallProcedure = "/byoc.ims.v1.OperatorService/CreateInstall"
@@ -55,6 +64,9 @@ const (
 	// OperatorServiceGetInstallProcedure is the fully-qualified name of the OperatorService's
 	// GetInstall RPC.
 	OperatorServiceGetInstallProcedure = "/byoc.ims.v1.OperatorService/GetInstall"
+	// OperatorServiceWatchInstallsProcedure is the fully-qualified name of the OperatorService's
+	// WatchInstalls RPC.
+	OperatorServiceWatchInstallsProcedure = "/byoc.ims.v1.OperatorService/WatchInstalls"
 	// OperatorServiceCreateEnrollmentTokenProcedure is the fully-qualified name of the
 	// OperatorService's CreateEnrollmentToken RPC.
 	OperatorServiceCreateEnrollmentTokenProcedure = "/byoc.ims.v1.OperatorService/CreateEnrollmentToken"
@@ -83,11 +95,26 @@ type OperatorServiceClient interface {
 	CreateApp(context.Context, *connect.Request[v1.CreateAppRequest]) (*connect.Response[v1.CreateAppResponse], error)
 	ListApps(context.Context, *connect.Request[v1.ListAppsRequest]) (*connect.Response[v1.ListAppsResponse], error)
 	GetApp(context.Context, *connect.Request[v1.GetAppRequest]) (*connect.Response[v1.GetAppResponse], error)
+	// PushAppRevision validates an app config (its files) and stores it as
+	// the app's next immutable revision, creating the app on its first push.
+	// Pushing the same files as the latest revision returns that revision.
+	// An invalid config is refused with InvalidArgument, every problem in
+	// the message and as ConfigDiagnostics in the error details.
+	PushAppRevision(context.Context, *connect.Request[v1.PushAppRevisionRequest]) (*connect.Response[v1.PushAppRevisionResponse], error)
+	// ListAppRevisions lists an app's revisions, newest first.
+	ListAppRevisions(context.Context, *connect.Request[v1.ListAppRevisionsRequest]) (*connect.Response[v1.ListAppRevisionsResponse], error)
+	// DiffAppRevisions says what changed between two revisions of an app,
+	// per component, action, input, secret and install.
+	DiffAppRevisions(context.Context, *connect.Request[v1.DiffAppRevisionsRequest]) (*connect.Response[v1.DiffAppRevisionsResponse], error)
 	// CreateInstall creates an install of an app and returns its first
 	// single-use enrolment token.
 	CreateInstall(context.Context, *connect.Request[v1.CreateInstallRequest]) (*connect.Response[v1.CreateInstallResponse], error)
 	ListInstalls(context.Context, *connect.Request[v1.ListInstallsRequest]) (*connect.Response[v1.ListInstallsResponse], error)
 	GetInstall(context.Context, *connect.Request[v1.GetInstallRequest]) (*connect.Response[v1.GetInstallResponse], error)
+	// WatchInstalls sends every install with its live status (agent, job
+	// counts) as a snapshot, then, as they happen, every install that changed.
+	// It is how the console stays current without polling each row.
+	WatchInstalls(context.Context, *connect.Request[v1.WatchInstallsRequest]) (*connect.ServerStreamForClient[v1.WatchInstallsResponse], error)
 	// CreateEnrollmentToken issues a fresh single-use enrolment token for an
 	// install, for example to replace its agent.
 	CreateEnrollmentToken(context.Context, *connect.Request[v1.CreateEnrollmentTokenRequest]) (*connect.Response[v1.CreateEnrollmentTokenResponse], error)
@@ -145,6 +172,24 @@ func NewOperatorServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(operatorServiceMethods.ByName("GetApp")),
 			connect.WithClientOptions(opts...),
 		),
+		pushAppRevision: connect.NewClient[v1.PushAppRevisionRequest, v1.PushAppRevisionResponse](
+			httpClient,
+			baseURL+OperatorServicePushAppRevisionProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("PushAppRevision")),
+			connect.WithClientOptions(opts...),
+		),
+		listAppRevisions: connect.NewClient[v1.ListAppRevisionsRequest, v1.ListAppRevisionsResponse](
+			httpClient,
+			baseURL+OperatorServiceListAppRevisionsProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("ListAppRevisions")),
+			connect.WithClientOptions(opts...),
+		),
+		diffAppRevisions: connect.NewClient[v1.DiffAppRevisionsRequest, v1.DiffAppRevisionsResponse](
+			httpClient,
+			baseURL+OperatorServiceDiffAppRevisionsProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("DiffAppRevisions")),
+			connect.WithClientOptions(opts...),
+		),
 		createInstall: connect.NewClient[v1.CreateInstallRequest, v1.CreateInstallResponse](
 			httpClient,
 			baseURL+OperatorServiceCreateInstallProcedure,
@@ -161,6 +206,12 @@ func NewOperatorServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			httpClient,
 			baseURL+OperatorServiceGetInstallProcedure,
 			connect.WithSchema(operatorServiceMethods.ByName("GetInstall")),
+			connect.WithClientOptions(opts...),
+		),
+		watchInstalls: connect.NewClient[v1.WatchInstallsRequest, v1.WatchInstallsResponse](
+			httpClient,
+			baseURL+OperatorServiceWatchInstallsProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("WatchInstalls")),
 			connect.WithClientOptions(opts...),
 		),
 		createEnrollmentToken: connect.NewClient[v1.CreateEnrollmentTokenRequest, v1.CreateEnrollmentTokenResponse](
@@ -209,9 +260,13 @@ type operatorServiceClient struct {
 	createApp             *connect.Client[v1.CreateAppRequest, v1.CreateAppResponse]
 	listApps              *connect.Client[v1.ListAppsRequest, v1.ListAppsResponse]
 	getApp                *connect.Client[v1.GetAppRequest, v1.GetAppResponse]
+	pushAppRevision       *connect.Client[v1.PushAppRevisionRequest, v1.PushAppRevisionResponse]
+	listAppRevisions      *connect.Client[v1.ListAppRevisionsRequest, v1.ListAppRevisionsResponse]
+	diffAppRevisions      *connect.Client[v1.DiffAppRevisionsRequest, v1.DiffAppRevisionsResponse]
 	createInstall         *connect.Client[v1.CreateInstallRequest, v1.CreateInstallResponse]
 	listInstalls          *connect.Client[v1.ListInstallsRequest, v1.ListInstallsResponse]
 	getInstall            *connect.Client[v1.GetInstallRequest, v1.GetInstallResponse]
+	watchInstalls         *connect.Client[v1.WatchInstallsRequest, v1.WatchInstallsResponse]
 	createEnrollmentToken *connect.Client[v1.CreateEnrollmentTokenRequest, v1.CreateEnrollmentTokenResponse]
 	enqueueJob            *connect.Client[v1.EnqueueJobRequest, v1.EnqueueJobResponse]
 	listJobs              *connect.Client[v1.ListJobsRequest, v1.ListJobsResponse]
@@ -245,6 +300,21 @@ func (c *operatorServiceClient) GetApp(ctx context.Context, req *connect.Request
 	return c.getApp.CallUnary(ctx, req)
 }
 
+// PushAppRevision calls byoc.ims.v1.OperatorService.PushAppRevision.
+func (c *operatorServiceClient) PushAppRevision(ctx context.Context, req *connect.Request[v1.PushAppRevisionRequest]) (*connect.Response[v1.PushAppRevisionResponse], error) {
+	return c.pushAppRevision.CallUnary(ctx, req)
+}
+
+// ListAppRevisions calls byoc.ims.v1.OperatorService.ListAppRevisions.
+func (c *operatorServiceClient) ListAppRevisions(ctx context.Context, req *connect.Request[v1.ListAppRevisionsRequest]) (*connect.Response[v1.ListAppRevisionsResponse], error) {
+	return c.listAppRevisions.CallUnary(ctx, req)
+}
+
+// DiffAppRevisions calls byoc.ims.v1.OperatorService.DiffAppRevisions.
+func (c *operatorServiceClient) DiffAppRevisions(ctx context.Context, req *connect.Request[v1.DiffAppRevisionsRequest]) (*connect.Response[v1.DiffAppRevisionsResponse], error) {
+	return c.diffAppRevisions.CallUnary(ctx, req)
+}
+
 // CreateInstall calls byoc.ims.v1.OperatorService.CreateInstall.
 func (c *operatorServiceClient) CreateInstall(ctx context.Context, req *connect.Request[v1.CreateInstallRequest]) (*connect.Response[v1.CreateInstallResponse], error) {
 	return c.createInstall.CallUnary(ctx, req)
@@ -258,6 +328,11 @@ func (c *operatorServiceClient) ListInstalls(ctx context.Context, req *connect.R
 // GetInstall calls byoc.ims.v1.OperatorService.GetInstall.
 func (c *operatorServiceClient) GetInstall(ctx context.Context, req *connect.Request[v1.GetInstallRequest]) (*connect.Response[v1.GetInstallResponse], error) {
 	return c.getInstall.CallUnary(ctx, req)
+}
+
+// WatchInstalls calls byoc.ims.v1.OperatorService.WatchInstalls.
+func (c *operatorServiceClient) WatchInstalls(ctx context.Context, req *connect.Request[v1.WatchInstallsRequest]) (*connect.ServerStreamForClient[v1.WatchInstallsResponse], error) {
+	return c.watchInstalls.CallServerStream(ctx, req)
 }
 
 // CreateEnrollmentToken calls byoc.ims.v1.OperatorService.CreateEnrollmentToken.
@@ -299,11 +374,26 @@ type OperatorServiceHandler interface {
 	CreateApp(context.Context, *connect.Request[v1.CreateAppRequest]) (*connect.Response[v1.CreateAppResponse], error)
 	ListApps(context.Context, *connect.Request[v1.ListAppsRequest]) (*connect.Response[v1.ListAppsResponse], error)
 	GetApp(context.Context, *connect.Request[v1.GetAppRequest]) (*connect.Response[v1.GetAppResponse], error)
+	// PushAppRevision validates an app config (its files) and stores it as
+	// the app's next immutable revision, creating the app on its first push.
+	// Pushing the same files as the latest revision returns that revision.
+	// An invalid config is refused with InvalidArgument, every problem in
+	// the message and as ConfigDiagnostics in the error details.
+	PushAppRevision(context.Context, *connect.Request[v1.PushAppRevisionRequest]) (*connect.Response[v1.PushAppRevisionResponse], error)
+	// ListAppRevisions lists an app's revisions, newest first.
+	ListAppRevisions(context.Context, *connect.Request[v1.ListAppRevisionsRequest]) (*connect.Response[v1.ListAppRevisionsResponse], error)
+	// DiffAppRevisions says what changed between two revisions of an app,
+	// per component, action, input, secret and install.
+	DiffAppRevisions(context.Context, *connect.Request[v1.DiffAppRevisionsRequest]) (*connect.Response[v1.DiffAppRevisionsResponse], error)
 	// CreateInstall creates an install of an app and returns its first
 	// single-use enrolment token.
 	CreateInstall(context.Context, *connect.Request[v1.CreateInstallRequest]) (*connect.Response[v1.CreateInstallResponse], error)
 	ListInstalls(context.Context, *connect.Request[v1.ListInstallsRequest]) (*connect.Response[v1.ListInstallsResponse], error)
 	GetInstall(context.Context, *connect.Request[v1.GetInstallRequest]) (*connect.Response[v1.GetInstallResponse], error)
+	// WatchInstalls sends every install with its live status (agent, job
+	// counts) as a snapshot, then, as they happen, every install that changed.
+	// It is how the console stays current without polling each row.
+	WatchInstalls(context.Context, *connect.Request[v1.WatchInstallsRequest], *connect.ServerStream[v1.WatchInstallsResponse]) error
 	// CreateEnrollmentToken issues a fresh single-use enrolment token for an
 	// install, for example to replace its agent.
 	CreateEnrollmentToken(context.Context, *connect.Request[v1.CreateEnrollmentTokenRequest]) (*connect.Response[v1.CreateEnrollmentTokenResponse], error)
@@ -357,6 +447,24 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 		connect.WithSchema(operatorServiceMethods.ByName("GetApp")),
 		connect.WithHandlerOptions(opts...),
 	)
+	operatorServicePushAppRevisionHandler := connect.NewUnaryHandler(
+		OperatorServicePushAppRevisionProcedure,
+		svc.PushAppRevision,
+		connect.WithSchema(operatorServiceMethods.ByName("PushAppRevision")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceListAppRevisionsHandler := connect.NewUnaryHandler(
+		OperatorServiceListAppRevisionsProcedure,
+		svc.ListAppRevisions,
+		connect.WithSchema(operatorServiceMethods.ByName("ListAppRevisions")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceDiffAppRevisionsHandler := connect.NewUnaryHandler(
+		OperatorServiceDiffAppRevisionsProcedure,
+		svc.DiffAppRevisions,
+		connect.WithSchema(operatorServiceMethods.ByName("DiffAppRevisions")),
+		connect.WithHandlerOptions(opts...),
+	)
 	operatorServiceCreateInstallHandler := connect.NewUnaryHandler(
 		OperatorServiceCreateInstallProcedure,
 		svc.CreateInstall,
@@ -373,6 +481,12 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 		OperatorServiceGetInstallProcedure,
 		svc.GetInstall,
 		connect.WithSchema(operatorServiceMethods.ByName("GetInstall")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceWatchInstallsHandler := connect.NewServerStreamHandler(
+		OperatorServiceWatchInstallsProcedure,
+		svc.WatchInstalls,
+		connect.WithSchema(operatorServiceMethods.ByName("WatchInstalls")),
 		connect.WithHandlerOptions(opts...),
 	)
 	operatorServiceCreateEnrollmentTokenHandler := connect.NewUnaryHandler(
@@ -423,12 +537,20 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 			operatorServiceListAppsHandler.ServeHTTP(w, r)
 		case OperatorServiceGetAppProcedure:
 			operatorServiceGetAppHandler.ServeHTTP(w, r)
+		case OperatorServicePushAppRevisionProcedure:
+			operatorServicePushAppRevisionHandler.ServeHTTP(w, r)
+		case OperatorServiceListAppRevisionsProcedure:
+			operatorServiceListAppRevisionsHandler.ServeHTTP(w, r)
+		case OperatorServiceDiffAppRevisionsProcedure:
+			operatorServiceDiffAppRevisionsHandler.ServeHTTP(w, r)
 		case OperatorServiceCreateInstallProcedure:
 			operatorServiceCreateInstallHandler.ServeHTTP(w, r)
 		case OperatorServiceListInstallsProcedure:
 			operatorServiceListInstallsHandler.ServeHTTP(w, r)
 		case OperatorServiceGetInstallProcedure:
 			operatorServiceGetInstallHandler.ServeHTTP(w, r)
+		case OperatorServiceWatchInstallsProcedure:
+			operatorServiceWatchInstallsHandler.ServeHTTP(w, r)
 		case OperatorServiceCreateEnrollmentTokenProcedure:
 			operatorServiceCreateEnrollmentTokenHandler.ServeHTTP(w, r)
 		case OperatorServiceEnqueueJobProcedure:
@@ -470,6 +592,18 @@ func (UnimplementedOperatorServiceHandler) GetApp(context.Context, *connect.Requ
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.GetApp is not implemented"))
 }
 
+func (UnimplementedOperatorServiceHandler) PushAppRevision(context.Context, *connect.Request[v1.PushAppRevisionRequest]) (*connect.Response[v1.PushAppRevisionResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.PushAppRevision is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) ListAppRevisions(context.Context, *connect.Request[v1.ListAppRevisionsRequest]) (*connect.Response[v1.ListAppRevisionsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.ListAppRevisions is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) DiffAppRevisions(context.Context, *connect.Request[v1.DiffAppRevisionsRequest]) (*connect.Response[v1.DiffAppRevisionsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.DiffAppRevisions is not implemented"))
+}
+
 func (UnimplementedOperatorServiceHandler) CreateInstall(context.Context, *connect.Request[v1.CreateInstallRequest]) (*connect.Response[v1.CreateInstallResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.CreateInstall is not implemented"))
 }
@@ -480,6 +614,10 @@ func (UnimplementedOperatorServiceHandler) ListInstalls(context.Context, *connec
 
 func (UnimplementedOperatorServiceHandler) GetInstall(context.Context, *connect.Request[v1.GetInstallRequest]) (*connect.Response[v1.GetInstallResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.GetInstall is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) WatchInstalls(context.Context, *connect.Request[v1.WatchInstallsRequest], *connect.ServerStream[v1.WatchInstallsResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.WatchInstalls is not implemented"))
 }
 
 func (UnimplementedOperatorServiceHandler) CreateEnrollmentToken(context.Context, *connect.Request[v1.CreateEnrollmentTokenRequest]) (*connect.Response[v1.CreateEnrollmentTokenResponse], error) {

@@ -1,0 +1,96 @@
+package e2e
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/byoc-dev/byoc/e2e/cluster"
+)
+
+// TestConsoleInATerminal drives the real byoc console in a real terminal
+// (tmux) against a real imsd and a real agent: open, filter, drill into an
+// install, run an action and watch it finish, read its log again, quit.
+func TestConsoleInATerminal(t *testing.T) {
+	skipShort(t)
+	ims := cluster.StartIMS(t, fast)
+	c := ims.Admin()
+	_, tok := cluster.NewInstall(t, c, "shop", "acme")
+	cluster.NewInstall(t, c, "shop", "globex")
+	cluster.StartAgent(t, ims.URL(), tok, t.TempDir())
+	bin := filepath.Join(cluster.Binaries(t), "byoc")
+
+	term := cluster.StartTerminal(t, 120, 32, []string{"BYOC_CONFIG=" + filepath.Join(t.TempDir(), "config.json")},
+		bin, "--server", ims.URL(), "--token", ims.AdminToken)
+	// The fleet arrives by the watch stream, and so does the agent coming online.
+	term.WaitFor("acme online", func(s string) bool { return lineWith(s, "acme", "online") && lineWith(s, "globex", "none") })
+
+	term.Keys("/")
+	term.Type("glob")
+	s := term.WaitText("(/glob: 1 of 2)")
+	if lineWith(s, "acme", "shop") {
+		t.Fatalf("the filter /glob still shows acme:\n%s", s)
+	}
+	term.Keys("Escape")
+	term.WaitFor("both installs again", func(s string) bool { return lineWith(s, "acme", "online") && lineWith(s, "globex", "none") })
+
+	// acme sorts first: open it, then run an action.
+	term.Keys("Enter")
+	term.WaitText("installs › acme", "INPUTS", "JOBS (0)")
+	term.Keys("a")
+	term.WaitText("Run an action on acme", "script:")
+	term.Type("for i in 1 2 3; do echo tui-line-$i; done; echo tui-done")
+	term.Keys("Enter")
+	term.WaitText("Confirm: run `for i in 1 2 3")
+	term.Keys("y")
+	s = term.WaitText("› logs", "tui-line-1", "tui-line-3", "tui-done", "succeeded (exit 0)")
+
+	// Back to the install: the job is listed, pushed by the watch.
+	term.Keys("Escape")
+	term.WaitFor("the job in the install's list", func(s string) bool { return lineWith(s, "action apply", "succeeded") })
+	term.Keys("Enter")
+	term.WaitText("tui-line-2", "succeeded")
+	// Search in the log.
+	term.Keys("/")
+	term.Type("line-2")
+	term.Keys("Enter")
+	term.WaitText("match 1 of 1")
+
+	term.Keys(":")
+	term.Type("q")
+	term.Keys("Enter")
+	term.WaitFor("the console to exit", func(string) bool { return term.Dead() })
+	_ = s
+}
+
+// TestConsoleReadOnly checks that --readonly leaves the action key unbound
+// in the real program.
+func TestConsoleReadOnly(t *testing.T) {
+	skipShort(t)
+	ims := cluster.StartIMS(t, fast)
+	cluster.NewInstall(t, ims.Admin(), "shop", "acme")
+	bin := filepath.Join(cluster.Binaries(t), "byoc")
+	term := cluster.StartTerminal(t, 100, 40, []string{"BYOC_CONFIG=" + filepath.Join(t.TempDir(), "config.json")},
+		bin, "--server", ims.URL(), "--token", ims.AdminToken, "--readonly")
+	term.WaitText("[read-only]", "acme")
+	term.Keys("a")
+	term.Keys("?")
+	s := term.WaitText("Keys", "follow / pause")
+	if strings.Contains(s, "script:") || strings.Contains(s, "run an action") {
+		t.Fatalf("read-only console offers an action:\n%s", s)
+	}
+}
+
+// lineWith reports whether one line of s holds all of parts.
+func lineWith(s string, parts ...string) bool {
+	for _, l := range strings.Split(s, "\n") {
+		ok := true
+		for _, p := range parts {
+			ok = ok && strings.Contains(l, p)
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,164 @@
+package operatorapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/byoc-dev/byoc/imsd/auth"
+	"github.com/byoc-dev/byoc/imsd/errs"
+	"github.com/byoc-dev/byoc/imsd/store"
+	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
+	"github.com/byoc-dev/byoc/schema/appconfig"
+)
+
+// maxPushBytes caps the files of one push, all together.
+const maxPushBytes = 8 << 20
+
+// PushAppRevision validates an app config and stores it as a revision.
+func (s *Service) PushAppRevision(ctx context.Context, req *connect.Request[imsv1.PushAppRevisionRequest]) (*connect.Response[imsv1.PushAppRevisionResponse], error) {
+	files := map[string][]byte{}
+	total := 0
+	for i, f := range req.Msg.Files {
+		p := f.Path
+		if p == "" || path.IsAbs(p) || path.Clean(p) != p || p == ".." || strings.HasPrefix(p, "../") || strings.Contains(p, "\\") {
+			return nil, s.err(ctx, errs.Field(fmt.Sprintf("files[%d].path", i), "%q is not a clean relative path", p))
+		}
+		if _, dup := files[p]; dup {
+			return nil, s.err(ctx, errs.Field(fmt.Sprintf("files[%d].path", i), "%q is given twice", p))
+		}
+		if len(f.Content) > appconfig.MaxFileBytes {
+			return nil, s.err(ctx, errs.Field(fmt.Sprintf("files[%d].content", i), "%s is %d bytes; files may be at most %d", p, len(f.Content), appconfig.MaxFileBytes))
+		}
+		total += len(f.Content)
+		files[p] = f.Content
+	}
+	if total > maxPushBytes {
+		return nil, s.err(ctx, errs.Field("files", "are %d bytes in all; a push may be at most %d", total, maxPushBytes))
+	}
+	app, err := appconfig.Parse(files, appconfig.Options{})
+	if err != nil {
+		return nil, configError(err)
+	}
+	a, err := s.store.GetApp(ctx, app.Metadata.Name)
+	if errs.Is(err, errs.NotFound) {
+		a = store.App{ID: auth.NewID("app_"), Name: app.Metadata.Name, Description: app.Metadata.Description, CreatedAt: s.now()}
+		if err = s.store.CreateApp(ctx, a); errs.Is(err, errs.AlreadyExists) {
+			a, err = s.store.GetApp(ctx, app.Metadata.Name) // created meanwhile by another push
+		}
+	}
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	prev, perr := s.store.GetAppRevision(ctx, a.ID, 0)
+	if perr != nil && !errs.Is(perr, errs.NotFound) {
+		return nil, s.err(ctx, perr)
+	}
+	rev, created, err := s.store.CreateAppRevision(ctx, store.AppRevision{
+		AppID: a.ID, Digest: appconfig.Digest(files), Version: app.Metadata.Version, Files: files,
+		CreatedAt: s.now(), CreatedBy: callerFrom(ctx).Name,
+	})
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	out := &imsv1.PushAppRevisionResponse{App: appToProto(a), Revision: revisionToProto(rev, app), Created: created}
+	if created && perr == nil {
+		if old, err := appconfig.Parse(prev.Files, appconfig.Options{}); err == nil {
+			out.Changes = changesToProto(appconfig.Diff(old, app))
+		}
+	}
+	return connect.NewResponse(out), nil
+}
+
+// ListAppRevisions lists an app's revisions, newest first.
+func (s *Service) ListAppRevisions(ctx context.Context, req *connect.Request[imsv1.ListAppRevisionsRequest]) (*connect.Response[imsv1.ListAppRevisionsResponse], error) {
+	if req.Msg.App == "" {
+		return nil, s.err(ctx, errs.Field("app", "is required"))
+	}
+	a, err := s.store.GetApp(ctx, req.Msg.App)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	revs, err := s.store.ListAppRevisions(ctx, a.ID)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	out := &imsv1.ListAppRevisionsResponse{}
+	for _, r := range revs {
+		out.Revisions = append(out.Revisions, revisionToProto(r, nil))
+	}
+	return connect.NewResponse(out), nil
+}
+
+// DiffAppRevisions compares two revisions of an app.
+func (s *Service) DiffAppRevisions(ctx context.Context, req *connect.Request[imsv1.DiffAppRevisionsRequest]) (*connect.Response[imsv1.DiffAppRevisionsResponse], error) {
+	m := req.Msg
+	switch {
+	case m.App == "":
+		return nil, s.err(ctx, errs.Field("app", "is required"))
+	case m.From <= 0:
+		return nil, s.err(ctx, errs.Field("from", "must be a revision number (1 or more)"))
+	case m.To < 0:
+		return nil, s.err(ctx, errs.Field("to", "must be a revision number, or 0 for the latest"))
+	}
+	a, err := s.store.GetApp(ctx, m.App)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	from, err := s.store.GetAppRevision(ctx, a.ID, m.From)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	to, err := s.store.GetAppRevision(ctx, a.ID, m.To)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	// Revisions were valid when pushed; parse again without the checks
+	// that depend on this server's configuration failing them now.
+	oldApp, err1 := appconfig.Parse(from.Files, appconfig.Options{})
+	newApp, err2 := appconfig.Parse(to.Files, appconfig.Options{})
+	if err := errors.Join(err1, err2); err != nil {
+		return nil, s.err(ctx, fmt.Errorf("diff revisions %d and %d of app %s: %w", from.Number, to.Number, a.Name, err))
+	}
+	return connect.NewResponse(&imsv1.DiffAppRevisionsResponse{Changes: changesToProto(appconfig.Diff(oldApp, newApp))}), nil
+}
+
+// configError turns app config problems into an InvalidArgument error that
+// lists them all and carries them as details.
+func configError(err error) error {
+	var cerr *appconfig.Error
+	if !errors.As(err, &cerr) {
+		return connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	ce := connect.NewError(connect.CodeInvalidArgument, cerr)
+	d := &imsv1.ConfigDiagnostics{}
+	for _, x := range cerr.Diagnostics {
+		d.Diagnostics = append(d.Diagnostics, &imsv1.ConfigDiagnostic{File: x.File, Line: int32(x.Line), Key: x.Key, Message: x.Message, Hint: x.Hint})
+	}
+	if det, err := connect.NewErrorDetail(d); err == nil {
+		ce.AddDetail(det)
+	}
+	return ce
+}
+
+func revisionToProto(r store.AppRevision, app *appconfig.App) *imsv1.AppRevision {
+	out := &imsv1.AppRevision{AppId: r.AppID, Number: r.Number, Digest: r.Digest, Version: r.Version,
+		CreateTime: timestamppb.New(r.CreatedAt), CreatedBy: r.CreatedBy}
+	if app != nil {
+		out.Components = app.Graph().Order()
+	}
+	return out
+}
+
+func changesToProto(cs []appconfig.Change) []*imsv1.ConfigChange {
+	out := make([]*imsv1.ConfigChange, len(cs))
+	for i, c := range cs {
+		out[i] = &imsv1.ConfigChange{Kind: c.Kind, Name: c.Name, Op: c.Op, Fields: c.Fields}
+	}
+	return out
+}

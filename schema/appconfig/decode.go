@@ -1,0 +1,206 @@
+package appconfig
+
+import (
+	"encoding"
+	"fmt"
+	"math"
+	"reflect"
+	"slices"
+	"strings"
+)
+
+// decoder fills the Go types from parsed TOML, reporting every problem
+// (unknown keys, wrong types, missing required keys, values outside an
+// enum) rather than stopping at the first, and records the line of every
+// key path so later checks can point at it.
+type decoder struct {
+	file  string
+	ds    *diags
+	lines map[string]int // key path -> line, for this file
+}
+
+func (d *decoder) errf(line int, key, hint, format string, args ...any) {
+	d.ds.addf(d.file, line, key, hint, format, args...)
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// fieldInfo is what a struct field's tags say.
+type fieldInfo struct {
+	key      string
+	index    int
+	required bool
+	enum     []string
+}
+
+func fieldsOf(t reflect.Type) []fieldInfo {
+	var out []fieldInfo
+	for i := range t.NumField() {
+		f := t.Field(i)
+		key := f.Tag.Get("toml")
+		if key == "" || key == "-" || !f.IsExported() {
+			continue
+		}
+		fi := fieldInfo{key: key, index: i, required: f.Tag.Get("required") == "true"}
+		if e := f.Tag.Get("enum"); e != "" {
+			fi.enum = strings.Split(e, ",")
+		}
+		out = append(out, fi)
+	}
+	return out
+}
+
+var textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
+
+// decode stores v into rv, whose key path is path.
+func (d *decoder) decode(path string, v *value, rv reflect.Value) {
+	d.lines[path] = v.line
+	t := rv.Type()
+	if reflect.PointerTo(t).Implements(textUnmarshaler) {
+		if v.kind != kString {
+			d.errf(v.line, path, "", "must be a string, not %s", v.kind)
+			return
+		}
+		if err := rv.Addr().Interface().(encoding.TextUnmarshaler).UnmarshalText([]byte(v.str)); err != nil {
+			d.errf(v.line, path, "", "%v", err)
+		}
+		return
+	}
+	switch t.Kind() {
+	case reflect.Pointer:
+		p := reflect.New(t.Elem())
+		d.decode(path, v, p.Elem())
+		rv.Set(p)
+	case reflect.Interface:
+		d.index(path, v)
+		rv.Set(reflect.ValueOf(v.plain()))
+	case reflect.String:
+		if v.kind != kString {
+			d.errf(v.line, path, "", "must be a string, not %s", v.kind)
+			return
+		}
+		rv.SetString(v.str)
+	case reflect.Bool:
+		if v.kind != kBool {
+			d.errf(v.line, path, "write true or false", "must be a boolean, not %s", v.kind)
+			return
+		}
+		rv.SetBool(v.b)
+	case reflect.Int, reflect.Int64:
+		if v.kind != kNumber || !v.isInt {
+			d.errf(v.line, path, "", "must be a whole number, not %s", describe(v))
+			return
+		}
+		rv.SetInt(v.int)
+	case reflect.Float64:
+		if v.kind != kNumber || math.IsNaN(v.num) || math.IsInf(v.num, 0) {
+			d.errf(v.line, path, "", "must be a finite number, not %s", describe(v))
+			return
+		}
+		rv.SetFloat(v.num)
+	case reflect.Slice:
+		if v.kind != kList {
+			hint := ""
+			if t.Elem().Kind() == reflect.String && v.kind == kString {
+				hint = fmt.Sprintf("write [%q]", v.str)
+			}
+			d.errf(v.line, path, hint, "must be an array, not %s", v.kind)
+			return
+		}
+		s := reflect.MakeSlice(t, len(v.list), len(v.list))
+		for i, e := range v.list {
+			d.decode(fmt.Sprintf("%s[%d]", path, i), e, s.Index(i))
+		}
+		rv.Set(s)
+	case reflect.Map:
+		if v.kind != kTable {
+			d.errf(v.line, path, "", "must be a table, not %s", v.kind)
+			return
+		}
+		m := reflect.MakeMapWithSize(t, len(v.table.keys))
+		for _, k := range v.table.keys {
+			ent := v.table.fields[k]
+			ev := reflect.New(t.Elem()).Elem()
+			d.lines[join(path, k)] = ent.keyLine
+			d.decode(join(path, k), ent.val, ev)
+			m.SetMapIndex(reflect.ValueOf(k), ev)
+		}
+		rv.Set(m)
+	case reflect.Struct:
+		if v.kind != kTable {
+			d.errf(v.line, path, "", "must be a table, not %s", v.kind)
+			return
+		}
+		d.decodeStruct(path, v, rv)
+	default:
+		panic(fmt.Sprintf("appconfig: no decoder for %s", t))
+	}
+}
+
+func (d *decoder) decodeStruct(path string, v *value, rv reflect.Value) {
+	fields := fieldsOf(rv.Type())
+	known := make([]string, len(fields))
+	for i, f := range fields {
+		known[i] = f.key
+	}
+	for _, k := range v.table.keys {
+		ent := v.table.fields[k]
+		i := slices.IndexFunc(fields, func(f fieldInfo) bool { return f.key == k })
+		if i < 0 {
+			hint := didYouMean(k, known)
+			if hint == "" {
+				hint = "known keys: " + strings.Join(known, ", ")
+			}
+			d.errf(ent.keyLine, join(path, k), hint, "unknown key")
+			continue
+		}
+		f := fields[i]
+		d.lines[join(path, k)] = ent.keyLine
+		d.decode(join(path, k), ent.val, rv.Field(f.index))
+		if f.enum != nil && ent.val.kind == kString && !slices.Contains(f.enum, ent.val.str) {
+			hint := didYouMean(ent.val.str, f.enum)
+			if hint == "" {
+				hint = "one of " + quoteList(f.enum)
+			}
+			d.errf(ent.keyLine, join(path, k), hint, "%q is not allowed", ent.val.str)
+		}
+	}
+	for _, f := range fields {
+		if f.required && v.table.get(f.key) == nil {
+			where := "this table"
+			if path == "" {
+				where = "the file"
+			}
+			d.errf(v.line, join(path, f.key), "", "is required but %s does not set it", where)
+		}
+	}
+}
+
+// index records the lines of every key inside a free-form value (such as
+// component config), so checks of references inside it can point at them.
+func (d *decoder) index(path string, v *value) {
+	d.lines[path] = v.line
+	switch v.kind {
+	case kList:
+		for i, e := range v.list {
+			d.index(fmt.Sprintf("%s[%d]", path, i), e)
+		}
+	case kTable:
+		for _, k := range v.table.keys {
+			d.index(join(path, k), v.table.fields[k].val)
+			d.lines[join(path, k)] = v.table.fields[k].keyLine
+		}
+	}
+}
+
+func describe(v *value) string {
+	if v.kind == kNumber {
+		return fmt.Sprintf("%v", v.num)
+	}
+	return v.kind.String()
+}

@@ -1,0 +1,3 @@
+#!/bin/sh
+set -eu
+echo "migrating ${DATABASE_URL%%@*}@…"

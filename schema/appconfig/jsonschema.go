@@ -1,0 +1,112 @@
+package appconfig
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+)
+
+// SchemaFiles are the JSON Schemas of the app config's files, by file name
+// under schema/appconfig/jsonschema/. They are generated from the Go types
+// (`make generate`), so editors check the same keys the validator does.
+func SchemaFiles() map[string][]byte {
+	kinds := []struct {
+		file, title, match string
+		t                  reflect.Type
+	}{
+		{"app.schema.json", "byoc app.toml", "app.toml", reflect.TypeFor[Metadata]()},
+		{"inputs.schema.json", "byoc inputs.toml", "inputs.toml", reflect.TypeFor[InputsFile]()},
+		{"secrets.schema.json", "byoc secrets.toml", "secrets.toml", reflect.TypeFor[SecretsFile]()},
+		{"component.schema.json", "byoc components/*.toml and sandbox.toml", "components/*.toml, sandbox.toml", reflect.TypeFor[Component]()},
+		{"action.schema.json", "byoc actions/*.toml", "actions/*.toml", reflect.TypeFor[Action]()},
+		{"permissions.schema.json", "byoc permissions.toml", "permissions.toml", reflect.TypeFor[Permissions]()},
+		{"policies.schema.json", "byoc policies.toml", "policies.toml", reflect.TypeFor[PoliciesFile]()},
+		{"break_glass.schema.json", "byoc break_glass.toml", "break_glass.toml", reflect.TypeFor[BreakGlass]()},
+		{"install.schema.json", "byoc installs/*.toml", "installs/*.toml", reflect.TypeFor[InstallFile]()},
+	}
+	out := map[string][]byte{}
+	for _, k := range kinds {
+		s := schemaOf(k.t)
+		s["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+		s["$id"] = "https://byoc.dev/schema/app/" + k.file
+		s["title"] = k.title
+		s["description"] = "Generated from the Go types in schema/appconfig; applies to " + k.match + " in an app directory."
+		b, err := json.MarshalIndent(s, "", "  ")
+		if err != nil {
+			panic(err)
+		}
+		out[k.file] = append(b, '\n')
+	}
+	return out
+}
+
+var durationType = reflect.TypeFor[Duration]()
+
+func schemaOf(t reflect.Type) map[string]any {
+	if t == durationType {
+		return map[string]any{"type": "string", "pattern": `^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`}
+	}
+	switch t.Kind() {
+	case reflect.Pointer:
+		return schemaOf(t.Elem())
+	case reflect.Interface:
+		return map[string]any{}
+	case reflect.String:
+		return map[string]any{"type": "string"}
+	case reflect.Bool:
+		return map[string]any{"type": "boolean"}
+	case reflect.Int, reflect.Int64:
+		return map[string]any{"type": "integer"}
+	case reflect.Float64:
+		return map[string]any{"type": "number"}
+	case reflect.Slice:
+		return map[string]any{"type": "array", "items": schemaOf(t.Elem())}
+	case reflect.Map:
+		return map[string]any{"type": "object", "additionalProperties": schemaOf(t.Elem())}
+	case reflect.Struct:
+		props := map[string]any{}
+		var required []string
+		for i := range t.NumField() {
+			f := t.Field(i)
+			key := f.Tag.Get("toml")
+			if key == "" || key == "-" || !f.IsExported() {
+				continue
+			}
+			p := schemaOf(f.Type)
+			if d := f.Tag.Get("doc"); d != "" {
+				p["description"] = d
+			}
+			if e := f.Tag.Get("enum"); e != "" {
+				p["enum"] = strings.Split(e, ",")
+			}
+			if d := f.Tag.Get("default"); d != "" {
+				p["default"] = defaultValue(f.Type, d)
+			}
+			if f.Tag.Get("required") == "true" {
+				required = append(required, key)
+			}
+			props[key] = p
+		}
+		s := map[string]any{"type": "object", "properties": props, "additionalProperties": false}
+		if len(required) > 0 {
+			s["required"] = required
+		}
+		return s
+	}
+	panic("appconfig: no schema for " + t.String())
+}
+
+func defaultValue(t reflect.Type, d string) any {
+	if t == durationType {
+		return d
+	}
+	switch t.Kind() {
+	case reflect.Bool:
+		return d == "true"
+	case reflect.Int, reflect.Int64:
+		var n int
+		json.Unmarshal([]byte(d), &n) //nolint:errcheck // tags are ours
+		return n
+	}
+	return d
+}

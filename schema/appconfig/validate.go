@@ -1,0 +1,576 @@
+package appconfig
+
+import (
+	"encoding/json"
+	"fmt"
+	"path"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Options says what the validator knows beyond the files.
+type Options struct {
+	// Types are the component types installs can run, with a check of
+	// each type's config (nil: any config). Nil Types means BuiltinTypes.
+	Types map[string]ConfigCheck
+}
+
+// ConfigCheck checks a component's config against its type's schema and
+// returns one problem per bad field.
+type ConfigCheck func(config map[string]any) []FieldProblem
+
+// A FieldProblem is one bad field of a component config.
+type FieldProblem struct {
+	// Field is the path inside config, such as "steps[0].script".
+	Field   string
+	Message string
+}
+
+// BuiltinTypes are the component types every agent has. Their config is not
+// checked here until their plugins publish schemas.
+func BuiltinTypes() map[string]ConfigCheck {
+	return map[string]ConfigCheck{"image": nil, "helm": nil, "terraform": nil, "action": nil}
+}
+
+var (
+	identRE   = regexp.MustCompile(`^[a-z][a-z0-9_]{0,62}$`)
+	appNameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,62}$`)
+	envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+const identHint = "use lowercase letters, digits and _, starting with a letter"
+
+// maxTimeout caps component and action timeouts.
+const maxTimeout = 24 * time.Hour
+
+func (a *App) validate(ds *diags, opts Options) {
+	types := opts.Types
+	if types == nil {
+		types = BuiltinTypes()
+	}
+	v := &validator{a: a, ds: ds, types: types}
+	v.metadata()
+	v.inputs()
+	v.secrets()
+	if a.Sandbox != nil {
+		v.component("sandbox.toml", a.Sandbox)
+	}
+	// components/*.toml files are validated by their own file, so a
+	// component named "sandbox" there is told it cannot be.
+	for _, c := range a.Components {
+		v.component(a.fileOf("component", c.Name), c)
+	}
+	v.cycles()
+	for _, ac := range a.Actions {
+		v.action(a.fileOf("action", ac.Name), ac)
+	}
+	v.permissions()
+	v.policies()
+	v.breakGlass()
+	for _, in := range a.Installs {
+		v.install(a.fileOf("install", in.Name), in)
+	}
+}
+
+type validator struct {
+	a     *App
+	ds    *diags
+	types map[string]ConfigCheck
+}
+
+func (v *validator) errf(file, key, hint, format string, args ...any) {
+	v.ds.addf(file, v.a.line(file, key), key, hint, format, args...)
+}
+
+func (v *validator) metadata() {
+	m := v.a.Metadata
+	if m.Name != "" && !appNameRE.MatchString(m.Name) {
+		v.errf("app.toml", "name", "use lowercase letters, digits and -, starting with a letter", "%q is not a valid app name", m.Name)
+	}
+	if p := m.InstallDefaults.Parallelism; p < 0 || p > 64 {
+		v.errf("app.toml", "install_defaults.parallelism", "", "must be between 1 and 64, got %d", p)
+	}
+	v.inputValues("app.toml", "install_defaults.inputs", m.InstallDefaults.Inputs, false)
+}
+
+func (v *validator) inputs() {
+	const f = "inputs.toml"
+	groups := map[string]bool{}
+	for i, g := range v.a.Inputs.Groups {
+		key := fmt.Sprintf("group[%d].name", i)
+		if g.Name != "" && groups[g.Name] {
+			v.errf(f, key, "", "group %q is defined twice", g.Name)
+		}
+		groups[g.Name] = true
+	}
+	seen := map[string]bool{}
+	for i, in := range v.a.Inputs.Inputs {
+		at := func(k string) string { return fmt.Sprintf("input[%d].%s", i, k) }
+		switch {
+		case in.Name == "":
+		case !identRE.MatchString(in.Name):
+			v.errf(f, at("name"), identHint, "%q is not a valid input name", in.Name)
+		case seen[in.Name]:
+			v.errf(f, at("name"), "names must be unique", "input %q is defined twice", in.Name)
+		}
+		seen[in.Name] = true
+		if in.Group != "" && !groups[in.Group] {
+			v.errf(f, at("group"), hintOr(didYouMean(in.Group, keys(groups)), "declare it with [[group]] name = \""+in.Group+"\""), "no group named %q", in.Group)
+		}
+		typ := cmpOr(in.Type, "string")
+		if len(in.Values) > 0 && typ != "enum" {
+			v.errf(f, at("values"), "set type = \"enum\", or remove values", "values only apply to enum inputs, and this one is %s", typ)
+		}
+		if typ == "enum" {
+			if len(in.Values) == 0 {
+				v.errf(f, at("type"), "list the allowed values: values = [\"a\", \"b\"]", "an enum input needs values")
+			}
+			for j, val := range in.Values {
+				if slices.Index(in.Values, val) != j {
+					v.errf(f, fmt.Sprintf("input[%d].values[%d]", i, j), "", "%q is listed twice", val)
+				}
+			}
+		}
+		if in.Pattern != "" {
+			if typ != "string" {
+				v.errf(f, at("pattern"), "", "pattern only applies to string inputs, and this one is %s", typ)
+			} else if _, err := regexp.Compile(in.Pattern); err != nil {
+				v.errf(f, at("pattern"), "patterns use RE2 syntax", "is not a valid regular expression: %v", strings.TrimPrefix(err.Error(), "error parsing regexp: "))
+			}
+		}
+		if (in.Min != nil || in.Max != nil) && typ != "number" {
+			v.errf(f, at("min"), "", "min and max only apply to number inputs, and this one is %s", typ)
+		}
+		if in.Min != nil && in.Max != nil && *in.Min > *in.Max {
+			v.errf(f, at("min"), "", "min %v is greater than max %v", *in.Min, *in.Max)
+		}
+		if in.Default != nil {
+			switch {
+			case in.Required:
+				v.errf(f, at("default"), "remove required, or remove the default", "a required input cannot have a default")
+			case in.Sensitive:
+				v.errf(f, at("default"), "let each install provide it", "a sensitive input cannot have a default: it would be stored in every revision")
+			default:
+				if msg := checkInputValue(in, in.Default); msg != "" {
+					v.errf(f, at("default"), "", "%s", msg)
+				}
+			}
+		}
+	}
+}
+
+// inputValues checks values given for inputs by name (install defaults or
+// an install file). When complete, vendor inputs that are required must be
+// there.
+func (v *validator) inputValues(file, key string, vals map[string]any, complete bool) {
+	byName := map[string]Input{}
+	var names []string
+	for _, in := range v.a.Inputs.Inputs {
+		byName[in.Name] = in
+		names = append(names, in.Name)
+	}
+	for _, name := range sortedKeys(vals) {
+		k := join(key, name)
+		in, ok := byName[name]
+		if !ok {
+			v.errf(file, k, hintOr(didYouMean(name, names), "declare it in inputs.toml"), "no input named %q", name)
+			continue
+		}
+		if in.ProvidedBy == "customer" {
+			v.errf(file, k, "remove it here; the customer sets it in the install stack", "input %q is provided by the customer", name)
+			continue
+		}
+		if msg := checkInputValue(in, vals[name]); msg != "" {
+			v.errf(file, k, "", "%s", msg)
+		}
+	}
+	if !complete {
+		return
+	}
+	for _, in := range v.a.Inputs.Inputs {
+		if _, ok := vals[in.Name]; !ok && in.Required && in.ProvidedBy != "customer" && v.a.Metadata.InstallDefaults.Inputs[in.Name] == nil {
+			v.errf(file, key, fmt.Sprintf("add %s = ... under [inputs]", in.Name), "required input %q is not set", in.Name)
+		}
+	}
+}
+
+// checkInputValue says what is wrong with val for input in, or "".
+func checkInputValue(in Input, val any) string {
+	switch cmpOr(in.Type, "string") {
+	case "string":
+		s, ok := val.(string)
+		if !ok {
+			return fmt.Sprintf("input %q is a string, not %s", in.Name, goKind(val))
+		}
+		if in.Pattern != "" {
+			if re, err := regexp.Compile("^(?:" + in.Pattern + ")$"); err == nil && !re.MatchString(s) {
+				return fmt.Sprintf("%q does not match the pattern %s of input %q", s, in.Pattern, in.Name)
+			}
+		}
+	case "number":
+		var n float64
+		switch x := val.(type) {
+		case int64:
+			n = float64(x)
+		case float64:
+			n = x
+		default:
+			return fmt.Sprintf("input %q is a number, not %s", in.Name, goKind(val))
+		}
+		if in.Min != nil && n < *in.Min {
+			return fmt.Sprintf("%v is below the minimum %v of input %q", n, *in.Min, in.Name)
+		}
+		if in.Max != nil && n > *in.Max {
+			return fmt.Sprintf("%v is above the maximum %v of input %q", n, *in.Max, in.Name)
+		}
+	case "bool":
+		if _, ok := val.(bool); !ok {
+			return fmt.Sprintf("input %q is a boolean, not %s", in.Name, goKind(val))
+		}
+	case "enum":
+		s, ok := val.(string)
+		if !ok {
+			return fmt.Sprintf("input %q is one of %s, not %s", in.Name, quoteList(in.Values), goKind(val))
+		}
+		if !slices.Contains(in.Values, s) {
+			return fmt.Sprintf("%q is not a value of input %q; %s", s, in.Name, hintOr(didYouMean(s, in.Values), "use "+quoteList(in.Values)))
+		}
+	}
+	return ""
+}
+
+func goKind(v any) string {
+	switch v.(type) {
+	case string:
+		return "a string"
+	case int64, float64:
+		return "a number"
+	case bool:
+		return "a boolean"
+	case []any:
+		return "an array"
+	case map[string]any:
+		return "a table"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+func (v *validator) secrets() {
+	seen := map[string]bool{}
+	for i, s := range v.a.Secrets.Secrets {
+		key := fmt.Sprintf("secret[%d].name", i)
+		switch {
+		case s.Name == "":
+		case !identRE.MatchString(s.Name):
+			v.errf("secrets.toml", key, identHint, "%q is not a valid secret name", s.Name)
+		case seen[s.Name]:
+			v.errf("secrets.toml", key, "names must be unique", "secret %q is defined twice", s.Name)
+		}
+		seen[s.Name] = true
+	}
+}
+
+func (v *validator) componentNames() []string {
+	var out []string
+	for _, c := range v.a.Components {
+		out = append(out, c.Name)
+	}
+	return out
+}
+
+func (v *validator) component(file string, c *Component) {
+	if file != "sandbox.toml" {
+		switch {
+		case c.Name == "sandbox":
+			v.errf(file, "name", "the sandbox is configured in sandbox.toml; choose another name", "\"sandbox\" is reserved")
+		case !identRE.MatchString(c.Name):
+			v.errf(file, "name", identHint+"; without name, the file name is used", "%q is not a valid component name", c.Name)
+		}
+	}
+	if c.Type != "" {
+		if _, ok := v.types[c.Type]; !ok {
+			known := sortedKeys(v.types)
+			hint := didYouMean(c.Type, known)
+			if hint == "" {
+				hint = "known types: " + strings.Join(known, ", ")
+			}
+			v.errf(file, "type", hint, "no component type %q", c.Type)
+		} else if check := v.types[c.Type]; check != nil {
+			for _, p := range check(c.Config) {
+				v.errf(file, join("config", p.Field), "", "%s", p.Message)
+			}
+		}
+	}
+	if c.Timeout < 0 || time.Duration(c.Timeout) > maxTimeout {
+		v.errf(file, "timeout", "", "must be between 0 and 24h, got %s", c.Timeout)
+	}
+	names := v.componentNames()
+	for i, d := range c.Dependencies {
+		key := fmt.Sprintf("dependencies[%d]", i)
+		switch {
+		case d == c.Name:
+			v.errf(file, key, "remove it", "%q depends on itself", d)
+		case d == "sandbox":
+			v.errf(file, key, "remove it: every component waits for the sandbox", "the sandbox is always deployed first")
+		case !slices.Contains(names, d):
+			v.errf(file, key, hintOr(didYouMean(d, names), "components are "+quoteList(names)), "no component named %q", d)
+		case slices.Index(c.Dependencies, d) != i:
+			v.errf(file, key, "", "%q is listed twice", d)
+		}
+	}
+	stringsIn("config", c.Config, func(key, s string) {
+		v.refs(file, key, s, c.Name)
+	})
+}
+
+// refs checks the references in one config string of component self ("" for
+// actions).
+func (v *validator) refs(file, key, s, self string) {
+	refs, rerr := findRefs(s)
+	if rerr != nil {
+		v.errf(file, key, rerr.hint, "%s", rerr.msg)
+		return
+	}
+	for _, r := range refs {
+		switch r.Root {
+		case "inputs":
+			var names []string
+			for _, in := range v.a.Inputs.Inputs {
+				names = append(names, in.Name)
+			}
+			if !slices.Contains(names, r.Name) {
+				v.errf(file, key, hintOr(didYouMean(r.Name, names), "declare it in inputs.toml"), "{{ %s }}: no input named %q", r, r.Name)
+			}
+		case "secrets":
+			var names []string
+			for _, s := range v.a.Secrets.Secrets {
+				names = append(names, s.Name)
+			}
+			if !slices.Contains(names, r.Name) {
+				v.errf(file, key, hintOr(didYouMean(r.Name, names), "declare it in secrets.toml"), "{{ %s }}: no secret named %q", r, r.Name)
+			}
+		case "sandbox":
+			if v.a.Sandbox == nil {
+				v.errf(file, key, "add sandbox.toml, or remove the reference", "{{ %s }}: this app has no sandbox", r)
+			} else if self == "sandbox" {
+				v.errf(file, key, "", "{{ %s }}: the sandbox cannot use its own outputs", r)
+			}
+		case "components":
+			names := v.componentNames()
+			switch {
+			case r.Name == self:
+				v.errf(file, key, "", "{{ %s }}: a component cannot use its own outputs", r)
+			case self == "sandbox":
+				v.errf(file, key, "the sandbox is deployed before every component", "{{ %s }}: the sandbox cannot use component outputs", r)
+			case !slices.Contains(names, r.Name):
+				v.errf(file, key, hintOr(didYouMean(r.Name, names), "components are "+quoteList(names)), "{{ %s }}: no component named %q", r, r.Name)
+			}
+		}
+	}
+}
+
+func (v *validator) cycles() {
+	for _, cyc := range v.a.Graph().Cycles() {
+		first := cyc[0]
+		file := v.a.fileOf("component", first)
+		v.errf(file, "dependencies", "a component cannot wait for itself; remove one of these dependencies or output references",
+			"dependency cycle: %s", strings.Join(cyc, " → "))
+	}
+}
+
+var hookTypes = []string{"pre_deploy", "post_deploy", "pre_teardown", "post_teardown"}
+
+func (v *validator) action(file string, ac *Action) {
+	if !identRE.MatchString(ac.Name) {
+		v.errf(file, "name", identHint+"; without name, the file name is used", "%q is not a valid action name", ac.Name)
+	}
+	if ac.Timeout < 0 || time.Duration(ac.Timeout) > maxTimeout {
+		v.errf(file, "timeout", "", "must be between 0 and 24h, got %s", ac.Timeout)
+	}
+	steps := map[string]bool{}
+	for i, st := range ac.Steps {
+		at := func(k string) string { return fmt.Sprintf("step[%d].%s", i, k) }
+		if st.Name != "" && steps[st.Name] {
+			v.errf(file, at("name"), "step names must be unique within an action", "step %q is defined twice", st.Name)
+		}
+		steps[st.Name] = true
+		switch {
+		case st.Script == "" && st.File == "":
+			v.errf(file, fmt.Sprintf("step[%d]", i), "add script = \"...\" or file = \"scripts/x.sh\"", "step %q has no script", st.Name)
+		case st.Script != "" && st.File != "":
+			v.errf(file, at("file"), "keep one of them", "step %q sets both script and file", st.Name)
+		case st.File != "":
+			v.appFile(file, at("file"), st.File)
+		}
+		v.env(file, fmt.Sprintf("step[%d].env", i), st.Env)
+	}
+	v.env(file, "env", ac.Env)
+	hasCron := false
+	for i, t := range ac.Triggers {
+		at := func(k string) string { return fmt.Sprintf("trigger[%d].%s", i, k) }
+		switch {
+		case t.Type == "cron":
+			hasCron = true
+			if t.Schedule == "" {
+				v.errf(file, at("type"), "add schedule = \"*/15 * * * *\"", "a cron trigger needs a schedule")
+			} else if _, err := ParseSchedule(t.Schedule); err != nil {
+				v.errf(file, at("schedule"), "", "%q is not a cron schedule: %v", t.Schedule, err)
+			}
+		case t.Schedule != "":
+			v.errf(file, at("schedule"), "set type = \"cron\", or remove schedule", "only cron triggers have a schedule")
+		}
+		if t.Component != "" {
+			names := v.componentNames()
+			switch {
+			case !slices.Contains(hookTypes, t.Type):
+				v.errf(file, at("component"), "component applies to "+strings.Join(hookTypes, ", "), "a %s trigger does not take a component", t.Type)
+			case !slices.Contains(names, t.Component):
+				v.errf(file, at("component"), hintOr(didYouMean(t.Component, names), "components are "+quoteList(names)), "no component named %q", t.Component)
+			}
+		}
+		for j := range i {
+			if ac.Triggers[j] == t {
+				v.errf(file, fmt.Sprintf("trigger[%d]", i), "remove one", "the same trigger as trigger[%d]", j)
+				break
+			}
+		}
+	}
+	if ac.HealthCheck && !hasCron {
+		v.errf(file, "health_check", "add [[trigger]] type = \"cron\" schedule = \"*/5 * * * *\"", "a health check needs a cron trigger to run on")
+	}
+}
+
+func (v *validator) env(file, key string, env map[string]string) {
+	for _, k := range sortedKeys(env) {
+		switch {
+		case !envNameRE.MatchString(k):
+			v.errf(file, join(key, k), "use letters, digits and _, not starting with a digit", "%q is not a valid environment variable name", k)
+		case strings.HasPrefix(k, "BYOC_"):
+			v.errf(file, join(key, k), "choose another name", "BYOC_ variables are set by the agent")
+		}
+		v.refs(file, join(key, k), env[k], "")
+	}
+}
+
+// appFile checks that p names a file of the app directory.
+func (v *validator) appFile(file, key, p string) {
+	clean := path.Clean(p)
+	if path.IsAbs(p) || clean == ".." || strings.HasPrefix(clean, "../") {
+		v.errf(file, key, "paths are relative to the app directory, such as \"scripts/migrate.sh\"", "%q is outside the app directory", p)
+		return
+	}
+	if _, ok := v.a.Files[clean]; !ok {
+		v.errf(file, key, "paths are relative to the app directory", "%q does not exist", p)
+	}
+}
+
+func (v *validator) permissions() {
+	p := v.a.Permissions
+	for _, m := range []struct {
+		key string
+		r   *ModeRole
+	}{{"provision", p.Provision}, {"maintenance", p.Maintenance}, {"deprovision", p.Deprovision}, {"break_glass", p.BreakGlass}} {
+		if m.r == nil {
+			continue
+		}
+		for i, s := range m.r.Statements {
+			var doc map[string]any
+			if err := json.Unmarshal([]byte(s), &doc); err != nil {
+				v.errf("permissions.toml", fmt.Sprintf("%s.statements[%d]", m.key, i), "each statement is a JSON policy document", "is not a JSON object: %v", err)
+			}
+		}
+	}
+}
+
+func (v *validator) policies() {
+	const f = "policies.toml"
+	seen := map[string]bool{}
+	for i, p := range v.a.Policies.Policies {
+		at := func(k string) string { return fmt.Sprintf("policy[%d].%s", i, k) }
+		if p.Name != "" && seen[p.Name] {
+			v.errf(f, at("name"), "names must be unique", "policy %q is defined twice", p.Name)
+		}
+		seen[p.Name] = true
+		switch {
+		case p.File == "" && p.Contents == "":
+			v.errf(f, fmt.Sprintf("policy[%d]", i), "add file = \"policies/x.rego\" or contents = \"...\"", "policy %q has no source", p.Name)
+		case p.File != "" && p.Contents != "":
+			v.errf(f, at("file"), "keep one of them", "policy %q sets both file and contents", p.Name)
+		case p.File != "":
+			v.appFile(f, at("file"), p.File)
+		}
+		known := sortedKeys(v.types)
+		for j, t := range p.AppliesTo {
+			if _, ok := v.types[t]; !ok {
+				v.errf(f, fmt.Sprintf("policy[%d].applies_to[%d]", i, j), hintOr(didYouMean(t, known), "known types: "+strings.Join(known, ", ")), "no component type %q", t)
+			}
+		}
+	}
+}
+
+func (v *validator) breakGlass() {
+	const f = "break_glass.toml"
+	b := v.a.BreakGlass
+	if b.MaxDuration < 0 || time.Duration(b.MaxDuration) > maxTimeout {
+		v.errf(f, "max_duration", "grants are short by design", "must be between 0 and 24h, got %s", b.MaxDuration)
+	}
+	seen := map[string]bool{}
+	for i, r := range b.Roles {
+		if r.Name != "" && seen[r.Name] {
+			v.errf(f, fmt.Sprintf("role[%d].name", i), "names must be unique", "role %q is defined twice", r.Name)
+		}
+		seen[r.Name] = true
+	}
+}
+
+var installNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+
+func (v *validator) install(file string, in *InstallFile) {
+	if !installNameRE.MatchString(in.Name) {
+		v.errf(file, "name", "use lowercase letters, digits and -", "%q is not a valid install name", in.Name)
+	}
+	if in.Parallelism < 0 || in.Parallelism > 64 {
+		v.errf(file, "parallelism", "", "must be between 1 and 64, got %d", in.Parallelism)
+	}
+	v.inputValues(file, "inputs", in.Inputs, true)
+	names := v.componentNames()
+	if v.a.Sandbox != nil {
+		names = append(names, "sandbox")
+	}
+	for _, c := range sortedKeys(in.Components) {
+		if !slices.Contains(names, c) {
+			v.errf(file, join("components", c), hintOr(didYouMean(c, names), "components are "+quoteList(names)), "no component named %q", c)
+			continue
+		}
+		stringsIn(join("components", c)+".config", in.Components[c].Config, func(key, s string) {
+			v.refs(file, key, s, c)
+		})
+	}
+}
+
+func hintOr(h, alt string) string {
+	if h != "" {
+		return h
+	}
+	return alt
+}
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func keys(m map[string]bool) []string { return sortedKeys(m) }
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,16 @@
+-- +goose Up
+-- An app revision is an immutable, validated snapshot of an app config:
+-- every file of the config, as pushed. number counts up per app from 1.
+CREATE TABLE app_revisions (
+    app_id     TEXT NOT NULL REFERENCES apps (id),
+    number     INTEGER NOT NULL,
+    digest     TEXT NOT NULL,
+    version    TEXT NOT NULL DEFAULT '',
+    files      BLOB NOT NULL,
+    created_at INTEGER NOT NULL,
+    created_by TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (app_id, number)
+) STRICT;
+
+-- +goose Down
+DROP TABLE app_revisions;

@@ -1,0 +1,221 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+
+	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
+
+	"github.com/byoc-dev/byoc/schema/appconfig"
+)
+
+// appValidateCommand checks an app config directory without a server.
+func (a *app) appValidateCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "validate DIR",
+		Short: "Check an app config directory and list every problem in it",
+		Long: `Check the app config in DIR (app.toml, inputs.toml, components/*.toml, ...)
+without contacting imsd. Every problem is listed with its file, line and key.
+Exits 1 when the config is not valid.`,
+		Args: exactArgs("DIR"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			app, err := appconfig.LoadDir(args[0], appconfig.Options{})
+			var cerr *appconfig.Error
+			switch {
+			case errors.As(err, &cerr):
+				if a.jsonOutput() {
+					if err := writeJSONValue(a.stdout, map[string]any{"valid": false, "diagnostics": cerr.Diagnostics}); err != nil {
+						return err
+					}
+					return &exitCodeError{code: exitError}
+				}
+				return &exitCodeError{code: exitError, msg: cerr.Error()}
+			case err != nil:
+				return err
+			}
+			waves := app.Graph().Levels()
+			if a.jsonOutput() {
+				return writeJSONValue(a.stdout, map[string]any{"valid": true, "diagnostics": []any{}, "app": app.Metadata.Name,
+					"components": len(app.Components), "actions": len(app.Actions), "installs": len(app.Installs), "deploy_waves": waves})
+			}
+			fmt.Fprintf(a.stdout, "The app config in %s is valid.\n", args[0])
+			f := newFields(a.stdout)
+			f.add("App", app.Metadata.Name)
+			if app.Metadata.Version != "" {
+				f.add("Version", app.Metadata.Version)
+			}
+			f.add("Components", fmt.Sprint(len(app.Components)))
+			f.add("Actions", fmt.Sprint(len(app.Actions)))
+			f.add("Installs", fmt.Sprint(len(app.Installs)))
+			if err := f.flush(); err != nil {
+				return err
+			}
+			if len(waves) > 0 {
+				fmt.Fprintln(a.stdout, "Deploy order (each line deploys in parallel):")
+				for i, w := range waves {
+					fmt.Fprintf(a.stdout, "  %d. %s\n", i+1, strings.Join(w, ", "))
+				}
+			}
+			return nil
+		},
+	}
+}
+
+// appInitCommand writes the commented example app.
+func (a *app) appInitCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "init DIR",
+		Short: "Write a commented example app config into DIR",
+		Args:  exactArgs("DIR"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			files, err := appconfig.WriteExample(args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "Wrote an example app to %s:\n", args[0])
+			for _, f := range files {
+				fmt.Fprintf(a.stdout, "  %s\n", f)
+			}
+			fmt.Fprintf(a.stdout, "Check it with: byoc app validate %s\n", args[0])
+			return nil
+		},
+	}
+}
+
+// appPushCommand validates an app config and stores it as a revision.
+func (a *app) appPushCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "push DIR",
+		Short: "Validate an app config directory and store it as the app's next revision",
+		Long: `Check the app config in DIR as "byoc app validate" does, then send every
+file to imsd, which checks it again and stores it as the app's next
+immutable revision (creating the app on its first push). Pushing files
+identical to the latest revision creates nothing.`,
+		Args: exactArgs("DIR"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := appconfig.LoadDir(args[0], appconfig.Options{})
+			var cerr *appconfig.Error
+			if errors.As(err, &cerr) {
+				return &exitCodeError{code: exitError, msg: cerr.Error()}
+			} else if err != nil {
+				return err
+			}
+			c, err := a.connect()
+			if err != nil {
+				return err
+			}
+			req := &imsv1.PushAppRevisionRequest{}
+			for _, p := range slices.Sorted(maps.Keys(cfg.Files)) {
+				req.Files = append(req.Files, &imsv1.AppFile{Path: p, Content: cfg.Files[p]})
+			}
+			res, err := c.PushAppRevision(cmd.Context(), connect.NewRequest(req))
+			if err != nil {
+				return c.wrap(err)
+			}
+			if a.jsonOutput() {
+				return writeJSON(a.stdout, res.Msg)
+			}
+			rev := res.Msg.GetRevision()
+			if !res.Msg.GetCreated() {
+				fmt.Fprintf(a.stdout, "App %q is unchanged: revision %d has the same files.\n", res.Msg.GetApp().GetName(), rev.GetNumber())
+				return nil
+			}
+			fmt.Fprintf(a.stdout, "Pushed app %q revision %d (%s).\n", res.Msg.GetApp().GetName(), rev.GetNumber(), rev.GetDigest())
+			printChanges(a.stdout, res.Msg.GetChanges())
+			return nil
+		},
+	}
+}
+
+func (a *app) appRevisionsCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "revisions APP",
+		Short: "List an app's revisions, newest first",
+		Args:  exactArgs("APP"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.connect()
+			if err != nil {
+				return err
+			}
+			res, err := c.ListAppRevisions(cmd.Context(), connect.NewRequest(&imsv1.ListAppRevisionsRequest{App: args[0]}))
+			if err != nil {
+				return c.wrap(err)
+			}
+			if a.jsonOutput() {
+				return writeJSONList(a.stdout, res.Msg.GetRevisions())
+			}
+			t := newTable(a.stdout, "REVISION", "VERSION", "DIGEST", "PUSHED", "BY")
+			for _, r := range res.Msg.GetRevisions() {
+				t.row(fmt.Sprint(r.GetNumber()), r.GetVersion(), shortDigest(r.GetDigest()), ago(a.now(), r.GetCreateTime()), r.GetCreatedBy())
+			}
+			return t.flush()
+		},
+	}
+}
+
+func (a *app) appDiffCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "diff APP REV1 [REV2]",
+		Short: "Show what changed between two revisions of an app (REV2 defaults to the latest)",
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) < 2 || len(args) > 3 {
+				return usagef("want APP REV1 [REV2], got %d arguments", len(args))
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var nums [2]int64
+			for i, s := range args[1:] {
+				n, err := strconv.ParseInt(s, 10, 64)
+				if err != nil || n <= 0 {
+					return usagef("revision %q is not a revision number", s)
+				}
+				nums[i] = n
+			}
+			c, err := a.connect()
+			if err != nil {
+				return err
+			}
+			res, err := c.DiffAppRevisions(cmd.Context(), connect.NewRequest(&imsv1.DiffAppRevisionsRequest{App: args[0], From: nums[0], To: nums[1]}))
+			if err != nil {
+				return c.wrap(err)
+			}
+			if a.jsonOutput() {
+				return writeJSONList(a.stdout, res.Msg.GetChanges())
+			}
+			if len(res.Msg.GetChanges()) == 0 {
+				fmt.Fprintln(a.stdout, "No changes.")
+				return nil
+			}
+			printChanges(a.stdout, res.Msg.GetChanges())
+			return nil
+		},
+	}
+}
+
+func printChanges(w io.Writer, cs []*imsv1.ConfigChange) {
+	sign := map[string]string{"added": "+", "removed": "-", "changed": "~"}
+	for _, c := range cs {
+		line := fmt.Sprintf("  %s %s %s", sign[c.GetOp()], c.GetKind(), c.GetName())
+		if len(c.GetFields()) > 0 {
+			line += ": " + strings.Join(c.GetFields(), ", ")
+		}
+		fmt.Fprintln(w, line)
+	}
+}
+
+func shortDigest(d string) string {
+	d = strings.TrimPrefix(d, "sha256:")
+	if len(d) > 12 {
+		d = d[:12]
+	}
+	return d
+}

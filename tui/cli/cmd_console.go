@@ -1,0 +1,59 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	tea "charm.land/bubbletea/v2"
+
+	"github.com/byoc-dev/byoc/tui/console"
+)
+
+// runConsole opens the interactive console on the resolved target.
+func (a *app) runConsole(ctx context.Context) error {
+	c, err := a.connect()
+	if err != nil {
+		return err
+	}
+	path, err := configPath(a.getenv)
+	if err != nil {
+		return err
+	}
+	settings, err := console.LoadSettings(filepath.Join(filepath.Dir(path), "console.json"))
+	if err != nil {
+		return err
+	}
+	opts := console.Options{
+		Conn:     &console.Conn{Context: c.target.context, Server: c.target.server, Client: c.OperatorServiceClient},
+		ReadOnly: a.readOnly,
+		Settings: settings,
+	}
+	if a.server == "" {
+		// Contexts switch with :ctx only when the console runs on one.
+		opts.Dial = func(ctx context.Context, name string) (*console.Conn, error) {
+			b := *a
+			b.contextName, b.server, b.token = name, "", ""
+			c, err := b.connect()
+			if err != nil {
+				return nil, err
+			}
+			return &console.Conn{Context: c.target.context, Server: c.target.server, Client: c.OperatorServiceClient}, nil
+		}
+	}
+	m, err := console.New(ctx, opts)
+	if err != nil {
+		return err
+	}
+	in, ok := a.stdin.(*os.File)
+	if !ok {
+		return fmt.Errorf("the console needs a terminal; use a subcommand (byoc --help) in scripts")
+	}
+	p := tea.NewProgram(m, tea.WithContext(ctx), tea.WithInput(in), tea.WithOutput(a.stdout))
+	_, err = p.Run()
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}

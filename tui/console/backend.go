@@ -1,0 +1,259 @@
+package console
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+
+	tea "charm.land/bubbletea/v2"
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
+	"github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1/imsv1connect"
+)
+
+// Conn is one imsd the console talks to.
+type Conn struct {
+	// Context is the CLI context's name; empty when --server chose the server.
+	Context string
+	Server  string
+	Client  imsv1connect.OperatorServiceClient
+}
+
+// The async results. Every one carries the generation of the request that
+// produced it; Update drops a result whose generation is no longer current,
+// so a slow answer to an old question never overwrites a newer one.
+
+// fleetMsg is a batch of events from the fleet watch.
+type fleetMsg struct {
+	gen    int
+	events []fleetEvent
+}
+
+// fleetEvent is one watch response, or a failure and when the retry is.
+type fleetEvent struct {
+	resp    *imsv1.WatchInstallsResponse
+	err     error
+	retryIn time.Duration
+}
+
+// logMsg is a batch of log chunks from a followed log stream.
+type logMsg struct {
+	gen    int
+	chunks []logChunk
+	closed bool
+}
+
+type logChunk struct {
+	lines []*imsv1.LogLine
+	job   *imsv1.Job // the ended job, on the last chunk of a followed stream
+	err   error
+}
+
+// olderLogsMsg answers a page-back request.
+type olderLogsMsg struct {
+	gen   int
+	lines []*imsv1.LogLine
+	err   error
+}
+
+// jobsMsg answers a job listing.
+type jobsMsg struct {
+	gen  int
+	jobs []*imsv1.Job
+	err  error
+}
+
+// jobMsg answers a job read.
+type jobMsg struct {
+	gen int
+	job *imsv1.Job
+	err error
+}
+
+// enqueuedMsg answers an action run.
+type enqueuedMsg struct {
+	gen int
+	job *imsv1.Job
+	err error
+}
+
+// cancelledMsg answers a job cancel.
+type cancelledMsg struct {
+	gen int
+	job *imsv1.Job
+	err error
+}
+
+// ctxMsg answers a context switch.
+type ctxMsg struct {
+	conn *Conn
+	err  error
+}
+
+// tickMsg refreshes relative times once a second.
+type tickMsg struct{}
+
+func tick() tea.Cmd { return tea.Tick(time.Second, func(time.Time) tea.Msg { return tickMsg{} }) }
+
+// send delivers v on ch unless ctx ends first.
+func send[T any](ctx context.Context, ch chan<- T, v T) bool {
+	select {
+	case ch <- v:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// nextBatch returns a command that waits for the next item on ch and takes
+// whatever else is already waiting (up to max): a burst of log lines or
+// fleet changes costs one Update and one render, not one per item.
+func nextBatch[T any](ch <-chan T, max int, wrap func(items []T, closed bool) tea.Msg) tea.Cmd {
+	return func() tea.Msg {
+		first, ok := <-ch
+		if !ok {
+			return wrap(nil, true)
+		}
+		items := []T{first}
+		for len(items) < max {
+			select {
+			case x, ok := <-ch:
+				if !ok {
+					return wrap(items, true)
+				}
+				items = append(items, x)
+			default:
+				return wrap(items, false)
+			}
+		}
+		return wrap(items, false)
+	}
+}
+
+// watchFleet holds a WatchInstalls stream open until ctx ends, reopening it
+// with jittered exponential backoff (500 ms to 15 s) when it fails.
+func watchFleet(ctx context.Context, c imsv1connect.OperatorServiceClient, out chan<- fleetEvent) {
+	defer close(out)
+	backoff := 500 * time.Millisecond
+	for ctx.Err() == nil {
+		st, err := c.WatchInstalls(ctx, connect.NewRequest(&imsv1.WatchInstallsRequest{}))
+		if err == nil {
+			for st.Receive() {
+				backoff = 500 * time.Millisecond
+				if !send(ctx, out, fleetEvent{resp: st.Msg()}) {
+					st.Close()
+					return
+				}
+			}
+			err = st.Err()
+			st.Close()
+			if err == nil {
+				err = connect.NewError(connect.CodeUnavailable, errStreamEnded)
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		wait := backoff/2 + rand.N(backoff/2+1)
+		if !send(ctx, out, fleetEvent{err: err, retryIn: wait}) {
+			return
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(backoff*2, 15*time.Second)
+	}
+}
+
+type constError string
+
+func (e constError) Error() string { return string(e) }
+
+const errStreamEnded = constError("the server ended the watch")
+
+// followLogs streams a job's last tail lines, then follows it until it ends.
+func followLogs(ctx context.Context, c imsv1connect.OperatorServiceClient, jobID string, tail int, out chan<- logChunk) {
+	defer close(out)
+	st, err := c.StreamJobLogs(ctx, connect.NewRequest(&imsv1.StreamJobLogsRequest{JobId: jobID, Follow: true, Tail: int32(tail)}))
+	if err != nil {
+		send(ctx, out, logChunk{err: err})
+		return
+	}
+	defer st.Close()
+	for st.Receive() {
+		if !send(ctx, out, logChunk{lines: st.Msg().Lines, job: st.Msg().Job}) {
+			return
+		}
+	}
+	if err := st.Err(); err != nil && ctx.Err() == nil {
+		send(ctx, out, logChunk{err: err})
+	}
+}
+
+// olderLogs fetches the page of lines just before (attempt, seq).
+func olderLogs(ctx context.Context, c imsv1connect.OperatorServiceClient, gen int, jobID string, attempt int32, seq int64, limit int) tea.Cmd {
+	return func() tea.Msg {
+		st, err := c.StreamJobLogs(ctx, connect.NewRequest(&imsv1.StreamJobLogsRequest{
+			JobId: jobID, BeforeAttempt: attempt, BeforeSeq: seq, Limit: int32(limit)}))
+		if err != nil {
+			return olderLogsMsg{gen: gen, err: err}
+		}
+		defer st.Close()
+		var lines []*imsv1.LogLine
+		for st.Receive() {
+			lines = append(lines, st.Msg().Lines...)
+		}
+		return olderLogsMsg{gen: gen, lines: lines, err: st.Err()}
+	}
+}
+
+func listJobs(ctx context.Context, c imsv1connect.OperatorServiceClient, gen int, install string) tea.Cmd {
+	return func() tea.Msg {
+		r, err := c.ListJobs(ctx, connect.NewRequest(&imsv1.ListJobsRequest{Install: install, PageSize: 200}))
+		if err != nil {
+			return jobsMsg{gen: gen, err: err}
+		}
+		return jobsMsg{gen: gen, jobs: r.Msg.Jobs}
+	}
+}
+
+func getJob(ctx context.Context, c imsv1connect.OperatorServiceClient, gen int, id string) tea.Cmd {
+	return func() tea.Msg {
+		r, err := c.GetJob(ctx, connect.NewRequest(&imsv1.GetJobRequest{Id: id}))
+		if err != nil {
+			return jobMsg{gen: gen, err: err}
+		}
+		return jobMsg{gen: gen, job: r.Msg.Job}
+	}
+}
+
+func runAction(ctx context.Context, c imsv1connect.OperatorServiceClient, gen int, install, script string) tea.Cmd {
+	return func() tea.Msg {
+		cfg, err := structpb.NewStruct(map[string]any{"steps": []any{map[string]any{"name": "run", "script": script}}})
+		if err != nil {
+			return enqueuedMsg{gen: gen, err: err}
+		}
+		r, err := c.EnqueueJob(ctx, connect.NewRequest(&imsv1.EnqueueJobRequest{
+			Install: install, ComponentType: "action", Operation: "apply", Config: cfg}))
+		if err != nil {
+			return enqueuedMsg{gen: gen, err: err}
+		}
+		return enqueuedMsg{gen: gen, job: r.Msg.Job}
+	}
+}
+
+func cancelJob(ctx context.Context, c imsv1connect.OperatorServiceClient, gen int, id string) tea.Cmd {
+	return func() tea.Msg {
+		r, err := c.CancelJob(ctx, connect.NewRequest(&imsv1.CancelJobRequest{Id: id, Reason: "cancelled from the byoc console"}))
+		if err != nil {
+			return cancelledMsg{gen: gen, err: err}
+		}
+		return cancelledMsg{gen: gen, job: r.Msg.Job}
+	}
+}

@@ -1,0 +1,568 @@
+package console
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	tea "charm.land/bubbletea/v2"
+	"connectrpc.com/connect"
+	"github.com/charmbracelet/x/ansi"
+
+	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+func stripANSI(s string) string { return ansi.Strip(s) }
+
+func TestFleetShowsEveryInstallAndUnknownFieldsAsDash(t *testing.T) {
+	m := newTestModel(t, Options{})
+	mustContain(t, screen(m), "loading installs")
+	feed(m, snapshot())
+	s := screen(m)
+	mustContain(t, s, "4 installs", "acme", "globex", "initech", "online", "offline", "none", "3s ago", "5m ago", "1 run 2 queued")
+	// Revision, modes and drift do not exist yet: every row shows a dash.
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, "globex") && strings.Count(l, dash) < 3 {
+			t.Fatalf("row without dashes for REV/MODES/DRIFT: %q", l)
+		}
+	}
+}
+
+func TestStaleFleetResultsAreDropped(t *testing.T) {
+	m := newTestModel(t, Options{})
+	feed(m, snapshot())
+	old := m.fleetGen
+	m.startWatch() // as after :ctx: a new generation
+	m.Update(fleetMsg{gen: old, events: []fleetEvent{{resp: &imsv1.WatchInstallsResponse{
+		Installs: []*imsv1.InstallStatus{status("stale-row", "shop", "online", 0, 0, 0, nil)}}}}})
+	mustNotContain(t, screen(m), "stale-row")
+	feed(m, &imsv1.WatchInstallsResponse{Installs: []*imsv1.InstallStatus{status("fresh-row", "shop", "online", 0, 0, 0, nil)}})
+	mustContain(t, screen(m), "fresh-row")
+}
+
+func TestUpdatesMergeAndRemove(t *testing.T) {
+	m := newTestModel(t, Options{})
+	feed(m, snapshot())
+	changed := status("globex", "shop", "online", time.Second, 3, 0, nil)
+	feed(m, &imsv1.WatchInstallsResponse{Installs: []*imsv1.InstallStatus{changed}, RemovedInstallIds: []string{"ins_initech"}})
+	s := screen(m)
+	mustContain(t, s, "3 run 0 queued", "3 installs")
+	mustNotContain(t, s, "initech")
+}
+
+func TestFilterSubstringAndKeyValue(t *testing.T) {
+	m := newTestModel(t, Options{})
+	feed(m, snapshot())
+	press(m, "/", "glob")
+	s := screen(m)
+	mustContain(t, s, "globex", "1 of 4")
+	mustNotContain(t, s, "acme")
+
+	press(m, "esc") // leaves the filter input and clears it
+	mustContain(t, screen(m), "acme", "globex")
+
+	press(m, "/", "tier=gold", "enter")
+	s = screen(m)
+	mustContain(t, s, "acme")
+	mustNotContain(t, s, "globex", "initech")
+
+	// A masked (sensitive) input never matches, so a filter cannot probe it.
+	press(m, "esc", "/", "db_password=hunter2", "enter")
+	mustContain(t, screen(m), "no install matches")
+
+	press(m, "esc", "/", "agent=offline", "enter")
+	s = screen(m)
+	mustContain(t, s, "globex")
+	mustNotContain(t, s, "acme")
+}
+
+func TestSortCyclesColumnsAndKeepsSelection(t *testing.T) {
+	m := newTestModel(t, Options{})
+	feed(m, snapshot())
+	press(m, "j") // globex
+	press(m, "s") // by app: billing first
+	s := screen(m)
+	mustContain(t, s, "sorted by app", "APP↑")
+	if strings.Index(s, "initech") > strings.Index(s, "acme") {
+		t.Fatalf("billing installs should come first when sorted by app:\n%s", s)
+	}
+	if v := m.top().(*fleetView); m.fleet.visible[v.pos].Install.Name != "globex" {
+		t.Fatalf("the cursor left globex after sorting: on %s", m.fleet.visible[v.pos].Install.Name)
+	}
+	press(m, "S")
+	mustContain(t, screen(m), "APP↓")
+}
+
+func TestDrillDownToLogsAndBack(t *testing.T) {
+	m := newTestModel(t, Options{})
+	feed(m, snapshot())
+	if cmd := press(m, "enter"); cmd == nil {
+		t.Fatal("opening an install asks for its jobs")
+	}
+	iv := m.top().(*installView)
+	mustContain(t, screen(m), "installs › acme", "loading jobs", "db_password = •••••• (sensitive)", "region = eu-west-1")
+	mustNotContain(t, screen(m), "hunter2")
+
+	// A listing for an older generation is dropped.
+	m.Update(jobsMsg{gen: iv.gen - 1, jobs: []*imsv1.Job{job("job_stale", "acme", imsv1.JobState_JOB_STATE_QUEUED, 0)}})
+	mustNotContain(t, screen(m), "job_stale")
+	m.Update(jobsMsg{gen: iv.gen, jobs: jobs()})
+	mustContain(t, screen(m), "JOBS (3)", "job_run", "running", "job_bad", "failed")
+
+	press(m, "enter")
+	lv, ok := m.top().(*logView)
+	if !ok {
+		t.Fatalf("enter on a job opens its log, top is %T", m.top())
+	}
+	mustContain(t, screen(m), "installs › acme › job_run › logs", "no log lines yet")
+	m.Update(logMsg{gen: lv.gen, chunks: []logChunk{{lines: logLines(1, 3, func(i int) string { return fmt.Sprintf("hello %d", i) })}}})
+	mustContain(t, screen(m), "hello 1", "hello 3", "3 lines", "following")
+
+	press(m, "esc")
+	if _, ok := m.top().(*installView); !ok {
+		t.Fatalf("esc goes back to the install, top is %T", m.top())
+	}
+	// The log stream of the closed view is cancelled and its results stale.
+	if lv.ctx.Err() == nil {
+		t.Fatal("leaving the log view must cancel its stream")
+	}
+	press(m, "esc")
+	mustContain(t, screen(m), "NAME")
+}
+
+func TestLogViewKeys(t *testing.T) {
+	m := newTestModel(t, Options{})
+	feed(m, snapshot())
+	lv := newLogView(m, jobs()[0])
+	m.push(lv)
+	m.Update(logMsg{gen: lv.gen, chunks: []logChunk{{lines: logLines(1, 100, func(i int) string { return fmt.Sprintf("line %03d", i) })}}})
+	mustContain(t, screen(m), "line 100", "following")
+	mustNotContain(t, screen(m), "line 050")
+
+	press(m, "f") // pause
+	mustContain(t, screen(m), "paused")
+	m.Update(logMsg{gen: lv.gen, chunks: []logChunk{{lines: logLines(101, 101, func(int) string { return "newest" })}}})
+	mustNotContain(t, screen(m), "newest") // paused: the view stays put
+
+	press(m, "g")
+	mustContain(t, screen(m), "line 001")
+	press(m, "G")
+	mustContain(t, screen(m), "newest", "following")
+
+	press(m, "/", "line 05", "enter")
+	s := screen(m)
+	mustContain(t, s, "match 1 of 10", "line 050")
+	press(m, "n")
+	mustContain(t, screen(m), "match 2 of 10", "line 051")
+	press(m, "N", "N")
+	mustContain(t, screen(m), "match 10 of 10", "line 059")
+
+	press(m, "t")
+	mustContain(t, screen(m), "12:00:02.183 line 059")
+	press(m, "t")
+	mustNotContain(t, screen(m), "12:00:02.183")
+}
+
+func TestLogRingBufferDropsOldestAndMarksIt(t *testing.T) {
+	m := newTestModel(t, Options{LogLines: 50})
+	feed(m, snapshot())
+	lv := newLogView(m, jobs()[0])
+	m.push(lv)
+	m.Update(logMsg{gen: lv.gen, chunks: []logChunk{{lines: logLines(1, 120, func(i int) string { return fmt.Sprintf("line %03d", i) })}}})
+	if lv.r.Len() != 50 || lv.dropped != 70 {
+		t.Fatalf("ring holds %d lines, dropped %d; want 50 and 70", lv.r.Len(), lv.dropped)
+	}
+	cmd := press(m, "g")
+	s := screen(m)
+	mustContain(t, s, "line 071", "fetching older lines from imsd")
+	if cmd == nil || !lv.fetching {
+		t.Fatal("jumping to the first line held asks imsd for the lines before it")
+	}
+	// The page arrives: it is prepended, and the newest lines are dropped
+	// to stay within the bound, which stops following.
+	m.Update(olderLogsMsg{gen: lv.olderGen, lines: logLines(61, 70, func(i int) string { return fmt.Sprintf("line %03d", i) })})
+	if lv.r.Len() != 50 || !lv.tailGap || lv.follow {
+		t.Fatalf("after a page back: %d lines, tailGap %v, follow %v", lv.r.Len(), lv.tailGap, lv.follow)
+	}
+	press(m, "g")
+	mustContain(t, screen(m), "line 061")
+	// A stale page (an older request) is dropped.
+	m.Update(olderLogsMsg{gen: lv.olderGen - 100, lines: logLines(1, 1, func(int) string { return "stale page" })})
+	mustNotContain(t, screen(m), "stale page")
+	// G reloads the end with a new stream generation.
+	old := lv.gen
+	press(m, "G")
+	if lv.gen == old || lv.r.Len() != 0 || !lv.follow {
+		t.Fatalf("G after a page back should restart the stream: gen %d→%d, %d lines", old, lv.gen, lv.r.Len())
+	}
+	m.Update(logMsg{gen: old, chunks: []logChunk{{lines: logLines(200, 200, func(int) string { return "from the old stream" })}}})
+	mustNotContain(t, screen(m), "from the old stream")
+}
+
+func TestHugeLineDoesNotStall(t *testing.T) {
+	m := newTestModel(t, Options{})
+	feed(m, snapshot())
+	lv := newLogView(m, jobs()[0])
+	m.push(lv)
+	huge := strings.Repeat("0123456789", 10_000) // 100,000 characters
+	uni := strings.Repeat("日本語", 33_000)
+	m.Update(logMsg{gen: lv.gen, chunks: []logChunk{{lines: logLines(1, 3, func(i int) string {
+		return map[int]string{1: "before", 2: huge, 3: uni}[i]
+	})}}})
+	for _, wrap := range []bool{false, true} {
+		lv.wrap = wrap
+		start := time.Now()
+		for i := 0; i < 20; i++ {
+			_ = m.Render()
+		}
+		if d := time.Since(start) / 20; d > 16*time.Millisecond {
+			t.Errorf("wrap=%v: a frame with a 100k-character line took %s", wrap, d)
+		}
+		assertWidth(t, m.Render(), m.w, fmt.Sprintf("wrap=%v", wrap))
+	}
+	press(m, "g", "down", "down", "pgdown")
+	assertWidth(t, m.Render(), m.w, "scrolled")
+}
+
+func TestControlCharactersAreShownNotObeyed(t *testing.T) {
+	m := newTestModel(t, Options{})
+	lv := newLogView(m, jobs()[0])
+	m.push(lv)
+	m.Update(logMsg{gen: lv.gen, chunks: []logChunk{{lines: logLines(1, 1, func(int) string { return "evil \x1b[2J\x1b]0;pwned\x07 tab\tend" })}}})
+	r := m.Render()
+	if strings.Contains(r, "\x1b[2J") || strings.Contains(r, "pwned\x07") {
+		t.Fatalf("a job's escape sequences reached the terminal: %q", r)
+	}
+	mustContain(t, screen(m), "evil", "tab    end")
+}
+
+func TestReadOnlyLeavesDangerousKeysUnbound(t *testing.T) {
+	m := newTestModel(t, Options{ReadOnly: true})
+	feed(m, snapshot())
+	press(m, "a")
+	if m.mode != inputNone {
+		t.Fatal("a started an action in read-only mode")
+	}
+	m.Update(teaSize(100, 60))
+	press(m, "?")
+	s := screen(m)
+	mustContain(t, s, "[read-only]", "follow / pause")
+	mustNotContain(t, s, "run an action", "cancel the job")
+
+	rw := newTestModel(t, Options{})
+	rw.Update(teaSize(100, 60))
+	press(rw, "?")
+	mustContain(t, screen(rw), "run an action on the install", "cancel the job")
+}
+
+func TestActionAsksThenRuns(t *testing.T) {
+	m := newTestModel(t, Options{})
+	feed(m, snapshot())
+	press(m, "a")
+	mustContain(t, screen(m), "Run an action on acme", "Needs permission mode: maintenance", "script:")
+	press(m, "echo hi", "enter")
+	mustContain(t, screen(m), "Confirm: run `echo hi` on acme")
+	if cmd := press(m, "n"); cmd != nil {
+		t.Fatal("n must not run anything")
+	}
+	mustContain(t, screen(m), "not done: run `echo hi` on acme")
+
+	press(m, "a", "echo hi", "enter")
+	if cmd := press(m, "y"); cmd == nil {
+		t.Fatal("y must enqueue the action")
+	}
+	// The answer opens the job's log, following.
+	m.Update(enqueuedMsg{gen: m.gen, job: job("job_new", "acme", imsv1.JobState_JOB_STATE_QUEUED, 0)})
+	mustContain(t, screen(m), "job_new › logs", "action job_new queued on acme")
+
+	// A refused enqueue says why.
+	press(m, "esc", "a", "x", "enter", "y")
+	m.Update(enqueuedMsg{gen: m.gen, err: connect.NewError(connect.CodePermissionDenied, errors.New("viewer tokens cannot enqueue jobs"))})
+	mustContain(t, screen(m), "action not started: viewer tokens cannot enqueue jobs")
+}
+
+func TestCommandLine(t *testing.T) {
+	m := newTestModel(t, Options{})
+	feed(m, snapshot())
+	press(m, ":", "jobs", "enter")
+	if _, ok := m.top().(*jobsView); !ok {
+		t.Fatalf(":jobs opens the jobs view, top is %T", m.top())
+	}
+	press(m, ":", "audit", "enter")
+	mustContain(t, screen(m), "No audit events yet")
+	press(m, ":", "bogus", "enter")
+	mustContain(t, screen(m), "unknown command :bogus")
+	press(m, ":", "ctx", "enter")
+	mustContain(t, screen(m), ":ctx needs one context name")
+	press(m, ":", "ctx staging", "enter")
+	mustContain(t, screen(m), "started with --server")
+	press(m, ":", "installs", "enter")
+	mustContain(t, screen(m), "NAME", "acme")
+
+	var dialled string
+	m2 := newTestModel(t, Options{Dial: nil})
+	m2.opts.Dial = func(_ contextT, name string) (*Conn, error) {
+		dialled = name
+		return nil, errors.New("no such context")
+	}
+	cmd := press(m2, ":", "ctx staging", "enter")
+	if cmd == nil {
+		t.Fatal(":ctx NAME dials in a command")
+	}
+	_ = dialled
+}
+
+func TestUnreachableKeepsDataAndShowsBanner(t *testing.T) {
+	m := newTestModel(t, Options{})
+	feed(m, snapshot())
+	m.Update(fleetMsg{gen: m.fleetGen, events: []fleetEvent{{err: connect.NewError(connect.CodeUnavailable, errors.New("dial tcp 127.0.0.1:7070: connection refused")), retryIn: 4 * time.Second}}})
+	s := screen(m)
+	mustContain(t, s, "imsd unreachable, retrying in 4s; showing data from 12:00:00: dial tcp 127.0.0.1:7070", "acme", "globex")
+	feed(m, &imsv1.WatchInstallsResponse{Snapshot: true, Installs: snapshot().Installs[:1]})
+	s = screen(m)
+	mustNotContain(t, s, "unreachable", "globex")
+
+	m.Update(fleetMsg{gen: m.fleetGen, events: []fleetEvent{{err: connect.NewError(connect.CodeUnauthenticated, errors.New("unknown or revoked API token")), retryIn: time.Second}}})
+	mustContain(t, screen(m), "imsd did not accept the token")
+}
+
+func TestSettingsErrorsNameFileAndLine(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct{ body, want string }{
+		{"{\n  \"keys\": {\n    \"run_action\": [\"R\"],\n  }\n}", "console.json:4:"},
+		{`{"keys": {"launch": ["l"]}}`, "keys.launch: unknown action"},
+		{`{"keys": {"sort": ["/"]}}`, `keys.sort: key "/" is already bound to filter`},
+		{`{"theme": {"accent": "blue"}}`, `theme.accent: "blue" is not a colour`},
+		{`{"theme": {"accents": "#ffffff"}}`, `theme.accents: unknown colour`},
+		{`{"keys": {"sort": "s"}}`, `console.json:1: keys: a []string is needed here`},
+		{`{"colours": {}}`, `unknown field "colours"`},
+	} {
+		p := filepath.Join(dir, "console.json")
+		if err := os.WriteFile(p, []byte(tc.body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := LoadSettings(p)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want an error containing %q", tc.body, err, tc.want)
+		}
+	}
+	p := filepath.Join(dir, "console.json")
+	os.WriteFile(p, []byte(`{"keys": {"run_action": ["R"], "sort": ["o"]}, "theme": {"accent": "#ff0000"}}`), 0o600)
+	s, err := LoadSettings(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newTestModel(t, Options{Settings: s})
+	feed(m, snapshot())
+	press(m, "a")
+	if m.mode != inputNone {
+		t.Fatal("a is no longer bound after rebinding run_action to R")
+	}
+	press(m, "R")
+	if m.mode != inputScript {
+		t.Fatal("R runs an action after rebinding")
+	}
+	m.Update(teaSize(100, 60))
+	press(m, "esc", "?")
+	mustContain(t, screen(m), "R                  run an action", "o                  sort by the next column")
+	if _, err := LoadSettings(filepath.Join(dir, "missing.json")); err != nil {
+		t.Fatalf("a missing file means defaults, got %v", err)
+	}
+}
+
+// ---- goldens ----
+
+func assertWidth(t *testing.T, out string, w int, what string) {
+	t.Helper()
+	for i, l := range strings.Split(out, "\n") {
+		if lw := ansi.StringWidth(l); lw > w {
+			t.Errorf("%s: line %d is %d columns wide, more than %d: %q", what, i+1, lw, w, ansi.Strip(l))
+		}
+	}
+}
+
+func TestGoldens(t *testing.T) {
+	views := map[string]func(m *Model){
+		"fleet": func(m *Model) {},
+		"fleet-filtered": func(m *Model) {
+			press(m, "/", "region=eu-west-1", "enter")
+		},
+		"install": func(m *Model) {
+			press(m, "enter")
+			m.Update(jobsMsg{gen: m.top().(*installView).gen, jobs: jobs()})
+		},
+		"jobs": func(m *Model) {
+			press(m, ":", "jobs", "enter")
+			m.Update(jobsMsg{gen: m.top().(*jobsView).gen, jobs: jobs()})
+		},
+		"logs": func(m *Model) {
+			lv := newLogView(m, jobs()[0])
+			m.push(lv)
+			m.Update(logMsg{gen: lv.gen, chunks: []logChunk{{lines: logLines(1, 40, func(i int) string {
+				if i == 38 {
+					return strings.Repeat("a very long line ", 20)
+				}
+				return fmt.Sprintf("step %d: migrating table_%d", i, i)
+			})}}})
+		},
+		"logs-wrap-time": func(m *Model) {
+			lv := newLogView(m, jobs()[0])
+			m.push(lv)
+			m.Update(logMsg{gen: lv.gen, chunks: []logChunk{{lines: logLines(1, 40, func(i int) string {
+				if i == 38 {
+					return strings.Repeat("a very long line ", 20)
+				}
+				return fmt.Sprintf("step %d: migrating table_%d", i, i)
+			})}}})
+			press(m, "w", "t")
+		},
+		"help":    func(m *Model) { press(m, "?") },
+		"confirm": func(m *Model) { press(m, "a", "./migrate.sh --dry-run", "enter") },
+		"audit":   func(m *Model) { press(m, ":", "audit", "enter") },
+		"offline": func(m *Model) {
+			m.Update(fleetMsg{gen: m.fleetGen, events: []fleetEvent{{err: connect.NewError(connect.CodeUnavailable, errors.New("connection refused")), retryIn: 8 * time.Second}}})
+		},
+	}
+	for name, setup := range views {
+		for _, w := range []int{40, 80, 120, 200} {
+			t.Run(fmt.Sprintf("%s-%d", name, w), func(t *testing.T) {
+				m := newTestModel(t, Options{})
+				m.Update(teaSize(w, 24))
+				feed(m, snapshot())
+				setup(m)
+				raw := m.Render()
+				assertWidth(t, raw, w, name)
+				if got := strings.Count(raw, "\n") + 1; got != 24 {
+					t.Errorf("%d lines, want the window's 24", got)
+				}
+				got := ansi.Strip(raw)
+				path := filepath.Join("testdata", fmt.Sprintf("%s-%d.golden", name, w))
+				if *update {
+					os.MkdirAll("testdata", 0o755)
+					if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+						t.Fatal(err)
+					}
+					return
+				}
+				want, err := os.ReadFile(path)
+				if err != nil {
+					t.Fatalf("%v (run go test ./tui/console -run TestGoldens -update)", err)
+				}
+				if got != string(want) {
+					t.Errorf("render differs from %s (-update rewrites it):\n--- got\n%s\n--- want\n%s", path, got, want)
+				}
+			})
+		}
+	}
+}
+
+// TestIncrementalUpdatesMatchAFullSort applies random changes one by one
+// and checks the rows against a fresh sort and filter of the same data.
+func TestIncrementalUpdatesMatchAFullSort(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for sortBy := range sortKeys {
+		for _, filter := range []string{"", "shop", "agent=online"} {
+			f := newFleet()
+			f.sortBy, f.filter, f.reverse = sortBy, filter, sortBy%2 == 1
+			var all []*imsv1.InstallStatus
+			for i := 0; i < 200; i++ {
+				all = append(all, status(fmt.Sprintf("i%03d", i), []string{"shop", "billing"}[i%2], []string{"online", "offline", "none"}[i%3],
+					time.Duration(rng.IntN(100))*time.Second, int32(rng.IntN(3)), int32(rng.IntN(3)), nil))
+			}
+			f.apply([]*imsv1.WatchInstallsResponse{{Snapshot: true, Installs: all}})
+			for step := 0; step < 500; step++ {
+				r := &imsv1.WatchInstallsResponse{}
+				switch k := rng.IntN(10); {
+				case k == 0:
+					r.RemovedInstallIds = []string{fmt.Sprintf("ins_i%03d", rng.IntN(220))}
+				default:
+					i := rng.IntN(220) // some are new
+					r.Installs = []*imsv1.InstallStatus{status(fmt.Sprintf("i%03d", i), []string{"shop", "billing"}[rng.IntN(2)],
+						[]string{"online", "offline", "none"}[rng.IntN(3)], time.Duration(rng.IntN(100))*time.Second, int32(rng.IntN(3)), int32(rng.IntN(3)), nil)}
+				}
+				f.apply([]*imsv1.WatchInstallsResponse{r})
+				g := newFleet()
+				g.sortBy, g.filter, g.reverse = f.sortBy, f.filter, f.reverse
+				g.byID = f.byID
+				g.resort()
+				if !slices.Equal(names(f.visible), names(g.visible)) || len(f.sorted) != len(f.byID) {
+					t.Fatalf("sort %s filter %q step %d: incremental rows differ from a full sort:\n%v\n%v", sortKeys[sortBy], filter, step, names(f.visible), names(g.visible))
+				}
+			}
+		}
+	}
+}
+
+func names(rows []*imsv1.InstallStatus) []string {
+	out := make([]string, len(rows))
+	for i, r := range rows {
+		out[i] = r.Install.Name
+	}
+	return out
+}
+
+// TestREADMEKeyMap keeps the README's key map and console.json names true.
+func TestREADMEKeyMap(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := strings.Join(strings.Fields(string(b)), " ")
+	for _, d := range keyDefaults {
+		if !strings.Contains(readme, " "+string(d.act)+" ") && !strings.Contains(readme, "`"+string(d.act)+" ") && !strings.Contains(readme, " "+string(d.act)+"`") {
+			t.Errorf("README does not name the action %s", d.act)
+		}
+		for _, k := range d.keys {
+			if !strings.Contains(readme, "`"+k+"`") {
+				t.Errorf("README's key map lacks %s's key %q", d.act, k)
+			}
+		}
+	}
+	for name := range themeDefaults {
+		if !strings.Contains(readme, name) {
+			t.Errorf("README does not name the colour %s", name)
+		}
+	}
+}
+
+func TestBurstsAreCoalescedIntoOneMessage(t *testing.T) {
+	ch := make(chan logChunk, 500)
+	for i := 0; i < 300; i++ {
+		ch <- logChunk{lines: logLines(i+1, i+1, func(int) string { return "x" })}
+	}
+	msg := nextBatch(ch, 256, func(c []logChunk, closed bool) tea.Msg { return logMsg{gen: 7, chunks: c, closed: closed} })().(logMsg)
+	if len(msg.chunks) != 256 || msg.closed {
+		t.Fatalf("first batch has %d chunks (closed %v), want 256 waiting ones at once", len(msg.chunks), msg.closed)
+	}
+	close(ch)
+	msg = nextBatch(ch, 256, func(c []logChunk, closed bool) tea.Msg { return logMsg{gen: 7, chunks: c, closed: closed} })().(logMsg)
+	if len(msg.chunks) != 44 || !msg.closed {
+		t.Fatalf("second batch has %d chunks (closed %v), want the other 44 and the end", len(msg.chunks), msg.closed)
+	}
+}
+
+func TestContextSwitchStartsAfresh(t *testing.T) {
+	m := newTestModel(t, Options{})
+	feed(m, snapshot())
+	press(m, "enter")
+	old := m.fleetGen
+	other := &Conn{Context: "staging", Server: "https://staging.example.com", Client: m.conn.Client}
+	m.Update(ctxMsg{conn: other})
+	s := screen(m)
+	mustContain(t, s, "byoc staging (https://staging.example.com)", "switched to context staging", "loading installs")
+	mustNotContain(t, s, "acme")
+	if m.fleetGen == old {
+		t.Fatal("a new context needs a new watch generation")
+	}
+	m.Update(ctxMsg{err: errors.New(`context "nope" not found in /home/op/.config/byoc/config.json`)})
+	mustContain(t, screen(m), `context "nope" not found`)
+}

@@ -1,0 +1,247 @@
+package console
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
+)
+
+// dash stands for a field that has no value, or that imsd does not know yet
+// (app revisions, permission modes and drift arrive with later issues).
+const dash = "—"
+
+// sortKeys are the fleet's sortable columns, in the order `s` cycles them.
+var sortKeys = []string{"name", "app", "agent", "heartbeat", "jobs"}
+
+// fleet is the console's copy of every install's status, kept current by
+// the watch stream. Sorting and filtering happen when the data or the
+// filter changes, never in View, which only slices the visible rows.
+type fleet struct {
+	byID    map[string]*imsv1.InstallStatus
+	sorted  []*imsv1.InstallStatus // every install in sort order
+	visible []*imsv1.InstallStatus // sorted, filtered
+	sortBy  int
+	reverse bool
+	filter  string
+	loaded  bool // a snapshot has arrived
+}
+
+func newFleet() *fleet { return &fleet{byID: map[string]*imsv1.InstallStatus{}} }
+
+// apply merges watch responses. A snapshot re-sorts everything; a change
+// to a few installs moves just those rows (binary search and a copy), so
+// a steady stream of updates costs O(log n) comparisons per change, not a
+// sort of the whole fleet.
+func (f *fleet) apply(resps []*imsv1.WatchInstallsResponse) {
+	full := false
+	for _, r := range resps {
+		if r.Snapshot {
+			f.byID = make(map[string]*imsv1.InstallStatus, len(r.Installs))
+			f.loaded, full = true, true
+		}
+		for _, s := range r.Installs {
+			old := f.byID[s.Install.Id]
+			f.byID[s.Install.Id] = s
+			if !full {
+				f.remove(old)
+				f.insert(s)
+			}
+		}
+		for _, id := range r.RemovedInstallIds {
+			if old := f.byID[id]; old != nil && !full {
+				f.remove(old)
+			}
+			delete(f.byID, id)
+		}
+	}
+	if full {
+		f.resort()
+	}
+}
+
+// less is the fleet's order: the sort column, then the name (unique), so
+// every install has exactly one place.
+func (f *fleet) less(a, b *imsv1.InstallStatus) bool {
+	if c := compareBy(sortKeys[f.sortBy], a, b); c != 0 {
+		return (c < 0) != f.reverse
+	}
+	return a.Install.Name < b.Install.Name
+}
+
+func (f *fleet) search(rows []*imsv1.InstallStatus, s *imsv1.InstallStatus) int {
+	return sort.Search(len(rows), func(i int) bool { return !f.less(rows[i], s) })
+}
+
+func (f *fleet) insert(s *imsv1.InstallStatus) {
+	f.sorted = slices.Insert(f.sorted, f.search(f.sorted, s), s)
+	if matches(s, f.terms()) {
+		f.visible = slices.Insert(f.visible, f.search(f.visible, s), s)
+	}
+}
+
+// remove takes out the row of old (the status as it was sorted).
+func (f *fleet) remove(old *imsv1.InstallStatus) {
+	if old == nil {
+		return
+	}
+	if i := f.search(f.sorted, old); i < len(f.sorted) && f.sorted[i] == old {
+		f.sorted = slices.Delete(f.sorted, i, i+1)
+	}
+	if i := f.search(f.visible, old); i < len(f.visible) && f.visible[i] == old {
+		f.visible = slices.Delete(f.visible, i, i+1)
+	}
+}
+
+func (f *fleet) terms() []string { return strings.Fields(strings.ToLower(f.filter)) }
+
+func (f *fleet) resort() {
+	f.sorted = f.sorted[:0]
+	for _, s := range f.byID {
+		f.sorted = append(f.sorted, s)
+	}
+	sort.Slice(f.sorted, func(i, j int) bool { return f.less(f.sorted[i], f.sorted[j]) })
+	f.refilter()
+}
+
+func compareBy(key string, a, b *imsv1.InstallStatus) int {
+	switch key {
+	case "app":
+		return strings.Compare(a.AppName, b.AppName)
+	case "agent":
+		return agentRank(a) - agentRank(b)
+	case "heartbeat":
+		ta, tb := lastSeen(a), lastSeen(b)
+		switch {
+		case ta.After(tb):
+			return -1
+		case tb.After(ta):
+			return 1
+		}
+		return 0
+	case "jobs":
+		return int(b.RunningJobs+b.QueuedJobs) - int(a.RunningJobs+a.QueuedJobs)
+	}
+	return strings.Compare(a.Install.Name, b.Install.Name)
+}
+
+func agentRank(s *imsv1.InstallStatus) int {
+	switch agentState(s) {
+	case "offline":
+		return 0
+	case "none":
+		return 1
+	}
+	return 2
+}
+
+func agentState(s *imsv1.InstallStatus) string {
+	a := s.Install.Agent
+	switch {
+	case a == nil:
+		return "none"
+	case a.Connected:
+		return "online"
+	}
+	return "offline"
+}
+
+func lastSeen(s *imsv1.InstallStatus) time.Time {
+	if a := s.Install.Agent; a != nil && a.LastSeenTime != nil {
+		return a.LastSeenTime.AsTime()
+	}
+	return time.Time{}
+}
+
+// refilter applies the filter: words separated by spaces must all match;
+// a word key=value matches a field (name, app, agent, id) or an input of
+// that name exactly (inputs stand in for labels until installs have them;
+// masked inputs never match), any other word is a case-insensitive
+// substring of the name, app or id.
+func (f *fleet) refilter() {
+	f.visible = f.visible[:0]
+	terms := f.terms()
+	for _, s := range f.sorted {
+		if matches(s, terms) {
+			f.visible = append(f.visible, s)
+		}
+	}
+}
+
+func matches(s *imsv1.InstallStatus, terms []string) bool {
+	for _, t := range terms {
+		if k, v, ok := strings.Cut(t, "="); ok {
+			if !fieldIs(s, k, v) {
+				return false
+			}
+			continue
+		}
+		if !strings.Contains(strings.ToLower(s.Install.Name), t) &&
+			!strings.Contains(strings.ToLower(s.AppName), t) &&
+			!strings.Contains(strings.ToLower(s.Install.Id), t) {
+			return false
+		}
+	}
+	return true
+}
+
+func fieldIs(s *imsv1.InstallStatus, k, v string) bool {
+	switch k {
+	case "name":
+		return strings.ToLower(s.Install.Name) == v
+	case "app":
+		return strings.ToLower(s.AppName) == v
+	case "agent":
+		return agentState(s) == v
+	case "id":
+		return strings.ToLower(s.Install.Id) == v
+	}
+	for ik, iv := range s.Install.Inputs {
+		if strings.ToLower(ik) == k && !sensitive(ik) {
+			return strings.ToLower(iv) == v
+		}
+	}
+	return false
+}
+
+// sensitive reports whether an input's value must be masked. Inputs do not
+// yet carry a "sensitive" flag (that arrives with app configs), so until
+// then any input whose name suggests a secret is masked.
+func sensitive(name string) bool {
+	n := strings.ToLower(name)
+	for _, w := range []string{"secret", "password", "passwd", "token", "key", "credential", "private"} {
+		if strings.Contains(n, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// ago renders how long ago t was, compactly.
+func ago(now, t time.Time) string {
+	if t.IsZero() {
+		return dash
+	}
+	d := now.Sub(t)
+	switch {
+	case d < time.Second:
+		return "just now"
+	case d < time.Minute:
+		return fmt.Sprintf("%ds ago", int(d/time.Second))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm ago", int(d/time.Minute))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh ago", int(d/time.Hour))
+	}
+	return fmt.Sprintf("%dd ago", int(d/(24*time.Hour)))
+}
+
+func jobsCell(s *imsv1.InstallStatus) string {
+	if s.RunningJobs == 0 && s.QueuedJobs == 0 {
+		return dash
+	}
+	return fmt.Sprintf("%d run %d queued", s.RunningJobs, s.QueuedJobs)
+}

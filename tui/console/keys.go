@@ -1,0 +1,194 @@
+package console
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"charm.land/bubbles/v2/key"
+)
+
+// Action names a thing a key can do. Key bindings in the config file are
+// keyed by these names, and the help screen is generated from them.
+type Action string
+
+// The actions. Dangerous ones change something on an install and ask for
+// confirmation; in read-only mode they are not bound at all.
+const (
+	ActQuit       Action = "quit"
+	ActHelp       Action = "help"
+	ActCommand    Action = "command"
+	ActFilter     Action = "filter"
+	ActBack       Action = "back"
+	ActOpen       Action = "open"
+	ActUp         Action = "up"
+	ActDown       Action = "down"
+	ActPageUp     Action = "page_up"
+	ActPageDown   Action = "page_down"
+	ActTop        Action = "top"
+	ActBottom     Action = "bottom"
+	ActSort       Action = "sort"
+	ActReverse    Action = "reverse"
+	ActFollow     Action = "follow"
+	ActNextMatch  Action = "next_match"
+	ActPrevMatch  Action = "prev_match"
+	ActWrap       Action = "wrap"
+	ActTimestamps Action = "timestamps"
+	ActRunAction  Action = "run_action"
+	ActCancelJob  Action = "cancel_job"
+)
+
+// binding is one action's keys and help.
+type binding struct {
+	act       Action
+	scope     string // where it applies, for the help screen
+	desc      string
+	dangerous bool
+	key.Binding
+}
+
+// keyDefaults lists every action in help order with its default keys.
+var keyDefaults = []struct {
+	act       Action
+	scope     string
+	keys      []string
+	desc      string
+	dangerous bool
+}{
+	{ActHelp, "global", []string{"?"}, "show or hide this help", false},
+	{ActCommand, "global", []string{":"}, "command line (:installs :jobs :audit :ctx NAME :q)", false},
+	{ActFilter, "global", []string{"/"}, "filter rows (text, or key=value on labels); search in logs", false},
+	{ActBack, "global", []string{"esc"}, "back one level / clear filter", false},
+	{ActOpen, "global", []string{"enter"}, "drill down into the selected row", false},
+	{ActQuit, "global", []string{"ctrl+c", "q"}, "quit (q only on the top view)", false},
+	{ActUp, "lists", []string{"up", "k"}, "move up", false},
+	{ActDown, "lists", []string{"down", "j"}, "move down", false},
+	{ActPageUp, "lists", []string{"pgup", "ctrl+b"}, "page up", false},
+	{ActPageDown, "lists", []string{"pgdown", "ctrl+f", "space"}, "page down", false},
+	{ActTop, "lists", []string{"home", "g"}, "jump to the start", false},
+	{ActBottom, "lists", []string{"end", "G"}, "jump to the end", false},
+	{ActSort, "fleet", []string{"s"}, "sort by the next column", false},
+	{ActReverse, "fleet", []string{"S"}, "reverse the sort order", false},
+	{ActFollow, "logs", []string{"f"}, "follow / pause", false},
+	{ActNextMatch, "logs", []string{"n"}, "next search match", false},
+	{ActPrevMatch, "logs", []string{"N"}, "previous search match", false},
+	{ActWrap, "logs", []string{"w"}, "wrap long lines on/off", false},
+	{ActTimestamps, "logs", []string{"t"}, "timestamps on/off", false},
+	{ActRunAction, "install", []string{"a"}, "run an action on the install (asks first)", true},
+	{ActCancelJob, "jobs, logs", []string{"x"}, "cancel the job (asks first)", true},
+}
+
+// KeyMap is the console's key bindings.
+type KeyMap struct {
+	list []binding
+	by   map[Action]*binding
+}
+
+// NewKeyMap returns the bindings: the defaults, changed by overrides (action
+// name → keys). In read-only mode dangerous actions get no keys at all. An
+// unknown action name or a key bound twice is an error naming it.
+func NewKeyMap(overrides map[string][]string, readOnly bool) (*KeyMap, error) {
+	km := &KeyMap{by: map[Action]*binding{}}
+	known := map[Action]bool{}
+	for _, d := range keyDefaults {
+		known[d.act] = true
+	}
+	for name := range overrides {
+		if !known[Action(name)] {
+			return nil, fmt.Errorf("keys.%s: unknown action; known actions: %s", name, strings.Join(actionNames(), ", "))
+		}
+	}
+	owner := map[string]Action{}
+	for _, d := range keyDefaults {
+		keys := d.keys
+		if o, ok := overrides[string(d.act)]; ok {
+			keys = o
+		}
+		if d.dangerous && readOnly {
+			keys = nil
+		}
+		for _, k := range keys {
+			if k == "" {
+				return nil, fmt.Errorf("keys.%s: empty key name", d.act)
+			}
+			if prev, ok := owner[k]; ok && scopesOverlap(km.by[prev].scope, d.scope) {
+				return nil, fmt.Errorf("keys.%s: key %q is already bound to %s", d.act, k, prev)
+			}
+			owner[k] = d.act
+		}
+		b := binding{act: d.act, scope: d.scope, desc: d.desc, dangerous: d.dangerous,
+			Binding: key.NewBinding(key.WithKeys(keys...), key.WithHelp(strings.Join(keys, "/"), d.desc))}
+		if len(keys) == 0 {
+			b.Unbind()
+		}
+		km.list = append(km.list, b)
+		km.by[d.act] = &km.list[len(km.list)-1]
+	}
+	return km, nil
+}
+
+// scopesOverlap reports whether two scopes can see the same key press:
+// global and list keys work in every view, others only in their own.
+func scopesOverlap(a, b string) bool {
+	if a == "global" || b == "global" || a == "lists" || b == "lists" {
+		return true
+	}
+	for _, x := range strings.Split(a, ", ") {
+		for _, y := range strings.Split(b, ", ") {
+			if x == y {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func actionNames() []string {
+	var out []string
+	for _, d := range keyDefaults {
+		out = append(out, string(d.act))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Is reports whether msg is one of act's keys. An unbound action matches nothing.
+func (km *KeyMap) Is(msg fmt.Stringer, act Action) bool {
+	b := km.by[act]
+	return b != nil && b.Enabled() && key.Matches(msg, b.Binding)
+}
+
+// Bound reports whether act has any key.
+func (km *KeyMap) Bound(act Action) bool {
+	b := km.by[act]
+	return b != nil && b.Enabled()
+}
+
+// Keys returns act's keys joined for display, such as "up/k".
+func (km *KeyMap) Keys(act Action) string {
+	if b := km.by[act]; b != nil && b.Enabled() {
+		return b.Help().Key
+	}
+	return ""
+}
+
+// HelpLines returns the help screen's lines: every bound action with its
+// keys, grouped by where it applies, generated from the live bindings.
+func (km *KeyMap) HelpLines() []string {
+	var out []string
+	scope := ""
+	for _, b := range km.list {
+		if !b.Enabled() {
+			continue
+		}
+		if b.scope != scope {
+			if scope != "" {
+				out = append(out, "")
+			}
+			scope = b.scope
+			out = append(out, strings.ToUpper(scope))
+		}
+		out = append(out, fmt.Sprintf("  %-18s %s", b.Help().Key, b.desc))
+	}
+	return out
+}

@@ -1,0 +1,478 @@
+package console
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	tea "charm.land/bubbletea/v2"
+
+	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
+)
+
+const (
+	logTail  = 2000 // lines fetched when a log opens
+	logPage  = 1000 // lines fetched per page back
+	tsFormat = "15:04:05.000 "
+)
+
+// logView shows one job's log: the last lines, then new ones as they come
+// (follow), older ones fetched from imsd when scrolling back past what is
+// in memory. Memory is bounded by a ring buffer.
+type logView struct {
+	job    *imsv1.Job
+	ctx    context.Context
+	cancel context.CancelFunc // ends the follow stream
+	gen    int                // the follow stream's generation
+	ch     chan logChunk
+	r      *ring
+
+	jobGen   int
+	olderGen int
+	fetching bool // a page back is in flight
+	noOlder  bool // imsd has nothing before the first line held
+	tailGap  bool // the newest lines were dropped to make room for older ones
+	dropped  int  // lines dropped from the front since the log opened
+	streamOn bool
+	err      error
+
+	follow, wrap, stamps bool
+	top, sub             int // first shown row: line index in r and row within that line
+	query                string
+	match                int // line index of the current match, or -1
+}
+
+func newLogView(m *Model, j *imsv1.Job) *logView {
+	return &logView{job: j, r: newRing(m.opts.LogLines, m.opts.LogBytes), follow: true, match: -1}
+}
+
+func (v *logView) title(m *Model) string { return v.job.Id + " › logs" }
+
+func (v *logView) open(m *Model) tea.Cmd {
+	v.ctx, v.cancel = context.WithCancel(m.ctx)
+	return v.startStream(m)
+}
+
+func (v *logView) close(m *Model) { v.cancel() }
+
+// startStream (re)starts following from the job's last lines, dropping
+// what the buffer held.
+func (v *logView) startStream(m *Model) tea.Cmd {
+	if v.streamOn {
+		v.stopStream()
+	}
+	v.r.Reset()
+	v.top, v.sub, v.match, v.noOlder, v.tailGap, v.follow = 0, 0, -1, false, false, true
+	v.gen, v.olderGen = m.nextGen(), 0
+	v.fetching = false
+	if m.conn == nil {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(v.ctx)
+	v.ch = make(chan logChunk, 256)
+	v.streamOn = true
+	prev := v.cancel
+	v.cancel = func() { cancel(); prev() }
+	go followLogs(ctx, m.conn.Client, v.job.Id, min(logTail, m.opts.LogLines), v.ch)
+	return v.wait()
+}
+
+func (v *logView) stopStream() {
+	v.gen = -1 // whatever is still on its way is stale
+	v.streamOn = false
+}
+
+func (v *logView) wait() tea.Cmd {
+	gen, ch := v.gen, v.ch
+	return nextBatch(ch, 64, func(c []logChunk, closed bool) tea.Msg { return logMsg{gen: gen, chunks: c, closed: closed} })
+}
+
+func (v *logView) filterText() string           { return "" }
+func (v *logView) setFilter(m *Model, s string) {}
+func (v *logView) hints() []Action {
+	return []Action{ActFollow, ActWrap, ActTimestamps, ActNextMatch, ActCancelJob}
+}
+
+func (v *logView) fleetChanged(m *Model, resps []*imsv1.WatchInstallsResponse) tea.Cmd {
+	if terminal(v.job.State) {
+		return nil
+	}
+	for _, r := range resps {
+		for _, s := range r.Installs {
+			if s.Install.Id == v.job.InstallId {
+				v.jobGen = m.nextGen()
+				return getJob(v.ctx, m.conn.Client, v.jobGen, v.job.Id)
+			}
+		}
+	}
+	return nil
+}
+
+func (v *logView) result(m *Model, msg tea.Msg) tea.Cmd {
+	switch msg := msg.(type) {
+	case logMsg:
+		if msg.gen != v.gen {
+			return nil
+		}
+		for _, c := range msg.chunks {
+			for _, l := range c.lines {
+				if d := v.r.Append(toLogLine(l)); d > 0 {
+					// The oldest lines left memory: keep the view on its lines.
+					v.dropped += d
+					v.top = max(0, v.top-d)
+					v.noOlder = false
+					if v.match >= 0 {
+						v.match = max(-1, v.match-d)
+					}
+				}
+			}
+			if c.job != nil {
+				v.job = c.job
+			}
+			if c.err != nil {
+				v.err = c.err
+			}
+		}
+		if msg.closed {
+			v.streamOn = false
+			return nil
+		}
+		return v.wait()
+	case olderLogsMsg:
+		if msg.gen != v.olderGen {
+			return nil
+		}
+		v.fetching = false
+		if msg.err != nil {
+			v.err = msg.err
+			return nil
+		}
+		if len(msg.lines) == 0 {
+			v.noOlder = true
+			return nil
+		}
+		for i := len(msg.lines) - 1; i >= 0; i-- {
+			if v.r.Prepend(toLogLine(msg.lines[i])) > 0 {
+				v.tailGap = true
+			}
+		}
+		if v.tailGap && v.streamOn {
+			v.cancel() // the end is no longer in memory: stop following
+			v.stopStream()
+			v.follow = false
+		}
+		v.top += len(msg.lines)
+		if v.match >= 0 {
+			v.match += len(msg.lines)
+		}
+		v.top = min(v.top, v.r.Len()-1)
+		return nil
+	case jobMsg:
+		if msg.gen == v.jobGen && msg.err == nil {
+			v.job = msg.job
+		}
+	}
+	return nil
+}
+
+func (v *logView) key(m *Model, msg tea.KeyPressMsg) tea.Cmd {
+	w, h := m.w, v.textHeight(m)
+	switch {
+	case m.km.Is(msg, ActUp):
+		return v.scroll(m, -1)
+	case m.km.Is(msg, ActDown):
+		return v.scroll(m, 1)
+	case m.km.Is(msg, ActPageUp):
+		return v.scroll(m, -h)
+	case m.km.Is(msg, ActPageDown):
+		return v.scroll(m, h)
+	case m.km.Is(msg, ActTop):
+		v.follow, v.top, v.sub = false, 0, 0
+		return v.fetchOlder(m)
+	case m.km.Is(msg, ActBottom):
+		if v.tailGap {
+			return v.startStream(m)
+		}
+		v.follow = true
+	case m.km.Is(msg, ActFollow):
+		if !v.follow && v.tailGap {
+			return v.startStream(m)
+		}
+		if v.follow {
+			v.top, v.sub = v.bottom(w, h)
+		}
+		v.follow = !v.follow
+	case m.km.Is(msg, ActWrap):
+		v.wrap = !v.wrap
+		v.sub = 0
+	case m.km.Is(msg, ActTimestamps):
+		v.stamps = !v.stamps
+		v.sub = 0
+	case m.km.Is(msg, ActNextMatch):
+		v.findMatch(m, 1)
+	case m.km.Is(msg, ActPrevMatch):
+		v.findMatch(m, -1)
+	case m.km.Is(msg, ActCancelJob):
+		return m.confirmCancel(v.job)
+	}
+	return nil
+}
+
+// textHeight is the rows left for log text under the view's status line.
+func (v *logView) textHeight(m *Model) int { return max(1, m.bodyHeight()-1) }
+
+func (v *logView) prefixWidth() int {
+	if v.stamps {
+		return len(tsFormat)
+	}
+	return 0
+}
+
+// rows is how many screen rows line i takes at width w.
+func (v *logView) rows(i, w int) int {
+	if !v.wrap {
+		return 1
+	}
+	tw := max(1, w-v.prefixWidth())
+	l := v.r.At(i)
+	if !l.ascii {
+		l.row(0, tw) // wide characters: count the rows the cuts make
+		return max(1, len(l.cuts))
+	}
+	return max(1, (l.width+tw-1)/tw)
+}
+
+// bottom is the first shown row when the last line is on the last row.
+func (v *logView) bottom(w, h int) (int, int) {
+	n := v.r.Len()
+	if n == 0 {
+		return 0, 0
+	}
+	left := h
+	for i := n - 1; i >= 0; i-- {
+		r := v.rows(i, w)
+		if r >= left {
+			return i, r - left
+		}
+		left -= r
+	}
+	return 0, 0
+}
+
+// scroll moves by d rows; moving up pauses following, and reaching the
+// first line held fetches the page before it.
+func (v *logView) scroll(m *Model, d int) tea.Cmd {
+	w, h := m.w, v.textHeight(m)
+	if v.follow {
+		v.top, v.sub = v.bottom(w, h)
+	}
+	if d < 0 {
+		v.follow = false
+	}
+	for ; d < 0; d++ {
+		if v.sub > 0 {
+			v.sub--
+		} else if v.top > 0 {
+			v.top--
+			v.sub = v.rows(v.top, w) - 1
+		} else {
+			break
+		}
+	}
+	bt, bs := v.bottom(w, h)
+	for ; d > 0; d-- {
+		if v.top > bt || (v.top == bt && v.sub >= bs) {
+			break
+		}
+		if v.sub+1 < v.rows(v.top, w) {
+			v.sub++
+		} else {
+			v.top++
+			v.sub = 0
+		}
+	}
+	if v.top < h {
+		return v.fetchOlder(m)
+	}
+	return nil
+}
+
+// hasOlder reports whether imsd may hold lines before the first one held.
+func (v *logView) hasOlder() bool {
+	if v.noOlder || v.r.Len() == 0 {
+		return false
+	}
+	f := v.r.At(0)
+	return !(f.attempt <= 1 && f.seq <= 1)
+}
+
+func (v *logView) fetchOlder(m *Model) tea.Cmd {
+	if v.fetching || !v.hasOlder() || m.conn == nil {
+		return nil
+	}
+	f := v.r.At(0)
+	v.fetching = true
+	v.olderGen = m.nextGen()
+	return olderLogs(v.ctx, m.conn.Client, v.olderGen, v.job.Id, f.attempt, f.seq, logPage)
+}
+
+// search finds q from the first shown line on.
+func (v *logView) search(m *Model, q string) {
+	v.query = q
+	v.match = v.top - 1
+	if q == "" {
+		v.match = -1
+		return
+	}
+	v.findMatch(m, 1)
+}
+
+// findMatch moves to the next (dir 1) or previous (dir -1) line holding the
+// query, wrapping around the buffer.
+func (v *logView) findMatch(m *Model, dir int) {
+	n := v.r.Len()
+	if v.query == "" || n == 0 {
+		return
+	}
+	q := strings.ToLower(v.query)
+	start := v.match
+	if start < 0 {
+		start = v.top - dir
+	}
+	for k := 1; k <= n; k++ {
+		i := ((start+dir*k)%n + n) % n
+		if strings.Contains(strings.ToLower(v.r.At(i).text), q) {
+			v.match = i
+			v.follow = false
+			v.top, v.sub = i, 0
+			m.setStatus(false, "/%s: match %d of %d", v.query, v.countBefore(i, q)+1, v.countBefore(n, q))
+			return
+		}
+	}
+	m.setStatus(true, "/%s: no match in the %d lines held", v.query, n)
+}
+
+func (v *logView) countBefore(end int, q string) int {
+	c := 0
+	for i := 0; i < end; i++ {
+		if strings.Contains(strings.ToLower(v.r.At(i).text), q) {
+			c++
+		}
+	}
+	return c
+}
+
+func (v *logView) render(m *Model, w, h int) []string {
+	j := v.job
+	state := stateName(j.State)
+	if terminal(j.State) {
+		state += fmt.Sprintf(" (exit %d)", j.ExitCode)
+	}
+	mode := "paused"
+	if v.follow {
+		mode = "following"
+	}
+	flags := []string{mode}
+	if v.wrap {
+		flags = append(flags, "wrap")
+	}
+	if v.stamps {
+		flags = append(flags, "time")
+	}
+	info := fmt.Sprintf("%s · %s %s · %s · try %d/%d · %d lines · %s",
+		m.installName(j.InstallId), j.ComponentType, j.Operation, state, j.Attempt, j.MaxAttempts, v.r.Len(), strings.Join(flags, " "))
+	if v.query != "" {
+		info += " · /" + v.query
+	}
+	out := []string{m.st.muted.Render(info)}
+	th := h - 1
+	if v.err != nil {
+		out = append(out, m.st.bad.Render("log stream: "+errText(v.err)))
+		th--
+	}
+	if j.Error != "" && terminal(j.State) {
+		out = append(out, m.st.bad.Render("error: "+j.Error))
+		th--
+	}
+	n := v.r.Len()
+	if n == 0 {
+		if v.streamOn {
+			return append(out, m.st.muted.Render("no log lines yet; following…"))
+		}
+		return append(out, m.st.muted.Render("no log lines"))
+	}
+	top, sub := v.top, v.sub
+	if v.follow {
+		top, sub = v.bottom(w, th)
+	}
+	top = max(0, min(top, n-1))
+	if top == 0 && sub == 0 && (v.hasOlder() || v.dropped > 0) {
+		switch {
+		case v.fetching:
+			out = append(out, m.st.warn.Render("··· fetching older lines from imsd…"))
+		case v.hasOlder():
+			out = append(out, m.st.warn.Render(fmt.Sprintf("··· earlier lines are not in memory (%d dropped); scrolling up fetches them", v.dropped)))
+		}
+	}
+	pw := v.prefixWidth()
+	tw := max(1, w-pw)
+	q := strings.ToLower(v.query)
+	for i := top; i < n && len(out) < h; i++ {
+		l := v.r.At(i)
+		rows := v.rows(i, w)
+		for k := sub; k < rows && len(out) < h; k++ {
+			var text string
+			if v.wrap {
+				text = l.row(k, tw)
+			} else {
+				text = l.columns(0, tw)
+			}
+			text = v.highlight(m, text, q, i == v.match)
+			switch {
+			case l.system:
+				text = m.st.muted.Render(text)
+			case l.stderr:
+				text = m.st.warn.Render(text)
+			}
+			prefix := ""
+			if v.stamps {
+				prefix = strings.Repeat(" ", pw)
+				if k == 0 && !l.time.IsZero() {
+					prefix = m.st.muted.Render(l.time.Local().Format(tsFormat))
+				}
+			}
+			out = append(out, prefix+text)
+		}
+		sub = 0
+	}
+	if v.tailGap && len(out) < h {
+		out = append(out, m.st.warn.Render("··· newer lines were dropped to make room; G reloads the end"))
+	}
+	return out
+}
+
+// highlight marks the query's occurrences in a shown row.
+func (v *logView) highlight(m *Model, text, q string, current bool) string {
+	if q == "" {
+		return text
+	}
+	lower := strings.ToLower(text)
+	if len(lower) != len(text) || !strings.Contains(lower, q) {
+		if current {
+			return m.st.match.Render(text)
+		}
+		return text
+	}
+	var b strings.Builder
+	for {
+		i := strings.Index(lower, q)
+		if i < 0 {
+			b.WriteString(text)
+			break
+		}
+		b.WriteString(text[:i])
+		b.WriteString(m.st.match.Render(text[i : i+len(q)]))
+		text, lower = text[i+len(q):], lower[i+len(q):]
+	}
+	return b.String()
+}

@@ -1,0 +1,627 @@
+// Package console is byoc's interactive fleet console: a Bubble Tea program
+// that shows every install live (pushed by imsd's WatchInstalls stream),
+// drills down from an install to its jobs and their logs, runs actions
+// after a confirmation, and switches between imsd contexts.
+//
+// Update never blocks: every call to imsd runs in a tea.Cmd or in a
+// goroutine feeding a channel that a tea.Cmd drains in batches, and every
+// result carries the generation of the request that asked for it, so a
+// result that arrives after the user moved on is dropped. View only slices
+// and formats what Update prepared.
+package console
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"charm.land/bubbles/v2/textinput"
+	tea "charm.land/bubbletea/v2"
+	"charm.land/lipgloss/v2"
+	"connectrpc.com/connect"
+	"github.com/charmbracelet/x/ansi"
+
+	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
+)
+
+// Options configure a console.
+type Options struct {
+	Conn *Conn
+	// Dial connects to the named CLI context, for :ctx NAME.
+	Dial func(ctx context.Context, name string) (*Conn, error)
+	// ReadOnly leaves every dangerous action unbound.
+	ReadOnly bool
+	Settings Settings
+	// Now is the clock (for "last heartbeat 3s ago"); nil means time.Now.
+	Now func() time.Time
+	// LogLines and LogBytes bound the memory of a log view (defaults
+	// 20,000 lines and 32 MiB).
+	LogLines, LogBytes int
+	// NoWatch skips the fleet watch (tests feed fleetMsg themselves).
+	NoWatch bool
+}
+
+type inputMode int
+
+const (
+	inputNone inputMode = iota
+	inputFilter
+	inputCommand
+	inputSearch
+	inputScript
+)
+
+// confirmation is a pending yes/no question before something dangerous.
+type confirmation struct {
+	title   string
+	details []string
+	yes     func() tea.Cmd
+}
+
+// Model is the console's Bubble Tea model.
+type Model struct {
+	opts  Options
+	km    *KeyMap
+	st    styles
+	ctx   context.Context
+	conn  *Conn
+	w, h  int
+	now   time.Time
+	gen   int // last generation handed out
+	fleet *fleet
+
+	fleetGen    int
+	fleetCancel context.CancelFunc
+	fleetCh     chan fleetEvent
+	offline     error
+	retryAt     time.Time
+	lastData    time.Time
+
+	stack []view
+
+	mode        inputMode
+	input       textinput.Model
+	scriptFor   string // install the action script is for
+	confirm     *confirmation
+	help        bool
+	helpOffset  int
+	status      string
+	statusIsErr bool
+
+	// modeBanner is where a break-glass grant's banner and countdown go
+	// once break-glass flows join the console; empty until then.
+	modeBanner string
+}
+
+// New returns a console model for opts.
+func New(ctx context.Context, opts Options) (*Model, error) {
+	km, err := NewKeyMap(opts.Settings.Keys, opts.ReadOnly)
+	if err != nil {
+		return nil, err
+	}
+	th, err := opts.Settings.theme()
+	if err != nil {
+		return nil, err
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.LogLines <= 0 {
+		opts.LogLines = 20000
+	}
+	if opts.LogBytes <= 0 {
+		opts.LogBytes = 32 << 20
+	}
+	in := textinput.New()
+	in.Prompt = ""
+	m := &Model{opts: opts, km: km, st: newStyles(th), ctx: ctx, conn: opts.Conn, w: 80, h: 24,
+		now: opts.Now(), fleet: newFleet(), input: in}
+	m.stack = []view{&fleetView{}}
+	return m, nil
+}
+
+// Init starts the fleet watch and the clock.
+func (m *Model) Init() tea.Cmd {
+	return tea.Batch(m.startWatch(), tick())
+}
+
+func (m *Model) nextGen() int { m.gen++; return m.gen }
+
+// startWatch (re)opens the fleet watch under a new generation.
+func (m *Model) startWatch() tea.Cmd {
+	if m.fleetCancel != nil {
+		m.fleetCancel()
+	}
+	m.fleetGen = m.nextGen()
+	if m.opts.NoWatch || m.conn == nil {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(m.ctx)
+	m.fleetCancel = cancel
+	m.fleetCh = make(chan fleetEvent, 64)
+	go watchFleet(ctx, m.conn.Client, m.fleetCh)
+	return m.waitFleet()
+}
+
+func (m *Model) waitFleet() tea.Cmd {
+	gen, ch := m.fleetGen, m.fleetCh
+	return nextBatch(ch, 256, func(ev []fleetEvent, closed bool) tea.Msg { return fleetMsg{gen: gen, events: ev} })
+}
+
+func (m *Model) top() view { return m.stack[len(m.stack)-1] }
+
+func (m *Model) push(v view) tea.Cmd {
+	m.stack = append(m.stack, v)
+	return v.open(m)
+}
+
+func (m *Model) pop() {
+	if len(m.stack) > 1 {
+		m.top().close(m)
+		m.stack = m.stack[:len(m.stack)-1]
+	}
+}
+
+// reset replaces the whole stack with root.
+func (m *Model) reset(root view) tea.Cmd {
+	for len(m.stack) > 1 {
+		m.pop()
+	}
+	m.stack[0].close(m)
+	m.stack = []view{root}
+	return root.open(m)
+}
+
+func (m *Model) setStatus(err bool, format string, args ...any) {
+	m.status, m.statusIsErr = fmt.Sprintf(format, args...), err
+}
+
+// bodyHeight is the rows left for the current view.
+func (m *Model) bodyHeight() int {
+	return max(1, m.h-len(m.headerLines())-1)
+}
+
+// Update handles one message. It never waits on I/O.
+func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
+	switch msg := msg.(type) {
+	case tea.WindowSizeMsg:
+		m.w, m.h = msg.Width, msg.Height
+		m.input.SetWidth(max(1, m.w-12))
+		return m, nil
+	case tickMsg:
+		m.now = m.opts.Now()
+		return m, tick()
+	case fleetMsg:
+		if msg.gen != m.fleetGen {
+			return m, nil // a watch of a previous context
+		}
+		var resps []*imsv1.WatchInstallsResponse
+		for _, ev := range msg.events {
+			if ev.err != nil {
+				m.offline, m.retryAt = ev.err, m.opts.Now().Add(ev.retryIn)
+				continue
+			}
+			m.offline = nil
+			m.lastData = m.opts.Now()
+			resps = append(resps, ev.resp)
+		}
+		if len(resps) > 0 {
+			m.fleet.apply(resps)
+		}
+		var cmds []tea.Cmd
+		for _, v := range m.stack {
+			cmds = append(cmds, v.fleetChanged(m, resps))
+		}
+		if m.fleetCh != nil && !m.opts.NoWatch {
+			cmds = append(cmds, m.waitFleet())
+		}
+		return m, tea.Batch(cmds...)
+	case ctxMsg:
+		if msg.err != nil {
+			m.setStatus(true, "%v", msg.err)
+			return m, nil
+		}
+		m.conn = msg.conn
+		m.fleet = newFleet()
+		m.offline = nil
+		m.setStatus(false, "switched to context %s (%s)", msg.conn.Context, msg.conn.Server)
+		return m, tea.Batch(m.reset(&fleetView{}), m.startWatch())
+	case enqueuedMsg:
+		if msg.gen != m.gen {
+			return m, nil
+		}
+		if msg.err != nil {
+			m.setStatus(true, "action not started: %s", errText(msg.err))
+			return m, nil
+		}
+		m.setStatus(false, "action %s queued on %s", msg.job.Id, m.installName(msg.job.InstallId))
+		return m, m.push(newLogView(m, msg.job))
+	case cancelledMsg:
+		if msg.gen != m.gen {
+			return m, nil
+		}
+		if msg.err != nil {
+			m.setStatus(true, "cancel failed: %s", errText(msg.err))
+		} else {
+			m.setStatus(false, "cancel requested for %s (now %s)", msg.job.Id, stateName(msg.job.State))
+		}
+		return m, nil
+	case tea.KeyPressMsg:
+		return m, m.key(msg)
+	}
+	// Results for a view: each view checks its own generation.
+	var cmds []tea.Cmd
+	for _, v := range m.stack {
+		cmds = append(cmds, v.result(m, msg))
+	}
+	return m, tea.Batch(cmds...)
+}
+
+func (m *Model) key(msg tea.KeyPressMsg) tea.Cmd {
+	if msg.String() == "ctrl+c" {
+		return tea.Quit
+	}
+	if m.confirm != nil {
+		c := m.confirm
+		switch msg.String() {
+		case "y", "Y":
+			m.confirm = nil
+			return c.yes()
+		case "n", "N", "esc", "q":
+			m.confirm = nil
+			m.setStatus(false, "not done: %s", c.title)
+		}
+		return nil // every other key is ignored while asking
+	}
+	if m.mode != inputNone {
+		return m.inputKey(msg)
+	}
+	if m.help {
+		switch {
+		case m.km.Is(msg, ActHelp), m.km.Is(msg, ActBack), msg.String() == "q":
+			m.help = false
+		case m.km.Is(msg, ActDown):
+			m.helpOffset++
+		case m.km.Is(msg, ActUp):
+			m.helpOffset = max(0, m.helpOffset-1)
+		}
+		return nil
+	}
+	switch {
+	case m.km.Is(msg, ActHelp):
+		m.help, m.helpOffset = true, 0
+		return nil
+	case m.km.Is(msg, ActCommand):
+		return m.startInput(inputCommand, "")
+	case m.km.Is(msg, ActFilter):
+		if _, ok := m.top().(*logView); ok {
+			return m.startInput(inputSearch, "")
+		}
+		return m.startInput(inputFilter, m.top().filterText())
+	case m.km.Is(msg, ActBack):
+		if m.top().filterText() != "" {
+			m.top().setFilter(m, "")
+			return nil
+		}
+		m.pop()
+		return nil
+	case m.km.Is(msg, ActQuit):
+		if msg.String() != "q" || len(m.stack) == 1 {
+			return tea.Quit
+		}
+		return nil
+	}
+	return m.top().key(m, msg)
+}
+
+func (m *Model) startInput(mode inputMode, value string) tea.Cmd {
+	m.mode = mode
+	m.input.SetValue(value)
+	m.input.CursorEnd()
+	m.status = ""
+	return m.input.Focus()
+}
+
+func (m *Model) inputKey(msg tea.KeyPressMsg) tea.Cmd {
+	switch msg.String() {
+	case "esc":
+		if m.mode == inputFilter {
+			m.top().setFilter(m, "")
+		}
+		m.mode = inputNone
+		m.input.Blur()
+		return nil
+	case "enter":
+		mode, val := m.mode, strings.TrimSpace(m.input.Value())
+		m.mode = inputNone
+		m.input.Blur()
+		switch mode {
+		case inputCommand:
+			return m.command(val)
+		case inputFilter:
+			m.top().setFilter(m, val)
+		case inputSearch:
+			if lv, ok := m.top().(*logView); ok {
+				lv.search(m, val)
+			}
+		case inputScript:
+			return m.confirmScript(m.scriptFor, val)
+		}
+		return nil
+	}
+	var cmd tea.Cmd
+	m.input, cmd = m.input.Update(msg)
+	if m.mode == inputFilter {
+		m.top().setFilter(m, m.input.Value()) // filter as you type
+	}
+	return cmd
+}
+
+// command runs a `:` command line.
+func (m *Model) command(line string) tea.Cmd {
+	f := strings.Fields(line)
+	if len(f) == 0 {
+		return nil
+	}
+	switch f[0] {
+	case "installs", "install", "fleet":
+		return m.reset(&fleetView{})
+	case "jobs", "job":
+		return m.reset(&jobsView{})
+	case "audit":
+		return m.reset(&auditView{})
+	case "q", "quit":
+		return tea.Quit
+	case "ctx", "context":
+		if len(f) != 2 {
+			m.setStatus(true, ":ctx needs one context name, as in :ctx prod (byoc context list shows them)")
+			return nil
+		}
+		if m.opts.Dial == nil {
+			m.setStatus(true, ":ctx is not available: the console was started with --server")
+			return nil
+		}
+		name, dial, ctx := f[1], m.opts.Dial, m.ctx
+		m.setStatus(false, "connecting to context %s…", name)
+		return func() tea.Msg {
+			c, err := dial(ctx, name)
+			return ctxMsg{conn: c, err: err}
+		}
+	}
+	m.setStatus(true, "unknown command :%s; try :installs, :jobs, :audit, :ctx NAME or :q", f[0])
+	return nil
+}
+
+// startAction asks for the script of an action on install.
+func (m *Model) startAction(install *imsv1.InstallStatus) tea.Cmd {
+	if install == nil {
+		return nil
+	}
+	m.scriptFor = install.Install.Name
+	return m.startInput(inputScript, "")
+}
+
+func (m *Model) confirmScript(install, script string) tea.Cmd {
+	if script == "" {
+		m.setStatus(true, "no action run: the script is empty")
+		return nil
+	}
+	m.confirm = &confirmation{
+		title: fmt.Sprintf("run `%s` on %s", script, install),
+		details: []string{
+			"Runs the script with sh -e in a fresh work dir on the install's agent,",
+			"as an `action` apply job (time limit 1 h), and follows its log.",
+			"Needs permission mode: maintenance (" + dash + " modes are not enforced yet).",
+		},
+		yes: func() tea.Cmd {
+			gen := m.nextGen()
+			return runAction(m.ctx, m.conn.Client, gen, install, script)
+		},
+	}
+	return nil
+}
+
+func (m *Model) confirmCancel(job *imsv1.Job) tea.Cmd {
+	if job == nil {
+		return nil
+	}
+	if terminal(job.State) {
+		m.setStatus(true, "job %s has already ended (%s)", job.Id, stateName(job.State))
+		return nil
+	}
+	m.confirm = &confirmation{
+		title:   fmt.Sprintf("cancel job %s on %s", job.Id, m.installName(job.InstallId)),
+		details: []string{"A queued job ends at once; a running one is stopped by its agent (SIGTERM, then SIGKILL)."},
+		yes: func() tea.Cmd {
+			gen := m.nextGen()
+			return cancelJob(m.ctx, m.conn.Client, gen, job.Id)
+		},
+	}
+	return nil
+}
+
+func (m *Model) installName(id string) string {
+	if s := m.fleet.byID[id]; s != nil {
+		return s.Install.Name
+	}
+	return id
+}
+
+// View renders the screen. It formats what Update prepared and does no I/O.
+func (m *Model) View() tea.View {
+	v := tea.NewView(m.Render())
+	v.AltScreen = true
+	v.WindowTitle = "byoc"
+	return v
+}
+
+// Render returns the screen as text, each line at most the window's width.
+func (m *Model) Render() string {
+	lines := m.headerLines()
+	bodyH := m.bodyHeight()
+	var body []string
+	switch {
+	case m.help:
+		body = m.helpBody(bodyH)
+	case m.confirm != nil:
+		body = m.confirmBody(bodyH)
+	case m.mode == inputScript:
+		body = m.scriptBody(bodyH)
+	default:
+		body = m.top().render(m, m.w, bodyH)
+	}
+	for len(body) < bodyH {
+		body = append(body, "")
+	}
+	lines = append(lines, body[:bodyH]...)
+	lines = append(lines, m.footer())
+	for i, l := range lines {
+		lines[i] = fit(l, m.w)
+	}
+	return strings.Join(lines, "\n")
+}
+
+func (m *Model) headerLines() []string {
+	where := "no server"
+	if m.conn != nil {
+		where = m.conn.Server
+		if m.conn.Context != "" {
+			where = m.conn.Context + " " + m.st.muted.Render("("+m.conn.Server+")")
+		}
+	}
+	title := m.st.title.Render("byoc") + " " + where
+	if m.opts.ReadOnly {
+		title += " " + m.st.warn.Render("[read-only]")
+	}
+	if m.fleet.loaded {
+		title += m.st.muted.Render(fmt.Sprintf("  %d installs", len(m.fleet.byID)))
+	}
+	out := []string{title}
+	if m.modeBanner != "" {
+		out = append(out, m.st.banner.Render(m.modeBanner))
+	}
+	if m.offline != nil {
+		since := "no data yet"
+		if !m.lastData.IsZero() {
+			since = "showing data from " + m.lastData.Format("15:04:05")
+		}
+		retry := m.retryAt.Sub(m.now).Round(time.Second)
+		what := "imsd unreachable"
+		switch connect.CodeOf(m.offline) {
+		case connect.CodeUnauthenticated:
+			what = "imsd did not accept the token (fix it with byoc context add)"
+		case connect.CodePermissionDenied:
+			what = "imsd refused the fleet watch"
+		}
+		out = append(out, m.st.banner.Render(fmt.Sprintf(" %s, retrying in %s; %s: %s ", what, max(retry, 0), since, errText(m.offline))))
+	}
+	var crumbs []string
+	for _, v := range m.stack {
+		crumbs = append(crumbs, v.title(m))
+	}
+	out = append(out, m.st.accent.Render(strings.Join(crumbs, " › ")))
+	return out
+}
+
+func (m *Model) footer() string {
+	switch m.mode {
+	case inputCommand:
+		return ":" + m.input.View()
+	case inputFilter:
+		return "filter: " + m.input.View()
+	case inputSearch:
+		return "search: " + m.input.View()
+	case inputScript:
+		return "script: " + m.input.View()
+	}
+	if m.confirm != nil {
+		return m.st.warn.Render(m.confirm.title+"? ") + "y to confirm, n or esc to abort"
+	}
+	if m.status != "" {
+		if m.statusIsErr {
+			return m.st.bad.Render(m.status)
+		}
+		return m.status
+	}
+	var hints []string
+	for _, a := range append([]Action{ActHelp, ActFilter, ActCommand, ActOpen, ActBack}, m.top().hints()...) {
+		if k := m.km.Keys(a); k != "" {
+			hints = append(hints, k+" "+shortHelp[a])
+		}
+	}
+	return m.st.muted.Render(strings.Join(hints, "  "))
+}
+
+var shortHelp = map[Action]string{
+	ActHelp: "help", ActFilter: "filter", ActCommand: "cmd", ActOpen: "open", ActBack: "back",
+	ActSort: "sort", ActRunAction: "action", ActCancelJob: "cancel", ActFollow: "follow",
+	ActWrap: "wrap", ActTimestamps: "time", ActNextMatch: "next",
+}
+
+func (m *Model) helpBody(h int) []string {
+	lines := append([]string{m.st.title.Render("Keys") + m.st.muted.Render("  (from the live bindings; change them in console.json)"), ""}, m.km.HelpLines()...)
+	off := min(m.helpOffset, max(0, len(lines)-h))
+	return lines[off:]
+}
+
+func (m *Model) confirmBody(h int) []string {
+	out := []string{"", m.st.warn.Render("Confirm: " + m.confirm.title), ""}
+	for _, d := range m.confirm.details {
+		out = append(out, "  "+d)
+	}
+	return append(out, "", "  y: yes   n/esc: no")
+}
+
+func (m *Model) scriptBody(h int) []string {
+	return []string{
+		"",
+		m.st.title.Render("Run an action on " + m.scriptFor),
+		"",
+		"  Type a shell script and press enter; you confirm before it runs.",
+		"  It runs with sh -e in a fresh work dir on the install's agent, as an",
+		"  `action` apply job (time limit 1 h); its log opens and follows.",
+		"  Needs permission mode: maintenance (" + dash + " modes are not enforced yet).",
+		"  Actions defined in the app config arrive with app configs; today an",
+		"  action is an ad-hoc script.",
+	}
+}
+
+// fit cuts s (which may hold colour) to at most w columns.
+func fit(s string, w int) string {
+	if ansi.StringWidth(s) <= w {
+		return s
+	}
+	return ansi.Truncate(s, w, "…")
+}
+
+// errText is the message of an error from imsd, without Connect's prefix.
+func errText(err error) string {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		if ce.Message() != "" {
+			return ce.Message()
+		}
+		return ce.Code().String()
+	}
+	return err.Error()
+}
+
+type styles struct {
+	title, accent, muted, ok, warn, bad, banner, selected, match lipgloss.Style
+}
+
+func newStyles(t Theme) styles {
+	return styles{
+		title:    lipgloss.NewStyle().Bold(true).Foreground(t.Accent),
+		accent:   lipgloss.NewStyle().Foreground(t.Accent),
+		muted:    lipgloss.NewStyle().Foreground(t.Muted),
+		ok:       lipgloss.NewStyle().Foreground(t.OK),
+		warn:     lipgloss.NewStyle().Foreground(t.Warn),
+		bad:      lipgloss.NewStyle().Foreground(t.Bad),
+		banner:   lipgloss.NewStyle().Bold(true).Foreground(lipgloss.Color("#ffffff")).Background(t.Banner),
+		selected: lipgloss.NewStyle().Background(t.Selected).Bold(true),
+		match:    lipgloss.NewStyle().Reverse(true),
+	}
+}
