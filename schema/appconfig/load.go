@@ -169,44 +169,33 @@ func Parse(files map[string][]byte, opts Options) (*App, error) {
 	decodeFile("permissions.toml", &a.Permissions)
 	decodeFile("policies.toml", &a.Policies)
 	decodeFile("break_glass.toml", &a.BreakGlass)
-	for _, p := range inDir(files, "components") {
-		c := &Component{}
-		if decodeFile(p, c) {
-			if c.Name == "" {
-				c.Name = stem(p)
-			}
-			a.Components = append(a.Components, c)
-			a.addOrigin(ds, "component", c.Name, p)
-		}
-	}
-	for _, p := range inDir(files, "actions") {
-		ac := &Action{}
-		if decodeFile(p, ac) {
-			if ac.Name == "" {
-				ac.Name = stem(p)
-			}
-			a.Actions = append(a.Actions, ac)
-			a.addOrigin(ds, "action", ac.Name, p)
-		}
-	}
-	for _, p := range inDir(files, "installs") {
-		in := &InstallFile{}
-		if decodeFile(p, in) {
-			if in.Name == "" {
-				in.Name = stem(p)
-			}
-			a.Installs = append(a.Installs, in)
-			a.addOrigin(ds, "install", in.Name, p)
-		}
-	}
-	sortByName(a.Components, func(c *Component) string { return c.Name })
-	sortByName(a.Actions, func(c *Action) string { return c.Name })
-	sortByName(a.Installs, func(c *InstallFile) string { return c.Name })
+	a.Components = loadDir(a, ds, files, "components", "component", decodeFile, func(c *Component) *string { return &c.Name })
+	a.Actions = loadDir(a, ds, files, "actions", "action", decodeFile, func(c *Action) *string { return &c.Name })
+	a.Installs = loadDir(a, ds, files, "installs", "install", decodeFile, func(c *InstallFile) *string { return &c.Name })
 	a.validate(ds, opts)
 	if err := ds.err(); err != nil {
 		return nil, err
 	}
 	return a, nil
+}
+
+// loadDir decodes the one-item-per-file TOML files of a folder, naming
+// each item after its file unless it has a name, sorted by name.
+func loadDir[T any](a *App, ds *diags, files map[string][]byte, dir, kind string, decode func(string, any) bool, name func(*T) *string) []*T {
+	var out []*T
+	for _, p := range inDir(files, dir) {
+		item := new(T)
+		if !decode(p, item) {
+			continue
+		}
+		if n := name(item); *n == "" {
+			*n = stem(p)
+		}
+		out = append(out, item)
+		a.addOrigin(ds, kind, *name(item), p)
+	}
+	sortByName(out, func(x *T) string { return *name(x) })
+	return out
 }
 
 // addOrigin remembers which file defined a name, reporting a name that two
