@@ -250,6 +250,16 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		return m, nil
 	case tea.KeyPressMsg:
 		return m, m.key(msg)
+	case tea.PasteMsg:
+		if m.mode != inputNone {
+			var cmd tea.Cmd
+			m.input, cmd = m.input.Update(msg)
+			if m.mode == inputFilter {
+				m.top().setFilter(m, m.input.Value())
+			}
+			return m, cmd
+		}
+		return m, nil
 	}
 	// Results for a view: each view checks its own generation.
 	var cmds []tea.Cmd
@@ -561,7 +571,7 @@ var shortHelp = map[Action]string{
 }
 
 func (m *Model) helpBody(h int) []string {
-	lines := append([]string{m.st.title.Render("Keys") + m.st.muted.Render("  (from the live bindings; change them in console.json)"), ""}, m.km.HelpLines()...)
+	lines := append([]string{m.st.title.Render("Keys") + m.st.muted.Render("  (from the live bindings; change them in console.json; j/k scroll)"), ""}, m.km.HelpLines()...)
 	off := min(m.helpOffset, max(0, len(lines)-h))
 	return lines[off:]
 }
