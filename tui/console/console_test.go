@@ -19,7 +19,12 @@ import (
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
 
-var update = flag.Bool("update", false, "rewrite the golden files")
+// updating reports whether -update was given. The flag itself is defined
+// by charmbracelet/x/exp/golden, which teatest brings into this test binary.
+func updating() bool {
+	f := flag.Lookup("update")
+	return f != nil && f.Value.String() == "true"
+}
 
 func stripANSI(s string) string { return ansi.Strip(s) }
 
@@ -446,7 +451,7 @@ func TestGoldens(t *testing.T) {
 				}
 				got := ansi.Strip(raw)
 				path := filepath.Join("testdata", fmt.Sprintf("%s-%d.golden", name, w))
-				if *update {
+				if updating() {
 					os.MkdirAll("testdata", 0o755)
 					if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
 						t.Fatal(err)

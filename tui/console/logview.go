@@ -22,8 +22,11 @@ const (
 type logView struct {
 	job    *imsv1.Job
 	ctx    context.Context
-	cancel context.CancelFunc // ends the follow stream
-	gen    int                // the follow stream's generation
+	cancel context.CancelFunc // ends everything the view started
+	// streamCancel ends just the follow stream (after a page back dropped
+	// the end of the log, or before a new stream starts).
+	streamCancel context.CancelFunc
+	gen          int // the follow stream's generation
 	ch     chan logChunk
 	r      *ring
 
@@ -58,9 +61,7 @@ func (v *logView) close(m *Model) { v.cancel() }
 // startStream (re)starts following from the job's last lines, dropping
 // what the buffer held.
 func (v *logView) startStream(m *Model) tea.Cmd {
-	if v.streamOn {
-		v.stopStream()
-	}
+	v.stopStream()
 	v.r.Reset()
 	v.top, v.sub, v.match, v.noOlder, v.tailGap, v.follow = 0, 0, -1, false, false, true
 	v.gen, v.olderGen = m.nextGen(), 0
@@ -70,14 +71,16 @@ func (v *logView) startStream(m *Model) tea.Cmd {
 	}
 	ctx, cancel := context.WithCancel(v.ctx)
 	v.ch = make(chan logChunk, 256)
-	v.streamOn = true
-	prev := v.cancel
-	v.cancel = func() { cancel(); prev() }
+	v.streamOn, v.streamCancel = true, cancel
 	go followLogs(ctx, m.conn.Client, v.job.Id, min(logTail, m.opts.LogLines), v.ch)
 	return v.wait()
 }
 
 func (v *logView) stopStream() {
+	if v.streamCancel != nil {
+		v.streamCancel()
+		v.streamCancel = nil
+	}
 	v.gen = -1 // whatever is still on its way is stale
 	v.streamOn = false
 }
@@ -157,8 +160,7 @@ func (v *logView) result(m *Model, msg tea.Msg) tea.Cmd {
 			}
 		}
 		if v.tailGap && v.streamOn {
-			v.cancel() // the end is no longer in memory: stop following
-			v.stopStream()
+			v.stopStream() // the end is no longer in memory: stop following
 			v.follow = false
 		}
 		v.top += len(msg.lines)
