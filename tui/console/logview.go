@@ -27,8 +27,8 @@ type logView struct {
 	// the end of the log, or before a new stream starts).
 	streamCancel context.CancelFunc
 	gen          int // the follow stream's generation
-	ch     chan logChunk
-	r      *ring
+	ch           chan logChunk
+	r            *ring
 
 	jobGen   int
 	olderGen int
