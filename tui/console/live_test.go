@@ -26,6 +26,7 @@ import (
 // opens at its end, and paging back twice past the buffer's bound reaches
 // the first line from imsd; G reloads the end.
 func TestConsoleAgainstRealIMS(t *testing.T) {
+	t.Parallel()
 	ims := cluster.StartIMS(t, cluster.Options{})
 	c := ims.Admin()
 	_, tok := cluster.NewInstall(t, c, "shop", "acme")
@@ -75,6 +76,7 @@ func TestConsoleAgainstRealIMS(t *testing.T) {
 // TestProgramOpensAndQuits runs the whole Bubble Tea program (teatest)
 // against a real imsd: the fleet reaches the screen, and :q quits.
 func TestProgramOpensAndQuits(t *testing.T) {
+	t.Parallel()
 	ims := cluster.StartIMS(t, cluster.Options{})
 	cluster.NewInstall(t, ims.Admin(), "shop", "initrode")
 	client := imsv1connect.NewOperatorServiceClient(agent.DefaultHTTPClient(), ims.URL(), connect.WithInterceptors(cluster.Bearer(ims.AdminToken)))
