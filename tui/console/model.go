@@ -506,7 +506,8 @@ func (m *Model) headerLines() []string {
 		title += " " + m.st.warn.Render("[read-only]")
 	}
 	if m.fleet.loaded {
-		title += m.st.muted.Render(fmt.Sprintf("  %d installs", len(m.fleet.byID)))
+		n := len(m.fleet.byID)
+		title += m.st.muted.Render(fmt.Sprintf("  %d install%s", n, map[bool]string{true: "", false: "s"}[n == 1]))
 	}
 	out := []string{title}
 	if m.modeBanner != "" {
