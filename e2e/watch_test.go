@@ -134,6 +134,14 @@ func TestJobLogsTailAndPageBack(t *testing.T) {
 	if err != nil || strings.Join(got, ",") != "line 1" {
 		t.Fatalf("before the second line = %q, %v", got, err)
 	}
+	got, err = read(&imsv1.StreamJobLogsRequest{AfterAttempt: 1, AfterSeq: 10, Limit: 3})
+	if err != nil || strings.Join(got, ",") != "line 11,line 12,line 13" {
+		t.Fatalf("3 after 10 = %q, %v", got, err)
+	}
+	got, err = read(&imsv1.StreamJobLogsRequest{Limit: 1000})
+	if err != nil || len(got) != 30 {
+		t.Fatalf("a page larger than the log = %d lines, %v", len(got), err)
+	}
 	for _, tc := range []struct {
 		req   *imsv1.StreamJobLogsRequest
 		field string
@@ -143,6 +151,7 @@ func TestJobLogsTailAndPageBack(t *testing.T) {
 		{&imsv1.StreamJobLogsRequest{Tail: 5, AfterSeq: 2, AfterAttempt: 1}, "tail"},
 		{&imsv1.StreamJobLogsRequest{Tail: -1}, "tail"},
 		{&imsv1.StreamJobLogsRequest{BeforeSeq: 5, BeforeAttempt: 1, Limit: 20000}, "limit"},
+		{&imsv1.StreamJobLogsRequest{Limit: 5, Follow: true}, "limit"},
 	} {
 		_, err := read(tc.req)
 		if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), tc.field) {

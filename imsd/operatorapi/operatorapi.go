@@ -516,6 +516,8 @@ func (s *Service) StreamJobLogs(ctx context.Context, req *connect.Request[imsv1.
 		return s.err(ctx, errs.Field("tail", "cannot be combined with after_seq or before_seq"))
 	case m.Limit < 0 || m.Limit > 10000:
 		return s.err(ctx, errs.Field("limit", "must be between 0 and 10000"))
+	case m.Limit > 0 && m.Follow:
+		return s.err(ctx, errs.Field("limit", "cannot be combined with follow"))
 	}
 	if _, err := s.store.GetJob(ctx, m.JobId); err != nil {
 		return s.err(ctx, err)
@@ -552,21 +554,30 @@ func (s *Service) StreamJobLogs(ctx context.Context, req *connect.Request[imsv1.
 		if err != nil {
 			return s.err(ctx, err)
 		}
+		left := int(m.Limit) // a forward page: at most this many lines
 		for {
-			lines, err := s.store.ListLogs(ctx, m.JobId, attempt, seq, logPage)
+			page := logPage
+			if m.Limit > 0 {
+				if left == 0 {
+					return nil
+				}
+				page = min(page, left)
+			}
+			lines, err := s.store.ListLogs(ctx, m.JobId, attempt, seq, page)
 			if err != nil {
 				return s.err(ctx, err)
 			}
 			if len(lines) == 0 {
 				break
 			}
+			left -= len(lines)
 			resp := &imsv1.StreamJobLogsResponse{Lines: linesToProto(lines)}
 			if err := out.Send(resp); err != nil {
 				return err
 			}
 			last := lines[len(lines)-1]
 			attempt, seq = last.Attempt, last.Seq
-			if len(lines) < logPage {
+			if len(lines) < page {
 				break
 			}
 		}

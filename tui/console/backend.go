@@ -51,8 +51,14 @@ type logChunk struct {
 	err   error
 }
 
-// olderLogsMsg answers a page-back request.
+// olderLogsMsg answers a page-back request; newerLogsMsg a page forward.
 type olderLogsMsg struct {
+	gen   int
+	lines []*imsv1.LogLine
+	err   error
+}
+
+type newerLogsMsg struct {
 	gen   int
 	lines []*imsv1.LogLine
 	err   error
@@ -177,10 +183,12 @@ func (e constError) Error() string { return string(e) }
 
 const errStreamEnded = constError("the server ended the watch")
 
-// followLogs streams a job's last tail lines, then follows it until it ends.
-func followLogs(ctx context.Context, c imsv1connect.OperatorServiceClient, jobID string, tail int, out chan<- logChunk) {
+// followLogs streams a job's last tail lines (or, with tail 0, the lines
+// after (attempt, seq)), then follows it until it ends.
+func followLogs(ctx context.Context, c imsv1connect.OperatorServiceClient, jobID string, tail int, attempt int32, seq int64, out chan<- logChunk) {
 	defer close(out)
-	st, err := c.StreamJobLogs(ctx, connect.NewRequest(&imsv1.StreamJobLogsRequest{JobId: jobID, Follow: true, Tail: int32(tail)}))
+	st, err := c.StreamJobLogs(ctx, connect.NewRequest(&imsv1.StreamJobLogsRequest{
+		JobId: jobID, Follow: true, Tail: int32(tail), AfterAttempt: attempt, AfterSeq: seq}))
 	if err != nil {
 		send(ctx, out, logChunk{err: err})
 		return
@@ -210,6 +218,23 @@ func olderLogs(ctx context.Context, c imsv1connect.OperatorServiceClient, gen in
 			lines = append(lines, st.Msg().Lines...)
 		}
 		return olderLogsMsg{gen: gen, lines: lines, err: st.Err()}
+	}
+}
+
+// newerLogs fetches up to limit lines after (attempt, seq).
+func newerLogs(ctx context.Context, c imsv1connect.OperatorServiceClient, gen int, jobID string, attempt int32, seq int64, limit int) tea.Cmd {
+	return func() tea.Msg {
+		st, err := c.StreamJobLogs(ctx, connect.NewRequest(&imsv1.StreamJobLogsRequest{
+			JobId: jobID, AfterAttempt: attempt, AfterSeq: seq, Limit: int32(limit)}))
+		if err != nil {
+			return newerLogsMsg{gen: gen, err: err}
+		}
+		defer st.Close()
+		var lines []*imsv1.LogLine
+		for st.Receive() {
+			lines = append(lines, st.Msg().Lines...)
+		}
+		return newerLogsMsg{gen: gen, lines: lines, err: st.Err()}
 	}
 }
 

@@ -22,14 +22,19 @@ const (
 type logView struct {
 	job    *imsv1.Job
 	ctx    context.Context
-	cancel context.CancelFunc // ends the follow stream
-	gen    int                // the follow stream's generation
-	ch     chan logChunk
-	r      *ring
+	cancel context.CancelFunc // ends everything the view started
+	// streamCancel ends just the follow stream (after a page back dropped
+	// the end of the log, or before a new stream starts).
+	streamCancel context.CancelFunc
+	gen          int // the follow stream's generation
+	ch           chan logChunk
+	r            *ring
 
 	jobGen   int
 	olderGen int
+	newerGen int
 	fetching bool // a page back is in flight
+	forward  bool // a page forward is in flight
 	noOlder  bool // imsd has nothing before the first line held
 	tailGap  bool // the newest lines were dropped to make room for older ones
 	dropped  int  // lines dropped from the front since the log opened
@@ -58,26 +63,59 @@ func (v *logView) close(m *Model) { v.cancel() }
 // startStream (re)starts following from the job's last lines, dropping
 // what the buffer held.
 func (v *logView) startStream(m *Model) tea.Cmd {
-	if v.streamOn {
-		v.stopStream()
-	}
+	v.stopStream()
 	v.r.Reset()
 	v.top, v.sub, v.match, v.noOlder, v.tailGap, v.follow = 0, 0, -1, false, false, true
-	v.gen, v.olderGen = m.nextGen(), 0
-	v.fetching = false
+	v.olderGen, v.newerGen = 0, 0
+	v.fetching, v.forward = false, false
+	return v.follow_(m, min(logTail, m.opts.LogLines), 0, 0)
+}
+
+// follow_ starts the follow stream: the last tail lines, or with tail 0
+// the lines after (attempt, seq), then new ones until the job ends.
+func (v *logView) follow_(m *Model, tail int, attempt int32, seq int64) tea.Cmd {
+	v.gen = m.nextGen()
 	if m.conn == nil {
 		return nil
 	}
 	ctx, cancel := context.WithCancel(v.ctx)
 	v.ch = make(chan logChunk, 256)
-	v.streamOn = true
-	prev := v.cancel
-	v.cancel = func() { cancel(); prev() }
-	go followLogs(ctx, m.conn.Client, v.job.Id, min(logTail, m.opts.LogLines), v.ch)
+	v.streamOn, v.streamCancel = true, cancel
+	go followLogs(ctx, m.conn.Client, v.job.Id, tail, attempt, seq, v.ch)
 	return v.wait()
 }
 
+// jumpToStart drops what is held and reads the log's first page; the end
+// is then out of memory until paging forward reaches it (or G).
+func (v *logView) jumpToStart(m *Model) tea.Cmd {
+	v.stopStream()
+	v.r.Reset()
+	v.top, v.sub, v.match, v.follow, v.tailGap = 0, 0, -1, false, true
+	v.fetching, v.forward, v.olderGen = false, false, 0 // answers to earlier pages are stale
+	return v.fetchNewer(m)
+}
+
+// fetchNewer reads the page after the last line held.
+func (v *logView) fetchNewer(m *Model) tea.Cmd {
+	// One page at a time: a page back may drop the end this would follow.
+	if v.forward || v.fetching || !v.tailGap || m.conn == nil {
+		return nil
+	}
+	var attempt int32
+	var seq int64
+	if n := v.r.Len(); n > 0 {
+		attempt, seq = v.r.At(n-1).attempt, v.r.At(n-1).seq
+	}
+	v.forward = true
+	v.newerGen = m.nextGen()
+	return newerLogs(v.ctx, m.conn.Client, v.newerGen, v.job.Id, attempt, seq, pageSize(m))
+}
+
 func (v *logView) stopStream() {
+	if v.streamCancel != nil {
+		v.streamCancel()
+		v.streamCancel = nil
+	}
 	v.gen = -1 // whatever is still on its way is stale
 	v.streamOn = false
 }
@@ -116,15 +154,7 @@ func (v *logView) result(m *Model, msg tea.Msg) tea.Cmd {
 		}
 		for _, c := range msg.chunks {
 			for _, l := range c.lines {
-				if d := v.r.Append(toLogLine(l)); d > 0 {
-					// The oldest lines left memory: keep the view on its lines.
-					v.dropped += d
-					v.top = max(0, v.top-d)
-					v.noOlder = false
-					if v.match >= 0 {
-						v.match = max(-1, v.match-d)
-					}
-				}
+				v.appendLine(toLogLine(l))
 			}
 			if c.job != nil {
 				v.job = c.job
@@ -157,8 +187,7 @@ func (v *logView) result(m *Model, msg tea.Msg) tea.Cmd {
 			}
 		}
 		if v.tailGap && v.streamOn {
-			v.cancel() // the end is no longer in memory: stop following
-			v.stopStream()
+			v.stopStream() // the end is no longer in memory: stop following
 			v.follow = false
 		}
 		v.top += len(msg.lines)
@@ -167,12 +196,48 @@ func (v *logView) result(m *Model, msg tea.Msg) tea.Cmd {
 		}
 		v.top = min(v.top, v.r.Len()-1)
 		return nil
+	case newerLogsMsg:
+		if msg.gen != v.newerGen {
+			return nil
+		}
+		v.forward = false
+		if msg.err != nil {
+			v.err = msg.err
+			return nil
+		}
+		for _, l := range msg.lines {
+			v.appendLine(toLogLine(l))
+		}
+		if len(msg.lines) < pageSize(m) {
+			// The end of the log is in memory again: follow on from it.
+			v.tailGap = false
+			var attempt int32
+			var seq int64
+			if n := v.r.Len(); n > 0 {
+				attempt, seq = v.r.At(n-1).attempt, v.r.At(n-1).seq
+			}
+			return v.follow_(m, 0, attempt, seq)
+		}
+		return nil
 	case jobMsg:
 		if msg.gen == v.jobGen && msg.err == nil {
 			v.job = msg.job
 		}
 	}
 	return nil
+}
+
+// appendLine adds a line at the end; when the oldest lines leave memory the
+// view stays on the lines it shows.
+func (v *logView) appendLine(l logLine) {
+	if d := v.r.Append(l); d > 0 {
+		v.dropped += d
+		v.top = max(0, v.top-d)
+		v.noOlder = false
+		if v.match >= 0 {
+			v.match = max(-1, v.match-d)
+		}
+	}
 }
 
 func (v *logView) key(m *Model, msg tea.KeyPressMsg) tea.Cmd {
@@ -187,8 +252,10 @@ func (v *logView) key(m *Model, msg tea.KeyPressMsg) tea.Cmd {
 	case m.km.Is(msg, ActPageDown):
 		return v.scroll(m, h)
 	case m.km.Is(msg, ActTop):
+		if v.hasOlder() {
+			return v.jumpToStart(m)
+		}
 		v.follow, v.top, v.sub = false, 0, 0
-		return v.fetchOlder(m)
 	case m.km.Is(msg, ActBottom):
 		if v.tailGap {
 			return v.startStream(m)
@@ -217,6 +284,10 @@ func (v *logView) key(m *Model, msg tea.KeyPressMsg) tea.Cmd {
 	}
 	return nil
 }
+
+// pageSize is how many lines one page back or forward reads: at most half
+// the buffer, so a page never pushes out everything that was on screen.
+func pageSize(m *Model) int { return max(1, min(logPage, m.opts.LogLines/2)) }
 
 // textHeight is the rows left for log text under the view's status line.
 func (v *logView) textHeight(m *Model) int { return max(1, m.bodyHeight()-1) }
@@ -291,10 +362,14 @@ func (v *logView) scroll(m *Model, d int) tea.Cmd {
 			v.sub = 0
 		}
 	}
+	var cmds []tea.Cmd
 	if v.top < h {
-		return v.fetchOlder(m)
+		cmds = append(cmds, v.fetchOlder(m)) // near the first line held: read back
 	}
-	return nil
+	if v.tailGap && v.r.Len()-v.top <= 2*h {
+		cmds = append(cmds, v.fetchNewer(m)) // near the last line held: read on
+	}
+	return tea.Batch(cmds...)
 }
 
 // hasOlder reports whether imsd may hold lines before the first one held.
@@ -307,13 +382,13 @@ func (v *logView) hasOlder() bool {
 }
 
 func (v *logView) fetchOlder(m *Model) tea.Cmd {
-	if v.fetching || !v.hasOlder() || m.conn == nil {
+	if v.fetching || v.forward || !v.hasOlder() || m.conn == nil {
 		return nil
 	}
 	f := v.r.At(0)
 	v.fetching = true
 	v.olderGen = m.nextGen()
-	return olderLogs(v.ctx, m.conn.Client, v.olderGen, v.job.Id, f.attempt, f.seq, logPage)
+	return olderLogs(v.ctx, m.conn.Client, v.olderGen, v.job.Id, f.attempt, f.seq, pageSize(m))
 }
 
 // search finds q from the first shown line on.
@@ -396,6 +471,9 @@ func (v *logView) render(m *Model, w, h int) []string {
 	}
 	n := v.r.Len()
 	if n == 0 {
+		if v.forward {
+			return append(out, m.st.muted.Render("reading the log's first lines from imsd…"))
+		}
 		if v.streamOn {
 			return append(out, m.st.muted.Render("no log lines yet; following…"))
 		}
@@ -446,7 +524,11 @@ func (v *logView) render(m *Model, w, h int) []string {
 		sub = 0
 	}
 	if v.tailGap && len(out) < h {
-		out = append(out, m.st.warn.Render("··· newer lines were dropped to make room; G reloads the end"))
+		msg := "··· newer lines are not in memory; scrolling down reads on, G jumps to the end"
+		if v.forward {
+			msg = "··· reading on from imsd…"
+		}
+		out = append(out, m.st.warn.Render(msg))
 	}
 	return out
 }

@@ -250,6 +250,16 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		return m, nil
 	case tea.KeyPressMsg:
 		return m, m.key(msg)
+	case tea.PasteMsg:
+		if m.mode != inputNone {
+			var cmd tea.Cmd
+			m.input, cmd = m.input.Update(msg)
+			if m.mode == inputFilter {
+				m.top().setFilter(m, m.input.Value())
+			}
+			return m, cmd
+		}
+		return m, nil
 	}
 	// Results for a view: each view checks its own generation.
 	var cmds []tea.Cmd
@@ -496,7 +506,8 @@ func (m *Model) headerLines() []string {
 		title += " " + m.st.warn.Render("[read-only]")
 	}
 	if m.fleet.loaded {
-		title += m.st.muted.Render(fmt.Sprintf("  %d installs", len(m.fleet.byID)))
+		n := len(m.fleet.byID)
+		title += m.st.muted.Render(fmt.Sprintf("  %d install%s", n, map[bool]string{true: "", false: "s"}[n == 1]))
 	}
 	out := []string{title}
 	if m.modeBanner != "" {
@@ -561,7 +572,7 @@ var shortHelp = map[Action]string{
 }
 
 func (m *Model) helpBody(h int) []string {
-	lines := append([]string{m.st.title.Render("Keys") + m.st.muted.Render("  (from the live bindings; change them in console.json)"), ""}, m.km.HelpLines()...)
+	lines := append([]string{m.st.title.Render("Keys") + m.st.muted.Render("  (from the live bindings; change them in console.json; j/k scroll)"), ""}, m.km.HelpLines()...)
 	off := min(m.helpOffset, max(0, len(lines)-h))
 	return lines[off:]
 }

@@ -2169,8 +2169,10 @@ type StreamJobLogsRequest struct {
 	// tail, when set, starts at the job's last tail lines instead of its
 	// first line; after_* and before_* must be unset.
 	Tail int32 `protobuf:"varint,7,opt,name=tail,proto3" json:"tail,omitempty"`
-	// limit bounds the lines a before_* request returns: 0 means 500, at
-	// most 10000.
+	// limit bounds the lines a before_* request returns (0 means 500), or
+	// the lines a forward read without follow returns (0 means all of them),
+	// so that a long log can be read page by page in both directions; at
+	// most 10000. A followed stream must leave it unset.
 	Limit         int32 `protobuf:"varint,8,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

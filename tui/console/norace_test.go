@@ -1,0 +1,5 @@
+//go:build !race
+
+package console
+
+const raceSlowdown = 1
