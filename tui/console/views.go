@@ -264,7 +264,10 @@ func (v *fleetView) render(m *Model, w, h int) []string {
 
 // ---- install ----
 
-type installView struct {
+// jobList is the job table that the install view and the jobs view share:
+// the jobs of one install (id) or of every install (id ""), reloaded when
+// the fleet says they moved.
+type jobList struct {
 	list
 	id     string
 	jobs   []*imsv1.Job
@@ -277,52 +280,49 @@ type installView struct {
 	cancel context.CancelFunc
 }
 
-func newInstallView(id string) *installView { return &installView{id: id} }
-
-func (v *installView) title(m *Model) string { return m.installName(v.id) }
-func (v *installView) open(m *Model) tea.Cmd {
+func (v *jobList) open(m *Model) tea.Cmd {
 	v.ctx, v.cancel = context.WithCancel(m.ctx)
 	return v.refresh(m)
 }
-func (v *installView) close(m *Model) {
+func (v *jobList) close(m *Model) {
 	if v.cancel != nil {
 		v.cancel()
 	}
 }
-func (v *installView) refresh(m *Model) tea.Cmd {
+func (v *jobList) refresh(m *Model) tea.Cmd {
 	v.gen = m.nextGen()
 	return listJobs(v.ctx, m.conn.Client, v.gen, v.id)
 }
-func (v *installView) filterText() string { return v.filter }
-func (v *installView) hints() []Action    { return []Action{ActRunAction, ActCancelJob} }
-func (v *installView) setFilter(m *Model, s string) {
+func (v *jobList) filterText() string { return v.filter }
+func (v *jobList) setFilter(m *Model, s string) {
 	v.filter = s
 	v.shown = filterJobs(v.jobs, s, m)
 }
 
-func (v *installView) current() *imsv1.Job {
+func (v *jobList) current() *imsv1.Job {
 	if v.pos >= 0 && v.pos < len(v.shown) {
 		return v.shown[v.pos]
 	}
 	return nil
 }
 
-func (v *installView) key(m *Model, msg tea.KeyPressMsg) tea.Cmd {
+// jobKey handles the keys both job tables have; ok is false for others.
+func (v *jobList) jobKey(m *Model, msg tea.KeyPressMsg) (cmd tea.Cmd, ok bool) {
 	switch {
 	case v.move(m, msg, len(v.shown)):
 	case m.km.Is(msg, ActOpen):
 		if j := v.current(); j != nil {
-			return m.push(newLogView(m, j))
+			return m.push(newLogView(m, j)), true
 		}
-	case m.km.Is(msg, ActRunAction):
-		return m.startAction(m.fleet.byID[v.id])
 	case m.km.Is(msg, ActCancelJob):
-		return m.confirmCancel(v.current())
+		return m.confirmCancel(v.current()), true
+	default:
+		return nil, false
 	}
-	return nil
+	return nil, true
 }
 
-func (v *installView) result(m *Model, msg tea.Msg) tea.Cmd {
+func (v *jobList) result(m *Model, msg tea.Msg) tea.Cmd {
 	r, ok := msg.(jobsMsg)
 	if !ok || r.gen != v.gen {
 		return nil
@@ -331,6 +331,25 @@ func (v *installView) result(m *Model, msg tea.Msg) tea.Cmd {
 	if r.err == nil {
 		v.jobs = r.jobs
 		v.shown = filterJobs(v.jobs, v.filter, m)
+	}
+	return nil
+}
+
+type installView struct {
+	jobList
+}
+
+func newInstallView(id string) *installView { return &installView{jobList{id: id}} }
+
+func (v *installView) title(m *Model) string { return m.installName(v.id) }
+func (v *installView) hints() []Action       { return []Action{ActRunAction, ActCancelJob} }
+
+func (v *installView) key(m *Model, msg tea.KeyPressMsg) tea.Cmd {
+	if cmd, ok := v.jobKey(m, msg); ok {
+		return cmd
+	}
+	if m.km.Is(msg, ActRunAction) {
+		return m.startAction(m.fleet.byID[v.id])
 	}
 	return nil
 }
@@ -395,65 +414,14 @@ func (v *installView) render(m *Model, w, h int) []string {
 // ---- jobs (all installs) ----
 
 type jobsView struct {
-	list
-	jobs, shown []*imsv1.Job
-	filter      string
-	gen         int
-	loaded      bool
-	err         error
-	ctx         context.Context
-	cancel      context.CancelFunc
+	jobList
 }
 
 func (v *jobsView) title(m *Model) string { return "jobs" }
-func (v *jobsView) open(m *Model) tea.Cmd {
-	v.ctx, v.cancel = context.WithCancel(m.ctx)
-	return v.refresh(m)
-}
-func (v *jobsView) close(m *Model) {
-	if v.cancel != nil {
-		v.cancel()
-	}
-}
-func (v *jobsView) refresh(m *Model) tea.Cmd {
-	v.gen = m.nextGen()
-	return listJobs(v.ctx, m.conn.Client, v.gen, "")
-}
-func (v *jobsView) filterText() string { return v.filter }
-func (v *jobsView) hints() []Action    { return []Action{ActCancelJob} }
-func (v *jobsView) setFilter(m *Model, s string) {
-	v.filter = s
-	v.shown = filterJobs(v.jobs, s, m)
-}
-func (v *jobsView) current() *imsv1.Job {
-	if v.pos >= 0 && v.pos < len(v.shown) {
-		return v.shown[v.pos]
-	}
-	return nil
-}
+func (v *jobsView) hints() []Action       { return []Action{ActCancelJob} }
 func (v *jobsView) key(m *Model, msg tea.KeyPressMsg) tea.Cmd {
-	switch {
-	case v.move(m, msg, len(v.shown)):
-	case m.km.Is(msg, ActOpen):
-		if j := v.current(); j != nil {
-			return m.push(newLogView(m, j))
-		}
-	case m.km.Is(msg, ActCancelJob):
-		return m.confirmCancel(v.current())
-	}
-	return nil
-}
-func (v *jobsView) result(m *Model, msg tea.Msg) tea.Cmd {
-	r, ok := msg.(jobsMsg)
-	if !ok || r.gen != v.gen {
-		return nil
-	}
-	v.loaded, v.err = true, r.err
-	if r.err == nil {
-		v.jobs = r.jobs
-		v.shown = filterJobs(v.jobs, v.filter, m)
-	}
-	return nil
+	cmd, _ := v.jobKey(m, msg)
+	return cmd
 }
 func (v *jobsView) fleetChanged(m *Model, resps []*imsv1.WatchInstallsResponse) tea.Cmd {
 	if len(resps) > 0 {
