@@ -34,8 +34,11 @@ func join(path, key string) string {
 type fieldInfo struct {
 	key      string
 	index    int
+	typ      reflect.Type
 	required bool
 	enum     []string
+	doc      string
+	def      string // the default tag, documentation only
 }
 
 func fieldsOf(t reflect.Type) []fieldInfo {
@@ -46,7 +49,8 @@ func fieldsOf(t reflect.Type) []fieldInfo {
 		if key == "" || key == "-" || !f.IsExported() {
 			continue
 		}
-		fi := fieldInfo{key: key, index: i, required: f.Tag.Get("required") == "true"}
+		fi := fieldInfo{key: key, index: i, typ: f.Type, required: f.Tag.Get("required") == "true",
+			doc: f.Tag.Get("doc"), def: f.Tag.Get("default")}
 		if e := f.Tag.Get("enum"); e != "" {
 			fi.enum = strings.Split(e, ",")
 		}

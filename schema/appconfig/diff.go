@@ -1,6 +1,7 @@
 package appconfig
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -70,7 +71,7 @@ func Diff(old, new *App) []Change {
 	}
 	// Script and policy files are part of the actions and policies that
 	// name them.
-	for _, p := range slices.Sorted(maps.Keys(unionBytes(old.Files, new.Files))) {
+	for _, p := range slices.Sorted(maps.Keys(union(old.Files, new.Files))) {
 		if strings.HasSuffix(p, ".toml") {
 			continue
 		}
@@ -104,17 +105,10 @@ func byName[T any](s []T, name func(T) string) map[string]any {
 	return m
 }
 
-func union(a, b map[string]any) map[string]any {
-	out := maps.Clone(a)
-	maps.Copy(out, b)
-	return out
-}
-
-func unionBytes(a, b map[string][]byte) map[string][]byte {
-	out := maps.Clone(a)
-	if out == nil {
-		out = map[string][]byte{}
-	}
+// union returns the keys of a and b together (values from b win).
+func union[V any](a, b map[string]V) map[string]V {
+	out := make(map[string]V, len(a)+len(b))
+	maps.Copy(out, a)
 	maps.Copy(out, b)
 	return out
 }
@@ -177,7 +171,7 @@ func changedFields(path string, a, b any) []string {
 		if reflect.DeepEqual(a, b) {
 			return nil
 		}
-		return []string{cmpOr(path, "(whole)")}
+		return []string{cmp.Or(path, "(whole)")}
 	}
 	var out []string
 	for _, k := range slices.Sorted(maps.Keys(union(am, bm))) {

@@ -159,9 +159,12 @@ func (g *Graph) Downstream(from ...string) []string {
 }
 
 // Graph returns the app's component graph. The sandbox, when there is
-// one, precedes every component.
+// one, precedes every component. Parse builds it once.
 func (a *App) Graph() *Graph {
-	return NewGraph(a.dependencies())
+	if a.graph == nil {
+		a.graph = NewGraph(a.dependencies())
+	}
+	return a.graph
 }
 
 // dependencies returns every component's dependencies: listed, implied by

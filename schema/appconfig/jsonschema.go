@@ -3,7 +3,6 @@ package appconfig
 import (
 	"encoding/json"
 	"reflect"
-	"strings"
 )
 
 // SchemaFiles are the JSON Schemas of the app config's files, by file name
@@ -66,26 +65,21 @@ func schemaOf(t reflect.Type) map[string]any {
 	case reflect.Struct:
 		props := map[string]any{}
 		var required []string
-		for i := range t.NumField() {
-			f := t.Field(i)
-			key := f.Tag.Get("toml")
-			if key == "" || key == "-" || !f.IsExported() {
-				continue
+		for _, f := range fieldsOf(t) {
+			p := schemaOf(f.typ)
+			if f.doc != "" {
+				p["description"] = f.doc
 			}
-			p := schemaOf(f.Type)
-			if d := f.Tag.Get("doc"); d != "" {
-				p["description"] = d
+			if f.enum != nil {
+				p["enum"] = f.enum
 			}
-			if e := f.Tag.Get("enum"); e != "" {
-				p["enum"] = strings.Split(e, ",")
+			if f.def != "" {
+				p["default"] = defaultValue(f.typ, f.def)
 			}
-			if d := f.Tag.Get("default"); d != "" {
-				p["default"] = defaultValue(f.Type, d)
+			if f.required {
+				required = append(required, f.key)
 			}
-			if f.Tag.Get("required") == "true" {
-				required = append(required, key)
-			}
-			props[key] = p
+			props[f.key] = p
 		}
 		s := map[string]any{"type": "object", "properties": props, "additionalProperties": false}
 		if len(required) > 0 {

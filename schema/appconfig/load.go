@@ -48,6 +48,9 @@ type App struct {
 	lines map[string]map[string]int
 	// origin maps a component, action or install name to its file.
 	origin map[string]string
+	// graph is the component graph, built once (references are parsed
+	// to find implied dependencies).
+	graph *Graph
 }
 
 // LoadDir reads and validates the app config in directory dir.
@@ -172,6 +175,7 @@ func Parse(files map[string][]byte, opts Options) (*App, error) {
 	a.Components = loadDir(a, ds, files, "components", "component", decodeFile, func(c *Component) *string { return &c.Name })
 	a.Actions = loadDir(a, ds, files, "actions", "action", decodeFile, func(c *Action) *string { return &c.Name })
 	a.Installs = loadDir(a, ds, files, "installs", "install", decodeFile, func(c *InstallFile) *string { return &c.Name })
+	a.Graph()
 	a.validate(ds, opts)
 	if err := ds.err(); err != nil {
 		return nil, err

@@ -1,8 +1,10 @@
 package appconfig
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"path"
 	"regexp"
 	"slices"
@@ -51,9 +53,18 @@ func (a *App) validate(ds *diags, opts Options) {
 		types = BuiltinTypes()
 	}
 	v := &validator{a: a, ds: ds, types: types}
+	for _, c := range a.Components {
+		v.components = append(v.components, c.Name)
+	}
+	for _, in := range a.Inputs.Inputs {
+		v.inputs = append(v.inputs, in.Name)
+	}
+	for _, s := range a.Secrets.Secrets {
+		v.secrets = append(v.secrets, s.Name)
+	}
 	v.metadata()
-	v.inputs()
-	v.secrets()
+	v.checkInputs()
+	v.checkSecrets()
 	if a.Sandbox != nil {
 		v.component("sandbox.toml", a.Sandbox)
 	}
@@ -78,6 +89,14 @@ type validator struct {
 	a     *App
 	ds    *diags
 	types map[string]ConfigCheck
+	// The names declared, for "no such" errors and their suggestions.
+	components, inputs, secrets []string
+}
+
+// noComponent reports a reference to a component the app does not have,
+// suggesting the closest name or listing them.
+func (v *validator) noComponent(file, key, prefix, name string, names []string) {
+	v.errf(file, key, hintOr(didYouMean(name, names), "components are "+quoteList(names)), "%sno component named %q", prefix, name)
 }
 
 func (v *validator) errf(file, key, hint, format string, args ...any) {
@@ -95,7 +114,7 @@ func (v *validator) metadata() {
 	v.inputValues("app.toml", "install_defaults.inputs", m.InstallDefaults.Inputs, false)
 }
 
-func (v *validator) inputs() {
+func (v *validator) checkInputs() {
 	const f = "inputs.toml"
 	groups := map[string]bool{}
 	for i, g := range v.a.Inputs.Groups {
@@ -117,9 +136,9 @@ func (v *validator) inputs() {
 		}
 		seen[in.Name] = true
 		if in.Group != "" && !groups[in.Group] {
-			v.errf(f, at("group"), hintOr(didYouMean(in.Group, keys(groups)), "declare it with [[group]] name = \""+in.Group+"\""), "no group named %q", in.Group)
+			v.errf(f, at("group"), hintOr(didYouMean(in.Group, sortedKeys(groups)), "declare it with [[group]] name = \""+in.Group+"\""), "no group named %q", in.Group)
 		}
-		typ := cmpOr(in.Type, "string")
+		typ := cmp.Or(in.Type, "string")
 		if len(in.Values) > 0 && typ != "enum" {
 			v.errf(f, at("values"), "set type = \"enum\", or remove values", "values only apply to enum inputs, and this one is %s", typ)
 		}
@@ -166,11 +185,10 @@ func (v *validator) inputs() {
 // there.
 func (v *validator) inputValues(file, key string, vals map[string]any, complete bool) {
 	byName := map[string]Input{}
-	var names []string
 	for _, in := range v.a.Inputs.Inputs {
 		byName[in.Name] = in
-		names = append(names, in.Name)
 	}
+	names := v.inputs
 	for _, name := range sortedKeys(vals) {
 		k := join(key, name)
 		in, ok := byName[name]
@@ -198,7 +216,7 @@ func (v *validator) inputValues(file, key string, vals map[string]any, complete 
 
 // checkInputValue says what is wrong with val for input in, or "".
 func checkInputValue(in Input, val any) string {
-	switch cmpOr(in.Type, "string") {
+	switch cmp.Or(in.Type, "string") {
 	case "string":
 		s, ok := val.(string)
 		if !ok {
@@ -257,7 +275,7 @@ func goKind(v any) string {
 	return fmt.Sprintf("%T", v)
 }
 
-func (v *validator) secrets() {
+func (v *validator) checkSecrets() {
 	seen := map[string]bool{}
 	for i, s := range v.a.Secrets.Secrets {
 		key := fmt.Sprintf("secret[%d].name", i)
@@ -270,14 +288,6 @@ func (v *validator) secrets() {
 		}
 		seen[s.Name] = true
 	}
-}
-
-func (v *validator) componentNames() []string {
-	var out []string
-	for _, c := range v.a.Components {
-		out = append(out, c.Name)
-	}
-	return out
 }
 
 func (v *validator) component(file string, c *Component) {
@@ -306,7 +316,7 @@ func (v *validator) component(file string, c *Component) {
 	if c.Timeout < 0 || time.Duration(c.Timeout) > maxTimeout {
 		v.errf(file, "timeout", "", "must be between 0 and 24h, got %s", c.Timeout)
 	}
-	names := v.componentNames()
+	names := v.components
 	for i, d := range c.Dependencies {
 		key := fmt.Sprintf("dependencies[%d]", i)
 		switch {
@@ -315,7 +325,7 @@ func (v *validator) component(file string, c *Component) {
 		case d == "sandbox":
 			v.errf(file, key, "remove it: every component waits for the sandbox", "the sandbox is always deployed first")
 		case !slices.Contains(names, d):
-			v.errf(file, key, hintOr(didYouMean(d, names), "components are "+quoteList(names)), "no component named %q", d)
+			v.noComponent(file, key, "", d, names)
 		case slices.Index(c.Dependencies, d) != i:
 			v.errf(file, key, "", "%q is listed twice", d)
 		}
@@ -336,20 +346,12 @@ func (v *validator) refs(file, key, s, self string) {
 	for _, r := range refs {
 		switch r.Root {
 		case "inputs":
-			var names []string
-			for _, in := range v.a.Inputs.Inputs {
-				names = append(names, in.Name)
-			}
-			if !slices.Contains(names, r.Name) {
-				v.errf(file, key, hintOr(didYouMean(r.Name, names), "declare it in inputs.toml"), "{{ %s }}: no input named %q", r, r.Name)
+			if !slices.Contains(v.inputs, r.Name) {
+				v.errf(file, key, hintOr(didYouMean(r.Name, v.inputs), "declare it in inputs.toml"), "{{ %s }}: no input named %q", r, r.Name)
 			}
 		case "secrets":
-			var names []string
-			for _, s := range v.a.Secrets.Secrets {
-				names = append(names, s.Name)
-			}
-			if !slices.Contains(names, r.Name) {
-				v.errf(file, key, hintOr(didYouMean(r.Name, names), "declare it in secrets.toml"), "{{ %s }}: no secret named %q", r, r.Name)
+			if !slices.Contains(v.secrets, r.Name) {
+				v.errf(file, key, hintOr(didYouMean(r.Name, v.secrets), "declare it in secrets.toml"), "{{ %s }}: no secret named %q", r, r.Name)
 			}
 		case "sandbox":
 			if v.a.Sandbox == nil {
@@ -358,14 +360,13 @@ func (v *validator) refs(file, key, s, self string) {
 				v.errf(file, key, "", "{{ %s }}: the sandbox cannot use its own outputs", r)
 			}
 		case "components":
-			names := v.componentNames()
 			switch {
 			case r.Name == self:
 				v.errf(file, key, "", "{{ %s }}: a component cannot use its own outputs", r)
 			case self == "sandbox":
 				v.errf(file, key, "the sandbox is deployed before every component", "{{ %s }}: the sandbox cannot use component outputs", r)
-			case !slices.Contains(names, r.Name):
-				v.errf(file, key, hintOr(didYouMean(r.Name, names), "components are "+quoteList(names)), "{{ %s }}: no component named %q", r, r.Name)
+			case !slices.Contains(v.components, r.Name):
+				v.noComponent(file, key, fmt.Sprintf("{{ %s }}: ", r), r.Name, v.components)
 			}
 		}
 	}
@@ -422,12 +423,11 @@ func (v *validator) action(file string, ac *Action) {
 			v.errf(file, at("schedule"), "set type = \"cron\", or remove schedule", "only cron triggers have a schedule")
 		}
 		if t.Component != "" {
-			names := v.componentNames()
 			switch {
 			case !slices.Contains(hookTypes, t.Type):
 				v.errf(file, at("component"), "component applies to "+strings.Join(hookTypes, ", "), "a %s trigger does not take a component", t.Type)
-			case !slices.Contains(names, t.Component):
-				v.errf(file, at("component"), hintOr(didYouMean(t.Component, names), "components are "+quoteList(names)), "no component named %q", t.Component)
+			case !slices.Contains(v.components, t.Component):
+				v.noComponent(file, at("component"), "", t.Component, v.components)
 			}
 		}
 		for j := range i {
@@ -535,13 +535,13 @@ func (v *validator) install(file string, in *InstallFile) {
 		v.errf(file, "parallelism", "", "must be between 1 and 64, got %d", in.Parallelism)
 	}
 	v.inputValues(file, "inputs", in.Inputs, true)
-	names := v.componentNames()
+	names := v.components
 	if v.a.Sandbox != nil {
-		names = append(names, "sandbox")
+		names = append(slices.Clone(names), "sandbox")
 	}
 	for _, c := range sortedKeys(in.Components) {
 		if !slices.Contains(names, c) {
-			v.errf(file, join("components", c), hintOr(didYouMean(c, names), "components are "+quoteList(names)), "no component named %q", c)
+			v.noComponent(file, join("components", c), "", c, names)
 			continue
 		}
 		stringsIn(join("components", c)+".config", in.Components[c].Config, func(key, s string) {
@@ -557,20 +557,4 @@ func hintOr(h, alt string) string {
 	return alt
 }
 
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
-}
-
-func keys(m map[string]bool) []string { return sortedKeys(m) }
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
-}
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
