@@ -71,5 +71,7 @@ func TestAppPushRevisionsAndDiff(t *testing.T) {
 	if out := run(0, "app", "diff", "acme-analytics", "2"); strings.TrimSpace(out) != "No changes." {
 		t.Fatalf("diff 2 latest:\n%s", out)
 	}
-	run(1, "app", "diff", "acme-analytics", "1", "7")
+	if out := run(1, "app", "diff", "acme-analytics", "1", "7"); !strings.Contains(out, `app "acme-analytics" has no revision 7 (byoc app revisions acme-analytics lists them`) {
+		t.Fatalf("diff against a missing revision:\n%s", out)
+	}
 }

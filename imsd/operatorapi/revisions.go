@@ -55,10 +55,6 @@ func (s *Service) PushAppRevision(ctx context.Context, req *connect.Request[imsv
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}
-	prev, perr := s.store.GetAppRevision(ctx, a.ID, 0)
-	if perr != nil && !errs.Is(perr, errs.NotFound) {
-		return nil, s.err(ctx, perr)
-	}
 	rev, created, err := s.store.CreateAppRevision(ctx, store.AppRevision{
 		AppID: a.ID, Digest: appconfig.Digest(files), Version: app.Metadata.Version, Files: files,
 		CreatedAt: s.now(), CreatedBy: callerFrom(ctx).Name,
@@ -67,7 +63,13 @@ func (s *Service) PushAppRevision(ctx context.Context, req *connect.Request[imsv
 		return nil, s.err(ctx, err)
 	}
 	out := &imsv1.PushAppRevisionResponse{App: appToProto(a), Revision: revisionToProto(rev, app), Created: created}
-	if created && perr == nil {
+	// The changes are against the revision just before this one, read
+	// after the insert so a concurrent push cannot slip in between.
+	if created && rev.Number > 1 {
+		prev, err := s.store.GetAppRevision(ctx, a.ID, rev.Number-1)
+		if err != nil {
+			return nil, s.err(ctx, err)
+		}
 		if old, err := appconfig.Parse(prev.Files, appconfig.Options{}); err == nil {
 			out.Changes = changesToProto(appconfig.Diff(old, app))
 		}
@@ -110,22 +112,39 @@ func (s *Service) DiffAppRevisions(ctx context.Context, req *connect.Request[ims
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}
-	from, err := s.store.GetAppRevision(ctx, a.ID, m.From)
+	from, err := s.revision(ctx, a, m.From)
 	if err != nil {
-		return nil, s.err(ctx, err)
+		return nil, err
 	}
-	to, err := s.store.GetAppRevision(ctx, a.ID, m.To)
+	to, err := s.revision(ctx, a, m.To)
 	if err != nil {
-		return nil, s.err(ctx, err)
+		return nil, err
 	}
-	// Revisions were valid when pushed; parse again without the checks
-	// that depend on this server's configuration failing them now.
+	// Revisions were valid when pushed and are immutable, so parsing
+	// them again only fails if the validator has grown stricter since.
 	oldApp, err1 := appconfig.Parse(from.Files, appconfig.Options{})
 	newApp, err2 := appconfig.Parse(to.Files, appconfig.Options{})
 	if err := errors.Join(err1, err2); err != nil {
-		return nil, s.err(ctx, fmt.Errorf("diff revisions %d and %d of app %s: %w", from.Number, to.Number, a.Name, err))
+		return nil, s.err(ctx, fmt.Errorf("diff revisions %d and %d of app %s: a revision no longer passes validation; push a corrected config and diff against it: %w", from.Number, to.Number, a.Name, err))
 	}
 	return connect.NewResponse(&imsv1.DiffAppRevisionsResponse{Changes: changesToProto(appconfig.Diff(oldApp, newApp))}), nil
+}
+
+// revision reads revision n of app a (0: the latest); a missing one is
+// named by the app's name, with where to find the ones that exist.
+func (s *Service) revision(ctx context.Context, a store.App, n int64) (store.AppRevision, error) {
+	r, err := s.store.GetAppRevision(ctx, a.ID, n)
+	if errs.Is(err, errs.NotFound) {
+		what := fmt.Sprintf("revision %d", n)
+		if n == 0 {
+			what = "any revision yet"
+		}
+		return r, s.err(ctx, errs.E(errs.NotFound, "app %q has no %s (byoc app revisions %s lists them; byoc app push creates one)", a.Name, what, a.Name))
+	}
+	if err != nil {
+		return r, s.err(ctx, err)
+	}
+	return r, nil
 }
 
 // configError turns app config problems into an InvalidArgument error that

@@ -18,7 +18,7 @@ type reader struct {
 	// prepare is false on PostgreSQL.
 	prepare bool
 
-	mu    sync.Mutex
+	mu    sync.RWMutex
 	stmts map[string]*sqlx.Stmt // by SQL text; at most maxStmts
 }
 
@@ -31,6 +31,14 @@ func newReader(db *sqlx.DB, prepare bool) *reader {
 func (r *reader) stmt(ctx context.Context, q string) *sqlx.Stmt {
 	if !r.prepare {
 		return nil
+	}
+	// Every read passes here: the usual case, a prepared query, only
+	// shares the lock.
+	r.mu.RLock()
+	st, ok := r.stmts[q]
+	r.mu.RUnlock()
+	if ok {
+		return st
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
