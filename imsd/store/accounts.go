@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -119,19 +120,29 @@ func (s *Store) GetApp(ctx context.Context, idOrName string) (App, error) {
 }
 
 type installRow struct {
-	ID        string `db:"id"`
-	AppID     string `db:"app_id"`
-	Name      string `db:"name"`
-	Inputs    string `db:"inputs"`
-	CreatedAt int64  `db:"created_at"`
+	ID          string `db:"id"`
+	AppID       string `db:"app_id"`
+	Name        string `db:"name"`
+	Inputs      string `db:"inputs"`
+	CreatedAt   int64  `db:"created_at"`
+	State       string `db:"state"`
+	AppRevision int64  `db:"app_revision"`
+	Settings    string `db:"settings"`
 }
+
+const installCols = `id, app_id, name, inputs, created_at, state, app_revision, settings`
 
 func (r installRow) install() (Install, error) {
 	in, err := decodeMap(r.Inputs)
 	if err != nil {
 		return Install{}, fmt.Errorf("install %s inputs: %w", r.ID, err)
 	}
-	return Install{ID: r.ID, AppID: r.AppID, Name: r.Name, Inputs: in, CreatedAt: fromNanos(r.CreatedAt)}, nil
+	var st InstallSettings
+	if err := json.Unmarshal([]byte(r.Settings), &st); err != nil {
+		return Install{}, fmt.Errorf("install %s settings: %w", r.ID, err)
+	}
+	return Install{ID: r.ID, AppID: r.AppID, Name: r.Name, Inputs: in, CreatedAt: fromNanos(r.CreatedAt),
+		State: InstallState(r.State), AppRevision: r.AppRevision, Settings: st}, nil
 }
 
 func installs(rows []installRow) ([]Install, error) {
@@ -172,8 +183,12 @@ func (s *Store) CreateInstall(ctx context.Context, in Install, tok EnrollmentTok
 		if err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, s.bind(`INSERT INTO installs (id, app_id, name, inputs, created_at) VALUES (?, ?, ?, ?, ?)`),
-			in.ID, in.AppID, in.Name, encodeMap(in.Inputs), nanos(in.CreatedAt))
+		settings, err := json.Marshal(in.Settings)
+		if err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, s.bind(`INSERT INTO installs (id, app_id, name, inputs, created_at, settings) VALUES (?, ?, ?, ?, ?, ?)`),
+			in.ID, in.AppID, in.Name, encodeMap(in.Inputs), nanos(in.CreatedAt), string(settings))
 		if isUnique(err) {
 			return errs.E(errs.AlreadyExists, "install %q already exists", in.Name)
 		}
@@ -188,7 +203,7 @@ func (s *Store) CreateInstall(ctx context.Context, in Install, tok EnrollmentTok
 // appID is "", ordered by name.
 func (s *Store) ListInstalls(ctx context.Context, appID string) ([]Install, error) {
 	var rows []installRow
-	err := s.r.SelectContext(ctx, &rows, s.bind(`SELECT id, app_id, name, inputs, created_at FROM installs
+	err := s.r.SelectContext(ctx, &rows, s.bind(`SELECT `+installCols+` FROM installs
 		WHERE ? = '' OR app_id = ? ORDER BY name`), appID, appID)
 	if err != nil {
 		return nil, fmt.Errorf("list installs: %w", err)
@@ -199,7 +214,7 @@ func (s *Store) ListInstalls(ctx context.Context, appID string) ([]Install, erro
 // GetInstall returns the install with ID or name idOrName; an ID match wins.
 func (s *Store) GetInstall(ctx context.Context, idOrName string) (Install, error) {
 	var r installRow
-	err := s.r.GetContext(ctx, &r, s.bind(`SELECT id, app_id, name, inputs, created_at FROM installs
+	err := s.r.GetContext(ctx, &r, s.bind(`SELECT `+installCols+` FROM installs
 		WHERE id = ? OR name = ? ORDER BY CASE WHEN id = ? THEN 0 ELSE 1 END LIMIT 1`), idOrName, idOrName, idOrName)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Install{}, errs.E(errs.NotFound, "install %q not found", idOrName)

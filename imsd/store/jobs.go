@@ -89,44 +89,57 @@ func toJobs(rows []jobRow) ([]Job, error) {
 // the ID, CreatedAt and defaults; MaxAttempts must be at least 1 and
 // Timeout positive. State, attempt, lease and result fields are ignored.
 func (s *Store) EnqueueJob(ctx context.Context, j Job) error {
+	config, err := checkJob(j)
+	if err != nil {
+		return err
+	}
+	j.Config = []byte(config)
+	return s.write(ctx, "enqueue job", func(tx *txn) error { return s.insertJob(ctx, tx, j) })
+}
+
+// checkJob checks a job to enqueue and returns its config as stored.
+func checkJob(j Job) (string, error) {
 	switch {
 	case j.ID == "":
-		return errs.Field("id", "required")
+		return "", errs.Field("id", "required")
 	case j.InstallID == "":
-		return errs.Field("install_id", "required")
+		return "", errs.Field("install_id", "required")
 	case j.ComponentType == "":
-		return errs.Field("component_type", "required")
+		return "", errs.Field("component_type", "required")
 	case j.Operation == "":
-		return errs.Field("operation", "required")
+		return "", errs.Field("operation", "required")
 	case j.MaxAttempts < 1:
-		return errs.Field("max_attempts", "must be at least 1, got %d", j.MaxAttempts)
+		return "", errs.Field("max_attempts", "must be at least 1, got %d", j.MaxAttempts)
 	case j.Timeout <= 0:
-		return errs.Field("timeout", "must be positive, got %s", j.Timeout)
+		return "", errs.Field("timeout", "must be positive, got %s", j.Timeout)
 	}
 	if err := requireTime("created_at", j.CreatedAt); err != nil {
-		return err
+		return "", err
 	}
 	config := "{}"
 	if len(j.Config) > 0 {
 		if !json.Valid(j.Config) {
-			return errs.Field("config", "not valid JSON")
+			return "", errs.Field("config", "not valid JSON")
 		}
 		config = string(j.Config)
 	}
-	return s.write(ctx, "enqueue job", func(tx *txn) error {
-		_, err := tx.ExecContext(ctx, s.bind(`INSERT INTO jobs (id, install_id, component_type, operation, config, state,
-			max_attempts, timeout_ns, created_at, created_by) VALUES (?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?)`),
-			j.ID, j.InstallID, j.ComponentType, j.Operation, config, j.MaxAttempts, int64(j.Timeout), nanos(j.CreatedAt), j.CreatedBy)
-		switch {
-		case isUnique(err):
-			return errs.E(errs.AlreadyExists, "job %q already exists", j.ID)
-		case isForeignKey(err):
-			return errs.E(errs.NotFound, "install %q not found", j.InstallID)
-		case err != nil:
-			return err
-		}
-		return s.notifyJobs(ctx, tx, j.InstallID)
-	})
+	return config, nil
+}
+
+// insertJob inserts a checked job as queued and wakes its install's agents.
+func (s *Store) insertJob(ctx context.Context, tx *txn, j Job) error {
+	_, err := tx.ExecContext(ctx, s.bind(`INSERT INTO jobs (id, install_id, component_type, operation, config, state,
+		max_attempts, timeout_ns, created_at, created_by) VALUES (?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?)`),
+		j.ID, j.InstallID, j.ComponentType, j.Operation, string(j.Config), j.MaxAttempts, int64(j.Timeout), nanos(j.CreatedAt), j.CreatedBy)
+	switch {
+	case isUnique(err):
+		return errs.E(errs.AlreadyExists, "job %q already exists", j.ID)
+	case isForeignKey(err):
+		return errs.E(errs.NotFound, "install %q not found", j.InstallID)
+	case err != nil:
+		return err
+	}
+	return s.notifyJobs(ctx, tx, j.InstallID)
 }
 
 // GetJob returns the job with ID id.

@@ -59,6 +59,39 @@ type Install struct {
 	Name      string
 	Inputs    map[string]string
 	CreatedAt time.Time
+	// State is where the install is in its lifecycle; workflows move it.
+	State InstallState
+	// AppRevision is the app revision the install last applied in full
+	// (0: none yet).
+	AppRevision int64
+	Settings    InstallSettings
+}
+
+// InstallState is where an install is in its lifecycle.
+type InstallState string
+
+// The install states.
+const (
+	InstallNew            InstallState = "new"
+	InstallProvisioning   InstallState = "provisioning"
+	InstallActive         InstallState = "active"
+	InstallFailed         InstallState = "failed"
+	InstallDeprovisioning InstallState = "deprovisioning"
+	InstallDeprovisioned  InstallState = "deprovisioned"
+)
+
+// InstallSettings are an install's own settings beside its inputs.
+type InstallSettings struct {
+	// Parallelism caps how many steps of one workflow run at once; 0 means
+	// the app's install_defaults.parallelism.
+	Parallelism int `json:"parallelism,omitempty"`
+	// RequireApproval overrides install_defaults.require_approval when set.
+	RequireApproval *bool `json:"require_approval,omitempty"`
+	// Overrides are per-component config merged over the app's, by
+	// component name.
+	Overrides map[string]map[string]any `json:"overrides,omitempty"`
+	// Source is the installs/*.toml file the install is managed from, or "".
+	Source string `json:"source,omitempty"`
 }
 
 // EnrollmentToken is a single-use, expiring credential that lets one agent

@@ -179,3 +179,7 @@ func changedFields(path string, a, b any) []string {
 	}
 	return out
 }
+
+// ChangedFields lists the key paths (under path) where two config values
+// differ, descending into tables.
+func ChangedFields(path string, a, b any) []string { return changedFields(path, a, b) }

@@ -17,6 +17,10 @@ type Options struct {
 	// Types are the component types installs can run, with a check of
 	// each type's config (nil: any config). Nil Types means BuiltinTypes.
 	Types map[string]ConfigCheck
+	// Stored says the files are a revision that passed validation when it
+	// was pushed: component types and their configs are not checked again
+	// (the plugins known then may differ from those known now).
+	Stored bool
 }
 
 // ConfigCheck checks a component's config against its type's schema and
@@ -51,6 +55,14 @@ func (a *App) validate(ds *diags, opts Options) {
 	types := opts.Types
 	if types == nil {
 		types = BuiltinTypes()
+	}
+	if opts.Stored {
+		types = map[string]ConfigCheck{}
+		for _, c := range append([]*Component{a.Sandbox}, a.Components...) {
+			if c != nil {
+				types[c.Type] = nil
+			}
+		}
 	}
 	v := &validator{a: a, ds: ds, types: types}
 	for _, c := range a.Components {
