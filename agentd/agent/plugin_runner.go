@@ -14,6 +14,7 @@ import (
 	"github.com/byoc-dev/byoc/agentd/secrets"
 	"github.com/byoc-dev/byoc/plugins/sdk"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
+	"github.com/byoc-dev/byoc/schema/appconfig"
 )
 
 // PluginRunner runs each job in a fresh component plugin subprocess, in a
@@ -44,20 +45,92 @@ func (r *PluginRunner) Run(ctx context.Context, job Job, rawLog func(int32, stri
 	for _, v := range r.Secrets {
 		secretValues = append(secretValues, v)
 	}
-	red := redact.New(secretValues...)
+	// Values imsd marks sensitive (sensitive inputs) are redacted like
+	// secrets; the list never reaches the plugin.
+	config, sensitive, sensErr := takeSensitive(job.Config)
+	job.Config = config
+	red := redact.New(append(secretValues, sensitive...)...)
 	// Every line goes through the redactor, so that a secret a plugin
 	// sends in pieces is caught too; flushed before the outcome.
 	stream := red.NewStream(redactHold, func(e redact.Event) { rawLog(e.Stream, e.Text) })
 	log := func(st int32, text string) { stream.Add(redact.Event{Stream: st, Text: text}) }
-	out := r.run(ctx, job, log, red)
+	var out Outcome
+	if sensErr != nil {
+		msg := red.String(sensErr.Error())
+		log(StreamSystem, "[agentd] "+msg)
+		out = Outcome{Outcome: agentv1.Outcome_OUTCOME_FAILED, ExitCode: -1, Error: msg}
+	} else {
+		out = r.run(ctx, job, log, red)
+	}
 	stream.Flush()
 	out.Error = red.String(out.Error)
 	out.Outputs = red.Map(out.Outputs)
 	return out
 }
 
+// SensitiveKey is the top-level config key that lists values to redact
+// from everything the job sends back (imsd puts the values of sensitive
+// inputs there). The agent removes it before the plugin sees the config.
+const SensitiveKey = "sensitive"
+
+// takeSensitive takes the "sensitive" list out of config.
+func takeSensitive(config map[string]any) (map[string]any, []string, error) {
+	raw, ok := config[SensitiveKey]
+	if !ok {
+		return config, nil, nil
+	}
+	rest := maps.Clone(config)
+	delete(rest, SensitiveKey)
+	list, ok := raw.([]any)
+	if !ok {
+		return rest, nil, fmt.Errorf("config.%s: must be a list of strings", SensitiveKey)
+	}
+	var out []string
+	for i, v := range list {
+		s, ok := v.(string)
+		if !ok {
+			return rest, out, fmt.Errorf("config.%s[%d]: must be a string", SensitiveKey, i)
+		}
+		out = append(out, s)
+	}
+	return rest, out, nil
+}
+
+// substituteSecrets replaces every {{ .secrets.NAME }} in the strings of a
+// config value with the secret's value; NAME must be one of env's.
+func substituteSecrets(path string, v any, env map[string]string) (any, error) {
+	switch v := v.(type) {
+	case string:
+		out, err := appconfig.ReplaceSecrets(v, func(n string) (string, bool) { s, ok := env[n]; return s, ok })
+		if err != nil {
+			return nil, fmt.Errorf("%s: %v (list it in config.%s)", path, err, SecretsKey)
+		}
+		return out, nil
+	case []any:
+		out := make([]any, len(v))
+		for i, e := range v {
+			var err error
+			if out[i], err = substituteSecrets(fmt.Sprintf("%s[%d]", path, i), e, env); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	case map[string]any:
+		out := make(map[string]any, len(v))
+		for k, e := range v {
+			var err error
+			if out[k], err = substituteSecrets(path+"."+k, e, env); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	}
+	return v, nil
+}
+
 // resolveSecrets takes the "secrets" list out of config and returns the
-// named secrets as environment variables.
+// named secrets as environment variables, with every {{ .secrets.NAME }}
+// in the config's strings replaced by the value.
 func (r *PluginRunner) resolveSecrets(config map[string]any) (map[string]any, map[string]string, error) {
 	raw, ok := config[SecretsKey]
 	if !ok {
@@ -85,7 +158,11 @@ func (r *PluginRunner) resolveSecrets(config map[string]any) (map[string]any, ma
 		}
 		env[name] = v
 	}
-	return rest, env, nil
+	out, err := substituteSecrets("config", rest, env)
+	if err != nil {
+		return nil, nil, err
+	}
+	return out.(map[string]any), env, nil
 }
 
 func (r *PluginRunner) run(ctx context.Context, job Job, log func(int32, string), red *redact.Redactor) Outcome {

@@ -29,6 +29,9 @@ var readOnly = map[string]bool{
 	imsv1connect.OperatorServiceListJobsProcedure:         true,
 	imsv1connect.OperatorServiceGetJobProcedure:           true,
 	imsv1connect.OperatorServiceStreamJobLogsProcedure:    true,
+	imsv1connect.OperatorServicePlanInstallProcedure:      true,
+	imsv1connect.OperatorServiceListWorkflowsProcedure:    true,
+	imsv1connect.OperatorServiceGetWorkflowProcedure:      true,
 }
 
 type callerKey struct{}

@@ -22,6 +22,7 @@ import (
 	"github.com/byoc-dev/byoc/imsd/errs"
 	"github.com/byoc-dev/byoc/imsd/rpcerr"
 	"github.com/byoc-dev/byoc/imsd/store"
+	"github.com/byoc-dev/byoc/imsd/workflow"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1/imsv1connect"
 )
@@ -54,6 +55,8 @@ type Config struct {
 	// FleetCoalesce is the least time between two re-reads of one fleet
 	// watcher, so a burst of changes costs one read.
 	FleetCoalesce time.Duration
+	// Engine runs workflows; the service queues them and wakes it.
+	Engine *workflow.Engine
 }
 
 // Service implements imsv1connect.OperatorServiceHandler.
@@ -689,7 +692,8 @@ func (s *Service) fleet(ctx context.Context, appID string) (map[string]*imsv1.In
 	}
 	out := make(map[string]*imsv1.InstallStatus, len(fs.Installs))
 	for _, in := range fs.Installs {
-		p := &imsv1.Install{Id: in.ID, AppId: in.AppID, Name: in.Name, Inputs: in.Inputs, CreateTime: ts(in.CreatedAt)}
+		p := &imsv1.Install{Id: in.ID, AppId: in.AppID, Name: in.Name, Inputs: in.Inputs, CreateTime: ts(in.CreatedAt),
+		State: string(in.State), AppRevision: in.AppRevision, Settings: settingsToProto(in.Settings)}
 		p.Agent = s.agentStatus(fs.Agents[in.ID])
 		out[in.ID] = &imsv1.InstallStatus{
 			Install: p, AppName: appNames[in.AppID],
@@ -714,7 +718,8 @@ func appToProto(a store.App) *imsv1.App {
 }
 
 func (s *Service) installToProto(ctx context.Context, in store.Install) *imsv1.Install {
-	p := &imsv1.Install{Id: in.ID, AppId: in.AppID, Name: in.Name, Inputs: in.Inputs, CreateTime: ts(in.CreatedAt)}
+	p := &imsv1.Install{Id: in.ID, AppId: in.AppID, Name: in.Name, Inputs: in.Inputs, CreateTime: ts(in.CreatedAt),
+		State: string(in.State), AppRevision: in.AppRevision, Settings: settingsToProto(in.Settings)}
 	agents, err := s.store.AgentsForInstall(ctx, in.ID)
 	if err != nil {
 		return p

@@ -2,8 +2,10 @@ package operatorapi
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"path"
 	"strings"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/byoc-dev/byoc/imsd/auth"
 	"github.com/byoc-dev/byoc/imsd/errs"
 	"github.com/byoc-dev/byoc/imsd/store"
+	"github.com/byoc-dev/byoc/imsd/workflow"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 	"github.com/byoc-dev/byoc/schema/appconfig"
 )
@@ -74,7 +77,95 @@ func (s *Service) PushAppRevision(ctx context.Context, req *connect.Request[imsv
 			out.Changes = changesToProto(appconfig.Diff(old, app))
 		}
 	}
+	if req.Msg.NoDeploy {
+		return connect.NewResponse(out), nil
+	}
+	if out.Installs, err = s.applyInstallFiles(ctx, a, app); err != nil {
+		return nil, s.err(ctx, err)
+	}
+	// Every install that runs the app follows it: an update workflow
+	// deploys what the new revision (or a changed installs/*.toml)
+	// changes for it. An install with nothing to change ends its
+	// workflow at once.
+	changed := map[string]bool{}
+	for _, ia := range out.Installs {
+		changed[ia.Name] = ia.Op == "changed"
+	}
+	installs, err := s.store.ListInstalls(ctx, a.ID)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	for _, in := range installs {
+		if in.State != store.InstallActive && in.State != store.InstallFailed {
+			continue
+		}
+		if !created && !changed[in.Name] {
+			continue
+		}
+		reason := fmt.Sprintf("app push: revision %d", rev.Number)
+		if !created {
+			reason = fmt.Sprintf("app push: %s changed", in.Settings.Source)
+		}
+		wf, err := s.queueWorkflow(ctx, in, workflow.Update, rev.Number, reason)
+		if err != nil {
+			return nil, s.err(ctx, err)
+		}
+		out.Workflows = append(out.Workflows, s.workflowToProto(ctx, wf, nil))
+	}
 	return connect.NewResponse(out), nil
+}
+
+// applyInstallFiles creates or changes the installs of installs/*.toml.
+// Installs the files no longer name are left alone.
+func (s *Service) applyInstallFiles(ctx context.Context, a store.App, app *appconfig.App) ([]*imsv1.InstallApplied, error) {
+	var out []*imsv1.InstallApplied
+	for _, f := range app.Installs {
+		file := app.FileOf("install", f.Name)
+		inputs := map[string]string{}
+		for k, v := range f.Inputs {
+			inputs[k] = appconfig.InputText(v)
+		}
+		settings := store.InstallSettings{Parallelism: f.Parallelism, RequireApproval: f.RequireApproval, Source: file}
+		for name, o := range f.Components {
+			if len(o.Config) > 0 {
+				if settings.Overrides == nil {
+					settings.Overrides = map[string]map[string]any{}
+				}
+				settings.Overrides[name] = o.Config
+			}
+		}
+		ia := &imsv1.InstallApplied{Name: f.Name, File: file}
+		in, err := s.store.GetInstall(ctx, f.Name)
+		switch {
+		case errs.Is(err, errs.NotFound):
+			now := s.now()
+			in = store.Install{ID: auth.NewID("ins_"), AppID: a.ID, Name: f.Name, Inputs: inputs, CreatedAt: now, Settings: settings}
+			secret := auth.NewSecret(auth.EnrollTokenPrefix)
+			et := store.EnrollmentToken{Hash: auth.Hash(secret), InstallID: in.ID, ExpiresAt: now.Add(DefaultEnrollTokenTTL), CreatedAt: now}
+			if err := s.store.CreateInstall(ctx, in, et); err != nil {
+				return nil, fmt.Errorf("%s: %w", file, err)
+			}
+			in.State = store.InstallNew
+			ia.Op = "created"
+			ia.EnrollmentToken = &imsv1.EnrollmentToken{Token: secret, ExpireTime: timestamppb.New(et.ExpiresAt)}
+			s.hub.FleetChanged()
+		case err != nil:
+			return nil, err
+		case in.AppID != a.ID:
+			return nil, errs.E(errs.Conflict, "%s: install %q belongs to another app; rename the file or set name = \"...\"", file, f.Name)
+		case maps.Equal(in.Inputs, inputs) && sameJSON(in.Settings, settings):
+			ia.Op = "unchanged"
+		default:
+			if in, err = s.store.UpdateInstall(ctx, in.ID, inputs, settings); err != nil {
+				return nil, fmt.Errorf("%s: %w", file, err)
+			}
+			ia.Op = "changed"
+			s.hub.FleetChanged()
+		}
+		ia.Install = s.installToProto(ctx, in)
+		out = append(out, ia)
+	}
+	return out, nil
 }
 
 // ListAppRevisions lists an app's revisions, newest first.
@@ -180,4 +271,12 @@ func changesToProto(cs []appconfig.Change) []*imsv1.ConfigChange {
 		out[i] = &imsv1.ConfigChange{Kind: c.Kind, Name: c.Name, Op: c.Op, Fields: c.Fields}
 	}
 	return out
+}
+
+// sameJSON compares two values by their JSON, so numbers read from TOML and
+// from the database compare equal.
+func sameJSON(a, b any) bool {
+	x, err1 := json.Marshal(a)
+	y, err2 := json.Marshal(b)
+	return err1 == nil && err2 == nil && string(x) == string(y)
 }

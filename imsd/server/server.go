@@ -26,6 +26,7 @@ import (
 	"github.com/byoc-dev/byoc/imsd/dispatch"
 	"github.com/byoc-dev/byoc/imsd/operatorapi"
 	"github.com/byoc-dev/byoc/imsd/store"
+	"github.com/byoc-dev/byoc/imsd/workflow"
 	"github.com/byoc-dev/byoc/internal/atomicfile"
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1/agentv1connect"
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1/imsv1connect"
@@ -51,6 +52,10 @@ type Config struct {
 	LeaseDuration     time.Duration // default 30s
 	HeartbeatInterval time.Duration // default 10s
 	SweepInterval     time.Duration // default 1s
+	// WorkflowInterval is how often every unfinished workflow is looked at
+	// without a signal (default 2s): what resumes workflows after a
+	// restart and picks up other replicas' changes.
+	WorkflowInterval time.Duration
 
 	Logger *slog.Logger
 	Now    func() time.Time
@@ -95,10 +100,12 @@ type Server struct {
 	cfg   Config
 	store *store.Store
 	hub   *dispatch.Hub
-	ln    net.Listener
-	http  *http.Server
-	reg   *prometheus.Registry
-	log   *slog.Logger
+	// engine runs workflows.
+	engine *workflow.Engine
+	ln     net.Listener
+	http   *http.Server
+	reg    *prometheus.Registry
+	log    *slog.Logger
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -122,6 +129,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
 	s := &Server{cfg: cfg, store: st, hub: dispatch.NewHub(), log: cfg.Logger}
+	s.engine = workflow.NewEngine(st, s.hub, cfg.Now, s.log)
+	if cfg.WorkflowInterval > 0 {
+		s.engine.Interval = cfg.WorkflowInterval
+	}
 	if err := s.bootstrap(ctx); err != nil {
 		st.Close()
 		return nil, err
@@ -165,7 +176,7 @@ func (s *Server) newHTTPServer() *http.Server {
 	obs := newMetrics(s.reg, s.hub)
 
 	mux := http.NewServeMux()
-	op := operatorapi.New(s.store, s.hub, operatorapi.Config{HeartbeatInterval: cfg.HeartbeatInterval}, cfg.Now, s.log)
+	op := operatorapi.New(s.store, s.hub, operatorapi.Config{HeartbeatInterval: cfg.HeartbeatInterval, Engine: s.engine}, cfg.Now, s.log)
 	mux.Handle(imsv1connect.NewOperatorServiceHandler(op,
 		connect.WithInterceptors(operatorapi.NewAuthenticator(s.store, cfg.Now)),
 		connect.WithReadMaxBytes(4<<20),
@@ -230,8 +241,9 @@ func (s *Server) Hub() *dispatch.Hub { return s.hub }
 // Serve runs until ctx ends or Close is called; it then drains and returns.
 func (s *Server) Serve(ctx context.Context) error {
 	ctx, s.cancel = context.WithCancel(ctx)
-	s.wg.Add(2)
+	s.wg.Add(3)
 	go func() { defer s.wg.Done(); s.sweep(ctx) }()
+	go func() { defer s.wg.Done(); s.engine.Run(ctx) }()
 	go func() {
 		defer s.wg.Done()
 		if err := s.store.Listen(ctx, s.hub.Wake, s.hub.NotifyLog); err != nil && ctx.Err() == nil {

@@ -7,6 +7,7 @@
 //	  "steps": [{"name": "build", "script": "make", "timeout": "10m"}],
 //	  "destroy_steps": [{"name": "teardown", "script": "..."}],
 //	  "shell": "/bin/sh",
+//	  "env": {"REGION": "eu-west-1"},
 //	  "sandbox": {"network": false, "memory_mb": 512, "cpus": 1, "pids": 512}
 //	}
 //
@@ -25,6 +26,7 @@ package action
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 
@@ -50,6 +52,7 @@ const configSchema = `{
     "steps": {"$ref": "#/$defs/steps", "minItems": 1},
     "destroy_steps": {"$ref": "#/$defs/steps"},
     "shell": {"type": "string", "default": "/bin/sh"},
+    "env": {"$ref": "#/$defs/env"},
     "sandbox": {
       "type": "object",
       "additionalProperties": false,
@@ -62,6 +65,11 @@ const configSchema = `{
     }
   },
   "$defs": {
+    "env": {
+      "type": "object",
+      "description": "environment variables of the steps, added to the job's",
+      "additionalProperties": {"type": "string"}
+    },
     "steps": {
       "type": "array",
       "items": {
@@ -71,6 +79,7 @@ const configSchema = `{
         "properties": {
           "name": {"type": "string"},
           "script": {"type": "string", "minLength": 1},
+          "env": {"$ref": "#/$defs/env"},
           "timeout": {"type": "string", "description": "Go duration such as 30s or 10m; the job's time limit otherwise"}
         }
       }
@@ -165,12 +174,14 @@ type step struct {
 	Name    string
 	Script  string
 	Timeout time.Duration
+	Env     map[string]string
 }
 
 type config struct {
 	Steps        []step
 	DestroySteps []step
 	Shell        string
+	Env          map[string]string
 	Network      bool
 	Limits       sandbox.Limits
 }
@@ -196,7 +207,7 @@ func parseConfig(m map[string]any) (config, []sdk.Diagnostic) {
 
 	for k := range m {
 		switch k {
-		case "steps", "destroy_steps", "shell", "sandbox":
+		case "steps", "destroy_steps", "shell", "sandbox", "env":
 		default:
 			bad(k, "unknown field")
 		}
@@ -214,6 +225,9 @@ func parseConfig(m map[string]any) (config, []sdk.Diagnostic) {
 	}
 	if v, ok := m["sandbox"]; ok {
 		parseSandbox(v, &cfg, bad)
+	}
+	if v, ok := m["env"]; ok {
+		cfg.Env = parseEnv("env", v, bad)
 	}
 	steps, ok := m["steps"]
 	if !ok {
@@ -265,6 +279,8 @@ func parseSteps(field string, v any, bad func(field, msg string)) []step {
 				default:
 					s.Timeout = d
 				}
+			case "env":
+				s.Env = parseEnv(at+".env", val, bad)
 			case "script":
 				script, ok := val.(string)
 				if !ok {
@@ -284,6 +300,32 @@ func parseSteps(field string, v any, bad func(field, msg string)) []step {
 		steps = append(steps, s)
 	}
 	return steps
+}
+
+// envNameRE is what a step's environment variable may be called.
+var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+func parseEnv(field string, v any, bad func(field, msg string)) map[string]string {
+	obj, ok := v.(map[string]any)
+	if !ok {
+		bad(field, "must be an object of strings")
+		return nil
+	}
+	env := make(map[string]string, len(obj))
+	for k, val := range obj {
+		s, ok := val.(string)
+		switch {
+		case !envNameRE.MatchString(k):
+			bad(field+"."+k, "is not a valid environment variable name")
+		case strings.HasPrefix(k, "BYOC_"):
+			bad(field+"."+k, "BYOC_ variables are set by the agent")
+		case !ok:
+			bad(field+"."+k, "must be a string")
+		default:
+			env[k] = s
+		}
+	}
+	return env
 }
 
 func parseSandbox(v any, cfg *config, bad func(field, msg string)) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -51,7 +52,14 @@ func (p *Plugin) runSteps(ctx context.Context, cfg config, steps []step, job sdk
 		}
 		log.System(label + ": start")
 		start := time.Now()
-		code, err := runStep(ctx, sb, policy, cfg.Shell, s, env, outFile, log)
+		// The job's environment, then the action's, then the step's.
+		stepEnv := maps.Clone(env)
+		if stepEnv == nil {
+			stepEnv = map[string]string{}
+		}
+		maps.Copy(stepEnv, cfg.Env)
+		maps.Copy(stepEnv, s.Env)
+		code, err := runStep(ctx, sb, policy, cfg.Shell, s, stepEnv, outFile, log)
 		if err != nil {
 			log.System(fmt.Sprintf("%s: %v", label, err))
 			return code, outputs, fmt.Errorf("step %q: %w", s.Name, err)

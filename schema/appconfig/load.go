@@ -214,6 +214,10 @@ func (a *App) addOrigin(ds *diags, kind, name, file string) {
 }
 
 // fileOf returns the file that defined a component, action or install.
+// FileOf returns the file a component, action or install was read from
+// (kind "component", "action" or "install").
+func (a *App) FileOf(kind, name string) string { return a.fileOf(kind, name) }
+
 func (a *App) fileOf(kind, name string) string {
 	return a.origin[kind+"/"+name]
 }

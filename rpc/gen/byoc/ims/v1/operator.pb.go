@@ -824,7 +824,13 @@ type Install struct {
 	Inputs     map[string]string      `protobuf:"bytes,4,rep,name=inputs,proto3" json:"inputs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	// agent is unset until an agent has enrolled.
-	Agent         *AgentStatus `protobuf:"bytes,6,opt,name=agent,proto3" json:"agent,omitempty"`
+	Agent *AgentStatus `protobuf:"bytes,6,opt,name=agent,proto3" json:"agent,omitempty"`
+	// state is new, provisioning, active, failed, deprovisioning or
+	// deprovisioned.
+	State string `protobuf:"bytes,7,opt,name=state,proto3" json:"state,omitempty"`
+	// app_revision is the app revision the install last applied in full.
+	AppRevision   int64            `protobuf:"varint,8,opt,name=app_revision,json=appRevision,proto3" json:"app_revision,omitempty"`
+	Settings      *InstallSettings `protobuf:"bytes,9,opt,name=settings,proto3" json:"settings,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -901,6 +907,101 @@ func (x *Install) GetAgent() *AgentStatus {
 	return nil
 }
 
+func (x *Install) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *Install) GetAppRevision() int64 {
+	if x != nil {
+		return x.AppRevision
+	}
+	return 0
+}
+
+func (x *Install) GetSettings() *InstallSettings {
+	if x != nil {
+		return x.Settings
+	}
+	return nil
+}
+
+// InstallSettings are an install's own settings beside its inputs.
+type InstallSettings struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// parallelism caps the steps of one workflow that run at once; 0 means
+	// the app's install_defaults.parallelism.
+	Parallelism int32 `protobuf:"varint,1,opt,name=parallelism,proto3" json:"parallelism,omitempty"`
+	// require_approval, when set, overrides install_defaults.require_approval.
+	RequireApproval *bool `protobuf:"varint,2,opt,name=require_approval,json=requireApproval,proto3,oneof" json:"require_approval,omitempty"`
+	// overrides are per-component config merged over the app's, by component.
+	Overrides map[string]*structpb.Struct `protobuf:"bytes,3,rep,name=overrides,proto3" json:"overrides,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// source is the installs/*.toml file the install is managed from.
+	Source        string `protobuf:"bytes,4,opt,name=source,proto3" json:"source,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InstallSettings) Reset() {
+	*x = InstallSettings{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InstallSettings) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InstallSettings) ProtoMessage() {}
+
+func (x *InstallSettings) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InstallSettings.ProtoReflect.Descriptor instead.
+func (*InstallSettings) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *InstallSettings) GetParallelism() int32 {
+	if x != nil {
+		return x.Parallelism
+	}
+	return 0
+}
+
+func (x *InstallSettings) GetRequireApproval() bool {
+	if x != nil && x.RequireApproval != nil {
+		return *x.RequireApproval
+	}
+	return false
+}
+
+func (x *InstallSettings) GetOverrides() map[string]*structpb.Struct {
+	if x != nil {
+		return x.Overrides
+	}
+	return nil
+}
+
+func (x *InstallSettings) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
 type CreateInstallRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// app is the app id or name.
@@ -916,7 +1017,7 @@ type CreateInstallRequest struct {
 
 func (x *CreateInstallRequest) Reset() {
 	*x = CreateInstallRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[13]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -928,7 +1029,7 @@ func (x *CreateInstallRequest) String() string {
 func (*CreateInstallRequest) ProtoMessage() {}
 
 func (x *CreateInstallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[13]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -941,7 +1042,7 @@ func (x *CreateInstallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateInstallRequest.ProtoReflect.Descriptor instead.
 func (*CreateInstallRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{13}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CreateInstallRequest) GetApp() string {
@@ -982,7 +1083,7 @@ type CreateInstallResponse struct {
 
 func (x *CreateInstallResponse) Reset() {
 	*x = CreateInstallResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[14]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -994,7 +1095,7 @@ func (x *CreateInstallResponse) String() string {
 func (*CreateInstallResponse) ProtoMessage() {}
 
 func (x *CreateInstallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[14]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1007,7 +1108,7 @@ func (x *CreateInstallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateInstallResponse.ProtoReflect.Descriptor instead.
 func (*CreateInstallResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{14}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CreateInstallResponse) GetInstall() *Install {
@@ -1035,7 +1136,7 @@ type EnrollmentToken struct {
 
 func (x *EnrollmentToken) Reset() {
 	*x = EnrollmentToken{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[15]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1047,7 +1148,7 @@ func (x *EnrollmentToken) String() string {
 func (*EnrollmentToken) ProtoMessage() {}
 
 func (x *EnrollmentToken) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[15]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1060,7 +1161,7 @@ func (x *EnrollmentToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollmentToken.ProtoReflect.Descriptor instead.
 func (*EnrollmentToken) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{15}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *EnrollmentToken) GetToken() string {
@@ -1087,7 +1188,7 @@ type ListInstallsRequest struct {
 
 func (x *ListInstallsRequest) Reset() {
 	*x = ListInstallsRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[16]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1099,7 +1200,7 @@ func (x *ListInstallsRequest) String() string {
 func (*ListInstallsRequest) ProtoMessage() {}
 
 func (x *ListInstallsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[16]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1112,7 +1213,7 @@ func (x *ListInstallsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInstallsRequest.ProtoReflect.Descriptor instead.
 func (*ListInstallsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{16}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListInstallsRequest) GetApp() string {
@@ -1131,7 +1232,7 @@ type ListInstallsResponse struct {
 
 func (x *ListInstallsResponse) Reset() {
 	*x = ListInstallsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[17]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1143,7 +1244,7 @@ func (x *ListInstallsResponse) String() string {
 func (*ListInstallsResponse) ProtoMessage() {}
 
 func (x *ListInstallsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[17]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1156,7 +1257,7 @@ func (x *ListInstallsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInstallsResponse.ProtoReflect.Descriptor instead.
 func (*ListInstallsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{17}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListInstallsResponse) GetInstalls() []*Install {
@@ -1175,7 +1276,7 @@ type GetInstallRequest struct {
 
 func (x *GetInstallRequest) Reset() {
 	*x = GetInstallRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[18]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1187,7 +1288,7 @@ func (x *GetInstallRequest) String() string {
 func (*GetInstallRequest) ProtoMessage() {}
 
 func (x *GetInstallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[18]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1200,7 +1301,7 @@ func (x *GetInstallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInstallRequest.ProtoReflect.Descriptor instead.
 func (*GetInstallRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{18}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetInstallRequest) GetIdOrName() string {
@@ -1219,7 +1320,7 @@ type GetInstallResponse struct {
 
 func (x *GetInstallResponse) Reset() {
 	*x = GetInstallResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[19]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1231,7 +1332,7 @@ func (x *GetInstallResponse) String() string {
 func (*GetInstallResponse) ProtoMessage() {}
 
 func (x *GetInstallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[19]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1244,7 +1345,7 @@ func (x *GetInstallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInstallResponse.ProtoReflect.Descriptor instead.
 func (*GetInstallResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{19}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetInstallResponse) GetInstall() *Install {
@@ -1269,7 +1370,7 @@ type InstallStatus struct {
 
 func (x *InstallStatus) Reset() {
 	*x = InstallStatus{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[20]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1281,7 +1382,7 @@ func (x *InstallStatus) String() string {
 func (*InstallStatus) ProtoMessage() {}
 
 func (x *InstallStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[20]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1294,7 +1395,7 @@ func (x *InstallStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstallStatus.ProtoReflect.Descriptor instead.
 func (*InstallStatus) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{20}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *InstallStatus) GetInstall() *Install {
@@ -1335,7 +1436,7 @@ type WatchInstallsRequest struct {
 
 func (x *WatchInstallsRequest) Reset() {
 	*x = WatchInstallsRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[21]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1347,7 +1448,7 @@ func (x *WatchInstallsRequest) String() string {
 func (*WatchInstallsRequest) ProtoMessage() {}
 
 func (x *WatchInstallsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[21]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1360,7 +1461,7 @@ func (x *WatchInstallsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchInstallsRequest.ProtoReflect.Descriptor instead.
 func (*WatchInstallsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{21}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *WatchInstallsRequest) GetApp() string {
@@ -1385,7 +1486,7 @@ type WatchInstallsResponse struct {
 
 func (x *WatchInstallsResponse) Reset() {
 	*x = WatchInstallsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[22]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1397,7 +1498,7 @@ func (x *WatchInstallsResponse) String() string {
 func (*WatchInstallsResponse) ProtoMessage() {}
 
 func (x *WatchInstallsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[22]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1410,7 +1511,7 @@ func (x *WatchInstallsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchInstallsResponse.ProtoReflect.Descriptor instead.
 func (*WatchInstallsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{22}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WatchInstallsResponse) GetSnapshot() bool {
@@ -1434,6 +1535,147 @@ func (x *WatchInstallsResponse) GetRemovedInstallIds() []string {
 	return nil
 }
 
+type UpdateInstallRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Install string                 `protobuf:"bytes,1,opt,name=install,proto3" json:"install,omitempty"`
+	// set_inputs are input values to set (as text; typed by the app).
+	SetInputs map[string]string `protobuf:"bytes,2,rep,name=set_inputs,json=setInputs,proto3" json:"set_inputs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// unset_inputs are inputs to remove, so their defaults apply.
+	UnsetInputs []string `protobuf:"bytes,3,rep,name=unset_inputs,json=unsetInputs,proto3" json:"unset_inputs,omitempty"`
+	// parallelism, when set, replaces the install's (0 = the app's default).
+	Parallelism     *int32 `protobuf:"varint,4,opt,name=parallelism,proto3,oneof" json:"parallelism,omitempty"`
+	RequireApproval *bool  `protobuf:"varint,5,opt,name=require_approval,json=requireApproval,proto3,oneof" json:"require_approval,omitempty"`
+	// deploy queues an update workflow after the change.
+	Deploy        bool `protobuf:"varint,6,opt,name=deploy,proto3" json:"deploy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateInstallRequest) Reset() {
+	*x = UpdateInstallRequest{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateInstallRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateInstallRequest) ProtoMessage() {}
+
+func (x *UpdateInstallRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateInstallRequest.ProtoReflect.Descriptor instead.
+func (*UpdateInstallRequest) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *UpdateInstallRequest) GetInstall() string {
+	if x != nil {
+		return x.Install
+	}
+	return ""
+}
+
+func (x *UpdateInstallRequest) GetSetInputs() map[string]string {
+	if x != nil {
+		return x.SetInputs
+	}
+	return nil
+}
+
+func (x *UpdateInstallRequest) GetUnsetInputs() []string {
+	if x != nil {
+		return x.UnsetInputs
+	}
+	return nil
+}
+
+func (x *UpdateInstallRequest) GetParallelism() int32 {
+	if x != nil && x.Parallelism != nil {
+		return *x.Parallelism
+	}
+	return 0
+}
+
+func (x *UpdateInstallRequest) GetRequireApproval() bool {
+	if x != nil && x.RequireApproval != nil {
+		return *x.RequireApproval
+	}
+	return false
+}
+
+func (x *UpdateInstallRequest) GetDeploy() bool {
+	if x != nil {
+		return x.Deploy
+	}
+	return false
+}
+
+type UpdateInstallResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Install *Install               `protobuf:"bytes,1,opt,name=install,proto3" json:"install,omitempty"`
+	// workflow is the update workflow queued with deploy.
+	Workflow      *Workflow `protobuf:"bytes,2,opt,name=workflow,proto3" json:"workflow,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateInstallResponse) Reset() {
+	*x = UpdateInstallResponse{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateInstallResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateInstallResponse) ProtoMessage() {}
+
+func (x *UpdateInstallResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateInstallResponse.ProtoReflect.Descriptor instead.
+func (*UpdateInstallResponse) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *UpdateInstallResponse) GetInstall() *Install {
+	if x != nil {
+		return x.Install
+	}
+	return nil
+}
+
+func (x *UpdateInstallResponse) GetWorkflow() *Workflow {
+	if x != nil {
+		return x.Workflow
+	}
+	return nil
+}
+
 type CreateEnrollmentTokenRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Install       string                 `protobuf:"bytes,1,opt,name=install,proto3" json:"install,omitempty"`
@@ -1444,7 +1686,7 @@ type CreateEnrollmentTokenRequest struct {
 
 func (x *CreateEnrollmentTokenRequest) Reset() {
 	*x = CreateEnrollmentTokenRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[23]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1456,7 +1698,7 @@ func (x *CreateEnrollmentTokenRequest) String() string {
 func (*CreateEnrollmentTokenRequest) ProtoMessage() {}
 
 func (x *CreateEnrollmentTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[23]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1469,7 +1711,7 @@ func (x *CreateEnrollmentTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateEnrollmentTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateEnrollmentTokenRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{23}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CreateEnrollmentTokenRequest) GetInstall() string {
@@ -1495,7 +1737,7 @@ type CreateEnrollmentTokenResponse struct {
 
 func (x *CreateEnrollmentTokenResponse) Reset() {
 	*x = CreateEnrollmentTokenResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[24]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1507,7 +1749,7 @@ func (x *CreateEnrollmentTokenResponse) String() string {
 func (*CreateEnrollmentTokenResponse) ProtoMessage() {}
 
 func (x *CreateEnrollmentTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[24]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1520,7 +1762,7 @@ func (x *CreateEnrollmentTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateEnrollmentTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateEnrollmentTokenResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{24}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CreateEnrollmentTokenResponse) GetEnrollmentToken() *EnrollmentToken {
@@ -1565,7 +1807,7 @@ type Job struct {
 
 func (x *Job) Reset() {
 	*x = Job{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[25]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1577,7 +1819,7 @@ func (x *Job) String() string {
 func (*Job) ProtoMessage() {}
 
 func (x *Job) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[25]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1590,7 +1832,7 @@ func (x *Job) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Job.ProtoReflect.Descriptor instead.
 func (*Job) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{25}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Job) GetId() string {
@@ -1751,7 +1993,7 @@ type EnqueueJobRequest struct {
 
 func (x *EnqueueJobRequest) Reset() {
 	*x = EnqueueJobRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[26]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1763,7 +2005,7 @@ func (x *EnqueueJobRequest) String() string {
 func (*EnqueueJobRequest) ProtoMessage() {}
 
 func (x *EnqueueJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[26]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1776,7 +2018,7 @@ func (x *EnqueueJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueJobRequest.ProtoReflect.Descriptor instead.
 func (*EnqueueJobRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{26}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *EnqueueJobRequest) GetInstall() string {
@@ -1830,7 +2072,7 @@ type EnqueueJobResponse struct {
 
 func (x *EnqueueJobResponse) Reset() {
 	*x = EnqueueJobResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[27]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1842,7 +2084,7 @@ func (x *EnqueueJobResponse) String() string {
 func (*EnqueueJobResponse) ProtoMessage() {}
 
 func (x *EnqueueJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[27]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1855,7 +2097,7 @@ func (x *EnqueueJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueJobResponse.ProtoReflect.Descriptor instead.
 func (*EnqueueJobResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{27}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *EnqueueJobResponse) GetJob() *Job {
@@ -1881,7 +2123,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[28]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1893,7 +2135,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[28]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1906,7 +2148,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{28}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListJobsRequest) GetInstall() string {
@@ -1947,7 +2189,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[29]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1959,7 +2201,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[29]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1972,7 +2214,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{29}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -1998,7 +2240,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[30]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2010,7 +2252,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[30]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2023,7 +2265,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{30}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GetJobRequest) GetId() string {
@@ -2042,7 +2284,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[31]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2054,7 +2296,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[31]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2067,7 +2309,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{31}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GetJobResponse) GetJob() *Job {
@@ -2091,7 +2333,7 @@ type LogLine struct {
 
 func (x *LogLine) Reset() {
 	*x = LogLine{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[32]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2103,7 +2345,7 @@ func (x *LogLine) String() string {
 func (*LogLine) ProtoMessage() {}
 
 func (x *LogLine) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[32]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2116,7 +2358,7 @@ func (x *LogLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogLine.ProtoReflect.Descriptor instead.
 func (*LogLine) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{32}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *LogLine) GetAttempt() int32 {
@@ -2180,7 +2422,7 @@ type StreamJobLogsRequest struct {
 
 func (x *StreamJobLogsRequest) Reset() {
 	*x = StreamJobLogsRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[33]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2192,7 +2434,7 @@ func (x *StreamJobLogsRequest) String() string {
 func (*StreamJobLogsRequest) ProtoMessage() {}
 
 func (x *StreamJobLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[33]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2205,7 +2447,7 @@ func (x *StreamJobLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamJobLogsRequest.ProtoReflect.Descriptor instead.
 func (*StreamJobLogsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{33}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *StreamJobLogsRequest) GetJobId() string {
@@ -2275,7 +2517,7 @@ type StreamJobLogsResponse struct {
 
 func (x *StreamJobLogsResponse) Reset() {
 	*x = StreamJobLogsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[34]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2287,7 +2529,7 @@ func (x *StreamJobLogsResponse) String() string {
 func (*StreamJobLogsResponse) ProtoMessage() {}
 
 func (x *StreamJobLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[34]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2300,7 +2542,7 @@ func (x *StreamJobLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamJobLogsResponse.ProtoReflect.Descriptor instead.
 func (*StreamJobLogsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{34}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *StreamJobLogsResponse) GetLines() []*LogLine {
@@ -2327,7 +2569,7 @@ type CancelJobRequest struct {
 
 func (x *CancelJobRequest) Reset() {
 	*x = CancelJobRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[35]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2339,7 +2581,7 @@ func (x *CancelJobRequest) String() string {
 func (*CancelJobRequest) ProtoMessage() {}
 
 func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[35]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2352,7 +2594,7 @@ func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobRequest.ProtoReflect.Descriptor instead.
 func (*CancelJobRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{35}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CancelJobRequest) GetId() string {
@@ -2378,7 +2620,7 @@ type CancelJobResponse struct {
 
 func (x *CancelJobResponse) Reset() {
 	*x = CancelJobResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[36]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2390,7 +2632,7 @@ func (x *CancelJobResponse) String() string {
 func (*CancelJobResponse) ProtoMessage() {}
 
 func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[36]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2403,7 +2645,7 @@ func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobResponse.ProtoReflect.Descriptor instead.
 func (*CancelJobResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{36}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CancelJobResponse) GetJob() *Job {
@@ -2425,7 +2667,7 @@ type AppFile struct {
 
 func (x *AppFile) Reset() {
 	*x = AppFile{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[37]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2437,7 +2679,7 @@ func (x *AppFile) String() string {
 func (*AppFile) ProtoMessage() {}
 
 func (x *AppFile) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[37]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2450,7 +2692,7 @@ func (x *AppFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppFile.ProtoReflect.Descriptor instead.
 func (*AppFile) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{37}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *AppFile) GetPath() string {
@@ -2486,7 +2728,7 @@ type AppRevision struct {
 
 func (x *AppRevision) Reset() {
 	*x = AppRevision{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[38]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2498,7 +2740,7 @@ func (x *AppRevision) String() string {
 func (*AppRevision) ProtoMessage() {}
 
 func (x *AppRevision) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[38]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2511,7 +2753,7 @@ func (x *AppRevision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppRevision.ProtoReflect.Descriptor instead.
 func (*AppRevision) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{38}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *AppRevision) GetAppId() string {
@@ -2564,15 +2806,19 @@ func (x *AppRevision) GetComponents() []string {
 }
 
 type PushAppRevisionRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Files         []*AppFile             `protobuf:"bytes,1,rep,name=files,proto3" json:"files,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Files []*AppFile             `protobuf:"bytes,1,rep,name=files,proto3" json:"files,omitempty"`
+	// no_deploy stores the revision without updating installs: by default
+	// every active or failed install of the app gets an update workflow,
+	// and installs/*.toml are applied (created or changed).
+	NoDeploy      bool `protobuf:"varint,2,opt,name=no_deploy,json=noDeploy,proto3" json:"no_deploy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PushAppRevisionRequest) Reset() {
 	*x = PushAppRevisionRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[39]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2584,7 +2830,7 @@ func (x *PushAppRevisionRequest) String() string {
 func (*PushAppRevisionRequest) ProtoMessage() {}
 
 func (x *PushAppRevisionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[39]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2597,7 +2843,7 @@ func (x *PushAppRevisionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushAppRevisionRequest.ProtoReflect.Descriptor instead.
 func (*PushAppRevisionRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{39}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PushAppRevisionRequest) GetFiles() []*AppFile {
@@ -2607,6 +2853,13 @@ func (x *PushAppRevisionRequest) GetFiles() []*AppFile {
 	return nil
 }
 
+func (x *PushAppRevisionRequest) GetNoDeploy() bool {
+	if x != nil {
+		return x.NoDeploy
+	}
+	return false
+}
+
 type PushAppRevisionResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	App      *App                   `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
@@ -2614,14 +2867,19 @@ type PushAppRevisionResponse struct {
 	// created is false when the files equal the latest revision's.
 	Created bool `protobuf:"varint,3,opt,name=created,proto3" json:"created,omitempty"`
 	// changes are what changed since the previous revision.
-	Changes       []*ConfigChange `protobuf:"bytes,4,rep,name=changes,proto3" json:"changes,omitempty"`
+	Changes []*ConfigChange `protobuf:"bytes,4,rep,name=changes,proto3" json:"changes,omitempty"`
+	// installs are the installs the push created or changed from
+	// installs/*.toml, and what happened to each.
+	Installs []*InstallApplied `protobuf:"bytes,5,rep,name=installs,proto3" json:"installs,omitempty"`
+	// workflows are the update workflows the push queued.
+	Workflows     []*Workflow `protobuf:"bytes,6,rep,name=workflows,proto3" json:"workflows,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PushAppRevisionResponse) Reset() {
 	*x = PushAppRevisionResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[40]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2633,7 +2891,7 @@ func (x *PushAppRevisionResponse) String() string {
 func (*PushAppRevisionResponse) ProtoMessage() {}
 
 func (x *PushAppRevisionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[40]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2646,7 +2904,7 @@ func (x *PushAppRevisionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushAppRevisionResponse.ProtoReflect.Descriptor instead.
 func (*PushAppRevisionResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{40}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PushAppRevisionResponse) GetApp() *App {
@@ -2677,6 +2935,100 @@ func (x *PushAppRevisionResponse) GetChanges() []*ConfigChange {
 	return nil
 }
 
+func (x *PushAppRevisionResponse) GetInstalls() []*InstallApplied {
+	if x != nil {
+		return x.Installs
+	}
+	return nil
+}
+
+func (x *PushAppRevisionResponse) GetWorkflows() []*Workflow {
+	if x != nil {
+		return x.Workflows
+	}
+	return nil
+}
+
+// InstallApplied is what a push did to one install of installs/*.toml.
+type InstallApplied struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// file is the installs/*.toml file.
+	File string `protobuf:"bytes,2,opt,name=file,proto3" json:"file,omitempty"`
+	// op is created, changed or unchanged.
+	Op      string   `protobuf:"bytes,3,opt,name=op,proto3" json:"op,omitempty"`
+	Install *Install `protobuf:"bytes,4,opt,name=install,proto3" json:"install,omitempty"`
+	// enrollment_token is set for a created install: its first token.
+	EnrollmentToken *EnrollmentToken `protobuf:"bytes,5,opt,name=enrollment_token,json=enrollmentToken,proto3" json:"enrollment_token,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *InstallApplied) Reset() {
+	*x = InstallApplied{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InstallApplied) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InstallApplied) ProtoMessage() {}
+
+func (x *InstallApplied) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InstallApplied.ProtoReflect.Descriptor instead.
+func (*InstallApplied) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *InstallApplied) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *InstallApplied) GetFile() string {
+	if x != nil {
+		return x.File
+	}
+	return ""
+}
+
+func (x *InstallApplied) GetOp() string {
+	if x != nil {
+		return x.Op
+	}
+	return ""
+}
+
+func (x *InstallApplied) GetInstall() *Install {
+	if x != nil {
+		return x.Install
+	}
+	return nil
+}
+
+func (x *InstallApplied) GetEnrollmentToken() *EnrollmentToken {
+	if x != nil {
+		return x.EnrollmentToken
+	}
+	return nil
+}
+
 type ListAppRevisionsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	App           string                 `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
@@ -2686,7 +3038,7 @@ type ListAppRevisionsRequest struct {
 
 func (x *ListAppRevisionsRequest) Reset() {
 	*x = ListAppRevisionsRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[41]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2698,7 +3050,7 @@ func (x *ListAppRevisionsRequest) String() string {
 func (*ListAppRevisionsRequest) ProtoMessage() {}
 
 func (x *ListAppRevisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[41]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2711,7 +3063,7 @@ func (x *ListAppRevisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAppRevisionsRequest.ProtoReflect.Descriptor instead.
 func (*ListAppRevisionsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{41}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListAppRevisionsRequest) GetApp() string {
@@ -2730,7 +3082,7 @@ type ListAppRevisionsResponse struct {
 
 func (x *ListAppRevisionsResponse) Reset() {
 	*x = ListAppRevisionsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[42]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2742,7 +3094,7 @@ func (x *ListAppRevisionsResponse) String() string {
 func (*ListAppRevisionsResponse) ProtoMessage() {}
 
 func (x *ListAppRevisionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[42]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2755,7 +3107,7 @@ func (x *ListAppRevisionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAppRevisionsResponse.ProtoReflect.Descriptor instead.
 func (*ListAppRevisionsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{42}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListAppRevisionsResponse) GetRevisions() []*AppRevision {
@@ -2777,7 +3129,7 @@ type DiffAppRevisionsRequest struct {
 
 func (x *DiffAppRevisionsRequest) Reset() {
 	*x = DiffAppRevisionsRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[43]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2789,7 +3141,7 @@ func (x *DiffAppRevisionsRequest) String() string {
 func (*DiffAppRevisionsRequest) ProtoMessage() {}
 
 func (x *DiffAppRevisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[43]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2802,7 +3154,7 @@ func (x *DiffAppRevisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffAppRevisionsRequest.ProtoReflect.Descriptor instead.
 func (*DiffAppRevisionsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{43}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *DiffAppRevisionsRequest) GetApp() string {
@@ -2835,7 +3187,7 @@ type DiffAppRevisionsResponse struct {
 
 func (x *DiffAppRevisionsResponse) Reset() {
 	*x = DiffAppRevisionsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[44]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2847,7 +3199,7 @@ func (x *DiffAppRevisionsResponse) String() string {
 func (*DiffAppRevisionsResponse) ProtoMessage() {}
 
 func (x *DiffAppRevisionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[44]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2860,7 +3212,7 @@ func (x *DiffAppRevisionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffAppRevisionsResponse.ProtoReflect.Descriptor instead.
 func (*DiffAppRevisionsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{44}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *DiffAppRevisionsResponse) GetChanges() []*ConfigChange {
@@ -2887,7 +3239,7 @@ type ConfigChange struct {
 
 func (x *ConfigChange) Reset() {
 	*x = ConfigChange{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[45]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2899,7 +3251,7 @@ func (x *ConfigChange) String() string {
 func (*ConfigChange) ProtoMessage() {}
 
 func (x *ConfigChange) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[45]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2912,7 +3264,7 @@ func (x *ConfigChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigChange.ProtoReflect.Descriptor instead.
 func (*ConfigChange) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{45}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ConfigChange) GetKind() string {
@@ -2957,7 +3309,7 @@ type ConfigDiagnostic struct {
 
 func (x *ConfigDiagnostic) Reset() {
 	*x = ConfigDiagnostic{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[46]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2969,7 +3321,7 @@ func (x *ConfigDiagnostic) String() string {
 func (*ConfigDiagnostic) ProtoMessage() {}
 
 func (x *ConfigDiagnostic) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[46]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2982,7 +3334,7 @@ func (x *ConfigDiagnostic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigDiagnostic.ProtoReflect.Descriptor instead.
 func (*ConfigDiagnostic) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{46}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ConfigDiagnostic) GetFile() string {
@@ -3030,7 +3382,7 @@ type ConfigDiagnostics struct {
 
 func (x *ConfigDiagnostics) Reset() {
 	*x = ConfigDiagnostics{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[47]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3042,7 +3394,7 @@ func (x *ConfigDiagnostics) String() string {
 func (*ConfigDiagnostics) ProtoMessage() {}
 
 func (x *ConfigDiagnostics) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[47]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3055,7 +3407,7 @@ func (x *ConfigDiagnostics) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigDiagnostics.ProtoReflect.Descriptor instead.
 func (*ConfigDiagnostics) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{47}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ConfigDiagnostics) GetDiagnostics() []*ConfigDiagnostic {
@@ -3069,7 +3421,7 @@ var File_byoc_ims_v1_operator_proto protoreflect.FileDescriptor
 
 const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\n" +
-	"\x1abyoc/ims/v1/operator.proto\x12\vbyoc.ims.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x0f\n" +
+	"\x1abyoc/ims/v1/operator.proto\x12\vbyoc.ims.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1abyoc/ims/v1/workflow.proto\"\x0f\n" +
 	"\rWhoAmIRequest\"f\n" +
 	"\x0eWhoAmIResponse\x12\x19\n" +
 	"\btoken_id\x18\x01 \x01(\tR\atokenId\x12\x12\n" +
@@ -3107,7 +3459,7 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\aversion\x18\x04 \x01(\tR\aversion\x12\x1a\n" +
 	"\bhostname\x18\x05 \x01(\tR\bhostname\x12;\n" +
 	"\venroll_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"enrollTime\"\xa6\x02\n" +
+	"enrollTime\"\x99\x03\n" +
 	"\aInstall\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x15\n" +
 	"\x06app_id\x18\x02 \x01(\tR\x05appId\x12\x12\n" +
@@ -3115,10 +3467,22 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x06inputs\x18\x04 \x03(\v2 .byoc.ims.v1.Install.InputsEntryR\x06inputs\x12;\n" +
 	"\vcreate_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12.\n" +
-	"\x05agent\x18\x06 \x01(\v2\x18.byoc.ims.v1.AgentStatusR\x05agent\x1a9\n" +
+	"\x05agent\x18\x06 \x01(\v2\x18.byoc.ims.v1.AgentStatusR\x05agent\x12\x14\n" +
+	"\x05state\x18\a \x01(\tR\x05state\x12!\n" +
+	"\fapp_revision\x18\b \x01(\x03R\vappRevision\x128\n" +
+	"\bsettings\x18\t \x01(\v2\x1c.byoc.ims.v1.InstallSettingsR\bsettings\x1a9\n" +
 	"\vInputsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xff\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb2\x02\n" +
+	"\x0fInstallSettings\x12 \n" +
+	"\vparallelism\x18\x01 \x01(\x05R\vparallelism\x12.\n" +
+	"\x10require_approval\x18\x02 \x01(\bH\x00R\x0frequireApproval\x88\x01\x01\x12I\n" +
+	"\toverrides\x18\x03 \x03(\v2+.byoc.ims.v1.InstallSettings.OverridesEntryR\toverrides\x12\x16\n" +
+	"\x06source\x18\x04 \x01(\tR\x06source\x1aU\n" +
+	"\x0eOverridesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12-\n" +
+	"\x05value\x18\x02 \x01(\v2\x17.google.protobuf.StructR\x05value:\x028\x01B\x13\n" +
+	"\x11_require_approval\"\xff\x01\n" +
 	"\x14CreateInstallRequest\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12E\n" +
@@ -3154,7 +3518,23 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x15WatchInstallsResponse\x12\x1a\n" +
 	"\bsnapshot\x18\x01 \x01(\bR\bsnapshot\x126\n" +
 	"\binstalls\x18\x02 \x03(\v2\x1a.byoc.ims.v1.InstallStatusR\binstalls\x12.\n" +
-	"\x13removed_install_ids\x18\x03 \x03(\tR\x11removedInstallIds\"Y\n" +
+	"\x13removed_install_ids\x18\x03 \x03(\tR\x11removedInstallIds\"\xf6\x02\n" +
+	"\x14UpdateInstallRequest\x12\x18\n" +
+	"\ainstall\x18\x01 \x01(\tR\ainstall\x12O\n" +
+	"\n" +
+	"set_inputs\x18\x02 \x03(\v20.byoc.ims.v1.UpdateInstallRequest.SetInputsEntryR\tsetInputs\x12!\n" +
+	"\funset_inputs\x18\x03 \x03(\tR\vunsetInputs\x12%\n" +
+	"\vparallelism\x18\x04 \x01(\x05H\x00R\vparallelism\x88\x01\x01\x12.\n" +
+	"\x10require_approval\x18\x05 \x01(\bH\x01R\x0frequireApproval\x88\x01\x01\x12\x16\n" +
+	"\x06deploy\x18\x06 \x01(\bR\x06deploy\x1a<\n" +
+	"\x0eSetInputsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x0e\n" +
+	"\f_parallelismB\x13\n" +
+	"\x11_require_approval\"z\n" +
+	"\x15UpdateInstallResponse\x12.\n" +
+	"\ainstall\x18\x01 \x01(\v2\x14.byoc.ims.v1.InstallR\ainstall\x121\n" +
+	"\bworkflow\x18\x02 \x01(\v2\x15.byoc.ims.v1.WorkflowR\bworkflow\"Y\n" +
 	"\x1cCreateEnrollmentTokenRequest\x12\x18\n" +
 	"\ainstall\x18\x01 \x01(\tR\ainstall\x12\x1f\n" +
 	"\vttl_seconds\x18\x02 \x01(\x03R\n" +
@@ -3250,14 +3630,23 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"created_by\x18\x06 \x01(\tR\tcreatedBy\x12\x1e\n" +
 	"\n" +
 	"components\x18\a \x03(\tR\n" +
-	"components\"D\n" +
+	"components\"a\n" +
 	"\x16PushAppRevisionRequest\x12*\n" +
-	"\x05files\x18\x01 \x03(\v2\x14.byoc.ims.v1.AppFileR\x05files\"\xc2\x01\n" +
+	"\x05files\x18\x01 \x03(\v2\x14.byoc.ims.v1.AppFileR\x05files\x12\x1b\n" +
+	"\tno_deploy\x18\x02 \x01(\bR\bnoDeploy\"\xb0\x02\n" +
 	"\x17PushAppRevisionResponse\x12\"\n" +
 	"\x03app\x18\x01 \x01(\v2\x10.byoc.ims.v1.AppR\x03app\x124\n" +
 	"\brevision\x18\x02 \x01(\v2\x18.byoc.ims.v1.AppRevisionR\brevision\x12\x18\n" +
 	"\acreated\x18\x03 \x01(\bR\acreated\x123\n" +
-	"\achanges\x18\x04 \x03(\v2\x19.byoc.ims.v1.ConfigChangeR\achanges\"+\n" +
+	"\achanges\x18\x04 \x03(\v2\x19.byoc.ims.v1.ConfigChangeR\achanges\x127\n" +
+	"\binstalls\x18\x05 \x03(\v2\x1b.byoc.ims.v1.InstallAppliedR\binstalls\x123\n" +
+	"\tworkflows\x18\x06 \x03(\v2\x15.byoc.ims.v1.WorkflowR\tworkflows\"\xc1\x01\n" +
+	"\x0eInstallApplied\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04file\x18\x02 \x01(\tR\x04file\x12\x0e\n" +
+	"\x02op\x18\x03 \x01(\tR\x02op\x12.\n" +
+	"\ainstall\x18\x04 \x01(\v2\x14.byoc.ims.v1.InstallR\ainstall\x12G\n" +
+	"\x10enrollment_token\x18\x05 \x01(\v2\x1c.byoc.ims.v1.EnrollmentTokenR\x0fenrollmentToken\"+\n" +
 	"\x17ListAppRevisionsRequest\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\"R\n" +
 	"\x18ListAppRevisionsResponse\x126\n" +
@@ -3299,7 +3688,7 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x16LOG_STREAM_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11LOG_STREAM_STDOUT\x10\x01\x12\x15\n" +
 	"\x11LOG_STREAM_STDERR\x10\x02\x12\x15\n" +
-	"\x11LOG_STREAM_SYSTEM\x10\x032\xee\v\n" +
+	"\x11LOG_STREAM_SYSTEM\x10\x032\xb7\x11\n" +
 	"\x0fOperatorService\x12A\n" +
 	"\x06WhoAmI\x12\x1a.byoc.ims.v1.WhoAmIRequest\x1a\x1b.byoc.ims.v1.WhoAmIResponse\x12Y\n" +
 	"\x0eCreateApiToken\x12\".byoc.ims.v1.CreateApiTokenRequest\x1a#.byoc.ims.v1.CreateApiTokenResponse\x12J\n" +
@@ -3314,7 +3703,15 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\n" +
 	"GetInstall\x12\x1e.byoc.ims.v1.GetInstallRequest\x1a\x1f.byoc.ims.v1.GetInstallResponse\x12X\n" +
 	"\rWatchInstalls\x12!.byoc.ims.v1.WatchInstallsRequest\x1a\".byoc.ims.v1.WatchInstallsResponse0\x01\x12n\n" +
-	"\x15CreateEnrollmentToken\x12).byoc.ims.v1.CreateEnrollmentTokenRequest\x1a*.byoc.ims.v1.CreateEnrollmentTokenResponse\x12M\n" +
+	"\x15CreateEnrollmentToken\x12).byoc.ims.v1.CreateEnrollmentTokenRequest\x1a*.byoc.ims.v1.CreateEnrollmentTokenResponse\x12V\n" +
+	"\rUpdateInstall\x12!.byoc.ims.v1.UpdateInstallRequest\x1a\".byoc.ims.v1.UpdateInstallResponse\x12P\n" +
+	"\vPlanInstall\x12\x1f.byoc.ims.v1.PlanInstallRequest\x1a .byoc.ims.v1.PlanInstallResponse\x12V\n" +
+	"\rStartWorkflow\x12!.byoc.ims.v1.StartWorkflowRequest\x1a\".byoc.ims.v1.StartWorkflowResponse\x12V\n" +
+	"\rListWorkflows\x12!.byoc.ims.v1.ListWorkflowsRequest\x1a\".byoc.ims.v1.ListWorkflowsResponse\x12P\n" +
+	"\vGetWorkflow\x12\x1f.byoc.ims.v1.GetWorkflowRequest\x1a .byoc.ims.v1.GetWorkflowResponse\x12\\\n" +
+	"\x0fApproveWorkflow\x12#.byoc.ims.v1.ApproveWorkflowRequest\x1a$.byoc.ims.v1.ApproveWorkflowResponse\x12Y\n" +
+	"\x0eCancelWorkflow\x12\".byoc.ims.v1.CancelWorkflowRequest\x1a#.byoc.ims.v1.CancelWorkflowResponse\x12b\n" +
+	"\x11RetryWorkflowStep\x12%.byoc.ims.v1.RetryWorkflowStepRequest\x1a&.byoc.ims.v1.RetryWorkflowStepResponse\x12M\n" +
 	"\n" +
 	"EnqueueJob\x12\x1e.byoc.ims.v1.EnqueueJobRequest\x1a\x1f.byoc.ims.v1.EnqueueJobResponse\x12G\n" +
 	"\bListJobs\x12\x1c.byoc.ims.v1.ListJobsRequest\x1a\x1d.byoc.ims.v1.ListJobsResponse\x12A\n" +
@@ -3336,7 +3733,7 @@ func file_byoc_ims_v1_operator_proto_rawDescGZIP() []byte {
 }
 
 var file_byoc_ims_v1_operator_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_byoc_ims_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_byoc_ims_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
 var file_byoc_ims_v1_operator_proto_goTypes = []any{
 	(Role)(0),                             // 0: byoc.ims.v1.Role
 	(JobState)(0),                         // 1: byoc.ims.v1.JobState
@@ -3354,134 +3751,181 @@ var file_byoc_ims_v1_operator_proto_goTypes = []any{
 	(*GetAppResponse)(nil),                // 13: byoc.ims.v1.GetAppResponse
 	(*AgentStatus)(nil),                   // 14: byoc.ims.v1.AgentStatus
 	(*Install)(nil),                       // 15: byoc.ims.v1.Install
-	(*CreateInstallRequest)(nil),          // 16: byoc.ims.v1.CreateInstallRequest
-	(*CreateInstallResponse)(nil),         // 17: byoc.ims.v1.CreateInstallResponse
-	(*EnrollmentToken)(nil),               // 18: byoc.ims.v1.EnrollmentToken
-	(*ListInstallsRequest)(nil),           // 19: byoc.ims.v1.ListInstallsRequest
-	(*ListInstallsResponse)(nil),          // 20: byoc.ims.v1.ListInstallsResponse
-	(*GetInstallRequest)(nil),             // 21: byoc.ims.v1.GetInstallRequest
-	(*GetInstallResponse)(nil),            // 22: byoc.ims.v1.GetInstallResponse
-	(*InstallStatus)(nil),                 // 23: byoc.ims.v1.InstallStatus
-	(*WatchInstallsRequest)(nil),          // 24: byoc.ims.v1.WatchInstallsRequest
-	(*WatchInstallsResponse)(nil),         // 25: byoc.ims.v1.WatchInstallsResponse
-	(*CreateEnrollmentTokenRequest)(nil),  // 26: byoc.ims.v1.CreateEnrollmentTokenRequest
-	(*CreateEnrollmentTokenResponse)(nil), // 27: byoc.ims.v1.CreateEnrollmentTokenResponse
-	(*Job)(nil),                           // 28: byoc.ims.v1.Job
-	(*EnqueueJobRequest)(nil),             // 29: byoc.ims.v1.EnqueueJobRequest
-	(*EnqueueJobResponse)(nil),            // 30: byoc.ims.v1.EnqueueJobResponse
-	(*ListJobsRequest)(nil),               // 31: byoc.ims.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),              // 32: byoc.ims.v1.ListJobsResponse
-	(*GetJobRequest)(nil),                 // 33: byoc.ims.v1.GetJobRequest
-	(*GetJobResponse)(nil),                // 34: byoc.ims.v1.GetJobResponse
-	(*LogLine)(nil),                       // 35: byoc.ims.v1.LogLine
-	(*StreamJobLogsRequest)(nil),          // 36: byoc.ims.v1.StreamJobLogsRequest
-	(*StreamJobLogsResponse)(nil),         // 37: byoc.ims.v1.StreamJobLogsResponse
-	(*CancelJobRequest)(nil),              // 38: byoc.ims.v1.CancelJobRequest
-	(*CancelJobResponse)(nil),             // 39: byoc.ims.v1.CancelJobResponse
-	(*AppFile)(nil),                       // 40: byoc.ims.v1.AppFile
-	(*AppRevision)(nil),                   // 41: byoc.ims.v1.AppRevision
-	(*PushAppRevisionRequest)(nil),        // 42: byoc.ims.v1.PushAppRevisionRequest
-	(*PushAppRevisionResponse)(nil),       // 43: byoc.ims.v1.PushAppRevisionResponse
-	(*ListAppRevisionsRequest)(nil),       // 44: byoc.ims.v1.ListAppRevisionsRequest
-	(*ListAppRevisionsResponse)(nil),      // 45: byoc.ims.v1.ListAppRevisionsResponse
-	(*DiffAppRevisionsRequest)(nil),       // 46: byoc.ims.v1.DiffAppRevisionsRequest
-	(*DiffAppRevisionsResponse)(nil),      // 47: byoc.ims.v1.DiffAppRevisionsResponse
-	(*ConfigChange)(nil),                  // 48: byoc.ims.v1.ConfigChange
-	(*ConfigDiagnostic)(nil),              // 49: byoc.ims.v1.ConfigDiagnostic
-	(*ConfigDiagnostics)(nil),             // 50: byoc.ims.v1.ConfigDiagnostics
-	nil,                                   // 51: byoc.ims.v1.Install.InputsEntry
-	nil,                                   // 52: byoc.ims.v1.CreateInstallRequest.InputsEntry
-	nil,                                   // 53: byoc.ims.v1.Job.OutputsEntry
-	(*timestamppb.Timestamp)(nil),         // 54: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),               // 55: google.protobuf.Struct
+	(*InstallSettings)(nil),               // 16: byoc.ims.v1.InstallSettings
+	(*CreateInstallRequest)(nil),          // 17: byoc.ims.v1.CreateInstallRequest
+	(*CreateInstallResponse)(nil),         // 18: byoc.ims.v1.CreateInstallResponse
+	(*EnrollmentToken)(nil),               // 19: byoc.ims.v1.EnrollmentToken
+	(*ListInstallsRequest)(nil),           // 20: byoc.ims.v1.ListInstallsRequest
+	(*ListInstallsResponse)(nil),          // 21: byoc.ims.v1.ListInstallsResponse
+	(*GetInstallRequest)(nil),             // 22: byoc.ims.v1.GetInstallRequest
+	(*GetInstallResponse)(nil),            // 23: byoc.ims.v1.GetInstallResponse
+	(*InstallStatus)(nil),                 // 24: byoc.ims.v1.InstallStatus
+	(*WatchInstallsRequest)(nil),          // 25: byoc.ims.v1.WatchInstallsRequest
+	(*WatchInstallsResponse)(nil),         // 26: byoc.ims.v1.WatchInstallsResponse
+	(*UpdateInstallRequest)(nil),          // 27: byoc.ims.v1.UpdateInstallRequest
+	(*UpdateInstallResponse)(nil),         // 28: byoc.ims.v1.UpdateInstallResponse
+	(*CreateEnrollmentTokenRequest)(nil),  // 29: byoc.ims.v1.CreateEnrollmentTokenRequest
+	(*CreateEnrollmentTokenResponse)(nil), // 30: byoc.ims.v1.CreateEnrollmentTokenResponse
+	(*Job)(nil),                           // 31: byoc.ims.v1.Job
+	(*EnqueueJobRequest)(nil),             // 32: byoc.ims.v1.EnqueueJobRequest
+	(*EnqueueJobResponse)(nil),            // 33: byoc.ims.v1.EnqueueJobResponse
+	(*ListJobsRequest)(nil),               // 34: byoc.ims.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),              // 35: byoc.ims.v1.ListJobsResponse
+	(*GetJobRequest)(nil),                 // 36: byoc.ims.v1.GetJobRequest
+	(*GetJobResponse)(nil),                // 37: byoc.ims.v1.GetJobResponse
+	(*LogLine)(nil),                       // 38: byoc.ims.v1.LogLine
+	(*StreamJobLogsRequest)(nil),          // 39: byoc.ims.v1.StreamJobLogsRequest
+	(*StreamJobLogsResponse)(nil),         // 40: byoc.ims.v1.StreamJobLogsResponse
+	(*CancelJobRequest)(nil),              // 41: byoc.ims.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),             // 42: byoc.ims.v1.CancelJobResponse
+	(*AppFile)(nil),                       // 43: byoc.ims.v1.AppFile
+	(*AppRevision)(nil),                   // 44: byoc.ims.v1.AppRevision
+	(*PushAppRevisionRequest)(nil),        // 45: byoc.ims.v1.PushAppRevisionRequest
+	(*PushAppRevisionResponse)(nil),       // 46: byoc.ims.v1.PushAppRevisionResponse
+	(*InstallApplied)(nil),                // 47: byoc.ims.v1.InstallApplied
+	(*ListAppRevisionsRequest)(nil),       // 48: byoc.ims.v1.ListAppRevisionsRequest
+	(*ListAppRevisionsResponse)(nil),      // 49: byoc.ims.v1.ListAppRevisionsResponse
+	(*DiffAppRevisionsRequest)(nil),       // 50: byoc.ims.v1.DiffAppRevisionsRequest
+	(*DiffAppRevisionsResponse)(nil),      // 51: byoc.ims.v1.DiffAppRevisionsResponse
+	(*ConfigChange)(nil),                  // 52: byoc.ims.v1.ConfigChange
+	(*ConfigDiagnostic)(nil),              // 53: byoc.ims.v1.ConfigDiagnostic
+	(*ConfigDiagnostics)(nil),             // 54: byoc.ims.v1.ConfigDiagnostics
+	nil,                                   // 55: byoc.ims.v1.Install.InputsEntry
+	nil,                                   // 56: byoc.ims.v1.InstallSettings.OverridesEntry
+	nil,                                   // 57: byoc.ims.v1.CreateInstallRequest.InputsEntry
+	nil,                                   // 58: byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
+	nil,                                   // 59: byoc.ims.v1.Job.OutputsEntry
+	(*timestamppb.Timestamp)(nil),         // 60: google.protobuf.Timestamp
+	(*Workflow)(nil),                      // 61: byoc.ims.v1.Workflow
+	(*structpb.Struct)(nil),               // 62: google.protobuf.Struct
+	(*PlanInstallRequest)(nil),            // 63: byoc.ims.v1.PlanInstallRequest
+	(*StartWorkflowRequest)(nil),          // 64: byoc.ims.v1.StartWorkflowRequest
+	(*ListWorkflowsRequest)(nil),          // 65: byoc.ims.v1.ListWorkflowsRequest
+	(*GetWorkflowRequest)(nil),            // 66: byoc.ims.v1.GetWorkflowRequest
+	(*ApproveWorkflowRequest)(nil),        // 67: byoc.ims.v1.ApproveWorkflowRequest
+	(*CancelWorkflowRequest)(nil),         // 68: byoc.ims.v1.CancelWorkflowRequest
+	(*RetryWorkflowStepRequest)(nil),      // 69: byoc.ims.v1.RetryWorkflowStepRequest
+	(*PlanInstallResponse)(nil),           // 70: byoc.ims.v1.PlanInstallResponse
+	(*StartWorkflowResponse)(nil),         // 71: byoc.ims.v1.StartWorkflowResponse
+	(*ListWorkflowsResponse)(nil),         // 72: byoc.ims.v1.ListWorkflowsResponse
+	(*GetWorkflowResponse)(nil),           // 73: byoc.ims.v1.GetWorkflowResponse
+	(*ApproveWorkflowResponse)(nil),       // 74: byoc.ims.v1.ApproveWorkflowResponse
+	(*CancelWorkflowResponse)(nil),        // 75: byoc.ims.v1.CancelWorkflowResponse
+	(*RetryWorkflowStepResponse)(nil),     // 76: byoc.ims.v1.RetryWorkflowStepResponse
 }
 var file_byoc_ims_v1_operator_proto_depIdxs = []int32{
 	0,  // 0: byoc.ims.v1.WhoAmIResponse.role:type_name -> byoc.ims.v1.Role
 	0,  // 1: byoc.ims.v1.CreateApiTokenRequest.role:type_name -> byoc.ims.v1.Role
-	54, // 2: byoc.ims.v1.App.create_time:type_name -> google.protobuf.Timestamp
+	60, // 2: byoc.ims.v1.App.create_time:type_name -> google.protobuf.Timestamp
 	7,  // 3: byoc.ims.v1.CreateAppResponse.app:type_name -> byoc.ims.v1.App
 	7,  // 4: byoc.ims.v1.ListAppsResponse.apps:type_name -> byoc.ims.v1.App
 	7,  // 5: byoc.ims.v1.GetAppResponse.app:type_name -> byoc.ims.v1.App
-	54, // 6: byoc.ims.v1.AgentStatus.last_seen_time:type_name -> google.protobuf.Timestamp
-	54, // 7: byoc.ims.v1.AgentStatus.enroll_time:type_name -> google.protobuf.Timestamp
-	51, // 8: byoc.ims.v1.Install.inputs:type_name -> byoc.ims.v1.Install.InputsEntry
-	54, // 9: byoc.ims.v1.Install.create_time:type_name -> google.protobuf.Timestamp
+	60, // 6: byoc.ims.v1.AgentStatus.last_seen_time:type_name -> google.protobuf.Timestamp
+	60, // 7: byoc.ims.v1.AgentStatus.enroll_time:type_name -> google.protobuf.Timestamp
+	55, // 8: byoc.ims.v1.Install.inputs:type_name -> byoc.ims.v1.Install.InputsEntry
+	60, // 9: byoc.ims.v1.Install.create_time:type_name -> google.protobuf.Timestamp
 	14, // 10: byoc.ims.v1.Install.agent:type_name -> byoc.ims.v1.AgentStatus
-	52, // 11: byoc.ims.v1.CreateInstallRequest.inputs:type_name -> byoc.ims.v1.CreateInstallRequest.InputsEntry
-	15, // 12: byoc.ims.v1.CreateInstallResponse.install:type_name -> byoc.ims.v1.Install
-	18, // 13: byoc.ims.v1.CreateInstallResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	54, // 14: byoc.ims.v1.EnrollmentToken.expire_time:type_name -> google.protobuf.Timestamp
-	15, // 15: byoc.ims.v1.ListInstallsResponse.installs:type_name -> byoc.ims.v1.Install
-	15, // 16: byoc.ims.v1.GetInstallResponse.install:type_name -> byoc.ims.v1.Install
-	15, // 17: byoc.ims.v1.InstallStatus.install:type_name -> byoc.ims.v1.Install
-	23, // 18: byoc.ims.v1.WatchInstallsResponse.installs:type_name -> byoc.ims.v1.InstallStatus
-	18, // 19: byoc.ims.v1.CreateEnrollmentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	55, // 20: byoc.ims.v1.Job.config:type_name -> google.protobuf.Struct
-	1,  // 21: byoc.ims.v1.Job.state:type_name -> byoc.ims.v1.JobState
-	54, // 22: byoc.ims.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	54, // 23: byoc.ims.v1.Job.start_time:type_name -> google.protobuf.Timestamp
-	54, // 24: byoc.ims.v1.Job.end_time:type_name -> google.protobuf.Timestamp
-	54, // 25: byoc.ims.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
-	53, // 26: byoc.ims.v1.Job.outputs:type_name -> byoc.ims.v1.Job.OutputsEntry
-	55, // 27: byoc.ims.v1.EnqueueJobRequest.config:type_name -> google.protobuf.Struct
-	28, // 28: byoc.ims.v1.EnqueueJobResponse.job:type_name -> byoc.ims.v1.Job
-	1,  // 29: byoc.ims.v1.ListJobsRequest.states:type_name -> byoc.ims.v1.JobState
-	28, // 30: byoc.ims.v1.ListJobsResponse.jobs:type_name -> byoc.ims.v1.Job
-	28, // 31: byoc.ims.v1.GetJobResponse.job:type_name -> byoc.ims.v1.Job
-	54, // 32: byoc.ims.v1.LogLine.time:type_name -> google.protobuf.Timestamp
-	2,  // 33: byoc.ims.v1.LogLine.stream:type_name -> byoc.ims.v1.LogStream
-	35, // 34: byoc.ims.v1.StreamJobLogsResponse.lines:type_name -> byoc.ims.v1.LogLine
-	28, // 35: byoc.ims.v1.StreamJobLogsResponse.job:type_name -> byoc.ims.v1.Job
-	28, // 36: byoc.ims.v1.CancelJobResponse.job:type_name -> byoc.ims.v1.Job
-	54, // 37: byoc.ims.v1.AppRevision.create_time:type_name -> google.protobuf.Timestamp
-	40, // 38: byoc.ims.v1.PushAppRevisionRequest.files:type_name -> byoc.ims.v1.AppFile
-	7,  // 39: byoc.ims.v1.PushAppRevisionResponse.app:type_name -> byoc.ims.v1.App
-	41, // 40: byoc.ims.v1.PushAppRevisionResponse.revision:type_name -> byoc.ims.v1.AppRevision
-	48, // 41: byoc.ims.v1.PushAppRevisionResponse.changes:type_name -> byoc.ims.v1.ConfigChange
-	41, // 42: byoc.ims.v1.ListAppRevisionsResponse.revisions:type_name -> byoc.ims.v1.AppRevision
-	48, // 43: byoc.ims.v1.DiffAppRevisionsResponse.changes:type_name -> byoc.ims.v1.ConfigChange
-	49, // 44: byoc.ims.v1.ConfigDiagnostics.diagnostics:type_name -> byoc.ims.v1.ConfigDiagnostic
-	3,  // 45: byoc.ims.v1.OperatorService.WhoAmI:input_type -> byoc.ims.v1.WhoAmIRequest
-	5,  // 46: byoc.ims.v1.OperatorService.CreateApiToken:input_type -> byoc.ims.v1.CreateApiTokenRequest
-	8,  // 47: byoc.ims.v1.OperatorService.CreateApp:input_type -> byoc.ims.v1.CreateAppRequest
-	10, // 48: byoc.ims.v1.OperatorService.ListApps:input_type -> byoc.ims.v1.ListAppsRequest
-	12, // 49: byoc.ims.v1.OperatorService.GetApp:input_type -> byoc.ims.v1.GetAppRequest
-	42, // 50: byoc.ims.v1.OperatorService.PushAppRevision:input_type -> byoc.ims.v1.PushAppRevisionRequest
-	44, // 51: byoc.ims.v1.OperatorService.ListAppRevisions:input_type -> byoc.ims.v1.ListAppRevisionsRequest
-	46, // 52: byoc.ims.v1.OperatorService.DiffAppRevisions:input_type -> byoc.ims.v1.DiffAppRevisionsRequest
-	16, // 53: byoc.ims.v1.OperatorService.CreateInstall:input_type -> byoc.ims.v1.CreateInstallRequest
-	19, // 54: byoc.ims.v1.OperatorService.ListInstalls:input_type -> byoc.ims.v1.ListInstallsRequest
-	21, // 55: byoc.ims.v1.OperatorService.GetInstall:input_type -> byoc.ims.v1.GetInstallRequest
-	24, // 56: byoc.ims.v1.OperatorService.WatchInstalls:input_type -> byoc.ims.v1.WatchInstallsRequest
-	26, // 57: byoc.ims.v1.OperatorService.CreateEnrollmentToken:input_type -> byoc.ims.v1.CreateEnrollmentTokenRequest
-	29, // 58: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
-	31, // 59: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
-	33, // 60: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
-	36, // 61: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
-	38, // 62: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
-	4,  // 63: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
-	6,  // 64: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
-	9,  // 65: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
-	11, // 66: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
-	13, // 67: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
-	43, // 68: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
-	45, // 69: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
-	47, // 70: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
-	17, // 71: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
-	20, // 72: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
-	22, // 73: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
-	25, // 74: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
-	27, // 75: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
-	30, // 76: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
-	32, // 77: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
-	34, // 78: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
-	37, // 79: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
-	39, // 80: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
-	63, // [63:81] is the sub-list for method output_type
-	45, // [45:63] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	16, // 11: byoc.ims.v1.Install.settings:type_name -> byoc.ims.v1.InstallSettings
+	56, // 12: byoc.ims.v1.InstallSettings.overrides:type_name -> byoc.ims.v1.InstallSettings.OverridesEntry
+	57, // 13: byoc.ims.v1.CreateInstallRequest.inputs:type_name -> byoc.ims.v1.CreateInstallRequest.InputsEntry
+	15, // 14: byoc.ims.v1.CreateInstallResponse.install:type_name -> byoc.ims.v1.Install
+	19, // 15: byoc.ims.v1.CreateInstallResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
+	60, // 16: byoc.ims.v1.EnrollmentToken.expire_time:type_name -> google.protobuf.Timestamp
+	15, // 17: byoc.ims.v1.ListInstallsResponse.installs:type_name -> byoc.ims.v1.Install
+	15, // 18: byoc.ims.v1.GetInstallResponse.install:type_name -> byoc.ims.v1.Install
+	15, // 19: byoc.ims.v1.InstallStatus.install:type_name -> byoc.ims.v1.Install
+	24, // 20: byoc.ims.v1.WatchInstallsResponse.installs:type_name -> byoc.ims.v1.InstallStatus
+	58, // 21: byoc.ims.v1.UpdateInstallRequest.set_inputs:type_name -> byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
+	15, // 22: byoc.ims.v1.UpdateInstallResponse.install:type_name -> byoc.ims.v1.Install
+	61, // 23: byoc.ims.v1.UpdateInstallResponse.workflow:type_name -> byoc.ims.v1.Workflow
+	19, // 24: byoc.ims.v1.CreateEnrollmentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
+	62, // 25: byoc.ims.v1.Job.config:type_name -> google.protobuf.Struct
+	1,  // 26: byoc.ims.v1.Job.state:type_name -> byoc.ims.v1.JobState
+	60, // 27: byoc.ims.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	60, // 28: byoc.ims.v1.Job.start_time:type_name -> google.protobuf.Timestamp
+	60, // 29: byoc.ims.v1.Job.end_time:type_name -> google.protobuf.Timestamp
+	60, // 30: byoc.ims.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
+	59, // 31: byoc.ims.v1.Job.outputs:type_name -> byoc.ims.v1.Job.OutputsEntry
+	62, // 32: byoc.ims.v1.EnqueueJobRequest.config:type_name -> google.protobuf.Struct
+	31, // 33: byoc.ims.v1.EnqueueJobResponse.job:type_name -> byoc.ims.v1.Job
+	1,  // 34: byoc.ims.v1.ListJobsRequest.states:type_name -> byoc.ims.v1.JobState
+	31, // 35: byoc.ims.v1.ListJobsResponse.jobs:type_name -> byoc.ims.v1.Job
+	31, // 36: byoc.ims.v1.GetJobResponse.job:type_name -> byoc.ims.v1.Job
+	60, // 37: byoc.ims.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	2,  // 38: byoc.ims.v1.LogLine.stream:type_name -> byoc.ims.v1.LogStream
+	38, // 39: byoc.ims.v1.StreamJobLogsResponse.lines:type_name -> byoc.ims.v1.LogLine
+	31, // 40: byoc.ims.v1.StreamJobLogsResponse.job:type_name -> byoc.ims.v1.Job
+	31, // 41: byoc.ims.v1.CancelJobResponse.job:type_name -> byoc.ims.v1.Job
+	60, // 42: byoc.ims.v1.AppRevision.create_time:type_name -> google.protobuf.Timestamp
+	43, // 43: byoc.ims.v1.PushAppRevisionRequest.files:type_name -> byoc.ims.v1.AppFile
+	7,  // 44: byoc.ims.v1.PushAppRevisionResponse.app:type_name -> byoc.ims.v1.App
+	44, // 45: byoc.ims.v1.PushAppRevisionResponse.revision:type_name -> byoc.ims.v1.AppRevision
+	52, // 46: byoc.ims.v1.PushAppRevisionResponse.changes:type_name -> byoc.ims.v1.ConfigChange
+	47, // 47: byoc.ims.v1.PushAppRevisionResponse.installs:type_name -> byoc.ims.v1.InstallApplied
+	61, // 48: byoc.ims.v1.PushAppRevisionResponse.workflows:type_name -> byoc.ims.v1.Workflow
+	15, // 49: byoc.ims.v1.InstallApplied.install:type_name -> byoc.ims.v1.Install
+	19, // 50: byoc.ims.v1.InstallApplied.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
+	44, // 51: byoc.ims.v1.ListAppRevisionsResponse.revisions:type_name -> byoc.ims.v1.AppRevision
+	52, // 52: byoc.ims.v1.DiffAppRevisionsResponse.changes:type_name -> byoc.ims.v1.ConfigChange
+	53, // 53: byoc.ims.v1.ConfigDiagnostics.diagnostics:type_name -> byoc.ims.v1.ConfigDiagnostic
+	62, // 54: byoc.ims.v1.InstallSettings.OverridesEntry.value:type_name -> google.protobuf.Struct
+	3,  // 55: byoc.ims.v1.OperatorService.WhoAmI:input_type -> byoc.ims.v1.WhoAmIRequest
+	5,  // 56: byoc.ims.v1.OperatorService.CreateApiToken:input_type -> byoc.ims.v1.CreateApiTokenRequest
+	8,  // 57: byoc.ims.v1.OperatorService.CreateApp:input_type -> byoc.ims.v1.CreateAppRequest
+	10, // 58: byoc.ims.v1.OperatorService.ListApps:input_type -> byoc.ims.v1.ListAppsRequest
+	12, // 59: byoc.ims.v1.OperatorService.GetApp:input_type -> byoc.ims.v1.GetAppRequest
+	45, // 60: byoc.ims.v1.OperatorService.PushAppRevision:input_type -> byoc.ims.v1.PushAppRevisionRequest
+	48, // 61: byoc.ims.v1.OperatorService.ListAppRevisions:input_type -> byoc.ims.v1.ListAppRevisionsRequest
+	50, // 62: byoc.ims.v1.OperatorService.DiffAppRevisions:input_type -> byoc.ims.v1.DiffAppRevisionsRequest
+	17, // 63: byoc.ims.v1.OperatorService.CreateInstall:input_type -> byoc.ims.v1.CreateInstallRequest
+	20, // 64: byoc.ims.v1.OperatorService.ListInstalls:input_type -> byoc.ims.v1.ListInstallsRequest
+	22, // 65: byoc.ims.v1.OperatorService.GetInstall:input_type -> byoc.ims.v1.GetInstallRequest
+	25, // 66: byoc.ims.v1.OperatorService.WatchInstalls:input_type -> byoc.ims.v1.WatchInstallsRequest
+	29, // 67: byoc.ims.v1.OperatorService.CreateEnrollmentToken:input_type -> byoc.ims.v1.CreateEnrollmentTokenRequest
+	27, // 68: byoc.ims.v1.OperatorService.UpdateInstall:input_type -> byoc.ims.v1.UpdateInstallRequest
+	63, // 69: byoc.ims.v1.OperatorService.PlanInstall:input_type -> byoc.ims.v1.PlanInstallRequest
+	64, // 70: byoc.ims.v1.OperatorService.StartWorkflow:input_type -> byoc.ims.v1.StartWorkflowRequest
+	65, // 71: byoc.ims.v1.OperatorService.ListWorkflows:input_type -> byoc.ims.v1.ListWorkflowsRequest
+	66, // 72: byoc.ims.v1.OperatorService.GetWorkflow:input_type -> byoc.ims.v1.GetWorkflowRequest
+	67, // 73: byoc.ims.v1.OperatorService.ApproveWorkflow:input_type -> byoc.ims.v1.ApproveWorkflowRequest
+	68, // 74: byoc.ims.v1.OperatorService.CancelWorkflow:input_type -> byoc.ims.v1.CancelWorkflowRequest
+	69, // 75: byoc.ims.v1.OperatorService.RetryWorkflowStep:input_type -> byoc.ims.v1.RetryWorkflowStepRequest
+	32, // 76: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
+	34, // 77: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
+	36, // 78: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
+	39, // 79: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
+	41, // 80: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
+	4,  // 81: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
+	6,  // 82: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
+	9,  // 83: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
+	11, // 84: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
+	13, // 85: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
+	46, // 86: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
+	49, // 87: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
+	51, // 88: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
+	18, // 89: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
+	21, // 90: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
+	23, // 91: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
+	26, // 92: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
+	30, // 93: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
+	28, // 94: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
+	70, // 95: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
+	71, // 96: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
+	72, // 97: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
+	73, // 98: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
+	74, // 99: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
+	75, // 100: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
+	76, // 101: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
+	33, // 102: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
+	35, // 103: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
+	37, // 104: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
+	40, // 105: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
+	42, // 106: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
+	81, // [81:107] is the sub-list for method output_type
+	55, // [55:81] is the sub-list for method input_type
+	55, // [55:55] is the sub-list for extension type_name
+	55, // [55:55] is the sub-list for extension extendee
+	0,  // [0:55] is the sub-list for field type_name
 }
 
 func init() { file_byoc_ims_v1_operator_proto_init() }
@@ -3489,13 +3933,16 @@ func file_byoc_ims_v1_operator_proto_init() {
 	if File_byoc_ims_v1_operator_proto != nil {
 		return
 	}
+	file_byoc_ims_v1_workflow_proto_init()
+	file_byoc_ims_v1_operator_proto_msgTypes[13].OneofWrappers = []any{}
+	file_byoc_ims_v1_operator_proto_msgTypes[24].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byoc_ims_v1_operator_proto_rawDesc), len(file_byoc_ims_v1_operator_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   51,
+			NumMessages:   57,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -70,6 +70,30 @@ const (
 	// OperatorServiceCreateEnrollmentTokenProcedure is the fully-qualified name of the
 	// OperatorService's CreateEnrollmentToken RPC.
 	OperatorServiceCreateEnrollmentTokenProcedure = "/byoc.ims.v1.OperatorService/CreateEnrollmentToken"
+	// OperatorServiceUpdateInstallProcedure is the fully-qualified name of the OperatorService's
+	// UpdateInstall RPC.
+	OperatorServiceUpdateInstallProcedure = "/byoc.ims.v1.OperatorService/UpdateInstall"
+	// OperatorServicePlanInstallProcedure is the fully-qualified name of the OperatorService's
+	// PlanInstall RPC.
+	OperatorServicePlanInstallProcedure = "/byoc.ims.v1.OperatorService/PlanInstall"
+	// OperatorServiceStartWorkflowProcedure is the fully-qualified name of the OperatorService's
+	// StartWorkflow RPC.
+	OperatorServiceStartWorkflowProcedure = "/byoc.ims.v1.OperatorService/StartWorkflow"
+	// OperatorServiceListWorkflowsProcedure is the fully-qualified name of the OperatorService's
+	// ListWorkflows RPC.
+	OperatorServiceListWorkflowsProcedure = "/byoc.ims.v1.OperatorService/ListWorkflows"
+	// OperatorServiceGetWorkflowProcedure is the fully-qualified name of the OperatorService's
+	// GetWorkflow RPC.
+	OperatorServiceGetWorkflowProcedure = "/byoc.ims.v1.OperatorService/GetWorkflow"
+	// OperatorServiceApproveWorkflowProcedure is the fully-qualified name of the OperatorService's
+	// ApproveWorkflow RPC.
+	OperatorServiceApproveWorkflowProcedure = "/byoc.ims.v1.OperatorService/ApproveWorkflow"
+	// OperatorServiceCancelWorkflowProcedure is the fully-qualified name of the OperatorService's
+	// CancelWorkflow RPC.
+	OperatorServiceCancelWorkflowProcedure = "/byoc.ims.v1.OperatorService/CancelWorkflow"
+	// OperatorServiceRetryWorkflowStepProcedure is the fully-qualified name of the OperatorService's
+	// RetryWorkflowStep RPC.
+	OperatorServiceRetryWorkflowStepProcedure = "/byoc.ims.v1.OperatorService/RetryWorkflowStep"
 	// OperatorServiceEnqueueJobProcedure is the fully-qualified name of the OperatorService's
 	// EnqueueJob RPC.
 	OperatorServiceEnqueueJobProcedure = "/byoc.ims.v1.OperatorService/EnqueueJob"
@@ -118,6 +142,26 @@ type OperatorServiceClient interface {
 	// CreateEnrollmentToken issues a fresh single-use enrolment token for an
 	// install, for example to replace its agent.
 	CreateEnrollmentToken(context.Context, *connect.Request[v1.CreateEnrollmentTokenRequest]) (*connect.Response[v1.CreateEnrollmentTokenResponse], error)
+	// UpdateInstall changes an install's inputs and settings and, with
+	// deploy, queues an update workflow that applies them.
+	UpdateInstall(context.Context, *connect.Request[v1.UpdateInstallRequest]) (*connect.Response[v1.UpdateInstallResponse], error)
+	// PlanInstall says what a workflow would do to an install now, and why,
+	// without starting anything.
+	PlanInstall(context.Context, *connect.Request[v1.PlanInstallRequest]) (*connect.Response[v1.PlanInstallResponse], error)
+	// StartWorkflow queues a provision, update or deprovision of an install.
+	// An install runs one workflow at a time, oldest first.
+	StartWorkflow(context.Context, *connect.Request[v1.StartWorkflowRequest]) (*connect.Response[v1.StartWorkflowResponse], error)
+	ListWorkflows(context.Context, *connect.Request[v1.ListWorkflowsRequest]) (*connect.Response[v1.ListWorkflowsResponse], error)
+	// GetWorkflow returns a workflow with its steps.
+	GetWorkflow(context.Context, *connect.Request[v1.GetWorkflowRequest]) (*connect.Response[v1.GetWorkflowResponse], error)
+	// ApproveWorkflow lets a workflow that awaits approval apply its plan.
+	ApproveWorkflow(context.Context, *connect.Request[v1.ApproveWorkflowRequest]) (*connect.Response[v1.ApproveWorkflowResponse], error)
+	// CancelWorkflow cancels a workflow: steps not started never start, and
+	// running steps' jobs are cancelled.
+	CancelWorkflow(context.Context, *connect.Request[v1.CancelWorkflowRequest]) (*connect.Response[v1.CancelWorkflowResponse], error)
+	// RetryWorkflowStep runs a failed step again, and the steps that were
+	// skipped because of it.
+	RetryWorkflowStep(context.Context, *connect.Request[v1.RetryWorkflowStepRequest]) (*connect.Response[v1.RetryWorkflowStepResponse], error)
 	// EnqueueJob queues one job for one install's agent.
 	EnqueueJob(context.Context, *connect.Request[v1.EnqueueJobRequest]) (*connect.Response[v1.EnqueueJobResponse], error)
 	ListJobs(context.Context, *connect.Request[v1.ListJobsRequest]) (*connect.Response[v1.ListJobsResponse], error)
@@ -220,6 +264,54 @@ func NewOperatorServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(operatorServiceMethods.ByName("CreateEnrollmentToken")),
 			connect.WithClientOptions(opts...),
 		),
+		updateInstall: connect.NewClient[v1.UpdateInstallRequest, v1.UpdateInstallResponse](
+			httpClient,
+			baseURL+OperatorServiceUpdateInstallProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("UpdateInstall")),
+			connect.WithClientOptions(opts...),
+		),
+		planInstall: connect.NewClient[v1.PlanInstallRequest, v1.PlanInstallResponse](
+			httpClient,
+			baseURL+OperatorServicePlanInstallProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("PlanInstall")),
+			connect.WithClientOptions(opts...),
+		),
+		startWorkflow: connect.NewClient[v1.StartWorkflowRequest, v1.StartWorkflowResponse](
+			httpClient,
+			baseURL+OperatorServiceStartWorkflowProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("StartWorkflow")),
+			connect.WithClientOptions(opts...),
+		),
+		listWorkflows: connect.NewClient[v1.ListWorkflowsRequest, v1.ListWorkflowsResponse](
+			httpClient,
+			baseURL+OperatorServiceListWorkflowsProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("ListWorkflows")),
+			connect.WithClientOptions(opts...),
+		),
+		getWorkflow: connect.NewClient[v1.GetWorkflowRequest, v1.GetWorkflowResponse](
+			httpClient,
+			baseURL+OperatorServiceGetWorkflowProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("GetWorkflow")),
+			connect.WithClientOptions(opts...),
+		),
+		approveWorkflow: connect.NewClient[v1.ApproveWorkflowRequest, v1.ApproveWorkflowResponse](
+			httpClient,
+			baseURL+OperatorServiceApproveWorkflowProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("ApproveWorkflow")),
+			connect.WithClientOptions(opts...),
+		),
+		cancelWorkflow: connect.NewClient[v1.CancelWorkflowRequest, v1.CancelWorkflowResponse](
+			httpClient,
+			baseURL+OperatorServiceCancelWorkflowProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("CancelWorkflow")),
+			connect.WithClientOptions(opts...),
+		),
+		retryWorkflowStep: connect.NewClient[v1.RetryWorkflowStepRequest, v1.RetryWorkflowStepResponse](
+			httpClient,
+			baseURL+OperatorServiceRetryWorkflowStepProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("RetryWorkflowStep")),
+			connect.WithClientOptions(opts...),
+		),
 		enqueueJob: connect.NewClient[v1.EnqueueJobRequest, v1.EnqueueJobResponse](
 			httpClient,
 			baseURL+OperatorServiceEnqueueJobProcedure,
@@ -268,6 +360,14 @@ type operatorServiceClient struct {
 	getInstall            *connect.Client[v1.GetInstallRequest, v1.GetInstallResponse]
 	watchInstalls         *connect.Client[v1.WatchInstallsRequest, v1.WatchInstallsResponse]
 	createEnrollmentToken *connect.Client[v1.CreateEnrollmentTokenRequest, v1.CreateEnrollmentTokenResponse]
+	updateInstall         *connect.Client[v1.UpdateInstallRequest, v1.UpdateInstallResponse]
+	planInstall           *connect.Client[v1.PlanInstallRequest, v1.PlanInstallResponse]
+	startWorkflow         *connect.Client[v1.StartWorkflowRequest, v1.StartWorkflowResponse]
+	listWorkflows         *connect.Client[v1.ListWorkflowsRequest, v1.ListWorkflowsResponse]
+	getWorkflow           *connect.Client[v1.GetWorkflowRequest, v1.GetWorkflowResponse]
+	approveWorkflow       *connect.Client[v1.ApproveWorkflowRequest, v1.ApproveWorkflowResponse]
+	cancelWorkflow        *connect.Client[v1.CancelWorkflowRequest, v1.CancelWorkflowResponse]
+	retryWorkflowStep     *connect.Client[v1.RetryWorkflowStepRequest, v1.RetryWorkflowStepResponse]
 	enqueueJob            *connect.Client[v1.EnqueueJobRequest, v1.EnqueueJobResponse]
 	listJobs              *connect.Client[v1.ListJobsRequest, v1.ListJobsResponse]
 	getJob                *connect.Client[v1.GetJobRequest, v1.GetJobResponse]
@@ -340,6 +440,46 @@ func (c *operatorServiceClient) CreateEnrollmentToken(ctx context.Context, req *
 	return c.createEnrollmentToken.CallUnary(ctx, req)
 }
 
+// UpdateInstall calls byoc.ims.v1.OperatorService.UpdateInstall.
+func (c *operatorServiceClient) UpdateInstall(ctx context.Context, req *connect.Request[v1.UpdateInstallRequest]) (*connect.Response[v1.UpdateInstallResponse], error) {
+	return c.updateInstall.CallUnary(ctx, req)
+}
+
+// PlanInstall calls byoc.ims.v1.OperatorService.PlanInstall.
+func (c *operatorServiceClient) PlanInstall(ctx context.Context, req *connect.Request[v1.PlanInstallRequest]) (*connect.Response[v1.PlanInstallResponse], error) {
+	return c.planInstall.CallUnary(ctx, req)
+}
+
+// StartWorkflow calls byoc.ims.v1.OperatorService.StartWorkflow.
+func (c *operatorServiceClient) StartWorkflow(ctx context.Context, req *connect.Request[v1.StartWorkflowRequest]) (*connect.Response[v1.StartWorkflowResponse], error) {
+	return c.startWorkflow.CallUnary(ctx, req)
+}
+
+// ListWorkflows calls byoc.ims.v1.OperatorService.ListWorkflows.
+func (c *operatorServiceClient) ListWorkflows(ctx context.Context, req *connect.Request[v1.ListWorkflowsRequest]) (*connect.Response[v1.ListWorkflowsResponse], error) {
+	return c.listWorkflows.CallUnary(ctx, req)
+}
+
+// GetWorkflow calls byoc.ims.v1.OperatorService.GetWorkflow.
+func (c *operatorServiceClient) GetWorkflow(ctx context.Context, req *connect.Request[v1.GetWorkflowRequest]) (*connect.Response[v1.GetWorkflowResponse], error) {
+	return c.getWorkflow.CallUnary(ctx, req)
+}
+
+// ApproveWorkflow calls byoc.ims.v1.OperatorService.ApproveWorkflow.
+func (c *operatorServiceClient) ApproveWorkflow(ctx context.Context, req *connect.Request[v1.ApproveWorkflowRequest]) (*connect.Response[v1.ApproveWorkflowResponse], error) {
+	return c.approveWorkflow.CallUnary(ctx, req)
+}
+
+// CancelWorkflow calls byoc.ims.v1.OperatorService.CancelWorkflow.
+func (c *operatorServiceClient) CancelWorkflow(ctx context.Context, req *connect.Request[v1.CancelWorkflowRequest]) (*connect.Response[v1.CancelWorkflowResponse], error) {
+	return c.cancelWorkflow.CallUnary(ctx, req)
+}
+
+// RetryWorkflowStep calls byoc.ims.v1.OperatorService.RetryWorkflowStep.
+func (c *operatorServiceClient) RetryWorkflowStep(ctx context.Context, req *connect.Request[v1.RetryWorkflowStepRequest]) (*connect.Response[v1.RetryWorkflowStepResponse], error) {
+	return c.retryWorkflowStep.CallUnary(ctx, req)
+}
+
 // EnqueueJob calls byoc.ims.v1.OperatorService.EnqueueJob.
 func (c *operatorServiceClient) EnqueueJob(ctx context.Context, req *connect.Request[v1.EnqueueJobRequest]) (*connect.Response[v1.EnqueueJobResponse], error) {
 	return c.enqueueJob.CallUnary(ctx, req)
@@ -397,6 +537,26 @@ type OperatorServiceHandler interface {
 	// CreateEnrollmentToken issues a fresh single-use enrolment token for an
 	// install, for example to replace its agent.
 	CreateEnrollmentToken(context.Context, *connect.Request[v1.CreateEnrollmentTokenRequest]) (*connect.Response[v1.CreateEnrollmentTokenResponse], error)
+	// UpdateInstall changes an install's inputs and settings and, with
+	// deploy, queues an update workflow that applies them.
+	UpdateInstall(context.Context, *connect.Request[v1.UpdateInstallRequest]) (*connect.Response[v1.UpdateInstallResponse], error)
+	// PlanInstall says what a workflow would do to an install now, and why,
+	// without starting anything.
+	PlanInstall(context.Context, *connect.Request[v1.PlanInstallRequest]) (*connect.Response[v1.PlanInstallResponse], error)
+	// StartWorkflow queues a provision, update or deprovision of an install.
+	// An install runs one workflow at a time, oldest first.
+	StartWorkflow(context.Context, *connect.Request[v1.StartWorkflowRequest]) (*connect.Response[v1.StartWorkflowResponse], error)
+	ListWorkflows(context.Context, *connect.Request[v1.ListWorkflowsRequest]) (*connect.Response[v1.ListWorkflowsResponse], error)
+	// GetWorkflow returns a workflow with its steps.
+	GetWorkflow(context.Context, *connect.Request[v1.GetWorkflowRequest]) (*connect.Response[v1.GetWorkflowResponse], error)
+	// ApproveWorkflow lets a workflow that awaits approval apply its plan.
+	ApproveWorkflow(context.Context, *connect.Request[v1.ApproveWorkflowRequest]) (*connect.Response[v1.ApproveWorkflowResponse], error)
+	// CancelWorkflow cancels a workflow: steps not started never start, and
+	// running steps' jobs are cancelled.
+	CancelWorkflow(context.Context, *connect.Request[v1.CancelWorkflowRequest]) (*connect.Response[v1.CancelWorkflowResponse], error)
+	// RetryWorkflowStep runs a failed step again, and the steps that were
+	// skipped because of it.
+	RetryWorkflowStep(context.Context, *connect.Request[v1.RetryWorkflowStepRequest]) (*connect.Response[v1.RetryWorkflowStepResponse], error)
 	// EnqueueJob queues one job for one install's agent.
 	EnqueueJob(context.Context, *connect.Request[v1.EnqueueJobRequest]) (*connect.Response[v1.EnqueueJobResponse], error)
 	ListJobs(context.Context, *connect.Request[v1.ListJobsRequest]) (*connect.Response[v1.ListJobsResponse], error)
@@ -495,6 +655,54 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 		connect.WithSchema(operatorServiceMethods.ByName("CreateEnrollmentToken")),
 		connect.WithHandlerOptions(opts...),
 	)
+	operatorServiceUpdateInstallHandler := connect.NewUnaryHandler(
+		OperatorServiceUpdateInstallProcedure,
+		svc.UpdateInstall,
+		connect.WithSchema(operatorServiceMethods.ByName("UpdateInstall")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServicePlanInstallHandler := connect.NewUnaryHandler(
+		OperatorServicePlanInstallProcedure,
+		svc.PlanInstall,
+		connect.WithSchema(operatorServiceMethods.ByName("PlanInstall")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceStartWorkflowHandler := connect.NewUnaryHandler(
+		OperatorServiceStartWorkflowProcedure,
+		svc.StartWorkflow,
+		connect.WithSchema(operatorServiceMethods.ByName("StartWorkflow")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceListWorkflowsHandler := connect.NewUnaryHandler(
+		OperatorServiceListWorkflowsProcedure,
+		svc.ListWorkflows,
+		connect.WithSchema(operatorServiceMethods.ByName("ListWorkflows")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceGetWorkflowHandler := connect.NewUnaryHandler(
+		OperatorServiceGetWorkflowProcedure,
+		svc.GetWorkflow,
+		connect.WithSchema(operatorServiceMethods.ByName("GetWorkflow")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceApproveWorkflowHandler := connect.NewUnaryHandler(
+		OperatorServiceApproveWorkflowProcedure,
+		svc.ApproveWorkflow,
+		connect.WithSchema(operatorServiceMethods.ByName("ApproveWorkflow")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceCancelWorkflowHandler := connect.NewUnaryHandler(
+		OperatorServiceCancelWorkflowProcedure,
+		svc.CancelWorkflow,
+		connect.WithSchema(operatorServiceMethods.ByName("CancelWorkflow")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceRetryWorkflowStepHandler := connect.NewUnaryHandler(
+		OperatorServiceRetryWorkflowStepProcedure,
+		svc.RetryWorkflowStep,
+		connect.WithSchema(operatorServiceMethods.ByName("RetryWorkflowStep")),
+		connect.WithHandlerOptions(opts...),
+	)
 	operatorServiceEnqueueJobHandler := connect.NewUnaryHandler(
 		OperatorServiceEnqueueJobProcedure,
 		svc.EnqueueJob,
@@ -553,6 +761,22 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 			operatorServiceWatchInstallsHandler.ServeHTTP(w, r)
 		case OperatorServiceCreateEnrollmentTokenProcedure:
 			operatorServiceCreateEnrollmentTokenHandler.ServeHTTP(w, r)
+		case OperatorServiceUpdateInstallProcedure:
+			operatorServiceUpdateInstallHandler.ServeHTTP(w, r)
+		case OperatorServicePlanInstallProcedure:
+			operatorServicePlanInstallHandler.ServeHTTP(w, r)
+		case OperatorServiceStartWorkflowProcedure:
+			operatorServiceStartWorkflowHandler.ServeHTTP(w, r)
+		case OperatorServiceListWorkflowsProcedure:
+			operatorServiceListWorkflowsHandler.ServeHTTP(w, r)
+		case OperatorServiceGetWorkflowProcedure:
+			operatorServiceGetWorkflowHandler.ServeHTTP(w, r)
+		case OperatorServiceApproveWorkflowProcedure:
+			operatorServiceApproveWorkflowHandler.ServeHTTP(w, r)
+		case OperatorServiceCancelWorkflowProcedure:
+			operatorServiceCancelWorkflowHandler.ServeHTTP(w, r)
+		case OperatorServiceRetryWorkflowStepProcedure:
+			operatorServiceRetryWorkflowStepHandler.ServeHTTP(w, r)
 		case OperatorServiceEnqueueJobProcedure:
 			operatorServiceEnqueueJobHandler.ServeHTTP(w, r)
 		case OperatorServiceListJobsProcedure:
@@ -622,6 +846,38 @@ func (UnimplementedOperatorServiceHandler) WatchInstalls(context.Context, *conne
 
 func (UnimplementedOperatorServiceHandler) CreateEnrollmentToken(context.Context, *connect.Request[v1.CreateEnrollmentTokenRequest]) (*connect.Response[v1.CreateEnrollmentTokenResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.CreateEnrollmentToken is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) UpdateInstall(context.Context, *connect.Request[v1.UpdateInstallRequest]) (*connect.Response[v1.UpdateInstallResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.UpdateInstall is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) PlanInstall(context.Context, *connect.Request[v1.PlanInstallRequest]) (*connect.Response[v1.PlanInstallResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.PlanInstall is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) StartWorkflow(context.Context, *connect.Request[v1.StartWorkflowRequest]) (*connect.Response[v1.StartWorkflowResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.StartWorkflow is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) ListWorkflows(context.Context, *connect.Request[v1.ListWorkflowsRequest]) (*connect.Response[v1.ListWorkflowsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.ListWorkflows is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) GetWorkflow(context.Context, *connect.Request[v1.GetWorkflowRequest]) (*connect.Response[v1.GetWorkflowResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.GetWorkflow is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) ApproveWorkflow(context.Context, *connect.Request[v1.ApproveWorkflowRequest]) (*connect.Response[v1.ApproveWorkflowResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.ApproveWorkflow is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) CancelWorkflow(context.Context, *connect.Request[v1.CancelWorkflowRequest]) (*connect.Response[v1.CancelWorkflowResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.CancelWorkflow is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) RetryWorkflowStep(context.Context, *connect.Request[v1.RetryWorkflowStepRequest]) (*connect.Response[v1.RetryWorkflowStepResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.RetryWorkflowStep is not implemented"))
 }
 
 func (UnimplementedOperatorServiceHandler) EnqueueJob(context.Context, *connect.Request[v1.EnqueueJobRequest]) (*connect.Response[v1.EnqueueJobResponse], error) {

@@ -1,0 +1,468 @@
+package operatorapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/byoc-dev/byoc/imsd/auth"
+	"github.com/byoc-dev/byoc/imsd/errs"
+	"github.com/byoc-dev/byoc/imsd/store"
+	"github.com/byoc-dev/byoc/imsd/workflow"
+	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
+	"github.com/byoc-dev/byoc/schema/appconfig"
+)
+
+var kindsFromProto = map[imsv1.WorkflowKind]string{
+	imsv1.WorkflowKind_WORKFLOW_KIND_PROVISION:   workflow.Provision,
+	imsv1.WorkflowKind_WORKFLOW_KIND_UPDATE:      workflow.Update,
+	imsv1.WorkflowKind_WORKFLOW_KIND_DEPROVISION: workflow.Deprovision,
+	imsv1.WorkflowKind_WORKFLOW_KIND_ACTION:      "action",
+}
+
+var kindsToProto = invert(kindsFromProto)
+
+var workflowStatesToProto = map[store.WorkflowState]imsv1.WorkflowState{
+	store.WorkflowQueued:           imsv1.WorkflowState_WORKFLOW_STATE_QUEUED,
+	store.WorkflowAwaitingApproval: imsv1.WorkflowState_WORKFLOW_STATE_AWAITING_APPROVAL,
+	store.WorkflowRunning:          imsv1.WorkflowState_WORKFLOW_STATE_RUNNING,
+	store.WorkflowSucceeded:        imsv1.WorkflowState_WORKFLOW_STATE_SUCCEEDED,
+	store.WorkflowFailed:           imsv1.WorkflowState_WORKFLOW_STATE_FAILED,
+	store.WorkflowCancelled:        imsv1.WorkflowState_WORKFLOW_STATE_CANCELLED,
+}
+
+var stepStatesToProto = map[store.StepState]imsv1.StepState{
+	store.StepPending:   imsv1.StepState_STEP_STATE_PENDING,
+	store.StepRunning:   imsv1.StepState_STEP_STATE_RUNNING,
+	store.StepSucceeded: imsv1.StepState_STEP_STATE_SUCCEEDED,
+	store.StepFailed:    imsv1.StepState_STEP_STATE_FAILED,
+	store.StepSkipped:   imsv1.StepState_STEP_STATE_SKIPPED,
+	store.StepCancelled: imsv1.StepState_STEP_STATE_CANCELLED,
+}
+
+func invert[K, V comparable](m map[K]V) map[V]K {
+	out := make(map[V]K, len(m))
+	for k, v := range m {
+		out[v] = k
+	}
+	return out
+}
+
+// lifecycleKind reads a workflow kind a caller may start.
+func lifecycleKind(field string, k imsv1.WorkflowKind, def string) (string, error) {
+	if k == imsv1.WorkflowKind_WORKFLOW_KIND_UNSPECIFIED && def != "" {
+		return def, nil
+	}
+	kind, ok := kindsFromProto[k]
+	if !ok || kind == "action" {
+		return "", errs.Field(field, "must be provision, update or deprovision")
+	}
+	return kind, nil
+}
+
+// latestRevision returns the number of the app's newest revision.
+func (s *Service) latestRevision(ctx context.Context, appID, installName string) (int64, error) {
+	revs, err := s.store.ListAppRevisions(ctx, appID)
+	if err != nil {
+		return 0, err
+	}
+	if len(revs) == 0 {
+		return 0, errs.E(errs.Conflict, "the app of install %s has no revision yet (byoc app push DIR creates one)", installName)
+	}
+	return revs[0].Number, nil
+}
+
+// queueWorkflow queues a lifecycle workflow of kind for install in at
+// revision rev (0: the latest), with the install's parallelism and approval
+// settings, and wakes the engine.
+func (s *Service) queueWorkflow(ctx context.Context, in store.Install, kind string, rev int64, reason string) (store.Workflow, error) {
+	switch {
+	case kind == workflow.Update && (in.State == store.InstallNew || in.State == store.InstallDeprovisioned):
+		return store.Workflow{}, errs.E(errs.Conflict, "install %s is %s: provision it first (byoc install provision %s)", in.Name, in.State, in.Name)
+	case kind == workflow.Deprovision && (in.State == store.InstallNew || in.State == store.InstallDeprovisioned):
+		return store.Workflow{}, errs.E(errs.Conflict, "install %s is %s: there is nothing to deprovision", in.Name, in.State)
+	}
+	if rev == 0 {
+		var err error
+		if rev, err = s.latestRevision(ctx, in.AppID, in.Name); err != nil {
+			return store.Workflow{}, err
+		}
+	}
+	r, err := s.store.GetAppRevision(ctx, in.AppID, rev)
+	if errs.Is(err, errs.NotFound) {
+		return store.Workflow{}, errs.Field("app_revision", "the app of install %s has no revision %d (byoc app revisions lists them)", in.Name, rev)
+	}
+	if err != nil {
+		return store.Workflow{}, err
+	}
+	app, err := appconfig.Parse(r.Files, appconfig.Options{Stored: true})
+	if err != nil {
+		return store.Workflow{}, fmt.Errorf("revision %d: %w", rev, err)
+	}
+	wf := store.Workflow{ID: auth.NewID("wf_"), InstallID: in.ID, Kind: kind, AppRevision: rev, Reason: reason,
+		Parallelism:     cmpOrInt(in.Settings.Parallelism, app.Metadata.InstallDefaults.Parallelism, workflow.DefaultParallelism),
+		RequireApproval: app.Metadata.InstallDefaults.RequireApproval,
+		CreatedAt:       s.now(), CreatedBy: callerFrom(ctx).Name}
+	if in.Settings.RequireApproval != nil {
+		wf.RequireApproval = *in.Settings.RequireApproval
+	}
+	if err := s.store.CreateWorkflow(ctx, wf); err != nil {
+		return store.Workflow{}, err
+	}
+	s.log.InfoContext(ctx, "workflow queued", "workflow", wf.ID, "install", in.Name, "kind", kind, "revision", rev, "by", wf.CreatedBy)
+	if s.cfg.Engine != nil {
+		s.cfg.Engine.Kick(wf.ID)
+	}
+	return wf, nil
+}
+
+func cmpOrInt(v ...int) int {
+	for _, x := range v {
+		if x > 0 {
+			return x
+		}
+	}
+	return 0
+}
+
+// StartWorkflow queues a lifecycle workflow for an install.
+func (s *Service) StartWorkflow(ctx context.Context, req *connect.Request[imsv1.StartWorkflowRequest]) (*connect.Response[imsv1.StartWorkflowResponse], error) {
+	m := req.Msg
+	if m.Install == "" {
+		return nil, s.err(ctx, errs.Field("install", "is required"))
+	}
+	kind, err := lifecycleKind("kind", m.Kind, "")
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	if m.AppRevision < 0 {
+		return nil, s.err(ctx, errs.Field("app_revision", "must be a revision number, or 0 for the latest"))
+	}
+	if len(m.Reason) > 1024 {
+		return nil, s.err(ctx, errs.Field("reason", "is longer than 1024 bytes"))
+	}
+	in, err := s.store.GetInstall(ctx, m.Install)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	reason := m.Reason
+	if reason == "" {
+		reason = kind + " by " + callerFrom(ctx).Name
+	}
+	wf, err := s.queueWorkflow(ctx, in, kind, m.AppRevision, reason)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	return connect.NewResponse(&imsv1.StartWorkflowResponse{Workflow: s.workflowToProto(ctx, wf, nil)}), nil
+}
+
+// ListWorkflows lists workflows, newest first.
+func (s *Service) ListWorkflows(ctx context.Context, req *connect.Request[imsv1.ListWorkflowsRequest]) (*connect.Response[imsv1.ListWorkflowsResponse], error) {
+	m := req.Msg
+	if m.PageSize < 0 || m.PageSize > 1000 {
+		return nil, s.err(ctx, errs.Field("page_size", "must be between 0 and 1000"))
+	}
+	f := store.WorkflowFilter{Active: m.Active, Limit: int(m.PageSize)}
+	if m.Install != "" {
+		in, err := s.store.GetInstall(ctx, m.Install)
+		if err != nil {
+			return nil, s.err(ctx, err)
+		}
+		f.InstallID = in.ID
+	}
+	wfs, err := s.store.ListWorkflows(ctx, f)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	out := &imsv1.ListWorkflowsResponse{}
+	for _, wf := range wfs {
+		out.Workflows = append(out.Workflows, s.workflowToProto(ctx, wf, nil))
+	}
+	return connect.NewResponse(out), nil
+}
+
+// GetWorkflow returns a workflow with its steps.
+func (s *Service) GetWorkflow(ctx context.Context, req *connect.Request[imsv1.GetWorkflowRequest]) (*connect.Response[imsv1.GetWorkflowResponse], error) {
+	if req.Msg.Id == "" {
+		return nil, s.err(ctx, errs.Field("id", "is required"))
+	}
+	wf, steps, err := s.store.GetWorkflow(ctx, req.Msg.Id)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	return connect.NewResponse(&imsv1.GetWorkflowResponse{Workflow: s.workflowToProto(ctx, wf, steps)}), nil
+}
+
+// ApproveWorkflow lets a workflow awaiting approval run.
+func (s *Service) ApproveWorkflow(ctx context.Context, req *connect.Request[imsv1.ApproveWorkflowRequest]) (*connect.Response[imsv1.ApproveWorkflowResponse], error) {
+	if req.Msg.Id == "" {
+		return nil, s.err(ctx, errs.Field("id", "is required"))
+	}
+	wf, err := s.store.ApproveWorkflow(ctx, req.Msg.Id, callerFrom(ctx).Name, s.now())
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	s.kick(wf.ID)
+	s.log.InfoContext(ctx, "workflow approved", "workflow", wf.ID, "by", callerFrom(ctx).Name)
+	return connect.NewResponse(&imsv1.ApproveWorkflowResponse{Workflow: s.workflowToProto(ctx, wf, nil)}), nil
+}
+
+// CancelWorkflow cancels a workflow.
+func (s *Service) CancelWorkflow(ctx context.Context, req *connect.Request[imsv1.CancelWorkflowRequest]) (*connect.Response[imsv1.CancelWorkflowResponse], error) {
+	m := req.Msg
+	if m.Id == "" {
+		return nil, s.err(ctx, errs.Field("id", "is required"))
+	}
+	if len(m.Reason) > 1024 {
+		return nil, s.err(ctx, errs.Field("reason", "is longer than 1024 bytes"))
+	}
+	reason := cmpOrString(m.Reason, "by "+callerFrom(ctx).Name)
+	wf, err := s.store.RequestWorkflowCancel(ctx, m.Id, reason, s.now())
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	s.kick(wf.ID)
+	s.hub.FleetChanged()
+	s.log.InfoContext(ctx, "workflow cancel requested", "workflow", wf.ID, "by", callerFrom(ctx).Name)
+	return connect.NewResponse(&imsv1.CancelWorkflowResponse{Workflow: s.workflowToProto(ctx, wf, nil)}), nil
+}
+
+func cmpOrString(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// RetryWorkflowStep runs a failed step again.
+func (s *Service) RetryWorkflowStep(ctx context.Context, req *connect.Request[imsv1.RetryWorkflowStepRequest]) (*connect.Response[imsv1.RetryWorkflowStepResponse], error) {
+	m := req.Msg
+	switch {
+	case m.Id == "":
+		return nil, s.err(ctx, errs.Field("id", "is required"))
+	case m.Step == "":
+		return nil, s.err(ctx, errs.Field("step", "is required"))
+	}
+	wf, err := s.store.RetryStep(ctx, m.Id, m.Step, s.now())
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	s.kick(wf.ID)
+	s.log.InfoContext(ctx, "workflow step retried", "workflow", wf.ID, "step", m.Step, "by", callerFrom(ctx).Name)
+	return connect.NewResponse(&imsv1.RetryWorkflowStepResponse{Workflow: s.workflowToProto(ctx, wf, nil)}), nil
+}
+
+func (s *Service) kick(id string) {
+	if s.cfg.Engine != nil {
+		s.cfg.Engine.Kick(id)
+	}
+}
+
+// changedInputs returns the install's inputs with set and unset applied.
+func changedInputs(have map[string]string, set map[string]string, unset []string) (map[string]string, error) {
+	if err := checkInputs("set_inputs", set); err != nil {
+		return nil, err
+	}
+	out := maps.Clone(have)
+	if out == nil {
+		out = map[string]string{}
+	}
+	for i, k := range unset {
+		if _, ok := set[k]; ok {
+			return nil, errs.Field(fmt.Sprintf("unset_inputs[%d]", i), "%q is also in set_inputs", k)
+		}
+		delete(out, k)
+	}
+	maps.Copy(out, set)
+	return out, nil
+}
+
+// checkAgainstApp checks install inputs against the app's latest revision,
+// when it has one.
+func (s *Service) checkAgainstApp(ctx context.Context, in store.Install, inputs map[string]string) error {
+	revs, err := s.store.ListAppRevisions(ctx, in.AppID)
+	if err != nil || len(revs) == 0 {
+		return err
+	}
+	r, err := s.store.GetAppRevision(ctx, in.AppID, revs[0].Number)
+	if err != nil {
+		return err
+	}
+	app, err := appconfig.Parse(r.Files, appconfig.Options{Stored: true})
+	if err != nil {
+		return err
+	}
+	if _, problems := app.ResolveInputs(inputs); len(problems) > 0 {
+		msgs := make([]string, len(problems))
+		for i, p := range problems {
+			msgs[i] = p.Error()
+		}
+		return errs.Field("set_inputs", "%s (app revision %d)", strings.Join(msgs, "; "), revs[0].Number)
+	}
+	return nil
+}
+
+// UpdateInstall changes an install's inputs and settings.
+func (s *Service) UpdateInstall(ctx context.Context, req *connect.Request[imsv1.UpdateInstallRequest]) (*connect.Response[imsv1.UpdateInstallResponse], error) {
+	m := req.Msg
+	if m.Install == "" {
+		return nil, s.err(ctx, errs.Field("install", "is required"))
+	}
+	in, err := s.store.GetInstall(ctx, m.Install)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	inputs, err := changedInputs(in.Inputs, m.SetInputs, m.UnsetInputs)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	settings := in.Settings
+	if m.Parallelism != nil {
+		if *m.Parallelism < 0 || *m.Parallelism > 64 {
+			return nil, s.err(ctx, errs.Field("parallelism", "must be between 1 and 64, or 0 for the app's default"))
+		}
+		settings.Parallelism = int(*m.Parallelism)
+	}
+	if m.RequireApproval != nil {
+		settings.RequireApproval = m.RequireApproval
+	}
+	if err := s.checkAgainstApp(ctx, in, inputs); err != nil {
+		return nil, s.err(ctx, err)
+	}
+	in, err = s.store.UpdateInstall(ctx, in.ID, inputs, settings)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	s.hub.FleetChanged()
+	out := &imsv1.UpdateInstallResponse{Install: s.installToProto(ctx, in)}
+	if m.Deploy {
+		var changed []string
+		for _, k := range slices.Sorted(maps.Keys(m.SetInputs)) {
+			changed = append(changed, k)
+		}
+		changed = append(changed, m.UnsetInputs...)
+		reason := "install settings changed"
+		if len(changed) > 0 {
+			reason = "inputs changed: " + strings.Join(changed, ", ")
+		}
+		wf, err := s.queueWorkflow(ctx, in, workflow.Update, 0, reason)
+		if err != nil {
+			return nil, s.err(ctx, err)
+		}
+		out.Workflow = s.workflowToProto(ctx, wf, nil)
+	}
+	return connect.NewResponse(out), nil
+}
+
+// PlanInstall says what a workflow would do now.
+func (s *Service) PlanInstall(ctx context.Context, req *connect.Request[imsv1.PlanInstallRequest]) (*connect.Response[imsv1.PlanInstallResponse], error) {
+	m := req.Msg
+	if m.Install == "" {
+		return nil, s.err(ctx, errs.Field("install", "is required"))
+	}
+	kind, err := lifecycleKind("kind", m.Kind, workflow.Update)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	if m.AppRevision < 0 {
+		return nil, s.err(ctx, errs.Field("app_revision", "must be a revision number, or 0 for the latest"))
+	}
+	in, err := s.store.GetInstall(ctx, m.Install)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	var inputs map[string]string
+	if len(m.SetInputs) > 0 || len(m.UnsetInputs) > 0 {
+		if inputs, err = changedInputs(in.Inputs, m.SetInputs, m.UnsetInputs); err != nil {
+			return nil, s.err(ctx, err)
+		}
+	}
+	if s.cfg.Engine == nil {
+		return nil, s.err(ctx, errors.New("no workflow engine"))
+	}
+	plan, err := s.cfg.Engine.PlanFor(ctx, kind, in, m.AppRevision, inputs)
+	var pe *workflow.PlanError
+	if errors.As(err, &pe) {
+		return nil, s.err(ctx, errs.E(errs.Invalid, "install %s cannot be planned: %s", in.Name, pe))
+	}
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	out := &imsv1.PlanInstallResponse{Kind: kindsToProto[kind], AppRevision: plan.Revision, Unchanged: plan.Unchanged}
+	for _, st := range plan.Steps {
+		out.Steps = append(out.Steps, stepToProto(st))
+	}
+	out.Inputs, err = s.maskedInputs(ctx, in.AppID, plan)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	return connect.NewResponse(out), nil
+}
+
+// maskedInputs are a plan's inputs with the sensitive ones masked.
+func (s *Service) maskedInputs(ctx context.Context, appID string, plan *workflow.Plan) (*structpb.Struct, error) {
+	var vals map[string]any
+	if err := json.Unmarshal(plan.Inputs, &vals); err != nil {
+		return nil, err
+	}
+	r, err := s.store.GetAppRevision(ctx, appID, plan.Revision)
+	if err != nil {
+		return nil, err
+	}
+	app, err := appconfig.Parse(r.Files, appconfig.Options{Stored: true})
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range app.SensitiveInputs() {
+		if _, ok := vals[n]; ok {
+			vals[n] = "(sensitive)"
+		}
+	}
+	return structpb.NewStruct(vals)
+}
+
+func stepToProto(st store.Step) *imsv1.WorkflowStep {
+	return &imsv1.WorkflowStep{Name: st.Name, Component: st.Component, Action: st.Action, ComponentType: st.ComponentType,
+		Operation: st.Operation, Needs: st.Needs, Reason: st.Reason, State: stepStatesToProto[st.State], JobId: st.JobID,
+		Attempts: int32(st.Attempts), Error: st.Error, StartTime: ts(st.StartedAt), EndTime: ts(st.EndedAt),
+		TimeoutSeconds: int64(st.Timeout / time.Second)}
+}
+
+func (s *Service) workflowToProto(ctx context.Context, wf store.Workflow, steps []store.Step) *imsv1.Workflow {
+	p := &imsv1.Workflow{Id: wf.ID, InstallId: wf.InstallID, Kind: kindsToProto[wf.Kind], State: workflowStatesToProto[wf.State],
+		AppRevision: wf.AppRevision, Reason: wf.Reason, Parallelism: int32(wf.Parallelism), RequireApproval: wf.RequireApproval,
+		CancelRequested: wf.CancelRequested, ApprovedBy: wf.ApprovedBy, ApproveTime: ts(wf.ApprovedAt), Error: wf.Error,
+		CreateTime: ts(wf.CreatedAt), CreatedBy: wf.CreatedBy, StartTime: ts(wf.StartedAt), EndTime: ts(wf.EndedAt)}
+	if in, err := s.store.GetInstall(ctx, wf.InstallID); err == nil {
+		p.InstallName = in.Name
+	}
+	if steps != nil {
+		p.StepCounts = map[string]int32{}
+		for _, st := range steps {
+			p.Steps = append(p.Steps, stepToProto(st))
+			p.StepCounts[string(st.State)]++
+		}
+	}
+	return p
+}
+
+func settingsToProto(st store.InstallSettings) *imsv1.InstallSettings {
+	p := &imsv1.InstallSettings{Parallelism: int32(st.Parallelism), RequireApproval: st.RequireApproval, Source: st.Source}
+	for name, o := range st.Overrides {
+		if v, err := structpb.NewStruct(o); err == nil {
+			if p.Overrides == nil {
+				p.Overrides = map[string]*structpb.Struct{}
+			}
+			p.Overrides[name] = v
+		}
+	}
+	return p
+}
