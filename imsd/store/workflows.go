@@ -608,6 +608,7 @@ func (s *Store) RetryStep(ctx context.Context, id, name string, now time.Time) (
 			if !errors.Is(err, sql.ErrNoRows) {
 				return err
 			}
+			err = nil
 			if _, err := tx.ExecContext(ctx, s.bind(`UPDATE workflows SET state = 'running', error = '', ended_at = 0,
 				cancel_requested = ?, cancel_reason = '' WHERE id = ?`), false, id); err != nil {
 				return err

@@ -59,6 +59,8 @@ func Run(t *testing.T, open OpenFunc) {
 		{"QueuedJobInstalls", testQueuedJobInstalls},
 		{"Restart", testRestart},
 		{"Listen", testListen},
+		{"WorkflowLifecycle", testWorkflowLifecycle},
+		{"WorkflowApproveCancel", testWorkflowApproveCancel},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
