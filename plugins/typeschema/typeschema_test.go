@@ -63,7 +63,7 @@ sandbox = { memory_mb = "{{ .inputs.replicas }}" }
 [[config.steps]]
 script = "echo {{ .inputs.mode }}"
 `,
-			"components/free.toml": "type = \"anything\"\nconfig = { whatever = [1, 2] }\n",
+			"components/free.toml":  "type = \"anything\"\nconfig = { whatever = [1, 2] }\n",
 			"components/chart.toml": "type = \"helm\"\nconfig = { chart = 3 }\n",
 		}, nil},
 		{"action fields", map[string]string{
