@@ -29,6 +29,8 @@ var readOnly = map[string]bool{
 	imsv1connect.OperatorServiceListJobsProcedure:         true,
 	imsv1connect.OperatorServiceGetJobProcedure:           true,
 	imsv1connect.OperatorServiceStreamJobLogsProcedure:    true,
+	imsv1connect.OperatorServiceListPluginTypesProcedure:  true,
+	imsv1connect.OperatorServiceGetPluginTypeProcedure:    true,
 }
 
 type callerKey struct{}
