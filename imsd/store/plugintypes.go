@@ -16,8 +16,9 @@ type PluginType struct {
 	Type     string
 	Version  string
 	Protocol string
-	// Description is the whole describe JSON; ConfigSchema its config
-	// schema ("" when the type declares none).
+	// Description is the describe JSON (typeschema.Description: the
+	// fields imsd knows); ConfigSchema its config schema ("" when the
+	// type declares none).
 	Description  string
 	ConfigSchema string
 	RegisteredAt time.Time

@@ -7,8 +7,8 @@ CREATE TABLE plugin_types (
     type          TEXT PRIMARY KEY,
     version       TEXT NOT NULL,
     protocol      TEXT NOT NULL,
-    -- description is the whole describe JSON, compacted; config_schema is
-    -- its config_schema ('' when the type declares none).
+    -- description is the describe JSON (the fields imsd knows, compacted);
+    -- config_schema is its config_schema ('' when the type declares none).
     description   TEXT NOT NULL,
     config_schema TEXT NOT NULL DEFAULT '',
     registered_at INTEGER NOT NULL,
