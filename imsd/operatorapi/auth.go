@@ -32,6 +32,8 @@ var readOnly = map[string]bool{
 	imsv1connect.OperatorServicePlanInstallProcedure:      true,
 	imsv1connect.OperatorServiceListWorkflowsProcedure:    true,
 	imsv1connect.OperatorServiceGetWorkflowProcedure:      true,
+	imsv1connect.OperatorServiceListPluginTypesProcedure:  true,
+	imsv1connect.OperatorServiceGetPluginTypeProcedure:    true,
 }
 
 type callerKey struct{}

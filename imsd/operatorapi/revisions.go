@@ -24,6 +24,8 @@ import (
 const maxPushBytes = 8 << 20
 
 // PushAppRevision validates an app config and stores it as a revision.
+// Each component's config is checked against its type's schema: a
+// built-in type's, or the one registered with RegisterPluginType.
 func (s *Service) PushAppRevision(ctx context.Context, req *connect.Request[imsv1.PushAppRevisionRequest]) (*connect.Response[imsv1.PushAppRevisionResponse], error) {
 	files := map[string][]byte{}
 	total := 0
@@ -44,7 +46,11 @@ func (s *Service) PushAppRevision(ctx context.Context, req *connect.Request[imsv
 	if total > maxPushBytes {
 		return nil, s.err(ctx, errs.Field("files", "are %d bytes in all; a push may be at most %d", total, maxPushBytes))
 	}
-	app, err := appconfig.Parse(files, appconfig.Options{})
+	opts, err := s.configOptions(ctx)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	app, err := appconfig.Parse(files, opts)
 	if err != nil {
 		return nil, configError(err)
 	}
@@ -73,7 +79,7 @@ func (s *Service) PushAppRevision(ctx context.Context, req *connect.Request[imsv
 		if err != nil {
 			return nil, s.err(ctx, err)
 		}
-		if old, err := appconfig.Parse(prev.Files, appconfig.Options{}); err == nil {
+		if old, err := appconfig.Parse(prev.Files, storedOptions()); err == nil {
 			out.Changes = changesToProto(appconfig.Diff(old, app))
 		}
 	}
@@ -213,8 +219,8 @@ func (s *Service) DiffAppRevisions(ctx context.Context, req *connect.Request[ims
 	}
 	// Revisions were valid when pushed and are immutable, so parsing
 	// them again only fails if the validator has grown stricter since.
-	oldApp, err1 := appconfig.Parse(from.Files, appconfig.Options{})
-	newApp, err2 := appconfig.Parse(to.Files, appconfig.Options{})
+	oldApp, err1 := appconfig.Parse(from.Files, storedOptions())
+	newApp, err2 := appconfig.Parse(to.Files, storedOptions())
 	if err := errors.Join(err1, err2); err != nil {
 		return nil, s.err(ctx, fmt.Errorf("diff revisions %d and %d of app %s: a revision no longer passes validation; push a corrected config and diff against it: %w", from.Number, to.Number, a.Name, err))
 	}

@@ -103,7 +103,7 @@ func (s *Service) queueWorkflow(ctx context.Context, in store.Install, kind stri
 	if err != nil {
 		return store.Workflow{}, err
 	}
-	app, err := appconfig.Parse(r.Files, appconfig.Options{Stored: true})
+	app, err := appconfig.Parse(r.Files, appconfig.Options{AnyType: true})
 	if err != nil {
 		return store.Workflow{}, fmt.Errorf("revision %d: %w", rev, err)
 	}
@@ -296,7 +296,7 @@ func (s *Service) checkAgainstApp(ctx context.Context, in store.Install, inputs 
 	if err != nil {
 		return err
 	}
-	app, err := appconfig.Parse(r.Files, appconfig.Options{Stored: true})
+	app, err := appconfig.Parse(r.Files, appconfig.Options{AnyType: true})
 	if err != nil {
 		return err
 	}
@@ -417,7 +417,7 @@ func (s *Service) maskedInputs(ctx context.Context, appID string, plan *workflow
 	if err != nil {
 		return nil, err
 	}
-	app, err := appconfig.Parse(r.Files, appconfig.Options{Stored: true})
+	app, err := appconfig.Parse(r.Files, appconfig.Options{AnyType: true})
 	if err != nil {
 		return nil, err
 	}

@@ -552,7 +552,7 @@ func (c *appCache) get(ctx context.Context, st *store.Store, appID string, rev i
 	if err != nil {
 		return nil, err
 	}
-	app, err = appconfig.Parse(r.Files, appconfig.Options{Stored: true})
+	app, err = appconfig.Parse(r.Files, appconfig.Options{AnyType: true})
 	if err != nil {
 		return nil, fmt.Errorf("app %s revision %d no longer parses: %w", appID, rev, err)
 	}

@@ -30,6 +30,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/byoc-dev/byoc/plugins/action/actionschema"
 	"github.com/byoc-dev/byoc/plugins/action/sandbox"
 	"github.com/byoc-dev/byoc/plugins/sdk"
 )
@@ -41,51 +42,6 @@ const TypeName = "action"
 const Version = "0.1.0"
 
 const defaultShell = "/bin/sh"
-
-// configSchema is the JSON Schema of the action config.
-const configSchema = `{
-  "$schema": "https://json-schema.org/draft/2020-12/schema",
-  "type": "object",
-  "required": ["steps"],
-  "additionalProperties": false,
-  "properties": {
-    "steps": {"$ref": "#/$defs/steps", "minItems": 1},
-    "destroy_steps": {"$ref": "#/$defs/steps"},
-    "shell": {"type": "string", "default": "/bin/sh"},
-    "env": {"$ref": "#/$defs/env"},
-    "sandbox": {
-      "type": "object",
-      "additionalProperties": false,
-      "properties": {
-        "network": {"type": "boolean", "default": false, "description": "let steps use the host's network"},
-        "memory_mb": {"type": "integer", "minimum": 16, "default": 512},
-        "cpus": {"type": "number", "exclusiveMinimum": 0, "default": 1},
-        "pids": {"type": "integer", "minimum": 8, "default": 512}
-      }
-    }
-  },
-  "$defs": {
-    "env": {
-      "type": "object",
-      "description": "environment variables of the steps, added to the job's",
-      "additionalProperties": {"type": "string"}
-    },
-    "steps": {
-      "type": "array",
-      "items": {
-        "type": "object",
-        "required": ["script"],
-        "additionalProperties": false,
-        "properties": {
-          "name": {"type": "string"},
-          "script": {"type": "string", "minLength": 1},
-          "env": {"$ref": "#/$defs/env"},
-          "timeout": {"type": "string", "description": "Go duration such as 30s or 10m; the job's time limit otherwise"}
-        }
-      }
-    }
-  }
-}`
 
 // Plugin implements sdk.Plugin for the action type.
 type Plugin struct {
@@ -117,7 +73,7 @@ func (p *Plugin) Describe(context.Context, *sdk.DescribeRequest) (*sdk.DescribeR
 	return &sdk.DescribeResponse{
 		Type:         TypeName,
 		Version:      Version,
-		ConfigSchema: configSchema,
+		ConfigSchema: actionschema.Config,
 	}, nil
 }
 

@@ -178,14 +178,6 @@ func DiagnosticsError(diags []Diagnostic) error {
 	return errors.New("invalid config: " + strings.Join(msgs, "; "))
 }
 
-// String returns "field: message".
-func (d Diagnostic) String() string {
-	if d.Field == "" {
-		return d.Message
-	}
-	return d.Field + ": " + d.Message
-}
-
 func (s *server) Plan(req *pluginv1.PlanRequest, stream grpc.ServerStreamingServer[pluginv1.PlanResponse]) error {
 	return serveOp(stream,
 		func(l *pluginv1.LogEvent) *pluginv1.PlanResponse {

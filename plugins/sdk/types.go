@@ -142,13 +142,6 @@ type ValidateRequest struct {
 	Config map[string]any
 }
 
-// Diagnostic is one problem found in a config.
-type Diagnostic struct {
-	// Field is the path of the offending config field, such as "steps[0].script".
-	Field   string
-	Message string
-}
-
 // ValidateResponse lists the problems found; none means the config is valid.
 type ValidateResponse struct {
 	Diagnostics []Diagnostic

@@ -43,7 +43,7 @@ type refError struct {
 // text. Only field chains are allowed inside {{ }}: no functions, pipes or
 // control structures, so a config says what it needs and nothing runs.
 func findRefs(s string) ([]Ref, *refError) {
-	if !strings.Contains(s, "{{") {
+	if !HasRefs(s) {
 		return nil, nil
 	}
 	trees, err := parse.Parse("config", s, "{{", "}}")

@@ -17,25 +17,35 @@ type Options struct {
 	// Types are the component types installs can run, with a check of
 	// each type's config (nil: any config). Nil Types means BuiltinTypes.
 	Types map[string]ConfigCheck
-	// Stored says the files are a revision that passed validation when it
-	// was pushed: component types and their configs are not checked again
-	// (the plugins known then may differ from those known now).
-	Stored bool
+	// AnyType accepts a type not in Types, without checking its config:
+	// for a check before the one that knows every type (byoc app push
+	// checks what it can, imsd the rest), and for reading again revisions
+	// that were valid when they were stored.
+	AnyType bool
+	// TypeHint ends the hint of the error naming a type not in Types,
+	// saying how to make one known (register it, pass its schema).
+	TypeHint string
 }
 
 // ConfigCheck checks a component's config against its type's schema and
-// returns one problem per bad field.
+// returns one problem per bad field. A config string holding a {{ }}
+// reference (HasRefs) is rendered only at deploy time: a check must not
+// fault it for what its rendered value decides (type, enum, pattern, ...).
 type ConfigCheck func(config map[string]any) []FieldProblem
 
 // A FieldProblem is one bad field of a component config.
 type FieldProblem struct {
-	// Field is the path inside config, such as "steps[0].script".
+	// Field is the path inside config, such as "steps[0].script"; empty
+	// for the config as a whole.
 	Field   string
 	Message string
+	// Hint says what would be right, if known.
+	Hint string
 }
 
-// BuiltinTypes are the component types every agent has. Their config is not
-// checked here until their plugins publish schemas.
+// BuiltinTypes are the component types every agent has, without checks of
+// their config: the callers that know the types' schemas (imsd, the CLI,
+// through plugins/typeschema) pass their own Options.Types.
 func BuiltinTypes() map[string]ConfigCheck {
 	return map[string]ConfigCheck{"image": nil, "helm": nil, "terraform": nil, "action": nil}
 }
@@ -56,15 +66,7 @@ func (a *App) validate(ds *diags, opts Options) {
 	if types == nil {
 		types = BuiltinTypes()
 	}
-	if opts.Stored {
-		types = map[string]ConfigCheck{}
-		for _, c := range append([]*Component{a.Sandbox}, a.Components...) {
-			if c != nil {
-				types[c.Type] = nil
-			}
-		}
-	}
-	v := &validator{a: a, ds: ds, types: types}
+	v := &validator{a: a, ds: ds, types: types, anyType: opts.AnyType, typeHint: opts.TypeHint}
 	for _, c := range a.Components {
 		v.components = append(v.components, c.Name)
 	}
@@ -101,6 +103,9 @@ type validator struct {
 	a     *App
 	ds    *diags
 	types map[string]ConfigCheck
+	// anyType and typeHint are Options.AnyType and Options.TypeHint.
+	anyType  bool
+	typeHint string
 	// The names declared, for "no such" errors and their suggestions.
 	components, inputs, secrets []string
 }
@@ -312,17 +317,10 @@ func (v *validator) component(file string, c *Component) {
 		}
 	}
 	if c.Type != "" {
-		if _, ok := v.types[c.Type]; !ok {
-			known := sortedKeys(v.types)
-			hint := didYouMean(c.Type, known)
-			if hint == "" {
-				hint = "known types: " + strings.Join(known, ", ")
-			}
-			v.errf(file, "type", hint, "no component type %q", c.Type)
-		} else if check := v.types[c.Type]; check != nil {
-			for _, p := range check(c.Config) {
-				v.errf(file, join("config", p.Field), "", "%s", p.Message)
-			}
+		if check, ok := v.types[c.Type]; !ok && !v.anyType {
+			v.errf(file, "type", v.unknownTypeHint(c.Type), "no component type %q", c.Type)
+		} else if check != nil {
+			v.configProblems(file, check(c.Config))
 		}
 	}
 	if c.Timeout < 0 || time.Duration(c.Timeout) > maxTimeout {
@@ -346,6 +344,44 @@ func (v *validator) component(file string, c *Component) {
 		v.refs(file, key, s, c.Name)
 	})
 }
+
+// unknownTypeHint says what the known types are, which is closest to typ,
+// and how to make another one known.
+func (v *validator) unknownTypeHint(typ string) string {
+	known := sortedKeys(v.types)
+	hint := "known types: " + strings.Join(known, ", ")
+	if h := didYouMean(typ, known); h != "" {
+		hint = h + " " + hint
+	}
+	if v.typeHint != "" {
+		hint += "; " + v.typeHint
+	}
+	return hint
+}
+
+// configProblems reports what a type's check found in a component's
+// config, at the line of each field, or of the closest key written (a
+// missing field is reported at its table, a missing config at the type).
+func (v *validator) configProblems(file string, ps []FieldProblem) {
+	for _, p := range ps {
+		key := "config"
+		switch {
+		case strings.HasPrefix(p.Field, "["):
+			key += p.Field
+		case p.Field != "":
+			key += "." + p.Field
+		}
+		line := v.a.line(file, key)
+		if line == 0 {
+			line = v.a.line(file, "type")
+		}
+		v.ds.addf(file, line, key, p.Hint, "%s", p.Message)
+	}
+}
+
+// HasRefs reports whether a config string holds a {{ }} reference, so its
+// value is known only once rendered for an install.
+func HasRefs(s string) bool { return strings.Contains(s, "{{") }
 
 // refs checks the references in one config string of component self ("" for
 // actions).
@@ -513,10 +549,9 @@ func (v *validator) policies() {
 		case p.File != "":
 			v.appFile(f, at("file"), p.File)
 		}
-		known := sortedKeys(v.types)
 		for j, t := range p.AppliesTo {
-			if _, ok := v.types[t]; !ok {
-				v.errf(f, fmt.Sprintf("policy[%d].applies_to[%d]", i, j), hintOr(didYouMean(t, known), "known types: "+strings.Join(known, ", ")), "no component type %q", t)
+			if _, ok := v.types[t]; !ok && !v.anyType {
+				v.errf(f, fmt.Sprintf("policy[%d].applies_to[%d]", i, j), v.unknownTypeHint(t), "no component type %q", t)
 			}
 		}
 	}

@@ -52,3 +52,64 @@ func TestAppInitAndValidate(t *testing.T) {
 		t.Errorf("missing dir: exit %d, %q", r.code, r.stderr)
 	}
 }
+
+// byoc app validate checks component config against the built-in types'
+// schemas, and against third-party types' given with --plugin-schema.
+func TestAppValidateSchemas(t *testing.T) {
+	t.Setenv("BYOC_CONFIG", filepath.Join(t.TempDir(), "config.json"))
+	dir := t.TempDir()
+	write := func(p, content string) {
+		t.Helper()
+		os.MkdirAll(filepath.Dir(filepath.Join(dir, p)), 0o755)
+		if err := os.WriteFile(filepath.Join(dir, p), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("app.toml", "name = \"shop\"\n")
+	write("inputs.toml", "[[input]]\nname = \"size\"\ntype = \"number\"\n")
+	write("components/job.toml", "type = \"action\"\n[[config.steps]]\nscrpt = \"make\"\n")
+	write("components/hello.toml", "type = \"greeting\"\nconfig.size = \"{{ .inputs.size }}\"\n")
+	describe := filepath.Join(t.TempDir(), "greeting.json")
+	os.WriteFile(describe, []byte(`{"type": "greeting", "version": "0.1.0", "protocol": "1.1",
+	  "config_schema": {"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}, "size": {"type": "integer"}}}}`), 0o644)
+
+	r := byoc(t, "app", "validate", dir)
+	want := []string{
+		"error: 3 problems in app config:",
+		`components/hello.toml:1: type: no component type "greeting" (known types: action, helm, image, terraform; pass a third-party type's describe output with --plugin-schema FILE)`,
+		`components/job.toml:2: config.steps[0].script: is required`,
+		`components/job.toml:3: config.steps[0].scrpt: unknown field (known fields: name, script, timeout)`,
+	}
+	if r.code != exitError || r.stderr != strings.Join(want, "\n  ")+"\n" {
+		t.Errorf("exit %d, stderr:\n%s\nwant:\n%s", r.code, r.stderr, strings.Join(want, "\n  "))
+	}
+	// With the type's schema, its config is checked too; the reference
+	// passes where a number is wanted.
+	r = byoc(t, "app", "validate", "--plugin-schema", describe, dir)
+	want = []string{
+		"error: 3 problems in app config:",
+		`components/hello.toml:2: config.name: is required`,
+		`components/job.toml:2: config.steps[0].script: is required`,
+		`components/job.toml:3: config.steps[0].scrpt: unknown field (known fields: name, script, timeout)`,
+	}
+	if r.code != exitError || r.stderr != strings.Join(want, "\n  ")+"\n" {
+		t.Errorf("exit %d, stderr:\n%s\nwant:\n%s", r.code, r.stderr, strings.Join(want, "\n  "))
+	}
+	write("components/job.toml", "type = \"action\"\n[[config.steps]]\nscript = \"make\"\n")
+	write("components/hello.toml", "type = \"greeting\"\nconfig.name = \"x\"\nconfig.size = \"{{ .inputs.size }}\"\n")
+	mustRun(t, "app", "validate", "--plugin-schema", describe, dir)
+
+	bad := filepath.Join(t.TempDir(), "bad.json")
+	os.WriteFile(bad, []byte(`{"type": "action", "version": "1", "protocol": "1.1"}`), 0o644)
+	if r := byoc(t, "app", "validate", "--plugin-schema", bad, dir); r.code != exitUsage || !strings.Contains(r.stderr, `"action" is a built-in type`) {
+		t.Errorf("built-in --plugin-schema: exit %d, %s", r.code, r.stderr)
+	}
+	os.WriteFile(bad, []byte(`{"type": "g", "version": "1", "protocol": "1.1", "config_schema": {"if": {}}}`), 0o644)
+	if r := byoc(t, "app", "validate", "--plugin-schema", bad, dir); r.code != exitUsage || !strings.Contains(r.stderr, `config_schema: schema at the root: keyword "if" is not supported`) {
+		t.Errorf("bad --plugin-schema: exit %d, %s", r.code, r.stderr)
+	}
+	// plugin register checks the file before it connects anywhere.
+	if r := byoc(t, "plugin", "register", bad); r.code != exitError || !strings.Contains(r.stderr, `keyword "if" is not supported`) {
+		t.Errorf("plugin register of a bad file: exit %d, %s", r.code, r.stderr)
+	}
+}

@@ -153,6 +153,7 @@ Without a command it opens the interactive console (press ? in it for keys).`,
 		a.installCommand(),
 		a.actionCommand(),
 		a.jobCommand(),
+		a.pluginCommand(),
 	)
 	a.markStart(root)
 	return root

@@ -19,15 +19,27 @@ import (
 
 // appValidateCommand checks an app config directory without a server.
 func (a *app) appValidateCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "validate DIR",
+	var pluginSchemas []string
+	cmd := &cobra.Command{
+		Use:   "validate DIR [--plugin-schema FILE]...",
 		Short: "Check an app config directory and list every problem in it",
 		Long: `Check the app config in DIR (app.toml, inputs.toml, components/*.toml, ...)
 without contacting imsd. Every problem is listed with its file, line and key.
-Exits 1 when the config is not valid.`,
+Exits 1 when the config is not valid.
+
+Component configs are checked against their type's schema: the built-in
+types' schemas are known; for a third-party type, pass the output of its
+plugin's describe with --plugin-schema FILE (repeatable), as registered in
+imsd with "byoc plugin register". A config string holding a {{ }} reference
+is rendered only at deploy time, so its type, format and bounds are not
+checked.`,
 		Args: exactArgs("DIR"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			app, err := appconfig.LoadDir(args[0], appconfig.Options{})
+			opts, err := a.pluginSchemaTypes(pluginSchemas)
+			if err != nil {
+				return err
+			}
+			app, err := appconfig.LoadDir(args[0], opts)
 			var cerr *appconfig.Error
 			switch {
 			case errors.As(err, &cerr):
@@ -67,6 +79,8 @@ Exits 1 when the config is not valid.`,
 			return nil
 		},
 	}
+	cmd.Flags().StringArrayVar(&pluginSchemas, "plugin-schema", nil, "a third-party type's describe output (JSON), to check its components' config; repeatable")
+	return cmd
 }
 
 // appInitCommand writes the commented example app.
@@ -98,10 +112,18 @@ func (a *app) appPushCommand() *cobra.Command {
 		Long: `Check the app config in DIR as "byoc app validate" does, then send every
 file to imsd, which checks it again and stores it as the app's next
 immutable revision (creating the app on its first push). Pushing files
-identical to the latest revision creates nothing.`,
+identical to the latest revision creates nothing. The check here knows the
+built-in types' schemas only; imsd checks third-party types' configs
+against the schemas registered with "byoc plugin register".`,
 		Args: exactArgs("DIR"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := appconfig.LoadDir(args[0], appconfig.Options{})
+			opts, err := a.pluginSchemaTypes(nil)
+			if err != nil {
+				return err
+			}
+			// imsd knows the registered types; leave them to it.
+			opts.AnyType = true
+			cfg, err := appconfig.LoadDir(args[0], opts)
 			var cerr *appconfig.Error
 			if errors.As(err, &cerr) {
 				return &exitCodeError{code: exitError, msg: cerr.Error()}

@@ -38,6 +38,7 @@ func Run(t *testing.T, open OpenFunc) {
 		{"APITokens", testAPITokens},
 		{"Apps", testApps},
 		{"AppRevisions", testAppRevisions},
+		{"PluginTypes", testPluginTypes},
 		{"Installs", testInstalls},
 		{"Enroll", testEnroll},
 		{"EnrollConcurrent", testEnrollConcurrent},

@@ -3417,6 +3417,465 @@ func (x *ConfigDiagnostics) GetDiagnostics() []*ConfigDiagnostic {
 	return nil
 }
 
+// PluginType is a component type pushes accept.
+type PluginType struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Type  string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	// builtin types come with every agent: they have no registration.
+	Builtin      bool     `protobuf:"varint,2,opt,name=builtin,proto3" json:"builtin,omitempty"`
+	Version      string   `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
+	Protocol     string   `protobuf:"bytes,4,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	Capabilities []string `protobuf:"bytes,5,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
+	// config_schema is the JSON Schema of the type's component config;
+	// unset when the type declares none (any config is accepted). Only
+	// GetPluginType and RegisterPluginType return schemas.
+	ConfigSchema  *structpb.Value        `protobuf:"bytes,6,opt,name=config_schema,json=configSchema,proto3" json:"config_schema,omitempty"`
+	OutputsSchema *structpb.Value        `protobuf:"bytes,7,opt,name=outputs_schema,json=outputsSchema,proto3" json:"outputs_schema,omitempty"`
+	RegisterTime  *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=register_time,json=registerTime,proto3" json:"register_time,omitempty"`
+	RegisteredBy  string                 `protobuf:"bytes,9,opt,name=registered_by,json=registeredBy,proto3" json:"registered_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PluginType) Reset() {
+	*x = PluginType{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PluginType) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PluginType) ProtoMessage() {}
+
+func (x *PluginType) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PluginType.ProtoReflect.Descriptor instead.
+func (*PluginType) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *PluginType) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *PluginType) GetBuiltin() bool {
+	if x != nil {
+		return x.Builtin
+	}
+	return false
+}
+
+func (x *PluginType) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *PluginType) GetProtocol() string {
+	if x != nil {
+		return x.Protocol
+	}
+	return ""
+}
+
+func (x *PluginType) GetCapabilities() []string {
+	if x != nil {
+		return x.Capabilities
+	}
+	return nil
+}
+
+func (x *PluginType) GetConfigSchema() *structpb.Value {
+	if x != nil {
+		return x.ConfigSchema
+	}
+	return nil
+}
+
+func (x *PluginType) GetOutputsSchema() *structpb.Value {
+	if x != nil {
+		return x.OutputsSchema
+	}
+	return nil
+}
+
+func (x *PluginType) GetRegisterTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RegisterTime
+	}
+	return nil
+}
+
+func (x *PluginType) GetRegisteredBy() string {
+	if x != nil {
+		return x.RegisteredBy
+	}
+	return ""
+}
+
+type RegisterPluginTypeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// description is the JSON that byoc-plugin-TYPE describe prints.
+	Description   string `protobuf:"bytes,1,opt,name=description,proto3" json:"description,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterPluginTypeRequest) Reset() {
+	*x = RegisterPluginTypeRequest{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterPluginTypeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterPluginTypeRequest) ProtoMessage() {}
+
+func (x *RegisterPluginTypeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterPluginTypeRequest.ProtoReflect.Descriptor instead.
+func (*RegisterPluginTypeRequest) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *RegisterPluginTypeRequest) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+type RegisterPluginTypeResponse struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	PluginType *PluginType            `protobuf:"bytes,1,opt,name=plugin_type,json=pluginType,proto3" json:"plugin_type,omitempty"`
+	// replaced is the registration this one replaced, if there was one.
+	Replaced      *PluginType `protobuf:"bytes,2,opt,name=replaced,proto3" json:"replaced,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterPluginTypeResponse) Reset() {
+	*x = RegisterPluginTypeResponse{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterPluginTypeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterPluginTypeResponse) ProtoMessage() {}
+
+func (x *RegisterPluginTypeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterPluginTypeResponse.ProtoReflect.Descriptor instead.
+func (*RegisterPluginTypeResponse) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *RegisterPluginTypeResponse) GetPluginType() *PluginType {
+	if x != nil {
+		return x.PluginType
+	}
+	return nil
+}
+
+func (x *RegisterPluginTypeResponse) GetReplaced() *PluginType {
+	if x != nil {
+		return x.Replaced
+	}
+	return nil
+}
+
+type ListPluginTypesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPluginTypesRequest) Reset() {
+	*x = ListPluginTypesRequest{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPluginTypesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPluginTypesRequest) ProtoMessage() {}
+
+func (x *ListPluginTypesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPluginTypesRequest.ProtoReflect.Descriptor instead.
+func (*ListPluginTypesRequest) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{55}
+}
+
+type ListPluginTypesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PluginTypes   []*PluginType          `protobuf:"bytes,1,rep,name=plugin_types,json=pluginTypes,proto3" json:"plugin_types,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPluginTypesResponse) Reset() {
+	*x = ListPluginTypesResponse{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPluginTypesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPluginTypesResponse) ProtoMessage() {}
+
+func (x *ListPluginTypesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPluginTypesResponse.ProtoReflect.Descriptor instead.
+func (*ListPluginTypesResponse) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *ListPluginTypesResponse) GetPluginTypes() []*PluginType {
+	if x != nil {
+		return x.PluginTypes
+	}
+	return nil
+}
+
+type GetPluginTypeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Type          string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPluginTypeRequest) Reset() {
+	*x = GetPluginTypeRequest{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPluginTypeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPluginTypeRequest) ProtoMessage() {}
+
+func (x *GetPluginTypeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPluginTypeRequest.ProtoReflect.Descriptor instead.
+func (*GetPluginTypeRequest) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *GetPluginTypeRequest) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+type GetPluginTypeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PluginType    *PluginType            `protobuf:"bytes,1,opt,name=plugin_type,json=pluginType,proto3" json:"plugin_type,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPluginTypeResponse) Reset() {
+	*x = GetPluginTypeResponse{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPluginTypeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPluginTypeResponse) ProtoMessage() {}
+
+func (x *GetPluginTypeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPluginTypeResponse.ProtoReflect.Descriptor instead.
+func (*GetPluginTypeResponse) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *GetPluginTypeResponse) GetPluginType() *PluginType {
+	if x != nil {
+		return x.PluginType
+	}
+	return nil
+}
+
+type RemovePluginTypeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Type          string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemovePluginTypeRequest) Reset() {
+	*x = RemovePluginTypeRequest{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemovePluginTypeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemovePluginTypeRequest) ProtoMessage() {}
+
+func (x *RemovePluginTypeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemovePluginTypeRequest.ProtoReflect.Descriptor instead.
+func (*RemovePluginTypeRequest) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *RemovePluginTypeRequest) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+type RemovePluginTypeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemovePluginTypeResponse) Reset() {
+	*x = RemovePluginTypeResponse{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemovePluginTypeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemovePluginTypeResponse) ProtoMessage() {}
+
+func (x *RemovePluginTypeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemovePluginTypeResponse.ProtoReflect.Descriptor instead.
+func (*RemovePluginTypeResponse) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{60}
+}
+
 var File_byoc_ims_v1_operator_proto protoreflect.FileDescriptor
 
 const file_byoc_ims_v1_operator_proto_rawDesc = "" +
@@ -3669,7 +4128,35 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x12\x12\n" +
 	"\x04hint\x18\x05 \x01(\tR\x04hint\"T\n" +
 	"\x11ConfigDiagnostics\x12?\n" +
-	"\vdiagnostics\x18\x01 \x03(\v2\x1d.byoc.ims.v1.ConfigDiagnosticR\vdiagnostics*=\n" +
+	"\vdiagnostics\x18\x01 \x03(\v2\x1d.byoc.ims.v1.ConfigDiagnosticR\vdiagnostics\"\xf6\x02\n" +
+	"\n" +
+	"PluginType\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x12\x18\n" +
+	"\abuiltin\x18\x02 \x01(\bR\abuiltin\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\tR\aversion\x12\x1a\n" +
+	"\bprotocol\x18\x04 \x01(\tR\bprotocol\x12\"\n" +
+	"\fcapabilities\x18\x05 \x03(\tR\fcapabilities\x12;\n" +
+	"\rconfig_schema\x18\x06 \x01(\v2\x16.google.protobuf.ValueR\fconfigSchema\x12=\n" +
+	"\x0eoutputs_schema\x18\a \x01(\v2\x16.google.protobuf.ValueR\routputsSchema\x12?\n" +
+	"\rregister_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\fregisterTime\x12#\n" +
+	"\rregistered_by\x18\t \x01(\tR\fregisteredBy\"=\n" +
+	"\x19RegisterPluginTypeRequest\x12 \n" +
+	"\vdescription\x18\x01 \x01(\tR\vdescription\"\x8b\x01\n" +
+	"\x1aRegisterPluginTypeResponse\x128\n" +
+	"\vplugin_type\x18\x01 \x01(\v2\x17.byoc.ims.v1.PluginTypeR\n" +
+	"pluginType\x123\n" +
+	"\breplaced\x18\x02 \x01(\v2\x17.byoc.ims.v1.PluginTypeR\breplaced\"\x18\n" +
+	"\x16ListPluginTypesRequest\"U\n" +
+	"\x17ListPluginTypesResponse\x12:\n" +
+	"\fplugin_types\x18\x01 \x03(\v2\x17.byoc.ims.v1.PluginTypeR\vpluginTypes\"*\n" +
+	"\x14GetPluginTypeRequest\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\"Q\n" +
+	"\x15GetPluginTypeResponse\x128\n" +
+	"\vplugin_type\x18\x01 \x01(\v2\x17.byoc.ims.v1.PluginTypeR\n" +
+	"pluginType\"-\n" +
+	"\x17RemovePluginTypeRequest\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\"\x1a\n" +
+	"\x18RemovePluginTypeResponse*=\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -3688,7 +4175,7 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x16LOG_STREAM_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11LOG_STREAM_STDOUT\x10\x01\x12\x15\n" +
 	"\x11LOG_STREAM_STDERR\x10\x02\x12\x15\n" +
-	"\x11LOG_STREAM_SYSTEM\x10\x032\xb7\x11\n" +
+	"\x11LOG_STREAM_SYSTEM\x10\x032\xb5\x14\n" +
 	"\x0fOperatorService\x12A\n" +
 	"\x06WhoAmI\x12\x1a.byoc.ims.v1.WhoAmIRequest\x1a\x1b.byoc.ims.v1.WhoAmIResponse\x12Y\n" +
 	"\x0eCreateApiToken\x12\".byoc.ims.v1.CreateApiTokenRequest\x1a#.byoc.ims.v1.CreateApiTokenResponse\x12J\n" +
@@ -3717,7 +4204,11 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\bListJobs\x12\x1c.byoc.ims.v1.ListJobsRequest\x1a\x1d.byoc.ims.v1.ListJobsResponse\x12A\n" +
 	"\x06GetJob\x12\x1a.byoc.ims.v1.GetJobRequest\x1a\x1b.byoc.ims.v1.GetJobResponse\x12X\n" +
 	"\rStreamJobLogs\x12!.byoc.ims.v1.StreamJobLogsRequest\x1a\".byoc.ims.v1.StreamJobLogsResponse0\x01\x12J\n" +
-	"\tCancelJob\x12\x1d.byoc.ims.v1.CancelJobRequest\x1a\x1e.byoc.ims.v1.CancelJobResponseB\xa2\x01\n" +
+	"\tCancelJob\x12\x1d.byoc.ims.v1.CancelJobRequest\x1a\x1e.byoc.ims.v1.CancelJobResponse\x12e\n" +
+	"\x12RegisterPluginType\x12&.byoc.ims.v1.RegisterPluginTypeRequest\x1a'.byoc.ims.v1.RegisterPluginTypeResponse\x12\\\n" +
+	"\x0fListPluginTypes\x12#.byoc.ims.v1.ListPluginTypesRequest\x1a$.byoc.ims.v1.ListPluginTypesResponse\x12V\n" +
+	"\rGetPluginType\x12!.byoc.ims.v1.GetPluginTypeRequest\x1a\".byoc.ims.v1.GetPluginTypeResponse\x12_\n" +
+	"\x10RemovePluginType\x12$.byoc.ims.v1.RemovePluginTypeRequest\x1a%.byoc.ims.v1.RemovePluginTypeResponseB\xa2\x01\n" +
 	"\x0fcom.byoc.ims.v1B\rOperatorProtoP\x01Z2github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1;imsv1\xa2\x02\x03BIX\xaa\x02\vByoc.Ims.V1\xca\x02\vByoc\\Ims\\V1\xe2\x02\x17Byoc\\Ims\\V1\\GPBMetadata\xea\x02\rByoc::Ims::V1b\x06proto3"
 
 var (
@@ -3733,7 +4224,7 @@ func file_byoc_ims_v1_operator_proto_rawDescGZIP() []byte {
 }
 
 var file_byoc_ims_v1_operator_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_byoc_ims_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
+var file_byoc_ims_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
 var file_byoc_ims_v1_operator_proto_goTypes = []any{
 	(Role)(0),                             // 0: byoc.ims.v1.Role
 	(JobState)(0),                         // 1: byoc.ims.v1.JobState
@@ -3790,142 +4281,167 @@ var file_byoc_ims_v1_operator_proto_goTypes = []any{
 	(*ConfigChange)(nil),                  // 52: byoc.ims.v1.ConfigChange
 	(*ConfigDiagnostic)(nil),              // 53: byoc.ims.v1.ConfigDiagnostic
 	(*ConfigDiagnostics)(nil),             // 54: byoc.ims.v1.ConfigDiagnostics
-	nil,                                   // 55: byoc.ims.v1.Install.InputsEntry
-	nil,                                   // 56: byoc.ims.v1.InstallSettings.OverridesEntry
-	nil,                                   // 57: byoc.ims.v1.CreateInstallRequest.InputsEntry
-	nil,                                   // 58: byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
-	nil,                                   // 59: byoc.ims.v1.Job.OutputsEntry
-	(*timestamppb.Timestamp)(nil),         // 60: google.protobuf.Timestamp
-	(*Workflow)(nil),                      // 61: byoc.ims.v1.Workflow
-	(*structpb.Struct)(nil),               // 62: google.protobuf.Struct
-	(*PlanInstallRequest)(nil),            // 63: byoc.ims.v1.PlanInstallRequest
-	(*StartWorkflowRequest)(nil),          // 64: byoc.ims.v1.StartWorkflowRequest
-	(*ListWorkflowsRequest)(nil),          // 65: byoc.ims.v1.ListWorkflowsRequest
-	(*GetWorkflowRequest)(nil),            // 66: byoc.ims.v1.GetWorkflowRequest
-	(*ApproveWorkflowRequest)(nil),        // 67: byoc.ims.v1.ApproveWorkflowRequest
-	(*CancelWorkflowRequest)(nil),         // 68: byoc.ims.v1.CancelWorkflowRequest
-	(*RetryWorkflowStepRequest)(nil),      // 69: byoc.ims.v1.RetryWorkflowStepRequest
-	(*PlanInstallResponse)(nil),           // 70: byoc.ims.v1.PlanInstallResponse
-	(*StartWorkflowResponse)(nil),         // 71: byoc.ims.v1.StartWorkflowResponse
-	(*ListWorkflowsResponse)(nil),         // 72: byoc.ims.v1.ListWorkflowsResponse
-	(*GetWorkflowResponse)(nil),           // 73: byoc.ims.v1.GetWorkflowResponse
-	(*ApproveWorkflowResponse)(nil),       // 74: byoc.ims.v1.ApproveWorkflowResponse
-	(*CancelWorkflowResponse)(nil),        // 75: byoc.ims.v1.CancelWorkflowResponse
-	(*RetryWorkflowStepResponse)(nil),     // 76: byoc.ims.v1.RetryWorkflowStepResponse
+	(*PluginType)(nil),                    // 55: byoc.ims.v1.PluginType
+	(*RegisterPluginTypeRequest)(nil),     // 56: byoc.ims.v1.RegisterPluginTypeRequest
+	(*RegisterPluginTypeResponse)(nil),    // 57: byoc.ims.v1.RegisterPluginTypeResponse
+	(*ListPluginTypesRequest)(nil),        // 58: byoc.ims.v1.ListPluginTypesRequest
+	(*ListPluginTypesResponse)(nil),       // 59: byoc.ims.v1.ListPluginTypesResponse
+	(*GetPluginTypeRequest)(nil),          // 60: byoc.ims.v1.GetPluginTypeRequest
+	(*GetPluginTypeResponse)(nil),         // 61: byoc.ims.v1.GetPluginTypeResponse
+	(*RemovePluginTypeRequest)(nil),       // 62: byoc.ims.v1.RemovePluginTypeRequest
+	(*RemovePluginTypeResponse)(nil),      // 63: byoc.ims.v1.RemovePluginTypeResponse
+	nil,                                   // 64: byoc.ims.v1.Install.InputsEntry
+	nil,                                   // 65: byoc.ims.v1.InstallSettings.OverridesEntry
+	nil,                                   // 66: byoc.ims.v1.CreateInstallRequest.InputsEntry
+	nil,                                   // 67: byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
+	nil,                                   // 68: byoc.ims.v1.Job.OutputsEntry
+	(*timestamppb.Timestamp)(nil),         // 69: google.protobuf.Timestamp
+	(*Workflow)(nil),                      // 70: byoc.ims.v1.Workflow
+	(*structpb.Struct)(nil),               // 71: google.protobuf.Struct
+	(*structpb.Value)(nil),                // 72: google.protobuf.Value
+	(*PlanInstallRequest)(nil),            // 73: byoc.ims.v1.PlanInstallRequest
+	(*StartWorkflowRequest)(nil),          // 74: byoc.ims.v1.StartWorkflowRequest
+	(*ListWorkflowsRequest)(nil),          // 75: byoc.ims.v1.ListWorkflowsRequest
+	(*GetWorkflowRequest)(nil),            // 76: byoc.ims.v1.GetWorkflowRequest
+	(*ApproveWorkflowRequest)(nil),        // 77: byoc.ims.v1.ApproveWorkflowRequest
+	(*CancelWorkflowRequest)(nil),         // 78: byoc.ims.v1.CancelWorkflowRequest
+	(*RetryWorkflowStepRequest)(nil),      // 79: byoc.ims.v1.RetryWorkflowStepRequest
+	(*PlanInstallResponse)(nil),           // 80: byoc.ims.v1.PlanInstallResponse
+	(*StartWorkflowResponse)(nil),         // 81: byoc.ims.v1.StartWorkflowResponse
+	(*ListWorkflowsResponse)(nil),         // 82: byoc.ims.v1.ListWorkflowsResponse
+	(*GetWorkflowResponse)(nil),           // 83: byoc.ims.v1.GetWorkflowResponse
+	(*ApproveWorkflowResponse)(nil),       // 84: byoc.ims.v1.ApproveWorkflowResponse
+	(*CancelWorkflowResponse)(nil),        // 85: byoc.ims.v1.CancelWorkflowResponse
+	(*RetryWorkflowStepResponse)(nil),     // 86: byoc.ims.v1.RetryWorkflowStepResponse
 }
 var file_byoc_ims_v1_operator_proto_depIdxs = []int32{
 	0,  // 0: byoc.ims.v1.WhoAmIResponse.role:type_name -> byoc.ims.v1.Role
 	0,  // 1: byoc.ims.v1.CreateApiTokenRequest.role:type_name -> byoc.ims.v1.Role
-	60, // 2: byoc.ims.v1.App.create_time:type_name -> google.protobuf.Timestamp
+	69, // 2: byoc.ims.v1.App.create_time:type_name -> google.protobuf.Timestamp
 	7,  // 3: byoc.ims.v1.CreateAppResponse.app:type_name -> byoc.ims.v1.App
 	7,  // 4: byoc.ims.v1.ListAppsResponse.apps:type_name -> byoc.ims.v1.App
 	7,  // 5: byoc.ims.v1.GetAppResponse.app:type_name -> byoc.ims.v1.App
-	60, // 6: byoc.ims.v1.AgentStatus.last_seen_time:type_name -> google.protobuf.Timestamp
-	60, // 7: byoc.ims.v1.AgentStatus.enroll_time:type_name -> google.protobuf.Timestamp
-	55, // 8: byoc.ims.v1.Install.inputs:type_name -> byoc.ims.v1.Install.InputsEntry
-	60, // 9: byoc.ims.v1.Install.create_time:type_name -> google.protobuf.Timestamp
+	69, // 6: byoc.ims.v1.AgentStatus.last_seen_time:type_name -> google.protobuf.Timestamp
+	69, // 7: byoc.ims.v1.AgentStatus.enroll_time:type_name -> google.protobuf.Timestamp
+	64, // 8: byoc.ims.v1.Install.inputs:type_name -> byoc.ims.v1.Install.InputsEntry
+	69, // 9: byoc.ims.v1.Install.create_time:type_name -> google.protobuf.Timestamp
 	14, // 10: byoc.ims.v1.Install.agent:type_name -> byoc.ims.v1.AgentStatus
 	16, // 11: byoc.ims.v1.Install.settings:type_name -> byoc.ims.v1.InstallSettings
-	56, // 12: byoc.ims.v1.InstallSettings.overrides:type_name -> byoc.ims.v1.InstallSettings.OverridesEntry
-	57, // 13: byoc.ims.v1.CreateInstallRequest.inputs:type_name -> byoc.ims.v1.CreateInstallRequest.InputsEntry
+	65, // 12: byoc.ims.v1.InstallSettings.overrides:type_name -> byoc.ims.v1.InstallSettings.OverridesEntry
+	66, // 13: byoc.ims.v1.CreateInstallRequest.inputs:type_name -> byoc.ims.v1.CreateInstallRequest.InputsEntry
 	15, // 14: byoc.ims.v1.CreateInstallResponse.install:type_name -> byoc.ims.v1.Install
 	19, // 15: byoc.ims.v1.CreateInstallResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	60, // 16: byoc.ims.v1.EnrollmentToken.expire_time:type_name -> google.protobuf.Timestamp
+	69, // 16: byoc.ims.v1.EnrollmentToken.expire_time:type_name -> google.protobuf.Timestamp
 	15, // 17: byoc.ims.v1.ListInstallsResponse.installs:type_name -> byoc.ims.v1.Install
 	15, // 18: byoc.ims.v1.GetInstallResponse.install:type_name -> byoc.ims.v1.Install
 	15, // 19: byoc.ims.v1.InstallStatus.install:type_name -> byoc.ims.v1.Install
 	24, // 20: byoc.ims.v1.WatchInstallsResponse.installs:type_name -> byoc.ims.v1.InstallStatus
-	58, // 21: byoc.ims.v1.UpdateInstallRequest.set_inputs:type_name -> byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
+	67, // 21: byoc.ims.v1.UpdateInstallRequest.set_inputs:type_name -> byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
 	15, // 22: byoc.ims.v1.UpdateInstallResponse.install:type_name -> byoc.ims.v1.Install
-	61, // 23: byoc.ims.v1.UpdateInstallResponse.workflow:type_name -> byoc.ims.v1.Workflow
+	70, // 23: byoc.ims.v1.UpdateInstallResponse.workflow:type_name -> byoc.ims.v1.Workflow
 	19, // 24: byoc.ims.v1.CreateEnrollmentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	62, // 25: byoc.ims.v1.Job.config:type_name -> google.protobuf.Struct
+	71, // 25: byoc.ims.v1.Job.config:type_name -> google.protobuf.Struct
 	1,  // 26: byoc.ims.v1.Job.state:type_name -> byoc.ims.v1.JobState
-	60, // 27: byoc.ims.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	60, // 28: byoc.ims.v1.Job.start_time:type_name -> google.protobuf.Timestamp
-	60, // 29: byoc.ims.v1.Job.end_time:type_name -> google.protobuf.Timestamp
-	60, // 30: byoc.ims.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
-	59, // 31: byoc.ims.v1.Job.outputs:type_name -> byoc.ims.v1.Job.OutputsEntry
-	62, // 32: byoc.ims.v1.EnqueueJobRequest.config:type_name -> google.protobuf.Struct
+	69, // 27: byoc.ims.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	69, // 28: byoc.ims.v1.Job.start_time:type_name -> google.protobuf.Timestamp
+	69, // 29: byoc.ims.v1.Job.end_time:type_name -> google.protobuf.Timestamp
+	69, // 30: byoc.ims.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
+	68, // 31: byoc.ims.v1.Job.outputs:type_name -> byoc.ims.v1.Job.OutputsEntry
+	71, // 32: byoc.ims.v1.EnqueueJobRequest.config:type_name -> google.protobuf.Struct
 	31, // 33: byoc.ims.v1.EnqueueJobResponse.job:type_name -> byoc.ims.v1.Job
 	1,  // 34: byoc.ims.v1.ListJobsRequest.states:type_name -> byoc.ims.v1.JobState
 	31, // 35: byoc.ims.v1.ListJobsResponse.jobs:type_name -> byoc.ims.v1.Job
 	31, // 36: byoc.ims.v1.GetJobResponse.job:type_name -> byoc.ims.v1.Job
-	60, // 37: byoc.ims.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	69, // 37: byoc.ims.v1.LogLine.time:type_name -> google.protobuf.Timestamp
 	2,  // 38: byoc.ims.v1.LogLine.stream:type_name -> byoc.ims.v1.LogStream
 	38, // 39: byoc.ims.v1.StreamJobLogsResponse.lines:type_name -> byoc.ims.v1.LogLine
 	31, // 40: byoc.ims.v1.StreamJobLogsResponse.job:type_name -> byoc.ims.v1.Job
 	31, // 41: byoc.ims.v1.CancelJobResponse.job:type_name -> byoc.ims.v1.Job
-	60, // 42: byoc.ims.v1.AppRevision.create_time:type_name -> google.protobuf.Timestamp
+	69, // 42: byoc.ims.v1.AppRevision.create_time:type_name -> google.protobuf.Timestamp
 	43, // 43: byoc.ims.v1.PushAppRevisionRequest.files:type_name -> byoc.ims.v1.AppFile
 	7,  // 44: byoc.ims.v1.PushAppRevisionResponse.app:type_name -> byoc.ims.v1.App
 	44, // 45: byoc.ims.v1.PushAppRevisionResponse.revision:type_name -> byoc.ims.v1.AppRevision
 	52, // 46: byoc.ims.v1.PushAppRevisionResponse.changes:type_name -> byoc.ims.v1.ConfigChange
 	47, // 47: byoc.ims.v1.PushAppRevisionResponse.installs:type_name -> byoc.ims.v1.InstallApplied
-	61, // 48: byoc.ims.v1.PushAppRevisionResponse.workflows:type_name -> byoc.ims.v1.Workflow
+	70, // 48: byoc.ims.v1.PushAppRevisionResponse.workflows:type_name -> byoc.ims.v1.Workflow
 	15, // 49: byoc.ims.v1.InstallApplied.install:type_name -> byoc.ims.v1.Install
 	19, // 50: byoc.ims.v1.InstallApplied.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
 	44, // 51: byoc.ims.v1.ListAppRevisionsResponse.revisions:type_name -> byoc.ims.v1.AppRevision
 	52, // 52: byoc.ims.v1.DiffAppRevisionsResponse.changes:type_name -> byoc.ims.v1.ConfigChange
 	53, // 53: byoc.ims.v1.ConfigDiagnostics.diagnostics:type_name -> byoc.ims.v1.ConfigDiagnostic
-	62, // 54: byoc.ims.v1.InstallSettings.OverridesEntry.value:type_name -> google.protobuf.Struct
-	3,  // 55: byoc.ims.v1.OperatorService.WhoAmI:input_type -> byoc.ims.v1.WhoAmIRequest
-	5,  // 56: byoc.ims.v1.OperatorService.CreateApiToken:input_type -> byoc.ims.v1.CreateApiTokenRequest
-	8,  // 57: byoc.ims.v1.OperatorService.CreateApp:input_type -> byoc.ims.v1.CreateAppRequest
-	10, // 58: byoc.ims.v1.OperatorService.ListApps:input_type -> byoc.ims.v1.ListAppsRequest
-	12, // 59: byoc.ims.v1.OperatorService.GetApp:input_type -> byoc.ims.v1.GetAppRequest
-	45, // 60: byoc.ims.v1.OperatorService.PushAppRevision:input_type -> byoc.ims.v1.PushAppRevisionRequest
-	48, // 61: byoc.ims.v1.OperatorService.ListAppRevisions:input_type -> byoc.ims.v1.ListAppRevisionsRequest
-	50, // 62: byoc.ims.v1.OperatorService.DiffAppRevisions:input_type -> byoc.ims.v1.DiffAppRevisionsRequest
-	17, // 63: byoc.ims.v1.OperatorService.CreateInstall:input_type -> byoc.ims.v1.CreateInstallRequest
-	20, // 64: byoc.ims.v1.OperatorService.ListInstalls:input_type -> byoc.ims.v1.ListInstallsRequest
-	22, // 65: byoc.ims.v1.OperatorService.GetInstall:input_type -> byoc.ims.v1.GetInstallRequest
-	25, // 66: byoc.ims.v1.OperatorService.WatchInstalls:input_type -> byoc.ims.v1.WatchInstallsRequest
-	29, // 67: byoc.ims.v1.OperatorService.CreateEnrollmentToken:input_type -> byoc.ims.v1.CreateEnrollmentTokenRequest
-	27, // 68: byoc.ims.v1.OperatorService.UpdateInstall:input_type -> byoc.ims.v1.UpdateInstallRequest
-	63, // 69: byoc.ims.v1.OperatorService.PlanInstall:input_type -> byoc.ims.v1.PlanInstallRequest
-	64, // 70: byoc.ims.v1.OperatorService.StartWorkflow:input_type -> byoc.ims.v1.StartWorkflowRequest
-	65, // 71: byoc.ims.v1.OperatorService.ListWorkflows:input_type -> byoc.ims.v1.ListWorkflowsRequest
-	66, // 72: byoc.ims.v1.OperatorService.GetWorkflow:input_type -> byoc.ims.v1.GetWorkflowRequest
-	67, // 73: byoc.ims.v1.OperatorService.ApproveWorkflow:input_type -> byoc.ims.v1.ApproveWorkflowRequest
-	68, // 74: byoc.ims.v1.OperatorService.CancelWorkflow:input_type -> byoc.ims.v1.CancelWorkflowRequest
-	69, // 75: byoc.ims.v1.OperatorService.RetryWorkflowStep:input_type -> byoc.ims.v1.RetryWorkflowStepRequest
-	32, // 76: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
-	34, // 77: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
-	36, // 78: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
-	39, // 79: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
-	41, // 80: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
-	4,  // 81: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
-	6,  // 82: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
-	9,  // 83: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
-	11, // 84: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
-	13, // 85: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
-	46, // 86: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
-	49, // 87: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
-	51, // 88: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
-	18, // 89: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
-	21, // 90: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
-	23, // 91: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
-	26, // 92: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
-	30, // 93: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
-	28, // 94: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
-	70, // 95: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
-	71, // 96: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
-	72, // 97: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
-	73, // 98: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
-	74, // 99: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
-	75, // 100: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
-	76, // 101: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
-	33, // 102: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
-	35, // 103: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
-	37, // 104: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
-	40, // 105: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
-	42, // 106: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
-	81, // [81:107] is the sub-list for method output_type
-	55, // [55:81] is the sub-list for method input_type
-	55, // [55:55] is the sub-list for extension type_name
-	55, // [55:55] is the sub-list for extension extendee
-	0,  // [0:55] is the sub-list for field type_name
+	72, // 54: byoc.ims.v1.PluginType.config_schema:type_name -> google.protobuf.Value
+	72, // 55: byoc.ims.v1.PluginType.outputs_schema:type_name -> google.protobuf.Value
+	69, // 56: byoc.ims.v1.PluginType.register_time:type_name -> google.protobuf.Timestamp
+	55, // 57: byoc.ims.v1.RegisterPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
+	55, // 58: byoc.ims.v1.RegisterPluginTypeResponse.replaced:type_name -> byoc.ims.v1.PluginType
+	55, // 59: byoc.ims.v1.ListPluginTypesResponse.plugin_types:type_name -> byoc.ims.v1.PluginType
+	55, // 60: byoc.ims.v1.GetPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
+	71, // 61: byoc.ims.v1.InstallSettings.OverridesEntry.value:type_name -> google.protobuf.Struct
+	3,  // 62: byoc.ims.v1.OperatorService.WhoAmI:input_type -> byoc.ims.v1.WhoAmIRequest
+	5,  // 63: byoc.ims.v1.OperatorService.CreateApiToken:input_type -> byoc.ims.v1.CreateApiTokenRequest
+	8,  // 64: byoc.ims.v1.OperatorService.CreateApp:input_type -> byoc.ims.v1.CreateAppRequest
+	10, // 65: byoc.ims.v1.OperatorService.ListApps:input_type -> byoc.ims.v1.ListAppsRequest
+	12, // 66: byoc.ims.v1.OperatorService.GetApp:input_type -> byoc.ims.v1.GetAppRequest
+	45, // 67: byoc.ims.v1.OperatorService.PushAppRevision:input_type -> byoc.ims.v1.PushAppRevisionRequest
+	48, // 68: byoc.ims.v1.OperatorService.ListAppRevisions:input_type -> byoc.ims.v1.ListAppRevisionsRequest
+	50, // 69: byoc.ims.v1.OperatorService.DiffAppRevisions:input_type -> byoc.ims.v1.DiffAppRevisionsRequest
+	17, // 70: byoc.ims.v1.OperatorService.CreateInstall:input_type -> byoc.ims.v1.CreateInstallRequest
+	20, // 71: byoc.ims.v1.OperatorService.ListInstalls:input_type -> byoc.ims.v1.ListInstallsRequest
+	22, // 72: byoc.ims.v1.OperatorService.GetInstall:input_type -> byoc.ims.v1.GetInstallRequest
+	25, // 73: byoc.ims.v1.OperatorService.WatchInstalls:input_type -> byoc.ims.v1.WatchInstallsRequest
+	29, // 74: byoc.ims.v1.OperatorService.CreateEnrollmentToken:input_type -> byoc.ims.v1.CreateEnrollmentTokenRequest
+	27, // 75: byoc.ims.v1.OperatorService.UpdateInstall:input_type -> byoc.ims.v1.UpdateInstallRequest
+	73, // 76: byoc.ims.v1.OperatorService.PlanInstall:input_type -> byoc.ims.v1.PlanInstallRequest
+	74, // 77: byoc.ims.v1.OperatorService.StartWorkflow:input_type -> byoc.ims.v1.StartWorkflowRequest
+	75, // 78: byoc.ims.v1.OperatorService.ListWorkflows:input_type -> byoc.ims.v1.ListWorkflowsRequest
+	76, // 79: byoc.ims.v1.OperatorService.GetWorkflow:input_type -> byoc.ims.v1.GetWorkflowRequest
+	77, // 80: byoc.ims.v1.OperatorService.ApproveWorkflow:input_type -> byoc.ims.v1.ApproveWorkflowRequest
+	78, // 81: byoc.ims.v1.OperatorService.CancelWorkflow:input_type -> byoc.ims.v1.CancelWorkflowRequest
+	79, // 82: byoc.ims.v1.OperatorService.RetryWorkflowStep:input_type -> byoc.ims.v1.RetryWorkflowStepRequest
+	32, // 83: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
+	34, // 84: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
+	36, // 85: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
+	39, // 86: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
+	41, // 87: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
+	56, // 88: byoc.ims.v1.OperatorService.RegisterPluginType:input_type -> byoc.ims.v1.RegisterPluginTypeRequest
+	58, // 89: byoc.ims.v1.OperatorService.ListPluginTypes:input_type -> byoc.ims.v1.ListPluginTypesRequest
+	60, // 90: byoc.ims.v1.OperatorService.GetPluginType:input_type -> byoc.ims.v1.GetPluginTypeRequest
+	62, // 91: byoc.ims.v1.OperatorService.RemovePluginType:input_type -> byoc.ims.v1.RemovePluginTypeRequest
+	4,  // 92: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
+	6,  // 93: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
+	9,  // 94: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
+	11, // 95: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
+	13, // 96: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
+	46, // 97: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
+	49, // 98: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
+	51, // 99: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
+	18, // 100: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
+	21, // 101: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
+	23, // 102: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
+	26, // 103: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
+	30, // 104: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
+	28, // 105: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
+	80, // 106: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
+	81, // 107: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
+	82, // 108: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
+	83, // 109: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
+	84, // 110: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
+	85, // 111: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
+	86, // 112: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
+	33, // 113: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
+	35, // 114: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
+	37, // 115: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
+	40, // 116: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
+	42, // 117: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
+	57, // 118: byoc.ims.v1.OperatorService.RegisterPluginType:output_type -> byoc.ims.v1.RegisterPluginTypeResponse
+	59, // 119: byoc.ims.v1.OperatorService.ListPluginTypes:output_type -> byoc.ims.v1.ListPluginTypesResponse
+	61, // 120: byoc.ims.v1.OperatorService.GetPluginType:output_type -> byoc.ims.v1.GetPluginTypeResponse
+	63, // 121: byoc.ims.v1.OperatorService.RemovePluginType:output_type -> byoc.ims.v1.RemovePluginTypeResponse
+	92, // [92:122] is the sub-list for method output_type
+	62, // [62:92] is the sub-list for method input_type
+	62, // [62:62] is the sub-list for extension type_name
+	62, // [62:62] is the sub-list for extension extendee
+	0,  // [0:62] is the sub-list for field type_name
 }
 
 func init() { file_byoc_ims_v1_operator_proto_init() }
@@ -3942,7 +4458,7 @@ func file_byoc_ims_v1_operator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byoc_ims_v1_operator_proto_rawDesc), len(file_byoc_ims_v1_operator_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   57,
+			NumMessages:   66,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

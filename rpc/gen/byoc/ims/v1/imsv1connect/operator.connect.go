@@ -108,6 +108,18 @@ const (
 	// OperatorServiceCancelJobProcedure is the fully-qualified name of the OperatorService's CancelJob
 	// RPC.
 	OperatorServiceCancelJobProcedure = "/byoc.ims.v1.OperatorService/CancelJob"
+	// OperatorServiceRegisterPluginTypeProcedure is the fully-qualified name of the OperatorService's
+	// RegisterPluginType RPC.
+	OperatorServiceRegisterPluginTypeProcedure = "/byoc.ims.v1.OperatorService/RegisterPluginType"
+	// OperatorServiceListPluginTypesProcedure is the fully-qualified name of the OperatorService's
+	// ListPluginTypes RPC.
+	OperatorServiceListPluginTypesProcedure = "/byoc.ims.v1.OperatorService/ListPluginTypes"
+	// OperatorServiceGetPluginTypeProcedure is the fully-qualified name of the OperatorService's
+	// GetPluginType RPC.
+	OperatorServiceGetPluginTypeProcedure = "/byoc.ims.v1.OperatorService/GetPluginType"
+	// OperatorServiceRemovePluginTypeProcedure is the fully-qualified name of the OperatorService's
+	// RemovePluginType RPC.
+	OperatorServiceRemovePluginTypeProcedure = "/byoc.ims.v1.OperatorService/RemovePluginType"
 )
 
 // OperatorServiceClient is a client for the byoc.ims.v1.OperatorService service.
@@ -173,6 +185,20 @@ type OperatorServiceClient interface {
 	// CancelJob cancels a queued job at once, or asks the agent to stop a
 	// running one.
 	CancelJob(context.Context, *connect.Request[v1.CancelJobRequest]) (*connect.Response[v1.CancelJobResponse], error)
+	// RegisterPluginType registers a third-party component type from the
+	// description its plugin prints (byoc-plugin-TYPE describe), replacing
+	// the type's earlier registration. Pushes then check the config of the
+	// type's components against its config schema. A schema the SDK cannot
+	// check is refused naming its JSON path, and so is a built-in type's name.
+	RegisterPluginType(context.Context, *connect.Request[v1.RegisterPluginTypeRequest]) (*connect.Response[v1.RegisterPluginTypeResponse], error)
+	// ListPluginTypes lists the component types pushes accept: the built-in
+	// ones, then the registered ones, without their schemas.
+	ListPluginTypes(context.Context, *connect.Request[v1.ListPluginTypesRequest]) (*connect.Response[v1.ListPluginTypesResponse], error)
+	// GetPluginType returns a built-in or registered type with its schemas.
+	GetPluginType(context.Context, *connect.Request[v1.GetPluginTypeRequest]) (*connect.Response[v1.GetPluginTypeResponse], error)
+	// RemovePluginType removes a registered type; pushes using it are then
+	// refused. Stored revisions stay as they are.
+	RemovePluginType(context.Context, *connect.Request[v1.RemovePluginTypeRequest]) (*connect.Response[v1.RemovePluginTypeResponse], error)
 }
 
 // NewOperatorServiceClient constructs a client for the byoc.ims.v1.OperatorService service. By
@@ -342,6 +368,30 @@ func NewOperatorServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(operatorServiceMethods.ByName("CancelJob")),
 			connect.WithClientOptions(opts...),
 		),
+		registerPluginType: connect.NewClient[v1.RegisterPluginTypeRequest, v1.RegisterPluginTypeResponse](
+			httpClient,
+			baseURL+OperatorServiceRegisterPluginTypeProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("RegisterPluginType")),
+			connect.WithClientOptions(opts...),
+		),
+		listPluginTypes: connect.NewClient[v1.ListPluginTypesRequest, v1.ListPluginTypesResponse](
+			httpClient,
+			baseURL+OperatorServiceListPluginTypesProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("ListPluginTypes")),
+			connect.WithClientOptions(opts...),
+		),
+		getPluginType: connect.NewClient[v1.GetPluginTypeRequest, v1.GetPluginTypeResponse](
+			httpClient,
+			baseURL+OperatorServiceGetPluginTypeProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("GetPluginType")),
+			connect.WithClientOptions(opts...),
+		),
+		removePluginType: connect.NewClient[v1.RemovePluginTypeRequest, v1.RemovePluginTypeResponse](
+			httpClient,
+			baseURL+OperatorServiceRemovePluginTypeProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("RemovePluginType")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -373,6 +423,10 @@ type operatorServiceClient struct {
 	getJob                *connect.Client[v1.GetJobRequest, v1.GetJobResponse]
 	streamJobLogs         *connect.Client[v1.StreamJobLogsRequest, v1.StreamJobLogsResponse]
 	cancelJob             *connect.Client[v1.CancelJobRequest, v1.CancelJobResponse]
+	registerPluginType    *connect.Client[v1.RegisterPluginTypeRequest, v1.RegisterPluginTypeResponse]
+	listPluginTypes       *connect.Client[v1.ListPluginTypesRequest, v1.ListPluginTypesResponse]
+	getPluginType         *connect.Client[v1.GetPluginTypeRequest, v1.GetPluginTypeResponse]
+	removePluginType      *connect.Client[v1.RemovePluginTypeRequest, v1.RemovePluginTypeResponse]
 }
 
 // WhoAmI calls byoc.ims.v1.OperatorService.WhoAmI.
@@ -505,6 +559,26 @@ func (c *operatorServiceClient) CancelJob(ctx context.Context, req *connect.Requ
 	return c.cancelJob.CallUnary(ctx, req)
 }
 
+// RegisterPluginType calls byoc.ims.v1.OperatorService.RegisterPluginType.
+func (c *operatorServiceClient) RegisterPluginType(ctx context.Context, req *connect.Request[v1.RegisterPluginTypeRequest]) (*connect.Response[v1.RegisterPluginTypeResponse], error) {
+	return c.registerPluginType.CallUnary(ctx, req)
+}
+
+// ListPluginTypes calls byoc.ims.v1.OperatorService.ListPluginTypes.
+func (c *operatorServiceClient) ListPluginTypes(ctx context.Context, req *connect.Request[v1.ListPluginTypesRequest]) (*connect.Response[v1.ListPluginTypesResponse], error) {
+	return c.listPluginTypes.CallUnary(ctx, req)
+}
+
+// GetPluginType calls byoc.ims.v1.OperatorService.GetPluginType.
+func (c *operatorServiceClient) GetPluginType(ctx context.Context, req *connect.Request[v1.GetPluginTypeRequest]) (*connect.Response[v1.GetPluginTypeResponse], error) {
+	return c.getPluginType.CallUnary(ctx, req)
+}
+
+// RemovePluginType calls byoc.ims.v1.OperatorService.RemovePluginType.
+func (c *operatorServiceClient) RemovePluginType(ctx context.Context, req *connect.Request[v1.RemovePluginTypeRequest]) (*connect.Response[v1.RemovePluginTypeResponse], error) {
+	return c.removePluginType.CallUnary(ctx, req)
+}
+
 // OperatorServiceHandler is an implementation of the byoc.ims.v1.OperatorService service.
 type OperatorServiceHandler interface {
 	// WhoAmI describes the token the caller presented.
@@ -568,6 +642,20 @@ type OperatorServiceHandler interface {
 	// CancelJob cancels a queued job at once, or asks the agent to stop a
 	// running one.
 	CancelJob(context.Context, *connect.Request[v1.CancelJobRequest]) (*connect.Response[v1.CancelJobResponse], error)
+	// RegisterPluginType registers a third-party component type from the
+	// description its plugin prints (byoc-plugin-TYPE describe), replacing
+	// the type's earlier registration. Pushes then check the config of the
+	// type's components against its config schema. A schema the SDK cannot
+	// check is refused naming its JSON path, and so is a built-in type's name.
+	RegisterPluginType(context.Context, *connect.Request[v1.RegisterPluginTypeRequest]) (*connect.Response[v1.RegisterPluginTypeResponse], error)
+	// ListPluginTypes lists the component types pushes accept: the built-in
+	// ones, then the registered ones, without their schemas.
+	ListPluginTypes(context.Context, *connect.Request[v1.ListPluginTypesRequest]) (*connect.Response[v1.ListPluginTypesResponse], error)
+	// GetPluginType returns a built-in or registered type with its schemas.
+	GetPluginType(context.Context, *connect.Request[v1.GetPluginTypeRequest]) (*connect.Response[v1.GetPluginTypeResponse], error)
+	// RemovePluginType removes a registered type; pushes using it are then
+	// refused. Stored revisions stay as they are.
+	RemovePluginType(context.Context, *connect.Request[v1.RemovePluginTypeRequest]) (*connect.Response[v1.RemovePluginTypeResponse], error)
 }
 
 // NewOperatorServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -733,6 +821,30 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 		connect.WithSchema(operatorServiceMethods.ByName("CancelJob")),
 		connect.WithHandlerOptions(opts...),
 	)
+	operatorServiceRegisterPluginTypeHandler := connect.NewUnaryHandler(
+		OperatorServiceRegisterPluginTypeProcedure,
+		svc.RegisterPluginType,
+		connect.WithSchema(operatorServiceMethods.ByName("RegisterPluginType")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceListPluginTypesHandler := connect.NewUnaryHandler(
+		OperatorServiceListPluginTypesProcedure,
+		svc.ListPluginTypes,
+		connect.WithSchema(operatorServiceMethods.ByName("ListPluginTypes")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceGetPluginTypeHandler := connect.NewUnaryHandler(
+		OperatorServiceGetPluginTypeProcedure,
+		svc.GetPluginType,
+		connect.WithSchema(operatorServiceMethods.ByName("GetPluginType")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceRemovePluginTypeHandler := connect.NewUnaryHandler(
+		OperatorServiceRemovePluginTypeProcedure,
+		svc.RemovePluginType,
+		connect.WithSchema(operatorServiceMethods.ByName("RemovePluginType")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/byoc.ims.v1.OperatorService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case OperatorServiceWhoAmIProcedure:
@@ -787,6 +899,14 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 			operatorServiceStreamJobLogsHandler.ServeHTTP(w, r)
 		case OperatorServiceCancelJobProcedure:
 			operatorServiceCancelJobHandler.ServeHTTP(w, r)
+		case OperatorServiceRegisterPluginTypeProcedure:
+			operatorServiceRegisterPluginTypeHandler.ServeHTTP(w, r)
+		case OperatorServiceListPluginTypesProcedure:
+			operatorServiceListPluginTypesHandler.ServeHTTP(w, r)
+		case OperatorServiceGetPluginTypeProcedure:
+			operatorServiceGetPluginTypeHandler.ServeHTTP(w, r)
+		case OperatorServiceRemovePluginTypeProcedure:
+			operatorServiceRemovePluginTypeHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -898,4 +1018,20 @@ func (UnimplementedOperatorServiceHandler) StreamJobLogs(context.Context, *conne
 
 func (UnimplementedOperatorServiceHandler) CancelJob(context.Context, *connect.Request[v1.CancelJobRequest]) (*connect.Response[v1.CancelJobResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.CancelJob is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) RegisterPluginType(context.Context, *connect.Request[v1.RegisterPluginTypeRequest]) (*connect.Response[v1.RegisterPluginTypeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.RegisterPluginType is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) ListPluginTypes(context.Context, *connect.Request[v1.ListPluginTypesRequest]) (*connect.Response[v1.ListPluginTypesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.ListPluginTypes is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) GetPluginType(context.Context, *connect.Request[v1.GetPluginTypeRequest]) (*connect.Response[v1.GetPluginTypeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.GetPluginType is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) RemovePluginType(context.Context, *connect.Request[v1.RemovePluginTypeRequest]) (*connect.Response[v1.RemovePluginTypeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.RemovePluginType is not implemented"))
 }

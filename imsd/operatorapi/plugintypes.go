@@ -1,0 +1,166 @@
+package operatorapi
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/byoc-dev/byoc/imsd/errs"
+	"github.com/byoc-dev/byoc/imsd/store"
+	"github.com/byoc-dev/byoc/plugins/sdk/configschema"
+	"github.com/byoc-dev/byoc/plugins/typeschema"
+	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
+	"github.com/byoc-dev/byoc/schema/appconfig"
+)
+
+// registerHint is how an operator makes a third-party type known.
+const registerHint = "register a third-party type with: byoc-plugin-TYPE describe | byoc plugin register -"
+
+// RegisterPluginType registers a third-party component type from its
+// plugin's describe output.
+func (s *Service) RegisterPluginType(ctx context.Context, req *connect.Request[imsv1.RegisterPluginTypeRequest]) (*connect.Response[imsv1.RegisterPluginTypeResponse], error) {
+	if strings.TrimSpace(req.Msg.Description) == "" {
+		return nil, s.err(ctx, errs.Field("description", "is required: the JSON that byoc-plugin-TYPE describe prints"))
+	}
+	d, _, err := typeschema.ParseDescription([]byte(req.Msg.Description))
+	if err != nil {
+		return nil, s.err(ctx, errs.Field("description", "%v", err))
+	}
+	if typeschema.IsBuiltin(d.Type) {
+		return nil, s.err(ctx, errs.Field("description", "type: %q is a built-in type; a third-party type needs a name of its own", d.Type))
+	}
+	desc, err := json.Marshal(d)
+	if err != nil {
+		return nil, s.err(ctx, fmt.Errorf("register plugin type %s: %w", d.Type, err))
+	}
+	p := store.PluginType{Type: d.Type, Version: d.Version, Protocol: d.Protocol, Description: string(desc),
+		ConfigSchema: string(d.ConfigSchema), RegisteredAt: s.now(), RegisteredBy: callerFrom(ctx).Name}
+	prev, replaced, err := s.store.PutPluginType(ctx, p)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	out := &imsv1.RegisterPluginTypeResponse{PluginType: pluginTypeToProto(p, true)}
+	if replaced {
+		out.Replaced = pluginTypeToProto(prev, false)
+	}
+	return connect.NewResponse(out), nil
+}
+
+// ListPluginTypes lists the built-in types, then the registered ones.
+func (s *Service) ListPluginTypes(ctx context.Context, _ *connect.Request[imsv1.ListPluginTypesRequest]) (*connect.Response[imsv1.ListPluginTypesResponse], error) {
+	types, err := s.store.ListPluginTypes(ctx)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	out := &imsv1.ListPluginTypesResponse{}
+	for _, name := range typeschema.BuiltinNames() {
+		out.PluginTypes = append(out.PluginTypes, builtinToProto(name, false))
+	}
+	for _, p := range types {
+		out.PluginTypes = append(out.PluginTypes, pluginTypeToProto(p, false))
+	}
+	return connect.NewResponse(out), nil
+}
+
+// GetPluginType returns a built-in or registered type with its schemas.
+func (s *Service) GetPluginType(ctx context.Context, req *connect.Request[imsv1.GetPluginTypeRequest]) (*connect.Response[imsv1.GetPluginTypeResponse], error) {
+	typ := req.Msg.Type
+	if typ == "" {
+		return nil, s.err(ctx, errs.Field("type", "is required"))
+	}
+	if typeschema.IsBuiltin(typ) {
+		return connect.NewResponse(&imsv1.GetPluginTypeResponse{PluginType: builtinToProto(typ, true)}), nil
+	}
+	p, err := s.store.GetPluginType(ctx, typ)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	return connect.NewResponse(&imsv1.GetPluginTypeResponse{PluginType: pluginTypeToProto(p, true)}), nil
+}
+
+// RemovePluginType removes a registered type.
+func (s *Service) RemovePluginType(ctx context.Context, req *connect.Request[imsv1.RemovePluginTypeRequest]) (*connect.Response[imsv1.RemovePluginTypeResponse], error) {
+	typ := req.Msg.Type
+	switch {
+	case typ == "":
+		return nil, s.err(ctx, errs.Field("type", "is required"))
+	case typeschema.IsBuiltin(typ):
+		return nil, s.err(ctx, errs.Field("type", "%q is a built-in type and cannot be removed", typ))
+	}
+	if err := s.store.DeletePluginType(ctx, typ); err != nil {
+		return nil, s.err(ctx, err)
+	}
+	return connect.NewResponse(&imsv1.RemovePluginTypeResponse{}), nil
+}
+
+// configOptions returns the validator options of a push: the built-in
+// types and every registered one, with their config schemas.
+func (s *Service) configOptions(ctx context.Context) (appconfig.Options, error) {
+	types, err := s.store.ListPluginTypes(ctx)
+	if err != nil {
+		return appconfig.Options{}, err
+	}
+	registered := make(map[string]*configschema.Schema, len(types))
+	for _, p := range types {
+		registered[p.Type] = nil
+		if p.ConfigSchema == "" {
+			continue
+		}
+		// Schemas were compiled when they were registered; one failing
+		// now means the validator grew stricter since.
+		sch, err := configschema.Compile(p.ConfigSchema)
+		if err != nil {
+			return appconfig.Options{}, errs.E(errs.Conflict,
+				"the registered config schema of component type %q no longer compiles (%v); register the type again with a schema this imsd accepts", p.Type, err)
+		}
+		registered[p.Type] = sch
+	}
+	return appconfig.Options{Types: typeschema.Types(registered), TypeHint: registerHint}, nil
+}
+
+// storedOptions reads stored revisions again: they were valid when pushed,
+// and a type registered then may be gone now.
+func storedOptions() appconfig.Options { return appconfig.Options{AnyType: true} }
+
+func builtinToProto(name string, withSchema bool) *imsv1.PluginType {
+	out := &imsv1.PluginType{Type: name, Builtin: true}
+	if src, _ := typeschema.BuiltinSchema(name); withSchema && src != "" {
+		out.ConfigSchema = schemaValue(src)
+	}
+	return out
+}
+
+func pluginTypeToProto(p store.PluginType, withSchema bool) *imsv1.PluginType {
+	out := &imsv1.PluginType{Type: p.Type, Version: p.Version, Protocol: p.Protocol,
+		RegisterTime: timestamppb.New(p.RegisteredAt), RegisteredBy: p.RegisteredBy}
+	var d typeschema.Description
+	if err := json.Unmarshal([]byte(p.Description), &d); err == nil {
+		out.Capabilities = d.Capabilities
+		if withSchema && len(d.OutputsSchema) > 0 {
+			out.OutputsSchema = schemaValue(string(d.OutputsSchema))
+		}
+	}
+	if withSchema && p.ConfigSchema != "" {
+		out.ConfigSchema = schemaValue(p.ConfigSchema)
+	}
+	return out
+}
+
+// schemaValue turns a JSON Schema's text into a protobuf Value (nil if it
+// is not JSON, which a stored schema always is).
+func schemaValue(src string) *structpb.Value {
+	var v any
+	if err := json.Unmarshal([]byte(src), &v); err != nil {
+		return nil
+	}
+	out, err := structpb.NewValue(v)
+	if err != nil {
+		return nil
+	}
+	return out
+}

@@ -1,0 +1,78 @@
+package configschema_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/byoc-dev/byoc/plugins/sdk/configschema"
+)
+
+// Deferred values (config strings holding {{ }} references in byoc) pass
+// every check that depends on their rendered value, and nothing else is
+// relaxed.
+func TestValidateDeferred(t *testing.T) {
+	s, err := configschema.Compile(`{
+	  "type": "object",
+	  "required": ["port"],
+	  "additionalProperties": false,
+	  "properties": {
+	    "port": {"type": "integer", "minimum": 1},
+	    "debug": {"type": "boolean"},
+	    "mode": {"enum": ["fast", "safe"]},
+	    "name": {"type": "string", "pattern": "^[a-z]+$", "maxLength": 3},
+	    "size": {"oneOf": [{"type": "integer"}, {"type": "string"}]},
+	    "pair": {"type": "array", "uniqueItems": true, "items": {"type": "integer"}},
+	    "nested": {"type": "object", "properties": {"n": {"type": "number"}}, "not": {"const": {"n": 1}}},
+	    "legacy": false
+	  }
+	}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deferred := func(s string) bool { return strings.Contains(s, "{{") }
+	tests := []struct {
+		name   string
+		config map[string]any
+		want   []string
+	}{
+		{"references pass where another type is wanted", map[string]any{
+			"port": "{{ .inputs.port }}", "debug": "{{ .inputs.debug }}", "mode": "{{ .inputs.mode }}",
+			"name": "{{ .install.name }}", "size": "{{ .inputs.size }}", "pair": []any{"{{ .inputs.a }}", "{{ .inputs.a }}"},
+			"nested": map[string]any{"n": "{{ .inputs.n }}"},
+		}, nil},
+		{"plain values are still checked", map[string]any{"port": "80", "debug": "yes", "mode": "slow", "name": "ABCD"},
+			[]string{"debug: got string, want boolean", "mode: must be one of", "name: must be at most 3", "name: must match", "port: got string, want integer"}},
+		{"a reference does not make a forbidden field allowed", map[string]any{"port": 1, "legacy": "{{ .inputs.x }}", "other": "{{ .inputs.y }}"},
+			[]string{"legacy: is not allowed", "other: unknown field"}},
+		{"a reference does not stand for a missing field", map[string]any{"debug": "{{ .inputs.debug }}"},
+			[]string{"port: is required"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := s.ValidateWith(tt.config, configschema.Options{Deferred: deferred})
+			if len(got) != len(tt.want) {
+				t.Fatalf("diagnostics = %q, want %q", got, tt.want)
+			}
+			for i := range got {
+				if !strings.Contains(got[i].String(), tt.want[i]) {
+					t.Errorf("diagnostic %d = %q, want it to contain %q", i, got[i], tt.want[i])
+				}
+			}
+		})
+	}
+	// Without the option, a reference is just a string.
+	if got := s.Validate(map[string]any{"port": "{{ .inputs.port }}"}); len(got) != 1 {
+		t.Errorf("Validate without Deferred = %q, want the port's type error", got)
+	}
+}
+
+func TestUnknownFieldHint(t *testing.T) {
+	d, err := configschema.ValidateConfig(`{"type": "object", "additionalProperties": false, "properties": {"script": {}, "name": {}}}`,
+		map[string]any{"scrpt": "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d) != 1 || d[0].String() != "scrpt: unknown field" || d[0].Hint != "known fields: name, script" {
+		t.Fatalf("diagnostics = %+v", d)
+	}
+}

@@ -1,0 +1,177 @@
+// Package typeschema knows the config schemas of component types without
+// running a plugin, for the two places that check app configs before any
+// agent sees them: imsd (PushAppRevision) and the byoc CLI (byoc app
+// validate, byoc app push).
+//
+// It holds the built-in types' schemas (the action type's, from
+// plugins/action/actionschema; image, helm and terraform have no plugin
+// yet and accept any config), reads the description a third-party plugin
+// prints with "byoc-plugin-<type> describe", and turns schemas into the
+// checks schema/appconfig runs (appconfig.Options.Types).
+//
+// A config string holding a {{ }} reference is rendered per install at
+// deploy time, so it cannot be type-checked before: such a value passes
+// every check its rendered value decides (type, enum, const, length,
+// pattern, bounds; see configschema.Options.Deferred). A reference where
+// the schema forbids the field, or a required field left out, is still
+// an error; the plugin checks the rendered config again before it runs.
+//
+// It imports no gRPC or go-plugin code, and nothing of imsd, agentd or
+// the CLI.
+package typeschema
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/byoc-dev/byoc/plugins/action/actionschema"
+	"github.com/byoc-dev/byoc/plugins/sdk/configschema"
+	"github.com/byoc-dev/byoc/schema/appconfig"
+)
+
+// builtin maps each built-in type to its config schema; "" means the
+// type's plugin does not exist yet and any config is accepted.
+var builtin = map[string]string{
+	"action":    actionschema.Config,
+	"image":     "",
+	"helm":      "",
+	"terraform": "",
+}
+
+// BuiltinNames returns the built-in component types, sorted.
+func BuiltinNames() []string { return slices.Sorted(maps.Keys(builtin)) }
+
+// IsBuiltin reports whether typ is a built-in component type.
+func IsBuiltin(typ string) bool {
+	_, ok := builtin[typ]
+	return ok
+}
+
+// BuiltinSchema returns the config schema of built-in type typ: "" when the
+// type has none yet, false when typ is not built in.
+func BuiltinSchema(typ string) (string, bool) {
+	s, ok := builtin[typ]
+	return s, ok
+}
+
+// Check returns the appconfig check of a config against s; nil s accepts
+// any config (and so does the nil check it returns).
+func Check(s *configschema.Schema) appconfig.ConfigCheck {
+	if s == nil {
+		return nil
+	}
+	return func(config map[string]any) []appconfig.FieldProblem {
+		if config == nil {
+			config = map[string]any{}
+		}
+		var out []appconfig.FieldProblem
+		for _, d := range s.ValidateWith(config, configschema.Options{Deferred: appconfig.HasRefs}) {
+			out = append(out, appconfig.FieldProblem{Field: d.Field, Message: d.Message, Hint: d.Hint})
+		}
+		return out
+	}
+}
+
+// Types returns appconfig.Options.Types for the built-in types and the
+// registered ones (by type; a nil schema accepts any config). A
+// registered type never replaces a built-in one.
+func Types(registered map[string]*configschema.Schema) map[string]appconfig.ConfigCheck {
+	out := make(map[string]appconfig.ConfigCheck, len(builtin)+len(registered))
+	for t, s := range registered {
+		out[t] = Check(s)
+	}
+	for t, src := range builtin {
+		out[t] = nil
+		if src != "" {
+			// The built-in schemas are constants, compiled by this
+			// package's tests: an error here is a programming error.
+			s, err := configschema.Compile(src)
+			if err != nil {
+				panic(fmt.Sprintf("typeschema: built-in type %s: %v", t, err))
+			}
+			out[t] = Check(s)
+		}
+	}
+	return out
+}
+
+// TypeName is the form of a component type's name: what follows
+// "byoc-plugin-" in its binary's name.
+var TypeName = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,62}$`)
+
+// Description is what "byoc-plugin-<type> describe" prints (see
+// sdk.PrintDescription): the type, its version and protocol, and its
+// schemas as JSON objects.
+type Description struct {
+	Type             string          `json:"type"`
+	Version          string          `json:"version"`
+	Protocol         string          `json:"protocol"`
+	ProtocolVersions []string        `json:"protocol_versions,omitempty"`
+	Capabilities     []string        `json:"capabilities,omitempty"`
+	ConfigSchema     json.RawMessage `json:"config_schema,omitempty"`
+	OutputsSchema    json.RawMessage `json:"outputs_schema,omitempty"`
+}
+
+var protocolRE = regexp.MustCompile(`^[0-9]{1,4}\.[0-9]{1,4}$`)
+
+// maxDescriptionBytes caps a description; schemas are small.
+const maxDescriptionBytes = 256 << 10
+
+// ParseDescription reads and checks the output of describe. It returns
+// the description with its schemas compacted and the compiled config
+// schema (nil when the type declares none). An error names the field, and
+// for a schema the JSON path inside it. Fields it does not know are
+// ignored, so a newer SDK's description still registers.
+func ParseDescription(b []byte) (Description, *configschema.Schema, error) {
+	var d Description
+	if len(b) > maxDescriptionBytes {
+		return d, nil, fmt.Errorf("description is %d bytes; at most %d are allowed", len(b), maxDescriptionBytes)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(&d); err != nil {
+		return d, nil, fmt.Errorf("description is not the JSON that byoc-plugin-TYPE describe prints: %w", err)
+	}
+	if dec.More() {
+		return d, nil, fmt.Errorf("description holds more than one JSON value")
+	}
+	switch {
+	case d.Type == "":
+		return d, nil, fmt.Errorf("type: is required")
+	case !TypeName.MatchString(d.Type):
+		return d, nil, fmt.Errorf("type: %q is not a valid type name: use lowercase letters, digits, _ and -, starting with a letter", d.Type)
+	case d.Version == "":
+		return d, nil, fmt.Errorf("version: is required")
+	case len(d.Version) > 64 || strings.ContainsFunc(d.Version, func(r rune) bool { return r <= ' ' || r == 0x7f }):
+		return d, nil, fmt.Errorf("version: %q is not a version", d.Version)
+	case !protocolRE.MatchString(d.Protocol):
+		return d, nil, fmt.Errorf("protocol: %q is not a protocol version such as \"1.1\"", d.Protocol)
+	}
+	var sch *configschema.Schema
+	for _, s := range []struct {
+		name string
+		raw  *json.RawMessage
+	}{{"config_schema", &d.ConfigSchema}, {"outputs_schema", &d.OutputsSchema}} {
+		if len(*s.raw) == 0 || string(*s.raw) == "null" {
+			*s.raw = nil
+			continue
+		}
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, *s.raw); err != nil {
+			return d, nil, fmt.Errorf("%s: %w", s.name, err)
+		}
+		*s.raw = buf.Bytes()
+		compiled, err := configschema.Compile(buf.String())
+		if err != nil {
+			return d, nil, fmt.Errorf("%s: %w", s.name, err)
+		}
+		if s.name == "config_schema" {
+			sch = compiled
+		}
+	}
+	return d, sch, nil
+}
