@@ -1,0 +1,313 @@
+package workflow
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/byoc-dev/byoc/imsd/dispatch"
+	"github.com/byoc-dev/byoc/imsd/store"
+	"github.com/byoc-dev/byoc/schema/appconfig"
+)
+
+// rig is a real store and engine, and a scripted agent that runs every
+// queued job of the install to the end in rounds.
+type rig struct {
+	t       *testing.T
+	path    string
+	st      *store.Store
+	e       *Engine
+	install store.Install
+	clock   atomic.Int64
+	// fail decides a job's result: "" succeeds.
+	fail func(step string) string
+	// rounds are the step names each round of the agent finished.
+	rounds [][]string
+}
+
+func (r *rig) now() time.Time {
+	return time.Unix(0, r.clock.Add(int64(time.Second)))
+}
+
+func newRig(t *testing.T, files map[string][]byte, settings store.InstallSettings) *rig {
+	t.Helper()
+	r := &rig{t: t, path: filepath.Join(t.TempDir(), "imsd.db"), fail: func(string) string { return "" }}
+	r.clock.Store(time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC).UnixNano())
+	r.open()
+	ctx := t.Context()
+	app := store.App{ID: "app_1", Name: "shop", CreatedAt: r.now()}
+	must(t, r.st.CreateApp(ctx, app))
+	r.push(files)
+	r.install = store.Install{ID: "ins_1", AppID: app.ID, Name: "acme", CreatedAt: r.now(), Settings: settings, Inputs: map[string]string{}}
+	must(t, r.st.CreateInstall(ctx, r.install, store.EnrollmentToken{Hash: "h", ExpiresAt: r.now().Add(time.Hour), CreatedAt: r.now()}))
+	_, err := r.st.Enroll(ctx, "h", store.Agent{ID: "agent_1", PublicKey: []byte("k")}, r.now())
+	must(t, err)
+	return r
+}
+
+func (r *rig) open() {
+	st, err := store.Open(context.Background(), r.path)
+	must(r.t, err)
+	r.st = st
+	r.e = NewEngine(st, dispatch.NewHub(), r.now, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	r.t.Cleanup(func() { st.Close() })
+}
+
+// restart is an imsd restart: a new store and engine on the same database.
+func (r *rig) restart() {
+	r.st.Close()
+	r.open()
+}
+
+func (r *rig) push(files map[string][]byte) int64 {
+	r.t.Helper()
+	rev, _, err := r.st.CreateAppRevision(r.t.Context(), store.AppRevision{AppID: "app_1", Digest: appconfig.Digest(files), Files: files, CreatedAt: r.now()})
+	must(r.t, err)
+	return rev.Number
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+var wfSeq atomic.Int64
+
+func (r *rig) queue(kind string, rev int64, approval bool) string {
+	r.t.Helper()
+	id := fmt.Sprintf("wf_%d", wfSeq.Add(1))
+	must(r.t, r.st.CreateWorkflow(r.t.Context(), store.Workflow{ID: id, InstallID: r.install.ID, Kind: kind, AppRevision: rev,
+		Parallelism: max(r.install.Settings.Parallelism, 1), RequireApproval: approval, CreatedAt: r.now()}))
+	return id
+}
+
+// stepOf maps a job to its step through the workflow's steps.
+func (r *rig) stepOf(wfID, jobID string) string {
+	_, steps, err := r.st.GetWorkflow(r.t.Context(), wfID)
+	must(r.t, err)
+	for _, s := range steps {
+		if s.JobID == jobID {
+			return s.Name
+		}
+	}
+	return "?"
+}
+
+// agentRound runs every queued job to its end, as the agent would.
+func (r *rig) agentRound(wfID string) []string {
+	ctx := r.t.Context()
+	jobs, err := r.st.ClaimJobs(ctx, r.install.ID, store.Writer{AgentID: "agent_1"}, 100, r.now().Add(time.Minute), r.now())
+	must(r.t, err)
+	var names []string
+	for _, j := range jobs {
+		name := r.stepOf(wfID, j.ID)
+		names = append(names, name)
+		w := store.Writer{AgentID: "agent_1", FencingToken: j.FencingToken}
+		_, err := r.st.AckJob(ctx, j.ID, w, r.now().Add(time.Minute), r.now())
+		must(r.t, err)
+		res := store.Result{State: store.JobSucceeded, Outputs: map[string]string{"x": "1", "y": "2"}}
+		if msg := r.fail(name); msg != "" {
+			res = store.Result{State: store.JobFailed, ExitCode: 1, Error: msg}
+		}
+		_, err = r.st.FinishJob(ctx, j.ID, w, res, r.now())
+		must(r.t, err)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// drive advances wfID and runs its jobs until it ends or stops moving.
+func (r *rig) drive(wfID string) store.Workflow {
+	r.t.Helper()
+	r.rounds = nil
+	for range 50 {
+		must(r.t, r.e.Advance(r.t.Context(), wfID))
+		wf, _, err := r.st.GetWorkflow(r.t.Context(), wfID)
+		must(r.t, err)
+		if wf.State.Terminal() || wf.State == store.WorkflowAwaitingApproval || wf.State == store.WorkflowQueued {
+			return wf
+		}
+		if names := r.agentRound(wfID); len(names) > 0 {
+			r.rounds = append(r.rounds, names)
+		}
+	}
+	r.t.Fatalf("workflow %s did not end", wfID)
+	return store.Workflow{}
+}
+
+func (r *rig) steps(wfID string) map[string]store.Step {
+	_, steps, err := r.st.GetWorkflow(r.t.Context(), wfID)
+	must(r.t, err)
+	m := map[string]store.Step{}
+	for _, s := range steps {
+		m[s.Name] = s
+	}
+	return m
+}
+
+func (r *rig) installState() store.Install {
+	in, err := r.st.GetInstall(r.t.Context(), r.install.ID)
+	must(r.t, err)
+	return in
+}
+
+// Independent branches deploy together, within the install's parallelism;
+// a changed input redeploys only what reads it and what is downstream.
+func TestEngineParallelBranchesAndDownstreamOnly(t *testing.T) {
+	r := newRig(t, diamond(nil), store.InstallSettings{Parallelism: 2})
+	wf := r.drive(r.queue(Provision, 1, false))
+	if wf.State != store.WorkflowSucceeded {
+		t.Fatalf("provision %s: %s", wf.State, wf.Error)
+	}
+	if got := fmt.Sprint(r.rounds); got != "[[a] [b c] [d]]" {
+		t.Fatalf("provision rounds %s, want [[a] [b c] [d]]: b and c run together", got)
+	}
+	in := r.installState()
+	if in.State != store.InstallActive || in.AppRevision != 1 {
+		t.Fatalf("install %s at revision %d", in.State, in.AppRevision)
+	}
+	comps, err := r.st.InstallComponents(t.Context(), in.ID)
+	must(t, err)
+	if len(comps) != 4 || comps[3].Name != "d" || !slices.Equal(comps[3].Needs, []string{"b", "c"}) {
+		t.Fatalf("deployed %+v", comps)
+	}
+	var dcfg map[string]any
+	json.Unmarshal(comps[3].Config, &dcfg)
+	if !strings.Contains(fmt.Sprint(dcfg["steps"]), "echo 1 2") {
+		t.Fatalf("d was deployed with %v, want the outputs of b and c rendered in", dcfg)
+	}
+
+	must(t, func() error {
+		_, err := r.st.UpdateInstall(t.Context(), in.ID, map[string]string{"size": "3"}, in.Settings)
+		return err
+	}())
+	wf = r.drive(r.queue(Update, 1, false))
+	if wf.State != store.WorkflowSucceeded || fmt.Sprint(r.rounds) != "[[b] [d]]" {
+		t.Fatalf("update %s (%s), rounds %v; want b then d", wf.State, wf.Error, r.rounds)
+	}
+	// Nothing changed since: an update runs no step at all.
+	wf = r.drive(r.queue(Update, 1, false))
+	if wf.State != store.WorkflowSucceeded || len(r.rounds) != 0 || len(r.steps(wf.ID)) != 0 {
+		t.Fatalf("empty update %s, rounds %v", wf.State, r.rounds)
+	}
+}
+
+// A failed component stops its own downstream branch only; retrying it
+// runs it and what it held back.
+func TestEngineFailureIsolationAndRetry(t *testing.T) {
+	files := diamond(map[string]string{"components/e.toml": "type = \"action\"\n[config]\nsteps = [{ script = \"echo e\" }]\n"})
+	r := newRig(t, files, store.InstallSettings{Parallelism: 4})
+	r.fail = func(step string) string {
+		if step == "c" {
+			return "exit code 1"
+		}
+		return ""
+	}
+	id := r.queue(Provision, 1, false)
+	wf := r.drive(id)
+	if wf.State != store.WorkflowFailed {
+		t.Fatalf("provision %s, want failed", wf.State)
+	}
+	st := r.steps(id)
+	for name, want := range map[string]store.StepState{"a": store.StepSucceeded, "b": store.StepSucceeded, "e": store.StepSucceeded,
+		"c": store.StepFailed, "d": store.StepSkipped} {
+		if st[name].State != want {
+			t.Errorf("step %s %s, want %s", name, st[name].State, want)
+		}
+	}
+	if st["d"].Error != "not run: c failed" || !strings.Contains(wf.Error, "c failed") {
+		t.Errorf("d: %q; workflow: %q", st["d"].Error, wf.Error)
+	}
+	if in := r.installState(); in.State != store.InstallFailed || in.AppRevision != 0 {
+		t.Errorf("install %s at revision %d, want failed at 0", in.State, in.AppRevision)
+	}
+
+	r.fail = func(string) string { return "" }
+	_, err := r.st.RetryStep(t.Context(), id, "c", r.now())
+	must(t, err)
+	wf = r.drive(id)
+	if wf.State != store.WorkflowSucceeded || fmt.Sprint(r.rounds) != "[[c] [d]]" {
+		t.Fatalf("after retry %s (%s), rounds %v; want c then d", wf.State, wf.Error, r.rounds)
+	}
+	if st := r.steps(id); st["c"].Attempts != 2 || st["a"].Attempts != 1 {
+		t.Errorf("attempts: c %d a %d", st["c"].Attempts, st["a"].Attempts)
+	}
+	if in := r.installState(); in.State != store.InstallActive || in.AppRevision != 1 {
+		t.Errorf("install %s at revision %d", in.State, in.AppRevision)
+	}
+}
+
+// A workflow resumes after a restart where it was: nothing runs twice.
+func TestEngineResumesAfterRestart(t *testing.T) {
+	r := newRig(t, diamond(nil), store.InstallSettings{Parallelism: 2})
+	id := r.queue(Provision, 1, false)
+	must(t, r.e.Advance(t.Context(), id)) // a starts
+	if got := r.agentRound(id); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("first round %v", got)
+	}
+	must(t, r.e.Advance(t.Context(), id)) // b and c start
+	// imsd dies here, with b and c handed out; the agent finishes them
+	// while it is down.
+	r.restart()
+	if got := r.agentRound(id); !slices.Equal(got, []string{"b", "c"}) {
+		t.Fatalf("round while down %v", got)
+	}
+	wf := r.drive(id)
+	if wf.State != store.WorkflowSucceeded || fmt.Sprint(r.rounds) != "[[d]]" {
+		t.Fatalf("after restart %s (%s), rounds %v", wf.State, wf.Error, r.rounds)
+	}
+	jobs, _, err := r.st.ListJobs(t.Context(), store.JobFilter{InstallID: r.install.ID})
+	must(t, err)
+	if len(jobs) != 4 {
+		t.Fatalf("%d jobs, want one per component", len(jobs))
+	}
+}
+
+// A plan that needs approval waits for it; a cancelled workflow starts
+// nothing more and cancels what was queued.
+func TestEngineApprovalAndCancel(t *testing.T) {
+	r := newRig(t, diamond(nil), store.InstallSettings{Parallelism: 1})
+	id := r.queue(Provision, 1, true)
+	wf := r.drive(id)
+	if wf.State != store.WorkflowAwaitingApproval || len(r.steps(id)) != 4 {
+		t.Fatalf("%s with %d steps, want awaiting approval with the plan", wf.State, len(r.steps(id)))
+	}
+	// Another workflow of the install waits behind it.
+	next := r.queue(Update, 1, false)
+	if wf := r.drive(next); wf.State != store.WorkflowQueued {
+		t.Fatalf("second workflow %s, want queued", wf.State)
+	}
+	_, err := r.st.ApproveWorkflow(t.Context(), id, "alice", r.now())
+	must(t, err)
+	must(t, r.e.Advance(t.Context(), id))
+	if got := r.agentRound(id); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("after approval %v", got)
+	}
+	must(t, r.e.Advance(t.Context(), id)) // b queued (parallelism 1)
+	_, err = r.st.RequestWorkflowCancel(t.Context(), id, "wrong", r.now())
+	must(t, err)
+	wf = r.drive(id)
+	st := r.steps(id)
+	if wf.State != store.WorkflowCancelled || st["b"].State != store.StepCancelled || st["d"].State != store.StepCancelled {
+		t.Fatalf("%s: b %s d %s", wf.State, st["b"].State, st["d"].State)
+	}
+	if len(r.rounds) != 0 {
+		t.Fatalf("jobs ran after the cancel: %v", r.rounds)
+	}
+	// The queued update starts once the install is free: it deploys what
+	// the cancelled provision left out.
+	wf = r.drive(next)
+	if wf.State != store.WorkflowSucceeded || fmt.Sprint(r.rounds) != "[[b] [c] [d]]" {
+		t.Fatalf("next workflow %s (%s), rounds %v", wf.State, wf.Error, r.rounds)
+	}
+}
