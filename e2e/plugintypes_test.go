@@ -158,7 +158,7 @@ func TestPluginTypeRegistry(t *testing.T) {
 		`components/hello.toml:4: config.replicas: got string, want integer`,
 		`components/hello.toml:5: config.nme: unknown field (known fields: name, replicas)`,
 		`components/job.toml:2: config.steps[0].script: is required`,
-		`components/job.toml:2: config.steps[0].scrpt: unknown field (known fields: name, script, timeout)`,
+		`components/job.toml:2: config.steps[0].scrpt: unknown field (known fields: env, name, script, timeout)`,
 		`components/typo.toml:1: type: no component type "greting" (did you mean "greeting"? known types: action, greeting, helm, image, terraform; register a third-party type with: byoc-plugin-TYPE describe | byoc plugin register -)`,
 	}
 	if d := diagnostics(t, err); strings.Join(d, "\n") != strings.Join(want, "\n") {

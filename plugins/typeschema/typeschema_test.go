@@ -85,7 +85,7 @@ script = ""
 			`components/job.toml:5: config.sandbox.memory_mb: must be at least 16`,
 			`components/job.toml:5: config.sandbox.network: got string, want boolean`,
 			`components/job.toml:7: config.steps[0].script: is required`,
-			`components/job.toml:9: config.steps[0].scrpt: unknown field (known fields: name, script, timeout)`,
+			`components/job.toml:9: config.steps[0].scrpt: unknown field (known fields: env, name, script, timeout)`,
 			`components/job.toml:12: config.steps[1].script: must not be empty`,
 		}},
 		{"missing config is reported at the type", map[string]string{

@@ -78,7 +78,7 @@ func TestAppValidateSchemas(t *testing.T) {
 		"error: 3 problems in app config:",
 		`components/hello.toml:1: type: no component type "greeting" (known types: action, helm, image, terraform; pass a third-party type's describe output with --plugin-schema FILE)`,
 		`components/job.toml:2: config.steps[0].script: is required`,
-		`components/job.toml:3: config.steps[0].scrpt: unknown field (known fields: name, script, timeout)`,
+		`components/job.toml:3: config.steps[0].scrpt: unknown field (known fields: env, name, script, timeout)`,
 	}
 	if r.code != exitError || r.stderr != strings.Join(want, "\n  ")+"\n" {
 		t.Errorf("exit %d, stderr:\n%s\nwant:\n%s", r.code, r.stderr, strings.Join(want, "\n  "))
@@ -90,7 +90,7 @@ func TestAppValidateSchemas(t *testing.T) {
 		"error: 3 problems in app config:",
 		`components/hello.toml:2: config.name: is required`,
 		`components/job.toml:2: config.steps[0].script: is required`,
-		`components/job.toml:3: config.steps[0].scrpt: unknown field (known fields: name, script, timeout)`,
+		`components/job.toml:3: config.steps[0].scrpt: unknown field (known fields: env, name, script, timeout)`,
 	}
 	if r.code != exitError || r.stderr != strings.Join(want, "\n  ")+"\n" {
 		t.Errorf("exit %d, stderr:\n%s\nwant:\n%s", r.code, r.stderr, strings.Join(want, "\n  "))

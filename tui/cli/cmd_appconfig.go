@@ -106,7 +106,8 @@ func (a *app) appInitCommand() *cobra.Command {
 
 // appPushCommand validates an app config and stores it as a revision.
 func (a *app) appPushCommand() *cobra.Command {
-	return &cobra.Command{
+	var noDeploy bool
+	cmd := &cobra.Command{
 		Use:   "push DIR",
 		Short: "Validate an app config directory and store it as the app's next revision",
 		Long: `Check the app config in DIR as "byoc app validate" does, then send every
@@ -114,7 +115,12 @@ file to imsd, which checks it again and stores it as the app's next
 immutable revision (creating the app on its first push). Pushing files
 identical to the latest revision creates nothing. The check here knows the
 built-in types' schemas only; imsd checks third-party types' configs
-against the schemas registered with "byoc plugin register".`,
+against the schemas registered with "byoc plugin register".
+
+Unless --no-deploy is given, imsd then applies installs/*.toml (creating
+or changing those installs) and queues an update workflow for every
+provisioned install of the app: each redeploys only the components whose
+rendered config changed, and what is downstream of them.`,
 		Args: exactArgs("DIR"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts, err := a.pluginSchemaTypes(nil)
@@ -134,7 +140,7 @@ against the schemas registered with "byoc plugin register".`,
 			if err != nil {
 				return err
 			}
-			req := &imsv1.PushAppRevisionRequest{}
+			req := &imsv1.PushAppRevisionRequest{NoDeploy: noDeploy}
 			for _, p := range slices.Sorted(maps.Keys(cfg.Files)) {
 				req.Files = append(req.Files, &imsv1.AppFile{Path: p, Content: cfg.Files[p]})
 			}
@@ -148,13 +154,16 @@ against the schemas registered with "byoc plugin register".`,
 			rev := res.Msg.GetRevision()
 			if !res.Msg.GetCreated() {
 				fmt.Fprintf(a.stdout, "App %q is unchanged: revision %d has the same files.\n", res.Msg.GetApp().GetName(), rev.GetNumber())
-				return nil
+			} else {
+				fmt.Fprintf(a.stdout, "Pushed app %q revision %d (%s).\n", res.Msg.GetApp().GetName(), rev.GetNumber(), rev.GetDigest())
+				printChanges(a.stdout, res.Msg.GetChanges())
 			}
-			fmt.Fprintf(a.stdout, "Pushed app %q revision %d (%s).\n", res.Msg.GetApp().GetName(), rev.GetNumber(), rev.GetDigest())
-			printChanges(a.stdout, res.Msg.GetChanges())
+			a.printPushDeploys(c, res.Msg)
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&noDeploy, "no-deploy", false, "store the revision only: leave installs and installs/*.toml alone")
+	return cmd
 }
 
 func (a *app) appRevisionsCommand() *cobra.Command {

@@ -17,6 +17,10 @@ func (a *app) installCommand() *cobra.Command {
 		a.installListCommand(),
 		a.installGetCommand(),
 		a.installTokenCommand(),
+		a.installProvisionCommand(),
+		a.installUpdateCommand(),
+		a.installPlanCommand(),
+		a.installDeprovisionCommand(),
 	)
 }
 
@@ -125,9 +129,9 @@ func (a *app) installListCommand() *cobra.Command {
 				return nil
 			}
 			now := a.now()
-			t := newTable(a.stdout, "NAME", "ID", "APP", "AGENT", "LAST SEEN", "CREATED")
+			t := newTable(a.stdout, "NAME", "ID", "APP", "STATE", "REVISION", "AGENT", "LAST SEEN", "CREATED")
 			for _, ins := range res.Msg.GetInstalls() {
-				t.row(ins.GetName(), ins.GetId(), ins.GetAppId(), agentState(ins.GetAgent()),
+				t.row(ins.GetName(), ins.GetId(), ins.GetAppId(), ins.GetState(), fmt.Sprint(ins.GetAppRevision()), agentState(ins.GetAgent()),
 					ago(now, ins.GetAgent().GetLastSeenTime()), ago(now, ins.GetCreateTime()))
 			}
 			return t.flush()
@@ -173,6 +177,13 @@ func (a *app) installGetCommand() *cobra.Command {
 			f.add("App", ins.GetAppId())
 			f.add("Created", when(now, ins.GetCreateTime()))
 			f.add("Inputs", keyValues(ins.GetInputs()))
+			f.add("State", ins.GetState())
+			if ins.GetAppRevision() > 0 {
+				f.add("App revision", fmt.Sprint(ins.GetAppRevision()))
+			}
+			if st := settingsText(ins.GetSettings()); st != "" {
+				f.add("Settings", st)
+			}
 			ag := ins.GetAgent()
 			state := agentState(ag)
 			if ag != nil && ag.GetLastSeenTime() != nil {

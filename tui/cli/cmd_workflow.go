@@ -1,0 +1,594 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+
+	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
+)
+
+func (a *app) workflowCommand() *cobra.Command {
+	return group("workflow", "Follow, approve, cancel and retry install workflows",
+		a.workflowListCommand(),
+		a.workflowGetCommand(),
+		a.workflowApproveCommand(),
+		a.workflowCancelCommand(),
+		a.workflowRetryCommand(),
+	)
+}
+
+func kindName(k imsv1.WorkflowKind) string {
+	return strings.ToLower(strings.TrimPrefix(k.String(), "WORKFLOW_KIND_"))
+}
+
+func workflowStateName(s imsv1.WorkflowState) string {
+	return strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(s.String(), "WORKFLOW_STATE_")), "_", " ")
+}
+
+func stepStateName(s imsv1.StepState) string {
+	return strings.ToLower(strings.TrimPrefix(s.String(), "STEP_STATE_"))
+}
+
+func workflowEnded(s imsv1.WorkflowState) bool {
+	return s == imsv1.WorkflowState_WORKFLOW_STATE_SUCCEEDED || s == imsv1.WorkflowState_WORKFLOW_STATE_FAILED ||
+		s == imsv1.WorkflowState_WORKFLOW_STATE_CANCELLED
+}
+
+// progress is "3/7 done, 1 failed" from a workflow's step counts.
+func progress(wf *imsv1.Workflow) string {
+	if wf.GetStepCounts() == nil {
+		return ""
+	}
+	total := 0
+	for _, n := range wf.GetStepCounts() {
+		total += int(n)
+	}
+	out := fmt.Sprintf("%d/%d done", wf.GetStepCounts()["succeeded"], total)
+	for _, st := range []string{"running", "failed", "skipped", "cancelled"} {
+		if n := wf.GetStepCounts()[st]; n > 0 {
+			out += fmt.Sprintf(", %d %s", n, st)
+		}
+	}
+	return out
+}
+
+// printQueued says what to do with a workflow just queued.
+func (a *app) printQueued(wf *imsv1.Workflow) {
+	fmt.Fprintf(a.stdout, "Queued %s workflow %s for install %s (app revision %d).\n", kindName(wf.GetKind()), wf.GetId(),
+		cmpOr(wf.GetInstallName(), wf.GetInstallId()), wf.GetAppRevision())
+	fmt.Fprintf(a.stdout, "Follow it with: byoc workflow get %s --wait\n", wf.GetId())
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// printPushDeploys prints what a push did to installs.
+func (a *app) printPushDeploys(c *client, res *imsv1.PushAppRevisionResponse) {
+	for _, ia := range res.GetInstalls() {
+		switch ia.GetOp() {
+		case "created":
+			fmt.Fprintf(a.stdout, "+ install %s created from %s\n", ia.GetName(), ia.GetFile())
+			if tok := ia.GetEnrollmentToken(); tok != nil {
+				a.printEnrollment(c, ia.GetName(), tok)
+				fmt.Fprintf(a.stdout, "Then provision it with: byoc install provision %s\n", ia.GetName())
+			}
+		case "changed":
+			fmt.Fprintf(a.stdout, "~ install %s changed from %s\n", ia.GetName(), ia.GetFile())
+		}
+	}
+	for _, wf := range res.GetWorkflows() {
+		fmt.Fprintf(a.stdout, "Queued update workflow %s for install %s.\n", wf.GetId(), cmpOr(wf.GetInstallName(), wf.GetInstallId()))
+	}
+	if n := len(res.GetWorkflows()); n > 0 {
+		fmt.Fprintf(a.stdout, "Follow them with: byoc workflow list --active\n")
+	}
+}
+
+// startWorkflowCommand is install provision / deprovision.
+func (a *app) startWorkflowCommand(kind imsv1.WorkflowKind, short, long string) *cobra.Command {
+	var rev int64
+	var reason string
+	var wait bool
+	cmd := &cobra.Command{
+		Use:   kindName(kind) + " INSTALL [--revision N] [--wait]",
+		Short: short,
+		Long:  long,
+		Args:  exactArgs("INSTALL"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if rev < 0 {
+				return usagef("--revision must be a revision number (0 for the latest)")
+			}
+			c, err := a.connect()
+			if err != nil {
+				return err
+			}
+			res, err := c.StartWorkflow(cmd.Context(), connect.NewRequest(&imsv1.StartWorkflowRequest{
+				Install: args[0], Kind: kind, AppRevision: rev, Reason: reason}))
+			if err != nil {
+				return c.wrap(err)
+			}
+			return a.afterQueue(cmd.Context(), c, res.Msg.GetWorkflow(), wait)
+		},
+	}
+	if kind != imsv1.WorkflowKind_WORKFLOW_KIND_DEPROVISION {
+		cmd.Flags().Int64Var(&rev, "revision", 0, "app revision to apply (default: the latest)")
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded on the workflow")
+	cmd.Flags().BoolVar(&wait, "wait", false, "follow the workflow until it ends (exit 1 unless it succeeds)")
+	return cmd
+}
+
+func (a *app) afterQueue(ctx context.Context, c *client, wf *imsv1.Workflow, wait bool) error {
+	if a.jsonOutput() && !wait {
+		return writeJSON(a.stdout, wf)
+	}
+	if !wait {
+		a.printQueued(wf)
+		return nil
+	}
+	if !a.jsonOutput() {
+		fmt.Fprintf(a.stdout, "Queued %s workflow %s for install %s.\n", kindName(wf.GetKind()), wf.GetId(), cmpOr(wf.GetInstallName(), wf.GetInstallId()))
+	}
+	return a.follow(ctx, c, wf.GetId())
+}
+
+func (a *app) installProvisionCommand() *cobra.Command {
+	return a.startWorkflowCommand(imsv1.WorkflowKind_WORKFLOW_KIND_PROVISION,
+		"Deploy an install: the sandbox, then every component in dependency order",
+		`Queue a provision workflow: pre_provision hooks, the sandbox, then every
+component once its dependencies are deployed (independent components
+together, up to the install's parallelism), then post_provision hooks.
+Components already deployed with the same rendered config are left alone,
+so provisioning again after a failure resumes it.`)
+}
+
+func (a *app) installDeprovisionCommand() *cobra.Command {
+	return a.startWorkflowCommand(imsv1.WorkflowKind_WORKFLOW_KIND_DEPROVISION,
+		"Tear an install down: every component in reverse dependency order",
+		`Queue a deprovision workflow: pre_deprovision hooks, then every deployed
+component destroyed after the components that need it (with teardown
+hooks), the sandbox last, then post_deprovision hooks.`)
+}
+
+func (a *app) installUpdateCommand() *cobra.Command {
+	var inputs, unset []string
+	var parallelism int32
+	var approval string
+	var noDeploy, wait bool
+	cmd := &cobra.Command{
+		Use:   "update INSTALL [--input KEY=VALUE ...] [--unset KEY ...] [--parallelism N] [--require-approval true|false]",
+		Short: "Change an install's inputs or settings and deploy what they change",
+		Long: `Change an install's inputs and settings, checked against the app's latest
+revision, then (unless --no-deploy) queue an update workflow: only the
+components whose rendered config changes, and what is downstream of them,
+are redeployed. "byoc install plan INSTALL --input KEY=VALUE" shows what
+would change first.`,
+		Args: exactArgs("INSTALL"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			set, err := parseInputs(inputs)
+			if err != nil {
+				return err
+			}
+			req := &imsv1.UpdateInstallRequest{Install: args[0], SetInputs: set, UnsetInputs: unset, Deploy: !noDeploy}
+			if cmd.Flags().Changed("parallelism") {
+				req.Parallelism = &parallelism
+			}
+			if approval != "" {
+				b, err := strconv.ParseBool(approval)
+				if err != nil {
+					return usagef("--require-approval must be true or false, not %q", approval)
+				}
+				req.RequireApproval = &b
+			}
+			c, err := a.connect()
+			if err != nil {
+				return err
+			}
+			res, err := c.UpdateInstall(cmd.Context(), connect.NewRequest(req))
+			if err != nil {
+				return c.wrap(err)
+			}
+			if res.Msg.GetWorkflow() == nil {
+				if a.jsonOutput() {
+					return writeJSON(a.stdout, res.Msg.GetInstall())
+				}
+				fmt.Fprintf(a.stdout, "Updated install %s.\n", res.Msg.GetInstall().GetName())
+				return nil
+			}
+			return a.afterQueue(cmd.Context(), c, res.Msg.GetWorkflow(), wait)
+		},
+	}
+	cmd.Flags().StringArrayVar(&inputs, "input", nil, "set an input value (repeatable)")
+	cmd.Flags().StringArrayVar(&unset, "unset", nil, "remove an input value so its default applies (repeatable)")
+	cmd.Flags().Int32Var(&parallelism, "parallelism", 0, "steps of one workflow that may run at once (0: the app's default)")
+	cmd.Flags().StringVar(&approval, "require-approval", "", "whether plans wait for byoc workflow approve (true or false)")
+	cmd.Flags().BoolVar(&noDeploy, "no-deploy", false, "save the change without deploying it")
+	cmd.Flags().BoolVar(&wait, "wait", false, "follow the update until it ends (exit 1 unless it succeeds)")
+	return cmd
+}
+
+func (a *app) installPlanCommand() *cobra.Command {
+	var inputs, unset []string
+	var rev int64
+	var kind string
+	cmd := &cobra.Command{
+		Use:   "plan INSTALL [--revision N] [--input KEY=VALUE ...] [--unset KEY ...] [--kind update|provision|deprovision]",
+		Short: "Show what a workflow would change in an install, and why, without running anything",
+		Args:  exactArgs("INSTALL"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			set, err := parseInputs(inputs)
+			if err != nil {
+				return err
+			}
+			k, ok := imsv1.WorkflowKind_value["WORKFLOW_KIND_"+strings.ToUpper(kind)]
+			if !ok || kind == "action" {
+				return usagef("--kind must be update, provision or deprovision, not %q", kind)
+			}
+			c, err := a.connect()
+			if err != nil {
+				return err
+			}
+			res, err := c.PlanInstall(cmd.Context(), connect.NewRequest(&imsv1.PlanInstallRequest{Install: args[0],
+				Kind: imsv1.WorkflowKind(k), AppRevision: rev, SetInputs: set, UnsetInputs: unset}))
+			if err != nil {
+				return c.wrap(err)
+			}
+			if a.jsonOutput() {
+				return writeJSON(a.stdout, res.Msg)
+			}
+			p := res.Msg
+			if len(p.GetSteps()) == 0 {
+				fmt.Fprintf(a.stdout, "No changes: install %s matches app revision %d (%d components unchanged).\n", args[0], p.GetAppRevision(), len(p.GetUnchanged()))
+				return nil
+			}
+			fmt.Fprintf(a.stdout, "Plan (%s) of install %s to app revision %d:\n\n", kindName(p.GetKind()), args[0], p.GetAppRevision())
+			t := newTable(a.stdout, "", "STEP", "TYPE", "OP", "AFTER", "WHY")
+			for _, s := range p.GetSteps() {
+				mark := "~"
+				switch {
+				case s.GetOperation() == "destroy":
+					mark = "-"
+				case s.GetReason() == "new":
+					mark = "+"
+				case s.GetAction() != "":
+					mark = ">"
+				}
+				t.row(mark, s.GetName(), s.GetComponentType(), s.GetOperation(), strings.Join(s.GetNeeds(), ","), s.GetReason())
+			}
+			if err := t.flush(); err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "\n%d steps; %d components unchanged", len(p.GetSteps()), len(p.GetUnchanged()))
+			if len(p.GetUnchanged()) > 0 && len(p.GetUnchanged()) <= 10 {
+				fmt.Fprintf(a.stdout, " (%s)", strings.Join(p.GetUnchanged(), ", "))
+			}
+			fmt.Fprintln(a.stdout, ".")
+			return nil
+		},
+	}
+	cmd.Flags().StringArrayVar(&inputs, "input", nil, "plan as if this input were set (repeatable)")
+	cmd.Flags().StringArrayVar(&unset, "unset", nil, "plan as if this input were removed (repeatable)")
+	cmd.Flags().Int64Var(&rev, "revision", 0, "app revision to plan for (default: the latest)")
+	cmd.Flags().StringVar(&kind, "kind", "update", "update, provision or deprovision")
+	return cmd
+}
+
+func (a *app) workflowListCommand() *cobra.Command {
+	var install string
+	var active bool
+	var limit int32
+	cmd := &cobra.Command{
+		Use:     "list [--install INSTALL] [--active]",
+		Aliases: []string{"ls"},
+		Short:   "List workflows, newest first",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.connect()
+			if err != nil {
+				return err
+			}
+			res, err := c.ListWorkflows(cmd.Context(), connect.NewRequest(&imsv1.ListWorkflowsRequest{Install: install, Active: active, PageSize: limit}))
+			if err != nil {
+				return c.wrap(err)
+			}
+			if a.jsonOutput() {
+				return writeJSONList(a.stdout, res.Msg.GetWorkflows())
+			}
+			if len(res.Msg.GetWorkflows()) == 0 {
+				fmt.Fprintln(a.stderr, "No workflows; start one with: byoc install provision INSTALL")
+				return nil
+			}
+			now := a.now()
+			t := newTable(a.stdout, "ID", "INSTALL", "KIND", "STATE", "REVISION", "CREATED", "REASON")
+			for _, wf := range res.Msg.GetWorkflows() {
+				t.row(wf.GetId(), cmpOr(wf.GetInstallName(), wf.GetInstallId()), kindName(wf.GetKind()), workflowStateName(wf.GetState()),
+					strconv.FormatInt(wf.GetAppRevision(), 10), ago(now, wf.GetCreateTime()), wf.GetReason())
+			}
+			return t.flush()
+		},
+	}
+	cmd.Flags().StringVar(&install, "install", "", "only workflows of this install")
+	cmd.Flags().BoolVar(&active, "active", false, "only workflows that have not ended")
+	cmd.Flags().Int32Var(&limit, "limit", 0, "at most this many (default 100)")
+	return cmd
+}
+
+func (a *app) printWorkflow(wf *imsv1.Workflow) error {
+	now := a.now()
+	f := newFields(a.stdout)
+	f.add("ID", wf.GetId())
+	f.add("Install", cmpOr(wf.GetInstallName(), wf.GetInstallId()))
+	f.add("Kind", kindName(wf.GetKind()))
+	state := workflowStateName(wf.GetState())
+	if wf.GetCancelRequested() && !workflowEnded(wf.GetState()) {
+		state += " (cancelling)"
+	}
+	f.add("State", state)
+	f.add("Progress", progress(wf))
+	f.add("App revision", strconv.FormatInt(wf.GetAppRevision(), 10))
+	f.add("Reason", wf.GetReason())
+	f.add("Parallelism", strconv.Itoa(int(wf.GetParallelism())))
+	f.add("Created", when(now, wf.GetCreateTime())+" by "+wf.GetCreatedBy())
+	if wf.GetApprovedBy() != "" {
+		f.add("Approved", when(now, wf.GetApproveTime())+" by "+wf.GetApprovedBy())
+	}
+	if wf.GetEndTime() != nil {
+		f.add("Ended", when(now, wf.GetEndTime()))
+	}
+	if wf.GetError() != "" {
+		f.add("Error", wf.GetError())
+	}
+	if err := f.flush(); err != nil {
+		return err
+	}
+	if len(wf.GetSteps()) == 0 {
+		return nil
+	}
+	fmt.Fprintln(a.stdout)
+	t := newTable(a.stdout, "STEP", "TYPE", "OP", "STATE", "TOOK", "JOB", "WHY")
+	for _, s := range wf.GetSteps() {
+		took := ""
+		if s.GetStartTime() != nil {
+			end := now
+			if s.GetEndTime() != nil {
+				end = s.GetEndTime().AsTime()
+			}
+			took = shortDuration(end.Sub(s.GetStartTime().AsTime()))
+		}
+		why := s.GetReason()
+		if s.GetError() != "" {
+			why = s.GetError()
+		}
+		t.row(s.GetName(), s.GetComponentType(), s.GetOperation(), stepStateName(s.GetState()), took, s.GetJobId(), why)
+	}
+	return t.flush()
+}
+
+func (a *app) workflowGetCommand() *cobra.Command {
+	var wait bool
+	cmd := &cobra.Command{
+		Use:   "get WORKFLOW [--wait]",
+		Short: "Show a workflow and its steps; --wait follows it until it ends",
+		Args:  exactArgs("WORKFLOW"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.connect()
+			if err != nil {
+				return err
+			}
+			if wait {
+				return a.follow(cmd.Context(), c, args[0])
+			}
+			res, err := c.GetWorkflow(cmd.Context(), connect.NewRequest(&imsv1.GetWorkflowRequest{Id: args[0]}))
+			if err != nil {
+				return c.wrap(err)
+			}
+			if a.jsonOutput() {
+				return writeJSON(a.stdout, res.Msg.GetWorkflow())
+			}
+			return a.printWorkflow(res.Msg.GetWorkflow())
+		},
+	}
+	cmd.Flags().BoolVar(&wait, "wait", false, "print each step as it changes until the workflow ends (exit 1 unless it succeeds)")
+	return cmd
+}
+
+// followPoll is how often follow asks for the workflow.
+var followPoll = 300 * time.Millisecond
+
+// follow prints every step change of a workflow until it ends, then its
+// summary. It stops (exit 0) when the workflow awaits approval.
+func (a *app) follow(ctx context.Context, c *client, id string) error {
+	seen := map[string]imsv1.StepState{}
+	for {
+		res, err := c.GetWorkflow(ctx, connect.NewRequest(&imsv1.GetWorkflowRequest{Id: id}))
+		if err != nil {
+			return c.wrap(err)
+		}
+		wf := res.Msg.GetWorkflow()
+		for _, s := range wf.GetSteps() {
+			if seen[s.GetName()] == s.GetState() || a.jsonOutput() {
+				continue
+			}
+			seen[s.GetName()] = s.GetState()
+			if s.GetState() == imsv1.StepState_STEP_STATE_PENDING {
+				continue
+			}
+			line := fmt.Sprintf("  %-9s %s", stepStateName(s.GetState()), s.GetName())
+			if s.GetJobId() != "" && s.GetState() == imsv1.StepState_STEP_STATE_RUNNING {
+				line += " (job " + s.GetJobId() + ")"
+			}
+			if s.GetError() != "" {
+				line += ": " + s.GetError()
+			}
+			fmt.Fprintln(a.stdout, line)
+		}
+		switch {
+		case wf.GetState() == imsv1.WorkflowState_WORKFLOW_STATE_AWAITING_APPROVAL:
+			if a.jsonOutput() {
+				return writeJSON(a.stdout, wf)
+			}
+			fmt.Fprintf(a.stdout, "Workflow %s awaits approval of its plan (%d steps): byoc workflow get %s shows it; byoc workflow approve %s runs it.\n",
+				wf.GetId(), len(wf.GetSteps()), wf.GetId(), wf.GetId())
+			return nil
+		case workflowEnded(wf.GetState()):
+			if a.jsonOutput() {
+				if err := writeJSON(a.stdout, wf); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprintf(a.stdout, "Workflow %s %s: %s.\n", wf.GetId(), workflowStateName(wf.GetState()), progress(wf))
+			}
+			if wf.GetState() != imsv1.WorkflowState_WORKFLOW_STATE_SUCCEEDED {
+				msg := fmt.Sprintf("workflow %s %s", wf.GetId(), workflowStateName(wf.GetState()))
+				if wf.GetError() != "" {
+					msg += ": " + wf.GetError()
+				}
+				if failed := failedSteps(wf); len(failed) > 0 {
+					msg += fmt.Sprintf(" (retry with: byoc workflow retry %s %s)", wf.GetId(), failed[0])
+				}
+				return &exitCodeError{code: exitError, msg: msg}
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(followPoll):
+		}
+	}
+}
+
+func failedSteps(wf *imsv1.Workflow) []string {
+	var out []string
+	for _, s := range wf.GetSteps() {
+		if s.GetState() == imsv1.StepState_STEP_STATE_FAILED {
+			out = append(out, s.GetName())
+		}
+	}
+	return out
+}
+
+func (a *app) workflowApproveCommand() *cobra.Command {
+	var wait bool
+	cmd := &cobra.Command{
+		Use:   "approve WORKFLOW [--wait]",
+		Short: "Approve a workflow's plan so it applies",
+		Args:  exactArgs("WORKFLOW"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.connect()
+			if err != nil {
+				return err
+			}
+			res, err := c.ApproveWorkflow(cmd.Context(), connect.NewRequest(&imsv1.ApproveWorkflowRequest{Id: args[0]}))
+			if err != nil {
+				return c.wrap(err)
+			}
+			if wait {
+				return a.follow(cmd.Context(), c, args[0])
+			}
+			if a.jsonOutput() {
+				return writeJSON(a.stdout, res.Msg.GetWorkflow())
+			}
+			fmt.Fprintf(a.stdout, "Approved workflow %s; it is running.\n", args[0])
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&wait, "wait", false, "follow the workflow until it ends")
+	return cmd
+}
+
+func (a *app) workflowCancelCommand() *cobra.Command {
+	var reason string
+	cmd := &cobra.Command{
+		Use:   "cancel WORKFLOW [--reason TEXT]",
+		Short: "Cancel a workflow: nothing more starts, and running steps are stopped",
+		Args:  exactArgs("WORKFLOW"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.connect()
+			if err != nil {
+				return err
+			}
+			res, err := c.CancelWorkflow(cmd.Context(), connect.NewRequest(&imsv1.CancelWorkflowRequest{Id: args[0], Reason: reason}))
+			if err != nil {
+				return c.wrap(err)
+			}
+			if a.jsonOutput() {
+				return writeJSON(a.stdout, res.Msg.GetWorkflow())
+			}
+			if workflowEnded(res.Msg.GetWorkflow().GetState()) {
+				fmt.Fprintf(a.stdout, "Workflow %s cancelled.\n", args[0])
+			} else {
+				fmt.Fprintf(a.stdout, "Cancelling workflow %s: its running steps are being stopped.\n", args[0])
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded on the workflow")
+	return cmd
+}
+
+func (a *app) workflowRetryCommand() *cobra.Command {
+	var wait bool
+	cmd := &cobra.Command{
+		Use:   "retry WORKFLOW STEP [--wait]",
+		Short: "Run a failed step again, and the steps that were skipped because of it",
+		Args:  exactArgs("WORKFLOW", "STEP"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.connect()
+			if err != nil {
+				return err
+			}
+			res, err := c.RetryWorkflowStep(cmd.Context(), connect.NewRequest(&imsv1.RetryWorkflowStepRequest{Id: args[0], Step: args[1]}))
+			if err != nil {
+				return c.wrap(err)
+			}
+			if wait {
+				return a.follow(cmd.Context(), c, args[0])
+			}
+			if a.jsonOutput() {
+				return writeJSON(a.stdout, res.Msg.GetWorkflow())
+			}
+			fmt.Fprintf(a.stdout, "Retrying step %s of workflow %s.\n", args[1], args[0])
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&wait, "wait", false, "follow the workflow until it ends")
+	return cmd
+}
+
+// settingsText describes an install's settings for install get.
+func settingsText(s *imsv1.InstallSettings) string {
+	if s == nil {
+		return ""
+	}
+	var parts []string
+	if s.GetParallelism() > 0 {
+		parts = append(parts, fmt.Sprintf("parallelism %d", s.GetParallelism()))
+	}
+	if s.RequireApproval != nil {
+		parts = append(parts, fmt.Sprintf("require approval %t", s.GetRequireApproval()))
+	}
+	if len(s.GetOverrides()) > 0 {
+		names := make([]string, 0, len(s.GetOverrides()))
+		for n := range s.GetOverrides() {
+			names = append(names, n)
+		}
+		slices.Sort(names)
+		parts = append(parts, "overrides for "+strings.Join(names, ", "))
+	}
+	if s.GetSource() != "" {
+		parts = append(parts, "managed from "+s.GetSource())
+	}
+	return strings.Join(parts, "; ")
+}
