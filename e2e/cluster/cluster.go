@@ -83,6 +83,7 @@ type Options struct {
 	LeaseDuration     time.Duration
 	HeartbeatInterval time.Duration
 	SweepInterval     time.Duration
+	WorkflowInterval  time.Duration
 	Logger            *slog.Logger
 	Now               func() time.Time
 }
@@ -107,7 +108,7 @@ func StartIMS(tb testing.TB, o Options) *IMS {
 	cfg := server.Config{
 		Addr: o.Addr, DataDir: o.DataDir, DatabaseURL: o.DatabaseURL,
 		LeaseDuration: o.LeaseDuration, HeartbeatInterval: o.HeartbeatInterval, SweepInterval: o.SweepInterval,
-		Logger: o.Logger, Now: o.Now,
+		WorkflowInterval: o.WorkflowInterval, Logger: o.Logger, Now: o.Now,
 	}
 	ims := &IMS{DataDir: o.DataDir, cfg: cfg}
 	ims.start(tb)

@@ -253,7 +253,7 @@ func (a *app) installPlanCommand() *cobra.Command {
 				return nil
 			}
 			fmt.Fprintf(a.stdout, "Plan (%s) of install %s to app revision %d:\n\n", kindName(p.GetKind()), args[0], p.GetAppRevision())
-			t := newTable(a.stdout, "", "STEP", "TYPE", "OP", "AFTER", "WHY")
+			t := newTable(a.stdout, " ", "STEP", "TYPE", "OP", "AFTER", "WHY")
 			for _, s := range p.GetSteps() {
 				mark := "~"
 				switch {
