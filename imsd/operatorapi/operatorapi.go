@@ -693,7 +693,7 @@ func (s *Service) fleet(ctx context.Context, appID string) (map[string]*imsv1.In
 	out := make(map[string]*imsv1.InstallStatus, len(fs.Installs))
 	for _, in := range fs.Installs {
 		p := &imsv1.Install{Id: in.ID, AppId: in.AppID, Name: in.Name, Inputs: in.Inputs, CreateTime: ts(in.CreatedAt),
-		State: string(in.State), AppRevision: in.AppRevision, Settings: settingsToProto(in.Settings)}
+			State: string(in.State), AppRevision: in.AppRevision, Settings: settingsToProto(in.Settings)}
 		p.Agent = s.agentStatus(fs.Agents[in.ID])
 		out[in.ID] = &imsv1.InstallStatus{
 			Install: p, AppName: appNames[in.AppID],
