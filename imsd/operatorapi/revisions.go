@@ -112,7 +112,7 @@ func (s *Service) PushAppRevision(ctx context.Context, req *connect.Request[imsv
 		if !created {
 			reason = fmt.Sprintf("app push: %s changed", in.Settings.Source)
 		}
-		wf, err := s.queueWorkflow(ctx, in, workflow.Update, rev.Number, reason)
+		wf, err := s.queueWorkflow(ctx, in, workflow.Update, rev.Number, reason, app)
 		if err != nil {
 			return nil, s.err(ctx, err)
 		}

@@ -82,8 +82,8 @@ func (s *Service) latestRevision(ctx context.Context, appID, installName string)
 
 // queueWorkflow queues a lifecycle workflow of kind for install in at
 // revision rev (0: the latest), with the install's parallelism and approval
-// settings, and wakes the engine.
-func (s *Service) queueWorkflow(ctx context.Context, in store.Install, kind string, rev int64, reason string) (store.Workflow, error) {
+// settings, and wakes the engine. app, when set, is revision rev parsed.
+func (s *Service) queueWorkflow(ctx context.Context, in store.Install, kind string, rev int64, reason string, app *appconfig.App) (store.Workflow, error) {
 	switch {
 	case kind == workflow.Update && (in.State == store.InstallNew || in.State == store.InstallDeprovisioned):
 		return store.Workflow{}, errs.E(errs.Conflict, "install %s is %s: provision it first (byoc install provision %s)", in.Name, in.State, in.Name)
@@ -96,16 +96,17 @@ func (s *Service) queueWorkflow(ctx context.Context, in store.Install, kind stri
 			return store.Workflow{}, err
 		}
 	}
-	r, err := s.store.GetAppRevision(ctx, in.AppID, rev)
-	if errs.Is(err, errs.NotFound) {
-		return store.Workflow{}, errs.Field("app_revision", "the app of install %s has no revision %d (byoc app revisions lists them)", in.Name, rev)
-	}
-	if err != nil {
-		return store.Workflow{}, err
-	}
-	app, err := appconfig.Parse(r.Files, appconfig.Options{AnyType: true})
-	if err != nil {
-		return store.Workflow{}, fmt.Errorf("revision %d: %w", rev, err)
+	if app == nil {
+		r, err := s.store.GetAppRevision(ctx, in.AppID, rev)
+		if errs.Is(err, errs.NotFound) {
+			return store.Workflow{}, errs.Field("app_revision", "the app of install %s has no revision %d (byoc app revisions lists them)", in.Name, rev)
+		}
+		if err != nil {
+			return store.Workflow{}, err
+		}
+		if app, err = appconfig.Parse(r.Files, appconfig.Options{AnyType: true}); err != nil {
+			return store.Workflow{}, fmt.Errorf("revision %d: %w", rev, err)
+		}
 	}
 	wf := store.Workflow{ID: auth.NewID("wf_"), InstallID: in.ID, Kind: kind, AppRevision: rev, Reason: reason,
 		Parallelism:     cmpOrInt(in.Settings.Parallelism, app.Metadata.InstallDefaults.Parallelism, workflow.DefaultParallelism),
@@ -157,7 +158,7 @@ func (s *Service) StartWorkflow(ctx context.Context, req *connect.Request[imsv1.
 	if reason == "" {
 		reason = kind + " by " + callerFrom(ctx).Name
 	}
-	wf, err := s.queueWorkflow(ctx, in, kind, m.AppRevision, reason)
+	wf, err := s.queueWorkflow(ctx, in, kind, m.AppRevision, reason, nil)
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}
@@ -353,7 +354,7 @@ func (s *Service) UpdateInstall(ctx context.Context, req *connect.Request[imsv1.
 		if len(changed) > 0 {
 			reason = "inputs changed: " + strings.Join(changed, ", ")
 		}
-		wf, err := s.queueWorkflow(ctx, in, workflow.Update, 0, reason)
+		wf, err := s.queueWorkflow(ctx, in, workflow.Update, 0, reason, nil)
 		if err != nil {
 			return nil, s.err(ctx, err)
 		}
