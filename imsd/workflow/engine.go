@@ -139,6 +139,10 @@ func (e *Engine) app(ctx context.Context, appID string, rev int64) (*appconfig.A
 // PlanFor plans a workflow of kind for install in at revision rev (0: the
 // app's latest), with inputs replacing the install's when not nil.
 func (e *Engine) PlanFor(ctx context.Context, kind string, in store.Install, rev int64, inputs map[string]string) (*Plan, error) {
+	return e.plan(ctx, kind, "", in, rev, inputs)
+}
+
+func (e *Engine) plan(ctx context.Context, kind, action string, in store.Install, rev int64, inputs map[string]string) (*Plan, error) {
 	if rev == 0 {
 		revs, err := e.st.ListAppRevisions(ctx, in.AppID)
 		if err != nil {
@@ -157,7 +161,7 @@ func (e *Engine) PlanFor(ctx context.Context, kind string, in store.Install, rev
 	if err != nil {
 		return nil, err
 	}
-	return Make(kind, Target{App: app, Revision: rev, Install: in, Inputs: inputs}, deployed)
+	return Make(kind, Target{App: app, Revision: rev, Install: in, Inputs: inputs, Action: action}, deployed)
 }
 
 // start plans a queued workflow and moves it to running (or awaiting
@@ -167,7 +171,7 @@ func (e *Engine) start(ctx context.Context, wf store.Workflow) (again bool, err 
 	if err != nil {
 		return false, err
 	}
-	plan, err := e.PlanFor(ctx, wf.Kind, in, wf.AppRevision, nil)
+	plan, err := e.plan(ctx, wf.Kind, wf.Action, in, wf.AppRevision, nil)
 	if err != nil {
 		var pe *PlanError
 		if errors.As(err, &pe) || errs.CodeOf(err) != errs.Internal {
@@ -330,7 +334,17 @@ func (e *Engine) end(ctx context.Context, wf store.Workflow, state store.Workflo
 	case wf.Kind == Provision || wf.Kind == Update || wf.Kind == Deprovision:
 		install = store.InstallFailed
 	}
-	ok, err := e.st.EndWorkflow(ctx, wf.ID, state, msg, install, rev, e.now())
+	var ok bool
+	var err error
+	if wf.Kind == Action {
+		var health *store.InstallHealth
+		if health, err = e.health(ctx, wf, state, msg); err != nil {
+			return err
+		}
+		ok, err = e.st.EndActionRun(ctx, wf.ID, state, msg, health, e.now())
+	} else {
+		ok, err = e.st.EndWorkflow(ctx, wf.ID, state, msg, install, rev, e.now())
+	}
 	if err != nil || !ok {
 		return err
 	}
