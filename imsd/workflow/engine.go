@@ -484,7 +484,7 @@ func (e *Engine) jobConfig(ctx context.Context, wf store.Workflow, in store.Inst
 	switch {
 	case s.Action != "":
 		if env, ok := cfg["env"]; ok {
-			if cfg["env"], err = appconfig.RenderValue("env", env, r.Resolve); err != nil {
+			if cfg["env"], err = renderEnv("env", env, r); err != nil {
 				return nil, err
 			}
 		}
@@ -492,7 +492,7 @@ func (e *Engine) jobConfig(ctx context.Context, wf store.Workflow, in store.Inst
 		for i, st := range steps {
 			m, _ := st.(map[string]any)
 			if env, ok := m["env"]; ok {
-				if m["env"], err = appconfig.RenderValue(fmt.Sprintf("steps[%d].env", i), env, r.Resolve); err != nil {
+				if m["env"], err = renderEnv(fmt.Sprintf("steps[%d].env", i), env, r); err != nil {
 					return nil, err
 				}
 			}
@@ -534,6 +534,25 @@ func (e *Engine) jobConfig(ctx context.Context, wf store.Workflow, in store.Inst
 		cfg[SensitiveKey] = sensitive
 	}
 	return json.Marshal(cfg)
+}
+
+// renderEnv renders an action's environment. Every value is a string in
+// the end: a whole-value reference to a number or bool input
+// ("{{ .inputs.size }}") renders as its text, since environment variables
+// have no types (and the action type's schema wants strings).
+func renderEnv(path string, env any, r *Renderer) (any, error) {
+	v, err := appconfig.RenderValue(path, env, r.Resolve)
+	if err != nil {
+		return nil, err
+	}
+	if m, ok := v.(map[string]any); ok {
+		for k, x := range m {
+			if _, ok := x.(string); !ok {
+				m[k] = appconfig.InputText(x)
+			}
+		}
+	}
+	return v, nil
 }
 
 // secretNames finds the {{ .secrets.NAME }} references left in a rendered
