@@ -39,8 +39,8 @@ func (s *Service) ListActions(ctx context.Context, req *connect.Request[imsv1.Li
 	}
 	out := &imsv1.ListActionsResponse{AppRevision: rev}
 	for _, a := range app.Actions {
-		p := &imsv1.Action{Name: a.Name, Description: a.Description, Mode: a.Mode, HealthCheck: a.HealthCheck, Network: a.Network,
-			TimeoutSeconds: int64(time.Duration(a.Timeout) / time.Second)}
+		p := &imsv1.Action{Name: a.Name, Description: a.Description, Mode: a.PermissionMode(), HealthCheck: a.HealthCheck, Network: a.Network,
+			TimeoutSeconds: int64(workflow.ActionTimeout(a) / time.Second)}
 		for _, t := range a.Triggers {
 			p.Triggers = append(p.Triggers, &imsv1.ActionTrigger{Type: t.Type, Schedule: t.Schedule, Component: t.Component})
 		}
@@ -88,7 +88,7 @@ func (s *Service) StartActionRun(ctx context.Context, req *connect.Request[imsv1
 	}
 	s.kick(wf.ID)
 	s.hub.FleetChanged()
-	s.log.InfoContext(ctx, "action run queued", "workflow", wf.ID, "install", in.Name, "action", a.Name, "mode", a.Mode, "revision", rev, "by", by)
+	s.log.InfoContext(ctx, "action run queued", "workflow", wf.ID, "install", in.Name, "action", a.Name, "mode", a.PermissionMode(), "revision", rev, "by", by)
 	return connect.NewResponse(&imsv1.StartActionRunResponse{Run: actionRunToProto(store.ActionRun{Workflow: wf}, in.Name)}), nil
 }
 

@@ -63,7 +63,7 @@ func lifecycleKind(field string, k imsv1.WorkflowKind, def string) (string, erro
 	}
 	kind, ok := kindsFromProto[k]
 	if !ok || kind == "action" {
-		return "", errs.Field(field, "must be provision, update or deprovision")
+		return "", errs.Field(field, "must be provision, update or deprovision (an action runs with StartActionRun: byoc action run INSTALL ACTION)")
 	}
 	return kind, nil
 }
@@ -344,11 +344,7 @@ func (s *Service) UpdateInstall(ctx context.Context, req *connect.Request[imsv1.
 	s.hub.FleetChanged()
 	out := &imsv1.UpdateInstallResponse{Install: s.installToProto(ctx, in)}
 	if m.Deploy {
-		var changed []string
-		for _, k := range slices.Sorted(maps.Keys(m.SetInputs)) {
-			changed = append(changed, k)
-		}
-		changed = append(changed, m.UnsetInputs...)
+		changed := append(slices.Sorted(maps.Keys(m.SetInputs)), m.UnsetInputs...)
 		reason := "install settings changed"
 		if len(changed) > 0 {
 			reason = "inputs changed: " + strings.Join(changed, ", ")

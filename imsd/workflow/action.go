@@ -65,7 +65,7 @@ func (e *Engine) InstallAction(ctx context.Context, in store.Install, name strin
 // the permission mode the action declares.
 func NewActionRun(in store.Install, rev int64, a *appconfig.Action, trigger, reason, by string, now time.Time) store.Workflow {
 	return store.Workflow{ID: auth.NewID("wf_"), InstallID: in.ID, Kind: Action, AppRevision: rev, Reason: reason,
-		Parallelism: 1, Action: a.Name, Trigger: trigger, Mode: a.Mode, CreatedAt: now, CreatedBy: by}
+		Parallelism: 1, Action: a.Name, Trigger: trigger, Mode: a.PermissionMode(), CreatedAt: now, CreatedBy: by}
 }
 
 // health is the install health an ended action run sets: for a
@@ -103,4 +103,10 @@ func (e *Engine) health(ctx context.Context, wf store.Workflow, state store.Work
 		}
 	}
 	return h, nil
+}
+
+// ActionTimeout is how long a run of action a may take: its timeout, or
+// the default of ten minutes.
+func ActionTimeout(a *appconfig.Action) time.Duration {
+	return timeoutOr(a.Timeout, defaultActionTimeout)
 }

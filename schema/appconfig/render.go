@@ -336,3 +336,12 @@ func (ac *Action) CronSchedules() []string {
 	}
 	return out
 }
+
+// PermissionMode is the permission mode the action needs: its mode, or
+// maintenance (the default) when it names none.
+func (ac *Action) PermissionMode() string {
+	if ac.Mode == "" {
+		return "maintenance"
+	}
+	return ac.Mode
+}
