@@ -104,7 +104,7 @@ func (s *Scheduler) Pass(ctx context.Context) ([]string, error) {
 				continue
 			}
 			wf := workflow.NewActionRun(in, in.AppRevision, a, workflow.TriggerCron,
-				fmt.Sprintf("cron %q: tick %s", spec, due.Format(time.RFC3339)), "cron", now)
+				fmt.Sprintf("action %s: cron %q, tick %s", a.Name, spec, due.Format(time.RFC3339)), "cron", now)
 			res, err := s.st.FireTick(ctx, store.Tick{InstallID: in.ID, Action: a.Name, At: due}, wf, now)
 			if err != nil {
 				if ctx.Err() != nil {
