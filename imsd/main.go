@@ -33,6 +33,7 @@ func run(ctx context.Context, args []string) int {
 	fs.StringVar(&cfg.TLSKeyFile, "tls-key", "", "TLS key `file`")
 	fs.DurationVar(&cfg.LeaseDuration, "lease", 0, "job lease `duration` (default 30s)")
 	fs.DurationVar(&cfg.HeartbeatInterval, "heartbeat", 0, "agent heartbeat `interval` (default 10s)")
+	fs.DurationVar(&cfg.CronInterval, "cron-interval", 0, "how often action cron triggers are evaluated, `duration` (default 10s)")
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "log `level`: debug, info, warn, error")
 	fs.StringVar(&cfg.DebugAddr, "debug-addr", "", "serve Go's /debug/pprof on this loopback `address` (off by default)")
 	if err := fs.Parse(args); err != nil {

@@ -84,8 +84,12 @@ type Options struct {
 	HeartbeatInterval time.Duration
 	SweepInterval     time.Duration
 	WorkflowInterval  time.Duration
-	Logger            *slog.Logger
-	Now               func() time.Time
+	// CronInterval and CronNow are the action scheduler's interval and
+	// clock (default: the server's).
+	CronInterval time.Duration
+	CronNow      func() time.Time
+	Logger       *slog.Logger
+	Now          func() time.Time
 }
 
 // StartIMS starts imsd and stops it at cleanup.
@@ -109,6 +113,7 @@ func StartIMS(tb testing.TB, o Options) *IMS {
 		Addr: o.Addr, DataDir: o.DataDir, DatabaseURL: o.DatabaseURL,
 		LeaseDuration: o.LeaseDuration, HeartbeatInterval: o.HeartbeatInterval, SweepInterval: o.SweepInterval,
 		WorkflowInterval: o.WorkflowInterval, Logger: o.Logger, Now: o.Now,
+		CronInterval: o.CronInterval, CronNow: o.CronNow,
 	}
 	ims := &IMS{DataDir: o.DataDir, cfg: cfg}
 	ims.start(tb)

@@ -34,6 +34,9 @@ var readOnly = map[string]bool{
 	imsv1connect.OperatorServiceGetWorkflowProcedure:      true,
 	imsv1connect.OperatorServiceListPluginTypesProcedure:  true,
 	imsv1connect.OperatorServiceGetPluginTypeProcedure:    true,
+	imsv1connect.OperatorServiceListActionsProcedure:      true,
+	imsv1connect.OperatorServiceListActionRunsProcedure:   true,
+	imsv1connect.OperatorServiceGetActionRunProcedure:     true,
 }
 
 type callerKey struct{}

@@ -719,7 +719,7 @@ func appToProto(a store.App) *imsv1.App {
 
 func (s *Service) installToProto(ctx context.Context, in store.Install) *imsv1.Install {
 	p := &imsv1.Install{Id: in.ID, AppId: in.AppID, Name: in.Name, Inputs: in.Inputs, CreateTime: ts(in.CreatedAt),
-		State: string(in.State), AppRevision: in.AppRevision, Settings: settingsToProto(in.Settings)}
+		State: string(in.State), AppRevision: in.AppRevision, Settings: settingsToProto(in.Settings), Health: healthToProto(in.Health)}
 	agents, err := s.store.AgentsForInstall(ctx, in.ID)
 	if err != nil {
 		return p

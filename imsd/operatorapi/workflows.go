@@ -63,7 +63,7 @@ func lifecycleKind(field string, k imsv1.WorkflowKind, def string) (string, erro
 	}
 	kind, ok := kindsFromProto[k]
 	if !ok || kind == "action" {
-		return "", errs.Field(field, "must be provision, update or deprovision")
+		return "", errs.Field(field, "must be provision, update or deprovision (an action runs with StartActionRun: byoc action run INSTALL ACTION)")
 	}
 	return kind, nil
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/byoc-dev/byoc/imsd/agentapi"
 	"github.com/byoc-dev/byoc/imsd/dispatch"
 	"github.com/byoc-dev/byoc/imsd/operatorapi"
+	"github.com/byoc-dev/byoc/imsd/schedule"
 	"github.com/byoc-dev/byoc/imsd/store"
 	"github.com/byoc-dev/byoc/imsd/workflow"
 	"github.com/byoc-dev/byoc/internal/atomicfile"
@@ -56,6 +57,12 @@ type Config struct {
 	// without a signal (default 2s): what resumes workflows after a
 	// restart and picks up other replicas' changes.
 	WorkflowInterval time.Duration
+	// CronInterval is how often the cron triggers of actions are evaluated
+	// (default 10s): a tick fires up to this long after its time.
+	CronInterval time.Duration
+	// CronNow is the scheduler's clock (default Now); tests set it to run
+	// through schedule ticks without waiting for them.
+	CronNow func() time.Time
 
 	Logger *slog.Logger
 	Now    func() time.Time
@@ -83,6 +90,9 @@ func (c *Config) defaults() error {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.CronNow == nil {
+		c.CronNow = c.Now
+	}
 	if c.DatabaseURL == "" && c.DataDir == "" {
 		return errors.New("set a data directory (--data-dir) for SQLite or a PostgreSQL URL (--database-url)")
 	}
@@ -102,10 +112,12 @@ type Server struct {
 	hub   *dispatch.Hub
 	// engine runs workflows.
 	engine *workflow.Engine
-	ln     net.Listener
-	http   *http.Server
-	reg    *prometheus.Registry
-	log    *slog.Logger
+	// cron fires the cron triggers of actions.
+	cron *schedule.Scheduler
+	ln   net.Listener
+	http *http.Server
+	reg  *prometheus.Registry
+	log  *slog.Logger
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -132,6 +144,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.engine = workflow.NewEngine(st, s.hub, cfg.Now, s.log)
 	if cfg.WorkflowInterval > 0 {
 		s.engine.Interval = cfg.WorkflowInterval
+	}
+	s.cron = schedule.New(st, s.engine, cfg.CronNow, s.log)
+	if cfg.CronInterval > 0 {
+		s.cron.Interval = cfg.CronInterval
 	}
 	if err := s.bootstrap(ctx); err != nil {
 		st.Close()
@@ -241,9 +257,10 @@ func (s *Server) Hub() *dispatch.Hub { return s.hub }
 // Serve runs until ctx ends or Close is called; it then drains and returns.
 func (s *Server) Serve(ctx context.Context) error {
 	ctx, s.cancel = context.WithCancel(ctx)
-	s.wg.Add(3)
+	s.wg.Add(4)
 	go func() { defer s.wg.Done(); s.sweep(ctx) }()
 	go func() { defer s.wg.Done(); s.engine.Run(ctx) }()
+	go func() { defer s.wg.Done(); s.cron.Run(ctx) }()
 	go func() {
 		defer s.wg.Done()
 		if err := s.store.Listen(ctx, s.hub.Wake, s.hub.NotifyLog); err != nil && ctx.Err() == nil {

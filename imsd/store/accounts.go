@@ -128,9 +128,13 @@ type installRow struct {
 	State       string `db:"state"`
 	AppRevision int64  `db:"app_revision"`
 	Settings    string `db:"settings"`
+	Health      string `db:"health"`
+	HealthAt    int64  `db:"health_at"`
+	HealthError string `db:"health_error"`
+	HealthWF    string `db:"health_workflow_id"`
 }
 
-const installCols = `id, app_id, name, inputs, created_at, state, app_revision, settings`
+const installCols = `id, app_id, name, inputs, created_at, state, app_revision, settings, health, health_at, health_error, health_workflow_id`
 
 func (r installRow) install() (Install, error) {
 	in, err := decodeMap(r.Inputs)
@@ -142,7 +146,8 @@ func (r installRow) install() (Install, error) {
 		return Install{}, fmt.Errorf("install %s settings: %w", r.ID, err)
 	}
 	return Install{ID: r.ID, AppID: r.AppID, Name: r.Name, Inputs: in, CreatedAt: fromNanos(r.CreatedAt),
-		State: InstallState(r.State), AppRevision: r.AppRevision, Settings: st}, nil
+		State: InstallState(r.State), AppRevision: r.AppRevision, Settings: st,
+		Health: InstallHealth{State: HealthState(r.Health), At: fromNanos(r.HealthAt), Error: r.HealthError, WorkflowID: r.HealthWF}}, nil
 }
 
 func installs(rows []installRow) ([]Install, error) {

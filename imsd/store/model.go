@@ -65,6 +65,27 @@ type Install struct {
 	// (0: none yet).
 	AppRevision int64
 	Settings    InstallSettings
+	// Health is the result of the install's latest health-check action run.
+	Health InstallHealth
+}
+
+// HealthState is what an install's latest health check said.
+type HealthState string
+
+// The health states; "" means no health check has ended yet.
+const (
+	HealthUnknown   HealthState = ""
+	HealthHealthy   HealthState = "healthy"
+	HealthUnhealthy HealthState = "unhealthy"
+)
+
+// InstallHealth is the result of an install's latest health-check action
+// run: when it ended, and for an unhealthy install the run's error.
+type InstallHealth struct {
+	State      HealthState
+	At         time.Time
+	Error      string
+	WorkflowID string
 }
 
 // InstallState is where an install is in its lifecycle.

@@ -53,9 +53,12 @@ type Workflow struct {
 	ID        string
 	InstallID string
 	// Kind is provision, update, deprovision or action.
-	Kind        string
-	State       WorkflowState
-	AppRevision int64
+	Kind string
+	// Action, Trigger and Mode are set for an action run: the action, what
+	// started it (manual, cron) and the permission mode it declares.
+	Action, Trigger, Mode string
+	State                 WorkflowState
+	AppRevision           int64
 	// Reason says why the workflow was started ("app push: revision 3").
 	Reason string
 	// Inputs are the resolved input values the plan was made with (JSON).
@@ -133,16 +136,21 @@ type workflowRow struct {
 	CreatedBy       string `db:"created_by"`
 	StartedAt       int64  `db:"started_at"`
 	EndedAt         int64  `db:"ended_at"`
+	Action          string `db:"action"`
+	Trigger         string `db:"triggered_by"`
+	Mode            string `db:"mode"`
 }
 
 const workflowCols = `id, install_id, kind, state, app_revision, reason, inputs, parallelism, require_approval,
-	cancel_requested, cancel_reason, approved_by, approved_at, error, created_at, created_by, started_at, ended_at`
+	cancel_requested, cancel_reason, approved_by, approved_at, error, created_at, created_by, started_at, ended_at,
+	action, triggered_by, mode`
 
 func (r workflowRow) workflow() Workflow {
 	return Workflow{ID: r.ID, InstallID: r.InstallID, Kind: r.Kind, State: WorkflowState(r.State), AppRevision: r.AppRevision,
 		Reason: r.Reason, Inputs: []byte(r.Inputs), Parallelism: r.Parallelism, RequireApproval: r.RequireApproval,
 		CancelRequested: r.CancelRequested, CancelReason: r.CancelReason, ApprovedBy: r.ApprovedBy, ApprovedAt: fromNanos(r.ApprovedAt),
-		Error: r.Error, CreatedAt: fromNanos(r.CreatedAt), CreatedBy: r.CreatedBy, StartedAt: fromNanos(r.StartedAt), EndedAt: fromNanos(r.EndedAt)}
+		Error: r.Error, CreatedAt: fromNanos(r.CreatedAt), CreatedBy: r.CreatedBy, StartedAt: fromNanos(r.StartedAt), EndedAt: fromNanos(r.EndedAt),
+		Action: r.Action, Trigger: r.Trigger, Mode: r.Mode}
 }
 
 type stepRow struct {
@@ -208,6 +216,13 @@ const activeStates = `('awaiting_approval', 'running')`
 
 // CreateWorkflow stores wf as queued. Its steps are written when it starts.
 func (s *Store) CreateWorkflow(ctx context.Context, wf Workflow) error {
+	if err := checkWorkflow(wf); err != nil {
+		return err
+	}
+	return s.write(ctx, "create workflow", func(tx *txn) error { return s.insertWorkflow(ctx, tx, wf) })
+}
+
+func checkWorkflow(wf Workflow) error {
 	switch {
 	case wf.ID == "":
 		return errs.Field("id", "required")
@@ -215,28 +230,30 @@ func (s *Store) CreateWorkflow(ctx context.Context, wf Workflow) error {
 		return errs.Field("install_id", "required")
 	case wf.Kind == "":
 		return errs.Field("kind", "required")
+	case wf.Kind == "action" && wf.Action == "":
+		return errs.Field("action", "required for an action run")
 	case wf.Parallelism < 1:
 		return errs.Field("parallelism", "must be at least 1, got %d", wf.Parallelism)
 	}
-	if err := requireTime("created_at", wf.CreatedAt); err != nil {
-		return err
-	}
+	return requireTime("created_at", wf.CreatedAt)
+}
+
+func (s *Store) insertWorkflow(ctx context.Context, tx *txn, wf Workflow) error {
 	inputs := string(wf.Inputs)
 	if inputs == "" {
 		inputs = "{}"
 	}
-	return s.write(ctx, "create workflow", func(tx *txn) error {
-		_, err := tx.ExecContext(ctx, s.bind(`INSERT INTO workflows (id, install_id, kind, state, app_revision, reason, inputs,
-			parallelism, require_approval, created_at, created_by) VALUES (?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?)`),
-			wf.ID, wf.InstallID, wf.Kind, wf.AppRevision, wf.Reason, inputs, wf.Parallelism, wf.RequireApproval, nanos(wf.CreatedAt), wf.CreatedBy)
-		switch {
-		case isUnique(err):
-			return errs.E(errs.AlreadyExists, "workflow %q already exists", wf.ID)
-		case isForeignKey(err):
-			return errs.E(errs.NotFound, "install %q not found", wf.InstallID)
-		}
-		return err
-	})
+	_, err := tx.ExecContext(ctx, s.bind(`INSERT INTO workflows (id, install_id, kind, state, app_revision, reason, inputs,
+		parallelism, require_approval, created_at, created_by, action, triggered_by, mode) VALUES (?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		wf.ID, wf.InstallID, wf.Kind, wf.AppRevision, wf.Reason, inputs, wf.Parallelism, wf.RequireApproval, nanos(wf.CreatedAt), wf.CreatedBy,
+		wf.Action, wf.Trigger, wf.Mode)
+	switch {
+	case isUnique(err):
+		return errs.E(errs.AlreadyExists, "workflow %q already exists", wf.ID)
+	case isForeignKey(err):
+		return errs.E(errs.NotFound, "install %q not found", wf.InstallID)
+	}
+	return err
 }
 
 // GetWorkflow returns a workflow and its steps in plan order.
@@ -472,34 +489,48 @@ func (s *Store) EndWorkflow(ctx context.Context, id string, state WorkflowState,
 		return false, errs.Field("state", "%q is not a final workflow state", state)
 	}
 	err = s.write(ctx, "end workflow", func(tx *txn) error {
-		var installID string
-		err := tx.GetContext(ctx, &installID, s.bind(`UPDATE workflows SET state = ?, error = ?, ended_at = ?
-			WHERE id = ? AND state IN ('queued', 'awaiting_approval', 'running') RETURNING install_id`), string(state), msg, nanos(now), id)
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		// Steps that never started end with their workflow.
-		if _, err := tx.ExecContext(ctx, s.bind(`UPDATE workflow_steps SET state = 'cancelled', error = ?, ended_at = ?
-			WHERE workflow_id = ? AND state = 'pending'`), "workflow "+strings.ReplaceAll(string(state), "_", " "), nanos(now), id); err != nil {
-			return err
-		}
-		if install != "" {
-			if err := s.setInstallState(ctx, tx, installID, install); err != nil {
-				return err
-			}
-		}
-		if appRevision > 0 {
-			if _, err := tx.ExecContext(ctx, s.bind(`UPDATE installs SET app_revision = ? WHERE id = ?`), appRevision, installID); err != nil {
-				return err
-			}
-		}
-		ok = true
-		return nil
+		var err error
+		ok, err = s.endWorkflow(ctx, tx, id, state, msg, install, appRevision, nil, now)
+		return err
 	})
 	return ok, err
+}
+
+// endWorkflow is EndWorkflow inside a write transaction; health, when not
+// nil, is the install's health the workflow's end leaves.
+func (s *Store) endWorkflow(ctx context.Context, tx *txn, id string, state WorkflowState, msg string, install InstallState, appRevision int64,
+	health *InstallHealth, now time.Time) (bool, error) {
+	var installID string
+	err := tx.GetContext(ctx, &installID, s.bind(`UPDATE workflows SET state = ?, error = ?, ended_at = ?
+		WHERE id = ? AND state IN ('queued', 'awaiting_approval', 'running') RETURNING install_id`), string(state), msg, nanos(now), id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	// Steps that never started end with their workflow.
+	if _, err := tx.ExecContext(ctx, s.bind(`UPDATE workflow_steps SET state = 'cancelled', error = ?, ended_at = ?
+		WHERE workflow_id = ? AND state = 'pending'`), "workflow "+strings.ReplaceAll(string(state), "_", " "), nanos(now), id); err != nil {
+		return false, err
+	}
+	if install != "" {
+		if err := s.setInstallState(ctx, tx, installID, install); err != nil {
+			return false, err
+		}
+	}
+	if appRevision > 0 {
+		if _, err := tx.ExecContext(ctx, s.bind(`UPDATE installs SET app_revision = ? WHERE id = ?`), appRevision, installID); err != nil {
+			return false, err
+		}
+	}
+	if health != nil {
+		if _, err := tx.ExecContext(ctx, s.bind(`UPDATE installs SET health = ?, health_at = ?, health_error = ?, health_workflow_id = ?
+			WHERE id = ?`), string(health.State), nanos(health.At), health.Error, health.WorkflowID, installID); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
 }
 
 // ApproveWorkflow lets a workflow awaiting approval run.

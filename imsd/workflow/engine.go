@@ -139,6 +139,10 @@ func (e *Engine) app(ctx context.Context, appID string, rev int64) (*appconfig.A
 // PlanFor plans a workflow of kind for install in at revision rev (0: the
 // app's latest), with inputs replacing the install's when not nil.
 func (e *Engine) PlanFor(ctx context.Context, kind string, in store.Install, rev int64, inputs map[string]string) (*Plan, error) {
+	return e.plan(ctx, kind, "", in, rev, inputs)
+}
+
+func (e *Engine) plan(ctx context.Context, kind, action string, in store.Install, rev int64, inputs map[string]string) (*Plan, error) {
 	if rev == 0 {
 		revs, err := e.st.ListAppRevisions(ctx, in.AppID)
 		if err != nil {
@@ -157,7 +161,7 @@ func (e *Engine) PlanFor(ctx context.Context, kind string, in store.Install, rev
 	if err != nil {
 		return nil, err
 	}
-	return Make(kind, Target{App: app, Revision: rev, Install: in, Inputs: inputs}, deployed)
+	return Make(kind, Target{App: app, Revision: rev, Install: in, Inputs: inputs, Action: action}, deployed)
 }
 
 // start plans a queued workflow and moves it to running (or awaiting
@@ -167,7 +171,7 @@ func (e *Engine) start(ctx context.Context, wf store.Workflow) (again bool, err 
 	if err != nil {
 		return false, err
 	}
-	plan, err := e.PlanFor(ctx, wf.Kind, in, wf.AppRevision, nil)
+	plan, err := e.plan(ctx, wf.Kind, wf.Action, in, wf.AppRevision, nil)
 	if err != nil {
 		var pe *PlanError
 		if errors.As(err, &pe) || errs.CodeOf(err) != errs.Internal {
@@ -330,7 +334,17 @@ func (e *Engine) end(ctx context.Context, wf store.Workflow, state store.Workflo
 	case wf.Kind == Provision || wf.Kind == Update || wf.Kind == Deprovision:
 		install = store.InstallFailed
 	}
-	ok, err := e.st.EndWorkflow(ctx, wf.ID, state, msg, install, rev, e.now())
+	var ok bool
+	var err error
+	if wf.Kind == Action {
+		var health *store.InstallHealth
+		if health, err = e.health(ctx, wf, state, msg); err != nil {
+			return err
+		}
+		ok, err = e.st.EndActionRun(ctx, wf.ID, state, msg, health, e.now())
+	} else {
+		ok, err = e.st.EndWorkflow(ctx, wf.ID, state, msg, install, rev, e.now())
+	}
 	if err != nil || !ok {
 		return err
 	}
@@ -470,7 +484,7 @@ func (e *Engine) jobConfig(ctx context.Context, wf store.Workflow, in store.Inst
 	switch {
 	case s.Action != "":
 		if env, ok := cfg["env"]; ok {
-			if cfg["env"], err = appconfig.RenderValue("env", env, r.Resolve); err != nil {
+			if cfg["env"], err = renderEnv("env", env, r); err != nil {
 				return nil, err
 			}
 		}
@@ -478,7 +492,7 @@ func (e *Engine) jobConfig(ctx context.Context, wf store.Workflow, in store.Inst
 		for i, st := range steps {
 			m, _ := st.(map[string]any)
 			if env, ok := m["env"]; ok {
-				if m["env"], err = appconfig.RenderValue(fmt.Sprintf("steps[%d].env", i), env, r.Resolve); err != nil {
+				if m["env"], err = renderEnv(fmt.Sprintf("steps[%d].env", i), env, r); err != nil {
 					return nil, err
 				}
 			}
@@ -520,6 +534,25 @@ func (e *Engine) jobConfig(ctx context.Context, wf store.Workflow, in store.Inst
 		cfg[SensitiveKey] = sensitive
 	}
 	return json.Marshal(cfg)
+}
+
+// renderEnv renders an action's environment. Every value is a string in
+// the end: a whole-value reference to a number or bool input
+// ("{{ .inputs.size }}") renders as its text, since environment variables
+// have no types (and the action type's schema wants strings).
+func renderEnv(path string, env any, r *Renderer) (any, error) {
+	v, err := appconfig.RenderValue(path, env, r.Resolve)
+	if err != nil {
+		return nil, err
+	}
+	if m, ok := v.(map[string]any); ok {
+		for k, x := range m {
+			if _, ok := x.(string); !ok {
+				m[k] = appconfig.InputText(x)
+			}
+		}
+	}
+	return v, nil
 }
 
 // secretNames finds the {{ .secrets.NAME }} references left in a rendered

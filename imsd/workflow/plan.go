@@ -22,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/byoc-dev/byoc/imsd/errs"
 	"github.com/byoc-dev/byoc/imsd/store"
 	"github.com/byoc-dev/byoc/schema/appconfig"
 )
@@ -31,6 +32,9 @@ const (
 	Provision   = "provision"
 	Update      = "update"
 	Deprovision = "deprovision"
+	// Action runs one action of the app (actions/*.toml) as the
+	// workflow's only step.
+	Action = "action"
 )
 
 // Operations of component steps and the type and operation of action steps.
@@ -67,6 +71,8 @@ type Target struct {
 	// Inputs, when set, replace the install's own inputs (a plan with
 	// changed inputs, before they are saved).
 	Inputs map[string]string
+	// Action names the action an action workflow runs.
+	Action string
 }
 
 // Plan is what a workflow will do.
@@ -115,8 +121,10 @@ func Make(kind string, t Target, deployed []store.InstallComponent) (*Plan, erro
 		err = p.apply()
 	case Deprovision:
 		err = p.deprovision()
+	case Action:
+		err = p.action()
 	default:
-		return nil, fmt.Errorf("no workflow kind %q (provision, update or deprovision)", kind)
+		return nil, fmt.Errorf("no workflow kind %q (provision, update, deprovision or action)", kind)
 	}
 	if err != nil {
 		return nil, err
@@ -383,6 +391,38 @@ func (p *planner) deprovision() error {
 	}
 	_, err = p.addHooks("post_deprovision", "", append(pre, destroyed...))
 	return err
+}
+
+// action plans an action run: one step, the action, named after it.
+func (p *planner) action() error {
+	a := p.t.App.Action(p.t.Action)
+	if a == nil {
+		return &PlanError{Problems: []string{UnknownAction(p.t.App, p.t.Action, p.t.Revision).Error()}}
+	}
+	cfg, err := ActionConfig(p.t.App, a)
+	if err != nil {
+		return err
+	}
+	p.add(store.Step{Name: a.Name, Action: a.Name, ComponentType: ActionType, Operation: OpApply,
+		Reason: "action run", Config: cfg, Timeout: timeoutOr(a.Timeout, defaultActionTimeout)})
+	return nil
+}
+
+// UnknownAction is the error for an action app revision rev does not
+// have: the closest name, and the actions it has.
+func UnknownAction(app *appconfig.App, name string, rev int64) error {
+	var names []string
+	for _, a := range app.Actions {
+		names = append(names, a.Name)
+	}
+	if len(names) == 0 {
+		return errs.Field("action", "no action named %q: app revision %d has no actions", name, rev)
+	}
+	hint := appconfig.DidYouMean(name, names)
+	if hint != "" {
+		hint += " "
+	}
+	return errs.Field("action", "no action named %q in app revision %d; %sits actions: %s", name, rev, hint, strings.Join(names, ", "))
 }
 
 // config is component n's config with the install's override merged over it.

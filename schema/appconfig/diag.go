@@ -148,3 +148,7 @@ func quoteList(names []string) string {
 	}
 	return strings.Join(q[:len(q)-1], ", ") + " or " + q[len(q)-1]
 }
+
+// DidYouMean suggests the candidate closest to got ("did you mean "x"?"),
+// or returns "" when none is close.
+func DidYouMean(got string, candidates []string) string { return didYouMean(got, candidates) }

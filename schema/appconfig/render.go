@@ -315,3 +315,33 @@ func (a *App) Component(name string) *Component {
 	}
 	return a.Components[i]
 }
+
+// Action returns the action named name, or nil.
+func (a *App) Action(name string) *Action {
+	for _, ac := range a.Actions {
+		if ac.Name == name {
+			return ac
+		}
+	}
+	return nil
+}
+
+// CronSchedules returns the schedules of the action's cron triggers.
+func (ac *Action) CronSchedules() []string {
+	var out []string
+	for _, t := range ac.Triggers {
+		if t.Type == "cron" && t.Schedule != "" {
+			out = append(out, t.Schedule)
+		}
+	}
+	return out
+}
+
+// PermissionMode is the permission mode the action needs: its mode, or
+// maintenance (the default) when it names none.
+func (ac *Action) PermissionMode() string {
+	if ac.Mode == "" {
+		return "maintenance"
+	}
+	return ac.Mode
+}

@@ -286,6 +286,9 @@ func TestActionRunBuildsConfig(t *testing.T) {
 		{"action", "run", "shop-acme"},
 		{"action", "run", "--", "echo"},
 		{"action", "run", "a", "b", "--", "echo"},
+		{"action", "run", "shop-acme", "check", "extra"},
+		{"action", "run", "shop-acme", "check", "--follow"},
+		{"action", "run", "shop-acme", "--wait", "--", "echo"},
 	} {
 		if r := byoc(t, args...); r.code != exitUsage {
 			t.Errorf("byoc %v: exit %d, want 2 (stderr %q)", args, r.code, r.stderr)

@@ -129,9 +129,9 @@ func (a *app) installListCommand() *cobra.Command {
 				return nil
 			}
 			now := a.now()
-			t := newTable(a.stdout, "NAME", "ID", "APP", "STATE", "REVISION", "AGENT", "LAST SEEN", "CREATED")
+			t := newTable(a.stdout, "NAME", "ID", "APP", "STATE", "HEALTH", "REVISION", "AGENT", "LAST SEEN", "CREATED")
 			for _, ins := range res.Msg.GetInstalls() {
-				t.row(ins.GetName(), ins.GetId(), ins.GetAppId(), ins.GetState(), fmt.Sprint(ins.GetAppRevision()), agentState(ins.GetAgent()),
+				t.row(ins.GetName(), ins.GetId(), ins.GetAppId(), ins.GetState(), healthState(ins.GetHealth()), fmt.Sprint(ins.GetAppRevision()), agentState(ins.GetAgent()),
 					ago(now, ins.GetAgent().GetLastSeenTime()), ago(now, ins.GetCreateTime()))
 			}
 			return t.flush()
@@ -139,6 +139,27 @@ func (a *app) installListCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&appName, "app", "", "only installs of this app (name or id)")
 	return cmd
+}
+
+// healthState is an install's health for a table: "-" until a health
+// check has ended.
+func healthState(h *imsv1.InstallHealth) string {
+	if h.GetState() == "" {
+		return "-"
+	}
+	return h.GetState()
+}
+
+// healthText is an install's health with when and why.
+func healthText(now time.Time, h *imsv1.InstallHealth) string {
+	if h.GetState() == "" {
+		return "unknown (no health-check action has run)"
+	}
+	s := h.GetState() + ", checked " + ago(now, h.GetCheckTime()) + " by run " + h.GetWorkflowId()
+	if h.GetError() != "" {
+		s += ": " + h.GetError()
+	}
+	return s
 }
 
 func agentState(s *imsv1.AgentStatus) string {
@@ -178,6 +199,7 @@ func (a *app) installGetCommand() *cobra.Command {
 			f.add("Created", when(now, ins.GetCreateTime()))
 			f.add("Inputs", keyValues(ins.GetInputs()))
 			f.add("State", ins.GetState())
+			f.add("Health", healthText(now, ins.GetHealth()))
 			if ins.GetAppRevision() > 0 {
 				f.add("App revision", fmt.Sprint(ins.GetAppRevision()))
 			}

@@ -16,35 +16,55 @@ import (
 )
 
 func (a *app) actionCommand() *cobra.Command {
-	return group("action", "Run scripted actions on installs", a.actionRunCommand())
+	return group("action", "Run scripted actions on installs", a.actionRunCommand(), a.actionListCommand(), a.actionRunsCommand())
 }
 
 func (a *app) actionRunCommand() *cobra.Command {
 	var timeout time.Duration
 	var maxAttempts int32
-	var follow bool
+	var follow, wait bool
+	var reason string
 	lf := logFormat{}
 	cmd := &cobra.Command{
-		Use:   "run INSTALL [--timeout 10m] [--max-attempts N] [--follow] -- SCRIPT...",
-		Short: "Run a script on an install's agent as an action job",
-		Long: `Run a script on an install's agent as an action job. The words after -- are
-joined with spaces into one script step. Prints the job id; with --follow,
-streams the job's logs and exits with the job's exit code.`,
-		Example: `  byoc action run shop-acme -- 'df -h && uptime'
+		Use:   "run INSTALL ACTION [--wait] | run INSTALL [--timeout 10m] [--follow] -- SCRIPT...",
+		Short: "Run a named action of an install's app, or an ad-hoc script",
+		Long: `Run one of the app's actions (actions/*.toml; byoc action list INSTALL
+lists them) as an action run: a workflow of kind action with one step, run
+when the install has no other workflow running. With --wait, follow it to
+its end, print its outputs and exit 1 unless it succeeded.
+
+With -- instead of ACTION, run an ad-hoc script as an action job: the words
+after -- are joined with spaces into one script step. Prints the job id;
+with --follow, streams the job's logs and exits with the job's exit code.`,
+		Example: `  byoc action run shop-acme migrate --wait
+  byoc action run shop-acme -- 'df -h && uptime'
   byoc action run shop-acme -f --timeout 5m -- ./migrate.sh --dry-run`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			dash := cmd.ArgsLenAtDash()
 			switch {
 			case len(args) == 0 || dash == 0:
 				return usagef("missing INSTALL")
+			case dash < 0 && len(args) == 1:
+				return usagef("missing ACTION (byoc action list %s lists them), or a script after --, as in: byoc action run %s -- echo hello", args[0], args[0])
+			case dash < 0 && len(args) > 2:
+				return usagef("unexpected argument %q after ACTION (a script goes after --)", args[2])
 			case dash > 1:
 				return usagef("unexpected argument %q before --", args[1])
-			case len(args) == 1:
+			case dash == 1 && len(args) == 1:
 				return usagef("missing the script: put it after --, as in: byoc action run %s -- echo hello", args[0])
 			}
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.ArgsLenAtDash() < 0 {
+				if follow || cmd.Flags().Changed("timeout") || cmd.Flags().Changed("max-attempts") {
+					return usagef("--follow, --timeout and --max-attempts are for a script after --; a named action has its own timeout (use --wait to follow it)")
+				}
+				return a.runNamedAction(cmd.Context(), args[0], args[1], reason, wait)
+			}
+			if wait || reason != "" {
+				return usagef("--wait and --reason are for a named action; follow a script job with --follow")
+			}
 			install, script := args[0], strings.Join(args[1:], " ")
 			if strings.TrimSpace(script) == "" {
 				return usagef("the script is empty")
@@ -96,6 +116,8 @@ streams the job's logs and exits with the job's exit code.`,
 	f.DurationVar(&timeout, "timeout", 0, "the job's time limit on the agent (default: the server's, 1h)")
 	f.Int32Var(&maxAttempts, "max-attempts", 0, "how often to hand the job out again after its lease expires (default: the server's, 3)")
 	f.BoolVarP(&follow, "follow", "f", false, "stream the job's logs and exit with its exit code")
+	f.BoolVar(&wait, "wait", false, "named action: follow the run until it ends, print its outputs (exit 1 unless it succeeds)")
+	f.StringVar(&reason, "reason", "", "named action: why, recorded on the run")
 	lf.flags(cmd)
 	return cmd
 }

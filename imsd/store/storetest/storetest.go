@@ -62,6 +62,8 @@ func Run(t *testing.T, open OpenFunc) {
 		{"Listen", testListen},
 		{"WorkflowLifecycle", testWorkflowLifecycle},
 		{"WorkflowApproveCancel", testWorkflowApproveCancel},
+		{"TriggerTicks", testTriggerTicks},
+		{"ActionRunsAndHealth", testActionRunsAndHealth},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

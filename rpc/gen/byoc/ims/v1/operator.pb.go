@@ -829,8 +829,10 @@ type Install struct {
 	// deprovisioned.
 	State string `protobuf:"bytes,7,opt,name=state,proto3" json:"state,omitempty"`
 	// app_revision is the app revision the install last applied in full.
-	AppRevision   int64            `protobuf:"varint,8,opt,name=app_revision,json=appRevision,proto3" json:"app_revision,omitempty"`
-	Settings      *InstallSettings `protobuf:"bytes,9,opt,name=settings,proto3" json:"settings,omitempty"`
+	AppRevision int64            `protobuf:"varint,8,opt,name=app_revision,json=appRevision,proto3" json:"app_revision,omitempty"`
+	Settings    *InstallSettings `protobuf:"bytes,9,opt,name=settings,proto3" json:"settings,omitempty"`
+	// health is the result of the install's latest health-check action run.
+	Health        *InstallHealth `protobuf:"bytes,10,opt,name=health,proto3" json:"health,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -924,6 +926,13 @@ func (x *Install) GetAppRevision() int64 {
 func (x *Install) GetSettings() *InstallSettings {
 	if x != nil {
 		return x.Settings
+	}
+	return nil
+}
+
+func (x *Install) GetHealth() *InstallHealth {
+	if x != nil {
+		return x.Health
 	}
 	return nil
 }
@@ -3880,7 +3889,7 @@ var File_byoc_ims_v1_operator_proto protoreflect.FileDescriptor
 
 const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\n" +
-	"\x1abyoc/ims/v1/operator.proto\x12\vbyoc.ims.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1abyoc/ims/v1/workflow.proto\"\x0f\n" +
+	"\x1abyoc/ims/v1/operator.proto\x12\vbyoc.ims.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18byoc/ims/v1/action.proto\x1a\x1abyoc/ims/v1/workflow.proto\"\x0f\n" +
 	"\rWhoAmIRequest\"f\n" +
 	"\x0eWhoAmIResponse\x12\x19\n" +
 	"\btoken_id\x18\x01 \x01(\tR\atokenId\x12\x12\n" +
@@ -3918,7 +3927,7 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\aversion\x18\x04 \x01(\tR\aversion\x12\x1a\n" +
 	"\bhostname\x18\x05 \x01(\tR\bhostname\x12;\n" +
 	"\venroll_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"enrollTime\"\x99\x03\n" +
+	"enrollTime\"\xcd\x03\n" +
 	"\aInstall\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x15\n" +
 	"\x06app_id\x18\x02 \x01(\tR\x05appId\x12\x12\n" +
@@ -3929,7 +3938,9 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x05agent\x18\x06 \x01(\v2\x18.byoc.ims.v1.AgentStatusR\x05agent\x12\x14\n" +
 	"\x05state\x18\a \x01(\tR\x05state\x12!\n" +
 	"\fapp_revision\x18\b \x01(\x03R\vappRevision\x128\n" +
-	"\bsettings\x18\t \x01(\v2\x1c.byoc.ims.v1.InstallSettingsR\bsettings\x1a9\n" +
+	"\bsettings\x18\t \x01(\v2\x1c.byoc.ims.v1.InstallSettingsR\bsettings\x122\n" +
+	"\x06health\x18\n" +
+	" \x01(\v2\x1a.byoc.ims.v1.InstallHealthR\x06health\x1a9\n" +
 	"\vInputsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb2\x02\n" +
@@ -4175,7 +4186,7 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x16LOG_STREAM_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11LOG_STREAM_STDOUT\x10\x01\x12\x15\n" +
 	"\x11LOG_STREAM_STDERR\x10\x02\x12\x15\n" +
-	"\x11LOG_STREAM_SYSTEM\x10\x032\xb5\x14\n" +
+	"\x11LOG_STREAM_SYSTEM\x10\x032\x92\x17\n" +
 	"\x0fOperatorService\x12A\n" +
 	"\x06WhoAmI\x12\x1a.byoc.ims.v1.WhoAmIRequest\x1a\x1b.byoc.ims.v1.WhoAmIResponse\x12Y\n" +
 	"\x0eCreateApiToken\x12\".byoc.ims.v1.CreateApiTokenRequest\x1a#.byoc.ims.v1.CreateApiTokenResponse\x12J\n" +
@@ -4208,7 +4219,11 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x12RegisterPluginType\x12&.byoc.ims.v1.RegisterPluginTypeRequest\x1a'.byoc.ims.v1.RegisterPluginTypeResponse\x12\\\n" +
 	"\x0fListPluginTypes\x12#.byoc.ims.v1.ListPluginTypesRequest\x1a$.byoc.ims.v1.ListPluginTypesResponse\x12V\n" +
 	"\rGetPluginType\x12!.byoc.ims.v1.GetPluginTypeRequest\x1a\".byoc.ims.v1.GetPluginTypeResponse\x12_\n" +
-	"\x10RemovePluginType\x12$.byoc.ims.v1.RemovePluginTypeRequest\x1a%.byoc.ims.v1.RemovePluginTypeResponseB\xa2\x01\n" +
+	"\x10RemovePluginType\x12$.byoc.ims.v1.RemovePluginTypeRequest\x1a%.byoc.ims.v1.RemovePluginTypeResponse\x12P\n" +
+	"\vListActions\x12\x1f.byoc.ims.v1.ListActionsRequest\x1a .byoc.ims.v1.ListActionsResponse\x12Y\n" +
+	"\x0eStartActionRun\x12\".byoc.ims.v1.StartActionRunRequest\x1a#.byoc.ims.v1.StartActionRunResponse\x12Y\n" +
+	"\x0eListActionRuns\x12\".byoc.ims.v1.ListActionRunsRequest\x1a#.byoc.ims.v1.ListActionRunsResponse\x12S\n" +
+	"\fGetActionRun\x12 .byoc.ims.v1.GetActionRunRequest\x1a!.byoc.ims.v1.GetActionRunResponseB\xa2\x01\n" +
 	"\x0fcom.byoc.ims.v1B\rOperatorProtoP\x01Z2github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1;imsv1\xa2\x02\x03BIX\xaa\x02\vByoc.Ims.V1\xca\x02\vByoc\\Ims\\V1\xe2\x02\x17Byoc\\Ims\\V1\\GPBMetadata\xea\x02\rByoc::Ims::V1b\x06proto3"
 
 var (
@@ -4296,23 +4311,32 @@ var file_byoc_ims_v1_operator_proto_goTypes = []any{
 	nil,                                   // 67: byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
 	nil,                                   // 68: byoc.ims.v1.Job.OutputsEntry
 	(*timestamppb.Timestamp)(nil),         // 69: google.protobuf.Timestamp
-	(*Workflow)(nil),                      // 70: byoc.ims.v1.Workflow
-	(*structpb.Struct)(nil),               // 71: google.protobuf.Struct
-	(*structpb.Value)(nil),                // 72: google.protobuf.Value
-	(*PlanInstallRequest)(nil),            // 73: byoc.ims.v1.PlanInstallRequest
-	(*StartWorkflowRequest)(nil),          // 74: byoc.ims.v1.StartWorkflowRequest
-	(*ListWorkflowsRequest)(nil),          // 75: byoc.ims.v1.ListWorkflowsRequest
-	(*GetWorkflowRequest)(nil),            // 76: byoc.ims.v1.GetWorkflowRequest
-	(*ApproveWorkflowRequest)(nil),        // 77: byoc.ims.v1.ApproveWorkflowRequest
-	(*CancelWorkflowRequest)(nil),         // 78: byoc.ims.v1.CancelWorkflowRequest
-	(*RetryWorkflowStepRequest)(nil),      // 79: byoc.ims.v1.RetryWorkflowStepRequest
-	(*PlanInstallResponse)(nil),           // 80: byoc.ims.v1.PlanInstallResponse
-	(*StartWorkflowResponse)(nil),         // 81: byoc.ims.v1.StartWorkflowResponse
-	(*ListWorkflowsResponse)(nil),         // 82: byoc.ims.v1.ListWorkflowsResponse
-	(*GetWorkflowResponse)(nil),           // 83: byoc.ims.v1.GetWorkflowResponse
-	(*ApproveWorkflowResponse)(nil),       // 84: byoc.ims.v1.ApproveWorkflowResponse
-	(*CancelWorkflowResponse)(nil),        // 85: byoc.ims.v1.CancelWorkflowResponse
-	(*RetryWorkflowStepResponse)(nil),     // 86: byoc.ims.v1.RetryWorkflowStepResponse
+	(*InstallHealth)(nil),                 // 70: byoc.ims.v1.InstallHealth
+	(*Workflow)(nil),                      // 71: byoc.ims.v1.Workflow
+	(*structpb.Struct)(nil),               // 72: google.protobuf.Struct
+	(*structpb.Value)(nil),                // 73: google.protobuf.Value
+	(*PlanInstallRequest)(nil),            // 74: byoc.ims.v1.PlanInstallRequest
+	(*StartWorkflowRequest)(nil),          // 75: byoc.ims.v1.StartWorkflowRequest
+	(*ListWorkflowsRequest)(nil),          // 76: byoc.ims.v1.ListWorkflowsRequest
+	(*GetWorkflowRequest)(nil),            // 77: byoc.ims.v1.GetWorkflowRequest
+	(*ApproveWorkflowRequest)(nil),        // 78: byoc.ims.v1.ApproveWorkflowRequest
+	(*CancelWorkflowRequest)(nil),         // 79: byoc.ims.v1.CancelWorkflowRequest
+	(*RetryWorkflowStepRequest)(nil),      // 80: byoc.ims.v1.RetryWorkflowStepRequest
+	(*ListActionsRequest)(nil),            // 81: byoc.ims.v1.ListActionsRequest
+	(*StartActionRunRequest)(nil),         // 82: byoc.ims.v1.StartActionRunRequest
+	(*ListActionRunsRequest)(nil),         // 83: byoc.ims.v1.ListActionRunsRequest
+	(*GetActionRunRequest)(nil),           // 84: byoc.ims.v1.GetActionRunRequest
+	(*PlanInstallResponse)(nil),           // 85: byoc.ims.v1.PlanInstallResponse
+	(*StartWorkflowResponse)(nil),         // 86: byoc.ims.v1.StartWorkflowResponse
+	(*ListWorkflowsResponse)(nil),         // 87: byoc.ims.v1.ListWorkflowsResponse
+	(*GetWorkflowResponse)(nil),           // 88: byoc.ims.v1.GetWorkflowResponse
+	(*ApproveWorkflowResponse)(nil),       // 89: byoc.ims.v1.ApproveWorkflowResponse
+	(*CancelWorkflowResponse)(nil),        // 90: byoc.ims.v1.CancelWorkflowResponse
+	(*RetryWorkflowStepResponse)(nil),     // 91: byoc.ims.v1.RetryWorkflowStepResponse
+	(*ListActionsResponse)(nil),           // 92: byoc.ims.v1.ListActionsResponse
+	(*StartActionRunResponse)(nil),        // 93: byoc.ims.v1.StartActionRunResponse
+	(*ListActionRunsResponse)(nil),        // 94: byoc.ims.v1.ListActionRunsResponse
+	(*GetActionRunResponse)(nil),          // 95: byoc.ims.v1.GetActionRunResponse
 }
 var file_byoc_ims_v1_operator_proto_depIdxs = []int32{
 	0,  // 0: byoc.ims.v1.WhoAmIResponse.role:type_name -> byoc.ims.v1.Role
@@ -4327,121 +4351,130 @@ var file_byoc_ims_v1_operator_proto_depIdxs = []int32{
 	69, // 9: byoc.ims.v1.Install.create_time:type_name -> google.protobuf.Timestamp
 	14, // 10: byoc.ims.v1.Install.agent:type_name -> byoc.ims.v1.AgentStatus
 	16, // 11: byoc.ims.v1.Install.settings:type_name -> byoc.ims.v1.InstallSettings
-	65, // 12: byoc.ims.v1.InstallSettings.overrides:type_name -> byoc.ims.v1.InstallSettings.OverridesEntry
-	66, // 13: byoc.ims.v1.CreateInstallRequest.inputs:type_name -> byoc.ims.v1.CreateInstallRequest.InputsEntry
-	15, // 14: byoc.ims.v1.CreateInstallResponse.install:type_name -> byoc.ims.v1.Install
-	19, // 15: byoc.ims.v1.CreateInstallResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	69, // 16: byoc.ims.v1.EnrollmentToken.expire_time:type_name -> google.protobuf.Timestamp
-	15, // 17: byoc.ims.v1.ListInstallsResponse.installs:type_name -> byoc.ims.v1.Install
-	15, // 18: byoc.ims.v1.GetInstallResponse.install:type_name -> byoc.ims.v1.Install
-	15, // 19: byoc.ims.v1.InstallStatus.install:type_name -> byoc.ims.v1.Install
-	24, // 20: byoc.ims.v1.WatchInstallsResponse.installs:type_name -> byoc.ims.v1.InstallStatus
-	67, // 21: byoc.ims.v1.UpdateInstallRequest.set_inputs:type_name -> byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
-	15, // 22: byoc.ims.v1.UpdateInstallResponse.install:type_name -> byoc.ims.v1.Install
-	70, // 23: byoc.ims.v1.UpdateInstallResponse.workflow:type_name -> byoc.ims.v1.Workflow
-	19, // 24: byoc.ims.v1.CreateEnrollmentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	71, // 25: byoc.ims.v1.Job.config:type_name -> google.protobuf.Struct
-	1,  // 26: byoc.ims.v1.Job.state:type_name -> byoc.ims.v1.JobState
-	69, // 27: byoc.ims.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	69, // 28: byoc.ims.v1.Job.start_time:type_name -> google.protobuf.Timestamp
-	69, // 29: byoc.ims.v1.Job.end_time:type_name -> google.protobuf.Timestamp
-	69, // 30: byoc.ims.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
-	68, // 31: byoc.ims.v1.Job.outputs:type_name -> byoc.ims.v1.Job.OutputsEntry
-	71, // 32: byoc.ims.v1.EnqueueJobRequest.config:type_name -> google.protobuf.Struct
-	31, // 33: byoc.ims.v1.EnqueueJobResponse.job:type_name -> byoc.ims.v1.Job
-	1,  // 34: byoc.ims.v1.ListJobsRequest.states:type_name -> byoc.ims.v1.JobState
-	31, // 35: byoc.ims.v1.ListJobsResponse.jobs:type_name -> byoc.ims.v1.Job
-	31, // 36: byoc.ims.v1.GetJobResponse.job:type_name -> byoc.ims.v1.Job
-	69, // 37: byoc.ims.v1.LogLine.time:type_name -> google.protobuf.Timestamp
-	2,  // 38: byoc.ims.v1.LogLine.stream:type_name -> byoc.ims.v1.LogStream
-	38, // 39: byoc.ims.v1.StreamJobLogsResponse.lines:type_name -> byoc.ims.v1.LogLine
-	31, // 40: byoc.ims.v1.StreamJobLogsResponse.job:type_name -> byoc.ims.v1.Job
-	31, // 41: byoc.ims.v1.CancelJobResponse.job:type_name -> byoc.ims.v1.Job
-	69, // 42: byoc.ims.v1.AppRevision.create_time:type_name -> google.protobuf.Timestamp
-	43, // 43: byoc.ims.v1.PushAppRevisionRequest.files:type_name -> byoc.ims.v1.AppFile
-	7,  // 44: byoc.ims.v1.PushAppRevisionResponse.app:type_name -> byoc.ims.v1.App
-	44, // 45: byoc.ims.v1.PushAppRevisionResponse.revision:type_name -> byoc.ims.v1.AppRevision
-	52, // 46: byoc.ims.v1.PushAppRevisionResponse.changes:type_name -> byoc.ims.v1.ConfigChange
-	47, // 47: byoc.ims.v1.PushAppRevisionResponse.installs:type_name -> byoc.ims.v1.InstallApplied
-	70, // 48: byoc.ims.v1.PushAppRevisionResponse.workflows:type_name -> byoc.ims.v1.Workflow
-	15, // 49: byoc.ims.v1.InstallApplied.install:type_name -> byoc.ims.v1.Install
-	19, // 50: byoc.ims.v1.InstallApplied.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	44, // 51: byoc.ims.v1.ListAppRevisionsResponse.revisions:type_name -> byoc.ims.v1.AppRevision
-	52, // 52: byoc.ims.v1.DiffAppRevisionsResponse.changes:type_name -> byoc.ims.v1.ConfigChange
-	53, // 53: byoc.ims.v1.ConfigDiagnostics.diagnostics:type_name -> byoc.ims.v1.ConfigDiagnostic
-	72, // 54: byoc.ims.v1.PluginType.config_schema:type_name -> google.protobuf.Value
-	72, // 55: byoc.ims.v1.PluginType.outputs_schema:type_name -> google.protobuf.Value
-	69, // 56: byoc.ims.v1.PluginType.register_time:type_name -> google.protobuf.Timestamp
-	55, // 57: byoc.ims.v1.RegisterPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
-	55, // 58: byoc.ims.v1.RegisterPluginTypeResponse.replaced:type_name -> byoc.ims.v1.PluginType
-	55, // 59: byoc.ims.v1.ListPluginTypesResponse.plugin_types:type_name -> byoc.ims.v1.PluginType
-	55, // 60: byoc.ims.v1.GetPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
-	71, // 61: byoc.ims.v1.InstallSettings.OverridesEntry.value:type_name -> google.protobuf.Struct
-	3,  // 62: byoc.ims.v1.OperatorService.WhoAmI:input_type -> byoc.ims.v1.WhoAmIRequest
-	5,  // 63: byoc.ims.v1.OperatorService.CreateApiToken:input_type -> byoc.ims.v1.CreateApiTokenRequest
-	8,  // 64: byoc.ims.v1.OperatorService.CreateApp:input_type -> byoc.ims.v1.CreateAppRequest
-	10, // 65: byoc.ims.v1.OperatorService.ListApps:input_type -> byoc.ims.v1.ListAppsRequest
-	12, // 66: byoc.ims.v1.OperatorService.GetApp:input_type -> byoc.ims.v1.GetAppRequest
-	45, // 67: byoc.ims.v1.OperatorService.PushAppRevision:input_type -> byoc.ims.v1.PushAppRevisionRequest
-	48, // 68: byoc.ims.v1.OperatorService.ListAppRevisions:input_type -> byoc.ims.v1.ListAppRevisionsRequest
-	50, // 69: byoc.ims.v1.OperatorService.DiffAppRevisions:input_type -> byoc.ims.v1.DiffAppRevisionsRequest
-	17, // 70: byoc.ims.v1.OperatorService.CreateInstall:input_type -> byoc.ims.v1.CreateInstallRequest
-	20, // 71: byoc.ims.v1.OperatorService.ListInstalls:input_type -> byoc.ims.v1.ListInstallsRequest
-	22, // 72: byoc.ims.v1.OperatorService.GetInstall:input_type -> byoc.ims.v1.GetInstallRequest
-	25, // 73: byoc.ims.v1.OperatorService.WatchInstalls:input_type -> byoc.ims.v1.WatchInstallsRequest
-	29, // 74: byoc.ims.v1.OperatorService.CreateEnrollmentToken:input_type -> byoc.ims.v1.CreateEnrollmentTokenRequest
-	27, // 75: byoc.ims.v1.OperatorService.UpdateInstall:input_type -> byoc.ims.v1.UpdateInstallRequest
-	73, // 76: byoc.ims.v1.OperatorService.PlanInstall:input_type -> byoc.ims.v1.PlanInstallRequest
-	74, // 77: byoc.ims.v1.OperatorService.StartWorkflow:input_type -> byoc.ims.v1.StartWorkflowRequest
-	75, // 78: byoc.ims.v1.OperatorService.ListWorkflows:input_type -> byoc.ims.v1.ListWorkflowsRequest
-	76, // 79: byoc.ims.v1.OperatorService.GetWorkflow:input_type -> byoc.ims.v1.GetWorkflowRequest
-	77, // 80: byoc.ims.v1.OperatorService.ApproveWorkflow:input_type -> byoc.ims.v1.ApproveWorkflowRequest
-	78, // 81: byoc.ims.v1.OperatorService.CancelWorkflow:input_type -> byoc.ims.v1.CancelWorkflowRequest
-	79, // 82: byoc.ims.v1.OperatorService.RetryWorkflowStep:input_type -> byoc.ims.v1.RetryWorkflowStepRequest
-	32, // 83: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
-	34, // 84: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
-	36, // 85: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
-	39, // 86: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
-	41, // 87: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
-	56, // 88: byoc.ims.v1.OperatorService.RegisterPluginType:input_type -> byoc.ims.v1.RegisterPluginTypeRequest
-	58, // 89: byoc.ims.v1.OperatorService.ListPluginTypes:input_type -> byoc.ims.v1.ListPluginTypesRequest
-	60, // 90: byoc.ims.v1.OperatorService.GetPluginType:input_type -> byoc.ims.v1.GetPluginTypeRequest
-	62, // 91: byoc.ims.v1.OperatorService.RemovePluginType:input_type -> byoc.ims.v1.RemovePluginTypeRequest
-	4,  // 92: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
-	6,  // 93: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
-	9,  // 94: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
-	11, // 95: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
-	13, // 96: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
-	46, // 97: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
-	49, // 98: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
-	51, // 99: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
-	18, // 100: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
-	21, // 101: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
-	23, // 102: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
-	26, // 103: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
-	30, // 104: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
-	28, // 105: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
-	80, // 106: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
-	81, // 107: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
-	82, // 108: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
-	83, // 109: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
-	84, // 110: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
-	85, // 111: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
-	86, // 112: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
-	33, // 113: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
-	35, // 114: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
-	37, // 115: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
-	40, // 116: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
-	42, // 117: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
-	57, // 118: byoc.ims.v1.OperatorService.RegisterPluginType:output_type -> byoc.ims.v1.RegisterPluginTypeResponse
-	59, // 119: byoc.ims.v1.OperatorService.ListPluginTypes:output_type -> byoc.ims.v1.ListPluginTypesResponse
-	61, // 120: byoc.ims.v1.OperatorService.GetPluginType:output_type -> byoc.ims.v1.GetPluginTypeResponse
-	63, // 121: byoc.ims.v1.OperatorService.RemovePluginType:output_type -> byoc.ims.v1.RemovePluginTypeResponse
-	92, // [92:122] is the sub-list for method output_type
-	62, // [62:92] is the sub-list for method input_type
-	62, // [62:62] is the sub-list for extension type_name
-	62, // [62:62] is the sub-list for extension extendee
-	0,  // [0:62] is the sub-list for field type_name
+	70, // 12: byoc.ims.v1.Install.health:type_name -> byoc.ims.v1.InstallHealth
+	65, // 13: byoc.ims.v1.InstallSettings.overrides:type_name -> byoc.ims.v1.InstallSettings.OverridesEntry
+	66, // 14: byoc.ims.v1.CreateInstallRequest.inputs:type_name -> byoc.ims.v1.CreateInstallRequest.InputsEntry
+	15, // 15: byoc.ims.v1.CreateInstallResponse.install:type_name -> byoc.ims.v1.Install
+	19, // 16: byoc.ims.v1.CreateInstallResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
+	69, // 17: byoc.ims.v1.EnrollmentToken.expire_time:type_name -> google.protobuf.Timestamp
+	15, // 18: byoc.ims.v1.ListInstallsResponse.installs:type_name -> byoc.ims.v1.Install
+	15, // 19: byoc.ims.v1.GetInstallResponse.install:type_name -> byoc.ims.v1.Install
+	15, // 20: byoc.ims.v1.InstallStatus.install:type_name -> byoc.ims.v1.Install
+	24, // 21: byoc.ims.v1.WatchInstallsResponse.installs:type_name -> byoc.ims.v1.InstallStatus
+	67, // 22: byoc.ims.v1.UpdateInstallRequest.set_inputs:type_name -> byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
+	15, // 23: byoc.ims.v1.UpdateInstallResponse.install:type_name -> byoc.ims.v1.Install
+	71, // 24: byoc.ims.v1.UpdateInstallResponse.workflow:type_name -> byoc.ims.v1.Workflow
+	19, // 25: byoc.ims.v1.CreateEnrollmentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
+	72, // 26: byoc.ims.v1.Job.config:type_name -> google.protobuf.Struct
+	1,  // 27: byoc.ims.v1.Job.state:type_name -> byoc.ims.v1.JobState
+	69, // 28: byoc.ims.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	69, // 29: byoc.ims.v1.Job.start_time:type_name -> google.protobuf.Timestamp
+	69, // 30: byoc.ims.v1.Job.end_time:type_name -> google.protobuf.Timestamp
+	69, // 31: byoc.ims.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
+	68, // 32: byoc.ims.v1.Job.outputs:type_name -> byoc.ims.v1.Job.OutputsEntry
+	72, // 33: byoc.ims.v1.EnqueueJobRequest.config:type_name -> google.protobuf.Struct
+	31, // 34: byoc.ims.v1.EnqueueJobResponse.job:type_name -> byoc.ims.v1.Job
+	1,  // 35: byoc.ims.v1.ListJobsRequest.states:type_name -> byoc.ims.v1.JobState
+	31, // 36: byoc.ims.v1.ListJobsResponse.jobs:type_name -> byoc.ims.v1.Job
+	31, // 37: byoc.ims.v1.GetJobResponse.job:type_name -> byoc.ims.v1.Job
+	69, // 38: byoc.ims.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	2,  // 39: byoc.ims.v1.LogLine.stream:type_name -> byoc.ims.v1.LogStream
+	38, // 40: byoc.ims.v1.StreamJobLogsResponse.lines:type_name -> byoc.ims.v1.LogLine
+	31, // 41: byoc.ims.v1.StreamJobLogsResponse.job:type_name -> byoc.ims.v1.Job
+	31, // 42: byoc.ims.v1.CancelJobResponse.job:type_name -> byoc.ims.v1.Job
+	69, // 43: byoc.ims.v1.AppRevision.create_time:type_name -> google.protobuf.Timestamp
+	43, // 44: byoc.ims.v1.PushAppRevisionRequest.files:type_name -> byoc.ims.v1.AppFile
+	7,  // 45: byoc.ims.v1.PushAppRevisionResponse.app:type_name -> byoc.ims.v1.App
+	44, // 46: byoc.ims.v1.PushAppRevisionResponse.revision:type_name -> byoc.ims.v1.AppRevision
+	52, // 47: byoc.ims.v1.PushAppRevisionResponse.changes:type_name -> byoc.ims.v1.ConfigChange
+	47, // 48: byoc.ims.v1.PushAppRevisionResponse.installs:type_name -> byoc.ims.v1.InstallApplied
+	71, // 49: byoc.ims.v1.PushAppRevisionResponse.workflows:type_name -> byoc.ims.v1.Workflow
+	15, // 50: byoc.ims.v1.InstallApplied.install:type_name -> byoc.ims.v1.Install
+	19, // 51: byoc.ims.v1.InstallApplied.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
+	44, // 52: byoc.ims.v1.ListAppRevisionsResponse.revisions:type_name -> byoc.ims.v1.AppRevision
+	52, // 53: byoc.ims.v1.DiffAppRevisionsResponse.changes:type_name -> byoc.ims.v1.ConfigChange
+	53, // 54: byoc.ims.v1.ConfigDiagnostics.diagnostics:type_name -> byoc.ims.v1.ConfigDiagnostic
+	73, // 55: byoc.ims.v1.PluginType.config_schema:type_name -> google.protobuf.Value
+	73, // 56: byoc.ims.v1.PluginType.outputs_schema:type_name -> google.protobuf.Value
+	69, // 57: byoc.ims.v1.PluginType.register_time:type_name -> google.protobuf.Timestamp
+	55, // 58: byoc.ims.v1.RegisterPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
+	55, // 59: byoc.ims.v1.RegisterPluginTypeResponse.replaced:type_name -> byoc.ims.v1.PluginType
+	55, // 60: byoc.ims.v1.ListPluginTypesResponse.plugin_types:type_name -> byoc.ims.v1.PluginType
+	55, // 61: byoc.ims.v1.GetPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
+	72, // 62: byoc.ims.v1.InstallSettings.OverridesEntry.value:type_name -> google.protobuf.Struct
+	3,  // 63: byoc.ims.v1.OperatorService.WhoAmI:input_type -> byoc.ims.v1.WhoAmIRequest
+	5,  // 64: byoc.ims.v1.OperatorService.CreateApiToken:input_type -> byoc.ims.v1.CreateApiTokenRequest
+	8,  // 65: byoc.ims.v1.OperatorService.CreateApp:input_type -> byoc.ims.v1.CreateAppRequest
+	10, // 66: byoc.ims.v1.OperatorService.ListApps:input_type -> byoc.ims.v1.ListAppsRequest
+	12, // 67: byoc.ims.v1.OperatorService.GetApp:input_type -> byoc.ims.v1.GetAppRequest
+	45, // 68: byoc.ims.v1.OperatorService.PushAppRevision:input_type -> byoc.ims.v1.PushAppRevisionRequest
+	48, // 69: byoc.ims.v1.OperatorService.ListAppRevisions:input_type -> byoc.ims.v1.ListAppRevisionsRequest
+	50, // 70: byoc.ims.v1.OperatorService.DiffAppRevisions:input_type -> byoc.ims.v1.DiffAppRevisionsRequest
+	17, // 71: byoc.ims.v1.OperatorService.CreateInstall:input_type -> byoc.ims.v1.CreateInstallRequest
+	20, // 72: byoc.ims.v1.OperatorService.ListInstalls:input_type -> byoc.ims.v1.ListInstallsRequest
+	22, // 73: byoc.ims.v1.OperatorService.GetInstall:input_type -> byoc.ims.v1.GetInstallRequest
+	25, // 74: byoc.ims.v1.OperatorService.WatchInstalls:input_type -> byoc.ims.v1.WatchInstallsRequest
+	29, // 75: byoc.ims.v1.OperatorService.CreateEnrollmentToken:input_type -> byoc.ims.v1.CreateEnrollmentTokenRequest
+	27, // 76: byoc.ims.v1.OperatorService.UpdateInstall:input_type -> byoc.ims.v1.UpdateInstallRequest
+	74, // 77: byoc.ims.v1.OperatorService.PlanInstall:input_type -> byoc.ims.v1.PlanInstallRequest
+	75, // 78: byoc.ims.v1.OperatorService.StartWorkflow:input_type -> byoc.ims.v1.StartWorkflowRequest
+	76, // 79: byoc.ims.v1.OperatorService.ListWorkflows:input_type -> byoc.ims.v1.ListWorkflowsRequest
+	77, // 80: byoc.ims.v1.OperatorService.GetWorkflow:input_type -> byoc.ims.v1.GetWorkflowRequest
+	78, // 81: byoc.ims.v1.OperatorService.ApproveWorkflow:input_type -> byoc.ims.v1.ApproveWorkflowRequest
+	79, // 82: byoc.ims.v1.OperatorService.CancelWorkflow:input_type -> byoc.ims.v1.CancelWorkflowRequest
+	80, // 83: byoc.ims.v1.OperatorService.RetryWorkflowStep:input_type -> byoc.ims.v1.RetryWorkflowStepRequest
+	32, // 84: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
+	34, // 85: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
+	36, // 86: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
+	39, // 87: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
+	41, // 88: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
+	56, // 89: byoc.ims.v1.OperatorService.RegisterPluginType:input_type -> byoc.ims.v1.RegisterPluginTypeRequest
+	58, // 90: byoc.ims.v1.OperatorService.ListPluginTypes:input_type -> byoc.ims.v1.ListPluginTypesRequest
+	60, // 91: byoc.ims.v1.OperatorService.GetPluginType:input_type -> byoc.ims.v1.GetPluginTypeRequest
+	62, // 92: byoc.ims.v1.OperatorService.RemovePluginType:input_type -> byoc.ims.v1.RemovePluginTypeRequest
+	81, // 93: byoc.ims.v1.OperatorService.ListActions:input_type -> byoc.ims.v1.ListActionsRequest
+	82, // 94: byoc.ims.v1.OperatorService.StartActionRun:input_type -> byoc.ims.v1.StartActionRunRequest
+	83, // 95: byoc.ims.v1.OperatorService.ListActionRuns:input_type -> byoc.ims.v1.ListActionRunsRequest
+	84, // 96: byoc.ims.v1.OperatorService.GetActionRun:input_type -> byoc.ims.v1.GetActionRunRequest
+	4,  // 97: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
+	6,  // 98: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
+	9,  // 99: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
+	11, // 100: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
+	13, // 101: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
+	46, // 102: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
+	49, // 103: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
+	51, // 104: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
+	18, // 105: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
+	21, // 106: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
+	23, // 107: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
+	26, // 108: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
+	30, // 109: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
+	28, // 110: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
+	85, // 111: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
+	86, // 112: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
+	87, // 113: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
+	88, // 114: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
+	89, // 115: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
+	90, // 116: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
+	91, // 117: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
+	33, // 118: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
+	35, // 119: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
+	37, // 120: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
+	40, // 121: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
+	42, // 122: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
+	57, // 123: byoc.ims.v1.OperatorService.RegisterPluginType:output_type -> byoc.ims.v1.RegisterPluginTypeResponse
+	59, // 124: byoc.ims.v1.OperatorService.ListPluginTypes:output_type -> byoc.ims.v1.ListPluginTypesResponse
+	61, // 125: byoc.ims.v1.OperatorService.GetPluginType:output_type -> byoc.ims.v1.GetPluginTypeResponse
+	63, // 126: byoc.ims.v1.OperatorService.RemovePluginType:output_type -> byoc.ims.v1.RemovePluginTypeResponse
+	92, // 127: byoc.ims.v1.OperatorService.ListActions:output_type -> byoc.ims.v1.ListActionsResponse
+	93, // 128: byoc.ims.v1.OperatorService.StartActionRun:output_type -> byoc.ims.v1.StartActionRunResponse
+	94, // 129: byoc.ims.v1.OperatorService.ListActionRuns:output_type -> byoc.ims.v1.ListActionRunsResponse
+	95, // 130: byoc.ims.v1.OperatorService.GetActionRun:output_type -> byoc.ims.v1.GetActionRunResponse
+	97, // [97:131] is the sub-list for method output_type
+	63, // [63:97] is the sub-list for method input_type
+	63, // [63:63] is the sub-list for extension type_name
+	63, // [63:63] is the sub-list for extension extendee
+	0,  // [0:63] is the sub-list for field type_name
 }
 
 func init() { file_byoc_ims_v1_operator_proto_init() }
@@ -4449,6 +4482,7 @@ func file_byoc_ims_v1_operator_proto_init() {
 	if File_byoc_ims_v1_operator_proto != nil {
 		return
 	}
+	file_byoc_ims_v1_action_proto_init()
 	file_byoc_ims_v1_workflow_proto_init()
 	file_byoc_ims_v1_operator_proto_msgTypes[13].OneofWrappers = []any{}
 	file_byoc_ims_v1_operator_proto_msgTypes[24].OneofWrappers = []any{}

@@ -120,6 +120,18 @@ const (
 	// OperatorServiceRemovePluginTypeProcedure is the fully-qualified name of the OperatorService's
 	// RemovePluginType RPC.
 	OperatorServiceRemovePluginTypeProcedure = "/byoc.ims.v1.OperatorService/RemovePluginType"
+	// OperatorServiceListActionsProcedure is the fully-qualified name of the OperatorService's
+	// ListActions RPC.
+	OperatorServiceListActionsProcedure = "/byoc.ims.v1.OperatorService/ListActions"
+	// OperatorServiceStartActionRunProcedure is the fully-qualified name of the OperatorService's
+	// StartActionRun RPC.
+	OperatorServiceStartActionRunProcedure = "/byoc.ims.v1.OperatorService/StartActionRun"
+	// OperatorServiceListActionRunsProcedure is the fully-qualified name of the OperatorService's
+	// ListActionRuns RPC.
+	OperatorServiceListActionRunsProcedure = "/byoc.ims.v1.OperatorService/ListActionRuns"
+	// OperatorServiceGetActionRunProcedure is the fully-qualified name of the OperatorService's
+	// GetActionRun RPC.
+	OperatorServiceGetActionRunProcedure = "/byoc.ims.v1.OperatorService/GetActionRun"
 )
 
 // OperatorServiceClient is a client for the byoc.ims.v1.OperatorService service.
@@ -199,6 +211,19 @@ type OperatorServiceClient interface {
 	// RemovePluginType removes a registered type; pushes using it are then
 	// refused. Stored revisions stay as they are.
 	RemovePluginType(context.Context, *connect.Request[v1.RemovePluginTypeRequest]) (*connect.Response[v1.RemovePluginTypeResponse], error)
+	// ListActions lists the actions of an install's app revision (the one
+	// it last applied, or the app's latest when it applied none).
+	ListActions(context.Context, *connect.Request[v1.ListActionsRequest]) (*connect.Response[v1.ListActionsResponse], error)
+	// StartActionRun queues a run of one action in an install: a workflow of
+	// kind action with one step. It runs when the install has no other
+	// workflow running (one at a time, in order). An unknown action is
+	// refused with the closest name and the list.
+	StartActionRun(context.Context, *connect.Request[v1.StartActionRunRequest]) (*connect.Response[v1.StartActionRunResponse], error)
+	// ListActionRuns lists an install's action runs, newest first, with
+	// their outputs.
+	ListActionRuns(context.Context, *connect.Request[v1.ListActionRunsRequest]) (*connect.Response[v1.ListActionRunsResponse], error)
+	// GetActionRun returns one action run with its outputs.
+	GetActionRun(context.Context, *connect.Request[v1.GetActionRunRequest]) (*connect.Response[v1.GetActionRunResponse], error)
 }
 
 // NewOperatorServiceClient constructs a client for the byoc.ims.v1.OperatorService service. By
@@ -392,6 +417,30 @@ func NewOperatorServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(operatorServiceMethods.ByName("RemovePluginType")),
 			connect.WithClientOptions(opts...),
 		),
+		listActions: connect.NewClient[v1.ListActionsRequest, v1.ListActionsResponse](
+			httpClient,
+			baseURL+OperatorServiceListActionsProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("ListActions")),
+			connect.WithClientOptions(opts...),
+		),
+		startActionRun: connect.NewClient[v1.StartActionRunRequest, v1.StartActionRunResponse](
+			httpClient,
+			baseURL+OperatorServiceStartActionRunProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("StartActionRun")),
+			connect.WithClientOptions(opts...),
+		),
+		listActionRuns: connect.NewClient[v1.ListActionRunsRequest, v1.ListActionRunsResponse](
+			httpClient,
+			baseURL+OperatorServiceListActionRunsProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("ListActionRuns")),
+			connect.WithClientOptions(opts...),
+		),
+		getActionRun: connect.NewClient[v1.GetActionRunRequest, v1.GetActionRunResponse](
+			httpClient,
+			baseURL+OperatorServiceGetActionRunProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("GetActionRun")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -427,6 +476,10 @@ type operatorServiceClient struct {
 	listPluginTypes       *connect.Client[v1.ListPluginTypesRequest, v1.ListPluginTypesResponse]
 	getPluginType         *connect.Client[v1.GetPluginTypeRequest, v1.GetPluginTypeResponse]
 	removePluginType      *connect.Client[v1.RemovePluginTypeRequest, v1.RemovePluginTypeResponse]
+	listActions           *connect.Client[v1.ListActionsRequest, v1.ListActionsResponse]
+	startActionRun        *connect.Client[v1.StartActionRunRequest, v1.StartActionRunResponse]
+	listActionRuns        *connect.Client[v1.ListActionRunsRequest, v1.ListActionRunsResponse]
+	getActionRun          *connect.Client[v1.GetActionRunRequest, v1.GetActionRunResponse]
 }
 
 // WhoAmI calls byoc.ims.v1.OperatorService.WhoAmI.
@@ -579,6 +632,26 @@ func (c *operatorServiceClient) RemovePluginType(ctx context.Context, req *conne
 	return c.removePluginType.CallUnary(ctx, req)
 }
 
+// ListActions calls byoc.ims.v1.OperatorService.ListActions.
+func (c *operatorServiceClient) ListActions(ctx context.Context, req *connect.Request[v1.ListActionsRequest]) (*connect.Response[v1.ListActionsResponse], error) {
+	return c.listActions.CallUnary(ctx, req)
+}
+
+// StartActionRun calls byoc.ims.v1.OperatorService.StartActionRun.
+func (c *operatorServiceClient) StartActionRun(ctx context.Context, req *connect.Request[v1.StartActionRunRequest]) (*connect.Response[v1.StartActionRunResponse], error) {
+	return c.startActionRun.CallUnary(ctx, req)
+}
+
+// ListActionRuns calls byoc.ims.v1.OperatorService.ListActionRuns.
+func (c *operatorServiceClient) ListActionRuns(ctx context.Context, req *connect.Request[v1.ListActionRunsRequest]) (*connect.Response[v1.ListActionRunsResponse], error) {
+	return c.listActionRuns.CallUnary(ctx, req)
+}
+
+// GetActionRun calls byoc.ims.v1.OperatorService.GetActionRun.
+func (c *operatorServiceClient) GetActionRun(ctx context.Context, req *connect.Request[v1.GetActionRunRequest]) (*connect.Response[v1.GetActionRunResponse], error) {
+	return c.getActionRun.CallUnary(ctx, req)
+}
+
 // OperatorServiceHandler is an implementation of the byoc.ims.v1.OperatorService service.
 type OperatorServiceHandler interface {
 	// WhoAmI describes the token the caller presented.
@@ -656,6 +729,19 @@ type OperatorServiceHandler interface {
 	// RemovePluginType removes a registered type; pushes using it are then
 	// refused. Stored revisions stay as they are.
 	RemovePluginType(context.Context, *connect.Request[v1.RemovePluginTypeRequest]) (*connect.Response[v1.RemovePluginTypeResponse], error)
+	// ListActions lists the actions of an install's app revision (the one
+	// it last applied, or the app's latest when it applied none).
+	ListActions(context.Context, *connect.Request[v1.ListActionsRequest]) (*connect.Response[v1.ListActionsResponse], error)
+	// StartActionRun queues a run of one action in an install: a workflow of
+	// kind action with one step. It runs when the install has no other
+	// workflow running (one at a time, in order). An unknown action is
+	// refused with the closest name and the list.
+	StartActionRun(context.Context, *connect.Request[v1.StartActionRunRequest]) (*connect.Response[v1.StartActionRunResponse], error)
+	// ListActionRuns lists an install's action runs, newest first, with
+	// their outputs.
+	ListActionRuns(context.Context, *connect.Request[v1.ListActionRunsRequest]) (*connect.Response[v1.ListActionRunsResponse], error)
+	// GetActionRun returns one action run with its outputs.
+	GetActionRun(context.Context, *connect.Request[v1.GetActionRunRequest]) (*connect.Response[v1.GetActionRunResponse], error)
 }
 
 // NewOperatorServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -845,6 +931,30 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 		connect.WithSchema(operatorServiceMethods.ByName("RemovePluginType")),
 		connect.WithHandlerOptions(opts...),
 	)
+	operatorServiceListActionsHandler := connect.NewUnaryHandler(
+		OperatorServiceListActionsProcedure,
+		svc.ListActions,
+		connect.WithSchema(operatorServiceMethods.ByName("ListActions")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceStartActionRunHandler := connect.NewUnaryHandler(
+		OperatorServiceStartActionRunProcedure,
+		svc.StartActionRun,
+		connect.WithSchema(operatorServiceMethods.ByName("StartActionRun")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceListActionRunsHandler := connect.NewUnaryHandler(
+		OperatorServiceListActionRunsProcedure,
+		svc.ListActionRuns,
+		connect.WithSchema(operatorServiceMethods.ByName("ListActionRuns")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceGetActionRunHandler := connect.NewUnaryHandler(
+		OperatorServiceGetActionRunProcedure,
+		svc.GetActionRun,
+		connect.WithSchema(operatorServiceMethods.ByName("GetActionRun")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/byoc.ims.v1.OperatorService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case OperatorServiceWhoAmIProcedure:
@@ -907,6 +1017,14 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 			operatorServiceGetPluginTypeHandler.ServeHTTP(w, r)
 		case OperatorServiceRemovePluginTypeProcedure:
 			operatorServiceRemovePluginTypeHandler.ServeHTTP(w, r)
+		case OperatorServiceListActionsProcedure:
+			operatorServiceListActionsHandler.ServeHTTP(w, r)
+		case OperatorServiceStartActionRunProcedure:
+			operatorServiceStartActionRunHandler.ServeHTTP(w, r)
+		case OperatorServiceListActionRunsProcedure:
+			operatorServiceListActionRunsHandler.ServeHTTP(w, r)
+		case OperatorServiceGetActionRunProcedure:
+			operatorServiceGetActionRunHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -1034,4 +1152,20 @@ func (UnimplementedOperatorServiceHandler) GetPluginType(context.Context, *conne
 
 func (UnimplementedOperatorServiceHandler) RemovePluginType(context.Context, *connect.Request[v1.RemovePluginTypeRequest]) (*connect.Response[v1.RemovePluginTypeResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.RemovePluginType is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) ListActions(context.Context, *connect.Request[v1.ListActionsRequest]) (*connect.Response[v1.ListActionsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.ListActions is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) StartActionRun(context.Context, *connect.Request[v1.StartActionRunRequest]) (*connect.Response[v1.StartActionRunResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.StartActionRun is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) ListActionRuns(context.Context, *connect.Request[v1.ListActionRunsRequest]) (*connect.Response[v1.ListActionRunsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.ListActionRuns is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) GetActionRun(context.Context, *connect.Request[v1.GetActionRunRequest]) (*connect.Response[v1.GetActionRunResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.GetActionRun is not implemented"))
 }
