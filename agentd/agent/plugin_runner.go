@@ -54,14 +54,7 @@ func (r *PluginRunner) Run(ctx context.Context, job Job, rawLog func(int32, stri
 	// sends in pieces is caught too; flushed before the outcome.
 	stream := red.NewStream(redactHold, func(e redact.Event) { rawLog(e.Stream, e.Text) })
 	log := func(st int32, text string) { stream.Add(redact.Event{Stream: st, Text: text}) }
-	var out Outcome
-	if sensErr != nil {
-		msg := red.String(sensErr.Error())
-		log(StreamSystem, "[agentd] "+msg)
-		out = Outcome{Outcome: agentv1.Outcome_OUTCOME_FAILED, ExitCode: -1, Error: msg}
-	} else {
-		out = r.run(ctx, job, log, red)
-	}
+	out := r.run(ctx, job, sensErr, log, red)
 	stream.Flush()
 	out.Error = red.String(out.Error)
 	out.Outputs = red.Map(out.Outputs)
@@ -165,11 +158,15 @@ func (r *PluginRunner) resolveSecrets(config map[string]any) (map[string]any, ma
 	return out.(map[string]any), env, nil
 }
 
-func (r *PluginRunner) run(ctx context.Context, job Job, log func(int32, string), red *redact.Redactor) Outcome {
+// run runs job; configErr, when set, fails it before anything starts.
+func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, log func(int32, string), red *redact.Redactor) Outcome {
 	fail := func(format string, args ...any) Outcome {
 		msg := red.String(fmt.Sprintf(format, args...))
 		log(StreamSystem, "[agentd] "+msg)
 		return Outcome{Outcome: agentv1.Outcome_OUTCOME_FAILED, ExitCode: -1, Error: msg}
+	}
+	if configErr != nil {
+		return fail("%v", configErr)
 	}
 	config, secretEnv, err := r.resolveSecrets(job.Config)
 	if err != nil {

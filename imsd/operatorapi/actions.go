@@ -1,6 +1,7 @@
 package operatorapi
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"time"
@@ -81,7 +82,7 @@ func (s *Service) StartActionRun(ctx context.Context, req *connect.Request[imsv1
 		return nil, s.err(ctx, err)
 	}
 	by := callerFrom(ctx).Name
-	reason := cmpOrString(m.Reason, "action "+a.Name+" run by "+by)
+	reason := cmp.Or(m.Reason, "action "+a.Name+" run by "+by)
 	wf := workflow.NewActionRun(in, rev, a, workflow.TriggerManual, reason, by, s.now())
 	if err := s.store.CreateWorkflow(ctx, wf); err != nil {
 		return nil, s.err(ctx, err)

@@ -1,6 +1,7 @@
 package operatorapi
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -109,7 +110,7 @@ func (s *Service) queueWorkflow(ctx context.Context, in store.Install, kind stri
 		}
 	}
 	wf := store.Workflow{ID: auth.NewID("wf_"), InstallID: in.ID, Kind: kind, AppRevision: rev, Reason: reason,
-		Parallelism:     cmpOrInt(in.Settings.Parallelism, app.Metadata.InstallDefaults.Parallelism, workflow.DefaultParallelism),
+		Parallelism:     cmp.Or(in.Settings.Parallelism, app.Metadata.InstallDefaults.Parallelism, workflow.DefaultParallelism),
 		RequireApproval: app.Metadata.InstallDefaults.RequireApproval,
 		CreatedAt:       s.now(), CreatedBy: callerFrom(ctx).Name}
 	if in.Settings.RequireApproval != nil {
@@ -123,15 +124,6 @@ func (s *Service) queueWorkflow(ctx context.Context, in store.Install, kind stri
 		s.cfg.Engine.Kick(wf.ID)
 	}
 	return wf, nil
-}
-
-func cmpOrInt(v ...int) int {
-	for _, x := range v {
-		if x > 0 {
-			return x
-		}
-	}
-	return 0
 }
 
 // StartWorkflow queues a lifecycle workflow for an install.
@@ -225,7 +217,7 @@ func (s *Service) CancelWorkflow(ctx context.Context, req *connect.Request[imsv1
 	if len(m.Reason) > 1024 {
 		return nil, s.err(ctx, errs.Field("reason", "is longer than 1024 bytes"))
 	}
-	reason := cmpOrString(m.Reason, "by "+callerFrom(ctx).Name)
+	reason := cmp.Or(m.Reason, "by "+callerFrom(ctx).Name)
 	wf, err := s.store.RequestWorkflowCancel(ctx, m.Id, reason, s.now())
 	if err != nil {
 		return nil, s.err(ctx, err)
@@ -234,13 +226,6 @@ func (s *Service) CancelWorkflow(ctx context.Context, req *connect.Request[imsv1
 	s.hub.FleetChanged()
 	s.log.InfoContext(ctx, "workflow cancel requested", "workflow", wf.ID, "by", callerFrom(ctx).Name)
 	return connect.NewResponse(&imsv1.CancelWorkflowResponse{Workflow: s.workflowToProto(ctx, wf, nil)}), nil
-}
-
-func cmpOrString(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // RetryWorkflowStep runs a failed step again.

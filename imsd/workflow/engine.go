@@ -1,6 +1,7 @@
 package workflow
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -240,7 +241,7 @@ func (e *Engine) run(ctx context.Context, wf store.Workflow, steps []store.Step)
 		if running > 0 {
 			return false, nil
 		}
-		return false, e.end(ctx, wf, store.WorkflowCancelled, cmpOr(wf.CancelReason, "cancelled"))
+		return false, e.end(ctx, wf, store.WorkflowCancelled, cmp.Or(wf.CancelReason, "cancelled"))
 	}
 	// Skip what can no longer run, start what is ready.
 	var blocked []string
@@ -264,6 +265,7 @@ func (e *Engine) run(ctx context.Context, wf store.Workflow, steps []store.Step)
 		}
 	}
 	pending := 0
+	var sc *stepContext // read once, when the first step starts
 	var started bool
 	for i := range steps {
 		s := &steps[i]
@@ -284,7 +286,12 @@ func (e *Engine) run(ctx context.Context, wf store.Workflow, steps []store.Step)
 		if !ready {
 			continue
 		}
-		ok, err := e.startStep(ctx, wf, s)
+		if sc == nil {
+			if sc, err = e.stepContext(ctx, wf); err != nil {
+				return false, err
+			}
+		}
+		ok, err := e.startStep(ctx, wf, sc, s)
 		if err != nil {
 			return false, err
 		}
@@ -312,13 +319,6 @@ func (e *Engine) run(ctx context.Context, wf store.Workflow, steps []store.Step)
 		return false, e.end(ctx, wf, state, msg)
 	}
 	return again, nil
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // end ends a workflow and moves its install, then wakes the install's next
@@ -430,14 +430,50 @@ func (e *Engine) deployed(ctx context.Context, wf store.Workflow, s *store.Step,
 	return d, nil
 }
 
-// startStep renders a ready step and enqueues its job. ok is false when the
-// step could not be rendered (it is failed) or was started by someone else.
-func (e *Engine) startStep(ctx context.Context, wf store.Workflow, s *store.Step) (ok bool, err error) {
+// stepContext is what rendering steps needs, read once per pass: the
+// install, the resolved inputs, what the install runs (its outputs) and
+// the values to redact.
+type stepContext struct {
+	in        store.Install
+	inputs    map[string]any
+	outputs   map[string]map[string]string
+	sensitive []string
+}
+
+func (e *Engine) stepContext(ctx context.Context, wf store.Workflow) (*stepContext, error) {
 	in, err := e.st.GetInstall(ctx, wf.InstallID)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
-	cfg, err := e.jobConfig(ctx, wf, in, s)
+	sc := &stepContext{in: in, outputs: map[string]map[string]string{}}
+	if err := json.Unmarshal(wf.Inputs, &sc.inputs); err != nil {
+		return nil, fmt.Errorf("workflow %s inputs: %w", wf.ID, err)
+	}
+	deployed, err := e.st.InstallComponents(ctx, in.ID)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range deployed {
+		sc.outputs[d.Name] = d.Outputs
+	}
+	app, err := e.app(ctx, in.AppID, wf.AppRevision)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range app.SensitiveInputs() {
+		if v, ok := sc.inputs[n]; ok {
+			if s := appconfig.InputText(v); s != "" {
+				sc.sensitive = append(sc.sensitive, s)
+			}
+		}
+	}
+	return sc, nil
+}
+
+// startStep renders a ready step and enqueues its job. ok is false when the
+// step could not be rendered (it is failed) or was started by someone else.
+func (e *Engine) startStep(ctx context.Context, wf store.Workflow, sc *stepContext, s *store.Step) (ok bool, err error) {
+	cfg, err := jobConfig(sc, s)
 	if err != nil {
 		msg := "render: " + err.Error()
 		if err := e.st.EndSteps(ctx, wf.ID, []string{s.Name}, store.StepFailed, msg, e.now()); err != nil {
@@ -464,23 +500,13 @@ func (e *Engine) startStep(ctx context.Context, wf store.Workflow, s *store.Step
 // full, action configs only in their environment; the secrets referred to
 // are listed for the agent, and the values of sensitive inputs are listed
 // for it to redact.
-func (e *Engine) jobConfig(ctx context.Context, wf store.Workflow, in store.Install, s *store.Step) ([]byte, error) {
+func jobConfig(sc *stepContext, s *store.Step) ([]byte, error) {
 	var cfg map[string]any
 	if err := json.Unmarshal(s.Config, &cfg); err != nil {
 		return nil, fmt.Errorf("step config: %w", err)
 	}
-	var inputs map[string]any
-	if err := json.Unmarshal(wf.Inputs, &inputs); err != nil {
-		return nil, fmt.Errorf("workflow inputs: %w", err)
-	}
-	deployed, err := e.st.InstallComponents(ctx, in.ID)
-	if err != nil {
-		return nil, err
-	}
-	r := &Renderer{InstallID: in.ID, InstallName: in.Name, Inputs: inputs, Outputs: map[string]map[string]string{}}
-	for _, d := range deployed {
-		r.Outputs[d.Name] = d.Outputs
-	}
+	r := &Renderer{InstallID: sc.in.ID, InstallName: sc.in.Name, Inputs: sc.inputs, Outputs: sc.outputs}
+	var err error
 	switch {
 	case s.Action != "":
 		if env, ok := cfg["env"]; ok {
@@ -518,20 +544,8 @@ func (e *Engine) jobConfig(ctx context.Context, wf store.Workflow, in store.Inst
 	if secrets = slices.Compact(slices.Sorted(slices.Values(secrets))); len(secrets) > 0 {
 		cfg[SecretsKey] = secrets
 	}
-	app, err := e.app(ctx, in.AppID, wf.AppRevision)
-	if err != nil {
-		return nil, err
-	}
-	var sensitive []string
-	for _, n := range app.SensitiveInputs() {
-		if v, ok := inputs[n]; ok {
-			if s := appconfig.InputText(v); s != "" {
-				sensitive = append(sensitive, s)
-			}
-		}
-	}
-	if len(sensitive) > 0 {
-		cfg[SensitiveKey] = sensitive
+	if len(sc.sensitive) > 0 {
+		cfg[SensitiveKey] = sc.sensitive
 	}
 	return json.Marshal(cfg)
 }

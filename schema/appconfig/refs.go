@@ -62,12 +62,9 @@ func findRefs(s string) ([]Ref, *refError) {
 		switch n := n.(type) {
 		case *parse.TextNode:
 		case *parse.ActionNode:
-			if len(n.Pipe.Decl) > 0 || len(n.Pipe.Cmds) != 1 || len(n.Pipe.Cmds[0].Args) != 1 {
-				return nil, &refError{msg: fmt.Sprintf("{{%s}} is not a plain reference", n.Pipe), hint: "only field references such as {{ .inputs.NAME }} are allowed, no functions or pipes"}
-			}
-			f, ok := n.Pipe.Cmds[0].Args[0].(*parse.FieldNode)
+			f, ok := plainField(n)
 			if !ok {
-				return nil, &refError{msg: fmt.Sprintf("{{%s}} is not a plain reference", n.Pipe), hint: "only field references such as {{ .inputs.NAME }} are allowed"}
+				return nil, &refError{msg: fmt.Sprintf("{{%s}} is not a plain reference", n.Pipe), hint: "only field references such as {{ .inputs.NAME }} are allowed, no functions or pipes"}
 			}
 			r, e := refOf(f.Ident)
 			if e != nil {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -28,7 +29,7 @@ func (a *app) runNamedAction(ctx context.Context, install, action, reason string
 		if a.jsonOutput() {
 			return writeJSON(a.stdout, run)
 		}
-		fmt.Fprintf(a.stdout, "Queued run %s of action %s on %s.\n", run.GetId(), action, cmpOr(run.GetInstallName(), install))
+		fmt.Fprintf(a.stdout, "Queued run %s of action %s on %s.\n", run.GetId(), action, cmp.Or(run.GetInstallName(), install))
 		fmt.Fprintf(a.stderr, "Follow it with: byoc workflow get %s --wait; its outputs: byoc action runs %s --action %s\n", run.GetId(), install, action)
 		return nil
 	}
@@ -50,7 +51,7 @@ func (a *app) runNamedAction(ctx context.Context, install, action, reason string
 		}
 		return runFailed(run)
 	}
-	fmt.Fprintf(a.stdout, "Queued run %s of action %s on %s.\n", run.GetId(), action, cmpOr(run.GetInstallName(), install))
+	fmt.Fprintf(a.stdout, "Queued run %s of action %s on %s.\n", run.GetId(), action, cmp.Or(run.GetInstallName(), install))
 	ferr := a.follow(ctx, c, run.GetId())
 	got, err := c.GetActionRun(ctx, connect.NewRequest(&imsv1.GetActionRunRequest{Id: run.GetId()}))
 	if err != nil {

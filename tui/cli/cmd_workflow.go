@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -62,15 +63,8 @@ func progress(wf *imsv1.Workflow) string {
 // printQueued says what to do with a workflow just queued.
 func (a *app) printQueued(wf *imsv1.Workflow) {
 	fmt.Fprintf(a.stdout, "Queued %s workflow %s for install %s (app revision %d).\n", kindName(wf.GetKind()), wf.GetId(),
-		cmpOr(wf.GetInstallName(), wf.GetInstallId()), wf.GetAppRevision())
+		cmp.Or(wf.GetInstallName(), wf.GetInstallId()), wf.GetAppRevision())
 	fmt.Fprintf(a.stdout, "Follow it with: byoc workflow get %s --wait\n", wf.GetId())
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // printPushDeploys prints what a push did to installs.
@@ -88,7 +82,7 @@ func (a *app) printPushDeploys(c *client, res *imsv1.PushAppRevisionResponse) {
 		}
 	}
 	for _, wf := range res.GetWorkflows() {
-		fmt.Fprintf(a.stdout, "Queued update workflow %s for install %s.\n", wf.GetId(), cmpOr(wf.GetInstallName(), wf.GetInstallId()))
+		fmt.Fprintf(a.stdout, "Queued update workflow %s for install %s.\n", wf.GetId(), cmp.Or(wf.GetInstallName(), wf.GetInstallId()))
 	}
 	if n := len(res.GetWorkflows()); n > 0 {
 		fmt.Fprintf(a.stdout, "Follow them with: byoc workflow list --active\n")
@@ -138,7 +132,7 @@ func (a *app) afterQueue(ctx context.Context, c *client, wf *imsv1.Workflow, wai
 		return nil
 	}
 	if !a.jsonOutput() {
-		fmt.Fprintf(a.stdout, "Queued %s workflow %s for install %s.\n", kindName(wf.GetKind()), wf.GetId(), cmpOr(wf.GetInstallName(), wf.GetInstallId()))
+		fmt.Fprintf(a.stdout, "Queued %s workflow %s for install %s.\n", kindName(wf.GetKind()), wf.GetId(), cmp.Or(wf.GetInstallName(), wf.GetInstallId()))
 	}
 	return a.follow(ctx, c, wf.GetId())
 }
@@ -312,7 +306,7 @@ func (a *app) workflowListCommand() *cobra.Command {
 			now := a.now()
 			t := newTable(a.stdout, "ID", "INSTALL", "KIND", "STATE", "REVISION", "CREATED", "REASON")
 			for _, wf := range res.Msg.GetWorkflows() {
-				t.row(wf.GetId(), cmpOr(wf.GetInstallName(), wf.GetInstallId()), kindName(wf.GetKind()), workflowStateName(wf.GetState()),
+				t.row(wf.GetId(), cmp.Or(wf.GetInstallName(), wf.GetInstallId()), kindName(wf.GetKind()), workflowStateName(wf.GetState()),
 					strconv.FormatInt(wf.GetAppRevision(), 10), ago(now, wf.GetCreateTime()), wf.GetReason())
 			}
 			return t.flush()
@@ -328,7 +322,7 @@ func (a *app) printWorkflow(wf *imsv1.Workflow) error {
 	now := a.now()
 	f := newFields(a.stdout)
 	f.add("ID", wf.GetId())
-	f.add("Install", cmpOr(wf.GetInstallName(), wf.GetInstallId()))
+	f.add("Install", cmp.Or(wf.GetInstallName(), wf.GetInstallId()))
 	f.add("Kind", kindName(wf.GetKind()))
 	state := workflowStateName(wf.GetState())
 	if wf.GetCancelRequested() && !workflowEnded(wf.GetState()) {
