@@ -89,44 +89,114 @@ func toJobs(rows []jobRow) ([]Job, error) {
 // the ID, CreatedAt and defaults; MaxAttempts must be at least 1 and
 // Timeout positive. State, attempt, lease and result fields are ignored.
 func (s *Store) EnqueueJob(ctx context.Context, j Job) error {
-	switch {
-	case j.ID == "":
-		return errs.Field("id", "required")
-	case j.InstallID == "":
-		return errs.Field("install_id", "required")
-	case j.ComponentType == "":
-		return errs.Field("component_type", "required")
-	case j.Operation == "":
-		return errs.Field("operation", "required")
-	case j.MaxAttempts < 1:
-		return errs.Field("max_attempts", "must be at least 1, got %d", j.MaxAttempts)
-	case j.Timeout <= 0:
-		return errs.Field("timeout", "must be positive, got %s", j.Timeout)
-	}
-	if err := requireTime("created_at", j.CreatedAt); err != nil {
+	config, err := checkNewJob(j)
+	if err != nil {
 		return err
 	}
-	config := "{}"
-	if len(j.Config) > 0 {
-		if !json.Valid(j.Config) {
-			return errs.Field("config", "not valid JSON")
-		}
-		config = string(j.Config)
-	}
 	return s.write(ctx, "enqueue job", func(tx *txn) error {
-		_, err := tx.ExecContext(ctx, s.bind(`INSERT INTO jobs (id, install_id, component_type, operation, config, state,
-			max_attempts, timeout_ns, created_at, created_by) VALUES (?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?)`),
-			j.ID, j.InstallID, j.ComponentType, j.Operation, config, j.MaxAttempts, int64(j.Timeout), nanos(j.CreatedAt), j.CreatedBy)
-		switch {
-		case isUnique(err):
-			return errs.E(errs.AlreadyExists, "job %q already exists", j.ID)
-		case isForeignKey(err):
-			return errs.E(errs.NotFound, "install %q not found", j.InstallID)
-		case err != nil:
+		return s.insertQueued(ctx, tx, j, config)
+	})
+}
+
+// checkNewJob validates a job to enqueue and returns its config as stored.
+func checkNewJob(j Job) (config string, err error) {
+	switch {
+	case j.ID == "":
+		return "", errs.Field("id", "required")
+	case j.InstallID == "":
+		return "", errs.Field("install_id", "required")
+	case j.ComponentType == "":
+		return "", errs.Field("component_type", "required")
+	case j.Operation == "":
+		return "", errs.Field("operation", "required")
+	case j.MaxAttempts < 1:
+		return "", errs.Field("max_attempts", "must be at least 1, got %d", j.MaxAttempts)
+	case j.Timeout <= 0:
+		return "", errs.Field("timeout", "must be positive, got %s", j.Timeout)
+	}
+	if err := requireTime("created_at", j.CreatedAt); err != nil {
+		return "", err
+	}
+	if len(j.Config) == 0 {
+		return "{}", nil
+	}
+	if !json.Valid(j.Config) {
+		return "", errs.Field("config", "not valid JSON")
+	}
+	return string(j.Config), nil
+}
+
+// insertError names what a failed job INSERT ran into.
+func insertError(j Job, err error) error {
+	switch {
+	case isUnique(err):
+		return errs.E(errs.AlreadyExists, "job %q already exists", j.ID)
+	case isForeignKey(err):
+		return errs.E(errs.NotFound, "install %q not found", j.InstallID)
+	}
+	return err
+}
+
+func (s *Store) insertQueued(ctx context.Context, tx *txn, j Job, config string) error {
+	_, err := tx.ExecContext(ctx, s.bind(`INSERT INTO jobs (id, install_id, component_type, operation, config, state,
+		max_attempts, timeout_ns, created_at, created_by) VALUES (?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?)`),
+		j.ID, j.InstallID, j.ComponentType, j.Operation, config, j.MaxAttempts, int64(j.Timeout), nanos(j.CreatedAt), j.CreatedBy)
+	if err != nil {
+		return insertError(j, err)
+	}
+	return s.notifyJobs(ctx, tx, j.InstallID)
+}
+
+// EnqueueAssigned stores j as EnqueueJob does, but already handed to agent
+// agentID when that agent belongs to j's install: assigned, at attempt 1,
+// with a new fencing token and a lease until leaseUntil, as if ClaimJobs
+// had claimed it at once. It saves the claim (a second write) when the
+// caller knows an agent of the install has a free slot. assigned is false
+// when the agent is not one of the install's (unknown, or of another
+// install): the job is then stored queued, like EnqueueJob. The returned
+// job is what was stored.
+func (s *Store) EnqueueAssigned(ctx context.Context, j Job, agentID string, leaseUntil time.Time) (out Job, assigned bool, err error) {
+	config, err := checkNewJob(j)
+	if err != nil {
+		return Job{}, false, err
+	}
+	if agentID == "" {
+		return Job{}, false, errs.Field("agent_id", "required")
+	}
+	if !leaseUntil.After(j.CreatedAt) {
+		return Job{}, false, errs.Field("lease_until", "must be after created_at")
+	}
+	token := newFencingToken()
+	err = s.write(ctx, "enqueue job", func(tx *txn) error {
+		// One statement: the agent's install is checked by the INSERT
+		// itself, inside the write transaction, so a job never goes to
+		// another install's agent.
+		res, err := tx.ExecContext(ctx, s.bind(`INSERT INTO jobs (id, install_id, component_type, operation, config, state,
+			attempt, max_attempts, timeout_ns, fencing_token, agent_id, lease_deadline, created_at, created_by)
+			SELECT ?, ?, ?, ?, ?, 'assigned', 1, ?, ?, ?, id, ?, ?, ? FROM agents WHERE id = ? AND install_id = ?`),
+			j.ID, j.InstallID, j.ComponentType, j.Operation, config, j.MaxAttempts, int64(j.Timeout), token,
+			nanos(leaseUntil), nanos(j.CreatedAt), j.CreatedBy, agentID, j.InstallID)
+		if err != nil {
+			return insertError(j, err)
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 1 {
+			assigned = err == nil
 			return err
 		}
-		return s.notifyJobs(ctx, tx, j.InstallID)
+		return s.insertQueued(ctx, tx, j, config)
 	})
+	if err != nil {
+		return Job{}, false, err
+	}
+	out = j
+	out.Config = []byte(config)
+	out.State, out.Attempt, out.CancelRequested, out.CancelReason = JobQueued, 0, false, ""
+	out.FencingToken, out.AgentID, out.LeaseDeadline = 0, "", time.Time{}
+	out.StartedAt, out.EndedAt, out.ExitCode, out.Error, out.Outputs = time.Time{}, time.Time{}, 0, "", nil
+	if assigned {
+		out.State, out.Attempt, out.FencingToken, out.AgentID, out.LeaseDeadline = JobAssigned, 1, token, agentID, leaseUntil
+	}
+	return out, assigned, nil
 }
 
 // GetJob returns the job with ID id.
