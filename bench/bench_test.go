@@ -22,6 +22,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -108,6 +109,29 @@ func (p *imsProc) rss(b *testing.B) int64 {
 		}
 	}
 	return 0
+}
+
+// cpu returns the CPU time imsd has used, user and system.
+func (p *imsProc) cpu(b *testing.B) time.Duration {
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The fields after the command name, which ends with the last ')':
+	// utime and stime are the 12th and 13th, in clock ticks (100 per
+	// second on Linux).
+	_, rest, _ := strings.Cut(string(st[strings.LastIndexByte(string(st), ')'):]), " ")
+	f := strings.Fields(rest)
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+stime) * 10 * time.Millisecond
+}
+
+// selfCPU returns the CPU time this process (the load generator) has used.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // heap returns imsd's live heap from its metrics endpoint.
@@ -339,10 +363,12 @@ func BenchmarkDispatchThroughput(b *testing.B) {
 			c := p.client()
 			b.ResetTimer()
 			var best float64
+			var imsCPU, genCPU time.Duration
 			for range b.N {
 				picked.Store(0)
 				target.Store(int64(jobs))
 				start := time.Now()
+				cpu0, gen0 := p.cpu(b), selfCPU()
 				var wg sync.WaitGroup
 				var next atomic.Int64
 				for range enqueuers {
@@ -375,12 +401,17 @@ func BenchmarkDispatchThroughput(b *testing.B) {
 					return err == nil && len(r.Msg.Jobs) == 0
 				})
 				rate := float64(jobs) / time.Since(start).Seconds()
-				best = max(best, rate)
+				if rate > best {
+					best = rate
+					imsCPU, genCPU = p.cpu(b)-cpu0, selfCPU()-gen0
+				}
 			}
 			b.StopTimer()
 			b.ReportMetric(best, "jobs/s")
-			fmt.Printf("dispatch throughput %s: %d no-op jobs across %d agents, %d enqueuers: %.0f jobs/s, enqueue to result stored (target on SQLite: 5000) [%s]\n",
-				name, jobs, agents, enqueuers, best, machine())
+			perJob := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(jobs) }
+			b.ReportMetric(perJob(imsCPU), "imsd-cpu-µs/job")
+			fmt.Printf("dispatch throughput %s: %d no-op jobs across %d agents, %d enqueuers: %.0f jobs/s, enqueue to result stored (target on SQLite: 5000); CPU per job: imsd %.0f µs, load generator %.0f µs [%s]\n",
+				name, jobs, agents, enqueuers, best, perJob(imsCPU), perJob(genCPU), machine())
 		})
 	}
 }
