@@ -11,6 +11,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -45,9 +46,15 @@ type imsProc struct {
 	cmd   *exec.Cmd
 	url   string
 	token string
+	// debug is imsd's pprof address, when it has one.
+	debug string
 }
 
-func startIMS(b *testing.B, databaseURL string) *imsProc {
+func startIMS(b *testing.B, databaseURL string) *imsProc { return startIMSDebug(b, databaseURL, false) }
+
+// startIMSDebug is startIMS; withDebug gives imsd a pprof address even
+// when BYOC_BENCH_PPROF does not.
+func startIMSDebug(b *testing.B, databaseURL string, withDebug bool) *imsProc {
 	b.Helper()
 	bin := filepath.Join(cluster.Binaries(b), "imsd")
 	dir := b.TempDir()
@@ -56,8 +63,12 @@ func startIMS(b *testing.B, databaseURL string) *imsProc {
 	if databaseURL != "" {
 		args = append(args, "--database-url", databaseURL)
 	}
-	if a := os.Getenv("BYOC_BENCH_PPROF"); a != "" {
-		args = append(args, "--debug-addr", a) // profile imsd while a benchmark runs
+	debug := os.Getenv("BYOC_BENCH_PPROF") // profile imsd while a benchmark runs
+	if debug == "" && withDebug {
+		debug = "127.0.0.1:" + freePort(b)
+	}
+	if debug != "" {
+		args = append(args, "--debug-addr", debug)
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stderr = os.Stderr
@@ -65,7 +76,7 @@ func startIMS(b *testing.B, databaseURL string) *imsProc {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	p := &imsProc{cmd: cmd, url: "http://127.0.0.1:" + port}
+	p := &imsProc{cmd: cmd, url: "http://127.0.0.1:" + port, debug: debug}
 	cluster.Eventually(b, 30*time.Second, "imsd to be ready", func() bool {
 		r, err := http.Get(p.url + "/readyz")
 		if err != nil {
@@ -132,6 +143,31 @@ func selfCPU() time.Duration {
 	var ru syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// gc makes imsd collect its garbage (through its pprof endpoint), so the
+// heap figures that follow are live memory, not the garbage of the
+// enrolment burst. With path set, it also writes imsd's heap profile
+// there.
+func (p *imsProc) gc(b *testing.B, path string) {
+	if p.debug == "" {
+		return
+	}
+	r, err := http.Get("http://" + p.debug + "/debug/pprof/heap?gc=1")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Body.Close()
+	w := io.Discard
+	if path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		w = f
+	}
+	io.Copy(w, r.Body)
 }
 
 // heap returns imsd's live heap from its metrics endpoint.
@@ -422,15 +458,18 @@ func BenchmarkIdleAgentMemory(b *testing.B) {
 	for _, n := range []int{1000, 10000} {
 		b.Run(fmt.Sprintf("agents=%d", n), func(b *testing.B) {
 			for range b.N {
-				p := startIMS(b, "")
+				p := startIMSDebug(b, "", true)
 				c := p.client()
 				c.ListApps(context.Background(), connect.NewRequest(&imsv1.ListAppsRequest{}))
+				p.gc(b, "")
 				rss0, heap0 := p.rss(b), p.heap(b)
 				stack0, g0 := p.metric(b, "go_memstats_stack_inuse_bytes"), p.metric(b, "go_goroutines")
 				fleet(b, p, n, func(string, time.Time) {})
-				runtime.GC()
-				// Let imsd settle after the enrolment burst.
-				cluster.Eventually(b, 10*time.Second, "imsd to settle", func() bool { return p.heap(b) > 0 })
+				// Let imsd settle after the enrolment burst: collect its
+				// garbage twice (the second pass also shrinks the stacks
+				// the first found mostly unused).
+				p.gc(b, "")
+				p.gc(b, os.Getenv("BYOC_BENCH_HEAPPROFILE"))
 				rss, heap := p.rss(b), p.heap(b)
 				perRSS := float64(rss-rss0) / float64(n)
 				perHeap := float64(heap-heap0) / float64(n)
