@@ -28,10 +28,16 @@ const h2cPreface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 // idle agent's cost in imsd. Here the preface is read first; an HTTP/2
 // connection never gets HTTP/1 buffers, and its serving goroutine starts
 // with a shallower stack.
+//
+// x/net/http2's server is deprecated in favour of net/http's, which offers
+// no way to serve a connection it has not read itself; from Go 1.27 on,
+// x/net/http2 passes ServeConn to net/http's own HTTP/2 server, so this
+// keeps working (and keeps net/http's implementation) when Go is upgraded.
 type h2cListener struct {
 	net.Listener
 	srv *http.Server // HTTP/2 settings (HTTP2), handler, error log
-	h2  *http2.Server
+	//lint:ignore SA1019 see the type's doc comment
+	h2 *http2.Server
 
 	conns chan net.Conn // HTTP/1 connections for srv's Accept
 	done  chan struct{}
@@ -51,9 +57,11 @@ const prefaceTimeout = 10 * time.Second
 // TLS. Its graceful shutdown (Shutdown) sends the HTTP/2 connections a
 // GOAWAY; closeConns then ends those still open.
 func newH2CListener(ln net.Listener, srv *http.Server) (*h2cListener, error) {
+	//lint:ignore SA1019 see h2cListener's doc comment
 	h2 := &http2.Server{}
 	// Registers h2 for srv.Shutdown (GOAWAY); h2 takes the rest of its
 	// settings from srv.HTTP2 at every connection.
+	//lint:ignore SA1019 see h2cListener's doc comment
 	if err := http2.ConfigureServer(srv, h2); err != nil {
 		return nil, err
 	}
@@ -118,6 +126,7 @@ func (l *h2cListener) sniff(c net.Conn) {
 		return
 	}
 	defer l.track(c, false)
+	//lint:ignore SA1019 see h2cListener's doc comment
 	l.h2.ServeConn(c, &http2.ServeConnOpts{BaseConfig: l.srv, Handler: l.srv.Handler, SawClientPreface: true})
 }
 

@@ -3,15 +3,12 @@ package server
 import (
 	"bufio"
 	"context"
-	"crypto/tls"
 	"io"
 	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
-
-	"golang.org/x/net/http2"
 )
 
 // TestH2CListener serves HTTP/2 with prior knowledge and HTTP/1 on one
@@ -43,10 +40,9 @@ func TestH2CListener(t *testing.T) {
 		return string(b)
 	}
 	t.Run("http2", func(t *testing.T) {
-		c := &http.Client{Transport: &http2.Transport{AllowHTTP: true,
-			DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
-				return (&net.Dialer{}).DialContext(ctx, network, addr)
-			}}}
+		p := new(http.Protocols)
+		p.SetUnencryptedHTTP2(true)
+		c := &http.Client{Transport: &http.Transport{Protocols: p}}
 		if got := get(t, c); got != "HTTP/2.0" {
 			t.Fatalf("got %q, want HTTP/2.0", got)
 		}
