@@ -161,6 +161,9 @@ func (s *Service) Connect(ctx context.Context, st *stream) error {
 		Wake:     c.wake,
 		Cancel:   c.cancel,
 		Replaced: func() { c.replaced.Store(true) },
+		Reserve:  c.reserve,
+		Release:  func() { c.free.Add(1) },
+		Deliver:  c.deliver,
 	})
 	defer func() {
 		s.hub.Unregister(c.sess)
@@ -224,6 +227,11 @@ type conn struct {
 	replaced atomic.Bool
 	// claiming and wakePending run at most one claim goroutine per stream.
 	claiming, wakePending atomic.Bool
+	// free counts the job slots neither in flight nor reserved: capacity
+	// less len(inflight) less the slots taken by a claim running now or
+	// reserved for a job handed over at enqueue (dispatch.Hub.Reserve).
+	// It is zero until the welcome; changes to inflight adjust it.
+	free atomic.Int32
 
 	mu       sync.Mutex
 	dead     bool
@@ -261,6 +269,7 @@ func (c *conn) welcomeLocked(ctx context.Context, hello *agentv1.Hello) error {
 	for _, id := range renewed {
 		c.inflight[id] = tokens[id]
 	}
+	c.free.Add(int32(c.capacity - len(c.inflight)))
 	if err := c.send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Welcome{Welcome: &agentv1.Welcome{
 		InstallId:           c.agent.InstallID,
 		HeartbeatIntervalMs: s.cfg.HeartbeatInterval.Milliseconds(),
@@ -311,6 +320,64 @@ func (c *conn) wake() {
 	}()
 }
 
+// reserve is the hub's Reserve handler: it takes a free slot, if any.
+func (c *conn) reserve() bool {
+	for {
+		n := c.free.Load()
+		if n <= 0 {
+			return false
+		}
+		if c.free.CompareAndSwap(n, n-1) {
+			return true
+		}
+	}
+}
+
+// takeSlots takes every free slot for a claim and returns how many; the
+// claim gives back what it does not use.
+func (c *conn) takeSlots() int {
+	for {
+		n := c.free.Load()
+		if n <= 0 {
+			return 0
+		}
+		if c.free.CompareAndSwap(n, 0) {
+			return int(n)
+		}
+	}
+}
+
+// drop forgets a job in flight and frees its slot.
+func (c *conn) drop(jobID string) {
+	if _, ok := c.inflight[jobID]; ok {
+		delete(c.inflight, jobID)
+		c.free.Add(1)
+	}
+}
+
+// deliver is the hub's Deliver handler: it sends a job handed over at
+// enqueue, in the slot reserve took. It returns at once; the send waits
+// for the stream's lock on a goroutine of its own, so the enqueue's
+// answer does not wait for this agent's writes.
+func (c *conn) deliver(j store.Job) {
+	go func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.dead {
+			return // the lease expires and the sweeper requeues the job
+		}
+		c.inflight[j.ID] = j.FencingToken
+		a, err := assignment(j, c.agent.InstallID)
+		if err != nil {
+			c.log.ErrorContext(c.ctx, "encode assignment", "job", j.ID, "err", err)
+			return
+		}
+		if err := c.send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Assignment{Assignment: a}}); err != nil {
+			c.log.DebugContext(c.ctx, "send assignment", "job", j.ID, "err", err)
+		}
+	}()
+}
+
 // cancel is the hub's Cancel handler.
 func (c *conn) cancel(req dispatch.CancelRequest) {
 	go func() {
@@ -351,15 +418,20 @@ func (c *conn) touch(ctx context.Context, now time.Time) {
 func (c *conn) claim(ctx context.Context, force bool) error {
 	s := c.svc
 	for {
-		free := c.capacity - len(c.inflight)
-		if free <= 0 || c.dead {
+		if c.dead {
+			return nil
+		}
+		free := c.takeSlots()
+		if free <= 0 {
 			return nil
 		}
 		if !s.hub.TakeQueued(c.agent.InstallID) && !force {
+			c.free.Add(int32(free))
 			return nil
 		}
 		now := s.now()
 		jobs, err := s.store.ClaimJobs(ctx, c.agent.InstallID, store.Writer{AgentID: c.agent.ID}, free, now.Add(s.cfg.LeaseDuration), now)
+		c.free.Add(int32(free - len(jobs)))
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -402,7 +474,7 @@ func (c *conn) handle(ctx context.Context, m *agentv1.ConnectRequest) error {
 			return s.err(ctx, err)
 		}
 		for _, id := range lost {
-			delete(c.inflight, id)
+			c.drop(id)
 			if err := c.send(rejected(0, id, connect.CodeFailedPrecondition.String(), fmt.Sprintf("lease on job %s was lost; stop it", id))); err != nil {
 				return err
 			}
@@ -477,7 +549,7 @@ func (c *conn) handle(ctx context.Context, m *agentv1.ConnectRequest) error {
 		if err != nil {
 			return c.reject(ctx, r.WriteId, r.JobId, err)
 		}
-		delete(c.inflight, r.JobId)
+		c.drop(r.JobId)
 		s.obs.Finished(j.State)
 		s.hub.NotifyLog(r.JobId)
 		s.hub.FleetChanged()
@@ -497,7 +569,7 @@ func (c *conn) handle(ctx context.Context, m *agentv1.ConnectRequest) error {
 func (c *conn) reject(ctx context.Context, writeID uint64, jobID string, err error) error {
 	switch errs.CodeOf(err) {
 	case errs.Conflict, errs.NotFound, errs.PermissionDenied, errs.Invalid:
-		delete(c.inflight, jobID)
+		c.drop(jobID)
 		c.log.WarnContext(ctx, "write refused", "job", jobID, "err", err)
 		return c.send(rejected(writeID, jobID, rpcerr.CodeName(err), err.Error()))
 	}

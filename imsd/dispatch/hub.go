@@ -8,6 +8,8 @@ package dispatch
 
 import (
 	"sync"
+
+	"github.com/byoc-dev/byoc/imsd/store"
 )
 
 // Session is one connected agent stream as the hub sees it. The hub may
@@ -29,6 +31,17 @@ type Handlers struct {
 	Cancel func(CancelRequest)
 	// Replaced is called when a newer stream of the same agent registers.
 	Replaced func()
+	// Reserve takes one of the agent's free job slots for a job about to
+	// be handed to it at enqueue (Hub.Reserve), and reports whether it had
+	// one. It must not block: it runs under the hub's lock.
+	Reserve func() bool
+	// Release gives back the slot Reserve took, when the job was not
+	// handed over after all.
+	Release func()
+	// Deliver passes the agent a job stored as assigned to it, in the slot
+	// Reserve took. If the stream is gone by then, the job waits for its
+	// lease to expire, as any assignment lost on the way does.
+	Deliver func(store.Job)
 }
 
 // CancelRequest asks an agent to stop a job.
@@ -131,6 +144,28 @@ func (h *Hub) Wake(installID string) {
 	for s := range h.byInstall[installID] {
 		s.Wake()
 	}
+}
+
+// Reserve finds a connected agent of installID with a free job slot and
+// reserves the slot, so an enqueue can store the job already assigned to
+// that agent (store.EnqueueAssigned) instead of waking the install's agents
+// to claim it: one write per job less, and one round trip less before the
+// agent has it. The caller then calls the session's Deliver, or Release
+// if the job was stored queued. It returns nil when the install may still
+// have queued jobs (those go first, through the claim path) or no agent of
+// it has a free slot here.
+func (h *Hub) Reserve(installID string) *Session {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.queued[installID] {
+		return nil
+	}
+	for s := range h.byInstall[installID] {
+		if s.Reserve != nil && s.Reserve() {
+			return s
+		}
+	}
+	return nil
 }
 
 // Connected reports whether agentID has a stream on this imsd.

@@ -46,6 +46,10 @@ type Config struct {
 	// HeartbeatInterval is what agents are told; an agent unseen for three
 	// intervals counts as disconnected on other replicas.
 	HeartbeatInterval time.Duration
+	// LeaseDuration is the lease of a job handed to a connected agent at
+	// enqueue; zero never hands jobs over at enqueue, leaving every job
+	// for the agents to claim.
+	LeaseDuration time.Duration
 	// FollowPoll bounds how long a log follower waits without a wake-up
 	// before it re-reads the database (a safety net, not the normal path).
 	FollowPoll time.Duration
@@ -366,11 +370,39 @@ func (s *Service) EnqueueJob(ctx context.Context, req *connect.Request[imsv1.Enq
 		CreatedAt:     s.now(),
 		CreatedBy:     callerFrom(ctx).Name,
 	}
-	if err := s.store.EnqueueJob(ctx, j); err != nil {
+	j, err = s.enqueue(ctx, j)
+	if err != nil {
 		return nil, s.err(ctx, err)
 	}
-	s.hub.Wake(in.ID)
 	return connect.NewResponse(&imsv1.EnqueueJobResponse{Job: s.jobToProto(ctx, j)}), nil
+}
+
+// enqueue stores j and gets it to an agent: straight to a connected agent
+// of the install with a free slot when there is one (stored assigned, no
+// claim needed), else queued, waking the install's agents to claim it.
+func (s *Service) enqueue(ctx context.Context, j store.Job) (store.Job, error) {
+	if s.cfg.LeaseDuration > 0 {
+		if sess := s.hub.Reserve(j.InstallID); sess != nil {
+			out, assigned, err := s.store.EnqueueAssigned(ctx, j, sess.AgentID, j.CreatedAt.Add(s.cfg.LeaseDuration))
+			if err != nil {
+				sess.Release()
+				return store.Job{}, err
+			}
+			if assigned {
+				sess.Deliver(out)
+				s.hub.FleetChanged()
+				return out, nil
+			}
+			sess.Release()
+			s.hub.Wake(j.InstallID)
+			return out, nil
+		}
+	}
+	if err := s.store.EnqueueJob(ctx, j); err != nil {
+		return store.Job{}, err
+	}
+	s.hub.Wake(j.InstallID)
+	return j, nil
 }
 
 var statesFromProto = map[imsv1.JobState]store.JobState{

@@ -192,7 +192,7 @@ func (s *Server) newHTTPServer() *http.Server {
 	obs := newMetrics(s.reg, s.hub)
 
 	mux := http.NewServeMux()
-	op := operatorapi.New(s.store, s.hub, operatorapi.Config{HeartbeatInterval: cfg.HeartbeatInterval, Engine: s.engine}, cfg.Now, s.log)
+	op := operatorapi.New(s.store, s.hub, operatorapi.Config{HeartbeatInterval: cfg.HeartbeatInterval, LeaseDuration: cfg.LeaseDuration, Engine: s.engine}, cfg.Now, s.log)
 	mux.Handle(imsv1connect.NewOperatorServiceHandler(op,
 		connect.WithInterceptors(operatorapi.NewAuthenticator(s.store, cfg.Now)),
 		connect.WithReadMaxBytes(4<<20),
@@ -219,10 +219,11 @@ func (s *Server) newHTTPServer() *http.Server {
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
 
+	// Plaintext HTTP/2 (h2c) never reaches this server's own connection
+	// handling: Serve routes it to an h2cListener first.
 	p := new(http.Protocols)
 	p.SetHTTP1(true)
 	p.SetHTTP2(true)
-	p.SetUnencryptedHTTP2(true)
 	return &http.Server{
 		Handler:           mux,
 		Protocols:         p,
@@ -268,16 +269,20 @@ func (s *Server) Serve(ctx context.Context) error {
 		}
 	}()
 	errc := make(chan error, 1)
-	go func() {
+	var h2c *h2cListener
+	if s.cfg.TLSCertFile != "" {
+		s.http.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		go func() { errc <- s.http.ServeTLS(s.ln, s.cfg.TLSCertFile, s.cfg.TLSKeyFile) }()
+	} else {
 		var err error
-		if s.cfg.TLSCertFile != "" {
-			s.http.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
-			err = s.http.ServeTLS(s.ln, s.cfg.TLSCertFile, s.cfg.TLSKeyFile)
-		} else {
-			err = s.http.Serve(s.ln)
+		if h2c, err = newH2CListener(s.ln, s.http); err != nil {
+			s.cancel()
+			s.wg.Wait()
+			s.store.Close()
+			return fmt.Errorf("serve h2c: %w", err)
 		}
-		errc <- err
-	}()
+		go func() { errc <- s.http.Serve(h2c) }()
+	}
 	if s.cfg.DebugAddr != "" {
 		dbg := &http.Server{Addr: s.cfg.DebugAddr, Handler: pprofMux(), ReadHeaderTimeout: 10 * time.Second}
 		go func() {
@@ -299,6 +304,9 @@ func (s *Server) Serve(ctx context.Context) error {
 	defer cancel()
 	if serr := s.http.Shutdown(sctx); serr != nil {
 		s.http.Close()
+	}
+	if h2c != nil {
+		h2c.closeConns(sctx)
 	}
 	s.cancel()
 	s.wg.Wait()

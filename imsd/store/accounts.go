@@ -376,7 +376,7 @@ func (s *Store) AgentsForInstall(ctx context.Context, installID string) ([]Agent
 
 // TouchAgent records that agent id was seen at now.
 func (s *Store) TouchAgent(ctx context.Context, id string, now time.Time) error {
-	return s.write(ctx, "touch agent", func(tx *txn) error {
+	return s.writeOne(ctx, "touch agent", func(tx *txn) error {
 		res, err := tx.ExecContext(ctx, s.bind(`UPDATE agents SET last_seen_at = ? WHERE id = ?`), nanos(now), id)
 		if err != nil {
 			return err

@@ -59,6 +59,39 @@ var jobColsQualified = func() string {
 	return strings.Join(cols, ", ")
 }()
 
+// dest returns pointers to r's fields in the order of jobCols, for Scan.
+func (r *jobRow) dest() []any {
+	return []any{&r.ID, &r.InstallID, &r.ComponentType, &r.Operation, &r.Config, &r.State, &r.Attempt, &r.MaxAttempts,
+		&r.TimeoutNS, &r.FencingToken, &r.AgentID, &r.LeaseDeadline, &r.CancelRequested, &r.CancelReason, &r.CreatedAt,
+		&r.StartedAt, &r.EndedAt, &r.ExitCode, &r.Error, &r.Outputs, &r.CreatedBy}
+}
+
+// getJobRow runs q, which returns jobCols, and scans its one row: the
+// job statements of every job's lifecycle scan without sqlx's reflection.
+func getJobRow(ctx context.Context, tx *txn, q string, args ...any) (jobRow, error) {
+	var r jobRow
+	err := tx.QueryRowContext(ctx, q, args...).Scan(r.dest()...)
+	return r, err
+}
+
+// selectJobRows is getJobRow for any number of rows.
+func selectJobRows(ctx context.Context, tx *txn, q string, args ...any) ([]jobRow, error) {
+	rows, err := tx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []jobRow
+	for rows.Next() {
+		var r jobRow
+		if err := rows.Scan(r.dest()...); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
 func (r jobRow) job() (Job, error) {
 	out, err := decodeMap(r.Outputs)
 	if err != nil {
@@ -89,16 +122,17 @@ func toJobs(rows []jobRow) ([]Job, error) {
 // the ID, CreatedAt and defaults; MaxAttempts must be at least 1 and
 // Timeout positive. State, attempt, lease and result fields are ignored.
 func (s *Store) EnqueueJob(ctx context.Context, j Job) error {
-	config, err := checkJob(j)
+	config, err := checkNewJob(j)
 	if err != nil {
 		return err
 	}
-	j.Config = []byte(config)
-	return s.write(ctx, "enqueue job", func(tx *txn) error { return s.insertJob(ctx, tx, j) })
+	return s.writeOne(ctx, "enqueue job", func(tx *txn) error {
+		return s.insertQueued(ctx, tx, j, config)
+	})
 }
 
-// checkJob checks a job to enqueue and returns its config as stored.
-func checkJob(j Job) (string, error) {
+// checkNewJob validates a job to enqueue and returns its config as stored.
+func checkNewJob(j Job) (config string, err error) {
 	switch {
 	case j.ID == "":
 		return "", errs.Field("id", "required")
@@ -116,30 +150,86 @@ func checkJob(j Job) (string, error) {
 	if err := requireTime("created_at", j.CreatedAt); err != nil {
 		return "", err
 	}
-	config := "{}"
-	if len(j.Config) > 0 {
-		if !json.Valid(j.Config) {
-			return "", errs.Field("config", "not valid JSON")
-		}
-		config = string(j.Config)
+	if len(j.Config) == 0 {
+		return "{}", nil
 	}
-	return config, nil
+	if !json.Valid(j.Config) {
+		return "", errs.Field("config", "not valid JSON")
+	}
+	return string(j.Config), nil
 }
 
-// insertJob inserts a checked job as queued and wakes its install's agents.
-func (s *Store) insertJob(ctx context.Context, tx *txn, j Job) error {
-	_, err := tx.ExecContext(ctx, s.bind(`INSERT INTO jobs (id, install_id, component_type, operation, config, state,
-		max_attempts, timeout_ns, created_at, created_by) VALUES (?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?)`),
-		j.ID, j.InstallID, j.ComponentType, j.Operation, string(j.Config), j.MaxAttempts, int64(j.Timeout), nanos(j.CreatedAt), j.CreatedBy)
+// insertError names what a failed job INSERT ran into.
+func insertError(j Job, err error) error {
 	switch {
 	case isUnique(err):
 		return errs.E(errs.AlreadyExists, "job %q already exists", j.ID)
 	case isForeignKey(err):
 		return errs.E(errs.NotFound, "install %q not found", j.InstallID)
-	case err != nil:
-		return err
+	}
+	return err
+}
+
+func (s *Store) insertQueued(ctx context.Context, tx *txn, j Job, config string) error {
+	_, err := tx.ExecContext(ctx, s.bind(`INSERT INTO jobs (id, install_id, component_type, operation, config, state,
+		max_attempts, timeout_ns, created_at, created_by) VALUES (?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?)`),
+		j.ID, j.InstallID, j.ComponentType, j.Operation, config, j.MaxAttempts, int64(j.Timeout), nanos(j.CreatedAt), j.CreatedBy)
+	if err != nil {
+		return insertError(j, err)
 	}
 	return s.notifyJobs(ctx, tx, j.InstallID)
+}
+
+// EnqueueAssigned stores j as EnqueueJob does, but already handed to agent
+// agentID when that agent belongs to j's install: assigned, at attempt 1,
+// with a new fencing token and a lease until leaseUntil, as if ClaimJobs
+// had claimed it at once. It saves the claim (a second write) when the
+// caller knows an agent of the install has a free slot. assigned is false
+// when the agent is not one of the install's (unknown, or of another
+// install): the job is then stored queued, like EnqueueJob. The returned
+// job is what was stored.
+func (s *Store) EnqueueAssigned(ctx context.Context, j Job, agentID string, leaseUntil time.Time) (out Job, assigned bool, err error) {
+	config, err := checkNewJob(j)
+	if err != nil {
+		return Job{}, false, err
+	}
+	if agentID == "" {
+		return Job{}, false, errs.Field("agent_id", "required")
+	}
+	if !leaseUntil.After(j.CreatedAt) {
+		return Job{}, false, errs.Field("lease_until", "must be after created_at")
+	}
+	token := newFencingToken()
+	err = s.writeOne(ctx, "enqueue job", func(tx *txn) error {
+		// One statement: the agent's install is checked by the INSERT
+		// itself, inside the write transaction, so a job never goes to
+		// another install's agent.
+		res, err := tx.ExecContext(ctx, s.bind(`INSERT INTO jobs (id, install_id, component_type, operation, config, state,
+			attempt, max_attempts, timeout_ns, fencing_token, agent_id, lease_deadline, created_at, created_by)
+			SELECT ?, ?, ?, ?, ?, 'assigned', 1, ?, ?, ?, id, ?, ?, ? FROM agents WHERE id = ? AND install_id = ?`),
+			j.ID, j.InstallID, j.ComponentType, j.Operation, config, j.MaxAttempts, int64(j.Timeout), token,
+			nanos(leaseUntil), nanos(j.CreatedAt), j.CreatedBy, agentID, j.InstallID)
+		if err != nil {
+			return insertError(j, err)
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 1 {
+			assigned = err == nil
+			return err
+		}
+		return s.insertQueued(ctx, tx, j, config)
+	})
+	if err != nil {
+		return Job{}, false, err
+	}
+	out = j
+	out.Config = []byte(config)
+	out.State, out.Attempt, out.CancelRequested, out.CancelReason = JobQueued, 0, false, ""
+	out.FencingToken, out.AgentID, out.LeaseDeadline = 0, "", time.Time{}
+	out.StartedAt, out.EndedAt, out.ExitCode, out.Error, out.Outputs = time.Time{}, time.Time{}, 0, "", nil
+	if assigned {
+		out.State, out.Attempt, out.FencingToken, out.AgentID, out.LeaseDeadline = JobAssigned, 1, token, agentID, leaseUntil
+	}
+	return out, assigned, nil
 }
 
 // GetJob returns the job with ID id.
@@ -252,7 +342,8 @@ func (s *Store) ClaimJobs(ctx context.Context, installID string, w Writer, n int
 		return nil, nil
 	}
 	var rows []jobRow
-	err := s.write(ctx, "claim jobs", func(tx *txn) error {
+	err := s.writeOne(ctx, "claim jobs", func(tx *txn) error {
+		var err error
 		if s.postgres() {
 			// SKIP LOCKED passes over the rows other claimers hold; each
 			// claimed row takes its token from the array by its rank.
@@ -260,13 +351,14 @@ func (s *Store) ClaimJobs(ctx context.Context, installID string, w Writer, n int
 			for i := range tokens {
 				tokens[i] = newFencingToken()
 			}
-			return tx.SelectContext(ctx, &rows, `UPDATE jobs SET state = 'assigned', attempt = attempt + 1, agent_id = $1,
+			rows, err = selectJobRows(ctx, tx, `UPDATE jobs SET state = 'assigned', attempt = attempt + 1, agent_id = $1,
 				lease_deadline = $2, started_at = 0, fencing_token = c.token
 				FROM (SELECT id, ($3::BIGINT[])[row_number() OVER (ORDER BY created_at, id)] AS token
 				      FROM (SELECT id, created_at FROM jobs WHERE install_id = $4 AND state = 'queued'
 				            ORDER BY created_at, id LIMIT $5 FOR UPDATE SKIP LOCKED) q) c
 				WHERE jobs.id = c.id AND jobs.state = 'queued' RETURNING `+jobColsQualified,
 				w.AgentID, nanos(leaseUntil), tokens, installID, n)
+			return err
 		}
 		// SQLite has one writer, so the subquery's rows cannot change
 		// under the UPDATE. random() is SQLite's ChaCha20 PRNG, seeded
@@ -277,10 +369,11 @@ func (s *Store) ClaimJobs(ctx context.Context, installID string, w Writer, n int
 		// bound LIMIT by its value, so it compiles the statement again at
 		// every run (a third of the writer's CPU under load). n is an int,
 		// and the prepared-statement cache keeps one statement per n.
-		return tx.SelectContext(ctx, &rows, `UPDATE jobs SET state = 'assigned', attempt = attempt + 1, agent_id = ?,
+		rows, err = selectJobRows(ctx, tx, `UPDATE jobs SET state = 'assigned', attempt = attempt + 1, agent_id = ?,
 			lease_deadline = ?, started_at = 0, fencing_token = max(1, random() & 9223372036854775807)
 			WHERE id IN (SELECT id FROM jobs WHERE install_id = ? AND state = 'queued' ORDER BY created_at, id LIMIT `+strconv.Itoa(n)+`)
 			RETURNING `+jobCols, w.AgentID, nanos(leaseUntil), installID)
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -297,8 +390,7 @@ func (s *Store) ClaimJobs(ctx context.Context, installID string, w Writer, n int
 // jobForWrite reads a job inside a write transaction, locking its row on
 // PostgreSQL until the transaction ends.
 func (s *Store) jobForWrite(ctx context.Context, tx *txn, id string) (Job, error) {
-	var r jobRow
-	err := tx.GetContext(ctx, &r, s.bind(`SELECT `+jobCols+` FROM jobs WHERE id = ?`+s.forUpdate()), id)
+	r, err := getJobRow(ctx, tx, s.bind(`SELECT `+jobCols+` FROM jobs WHERE id = ?`+s.forUpdate()), id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Job{}, errs.E(errs.NotFound, "job %q not found", id)
 	}
@@ -310,8 +402,8 @@ func (s *Store) jobForWrite(ctx context.Context, tx *txn, id string) (Job, error
 
 // updateJob runs an UPDATE ... RETURNING on one job and returns it.
 func (s *Store) updateJob(ctx context.Context, tx *txn, q string, args ...any) (Job, error) {
-	var r jobRow
-	if err := tx.GetContext(ctx, &r, s.bind(q+` RETURNING `+jobCols), args...); err != nil {
+	r, err := getJobRow(ctx, tx, s.bind(q+` RETURNING `+jobCols), args...)
+	if err != nil {
 		return Job{}, err
 	}
 	return r.job()
@@ -320,8 +412,7 @@ func (s *Store) updateJob(ctx context.Context, tx *txn, q string, args ...any) (
 // tryUpdateJob runs an UPDATE ... RETURNING that changes at most one job
 // and returns it; ok is false when no row matched.
 func (s *Store) tryUpdateJob(ctx context.Context, tx *txn, q string, args ...any) (j Job, ok bool, err error) {
-	var r jobRow
-	err = tx.GetContext(ctx, &r, s.bind(q+` RETURNING `+jobCols), args...)
+	r, err := getJobRow(ctx, tx, s.bind(q+` RETURNING `+jobCols), args...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Job{}, false, nil
 	}
@@ -373,7 +464,7 @@ func (s *Store) AckJob(ctx context.Context, jobID string, w Writer, leaseUntil, 
 		return Job{}, err
 	}
 	var out Job
-	err := s.write(ctx, "ack job", func(tx *txn) error {
+	err := s.writeOne(ctx, "ack job", func(tx *txn) error {
 		// The usual case, one statement: the holder acks an assigned job.
 		var ok bool
 		var err error
@@ -462,7 +553,7 @@ func (s *Store) FinishJob(ctx context.Context, jobID string, w Writer, r Result,
 		return Job{}, err
 	}
 	var out Job
-	err := s.write(ctx, "finish job", func(tx *txn) error {
+	err := s.writeOne(ctx, "finish job", func(tx *txn) error {
 		// The usual case, one statement: the holder finishes its job.
 		var ok bool
 		var err error

@@ -397,11 +397,10 @@ func (s *Store) setInstallState(ctx context.Context, tx *txn, installID string, 
 // when the step is no longer pending or the workflow is being cancelled,
 // so two replicas advancing one workflow never start a step twice.
 func (s *Store) StartStep(ctx context.Context, workflowID, name string, j Job, now time.Time) (ok bool, err error) {
-	config, err := checkJob(j)
+	config, err := checkNewJob(j)
 	if err != nil {
 		return false, err
 	}
-	j.Config = []byte(config)
 	err = s.write(ctx, "start step", func(tx *txn) error {
 		res, err := tx.ExecContext(ctx, s.bind(`UPDATE workflow_steps SET state = 'running', job_id = ?, attempts = attempts + 1,
 			started_at = ?, ended_at = 0, error = '' WHERE workflow_id = ? AND name = ? AND state = 'pending'
@@ -414,7 +413,7 @@ func (s *Store) StartStep(ctx context.Context, workflowID, name string, j Job, n
 			return err
 		}
 		ok = true
-		return s.insertJob(ctx, tx, j)
+		return s.insertQueued(ctx, tx, j, config)
 	})
 	return ok, err
 }

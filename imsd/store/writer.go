@@ -9,6 +9,8 @@ import (
 	"sync"
 
 	"github.com/jmoiron/sqlx"
+
+	"github.com/byoc-dev/byoc/imsd/errs"
 )
 
 // txn is the transaction a write function runs in. Its methods take a
@@ -59,6 +61,26 @@ func (t *txn) GetContext(ctx context.Context, dest any, q string, args ...any) e
 	return t.tx.GetContext(ctx, dest, q, args...)
 }
 
+// QueryRowContext runs a query expected to return at most one row, for a
+// caller that scans the columns itself: cheaper than GetContext's
+// reflection, which showed in profiles of the hot job statements.
+func (t *txn) QueryRowContext(ctx context.Context, q string, args ...any) *sqlx.Row {
+	ctx = t.c(ctx)
+	if st := t.stmt(ctx, q); st != nil {
+		return st.QueryRowxContext(ctx, args...)
+	}
+	return t.tx.QueryRowxContext(ctx, q, args...)
+}
+
+// QueryContext runs a query for a caller that scans the rows itself.
+func (t *txn) QueryContext(ctx context.Context, q string, args ...any) (*sqlx.Rows, error) {
+	ctx = t.c(ctx)
+	if st := t.stmt(ctx, q); st != nil {
+		return st.QueryxContext(ctx, args...)
+	}
+	return t.tx.QueryxContext(ctx, q, args...)
+}
+
 func (t *txn) SelectContext(ctx context.Context, dest any, q string, args ...any) error {
 	ctx = t.c(ctx)
 	if st := t.stmt(ctx, q); st != nil {
@@ -71,8 +93,22 @@ func (t *txn) SelectContext(ctx context.Context, dest any, q string, args ...any
 // names the operation in internal errors; *errs.Error values pass through
 // unwrapped. On SQLite fn joins the group commit.
 func (s *Store) write(ctx context.Context, op string, fn func(tx *txn) error) error {
+	return s.writeTx(ctx, op, false, fn)
+}
+
+// writeOne is write for an fn that changes the database in at most one
+// statement, its last, and that fails with an *errs.Error only when it
+// has changed nothing (a refusal, or a statement that failed, which
+// SQLite undoes by itself). In a group commit such a write needs no
+// savepoint of its own: two statements fewer per write. Any other error
+// from fn rolls back the whole batch, since it may leave a change behind.
+func (s *Store) writeOne(ctx context.Context, op string, fn func(tx *txn) error) error {
+	return s.writeTx(ctx, op, true, fn)
+}
+
+func (s *Store) writeTx(ctx context.Context, op string, one bool, fn func(tx *txn) error) error {
 	if s.gc != nil {
-		return s.gc.write(ctx, op, fn)
+		return s.gc.write(ctx, op, one, fn)
 	}
 	tx, err := s.w.BeginTxx(ctx, nil)
 	if err != nil {
@@ -117,6 +153,8 @@ type writeReq struct {
 	ctx context.Context
 	op  string
 	fn  func(tx *txn) error
+	// one marks a writeOne write: it runs without a savepoint.
+	one bool
 	// err is sent exactly once; buffered so the writer never waits.
 	err chan error
 	// pending is the answer kept until the batch commits.
@@ -129,8 +167,8 @@ func startGroupCommit(db *sqlx.DB) *groupCommit {
 	return g
 }
 
-func (g *groupCommit) write(ctx context.Context, op string, fn func(tx *txn) error) error {
-	r := &writeReq{ctx: ctx, op: op, fn: fn, err: make(chan error, 1)}
+func (g *groupCommit) write(ctx context.Context, op string, one bool, fn func(tx *txn) error) error {
+	r := &writeReq{ctx: ctx, op: op, fn: fn, one: one, err: make(chan error, 1)}
 	select {
 	case g.reqs <- r:
 	case <-ctx.Done():
@@ -252,6 +290,21 @@ func (g *groupCommit) runBatch(batch []*writeReq) {
 		if err := r.ctx.Err(); err != nil {
 			// Its caller gave up while it waited: skip it.
 			r.err <- fmt.Errorf("%s: %w", r.op, err)
+			continue
+		}
+		if r.one {
+			ferr := r.fn(t)
+			if ferr == nil {
+				r.ok = true
+				continue
+			}
+			r.err <- wrap(r.op, ferr)
+			var e *errs.Error
+			if !errors.As(ferr, &e) {
+				// It may have left a change behind: undo the batch.
+				g.fail(tx, batch, i, true, ferr)
+				return
+			}
 			continue
 		}
 		if _, err := t.ExecContext(ctx, "SAVEPOINT w"); err != nil {

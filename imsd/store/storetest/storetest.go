@@ -44,6 +44,7 @@ func Run(t *testing.T, open OpenFunc) {
 		{"EnrollConcurrent", testEnrollConcurrent},
 		{"Agents", testAgents},
 		{"EnqueueAndGet", testEnqueueAndGet},
+		{"EnqueueAssigned", testEnqueueAssigned},
 		{"ClaimOrder", testClaimOrder},
 		{"ClaimExclusive", testClaimExclusive},
 		{"AckAndFinish", testAckAndFinish},
@@ -470,6 +471,71 @@ func testEnqueueAndGet(t *testing.T, e *env) {
 	}
 	_, err := e.s.GetJob(ctx, "nope")
 	wantErr(t, err, errs.NotFound, "nope")
+}
+
+func testEnqueueAssigned(t *testing.T, e *env) {
+	ctx := e.ctx()
+	inst := e.install("acme")
+	other := e.install("globex")
+	e.agent(inst, "ag-1")
+	e.agent(other, "ag-2")
+
+	// Handed over at once: stored as a claim would have left it.
+	j, assigned, err := e.s.EnqueueAssigned(ctx, newJob("job-1", inst, T0), "ag-1", at(time.Minute))
+	ok(t, err)
+	equal(t, "assigned", assigned, true)
+	stored := e.job("job-1")
+	equal(t, "state", stored.State, store.JobAssigned)
+	equal(t, "attempt", stored.Attempt, 1)
+	equal(t, "agent", stored.AgentID, "ag-1")
+	equal(t, "lease", stored.LeaseDeadline, at(time.Minute))
+	equal(t, "token", stored.FencingToken, j.FencingToken)
+	equal(t, "returned state", j.State, store.JobAssigned)
+	equal(t, "returned config", string(j.Config), `{"dir":"infra"}`)
+	if j.FencingToken <= 0 {
+		t.Fatalf("fencing token %d, want positive", j.FencingToken)
+	}
+	// The holder's writes go through; nothing is left to claim.
+	_, err = e.s.AckJob(ctx, "job-1", writer(j), at(2*time.Minute), at(time.Second))
+	ok(t, err)
+	none, err := e.s.ClaimJobs(ctx, inst, store.Writer{AgentID: "ag-1"}, 5, at(time.Minute), T0)
+	ok(t, err)
+	equal(t, "claimable", len(none), 0)
+
+	// An agent of another install, or none at all, never gets the job:
+	// it is queued instead.
+	for i, agent := range []string{"ag-2", "ag-nope"} {
+		id := fmt.Sprintf("job-q%d", i)
+		j, assigned, err := e.s.EnqueueAssigned(ctx, newJob(id, inst, T0), agent, at(time.Minute))
+		ok(t, err)
+		equal(t, "assigned to "+agent, assigned, false)
+		equal(t, "returned state", j.State, store.JobQueued)
+		got := e.job(id)
+		equal(t, "state", got.State, store.JobQueued)
+		if got.AgentID != "" || got.FencingToken != 0 || got.Attempt != 0 {
+			t.Fatalf("queued job has lease fields: %+v", got)
+		}
+	}
+	equal(t, "claimable", len(e.claimAll(inst, "ag-1")), 2)
+
+	// Refusals change nothing.
+	_, _, err = e.s.EnqueueAssigned(ctx, newJob("job-1", inst, T0), "ag-1", at(time.Minute))
+	wantErr(t, err, errs.AlreadyExists, "job-1")
+	_, _, err = e.s.EnqueueAssigned(ctx, newJob("job-x", "inst-nope", T0), "ag-1", at(time.Minute))
+	wantErr(t, err, errs.NotFound, "inst-nope")
+	_, _, err = e.s.EnqueueAssigned(ctx, newJob("job-x", inst, T0), "ag-1", T0)
+	wantErr(t, err, errs.Invalid, "lease_until")
+	_, err = e.s.GetJob(ctx, "job-x")
+	wantErr(t, err, errs.NotFound)
+	equal(t, "job-1 state", e.job("job-1").State, store.JobRunning)
+}
+
+// claimAll claims up to 100 queued jobs of installID for agentID.
+func (e *env) claimAll(installID, agentID string) []store.Job {
+	e.t.Helper()
+	jobs, err := e.s.ClaimJobs(e.ctx(), installID, store.Writer{AgentID: agentID}, 100, at(time.Hour), at(time.Minute))
+	ok(e.t, err)
+	return jobs
 }
 
 func testClaimOrder(t *testing.T, e *env) {
