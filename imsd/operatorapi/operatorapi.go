@@ -351,7 +351,7 @@ func (s *Service) EnqueueJob(ctx context.Context, req *connect.Request[imsv1.Enq
 		}
 		config = b
 	}
-	in, err := s.store.GetInstall(ctx, m.Install)
+	installID, err := s.store.InstallID(ctx, m.Install)
 	if errs.Is(err, errs.NotFound) {
 		return nil, s.err(ctx, errs.Field("install", "no install named %q", m.Install))
 	}
@@ -360,7 +360,7 @@ func (s *Service) EnqueueJob(ctx context.Context, req *connect.Request[imsv1.Enq
 	}
 	j := store.Job{
 		ID:            auth.NewID("job_"),
-		InstallID:     in.ID,
+		InstallID:     installID,
 		ComponentType: m.ComponentType,
 		Operation:     m.Operation,
 		Config:        config,

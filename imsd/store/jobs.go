@@ -409,20 +409,6 @@ func (s *Store) updateJob(ctx context.Context, tx *txn, q string, args ...any) (
 	return r.job()
 }
 
-// tryUpdateJob runs an UPDATE ... RETURNING that changes at most one job
-// and returns it; ok is false when no row matched.
-func (s *Store) tryUpdateJob(ctx context.Context, tx *txn, q string, args ...any) (j Job, ok bool, err error) {
-	r, err := getJobRow(ctx, tx, s.bind(q+` RETURNING `+jobCols), args...)
-	if errors.Is(err, sql.ErrNoRows) {
-		return Job{}, false, nil
-	}
-	if err != nil {
-		return Job{}, false, err
-	}
-	j, err = r.job()
-	return j, err == nil, err
-}
-
 // checkWriter refuses a write back to j from anyone but the agent holding
 // its current lease. An agent of another install learns nothing about the
 // job beyond that it is not its own; an agent of the same install that lost
@@ -458,17 +444,16 @@ func (s *Store) checkWriter(ctx context.Context, tx *txn, j Job, w Writer) error
 
 // AckJob records that the agent started job jobID: assigned becomes
 // running and the lease is renewed until leaseUntil. Acking a running job
-// again with the same token changes nothing.
-func (s *Store) AckJob(ctx context.Context, jobID string, w Writer, leaseUntil, now time.Time) (Job, error) {
+// again with the same token changes nothing. Callers that want the job
+// read it: the usual ack is one UPDATE that returns nothing, since
+// returning the row cost as much as the update itself.
+func (s *Store) AckJob(ctx context.Context, jobID string, w Writer, leaseUntil, now time.Time) error {
 	if err := requireTime("now", now); err != nil {
-		return Job{}, err
+		return err
 	}
-	var out Job
-	err := s.writeOne(ctx, "ack job", func(tx *txn) error {
+	return s.writeOne(ctx, "ack job", func(tx *txn) error {
 		// The usual case, one statement: the holder acks an assigned job.
-		var ok bool
-		var err error
-		out, ok, err = s.tryUpdateJob(ctx, tx, `UPDATE jobs SET state = 'running', started_at = ?, lease_deadline = ?
+		ok, err := s.tryExec(ctx, tx, `UPDATE jobs SET state = 'running', started_at = ?, lease_deadline = ?
 			WHERE id = ? AND agent_id = ? AND agent_id <> '' AND fencing_token = ? AND state = 'assigned'`,
 			nanos(now), nanos(leaseUntil), jobID, w.AgentID, w.FencingToken)
 		if ok || err != nil {
@@ -484,17 +469,26 @@ func (s *Store) AckJob(ctx context.Context, jobID string, w Writer, leaseUntil, 
 		}
 		switch j.State {
 		case JobRunning:
-			out = j
 			return nil
 		case JobAssigned:
-			out, err = s.updateJob(ctx, tx, `UPDATE jobs SET state = 'running', started_at = ?, lease_deadline = ? WHERE id = ?`,
+			_, err = s.updateJob(ctx, tx, `UPDATE jobs SET state = 'running', started_at = ?, lease_deadline = ? WHERE id = ?`,
 				nanos(now), nanos(leaseUntil), jobID)
 			return err
 		default:
 			return errs.E(errs.Conflict, "job %s already ended", jobID)
 		}
 	})
-	return out, err
+}
+
+// tryExec runs an UPDATE that changes at most one row; ok is false when
+// no row matched.
+func (s *Store) tryExec(ctx context.Context, tx *txn, q string, args ...any) (ok bool, err error) {
+	res, err := tx.ExecContext(ctx, s.bind(q), args...)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
 }
 
 // RenewLeases extends to leaseUntil the lease of every job in leases that
@@ -543,21 +537,20 @@ func (s *Store) RenewLeases(ctx context.Context, agentID string, leases []Lease,
 }
 
 // FinishJob records how job jobID ended on its agent. r.State must be
-// terminal. Finishing a job again with the same token returns it unchanged,
-// so a result resent after a lost reply is harmless.
-func (s *Store) FinishJob(ctx context.Context, jobID string, w Writer, r Result, now time.Time) (Job, error) {
+// terminal. changed is false when the job had already ended: finishing it
+// again with the same token changes nothing and is no error, so a result
+// resent after a lost reply is harmless. The usual finish is one UPDATE
+// that returns nothing; callers that want the job read it.
+func (s *Store) FinishJob(ctx context.Context, jobID string, w Writer, r Result, now time.Time) (changed bool, err error) {
 	if !r.State.Terminal() {
-		return Job{}, errs.Field("state", "%q is not a final job state", r.State)
+		return false, errs.Field("state", "%q is not a final job state", r.State)
 	}
 	if err := requireTime("now", now); err != nil {
-		return Job{}, err
+		return false, err
 	}
-	var out Job
-	err := s.writeOne(ctx, "finish job", func(tx *txn) error {
+	err = s.writeOne(ctx, "finish job", func(tx *txn) error {
 		// The usual case, one statement: the holder finishes its job.
-		var ok bool
-		var err error
-		out, ok, err = s.tryUpdateJob(ctx, tx, `UPDATE jobs SET state = ?, ended_at = ?, exit_code = ?, error = ?, outputs = ?,
+		ok, err := s.tryExec(ctx, tx, `UPDATE jobs SET state = ?, ended_at = ?, exit_code = ?, error = ?, outputs = ?,
 			lease_deadline = 0 WHERE id = ? AND agent_id = ? AND agent_id <> '' AND fencing_token = ? AND state IN ('assigned', 'running')`,
 			string(r.State), nanos(now), r.ExitCode, r.Error, encodeMap(r.Outputs), jobID, w.AgentID, w.FencingToken)
 		if err != nil {
@@ -573,18 +566,17 @@ func (s *Store) FinishJob(ctx context.Context, jobID string, w Writer, r Result,
 				return err
 			}
 			if j.State.Terminal() {
-				out = j
 				return nil
 			}
-			out, err = s.updateJob(ctx, tx, `UPDATE jobs SET state = ?, ended_at = ?, exit_code = ?, error = ?, outputs = ?,
-				lease_deadline = 0 WHERE id = ?`, string(r.State), nanos(now), r.ExitCode, r.Error, encodeMap(r.Outputs), jobID)
-			if err != nil {
+			if _, err := s.updateJob(ctx, tx, `UPDATE jobs SET state = ?, ended_at = ?, exit_code = ?, error = ?, outputs = ?,
+				lease_deadline = 0 WHERE id = ?`, string(r.State), nanos(now), r.ExitCode, r.Error, encodeMap(r.Outputs), jobID); err != nil {
 				return err
 			}
 		}
+		changed = true
 		return s.notifyLogs(ctx, tx, jobID)
 	})
-	return out, err
+	return changed && err == nil, err
 }
 
 // RequestCancel cancels job jobID: a queued job is cancelled at once; an

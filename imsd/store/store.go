@@ -57,6 +57,10 @@ type Store struct {
 	// pg is the parsed PostgreSQL config, used by Listen for its dedicated
 	// connection. Nil on SQLite.
 	pg *pgx.ConnConfig
+	// installIDs caches what InstallID resolved: installs are never
+	// renamed or deleted, so a name or id, once found, names the same
+	// install for good.
+	installIDs installIDCache
 }
 
 // Open opens the database named by dsn and applies pending migrations.
