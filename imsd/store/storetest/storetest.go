@@ -313,7 +313,6 @@ func testInstalls(t *testing.T, e *env) {
 	_, err = e.s.GetInstall(ctx, "nope")
 	wantErr(t, err, errs.NotFound, "nope")
 
-
 	names := func(ins []store.Install) (out []string) {
 		for _, in := range ins {
 			out = append(out, in.Name)
