@@ -189,18 +189,95 @@ func (s *Store) insertQueued(ctx context.Context, tx *txn, j Job, config string)
 // install): the job is then stored queued, like EnqueueJob. The returned
 // job is what was stored.
 func (s *Store) EnqueueAssigned(ctx context.Context, j Job, agentID string, leaseUntil time.Time) (out Job, assigned bool, err error) {
-	config, err := checkNewJob(j)
-	if err != nil {
-		return Job{}, false, err
-	}
 	if agentID == "" {
 		return Job{}, false, errs.Field("agent_id", "required")
 	}
-	if !leaseUntil.After(j.CreatedAt) {
-		return Job{}, false, errs.Field("lease_until", "must be after created_at")
+	n := NewJob{Job: j, AgentID: agentID, LeaseUntil: leaseUntil}
+	config, err := n.check()
+	if err != nil {
+		return Job{}, false, err
 	}
-	token := newFencingToken()
 	err = s.writeOne(ctx, "enqueue job", func(tx *txn) error {
+		out, err = s.insertNew(ctx, tx, n, config)
+		return err
+	})
+	if err != nil {
+		return Job{}, false, err
+	}
+	return out, out.State == JobAssigned, nil
+}
+
+// NewJob is a job to enqueue with EnqueueJobs: Job as EnqueueJob takes
+// it, and optionally the connected agent to hand it to at once, as
+// EnqueueAssigned does.
+type NewJob struct {
+	Job
+	// AgentID, when set, is the agent to assign the job to if it belongs
+	// to the job's install; LeaseUntil is then the lease's end.
+	AgentID    string
+	LeaseUntil time.Time
+}
+
+func (n NewJob) check() (config string, err error) {
+	config, err = checkNewJob(n.Job)
+	if err != nil || n.AgentID == "" {
+		return config, err
+	}
+	if !n.LeaseUntil.After(n.CreatedAt) {
+		return "", errs.Field("lease_until", "must be after created_at")
+	}
+	return config, nil
+}
+
+// MaxEnqueueBatch caps the jobs of one EnqueueJobs call.
+const MaxEnqueueBatch = 1000
+
+// EnqueueJobs stores jobs in one transaction, all or none: an invalid job
+// (its error names jobs[i]), a duplicate id or an unknown install stores
+// nothing. Each job with an AgentID of its install is stored assigned to
+// that agent, the others queued. The stored jobs are returned in order.
+func (s *Store) EnqueueJobs(ctx context.Context, jobs []NewJob) ([]Job, error) {
+	if len(jobs) == 0 {
+		return nil, errs.Field("jobs", "required")
+	}
+	if len(jobs) > MaxEnqueueBatch {
+		return nil, errs.Field("jobs", "%d jobs; at most %d in one call", len(jobs), MaxEnqueueBatch)
+	}
+	configs := make([]string, len(jobs))
+	for i, n := range jobs {
+		c, err := n.check()
+		if err != nil {
+			return nil, errs.Prefix(fmt.Sprintf("jobs[%d]", i), err)
+		}
+		configs[i] = c
+	}
+	out := make([]Job, len(jobs))
+	err := s.write(ctx, "enqueue jobs", func(tx *txn) error {
+		for i, n := range jobs {
+			j, err := s.insertNew(ctx, tx, n, configs[i])
+			if err != nil {
+				return errs.Prefix(fmt.Sprintf("jobs[%d]", i), err)
+			}
+			out[i] = j
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// insertNew inserts a checked job: assigned to n.AgentID when that agent
+// is one of the install's, else queued. It returns the job as stored.
+func (s *Store) insertNew(ctx context.Context, tx *txn, n NewJob, config string) (Job, error) {
+	j := n.Job
+	j.Config = []byte(config)
+	j.State, j.Attempt, j.CancelRequested, j.CancelReason = JobQueued, 0, false, ""
+	j.FencingToken, j.AgentID, j.LeaseDeadline = 0, "", time.Time{}
+	j.StartedAt, j.EndedAt, j.ExitCode, j.Error, j.Outputs = time.Time{}, time.Time{}, 0, "", nil
+	if n.AgentID != "" {
+		token := newFencingToken()
 		// One statement: the agent's install is checked by the INSERT
 		// itself, inside the write transaction, so a job never goes to
 		// another install's agent.
@@ -208,28 +285,20 @@ func (s *Store) EnqueueAssigned(ctx context.Context, j Job, agentID string, leas
 			attempt, max_attempts, timeout_ns, fencing_token, agent_id, lease_deadline, created_at, created_by)
 			SELECT ?, ?, ?, ?, ?, 'assigned', 1, ?, ?, ?, id, ?, ?, ? FROM agents WHERE id = ? AND install_id = ?`),
 			j.ID, j.InstallID, j.ComponentType, j.Operation, config, j.MaxAttempts, int64(j.Timeout), token,
-			nanos(leaseUntil), nanos(j.CreatedAt), j.CreatedBy, agentID, j.InstallID)
+			nanos(n.LeaseUntil), nanos(j.CreatedAt), j.CreatedBy, n.AgentID, j.InstallID)
 		if err != nil {
-			return insertError(j, err)
+			return Job{}, insertError(j, err)
 		}
-		if n, err := res.RowsAffected(); err != nil || n == 1 {
-			assigned = err == nil
-			return err
+		k, err := res.RowsAffected()
+		if err != nil {
+			return Job{}, err
 		}
-		return s.insertQueued(ctx, tx, j, config)
-	})
-	if err != nil {
-		return Job{}, false, err
+		if k == 1 {
+			j.State, j.Attempt, j.FencingToken, j.AgentID, j.LeaseDeadline = JobAssigned, 1, token, n.AgentID, n.LeaseUntil
+			return j, nil
+		}
 	}
-	out = j
-	out.Config = []byte(config)
-	out.State, out.Attempt, out.CancelRequested, out.CancelReason = JobQueued, 0, false, ""
-	out.FencingToken, out.AgentID, out.LeaseDeadline = 0, "", time.Time{}
-	out.StartedAt, out.EndedAt, out.ExitCode, out.Error, out.Outputs = time.Time{}, time.Time{}, 0, "", nil
-	if assigned {
-		out.State, out.Attempt, out.FencingToken, out.AgentID, out.LeaseDeadline = JobAssigned, 1, token, agentID, leaseUntil
-	}
-	return out, assigned, nil
+	return j, s.insertQueued(ctx, tx, j, config)
 }
 
 // GetJob returns the job with ID id.

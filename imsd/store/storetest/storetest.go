@@ -45,6 +45,7 @@ func Run(t *testing.T, open OpenFunc) {
 		{"Agents", testAgents},
 		{"EnqueueAndGet", testEnqueueAndGet},
 		{"EnqueueAssigned", testEnqueueAssigned},
+		{"EnqueueJobs", testEnqueueJobs},
 		{"ClaimOrder", testClaimOrder},
 		{"ClaimExclusive", testClaimExclusive},
 		{"AckAndFinish", testAckAndFinish},
@@ -544,6 +545,58 @@ func testEnqueueAssigned(t *testing.T, e *env) {
 	_, err = e.s.GetJob(ctx, "job-x")
 	wantErr(t, err, errs.NotFound)
 	equal(t, "job-1 state", e.job("job-1").State, store.JobRunning)
+}
+
+func testEnqueueJobs(t *testing.T, e *env) {
+	ctx := e.ctx()
+	inst := e.install("acme")
+	other := e.install("globex")
+	e.agent(inst, "ag-1")
+	e.agent(other, "ag-2")
+
+	// One batch: assigned where the agent is the install's, queued where
+	// it is another install's or none was given; returned in order.
+	lease := at(time.Minute)
+	jobs, err := e.s.EnqueueJobs(ctx, []store.NewJob{
+		{Job: newJob("job-1", inst, T0), AgentID: "ag-1", LeaseUntil: lease},
+		{Job: newJob("job-2", other, T0)},
+		{Job: newJob("job-3", inst, T0), AgentID: "ag-2", LeaseUntil: lease},
+	})
+	ok(t, err)
+	equal(t, "returned", len(jobs), 3)
+	for i, want := range []store.JobState{store.JobAssigned, store.JobQueued, store.JobQueued} {
+		id := fmt.Sprintf("job-%d", i+1)
+		equal(t, id+" returned id", jobs[i].ID, id)
+		equal(t, id+" returned state", jobs[i].State, want)
+		equal(t, id+" stored state", e.job(id).State, want)
+	}
+	stored := e.job("job-1")
+	equal(t, "agent", stored.AgentID, "ag-1")
+	equal(t, "token", stored.FencingToken, jobs[0].FencingToken)
+	equal(t, "lease", stored.LeaseDeadline, lease)
+	ok(t, e.s.AckJob(ctx, "job-1", writer(jobs[0]), at(2*time.Minute), at(time.Second)))
+	equal(t, "claimable", len(e.claimAll(inst, "ag-1")), 1)
+
+	// All or none: a duplicate id, an unknown install or an invalid job
+	// anywhere in the batch stores nothing, and the error says which job.
+	for _, c := range []struct {
+		bad  store.Job
+		code errs.Code
+		want string
+	}{
+		{newJob("job-2", inst, T0), errs.AlreadyExists, "jobs[1]: job \"job-2\" already exists"},
+		{newJob("job-y", "inst-nope", T0), errs.NotFound, "jobs[1]: install \"inst-nope\" not found"},
+		{func() store.Job { j := newJob("job-y", inst, T0); j.Operation = ""; return j }(), errs.Invalid, "jobs[1].operation"},
+	} {
+		_, err := e.s.EnqueueJobs(ctx, []store.NewJob{{Job: newJob("job-x", inst, T0), AgentID: "ag-1", LeaseUntil: lease}, {Job: c.bad}})
+		wantErr(t, err, c.code, c.want)
+		_, err = e.s.GetJob(ctx, "job-x")
+		wantErr(t, err, errs.NotFound)
+	}
+	_, err = e.s.EnqueueJobs(ctx, nil)
+	wantErr(t, err, errs.Invalid, "jobs")
+	_, err = e.s.EnqueueJobs(ctx, make([]store.NewJob, store.MaxEnqueueBatch+1))
+	wantErr(t, err, errs.Invalid, "at most")
 }
 
 // claimAll claims up to 100 queued jobs of installID for agentID.
