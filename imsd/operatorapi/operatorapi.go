@@ -398,8 +398,9 @@ func (s *Service) newJob(ctx context.Context, m *imsv1.EnqueueJobRequest) (store
 	if err != nil {
 		return store.Job{}, err
 	}
+	now := s.now()
 	return store.Job{
-		ID:            auth.NewID("job_"),
+		ID:            auth.NewSortableID("job_", now),
 		InstallID:     installID,
 		ComponentType: m.ComponentType,
 		Operation:     m.Operation,
@@ -407,7 +408,7 @@ func (s *Service) newJob(ctx context.Context, m *imsv1.EnqueueJobRequest) (store
 		State:         store.JobQueued,
 		MaxAttempts:   attempts,
 		Timeout:       timeout,
-		CreatedAt:     s.now(),
+		CreatedAt:     now,
 		CreatedBy:     callerFrom(ctx).Name,
 	}, nil
 }
