@@ -666,9 +666,29 @@ func configStruct(b []byte) (*structpb.Struct, error) {
 	if len(b) == 0 {
 		return &structpb.Struct{}, nil
 	}
+	if last := lastConfig.Load(); last != nil && last.json == string(b) {
+		return last.cfg, nil
+	}
 	var m map[string]any
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, fmt.Errorf("job config: %w", err)
 	}
-	return structpb.NewStruct(m)
+	cfg, err := structpb.NewStruct(m)
+	if err == nil && len(b) <= maxCachedConfig {
+		lastConfig.Store(&decodedConfig{json: string(b), cfg: cfg})
+	}
+	return cfg, err
+}
+
+// lastConfig is the config last decoded for an assignment: a run across
+// a fleet hands the same config to every install's agent. The message is
+// only ever read (marshalled) once decoded, so assignments share it.
+var lastConfig atomic.Pointer[decodedConfig]
+
+// maxCachedConfig bounds the config lastConfig keeps.
+const maxCachedConfig = 16 << 10
+
+type decodedConfig struct {
+	json string
+	cfg  *structpb.Struct
 }

@@ -319,7 +319,7 @@ func (s *Service) EnqueueJob(ctx context.Context, req *connect.Request[imsv1.Enq
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}
-	return connect.NewResponse(&imsv1.EnqueueJobResponse{Job: s.jobToProto(ctx, jobs[0])}), nil
+	return connect.NewResponse(&imsv1.EnqueueJobResponse{Job: enqueuedToProto(jobs[0], req.Msg.Config)}), nil
 }
 
 // EnqueueJobs queues up to store.MaxEnqueueBatch jobs, all or none.
@@ -345,7 +345,7 @@ func (s *Service) EnqueueJobs(ctx context.Context, req *connect.Request[imsv1.En
 	}
 	out := &imsv1.EnqueueJobsResponse{Jobs: make([]*imsv1.Job, len(jobs))}
 	for i, j := range jobs {
-		out.Jobs[i] = s.jobToProto(ctx, j)
+		out.Jobs[i] = enqueuedToProto(j, m.Jobs[i].Config)
 	}
 	return connect.NewResponse(out), nil
 }
@@ -855,14 +855,7 @@ var statesToProto = func() map[store.JobState]imsv1.JobState {
 }()
 
 func (s *Service) jobToProto(ctx context.Context, j store.Job) *imsv1.Job {
-	p := &imsv1.Job{
-		Id: j.ID, InstallId: j.InstallID, ComponentType: j.ComponentType, Operation: j.Operation,
-		State: statesToProto[j.State], Attempt: int32(j.Attempt), MaxAttempts: int32(j.MaxAttempts),
-		TimeoutSeconds: int64(j.Timeout / time.Second), AgentId: j.AgentID,
-		CreateTime: ts(j.CreatedAt), StartTime: ts(j.StartedAt), EndTime: ts(j.EndedAt),
-		LeaseExpireTime: ts(j.LeaseDeadline), CancelRequested: j.CancelRequested,
-		ExitCode: int32(j.ExitCode), Error: j.Error, Outputs: j.Outputs, CreatedBy: j.CreatedBy,
-	}
+	p := jobFields(j)
 	if len(j.Config) > 0 {
 		cfg := &structpb.Struct{}
 		if err := cfg.UnmarshalJSON(j.Config); err == nil {
@@ -872,6 +865,30 @@ func (s *Service) jobToProto(ctx context.Context, j store.Job) *imsv1.Job {
 		}
 	}
 	return p
+}
+
+// enqueuedToProto is jobToProto for a job just enqueued from a request
+// with config cfg, which is what the stored config decodes to: the
+// answer reuses it rather than decoding the JSON again.
+func enqueuedToProto(j store.Job, cfg *structpb.Struct) *imsv1.Job {
+	p := jobFields(j)
+	p.Config = cfg
+	if cfg == nil {
+		p.Config = &structpb.Struct{}
+	}
+	return p
+}
+
+// jobFields is a job's message without its config.
+func jobFields(j store.Job) *imsv1.Job {
+	return &imsv1.Job{
+		Id: j.ID, InstallId: j.InstallID, ComponentType: j.ComponentType, Operation: j.Operation,
+		State: statesToProto[j.State], Attempt: int32(j.Attempt), MaxAttempts: int32(j.MaxAttempts),
+		TimeoutSeconds: int64(j.Timeout / time.Second), AgentId: j.AgentID,
+		CreateTime: ts(j.CreatedAt), StartTime: ts(j.StartedAt), EndTime: ts(j.EndedAt),
+		LeaseExpireTime: ts(j.LeaseDeadline), CancelRequested: j.CancelRequested,
+		ExitCode: int32(j.ExitCode), Error: j.Error, Outputs: j.Outputs, CreatedBy: j.CreatedBy,
+	}
 }
 
 func ts(t time.Time) *timestamppb.Timestamp {
