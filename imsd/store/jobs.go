@@ -438,9 +438,11 @@ func (s *Store) ClaimJobs(ctx context.Context, installID string, w Writer, n int
 		// bound LIMIT by its value, so it compiles the statement again at
 		// every run (a third of the writer's CPU under load). n is an int,
 		// and the prepared-statement cache keeps one statement per n.
+		// INDEXED BY: without statistics SQLite may prefer
+		// jobs_install_created and read the install's whole history.
 		rows, err = selectJobRows(ctx, tx, `UPDATE jobs SET state = 'assigned', attempt = attempt + 1, agent_id = ?,
 			lease_deadline = ?, started_at = 0, fencing_token = max(1, random() & 9223372036854775807)
-			WHERE id IN (SELECT id FROM jobs WHERE install_id = ? AND state = 'queued' ORDER BY created_at, id LIMIT `+strconv.Itoa(n)+`)
+			WHERE id IN (SELECT id FROM jobs INDEXED BY jobs_queued WHERE install_id = ? AND state = 'queued' ORDER BY created_at, id LIMIT `+strconv.Itoa(n)+`)
 			RETURNING `+jobCols, w.AgentID, nanos(leaseUntil), installID)
 		return err
 	})
