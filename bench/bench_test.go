@@ -375,80 +375,103 @@ func BenchmarkPickupLatency(b *testing.B) {
 }
 
 // BenchmarkDispatchThroughput drains no-op jobs across 1,000 agents as fast
-// as imsd hands them out, with 32 concurrent enqueuers.
+// as imsd hands them out. Jobs are enqueued two ways: one EnqueueJob call
+// per job from 32 concurrent enqueuers ("single"), and EnqueueJobs calls
+// of 100 jobs from 4 enqueuers ("batch", how a fleet-wide run enqueues).
+// BYOC_BENCH_ENQUEUE=single or batch runs one of them.
 func BenchmarkDispatchThroughput(b *testing.B) {
-	agents, jobs, enqueuers := 1000, 20000, 32
+	agents, jobs := 1000, 20000
 	if n, err := strconv.Atoi(os.Getenv("BYOC_BENCH_JOBS")); err == nil {
 		jobs = n
 	}
+	modes := []string{"single", "batch"}
+	if m := os.Getenv("BYOC_BENCH_ENQUEUE"); m != "" {
+		modes = []string{m}
+	}
 	for _, name := range []string{"sqlite", "postgres"} {
-		b.Run(name, func(b *testing.B) {
-			dsn := ""
-			if name == "postgres" {
-				dsn = pgtest.Start(b)
-			}
-			p := startIMS(b, dsn)
-			var picked atomic.Int64
-			all := make(chan struct{}, 1)
-			var target atomic.Int64
-			fleet(b, p, agents, func(string, time.Time) {
-				if picked.Add(1) == target.Load() {
-					all <- struct{}{}
+		for _, mode := range modes {
+			b.Run(name+"/"+mode, func(b *testing.B) {
+				dsn := ""
+				if name == "postgres" {
+					dsn = pgtest.Start(b)
 				}
-			})
-			c := p.client()
-			b.ResetTimer()
-			var best float64
-			var imsCPU, genCPU time.Duration
-			for range b.N {
-				picked.Store(0)
-				target.Store(int64(jobs))
-				start := time.Now()
-				cpu0, gen0 := p.cpu(b), selfCPU()
-				var wg sync.WaitGroup
-				var next atomic.Int64
-				for range enqueuers {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						for {
-							i := next.Add(1) - 1
-							if i >= int64(jobs) {
-								return
-							}
-							install := fmt.Sprintf("i%05d", (i*7919)%int64(agents))
-							if _, err := c.EnqueueJob(context.Background(), connect.NewRequest(&imsv1.EnqueueJobRequest{Install: install, ComponentType: "action", Operation: "apply", Config: noop})); err != nil {
-								b.Error(err)
-								return
-							}
-						}
-					}()
-				}
-				wg.Wait()
-				select {
-				case <-all:
-				case <-time.After(120 * time.Second):
-					b.Fatalf("only %d of %d jobs picked up", picked.Load(), jobs)
-				}
-				// Wait for the results too: a job is done when its result is stored.
-				cluster.Eventually(b, 120*time.Second, "every job to finish", func() bool {
-					r, err := c.ListJobs(context.Background(), connect.NewRequest(&imsv1.ListJobsRequest{
-						States: []imsv1.JobState{imsv1.JobState_JOB_STATE_QUEUED, imsv1.JobState_JOB_STATE_ASSIGNED, imsv1.JobState_JOB_STATE_RUNNING}, PageSize: 1}))
-					return err == nil && len(r.Msg.Jobs) == 0
+				p := startIMS(b, dsn)
+				var picked atomic.Int64
+				all := make(chan struct{}, 1)
+				var target atomic.Int64
+				fleet(b, p, agents, func(string, time.Time) {
+					if picked.Add(1) == target.Load() {
+						all <- struct{}{}
+					}
 				})
-				rate := float64(jobs) / time.Since(start).Seconds()
-				if rate > best {
-					best = rate
-					imsCPU, genCPU = p.cpu(b)-cpu0, selfCPU()-gen0
+				c := p.client()
+				enqueuers, per := 32, 1
+				if mode == "batch" {
+					enqueuers, per = 4, 100
 				}
-			}
-			b.StopTimer()
-			b.ReportMetric(best, "jobs/s")
-			perJob := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(jobs) }
-			b.ReportMetric(perJob(imsCPU), "imsd-cpu-µs/job")
-			fmt.Printf("dispatch throughput %s: %d no-op jobs across %d agents, %d enqueuers: %.0f jobs/s, enqueue to result stored (target on SQLite: 5000); CPU per job: imsd %.0f µs, load generator %.0f µs [%s]\n",
-				name, jobs, agents, enqueuers, best, perJob(imsCPU), perJob(genCPU), machine())
-		})
+				b.ResetTimer()
+				var best float64
+				var imsCPU, genCPU time.Duration
+				for range b.N {
+					picked.Store(0)
+					target.Store(int64(jobs))
+					start := time.Now()
+					cpu0, gen0 := p.cpu(b), selfCPU()
+					var wg sync.WaitGroup
+					var next atomic.Int64
+					for range enqueuers {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							for {
+								first := next.Add(int64(per)) - int64(per)
+								if first >= int64(jobs) {
+									return
+								}
+								reqs := make([]*imsv1.EnqueueJobRequest, 0, per)
+								for i := first; i < first+int64(per) && i < int64(jobs); i++ {
+									install := fmt.Sprintf("i%05d", (i*7919)%int64(agents))
+									reqs = append(reqs, &imsv1.EnqueueJobRequest{Install: install, ComponentType: "action", Operation: "apply", Config: noop})
+								}
+								var err error
+								if mode == "batch" {
+									_, err = c.EnqueueJobs(context.Background(), connect.NewRequest(&imsv1.EnqueueJobsRequest{Jobs: reqs}))
+								} else {
+									_, err = c.EnqueueJob(context.Background(), connect.NewRequest(reqs[0]))
+								}
+								if err != nil {
+									b.Error(err)
+									return
+								}
+							}
+						}()
+					}
+					wg.Wait()
+					select {
+					case <-all:
+					case <-time.After(120 * time.Second):
+						b.Fatalf("only %d of %d jobs picked up", picked.Load(), jobs)
+					}
+					// Wait for the results too: a job is done when its result is stored.
+					cluster.Eventually(b, 120*time.Second, "every job to finish", func() bool {
+						r, err := c.ListJobs(context.Background(), connect.NewRequest(&imsv1.ListJobsRequest{
+							States: []imsv1.JobState{imsv1.JobState_JOB_STATE_QUEUED, imsv1.JobState_JOB_STATE_ASSIGNED, imsv1.JobState_JOB_STATE_RUNNING}, PageSize: 1}))
+						return err == nil && len(r.Msg.Jobs) == 0
+					})
+					rate := float64(jobs) / time.Since(start).Seconds()
+					if rate > best {
+						best = rate
+						imsCPU, genCPU = p.cpu(b)-cpu0, selfCPU()-gen0
+					}
+				}
+				b.StopTimer()
+				b.ReportMetric(best, "jobs/s")
+				perJob := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(jobs) }
+				b.ReportMetric(perJob(imsCPU), "imsd-cpu-µs/job")
+				fmt.Printf("dispatch throughput %s, %s enqueue: %d no-op jobs across %d agents, %d enqueuers of %d job(s) per call: %.0f jobs/s, enqueue to result stored (target on SQLite: 5000); CPU per job: imsd %.0f µs, load generator %.0f µs [%s]\n",
+					name, mode, jobs, agents, enqueuers, per, best, perJob(imsCPU), perJob(genCPU), machine())
+			})
+		}
 	}
 }
 

@@ -374,7 +374,9 @@ func (c *conn) deliver(j store.Job) {
 		}
 		if err := c.send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Assignment{Assignment: a}}); err != nil {
 			c.log.DebugContext(c.ctx, "send assignment", "job", j.ID, "err", err)
+			return
 		}
+		c.picked(j)
 	}()
 }
 
@@ -452,6 +454,7 @@ func (c *conn) claim(ctx context.Context, force bool) error {
 			if err := c.send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Assignment{Assignment: a}}); err != nil {
 				return err
 			}
+			c.picked(j)
 		}
 		if len(jobs) < free {
 			return nil
@@ -503,12 +506,8 @@ func (c *conn) handle(ctx context.Context, m *agentv1.ConnectRequest) error {
 		return c.claim(ctx, force)
 	case *agentv1.ConnectRequest_Ack:
 		a := msg.Ack
-		j, err := s.store.AckJob(ctx, a.JobId, store.Writer{AgentID: c.agent.ID, FencingToken: a.FencingToken}, now.Add(s.cfg.LeaseDuration), now)
-		if err != nil {
+		if err := s.store.AckJob(ctx, a.JobId, store.Writer{AgentID: c.agent.ID, FencingToken: a.FencingToken}, now.Add(s.cfg.LeaseDuration), now); err != nil {
 			return c.reject(ctx, a.WriteId, a.JobId, err)
-		}
-		if j.Attempt == 1 && !j.CreatedAt.IsZero() {
-			s.obs.Picked(now.Sub(j.CreatedAt))
 		}
 		return c.send(accepted(a.WriteId))
 	case *agentv1.ConnectRequest_Logs:
@@ -543,16 +542,18 @@ func (c *conn) handle(ctx context.Context, m *agentv1.ConnectRequest) error {
 		if len(r.Error) > MaxLogLineBytes {
 			r.Error = r.Error[:MaxLogLineBytes]
 		}
-		j, err := s.store.FinishJob(ctx, r.JobId, store.Writer{AgentID: c.agent.ID, FencingToken: r.FencingToken}, store.Result{
+		changed, err := s.store.FinishJob(ctx, r.JobId, store.Writer{AgentID: c.agent.ID, FencingToken: r.FencingToken}, store.Result{
 			State: state, ExitCode: int(r.ExitCode), Error: r.Error, Outputs: r.Outputs,
 		}, now)
 		if err != nil {
 			return c.reject(ctx, r.WriteId, r.JobId, err)
 		}
 		c.drop(r.JobId)
-		s.obs.Finished(j.State)
-		s.hub.NotifyLog(r.JobId)
-		s.hub.FleetChanged()
+		if changed { // not a result resent after a lost reply
+			s.obs.Finished(state)
+			s.hub.NotifyLog(r.JobId)
+			s.hub.FleetChanged()
+		}
 		if err := c.send(accepted(r.WriteId)); err != nil {
 			return err
 		}
@@ -589,6 +590,14 @@ func leases(running []*agentv1.RunningJob) []store.Lease {
 		out[i] = store.Lease{JobID: r.JobId, FencingToken: r.FencingToken}
 	}
 	return out
+}
+
+// picked records the pickup latency of a first attempt sent to the agent:
+// enqueue to assignment sent.
+func (c *conn) picked(j store.Job) {
+	if j.Attempt == 1 && !j.CreatedAt.IsZero() {
+		c.svc.obs.Picked(c.svc.now().Sub(j.CreatedAt))
+	}
 }
 
 func assignment(j store.Job, installID string) (*agentv1.JobAssignment, error) {
@@ -657,9 +666,29 @@ func configStruct(b []byte) (*structpb.Struct, error) {
 	if len(b) == 0 {
 		return &structpb.Struct{}, nil
 	}
+	if last := lastConfig.Load(); last != nil && last.json == string(b) {
+		return last.cfg, nil
+	}
 	var m map[string]any
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, fmt.Errorf("job config: %w", err)
 	}
-	return structpb.NewStruct(m)
+	cfg, err := structpb.NewStruct(m)
+	if err == nil && len(b) <= maxCachedConfig {
+		lastConfig.Store(&decodedConfig{json: string(b), cfg: cfg})
+	}
+	return cfg, err
+}
+
+// lastConfig is the config last decoded for an assignment: a run across
+// a fleet hands the same config to every install's agent. The message is
+// only ever read (marshalled) once decoded, so assignments share it.
+var lastConfig atomic.Pointer[decodedConfig]
+
+// maxCachedConfig bounds the config lastConfig keeps.
+const maxCachedConfig = 16 << 10
+
+type decodedConfig struct {
+	json string
+	cfg  *structpb.Struct
 }

@@ -9,8 +9,10 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base32"
+	"encoding/binary"
 	"encoding/hex"
 	"strings"
+	"time"
 )
 
 // Token prefixes tell a leaked secret's kind at a glance (and let secret
@@ -39,6 +41,22 @@ func NewID(prefix string) string {
 		panic("crypto/rand failed: " + err.Error())
 	}
 	return prefix + strings.ToLower(b32.EncodeToString(b))
+}
+
+// b32sort is base32 whose lower-case digits sort like the bytes they encode.
+var b32sort = base32.HexEncoding.WithPadding(base32.NoPadding)
+
+// NewSortableID returns prefix followed by the millisecond of t (48 bits)
+// and 80 random bits, base32 encoded so that IDs minted later sort later.
+// Rows keyed by such IDs are appended to the end of their index rather
+// than scattered over it: for jobs, fewer pages written per commit.
+func NewSortableID(prefix string, t time.Time) string {
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], uint64(t.UnixMilli())<<16)
+	if _, err := rand.Read(b[6:]); err != nil {
+		panic("crypto/rand failed: " + err.Error())
+	}
+	return prefix + strings.ToLower(b32sort.EncodeToString(b[:]))
 }
 
 // Hash returns the hex SHA-256 of a secret, the form in which it is stored.

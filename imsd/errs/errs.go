@@ -65,3 +65,20 @@ func CodeOf(err error) Code {
 
 // Is reports whether err carries code.
 func Is(err error, code Code) bool { return err != nil && CodeOf(err) == code }
+
+// Prefix puts path in front of the field an *Error names ("jobs[2]" and
+// "install" make "jobs[2].install"), or makes path the field when it names
+// none, so an error about one item of a list says which. Any other error
+// is returned as it is.
+func Prefix(path string, err error) error {
+	var e *Error
+	if !errors.As(err, &e) {
+		return err
+	}
+	out := *e
+	out.Field = path
+	if e.Field != "" {
+		out.Field = path + "." + e.Field
+	}
+	return &out
+}

@@ -309,34 +309,74 @@ func (s *Service) CreateEnrollmentToken(ctx context.Context, req *connect.Reques
 
 var operations = map[string]bool{"plan": true, "apply": true, "destroy": true}
 
-// EnqueueJob queues a job and wakes the install's agent.
+// EnqueueJob queues one job for one install's agent.
 func (s *Service) EnqueueJob(ctx context.Context, req *connect.Request[imsv1.EnqueueJobRequest]) (*connect.Response[imsv1.EnqueueJobResponse], error) {
+	j, err := s.newJob(ctx, req.Msg)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	jobs, err := s.enqueue(ctx, []store.Job{j}, false)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	return connect.NewResponse(&imsv1.EnqueueJobResponse{Job: enqueuedToProto(jobs[0], req.Msg.Config)}), nil
+}
+
+// EnqueueJobs queues up to store.MaxEnqueueBatch jobs, all or none.
+func (s *Service) EnqueueJobs(ctx context.Context, req *connect.Request[imsv1.EnqueueJobsRequest]) (*connect.Response[imsv1.EnqueueJobsResponse], error) {
 	m := req.Msg
+	switch {
+	case len(m.Jobs) == 0:
+		return nil, s.err(ctx, errs.Field("jobs", "is required"))
+	case len(m.Jobs) > store.MaxEnqueueBatch:
+		return nil, s.err(ctx, errs.Field("jobs", "%d jobs; at most %d in one call", len(m.Jobs), store.MaxEnqueueBatch))
+	}
+	jobs := make([]store.Job, len(m.Jobs))
+	for i, r := range m.Jobs {
+		j, err := s.newJob(ctx, r)
+		if err != nil {
+			return nil, s.err(ctx, errs.Prefix(fmt.Sprintf("jobs[%d]", i), err))
+		}
+		jobs[i] = j
+	}
+	jobs, err := s.enqueue(ctx, jobs, true)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	out := &imsv1.EnqueueJobsResponse{Jobs: make([]*imsv1.Job, len(jobs))}
+	for i, j := range jobs {
+		out.Jobs[i] = enqueuedToProto(j, m.Jobs[i].Config)
+	}
+	return connect.NewResponse(out), nil
+}
+
+// newJob checks an enqueue request and makes the job it asks for.
+func (s *Service) newJob(ctx context.Context, m *imsv1.EnqueueJobRequest) (store.Job, error) {
 	if m.Install == "" {
-		return nil, s.err(ctx, errs.Field("install", "is required"))
+		return store.Job{}, errs.Field("install", "is required")
 	}
 	if m.ComponentType == "" {
-		return nil, s.err(ctx, errs.Field("component_type", "is required"))
+		return store.Job{}, errs.Field("component_type", "is required")
 	}
 	if !typeRE.MatchString(m.ComponentType) {
-		return nil, s.err(ctx, errs.Field("component_type", "%q is not a valid type name", m.ComponentType))
+		return store.Job{}, errs.Field("component_type", "%q is not a valid type name", m.ComponentType)
 	}
 	if !operations[m.Operation] {
-		return nil, s.err(ctx, errs.Field("operation", "must be plan, apply or destroy, got %q", m.Operation))
+		return store.Job{}, errs.Field("operation", "must be plan, apply or destroy, got %q", m.Operation)
 	}
 	timeout := DefaultJobTimeout
 	switch {
 	case m.TimeoutSeconds < 0:
-		return nil, s.err(ctx, errs.Field("timeout_seconds", "must not be negative"))
+		return store.Job{}, errs.Field("timeout_seconds", "must not be negative")
 	case m.TimeoutSeconds > int64(MaxJobTimeout/time.Second):
-		return nil, s.err(ctx, errs.Field("timeout_seconds", "must be at most %d (24 hours)", int64(MaxJobTimeout/time.Second)))
+		return store.Job{}, errs.Field("timeout_seconds", "must be at most %d (24 hours)", int64(MaxJobTimeout/time.Second))
 	case m.TimeoutSeconds > 0:
 		timeout = time.Duration(m.TimeoutSeconds) * time.Second
 	}
 	attempts := DefaultMaxAttempts
 	switch {
 	case m.MaxAttempts < 0 || m.MaxAttempts > MaxMaxAttempts:
-		return nil, s.err(ctx, errs.Field("max_attempts", "must be between 1 and %d", MaxMaxAttempts))
+		return store.Job{}, errs.Field("max_attempts", "must be between 1 and %d", MaxMaxAttempts)
 	case m.MaxAttempts > 0:
 		attempts = int(m.MaxAttempts)
 	}
@@ -344,65 +384,91 @@ func (s *Service) EnqueueJob(ctx context.Context, req *connect.Request[imsv1.Enq
 	if m.Config != nil {
 		b, err := m.Config.MarshalJSON()
 		if err != nil {
-			return nil, s.err(ctx, errs.Field("config", "cannot be encoded as JSON: %v", err))
+			return store.Job{}, errs.Field("config", "cannot be encoded as JSON: %v", err)
 		}
 		if len(b) > MaxConfigBytes {
-			return nil, s.err(ctx, errs.Field("config", "is %d bytes as JSON; at most %d are allowed", len(b), MaxConfigBytes))
+			return store.Job{}, errs.Field("config", "is %d bytes as JSON; at most %d are allowed", len(b), MaxConfigBytes)
 		}
 		config = b
 	}
-	in, err := s.store.GetInstall(ctx, m.Install)
+	installID, err := s.store.InstallID(ctx, m.Install)
 	if errs.Is(err, errs.NotFound) {
-		return nil, s.err(ctx, errs.Field("install", "no install named %q", m.Install))
+		return store.Job{}, errs.Field("install", "no install named %q", m.Install)
 	}
 	if err != nil {
-		return nil, s.err(ctx, err)
+		return store.Job{}, err
 	}
-	j := store.Job{
-		ID:            auth.NewID("job_"),
-		InstallID:     in.ID,
+	now := s.now()
+	return store.Job{
+		ID:            auth.NewSortableID("job_", now),
+		InstallID:     installID,
 		ComponentType: m.ComponentType,
 		Operation:     m.Operation,
 		Config:        config,
 		State:         store.JobQueued,
 		MaxAttempts:   attempts,
 		Timeout:       timeout,
-		CreatedAt:     s.now(),
+		CreatedAt:     now,
 		CreatedBy:     callerFrom(ctx).Name,
-	}
-	j, err = s.enqueue(ctx, j)
-	if err != nil {
-		return nil, s.err(ctx, err)
-	}
-	return connect.NewResponse(&imsv1.EnqueueJobResponse{Job: s.jobToProto(ctx, j)}), nil
+	}, nil
 }
 
-// enqueue stores j and gets it to an agent: straight to a connected agent
-// of the install with a free slot when there is one (stored assigned, no
-// claim needed), else queued, waking the install's agents to claim it.
-func (s *Service) enqueue(ctx context.Context, j store.Job) (store.Job, error) {
-	if s.cfg.LeaseDuration > 0 {
+// enqueue stores jobs and gets them to agents: each straight to a
+// connected agent of its install with a free slot when there is one
+// (stored assigned, no claim needed), else queued, waking the install's
+// agents to claim it. batch stores them in one transaction (EnqueueJobs);
+// a single job takes the store's one-statement path.
+func (s *Service) enqueue(ctx context.Context, jobs []store.Job, batch bool) ([]store.Job, error) {
+	news := make([]store.NewJob, len(jobs))
+	sessions := make([]*dispatch.Session, len(jobs))
+	for i, j := range jobs {
+		news[i].Job = j
+		if s.cfg.LeaseDuration <= 0 {
+			continue
+		}
 		if sess := s.hub.Reserve(j.InstallID); sess != nil {
-			out, assigned, err := s.store.EnqueueAssigned(ctx, j, sess.AgentID, j.CreatedAt.Add(s.cfg.LeaseDuration))
-			if err != nil {
-				sess.Release()
-				return store.Job{}, err
-			}
-			if assigned {
-				sess.Deliver(out)
-				s.hub.FleetChanged()
-				return out, nil
-			}
-			sess.Release()
-			s.hub.Wake(j.InstallID)
-			return out, nil
+			sessions[i] = sess
+			news[i].AgentID, news[i].LeaseUntil = sess.AgentID, j.CreatedAt.Add(s.cfg.LeaseDuration)
 		}
 	}
-	if err := s.store.EnqueueJob(ctx, j); err != nil {
-		return store.Job{}, err
+	var out []store.Job
+	var err error
+	switch {
+	case batch:
+		out, err = s.store.EnqueueJobs(ctx, news)
+	case news[0].AgentID != "":
+		var j store.Job
+		j, _, err = s.store.EnqueueAssigned(ctx, news[0].Job, news[0].AgentID, news[0].LeaseUntil)
+		out = []store.Job{j}
+	default:
+		err = s.store.EnqueueJob(ctx, news[0].Job)
+		out = []store.Job{news[0].Job}
 	}
-	s.hub.Wake(j.InstallID)
-	return j, nil
+	if err != nil {
+		for _, sess := range sessions {
+			if sess != nil {
+				sess.Release()
+			}
+		}
+		return nil, err
+	}
+	delivered := false
+	for i, j := range out {
+		sess := sessions[i]
+		if sess != nil && j.State == store.JobAssigned {
+			sess.Deliver(j)
+			delivered = true
+			continue
+		}
+		if sess != nil {
+			sess.Release()
+		}
+		s.hub.Wake(j.InstallID)
+	}
+	if delivered {
+		s.hub.FleetChanged()
+	}
+	return out, nil
 }
 
 var statesFromProto = map[imsv1.JobState]store.JobState{
@@ -789,14 +855,7 @@ var statesToProto = func() map[store.JobState]imsv1.JobState {
 }()
 
 func (s *Service) jobToProto(ctx context.Context, j store.Job) *imsv1.Job {
-	p := &imsv1.Job{
-		Id: j.ID, InstallId: j.InstallID, ComponentType: j.ComponentType, Operation: j.Operation,
-		State: statesToProto[j.State], Attempt: int32(j.Attempt), MaxAttempts: int32(j.MaxAttempts),
-		TimeoutSeconds: int64(j.Timeout / time.Second), AgentId: j.AgentID,
-		CreateTime: ts(j.CreatedAt), StartTime: ts(j.StartedAt), EndTime: ts(j.EndedAt),
-		LeaseExpireTime: ts(j.LeaseDeadline), CancelRequested: j.CancelRequested,
-		ExitCode: int32(j.ExitCode), Error: j.Error, Outputs: j.Outputs, CreatedBy: j.CreatedBy,
-	}
+	p := jobFields(j)
 	if len(j.Config) > 0 {
 		cfg := &structpb.Struct{}
 		if err := cfg.UnmarshalJSON(j.Config); err == nil {
@@ -806,6 +865,30 @@ func (s *Service) jobToProto(ctx context.Context, j store.Job) *imsv1.Job {
 		}
 	}
 	return p
+}
+
+// enqueuedToProto is jobToProto for a job just enqueued from a request
+// with config cfg, which is what the stored config decodes to: the
+// answer reuses it rather than decoding the JSON again.
+func enqueuedToProto(j store.Job, cfg *structpb.Struct) *imsv1.Job {
+	p := jobFields(j)
+	p.Config = cfg
+	if cfg == nil {
+		p.Config = &structpb.Struct{}
+	}
+	return p
+}
+
+// jobFields is a job's message without its config.
+func jobFields(j store.Job) *imsv1.Job {
+	return &imsv1.Job{
+		Id: j.ID, InstallId: j.InstallID, ComponentType: j.ComponentType, Operation: j.Operation,
+		State: statesToProto[j.State], Attempt: int32(j.Attempt), MaxAttempts: int32(j.MaxAttempts),
+		TimeoutSeconds: int64(j.Timeout / time.Second), AgentId: j.AgentID,
+		CreateTime: ts(j.CreatedAt), StartTime: ts(j.StartedAt), EndTime: ts(j.EndedAt),
+		LeaseExpireTime: ts(j.LeaseDeadline), CancelRequested: j.CancelRequested,
+		ExitCode: int32(j.ExitCode), Error: j.Error, Outputs: j.Outputs, CreatedBy: j.CreatedBy,
+	}
 }
 
 func ts(t time.Time) *timestamppb.Timestamp {

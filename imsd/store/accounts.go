@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/byoc-dev/byoc/imsd/errs"
@@ -228,6 +230,48 @@ func (s *Store) GetInstall(ctx context.Context, idOrName string) (Install, error
 		return Install{}, fmt.Errorf("get install %s: %w", idOrName, err)
 	}
 	return r.install()
+}
+
+// InstallID returns the id of the install with id or name idOrName,
+// resolved as GetInstall resolves it, from a cache after the first time:
+// enqueueing a job needs only the id, and a read per enqueue was the
+// largest read on the dispatch path.
+func (s *Store) InstallID(ctx context.Context, idOrName string) (string, error) {
+	if id, ok := s.installIDs.get(idOrName); ok {
+		return id, nil
+	}
+	in, err := s.GetInstall(ctx, idOrName)
+	if err != nil {
+		return "", err
+	}
+	s.installIDs.put(idOrName, in.ID)
+	return in.ID, nil
+}
+
+// installIDCache maps install names and ids to ids. It is bounded: past
+// maxInstallIDs entries it stops adding, and lookups go to the database.
+type installIDCache struct {
+	m sync.Map // string -> string
+	n atomic.Int64
+}
+
+const maxInstallIDs = 1 << 17
+
+func (c *installIDCache) get(k string) (string, bool) {
+	v, ok := c.m.Load(k)
+	if !ok {
+		return "", false
+	}
+	return v.(string), true
+}
+
+func (c *installIDCache) put(k, id string) {
+	if c.n.Load() >= maxInstallIDs {
+		return
+	}
+	if _, loaded := c.m.LoadOrStore(k, id); !loaded {
+		c.n.Add(1)
+	}
 }
 
 func validateEnrollmentToken(t EnrollmentToken) error {

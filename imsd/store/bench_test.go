@@ -55,7 +55,7 @@ func benchClaimFinish(b *testing.B, dsn string) {
 			b.Fatalf("claimed %d jobs", len(jobs))
 		}
 		w := store.Writer{AgentID: "ag", FencingToken: jobs[0].FencingToken}
-		_, err = s.AckJob(ctx, id, w, now.Add(time.Minute), now)
+		err = s.AckJob(ctx, id, w, now.Add(time.Minute), now)
 		must(err)
 		_, err = s.FinishJob(ctx, id, w, store.Result{State: store.JobSucceeded}, now)
 		must(err)
@@ -115,7 +115,7 @@ func benchClaimFinishParallel(b *testing.B, dsn string) {
 				return
 			}
 			w := store.Writer{AgentID: agent, FencingToken: jobs[0].FencingToken}
-			if _, err := s.AckJob(ctx, id, w, now.Add(time.Minute), now); err != nil {
+			if err := s.AckJob(ctx, id, w, now.Add(time.Minute), now); err != nil {
 				b.Error(err)
 				return
 			}

@@ -189,18 +189,95 @@ func (s *Store) insertQueued(ctx context.Context, tx *txn, j Job, config string)
 // install): the job is then stored queued, like EnqueueJob. The returned
 // job is what was stored.
 func (s *Store) EnqueueAssigned(ctx context.Context, j Job, agentID string, leaseUntil time.Time) (out Job, assigned bool, err error) {
-	config, err := checkNewJob(j)
-	if err != nil {
-		return Job{}, false, err
-	}
 	if agentID == "" {
 		return Job{}, false, errs.Field("agent_id", "required")
 	}
-	if !leaseUntil.After(j.CreatedAt) {
-		return Job{}, false, errs.Field("lease_until", "must be after created_at")
+	n := NewJob{Job: j, AgentID: agentID, LeaseUntil: leaseUntil}
+	config, err := n.check()
+	if err != nil {
+		return Job{}, false, err
 	}
-	token := newFencingToken()
 	err = s.writeOne(ctx, "enqueue job", func(tx *txn) error {
+		out, err = s.insertNew(ctx, tx, n, config)
+		return err
+	})
+	if err != nil {
+		return Job{}, false, err
+	}
+	return out, out.State == JobAssigned, nil
+}
+
+// NewJob is a job to enqueue with EnqueueJobs: Job as EnqueueJob takes
+// it, and optionally the connected agent to hand it to at once, as
+// EnqueueAssigned does.
+type NewJob struct {
+	Job
+	// AgentID, when set, is the agent to assign the job to if it belongs
+	// to the job's install; LeaseUntil is then the lease's end.
+	AgentID    string
+	LeaseUntil time.Time
+}
+
+func (n NewJob) check() (config string, err error) {
+	config, err = checkNewJob(n.Job)
+	if err != nil || n.AgentID == "" {
+		return config, err
+	}
+	if !n.LeaseUntil.After(n.CreatedAt) {
+		return "", errs.Field("lease_until", "must be after created_at")
+	}
+	return config, nil
+}
+
+// MaxEnqueueBatch caps the jobs of one EnqueueJobs call.
+const MaxEnqueueBatch = 1000
+
+// EnqueueJobs stores jobs in one transaction, all or none: an invalid job
+// (its error names jobs[i]), a duplicate id or an unknown install stores
+// nothing. Each job with an AgentID of its install is stored assigned to
+// that agent, the others queued. The stored jobs are returned in order.
+func (s *Store) EnqueueJobs(ctx context.Context, jobs []NewJob) ([]Job, error) {
+	if len(jobs) == 0 {
+		return nil, errs.Field("jobs", "required")
+	}
+	if len(jobs) > MaxEnqueueBatch {
+		return nil, errs.Field("jobs", "%d jobs; at most %d in one call", len(jobs), MaxEnqueueBatch)
+	}
+	configs := make([]string, len(jobs))
+	for i, n := range jobs {
+		c, err := n.check()
+		if err != nil {
+			return nil, errs.Prefix(fmt.Sprintf("jobs[%d]", i), err)
+		}
+		configs[i] = c
+	}
+	out := make([]Job, len(jobs))
+	err := s.write(ctx, "enqueue jobs", func(tx *txn) error {
+		for i, n := range jobs {
+			j, err := s.insertNew(ctx, tx, n, configs[i])
+			if err != nil {
+				return errs.Prefix(fmt.Sprintf("jobs[%d]", i), err)
+			}
+			out[i] = j
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// insertNew inserts a checked job: assigned to n.AgentID when that agent
+// is one of the install's, else queued. It returns the job as stored.
+func (s *Store) insertNew(ctx context.Context, tx *txn, n NewJob, config string) (Job, error) {
+	j := n.Job
+	j.Config = []byte(config)
+	j.State, j.Attempt, j.CancelRequested, j.CancelReason = JobQueued, 0, false, ""
+	j.FencingToken, j.AgentID, j.LeaseDeadline = 0, "", time.Time{}
+	j.StartedAt, j.EndedAt, j.ExitCode, j.Error, j.Outputs = time.Time{}, time.Time{}, 0, "", nil
+	if n.AgentID != "" {
+		token := newFencingToken()
 		// One statement: the agent's install is checked by the INSERT
 		// itself, inside the write transaction, so a job never goes to
 		// another install's agent.
@@ -208,28 +285,20 @@ func (s *Store) EnqueueAssigned(ctx context.Context, j Job, agentID string, leas
 			attempt, max_attempts, timeout_ns, fencing_token, agent_id, lease_deadline, created_at, created_by)
 			SELECT ?, ?, ?, ?, ?, 'assigned', 1, ?, ?, ?, id, ?, ?, ? FROM agents WHERE id = ? AND install_id = ?`),
 			j.ID, j.InstallID, j.ComponentType, j.Operation, config, j.MaxAttempts, int64(j.Timeout), token,
-			nanos(leaseUntil), nanos(j.CreatedAt), j.CreatedBy, agentID, j.InstallID)
+			nanos(n.LeaseUntil), nanos(j.CreatedAt), j.CreatedBy, n.AgentID, j.InstallID)
 		if err != nil {
-			return insertError(j, err)
+			return Job{}, insertError(j, err)
 		}
-		if n, err := res.RowsAffected(); err != nil || n == 1 {
-			assigned = err == nil
-			return err
+		k, err := res.RowsAffected()
+		if err != nil {
+			return Job{}, err
 		}
-		return s.insertQueued(ctx, tx, j, config)
-	})
-	if err != nil {
-		return Job{}, false, err
+		if k == 1 {
+			j.State, j.Attempt, j.FencingToken, j.AgentID, j.LeaseDeadline = JobAssigned, 1, token, n.AgentID, n.LeaseUntil
+			return j, nil
+		}
 	}
-	out = j
-	out.Config = []byte(config)
-	out.State, out.Attempt, out.CancelRequested, out.CancelReason = JobQueued, 0, false, ""
-	out.FencingToken, out.AgentID, out.LeaseDeadline = 0, "", time.Time{}
-	out.StartedAt, out.EndedAt, out.ExitCode, out.Error, out.Outputs = time.Time{}, time.Time{}, 0, "", nil
-	if assigned {
-		out.State, out.Attempt, out.FencingToken, out.AgentID, out.LeaseDeadline = JobAssigned, 1, token, agentID, leaseUntil
-	}
-	return out, assigned, nil
+	return j, s.insertQueued(ctx, tx, j, config)
 }
 
 // GetJob returns the job with ID id.
@@ -369,9 +438,11 @@ func (s *Store) ClaimJobs(ctx context.Context, installID string, w Writer, n int
 		// bound LIMIT by its value, so it compiles the statement again at
 		// every run (a third of the writer's CPU under load). n is an int,
 		// and the prepared-statement cache keeps one statement per n.
+		// INDEXED BY: without statistics SQLite may prefer
+		// jobs_install_created and read the install's whole history.
 		rows, err = selectJobRows(ctx, tx, `UPDATE jobs SET state = 'assigned', attempt = attempt + 1, agent_id = ?,
 			lease_deadline = ?, started_at = 0, fencing_token = max(1, random() & 9223372036854775807)
-			WHERE id IN (SELECT id FROM jobs WHERE install_id = ? AND state = 'queued' ORDER BY created_at, id LIMIT `+strconv.Itoa(n)+`)
+			WHERE id IN (SELECT id FROM jobs INDEXED BY jobs_queued WHERE install_id = ? AND state = 'queued' ORDER BY created_at, id LIMIT `+strconv.Itoa(n)+`)
 			RETURNING `+jobCols, w.AgentID, nanos(leaseUntil), installID)
 		return err
 	})
@@ -409,20 +480,6 @@ func (s *Store) updateJob(ctx context.Context, tx *txn, q string, args ...any) (
 	return r.job()
 }
 
-// tryUpdateJob runs an UPDATE ... RETURNING that changes at most one job
-// and returns it; ok is false when no row matched.
-func (s *Store) tryUpdateJob(ctx context.Context, tx *txn, q string, args ...any) (j Job, ok bool, err error) {
-	r, err := getJobRow(ctx, tx, s.bind(q+` RETURNING `+jobCols), args...)
-	if errors.Is(err, sql.ErrNoRows) {
-		return Job{}, false, nil
-	}
-	if err != nil {
-		return Job{}, false, err
-	}
-	j, err = r.job()
-	return j, err == nil, err
-}
-
 // checkWriter refuses a write back to j from anyone but the agent holding
 // its current lease. An agent of another install learns nothing about the
 // job beyond that it is not its own; an agent of the same install that lost
@@ -458,17 +515,16 @@ func (s *Store) checkWriter(ctx context.Context, tx *txn, j Job, w Writer) error
 
 // AckJob records that the agent started job jobID: assigned becomes
 // running and the lease is renewed until leaseUntil. Acking a running job
-// again with the same token changes nothing.
-func (s *Store) AckJob(ctx context.Context, jobID string, w Writer, leaseUntil, now time.Time) (Job, error) {
+// again with the same token changes nothing. Callers that want the job
+// read it: the usual ack is one UPDATE that returns nothing, since
+// returning the row cost as much as the update itself.
+func (s *Store) AckJob(ctx context.Context, jobID string, w Writer, leaseUntil, now time.Time) error {
 	if err := requireTime("now", now); err != nil {
-		return Job{}, err
+		return err
 	}
-	var out Job
-	err := s.writeOne(ctx, "ack job", func(tx *txn) error {
+	return s.writeOne(ctx, "ack job", func(tx *txn) error {
 		// The usual case, one statement: the holder acks an assigned job.
-		var ok bool
-		var err error
-		out, ok, err = s.tryUpdateJob(ctx, tx, `UPDATE jobs SET state = 'running', started_at = ?, lease_deadline = ?
+		ok, err := s.tryExec(ctx, tx, `UPDATE jobs SET state = 'running', started_at = ?, lease_deadline = ?
 			WHERE id = ? AND agent_id = ? AND agent_id <> '' AND fencing_token = ? AND state = 'assigned'`,
 			nanos(now), nanos(leaseUntil), jobID, w.AgentID, w.FencingToken)
 		if ok || err != nil {
@@ -484,17 +540,26 @@ func (s *Store) AckJob(ctx context.Context, jobID string, w Writer, leaseUntil, 
 		}
 		switch j.State {
 		case JobRunning:
-			out = j
 			return nil
 		case JobAssigned:
-			out, err = s.updateJob(ctx, tx, `UPDATE jobs SET state = 'running', started_at = ?, lease_deadline = ? WHERE id = ?`,
+			_, err = s.updateJob(ctx, tx, `UPDATE jobs SET state = 'running', started_at = ?, lease_deadline = ? WHERE id = ?`,
 				nanos(now), nanos(leaseUntil), jobID)
 			return err
 		default:
 			return errs.E(errs.Conflict, "job %s already ended", jobID)
 		}
 	})
-	return out, err
+}
+
+// tryExec runs an UPDATE that changes at most one row; ok is false when
+// no row matched.
+func (s *Store) tryExec(ctx context.Context, tx *txn, q string, args ...any) (ok bool, err error) {
+	res, err := tx.ExecContext(ctx, s.bind(q), args...)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
 }
 
 // RenewLeases extends to leaseUntil the lease of every job in leases that
@@ -543,21 +608,20 @@ func (s *Store) RenewLeases(ctx context.Context, agentID string, leases []Lease,
 }
 
 // FinishJob records how job jobID ended on its agent. r.State must be
-// terminal. Finishing a job again with the same token returns it unchanged,
-// so a result resent after a lost reply is harmless.
-func (s *Store) FinishJob(ctx context.Context, jobID string, w Writer, r Result, now time.Time) (Job, error) {
+// terminal. changed is false when the job had already ended: finishing it
+// again with the same token changes nothing and is no error, so a result
+// resent after a lost reply is harmless. The usual finish is one UPDATE
+// that returns nothing; callers that want the job read it.
+func (s *Store) FinishJob(ctx context.Context, jobID string, w Writer, r Result, now time.Time) (changed bool, err error) {
 	if !r.State.Terminal() {
-		return Job{}, errs.Field("state", "%q is not a final job state", r.State)
+		return false, errs.Field("state", "%q is not a final job state", r.State)
 	}
 	if err := requireTime("now", now); err != nil {
-		return Job{}, err
+		return false, err
 	}
-	var out Job
-	err := s.writeOne(ctx, "finish job", func(tx *txn) error {
+	err = s.writeOne(ctx, "finish job", func(tx *txn) error {
 		// The usual case, one statement: the holder finishes its job.
-		var ok bool
-		var err error
-		out, ok, err = s.tryUpdateJob(ctx, tx, `UPDATE jobs SET state = ?, ended_at = ?, exit_code = ?, error = ?, outputs = ?,
+		ok, err := s.tryExec(ctx, tx, `UPDATE jobs SET state = ?, ended_at = ?, exit_code = ?, error = ?, outputs = ?,
 			lease_deadline = 0 WHERE id = ? AND agent_id = ? AND agent_id <> '' AND fencing_token = ? AND state IN ('assigned', 'running')`,
 			string(r.State), nanos(now), r.ExitCode, r.Error, encodeMap(r.Outputs), jobID, w.AgentID, w.FencingToken)
 		if err != nil {
@@ -573,18 +637,17 @@ func (s *Store) FinishJob(ctx context.Context, jobID string, w Writer, r Result,
 				return err
 			}
 			if j.State.Terminal() {
-				out = j
 				return nil
 			}
-			out, err = s.updateJob(ctx, tx, `UPDATE jobs SET state = ?, ended_at = ?, exit_code = ?, error = ?, outputs = ?,
-				lease_deadline = 0 WHERE id = ?`, string(r.State), nanos(now), r.ExitCode, r.Error, encodeMap(r.Outputs), jobID)
-			if err != nil {
+			if _, err := s.updateJob(ctx, tx, `UPDATE jobs SET state = ?, ended_at = ?, exit_code = ?, error = ?, outputs = ?,
+				lease_deadline = 0 WHERE id = ?`, string(r.State), nanos(now), r.ExitCode, r.Error, encodeMap(r.Outputs), jobID); err != nil {
 				return err
 			}
 		}
+		changed = true
 		return s.notifyLogs(ctx, tx, jobID)
 	})
-	return out, err
+	return changed && err == nil, err
 }
 
 // RequestCancel cancels job jobID: a queued job is cancelled at once; an

@@ -113,7 +113,7 @@ func (r *rig) agentRound(wfID string) []string {
 		name := r.stepOf(wfID, j.ID)
 		names = append(names, name)
 		w := store.Writer{AgentID: "agent_1", FencingToken: j.FencingToken}
-		_, err := r.st.AckJob(ctx, j.ID, w, r.now().Add(time.Minute), r.now())
+		err := r.st.AckJob(ctx, j.ID, w, r.now().Add(time.Minute), r.now())
 		must(r.t, err)
 		res := store.Result{State: store.JobSucceeded, Outputs: map[string]string{"x": "1", "y": "2"}}
 		if msg := r.fail(name); msg != "" {

@@ -285,7 +285,9 @@ func TestActionRunBuildsConfig(t *testing.T) {
 	for _, args := range [][]string{
 		{"action", "run", "shop-acme"},
 		{"action", "run", "--", "echo"},
-		{"action", "run", "a", "b", "--", "echo"},
+		{"action", "run", "a", "b", "--"},
+		{"action", "run", "a", "b", "a", "--", "echo"},
+		{"action", "run", "a", "b", "--follow", "--", "echo"},
 		{"action", "run", "shop-acme", "check", "extra"},
 		{"action", "run", "shop-acme", "check", "--follow"},
 		{"action", "run", "shop-acme", "--wait", "--", "echo"},
@@ -293,6 +295,23 @@ func TestActionRunBuildsConfig(t *testing.T) {
 		if r := byoc(t, args...); r.code != exitUsage {
 			t.Errorf("byoc %v: exit %d, want 2 (stderr %q)", args, r.code, r.stderr)
 		}
+	}
+}
+
+func TestActionRunOnSeveralInstalls(t *testing.T) {
+	f, _ := setup(t)
+	r := mustRun(t, "action", "run", "shop-acme", "shop-globex", "--timeout", "1m", "--", "uptime")
+	if want := "JOB     INSTALL\njob_1   shop-acme\njob_2   shop-globex\n"; r.stdout != want {
+		t.Errorf("stdout = %q, want %q", r.stdout, want)
+	}
+	if len(f.enqueued) != 2 || f.enqueued[0].GetInstall() != "shop-acme" || f.enqueued[1].GetInstall() != "shop-globex" ||
+		f.enqueued[1].GetTimeoutSeconds() != 60 || f.enqueued[1].GetConfig().GetFields()["steps"] == nil {
+		t.Errorf("server received %v", f.enqueued)
+	}
+	r = mustRun(t, "action", "run", "shop-acme", "shop-globex", "-o", "json", "--", "uptime")
+	var jobs []map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &jobs); err != nil || len(jobs) != 2 || jobs[1]["installId"] != "ins_shop-globex" {
+		t.Errorf("-o json = %s (%v)", r.stdout, err)
 	}
 }
 

@@ -26,7 +26,7 @@ func (a *app) actionRunCommand() *cobra.Command {
 	var reason string
 	lf := logFormat{}
 	cmd := &cobra.Command{
-		Use:   "run INSTALL ACTION [--wait] | run INSTALL [--timeout 10m] [--follow] -- SCRIPT...",
+		Use:   "run INSTALL ACTION [--wait] | run INSTALL... [--timeout 10m] [--follow] -- SCRIPT...",
 		Short: "Run a named action of an install's app, or an ad-hoc script",
 		Long: `Run one of the app's actions (actions/*.toml; byoc action list INSTALL
 lists them) as an action run: a workflow of kind action with one step, run
@@ -35,10 +35,14 @@ its end, print its outputs and exit 1 unless it succeeded.
 
 With -- instead of ACTION, run an ad-hoc script as an action job: the words
 after -- are joined with spaces into one script step. Prints the job id;
-with --follow, streams the job's logs and exits with the job's exit code.`,
+with --follow, streams the job's logs and exits with the job's exit code.
+Name several installs before -- to run the script on each: the jobs are
+enqueued together, all or none, and a line per job is printed (job id,
+install).`,
 		Example: `  byoc action run shop-acme migrate --wait
   byoc action run shop-acme -- 'df -h && uptime'
-  byoc action run shop-acme -f --timeout 5m -- ./migrate.sh --dry-run`,
+  byoc action run shop-acme -f --timeout 5m -- ./migrate.sh --dry-run
+  byoc action run shop-acme shop-globex shop-initech -- 'systemctl is-active app'`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			dash := cmd.ArgsLenAtDash()
 			switch {
@@ -48,10 +52,17 @@ with --follow, streams the job's logs and exits with the job's exit code.`,
 				return usagef("missing ACTION (byoc action list %s lists them), or a script after --, as in: byoc action run %s -- echo hello", args[0], args[0])
 			case dash < 0 && len(args) > 2:
 				return usagef("unexpected argument %q after ACTION (a script goes after --)", args[2])
-			case dash > 1:
-				return usagef("unexpected argument %q before --", args[1])
-			case dash == 1 && len(args) == 1:
+			case dash >= 1 && len(args) == dash:
 				return usagef("missing the script: put it after --, as in: byoc action run %s -- echo hello", args[0])
+			}
+			if dash > 1 {
+				seen := map[string]bool{}
+				for _, in := range args[:dash] {
+					if seen[in] {
+						return usagef("install %q is named twice", in)
+					}
+					seen[in] = true
+				}
 			}
 			return nil
 		},
@@ -65,7 +76,11 @@ with --follow, streams the job's logs and exits with the job's exit code.`,
 			if wait || reason != "" {
 				return usagef("--wait and --reason are for a named action; follow a script job with --follow")
 			}
-			install, script := args[0], strings.Join(args[1:], " ")
+			dash := cmd.ArgsLenAtDash()
+			installs, script := args[:dash], strings.Join(args[dash:], " ")
+			if len(installs) > 1 && follow {
+				return usagef("--follow follows one job; with several installs, follow each with byoc job logs -f JOB")
+			}
 			if strings.TrimSpace(script) == "" {
 				return usagef("the script is empty")
 			}
@@ -87,14 +102,37 @@ with --follow, streams the job's logs and exits with the job's exit code.`,
 				return err
 			}
 			ctx := cmd.Context()
-			res, err := c.EnqueueJob(ctx, connect.NewRequest(&imsv1.EnqueueJobRequest{
-				Install:        install,
-				ComponentType:  "action",
-				Operation:      "apply",
-				Config:         config,
-				TimeoutSeconds: secs,
-				MaxAttempts:    maxAttempts,
-			}))
+			reqs := make([]*imsv1.EnqueueJobRequest, len(installs))
+			for i, in := range installs {
+				reqs[i] = &imsv1.EnqueueJobRequest{
+					Install:        in,
+					ComponentType:  "action",
+					Operation:      "apply",
+					Config:         config,
+					TimeoutSeconds: secs,
+					MaxAttempts:    maxAttempts,
+				}
+			}
+			if len(reqs) > 1 {
+				res, err := c.EnqueueJobs(ctx, connect.NewRequest(&imsv1.EnqueueJobsRequest{Jobs: reqs}))
+				if err != nil {
+					return c.wrap(err)
+				}
+				if a.jsonOutput() {
+					return writeJSONList(a.stdout, res.Msg.GetJobs())
+				}
+				t := newTable(a.stdout, "JOB", "INSTALL")
+				for i, j := range res.Msg.GetJobs() {
+					t.row(j.GetId(), installs[i])
+				}
+				if err := t.flush(); err != nil {
+					return err
+				}
+				fmt.Fprintf(a.stderr, "Follow a job's logs with: byoc job logs -f JOB\n")
+				return nil
+			}
+			install := installs[0]
+			res, err := c.EnqueueJob(ctx, connect.NewRequest(reqs[0]))
 			if err != nil {
 				return c.wrap(err)
 			}

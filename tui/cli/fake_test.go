@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -135,6 +136,23 @@ func (f *fakeOperator) EnqueueJob(ctx context.Context, req *connect.Request[imsv
 		Id: "job_1", InstallId: "ins_1", ComponentType: req.Msg.GetComponentType(), Operation: req.Msg.GetOperation(),
 		Config: req.Msg.GetConfig(), State: imsv1.JobState_JOB_STATE_QUEUED, MaxAttempts: 3, CreateTime: testTime,
 	}}), nil
+}
+
+func (f *fakeOperator) EnqueueJobs(ctx context.Context, req *connect.Request[imsv1.EnqueueJobsRequest]) (*connect.Response[imsv1.EnqueueJobsResponse], error) {
+	if err := f.auth(req.Header()); err != nil {
+		return nil, err
+	}
+	out := &imsv1.EnqueueJobsResponse{}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i, m := range req.Msg.GetJobs() {
+		f.enqueued = append(f.enqueued, m)
+		out.Jobs = append(out.Jobs, &imsv1.Job{
+			Id: fmt.Sprintf("job_%d", i+1), InstallId: "ins_" + m.GetInstall(), ComponentType: m.GetComponentType(), Operation: m.GetOperation(),
+			Config: m.GetConfig(), State: imsv1.JobState_JOB_STATE_QUEUED, MaxAttempts: 3, CreateTime: testTime,
+		})
+	}
+	return connect.NewResponse(out), nil
 }
 
 func (f *fakeOperator) ListJobs(ctx context.Context, req *connect.Request[imsv1.ListJobsRequest]) (*connect.Response[imsv1.ListJobsResponse], error) {

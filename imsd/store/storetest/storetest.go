@@ -45,6 +45,7 @@ func Run(t *testing.T, open OpenFunc) {
 		{"Agents", testAgents},
 		{"EnqueueAndGet", testEnqueueAndGet},
 		{"EnqueueAssigned", testEnqueueAssigned},
+		{"EnqueueJobs", testEnqueueJobs},
 		{"ClaimOrder", testClaimOrder},
 		{"ClaimExclusive", testClaimExclusive},
 		{"AckAndFinish", testAckAndFinish},
@@ -328,6 +329,22 @@ func testInstalls(t *testing.T, e *env) {
 
 	wantErr(t, e.s.CreateEnrollmentToken(ctx, store.EnrollmentToken{Hash: "hx", InstallID: "inst-9", ExpiresAt: at(time.Hour)}), errs.NotFound, "inst-9")
 	wantErr(t, e.s.CreateEnrollmentToken(ctx, store.EnrollmentToken{Hash: "h1", InstallID: "inst-1", ExpiresAt: at(time.Hour)}), errs.AlreadyExists)
+
+	// InstallID resolves like GetInstall, the second time from its cache;
+	// a name not found is not remembered.
+	for range 2 {
+		for _, key := range []string{"inst-1", "acme-prod"} {
+			id, err := e.s.InstallID(ctx, key)
+			ok(t, err)
+			equal(t, "InstallID("+key+")", id, "inst-1")
+		}
+		_, err = e.s.InstallID(ctx, "late")
+		wantErr(t, err, errs.NotFound, "late")
+	}
+	ok(t, e.s.CreateInstall(ctx, store.Install{ID: "inst-late", AppID: "app-1", Name: "late", CreatedAt: T0}, tok("h-late")))
+	id, err := e.s.InstallID(ctx, "late")
+	ok(t, err)
+	equal(t, "InstallID(late)", id, "inst-late")
 }
 
 func testEnroll(t *testing.T, e *env) {
@@ -496,7 +513,7 @@ func testEnqueueAssigned(t *testing.T, e *env) {
 		t.Fatalf("fencing token %d, want positive", j.FencingToken)
 	}
 	// The holder's writes go through; nothing is left to claim.
-	_, err = e.s.AckJob(ctx, "job-1", writer(j), at(2*time.Minute), at(time.Second))
+	err = e.s.AckJob(ctx, "job-1", writer(j), at(2*time.Minute), at(time.Second))
 	ok(t, err)
 	none, err := e.s.ClaimJobs(ctx, inst, store.Writer{AgentID: "ag-1"}, 5, at(time.Minute), T0)
 	ok(t, err)
@@ -528,6 +545,58 @@ func testEnqueueAssigned(t *testing.T, e *env) {
 	_, err = e.s.GetJob(ctx, "job-x")
 	wantErr(t, err, errs.NotFound)
 	equal(t, "job-1 state", e.job("job-1").State, store.JobRunning)
+}
+
+func testEnqueueJobs(t *testing.T, e *env) {
+	ctx := e.ctx()
+	inst := e.install("acme")
+	other := e.install("globex")
+	e.agent(inst, "ag-1")
+	e.agent(other, "ag-2")
+
+	// One batch: assigned where the agent is the install's, queued where
+	// it is another install's or none was given; returned in order.
+	lease := at(time.Minute)
+	jobs, err := e.s.EnqueueJobs(ctx, []store.NewJob{
+		{Job: newJob("job-1", inst, T0), AgentID: "ag-1", LeaseUntil: lease},
+		{Job: newJob("job-2", other, T0)},
+		{Job: newJob("job-3", inst, T0), AgentID: "ag-2", LeaseUntil: lease},
+	})
+	ok(t, err)
+	equal(t, "returned", len(jobs), 3)
+	for i, want := range []store.JobState{store.JobAssigned, store.JobQueued, store.JobQueued} {
+		id := fmt.Sprintf("job-%d", i+1)
+		equal(t, id+" returned id", jobs[i].ID, id)
+		equal(t, id+" returned state", jobs[i].State, want)
+		equal(t, id+" stored state", e.job(id).State, want)
+	}
+	stored := e.job("job-1")
+	equal(t, "agent", stored.AgentID, "ag-1")
+	equal(t, "token", stored.FencingToken, jobs[0].FencingToken)
+	equal(t, "lease", stored.LeaseDeadline, lease)
+	ok(t, e.s.AckJob(ctx, "job-1", writer(jobs[0]), at(2*time.Minute), at(time.Second)))
+	equal(t, "claimable", len(e.claimAll(inst, "ag-1")), 1)
+
+	// All or none: a duplicate id, an unknown install or an invalid job
+	// anywhere in the batch stores nothing, and the error says which job.
+	for _, c := range []struct {
+		bad  store.Job
+		code errs.Code
+		want string
+	}{
+		{newJob("job-2", inst, T0), errs.AlreadyExists, "jobs[1]: job \"job-2\" already exists"},
+		{newJob("job-y", "inst-nope", T0), errs.NotFound, "jobs[1]: install \"inst-nope\" not found"},
+		{func() store.Job { j := newJob("job-y", inst, T0); j.Operation = ""; return j }(), errs.Invalid, "jobs[1].operation"},
+	} {
+		_, err := e.s.EnqueueJobs(ctx, []store.NewJob{{Job: newJob("job-x", inst, T0), AgentID: "ag-1", LeaseUntil: lease}, {Job: c.bad}})
+		wantErr(t, err, c.code, c.want)
+		_, err = e.s.GetJob(ctx, "job-x")
+		wantErr(t, err, errs.NotFound)
+	}
+	_, err = e.s.EnqueueJobs(ctx, nil)
+	wantErr(t, err, errs.Invalid, "jobs")
+	_, err = e.s.EnqueueJobs(ctx, make([]store.NewJob, store.MaxEnqueueBatch+1))
+	wantErr(t, err, errs.Invalid, "at most")
 }
 
 // claimAll claims up to 100 queued jobs of installID for agentID.
@@ -646,44 +715,48 @@ func testAckAndFinish(t *testing.T, e *env) {
 	j := e.claimOne(inst, "ag-1", at(time.Minute))
 	w := writer(j)
 
-	acked, err := e.s.AckJob(ctx, "job-1", w, at(3*time.Minute), at(2*time.Minute))
-	ok(t, err)
+	ok(t, e.s.AckJob(ctx, "job-1", w, at(3*time.Minute), at(2*time.Minute)))
+	acked := e.job("job-1")
 	equal(t, "state", acked.State, store.JobRunning)
 	equal(t, "started", acked.StartedAt, at(2*time.Minute))
 	equal(t, "lease", acked.LeaseDeadline, at(3*time.Minute))
-	again, err := e.s.AckJob(ctx, "job-1", w, at(9*time.Minute), at(8*time.Minute))
-	ok(t, err)
+	ok(t, e.s.AckJob(ctx, "job-1", w, at(9*time.Minute), at(8*time.Minute)))
+	again := e.job("job-1")
 	equal(t, "re-ack started", again.StartedAt, at(2*time.Minute))
 	equal(t, "re-ack lease", again.LeaseDeadline, at(3*time.Minute))
 
-	_, err = e.s.FinishJob(ctx, "job-1", w, store.Result{State: store.JobRunning}, at(4*time.Minute))
+	_, err := e.s.FinishJob(ctx, "job-1", w, store.Result{State: store.JobRunning}, at(4*time.Minute))
 	wantErr(t, err, errs.Invalid, "state")
 
 	res := store.Result{State: store.JobSucceeded, ExitCode: 0, Outputs: map[string]string{"url": "https://x"}}
-	done, err := e.s.FinishJob(ctx, "job-1", w, res, at(4*time.Minute))
+	changed, err := e.s.FinishJob(ctx, "job-1", w, res, at(4*time.Minute))
 	ok(t, err)
+	equal(t, "changed", changed, true)
+	done := e.job("job-1")
 	equal(t, "state", done.State, store.JobSucceeded)
 	equal(t, "ended", done.EndedAt, at(4*time.Minute))
 	equal(t, "output", done.Outputs["url"], "https://x")
-	stored := e.job("job-1")
-	equal(t, "stored state", stored.State, store.JobSucceeded)
-	equal(t, "stored output", stored.Outputs["url"], "https://x")
+	equal(t, "lease cleared", done.LeaseDeadline, time.Time{})
 
 	// A resent result changes nothing and is not an error.
 	res2 := store.Result{State: store.JobFailed, ExitCode: 3, Error: "boom"}
-	resent, err := e.s.FinishJob(ctx, "job-1", w, res2, at(5*time.Minute))
+	changed, err = e.s.FinishJob(ctx, "job-1", w, res2, at(5*time.Minute))
 	ok(t, err)
+	equal(t, "resent changed", changed, false)
+	resent := e.job("job-1")
 	equal(t, "resent state", resent.State, store.JobSucceeded)
 	equal(t, "resent ended", resent.EndedAt, at(4*time.Minute))
 
-	_, err = e.s.AckJob(ctx, "job-1", w, at(9*time.Minute), at(8*time.Minute))
+	err = e.s.AckJob(ctx, "job-1", w, at(9*time.Minute), at(8*time.Minute))
 	wantErr(t, err, errs.Conflict, "already ended")
 
 	// A failure records its exit code and error.
 	e.enqueue("job-2", inst, T0)
 	j2 := e.claimOne(inst, "ag-1", at(time.Minute))
-	failed, err := e.s.FinishJob(ctx, "job-2", writer(j2), res2, at(2*time.Minute))
+	changed, err = e.s.FinishJob(ctx, "job-2", writer(j2), res2, at(2*time.Minute))
 	ok(t, err)
+	equal(t, "changed", changed, true)
+	failed := e.job("job-2")
 	equal(t, "failed state", failed.State, store.JobFailed)
 	equal(t, "exit code", failed.ExitCode, 3)
 	equal(t, "error", failed.Error, "boom")
@@ -708,7 +781,7 @@ func testFencing(t *testing.T, e *env) {
 		do   func(w store.Writer) error
 	}{
 		{"ack", func(w store.Writer) error {
-			_, err := e.s.AckJob(ctx, "job-1", w, now.Add(time.Minute), now)
+			err := e.s.AckJob(ctx, "job-1", w, now.Add(time.Minute), now)
 			return err
 		}},
 		{"logs", func(w store.Writer) error { return e.s.AppendLogs(ctx, "job-1", w, lines(1, 1, 3)) }},
@@ -733,7 +806,7 @@ func testFencing(t *testing.T, e *env) {
 		})
 	}
 	// The holder can still write.
-	_, err := e.s.AckJob(ctx, "job-1", writer(j), now.Add(time.Minute), now)
+	err := e.s.AckJob(ctx, "job-1", writer(j), now.Add(time.Minute), now)
 	ok(t, err)
 }
 
@@ -744,7 +817,7 @@ func testLeaseExpiryRequeues(t *testing.T, e *env) {
 	e.agent(inst, "ag-2")
 	e.enqueue("job-1", inst, T0)
 	first := e.claimOne(inst, "ag-1", at(time.Minute)) // lease until T0+2m
-	_, err := e.s.AckJob(ctx, "job-1", writer(first), at(2*time.Minute), at(time.Minute))
+	err := e.s.AckJob(ctx, "job-1", writer(first), at(2*time.Minute), at(time.Minute))
 	ok(t, err)
 	ok(t, e.s.AppendLogs(ctx, "job-1", writer(first), lines(1, 1, 2)))
 
@@ -770,7 +843,7 @@ func testLeaseExpiryRequeues(t *testing.T, e *env) {
 	equal(t, "queued installs", strings.Join(installs, ","), inst)
 
 	// The requeued job cannot be written by its old holder.
-	_, err = e.s.AckJob(ctx, "job-1", writer(first), at(4*time.Minute), at(3*time.Minute))
+	err = e.s.AckJob(ctx, "job-1", writer(first), at(4*time.Minute), at(3*time.Minute))
 	wantErr(t, err, errs.Conflict, "stale fencing token")
 
 	second := e.claimOne(inst, "ag-1", at(3*time.Minute))
@@ -787,9 +860,9 @@ func testLeaseExpiryRequeues(t *testing.T, e *env) {
 	got := e.logs("job-1")
 	equal(t, "lines", len(got), 3)
 	equal(t, "last line attempt", got[2].Attempt, 2)
-	done, err := e.s.FinishJob(ctx, "job-1", writer(second), store.Result{State: store.JobSucceeded}, at(4*time.Minute))
+	_, err = e.s.FinishJob(ctx, "job-1", writer(second), store.Result{State: store.JobSucceeded}, at(4*time.Minute))
 	ok(t, err)
-	equal(t, "state", done.State, store.JobSucceeded)
+	equal(t, "state", e.job("job-1").State, store.JobSucceeded)
 
 	// Another agent of the install claims a requeued job just the same.
 	e.enqueue("job-2", inst, T0)
@@ -798,7 +871,7 @@ func testLeaseExpiryRequeues(t *testing.T, e *env) {
 	ok(t, err)
 	j2 := e.claimOne(inst, "ag-2", at(8*time.Minute))
 	equal(t, "attempt", j2.Attempt, 2)
-	_, err = e.s.AckJob(ctx, "job-2", writer(j), at(9*time.Minute), at(8*time.Minute))
+	err = e.s.AckJob(ctx, "job-2", writer(j), at(9*time.Minute), at(8*time.Minute))
 	wantErr(t, err, errs.Conflict, "stale fencing token")
 }
 
@@ -843,7 +916,7 @@ func testTimeoutBackstop(t *testing.T, e *env) {
 	e.agent(inst, "ag-1")
 	e.enqueue("job-1", inst, T0) // 10m timeout
 	c := e.claimOne(inst, "ag-1", T0)
-	_, err := e.s.AckJob(ctx, "job-1", writer(c), at(time.Hour), T0)
+	err := e.s.AckJob(ctx, "job-1", writer(c), at(time.Hour), T0)
 	ok(t, err)
 	// Lease kept alive, but past timeout + grace.
 	changed, err := e.s.ExpireLeases(ctx, at(11*time.Minute))
@@ -910,7 +983,7 @@ func testCancel(t *testing.T, e *env) {
 	t.Run("running", func(t *testing.T) {
 		e.enqueue("job-r", inst, at(time.Second))
 		c := e.claimOne(inst, "ag-1", at(time.Minute))
-		_, err := e.s.AckJob(ctx, "job-r", writer(c), at(2*time.Minute), at(time.Minute))
+		err := e.s.AckJob(ctx, "job-r", writer(c), at(2*time.Minute), at(time.Minute))
 		ok(t, err)
 		got, err := e.s.RequestCancel(ctx, "job-r", "stop", at(time.Minute))
 		ok(t, err)
@@ -918,9 +991,9 @@ func testCancel(t *testing.T, e *env) {
 		equal(t, "cancel requested", got.CancelRequested, true)
 		equal(t, "reason", got.CancelReason, "stop")
 		// The agent reports it stopped.
-		done, err := e.s.FinishJob(ctx, "job-r", writer(c), store.Result{State: store.JobCancelled, Error: "stop"}, at(90*time.Second))
+		_, err = e.s.FinishJob(ctx, "job-r", writer(c), store.Result{State: store.JobCancelled, Error: "stop"}, at(90*time.Second))
 		ok(t, err)
-		equal(t, "state", done.State, store.JobCancelled)
+		equal(t, "state", e.job("job-r").State, store.JobCancelled)
 	})
 	t.Run("running, agent gone", func(t *testing.T) {
 		e.enqueue("job-g", inst, at(2*time.Second))

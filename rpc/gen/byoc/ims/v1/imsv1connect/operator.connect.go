@@ -97,6 +97,9 @@ const (
 	// OperatorServiceEnqueueJobProcedure is the fully-qualified name of the OperatorService's
 	// EnqueueJob RPC.
 	OperatorServiceEnqueueJobProcedure = "/byoc.ims.v1.OperatorService/EnqueueJob"
+	// OperatorServiceEnqueueJobsProcedure is the fully-qualified name of the OperatorService's
+	// EnqueueJobs RPC.
+	OperatorServiceEnqueueJobsProcedure = "/byoc.ims.v1.OperatorService/EnqueueJobs"
 	// OperatorServiceListJobsProcedure is the fully-qualified name of the OperatorService's ListJobs
 	// RPC.
 	OperatorServiceListJobsProcedure = "/byoc.ims.v1.OperatorService/ListJobs"
@@ -188,6 +191,11 @@ type OperatorServiceClient interface {
 	RetryWorkflowStep(context.Context, *connect.Request[v1.RetryWorkflowStepRequest]) (*connect.Response[v1.RetryWorkflowStepResponse], error)
 	// EnqueueJob queues one job for one install's agent.
 	EnqueueJob(context.Context, *connect.Request[v1.EnqueueJobRequest]) (*connect.Response[v1.EnqueueJobResponse], error)
+	// EnqueueJobs enqueues up to 1,000 jobs in one call, all or none: every
+	// job is checked first (an error names jobs[i] and its field), then all
+	// are stored in one transaction. Each goes straight to a connected agent
+	// of its install with a free slot, as EnqueueJob's do, or is queued.
+	EnqueueJobs(context.Context, *connect.Request[v1.EnqueueJobsRequest]) (*connect.Response[v1.EnqueueJobsResponse], error)
 	ListJobs(context.Context, *connect.Request[v1.ListJobsRequest]) (*connect.Response[v1.ListJobsResponse], error)
 	// GetJob returns a job; a job that no agent is running says why.
 	GetJob(context.Context, *connect.Request[v1.GetJobRequest]) (*connect.Response[v1.GetJobResponse], error)
@@ -369,6 +377,12 @@ func NewOperatorServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(operatorServiceMethods.ByName("EnqueueJob")),
 			connect.WithClientOptions(opts...),
 		),
+		enqueueJobs: connect.NewClient[v1.EnqueueJobsRequest, v1.EnqueueJobsResponse](
+			httpClient,
+			baseURL+OperatorServiceEnqueueJobsProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("EnqueueJobs")),
+			connect.WithClientOptions(opts...),
+		),
 		listJobs: connect.NewClient[v1.ListJobsRequest, v1.ListJobsResponse](
 			httpClient,
 			baseURL+OperatorServiceListJobsProcedure,
@@ -468,6 +482,7 @@ type operatorServiceClient struct {
 	cancelWorkflow        *connect.Client[v1.CancelWorkflowRequest, v1.CancelWorkflowResponse]
 	retryWorkflowStep     *connect.Client[v1.RetryWorkflowStepRequest, v1.RetryWorkflowStepResponse]
 	enqueueJob            *connect.Client[v1.EnqueueJobRequest, v1.EnqueueJobResponse]
+	enqueueJobs           *connect.Client[v1.EnqueueJobsRequest, v1.EnqueueJobsResponse]
 	listJobs              *connect.Client[v1.ListJobsRequest, v1.ListJobsResponse]
 	getJob                *connect.Client[v1.GetJobRequest, v1.GetJobResponse]
 	streamJobLogs         *connect.Client[v1.StreamJobLogsRequest, v1.StreamJobLogsResponse]
@@ -592,6 +607,11 @@ func (c *operatorServiceClient) EnqueueJob(ctx context.Context, req *connect.Req
 	return c.enqueueJob.CallUnary(ctx, req)
 }
 
+// EnqueueJobs calls byoc.ims.v1.OperatorService.EnqueueJobs.
+func (c *operatorServiceClient) EnqueueJobs(ctx context.Context, req *connect.Request[v1.EnqueueJobsRequest]) (*connect.Response[v1.EnqueueJobsResponse], error) {
+	return c.enqueueJobs.CallUnary(ctx, req)
+}
+
 // ListJobs calls byoc.ims.v1.OperatorService.ListJobs.
 func (c *operatorServiceClient) ListJobs(ctx context.Context, req *connect.Request[v1.ListJobsRequest]) (*connect.Response[v1.ListJobsResponse], error) {
 	return c.listJobs.CallUnary(ctx, req)
@@ -706,6 +726,11 @@ type OperatorServiceHandler interface {
 	RetryWorkflowStep(context.Context, *connect.Request[v1.RetryWorkflowStepRequest]) (*connect.Response[v1.RetryWorkflowStepResponse], error)
 	// EnqueueJob queues one job for one install's agent.
 	EnqueueJob(context.Context, *connect.Request[v1.EnqueueJobRequest]) (*connect.Response[v1.EnqueueJobResponse], error)
+	// EnqueueJobs enqueues up to 1,000 jobs in one call, all or none: every
+	// job is checked first (an error names jobs[i] and its field), then all
+	// are stored in one transaction. Each goes straight to a connected agent
+	// of its install with a free slot, as EnqueueJob's do, or is queued.
+	EnqueueJobs(context.Context, *connect.Request[v1.EnqueueJobsRequest]) (*connect.Response[v1.EnqueueJobsResponse], error)
 	ListJobs(context.Context, *connect.Request[v1.ListJobsRequest]) (*connect.Response[v1.ListJobsResponse], error)
 	// GetJob returns a job; a job that no agent is running says why.
 	GetJob(context.Context, *connect.Request[v1.GetJobRequest]) (*connect.Response[v1.GetJobResponse], error)
@@ -883,6 +908,12 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 		connect.WithSchema(operatorServiceMethods.ByName("EnqueueJob")),
 		connect.WithHandlerOptions(opts...),
 	)
+	operatorServiceEnqueueJobsHandler := connect.NewUnaryHandler(
+		OperatorServiceEnqueueJobsProcedure,
+		svc.EnqueueJobs,
+		connect.WithSchema(operatorServiceMethods.ByName("EnqueueJobs")),
+		connect.WithHandlerOptions(opts...),
+	)
 	operatorServiceListJobsHandler := connect.NewUnaryHandler(
 		OperatorServiceListJobsProcedure,
 		svc.ListJobs,
@@ -1001,6 +1032,8 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 			operatorServiceRetryWorkflowStepHandler.ServeHTTP(w, r)
 		case OperatorServiceEnqueueJobProcedure:
 			operatorServiceEnqueueJobHandler.ServeHTTP(w, r)
+		case OperatorServiceEnqueueJobsProcedure:
+			operatorServiceEnqueueJobsHandler.ServeHTTP(w, r)
 		case OperatorServiceListJobsProcedure:
 			operatorServiceListJobsHandler.ServeHTTP(w, r)
 		case OperatorServiceGetJobProcedure:
@@ -1120,6 +1153,10 @@ func (UnimplementedOperatorServiceHandler) RetryWorkflowStep(context.Context, *c
 
 func (UnimplementedOperatorServiceHandler) EnqueueJob(context.Context, *connect.Request[v1.EnqueueJobRequest]) (*connect.Response[v1.EnqueueJobResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.EnqueueJob is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) EnqueueJobs(context.Context, *connect.Request[v1.EnqueueJobsRequest]) (*connect.Response[v1.EnqueueJobsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.EnqueueJobs is not implemented"))
 }
 
 func (UnimplementedOperatorServiceHandler) ListJobs(context.Context, *connect.Request[v1.ListJobsRequest]) (*connect.Response[v1.ListJobsResponse], error) {
