@@ -21,7 +21,7 @@ func TestH2CListener(t *testing.T) {
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, r.Proto)
 	}), ReadHeaderTimeout: 5 * time.Second}
-	l, err := newH2CListener(ln, srv)
+	l, err := newH2CListener(ln, srv, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
