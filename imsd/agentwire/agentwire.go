@@ -440,7 +440,9 @@ type conn struct {
 	wmu               sync.Mutex
 	cond              sync.Cond // on wmu: window grew, reader changed, or failure
 	werr              error     // sticky: nothing more can be written
-	goneAway          bool
+	goneAway          bool      // a GOAWAY was sent
+	goneAwayErr       bool      // a GOAWAY with an error code was sent
+	goAwayStream      uint32    // the last stream id GOAWAY names: the agent stream's
 	sendConnWin       int64
 	sendStreamWin     int64
 	peerInitialWindow int64
@@ -488,6 +490,10 @@ func (c *conn) serve() {
 		c.finishConn()
 		return
 	}
+	// No other stream will be served here: a graceful GOAWAY now makes a
+	// client take a new connection for its next request (Go's marks this
+	// one dead at once), instead of racing the GOAWAY sent at the end.
+	c.goAway(errNo, "")
 	ctx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
 	st := &Stream{c: c}
@@ -538,16 +544,18 @@ func (c *conn) closeNow() {
 	c.nc.Close()
 }
 
-// goAway sends a GOAWAY once.
+// goAway sends a GOAWAY: a graceful one once, then at most one with an
+// error code.
 func (c *conn) goAway(code uint32, debug string) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	if c.goneAway || c.werr != nil {
+	if c.werr != nil || c.goneAwayErr || code == errNo && c.goneAway {
 		return
 	}
 	c.goneAway = true
+	c.goneAwayErr = code != errNo
 	b := appendFrameHeader(nil, 8+len(debug), frameGoAway, 0, 0)
-	b = binary.BigEndian.AppendUint32(b, c.lastStream)
+	b = binary.BigEndian.AppendUint32(b, c.goAwayStream)
 	b = binary.BigEndian.AppendUint32(b, code)
 	b = append(b, debug...)
 	c.writeLocked(b)
@@ -889,6 +897,7 @@ func (c *conn) headerBlock(frag []byte, end bool) error {
 		c.wmu.Lock()
 		c.gzipOut = c.srv.CompressMinBytes > 0 && c.hdr.acceptsGzip()
 		c.sendStreamWin = c.peerInitialWindow
+		c.goAwayStream = sid
 		c.wmu.Unlock()
 		c.hdr = requestHeaders{}
 		return nil

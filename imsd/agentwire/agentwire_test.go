@@ -455,7 +455,29 @@ func TestClientReset(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the handler did not end")
 	}
-	r.expectGoAway(http2.ErrCodeNo)
+	// The connection ends (its graceful GOAWAY came with the response).
+	for {
+		if _, err := r.fr.ReadFrame(); err != nil {
+			if err != io.EOF {
+				t.Fatalf("read %v; want EOF", err)
+			}
+			break
+		}
+	}
+}
+
+// The response's first frames include a graceful GOAWAY naming the agent
+// stream: the client opens no other stream on this connection.
+func TestGoAwayUpFront(t *testing.T) {
+	ts := startServer(t, &Server{Handler: echo(0)})
+	r := dialRaw(t, ts)
+	r.headers(1, Path)
+	f := r.next(http2.FrameGoAway).(*http2.GoAwayFrame)
+	if f.ErrCode != http2.ErrCodeNo || f.LastStreamID != 1 {
+		t.Fatalf("GOAWAY %v last %d; want NO_ERROR, 1", f.ErrCode, f.LastStreamID)
+	}
+	r.next(http2.FrameHeaders)
+	r.readMessage()
 }
 
 // An idle agent connection holds exactly one goroutine: its reader,
