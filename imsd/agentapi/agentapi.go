@@ -127,30 +127,59 @@ func (s *Service) Connect(ctx context.Context, st *stream) error {
 // the same agent replaces it, or the agent breaks the protocol. ctx ends
 // when the stream does.
 func (s *Service) Serve(ctx context.Context, st Stream) error {
+	c, err := s.open(ctx, st)
+	if c == nil {
+		return err
+	}
+	defer s.close(ctx, c)
+	if err != nil {
+		return err
+	}
+	return c.run(ctx)
+}
+
+// open runs the stream up to the welcome: challenge, hello, signature
+// check, registration with the hub, re-attached jobs. It returns a nil
+// conn if the stream ended before registration; otherwise close must
+// follow. It is kept apart from run, so that the stack an idle stream
+// waits on holds only run's small frame.
+//
+//go:noinline
+func (s *Service) open(ctx context.Context, st Stream) (*conn, error) {
 	nonce := auth.NewNonce()
 	if err := st.Send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Challenge{Challenge: &agentv1.Challenge{Nonce: nonce}}}); err != nil {
-		return err
+		return nil, err
 	}
 	m, err := st.Receive(s.cfg.HelloTimeout)
 	if err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("hello: none within %s", s.cfg.HelloTimeout))
+			return nil, connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("hello: none within %s", s.cfg.HelloTimeout))
 		}
-		return ignoreEOF(err)
+		return nil, ignoreEOF(err)
 	}
 	hello := m.GetHello()
 	if hello == nil {
-		return connect.NewError(connect.CodeInvalidArgument, errors.New("hello: the first message on the stream must be a hello"))
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("hello: the first message on the stream must be a hello"))
 	}
-	agent, err := s.store.GetAgent(ctx, hello.AgentId)
+	// Database work and signature checks grow a goroutine's stack, and the
+	// stream's own goroutine then sits idle for days with whatever stack
+	// it has: they run on a short-lived goroutine (as does the welcome).
+	var agent store.Agent
+	var verified bool
+	err = onOwnStack(func() error {
+		var err error
+		agent, err = s.store.GetAgent(ctx, hello.AgentId)
+		verified = err == nil && auth.VerifyChallenge(agent.PublicKey, agent.ID, nonce, hello.Signature)
+		return err
+	})
 	if err != nil && !errs.Is(err, errs.NotFound) {
-		return s.err(ctx, err)
+		return nil, s.err(ctx, err)
 	}
-	if err != nil || !auth.VerifyChallenge(agent.PublicKey, agent.ID, nonce, hello.Signature) {
-		return connect.NewError(connect.CodeUnauthenticated, errors.New("hello: unknown agent or bad signature; enrol again with a new enrolment token"))
+	if !verified {
+		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("hello: unknown agent or bad signature; enrol again with a new enrolment token"))
 	}
 	if hello.Capacity < 1 || hello.Capacity > 1000 {
-		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("hello.capacity: must be between 1 and 1000, got %d", hello.Capacity))
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("hello.capacity: must be between 1 and 1000, got %d", hello.Capacity))
 	}
 
 	c := &conn{
@@ -168,27 +197,30 @@ func (s *Service) Serve(ctx context.Context, st Stream) error {
 		Release:  func() { c.free.Add(1) },
 		Deliver:  c.deliver,
 	})
-	defer func() {
-		s.hub.Unregister(c.sess)
-		c.mu.Lock()
-		c.dead = true // no send after the handler returns
-		c.mu.Unlock()
-	}()
 	s.obs.Connected(1)
-	defer s.obs.Connected(-1)
-	if err := c.welcome(ctx, hello); err != nil {
-		return err
-	}
-	// From here this goroutine reads the stream itself, so an idle agent
-	// costs imsd one goroutine (plus, on the connect-go path, the HTTP/2
-	// connection's own). Wake-ups and cancellations arrive through the
-	// hub's handlers. An agent silent for three heartbeats is cut off by
-	// the stream's Receive limit; a dead connection is also found by
-	// HTTP/2 pings (connect-go path) or by that limit.
-	idleLimit := 3 * s.cfg.HeartbeatInterval
-	defer func() { c.logger().InfoContext(ctx, "agent disconnected") }()
+	return c, c.welcome(ctx, hello)
+}
+
+// close unregisters a stream that open registered.
+func (s *Service) close(ctx context.Context, c *conn) {
+	s.hub.Unregister(c.sess)
+	c.mu.Lock()
+	c.dead = true // no send after the handler returns
+	c.mu.Unlock()
+	s.obs.Connected(-1)
+	c.logger().InfoContext(ctx, "agent disconnected")
+}
+
+// run reads the stream after the welcome. From here the stream's own
+// goroutine reads it, so an idle agent costs imsd one goroutine (plus, on
+// the connect-go path, the HTTP/2 connection's own). Wake-ups and
+// cancellations arrive through the hub's handlers. An agent silent for
+// three heartbeats is cut off by the stream's Receive limit; on the
+// connect-go path a dead connection is also found by HTTP/2 pings.
+func (c *conn) run(ctx context.Context) error {
+	idleLimit := 3 * c.svc.cfg.HeartbeatInterval
 	for {
-		m, err := st.Receive(idleLimit)
+		m, err := c.st.Receive(idleLimit)
 		if err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				return connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("no message from the agent for %s", idleLimit))
@@ -301,12 +333,18 @@ type conn struct {
 // work grows a goroutine's stack, and the stream's own goroutine then sits
 // idle for days with whatever stack it has.
 func (c *conn) welcome(ctx context.Context, hello *agentv1.Hello) error {
-	done := make(chan error, 1)
-	go func() {
+	return onOwnStack(func() error {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		done <- c.welcomeLocked(ctx, hello)
-	}()
+		return c.welcomeLocked(ctx, hello)
+	})
+}
+
+// onOwnStack runs f on a goroutine of its own and waits for it, so that
+// the stack f grows is not the caller's.
+func onOwnStack(f func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- f() }()
 	return <-done
 }
 

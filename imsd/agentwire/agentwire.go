@@ -133,6 +133,7 @@ type Server struct {
 	mu     sync.Mutex
 	closed bool
 	conns  map[*conn]struct{}
+	wg     sync.WaitGroup // connections being served
 }
 
 func (s *Server) writeTimeout() time.Duration {
@@ -332,9 +333,11 @@ func putBuf(b *[]byte) {
 	}
 }
 
-// ServeConn serves c, whose client preface has been read and whose next
-// bytes (buffered, from Sniff) are the client's first frames. It returns
-// when the connection has ended.
+// ServeConn starts serving c, whose client preface has been read and
+// whose next bytes (buffered, from Sniff) are the client's first frames,
+// on a goroutine of its own, and returns. The caller's goroutine ends: a
+// fresh one starts at the bottom of its stack, so the idle connection's
+// stack stays small enough to shrink to 4 KiB.
 func (s *Server) ServeConn(c net.Conn, buffered []byte) {
 	cn := &conn{srv: s, nc: c}
 	cn.cond.L = &cn.wmu
@@ -358,8 +361,7 @@ func (s *Server) ServeConn(c net.Conn, buffered []byte) {
 		cn.closeNow()
 		return
 	}
-	defer s.track(cn, false)
-	cn.serve()
+	go cn.serve()
 }
 
 func (s *Server) track(c *conn, add bool) bool {
@@ -367,11 +369,13 @@ func (s *Server) track(c *conn, add bool) bool {
 	defer s.mu.Unlock()
 	if !add {
 		delete(s.conns, c)
+		s.wg.Done()
 		return true
 	}
 	if s.closed {
 		return false
 	}
+	s.wg.Add(1)
 	if s.conns == nil {
 		s.conns = make(map[*conn]struct{})
 	}
@@ -380,9 +384,9 @@ func (s *Server) track(c *conn, add bool) bool {
 }
 
 // Shutdown sends every connection a GOAWAY and closes it; their streams
-// end as if the agents had gone away. ServeConn refuses connections from
-// then on.
-func (s *Server) Shutdown() {
+// end as if the agents had gone away. It waits until their handlers have
+// returned, or ctx ends. ServeConn refuses connections from then on.
+func (s *Server) Shutdown(ctx context.Context) {
 	s.mu.Lock()
 	s.closed = true
 	conns := make([]*conn, 0, len(s.conns))
@@ -393,6 +397,12 @@ func (s *Server) Shutdown() {
 	for _, c := range conns {
 		c.goAway(errNo, "server shutting down")
 		c.closeNow()
+	}
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
 	}
 }
 
@@ -460,7 +470,30 @@ type conn struct {
 
 // serve runs the connection: our SETTINGS, the client's first frames,
 // the stream's handler, then the end of the connection.
+//
+// While the stream is idle, its goroutine's stack holds serve, the
+// handler, Receive and the network read: keep their frames small (a
+// stack whose used part is under 1248 bytes shrinks to 4 KiB; see
+// runtime.shrinkstack). The connection's setup and end are in functions
+// of their own for that reason.
 func (c *conn) serve() {
+	defer c.srv.track(c, false)
+	if !c.start() {
+		c.finishConn()
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	herr := c.srv.Handler(ctx, &Stream{c: c})
+	cancel()
+	c.endStream(herr)
+	c.finishConn()
+}
+
+// start sends our SETTINGS and reads up to the agent stream's headers.
+//
+//go:noinline
+func (c *conn) start() bool {
 	var b []byte
 	b = appendFrameHeader(b, 3*6, frameSettings, 0, 0)
 	b = appendSetting(b, settingMaxConcurrentStreams, 1)
@@ -474,8 +507,7 @@ func (c *conn) serve() {
 	err := c.writeLocked(b)
 	c.wmu.Unlock()
 	if err != nil {
-		c.closeNow()
-		return
+		return false
 	}
 	// Read up to the agent stream's header block.
 	c.rmu.Lock()
@@ -487,20 +519,13 @@ func (c *conn) serve() {
 	}
 	c.rmu.Unlock()
 	if c.rerr != nil || c.stream == 0 {
-		c.finishConn()
-		return
+		return false
 	}
 	// No other stream will be served here: a graceful GOAWAY now makes a
 	// client take a new connection for its next request (Go's marks this
 	// one dead at once), instead of racing the GOAWAY sent at the end.
 	c.goAway(errNo, "")
-	ctx, cancel := context.WithCancel(context.Background())
-	c.cancel = cancel
-	st := &Stream{c: c}
-	herr := c.srv.Handler(ctx, st)
-	cancel()
-	c.endStream(herr)
-	c.finishConn()
+	return true
 }
 
 func appendSetting(b []byte, id uint16, v uint32) []byte {
@@ -1030,10 +1055,31 @@ func (st *Stream) Receive(limit time.Duration) (*agentv1.ConnectRequest, error) 
 			c.credit(int64(len(*c.in))-c.credited, true)
 			c.credited = int64(len(*c.in))
 		}
+		if c.rbuf == nil {
+			// Idle: wait here, not deeper in step, for a shallow stack.
+			if err := c.await(); err != nil {
+				return nil, c.readFailed(err)
+			}
+			continue
+		}
 		if err := c.step(); err != nil {
 			return nil, err
 		}
 	}
+}
+
+// await waits for bytes with nothing buffered, reading into c.tiny, and
+// then takes a pooled buffer for them.
+func (c *conn) await() error {
+	n, err := c.nc.Read(c.tiny[:])
+	if n > 0 {
+		c.rbuf = readBufs.Get().(*[]byte)
+		c.r, c.w = 0, copy(*c.rbuf, c.tiny[:n])
+	}
+	if n > 0 {
+		return nil
+	}
+	return err
 }
 
 // message takes a whole message out of c.in, if there is one.

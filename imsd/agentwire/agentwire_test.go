@@ -73,7 +73,7 @@ func startServer(t *testing.T, s *Server) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := &testServer{Server: s, ln: ln, ended: make(chan error, 100)}
+	ts := &testServer{Server: s, ln: ln, ended: make(chan error, 1000)}
 	h := s.Handler
 	s.Handler = func(ctx context.Context, st *Stream) error {
 		err := h(ctx, st)
@@ -107,7 +107,9 @@ func startServer(t *testing.T, s *Server) *testServer {
 	}()
 	t.Cleanup(func() {
 		ln.Close()
-		s.Shutdown()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s.Shutdown(ctx)
 		ts.wg.Wait()
 	})
 	return ts
@@ -503,5 +505,31 @@ func TestOneGoroutinePerIdleConnection(t *testing.T) {
 	}
 	if after-before != n {
 		t.Fatalf("%d idle connections added %d goroutines; want %d", n, after-before, n)
+	}
+}
+
+// An idle connection's goroutine waits on a stack shallow enough for the
+// garbage collector to shrink it to 4 KiB (see conn.serve).
+func TestIdleStackShrinks(t *testing.T) {
+	ts := startServer(t, &Server{Handler: echo(0)})
+	var ms runtime.MemStats
+	stacks := func() uint64 {
+		for range 4 { // each collection halves a stack at most once
+			runtime.GC()
+		}
+		runtime.ReadMemStats(&ms)
+		return ms.StackInuse
+	}
+	before := stacks()
+	const n = 100
+	for range n {
+		r := dialRaw(t, ts)
+		r.open()
+	}
+	time.Sleep(50 * time.Millisecond)
+	per := float64(stacks()-before) / n
+	t.Logf("%.0f bytes of stack per idle connection", per)
+	if per > 6<<10 {
+		t.Fatalf("%.0f bytes of stack per idle connection; want about 4 KiB", per)
 	}
 }

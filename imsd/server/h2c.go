@@ -143,7 +143,7 @@ func (l *h2cListener) sniff(c net.Conn) {
 		var ne net.Error
 		switch {
 		case agent:
-			l.agent.ServeConn(c, raw)
+			l.agent.ServeConn(c, raw) // on a goroutine of its own, tracked by l.agent
 			return
 		case err != nil && !(errors.As(err, &ne) && ne.Timeout()):
 			c.Close()
@@ -212,7 +212,7 @@ func (l *h2cListener) shut() {
 func (l *h2cListener) closeConns(ctx context.Context) {
 	if l.agent != nil {
 		// Agent streams never end on their own: GOAWAY and close now.
-		l.agent.Shutdown()
+		l.agent.Shutdown(ctx)
 	}
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
