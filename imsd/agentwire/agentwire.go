@@ -428,11 +428,13 @@ type conn struct {
 	// Read side: held by whoever reads frames (rmu), normally the
 	// handler's goroutine in Receive, else a sender waiting for window.
 	rmu  sync.Mutex
-	tiny [16]byte // an idle connection's read buffer
-	rbuf *[]byte  // pooled, while a frame is partly read
-	r, w int      // unparsed bytes are (*rbuf)[r:w]
-	dec  *hpack.Decoder
-	hdr  requestHeaders
+	tiny [16]byte       // an idle connection's read buffer
+	rbuf *[]byte        // pooled, while a frame is partly read
+	r, w int            // unparsed bytes are (*rbuf)[r:w]
+	dec  *hpack.Decoder // nil when idle once tableZero
+	// tableZero: the client acknowledged our HEADER_TABLE_SIZE of 0.
+	tableZero bool
+	hdr       requestHeaders
 	// blockStream is the stream of a header block in progress (0: none).
 	blockStream                uint32
 	lastStream                 uint32  // highest stream id the client opened
@@ -495,8 +497,12 @@ func (c *conn) serve() {
 //go:noinline
 func (c *conn) start() bool {
 	var b []byte
-	b = appendFrameHeader(b, 3*6, frameSettings, 0, 0)
+	b = appendFrameHeader(b, 4*6, frameSettings, 0, 0)
 	b = appendSetting(b, settingMaxConcurrentStreams, 1)
+	// No dynamic table for the client's later header blocks: once it has
+	// acknowledged this, the decoder (and the entries its first block
+	// added) can go.
+	b = appendSetting(b, settingHeaderTableSize, 0)
 	b = appendSetting(b, settingInitialWindowSize, uint32(c.recvWindow))
 	b = appendSetting(b, settingMaxHeaderListSize, maxHeaderListSize)
 	if inc := c.recvWindow - defaultWindow; inc > 0 {
@@ -827,6 +833,13 @@ func (c *conn) settings(flags byte, sid uint32, p []byte) error {
 		if len(p) != 0 {
 			return &connError{errFrameSize, "SETTINGS ACK with a payload"}
 		}
+		// Every header block the client encodes from now on starts by
+		// emptying its dynamic table (RFC 7541 §4.2): the decoder's table
+		// is of no further use.
+		c.tableZero = true
+		if c.blockStream == 0 {
+			c.dec = nil
+		}
 		return nil
 	}
 	if len(p)%6 != 0 {
@@ -890,6 +903,9 @@ func (c *conn) headers(flags byte, sid uint32, p []byte) error {
 	if c.dec == nil {
 		c.dec = hpack.NewDecoder(4096, nil)
 		c.dec.SetMaxStringLength(maxHeaderListSize)
+		if c.tableZero {
+			c.dec.SetAllowedMaxDynamicTableSize(0)
+		}
 	}
 	c.hdr = requestHeaders{endStream: flags&flagEndStream != 0}
 	c.dec.SetEmitFunc(c.hdr.emit)
@@ -913,6 +929,9 @@ func (c *conn) headerBlock(frag []byte, end bool) error {
 	sid := c.blockStream
 	c.blockStream = 0
 	c.dec.SetEmitFunc(func(hpack.HeaderField) {})
+	if c.tableZero {
+		c.dec = nil
+	}
 	if sid == c.stream && c.stream != 0 {
 		return nil // trailers
 	}

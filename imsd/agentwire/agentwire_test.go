@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -206,6 +207,10 @@ type rawClient struct {
 	t  *testing.T
 	c  net.Conn
 	fr *http2.Framer
+	// One HPACK encoder for the connection, as a real client has: its
+	// later blocks refer to entries its first added.
+	hbuf bytes.Buffer
+	enc  *hpack.Encoder
 }
 
 func dialRaw(t *testing.T, ts *testServer, settings ...http2.Setting) *rawClient {
@@ -224,8 +229,11 @@ func dialRaw(t *testing.T, ts *testServer, settings ...http2.Setting) *rawClient
 
 func (r *rawClient) headers(stream uint32, path string) {
 	r.t.Helper()
-	var b bytes.Buffer
-	e := hpack.NewEncoder(&b)
+	if r.enc == nil {
+		r.enc = hpack.NewEncoder(&r.hbuf)
+	}
+	r.hbuf.Reset()
+	e, b := r.enc, &r.hbuf
 	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", "x"}, {":path", path}, {"content-type", contentType}, {"user-agent", "raw"}} {
 		e.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
 	}
@@ -326,9 +334,21 @@ func TestPingAndSettings(t *testing.T) {
 // A second request is refused with REFUSED_STREAM (its DATA ignored),
 // and the agent stream goes on.
 func TestSecondStreamRefused(t *testing.T) {
+	for _, ack := range []bool{false, true} {
+		t.Run(fmt.Sprintf("settings acknowledged=%v", ack), func(t *testing.T) { testSecondStreamRefused(t, ack) })
+	}
+}
+
+func testSecondStreamRefused(t *testing.T, ack bool) {
 	ts := startServer(t, &Server{Handler: echo(0)})
 	r := dialRaw(t, ts)
 	r.open()
+	if ack {
+		// The server then decodes with an empty table, and the client's
+		// next block starts by emptying its own (RFC 7541 §4.2).
+		r.fr.WriteSettingsAck()
+		r.enc.SetMaxDynamicTableSizeLimit(0)
+	}
 	r.headers(3, "/byoc.agent.v1.AgentService/Enroll")
 	r.fr.WriteData(3, true, []byte("ignored"))
 	rst := r.next(http2.FrameRSTStream).(*http2.RSTStreamFrame)
@@ -511,6 +531,9 @@ func TestOneGoroutinePerIdleConnection(t *testing.T) {
 // An idle connection's goroutine waits on a stack shallow enough for the
 // garbage collector to shrink it to 4 KiB (see conn.serve).
 func TestIdleStackShrinks(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector makes frames larger")
+	}
 	ts := startServer(t, &Server{Handler: echo(0)})
 	var ms runtime.MemStats
 	stacks := func() uint64 {
