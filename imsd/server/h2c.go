@@ -243,8 +243,14 @@ type prefixConn struct {
 }
 
 func (c *prefixConn) Read(p []byte) (int, error) {
-	if c.prefix.Len() > 0 {
-		return c.prefix.Read(p)
+	if c.prefix != nil {
+		n, _ := c.prefix.Read(p)
+		if c.prefix.Len() == 0 {
+			c.prefix = nil // the connection may live for days: let the bytes go
+		}
+		if n > 0 {
+			return n, nil
+		}
 	}
 	return c.Conn.Read(p)
 }
