@@ -226,12 +226,16 @@ func fleet(b *testing.B, p *imsProc, n int, picked func(string, time.Time)) []*b
 			}
 			key, _ := identity.NewKey()
 			// One transport per agent: one TCP connection each, as in the field.
-			ac := agentv1connect.NewAgentServiceClient(agent.DefaultHTTPClient(), p.url)
+			hc := agent.DefaultHTTPClient()
+			ac := agentv1connect.NewAgentServiceClient(hc, p.url)
 			er, err := ac.Enroll(ctx, connect.NewRequest(&agentv1.EnrollRequest{EnrollmentToken: r.Msg.EnrollmentToken.Token, PublicKey: key.Public().(ed25519.PublicKey)}))
 			if err != nil {
 				failed.Store(err)
 				return
 			}
+			// As agentd does after enrolling: the stream opens its own
+			// connection.
+			hc.CloseIdleConnections()
 			agents[i] = &benchAgent{id: er.Msg.AgentId, key: key, install: name, client: ac, picked: picked}
 		}()
 	}

@@ -192,6 +192,10 @@ func (a *Agent) enroll(ctx context.Context) (identity.Identity, error) {
 	if err != nil {
 		return identity.Identity{}, fmt.Errorf("enrol with %s: %w", a.cfg.IMSURL, err)
 	}
+	// The stream then opens a connection of its own: imsd serves a
+	// connection whose first request is the agent stream on one goroutine
+	// and no buffers, and the stream would otherwise reuse this one.
+	a.cfg.HTTPClient.CloseIdleConnections()
 	id := identity.Identity{AgentID: resp.Msg.AgentId, InstallID: resp.Msg.InstallId, IMSURL: a.cfg.IMSURL, PrivateKey: key}
 	if err := identity.Save(a.cfg.StateDir, id); err != nil {
 		return identity.Identity{}, fmt.Errorf("save identity: %w", err)

@@ -35,13 +35,17 @@ func EnrollRaw(tb testing.TB, url, token string) *RawAgent {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	c := agentv1connect.NewAgentServiceClient(agent.DefaultHTTPClient(), url)
+	hc := agent.DefaultHTTPClient()
+	c := agentv1connect.NewAgentServiceClient(hc, url)
 	resp, err := c.Enroll(context.Background(), connect.NewRequest(&agentv1.EnrollRequest{
 		EnrollmentToken: token, PublicKey: key.Public().(ed25519.PublicKey), Role: "install",
 	}))
 	if err != nil {
 		tb.Fatalf("enrol: %v", err)
 	}
+	// As agentd does: the stream gets a connection of its own, which
+	// imsd's agent-wire server takes.
+	hc.CloseIdleConnections()
 	return &RawAgent{ID: resp.Msg.AgentId, Key: key, Client: c}
 }
 

@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -100,52 +101,85 @@ func (s *Service) err(ctx context.Context, err error) error { return rpcerr.ToCo
 
 type stream = connect.BidiStream[agentv1.ConnectRequest, agentv1.ConnectResponse]
 
-// Connect runs one agent stream until the agent goes away, a newer stream of
-// the same agent replaces it, or the agent breaks the protocol.
+// Stream is one agent stream as Serve sees it: the connect-go handler's
+// (Connect, below) or imsd's own agent-wire server's (package agentwire).
+type Stream interface {
+	// Send sends one message. It may be called from any goroutine, but
+	// not from two at once (conn.mu serialises sends).
+	Send(*agentv1.ConnectResponse) error
+	// Receive returns the next message. With limit > 0, a wait of more
+	// than limit ends it with an error matching os.ErrDeadlineExceeded,
+	// after which the stream is unusable. io.EOF (or an error wrapping it,
+	// or a cancellation) means the agent went away.
+	Receive(limit time.Duration) (*agentv1.ConnectRequest, error)
+}
+
+// Connect runs one agent stream served by connect-go (the gRPC protocol,
+// gRPC-Web, and Connect clients whose connection was not routed to the
+// agent-wire server) through Serve.
 func (s *Service) Connect(ctx context.Context, st *stream) error {
-	nonce := auth.NewNonce()
-	if err := st.Send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Challenge{Challenge: &agentv1.Challenge{Nonce: nonce}}}); err != nil {
+	b := &bidiStream{st: st, body: bodyFrom(ctx)}
+	defer b.stop()
+	return s.Serve(ctx, b)
+}
+
+// Serve runs one agent stream until the agent goes away, a newer stream of
+// the same agent replaces it, or the agent breaks the protocol. ctx ends
+// when the stream does.
+func (s *Service) Serve(ctx context.Context, st Stream) error {
+	c, err := s.open(ctx, st)
+	if c == nil {
 		return err
 	}
-	// Only the hello is read on a helper goroutine, to bound the wait for
-	// it; returning ends the stream, which unblocks that read.
-	type received struct {
-		m   *agentv1.ConnectRequest
-		err error
+	defer s.close(ctx, c)
+	if err != nil {
+		return err
 	}
-	first := make(chan received, 1)
-	go func() {
-		m, err := st.Receive()
-		first <- received{m, err}
-	}()
+	return c.run(ctx)
+}
 
-	var hello *agentv1.Hello
-	timer := time.NewTimer(s.cfg.HelloTimeout)
-	select {
-	case r := <-first:
-		timer.Stop()
-		if r.err != nil {
-			return ignoreEOF(r.err)
-		}
-		hello = r.m.GetHello()
-		if hello == nil {
-			return connect.NewError(connect.CodeInvalidArgument, errors.New("hello: the first message on the stream must be a hello"))
-		}
-	case <-timer.C:
-		return connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("hello: none within %s", s.cfg.HelloTimeout))
-	case <-ctx.Done():
-		timer.Stop()
-		return nil
+// open runs the stream up to the welcome: challenge, hello, signature
+// check, registration with the hub, re-attached jobs. It returns a nil
+// conn if the stream ended before registration; otherwise close must
+// follow. It is kept apart from run, so that the stack an idle stream
+// waits on holds only run's small frame.
+//
+//go:noinline
+func (s *Service) open(ctx context.Context, st Stream) (*conn, error) {
+	nonce := auth.NewNonce()
+	if err := st.Send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Challenge{Challenge: &agentv1.Challenge{Nonce: nonce}}}); err != nil {
+		return nil, err
 	}
-	agent, err := s.store.GetAgent(ctx, hello.AgentId)
+	m, err := st.Receive(s.cfg.HelloTimeout)
+	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("hello: none within %s", s.cfg.HelloTimeout))
+		}
+		return nil, ignoreEOF(err)
+	}
+	hello := m.GetHello()
+	if hello == nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("hello: the first message on the stream must be a hello"))
+	}
+	// Database work and signature checks grow a goroutine's stack, and the
+	// stream's own goroutine then sits idle for days with whatever stack
+	// it has: they run on a short-lived goroutine (as does the welcome).
+	var agent store.Agent
+	var verified bool
+	err = onOwnStack(func() error {
+		var err error
+		agent, err = s.store.GetAgent(ctx, hello.AgentId)
+		verified = err == nil && auth.VerifyChallenge(agent.PublicKey, agent.ID, nonce, hello.Signature)
+		return err
+	})
 	if err != nil && !errs.Is(err, errs.NotFound) {
-		return s.err(ctx, err)
+		return nil, s.err(ctx, err)
 	}
-	if err != nil || !auth.VerifyChallenge(agent.PublicKey, agent.ID, nonce, hello.Signature) {
-		return connect.NewError(connect.CodeUnauthenticated, errors.New("hello: unknown agent or bad signature; enrol again with a new enrolment token"))
+	if !verified {
+		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("hello: unknown agent or bad signature; enrol again with a new enrolment token"))
 	}
 	if hello.Capacity < 1 || hello.Capacity > 1000 {
-		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("hello.capacity: must be between 1 and 1000, got %d", hello.Capacity))
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("hello.capacity: must be between 1 and 1000, got %d", hello.Capacity))
 	}
 
 	c := &conn{
@@ -153,8 +187,6 @@ func (s *Service) Connect(ctx context.Context, st *stream) error {
 		st:       st,
 		agent:    agent,
 		capacity: int(hello.Capacity),
-		inflight: make(map[string]int64),
-		log:      s.log.With("agent", agent.ID, "install", agent.InstallID),
 	}
 	c.ctx = ctx
 	c.sess = s.hub.Register(agent.ID, agent.InstallID, dispatch.Handlers{
@@ -165,41 +197,35 @@ func (s *Service) Connect(ctx context.Context, st *stream) error {
 		Release:  func() { c.free.Add(1) },
 		Deliver:  c.deliver,
 	})
-	defer func() {
-		s.hub.Unregister(c.sess)
-		c.mu.Lock()
-		c.dead = true // no send after the handler returns
-		c.mu.Unlock()
-	}()
 	s.obs.Connected(1)
-	defer s.obs.Connected(-1)
-	if err := c.welcome(ctx, hello); err != nil {
-		return err
-	}
-	// The hello goroutine has ended; from here this goroutine reads the
-	// stream itself, so an idle agent costs imsd one goroutine (plus the
-	// HTTP/2 connection's own). Wake-ups and cancellations arrive through
-	// the hub's handlers. An agent silent for three heartbeats is cut off by
-	// a timer that closes the request body, which ends the blocked read; a
-	// dead connection is also found by HTTP/2 pings.
-	idleLimit := 3 * s.cfg.HeartbeatInterval
-	var idle atomic.Bool
-	var cut *time.Timer
-	if body := bodyFrom(ctx); body != nil {
-		cut = time.AfterFunc(idleLimit, func() { idle.Store(true); body.Close() })
-		defer cut.Stop()
-	}
-	defer c.log.InfoContext(ctx, "agent disconnected")
+	return c, c.welcome(ctx, hello)
+}
+
+// close unregisters a stream that open registered.
+func (s *Service) close(ctx context.Context, c *conn) {
+	s.hub.Unregister(c.sess)
+	c.mu.Lock()
+	c.dead = true // no send after the handler returns
+	c.mu.Unlock()
+	s.obs.Connected(-1)
+	c.logger().InfoContext(ctx, "agent disconnected")
+}
+
+// run reads the stream after the welcome. From here the stream's own
+// goroutine reads it, so an idle agent costs imsd one goroutine (plus, on
+// the connect-go path, the HTTP/2 connection's own). Wake-ups and
+// cancellations arrive through the hub's handlers. An agent silent for
+// three heartbeats is cut off by the stream's Receive limit; on the
+// connect-go path a dead connection is also found by HTTP/2 pings.
+func (c *conn) run(ctx context.Context) error {
+	idleLimit := 3 * c.svc.cfg.HeartbeatInterval
 	for {
-		m, err := st.Receive()
+		m, err := c.st.Receive(idleLimit)
 		if err != nil {
-			if idle.Load() {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
 				return connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("no message from the agent for %s", idleLimit))
 			}
 			return ignoreEOF(err)
-		}
-		if cut != nil {
-			cut.Reset(idleLimit)
 		}
 		if c.replaced.Load() {
 			return connect.NewError(connect.CodeAborted, errors.New("replaced by a newer stream of the same agent"))
@@ -213,16 +239,77 @@ func (s *Service) Connect(ctx context.Context, st *stream) error {
 	}
 }
 
+// bidiStream adapts connect-go's handler stream to Stream. A Receive
+// limit closes the request body (KeepBody) when it passes, the one way to
+// end a read blocked on an agent that went silent without closing its
+// connection.
+type bidiStream struct {
+	st   *stream
+	body io.Closer
+	cut  *time.Timer
+	idle atomic.Bool
+}
+
+func (b *bidiStream) Send(m *agentv1.ConnectResponse) error { return b.st.Send(m) }
+
+func (b *bidiStream) Receive(limit time.Duration) (*agentv1.ConnectRequest, error) {
+	if limit <= 0 {
+		return b.st.Receive()
+	}
+	if b.body == nil {
+		return b.receiveWithin(limit)
+	}
+	if b.cut == nil {
+		b.cut = time.AfterFunc(limit, func() { b.idle.Store(true); b.body.Close() })
+	} else {
+		b.cut.Reset(limit)
+	}
+	m, err := b.st.Receive()
+	b.cut.Stop()
+	if err != nil && b.idle.Load() {
+		return nil, fmt.Errorf("receive: %w", os.ErrDeadlineExceeded)
+	}
+	return m, err
+}
+
+// receiveWithin bounds a read without a body to close: the read goes on
+// in a goroutine of its own, which ends with the stream.
+func (b *bidiStream) receiveWithin(limit time.Duration) (*agentv1.ConnectRequest, error) {
+	type received struct {
+		m   *agentv1.ConnectRequest
+		err error
+	}
+	ch := make(chan received, 1)
+	go func() {
+		m, err := b.st.Receive()
+		ch <- received{m, err}
+	}()
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	select {
+	case r := <-ch:
+		return r.m, r.err
+	case <-t.C:
+		b.idle.Store(true)
+		return nil, fmt.Errorf("receive: %w", os.ErrDeadlineExceeded)
+	}
+}
+
+func (b *bidiStream) stop() {
+	if b.cut != nil {
+		b.cut.Stop()
+	}
+}
+
 // conn is the state of one authenticated agent stream. mu guards the
 // fields below it and serialises sends on the stream.
 type conn struct {
 	svc      *Service
-	st       *stream
+	st       Stream
 	ctx      context.Context
 	agent    store.Agent
 	sess     *dispatch.Session
 	capacity int
-	log      *slog.Logger
 
 	replaced atomic.Bool
 	// claiming and wakePending run at most one claim goroutine per stream.
@@ -246,12 +333,18 @@ type conn struct {
 // work grows a goroutine's stack, and the stream's own goroutine then sits
 // idle for days with whatever stack it has.
 func (c *conn) welcome(ctx context.Context, hello *agentv1.Hello) error {
-	done := make(chan error, 1)
-	go func() {
+	return onOwnStack(func() error {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		done <- c.welcomeLocked(ctx, hello)
-	}()
+		return c.welcomeLocked(ctx, hello)
+	})
+}
+
+// onOwnStack runs f on a goroutine of its own and waits for it, so that
+// the stack f grows is not the caller's.
+func onOwnStack(f func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- f() }()
 	return <-done
 }
 
@@ -267,7 +360,7 @@ func (c *conn) welcomeLocked(ctx context.Context, hello *agentv1.Hello) error {
 		tokens[r.JobId] = r.FencingToken
 	}
 	for _, id := range renewed {
-		c.inflight[id] = tokens[id]
+		c.track(id, tokens[id])
 	}
 	c.free.Add(int32(c.capacity - len(c.inflight)))
 	if err := c.send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Welcome{Welcome: &agentv1.Welcome{
@@ -287,7 +380,7 @@ func (c *conn) welcomeLocked(ctx context.Context, hello *agentv1.Hello) error {
 			}
 		}
 	}
-	c.log.InfoContext(ctx, "agent connected", "reattached", len(renewed), "lost", len(lost))
+	c.logger().InfoContext(ctx, "agent connected", "reattached", len(renewed), "lost", len(lost))
 	c.touch(ctx, now)
 	c.lastForced = now
 	return c.claim(ctx, true)
@@ -307,7 +400,7 @@ func (c *conn) wake() {
 				err := c.claim(c.ctx, false)
 				c.mu.Unlock()
 				if err != nil {
-					c.log.DebugContext(c.ctx, "claim after wake-up", "err", err)
+					c.logger().DebugContext(c.ctx, "claim after wake-up", "err", err)
 				}
 			}
 			c.claiming.Store(false)
@@ -347,6 +440,21 @@ func (c *conn) takeSlots() int {
 	}
 }
 
+// track records a job in flight; the map is made on the first job, so an
+// agent that never ran one does not hold it.
+func (c *conn) track(jobID string, token int64) {
+	if c.inflight == nil {
+		c.inflight = make(map[string]int64)
+	}
+	c.inflight[jobID] = token
+}
+
+// logger is the service's logger with the agent's attributes. It is made
+// at each (rare) use rather than kept: an idle stream need not hold it.
+func (c *conn) logger() *slog.Logger {
+	return c.svc.log.With("agent", c.agent.ID, "install", c.agent.InstallID)
+}
+
 // drop forgets a job in flight and frees its slot.
 func (c *conn) drop(jobID string) {
 	if _, ok := c.inflight[jobID]; ok {
@@ -366,14 +474,14 @@ func (c *conn) deliver(j store.Job) {
 		if c.dead {
 			return // the lease expires and the sweeper requeues the job
 		}
-		c.inflight[j.ID] = j.FencingToken
+		c.track(j.ID, j.FencingToken)
 		a, err := assignment(j, c.agent.InstallID)
 		if err != nil {
-			c.log.ErrorContext(c.ctx, "encode assignment", "job", j.ID, "err", err)
+			c.logger().ErrorContext(c.ctx, "encode assignment", "job", j.ID, "err", err)
 			return
 		}
 		if err := c.send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Assignment{Assignment: a}}); err != nil {
-			c.log.DebugContext(c.ctx, "send assignment", "job", j.ID, "err", err)
+			c.logger().DebugContext(c.ctx, "send assignment", "job", j.ID, "err", err)
 			return
 		}
 		c.picked(j)
@@ -387,7 +495,7 @@ func (c *conn) cancel(req dispatch.CancelRequest) {
 		defer c.mu.Unlock()
 		if _, ok := c.inflight[req.JobID]; ok {
 			if err := c.send(cancelMsg(req.JobID, req.Reason)); err != nil {
-				c.log.WarnContext(c.ctx, "send cancel", "job", req.JobID, "err", err)
+				c.logger().WarnContext(c.ctx, "send cancel", "job", req.JobID, "err", err)
 			}
 		}
 	}()
@@ -407,7 +515,7 @@ func (c *conn) touch(ctx context.Context, now time.Time) {
 		return
 	}
 	if err := c.svc.store.TouchAgent(ctx, c.agent.ID, now); err != nil {
-		c.log.WarnContext(ctx, "touch agent", "err", err)
+		c.logger().WarnContext(ctx, "touch agent", "err", err)
 		return
 	}
 	c.lastSeen = now
@@ -438,17 +546,17 @@ func (c *conn) claim(ctx context.Context, force bool) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			c.log.ErrorContext(ctx, "claim jobs", "err", err)
+			c.logger().ErrorContext(ctx, "claim jobs", "err", err)
 			return nil // the next wake or heartbeat tries again
 		}
 		if len(jobs) > 0 {
 			s.hub.FleetChanged()
 		}
 		for _, j := range jobs {
-			c.inflight[j.ID] = j.FencingToken
+			c.track(j.ID, j.FencingToken)
 			a, err := assignment(j, c.agent.InstallID)
 			if err != nil {
-				c.log.ErrorContext(ctx, "encode assignment", "job", j.ID, "err", err)
+				c.logger().ErrorContext(ctx, "encode assignment", "job", j.ID, "err", err)
 				continue
 			}
 			if err := c.send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Assignment{Assignment: a}}); err != nil {
@@ -571,7 +679,7 @@ func (c *conn) reject(ctx context.Context, writeID uint64, jobID string, err err
 	switch errs.CodeOf(err) {
 	case errs.Conflict, errs.NotFound, errs.PermissionDenied, errs.Invalid:
 		c.drop(jobID)
-		c.log.WarnContext(ctx, "write refused", "job", jobID, "err", err)
+		c.logger().WarnContext(ctx, "write refused", "job", jobID, "err", err)
 		return c.send(rejected(writeID, jobID, rpcerr.CodeName(err), err.Error()))
 	}
 	return c.svc.err(ctx, err)

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
+
+	"github.com/byoc-dev/byoc/imsd/agentwire"
 )
 
 // h2cPreface is what an HTTP/2 client with prior knowledge sends first.
@@ -38,6 +40,9 @@ type h2cListener struct {
 	srv *http.Server // HTTP/2 settings (HTTP2), handler, error log
 	//lint:ignore SA1019 see the type's doc comment
 	h2 *http2.Server
+	// agent serves the connections whose first request is the agent
+	// stream in the Connect protocol (nil: none).
+	agent *agentwire.Server
 
 	conns chan net.Conn // HTTP/1 connections for srv's Accept
 	done  chan struct{}
@@ -56,7 +61,7 @@ const prefaceTimeout = 10 * time.Second
 // newH2CListener wraps ln for srv and starts accepting. srv must not use
 // TLS. Its graceful shutdown (Shutdown) sends the HTTP/2 connections a
 // GOAWAY; closeConns then ends those still open.
-func newH2CListener(ln net.Listener, srv *http.Server) (*h2cListener, error) {
+func newH2CListener(ln net.Listener, srv *http.Server, agent *agentwire.Server) (*h2cListener, error) {
 	//lint:ignore SA1019 see h2cListener's doc comment
 	h2 := &http2.Server{}
 	// Registers h2 for srv.Shutdown (GOAWAY); h2 takes the rest of its
@@ -66,7 +71,7 @@ func newH2CListener(ln net.Listener, srv *http.Server) (*h2cListener, error) {
 		return nil, err
 	}
 	l := &h2cListener{
-		Listener: ln, srv: srv, h2: h2,
+		Listener: ln, srv: srv, h2: h2, agent: agent,
 		conns:  make(chan net.Conn),
 		done:   make(chan struct{}),
 		active: make(map[net.Conn]struct{}),
@@ -96,7 +101,10 @@ func (l *h2cListener) acceptLoop() {
 
 // sniff reads as much of the preface as the client sent and routes the
 // connection: HTTP/2 is served here, anything else goes to srv with the
-// bytes read put back in front.
+// bytes read put back in front. An HTTP/2 connection whose first request
+// is the agent stream in the Connect protocol goes to the agent-wire
+// server; the others to x/net/http2, with the frames read to find that
+// out put back in front.
 func (l *h2cListener) sniff(c net.Conn) {
 	var buf [len(h2cPreface)]byte
 	n := 0
@@ -126,9 +134,30 @@ func (l *h2cListener) sniff(c net.Conn) {
 		return
 	}
 	defer l.track(c, false)
+	var sc net.Conn = c
+	if l.agent != nil {
+		// A client sends its first request right after the preface; one
+		// that opens a connection ahead of its requests (and perhaps waits
+		// for our SETTINGS) is handed to x/net/http2 after firstRequestWait.
+		raw, agent, err := agentwire.Sniff(c, time.Now().Add(firstRequestWait))
+		var ne net.Error
+		switch {
+		case agent:
+			l.agent.ServeConn(c, raw) // on a goroutine of its own, tracked by l.agent
+			return
+		case err != nil && !(errors.As(err, &ne) && ne.Timeout()):
+			c.Close()
+			return
+		}
+		sc = &prefixConn{Conn: c, prefix: bytes.NewReader(append([]byte(h2cPreface), raw...))}
+	}
 	//lint:ignore SA1019 see h2cListener's doc comment
-	l.h2.ServeConn(c, &http2.ServeConnOpts{BaseConfig: l.srv, Handler: l.srv.Handler, SawClientPreface: true})
+	l.h2.ServeConn(sc, &http2.ServeConnOpts{BaseConfig: l.srv, Handler: l.srv.Handler, SawClientPreface: l.agent == nil})
 }
+
+// firstRequestWait bounds the wait for an HTTP/2 client's first request
+// when routing the connection.
+const firstRequestWait = time.Second
 
 // track adds or removes an HTTP/2 connection; adding fails once closed.
 func (l *h2cListener) track(c net.Conn, add bool) bool {
@@ -181,6 +210,10 @@ func (l *h2cListener) shut() {
 // ends, then closes those still open: agent streams never end on their
 // own.
 func (l *h2cListener) closeConns(ctx context.Context) {
+	if l.agent != nil {
+		// Agent streams never end on their own: GOAWAY and close now.
+		l.agent.Shutdown(ctx)
+	}
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -210,8 +243,14 @@ type prefixConn struct {
 }
 
 func (c *prefixConn) Read(p []byte) (int, error) {
-	if c.prefix.Len() > 0 {
-		return c.prefix.Read(p)
+	if c.prefix != nil {
+		n, _ := c.prefix.Read(p)
+		if c.prefix.Len() == 0 {
+			c.prefix = nil // the connection may live for days: let the bytes go
+		}
+		if n > 0 {
+			return n, nil
+		}
 	}
 	return c.Conn.Read(p)
 }

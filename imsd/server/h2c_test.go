@@ -9,6 +9,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/net/http2"
+
+	"github.com/byoc-dev/byoc/imsd/agentwire"
 )
 
 // TestH2CListener serves HTTP/2 with prior knowledge and HTTP/1 on one
@@ -21,7 +25,7 @@ func TestH2CListener(t *testing.T) {
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, r.Proto)
 	}), ReadHeaderTimeout: 5 * time.Second}
-	l, err := newH2CListener(ln, srv)
+	l, err := newH2CListener(ln, srv, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,5 +78,45 @@ func TestH2CListener(t *testing.T) {
 	l.closeConns(ctx)
 	if err := <-done; err != http.ErrServerClosed {
 		t.Fatalf("Serve: %v", err)
+	}
+}
+
+// A client that waits for the server's SETTINGS before its first request
+// gets them (from x/net/http2) once the routing gives up waiting for that
+// request, and is then served.
+func TestH2CClientWaitingForSettings(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, r.Proto)
+	}), ReadHeaderTimeout: 5 * time.Second}
+	l, err := newH2CListener(ln, srv, &agentwire.Server{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(l)
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+		l.closeConns(ctx)
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	io.WriteString(c, http2.ClientPreface)
+	fr := http2.NewFramer(c, c)
+	fr.WriteSettings()
+	f, err := fr.ReadFrame()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sf, ok := f.(*http2.SettingsFrame); !ok || sf.IsAck() {
+		t.Fatalf("got %v, want the server's SETTINGS", f)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/byoc-dev/byoc/imsd/agentapi"
+	"github.com/byoc-dev/byoc/imsd/agentwire"
 	"github.com/byoc-dev/byoc/imsd/dispatch"
 	"github.com/byoc-dev/byoc/imsd/operatorapi"
 	"github.com/byoc-dev/byoc/imsd/schedule"
@@ -116,8 +117,10 @@ type Server struct {
 	cron *schedule.Scheduler
 	ln   net.Listener
 	http *http.Server
-	reg  *prometheus.Registry
-	log  *slog.Logger
+	// agentWire serves agent streams routed to it by the h2c listener.
+	agentWire *agentwire.Server
+	reg       *prometheus.Registry
+	log       *slog.Logger
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -203,7 +206,17 @@ func (s *Server) newHTTPServer() *http.Server {
 		HeartbeatInterval: cfg.HeartbeatInterval,
 		HelloTimeout:      10 * time.Second,
 	}, cfg.Now, s.log, obs)
-	agentPath, agentHandler := agentv1connect.NewAgentServiceHandler(ag, connect.WithReadMaxBytes(16<<20), connect.WithCompressMinBytes(4<<10))
+	const agentReadMax, agentCompressMin = 16 << 20, 4 << 10
+	agentPath, agentHandler := agentv1connect.NewAgentServiceHandler(ag, connect.WithReadMaxBytes(agentReadMax), connect.WithCompressMinBytes(agentCompressMin))
+	// The agent stream over h2c in the Connect protocol (what agentd
+	// speaks) is served by agentwire, on the connection's one goroutine;
+	// see h2c.go.
+	s.agentWire = &agentwire.Server{
+		Handler:          func(ctx context.Context, st *agentwire.Stream) error { return ag.Serve(ctx, st) },
+		ReadMaxBytes:     agentReadMax,
+		CompressMinBytes: agentCompressMin,
+		Log:              s.log,
+	}
 	mux.Handle(agentPath, agentapi.KeepBody(agentHandler))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n"))
@@ -275,7 +288,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		go func() { errc <- s.http.ServeTLS(s.ln, s.cfg.TLSCertFile, s.cfg.TLSKeyFile) }()
 	} else {
 		var err error
-		if h2c, err = newH2CListener(s.ln, s.http); err != nil {
+		if h2c, err = newH2CListener(s.ln, s.http, s.agentWire); err != nil {
 			s.cancel()
 			s.wg.Wait()
 			s.store.Close()

@@ -1,0 +1,5 @@
+//go:build !race
+
+package agentwire
+
+const raceEnabled = false
