@@ -118,9 +118,13 @@ type Stream interface {
 // gRPC-Web, and Connect clients whose connection was not routed to the
 // agent-wire server) through Serve.
 func (s *Service) Connect(ctx context.Context, st *stream) error {
-	b := &bidiStream{st: st, body: bodyFrom(ctx)}
-	defer b.stop()
-	return s.Serve(ctx, b)
+	body := bodyFrom(ctx)
+	if body == nil {
+		// Without the body there is no way to end a read blocked on a
+		// silent agent: the hello timeout and the idle cut-off need it.
+		return connect.NewError(connect.CodeInternal, errors.New("agent stream handler mounted without agentapi.KeepBody"))
+	}
+	return s.Serve(ctx, &bidiStream{st: st, body: body})
 }
 
 // Serve runs one agent stream until the agent goes away, a newer stream of
@@ -256,9 +260,6 @@ func (b *bidiStream) Receive(limit time.Duration) (*agentv1.ConnectRequest, erro
 	if limit <= 0 {
 		return b.st.Receive()
 	}
-	if b.body == nil {
-		return b.receiveWithin(limit)
-	}
 	if b.cut == nil {
 		b.cut = time.AfterFunc(limit, func() { b.idle.Store(true); b.body.Close() })
 	} else {
@@ -270,35 +271,6 @@ func (b *bidiStream) Receive(limit time.Duration) (*agentv1.ConnectRequest, erro
 		return nil, fmt.Errorf("receive: %w", os.ErrDeadlineExceeded)
 	}
 	return m, err
-}
-
-// receiveWithin bounds a read without a body to close: the read goes on
-// in a goroutine of its own, which ends with the stream.
-func (b *bidiStream) receiveWithin(limit time.Duration) (*agentv1.ConnectRequest, error) {
-	type received struct {
-		m   *agentv1.ConnectRequest
-		err error
-	}
-	ch := make(chan received, 1)
-	go func() {
-		m, err := b.st.Receive()
-		ch <- received{m, err}
-	}()
-	t := time.NewTimer(limit)
-	defer t.Stop()
-	select {
-	case r := <-ch:
-		return r.m, r.err
-	case <-t.C:
-		b.idle.Store(true)
-		return nil, fmt.Errorf("receive: %w", os.ErrDeadlineExceeded)
-	}
-}
-
-func (b *bidiStream) stop() {
-	if b.cut != nil {
-		b.cut.Stop()
-	}
 }
 
 // conn is the state of one authenticated agent stream. mu guards the

@@ -648,12 +648,7 @@ func (c *conn) setDone() {
 func (c *conn) fill(n int) error {
 	for c.w-c.r < n {
 		if c.rbuf == nil {
-			m, err := c.nc.Read(c.tiny[:])
-			if m > 0 {
-				c.rbuf = readBufs.Get().(*[]byte)
-				c.r, c.w = 0, copy(*c.rbuf, c.tiny[:m])
-			}
-			if err != nil {
+			if err := c.await(); err != nil {
 				return err
 			}
 			continue
@@ -1091,14 +1086,12 @@ func (st *Stream) Receive(limit time.Duration) (*agentv1.ConnectRequest, error) 
 // then takes a pooled buffer for them.
 func (c *conn) await() error {
 	n, err := c.nc.Read(c.tiny[:])
-	if n > 0 {
-		c.rbuf = readBufs.Get().(*[]byte)
-		c.r, c.w = 0, copy(*c.rbuf, c.tiny[:n])
+	if n == 0 {
+		return err
 	}
-	if n > 0 {
-		return nil
-	}
-	return err
+	c.rbuf = readBufs.Get().(*[]byte)
+	c.r, c.w = 0, copy(*c.rbuf, c.tiny[:n])
+	return nil
 }
 
 // message takes a whole message out of c.in, if there is one.
