@@ -326,8 +326,12 @@ func TestActionAsksThenRuns(t *testing.T) {
 	if cmd := press(m, "y"); cmd == nil {
 		t.Fatal("y must enqueue the action")
 	}
-	// The answer opens the job's log, following.
-	m.Update(enqueuedMsg{gen: m.gen, job: job("job_new", "acme", imsv1.JobState_JOB_STATE_QUEUED, 0)})
+	// The answer opens the job's log, following, even when other requests
+	// went out before it came back (the watch announcing the new job
+	// refreshes the install's list first, more often than not).
+	gen := m.gen
+	m.nextGen()
+	m.Update(enqueuedMsg{gen: gen, job: job("job_new", "acme", imsv1.JobState_JOB_STATE_QUEUED, 0)})
 	mustContain(t, screen(m), "job_new › logs", "action job_new queued on acme")
 
 	// A refused enqueue says why.

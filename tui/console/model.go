@@ -70,6 +70,11 @@ type Model struct {
 	w, h  int
 	now   time.Time
 	gen   int // last generation handed out
+	// actionGen and cancelGen are the generations of the action run and
+	// the cancel awaiting their answers: an answer of another generation
+	// (an earlier request, or one sent before a context switch) is stale.
+	// They are apart from gen, which every list refresh moves on.
+	actionGen, cancelGen int
 	fleet *fleet
 
 	fleetGen    int
@@ -224,12 +229,13 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 			return m, nil
 		}
 		m.conn = msg.conn
+		m.actionGen, m.cancelGen = 0, 0
 		m.fleet = newFleet()
 		m.offline = nil
 		m.setStatus(false, "switched to context %s (%s)", msg.conn.Context, msg.conn.Server)
 		return m, tea.Batch(m.reset(&fleetView{}), m.startWatch())
 	case enqueuedMsg:
-		if msg.gen != m.gen {
+		if msg.gen != m.actionGen {
 			return m, nil
 		}
 		if msg.err != nil {
@@ -239,7 +245,7 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		m.setStatus(false, "action %s queued on %s", msg.job.Id, m.installName(msg.job.InstallId))
 		return m, m.push(newLogView(m, msg.job))
 	case cancelledMsg:
-		if msg.gen != m.gen {
+		if msg.gen != m.cancelGen {
 			return m, nil
 		}
 		if msg.err != nil {
@@ -426,8 +432,8 @@ func (m *Model) confirmScript(install, script string) tea.Cmd {
 			"Needs permission mode: maintenance (" + dash + " modes are not enforced yet).",
 		},
 		yes: func() tea.Cmd {
-			gen := m.nextGen()
-			return runAction(m.ctx, m.conn.Client, gen, install, script)
+			m.actionGen = m.nextGen()
+			return runAction(m.ctx, m.conn.Client, m.actionGen, install, script)
 		},
 	}
 	return nil
@@ -445,8 +451,8 @@ func (m *Model) confirmCancel(job *imsv1.Job) tea.Cmd {
 		title:   fmt.Sprintf("cancel job %s on %s", job.Id, m.installName(job.InstallId)),
 		details: []string{"A queued job ends at once; a running one is stopped by its agent (SIGTERM, then SIGKILL)."},
 		yes: func() tea.Cmd {
-			gen := m.nextGen()
-			return cancelJob(m.ctx, m.conn.Client, gen, job.Id)
+			m.cancelGen = m.nextGen()
+			return cancelJob(m.ctx, m.conn.Client, m.cancelGen, job.Id)
 		},
 	}
 	return nil
