@@ -62,20 +62,20 @@ type confirmation struct {
 
 // Model is the console's Bubble Tea model.
 type Model struct {
-	opts  Options
-	km    *KeyMap
-	st    styles
-	ctx   context.Context
-	conn  *Conn
-	w, h  int
-	now   time.Time
-	gen   int // last generation handed out
+	opts Options
+	km   *KeyMap
+	st   styles
+	ctx  context.Context
+	conn *Conn
+	w, h int
+	now  time.Time
+	gen  int // last generation handed out
 	// actionGen and cancelGen are the generations of the action run and
 	// the cancel awaiting their answers: an answer of another generation
 	// (an earlier request, or one sent before a context switch) is stale.
 	// They are apart from gen, which every list refresh moves on.
 	actionGen, cancelGen int
-	fleet *fleet
+	fleet                *fleet
 
 	fleetGen    int
 	fleetCancel context.CancelFunc
