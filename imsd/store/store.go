@@ -61,6 +61,9 @@ type Store struct {
 	// renamed or deleted, so a name or id, once found, names the same
 	// install for good.
 	installIDs installIDCache
+	// agentInstalls caches each agent's install, by agent id: an agent
+	// is bound to one install at enrolment and never moved or deleted.
+	agentInstalls installIDCache
 }
 
 // Open opens the database named by dsn and applies pending migrations.
