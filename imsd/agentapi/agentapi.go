@@ -13,11 +13,14 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/byoc-dev/byoc/imsd/auth"
@@ -124,7 +127,8 @@ func (s *Service) Connect(ctx context.Context, st *stream) error {
 		// silent agent: the hello timeout and the idle cut-off need it.
 		return connect.NewError(connect.CodeInternal, errors.New("agent stream handler mounted without agentapi.KeepBody"))
 	}
-	return s.Serve(ctx, &bidiStream{st: st, body: body})
+	json := strings.Contains(st.RequestHeader().Get("Content-Type"), "json")
+	return s.Serve(ctx, &bidiStream{st: st, body: body, json: json})
 }
 
 // Serve runs one agent stream until the agent goes away, a newer stream of
@@ -248,13 +252,22 @@ func (c *conn) run(ctx context.Context) error {
 // end a read blocked on an agent that went silent without closing its
 // connection.
 type bidiStream struct {
-	st   *stream
+	st *stream
+	// json is set when the stream's codec is JSON.
+	json bool
 	body io.Closer
 	cut  *time.Timer
 	idle atomic.Bool
 }
 
-func (b *bidiStream) Send(m *agentv1.ConnectResponse) error { return b.st.Send(m) }
+func (b *bidiStream) Send(m *agentv1.ConnectResponse) error {
+	if b.json {
+		if err := decodeConfig(m); err != nil {
+			return connect.NewError(connect.CodeInternal, err)
+		}
+	}
+	return b.st.Send(m)
+}
 
 func (b *bidiStream) Receive(limit time.Duration) (*agentv1.ConnectRequest, error) {
 	if limit <= 0 {
@@ -680,21 +693,24 @@ func (c *conn) picked(j store.Job) {
 	}
 }
 
+// assignment is the message that hands job j to an agent. Its config
+// travels as raw field bytes (configField).
 func assignment(j store.Job, installID string) (*agentv1.JobAssignment, error) {
-	cfg, err := configStruct(j.Config)
+	field, err := configField(j.Config)
 	if err != nil {
 		return nil, err
 	}
-	return &agentv1.JobAssignment{
+	a := &agentv1.JobAssignment{
 		JobId:          j.ID,
 		FencingToken:   j.FencingToken,
 		Attempt:        int32(j.Attempt),
 		ComponentType:  j.ComponentType,
 		Operation:      j.Operation,
-		Config:         cfg,
 		TimeoutSeconds: int64(j.Timeout / time.Second),
 		InstallId:      installID,
-	}, nil
+	}
+	a.ProtoReflect().SetUnknown(field)
+	return a, nil
 }
 
 func accepted(id uint64) *agentv1.ConnectResponse {
@@ -737,38 +753,79 @@ func ignoreEOF(err error) error {
 	return err
 }
 
-// configStruct decodes a job's stored config, a JSON object, for the
-// assignment. encoding/json and structpb.NewStruct do it in about half the
-// CPU of protojson, which showed in profiles of a busy imsd. The stored
-// config was encoded by imsd itself, so protojson's stricter checks (such
-// as duplicate keys) have nothing left to catch.
+// configStruct decodes a job's stored config, a JSON object. encoding/json
+// and structpb.NewStruct do it in about half the CPU of protojson, which
+// showed in profiles of a busy imsd. The stored config was encoded by imsd
+// itself, so protojson's stricter checks (such as duplicate keys) have
+// nothing left to catch.
 func configStruct(b []byte) (*structpb.Struct, error) {
 	if len(b) == 0 {
 		return &structpb.Struct{}, nil
-	}
-	if last := lastConfig.Load(); last != nil && last.json == string(b) {
-		return last.cfg, nil
 	}
 	var m map[string]any
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, fmt.Errorf("job config: %w", err)
 	}
-	cfg, err := structpb.NewStruct(m)
-	if err == nil && len(b) <= maxCachedConfig {
-		lastConfig.Store(&decodedConfig{json: string(b), cfg: cfg})
-	}
-	return cfg, err
+	return structpb.NewStruct(m)
 }
 
-// lastConfig is the config last decoded for an assignment: a run across
-// a fleet hands the same config to every install's agent. The message is
-// only ever read (marshalled) once decoded, so assignments share it.
-var lastConfig atomic.Pointer[decodedConfig]
+// configFieldNumber is JobAssignment.config's field number.
+var configFieldNumber = (&agentv1.JobAssignment{}).ProtoReflect().Descriptor().Fields().ByName("config").Number()
+
+// configField returns a job's stored config encoded as JobAssignment's
+// config field, tag and all: what assignment attaches to the message as
+// raw bytes, so that sending it copies them instead of walking a Struct
+// (marshalling the config was most of an assignment's cost, and its deep
+// recursion grew each sending goroutine's stack). Protobuf readers take
+// fields in any order, so the agent decodes it as the Struct it is.
+func configField(b []byte) ([]byte, error) {
+	if last := lastConfig.Load(); last != nil && last.json == string(b) {
+		return last.field, nil
+	}
+	cfg, err := configStruct(b)
+	if err != nil {
+		return nil, err
+	}
+	enc, err := proto.Marshal(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("job config: %w", err)
+	}
+	field := protowire.AppendTag(nil, configFieldNumber, protowire.BytesType)
+	field = protowire.AppendBytes(field, enc)
+	if len(b) <= maxCachedConfig {
+		lastConfig.Store(&encodedConfig{json: string(b), field: field})
+	}
+	return field, nil
+}
+
+// lastConfig is the config last encoded for an assignment: a run across
+// a fleet hands the same config to every install's agent. The bytes are
+// only ever read once encoded, so assignments share them.
+var lastConfig atomic.Pointer[encodedConfig]
 
 // maxCachedConfig bounds the config lastConfig keeps.
 const maxCachedConfig = 16 << 10
 
-type decodedConfig struct {
-	json string
-	cfg  *structpb.Struct
+type encodedConfig struct {
+	json  string
+	field []byte
+}
+
+// decodeConfig turns an assignment's raw config field back into its
+// Struct, for a stream whose codec is not binary protobuf: JSON encoders
+// drop unknown fields.
+func decodeConfig(m *agentv1.ConnectResponse) error {
+	a := m.GetAssignment()
+	if a == nil || a.Config != nil {
+		return nil
+	}
+	raw := a.ProtoReflect().GetUnknown()
+	if len(raw) == 0 {
+		return nil
+	}
+	if err := (proto.UnmarshalOptions{Merge: true}).Unmarshal(raw, a); err != nil {
+		return fmt.Errorf("job config: %w", err)
+	}
+	a.ProtoReflect().SetUnknown(nil)
+	return nil
 }
