@@ -10,9 +10,11 @@ import (
 	"log/slog"
 	"regexp"
 	"sort"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -311,7 +313,7 @@ var operations = map[string]bool{"plan": true, "apply": true, "destroy": true}
 
 // EnqueueJob queues one job for one install's agent.
 func (s *Service) EnqueueJob(ctx context.Context, req *connect.Request[imsv1.EnqueueJobRequest]) (*connect.Response[imsv1.EnqueueJobResponse], error) {
-	j, err := s.newJob(ctx, req.Msg)
+	j, err := s.newJob(ctx, req.Msg, nil)
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}
@@ -332,26 +334,79 @@ func (s *Service) EnqueueJobs(ctx context.Context, req *connect.Request[imsv1.En
 		return nil, s.err(ctx, errs.Field("jobs", "%d jobs; at most %d in one call", len(m.Jobs), store.MaxEnqueueBatch))
 	}
 	jobs := make([]store.Job, len(m.Jobs))
+	configs := &batchConfigs{json: map[string][]byte{}, wire: make([][]byte, len(m.Jobs))}
 	for i, r := range m.Jobs {
-		j, err := s.newJob(ctx, r)
+		j, err := s.newJob(ctx, r, configs)
 		if err != nil {
 			return nil, s.err(ctx, errs.Prefix(fmt.Sprintf("jobs[%d]", i), err))
 		}
+		configs.wire[i] = configs.last
 		jobs[i] = j
 	}
 	jobs, err := s.enqueue(ctx, jobs, true)
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}
+	// JSON encoders drop unknown fields: a JSON client gets Structs.
+	asJSON := strings.Contains(req.Header().Get("Content-Type"), "json")
 	out := &imsv1.EnqueueJobsResponse{Jobs: make([]*imsv1.Job, len(jobs))}
 	for i, j := range jobs {
-		out.Jobs[i] = enqueuedToProto(j, m.Jobs[i].Config)
+		if asJSON {
+			out.Jobs[i] = enqueuedToProto(j, m.Jobs[i].Config)
+			continue
+		}
+		// The config the caller sent, as the bytes encoded above: the
+		// answer copies them instead of marshalling each Struct again.
+		p := jobFields(j)
+		p.ProtoReflect().SetUnknown(protowire.AppendBytes(protowire.AppendTag(nil, jobConfigField, protowire.BytesType), configs.wire[i]))
+		out.Jobs[i] = p
 	}
 	return connect.NewResponse(out), nil
 }
 
-// newJob checks an enqueue request and makes the job it asks for.
-func (s *Service) newJob(ctx context.Context, m *imsv1.EnqueueJobRequest) (store.Job, error) {
+// jobConfigField is Job.config's field number.
+var jobConfigField = (&imsv1.Job{}).ProtoReflect().Descriptor().Fields().ByName("config").Number()
+
+// batchConfigs encodes the configs of one EnqueueJobs call. A fleet-wide
+// run repeats one config in every job, and encoding it as JSON (protojson)
+// was most of the call's own CPU: each config is encoded to binary
+// protobuf, deterministically, and configs with equal bytes share one JSON
+// encoding. The binary form is also what the answer sends back.
+type batchConfigs struct {
+	json map[string][]byte // deterministic wire bytes -> JSON
+	wire [][]byte          // by job: the config's wire bytes
+	last []byte            // the wire bytes of the config newJob last saw
+}
+
+// configJSON returns cfg as stored: JSON, "{}" for none.
+func (b *batchConfigs) configJSON(cfg *structpb.Struct) ([]byte, error) {
+	if b == nil {
+		if cfg == nil {
+			return []byte("{}"), nil
+		}
+		return cfg.MarshalJSON()
+	}
+	wire, err := proto.MarshalOptions{Deterministic: true}.Marshal(cfg)
+	if err != nil {
+		return nil, err
+	}
+	b.last = wire
+	if js, ok := b.json[string(wire)]; ok {
+		return js, nil
+	}
+	js := []byte("{}")
+	if cfg != nil {
+		if js, err = cfg.MarshalJSON(); err != nil {
+			return nil, err
+		}
+	}
+	b.json[string(wire)] = js
+	return js, nil
+}
+
+// newJob checks an enqueue request and makes the job it asks for; configs,
+// when set, encodes the config for a batch.
+func (s *Service) newJob(ctx context.Context, m *imsv1.EnqueueJobRequest, configs *batchConfigs) (store.Job, error) {
 	if m.Install == "" {
 		return store.Job{}, errs.Field("install", "is required")
 	}
@@ -380,16 +435,12 @@ func (s *Service) newJob(ctx context.Context, m *imsv1.EnqueueJobRequest) (store
 	case m.MaxAttempts > 0:
 		attempts = int(m.MaxAttempts)
 	}
-	config := []byte("{}")
-	if m.Config != nil {
-		b, err := m.Config.MarshalJSON()
-		if err != nil {
-			return store.Job{}, errs.Field("config", "cannot be encoded as JSON: %v", err)
-		}
-		if len(b) > MaxConfigBytes {
-			return store.Job{}, errs.Field("config", "is %d bytes as JSON; at most %d are allowed", len(b), MaxConfigBytes)
-		}
-		config = b
+	config, err := configs.configJSON(m.Config)
+	if err != nil {
+		return store.Job{}, errs.Field("config", "cannot be encoded as JSON: %v", err)
+	}
+	if len(config) > MaxConfigBytes {
+		return store.Job{}, errs.Field("config", "is %d bytes as JSON; at most %d are allowed", len(config), MaxConfigBytes)
 	}
 	installID, err := s.store.InstallID(ctx, m.Install)
 	if errs.Is(err, errs.NotFound) {
