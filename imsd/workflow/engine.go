@@ -63,17 +63,25 @@ func (e *Engine) Kick(id string) {
 
 // Run advances workflows until ctx ends: those kicked, those with a step
 // whose job ended (woken by the hub), and every unfinished one each
-// Interval and at start (which is how a restart resumes).
+// Interval and at start (which is how a restart resumes). The hub's signal
+// fires at every job change in the fleet; while the last full pass found
+// no unfinished workflow and nothing was kicked since, Run ignores it,
+// since no step can have ended: a busy fleet running ad-hoc jobs would
+// otherwise cost a query per signal.
 func (e *Engine) Run(ctx context.Context) {
 	t := time.NewTicker(e.Interval)
 	defer t.Stop()
-	e.advanceAll(ctx, false)
+	active := e.advanceAll(ctx, false)
 	for {
-		signal := e.hub.FleetSignal()
+		var signal <-chan struct{}
+		if active {
+			signal = e.hub.FleetSignal()
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-e.wake:
+			active = true
 			e.mu.Lock()
 			ids := slices.Sorted(maps.Keys(e.kicked))
 			clear(e.kicked)
@@ -84,22 +92,26 @@ func (e *Engine) Run(ctx context.Context) {
 		case <-signal:
 			e.advanceAll(ctx, true)
 		case <-t.C:
-			e.advanceAll(ctx, false)
+			active = e.advanceAll(ctx, false)
 		}
 	}
 }
 
-func (e *Engine) advanceAll(ctx context.Context, onlyEnded bool) {
+// advanceAll advances the unfinished workflows (onlyEnded: those with a
+// step whose job ended). It reports whether it found any, or failed to
+// look.
+func (e *Engine) advanceAll(ctx context.Context, onlyEnded bool) bool {
 	ids, err := e.st.WorkflowsToAdvance(ctx, onlyEnded)
 	if err != nil {
 		if ctx.Err() == nil {
 			e.log.Error("workflows to advance", "err", err)
 		}
-		return
+		return true
 	}
 	for _, id := range ids {
 		e.advanceLogged(ctx, id)
 	}
+	return len(ids) > 0
 }
 
 func (e *Engine) advanceLogged(ctx context.Context, id string) {
