@@ -464,6 +464,13 @@ type conn struct {
 	gzipOut           bool // the client accepts gzip
 	reset             bool // the stream was reset by the client
 	done              bool // reading stopped: the stream cannot go on
+	// corked: writes gather in pending (a pooled buffer) instead of
+	// going out one by one. Receive corks the connection when it hands
+	// the handler a message and uncorks it before it next waits for the
+	// client, so the answers to messages that arrived together (an
+	// agent's ack and result) leave in one write.
+	corked  bool
+	pending *[]byte
 
 	smu sync.Mutex // one message at a time
 
@@ -583,6 +590,8 @@ func (c *conn) goAway(code uint32, debug string) {
 	if c.werr != nil || c.goneAwayErr || code == errNo && c.goneAway {
 		return
 	}
+	c.corked = false
+	c.flushLocked()
 	c.goneAway = true
 	c.goneAwayErr = code != errNo
 	b := appendFrameHeader(nil, 8+len(debug), frameGoAway, 0, 0)
@@ -592,12 +601,54 @@ func (c *conn) goAway(code uint32, debug string) {
 	c.writeLocked(b)
 }
 
-// writeLocked writes b with the write deadline; a failure is sticky and
-// closes the connection, which ends the reader's wait. c.wmu is held.
+// writeLocked writes b with the write deadline, or adds it to what a
+// corked connection has pending; a failure is sticky and closes the
+// connection, which ends the reader's wait. c.wmu is held.
 func (c *conn) writeLocked(b []byte) error {
 	if c.werr != nil {
 		return c.werr
 	}
+	if c.corked {
+		if c.pending == nil {
+			c.pending = getBuf()
+			*c.pending = (*c.pending)[:0]
+		}
+		*c.pending = append(*c.pending, b...)
+		return nil
+	}
+	return c.writeNow(b)
+}
+
+// flushLocked writes what is pending; c.wmu is held.
+func (c *conn) flushLocked() error {
+	if c.pending == nil {
+		return c.werr
+	}
+	p := c.pending
+	c.pending = nil
+	defer putBuf(p)
+	if c.werr != nil {
+		return c.werr
+	}
+	return c.writeNow(*p)
+}
+
+// cork starts gathering writes; uncork writes what gathered and stops.
+func (c *conn) cork() {
+	c.wmu.Lock()
+	c.corked = true
+	c.wmu.Unlock()
+}
+
+func (c *conn) uncork() {
+	c.wmu.Lock()
+	c.corked = false
+	c.flushLocked()
+	c.wmu.Unlock()
+}
+
+// writeNow writes b to the connection; c.wmu is held.
+func (c *conn) writeNow(b []byte) error {
 	c.nc.SetWriteDeadline(time.Now().Add(c.srv.writeTimeout()))
 	if _, err := c.nc.Write(b); err != nil {
 		c.werr = err
@@ -668,6 +719,16 @@ func (c *conn) fill(n int) error {
 		}
 	}
 	return nil
+}
+
+// frameBuffered reports whether a whole frame is buffered, so that step
+// need not read; rmu is held.
+func (c *conn) frameBuffered() bool {
+	if c.rbuf == nil || c.w-c.r < frameHeaderLen {
+		return false
+	}
+	length, _, _, _ := parseFrameHeader((*c.rbuf)[c.r:])
+	return c.w-c.r >= frameHeaderLen+int(length)
 }
 
 // releaseRead gives the read buffer back when no partial frame is left.
@@ -1052,6 +1113,10 @@ func (st *Stream) Receive(limit time.Duration) (*agentv1.ConnectRequest, error) 
 	c.nc.SetReadDeadline(deadline)
 	for {
 		if m, err := c.message(); m != nil || err != nil {
+			if m != nil {
+				// Answers wait for the next Receive, or the stream's end.
+				c.cork()
+			}
 			return m, err
 		}
 		if c.rerr != nil {
@@ -1068,6 +1133,10 @@ func (st *Stream) Receive(limit time.Duration) (*agentv1.ConnectRequest, error) 
 		if c.in != nil && int64(len(*c.in)) > c.credited {
 			c.credit(int64(len(*c.in))-c.credited, true)
 			c.credited = int64(len(*c.in))
+		}
+		if !c.frameBuffered() {
+			// About to wait for the client: send what is pending first.
+			c.uncork()
 		}
 		if c.rbuf == nil {
 			// Idle: wait here, not deeper in step, for a shallow stack.
@@ -1290,6 +1359,10 @@ func (c *conn) sendData(b []byte, end bool) error {
 				}
 				w = w[:0]
 			}
+			// The client credits only what it has received.
+			if err := c.flushLocked(); err != nil {
+				return err
+			}
 			if err := c.waitWindow(deadline); err != nil {
 				return err
 			}
@@ -1310,6 +1383,13 @@ func (c *conn) sendData(b []byte, end bool) error {
 		}
 	}
 	*wp = w
+	if end {
+		// The stream's last frames go out now, after what is pending.
+		c.corked = false
+		if err := c.flushLocked(); err != nil {
+			return err
+		}
+	}
 	return c.writeLocked(w)
 }
 

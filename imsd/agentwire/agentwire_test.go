@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -68,7 +69,11 @@ func echo(limit time.Duration) Handler {
 	}
 }
 
-func startServer(t *testing.T, s *Server) *testServer {
+func startServer(t *testing.T, s *Server) *testServer { return startServerWrapped(t, s, nil) }
+
+// startServerWrapped is startServer with each accepted connection passed
+// through wrap, when set.
+func startServerWrapped(t *testing.T, s *Server, wrap func(net.Conn) net.Conn) *testServer {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -101,6 +106,9 @@ func startServer(t *testing.T, s *Server) *testServer {
 				if err != nil || !agent {
 					c.Close()
 					return
+				}
+				if wrap != nil {
+					c = wrap(c)
 				}
 				s.ServeConn(c, raw)
 			}()
@@ -554,5 +562,58 @@ func TestIdleStackShrinks(t *testing.T) {
 	t.Logf("%.0f bytes of stack per idle connection", per)
 	if per > 6<<10 {
 		t.Fatalf("%.0f bytes of stack per idle connection; want about 4 KiB", per)
+	}
+}
+
+// writeCounter counts a connection's writes.
+type writeCounter struct {
+	net.Conn
+	n *atomic.Int64
+}
+
+func (w writeCounter) Write(b []byte) (int, error) {
+	w.n.Add(1)
+	return w.Conn.Write(b)
+}
+
+// The answers to messages that arrive together leave in one write; the
+// answer to a message that arrives alone is not held back for another.
+func TestAnswersToMessagesThatArriveTogetherShareAWrite(t *testing.T) {
+	var writes atomic.Int64
+	ts := startServerWrapped(t, &Server{Handler: echo(0)}, func(c net.Conn) net.Conn { return writeCounter{c, &writes} })
+	r := dialRaw(t, ts)
+	r.open()
+	heartbeat := func(running int) []byte {
+		hb := &agentv1.Heartbeat{}
+		for range running {
+			hb.Running = append(hb.Running, &agentv1.RunningJob{JobId: "j"})
+		}
+		return envelope(&agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Heartbeat{Heartbeat: hb}})
+	}
+	answer := func() uint64 {
+		var m agentv1.ConnectResponse
+		if err := proto.Unmarshal(r.readMessage(), &m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetAccepted().GetWriteId()
+	}
+	before := writes.Load()
+	r.fr.WriteData(1, false, append(append(heartbeat(1), heartbeat(2)...), heartbeat(3)...))
+	for want := range uint64(3) {
+		if got := answer(); got != want+1 {
+			t.Fatalf("answer %d: write id %d, want %d", want+1, got, want+1)
+		}
+	}
+	if got := writes.Load() - before; got != 1 {
+		t.Errorf("three answers took %d writes, want 1", got)
+	}
+	// Alone: answered at once (the client's deadline would end a wait).
+	start := time.Now()
+	r.fr.WriteData(1, false, heartbeat(4))
+	if got := answer(); got != 4 {
+		t.Fatalf("write id %d, want 4", got)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("a lone message was answered after %s", d)
 	}
 }
