@@ -384,7 +384,7 @@ func BenchmarkPickupLatency(b *testing.B) {
 // of 100 jobs from 4 enqueuers ("batch", how a fleet-wide run enqueues).
 // BYOC_BENCH_ENQUEUE=single or batch runs one of them.
 func BenchmarkDispatchThroughput(b *testing.B) {
-	agents, jobs := 1000, 20000
+	agents, jobs := 1000, 50000
 	if n, err := strconv.Atoi(os.Getenv("BYOC_BENCH_JOBS")); err == nil {
 		jobs = n
 	}

@@ -110,6 +110,11 @@ type Stream interface {
 	// Send sends one message. It may be called from any goroutine, but
 	// not from two at once (conn.mu serialises sends).
 	Send(*agentv1.ConnectResponse) error
+	// Flush sends at once what earlier Sends left pending: agentwire holds
+	// the answers to messages that arrived together until the handler
+	// next waits for the agent, and a message sent from another goroutine
+	// (an assignment, a cancellation) must not wait for that.
+	Flush() error
 	// Receive returns the next message. With limit > 0, a wait of more
 	// than limit ends it with an error matching os.ErrDeadlineExceeded,
 	// after which the stream is unusable. io.EOF (or an error wrapping it,
@@ -269,6 +274,9 @@ func (b *bidiStream) Send(m *agentv1.ConnectResponse) error {
 	return b.st.Send(m)
 }
 
+// Flush does nothing: connect-go sends each message at once.
+func (b *bidiStream) Flush() error { return nil }
+
 func (b *bidiStream) Receive(limit time.Duration) (*agentv1.ConnectRequest, error) {
 	if limit <= 0 {
 		return b.st.Receive()
@@ -383,6 +391,12 @@ func (c *conn) wake() {
 			for c.wakePending.Swap(false) {
 				c.mu.Lock()
 				err := c.claim(c.ctx, false)
+				if !c.dead {
+					// Not the stream's goroutine: send the assignments now.
+					if ferr := c.st.Flush(); err == nil {
+						err = ferr
+					}
+				}
 				c.mu.Unlock()
 				if err != nil {
 					c.logger().DebugContext(c.ctx, "claim after wake-up", "err", err)
@@ -465,7 +479,7 @@ func (c *conn) deliver(j store.Job) {
 			c.logger().ErrorContext(c.ctx, "encode assignment", "job", j.ID, "err", err)
 			return
 		}
-		if err := c.send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Assignment{Assignment: a}}); err != nil {
+		if err := c.sendNow(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Assignment{Assignment: a}}); err != nil {
 			c.logger().DebugContext(c.ctx, "send assignment", "job", j.ID, "err", err)
 			return
 		}
@@ -479,7 +493,7 @@ func (c *conn) cancel(req dispatch.CancelRequest) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		if _, ok := c.inflight[req.JobID]; ok {
-			if err := c.send(cancelMsg(req.JobID, req.Reason)); err != nil {
+			if err := c.sendNow(cancelMsg(req.JobID, req.Reason)); err != nil {
 				c.logger().WarnContext(c.ctx, "send cancel", "job", req.JobID, "err", err)
 			}
 		}
@@ -491,6 +505,15 @@ func (c *conn) send(m *agentv1.ConnectResponse) error {
 		return errors.New("stream closed")
 	}
 	return c.st.Send(m)
+}
+
+// sendNow is send for a goroutine other than the stream's own: the message
+// leaves at once, with whatever was pending before it.
+func (c *conn) sendNow(m *agentv1.ConnectResponse) error {
+	if err := c.send(m); err != nil {
+		return err
+	}
+	return c.st.Flush()
 }
 
 func (c *conn) touch(ctx context.Context, now time.Time) {

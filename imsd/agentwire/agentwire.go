@@ -1265,6 +1265,15 @@ func (st *Stream) Send(m *agentv1.ConnectResponse) error {
 	return c.sendData(b, false)
 }
 
+// Flush writes at once what Sends left pending while the connection is
+// corked (see Receive).
+func (st *Stream) Flush() error {
+	c := st.c
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.flushLocked()
+}
+
 // endStream sends the Connect end-of-stream message for the handler's
 // error and ends the stream.
 func (c *conn) endStream(herr error) {

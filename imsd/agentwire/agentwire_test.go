@@ -617,3 +617,46 @@ func TestAnswersToMessagesThatArriveTogetherShareAWrite(t *testing.T) {
 		t.Errorf("a lone message was answered after %s", d)
 	}
 }
+
+// A message sent from another goroutine and flushed leaves at once, even
+// while the handler, corked, is busy with a message (an assignment must
+// not wait for the agent's stream to finish a database write).
+func TestFlushWhileCorked(t *testing.T) {
+	release := make(chan struct{})
+	ts := startServer(t, &Server{Handler: func(ctx context.Context, st *Stream) error {
+		st.Send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Challenge{Challenge: &agentv1.Challenge{Nonce: []byte("n")}}})
+		if _, err := st.Receive(0); err != nil {
+			return err
+		}
+		// Busy with the message (corked); another goroutine sends.
+		st.Send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Accepted{Accepted: &agentv1.WriteAccepted{WriteId: 1}}})
+		done := make(chan error, 1)
+		go func() {
+			if err := st.Send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Cancel{Cancel: &agentv1.JobCancel{JobId: "j"}}}); err != nil {
+				done <- err
+				return
+			}
+			done <- st.Flush()
+		}()
+		if err := <-done; err != nil {
+			return err
+		}
+		<-release
+		_, err := st.Receive(0)
+		return err
+	}})
+	defer close(release)
+	r := dialRaw(t, ts)
+	r.open()
+	r.fr.WriteData(1, false, envelope(&agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Heartbeat{Heartbeat: &agentv1.Heartbeat{}}}))
+	r.c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	for _, want := range []string{"accepted", "cancel"} {
+		var m agentv1.ConnectResponse
+		if err := proto.Unmarshal(r.readMessage(), &m); err != nil {
+			t.Fatal(err)
+		}
+		if (want == "accepted") != (m.GetAccepted() != nil) || (want == "cancel") != (m.GetCancel() != nil) {
+			t.Fatalf("got %v, want the %s, in order", &m, want)
+		}
+	}
+}
