@@ -248,16 +248,17 @@ func (s *Store) InstallID(ctx context.Context, idOrName string) (string, error) 
 	return in.ID, nil
 }
 
-// installIDCache maps install names and ids to ids. It is bounded: past
-// maxInstallIDs entries it stops adding, and lookups go to the database.
-type installIDCache struct {
+// idCache maps keys that never change meaning to ids: install names and
+// ids to install ids, agent ids to their install's id. It is bounded: past
+// maxCachedIDs entries it stops adding, and lookups go to the database.
+type idCache struct {
 	m sync.Map // string -> string
 	n atomic.Int64
 }
 
-const maxInstallIDs = 1 << 17
+const maxCachedIDs = 1 << 17
 
-func (c *installIDCache) get(k string) (string, bool) {
+func (c *idCache) get(k string) (string, bool) {
 	v, ok := c.m.Load(k)
 	if !ok {
 		return "", false
@@ -265,8 +266,8 @@ func (c *installIDCache) get(k string) (string, bool) {
 	return v.(string), true
 }
 
-func (c *installIDCache) put(k, id string) {
-	if c.n.Load() >= maxInstallIDs {
+func (c *idCache) put(k, id string) {
+	if c.n.Load() >= maxCachedIDs {
 		return
 	}
 	if _, loaded := c.m.LoadOrStore(k, id); !loaded {

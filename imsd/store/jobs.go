@@ -509,13 +509,12 @@ func (s *Store) updateJob(ctx context.Context, tx *txn, q string, args ...any) (
 func (s *Store) checkWriter(ctx context.Context, tx *txn, j Job, w Writer) error {
 	foreign := errs.E(errs.PermissionDenied, "job %s does not belong to this agent", j.ID)
 	if j.AgentID != w.AgentID || j.AgentID == "" {
-		var install string
-		err := tx.GetContext(ctx, &install, s.bind(`SELECT install_id FROM agents WHERE id = ?`), w.AgentID)
-		if errors.Is(err, sql.ErrNoRows) || (err == nil && install != j.InstallID) {
-			return foreign
-		}
+		install, err := s.agentInstall(ctx, tx, w.AgentID)
 		if err != nil {
 			return err
+		}
+		if install != j.InstallID { // "" for no such agent
+			return foreign
 		}
 		if j.AgentID != "" && j.FencingToken == w.FencingToken {
 			return foreign // the holder's token from another agent: forged

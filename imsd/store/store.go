@@ -60,10 +60,10 @@ type Store struct {
 	// installIDs caches what InstallID resolved: installs are never
 	// renamed or deleted, so a name or id, once found, names the same
 	// install for good.
-	installIDs installIDCache
+	installIDs idCache
 	// agentInstalls caches each agent's install, by agent id: an agent
 	// is bound to one install at enrolment and never moved or deleted.
-	agentInstalls installIDCache
+	agentInstalls idCache
 }
 
 // Open opens the database named by dsn and applies pending migrations.
