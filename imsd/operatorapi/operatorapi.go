@@ -313,7 +313,7 @@ var operations = map[string]bool{"plan": true, "apply": true, "destroy": true}
 
 // EnqueueJob queues one job for one install's agent.
 func (s *Service) EnqueueJob(ctx context.Context, req *connect.Request[imsv1.EnqueueJobRequest]) (*connect.Response[imsv1.EnqueueJobResponse], error) {
-	j, err := s.newJob(ctx, req.Msg, nil)
+	j, err := s.newJob(ctx, req.Msg, configJSON)
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}
@@ -334,13 +334,12 @@ func (s *Service) EnqueueJobs(ctx context.Context, req *connect.Request[imsv1.En
 		return nil, s.err(ctx, errs.Field("jobs", "%d jobs; at most %d in one call", len(m.Jobs), store.MaxEnqueueBatch))
 	}
 	jobs := make([]store.Job, len(m.Jobs))
-	configs := &batchConfigs{json: map[string][]byte{}, wire: make([][]byte, len(m.Jobs))}
+	configs := &batchConfigs{seen: map[string]encodedConfig{}, field: make([][]byte, len(m.Jobs))}
 	for i, r := range m.Jobs {
-		j, err := s.newJob(ctx, r, configs)
+		j, err := s.newJob(ctx, r, func(cfg *structpb.Struct) ([]byte, error) { return configs.encode(i, cfg) })
 		if err != nil {
 			return nil, s.err(ctx, errs.Prefix(fmt.Sprintf("jobs[%d]", i), err))
 		}
-		configs.wire[i] = configs.last
 		jobs[i] = j
 	}
 	jobs, err := s.enqueue(ctx, jobs, true)
@@ -355,10 +354,10 @@ func (s *Service) EnqueueJobs(ctx context.Context, req *connect.Request[imsv1.En
 			out.Jobs[i] = enqueuedToProto(j, m.Jobs[i].Config)
 			continue
 		}
-		// The config the caller sent, as the bytes encoded above: the
-		// answer copies them instead of marshalling each Struct again.
+		// The config the caller sent, as the field encoded above: the
+		// answer copies it instead of marshalling each Struct again.
 		p := jobFields(j)
-		p.ProtoReflect().SetUnknown(protowire.AppendBytes(protowire.AppendTag(nil, jobConfigField, protowire.BytesType), configs.wire[i]))
+		p.ProtoReflect().SetUnknown(configs.field[i])
 		out.Jobs[i] = p
 	}
 	return connect.NewResponse(out), nil
@@ -367,46 +366,48 @@ func (s *Service) EnqueueJobs(ctx context.Context, req *connect.Request[imsv1.En
 // jobConfigField is Job.config's field number.
 var jobConfigField = (&imsv1.Job{}).ProtoReflect().Descriptor().Fields().ByName("config").Number()
 
+// configJSON returns a job's config as stored: JSON, "{}" for none.
+func configJSON(cfg *structpb.Struct) ([]byte, error) {
+	if cfg == nil {
+		return []byte("{}"), nil
+	}
+	return cfg.MarshalJSON()
+}
+
 // batchConfigs encodes the configs of one EnqueueJobs call. A fleet-wide
 // run repeats one config in every job, and encoding it as JSON (protojson)
 // was most of the call's own CPU: each config is encoded to binary
-// protobuf, deterministically, and configs with equal bytes share one JSON
-// encoding. The binary form is also what the answer sends back.
+// protobuf, deterministically, and configs with equal bytes share one
+// encoding. The binary form, as Job's config field, is what the answer
+// sends back.
 type batchConfigs struct {
-	json map[string][]byte // deterministic wire bytes -> JSON
-	wire [][]byte          // by job: the config's wire bytes
-	last []byte            // the wire bytes of the config newJob last saw
+	seen  map[string]encodedConfig // by deterministic wire bytes
+	field [][]byte                 // by job: its config as Job's config field
 }
 
-// configJSON returns cfg as stored: JSON, "{}" for none.
-func (b *batchConfigs) configJSON(cfg *structpb.Struct) ([]byte, error) {
-	if b == nil {
-		if cfg == nil {
-			return []byte("{}"), nil
-		}
-		return cfg.MarshalJSON()
-	}
+type encodedConfig struct{ json, field []byte }
+
+// encode returns job i's config as stored, and keeps it as a field.
+func (b *batchConfigs) encode(i int, cfg *structpb.Struct) ([]byte, error) {
 	wire, err := proto.MarshalOptions{Deterministic: true}.Marshal(cfg)
 	if err != nil {
 		return nil, err
 	}
-	b.last = wire
-	if js, ok := b.json[string(wire)]; ok {
-		return js, nil
-	}
-	js := []byte("{}")
-	if cfg != nil {
-		if js, err = cfg.MarshalJSON(); err != nil {
+	e, ok := b.seen[string(wire)]
+	if !ok {
+		if e.json, err = configJSON(cfg); err != nil {
 			return nil, err
 		}
+		e.field = protowire.AppendBytes(protowire.AppendTag(nil, jobConfigField, protowire.BytesType), wire)
+		b.seen[string(wire)] = e
 	}
-	b.json[string(wire)] = js
-	return js, nil
+	b.field[i] = e.field
+	return e.json, nil
 }
 
-// newJob checks an enqueue request and makes the job it asks for; configs,
-// when set, encodes the config for a batch.
-func (s *Service) newJob(ctx context.Context, m *imsv1.EnqueueJobRequest, configs *batchConfigs) (store.Job, error) {
+// newJob checks an enqueue request and makes the job it asks for, its
+// config stored as encode returns it.
+func (s *Service) newJob(ctx context.Context, m *imsv1.EnqueueJobRequest, encode func(*structpb.Struct) ([]byte, error)) (store.Job, error) {
 	if m.Install == "" {
 		return store.Job{}, errs.Field("install", "is required")
 	}
@@ -435,7 +436,7 @@ func (s *Service) newJob(ctx context.Context, m *imsv1.EnqueueJobRequest, config
 	case m.MaxAttempts > 0:
 		attempts = int(m.MaxAttempts)
 	}
-	config, err := configs.configJSON(m.Config)
+	config, err := encode(m.Config)
 	if err != nil {
 		return store.Job{}, errs.Field("config", "cannot be encoded as JSON: %v", err)
 	}
