@@ -83,8 +83,12 @@ func sqliteChecksAsComparisons(ctx context.Context, tx *sql.Tx) error {
 		if err != nil {
 			return fmt.Errorf("rewrite the checks of table %s: %w", t.name, err)
 		}
-		if n, err := res.RowsAffected(); err != nil || n != 1 {
-			return fmt.Errorf("rewrite the checks of table %s: %d rows changed (%v)", t.name, n, err)
+		n, err := res.RowsAffected()
+		if err != nil {
+			return fmt.Errorf("rewrite the checks of table %s: %w", t.name, err)
+		}
+		if n != 1 {
+			return fmt.Errorf("rewrite the checks of table %s: %d schema rows changed, want 1; the database is left as it was", t.name, n)
 		}
 	}
 	// A new schema version makes every connection re-read the schema.
