@@ -8,7 +8,9 @@ package agent
 import (
 	"context"
 	"crypto/ed25519"
+	crand "crypto/rand"
 	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -72,6 +74,12 @@ type Config struct {
 	// confirm them (default 100000); beyond it the oldest unsent lines are
 	// dropped and a system line says how many.
 	MaxBufferedLines int
+	// Now is the clock (default time.Now). Leases are counted on both the
+	// monotonic and the wall reading of what it returns.
+	Now func() time.Time
+	// AfterJob, if set, is called once an attempt's plugin is gone, to
+	// clean what the attempt left behind.
+	AfterJob func(jobID string, attempt int32)
 }
 
 // Agent is a running agentd.
@@ -81,9 +89,19 @@ type Agent struct {
 	client agentv1connect.AgentServiceClient
 	log    *slog.Logger
 
-	mu   sync.Mutex
+	// instance is this process's random id, sent in every hello.
+	instance string
+
+	mu sync.Mutex
+	// jobs holds the attempts the agent owns (keyed by job id): their
+	// leases are renewed and their writes sent.
 	jobs map[string]*jobRun
-	kick chan struct{}
+	// live holds, per job, the last attempt whose plugin has not exited
+	// yet, including attempts given up and still stopping.
+	live map[string]*jobRun
+	// lease and heartbeat are what imsd's last welcome announced.
+	lease, heartbeat time.Duration
+	kick             chan struct{}
 	// logKick starts the batching timer for log lines.
 	logKick chan struct{}
 	wg      sync.WaitGroup
@@ -125,14 +143,19 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	if cfg.MaxBufferedLines == 0 {
 		cfg.MaxBufferedLines = 100000
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	a := &Agent{
-		cfg:     cfg,
-		client:  agentv1connect.NewAgentServiceClient(cfg.HTTPClient, strings.TrimRight(cfg.IMSURL, "/")),
-		log:     cfg.Logger,
-		jobs:    make(map[string]*jobRun),
-		kick:    make(chan struct{}, 1),
-		logKick: make(chan struct{}, 1),
-		stateCh: make(chan struct{}),
+		cfg:      cfg,
+		client:   agentv1connect.NewAgentServiceClient(cfg.HTTPClient, strings.TrimRight(cfg.IMSURL, "/")),
+		log:      cfg.Logger,
+		jobs:     make(map[string]*jobRun),
+		live:     make(map[string]*jobRun),
+		instance: newInstanceID(),
+		kick:     make(chan struct{}, 1),
+		logKick:  make(chan struct{}, 1),
+		stateCh:  make(chan struct{}),
 	}
 	id, err := identity.Load(cfg.StateDir)
 	switch {
@@ -240,6 +263,9 @@ func (a *Agent) setConnected(v bool) {
 // running jobs are stopped; their leases run out and imsd hands them out again.
 func (a *Agent) Run(ctx context.Context) error {
 	defer a.wg.Wait()
+	wctx, stopWatch := context.WithCancel(context.Background())
+	defer stopWatch()
+	go a.watchLeases(wctx)
 	backoff := a.cfg.BackoffMin
 	for {
 		start := time.Now()
@@ -248,6 +274,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			a.stopAll("agent shutting down")
 			return nil
+		}
+		if errors.Is(err, errWrongInstall) {
+			a.log.Error("refusing the server's jobs", "err", err)
 		}
 		if connect.CodeOf(err) == connect.CodeUnauthenticated {
 			// Retrying cannot fix a revoked or unknown identity.
@@ -259,7 +288,17 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		// Full jitter: spread a fleet's reconnects after an imsd restart.
 		delay := backoff/2 + rand.N(backoff/2+1)
-		a.log.Warn("stream to imsd ended; reconnecting", "err", err, "in", delay.Round(time.Millisecond))
+		if hb, held := a.holding(); held && delay > hb {
+			// Jobs are held: come back within a heartbeat, long before
+			// their leases run out, and re-attach them.
+			delay = hb/2 + rand.N(hb/2+1)
+			backoff = min(backoff, hb)
+		}
+		if connect.CodeOf(err) == connect.CodeAborted && strings.Contains(err.Error(), "identity") {
+			a.log.Error("stream to imsd ended; reconnecting", "err", err, "in", delay.Round(time.Millisecond))
+		} else {
+			a.log.Warn("stream to imsd ended; reconnecting", "err", err, "in", delay.Round(time.Millisecond))
+		}
 		select {
 		case <-ctx.Done():
 			a.stopAll("agent shutting down")
@@ -274,6 +313,30 @@ func (a *Agent) stopAll(reason string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, j := range a.jobs {
-		j.cancel(errors.New(reason))
+		a.stopLocked(j, reason)
 	}
+}
+
+// holding reports whether the agent holds any job, and the heartbeat
+// interval imsd announced (a second before any welcome).
+func (a *Agent) holding() (time.Duration, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	hb := a.heartbeat
+	if hb <= 0 {
+		hb = time.Second
+	}
+	return hb, len(a.jobs) > 0
+}
+
+// errWrongInstall ends a stream whose server named another install.
+var errWrongInstall = errors.New("wrong install")
+
+func (a *Agent) now() time.Time { return a.cfg.Now() }
+
+// newInstanceID returns a random id for this process.
+func newInstanceID() string {
+	var b [8]byte
+	_, _ = crand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }

@@ -33,13 +33,37 @@ type cancelled struct{ reason string }
 
 func (c cancelled) Error() string { return "cancelled: " + c.reason }
 
-// jobRun is one job the agent holds, from assignment until imsd confirms its
-// result. All fields but the immutable ones are guarded by Agent.mu.
+// jobRun is one attempt of a job the agent holds, from assignment until
+// imsd confirms its result or the agent gives it up. All fields but the
+// immutable ones are guarded by Agent.mu.
+//
+// The lifecycle: assigned (registered, ack in flight) → started (imsd
+// accepted the ack, which renewed the lease; the plugin runs) → finished
+// (result waiting for imsd) → forgotten. An attempt is never started
+// before imsd confirms that this agent holds its lease, and is stopped
+// by the agent itself once a whole lease passed without a confirmed
+// renewal (the watchdog in lease.go).
 type jobRun struct {
 	id      string
 	token   int64
 	attempt int32
+	as      *agentv1.JobAssignment
+	ctx     context.Context
 	cancel  context.CancelCauseFunc
+	// prev is an earlier attempt of the same job still stopping on this
+	// agent; this one starts only once prev's plugin has exited.
+	prev *jobRun
+	// done is closed when this attempt's plugin and processes are gone
+	// (or when it is given up before it started).
+	done chan struct{}
+
+	// leaseUntil is when the agent's own lease on the attempt ends: a full
+	// lease after it sent the last message whose renewal imsd confirmed
+	// (hello, ack or heartbeat). Until the ack is confirmed it bounds how
+	// long the attempt may wait to start.
+	leaseUntil time.Time
+	started    bool
+	stopping   bool // given up: cancelled, waiting for the plugin to exit
 
 	lines   []*agentv1.LogLine // unconfirmed lines, in seq order
 	sent    int                // lines[:sent] are in flight on the current stream
@@ -51,61 +75,133 @@ type jobRun struct {
 	resultSent       bool
 }
 
-// start registers an assignment and runs it in a goroutine. A duplicate
-// assignment (resent after a reconnect) is ignored.
-func (a *Agent) start(ctx context.Context, as *agentv1.JobAssignment) {
+// assign registers an assignment. It starts nothing: the attempt runs once
+// imsd accepts its ack (begin). A duplicate assignment (resent after a
+// reconnect) is ignored; a new attempt of a job this agent still holds
+// replaces the old one, which is stopped first.
+func (a *Agent) assign(ctx context.Context, as *agentv1.JobAssignment) {
+	if as.InstallId != a.id.InstallID {
+		// Never run another install's job, whoever sent it: a server
+		// merely answering at imsd's URL could otherwise run anything in
+		// this install's sandbox.
+		a.log.Error("refusing an assignment for another install", "job", as.JobId, "assignment_install", as.InstallId, "install", a.id.InstallID)
+		return
+	}
+	now := a.now()
 	a.mu.Lock()
-	if _, ok := a.jobs[as.JobId]; ok {
+	old := a.jobs[as.JobId]
+	if old != nil && old.token == as.FencingToken {
 		a.mu.Unlock()
 		return
 	}
+	var prev *jobRun
+	if old != nil {
+		// imsd handed out a new attempt, so the old one's lease is gone.
+		a.stopLocked(old, "a newer attempt of the job was assigned to this agent")
+	}
+	if p := a.live[as.JobId]; p != nil {
+		prev = p
+	}
+	jctx, cancel := context.WithCancelCause(ctx)
+	j := &jobRun{
+		id: as.JobId, token: as.FencingToken, attempt: as.Attempt, as: as,
+		ctx: jctx, cancel: cancel, prev: prev, done: make(chan struct{}),
+		leaseUntil: now.Add(a.leaseLocked()),
+	}
+	a.jobs[j.id] = j
+	a.live[j.id] = j
+	a.mu.Unlock()
+	a.log.Debug("job assigned", "job", j.id, "attempt", j.attempt)
+	a.kickNow()
+}
+
+// begin starts an attempt whose ack imsd accepted. a.mu is held.
+func (a *Agent) beginLocked(j *jobRun) {
+	if j.started || j.stopping {
+		return
+	}
+	j.started = true
+	as := j.as
+	j.as = nil
 	timeout := time.Duration(as.TimeoutSeconds) * time.Second
 	if timeout <= 0 {
 		timeout = time.Hour
 	}
-	jctx, cancel := context.WithCancelCause(ctx)
-	jctx, cancelTimeout := context.WithTimeoutCause(jctx, timeout, errTimedOut)
-	j := &jobRun{id: as.JobId, token: as.FencingToken, attempt: as.Attempt, cancel: cancel}
-	a.jobs[j.id] = j
-	a.mu.Unlock()
-	a.kickNow()
-
 	job := Job{
 		ID: as.JobId, InstallID: as.InstallId, Attempt: as.Attempt,
 		ComponentType: as.ComponentType, Operation: as.Operation,
 		Config: as.Config.AsMap(), Timeout: timeout,
 	}
-	a.log.Info("job started", "job", j.id, "attempt", j.attempt, "type", job.ComponentType, "operation", job.Operation)
 	a.wg.Add(1)
-	go func() {
-		defer a.wg.Done()
-		defer cancelTimeout()
-		out := a.cfg.Runner.Run(jctx, job, func(stream int32, text string) { a.appendLog(j, stream, text) })
-		cause := context.Cause(jctx)
-		var c cancelled
-		switch {
-		case errors.Is(cause, errTimedOut):
-			out = Outcome{Outcome: agentv1.Outcome_OUTCOME_TIMED_OUT, ExitCode: -1,
-				Error: fmt.Sprintf("timed out after %s; the plugin and its processes were killed", timeout)}
-		case errors.As(cause, &c):
-			out = Outcome{Outcome: agentv1.Outcome_OUTCOME_CANCELLED, ExitCode: -1,
-				Error: c.reason + "; the plugin and its processes were killed"}
-		case cause != nil:
-			// The lease was lost or the agent is stopping: this agent no
-			// longer owns the job and must not write a result.
-			a.log.Warn("job abandoned", "job", j.id, "cause", cause)
-			a.mu.Lock()
-			delete(a.jobs, j.id)
-			a.mu.Unlock()
-			return
+	go a.run(j, job)
+}
+
+// run runs one started attempt to its end.
+func (a *Agent) run(j *jobRun, job Job) {
+	defer a.wg.Done()
+	defer close(j.done)
+	defer a.retire(j)
+	if j.prev != nil {
+		// Never two attempts of one job at once on this agent: wait for
+		// the old one's plugin to exit.
+		select {
+		case <-j.prev.done:
+		case <-j.ctx.Done():
 		}
-		a.finish(j, out)
-	}()
+		j.prev = nil
+	}
+	var out Outcome
+	timedOut := false
+	if j.ctx.Err() == nil {
+		jctx, cancelTimeout := context.WithTimeoutCause(j.ctx, job.Timeout, errTimedOut)
+		a.log.Info("job started", "job", j.id, "attempt", j.attempt, "type", job.ComponentType, "operation", job.Operation)
+		out = a.cfg.Runner.Run(jctx, job, func(stream int32, text string) { a.appendLog(j, stream, text) })
+		timedOut = errors.Is(context.Cause(jctx), errTimedOut)
+		cancelTimeout()
+	}
+	var c cancelled
+	switch cause := context.Cause(j.ctx); {
+	case errors.As(cause, &c):
+		out = Outcome{Outcome: agentv1.Outcome_OUTCOME_CANCELLED, ExitCode: -1,
+			Error: c.reason + "; the plugin and its processes were killed"}
+	case cause != nil:
+		// The lease was lost or the agent is stopping: this agent no
+		// longer owns the job and must not write a result.
+		a.abandoned(j, cause)
+		return
+	case timedOut:
+		out = Outcome{Outcome: agentv1.Outcome_OUTCOME_TIMED_OUT, ExitCode: -1,
+			Error: fmt.Sprintf("timed out after %s; the plugin and its processes were killed", job.Timeout)}
+	}
+	a.finish(j, out)
+}
+
+// abandoned logs an attempt given up without a result and forgets it,
+// unless a newer attempt already took its place.
+func (a *Agent) abandoned(j *jobRun, cause error) {
+	a.log.Warn("job abandoned", "job", j.id, "attempt", j.attempt, "cause", cause)
+	a.mu.Lock()
+	if a.jobs[j.id] == j {
+		delete(a.jobs, j.id)
+	}
+	a.mu.Unlock()
+}
+
+// retire drops a finished run from the live set (its plugin is gone).
+func (a *Agent) retire(j *jobRun) {
+	a.mu.Lock()
+	if a.live[j.id] == j {
+		delete(a.live, j.id)
+	}
+	a.mu.Unlock()
+	if a.cfg.AfterJob != nil {
+		a.cfg.AfterJob(j.id, j.attempt)
+	}
 }
 
 // appendLog queues one line (split if long) for imsd.
 func (a *Agent) appendLog(j *jobRun, stream int32, text string) {
-	now := timestamppb.Now()
+	now := timestamppb.New(a.now())
 	a.mu.Lock()
 	for first := true; first || len(text) > 0; first = false {
 		chunk := text
@@ -138,11 +234,15 @@ func (a *Agent) appendLog(j *jobRun, stream int32, text string) {
 // finish records a job's outcome; the session sends it once every log line
 // before it is confirmed.
 func (a *Agent) finish(j *jobRun, out Outcome) {
-	a.log.Info("job finished", "job", j.id, "outcome", out.Outcome, "exit_code", out.ExitCode)
+	args := []any{"job", j.id, "attempt", j.attempt, "outcome", out.Outcome, "exit_code", out.ExitCode}
+	if out.Error != "" {
+		args = append(args, "error", out.Error)
+	}
+	a.log.Info("job finished", args...)
 	a.mu.Lock()
 	if j.dropped > 0 {
 		j.nextSeq++
-		j.lines = append(j.lines, &agentv1.LogLine{Seq: j.nextSeq, Time: timestamppb.Now(), Stream: StreamSystem,
+		j.lines = append(j.lines, &agentv1.LogLine{Seq: j.nextSeq, Time: timestamppb.New(a.now()), Stream: StreamSystem,
 			Text: fmt.Sprintf("[agentd] %d log lines were dropped while imsd could not be reached", j.dropped)})
 	}
 	j.result = &agentv1.JobResult{
@@ -151,6 +251,32 @@ func (a *Agent) finish(j *jobRun, out Outcome) {
 	}
 	a.mu.Unlock()
 	a.kickNow()
+}
+
+// stopLocked gives up an attempt this agent no longer owns: it is
+// forgotten at once (nothing more is written for it) and its plugin is
+// killed; a newer attempt of the same job waits for that (jobRun.prev).
+// a.mu is held.
+func (a *Agent) stopLocked(j *jobRun, why string) {
+	if a.jobs[j.id] == j {
+		delete(a.jobs, j.id)
+	}
+	if j.stopping {
+		return
+	}
+	j.stopping = true
+	if j.started && j.result == nil {
+		a.log.Warn("stopping job", "job", j.id, "attempt", j.attempt, "why", why)
+	} else {
+		a.log.Info("giving up job", "job", j.id, "attempt", j.attempt, "why", why)
+	}
+	j.cancel(errors.New(why))
+	if !j.started {
+		if a.live[j.id] == j {
+			delete(a.live, j.id)
+		}
+		close(j.done)
+	}
 }
 
 func (a *Agent) kickNow() {

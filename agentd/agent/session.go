@@ -26,9 +26,17 @@ const (
 
 // writeRef remembers what a write in flight was, to apply imsd's answer.
 type writeRef struct {
-	job  *jobRun
-	kind writeKind
-	upTo int64 // last seq of a logs write
+	job    *jobRun
+	kind   writeKind
+	upTo   int64     // last seq of a logs write
+	sentAt time.Time // when an ack left, for the lease it renews
+}
+
+// heartbeatRef remembers a heartbeat in flight: when it left and the
+// leases it named, so that imsd's confirmation renews exactly those.
+type heartbeatRef struct {
+	sentAt time.Time
+	tokens map[string]int64
 }
 
 type clientStream = connect.BidiStreamForClient[agentv1.ConnectRequest, agentv1.ConnectResponse]
@@ -52,13 +60,16 @@ func (a *Agent) session(ctx context.Context) error {
 		return errors.New("protocol: imsd did not open with a challenge")
 	}
 	host, _ := os.Hostname()
+	running, held := a.leases()
+	helloAt := a.now()
 	if err := st.Send(&agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Hello{Hello: &agentv1.Hello{
 		AgentId:   a.id.AgentID,
 		Signature: auth.SignChallenge(a.id.PrivateKey, a.id.AgentID, ch.Nonce),
 		Capacity:  int32(a.cfg.Capacity),
-		Running:   a.leases(),
+		Running:   running,
 		Version:   a.cfg.Version,
 		Hostname:  host,
+		Instance:  a.instance,
 	}}}); err != nil {
 		return fmt.Errorf("send hello: %w", err)
 	}
@@ -70,8 +81,25 @@ func (a *Agent) session(ctx context.Context) error {
 	if w == nil {
 		return errors.New("protocol: imsd did not answer hello with a welcome")
 	}
+	if w.InstallId != a.id.InstallID {
+		return fmt.Errorf("%w: the server at %s welcomed this agent as one of install %q, but it belongs to install %q; refusing its jobs",
+			errWrongInstall, a.cfg.IMSURL, w.InstallId, a.id.InstallID)
+	}
+	if w.LeaseDurationMs <= 0 || w.HeartbeatIntervalMs <= 0 || w.HeartbeatIntervalMs >= w.LeaseDurationMs {
+		return fmt.Errorf("protocol: welcome: heartbeat interval %dms and lease %dms: want 0 < heartbeat < lease", w.HeartbeatIntervalMs, w.LeaseDurationMs)
+	}
+	heartbeat := time.Duration(w.HeartbeatIntervalMs) * time.Millisecond
+	a.mu.Lock()
+	a.lease = time.Duration(w.LeaseDurationMs) * time.Millisecond
+	a.heartbeat = heartbeat
+	for _, id := range w.Reattached {
+		if j := a.jobs[id]; j != nil && j.token == held[id] {
+			a.renewLocked(j, helloAt)
+		}
+	}
+	a.mu.Unlock()
 	for _, id := range w.Lost {
-		a.abandon(id, "its lease was lost while imsd could not be reached")
+		a.abandon(id, held[id], "its lease was lost while imsd could not be reached")
 	}
 	a.resetInFlight()
 	a.setConnected(true)
@@ -94,12 +122,11 @@ func (a *Agent) session(ctx context.Context) error {
 		}
 	}()
 
-	hb := time.NewTicker(time.Duration(max(w.HeartbeatIntervalMs, 10)) * time.Millisecond)
+	hb := time.NewTicker(max(heartbeat, 10*time.Millisecond))
 	defer hb.Stop()
-	writes := make(map[uint64]writeRef)
-	var nextWrite uint64
+	ss := &sessionState{writes: make(map[uint64]writeRef), beats: make(map[uint64]heartbeatRef)}
 	var flushC <-chan time.Time
-	if err := a.flush(st, writes, &nextWrite); err != nil {
+	if err := a.flush(st, ss); err != nil {
 		return err
 	}
 	for {
@@ -109,11 +136,22 @@ func (a *Agent) session(ctx context.Context) error {
 		case err := <-recvErr:
 			return err
 		case <-hb.C:
-			if err := st.Send(&agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Heartbeat{Heartbeat: &agentv1.Heartbeat{Running: a.leases()}}}); err != nil {
+			// A stream whose heartbeats go unanswered while jobs are held
+			// is as good as dead: reconnect long before a lease runs out
+			// rather than wait for HTTP/2 pings to notice.
+			if oldest, ok := ss.oldestBeat(); ok && a.elapsedSince(oldest) > 2*heartbeat {
+				return fmt.Errorf("imsd has not answered a heartbeat for %s", a.elapsedSince(oldest).Round(time.Millisecond))
+			}
+			running, tokens := a.leases()
+			ss.nextBeat++
+			if len(running) > 0 {
+				ss.beats[ss.nextBeat] = heartbeatRef{sentAt: a.now(), tokens: tokens}
+			}
+			if err := st.Send(&agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Heartbeat{Heartbeat: &agentv1.Heartbeat{Running: running, Seq: ss.nextBeat}}}); err != nil {
 				return err
 			}
 		case <-a.kick:
-			if err := a.flush(st, writes, &nextWrite); err != nil {
+			if err := a.flush(st, ss); err != nil {
 				return err
 			}
 		case <-a.logKick:
@@ -122,24 +160,45 @@ func (a *Agent) session(ctx context.Context) error {
 			}
 		case <-flushC:
 			flushC = nil
-			if err := a.flush(st, writes, &nextWrite); err != nil {
+			if err := a.flush(st, ss); err != nil {
 				return err
 			}
 		case m := <-in:
-			if err := a.handle(ctx, m, writes); err != nil {
+			if err := a.handle(ctx, m, ss); err != nil {
 				return err
 			}
-			if err := a.flush(st, writes, &nextWrite); err != nil {
+			if err := a.flush(st, ss); err != nil {
 				return err
 			}
 		}
 	}
 }
 
-func (a *Agent) handle(ctx context.Context, m *agentv1.ConnectResponse, writes map[uint64]writeRef) error {
+// sessionState is what one stream keeps about its writes and heartbeats
+// in flight.
+type sessionState struct {
+	writes    map[uint64]writeRef
+	nextWrite uint64
+	beats     map[uint64]heartbeatRef
+	nextBeat  uint64
+}
+
+// oldestBeat is when the oldest unanswered heartbeat that named jobs left.
+func (ss *sessionState) oldestBeat() (time.Time, bool) {
+	var oldest time.Time
+	found := false
+	for _, b := range ss.beats {
+		if !found || b.sentAt.Before(oldest) {
+			oldest, found = b.sentAt, true
+		}
+	}
+	return oldest, found
+}
+
+func (a *Agent) handle(ctx context.Context, m *agentv1.ConnectResponse, ss *sessionState) error {
 	switch msg := m.Msg.(type) {
 	case *agentv1.ConnectResponse_Assignment:
-		a.start(ctx, msg.Assignment)
+		a.assign(ctx, msg.Assignment)
 	case *agentv1.ConnectResponse_Cancel:
 		a.mu.Lock()
 		j := a.jobs[msg.Cancel.JobId]
@@ -152,17 +211,44 @@ func (a *Agent) handle(ctx context.Context, m *agentv1.ConnectResponse, writes m
 			a.log.Info("job cancel requested", "job", j.id, "reason", reason)
 			j.cancel(cancelled{reason: reason})
 		}
-	case *agentv1.ConnectResponse_Accepted:
-		ref, ok := writes[msg.Accepted.WriteId]
+	case *agentv1.ConnectResponse_Renewed:
+		r := msg.Renewed
+		b, ok := ss.beats[r.HeartbeatSeq]
 		if !ok {
 			return nil
 		}
-		delete(writes, msg.Accepted.WriteId)
+		// Answers come in order: an older heartbeat left unanswered was
+		// answered by a rejection or never will be.
+		for seq := range ss.beats {
+			if seq <= r.HeartbeatSeq {
+				delete(ss.beats, seq)
+			}
+		}
+		a.mu.Lock()
+		for _, id := range r.JobIds {
+			if j := a.jobs[id]; j != nil && j.token == b.tokens[id] && (j.ackDone || j.result != nil) {
+				a.renewLocked(j, b.sentAt)
+			}
+		}
+		a.mu.Unlock()
+	case *agentv1.ConnectResponse_Accepted:
+		ref, ok := ss.writes[msg.Accepted.WriteId]
+		if !ok {
+			return nil
+		}
+		delete(ss.writes, msg.Accepted.WriteId)
 		a.mu.Lock()
 		j := ref.job
 		switch ref.kind {
 		case writeAck:
 			j.ackDone = true
+			if a.jobs[j.id] == j {
+				// The ack renewed the lease: only now does the attempt
+				// start, so it never runs without imsd's word that this
+				// agent holds it.
+				a.renewLocked(j, ref.sentAt)
+				a.beginLocked(j)
+			}
 		case writeLogs:
 			k := 0
 			for k < len(j.lines) && j.lines[k].Seq <= ref.upTo {
@@ -178,8 +264,12 @@ func (a *Agent) handle(ctx context.Context, m *agentv1.ConnectResponse, writes m
 		a.mu.Unlock()
 	case *agentv1.ConnectResponse_Rejected:
 		r := msg.Rejected
-		delete(writes, r.WriteId)
-		a.abandon(r.JobId, "imsd refused a write ("+r.Code+": "+r.Message+")")
+		var token int64
+		if ref, ok := ss.writes[r.WriteId]; ok && r.WriteId != 0 {
+			token = ref.job.token
+			delete(ss.writes, r.WriteId)
+		}
+		a.abandon(r.JobId, token, "imsd refused a write ("+r.Code+": "+r.Message+")")
 	case *agentv1.ConnectResponse_Challenge, *agentv1.ConnectResponse_Welcome:
 		return errors.New("protocol: unexpected challenge or welcome mid-stream")
 	}
@@ -187,27 +277,27 @@ func (a *Agent) handle(ctx context.Context, m *agentv1.ConnectResponse, writes m
 }
 
 // abandon stops a job this agent no longer owns and forgets it, without
-// writing anything more for it.
-func (a *Agent) abandon(jobID, why string) {
+// writing anything more for it. With token non-zero, only that attempt.
+func (a *Agent) abandon(jobID string, token int64, why string) {
 	a.mu.Lock()
-	j := a.jobs[jobID]
-	delete(a.jobs, jobID)
-	a.mu.Unlock()
-	if j != nil {
-		a.log.Warn("stopping job", "job", jobID, "attempt", j.attempt, "why", why)
-		j.cancel(errors.New(why))
+	defer a.mu.Unlock()
+	if j := a.jobs[jobID]; j != nil && (token == 0 || j.token == token) {
+		a.stopLocked(j, why)
 	}
 }
 
-// leases lists the jobs the agent holds, for hello and heartbeats.
-func (a *Agent) leases() []*agentv1.RunningJob {
+// leases lists the jobs the agent holds, for hello and heartbeats, with
+// the token each was named with.
+func (a *Agent) leases() ([]*agentv1.RunningJob, map[string]int64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	out := make([]*agentv1.RunningJob, 0, len(a.jobs))
+	tokens := make(map[string]int64, len(a.jobs))
 	for _, j := range a.jobs {
 		out = append(out, &agentv1.RunningJob{JobId: j.id, FencingToken: j.token})
+		tokens[j.id] = j.token
 	}
-	return out
+	return out, tokens
 }
 
 // resetInFlight marks every unconfirmed write as unsent, for a new stream.
@@ -223,31 +313,32 @@ func (a *Agent) resetInFlight() {
 
 // flush sends every write not yet in flight: acks first, then log batches,
 // then results whose lines are all confirmed.
-func (a *Agent) flush(st *clientStream, writes map[uint64]writeRef, next *uint64) error {
+func (a *Agent) flush(st *clientStream, ss *sessionState) error {
 	var out []*agentv1.ConnectRequest
+	now := a.now()
 	a.mu.Lock()
 	for _, j := range a.jobs {
 		if !j.ackSent {
 			j.ackSent = true
-			*next++
-			writes[*next] = writeRef{job: j, kind: writeAck}
-			out = append(out, &agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Ack{Ack: &agentv1.JobAck{WriteId: *next, JobId: j.id, FencingToken: j.token}}})
+			ss.nextWrite++
+			ss.writes[ss.nextWrite] = writeRef{job: j, kind: writeAck, sentAt: now}
+			out = append(out, &agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Ack{Ack: &agentv1.JobAck{WriteId: ss.nextWrite, JobId: j.id, FencingToken: j.token}}})
 		}
 		for j.sent < len(j.lines) {
 			end := min(j.sent+maxBatch, len(j.lines))
 			batch := j.lines[j.sent:end:end]
 			j.sent = end
-			*next++
-			writes[*next] = writeRef{job: j, kind: writeLogs, upTo: batch[len(batch)-1].Seq}
-			out = append(out, &agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Logs{Logs: &agentv1.JobLogs{WriteId: *next, JobId: j.id, FencingToken: j.token, Lines: batch}}})
+			ss.nextWrite++
+			ss.writes[ss.nextWrite] = writeRef{job: j, kind: writeLogs, upTo: batch[len(batch)-1].Seq}
+			out = append(out, &agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Logs{Logs: &agentv1.JobLogs{WriteId: ss.nextWrite, JobId: j.id, FencingToken: j.token, Lines: batch}}})
 		}
 		if j.result != nil && !j.resultSent && j.ackDone && len(j.lines) == 0 {
 			j.resultSent = true
-			*next++
+			ss.nextWrite++
 			r := j.result
-			writes[*next] = writeRef{job: j, kind: writeResult}
+			ss.writes[ss.nextWrite] = writeRef{job: j, kind: writeResult}
 			out = append(out, &agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Result{Result: &agentv1.JobResult{
-				WriteId: *next, JobId: r.JobId, FencingToken: r.FencingToken, Outcome: r.Outcome,
+				WriteId: ss.nextWrite, JobId: r.JobId, FencingToken: r.FencingToken, Outcome: r.Outcome,
 				ExitCode: r.ExitCode, Error: r.Error, Outputs: r.Outputs, LastSeq: r.LastSeq,
 			}}})
 		}

@@ -42,6 +42,12 @@ const (
 type Config struct {
 	// LeaseDuration is how long an assignment stays valid without a heartbeat.
 	LeaseDuration time.Duration
+	// LeaseGrace is how long past the end of a lease imsd still waits
+	// before the job may be handed out again: the agent counts the lease
+	// from before imsd renewed it and stops the job itself when it ends,
+	// and the grace covers clock rates and the plugin's stop. The lease
+	// deadline stored for a job is the end of the lease plus the grace.
+	LeaseGrace time.Duration
 	// HeartbeatInterval is how often agents are told to heartbeat.
 	HeartbeatInterval time.Duration
 	// HelloTimeout bounds the wait for an agent's signed hello.
@@ -53,6 +59,9 @@ type Observer interface {
 	Connected(delta int)
 	Picked(latency time.Duration)
 	Finished(state store.JobState)
+	// IdentityConflict counts a hello refused because another process
+	// of the same agent holds its stream.
+	IdentityConflict()
 }
 
 // Service implements agentv1connect.AgentServiceHandler.
@@ -63,6 +72,11 @@ type Service struct {
 	now   func() time.Time
 	log   *slog.Logger
 	obs   Observer
+
+	// instances remembers, per agent, the processes seen holding its
+	// stream, to tell two processes sharing one identity (conflict.go).
+	instMu    sync.Mutex
+	instances map[string]*instanceRecord
 }
 
 // New returns the agent service.
@@ -98,6 +112,12 @@ func (s *Service) Enroll(ctx context.Context, req *connect.Request[agentv1.Enrol
 	}
 	s.log.InfoContext(ctx, "agent enrolled", "agent", a.ID, "install", a.InstallID, "hostname", a.Hostname)
 	return connect.NewResponse(&agentv1.EnrollResponse{AgentId: a.ID, InstallId: a.InstallID}), nil
+}
+
+// reclaimAfter is the lease deadline stored for a lease renewed at now:
+// the job may be handed out again only after it.
+func (s *Service) reclaimAfter(now time.Time) time.Time {
+	return now.Add(s.cfg.LeaseDuration + s.cfg.LeaseGrace)
 }
 
 func (s *Service) err(ctx context.Context, err error) error { return rpcerr.ToConnect(ctx, s.log, err) }
@@ -193,6 +213,12 @@ func (s *Service) open(ctx context.Context, st Stream) (*conn, error) {
 	}
 	if hello.Capacity < 1 || hello.Capacity > 1000 {
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("hello.capacity: must be between 1 and 1000, got %d", hello.Capacity))
+	}
+	if len(hello.Instance) > 64 || len(hello.Hostname) > 255 {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("hello.instance or hello.hostname: too long (64 and 255 bytes at most)"))
+	}
+	if err := s.checkInstance(ctx, agent, hello); err != nil {
+		return nil, err
 	}
 
 	c := &conn{
@@ -344,7 +370,7 @@ func onOwnStack(f func() error) error {
 func (c *conn) welcomeLocked(ctx context.Context, hello *agentv1.Hello) error {
 	s := c.svc
 	now := s.now()
-	renewed, lost, err := s.store.RenewLeases(ctx, c.agent.ID, leases(hello.Running), now.Add(s.cfg.LeaseDuration))
+	renewed, lost, err := s.store.RenewLeases(ctx, c.agent.ID, leases(hello.Running), s.reclaimAfter(now))
 	if err != nil {
 		return s.err(ctx, err)
 	}
@@ -548,7 +574,7 @@ func (c *conn) claim(ctx context.Context, force bool) error {
 			return nil
 		}
 		now := s.now()
-		jobs, err := s.store.ClaimJobs(ctx, c.agent.InstallID, store.Writer{AgentID: c.agent.ID}, free, now.Add(s.cfg.LeaseDuration), now)
+		jobs, err := s.store.ClaimJobs(ctx, c.agent.InstallID, store.Writer{AgentID: c.agent.ID}, free, s.reclaimAfter(now), now)
 		c.free.Add(int32(free - len(jobs)))
 		if err != nil {
 			if ctx.Err() != nil {
@@ -588,9 +614,17 @@ func (c *conn) handle(ctx context.Context, m *agentv1.ConnectRequest) error {
 	switch msg := m.Msg.(type) {
 	case *agentv1.ConnectRequest_Heartbeat:
 		c.touch(ctx, now)
-		renewed, lost, err := s.store.RenewLeases(ctx, c.agent.ID, leases(msg.Heartbeat.Running), now.Add(s.cfg.LeaseDuration))
+		renewed, lost, err := s.store.RenewLeases(ctx, c.agent.ID, leases(msg.Heartbeat.Running), s.reclaimAfter(now))
 		if err != nil {
 			return s.err(ctx, err)
+		}
+		if len(msg.Heartbeat.Running) > 0 {
+			// The agent counts its own lease from confirmed renewals.
+			if err := c.send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Renewed{Renewed: &agentv1.LeasesRenewed{
+				HeartbeatSeq: msg.Heartbeat.Seq, JobIds: renewed,
+			}}}); err != nil {
+				return err
+			}
 		}
 		for _, id := range lost {
 			c.drop(id)
@@ -622,7 +656,7 @@ func (c *conn) handle(ctx context.Context, m *agentv1.ConnectRequest) error {
 		return c.claim(ctx, force)
 	case *agentv1.ConnectRequest_Ack:
 		a := msg.Ack
-		if err := s.store.AckJob(ctx, a.JobId, store.Writer{AgentID: c.agent.ID, FencingToken: a.FencingToken}, now.Add(s.cfg.LeaseDuration), now); err != nil {
+		if err := s.store.AckJob(ctx, a.JobId, store.Writer{AgentID: c.agent.ID, FencingToken: a.FencingToken}, s.reclaimAfter(now), now); err != nil {
 			return c.reject(ctx, a.WriteId, a.JobId, err)
 		}
 		return c.send(accepted(a.WriteId))

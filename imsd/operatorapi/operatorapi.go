@@ -52,6 +52,9 @@ type Config struct {
 	// enqueue; zero never hands jobs over at enqueue, leaving every job
 	// for the agents to claim.
 	LeaseDuration time.Duration
+	// LeaseGrace is added to a lease before imsd may hand the job out
+	// again (agentapi.Config.LeaseGrace).
+	LeaseGrace time.Duration
 	// FollowPoll bounds how long a log follower waits without a wake-up
 	// before it re-reads the database (a safety net, not the normal path).
 	FollowPoll time.Duration
@@ -480,7 +483,7 @@ func (s *Service) enqueue(ctx context.Context, jobs []store.Job, batch bool) ([]
 		}
 		if sess := s.hub.Reserve(j.InstallID); sess != nil {
 			sessions[i] = sess
-			news[i].AgentID, news[i].LeaseUntil = sess.AgentID, j.CreatedAt.Add(s.cfg.LeaseDuration)
+			news[i].AgentID, news[i].LeaseUntil = sess.AgentID, j.CreatedAt.Add(s.cfg.LeaseDuration+s.cfg.LeaseGrace)
 		}
 	}
 	var out []store.Job
@@ -892,11 +895,20 @@ func (s *Service) agentStatus(agents []store.Agent) *imsv1.AgentStatus {
 		}
 	}
 	connected := s.hub.Connected(a.ID) || (!a.LastSeenAt.IsZero() && s.now().Sub(a.LastSeenAt) < 3*s.cfg.HeartbeatInterval)
-	return &imsv1.AgentStatus{
+	st := &imsv1.AgentStatus{
 		AgentId: a.ID, Connected: connected, LastSeenTime: ts(a.LastSeenAt),
 		Version: a.Version, Hostname: a.Hostname, EnrollTime: ts(a.EnrolledAt),
 	}
+	if !a.ConflictAt.IsZero() && s.now().Sub(a.ConflictAt) < ConflictShownFor {
+		st.IdentityConflict, st.IdentityConflictTime = a.Conflict, ts(a.ConflictAt)
+	}
+	return st
 }
+
+// ConflictShownFor is how long after imsd last saw two processes share an
+// agent's identity the install's agent status still says so (imsd sees it
+// again at least once a minute while it goes on).
+const ConflictShownFor = 10 * time.Minute
 
 var statesToProto = func() map[store.JobState]imsv1.JobState {
 	m := make(map[store.JobState]imsv1.JobState, len(statesFromProto))

@@ -14,6 +14,7 @@ import (
 type metrics struct {
 	pickup   prometheus.Histogram
 	finished *prometheus.CounterVec
+	conflict prometheus.Counter
 }
 
 func newMetrics(reg *prometheus.Registry, hub *dispatch.Hub) *metrics {
@@ -27,8 +28,12 @@ func newMetrics(reg *prometheus.Registry, hub *dispatch.Hub) *metrics {
 			Name: "byoc_jobs_finished_total",
 			Help: "Jobs finished by agents, by final state.",
 		}, []string{"state"}),
+		conflict: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "byoc_agent_identity_conflicts_total",
+			Help: "Agent hellos refused because another process of the same agent identity held its stream (a copied state dir).",
+		}),
 	}
-	reg.MustRegister(m.pickup, m.finished,
+	reg.MustRegister(m.pickup, m.finished, m.conflict,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "byoc_agents_connected",
 			Help: "Agent streams connected to this imsd.",
@@ -42,3 +47,4 @@ func newMetrics(reg *prometheus.Registry, hub *dispatch.Hub) *metrics {
 func (m *metrics) Connected(int)                 {}
 func (m *metrics) Picked(d time.Duration)        { m.pickup.Observe(d.Seconds()) }
 func (m *metrics) Finished(state store.JobState) { m.finished.WithLabelValues(string(state)).Inc() }
+func (m *metrics) IdentityConflict()             { m.conflict.Inc() }

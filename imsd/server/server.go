@@ -54,6 +54,12 @@ type Config struct {
 	DebugAddr string
 
 	LeaseDuration     time.Duration // default 30s
+	// LeaseGrace is how long past a lease's end imsd still waits before
+	// handing the job out again (default 5s + a tenth of the lease): the
+	// agent stops the job itself when a lease passed without a confirmed
+	// renewal, and the grace covers a clock running slower on the agent
+	// and the time its plugin takes to die (see agentd/agent/lease.go).
+	LeaseGrace        time.Duration
 	HeartbeatInterval time.Duration // default 10s
 	SweepInterval     time.Duration // default 1s
 	// WorkflowInterval is how often every unfinished workflow is looked at
@@ -84,6 +90,12 @@ func (c *Config) defaults() error {
 	if c.SweepInterval == 0 {
 		c.SweepInterval = time.Second
 	}
+	if c.LeaseGrace == 0 {
+		c.LeaseGrace = DefaultLeaseGrace(c.LeaseDuration)
+	}
+	if c.LeaseGrace < MinLeaseGrace {
+		return fmt.Errorf("lease grace %s is shorter than %s: an agent needs that long to stop a job whose lease ran out", c.LeaseGrace, MinLeaseGrace)
+	}
 	if c.HeartbeatInterval >= c.LeaseDuration {
 		return fmt.Errorf("heartbeat interval %s must be shorter than the lease duration %s", c.HeartbeatInterval, c.LeaseDuration)
 	}
@@ -107,6 +119,16 @@ func (c *Config) defaults() error {
 	}
 	return nil
 }
+
+// MinLeaseGrace is the shortest --lease-grace: an agent's check of its
+// leases (a quarter second at most), SIGTERM, two seconds, SIGKILL, and
+// a second to spare.
+const MinLeaseGrace = 4 * time.Second
+
+// DefaultLeaseGrace is the grace for a lease of d: five seconds for the
+// agent to stop the job, and a tenth of the lease for clocks whose rates
+// differ (far more than any clock drifts).
+func DefaultLeaseGrace(d time.Duration) time.Duration { return 5*time.Second + d/10 }
 
 // Server is a running imsd.
 type Server struct {
@@ -197,7 +219,7 @@ func (s *Server) newHTTPServer() *http.Server {
 	obs := newMetrics(s.reg, s.hub)
 
 	mux := http.NewServeMux()
-	op := operatorapi.New(s.store, s.hub, operatorapi.Config{HeartbeatInterval: cfg.HeartbeatInterval, LeaseDuration: cfg.LeaseDuration, Engine: s.engine}, cfg.Now, s.log)
+	op := operatorapi.New(s.store, s.hub, operatorapi.Config{HeartbeatInterval: cfg.HeartbeatInterval, LeaseDuration: cfg.LeaseDuration, LeaseGrace: cfg.LeaseGrace, Engine: s.engine}, cfg.Now, s.log)
 	opPath, opHandler := imsv1connect.NewOperatorServiceHandler(op,
 		connect.WithInterceptors(operatorapi.NewAuthenticator(s.store, cfg.Now)),
 		connect.WithReadMaxBytes(4<<20),
@@ -206,6 +228,7 @@ func (s *Server) newHTTPServer() *http.Server {
 	mux.Handle(opPath, growStack(opHandler))
 	ag := agentapi.New(s.store, s.hub, agentapi.Config{
 		LeaseDuration:     cfg.LeaseDuration,
+		LeaseGrace:        cfg.LeaseGrace,
 		HeartbeatInterval: cfg.HeartbeatInterval,
 		HelloTimeout:      10 * time.Second,
 	}, cfg.Now, s.log, obs)

@@ -380,16 +380,19 @@ type agentRow struct {
 	Version    string `db:"version"`
 	EnrolledAt int64  `db:"enrolled_at"`
 	LastSeenAt int64  `db:"last_seen_at"`
+	ConflictAt int64  `db:"conflict_at"`
+	Conflict   string `db:"conflict"`
 }
 
 func (r agentRow) agent() Agent {
 	return Agent{
 		ID: r.ID, InstallID: r.InstallID, PublicKey: r.PublicKey, Hostname: r.Hostname, Version: r.Version,
 		EnrolledAt: fromNanos(r.EnrolledAt), LastSeenAt: fromNanos(r.LastSeenAt),
+		ConflictAt: fromNanos(r.ConflictAt), Conflict: r.Conflict,
 	}
 }
 
-const agentCols = `id, install_id, public_key, hostname, version, enrolled_at, last_seen_at`
+const agentCols = `id, install_id, public_key, hostname, version, enrolled_at, last_seen_at, conflict_at, conflict`
 
 // GetAgent returns the agent with ID id.
 func (s *Store) GetAgent(ctx context.Context, id string) (Agent, error) {
@@ -417,6 +420,26 @@ func (s *Store) AgentsForInstall(ctx context.Context, installID string) ([]Agent
 		out[i] = r.agent()
 	}
 	return out, nil
+}
+
+// RecordAgentConflict records that two processes were seen sharing agent
+// id's identity at now, and what was seen.
+func (s *Store) RecordAgentConflict(ctx context.Context, id, detail string, now time.Time) error {
+	if err := requireTime("now", now); err != nil {
+		return err
+	}
+	return s.writeOne(ctx, "record agent conflict", func(tx *txn) error {
+		res, err := tx.ExecContext(ctx, s.bind(`UPDATE agents SET conflict_at = ?, conflict = ? WHERE id = ?`), nanos(now), detail, id)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 0 {
+			return errs.E(errs.NotFound, "agent %q not found", id)
+		}
+		return nil
+	})
 }
 
 // TouchAgent records that agent id was seen at now.

@@ -135,6 +135,10 @@ type Agent struct {
 	EnrolledAt time.Time
 	// LastSeenAt is zero until the agent first connects.
 	LastSeenAt time.Time
+	// ConflictAt is when imsd last saw two processes share this agent's
+	// identity (zero: never), and Conflict what it saw.
+	ConflictAt time.Time
+	Conflict   string
 }
 
 // Job is one unit of work for one install's agent, handed out under a lease.

@@ -166,6 +166,8 @@ func agentState(s *imsv1.AgentStatus) string {
 	switch {
 	case s == nil:
 		return "not enrolled"
+	case s.GetIdentityConflict() != "":
+		return "identity conflict"
 	case s.GetConnected():
 		return "connected"
 	default:
@@ -216,6 +218,9 @@ func (a *app) installGetCommand() *cobra.Command {
 				f.add("Agent ID", ag.GetAgentId())
 				f.add("Agent version", ag.GetVersion())
 				f.add("Agent host", ag.GetHostname())
+				if c := ag.GetIdentityConflict(); c != "" {
+					f.add("Agent warning", c)
+				}
 				f.add("Enrolled", when(now, ag.GetEnrollTime()))
 			}
 			if err := f.flush(); err != nil {

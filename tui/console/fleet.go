@@ -130,6 +130,8 @@ func compareBy(key string, a, b *imsv1.InstallStatus) int {
 
 func agentRank(s *imsv1.InstallStatus) int {
 	switch agentState(s) {
+	case "conflict":
+		return 0
 	case "offline":
 		return 0
 	case "none":
@@ -143,6 +145,8 @@ func agentState(s *imsv1.InstallStatus) string {
 	switch {
 	case a == nil:
 		return "none"
+	case a.IdentityConflict != "":
+		return "conflict"
 	case a.Connected:
 		return "online"
 	}

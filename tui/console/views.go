@@ -252,7 +252,7 @@ func (v *fleetView) render(m *Model, w, h int) []string {
 		switch {
 		case i == v.pos:
 			line = m.selectedLine(line, w)
-		case agent == "offline":
+		case agent == "offline" || agent == "conflict":
 			line = m.st.bad.Render(line)
 		case agent == "none":
 			line = m.st.muted.Render(line)

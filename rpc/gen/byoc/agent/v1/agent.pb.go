@@ -349,6 +349,7 @@ type ConnectResponse struct {
 	//	*ConnectResponse_Cancel
 	//	*ConnectResponse_Accepted
 	//	*ConnectResponse_Rejected
+	//	*ConnectResponse_Renewed
 	Msg           isConnectResponse_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -445,6 +446,15 @@ func (x *ConnectResponse) GetRejected() *WriteRejected {
 	return nil
 }
 
+func (x *ConnectResponse) GetRenewed() *LeasesRenewed {
+	if x != nil {
+		if x, ok := x.Msg.(*ConnectResponse_Renewed); ok {
+			return x.Renewed
+		}
+	}
+	return nil
+}
+
 type isConnectResponse_Msg interface {
 	isConnectResponse_Msg()
 }
@@ -473,6 +483,10 @@ type ConnectResponse_Rejected struct {
 	Rejected *WriteRejected `protobuf:"bytes,6,opt,name=rejected,proto3,oneof"`
 }
 
+type ConnectResponse_Renewed struct {
+	Renewed *LeasesRenewed `protobuf:"bytes,7,opt,name=renewed,proto3,oneof"`
+}
+
 func (*ConnectResponse_Challenge) isConnectResponse_Msg() {}
 
 func (*ConnectResponse_Welcome) isConnectResponse_Msg() {}
@@ -484,6 +498,8 @@ func (*ConnectResponse_Cancel) isConnectResponse_Msg() {}
 func (*ConnectResponse_Accepted) isConnectResponse_Msg() {}
 
 func (*ConnectResponse_Rejected) isConnectResponse_Msg() {}
+
+func (*ConnectResponse_Renewed) isConnectResponse_Msg() {}
 
 // Challenge is imsd's first message on a stream.
 type Challenge struct {
@@ -591,10 +607,14 @@ type Hello struct {
 	// signature is the Ed25519 signature of the challenge nonce.
 	Signature []byte `protobuf:"bytes,2,opt,name=signature,proto3" json:"signature,omitempty"`
 	// capacity is how many jobs the agent runs at once.
-	Capacity      int32         `protobuf:"varint,3,opt,name=capacity,proto3" json:"capacity,omitempty"`
-	Running       []*RunningJob `protobuf:"bytes,4,rep,name=running,proto3" json:"running,omitempty"`
-	Version       string        `protobuf:"bytes,5,opt,name=version,proto3" json:"version,omitempty"`
-	Hostname      string        `protobuf:"bytes,6,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	Capacity int32         `protobuf:"varint,3,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	Running  []*RunningJob `protobuf:"bytes,4,rep,name=running,proto3" json:"running,omitempty"`
+	Version  string        `protobuf:"bytes,5,opt,name=version,proto3" json:"version,omitempty"`
+	Hostname string        `protobuf:"bytes,6,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	// instance is a random id the agentd process chooses at start and keeps
+	// for its life. Two processes sharing one identity (a copied state dir)
+	// show as streams of one agent whose instances alternate.
+	Instance      string `protobuf:"bytes,7,opt,name=instance,proto3" json:"instance,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -667,6 +687,13 @@ func (x *Hello) GetVersion() string {
 func (x *Hello) GetHostname() string {
 	if x != nil {
 		return x.Hostname
+	}
+	return ""
+}
+
+func (x *Hello) GetInstance() string {
+	if x != nil {
+		return x.Instance
 	}
 	return ""
 }
@@ -749,9 +776,13 @@ func (x *Welcome) GetLost() []string {
 	return nil
 }
 
+// Heartbeat renews the leases of the jobs the agent runs. imsd answers a
+// heartbeat that names jobs with LeasesRenewed, echoing seq.
 type Heartbeat struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Running       []*RunningJob          `protobuf:"bytes,1,rep,name=running,proto3" json:"running,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Running []*RunningJob          `protobuf:"bytes,1,rep,name=running,proto3" json:"running,omitempty"`
+	// seq numbers the heartbeats of one stream, from 1.
+	Seq           uint64 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -793,6 +824,71 @@ func (x *Heartbeat) GetRunning() []*RunningJob {
 	return nil
 }
 
+func (x *Heartbeat) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+// LeasesRenewed answers a heartbeat: the leases of job_ids were renewed
+// for a full lease from when imsd read it. The agent counts its own lease
+// on a job from when it sent the last heartbeat (or ack, or hello) whose
+// renewal imsd confirmed, and stops the job itself once a whole lease has
+// passed without one. Jobs of the heartbeat not named here were lost and
+// are refused separately (WriteRejected).
+type LeasesRenewed struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	HeartbeatSeq  uint64                 `protobuf:"varint,1,opt,name=heartbeat_seq,json=heartbeatSeq,proto3" json:"heartbeat_seq,omitempty"`
+	JobIds        []string               `protobuf:"bytes,2,rep,name=job_ids,json=jobIds,proto3" json:"job_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeasesRenewed) Reset() {
+	*x = LeasesRenewed{}
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeasesRenewed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeasesRenewed) ProtoMessage() {}
+
+func (x *LeasesRenewed) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeasesRenewed.ProtoReflect.Descriptor instead.
+func (*LeasesRenewed) Descriptor() ([]byte, []int) {
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *LeasesRenewed) GetHeartbeatSeq() uint64 {
+	if x != nil {
+		return x.HeartbeatSeq
+	}
+	return 0
+}
+
+func (x *LeasesRenewed) GetJobIds() []string {
+	if x != nil {
+		return x.JobIds
+	}
+	return nil
+}
+
 type JobAck struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	WriteId       uint64                 `protobuf:"varint,1,opt,name=write_id,json=writeId,proto3" json:"write_id,omitempty"`
@@ -804,7 +900,7 @@ type JobAck struct {
 
 func (x *JobAck) Reset() {
 	*x = JobAck{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -816,7 +912,7 @@ func (x *JobAck) String() string {
 func (*JobAck) ProtoMessage() {}
 
 func (x *JobAck) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -829,7 +925,7 @@ func (x *JobAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobAck.ProtoReflect.Descriptor instead.
 func (*JobAck) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *JobAck) GetWriteId() uint64 {
@@ -866,7 +962,7 @@ type LogLine struct {
 
 func (x *LogLine) Reset() {
 	*x = LogLine{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -878,7 +974,7 @@ func (x *LogLine) String() string {
 func (*LogLine) ProtoMessage() {}
 
 func (x *LogLine) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -891,7 +987,7 @@ func (x *LogLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogLine.ProtoReflect.Descriptor instead.
 func (*LogLine) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *LogLine) GetSeq() int64 {
@@ -934,7 +1030,7 @@ type JobLogs struct {
 
 func (x *JobLogs) Reset() {
 	*x = JobLogs{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -946,7 +1042,7 @@ func (x *JobLogs) String() string {
 func (*JobLogs) ProtoMessage() {}
 
 func (x *JobLogs) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -959,7 +1055,7 @@ func (x *JobLogs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobLogs.ProtoReflect.Descriptor instead.
 func (*JobLogs) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *JobLogs) GetWriteId() uint64 {
@@ -1008,7 +1104,7 @@ type JobResult struct {
 
 func (x *JobResult) Reset() {
 	*x = JobResult{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1020,7 +1116,7 @@ func (x *JobResult) String() string {
 func (*JobResult) ProtoMessage() {}
 
 func (x *JobResult) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1033,7 +1129,7 @@ func (x *JobResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobResult.ProtoReflect.Descriptor instead.
 func (*JobResult) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *JobResult) GetWriteId() uint64 {
@@ -1109,7 +1205,7 @@ type JobAssignment struct {
 
 func (x *JobAssignment) Reset() {
 	*x = JobAssignment{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1121,7 +1217,7 @@ func (x *JobAssignment) String() string {
 func (*JobAssignment) ProtoMessage() {}
 
 func (x *JobAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1134,7 +1230,7 @@ func (x *JobAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobAssignment.ProtoReflect.Descriptor instead.
 func (*JobAssignment) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *JobAssignment) GetJobId() string {
@@ -1210,7 +1306,7 @@ type JobCancel struct {
 
 func (x *JobCancel) Reset() {
 	*x = JobCancel{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1222,7 +1318,7 @@ func (x *JobCancel) String() string {
 func (*JobCancel) ProtoMessage() {}
 
 func (x *JobCancel) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1235,7 +1331,7 @@ func (x *JobCancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobCancel.ProtoReflect.Descriptor instead.
 func (*JobCancel) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *JobCancel) GetJobId() string {
@@ -1261,7 +1357,7 @@ type WriteAccepted struct {
 
 func (x *WriteAccepted) Reset() {
 	*x = WriteAccepted{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1273,7 +1369,7 @@ func (x *WriteAccepted) String() string {
 func (*WriteAccepted) ProtoMessage() {}
 
 func (x *WriteAccepted) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1286,7 +1382,7 @@ func (x *WriteAccepted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteAccepted.ProtoReflect.Descriptor instead.
 func (*WriteAccepted) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WriteAccepted) GetWriteId() uint64 {
@@ -1311,7 +1407,7 @@ type WriteRejected struct {
 
 func (x *WriteRejected) Reset() {
 	*x = WriteRejected{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1323,7 +1419,7 @@ func (x *WriteRejected) String() string {
 func (*WriteRejected) ProtoMessage() {}
 
 func (x *WriteRejected) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1336,7 +1432,7 @@ func (x *WriteRejected) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteRejected.ProtoReflect.Descriptor instead.
 func (*WriteRejected) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WriteRejected) GetWriteId() uint64 {
@@ -1389,7 +1485,7 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\x03ack\x18\x03 \x01(\v2\x15.byoc.agent.v1.JobAckH\x00R\x03ack\x12,\n" +
 	"\x04logs\x18\x04 \x01(\v2\x16.byoc.agent.v1.JobLogsH\x00R\x04logs\x122\n" +
 	"\x06result\x18\x05 \x01(\v2\x18.byoc.agent.v1.JobResultH\x00R\x06resultB\x05\n" +
-	"\x03msg\"\xf2\x02\n" +
+	"\x03msg\"\xac\x03\n" +
 	"\x0fConnectResponse\x128\n" +
 	"\tchallenge\x18\x01 \x01(\v2\x18.byoc.agent.v1.ChallengeH\x00R\tchallenge\x122\n" +
 	"\awelcome\x18\x02 \x01(\v2\x16.byoc.agent.v1.WelcomeH\x00R\awelcome\x12>\n" +
@@ -1398,21 +1494,23 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"assignment\x122\n" +
 	"\x06cancel\x18\x04 \x01(\v2\x18.byoc.agent.v1.JobCancelH\x00R\x06cancel\x12:\n" +
 	"\baccepted\x18\x05 \x01(\v2\x1c.byoc.agent.v1.WriteAcceptedH\x00R\baccepted\x12:\n" +
-	"\brejected\x18\x06 \x01(\v2\x1c.byoc.agent.v1.WriteRejectedH\x00R\brejectedB\x05\n" +
+	"\brejected\x18\x06 \x01(\v2\x1c.byoc.agent.v1.WriteRejectedH\x00R\brejected\x128\n" +
+	"\arenewed\x18\a \x01(\v2\x1c.byoc.agent.v1.LeasesRenewedH\x00R\arenewedB\x05\n" +
 	"\x03msg\"!\n" +
 	"\tChallenge\x12\x14\n" +
 	"\x05nonce\x18\x01 \x01(\fR\x05nonce\"H\n" +
 	"\n" +
 	"RunningJob\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12#\n" +
-	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\"\xc7\x01\n" +
+	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\"\xe3\x01\n" +
 	"\x05Hello\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1c\n" +
 	"\tsignature\x18\x02 \x01(\fR\tsignature\x12\x1a\n" +
 	"\bcapacity\x18\x03 \x01(\x05R\bcapacity\x123\n" +
 	"\arunning\x18\x04 \x03(\v2\x19.byoc.agent.v1.RunningJobR\arunning\x12\x18\n" +
 	"\aversion\x18\x05 \x01(\tR\aversion\x12\x1a\n" +
-	"\bhostname\x18\x06 \x01(\tR\bhostname\"\xbc\x01\n" +
+	"\bhostname\x18\x06 \x01(\tR\bhostname\x12\x1a\n" +
+	"\binstance\x18\a \x01(\tR\binstance\"\xbc\x01\n" +
 	"\aWelcome\x12\x1d\n" +
 	"\n" +
 	"install_id\x18\x01 \x01(\tR\tinstallId\x122\n" +
@@ -1421,9 +1519,13 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"reattached\x18\x04 \x03(\tR\n" +
 	"reattached\x12\x12\n" +
-	"\x04lost\x18\x05 \x03(\tR\x04lost\"@\n" +
+	"\x04lost\x18\x05 \x03(\tR\x04lost\"R\n" +
 	"\tHeartbeat\x123\n" +
-	"\arunning\x18\x01 \x03(\v2\x19.byoc.agent.v1.RunningJobR\arunning\"_\n" +
+	"\arunning\x18\x01 \x03(\v2\x19.byoc.agent.v1.RunningJobR\arunning\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\"M\n" +
+	"\rLeasesRenewed\x12#\n" +
+	"\rheartbeat_seq\x18\x01 \x01(\x04R\fheartbeatSeq\x12\x17\n" +
+	"\ajob_ids\x18\x02 \x03(\tR\x06jobIds\"_\n" +
 	"\x06JobAck\x12\x19\n" +
 	"\bwrite_id\x18\x01 \x01(\x04R\awriteId\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12#\n" +
@@ -1499,7 +1601,7 @@ func file_byoc_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_byoc_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_byoc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_byoc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_byoc_agent_v1_agent_proto_goTypes = []any{
 	(Outcome)(0),                  // 0: byoc.agent.v1.Outcome
 	(*EnrollRequest)(nil),         // 1: byoc.agent.v1.EnrollRequest
@@ -1511,48 +1613,50 @@ var file_byoc_agent_v1_agent_proto_goTypes = []any{
 	(*Hello)(nil),                 // 7: byoc.agent.v1.Hello
 	(*Welcome)(nil),               // 8: byoc.agent.v1.Welcome
 	(*Heartbeat)(nil),             // 9: byoc.agent.v1.Heartbeat
-	(*JobAck)(nil),                // 10: byoc.agent.v1.JobAck
-	(*LogLine)(nil),               // 11: byoc.agent.v1.LogLine
-	(*JobLogs)(nil),               // 12: byoc.agent.v1.JobLogs
-	(*JobResult)(nil),             // 13: byoc.agent.v1.JobResult
-	(*JobAssignment)(nil),         // 14: byoc.agent.v1.JobAssignment
-	(*JobCancel)(nil),             // 15: byoc.agent.v1.JobCancel
-	(*WriteAccepted)(nil),         // 16: byoc.agent.v1.WriteAccepted
-	(*WriteRejected)(nil),         // 17: byoc.agent.v1.WriteRejected
-	nil,                           // 18: byoc.agent.v1.JobResult.OutputsEntry
-	nil,                           // 19: byoc.agent.v1.JobAssignment.InputsEntry
-	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),       // 21: google.protobuf.Struct
+	(*LeasesRenewed)(nil),         // 10: byoc.agent.v1.LeasesRenewed
+	(*JobAck)(nil),                // 11: byoc.agent.v1.JobAck
+	(*LogLine)(nil),               // 12: byoc.agent.v1.LogLine
+	(*JobLogs)(nil),               // 13: byoc.agent.v1.JobLogs
+	(*JobResult)(nil),             // 14: byoc.agent.v1.JobResult
+	(*JobAssignment)(nil),         // 15: byoc.agent.v1.JobAssignment
+	(*JobCancel)(nil),             // 16: byoc.agent.v1.JobCancel
+	(*WriteAccepted)(nil),         // 17: byoc.agent.v1.WriteAccepted
+	(*WriteRejected)(nil),         // 18: byoc.agent.v1.WriteRejected
+	nil,                           // 19: byoc.agent.v1.JobResult.OutputsEntry
+	nil,                           // 20: byoc.agent.v1.JobAssignment.InputsEntry
+	(*timestamppb.Timestamp)(nil), // 21: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),       // 22: google.protobuf.Struct
 }
 var file_byoc_agent_v1_agent_proto_depIdxs = []int32{
 	7,  // 0: byoc.agent.v1.ConnectRequest.hello:type_name -> byoc.agent.v1.Hello
 	9,  // 1: byoc.agent.v1.ConnectRequest.heartbeat:type_name -> byoc.agent.v1.Heartbeat
-	10, // 2: byoc.agent.v1.ConnectRequest.ack:type_name -> byoc.agent.v1.JobAck
-	12, // 3: byoc.agent.v1.ConnectRequest.logs:type_name -> byoc.agent.v1.JobLogs
-	13, // 4: byoc.agent.v1.ConnectRequest.result:type_name -> byoc.agent.v1.JobResult
+	11, // 2: byoc.agent.v1.ConnectRequest.ack:type_name -> byoc.agent.v1.JobAck
+	13, // 3: byoc.agent.v1.ConnectRequest.logs:type_name -> byoc.agent.v1.JobLogs
+	14, // 4: byoc.agent.v1.ConnectRequest.result:type_name -> byoc.agent.v1.JobResult
 	5,  // 5: byoc.agent.v1.ConnectResponse.challenge:type_name -> byoc.agent.v1.Challenge
 	8,  // 6: byoc.agent.v1.ConnectResponse.welcome:type_name -> byoc.agent.v1.Welcome
-	14, // 7: byoc.agent.v1.ConnectResponse.assignment:type_name -> byoc.agent.v1.JobAssignment
-	15, // 8: byoc.agent.v1.ConnectResponse.cancel:type_name -> byoc.agent.v1.JobCancel
-	16, // 9: byoc.agent.v1.ConnectResponse.accepted:type_name -> byoc.agent.v1.WriteAccepted
-	17, // 10: byoc.agent.v1.ConnectResponse.rejected:type_name -> byoc.agent.v1.WriteRejected
-	6,  // 11: byoc.agent.v1.Hello.running:type_name -> byoc.agent.v1.RunningJob
-	6,  // 12: byoc.agent.v1.Heartbeat.running:type_name -> byoc.agent.v1.RunningJob
-	20, // 13: byoc.agent.v1.LogLine.time:type_name -> google.protobuf.Timestamp
-	11, // 14: byoc.agent.v1.JobLogs.lines:type_name -> byoc.agent.v1.LogLine
-	0,  // 15: byoc.agent.v1.JobResult.outcome:type_name -> byoc.agent.v1.Outcome
-	18, // 16: byoc.agent.v1.JobResult.outputs:type_name -> byoc.agent.v1.JobResult.OutputsEntry
-	21, // 17: byoc.agent.v1.JobAssignment.config:type_name -> google.protobuf.Struct
-	19, // 18: byoc.agent.v1.JobAssignment.inputs:type_name -> byoc.agent.v1.JobAssignment.InputsEntry
-	1,  // 19: byoc.agent.v1.AgentService.Enroll:input_type -> byoc.agent.v1.EnrollRequest
-	3,  // 20: byoc.agent.v1.AgentService.Connect:input_type -> byoc.agent.v1.ConnectRequest
-	2,  // 21: byoc.agent.v1.AgentService.Enroll:output_type -> byoc.agent.v1.EnrollResponse
-	4,  // 22: byoc.agent.v1.AgentService.Connect:output_type -> byoc.agent.v1.ConnectResponse
-	21, // [21:23] is the sub-list for method output_type
-	19, // [19:21] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	15, // 7: byoc.agent.v1.ConnectResponse.assignment:type_name -> byoc.agent.v1.JobAssignment
+	16, // 8: byoc.agent.v1.ConnectResponse.cancel:type_name -> byoc.agent.v1.JobCancel
+	17, // 9: byoc.agent.v1.ConnectResponse.accepted:type_name -> byoc.agent.v1.WriteAccepted
+	18, // 10: byoc.agent.v1.ConnectResponse.rejected:type_name -> byoc.agent.v1.WriteRejected
+	10, // 11: byoc.agent.v1.ConnectResponse.renewed:type_name -> byoc.agent.v1.LeasesRenewed
+	6,  // 12: byoc.agent.v1.Hello.running:type_name -> byoc.agent.v1.RunningJob
+	6,  // 13: byoc.agent.v1.Heartbeat.running:type_name -> byoc.agent.v1.RunningJob
+	21, // 14: byoc.agent.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	12, // 15: byoc.agent.v1.JobLogs.lines:type_name -> byoc.agent.v1.LogLine
+	0,  // 16: byoc.agent.v1.JobResult.outcome:type_name -> byoc.agent.v1.Outcome
+	19, // 17: byoc.agent.v1.JobResult.outputs:type_name -> byoc.agent.v1.JobResult.OutputsEntry
+	22, // 18: byoc.agent.v1.JobAssignment.config:type_name -> google.protobuf.Struct
+	20, // 19: byoc.agent.v1.JobAssignment.inputs:type_name -> byoc.agent.v1.JobAssignment.InputsEntry
+	1,  // 20: byoc.agent.v1.AgentService.Enroll:input_type -> byoc.agent.v1.EnrollRequest
+	3,  // 21: byoc.agent.v1.AgentService.Connect:input_type -> byoc.agent.v1.ConnectRequest
+	2,  // 22: byoc.agent.v1.AgentService.Enroll:output_type -> byoc.agent.v1.EnrollResponse
+	4,  // 23: byoc.agent.v1.AgentService.Connect:output_type -> byoc.agent.v1.ConnectResponse
+	22, // [22:24] is the sub-list for method output_type
+	20, // [20:22] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_byoc_agent_v1_agent_proto_init() }
@@ -1574,6 +1678,7 @@ func file_byoc_agent_v1_agent_proto_init() {
 		(*ConnectResponse_Cancel)(nil),
 		(*ConnectResponse_Accepted)(nil),
 		(*ConnectResponse_Rejected)(nil),
+		(*ConnectResponse_Renewed)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1581,7 +1686,7 @@ func file_byoc_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byoc_agent_v1_agent_proto_rawDesc), len(file_byoc_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   19,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
