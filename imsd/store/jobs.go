@@ -757,8 +757,7 @@ func (s *Store) ExpireLeases(ctx context.Context, now time.Time) ([]ExpiredJob, 
 				e.Job, err = end(JobTimedOut, fmt.Sprintf("timed out: attempt %d ran longer than its %s timeout and agent %s sent no result within %s after",
 					j.Attempt, j.Timeout, j.AgentID, TimeoutGrace))
 			case j.Attempt >= j.MaxAttempts:
-				e.Job, err = end(JobFailed, fmt.Sprintf("lease expired on attempt %d of %d: agent %s stopped heartbeating",
-					j.Attempt, j.MaxAttempts, j.AgentID))
+				e.Job, err = end(JobFailed, s.expiredWhy(ctx, tx, j))
 			default:
 				e.Requeued = true
 				requeued[j.InstallID] = true
@@ -786,6 +785,24 @@ func (s *Store) ExpireLeases(ctx context.Context, now time.Time) ([]ExpiredJob, 
 		return nil, err
 	}
 	return out, nil
+}
+
+// expiredWhy says why the last attempt of j lost its lease, from what
+// imsd knows: an assignment never acknowledged was never read by the
+// agent (or never reached it); a running job's lease was not renewed,
+// and the agent's last sign of life tells whether it was gone.
+func (s *Store) expiredWhy(ctx context.Context, tx *txn, j Job) string {
+	head := fmt.Sprintf("lease expired on attempt %d of %d: ", j.Attempt, j.MaxAttempts)
+	var seen int64
+	_ = tx.GetContext(ctx, &seen, s.bind(`SELECT last_seen_at FROM agents WHERE id = ?`), j.AgentID)
+	last := "never seen"
+	if seen > 0 {
+		last = "last seen " + fromNanos(seen).UTC().Format(time.RFC3339)
+	}
+	if j.State == JobAssigned {
+		return head + fmt.Sprintf("agent %s never acknowledged the assignment (%s): it did not read its stream, or lost it before the job arrived", j.AgentID, last)
+	}
+	return head + fmt.Sprintf("agent %s stopped renewing it (%s): the agent went away or lost its connection to imsd, and stopped the job itself when its lease ran out", j.AgentID, last)
 }
 
 // QueuedJobInstalls returns the IDs of the installs that have queued jobs,

@@ -52,6 +52,7 @@ func Run(t *testing.T, open OpenFunc) {
 		{"Fencing", testFencing},
 		{"LeaseExpiryRequeues", testLeaseExpiryRequeues},
 		{"MaxAttempts", testMaxAttempts},
+		{"ExpiredRunningSaysWhy", testExpiredRunningSaysWhy},
 		{"TimeoutBackstop", testTimeoutBackstop},
 		{"RenewLeases", testRenewLeases},
 		{"Cancel", testCancel},
@@ -875,6 +876,29 @@ func testLeaseExpiryRequeues(t *testing.T, e *env) {
 	wantErr(t, err, errs.Conflict, "stale fencing token")
 }
 
+// testExpiredRunningSaysWhy: a running job whose lease ran out on its last
+// attempt says the agent stopped renewing it, with when it was last seen.
+func testExpiredRunningSaysWhy(t *testing.T, e *env) {
+	ctx := e.ctx()
+	inst := e.install("acme")
+	e.agent(inst, "ag-1")
+	j := newJob("job-1", inst, T0)
+	j.MaxAttempts = 1
+	ok(t, e.s.EnqueueJob(ctx, j))
+	c := e.claimOne(inst, "ag-1", at(time.Minute))
+	ok(t, e.s.AckJob(ctx, "job-1", writer(c), at(2*time.Minute), at(time.Minute)))
+	ok(t, e.s.TouchAgent(ctx, "ag-1", at(time.Minute)))
+	changed, err := e.s.ExpireLeases(ctx, at(3*time.Minute))
+	ok(t, err)
+	if len(changed) != 1 {
+		t.Fatalf("ExpireLeases changed %d jobs, want 1", len(changed))
+	}
+	want := "lease expired on attempt 1 of 1: agent ag-1 stopped renewing it (last seen " + at(time.Minute).UTC().Format(time.RFC3339) + ")"
+	if !strings.HasPrefix(changed[0].Job.Error, want) {
+		t.Fatalf("error = %q, want it to start with %q", changed[0].Job.Error, want)
+	}
+}
+
 func testMaxAttempts(t *testing.T, e *env) {
 	ctx := e.ctx()
 	inst := e.install("acme")
@@ -898,7 +922,10 @@ func testMaxAttempts(t *testing.T, e *env) {
 		got := changed[0]
 		equal(t, "requeued", got.Requeued, false)
 		equal(t, "state", got.Job.State, store.JobFailed)
-		equal(t, "error", got.Job.Error, "lease expired on attempt 2 of 2: agent ag-1 stopped heartbeating")
+		// Claimed, never acked: the error says the agent never took it.
+		if want := "lease expired on attempt 2 of 2: agent ag-1 never acknowledged the assignment"; !strings.HasPrefix(got.Job.Error, want) {
+			t.Fatalf("error = %q, want it to start with %q", got.Job.Error, want)
+		}
 		equal(t, "ended", got.Job.EndedAt, now.Add(2*time.Minute))
 		equal(t, "stored state", e.job("job-1").State, store.JobFailed)
 		// The agent's late result is refused: the job ended without it.
