@@ -7,8 +7,11 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
 )
 
 // PluginName is the name under which the component plugin is dispensed.
@@ -53,9 +56,29 @@ func ServeArgs(p Plugin, args []string) {
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig: Handshake,
 		Plugins:         PluginMap(p),
-		GRPCServer:      plugin.DefaultGRPCServer,
+		GRPCServer:      NewGRPCServer,
 	})
 	os.Exit(0)
+}
+
+// Keepalive bounds how long a plugin keeps working for a host that has
+// stopped answering: the plugin pings the host after KeepaliveTime without
+// hearing from it and drops the connection, cancelling every operation in
+// flight, when KeepaliveTimeout more passes without an answer. An agent
+// frozen (SIGSTOP, a stalled VM) cannot stop its plugin itself, and imsd
+// may then hand the job to another agent once its lease and grace have
+// passed: the plugin stops on its own first. Keep well inside imsd's
+// --lease-grace.
+const (
+	KeepaliveTime    = time.Second
+	KeepaliveTimeout = time.Second
+)
+
+// NewGRPCServer is the plugin's gRPC server: go-plugin's default with the
+// keepalive above.
+func NewGRPCServer(opts []grpc.ServerOption) *grpc.Server {
+	opts = append(opts, grpc.KeepaliveParams(keepalive.ServerParameters{Time: KeepaliveTime, Timeout: KeepaliveTimeout}))
+	return grpc.NewServer(opts...)
 }
 
 // PrintDescription writes p's description to w as indented JSON: type,
