@@ -99,3 +99,14 @@ func (a *Agent) checkLeases() {
 		a.stopLocked(j, why)
 	}
 }
+
+// deadAfter is how long a heartbeat that named jobs may go unanswered
+// before the agent takes the stream for dead and reconnects: two
+// heartbeats, or a third of the lease if that is longer, so that a slow
+// database does not cost a reconnect, and a dead stream is left with most
+// of the lease still to run.
+func (a *Agent) deadAfter() time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return max(2*a.heartbeat, a.leaseLocked()/3)
+}

@@ -139,7 +139,7 @@ func (a *Agent) session(ctx context.Context) error {
 			// A stream whose heartbeats go unanswered while jobs are held
 			// is as good as dead: reconnect long before a lease runs out
 			// rather than wait for HTTP/2 pings to notice.
-			if oldest, ok := ss.oldestBeat(); ok && a.elapsedSince(oldest) > 2*heartbeat {
+			if oldest, ok := ss.oldestBeat(); ok && a.elapsedSince(oldest) > a.deadAfter() {
 				return fmt.Errorf("imsd has not answered a heartbeat for %s", a.elapsedSince(oldest).Round(time.Millisecond))
 			}
 			running, tokens := a.leases()

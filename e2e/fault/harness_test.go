@@ -1,0 +1,582 @@
+package fault
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/byoc-dev/byoc/e2e/cluster"
+	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
+	"github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1/imsv1connect"
+)
+
+// Lease timing of every world: short, so that schedules run in seconds.
+const (
+	lease     = 4 * time.Second
+	heartbeat = time.Second
+)
+
+// ---- recorder ----
+
+// recorder is where jobs write their start, beats and end: an HTTP
+// server on loopback that stamps each record with its own wall clock as
+// it arrives and appends it to a file. A record arrives while the curl
+// that sent it, a process of the attempt, is alive, so an attempt ran at
+// least from its first record to its last.
+type recorder struct {
+	srv  *http.Server
+	url  string
+	path string
+	mu   sync.Mutex
+	f    *os.File
+}
+
+type record struct {
+	at      time.Time
+	kind    string
+	job     string
+	attempt int
+}
+
+func startRecorder(t *testing.T) *recorder {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "records.log")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &recorder{url: "http://" + ln.Addr().String() + "/r", path: path, f: f}
+	r.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		q := req.URL.Query()
+		now := time.Now().UnixNano()
+		r.mu.Lock()
+		fmt.Fprintf(r.f, "%d %s %s %s\n", now, q.Get("kind"), q.Get("job"), q.Get("attempt"))
+		r.mu.Unlock()
+	})}
+	go r.srv.Serve(ln)
+	t.Cleanup(func() { r.srv.Close(); f.Close() })
+	return r
+}
+
+// records reads the file back.
+func (r *recorder) records(t *testing.T) []record {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f, err := os.Open(r.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []record
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		p := strings.Fields(sc.Text())
+		if len(p) != 4 {
+			t.Fatalf("record %q: want 4 fields", sc.Text())
+		}
+		ns, _ := strconv.ParseInt(p[0], 10, 64)
+		att, err := strconv.Atoi(p[3])
+		if err != nil {
+			t.Fatalf("record %q: attempt: %v", sc.Text(), err)
+		}
+		out = append(out, record{at: time.Unix(0, ns), kind: p[1], job: p[2], attempt: att})
+	}
+	return out
+}
+
+// script is a job of beats×200ms that reports to the recorder.
+func (r *recorder) script(beats int) string {
+	return fmt.Sprintf(`u="%s?job=$BYOC_JOB_ID&attempt=$BYOC_ATTEMPT"
+rec() { curl -fsS -m 2 "$u&kind=$1" >/dev/null 2>&1 || true; }
+rec start
+echo "start attempt=$BYOC_ATTEMPT"
+i=0
+while [ $i -lt %d ]; do sleep 0.2; rec beat; i=$((i+1)); done
+rec end
+echo "done attempt=$BYOC_ATTEMPT"`, r.url, beats)
+}
+
+// ---- imsd as a process ----
+
+type imsProc struct {
+	t       *testing.T
+	bin     string
+	args    []string
+	addr    string
+	dataDir string
+	token   string
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	done    chan struct{}
+	out     *os.File
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func startIMSD(t *testing.T, databaseURL string) *imsProc {
+	t.Helper()
+	p := &imsProc{t: t, bin: filepath.Join(cluster.Binaries(t), "imsd"), addr: freeAddr(t), dataDir: t.TempDir()}
+	p.args = []string{"--addr", p.addr, "--data-dir", p.dataDir, "--lease", lease.String(), "--heartbeat", heartbeat.String(), "--log-level", "debug"}
+	if databaseURL != "" {
+		p.args = append(p.args, "--database-url", databaseURL)
+	}
+	out, err := os.Create(filepath.Join(t.TempDir(), "imsd.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.out = out
+	p.start()
+	b, err := os.ReadFile(filepath.Join(p.dataDir, "admin.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.token = strings.TrimSpace(string(b))
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			b, _ := os.ReadFile(out.Name())
+			t.Logf("imsd output (last 200 lines):\n%s", tail(string(b), 200))
+		}
+		out.Close()
+	})
+	return p
+}
+
+func (p *imsProc) url() string { return "http://" + p.addr }
+
+func (p *imsProc) start() {
+	p.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		cmd := exec.Command(p.bin, p.args...)
+		cmd.Stdout, cmd.Stderr = p.out, p.out
+		if err := cmd.Start(); err != nil {
+			p.t.Fatalf("start imsd: %v", err)
+		}
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		p.mu.Lock()
+		p.cmd, p.done = cmd, done
+		p.mu.Unlock()
+		if p.waitReady(done) {
+			return
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatal("imsd did not become ready")
+		}
+		time.Sleep(100 * time.Millisecond) // the port may still be held
+	}
+}
+
+// waitReady waits for /readyz; false if the process exited first.
+func (p *imsProc) waitReady(done chan struct{}) bool {
+	c := &http.Client{Timeout: time.Second}
+	for i := 0; i < 300; i++ {
+		select {
+		case <-done:
+			return false
+		default:
+		}
+		if _, err := os.Stat(filepath.Join(p.dataDir, "admin.token")); err == nil {
+			if r, err := c.Get(p.url() + "/readyz"); err == nil {
+				r.Body.Close()
+				if r.StatusCode == 200 {
+					return true
+				}
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return false
+}
+
+// kill kills imsd with SIGKILL, as a crash would.
+func (p *imsProc) kill() {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	cmd.Process.Kill()
+	<-done
+}
+
+func (p *imsProc) client() imsv1connect.OperatorServiceClient {
+	return imsv1connect.NewOperatorServiceClient(http.DefaultClient, p.url(), connect.WithInterceptors(cluster.Bearer(p.token)))
+}
+
+// ---- a TCP proxy that can cut the network ----
+
+type netMode int
+
+const (
+	netPass      netMode = iota
+	netBlackhole         // connections stay open; nothing gets through
+	netDrop              // connections are closed; new ones are closed at once
+)
+
+// proxy stands between an agent and imsd.
+type proxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	mode   netMode
+	conns  map[net.Conn]struct{}
+}
+
+func startProxy(t *testing.T, target string) *proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	go p.serve()
+	t.Cleanup(func() { ln.Close(); p.closeAll() })
+	return p
+}
+
+func (p *proxy) url() string { return "http://" + p.ln.Addr().String() }
+
+func (p *proxy) serve() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		mode := p.mode
+		p.mu.Unlock()
+		if mode == netDrop {
+			c.Close()
+			continue
+		}
+		s, err := net.Dial("tcp", p.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns[c], p.conns[s] = struct{}{}, struct{}{}
+		p.mu.Unlock()
+		go p.pipe(s, c)
+		go p.pipe(c, s)
+	}
+}
+
+func (p *proxy) pipe(dst, src net.Conn) {
+	defer func() {
+		dst.Close()
+		src.Close()
+		p.mu.Lock()
+		delete(p.conns, dst)
+		delete(p.conns, src)
+		p.mu.Unlock()
+	}()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		p.mu.Lock()
+		mode := p.mode
+		p.mu.Unlock()
+		if n > 0 && mode == netPass {
+			if _, err := dst.Write(buf[:n]); err != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (p *proxy) set(m netMode) {
+	p.mu.Lock()
+	p.mode = m
+	p.mu.Unlock()
+	if m == netDrop {
+		p.closeAll()
+	}
+}
+
+func (p *proxy) closeAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		c.Close()
+	}
+}
+
+// ---- the world: imsd, agents, jobs ----
+
+type agentSlot struct {
+	name     string
+	stateDir string
+	proxy    *proxy
+	proc     *cluster.AgentProc
+	stopped  bool
+}
+
+type world struct {
+	t       *testing.T
+	rec     *recorder
+	ims     *imsProc
+	c       imsv1connect.OperatorServiceClient
+	install string
+	agents  []*agentSlot
+	jobs    []string
+	events  []string // what the schedule did, for the failure message
+	start   time.Time
+}
+
+// newWorld starts imsd (SQLite, or PostgreSQL when pg) and n agents of
+// one install, each behind its own proxy.
+func newWorld(t *testing.T, databaseURL string, agents int) *world {
+	t.Helper()
+	w := &world{t: t, rec: startRecorder(t), ims: startIMSD(t, databaseURL), install: "acme", start: time.Now()}
+	w.c = w.ims.client()
+	_, token := cluster.NewInstall(t, w.c, "shop", w.install)
+	for i := 0; i < agents; i++ {
+		if i > 0 {
+			r, err := w.c.CreateEnrollmentToken(context.Background(), connect.NewRequest(&imsv1.CreateEnrollmentTokenRequest{Install: w.install}))
+			if err != nil {
+				t.Fatalf("enrolment token: %v", err)
+			}
+			token = r.Msg.EnrollmentToken.Token
+		}
+		a := &agentSlot{name: fmt.Sprintf("agent%d", i+1), stateDir: filepath.Join(t.TempDir(), "agent"), proxy: startProxy(t, w.ims.addr)}
+		a.proc = cluster.StartAgent(t, a.proxy.url(), token, a.stateDir, "--capacity", "4")
+		w.agents = append(w.agents, a)
+	}
+	w.waitAgents()
+	return w
+}
+
+func (w *world) logf(format string, args ...any) {
+	line := fmt.Sprintf("%6.2fs ", time.Since(w.start).Seconds()) + fmt.Sprintf(format, args...)
+	w.events = append(w.events, line)
+	w.t.Log(line)
+}
+
+// waitAgents waits until every agent has a stream.
+func (w *world) waitAgents() {
+	w.t.Helper()
+	cluster.Eventually(w.t, 30*time.Second, "agents to connect", func() bool {
+		r, err := w.c.GetInstall(context.Background(), connect.NewRequest(&imsv1.GetInstallRequest{IdOrName: w.install}))
+		return err == nil && r.Msg.Install.Agent != nil && r.Msg.Install.Agent.Connected
+	})
+}
+
+// enqueue queues one job of beats×200ms; an enqueue refused because imsd
+// is down is retried until it is accepted.
+func (w *world) enqueue(beats int) {
+	w.t.Helper()
+	cfg, err := structpb.NewStruct(map[string]any{
+		"steps":   []any{map[string]any{"name": "run", "script": w.rec.script(beats)}},
+		"sandbox": map[string]any{"network": true},
+	})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		r, err := w.c.EnqueueJob(ctx, connect.NewRequest(&imsv1.EnqueueJobRequest{
+			Install: w.install, ComponentType: "action", Operation: "apply", Config: cfg,
+			TimeoutSeconds: 120, MaxAttempts: 10,
+		}))
+		cancel()
+		if err == nil {
+			w.jobs = append(w.jobs, r.Msg.Job.Id)
+			w.logf("enqueued %s (%d beats)", r.Msg.Job.Id, beats)
+			return
+		}
+		if code := connect.CodeOf(err); time.Now().After(deadline) || code != connect.CodeUnavailable && code != connect.CodeUnknown && code != connect.CodeDeadlineExceeded {
+			w.t.Fatalf("enqueue: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// ---- faults ----
+
+func (w *world) killIMS(down time.Duration) {
+	w.logf("kill -9 imsd; down for %s", down)
+	w.ims.kill()
+	time.Sleep(down)
+	w.ims.start()
+	w.logf("imsd restarted")
+}
+
+func (w *world) stopAgent(a *agentSlot, d time.Duration) {
+	w.logf("SIGSTOP %s for %s", a.name, d)
+	syscall.Kill(a.proc.Cmd.Process.Pid, syscall.SIGSTOP)
+	time.Sleep(d)
+	syscall.Kill(a.proc.Cmd.Process.Pid, syscall.SIGCONT)
+	w.logf("SIGCONT %s", a.name)
+}
+
+func (w *world) killAgent(a *agentSlot, down time.Duration) {
+	w.logf("kill -9 %s; down for %s", a.name, down)
+	a.proc.Kill()
+	time.Sleep(down)
+	a.proc = cluster.StartAgent(w.t, a.proxy.url(), "", a.stateDir, "--capacity", "4")
+	w.logf("%s restarted", a.name)
+}
+
+func (w *world) cut(a *agentSlot, m netMode, d time.Duration) {
+	what := map[netMode]string{netBlackhole: "blackhole", netDrop: "drop"}[m]
+	w.logf("network of %s: %s for %s", a.name, what, d)
+	a.proxy.set(m)
+	time.Sleep(d)
+	a.proxy.set(netPass)
+	w.logf("network of %s restored", a.name)
+}
+
+// ---- the checker ----
+
+// check waits for every job to end and asserts the promises: no two
+// attempts of one job overlapped, every accepted job finished exactly
+// once in imsd's record with the result of an attempt that really ran to
+// its end, and no attempt imsd does not know ran.
+func (w *world) check() {
+	t := w.t
+	t.Helper()
+	for _, id := range w.jobs {
+		cluster.WaitJob(t, w.c, id, 3*time.Minute, imsv1.JobState_JOB_STATE_SUCCEEDED, imsv1.JobState_JOB_STATE_FAILED,
+			imsv1.JobState_JOB_STATE_CANCELLED, imsv1.JobState_JOB_STATE_TIMED_OUT)
+	}
+	// Let any straggler report, so that a late attempt is seen.
+	time.Sleep(2 * time.Second)
+	recs := w.rec.records(t)
+	type span struct {
+		first, last time.Time
+		ended       bool
+	}
+	spans := map[string]map[int]*span{}
+	for _, r := range recs {
+		if spans[r.job] == nil {
+			spans[r.job] = map[int]*span{}
+		}
+		s := spans[r.job][r.attempt]
+		if s == nil {
+			s = &span{first: r.at, last: r.at}
+			spans[r.job][r.attempt] = s
+		}
+		if r.at.Before(s.first) {
+			s.first = r.at
+		}
+		if r.at.After(s.last) {
+			s.last = r.at
+		}
+		if r.kind == "end" {
+			s.ended = true
+		}
+	}
+	var problems []string
+	known := map[string]bool{}
+	for _, id := range w.jobs {
+		known[id] = true
+		r, err := w.c.GetJob(context.Background(), connect.NewRequest(&imsv1.GetJobRequest{Id: id}))
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("job %s: lost: %v", id, err))
+			continue
+		}
+		j := r.Msg.Job
+		if j.State != imsv1.JobState_JOB_STATE_SUCCEEDED {
+			problems = append(problems, fmt.Sprintf("job %s ended %v: %s", id, j.State, j.Error))
+		}
+		atts := spans[id]
+		var order []int
+		for a := range atts {
+			order = append(order, a)
+			if a > int(j.Attempt) {
+				problems = append(problems, fmt.Sprintf("job %s: attempt %d ran, but imsd's last attempt is %d", id, a, j.Attempt))
+			}
+		}
+		sort.Slice(order, func(i, k int) bool { return atts[order[i]].first.Before(atts[order[k]].first) })
+		for i := 1; i < len(order); i++ {
+			prev, cur := atts[order[i-1]], atts[order[i]]
+			if !cur.first.After(prev.last) {
+				problems = append(problems, fmt.Sprintf("job %s: attempts %d and %d ran at once: %d from %s to %s, %d from %s",
+					id, order[i-1], order[i], order[i-1], w.at(prev.first), w.at(prev.last), order[i], w.at(cur.first)))
+			}
+		}
+		if j.State == imsv1.JobState_JOB_STATE_SUCCEEDED {
+			if s := atts[int(j.Attempt)]; s == nil || !s.ended {
+				problems = append(problems, fmt.Sprintf("job %s: imsd recorded attempt %d as succeeded, but that attempt never reached its end", id, j.Attempt))
+			}
+			done := false
+			for _, l := range cluster.Logs(t, w.c, id) {
+				if l.Attempt == j.Attempt && l.Text == fmt.Sprintf("done attempt=%d", j.Attempt) {
+					done = true
+				}
+			}
+			if !done {
+				problems = append(problems, fmt.Sprintf("job %s: the log has no output from its final attempt %d", id, j.Attempt))
+			}
+		}
+	}
+	for id := range spans {
+		if !known[id] {
+			problems = append(problems, fmt.Sprintf("job %s ran but was never accepted", id))
+		}
+	}
+	if len(problems) > 0 {
+		t.Errorf("the schedule broke the promises:\n  %s\nschedule:\n  %s", strings.Join(problems, "\n  "), strings.Join(w.events, "\n  "))
+		for _, a := range w.agents {
+			t.Logf("%s output (last 150 lines):\n%s", a.name, tail(a.proc.Output(), 150))
+		}
+	}
+}
+
+func (w *world) at(t time.Time) string { return fmt.Sprintf("%.2fs", t.Sub(w.start).Seconds()) }
+
+func tail(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+var _ = io.EOF
+
+// jobAgent is the agent imsd last gave job id to.
+func (w *world) jobAgent(id string) string {
+	r, err := w.c.GetJob(context.Background(), connect.NewRequest(&imsv1.GetJobRequest{Id: id}))
+	if err != nil {
+		return ""
+	}
+	return r.Msg.Job.AgentId
+}
