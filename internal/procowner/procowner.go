@@ -62,35 +62,50 @@ func Parse(s string) (t Tag, rest string, ok bool) {
 // Alive reports whether the process t names still runs: a process with
 // its pid exists, started at its start time, and is not a zombie.
 func (t Tag) Alive() bool {
-	state, start, ok := stat(t.PID)
-	return ok && start == t.Start && state != 'Z' && state != 'X'
+	st, ok := ReadStat(t.PID)
+	return ok && st.Start == t.Start && st.State != 'Z' && st.State != 'X'
 }
 
 func startTime(pid int) (uint64, bool) {
-	_, start, ok := stat(pid)
-	return start, ok
+	st, ok := ReadStat(pid)
+	return st.Start, ok
 }
 
-// stat reads a process's state and start time from /proc/PID/stat.
-func stat(pid int) (state byte, start uint64, ok bool) {
+// Stat is what the package reads of /proc/PID/stat.
+type Stat struct {
+	// State is the process state: 'R', 'S', 'Z' (zombie), ...
+	State byte
+	// PGID is the process group.
+	PGID int
+	// Start is the start time in clock ticks after boot.
+	Start uint64
+}
+
+// ReadStat reads a process's state, process group and start time from
+// /proc/PID/stat; ok is false when there is no such process.
+func ReadStat(pid int) (st Stat, ok bool) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return 0, 0, false
+		return Stat{}, false
 	}
 	// The command name is in parentheses and may hold anything: the
-	// fields after the last ')' are state (field 3) onwards; starttime is
-	// field 22.
+	// fields after the last ')' are state (field 3) onwards; pgrp is
+	// field 5 and starttime field 22.
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
-		return 0, 0, false
+		return Stat{}, false
 	}
 	f := bytes.Fields(b[i+1:])
 	if len(f) < 20 || len(f[0]) != 1 {
-		return 0, 0, false
+		return Stat{}, false
 	}
-	start, err = strconv.ParseUint(string(f[19]), 10, 64)
+	pg, err := strconv.Atoi(string(f[2]))
 	if err != nil {
-		return 0, 0, false
+		return Stat{}, false
 	}
-	return f[0][0], start, true
+	start, err := strconv.ParseUint(string(f[19]), 10, 64)
+	if err != nil {
+		return Stat{}, false
+	}
+	return Stat{State: f[0][0], PGID: pg, Start: start}, true
 }

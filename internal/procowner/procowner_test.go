@@ -2,6 +2,7 @@ package procowner
 
 import (
 	"os/exec"
+	"syscall"
 	"testing"
 )
 
@@ -12,6 +13,9 @@ func TestSelfIsAliveAndParses(t *testing.T) {
 	}
 	if !me.Alive() {
 		t.Fatal("this process's own tag is not alive")
+	}
+	if st, ok := ReadStat(me.PID); !ok || st.PGID != syscall.Getpgrp() || st.State == 'Z' {
+		t.Fatalf("ReadStat(self) = %+v, %v; want process group %d", st, ok, syscall.Getpgrp())
 	}
 	got, rest, ok := Parse(me.String() + "-abc-def")
 	if !ok || got != me || rest != "abc-def" {
