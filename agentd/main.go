@@ -130,12 +130,25 @@ func run(ctx context.Context, args []string) int {
 		Pins:     pinMap,
 		Logger:   log,
 	}
+	runner := &agent.PluginRunner{Loader: loader, WorkRoot: filepath.Join(stateDir, "jobs"), Secrets: secretMap, Logger: log}
+	defer runner.Close()
+	// A previous agentd killed mid-job left its workspaces, its plugins'
+	// socket dirs and its steps' cgroups; no job of this one runs yet.
+	if stateDir != "" {
+		swept, err := runner.Sweep()
+		if !swept.Empty() {
+			log.Info("removed leftovers of a previous run", "workspaces", swept.Workspaces, "socket_dirs", swept.SocketDirs, "cgroups", swept.Cgroups)
+		}
+		if err != nil {
+			log.Warn("sweep leftovers at start", "err", err)
+		}
+	}
 	a, err := agent.New(ctx, agent.Config{
 		IMSURL:      ims,
 		EnrollToken: token,
 		StateDir:    stateDir,
 		Capacity:    capacity,
-		Runner:      &agent.PluginRunner{Loader: loader, WorkRoot: filepath.Join(stateDir, "jobs"), Secrets: secretMap},
+		Runner:      runner,
 		Version:     version,
 		Logger:      log,
 	})

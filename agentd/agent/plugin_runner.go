@@ -3,10 +3,12 @@ package agent
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/byoc-dev/byoc/agentd/pluginhost"
@@ -28,6 +30,19 @@ type PluginRunner struct {
 	// operation; the values of all of them are redacted from every log
 	// line, error and output the job sends back.
 	Secrets map[string]string
+	// CgroupRoot is where cgroup file systems are mounted, for sweeping
+	// step cgroups (/sys/fs/cgroup when empty).
+	CgroupRoot string
+	// Logger receives what the sweep after each job removed and its
+	// errors. Nil discards them.
+	Logger *slog.Logger
+
+	// mu guards active and lock, and is held through a workspace sweep.
+	mu sync.Mutex
+	// active holds the workspaces of the jobs running now.
+	active map[string]bool
+	// lock is WorkRoot's lock file, held once a sweep took it.
+	lock *os.File
 }
 
 // SecretsKey is the top-level config key, for every component type, that
@@ -58,6 +73,17 @@ func (r *PluginRunner) Run(ctx context.Context, job Job, rawLog func(int32, stri
 	stream.Flush()
 	out.Error = red.String(out.Error)
 	out.Outputs = red.Map(out.Outputs)
+	// What a plugin killed mid-job may have left (its step cgroups) goes
+	// now, not at the next restart.
+	swept, err := r.Sweep()
+	if r.Logger != nil {
+		if !swept.Empty() {
+			r.Logger.Info("removed leftovers after job", "job", job.ID, "workspaces", swept.Workspaces, "socket_dirs", swept.SocketDirs, "cgroups", swept.Cgroups)
+		}
+		if err != nil {
+			r.Logger.Warn("sweep leftovers after job", "job", job.ID, "err", err)
+		}
+	}
 	return out
 }
 
@@ -174,6 +200,9 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, log fu
 	}
 	job.Config = config
 	work := filepath.Join(r.WorkRoot, fmt.Sprintf("%s-%d", job.ID, job.Attempt))
+	// In use from here, before it exists, so a sweep never takes it.
+	r.enter(work)
+	defer r.leave(work)
 	// A previous agent process may have left this attempt's workspace.
 	if err := os.RemoveAll(work); err != nil {
 		return fail("clear workspace: %v", err)

@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -128,5 +129,79 @@ func TestSecretErrors(t *testing.T) {
 		if out.Outcome != agentv1.Outcome_OUTCOME_FAILED || !strings.Contains(out.Error, tt.want) {
 			t.Errorf("secrets %v: outcome %v, error %q, want %q", tt.secrets, out.Outcome, out.Error, tt.want)
 		}
+	}
+}
+
+// Sweep removes the workspaces a killed agent left and keeps a running
+// job's; a second runner on the same work root (another agentd on the
+// same state dir) leaves them all alone until the first lets go.
+func TestSweepWorkspaces(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	r := &agent.PluginRunner{Loader: &pluginhost.Loader{SelfExe: self, Builtins: []string{"action"}}, WorkRoot: root}
+	t.Cleanup(func() { r.Close() })
+	left := filepath.Join(root, "job_old-2")
+	if err := os.MkdirAll(filepath.Join(left, "deep", "er"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(left, "deep", "er", "state.tfstate"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	done := make(chan agent.Outcome, 1)
+	go func() {
+		done <- r.Run(t.Context(), agent.Job{ID: "job_live", InstallID: "ins1", Attempt: 1, ComponentType: "action", Operation: sdk.OpApply,
+			Config:  map[string]any{"steps": []any{map[string]any{"script": "touch started; while [ ! -e go ]; do sleep 0.02; done"}}},
+			Timeout: time.Minute}, func(int32, string) {})
+	}()
+	live := filepath.Join(root, "job_live-1")
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := os.Stat(filepath.Join(live, "started")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the job never started")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	other := &agent.PluginRunner{WorkRoot: root}
+	t.Cleanup(func() { other.Close() })
+	swept, err := other.Sweep()
+	if err == nil || !strings.Contains(err.Error(), "another agentd holds") || len(swept.Workspaces) != 0 {
+		t.Fatalf("a second runner on the same root swept %v, %v; want nothing and a refusal", swept.Workspaces, err)
+	}
+
+	swept, err = r.Sweep()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(swept.Workspaces, []string{left}) {
+		t.Errorf("swept workspaces %v, want only the leftover %s", swept.Workspaces, left)
+	}
+	if _, err := os.Stat(filepath.Join(live, "started")); err != nil {
+		t.Fatalf("the running job's workspace was touched: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(live, "go"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out := <-done; out.Outcome != agentv1.Outcome_OUTCOME_SUCCEEDED {
+		t.Fatalf("the running job failed: %s", out.Error)
+	}
+	if _, err := os.Stat(live); !os.IsNotExist(err) {
+		t.Errorf("the finished job's workspace is still there: %v", err)
+	}
+
+	// Once the first runner lets go (its agent exited), the other may sweep.
+	r.Close()
+	if err := os.Mkdir(left, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if swept, err := other.Sweep(); err != nil || !slices.Equal(swept.Workspaces, []string{left}) {
+		t.Errorf("after the first runner closed: swept %v, %v; want %s", swept.Workspaces, err, left)
 	}
 }

@@ -123,14 +123,6 @@ func (l *Loader) Start(ctx context.Context, typ string, opt StartOptions) (*Inst
 	cmd.Dir = opt.WorkDir
 	cmd.Env = pluginEnv(opt)
 	cmd.SysProcAttr = pluginProcAttr()
-	// The plugin's gRPC socket lives in a short private directory: a socket
-	// path under a deep work directory can exceed the 108-byte limit.
-	sockDir, err := os.MkdirTemp("", "byoc-plugin-")
-	if err != nil {
-		return nil, fmt.Errorf("start plugin %s: socket dir: %w", typ, err)
-	}
-	cmd.Env = append(cmd.Env, plugin.EnvUnixSocketDir+"="+sockDir)
-
 	startTimeout := defaultStartTimeout
 	if d, ok := ctx.Deadline(); ok {
 		startTimeout = min(startTimeout, time.Until(d))
@@ -138,6 +130,15 @@ func (l *Loader) Start(ctx context.Context, typ string, opt StartOptions) (*Inst
 	if err := ctx.Err(); err != nil || startTimeout <= 0 {
 		return nil, fmt.Errorf("start plugin %s: %w", typ, context.DeadlineExceeded)
 	}
+	// The plugin's gRPC socket lives in a short private directory: a socket
+	// path under a deep work directory can exceed the 108-byte limit. Its
+	// name carries this process's tag, so that SweepSocketDirs can tell the
+	// leftovers of a killed agent from the directories of a live one.
+	sockDir, err := newSocketDir()
+	if err != nil {
+		return nil, fmt.Errorf("start plugin %s: socket dir: %w", typ, err)
+	}
+	cmd.Env = append(cmd.Env, plugin.EnvUnixSocketDir+"="+sockDir)
 	logger := l.Logger
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -39,6 +39,9 @@ func TestMain(m *testing.M) {
 		}
 		sdk.ServeArgs(p, os.Args[3:])
 	}
+	if len(os.Args) > 1 && os.Args[1] == "hold-plugin" {
+		holdPlugin()
+	}
 	code := m.Run()
 	if testkitDir != "" {
 		os.RemoveAll(testkitDir)

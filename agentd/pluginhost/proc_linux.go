@@ -1,11 +1,12 @@
 package pluginhost
 
 import (
-	"bytes"
 	"errors"
 	"os"
 	"strconv"
 	"syscall"
+
+	"github.com/byoc-dev/byoc/internal/procowner"
 )
 
 // pluginProcAttr puts a plugin in its own process group, so that one
@@ -62,23 +63,6 @@ func processExited(pid int) bool {
 
 // procStat reads the state and process group of pid from /proc.
 func procStat(pid int) (state byte, pgid int, ok bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, 0, false
-	}
-	// The command name is in parentheses and may contain anything, so
-	// parse from the last ')': " <state> <ppid> <pgrp> ...".
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, 0, false
-	}
-	f := bytes.Fields(b[i+1:])
-	if len(f) < 3 || len(f[0]) != 1 {
-		return 0, 0, false
-	}
-	pg, err := strconv.Atoi(string(f[2]))
-	if err != nil {
-		return 0, 0, false
-	}
-	return f[0][0], pg, true
+	st, ok := procowner.ReadStat(pid)
+	return st.State, st.PGID, ok
 }

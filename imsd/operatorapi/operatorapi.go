@@ -316,11 +316,23 @@ var operations = map[string]bool{"plan": true, "apply": true, "destroy": true}
 
 // EnqueueJob queues one job for one install's agent.
 func (s *Service) EnqueueJob(ctx context.Context, req *connect.Request[imsv1.EnqueueJobRequest]) (*connect.Response[imsv1.EnqueueJobResponse], error) {
+	var key *store.EnqueueKey
+	if k := req.Msg.IdempotencyKey; k != "" {
+		if err := checkIdempotencyKey("idempotency_key", k); err != nil {
+			return nil, s.err(ctx, err)
+		}
+		m := proto.CloneOf(req.Msg)
+		m.IdempotencyKey = ""
+		var err error
+		if key, err = s.enqueueKey("EnqueueJob", callerFrom(ctx).Name, k, m); err != nil {
+			return nil, s.err(ctx, err)
+		}
+	}
 	j, err := s.newJob(ctx, req.Msg, configJSON)
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}
-	jobs, err := s.enqueue(ctx, []store.Job{j}, false)
+	jobs, err := s.enqueue(ctx, []store.Job{j}, false, key)
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}
@@ -336,16 +348,34 @@ func (s *Service) EnqueueJobs(ctx context.Context, req *connect.Request[imsv1.En
 	case len(m.Jobs) > store.MaxEnqueueBatch:
 		return nil, s.err(ctx, errs.Field("jobs", "%d jobs; at most %d in one call", len(m.Jobs), store.MaxEnqueueBatch))
 	}
+	var key *store.EnqueueKey
+	if k := m.IdempotencyKey; k != "" {
+		if err := checkIdempotencyKey("idempotency_key", k); err != nil {
+			return nil, s.err(ctx, err)
+		}
+		// The key is hashed out of the request it identifies, and put
+		// back: the request is the handler's own.
+		m.IdempotencyKey = ""
+		var err error
+		key, err = s.enqueueKey("EnqueueJobs", callerFrom(ctx).Name, k, m)
+		m.IdempotencyKey = k
+		if err != nil {
+			return nil, s.err(ctx, err)
+		}
+	}
 	jobs := make([]store.Job, len(m.Jobs))
 	configs := &batchConfigs{seen: map[string]encodedConfig{}, field: make([][]byte, len(m.Jobs))}
 	for i, r := range m.Jobs {
+		if r.IdempotencyKey != "" {
+			return nil, s.err(ctx, errs.Field(fmt.Sprintf("jobs[%d].idempotency_key", i), "must be empty: a batch has one key, the request's idempotency_key"))
+		}
 		j, err := s.newJob(ctx, r, func(cfg *structpb.Struct) ([]byte, error) { return configs.encode(i, cfg) })
 		if err != nil {
 			return nil, s.err(ctx, errs.Prefix(fmt.Sprintf("jobs[%d]", i), err))
 		}
 		jobs[i] = j
 	}
-	jobs, err := s.enqueue(ctx, jobs, true)
+	jobs, err := s.enqueue(ctx, jobs, true, key)
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}
@@ -472,8 +502,10 @@ func (s *Service) newJob(ctx context.Context, m *imsv1.EnqueueJobRequest, encode
 // connected agent of its install with a free slot when there is one
 // (stored assigned, no claim needed), else queued, waking the install's
 // agents to claim it. batch stores them in one transaction (EnqueueJobs);
-// a single job takes the store's one-statement path.
-func (s *Service) enqueue(ctx context.Context, jobs []store.Job, batch bool) ([]store.Job, error) {
+// a single job takes the store's one-statement path. With a key, the jobs
+// and the key are stored in one transaction; a request the key already
+// stored returns that request's jobs and hands nothing out.
+func (s *Service) enqueue(ctx context.Context, jobs []store.Job, batch bool, key *store.EnqueueKey) ([]store.Job, error) {
 	news := make([]store.NewJob, len(jobs))
 	sessions := make([]*dispatch.Session, len(jobs))
 	for i, j := range jobs {
@@ -488,7 +520,10 @@ func (s *Service) enqueue(ctx context.Context, jobs []store.Job, batch bool) ([]
 	}
 	var out []store.Job
 	var err error
+	replayed := false
 	switch {
+	case key != nil:
+		out, replayed, err = s.store.EnqueueJobsKeyed(ctx, *key, news)
 	case batch:
 		out, err = s.store.EnqueueJobs(ctx, news)
 	case news[0].AgentID != "":
@@ -499,13 +534,16 @@ func (s *Service) enqueue(ctx context.Context, jobs []store.Job, batch bool) ([]
 		err = s.store.EnqueueJob(ctx, news[0].Job)
 		out = []store.Job{news[0].Job}
 	}
-	if err != nil {
+	if err != nil || replayed {
 		for _, sess := range sessions {
 			if sess != nil {
 				sess.Release()
 			}
 		}
-		return nil, err
+		if err != nil {
+			return nil, err
+		}
+		return out, nil
 	}
 	delivered := false
 	for i, j := range out {

@@ -366,15 +366,25 @@ func (s *Server) Close() {
 }
 
 // sweep expires leases on a timer and wakes the agents that can take the
-// requeued jobs.
+// requeued jobs. About once a minute it also deletes expired enqueue
+// idempotency keys (which already count as unused; this bounds the table).
 func (s *Server) sweep(ctx context.Context) {
 	t := time.NewTicker(s.cfg.SweepInterval)
 	defer t.Stop()
+	var keysSwept time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if now := s.cfg.Now(); now.Sub(keysSwept) >= time.Minute {
+			keysSwept = now
+			if n, err := s.store.DeleteExpiredEnqueueKeys(ctx, now); err != nil && ctx.Err() == nil {
+				s.log.Error("delete expired enqueue keys", "err", err)
+			} else if n > 0 {
+				s.log.Debug("deleted expired enqueue keys", "count", n)
+			}
 		}
 		changed, err := s.store.ExpireLeases(ctx, s.cfg.Now())
 		if err != nil {

@@ -237,6 +237,24 @@ const MaxEnqueueBatch = 1000
 // nothing. Each job with an AgentID of its install is stored assigned to
 // that agent, the others queued. The stored jobs are returned in order.
 func (s *Store) EnqueueJobs(ctx context.Context, jobs []NewJob) ([]Job, error) {
+	configs, err := checkNewJobs(jobs)
+	if err != nil {
+		return nil, err
+	}
+	var out []Job
+	err = s.write(ctx, "enqueue jobs", func(tx *txn) error {
+		out, err = s.insertNewJobs(ctx, tx, jobs, configs)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// checkNewJobs checks a batch for EnqueueJobs and returns its configs as
+// stored.
+func checkNewJobs(jobs []NewJob) ([]string, error) {
 	if len(jobs) == 0 {
 		return nil, errs.Field("jobs", "required")
 	}
@@ -251,19 +269,19 @@ func (s *Store) EnqueueJobs(ctx context.Context, jobs []NewJob) ([]Job, error) {
 		}
 		configs[i] = c
 	}
+	return configs, nil
+}
+
+// insertNewJobs inserts a checked batch in tx and returns the jobs as
+// stored.
+func (s *Store) insertNewJobs(ctx context.Context, tx *txn, jobs []NewJob, configs []string) ([]Job, error) {
 	out := make([]Job, len(jobs))
-	err := s.write(ctx, "enqueue jobs", func(tx *txn) error {
-		for i, n := range jobs {
-			j, err := s.insertNew(ctx, tx, n, configs[i])
-			if err != nil {
-				return errs.Prefix(fmt.Sprintf("jobs[%d]", i), err)
-			}
-			out[i] = j
+	for i, n := range jobs {
+		j, err := s.insertNew(ctx, tx, n, configs[i])
+		if err != nil {
+			return nil, errs.Prefix(fmt.Sprintf("jobs[%d]", i), err)
 		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
+		out[i] = j
 	}
 	return out, nil
 }

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/byoc-dev/byoc/internal/backoff"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
 
@@ -102,6 +103,9 @@ install).`,
 				return err
 			}
 			ctx := cmd.Context()
+			// One key for this invocation: a retry after a lost answer
+			// gets the jobs already stored instead of new ones.
+			key := newIdempotencyKey()
 			reqs := make([]*imsv1.EnqueueJobRequest, len(installs))
 			for i, in := range installs {
 				reqs[i] = &imsv1.EnqueueJobRequest{
@@ -114,7 +118,11 @@ install).`,
 				}
 			}
 			if len(reqs) > 1 {
-				res, err := c.EnqueueJobs(ctx, connect.NewRequest(&imsv1.EnqueueJobsRequest{Jobs: reqs}))
+				var res *connect.Response[imsv1.EnqueueJobsResponse]
+				err := a.retryTransient(ctx, "enqueue", func() (err error) {
+					res, err = c.EnqueueJobs(ctx, connect.NewRequest(&imsv1.EnqueueJobsRequest{Jobs: reqs, IdempotencyKey: key}))
+					return err
+				})
 				if err != nil {
 					return c.wrap(err)
 				}
@@ -132,7 +140,12 @@ install).`,
 				return nil
 			}
 			install := installs[0]
-			res, err := c.EnqueueJob(ctx, connect.NewRequest(reqs[0]))
+			reqs[0].IdempotencyKey = key
+			var res *connect.Response[imsv1.EnqueueJobResponse]
+			err = a.retryTransient(ctx, "enqueue", func() (err error) {
+				res, err = c.EnqueueJob(ctx, connect.NewRequest(reqs[0]))
+				return err
+			})
 			if err != nil {
 				return c.wrap(err)
 			}
@@ -465,7 +478,7 @@ func (a *app) streamLogs(ctx context.Context, c *client, jobID string, follow bo
 // carrying the job's exit code.
 func (a *app) followJob(ctx context.Context, c *client, jobID string, lf logFormat) error {
 	p := &logPrinter{w: a.stdout, format: lf}
-	backoff := 250 * time.Millisecond
+	wait := backoff.Backoff{Min: 250 * time.Millisecond, Max: 5 * time.Second}
 	failures := 0
 	first := true
 	for {
@@ -499,11 +512,7 @@ func (a *app) followJob(ctx context.Context, c *client, jobID string, lf logForm
 		}
 		first = false
 		fmt.Fprintf(a.stderr, "==> log stream interrupted; reconnecting\n")
-		select {
-		case <-ctx.Done():
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 5*time.Second)
+		backoff.Sleep(ctx, wait.Next())
 	}
 }
 

@@ -36,6 +36,26 @@ type fakeOperator struct {
 	// repeats.
 	logCalls [][]*imsv1.StreamJobLogsResponse
 	job      *imsv1.Job // returned by GetJob
+	// enqueueFail is how many enqueue calls fail with enqueueCode (all of
+	// them when negative) before one succeeds; enqueueCalls counts calls
+	// and enqueueKeys records each call's idempotency key.
+	enqueueFail  int
+	enqueueCode  connect.Code
+	enqueueCalls int
+	enqueueKeys  []string
+}
+
+// failEnqueue answers an enqueue call with its planned failure, if any.
+func (f *fakeOperator) failEnqueue(key string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.enqueueCalls++
+	f.enqueueKeys = append(f.enqueueKeys, key)
+	if f.enqueueFail == 0 {
+		return nil
+	}
+	f.enqueueFail--
+	return connect.NewError(f.enqueueCode, errString("planned failure"))
 }
 
 var testTime = timestamppb.New(time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC))
@@ -129,6 +149,9 @@ func (f *fakeOperator) EnqueueJob(ctx context.Context, req *connect.Request[imsv
 	if err := f.auth(req.Header()); err != nil {
 		return nil, err
 	}
+	if err := f.failEnqueue(req.Msg.GetIdempotencyKey()); err != nil {
+		return nil, err
+	}
 	f.mu.Lock()
 	f.enqueued = append(f.enqueued, req.Msg)
 	f.mu.Unlock()
@@ -140,6 +163,9 @@ func (f *fakeOperator) EnqueueJob(ctx context.Context, req *connect.Request[imsv
 
 func (f *fakeOperator) EnqueueJobs(ctx context.Context, req *connect.Request[imsv1.EnqueueJobsRequest]) (*connect.Response[imsv1.EnqueueJobsResponse], error) {
 	if err := f.auth(req.Header()); err != nil {
+		return nil, err
+	}
+	if err := f.failEnqueue(req.Msg.GetIdempotencyKey()); err != nil {
 		return nil, err
 	}
 	out := &imsv1.EnqueueJobsResponse{}

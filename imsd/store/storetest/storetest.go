@@ -46,6 +46,8 @@ func Run(t *testing.T, open OpenFunc) {
 		{"EnqueueAndGet", testEnqueueAndGet},
 		{"EnqueueAssigned", testEnqueueAssigned},
 		{"EnqueueJobs", testEnqueueJobs},
+		{"EnqueueKeys", testEnqueueKeys},
+		{"EnqueueKeysConcurrent", testEnqueueKeysConcurrent},
 		{"ClaimOrder", testClaimOrder},
 		{"ClaimExclusive", testClaimExclusive},
 		{"AckAndFinish", testAckAndFinish},

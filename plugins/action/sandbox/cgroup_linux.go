@@ -37,39 +37,65 @@ const cpuPeriodMicros = 100000
 // cgroup this process is in, so they nest inside whatever limits the
 // agent itself runs under.
 func detectCgroups(root string) (cgroups, string) {
-	if root == "" {
-		root = "/sys/fs/cgroup"
+	h, why := findCgroups(root)
+	if why != "" {
+		return nil, why
 	}
-	self, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil {
-		return nil, fmt.Sprintf("read /proc/self/cgroup: %v", err)
-	}
-	own := parseProcCgroup(string(self))
-	if _, err := os.Stat(filepath.Join(root, "cgroup.controllers")); err == nil {
-		base := filepath.Join(root, own[""])
+	if h.v2 {
+		base := h.bases[""]
 		if err := probeDir(base); err != nil {
 			return nil, fmt.Sprintf("cgroup v2 at %s is not writable: %v", base, err)
 		}
 		return &v2{base: base}, ""
 	}
-	bases := map[string]string{}
-	for _, c := range []string{"memory", "pids", "cpu"} {
-		mount := filepath.Join(root, c)
-		if _, err := os.Stat(filepath.Join(mount, "cgroup.procs")); err != nil {
-			return nil, fmt.Sprintf("cgroup v1 controller %s is not mounted at %s", c, mount)
-		}
-		base := filepath.Join(mount, own[c])
-		if _, err := os.Stat(base); err != nil {
-			// This process's cgroup may not be visible in this mount
-			// namespace; the controller's root is the next best parent.
-			base = mount
-		}
+	for c, base := range h.bases {
 		if err := probeDir(base); err != nil {
 			return nil, fmt.Sprintf("cgroup v1 %s at %s is not writable: %v", c, base, err)
 		}
-		bases[c] = base
 	}
-	return &v1{bases: bases}, ""
+	return &v1{bases: h.bases}, ""
+}
+
+// hierarchy is where this process's step cgroups go.
+type hierarchy struct {
+	v2 bool
+	// bases maps a controller ("" in v2) to the parent of step cgroups.
+	bases map[string]string
+	// own marks the bases that are this process's own cgroup, not a
+	// controller's root taken because that was not visible.
+	own map[string]bool
+}
+
+// findCgroups finds the cgroup hierarchy below root (/sys/fs/cgroup when
+// empty) and this process's place in it, without checking it is writable.
+func findCgroups(root string) (hierarchy, string) {
+	if root == "" {
+		root = "/sys/fs/cgroup"
+	}
+	self, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return hierarchy{}, fmt.Sprintf("read /proc/self/cgroup: %v", err)
+	}
+	own := parseProcCgroup(string(self))
+	if _, err := os.Stat(filepath.Join(root, "cgroup.controllers")); err == nil {
+		return hierarchy{v2: true, bases: map[string]string{"": filepath.Join(root, own[""])}, own: map[string]bool{"": true}}, ""
+	}
+	h := hierarchy{bases: map[string]string{}, own: map[string]bool{}}
+	for _, c := range []string{"memory", "pids", "cpu"} {
+		mount := filepath.Join(root, c)
+		if _, err := os.Stat(filepath.Join(mount, "cgroup.procs")); err != nil {
+			return hierarchy{}, fmt.Sprintf("cgroup v1 controller %s is not mounted at %s", c, mount)
+		}
+		base := filepath.Join(mount, own[c])
+		h.own[c] = true
+		if _, err := os.Stat(base); err != nil {
+			// This process's cgroup may not be visible in this mount
+			// namespace; the controller's root is the next best parent.
+			base, h.own[c] = mount, false
+		}
+		h.bases[c] = base
+	}
+	return h, ""
 }
 
 // parseProcCgroup maps controller names to this process's cgroup path;
@@ -113,7 +139,10 @@ type v1 struct{ bases map[string]string }
 func (*v1) version() string { return "v1" }
 
 func (c *v1) create(l Limits) (cgroup, error) {
-	name := "byoc-step-" + randomID()
+	name, err := stepName()
+	if err != nil {
+		return nil, fmt.Errorf("create cgroup: %w", err)
+	}
 	g := &v1group{dirs: map[string]string{}}
 	for ctrl, base := range c.bases {
 		dir := filepath.Join(base, name)
@@ -184,7 +213,11 @@ type v2 struct{ base string }
 func (*v2) version() string { return "v2" }
 
 func (c *v2) create(l Limits) (cgroup, error) {
-	dir := filepath.Join(c.base, "byoc-step-"+randomID())
+	name, err := stepName()
+	if err != nil {
+		return nil, fmt.Errorf("create cgroup: %w", err)
+	}
+	dir := filepath.Join(c.base, name)
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create cgroup: %w", err)
 	}
@@ -280,13 +313,4 @@ func oomCount(s, key string) int {
 
 // rmdirRetry removes a cgroup; the kernel refuses while the last process
 // is still being torn down.
-func rmdirRetry(dir string) {
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		err := syscall.Rmdir(dir)
-		if err == nil || errors.Is(err, syscall.ENOENT) || time.Now().After(deadline) {
-			return
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
+func rmdirRetry(dir string) { _ = rmdirWithin(dir, 2*time.Second) }

@@ -2014,9 +2014,22 @@ type EnqueueJobRequest struct {
 	TimeoutSeconds int64 `protobuf:"varint,5,opt,name=timeout_seconds,json=timeoutSeconds,proto3" json:"timeout_seconds,omitempty"`
 	// max_attempts is how often a job whose lease expired is handed out
 	// again; 0 means the server default (3).
-	MaxAttempts   int32 `protobuf:"varint,6,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MaxAttempts int32 `protobuf:"varint,6,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	// idempotency_key, when set, makes the call safe to retry: a client that
+	// lost the answer sends the same request with the same key. Within 24
+	// hours of the key's first use, the same request (same method, same
+	// fields, from a token of the same name) returns the job(s) the first call
+	// stored, with their ids and as they are now, and queues nothing; any
+	// other request with the key is refused with FailedPrecondition naming
+	// idempotency_key. Keys are scoped to the vendor (the whole imsd, every
+	// replica), so use a fresh random one per logical request, e.g. a UUID:
+	// 1 to 255 characters of letters, digits and . _ : -. The key and the
+	// jobs are stored in one transaction: either both or neither. In
+	// EnqueueJobs the key goes on the EnqueueJobsRequest; the jobs' own
+	// idempotency_key must be empty.
+	IdempotencyKey string `protobuf:"bytes,7,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *EnqueueJobRequest) Reset() {
@@ -2091,6 +2104,13 @@ func (x *EnqueueJobRequest) GetMaxAttempts() int32 {
 	return 0
 }
 
+func (x *EnqueueJobRequest) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
 type EnqueueJobResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Job           *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
@@ -2136,10 +2156,13 @@ func (x *EnqueueJobResponse) GetJob() *Job {
 }
 
 type EnqueueJobsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Jobs          []*EnqueueJobRequest   `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Jobs  []*EnqueueJobRequest   `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	// idempotency_key makes the call safe to retry, as EnqueueJobRequest's
+	// does: the same key with the same request returns the jobs first stored.
+	IdempotencyKey string `protobuf:"bytes,2,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *EnqueueJobsRequest) Reset() {
@@ -2177,6 +2200,13 @@ func (x *EnqueueJobsRequest) GetJobs() []*EnqueueJobRequest {
 		return x.Jobs
 	}
 	return nil
+}
+
+func (x *EnqueueJobsRequest) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
 }
 
 type EnqueueJobsResponse struct {
@@ -4149,18 +4179,20 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"created_by\x18\x14 \x01(\tR\tcreatedBy\x1a:\n" +
 	"\fOutputsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xef\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x98\x02\n" +
 	"\x11EnqueueJobRequest\x12\x18\n" +
 	"\ainstall\x18\x01 \x01(\tR\ainstall\x12%\n" +
 	"\x0ecomponent_type\x18\x02 \x01(\tR\rcomponentType\x12\x1c\n" +
 	"\toperation\x18\x03 \x01(\tR\toperation\x12/\n" +
 	"\x06config\x18\x04 \x01(\v2\x17.google.protobuf.StructR\x06config\x12'\n" +
 	"\x0ftimeout_seconds\x18\x05 \x01(\x03R\x0etimeoutSeconds\x12!\n" +
-	"\fmax_attempts\x18\x06 \x01(\x05R\vmaxAttempts\"8\n" +
+	"\fmax_attempts\x18\x06 \x01(\x05R\vmaxAttempts\x12'\n" +
+	"\x0fidempotency_key\x18\a \x01(\tR\x0eidempotencyKey\"8\n" +
 	"\x12EnqueueJobResponse\x12\"\n" +
-	"\x03job\x18\x01 \x01(\v2\x10.byoc.ims.v1.JobR\x03job\"H\n" +
+	"\x03job\x18\x01 \x01(\v2\x10.byoc.ims.v1.JobR\x03job\"q\n" +
 	"\x12EnqueueJobsRequest\x122\n" +
-	"\x04jobs\x18\x01 \x03(\v2\x1e.byoc.ims.v1.EnqueueJobRequestR\x04jobs\";\n" +
+	"\x04jobs\x18\x01 \x03(\v2\x1e.byoc.ims.v1.EnqueueJobRequestR\x04jobs\x12'\n" +
+	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\";\n" +
 	"\x13EnqueueJobsResponse\x12$\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x10.byoc.ims.v1.JobR\x04jobs\"\x96\x01\n" +
 	"\x0fListJobsRequest\x12\x18\n" +

@@ -189,12 +189,16 @@ type OperatorServiceClient interface {
 	// RetryWorkflowStep runs a failed step again, and the steps that were
 	// skipped because of it.
 	RetryWorkflowStep(context.Context, *connect.Request[v1.RetryWorkflowStepRequest]) (*connect.Response[v1.RetryWorkflowStepResponse], error)
-	// EnqueueJob queues one job for one install's agent.
+	// EnqueueJob queues one job for one install's agent. With an
+	// idempotency_key, a retry of the same request returns the job the first
+	// call created instead of queuing another (see EnqueueJobRequest).
 	EnqueueJob(context.Context, *connect.Request[v1.EnqueueJobRequest]) (*connect.Response[v1.EnqueueJobResponse], error)
 	// EnqueueJobs enqueues up to 1,000 jobs in one call, all or none: every
 	// job is checked first (an error names jobs[i] and its field), then all
 	// are stored in one transaction. Each goes straight to a connected agent
 	// of its install with a free slot, as EnqueueJob's do, or is queued.
+	// With an idempotency_key, a retry of the same request returns the jobs
+	// the first call created, in order, instead of queuing them again.
 	EnqueueJobs(context.Context, *connect.Request[v1.EnqueueJobsRequest]) (*connect.Response[v1.EnqueueJobsResponse], error)
 	ListJobs(context.Context, *connect.Request[v1.ListJobsRequest]) (*connect.Response[v1.ListJobsResponse], error)
 	// GetJob returns a job; a job that no agent is running says why.
@@ -724,12 +728,16 @@ type OperatorServiceHandler interface {
 	// RetryWorkflowStep runs a failed step again, and the steps that were
 	// skipped because of it.
 	RetryWorkflowStep(context.Context, *connect.Request[v1.RetryWorkflowStepRequest]) (*connect.Response[v1.RetryWorkflowStepResponse], error)
-	// EnqueueJob queues one job for one install's agent.
+	// EnqueueJob queues one job for one install's agent. With an
+	// idempotency_key, a retry of the same request returns the job the first
+	// call created instead of queuing another (see EnqueueJobRequest).
 	EnqueueJob(context.Context, *connect.Request[v1.EnqueueJobRequest]) (*connect.Response[v1.EnqueueJobResponse], error)
 	// EnqueueJobs enqueues up to 1,000 jobs in one call, all or none: every
 	// job is checked first (an error names jobs[i] and its field), then all
 	// are stored in one transaction. Each goes straight to a connected agent
 	// of its install with a free slot, as EnqueueJob's do, or is queued.
+	// With an idempotency_key, a retry of the same request returns the jobs
+	// the first call created, in order, instead of queuing them again.
 	EnqueueJobs(context.Context, *connect.Request[v1.EnqueueJobsRequest]) (*connect.Response[v1.EnqueueJobsResponse], error)
 	ListJobs(context.Context, *connect.Request[v1.ListJobsRequest]) (*connect.Response[v1.ListJobsResponse], error)
 	// GetJob returns a job; a job that no agent is running says why.
