@@ -77,9 +77,6 @@ type Config struct {
 	// Now is the clock (default time.Now). Leases are counted on both the
 	// monotonic and the wall reading of what it returns.
 	Now func() time.Time
-	// AfterJob, if set, is called once an attempt's plugin is gone, to
-	// clean what the attempt left behind.
-	AfterJob func(jobID string, attempt int32)
 }
 
 // Agent is a running agentd.

@@ -194,9 +194,6 @@ func (a *Agent) retire(j *jobRun) {
 		delete(a.live, j.id)
 	}
 	a.mu.Unlock()
-	if a.cfg.AfterJob != nil {
-		a.cfg.AfterJob(j.id, j.attempt)
-	}
 }
 
 // appendLog queues one line (split if long) for imsd.
