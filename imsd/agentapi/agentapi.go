@@ -28,6 +28,7 @@ import (
 	"github.com/byoc-dev/byoc/imsd/errs"
 	"github.com/byoc-dev/byoc/imsd/rpcerr"
 	"github.com/byoc-dev/byoc/imsd/store"
+	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 )
 
@@ -182,7 +183,7 @@ func (s *Service) open(ctx context.Context, st Stream) (*conn, error) {
 	err = onOwnStack(func() error {
 		var err error
 		agent, err = s.store.GetAgent(ctx, hello.AgentId)
-		verified = err == nil && auth.VerifyChallenge(agent.PublicKey, agent.ID, nonce, hello.Signature)
+		verified = err == nil && agentproto.VerifyChallenge(agent.PublicKey, agent.ID, nonce, hello.Signature)
 		return err
 	})
 	if err != nil && !errs.Is(err, errs.NotFound) {
