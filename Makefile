@@ -39,6 +39,10 @@ check-deps: ## Import rules of ARCHITECTURE.md, package docs, and each binary's 
 update-deps: ## Rewrite imsd/deps.txt, agentd/deps.txt and tui/deps.txt (review the diff).
 	$(GO) test -count=1 ./internal/archcheck -run TestBinaryDeps -update
 
+.PHONY: check-breaking
+check-breaking: ## buf breaking (FILE rules) against the last release tag, else the previous commit.
+	@scripts/check-breaking.sh
+
 .PHONY: lint
 lint: ## go vet, staticcheck and buf lint.
 	$(GO) vet ./...
