@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/byoc-dev/byoc/internal/backoff"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
 
@@ -465,7 +466,7 @@ func (a *app) streamLogs(ctx context.Context, c *client, jobID string, follow bo
 // carrying the job's exit code.
 func (a *app) followJob(ctx context.Context, c *client, jobID string, lf logFormat) error {
 	p := &logPrinter{w: a.stdout, format: lf}
-	backoff := 250 * time.Millisecond
+	retry := backoff.New(250*time.Millisecond, 5*time.Second)
 	failures := 0
 	first := true
 	for {
@@ -499,11 +500,7 @@ func (a *app) followJob(ctx context.Context, c *client, jobID string, lf logForm
 		}
 		first = false
 		fmt.Fprintf(a.stderr, "==> log stream interrupted; reconnecting\n")
-		select {
-		case <-ctx.Done():
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 5*time.Second)
+		backoff.Wait(ctx, retry.Next())
 	}
 }
 
