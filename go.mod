@@ -12,10 +12,12 @@ require (
 	github.com/prometheus/client_golang v1.23.2
 	github.com/spf13/cobra v1.10.1
 	golang.org/x/net v0.61.0
+	go.uber.org/goleak v1.3.0
 	google.golang.org/grpc v1.84.0
 	google.golang.org/protobuf v1.36.12
 	modernc.org/sqlite v1.60.1
 )
+
 
 require (
 	charm.land/bubbles/v2 v2.2.1

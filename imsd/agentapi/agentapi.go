@@ -822,7 +822,8 @@ func configField(b []byte) ([]byte, error) {
 	return field, nil
 }
 
-// lastConfig is the config last encoded for an assignment: a run across
+// lastConfig is the config last encoded for an assignment (why:
+// docs/performance.md, "Assignment configs as field bytes"): a run across
 // a fleet hands the same config to every install's agent. The bytes are
 // only ever read once encoded, so assignments share them.
 var lastConfig atomic.Pointer[encodedConfig]
