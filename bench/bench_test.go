@@ -41,6 +41,10 @@ import (
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1/imsv1connect"
 )
 
+// TestMain removes the binaries cluster.Binaries built when the tests
+// end, and fails a passing run that leaves goroutines behind.
+func TestMain(m *testing.M) { cluster.Main(m) }
+
 // imsProc is imsd running as its own process, so its memory can be read.
 type imsProc struct {
 	cmd   *exec.Cmd
