@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/byoc-dev/byoc/agentd/pluginhost"
 	"github.com/byoc-dev/byoc/plugins/action"
 	"github.com/byoc-dev/byoc/plugins/sdk"
@@ -39,11 +41,12 @@ func TestMain(m *testing.M) {
 		}
 		sdk.ServeArgs(p, os.Args[3:])
 	}
-	code := m.Run()
-	if testkitDir != "" {
-		os.RemoveAll(testkitDir)
-	}
-	os.Exit(code)
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		if testkitDir != "" {
+			os.RemoveAll(testkitDir)
+		}
+		os.Exit(code)
+	}))
 }
 
 var (

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.uber.org/goleak"
 )
 
 // The server shared by the tests of a binary that uses Main. Test helpers
@@ -41,7 +42,8 @@ var (
 )
 
 // Main runs m with one PostgreSQL server shared by every Start call, and
-// stops that server before exiting. Call it from TestMain:
+// stops that server before exiting. Then, if the tests passed, it fails the
+// run if they left goroutines behind (goleak). Call it from TestMain:
 //
 //	func TestMain(m *testing.M) { pgtest.Main(m) }
 func Main(m *testing.M) {
@@ -54,6 +56,12 @@ func Main(m *testing.M) {
 		mainServer.stop()
 	}
 	mainMu.Unlock()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: goroutines left behind by a passing run: %v\n", err)
+			code = 1
+		}
+	}
 	os.Exit(code)
 }
 
