@@ -19,7 +19,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -49,12 +48,9 @@ type pkg struct {
 // lists do not depend on the machine that runs the test.
 var listEnv = []string{"GOOS=linux", "GOARCH=amd64", "CGO_ENABLED=0"}
 
-func goCmd() string {
-	if p, err := exec.LookPath("go"); err == nil {
-		return p
-	}
-	return filepath.Join(runtime.GOROOT(), "bin", "go")
-}
+// goCmd is the go command. go test puts its own GOROOT/bin first in the
+// test's PATH, so this is the toolchain running the test.
+const goCmd = "go"
 
 func root(tb testing.TB) string {
 	tb.Helper()
@@ -71,7 +67,7 @@ func root(tb testing.TB) string {
 // goList runs `go list -e -json args...` at the module root.
 func goList(tb testing.TB, args ...string) []pkg {
 	tb.Helper()
-	cmd := exec.Command(goCmd(), append([]string{"list", "-e", "-json"}, args...)...)
+	cmd := exec.Command(goCmd, append([]string{"list", "-e", "-json"}, args...)...)
 	cmd.Dir = root(tb)
 	cmd.Env = append(os.Environ(), listEnv...)
 	var stderr bytes.Buffer
