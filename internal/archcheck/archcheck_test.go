@@ -1,6 +1,7 @@
 // Package archcheck checks the rules ARCHITECTURE.md states about the code's
 // shape, so that the code map cannot drift from the code unnoticed: which
-// packages may import which (TestImportRules), the committed list of what
+// packages may import which (TestImportRules), that the store reads no
+// clock (TestStoreReadsNoClock), the committed list of what
 // each binary links (TestBinaryDeps, imsd/deps.txt, agentd/deps.txt,
 // tui/deps.txt; `make update-deps` rewrites them), and that every package
 // has a doc comment (TestPackageDocs). It has no code of its own; `make
@@ -13,6 +14,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"go/ast"
 	"go/parser"
 	"go/token"
 	"io"
@@ -190,6 +192,10 @@ var rules = []rule{
 		from: in("schema/appconfig"), forbidden: in("imsd", "agentd", "tui")},
 	{name: "only imsd/store (and its test helpers under it) imports database drivers",
 		from: not(in("imsd/store")), direct: true, forbidden: dbDriver},
+	{name: "only imsd/store and schema's migrations use database/sql, sqlx or goose (the store is the only package that touches SQL)",
+		from: not(in("imsd/store", "schema")), direct: true, forbidden: prefixes("database/sql", "github.com/jmoiron/sqlx", "github.com/pressly/goose")},
+	{name: "imsd and the tui link no gRPC or go-plugin (imsd's APIs are Connect; only the plugin API is plain gRPC)",
+		from: in("imsd", "tui"), forbidden: prefixes("google.golang.org/grpc", "github.com/hashicorp/go-plugin")},
 	{name: "no binary links test helpers or the end-to-end harness",
 		from: in("imsd", "agentd", "tui"),
 		forbidden: func(dep string) bool {
@@ -228,6 +234,8 @@ func TestImportRulesCatch(t *testing.T) {
 		{"configschema and typeschema", module + "/plugins/typeschema", "github.com/hashicorp/go-plugin"},
 		{"only imsd/store", module + "/schema", "modernc.org/sqlite"},
 		{"no binary links test", module + "/imsd/server", module + "/imsd/store/pgtest"},
+		{"only imsd/store and schema", module + "/imsd/operatorapi", "database/sql"},
+		{"imsd and the tui link no gRPC", module + "/tui/cli", "google.golang.org/grpc"},
 	} {
 		caught := false
 		for _, r := range rules {
@@ -243,6 +251,49 @@ func TestImportRulesCatch(t *testing.T) {
 		if strings.HasPrefix(r.name, "only imsd/store") && (!r.from(module+"/imsd/server") || r.from(module+"/imsd/store/pgtest")) {
 			t.Error("the driver rule must cover imsd/server and spare imsd/store/pgtest")
 		}
+	}
+}
+
+// TestStoreReadsNoClock checks ARCHITECTURE.md's "the store never reads the
+// clock (times are arguments)": no call of time.Now, time.Since or
+// time.Until in imsd/store's code (its tests may).
+func TestStoreReadsNoClock(t *testing.T) {
+	dir := filepath.Join(root(t), "imsd", "store")
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no Go files in %s: %v", dir, err)
+	}
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		fset := token.NewFileSet()
+		af, err := parser.ParseFile(fset, f, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		timePkg := ""
+		for _, imp := range af.Imports {
+			if imp.Path.Value == `"time"` {
+				timePkg = "time"
+				if imp.Name != nil {
+					timePkg = imp.Name.Name
+				}
+			}
+		}
+		if timePkg == "" {
+			continue
+		}
+		ast.Inspect(af, func(n ast.Node) bool {
+			sel, ok := n.(*ast.SelectorExpr)
+			if !ok {
+				return true
+			}
+			if id, ok := sel.X.(*ast.Ident); ok && id.Name == timePkg && slices.Contains([]string{"Now", "Since", "Until"}, sel.Sel.Name) {
+				t.Errorf("%s: imsd/store reads the clock (time.%s); take the time as an argument", fset.Position(sel.Pos()), sel.Sel.Name)
+			}
+			return true
+		})
 	}
 }
 
