@@ -31,6 +31,18 @@ check-generate: generate ## Fail when `make generate` changes anything.
 		echo "generated code is out of date: run 'make generate' and commit" >&2; \
 		git diff --stat -- rpc/gen schema/appconfig/jsonschema >&2; exit 1; fi
 
+.PHONY: check-deps
+check-deps: ## Import rules of ARCHITECTURE.md, package docs, and each binary's committed deps.txt.
+	$(GO) test -count=1 ./internal/archcheck
+
+.PHONY: update-deps
+update-deps: ## Rewrite imsd/deps.txt, agentd/deps.txt and tui/deps.txt (review the diff).
+	$(GO) test -count=1 ./internal/archcheck -run TestBinaryDeps -update
+
+.PHONY: check-breaking
+check-breaking: ## buf breaking (FILE rules) against the last release tag, else the previous commit.
+	@scripts/check-breaking.sh
+
 .PHONY: lint
 lint: ## go vet, staticcheck and buf lint.
 	$(GO) vet ./...
@@ -56,7 +68,7 @@ test-examples: ## Vet and test the example plugins (each its own module).
 	done
 
 .PHONY: test
-test: check-generate lint test-short test-full test-examples ## Everything CI runs: generated code, lint, fast and full tiers, example plugins.
+test: check-generate check-deps lint check-breaking test-short test-full test-examples ## Everything CI runs: generated code, architecture, lint, proto compatibility, fast and full tiers, example plugins.
 
 .PHONY: bench
 bench: ## Benchmarks: plugin launch, sandbox overhead per step, pickup latency, dispatch throughput, memory per agent (prints figures).

@@ -33,13 +33,17 @@ import (
 	"github.com/byoc-dev/byoc/agentd/agent"
 	"github.com/byoc-dev/byoc/agentd/identity"
 	"github.com/byoc-dev/byoc/e2e/cluster"
-	"github.com/byoc-dev/byoc/imsd/auth"
 	"github.com/byoc-dev/byoc/imsd/store/pgtest"
+	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1/agentv1connect"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1/imsv1connect"
 )
+
+// TestMain removes the binaries cluster.Binaries built when the tests
+// end, and fails a passing run that leaves goroutines behind.
+func TestMain(m *testing.M) { cluster.Main(m) }
 
 // imsProc is imsd running as its own process, so its memory can be read.
 type imsProc struct {
@@ -270,7 +274,7 @@ func (a *benchAgent) run(b *testing.B, ready chan<- struct{}) {
 		return
 	}
 	st.Send(&agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Hello{Hello: &agentv1.Hello{
-		AgentId: a.id, Signature: auth.SignChallenge(a.key, a.id, m.GetChallenge().Nonce), Capacity: 4,
+		AgentId: a.id, Signature: agentproto.SignChallenge(a.key, a.id, m.GetChallenge().Nonce), Capacity: 4,
 	}}})
 	if _, err := st.Receive(); err != nil {
 		b.Error(err)

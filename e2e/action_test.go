@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -63,29 +61,12 @@ func TestActionRunsAndCronHealthCheck(t *testing.T) {
 	opts.CronInterval = 200 * time.Millisecond
 	opts.CronNow = func() time.Time { return time.Now().Add(time.Minute) }
 	ims := cluster.StartIMS(t, opts)
-	config := filepath.Join(t.TempDir(), "byoc.json")
-	run := func(wantCode int, args ...string) string {
-		t.Helper()
-		out, e, code := byoc(t, config, args...)
-		if code != wantCode {
-			t.Fatalf("byoc %s: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), code, wantCode, out, e)
-		}
-		return out + e
-	}
-	run(0, "context", "add", "test", "--server", ims.URL(), "--token", ims.AdminToken, "--use")
-	dir := t.TempDir()
-	for p, body := range actionApp {
-		os.MkdirAll(filepath.Join(dir, filepath.Dir(p)), 0o755)
-		if err := os.WriteFile(filepath.Join(dir, p), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	out := run(0, "app", "push", dir)
-	token := between(out, "shown once; expires", "\n\n")
-	token = strings.TrimSpace(token[strings.Index(token, "\n"):])
-	cluster.StartAgent(t, ims.URL(), token, t.TempDir())
+	cli := cluster.NewCLI(t, ims)
+	run := cli.Run
+	pushed := cli.PushApp(actionApp)
+	cluster.StartAgent(t, ims.URL(), pushed.EnrollToken(t), t.TempDir())
 
-	out = run(0, "action", "list", "acme")
+	out := run(0, "action", "list", "acme")
 	if !lineWith(out, "health", "maintenance", "cron * * * * *", "(health check)") || !lineWith(out, "migrate", "maintenance", "manual", "Migrates") {
 		t.Fatalf("action list:\n%s", out)
 	}
@@ -118,7 +99,7 @@ func TestActionRunsAndCronHealthCheck(t *testing.T) {
 				State string `json:"state"`
 			} `json:"health"`
 		}
-		out, _, _ := byoc(t, config, "install", "get", "acme", "-o", "json")
+		out, _, _ := cli.Exec("install", "get", "acme", "-o", "json")
 		return json.Unmarshal([]byte(out), &in) == nil && in.Health.State == "healthy"
 	})
 	out = run(0, "install", "get", "acme")

@@ -15,7 +15,7 @@ import (
 	"github.com/byoc-dev/byoc/agentd/agent"
 	"github.com/byoc-dev/byoc/agentd/identity"
 	"github.com/byoc-dev/byoc/e2e/cluster"
-	"github.com/byoc-dev/byoc/imsd/auth"
+	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1/agentv1connect"
 )
@@ -69,7 +69,7 @@ func TestAgentStreamSameOnEveryPath(t *testing.T) {
 			var r result
 			r.forged = err.Error()
 			wantCode(t, err, connect.CodeUnauthenticated, "bad signature")
-			st, err := open(func(n []byte) []byte { return auth.SignChallenge(key, er.Msg.AgentId, n) })
+			st, err := open(func(n []byte) []byte { return agentproto.SignChallenge(key, er.Msg.AgentId, n) })
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -16,16 +16,8 @@ import (
 func TestAppPushRevisionsAndDiff(t *testing.T) {
 	skipShort(t)
 	ims := cluster.StartIMS(t, fast)
-	config := filepath.Join(t.TempDir(), "byoc.json")
-	run := func(wantCode int, args ...string) string {
-		t.Helper()
-		out, e, code := byoc(t, config, args...)
-		if code != wantCode {
-			t.Fatalf("byoc %s: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), code, wantCode, out, e)
-		}
-		return out + e
-	}
-	run(0, "context", "add", "test", "--server", ims.URL(), "--token", ims.AdminToken, "--use")
+	cli := cluster.NewCLI(t, ims)
+	run := cli.Run
 	dir := filepath.Join(t.TempDir(), "acme")
 	run(0, "app", "init", dir)
 

@@ -25,6 +25,10 @@ import (
 )
 
 // fast lease timing so that expiry tests take seconds, not minutes.
+// TestMain removes the binaries cluster.Binaries built when the tests
+// end, and fails a passing run that leaves goroutines behind.
+func TestMain(m *testing.M) { cluster.Main(m) }
+
 var fast = cluster.Options{LeaseDuration: 1500 * time.Millisecond, HeartbeatInterval: 200 * time.Millisecond, SweepInterval: 50 * time.Millisecond}
 
 func skipShort(t *testing.T) {

@@ -197,16 +197,8 @@ func TestPluginTypeRegistry(t *testing.T) {
 func TestPluginRegisterAndPush(t *testing.T) {
 	skipShort(t)
 	ims := cluster.StartIMS(t, fast)
-	config := filepath.Join(t.TempDir(), "byoc.json")
-	run := func(wantCode int, args ...string) string {
-		t.Helper()
-		out, e, code := byoc(t, config, args...)
-		if code != wantCode {
-			t.Fatalf("byoc %s: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), code, wantCode, out, e)
-		}
-		return out + e
-	}
-	run(0, "context", "add", "test", "--server", ims.URL(), "--token", ims.AdminToken, "--use")
+	cli := cluster.NewCLI(t, ims)
+	run := cli.Run
 
 	// The example plugin is a module of its own: build it, as its author
 	// would, and take what its describe prints.
@@ -221,8 +213,7 @@ func TestPluginRegisterAndPush(t *testing.T) {
 		t.Fatalf("describe: %v", err)
 	}
 	// Registered from stdin, as in the docs: describe | byoc plugin register -.
-	reg := exec.Command(filepath.Join(cluster.Binaries(t), "byoc"), "plugin", "register", "-")
-	reg.Env = append(os.Environ(), "BYOC_CONFIG="+config)
+	reg := cli.Cmd("plugin", "register", "-")
 	reg.Stdin = bytes.NewReader(describe)
 	if out, err := reg.CombinedOutput(); err != nil || !strings.Contains(string(out), `Registered component type "localfile" version 0.1.0 (protocol 1.1).`) {
 		t.Fatalf("register: %v\n%s", err, out)
@@ -235,12 +226,7 @@ func TestPluginRegisterAndPush(t *testing.T) {
 	}
 
 	dir := t.TempDir()
-	write := func(p, content string) {
-		os.MkdirAll(filepath.Dir(filepath.Join(dir, p)), 0o755)
-		if err := os.WriteFile(filepath.Join(dir, p), []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(p, content string) { cluster.WriteApp(t, dir, map[string]string{p: content}) }
 	write("app.toml", "name = \"notes\"\n")
 	write("components/motd.toml", "type = \"localfile\"\n\n[config]\npath = \"etc/motd\"\ncontent = \"hello\"\nmod = \"0644\"\n")
 	out := run(1, "app", "push", dir)

@@ -63,29 +63,14 @@ func TestDiamondProvisionAndInputChange(t *testing.T) {
 	opts := fast
 	opts.WorkflowInterval = 200 * time.Millisecond
 	ims := cluster.StartIMS(t, opts)
-	config := filepath.Join(t.TempDir(), "byoc.json")
-	run := func(wantCode int, args ...string) string {
-		t.Helper()
-		out, e, code := byoc(t, config, args...)
-		if code != wantCode {
-			t.Fatalf("byoc %s: exit %d, want %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), code, wantCode, out, e)
-		}
-		return out + e
-	}
-	run(0, "context", "add", "test", "--server", ims.URL(), "--token", ims.AdminToken, "--use")
-	dir := t.TempDir()
-	for p, body := range diamondApp {
-		os.MkdirAll(filepath.Join(dir, filepath.Dir(p)), 0o755)
-		if err := os.WriteFile(filepath.Join(dir, p), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	out := run(0, "app", "push", dir)
+	cli := cluster.NewCLI(t, ims)
+	run := cli.Run
+	pushed := cli.PushApp(diamondApp)
+	out := pushed.Output
 	if !strings.Contains(out, "+ install acme created from installs/acme.toml") || !strings.Contains(out, "byoc install provision acme") {
 		t.Fatalf("push:\n%s", out)
 	}
-	token := between(out, "shown once; expires", "\n\n")
-	token = strings.TrimSpace(token[strings.Index(token, "\n"):])
+	token := pushed.EnrollToken(t)
 
 	secrets := filepath.Join(t.TempDir(), "secrets")
 	os.WriteFile(secrets, []byte("api_key=sk-live-secret-777\n"), 0o600)
@@ -191,18 +176,6 @@ func planRow(out, mark, step, why string) bool {
 		}
 	}
 	return false
-}
-
-func between(s, from, to string) string {
-	i := strings.Index(s, from)
-	if i < 0 {
-		return ""
-	}
-	s = s[i:]
-	if j := strings.Index(s, to); j >= 0 {
-		return s[:j]
-	}
-	return s
 }
 
 func stepState(t *testing.T, c interface {

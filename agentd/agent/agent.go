@@ -26,6 +26,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/byoc-dev/byoc/agentd/identity"
+	"github.com/byoc-dev/byoc/internal/backoff"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1/agentv1connect"
 )
@@ -263,7 +264,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	wctx, stopWatch := context.WithCancel(context.Background())
 	defer stopWatch()
 	go a.watchLeases(wctx)
-	backoff := a.cfg.BackoffMin
+	retry := backoff.New(a.cfg.BackoffMin, a.cfg.BackoffMax)
 	for {
 		start := time.Now()
 		err := a.session(ctx)
@@ -281,28 +282,24 @@ func (a *Agent) Run(ctx context.Context) error {
 			return fmt.Errorf("imsd refused this agent's identity (%w); to enrol again, move %s away and start agentd with a new --enroll-token (byoc install token INSTALL)", err, filepath.Join(a.cfg.StateDir, identity.FileName))
 		}
 		if time.Since(start) > 10*time.Second {
-			backoff = a.cfg.BackoffMin
+			retry.Reset()
 		}
 		// Full jitter: spread a fleet's reconnects after an imsd restart.
-		delay := backoff/2 + rand.N(backoff/2+1)
+		delay := retry.Next()
 		if hb, held := a.holding(); held && delay > hb {
 			// Jobs are held: come back within a heartbeat, long before
 			// their leases run out, and re-attach them.
-			delay = hb/2 + rand.N(hb/2+1)
-			backoff = min(backoff, hb)
+			delay = rand.N(hb + 1)
 		}
 		if connect.CodeOf(err) == connect.CodeAborted && strings.Contains(err.Error(), "identity") {
 			a.log.Error("stream to imsd ended; reconnecting", "err", err, "in", delay.Round(time.Millisecond))
 		} else {
 			a.log.Warn("stream to imsd ended; reconnecting", "err", err, "in", delay.Round(time.Millisecond))
 		}
-		select {
-		case <-ctx.Done():
+		if !backoff.Wait(ctx, delay) {
 			a.stopAll("agent shutting down")
 			return nil
-		case <-time.After(delay):
 		}
-		backoff = min(backoff*2, a.cfg.BackoffMax)
 	}
 }
 

@@ -15,8 +15,8 @@ import (
 	"github.com/byoc-dev/byoc/agentd/redact"
 	"github.com/byoc-dev/byoc/agentd/secrets"
 	"github.com/byoc-dev/byoc/plugins/sdk"
+	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
-	"github.com/byoc-dev/byoc/schema/appconfig"
 )
 
 // PluginRunner runs each job in a fresh component plugin subprocess, in a
@@ -120,7 +120,7 @@ func takeSensitive(config map[string]any) (map[string]any, []string, error) {
 func substituteSecrets(path string, v any, env map[string]string) (any, error) {
 	switch v := v.(type) {
 	case string:
-		out, err := appconfig.ReplaceSecrets(v, func(n string) (string, bool) { s, ok := env[n]; return s, ok })
+		out, err := agentproto.ReplaceSecrets(v, func(n string) (string, bool) { s, ok := env[n]; return s, ok })
 		if err != nil {
 			return nil, fmt.Errorf("%s: %v (list it in config.%s)", path, err, SecretsKey)
 		}

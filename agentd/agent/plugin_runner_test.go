@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/byoc-dev/byoc/agentd/agent"
 	"github.com/byoc-dev/byoc/agentd/pluginhost"
 	"github.com/byoc-dev/byoc/plugins/action"
@@ -22,7 +24,7 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 2 && os.Args[1] == "plugin" && os.Args[2] == "action" {
 		sdk.ServeArgs(action.New(), os.Args[3:])
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 type line struct {

@@ -9,7 +9,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/byoc-dev/byoc/imsd/auth"
+	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 )
 
@@ -64,7 +64,7 @@ func (a *Agent) session(ctx context.Context) error {
 	helloAt := a.now()
 	if err := st.Send(&agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Hello{Hello: &agentv1.Hello{
 		AgentId:   a.id.AgentID,
-		Signature: auth.SignChallenge(a.id.PrivateKey, a.id.AgentID, ch.Nonce),
+		Signature: agentproto.SignChallenge(a.id.PrivateKey, a.id.AgentID, ch.Nonce),
 		Capacity:  int32(a.cfg.Capacity),
 		Running:   running,
 		Version:   a.cfg.Version,

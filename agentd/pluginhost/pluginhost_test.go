@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/byoc-dev/byoc/agentd/pluginhost"
 	"github.com/byoc-dev/byoc/plugins/action"
 	"github.com/byoc-dev/byoc/plugins/sdk"
@@ -42,11 +44,12 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "hold-plugin" {
 		holdPlugin()
 	}
-	code := m.Run()
-	if testkitDir != "" {
-		os.RemoveAll(testkitDir)
-	}
-	os.Exit(code)
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		if testkitDir != "" {
+			os.RemoveAll(testkitDir)
+		}
+		os.Exit(code)
+	}))
 }
 
 var (

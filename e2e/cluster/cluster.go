@@ -1,8 +1,9 @@
 // Package cluster starts real byoc parts for end-to-end tests and
 // benchmarks: imsd in-process on a loopback port with a temporary data
 // directory, and agentd as a real process built from this repository. It
-// also gives typed clients and small wait helpers that poll with a deadline
-// instead of sleeping.
+// also gives typed clients, the real byoc CLI (NewCLI, PushApp), and small
+// wait helpers that poll with a deadline instead of sleeping. A package
+// using it runs its tests through Main, which removes the built binaries.
 package cluster
 
 import (
@@ -22,6 +23,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"go.uber.org/goleak"
 
 	"github.com/byoc-dev/byoc/agentd/agent"
 	"github.com/byoc-dev/byoc/imsd/server"
@@ -29,10 +31,15 @@ import (
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1/imsv1connect"
 )
 
+// The binaries built for the test binary: one build per process, removed
+// by Main when the tests end. Test helpers are the one place where this
+// package-level state is worth it (one build of ~70 MB per test binary).
 var (
-	buildOnce sync.Once
-	binDir    string
-	buildErr  error
+	mainMu     sync.Mutex
+	mainActive bool
+	buildOnce  sync.Once
+	binDir     string
+	buildErr   error
 )
 
 // RepoRoot returns the repository root, found from this source file.
@@ -41,23 +48,57 @@ func RepoRoot() string {
 	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
 }
 
-// Binaries builds agentd (and byoc) once per test binary and returns the
-// directory holding them.
+// Main runs the tests of a package that uses this package, then removes
+// the binaries Binaries built and checks that no goroutine outlived the
+// tests (goleak; opts add goroutines to ignore). Call it from TestMain:
+//
+//	func TestMain(m *testing.M) { cluster.Main(m) }
+func Main(m *testing.M, opts ...goleak.Option) {
+	mainMu.Lock()
+	mainActive = true
+	mainMu.Unlock()
+	opts = append(opts, goleak.Cleanup(func(code int) {
+		removeBinaries()
+		os.Exit(code)
+	}))
+	goleak.VerifyTestMain(m, opts...)
+}
+
+func removeBinaries() {
+	mainMu.Lock()
+	defer mainMu.Unlock()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+}
+
+// Binaries builds agentd, byoc and imsd once per test binary, in one go
+// build, and returns the directory holding them. The test binary must run
+// its tests through Main, which removes them at the end.
 func Binaries(tb testing.TB) string {
 	tb.Helper()
+	mainMu.Lock()
+	active := mainActive
+	mainMu.Unlock()
+	if !active {
+		tb.Fatal("cluster.Binaries: call cluster.Main from the package's TestMain, so the built binaries are removed when the tests end")
+	}
 	buildOnce.Do(func() {
+		mainMu.Lock()
+		defer mainMu.Unlock()
 		binDir, buildErr = os.MkdirTemp("", "byoc-bin-")
 		if buildErr != nil {
 			return
 		}
-		for _, p := range []struct{ name, pkg string }{{"agentd", "./agentd"}, {"byoc", "./tui"}, {"imsd", "./imsd"}} {
-			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, p.name), p.pkg)
-			cmd.Dir = RepoRoot()
-			if out, err := cmd.CombinedOutput(); err != nil {
-				buildErr = fmt.Errorf("go build %s: %v\n%s", p.pkg, err, out)
-				return
-			}
+		// One build of the three mains shares the work of their common
+		// packages; -o DIR/ names each binary after its directory.
+		cmd := exec.Command("go", "build", "-o", binDir+string(filepath.Separator), "./agentd", "./tui", "./imsd")
+		cmd.Dir = RepoRoot()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+			return
 		}
+		buildErr = os.Rename(filepath.Join(binDir, "tui"), filepath.Join(binDir, "byoc"))
 	})
 	if buildErr != nil {
 		tb.Fatal(buildErr)

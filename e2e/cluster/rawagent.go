@@ -11,7 +11,7 @@ import (
 
 	"github.com/byoc-dev/byoc/agentd/agent"
 	"github.com/byoc-dev/byoc/agentd/identity"
-	"github.com/byoc-dev/byoc/imsd/auth"
+	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1/agentv1connect"
 )
@@ -65,7 +65,7 @@ func (r *RawAgent) Connect(tb testing.TB, capacity int32, running ...*agentv1.Ru
 		tb.Fatalf("receive challenge: %v", err)
 	}
 	if err := r.Stream.Send(&agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Hello{Hello: &agentv1.Hello{
-		AgentId: r.ID, Signature: auth.SignChallenge(r.Key, r.ID, m.GetChallenge().GetNonce()), Capacity: capacity, Running: running,
+		AgentId: r.ID, Signature: agentproto.SignChallenge(r.Key, r.ID, m.GetChallenge().GetNonce()), Capacity: capacity, Running: running,
 	}}}); err != nil {
 		tb.Fatalf("send hello: %v", err)
 	}

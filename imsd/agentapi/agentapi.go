@@ -28,6 +28,7 @@ import (
 	"github.com/byoc-dev/byoc/imsd/errs"
 	"github.com/byoc-dev/byoc/imsd/rpcerr"
 	"github.com/byoc-dev/byoc/imsd/store"
+	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 )
 
@@ -202,7 +203,7 @@ func (s *Service) open(ctx context.Context, st Stream) (*conn, error) {
 	err = onOwnStack(func() error {
 		var err error
 		agent, err = s.store.GetAgent(ctx, hello.AgentId)
-		verified = err == nil && auth.VerifyChallenge(agent.PublicKey, agent.ID, nonce, hello.Signature)
+		verified = err == nil && agentproto.VerifyChallenge(agent.PublicKey, agent.ID, nonce, hello.Signature)
 		return err
 	})
 	if err != nil && !errs.Is(err, errs.NotFound) {
@@ -855,7 +856,8 @@ func configField(b []byte) ([]byte, error) {
 	return field, nil
 }
 
-// lastConfig is the config last encoded for an assignment: a run across
+// lastConfig is the config last encoded for an assignment (why:
+// docs/performance.md, "Assignment configs as field bytes"): a run across
 // a fleet hands the same config to every install's agent. The bytes are
 // only ever read once encoded, so assignments share them.
 var lastConfig atomic.Pointer[encodedConfig]

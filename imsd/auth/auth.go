@@ -1,11 +1,11 @@
 // Package auth mints and checks the credentials imsd accepts: operator API
-// tokens (bearer secrets with a role), single-use enrolment tokens, and the
-// Ed25519 challenge signatures agents answer with. Secrets are stored only
-// as SHA-256 hashes.
+// tokens (bearer secrets with a role), single-use enrolment tokens, ids,
+// and the nonces of agent challenges (the signature agents answer with is
+// the protocol's, in rpc/agentproto). Secrets are stored only as SHA-256
+// hashes.
 package auth
 
 import (
-	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base32"
@@ -72,29 +72,4 @@ func NewNonce() []byte {
 		panic("crypto/rand failed: " + err.Error())
 	}
 	return b
-}
-
-// challengeContext binds a signature to its purpose, so that a signature
-// over a nonce can never be reused for anything else.
-const challengeContext = "byoc agent connect v1\x00"
-
-// SignChallenge signs a Connect challenge nonce with the agent's key.
-func SignChallenge(key ed25519.PrivateKey, agentID string, nonce []byte) []byte {
-	return ed25519.Sign(key, challengeMessage(agentID, nonce))
-}
-
-// VerifyChallenge reports whether sig is the agent's signature of nonce.
-func VerifyChallenge(pub []byte, agentID string, nonce, sig []byte) bool {
-	if len(pub) != ed25519.PublicKeySize {
-		return false
-	}
-	return ed25519.Verify(ed25519.PublicKey(pub), challengeMessage(agentID, nonce), sig)
-}
-
-func challengeMessage(agentID string, nonce []byte) []byte {
-	m := make([]byte, 0, len(challengeContext)+len(agentID)+1+len(nonce))
-	m = append(m, challengeContext...)
-	m = append(m, agentID...)
-	m = append(m, 0)
-	return append(m, nonce...)
 }

@@ -1,9 +1,13 @@
 // Package dispatch keeps track of the agents connected to this imsd and wakes
 // them when there is work: an enqueue signals the install's sessions at once,
-// so pickup takes one round trip, never a polling interval. It also fans out
-// "new log lines" signals to log followers. The database stays the only
-// source of truth; the hub only carries wake-ups, so losing one costs latency,
-// never correctness (sessions also re-check on every heartbeat).
+// so pickup takes one round trip, never a polling interval. At enqueue it can
+// also hand a whole job to a connected agent with a free slot (Reserve, then
+// the session's Deliver), so the job is stored already assigned and needs no
+// claim. It fans out "new log lines" signals to log followers and a fleet
+// signal to fleet watchers. The database stays the only source of truth:
+// losing a wake-up or a hand-over costs latency, never correctness (sessions
+// re-check on every heartbeat, and an assignment that never reaches its
+// agent is requeued when its lease expires).
 package dispatch
 
 import (

@@ -187,7 +187,9 @@ func (s *Store) insertQueued(ctx context.Context, tx *txn, j Job, config string)
 // caller knows an agent of the install has a free slot. assigned is false
 // when the agent is not one of the install's (unknown, or of another
 // install): the job is then stored queued, like EnqueueJob. The returned
-// job is what was stored.
+// job is what was stored. It is one INSERT ... VALUES, with the agent's
+// install from a cache: see docs/performance.md for why not INSERT ...
+// SELECT.
 func (s *Store) EnqueueAssigned(ctx context.Context, j Job, agentID string, leaseUntil time.Time) (out Job, assigned bool, err error) {
 	if agentID == "" {
 		return Job{}, false, errs.Field("agent_id", "required")
@@ -392,7 +394,8 @@ func (s *Store) ListJobs(ctx context.Context, f JobFilter) (jobs []Job, nextCurs
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, " AND ")
 	}
-	// A bound LIMIT makes SQLite compile the query twice; limit is an int.
+	// A bound LIMIT makes SQLite compile the query twice; limit is an int
+	// (docs/performance.md, "Limits written into the SQL").
 	q += ` ORDER BY created_at DESC, id DESC LIMIT ` + strconv.Itoa(limit+1)
 	var rows []jobRow
 	if err := s.r.SelectContext(ctx, &rows, s.bind(q), args...); err != nil {

@@ -93,7 +93,8 @@ func openSQLite(ctx context.Context, path string) (*Store, error) {
 	// temp_store(MEMORY) keeps the writer's statement and savepoint
 	// journals in memory: a group commit's savepoints, and an INSERT ...
 	// SELECT's statement journal, otherwise spill to a temporary file past
-	// 64 KiB, a write syscall per page (7 % of imsd's CPU under load).
+	// 64 KiB, a write syscall per page (7 % of imsd's CPU under load;
+	// docs/performance.md).
 	wdb, err := sql.Open("sqlite", path+common+"&_pragma=journal_mode(WAL)&_pragma=temp_store(MEMORY)&_txlock=immediate")
 	if err != nil {
 		return nil, fmt.Errorf("open sqlite %s: %w", path, err)

@@ -3,12 +3,13 @@ package appconfig
 import (
 	"fmt"
 	"maps"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"text/template/parse"
+
+	"github.com/byoc-dev/byoc/rpc/agentproto"
 )
 
 // Resolver returns the value of one reference. Render calls it for every
@@ -167,30 +168,13 @@ func cmpPath(p string) string {
 }
 
 // SecretRef is how a {{ .secrets.NAME }} reference stays in a rendered
-// config: imsd never knows secret values; the agent replaces it.
-func SecretRef(name string) string { return "{{ .secrets." + name + " }}" }
+// config, for the agent to fill in (agentproto.SecretRef).
+func SecretRef(name string) string { return agentproto.SecretRef(name) }
 
-// secretRefRE matches SecretRef's output and the spellings a config may use.
-var secretRefRE = regexp.MustCompile(`\{\{-?\s*\.secrets\.([A-Za-z_][A-Za-z0-9_]*)\s*-?\}\}`)
-
-// ReplaceSecrets replaces every {{ .secrets.NAME }} in s with lookup(NAME).
-// It is what the agent does with a rendered config; a name lookup does
-// not know is an error.
+// ReplaceSecrets replaces every {{ .secrets.NAME }} in s with lookup(NAME),
+// as the agent does (agentproto.ReplaceSecrets, where the syntax lives).
 func ReplaceSecrets(s string, lookup func(string) (string, bool)) (string, error) {
-	var missing []string
-	out := secretRefRE.ReplaceAllStringFunc(s, func(m string) string {
-		name := secretRefRE.FindStringSubmatch(m)[1]
-		v, ok := lookup(name)
-		if !ok {
-			missing = append(missing, name)
-			return m
-		}
-		return v
-	})
-	if len(missing) > 0 {
-		return "", fmt.Errorf("secret %q is not defined", missing[0])
-	}
-	return out, nil
+	return agentproto.ReplaceSecrets(s, lookup)
 }
 
 // Merge returns base with over merged onto it: tables merge key by key,

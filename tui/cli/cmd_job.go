@@ -103,9 +103,6 @@ install).`,
 				return err
 			}
 			ctx := cmd.Context()
-			// One key for this invocation: a retry after a lost answer
-			// gets the jobs already stored instead of new ones.
-			key := newIdempotencyKey()
 			reqs := make([]*imsv1.EnqueueJobRequest, len(installs))
 			for i, in := range installs {
 				reqs[i] = &imsv1.EnqueueJobRequest{
@@ -118,11 +115,7 @@ install).`,
 				}
 			}
 			if len(reqs) > 1 {
-				var res *connect.Response[imsv1.EnqueueJobsResponse]
-				err := a.retryTransient(ctx, "enqueue", func() (err error) {
-					res, err = c.EnqueueJobs(ctx, connect.NewRequest(&imsv1.EnqueueJobsRequest{Jobs: reqs, IdempotencyKey: key}))
-					return err
-				})
+				res, err := c.EnqueueJobs(ctx, connect.NewRequest(&imsv1.EnqueueJobsRequest{Jobs: reqs}))
 				if err != nil {
 					return c.wrap(err)
 				}
@@ -140,12 +133,7 @@ install).`,
 				return nil
 			}
 			install := installs[0]
-			reqs[0].IdempotencyKey = key
-			var res *connect.Response[imsv1.EnqueueJobResponse]
-			err = a.retryTransient(ctx, "enqueue", func() (err error) {
-				res, err = c.EnqueueJob(ctx, connect.NewRequest(reqs[0]))
-				return err
-			})
+			res, err := c.EnqueueJob(ctx, connect.NewRequest(reqs[0]))
 			if err != nil {
 				return c.wrap(err)
 			}
@@ -478,7 +466,7 @@ func (a *app) streamLogs(ctx context.Context, c *client, jobID string, follow bo
 // carrying the job's exit code.
 func (a *app) followJob(ctx context.Context, c *client, jobID string, lf logFormat) error {
 	p := &logPrinter{w: a.stdout, format: lf}
-	wait := backoff.Backoff{Min: 250 * time.Millisecond, Max: 5 * time.Second}
+	retry := backoff.New(250*time.Millisecond, 5*time.Second)
 	failures := 0
 	first := true
 	for {
@@ -512,7 +500,7 @@ func (a *app) followJob(ctx context.Context, c *client, jobID string, lf logForm
 		}
 		first = false
 		fmt.Fprintf(a.stderr, "==> log stream interrupted; reconnecting\n")
-		backoff.Sleep(ctx, wait.Next())
+		backoff.Wait(ctx, retry.Next())
 	}
 }
 

@@ -30,7 +30,7 @@ func newIdempotencyKey() string { return "byoc-cli-" + strings.ToLower(rand.Text
 // idempotency key, which imsd answers with the jobs it already stored when
 // an earlier try's answer was lost.
 func (a *app) retryTransient(ctx context.Context, what string, fn func() error) error {
-	b := backoff.Backoff{Min: 200 * time.Millisecond, Max: 2 * time.Second}
+	b := backoff.New(200*time.Millisecond, 2*time.Second)
 	for try := 1; ; try++ {
 		err := fn()
 		if err == nil || try == enqueueTries || !transient(ctx, err) {
@@ -38,7 +38,7 @@ func (a *app) retryTransient(ctx context.Context, what string, fn func() error) 
 		}
 		d := b.Next()
 		fmt.Fprintf(a.stderr, "==> %s: %v; retrying in %s (try %d of %d)\n", what, err, d.Round(time.Millisecond), try+1, enqueueTries)
-		if !backoff.Sleep(ctx, d) {
+		if !backoff.Wait(ctx, d) {
 			return err
 		}
 	}

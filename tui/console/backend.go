@@ -2,13 +2,13 @@ package console
 
 import (
 	"context"
-	"math/rand/v2"
 	"time"
 
 	tea "charm.land/bubbletea/v2"
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/byoc-dev/byoc/internal/backoff"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1/imsv1connect"
 )
@@ -139,15 +139,16 @@ func nextBatch[T any](ch <-chan T, max int, wrap func(items []T, closed bool) te
 }
 
 // watchFleet holds a WatchInstalls stream open until ctx ends, reopening it
-// with jittered exponential backoff (500 ms to 15 s) when it fails.
+// with jittered exponential backoff (up to 500 ms at first, doubling to
+// 15 s; reset by each message received) when it fails.
 func watchFleet(ctx context.Context, c imsv1connect.OperatorServiceClient, out chan<- fleetEvent) {
 	defer close(out)
-	backoff := 500 * time.Millisecond
+	retry := backoff.New(500*time.Millisecond, 15*time.Second)
 	for ctx.Err() == nil {
 		st, err := c.WatchInstalls(ctx, connect.NewRequest(&imsv1.WatchInstallsRequest{}))
 		if err == nil {
 			for st.Receive() {
-				backoff = 500 * time.Millisecond
+				retry.Reset()
 				if !send(ctx, out, fleetEvent{resp: st.Msg()}) {
 					st.Close()
 					return
@@ -162,18 +163,13 @@ func watchFleet(ctx context.Context, c imsv1connect.OperatorServiceClient, out c
 		if ctx.Err() != nil {
 			return
 		}
-		wait := backoff/2 + rand.N(backoff/2+1)
+		wait := retry.Next()
 		if !send(ctx, out, fleetEvent{err: err, retryIn: wait}) {
 			return
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !backoff.Wait(ctx, wait) {
 			return
-		case <-t.C:
 		}
-		backoff = min(backoff*2, 15*time.Second)
 	}
 }
 

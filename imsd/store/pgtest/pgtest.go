@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.uber.org/goleak"
 )
 
 // The server shared by the tests of a binary that uses Main. Test helpers
@@ -41,7 +42,8 @@ var (
 )
 
 // Main runs m with one PostgreSQL server shared by every Start call, and
-// stops that server before exiting. Call it from TestMain:
+// stops that server before exiting. Then, if the tests passed, it fails the
+// run if they left goroutines behind (goleak). Call it from TestMain:
 //
 //	func TestMain(m *testing.M) { pgtest.Main(m) }
 func Main(m *testing.M) {
@@ -54,12 +56,19 @@ func Main(m *testing.M) {
 		mainServer.stop()
 	}
 	mainMu.Unlock()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: goroutines left behind by a passing run: %v\n", err)
+			code = 1
+		}
+	}
 	os.Exit(code)
 }
 
 // Start returns the URL of a new, empty database on a PostgreSQL server
 // running on 127.0.0.1. It skips tb under -short, or when no PostgreSQL
-// binaries are installed.
+// binaries are installed, except under CI=true: there missing binaries
+// fail the test, so that CI cannot pass without ever running PostgreSQL.
 func Start(tb testing.TB) (dsn string) {
 	tb.Helper()
 	if testing.Short() {
@@ -67,7 +76,8 @@ func Start(tb testing.TB) (dsn string) {
 	}
 	bin, err := findBin()
 	if err != nil {
-		tb.Skip(err.Error())
+		missing(tb, err)
+		return ""
 	}
 	var srv *server
 	mainMu.Lock()
@@ -93,6 +103,18 @@ func Start(tb testing.TB) (dsn string) {
 		tb.Fatalf("pgtest: %v", err)
 	}
 	return dsn
+}
+
+// missing skips tb because PostgreSQL is not installed, or fails it under
+// CI=true (what CI systems set), where a skip would let the full tier pass
+// without ever touching PostgreSQL.
+func missing(tb testing.TB, err error) {
+	tb.Helper()
+	if os.Getenv("CI") == "true" {
+		tb.Fatalf("%v (CI=true: the full tier must run PostgreSQL)", err)
+		return
+	}
+	tb.Skip(err.Error())
 }
 
 // findBin returns the bin directory of the newest installed PostgreSQL.
