@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/byoc-dev/byoc/e2e/cluster"
 	"github.com/byoc-dev/byoc/imsd/store/pgtest"
 )
 
@@ -28,7 +29,9 @@ var (
 	onlySeed   = flag.Uint64("fault.seed", 0, "run only the schedule of this seed")
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+// TestMain removes the binaries cluster.Binaries built and checks that no
+// goroutine outlived the tests.
+func TestMain(m *testing.M) { cluster.Main(m) }
 
 // grace is imsd's default lease grace for the harness's lease.
 const grace = 5*time.Second + lease/10
