@@ -1,9 +1,9 @@
-// Package schema holds byoc's SQL migrations, one directory per dialect
+// Package migrations holds byoc's SQL migrations, one directory per dialect
 // (sqlite/, postgres/), embedded in the binary and applied with goose.
 //
 // Both dialects store timestamps as BIGINT Unix nanoseconds, 0 meaning unset,
 // and JSON documents as TEXT, so one store implementation reads both.
-package schema
+package migrations
 
 import (
 	"context"
@@ -17,18 +17,18 @@ import (
 )
 
 //go:embed sqlite/*.sql postgres/*.sql
-var migrations embed.FS
+var files embed.FS
 
-// The dialects Migrate accepts.
+// The dialects Apply accepts.
 const (
 	SQLite   = "sqlite"
 	Postgres = "postgres"
 )
 
-// Migrate applies every pending migration for dialect ("sqlite" or
+// Apply applies every pending migration for dialect ("sqlite" or
 // "postgres") to db. On PostgreSQL it holds an advisory session lock while
 // it runs, so several imsd replicas starting at once migrate exactly once.
-func Migrate(ctx context.Context, db *sql.DB, dialect string) error {
+func Apply(ctx context.Context, db *sql.DB, dialect string) error {
 	var (
 		gd   goose.Dialect
 		opts []goose.ProviderOption
@@ -52,7 +52,7 @@ func Migrate(ctx context.Context, db *sql.DB, dialect string) error {
 	default:
 		return fmt.Errorf("migrate: unknown dialect %q", dialect)
 	}
-	sub, err := fs.Sub(migrations, dialect)
+	sub, err := fs.Sub(files, dialect)
 	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}

@@ -1,4 +1,4 @@
-package schema
+package migrations
 
 import (
 	"context"
@@ -37,7 +37,7 @@ func TestSQLiteChecksRewritten(t *testing.T) {
 	defer db.Close()
 	db.SetMaxOpenConns(1)
 	for range 2 { // the second run finds nothing to do
-		if err := Migrate(ctx, db, SQLite); err != nil {
+		if err := Apply(ctx, db, SQLite); err != nil {
 			t.Fatal(err)
 		}
 	}
