@@ -14,7 +14,7 @@ import (
 	"github.com/byoc-dev/byoc/agentd/secrets"
 	"github.com/byoc-dev/byoc/plugins/sdk"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
-	"github.com/byoc-dev/byoc/schema/appconfig"
+	appconfig "github.com/byoc-dev/byoc/schema/app/config"
 )
 
 // PluginRunner runs each job in a fresh component plugin subprocess, in a

@@ -24,7 +24,7 @@ import (
 
 	"github.com/byoc-dev/byoc/imsd/store"
 	"github.com/byoc-dev/byoc/imsd/workflow"
-	"github.com/byoc-dev/byoc/schema/appconfig"
+	appconfig "github.com/byoc-dev/byoc/schema/app/config"
 )
 
 // maxLookback bounds how far back a pass looks for the latest due tick of

@@ -17,7 +17,7 @@ import (
 	"github.com/byoc-dev/byoc/imsd/dispatch"
 	"github.com/byoc-dev/byoc/imsd/errs"
 	"github.com/byoc-dev/byoc/imsd/store"
-	"github.com/byoc-dev/byoc/schema/appconfig"
+	appconfig "github.com/byoc-dev/byoc/schema/app/config"
 )
 
 // MaxJobAttempts is how many times a step's job is handed to an agent when

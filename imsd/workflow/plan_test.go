@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/byoc-dev/byoc/imsd/store"
-	"github.com/byoc-dev/byoc/schema/appconfig"
+	appconfig "github.com/byoc-dev/byoc/schema/app/config"
 )
 
 // diamond is an app of four action components: a, then b and c, then d.

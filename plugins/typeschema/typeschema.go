@@ -7,7 +7,7 @@
 // plugins/action/actionschema; image, helm and terraform have no plugin
 // yet and accept any config), reads the description a third-party plugin
 // prints with "byoc-plugin-<type> describe", and turns schemas into the
-// checks schema/appconfig runs (appconfig.Options.Types).
+// checks schema/app/config runs (appconfig.Options.Types).
 //
 // A config string holding a {{ }} reference is rendered per install at
 // deploy time, so it cannot be type-checked before: such a value passes
@@ -31,7 +31,7 @@ import (
 
 	"github.com/byoc-dev/byoc/plugins/action/actionschema"
 	"github.com/byoc-dev/byoc/plugins/sdk/configschema"
-	"github.com/byoc-dev/byoc/schema/appconfig"
+	appconfig "github.com/byoc-dev/byoc/schema/app/config"
 )
 
 // builtin maps each built-in type to its config schema; "" means the

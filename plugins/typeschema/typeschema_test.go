@@ -7,7 +7,7 @@ import (
 
 	"github.com/byoc-dev/byoc/plugins/sdk/configschema"
 	"github.com/byoc-dev/byoc/plugins/typeschema"
-	"github.com/byoc-dev/byoc/schema/appconfig"
+	appconfig "github.com/byoc-dev/byoc/schema/app/config"
 )
 
 // greetingSchema is a third-party type's schema, as registered.

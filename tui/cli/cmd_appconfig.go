@@ -14,7 +14,7 @@ import (
 
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 
-	"github.com/byoc-dev/byoc/schema/appconfig"
+	appconfig "github.com/byoc-dev/byoc/schema/app/config"
 )
 
 // appValidateCommand checks an app config directory without a server.

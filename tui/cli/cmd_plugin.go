@@ -14,7 +14,7 @@ import (
 	"github.com/byoc-dev/byoc/plugins/sdk/configschema"
 	"github.com/byoc-dev/byoc/plugins/typeschema"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
-	"github.com/byoc-dev/byoc/schema/appconfig"
+	appconfig "github.com/byoc-dev/byoc/schema/app/config"
 )
 
 func (a *app) pluginCommand() *cobra.Command {

@@ -1,5 +1,5 @@
 // Command genschema writes the JSON Schemas of the app config format into
-// schema/appconfig/jsonschema/ (run by `make generate`).
+// schema/app/config/jsonschema/ (run by `make generate`).
 package main
 
 import (
@@ -7,11 +7,11 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/byoc-dev/byoc/schema/appconfig"
+	"github.com/byoc-dev/byoc/schema/app/config"
 )
 
 func main() {
-	dir := "schema/appconfig/jsonschema"
+	dir := "schema/app/config/jsonschema"
 	if len(os.Args) > 1 {
 		dir = os.Args[1]
 	}
@@ -19,7 +19,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "genschema:", err)
 		os.Exit(1)
 	}
-	for name, b := range appconfig.SchemaFiles() {
+	for name, b := range config.SchemaFiles() {
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
 			fmt.Fprintln(os.Stderr, "genschema:", err)
 			os.Exit(1)
