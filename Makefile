@@ -22,14 +22,14 @@ build: ## Build imsd, agentd and byoc into bin/.
 generate: ## Regenerate the Go code from rpc/ and the app config JSON Schemas (committed).
 	rm -rf rpc/gen
 	$(TOOL) buf generate
-	$(GO) run ./schema/app/config/internal/genschema schema/app/config/jsonschema
+	$(GO) run ./schema/app/jsonschema/internal/genschema schema/app/jsonschema
 
 .PHONY: check-generate
 check-generate: generate ## Fail when `make generate` changes anything.
-	@git add -N rpc/gen schema/app/config/jsonschema >/dev/null 2>&1 || true
-	@if ! git diff --quiet --exit-code -- rpc/gen schema/app/config/jsonschema; then \
+	@git add -N rpc/gen schema/app/jsonschema >/dev/null 2>&1 || true
+	@if ! git diff --quiet --exit-code -- rpc/gen schema/app/jsonschema; then \
 		echo "generated code is out of date: run 'make generate' and commit" >&2; \
-		git diff --stat -- rpc/gen schema/app/config/jsonschema >&2; exit 1; fi
+		git diff --stat -- rpc/gen schema/app/jsonschema >&2; exit 1; fi
 
 .PHONY: lint
 lint: ## go vet, staticcheck and buf lint.

@@ -14,7 +14,7 @@ import (
 	"github.com/byoc-dev/byoc/agentd/secrets"
 	"github.com/byoc-dev/byoc/plugins/sdk"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
-	appconfig "github.com/byoc-dev/byoc/schema/app/config"
+	"github.com/byoc-dev/byoc/schema/app/template"
 )
 
 // PluginRunner runs each job in a fresh component plugin subprocess, in a
@@ -94,7 +94,7 @@ func takeSensitive(config map[string]any) (map[string]any, []string, error) {
 func substituteSecrets(path string, v any, env map[string]string) (any, error) {
 	switch v := v.(type) {
 	case string:
-		out, err := appconfig.ReplaceSecrets(v, func(n string) (string, bool) { s, ok := env[n]; return s, ok })
+		out, err := template.ReplaceSecrets(v, func(n string) (string, bool) { s, ok := env[n]; return s, ok })
 		if err != nil {
 			return nil, fmt.Errorf("%s: %v (list it in config.%s)", path, err, SecretsKey)
 		}

@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+
+	"github.com/byoc-dev/byoc/schema/app/diag"
 )
 
 // decoder fills the Go types from parsed TOML, reporting every problem
@@ -15,44 +17,39 @@ import (
 // key path so later checks can point at it.
 type decoder struct {
 	file  string
-	ds    *diags
+	ds    *diag.List
 	lines map[string]int // key path -> line, for this file
 }
 
 func (d *decoder) errf(line int, key, hint, format string, args ...any) {
-	d.ds.addf(d.file, line, key, hint, format, args...)
+	d.ds.Addf(d.file, line, key, hint, format, args...)
 }
 
-func join(path, key string) string {
-	if path == "" {
-		return key
-	}
-	return path + "." + key
+// A Field is what a struct field's tags say (see the list above Metadata).
+type Field struct {
+	Key      string // the TOML key
+	Index    int    // the field's index in its struct
+	Type     reflect.Type
+	Required bool
+	Enum     []string
+	Doc      string
+	Default  string // the default tag, documentation only
 }
 
-// fieldInfo is what a struct field's tags say.
-type fieldInfo struct {
-	key      string
-	index    int
-	typ      reflect.Type
-	required bool
-	enum     []string
-	doc      string
-	def      string // the default tag, documentation only
-}
-
-func fieldsOf(t reflect.Type) []fieldInfo {
-	var out []fieldInfo
+// Fields returns the fields of struct type t that have a TOML key, in
+// declaration order.
+func Fields(t reflect.Type) []Field {
+	var out []Field
 	for i := range t.NumField() {
 		f := t.Field(i)
 		key := f.Tag.Get("toml")
 		if key == "" || key == "-" || !f.IsExported() {
 			continue
 		}
-		fi := fieldInfo{key: key, index: i, typ: f.Type, required: f.Tag.Get("required") == "true",
-			doc: f.Tag.Get("doc"), def: f.Tag.Get("default")}
+		fi := Field{Key: key, Index: i, Type: f.Type, Required: f.Tag.Get("required") == "true",
+			Doc: f.Tag.Get("doc"), Default: f.Tag.Get("default")}
 		if e := f.Tag.Get("enum"); e != "" {
-			fi.enum = strings.Split(e, ",")
+			fi.Enum = strings.Split(e, ",")
 		}
 		out = append(out, fi)
 	}
@@ -130,8 +127,8 @@ func (d *decoder) decode(path string, v *value, rv reflect.Value) {
 		for _, k := range v.table.keys {
 			ent := v.table.fields[k]
 			ev := reflect.New(t.Elem()).Elem()
-			d.lines[join(path, k)] = ent.keyLine
-			d.decode(join(path, k), ent.val, ev)
+			d.lines[diag.Join(path, k)] = ent.keyLine
+			d.decode(diag.Join(path, k), ent.val, ev)
 			m.SetMapIndex(reflect.ValueOf(k), ev)
 		}
 		rv.Set(m)
@@ -142,45 +139,45 @@ func (d *decoder) decode(path string, v *value, rv reflect.Value) {
 		}
 		d.decodeStruct(path, v, rv)
 	default:
-		panic(fmt.Sprintf("appconfig: no decoder for %s", t))
+		panic(fmt.Sprintf("config: no decoder for %s", t))
 	}
 }
 
 func (d *decoder) decodeStruct(path string, v *value, rv reflect.Value) {
-	fields := fieldsOf(rv.Type())
+	fields := Fields(rv.Type())
 	known := make([]string, len(fields))
 	for i, f := range fields {
-		known[i] = f.key
+		known[i] = f.Key
 	}
 	for _, k := range v.table.keys {
 		ent := v.table.fields[k]
-		i := slices.IndexFunc(fields, func(f fieldInfo) bool { return f.key == k })
+		i := slices.IndexFunc(fields, func(f Field) bool { return f.Key == k })
 		if i < 0 {
-			hint := didYouMean(k, known)
+			hint := diag.DidYouMean(k, known)
 			if hint == "" {
 				hint = "known keys: " + strings.Join(known, ", ")
 			}
-			d.errf(ent.keyLine, join(path, k), hint, "unknown key")
+			d.errf(ent.keyLine, diag.Join(path, k), hint, "unknown key")
 			continue
 		}
 		f := fields[i]
-		d.lines[join(path, k)] = ent.keyLine
-		d.decode(join(path, k), ent.val, rv.Field(f.index))
-		if f.enum != nil && ent.val.kind == kString && !slices.Contains(f.enum, ent.val.str) {
-			hint := didYouMean(ent.val.str, f.enum)
+		d.lines[diag.Join(path, k)] = ent.keyLine
+		d.decode(diag.Join(path, k), ent.val, rv.Field(f.Index))
+		if f.Enum != nil && ent.val.kind == kString && !slices.Contains(f.Enum, ent.val.str) {
+			hint := diag.DidYouMean(ent.val.str, f.Enum)
 			if hint == "" {
-				hint = "one of " + quoteList(f.enum)
+				hint = "one of " + diag.QuoteList(f.Enum)
 			}
-			d.errf(ent.keyLine, join(path, k), hint, "%q is not allowed", ent.val.str)
+			d.errf(ent.keyLine, diag.Join(path, k), hint, "%q is not allowed", ent.val.str)
 		}
 	}
 	for _, f := range fields {
-		if f.required && v.table.get(f.key) == nil {
+		if f.Required && v.table.get(f.Key) == nil {
 			where := "this table"
 			if path == "" {
 				where = "the file"
 			}
-			d.errf(v.line, join(path, f.key), "", "is required but %s does not set it", where)
+			d.errf(v.line, diag.Join(path, f.Key), "", "is required but %s does not set it", where)
 		}
 	}
 }
@@ -196,8 +193,8 @@ func (d *decoder) index(path string, v *value) {
 		}
 	case kTable:
 		for _, k := range v.table.keys {
-			d.index(join(path, k), v.table.fields[k].val)
-			d.lines[join(path, k)] = v.table.fields[k].keyLine
+			d.index(diag.Join(path, k), v.table.fields[k].val)
+			d.lines[diag.Join(path, k)] = v.table.fields[k].keyLine
 		}
 	}
 }

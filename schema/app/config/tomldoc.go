@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/pelletier/go-toml/v2/unstable"
+
+	"github.com/byoc-dev/byoc/schema/app/diag"
 )
 
 // A value is one TOML value with the line it is on, so every error can
@@ -84,7 +86,7 @@ func (t *table) set(k string, line int, v *value) {
 
 // parseTOML reads one TOML document into a table. Syntax errors are
 // returned as a Diagnostic naming the line.
-func parseTOML(file string, data []byte) (*table, *Diagnostic) {
+func parseTOML(file string, data []byte) (*table, *diag.Diagnostic) {
 	var p unstable.Parser
 	p.Reset(data)
 	root := newTable()
@@ -96,8 +98,8 @@ func parseTOML(file string, data []byte) (*table, *Diagnostic) {
 		}
 		return p.Shape(r).Start.Line
 	}
-	fail := func(ln int, format string, args ...any) *Diagnostic {
-		return &Diagnostic{File: file, Line: ln, Message: fmt.Sprintf(format, args...)}
+	fail := func(ln int, format string, args ...any) *diag.Diagnostic {
+		return &diag.Diagnostic{File: file, Line: ln, Message: fmt.Sprintf(format, args...)}
 	}
 	for p.NextExpression() {
 		e := p.Expression()
@@ -163,7 +165,7 @@ func keyParts(it unstable.Iterator, line func(unstable.Range) int) ([]string, []
 
 // walkTables descends from t through keys, creating implicit tables, and
 // returns the innermost. An array of tables is entered at its last element.
-func walkTables(file string, t *table, keys []string, lines []int) (*table, *Diagnostic) {
+func walkTables(file string, t *table, keys []string, lines []int) (*table, *diag.Diagnostic) {
 	for i, k := range keys {
 		ent := t.get(k)
 		if ent == nil {
@@ -178,14 +180,14 @@ func walkTables(file string, t *table, keys []string, lines []int) (*table, *Dia
 		case ent.arrayOfTables:
 			t = ent.val.list[len(ent.val.list)-1].table
 		default:
-			return nil, &Diagnostic{File: file, Line: lines[i], Key: strings.Join(keys[:i+1], "."),
+			return nil, &diag.Diagnostic{File: file, Line: lines[i], Key: strings.Join(keys[:i+1], "."),
 				Message: fmt.Sprintf("is already %s (line %d) and cannot be extended as a table", ent.val.kind, ent.keyLine)}
 		}
 	}
 	return t, nil
 }
 
-func openTable(file string, root *table, keys []string, lines []int) (*table, *Diagnostic) {
+func openTable(file string, root *table, keys []string, lines []int) (*table, *diag.Diagnostic) {
 	parent, d := walkTables(file, root, keys[:len(keys)-1], lines)
 	if d != nil {
 		return nil, d
@@ -199,11 +201,11 @@ func openTable(file string, root *table, keys []string, lines []int) (*table, *D
 		return t, nil
 	}
 	if ent.val.kind != kTable || ent.val.table.inline {
-		return nil, &Diagnostic{File: file, Line: ln, Key: strings.Join(keys, "."),
+		return nil, &diag.Diagnostic{File: file, Line: ln, Key: strings.Join(keys, "."),
 			Message: fmt.Sprintf("is already %s (line %d) and cannot be opened as a table", ent.val.kind, ent.keyLine)}
 	}
 	if ent.val.table.defined {
-		return nil, &Diagnostic{File: file, Line: ln, Key: strings.Join(keys, "."),
+		return nil, &diag.Diagnostic{File: file, Line: ln, Key: strings.Join(keys, "."),
 			Message: fmt.Sprintf("table [%s] is defined twice (first on line %d)", strings.Join(keys, "."), ent.keyLine)}
 	}
 	ent.val.table.defined = true
@@ -211,7 +213,7 @@ func openTable(file string, root *table, keys []string, lines []int) (*table, *D
 }
 
 // assign sets a possibly dotted key in t.
-func assign(file string, t *table, keys []string, lines []int, v *value) *Diagnostic {
+func assign(file string, t *table, keys []string, lines []int, v *value) *diag.Diagnostic {
 	parent := t
 	for i, k := range keys[:len(keys)-1] {
 		ent := parent.get(k)
@@ -222,14 +224,14 @@ func assign(file string, t *table, keys []string, lines []int, v *value) *Diagno
 			continue
 		}
 		if ent.val.kind != kTable || ent.val.table.inline || ent.val.table.defined {
-			return &Diagnostic{File: file, Line: lines[i], Key: strings.Join(keys[:i+1], "."),
+			return &diag.Diagnostic{File: file, Line: lines[i], Key: strings.Join(keys[:i+1], "."),
 				Message: fmt.Sprintf("is already defined on line %d", ent.keyLine)}
 		}
 		parent = ent.val.table
 	}
 	last := keys[len(keys)-1]
 	if ent := parent.get(last); ent != nil {
-		return &Diagnostic{File: file, Line: lines[len(lines)-1], Key: strings.Join(keys, "."),
+		return &diag.Diagnostic{File: file, Line: lines[len(lines)-1], Key: strings.Join(keys, "."),
 			Message: fmt.Sprintf("is set twice (first on line %d)", ent.keyLine)}
 	}
 	parent.set(last, lines[len(lines)-1], v)
@@ -238,12 +240,12 @@ func assign(file string, t *table, keys []string, lines []int, v *value) *Diagno
 
 // convert turns a parser node into a value; ln is the line of its key,
 // used where the node has no position of its own.
-func convert(file string, n *unstable.Node, ln int, line func(unstable.Range) int) (*value, *Diagnostic) {
+func convert(file string, n *unstable.Node, ln int, line func(unstable.Range) int) (*value, *diag.Diagnostic) {
 	if l := line(n.Raw); l > 0 {
 		ln = l
 	}
-	bad := func(format string, args ...any) (*value, *Diagnostic) {
-		return nil, &Diagnostic{File: file, Line: ln, Message: fmt.Sprintf(format, args...)}
+	bad := func(format string, args ...any) (*value, *diag.Diagnostic) {
+		return nil, &diag.Diagnostic{File: file, Line: ln, Message: fmt.Sprintf(format, args...)}
 	}
 	switch n.Kind {
 	case unstable.String:

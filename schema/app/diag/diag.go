@@ -1,4 +1,9 @@
-package config
+// Package diag is how the app config packages report problems: a
+// Diagnostic names the file, line and key of one problem and says what would
+// be right; a List collects every problem of a config (reading never stops
+// at the first); an Error is what a failed read returns. It also finds the
+// "did you mean" suggestion that most hints carry.
+package diag
 
 import (
 	"cmp"
@@ -56,42 +61,52 @@ func (e *Error) Error() string {
 	return head + " in app config:\n  " + strings.Join(lines, "\n  ")
 }
 
-// diags collects diagnostics while a config is read.
-type diags struct {
+// A List collects diagnostics while a config is read.
+type List struct {
+	// Rank orders files in Err's result (smaller first, then by name);
+	// nil ranks every file alike.
+	Rank func(file string) int
+
 	list []Diagnostic
 }
 
-func (ds *diags) add(d Diagnostic) { ds.list = append(ds.list, d) }
+// Add records d.
+func (l *List) Add(d Diagnostic) { l.list = append(l.list, d) }
 
-func (ds *diags) addf(file string, line int, key, hint, format string, args ...any) {
-	ds.add(Diagnostic{File: file, Line: line, Key: key, Message: fmt.Sprintf(format, args...), Hint: hint})
+// Addf records a diagnostic whose message is format applied to args.
+func (l *List) Addf(file string, line int, key, hint, format string, args ...any) {
+	l.Add(Diagnostic{File: file, Line: line, Key: key, Message: fmt.Sprintf(format, args...), Hint: hint})
 }
 
-// err returns the collected diagnostics as an *Error, or nil.
-func (ds *diags) err() error {
-	if len(ds.list) == 0 {
+// Err returns the collected diagnostics as an *Error, sorted by file (in
+// Rank order) and line with duplicates removed, or nil when there are none.
+func (l *List) Err() error {
+	if len(l.list) == 0 {
 		return nil
 	}
-	out := slices.Clone(ds.list)
+	rank := l.Rank
+	if rank == nil {
+		rank = func(string) int { return 0 }
+	}
+	out := slices.Clone(l.list)
 	slices.SortStableFunc(out, func(a, b Diagnostic) int {
-		return cmp.Or(cmp.Compare(fileRank(a.File), fileRank(b.File)), cmp.Compare(a.File, b.File), cmp.Compare(a.Line, b.Line))
+		return cmp.Or(cmp.Compare(rank(a.File), rank(b.File)), cmp.Compare(a.File, b.File), cmp.Compare(a.Line, b.Line))
 	})
 	out = slices.Compact(out)
 	return &Error{Diagnostics: out}
 }
 
-// fileRank orders diagnostics the way the files are read: app.toml first.
-func fileRank(f string) int {
-	for i, name := range fileOrder {
-		if f == name || strings.HasPrefix(f, name) {
-			return i
-		}
+// Join appends key to the key path path ("a.b" and "c" make "a.b.c").
+func Join(path, key string) string {
+	if path == "" {
+		return key
 	}
-	return len(fileOrder)
+	return path + "." + key
 }
 
-// didYouMean suggests the candidate closest to got, if one is close.
-func didYouMean(got string, candidates []string) string {
+// DidYouMean suggests the candidate closest to got ("did you mean "x"?"),
+// or returns "" when none is close.
+func DidYouMean(got string, candidates []string) string {
 	best, bestD := "", 1<<30
 	for _, c := range candidates {
 		d := editDistance(strings.ToLower(got), strings.ToLower(c))
@@ -134,8 +149,8 @@ func editDistance(a, b string) int {
 	return d[len(ra)][len(rb)]
 }
 
-// quoteList renders names for a message: "a", "b" or "c".
-func quoteList(names []string) string {
+// QuoteList renders names for a message: "a", "b" or "c".
+func QuoteList(names []string) string {
 	q := make([]string, len(names))
 	for i, n := range names {
 		q[i] = fmt.Sprintf("%q", n)
@@ -148,7 +163,3 @@ func quoteList(names []string) string {
 	}
 	return strings.Join(q[:len(q)-1], ", ") + " or " + q[len(q)-1]
 }
-
-// DidYouMean suggests the candidate closest to got ("did you mean "x"?"),
-// or returns "" when none is close.
-func DidYouMean(got string, candidates []string) string { return didYouMean(got, candidates) }

@@ -1,4 +1,4 @@
-package config
+package template
 
 import (
 	"fmt"
@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"text/template/parse"
+
+	"github.com/byoc-dev/byoc/schema/app/diag"
 )
 
 // Resolver returns the value of one reference. Render calls it for every
@@ -40,7 +42,7 @@ func RenderString(s string, resolve Resolver) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		b.WriteString(formatValue(v))
+		b.WriteString(Text(v))
 	}
 	return b.String(), nil
 }
@@ -81,7 +83,7 @@ func segmentsOf(s string) ([]segment, error) {
 			}
 			r, rerr := refOf(f.Ident)
 			if rerr != nil {
-				return nil, fmt.Errorf("%s", rerr.msg)
+				return nil, fmt.Errorf("%s", rerr.Message)
 			}
 			segs = append(segs, segment{ref: &r})
 		default:
@@ -105,8 +107,9 @@ func plainField(n *parse.ActionNode) (*parse.FieldNode, bool) {
 	return f, ok
 }
 
-// formatValue writes a resolved value into text.
-func formatValue(v any) string {
+// Text is how a resolved value is written into text: strings as they
+// are, numbers without exponent, nil as nothing.
+func Text(v any) string {
 	switch v := v.(type) {
 	case string:
 		return v
@@ -141,12 +144,12 @@ func RenderValue(path string, v any, resolve Resolver) (any, error) {
 	case map[string]any:
 		out := make(map[string]any, len(v))
 		for k, e := range v {
-			r, err := RenderValue(join(path, k), e, resolve)
+			r, err := RenderValue(diag.Join(path, k), e, resolve)
 			if err != nil {
 				// Report the first failing key in key order, whatever
 				// order the map was walked in.
 				for _, k := range slices.Sorted(maps.Keys(v)) {
-					if _, err := RenderValue(join(path, k), v[k], resolve); err != nil {
+					if _, err := RenderValue(diag.Join(path, k), v[k], resolve); err != nil {
 						return nil, err
 					}
 				}
@@ -210,138 +213,4 @@ func Merge(base, over map[string]any) map[string]any {
 		out[k] = v
 	}
 	return out
-}
-
-// ResolveInputs returns the value of every input for an install that sets
-// values (as text, the way the API and CLI carry them): the install's
-// value parsed as the input's type, else install_defaults.inputs, else the
-// input's default. Customer-provided inputs without a value are left out.
-// Every problem is returned, each naming the input.
-func (a *App) ResolveInputs(values map[string]string) (map[string]any, []error) {
-	var problems []error
-	byName := map[string]Input{}
-	for _, in := range a.Inputs.Inputs {
-		byName[in.Name] = in
-	}
-	names := slices.Sorted(maps.Keys(byName))
-	for _, name := range slices.Sorted(maps.Keys(values)) {
-		if _, ok := byName[name]; !ok {
-			problems = append(problems, fmt.Errorf("inputs.%s: no input named %q%s", name, name, suffix(didYouMean(name, names))))
-		}
-	}
-	out := map[string]any{}
-	for _, in := range a.Inputs.Inputs {
-		if s, ok := values[in.Name]; ok {
-			v, err := ParseInputValue(in, s)
-			if err == nil {
-				if msg := checkInputValue(in, v); msg != "" {
-					err = fmt.Errorf("%s", msg)
-				}
-			}
-			if err != nil {
-				problems = append(problems, fmt.Errorf("inputs.%s: %w", in.Name, err))
-				continue
-			}
-			out[in.Name] = v
-			continue
-		}
-		if v, ok := a.Metadata.InstallDefaults.Inputs[in.Name]; ok {
-			out[in.Name] = v
-			continue
-		}
-		if in.Default != nil {
-			out[in.Name] = in.Default
-			continue
-		}
-		if in.Required && in.ProvidedBy != "customer" {
-			problems = append(problems, fmt.Errorf("inputs.%s: required input %q is not set (byoc install update INSTALL --input %s=VALUE)", in.Name, in.Name, in.Name))
-		}
-	}
-	return out, problems
-}
-
-func suffix(hint string) string {
-	if hint == "" {
-		return ""
-	}
-	return " (" + hint + ")"
-}
-
-// ParseInputValue reads the text form of a value of input in.
-func ParseInputValue(in Input, s string) (any, error) {
-	switch in.Type {
-	case "number":
-		if i, err := strconv.ParseInt(s, 10, 64); err == nil {
-			return i, nil
-		}
-		f, err := strconv.ParseFloat(s, 64)
-		if err != nil {
-			return nil, fmt.Errorf("input %q is a number, not %q", in.Name, s)
-		}
-		return f, nil
-	case "bool":
-		b, err := strconv.ParseBool(s)
-		if err != nil {
-			return nil, fmt.Errorf("input %q is a boolean (true or false), not %q", in.Name, s)
-		}
-		return b, nil
-	}
-	return s, nil
-}
-
-// InputText is the text form of an input value, as installs store it.
-func InputText(v any) string { return formatValue(v) }
-
-// SensitiveInputs returns the names of the inputs marked sensitive.
-func (a *App) SensitiveInputs() []string {
-	var out []string
-	for _, in := range a.Inputs.Inputs {
-		if in.Sensitive {
-			out = append(out, in.Name)
-		}
-	}
-	return out
-}
-
-// Component returns the component (or, for "sandbox", the sandbox) named
-// name, or nil.
-func (a *App) Component(name string) *Component {
-	if name == "sandbox" {
-		return a.Sandbox
-	}
-	i, ok := slices.BinarySearchFunc(a.Components, name, func(c *Component, n string) int { return strings.Compare(c.Name, n) })
-	if !ok {
-		return nil
-	}
-	return a.Components[i]
-}
-
-// Action returns the action named name, or nil.
-func (a *App) Action(name string) *Action {
-	for _, ac := range a.Actions {
-		if ac.Name == name {
-			return ac
-		}
-	}
-	return nil
-}
-
-// CronSchedules returns the schedules of the action's cron triggers.
-func (ac *Action) CronSchedules() []string {
-	var out []string
-	for _, t := range ac.Triggers {
-		if t.Type == "cron" && t.Schedule != "" {
-			out = append(out, t.Schedule)
-		}
-	}
-	return out
-}
-
-// PermissionMode is the permission mode the action needs: its mode, or
-// maintenance (the default) when it names none.
-func (ac *Action) PermissionMode() string {
-	if ac.Mode == "" {
-		return "maintenance"
-	}
-	return ac.Mode
 }

@@ -1,4 +1,10 @@
-package config
+// Package validate checks what an app config's values mean, across its
+// files: names and their uniqueness, references to inputs, secrets and
+// component outputs, dependency cycles, component types and their configs
+// (through the ConfigCheck of each type the caller knows), cron schedules,
+// script and policy files, timeouts and install values. Every problem is
+// reported, with the file, line and key it is about.
+package validate
 
 import (
 	"cmp"
@@ -10,6 +16,11 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/byoc-dev/byoc/schema/app/config"
+	"github.com/byoc-dev/byoc/schema/app/cron"
+	"github.com/byoc-dev/byoc/schema/app/diag"
+	"github.com/byoc-dev/byoc/schema/app/template"
 )
 
 // Options says what the validator knows beyond the files.
@@ -29,7 +40,7 @@ type Options struct {
 
 // ConfigCheck checks a component's config against its type's schema and
 // returns one problem per bad field. A config string holding a {{ }}
-// reference (HasRefs) is rendered only at deploy time: a check must not
+// reference (template.HasRefs) is rendered only at deploy time: a check must not
 // fault it for what its rendered value decides (type, enum, pattern, ...).
 type ConfigCheck func(config map[string]any) []FieldProblem
 
@@ -61,7 +72,8 @@ const identHint = "use lowercase letters, digits and _, starting with a letter"
 // maxTimeout caps component and action timeouts.
 const maxTimeout = 24 * time.Hour
 
-func (a *App) validate(ds *diags, opts Options) {
+// Check adds to ds every problem it finds in a, which config.Decode read.
+func Check(a *config.App, ds *diag.List, opts Options) {
 	types := opts.Types
 	if types == nil {
 		types = BuiltinTypes()
@@ -85,23 +97,23 @@ func (a *App) validate(ds *diags, opts Options) {
 	// components/*.toml files are validated by their own file, so a
 	// component named "sandbox" there is told it cannot be.
 	for _, c := range a.Components {
-		v.component(a.fileOf("component", c.Name), c)
+		v.component(a.FileOf("component", c.Name), c)
 	}
 	v.cycles()
 	for _, ac := range a.Actions {
-		v.action(a.fileOf("action", ac.Name), ac)
+		v.action(a.FileOf("action", ac.Name), ac)
 	}
 	v.permissions()
 	v.policies()
 	v.breakGlass()
 	for _, in := range a.Installs {
-		v.install(a.fileOf("install", in.Name), in)
+		v.install(a.FileOf("install", in.Name), in)
 	}
 }
 
 type validator struct {
-	a     *App
-	ds    *diags
+	a     *config.App
+	ds    *diag.List
 	types map[string]ConfigCheck
 	// anyType and typeHint are Options.AnyType and Options.TypeHint.
 	anyType  bool
@@ -113,11 +125,11 @@ type validator struct {
 // noComponent reports a reference to a component the app does not have,
 // suggesting the closest name or listing them.
 func (v *validator) noComponent(file, key, prefix, name string, names []string) {
-	v.errf(file, key, hintOr(didYouMean(name, names), "components are "+quoteList(names)), "%sno component named %q", prefix, name)
+	v.errf(file, key, cmp.Or(diag.DidYouMean(name, names), "components are "+diag.QuoteList(names)), "%sno component named %q", prefix, name)
 }
 
 func (v *validator) errf(file, key, hint, format string, args ...any) {
-	v.ds.addf(file, v.a.line(file, key), key, hint, format, args...)
+	v.ds.Addf(file, v.a.Line(file, key), key, hint, format, args...)
 }
 
 func (v *validator) metadata() {
@@ -153,7 +165,7 @@ func (v *validator) checkInputs() {
 		}
 		seen[in.Name] = true
 		if in.Group != "" && !groups[in.Group] {
-			v.errf(f, at("group"), hintOr(didYouMean(in.Group, sortedKeys(groups)), "declare it with [[group]] name = \""+in.Group+"\""), "no group named %q", in.Group)
+			v.errf(f, at("group"), cmp.Or(diag.DidYouMean(in.Group, sortedKeys(groups)), "declare it with [[group]] name = \""+in.Group+"\""), "no group named %q", in.Group)
 		}
 		typ := cmp.Or(in.Type, "string")
 		if len(in.Values) > 0 && typ != "enum" {
@@ -189,7 +201,7 @@ func (v *validator) checkInputs() {
 			case in.Sensitive:
 				v.errf(f, at("default"), "let each install provide it", "a sensitive input cannot have a default: it would be stored in every revision")
 			default:
-				if msg := checkInputValue(in, in.Default); msg != "" {
+				if msg := in.CheckValue(in.Default); msg != "" {
 					v.errf(f, at("default"), "", "%s", msg)
 				}
 			}
@@ -201,23 +213,23 @@ func (v *validator) checkInputs() {
 // an install file). When complete, vendor inputs that are required must be
 // there.
 func (v *validator) inputValues(file, key string, vals map[string]any, complete bool) {
-	byName := map[string]Input{}
+	byName := map[string]config.Input{}
 	for _, in := range v.a.Inputs.Inputs {
 		byName[in.Name] = in
 	}
 	names := v.inputs
 	for _, name := range sortedKeys(vals) {
-		k := join(key, name)
+		k := diag.Join(key, name)
 		in, ok := byName[name]
 		if !ok {
-			v.errf(file, k, hintOr(didYouMean(name, names), "declare it in inputs.toml"), "no input named %q", name)
+			v.errf(file, k, cmp.Or(diag.DidYouMean(name, names), "declare it in inputs.toml"), "no input named %q", name)
 			continue
 		}
 		if in.ProvidedBy == "customer" {
 			v.errf(file, k, "remove it here; the customer sets it in the install stack", "input %q is provided by the customer", name)
 			continue
 		}
-		if msg := checkInputValue(in, vals[name]); msg != "" {
+		if msg := in.CheckValue(vals[name]); msg != "" {
 			v.errf(file, k, "", "%s", msg)
 		}
 	}
@@ -229,67 +241,6 @@ func (v *validator) inputValues(file, key string, vals map[string]any, complete 
 			v.errf(file, key, fmt.Sprintf("add %s = ... under [inputs]", in.Name), "required input %q is not set", in.Name)
 		}
 	}
-}
-
-// checkInputValue says what is wrong with val for input in, or "".
-func checkInputValue(in Input, val any) string {
-	switch cmp.Or(in.Type, "string") {
-	case "string":
-		s, ok := val.(string)
-		if !ok {
-			return fmt.Sprintf("input %q is a string, not %s", in.Name, goKind(val))
-		}
-		if in.Pattern != "" {
-			if re, err := regexp.Compile("^(?:" + in.Pattern + ")$"); err == nil && !re.MatchString(s) {
-				return fmt.Sprintf("%q does not match the pattern %s of input %q", s, in.Pattern, in.Name)
-			}
-		}
-	case "number":
-		var n float64
-		switch x := val.(type) {
-		case int64:
-			n = float64(x)
-		case float64:
-			n = x
-		default:
-			return fmt.Sprintf("input %q is a number, not %s", in.Name, goKind(val))
-		}
-		if in.Min != nil && n < *in.Min {
-			return fmt.Sprintf("%v is below the minimum %v of input %q", n, *in.Min, in.Name)
-		}
-		if in.Max != nil && n > *in.Max {
-			return fmt.Sprintf("%v is above the maximum %v of input %q", n, *in.Max, in.Name)
-		}
-	case "bool":
-		if _, ok := val.(bool); !ok {
-			return fmt.Sprintf("input %q is a boolean, not %s", in.Name, goKind(val))
-		}
-	case "enum":
-		s, ok := val.(string)
-		if !ok {
-			return fmt.Sprintf("input %q is one of %s, not %s", in.Name, quoteList(in.Values), goKind(val))
-		}
-		if !slices.Contains(in.Values, s) {
-			return fmt.Sprintf("%q is not a value of input %q; %s", s, in.Name, hintOr(didYouMean(s, in.Values), "use "+quoteList(in.Values)))
-		}
-	}
-	return ""
-}
-
-func goKind(v any) string {
-	switch v.(type) {
-	case string:
-		return "a string"
-	case int64, float64:
-		return "a number"
-	case bool:
-		return "a boolean"
-	case []any:
-		return "an array"
-	case map[string]any:
-		return "a table"
-	}
-	return fmt.Sprintf("%T", v)
 }
 
 func (v *validator) checkSecrets() {
@@ -307,7 +258,7 @@ func (v *validator) checkSecrets() {
 	}
 }
 
-func (v *validator) component(file string, c *Component) {
+func (v *validator) component(file string, c *config.Component) {
 	if file != "sandbox.toml" {
 		switch {
 		case c.Name == "sandbox":
@@ -340,7 +291,7 @@ func (v *validator) component(file string, c *Component) {
 			v.errf(file, key, "", "%q is listed twice", d)
 		}
 	}
-	stringsIn("config", c.Config, func(key, s string) {
+	template.EachString("config", c.Config, func(key, s string) {
 		v.refs(file, key, s, c.Name)
 	})
 }
@@ -350,7 +301,7 @@ func (v *validator) component(file string, c *Component) {
 func (v *validator) unknownTypeHint(typ string) string {
 	known := sortedKeys(v.types)
 	hint := "known types: " + strings.Join(known, ", ")
-	if h := didYouMean(typ, known); h != "" {
+	if h := diag.DidYouMean(typ, known); h != "" {
 		hint = h + " " + hint
 	}
 	if v.typeHint != "" {
@@ -371,35 +322,31 @@ func (v *validator) configProblems(file string, ps []FieldProblem) {
 		case p.Field != "":
 			key += "." + p.Field
 		}
-		line := v.a.line(file, key)
+		line := v.a.Line(file, key)
 		if line == 0 {
-			line = v.a.line(file, "type")
+			line = v.a.Line(file, "type")
 		}
-		v.ds.addf(file, line, key, p.Hint, "%s", p.Message)
+		v.ds.Addf(file, line, key, p.Hint, "%s", p.Message)
 	}
 }
-
-// HasRefs reports whether a config string holds a {{ }} reference, so its
-// value is known only once rendered for an install.
-func HasRefs(s string) bool { return strings.Contains(s, "{{") }
 
 // refs checks the references in one config string of component self ("" for
 // actions).
 func (v *validator) refs(file, key, s, self string) {
-	refs, rerr := findRefs(s)
+	refs, rerr := template.Refs(s)
 	if rerr != nil {
-		v.errf(file, key, rerr.hint, "%s", rerr.msg)
+		v.errf(file, key, rerr.Hint, "%s", rerr.Message)
 		return
 	}
 	for _, r := range refs {
 		switch r.Root {
 		case "inputs":
 			if !slices.Contains(v.inputs, r.Name) {
-				v.errf(file, key, hintOr(didYouMean(r.Name, v.inputs), "declare it in inputs.toml"), "{{ %s }}: no input named %q", r, r.Name)
+				v.errf(file, key, cmp.Or(diag.DidYouMean(r.Name, v.inputs), "declare it in inputs.toml"), "{{ %s }}: no input named %q", r, r.Name)
 			}
 		case "secrets":
 			if !slices.Contains(v.secrets, r.Name) {
-				v.errf(file, key, hintOr(didYouMean(r.Name, v.secrets), "declare it in secrets.toml"), "{{ %s }}: no secret named %q", r, r.Name)
+				v.errf(file, key, cmp.Or(diag.DidYouMean(r.Name, v.secrets), "declare it in secrets.toml"), "{{ %s }}: no secret named %q", r, r.Name)
 			}
 		case "sandbox":
 			if v.a.Sandbox == nil {
@@ -423,7 +370,7 @@ func (v *validator) refs(file, key, s, self string) {
 func (v *validator) cycles() {
 	for _, cyc := range v.a.Graph().Cycles() {
 		first := cyc[0]
-		file := v.a.fileOf("component", first)
+		file := v.a.FileOf("component", first)
 		v.errf(file, "dependencies", "a component cannot wait for itself; remove one of these dependencies or output references",
 			"dependency cycle: %s", strings.Join(cyc, " → "))
 	}
@@ -431,7 +378,7 @@ func (v *validator) cycles() {
 
 var hookTypes = []string{"pre_deploy", "post_deploy", "pre_teardown", "post_teardown"}
 
-func (v *validator) action(file string, ac *Action) {
+func (v *validator) action(file string, ac *config.Action) {
 	if !identRE.MatchString(ac.Name) {
 		v.errf(file, "name", identHint+"; without name, the file name is used", "%q is not a valid action name", ac.Name)
 	}
@@ -464,7 +411,7 @@ func (v *validator) action(file string, ac *Action) {
 			hasCron = true
 			if t.Schedule == "" {
 				v.errf(file, at("type"), "add schedule = \"*/15 * * * *\"", "a cron trigger needs a schedule")
-			} else if _, err := ParseSchedule(t.Schedule); err != nil {
+			} else if _, err := cron.Parse(t.Schedule); err != nil {
 				v.errf(file, at("schedule"), "", "%q is not a cron schedule: %v", t.Schedule, err)
 			}
 		case t.Schedule != "":
@@ -494,11 +441,11 @@ func (v *validator) env(file, key string, env map[string]string) {
 	for _, k := range sortedKeys(env) {
 		switch {
 		case !envNameRE.MatchString(k):
-			v.errf(file, join(key, k), "use letters, digits and _, not starting with a digit", "%q is not a valid environment variable name", k)
+			v.errf(file, diag.Join(key, k), "use letters, digits and _, not starting with a digit", "%q is not a valid environment variable name", k)
 		case strings.HasPrefix(k, "BYOC_"):
-			v.errf(file, join(key, k), "choose another name", "BYOC_ variables are set by the agent")
+			v.errf(file, diag.Join(key, k), "choose another name", "BYOC_ variables are set by the agent")
 		}
-		v.refs(file, join(key, k), env[k], "")
+		v.refs(file, diag.Join(key, k), env[k], "")
 	}
 }
 
@@ -518,7 +465,7 @@ func (v *validator) permissions() {
 	p := v.a.Permissions
 	for _, m := range []struct {
 		key string
-		r   *ModeRole
+		r   *config.ModeRole
 	}{{"provision", p.Provision}, {"maintenance", p.Maintenance}, {"deprovision", p.Deprovision}, {"break_glass", p.BreakGlass}} {
 		if m.r == nil {
 			continue
@@ -574,7 +521,7 @@ func (v *validator) breakGlass() {
 
 var installNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
 
-func (v *validator) install(file string, in *InstallFile) {
+func (v *validator) install(file string, in *config.InstallFile) {
 	if !installNameRE.MatchString(in.Name) {
 		v.errf(file, "name", "use lowercase letters, digits and -", "%q is not a valid install name", in.Name)
 	}
@@ -588,20 +535,13 @@ func (v *validator) install(file string, in *InstallFile) {
 	}
 	for _, c := range sortedKeys(in.Components) {
 		if !slices.Contains(names, c) {
-			v.noComponent(file, join("components", c), "", c, names)
+			v.noComponent(file, diag.Join("components", c), "", c, names)
 			continue
 		}
-		stringsIn(join("components", c)+".config", in.Components[c].Config, func(key, s string) {
+		template.EachString(diag.Join("components", c)+".config", in.Components[c].Config, func(key, s string) {
 			v.refs(file, key, s, c)
 		})
 	}
-}
-
-func hintOr(h, alt string) string {
-	if h != "" {
-		return h
-	}
-	return alt
 }
 
 func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }

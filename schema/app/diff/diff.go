@@ -1,4 +1,9 @@
-package config
+// Package diff says what changed between two app configs: per component,
+// action, input, secret and install, the key paths that changed (in the
+// names the files use), and which script and policy files changed. imsd
+// shows it for a pushed revision, and the planner uses Fields to say why a
+// component is redeployed.
+package diff
 
 import (
 	"cmp"
@@ -8,6 +13,9 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+
+	"github.com/byoc-dev/byoc/schema/app/config"
+	"github.com/byoc-dev/byoc/schema/app/diag"
 )
 
 // A Change is one difference between two app configs.
@@ -30,9 +38,9 @@ func (c Change) String() string {
 	return s
 }
 
-// Diff returns what changed from old to new, per component, action,
+// Apps returns what changed from old to new, per component, action,
 // input, secret and install, and per remaining section.
-func Diff(old, new *App) []Change {
+func Apps(old, new *config.App) []Change {
 	var out []Change
 	named := func(kind string, a, b map[string]any) {
 		for _, n := range slices.Sorted(maps.Keys(union(a, b))) {
@@ -44,17 +52,17 @@ func Diff(old, new *App) []Change {
 			case !inNew:
 				out = append(out, Change{Kind: kind, Name: n, Op: "removed"})
 			default:
-				if f := changedFields("", plainOf(x), plainOf(y)); len(f) > 0 {
+				if f := Fields("", plainOf(x), plainOf(y)); len(f) > 0 {
 					out = append(out, Change{Kind: kind, Name: n, Op: "changed", Fields: f})
 				}
 			}
 		}
 	}
 	named("component", componentsByName(old), componentsByName(new))
-	named("action", byName(old.Actions, func(a *Action) string { return a.Name }), byName(new.Actions, func(a *Action) string { return a.Name }))
-	named("input", byName(old.Inputs.Inputs, func(i Input) string { return i.Name }), byName(new.Inputs.Inputs, func(i Input) string { return i.Name }))
-	named("secret", byName(old.Secrets.Secrets, func(s Secret) string { return s.Name }), byName(new.Secrets.Secrets, func(s Secret) string { return s.Name }))
-	named("install", byName(old.Installs, func(i *InstallFile) string { return i.Name }), byName(new.Installs, func(i *InstallFile) string { return i.Name }))
+	named("action", byName(old.Actions, func(a *config.Action) string { return a.Name }), byName(new.Actions, func(a *config.Action) string { return a.Name }))
+	named("input", byName(old.Inputs.Inputs, func(i config.Input) string { return i.Name }), byName(new.Inputs.Inputs, func(i config.Input) string { return i.Name }))
+	named("secret", byName(old.Secrets.Secrets, func(s config.Secret) string { return s.Name }), byName(new.Secrets.Secrets, func(s config.Secret) string { return s.Name }))
+	named("install", byName(old.Installs, func(i *config.InstallFile) string { return i.Name }), byName(new.Installs, func(i *config.InstallFile) string { return i.Name }))
 	for _, sec := range []struct {
 		kind string
 		a, b any
@@ -65,7 +73,7 @@ func Diff(old, new *App) []Change {
 		{"policies", old.Policies, new.Policies},
 		{"break_glass", old.BreakGlass, new.BreakGlass},
 	} {
-		if f := changedFields("", plainOf(sec.a), plainOf(sec.b)); len(f) > 0 {
+		if f := Fields("", plainOf(sec.a), plainOf(sec.b)); len(f) > 0 {
 			out = append(out, Change{Kind: sec.kind, Name: sec.kind, Op: "changed", Fields: f})
 		}
 	}
@@ -89,8 +97,8 @@ func Diff(old, new *App) []Change {
 	return out
 }
 
-func componentsByName(a *App) map[string]any {
-	m := byName(a.Components, func(c *Component) string { return c.Name })
+func componentsByName(a *config.App) map[string]any {
+	m := byName(a.Components, func(c *config.Component) string { return c.Name })
 	if a.Sandbox != nil {
 		m["sandbox"] = a.Sandbox
 	}
@@ -125,7 +133,7 @@ func plainValue(rv reflect.Value) any {
 		return nil
 	}
 	if rv.Type() == durationType {
-		return Duration(rv.Int()).String()
+		return config.Duration(rv.Int()).String()
 	}
 	switch rv.Kind() {
 	case reflect.Pointer, reflect.Interface:
@@ -135,8 +143,8 @@ func plainValue(rv reflect.Value) any {
 		return plainValue(rv.Elem())
 	case reflect.Struct:
 		m := map[string]any{}
-		for _, f := range fieldsOf(rv.Type()) {
-			m[f.key] = plainValue(rv.Field(f.index))
+		for _, f := range config.Fields(rv.Type()) {
+			m[f.Key] = plainValue(rv.Field(f.Index))
 		}
 		return m
 	case reflect.Map:
@@ -162,9 +170,10 @@ func plainValue(rv reflect.Value) any {
 	return x
 }
 
-// changedFields lists the key paths where a and b differ, stopping at the
-// first level where they are not both tables.
-func changedFields(path string, a, b any) []string {
+// Fields lists the key paths (under path) where two config values differ,
+// descending into tables and stopping at the first level where they are
+// not both tables.
+func Fields(path string, a, b any) []string {
 	am, aok := a.(map[string]any)
 	bm, bok := b.(map[string]any)
 	if !aok || !bok {
@@ -175,11 +184,9 @@ func changedFields(path string, a, b any) []string {
 	}
 	var out []string
 	for _, k := range slices.Sorted(maps.Keys(union(am, bm))) {
-		out = append(out, changedFields(join(path, k), am[k], bm[k])...)
+		out = append(out, Fields(diag.Join(path, k), am[k], bm[k])...)
 	}
 	return out
 }
 
-// ChangedFields lists the key paths (under path) where two config values
-// differ, descending into tables.
-func ChangedFields(path string, a, b any) []string { return changedFields(path, a, b) }
+var durationType = reflect.TypeFor[config.Duration]()

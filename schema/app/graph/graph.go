@@ -1,4 +1,8 @@
-package config
+// Package graph is the dependency graph of an app's components: waves
+// that can deploy in parallel, the set downstream of a change, and whole
+// cycles for the validator to report. It knows nothing of the config
+// format; config.App builds one from listed and implied dependencies.
+package graph
 
 import (
 	"maps"
@@ -16,9 +20,9 @@ type Graph struct {
 	deps, users map[string][]string
 }
 
-// NewGraph builds a graph from each node's dependencies. A dependency on a
+// New builds a graph from each node's dependencies. A dependency on a
 // node that is not in the graph is ignored (validation reports it).
-func NewGraph(deps map[string][]string) *Graph {
+func New(deps map[string][]string) *Graph {
 	g := &Graph{nodes: slices.Sorted(maps.Keys(deps)), deps: map[string][]string{}, users: map[string][]string{}}
 	for _, n := range g.nodes {
 		for _, d := range deps[n] {
@@ -155,48 +159,5 @@ func (g *Graph) Downstream(from ...string) []string {
 			out = append(out, n)
 		}
 	}
-	return out
-}
-
-// Graph returns the app's component graph. The sandbox, when there is
-// one, precedes every component. Parse builds it once.
-func (a *App) Graph() *Graph {
-	if a.graph == nil {
-		a.graph = NewGraph(a.dependencies())
-	}
-	return a.graph
-}
-
-// dependencies returns every component's dependencies: listed, implied by
-// output references, and the sandbox.
-func (a *App) dependencies() map[string][]string {
-	deps := map[string][]string{}
-	if a.Sandbox != nil {
-		deps["sandbox"] = nil
-	}
-	for _, c := range a.Components {
-		d := slices.Clone(c.Dependencies)
-		for _, r := range configRefs(c.Config) {
-			if r.Root == "components" {
-				d = append(d, r.Name)
-			}
-		}
-		if a.Sandbox != nil {
-			d = append(d, "sandbox")
-		}
-		deps[c.Name] = d
-	}
-	return deps
-}
-
-// configRefs returns the well-formed references in a config.
-func configRefs(cfg map[string]any) []Ref {
-	var out []Ref
-	stringsIn("", cfg, func(_, s string) {
-		refs, err := findRefs(s)
-		if err == nil {
-			out = append(out, refs...)
-		}
-	})
 	return out
 }

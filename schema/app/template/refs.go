@@ -1,4 +1,9 @@
-package config
+// Package template is the {{ }} references of config strings: finding
+// them (field chains such as {{ .inputs.NAME }} only, parsed with
+// text/template/parse, so a config says what it needs and nothing runs)
+// and rendering them for an install. Secrets stay references until the
+// agent replaces them (ReplaceSecrets): imsd never knows their values.
+package template
 
 import (
 	"fmt"
@@ -6,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"text/template/parse"
+
+	"github.com/byoc-dev/byoc/schema/app/diag"
 )
 
 // A Ref is one {{ }} reference in a config string.
@@ -34,15 +41,20 @@ func (r Ref) String() string {
 
 var refRoots = []string{"install", "inputs", "sandbox", "components", "secrets"}
 
-// refError is a reference that is not well formed.
-type refError struct {
-	msg, hint string
+// A Problem is a reference that is not well formed: what is wrong and
+// what would be right.
+type Problem struct {
+	Message, Hint string
 }
 
-// findRefs returns the references in s. A string without {{ is plain
+// HasRefs reports whether a config string holds a {{ }} reference, so its
+// value is known only once rendered for an install.
+func HasRefs(s string) bool { return strings.Contains(s, "{{") }
+
+// Refs returns the references in s. A string without {{ is plain
 // text. Only field chains are allowed inside {{ }}: no functions, pipes or
 // control structures, so a config says what it needs and nothing runs.
-func findRefs(s string) ([]Ref, *refError) {
+func Refs(s string) ([]Ref, *Problem) {
 	if !HasRefs(s) {
 		return nil, nil
 	}
@@ -55,7 +67,7 @@ func findRefs(s string) ([]Ref, *refError) {
 				msg = msg[i+len("config:")+j+2:]
 			}
 		}
-		return nil, &refError{msg: "reference syntax: " + msg, hint: "write references as {{ .inputs.NAME }}"}
+		return nil, &Problem{Message: "reference syntax: " + msg, Hint: "write references as {{ .inputs.NAME }}"}
 	}
 	var out []Ref
 	for _, n := range trees["config"].Root.Nodes {
@@ -64,7 +76,7 @@ func findRefs(s string) ([]Ref, *refError) {
 		case *parse.ActionNode:
 			f, ok := plainField(n)
 			if !ok {
-				return nil, &refError{msg: fmt.Sprintf("{{%s}} is not a plain reference", n.Pipe), hint: "only field references such as {{ .inputs.NAME }} are allowed, no functions or pipes"}
+				return nil, &Problem{Message: fmt.Sprintf("{{%s}} is not a plain reference", n.Pipe), Hint: "only field references such as {{ .inputs.NAME }} are allowed, no functions or pipes"}
 			}
 			r, e := refOf(f.Ident)
 			if e != nil {
@@ -72,16 +84,16 @@ func findRefs(s string) ([]Ref, *refError) {
 			}
 			out = append(out, r)
 		default:
-			return nil, &refError{msg: fmt.Sprintf("%q is not allowed in config", n.String()), hint: "only field references such as {{ .inputs.NAME }} are allowed, no if, range or with"}
+			return nil, &Problem{Message: fmt.Sprintf("%q is not allowed in config", n.String()), Hint: "only field references such as {{ .inputs.NAME }} are allowed, no if, range or with"}
 		}
 	}
 	return out, nil
 }
 
-func refOf(ident []string) (Ref, *refError) {
+func refOf(ident []string) (Ref, *Problem) {
 	whole := "." + strings.Join(ident, ".")
-	bad := func(want string) (Ref, *refError) {
-		return Ref{}, &refError{msg: fmt.Sprintf("{{ %s }} is not a reference byoc knows", whole), hint: "write " + want}
+	bad := func(want string) (Ref, *Problem) {
+		return Ref{}, &Problem{Message: fmt.Sprintf("{{ %s }} is not a reference byoc knows", whole), Hint: "write " + want}
 	}
 	switch ident[0] {
 	case "install":
@@ -105,26 +117,26 @@ func refOf(ident []string) (Ref, *refError) {
 		}
 		return Ref{Root: "components", Name: ident[1], Output: ident[3]}, nil
 	}
-	hint := didYouMean(ident[0], refRoots)
+	hint := diag.DidYouMean(ident[0], refRoots)
 	if hint == "" {
 		hint = "references start with ." + strings.Join(refRoots, ", .")
 	}
-	return Ref{}, &refError{msg: fmt.Sprintf("{{ %s }}: unknown root %q", whole, ident[0]), hint: hint}
+	return Ref{}, &Problem{Message: fmt.Sprintf("{{ %s }}: unknown root %q", whole, ident[0]), Hint: hint}
 }
 
-// stringsIn calls fn for every string inside a free-form config value,
-// with its key path.
-func stringsIn(path string, v any, fn func(path, s string)) {
+// EachString calls fn for every string inside a free-form config value,
+// with its key path, in key order.
+func EachString(path string, v any, fn func(path, s string)) {
 	switch v := v.(type) {
 	case string:
 		fn(path, v)
 	case []any:
 		for i, e := range v {
-			stringsIn(fmt.Sprintf("%s[%d]", path, i), e, fn)
+			EachString(fmt.Sprintf("%s[%d]", path, i), e, fn)
 		}
 	case map[string]any:
 		for _, k := range slices.Sorted(maps.Keys(v)) {
-			stringsIn(join(path, k), v[k], fn)
+			EachString(diag.Join(path, k), v[k], fn)
 		}
 	}
 }

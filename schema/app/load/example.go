@@ -1,12 +1,14 @@
-package config
+package load
 
 import (
 	"embed"
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 )
 
 // example is the commented example app that `byoc app init` writes.
@@ -28,7 +30,7 @@ func ExampleFiles() map[string][]byte {
 // writes nothing if any of its files exists already.
 func WriteExample(dir string) ([]string, error) {
 	files := ExampleFiles()
-	paths := sortedKeys(files)
+	paths := slices.Sorted(maps.Keys(files))
 	for _, p := range paths {
 		if _, err := os.Lstat(filepath.Join(dir, p)); err == nil {
 			return nil, fmt.Errorf("%s exists already; byoc app init writes only into an empty directory", filepath.Join(dir, p))

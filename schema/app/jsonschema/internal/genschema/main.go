@@ -1,5 +1,5 @@
 // Command genschema writes the JSON Schemas of the app config format into
-// schema/app/config/jsonschema/ (run by `make generate`).
+// schema/app/jsonschema/ (run by `make generate`).
 package main
 
 import (
@@ -7,11 +7,11 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/byoc-dev/byoc/schema/app/config"
+	"github.com/byoc-dev/byoc/schema/app/jsonschema"
 )
 
 func main() {
-	dir := "schema/app/config/jsonschema"
+	dir := "schema/app/jsonschema"
 	if len(os.Args) > 1 {
 		dir = os.Args[1]
 	}
@@ -19,7 +19,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "genschema:", err)
 		os.Exit(1)
 	}
-	for name, b := range config.SchemaFiles() {
+	for name, b := range jsonschema.Files() {
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
 			fmt.Fprintln(os.Stderr, "genschema:", err)
 			os.Exit(1)

@@ -1,4 +1,4 @@
-package config
+package load
 
 import (
 	"bytes"
@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/byoc-dev/byoc/schema/app/validate"
 )
 
 var update = flag.Bool("update", false, "rewrite the want sections of testdata/*.txtar")
@@ -73,7 +75,7 @@ func TestConfigErrors(t *testing.T) {
 				}
 			}
 			got := "ok\n"
-			if _, err := Parse(app, Options{}); err != nil {
+			if _, err := Parse(app, validate.Options{}); err != nil {
 				got = err.Error() + "\n"
 			}
 			if *update {
@@ -91,24 +93,11 @@ func TestConfigErrors(t *testing.T) {
 }
 
 func TestExampleIsValid(t *testing.T) {
-	a, err := Parse(ExampleFiles(), Options{})
+	a, err := Parse(ExampleFiles(), validate.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := strings.Join(a.Graph().Order(), " "); got != "sandbox cache db api web" {
 		t.Errorf("order = %s", got)
-	}
-}
-
-// The committed JSON Schemas must be what the Go types generate.
-func TestSchemaFilesUpToDate(t *testing.T) {
-	for name, want := range SchemaFiles() {
-		got, err := os.ReadFile(filepath.Join("jsonschema", name))
-		if err != nil {
-			t.Fatalf("%v: run make generate", err)
-		}
-		if !bytes.Equal(got, want) {
-			t.Errorf("jsonschema/%s is out of date: run make generate", name)
-		}
 	}
 }

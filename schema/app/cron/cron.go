@@ -1,4 +1,8 @@
-package config
+// Package cron parses the schedules of cron triggers (five fields or a
+// macro such as @daily, in UTC) and finds their next fire time. The
+// validator checks trigger schedules with Parse; imsd's scheduler runs
+// them with Schedule.Next.
+package cron
 
 import (
 	"fmt"
@@ -28,11 +32,11 @@ var cronMacros = map[string]string{
 var monthNames = map[string]int{"jan": 1, "feb": 2, "mar": 3, "apr": 4, "may": 5, "jun": 6, "jul": 7, "aug": 8, "sep": 9, "oct": 10, "nov": 11, "dec": 12}
 var dayNames = map[string]int{"sun": 0, "mon": 1, "tue": 2, "wed": 3, "thu": 4, "fri": 5, "sat": 6}
 
-// ParseSchedule parses a cron expression: five fields (minute, hour,
+// Parse parses a cron expression: five fields (minute, hour,
 // day of month, month, day of week) with *, lists, ranges, steps and
 // month and day names, or one of @hourly, @daily, @weekly, @monthly,
 // @yearly. Times are UTC.
-func ParseSchedule(spec string) (Schedule, error) {
+func Parse(spec string) (Schedule, error) {
 	s := strings.TrimSpace(spec)
 	if m, ok := cronMacros[s]; ok {
 		s = m

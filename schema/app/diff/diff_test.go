@@ -1,18 +1,21 @@
-package config
+package diff
 
 import (
 	"fmt"
 	"maps"
 	"strings"
 	"testing"
+
+	"github.com/byoc-dev/byoc/schema/app/load"
+	"github.com/byoc-dev/byoc/schema/app/validate"
 )
 
 func TestDiff(t *testing.T) {
-	old, err := Parse(ExampleFiles(), Options{})
+	old, err := load.Parse(load.ExampleFiles(), validate.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	files := maps.Clone(ExampleFiles())
+	files := maps.Clone(load.ExampleFiles())
 	edit := func(p, from, to string) {
 		s := string(files[p])
 		if !strings.Contains(s, from) {
@@ -27,12 +30,12 @@ func TestDiff(t *testing.T) {
 	edit("scripts/migrate.sh", "migrating", "Migrating")
 	edit("app.toml", `version = "0.1.0"`, `version = "0.2.0"`)
 	edit("inputs.toml", "max = 3650", "max = 365")
-	newApp, err := Parse(files, Options{})
+	newApp, err := load.Parse(files, validate.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var got []string
-	for _, c := range Diff(old, newApp) {
+	for _, c := range Apps(old, newApp) {
 		got = append(got, c.String())
 	}
 	want := []string{
@@ -47,7 +50,7 @@ func TestDiff(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("diff:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
 	}
-	if d := Diff(old, old); len(d) != 0 {
+	if d := Apps(old, old); len(d) != 0 {
 		t.Errorf("diff with itself: %v", d)
 	}
 }
