@@ -17,6 +17,8 @@ require (
 	modernc.org/sqlite v1.60.1
 )
 
+require github.com/robfig/cron/v3 v3.0.1 // indirect
+
 require (
 	charm.land/bubbles/v2 v2.2.1
 	charm.land/bubbletea/v2 v2.0.10

@@ -52,17 +52,20 @@ func Parse(spec string) (Schedule, error) {
 	specs := []struct {
 		name   string
 		lo, hi int
-		names  map[string]int
-		dst    *uint64
+		// last ends * and N/step: a day of week of 7 is Sunday only
+		// when written, so "1/2" is Monday, Wednesday and Friday.
+		last  int
+		names map[string]int
+		dst   *uint64
 	}{
-		{"minute", 0, 59, nil, &sc.minute},
-		{"hour", 0, 23, nil, &sc.hour},
-		{"day of month", 1, 31, nil, &sc.dom},
-		{"month", 1, 12, monthNames, &sc.month},
-		{"day of week", 0, 7, dayNames, &sc.dow},
+		{"minute", 0, 59, 59, nil, &sc.minute},
+		{"hour", 0, 23, 23, nil, &sc.hour},
+		{"day of month", 1, 31, 31, nil, &sc.dom},
+		{"month", 1, 12, 12, monthNames, &sc.month},
+		{"day of week", 0, 7, 6, dayNames, &sc.dow},
 	}
 	for i, fs := range specs {
-		if *fs.dst, err = cronField(f[i], fs.lo, fs.hi, fs.names); err != nil {
+		if *fs.dst, err = cronField(f[i], fs.lo, fs.hi, fs.last, fs.names); err != nil {
 			return Schedule{}, fmt.Errorf("%s %q: %v", fs.name, f[i], err)
 		}
 	}
@@ -73,7 +76,9 @@ func Parse(spec string) (Schedule, error) {
 	return sc, nil
 }
 
-func cronField(s string, lo, hi int, names map[string]int) (uint64, error) {
+// cronField parses one field whose values run from lo to hi; * and N/step
+// run to last.
+func cronField(s string, lo, hi, last int, names map[string]int) (uint64, error) {
 	var bits uint64
 	for part := range strings.SplitSeq(s, ",") {
 		rng, stepS, hasStep := strings.Cut(part, "/")
@@ -88,7 +93,7 @@ func cronField(s string, lo, hi int, names map[string]int) (uint64, error) {
 		var from, to int
 		switch {
 		case rng == "*" || rng == "?":
-			from, to = lo, hi
+			from, to = lo, last
 		default:
 			a, b, isRange := strings.Cut(rng, "-")
 			var err error
@@ -104,7 +109,7 @@ func cronField(s string, lo, hi int, names map[string]int) (uint64, error) {
 					return 0, fmt.Errorf("range %s runs backwards", rng)
 				}
 			} else if hasStep {
-				to = hi
+				to = max(from, last)
 			}
 		}
 		for v := from; v <= to; v += step {

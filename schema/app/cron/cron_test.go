@@ -17,6 +17,7 @@ func TestSchedule(t *testing.T) {
 		{"0 0 29 2 *", "2028-02-29T00:00:00Z"},
 		{"5,10 8-9 * * *", "2026-11-22T08:05:00Z"},
 		{"0 0 13 * fri", "2026-11-27T00:00:00Z"}, // either day field matches
+		{"0 0 * * 1/2", "2026-11-23T00:00:00Z"},  // Monday, Wednesday, Friday: not Sunday as 7
 	} {
 		s, err := Parse(c.spec)
 		if err != nil {
