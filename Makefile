@@ -55,8 +55,23 @@ test-examples: ## Vet and test the example plugins (each its own module).
 		(cd $$d && $(GO) vet ./... && $(GO) test -race -count=1 ./...); \
 	done
 
+# Fuzz targets, as package:FuzzName; `make fuzz-short` runs each for
+# FUZZTIME on top of its committed corpus (testdata/fuzz).
+FUZZTIME ?= 10s
+FUZZ_TARGETS :=
+FUZZ_TARGETS += ./schema/app/config:FuzzDecode
+FUZZ_TARGETS += ./schema/app/cron:FuzzScheduleAgainstRobfig
+
+.PHONY: fuzz-short
+fuzz-short: ## Run every fuzz target in FUZZ_TARGETS for FUZZTIME (10s) each.
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "== $$pkg $$name"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	done
+
 .PHONY: test
-test: check-generate lint test-short test-full test-examples ## Everything CI runs: generated code, lint, fast and full tiers, example plugins.
+test: check-generate lint test-short test-full test-examples fuzz-short ## Everything CI runs: generated code, lint, fast and full tiers, example plugins, short fuzzing.
 
 .PHONY: bench
 bench: ## Benchmarks: plugin launch, sandbox overhead per step, pickup latency, dispatch throughput, memory per agent (prints figures).

@@ -118,15 +118,11 @@ func Decode(files map[string][]byte, ds *diag.List) *App {
 		if !ok {
 			return false
 		}
-		root, d := parseTOML(name, b)
-		if d != nil {
-			ds.Add(*d)
-			return false
+		lines, ok := decodeFile(name, b, dst, ds)
+		if ok {
+			a.lines[name] = lines
 		}
-		dec := &decoder{file: name, ds: ds, lines: map[string]int{}}
-		a.lines[name] = dec.lines
-		dec.decodeStruct("", &value{kind: kTable, line: 1, table: root}, reflect.ValueOf(dst).Elem())
-		return true
+		return ok
 	}
 	decodeFile("app.toml", &a.Metadata)
 	decodeFile("inputs.toml", &a.Inputs)
@@ -147,6 +143,21 @@ func Decode(files map[string][]byte, ds *diag.List) *App {
 	a.Installs = loadDir(a, ds, files, "installs", "install", decodeFile, func(c *InstallFile) *string { return &c.Name })
 	a.Graph()
 	return a
+}
+
+// decodeFile reads one TOML file of an app config into dst, a pointer to
+// its Go type, adding its problems to ds. It returns the line of every key
+// path it decoded, or false when the file is not TOML and nothing was
+// decoded.
+func decodeFile(file string, data []byte, dst any, ds *diag.List) (map[string]int, bool) {
+	root, d := parseTOML(file, data)
+	if d != nil {
+		ds.Add(*d)
+		return nil, false
+	}
+	dec := &decoder{file: file, ds: ds, lines: map[string]int{}}
+	dec.decodeStruct("", &value{kind: kTable, line: 1, table: root}, reflect.ValueOf(dst).Elem())
+	return dec.lines, true
 }
 
 // loadDir decodes the one-item-per-file TOML files of a folder, naming

@@ -144,7 +144,10 @@ func parseTOML(file string, data []byte) (*table, *diag.Diagnostic) {
 	}
 	if err := p.Error(); err != nil {
 		var perr *unstable.ParserError
-		if errors.As(err, &perr) && len(perr.Highlight) > 0 {
+		// An empty highlight still points where the parser stopped (the
+		// end of the file, for a string left open there): go-toml's own
+		// errors place it the same way. Only a nil one points nowhere.
+		if errors.As(err, &perr) && perr.Highlight != nil {
 			return nil, fail(p.Shape(p.Range(perr.Highlight)).Start.Line, "TOML syntax: %s", perr.Message)
 		}
 		return nil, fail(0, "TOML syntax: %v", err)
