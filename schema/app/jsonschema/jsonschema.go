@@ -35,7 +35,7 @@ func Files() map[string][]byte {
 		s["$schema"] = "https://json-schema.org/draft/2020-12/schema"
 		s["$id"] = "https://byoc.dev/schema/app/" + k.file
 		s["title"] = k.title
-		s["description"] = "Generated from the Go types in schema/appconfig; applies to " + k.match + " in an app directory."
+		s["description"] = "Generated from the Go types in schema/app/config; applies to " + k.match + " in an app directory."
 		b, err := json.MarshalIndent(s, "", "  ")
 		if err != nil {
 			panic(err)
