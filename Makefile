@@ -60,6 +60,7 @@ test-examples: ## Vet and test the example plugins (each its own module).
 FUZZTIME ?= 10s
 FUZZ_TARGETS :=
 FUZZ_TARGETS += ./schema/app/config:FuzzDecode
+FUZZ_TARGETS += ./schema/app/load:FuzzParse
 FUZZ_TARGETS += ./schema/app/cron:FuzzScheduleAgainstRobfig
 
 .PHONY: fuzz-short

@@ -58,8 +58,12 @@ type App struct {
 
 	// lines maps file -> key path -> line.
 	lines map[string]map[string]int
-	// origin maps a component, action or install name to its file.
+	// origin maps a component, action or install name to its file (the
+	// first, when two files define one name).
 	origin map[string]string
+	// source maps each component, action and install (its pointer) to
+	// its own file.
+	source map[any]string
 	// graph is the component graph, built once by Decode (references
 	// are parsed to find implied dependencies).
 	graph *graph.Graph
@@ -84,7 +88,7 @@ func FileRank(file string) int {
 // validate. Decode builds the component graph once, so an App may be read
 // from several goroutines afterwards.
 func Decode(files map[string][]byte, ds *diag.List) *App {
-	a := &App{Files: files, lines: map[string]map[string]int{}, origin: map[string]string{}}
+	a := &App{Files: files, lines: map[string]map[string]int{}, origin: map[string]string{}, source: map[any]string{}}
 	if _, ok := files["app.toml"]; !ok {
 		ds.Addf("app.toml", 0, "", "every app directory has one, with at least name = \"...\"", "is missing")
 	}
@@ -173,6 +177,7 @@ func loadDir[T any](a *App, ds *diag.List, files map[string][]byte, dir, kind st
 			*n = stem(p)
 		}
 		out = append(out, item)
+		a.source[item] = p
 		a.addOrigin(ds, kind, *name(item), p)
 	}
 	sortByName(out, func(x *T) string { return *name(x) })
@@ -191,9 +196,17 @@ func (a *App) addOrigin(ds *diag.List, kind, name, file string) {
 }
 
 // FileOf returns the file a component, action or install was read from
-// (kind "component", "action" or "install").
+// (kind "component", "action" or "install"); the first, when two files
+// define the name (which Decode reports).
 func (a *App) FileOf(kind, name string) string {
 	return a.origin[kind+"/"+name]
+}
+
+// Source returns the file a component, action or install was read from,
+// given as its pointer in Components, Actions or Installs: its own file,
+// even when another file defines the same name.
+func (a *App) Source(item any) string {
+	return a.source[item]
 }
 
 // Line returns the line of a key path in a file, or of its closest

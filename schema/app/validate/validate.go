@@ -97,17 +97,17 @@ func Check(a *config.App, ds *diag.List, opts Options) {
 	// components/*.toml files are validated by their own file, so a
 	// component named "sandbox" there is told it cannot be.
 	for _, c := range a.Components {
-		v.component(a.FileOf("component", c.Name), c)
+		v.component(a.Source(c), c)
 	}
 	v.cycles()
 	for _, ac := range a.Actions {
-		v.action(a.FileOf("action", ac.Name), ac)
+		v.action(a.Source(ac), ac)
 	}
 	v.permissions()
 	v.policies()
 	v.breakGlass()
 	for _, in := range a.Installs {
-		v.install(a.FileOf("install", in.Name), in)
+		v.install(a.Source(in), in)
 	}
 }
 
@@ -236,9 +236,12 @@ func (v *validator) inputValues(file, key string, vals map[string]any, complete 
 	if !complete {
 		return
 	}
+	// Without an [inputs] table, the file as a whole is at fault: line 1,
+	// where the decoder reports a missing required key too.
+	line := max(v.a.Line(file, key), 1)
 	for _, in := range v.a.Inputs.Inputs {
 		if _, ok := vals[in.Name]; !ok && in.Required && in.ProvidedBy != "customer" && v.a.Metadata.InstallDefaults.Inputs[in.Name] == nil {
-			v.errf(file, key, fmt.Sprintf("add %s = ... under [inputs]", in.Name), "required input %q is not set", in.Name)
+			v.ds.Addf(file, line, key, fmt.Sprintf("add %s = ... under [inputs]", in.Name), "required input %q is not set", in.Name)
 		}
 	}
 }
@@ -371,9 +374,31 @@ func (v *validator) cycles() {
 	for _, cyc := range v.a.Graph().Cycles() {
 		first := cyc[0]
 		file := v.a.FileOf("component", first)
-		v.errf(file, "dependencies", "a component cannot wait for itself; remove one of these dependencies or output references",
+		v.errf(file, v.edge(first, cyc[1]), "a component cannot wait for itself; remove one of these dependencies or output references",
 			"dependency cycle: %s", strings.Join(cyc, " → "))
 	}
+}
+
+// edge returns the key that makes component from wait for component to:
+// dependencies when it lists to, else the first config string that refers
+// to to's outputs.
+func (v *validator) edge(from, to string) string {
+	c := v.a.Component(from)
+	if c == nil || slices.Contains(c.Dependencies, to) {
+		return "dependencies"
+	}
+	key := "dependencies"
+	found := false
+	template.EachString("config", c.Config, func(k, s string) {
+		if found {
+			return
+		}
+		refs, _ := template.Refs(s)
+		if slices.ContainsFunc(refs, func(r template.Ref) bool { return r.Root == "components" && r.Name == to }) {
+			key, found = k, true
+		}
+	})
+	return key
 }
 
 var hookTypes = []string{"pre_deploy", "post_deploy", "pre_teardown", "post_teardown"}
