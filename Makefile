@@ -62,6 +62,7 @@ FUZZ_TARGETS :=
 FUZZ_TARGETS += ./schema/app/config:FuzzDecode
 FUZZ_TARGETS += ./schema/app/load:FuzzParse
 FUZZ_TARGETS += ./schema/app/cron:FuzzScheduleAgainstRobfig
+FUZZ_TARGETS += ./schema/app/cron:FuzzScheduleTokens
 
 .PHONY: fuzz-short
 fuzz-short: ## Run every fuzz target in FUZZ_TARGETS for FUZZTIME (10s) each.

@@ -1,6 +1,7 @@
 package cron
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -40,34 +41,103 @@ func FuzzScheduleAgainstRobfig(f *testing.F) {
 	} {
 		f.Add(s, int64(1795000000))
 	}
-	f.Fuzz(func(t *testing.T, spec string, start int64) {
-		ours, oerr := Parse(spec)
-		if why := divergence(spec); why != "" {
-			// Our side still must not fail in its own way.
-			if oerr == nil {
-				checkNext(t, spec, ours, start)
-			}
-			return
-		}
-		theirs, terr := robfig.ParseStandard(spec)
-		if (oerr == nil) != (terr == nil) {
-			t.Fatalf("%q: we say %v, robfig says %v", spec, oerr, terr)
-		}
-		if oerr != nil {
-			return
-		}
-		from := time.Unix(start%(200*365*24*3600), 0).UTC() // 1770-2170
-		a, b := from, from
-		for i := range fireTimes {
-			a, b = ours.Next(a), theirs.Next(b)
-			if !a.Equal(b) {
-				t.Fatalf("%q: fire time %d after %s: we say %s, robfig says %s", spec, i+1, from, a, b)
-			}
-			if a.IsZero() {
-				return
-			}
-		}
+	f.Fuzz(compareWithRobfig)
+}
+
+// FuzzScheduleTokens is FuzzScheduleAgainstRobfig on specs built from
+// bytes, field by field, which random strings seldom are: a list of one to
+// three items, each *, ?, a value, a range, a value or range with a step,
+// or */step; values run one past each field's bounds and use names for
+// months and days of week.
+func FuzzScheduleTokens(f *testing.F) {
+	f.Add([]byte{}, int64(0))
+	f.Add([]byte{0, 3, 10, 5, 1, 1, 7, 2, 4, 3, 2, 1, 4, 4, 1, 9, 3}, int64(1795000000))
+	f.Add([]byte{2, 1, 1, 200, 1, 3, 5, 2, 0, 2, 2, 3, 4, 9, 11, 1, 4, 5, 9, 2}, int64(-1795000000))
+	f.Fuzz(func(t *testing.T, data []byte, start int64) {
+		compareWithRobfig(t, specOf(data), start)
 	})
+}
+
+// specOf builds a five-field spec from data (see FuzzScheduleTokens).
+func specOf(data []byte) string {
+	next := func() int {
+		if len(data) == 0 {
+			return 0
+		}
+		c := data[0]
+		data = data[1:]
+		return int(c)
+	}
+	bounds := []struct {
+		lo, hi int
+		names  []string
+	}{
+		{0, 59, nil}, {0, 23, nil}, {1, 31, nil},
+		{1, 12, []string{"jan", "Feb", "MAR", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"}},
+		{0, 7, []string{"sun", "Mon", "TUE", "wed", "thu", "fri", "sat"}},
+	}
+	var fields []string
+	for _, b := range bounds {
+		value := func() string {
+			c := next()
+			if b.names != nil && c%4 == 0 {
+				return b.names[c/4%len(b.names)]
+			}
+			return strconv.Itoa(b.lo - 1 + c%(b.hi-b.lo+3))
+		}
+		star := func() string { return [...]string{"*", "?"}[next()%2] }
+		step := func() string { return strconv.Itoa(next() % 9) }
+		var items []string
+		for range 1 + next()%3 {
+			switch next() % 7 {
+			case 0:
+				items = append(items, star())
+			case 1, 2:
+				items = append(items, value())
+			case 3:
+				items = append(items, value()+"-"+value())
+			case 4:
+				items = append(items, value()+"/"+step())
+			case 5:
+				items = append(items, value()+"-"+value()+"/"+step())
+			case 6:
+				items = append(items, star()+"/"+step())
+			}
+		}
+		fields = append(fields, strings.Join(items, ","))
+	}
+	return strings.Join(fields, " ")
+}
+
+// compareWithRobfig is the differential check of both fuzz targets.
+func compareWithRobfig(t *testing.T, spec string, start int64) {
+	t.Helper()
+	ours, oerr := Parse(spec)
+	if why := divergence(spec); why != "" {
+		// Our side still must not fail in its own way.
+		if oerr == nil {
+			checkNext(t, spec, ours, start)
+		}
+		return
+	}
+	theirs, terr := robfig.ParseStandard(spec)
+	if (oerr == nil) != (terr == nil) {
+		t.Fatalf("%q: we say %v, robfig says %v", spec, oerr, terr)
+	}
+	if oerr != nil {
+		return
+	}
+	from := time.Unix(start%(200*365*24*3600), 0).UTC() // 1770-2170
+	a, b := from, from
+	for i := range fireTimes {
+		a, b = ours.Next(a), theirs.Next(b)
+		if !a.Equal(b) {
+			t.Fatalf("%q: fire time %d after %s: we say %s, robfig says %s", spec, i+1, from, a, b)
+		}
+		if a.IsZero() {
+			return
+		}
+	}
 }
 
 // fireTimes is how many fire times the fuzzer compares.
