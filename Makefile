@@ -22,14 +22,14 @@ build: ## Build imsd, agentd and byoc into bin/.
 generate: ## Regenerate the Go code from rpc/ and the app config JSON Schemas (committed).
 	rm -rf rpc/gen
 	$(TOOL) buf generate
-	$(GO) run ./schema/appconfig/internal/genschema schema/appconfig/jsonschema
+	$(GO) run ./schema/app/jsonschema/internal/genschema schema/app/jsonschema
 
 .PHONY: check-generate
 check-generate: generate ## Fail when `make generate` changes anything.
-	@git add -N rpc/gen schema/appconfig/jsonschema >/dev/null 2>&1 || true
-	@if ! git diff --quiet --exit-code -- rpc/gen schema/appconfig/jsonschema; then \
+	@git add -N rpc/gen schema/app/jsonschema >/dev/null 2>&1 || true
+	@if ! git diff --quiet --exit-code -- rpc/gen schema/app/jsonschema; then \
 		echo "generated code is out of date: run 'make generate' and commit" >&2; \
-		git diff --stat -- rpc/gen schema/appconfig/jsonschema >&2; exit 1; fi
+		git diff --stat -- rpc/gen schema/app/jsonschema >&2; exit 1; fi
 
 .PHONY: check-deps
 check-deps: ## Import rules of ARCHITECTURE.md, package docs, and each binary's committed deps.txt.
@@ -67,8 +67,25 @@ test-examples: ## Vet and test the example plugins (each its own module).
 		(cd $$d && $(GO) vet ./... && $(GO) test -race -count=1 ./...); \
 	done
 
+# Fuzz targets, as package:FuzzName; `make fuzz-short` runs each for
+# FUZZTIME on top of its committed corpus (testdata/fuzz).
+FUZZTIME ?= 10s
+FUZZ_TARGETS :=
+FUZZ_TARGETS += ./schema/app/config:FuzzDecode
+FUZZ_TARGETS += ./schema/app/load:FuzzParse
+FUZZ_TARGETS += ./schema/app/cron:FuzzScheduleAgainstRobfig
+FUZZ_TARGETS += ./schema/app/cron:FuzzScheduleTokens
+
+.PHONY: fuzz-short
+fuzz-short: ## Run every fuzz target in FUZZ_TARGETS for FUZZTIME (10s) each.
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "== $$pkg $$name"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	done
+
 .PHONY: test
-test: check-generate check-deps lint check-breaking test-short test-full test-examples ## Everything CI runs: generated code, architecture, lint, proto compatibility, fast and full tiers, example plugins.
+test: check-generate check-deps lint check-breaking test-short test-full test-examples fuzz-short ## Everything CI runs: generated code, architecture, lint, proto compatibility, fast and full tiers, example plugins, short fuzzing.
 
 .PHONY: bench
 bench: ## Benchmarks: plugin launch, sandbox overhead per step, pickup latency, dispatch throughput, memory per agent (prints figures).

@@ -15,7 +15,7 @@ import (
 	"github.com/byoc-dev/byoc/plugins/sdk/configschema"
 	"github.com/byoc-dev/byoc/plugins/typeschema"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
-	"github.com/byoc-dev/byoc/schema/appconfig"
+	"github.com/byoc-dev/byoc/schema/app/validate"
 )
 
 // registerHint is how an operator makes a third-party type known.
@@ -100,10 +100,10 @@ func (s *Service) RemovePluginType(ctx context.Context, req *connect.Request[ims
 
 // configOptions returns the validator options of a push: the built-in
 // types and every registered one, with their config schemas.
-func (s *Service) configOptions(ctx context.Context) (appconfig.Options, error) {
+func (s *Service) configOptions(ctx context.Context) (validate.Options, error) {
 	types, err := s.store.ListPluginTypes(ctx)
 	if err != nil {
-		return appconfig.Options{}, err
+		return validate.Options{}, err
 	}
 	registered := make(map[string]*configschema.Schema, len(types))
 	for _, p := range types {
@@ -115,17 +115,17 @@ func (s *Service) configOptions(ctx context.Context) (appconfig.Options, error) 
 		// now means the validator grew stricter since.
 		sch, err := configschema.Compile(p.ConfigSchema)
 		if err != nil {
-			return appconfig.Options{}, errs.E(errs.Conflict,
+			return validate.Options{}, errs.E(errs.Conflict,
 				"the registered config schema of component type %q no longer compiles (%v); register the type again with a schema this imsd accepts", p.Type, err)
 		}
 		registered[p.Type] = sch
 	}
-	return appconfig.Options{Types: typeschema.Types(registered), TypeHint: registerHint}, nil
+	return validate.Options{Types: typeschema.Types(registered), TypeHint: registerHint}, nil
 }
 
 // storedOptions reads stored revisions again: they were valid when pushed,
 // and a type registered then may be gone now.
-func storedOptions() appconfig.Options { return appconfig.Options{AnyType: true} }
+func storedOptions() validate.Options { return validate.Options{AnyType: true} }
 
 func builtinToProto(name string, withSchema bool) *imsv1.PluginType {
 	out := &imsv1.PluginType{Type: name, Builtin: true}

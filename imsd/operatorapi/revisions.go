@@ -17,7 +17,10 @@ import (
 	"github.com/byoc-dev/byoc/imsd/store"
 	"github.com/byoc-dev/byoc/imsd/workflow"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
-	"github.com/byoc-dev/byoc/schema/appconfig"
+	"github.com/byoc-dev/byoc/schema/app/config"
+	"github.com/byoc-dev/byoc/schema/app/diag"
+	"github.com/byoc-dev/byoc/schema/app/diff"
+	"github.com/byoc-dev/byoc/schema/app/load"
 )
 
 // maxPushBytes caps the files of one push, all together.
@@ -37,8 +40,8 @@ func (s *Service) PushAppRevision(ctx context.Context, req *connect.Request[imsv
 		if _, dup := files[p]; dup {
 			return nil, s.err(ctx, errs.Field(fmt.Sprintf("files[%d].path", i), "%q is given twice", p))
 		}
-		if len(f.Content) > appconfig.MaxFileBytes {
-			return nil, s.err(ctx, errs.Field(fmt.Sprintf("files[%d].content", i), "%s is %d bytes; files may be at most %d", p, len(f.Content), appconfig.MaxFileBytes))
+		if len(f.Content) > config.MaxFileBytes {
+			return nil, s.err(ctx, errs.Field(fmt.Sprintf("files[%d].content", i), "%s is %d bytes; files may be at most %d", p, len(f.Content), config.MaxFileBytes))
 		}
 		total += len(f.Content)
 		files[p] = f.Content
@@ -50,7 +53,7 @@ func (s *Service) PushAppRevision(ctx context.Context, req *connect.Request[imsv
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}
-	app, err := appconfig.Parse(files, opts)
+	app, err := load.Parse(files, opts)
 	if err != nil {
 		return nil, configError(err)
 	}
@@ -65,7 +68,7 @@ func (s *Service) PushAppRevision(ctx context.Context, req *connect.Request[imsv
 		return nil, s.err(ctx, err)
 	}
 	rev, created, err := s.store.CreateAppRevision(ctx, store.AppRevision{
-		AppID: a.ID, Digest: appconfig.Digest(files), Version: app.Metadata.Version, Files: files,
+		AppID: a.ID, Digest: config.Digest(files), Version: app.Metadata.Version, Files: files,
 		CreatedAt: s.now(), CreatedBy: callerFrom(ctx).Name,
 	})
 	if err != nil {
@@ -79,8 +82,8 @@ func (s *Service) PushAppRevision(ctx context.Context, req *connect.Request[imsv
 		if err != nil {
 			return nil, s.err(ctx, err)
 		}
-		if old, err := appconfig.Parse(prev.Files, storedOptions()); err == nil {
-			out.Changes = changesToProto(appconfig.Diff(old, app))
+		if old, err := load.Parse(prev.Files, storedOptions()); err == nil {
+			out.Changes = changesToProto(diff.Apps(old, app))
 		}
 	}
 	if req.Msg.NoDeploy {
@@ -123,13 +126,13 @@ func (s *Service) PushAppRevision(ctx context.Context, req *connect.Request[imsv
 
 // applyInstallFiles creates or changes the installs of installs/*.toml.
 // Installs the files no longer name are left alone.
-func (s *Service) applyInstallFiles(ctx context.Context, a store.App, app *appconfig.App) ([]*imsv1.InstallApplied, error) {
+func (s *Service) applyInstallFiles(ctx context.Context, a store.App, app *config.App) ([]*imsv1.InstallApplied, error) {
 	var out []*imsv1.InstallApplied
 	for _, f := range app.Installs {
 		file := app.FileOf("install", f.Name)
 		inputs := map[string]string{}
 		for k, v := range f.Inputs {
-			inputs[k] = appconfig.InputText(v)
+			inputs[k] = config.InputText(v)
 		}
 		settings := store.InstallSettings{Parallelism: f.Parallelism, RequireApproval: f.RequireApproval, Source: file}
 		for name, o := range f.Components {
@@ -219,12 +222,12 @@ func (s *Service) DiffAppRevisions(ctx context.Context, req *connect.Request[ims
 	}
 	// Revisions were valid when pushed and are immutable, so parsing
 	// them again only fails if the validator has grown stricter since.
-	oldApp, err1 := appconfig.Parse(from.Files, storedOptions())
-	newApp, err2 := appconfig.Parse(to.Files, storedOptions())
+	oldApp, err1 := load.Parse(from.Files, storedOptions())
+	newApp, err2 := load.Parse(to.Files, storedOptions())
 	if err := errors.Join(err1, err2); err != nil {
 		return nil, s.err(ctx, fmt.Errorf("diff revisions %d and %d of app %s: a revision no longer passes validation; push a corrected config and diff against it: %w", from.Number, to.Number, a.Name, err))
 	}
-	return connect.NewResponse(&imsv1.DiffAppRevisionsResponse{Changes: changesToProto(appconfig.Diff(oldApp, newApp))}), nil
+	return connect.NewResponse(&imsv1.DiffAppRevisionsResponse{Changes: changesToProto(diff.Apps(oldApp, newApp))}), nil
 }
 
 // revision reads revision n of app a (0: the latest); a missing one is
@@ -247,7 +250,7 @@ func (s *Service) revision(ctx context.Context, a store.App, n int64) (store.App
 // configError turns app config problems into an InvalidArgument error that
 // lists them all and carries them as details.
 func configError(err error) error {
-	var cerr *appconfig.Error
+	var cerr *diag.Error
 	if !errors.As(err, &cerr) {
 		return connect.NewError(connect.CodeInvalidArgument, err)
 	}
@@ -262,7 +265,7 @@ func configError(err error) error {
 	return ce
 }
 
-func revisionToProto(r store.AppRevision, app *appconfig.App) *imsv1.AppRevision {
+func revisionToProto(r store.AppRevision, app *config.App) *imsv1.AppRevision {
 	out := &imsv1.AppRevision{AppId: r.AppID, Number: r.Number, Digest: r.Digest, Version: r.Version,
 		CreateTime: timestamppb.New(r.CreatedAt), CreatedBy: r.CreatedBy}
 	if app != nil {
@@ -271,7 +274,7 @@ func revisionToProto(r store.AppRevision, app *appconfig.App) *imsv1.AppRevision
 	return out
 }
 
-func changesToProto(cs []appconfig.Change) []*imsv1.ConfigChange {
+func changesToProto(cs []diff.Change) []*imsv1.ConfigChange {
 	out := make([]*imsv1.ConfigChange, len(cs))
 	for i, c := range cs {
 		out[i] = &imsv1.ConfigChange{Kind: c.Kind, Name: c.Name, Op: c.Op, Fields: c.Fields}

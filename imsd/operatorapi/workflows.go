@@ -19,7 +19,9 @@ import (
 	"github.com/byoc-dev/byoc/imsd/store"
 	"github.com/byoc-dev/byoc/imsd/workflow"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
-	"github.com/byoc-dev/byoc/schema/appconfig"
+	"github.com/byoc-dev/byoc/schema/app/config"
+	"github.com/byoc-dev/byoc/schema/app/load"
+	"github.com/byoc-dev/byoc/schema/app/validate"
 )
 
 var kindsFromProto = map[imsv1.WorkflowKind]string{
@@ -84,7 +86,7 @@ func (s *Service) latestRevision(ctx context.Context, appID, installName string)
 // queueWorkflow queues a lifecycle workflow of kind for install in at
 // revision rev (0: the latest), with the install's parallelism and approval
 // settings, and wakes the engine. app, when set, is revision rev parsed.
-func (s *Service) queueWorkflow(ctx context.Context, in store.Install, kind string, rev int64, reason string, app *appconfig.App) (store.Workflow, error) {
+func (s *Service) queueWorkflow(ctx context.Context, in store.Install, kind string, rev int64, reason string, app *config.App) (store.Workflow, error) {
 	switch {
 	case kind == workflow.Update && (in.State == store.InstallNew || in.State == store.InstallDeprovisioned):
 		return store.Workflow{}, errs.E(errs.Conflict, "install %s is %s: provision it first (byoc install provision %s)", in.Name, in.State, in.Name)
@@ -105,7 +107,7 @@ func (s *Service) queueWorkflow(ctx context.Context, in store.Install, kind stri
 		if err != nil {
 			return store.Workflow{}, err
 		}
-		if app, err = appconfig.Parse(r.Files, appconfig.Options{AnyType: true}); err != nil {
+		if app, err = load.Parse(r.Files, validate.Options{AnyType: true}); err != nil {
 			return store.Workflow{}, fmt.Errorf("revision %d: %w", rev, err)
 		}
 	}
@@ -282,7 +284,7 @@ func (s *Service) checkAgainstApp(ctx context.Context, in store.Install, inputs 
 	if err != nil {
 		return err
 	}
-	app, err := appconfig.Parse(r.Files, appconfig.Options{AnyType: true})
+	app, err := load.Parse(r.Files, validate.Options{AnyType: true})
 	if err != nil {
 		return err
 	}
@@ -399,7 +401,7 @@ func (s *Service) maskedInputs(ctx context.Context, appID string, plan *workflow
 	if err != nil {
 		return nil, err
 	}
-	app, err := appconfig.Parse(r.Files, appconfig.Options{AnyType: true})
+	app, err := load.Parse(r.Files, validate.Options{AnyType: true})
 	if err != nil {
 		return nil, err
 	}

@@ -24,7 +24,8 @@ import (
 
 	"github.com/byoc-dev/byoc/imsd/store"
 	"github.com/byoc-dev/byoc/imsd/workflow"
-	"github.com/byoc-dev/byoc/schema/appconfig"
+	"github.com/byoc-dev/byoc/schema/app/config"
+	"github.com/byoc-dev/byoc/schema/app/cron"
 )
 
 // maxLookback bounds how far back a pass looks for the latest due tick of
@@ -128,14 +129,14 @@ func (s *Scheduler) Pass(ctx context.Context) ([]string, error) {
 
 // due returns the latest tick of action a's cron schedules after base and
 // not after now (zero when none), and the schedule it came from.
-func (s *Scheduler) due(in store.Install, a *appconfig.Action, base, now time.Time) (time.Time, string) {
+func (s *Scheduler) due(in store.Install, a *config.Action, base, now time.Time) (time.Time, string) {
 	if now.Sub(base) > maxLookback {
 		base = now.Add(-maxLookback)
 	}
 	var due time.Time
 	var from string
 	for _, spec := range a.CronSchedules() {
-		sc, err := appconfig.ParseSchedule(spec)
+		sc, err := cron.Parse(spec)
 		if err != nil {
 			// Pushes refuse bad schedules; a stored one that no longer
 			// parses is said once per pass.

@@ -12,7 +12,7 @@ import (
 	"github.com/byoc-dev/byoc/imsd/dispatch"
 	"github.com/byoc-dev/byoc/imsd/store"
 	"github.com/byoc-dev/byoc/imsd/workflow"
-	"github.com/byoc-dev/byoc/schema/appconfig"
+	"github.com/byoc-dev/byoc/schema/app/config"
 )
 
 var app = map[string][]byte{
@@ -76,7 +76,7 @@ func newRig(t *testing.T) *rig {
 	r.sched = r.open()
 	ctx := t.Context()
 	must(t, r.st.CreateApp(ctx, store.App{ID: "app_1", Name: "shop", CreatedAt: t0}))
-	_, _, err := r.st.CreateAppRevision(ctx, store.AppRevision{AppID: "app_1", Digest: appconfig.Digest(app), Files: app, CreatedAt: t0})
+	_, _, err := r.st.CreateAppRevision(ctx, store.AppRevision{AppID: "app_1", Digest: config.Digest(app), Files: app, CreatedAt: t0})
 	must(t, err)
 	must(t, r.st.CreateInstall(ctx, store.Install{ID: "ins_1", AppID: "app_1", Name: "acme", CreatedAt: t0},
 		store.EnrollmentToken{Hash: "h", ExpiresAt: t0.Add(time.Hour), CreatedAt: t0}))

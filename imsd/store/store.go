@@ -29,13 +29,13 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/byoc-dev/byoc/imsd/errs"
-	"github.com/byoc-dev/byoc/schema"
+	"github.com/byoc-dev/byoc/schema/migrations"
 )
 
 // The dialects Dialect reports.
 const (
-	DialectSQLite   = schema.SQLite
-	DialectPostgres = schema.Postgres
+	DialectSQLite   = migrations.SQLite
+	DialectPostgres = migrations.Postgres
 )
 
 // Store is imsd's persistent state. It is safe for concurrent use.
@@ -106,7 +106,7 @@ func openSQLite(ctx context.Context, path string) (*Store, error) {
 	s := &Store{dialect: DialectSQLite, w: sqlx.NewDb(wdb, "sqlite")}
 	// Migrate through the writer first: it creates the file and switches it
 	// to WAL before any reader opens it.
-	if err := schema.Migrate(ctx, wdb, schema.SQLite); err != nil {
+	if err := migrations.Apply(ctx, wdb, migrations.SQLite); err != nil {
 		wdb.Close()
 		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
 	}
@@ -141,7 +141,7 @@ func openPostgres(ctx context.Context, dsn string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("open postgres %s@%s/%s: %w", cfg.User, cfg.Host, cfg.Database, err)
 	}
-	if err := schema.Migrate(ctx, db, schema.Postgres); err != nil {
+	if err := migrations.Apply(ctx, db, migrations.Postgres); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open postgres: %w", err)
 	}

@@ -7,7 +7,7 @@ import (
 	"github.com/byoc-dev/byoc/imsd/auth"
 	"github.com/byoc-dev/byoc/imsd/errs"
 	"github.com/byoc-dev/byoc/imsd/store"
-	"github.com/byoc-dev/byoc/schema/appconfig"
+	"github.com/byoc-dev/byoc/schema/app/config"
 )
 
 // The triggers an action run records.
@@ -18,14 +18,14 @@ const (
 
 // App returns app revision rev of app appID, parsed (and cached: revisions
 // never change).
-func (e *Engine) App(ctx context.Context, appID string, rev int64) (*appconfig.App, error) {
+func (e *Engine) App(ctx context.Context, appID string, rev int64) (*config.App, error) {
 	return e.app(ctx, appID, rev)
 }
 
 // InstallRevision is the app revision an install's actions come from: the
 // one it last applied in full, or the app's latest when it has applied
 // none yet.
-func (e *Engine) InstallRevision(ctx context.Context, in store.Install) (*appconfig.App, int64, error) {
+func (e *Engine) InstallRevision(ctx context.Context, in store.Install) (*config.App, int64, error) {
 	rev := in.AppRevision
 	if rev == 0 {
 		revs, err := e.st.ListAppRevisions(ctx, in.AppID)
@@ -47,7 +47,7 @@ func (e *Engine) InstallRevision(ctx context.Context, in store.Install) (*appcon
 // InstallAction finds action name in the install's app revision
 // (InstallRevision); an unknown name is an invalid-argument error that
 // suggests the closest and lists the actions.
-func (e *Engine) InstallAction(ctx context.Context, in store.Install, name string) (*appconfig.Action, int64, error) {
+func (e *Engine) InstallAction(ctx context.Context, in store.Install, name string) (*config.Action, int64, error) {
 	app, rev, err := e.InstallRevision(ctx, in)
 	if err != nil {
 		return nil, 0, err
@@ -63,7 +63,7 @@ func (e *Engine) InstallAction(ctx context.Context, in store.Install, name strin
 // install in, created now by by: kind action, one step, never awaiting
 // approval (starting the run is the decision), recording its trigger and
 // the permission mode the action declares.
-func NewActionRun(in store.Install, rev int64, a *appconfig.Action, trigger, reason, by string, now time.Time) store.Workflow {
+func NewActionRun(in store.Install, rev int64, a *config.Action, trigger, reason, by string, now time.Time) store.Workflow {
 	return store.Workflow{ID: auth.NewID("wf_"), InstallID: in.ID, Kind: Action, AppRevision: rev, Reason: reason,
 		Parallelism: 1, Action: a.Name, Trigger: trigger, Mode: a.PermissionMode(), CreatedAt: now, CreatedBy: by}
 }
@@ -107,6 +107,6 @@ func (e *Engine) health(ctx context.Context, wf store.Workflow, state store.Work
 
 // ActionTimeout is how long a run of action a may take: its timeout, or
 // the default of ten minutes.
-func ActionTimeout(a *appconfig.Action) time.Duration {
+func ActionTimeout(a *config.Action) time.Duration {
 	return timeoutOr(a.Timeout, defaultActionTimeout)
 }

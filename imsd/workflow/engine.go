@@ -17,7 +17,10 @@ import (
 	"github.com/byoc-dev/byoc/imsd/dispatch"
 	"github.com/byoc-dev/byoc/imsd/errs"
 	"github.com/byoc-dev/byoc/imsd/store"
-	"github.com/byoc-dev/byoc/schema/appconfig"
+	"github.com/byoc-dev/byoc/schema/app/config"
+	"github.com/byoc-dev/byoc/schema/app/load"
+	"github.com/byoc-dev/byoc/schema/app/template"
+	"github.com/byoc-dev/byoc/schema/app/validate"
 )
 
 // MaxJobAttempts is how many times a step's job is handed to an agent when
@@ -47,7 +50,7 @@ type Engine struct {
 // NewEngine returns an engine over st. hub signals job ends.
 func NewEngine(st *store.Store, hub *dispatch.Hub, now func() time.Time, log *slog.Logger) *Engine {
 	return &Engine{st: st, hub: hub, now: now, log: log, Interval: 2 * time.Second,
-		kicked: map[string]bool{}, wake: make(chan struct{}, 1), apps: appCache{m: map[string]*appconfig.App{}}}
+		kicked: map[string]bool{}, wake: make(chan struct{}, 1), apps: appCache{m: map[string]*config.App{}}}
 }
 
 // Kick asks the engine to look at workflow id soon.
@@ -145,7 +148,7 @@ func (e *Engine) Advance(ctx context.Context, id string) error {
 }
 
 // app returns the parsed app revision.
-func (e *Engine) app(ctx context.Context, appID string, rev int64) (*appconfig.App, error) {
+func (e *Engine) app(ctx context.Context, appID string, rev int64) (*config.App, error) {
 	return e.apps.get(ctx, e.st, appID, rev)
 }
 
@@ -474,7 +477,7 @@ func (e *Engine) stepContext(ctx context.Context, wf store.Workflow) (*stepConte
 	}
 	for _, n := range app.SensitiveInputs() {
 		if v, ok := sc.inputs[n]; ok {
-			if s := appconfig.InputText(v); s != "" {
+			if s := config.InputText(v); s != "" {
 				sc.sensitive = append(sc.sensitive, s)
 			}
 		}
@@ -568,14 +571,14 @@ func jobConfig(sc *stepContext, s *store.Step) ([]byte, error) {
 // ("{{ .inputs.size }}") renders as its text, since environment variables
 // have no types (and the action type's schema wants strings).
 func renderEnv(path string, env any, r *Renderer) (any, error) {
-	v, err := appconfig.RenderValue(path, env, r.Resolve)
+	v, err := template.RenderValue(path, env, r.Resolve)
 	if err != nil {
 		return nil, err
 	}
 	if m, ok := v.(map[string]any); ok {
 		for k, x := range m {
 			if _, ok := x.(string); !ok {
-				m[k] = appconfig.InputText(x)
+				m[k] = config.InputText(x)
 			}
 		}
 	}
@@ -587,7 +590,7 @@ func renderEnv(path string, env any, r *Renderer) (any, error) {
 func secretNames(cfg map[string]any) []string {
 	var out []string
 	b, _ := json.Marshal(cfg)
-	appconfig.ReplaceSecrets(string(b), func(n string) (string, bool) { //nolint:errcheck // only collecting names
+	template.ReplaceSecrets(string(b), func(n string) (string, bool) { //nolint:errcheck // only collecting names
 		out = append(out, n)
 		return "", true
 	})
@@ -597,10 +600,10 @@ func secretNames(cfg map[string]any) []string {
 // appCache keeps parsed app revisions; revisions never change.
 type appCache struct {
 	mu sync.Mutex
-	m  map[string]*appconfig.App
+	m  map[string]*config.App
 }
 
-func (c *appCache) get(ctx context.Context, st *store.Store, appID string, rev int64) (*appconfig.App, error) {
+func (c *appCache) get(ctx context.Context, st *store.Store, appID string, rev int64) (*config.App, error) {
 	key := fmt.Sprintf("%s@%d", appID, rev)
 	c.mu.Lock()
 	app, ok := c.m[key]
@@ -612,7 +615,7 @@ func (c *appCache) get(ctx context.Context, st *store.Store, appID string, rev i
 	if err != nil {
 		return nil, err
 	}
-	app, err = appconfig.Parse(r.Files, appconfig.Options{AnyType: true})
+	app, err = load.Parse(r.Files, validate.Options{AnyType: true})
 	if err != nil {
 		return nil, fmt.Errorf("app %s revision %d no longer parses: %w", appID, rev, err)
 	}

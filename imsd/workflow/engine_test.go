@@ -15,7 +15,7 @@ import (
 
 	"github.com/byoc-dev/byoc/imsd/dispatch"
 	"github.com/byoc-dev/byoc/imsd/store"
-	"github.com/byoc-dev/byoc/schema/appconfig"
+	"github.com/byoc-dev/byoc/schema/app/config"
 )
 
 // rig is a real store and engine, and a scripted agent that runs every
@@ -69,7 +69,7 @@ func (r *rig) restart() {
 
 func (r *rig) push(files map[string][]byte) int64 {
 	r.t.Helper()
-	rev, _, err := r.st.CreateAppRevision(r.t.Context(), store.AppRevision{AppID: "app_1", Digest: appconfig.Digest(files), Files: files, CreatedAt: r.now()})
+	rev, _, err := r.st.CreateAppRevision(r.t.Context(), store.AppRevision{AppID: "app_1", Digest: config.Digest(files), Files: files, CreatedAt: r.now()})
 	must(r.t, err)
 	return rev.Number
 }

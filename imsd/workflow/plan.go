@@ -24,7 +24,11 @@ import (
 
 	"github.com/byoc-dev/byoc/imsd/errs"
 	"github.com/byoc-dev/byoc/imsd/store"
-	"github.com/byoc-dev/byoc/schema/appconfig"
+	"github.com/byoc-dev/byoc/schema/app/config"
+	"github.com/byoc-dev/byoc/schema/app/diag"
+	"github.com/byoc-dev/byoc/schema/app/diff"
+	"github.com/byoc-dev/byoc/schema/app/graph"
+	"github.com/byoc-dev/byoc/schema/app/template"
 )
 
 // The workflow kinds.
@@ -65,7 +69,7 @@ const (
 // Target is what an install should become: an app revision with the
 // install's inputs and overrides.
 type Target struct {
-	App      *appconfig.App
+	App      *config.App
 	Revision int64
 	Install  store.Install
 	// Inputs, when set, replace the install's own inputs (a plan with
@@ -154,8 +158,8 @@ func (p *planner) add(st store.Step) string {
 
 // hooks returns the actions with a trigger of type typ: global ones
 // (component "") when component is "", else those scoped to component.
-func (p *planner) hooks(typ, component string) []*appconfig.Action {
-	var out []*appconfig.Action
+func (p *planner) hooks(typ, component string) []*config.Action {
+	var out []*config.Action
 	for _, a := range p.t.App.Actions {
 		for _, tr := range a.Triggers {
 			if tr.Type == typ && tr.Component == component {
@@ -190,7 +194,7 @@ func (p *planner) addHooks(typ, component string, needs []string) ([]string, err
 	return out, nil
 }
 
-func timeoutOr(d appconfig.Duration, def time.Duration) time.Duration {
+func timeoutOr(d config.Duration, def time.Duration) time.Duration {
 	if d <= 0 {
 		return def
 	}
@@ -339,7 +343,7 @@ func (p *planner) destroy(names []string, after []string, reasonFormat string) (
 		}
 		deps[n] = d
 	}
-	g := appconfig.NewGraph(deps)
+	g := graph.New(deps)
 	order := g.Order()
 	slices.Reverse(order)
 	done := map[string][]string{}
@@ -410,7 +414,7 @@ func (p *planner) action() error {
 
 // UnknownAction is the error for an action app revision rev does not
 // have: the closest name, and the actions it has.
-func UnknownAction(app *appconfig.App, name string, rev int64) error {
+func UnknownAction(app *config.App, name string, rev int64) error {
 	var names []string
 	for _, a := range app.Actions {
 		names = append(names, a.Name)
@@ -418,7 +422,7 @@ func UnknownAction(app *appconfig.App, name string, rev int64) error {
 	if len(names) == 0 {
 		return errs.Field("action", "no action named %q: app revision %d has no actions", name, rev)
 	}
-	hint := appconfig.DidYouMean(name, names)
+	hint := diag.DidYouMean(name, names)
 	if hint != "" {
 		hint += " "
 	}
@@ -426,10 +430,10 @@ func UnknownAction(app *appconfig.App, name string, rev int64) error {
 }
 
 // config is component n's config with the install's override merged over it.
-func (p *planner) config(n string, c *appconfig.Component) map[string]any {
+func (p *planner) config(n string, c *config.Component) map[string]any {
 	cfg := c.Config
 	if o, ok := p.t.Install.Settings.Overrides[n]; ok {
-		cfg = appconfig.Merge(cfg, o)
+		cfg = template.Merge(cfg, o)
 	}
 	if cfg == nil {
 		cfg = map[string]any{}
@@ -438,7 +442,7 @@ func (p *planner) config(n string, c *appconfig.Component) map[string]any {
 }
 
 // render renders component n's config with what is deployed now.
-func (p *planner) render(n string, c *appconfig.Component) (map[string]any, []string, error) {
+func (p *planner) render(n string, c *config.Component) (map[string]any, []string, error) {
 	if p.renderer == nil {
 		outputs := make(map[string]map[string]string, len(p.deployed))
 		for name, d := range p.deployed {
@@ -457,7 +461,7 @@ func (p *planner) render(n string, c *appconfig.Component) (map[string]any, []st
 
 // why says why component n must be deployed, or "" when what is deployed
 // is what would be.
-func (p *planner) why(n string, c *appconfig.Component, rendered map[string]any) string {
+func (p *planner) why(n string, c *config.Component, rendered map[string]any) string {
 	d, ok := p.deployed[n]
 	switch {
 	case !ok:
@@ -475,7 +479,7 @@ func (p *planner) why(n string, c *appconfig.Component, rendered map[string]any)
 	}
 	var now any
 	json.Unmarshal(canon, &now) //nolint:errcheck // our own encoding
-	fields := appconfig.ChangedFields("config", old, now)
+	fields := diff.Fields("config", old, now)
 	if len(fields) == 0 {
 		return "config changed"
 	}
@@ -499,7 +503,7 @@ func Canonical(cfg map[string]any) ([]byte, string) {
 // (file steps read from the revision), environment and network setting.
 // Only environment values hold references; they are rendered when the step
 // starts.
-func ActionConfig(app *appconfig.App, a *appconfig.Action) ([]byte, error) {
+func ActionConfig(app *config.App, a *config.Action) ([]byte, error) {
 	var steps []map[string]any
 	for i, st := range a.Steps {
 		script := st.Script
@@ -532,9 +536,9 @@ type Renderer struct {
 	secrets map[string]bool
 }
 
-// Resolve implements appconfig.Resolver. Secrets are left as references
+// Resolve implements template.Resolver. Secrets are left as references
 // for the agent and collected.
-func (r *Renderer) Resolve(ref appconfig.Ref) (any, error) {
+func (r *Renderer) Resolve(ref template.Ref) (any, error) {
 	switch ref.Root {
 	case "install":
 		if ref.Field == "name" {
@@ -552,7 +556,7 @@ func (r *Renderer) Resolve(ref appconfig.Ref) (any, error) {
 			r.secrets = map[string]bool{}
 		}
 		r.secrets[ref.Name] = true
-		return appconfig.SecretRef(ref.Name), nil
+		return template.SecretRef(ref.Name), nil
 	case "sandbox", "components":
 		name := ref.Name
 		if ref.Root == "sandbox" {
@@ -577,7 +581,7 @@ func (r *Renderer) Resolve(ref appconfig.Ref) (any, error) {
 
 // Config renders every string of a component config.
 func (r *Renderer) Config(cfg map[string]any) (map[string]any, error) {
-	v, err := appconfig.RenderValue("config", cfg, r.Resolve)
+	v, err := template.RenderValue("config", cfg, r.Resolve)
 	if err != nil {
 		return nil, err
 	}

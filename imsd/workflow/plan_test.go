@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/byoc-dev/byoc/imsd/store"
-	"github.com/byoc-dev/byoc/schema/appconfig"
+	"github.com/byoc-dev/byoc/schema/app/config"
+	"github.com/byoc-dev/byoc/schema/app/load"
+	"github.com/byoc-dev/byoc/schema/app/validate"
 )
 
 // diamond is an app of four action components: a, then b and c, then d.
@@ -43,9 +45,9 @@ sensitive = true
 	return out
 }
 
-func parse(t testing.TB, files map[string][]byte) *appconfig.App {
+func parse(t testing.TB, files map[string][]byte) *config.App {
 	t.Helper()
-	app, err := appconfig.Parse(files, appconfig.Options{})
+	app, err := load.Parse(files, validate.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,16 +228,16 @@ func BenchmarkPlan200x1000(b *testing.B) {
 		files[fmt.Sprintf("components/c%03d.toml", i)] = []byte(cfg)
 	}
 	const installs = 1000
-	var validate, plan time.Duration
+	var parse, plan time.Duration
 	var steps int
 	for b.Loop() {
 		t0 := time.Now()
-		app, err := appconfig.Parse(files, appconfig.Options{})
+		app, err := load.Parse(files, validate.Options{})
 		if err != nil {
 			b.Fatal(err)
 		}
 		t1 := time.Now()
-		validate += t1.Sub(t0)
+		parse += t1.Sub(t0)
 		first, err := Make(Provision, Target{App: app, Revision: 1, Install: store.Install{ID: "ins_0", Name: "i0"}}, nil)
 		if err != nil {
 			b.Fatal(err)
@@ -255,11 +257,11 @@ func BenchmarkPlan200x1000(b *testing.B) {
 		}
 		plan += time.Since(t2)
 	}
-	b.ReportMetric(float64(validate.Microseconds())/float64(b.N)/1000, "ms-validate")
+	b.ReportMetric(float64(parse.Microseconds())/float64(b.N)/1000, "ms-validate")
 	b.ReportMetric(float64(plan.Milliseconds())/float64(b.N), "ms-plan-1000-installs")
 	b.ReportMetric(float64(steps), "steps-planned")
 	fmt.Printf("validate 200 components: %.1f ms; plan 1,000 installs: %.0f ms (%.2f ms per install); %d steps planned\n",
-		float64(validate.Microseconds())/float64(b.N)/1000, float64(plan.Milliseconds())/float64(b.N),
+		float64(parse.Microseconds())/float64(b.N)/1000, float64(plan.Milliseconds())/float64(b.N),
 		float64(plan.Microseconds())/float64(b.N)/installs/1000, steps)
 }
 

@@ -7,7 +7,7 @@
 // plugins/action/actionschema; image, helm and terraform have no plugin
 // yet and accept any config), reads the description a third-party plugin
 // prints with "byoc-plugin-<type> describe", and turns schemas into the
-// checks schema/appconfig runs (appconfig.Options.Types).
+// checks schema/app/validate runs (validate.Options.Types).
 //
 // A config string holding a {{ }} reference is rendered per install at
 // deploy time, so it cannot be type-checked before: such a value passes
@@ -31,7 +31,8 @@ import (
 
 	"github.com/byoc-dev/byoc/plugins/action/actionschema"
 	"github.com/byoc-dev/byoc/plugins/sdk/configschema"
-	"github.com/byoc-dev/byoc/schema/appconfig"
+	"github.com/byoc-dev/byoc/schema/app/template"
+	"github.com/byoc-dev/byoc/schema/app/validate"
 )
 
 // builtin maps each built-in type to its config schema; "" means the
@@ -59,29 +60,29 @@ func BuiltinSchema(typ string) (string, bool) {
 	return s, ok
 }
 
-// Check returns the appconfig check of a config against s; nil s accepts
+// Check returns the validator's check of a config against s; nil s accepts
 // any config (and so does the nil check it returns).
-func Check(s *configschema.Schema) appconfig.ConfigCheck {
+func Check(s *configschema.Schema) validate.ConfigCheck {
 	if s == nil {
 		return nil
 	}
-	return func(config map[string]any) []appconfig.FieldProblem {
+	return func(config map[string]any) []validate.FieldProblem {
 		if config == nil {
 			config = map[string]any{}
 		}
-		var out []appconfig.FieldProblem
-		for _, d := range s.ValidateWith(config, configschema.Options{Deferred: appconfig.HasRefs}) {
-			out = append(out, appconfig.FieldProblem{Field: d.Field, Message: d.Message, Hint: d.Hint})
+		var out []validate.FieldProblem
+		for _, d := range s.ValidateWith(config, configschema.Options{Deferred: template.HasRefs}) {
+			out = append(out, validate.FieldProblem{Field: d.Field, Message: d.Message, Hint: d.Hint})
 		}
 		return out
 	}
 }
 
-// Types returns appconfig.Options.Types for the built-in types and the
+// Types returns validate.Options.Types for the built-in types and the
 // registered ones (by type; a nil schema accepts any config). A
 // registered type never replaces a built-in one.
-func Types(registered map[string]*configschema.Schema) map[string]appconfig.ConfigCheck {
-	out := make(map[string]appconfig.ConfigCheck, len(builtin)+len(registered))
+func Types(registered map[string]*configschema.Schema) map[string]validate.ConfigCheck {
+	out := make(map[string]validate.ConfigCheck, len(builtin)+len(registered))
 	for t, s := range registered {
 		out[t] = Check(s)
 	}

@@ -7,7 +7,9 @@ import (
 
 	"github.com/byoc-dev/byoc/plugins/sdk/configschema"
 	"github.com/byoc-dev/byoc/plugins/typeschema"
-	"github.com/byoc-dev/byoc/schema/appconfig"
+	"github.com/byoc-dev/byoc/schema/app/diag"
+	"github.com/byoc-dev/byoc/schema/app/load"
+	"github.com/byoc-dev/byoc/schema/app/validate"
 )
 
 // greetingSchema is a third-party type's schema, as registered.
@@ -31,7 +33,7 @@ type = "number"
 name = "mode"
 `
 
-// The config checks through appconfig: every problem at once, each with
+// The config checks through the app config validator: every problem at once, each with
 // its file, line, key under config and hint; references pass where the
 // schema wants another type.
 func TestConfigChecks(t *testing.T) {
@@ -39,7 +41,7 @@ func TestConfigChecks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := appconfig.Options{
+	opts := validate.Options{
 		Types:    typeschema.Types(map[string]*configschema.Schema{"greeting": greeting, "anything": nil}),
 		TypeHint: "register a third-party type with byoc plugin register FILE",
 	}
@@ -125,9 +127,9 @@ config.nme = "ada"
 			for p, c := range tt.files {
 				files[p] = []byte(c)
 			}
-			_, err := appconfig.Parse(files, opts)
+			_, err := load.Parse(files, opts)
 			var got []string
-			var cerr *appconfig.Error
+			var cerr *diag.Error
 			if errors.As(err, &cerr) {
 				for _, d := range cerr.Diagnostics {
 					got = append(got, d.String())
@@ -149,7 +151,7 @@ func TestAnyType(t *testing.T) {
 		"components/a.toml":   []byte("type = \"greeting\"\nconfig.x = 1\n"),
 		"components/job.toml": []byte("type = \"action\"\n"),
 	}
-	_, err := appconfig.Parse(files, appconfig.Options{Types: typeschema.Types(nil), AnyType: true})
+	_, err := load.Parse(files, validate.Options{Types: typeschema.Types(nil), AnyType: true})
 	if err == nil || !strings.Contains(err.Error(), "config.steps: is required") || strings.Contains(err.Error(), "greeting") {
 		t.Fatalf("Parse = %v, want only the action's error", err)
 	}

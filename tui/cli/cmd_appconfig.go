@@ -14,7 +14,8 @@ import (
 
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 
-	"github.com/byoc-dev/byoc/schema/appconfig"
+	"github.com/byoc-dev/byoc/schema/app/diag"
+	"github.com/byoc-dev/byoc/schema/app/load"
 )
 
 // appValidateCommand checks an app config directory without a server.
@@ -39,8 +40,8 @@ checked.`,
 			if err != nil {
 				return err
 			}
-			app, err := appconfig.LoadDir(args[0], opts)
-			var cerr *appconfig.Error
+			app, err := load.Dir(args[0], opts)
+			var cerr *diag.Error
 			switch {
 			case errors.As(err, &cerr):
 				if a.jsonOutput() {
@@ -90,7 +91,7 @@ func (a *app) appInitCommand() *cobra.Command {
 		Short: "Write a commented example app config into DIR",
 		Args:  exactArgs("DIR"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			files, err := appconfig.WriteExample(args[0])
+			files, err := load.WriteExample(args[0])
 			if err != nil {
 				return err
 			}
@@ -129,8 +130,8 @@ rendered config changed, and what is downstream of them.`,
 			}
 			// imsd knows the registered types; leave them to it.
 			opts.AnyType = true
-			cfg, err := appconfig.LoadDir(args[0], opts)
-			var cerr *appconfig.Error
+			cfg, err := load.Dir(args[0], opts)
+			var cerr *diag.Error
 			if errors.As(err, &cerr) {
 				return &exitCodeError{code: exitError, msg: cerr.Error()}
 			} else if err != nil {

@@ -14,7 +14,7 @@ import (
 	"github.com/byoc-dev/byoc/plugins/sdk/configschema"
 	"github.com/byoc-dev/byoc/plugins/typeschema"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
-	"github.com/byoc-dev/byoc/schema/appconfig"
+	"github.com/byoc-dev/byoc/schema/app/validate"
 )
 
 func (a *app) pluginCommand() *cobra.Command {
@@ -208,25 +208,25 @@ func (a *app) pluginRemoveCommand() *cobra.Command {
 	}
 }
 
-// pluginSchemaTypes returns appconfig options for an offline check: the
+// pluginSchemaTypes returns validator options for an offline check: the
 // built-in types and the types of the given describe files.
-func (a *app) pluginSchemaTypes(files []string) (appconfig.Options, error) {
+func (a *app) pluginSchemaTypes(files []string) (validate.Options, error) {
 	registered := map[string]*configschema.Schema{}
 	for _, name := range files {
 		b, err := a.readDescribe(name)
 		if err != nil {
-			return appconfig.Options{}, err
+			return validate.Options{}, err
 		}
 		d, s, err := typeschema.ParseDescription(b)
 		if err != nil {
-			return appconfig.Options{}, usagef("--plugin-schema %s: %v", name, err)
+			return validate.Options{}, usagef("--plugin-schema %s: %v", name, err)
 		}
 		if typeschema.IsBuiltin(d.Type) {
-			return appconfig.Options{}, usagef("--plugin-schema %s: %q is a built-in type; its schema is known already", name, d.Type)
+			return validate.Options{}, usagef("--plugin-schema %s: %q is a built-in type; its schema is known already", name, d.Type)
 		}
 		registered[d.Type] = s
 	}
-	return appconfig.Options{
+	return validate.Options{
 		Types:    typeschema.Types(registered),
 		TypeHint: "pass a third-party type's describe output with --plugin-schema FILE",
 	}, nil

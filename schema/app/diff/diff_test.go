@@ -1,0 +1,56 @@
+package diff
+
+import (
+	"fmt"
+	"maps"
+	"strings"
+	"testing"
+
+	"github.com/byoc-dev/byoc/schema/app/load"
+	"github.com/byoc-dev/byoc/schema/app/validate"
+)
+
+func TestDiff(t *testing.T) {
+	old, err := load.Parse(load.ExampleFiles(), validate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := maps.Clone(load.ExampleFiles())
+	edit := func(p, from, to string) {
+		s := string(files[p])
+		if !strings.Contains(s, from) {
+			t.Fatalf("%s has no %q", p, from)
+		}
+		files[p] = []byte(strings.Replace(s, from, to, 1))
+	}
+	edit("components/api.toml", `version = "1.4.0"`, `version = "1.5.0"`)
+	edit("components/db.toml", `type = "terraform"`, "type = \"terraform\"\ntimeout = \"1h\"")
+	delete(files, "components/web.toml")
+	files["components/worker.toml"] = []byte("type = \"image\"\n[config]\nimage = \"w:1\"\n")
+	edit("scripts/migrate.sh", "migrating", "Migrating")
+	edit("app.toml", `version = "0.1.0"`, `version = "0.2.0"`)
+	edit("inputs.toml", "max = 3650", "max = 365")
+	newApp, err := load.Parse(files, validate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range Apps(old, newApp) {
+		got = append(got, c.String())
+	}
+	want := []string{
+		"changed component api: config.version",
+		"changed component db: timeout",
+		"removed component web",
+		"added component worker",
+		"changed input retention_days: max",
+		"changed app app: version",
+		"changed file scripts/migrate.sh",
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("diff:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
+	if d := Apps(old, old); len(d) != 0 {
+		t.Errorf("diff with itself: %v", d)
+	}
+}

@@ -1,0 +1,572 @@
+// Package validate checks what an app config's values mean, across its
+// files: names and their uniqueness, references to inputs, secrets and
+// component outputs, dependency cycles, component types and their configs
+// (through the ConfigCheck of each type the caller knows), cron schedules,
+// script and policy files, timeouts and install values. Every problem is
+// reported, with the file, line and key it is about.
+package validate
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"path"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/byoc-dev/byoc/schema/app/config"
+	"github.com/byoc-dev/byoc/schema/app/cron"
+	"github.com/byoc-dev/byoc/schema/app/diag"
+	"github.com/byoc-dev/byoc/schema/app/template"
+)
+
+// Options says what the validator knows beyond the files.
+type Options struct {
+	// Types are the component types installs can run, with a check of
+	// each type's config (nil: any config). Nil Types means BuiltinTypes.
+	Types map[string]ConfigCheck
+	// AnyType accepts a type not in Types, without checking its config:
+	// for a check before the one that knows every type (byoc app push
+	// checks what it can, imsd the rest), and for reading again revisions
+	// that were valid when they were stored.
+	AnyType bool
+	// TypeHint ends the hint of the error naming a type not in Types,
+	// saying how to make one known (register it, pass its schema).
+	TypeHint string
+}
+
+// ConfigCheck checks a component's config against its type's schema and
+// returns one problem per bad field. A config string holding a {{ }}
+// reference (template.HasRefs) is rendered only at deploy time: a check must not
+// fault it for what its rendered value decides (type, enum, pattern, ...).
+type ConfigCheck func(config map[string]any) []FieldProblem
+
+// A FieldProblem is one bad field of a component config.
+type FieldProblem struct {
+	// Field is the path inside config, such as "steps[0].script"; empty
+	// for the config as a whole.
+	Field   string
+	Message string
+	// Hint says what would be right, if known.
+	Hint string
+}
+
+// BuiltinTypes are the component types every agent has, without checks of
+// their config: the callers that know the types' schemas (imsd, the CLI,
+// through plugins/typeschema) pass their own Options.Types.
+func BuiltinTypes() map[string]ConfigCheck {
+	return map[string]ConfigCheck{"image": nil, "helm": nil, "terraform": nil, "action": nil}
+}
+
+var (
+	identRE   = regexp.MustCompile(`^[a-z][a-z0-9_]{0,62}$`)
+	appNameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,62}$`)
+	envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+const identHint = "use lowercase letters, digits and _, starting with a letter"
+
+// maxTimeout caps component and action timeouts.
+const maxTimeout = 24 * time.Hour
+
+// Check adds to ds every problem it finds in a, which config.Decode read.
+func Check(a *config.App, ds *diag.List, opts Options) {
+	types := opts.Types
+	if types == nil {
+		types = BuiltinTypes()
+	}
+	v := &validator{a: a, ds: ds, types: types, anyType: opts.AnyType, typeHint: opts.TypeHint}
+	for _, c := range a.Components {
+		v.components = append(v.components, c.Name)
+	}
+	for _, in := range a.Inputs.Inputs {
+		v.inputs = append(v.inputs, in.Name)
+	}
+	for _, s := range a.Secrets.Secrets {
+		v.secrets = append(v.secrets, s.Name)
+	}
+	v.metadata()
+	v.checkInputs()
+	v.checkSecrets()
+	if a.Sandbox != nil {
+		v.component("sandbox.toml", a.Sandbox)
+	}
+	// components/*.toml files are validated by their own file, so a
+	// component named "sandbox" there is told it cannot be.
+	for _, c := range a.Components {
+		v.component(a.Source(c), c)
+	}
+	v.cycles()
+	for _, ac := range a.Actions {
+		v.action(a.Source(ac), ac)
+	}
+	v.permissions()
+	v.policies()
+	v.breakGlass()
+	for _, in := range a.Installs {
+		v.install(a.Source(in), in)
+	}
+}
+
+type validator struct {
+	a     *config.App
+	ds    *diag.List
+	types map[string]ConfigCheck
+	// anyType and typeHint are Options.AnyType and Options.TypeHint.
+	anyType  bool
+	typeHint string
+	// The names declared, for "no such" errors and their suggestions.
+	components, inputs, secrets []string
+}
+
+// noComponent reports a reference to a component the app does not have,
+// suggesting the closest name or listing them.
+func (v *validator) noComponent(file, key, prefix, name string, names []string) {
+	v.errf(file, key, cmp.Or(diag.DidYouMean(name, names), "components are "+diag.QuoteList(names)), "%sno component named %q", prefix, name)
+}
+
+func (v *validator) errf(file, key, hint, format string, args ...any) {
+	v.ds.Addf(file, v.a.Line(file, key), key, hint, format, args...)
+}
+
+func (v *validator) metadata() {
+	m := v.a.Metadata
+	if m.Name != "" && !appNameRE.MatchString(m.Name) {
+		v.errf("app.toml", "name", "use lowercase letters, digits and -, starting with a letter", "%q is not a valid app name", m.Name)
+	}
+	if p := m.InstallDefaults.Parallelism; p < 0 || p > 64 {
+		v.errf("app.toml", "install_defaults.parallelism", "", "must be between 1 and 64, got %d", p)
+	}
+	v.inputValues("app.toml", "install_defaults.inputs", m.InstallDefaults.Inputs, false)
+}
+
+func (v *validator) checkInputs() {
+	const f = "inputs.toml"
+	groups := map[string]bool{}
+	for i, g := range v.a.Inputs.Groups {
+		key := fmt.Sprintf("group[%d].name", i)
+		if g.Name != "" && groups[g.Name] {
+			v.errf(f, key, "", "group %q is defined twice", g.Name)
+		}
+		groups[g.Name] = true
+	}
+	seen := map[string]bool{}
+	for i, in := range v.a.Inputs.Inputs {
+		at := func(k string) string { return fmt.Sprintf("input[%d].%s", i, k) }
+		switch {
+		case in.Name == "":
+		case !identRE.MatchString(in.Name):
+			v.errf(f, at("name"), identHint, "%q is not a valid input name", in.Name)
+		case seen[in.Name]:
+			v.errf(f, at("name"), "names must be unique", "input %q is defined twice", in.Name)
+		}
+		seen[in.Name] = true
+		if in.Group != "" && !groups[in.Group] {
+			v.errf(f, at("group"), cmp.Or(diag.DidYouMean(in.Group, sortedKeys(groups)), "declare it with [[group]] name = \""+in.Group+"\""), "no group named %q", in.Group)
+		}
+		typ := cmp.Or(in.Type, "string")
+		if len(in.Values) > 0 && typ != "enum" {
+			v.errf(f, at("values"), "set type = \"enum\", or remove values", "values only apply to enum inputs, and this one is %s", typ)
+		}
+		if typ == "enum" {
+			if len(in.Values) == 0 {
+				v.errf(f, at("type"), "list the allowed values: values = [\"a\", \"b\"]", "an enum input needs values")
+			}
+			for j, val := range in.Values {
+				if slices.Index(in.Values, val) != j {
+					v.errf(f, fmt.Sprintf("input[%d].values[%d]", i, j), "", "%q is listed twice", val)
+				}
+			}
+		}
+		if in.Pattern != "" {
+			if typ != "string" {
+				v.errf(f, at("pattern"), "", "pattern only applies to string inputs, and this one is %s", typ)
+			} else if _, err := regexp.Compile(in.Pattern); err != nil {
+				v.errf(f, at("pattern"), "patterns use RE2 syntax", "is not a valid regular expression: %v", strings.TrimPrefix(err.Error(), "error parsing regexp: "))
+			}
+		}
+		if (in.Min != nil || in.Max != nil) && typ != "number" {
+			v.errf(f, at("min"), "", "min and max only apply to number inputs, and this one is %s", typ)
+		}
+		if in.Min != nil && in.Max != nil && *in.Min > *in.Max {
+			v.errf(f, at("min"), "", "min %v is greater than max %v", *in.Min, *in.Max)
+		}
+		if in.Default != nil {
+			switch {
+			case in.Required:
+				v.errf(f, at("default"), "remove required, or remove the default", "a required input cannot have a default")
+			case in.Sensitive:
+				v.errf(f, at("default"), "let each install provide it", "a sensitive input cannot have a default: it would be stored in every revision")
+			default:
+				if msg := in.CheckValue(in.Default); msg != "" {
+					v.errf(f, at("default"), "", "%s", msg)
+				}
+			}
+		}
+	}
+}
+
+// inputValues checks values given for inputs by name (install defaults or
+// an install file). When complete, vendor inputs that are required must be
+// there.
+func (v *validator) inputValues(file, key string, vals map[string]any, complete bool) {
+	byName := map[string]config.Input{}
+	for _, in := range v.a.Inputs.Inputs {
+		byName[in.Name] = in
+	}
+	names := v.inputs
+	for _, name := range sortedKeys(vals) {
+		k := diag.Join(key, name)
+		in, ok := byName[name]
+		if !ok {
+			v.errf(file, k, cmp.Or(diag.DidYouMean(name, names), "declare it in inputs.toml"), "no input named %q", name)
+			continue
+		}
+		if in.ProvidedBy == "customer" {
+			v.errf(file, k, "remove it here; the customer sets it in the install stack", "input %q is provided by the customer", name)
+			continue
+		}
+		if msg := in.CheckValue(vals[name]); msg != "" {
+			v.errf(file, k, "", "%s", msg)
+		}
+	}
+	if !complete {
+		return
+	}
+	// Without an [inputs] table, the file as a whole is at fault: line 1,
+	// where the decoder reports a missing required key too.
+	line := max(v.a.Line(file, key), 1)
+	for _, in := range v.a.Inputs.Inputs {
+		if _, ok := vals[in.Name]; !ok && in.Required && in.ProvidedBy != "customer" && v.a.Metadata.InstallDefaults.Inputs[in.Name] == nil {
+			v.ds.Addf(file, line, key, fmt.Sprintf("add %s = ... under [inputs]", in.Name), "required input %q is not set", in.Name)
+		}
+	}
+}
+
+func (v *validator) checkSecrets() {
+	seen := map[string]bool{}
+	for i, s := range v.a.Secrets.Secrets {
+		key := fmt.Sprintf("secret[%d].name", i)
+		switch {
+		case s.Name == "":
+		case !identRE.MatchString(s.Name):
+			v.errf("secrets.toml", key, identHint, "%q is not a valid secret name", s.Name)
+		case seen[s.Name]:
+			v.errf("secrets.toml", key, "names must be unique", "secret %q is defined twice", s.Name)
+		}
+		seen[s.Name] = true
+	}
+}
+
+func (v *validator) component(file string, c *config.Component) {
+	if file != "sandbox.toml" {
+		switch {
+		case c.Name == "sandbox":
+			v.errf(file, "name", "the sandbox is configured in sandbox.toml; choose another name", "\"sandbox\" is reserved")
+		case !identRE.MatchString(c.Name):
+			v.errf(file, "name", identHint+"; without name, the file name is used", "%q is not a valid component name", c.Name)
+		}
+	}
+	if c.Type != "" {
+		if check, ok := v.types[c.Type]; !ok && !v.anyType {
+			v.errf(file, "type", v.unknownTypeHint(c.Type), "no component type %q", c.Type)
+		} else if check != nil {
+			v.configProblems(file, check(c.Config))
+		}
+	}
+	if c.Timeout < 0 || time.Duration(c.Timeout) > maxTimeout {
+		v.errf(file, "timeout", "", "must be between 0 and 24h, got %s", c.Timeout)
+	}
+	names := v.components
+	for i, d := range c.Dependencies {
+		key := fmt.Sprintf("dependencies[%d]", i)
+		switch {
+		case d == c.Name:
+			v.errf(file, key, "remove it", "%q depends on itself", d)
+		case d == "sandbox":
+			v.errf(file, key, "remove it: every component waits for the sandbox", "the sandbox is always deployed first")
+		case !slices.Contains(names, d):
+			v.noComponent(file, key, "", d, names)
+		case slices.Index(c.Dependencies, d) != i:
+			v.errf(file, key, "", "%q is listed twice", d)
+		}
+	}
+	template.EachString("config", c.Config, func(key, s string) {
+		v.refs(file, key, s, c.Name)
+	})
+}
+
+// unknownTypeHint says what the known types are, which is closest to typ,
+// and how to make another one known.
+func (v *validator) unknownTypeHint(typ string) string {
+	known := sortedKeys(v.types)
+	hint := "known types: " + strings.Join(known, ", ")
+	if h := diag.DidYouMean(typ, known); h != "" {
+		hint = h + " " + hint
+	}
+	if v.typeHint != "" {
+		hint += "; " + v.typeHint
+	}
+	return hint
+}
+
+// configProblems reports what a type's check found in a component's
+// config, at the line of each field, or of the closest key written (a
+// missing field is reported at its table, a missing config at the type).
+func (v *validator) configProblems(file string, ps []FieldProblem) {
+	for _, p := range ps {
+		key := "config"
+		switch {
+		case strings.HasPrefix(p.Field, "["):
+			key += p.Field
+		case p.Field != "":
+			key += "." + p.Field
+		}
+		line := v.a.Line(file, key)
+		if line == 0 {
+			line = v.a.Line(file, "type")
+		}
+		v.ds.Addf(file, line, key, p.Hint, "%s", p.Message)
+	}
+}
+
+// refs checks the references in one config string of component self ("" for
+// actions).
+func (v *validator) refs(file, key, s, self string) {
+	refs, rerr := template.Refs(s)
+	if rerr != nil {
+		v.errf(file, key, rerr.Hint, "%s", rerr.Message)
+		return
+	}
+	for _, r := range refs {
+		switch r.Root {
+		case "inputs":
+			if !slices.Contains(v.inputs, r.Name) {
+				v.errf(file, key, cmp.Or(diag.DidYouMean(r.Name, v.inputs), "declare it in inputs.toml"), "{{ %s }}: no input named %q", r, r.Name)
+			}
+		case "secrets":
+			if !slices.Contains(v.secrets, r.Name) {
+				v.errf(file, key, cmp.Or(diag.DidYouMean(r.Name, v.secrets), "declare it in secrets.toml"), "{{ %s }}: no secret named %q", r, r.Name)
+			}
+		case "sandbox":
+			if v.a.Sandbox == nil {
+				v.errf(file, key, "add sandbox.toml, or remove the reference", "{{ %s }}: this app has no sandbox", r)
+			} else if self == "sandbox" {
+				v.errf(file, key, "", "{{ %s }}: the sandbox cannot use its own outputs", r)
+			}
+		case "components":
+			switch {
+			case r.Name == self:
+				v.errf(file, key, "", "{{ %s }}: a component cannot use its own outputs", r)
+			case self == "sandbox":
+				v.errf(file, key, "the sandbox is deployed before every component", "{{ %s }}: the sandbox cannot use component outputs", r)
+			case !slices.Contains(v.components, r.Name):
+				v.noComponent(file, key, fmt.Sprintf("{{ %s }}: ", r), r.Name, v.components)
+			}
+		}
+	}
+}
+
+func (v *validator) cycles() {
+	for _, cyc := range v.a.Graph().Cycles() {
+		first := cyc[0]
+		file := v.a.FileOf("component", first)
+		v.errf(file, v.edge(first, cyc[1]), "a component cannot wait for itself; remove one of these dependencies or output references",
+			"dependency cycle: %s", strings.Join(cyc, " → "))
+	}
+}
+
+// edge returns the key that makes component from wait for component to:
+// dependencies when it lists to, else the first config string that refers
+// to to's outputs.
+func (v *validator) edge(from, to string) string {
+	c := v.a.Component(from)
+	if c == nil || slices.Contains(c.Dependencies, to) {
+		return "dependencies"
+	}
+	key := "dependencies"
+	found := false
+	template.EachString("config", c.Config, func(k, s string) {
+		if found {
+			return
+		}
+		refs, _ := template.Refs(s)
+		if slices.ContainsFunc(refs, func(r template.Ref) bool { return r.Root == "components" && r.Name == to }) {
+			key, found = k, true
+		}
+	})
+	return key
+}
+
+var hookTypes = []string{"pre_deploy", "post_deploy", "pre_teardown", "post_teardown"}
+
+func (v *validator) action(file string, ac *config.Action) {
+	if !identRE.MatchString(ac.Name) {
+		v.errf(file, "name", identHint+"; without name, the file name is used", "%q is not a valid action name", ac.Name)
+	}
+	if ac.Timeout < 0 || time.Duration(ac.Timeout) > maxTimeout {
+		v.errf(file, "timeout", "", "must be between 0 and 24h, got %s", ac.Timeout)
+	}
+	steps := map[string]bool{}
+	for i, st := range ac.Steps {
+		at := func(k string) string { return fmt.Sprintf("step[%d].%s", i, k) }
+		if st.Name != "" && steps[st.Name] {
+			v.errf(file, at("name"), "step names must be unique within an action", "step %q is defined twice", st.Name)
+		}
+		steps[st.Name] = true
+		switch {
+		case st.Script == "" && st.File == "":
+			v.errf(file, fmt.Sprintf("step[%d]", i), "add script = \"...\" or file = \"scripts/x.sh\"", "step %q has no script", st.Name)
+		case st.Script != "" && st.File != "":
+			v.errf(file, at("file"), "keep one of them", "step %q sets both script and file", st.Name)
+		case st.File != "":
+			v.appFile(file, at("file"), st.File)
+		}
+		v.env(file, fmt.Sprintf("step[%d].env", i), st.Env)
+	}
+	v.env(file, "env", ac.Env)
+	hasCron := false
+	for i, t := range ac.Triggers {
+		at := func(k string) string { return fmt.Sprintf("trigger[%d].%s", i, k) }
+		switch {
+		case t.Type == "cron":
+			hasCron = true
+			if t.Schedule == "" {
+				v.errf(file, at("type"), "add schedule = \"*/15 * * * *\"", "a cron trigger needs a schedule")
+			} else if _, err := cron.Parse(t.Schedule); err != nil {
+				v.errf(file, at("schedule"), "", "%q is not a cron schedule: %v", t.Schedule, err)
+			}
+		case t.Schedule != "":
+			v.errf(file, at("schedule"), "set type = \"cron\", or remove schedule", "only cron triggers have a schedule")
+		}
+		if t.Component != "" {
+			switch {
+			case !slices.Contains(hookTypes, t.Type):
+				v.errf(file, at("component"), "component applies to "+strings.Join(hookTypes, ", "), "a %s trigger does not take a component", t.Type)
+			case !slices.Contains(v.components, t.Component):
+				v.noComponent(file, at("component"), "", t.Component, v.components)
+			}
+		}
+		for j := range i {
+			if ac.Triggers[j] == t {
+				v.errf(file, fmt.Sprintf("trigger[%d]", i), "remove one", "the same trigger as trigger[%d]", j)
+				break
+			}
+		}
+	}
+	if ac.HealthCheck && !hasCron {
+		v.errf(file, "health_check", "add [[trigger]] type = \"cron\" schedule = \"*/5 * * * *\"", "a health check needs a cron trigger to run on")
+	}
+}
+
+func (v *validator) env(file, key string, env map[string]string) {
+	for _, k := range sortedKeys(env) {
+		switch {
+		case !envNameRE.MatchString(k):
+			v.errf(file, diag.Join(key, k), "use letters, digits and _, not starting with a digit", "%q is not a valid environment variable name", k)
+		case strings.HasPrefix(k, "BYOC_"):
+			v.errf(file, diag.Join(key, k), "choose another name", "BYOC_ variables are set by the agent")
+		}
+		v.refs(file, diag.Join(key, k), env[k], "")
+	}
+}
+
+// appFile checks that p names a file of the app directory.
+func (v *validator) appFile(file, key, p string) {
+	clean := path.Clean(p)
+	if path.IsAbs(p) || clean == ".." || strings.HasPrefix(clean, "../") {
+		v.errf(file, key, "paths are relative to the app directory, such as \"scripts/migrate.sh\"", "%q is outside the app directory", p)
+		return
+	}
+	if _, ok := v.a.Files[clean]; !ok {
+		v.errf(file, key, "paths are relative to the app directory", "%q does not exist", p)
+	}
+}
+
+func (v *validator) permissions() {
+	p := v.a.Permissions
+	for _, m := range []struct {
+		key string
+		r   *config.ModeRole
+	}{{"provision", p.Provision}, {"maintenance", p.Maintenance}, {"deprovision", p.Deprovision}, {"break_glass", p.BreakGlass}} {
+		if m.r == nil {
+			continue
+		}
+		for i, s := range m.r.Statements {
+			var doc map[string]any
+			if err := json.Unmarshal([]byte(s), &doc); err != nil {
+				v.errf("permissions.toml", fmt.Sprintf("%s.statements[%d]", m.key, i), "each statement is a JSON policy document", "is not a JSON object: %v", err)
+			}
+		}
+	}
+}
+
+func (v *validator) policies() {
+	const f = "policies.toml"
+	seen := map[string]bool{}
+	for i, p := range v.a.Policies.Policies {
+		at := func(k string) string { return fmt.Sprintf("policy[%d].%s", i, k) }
+		if p.Name != "" && seen[p.Name] {
+			v.errf(f, at("name"), "names must be unique", "policy %q is defined twice", p.Name)
+		}
+		seen[p.Name] = true
+		switch {
+		case p.File == "" && p.Contents == "":
+			v.errf(f, fmt.Sprintf("policy[%d]", i), "add file = \"policies/x.rego\" or contents = \"...\"", "policy %q has no source", p.Name)
+		case p.File != "" && p.Contents != "":
+			v.errf(f, at("file"), "keep one of them", "policy %q sets both file and contents", p.Name)
+		case p.File != "":
+			v.appFile(f, at("file"), p.File)
+		}
+		for j, t := range p.AppliesTo {
+			if _, ok := v.types[t]; !ok && !v.anyType {
+				v.errf(f, fmt.Sprintf("policy[%d].applies_to[%d]", i, j), v.unknownTypeHint(t), "no component type %q", t)
+			}
+		}
+	}
+}
+
+func (v *validator) breakGlass() {
+	const f = "break_glass.toml"
+	b := v.a.BreakGlass
+	if b.MaxDuration < 0 || time.Duration(b.MaxDuration) > maxTimeout {
+		v.errf(f, "max_duration", "grants are short by design", "must be between 0 and 24h, got %s", b.MaxDuration)
+	}
+	seen := map[string]bool{}
+	for i, r := range b.Roles {
+		if r.Name != "" && seen[r.Name] {
+			v.errf(f, fmt.Sprintf("role[%d].name", i), "names must be unique", "role %q is defined twice", r.Name)
+		}
+		seen[r.Name] = true
+	}
+}
+
+var installNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+
+func (v *validator) install(file string, in *config.InstallFile) {
+	if !installNameRE.MatchString(in.Name) {
+		v.errf(file, "name", "use lowercase letters, digits and -", "%q is not a valid install name", in.Name)
+	}
+	if in.Parallelism < 0 || in.Parallelism > 64 {
+		v.errf(file, "parallelism", "", "must be between 1 and 64, got %d", in.Parallelism)
+	}
+	v.inputValues(file, "inputs", in.Inputs, true)
+	names := v.components
+	if v.a.Sandbox != nil {
+		names = append(slices.Clone(names), "sandbox")
+	}
+	for _, c := range sortedKeys(in.Components) {
+		if !slices.Contains(names, c) {
+			v.noComponent(file, diag.Join("components", c), "", c, names)
+			continue
+		}
+		template.EachString(diag.Join("components", c)+".config", in.Components[c].Config, func(key, s string) {
+			v.refs(file, key, s, c)
+		})
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }

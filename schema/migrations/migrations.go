@@ -1,0 +1,67 @@
+// Package migrations holds byoc's SQL migrations, one directory per dialect
+// (sqlite/, postgres/), embedded in the binary and applied with goose.
+//
+// Both dialects store timestamps as BIGINT Unix nanoseconds, 0 meaning unset,
+// and JSON documents as TEXT, so one store implementation reads both.
+package migrations
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"fmt"
+	"io/fs"
+
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+)
+
+//go:embed sqlite/*.sql postgres/*.sql
+var files embed.FS
+
+// The dialects Apply accepts.
+const (
+	SQLite   = "sqlite"
+	Postgres = "postgres"
+)
+
+// Apply applies every pending migration for dialect ("sqlite" or
+// "postgres") to db. On PostgreSQL it holds an advisory session lock while
+// it runs, so several imsd replicas starting at once migrate exactly once.
+func Apply(ctx context.Context, db *sql.DB, dialect string) error {
+	var (
+		gd   goose.Dialect
+		opts []goose.ProviderOption
+	)
+	switch dialect {
+	case SQLite:
+		gd = goose.DialectSQLite3
+		opts = append(opts, goose.WithGoMigrations(goose.NewGoMigration(7,
+			&goose.GoFunc{RunTx: sqliteChecksAsComparisons}, &goose.GoFunc{RunTx: noChange})))
+	case Postgres:
+		gd = goose.DialectPostgres
+		// Version 7 changes nothing on PostgreSQL, whose IN checks cost
+		// nothing; it keeps the two dialects' versions in step.
+		opts = append(opts, goose.WithGoMigrations(goose.NewGoMigration(7,
+			&goose.GoFunc{RunTx: noChange}, &goose.GoFunc{RunTx: noChange})))
+		locker, err := lock.NewPostgresSessionLocker()
+		if err != nil {
+			return fmt.Errorf("migrate: %w", err)
+		}
+		opts = append(opts, goose.WithSessionLocker(locker))
+	default:
+		return fmt.Errorf("migrate: unknown dialect %q", dialect)
+	}
+	sub, err := fs.Sub(files, dialect)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	p, err := goose.NewProvider(gd, db, sub, opts...)
+	if err != nil {
+		return fmt.Errorf("migrate %s: %w", dialect, err)
+	}
+	if _, err := p.Up(ctx); err != nil {
+		return fmt.Errorf("migrate %s: %w", dialect, err)
+	}
+	return nil
+}
