@@ -281,10 +281,25 @@ func (a *benchAgent) run(b *testing.B, ready chan<- struct{}) {
 	}
 	ready <- struct{}{}
 	var wid uint64
+	// As agentd does: a job starts (here: ends at once) only once imsd
+	// has accepted its ack, so the result follows the ack's answer.
+	acked := map[uint64]*agentv1.JobAssignment{}
 	for {
 		m, err := st.Receive()
 		if err != nil {
 			return
+		}
+		if acc := m.GetAccepted(); acc != nil {
+			as, ok := acked[acc.WriteId]
+			if !ok {
+				continue
+			}
+			delete(acked, acc.WriteId)
+			wid++
+			st.Send(&agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Result{Result: &agentv1.JobResult{
+				WriteId: wid, JobId: as.JobId, FencingToken: as.FencingToken, Outcome: agentv1.Outcome_OUTCOME_SUCCEEDED,
+			}}})
+			continue
 		}
 		as := m.GetAssignment()
 		if as == nil {
@@ -292,11 +307,8 @@ func (a *benchAgent) run(b *testing.B, ready chan<- struct{}) {
 		}
 		a.picked(as.JobId, time.Now())
 		wid++
+		acked[wid] = as
 		st.Send(&agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Ack{Ack: &agentv1.JobAck{WriteId: wid, JobId: as.JobId, FencingToken: as.FencingToken}}})
-		wid++
-		st.Send(&agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Result{Result: &agentv1.JobResult{
-			WriteId: wid, JobId: as.JobId, FencingToken: as.FencingToken, Outcome: agentv1.Outcome_OUTCOME_SUCCEEDED,
-		}}})
 	}
 }
 
