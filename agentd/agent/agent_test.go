@@ -1,0 +1,283 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/byoc-dev/byoc/agentd/identity"
+	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
+	"github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1/agentv1connect"
+)
+
+// fakeIMS is a hand-driven imsd: each stream's messages from the agent go
+// to up, and the test sends down what it likes.
+type fakeIMS struct {
+	agentv1connect.UnimplementedAgentServiceHandler
+	welcome *agentv1.Welcome
+	streams chan *fakeStream
+}
+
+type fakeStream struct {
+	up   chan *agentv1.ConnectRequest
+	down chan *agentv1.ConnectResponse
+	done chan struct{}
+}
+
+func (f *fakeIMS) Connect(ctx context.Context, st *connect.BidiStream[agentv1.ConnectRequest, agentv1.ConnectResponse]) error {
+	if err := st.Send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Challenge{Challenge: &agentv1.Challenge{Nonce: []byte("n")}}}); err != nil {
+		return err
+	}
+	if _, err := st.Receive(); err != nil { // hello
+		return err
+	}
+	if err := st.Send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Welcome{Welcome: f.welcome}}); err != nil {
+		return err
+	}
+	fs := &fakeStream{up: make(chan *agentv1.ConnectRequest, 100), down: make(chan *agentv1.ConnectResponse, 100), done: make(chan struct{})}
+	defer close(fs.done)
+	select {
+	case f.streams <- fs:
+	case <-ctx.Done():
+		return nil
+	}
+	errc := make(chan error, 1)
+	go func() {
+		for {
+			m, err := st.Receive()
+			if err != nil {
+				errc <- err
+				return
+			}
+			fs.up <- m
+		}
+	}()
+	for {
+		select {
+		case m := <-fs.down:
+			if m == nil {
+				return connect.NewError(connect.CodeUnavailable, errors.New("test ends the stream"))
+			}
+			if err := st.Send(m); err != nil {
+				return err
+			}
+		case err := <-errc:
+			return err
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// runRecorder is a Runner that records what ran and blocks until its
+// context ends or release is closed.
+type runRecorder struct {
+	mu      sync.Mutex
+	started []string
+	stopped []string
+	release chan struct{}
+}
+
+func (r *runRecorder) Run(ctx context.Context, job Job, _ func(int32, string)) Outcome {
+	r.mu.Lock()
+	r.started = append(r.started, job.ID)
+	r.mu.Unlock()
+	select {
+	case <-ctx.Done():
+		r.mu.Lock()
+		r.stopped = append(r.stopped, job.ID)
+		r.mu.Unlock()
+		return Outcome{Outcome: agentv1.Outcome_OUTCOME_FAILED}
+	case <-r.release:
+		return Outcome{Outcome: agentv1.Outcome_OUTCOME_SUCCEEDED}
+	}
+}
+
+func (r *runRecorder) get() (started, stopped []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.started...), append([]string(nil), r.stopped...)
+}
+
+// startFake serves f on loopback (h2c) and runs an agent of install
+// "ins_1" against it.
+func startFake(t *testing.T, f *fakeIMS, rr *runRecorder) *Agent {
+	t.Helper()
+	f.streams = make(chan *fakeStream, 10)
+	if f.welcome == nil {
+		f.welcome = &agentv1.Welcome{InstallId: "ins_1", HeartbeatIntervalMs: 100, LeaseDurationMs: 600}
+	}
+	mux := http.NewServeMux()
+	mux.Handle(agentv1connect.NewAgentServiceHandler(f))
+	p := new(http.Protocols)
+	p.SetUnencryptedHTTP2(true)
+	srv := &http.Server{Handler: mux, Protocols: p}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	dir := t.TempDir()
+	key, _ := identity.NewKey()
+	if err := identity.Save(dir, identity.Identity{AgentID: "agt_1", InstallID: "ins_1", IMSURL: "http://" + ln.Addr().String(), PrivateKey: key}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(context.Background(), Config{IMSURL: "http://" + ln.Addr().String(), StateDir: dir, Runner: rr,
+		BackoffMin: 20 * time.Millisecond, BackoffMax: 50 * time.Millisecond, FlushInterval: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { a.Run(ctx); close(done) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		srv.Close()
+	})
+	return a
+}
+
+func assign(id string, token int64, install string) *agentv1.ConnectResponse {
+	return &agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Assignment{Assignment: &agentv1.JobAssignment{
+		JobId: id, FencingToken: token, Attempt: 1, ComponentType: "action", Operation: "apply", InstallId: install, TimeoutSeconds: 60,
+	}}}
+}
+
+// next returns the next message of the agent that is not a heartbeat.
+func (fs *fakeStream) next(t *testing.T) *agentv1.ConnectRequest {
+	t.Helper()
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case m := <-fs.up:
+			if m.GetHeartbeat() == nil {
+				return m
+			}
+		case <-deadline:
+			t.Fatal("no message from the agent")
+		}
+	}
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// An attempt starts only once imsd accepted its ack, and one whose ack is
+// refused never runs.
+func TestAttemptStartsOnlyAfterTheAckIsAccepted(t *testing.T) {
+	rr := &runRecorder{release: make(chan struct{})}
+	f := &fakeIMS{}
+	startFake(t, f, rr)
+	fs := <-f.streams
+	fs.down <- assign("job_a", 7, "ins_1")
+	ack := fs.next(t).GetAck()
+	if ack == nil || ack.JobId != "job_a" || ack.FencingToken != 7 {
+		t.Fatalf("want an ack of job_a, got %v", ack)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if started, _ := rr.get(); len(started) != 0 {
+		t.Fatalf("the job started before imsd accepted its ack: %v", started)
+	}
+	fs.down <- &agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Accepted{Accepted: &agentv1.WriteAccepted{WriteId: ack.WriteId}}}
+	eventually(t, "job_a to start", func() bool { s, _ := rr.get(); return len(s) == 1 })
+
+	fs.down <- assign("job_b", 8, "ins_1")
+	ack = fs.next(t).GetAck()
+	fs.down <- &agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Rejected{Rejected: &agentv1.WriteRejected{
+		WriteId: ack.WriteId, JobId: "job_b", Code: "failed_precondition", Message: "stale fencing token"}}}
+	time.Sleep(200 * time.Millisecond)
+	if started, _ := rr.get(); len(started) != 1 {
+		t.Fatalf("a job whose ack was refused ran: %v", started)
+	}
+	close(rr.release)
+}
+
+// The agent stops a running job itself once a lease passed without a
+// renewal imsd confirmed, though the stream stays open; a job whose
+// heartbeats are answered keeps running.
+func TestAgentStopsAJobWhoseLeaseIsNotRenewed(t *testing.T) {
+	rr := &runRecorder{release: make(chan struct{})}
+	defer close(rr.release)
+	f := &fakeIMS{welcome: &agentv1.Welcome{InstallId: "ins_1", HeartbeatIntervalMs: 100, LeaseDurationMs: 600}}
+	startFake(t, f, rr)
+	fs := <-f.streams
+	fs.down <- assign("job_a", 7, "ins_1")
+	ack := fs.next(t).GetAck()
+	fs.down <- &agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Accepted{Accepted: &agentv1.WriteAccepted{WriteId: ack.WriteId}}}
+	eventually(t, "job_a to start", func() bool { s, _ := rr.get(); return len(s) == 1 })
+	// Answer heartbeats for two leases: the job keeps running.
+	until := time.Now().Add(1200 * time.Millisecond)
+	for time.Now().Before(until) {
+		select {
+		case m := <-fs.up:
+			if hb := m.GetHeartbeat(); hb != nil && len(hb.Running) > 0 {
+				fs.down <- &agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Renewed{Renewed: &agentv1.LeasesRenewed{HeartbeatSeq: hb.Seq, JobIds: []string{"job_a"}}}}
+			}
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if _, stopped := rr.get(); len(stopped) != 0 {
+		t.Fatalf("a job whose lease was renewed was stopped")
+	}
+	// Stop answering: within a lease (and the check interval) it stops.
+	silent := time.Now()
+	eventually(t, "job_a to be stopped", func() bool { _, s := rr.get(); return len(s) == 1 })
+	if d := time.Since(silent); d > 600*time.Millisecond+300*time.Millisecond {
+		t.Fatalf("stopped %s after the last renewal; the lease is 600ms", d)
+	}
+}
+
+// A welcome or an assignment naming another install is refused: nothing
+// of that server runs.
+func TestAgentRefusesAnotherInstall(t *testing.T) {
+	t.Run("assignment", func(t *testing.T) {
+		rr := &runRecorder{release: make(chan struct{})}
+		defer close(rr.release)
+		f := &fakeIMS{}
+		startFake(t, f, rr)
+		fs := <-f.streams
+		fs.down <- assign("job_x", 7, "ins_other")
+		fs.down <- assign("job_ok", 8, "ins_1")
+		ack := fs.next(t).GetAck()
+		if ack == nil || ack.JobId != "job_ok" {
+			t.Fatalf("the first write is %v, want the ack of job_ok (job_x refused)", ack)
+		}
+	})
+	t.Run("welcome", func(t *testing.T) {
+		rr := &runRecorder{release: make(chan struct{})}
+		defer close(rr.release)
+		f := &fakeIMS{welcome: &agentv1.Welcome{InstallId: "ins_other", HeartbeatIntervalMs: 100, LeaseDurationMs: 600}}
+		a := startFake(t, f, rr)
+		fs := <-f.streams
+		fs.down <- assign("job_x", 7, "ins_other")
+		fs.down <- assign("job_y", 7, "ins_1")
+		select {
+		case m := <-fs.up:
+			if m.GetAck() != nil {
+				t.Fatalf("the agent acked a job of a server that named another install: %v", m)
+			}
+		case <-fs.done:
+		case <-time.After(time.Second):
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		if err := a.WaitConnected(ctx); err == nil {
+			t.Fatal("the agent counts a server naming another install as connected")
+		}
+	})
+}
