@@ -249,10 +249,7 @@ func TestCLIRetriedEnqueueStoresOneJob(t *testing.T) {
 		drop: map[string]bool{"EnqueueJob": true, "EnqueueJobs": true}}
 	srv := httptest.NewServer(proxy)
 	t.Cleanup(srv.Close)
-	config := filepath.Join(t.TempDir(), "byoc.json")
-	if _, e, code := byoc(t, config, "context", "add", "test", "--server", srv.URL, "--token", ims.AdminToken, "--use"); code != 0 {
-		t.Fatalf("context add: %s", e)
-	}
+	cli := cluster.NewCLIWith(t, filepath.Join(t.TempDir(), "byoc.json"), srv.URL, ims.AdminToken)
 	jobIDs := func() []string {
 		t.Helper()
 		r, err := ims.Admin().ListJobs(context.Background(), connect.NewRequest(&imsv1.ListJobsRequest{PageSize: 1000}))
@@ -267,7 +264,7 @@ func TestCLIRetriedEnqueueStoresOneJob(t *testing.T) {
 		return ids
 	}
 
-	out, e, code := byoc(t, config, "action", "run", "acme", "--", "echo", "once")
+	out, e, code := cli.Exec("action", "run", "acme", "--", "echo", "once")
 	if code != 0 {
 		t.Fatalf("action run exited %d\nstdout:\n%s\nstderr:\n%s", code, out, e)
 	}
@@ -282,7 +279,7 @@ func TestCLIRetriedEnqueueStoresOneJob(t *testing.T) {
 		t.Fatalf("stored jobs %v, want exactly the one the CLI printed (%q)", ids, strings.TrimSpace(out))
 	}
 
-	out, e, code = byoc(t, config, "action", "run", "acme", "globex", "--", "echo", "twice")
+	out, e, code = cli.Exec("action", "run", "acme", "globex", "--", "echo", "twice")
 	if code != 0 {
 		t.Fatalf("action run on two installs exited %d\nstdout:\n%s\nstderr:\n%s", code, out, e)
 	}

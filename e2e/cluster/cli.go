@@ -25,6 +25,15 @@ func NewCLI(tb testing.TB, ims *IMS) *CLI {
 	return c
 }
 
+// NewCLIWith is NewCLI for a context of server and token written to
+// config, for a test that puts something between the CLI and imsd.
+func NewCLIWith(tb testing.TB, config, server, token string) *CLI {
+	tb.Helper()
+	c := &CLI{tb: tb, Config: config}
+	c.Run(0, "context", "add", "test", "--server", server, "--token", token, "--use")
+	return c
+}
+
 // Cmd returns the byoc command for args, with the CLI's config.
 func (c *CLI) Cmd(args ...string) *exec.Cmd {
 	cmd := exec.Command(filepath.Join(Binaries(c.tb), "byoc"), args...)

@@ -103,6 +103,9 @@ install).`,
 				return err
 			}
 			ctx := cmd.Context()
+			// One key for this invocation: a retry after a lost answer
+			// gets the jobs already stored instead of new ones.
+			key := newIdempotencyKey()
 			reqs := make([]*imsv1.EnqueueJobRequest, len(installs))
 			for i, in := range installs {
 				reqs[i] = &imsv1.EnqueueJobRequest{
@@ -115,7 +118,11 @@ install).`,
 				}
 			}
 			if len(reqs) > 1 {
-				res, err := c.EnqueueJobs(ctx, connect.NewRequest(&imsv1.EnqueueJobsRequest{Jobs: reqs}))
+				var res *connect.Response[imsv1.EnqueueJobsResponse]
+				err := a.retryTransient(ctx, "enqueue", func() (err error) {
+					res, err = c.EnqueueJobs(ctx, connect.NewRequest(&imsv1.EnqueueJobsRequest{Jobs: reqs, IdempotencyKey: key}))
+					return err
+				})
 				if err != nil {
 					return c.wrap(err)
 				}
@@ -133,7 +140,12 @@ install).`,
 				return nil
 			}
 			install := installs[0]
-			res, err := c.EnqueueJob(ctx, connect.NewRequest(reqs[0]))
+			reqs[0].IdempotencyKey = key
+			var res *connect.Response[imsv1.EnqueueJobResponse]
+			err = a.retryTransient(ctx, "enqueue", func() (err error) {
+				res, err = c.EnqueueJob(ctx, connect.NewRequest(reqs[0]))
+				return err
+			})
 			if err != nil {
 				return c.wrap(err)
 			}
