@@ -147,7 +147,7 @@ func TestDrillDownToLogsAndBack(t *testing.T) {
 func TestLogViewKeys(t *testing.T) {
 	m := newTestModel(t, Options{})
 	feed(m, snapshot())
-	lv := newLogView(m, jobs()[0])
+	lv := newLogView(m.env, jobs()[0])
 	m.push(lv)
 	m.Update(logMsg{gen: lv.gen, chunks: []logChunk{{lines: logLines(1, 100, func(i int) string { return fmt.Sprintf("line %03d", i) })}}})
 	mustContain(t, screen(m), "line 100", "following")
@@ -180,7 +180,7 @@ func TestLogViewKeys(t *testing.T) {
 func TestLogRingBufferDropsOldestAndMarksIt(t *testing.T) {
 	m := newTestModel(t, Options{LogLines: 50}) // pages of 25 lines
 	feed(m, snapshot())
-	lv := newLogView(m, jobs()[0])
+	lv := newLogView(m.env, jobs()[0])
 	m.push(lv)
 	text := func(i int) string { return fmt.Sprintf("line %03d", i) }
 	m.Update(logMsg{gen: lv.gen, chunks: []logChunk{{lines: logLines(1, 120, text)}}})
@@ -257,7 +257,7 @@ func TestLogRingBufferDropsOldestAndMarksIt(t *testing.T) {
 func TestHugeLineDoesNotStall(t *testing.T) {
 	m := newTestModel(t, Options{})
 	feed(m, snapshot())
-	lv := newLogView(m, jobs()[0])
+	lv := newLogView(m.env, jobs()[0])
 	m.push(lv)
 	huge := strings.Repeat("0123456789", 10_000) // 100,000 characters
 	uni := strings.Repeat("日本語", 33_000)
@@ -281,7 +281,7 @@ func TestHugeLineDoesNotStall(t *testing.T) {
 
 func TestControlCharactersAreShownNotObeyed(t *testing.T) {
 	m := newTestModel(t, Options{})
-	lv := newLogView(m, jobs()[0])
+	lv := newLogView(m.env, jobs()[0])
 	m.push(lv)
 	m.Update(logMsg{gen: lv.gen, chunks: []logChunk{{lines: logLines(1, 1, func(int) string { return "evil \x1b[2J\x1b]0;pwned\x07 tab\tend" })}}})
 	r := m.Render()
@@ -455,7 +455,7 @@ func TestGoldens(t *testing.T) {
 			m.Update(jobsMsg{gen: m.top().(*jobsView).gen, jobs: jobs()})
 		},
 		"logs": func(m *Model) {
-			lv := newLogView(m, jobs()[0])
+			lv := newLogView(m.env, jobs()[0])
 			m.push(lv)
 			m.Update(logMsg{gen: lv.gen, chunks: []logChunk{{lines: logLines(1, 40, func(i int) string {
 				if i == 38 {
@@ -465,7 +465,7 @@ func TestGoldens(t *testing.T) {
 			})}}})
 		},
 		"logs-wrap-time": func(m *Model) {
-			lv := newLogView(m, jobs()[0])
+			lv := newLogView(m.env, jobs()[0])
 			m.push(lv)
 			m.Update(logMsg{gen: lv.gen, chunks: []logChunk{{lines: logLines(1, 40, func(i int) string {
 				if i == 38 {

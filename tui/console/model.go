@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -60,27 +61,21 @@ type confirmation struct {
 	yes     func() tea.Cmd
 }
 
-// Model is the console's Bubble Tea model.
+// Model is the console's Bubble Tea model: the root around a stack of
+// views (views.go). It owns what the views share (env) and is the only one
+// to change it.
 type Model struct {
-	opts Options
-	km   *KeyMap
-	st   styles
-	ctx  context.Context
-	conn *Conn
+	*env
 	w, h int
-	now  time.Time
-	gen  int // last generation handed out
 	// actionGen and cancelGen are the generations of the action run and
 	// the cancel awaiting their answers: an answer of another generation
 	// (an earlier request, or one sent before a context switch) is stale.
 	// They are apart from gen, which every list refresh moves on.
 	actionGen, cancelGen int
-	fleet                *fleet
 
 	fleetGen    int
 	fleetCancel context.CancelFunc
 	fleetCh     chan fleetEvent
-	offline     error
 	retryAt     time.Time
 	lastData    time.Time
 
@@ -121,9 +116,11 @@ func New(ctx context.Context, opts Options) (*Model, error) {
 	}
 	in := textinput.New()
 	in.Prompt = ""
-	m := &Model{opts: opts, km: km, st: newStyles(th), ctx: ctx, conn: opts.Conn, w: 80, h: 24,
-		now: opts.Now(), fleet: newFleet(), input: in}
-	m.stack = []view{&fleetView{}}
+	m := &Model{env: &env{opts: opts, km: km, st: newStyles(th), ctx: ctx, conn: opts.Conn,
+		now: opts.Now(), fleet: newFleet()}, w: 80, h: 24, input: in}
+	m.nav = m
+	m.stack = []view{newFleetView(m.env)}
+	m.resize()
 	return m, nil
 }
 
@@ -131,8 +128,6 @@ func New(ctx context.Context, opts Options) (*Model, error) {
 func (m *Model) Init() tea.Cmd {
 	return tea.Batch(m.startWatch(), tick())
 }
-
-func (m *Model) nextGen() int { m.gen++; return m.gen }
 
 // startWatch (re)opens the fleet watch under a new generation.
 func (m *Model) startWatch() tea.Cmd {
@@ -159,12 +154,19 @@ func (m *Model) top() view { return m.stack[len(m.stack)-1] }
 
 func (m *Model) push(v view) tea.Cmd {
 	m.stack = append(m.stack, v)
-	return v.open(m)
+	v.SetSize(m.w, m.bodyHeight())
+	return v.Init()
+}
+
+func closeView(v view) {
+	if c, ok := v.(closer); ok {
+		c.Close()
+	}
 }
 
 func (m *Model) pop() {
 	if len(m.stack) > 1 {
-		m.top().close(m)
+		closeView(m.top())
 		m.stack = m.stack[:len(m.stack)-1]
 	}
 }
@@ -174,33 +176,58 @@ func (m *Model) reset(root view) tea.Cmd {
 	for len(m.stack) > 1 {
 		m.pop()
 	}
-	m.stack[0].close(m)
-	m.stack = []view{root}
-	return root.open(m)
+	closeView(m.stack[0])
+	m.stack = nil
+	return m.push(root)
+}
+
+// resize gives every view the body's size, which the window and the
+// header's banners decide.
+func (m *Model) resize() {
+	h := m.bodyHeight()
+	for _, v := range m.stack {
+		v.SetSize(m.w, h)
+	}
 }
 
 func (m *Model) setStatus(err bool, format string, args ...any) {
 	m.status, m.statusIsErr = fmt.Sprintf(format, args...), err
 }
 
-// bodyHeight is the rows left for the current view.
+// bodyHeight is the rows left for the current view: the window less the
+// header (headerLines) and the footer.
 func (m *Model) bodyHeight() int {
-	return max(1, m.h-len(m.headerLines())-1)
+	header := 2 // title, breadcrumbs
+	if m.modeBanner != "" {
+		header++
+	}
+	if m.offline != nil {
+		header++
+	}
+	return max(1, m.h-header-1)
 }
 
 // Update handles one message. It never waits on I/O.
 func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
+	cmd := m.update(msg)
+	m.resize() // the window, or the banners above the body, may have changed
+	return m, cmd
+}
+
+// update is Update without the resize: messages for the console itself,
+// key presses for the top view, anything else for every view.
+func (m *Model) update(msg tea.Msg) tea.Cmd {
 	switch msg := msg.(type) {
 	case tea.WindowSizeMsg:
 		m.w, m.h = msg.Width, msg.Height
 		m.input.SetWidth(max(1, m.w-12))
-		return m, nil
+		return nil
 	case tickMsg:
 		m.now = m.opts.Now()
-		return m, tick()
+		return tick()
 	case fleetMsg:
 		if msg.gen != m.fleetGen {
-			return m, nil // a watch of a previous context
+			return nil // a watch of a previous context
 		}
 		var resps []*imsv1.WatchInstallsResponse
 		for _, ev := range msg.events {
@@ -217,62 +244,76 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		}
 		var cmds []tea.Cmd
 		for _, v := range m.stack {
-			cmds = append(cmds, v.fleetChanged(m, resps))
+			cmds = append(cmds, v.Update(fleetChangedMsg{resps}))
 		}
 		if m.fleetCh != nil && !m.opts.NoWatch {
 			cmds = append(cmds, m.waitFleet())
 		}
-		return m, tea.Batch(cmds...)
+		return tea.Batch(cmds...)
 	case ctxMsg:
 		if msg.err != nil {
 			m.setStatus(true, "%v", msg.err)
-			return m, nil
+			return nil
 		}
 		m.conn = msg.conn
 		m.actionGen, m.cancelGen = 0, 0
 		m.fleet = newFleet()
 		m.offline = nil
 		m.setStatus(false, "switched to context %s (%s)", msg.conn.Context, msg.conn.Server)
-		return m, tea.Batch(m.reset(&fleetView{}), m.startWatch())
+		return tea.Batch(m.reset(newFleetView(m.env)), m.startWatch())
 	case enqueuedMsg:
 		if msg.gen != m.actionGen {
-			return m, nil
+			return nil
 		}
 		if msg.err != nil {
 			m.setStatus(true, "action not started: %s", errText(msg.err))
-			return m, nil
+			return nil
 		}
 		m.setStatus(false, "action %s queued on %s", msg.job.Id, m.installName(msg.job.InstallId))
-		return m, m.push(newLogView(m, msg.job))
+		return m.push(newLogView(m.env, msg.job))
 	case cancelledMsg:
 		if msg.gen != m.cancelGen {
-			return m, nil
+			return nil
 		}
 		if msg.err != nil {
 			m.setStatus(true, "cancel failed: %s", errText(msg.err))
 		} else {
 			m.setStatus(false, "cancel requested for %s (now %s)", msg.job.Id, stateName(msg.job.State))
 		}
-		return m, nil
+		return nil
 	case tea.KeyPressMsg:
-		return m, m.key(msg)
+		return m.key(msg)
 	case tea.PasteMsg:
 		if m.mode != inputNone {
 			var cmd tea.Cmd
 			m.input, cmd = m.input.Update(msg)
 			if m.mode == inputFilter {
-				m.top().setFilter(m, m.input.Value())
+				m.setFilter(m.input.Value())
 			}
-			return m, cmd
+			return cmd
 		}
-		return m, nil
+		return nil
 	}
 	// Results for a view: each view checks its own generation.
 	var cmds []tea.Cmd
 	for _, v := range m.stack {
-		cmds = append(cmds, v.result(m, msg))
+		cmds = append(cmds, v.Update(msg))
 	}
-	return m, tea.Batch(cmds...)
+	return tea.Batch(cmds...)
+}
+
+// filter is the top view's filter ("" for a view without one).
+func (m *Model) filter() string {
+	if f, ok := m.top().(filterable); ok {
+		return f.Filter()
+	}
+	return ""
+}
+
+func (m *Model) setFilter(s string) {
+	if f, ok := m.top().(filterable); ok {
+		f.SetFilter(s)
+	}
 }
 
 func (m *Model) key(msg tea.KeyPressMsg) tea.Cmd {
@@ -312,13 +353,13 @@ func (m *Model) key(msg tea.KeyPressMsg) tea.Cmd {
 	case m.km.Is(msg, ActCommand):
 		return m.startInput(inputCommand, "")
 	case m.km.Is(msg, ActFilter):
-		if _, ok := m.top().(*logView); ok {
+		if _, ok := m.top().(searchable); ok {
 			return m.startInput(inputSearch, "")
 		}
-		return m.startInput(inputFilter, m.top().filterText())
+		return m.startInput(inputFilter, m.filter())
 	case m.km.Is(msg, ActBack):
-		if m.top().filterText() != "" {
-			m.top().setFilter(m, "")
+		if m.filter() != "" {
+			m.setFilter("")
 			return nil
 		}
 		m.pop()
@@ -329,7 +370,7 @@ func (m *Model) key(msg tea.KeyPressMsg) tea.Cmd {
 		}
 		return nil
 	}
-	return m.top().key(m, msg)
+	return m.top().Update(msg)
 }
 
 func (m *Model) startInput(mode inputMode, value string) tea.Cmd {
@@ -344,7 +385,7 @@ func (m *Model) inputKey(msg tea.KeyPressMsg) tea.Cmd {
 	switch msg.String() {
 	case "esc":
 		if m.mode == inputFilter {
-			m.top().setFilter(m, "")
+			m.setFilter("")
 		}
 		m.mode = inputNone
 		m.input.Blur()
@@ -357,10 +398,10 @@ func (m *Model) inputKey(msg tea.KeyPressMsg) tea.Cmd {
 		case inputCommand:
 			return m.command(val)
 		case inputFilter:
-			m.top().setFilter(m, val)
+			m.setFilter(val)
 		case inputSearch:
-			if lv, ok := m.top().(*logView); ok {
-				lv.search(m, val)
+			if sv, ok := m.top().(searchable); ok {
+				sv.Search(val)
 			}
 		case inputScript:
 			return m.confirmScript(m.scriptFor, val)
@@ -370,7 +411,7 @@ func (m *Model) inputKey(msg tea.KeyPressMsg) tea.Cmd {
 	var cmd tea.Cmd
 	m.input, cmd = m.input.Update(msg)
 	if m.mode == inputFilter {
-		m.top().setFilter(m, m.input.Value()) // filter as you type
+		m.setFilter(m.input.Value()) // filter as you type
 	}
 	return cmd
 }
@@ -381,13 +422,12 @@ func (m *Model) command(line string) tea.Cmd {
 	if len(f) == 0 {
 		return nil
 	}
+	for _, s := range rootViews {
+		if slices.Contains(s.names, f[0]) {
+			return m.reset(s.open(m.env))
+		}
+	}
 	switch f[0] {
-	case "installs", "install", "fleet":
-		return m.reset(&fleetView{})
-	case "jobs", "job":
-		return m.reset(&jobsView{})
-	case "audit":
-		return m.reset(&auditView{})
 	case "q", "quit":
 		return tea.Quit
 	case "ctx", "context":
@@ -406,7 +446,7 @@ func (m *Model) command(line string) tea.Cmd {
 			return ctxMsg{conn: c, err: err}
 		}
 	}
-	m.setStatus(true, "unknown command :%s; try :installs, :jobs, :audit, :ctx NAME or :q", f[0])
+	m.setStatus(true, "unknown command :%s; try %s, :ctx NAME or :q", f[0], rootViewNames(", "))
 	return nil
 }
 
@@ -458,13 +498,6 @@ func (m *Model) confirmCancel(job *imsv1.Job) tea.Cmd {
 	return nil
 }
 
-func (m *Model) installName(id string) string {
-	if s := m.fleet.byID[id]; s != nil {
-		return s.Install.Name
-	}
-	return id
-}
-
 // View renders the screen. It formats what Update prepared and does no I/O.
 func (m *Model) View() tea.View {
 	v := tea.NewView(m.Render())
@@ -486,7 +519,7 @@ func (m *Model) Render() string {
 	case m.mode == inputScript:
 		body = m.scriptBody(bodyH)
 	default:
-		body = m.top().render(m, m.w, bodyH)
+		body = strings.Split(m.top().View(), "\n")
 	}
 	for len(body) < bodyH {
 		body = append(body, "")
@@ -536,7 +569,7 @@ func (m *Model) headerLines() []string {
 	}
 	var crumbs []string
 	for _, v := range m.stack {
-		crumbs = append(crumbs, v.title(m))
+		crumbs = append(crumbs, v.Title())
 	}
 	out = append(out, m.st.accent.Render(strings.Join(crumbs, " › ")))
 	return out
@@ -563,7 +596,11 @@ func (m *Model) footer() string {
 		return m.status
 	}
 	var hints []string
-	for _, a := range append([]Action{ActHelp, ActFilter, ActCommand, ActOpen, ActBack}, m.top().hints()...) {
+	acts := []Action{ActHelp, ActFilter, ActCommand, ActOpen, ActBack}
+	if h, ok := m.top().(hinted); ok {
+		acts = append(acts, h.Hints()...)
+	}
+	for _, a := range acts {
 		if k := m.km.Keys(a); k != "" {
 			hints = append(hints, k+" "+shortHelp[a])
 		}
