@@ -620,3 +620,25 @@ func TestContextSwitchStartsAfresh(t *testing.T) {
 	m.Update(ctxMsg{err: errors.New(`context "nope" not found in /home/op/.config/byoc/config.json`)})
 	mustContain(t, screen(m), `context "nope" not found`)
 }
+
+// TestHelpScrolls: the help screen (a bubbles viewport) scrolls with the
+// list keys and stops at its last line, so up moves at once after
+// scrolling past the end.
+func TestHelpScrolls(t *testing.T) {
+	m := newTestModel(t, Options{})
+	m.Update(teaSize(80, 12))
+	press(m, "?")
+	mustContain(t, screen(m), "Keys  (from the live bindings")
+	press(m, "j", "j")
+	s := screen(m)
+	mustNotContain(t, s, "Keys  (from the live bindings")
+	mustContain(t, s, "GLOBAL")
+	for i := 0; i < 100; i++ {
+		press(m, "j")
+	}
+	mustContain(t, screen(m), "cancel the job")
+	press(m, "k")
+	mustNotContain(t, screen(m), "cancel the job")
+	press(m, "?")
+	mustContain(t, screen(m), "loading installs")
+}

@@ -18,7 +18,9 @@ import (
 	"strings"
 	"time"
 
+	"charm.land/bubbles/v2/help"
 	"charm.land/bubbles/v2/textinput"
+	"charm.land/bubbles/v2/viewport"
 	tea "charm.land/bubbletea/v2"
 	"charm.land/lipgloss/v2"
 	"connectrpc.com/connect"
@@ -86,7 +88,8 @@ type Model struct {
 	scriptFor   string // install the action script is for
 	confirm     *confirmation
 	help        bool
-	helpOffset  int
+	hints       help.Model     // the footer's key hints
+	helpPage    viewport.Model // the help screen, scrolled with up/down
 	status      string
 	statusIsErr bool
 
@@ -116,8 +119,12 @@ func New(ctx context.Context, opts Options) (*Model, error) {
 	}
 	in := textinput.New()
 	in.Prompt = ""
-	m := &Model{env: &env{opts: opts, km: km, st: newStyles(th), ctx: ctx, conn: opts.Conn,
-		now: opts.Now(), fleet: newFleet()}, w: 80, h: 24, input: in}
+	hints := help.New()
+	hints.ShortSeparator = "  "
+	st := newStyles(th)
+	hints.Styles.ShortKey, hints.Styles.ShortDesc, hints.Styles.ShortSeparator = st.muted, st.muted, st.muted
+	m := &Model{env: &env{opts: opts, km: km, st: st, ctx: ctx, conn: opts.Conn,
+		now: opts.Now(), fleet: newFleet()}, w: 80, h: 24, input: in, hints: hints}
 	m.nav = m
 	m.stack = []view{newFleetView(m.env)}
 	m.resize()
@@ -187,6 +194,11 @@ func (m *Model) resize() {
 	h := m.bodyHeight()
 	for _, v := range m.stack {
 		v.SetSize(m.w, h)
+	}
+	if m.help && (m.helpPage.Width() != m.w || m.helpPage.Height() != h) {
+		m.helpPage.SetWidth(m.w)
+		m.helpPage.SetHeight(h)
+		m.helpPage.SetContentLines(m.helpLines())
 	}
 }
 
@@ -340,15 +352,17 @@ func (m *Model) key(msg tea.KeyPressMsg) tea.Cmd {
 		case m.km.Is(msg, ActHelp), m.km.Is(msg, ActBack), msg.String() == "q":
 			m.help = false
 		case m.km.Is(msg, ActDown):
-			m.helpOffset++
+			m.helpPage.ScrollDown(1)
 		case m.km.Is(msg, ActUp):
-			m.helpOffset = max(0, m.helpOffset-1)
+			m.helpPage.ScrollUp(1)
 		}
 		return nil
 	}
 	switch {
 	case m.km.Is(msg, ActHelp):
-		m.help, m.helpOffset = true, 0
+		m.help = true
+		m.helpPage.SetWidth(0) // resize fills it
+		m.helpPage.SetYOffset(0)
 		return nil
 	case m.km.Is(msg, ActCommand):
 		return m.startInput(inputCommand, "")
@@ -513,7 +527,7 @@ func (m *Model) Render() string {
 	var body []string
 	switch {
 	case m.help:
-		body = m.helpBody(bodyH)
+		body = m.helpBody()
 	case m.confirm != nil:
 		body = m.confirmBody(bodyH)
 	case m.mode == inputScript:
@@ -595,29 +609,32 @@ func (m *Model) footer() string {
 		}
 		return m.status
 	}
-	var hints []string
 	acts := []Action{ActHelp, ActFilter, ActCommand, ActOpen, ActBack}
 	if h, ok := m.top().(hinted); ok {
 		acts = append(acts, h.Hints()...)
 	}
-	for _, a := range acts {
-		if k := m.km.Keys(a); k != "" {
-			hints = append(hints, k+" "+shortHelp[a])
-		}
-	}
-	return m.st.muted.Render(strings.Join(hints, "  "))
+	// No width: the footer is cut like every line, by fit.
+	return m.hints.ShortHelpView(m.km.ShortHelp(acts))
 }
 
-var shortHelp = map[Action]string{
-	ActHelp: "help", ActFilter: "filter", ActCommand: "cmd", ActOpen: "open", ActBack: "back",
-	ActSort: "sort", ActRunAction: "action", ActCancelJob: "cancel", ActFollow: "follow",
-	ActWrap: "wrap", ActTimestamps: "time", ActNextMatch: "next",
-}
-
-func (m *Model) helpBody(h int) []string {
+// helpLines is the help screen's text at the window's width (cut as fit
+// cuts every line, so the viewport never cuts or wraps it).
+func (m *Model) helpLines() []string {
 	lines := append([]string{m.st.title.Render("Keys") + m.st.muted.Render("  (from the live bindings; change them in console.json; j/k scroll)"), ""}, m.km.HelpLines()...)
-	off := min(m.helpOffset, max(0, len(lines)-h))
-	return lines[off:]
+	for i, l := range lines {
+		lines[i] = fit(l, m.w)
+	}
+	return lines
+}
+
+// helpBody is the help screen: the viewport's rows without the spaces it
+// pads them with (the console's lines end where their text does).
+func (m *Model) helpBody() []string {
+	rows := strings.Split(m.helpPage.View(), "\n")
+	for i, r := range rows {
+		rows[i] = strings.TrimRight(r, " ")
+	}
+	return rows
 }
 
 func (m *Model) confirmBody(h int) []string {
