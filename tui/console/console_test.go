@@ -642,3 +642,82 @@ func TestHelpScrolls(t *testing.T) {
 	press(m, "?")
 	mustContain(t, screen(m), "loading installs")
 }
+
+// fakeNav records what views ask of the console around them.
+type fakeNav struct {
+	pushed  []view
+	status  string
+	actions []string
+	cancels []string
+}
+
+func (n *fakeNav) push(v view) tea.Cmd { n.pushed = append(n.pushed, v); return nil }
+func (n *fakeNav) setStatus(_ bool, format string, args ...any) {
+	n.status = fmt.Sprintf(format, args...)
+}
+func (n *fakeNav) startAction(s *imsv1.InstallStatus) tea.Cmd {
+	n.actions = append(n.actions, s.Install.Name)
+	return nil
+}
+func (n *fakeNav) confirmCancel(j *imsv1.Job) tea.Cmd { n.cancels = append(n.cancels, j.Id); return nil }
+
+// TestViewsWorkAlone drives views as components, without the console
+// around them: sized, fed, keyed, and asking a fake nav for what is not
+// theirs.
+func TestViewsWorkAlone(t *testing.T) {
+	e := newTestModel(t, Options{}).env
+	nav := &fakeNav{}
+	e.nav = nav
+	e.fleet.apply([]*imsv1.WatchInstallsResponse{snapshot()})
+	key := func(v view, keys ...string) {
+		for _, k := range keys {
+			for _, msg := range keyMsgs(k) {
+				v.Update(msg)
+			}
+		}
+	}
+
+	fv := rootViews[0].open(e)
+	fv.SetSize(60, 10)
+	fv.Update(fleetChangedMsg{})
+	mustContain(t, stripANSI(fv.View()), "NAME↑", "acme", "globex")
+	key(fv, "j", "s")
+	if nav.status != "sorted by app" {
+		t.Fatalf("s asks for the status line %q", nav.status)
+	}
+	key(fv, "a")
+	key(fv, "enter")
+	if len(nav.actions) != 1 || nav.actions[0] != "globex" || len(nav.pushed) != 1 {
+		t.Fatalf("fleet view asked for actions %v and pushed %d views; want globex and its install view", nav.actions, len(nav.pushed))
+	}
+
+	iv, ok := nav.pushed[0].(*installView)
+	if !ok {
+		t.Fatalf("enter pushed %T, want the install view", nav.pushed[0])
+	}
+	iv.SetSize(60, 30)
+	iv.Init()
+	iv.Update(jobsMsg{gen: iv.gen, jobs: jobs()})
+	mustContain(t, stripANSI(iv.View()), "globex", "JOBS (3)", "job_run")
+	key(iv, "j", "x", "enter")
+	if len(nav.cancels) != 1 || nav.cancels[0] != "job_ok" || len(nav.pushed) != 2 {
+		t.Fatalf("install view asked to cancel %v and pushed %d views; want job_ok and its log", nav.cancels, len(nav.pushed))
+	}
+	iv.Close()
+	if iv.ctx.Err() == nil {
+		t.Fatal("Close cancels the view's requests")
+	}
+
+	for _, r := range rootViews {
+		v := r.open(e)
+		v.SetSize(40, 5)
+		v.Init()
+		v.Update(fleetChangedMsg{})
+		if v.Title() == "" || v.View() == "" {
+			t.Errorf(":%s opens a view without a title or a body", r.names[0])
+		}
+		if c, ok := v.(closer); ok {
+			c.Close()
+		}
+	}
+}

@@ -207,16 +207,10 @@ func (m *Model) setStatus(err bool, format string, args ...any) {
 }
 
 // bodyHeight is the rows left for the current view: the window less the
-// header (headerLines) and the footer.
+// header (headerLines: the title, the banners and the breadcrumbs) and the
+// footer.
 func (m *Model) bodyHeight() int {
-	header := 2 // title, breadcrumbs
-	if m.modeBanner != "" {
-		header++
-	}
-	if m.offline != nil {
-		header++
-	}
-	return max(1, m.h-header-1)
+	return max(1, m.h-2-len(m.banners())-1)
 }
 
 // Update handles one message. It never waits on I/O.
@@ -563,8 +557,25 @@ func (m *Model) headerLines() []string {
 		title += m.st.muted.Render(fmt.Sprintf("  %d install%s", n, map[bool]string{true: "", false: "s"}[n == 1]))
 	}
 	out := []string{title}
+	for _, b := range m.banners() {
+		out = append(out, m.st.banner.Render(b))
+	}
+	var crumbs []string
+	for _, v := range m.stack {
+		crumbs = append(crumbs, v.Title())
+	}
+	out = append(out, m.st.accent.Render(strings.Join(crumbs, " › ")))
+	return out
+}
+
+// banners are the header's lines between the title and the breadcrumbs,
+// each a whole line in the banner style: the break-glass grant's, then
+// the unreachable imsd's. bodyHeight counts them, so a new banner goes
+// here and nowhere else.
+func (m *Model) banners() []string {
+	var out []string
 	if m.modeBanner != "" {
-		out = append(out, m.st.banner.Render(m.modeBanner))
+		out = append(out, m.modeBanner)
 	}
 	if m.offline != nil {
 		since := "no data yet"
@@ -579,13 +590,8 @@ func (m *Model) headerLines() []string {
 		case connect.CodePermissionDenied:
 			what = "imsd refused the fleet watch"
 		}
-		out = append(out, m.st.banner.Render(fmt.Sprintf(" %s, retrying in %s; %s: %s ", what, max(retry, 0), since, errText(m.offline))))
+		out = append(out, fmt.Sprintf(" %s, retrying in %s; %s: %s ", what, max(retry, 0), since, errText(m.offline)))
 	}
-	var crumbs []string
-	for _, v := range m.stack {
-		crumbs = append(crumbs, v.Title())
-	}
-	out = append(out, m.st.accent.Render(strings.Join(crumbs, " › ")))
 	return out
 }
 
