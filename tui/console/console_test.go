@@ -659,7 +659,10 @@ func (n *fakeNav) startAction(s *imsv1.InstallStatus) tea.Cmd {
 	n.actions = append(n.actions, s.Install.Name)
 	return nil
 }
-func (n *fakeNav) confirmCancel(j *imsv1.Job) tea.Cmd { n.cancels = append(n.cancels, j.Id); return nil }
+func (n *fakeNav) confirmCancel(j *imsv1.Job) tea.Cmd {
+	n.cancels = append(n.cancels, j.Id)
+	return nil
+}
 
 // TestViewsWorkAlone drives views as components, without the console
 // around them: sized, fed, keyed, and asking a fake nav for what is not
@@ -719,5 +722,43 @@ func TestViewsWorkAlone(t *testing.T) {
 		if c, ok := v.(closer); ok {
 			c.Close()
 		}
+	}
+}
+
+// TestViewOnlyReads: rendering leaves the lists' cursor and window as
+// Update left them, and Update (a smaller window here) keeps the cursor's
+// row on screen.
+func TestViewOnlyReads(t *testing.T) {
+	m := newTestModel(t, Options{})
+	snap := &imsv1.WatchInstallsResponse{Snapshot: true}
+	for i := 0; i < 60; i++ {
+		snap.Installs = append(snap.Installs, status(fmt.Sprintf("i%02d", i), "shop", "online", time.Second, 0, 0, nil))
+	}
+	feed(m, snap)
+	press(m, "G", "k", "pgup")
+	fv := m.top().(*fleetView)
+	for _, size := range []tea.WindowSizeMsg{teaSize(100, 24), teaSize(100, 8), teaSize(40, 30)} {
+		m.Update(size)
+		before := fv.list
+		s := screen(m)
+		screen(m)
+		if fv.list != before {
+			t.Fatalf("%dx%d: rendering moved the list from %+v to %+v", size.Width, size.Height, before, fv.list)
+		}
+		mustContain(t, s, fv.fleet.visible[fv.pos].Install.Name)
+	}
+
+	press(m, ":", "jobs", "enter")
+	jv := m.top().(*jobsView)
+	var many []*imsv1.Job
+	for i := 0; i < 50; i++ {
+		many = append(many, job(fmt.Sprintf("job_%02d", i), "i01", imsv1.JobState_JOB_STATE_SUCCEEDED, time.Minute))
+	}
+	m.Update(jobsMsg{gen: jv.gen, jobs: many})
+	press(m, "G")
+	before := jv.list
+	s := screen(m)
+	if jv.list != before || !strings.Contains(s, "job_49") {
+		t.Fatalf("jobs: rendering moved the list from %+v to %+v, or job_49 is off screen:\n%s", before, jv.list, s)
 	}
 }

@@ -21,11 +21,23 @@ type fleetView struct {
 
 func newFleetView(e *env) *fleetView { return &fleetView{env: e} }
 
-func (v *fleetView) Init() tea.Cmd      { return nil }
-func (v *fleetView) SetSize(w, h int)   { v.w, v.h = w, h }
-func (v *fleetView) Hints() []Action    { return []Action{ActSort, ActRunAction} }
-func (v *fleetView) Filter() string     { return "" } // esc goes back rather than clearing
-func (v *fleetView) SetFilter(s string) { v.fleet.filter = s; v.fleet.refilter(); v.follow() }
+func (v *fleetView) Init() tea.Cmd    { return nil }
+func (v *fleetView) SetSize(w, h int) { v.w, v.h = w, h; v.scroll() }
+func (v *fleetView) Hints() []Action  { return []Action{ActSort, ActRunAction} }
+func (v *fleetView) Filter() string   { return "" } // esc goes back rather than clearing
+func (v *fleetView) SetFilter(s string) {
+	v.fleet.filter = s
+	v.fleet.refilter()
+	v.follow()
+	v.scroll()
+}
+
+// scroll keeps the window on the cursor; the rows are all but the header.
+func (v *fleetView) scroll() {
+	if v.fleet.loaded {
+		v.list.scroll(len(v.fleet.visible), v.h-1)
+	}
+}
 func (v *fleetView) Title() string {
 	t := "installs"
 	if f := v.fleet.filter; f != "" {
@@ -55,6 +67,7 @@ func (v *fleetView) current() *imsv1.InstallStatus {
 }
 
 func (v *fleetView) Update(msg tea.Msg) tea.Cmd {
+	defer v.scroll()
 	switch msg := msg.(type) {
 	case fleetChangedMsg:
 		v.follow()
@@ -121,7 +134,7 @@ func (v *fleetView) View() string {
 		}
 		return lines(append(out, "", fmt.Sprintf("  no install matches /%s (esc clears the filter)", f.filter)))
 	}
-	first, last := v.window(len(f.visible), h-1)
+	first, last, pos := v.window(len(f.visible), h-1)
 	for i := first; i < last; i++ {
 		s := f.visible[i]
 		agent := agentState(s)
@@ -131,7 +144,7 @@ func (v *fleetView) View() string {
 		}
 		line := row(cols, cells)
 		switch {
-		case i == v.pos:
+		case i == pos:
 			line = v.selectedLine(line, w)
 		case agent == "offline":
 			line = v.st.bad.Render(line)

@@ -5,6 +5,8 @@ import (
 	"sort"
 
 	tea "charm.land/bubbletea/v2"
+
+	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
 
 // installView is one install: its agent, inputs (secrets masked), the
@@ -14,10 +16,21 @@ type installView struct{ jobList }
 
 func newInstallView(e *env, id string) *installView { return &installView{jobList{env: e, id: id}} }
 
-func (v *installView) Title() string   { return v.installName(v.id) }
-func (v *installView) Hints() []Action { return []Action{ActRunAction, ActCancelJob} }
+func (v *installView) Title() string      { return v.installName(v.id) }
+func (v *installView) Hints() []Action    { return []Action{ActRunAction, ActCancelJob} }
+func (v *installView) SetSize(w, h int)   { v.w, v.h = w, h; v.scroll() }
+func (v *installView) SetFilter(s string) { v.setFilter(s); v.scroll() }
+
+// scroll keeps the job table's window on its cursor; the table has the
+// lines the install's header leaves.
+func (v *installView) scroll() {
+	if s := v.fleet.byID[v.id]; s != nil {
+		v.jobList.scroll(v.h - len(v.header(s)) - 1)
+	}
+}
 
 func (v *installView) Update(msg tea.Msg) tea.Cmd {
+	defer v.scroll()
 	switch msg := msg.(type) {
 	case fleetChangedMsg:
 		for _, r := range msg.resps {
@@ -42,11 +55,19 @@ func (v *installView) Update(msg tea.Msg) tea.Cmd {
 }
 
 func (v *installView) View() string {
-	st := v.st
 	s := v.fleet.byID[v.id]
 	if s == nil {
 		return lines([]string{"", "  this install is not in the fleet (any more); esc goes back"})
 	}
+	out := v.header(s)
+	rest := v.h - len(out)
+	out = append(out, v.st.accent.Render(fmt.Sprintf("JOBS (%d)", len(v.jobs))))
+	return lines(append(out, v.table(false, v.w, rest-1)...))
+}
+
+// header is what the view shows above the job table.
+func (v *installView) header(s *imsv1.InstallStatus) []string {
+	st := v.st
 	in := s.Install
 	agent := "no agent enrolled yet (byoc install token " + in.Name + ")"
 	if a := in.Agent; a != nil {
@@ -83,7 +104,5 @@ func (v *installView) View() string {
 		st.accent.Render("AUDIT")+"  "+st.muted.Render("no audit events yet: the audit log arrives with the trust-contract issue"),
 		"",
 	)
-	rest := v.h - len(out)
-	out = append(out, st.accent.Render(fmt.Sprintf("JOBS (%d)", len(v.jobs))))
-	return lines(append(out, v.table(false, v.w, rest-1)...))
+	return out
 }

@@ -40,15 +40,30 @@ func (v *jobList) Close() {
 	}
 }
 
-func (v *jobList) SetSize(w, h int) { v.w, v.h = w, h }
-
 func (v *jobList) refresh() tea.Cmd {
 	v.gen = v.nextGen()
 	return listJobs(v.ctx, v.conn.Client, v.gen, v.id)
 }
 
 func (v *jobList) Filter() string { return v.filter }
-func (v *jobList) SetFilter(s string) {
+
+// rows is how many job rows fit in a table of h lines: all but the header
+// and the line saying a refresh failed.
+func (v *jobList) rows(h int) int {
+	if v.err != nil {
+		h--
+	}
+	return max(1, h-1)
+}
+
+// scroll keeps the window of a table of h lines on the cursor.
+func (v *jobList) scroll(h int) {
+	if v.loaded {
+		v.list.scroll(len(v.shown), v.rows(h))
+	}
+}
+
+func (v *jobList) setFilter(s string) {
 	v.filter = s
 	v.shown = filterJobs(v.env, v.jobs, s)
 }
@@ -119,7 +134,7 @@ func (v *jobList) table(withInstall bool, w, h int) []string {
 		}
 		return append(out, "  no jobs yet")
 	}
-	first, last := v.window(len(v.shown), max(1, h-len(out)))
+	first, last, pos := v.window(len(v.shown), v.rows(h))
 	for i := first; i < last; i++ {
 		j := v.shown[i]
 		exit := ""
@@ -136,7 +151,7 @@ func (v *jobList) table(withInstall bool, w, h int) []string {
 			"CREATED": created, "BY": j.CreatedBy, "EXIT": exit,
 		})
 		switch {
-		case i == v.pos:
+		case i == pos:
 			line = v.selectedLine(line, w)
 		case j.State == imsv1.JobState_JOB_STATE_FAILED || j.State == imsv1.JobState_JOB_STATE_TIMED_OUT:
 			line = st.bad.Render(line)
@@ -209,11 +224,14 @@ type jobsView struct{ jobList }
 
 func newJobsView(e *env) *jobsView { return &jobsView{jobList{env: e}} }
 
-func (v *jobsView) Title() string   { return "jobs" }
-func (v *jobsView) Hints() []Action { return []Action{ActCancelJob} }
-func (v *jobsView) View() string    { return lines(v.table(true, v.w, v.h)) }
+func (v *jobsView) Title() string      { return "jobs" }
+func (v *jobsView) Hints() []Action    { return []Action{ActCancelJob} }
+func (v *jobsView) View() string       { return lines(v.table(true, v.w, v.h)) }
+func (v *jobsView) SetSize(w, h int)   { v.w, v.h = w, h; v.scroll(v.h) }
+func (v *jobsView) SetFilter(s string) { v.setFilter(s); v.scroll(v.h) }
 
 func (v *jobsView) Update(msg tea.Msg) tea.Cmd {
+	defer v.scroll(v.h)
 	if m, ok := msg.(fleetChangedMsg); ok {
 		if len(m.resps) > 0 {
 			return v.refresh()

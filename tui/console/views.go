@@ -151,8 +151,14 @@ func (l *list) move(km *KeyMap, msg tea.KeyPressMsg, n, page int) bool {
 	return true
 }
 
-// window returns the first and last+1 row to show in h rows.
-func (l *list) window(n, h int) (int, int) {
+// scroll keeps the cursor on one of n rows and the window of h rows
+// around it. Views call it in Update (and SetSize, SetFilter) after
+// anything that moves rows, so that View only reads the window; with no
+// rows it leaves the cursor where it was, for when they come back.
+func (l *list) scroll(n, h int) {
+	if n == 0 {
+		return
+	}
 	l.pos = max(0, min(l.pos, n-1))
 	if l.pos < l.off {
 		l.off = l.pos
@@ -161,7 +167,13 @@ func (l *list) window(n, h int) (int, int) {
 		l.off = l.pos - h + 1
 	}
 	l.off = max(0, min(l.off, n-h))
-	return l.off, min(n, l.off+h)
+}
+
+// window returns the first and last+1 row to show in h rows, and the
+// cursor's row: what scroll left, without changing it.
+func (l list) window(n, h int) (first, last, pos int) {
+	l.scroll(n, h)
+	return l.off, min(n, l.off+h), l.pos
 }
 
 // column is one table column.
