@@ -289,6 +289,16 @@ func TestControlCharactersAreShownNotObeyed(t *testing.T) {
 		t.Fatalf("a job's escape sequences reached the terminal: %q", r)
 	}
 	mustContain(t, screen(m), "evil", "tab    end")
+
+	// So is the error an agent reports for the job.
+	failed := job("job_evil", "acme", imsv1.JobState_JOB_STATE_FAILED, 0)
+	failed.Error = "exit 1: \x1b]0;pwned\x07\x1b[2Jboom"
+	m.Update(logMsg{gen: lv.gen, chunks: []logChunk{{job: failed}}})
+	r = m.Render()
+	if strings.Contains(r, "\x1b[2J") || strings.Contains(r, "pwned\x07") {
+		t.Fatalf("a job's error reached the terminal raw: %q", r)
+	}
+	mustContain(t, screen(m), "error: exit 1:", "boom")
 }
 
 func TestReadOnlyLeavesDangerousKeysUnbound(t *testing.T) {

@@ -23,6 +23,7 @@ type logView struct {
 	*env
 	w, h   int
 	job    *imsv1.Job
+	jobErr string // job.Error, cleaned
 	ctx    context.Context
 	cancel context.CancelFunc // ends everything the view started
 	// streamCancel ends just the follow stream (after a page back dropped
@@ -50,7 +51,15 @@ type logView struct {
 }
 
 func newLogView(e *env, j *imsv1.Job) *logView {
-	return &logView{env: e, job: j, r: newRing(e.opts.LogLines, e.opts.LogBytes), follow: true, match: -1}
+	v := &logView{env: e, r: newRing(e.opts.LogLines, e.opts.LogBytes), follow: true, match: -1}
+	v.setJob(j)
+	return v
+}
+
+// setJob keeps the job's latest state, and its error cleaned as log lines
+// are: an agent reports it, and it may hold what the job printed.
+func (v *logView) setJob(j *imsv1.Job) {
+	v.job, v.jobErr = j, cleanLine(j.Error)
 }
 
 func (v *logView) Title() string    { return v.job.Id + " › logs" }
@@ -164,7 +173,7 @@ func (v *logView) Update(msg tea.Msg) tea.Cmd {
 				v.appendLine(toLogLine(l))
 			}
 			if c.job != nil {
-				v.job = c.job
+				v.setJob(c.job)
 			}
 			if c.err != nil {
 				v.err = c.err
@@ -228,7 +237,7 @@ func (v *logView) Update(msg tea.Msg) tea.Cmd {
 		return nil
 	case jobMsg:
 		if msg.gen == v.jobGen && msg.err == nil {
-			v.job = msg.job
+			v.setJob(msg.job)
 		}
 	}
 	return nil
@@ -474,8 +483,8 @@ func (v *logView) render(w, h int) []string {
 		out = append(out, v.st.bad.Render("log stream: "+errText(v.err)))
 		th--
 	}
-	if j.Error != "" && terminal(j.State) {
-		out = append(out, v.st.bad.Render("error: "+j.Error))
+	if v.jobErr != "" && terminal(j.State) {
+		out = append(out, v.st.bad.Render("error: "+v.jobErr))
 		th--
 	}
 	n := v.r.Len()
