@@ -314,6 +314,18 @@ func TestReadOnlyLeavesDangerousKeysUnbound(t *testing.T) {
 	mustContain(t, s, "[read-only]", "follow / pause")
 	mustNotContain(t, s, "run an action", "cancel the job")
 
+	// No view's footer offers them either.
+	press(m, "?", "enter")
+	mustNotContain(t, screen(m), "a action", "x cancel")
+	m.Update(jobsMsg{gen: m.top().(*installView).gen, jobs: jobs()})
+	press(m, "x")
+	if m.confirm != nil {
+		t.Fatal("x asked to cancel a job in read-only mode")
+	}
+	press(m, "enter")
+	mustNotContain(t, screen(m), "x cancel")
+	mustContain(t, screen(m), "f follow")
+
 	rw := newTestModel(t, Options{})
 	rw.Update(teaSize(100, 60))
 	press(rw, "?")
