@@ -671,6 +671,7 @@ type fakeNav struct {
 	status  string
 	actions []string
 	cancels []string
+	asked   []string
 }
 
 func (n *fakeNav) push(v view) tea.Cmd { n.pushed = append(n.pushed, v); return nil }
@@ -683,6 +684,10 @@ func (n *fakeNav) startAction(s *imsv1.InstallStatus) tea.Cmd {
 }
 func (n *fakeNav) confirmCancel(j *imsv1.Job) tea.Cmd {
 	n.cancels = append(n.cancels, j.Id)
+	return nil
+}
+func (n *fakeNav) ask(title string, _ []string, _ func() tea.Cmd) tea.Cmd {
+	n.asked = append(n.asked, title)
 	return nil
 }
 

@@ -472,19 +472,14 @@ func (m *Model) confirmScript(install, script string) tea.Cmd {
 		m.setStatus(true, "no action run: the script is empty")
 		return nil
 	}
-	m.confirm = &confirmation{
-		title: fmt.Sprintf("run `%s` on %s", script, install),
-		details: []string{
-			"Runs the script with sh -e in a fresh work dir on the install's agent,",
-			"as an `action` apply job (time limit 1 h), and follows its log.",
-			"Needs permission mode: maintenance (" + dash + " modes are not enforced yet).",
-		},
-		yes: func() tea.Cmd {
-			m.actionGen = m.nextGen()
-			return runAction(m.ctx, m.conn.Client, m.actionGen, install, script)
-		},
-	}
-	return nil
+	return m.ask(fmt.Sprintf("run `%s` on %s", script, install), []string{
+		"Runs the script with sh -e in a fresh work dir on the install's agent,",
+		"as an `action` apply job (time limit 1 h), and follows its log.",
+		"Needs permission mode: maintenance (" + dash + " modes are not enforced yet).",
+	}, func() tea.Cmd {
+		m.actionGen = m.nextGen()
+		return runAction(m.ctx, m.conn.Client, m.actionGen, install, script)
+	})
 }
 
 func (m *Model) confirmCancel(job *imsv1.Job) tea.Cmd {
@@ -495,14 +490,17 @@ func (m *Model) confirmCancel(job *imsv1.Job) tea.Cmd {
 		m.setStatus(true, "job %s has already ended (%s)", job.Id, stateName(job.State))
 		return nil
 	}
-	m.confirm = &confirmation{
-		title:   fmt.Sprintf("cancel job %s on %s", job.Id, m.installName(job.InstallId)),
-		details: []string{"A queued job ends at once; a running one is stopped by its agent (SIGTERM, then SIGKILL)."},
-		yes: func() tea.Cmd {
+	return m.ask(fmt.Sprintf("cancel job %s on %s", job.Id, m.installName(job.InstallId)),
+		[]string{"A queued job ends at once; a running one is stopped by its agent (SIGTERM, then SIGKILL)."},
+		func() tea.Cmd {
 			m.cancelGen = m.nextGen()
 			return cancelJob(m.ctx, m.conn.Client, m.cancelGen, job.Id)
-		},
-	}
+		})
+}
+
+// ask shows title and details and runs yes if the answer is y.
+func (m *Model) ask(title string, details []string, yes func() tea.Cmd) tea.Cmd {
+	m.confirm = &confirmation{title: title, details: details, yes: yes}
 	return nil
 }
 

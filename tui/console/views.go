@@ -92,6 +92,11 @@ type nav interface {
 	startAction(install *imsv1.InstallStatus) tea.Cmd
 	// confirmCancel asks before cancelling job.
 	confirmCancel(job *imsv1.Job) tea.Cmd
+	// ask asks "title?" with details below it, and runs yes (which starts
+	// the request, under a generation the view keeps) on y. A view's own
+	// dangerous action goes through it, its key marked dangerous in the
+	// key map so that read-only mode leaves it unbound.
+	ask(title string, details []string, yes func() tea.Cmd) tea.Cmd
 }
 
 // env is what every view shares (soft-serve's common.Common): the
