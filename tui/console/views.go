@@ -13,7 +13,7 @@ import (
 )
 
 // view is one level of the drill-down: a Bubble Tea component with its own
-// model, as in soft-serve and gh-dash. The console keeps the views on a
+// model, as soft-serve's are (its common.Component). The console keeps the views on a
 // stack; key presses go to the top view's Update, everything else (async
 // results, fleetChangedMsg) to every view's, and each view keeps the
 // generations of its own requests and drops stale results. A view may also
@@ -27,8 +27,9 @@ type view interface {
 	Init() tea.Cmd
 	// Update handles a message. It never waits on I/O.
 	Update(msg tea.Msg) tea.Cmd
-	// View returns the view's body, at most the size it was given, one
-	// screen line per text line. It only slices what Update prepared.
+	// View returns the view's body for the size it was given, one screen
+	// line per text line; the console cuts what is wider or taller. It
+	// only slices and formats what Update prepared, and changes nothing.
 	View() string
 	// SetSize gives the view the body's width and height.
 	SetSize(width, height int)
