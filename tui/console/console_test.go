@@ -789,3 +789,21 @@ func TestViewOnlyReads(t *testing.T) {
 		t.Fatalf("jobs: rendering moved the list from %+v to %+v, or job_49 is off screen:\n%s", before, jv.list, s)
 	}
 }
+
+// TestBannersTakeTheirLines: every banner in the header takes a line from
+// the body, so the screen stays the window's height with the break-glass
+// line and the unreachable one both shown.
+func TestBannersTakeTheirLines(t *testing.T) {
+	m := newTestModel(t, Options{})
+	feed(m, snapshot())
+	m.modeBanner = " BREAK-GLASS: maintenance on acme, 14:59 left "
+	m.Update(fleetMsg{gen: m.fleetGen, events: []fleetEvent{{err: connect.NewError(connect.CodeUnavailable, errors.New("connection refused")), retryIn: time.Second}}})
+	for _, h := range []int{6, 24} {
+		m.Update(teaSize(80, h))
+		s := screen(m)
+		if n := strings.Count(s, "\n") + 1; n != h {
+			t.Fatalf("%d lines on a %d-line window:\n%s", n, h, s)
+		}
+		mustContain(t, s, "BREAK-GLASS", "imsd unreachable", "installs")
+	}
+}
