@@ -147,7 +147,7 @@ func TestDrillDownToLogsAndBack(t *testing.T) {
 func TestLogViewKeys(t *testing.T) {
 	m := newTestModel(t, Options{})
 	feed(m, snapshot())
-	lv := newLogView(m, jobs()[0])
+	lv := newLogView(m.env, jobs()[0])
 	m.push(lv)
 	m.Update(logMsg{gen: lv.gen, chunks: []logChunk{{lines: logLines(1, 100, func(i int) string { return fmt.Sprintf("line %03d", i) })}}})
 	mustContain(t, screen(m), "line 100", "following")
@@ -180,7 +180,7 @@ func TestLogViewKeys(t *testing.T) {
 func TestLogRingBufferDropsOldestAndMarksIt(t *testing.T) {
 	m := newTestModel(t, Options{LogLines: 50}) // pages of 25 lines
 	feed(m, snapshot())
-	lv := newLogView(m, jobs()[0])
+	lv := newLogView(m.env, jobs()[0])
 	m.push(lv)
 	text := func(i int) string { return fmt.Sprintf("line %03d", i) }
 	m.Update(logMsg{gen: lv.gen, chunks: []logChunk{{lines: logLines(1, 120, text)}}})
@@ -257,7 +257,7 @@ func TestLogRingBufferDropsOldestAndMarksIt(t *testing.T) {
 func TestHugeLineDoesNotStall(t *testing.T) {
 	m := newTestModel(t, Options{})
 	feed(m, snapshot())
-	lv := newLogView(m, jobs()[0])
+	lv := newLogView(m.env, jobs()[0])
 	m.push(lv)
 	huge := strings.Repeat("0123456789", 10_000) // 100,000 characters
 	uni := strings.Repeat("日本語", 33_000)
@@ -281,7 +281,7 @@ func TestHugeLineDoesNotStall(t *testing.T) {
 
 func TestControlCharactersAreShownNotObeyed(t *testing.T) {
 	m := newTestModel(t, Options{})
-	lv := newLogView(m, jobs()[0])
+	lv := newLogView(m.env, jobs()[0])
 	m.push(lv)
 	m.Update(logMsg{gen: lv.gen, chunks: []logChunk{{lines: logLines(1, 1, func(int) string { return "evil \x1b[2J\x1b]0;pwned\x07 tab\tend" })}}})
 	r := m.Render()
@@ -289,6 +289,16 @@ func TestControlCharactersAreShownNotObeyed(t *testing.T) {
 		t.Fatalf("a job's escape sequences reached the terminal: %q", r)
 	}
 	mustContain(t, screen(m), "evil", "tab    end")
+
+	// So is the error an agent reports for the job.
+	failed := job("job_evil", "acme", imsv1.JobState_JOB_STATE_FAILED, 0)
+	failed.Error = "exit 1: \x1b]0;pwned\x07\x1b[2Jboom"
+	m.Update(logMsg{gen: lv.gen, chunks: []logChunk{{job: failed}}})
+	r = m.Render()
+	if strings.Contains(r, "\x1b[2J") || strings.Contains(r, "pwned\x07") {
+		t.Fatalf("a job's error reached the terminal raw: %q", r)
+	}
+	mustContain(t, screen(m), "error: exit 1:", "boom")
 }
 
 func TestReadOnlyLeavesDangerousKeysUnbound(t *testing.T) {
@@ -303,6 +313,18 @@ func TestReadOnlyLeavesDangerousKeysUnbound(t *testing.T) {
 	s := screen(m)
 	mustContain(t, s, "[read-only]", "follow / pause")
 	mustNotContain(t, s, "run an action", "cancel the job")
+
+	// No view's footer offers them either.
+	press(m, "?", "enter")
+	mustNotContain(t, screen(m), "a action", "x cancel")
+	m.Update(jobsMsg{gen: m.top().(*installView).gen, jobs: jobs()})
+	press(m, "x")
+	if m.confirm != nil {
+		t.Fatal("x asked to cancel a job in read-only mode")
+	}
+	press(m, "enter")
+	mustNotContain(t, screen(m), "x cancel")
+	mustContain(t, screen(m), "f follow")
 
 	rw := newTestModel(t, Options{})
 	rw.Update(teaSize(100, 60))
@@ -455,7 +477,7 @@ func TestGoldens(t *testing.T) {
 			m.Update(jobsMsg{gen: m.top().(*jobsView).gen, jobs: jobs()})
 		},
 		"logs": func(m *Model) {
-			lv := newLogView(m, jobs()[0])
+			lv := newLogView(m.env, jobs()[0])
 			m.push(lv)
 			m.Update(logMsg{gen: lv.gen, chunks: []logChunk{{lines: logLines(1, 40, func(i int) string {
 				if i == 38 {
@@ -465,7 +487,7 @@ func TestGoldens(t *testing.T) {
 			})}}})
 		},
 		"logs-wrap-time": func(m *Model) {
-			lv := newLogView(m, jobs()[0])
+			lv := newLogView(m.env, jobs()[0])
 			m.push(lv)
 			m.Update(logMsg{gen: lv.gen, chunks: []logChunk{{lines: logLines(1, 40, func(i int) string {
 				if i == 38 {
@@ -619,4 +641,169 @@ func TestContextSwitchStartsAfresh(t *testing.T) {
 	}
 	m.Update(ctxMsg{err: errors.New(`context "nope" not found in /home/op/.config/byoc/config.json`)})
 	mustContain(t, screen(m), `context "nope" not found`)
+}
+
+// TestHelpScrolls: the help screen (a bubbles viewport) scrolls with the
+// list keys and stops at its last line, so up moves at once after
+// scrolling past the end.
+func TestHelpScrolls(t *testing.T) {
+	m := newTestModel(t, Options{})
+	m.Update(teaSize(80, 12))
+	press(m, "?")
+	mustContain(t, screen(m), "Keys  (from the live bindings")
+	press(m, "j", "j")
+	s := screen(m)
+	mustNotContain(t, s, "Keys  (from the live bindings")
+	mustContain(t, s, "GLOBAL")
+	for i := 0; i < 100; i++ {
+		press(m, "j")
+	}
+	mustContain(t, screen(m), "cancel the job")
+	press(m, "k")
+	mustNotContain(t, screen(m), "cancel the job")
+	press(m, "?")
+	mustContain(t, screen(m), "loading installs")
+}
+
+// fakeNav records what views ask of the console around them.
+type fakeNav struct {
+	pushed  []view
+	status  string
+	actions []string
+	cancels []string
+	asked   []string
+}
+
+func (n *fakeNav) push(v view) tea.Cmd { n.pushed = append(n.pushed, v); return nil }
+func (n *fakeNav) setStatus(_ bool, format string, args ...any) {
+	n.status = fmt.Sprintf(format, args...)
+}
+func (n *fakeNav) startAction(s *imsv1.InstallStatus) tea.Cmd {
+	n.actions = append(n.actions, s.Install.Name)
+	return nil
+}
+func (n *fakeNav) confirmCancel(j *imsv1.Job) tea.Cmd {
+	n.cancels = append(n.cancels, j.Id)
+	return nil
+}
+func (n *fakeNav) ask(title string, _ []string, _ func() tea.Cmd) tea.Cmd {
+	n.asked = append(n.asked, title)
+	return nil
+}
+
+// TestViewsWorkAlone drives views as components, without the console
+// around them: sized, fed, keyed, and asking a fake nav for what is not
+// theirs.
+func TestViewsWorkAlone(t *testing.T) {
+	e := newTestModel(t, Options{}).env
+	nav := &fakeNav{}
+	e.nav = nav
+	e.fleet.apply([]*imsv1.WatchInstallsResponse{snapshot()})
+	key := func(v view, keys ...string) {
+		for _, k := range keys {
+			for _, msg := range keyMsgs(k) {
+				v.Update(msg)
+			}
+		}
+	}
+
+	fv := rootViews[0].open(e)
+	fv.SetSize(60, 10)
+	fv.Update(fleetChangedMsg{})
+	mustContain(t, stripANSI(fv.View()), "NAME↑", "acme", "globex")
+	key(fv, "j", "s")
+	if nav.status != "sorted by app" {
+		t.Fatalf("s asks for the status line %q", nav.status)
+	}
+	key(fv, "a")
+	key(fv, "enter")
+	if len(nav.actions) != 1 || nav.actions[0] != "globex" || len(nav.pushed) != 1 {
+		t.Fatalf("fleet view asked for actions %v and pushed %d views; want globex and its install view", nav.actions, len(nav.pushed))
+	}
+
+	iv, ok := nav.pushed[0].(*installView)
+	if !ok {
+		t.Fatalf("enter pushed %T, want the install view", nav.pushed[0])
+	}
+	iv.SetSize(60, 30)
+	iv.Init()
+	iv.Update(jobsMsg{gen: iv.gen, jobs: jobs()})
+	mustContain(t, stripANSI(iv.View()), "globex", "JOBS (3)", "job_run")
+	key(iv, "j", "x", "enter")
+	if len(nav.cancels) != 1 || nav.cancels[0] != "job_ok" || len(nav.pushed) != 2 {
+		t.Fatalf("install view asked to cancel %v and pushed %d views; want job_ok and its log", nav.cancels, len(nav.pushed))
+	}
+	iv.Close()
+	if iv.ctx.Err() == nil {
+		t.Fatal("Close cancels the view's requests")
+	}
+
+	for _, r := range rootViews {
+		v := r.open(e)
+		v.SetSize(40, 5)
+		v.Init()
+		v.Update(fleetChangedMsg{})
+		if v.Title() == "" || v.View() == "" {
+			t.Errorf(":%s opens a view without a title or a body", r.names[0])
+		}
+		if c, ok := v.(closer); ok {
+			c.Close()
+		}
+	}
+}
+
+// TestViewOnlyReads: rendering leaves the lists' cursor and window as
+// Update left them, and Update (a smaller window here) keeps the cursor's
+// row on screen.
+func TestViewOnlyReads(t *testing.T) {
+	m := newTestModel(t, Options{})
+	snap := &imsv1.WatchInstallsResponse{Snapshot: true}
+	for i := 0; i < 60; i++ {
+		snap.Installs = append(snap.Installs, status(fmt.Sprintf("i%02d", i), "shop", "online", time.Second, 0, 0, nil))
+	}
+	feed(m, snap)
+	press(m, "G", "k", "pgup")
+	fv := m.top().(*fleetView)
+	for _, size := range []tea.WindowSizeMsg{teaSize(100, 24), teaSize(100, 8), teaSize(40, 30)} {
+		m.Update(size)
+		before := fv.list
+		s := screen(m)
+		screen(m)
+		if fv.list != before {
+			t.Fatalf("%dx%d: rendering moved the list from %+v to %+v", size.Width, size.Height, before, fv.list)
+		}
+		mustContain(t, s, fv.fleet.visible[fv.pos].Install.Name)
+	}
+
+	press(m, ":", "jobs", "enter")
+	jv := m.top().(*jobsView)
+	var many []*imsv1.Job
+	for i := 0; i < 50; i++ {
+		many = append(many, job(fmt.Sprintf("job_%02d", i), "i01", imsv1.JobState_JOB_STATE_SUCCEEDED, time.Minute))
+	}
+	m.Update(jobsMsg{gen: jv.gen, jobs: many})
+	press(m, "G")
+	before := jv.list
+	s := screen(m)
+	if jv.list != before || !strings.Contains(s, "job_49") {
+		t.Fatalf("jobs: rendering moved the list from %+v to %+v, or job_49 is off screen:\n%s", before, jv.list, s)
+	}
+}
+
+// TestBannersTakeTheirLines: every banner in the header takes a line from
+// the body, so the screen stays the window's height with the break-glass
+// line and the unreachable one both shown.
+func TestBannersTakeTheirLines(t *testing.T) {
+	m := newTestModel(t, Options{})
+	feed(m, snapshot())
+	m.modeBanner = " BREAK-GLASS: maintenance on acme, 14:59 left "
+	m.Update(fleetMsg{gen: m.fleetGen, events: []fleetEvent{{err: connect.NewError(connect.CodeUnavailable, errors.New("connection refused")), retryIn: time.Second}}})
+	for _, h := range []int{6, 24} {
+		m.Update(teaSize(80, h))
+		s := screen(m)
+		if n := strings.Count(s, "\n") + 1; n != h {
+			t.Fatalf("%d lines on a %d-line window:\n%s", n, h, s)
+		}
+		mustContain(t, s, "BREAK-GLASS", "imsd unreachable", "installs")
+	}
 }

@@ -45,6 +45,14 @@ type binding struct {
 	desc      string
 	dangerous bool
 	key.Binding
+	short key.Binding // the same keys with the footer's short help
+}
+
+// shortHelp is the footer's word for the actions it lists.
+var shortHelp = map[Action]string{
+	ActHelp: "help", ActFilter: "filter", ActCommand: "cmd", ActOpen: "open", ActBack: "back",
+	ActSort: "sort", ActRunAction: "action", ActCancelJob: "cancel", ActFollow: "follow",
+	ActWrap: "wrap", ActTimestamps: "time", ActNextMatch: "next",
 }
 
 // keyDefaults lists every action in help order with its default keys.
@@ -56,7 +64,7 @@ var keyDefaults = []struct {
 	dangerous bool
 }{
 	{ActHelp, "global", []string{"?"}, "show or hide this help", false},
-	{ActCommand, "global", []string{":"}, "command line (:installs :jobs :audit :ctx NAME :q)", false},
+	{ActCommand, "global", []string{":"}, "command line (" + rootViewNames(" ") + " :ctx NAME :q)", false},
 	{ActFilter, "global", []string{"/"}, "filter rows (text, or key=value on labels); search in logs", false},
 	{ActBack, "global", []string{"esc"}, "back one level / clear filter", false},
 	{ActOpen, "global", []string{"enter"}, "drill down into the selected row", false},
@@ -118,8 +126,10 @@ func NewKeyMap(overrides map[string][]string, readOnly bool) (*KeyMap, error) {
 		}
 		b := binding{act: d.act, scope: d.scope, desc: d.desc, dangerous: d.dangerous,
 			Binding: key.NewBinding(key.WithKeys(keys...), key.WithHelp(strings.Join(keys, "/"), d.desc))}
+		b.short = key.NewBinding(key.WithKeys(keys...), key.WithHelp(strings.Join(keys, "/"), shortHelp[d.act]))
 		if len(keys) == 0 {
 			b.Unbind()
+			b.short.Unbind()
 		}
 		km.list = append(km.list, b)
 		km.by[d.act] = &km.list[len(km.list)-1]
@@ -170,6 +180,18 @@ func (km *KeyMap) Keys(act Action) string {
 		return b.Help().Key
 	}
 	return ""
+}
+
+// ShortHelp returns the bindings of acts with the footer's short help, for
+// bubbles' help; an unbound action's binding is disabled, so help leaves it out.
+func (km *KeyMap) ShortHelp(acts []Action) []key.Binding {
+	out := make([]key.Binding, 0, len(acts))
+	for _, a := range acts {
+		if b := km.by[a]; b != nil {
+			out = append(out, b.short)
+		}
+	}
+	return out
 }
 
 // HelpLines returns the help screen's lines: every bound action with its

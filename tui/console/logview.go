@@ -20,7 +20,10 @@ const (
 // (follow), older ones fetched from imsd when scrolling back past what is
 // in memory. Memory is bounded by a ring buffer.
 type logView struct {
+	*env
+	w, h   int
 	job    *imsv1.Job
+	jobErr string // job.Error, cleaned
 	ctx    context.Context
 	cancel context.CancelFunc // ends everything the view started
 	// streamCancel ends just the follow stream (after a page back dropped
@@ -47,58 +50,67 @@ type logView struct {
 	match                int // line index of the current match, or -1
 }
 
-func newLogView(m *Model, j *imsv1.Job) *logView {
-	return &logView{job: j, r: newRing(m.opts.LogLines, m.opts.LogBytes), follow: true, match: -1}
+func newLogView(e *env, j *imsv1.Job) *logView {
+	v := &logView{env: e, r: newRing(e.opts.LogLines, e.opts.LogBytes), follow: true, match: -1}
+	v.setJob(j)
+	return v
 }
 
-func (v *logView) title(m *Model) string { return v.job.Id + " › logs" }
-
-func (v *logView) open(m *Model) tea.Cmd {
-	v.ctx, v.cancel = context.WithCancel(m.ctx)
-	return v.startStream(m)
+// setJob keeps the job's latest state, and its error cleaned as log lines
+// are: an agent reports it, and it may hold what the job printed.
+func (v *logView) setJob(j *imsv1.Job) {
+	v.job, v.jobErr = j, cleanLine(j.Error)
 }
 
-func (v *logView) close(m *Model) { v.cancel() }
+func (v *logView) Title() string    { return v.job.Id + " › logs" }
+func (v *logView) SetSize(w, h int) { v.w, v.h = w, h }
+
+func (v *logView) Init() tea.Cmd {
+	v.ctx, v.cancel = context.WithCancel(v.env.ctx)
+	return v.startStream()
+}
+
+func (v *logView) Close() { v.cancel() }
 
 // startStream (re)starts following from the job's last lines, dropping
 // what the buffer held.
-func (v *logView) startStream(m *Model) tea.Cmd {
+func (v *logView) startStream() tea.Cmd {
 	v.stopStream()
 	v.r.Reset()
 	v.top, v.sub, v.match, v.noOlder, v.tailGap, v.follow = 0, 0, -1, false, false, true
 	v.olderGen, v.newerGen = 0, 0
 	v.fetching, v.forward = false, false
-	return v.follow_(m, min(logTail, m.opts.LogLines), 0, 0)
+	return v.follow_(min(logTail, v.opts.LogLines), 0, 0)
 }
 
 // follow_ starts the follow stream: the last tail lines, or with tail 0
 // the lines after (attempt, seq), then new ones until the job ends.
-func (v *logView) follow_(m *Model, tail int, attempt int32, seq int64) tea.Cmd {
-	v.gen = m.nextGen()
-	if m.conn == nil {
+func (v *logView) follow_(tail int, attempt int32, seq int64) tea.Cmd {
+	v.gen = v.nextGen()
+	if v.conn == nil {
 		return nil
 	}
 	ctx, cancel := context.WithCancel(v.ctx)
 	v.ch = make(chan logChunk, 256)
 	v.streamOn, v.streamCancel = true, cancel
-	go followLogs(ctx, m.conn.Client, v.job.Id, tail, attempt, seq, v.ch)
+	go followLogs(ctx, v.conn.Client, v.job.Id, tail, attempt, seq, v.ch)
 	return v.wait()
 }
 
 // jumpToStart drops what is held and reads the log's first page; the end
 // is then out of memory until paging forward reaches it (or G).
-func (v *logView) jumpToStart(m *Model) tea.Cmd {
+func (v *logView) jumpToStart() tea.Cmd {
 	v.stopStream()
 	v.r.Reset()
 	v.top, v.sub, v.match, v.follow, v.tailGap = 0, 0, -1, false, true
 	v.fetching, v.forward, v.olderGen = false, false, 0 // answers to earlier pages are stale
-	return v.fetchNewer(m)
+	return v.fetchNewer()
 }
 
 // fetchNewer reads the page after the last line held.
-func (v *logView) fetchNewer(m *Model) tea.Cmd {
+func (v *logView) fetchNewer() tea.Cmd {
 	// One page at a time: a page back may drop the end this would follow.
-	if v.forward || v.fetching || !v.tailGap || m.conn == nil {
+	if v.forward || v.fetching || !v.tailGap || v.conn == nil {
 		return nil
 	}
 	var attempt int32
@@ -107,8 +119,8 @@ func (v *logView) fetchNewer(m *Model) tea.Cmd {
 		attempt, seq = v.r.At(n-1).attempt, v.r.At(n-1).seq
 	}
 	v.forward = true
-	v.newerGen = m.nextGen()
-	return newerLogs(v.ctx, m.conn.Client, v.newerGen, v.job.Id, attempt, seq, pageSize(m))
+	v.newerGen = v.nextGen()
+	return newerLogs(v.ctx, v.conn.Client, v.newerGen, v.job.Id, attempt, seq, v.pageSize())
 }
 
 func (v *logView) stopStream() {
@@ -125,29 +137,33 @@ func (v *logView) wait() tea.Cmd {
 	return nextBatch(ch, 64, func(c []logChunk, closed bool) tea.Msg { return logMsg{gen: gen, chunks: c, closed: closed} })
 }
 
-func (v *logView) filterText() string           { return "" }
-func (v *logView) setFilter(m *Model, s string) {}
-func (v *logView) hints() []Action {
+func (v *logView) Hints() []Action {
 	return []Action{ActFollow, ActWrap, ActTimestamps, ActNextMatch, ActCancelJob}
 }
 
-func (v *logView) fleetChanged(m *Model, resps []*imsv1.WatchInstallsResponse) tea.Cmd {
+// jobChanged reads the job again when the fleet says its install changed
+// (its state is in the view's status line), until it has ended.
+func (v *logView) jobChanged(resps []*imsv1.WatchInstallsResponse) tea.Cmd {
 	if terminal(v.job.State) {
 		return nil
 	}
 	for _, r := range resps {
 		for _, s := range r.Installs {
 			if s.Install.Id == v.job.InstallId {
-				v.jobGen = m.nextGen()
-				return getJob(v.ctx, m.conn.Client, v.jobGen, v.job.Id)
+				v.jobGen = v.nextGen()
+				return getJob(v.ctx, v.conn.Client, v.jobGen, v.job.Id)
 			}
 		}
 	}
 	return nil
 }
 
-func (v *logView) result(m *Model, msg tea.Msg) tea.Cmd {
+func (v *logView) Update(msg tea.Msg) tea.Cmd {
 	switch msg := msg.(type) {
+	case tea.KeyPressMsg:
+		return v.key(msg)
+	case fleetChangedMsg:
+		return v.jobChanged(msg.resps)
 	case logMsg:
 		if msg.gen != v.gen {
 			return nil
@@ -157,7 +173,7 @@ func (v *logView) result(m *Model, msg tea.Msg) tea.Cmd {
 				v.appendLine(toLogLine(l))
 			}
 			if c.job != nil {
-				v.job = c.job
+				v.setJob(c.job)
 			}
 			if c.err != nil {
 				v.err = c.err
@@ -208,7 +224,7 @@ func (v *logView) result(m *Model, msg tea.Msg) tea.Cmd {
 		for _, l := range msg.lines {
 			v.appendLine(toLogLine(l))
 		}
-		if len(msg.lines) < pageSize(m) {
+		if len(msg.lines) < v.pageSize() {
 			// The end of the log is in memory again: follow on from it.
 			v.tailGap = false
 			var attempt int32
@@ -216,12 +232,12 @@ func (v *logView) result(m *Model, msg tea.Msg) tea.Cmd {
 			if n := v.r.Len(); n > 0 {
 				attempt, seq = v.r.At(n-1).attempt, v.r.At(n-1).seq
 			}
-			return v.follow_(m, 0, attempt, seq)
+			return v.follow_(0, attempt, seq)
 		}
 		return nil
 	case jobMsg:
 		if msg.gen == v.jobGen && msg.err == nil {
-			v.job = msg.job
+			v.setJob(msg.job)
 		}
 	}
 	return nil
@@ -240,57 +256,57 @@ func (v *logView) appendLine(l logLine) {
 	}
 }
 
-func (v *logView) key(m *Model, msg tea.KeyPressMsg) tea.Cmd {
-	w, h := m.w, v.textHeight(m)
+func (v *logView) key(msg tea.KeyPressMsg) tea.Cmd {
+	w, h := v.w, v.textHeight()
 	switch {
-	case m.km.Is(msg, ActUp):
-		return v.scroll(m, -1)
-	case m.km.Is(msg, ActDown):
-		return v.scroll(m, 1)
-	case m.km.Is(msg, ActPageUp):
-		return v.scroll(m, -h)
-	case m.km.Is(msg, ActPageDown):
-		return v.scroll(m, h)
-	case m.km.Is(msg, ActTop):
+	case v.km.Is(msg, ActUp):
+		return v.scroll(-1)
+	case v.km.Is(msg, ActDown):
+		return v.scroll(1)
+	case v.km.Is(msg, ActPageUp):
+		return v.scroll(-h)
+	case v.km.Is(msg, ActPageDown):
+		return v.scroll(h)
+	case v.km.Is(msg, ActTop):
 		if v.hasOlder() {
-			return v.jumpToStart(m)
+			return v.jumpToStart()
 		}
 		v.follow, v.top, v.sub = false, 0, 0
-	case m.km.Is(msg, ActBottom):
+	case v.km.Is(msg, ActBottom):
 		if v.tailGap {
-			return v.startStream(m)
+			return v.startStream()
 		}
 		v.follow = true
-	case m.km.Is(msg, ActFollow):
+	case v.km.Is(msg, ActFollow):
 		if !v.follow && v.tailGap {
-			return v.startStream(m)
+			return v.startStream()
 		}
 		if v.follow {
 			v.top, v.sub = v.bottom(w, h)
 		}
 		v.follow = !v.follow
-	case m.km.Is(msg, ActWrap):
+	case v.km.Is(msg, ActWrap):
 		v.wrap = !v.wrap
 		v.sub = 0
-	case m.km.Is(msg, ActTimestamps):
+	case v.km.Is(msg, ActTimestamps):
 		v.stamps = !v.stamps
 		v.sub = 0
-	case m.km.Is(msg, ActNextMatch):
-		v.findMatch(m, 1)
-	case m.km.Is(msg, ActPrevMatch):
-		v.findMatch(m, -1)
-	case m.km.Is(msg, ActCancelJob):
-		return m.confirmCancel(v.job)
+	case v.km.Is(msg, ActNextMatch):
+		v.findMatch(1)
+	case v.km.Is(msg, ActPrevMatch):
+		v.findMatch(-1)
+	case v.km.Is(msg, ActCancelJob):
+		return v.nav.confirmCancel(v.job)
 	}
 	return nil
 }
 
 // pageSize is how many lines one page back or forward reads: at most half
 // the buffer, so a page never pushes out everything that was on screen.
-func pageSize(m *Model) int { return max(1, min(logPage, m.opts.LogLines/2)) }
+func (v *logView) pageSize() int { return max(1, min(logPage, v.opts.LogLines/2)) }
 
 // textHeight is the rows left for log text under the view's status line.
-func (v *logView) textHeight(m *Model) int { return max(1, m.bodyHeight()-1) }
+func (v *logView) textHeight() int { return max(1, v.h-1) }
 
 func (v *logView) prefixWidth() int {
 	if v.stamps {
@@ -332,8 +348,8 @@ func (v *logView) bottom(w, h int) (int, int) {
 
 // scroll moves by d rows; moving up pauses following, and reaching the
 // first line held fetches the page before it.
-func (v *logView) scroll(m *Model, d int) tea.Cmd {
-	w, h := m.w, v.textHeight(m)
+func (v *logView) scroll(d int) tea.Cmd {
+	w, h := v.w, v.textHeight()
 	if v.follow {
 		v.top, v.sub = v.bottom(w, h)
 	}
@@ -364,10 +380,10 @@ func (v *logView) scroll(m *Model, d int) tea.Cmd {
 	}
 	var cmds []tea.Cmd
 	if v.top < h {
-		cmds = append(cmds, v.fetchOlder(m)) // near the first line held: read back
+		cmds = append(cmds, v.fetchOlder()) // near the first line held: read back
 	}
 	if v.tailGap && v.r.Len()-v.top <= 2*h {
-		cmds = append(cmds, v.fetchNewer(m)) // near the last line held: read on
+		cmds = append(cmds, v.fetchNewer()) // near the last line held: read on
 	}
 	return tea.Batch(cmds...)
 }
@@ -381,30 +397,30 @@ func (v *logView) hasOlder() bool {
 	return !(f.attempt <= 1 && f.seq <= 1)
 }
 
-func (v *logView) fetchOlder(m *Model) tea.Cmd {
-	if v.fetching || v.forward || !v.hasOlder() || m.conn == nil {
+func (v *logView) fetchOlder() tea.Cmd {
+	if v.fetching || v.forward || !v.hasOlder() || v.conn == nil {
 		return nil
 	}
 	f := v.r.At(0)
 	v.fetching = true
-	v.olderGen = m.nextGen()
-	return olderLogs(v.ctx, m.conn.Client, v.olderGen, v.job.Id, f.attempt, f.seq, pageSize(m))
+	v.olderGen = v.nextGen()
+	return olderLogs(v.ctx, v.conn.Client, v.olderGen, v.job.Id, f.attempt, f.seq, v.pageSize())
 }
 
-// search finds q from the first shown line on.
-func (v *logView) search(m *Model, q string) {
+// Search finds q from the first shown line on.
+func (v *logView) Search(q string) {
 	v.query = q
 	v.match = v.top - 1
 	if q == "" {
 		v.match = -1
 		return
 	}
-	v.findMatch(m, 1)
+	v.findMatch(1)
 }
 
 // findMatch moves to the next (dir 1) or previous (dir -1) line holding the
 // query, wrapping around the buffer.
-func (v *logView) findMatch(m *Model, dir int) {
+func (v *logView) findMatch(dir int) {
 	n := v.r.Len()
 	if v.query == "" || n == 0 {
 		return
@@ -420,11 +436,11 @@ func (v *logView) findMatch(m *Model, dir int) {
 			v.match = i
 			v.follow = false
 			v.top, v.sub = i, 0
-			m.setStatus(false, "/%s: match %d of %d", v.query, v.countBefore(i, q)+1, v.countBefore(n, q))
+			v.nav.setStatus(false, "/%s: match %d of %d", v.query, v.countBefore(i, q)+1, v.countBefore(n, q))
 			return
 		}
 	}
-	m.setStatus(true, "/%s: no match in the %d lines held", v.query, n)
+	v.nav.setStatus(true, "/%s: no match in the %d lines held", v.query, n)
 }
 
 func (v *logView) countBefore(end int, q string) int {
@@ -437,7 +453,9 @@ func (v *logView) countBefore(end int, q string) int {
 	return c
 }
 
-func (v *logView) render(m *Model, w, h int) []string {
+func (v *logView) View() string { return lines(v.render(v.w, v.h)) }
+
+func (v *logView) render(w, h int) []string {
 	j := v.job
 	state := stateName(j.State)
 	if terminal(j.State) {
@@ -455,29 +473,29 @@ func (v *logView) render(m *Model, w, h int) []string {
 		flags = append(flags, "time")
 	}
 	info := fmt.Sprintf("%s · %s %s · %s · try %d/%d · %d lines · %s",
-		m.installName(j.InstallId), j.ComponentType, j.Operation, state, j.Attempt, j.MaxAttempts, v.r.Len(), strings.Join(flags, " "))
+		v.installName(j.InstallId), j.ComponentType, j.Operation, state, j.Attempt, j.MaxAttempts, v.r.Len(), strings.Join(flags, " "))
 	if v.query != "" {
 		info += " · /" + v.query
 	}
-	out := []string{m.st.muted.Render(info)}
+	out := []string{v.st.muted.Render(info)}
 	th := h - 1
 	if v.err != nil {
-		out = append(out, m.st.bad.Render("log stream: "+errText(v.err)))
+		out = append(out, v.st.bad.Render("log stream: "+errText(v.err)))
 		th--
 	}
-	if j.Error != "" && terminal(j.State) {
-		out = append(out, m.st.bad.Render("error: "+j.Error))
+	if v.jobErr != "" && terminal(j.State) {
+		out = append(out, v.st.bad.Render("error: "+v.jobErr))
 		th--
 	}
 	n := v.r.Len()
 	if n == 0 {
 		if v.forward {
-			return append(out, m.st.muted.Render("reading the log's first lines from imsd…"))
+			return append(out, v.st.muted.Render("reading the log's first lines from imsd…"))
 		}
 		if v.streamOn {
-			return append(out, m.st.muted.Render("no log lines yet; following…"))
+			return append(out, v.st.muted.Render("no log lines yet; following…"))
 		}
-		return append(out, m.st.muted.Render("no log lines"))
+		return append(out, v.st.muted.Render("no log lines"))
 	}
 	top, sub := v.top, v.sub
 	if v.follow {
@@ -487,9 +505,9 @@ func (v *logView) render(m *Model, w, h int) []string {
 	if top == 0 && sub == 0 && (v.hasOlder() || v.dropped > 0) {
 		switch {
 		case v.fetching:
-			out = append(out, m.st.warn.Render("··· fetching older lines from imsd…"))
+			out = append(out, v.st.warn.Render("··· fetching older lines from imsd…"))
 		case v.hasOlder():
-			out = append(out, m.st.warn.Render(fmt.Sprintf("··· earlier lines are not in memory (%d dropped); scrolling up fetches them", v.dropped)))
+			out = append(out, v.st.warn.Render(fmt.Sprintf("··· earlier lines are not in memory (%d dropped); scrolling up fetches them", v.dropped)))
 		}
 	}
 	pw := v.prefixWidth()
@@ -505,18 +523,18 @@ func (v *logView) render(m *Model, w, h int) []string {
 			} else {
 				text = l.columns(0, tw)
 			}
-			text = v.highlight(m, text, q, i == v.match)
+			text = v.highlight(text, q, i == v.match)
 			switch {
 			case l.system:
-				text = m.st.muted.Render(text)
+				text = v.st.muted.Render(text)
 			case l.stderr:
-				text = m.st.warn.Render(text)
+				text = v.st.warn.Render(text)
 			}
 			prefix := ""
 			if v.stamps {
 				prefix = strings.Repeat(" ", pw)
 				if k == 0 && !l.time.IsZero() {
-					prefix = m.st.muted.Render(l.time.Local().Format(tsFormat))
+					prefix = v.st.muted.Render(l.time.Local().Format(tsFormat))
 				}
 			}
 			out = append(out, prefix+text)
@@ -528,20 +546,20 @@ func (v *logView) render(m *Model, w, h int) []string {
 		if v.forward {
 			msg = "··· reading on from imsd…"
 		}
-		out = append(out, m.st.warn.Render(msg))
+		out = append(out, v.st.warn.Render(msg))
 	}
 	return out
 }
 
 // highlight marks the query's occurrences in a shown row.
-func (v *logView) highlight(m *Model, text, q string, current bool) string {
+func (v *logView) highlight(text, q string, current bool) string {
 	if q == "" {
 		return text
 	}
 	lower := strings.ToLower(text)
 	if len(lower) != len(text) || !strings.Contains(lower, q) {
 		if current {
-			return m.st.match.Render(text)
+			return v.st.match.Render(text)
 		}
 		return text
 	}
@@ -553,7 +571,7 @@ func (v *logView) highlight(m *Model, text, q string, current bool) string {
 			break
 		}
 		b.WriteString(text[:i])
-		b.WriteString(m.st.match.Render(text[i : i+len(q)]))
+		b.WriteString(v.st.match.Render(text[i : i+len(q)]))
 		text, lower = text[i+len(q):], lower[i+len(q):]
 	}
 	return b.String()

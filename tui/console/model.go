@@ -14,10 +14,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
+	"charm.land/bubbles/v2/help"
 	"charm.land/bubbles/v2/textinput"
+	"charm.land/bubbles/v2/viewport"
 	tea "charm.land/bubbletea/v2"
 	"charm.land/lipgloss/v2"
 	"connectrpc.com/connect"
@@ -60,27 +63,21 @@ type confirmation struct {
 	yes     func() tea.Cmd
 }
 
-// Model is the console's Bubble Tea model.
+// Model is the console's Bubble Tea model: the root around a stack of
+// views (views.go). It owns what the views share (env) and is the only one
+// to change it.
 type Model struct {
-	opts Options
-	km   *KeyMap
-	st   styles
-	ctx  context.Context
-	conn *Conn
+	*env
 	w, h int
-	now  time.Time
-	gen  int // last generation handed out
 	// actionGen and cancelGen are the generations of the action run and
 	// the cancel awaiting their answers: an answer of another generation
 	// (an earlier request, or one sent before a context switch) is stale.
 	// They are apart from gen, which every list refresh moves on.
 	actionGen, cancelGen int
-	fleet                *fleet
 
 	fleetGen    int
 	fleetCancel context.CancelFunc
 	fleetCh     chan fleetEvent
-	offline     error
 	retryAt     time.Time
 	lastData    time.Time
 
@@ -91,7 +88,8 @@ type Model struct {
 	scriptFor   string // install the action script is for
 	confirm     *confirmation
 	help        bool
-	helpOffset  int
+	hints       help.Model     // the footer's key hints
+	helpPage    viewport.Model // the help screen, scrolled with up/down
 	status      string
 	statusIsErr bool
 
@@ -121,9 +119,15 @@ func New(ctx context.Context, opts Options) (*Model, error) {
 	}
 	in := textinput.New()
 	in.Prompt = ""
-	m := &Model{opts: opts, km: km, st: newStyles(th), ctx: ctx, conn: opts.Conn, w: 80, h: 24,
-		now: opts.Now(), fleet: newFleet(), input: in}
-	m.stack = []view{&fleetView{}}
+	hints := help.New()
+	hints.ShortSeparator = "  "
+	st := newStyles(th)
+	hints.Styles.ShortKey, hints.Styles.ShortDesc, hints.Styles.ShortSeparator = st.muted, st.muted, st.muted
+	m := &Model{env: &env{opts: opts, km: km, st: st, ctx: ctx, conn: opts.Conn,
+		now: opts.Now(), fleet: newFleet()}, w: 80, h: 24, input: in, hints: hints}
+	m.nav = m
+	m.stack = []view{newFleetView(m.env)}
+	m.resize()
 	return m, nil
 }
 
@@ -131,8 +135,6 @@ func New(ctx context.Context, opts Options) (*Model, error) {
 func (m *Model) Init() tea.Cmd {
 	return tea.Batch(m.startWatch(), tick())
 }
-
-func (m *Model) nextGen() int { m.gen++; return m.gen }
 
 // startWatch (re)opens the fleet watch under a new generation.
 func (m *Model) startWatch() tea.Cmd {
@@ -159,12 +161,19 @@ func (m *Model) top() view { return m.stack[len(m.stack)-1] }
 
 func (m *Model) push(v view) tea.Cmd {
 	m.stack = append(m.stack, v)
-	return v.open(m)
+	v.SetSize(m.w, m.bodyHeight())
+	return v.Init()
+}
+
+func closeView(v view) {
+	if c, ok := v.(closer); ok {
+		c.Close()
+	}
 }
 
 func (m *Model) pop() {
 	if len(m.stack) > 1 {
-		m.top().close(m)
+		closeView(m.top())
 		m.stack = m.stack[:len(m.stack)-1]
 	}
 }
@@ -174,33 +183,57 @@ func (m *Model) reset(root view) tea.Cmd {
 	for len(m.stack) > 1 {
 		m.pop()
 	}
-	m.stack[0].close(m)
-	m.stack = []view{root}
-	return root.open(m)
+	closeView(m.stack[0])
+	m.stack = nil
+	return m.push(root)
+}
+
+// resize gives every view the body's size, which the window and the
+// header's banners decide.
+func (m *Model) resize() {
+	h := m.bodyHeight()
+	for _, v := range m.stack {
+		v.SetSize(m.w, h)
+	}
+	if m.help && (m.helpPage.Width() != m.w || m.helpPage.Height() != h) {
+		m.helpPage.SetWidth(m.w)
+		m.helpPage.SetHeight(h)
+		m.helpPage.SetContentLines(m.helpLines())
+	}
 }
 
 func (m *Model) setStatus(err bool, format string, args ...any) {
 	m.status, m.statusIsErr = fmt.Sprintf(format, args...), err
 }
 
-// bodyHeight is the rows left for the current view.
+// bodyHeight is the rows left for the current view: the window less the
+// header (headerLines: the title, the banners and the breadcrumbs) and the
+// footer.
 func (m *Model) bodyHeight() int {
-	return max(1, m.h-len(m.headerLines())-1)
+	return max(1, m.h-2-len(m.banners())-1)
 }
 
 // Update handles one message. It never waits on I/O.
 func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
+	cmd := m.update(msg)
+	m.resize() // the window, or the banners above the body, may have changed
+	return m, cmd
+}
+
+// update is Update without the resize: messages for the console itself,
+// key presses for the top view, anything else for every view.
+func (m *Model) update(msg tea.Msg) tea.Cmd {
 	switch msg := msg.(type) {
 	case tea.WindowSizeMsg:
 		m.w, m.h = msg.Width, msg.Height
 		m.input.SetWidth(max(1, m.w-12))
-		return m, nil
+		return nil
 	case tickMsg:
 		m.now = m.opts.Now()
-		return m, tick()
+		return tick()
 	case fleetMsg:
 		if msg.gen != m.fleetGen {
-			return m, nil // a watch of a previous context
+			return nil // a watch of a previous context
 		}
 		var resps []*imsv1.WatchInstallsResponse
 		for _, ev := range msg.events {
@@ -217,62 +250,76 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		}
 		var cmds []tea.Cmd
 		for _, v := range m.stack {
-			cmds = append(cmds, v.fleetChanged(m, resps))
+			cmds = append(cmds, v.Update(fleetChangedMsg{resps}))
 		}
 		if m.fleetCh != nil && !m.opts.NoWatch {
 			cmds = append(cmds, m.waitFleet())
 		}
-		return m, tea.Batch(cmds...)
+		return tea.Batch(cmds...)
 	case ctxMsg:
 		if msg.err != nil {
 			m.setStatus(true, "%v", msg.err)
-			return m, nil
+			return nil
 		}
 		m.conn = msg.conn
 		m.actionGen, m.cancelGen = 0, 0
 		m.fleet = newFleet()
 		m.offline = nil
 		m.setStatus(false, "switched to context %s (%s)", msg.conn.Context, msg.conn.Server)
-		return m, tea.Batch(m.reset(&fleetView{}), m.startWatch())
+		return tea.Batch(m.reset(newFleetView(m.env)), m.startWatch())
 	case enqueuedMsg:
 		if msg.gen != m.actionGen {
-			return m, nil
+			return nil
 		}
 		if msg.err != nil {
 			m.setStatus(true, "action not started: %s", errText(msg.err))
-			return m, nil
+			return nil
 		}
 		m.setStatus(false, "action %s queued on %s", msg.job.Id, m.installName(msg.job.InstallId))
-		return m, m.push(newLogView(m, msg.job))
+		return m.push(newLogView(m.env, msg.job))
 	case cancelledMsg:
 		if msg.gen != m.cancelGen {
-			return m, nil
+			return nil
 		}
 		if msg.err != nil {
 			m.setStatus(true, "cancel failed: %s", errText(msg.err))
 		} else {
 			m.setStatus(false, "cancel requested for %s (now %s)", msg.job.Id, stateName(msg.job.State))
 		}
-		return m, nil
+		return nil
 	case tea.KeyPressMsg:
-		return m, m.key(msg)
+		return m.key(msg)
 	case tea.PasteMsg:
 		if m.mode != inputNone {
 			var cmd tea.Cmd
 			m.input, cmd = m.input.Update(msg)
 			if m.mode == inputFilter {
-				m.top().setFilter(m, m.input.Value())
+				m.setFilter(m.input.Value())
 			}
-			return m, cmd
+			return cmd
 		}
-		return m, nil
+		return nil
 	}
 	// Results for a view: each view checks its own generation.
 	var cmds []tea.Cmd
 	for _, v := range m.stack {
-		cmds = append(cmds, v.result(m, msg))
+		cmds = append(cmds, v.Update(msg))
 	}
-	return m, tea.Batch(cmds...)
+	return tea.Batch(cmds...)
+}
+
+// filter is the top view's filter ("" for a view without one).
+func (m *Model) filter() string {
+	if f, ok := m.top().(filterable); ok {
+		return f.Filter()
+	}
+	return ""
+}
+
+func (m *Model) setFilter(s string) {
+	if f, ok := m.top().(filterable); ok {
+		f.SetFilter(s)
+	}
 }
 
 func (m *Model) key(msg tea.KeyPressMsg) tea.Cmd {
@@ -299,26 +346,28 @@ func (m *Model) key(msg tea.KeyPressMsg) tea.Cmd {
 		case m.km.Is(msg, ActHelp), m.km.Is(msg, ActBack), msg.String() == "q":
 			m.help = false
 		case m.km.Is(msg, ActDown):
-			m.helpOffset++
+			m.helpPage.ScrollDown(1)
 		case m.km.Is(msg, ActUp):
-			m.helpOffset = max(0, m.helpOffset-1)
+			m.helpPage.ScrollUp(1)
 		}
 		return nil
 	}
 	switch {
 	case m.km.Is(msg, ActHelp):
-		m.help, m.helpOffset = true, 0
+		m.help = true
+		m.helpPage.SetWidth(0) // resize fills it
+		m.helpPage.SetYOffset(0)
 		return nil
 	case m.km.Is(msg, ActCommand):
 		return m.startInput(inputCommand, "")
 	case m.km.Is(msg, ActFilter):
-		if _, ok := m.top().(*logView); ok {
+		if _, ok := m.top().(searchable); ok {
 			return m.startInput(inputSearch, "")
 		}
-		return m.startInput(inputFilter, m.top().filterText())
+		return m.startInput(inputFilter, m.filter())
 	case m.km.Is(msg, ActBack):
-		if m.top().filterText() != "" {
-			m.top().setFilter(m, "")
+		if m.filter() != "" {
+			m.setFilter("")
 			return nil
 		}
 		m.pop()
@@ -329,7 +378,7 @@ func (m *Model) key(msg tea.KeyPressMsg) tea.Cmd {
 		}
 		return nil
 	}
-	return m.top().key(m, msg)
+	return m.top().Update(msg)
 }
 
 func (m *Model) startInput(mode inputMode, value string) tea.Cmd {
@@ -344,7 +393,7 @@ func (m *Model) inputKey(msg tea.KeyPressMsg) tea.Cmd {
 	switch msg.String() {
 	case "esc":
 		if m.mode == inputFilter {
-			m.top().setFilter(m, "")
+			m.setFilter("")
 		}
 		m.mode = inputNone
 		m.input.Blur()
@@ -357,10 +406,10 @@ func (m *Model) inputKey(msg tea.KeyPressMsg) tea.Cmd {
 		case inputCommand:
 			return m.command(val)
 		case inputFilter:
-			m.top().setFilter(m, val)
+			m.setFilter(val)
 		case inputSearch:
-			if lv, ok := m.top().(*logView); ok {
-				lv.search(m, val)
+			if sv, ok := m.top().(searchable); ok {
+				sv.Search(val)
 			}
 		case inputScript:
 			return m.confirmScript(m.scriptFor, val)
@@ -370,7 +419,7 @@ func (m *Model) inputKey(msg tea.KeyPressMsg) tea.Cmd {
 	var cmd tea.Cmd
 	m.input, cmd = m.input.Update(msg)
 	if m.mode == inputFilter {
-		m.top().setFilter(m, m.input.Value()) // filter as you type
+		m.setFilter(m.input.Value()) // filter as you type
 	}
 	return cmd
 }
@@ -381,13 +430,12 @@ func (m *Model) command(line string) tea.Cmd {
 	if len(f) == 0 {
 		return nil
 	}
+	for _, s := range rootViews {
+		if slices.Contains(s.names, f[0]) {
+			return m.reset(s.open(m.env))
+		}
+	}
 	switch f[0] {
-	case "installs", "install", "fleet":
-		return m.reset(&fleetView{})
-	case "jobs", "job":
-		return m.reset(&jobsView{})
-	case "audit":
-		return m.reset(&auditView{})
 	case "q", "quit":
 		return tea.Quit
 	case "ctx", "context":
@@ -406,7 +454,7 @@ func (m *Model) command(line string) tea.Cmd {
 			return ctxMsg{conn: c, err: err}
 		}
 	}
-	m.setStatus(true, "unknown command :%s; try :installs, :jobs, :audit, :ctx NAME or :q", f[0])
+	m.setStatus(true, "unknown command :%s; try %s, :ctx NAME or :q", f[0], rootViewNames(", "))
 	return nil
 }
 
@@ -424,19 +472,14 @@ func (m *Model) confirmScript(install, script string) tea.Cmd {
 		m.setStatus(true, "no action run: the script is empty")
 		return nil
 	}
-	m.confirm = &confirmation{
-		title: fmt.Sprintf("run `%s` on %s", script, install),
-		details: []string{
-			"Runs the script with sh -e in a fresh work dir on the install's agent,",
-			"as an `action` apply job (time limit 1 h), and follows its log.",
-			"Needs permission mode: maintenance (" + dash + " modes are not enforced yet).",
-		},
-		yes: func() tea.Cmd {
-			m.actionGen = m.nextGen()
-			return runAction(m.ctx, m.conn.Client, m.actionGen, install, script)
-		},
-	}
-	return nil
+	return m.ask(fmt.Sprintf("run `%s` on %s", script, install), []string{
+		"Runs the script with sh -e in a fresh work dir on the install's agent,",
+		"as an `action` apply job (time limit 1 h), and follows its log.",
+		"Needs permission mode: maintenance (" + dash + " modes are not enforced yet).",
+	}, func() tea.Cmd {
+		m.actionGen = m.nextGen()
+		return runAction(m.ctx, m.conn.Client, m.actionGen, install, script)
+	})
 }
 
 func (m *Model) confirmCancel(job *imsv1.Job) tea.Cmd {
@@ -447,22 +490,18 @@ func (m *Model) confirmCancel(job *imsv1.Job) tea.Cmd {
 		m.setStatus(true, "job %s has already ended (%s)", job.Id, stateName(job.State))
 		return nil
 	}
-	m.confirm = &confirmation{
-		title:   fmt.Sprintf("cancel job %s on %s", job.Id, m.installName(job.InstallId)),
-		details: []string{"A queued job ends at once; a running one is stopped by its agent (SIGTERM, then SIGKILL)."},
-		yes: func() tea.Cmd {
+	return m.ask(fmt.Sprintf("cancel job %s on %s", job.Id, m.installName(job.InstallId)),
+		[]string{"A queued job ends at once; a running one is stopped by its agent (SIGTERM, then SIGKILL)."},
+		func() tea.Cmd {
 			m.cancelGen = m.nextGen()
 			return cancelJob(m.ctx, m.conn.Client, m.cancelGen, job.Id)
-		},
-	}
-	return nil
+		})
 }
 
-func (m *Model) installName(id string) string {
-	if s := m.fleet.byID[id]; s != nil {
-		return s.Install.Name
-	}
-	return id
+// ask shows title and details and runs yes if the answer is y.
+func (m *Model) ask(title string, details []string, yes func() tea.Cmd) tea.Cmd {
+	m.confirm = &confirmation{title: title, details: details, yes: yes}
+	return nil
 }
 
 // View renders the screen. It formats what Update prepared and does no I/O.
@@ -480,13 +519,13 @@ func (m *Model) Render() string {
 	var body []string
 	switch {
 	case m.help:
-		body = m.helpBody(bodyH)
+		body = m.helpBody()
 	case m.confirm != nil:
 		body = m.confirmBody(bodyH)
 	case m.mode == inputScript:
 		body = m.scriptBody(bodyH)
 	default:
-		body = m.top().render(m, m.w, bodyH)
+		body = strings.Split(m.top().View(), "\n")
 	}
 	for len(body) < bodyH {
 		body = append(body, "")
@@ -516,8 +555,25 @@ func (m *Model) headerLines() []string {
 		title += m.st.muted.Render(fmt.Sprintf("  %d install%s", n, map[bool]string{true: "", false: "s"}[n == 1]))
 	}
 	out := []string{title}
+	for _, b := range m.banners() {
+		out = append(out, m.st.banner.Render(b))
+	}
+	var crumbs []string
+	for _, v := range m.stack {
+		crumbs = append(crumbs, v.Title())
+	}
+	out = append(out, m.st.accent.Render(strings.Join(crumbs, " › ")))
+	return out
+}
+
+// banners are the header's lines between the title and the breadcrumbs,
+// each a whole line in the banner style: the break-glass grant's, then
+// the unreachable imsd's. bodyHeight counts them, so a new banner goes
+// here and nowhere else.
+func (m *Model) banners() []string {
+	var out []string
 	if m.modeBanner != "" {
-		out = append(out, m.st.banner.Render(m.modeBanner))
+		out = append(out, m.modeBanner)
 	}
 	if m.offline != nil {
 		since := "no data yet"
@@ -532,13 +588,8 @@ func (m *Model) headerLines() []string {
 		case connect.CodePermissionDenied:
 			what = "imsd refused the fleet watch"
 		}
-		out = append(out, m.st.banner.Render(fmt.Sprintf(" %s, retrying in %s; %s: %s ", what, max(retry, 0), since, errText(m.offline))))
+		out = append(out, fmt.Sprintf(" %s, retrying in %s; %s: %s ", what, max(retry, 0), since, errText(m.offline)))
 	}
-	var crumbs []string
-	for _, v := range m.stack {
-		crumbs = append(crumbs, v.title(m))
-	}
-	out = append(out, m.st.accent.Render(strings.Join(crumbs, " › ")))
 	return out
 }
 
@@ -562,25 +613,32 @@ func (m *Model) footer() string {
 		}
 		return m.status
 	}
-	var hints []string
-	for _, a := range append([]Action{ActHelp, ActFilter, ActCommand, ActOpen, ActBack}, m.top().hints()...) {
-		if k := m.km.Keys(a); k != "" {
-			hints = append(hints, k+" "+shortHelp[a])
-		}
+	acts := []Action{ActHelp, ActFilter, ActCommand, ActOpen, ActBack}
+	if h, ok := m.top().(hinted); ok {
+		acts = append(acts, h.Hints()...)
 	}
-	return m.st.muted.Render(strings.Join(hints, "  "))
+	// No width: the footer is cut like every line, by fit.
+	return m.hints.ShortHelpView(m.km.ShortHelp(acts))
 }
 
-var shortHelp = map[Action]string{
-	ActHelp: "help", ActFilter: "filter", ActCommand: "cmd", ActOpen: "open", ActBack: "back",
-	ActSort: "sort", ActRunAction: "action", ActCancelJob: "cancel", ActFollow: "follow",
-	ActWrap: "wrap", ActTimestamps: "time", ActNextMatch: "next",
-}
-
-func (m *Model) helpBody(h int) []string {
+// helpLines is the help screen's text at the window's width (cut as fit
+// cuts every line, so the viewport never cuts or wraps it).
+func (m *Model) helpLines() []string {
 	lines := append([]string{m.st.title.Render("Keys") + m.st.muted.Render("  (from the live bindings; change them in console.json; j/k scroll)"), ""}, m.km.HelpLines()...)
-	off := min(m.helpOffset, max(0, len(lines)-h))
-	return lines[off:]
+	for i, l := range lines {
+		lines[i] = fit(l, m.w)
+	}
+	return lines
+}
+
+// helpBody is the help screen: the viewport's rows without the spaces it
+// pads them with (the console's lines end where their text does).
+func (m *Model) helpBody() []string {
+	rows := strings.Split(m.helpPage.View(), "\n")
+	for i, r := range rows {
+		rows[i] = strings.TrimRight(r, " ")
+	}
+	return rows
 }
 
 func (m *Model) confirmBody(h int) []string {

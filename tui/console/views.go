@@ -2,9 +2,9 @@ package console
 
 import (
 	"context"
-	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	tea "charm.land/bubbletea/v2"
 	"github.com/charmbracelet/x/ansi"
@@ -12,40 +12,143 @@ import (
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
 
-// view is one level of the drill-down. The model routes key presses to the
-// top view and async results to every view on the stack; each view keeps
-// the generations of its own requests and drops stale results.
+// view is one level of the drill-down: a Bubble Tea component with its own
+// model, as soft-serve's are (its common.Component). The console keeps the views on a
+// stack; key presses go to the top view's Update, everything else (async
+// results, fleetChangedMsg) to every view's, and each view keeps the
+// generations of its own requests and drops stale results. A view may also
+// implement the small interfaces below; the console asks for them where it
+// needs them, so a view implements only what it does.
+//
+// Adding a view: one file with its type (and, for new keys, their lines in
+// keys.go's key map), and one line in rootViews if a `:` command opens it.
 type view interface {
-	title(m *Model) string
-	open(m *Model) tea.Cmd
-	close(m *Model)
-	key(m *Model, msg tea.KeyPressMsg) tea.Cmd
-	result(m *Model, msg tea.Msg) tea.Cmd
-	fleetChanged(m *Model, resps []*imsv1.WatchInstallsResponse) tea.Cmd
-	render(m *Model, w, h int) []string
-	filterText() string
-	setFilter(m *Model, s string)
-	hints() []Action
+	// Init starts what the view needs when it is opened (its requests).
+	Init() tea.Cmd
+	// Update handles a message. It never waits on I/O.
+	Update(msg tea.Msg) tea.Cmd
+	// View returns the view's body for the size it was given, one screen
+	// line per text line; the console cuts what is wider or taller. It
+	// only slices and formats what Update prepared, and changes nothing.
+	View() string
+	// SetSize gives the view the body's width and height.
+	SetSize(width, height int)
+	// Title is the view's part of the breadcrumb.
+	Title() string
+}
+
+// closer is a view that started requests or streams: Close cancels them
+// when the view leaves the stack.
+type closer interface{ Close() }
+
+// filterable is a view whose rows `/` filters.
+type filterable interface {
+	// Filter is the filter the input starts from and esc clears.
+	Filter() string
+	SetFilter(s string)
+}
+
+// searchable is a view where `/` searches instead of filtering.
+type searchable interface{ Search(q string) }
+
+// hinted is a view whose own keys the footer lists after the global ones.
+type hinted interface{ Hints() []Action }
+
+// fleetChangedMsg tells every view that the fleet watch delivered
+// responses (none when only the watch's state changed, such as a failure).
+// The console sends it right after merging them into env.fleet.
+type fleetChangedMsg struct {
+	resps []*imsv1.WatchInstallsResponse
+}
+
+// rootView is a view a `:` command opens as the new root of the stack.
+type rootView struct {
+	names []string // the command and its aliases; names[0] is the one shown
+	open  func(e *env) view
+}
+
+// rootViews are the views the command line opens, in the order its help lists them.
+var rootViews = []rootView{
+	{[]string{"installs", "install", "fleet"}, func(e *env) view { return newFleetView(e) }},
+	{[]string{"jobs", "job"}, func(e *env) view { return newJobsView(e) }},
+	{[]string{"audit"}, func(e *env) view { return newAuditView(e) }},
+}
+
+// rootViewNames is the `:` commands of rootViews, as ":installs :jobs :audit".
+func rootViewNames(sep string) string {
+	var out []string
+	for _, s := range rootViews {
+		out = append(out, ":"+s.names[0])
+	}
+	return strings.Join(out, sep)
+}
+
+// nav is what a view may ask of the console around it.
+type nav interface {
+	// push opens v on top of the stack.
+	push(v view) tea.Cmd
+	// setStatus shows a message in the footer.
+	setStatus(isErr bool, format string, args ...any)
+	// startAction asks for an action's script, then for confirmation.
+	startAction(install *imsv1.InstallStatus) tea.Cmd
+	// confirmCancel asks before cancelling job.
+	confirmCancel(job *imsv1.Job) tea.Cmd
+	// ask asks "title?" with details below it, and runs yes (which starts
+	// the request, under a generation the view keeps) on y. A view's own
+	// dangerous action goes through it, its key marked dangerous in the
+	// key map so that read-only mode leaves it unbound.
+	ask(title string, details []string, yes func() tea.Cmd) tea.Cmd
+}
+
+// env is what every view shares (soft-serve's common.Common): the
+// connection, key map, styles, options, clock and the fleet, which only the
+// console changes, and nav for what a view asks of the console.
+type env struct {
+	ctx     context.Context
+	conn    *Conn
+	km      *KeyMap
+	st      styles
+	opts    Options
+	fleet   *fleet
+	now     time.Time
+	offline error // the fleet watch's last failure, nil while it delivers
+	gen     int   // last generation handed out
+	nav     nav
+}
+
+// nextGen hands out a new request generation.
+func (e *env) nextGen() int { e.gen++; return e.gen }
+
+func (e *env) installName(id string) string {
+	if s := e.fleet.byID[id]; s != nil {
+		return s.Install.Name
+	}
+	return id
+}
+
+func (e *env) selectedLine(s string, w int) string {
+	return e.st.selected.Render(pad(s, w))
 }
 
 // list is a cursor over n rows shown h at a time.
 type list struct{ pos, off int }
 
-// move handles the list keys and reports whether msg was one.
-func (l *list) move(m *Model, msg tea.KeyPressMsg, n int) bool {
-	page := max(1, m.bodyHeight()-3)
+// move handles the list keys (a page is page rows) and reports whether
+// msg was one.
+func (l *list) move(km *KeyMap, msg tea.KeyPressMsg, n, page int) bool {
+	page = max(1, page)
 	switch {
-	case m.km.Is(msg, ActUp):
+	case km.Is(msg, ActUp):
 		l.pos--
-	case m.km.Is(msg, ActDown):
+	case km.Is(msg, ActDown):
 		l.pos++
-	case m.km.Is(msg, ActPageUp):
+	case km.Is(msg, ActPageUp):
 		l.pos -= page
-	case m.km.Is(msg, ActPageDown):
+	case km.Is(msg, ActPageDown):
 		l.pos += page
-	case m.km.Is(msg, ActTop):
+	case km.Is(msg, ActTop):
 		l.pos = 0
-	case m.km.Is(msg, ActBottom):
+	case km.Is(msg, ActBottom):
 		l.pos = n - 1
 	default:
 		return false
@@ -54,8 +157,14 @@ func (l *list) move(m *Model, msg tea.KeyPressMsg, n int) bool {
 	return true
 }
 
-// window returns the first and last+1 row to show in h rows.
-func (l *list) window(n, h int) (int, int) {
+// scroll keeps the cursor on one of n rows and the window of h rows
+// around it. Views call it in Update (and SetSize, SetFilter) after
+// anything that moves rows, so that View only reads the window; with no
+// rows it leaves the cursor where it was, for when they come back.
+func (l *list) scroll(n, h int) {
+	if n == 0 {
+		return
+	}
 	l.pos = max(0, min(l.pos, n-1))
 	if l.pos < l.off {
 		l.off = l.pos
@@ -64,7 +173,13 @@ func (l *list) window(n, h int) (int, int) {
 		l.off = l.pos - h + 1
 	}
 	l.off = max(0, min(l.off, n-h))
-	return l.off, min(n, l.off+h)
+}
+
+// window returns the first and last+1 row to show in h rows, and the
+// cursor's row: what scroll left, without changing it.
+func (l list) window(n, h int) (first, last, pos int) {
+	l.scroll(n, h)
+	return l.off, min(n, l.off+h), l.pos
 }
 
 // column is one table column.
@@ -128,439 +243,5 @@ func pad(s string, w int) string {
 	return s + strings.Repeat(" ", w-sw)
 }
 
-func (m *Model) selectedLine(s string, w int) string {
-	return m.st.selected.Render(pad(s, w))
-}
-
-// ---- fleet ----
-
-type fleetView struct {
-	list
-	selected string // install id under the cursor, kept across re-sorts
-}
-
-func (v *fleetView) title(m *Model) string {
-	t := "installs"
-	if f := m.fleet.filter; f != "" {
-		t += fmt.Sprintf(" (/%s: %d of %d)", f, len(m.fleet.visible), len(m.fleet.byID))
-	}
-	return t
-}
-func (v *fleetView) open(m *Model) tea.Cmd { return nil }
-func (v *fleetView) close(m *Model)        {}
-func (v *fleetView) filterText() string    { return "" }
-func (v *fleetView) hints() []Action       { return []Action{ActSort, ActRunAction} }
-func (v *fleetView) setFilter(m *Model, s string) {
-	m.fleet.filter = s
-	m.fleet.refilter()
-	v.follow(m)
-}
-
-// follow moves the cursor to the selected install after the rows changed.
-func (v *fleetView) follow(m *Model) {
-	if v.selected == "" {
-		return
-	}
-	for i, s := range m.fleet.visible {
-		if s.Install.Id == v.selected {
-			v.pos = i
-			return
-		}
-	}
-}
-
-func (v *fleetView) current(m *Model) *imsv1.InstallStatus {
-	if v.pos >= 0 && v.pos < len(m.fleet.visible) {
-		return m.fleet.visible[v.pos]
-	}
-	return nil
-}
-
-func (v *fleetView) key(m *Model, msg tea.KeyPressMsg) tea.Cmd {
-	f := m.fleet
-	switch {
-	case v.move(m, msg, len(f.visible)):
-	case m.km.Is(msg, ActSort):
-		f.sortBy = (f.sortBy + 1) % len(sortKeys)
-		f.resort()
-		v.follow(m)
-		m.setStatus(false, "sorted by %s", sortKeys[f.sortBy])
-	case m.km.Is(msg, ActReverse):
-		f.reverse = !f.reverse
-		f.resort()
-		v.follow(m)
-	case m.km.Is(msg, ActOpen):
-		if s := v.current(m); s != nil {
-			return m.push(newInstallView(s.Install.Id))
-		}
-	case m.km.Is(msg, ActRunAction):
-		return m.startAction(v.current(m))
-	}
-	if s := v.current(m); s != nil {
-		v.selected = s.Install.Id
-	}
-	return nil
-}
-
-func (v *fleetView) result(m *Model, msg tea.Msg) tea.Cmd { return nil }
-
-func (v *fleetView) fleetChanged(m *Model, _ []*imsv1.WatchInstallsResponse) tea.Cmd {
-	v.follow(m)
-	return nil
-}
-
-var fleetCols = []column{
-	{"NAME", 0, 0}, {"APP", 12, 4}, {"REV", 8, 5}, {"AGENT", 8, 1}, {"HEARTBEAT", 10, 3},
-	{"MODES", 8, 6}, {"DRIFT", 6, 7}, {"JOBS", 16, 2},
-}
-
-func (v *fleetView) render(m *Model, w, h int) []string {
-	f := m.fleet
-	if !f.loaded {
-		if m.offline != nil {
-			return []string{"", "  waiting for imsd…"}
-		}
-		return []string{"", "  loading installs…"}
-	}
-	cols := layout(fleetCols, w, 12, 40)
-	hdr := map[string]string{}
-	for _, c := range cols {
-		hdr[c.name] = c.name
-		if strings.EqualFold(c.name, sortKeys[f.sortBy]) {
-			hdr[c.name] += map[bool]string{false: "↑", true: "↓"}[f.reverse]
-		}
-	}
-	if sortKeys[f.sortBy] == "agent" {
-		hdr["AGENT"] = "AGENT" + map[bool]string{false: "↑", true: "↓"}[f.reverse]
-	}
-	out := []string{m.st.muted.Render(row(cols, hdr))}
-	if len(f.visible) == 0 {
-		if len(f.byID) == 0 {
-			return append(out, "", "  no installs yet: create one with `byoc install create NAME --app APP`")
-		}
-		return append(out, "", fmt.Sprintf("  no install matches /%s (esc clears the filter)", f.filter))
-	}
-	first, last := v.window(len(f.visible), h-1)
-	for i := first; i < last; i++ {
-		s := f.visible[i]
-		agent := agentState(s)
-		cells := map[string]string{
-			"NAME": s.Install.Name, "APP": s.AppName, "REV": dash, "AGENT": agent,
-			"HEARTBEAT": ago(m.now, lastSeen(s)), "MODES": dash, "DRIFT": dash, "JOBS": jobsCell(s),
-		}
-		line := row(cols, cells)
-		switch {
-		case i == v.pos:
-			line = m.selectedLine(line, w)
-		case agent == "offline" || agent == "conflict":
-			line = m.st.bad.Render(line)
-		case agent == "none":
-			line = m.st.muted.Render(line)
-		}
-		out = append(out, line)
-	}
-	return out
-}
-
-// ---- install ----
-
-// jobList is the job table that the install view and the jobs view share:
-// the jobs of one install (id) or of every install (id ""), reloaded when
-// the fleet says they moved.
-type jobList struct {
-	list
-	id     string
-	jobs   []*imsv1.Job
-	shown  []*imsv1.Job
-	filter string
-	gen    int
-	loaded bool
-	err    error
-	ctx    context.Context
-	cancel context.CancelFunc
-}
-
-func (v *jobList) open(m *Model) tea.Cmd {
-	v.ctx, v.cancel = context.WithCancel(m.ctx)
-	return v.refresh(m)
-}
-func (v *jobList) close(m *Model) {
-	if v.cancel != nil {
-		v.cancel()
-	}
-}
-func (v *jobList) refresh(m *Model) tea.Cmd {
-	v.gen = m.nextGen()
-	return listJobs(v.ctx, m.conn.Client, v.gen, v.id)
-}
-func (v *jobList) filterText() string { return v.filter }
-func (v *jobList) setFilter(m *Model, s string) {
-	v.filter = s
-	v.shown = filterJobs(v.jobs, s, m)
-}
-
-func (v *jobList) current() *imsv1.Job {
-	if v.pos >= 0 && v.pos < len(v.shown) {
-		return v.shown[v.pos]
-	}
-	return nil
-}
-
-// jobKey handles the keys both job tables have; ok is false for others.
-func (v *jobList) jobKey(m *Model, msg tea.KeyPressMsg) (cmd tea.Cmd, ok bool) {
-	switch {
-	case v.move(m, msg, len(v.shown)):
-	case m.km.Is(msg, ActOpen):
-		if j := v.current(); j != nil {
-			return m.push(newLogView(m, j)), true
-		}
-	case m.km.Is(msg, ActCancelJob):
-		return m.confirmCancel(v.current()), true
-	default:
-		return nil, false
-	}
-	return nil, true
-}
-
-func (v *jobList) result(m *Model, msg tea.Msg) tea.Cmd {
-	r, ok := msg.(jobsMsg)
-	if !ok || r.gen != v.gen {
-		return nil
-	}
-	v.loaded, v.err = true, r.err
-	if r.err == nil {
-		v.jobs = r.jobs
-		v.shown = filterJobs(v.jobs, v.filter, m)
-	}
-	return nil
-}
-
-type installView struct {
-	jobList
-}
-
-func newInstallView(id string) *installView { return &installView{jobList{id: id}} }
-
-func (v *installView) title(m *Model) string { return m.installName(v.id) }
-func (v *installView) hints() []Action       { return []Action{ActRunAction, ActCancelJob} }
-
-func (v *installView) key(m *Model, msg tea.KeyPressMsg) tea.Cmd {
-	if cmd, ok := v.jobKey(m, msg); ok {
-		return cmd
-	}
-	if m.km.Is(msg, ActRunAction) {
-		return m.startAction(m.fleet.byID[v.id])
-	}
-	return nil
-}
-
-func (v *installView) fleetChanged(m *Model, resps []*imsv1.WatchInstallsResponse) tea.Cmd {
-	for _, r := range resps {
-		for _, s := range r.Installs {
-			if s.Install.Id == v.id {
-				return v.refresh(m) // its jobs moved: list them again
-			}
-		}
-	}
-	return nil
-}
-
-func (v *installView) render(m *Model, w, h int) []string {
-	s := m.fleet.byID[v.id]
-	if s == nil {
-		return []string{"", "  this install is not in the fleet (any more); esc goes back"}
-	}
-	in := s.Install
-	agent := "no agent enrolled yet (byoc install token " + in.Name + ")"
-	if a := in.Agent; a != nil {
-		agent = fmt.Sprintf("%s  %s  %s  last heartbeat %s", agentState(s), a.AgentId, a.Hostname, ago(m.now, lastSeen(s)))
-		if a.Version != "" {
-			agent += "  v" + a.Version
-		}
-	}
-	out := []string{
-		m.st.title.Render(in.Name) + "  " + m.st.muted.Render(in.Id),
-		fmt.Sprintf("app %s   revision %s   modes %s   drift %s", s.AppName, dash, dash, dash),
-		"agent " + agent,
-		"",
-		m.st.accent.Render("INPUTS"),
-	}
-	if len(in.Inputs) == 0 {
-		out = append(out, "  (none)")
-	}
-	keys := make([]string, 0, len(in.Inputs))
-	for k := range in.Inputs {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		val := in.Inputs[k]
-		if sensitive(k) {
-			val = "•••••• (sensitive)"
-		}
-		out = append(out, "  "+k+" = "+val)
-	}
-	out = append(out,
-		m.st.accent.Render("OUTPUTS")+"  "+m.st.muted.Render("none yet: install outputs arrive with components"),
-		m.st.accent.Render("COMPONENTS AND WORKFLOWS")+"  "+m.st.muted.Render("none yet: they arrive with app configs"),
-		m.st.accent.Render("AUDIT")+"  "+m.st.muted.Render("no audit events yet: the audit log arrives with the trust-contract issue"),
-		"",
-	)
-	rest := h - len(out)
-	out = append(out, m.st.accent.Render(fmt.Sprintf("JOBS (%d)", len(v.jobs))))
-	return append(out, jobTable(m, &v.list, v.shown, v.loaded, v.err, v.filter, false, w, rest-1)...)
-}
-
-// ---- jobs (all installs) ----
-
-type jobsView struct {
-	jobList
-}
-
-func (v *jobsView) title(m *Model) string { return "jobs" }
-func (v *jobsView) hints() []Action       { return []Action{ActCancelJob} }
-func (v *jobsView) key(m *Model, msg tea.KeyPressMsg) tea.Cmd {
-	cmd, _ := v.jobKey(m, msg)
-	return cmd
-}
-func (v *jobsView) fleetChanged(m *Model, resps []*imsv1.WatchInstallsResponse) tea.Cmd {
-	if len(resps) > 0 {
-		return v.refresh(m)
-	}
-	return nil
-}
-func (v *jobsView) render(m *Model, w, h int) []string {
-	return jobTable(m, &v.list, v.shown, v.loaded, v.err, v.filter, true, w, h)
-}
-
-func filterJobs(jobs []*imsv1.Job, filter string, m *Model) []*imsv1.Job {
-	terms := strings.Fields(strings.ToLower(filter))
-	if len(terms) == 0 {
-		return jobs
-	}
-	var out []*imsv1.Job
-	for _, j := range jobs {
-		hay := strings.ToLower(strings.Join([]string{j.Id, m.installName(j.InstallId), stateName(j.State), j.ComponentType, j.Operation, j.CreatedBy}, " "))
-		ok := true
-		for _, t := range terms {
-			if k, val, isKV := strings.Cut(t, "="); isKV {
-				ok = ok && jobField(j, k, m) == val
-			} else {
-				ok = ok && strings.Contains(hay, t)
-			}
-		}
-		if ok {
-			out = append(out, j)
-		}
-	}
-	return out
-}
-
-func jobField(j *imsv1.Job, k string, m *Model) string {
-	switch k {
-	case "state":
-		return stateName(j.State)
-	case "install":
-		return strings.ToLower(m.installName(j.InstallId))
-	case "type":
-		return j.ComponentType
-	case "by":
-		return strings.ToLower(j.CreatedBy)
-	}
-	return "\x00" // matches nothing
-}
-
-var jobCols = []column{
-	{"JOB", 0, 0}, {"INSTALL", 14, 2}, {"TYPE", 14, 4}, {"STATE", 10, 1}, {"TRY", 5, 5},
-	{"CREATED", 9, 3}, {"BY", 10, 6}, {"EXIT", 4, 7},
-}
-
-func jobTable(m *Model, l *list, jobs []*imsv1.Job, loaded bool, err error, filter string, withInstall bool, w, h int) []string {
-	switch {
-	case err != nil && !loaded:
-		return []string{"  " + m.st.bad.Render("cannot list jobs: "+errText(err))}
-	case !loaded:
-		return []string{"  loading jobs…"}
-	}
-	cols := jobCols
-	if !withInstall {
-		cols = append([]column{cols[0]}, cols[2:]...)
-	}
-	cols = layout(cols, w, 12, 34)
-	hdr := map[string]string{}
-	for _, c := range cols {
-		hdr[c.name] = c.name
-	}
-	out := []string{m.st.muted.Render(row(cols, hdr))}
-	if err != nil {
-		out = append(out, m.st.bad.Render("  refresh failed: "+errText(err)))
-	}
-	if len(jobs) == 0 {
-		if filter != "" {
-			return append(out, "  no job matches /"+filter)
-		}
-		return append(out, "  no jobs yet")
-	}
-	first, last := l.window(len(jobs), max(1, h-len(out)))
-	for i := first; i < last; i++ {
-		j := jobs[i]
-		exit := ""
-		if terminal(j.State) {
-			exit = fmt.Sprint(j.ExitCode)
-		}
-		created := dash
-		if j.CreateTime != nil {
-			created = ago(m.now, j.CreateTime.AsTime())
-		}
-		line := row(cols, map[string]string{
-			"JOB": j.Id, "INSTALL": m.installName(j.InstallId), "TYPE": j.ComponentType + " " + j.Operation,
-			"STATE": stateName(j.State), "TRY": fmt.Sprintf("%d/%d", j.Attempt, j.MaxAttempts),
-			"CREATED": created, "BY": j.CreatedBy, "EXIT": exit,
-		})
-		switch {
-		case i == l.pos:
-			line = m.selectedLine(line, w)
-		case j.State == imsv1.JobState_JOB_STATE_FAILED || j.State == imsv1.JobState_JOB_STATE_TIMED_OUT:
-			line = m.st.bad.Render(line)
-		case j.State == imsv1.JobState_JOB_STATE_RUNNING:
-			line = m.st.ok.Render(line)
-		}
-		out = append(out, line)
-	}
-	return out
-}
-
-func stateName(s imsv1.JobState) string {
-	return strings.ToLower(strings.TrimPrefix(s.String(), "JOB_STATE_"))
-}
-
-func terminal(s imsv1.JobState) bool {
-	switch s {
-	case imsv1.JobState_JOB_STATE_SUCCEEDED, imsv1.JobState_JOB_STATE_FAILED,
-		imsv1.JobState_JOB_STATE_CANCELLED, imsv1.JobState_JOB_STATE_TIMED_OUT:
-		return true
-	}
-	return false
-}
-
-// ---- audit ----
-
-// auditView is the audit log's place in the console. imsd has no audit
-// events yet (they arrive with the trust-contract issue), so it says so.
-type auditView struct{}
-
-func (v *auditView) title(m *Model) string                                       { return "audit" }
-func (v *auditView) open(m *Model) tea.Cmd                                       { return nil }
-func (v *auditView) close(m *Model)                                              {}
-func (v *auditView) key(m *Model, msg tea.KeyPressMsg) tea.Cmd                   { return nil }
-func (v *auditView) result(m *Model, msg tea.Msg) tea.Cmd                        { return nil }
-func (v *auditView) filterText() string                                          { return "" }
-func (v *auditView) setFilter(m *Model, s string)                                {}
-func (v *auditView) hints() []Action                                             { return nil }
-func (v *auditView) fleetChanged(*Model, []*imsv1.WatchInstallsResponse) tea.Cmd { return nil }
-func (v *auditView) render(m *Model, w, h int) []string {
-	return []string{"", "  No audit events yet.", "",
-		"  imsd does not record audit events yet: the hash-chained audit log",
-		"  arrives with the trust-contract issue, and will be shown here.",
-		"", "  :installs goes back to the fleet."}
-}
+// lines joins a view's lines into its View text.
+func lines(l []string) string { return strings.Join(l, "\n") }

@@ -1,0 +1,108 @@
+package console
+
+import (
+	"fmt"
+	"sort"
+
+	tea "charm.land/bubbletea/v2"
+
+	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
+)
+
+// installView is one install: its agent, inputs (secrets masked), the
+// sections later issues fill, and its jobs (a jobList, listed again when
+// the fleet says this install changed).
+type installView struct{ jobList }
+
+func newInstallView(e *env, id string) *installView { return &installView{jobList{env: e, id: id}} }
+
+func (v *installView) Title() string      { return v.installName(v.id) }
+func (v *installView) Hints() []Action    { return []Action{ActRunAction, ActCancelJob} }
+func (v *installView) SetSize(w, h int)   { v.w, v.h = w, h; v.scroll() }
+func (v *installView) SetFilter(s string) { v.setFilter(s); v.scroll() }
+
+// scroll keeps the job table's window on its cursor; the table has the
+// lines the install's header leaves.
+func (v *installView) scroll() {
+	if s := v.fleet.byID[v.id]; s != nil {
+		v.jobList.scroll(v.h - len(v.header(s)) - 1)
+	}
+}
+
+func (v *installView) Update(msg tea.Msg) tea.Cmd {
+	defer v.scroll()
+	switch msg := msg.(type) {
+	case fleetChangedMsg:
+		for _, r := range msg.resps {
+			for _, s := range r.Installs {
+				if s.Install.Id == v.id {
+					return v.refresh() // its jobs moved: list them again
+				}
+			}
+		}
+		return nil
+	case tea.KeyPressMsg:
+		if cmd, ok := v.update(msg); ok {
+			return cmd
+		}
+		if v.km.Is(msg, ActRunAction) {
+			return v.nav.startAction(v.fleet.byID[v.id])
+		}
+		return nil
+	}
+	cmd, _ := v.update(msg)
+	return cmd
+}
+
+func (v *installView) View() string {
+	s := v.fleet.byID[v.id]
+	if s == nil {
+		return lines([]string{"", "  this install is not in the fleet (any more); esc goes back"})
+	}
+	out := v.header(s)
+	rest := v.h - len(out)
+	out = append(out, v.st.accent.Render(fmt.Sprintf("JOBS (%d)", len(v.jobs))))
+	return lines(append(out, v.table(false, v.w, rest-1)...))
+}
+
+// header is what the view shows above the job table.
+func (v *installView) header(s *imsv1.InstallStatus) []string {
+	st := v.st
+	in := s.Install
+	agent := "no agent enrolled yet (byoc install token " + in.Name + ")"
+	if a := in.Agent; a != nil {
+		agent = fmt.Sprintf("%s  %s  %s  last heartbeat %s", agentState(s), a.AgentId, a.Hostname, ago(v.now, lastSeen(s)))
+		if a.Version != "" {
+			agent += "  v" + a.Version
+		}
+	}
+	out := []string{
+		st.title.Render(in.Name) + "  " + st.muted.Render(in.Id),
+		fmt.Sprintf("app %s   revision %s   modes %s   drift %s", s.AppName, dash, dash, dash),
+		"agent " + agent,
+		"",
+		st.accent.Render("INPUTS"),
+	}
+	if len(in.Inputs) == 0 {
+		out = append(out, "  (none)")
+	}
+	keys := make([]string, 0, len(in.Inputs))
+	for k := range in.Inputs {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		val := in.Inputs[k]
+		if sensitive(k) {
+			val = "•••••• (sensitive)"
+		}
+		out = append(out, "  "+k+" = "+val)
+	}
+	out = append(out,
+		st.accent.Render("OUTPUTS")+"  "+st.muted.Render("none yet: install outputs arrive with components"),
+		st.accent.Render("COMPONENTS AND WORKFLOWS")+"  "+st.muted.Render("none yet: they arrive with app configs"),
+		st.accent.Render("AUDIT")+"  "+st.muted.Render("no audit events yet: the audit log arrives with the trust-contract issue"),
+		"",
+	)
+	return out
+}
