@@ -163,3 +163,29 @@ func imsdGoroutines() int {
 	}
 	return n
 }
+
+// imsd --agentwire=off: agent streams are served by the standard stack,
+// the same way for the agent; on (the default) by agentwire.
+func TestAgentWireOff(t *testing.T) {
+	for _, off := range []bool{false, true} {
+		t.Run(map[bool]string{false: "on", true: "off"}[off], func(t *testing.T) {
+			o := fast
+			o.AgentWireOff = off
+			ims := cluster.StartIMS(t, o)
+			a := cluster.EnrollRaw(t, ims.URL(), newToken(t, ims, "wire"))
+			if w := a.Connect(t, 1); w.GetInstallId() == "" {
+				t.Fatalf("welcome %v", w)
+			}
+			want := 1
+			if off {
+				want = 0
+			}
+			if got := ims.AgentWireConns(); got != want {
+				t.Fatalf("agentwire serves %d connections, want %d", got, want)
+			}
+			if ims.Hub().Count() != 1 {
+				t.Fatalf("%d agents connected, want 1", ims.Hub().Count())
+			}
+		})
+	}
+}

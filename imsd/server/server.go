@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -52,6 +53,11 @@ type Config struct {
 	// DebugAddr, when set, serves /debug/pprof on its own listener, kept
 	// off the API port.
 	DebugAddr string
+	// AgentWireOff sends every plaintext connection to the standard
+	// HTTP/2 and Connect stack, agent streams included (imsd
+	// --agentwire=off): an escape hatch should agentwire misbehave, at
+	// the standard stack's memory per agent.
+	AgentWireOff bool
 
 	LeaseDuration     time.Duration // default 30s
 	HeartbeatInterval time.Duration // default 10s
@@ -108,6 +114,12 @@ func (c *Config) defaults() error {
 	return nil
 }
 
+// agentHelloMax bounds the agent stream's first message, the hello, which
+// agentwire reads before the agent is authenticated: the largest an agent
+// sends (1,000 running jobs, a 255-byte host name) is about 44 KB
+// (TestLargestHelloFits).
+const agentHelloMax = 64 << 10
+
 // Server is a running imsd.
 type Server struct {
 	cfg   Config
@@ -119,10 +131,15 @@ type Server struct {
 	cron *schedule.Scheduler
 	ln   net.Listener
 	http *http.Server
-	// agentWire serves agent streams routed to it by the h2c listener.
+	// agentWire serves agent streams routed to it by the h2c listener
+	// (nil with AgentWireOff).
 	agentWire *agentwire.Server
-	reg       *prometheus.Registry
-	log       *slog.Logger
+	// sniffPanics counts panics contained in the h2c listener's sniff;
+	// testHookSniff is handed to it (tests make it panic).
+	sniffPanics   atomic.Uint64
+	testHookSniff func()
+	reg           *prometheus.Registry
+	log           *slog.Logger
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -194,7 +211,13 @@ func (s *Server) bootstrap(ctx context.Context) error {
 func (s *Server) newHTTPServer() *http.Server {
 	cfg := s.cfg
 	s.reg = prometheus.NewRegistry()
-	obs := newMetrics(s.reg, s.hub)
+	obs := newMetrics(s.reg, s.hub, func() uint64 {
+		n := s.sniffPanics.Load()
+		if s.agentWire != nil {
+			n += s.agentWire.Panics()
+		}
+		return n
+	})
 
 	mux := http.NewServeMux()
 	op := operatorapi.New(s.store, s.hub, operatorapi.Config{HeartbeatInterval: cfg.HeartbeatInterval, LeaseDuration: cfg.LeaseDuration, Engine: s.engine}, cfg.Now, s.log)
@@ -210,15 +233,19 @@ func (s *Server) newHTTPServer() *http.Server {
 		HelloTimeout:      10 * time.Second,
 	}, cfg.Now, s.log, obs)
 	const agentReadMax, agentCompressMin = 16 << 20, 4 << 10
+
 	agentPath, agentHandler := agentv1connect.NewAgentServiceHandler(ag, connect.WithReadMaxBytes(agentReadMax), connect.WithCompressMinBytes(agentCompressMin), fastGzip)
 	// The agent stream over h2c in the Connect protocol (what agentd
 	// speaks) is served by agentwire, on the connection's one goroutine;
 	// see h2c.go.
-	s.agentWire = &agentwire.Server{
-		Handler:          func(ctx context.Context, st *agentwire.Stream) error { return ag.Serve(ctx, st) },
-		ReadMaxBytes:     agentReadMax,
-		CompressMinBytes: agentCompressMin,
-		Log:              s.log,
+	if !cfg.AgentWireOff {
+		s.agentWire = &agentwire.Server{
+			Handler:              func(ctx context.Context, st *agentwire.Stream) error { return ag.Serve(ctx, st) },
+			ReadMaxBytes:         agentReadMax,
+			FirstMessageMaxBytes: agentHelloMax,
+			CompressMinBytes:     agentCompressMin,
+			Log:                  s.log,
+		}
 	}
 	mux.Handle(agentPath, agentapi.KeepBody(agentHandler))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -268,6 +295,15 @@ func (s *Server) URL() string {
 // Store returns the server's store, for tests and tools.
 func (s *Server) Store() *store.Store { return s.store }
 
+// AgentWireConns reports how many connections agentwire serves (0 with
+// AgentWireOff), for tests.
+func (s *Server) AgentWireConns() int {
+	if s.agentWire == nil {
+		return 0
+	}
+	return s.agentWire.Conns()
+}
+
 // Hub returns the server's dispatch hub, for tests and benchmarks.
 func (s *Server) Hub() *dispatch.Hub { return s.hub }
 
@@ -291,12 +327,13 @@ func (s *Server) Serve(ctx context.Context) error {
 		go func() { errc <- s.http.ServeTLS(s.ln, s.cfg.TLSCertFile, s.cfg.TLSKeyFile) }()
 	} else {
 		var err error
-		if h2c, err = newH2CListener(s.ln, s.http, s.agentWire); err != nil {
+		if h2c, err = newH2CListener(s.ln, s.http, s.agentWire, &s.sniffPanics, s.log); err != nil {
 			s.cancel()
 			s.wg.Wait()
 			s.store.Close()
 			return fmt.Errorf("serve h2c: %w", err)
 		}
+		h2c.testHookSniff = s.testHookSniff
 		go func() { errc <- s.http.Serve(h2c) }()
 	}
 	if s.cfg.DebugAddr != "" {
