@@ -45,6 +45,24 @@ test-short: ## Fast tier: go test -short -race.
 test-full: ## Full tier: tests that start real servers (PostgreSQL, processes).
 	$(GO) test -count=1 -timeout 20m ./...
 
+# Fuzz targets run briefly by `make test`, as package:FuzzName pairs (go
+# test -fuzz takes one target of one package at a time). Add yours here;
+# each keeps a small committed seed corpus in testdata/fuzz/FuzzName.
+FUZZ_TARGETS := \
+	./imsd/agentwire:FuzzSniff \
+	./imsd/agentwire:FuzzServeConn \
+	./plugins/sdk/configschema:FuzzSchema \
+	./agentd/redact:FuzzStream
+FUZZTIME ?= 10s
+
+.PHONY: fuzz-short
+fuzz-short: ## Run each fuzz target for FUZZTIME (10s), one at a time.
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "== $$name ($$pkg)"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	done
+
 # Example plugins are Go modules of their own, built only against the SDK.
 EXAMPLES := $(patsubst %/go.mod,%,$(wildcard plugins/examples/*/go.mod))
 
@@ -56,7 +74,7 @@ test-examples: ## Vet and test the example plugins (each its own module).
 	done
 
 .PHONY: test
-test: check-generate lint test-short test-full test-examples ## Everything CI runs: generated code, lint, fast and full tiers, example plugins.
+test: check-generate lint test-short test-full fuzz-short test-examples ## Everything CI runs: generated code, lint, fast and full tiers, a short run of each fuzz target, example plugins.
 
 .PHONY: bench
 bench: ## Benchmarks: plugin launch, sandbox overhead per step, pickup latency, dispatch throughput, memory per agent (prints figures).
