@@ -160,6 +160,9 @@ type Server struct {
 	// testHookFrame, when set, runs before each frame is handled (tests
 	// make it panic).
 	testHookFrame func(typ byte)
+	// testAnyRequest serves a connection's first request as the stream,
+	// whatever it is (h2spec sends GET /).
+	testAnyRequest bool
 
 	mu     sync.Mutex
 	closed bool
@@ -765,6 +768,21 @@ func (c *conn) control(typ, flags byte, stream uint32, payload []byte) {
 	c.wmu.Unlock()
 }
 
+// resetStream ends the agent stream with a stream error: RST_STREAM with
+// code, and the handler's Receive fails with msg.
+func (c *conn) resetStream(code uint32, msg string) {
+	var a [4]byte
+	binary.BigEndian.PutUint32(a[:], code)
+	c.control(frameRSTStream, 0, c.stream, a[:])
+	c.wmu.Lock()
+	c.reset = true
+	c.wmu.Unlock()
+	if c.rerr == nil {
+		c.rerr = connect.NewError(connect.CodeInternal, fmt.Errorf("http2 stream error %d: %s", code, msg))
+	}
+	c.setDone()
+}
+
 // fail records a connection error found while reading and tells the client.
 func (c *conn) fail(err error) {
 	if c.rerr == nil {
@@ -920,6 +938,12 @@ func (c *conn) frame(typ, flags byte, sid uint32, p []byte) error {
 		over := *w > maxWindow
 		c.cond.Broadcast()
 		c.wmu.Unlock()
+		if over && sid != 0 {
+			// A stream error: the stream ends with RST_STREAM, the
+			// connection (which serves no other) gracefully after it.
+			c.resetStream(errFlowControl, "stream window above 2^31-1")
+			return nil
+		}
 		if over {
 			return &connError{errFlowControl, "window above 2^31-1"}
 		}
@@ -981,6 +1005,11 @@ func (c *conn) frame(typ, flags byte, sid uint32, p []byte) error {
 		}
 		if len(p) != 5 {
 			return &connError{errFrameSize, "PRIORITY of other than 5 bytes"}
+		}
+		if binary.BigEndian.Uint32(p)&(1<<31-1) == sid {
+			// A stream error (RFC 9113 §5.3.1), which ends the connection's
+			// one stream, and so the connection.
+			return protoErr("stream %d depends on itself", sid)
 		}
 	case framePushPromise:
 		return protoErr("PUSH_PROMISE from a client")
@@ -1052,6 +1081,11 @@ func (c *conn) headers(flags byte, sid uint32, p []byte) error {
 	if !ok {
 		return protoErr("HEADERS padding or priority malformed")
 	}
+	if flags&flagPriority != 0 {
+		if q, _ := unpad(p, flags); binary.BigEndian.Uint32(q)&(1<<31-1) == sid {
+			return protoErr("stream %d depends on itself", sid)
+		}
+	}
 	if sid == c.stream && c.stream != 0 {
 		// Trailers: the client's half of the stream ends.
 		if flags&flagEndStream == 0 {
@@ -1099,8 +1133,9 @@ func (c *conn) headerBlock(frag []byte, end bool) error {
 	if sid == c.stream && c.stream != 0 {
 		return nil // trailers
 	}
-	if c.stream == 0 && c.hdr.isAgentStream() {
+	if c.stream == 0 && (c.hdr.isAgentStream() || c.srv.testAnyRequest) {
 		c.stream = sid
+		c.halfClosed = c.hdr.endStream // only where testAnyRequest lets one in
 		c.gzipIn = c.hdr.encoding == "gzip"
 		c.wmu.Lock()
 		c.gzipOut = c.srv.CompressMinBytes > 0 && c.hdr.acceptsGzip()

@@ -276,3 +276,39 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// A stream that depends on itself is a protocol error, which ends the
+// connection's one stream and so the connection (RFC 9113 §5.3.1).
+func TestSelfDependency(t *testing.T) {
+	ts := startServer(t, &Server{Handler: echo(0)})
+	r := dialRaw(t, ts)
+	r.open()
+	r.fr.WritePriority(1, http2.PriorityParam{StreamDep: 1})
+	r.expectGoAway(http2.ErrCodeProtocol)
+	<-ts.ended
+}
+
+// A stream's window pushed above 2^31-1 is a stream error: RST_STREAM
+// FLOW_CONTROL_ERROR, then the connection ends gracefully.
+func TestStreamWindowOverflow(t *testing.T) {
+	ts := startServer(t, &Server{Handler: echo(0)})
+	r := dialRaw(t, ts)
+	r.open()
+	r.fr.WriteWindowUpdate(1, 1<<31-1)
+	f := r.next(http2.FrameRSTStream).(*http2.RSTStreamFrame)
+	if f.ErrCode != http2.ErrCodeFlowControl || f.StreamID != 1 {
+		t.Fatalf("RST_STREAM %v on %d, want FLOW_CONTROL_ERROR on 1", f.ErrCode, f.StreamID)
+	}
+	if err := <-ts.ended; err == nil || !strings.Contains(err.Error(), "stream window above 2^31-1") {
+		t.Fatalf("handler ended with %v", err)
+	}
+	for {
+		fr, err := r.fr.ReadFrame()
+		if err != nil {
+			break
+		}
+		if g, ok := fr.(*http2.GoAwayFrame); ok && g.ErrCode != http2.ErrCodeNo {
+			t.Fatalf("GOAWAY %v after a stream error", g.ErrCode)
+		}
+	}
+}
