@@ -65,6 +65,15 @@ type h2cListener struct {
 	err    error                 // from the underlying Accept
 }
 
+// h2cOptions are an h2cListener's collaborators.
+type h2cOptions struct {
+	agent  *agentwire.Server // nil: none (imsd --agentwire=off)
+	panics *atomic.Uint64    // counts panics contained in sniff
+	log    *slog.Logger
+	// testHookSniff, when set, runs in sniff once the preface is read.
+	testHookSniff func()
+}
+
 // prefaceTimeout bounds the wait for a new connection's first bytes, as
 // ReadHeaderTimeout does for HTTP/1.
 const prefaceTimeout = 10 * time.Second
@@ -72,7 +81,7 @@ const prefaceTimeout = 10 * time.Second
 // newH2CListener wraps ln for srv and starts accepting. srv must not use
 // TLS. Its graceful shutdown (Shutdown) sends the HTTP/2 connections a
 // GOAWAY; closeConns then ends those still open.
-func newH2CListener(ln net.Listener, srv *http.Server, agent *agentwire.Server, panics *atomic.Uint64, log *slog.Logger) (*h2cListener, error) {
+func newH2CListener(ln net.Listener, srv *http.Server, o h2cOptions) (*h2cListener, error) {
 	//lint:ignore SA1019 see h2cListener's doc comment
 	h2 := &http2.Server{}
 	// Registers h2 for srv.Shutdown (GOAWAY); h2 takes the rest of its
@@ -82,7 +91,7 @@ func newH2CListener(ln net.Listener, srv *http.Server, agent *agentwire.Server, 
 		return nil, err
 	}
 	l := &h2cListener{
-		Listener: ln, srv: srv, h2: h2, agent: agent, panics: panics, log: log,
+		Listener: ln, srv: srv, h2: h2, agent: o.agent, panics: o.panics, log: o.log, testHookSniff: o.testHookSniff,
 		conns:  make(chan net.Conn),
 		done:   make(chan struct{}),
 		active: make(map[net.Conn]struct{}),

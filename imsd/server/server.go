@@ -327,13 +327,12 @@ func (s *Server) Serve(ctx context.Context) error {
 		go func() { errc <- s.http.ServeTLS(s.ln, s.cfg.TLSCertFile, s.cfg.TLSKeyFile) }()
 	} else {
 		var err error
-		if h2c, err = newH2CListener(s.ln, s.http, s.agentWire, &s.sniffPanics, s.log); err != nil {
+		if h2c, err = newH2CListener(s.ln, s.http, h2cOptions{agent: s.agentWire, panics: &s.sniffPanics, log: s.log, testHookSniff: s.testHookSniff}); err != nil {
 			s.cancel()
 			s.wg.Wait()
 			s.store.Close()
 			return fmt.Errorf("serve h2c: %w", err)
 		}
-		h2c.testHookSniff = s.testHookSniff
 		go func() { errc <- s.http.Serve(h2c) }()
 	}
 	if s.cfg.DebugAddr != "" {
