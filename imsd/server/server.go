@@ -114,9 +114,11 @@ func (c *Config) defaults() error {
 	return nil
 }
 
-// agentHelloMax bounds the agent stream's first message, the hello, which
-// agentwire reads before the agent is authenticated: the largest an agent
-// sends (1,000 running jobs, a 255-byte host name) is about 44 KB
+// agentHelloMax bounds what an agent stream may send before its hello is
+// verified: on agentwire the first message, after decompression too; on
+// the standard stack the request body's bytes (agentapi.KeepBody; gzip
+// there is bounded by the read limit). The largest hello an agent sends
+// (1,000 running jobs, a 255-byte host name) is about 44 KB
 // (TestLargestHelloFits).
 const agentHelloMax = 64 << 10
 
@@ -247,7 +249,7 @@ func (s *Server) newHTTPServer() *http.Server {
 			Log:                  s.log,
 		}
 	}
-	mux.Handle(agentPath, agentapi.KeepBody(agentHandler))
+	mux.Handle(agentPath, agentapi.KeepBody(agentHandler, agentHelloMax))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n"))
 	})
