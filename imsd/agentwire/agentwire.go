@@ -15,6 +15,13 @@
 // padding, CONTINUATION, flow control in both directions, and connection
 // errors (GOAWAY with the error's code) for what a client must not send.
 //
+// It answers the internet before any authentication, so what a client
+// can make it read is bounded: a header block (decoded size, encoded
+// bytes and CONTINUATION frames, against CVE-2023-45288), the stream's
+// first message (FirstMessageMaxBytes, before and after gzip), and what a
+// closing connection drains. A panic in a connection's goroutine is
+// recovered, logged, counted (Panics) and ends that connection only.
+//
 // The connection's one goroutine reads the frames and runs the stream's
 // handler. Sends go straight to the connection under a mutex, from
 // whichever goroutine sends, in frames built in a pooled buffer and bounded
@@ -517,11 +524,13 @@ type conn struct {
 	// blockStream is the stream of a header block in progress (0: none);
 	// blockFrames and blockBytes count its CONTINUATION frames and its
 	// encoded bytes so far.
+	// (Sized and placed to keep conn in its allocation size class.)
 	blockStream                uint32
-	blockFrames, blockBytes    int
+	blockBytes                 uint32
+	lastStream                 uint32 // highest stream id the client opened
+	stream                     uint32 // the agent stream's id (0 before its HEADERS)
+	blockFrames                uint16
 	gotFirst                   bool    // the stream's first message was received
-	lastStream                 uint32  // highest stream id the client opened
-	stream                     uint32  // the agent stream's id (0 before its HEADERS)
 	in                         *[]byte // received message bytes not yet returned (pooled)
 	unacked                    int64   // bytes received and consumed but not yet credited
 	credited                   int64   // bytes at the front of c.in already credited
@@ -954,7 +963,7 @@ func (c *conn) frame(typ, flags byte, sid uint32, p []byte) error {
 			return protoErr("CONTINUATION without a header block")
 		}
 		c.blockFrames++
-		c.blockBytes += len(p)
+		c.blockBytes += uint32(len(p))
 		if c.blockFrames > maxContinuations {
 			return &connError{errEnhanceYourCal, fmt.Sprintf("header block of more than %d CONTINUATION frames", maxContinuations)}
 		}
@@ -1107,7 +1116,7 @@ func (c *conn) headers(flags byte, sid uint32, p []byte) error {
 	c.hdr = requestHeaders{endStream: flags&flagEndStream != 0}
 	c.dec.SetEmitFunc(c.hdr.emit)
 	c.blockStream = sid
-	c.blockFrames, c.blockBytes = 0, len(p)
+	c.blockFrames, c.blockBytes = 0, uint32(len(p))
 	return c.headerBlock(frag, flags&flagEndHeaders != 0)
 }
 
