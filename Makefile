@@ -57,6 +57,28 @@ test-short: ## Fast tier: go test -short -race.
 test-full: ## Full tier: tests that start real servers (PostgreSQL, processes).
 	$(GO) test -count=1 -timeout 20m ./...
 
+# Fuzz targets run briefly by `make test`, as package:FuzzName pairs (go
+# test -fuzz takes one target of one package at a time). Add yours here;
+# each keeps a small committed seed corpus in testdata/fuzz/FuzzName.
+FUZZ_TARGETS := \
+	./imsd/agentwire:FuzzSniff \
+	./imsd/agentwire:FuzzServeConn \
+	./plugins/sdk/configschema:FuzzSchema \
+	./agentd/redact:FuzzStream \
+	./schema/app/config:FuzzDecode \
+	./schema/app/load:FuzzParse \
+	./schema/app/cron:FuzzScheduleAgainstRobfig \
+	./schema/app/cron:FuzzScheduleTokens
+FUZZTIME ?= 10s
+
+.PHONY: fuzz-short
+fuzz-short: ## Run each fuzz target for FUZZTIME (10s), one at a time.
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "== $$name ($$pkg)"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	done
+
 # Example plugins are Go modules of their own, built only against the SDK.
 EXAMPLES := $(patsubst %/go.mod,%,$(wildcard plugins/examples/*/go.mod))
 
@@ -65,23 +87,6 @@ test-examples: ## Vet and test the example plugins (each its own module).
 	@set -e; for d in $(EXAMPLES); do \
 		echo "== $$d"; \
 		(cd $$d && $(GO) vet ./... && $(GO) test -race -count=1 ./...); \
-	done
-
-# Fuzz targets, as package:FuzzName; `make fuzz-short` runs each for
-# FUZZTIME on top of its committed corpus (testdata/fuzz).
-FUZZTIME ?= 10s
-FUZZ_TARGETS :=
-FUZZ_TARGETS += ./schema/app/config:FuzzDecode
-FUZZ_TARGETS += ./schema/app/load:FuzzParse
-FUZZ_TARGETS += ./schema/app/cron:FuzzScheduleAgainstRobfig
-FUZZ_TARGETS += ./schema/app/cron:FuzzScheduleTokens
-
-.PHONY: fuzz-short
-fuzz-short: ## Run every fuzz target in FUZZ_TARGETS for FUZZTIME (10s) each.
-	@set -e; for t in $(FUZZ_TARGETS); do \
-		pkg=$${t%%:*}; name=$${t##*:}; \
-		echo "== $$pkg $$name"; \
-		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; \
 	done
 
 .PHONY: test

@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/base64"
 	"io"
 	"net/http"
 	"runtime"
@@ -162,4 +164,81 @@ func imsdGoroutines() int {
 		}
 	}
 	return n
+}
+
+// imsd --agentwire=off: agent streams are served by the standard stack,
+// the same way for the agent; on (the default) by agentwire.
+func TestAgentWireOff(t *testing.T) {
+	for _, off := range []bool{false, true} {
+		t.Run(map[bool]string{false: "on", true: "off"}[off], func(t *testing.T) {
+			o := fast
+			o.AgentWireOff = off
+			ims := cluster.StartIMS(t, o)
+			a := cluster.EnrollRaw(t, ims.URL(), newToken(t, ims, "wire"))
+			if w := a.Connect(t, 1); w.GetInstallId() == "" {
+				t.Fatalf("welcome %v", w)
+			}
+			want := 1
+			if off {
+				want = 0
+			}
+			if got := ims.AgentWireConns(); got != want {
+				t.Fatalf("agentwire serves %d connections, want %d", got, want)
+			}
+			if ims.Hub().Count() != 1 {
+				t.Fatalf("%d agents connected, want 1", ims.Hub().Count())
+			}
+		})
+	}
+}
+
+// Before its hello is verified, an agent stream may send at most 64 KiB,
+// on either path: a larger hello is refused with resource_exhausted, and
+// the largest real hello (1,000 running jobs) still passes.
+func TestHelloSizeLimitOnEveryPath(t *testing.T) {
+	ims := cluster.StartIMS(t, fast)
+	for _, path := range []string{"agentwire", "grpc", "grpc gzip"} {
+		t.Run(path, func(t *testing.T) {
+			_, tok := cluster.NewInstall(t, ims.Admin(), "shop", "hello-"+strings.ReplaceAll(path, " ", "-"))
+			key, _ := identity.NewKey()
+			hc := agent.DefaultHTTPClient()
+			var opts []connect.ClientOption
+			if strings.HasPrefix(path, "grpc") {
+				opts = append(opts, connect.WithGRPC())
+			}
+			if strings.HasSuffix(path, "gzip") {
+				opts = append(opts, connect.WithSendGzip())
+			}
+			c := agentv1connect.NewAgentServiceClient(hc, ims.URL(), opts...)
+			er, err := c.Enroll(context.Background(), connect.NewRequest(&agentv1.EnrollRequest{EnrollmentToken: tok, PublicKey: key.Public().(ed25519.PublicKey)}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			hc.CloseIdleConnections()
+			hello := func(host string, running int) error {
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				st := c.Connect(ctx)
+				st.Send(nil)
+				m, err := st.Receive()
+				if err != nil {
+					t.Fatalf("challenge: %v", err)
+				}
+				h := &agentv1.Hello{AgentId: er.Msg.AgentId, Signature: auth.SignChallenge(key, er.Msg.AgentId, m.GetChallenge().Nonce), Capacity: 1000, Hostname: host}
+				for range running {
+					h.Running = append(h.Running, &agentv1.RunningJob{JobId: auth.NewSortableID("job_", time.Now()), FencingToken: 1 << 40})
+				}
+				st.Send(&agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Hello{Hello: h}})
+				_, err = st.Receive()
+				return err
+			}
+			// Random, so that gzip cannot shrink it under the limit.
+			big := make([]byte, 100<<10)
+			rand.Read(big)
+			wantCode(t, hello(base64.StdEncoding.EncodeToString(big), 0), connect.CodeResourceExhausted, "65536")
+			if err := hello("host", 1000); err != nil {
+				t.Fatalf("the largest real hello: %v", err)
+			}
+		})
+	}
 }

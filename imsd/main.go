@@ -37,7 +37,16 @@ func run(ctx context.Context, args []string) int {
 	fs.DurationVar(&cfg.CronInterval, "cron-interval", 0, "how often action cron triggers are evaluated, `duration` (default 10s)")
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "log `level`: debug, info, warn, error")
 	fs.StringVar(&cfg.DebugAddr, "debug-addr", "", "serve Go's /debug/pprof on this loopback `address` (off by default)")
+	agentWire := fs.String("agentwire", "on", "`on`: serve plaintext agent streams with imsd's own small HTTP/2 server; off: with the standard stack, like every other request")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	switch *agentWire {
+	case "on":
+	case "off":
+		cfg.AgentWireOff = true
+	default:
+		fmt.Fprintf(os.Stderr, "imsd: --agentwire: want on or off, got %q\n", *agentWire)
 		return 2
 	}
 	if fs.NArg() > 0 {

@@ -8,9 +8,22 @@
 // [Stream] therefore holds back an event that ends with the beginning of a
 // secret until the next event on that stream shows whether the secret
 // continues, or until a short hold time passes; events never change order.
+//
+// A secret is also masked in the encodings a program most often prints a
+// value in without meaning to reveal it: base64 (standard and URL
+// alphabets, padded or not, and inside a longer base64 text at any of the
+// three byte alignments: the characters that depend on the secret's bytes
+// alone), URL encoding (query and path escaping) and a JSON string's
+// escaping. Other encodings (hex, double encodings, a compressed or
+// encrypted value) and transformations of the value are not recognised;
+// neither is a secret shorter than MinLength, nor an encoded form whose
+// secret-only part is shorter.
 package redact
 
 import (
+	"encoding/base64"
+	"encoding/json"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -32,7 +45,8 @@ type Redactor struct {
 
 // New returns a Redactor for values. A multi-line value is also redacted
 // line by line, since a log line can only ever hold one of its lines.
-// Values shorter than MinLength are skipped.
+// Each value and line is also redacted in its encoded forms (see the
+// package doc). Values shorter than MinLength are skipped.
 func New(values ...string) *Redactor {
 	r := &Redactor{}
 	seen := map[string]bool{}
@@ -43,16 +57,53 @@ func New(values ...string) *Redactor {
 			r.maxLen = max(r.maxLen, len(v))
 		}
 	}
-	for _, v := range values {
+	addEncoded := func(v string) {
+		if len(v) < MinLength {
+			return
+		}
 		add(v)
+		for _, e := range encodings(v) {
+			add(e)
+		}
+	}
+	for _, v := range values {
+		addEncoded(v)
 		if strings.ContainsAny(v, "\r\n") {
 			for _, line := range strings.FieldsFunc(v, func(c rune) bool { return c == '\n' || c == '\r' }) {
-				add(strings.TrimSpace(line))
+				addEncoded(strings.TrimSpace(line))
 			}
 		}
 	}
 	slices.SortFunc(r.secrets, func(a, b string) int { return len(b) - len(a) })
 	return r
+}
+
+// encodings returns the encoded forms of v that are redacted with it.
+func encodings(v string) []string {
+	var out []string
+	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.URLEncoding} {
+		// Whole: v encoded on its own, padding included.
+		out = append(out, enc.EncodeToString([]byte(v)))
+		// Inside longer base64: with k bytes before v, the characters
+		// from ceil(8k/6) to floor(8(k+len)/6) depend on v alone.
+		raw := enc.WithPadding(base64.NoPadding)
+		for k := range 3 {
+			b := make([]byte, k, k+len(v))
+			e := raw.EncodeToString(append(b, v...))
+			from, to := (8*k+5)/6, 8*(k+len(v))/6
+			out = append(out, e[from:to])
+		}
+	}
+	out = append(out, url.QueryEscape(v), url.PathEscape(v))
+	for _, html := range []bool{true, false} {
+		var b strings.Builder
+		e := json.NewEncoder(&b)
+		e.SetEscapeHTML(html)
+		e.Encode(v)
+		q := strings.TrimSuffix(b.String(), "\n")
+		out = append(out, q[1:len(q)-1])
+	}
+	return out
 }
 
 // Empty reports whether there is nothing to redact.

@@ -79,12 +79,14 @@ func TestStreamKeepsOrder(t *testing.T) {
 	s := r.NewStream(time.Hour, func(e redact.Event) { got = append(got, fmt.Sprint(e.Stream, ":", e.Text)) })
 	s.Add(redact.Event{Stream: 1, Text: "line one"})
 	s.Add(redact.Event{Stream: 1, Text: "line two ends with zz"})
-	s.Add(redact.Event{Stream: 3, Text: "system line"})
+	s.Add(redact.Event{Stream: 3, Text: "system line."})
 	if !slices.Equal(got, []string{"1:line one"}) {
 		t.Fatalf("got %q; the line ending like the secret's start, and what follows it, must wait", got)
 	}
-	s.Add(redact.Event{Stream: 1, Text: "zz-secret and more"})
-	if want := []string{"1:line one", "1:line two ends with ***", "3:system line", "1:*** and more"}; !slices.Equal(got, want) {
+	// (Lines end in "." lest they end like the start of an encoded form,
+	// "enp6ei1zZWNyZXQ=", which would hold them.)
+	s.Add(redact.Event{Stream: 1, Text: "zz-secret and more."})
+	if want := []string{"1:line one", "1:line two ends with ***", "3:system line.", "1:*** and more."}; !slices.Equal(got, want) {
 		t.Fatalf("got %q, want %q", got, want)
 	}
 }

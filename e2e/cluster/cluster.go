@@ -131,6 +131,8 @@ type Options struct {
 	CronNow      func() time.Time
 	Logger       *slog.Logger
 	Now          func() time.Time
+	// AgentWireOff is imsd --agentwire=off.
+	AgentWireOff bool
 }
 
 // StartIMS starts imsd and stops it at cleanup.
@@ -154,7 +156,7 @@ func StartIMS(tb testing.TB, o Options) *IMS {
 		Addr: o.Addr, DataDir: o.DataDir, DatabaseURL: o.DatabaseURL,
 		LeaseDuration: o.LeaseDuration, HeartbeatInterval: o.HeartbeatInterval, SweepInterval: o.SweepInterval,
 		WorkflowInterval: o.WorkflowInterval, Logger: o.Logger, Now: o.Now,
-		CronInterval: o.CronInterval, CronNow: o.CronNow,
+		CronInterval: o.CronInterval, CronNow: o.CronNow, AgentWireOff: o.AgentWireOff,
 	}
 	ims := &IMS{DataDir: o.DataDir, cfg: cfg}
 	ims.start(tb)

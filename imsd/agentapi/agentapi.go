@@ -212,6 +212,9 @@ func (s *Service) open(ctx context.Context, st Stream) (*conn, error) {
 	if !verified {
 		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("hello: unknown agent or bad signature; enrol again with a new enrolment token"))
 	}
+	if a, ok := st.(interface{ authenticated() }); ok {
+		a.authenticated()
+	}
 	if hello.Capacity < 1 || hello.Capacity > 1000 {
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("hello.capacity: must be between 1 and 1000, got %d", hello.Capacity))
 	}
@@ -287,7 +290,7 @@ type bidiStream struct {
 	st *stream
 	// json is set when the stream's codec is JSON.
 	json bool
-	body io.Closer
+	body *preauthBody
 	cut  *time.Timer
 	idle atomic.Bool
 }
@@ -300,6 +303,9 @@ func (b *bidiStream) Send(m *agentv1.ConnectResponse) error {
 	}
 	return b.st.Send(m)
 }
+
+// authenticated lifts the limit on what the agent may send.
+func (b *bidiStream) authenticated() { b.body.lift() }
 
 // Flush does nothing: connect-go sends each message at once.
 func (b *bidiStream) Flush() error { return nil }
@@ -789,17 +795,47 @@ type bodyKey struct{}
 
 // KeepBody is middleware for the agent service: it lets a stream's handler
 // close its own request body, the one way to end a read blocked on an agent
-// that went silent without closing its connection.
-func KeepBody(next http.Handler) http.Handler {
+// that went silent without closing its connection. It also holds each
+// request body to preauthMax bytes on the wire until the stream's hello
+// is verified (an enrolment never is: its whole request is held to it),
+// since until then anyone can send anything.
+func KeepBody(next http.Handler, preauthMax int) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), bodyKey{}, r.Body)))
+		b := &preauthBody{ReadCloser: r.Body, left: int64(preauthMax), max: preauthMax}
+		r = r.WithContext(context.WithValue(r.Context(), bodyKey{}, b))
+		r.Body = b
+		next.ServeHTTP(w, r)
 	})
 }
 
-func bodyFrom(ctx context.Context) io.Closer {
-	c, _ := ctx.Value(bodyKey{}).(io.Closer)
-	return c
+func bodyFrom(ctx context.Context) *preauthBody {
+	b, _ := ctx.Value(bodyKey{}).(*preauthBody)
+	return b
 }
+
+// preauthBody is a request body that yields at most left more bytes
+// until lift is called. Read and lift run on the stream's goroutine;
+// Close, from a Receive limit's timer, touches neither field.
+type preauthBody struct {
+	io.ReadCloser
+	left   int64
+	max    int
+	lifted bool
+}
+
+func (b *preauthBody) Read(p []byte) (int, error) {
+	if b.lifted {
+		return b.ReadCloser.Read(p)
+	}
+	if b.left <= 0 {
+		return 0, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("hello: more than %d bytes before the agent is authenticated", b.max))
+	}
+	n, err := b.ReadCloser.Read(p[:min(int64(len(p)), b.left)])
+	b.left -= int64(n)
+	return n, err
+}
+
+func (b *preauthBody) lift() { b.lifted = true }
 
 func ignoreEOF(err error) error {
 	if errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) {

@@ -15,6 +15,13 @@
 // padding, CONTINUATION, flow control in both directions, and connection
 // errors (GOAWAY with the error's code) for what a client must not send.
 //
+// It answers the internet before any authentication, so what a client
+// can make it read is bounded: a header block (decoded size, encoded
+// bytes and CONTINUATION frames, against CVE-2023-45288), the stream's
+// first message (FirstMessageMaxBytes, before and after gzip), and what a
+// closing connection drains. A panic in a connection's goroutine is
+// recovered, logged, counted (Panics) and ends that connection only.
+//
 // The connection's one goroutine reads the frames and runs the stream's
 // handler. Sends go straight to the connection under a mutex, from
 // whichever goroutine sends, in frames built in a pooled buffer and bounded
@@ -33,8 +40,10 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -54,9 +63,25 @@ const contentType = "application/connect+proto"
 const (
 	maxFrameSize      = 16 << 10 // what we accept (the default; not advertised)
 	maxHeaderListSize = 16 << 10 // advertised; a larger header block is a connection error
-	defaultWindow     = 65535    // RFC 9113 initial windows
-	maxWindow         = 1<<31 - 1
-	frameHeaderLen    = 9
+	// A header block is bounded in frames and in encoded bytes as well as
+	// in decoded size (CVE-2023-45288): CONTINUATION frames of no length,
+	// or of HPACK that decodes to nothing, grow no header list, and
+	// would otherwise be read until the connection's deadline. Go's and
+	// curl's clients send a block in one HEADERS and, past the peer's
+	// frame size, a CONTINUATION per 16 KiB; nghttp2 accepts 8
+	// CONTINUATION frames by default. Past either bound the connection
+	// ends with ENHANCE_YOUR_CALM (RFC 9113 §7: excessive load).
+	maxContinuations    = 16
+	maxHeaderBlockBytes = 2 * maxHeaderListSize
+	// defaultFirstMessageMax bounds the stream's first message (see
+	// Server.FirstMessageMaxBytes).
+	defaultFirstMessageMax = 64 << 10
+	// finishDiscardMax bounds what the end of a connection reads and
+	// drops while it waits for the client to close.
+	finishDiscardMax = 64 << 10
+	defaultWindow    = 65535 // RFC 9113 initial windows
+	maxWindow        = 1<<31 - 1
+	frameHeaderLen   = 9
 	// sniffMax bounds the bytes Sniff reads before deciding.
 	sniffMax = 16 << 10
 )
@@ -118,6 +143,12 @@ type Server struct {
 	Handler Handler
 	// ReadMaxBytes bounds a received message (after decompression).
 	ReadMaxBytes int
+	// FirstMessageMaxBytes bounds the stream's first message, on the wire
+	// and after decompression (default 64 KiB, and never more than
+	// ReadMaxBytes). It arrives before the handler has authenticated the
+	// client (imsd's agent hello), so it is the largest message anyone
+	// on the internet can make this server read and decompress.
+	FirstMessageMaxBytes int
 	// CompressMinBytes is the smallest message sent compressed, when the
 	// client accepts gzip; 0 never compresses.
 	CompressMinBytes int
@@ -127,13 +158,57 @@ type Server struct {
 	// InitialWindowSize is the receive window advertised for the stream
 	// and the connection (default 1 MiB).
 	InitialWindowSize int
-	// Log receives connection errors at debug level (default: discarded).
+	// Log receives connection errors at debug level and contained
+	// panics at error level (default: discarded).
 	Log *slog.Logger
+
+	// panics counts the panics contained to their connection.
+	panics atomic.Uint64
+	// testHookFrame, when set, runs before each frame is handled (tests
+	// make it panic).
+	testHookFrame func(typ byte)
+	// testAnyRequest serves a connection's first request as the stream,
+	// whatever it is (h2spec sends GET /).
+	testAnyRequest bool
 
 	mu     sync.Mutex
 	closed bool
 	conns  map[*conn]struct{}
 	wg     sync.WaitGroup // connections being served
+}
+
+// Panics reports how many panics in a connection's goroutine (reading
+// frames or running the handler) were contained to that connection.
+func (s *Server) Panics() uint64 { return s.panics.Load() }
+
+// Conns reports how many connections are being served.
+func (s *Server) Conns() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
+}
+
+// contain handles a panic recovered in a goroutine serving c: it is
+// logged with its stack at error level, counted, and closes c; the
+// process lives on.
+func (s *Server) contain(c net.Conn, where string, r any) {
+	s.panics.Add(1)
+	if s.Log != nil {
+		s.Log.Error("panic contained to its connection", "where", where, "remote", c.RemoteAddr().String(),
+			"panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+	}
+	c.Close()
+}
+
+func (s *Server) firstMessageMax() int {
+	n := s.FirstMessageMaxBytes
+	if n <= 0 {
+		n = defaultFirstMessageMax
+	}
+	if s.ReadMaxBytes > 0 {
+		n = min(n, s.ReadMaxBytes)
+	}
+	return n
 }
 
 func (s *Server) writeTimeout() time.Duration {
@@ -160,7 +235,9 @@ func (s *Server) logDebug(msg string, args ...any) {
 // to the end of the client's first header block, within deadline. agent
 // reports whether that request is the agent stream in the Connect
 // protocol, which this package serves; raw is every byte read, to be
-// replayed to another server or given to ServeConn. Sniff keeps nothing.
+// replayed to another server or given to ServeConn. Sniff keeps nothing,
+// reads at most 16 KiB, and fails with ErrHeaderFlood on a header block
+// of more CONTINUATION frames than a client sends.
 func Sniff(c net.Conn, deadline time.Time) (raw []byte, agent bool, err error) {
 	c.SetReadDeadline(deadline)
 	defer c.SetReadDeadline(time.Time{})
@@ -169,6 +246,7 @@ func Sniff(c net.Conn, deadline time.Time) (raw []byte, agent bool, err error) {
 	var h requestHeaders
 	off := 0 // start of the next unparsed frame
 	inBlock := false
+	continuations := 0
 	for {
 		// Parse what is buffered.
 		for len(buf)-off >= frameHeaderLen {
@@ -195,6 +273,9 @@ func Sniff(c net.Conn, deadline time.Time) (raw []byte, agent bool, err error) {
 				}
 				inBlock = true
 			case typ == frameContinuation && inBlock:
+				if continuations++; continuations > maxContinuations {
+					return buf, false, ErrHeaderFlood
+				}
 				if _, err := dec.Write(payload); err != nil {
 					return buf, false, nil
 				}
@@ -223,6 +304,11 @@ func Sniff(c net.Conn, deadline time.Time) (raw []byte, agent bool, err error) {
 		}
 	}
 }
+
+// ErrHeaderFlood is Sniff's error for a first header block of more
+// CONTINUATION frames than any client sends: the connection is an attack
+// (CVE-2023-45288), to be closed rather than served.
+var ErrHeaderFlood = errors.New("agentwire: header block of too many CONTINUATION frames")
 
 // requestHeaders is what routing and serving look at in a request.
 type requestHeaders struct {
@@ -435,10 +521,16 @@ type conn struct {
 	// tableZero: the client acknowledged our HEADER_TABLE_SIZE of 0.
 	tableZero bool
 	hdr       requestHeaders
-	// blockStream is the stream of a header block in progress (0: none).
+	// blockStream is the stream of a header block in progress (0: none);
+	// blockFrames and blockBytes count its CONTINUATION frames and its
+	// encoded bytes so far.
+	// (Sized and placed to keep conn in its allocation size class.)
 	blockStream                uint32
-	lastStream                 uint32  // highest stream id the client opened
-	stream                     uint32  // the agent stream's id (0 before its HEADERS)
+	blockBytes                 uint32
+	lastStream                 uint32 // highest stream id the client opened
+	stream                     uint32 // the agent stream's id (0 before its HEADERS)
+	blockFrames                uint16
+	gotFirst                   bool    // the stream's first message was received
 	in                         *[]byte // received message bytes not yet returned (pooled)
 	unacked                    int64   // bytes received and consumed but not yet credited
 	credited                   int64   // bytes at the front of c.in already credited
@@ -488,6 +580,7 @@ type conn struct {
 // has the figures.)
 func (c *conn) serve() {
 	defer c.srv.track(c, false)
+	defer c.contained()
 	if !c.start() {
 		c.finishConn()
 		return
@@ -562,15 +655,30 @@ func (c *conn) finishConn() {
 	}
 	c.rmu.Lock()
 	c.nc.SetReadDeadline(time.Now().Add(time.Second))
+	// Bounded in bytes too: a flooding client gets no more reads.
 	var discard [512]byte
-	for {
-		if _, err := c.nc.Read(discard[:]); err != nil {
+	for n := 0; n < finishDiscardMax; {
+		m, err := c.nc.Read(discard[:])
+		if err != nil {
 			break
 		}
+		n += m
 	}
 	c.releaseRead()
 	c.rmu.Unlock()
 	c.closeNow()
+}
+
+// contained recovers a panic in the connection's goroutine (reading
+// frames or in the handler) and ends the connection, not the process. It
+// takes no lock: the panic may have left one held.
+func (c *conn) contained() {
+	if r := recover(); r != nil {
+		c.srv.contain(c.nc, "agentwire connection", r)
+		if c.cancel != nil {
+			c.cancel()
+		}
+	}
 }
 
 func (c *conn) closeNow() {
@@ -670,6 +778,21 @@ func (c *conn) control(typ, flags byte, stream uint32, payload []byte) {
 	c.wmu.Unlock()
 }
 
+// resetStream ends the agent stream with a stream error: RST_STREAM with
+// code, and the handler's Receive fails with msg.
+func (c *conn) resetStream(code uint32, msg string) {
+	var a [4]byte
+	binary.BigEndian.PutUint32(a[:], code)
+	c.control(frameRSTStream, 0, c.stream, a[:])
+	c.wmu.Lock()
+	c.reset = true
+	c.wmu.Unlock()
+	if c.rerr == nil {
+		c.rerr = connect.NewError(connect.CodeInternal, fmt.Errorf("http2 stream error %d: %s", code, msg))
+	}
+	c.setDone()
+}
+
 // fail records a connection error found while reading and tells the client.
 func (c *conn) fail(err error) {
 	if c.rerr == nil {
@@ -761,6 +884,9 @@ func (c *conn) step() error {
 		return c.readFailed(err)
 	}
 	p := (*c.rbuf)[c.r+frameHeaderLen : c.r+frameHeaderLen+int(length)]
+	if c.srv.testHookFrame != nil {
+		c.srv.testHookFrame(typ)
+	}
 	err := c.frame(typ, flags, sid, p)
 	c.r += frameHeaderLen + int(length)
 	c.releaseRead()
@@ -822,6 +948,12 @@ func (c *conn) frame(typ, flags byte, sid uint32, p []byte) error {
 		over := *w > maxWindow
 		c.cond.Broadcast()
 		c.wmu.Unlock()
+		if over && sid != 0 {
+			// A stream error: the stream ends with RST_STREAM, the
+			// connection (which serves no other) gracefully after it.
+			c.resetStream(errFlowControl, "stream window above 2^31-1")
+			return nil
+		}
 		if over {
 			return &connError{errFlowControl, "window above 2^31-1"}
 		}
@@ -830,6 +962,14 @@ func (c *conn) frame(typ, flags byte, sid uint32, p []byte) error {
 	case frameContinuation:
 		if c.blockStream == 0 || sid != c.blockStream {
 			return protoErr("CONTINUATION without a header block")
+		}
+		c.blockFrames++
+		c.blockBytes += uint32(len(p))
+		if c.blockFrames > maxContinuations {
+			return &connError{errEnhanceYourCal, fmt.Sprintf("header block of more than %d CONTINUATION frames", maxContinuations)}
+		}
+		if c.blockBytes > maxHeaderBlockBytes {
+			return &connError{errEnhanceYourCal, fmt.Sprintf("header block over %d bytes", maxHeaderBlockBytes)}
 		}
 		return c.headerBlock(p, flags&flagEndHeaders != 0)
 	case frameData:
@@ -875,6 +1015,11 @@ func (c *conn) frame(typ, flags byte, sid uint32, p []byte) error {
 		}
 		if len(p) != 5 {
 			return &connError{errFrameSize, "PRIORITY of other than 5 bytes"}
+		}
+		if binary.BigEndian.Uint32(p)&(1<<31-1) == sid {
+			// A stream error (RFC 9113 §5.3.1), which ends the connection's
+			// one stream, and so the connection.
+			return protoErr("stream %d depends on itself", sid)
 		}
 	case framePushPromise:
 		return protoErr("PUSH_PROMISE from a client")
@@ -946,6 +1091,11 @@ func (c *conn) headers(flags byte, sid uint32, p []byte) error {
 	if !ok {
 		return protoErr("HEADERS padding or priority malformed")
 	}
+	if flags&flagPriority != 0 {
+		if q, _ := unpad(p, flags); binary.BigEndian.Uint32(q)&(1<<31-1) == sid {
+			return protoErr("stream %d depends on itself", sid)
+		}
+	}
 	if sid == c.stream && c.stream != 0 {
 		// Trailers: the client's half of the stream ends.
 		if flags&flagEndStream == 0 {
@@ -967,6 +1117,7 @@ func (c *conn) headers(flags byte, sid uint32, p []byte) error {
 	c.hdr = requestHeaders{endStream: flags&flagEndStream != 0}
 	c.dec.SetEmitFunc(c.hdr.emit)
 	c.blockStream = sid
+	c.blockFrames, c.blockBytes = 0, uint32(len(p))
 	return c.headerBlock(frag, flags&flagEndHeaders != 0)
 }
 
@@ -992,8 +1143,9 @@ func (c *conn) headerBlock(frag []byte, end bool) error {
 	if sid == c.stream && c.stream != 0 {
 		return nil // trailers
 	}
-	if c.stream == 0 && c.hdr.isAgentStream() {
+	if c.stream == 0 && (c.hdr.isAgentStream() || c.srv.testAnyRequest) {
 		c.stream = sid
+		c.halfClosed = c.hdr.endStream // only where testAnyRequest lets one in
 		c.gzipIn = c.hdr.encoding == "gzip"
 		c.wmu.Lock()
 		c.gzipOut = c.srv.CompressMinBytes > 0 && c.hdr.acceptsGzip()
@@ -1171,8 +1323,13 @@ func (c *conn) message() (*agentv1.ConnectRequest, error) {
 	}
 	b := *c.in
 	flags, size := b[0], int(binary.BigEndian.Uint32(b[1:5]))
-	if max := c.srv.ReadMaxBytes; max > 0 && size > max {
-		return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("message size %d is larger than configured max %d", size, max))
+	limit, what := c.srv.ReadMaxBytes, "message"
+	if !c.gotFirst {
+		// Before the handler has authenticated the client.
+		limit, what = c.srv.firstMessageMax(), "first message"
+	}
+	if limit > 0 && size > limit {
+		return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("%s size %d is larger than configured max %d", what, size, limit))
 	}
 	if len(b) < 5+size {
 		return nil, nil
@@ -1183,10 +1340,11 @@ func (c *conn) message() (*agentv1.ConnectRequest, error) {
 		if !c.gzipIn {
 			return nil, connect.NewError(connect.CodeInternal, errors.New("protocol error: sent compressed message without compression support"))
 		}
-		payload, err = gunzip(payload, c.srv.ReadMaxBytes)
+		payload, err = gunzip(payload, limit, what)
 	} else if flags != 0 {
 		err = connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("protocol error: invalid envelope flags %d", flags))
 	}
+	c.gotFirst = true
 	var m *agentv1.ConnectRequest
 	if err == nil {
 		m = new(agentv1.ConnectRequest)
@@ -1206,7 +1364,10 @@ func (c *conn) message() (*agentv1.ConnectRequest, error) {
 	return m, err
 }
 
-func gunzip(p []byte, max int) ([]byte, error) {
+// gunzip decompresses p, reading at most max+1 bytes out: a message over
+// max is reported as over it, never decompressed further to say by how
+// much.
+func gunzip(p []byte, max int, what string) ([]byte, error) {
 	zr, _ := gzReaders.Get().(*gzip.Reader)
 	var err error
 	if zr == nil {
@@ -1227,8 +1388,7 @@ func gunzip(p []byte, max int) ([]byte, error) {
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("decompress: %w", err))
 	}
 	if max > 0 && len(out) > max {
-		n, _ := io.Copy(io.Discard, zr)
-		return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("message size %d is larger than configured max %d", int64(len(out))+n, max))
+		return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("%s decompressed is over %d bytes, the configured max", what, max))
 	}
 	return out, nil
 }

@@ -412,7 +412,8 @@ func TestSendWaitsForWindow(t *testing.T) {
 // A message larger than the server's window arrives whole, sent as the
 // server's WINDOW_UPDATEs allow.
 func TestReceiveBeyondWindow(t *testing.T) {
-	ts := startServer(t, &Server{Handler: echo(0), InitialWindowSize: 16 << 10})
+	// The first message is this large one (not a hello).
+	ts := startServer(t, &Server{Handler: echo(0), InitialWindowSize: 16 << 10, FirstMessageMaxBytes: 1 << 20})
 	r := dialRaw(t, ts)
 	r.open()
 	text := strings.Repeat("z", 100<<10)

@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -41,8 +45,15 @@ type h2cListener struct {
 	//lint:ignore SA1019 see the type's doc comment
 	h2 *http2.Server
 	// agent serves the connections whose first request is the agent
-	// stream in the Connect protocol (nil: none).
+	// stream in the Connect protocol (nil: none, imsd --agentwire=off).
 	agent *agentwire.Server
+	// panics counts the panics contained to their connection in sniff;
+	// log gets them, with their stack.
+	panics *atomic.Uint64
+	log    *slog.Logger
+	// testHookSniff, when set, runs in sniff once the preface is read
+	// (tests make it panic).
+	testHookSniff func()
 
 	conns chan net.Conn // HTTP/1 connections for srv's Accept
 	done  chan struct{}
@@ -54,6 +65,15 @@ type h2cListener struct {
 	err    error                 // from the underlying Accept
 }
 
+// h2cOptions are an h2cListener's collaborators.
+type h2cOptions struct {
+	agent  *agentwire.Server // nil: none (imsd --agentwire=off)
+	panics *atomic.Uint64    // counts panics contained in sniff
+	log    *slog.Logger
+	// testHookSniff, when set, runs in sniff once the preface is read.
+	testHookSniff func()
+}
+
 // prefaceTimeout bounds the wait for a new connection's first bytes, as
 // ReadHeaderTimeout does for HTTP/1.
 const prefaceTimeout = 10 * time.Second
@@ -61,7 +81,7 @@ const prefaceTimeout = 10 * time.Second
 // newH2CListener wraps ln for srv and starts accepting. srv must not use
 // TLS. Its graceful shutdown (Shutdown) sends the HTTP/2 connections a
 // GOAWAY; closeConns then ends those still open.
-func newH2CListener(ln net.Listener, srv *http.Server, agent *agentwire.Server) (*h2cListener, error) {
+func newH2CListener(ln net.Listener, srv *http.Server, o h2cOptions) (*h2cListener, error) {
 	//lint:ignore SA1019 see h2cListener's doc comment
 	h2 := &http2.Server{}
 	// Registers h2 for srv.Shutdown (GOAWAY); h2 takes the rest of its
@@ -71,7 +91,7 @@ func newH2CListener(ln net.Listener, srv *http.Server, agent *agentwire.Server) 
 		return nil, err
 	}
 	l := &h2cListener{
-		Listener: ln, srv: srv, h2: h2, agent: agent,
+		Listener: ln, srv: srv, h2: h2, agent: o.agent, panics: o.panics, log: o.log, testHookSniff: o.testHookSniff,
 		conns:  make(chan net.Conn),
 		done:   make(chan struct{}),
 		active: make(map[net.Conn]struct{}),
@@ -105,7 +125,10 @@ func (l *h2cListener) acceptLoop() {
 // is the agent stream in the Connect protocol goes to the agent-wire
 // server; the others to x/net/http2, with the frames read to find that
 // out put back in front.
+//
+// A panic here (in agentwire.Sniff, say) ends this connection only.
 func (l *h2cListener) sniff(c net.Conn) {
+	defer l.contained(c)
 	var buf [len(h2cPreface)]byte
 	n := 0
 	c.SetReadDeadline(time.Now().Add(prefaceTimeout))
@@ -134,6 +157,9 @@ func (l *h2cListener) sniff(c net.Conn) {
 		return
 	}
 	defer l.track(c, false)
+	if l.testHookSniff != nil {
+		l.testHookSniff()
+	}
 	var sc net.Conn = c
 	if l.agent != nil {
 		// A client sends its first request right after the preface; one
@@ -146,6 +172,7 @@ func (l *h2cListener) sniff(c net.Conn) {
 			l.agent.ServeConn(c, raw) // on a goroutine of its own, tracked by l.agent
 			return
 		case err != nil && !(errors.As(err, &ne) && ne.Timeout()):
+			// Gone, or a CONTINUATION flood (agentwire.ErrHeaderFlood).
 			c.Close()
 			return
 		}
@@ -153,6 +180,18 @@ func (l *h2cListener) sniff(c net.Conn) {
 	}
 	//lint:ignore SA1019 see h2cListener's doc comment
 	l.h2.ServeConn(sc, &http2.ServeConnOpts{BaseConfig: l.srv, Handler: l.srv.Handler, SawClientPreface: l.agent == nil})
+}
+
+// contained recovers a panic in sniff (deferred directly, as recover
+// requires): logged with its stack, counted in /metrics
+// (byoc_agentwire_panics_total), and the connection closed.
+func (l *h2cListener) contained(c net.Conn) {
+	if r := recover(); r != nil {
+		l.panics.Add(1)
+		l.log.Error("panic contained to its connection", "where", "h2c sniff", "remote", c.RemoteAddr().String(),
+			"panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+		c.Close()
+	}
 }
 
 // firstRequestWait bounds the wait for an HTTP/2 client's first request

@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"context"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,7 +27,7 @@ func TestH2CListener(t *testing.T) {
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, r.Proto)
 	}), ReadHeaderTimeout: 5 * time.Second}
-	l, err := newH2CListener(ln, srv, nil)
+	l, err := newH2CListener(ln, srv, h2cOptions{panics: new(atomic.Uint64), log: slog.Default()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +94,7 @@ func TestH2CClientWaitingForSettings(t *testing.T) {
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, r.Proto)
 	}), ReadHeaderTimeout: 5 * time.Second}
-	l, err := newH2CListener(ln, srv, &agentwire.Server{})
+	l, err := newH2CListener(ln, srv, h2cOptions{agent: &agentwire.Server{}, panics: new(atomic.Uint64), log: slog.Default()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,9 @@ type metrics struct {
 	conflict prometheus.Counter
 }
 
-func newMetrics(reg *prometheus.Registry, hub *dispatch.Hub) *metrics {
+// panics reports the panics contained to one connection on the agent-wire
+// path.
+func newMetrics(reg *prometheus.Registry, hub *dispatch.Hub, panics func() uint64) *metrics {
 	m := &metrics{
 		pickup: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "byoc_job_pickup_seconds",
@@ -38,6 +40,10 @@ func newMetrics(reg *prometheus.Registry, hub *dispatch.Hub) *metrics {
 			Name: "byoc_agents_connected",
 			Help: "Agent streams connected to this imsd.",
 		}, func() float64 { return float64(hub.Count()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "byoc_agentwire_panics_total",
+			Help: "Panics contained to one connection on the path before authentication: the h2c listener's sniff, agentwire's connection goroutine and the agent stream's handler on it.",
+		}, func() float64 { return float64(panics()) }),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)

@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -52,8 +53,13 @@ type Config struct {
 	// DebugAddr, when set, serves /debug/pprof on its own listener, kept
 	// off the API port.
 	DebugAddr string
+	// AgentWireOff sends every plaintext connection to the standard
+	// HTTP/2 and Connect stack, agent streams included (imsd
+	// --agentwire=off): an escape hatch should agentwire misbehave, at
+	// the standard stack's memory per agent.
+	AgentWireOff bool
 
-	LeaseDuration     time.Duration // default 30s
+	LeaseDuration time.Duration // default 30s
 	// LeaseGrace is how long past a lease's end imsd still waits before
 	// handing the job out again (default 5s + a tenth of the lease): the
 	// agent stops the job itself when a lease passed without a confirmed
@@ -130,6 +136,14 @@ const MinLeaseGrace = 4 * time.Second
 // differ (far more than any clock drifts).
 func DefaultLeaseGrace(d time.Duration) time.Duration { return 5*time.Second + d/10 }
 
+// agentHelloMax bounds what an agent stream may send before its hello is
+// verified: on agentwire the first message, after decompression too; on
+// the standard stack the request body's bytes (agentapi.KeepBody; gzip
+// there is bounded by the read limit). The largest hello an agent sends
+// (1,000 running jobs, a 255-byte host name) is about 44 KB
+// (TestLargestHelloFits).
+const agentHelloMax = 64 << 10
+
 // Server is a running imsd.
 type Server struct {
 	cfg   Config
@@ -141,10 +155,15 @@ type Server struct {
 	cron *schedule.Scheduler
 	ln   net.Listener
 	http *http.Server
-	// agentWire serves agent streams routed to it by the h2c listener.
+	// agentWire serves agent streams routed to it by the h2c listener
+	// (nil with AgentWireOff).
 	agentWire *agentwire.Server
-	reg       *prometheus.Registry
-	log       *slog.Logger
+	// sniffPanics counts panics contained in the h2c listener's sniff;
+	// testHookSniff is handed to it (tests make it panic).
+	sniffPanics   atomic.Uint64
+	testHookSniff func()
+	reg           *prometheus.Registry
+	log           *slog.Logger
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -216,7 +235,13 @@ func (s *Server) bootstrap(ctx context.Context) error {
 func (s *Server) newHTTPServer() *http.Server {
 	cfg := s.cfg
 	s.reg = prometheus.NewRegistry()
-	obs := newMetrics(s.reg, s.hub)
+	obs := newMetrics(s.reg, s.hub, func() uint64 {
+		n := s.sniffPanics.Load()
+		if s.agentWire != nil {
+			n += s.agentWire.Panics()
+		}
+		return n
+	})
 
 	mux := http.NewServeMux()
 	op := operatorapi.New(s.store, s.hub, operatorapi.Config{HeartbeatInterval: cfg.HeartbeatInterval, LeaseDuration: cfg.LeaseDuration, LeaseGrace: cfg.LeaseGrace, Engine: s.engine}, cfg.Now, s.log)
@@ -233,17 +258,21 @@ func (s *Server) newHTTPServer() *http.Server {
 		HelloTimeout:      10 * time.Second,
 	}, cfg.Now, s.log, obs)
 	const agentReadMax, agentCompressMin = 16 << 20, 4 << 10
+
 	agentPath, agentHandler := agentv1connect.NewAgentServiceHandler(ag, connect.WithReadMaxBytes(agentReadMax), connect.WithCompressMinBytes(agentCompressMin), fastGzip)
 	// The agent stream over h2c in the Connect protocol (what agentd
 	// speaks) is served by agentwire, on the connection's one goroutine;
 	// see h2c.go.
-	s.agentWire = &agentwire.Server{
-		Handler:          func(ctx context.Context, st *agentwire.Stream) error { return ag.Serve(ctx, st) },
-		ReadMaxBytes:     agentReadMax,
-		CompressMinBytes: agentCompressMin,
-		Log:              s.log,
+	if !cfg.AgentWireOff {
+		s.agentWire = &agentwire.Server{
+			Handler:              func(ctx context.Context, st *agentwire.Stream) error { return ag.Serve(ctx, st) },
+			ReadMaxBytes:         agentReadMax,
+			FirstMessageMaxBytes: agentHelloMax,
+			CompressMinBytes:     agentCompressMin,
+			Log:                  s.log,
+		}
 	}
-	mux.Handle(agentPath, agentapi.KeepBody(agentHandler))
+	mux.Handle(agentPath, agentapi.KeepBody(agentHandler, agentHelloMax))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n"))
 	})
@@ -291,6 +320,15 @@ func (s *Server) URL() string {
 // Store returns the server's store, for tests and tools.
 func (s *Server) Store() *store.Store { return s.store }
 
+// AgentWireConns reports how many connections agentwire serves (0 with
+// AgentWireOff), for tests.
+func (s *Server) AgentWireConns() int {
+	if s.agentWire == nil {
+		return 0
+	}
+	return s.agentWire.Conns()
+}
+
 // Hub returns the server's dispatch hub, for tests and benchmarks.
 func (s *Server) Hub() *dispatch.Hub { return s.hub }
 
@@ -314,7 +352,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		go func() { errc <- s.http.ServeTLS(s.ln, s.cfg.TLSCertFile, s.cfg.TLSKeyFile) }()
 	} else {
 		var err error
-		if h2c, err = newH2CListener(s.ln, s.http, s.agentWire); err != nil {
+		if h2c, err = newH2CListener(s.ln, s.http, h2cOptions{agent: s.agentWire, panics: &s.sniffPanics, log: s.log, testHookSniff: s.testHookSniff}); err != nil {
 			s.cancel()
 			s.wg.Wait()
 			s.store.Close()

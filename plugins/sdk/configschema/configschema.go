@@ -66,6 +66,7 @@ type node struct {
 	ref                          string
 
 	defs map[string]*node // only on the root
+	at   string           // where in the schema, for errors
 }
 
 var annotations = map[string]bool{
@@ -113,7 +114,76 @@ func Compile(schema string) (*Schema, error) {
 			return nil, fmt.Errorf("schema %s: $ref %q: no such definition in $defs", ptr(ref.at), ref.ref)
 		}
 	}
-	return &Schema{root: root}, nil
+	s := &Schema{root: root}
+	memo := map[*node]int{}
+	for _, n := range root.all(map[*node]bool{}, nil) {
+		if _, err := s.sameValueChecks(n, memo); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// maxSameValueChecks bounds how many schemas check one value (through
+// $ref, allOf, anyOf, oneOf and not, which apply to the same value).
+const maxSameValueChecks = 10000
+
+// sameValueChecks counts the schemas that checking one value against n
+// visits without descending into the value, refusing a $ref cycle that
+// never descends (validation would not end) and a schema that expands to
+// more than maxSameValueChecks (a chain of allOf pairs doubles at each
+// $ref). memo holds each node's count, -1 while it is being counted.
+func (s *Schema) sameValueChecks(n *node, memo map[*node]int) (int, error) {
+	if k, ok := memo[n]; ok {
+		if k < 0 {
+			return 0, fmt.Errorf("schema %s: $ref %q: a cycle of references that never descends into the value", ptr(n.at), n.ref)
+		}
+		return k, nil
+	}
+	memo[n] = -1
+	count := 1
+	for _, sub := range s.sameValue(n) {
+		k, err := s.sameValueChecks(sub, memo)
+		if err != nil {
+			return 0, err
+		}
+		if count += k; count > maxSameValueChecks {
+			return 0, fmt.Errorf("schema %s: checking one value would apply more than %d schemas (through $ref, allOf, anyOf, oneOf, not)", ptr(n.at), maxSameValueChecks)
+		}
+	}
+	memo[n] = count
+	return count, nil
+}
+
+// sameValue lists the subschemas of n that check the same value as n.
+func (s *Schema) sameValue(n *node) []*node {
+	same := slices.Concat(n.allOf, n.anyOf, n.oneOf)
+	if n.not != nil {
+		same = append(same, n.not)
+	}
+	if n.ref != "" {
+		same = append(same, s.root.defs[strings.TrimPrefix(n.ref, "#/$defs/")])
+	}
+	return same
+}
+
+// all appends n and every node below it (not following $ref) to out.
+func (n *node) all(seen map[*node]bool, out []*node) []*node {
+	if n == nil || seen[n] {
+		return out
+	}
+	seen[n] = true
+	out = append(out, n)
+	for _, sub := range slices.Concat(n.allOf, n.anyOf, n.oneOf, []*node{n.not, n.additional, n.items}) {
+		out = sub.all(seen, out)
+	}
+	for _, k := range slices.Sorted(maps.Keys(n.properties)) {
+		out = n.properties[k].all(seen, out)
+	}
+	for _, k := range slices.Sorted(maps.Keys(n.defs)) {
+		out = n.defs[k].all(seen, out)
+	}
+	return out
 }
 
 type compiler struct {
@@ -135,7 +205,7 @@ func (c *compiler) compile(v any, at string) (*node, error) {
 	if !ok {
 		return nil, fmt.Errorf("schema %s: must be an object or a boolean", ptr(at))
 	}
-	n := &node{}
+	n := &node{at: at}
 	bad := func(k, want string) error { return fmt.Errorf("schema %s: %s: must be %s", ptr(at), k, want) }
 	num := func(k string) (*float64, error) {
 		f, ok := m[k].(float64)

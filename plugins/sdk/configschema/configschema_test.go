@@ -1,6 +1,7 @@
 package configschema_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -74,5 +75,35 @@ func TestUnknownFieldHint(t *testing.T) {
 	}
 	if len(d) != 1 || d[0].String() != "scrpt: unknown field" || d[0].Hint != "known fields: name, script" {
 		t.Fatalf("diagnostics = %+v", d)
+	}
+}
+
+// A schema whose check of one value would not end, or would apply an
+// exponential number of schemas, is refused when compiled, naming where.
+func TestCompileRefusesRunawaySchemas(t *testing.T) {
+	chain := `{"$defs":{`
+	for i := range 30 {
+		chain += fmt.Sprintf(`"d%d":{"allOf":[{"$ref":"#/$defs/d%d"},{"$ref":"#/$defs/d%d"}]},`, i, i+1, i+1)
+	}
+	chain += `"d30":{"type":"string"}},"$ref":"#/$defs/d0"}`
+	for name, tc := range map[string]struct{ schema, want string }{
+		"self reference":  {`{"$defs":{"a":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"}`, `schema at /$defs/a: $ref "#/$defs/a": a cycle of references that never descends into the value`},
+		"cycle via allOf": {`{"$defs":{"a":{"allOf":[{"$ref":"#/$defs/b"}]},"b":{"not":{"$ref":"#/$defs/a"}}}}`, `a cycle of references that never descends into the value`},
+		"doubling chain":  {chain, `would apply more than 10000 schemas`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := configschema.Compile(tc.schema)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want %q", err, tc.want)
+			}
+		})
+	}
+	// Recursion that descends into the value is fine.
+	s, err := configschema.Compile(`{"$defs":{"n":{"type":"object","properties":{"next":{"$ref":"#/$defs/n"}},"additionalProperties":{"$ref":"#/$defs/n"}}},"$ref":"#/$defs/n"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := s.Validate(map[string]any{"next": map[string]any{"x": map[string]any{"next": 1}}}); len(d) != 1 || d[0].Field != "next.x.next" {
+		t.Fatalf("got %v", d)
 	}
 }
