@@ -17,6 +17,7 @@ import (
 	"github.com/byoc-dev/byoc/agentd/agent"
 	"github.com/byoc-dev/byoc/agentd/identity"
 	"github.com/byoc-dev/byoc/e2e/cluster"
+	"github.com/byoc-dev/byoc/imsd/auth"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1/agentv1connect"
@@ -224,7 +225,7 @@ func TestHelloSizeLimitOnEveryPath(t *testing.T) {
 				if err != nil {
 					t.Fatalf("challenge: %v", err)
 				}
-				h := &agentv1.Hello{AgentId: er.Msg.AgentId, Signature: auth.SignChallenge(key, er.Msg.AgentId, m.GetChallenge().Nonce), Capacity: 1000, Hostname: host}
+				h := &agentv1.Hello{AgentId: er.Msg.AgentId, Signature: agentproto.SignChallenge(key, er.Msg.AgentId, m.GetChallenge().Nonce), Capacity: 1000, Hostname: host}
 				for range running {
 					h.Running = append(h.Running, &agentv1.RunningJob{JobId: auth.NewSortableID("job_", time.Now()), FencingToken: 1 << 40})
 				}
