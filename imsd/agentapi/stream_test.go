@@ -1,0 +1,240 @@
+package agentapi
+
+import (
+	"context"
+	"crypto/ed25519"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/byoc-dev/byoc/imsd/dispatch"
+	"github.com/byoc-dev/byoc/imsd/store"
+	"github.com/byoc-dev/byoc/rpc/agentproto"
+	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
+)
+
+// The agent stream's state machine, driven directly: a Stream of channels,
+// a real SQLite store, and a clock the test sets. No HTTP, no polling.
+
+type chanStream struct {
+	in     chan *agentv1.ConnectRequest
+	out    chan *agentv1.ConnectResponse
+	closed chan struct{}
+}
+
+func newChanStream() *chanStream {
+	return &chanStream{in: make(chan *agentv1.ConnectRequest, 16), out: make(chan *agentv1.ConnectResponse, 64), closed: make(chan struct{})}
+}
+
+func (c *chanStream) Send(m *agentv1.ConnectResponse) error { c.out <- m; return nil }
+func (c *chanStream) Flush() error                          { return nil }
+func (c *chanStream) Receive(limit time.Duration) (*agentv1.ConnectRequest, error) {
+	var deadline <-chan time.Time
+	if limit > 0 {
+		t := time.NewTimer(limit)
+		defer t.Stop()
+		deadline = t.C
+	}
+	select {
+	case m := <-c.in:
+		return m, nil
+	case <-c.closed:
+		return nil, io.EOF
+	case <-deadline:
+		return nil, fmt.Errorf("receive: %w", os.ErrDeadlineExceeded)
+	}
+}
+
+// next is the next message imsd sent.
+func (c *chanStream) next(t *testing.T) *agentv1.ConnectResponse {
+	t.Helper()
+	select {
+	case m := <-c.out:
+		return m
+	case <-time.After(5 * time.Second):
+		t.Fatal("imsd sent nothing")
+		return nil
+	}
+}
+
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+type nopObserver struct{ conflicts int }
+
+func (nopObserver) Connected(int)           {}
+func (nopObserver) Picked(time.Duration)    {}
+func (nopObserver) Finished(store.JobState) {}
+func (o *nopObserver) IdentityConflict()    { o.conflicts++ }
+
+type streamEnv struct {
+	svc   *Service
+	st    *store.Store
+	clk   *clock
+	key   ed25519.PrivateKey
+	agent string
+	obs   *nopObserver
+}
+
+const (
+	testLease = 30 * time.Second
+	testGrace = 8 * time.Second
+)
+
+func newStreamEnv(t *testing.T) *streamEnv {
+	t.Helper()
+	ctx := context.Background()
+	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "byoc.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	clk := &clock{now: time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(st.CreateApp(ctx, store.App{ID: "app_1", Name: "shop", CreatedAt: clk.Now()}))
+	must(st.CreateInstall(ctx, store.Install{ID: "ins_1", AppID: "app_1", Name: "acme", CreatedAt: clk.Now()},
+		store.EnrollmentToken{Hash: "h1", ExpiresAt: clk.Now().Add(time.Hour), CreatedAt: clk.Now()}))
+	pub, key, _ := ed25519.GenerateKey(nil)
+	a, err := st.Enroll(ctx, "h1", store.Agent{ID: "agt_1", PublicKey: pub, Hostname: "h", Version: "v"}, clk.Now())
+	must(err)
+	obs := &nopObserver{}
+	svc := New(st, dispatch.NewHub(), Config{LeaseDuration: testLease, LeaseGrace: testGrace, HeartbeatInterval: 10 * time.Second, HelloTimeout: 5 * time.Second},
+		clk.Now, slog.New(slog.NewTextHandler(io.Discard, nil)), obs)
+	return &streamEnv{svc: svc, st: st, clk: clk, key: key, agent: a.ID, obs: obs}
+}
+
+// open runs Serve on a new stream and answers the challenge.
+func (e *streamEnv) open(t *testing.T, instance string, running ...*agentv1.RunningJob) (*chanStream, chan error) {
+	t.Helper()
+	cs := newChanStream()
+	done := make(chan error, 1)
+	go func() { done <- e.svc.Serve(context.Background(), cs) }()
+	ch := cs.next(t).GetChallenge()
+	if ch == nil {
+		t.Fatal("imsd did not open with a challenge")
+	}
+	cs.in <- &agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Hello{Hello: &agentv1.Hello{
+		AgentId: e.agent, Signature: agentproto.SignChallenge(e.key, e.agent, ch.Nonce), Capacity: 2, Instance: instance, Running: running,
+	}}}
+	t.Cleanup(func() {
+		select {
+		case <-cs.closed:
+		default:
+			close(cs.closed)
+		}
+	})
+	return cs, done
+}
+
+// Every lease deadline imsd stores is the lease plus the grace from the
+// moment it read the renewal; a heartbeat naming jobs is answered with
+// the leases renewed, and one naming a lost job gets that job refused.
+func TestLeaseRenewalsAreAnsweredAndIncludeTheGrace(t *testing.T) {
+	e := newStreamEnv(t)
+	ctx := context.Background()
+	if err := e.st.EnqueueJob(ctx, store.Job{ID: "job_1", InstallID: "ins_1", ComponentType: "action", Operation: "apply",
+		Config: []byte(`{}`), MaxAttempts: 3, Timeout: time.Minute, CreatedAt: e.clk.Now(), CreatedBy: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	cs, _ := e.open(t, "inst-a")
+	if w := cs.next(t).GetWelcome(); w == nil || w.InstallId != "ins_1" || w.LeaseDurationMs != testLease.Milliseconds() {
+		t.Fatalf("want a welcome for ins_1 with the lease, got %v", w)
+	}
+	as := cs.next(t).GetAssignment()
+	if as == nil || as.JobId != "job_1" || as.InstallId != "ins_1" {
+		t.Fatalf("want job_1 assigned, got %v", as)
+	}
+	claimedAt := e.clk.Now()
+	if j, _ := e.st.GetJob(ctx, "job_1"); !j.LeaseDeadline.Equal(claimedAt.Add(testLease + testGrace)) {
+		t.Fatalf("lease deadline after the claim = %s, want claim + lease + grace = %s", j.LeaseDeadline, claimedAt.Add(testLease+testGrace))
+	}
+
+	e.clk.Add(5 * time.Second)
+	cs.in <- &agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Ack{Ack: &agentv1.JobAck{WriteId: 1, JobId: "job_1", FencingToken: as.FencingToken}}}
+	if acc := cs.next(t).GetAccepted(); acc == nil || acc.WriteId != 1 {
+		t.Fatalf("want the ack accepted")
+	}
+	if j, _ := e.st.GetJob(ctx, "job_1"); !j.LeaseDeadline.Equal(e.clk.Now().Add(testLease + testGrace)) {
+		t.Fatalf("lease deadline after the ack = %s, want ack + lease + grace", j.LeaseDeadline)
+	}
+
+	e.clk.Add(10 * time.Second)
+	cs.in <- &agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Heartbeat{Heartbeat: &agentv1.Heartbeat{Seq: 7, Running: []*agentv1.RunningJob{
+		{JobId: "job_1", FencingToken: as.FencingToken}, {JobId: "job_gone", FencingToken: 1},
+	}}}}
+	r := cs.next(t).GetRenewed()
+	if r == nil || r.HeartbeatSeq != 7 || len(r.JobIds) != 1 || r.JobIds[0] != "job_1" {
+		t.Fatalf("want LeasesRenewed{seq 7, [job_1]}, got %v", r)
+	}
+	if rej := cs.next(t).GetRejected(); rej == nil || rej.JobId != "job_gone" {
+		t.Fatalf("want job_gone refused, got %v", rej)
+	}
+	if j, _ := e.st.GetJob(ctx, "job_1"); !j.LeaseDeadline.Equal(e.clk.Now().Add(testLease + testGrace)) {
+		t.Fatalf("lease deadline after the heartbeat = %s, want heartbeat + lease + grace", j.LeaseDeadline)
+	}
+
+	// An idle heartbeat (no jobs) gets no answer: idle agents cost nothing.
+	cs.in <- &agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Heartbeat{Heartbeat: &agentv1.Heartbeat{Seq: 8}}}
+	select {
+	case m := <-cs.out:
+		t.Fatalf("an empty heartbeat was answered: %v", m)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+// A second process with the same identity is refused while the first
+// holds the stream; a restarted process (a new instance) replaces it.
+func TestSecondProcessOfOneIdentityIsRefused(t *testing.T) {
+	e := newStreamEnv(t)
+	first, _ := e.open(t, "inst-a")
+	first.next(t) // welcome
+	second, secondDone := e.open(t, "inst-b")
+	second.next(t) // welcome: a new instance, as after a restart, takes the stream
+	// The first process comes back: it is the instance the second replaced.
+	third, thirdDone := e.open(t, "inst-a")
+	select {
+	case err := <-thirdDone:
+		if connect.CodeOf(err) != connect.CodeAborted || !strings.Contains(err.Error(), "share this agent's identity") {
+			t.Fatalf("the returning first process got %v, want aborted naming the shared identity", err)
+		}
+	case m := <-third.out:
+		t.Fatalf("the returning first process was served: %v", m)
+	case <-time.After(5 * time.Second):
+		t.Fatal("no answer to the returning first process")
+	}
+	if e.obs.conflicts != 1 {
+		t.Fatalf("conflicts counted %d, want 1", e.obs.conflicts)
+	}
+	a, err := e.st.GetAgent(context.Background(), e.agent)
+	if err != nil || a.Conflict == "" || !a.ConflictAt.Equal(e.clk.Now()) {
+		t.Fatalf("agent record = %+v, %v; want the conflict recorded now", a, err)
+	}
+	select {
+	case err := <-secondDone:
+		t.Fatalf("the holder's stream ended: %v", err)
+	default:
+	}
+	_ = first
+}
