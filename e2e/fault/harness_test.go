@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -344,7 +343,6 @@ type agentSlot struct {
 	stateDir string
 	proxy    *proxy
 	proc     *cluster.AgentProc
-	stopped  bool
 }
 
 type world struct {
@@ -569,8 +567,6 @@ func tail(s string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
-
-var _ = io.EOF
 
 // jobAgent is the agent imsd last gave job id to.
 func (w *world) jobAgent(id string) string {
