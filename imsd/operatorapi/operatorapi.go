@@ -462,6 +462,12 @@ func (s *Service) newJob(ctx context.Context, m *imsv1.EnqueueJobRequest, encode
 	case m.TimeoutSeconds > 0:
 		timeout = time.Duration(m.TimeoutSeconds) * time.Second
 	}
+	mode := store.ModeMaintenance
+	if m.Mode != "" {
+		if mode = store.Mode(m.Mode); !mode.Valid() {
+			return store.Job{}, errs.Field("mode", "must be provision, maintenance, deprovision or break_glass, got %q", m.Mode)
+		}
+	}
 	attempts := DefaultMaxAttempts
 	switch {
 	case m.MaxAttempts < 0 || m.MaxAttempts > MaxMaxAttempts:
@@ -495,6 +501,7 @@ func (s *Service) newJob(ctx context.Context, m *imsv1.EnqueueJobRequest, encode
 		Timeout:       timeout,
 		CreatedAt:     now,
 		CreatedBy:     callerFrom(ctx).Name,
+		Mode:          mode,
 	}, nil
 }
 
@@ -572,6 +579,7 @@ var statesFromProto = map[imsv1.JobState]store.JobState{
 	imsv1.JobState_JOB_STATE_FAILED:    store.JobFailed,
 	imsv1.JobState_JOB_STATE_CANCELLED: store.JobCancelled,
 	imsv1.JobState_JOB_STATE_TIMED_OUT: store.JobTimedOut,
+	imsv1.JobState_JOB_STATE_REFUSED:   store.JobRefused,
 }
 
 // ListJobs lists jobs, newest first.
@@ -940,6 +948,10 @@ func (s *Service) agentStatus(agents []store.Agent) *imsv1.AgentStatus {
 	if !a.ConflictAt.IsZero() && s.now().Sub(a.ConflictAt) < ConflictShownFor {
 		st.IdentityConflict, st.IdentityConflictTime = a.Conflict, ts(a.ConflictAt)
 	}
+	if p := a.Permissions; p != nil {
+		st.Permissions = &imsv1.Permissions{Provision: p.Provision, Maintenance: p.Maintenance, Deprovision: p.Deprovision,
+			BreakGlass: p.BreakGlass, DisabledAll: p.DisabledAll, ChangeTime: ts(p.ChangedAt), ReportTime: ts(a.PermissionsAt)}
+	}
 	return st
 }
 
@@ -990,6 +1002,7 @@ func jobFields(j store.Job) *imsv1.Job {
 		CreateTime: ts(j.CreatedAt), StartTime: ts(j.StartedAt), EndTime: ts(j.EndedAt),
 		LeaseExpireTime: ts(j.LeaseDeadline), CancelRequested: j.CancelRequested,
 		ExitCode: int32(j.ExitCode), Error: j.Error, Outputs: j.Outputs, CreatedBy: j.CreatedBy,
+		Mode: string(j.Mode),
 	}
 }
 
