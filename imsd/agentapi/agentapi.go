@@ -345,7 +345,7 @@ type conn struct {
 	inflight map[string]int64 // job id -> fencing token
 	// perms is the permission state last recorded for this agent (nil:
 	// none yet on this stream).
-	perms *store.Permissions
+	perms    *store.Permissions
 	lastSeen time.Time
 	// lastForced is when the queue was last read without a hub mark.
 	lastForced time.Time
