@@ -475,7 +475,7 @@ func (m *Model) confirmScript(install, script string) tea.Cmd {
 	return m.ask(fmt.Sprintf("run `%s` on %s", script, install), []string{
 		"Runs the script with sh -e in a fresh work dir on the install's agent,",
 		"as an `action` apply job (time limit 1 h), and follows its log.",
-		"Needs permission mode: maintenance (" + dash + " modes are not enforced yet).",
+		"Needs permission mode: maintenance (refused while the customer has it off).",
 	}, func() tea.Cmd {
 		m.actionGen = m.nextGen()
 		return runAction(m.ctx, m.conn.Client, m.actionGen, install, script)
@@ -657,7 +657,7 @@ func (m *Model) scriptBody(h int) []string {
 		"  Type a shell script and press enter; you confirm before it runs.",
 		"  It runs with sh -e in a fresh work dir on the install's agent, as an",
 		"  `action` apply job (time limit 1 h); its log opens and follows.",
-		"  Needs permission mode: maintenance (" + dash + " modes are not enforced yet).",
+		"  Needs permission mode: maintenance (refused while the customer has it off).",
 		"  Actions defined in the app config arrive with app configs; today an",
 		"  action is an ad-hoc script.",
 	}
