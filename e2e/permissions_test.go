@@ -210,3 +210,59 @@ func TestKillSwitch(t *testing.T) {
 		t.Fatalf("a job after enable-all: %v %s", end.State, end.Error)
 	}
 }
+
+// oneComponentApp is one action component, for workflow tests.
+var oneComponentApp = map[string]string{
+	"app.toml": "name = \"shop\"\n",
+	"components/db.toml": `type = "action"
+[config]
+steps = [{ name = "db", script = "echo url=pg >> $BYOC_OUTPUTS" }]
+destroy_steps = [{ name = "drop", script = "echo dropping" }]
+`,
+	"installs/acme.toml": "",
+}
+
+// A workflow whose jobs need a mode the customer turned off fails at once
+// (the refused job's end wakes the engine: its periodic pass is a minute
+// away here), its step saying why; the install keeps its components. With
+// the mode back on, the same deprovision runs.
+func TestWorkflowStepRefused(t *testing.T) {
+	skipShort(t)
+	opts := fast
+	opts.WorkflowInterval = time.Minute
+	ims := cluster.StartIMS(t, opts)
+	cli := cluster.NewCLI(t, ims)
+	pushed := cli.PushApp(oneComponentApp)
+	stateDir := filepath.Join(t.TempDir(), "agent")
+	cluster.StartAgent(t, ims.URL(), pushed.EnrollToken(t), stateDir)
+	waitConnected(t, ims, "acme")
+	if out := cli.Run(0, "install", "provision", "acme", "--wait"); !strings.Contains(out, "succeeded: 1/1 done") {
+		t.Fatalf("provision:\n%s", out)
+	}
+	permissions(t, stateDir, "disable", "deprovision")
+	cluster.Eventually(t, 5*time.Second, "imsd to show deprovision off", func() bool {
+		p := agentStatus(t, ims.Admin(), "acme").GetPermissions()
+		return p != nil && !p.Deprovision
+	})
+	start := time.Now()
+	out, errOut, code := cli.Exec("install", "deprovision", "acme", "--wait")
+	all := out + errOut
+	if code == 0 || !strings.Contains(all, "refused: deprovision is turned off in the customer's account") {
+		t.Fatalf("deprovision with deprovision off: exit %d\n%s", code, all)
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Fatalf("the refused deprovision took %s to end", d)
+	}
+	jobs, err := ims.Admin().ListJobs(context.Background(), connect.NewRequest(&imsv1.ListJobsRequest{States: []imsv1.JobState{imsv1.JobState_JOB_STATE_REFUSED}}))
+	if err != nil || len(jobs.Msg.Jobs) != 1 || jobs.Msg.Jobs[0].Mode != "deprovision" || jobs.Msg.Jobs[0].Operation != "destroy" {
+		t.Fatalf("refused jobs: %v, %v", jobs.Msg.GetJobs(), err)
+	}
+
+	permissions(t, stateDir, "enable", "deprovision")
+	cluster.Eventually(t, 5*time.Second, "imsd to show deprovision on", func() bool {
+		return agentStatus(t, ims.Admin(), "acme").GetPermissions().GetDeprovision()
+	})
+	if out := cli.Run(0, "install", "deprovision", "acme", "--wait"); !strings.Contains(out, "succeeded: 1/1 done") {
+		t.Fatalf("deprovision with deprovision on:\n%s", out)
+	}
+}
