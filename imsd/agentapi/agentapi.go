@@ -227,6 +227,9 @@ func (s *Service) open(ctx context.Context, st Stream) (*conn, error) {
 		st:       st,
 		agent:    agent,
 		capacity: int(hello.Capacity),
+		// What is stored now: a reconnecting agent whose permissions did
+		// not change costs no write.
+		perms: agent.Permissions,
 	}
 	c.ctx = ctx
 	c.sess = s.hub.Register(agent.ID, agent.InstallID, dispatch.Handlers{
@@ -561,8 +564,8 @@ func (c *conn) touch(ctx context.Context, now time.Time) {
 }
 
 // reportPermissions records the permission state the agent reported, when
-// it differs from what this stream last recorded (the first report on a
-// stream is always written: another replica may have recorded another).
+// it differs from what is recorded (read with the agent at the hello,
+// then what this stream wrote).
 // imsd only shows it; it never decides a job by it, the agent does. An
 // agent that reports none (an older agentd) leaves it as it was. c.mu is
 // held.
@@ -582,7 +585,7 @@ func (c *conn) reportPermissions(ctx context.Context, p *agentv1.Permissions, no
 		c.logger().WarnContext(ctx, "record permissions", "err", err)
 		return
 	}
-	if c.perms != nil {
+	if c.perms != nil || p.ChangeTime != nil {
 		c.logger().InfoContext(ctx, "customer changed permissions", "provision", sp.Provision, "maintenance", sp.Maintenance,
 			"deprovision", sp.Deprovision, "break_glass", sp.BreakGlass, "disabled_all", sp.DisabledAll)
 	}
