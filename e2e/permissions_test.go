@@ -131,6 +131,14 @@ func TestModeOffRefusesQueuedJob(t *testing.T) {
 		t.Fatalf("the refused job was handed out again: attempt %d", j.Attempt)
 	}
 	neverRan(t, c, agent, end, mark)
+
+	// With the agent away, a job waiting for it says it will be refused.
+	agent.Stop()
+	cluster.Eventually(t, 10*time.Second, "imsd to see the agent gone", func() bool { return !agentStatus(t, c, "acme").GetConnected() })
+	later := enqueueMode(t, c, "acme", "maintenance", "echo later")
+	if out := cli.Run(0, "job", "get", later.Id); !lineWith(out, "Pending", "not connected", "the customer has maintenance turned off (as the agent last reported)") {
+		t.Fatalf("byoc job get of a job waiting for an agent with its mode off:\n%s", out)
+	}
 }
 
 // The kill switch, with the console open in a real terminal: disable-all

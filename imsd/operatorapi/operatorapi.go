@@ -634,6 +634,37 @@ func (s *Service) GetJob(ctx context.Context, req *connect.Request[imsv1.GetJobR
 // pendingReason explains, in words an operator can act on, why a job that
 // is not running yet waits.
 func (s *Service) pendingReason(ctx context.Context, j store.Job) string {
+	why := s.pendingWhy(ctx, j)
+	if why == "" || j.State != store.JobQueued {
+		return why
+	}
+	if agents, err := s.store.AgentsForInstall(ctx, j.InstallID); err == nil && len(agents) > 0 {
+		if note := modeNote(agents[0].Permissions, j.Mode); note != "" {
+			why += "; " + note
+		}
+	}
+	return why
+}
+
+// modeNote warns, from the permission state an agent last reported, that
+// it will refuse a job of mode m ("" when it would not).
+func modeNote(p *store.Permissions, m store.Mode) string {
+	if p == nil {
+		return ""
+	}
+	off := map[store.Mode]bool{store.ModeProvision: !p.Provision, store.ModeMaintenance: !p.Maintenance,
+		store.ModeDeprovision: !p.Deprovision, store.ModeBreakGlass: !p.BreakGlass}
+	switch {
+	case p.DisabledAll:
+		return "the customer has disabled all jobs (as the agent last reported): it will refuse this one unless they enable them first"
+	case off[m]:
+		return fmt.Sprintf("the customer has %s turned off (as the agent last reported): the agent will refuse this job unless they turn it on first", m)
+	}
+	return ""
+}
+
+// pendingWhy is pendingReason without the note on permissions.
+func (s *Service) pendingWhy(ctx context.Context, j store.Job) string {
 	now := s.now()
 	switch j.State {
 	case store.JobAssigned:
