@@ -38,11 +38,13 @@ func (c cancelled) Error() string { return "cancelled: " + c.reason }
 // immutable ones are guarded by Agent.mu.
 //
 // The lifecycle: assigned (registered, ack in flight) → started (imsd
-// accepted the ack, which renewed the lease; the plugin runs) → finished
-// (result waiting for imsd) → forgotten. An attempt is never started
-// before imsd confirms that this agent holds its lease, and is stopped
-// by the agent itself once a whole lease passed without a confirmed
-// renewal (the watchdog in lease.go).
+// accepted the ack, which renewed the lease; the plugin runs if the
+// customer's permissions allow the job's mode, else the attempt ends
+// refused at once) → finished (result waiting for imsd) → forgotten. An
+// attempt is never started before imsd confirms that this agent holds
+// its lease, and is stopped by the agent itself once a whole lease passed
+// without a confirmed renewal (the watchdog in lease.go) or once the
+// customer's permissions no longer allow it (permissions.go).
 type jobRun struct {
 	id      string
 	token   int64
