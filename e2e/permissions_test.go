@@ -274,3 +274,55 @@ func TestWorkflowStepRefused(t *testing.T) {
 		t.Fatalf("deprovision with deprovision on:\n%s", out)
 	}
 }
+
+// breakGlassApp has one break-glass action.
+var breakGlassApp = map[string]string{
+	"app.toml": "name = \"shop\"\n",
+	"actions/debug.toml": `description = "Opens a debug shell."
+mode = "break_glass"
+[[step]]
+name = "debug"
+script = "echo RAN"
+`,
+	"installs/acme.toml": "",
+}
+
+// A break-glass action without a grant is refused by the agent: with
+// break_glass off (the default) because it is off, and with it on because
+// no grant exists (grants are not supported yet). The run's job needs
+// break_glass, from the action's declared mode.
+func TestBreakGlassActionWithoutGrantIsRefused(t *testing.T) {
+	skipShort(t)
+	opts := fast
+	opts.WorkflowInterval = 200 * time.Millisecond
+	ims := cluster.StartIMS(t, opts)
+	cli := cluster.NewCLI(t, ims)
+	pushed := cli.PushApp(breakGlassApp)
+	stateDir := filepath.Join(t.TempDir(), "agent")
+	cluster.StartAgent(t, ims.URL(), pushed.EnrollToken(t), stateDir)
+	waitConnected(t, ims, "acme")
+
+	out, errOut, code := cli.Exec("action", "run", "acme", "debug", "--wait")
+	if code == 0 || !strings.Contains(out+errOut, "refused: break_glass is turned off in the customer's account") {
+		t.Fatalf("a break-glass action with break_glass off: exit %d\n%s%s", code, out, errOut)
+	}
+	permissions(t, stateDir, "enable", "break_glass")
+	out, errOut, code = cli.Exec("action", "run", "acme", "debug", "--wait")
+	if code == 0 || !strings.Contains(out+errOut, "refused: break_glass jobs need a break-glass grant approved by the customer") {
+		t.Fatalf("a break-glass action with break_glass on and no grant: exit %d\n%s%s", code, out, errOut)
+	}
+	jobs, err := ims.Admin().ListJobs(context.Background(), connect.NewRequest(&imsv1.ListJobsRequest{}))
+	if err != nil || len(jobs.Msg.Jobs) != 2 {
+		t.Fatalf("jobs: %v, %v", jobs.Msg.GetJobs(), err)
+	}
+	for _, j := range jobs.Msg.Jobs {
+		if j.Mode != "break_glass" || j.State != imsv1.JobState_JOB_STATE_REFUSED {
+			t.Fatalf("job %s: mode %q, %v", j.Id, j.Mode, j.State)
+		}
+		for _, l := range cluster.Logs(t, ims.Admin(), j.Id) {
+			if strings.Contains(l.Text, "RAN") && !strings.HasPrefix(l.Text, "[agentd]") {
+				t.Fatalf("a refused break-glass job ran: %q", l.Text)
+			}
+		}
+	}
+}
