@@ -5,6 +5,8 @@
 //	agentd --ims URL --enroll-token T --state-dir DIR   enrol once, then serve
 //	agentd --ims URL --state-dir DIR                    serve with the saved identity
 //	agentd plugin TYPE                                  serve a built-in component type (the loader runs this)
+//	agentd permissions --state-dir DIR show|enable MODE|disable MODE|disable-all|enable-all
+//	                                                    the customer's permission modes and kill switch
 package main
 
 import (
@@ -18,6 +20,7 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/byoc-dev/byoc/agentd/agent"
 	"github.com/byoc-dev/byoc/agentd/pluginhost"
@@ -39,6 +42,9 @@ var builtins = map[string]func() sdk.Plugin{
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "plugin" {
 		os.Exit(servePlugin(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "permissions" {
+		os.Exit(permissionsCmd(os.Args[2:], os.Stdout, os.Stderr, time.Now()))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -45,6 +45,8 @@ type Job struct {
 	Operation     string
 	Config        map[string]any
 	Timeout       time.Duration
+	// Mode is the permission mode the job needs; the agent checked it.
+	Mode string
 }
 
 // Outcome is how a job ended.
@@ -78,6 +80,10 @@ type Config struct {
 	// Now is the clock (default time.Now). Leases are counted on both the
 	// monotonic and the wall reading of what it returns.
 	Now func() time.Time
+	// PermissionsPoll is how often the agent looks at the customer's
+	// permission file while it runs (default 1s); it also reads it right
+	// before every job and at every heartbeat.
+	PermissionsPoll time.Duration
 }
 
 // Agent is a running agentd.
@@ -106,6 +112,14 @@ type Agent struct {
 	// connected is closed and replaced at every state change, for tests.
 	stateCh   chan struct{}
 	connected bool
+
+	// permMu guards perm, the customer's permission state as last read
+	// (permissions.go). It is never held together with mu.
+	permMu sync.Mutex
+	perm   permState
+	// permKick asks the session for a heartbeat now: the permission
+	// state changed.
+	permKick chan struct{}
 }
 
 // New loads the agent's identity from the state dir, enrolling first if
@@ -144,6 +158,9 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.PermissionsPoll <= 0 {
+		cfg.PermissionsPoll = time.Second
+	}
 	a := &Agent{
 		cfg:      cfg,
 		client:   agentv1connect.NewAgentServiceClient(cfg.HTTPClient, strings.TrimRight(cfg.IMSURL, "/")),
@@ -153,6 +170,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		instance: newInstanceID(),
 		kick:     make(chan struct{}, 1),
 		logKick:  make(chan struct{}, 1),
+		permKick: make(chan struct{}, 1),
 		stateCh:  make(chan struct{}),
 	}
 	id, err := identity.Load(cfg.StateDir)
@@ -264,6 +282,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	wctx, stopWatch := context.WithCancel(context.Background())
 	defer stopWatch()
 	go a.watchLeases(wctx)
+	go a.watchPermissions(wctx)
 	retry := backoff.New(a.cfg.BackoffMin, a.cfg.BackoffMax)
 	for {
 		start := time.Now()

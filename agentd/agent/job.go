@@ -38,18 +38,22 @@ func (c cancelled) Error() string { return "cancelled: " + c.reason }
 // immutable ones are guarded by Agent.mu.
 //
 // The lifecycle: assigned (registered, ack in flight) → started (imsd
-// accepted the ack, which renewed the lease; the plugin runs) → finished
-// (result waiting for imsd) → forgotten. An attempt is never started
-// before imsd confirms that this agent holds its lease, and is stopped
-// by the agent itself once a whole lease passed without a confirmed
-// renewal (the watchdog in lease.go).
+// accepted the ack, which renewed the lease; the plugin runs if the
+// customer's permissions allow the job's mode, else the attempt ends
+// refused at once) → finished (result waiting for imsd) → forgotten. An
+// attempt is never started before imsd confirms that this agent holds
+// its lease, and is stopped by the agent itself once a whole lease passed
+// without a confirmed renewal (the watchdog in lease.go) or once the
+// customer's permissions no longer allow it (permissions.go).
 type jobRun struct {
 	id      string
 	token   int64
 	attempt int32
-	as      *agentv1.JobAssignment
-	ctx     context.Context
-	cancel  context.CancelCauseFunc
+	// mode is the permission mode the job needs.
+	mode   string
+	as     *agentv1.JobAssignment
+	ctx    context.Context
+	cancel context.CancelCauseFunc
 	// prev is an earlier attempt of the same job still stopping on this
 	// agent; this one starts only once prev's plugin has exited.
 	prev *jobRun
@@ -104,7 +108,7 @@ func (a *Agent) assign(ctx context.Context, as *agentv1.JobAssignment) {
 	}
 	jctx, cancel := context.WithCancelCause(ctx)
 	j := &jobRun{
-		id: as.JobId, token: as.FencingToken, attempt: as.Attempt, as: as,
+		id: as.JobId, token: as.FencingToken, attempt: as.Attempt, mode: as.Mode, as: as,
 		ctx: jctx, cancel: cancel, prev: prev, done: make(chan struct{}),
 		leaseUntil: now.Add(a.leaseLocked()),
 	}
@@ -130,7 +134,7 @@ func (a *Agent) beginLocked(j *jobRun) {
 	job := Job{
 		ID: as.JobId, InstallID: as.InstallId, Attempt: as.Attempt,
 		ComponentType: as.ComponentType, Operation: as.Operation,
-		Config: as.Config.AsMap(), Timeout: timeout,
+		Config: as.Config.AsMap(), Timeout: timeout, Mode: as.Mode,
 	}
 	a.wg.Add(1)
 	go a.run(j, job)
@@ -149,6 +153,17 @@ func (a *Agent) run(j *jobRun, job Job) {
 		case <-j.ctx.Done():
 		}
 		j.prev = nil
+	}
+	if j.ctx.Err() == nil {
+		// The customer's permissions decide, right before the plugin
+		// would start: a refused job never runs anything, and its
+		// refusal is its result, written under its lease like any other.
+		if why := a.refusal(job.Mode); why != "" {
+			a.log.Warn("job refused", "job", j.id, "attempt", j.attempt, "mode", job.Mode, "why", why)
+			a.appendLog(j, StreamSystem, "[agentd] "+why)
+			a.finish(j, Outcome{Outcome: agentv1.Outcome_OUTCOME_REFUSED, ExitCode: -1, Error: why})
+			return
+		}
 	}
 	var out Outcome
 	timedOut := false

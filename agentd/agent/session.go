@@ -63,13 +63,14 @@ func (a *Agent) session(ctx context.Context) error {
 	running, held := a.leases()
 	helloAt := a.now()
 	if err := st.Send(&agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Hello{Hello: &agentv1.Hello{
-		AgentId:   a.id.AgentID,
-		Signature: agentproto.SignChallenge(a.id.PrivateKey, a.id.AgentID, ch.Nonce),
-		Capacity:  int32(a.cfg.Capacity),
-		Running:   running,
-		Version:   a.cfg.Version,
-		Hostname:  host,
-		Instance:  a.instance,
+		AgentId:     a.id.AgentID,
+		Signature:   agentproto.SignChallenge(a.id.PrivateKey, a.id.AgentID, ch.Nonce),
+		Capacity:    int32(a.cfg.Capacity),
+		Running:     running,
+		Version:     a.cfg.Version,
+		Hostname:    host,
+		Instance:    a.instance,
+		Permissions: a.permissionsProto(),
 	}}}); err != nil {
 		return fmt.Errorf("send hello: %w", err)
 	}
@@ -142,12 +143,12 @@ func (a *Agent) session(ctx context.Context) error {
 			if oldest, ok := ss.oldestBeat(); ok && a.elapsedSince(oldest) > a.deadAfter() {
 				return fmt.Errorf("imsd has not answered a heartbeat for %s", a.elapsedSince(oldest).Round(time.Millisecond))
 			}
-			running, tokens := a.leases()
-			ss.nextBeat++
-			if len(running) > 0 {
-				ss.beats[ss.nextBeat] = heartbeatRef{sentAt: a.now(), tokens: tokens}
+			if err := a.heartbeatNow(st, ss); err != nil {
+				return err
 			}
-			if err := st.Send(&agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Heartbeat{Heartbeat: &agentv1.Heartbeat{Running: running, Seq: ss.nextBeat}}}); err != nil {
+		case <-a.permKick:
+			// The customer changed their permissions: tell imsd now.
+			if err := a.heartbeatNow(st, ss); err != nil {
 				return err
 			}
 		case <-a.kick:
@@ -172,6 +173,19 @@ func (a *Agent) session(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// heartbeatNow sends a heartbeat naming the jobs held and the customer's
+// permission state.
+func (a *Agent) heartbeatNow(st *clientStream, ss *sessionState) error {
+	perms := a.permissionsProto()
+	running, tokens := a.leases()
+	ss.nextBeat++
+	if len(running) > 0 {
+		ss.beats[ss.nextBeat] = heartbeatRef{sentAt: a.now(), tokens: tokens}
+	}
+	return st.Send(&agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Heartbeat{Heartbeat: &agentv1.Heartbeat{
+		Running: running, Seq: ss.nextBeat, Permissions: perms}}})
 }
 
 // sessionState is what one stream keeps about its writes and heartbeats

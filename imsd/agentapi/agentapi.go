@@ -230,6 +230,9 @@ func (s *Service) open(ctx context.Context, st Stream) (*conn, error) {
 		st:       st,
 		agent:    agent,
 		capacity: int(hello.Capacity),
+		// What is stored now: a reconnecting agent whose permissions did
+		// not change costs no write.
+		perms: agent.Permissions,
 	}
 	c.ctx = ctx
 	c.sess = s.hub.Register(agent.ID, agent.InstallID, dispatch.Handlers{
@@ -349,6 +352,9 @@ type conn struct {
 	mu       sync.Mutex
 	dead     bool
 	inflight map[string]int64 // job id -> fencing token
+	// perms is the permission state last recorded for this agent (nil:
+	// none yet on this stream).
+	perms    *store.Permissions
 	lastSeen time.Time
 	// lastForced is when the queue was last read without a hub mark.
 	lastForced time.Time
@@ -408,6 +414,7 @@ func (c *conn) welcomeLocked(ctx context.Context, hello *agentv1.Hello) error {
 	}
 	c.logger().InfoContext(ctx, "agent connected", "reattached", len(renewed), "lost", len(lost))
 	c.touch(ctx, now)
+	c.reportPermissions(ctx, hello.Permissions, now)
 	c.lastForced = now
 	return c.claim(ctx, true)
 }
@@ -562,6 +569,36 @@ func (c *conn) touch(ctx context.Context, now time.Time) {
 	c.lastSeen = now
 }
 
+// reportPermissions records the permission state the agent reported, when
+// it differs from what is recorded (read with the agent at the hello,
+// then what this stream wrote).
+// imsd only shows it; it never decides a job by it, the agent does. An
+// agent that reports none (an older agentd) leaves it as it was. c.mu is
+// held.
+func (c *conn) reportPermissions(ctx context.Context, p *agentv1.Permissions, now time.Time) {
+	if p == nil {
+		return
+	}
+	sp := store.Permissions{Provision: p.Provision, Maintenance: p.Maintenance, Deprovision: p.Deprovision,
+		BreakGlass: p.BreakGlass, DisabledAll: p.DisabledAll}
+	if p.ChangeTime != nil {
+		sp.ChangedAt = p.ChangeTime.AsTime()
+	}
+	if c.perms != nil && c.perms.Equal(sp) {
+		return
+	}
+	if err := c.svc.store.SetAgentPermissions(ctx, c.agent.ID, sp, now); err != nil {
+		c.logger().WarnContext(ctx, "record permissions", "err", err)
+		return
+	}
+	if c.perms != nil || p.ChangeTime != nil {
+		c.logger().InfoContext(ctx, "customer changed permissions", "provision", sp.Provision, "maintenance", sp.Maintenance,
+			"deprovision", sp.Deprovision, "break_glass", sp.BreakGlass, "disabled_all", sp.DisabledAll)
+	}
+	c.perms = &sp
+	c.svc.hub.FleetChanged()
+}
+
 // claim hands out queued jobs of the install up to the agent's free
 // capacity. With force unset it first asks the hub whether anything may be
 // queued, which saves a database round trip after most finished jobs.
@@ -621,6 +658,7 @@ func (c *conn) handle(ctx context.Context, m *agentv1.ConnectRequest) error {
 	switch msg := m.Msg.(type) {
 	case *agentv1.ConnectRequest_Heartbeat:
 		c.touch(ctx, now)
+		c.reportPermissions(ctx, msg.Heartbeat.Permissions, now)
 		renewed, lost, err := s.store.RenewLeases(ctx, c.agent.ID, leases(msg.Heartbeat.Running), s.reclaimAfter(now))
 		if err != nil {
 			return s.err(ctx, err)
@@ -694,7 +732,7 @@ func (c *conn) handle(ctx context.Context, m *agentv1.ConnectRequest) error {
 		r := msg.Result
 		state, ok := outcomes[r.Outcome]
 		if !ok {
-			return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("result.outcome: must be succeeded, failed, cancelled or timed_out, got %v", r.Outcome))
+			return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("result.outcome: must be succeeded, failed, cancelled, timed_out or refused, got %v", r.Outcome))
 		}
 		if len(r.Error) > MaxLogLineBytes {
 			r.Error = r.Error[:MaxLogLineBytes]
@@ -739,6 +777,7 @@ var outcomes = map[agentv1.Outcome]store.JobState{
 	agentv1.Outcome_OUTCOME_FAILED:    store.JobFailed,
 	agentv1.Outcome_OUTCOME_CANCELLED: store.JobCancelled,
 	agentv1.Outcome_OUTCOME_TIMED_OUT: store.JobTimedOut,
+	agentv1.Outcome_OUTCOME_REFUSED:   store.JobRefused,
 }
 
 func leases(running []*agentv1.RunningJob) []store.Lease {
@@ -772,6 +811,7 @@ func assignment(j store.Job, installID string) (*agentv1.JobAssignment, error) {
 		Operation:      j.Operation,
 		TimeoutSeconds: int64(j.Timeout / time.Second),
 		InstallId:      installID,
+		Mode:           string(j.Mode),
 	}
 	a.ProtoReflect().SetUnknown(field)
 	return a, nil

@@ -462,6 +462,12 @@ func (s *Service) newJob(ctx context.Context, m *imsv1.EnqueueJobRequest, encode
 	case m.TimeoutSeconds > 0:
 		timeout = time.Duration(m.TimeoutSeconds) * time.Second
 	}
+	mode := store.ModeMaintenance
+	if m.Mode != "" {
+		if mode = store.Mode(m.Mode); !mode.Valid() {
+			return store.Job{}, errs.Field("mode", "must be provision, maintenance, deprovision or break_glass, got %q", m.Mode)
+		}
+	}
 	attempts := DefaultMaxAttempts
 	switch {
 	case m.MaxAttempts < 0 || m.MaxAttempts > MaxMaxAttempts:
@@ -495,6 +501,7 @@ func (s *Service) newJob(ctx context.Context, m *imsv1.EnqueueJobRequest, encode
 		Timeout:       timeout,
 		CreatedAt:     now,
 		CreatedBy:     callerFrom(ctx).Name,
+		Mode:          mode,
 	}, nil
 }
 
@@ -572,6 +579,7 @@ var statesFromProto = map[imsv1.JobState]store.JobState{
 	imsv1.JobState_JOB_STATE_FAILED:    store.JobFailed,
 	imsv1.JobState_JOB_STATE_CANCELLED: store.JobCancelled,
 	imsv1.JobState_JOB_STATE_TIMED_OUT: store.JobTimedOut,
+	imsv1.JobState_JOB_STATE_REFUSED:   store.JobRefused,
 }
 
 // ListJobs lists jobs, newest first.
@@ -626,6 +634,37 @@ func (s *Service) GetJob(ctx context.Context, req *connect.Request[imsv1.GetJobR
 // pendingReason explains, in words an operator can act on, why a job that
 // is not running yet waits.
 func (s *Service) pendingReason(ctx context.Context, j store.Job) string {
+	why := s.pendingWhy(ctx, j)
+	if why == "" || j.State != store.JobQueued {
+		return why
+	}
+	if agents, err := s.store.AgentsForInstall(ctx, j.InstallID); err == nil && len(agents) > 0 {
+		if note := modeNote(agents[0].Permissions, j.Mode); note != "" {
+			why += "; " + note
+		}
+	}
+	return why
+}
+
+// modeNote warns, from the permission state an agent last reported, that
+// it will refuse a job of mode m ("" when it would not).
+func modeNote(p *store.Permissions, m store.Mode) string {
+	if p == nil {
+		return ""
+	}
+	off := map[store.Mode]bool{store.ModeProvision: !p.Provision, store.ModeMaintenance: !p.Maintenance,
+		store.ModeDeprovision: !p.Deprovision, store.ModeBreakGlass: !p.BreakGlass}
+	switch {
+	case p.DisabledAll:
+		return "the customer has disabled all jobs (as the agent last reported): it will refuse this one unless they enable them first"
+	case off[m]:
+		return fmt.Sprintf("the customer has %s turned off (as the agent last reported): the agent will refuse this job unless they turn it on first", m)
+	}
+	return ""
+}
+
+// pendingWhy is pendingReason without the note on permissions.
+func (s *Service) pendingWhy(ctx context.Context, j store.Job) string {
 	now := s.now()
 	switch j.State {
 	case store.JobAssigned:
@@ -940,6 +979,10 @@ func (s *Service) agentStatus(agents []store.Agent) *imsv1.AgentStatus {
 	if !a.ConflictAt.IsZero() && s.now().Sub(a.ConflictAt) < ConflictShownFor {
 		st.IdentityConflict, st.IdentityConflictTime = a.Conflict, ts(a.ConflictAt)
 	}
+	if p := a.Permissions; p != nil {
+		st.Permissions = &imsv1.Permissions{Provision: p.Provision, Maintenance: p.Maintenance, Deprovision: p.Deprovision,
+			BreakGlass: p.BreakGlass, DisabledAll: p.DisabledAll, ChangeTime: ts(p.ChangedAt), ReportTime: ts(a.PermissionsAt)}
+	}
 	return st
 }
 
@@ -990,6 +1033,7 @@ func jobFields(j store.Job) *imsv1.Job {
 		CreateTime: ts(j.CreatedAt), StartTime: ts(j.StartedAt), EndTime: ts(j.EndedAt),
 		LeaseExpireTime: ts(j.LeaseDeadline), CancelRequested: j.CancelRequested,
 		ExitCode: int32(j.ExitCode), Error: j.Error, Outputs: j.Outputs, CreatedBy: j.CreatedBy,
+		Mode: string(j.Mode),
 	}
 }
 

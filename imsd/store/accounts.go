@@ -382,17 +382,53 @@ type agentRow struct {
 	LastSeenAt int64  `db:"last_seen_at"`
 	ConflictAt int64  `db:"conflict_at"`
 	Conflict   string `db:"conflict"`
+	// Permissions is JSON, "" for never reported.
+	Permissions   string `db:"permissions"`
+	PermissionsAt int64  `db:"permissions_at"`
 }
 
 func (r agentRow) agent() Agent {
-	return Agent{
+	a := Agent{
 		ID: r.ID, InstallID: r.InstallID, PublicKey: r.PublicKey, Hostname: r.Hostname, Version: r.Version,
 		EnrolledAt: fromNanos(r.EnrolledAt), LastSeenAt: fromNanos(r.LastSeenAt),
-		ConflictAt: fromNanos(r.ConflictAt), Conflict: r.Conflict,
+		ConflictAt: fromNanos(r.ConflictAt), Conflict: r.Conflict, PermissionsAt: fromNanos(r.PermissionsAt),
 	}
+	if r.Permissions != "" {
+		var p Permissions
+		// imsd wrote it; an unreadable one shows as never reported.
+		if json.Unmarshal([]byte(r.Permissions), &p) == nil {
+			a.Permissions = &p
+		}
+	}
+	return a
 }
 
-const agentCols = `id, install_id, public_key, hostname, version, enrolled_at, last_seen_at, conflict_at, conflict`
+const agentCols = `id, install_id, public_key, hostname, version, enrolled_at, last_seen_at, conflict_at, conflict,
+	permissions, permissions_at`
+
+// SetAgentPermissions records the permission state agent id reported at
+// now. imsd calls it when the state differs from what it last recorded.
+func (s *Store) SetAgentPermissions(ctx context.Context, id string, p Permissions, now time.Time) error {
+	if err := requireTime("now", now); err != nil {
+		return err
+	}
+	b, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	return s.writeOne(ctx, "record agent permissions", func(tx *txn) error {
+		res, err := tx.ExecContext(ctx, s.bind(`UPDATE agents SET permissions = ?, permissions_at = ? WHERE id = ?`), string(b), nanos(now), id)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 0 {
+			return errs.E(errs.NotFound, "agent %q not found", id)
+		}
+		return nil
+	})
+}
 
 // GetAgent returns the agent with ID id.
 func (s *Store) GetAgent(ctx context.Context, id string) (Agent, error) {

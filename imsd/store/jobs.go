@@ -43,11 +43,12 @@ type jobRow struct {
 	Error           string `db:"error"`
 	Outputs         string `db:"outputs"`
 	CreatedBy       string `db:"created_by"`
+	Mode            string `db:"mode"`
 }
 
 const jobCols = `id, install_id, component_type, operation, config, state, attempt, max_attempts, timeout_ns,
 	fencing_token, agent_id, lease_deadline, cancel_requested, cancel_reason, created_at, started_at, ended_at,
-	exit_code, error, outputs, created_by`
+	exit_code, error, outputs, created_by, mode`
 
 // jobColsQualified is jobCols prefixed with the table name, for statements
 // that join another relation with the same column names.
@@ -63,7 +64,7 @@ var jobColsQualified = func() string {
 func (r *jobRow) dest() []any {
 	return []any{&r.ID, &r.InstallID, &r.ComponentType, &r.Operation, &r.Config, &r.State, &r.Attempt, &r.MaxAttempts,
 		&r.TimeoutNS, &r.FencingToken, &r.AgentID, &r.LeaseDeadline, &r.CancelRequested, &r.CancelReason, &r.CreatedAt,
-		&r.StartedAt, &r.EndedAt, &r.ExitCode, &r.Error, &r.Outputs, &r.CreatedBy}
+		&r.StartedAt, &r.EndedAt, &r.ExitCode, &r.Error, &r.Outputs, &r.CreatedBy, &r.Mode}
 }
 
 // getJobRow runs q, which returns jobCols, and scans its one row: the
@@ -103,7 +104,7 @@ func (r jobRow) job() (Job, error) {
 		Timeout: time.Duration(r.TimeoutNS), FencingToken: r.FencingToken, AgentID: r.AgentID,
 		LeaseDeadline: fromNanos(r.LeaseDeadline), CancelRequested: r.CancelRequested, CancelReason: r.CancelReason,
 		CreatedAt: fromNanos(r.CreatedAt), StartedAt: fromNanos(r.StartedAt), EndedAt: fromNanos(r.EndedAt),
-		ExitCode: r.ExitCode, Error: r.Error, Outputs: out, CreatedBy: r.CreatedBy,
+		ExitCode: r.ExitCode, Error: r.Error, Outputs: out, CreatedBy: r.CreatedBy, Mode: Mode(r.Mode),
 	}, nil
 }
 
@@ -146,6 +147,8 @@ func checkNewJob(j Job) (config string, err error) {
 		return "", errs.Field("max_attempts", "must be at least 1, got %d", j.MaxAttempts)
 	case j.Timeout <= 0:
 		return "", errs.Field("timeout", "must be positive, got %s", j.Timeout)
+	case j.Mode != "" && !j.Mode.Valid():
+		return "", errs.Field("mode", "must be provision, maintenance, deprovision or break_glass, got %q", j.Mode)
 	}
 	if err := requireTime("created_at", j.CreatedAt); err != nil {
 		return "", err
@@ -170,10 +173,18 @@ func insertError(j Job, err error) error {
 	return err
 }
 
+// modeOf is the mode a new job is stored with: its own, or maintenance.
+func modeOf(j Job) Mode {
+	if j.Mode == "" {
+		return ModeMaintenance
+	}
+	return j.Mode
+}
+
 func (s *Store) insertQueued(ctx context.Context, tx *txn, j Job, config string) error {
 	_, err := tx.ExecContext(ctx, s.bind(`INSERT INTO jobs (id, install_id, component_type, operation, config, state,
-		max_attempts, timeout_ns, created_at, created_by) VALUES (?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?)`),
-		j.ID, j.InstallID, j.ComponentType, j.Operation, config, j.MaxAttempts, int64(j.Timeout), nanos(j.CreatedAt), j.CreatedBy)
+		max_attempts, timeout_ns, created_at, created_by, mode) VALUES (?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?)`),
+		j.ID, j.InstallID, j.ComponentType, j.Operation, config, j.MaxAttempts, int64(j.Timeout), nanos(j.CreatedAt), j.CreatedBy, string(modeOf(j)))
 	if err != nil {
 		return insertError(j, err)
 	}
@@ -293,6 +304,7 @@ func (s *Store) insertNewJobs(ctx context.Context, tx *txn, jobs []NewJob, confi
 func (s *Store) insertNew(ctx context.Context, tx *txn, n NewJob, config string) (Job, error) {
 	j := n.Job
 	j.Config = []byte(config)
+	j.Mode = modeOf(j)
 	j.State, j.Attempt, j.CancelRequested, j.CancelReason = JobQueued, 0, false, ""
 	j.FencingToken, j.AgentID, j.LeaseDeadline = 0, "", time.Time{}
 	j.StartedAt, j.EndedAt, j.ExitCode, j.Error, j.Outputs = time.Time{}, time.Time{}, 0, "", nil
@@ -309,10 +321,10 @@ func (s *Store) insertNew(ctx context.Context, tx *txn, n NewJob, config string)
 			// statement journal an INSERT ... SELECT needs, which cost a
 			// third of the insert.
 			_, err := tx.ExecContext(ctx, s.bind(`INSERT INTO jobs (id, install_id, component_type, operation, config, state,
-				attempt, max_attempts, timeout_ns, fencing_token, agent_id, lease_deadline, created_at, created_by)
-				VALUES (?, ?, ?, ?, ?, 'assigned', 1, ?, ?, ?, ?, ?, ?, ?)`),
+				attempt, max_attempts, timeout_ns, fencing_token, agent_id, lease_deadline, created_at, created_by, mode)
+				VALUES (?, ?, ?, ?, ?, 'assigned', 1, ?, ?, ?, ?, ?, ?, ?, ?)`),
 				j.ID, j.InstallID, j.ComponentType, j.Operation, config, j.MaxAttempts, int64(j.Timeout), token,
-				n.AgentID, nanos(n.LeaseUntil), nanos(j.CreatedAt), j.CreatedBy)
+				n.AgentID, nanos(n.LeaseUntil), nanos(j.CreatedAt), j.CreatedBy, string(j.Mode))
 			if err != nil {
 				return Job{}, insertError(j, err)
 			}

@@ -14,8 +14,10 @@ const (
 // JobState is where a job is in its life.
 type JobState string
 
-// The job states. Succeeded, failed, cancelled and timed out are terminal:
-// a job in one of them never changes again.
+// The job states. Succeeded, failed, cancelled, timed out and refused are
+// terminal: a job in one of them never changes again. Refused is a job
+// its agent would not run because the permission mode it needs is turned
+// off in the customer's account; it is never retried.
 const (
 	JobQueued    JobState = "queued"
 	JobAssigned  JobState = "assigned"
@@ -24,15 +26,55 @@ const (
 	JobFailed    JobState = "failed"
 	JobCancelled JobState = "cancelled"
 	JobTimedOut  JobState = "timed_out"
+	JobRefused   JobState = "refused"
 )
 
 // Terminal reports whether s is a final state.
 func (s JobState) Terminal() bool {
 	switch s {
-	case JobSucceeded, JobFailed, JobCancelled, JobTimedOut:
+	case JobSucceeded, JobFailed, JobCancelled, JobTimedOut, JobRefused:
 		return true
 	}
 	return false
+}
+
+// Mode is a permission mode: what a job needs the customer to allow.
+type Mode string
+
+// The permission modes.
+const (
+	ModeProvision   Mode = "provision"
+	ModeMaintenance Mode = "maintenance"
+	ModeDeprovision Mode = "deprovision"
+	ModeBreakGlass  Mode = "break_glass"
+)
+
+// Valid reports whether m is one of the permission modes.
+func (m Mode) Valid() bool {
+	switch m {
+	case ModeProvision, ModeMaintenance, ModeDeprovision, ModeBreakGlass:
+		return true
+	}
+	return false
+}
+
+// Permissions is a customer's permission state as their agent reports it.
+// imsd only records it: the customer sets it on the agent's side.
+type Permissions struct {
+	Provision   bool `json:"provision"`
+	Maintenance bool `json:"maintenance"`
+	Deprovision bool `json:"deprovision"`
+	BreakGlass  bool `json:"break_glass"`
+	// DisabledAll is the kill switch: every job is refused.
+	DisabledAll bool `json:"disabled_all,omitempty"`
+	// ChangedAt is when the customer last changed it (zero: defaults).
+	ChangedAt time.Time `json:"changed_at,omitzero"`
+}
+
+// Equal reports whether p and q say the same (times compared as instants).
+func (p Permissions) Equal(q Permissions) bool {
+	return p.Provision == q.Provision && p.Maintenance == q.Maintenance && p.Deprovision == q.Deprovision &&
+		p.BreakGlass == q.BreakGlass && p.DisabledAll == q.DisabledAll && p.ChangedAt.Equal(q.ChangedAt)
 }
 
 // APIToken is an operator credential. Only the SHA-256 of its secret is stored.
@@ -139,6 +181,10 @@ type Agent struct {
 	// identity (zero: never), and Conflict what it saw.
 	ConflictAt time.Time
 	Conflict   string
+	// Permissions is the customer's permission state the agent last
+	// reported (nil: never), at PermissionsAt.
+	Permissions   *Permissions
+	PermissionsAt time.Time
 }
 
 // Job is one unit of work for one install's agent, handed out under a lease.
@@ -167,6 +213,9 @@ type Job struct {
 	Error           string
 	Outputs         map[string]string
 	CreatedBy       string
+	// Mode is the permission mode the job needs ("" when enqueued means
+	// maintenance).
+	Mode Mode
 }
 
 // Lease names a job an agent holds and the fencing token it holds it with.

@@ -330,7 +330,7 @@ func (s *Store) WorkflowsToAdvance(ctx context.Context, onlyEnded bool) ([]strin
 	q := `SELECT id FROM workflows WHERE state IN ('queued', 'running') ORDER BY created_at, id`
 	if onlyEnded {
 		q = `SELECT DISTINCT workflow_steps.workflow_id FROM workflow_steps JOIN jobs ON jobs.id = workflow_steps.job_id
-			WHERE workflow_steps.state = 'running' AND jobs.state IN ('succeeded', 'failed', 'cancelled', 'timed_out')
+			WHERE workflow_steps.state = 'running' AND jobs.state IN ('succeeded', 'failed', 'cancelled', 'timed_out', 'refused')
 			ORDER BY workflow_steps.workflow_id`
 	}
 	var ids []string

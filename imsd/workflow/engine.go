@@ -384,6 +384,8 @@ func (e *Engine) finish(ctx context.Context, wf store.Workflow, s *store.Step, j
 	case store.JobCancelled:
 		state = store.StepCancelled
 	}
+	// A refused job (its mode is off in the customer's account) fails its
+	// step for good, with the agent's words: no retry would change that.
 	msg := j.Error
 	if state == store.StepFailed && msg == "" {
 		msg = fmt.Sprintf("job %s %s", j.ID, j.State)
@@ -453,6 +455,8 @@ type stepContext struct {
 	inputs    map[string]any
 	outputs   map[string]map[string]string
 	sensitive []string
+	// app is the workflow's app revision.
+	app *config.App
 }
 
 func (e *Engine) stepContext(ctx context.Context, wf store.Workflow) (*stepContext, error) {
@@ -475,6 +479,7 @@ func (e *Engine) stepContext(ctx context.Context, wf store.Workflow) (*stepConte
 	if err != nil {
 		return nil, err
 	}
+	sc.app = app
 	for _, n := range app.SensitiveInputs() {
 		if v, ok := sc.inputs[n]; ok {
 			if s := config.InputText(v); s != "" {
@@ -499,7 +504,8 @@ func (e *Engine) startStep(ctx context.Context, wf store.Workflow, sc *stepConte
 	}
 	now := e.now()
 	j := store.Job{ID: auth.NewSortableID("job_", now), InstallID: wf.InstallID, ComponentType: s.ComponentType, Operation: s.Operation,
-		Config: cfg, MaxAttempts: MaxJobAttempts, Timeout: s.Timeout, CreatedAt: now, CreatedBy: "workflow " + wf.ID}
+		Config: cfg, MaxAttempts: MaxJobAttempts, Timeout: s.Timeout, CreatedAt: now, CreatedBy: "workflow " + wf.ID,
+		Mode: StepMode(wf, s, sc.app)}
 	ok, err = e.st.StartStep(ctx, wf.ID, s.Name, j, now)
 	if err != nil {
 		return false, err

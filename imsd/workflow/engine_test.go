@@ -29,6 +29,10 @@ type rig struct {
 	clock   atomic.Int64
 	// fail decides a job's result: "" succeeds.
 	fail func(step string) string
+	// off lists the permission modes the scripted agent refuses, as a
+	// customer who turned them off; modes records each step's job's mode.
+	off   map[store.Mode]bool
+	modes map[string]store.Mode
 	// rounds are the step names each round of the agent finished.
 	rounds [][]string
 }
@@ -115,9 +119,16 @@ func (r *rig) agentRound(wfID string) []string {
 		w := store.Writer{AgentID: "agent_1", FencingToken: j.FencingToken}
 		err := r.st.AckJob(ctx, j.ID, w, r.now().Add(time.Minute), r.now())
 		must(r.t, err)
+		if r.modes == nil {
+			r.modes = map[string]store.Mode{}
+		}
+		r.modes[name] = j.Mode
 		res := store.Result{State: store.JobSucceeded, Outputs: map[string]string{"x": "1", "y": "2"}}
 		if msg := r.fail(name); msg != "" {
 			res = store.Result{State: store.JobFailed, ExitCode: 1, Error: msg}
+		}
+		if r.off[j.Mode] {
+			res = store.Result{State: store.JobRefused, ExitCode: -1, Error: "refused: " + string(j.Mode) + " is turned off in the customer's account"}
 		}
 		_, err = r.st.FinishJob(ctx, j.ID, w, res, r.now())
 		must(r.t, err)

@@ -52,7 +52,6 @@ func sqliteChecksAsComparisons(ctx context.Context, tx *sql.Tx) error {
 	if err != nil {
 		return err
 	}
-	type table struct{ name, sql string }
 	var changed []table
 	for rows.Next() {
 		var t table
@@ -71,6 +70,13 @@ func sqliteChecksAsComparisons(ctx context.Context, tx *sql.Tx) error {
 	if len(changed) == 0 {
 		return nil
 	}
+	return rewriteTables(ctx, tx, changed)
+}
+
+// rewriteTables replaces the stored CREATE statement of each table in
+// changed (name, new sql) in one go, bumps the schema version so that
+// every connection re-reads it, and checks the result.
+func rewriteTables(ctx context.Context, tx *sql.Tx, changed []table) error {
 	var version int64
 	if err := tx.QueryRowContext(ctx, `PRAGMA schema_version`).Scan(&version); err != nil {
 		return err
@@ -107,6 +113,9 @@ func sqliteChecksAsComparisons(ctx context.Context, tx *sql.Tx) error {
 	}
 	return nil
 }
+
+// table is a table's name and its CREATE statement.
+type table struct{ name, sql string }
 
 // noChange is a migration step with nothing to do: the down step of a
 // change that needs no undoing, or a dialect's side of a version that only

@@ -36,8 +36,10 @@ func Apply(ctx context.Context, db *sql.DB, dialect string) error {
 	switch dialect {
 	case SQLite:
 		gd = goose.DialectSQLite3
-		opts = append(opts, goose.WithGoMigrations(goose.NewGoMigration(7,
-			&goose.GoFunc{RunTx: sqliteChecksAsComparisons}, &goose.GoFunc{RunTx: noChange})))
+		opts = append(opts, goose.WithGoMigrations(
+			goose.NewGoMigration(7, &goose.GoFunc{RunTx: sqliteChecksAsComparisons}, &goose.GoFunc{RunTx: noChange}),
+			goose.NewGoMigration(10, &goose.GoFunc{RunTx: sqlitePermissionModes}, &goose.GoFunc{RunTx: sqlitePermissionModesDown}),
+		))
 	case Postgres:
 		gd = goose.DialectPostgres
 		// Version 7 changes nothing on PostgreSQL, whose IN checks cost
@@ -52,7 +54,7 @@ func Apply(ctx context.Context, db *sql.DB, dialect string) error {
 	default:
 		return fmt.Errorf("migrate: unknown dialect %q", dialect)
 	}
-	sub, err := fs.Sub(files, dialect)
+	sub, err := fsSub(dialect)
 	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
@@ -65,3 +67,6 @@ func Apply(ctx context.Context, db *sql.DB, dialect string) error {
 	}
 	return nil
 }
+
+// fsSub is the migration files of one dialect.
+func fsSub(dialect string) (fs.FS, error) { return fs.Sub(files, dialect) }

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
+	"github.com/byoc-dev/byoc/tui/console"
 )
 
 func (a *app) installCommand() *cobra.Command {
@@ -168,11 +169,40 @@ func agentState(s *imsv1.AgentStatus) string {
 		return "not enrolled"
 	case s.GetIdentityConflict() != "":
 		return "identity conflict"
+	case s.GetConnected() && s.GetPermissions().GetDisabledAll():
+		return "disabled by customer"
 	case s.GetConnected():
 		return "connected"
 	default:
 		return "disconnected"
 	}
+}
+
+// permissionsText is the customer's permission state as the agent last
+// reported it: each mode on or off, the kill switch, and when.
+func permissionsText(now time.Time, p *imsv1.Permissions) string {
+	if p == nil {
+		return "not reported yet (the agent reports them when it connects)"
+	}
+	onOff := func(b bool) string {
+		if b {
+			return "on"
+		}
+		return "off"
+	}
+	s := fmt.Sprintf("%s: provision %s, maintenance %s, deprovision %s, break_glass %s", console.ModesText(&imsv1.Permissions{
+		Provision: p.GetProvision(), Maintenance: p.GetMaintenance(), Deprovision: p.GetDeprovision(), BreakGlass: p.GetBreakGlass(),
+	}), onOff(p.GetProvision()), onOff(p.GetMaintenance()), onOff(p.GetDeprovision()), onOff(p.GetBreakGlass()))
+	if p.GetDisabledAll() {
+		s = "ALL JOBS DISABLED BY THE CUSTOMER (every job is refused); modes " + s
+	}
+	if p.GetChangeTime() != nil {
+		s += "; changed by the customer " + ago(now, p.GetChangeTime())
+	}
+	if p.GetReportTime() != nil {
+		s += "; reported " + ago(now, p.GetReportTime())
+	}
+	return s
 }
 
 func (a *app) installGetCommand() *cobra.Command {
@@ -221,6 +251,7 @@ func (a *app) installGetCommand() *cobra.Command {
 				if c := ag.GetIdentityConflict(); c != "" {
 					f.add("Agent warning", c)
 				}
+				f.add("Permissions", permissionsText(now, ag.GetPermissions()))
 				f.add("Enrolled", when(now, ag.GetEnrollTime()))
 			}
 			if err := f.flush(); err != nil {

@@ -24,10 +24,10 @@ func (a *app) actionRunCommand() *cobra.Command {
 	var timeout time.Duration
 	var maxAttempts int32
 	var follow, wait bool
-	var reason string
+	var reason, mode string
 	lf := logFormat{}
 	cmd := &cobra.Command{
-		Use:   "run INSTALL ACTION [--wait] | run INSTALL... [--timeout 10m] [--follow] -- SCRIPT...",
+		Use:   "run INSTALL ACTION [--wait] | run INSTALL... [--timeout 10m] [--mode M] [--follow] -- SCRIPT...",
 		Short: "Run a named action of an install's app, or an ad-hoc script",
 		Long: `Run one of the app's actions (actions/*.toml; byoc action list INSTALL
 lists them) as an action run: a workflow of kind action with one step, run
@@ -39,7 +39,12 @@ after -- are joined with spaces into one script step. Prints the job id;
 with --follow, streams the job's logs and exits with the job's exit code.
 Name several installs before -- to run the script on each: the jobs are
 enqueued together, all or none, and a line per job is printed (job id,
-install).`,
+install).
+
+Every job needs a permission mode that the customer has turned on in their
+account (agentd permissions); a named action needs the mode it declares,
+a script needs --mode (default maintenance). A job whose mode is off is
+refused by the agent and never runs.`,
 		Example: `  byoc action run shop-acme migrate --wait
   byoc action run shop-acme -- 'df -h && uptime'
   byoc action run shop-acme -f --timeout 5m -- ./migrate.sh --dry-run
@@ -69,8 +74,8 @@ install).`,
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.ArgsLenAtDash() < 0 {
-				if follow || cmd.Flags().Changed("timeout") || cmd.Flags().Changed("max-attempts") {
-					return usagef("--follow, --timeout and --max-attempts are for a script after --; a named action has its own timeout (use --wait to follow it)")
+				if follow || cmd.Flags().Changed("timeout") || cmd.Flags().Changed("max-attempts") || cmd.Flags().Changed("mode") {
+					return usagef("--follow, --timeout, --max-attempts and --mode are for a script after --; a named action has its own timeout and mode (use --wait to follow it)")
 				}
 				return a.runNamedAction(cmd.Context(), args[0], args[1], reason, wait)
 			}
@@ -115,6 +120,7 @@ install).`,
 					Config:         config,
 					TimeoutSeconds: secs,
 					MaxAttempts:    maxAttempts,
+					Mode:           mode,
 				}
 			}
 			if len(reqs) > 1 {
@@ -169,6 +175,7 @@ install).`,
 	f.BoolVarP(&follow, "follow", "f", false, "stream the job's logs and exit with its exit code")
 	f.BoolVar(&wait, "wait", false, "named action: follow the run until it ends, print its outputs (exit 1 unless it succeeds)")
 	f.StringVar(&reason, "reason", "", "named action: why, recorded on the run")
+	f.StringVar(&mode, "mode", "maintenance", "script: the permission mode the job needs (provision, maintenance, deprovision, break_glass)")
 	lf.flags(cmd)
 	return cmd
 }
@@ -201,7 +208,7 @@ func parseStates(names []string) ([]imsv1.JobState, error) {
 		}
 		v, ok := imsv1.JobState_value[key]
 		if !ok || v == 0 {
-			return nil, usagef("--state %q is not one of queued, assigned, running, succeeded, failed, cancelled, timed_out", n)
+			return nil, usagef("--state %q is not one of queued, assigned, running, succeeded, failed, cancelled, timed_out, refused", n)
 		}
 		states = append(states, imsv1.JobState(v))
 	}
@@ -211,10 +218,22 @@ func parseStates(names []string) ([]imsv1.JobState, error) {
 func isTerminal(s imsv1.JobState) bool {
 	switch s {
 	case imsv1.JobState_JOB_STATE_SUCCEEDED, imsv1.JobState_JOB_STATE_FAILED,
-		imsv1.JobState_JOB_STATE_CANCELLED, imsv1.JobState_JOB_STATE_TIMED_OUT:
+		imsv1.JobState_JOB_STATE_CANCELLED, imsv1.JobState_JOB_STATE_TIMED_OUT, imsv1.JobState_JOB_STATE_REFUSED:
 		return true
 	}
 	return false
+}
+
+// refused reports whether j was refused by its agent (its mode is off in
+// the customer's account); its error then says why, starting "refused: ".
+func refused(j *imsv1.Job) bool { return j.GetState() == imsv1.JobState_JOB_STATE_REFUSED }
+
+// refusedText is what people see of a refused job: the agent's words.
+func refusedText(j *imsv1.Job) string {
+	if e := j.GetError(); strings.HasPrefix(e, "refused: ") {
+		return e
+	}
+	return strings.TrimSpace("refused: " + j.GetError())
 }
 
 // maxPageSize is the server's largest page.
@@ -273,7 +292,7 @@ func (a *app) jobListCommand() *cobra.Command {
 			t := newTable(a.stdout, "ID", "INSTALL", "TYPE", "OPERATION", "STATE", "ATTEMPT", "CREATED", "EXIT")
 			for _, j := range jobs {
 				exit := ""
-				if isTerminal(j.GetState()) {
+				if isTerminal(j.GetState()) && !refused(j) {
 					exit = fmt.Sprint(j.GetExitCode())
 				}
 				t.row(j.GetId(), j.GetInstallId(), j.GetComponentType(), j.GetOperation(), stateName(j.GetState()),
@@ -323,7 +342,13 @@ func (a *app) printJob(j *imsv1.Job) error {
 	if j.GetCancelRequested() && !isTerminal(j.GetState()) {
 		state += " (cancel requested)"
 	}
+	if refused(j) {
+		state = refusedText(j)
+	}
 	f.add("State", state)
+	if j.GetMode() != "" {
+		f.add("Mode", j.GetMode())
+	}
 	if j.GetPendingReason() != "" {
 		f.add("Pending", j.GetPendingReason())
 	}
@@ -343,10 +368,10 @@ func (a *app) printJob(j *imsv1.Job) error {
 	if j.GetEndTime() != nil {
 		f.add("Ended", when(now, j.GetEndTime()))
 	}
-	if isTerminal(j.GetState()) {
+	if isTerminal(j.GetState()) && !refused(j) {
 		f.add("Exit code", fmt.Sprint(j.GetExitCode()))
 	}
-	if j.GetError() != "" {
+	if j.GetError() != "" && !refused(j) {
 		f.add("Error", j.GetError())
 	}
 	if len(j.GetOutputs()) > 0 {
@@ -535,6 +560,10 @@ func (a *app) jobEnded(j *imsv1.Job) error {
 	if j.GetState() == imsv1.JobState_JOB_STATE_SUCCEEDED {
 		fmt.Fprintf(a.stderr, "==> job %s succeeded%s\n", j.GetId(), took)
 		return nil
+	}
+	if refused(j) {
+		// Nothing ran: no exit code, no time taken; the agent's words.
+		return &exitCodeError{code: exitError, msg: fmt.Sprintf("job %s %s", j.GetId(), refusedText(j))}
 	}
 	code := int(j.GetExitCode())
 	if code <= 0 || code > 255 {

@@ -807,3 +807,32 @@ func TestBannersTakeTheirLines(t *testing.T) {
 		mustContain(t, s, "BREAK-GLASS", "imsd unreachable", "installs")
 	}
 }
+
+// The script's confirmation warns when the install's agent reported
+// maintenance off (globex in the fixture) or every job disabled
+// (umbrella), and says nothing more for an install with it on (acme).
+func TestActionWarnsWhenTheCustomerTurnedItOff(t *testing.T) {
+	for _, c := range []struct {
+		install, keys, want string
+	}{
+		{"acme", "", ""},
+		{"globex", "j", "The customer has maintenance turned off: the agent will refuse it."},
+		{"umbrella-corporation-eu-central-production", "G", "The customer has disabled all jobs: the agent will refuse it."},
+	} {
+		t.Run(c.install, func(t *testing.T) {
+			m := newTestModel(t, Options{})
+			feed(m, snapshot())
+			if c.keys != "" {
+				press(m, c.keys)
+			}
+			press(m, "a", "echo hi", "enter")
+			s := screen(m)
+			mustContain(t, s, "Confirm: run `echo hi` on "+c.install)
+			if c.want != "" {
+				mustContain(t, s, c.want)
+			} else if strings.Contains(s, "will refuse it") {
+				t.Fatalf("a warning for an install with maintenance on:\n%s", s)
+			}
+		})
+	}
+}

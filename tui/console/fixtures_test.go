@@ -55,11 +55,15 @@ func status(name, app string, agent string, seenAgo time.Duration, running, queu
 }
 
 func snapshot() *imsv1.WatchInstallsResponse {
+	acme := status("acme", "shop", "online", 3*time.Second, 1, 2, map[string]string{"region": "eu-west-1", "tier": "gold", "db_password": "hunter2"})
+	globex := status("globex", "shop", "offline", 5*time.Minute, 0, 0, map[string]string{"region": "us-east-1", "tier": "silver"})
+	umbrella := status("umbrella-corporation-eu-central-production", "billing", "online", 8*time.Second, 0, 0, map[string]string{"region": "eu-central-1"})
+	// The defaults; maintenance turned off; the kill switch.
+	acme.Install.Agent.Permissions = &imsv1.Permissions{Provision: true, Maintenance: true, Deprovision: true}
+	globex.Install.Agent.Permissions = &imsv1.Permissions{Provision: true, Deprovision: true}
+	umbrella.Install.Agent.Permissions = &imsv1.Permissions{Provision: true, Maintenance: true, Deprovision: true, DisabledAll: true}
 	return &imsv1.WatchInstallsResponse{Snapshot: true, Installs: []*imsv1.InstallStatus{
-		status("acme", "shop", "online", 3*time.Second, 1, 2, map[string]string{"region": "eu-west-1", "tier": "gold", "db_password": "hunter2"}),
-		status("globex", "shop", "offline", 5*time.Minute, 0, 0, map[string]string{"region": "us-east-1", "tier": "silver"}),
-		status("initech", "billing", "none", 0, 0, 1, nil),
-		status("umbrella-corporation-eu-central-production", "billing", "online", 8*time.Second, 0, 0, map[string]string{"region": "eu-central-1"}),
+		acme, globex, status("initech", "billing", "none", 0, 0, 1, nil), umbrella,
 	}}
 }
 

@@ -11,7 +11,7 @@ import (
 )
 
 // dash stands for a field that has no value, or that imsd does not know yet
-// (app revisions, permission modes and drift arrive with later issues).
+// (app revisions and drift arrive with later issues).
 const dash = "—"
 
 // sortKeys are the fleet's sortable columns, in the order `s` cycles them.
@@ -151,6 +151,35 @@ func agentState(s *imsv1.InstallStatus) string {
 		return "online"
 	}
 	return "offline"
+}
+
+// ModesText is an install's permission state as its agent last reported
+// it, in the MODES column's form: P M D B for the permission modes on
+// (provision, maintenance, deprovision, break-glass), · for those off, as
+// in "P M D ·"; "disabled" while the customer's kill switch is on; dash
+// when no agent reported any.
+func ModesText(p *imsv1.Permissions) string {
+	if p == nil {
+		return dash
+	}
+	if p.DisabledAll {
+		return "disabled"
+	}
+	on := []bool{p.Provision, p.Maintenance, p.Deprovision, p.BreakGlass}
+	out := make([]string, len(on))
+	for i, letter := range []string{"P", "M", "D", "B"} {
+		out[i] = "·"
+		if on[i] {
+			out[i] = letter
+		}
+	}
+	return strings.Join(out, " ")
+}
+
+// disabledByCustomer reports whether the install's customer has turned
+// every job off (agentd permissions disable-all).
+func disabledByCustomer(s *imsv1.InstallStatus) bool {
+	return s.Install.Agent.GetPermissions().GetDisabledAll()
 }
 
 func lastSeen(s *imsv1.InstallStatus) time.Time {

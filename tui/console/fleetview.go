@@ -103,9 +103,11 @@ func (v *fleetView) key(msg tea.KeyPressMsg) tea.Cmd {
 	return nil
 }
 
+// fleetCols: MODES (the customer's permission state) goes before APP when
+// the window is narrow: it says whether anything can run at all.
 var fleetCols = []column{
-	{"NAME", 0, 0}, {"APP", 12, 4}, {"REV", 8, 5}, {"AGENT", 8, 1}, {"HEARTBEAT", 10, 3},
-	{"MODES", 8, 6}, {"DRIFT", 6, 7}, {"JOBS", 16, 2},
+	{"NAME", 0, 0}, {"APP", 12, 5}, {"REV", 8, 6}, {"AGENT", 8, 1}, {"HEARTBEAT", 10, 3},
+	{"MODES", 8, 4}, {"DRIFT", 6, 7}, {"JOBS", 16, 2},
 }
 
 func (v *fleetView) View() string {
@@ -140,7 +142,7 @@ func (v *fleetView) View() string {
 		agent := agentState(s)
 		cells := map[string]string{
 			"NAME": s.Install.Name, "APP": s.AppName, "REV": dash, "AGENT": agent,
-			"HEARTBEAT": ago(v.now, lastSeen(s)), "MODES": dash, "DRIFT": dash, "JOBS": jobsCell(s),
+			"HEARTBEAT": ago(v.now, lastSeen(s)), "MODES": ModesText(s.Install.Agent.GetPermissions()), "DRIFT": dash, "JOBS": jobsCell(s),
 		}
 		line := row(cols, cells)
 		switch {
@@ -148,6 +150,8 @@ func (v *fleetView) View() string {
 			line = v.selectedLine(line, w)
 		case agent == "offline" || agent == "conflict":
 			line = v.st.bad.Render(line)
+		case disabledByCustomer(s):
+			line = v.st.warn.Render(line)
 		case agent == "none":
 			line = v.st.muted.Render(line)
 		}

@@ -71,14 +71,18 @@ func (v *installView) header(s *imsv1.InstallStatus) []string {
 	in := s.Install
 	agent := "no agent enrolled yet (byoc install token " + in.Name + ")"
 	if a := in.Agent; a != nil {
-		agent = fmt.Sprintf("%s  %s  %s  last heartbeat %s", agentState(s), a.AgentId, a.Hostname, ago(v.now, lastSeen(s)))
+		state := agentState(s)
+		if disabledByCustomer(s) {
+			state += ", disabled by customer"
+		}
+		agent = fmt.Sprintf("%s  %s  %s  last heartbeat %s", state, a.AgentId, a.Hostname, ago(v.now, lastSeen(s)))
 		if a.Version != "" {
 			agent += "  v" + a.Version
 		}
 	}
 	out := []string{
 		st.title.Render(in.Name) + "  " + st.muted.Render(in.Id),
-		fmt.Sprintf("app %s   revision %s   modes %s   drift %s", s.AppName, dash, dash, dash),
+		fmt.Sprintf("app %s   revision %s   modes %s   drift %s", s.AppName, dash, ModesText(in.Agent.GetPermissions()), dash),
 		"agent " + agent,
 		"",
 		st.accent.Render("INPUTS"),

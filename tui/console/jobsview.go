@@ -138,7 +138,7 @@ func (v *jobList) table(withInstall bool, w, h int) []string {
 	for i := first; i < last; i++ {
 		j := v.shown[i]
 		exit := ""
-		if terminal(j.State) {
+		if terminal(j.State) && j.State != imsv1.JobState_JOB_STATE_REFUSED {
 			exit = fmt.Sprint(j.ExitCode)
 		}
 		created := dash
@@ -153,7 +153,8 @@ func (v *jobList) table(withInstall bool, w, h int) []string {
 		switch {
 		case i == pos:
 			line = v.selectedLine(line, w)
-		case j.State == imsv1.JobState_JOB_STATE_FAILED || j.State == imsv1.JobState_JOB_STATE_TIMED_OUT:
+		case j.State == imsv1.JobState_JOB_STATE_FAILED || j.State == imsv1.JobState_JOB_STATE_TIMED_OUT ||
+			j.State == imsv1.JobState_JOB_STATE_REFUSED:
 			line = st.bad.Render(line)
 		case j.State == imsv1.JobState_JOB_STATE_RUNNING:
 			line = st.ok.Render(line)
@@ -212,7 +213,7 @@ func stateName(s imsv1.JobState) string {
 func terminal(s imsv1.JobState) bool {
 	switch s {
 	case imsv1.JobState_JOB_STATE_SUCCEEDED, imsv1.JobState_JOB_STATE_FAILED,
-		imsv1.JobState_JOB_STATE_CANCELLED, imsv1.JobState_JOB_STATE_TIMED_OUT:
+		imsv1.JobState_JOB_STATE_CANCELLED, imsv1.JobState_JOB_STATE_TIMED_OUT, imsv1.JobState_JOB_STATE_REFUSED:
 		return true
 	}
 	return false

@@ -484,7 +484,13 @@ func (v *logView) render(w, h int) []string {
 		th--
 	}
 	if v.jobErr != "" && terminal(j.State) {
-		out = append(out, v.st.bad.Render("error: "+v.jobErr))
+		// A refused job's error is the whole story: "refused: maintenance
+		// is turned off in the customer's account".
+		prefix := "error: "
+		if j.State == imsv1.JobState_JOB_STATE_REFUSED {
+			prefix = ""
+		}
+		out = append(out, v.st.bad.Render(prefix+v.jobErr))
 		th--
 	}
 	n := v.r.Len()

@@ -472,14 +472,37 @@ func (m *Model) confirmScript(install, script string) tea.Cmd {
 		m.setStatus(true, "no action run: the script is empty")
 		return nil
 	}
-	return m.ask(fmt.Sprintf("run `%s` on %s", script, install), []string{
+	details := []string{
 		"Runs the script with sh -e in a fresh work dir on the install's agent,",
 		"as an `action` apply job (time limit 1 h), and follows its log.",
-		"Needs permission mode: maintenance (" + dash + " modes are not enforced yet).",
-	}, func() tea.Cmd {
+		"Needs permission mode: maintenance (refused while the customer has it off).",
+	}
+	if w := m.maintenanceWarning(install); w != "" {
+		details = append(details, m.st.warn.Render(w))
+	}
+	return m.ask(fmt.Sprintf("run `%s` on %s", script, install), details, func() tea.Cmd {
 		m.actionGen = m.nextGen()
 		return runAction(m.ctx, m.conn.Client, m.actionGen, install, script)
 	})
+}
+
+// maintenanceWarning says, when the install's agent last reported
+// maintenance off or every job disabled, that the script will be refused.
+func (m *Model) maintenanceWarning(install string) string {
+	for _, s := range m.fleet.byID {
+		if s.Install.Name != install {
+			continue
+		}
+		p := s.Install.Agent.GetPermissions()
+		switch {
+		case p == nil:
+		case p.DisabledAll:
+			return "The customer has disabled all jobs: the agent will refuse it."
+		case !p.Maintenance:
+			return "The customer has maintenance turned off: the agent will refuse it."
+		}
+	}
+	return ""
 }
 
 func (m *Model) confirmCancel(job *imsv1.Job) tea.Cmd {
@@ -657,7 +680,7 @@ func (m *Model) scriptBody(h int) []string {
 		"  Type a shell script and press enter; you confirm before it runs.",
 		"  It runs with sh -e in a fresh work dir on the install's agent, as an",
 		"  `action` apply job (time limit 1 h); its log opens and follows.",
-		"  Needs permission mode: maintenance (" + dash + " modes are not enforced yet).",
+		"  Needs permission mode: maintenance (refused while the customer has it off).",
 		"  Actions defined in the app config arrive with app configs; today an",
 		"  action is an ad-hoc script.",
 	}

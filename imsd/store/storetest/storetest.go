@@ -69,6 +69,8 @@ func Run(t *testing.T, open OpenFunc) {
 		{"WorkflowApproveCancel", testWorkflowApproveCancel},
 		{"TriggerTicks", testTriggerTicks},
 		{"ActionRunsAndHealth", testActionRunsAndHealth},
+		{"Modes", testModes},
+		{"AgentPermissions", testAgentPermissions},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -32,6 +32,11 @@ const (
 	Outcome_OUTCOME_FAILED      Outcome = 2
 	Outcome_OUTCOME_CANCELLED   Outcome = 3
 	Outcome_OUTCOME_TIMED_OUT   Outcome = 4
+	// OUTCOME_REFUSED: the agent refused to run the job because the
+	// permission mode it needs is turned off in the customer's account (or
+	// the customer disabled everything). No plugin started; the job is final
+	// and never retried.
+	Outcome_OUTCOME_REFUSED Outcome = 5
 )
 
 // Enum value maps for Outcome.
@@ -42,6 +47,7 @@ var (
 		2: "OUTCOME_FAILED",
 		3: "OUTCOME_CANCELLED",
 		4: "OUTCOME_TIMED_OUT",
+		5: "OUTCOME_REFUSED",
 	}
 	Outcome_value = map[string]int32{
 		"OUTCOME_UNSPECIFIED": 0,
@@ -49,6 +55,7 @@ var (
 		"OUTCOME_FAILED":      2,
 		"OUTCOME_CANCELLED":   3,
 		"OUTCOME_TIMED_OUT":   4,
+		"OUTCOME_REFUSED":     5,
 	}
 )
 
@@ -614,7 +621,10 @@ type Hello struct {
 	// instance is a random id the agentd process chooses at start and keeps
 	// for its life. Two processes sharing one identity (a copied state dir)
 	// show as streams of one agent whose instances alternate.
-	Instance      string `protobuf:"bytes,7,opt,name=instance,proto3" json:"instance,omitempty"`
+	Instance string `protobuf:"bytes,7,opt,name=instance,proto3" json:"instance,omitempty"`
+	// permissions is the customer's permission state as the agent enforces
+	// it (agentd permissions), so that imsd can show it; imsd cannot set it.
+	Permissions   *Permissions `protobuf:"bytes,8,opt,name=permissions,proto3" json:"permissions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -698,6 +708,103 @@ func (x *Hello) GetInstance() string {
 	return ""
 }
 
+func (x *Hello) GetPermissions() *Permissions {
+	if x != nil {
+		return x.Permissions
+	}
+	return nil
+}
+
+// Permissions is the customer's permission state on the agent's side: the
+// permission modes turned on, and the kill switch. The agent refuses a job
+// whose mode is off, and every job while disabled_all is set.
+type Permissions struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Provision   bool                   `protobuf:"varint,1,opt,name=provision,proto3" json:"provision,omitempty"`
+	Maintenance bool                   `protobuf:"varint,2,opt,name=maintenance,proto3" json:"maintenance,omitempty"`
+	Deprovision bool                   `protobuf:"varint,3,opt,name=deprovision,proto3" json:"deprovision,omitempty"`
+	BreakGlass  bool                   `protobuf:"varint,4,opt,name=break_glass,json=breakGlass,proto3" json:"break_glass,omitempty"`
+	// disabled_all is the kill switch (agentd permissions disable-all).
+	DisabledAll bool `protobuf:"varint,5,opt,name=disabled_all,json=disabledAll,proto3" json:"disabled_all,omitempty"`
+	// change_time is when the customer last changed the state (unset: the
+	// defaults, never changed).
+	ChangeTime    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=change_time,json=changeTime,proto3" json:"change_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Permissions) Reset() {
+	*x = Permissions{}
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Permissions) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Permissions) ProtoMessage() {}
+
+func (x *Permissions) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Permissions.ProtoReflect.Descriptor instead.
+func (*Permissions) Descriptor() ([]byte, []int) {
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *Permissions) GetProvision() bool {
+	if x != nil {
+		return x.Provision
+	}
+	return false
+}
+
+func (x *Permissions) GetMaintenance() bool {
+	if x != nil {
+		return x.Maintenance
+	}
+	return false
+}
+
+func (x *Permissions) GetDeprovision() bool {
+	if x != nil {
+		return x.Deprovision
+	}
+	return false
+}
+
+func (x *Permissions) GetBreakGlass() bool {
+	if x != nil {
+		return x.BreakGlass
+	}
+	return false
+}
+
+func (x *Permissions) GetDisabledAll() bool {
+	if x != nil {
+		return x.DisabledAll
+	}
+	return false
+}
+
+func (x *Permissions) GetChangeTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ChangeTime
+	}
+	return nil
+}
+
 type Welcome struct {
 	state               protoimpl.MessageState `protogen:"open.v1"`
 	InstallId           string                 `protobuf:"bytes,1,opt,name=install_id,json=installId,proto3" json:"install_id,omitempty"`
@@ -713,7 +820,7 @@ type Welcome struct {
 
 func (x *Welcome) Reset() {
 	*x = Welcome{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -725,7 +832,7 @@ func (x *Welcome) String() string {
 func (*Welcome) ProtoMessage() {}
 
 func (x *Welcome) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -738,7 +845,7 @@ func (x *Welcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Welcome.ProtoReflect.Descriptor instead.
 func (*Welcome) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Welcome) GetInstallId() string {
@@ -782,14 +889,16 @@ type Heartbeat struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Running []*RunningJob          `protobuf:"bytes,1,rep,name=running,proto3" json:"running,omitempty"`
 	// seq numbers the heartbeats of one stream, from 1.
-	Seq           uint64 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	Seq uint64 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	// permissions is the customer's permission state now (as in Hello).
+	Permissions   *Permissions `protobuf:"bytes,3,opt,name=permissions,proto3" json:"permissions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -801,7 +910,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -814,7 +923,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Heartbeat) GetRunning() []*RunningJob {
@@ -829,6 +938,13 @@ func (x *Heartbeat) GetSeq() uint64 {
 		return x.Seq
 	}
 	return 0
+}
+
+func (x *Heartbeat) GetPermissions() *Permissions {
+	if x != nil {
+		return x.Permissions
+	}
+	return nil
 }
 
 // LeasesRenewed answers a heartbeat: the leases of job_ids were renewed
@@ -847,7 +963,7 @@ type LeasesRenewed struct {
 
 func (x *LeasesRenewed) Reset() {
 	*x = LeasesRenewed{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -859,7 +975,7 @@ func (x *LeasesRenewed) String() string {
 func (*LeasesRenewed) ProtoMessage() {}
 
 func (x *LeasesRenewed) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -872,7 +988,7 @@ func (x *LeasesRenewed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeasesRenewed.ProtoReflect.Descriptor instead.
 func (*LeasesRenewed) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *LeasesRenewed) GetHeartbeatSeq() uint64 {
@@ -900,7 +1016,7 @@ type JobAck struct {
 
 func (x *JobAck) Reset() {
 	*x = JobAck{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -912,7 +1028,7 @@ func (x *JobAck) String() string {
 func (*JobAck) ProtoMessage() {}
 
 func (x *JobAck) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -925,7 +1041,7 @@ func (x *JobAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobAck.ProtoReflect.Descriptor instead.
 func (*JobAck) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *JobAck) GetWriteId() uint64 {
@@ -962,7 +1078,7 @@ type LogLine struct {
 
 func (x *LogLine) Reset() {
 	*x = LogLine{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -974,7 +1090,7 @@ func (x *LogLine) String() string {
 func (*LogLine) ProtoMessage() {}
 
 func (x *LogLine) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -987,7 +1103,7 @@ func (x *LogLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogLine.ProtoReflect.Descriptor instead.
 func (*LogLine) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *LogLine) GetSeq() int64 {
@@ -1030,7 +1146,7 @@ type JobLogs struct {
 
 func (x *JobLogs) Reset() {
 	*x = JobLogs{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1042,7 +1158,7 @@ func (x *JobLogs) String() string {
 func (*JobLogs) ProtoMessage() {}
 
 func (x *JobLogs) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1055,7 +1171,7 @@ func (x *JobLogs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobLogs.ProtoReflect.Descriptor instead.
 func (*JobLogs) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *JobLogs) GetWriteId() uint64 {
@@ -1104,7 +1220,7 @@ type JobResult struct {
 
 func (x *JobResult) Reset() {
 	*x = JobResult{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1116,7 +1232,7 @@ func (x *JobResult) String() string {
 func (*JobResult) ProtoMessage() {}
 
 func (x *JobResult) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1129,7 +1245,7 @@ func (x *JobResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobResult.ProtoReflect.Descriptor instead.
 func (*JobResult) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *JobResult) GetWriteId() uint64 {
@@ -1199,13 +1315,18 @@ type JobAssignment struct {
 	TimeoutSeconds int64                  `protobuf:"varint,7,opt,name=timeout_seconds,json=timeoutSeconds,proto3" json:"timeout_seconds,omitempty"`
 	Inputs         map[string]string      `protobuf:"bytes,8,rep,name=inputs,proto3" json:"inputs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	InstallId      string                 `protobuf:"bytes,9,opt,name=install_id,json=installId,proto3" json:"install_id,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// mode is the permission mode the job needs: "provision",
+	// "maintenance", "deprovision" or "break_glass". The agent refuses the
+	// job, before any plugin starts, unless the customer has that mode on.
+	// An assignment without a mode (an older imsd) needs "maintenance".
+	Mode          string `protobuf:"bytes,10,opt,name=mode,proto3" json:"mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JobAssignment) Reset() {
 	*x = JobAssignment{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1217,7 +1338,7 @@ func (x *JobAssignment) String() string {
 func (*JobAssignment) ProtoMessage() {}
 
 func (x *JobAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1230,7 +1351,7 @@ func (x *JobAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobAssignment.ProtoReflect.Descriptor instead.
 func (*JobAssignment) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *JobAssignment) GetJobId() string {
@@ -1296,6 +1417,13 @@ func (x *JobAssignment) GetInstallId() string {
 	return ""
 }
 
+func (x *JobAssignment) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
 type JobCancel struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
@@ -1306,7 +1434,7 @@ type JobCancel struct {
 
 func (x *JobCancel) Reset() {
 	*x = JobCancel{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1318,7 +1446,7 @@ func (x *JobCancel) String() string {
 func (*JobCancel) ProtoMessage() {}
 
 func (x *JobCancel) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1331,7 +1459,7 @@ func (x *JobCancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobCancel.ProtoReflect.Descriptor instead.
 func (*JobCancel) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *JobCancel) GetJobId() string {
@@ -1357,7 +1485,7 @@ type WriteAccepted struct {
 
 func (x *WriteAccepted) Reset() {
 	*x = WriteAccepted{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1369,7 +1497,7 @@ func (x *WriteAccepted) String() string {
 func (*WriteAccepted) ProtoMessage() {}
 
 func (x *WriteAccepted) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1382,7 +1510,7 @@ func (x *WriteAccepted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteAccepted.ProtoReflect.Descriptor instead.
 func (*WriteAccepted) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WriteAccepted) GetWriteId() uint64 {
@@ -1407,7 +1535,7 @@ type WriteRejected struct {
 
 func (x *WriteRejected) Reset() {
 	*x = WriteRejected{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1419,7 +1547,7 @@ func (x *WriteRejected) String() string {
 func (*WriteRejected) ProtoMessage() {}
 
 func (x *WriteRejected) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1432,7 +1560,7 @@ func (x *WriteRejected) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteRejected.ProtoReflect.Descriptor instead.
 func (*WriteRejected) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WriteRejected) GetWriteId() uint64 {
@@ -1502,7 +1630,7 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"RunningJob\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12#\n" +
-	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\"\xe3\x01\n" +
+	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\"\xa1\x02\n" +
 	"\x05Hello\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1c\n" +
 	"\tsignature\x18\x02 \x01(\fR\tsignature\x12\x1a\n" +
@@ -1510,7 +1638,17 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\arunning\x18\x04 \x03(\v2\x19.byoc.agent.v1.RunningJobR\arunning\x12\x18\n" +
 	"\aversion\x18\x05 \x01(\tR\aversion\x12\x1a\n" +
 	"\bhostname\x18\x06 \x01(\tR\bhostname\x12\x1a\n" +
-	"\binstance\x18\a \x01(\tR\binstance\"\xbc\x01\n" +
+	"\binstance\x18\a \x01(\tR\binstance\x12<\n" +
+	"\vpermissions\x18\b \x01(\v2\x1a.byoc.agent.v1.PermissionsR\vpermissions\"\xf0\x01\n" +
+	"\vPermissions\x12\x1c\n" +
+	"\tprovision\x18\x01 \x01(\bR\tprovision\x12 \n" +
+	"\vmaintenance\x18\x02 \x01(\bR\vmaintenance\x12 \n" +
+	"\vdeprovision\x18\x03 \x01(\bR\vdeprovision\x12\x1f\n" +
+	"\vbreak_glass\x18\x04 \x01(\bR\n" +
+	"breakGlass\x12!\n" +
+	"\fdisabled_all\x18\x05 \x01(\bR\vdisabledAll\x12;\n" +
+	"\vchange_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"changeTime\"\xbc\x01\n" +
 	"\aWelcome\x12\x1d\n" +
 	"\n" +
 	"install_id\x18\x01 \x01(\tR\tinstallId\x122\n" +
@@ -1519,10 +1657,11 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"reattached\x18\x04 \x03(\tR\n" +
 	"reattached\x12\x12\n" +
-	"\x04lost\x18\x05 \x03(\tR\x04lost\"R\n" +
+	"\x04lost\x18\x05 \x03(\tR\x04lost\"\x90\x01\n" +
 	"\tHeartbeat\x123\n" +
 	"\arunning\x18\x01 \x03(\v2\x19.byoc.agent.v1.RunningJobR\arunning\x12\x10\n" +
-	"\x03seq\x18\x02 \x01(\x04R\x03seq\"M\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12<\n" +
+	"\vpermissions\x18\x03 \x01(\v2\x1a.byoc.agent.v1.PermissionsR\vpermissions\"M\n" +
 	"\rLeasesRenewed\x12#\n" +
 	"\rheartbeat_seq\x18\x01 \x01(\x04R\fheartbeatSeq\x12\x17\n" +
 	"\ajob_ids\x18\x02 \x03(\tR\x06jobIds\"_\n" +
@@ -1551,7 +1690,7 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\blast_seq\x18\b \x01(\x03R\alastSeq\x1a:\n" +
 	"\fOutputsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa0\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb4\x03\n" +
 	"\rJobAssignment\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12#\n" +
 	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\x12\x18\n" +
@@ -1562,7 +1701,9 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\x0ftimeout_seconds\x18\a \x01(\x03R\x0etimeoutSeconds\x12@\n" +
 	"\x06inputs\x18\b \x03(\v2(.byoc.agent.v1.JobAssignment.InputsEntryR\x06inputs\x12\x1d\n" +
 	"\n" +
-	"install_id\x18\t \x01(\tR\tinstallId\x1a9\n" +
+	"install_id\x18\t \x01(\tR\tinstallId\x12\x12\n" +
+	"\x04mode\x18\n" +
+	" \x01(\tR\x04mode\x1a9\n" +
 	"\vInputsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\":\n" +
@@ -1575,13 +1716,14 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\bwrite_id\x18\x01 \x01(\x04R\awriteId\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x12\n" +
 	"\x04code\x18\x03 \x01(\tR\x04code\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage*{\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage*\x90\x01\n" +
 	"\aOutcome\x12\x17\n" +
 	"\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11OUTCOME_SUCCEEDED\x10\x01\x12\x12\n" +
 	"\x0eOUTCOME_FAILED\x10\x02\x12\x15\n" +
 	"\x11OUTCOME_CANCELLED\x10\x03\x12\x15\n" +
-	"\x11OUTCOME_TIMED_OUT\x10\x042\xa3\x01\n" +
+	"\x11OUTCOME_TIMED_OUT\x10\x04\x12\x13\n" +
+	"\x0fOUTCOME_REFUSED\x10\x052\xa3\x01\n" +
 	"\fAgentService\x12E\n" +
 	"\x06Enroll\x12\x1c.byoc.agent.v1.EnrollRequest\x1a\x1d.byoc.agent.v1.EnrollResponse\x12L\n" +
 	"\aConnect\x12\x1d.byoc.agent.v1.ConnectRequest\x1a\x1e.byoc.agent.v1.ConnectResponse(\x010\x01B\xad\x01\n" +
@@ -1601,7 +1743,7 @@ func file_byoc_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_byoc_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_byoc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_byoc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_byoc_agent_v1_agent_proto_goTypes = []any{
 	(Outcome)(0),                  // 0: byoc.agent.v1.Outcome
 	(*EnrollRequest)(nil),         // 1: byoc.agent.v1.EnrollRequest
@@ -1611,52 +1753,56 @@ var file_byoc_agent_v1_agent_proto_goTypes = []any{
 	(*Challenge)(nil),             // 5: byoc.agent.v1.Challenge
 	(*RunningJob)(nil),            // 6: byoc.agent.v1.RunningJob
 	(*Hello)(nil),                 // 7: byoc.agent.v1.Hello
-	(*Welcome)(nil),               // 8: byoc.agent.v1.Welcome
-	(*Heartbeat)(nil),             // 9: byoc.agent.v1.Heartbeat
-	(*LeasesRenewed)(nil),         // 10: byoc.agent.v1.LeasesRenewed
-	(*JobAck)(nil),                // 11: byoc.agent.v1.JobAck
-	(*LogLine)(nil),               // 12: byoc.agent.v1.LogLine
-	(*JobLogs)(nil),               // 13: byoc.agent.v1.JobLogs
-	(*JobResult)(nil),             // 14: byoc.agent.v1.JobResult
-	(*JobAssignment)(nil),         // 15: byoc.agent.v1.JobAssignment
-	(*JobCancel)(nil),             // 16: byoc.agent.v1.JobCancel
-	(*WriteAccepted)(nil),         // 17: byoc.agent.v1.WriteAccepted
-	(*WriteRejected)(nil),         // 18: byoc.agent.v1.WriteRejected
-	nil,                           // 19: byoc.agent.v1.JobResult.OutputsEntry
-	nil,                           // 20: byoc.agent.v1.JobAssignment.InputsEntry
-	(*timestamppb.Timestamp)(nil), // 21: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),       // 22: google.protobuf.Struct
+	(*Permissions)(nil),           // 8: byoc.agent.v1.Permissions
+	(*Welcome)(nil),               // 9: byoc.agent.v1.Welcome
+	(*Heartbeat)(nil),             // 10: byoc.agent.v1.Heartbeat
+	(*LeasesRenewed)(nil),         // 11: byoc.agent.v1.LeasesRenewed
+	(*JobAck)(nil),                // 12: byoc.agent.v1.JobAck
+	(*LogLine)(nil),               // 13: byoc.agent.v1.LogLine
+	(*JobLogs)(nil),               // 14: byoc.agent.v1.JobLogs
+	(*JobResult)(nil),             // 15: byoc.agent.v1.JobResult
+	(*JobAssignment)(nil),         // 16: byoc.agent.v1.JobAssignment
+	(*JobCancel)(nil),             // 17: byoc.agent.v1.JobCancel
+	(*WriteAccepted)(nil),         // 18: byoc.agent.v1.WriteAccepted
+	(*WriteRejected)(nil),         // 19: byoc.agent.v1.WriteRejected
+	nil,                           // 20: byoc.agent.v1.JobResult.OutputsEntry
+	nil,                           // 21: byoc.agent.v1.JobAssignment.InputsEntry
+	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),       // 23: google.protobuf.Struct
 }
 var file_byoc_agent_v1_agent_proto_depIdxs = []int32{
 	7,  // 0: byoc.agent.v1.ConnectRequest.hello:type_name -> byoc.agent.v1.Hello
-	9,  // 1: byoc.agent.v1.ConnectRequest.heartbeat:type_name -> byoc.agent.v1.Heartbeat
-	11, // 2: byoc.agent.v1.ConnectRequest.ack:type_name -> byoc.agent.v1.JobAck
-	13, // 3: byoc.agent.v1.ConnectRequest.logs:type_name -> byoc.agent.v1.JobLogs
-	14, // 4: byoc.agent.v1.ConnectRequest.result:type_name -> byoc.agent.v1.JobResult
+	10, // 1: byoc.agent.v1.ConnectRequest.heartbeat:type_name -> byoc.agent.v1.Heartbeat
+	12, // 2: byoc.agent.v1.ConnectRequest.ack:type_name -> byoc.agent.v1.JobAck
+	14, // 3: byoc.agent.v1.ConnectRequest.logs:type_name -> byoc.agent.v1.JobLogs
+	15, // 4: byoc.agent.v1.ConnectRequest.result:type_name -> byoc.agent.v1.JobResult
 	5,  // 5: byoc.agent.v1.ConnectResponse.challenge:type_name -> byoc.agent.v1.Challenge
-	8,  // 6: byoc.agent.v1.ConnectResponse.welcome:type_name -> byoc.agent.v1.Welcome
-	15, // 7: byoc.agent.v1.ConnectResponse.assignment:type_name -> byoc.agent.v1.JobAssignment
-	16, // 8: byoc.agent.v1.ConnectResponse.cancel:type_name -> byoc.agent.v1.JobCancel
-	17, // 9: byoc.agent.v1.ConnectResponse.accepted:type_name -> byoc.agent.v1.WriteAccepted
-	18, // 10: byoc.agent.v1.ConnectResponse.rejected:type_name -> byoc.agent.v1.WriteRejected
-	10, // 11: byoc.agent.v1.ConnectResponse.renewed:type_name -> byoc.agent.v1.LeasesRenewed
+	9,  // 6: byoc.agent.v1.ConnectResponse.welcome:type_name -> byoc.agent.v1.Welcome
+	16, // 7: byoc.agent.v1.ConnectResponse.assignment:type_name -> byoc.agent.v1.JobAssignment
+	17, // 8: byoc.agent.v1.ConnectResponse.cancel:type_name -> byoc.agent.v1.JobCancel
+	18, // 9: byoc.agent.v1.ConnectResponse.accepted:type_name -> byoc.agent.v1.WriteAccepted
+	19, // 10: byoc.agent.v1.ConnectResponse.rejected:type_name -> byoc.agent.v1.WriteRejected
+	11, // 11: byoc.agent.v1.ConnectResponse.renewed:type_name -> byoc.agent.v1.LeasesRenewed
 	6,  // 12: byoc.agent.v1.Hello.running:type_name -> byoc.agent.v1.RunningJob
-	6,  // 13: byoc.agent.v1.Heartbeat.running:type_name -> byoc.agent.v1.RunningJob
-	21, // 14: byoc.agent.v1.LogLine.time:type_name -> google.protobuf.Timestamp
-	12, // 15: byoc.agent.v1.JobLogs.lines:type_name -> byoc.agent.v1.LogLine
-	0,  // 16: byoc.agent.v1.JobResult.outcome:type_name -> byoc.agent.v1.Outcome
-	19, // 17: byoc.agent.v1.JobResult.outputs:type_name -> byoc.agent.v1.JobResult.OutputsEntry
-	22, // 18: byoc.agent.v1.JobAssignment.config:type_name -> google.protobuf.Struct
-	20, // 19: byoc.agent.v1.JobAssignment.inputs:type_name -> byoc.agent.v1.JobAssignment.InputsEntry
-	1,  // 20: byoc.agent.v1.AgentService.Enroll:input_type -> byoc.agent.v1.EnrollRequest
-	3,  // 21: byoc.agent.v1.AgentService.Connect:input_type -> byoc.agent.v1.ConnectRequest
-	2,  // 22: byoc.agent.v1.AgentService.Enroll:output_type -> byoc.agent.v1.EnrollResponse
-	4,  // 23: byoc.agent.v1.AgentService.Connect:output_type -> byoc.agent.v1.ConnectResponse
-	22, // [22:24] is the sub-list for method output_type
-	20, // [20:22] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	8,  // 13: byoc.agent.v1.Hello.permissions:type_name -> byoc.agent.v1.Permissions
+	22, // 14: byoc.agent.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
+	6,  // 15: byoc.agent.v1.Heartbeat.running:type_name -> byoc.agent.v1.RunningJob
+	8,  // 16: byoc.agent.v1.Heartbeat.permissions:type_name -> byoc.agent.v1.Permissions
+	22, // 17: byoc.agent.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	13, // 18: byoc.agent.v1.JobLogs.lines:type_name -> byoc.agent.v1.LogLine
+	0,  // 19: byoc.agent.v1.JobResult.outcome:type_name -> byoc.agent.v1.Outcome
+	20, // 20: byoc.agent.v1.JobResult.outputs:type_name -> byoc.agent.v1.JobResult.OutputsEntry
+	23, // 21: byoc.agent.v1.JobAssignment.config:type_name -> google.protobuf.Struct
+	21, // 22: byoc.agent.v1.JobAssignment.inputs:type_name -> byoc.agent.v1.JobAssignment.InputsEntry
+	1,  // 23: byoc.agent.v1.AgentService.Enroll:input_type -> byoc.agent.v1.EnrollRequest
+	3,  // 24: byoc.agent.v1.AgentService.Connect:input_type -> byoc.agent.v1.ConnectRequest
+	2,  // 25: byoc.agent.v1.AgentService.Enroll:output_type -> byoc.agent.v1.EnrollResponse
+	4,  // 26: byoc.agent.v1.AgentService.Connect:output_type -> byoc.agent.v1.ConnectResponse
+	25, // [25:27] is the sub-list for method output_type
+	23, // [23:25] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_byoc_agent_v1_agent_proto_init() }
@@ -1686,7 +1832,7 @@ func file_byoc_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byoc_agent_v1_agent_proto_rawDesc), len(file_byoc_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   20,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

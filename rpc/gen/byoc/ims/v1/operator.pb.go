@@ -90,6 +90,10 @@ const (
 	JobState_JOB_STATE_FAILED    JobState = 5
 	JobState_JOB_STATE_CANCELLED JobState = 6
 	JobState_JOB_STATE_TIMED_OUT JobState = 7
+	// JOB_STATE_REFUSED was refused by the agent because the permission mode
+	// it needs is turned off in the customer's account; it never ran and is
+	// never retried. error says which mode.
+	JobState_JOB_STATE_REFUSED JobState = 8
 )
 
 // Enum value maps for JobState.
@@ -103,6 +107,7 @@ var (
 		5: "JOB_STATE_FAILED",
 		6: "JOB_STATE_CANCELLED",
 		7: "JOB_STATE_TIMED_OUT",
+		8: "JOB_STATE_REFUSED",
 	}
 	JobState_value = map[string]int32{
 		"JOB_STATE_UNSPECIFIED": 0,
@@ -113,6 +118,7 @@ var (
 		"JOB_STATE_FAILED":      5,
 		"JOB_STATE_CANCELLED":   6,
 		"JOB_STATE_TIMED_OUT":   7,
+		"JOB_STATE_REFUSED":     8,
 	}
 )
 
@@ -745,8 +751,12 @@ type AgentStatus struct {
 	// state dir): what it saw and what to do.
 	IdentityConflict     string                 `protobuf:"bytes,7,opt,name=identity_conflict,json=identityConflict,proto3" json:"identity_conflict,omitempty"`
 	IdentityConflictTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=identity_conflict_time,json=identityConflictTime,proto3" json:"identity_conflict_time,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// permissions is the customer's permission state as the agent last
+	// reported it (unset: never reported). imsd only shows it; the customer
+	// changes it on the agent's side (agentd permissions).
+	Permissions   *Permissions `protobuf:"bytes,9,opt,name=permissions,proto3" json:"permissions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AgentStatus) Reset() {
@@ -835,6 +845,111 @@ func (x *AgentStatus) GetIdentityConflictTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *AgentStatus) GetPermissions() *Permissions {
+	if x != nil {
+		return x.Permissions
+	}
+	return nil
+}
+
+// Permissions is an install's permission state, as its agent reports it:
+// which permission modes the customer has on, and the kill switch.
+type Permissions struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Provision   bool                   `protobuf:"varint,1,opt,name=provision,proto3" json:"provision,omitempty"`
+	Maintenance bool                   `protobuf:"varint,2,opt,name=maintenance,proto3" json:"maintenance,omitempty"`
+	Deprovision bool                   `protobuf:"varint,3,opt,name=deprovision,proto3" json:"deprovision,omitempty"`
+	BreakGlass  bool                   `protobuf:"varint,4,opt,name=break_glass,json=breakGlass,proto3" json:"break_glass,omitempty"`
+	// disabled_all is set while the customer has disabled everything: the
+	// agent refuses every job (it stays connected).
+	DisabledAll bool `protobuf:"varint,5,opt,name=disabled_all,json=disabledAll,proto3" json:"disabled_all,omitempty"`
+	// change_time is when the customer last changed it (unset: defaults).
+	ChangeTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=change_time,json=changeTime,proto3" json:"change_time,omitempty"`
+	// report_time is when the agent last reported it.
+	ReportTime    *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=report_time,json=reportTime,proto3" json:"report_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Permissions) Reset() {
+	*x = Permissions{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Permissions) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Permissions) ProtoMessage() {}
+
+func (x *Permissions) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Permissions.ProtoReflect.Descriptor instead.
+func (*Permissions) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *Permissions) GetProvision() bool {
+	if x != nil {
+		return x.Provision
+	}
+	return false
+}
+
+func (x *Permissions) GetMaintenance() bool {
+	if x != nil {
+		return x.Maintenance
+	}
+	return false
+}
+
+func (x *Permissions) GetDeprovision() bool {
+	if x != nil {
+		return x.Deprovision
+	}
+	return false
+}
+
+func (x *Permissions) GetBreakGlass() bool {
+	if x != nil {
+		return x.BreakGlass
+	}
+	return false
+}
+
+func (x *Permissions) GetDisabledAll() bool {
+	if x != nil {
+		return x.DisabledAll
+	}
+	return false
+}
+
+func (x *Permissions) GetChangeTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ChangeTime
+	}
+	return nil
+}
+
+func (x *Permissions) GetReportTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReportTime
+	}
+	return nil
+}
+
 type Install struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Id         string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -858,7 +973,7 @@ type Install struct {
 
 func (x *Install) Reset() {
 	*x = Install{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[12]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -870,7 +985,7 @@ func (x *Install) String() string {
 func (*Install) ProtoMessage() {}
 
 func (x *Install) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[12]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -883,7 +998,7 @@ func (x *Install) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Install.ProtoReflect.Descriptor instead.
 func (*Install) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{12}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Install) GetId() string {
@@ -974,7 +1089,7 @@ type InstallSettings struct {
 
 func (x *InstallSettings) Reset() {
 	*x = InstallSettings{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[13]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -986,7 +1101,7 @@ func (x *InstallSettings) String() string {
 func (*InstallSettings) ProtoMessage() {}
 
 func (x *InstallSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[13]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -999,7 +1114,7 @@ func (x *InstallSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstallSettings.ProtoReflect.Descriptor instead.
 func (*InstallSettings) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{13}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *InstallSettings) GetParallelism() int32 {
@@ -1045,7 +1160,7 @@ type CreateInstallRequest struct {
 
 func (x *CreateInstallRequest) Reset() {
 	*x = CreateInstallRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[14]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1057,7 +1172,7 @@ func (x *CreateInstallRequest) String() string {
 func (*CreateInstallRequest) ProtoMessage() {}
 
 func (x *CreateInstallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[14]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1070,7 +1185,7 @@ func (x *CreateInstallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateInstallRequest.ProtoReflect.Descriptor instead.
 func (*CreateInstallRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{14}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CreateInstallRequest) GetApp() string {
@@ -1111,7 +1226,7 @@ type CreateInstallResponse struct {
 
 func (x *CreateInstallResponse) Reset() {
 	*x = CreateInstallResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[15]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1123,7 +1238,7 @@ func (x *CreateInstallResponse) String() string {
 func (*CreateInstallResponse) ProtoMessage() {}
 
 func (x *CreateInstallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[15]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1136,7 +1251,7 @@ func (x *CreateInstallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateInstallResponse.ProtoReflect.Descriptor instead.
 func (*CreateInstallResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{15}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CreateInstallResponse) GetInstall() *Install {
@@ -1164,7 +1279,7 @@ type EnrollmentToken struct {
 
 func (x *EnrollmentToken) Reset() {
 	*x = EnrollmentToken{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[16]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1176,7 +1291,7 @@ func (x *EnrollmentToken) String() string {
 func (*EnrollmentToken) ProtoMessage() {}
 
 func (x *EnrollmentToken) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[16]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1189,7 +1304,7 @@ func (x *EnrollmentToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollmentToken.ProtoReflect.Descriptor instead.
 func (*EnrollmentToken) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{16}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *EnrollmentToken) GetToken() string {
@@ -1216,7 +1331,7 @@ type ListInstallsRequest struct {
 
 func (x *ListInstallsRequest) Reset() {
 	*x = ListInstallsRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[17]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1228,7 +1343,7 @@ func (x *ListInstallsRequest) String() string {
 func (*ListInstallsRequest) ProtoMessage() {}
 
 func (x *ListInstallsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[17]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1241,7 +1356,7 @@ func (x *ListInstallsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInstallsRequest.ProtoReflect.Descriptor instead.
 func (*ListInstallsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{17}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListInstallsRequest) GetApp() string {
@@ -1260,7 +1375,7 @@ type ListInstallsResponse struct {
 
 func (x *ListInstallsResponse) Reset() {
 	*x = ListInstallsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[18]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1272,7 +1387,7 @@ func (x *ListInstallsResponse) String() string {
 func (*ListInstallsResponse) ProtoMessage() {}
 
 func (x *ListInstallsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[18]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1285,7 +1400,7 @@ func (x *ListInstallsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInstallsResponse.ProtoReflect.Descriptor instead.
 func (*ListInstallsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{18}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListInstallsResponse) GetInstalls() []*Install {
@@ -1304,7 +1419,7 @@ type GetInstallRequest struct {
 
 func (x *GetInstallRequest) Reset() {
 	*x = GetInstallRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[19]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1316,7 +1431,7 @@ func (x *GetInstallRequest) String() string {
 func (*GetInstallRequest) ProtoMessage() {}
 
 func (x *GetInstallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[19]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1329,7 +1444,7 @@ func (x *GetInstallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInstallRequest.ProtoReflect.Descriptor instead.
 func (*GetInstallRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{19}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetInstallRequest) GetIdOrName() string {
@@ -1348,7 +1463,7 @@ type GetInstallResponse struct {
 
 func (x *GetInstallResponse) Reset() {
 	*x = GetInstallResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[20]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1360,7 +1475,7 @@ func (x *GetInstallResponse) String() string {
 func (*GetInstallResponse) ProtoMessage() {}
 
 func (x *GetInstallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[20]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1373,7 +1488,7 @@ func (x *GetInstallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInstallResponse.ProtoReflect.Descriptor instead.
 func (*GetInstallResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{20}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetInstallResponse) GetInstall() *Install {
@@ -1398,7 +1513,7 @@ type InstallStatus struct {
 
 func (x *InstallStatus) Reset() {
 	*x = InstallStatus{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[21]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1410,7 +1525,7 @@ func (x *InstallStatus) String() string {
 func (*InstallStatus) ProtoMessage() {}
 
 func (x *InstallStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[21]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1423,7 +1538,7 @@ func (x *InstallStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstallStatus.ProtoReflect.Descriptor instead.
 func (*InstallStatus) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{21}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *InstallStatus) GetInstall() *Install {
@@ -1464,7 +1579,7 @@ type WatchInstallsRequest struct {
 
 func (x *WatchInstallsRequest) Reset() {
 	*x = WatchInstallsRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[22]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1476,7 +1591,7 @@ func (x *WatchInstallsRequest) String() string {
 func (*WatchInstallsRequest) ProtoMessage() {}
 
 func (x *WatchInstallsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[22]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1489,7 +1604,7 @@ func (x *WatchInstallsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchInstallsRequest.ProtoReflect.Descriptor instead.
 func (*WatchInstallsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{22}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WatchInstallsRequest) GetApp() string {
@@ -1514,7 +1629,7 @@ type WatchInstallsResponse struct {
 
 func (x *WatchInstallsResponse) Reset() {
 	*x = WatchInstallsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[23]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1526,7 +1641,7 @@ func (x *WatchInstallsResponse) String() string {
 func (*WatchInstallsResponse) ProtoMessage() {}
 
 func (x *WatchInstallsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[23]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1539,7 +1654,7 @@ func (x *WatchInstallsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchInstallsResponse.ProtoReflect.Descriptor instead.
 func (*WatchInstallsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{23}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *WatchInstallsResponse) GetSnapshot() bool {
@@ -1581,7 +1696,7 @@ type UpdateInstallRequest struct {
 
 func (x *UpdateInstallRequest) Reset() {
 	*x = UpdateInstallRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[24]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1593,7 +1708,7 @@ func (x *UpdateInstallRequest) String() string {
 func (*UpdateInstallRequest) ProtoMessage() {}
 
 func (x *UpdateInstallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[24]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1606,7 +1721,7 @@ func (x *UpdateInstallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateInstallRequest.ProtoReflect.Descriptor instead.
 func (*UpdateInstallRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{24}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *UpdateInstallRequest) GetInstall() string {
@@ -1662,7 +1777,7 @@ type UpdateInstallResponse struct {
 
 func (x *UpdateInstallResponse) Reset() {
 	*x = UpdateInstallResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[25]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1674,7 +1789,7 @@ func (x *UpdateInstallResponse) String() string {
 func (*UpdateInstallResponse) ProtoMessage() {}
 
 func (x *UpdateInstallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[25]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1687,7 +1802,7 @@ func (x *UpdateInstallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateInstallResponse.ProtoReflect.Descriptor instead.
 func (*UpdateInstallResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{25}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *UpdateInstallResponse) GetInstall() *Install {
@@ -1714,7 +1829,7 @@ type CreateEnrollmentTokenRequest struct {
 
 func (x *CreateEnrollmentTokenRequest) Reset() {
 	*x = CreateEnrollmentTokenRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[26]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1726,7 +1841,7 @@ func (x *CreateEnrollmentTokenRequest) String() string {
 func (*CreateEnrollmentTokenRequest) ProtoMessage() {}
 
 func (x *CreateEnrollmentTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[26]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1739,7 +1854,7 @@ func (x *CreateEnrollmentTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateEnrollmentTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateEnrollmentTokenRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{26}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CreateEnrollmentTokenRequest) GetInstall() string {
@@ -1765,7 +1880,7 @@ type CreateEnrollmentTokenResponse struct {
 
 func (x *CreateEnrollmentTokenResponse) Reset() {
 	*x = CreateEnrollmentTokenResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[27]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1777,7 +1892,7 @@ func (x *CreateEnrollmentTokenResponse) String() string {
 func (*CreateEnrollmentTokenResponse) ProtoMessage() {}
 
 func (x *CreateEnrollmentTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[27]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1790,7 +1905,7 @@ func (x *CreateEnrollmentTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateEnrollmentTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateEnrollmentTokenResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{27}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CreateEnrollmentTokenResponse) GetEnrollmentToken() *EnrollmentToken {
@@ -1829,13 +1944,16 @@ type Job struct {
 	// pending_reason says why a queued or assigned job is not running.
 	PendingReason string `protobuf:"bytes,19,opt,name=pending_reason,json=pendingReason,proto3" json:"pending_reason,omitempty"`
 	CreatedBy     string `protobuf:"bytes,20,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
+	// mode is the permission mode the job needs (provision, maintenance,
+	// deprovision, break_glass), decided by imsd from what the job is.
+	Mode          string `protobuf:"bytes,21,opt,name=mode,proto3" json:"mode,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Job) Reset() {
 	*x = Job{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[28]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1847,7 +1965,7 @@ func (x *Job) String() string {
 func (*Job) ProtoMessage() {}
 
 func (x *Job) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[28]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1860,7 +1978,7 @@ func (x *Job) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Job.ProtoReflect.Descriptor instead.
 func (*Job) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{28}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Job) GetId() string {
@@ -2003,6 +2121,13 @@ func (x *Job) GetCreatedBy() string {
 	return ""
 }
 
+func (x *Job) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
 type EnqueueJobRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Install       string                 `protobuf:"bytes,1,opt,name=install,proto3" json:"install,omitempty"`
@@ -2028,13 +2153,17 @@ type EnqueueJobRequest struct {
 	// EnqueueJobs the key goes on the EnqueueJobsRequest; the jobs' own
 	// idempotency_key must be empty.
 	IdempotencyKey string `protobuf:"bytes,7,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// mode is the permission mode the job needs: "maintenance" (the
+	// default), "provision", "deprovision" or "break_glass". The install's
+	// agent refuses the job unless the customer has that mode on.
+	Mode          string `protobuf:"bytes,8,opt,name=mode,proto3" json:"mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EnqueueJobRequest) Reset() {
 	*x = EnqueueJobRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[29]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2046,7 +2175,7 @@ func (x *EnqueueJobRequest) String() string {
 func (*EnqueueJobRequest) ProtoMessage() {}
 
 func (x *EnqueueJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[29]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2059,7 +2188,7 @@ func (x *EnqueueJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueJobRequest.ProtoReflect.Descriptor instead.
 func (*EnqueueJobRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{29}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *EnqueueJobRequest) GetInstall() string {
@@ -2111,6 +2240,13 @@ func (x *EnqueueJobRequest) GetIdempotencyKey() string {
 	return ""
 }
 
+func (x *EnqueueJobRequest) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
 type EnqueueJobResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Job           *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
@@ -2120,7 +2256,7 @@ type EnqueueJobResponse struct {
 
 func (x *EnqueueJobResponse) Reset() {
 	*x = EnqueueJobResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[30]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2132,7 +2268,7 @@ func (x *EnqueueJobResponse) String() string {
 func (*EnqueueJobResponse) ProtoMessage() {}
 
 func (x *EnqueueJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[30]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2145,7 +2281,7 @@ func (x *EnqueueJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueJobResponse.ProtoReflect.Descriptor instead.
 func (*EnqueueJobResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{30}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *EnqueueJobResponse) GetJob() *Job {
@@ -2167,7 +2303,7 @@ type EnqueueJobsRequest struct {
 
 func (x *EnqueueJobsRequest) Reset() {
 	*x = EnqueueJobsRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[31]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2179,7 +2315,7 @@ func (x *EnqueueJobsRequest) String() string {
 func (*EnqueueJobsRequest) ProtoMessage() {}
 
 func (x *EnqueueJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[31]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2192,7 +2328,7 @@ func (x *EnqueueJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueJobsRequest.ProtoReflect.Descriptor instead.
 func (*EnqueueJobsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{31}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *EnqueueJobsRequest) GetJobs() []*EnqueueJobRequest {
@@ -2219,7 +2355,7 @@ type EnqueueJobsResponse struct {
 
 func (x *EnqueueJobsResponse) Reset() {
 	*x = EnqueueJobsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[32]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2231,7 +2367,7 @@ func (x *EnqueueJobsResponse) String() string {
 func (*EnqueueJobsResponse) ProtoMessage() {}
 
 func (x *EnqueueJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[32]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2244,7 +2380,7 @@ func (x *EnqueueJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueJobsResponse.ProtoReflect.Descriptor instead.
 func (*EnqueueJobsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{32}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *EnqueueJobsResponse) GetJobs() []*Job {
@@ -2270,7 +2406,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[33]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2282,7 +2418,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[33]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2295,7 +2431,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{33}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListJobsRequest) GetInstall() string {
@@ -2336,7 +2472,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[34]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2348,7 +2484,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[34]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2361,7 +2497,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{34}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -2387,7 +2523,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[35]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2399,7 +2535,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[35]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2412,7 +2548,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{35}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GetJobRequest) GetId() string {
@@ -2431,7 +2567,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[36]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2443,7 +2579,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[36]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2456,7 +2592,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{36}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetJobResponse) GetJob() *Job {
@@ -2480,7 +2616,7 @@ type LogLine struct {
 
 func (x *LogLine) Reset() {
 	*x = LogLine{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[37]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2492,7 +2628,7 @@ func (x *LogLine) String() string {
 func (*LogLine) ProtoMessage() {}
 
 func (x *LogLine) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[37]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2505,7 +2641,7 @@ func (x *LogLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogLine.ProtoReflect.Descriptor instead.
 func (*LogLine) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{37}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *LogLine) GetAttempt() int32 {
@@ -2569,7 +2705,7 @@ type StreamJobLogsRequest struct {
 
 func (x *StreamJobLogsRequest) Reset() {
 	*x = StreamJobLogsRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[38]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2581,7 +2717,7 @@ func (x *StreamJobLogsRequest) String() string {
 func (*StreamJobLogsRequest) ProtoMessage() {}
 
 func (x *StreamJobLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[38]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2594,7 +2730,7 @@ func (x *StreamJobLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamJobLogsRequest.ProtoReflect.Descriptor instead.
 func (*StreamJobLogsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{38}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *StreamJobLogsRequest) GetJobId() string {
@@ -2664,7 +2800,7 @@ type StreamJobLogsResponse struct {
 
 func (x *StreamJobLogsResponse) Reset() {
 	*x = StreamJobLogsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[39]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2676,7 +2812,7 @@ func (x *StreamJobLogsResponse) String() string {
 func (*StreamJobLogsResponse) ProtoMessage() {}
 
 func (x *StreamJobLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[39]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2689,7 +2825,7 @@ func (x *StreamJobLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamJobLogsResponse.ProtoReflect.Descriptor instead.
 func (*StreamJobLogsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{39}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *StreamJobLogsResponse) GetLines() []*LogLine {
@@ -2716,7 +2852,7 @@ type CancelJobRequest struct {
 
 func (x *CancelJobRequest) Reset() {
 	*x = CancelJobRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[40]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2728,7 +2864,7 @@ func (x *CancelJobRequest) String() string {
 func (*CancelJobRequest) ProtoMessage() {}
 
 func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[40]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2741,7 +2877,7 @@ func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobRequest.ProtoReflect.Descriptor instead.
 func (*CancelJobRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{40}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *CancelJobRequest) GetId() string {
@@ -2767,7 +2903,7 @@ type CancelJobResponse struct {
 
 func (x *CancelJobResponse) Reset() {
 	*x = CancelJobResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[41]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2779,7 +2915,7 @@ func (x *CancelJobResponse) String() string {
 func (*CancelJobResponse) ProtoMessage() {}
 
 func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[41]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2792,7 +2928,7 @@ func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobResponse.ProtoReflect.Descriptor instead.
 func (*CancelJobResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{41}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CancelJobResponse) GetJob() *Job {
@@ -2814,7 +2950,7 @@ type AppFile struct {
 
 func (x *AppFile) Reset() {
 	*x = AppFile{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[42]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2826,7 +2962,7 @@ func (x *AppFile) String() string {
 func (*AppFile) ProtoMessage() {}
 
 func (x *AppFile) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[42]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2839,7 +2975,7 @@ func (x *AppFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppFile.ProtoReflect.Descriptor instead.
 func (*AppFile) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{42}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *AppFile) GetPath() string {
@@ -2875,7 +3011,7 @@ type AppRevision struct {
 
 func (x *AppRevision) Reset() {
 	*x = AppRevision{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[43]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2887,7 +3023,7 @@ func (x *AppRevision) String() string {
 func (*AppRevision) ProtoMessage() {}
 
 func (x *AppRevision) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[43]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2900,7 +3036,7 @@ func (x *AppRevision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppRevision.ProtoReflect.Descriptor instead.
 func (*AppRevision) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{43}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *AppRevision) GetAppId() string {
@@ -2965,7 +3101,7 @@ type PushAppRevisionRequest struct {
 
 func (x *PushAppRevisionRequest) Reset() {
 	*x = PushAppRevisionRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[44]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2977,7 +3113,7 @@ func (x *PushAppRevisionRequest) String() string {
 func (*PushAppRevisionRequest) ProtoMessage() {}
 
 func (x *PushAppRevisionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[44]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2990,7 +3126,7 @@ func (x *PushAppRevisionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushAppRevisionRequest.ProtoReflect.Descriptor instead.
 func (*PushAppRevisionRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{44}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *PushAppRevisionRequest) GetFiles() []*AppFile {
@@ -3026,7 +3162,7 @@ type PushAppRevisionResponse struct {
 
 func (x *PushAppRevisionResponse) Reset() {
 	*x = PushAppRevisionResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[45]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3038,7 +3174,7 @@ func (x *PushAppRevisionResponse) String() string {
 func (*PushAppRevisionResponse) ProtoMessage() {}
 
 func (x *PushAppRevisionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[45]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3051,7 +3187,7 @@ func (x *PushAppRevisionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushAppRevisionResponse.ProtoReflect.Descriptor instead.
 func (*PushAppRevisionResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{45}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *PushAppRevisionResponse) GetApp() *App {
@@ -3113,7 +3249,7 @@ type InstallApplied struct {
 
 func (x *InstallApplied) Reset() {
 	*x = InstallApplied{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[46]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3125,7 +3261,7 @@ func (x *InstallApplied) String() string {
 func (*InstallApplied) ProtoMessage() {}
 
 func (x *InstallApplied) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[46]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3138,7 +3274,7 @@ func (x *InstallApplied) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstallApplied.ProtoReflect.Descriptor instead.
 func (*InstallApplied) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{46}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *InstallApplied) GetName() string {
@@ -3185,7 +3321,7 @@ type ListAppRevisionsRequest struct {
 
 func (x *ListAppRevisionsRequest) Reset() {
 	*x = ListAppRevisionsRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[47]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3197,7 +3333,7 @@ func (x *ListAppRevisionsRequest) String() string {
 func (*ListAppRevisionsRequest) ProtoMessage() {}
 
 func (x *ListAppRevisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[47]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3210,7 +3346,7 @@ func (x *ListAppRevisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAppRevisionsRequest.ProtoReflect.Descriptor instead.
 func (*ListAppRevisionsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{47}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListAppRevisionsRequest) GetApp() string {
@@ -3229,7 +3365,7 @@ type ListAppRevisionsResponse struct {
 
 func (x *ListAppRevisionsResponse) Reset() {
 	*x = ListAppRevisionsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[48]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3241,7 +3377,7 @@ func (x *ListAppRevisionsResponse) String() string {
 func (*ListAppRevisionsResponse) ProtoMessage() {}
 
 func (x *ListAppRevisionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[48]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3254,7 +3390,7 @@ func (x *ListAppRevisionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAppRevisionsResponse.ProtoReflect.Descriptor instead.
 func (*ListAppRevisionsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{48}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListAppRevisionsResponse) GetRevisions() []*AppRevision {
@@ -3276,7 +3412,7 @@ type DiffAppRevisionsRequest struct {
 
 func (x *DiffAppRevisionsRequest) Reset() {
 	*x = DiffAppRevisionsRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[49]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3288,7 +3424,7 @@ func (x *DiffAppRevisionsRequest) String() string {
 func (*DiffAppRevisionsRequest) ProtoMessage() {}
 
 func (x *DiffAppRevisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[49]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3301,7 +3437,7 @@ func (x *DiffAppRevisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffAppRevisionsRequest.ProtoReflect.Descriptor instead.
 func (*DiffAppRevisionsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{49}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *DiffAppRevisionsRequest) GetApp() string {
@@ -3334,7 +3470,7 @@ type DiffAppRevisionsResponse struct {
 
 func (x *DiffAppRevisionsResponse) Reset() {
 	*x = DiffAppRevisionsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[50]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3346,7 +3482,7 @@ func (x *DiffAppRevisionsResponse) String() string {
 func (*DiffAppRevisionsResponse) ProtoMessage() {}
 
 func (x *DiffAppRevisionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[50]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3359,7 +3495,7 @@ func (x *DiffAppRevisionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffAppRevisionsResponse.ProtoReflect.Descriptor instead.
 func (*DiffAppRevisionsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{50}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *DiffAppRevisionsResponse) GetChanges() []*ConfigChange {
@@ -3386,7 +3522,7 @@ type ConfigChange struct {
 
 func (x *ConfigChange) Reset() {
 	*x = ConfigChange{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[51]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3398,7 +3534,7 @@ func (x *ConfigChange) String() string {
 func (*ConfigChange) ProtoMessage() {}
 
 func (x *ConfigChange) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[51]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3411,7 +3547,7 @@ func (x *ConfigChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigChange.ProtoReflect.Descriptor instead.
 func (*ConfigChange) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{51}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ConfigChange) GetKind() string {
@@ -3456,7 +3592,7 @@ type ConfigDiagnostic struct {
 
 func (x *ConfigDiagnostic) Reset() {
 	*x = ConfigDiagnostic{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[52]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3468,7 +3604,7 @@ func (x *ConfigDiagnostic) String() string {
 func (*ConfigDiagnostic) ProtoMessage() {}
 
 func (x *ConfigDiagnostic) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[52]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3481,7 +3617,7 @@ func (x *ConfigDiagnostic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigDiagnostic.ProtoReflect.Descriptor instead.
 func (*ConfigDiagnostic) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{52}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ConfigDiagnostic) GetFile() string {
@@ -3529,7 +3665,7 @@ type ConfigDiagnostics struct {
 
 func (x *ConfigDiagnostics) Reset() {
 	*x = ConfigDiagnostics{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[53]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3541,7 +3677,7 @@ func (x *ConfigDiagnostics) String() string {
 func (*ConfigDiagnostics) ProtoMessage() {}
 
 func (x *ConfigDiagnostics) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[53]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3554,7 +3690,7 @@ func (x *ConfigDiagnostics) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigDiagnostics.ProtoReflect.Descriptor instead.
 func (*ConfigDiagnostics) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{53}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ConfigDiagnostics) GetDiagnostics() []*ConfigDiagnostic {
@@ -3586,7 +3722,7 @@ type PluginType struct {
 
 func (x *PluginType) Reset() {
 	*x = PluginType{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[54]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3598,7 +3734,7 @@ func (x *PluginType) String() string {
 func (*PluginType) ProtoMessage() {}
 
 func (x *PluginType) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[54]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3611,7 +3747,7 @@ func (x *PluginType) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginType.ProtoReflect.Descriptor instead.
 func (*PluginType) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{54}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *PluginType) GetType() string {
@@ -3687,7 +3823,7 @@ type RegisterPluginTypeRequest struct {
 
 func (x *RegisterPluginTypeRequest) Reset() {
 	*x = RegisterPluginTypeRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[55]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3699,7 +3835,7 @@ func (x *RegisterPluginTypeRequest) String() string {
 func (*RegisterPluginTypeRequest) ProtoMessage() {}
 
 func (x *RegisterPluginTypeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[55]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3712,7 +3848,7 @@ func (x *RegisterPluginTypeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterPluginTypeRequest.ProtoReflect.Descriptor instead.
 func (*RegisterPluginTypeRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{55}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *RegisterPluginTypeRequest) GetDescription() string {
@@ -3733,7 +3869,7 @@ type RegisterPluginTypeResponse struct {
 
 func (x *RegisterPluginTypeResponse) Reset() {
 	*x = RegisterPluginTypeResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[56]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3745,7 +3881,7 @@ func (x *RegisterPluginTypeResponse) String() string {
 func (*RegisterPluginTypeResponse) ProtoMessage() {}
 
 func (x *RegisterPluginTypeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[56]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3758,7 +3894,7 @@ func (x *RegisterPluginTypeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterPluginTypeResponse.ProtoReflect.Descriptor instead.
 func (*RegisterPluginTypeResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{56}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *RegisterPluginTypeResponse) GetPluginType() *PluginType {
@@ -3783,7 +3919,7 @@ type ListPluginTypesRequest struct {
 
 func (x *ListPluginTypesRequest) Reset() {
 	*x = ListPluginTypesRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[57]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3795,7 +3931,7 @@ func (x *ListPluginTypesRequest) String() string {
 func (*ListPluginTypesRequest) ProtoMessage() {}
 
 func (x *ListPluginTypesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[57]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3808,7 +3944,7 @@ func (x *ListPluginTypesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPluginTypesRequest.ProtoReflect.Descriptor instead.
 func (*ListPluginTypesRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{57}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{58}
 }
 
 type ListPluginTypesResponse struct {
@@ -3820,7 +3956,7 @@ type ListPluginTypesResponse struct {
 
 func (x *ListPluginTypesResponse) Reset() {
 	*x = ListPluginTypesResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[58]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3832,7 +3968,7 @@ func (x *ListPluginTypesResponse) String() string {
 func (*ListPluginTypesResponse) ProtoMessage() {}
 
 func (x *ListPluginTypesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[58]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3845,7 +3981,7 @@ func (x *ListPluginTypesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPluginTypesResponse.ProtoReflect.Descriptor instead.
 func (*ListPluginTypesResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{58}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ListPluginTypesResponse) GetPluginTypes() []*PluginType {
@@ -3864,7 +4000,7 @@ type GetPluginTypeRequest struct {
 
 func (x *GetPluginTypeRequest) Reset() {
 	*x = GetPluginTypeRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[59]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3876,7 +4012,7 @@ func (x *GetPluginTypeRequest) String() string {
 func (*GetPluginTypeRequest) ProtoMessage() {}
 
 func (x *GetPluginTypeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[59]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3889,7 +4025,7 @@ func (x *GetPluginTypeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPluginTypeRequest.ProtoReflect.Descriptor instead.
 func (*GetPluginTypeRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{59}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *GetPluginTypeRequest) GetType() string {
@@ -3908,7 +4044,7 @@ type GetPluginTypeResponse struct {
 
 func (x *GetPluginTypeResponse) Reset() {
 	*x = GetPluginTypeResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[60]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3920,7 +4056,7 @@ func (x *GetPluginTypeResponse) String() string {
 func (*GetPluginTypeResponse) ProtoMessage() {}
 
 func (x *GetPluginTypeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[60]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3933,7 +4069,7 @@ func (x *GetPluginTypeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPluginTypeResponse.ProtoReflect.Descriptor instead.
 func (*GetPluginTypeResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{60}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *GetPluginTypeResponse) GetPluginType() *PluginType {
@@ -3952,7 +4088,7 @@ type RemovePluginTypeRequest struct {
 
 func (x *RemovePluginTypeRequest) Reset() {
 	*x = RemovePluginTypeRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[61]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3964,7 +4100,7 @@ func (x *RemovePluginTypeRequest) String() string {
 func (*RemovePluginTypeRequest) ProtoMessage() {}
 
 func (x *RemovePluginTypeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[61]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3977,7 +4113,7 @@ func (x *RemovePluginTypeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePluginTypeRequest.ProtoReflect.Descriptor instead.
 func (*RemovePluginTypeRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{61}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RemovePluginTypeRequest) GetType() string {
@@ -3995,7 +4131,7 @@ type RemovePluginTypeResponse struct {
 
 func (x *RemovePluginTypeResponse) Reset() {
 	*x = RemovePluginTypeResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[62]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4007,7 +4143,7 @@ func (x *RemovePluginTypeResponse) String() string {
 func (*RemovePluginTypeResponse) ProtoMessage() {}
 
 func (x *RemovePluginTypeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[62]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4020,7 +4156,7 @@ func (x *RemovePluginTypeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePluginTypeResponse.ProtoReflect.Descriptor instead.
 func (*RemovePluginTypeResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{62}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{63}
 }
 
 var File_byoc_ims_v1_operator_proto protoreflect.FileDescriptor
@@ -4057,7 +4193,7 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\n" +
 	"id_or_name\x18\x01 \x01(\tR\bidOrName\"4\n" +
 	"\x0eGetAppResponse\x12\"\n" +
-	"\x03app\x18\x01 \x01(\v2\x10.byoc.ims.v1.AppR\x03app\"\xfa\x02\n" +
+	"\x03app\x18\x01 \x01(\v2\x10.byoc.ims.v1.AppR\x03app\"\xb6\x03\n" +
 	"\vAgentStatus\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1c\n" +
 	"\tconnected\x18\x02 \x01(\bR\tconnected\x12@\n" +
@@ -4067,7 +4203,19 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\venroll_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"enrollTime\x12+\n" +
 	"\x11identity_conflict\x18\a \x01(\tR\x10identityConflict\x12P\n" +
-	"\x16identity_conflict_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x14identityConflictTime\"\xcd\x03\n" +
+	"\x16identity_conflict_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x14identityConflictTime\x12:\n" +
+	"\vpermissions\x18\t \x01(\v2\x18.byoc.ims.v1.PermissionsR\vpermissions\"\xad\x02\n" +
+	"\vPermissions\x12\x1c\n" +
+	"\tprovision\x18\x01 \x01(\bR\tprovision\x12 \n" +
+	"\vmaintenance\x18\x02 \x01(\bR\vmaintenance\x12 \n" +
+	"\vdeprovision\x18\x03 \x01(\bR\vdeprovision\x12\x1f\n" +
+	"\vbreak_glass\x18\x04 \x01(\bR\n" +
+	"breakGlass\x12!\n" +
+	"\fdisabled_all\x18\x05 \x01(\bR\vdisabledAll\x12;\n" +
+	"\vchange_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"changeTime\x12;\n" +
+	"\vreport_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"reportTime\"\xcd\x03\n" +
 	"\aInstall\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x15\n" +
 	"\x06app_id\x18\x02 \x01(\tR\x05appId\x12\x12\n" +
@@ -4150,7 +4298,7 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\vttl_seconds\x18\x02 \x01(\x03R\n" +
 	"ttlSeconds\"h\n" +
 	"\x1dCreateEnrollmentTokenResponse\x12G\n" +
-	"\x10enrollment_token\x18\x01 \x01(\v2\x1c.byoc.ims.v1.EnrollmentTokenR\x0fenrollmentToken\"\xe8\x06\n" +
+	"\x10enrollment_token\x18\x01 \x01(\v2\x1c.byoc.ims.v1.EnrollmentTokenR\x0fenrollmentToken\"\xfc\x06\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -4176,10 +4324,11 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\aoutputs\x18\x12 \x03(\v2\x1d.byoc.ims.v1.Job.OutputsEntryR\aoutputs\x12%\n" +
 	"\x0epending_reason\x18\x13 \x01(\tR\rpendingReason\x12\x1d\n" +
 	"\n" +
-	"created_by\x18\x14 \x01(\tR\tcreatedBy\x1a:\n" +
+	"created_by\x18\x14 \x01(\tR\tcreatedBy\x12\x12\n" +
+	"\x04mode\x18\x15 \x01(\tR\x04mode\x1a:\n" +
 	"\fOutputsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x98\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xac\x02\n" +
 	"\x11EnqueueJobRequest\x12\x18\n" +
 	"\ainstall\x18\x01 \x01(\tR\ainstall\x12%\n" +
 	"\x0ecomponent_type\x18\x02 \x01(\tR\rcomponentType\x12\x1c\n" +
@@ -4187,7 +4336,8 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x06config\x18\x04 \x01(\v2\x17.google.protobuf.StructR\x06config\x12'\n" +
 	"\x0ftimeout_seconds\x18\x05 \x01(\x03R\x0etimeoutSeconds\x12!\n" +
 	"\fmax_attempts\x18\x06 \x01(\x05R\vmaxAttempts\x12'\n" +
-	"\x0fidempotency_key\x18\a \x01(\tR\x0eidempotencyKey\"8\n" +
+	"\x0fidempotency_key\x18\a \x01(\tR\x0eidempotencyKey\x12\x12\n" +
+	"\x04mode\x18\b \x01(\tR\x04mode\"8\n" +
 	"\x12EnqueueJobResponse\x12\"\n" +
 	"\x03job\x18\x01 \x01(\v2\x10.byoc.ims.v1.JobR\x03job\"q\n" +
 	"\x12EnqueueJobsRequest\x122\n" +
@@ -4318,7 +4468,7 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
 	"ROLE_ADMIN\x10\x01\x12\x0f\n" +
-	"\vROLE_VIEWER\x10\x02*\xcb\x01\n" +
+	"\vROLE_VIEWER\x10\x02*\xe2\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10JOB_STATE_QUEUED\x10\x01\x12\x16\n" +
@@ -4327,7 +4477,8 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x13JOB_STATE_SUCCEEDED\x10\x04\x12\x14\n" +
 	"\x10JOB_STATE_FAILED\x10\x05\x12\x17\n" +
 	"\x13JOB_STATE_CANCELLED\x10\x06\x12\x17\n" +
-	"\x13JOB_STATE_TIMED_OUT\x10\a*l\n" +
+	"\x13JOB_STATE_TIMED_OUT\x10\a\x12\x15\n" +
+	"\x11JOB_STATE_REFUSED\x10\b*l\n" +
 	"\tLogStream\x12\x1a\n" +
 	"\x16LOG_STREAM_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11LOG_STREAM_STDOUT\x10\x01\x12\x15\n" +
@@ -4386,7 +4537,7 @@ func file_byoc_ims_v1_operator_proto_rawDescGZIP() []byte {
 }
 
 var file_byoc_ims_v1_operator_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_byoc_ims_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
+var file_byoc_ims_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 69)
 var file_byoc_ims_v1_operator_proto_goTypes = []any{
 	(Role)(0),                             // 0: byoc.ims.v1.Role
 	(JobState)(0),                         // 1: byoc.ims.v1.JobState
@@ -4403,232 +4554,236 @@ var file_byoc_ims_v1_operator_proto_goTypes = []any{
 	(*GetAppRequest)(nil),                 // 12: byoc.ims.v1.GetAppRequest
 	(*GetAppResponse)(nil),                // 13: byoc.ims.v1.GetAppResponse
 	(*AgentStatus)(nil),                   // 14: byoc.ims.v1.AgentStatus
-	(*Install)(nil),                       // 15: byoc.ims.v1.Install
-	(*InstallSettings)(nil),               // 16: byoc.ims.v1.InstallSettings
-	(*CreateInstallRequest)(nil),          // 17: byoc.ims.v1.CreateInstallRequest
-	(*CreateInstallResponse)(nil),         // 18: byoc.ims.v1.CreateInstallResponse
-	(*EnrollmentToken)(nil),               // 19: byoc.ims.v1.EnrollmentToken
-	(*ListInstallsRequest)(nil),           // 20: byoc.ims.v1.ListInstallsRequest
-	(*ListInstallsResponse)(nil),          // 21: byoc.ims.v1.ListInstallsResponse
-	(*GetInstallRequest)(nil),             // 22: byoc.ims.v1.GetInstallRequest
-	(*GetInstallResponse)(nil),            // 23: byoc.ims.v1.GetInstallResponse
-	(*InstallStatus)(nil),                 // 24: byoc.ims.v1.InstallStatus
-	(*WatchInstallsRequest)(nil),          // 25: byoc.ims.v1.WatchInstallsRequest
-	(*WatchInstallsResponse)(nil),         // 26: byoc.ims.v1.WatchInstallsResponse
-	(*UpdateInstallRequest)(nil),          // 27: byoc.ims.v1.UpdateInstallRequest
-	(*UpdateInstallResponse)(nil),         // 28: byoc.ims.v1.UpdateInstallResponse
-	(*CreateEnrollmentTokenRequest)(nil),  // 29: byoc.ims.v1.CreateEnrollmentTokenRequest
-	(*CreateEnrollmentTokenResponse)(nil), // 30: byoc.ims.v1.CreateEnrollmentTokenResponse
-	(*Job)(nil),                           // 31: byoc.ims.v1.Job
-	(*EnqueueJobRequest)(nil),             // 32: byoc.ims.v1.EnqueueJobRequest
-	(*EnqueueJobResponse)(nil),            // 33: byoc.ims.v1.EnqueueJobResponse
-	(*EnqueueJobsRequest)(nil),            // 34: byoc.ims.v1.EnqueueJobsRequest
-	(*EnqueueJobsResponse)(nil),           // 35: byoc.ims.v1.EnqueueJobsResponse
-	(*ListJobsRequest)(nil),               // 36: byoc.ims.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),              // 37: byoc.ims.v1.ListJobsResponse
-	(*GetJobRequest)(nil),                 // 38: byoc.ims.v1.GetJobRequest
-	(*GetJobResponse)(nil),                // 39: byoc.ims.v1.GetJobResponse
-	(*LogLine)(nil),                       // 40: byoc.ims.v1.LogLine
-	(*StreamJobLogsRequest)(nil),          // 41: byoc.ims.v1.StreamJobLogsRequest
-	(*StreamJobLogsResponse)(nil),         // 42: byoc.ims.v1.StreamJobLogsResponse
-	(*CancelJobRequest)(nil),              // 43: byoc.ims.v1.CancelJobRequest
-	(*CancelJobResponse)(nil),             // 44: byoc.ims.v1.CancelJobResponse
-	(*AppFile)(nil),                       // 45: byoc.ims.v1.AppFile
-	(*AppRevision)(nil),                   // 46: byoc.ims.v1.AppRevision
-	(*PushAppRevisionRequest)(nil),        // 47: byoc.ims.v1.PushAppRevisionRequest
-	(*PushAppRevisionResponse)(nil),       // 48: byoc.ims.v1.PushAppRevisionResponse
-	(*InstallApplied)(nil),                // 49: byoc.ims.v1.InstallApplied
-	(*ListAppRevisionsRequest)(nil),       // 50: byoc.ims.v1.ListAppRevisionsRequest
-	(*ListAppRevisionsResponse)(nil),      // 51: byoc.ims.v1.ListAppRevisionsResponse
-	(*DiffAppRevisionsRequest)(nil),       // 52: byoc.ims.v1.DiffAppRevisionsRequest
-	(*DiffAppRevisionsResponse)(nil),      // 53: byoc.ims.v1.DiffAppRevisionsResponse
-	(*ConfigChange)(nil),                  // 54: byoc.ims.v1.ConfigChange
-	(*ConfigDiagnostic)(nil),              // 55: byoc.ims.v1.ConfigDiagnostic
-	(*ConfigDiagnostics)(nil),             // 56: byoc.ims.v1.ConfigDiagnostics
-	(*PluginType)(nil),                    // 57: byoc.ims.v1.PluginType
-	(*RegisterPluginTypeRequest)(nil),     // 58: byoc.ims.v1.RegisterPluginTypeRequest
-	(*RegisterPluginTypeResponse)(nil),    // 59: byoc.ims.v1.RegisterPluginTypeResponse
-	(*ListPluginTypesRequest)(nil),        // 60: byoc.ims.v1.ListPluginTypesRequest
-	(*ListPluginTypesResponse)(nil),       // 61: byoc.ims.v1.ListPluginTypesResponse
-	(*GetPluginTypeRequest)(nil),          // 62: byoc.ims.v1.GetPluginTypeRequest
-	(*GetPluginTypeResponse)(nil),         // 63: byoc.ims.v1.GetPluginTypeResponse
-	(*RemovePluginTypeRequest)(nil),       // 64: byoc.ims.v1.RemovePluginTypeRequest
-	(*RemovePluginTypeResponse)(nil),      // 65: byoc.ims.v1.RemovePluginTypeResponse
-	nil,                                   // 66: byoc.ims.v1.Install.InputsEntry
-	nil,                                   // 67: byoc.ims.v1.InstallSettings.OverridesEntry
-	nil,                                   // 68: byoc.ims.v1.CreateInstallRequest.InputsEntry
-	nil,                                   // 69: byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
-	nil,                                   // 70: byoc.ims.v1.Job.OutputsEntry
-	(*timestamppb.Timestamp)(nil),         // 71: google.protobuf.Timestamp
-	(*InstallHealth)(nil),                 // 72: byoc.ims.v1.InstallHealth
-	(*Workflow)(nil),                      // 73: byoc.ims.v1.Workflow
-	(*structpb.Struct)(nil),               // 74: google.protobuf.Struct
-	(*structpb.Value)(nil),                // 75: google.protobuf.Value
-	(*PlanInstallRequest)(nil),            // 76: byoc.ims.v1.PlanInstallRequest
-	(*StartWorkflowRequest)(nil),          // 77: byoc.ims.v1.StartWorkflowRequest
-	(*ListWorkflowsRequest)(nil),          // 78: byoc.ims.v1.ListWorkflowsRequest
-	(*GetWorkflowRequest)(nil),            // 79: byoc.ims.v1.GetWorkflowRequest
-	(*ApproveWorkflowRequest)(nil),        // 80: byoc.ims.v1.ApproveWorkflowRequest
-	(*CancelWorkflowRequest)(nil),         // 81: byoc.ims.v1.CancelWorkflowRequest
-	(*RetryWorkflowStepRequest)(nil),      // 82: byoc.ims.v1.RetryWorkflowStepRequest
-	(*ListActionsRequest)(nil),            // 83: byoc.ims.v1.ListActionsRequest
-	(*StartActionRunRequest)(nil),         // 84: byoc.ims.v1.StartActionRunRequest
-	(*ListActionRunsRequest)(nil),         // 85: byoc.ims.v1.ListActionRunsRequest
-	(*GetActionRunRequest)(nil),           // 86: byoc.ims.v1.GetActionRunRequest
-	(*PlanInstallResponse)(nil),           // 87: byoc.ims.v1.PlanInstallResponse
-	(*StartWorkflowResponse)(nil),         // 88: byoc.ims.v1.StartWorkflowResponse
-	(*ListWorkflowsResponse)(nil),         // 89: byoc.ims.v1.ListWorkflowsResponse
-	(*GetWorkflowResponse)(nil),           // 90: byoc.ims.v1.GetWorkflowResponse
-	(*ApproveWorkflowResponse)(nil),       // 91: byoc.ims.v1.ApproveWorkflowResponse
-	(*CancelWorkflowResponse)(nil),        // 92: byoc.ims.v1.CancelWorkflowResponse
-	(*RetryWorkflowStepResponse)(nil),     // 93: byoc.ims.v1.RetryWorkflowStepResponse
-	(*ListActionsResponse)(nil),           // 94: byoc.ims.v1.ListActionsResponse
-	(*StartActionRunResponse)(nil),        // 95: byoc.ims.v1.StartActionRunResponse
-	(*ListActionRunsResponse)(nil),        // 96: byoc.ims.v1.ListActionRunsResponse
-	(*GetActionRunResponse)(nil),          // 97: byoc.ims.v1.GetActionRunResponse
+	(*Permissions)(nil),                   // 15: byoc.ims.v1.Permissions
+	(*Install)(nil),                       // 16: byoc.ims.v1.Install
+	(*InstallSettings)(nil),               // 17: byoc.ims.v1.InstallSettings
+	(*CreateInstallRequest)(nil),          // 18: byoc.ims.v1.CreateInstallRequest
+	(*CreateInstallResponse)(nil),         // 19: byoc.ims.v1.CreateInstallResponse
+	(*EnrollmentToken)(nil),               // 20: byoc.ims.v1.EnrollmentToken
+	(*ListInstallsRequest)(nil),           // 21: byoc.ims.v1.ListInstallsRequest
+	(*ListInstallsResponse)(nil),          // 22: byoc.ims.v1.ListInstallsResponse
+	(*GetInstallRequest)(nil),             // 23: byoc.ims.v1.GetInstallRequest
+	(*GetInstallResponse)(nil),            // 24: byoc.ims.v1.GetInstallResponse
+	(*InstallStatus)(nil),                 // 25: byoc.ims.v1.InstallStatus
+	(*WatchInstallsRequest)(nil),          // 26: byoc.ims.v1.WatchInstallsRequest
+	(*WatchInstallsResponse)(nil),         // 27: byoc.ims.v1.WatchInstallsResponse
+	(*UpdateInstallRequest)(nil),          // 28: byoc.ims.v1.UpdateInstallRequest
+	(*UpdateInstallResponse)(nil),         // 29: byoc.ims.v1.UpdateInstallResponse
+	(*CreateEnrollmentTokenRequest)(nil),  // 30: byoc.ims.v1.CreateEnrollmentTokenRequest
+	(*CreateEnrollmentTokenResponse)(nil), // 31: byoc.ims.v1.CreateEnrollmentTokenResponse
+	(*Job)(nil),                           // 32: byoc.ims.v1.Job
+	(*EnqueueJobRequest)(nil),             // 33: byoc.ims.v1.EnqueueJobRequest
+	(*EnqueueJobResponse)(nil),            // 34: byoc.ims.v1.EnqueueJobResponse
+	(*EnqueueJobsRequest)(nil),            // 35: byoc.ims.v1.EnqueueJobsRequest
+	(*EnqueueJobsResponse)(nil),           // 36: byoc.ims.v1.EnqueueJobsResponse
+	(*ListJobsRequest)(nil),               // 37: byoc.ims.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),              // 38: byoc.ims.v1.ListJobsResponse
+	(*GetJobRequest)(nil),                 // 39: byoc.ims.v1.GetJobRequest
+	(*GetJobResponse)(nil),                // 40: byoc.ims.v1.GetJobResponse
+	(*LogLine)(nil),                       // 41: byoc.ims.v1.LogLine
+	(*StreamJobLogsRequest)(nil),          // 42: byoc.ims.v1.StreamJobLogsRequest
+	(*StreamJobLogsResponse)(nil),         // 43: byoc.ims.v1.StreamJobLogsResponse
+	(*CancelJobRequest)(nil),              // 44: byoc.ims.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),             // 45: byoc.ims.v1.CancelJobResponse
+	(*AppFile)(nil),                       // 46: byoc.ims.v1.AppFile
+	(*AppRevision)(nil),                   // 47: byoc.ims.v1.AppRevision
+	(*PushAppRevisionRequest)(nil),        // 48: byoc.ims.v1.PushAppRevisionRequest
+	(*PushAppRevisionResponse)(nil),       // 49: byoc.ims.v1.PushAppRevisionResponse
+	(*InstallApplied)(nil),                // 50: byoc.ims.v1.InstallApplied
+	(*ListAppRevisionsRequest)(nil),       // 51: byoc.ims.v1.ListAppRevisionsRequest
+	(*ListAppRevisionsResponse)(nil),      // 52: byoc.ims.v1.ListAppRevisionsResponse
+	(*DiffAppRevisionsRequest)(nil),       // 53: byoc.ims.v1.DiffAppRevisionsRequest
+	(*DiffAppRevisionsResponse)(nil),      // 54: byoc.ims.v1.DiffAppRevisionsResponse
+	(*ConfigChange)(nil),                  // 55: byoc.ims.v1.ConfigChange
+	(*ConfigDiagnostic)(nil),              // 56: byoc.ims.v1.ConfigDiagnostic
+	(*ConfigDiagnostics)(nil),             // 57: byoc.ims.v1.ConfigDiagnostics
+	(*PluginType)(nil),                    // 58: byoc.ims.v1.PluginType
+	(*RegisterPluginTypeRequest)(nil),     // 59: byoc.ims.v1.RegisterPluginTypeRequest
+	(*RegisterPluginTypeResponse)(nil),    // 60: byoc.ims.v1.RegisterPluginTypeResponse
+	(*ListPluginTypesRequest)(nil),        // 61: byoc.ims.v1.ListPluginTypesRequest
+	(*ListPluginTypesResponse)(nil),       // 62: byoc.ims.v1.ListPluginTypesResponse
+	(*GetPluginTypeRequest)(nil),          // 63: byoc.ims.v1.GetPluginTypeRequest
+	(*GetPluginTypeResponse)(nil),         // 64: byoc.ims.v1.GetPluginTypeResponse
+	(*RemovePluginTypeRequest)(nil),       // 65: byoc.ims.v1.RemovePluginTypeRequest
+	(*RemovePluginTypeResponse)(nil),      // 66: byoc.ims.v1.RemovePluginTypeResponse
+	nil,                                   // 67: byoc.ims.v1.Install.InputsEntry
+	nil,                                   // 68: byoc.ims.v1.InstallSettings.OverridesEntry
+	nil,                                   // 69: byoc.ims.v1.CreateInstallRequest.InputsEntry
+	nil,                                   // 70: byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
+	nil,                                   // 71: byoc.ims.v1.Job.OutputsEntry
+	(*timestamppb.Timestamp)(nil),         // 72: google.protobuf.Timestamp
+	(*InstallHealth)(nil),                 // 73: byoc.ims.v1.InstallHealth
+	(*Workflow)(nil),                      // 74: byoc.ims.v1.Workflow
+	(*structpb.Struct)(nil),               // 75: google.protobuf.Struct
+	(*structpb.Value)(nil),                // 76: google.protobuf.Value
+	(*PlanInstallRequest)(nil),            // 77: byoc.ims.v1.PlanInstallRequest
+	(*StartWorkflowRequest)(nil),          // 78: byoc.ims.v1.StartWorkflowRequest
+	(*ListWorkflowsRequest)(nil),          // 79: byoc.ims.v1.ListWorkflowsRequest
+	(*GetWorkflowRequest)(nil),            // 80: byoc.ims.v1.GetWorkflowRequest
+	(*ApproveWorkflowRequest)(nil),        // 81: byoc.ims.v1.ApproveWorkflowRequest
+	(*CancelWorkflowRequest)(nil),         // 82: byoc.ims.v1.CancelWorkflowRequest
+	(*RetryWorkflowStepRequest)(nil),      // 83: byoc.ims.v1.RetryWorkflowStepRequest
+	(*ListActionsRequest)(nil),            // 84: byoc.ims.v1.ListActionsRequest
+	(*StartActionRunRequest)(nil),         // 85: byoc.ims.v1.StartActionRunRequest
+	(*ListActionRunsRequest)(nil),         // 86: byoc.ims.v1.ListActionRunsRequest
+	(*GetActionRunRequest)(nil),           // 87: byoc.ims.v1.GetActionRunRequest
+	(*PlanInstallResponse)(nil),           // 88: byoc.ims.v1.PlanInstallResponse
+	(*StartWorkflowResponse)(nil),         // 89: byoc.ims.v1.StartWorkflowResponse
+	(*ListWorkflowsResponse)(nil),         // 90: byoc.ims.v1.ListWorkflowsResponse
+	(*GetWorkflowResponse)(nil),           // 91: byoc.ims.v1.GetWorkflowResponse
+	(*ApproveWorkflowResponse)(nil),       // 92: byoc.ims.v1.ApproveWorkflowResponse
+	(*CancelWorkflowResponse)(nil),        // 93: byoc.ims.v1.CancelWorkflowResponse
+	(*RetryWorkflowStepResponse)(nil),     // 94: byoc.ims.v1.RetryWorkflowStepResponse
+	(*ListActionsResponse)(nil),           // 95: byoc.ims.v1.ListActionsResponse
+	(*StartActionRunResponse)(nil),        // 96: byoc.ims.v1.StartActionRunResponse
+	(*ListActionRunsResponse)(nil),        // 97: byoc.ims.v1.ListActionRunsResponse
+	(*GetActionRunResponse)(nil),          // 98: byoc.ims.v1.GetActionRunResponse
 }
 var file_byoc_ims_v1_operator_proto_depIdxs = []int32{
 	0,   // 0: byoc.ims.v1.WhoAmIResponse.role:type_name -> byoc.ims.v1.Role
 	0,   // 1: byoc.ims.v1.CreateApiTokenRequest.role:type_name -> byoc.ims.v1.Role
-	71,  // 2: byoc.ims.v1.App.create_time:type_name -> google.protobuf.Timestamp
+	72,  // 2: byoc.ims.v1.App.create_time:type_name -> google.protobuf.Timestamp
 	7,   // 3: byoc.ims.v1.CreateAppResponse.app:type_name -> byoc.ims.v1.App
 	7,   // 4: byoc.ims.v1.ListAppsResponse.apps:type_name -> byoc.ims.v1.App
 	7,   // 5: byoc.ims.v1.GetAppResponse.app:type_name -> byoc.ims.v1.App
-	71,  // 6: byoc.ims.v1.AgentStatus.last_seen_time:type_name -> google.protobuf.Timestamp
-	71,  // 7: byoc.ims.v1.AgentStatus.enroll_time:type_name -> google.protobuf.Timestamp
-	71,  // 8: byoc.ims.v1.AgentStatus.identity_conflict_time:type_name -> google.protobuf.Timestamp
-	66,  // 9: byoc.ims.v1.Install.inputs:type_name -> byoc.ims.v1.Install.InputsEntry
-	71,  // 10: byoc.ims.v1.Install.create_time:type_name -> google.protobuf.Timestamp
-	14,  // 11: byoc.ims.v1.Install.agent:type_name -> byoc.ims.v1.AgentStatus
-	16,  // 12: byoc.ims.v1.Install.settings:type_name -> byoc.ims.v1.InstallSettings
-	72,  // 13: byoc.ims.v1.Install.health:type_name -> byoc.ims.v1.InstallHealth
-	67,  // 14: byoc.ims.v1.InstallSettings.overrides:type_name -> byoc.ims.v1.InstallSettings.OverridesEntry
-	68,  // 15: byoc.ims.v1.CreateInstallRequest.inputs:type_name -> byoc.ims.v1.CreateInstallRequest.InputsEntry
-	15,  // 16: byoc.ims.v1.CreateInstallResponse.install:type_name -> byoc.ims.v1.Install
-	19,  // 17: byoc.ims.v1.CreateInstallResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	71,  // 18: byoc.ims.v1.EnrollmentToken.expire_time:type_name -> google.protobuf.Timestamp
-	15,  // 19: byoc.ims.v1.ListInstallsResponse.installs:type_name -> byoc.ims.v1.Install
-	15,  // 20: byoc.ims.v1.GetInstallResponse.install:type_name -> byoc.ims.v1.Install
-	15,  // 21: byoc.ims.v1.InstallStatus.install:type_name -> byoc.ims.v1.Install
-	24,  // 22: byoc.ims.v1.WatchInstallsResponse.installs:type_name -> byoc.ims.v1.InstallStatus
-	69,  // 23: byoc.ims.v1.UpdateInstallRequest.set_inputs:type_name -> byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
-	15,  // 24: byoc.ims.v1.UpdateInstallResponse.install:type_name -> byoc.ims.v1.Install
-	73,  // 25: byoc.ims.v1.UpdateInstallResponse.workflow:type_name -> byoc.ims.v1.Workflow
-	19,  // 26: byoc.ims.v1.CreateEnrollmentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	74,  // 27: byoc.ims.v1.Job.config:type_name -> google.protobuf.Struct
-	1,   // 28: byoc.ims.v1.Job.state:type_name -> byoc.ims.v1.JobState
-	71,  // 29: byoc.ims.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	71,  // 30: byoc.ims.v1.Job.start_time:type_name -> google.protobuf.Timestamp
-	71,  // 31: byoc.ims.v1.Job.end_time:type_name -> google.protobuf.Timestamp
-	71,  // 32: byoc.ims.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
-	70,  // 33: byoc.ims.v1.Job.outputs:type_name -> byoc.ims.v1.Job.OutputsEntry
-	74,  // 34: byoc.ims.v1.EnqueueJobRequest.config:type_name -> google.protobuf.Struct
-	31,  // 35: byoc.ims.v1.EnqueueJobResponse.job:type_name -> byoc.ims.v1.Job
-	32,  // 36: byoc.ims.v1.EnqueueJobsRequest.jobs:type_name -> byoc.ims.v1.EnqueueJobRequest
-	31,  // 37: byoc.ims.v1.EnqueueJobsResponse.jobs:type_name -> byoc.ims.v1.Job
-	1,   // 38: byoc.ims.v1.ListJobsRequest.states:type_name -> byoc.ims.v1.JobState
-	31,  // 39: byoc.ims.v1.ListJobsResponse.jobs:type_name -> byoc.ims.v1.Job
-	31,  // 40: byoc.ims.v1.GetJobResponse.job:type_name -> byoc.ims.v1.Job
-	71,  // 41: byoc.ims.v1.LogLine.time:type_name -> google.protobuf.Timestamp
-	2,   // 42: byoc.ims.v1.LogLine.stream:type_name -> byoc.ims.v1.LogStream
-	40,  // 43: byoc.ims.v1.StreamJobLogsResponse.lines:type_name -> byoc.ims.v1.LogLine
-	31,  // 44: byoc.ims.v1.StreamJobLogsResponse.job:type_name -> byoc.ims.v1.Job
-	31,  // 45: byoc.ims.v1.CancelJobResponse.job:type_name -> byoc.ims.v1.Job
-	71,  // 46: byoc.ims.v1.AppRevision.create_time:type_name -> google.protobuf.Timestamp
-	45,  // 47: byoc.ims.v1.PushAppRevisionRequest.files:type_name -> byoc.ims.v1.AppFile
-	7,   // 48: byoc.ims.v1.PushAppRevisionResponse.app:type_name -> byoc.ims.v1.App
-	46,  // 49: byoc.ims.v1.PushAppRevisionResponse.revision:type_name -> byoc.ims.v1.AppRevision
-	54,  // 50: byoc.ims.v1.PushAppRevisionResponse.changes:type_name -> byoc.ims.v1.ConfigChange
-	49,  // 51: byoc.ims.v1.PushAppRevisionResponse.installs:type_name -> byoc.ims.v1.InstallApplied
-	73,  // 52: byoc.ims.v1.PushAppRevisionResponse.workflows:type_name -> byoc.ims.v1.Workflow
-	15,  // 53: byoc.ims.v1.InstallApplied.install:type_name -> byoc.ims.v1.Install
-	19,  // 54: byoc.ims.v1.InstallApplied.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	46,  // 55: byoc.ims.v1.ListAppRevisionsResponse.revisions:type_name -> byoc.ims.v1.AppRevision
-	54,  // 56: byoc.ims.v1.DiffAppRevisionsResponse.changes:type_name -> byoc.ims.v1.ConfigChange
-	55,  // 57: byoc.ims.v1.ConfigDiagnostics.diagnostics:type_name -> byoc.ims.v1.ConfigDiagnostic
-	75,  // 58: byoc.ims.v1.PluginType.config_schema:type_name -> google.protobuf.Value
-	75,  // 59: byoc.ims.v1.PluginType.outputs_schema:type_name -> google.protobuf.Value
-	71,  // 60: byoc.ims.v1.PluginType.register_time:type_name -> google.protobuf.Timestamp
-	57,  // 61: byoc.ims.v1.RegisterPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
-	57,  // 62: byoc.ims.v1.RegisterPluginTypeResponse.replaced:type_name -> byoc.ims.v1.PluginType
-	57,  // 63: byoc.ims.v1.ListPluginTypesResponse.plugin_types:type_name -> byoc.ims.v1.PluginType
-	57,  // 64: byoc.ims.v1.GetPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
-	74,  // 65: byoc.ims.v1.InstallSettings.OverridesEntry.value:type_name -> google.protobuf.Struct
-	3,   // 66: byoc.ims.v1.OperatorService.WhoAmI:input_type -> byoc.ims.v1.WhoAmIRequest
-	5,   // 67: byoc.ims.v1.OperatorService.CreateApiToken:input_type -> byoc.ims.v1.CreateApiTokenRequest
-	8,   // 68: byoc.ims.v1.OperatorService.CreateApp:input_type -> byoc.ims.v1.CreateAppRequest
-	10,  // 69: byoc.ims.v1.OperatorService.ListApps:input_type -> byoc.ims.v1.ListAppsRequest
-	12,  // 70: byoc.ims.v1.OperatorService.GetApp:input_type -> byoc.ims.v1.GetAppRequest
-	47,  // 71: byoc.ims.v1.OperatorService.PushAppRevision:input_type -> byoc.ims.v1.PushAppRevisionRequest
-	50,  // 72: byoc.ims.v1.OperatorService.ListAppRevisions:input_type -> byoc.ims.v1.ListAppRevisionsRequest
-	52,  // 73: byoc.ims.v1.OperatorService.DiffAppRevisions:input_type -> byoc.ims.v1.DiffAppRevisionsRequest
-	17,  // 74: byoc.ims.v1.OperatorService.CreateInstall:input_type -> byoc.ims.v1.CreateInstallRequest
-	20,  // 75: byoc.ims.v1.OperatorService.ListInstalls:input_type -> byoc.ims.v1.ListInstallsRequest
-	22,  // 76: byoc.ims.v1.OperatorService.GetInstall:input_type -> byoc.ims.v1.GetInstallRequest
-	25,  // 77: byoc.ims.v1.OperatorService.WatchInstalls:input_type -> byoc.ims.v1.WatchInstallsRequest
-	29,  // 78: byoc.ims.v1.OperatorService.CreateEnrollmentToken:input_type -> byoc.ims.v1.CreateEnrollmentTokenRequest
-	27,  // 79: byoc.ims.v1.OperatorService.UpdateInstall:input_type -> byoc.ims.v1.UpdateInstallRequest
-	76,  // 80: byoc.ims.v1.OperatorService.PlanInstall:input_type -> byoc.ims.v1.PlanInstallRequest
-	77,  // 81: byoc.ims.v1.OperatorService.StartWorkflow:input_type -> byoc.ims.v1.StartWorkflowRequest
-	78,  // 82: byoc.ims.v1.OperatorService.ListWorkflows:input_type -> byoc.ims.v1.ListWorkflowsRequest
-	79,  // 83: byoc.ims.v1.OperatorService.GetWorkflow:input_type -> byoc.ims.v1.GetWorkflowRequest
-	80,  // 84: byoc.ims.v1.OperatorService.ApproveWorkflow:input_type -> byoc.ims.v1.ApproveWorkflowRequest
-	81,  // 85: byoc.ims.v1.OperatorService.CancelWorkflow:input_type -> byoc.ims.v1.CancelWorkflowRequest
-	82,  // 86: byoc.ims.v1.OperatorService.RetryWorkflowStep:input_type -> byoc.ims.v1.RetryWorkflowStepRequest
-	32,  // 87: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
-	34,  // 88: byoc.ims.v1.OperatorService.EnqueueJobs:input_type -> byoc.ims.v1.EnqueueJobsRequest
-	36,  // 89: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
-	38,  // 90: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
-	41,  // 91: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
-	43,  // 92: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
-	58,  // 93: byoc.ims.v1.OperatorService.RegisterPluginType:input_type -> byoc.ims.v1.RegisterPluginTypeRequest
-	60,  // 94: byoc.ims.v1.OperatorService.ListPluginTypes:input_type -> byoc.ims.v1.ListPluginTypesRequest
-	62,  // 95: byoc.ims.v1.OperatorService.GetPluginType:input_type -> byoc.ims.v1.GetPluginTypeRequest
-	64,  // 96: byoc.ims.v1.OperatorService.RemovePluginType:input_type -> byoc.ims.v1.RemovePluginTypeRequest
-	83,  // 97: byoc.ims.v1.OperatorService.ListActions:input_type -> byoc.ims.v1.ListActionsRequest
-	84,  // 98: byoc.ims.v1.OperatorService.StartActionRun:input_type -> byoc.ims.v1.StartActionRunRequest
-	85,  // 99: byoc.ims.v1.OperatorService.ListActionRuns:input_type -> byoc.ims.v1.ListActionRunsRequest
-	86,  // 100: byoc.ims.v1.OperatorService.GetActionRun:input_type -> byoc.ims.v1.GetActionRunRequest
-	4,   // 101: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
-	6,   // 102: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
-	9,   // 103: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
-	11,  // 104: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
-	13,  // 105: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
-	48,  // 106: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
-	51,  // 107: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
-	53,  // 108: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
-	18,  // 109: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
-	21,  // 110: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
-	23,  // 111: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
-	26,  // 112: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
-	30,  // 113: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
-	28,  // 114: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
-	87,  // 115: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
-	88,  // 116: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
-	89,  // 117: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
-	90,  // 118: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
-	91,  // 119: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
-	92,  // 120: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
-	93,  // 121: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
-	33,  // 122: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
-	35,  // 123: byoc.ims.v1.OperatorService.EnqueueJobs:output_type -> byoc.ims.v1.EnqueueJobsResponse
-	37,  // 124: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
-	39,  // 125: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
-	42,  // 126: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
-	44,  // 127: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
-	59,  // 128: byoc.ims.v1.OperatorService.RegisterPluginType:output_type -> byoc.ims.v1.RegisterPluginTypeResponse
-	61,  // 129: byoc.ims.v1.OperatorService.ListPluginTypes:output_type -> byoc.ims.v1.ListPluginTypesResponse
-	63,  // 130: byoc.ims.v1.OperatorService.GetPluginType:output_type -> byoc.ims.v1.GetPluginTypeResponse
-	65,  // 131: byoc.ims.v1.OperatorService.RemovePluginType:output_type -> byoc.ims.v1.RemovePluginTypeResponse
-	94,  // 132: byoc.ims.v1.OperatorService.ListActions:output_type -> byoc.ims.v1.ListActionsResponse
-	95,  // 133: byoc.ims.v1.OperatorService.StartActionRun:output_type -> byoc.ims.v1.StartActionRunResponse
-	96,  // 134: byoc.ims.v1.OperatorService.ListActionRuns:output_type -> byoc.ims.v1.ListActionRunsResponse
-	97,  // 135: byoc.ims.v1.OperatorService.GetActionRun:output_type -> byoc.ims.v1.GetActionRunResponse
-	101, // [101:136] is the sub-list for method output_type
-	66,  // [66:101] is the sub-list for method input_type
-	66,  // [66:66] is the sub-list for extension type_name
-	66,  // [66:66] is the sub-list for extension extendee
-	0,   // [0:66] is the sub-list for field type_name
+	72,  // 6: byoc.ims.v1.AgentStatus.last_seen_time:type_name -> google.protobuf.Timestamp
+	72,  // 7: byoc.ims.v1.AgentStatus.enroll_time:type_name -> google.protobuf.Timestamp
+	72,  // 8: byoc.ims.v1.AgentStatus.identity_conflict_time:type_name -> google.protobuf.Timestamp
+	15,  // 9: byoc.ims.v1.AgentStatus.permissions:type_name -> byoc.ims.v1.Permissions
+	72,  // 10: byoc.ims.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
+	72,  // 11: byoc.ims.v1.Permissions.report_time:type_name -> google.protobuf.Timestamp
+	67,  // 12: byoc.ims.v1.Install.inputs:type_name -> byoc.ims.v1.Install.InputsEntry
+	72,  // 13: byoc.ims.v1.Install.create_time:type_name -> google.protobuf.Timestamp
+	14,  // 14: byoc.ims.v1.Install.agent:type_name -> byoc.ims.v1.AgentStatus
+	17,  // 15: byoc.ims.v1.Install.settings:type_name -> byoc.ims.v1.InstallSettings
+	73,  // 16: byoc.ims.v1.Install.health:type_name -> byoc.ims.v1.InstallHealth
+	68,  // 17: byoc.ims.v1.InstallSettings.overrides:type_name -> byoc.ims.v1.InstallSettings.OverridesEntry
+	69,  // 18: byoc.ims.v1.CreateInstallRequest.inputs:type_name -> byoc.ims.v1.CreateInstallRequest.InputsEntry
+	16,  // 19: byoc.ims.v1.CreateInstallResponse.install:type_name -> byoc.ims.v1.Install
+	20,  // 20: byoc.ims.v1.CreateInstallResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
+	72,  // 21: byoc.ims.v1.EnrollmentToken.expire_time:type_name -> google.protobuf.Timestamp
+	16,  // 22: byoc.ims.v1.ListInstallsResponse.installs:type_name -> byoc.ims.v1.Install
+	16,  // 23: byoc.ims.v1.GetInstallResponse.install:type_name -> byoc.ims.v1.Install
+	16,  // 24: byoc.ims.v1.InstallStatus.install:type_name -> byoc.ims.v1.Install
+	25,  // 25: byoc.ims.v1.WatchInstallsResponse.installs:type_name -> byoc.ims.v1.InstallStatus
+	70,  // 26: byoc.ims.v1.UpdateInstallRequest.set_inputs:type_name -> byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
+	16,  // 27: byoc.ims.v1.UpdateInstallResponse.install:type_name -> byoc.ims.v1.Install
+	74,  // 28: byoc.ims.v1.UpdateInstallResponse.workflow:type_name -> byoc.ims.v1.Workflow
+	20,  // 29: byoc.ims.v1.CreateEnrollmentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
+	75,  // 30: byoc.ims.v1.Job.config:type_name -> google.protobuf.Struct
+	1,   // 31: byoc.ims.v1.Job.state:type_name -> byoc.ims.v1.JobState
+	72,  // 32: byoc.ims.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	72,  // 33: byoc.ims.v1.Job.start_time:type_name -> google.protobuf.Timestamp
+	72,  // 34: byoc.ims.v1.Job.end_time:type_name -> google.protobuf.Timestamp
+	72,  // 35: byoc.ims.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
+	71,  // 36: byoc.ims.v1.Job.outputs:type_name -> byoc.ims.v1.Job.OutputsEntry
+	75,  // 37: byoc.ims.v1.EnqueueJobRequest.config:type_name -> google.protobuf.Struct
+	32,  // 38: byoc.ims.v1.EnqueueJobResponse.job:type_name -> byoc.ims.v1.Job
+	33,  // 39: byoc.ims.v1.EnqueueJobsRequest.jobs:type_name -> byoc.ims.v1.EnqueueJobRequest
+	32,  // 40: byoc.ims.v1.EnqueueJobsResponse.jobs:type_name -> byoc.ims.v1.Job
+	1,   // 41: byoc.ims.v1.ListJobsRequest.states:type_name -> byoc.ims.v1.JobState
+	32,  // 42: byoc.ims.v1.ListJobsResponse.jobs:type_name -> byoc.ims.v1.Job
+	32,  // 43: byoc.ims.v1.GetJobResponse.job:type_name -> byoc.ims.v1.Job
+	72,  // 44: byoc.ims.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	2,   // 45: byoc.ims.v1.LogLine.stream:type_name -> byoc.ims.v1.LogStream
+	41,  // 46: byoc.ims.v1.StreamJobLogsResponse.lines:type_name -> byoc.ims.v1.LogLine
+	32,  // 47: byoc.ims.v1.StreamJobLogsResponse.job:type_name -> byoc.ims.v1.Job
+	32,  // 48: byoc.ims.v1.CancelJobResponse.job:type_name -> byoc.ims.v1.Job
+	72,  // 49: byoc.ims.v1.AppRevision.create_time:type_name -> google.protobuf.Timestamp
+	46,  // 50: byoc.ims.v1.PushAppRevisionRequest.files:type_name -> byoc.ims.v1.AppFile
+	7,   // 51: byoc.ims.v1.PushAppRevisionResponse.app:type_name -> byoc.ims.v1.App
+	47,  // 52: byoc.ims.v1.PushAppRevisionResponse.revision:type_name -> byoc.ims.v1.AppRevision
+	55,  // 53: byoc.ims.v1.PushAppRevisionResponse.changes:type_name -> byoc.ims.v1.ConfigChange
+	50,  // 54: byoc.ims.v1.PushAppRevisionResponse.installs:type_name -> byoc.ims.v1.InstallApplied
+	74,  // 55: byoc.ims.v1.PushAppRevisionResponse.workflows:type_name -> byoc.ims.v1.Workflow
+	16,  // 56: byoc.ims.v1.InstallApplied.install:type_name -> byoc.ims.v1.Install
+	20,  // 57: byoc.ims.v1.InstallApplied.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
+	47,  // 58: byoc.ims.v1.ListAppRevisionsResponse.revisions:type_name -> byoc.ims.v1.AppRevision
+	55,  // 59: byoc.ims.v1.DiffAppRevisionsResponse.changes:type_name -> byoc.ims.v1.ConfigChange
+	56,  // 60: byoc.ims.v1.ConfigDiagnostics.diagnostics:type_name -> byoc.ims.v1.ConfigDiagnostic
+	76,  // 61: byoc.ims.v1.PluginType.config_schema:type_name -> google.protobuf.Value
+	76,  // 62: byoc.ims.v1.PluginType.outputs_schema:type_name -> google.protobuf.Value
+	72,  // 63: byoc.ims.v1.PluginType.register_time:type_name -> google.protobuf.Timestamp
+	58,  // 64: byoc.ims.v1.RegisterPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
+	58,  // 65: byoc.ims.v1.RegisterPluginTypeResponse.replaced:type_name -> byoc.ims.v1.PluginType
+	58,  // 66: byoc.ims.v1.ListPluginTypesResponse.plugin_types:type_name -> byoc.ims.v1.PluginType
+	58,  // 67: byoc.ims.v1.GetPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
+	75,  // 68: byoc.ims.v1.InstallSettings.OverridesEntry.value:type_name -> google.protobuf.Struct
+	3,   // 69: byoc.ims.v1.OperatorService.WhoAmI:input_type -> byoc.ims.v1.WhoAmIRequest
+	5,   // 70: byoc.ims.v1.OperatorService.CreateApiToken:input_type -> byoc.ims.v1.CreateApiTokenRequest
+	8,   // 71: byoc.ims.v1.OperatorService.CreateApp:input_type -> byoc.ims.v1.CreateAppRequest
+	10,  // 72: byoc.ims.v1.OperatorService.ListApps:input_type -> byoc.ims.v1.ListAppsRequest
+	12,  // 73: byoc.ims.v1.OperatorService.GetApp:input_type -> byoc.ims.v1.GetAppRequest
+	48,  // 74: byoc.ims.v1.OperatorService.PushAppRevision:input_type -> byoc.ims.v1.PushAppRevisionRequest
+	51,  // 75: byoc.ims.v1.OperatorService.ListAppRevisions:input_type -> byoc.ims.v1.ListAppRevisionsRequest
+	53,  // 76: byoc.ims.v1.OperatorService.DiffAppRevisions:input_type -> byoc.ims.v1.DiffAppRevisionsRequest
+	18,  // 77: byoc.ims.v1.OperatorService.CreateInstall:input_type -> byoc.ims.v1.CreateInstallRequest
+	21,  // 78: byoc.ims.v1.OperatorService.ListInstalls:input_type -> byoc.ims.v1.ListInstallsRequest
+	23,  // 79: byoc.ims.v1.OperatorService.GetInstall:input_type -> byoc.ims.v1.GetInstallRequest
+	26,  // 80: byoc.ims.v1.OperatorService.WatchInstalls:input_type -> byoc.ims.v1.WatchInstallsRequest
+	30,  // 81: byoc.ims.v1.OperatorService.CreateEnrollmentToken:input_type -> byoc.ims.v1.CreateEnrollmentTokenRequest
+	28,  // 82: byoc.ims.v1.OperatorService.UpdateInstall:input_type -> byoc.ims.v1.UpdateInstallRequest
+	77,  // 83: byoc.ims.v1.OperatorService.PlanInstall:input_type -> byoc.ims.v1.PlanInstallRequest
+	78,  // 84: byoc.ims.v1.OperatorService.StartWorkflow:input_type -> byoc.ims.v1.StartWorkflowRequest
+	79,  // 85: byoc.ims.v1.OperatorService.ListWorkflows:input_type -> byoc.ims.v1.ListWorkflowsRequest
+	80,  // 86: byoc.ims.v1.OperatorService.GetWorkflow:input_type -> byoc.ims.v1.GetWorkflowRequest
+	81,  // 87: byoc.ims.v1.OperatorService.ApproveWorkflow:input_type -> byoc.ims.v1.ApproveWorkflowRequest
+	82,  // 88: byoc.ims.v1.OperatorService.CancelWorkflow:input_type -> byoc.ims.v1.CancelWorkflowRequest
+	83,  // 89: byoc.ims.v1.OperatorService.RetryWorkflowStep:input_type -> byoc.ims.v1.RetryWorkflowStepRequest
+	33,  // 90: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
+	35,  // 91: byoc.ims.v1.OperatorService.EnqueueJobs:input_type -> byoc.ims.v1.EnqueueJobsRequest
+	37,  // 92: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
+	39,  // 93: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
+	42,  // 94: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
+	44,  // 95: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
+	59,  // 96: byoc.ims.v1.OperatorService.RegisterPluginType:input_type -> byoc.ims.v1.RegisterPluginTypeRequest
+	61,  // 97: byoc.ims.v1.OperatorService.ListPluginTypes:input_type -> byoc.ims.v1.ListPluginTypesRequest
+	63,  // 98: byoc.ims.v1.OperatorService.GetPluginType:input_type -> byoc.ims.v1.GetPluginTypeRequest
+	65,  // 99: byoc.ims.v1.OperatorService.RemovePluginType:input_type -> byoc.ims.v1.RemovePluginTypeRequest
+	84,  // 100: byoc.ims.v1.OperatorService.ListActions:input_type -> byoc.ims.v1.ListActionsRequest
+	85,  // 101: byoc.ims.v1.OperatorService.StartActionRun:input_type -> byoc.ims.v1.StartActionRunRequest
+	86,  // 102: byoc.ims.v1.OperatorService.ListActionRuns:input_type -> byoc.ims.v1.ListActionRunsRequest
+	87,  // 103: byoc.ims.v1.OperatorService.GetActionRun:input_type -> byoc.ims.v1.GetActionRunRequest
+	4,   // 104: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
+	6,   // 105: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
+	9,   // 106: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
+	11,  // 107: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
+	13,  // 108: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
+	49,  // 109: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
+	52,  // 110: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
+	54,  // 111: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
+	19,  // 112: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
+	22,  // 113: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
+	24,  // 114: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
+	27,  // 115: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
+	31,  // 116: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
+	29,  // 117: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
+	88,  // 118: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
+	89,  // 119: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
+	90,  // 120: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
+	91,  // 121: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
+	92,  // 122: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
+	93,  // 123: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
+	94,  // 124: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
+	34,  // 125: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
+	36,  // 126: byoc.ims.v1.OperatorService.EnqueueJobs:output_type -> byoc.ims.v1.EnqueueJobsResponse
+	38,  // 127: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
+	40,  // 128: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
+	43,  // 129: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
+	45,  // 130: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
+	60,  // 131: byoc.ims.v1.OperatorService.RegisterPluginType:output_type -> byoc.ims.v1.RegisterPluginTypeResponse
+	62,  // 132: byoc.ims.v1.OperatorService.ListPluginTypes:output_type -> byoc.ims.v1.ListPluginTypesResponse
+	64,  // 133: byoc.ims.v1.OperatorService.GetPluginType:output_type -> byoc.ims.v1.GetPluginTypeResponse
+	66,  // 134: byoc.ims.v1.OperatorService.RemovePluginType:output_type -> byoc.ims.v1.RemovePluginTypeResponse
+	95,  // 135: byoc.ims.v1.OperatorService.ListActions:output_type -> byoc.ims.v1.ListActionsResponse
+	96,  // 136: byoc.ims.v1.OperatorService.StartActionRun:output_type -> byoc.ims.v1.StartActionRunResponse
+	97,  // 137: byoc.ims.v1.OperatorService.ListActionRuns:output_type -> byoc.ims.v1.ListActionRunsResponse
+	98,  // 138: byoc.ims.v1.OperatorService.GetActionRun:output_type -> byoc.ims.v1.GetActionRunResponse
+	104, // [104:139] is the sub-list for method output_type
+	69,  // [69:104] is the sub-list for method input_type
+	69,  // [69:69] is the sub-list for extension type_name
+	69,  // [69:69] is the sub-list for extension extendee
+	0,   // [0:69] is the sub-list for field type_name
 }
 
 func init() { file_byoc_ims_v1_operator_proto_init() }
@@ -4638,15 +4793,15 @@ func file_byoc_ims_v1_operator_proto_init() {
 	}
 	file_byoc_ims_v1_action_proto_init()
 	file_byoc_ims_v1_workflow_proto_init()
-	file_byoc_ims_v1_operator_proto_msgTypes[13].OneofWrappers = []any{}
-	file_byoc_ims_v1_operator_proto_msgTypes[24].OneofWrappers = []any{}
+	file_byoc_ims_v1_operator_proto_msgTypes[14].OneofWrappers = []any{}
+	file_byoc_ims_v1_operator_proto_msgTypes[25].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byoc_ims_v1_operator_proto_rawDesc), len(file_byoc_ims_v1_operator_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   68,
+			NumMessages:   69,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

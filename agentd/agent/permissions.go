@@ -1,0 +1,123 @@
+package agent
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/byoc-dev/byoc/agentd/permissions"
+	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
+)
+
+// The customer's permission state (package permissions) as the agent
+// enforces it. The agent re-reads the permission file whenever it
+// changed (a stat per look): right before each job's plugin would
+// start, at every heartbeat, and every Config.PermissionsPoll. A job
+// whose mode is off ends REFUSED without a plugin; a change that turns
+// off the mode of a running job (or disables all) cancels that job at
+// once. The agent keeps its stream either way, and reports the state
+// with every hello and heartbeat (at once when it changes), so imsd
+// shows "disabled by customer" instead of "offline". Nothing imsd sends
+// touches the state.
+
+// permState is the agent's view of the permission file. permMu guards
+// it; it is never held while a.mu is taken, or the other way round.
+type permState struct {
+	stamp  permissions.Stamp
+	loaded bool
+	state  permissions.State
+	err    error
+}
+
+// permissions returns the customer's permission state, reading the file
+// again if it changed. err is set when the file cannot be read; the
+// agent then refuses every job.
+func (a *Agent) permissions() (permissions.State, error) {
+	a.permMu.Lock()
+	defer a.permMu.Unlock()
+	stamp, serr := permissions.StampOf(a.cfg.StateDir)
+	if serr == nil && a.perm.loaded && stamp == a.perm.stamp {
+		return a.perm.state, a.perm.err
+	}
+	st, err := permissions.Load(a.cfg.StateDir)
+	if serr != nil && err == nil {
+		err = serr
+	}
+	changed := !a.perm.loaded || st != a.perm.state || (err == nil) != (a.perm.err == nil)
+	a.perm = permState{stamp: stamp, loaded: true, state: st, err: err}
+	if changed {
+		if err != nil {
+			a.log.Error("cannot read the customer's permissions; refusing every job until they can be read", "err", err)
+		} else {
+			a.log.Info("customer permissions", "modes", st.Short(), "disabled_all", st.DisabledAll, "changed_at", st.ChangedAt, "changed_by", st.ChangedBy)
+		}
+		select {
+		case a.permKick <- struct{}{}:
+		default:
+		}
+	}
+	return st, err
+}
+
+// refusal says why a job of mode may not run now ("" when it may).
+func (a *Agent) refusal(mode string) string {
+	st, err := a.permissions()
+	if err != nil {
+		return "refused: the customer's permission file cannot be read, so every job is refused: " + err.Error()
+	}
+	return st.Refusal(mode)
+}
+
+// permissionsProto is the state as hello and heartbeats report it. An
+// unreadable file reports everything off and disabled, as enforced.
+func (a *Agent) permissionsProto() *agentv1.Permissions {
+	st, err := a.permissions()
+	if err != nil {
+		return &agentv1.Permissions{DisabledAll: true}
+	}
+	p := &agentv1.Permissions{Provision: st.Provision, Maintenance: st.Maintenance, Deprovision: st.Deprovision,
+		BreakGlass: st.BreakGlass, DisabledAll: st.DisabledAll}
+	if !st.ChangedAt.IsZero() {
+		p.ChangeTime = timestamppb.New(st.ChangedAt)
+	}
+	return p
+}
+
+// watchPermissions looks at the permission file every poll until ctx
+// ends, and cancels the running jobs it no longer allows.
+func (a *Agent) watchPermissions(ctx context.Context) {
+	t := time.NewTicker(a.cfg.PermissionsPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		a.enforcePermissions()
+	}
+}
+
+// enforcePermissions cancels every started job whose mode the customer's
+// state no longer allows: its plugin is killed and it ends cancelled,
+// with the reason.
+func (a *Agent) enforcePermissions() {
+	a.permissions() // notices a change (and reports it) with no job running too
+	a.mu.Lock()
+	var running []*jobRun
+	for _, j := range a.jobs {
+		if j.started && j.result == nil && !j.stopping && j.ctx.Err() == nil {
+			running = append(running, j)
+		}
+	}
+	a.mu.Unlock()
+	for _, j := range running {
+		if why := a.refusal(j.mode); why != "" {
+			reason := "stopped in the customer's account: " + strings.TrimPrefix(why, "refused: ")
+			a.log.Warn("cancelling a running job the customer's permissions no longer allow", "job", j.id, "mode", j.mode, "why", why)
+			j.cancel(cancelled{reason: reason})
+		}
+	}
+}

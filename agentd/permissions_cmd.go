@@ -1,0 +1,150 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/byoc-dev/byoc/agentd/identity"
+	"github.com/byoc-dev/byoc/agentd/permissions"
+)
+
+const permissionsUsage = `usage: agentd permissions [--state-dir DIR] COMMAND
+
+The customer's permission modes, kept in DIR/permissions.json. Only this
+command changes them; imsd (the vendor) cannot. A running agentd applies a
+change within a second: it refuses new jobs of a mode turned off and
+cancels running ones.
+
+  show              print the modes and the kill switch
+  enable MODE       allow jobs of MODE
+  disable MODE      refuse jobs of MODE
+  disable-all       kill switch: refuse every job and cancel running ones
+                    (the agent stays connected, so the vendor sees
+                    "disabled by customer"), until enable-all
+  enable-all        lift the kill switch; each mode keeps its own setting
+
+MODE is provision, maintenance, deprovision or break_glass.
+`
+
+// modeDoc says what each mode allows, for show.
+var modeDoc = map[permissions.Mode]string{
+	permissions.Provision:   "provision workflows: create the install's sandbox and components",
+	permissions.Maintenance: "updates, day-2 actions, ad-hoc scripts",
+	permissions.Deprovision: "deprovision workflows: tear the install down",
+	permissions.BreakGlass:  "break-glass actions (also need a grant you approve; not supported yet)",
+}
+
+// permissionsCmd runs "agentd permissions ...".
+func permissionsCmd(args []string, stdout, stderr io.Writer, now time.Time) int {
+	fs := flag.NewFlagSet("agentd permissions", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, permissionsUsage) }
+	stateDir := fs.String("state-dir", os.Getenv("BYOC_STATE_DIR"), "the agent's state `directory`; also $BYOC_STATE_DIR")
+	// Flags may come before, between or after the words.
+	var words []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return 2
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		words = append(words, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	if len(words) == 0 {
+		fs.Usage()
+		return 2
+	}
+	cmd, rest := words[0], words[1:]
+	if *stateDir == "" {
+		fmt.Fprintln(stderr, "agentd permissions: --state-dir is required (the agent's state directory)")
+		return 2
+	}
+	dir, err := filepath.Abs(*stateDir)
+	if err != nil {
+		fmt.Fprintf(stderr, "agentd permissions: %v\n", err)
+		return 1
+	}
+	wantArgs := map[string]int{"show": 0, "enable": 1, "disable": 1, "disable-all": 0, "enable-all": 0}
+	n, ok := wantArgs[cmd]
+	if !ok {
+		fmt.Fprintf(stderr, "agentd permissions: unknown command %q\n\n%s", cmd, permissionsUsage)
+		return 2
+	}
+	if len(rest) != n {
+		fmt.Fprintf(stderr, "agentd permissions %s: want %d argument(s), got %d\n", cmd, n, len(rest))
+		return 2
+	}
+	var change func(*permissions.State)
+	switch cmd {
+	case "enable", "disable":
+		m, err := permissions.ParseMode(rest[0])
+		if err != nil {
+			fmt.Fprintf(stderr, "agentd permissions %s: %v\n", cmd, err)
+			return 2
+		}
+		change = func(s *permissions.State) { s.Set(m, cmd == "enable") }
+	case "disable-all":
+		change = func(s *permissions.State) { s.DisabledAll = true }
+	case "enable-all":
+		change = func(s *permissions.State) { s.DisabledAll = false }
+	}
+	var st permissions.State
+	if change == nil {
+		st, err = permissions.Load(dir)
+	} else {
+		st, err = permissions.Update(dir, now, whoami(), change)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "agentd permissions: %v\n", err)
+		return 1
+	}
+	printPermissions(stdout, dir, st)
+	return 0
+}
+
+func printPermissions(w io.Writer, dir string, st permissions.State) {
+	install := ""
+	if id, err := identity.Load(dir); err == nil {
+		install = " (install " + id.InstallID + ")"
+	}
+	fmt.Fprintf(w, "Permissions of the agent in %s%s\n", dir, install)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, m := range permissions.Modes {
+		on := "off"
+		if st.On(m) {
+			on = "on"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", m, on, modeDoc[m])
+	}
+	tw.Flush()
+	if st.DisabledAll {
+		fmt.Fprintln(w, "All jobs:   DISABLED (kill switch): every job is refused; agentd permissions enable-all lifts it")
+	} else {
+		fmt.Fprintln(w, "All jobs:   enabled (the modes above decide)")
+	}
+	if st.ChangedAt.IsZero() {
+		fmt.Fprintln(w, "Changed:    never (the defaults)")
+	} else {
+		by := ""
+		if st.ChangedBy != "" {
+			by = " by " + st.ChangedBy
+		}
+		fmt.Fprintf(w, "Changed:    %s%s\n", st.ChangedAt.UTC().Format(time.RFC3339), by)
+	}
+}
+
+func whoami() string {
+	if u, err := user.Current(); err == nil {
+		return u.Username
+	}
+	return strings.TrimSpace(os.Getenv("USER"))
+}
