@@ -76,6 +76,8 @@ type Service struct {
 	cfg   Config
 	now   func() time.Time
 	log   *slog.Logger
+	// sensitive caches which inputs are sensitive, per app (sensitive.go).
+	sensitive sensitiveNames
 }
 
 // New returns the operator service.
@@ -379,12 +381,13 @@ func (s *Service) EnqueueJobs(ctx context.Context, req *connect.Request[imsv1.En
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}
-	// JSON encoders drop unknown fields: a JSON client gets Structs.
+	// JSON encoders drop unknown fields: a JSON client gets Structs. So
+	// does a config that lists sensitive values, which the answer masks.
 	asJSON := strings.Contains(req.Header().Get("Content-Type"), "json")
 	out := &imsv1.EnqueueJobsResponse{Jobs: make([]*imsv1.Job, len(jobs))}
 	for i, j := range jobs {
-		if asJSON {
-			out.Jobs[i] = enqueuedToProto(j, m.Jobs[i].Config)
+		if cfg := m.Jobs[i].Config; asJSON || cfg.GetFields()[workflow.SensitiveKey] != nil {
+			out.Jobs[i] = enqueuedToProto(j, cfg)
 			continue
 		}
 		// The config the caller sent, as the field encoded above: the
@@ -883,7 +886,7 @@ func (s *Service) fleet(ctx context.Context, appID string) (map[string]*imsv1.In
 	}
 	out := make(map[string]*imsv1.InstallStatus, len(fs.Installs))
 	for _, in := range fs.Installs {
-		p := &imsv1.Install{Id: in.ID, AppId: in.AppID, Name: in.Name, Inputs: in.Inputs, CreateTime: ts(in.CreatedAt),
+		p := &imsv1.Install{Id: in.ID, AppId: in.AppID, Name: in.Name, Inputs: s.maskInputs(ctx, in), CreateTime: ts(in.CreatedAt),
 			State: string(in.State), AppRevision: in.AppRevision, Settings: settingsToProto(in.Settings)}
 		p.Agent = s.agentStatus(fs.Agents[in.ID])
 		out[in.ID] = &imsv1.InstallStatus{
@@ -909,7 +912,7 @@ func appToProto(a store.App) *imsv1.App {
 }
 
 func (s *Service) installToProto(ctx context.Context, in store.Install) *imsv1.Install {
-	p := &imsv1.Install{Id: in.ID, AppId: in.AppID, Name: in.Name, Inputs: in.Inputs, CreateTime: ts(in.CreatedAt),
+	p := &imsv1.Install{Id: in.ID, AppId: in.AppID, Name: in.Name, Inputs: s.maskInputs(ctx, in), CreateTime: ts(in.CreatedAt),
 		State: string(in.State), AppRevision: in.AppRevision, Settings: settingsToProto(in.Settings), Health: healthToProto(in.Health)}
 	agents, err := s.store.AgentsForInstall(ctx, in.ID)
 	if err != nil {
@@ -959,8 +962,7 @@ var statesToProto = func() map[store.JobState]imsv1.JobState {
 func (s *Service) jobToProto(ctx context.Context, j store.Job) *imsv1.Job {
 	p := jobFields(j)
 	if len(j.Config) > 0 {
-		cfg := &structpb.Struct{}
-		if err := cfg.UnmarshalJSON(j.Config); err == nil {
+		if cfg, err := maskedConfigJSON(j.Config); err == nil {
 			p.Config = cfg
 		} else {
 			s.log.WarnContext(ctx, "job config is not a JSON object", "job", j.ID, "err", err)
@@ -974,7 +976,7 @@ func (s *Service) jobToProto(ctx context.Context, j store.Job) *imsv1.Job {
 // answer reuses it rather than decoding the JSON again.
 func enqueuedToProto(j store.Job, cfg *structpb.Struct) *imsv1.Job {
 	p := jobFields(j)
-	p.Config = cfg
+	p.Config = maskedConfig(cfg)
 	if cfg == nil {
 		p.Config = &structpb.Struct{}
 	}
