@@ -19,9 +19,14 @@ import (
 // Exit codes. A followed job that ends badly exits with the job's own exit
 // code instead (or exitError when it has none).
 const (
-	exitOK          = 0
-	exitError       = 1
-	exitUsage       = 2
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2
+	// exitAwaitingApproval ends a --wait whose workflow stopped to await
+	// the approval of its plan: not finished, and not failed.
+	exitAwaitingApproval = 3
+	// exitInterrupted ends a run stopped by Ctrl-C or SIGTERM (128+SIGINT,
+	// as shells report it).
 	exitInterrupted = 130
 )
 
@@ -83,7 +88,7 @@ func (a *app) run(ctx context.Context, args []string) int {
 	root.SetIn(a.stdin)
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
-	cmd, err := root.ExecuteC()
+	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return exitOK
 	}

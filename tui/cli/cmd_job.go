@@ -484,7 +484,12 @@ func (a *app) followJob(ctx context.Context, c *client, jobID string, lf logForm
 	for {
 		job, err := a.streamLogs(ctx, c, jobID, true, p)
 		if ctx.Err() != nil {
-			fmt.Fprintf(a.stderr, "Stopped following job %s; it keeps running (cancel it with: byoc job cancel %s).\n", jobID, jobID)
+			at := "before its first log line"
+			if p.afterSeq > 0 {
+				at = fmt.Sprintf("after log line %d of attempt %d", p.afterSeq, p.afterAttempt)
+			}
+			fmt.Fprintf(a.stderr, "Stopped following job %s %s; it keeps running (resume with: byoc job logs %s --follow; cancel it with: byoc job cancel %s).\n",
+				jobID, at, jobID, jobID)
 			return &exitCodeError{code: exitInterrupted}
 		}
 		if job == nil && err == nil {
