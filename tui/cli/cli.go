@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/charmbracelet/x/term"
 	"github.com/spf13/cobra"
 )
 
@@ -35,13 +36,20 @@ const (
 // error, or a followed job's exit code.
 func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	a := &app{
-		stdin:  stdin,
-		stdout: stdout,
-		stderr: stderr,
-		getenv: os.Getenv,
-		now:    time.Now,
+		stdin:    stdin,
+		stdout:   stdout,
+		stderr:   stderr,
+		getenv:   os.Getenv,
+		now:      time.Now,
+		terminal: isTerm,
 	}
 	return a.run(ctx, args)
+}
+
+// isTerm reports whether w is a terminal.
+func isTerm(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(f.Fd())
 }
 
 // app is the state of one command line run: its streams, the global flags
@@ -51,6 +59,9 @@ type app struct {
 	stdout, stderr io.Writer
 	getenv         func(string) string
 	now            func() time.Time
+	// terminal reports whether a stream is a terminal, where text that
+	// jobs wrote is cleaned of control sequences (termtext).
+	terminal func(io.Writer) bool
 
 	// Global flags.
 	contextName string

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -130,5 +131,32 @@ func TestWaitAwaitingApprovalExitsThree(t *testing.T) {
 	id = id[:strings.IndexAny(id, " .\n")]
 	if out := cli.Run(3, "workflow", "get", id, "--wait", "-o", "json"); !strings.Contains(out, "AWAITING_APPROVAL") {
 		t.Fatalf("workflow get --wait -o json:\n%s", out)
+	}
+}
+
+// byoc job logs shows a job's control sequences on a terminal instead of
+// sending them (a job must not recolour, retitle or clear the operator's
+// terminal), as the console does, and writes the bytes exactly when piped.
+func TestJobLogsCleanOnTerminalExactWhenPiped(t *testing.T) {
+	skipShort(t)
+	ims := cluster.StartIMS(t, fast)
+	cli := cluster.NewCLI(t, ims)
+	c := ims.Admin()
+	_, tok := cluster.NewInstall(t, c, "shop", "alpha")
+	cluster.StartAgent(t, ims.URL(), tok, t.TempDir())
+	job := enqueue(t, c, "alpha", `printf 'A \033[31mRED\033[0m \033]0;pwned\007 tab\there Z\n'`, 60)
+	cluster.WaitJob(t, c, job.Id, 20*time.Second, imsv1.JobState_JOB_STATE_SUCCEEDED)
+
+	raw := "A \x1b[31mRED\x1b[0m \x1b]0;pwned\x07 tab\there Z\n"
+	if out, _, code := cli.Exec("job", "logs", job.Id); code != 0 || !strings.Contains(out, raw) {
+		t.Fatalf("piped: exit %d, want the bytes exactly (%q):\n%q", code, raw, out)
+	}
+	term := cluster.StartTerminal(t, 100, 10, []string{"BYOC_CONFIG=" + cli.Config}, filepath.Join(cluster.Binaries(t), "byoc"), "job", "logs", job.Id)
+	s := term.WaitText(" Z")
+	if !strings.Contains(s, "A \ufffd[31mRED\ufffd[0m \ufffd]0;pwned\ufffd tab") {
+		t.Fatalf("terminal: the control sequences are not shown as text:\n%s", s)
+	}
+	if ansi := term.ScreenANSI(); strings.Contains(ansi, "31m") && !strings.Contains(ansi, "[31mRED") {
+		t.Fatalf("terminal: the job's colour reached the terminal:\n%q", ansi)
 	}
 }
