@@ -78,7 +78,10 @@ func (a *app) printPushDeploys(c *client, res *imsv1.PushAppRevisionResponse) {
 				fmt.Fprintf(a.stdout, "Then provision it with: byoc install provision %s\n", ia.GetName())
 			}
 		case "changed":
-			fmt.Fprintf(a.stdout, "~ install %s changed from %s\n", ia.GetName(), ia.GetFile())
+			fmt.Fprintf(a.stdout, "~ install %s changed from %s:\n", ia.GetName(), ia.GetFile())
+			for _, c := range ia.GetChanges() {
+				fmt.Fprintf(a.stdout, "    %s\n", c)
+			}
 		}
 	}
 	for _, wf := range res.GetWorkflows() {
