@@ -184,6 +184,47 @@ func TestServerFlagNeverSendsContextTokenElsewhere(t *testing.T) {
 	_ = f
 }
 
+// --server alone uses the token of a context for that server: the
+// current one (however the URL is written), or another one; never one for
+// a different server.
+func TestServerFlagUsesTheTokenOfItsContext(t *testing.T) {
+	f, url := setup(t)
+	other := &fakeOperator{}
+	otherURL := newFakeServer(t, other)
+	mustRun(t, "context", "add", "other", "--server", otherURL, "--token", testToken)
+
+	r := mustRun(t, "--server", otherURL, "whoami")
+	if other.lastAuth() != "Bearer "+testToken || !strings.Contains(r.stdout, "other") {
+		t.Errorf("--server of another context: Authorization %q\n%s", other.lastAuth(), r.stdout)
+	}
+	port := url[strings.LastIndex(url, ":")+1:]
+	for _, u := range []string{url + "/", "HTTP://LOCALHOST:" + port, "http://localhost:" + port + "/"} {
+		mustRun(t, "--server", u, "whoami")
+		if f.lastAuth() != "Bearer "+testToken {
+			t.Errorf("--server %s: Authorization %q, want the current context's token", u, f.lastAuth())
+		}
+	}
+	for _, tc := range []struct{ a, b string }{
+		{"http://127.0.0.1:80", "http://localhost"},
+		{"https://ims.example.com/", "https://IMS.example.com:443"},
+	} {
+		if !sameServer(tc.a, tc.b) {
+			t.Errorf("sameServer(%q, %q) = false", tc.a, tc.b)
+		}
+	}
+	for _, tc := range []struct{ a, b string }{
+		{"http://127.0.0.1:8080", "http://127.0.0.1:8081"},
+		{"http://ims.example.com", "https://ims.example.com"},
+		{"https://ims.example.com", "https://ims.example.com.evil.com"},
+		{"https://ims.example.com/a", "https://ims.example.com/b"},
+		{"https://u:p@ims.example.com", "https://ims.example.com"},
+	} {
+		if sameServer(tc.a, tc.b) {
+			t.Errorf("sameServer(%q, %q) = true", tc.a, tc.b)
+		}
+	}
+}
+
 func TestJSONOutput(t *testing.T) {
 	setup(t)
 
