@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/byoc-dev/byoc/imsd/server"
+	"github.com/byoc-dev/byoc/internal/buildinfo"
 )
 
 func main() {
@@ -37,8 +38,13 @@ func run(ctx context.Context, args []string) int {
 	fs.DurationVar(&cfg.CronInterval, "cron-interval", 0, "how often action cron triggers are evaluated, `duration` (default 10s)")
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "log `level`: debug, info, warn, error")
 	fs.StringVar(&cfg.DebugAddr, "debug-addr", "", "serve Go's /debug/pprof on this loopback `address` (off by default)")
+	showVersion := fs.Bool("version", false, "print the version, commit and build date, and exit")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *showVersion {
+		fmt.Println(buildinfo.Get().String("imsd"))
+		return 0
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "imsd: unexpected argument %q\n", fs.Arg(0))

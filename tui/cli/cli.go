@@ -15,6 +15,8 @@ import (
 
 	"github.com/charmbracelet/x/term"
 	"github.com/spf13/cobra"
+
+	"github.com/byoc-dev/byoc/internal/buildinfo"
 )
 
 // Exit codes. A followed job that ends badly exits with the job's own exit
@@ -151,7 +153,9 @@ Without a command it opens the interactive console (press ? in it for keys).`,
 			return nil
 		},
 		CompletionOptions: cobra.CompletionOptions{HiddenDefaultCmd: true},
+		Version:           buildinfo.Get().String("byoc"),
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return &usageError{msg: err.Error()}
 	})
