@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -142,7 +143,7 @@ Without a command it opens the interactive console (press ? in it for keys).`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
-				return usagef("unknown command %q for %q", args[0], cmd.CommandPath())
+				return unknownCommand(cmd, args[0])
 			}
 			return a.runConsole(cmd.Context())
 		},
@@ -156,6 +157,8 @@ Without a command it opens the interactive console (press ? in it for keys).`,
 		Version:           buildinfo.Get().String("byoc"),
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
+	// Declared here so that cobra adds no -v shorthand.
+	root.Flags().Bool("version", false, "print the version, commit and build date")
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return &usageError{msg: err.Error()}
 	})
@@ -204,13 +207,30 @@ func group(use, short string, subs ...*cobra.Command) *cobra.Command {
 		Args:  cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
-				return usagef("unknown command %q for %q", args[0], cmd.CommandPath())
+				return unknownCommand(cmd, args[0])
 			}
 			return cmd.Help()
 		},
 	}
 	c.AddCommand(subs...)
 	return c
+}
+
+// unknownCommand is the usage error for a mistyped command name under
+// cmd, suggesting the subcommands it is close to (cobra's edit distance
+// and prefix match), as kubectl does.
+func unknownCommand(cmd *cobra.Command, name string) error {
+	msg := fmt.Sprintf("unknown command %q for %q", name, cmd.CommandPath())
+	if cmd.SuggestionsMinimumDistance <= 0 {
+		cmd.SuggestionsMinimumDistance = 2 // cobra's own default
+	}
+	if sug := cmd.SuggestionsFor(name); len(sug) > 0 {
+		for i, s := range sug {
+			sug[i] = strconv.Quote(s)
+		}
+		msg += " (did you mean " + strings.Join(sug, " or ") + "?)"
+	}
+	return &usageError{msg: msg}
 }
 
 // exactArgs is cobra.ExactArgs with a message that names the arguments.
