@@ -272,8 +272,9 @@ func (s *Service) ListInstalls(ctx context.Context, req *connect.Request[imsv1.L
 		return nil, s.err(ctx, err)
 	}
 	out := &imsv1.ListInstallsResponse{}
+	mask := s.inputMasker()
 	for _, in := range ins {
-		out.Installs = append(out.Installs, s.installToProto(ctx, in))
+		out.Installs = append(out.Installs, s.installToProtoMasked(ctx, in, mask))
 	}
 	return connect.NewResponse(out), nil
 }
@@ -885,8 +886,9 @@ func (s *Service) fleet(ctx context.Context, appID string) (map[string]*imsv1.In
 		appNames[a.ID] = a.Name
 	}
 	out := make(map[string]*imsv1.InstallStatus, len(fs.Installs))
+	mask := s.inputMasker()
 	for _, in := range fs.Installs {
-		p := &imsv1.Install{Id: in.ID, AppId: in.AppID, Name: in.Name, Inputs: s.maskInputs(ctx, in), CreateTime: ts(in.CreatedAt),
+		p := &imsv1.Install{Id: in.ID, AppId: in.AppID, Name: in.Name, Inputs: mask.inputs(ctx, in), CreateTime: ts(in.CreatedAt),
 			State: string(in.State), AppRevision: in.AppRevision, Settings: settingsToProto(in.Settings)}
 		p.Agent = s.agentStatus(fs.Agents[in.ID])
 		out[in.ID] = &imsv1.InstallStatus{
@@ -912,7 +914,13 @@ func appToProto(a store.App) *imsv1.App {
 }
 
 func (s *Service) installToProto(ctx context.Context, in store.Install) *imsv1.Install {
-	p := &imsv1.Install{Id: in.ID, AppId: in.AppID, Name: in.Name, Inputs: s.maskInputs(ctx, in), CreateTime: ts(in.CreatedAt),
+	return s.installToProtoMasked(ctx, in, s.inputMasker())
+}
+
+// installToProtoMasked is installToProto for one of several installs of
+// an answer, which share mask.
+func (s *Service) installToProtoMasked(ctx context.Context, in store.Install, mask *inputMasker) *imsv1.Install {
+	p := &imsv1.Install{Id: in.ID, AppId: in.AppID, Name: in.Name, Inputs: mask.inputs(ctx, in), CreateTime: ts(in.CreatedAt),
 		State: string(in.State), AppRevision: in.AppRevision, Settings: settingsToProto(in.Settings), Health: healthToProto(in.Health)}
 	agents, err := s.store.AgentsForInstall(ctx, in.ID)
 	if err != nil {

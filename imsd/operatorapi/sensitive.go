@@ -80,16 +80,36 @@ func (s *Service) sensitiveInputs(ctx context.Context, appID string) (names map[
 	return a.names, true
 }
 
-// maskInputs returns an install's inputs with the sensitive ones masked
+// inputMasker masks installs' inputs for one answer, asking which inputs
+// are sensitive once per app however many installs the answer holds.
+type inputMasker struct {
+	s    *Service
+	apps map[string]maskedNames
+}
+
+type maskedNames struct {
+	names map[string]bool
+	ok    bool
+}
+
+func (s *Service) inputMasker() *inputMasker {
+	return &inputMasker{s: s, apps: map[string]maskedNames{}}
+}
+
+// inputs returns an install's inputs with the sensitive ones masked
 // (every one, if they cannot be told). It never changes in.
-func (s *Service) maskInputs(ctx context.Context, in store.Install) map[string]string {
+func (m *inputMasker) inputs(ctx context.Context, in store.Install) map[string]string {
 	if len(in.Inputs) == 0 {
 		return in.Inputs
 	}
-	names, ok := s.sensitiveInputs(ctx, in.AppID)
+	a, seen := m.apps[in.AppID]
+	if !seen {
+		a.names, a.ok = m.s.sensitiveInputs(ctx, in.AppID)
+		m.apps[in.AppID] = a
+	}
 	out := make(map[string]string, len(in.Inputs))
 	for k, v := range in.Inputs {
-		if !ok || names[k] {
+		if !a.ok || a.names[k] {
 			v = Masked
 		}
 		out[k] = v
