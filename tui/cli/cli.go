@@ -136,7 +136,12 @@ func (a *app) rootCommand() *cobra.Command {
 		Short: "Operate byoc: apps, installs, jobs and their logs",
 		Long: `byoc is the operator program of byoc. It talks to one imsd server, chosen
 by the current context (see "byoc context --help") or by --server and --token.
-Without a command it opens the interactive console (press ? in it for keys).`,
+Without a command it opens the interactive console (press ? in it for keys).
+
+Exit codes: 0 success; 1 an error, or a --wait whose workflow failed; 2 a
+usage error; 3 a --wait whose workflow awaits approval; 130 stopped by
+Ctrl-C or SIGTERM (a follow says where it stopped); --follow on a job
+exits with the job's own exit code.`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		// Without a command, open the interactive console.

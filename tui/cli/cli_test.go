@@ -576,3 +576,14 @@ func TestShortDuration(t *testing.T) {
 		}
 	}
 }
+
+// byoc --help documents the exit codes, awaiting approval's among them.
+func TestHelpListsExitCodes(t *testing.T) {
+	useConfig(t)
+	r := mustRun(t, "--help")
+	for _, want := range []string{"Exit codes:", "3 a --wait whose workflow awaits approval", "130 stopped by\nCtrl-C or SIGTERM"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("--help lacks %q:\n%s", want, r.stdout)
+		}
+	}
+}
