@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -77,7 +78,8 @@ func (s *Service) sensitiveInputs(ctx context.Context, appID string) (names map[
 		}
 		a.upTo = n
 	}
-	return a.names, true
+	// A copy: later revisions add to a.names while callers read theirs.
+	return maps.Clone(a.names), true
 }
 
 // inputMasker masks installs' inputs for one answer, asking which inputs
