@@ -11,12 +11,22 @@ DEMO  := $(CURDIR)/.demo
 help: ## List the targets.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
+# What --version prints (internal/buildinfo): the version (git describe;
+# the commit when there is no tag), the commit and the commit's date (so
+# that a build of one commit is the same build). Override any of them:
+# make build VERSION=v1.2.3.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT  ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null)
+DATE    ?= $(shell TZ=UTC git log -1 --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ 2>/dev/null)
+BUILDINFO := github.com/byoc-dev/byoc/internal/buildinfo
+LDFLAGS := -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COMMIT) -X $(BUILDINFO).date=$(DATE)
+
 .PHONY: build
-build: ## Build imsd, agentd and byoc into bin/.
+build: ## Build imsd, agentd and byoc into bin/ (with their version: byoc --version).
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/imsd ./imsd
-	$(GO) build -o $(BIN)/agentd ./agentd
-	$(GO) build -o $(BIN)/byoc ./tui
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/imsd ./imsd
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/agentd ./agentd
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/byoc ./tui
 
 .PHONY: generate
 generate: ## Regenerate the Go code from rpc/ and the app config JSON Schemas (committed).

@@ -25,12 +25,10 @@ import (
 	"github.com/byoc-dev/byoc/agentd/agent"
 	"github.com/byoc-dev/byoc/agentd/pluginhost"
 	"github.com/byoc-dev/byoc/agentd/secrets"
+	"github.com/byoc-dev/byoc/internal/buildinfo"
 	"github.com/byoc-dev/byoc/plugins/action"
 	"github.com/byoc-dev/byoc/plugins/sdk"
 )
-
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
 
 // builtins are the component types compiled into agentd. They load through
 // the same loader and protocol as third-party plugins: agentd re-executes
@@ -92,8 +90,13 @@ func run(ctx context.Context, args []string) int {
 	fs.Var(&pins, "plugin-pin", "`type=sha256` pin for an external plugin (repeatable); unpinned plugins never run")
 	fs.StringVar(&secretsFile, "secrets-file", "", "customer-owned `file` of NAME=value secrets (mode 0600); jobs get those their config lists under \"secrets\", and every value is redacted from job logs, errors and outputs")
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "log `level`: debug, info, warn, error")
+	showVersion := fs.Bool("version", false, "print the version, commit and build date, and exit")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *showVersion {
+		fmt.Println(buildinfo.Get().String("agentd"))
+		return 0
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "agentd: unexpected argument %q\n", fs.Arg(0))
@@ -155,7 +158,7 @@ func run(ctx context.Context, args []string) int {
 		StateDir:    stateDir,
 		Capacity:    capacity,
 		Runner:      runner,
-		Version:     version,
+		Version:     buildinfo.Get().Short(),
 		Logger:      log,
 	})
 	if err != nil {

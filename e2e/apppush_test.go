@@ -1,13 +1,17 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"connectrpc.com/connect"
+
 	"github.com/byoc-dev/byoc/e2e/cluster"
+	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
 
 // An app config pushed with the real byoc binary to a real imsd becomes
@@ -66,4 +70,90 @@ func TestAppPushRevisionsAndDiff(t *testing.T) {
 	if out := run(1, "app", "diff", "acme-analytics", "1", "7"); !strings.Contains(out, `app "acme-analytics" has no revision 7 (byoc app revisions acme-analytics lists them`) {
 		t.Fatalf("diff against a missing revision:\n%s", out)
 	}
+}
+
+// app push re-applies installs/*.toml as kubectl apply does: the file wins
+// for what it names, says what it changed, changes nothing (and says
+// nothing) when nothing differs, keeps what byoc install update set that
+// the file does not name, and unsets what the file stopped naming.
+func TestAppPushInstallFilesChangeOnlyWhatChanged(t *testing.T) {
+	ims := cluster.StartIMS(t, fast)
+	cli := cluster.NewCLI(t, ims)
+	files := map[string]string{
+		"app.toml": "name = \"files\"\n",
+		"inputs.toml": `[[input]]
+name = "size"
+type = "number"
+default = 1
+
+[[input]]
+name = "region"
+default = "eu"
+
+[[input]]
+name = "tier"
+default = "basic"
+
+[[input]]
+name = "token"
+sensitive = true
+`,
+		"components/a.toml":  "type = \"action\"\n[config]\nsteps = [{ script = \"echo {{ .inputs.size }}\" }]\n",
+		"installs/beta.toml": "parallelism = 2\n[inputs]\nsize = 3\ntier = \"gold\"\ntoken = \"tok-1111\"\n",
+	}
+	p := cli.PushApp(files)
+	if !strings.Contains(p.Output, "+ install beta created from installs/beta.toml") {
+		t.Fatalf("first push:\n%s", p.Output)
+	}
+	cli.Run(0, "install", "update", "beta", "--no-deploy", "--input", "region=us", "--require-approval", "true")
+	inputs := func() map[string]string {
+		t.Helper()
+		r, err := ims.Admin().GetInstall(context.Background(), connect.NewRequest(&imsv1.GetInstallRequest{IdOrName: "beta"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Msg.Install.Inputs
+	}
+
+	// The same files again, and then a change elsewhere: beta is left as it is.
+	for i, push := range []map[string]string{files, withFile(files, "components/a.toml", "type = \"action\"\n[config]\nsteps = [{ script = \"echo v2 {{ .inputs.size }}\" }]\n")} {
+		cluster.WriteApp(t, p.Dir, push)
+		out := cli.Run(0, "app", "push", p.Dir)
+		if strings.Contains(out, "install beta") {
+			t.Fatalf("push %d with beta's file unchanged says:\n%s", i+2, out)
+		}
+		if in := inputs(); in["region"] != "us" || in["size"] != "3" || in["tier"] != "gold" {
+			t.Fatalf("push %d: inputs %v, want region=us (byoc install update) kept beside the file's", i+2, in)
+		}
+	}
+
+	// The file changes size, stops naming tier and changes the token: the
+	// push says exactly that, keeps region, and shows no sensitive value.
+	cluster.WriteApp(t, p.Dir, map[string]string{"installs/beta.toml": "parallelism = 2\n[inputs]\nsize = 5\ntoken = \"tok-2222\"\n"})
+	out := cli.Run(0, "app", "push", p.Dir)
+	want := "~ install beta changed from installs/beta.toml:\n    inputs.size: \"3\" → \"5\"\n    inputs.tier: \"gold\" → unset\n    inputs.token: changed\n"
+	if !strings.Contains(out, want) || strings.Contains(out, "tok-") {
+		t.Fatalf("push with beta's file changed:\n%s\nwant:\n%s", out, want)
+	}
+	if in := inputs(); in["region"] != "us" || in["size"] != "5" || in["tier"] != "" {
+		t.Fatalf("inputs %v, want region=us kept, size=5, tier unset", in)
+	}
+	// The file wins for what it names, over byoc install update.
+	cli.Run(0, "install", "update", "beta", "--no-deploy", "--input", "size=9", "--parallelism", "4")
+	cluster.WriteApp(t, p.Dir, map[string]string{"installs/beta.toml": "parallelism = 2\n[inputs]\nsize = 5\ntoken = \"tok-2222\"\n# again\n"})
+	out = cli.Run(0, "app", "push", p.Dir)
+	want = "~ install beta changed from installs/beta.toml:\n    inputs.size: \"9\" → \"5\"\n    parallelism: 4 → 2\n"
+	if !strings.Contains(out, want) {
+		t.Fatalf("push over byoc install update:\n%s\nwant:\n%s", out, want)
+	}
+}
+
+// withFile returns a copy of files with path set to body.
+func withFile(files map[string]string, path, body string) map[string]string {
+	out := map[string]string{}
+	for k, v := range files {
+		out[k] = v
+	}
+	out[path] = body
+	return out
 }

@@ -138,7 +138,7 @@ func TestPluginTypeRegistry(t *testing.T) {
 	_, err = viewer.GetPluginType(ctx, connect.NewRequest(&imsv1.GetPluginTypeRequest{Type: "nope"}))
 	wantCode(t, err, connect.CodeNotFound, `"nope" is not registered`)
 
-	app := map[string]string{"app.toml": "name = \"shop\"\n", "inputs.toml": "[[input]]\nname = \"n\"\ntype = \"number\"\n"}
+	app := map[string]string{"app.toml": "name = \"shop\"\n", "inputs.toml": "[[input]]\nname = \"n\"\ntype = \"number\"\ndefault = 2\n"}
 	with := func(files map[string]string) map[string]string {
 		out := map[string]string{}
 		for _, m := range []map[string]string{app, files} {

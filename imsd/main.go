@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/byoc-dev/byoc/imsd/server"
+	"github.com/byoc-dev/byoc/internal/buildinfo"
 )
 
 func main() {
@@ -38,8 +39,13 @@ func run(ctx context.Context, args []string) int {
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "log `level`: debug, info, warn, error")
 	fs.StringVar(&cfg.DebugAddr, "debug-addr", "", "serve Go's /debug/pprof on this loopback `address` (off by default)")
 	agentWire := fs.String("agentwire", "on", "`on`: serve plaintext agent streams with imsd's own small HTTP/2 server; off: with the standard stack, like every other request")
+	showVersion := fs.Bool("version", false, "print the version, commit and build date, and exit")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *showVersion {
+		fmt.Println(buildinfo.Get().String("imsd"))
+		return 0
 	}
 	switch *agentWire {
 	case "on":

@@ -92,7 +92,10 @@ func Binaries(tb testing.TB) string {
 		}
 		// One build of the three mains shares the work of their common
 		// packages; -o DIR/ names each binary after its directory.
-		cmd := exec.Command("go", "build", "-o", binDir+string(filepath.Separator), "./agentd", "./tui", "./imsd")
+		// Stamped as the Makefile's build stamps them, with BuildVersion.
+		bi := "github.com/byoc-dev/byoc/internal/buildinfo"
+		ldflags := fmt.Sprintf("-X %s.version=%s -X %s.commit=%s -X %s.date=%s", bi, BuildVersion, bi, BuildCommit, bi, BuildDate)
+		cmd := exec.Command("go", "build", "-ldflags", ldflags, "-o", binDir+string(filepath.Separator), "./agentd", "./tui", "./imsd")
 		cmd.Dir = RepoRoot()
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
@@ -105,6 +108,14 @@ func Binaries(tb testing.TB) string {
 	}
 	return binDir
 }
+
+// The version, commit and date Binaries stamps into the binaries it
+// builds (what --version prints and agentd reports).
+const (
+	BuildVersion = "v0.0.0-e2e"
+	BuildCommit  = "e2e0c0ffee00"
+	BuildDate    = "2026-01-02T03:04:05Z"
+)
 
 // IMS is an imsd started by a test.
 type IMS struct {

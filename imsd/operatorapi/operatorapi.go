@@ -76,6 +76,8 @@ type Service struct {
 	cfg   Config
 	now   func() time.Time
 	log   *slog.Logger
+	// sensitive caches which inputs are sensitive, per app (sensitive.go).
+	sensitive sensitiveNames
 }
 
 // New returns the operator service.
@@ -270,8 +272,9 @@ func (s *Service) ListInstalls(ctx context.Context, req *connect.Request[imsv1.L
 		return nil, s.err(ctx, err)
 	}
 	out := &imsv1.ListInstallsResponse{}
+	mask := s.inputMasker()
 	for _, in := range ins {
-		out.Installs = append(out.Installs, s.installToProto(ctx, in))
+		out.Installs = append(out.Installs, s.installToProtoMasked(ctx, in, mask))
 	}
 	return connect.NewResponse(out), nil
 }
@@ -379,12 +382,13 @@ func (s *Service) EnqueueJobs(ctx context.Context, req *connect.Request[imsv1.En
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}
-	// JSON encoders drop unknown fields: a JSON client gets Structs.
+	// JSON encoders drop unknown fields: a JSON client gets Structs. So
+	// does a config that lists sensitive values, which the answer masks.
 	asJSON := strings.Contains(req.Header().Get("Content-Type"), "json")
 	out := &imsv1.EnqueueJobsResponse{Jobs: make([]*imsv1.Job, len(jobs))}
 	for i, j := range jobs {
-		if asJSON {
-			out.Jobs[i] = enqueuedToProto(j, m.Jobs[i].Config)
+		if cfg := m.Jobs[i].Config; asJSON || cfg.GetFields()[workflow.SensitiveKey] != nil {
+			out.Jobs[i] = enqueuedToProto(j, cfg)
 			continue
 		}
 		// The config the caller sent, as the field encoded above: the
@@ -921,8 +925,9 @@ func (s *Service) fleet(ctx context.Context, appID string) (map[string]*imsv1.In
 		appNames[a.ID] = a.Name
 	}
 	out := make(map[string]*imsv1.InstallStatus, len(fs.Installs))
+	mask := s.inputMasker()
 	for _, in := range fs.Installs {
-		p := &imsv1.Install{Id: in.ID, AppId: in.AppID, Name: in.Name, Inputs: in.Inputs, CreateTime: ts(in.CreatedAt),
+		p := &imsv1.Install{Id: in.ID, AppId: in.AppID, Name: in.Name, Inputs: mask.inputs(ctx, in), CreateTime: ts(in.CreatedAt),
 			State: string(in.State), AppRevision: in.AppRevision, Settings: settingsToProto(in.Settings)}
 		p.Agent = s.agentStatus(fs.Agents[in.ID])
 		out[in.ID] = &imsv1.InstallStatus{
@@ -948,7 +953,13 @@ func appToProto(a store.App) *imsv1.App {
 }
 
 func (s *Service) installToProto(ctx context.Context, in store.Install) *imsv1.Install {
-	p := &imsv1.Install{Id: in.ID, AppId: in.AppID, Name: in.Name, Inputs: in.Inputs, CreateTime: ts(in.CreatedAt),
+	return s.installToProtoMasked(ctx, in, s.inputMasker())
+}
+
+// installToProtoMasked is installToProto for one of several installs of
+// an answer, which share mask.
+func (s *Service) installToProtoMasked(ctx context.Context, in store.Install, mask *inputMasker) *imsv1.Install {
+	p := &imsv1.Install{Id: in.ID, AppId: in.AppID, Name: in.Name, Inputs: mask.inputs(ctx, in), CreateTime: ts(in.CreatedAt),
 		State: string(in.State), AppRevision: in.AppRevision, Settings: settingsToProto(in.Settings), Health: healthToProto(in.Health)}
 	agents, err := s.store.AgentsForInstall(ctx, in.ID)
 	if err != nil {
@@ -1002,8 +1013,7 @@ var statesToProto = func() map[store.JobState]imsv1.JobState {
 func (s *Service) jobToProto(ctx context.Context, j store.Job) *imsv1.Job {
 	p := jobFields(j)
 	if len(j.Config) > 0 {
-		cfg := &structpb.Struct{}
-		if err := cfg.UnmarshalJSON(j.Config); err == nil {
+		if cfg, err := maskedConfigJSON(j.Config); err == nil {
 			p.Config = cfg
 		} else {
 			s.log.WarnContext(ctx, "job config is not a JSON object", "job", j.ID, "err", err)
@@ -1017,7 +1027,7 @@ func (s *Service) jobToProto(ctx context.Context, j store.Job) *imsv1.Job {
 // answer reuses it rather than decoding the JSON again.
 func enqueuedToProto(j store.Job, cfg *structpb.Struct) *imsv1.Job {
 	p := jobFields(j)
-	p.Config = cfg
+	p.Config = maskedConfig(cfg)
 	if cfg == nil {
 		p.Config = &structpb.Struct{}
 	}

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"maps"
 	"path"
+	"slices"
+	"strconv"
 	"strings"
 
 	"connectrpc.com/connect"
@@ -77,6 +79,11 @@ func (s *Service) PushAppRevision(ctx context.Context, req *connect.Request[imsv
 	out := &imsv1.PushAppRevisionResponse{App: appToProto(a), Revision: revisionToProto(rev, app), Created: created}
 	// The changes are against the revision just before this one, read
 	// after the insert so a concurrent push cannot slip in between.
+	// A push of the latest revision's files again is its own previous.
+	prevApp := app
+	if created {
+		prevApp = nil
+	}
 	if created && rev.Number > 1 {
 		prev, err := s.store.GetAppRevision(ctx, a.ID, rev.Number-1)
 		if err != nil {
@@ -84,12 +91,13 @@ func (s *Service) PushAppRevision(ctx context.Context, req *connect.Request[imsv
 		}
 		if old, err := load.Parse(prev.Files, storedOptions()); err == nil {
 			out.Changes = changesToProto(diff.Apps(old, app))
+			prevApp = old
 		}
 	}
 	if req.Msg.NoDeploy {
 		return connect.NewResponse(out), nil
 	}
-	if out.Installs, err = s.applyInstallFiles(ctx, a, app); err != nil {
+	if out.Installs, err = s.applyInstallFiles(ctx, a, app, prevApp); err != nil {
 		return nil, s.err(ctx, err)
 	}
 	// Every install that runs the app follows it: an update workflow
@@ -126,8 +134,17 @@ func (s *Service) PushAppRevision(ctx context.Context, req *connect.Request[imsv
 
 // applyInstallFiles creates or changes the installs of installs/*.toml.
 // Installs the files no longer name are left alone.
-func (s *Service) applyInstallFiles(ctx context.Context, a store.App, app *config.App) ([]*imsv1.InstallApplied, error) {
+//
+// A file wins for what it names, as kubectl apply does: each input it
+// sets, its parallelism and require_approval when it sets them, and its
+// component overrides (only files set those). What it does not name is
+// left as it is (inputs and settings set with byoc install update), except
+// what the same install's file in the previous revision (prev, nil for
+// none) named and this one no longer does: that is unset. An install is
+// changed only when this changes something, and the answer says what.
+func (s *Service) applyInstallFiles(ctx context.Context, a store.App, app, prev *config.App) ([]*imsv1.InstallApplied, error) {
 	var out []*imsv1.InstallApplied
+	sensitive, known := s.sensitiveInputs(ctx, a.ID)
 	for _, f := range app.Installs {
 		file := app.FileOf("install", f.Name)
 		inputs := map[string]string{}
@@ -162,10 +179,19 @@ func (s *Service) applyInstallFiles(ctx context.Context, a store.App, app *confi
 			return nil, err
 		case in.AppID != a.ID:
 			return nil, errs.E(errs.Conflict, "%s: install %q belongs to another app; rename the file or set name = \"...\"", file, f.Name)
-		case maps.Equal(in.Inputs, inputs) && sameJSON(in.Settings, settings):
-			ia.Op = "unchanged"
 		default:
-			if in, err = s.store.UpdateInstall(ctx, in.ID, inputs, settings); err != nil {
+			var before *config.InstallFile
+			if prev != nil {
+				before = installFile(prev, f.Name)
+			}
+			mergedInputs, mergedSettings := mergeInstallFile(in, before, inputs, settings)
+			masked := func(name string) bool { return !known || sensitive[name] }
+			ia.Changes = installChanges(in, mergedInputs, mergedSettings, masked)
+			if len(ia.Changes) == 0 {
+				ia.Op = "unchanged"
+				break
+			}
+			if in, err = s.store.UpdateInstall(ctx, in.ID, mergedInputs, mergedSettings); err != nil {
 				return nil, fmt.Errorf("%s: %w", file, err)
 			}
 			ia.Op = "changed"
@@ -175,6 +201,121 @@ func (s *Service) applyInstallFiles(ctx context.Context, a store.App, app *confi
 		out = append(out, ia)
 	}
 	return out, nil
+}
+
+// installFile returns app's installs/*.toml of install name, or nil.
+func installFile(app *config.App, name string) *config.InstallFile {
+	for _, f := range app.Installs {
+		if f.Name == name {
+			return f
+		}
+	}
+	return nil
+}
+
+// unionKeys returns the keys of a and b, sorted, once each.
+func unionKeys[V any](a, b map[string]V) []string {
+	keys := slices.Collect(maps.Keys(a))
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// mergeInstallFile is what an install becomes when its file (inputs and
+// settings, as decoded) is applied over it; before is the same install's
+// file in the previous revision, or nil.
+func mergeInstallFile(in store.Install, before *config.InstallFile, inputs map[string]string, settings store.InstallSettings) (map[string]string, store.InstallSettings) {
+	merged := maps.Clone(in.Inputs)
+	if merged == nil {
+		merged = map[string]string{}
+	}
+	if before != nil {
+		for k := range before.Inputs {
+			if _, still := inputs[k]; !still {
+				delete(merged, k)
+			}
+		}
+	}
+	maps.Copy(merged, inputs)
+	out := in.Settings
+	out.Source = settings.Source
+	out.Overrides = settings.Overrides
+	switch {
+	case settings.Parallelism != 0:
+		out.Parallelism = settings.Parallelism
+	case before != nil && before.Parallelism != 0:
+		out.Parallelism = 0
+	}
+	switch {
+	case settings.RequireApproval != nil:
+		out.RequireApproval = settings.RequireApproval
+	case before != nil && before.RequireApproval != nil:
+		out.RequireApproval = nil
+	}
+	return merged, out
+}
+
+// installChanges describes what changes from install in to inputs and
+// settings, one line per input or setting, in a stable order; the values
+// of inputs for which masked is true are not shown.
+func installChanges(in store.Install, inputs map[string]string, settings store.InstallSettings, masked func(string) bool) []string {
+	var out []string
+	show := func(name, v string, set bool) string {
+		switch {
+		case !set:
+			return "unset"
+		case masked(name):
+			return Masked
+		}
+		return strconv.Quote(v)
+	}
+	for _, k := range unionKeys(in.Inputs, inputs) {
+		old, had := in.Inputs[k]
+		nw, has := inputs[k]
+		if had == has && old == nw {
+			continue
+		}
+		if had && has && masked(k) {
+			out = append(out, fmt.Sprintf("inputs.%s: changed", k))
+			continue
+		}
+		out = append(out, fmt.Sprintf("inputs.%s: %s → %s", k, show(k, old, had), show(k, nw, has)))
+	}
+	p := func(n int) string {
+		if n == 0 {
+			return "the app's default"
+		}
+		return strconv.Itoa(n)
+	}
+	if in.Settings.Parallelism != settings.Parallelism {
+		out = append(out, fmt.Sprintf("parallelism: %s → %s", p(in.Settings.Parallelism), p(settings.Parallelism)))
+	}
+	b := func(v *bool) string {
+		if v == nil {
+			return "the app's default"
+		}
+		return strconv.FormatBool(*v)
+	}
+	if b(in.Settings.RequireApproval) != b(settings.RequireApproval) {
+		out = append(out, fmt.Sprintf("require_approval: %s → %s", b(in.Settings.RequireApproval), b(settings.RequireApproval)))
+	}
+	for _, c := range unionKeys(in.Settings.Overrides, settings.Overrides) {
+		if !sameJSON(in.Settings.Overrides[c], settings.Overrides[c]) {
+			out = append(out, fmt.Sprintf("components.%s.config: changed", c))
+		}
+	}
+	if in.Settings.Source != settings.Source {
+		from := in.Settings.Source
+		if from == "" {
+			from = "byoc"
+		}
+		out = append(out, fmt.Sprintf("managed from: %s → %s", from, settings.Source))
+	}
+	return out
 }
 
 // ListAppRevisions lists an app's revisions, newest first.

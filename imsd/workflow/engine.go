@@ -17,6 +17,7 @@ import (
 	"github.com/byoc-dev/byoc/imsd/dispatch"
 	"github.com/byoc-dev/byoc/imsd/errs"
 	"github.com/byoc-dev/byoc/imsd/store"
+	"github.com/byoc-dev/byoc/plugins/sdk/configschema"
 	"github.com/byoc-dev/byoc/schema/app/config"
 	"github.com/byoc-dev/byoc/schema/app/load"
 	"github.com/byoc-dev/byoc/schema/app/template"
@@ -45,6 +46,8 @@ type Engine struct {
 	kicked map[string]bool
 	wake   chan struct{}
 	apps   appCache
+	// schemaCache holds compiled component config schemas (schemas.go).
+	schemaCache schemaCache
 }
 
 // NewEngine returns an engine over st. hub signals job ends.
@@ -177,7 +180,11 @@ func (e *Engine) plan(ctx context.Context, kind, action string, in store.Install
 	if err != nil {
 		return nil, err
 	}
-	return Make(kind, Target{App: app, Revision: rev, Install: in, Inputs: inputs, Action: action}, deployed)
+	schemas, err := e.schemas(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return Make(kind, Target{App: app, Revision: rev, Install: in, Inputs: inputs, Action: action, Schemas: schemas}, deployed)
 }
 
 // start plans a queued workflow and moves it to running (or awaiting
@@ -456,7 +463,8 @@ type stepContext struct {
 	outputs   map[string]map[string]string
 	sensitive []string
 	// app is the workflow's app revision.
-	app *config.App
+	app     *config.App
+	schemas map[string]*configschema.Schema
 }
 
 func (e *Engine) stepContext(ctx context.Context, wf store.Workflow) (*stepContext, error) {
@@ -480,6 +488,9 @@ func (e *Engine) stepContext(ctx context.Context, wf store.Workflow) (*stepConte
 		return nil, err
 	}
 	sc.app = app
+	if sc.schemas, err = e.schemas(ctx); err != nil {
+		return nil, err
+	}
 	for _, n := range app.SensitiveInputs() {
 		if v, ok := sc.inputs[n]; ok {
 			if s := config.InputText(v); s != "" {
@@ -527,7 +538,7 @@ func jobConfig(sc *stepContext, s *store.Step) ([]byte, error) {
 	if err := json.Unmarshal(s.Config, &cfg); err != nil {
 		return nil, fmt.Errorf("step config: %w", err)
 	}
-	r := &Renderer{InstallID: sc.in.ID, InstallName: sc.in.Name, Inputs: sc.inputs, Outputs: sc.outputs}
+	r := &Renderer{InstallID: sc.in.ID, InstallName: sc.in.Name, Inputs: sc.inputs, Outputs: sc.outputs, Schemas: sc.schemas}
 	var err error
 	switch {
 	case s.Action != "":
@@ -546,7 +557,7 @@ func jobConfig(sc *stepContext, s *store.Step) ([]byte, error) {
 			}
 		}
 	case s.Operation == OpApply:
-		if cfg, err = r.Config(cfg); err != nil {
+		if cfg, err = r.Config(s.ComponentType, cfg); err != nil {
 			return nil, err
 		}
 	}
@@ -577,7 +588,7 @@ func jobConfig(sc *stepContext, s *store.Step) ([]byte, error) {
 // ("{{ .inputs.size }}") renders as its text, since environment variables
 // have no types (and the action type's schema wants strings).
 func renderEnv(path string, env any, r *Renderer) (any, error) {
-	v, err := template.RenderValue(path, env, r.Resolve)
+	v, err := template.RenderValue(path, env, r.Resolve, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/byoc-dev/byoc/imsd/errs"
 	"github.com/byoc-dev/byoc/imsd/store"
+	"github.com/byoc-dev/byoc/plugins/sdk/configschema"
 	"github.com/byoc-dev/byoc/schema/app/config"
 	"github.com/byoc-dev/byoc/schema/app/diag"
 	"github.com/byoc-dev/byoc/schema/app/diff"
@@ -77,6 +78,8 @@ type Target struct {
 	Inputs map[string]string
 	// Action names the action an action workflow runs.
 	Action string
+	// Schemas are the component types' config schemas (Renderer.Schemas).
+	Schemas map[string]*configschema.Schema
 }
 
 // Plan is what a workflow will do.
@@ -448,11 +451,11 @@ func (p *planner) render(n string, c *config.Component) (map[string]any, []strin
 		for name, d := range p.deployed {
 			outputs[name] = d.Outputs
 		}
-		p.renderer = &Renderer{InstallID: p.t.Install.ID, InstallName: p.t.Install.Name, Inputs: p.inputs, Outputs: outputs}
+		p.renderer = &Renderer{InstallID: p.t.Install.ID, InstallName: p.t.Install.Name, Inputs: p.inputs, Outputs: outputs, Schemas: p.t.Schemas}
 	}
 	r := p.renderer
 	r.secrets = nil
-	cfg, err := r.Config(p.config(n, c))
+	cfg, err := r.Config(c.Type, p.config(n, c))
 	if err != nil {
 		return nil, nil, fmt.Errorf("component %s: %w", n, err)
 	}
@@ -533,6 +536,10 @@ type Renderer struct {
 	Inputs                 map[string]any
 	// Outputs holds each deployed component's outputs ("sandbox" too).
 	Outputs map[string]map[string]string
+	// Schemas are the config schemas of component types (nil or missing:
+	// the type has none), which say where a whole-value reference keeps
+	// its type (Config).
+	Schemas map[string]*configschema.Schema
 	secrets map[string]bool
 }
 
@@ -579,14 +586,30 @@ func (r *Renderer) Resolve(ref template.Ref) (any, error) {
 	return nil, errors.New("unknown reference " + ref.String())
 }
 
-// Config renders every string of a component config.
-func (r *Renderer) Config(cfg map[string]any) (map[string]any, error) {
-	v, err := template.RenderValue("config", cfg, r.Resolve)
+// Config renders every string of a config of component type typ. A
+// template inside a string renders to a string, except a whole-value
+// reference ("{{ .inputs.replicas }}") where the type's schema wants a
+// number or a bool and no string: there it keeps the value's type.
+func (r *Renderer) Config(typ string, cfg map[string]any) (map[string]any, error) {
+	var keep func([]string) bool
+	if sch := r.Schemas[typ]; sch != nil {
+		keep = func(loc []string) bool { return wantsNonString(sch.TypesAt(loc)) }
+	}
+	v, err := template.RenderValue("config", cfg, r.Resolve, keep)
 	if err != nil {
 		return nil, err
 	}
 	m, _ := v.(map[string]any)
 	return m, nil
+}
+
+// wantsNonString reports whether a schema's types at a field want a number
+// or a bool and not a string.
+func wantsNonString(types []string) bool {
+	if slices.Contains(types, "string") {
+		return false
+	}
+	return slices.ContainsFunc(types, func(t string) bool { return t == "number" || t == "integer" || t == "boolean" })
 }
 
 // Secrets returns the names of the secrets rendered configs referred to.

@@ -77,7 +77,7 @@ func deploy(t *testing.T, p *Plan, have []store.InstallComponent, inst store.Ins
 		for n, d := range byName {
 			r.Outputs[n] = d.Outputs
 		}
-		rendered, err := r.Config(cfg)
+		rendered, err := r.Config(s.ComponentType, cfg)
 		if err != nil {
 			t.Fatalf("render %s: %v", s.Name, err)
 		}
@@ -275,7 +275,7 @@ func deployAll(p *Plan) []store.InstallComponent {
 		var cfg map[string]any
 		json.Unmarshal(s.Config, &cfg)
 		r := &Renderer{InstallID: "ins_0", InstallName: "i0", Inputs: inputs}
-		rendered, _ := r.Config(cfg)
+		rendered, _ := r.Config(s.ComponentType, cfg)
 		canon, digest := Canonical(rendered)
 		out = append(out, store.InstallComponent{Name: s.Component, ComponentType: s.ComponentType, Digest: digest, Config: canon})
 	}

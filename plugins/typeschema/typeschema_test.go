@@ -29,8 +29,10 @@ const inputs = `
 [[input]]
 name = "replicas"
 type = "number"
+default = 2
 [[input]]
 name = "mode"
+required = true
 `
 
 // The config checks through the app config validator: every problem at once, each with

@@ -66,7 +66,7 @@ func TestAppValidateSchemas(t *testing.T) {
 		}
 	}
 	write("app.toml", "name = \"shop\"\n")
-	write("inputs.toml", "[[input]]\nname = \"size\"\ntype = \"number\"\n")
+	write("inputs.toml", "[[input]]\nname = \"size\"\ntype = \"number\"\ndefault = 1\n")
 	write("components/job.toml", "type = \"action\"\n[[config.steps]]\nscrpt = \"make\"\n")
 	write("components/hello.toml", "type = \"greeting\"\nconfig.size = \"{{ .inputs.size }}\"\n")
 	describe := filepath.Join(t.TempDir(), "greeting.json")

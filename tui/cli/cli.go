@@ -10,18 +10,27 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/charmbracelet/x/term"
 	"github.com/spf13/cobra"
+
+	"github.com/byoc-dev/byoc/internal/buildinfo"
 )
 
 // Exit codes. A followed job that ends badly exits with the job's own exit
 // code instead (or exitError when it has none).
 const (
-	exitOK          = 0
-	exitError       = 1
-	exitUsage       = 2
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2
+	// exitAwaitingApproval ends a --wait whose workflow stopped to await
+	// the approval of its plan: not finished, and not failed.
+	exitAwaitingApproval = 3
+	// exitInterrupted ends a run stopped by Ctrl-C or SIGTERM (128+SIGINT,
+	// as shells report it).
 	exitInterrupted = 130
 )
 
@@ -30,13 +39,20 @@ const (
 // error, or a followed job's exit code.
 func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	a := &app{
-		stdin:  stdin,
-		stdout: stdout,
-		stderr: stderr,
-		getenv: os.Getenv,
-		now:    time.Now,
+		stdin:    stdin,
+		stdout:   stdout,
+		stderr:   stderr,
+		getenv:   os.Getenv,
+		now:      time.Now,
+		terminal: isTerm,
 	}
 	return a.run(ctx, args)
+}
+
+// isTerm reports whether w is a terminal.
+func isTerm(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(f.Fd())
 }
 
 // app is the state of one command line run: its streams, the global flags
@@ -46,6 +62,9 @@ type app struct {
 	stdout, stderr io.Writer
 	getenv         func(string) string
 	now            func() time.Time
+	// terminal reports whether a stream is a terminal, where text that
+	// jobs wrote is cleaned of control sequences (termtext).
+	terminal func(io.Writer) bool
 
 	// Global flags.
 	contextName string
@@ -83,7 +102,7 @@ func (a *app) run(ctx context.Context, args []string) int {
 	root.SetIn(a.stdin)
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
-	cmd, err := root.ExecuteC()
+	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return exitOK
 	}
@@ -117,14 +136,19 @@ func (a *app) rootCommand() *cobra.Command {
 		Short: "Operate byoc: apps, installs, jobs and their logs",
 		Long: `byoc is the operator program of byoc. It talks to one imsd server, chosen
 by the current context (see "byoc context --help") or by --server and --token.
-Without a command it opens the interactive console (press ? in it for keys).`,
+Without a command it opens the interactive console (press ? in it for keys).
+
+Exit codes: 0 success; 1 an error, or a --wait whose workflow failed; 2 a
+usage error; 3 a --wait whose workflow awaits approval; 130 stopped by
+Ctrl-C or SIGTERM (a follow says where it stopped); --follow on a job
+exits with the job's own exit code.`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		// Without a command, open the interactive console.
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
-				return usagef("unknown command %q for %q", args[0], cmd.CommandPath())
+				return unknownCommand(cmd, args[0])
 			}
 			return a.runConsole(cmd.Context())
 		},
@@ -135,7 +159,11 @@ Without a command it opens the interactive console (press ? in it for keys).`,
 			return nil
 		},
 		CompletionOptions: cobra.CompletionOptions{HiddenDefaultCmd: true},
+		Version:           buildinfo.Get().String("byoc"),
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
+	// Declared here so that cobra adds no -v shorthand.
+	root.Flags().Bool("version", false, "print the version, commit and build date")
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return &usageError{msg: err.Error()}
 	})
@@ -184,13 +212,30 @@ func group(use, short string, subs ...*cobra.Command) *cobra.Command {
 		Args:  cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
-				return usagef("unknown command %q for %q", args[0], cmd.CommandPath())
+				return unknownCommand(cmd, args[0])
 			}
 			return cmd.Help()
 		},
 	}
 	c.AddCommand(subs...)
 	return c
+}
+
+// unknownCommand is the usage error for a mistyped command name under
+// cmd, suggesting the subcommands it is close to (cobra's edit distance
+// and prefix match), as kubectl does.
+func unknownCommand(cmd *cobra.Command, name string) error {
+	msg := fmt.Sprintf("unknown command %q for %q", name, cmd.CommandPath())
+	if cmd.SuggestionsMinimumDistance <= 0 {
+		cmd.SuggestionsMinimumDistance = 2 // cobra's own default
+	}
+	if sug := cmd.SuggestionsFor(name); len(sug) > 0 {
+		for i, s := range sug {
+			sug[i] = strconv.Quote(s)
+		}
+		msg += " (did you mean " + strings.Join(sug, " or ") + "?)"
+	}
+	return &usageError{msg: msg}
 }
 
 // exactArgs is cobra.ExactArgs with a message that names the arguments.

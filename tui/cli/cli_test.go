@@ -184,6 +184,47 @@ func TestServerFlagNeverSendsContextTokenElsewhere(t *testing.T) {
 	_ = f
 }
 
+// --server alone uses the token of a context for that server: the
+// current one (however the URL is written), or another one; never one for
+// a different server.
+func TestServerFlagUsesTheTokenOfItsContext(t *testing.T) {
+	f, url := setup(t)
+	other := &fakeOperator{}
+	otherURL := newFakeServer(t, other)
+	mustRun(t, "context", "add", "other", "--server", otherURL, "--token", testToken)
+
+	r := mustRun(t, "--server", otherURL, "whoami")
+	if other.lastAuth() != "Bearer "+testToken || !strings.Contains(r.stdout, "other") {
+		t.Errorf("--server of another context: Authorization %q\n%s", other.lastAuth(), r.stdout)
+	}
+	port := url[strings.LastIndex(url, ":")+1:]
+	for _, u := range []string{url + "/", "HTTP://LOCALHOST:" + port, "http://localhost:" + port + "/"} {
+		mustRun(t, "--server", u, "whoami")
+		if f.lastAuth() != "Bearer "+testToken {
+			t.Errorf("--server %s: Authorization %q, want the current context's token", u, f.lastAuth())
+		}
+	}
+	for _, tc := range []struct{ a, b string }{
+		{"http://127.0.0.1:80", "http://localhost"},
+		{"https://ims.example.com/", "https://IMS.example.com:443"},
+	} {
+		if !sameServer(tc.a, tc.b) {
+			t.Errorf("sameServer(%q, %q) = false", tc.a, tc.b)
+		}
+	}
+	for _, tc := range []struct{ a, b string }{
+		{"http://127.0.0.1:8080", "http://127.0.0.1:8081"},
+		{"http://ims.example.com", "https://ims.example.com"},
+		{"https://ims.example.com", "https://ims.example.com.evil.com"},
+		{"https://ims.example.com/a", "https://ims.example.com/b"},
+		{"https://u:p@ims.example.com", "https://ims.example.com"},
+	} {
+		if sameServer(tc.a, tc.b) {
+			t.Errorf("sameServer(%q, %q) = true", tc.a, tc.b)
+		}
+	}
+}
+
 func TestJSONOutput(t *testing.T) {
 	setup(t)
 
@@ -461,6 +502,10 @@ func TestErrors(t *testing.T) {
 		{[]string{"app", "list", "--bogus"}, exitUsage, "error: unknown flag: --bogus"},
 		{[]string{"bogus"}, exitUsage, `error: unknown command "bogus" for "byoc"`},
 		{[]string{"job", "bogus"}, exitUsage, `error: unknown command "bogus" for "byoc job"`},
+		{[]string{"instal"}, exitUsage, `error: unknown command "instal" for "byoc" (did you mean "install"?)`},
+		{[]string{"jbo", "list"}, exitUsage, `error: unknown command "jbo" for "byoc" (did you mean "job"?)`},
+		{[]string{"install", "gett"}, exitUsage, `error: unknown command "gett" for "byoc install" (did you mean "get"?)`},
+		{[]string{"workflow", "aprove"}, exitUsage, `error: unknown command "aprove" for "byoc workflow" (did you mean "approve"?)`},
 		{[]string{"app", "list", "-o", "yaml"}, exitUsage, "--output must be text or json"},
 		{[]string{"job", "list", "--state", "done"}, exitUsage, `--state "done" is not one of`},
 		{[]string{"context", "add", "x", "--server", "ftp://x", "--token", "t"}, exitUsage, "must be an http:// or https:// URL"},
@@ -528,6 +573,17 @@ func TestShortDuration(t *testing.T) {
 	for _, tt := range tests {
 		if got := shortDuration(tt.d); got != tt.want {
 			t.Errorf("shortDuration(%v) = %q, want %q", tt.d, got, tt.want)
+		}
+	}
+}
+
+// byoc --help documents the exit codes, awaiting approval's among them.
+func TestHelpListsExitCodes(t *testing.T) {
+	useConfig(t)
+	r := mustRun(t, "--help")
+	for _, want := range []string{"Exit codes:", "3 a --wait whose workflow awaits approval", "130 stopped by\nCtrl-C or SIGTERM"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("--help lacks %q:\n%s", want, r.stdout)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -23,8 +24,10 @@ type target struct {
 
 // resolveTarget picks the server and token: --server and --token override
 // the context chosen by --context or the config's current context, as
-// kubectl's flags do. The context's token is never sent to a server other
-// than the context's own.
+// kubectl's flags do. --server alone takes the token of the current
+// context if it is for that server, else of the first context that is
+// (sameServer). A context's token is never sent to a server other than
+// the context's own.
 func (a *app) resolveTarget() (*target, error) {
 	path, err := configPath(a.getenv)
 	if err != nil {
@@ -46,12 +49,23 @@ func (a *app) resolveTarget() (*target, error) {
 		}
 	}
 	t := &target{server: a.server, token: a.token}
-	if cc != nil {
-		if t.server == "" || strings.TrimRight(t.server, "/") == strings.TrimRight(cc.Server, "/") {
-			t.server = cc.Server
-			t.context = cc.Name
-			if t.token == "" {
-				t.token = cc.Token
+	use := func(cc *ConfigContext) {
+		t.server = cc.Server
+		t.context = cc.Name
+		if t.token == "" {
+			t.token = cc.Token
+		}
+	}
+	switch {
+	case cc != nil && (t.server == "" || sameServer(t.server, cc.Server)):
+		use(cc)
+	case t.server != "" && a.contextName == "":
+		// --server alone: the token of a context for that server, if
+		// one has it (the current one was not).
+		for i := range cfg.Contexts {
+			if sameServer(t.server, cfg.Contexts[i].Server) {
+				use(&cfg.Contexts[i])
+				break
 			}
 		}
 	}
@@ -65,6 +79,31 @@ func (a *app) resolveTarget() (*target, error) {
 		return nil, &usageError{msg: fmt.Sprintf("no token for %s; pass --token or add a context for it with: byoc context add NAME --server %s --token TOKEN", t.server, t.server)}
 	}
 	return t, nil
+}
+
+// sameServer reports whether two server URLs name the same server: the
+// same scheme, host and port (written or implied by the scheme; any
+// loopback name or address is one host) and path, whatever the case of
+// the scheme and host and a trailing slash. A token is only ever sent to
+// its own context's server, so this errs on the side of "different".
+func sameServer(a, b string) bool {
+	ua, err1 := url.Parse(strings.TrimRight(a, "/"))
+	ub, err2 := url.Parse(strings.TrimRight(b, "/"))
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	key := func(u *url.URL) string {
+		scheme := strings.ToLower(u.Scheme)
+		host, port := strings.ToLower(u.Hostname()), u.Port()
+		if port == "" {
+			port = map[string]string{"http": "80", "https": "443"}[scheme]
+		}
+		if ip := net.ParseIP(host); host == "localhost" || ip != nil && ip.IsLoopback() {
+			host = "loopback"
+		}
+		return scheme + "://" + net.JoinHostPort(host, port) + u.EscapedPath()
+	}
+	return ua.User == nil && ub.User == nil && key(ua) == key(ub)
 }
 
 // client is an OperatorService client bound to one target.

@@ -37,10 +37,13 @@ func (a *app) runNamedAction(ctx context.Context, install, action, reason string
 		for !workflowEnded(run.GetState()) {
 			select {
 			case <-ctx.Done():
-				return ctx.Err()
+				return a.stoppedFollowing(run.GetId(), nil)
 			case <-time.After(followPoll):
 			}
 			got, err := c.GetActionRun(ctx, connect.NewRequest(&imsv1.GetActionRunRequest{Id: run.GetId()}))
+			if ctx.Err() != nil {
+				return a.stoppedFollowing(run.GetId(), nil)
+			}
 			if err != nil {
 				return c.wrap(err)
 			}
@@ -53,6 +56,9 @@ func (a *app) runNamedAction(ctx context.Context, install, action, reason string
 	}
 	fmt.Fprintf(a.stdout, "Queued run %s of action %s on %s.\n", run.GetId(), action, cmp.Or(run.GetInstallName(), install))
 	ferr := a.follow(ctx, c, run.GetId())
+	if ctx.Err() != nil {
+		return ferr
+	}
 	got, err := c.GetActionRun(ctx, connect.NewRequest(&imsv1.GetActionRunRequest{Id: run.GetId()}))
 	if err != nil {
 		return c.wrap(err)

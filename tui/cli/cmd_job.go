@@ -14,6 +14,7 @@ import (
 
 	"github.com/byoc-dev/byoc/internal/backoff"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
+	"github.com/byoc-dev/byoc/tui/termtext"
 )
 
 func (a *app) actionCommand() *cobra.Command {
@@ -401,8 +402,11 @@ func (lf *logFormat) flags(cmd *cobra.Command) {
 // timestamps and stream marks. All streams go to one writer, so that their
 // order is kept.
 type logPrinter struct {
-	w           io.Writer
-	format      logFormat
+	w      io.Writer
+	format logFormat
+	// clean shows control sequences in the text instead of sending them
+	// (on a terminal); otherwise the text is written byte for byte.
+	clean       bool
 	lastAttempt int32
 	// The position of the last line printed, to resume a broken stream.
 	afterAttempt int32
@@ -435,7 +439,11 @@ func (p *logPrinter) print(l *imsv1.LogLine) {
 			b.WriteString("out | ")
 		}
 	}
-	b.WriteString(strings.TrimSuffix(l.GetText(), "\n"))
+	text := strings.TrimSuffix(l.GetText(), "\n")
+	if p.clean {
+		text = termtext.Clean(text, "\t")
+	}
+	b.WriteString(text)
 	b.WriteByte('\n')
 	io.WriteString(p.w, b.String())
 }
@@ -459,7 +467,7 @@ code.`,
 			if follow {
 				return a.followJob(cmd.Context(), c, args[0], lf)
 			}
-			p := &logPrinter{w: a.stdout, format: lf}
+			p := &logPrinter{w: a.stdout, format: lf, clean: a.terminal(a.stdout)}
 			_, err = a.streamLogs(cmd.Context(), c, args[0], false, p)
 			return err
 		},
@@ -502,14 +510,19 @@ func (a *app) streamLogs(ctx context.Context, c *client, jobID string, follow bo
 // stream, then reports how it ended: nil for success, or an exitCodeError
 // carrying the job's exit code.
 func (a *app) followJob(ctx context.Context, c *client, jobID string, lf logFormat) error {
-	p := &logPrinter{w: a.stdout, format: lf}
+	p := &logPrinter{w: a.stdout, format: lf, clean: a.terminal(a.stdout)}
 	retry := backoff.New(250*time.Millisecond, 5*time.Second)
 	failures := 0
 	first := true
 	for {
 		job, err := a.streamLogs(ctx, c, jobID, true, p)
 		if ctx.Err() != nil {
-			fmt.Fprintf(a.stderr, "Stopped following job %s; it keeps running (cancel it with: byoc job cancel %s).\n", jobID, jobID)
+			at := "before its first log line"
+			if p.afterSeq > 0 {
+				at = fmt.Sprintf("after log line %d of attempt %d", p.afterSeq, p.afterAttempt)
+			}
+			fmt.Fprintf(a.stderr, "Stopped following job %s %s; it keeps running (resume with: byoc job logs %s --follow; cancel it with: byoc job cancel %s).\n",
+				jobID, at, jobID, jobID)
 			return &exitCodeError{code: exitInterrupted}
 		}
 		if job == nil && err == nil {
@@ -577,6 +590,9 @@ func (a *app) jobEnded(j *imsv1.Job) error {
 	}
 	if j.GetError() != "" {
 		msg += ": " + j.GetError()
+	}
+	if a.terminal(a.stderr) {
+		msg = termtext.Clean(msg, "\t")
 	}
 	return &exitCodeError{code: code, msg: msg}
 }

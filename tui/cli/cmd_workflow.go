@@ -78,7 +78,10 @@ func (a *app) printPushDeploys(c *client, res *imsv1.PushAppRevisionResponse) {
 				fmt.Fprintf(a.stdout, "Then provision it with: byoc install provision %s\n", ia.GetName())
 			}
 		case "changed":
-			fmt.Fprintf(a.stdout, "~ install %s changed from %s\n", ia.GetName(), ia.GetFile())
+			fmt.Fprintf(a.stdout, "~ install %s changed from %s:\n", ia.GetName(), ia.GetFile())
+			for _, c := range ia.GetChanges() {
+				fmt.Fprintf(a.stdout, "    %s\n", c)
+			}
 		}
 	}
 	for _, wf := range res.GetWorkflows() {
@@ -119,7 +122,7 @@ func (a *app) startWorkflowCommand(kind imsv1.WorkflowKind, short, long string) 
 		cmd.Flags().Int64Var(&rev, "revision", 0, "app revision to apply (default: the latest)")
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded on the workflow")
-	cmd.Flags().BoolVar(&wait, "wait", false, "follow the workflow until it ends (exit 1 unless it succeeds)")
+	cmd.Flags().BoolVar(&wait, "wait", false, "follow the workflow until it ends (exit 1 unless it succeeds, 3 when it awaits approval)")
 	return cmd
 }
 
@@ -208,7 +211,7 @@ would change first.`,
 	cmd.Flags().Int32Var(&parallelism, "parallelism", 0, "steps of one workflow that may run at once (0: the app's default)")
 	cmd.Flags().StringVar(&approval, "require-approval", "", "whether plans wait for byoc workflow approve (true or false)")
 	cmd.Flags().BoolVar(&noDeploy, "no-deploy", false, "save the change without deploying it")
-	cmd.Flags().BoolVar(&wait, "wait", false, "follow the update until it ends (exit 1 unless it succeeds)")
+	cmd.Flags().BoolVar(&wait, "wait", false, "follow the update until it ends (exit 1 unless it succeeds, 3 when it awaits approval)")
 	return cmd
 }
 
@@ -393,7 +396,7 @@ func (a *app) workflowGetCommand() *cobra.Command {
 			return a.printWorkflow(res.Msg.GetWorkflow())
 		},
 	}
-	cmd.Flags().BoolVar(&wait, "wait", false, "print each step as it changes until the workflow ends (exit 1 unless it succeeds)")
+	cmd.Flags().BoolVar(&wait, "wait", false, "print each step as it changes until the workflow ends (exit 1 unless it succeeds, 3 when it awaits approval)")
 	return cmd
 }
 
@@ -401,15 +404,21 @@ func (a *app) workflowGetCommand() *cobra.Command {
 var followPoll = 300 * time.Millisecond
 
 // follow prints every step change of a workflow until it ends, then its
-// summary. It stops (exit 0) when the workflow awaits approval.
+// summary. It stops when the workflow awaits approval (exit
+// exitAwaitingApproval, so that a script does not carry on as if it had
+// finished), and at once on Ctrl-C or SIGTERM (exit 130), saying where.
 func (a *app) follow(ctx context.Context, c *client, id string) error {
 	seen := map[string]imsv1.StepState{}
+	var wf *imsv1.Workflow
 	for {
 		res, err := c.GetWorkflow(ctx, connect.NewRequest(&imsv1.GetWorkflowRequest{Id: id}))
+		if ctx.Err() != nil {
+			return a.stoppedFollowing(id, wf)
+		}
 		if err != nil {
 			return c.wrap(err)
 		}
-		wf := res.Msg.GetWorkflow()
+		wf = res.Msg.GetWorkflow()
 		for _, s := range wf.GetSteps() {
 			if seen[s.GetName()] == s.GetState() || a.jsonOutput() {
 				continue
@@ -430,11 +439,14 @@ func (a *app) follow(ctx context.Context, c *client, id string) error {
 		switch {
 		case wf.GetState() == imsv1.WorkflowState_WORKFLOW_STATE_AWAITING_APPROVAL:
 			if a.jsonOutput() {
-				return writeJSON(a.stdout, wf)
+				if err := writeJSON(a.stdout, wf); err != nil {
+					return err
+				}
+				return &exitCodeError{code: exitAwaitingApproval}
 			}
 			fmt.Fprintf(a.stdout, "Workflow %s awaits approval of its plan (%d steps): byoc workflow get %s shows it; byoc workflow approve %s runs it.\n",
 				wf.GetId(), len(wf.GetSteps()), wf.GetId(), wf.GetId())
-			return nil
+			return &exitCodeError{code: exitAwaitingApproval}
 		case workflowEnded(wf.GetState()):
 			if a.jsonOutput() {
 				if err := writeJSON(a.stdout, wf); err != nil {
@@ -457,10 +469,23 @@ func (a *app) follow(ctx context.Context, c *client, id string) error {
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return a.stoppedFollowing(id, wf)
 		case <-time.After(followPoll):
 		}
 	}
+}
+
+// stoppedFollowing says where following workflow id stopped on Ctrl-C or
+// SIGTERM (wf is its last state read, or nil) and exits 130: the
+// workflow itself goes on.
+func (a *app) stoppedFollowing(id string, wf *imsv1.Workflow) error {
+	at := ""
+	if wf != nil {
+		at = fmt.Sprintf(" (%s: %s)", workflowStateName(wf.GetState()), progress(wf))
+	}
+	fmt.Fprintf(a.stderr, "Stopped following workflow %s%s; it keeps running (resume with: byoc workflow get %s --wait; stop it with: byoc workflow cancel %s).\n",
+		id, at, id, id)
+	return &exitCodeError{code: exitInterrupted}
 }
 
 func failedSteps(wf *imsv1.Workflow) []string {
@@ -498,7 +523,7 @@ func (a *app) workflowApproveCommand() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().BoolVar(&wait, "wait", false, "follow the workflow until it ends")
+	cmd.Flags().BoolVar(&wait, "wait", false, "follow the workflow until it ends (exit 1 unless it succeeds, 3 when it awaits approval)")
 	return cmd
 }
 
@@ -557,7 +582,7 @@ func (a *app) workflowRetryCommand() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().BoolVar(&wait, "wait", false, "follow the workflow until it ends")
+	cmd.Flags().BoolVar(&wait, "wait", false, "follow the workflow until it ends (exit 1 unless it succeeds, 3 when it awaits approval)")
 	return cmd
 }
 

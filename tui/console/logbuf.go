@@ -1,13 +1,12 @@
 package console
 
 import (
-	"strings"
 	"time"
-	"unicode"
 
 	"github.com/mattn/go-runewidth"
 
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
+	"github.com/byoc-dev/byoc/tui/termtext"
 )
 
 // logLine is one stored log line, cleaned for the terminal.
@@ -142,31 +141,7 @@ func toLogLine(l *imsv1.LogLine) logLine {
 // cleanLine makes a log line safe to print: escape sequences and other
 // control characters a job wrote are shown, not obeyed, and tabs become
 // spaces so that widths stay exact.
-func cleanLine(s string) string {
-	clean := true
-	for _, r := range s {
-		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || r == unicode.ReplacementChar {
-			clean = false
-			break
-		}
-	}
-	if clean {
-		return s
-	}
-	var b strings.Builder
-	b.Grow(len(s))
-	for _, r := range s {
-		switch {
-		case r == '\t':
-			b.WriteString("    ")
-		case r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0):
-			b.WriteRune('�')
-		default:
-			b.WriteRune(r)
-		}
-	}
-	return b.String()
-}
+func cleanLine(s string) string { return termtext.Clean(s, "    ") }
 
 // textWidth returns the display width of s and whether s is plain ASCII.
 func textWidth(s string) (int, bool) {

@@ -696,3 +696,41 @@ func ValidateConfig(schema string, config map[string]any) ([]Diagnostic, error) 
 	}
 	return s.Validate(config), nil
 }
+
+// TypesAt returns the JSON types ("string", "integer", ...) the schema
+// declares for the value at loc (object keys and array indexes, as in
+// FieldPath), through properties, additionalProperties, items, $ref and
+// every branch of allOf, anyOf and oneOf; nil when it declares none there.
+func (s *Schema) TypesAt(loc []string) []string {
+	var out []string
+	s.typesAt(s.root, loc, &out, 0)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+func (s *Schema) typesAt(n *node, loc []string, out *[]string, depth int) {
+	if n == nil || depth > 64 { // $ref cycles
+		return
+	}
+	if n.ref != "" {
+		s.typesAt(s.root.defs[strings.TrimPrefix(n.ref, "#/$defs/")], loc, out, depth+1)
+	}
+	for _, alts := range [][]*node{n.allOf, n.anyOf, n.oneOf} {
+		for _, a := range alts {
+			s.typesAt(a, loc, out, depth+1)
+		}
+	}
+	if len(loc) == 0 {
+		*out = append(*out, n.types...)
+		return
+	}
+	k, rest := loc[0], loc[1:]
+	if sub, ok := n.properties[k]; ok {
+		s.typesAt(sub, rest, out, depth+1)
+	} else if n.additional != nil {
+		s.typesAt(n.additional, rest, out, depth+1)
+	}
+	if _, err := strconv.Atoi(k); err == nil && n.items != nil {
+		s.typesAt(n.items, rest, out, depth+1)
+	}
+}

@@ -107,3 +107,34 @@ func TestCompileRefusesRunawaySchemas(t *testing.T) {
 		t.Fatalf("got %v", d)
 	}
 }
+
+func TestTypesAt(t *testing.T) {
+	s, err := configschema.Compile(`{"type": "object", "properties": {
+		"replicas": {"type": "integer"},
+		"name": {"type": "string"},
+		"env": {"type": "object", "additionalProperties": {"type": "string"}},
+		"steps": {"type": "array", "items": {"$ref": "#/$defs/step"}},
+		"either": {"anyOf": [{"type": "number"}, {"type": "boolean"}]},
+		"free": {}
+	}, "$defs": {"step": {"type": "object", "properties": {"timeout": {"type": ["integer", "string"]}}}}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		loc  []string
+		want string
+	}{
+		{nil, "object"},
+		{[]string{"replicas"}, "integer"},
+		{[]string{"name"}, "string"},
+		{[]string{"env", "X"}, "string"},
+		{[]string{"steps", "0", "timeout"}, "integer string"},
+		{[]string{"either"}, "boolean number"},
+		{[]string{"free"}, ""},
+		{[]string{"nope"}, ""},
+	} {
+		if got := strings.Join(s.TypesAt(tc.loc), " "); got != tc.want {
+			t.Errorf("TypesAt(%v) = %q, want %q", tc.loc, got, tc.want)
+		}
+	}
+}

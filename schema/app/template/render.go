@@ -17,11 +17,13 @@ import (
 // {{ }} in a string.
 type Resolver func(Ref) (any, error)
 
-// RenderString replaces the references in s with what resolve returns. A
-// string that is exactly one reference ("{{ .inputs.replicas }}") takes the
-// value itself, so a number input stays a number; otherwise each value is
-// written into the text. A string without {{ is returned as it is.
-func RenderString(s string, resolve Resolver) (any, error) {
+// RenderString replaces the references in s with what resolve returns,
+// written into the text: a template inside a string renders to a string.
+// Only when keepType is set does a string that is exactly one reference
+// ("{{ .inputs.replicas }}") take the value itself, so that a number input
+// stays a number (where the config's schema wants a number there, see
+// RenderValue). A string without {{ is returned as it is.
+func RenderString(s string, resolve Resolver, keepType bool) (any, error) {
 	if !strings.Contains(s, "{{") {
 		return s, nil
 	}
@@ -30,7 +32,11 @@ func RenderString(s string, resolve Resolver) (any, error) {
 		return nil, err
 	}
 	if len(segs) == 1 && segs[0].ref != nil {
-		return resolve(*segs[0].ref)
+		v, err := resolve(*segs[0].ref)
+		if err != nil || keepType {
+			return v, err
+		}
+		return Text(v), nil
 	}
 	var b strings.Builder
 	for _, sg := range segs {
@@ -122,12 +128,20 @@ func Text(v any) string {
 }
 
 // RenderValue renders every string inside a config value (maps and lists
-// are walked) and returns a new value; v is not changed. An error names
-// the key path of the string that failed.
-func RenderValue(path string, v any, resolve Resolver) (any, error) {
+// are walked) and returns a new value; v is not changed. Every template
+// renders to a string, except a whole-value reference at a location
+// (keys and list indexes below v) for which keepType reports true: the
+// caller says so where the config's schema wants a number or a bool, and
+// keepType may be nil. An error names the key path of the string that
+// failed.
+func RenderValue(path string, v any, resolve Resolver, keepType func(loc []string) bool) (any, error) {
+	return renderValue(path, nil, v, resolve, keepType)
+}
+
+func renderValue(path string, loc []string, v any, resolve Resolver, keepType func(loc []string) bool) (any, error) {
 	switch v := v.(type) {
 	case string:
-		out, err := RenderString(v, resolve)
+		out, err := RenderString(v, resolve, keepType != nil && strings.Contains(v, "{{") && keepType(loc))
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", cmpPath(path), err)
 		}
@@ -136,7 +150,7 @@ func RenderValue(path string, v any, resolve Resolver) (any, error) {
 		out := make([]any, len(v))
 		for i, e := range v {
 			var err error
-			if out[i], err = RenderValue(fmt.Sprintf("%s[%d]", path, i), e, resolve); err != nil {
+			if out[i], err = renderValue(fmt.Sprintf("%s[%d]", path, i), append(loc[:len(loc):len(loc)], strconv.Itoa(i)), e, resolve, keepType); err != nil {
 				return nil, err
 			}
 		}
@@ -144,12 +158,12 @@ func RenderValue(path string, v any, resolve Resolver) (any, error) {
 	case map[string]any:
 		out := make(map[string]any, len(v))
 		for k, e := range v {
-			r, err := RenderValue(diag.Join(path, k), e, resolve)
+			r, err := renderValue(diag.Join(path, k), append(loc[:len(loc):len(loc)], k), e, resolve, keepType)
 			if err != nil {
 				// Report the first failing key in key order, whatever
 				// order the map was walked in.
 				for _, k := range slices.Sorted(maps.Keys(v)) {
-					if _, err := RenderValue(diag.Join(path, k), v[k], resolve); err != nil {
+					if _, err := renderValue(diag.Join(path, k), append(loc[:len(loc):len(loc)], k), v[k], resolve, keepType); err != nil {
 						return nil, err
 					}
 				}

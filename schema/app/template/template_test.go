@@ -2,6 +2,7 @@ package template
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -39,21 +40,44 @@ func TestRenderKeepsTheTypeOfAWholeReference(t *testing.T) {
 		}
 		return nil, fmt.Errorf("no %s", r)
 	}
-	v, err := RenderValue("config", map[string]any{
+	cfg := map[string]any{
 		"whole": "{{ .inputs.n }}",
+		"typed": map[string]any{"n": "{{ .inputs.n }}"},
 		"text":  "x{{ .inputs.n }}/{{ .inputs.f }}",
 		"list":  []any{"plain", "{{ .inputs.f }}"},
-	}, resolve)
+	}
+	// Where the schema wants a number (typed.n here), a whole reference
+	// keeps the number; everywhere else a template in a string renders to
+	// a string.
+	var asked []string
+	v, err := RenderValue("config", cfg, resolve, func(loc []string) bool {
+		asked = append(asked, strings.Join(loc, "/"))
+		return strings.Join(loc, "/") == "typed/n"
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := fmt.Sprint(v); got != "map[list:[plain 2.5] text:x3/2.5 whole:3]" {
+	if got := fmt.Sprint(v); got != "map[list:[plain 2.5] text:x3/2.5 typed:map[n:3] whole:3]" {
 		t.Errorf("rendered %s", got)
 	}
-	if _, ok := v.(map[string]any)["whole"].(int64); !ok {
-		t.Error("a whole reference to a number is not a number")
+	m := v.(map[string]any)
+	if _, ok := m["whole"].(string); !ok {
+		t.Errorf("a template inside a string rendered to %T, want string", m["whole"])
 	}
-	_, err = RenderValue("config", map[string]any{"b": "{{ .inputs.zz }}", "a": "{{ .inputs.yy }}"}, resolve)
+	if _, ok := m["typed"].(map[string]any)["n"].(int64); !ok {
+		t.Error("a whole reference where the schema wants a number is not a number")
+	}
+	if _, ok := m["list"].([]any)[1].(string); !ok {
+		t.Error("a list item template did not render to a string")
+	}
+	slices.Sort(asked)
+	if strings.Join(asked, " ") != "list/1 text typed/n whole" {
+		t.Errorf("keepType asked about %v", asked)
+	}
+	if v, _ := RenderValue("config", cfg, resolve, nil); fmt.Sprintf("%T", v.(map[string]any)["whole"]) != "string" {
+		t.Error("with no keepType, a whole reference is not a string")
+	}
+	_, err = RenderValue("config", map[string]any{"b": "{{ .inputs.zz }}", "a": "{{ .inputs.yy }}"}, resolve, nil)
 	if err == nil || err.Error() != "config.a: no .inputs.yy" {
 		t.Errorf("err = %v, want the first failing key in key order", err)
 	}

@@ -346,6 +346,9 @@ func (v *validator) refs(file, key, s, self string) {
 		case "inputs":
 			if !slices.Contains(v.inputs, r.Name) {
 				v.errf(file, key, cmp.Or(diag.DidYouMean(r.Name, v.inputs), "declare it in inputs.toml"), "{{ %s }}: no input named %q", r, r.Name)
+			} else if v.mayBeUnset(r.Name) {
+				v.errf(file, key, "give it a default in inputs.toml, make it required, or set it in app.toml's [install_defaults] inputs",
+					"{{ %s }}: input %q is optional and has no default, so an install that does not set it cannot render this", r, r.Name)
 			}
 		case "secrets":
 			if !slices.Contains(v.secrets, r.Name) {
@@ -368,6 +371,18 @@ func (v *validator) refs(file, key, s, self string) {
 			}
 		}
 	}
+}
+
+// mayBeUnset reports whether an install may have no value for input name:
+// it is optional, with no default in inputs.toml or app.toml.
+func (v *validator) mayBeUnset(name string) bool {
+	for _, in := range v.a.Inputs.Inputs {
+		if in.Name == name {
+			_, appDefault := v.a.Metadata.InstallDefaults.Inputs[name]
+			return !in.Required && in.Default == nil && !appDefault
+		}
+	}
+	return false
 }
 
 func (v *validator) cycles() {

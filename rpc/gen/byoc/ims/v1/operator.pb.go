@@ -3243,8 +3243,12 @@ type InstallApplied struct {
 	Install *Install `protobuf:"bytes,4,opt,name=install,proto3" json:"install,omitempty"`
 	// enrollment_token is set for a created install: its first token.
 	EnrollmentToken *EnrollmentToken `protobuf:"bytes,5,opt,name=enrollment_token,json=enrollmentToken,proto3" json:"enrollment_token,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// changes say, for a changed install, what the push changed, one
+	// setting or input each ("inputs.size: 1 → 3"; a sensitive input's
+	// values are not shown).
+	Changes       []string `protobuf:"bytes,6,rep,name=changes,proto3" json:"changes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InstallApplied) Reset() {
@@ -3308,6 +3312,13 @@ func (x *InstallApplied) GetInstall() *Install {
 func (x *InstallApplied) GetEnrollmentToken() *EnrollmentToken {
 	if x != nil {
 		return x.EnrollmentToken
+	}
+	return nil
+}
+
+func (x *InstallApplied) GetChanges() []string {
+	if x != nil {
+		return x.Changes
 	}
 	return nil
 }
@@ -4406,13 +4417,14 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\acreated\x18\x03 \x01(\bR\acreated\x123\n" +
 	"\achanges\x18\x04 \x03(\v2\x19.byoc.ims.v1.ConfigChangeR\achanges\x127\n" +
 	"\binstalls\x18\x05 \x03(\v2\x1b.byoc.ims.v1.InstallAppliedR\binstalls\x123\n" +
-	"\tworkflows\x18\x06 \x03(\v2\x15.byoc.ims.v1.WorkflowR\tworkflows\"\xc1\x01\n" +
+	"\tworkflows\x18\x06 \x03(\v2\x15.byoc.ims.v1.WorkflowR\tworkflows\"\xdb\x01\n" +
 	"\x0eInstallApplied\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04file\x18\x02 \x01(\tR\x04file\x12\x0e\n" +
 	"\x02op\x18\x03 \x01(\tR\x02op\x12.\n" +
 	"\ainstall\x18\x04 \x01(\v2\x14.byoc.ims.v1.InstallR\ainstall\x12G\n" +
-	"\x10enrollment_token\x18\x05 \x01(\v2\x1c.byoc.ims.v1.EnrollmentTokenR\x0fenrollmentToken\"+\n" +
+	"\x10enrollment_token\x18\x05 \x01(\v2\x1c.byoc.ims.v1.EnrollmentTokenR\x0fenrollmentToken\x12\x18\n" +
+	"\achanges\x18\x06 \x03(\tR\achanges\"+\n" +
 	"\x17ListAppRevisionsRequest\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\"R\n" +
 	"\x18ListAppRevisionsResponse\x126\n" +
