@@ -45,6 +45,9 @@ type Job struct {
 	Operation     string
 	Config        map[string]any
 	Timeout       time.Duration
+	// Component names the install's component the job is for; empty for
+	// a job of no component (an action run).
+	Component string
 }
 
 // Outcome is how a job ended.

@@ -129,7 +129,7 @@ func (a *Agent) beginLocked(j *jobRun) {
 	}
 	job := Job{
 		ID: as.JobId, InstallID: as.InstallId, Attempt: as.Attempt,
-		ComponentType: as.ComponentType, Operation: as.Operation,
+		ComponentType: as.ComponentType, Component: as.Component, Operation: as.Operation,
 		Config: as.Config.AsMap(), Timeout: timeout,
 	}
 	a.wg.Add(1)

@@ -20,10 +20,18 @@ import (
 )
 
 // PluginRunner runs each job in a fresh component plugin subprocess, in a
-// workspace of its own under WorkRoot.
+// workspace of its own under WorkRoot, with its component's state
+// directory under StateRoot.
 type PluginRunner struct {
-	Loader   *pluginhost.Loader
+	Loader *pluginhost.Loader
+	// WorkRoot holds the job workspaces, WORKROOT/<job>-<attempt>/: created
+	// empty for an attempt and deleted when it ends (STATE/jobs).
 	WorkRoot string
+	// StateRoot holds the components' persistent state directories,
+	// STATEROOT/<component>/ (STATE/components): kept across jobs and
+	// restarts, never swept, never sent to imsd; one job of a component
+	// holds its directory at a time. Empty: jobs get no state directory.
+	StateRoot string
 	// Secrets are the customer's secrets, by name (from the agent's
 	// secrets file). A job receives those its config names in a
 	// top-level "secrets" list, as environment variables of its
@@ -212,6 +220,21 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, log fu
 	}
 	defer os.RemoveAll(work)
 
+	// The component's state directory, held until the plugin and all its
+	// processes are gone (the deferred Kill below runs first).
+	stateDir := ""
+	if job.Component != "" && r.StateRoot != "" {
+		st, err := r.acquireState(ctx, job, log)
+		if err != nil {
+			if ctx.Err() != nil {
+				return Outcome{}
+			}
+			return fail("%v", err)
+		}
+		defer st.release()
+		stateDir = st.dir
+	}
+
 	// The plugin and what it runs see this environment and nothing of the
 	// agent's own: no inherited cloud credentials.
 	env := map[string]string{
@@ -223,6 +246,9 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, log fu
 		"BYOC_INSTALL_ID": job.InstallID,
 		"BYOC_ATTEMPT":    fmt.Sprint(job.Attempt),
 		"BYOC_OPERATION":  job.Operation,
+	}
+	if stateDir != "" {
+		env["BYOC_STATE_DIR"] = stateDir
 	}
 	started := time.Now()
 	inst, err := r.Loader.Start(ctx, job.ComponentType, pluginhost.StartOptions{WorkDir: work, Env: env})
@@ -256,7 +282,8 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, log fu
 	opEnv := maps.Clone(env)
 	maps.Copy(opEnv, secretEnv)
 	res, err := inst.Run(ctx, job.Operation, &sdk.RunRequest{
-		Job:    sdk.JobContext{JobID: job.ID, InstallID: job.InstallID, Attempt: int(job.Attempt), WorkDir: work, Timeout: job.Timeout},
+		Job: sdk.JobContext{JobID: job.ID, InstallID: job.InstallID, Attempt: int(job.Attempt), WorkDir: work,
+			StateDir: stateDir, Timeout: job.Timeout},
 		Config: job.Config,
 		Env:    opEnv,
 	}, func(e sdk.LogEvent) { log(int32(e.Stream), e.Text) })

@@ -766,6 +766,7 @@ func assignment(j store.Job, installID string) (*agentv1.JobAssignment, error) {
 		Operation:      j.Operation,
 		TimeoutSeconds: int64(j.Timeout / time.Second),
 		InstallId:      installID,
+		Component:      j.Component,
 	}
 	a.ProtoReflect().SetUnknown(field)
 	return a, nil

@@ -43,11 +43,12 @@ type jobRow struct {
 	Error           string `db:"error"`
 	Outputs         string `db:"outputs"`
 	CreatedBy       string `db:"created_by"`
+	Component       string `db:"component"`
 }
 
 const jobCols = `id, install_id, component_type, operation, config, state, attempt, max_attempts, timeout_ns,
 	fencing_token, agent_id, lease_deadline, cancel_requested, cancel_reason, created_at, started_at, ended_at,
-	exit_code, error, outputs, created_by`
+	exit_code, error, outputs, created_by, component`
 
 // jobColsQualified is jobCols prefixed with the table name, for statements
 // that join another relation with the same column names.
@@ -63,7 +64,7 @@ var jobColsQualified = func() string {
 func (r *jobRow) dest() []any {
 	return []any{&r.ID, &r.InstallID, &r.ComponentType, &r.Operation, &r.Config, &r.State, &r.Attempt, &r.MaxAttempts,
 		&r.TimeoutNS, &r.FencingToken, &r.AgentID, &r.LeaseDeadline, &r.CancelRequested, &r.CancelReason, &r.CreatedAt,
-		&r.StartedAt, &r.EndedAt, &r.ExitCode, &r.Error, &r.Outputs, &r.CreatedBy}
+		&r.StartedAt, &r.EndedAt, &r.ExitCode, &r.Error, &r.Outputs, &r.CreatedBy, &r.Component}
 }
 
 // getJobRow runs q, which returns jobCols, and scans its one row: the
@@ -103,7 +104,7 @@ func (r jobRow) job() (Job, error) {
 		Timeout: time.Duration(r.TimeoutNS), FencingToken: r.FencingToken, AgentID: r.AgentID,
 		LeaseDeadline: fromNanos(r.LeaseDeadline), CancelRequested: r.CancelRequested, CancelReason: r.CancelReason,
 		CreatedAt: fromNanos(r.CreatedAt), StartedAt: fromNanos(r.StartedAt), EndedAt: fromNanos(r.EndedAt),
-		ExitCode: r.ExitCode, Error: r.Error, Outputs: out, CreatedBy: r.CreatedBy,
+		ExitCode: r.ExitCode, Error: r.Error, Outputs: out, CreatedBy: r.CreatedBy, Component: r.Component,
 	}, nil
 }
 
@@ -172,8 +173,9 @@ func insertError(j Job, err error) error {
 
 func (s *Store) insertQueued(ctx context.Context, tx *txn, j Job, config string) error {
 	_, err := tx.ExecContext(ctx, s.bind(`INSERT INTO jobs (id, install_id, component_type, operation, config, state,
-		max_attempts, timeout_ns, created_at, created_by) VALUES (?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?)`),
-		j.ID, j.InstallID, j.ComponentType, j.Operation, config, j.MaxAttempts, int64(j.Timeout), nanos(j.CreatedAt), j.CreatedBy)
+		max_attempts, timeout_ns, created_at, created_by, component) VALUES (?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?)`),
+		j.ID, j.InstallID, j.ComponentType, j.Operation, config, j.MaxAttempts, int64(j.Timeout), nanos(j.CreatedAt), j.CreatedBy,
+		j.Component)
 	if err != nil {
 		return insertError(j, err)
 	}
@@ -309,10 +311,10 @@ func (s *Store) insertNew(ctx context.Context, tx *txn, n NewJob, config string)
 			// statement journal an INSERT ... SELECT needs, which cost a
 			// third of the insert.
 			_, err := tx.ExecContext(ctx, s.bind(`INSERT INTO jobs (id, install_id, component_type, operation, config, state,
-				attempt, max_attempts, timeout_ns, fencing_token, agent_id, lease_deadline, created_at, created_by)
-				VALUES (?, ?, ?, ?, ?, 'assigned', 1, ?, ?, ?, ?, ?, ?, ?)`),
+				attempt, max_attempts, timeout_ns, fencing_token, agent_id, lease_deadline, created_at, created_by, component)
+				VALUES (?, ?, ?, ?, ?, 'assigned', 1, ?, ?, ?, ?, ?, ?, ?, ?)`),
 				j.ID, j.InstallID, j.ComponentType, j.Operation, config, j.MaxAttempts, int64(j.Timeout), token,
-				n.AgentID, nanos(n.LeaseUntil), nanos(j.CreatedAt), j.CreatedBy)
+				n.AgentID, nanos(n.LeaseUntil), nanos(j.CreatedAt), j.CreatedBy, j.Component)
 			if err != nil {
 				return Job{}, insertError(j, err)
 			}

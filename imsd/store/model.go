@@ -167,6 +167,9 @@ type Job struct {
 	Error           string
 	Outputs         map[string]string
 	CreatedBy       string
+	// Component is the name of the install's component the job is for
+	// (a workflow step's component); empty for a job of no component.
+	Component string
 }
 
 // Lease names a job an agent holds and the fencing token it holds it with.

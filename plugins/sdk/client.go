@@ -236,6 +236,7 @@ func jobToProto(j JobContext) *pluginv1.JobContext {
 		Attempt:        int32(j.Attempt),
 		WorkDir:        j.WorkDir,
 		TimeoutSeconds: int64(j.Timeout / time.Second),
+		StateDir:       j.StateDir,
 	}
 }
 
@@ -245,6 +246,7 @@ func jobFromProto(j *pluginv1.JobContext) JobContext {
 		InstallID: j.GetInstallId(),
 		Attempt:   int(j.GetAttempt()),
 		WorkDir:   j.GetWorkDir(),
+		StateDir:  j.GetStateDir(),
 		Timeout:   time.Duration(j.GetTimeoutSeconds()) * time.Second,
 	}
 }

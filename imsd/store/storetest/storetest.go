@@ -150,7 +150,7 @@ func (e *env) agent(installID, id string) store.Agent {
 
 func newJob(id, installID string, created time.Time) store.Job {
 	return store.Job{
-		ID: id, InstallID: installID, ComponentType: "terraform", Operation: "apply",
+		ID: id, InstallID: installID, ComponentType: "terraform", Component: "network", Operation: "apply",
 		Config: []byte(`{"dir":"infra"}`), MaxAttempts: 3, Timeout: 10 * time.Minute,
 		CreatedAt: created, CreatedBy: "tok-admin",
 	}
@@ -467,6 +467,7 @@ func testEnqueueAndGet(t *testing.T, e *env) {
 	equal(t, "created at", got.CreatedAt, T0)
 	equal(t, "created by", got.CreatedBy, "tok-admin")
 	equal(t, "component", got.ComponentType+"/"+got.Operation, "terraform/apply")
+	equal(t, "component name", got.Component, "network")
 	if got.AgentID != "" || got.FencingToken != 0 || !got.LeaseDeadline.IsZero() || got.CancelRequested || got.Outputs != nil {
 		t.Fatalf("fresh job has lease or result fields: %+v", got)
 	}
@@ -510,6 +511,7 @@ func testEnqueueAssigned(t *testing.T, e *env) {
 	equal(t, "agent", stored.AgentID, "ag-1")
 	equal(t, "lease", stored.LeaseDeadline, at(time.Minute))
 	equal(t, "token", stored.FencingToken, j.FencingToken)
+	equal(t, "component name", stored.Component, "network")
 	equal(t, "returned state", j.State, store.JobAssigned)
 	equal(t, "returned config", string(j.Config), `{"dir":"infra"}`)
 	if j.FencingToken <= 0 {
@@ -536,7 +538,9 @@ func testEnqueueAssigned(t *testing.T, e *env) {
 			t.Fatalf("queued job has lease fields: %+v", got)
 		}
 	}
-	equal(t, "claimable", len(e.claimAll(inst, "ag-1")), 2)
+	claimed := e.claimAll(inst, "ag-1")
+	equal(t, "claimable", len(claimed), 2)
+	equal(t, "claimed component name", claimed[0].Component, "network")
 
 	// Refusals change nothing.
 	_, _, err = e.s.EnqueueAssigned(ctx, newJob("job-1", inst, T0), "ag-1", at(time.Minute))

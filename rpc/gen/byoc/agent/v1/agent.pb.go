@@ -1199,8 +1199,13 @@ type JobAssignment struct {
 	TimeoutSeconds int64                  `protobuf:"varint,7,opt,name=timeout_seconds,json=timeoutSeconds,proto3" json:"timeout_seconds,omitempty"`
 	Inputs         map[string]string      `protobuf:"bytes,8,rep,name=inputs,proto3" json:"inputs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	InstallId      string                 `protobuf:"bytes,9,opt,name=install_id,json=installId,proto3" json:"install_id,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// component is the name of the install's component the job deploys,
+	// destroys or checks (a workflow step's component); empty for a job of
+	// no component, such as an action run. The agent keeps each
+	// component's state directory by this name.
+	Component     string `protobuf:"bytes,10,opt,name=component,proto3" json:"component,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JobAssignment) Reset() {
@@ -1292,6 +1297,13 @@ func (x *JobAssignment) GetInputs() map[string]string {
 func (x *JobAssignment) GetInstallId() string {
 	if x != nil {
 		return x.InstallId
+	}
+	return ""
+}
+
+func (x *JobAssignment) GetComponent() string {
+	if x != nil {
+		return x.Component
 	}
 	return ""
 }
@@ -1551,7 +1563,7 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\blast_seq\x18\b \x01(\x03R\alastSeq\x1a:\n" +
 	"\fOutputsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa0\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbe\x03\n" +
 	"\rJobAssignment\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12#\n" +
 	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\x12\x18\n" +
@@ -1562,7 +1574,9 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\x0ftimeout_seconds\x18\a \x01(\x03R\x0etimeoutSeconds\x12@\n" +
 	"\x06inputs\x18\b \x03(\v2(.byoc.agent.v1.JobAssignment.InputsEntryR\x06inputs\x12\x1d\n" +
 	"\n" +
-	"install_id\x18\t \x01(\tR\tinstallId\x1a9\n" +
+	"install_id\x18\t \x01(\tR\tinstallId\x12\x1c\n" +
+	"\tcomponent\x18\n" +
+	" \x01(\tR\tcomponent\x1a9\n" +
 	"\vInputsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\":\n" +

@@ -227,11 +227,19 @@ type JobContext struct {
 	JobId     string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	InstallId string                 `protobuf:"bytes,2,opt,name=install_id,json=installId,proto3" json:"install_id,omitempty"`
 	Attempt   int32                  `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	// work_dir is a directory the plugin owns for this job.
+	// work_dir is a directory the plugin owns for this job attempt only:
+	// STATE/jobs/<job>-<attempt>/, created empty before the job and deleted
+	// when it ends.
 	WorkDir        string `protobuf:"bytes,4,opt,name=work_dir,json=workDir,proto3" json:"work_dir,omitempty"`
 	TimeoutSeconds int64  `protobuf:"varint,5,opt,name=timeout_seconds,json=timeoutSeconds,proto3" json:"timeout_seconds,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// state_dir (1.2) is the component's persistent state directory on the
+	// agent, STATE/components/<component>/ (an agent serves one install):
+	// kept across jobs, held by one job of the component at a time, never
+	// sent to imsd. Empty when the job belongs to no component (an action
+	// run) or the host speaks 1.1.
+	StateDir      string `protobuf:"bytes,6,opt,name=state_dir,json=stateDir,proto3" json:"state_dir,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JobContext) Reset() {
@@ -297,6 +305,13 @@ func (x *JobContext) GetTimeoutSeconds() int64 {
 		return x.TimeoutSeconds
 	}
 	return 0
+}
+
+func (x *JobContext) GetStateDir() string {
+	if x != nil {
+		return x.StateDir
+	}
+	return ""
 }
 
 type ValidateRequest struct {
@@ -1166,7 +1181,7 @@ const file_byoc_plugin_v1_plugin_proto_rawDesc = "" +
 	"\rconfig_schema\x18\x04 \x01(\tR\fconfigSchema\x12;\n" +
 	"\bprotocol\x18\x05 \x01(\v2\x1f.byoc.plugin.v1.ProtocolVersionR\bprotocol\x12\"\n" +
 	"\fcapabilities\x18\x06 \x03(\tR\fcapabilities\x12%\n" +
-	"\x0eoutputs_schema\x18\a \x01(\tR\routputsSchema\"\xa0\x01\n" +
+	"\x0eoutputs_schema\x18\a \x01(\tR\routputsSchema\"\xbd\x01\n" +
 	"\n" +
 	"JobContext\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1d\n" +
@@ -1174,7 +1189,8 @@ const file_byoc_plugin_v1_plugin_proto_rawDesc = "" +
 	"install_id\x18\x02 \x01(\tR\tinstallId\x12\x18\n" +
 	"\aattempt\x18\x03 \x01(\x05R\aattempt\x12\x19\n" +
 	"\bwork_dir\x18\x04 \x01(\tR\aworkDir\x12'\n" +
-	"\x0ftimeout_seconds\x18\x05 \x01(\x03R\x0etimeoutSeconds\"B\n" +
+	"\x0ftimeout_seconds\x18\x05 \x01(\x03R\x0etimeoutSeconds\x12\x1b\n" +
+	"\tstate_dir\x18\x06 \x01(\tR\bstateDir\"B\n" +
 	"\x0fValidateRequest\x12/\n" +
 	"\x06config\x18\x01 \x01(\v2\x17.google.protobuf.StructR\x06config\"<\n" +
 	"\n" +

@@ -46,6 +46,7 @@ const (
 //	1.0  Describe, Validate, Plan, Apply, Destroy.
 //	1.1  protocol and capabilities in Describe; Drift; outputs_schema;
 //	     the drifted flag in Result.
+//	1.2  state_dir in JobContext.
 type ComponentPluginServiceClient interface {
 	Describe(ctx context.Context, in *DescribeRequest, opts ...grpc.CallOption) (*DescribeResponse, error)
 	Validate(ctx context.Context, in *ValidateRequest, opts ...grpc.CallOption) (*ValidateResponse, error)
@@ -180,6 +181,7 @@ type ComponentPluginService_DriftClient = grpc.ServerStreamingClient[DriftRespon
 //	1.0  Describe, Validate, Plan, Apply, Destroy.
 //	1.1  protocol and capabilities in Describe; Drift; outputs_schema;
 //	     the drifted flag in Result.
+//	1.2  state_dir in JobContext.
 type ComponentPluginServiceServer interface {
 	Describe(context.Context, *DescribeRequest) (*DescribeResponse, error)
 	Validate(context.Context, *ValidateRequest) (*ValidateResponse, error)
