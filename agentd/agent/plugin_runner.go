@@ -227,6 +227,9 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, log fu
 		st, err := r.acquireState(ctx, job, log)
 		if err != nil {
 			if ctx.Err() != nil {
+				// The agent reports why the job ended; the log says
+				// what it was waiting for.
+				log(StreamSystem, "[agentd] "+red.String(err.Error()))
 				return Outcome{}
 			}
 			return fail("%v", err)
