@@ -254,7 +254,11 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, log fu
 		env["BYOC_STATE_DIR"] = stateDir
 	}
 	started := time.Now()
-	inst, err := r.Loader.Start(ctx, job.ComponentType, pluginhost.StartOptions{WorkDir: work, Env: env})
+	// What the plugin prints outside the protocol (fmt.Println debugging,
+	// a panic's stacks, anything before Serve) goes to the job's log on
+	// the system stream, through the redactor like every line.
+	output := func(source, text string) { log(StreamSystem, "[plugin "+source+"] "+text) }
+	inst, err := r.Loader.Start(ctx, job.ComponentType, pluginhost.StartOptions{WorkDir: work, Env: env, Output: output})
 	if err != nil {
 		return fail("start plugin for type %q: %v", job.ComponentType, err)
 	}

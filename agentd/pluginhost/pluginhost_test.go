@@ -209,7 +209,7 @@ func TestExternal(t *testing.T) {
 		}, "testkit", "is writable by group or others", nil},
 		{"unknown type", func(t *testing.T, dir, sum string) map[string]string {
 			return map[string]string{"testkit": sum}
-		}, "nope", `unknown component type "nope"; known types: action, testkit`, nil},
+		}, "nope", `unknown component type "nope": it is not built in and no plugin file byoc-plugin-nope was found (plugin dirs searched: `, nil},
 		{"path in type", func(t *testing.T, dir, sum string) map[string]string {
 			return nil
 		}, "../testkit", "invalid component type", nil},
@@ -567,7 +567,7 @@ func TestStartErrors(t *testing.T) {
 			typ := "action"
 			want := tt.wantErr
 			if want == "" {
-				typ, want = "missing", `unknown component type "missing"; known types: action, other`
+				typ, want = "missing", `unknown component type "missing": it is not built in and no plugin file byoc-plugin-missing was found (no plugin dirs are configured (agentd --plugin-dir)); known types: action, other`
 			}
 			inst, err := l.Start(t.Context(), typ, tt.opt)
 			if err == nil {

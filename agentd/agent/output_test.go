@@ -1,0 +1,90 @@
+package agent_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/byoc-dev/byoc/agentd/agent"
+	"github.com/byoc-dev/byoc/agentd/pluginhost"
+	"github.com/byoc-dev/byoc/plugins/sdk"
+	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
+)
+
+// printer is a plugin that debugs with fmt.Println, as authors do, and
+// can panic in a goroutine.
+type printer struct{}
+
+func (printer) Describe(context.Context, *sdk.DescribeRequest) (*sdk.DescribeResponse, error) {
+	return &sdk.DescribeResponse{Type: "printer", Version: "1"}, nil
+}
+func (printer) Validate(context.Context, *sdk.ValidateRequest) (*sdk.ValidateResponse, error) {
+	return &sdk.ValidateResponse{}, nil
+}
+func (printer) Plan(context.Context, *sdk.PlanRequest) (*sdk.PlanResponse, error) {
+	return &sdk.PlanResponse{}, nil
+}
+func (printer) Apply(_ context.Context, req *sdk.ApplyRequest) (*sdk.ApplyResponse, error) {
+	fmt.Println("debug: token is " + req.Env["TOKEN"])
+	fmt.Fprintln(os.Stderr, "debug on stderr")
+	if req.Config["panic"] == true {
+		go func() { panic("lost " + req.Env["TOKEN"]) }()
+		select {}
+	}
+	return &sdk.ApplyResponse{}, nil
+}
+
+func runPrinter(t *testing.T, config map[string]any) (agent.Outcome, string) {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &agent.PluginRunner{
+		Loader:   &pluginhost.Loader{SelfExe: self, Builtins: []string{"printer"}},
+		WorkRoot: t.TempDir(),
+		Secrets:  map[string]string{"TOKEN": "tok-7f3a9c-secret"},
+	}
+	t.Cleanup(func() { r.Close() })
+	config["secrets"] = []any{"TOKEN"}
+	var l logs
+	out := r.Run(t.Context(), agent.Job{ID: "job1", InstallID: "ins1", Attempt: 1, ComponentType: "printer",
+		Operation: sdk.OpApply, Config: config, Timeout: time.Minute},
+		func(stream int32, text string) {
+			if stream != agent.StreamSystem {
+				t.Errorf("plugin output on stream %d: %q", stream, text)
+			}
+			l.add(stream, text)
+		})
+	return out, l.String()
+}
+
+// What a plugin prints to stdout and stderr reaches the job's log on the
+// system stream, redacted; a panic in a goroutine arrives with its stack.
+func TestPluginOutputInJobLog(t *testing.T) {
+	out, log := runPrinter(t, map[string]any{})
+	if out.Outcome != agentv1.Outcome_OUTCOME_SUCCEEDED {
+		t.Fatalf("outcome %v: %s\n%s", out.Outcome, out.Error, log)
+	}
+	for _, want := range []string{"[plugin stdout] debug: token is ***", "[plugin stderr] debug on stderr"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("log lacks %q:\n%s", want, log)
+		}
+	}
+
+	out, log = runPrinter(t, map[string]any{"panic": true})
+	if out.Outcome != agentv1.Outcome_OUTCOME_FAILED || !strings.Contains(out.Error, "plugin printer exited during apply: exit status 2") {
+		t.Errorf("outcome %v %q", out.Outcome, out.Error)
+	}
+	for _, want := range []string{"[plugin stderr] panic: lost ***", "[plugin stderr] goroutine ", "output_test.go:"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("log lacks %q:\n%s", want, log)
+		}
+	}
+	if strings.Contains(log, "tok-7f3a9c-secret") {
+		t.Errorf("the secret leaked:\n%s", log)
+	}
+}
