@@ -112,6 +112,8 @@ func TestPluginTypeRegistry(t *testing.T) {
 	wantCode(t, err, connect.CodeInvalidArgument, `config_schema: schema at /properties/name: keyword "if" is not supported`)
 	_, err = register(admin, "")
 	wantCode(t, err, connect.CodeInvalidArgument, "description")
+	_, err = register(admin, strings.ReplaceAll(greetingDescribe, `"1.1"`, `"2.0"`))
+	wantCode(t, err, connect.CodeInvalidArgument, "protocol: the plugin speaks byoc plugin protocol 2.0, but agents speak 1.x: no agent could run it")
 
 	list, err := viewer.ListPluginTypes(ctx, connect.NewRequest(&imsv1.ListPluginTypesRequest{}))
 	if err != nil {
