@@ -1,7 +1,9 @@
 package pluginhost_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -33,8 +35,14 @@ func (o *outputLines) get() []string {
 
 func startTestkit(t *testing.T, env map[string]string, out *outputLines) (*pluginhost.Instance, error) {
 	t.Helper()
+	return startTestkitLog(t, env, out, testLogger())
+}
+
+func startTestkitLog(t *testing.T, env map[string]string, out *outputLines, logger *slog.Logger) (*pluginhost.Instance, error) {
+	t.Helper()
 	dir, sum := install(t, testkit(t), "testkit")
 	l := newLoader(t)
+	l.Logger = logger
 	l.Dirs, l.Pins = []string{dir}, map[string]string{"testkit": sum}
 	inst, err := l.Start(t.Context(), "testkit", pluginhost.StartOptions{WorkDir: t.TempDir(), Env: env, Output: out.add})
 	if err == nil {
@@ -45,10 +53,12 @@ func startTestkit(t *testing.T, env map[string]string, out *outputLines) (*plugi
 
 // What plugin code prints to stdout and stderr, by fmt or the log package,
 // reaches the host by the time the operation's result does, and nothing
-// of go-plugin's own logging or of the SDK's sync lines does.
+// of go-plugin's own logging or of the SDK's sync lines does. The agent's
+// debug log has it too.
 func TestPluginOutputIsCaptured(t *testing.T) {
 	var out outputLines
-	inst, err := startTestkit(t, nil, &out)
+	var debug syncBuffer
+	inst, err := startTestkitLog(t, nil, &out, slog.New(slog.NewTextHandler(&debug, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,6 +82,29 @@ func TestPluginOutputIsCaptured(t *testing.T) {
 			t.Errorf("plumbing in the output: %q", l)
 		}
 	}
+	for _, want := range []string{"debug via fmt.Println", "debug via os.Stderr", "debug via the log package"} {
+		if !strings.Contains(debug.String(), want) {
+			t.Errorf("the debug log lacks %q:\n%s", want, debug.String())
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for go-plugin's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // A panic in an operation is an error whose stack trace is in the log; a
