@@ -24,8 +24,8 @@ func (printer) Describe(context.Context, *sdk.DescribeRequest) (*sdk.DescribeRes
 func (printer) Validate(context.Context, *sdk.ValidateRequest) (*sdk.ValidateResponse, error) {
 	return &sdk.ValidateResponse{}, nil
 }
-func (printer) Plan(context.Context, *sdk.PlanRequest) (*sdk.PlanResponse, error) {
-	return &sdk.PlanResponse{}, nil
+func (printer) Plan(_ context.Context, req *sdk.PlanRequest) (*sdk.PlanResponse, error) {
+	return &sdk.PlanResponse{Changes: "create bucket b1\nupdate policy p (token " + req.Env["TOKEN"] + ")\n"}, nil
 }
 func (printer) Apply(_ context.Context, req *sdk.ApplyRequest) (*sdk.ApplyResponse, error) {
 	fmt.Println("debug: token is " + req.Env["TOKEN"])
@@ -37,7 +37,16 @@ func (printer) Apply(_ context.Context, req *sdk.ApplyRequest) (*sdk.ApplyRespon
 	return &sdk.ApplyResponse{}, nil
 }
 
+func (printer) Drift(context.Context, *sdk.DriftRequest) (*sdk.DriftResponse, error) {
+	return &sdk.DriftResponse{Drifted: true, Changes: "bucket b1: versioning off, want on"}, nil
+}
+
 func runPrinter(t *testing.T, config map[string]any) (agent.Outcome, string) {
+	t.Helper()
+	return runPrinterOp(t, sdk.OpApply, config)
+}
+
+func runPrinterOp(t *testing.T, op string, config map[string]any) (agent.Outcome, string) {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
@@ -52,7 +61,7 @@ func runPrinter(t *testing.T, config map[string]any) (agent.Outcome, string) {
 	config["secrets"] = []any{"TOKEN"}
 	var l logs
 	out := r.Run(t.Context(), agent.Job{ID: "job1", InstallID: "ins1", Attempt: 1, ComponentType: "printer",
-		Operation: sdk.OpApply, Config: config, Timeout: time.Minute},
+		Operation: op, Config: config, Timeout: time.Minute},
 		func(stream int32, text string) {
 			if stream != agent.StreamSystem {
 				t.Errorf("plugin output on stream %d: %q", stream, text)
@@ -86,5 +95,20 @@ func TestPluginOutputInJobLog(t *testing.T) {
 	}
 	if strings.Contains(log, "tok-7f3a9c-secret") {
 		t.Errorf("the secret leaked:\n%s", log)
+	}
+}
+
+// A plan's changes and a drift check's verdict reach the job log (the
+// agent protocol carries no plan yet), redacted.
+func TestPlanAndDriftInJobLog(t *testing.T) {
+	out, log := runPrinterOp(t, sdk.OpPlan, map[string]any{})
+	if out.Outcome != agentv1.Outcome_OUTCOME_SUCCEEDED ||
+		!strings.Contains(log, "[agentd] changes: create bucket b1\n[agentd] changes: update policy p (token ***)") {
+		t.Errorf("plan: %v %s\n%s", out.Outcome, out.Error, log)
+	}
+	out, log = runPrinterOp(t, sdk.OpDrift, map[string]any{})
+	if out.Outcome != agentv1.Outcome_OUTCOME_SUCCEEDED ||
+		!strings.Contains(log, "[agentd] drift check: drifted\n[agentd] changes: bucket b1: versioning off, want on") {
+		t.Errorf("drift: %v %s\n%s", out.Outcome, out.Error, log)
 	}
 }

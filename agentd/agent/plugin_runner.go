@@ -300,6 +300,20 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, log fu
 	if err != nil {
 		return fail("%v", err)
 	}
+	// The agent protocol carries no plan yet: a plan's or drift check's
+	// verdict and summary reach the operator in the job log.
+	if job.Operation == sdk.OpDrift && res.Error == "" {
+		verdict := "no drift"
+		if res.Drifted {
+			verdict = "drifted"
+		}
+		log(StreamSystem, "[agentd] drift check: "+verdict)
+	}
+	if changes := strings.TrimRight(res.Changes, "\n"); changes != "" {
+		for _, line := range strings.Split(changes, "\n") {
+			log(StreamSystem, "[agentd] changes: "+line)
+		}
+	}
 	out := Outcome{Outcome: agentv1.Outcome_OUTCOME_SUCCEEDED, ExitCode: int32(res.ExitCode), Outputs: res.Outputs}
 	if res.Error != "" || res.ExitCode != 0 {
 		out.Outcome = agentv1.Outcome_OUTCOME_FAILED
