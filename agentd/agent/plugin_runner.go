@@ -260,7 +260,7 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, log fu
 	output := func(source, text string) { log(StreamSystem, "[plugin "+source+"] "+text) }
 	inst, err := r.Loader.Start(ctx, job.ComponentType, pluginhost.StartOptions{WorkDir: work, Env: env, Output: output})
 	if err != nil {
-		return fail("start plugin for type %q: %v", job.ComponentType, err)
+		return fail("%v", err) // "start plugin TYPE: …"
 	}
 	defer inst.Kill()
 	d := inst.Description()
