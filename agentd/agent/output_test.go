@@ -25,7 +25,13 @@ func (printer) Validate(context.Context, *sdk.ValidateRequest) (*sdk.ValidateRes
 	return &sdk.ValidateResponse{}, nil
 }
 func (printer) Plan(_ context.Context, req *sdk.PlanRequest) (*sdk.PlanResponse, error) {
-	return &sdk.PlanResponse{Changes: "create bucket b1\nupdate policy p (token " + req.Env["TOKEN"] + ")\n"}, nil
+	return &sdk.PlanResponse{Changes: "create bucket b1\nupdate policy p (token " + req.Env["TOKEN"] + ")\n",
+		PlannedChanges: []sdk.PlannedChange{
+			{Address: "bucket.b1", Action: sdk.ActionCreate, After: map[string]any{"name": "b1"}, Summary: "new bucket"},
+			{Address: "policy.p", Action: sdk.ActionUpdate, Summary: "token " + req.Env["TOKEN"],
+				Before: map[string]any{"rules": 1.0, "key": "k1", "same": true}, After: map[string]any{"rules": 2.0, "key": "k2", "same": true},
+				Sensitive: []string{"key"}},
+		}}, nil
 }
 func (printer) Apply(_ context.Context, req *sdk.ApplyRequest) (*sdk.ApplyResponse, error) {
 	fmt.Println("debug: token is " + req.Env["TOKEN"])
@@ -103,7 +109,8 @@ func TestPluginOutputInJobLog(t *testing.T) {
 func TestPlanAndDriftInJobLog(t *testing.T) {
 	out, log := runPrinterOp(t, sdk.OpPlan, map[string]any{})
 	if out.Outcome != agentv1.Outcome_OUTCOME_SUCCEEDED ||
-		!strings.Contains(log, "[agentd] changes: create bucket b1\n[agentd] changes: update policy p (token ***)") {
+		!strings.Contains(log, "[agentd] changes: create bucket b1\n[agentd] changes: update policy p (token ***)") ||
+		!strings.Contains(log, "[agentd] plan: create bucket.b1: new bucket\n[agentd] plan: update policy.p: token *** (changed: key, rules)") {
 		t.Errorf("plan: %v %s\n%s", out.Outcome, out.Error, log)
 	}
 	out, log = runPrinterOp(t, sdk.OpDrift, map[string]any{})

@@ -7,6 +7,8 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -93,6 +95,29 @@ func (r *PluginRunner) Run(ctx context.Context, job Job, rawLog func(int32, stri
 		}
 	}
 	return out
+}
+
+// changedKeys lists the top-level keys whose values differ between two
+// objects, sorted; nil unless both are objects.
+func changedKeys(before, after any) []string {
+	b, ok1 := before.(map[string]any)
+	a, ok2 := after.(map[string]any)
+	if !ok1 || !ok2 {
+		return nil
+	}
+	var keys []string
+	for k, v := range a {
+		if w, ok := b[k]; !ok || !reflect.DeepEqual(v, w) {
+			keys = append(keys, k)
+		}
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 // SensitiveKey is the top-level config key that lists values to redact
@@ -313,6 +338,13 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, log fu
 		for _, line := range strings.Split(changes, "\n") {
 			log(StreamSystem, "[agentd] changes: "+line)
 		}
+	}
+	for _, c := range res.PlannedChanges {
+		line := "[agentd] " + job.Operation + ": " + c.String()
+		if keys := changedKeys(c.Before, c.After); len(keys) > 0 {
+			line += " (changed: " + strings.Join(keys, ", ") + ")"
+		}
+		log(StreamSystem, line)
 	}
 	out := Outcome{Outcome: agentv1.Outcome_OUTCOME_SUCCEEDED, ExitCode: int32(res.ExitCode), Outputs: res.Outputs}
 	if res.Error != "" || res.ExitCode != 0 {

@@ -208,11 +208,12 @@ func drain[R any, P interface {
 		}
 		if r := ev.GetResult(); r != nil {
 			return &Result{
-				ExitCode: int(r.GetExitCode()),
-				Error:    r.GetError(),
-				Outputs:  r.GetOutputs(),
-				Changes:  r.GetChanges(),
-				Drifted:  r.GetDrifted(),
+				ExitCode:       int(r.GetExitCode()),
+				Error:          r.GetError(),
+				Outputs:        r.GetOutputs(),
+				Changes:        r.GetChanges(),
+				Drifted:        r.GetDrifted(),
+				PlannedChanges: plannedFromProto(r.GetPlannedChanges()),
 			}, nil
 		}
 	}

@@ -202,7 +202,11 @@ func (s *server) Plan(req *pluginv1.PlanRequest, stream grpc.ServerStreamingServ
 				if r == nil {
 					return &pluginv1.Result{}, err
 				}
-				return &pluginv1.Result{ExitCode: int32(r.ExitCode), Outputs: r.Outputs, Changes: r.Changes}, err
+				planned, perr := plannedToProto(r.PlannedChanges)
+				if err == nil {
+					err = perr
+				}
+				return &pluginv1.Result{ExitCode: int32(r.ExitCode), Outputs: r.Outputs, Changes: r.Changes, PlannedChanges: planned}, err
 			})
 		})
 }
@@ -267,7 +271,12 @@ func (s *server) Drift(req *pluginv1.DriftRequest, stream grpc.ServerStreamingSe
 				if r == nil {
 					return &pluginv1.Result{}, err
 				}
-				return &pluginv1.Result{ExitCode: int32(r.ExitCode), Outputs: r.Outputs, Changes: r.Changes, Drifted: r.Drifted}, err
+				planned, perr := plannedToProto(r.PlannedChanges)
+				if err == nil {
+					err = perr
+				}
+				return &pluginv1.Result{ExitCode: int32(r.ExitCode), Outputs: r.Outputs, Changes: r.Changes, Drifted: r.Drifted,
+					PlannedChanges: planned}, err
 			})
 		})
 }

@@ -175,6 +175,9 @@ type PlanResponse struct {
 	Outputs  map[string]string
 	// Changes summarises the plan for a human.
 	Changes string
+	// PlannedChanges are the plan's changes, one per object (protocol
+	// 1.2); sensitive values are masked before they leave the plugin.
+	PlannedChanges []PlannedChange
 }
 
 // ApplyRequest asks a plugin to make the component match its config.
@@ -222,6 +225,9 @@ type DriftResponse struct {
 	Changes  string
 	ExitCode int
 	Outputs  map[string]string
+	// PlannedChanges are what an apply would change to repair the drift,
+	// one per object (protocol 1.2).
+	PlannedChanges []PlannedChange
 }
 
 // OutputsSchemaRequest asks for the schema of a plugin's outputs.
@@ -249,6 +255,9 @@ type Result struct {
 	Changes string
 	// Drifted is the verdict of a drift check.
 	Drifted bool
+	// PlannedChanges are a plan's or a drift's changes, as the plugin
+	// sent them (sensitive values masked).
+	PlannedChanges []PlannedChange
 }
 
 // Err returns the operation's failure as an error, or nil if it succeeded.

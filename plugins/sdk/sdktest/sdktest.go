@@ -441,6 +441,21 @@ func ExpectChanges(substr string) Check {
 	}
 }
 
+// ExpectPlannedChange checks that the plan's or drift's planned changes
+// include action on address (sdk.ActionCreate, ...).
+func ExpectPlannedChange(action, address string) Check {
+	return func(o *Outcome) error {
+		var got []string
+		for _, c := range o.Result.PlannedChanges {
+			if c.Action == action && c.Address == address {
+				return nil
+			}
+			got = append(got, c.Action+" "+c.Address)
+		}
+		return fmt.Errorf("no planned change %s %s; planned: %q", action, address, got)
+	}
+}
+
 // ExpectDrifted checks a drift check's verdict.
 func ExpectDrifted(drifted bool) Check {
 	return func(o *Outcome) error {

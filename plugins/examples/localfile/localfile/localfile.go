@@ -180,14 +180,46 @@ func (Plugin) Plan(_ context.Context, req *sdk.PlanRequest) (*sdk.PlanResponse, 
 	if err != nil {
 		return nil, err
 	}
+	var planned []sdk.PlannedChange
+	if d != "" {
+		ch := sdk.PlannedChange{Address: c.path, Action: sdk.ActionUpdate, After: fileValues(c.content, c.mode), Summary: d}
+		if before, ok := current(c.path); ok {
+			ch.Before = before
+		} else {
+			ch.Action = sdk.ActionCreate
+		}
+		planned = append(planned, ch)
+	}
 	if old != "" && old != c.path {
 		d = strings.TrimPrefix(d+"; ", "; ") + "remove " + old + " (the old path)"
+		ch := sdk.PlannedChange{Address: old, Action: sdk.ActionDelete, Summary: "the old path"}
+		ch.Before, _ = current(old)
+		planned = append(planned, ch)
 	}
 	if d == "" {
 		d = "no changes: " + c.path + " is up to date"
 	}
-	req.Log.System(d)
-	return &sdk.PlanResponse{Changes: d}, nil
+	return &sdk.PlanResponse{Changes: d, PlannedChanges: planned}, nil
+}
+
+// fileValues is what a planned change shows of a file: its size, mode and
+// digest, not its content.
+func fileValues(content []byte, mode fs.FileMode) map[string]any {
+	sum := sha256.Sum256(content)
+	return map[string]any{"size": float64(len(content)), "mode": fmt.Sprintf("%04o", mode), "sha256": hex.EncodeToString(sum[:])}
+}
+
+// current is fileValues of the file at path, if there is one.
+func current(path string) (map[string]any, bool) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, false
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, false
+	}
+	return fileValues(b, fi.Mode().Perm()), true
 }
 
 // Apply writes the file atomically: a crash leaves the old file or the

@@ -37,7 +37,7 @@ func TestLifecycle(t *testing.T) {
 
 	sdktest.Test(t, localfile.New(), sdktest.Case{
 		Steps: []sdktest.Step{
-			{Op: sdk.OpPlan, Config: v1, Check: sdktest.ExpectChanges("create " + path)},
+			{Op: sdk.OpPlan, Config: v1, Check: sdktest.All(sdktest.ExpectChanges("create "+path), sdktest.ExpectPlannedChange(sdk.ActionCreate, path))},
 			{Config: v1, Check: sdktest.All(fileIs(path, "hello\n"), sdktest.ExpectOutput("path", path))},
 			{Op: sdk.OpPlan, Config: v1, Check: sdktest.ExpectChanges("no changes")},
 			{Op: sdk.OpDrift, Config: v1, Check: sdktest.ExpectDrifted(false)},
@@ -110,7 +110,9 @@ func TestMovedFileAndState(t *testing.T) {
 	sdktest.Test(t, localfile.New(), sdktest.Case{
 		Steps: []sdktest.Step{
 			{Config: map[string]any{"path": a, "content": "x"}, Check: sdktest.ExpectStateFile("localfile.json")},
-			{Op: sdk.OpPlan, Config: map[string]any{"path": b, "content": "x"}, Check: sdktest.ExpectChanges("create " + b + " (1 bytes, mode 0644); remove " + a + " (the old path)")},
+			{Op: sdk.OpPlan, Config: map[string]any{"path": b, "content": "x"}, Check: sdktest.All(
+				sdktest.ExpectChanges("create "+b+" (1 bytes, mode 0644); remove "+a+" (the old path)"),
+				sdktest.ExpectPlannedChange(sdk.ActionCreate, b), sdktest.ExpectPlannedChange(sdk.ActionDelete, a))},
 			{Config: map[string]any{"path": b, "content": "x"}, Check: sdktest.All(fileIs(b, "x"), gone(a), sdktest.ExpectLog("removed "+a))},
 		},
 		CheckDestroy: sdktest.All(gone(b), sdktest.ExpectNoStateFile("localfile.json")),
