@@ -166,3 +166,20 @@ func TestUnknownTypeNamesDirsAndFile(t *testing.T) {
 		t.Errorf("Start error = %v, want %q", err, want)
 	}
 }
+
+// BenchmarkJobCalls measures a built-in plugin's Validate and a one-step
+// apply (the calls after which the host waits for the plugin's sync
+// lines), without launch and kill. Run with -benchtime 50x.
+func BenchmarkJobCalls(b *testing.B) {
+	inst, dir := start(b, newLoader(b), "action", nil)
+	cfg := script("true")
+	b.ResetTimer()
+	for range b.N {
+		if _, err := inst.Validate(b.Context(), cfg); err != nil {
+			b.Fatal(err)
+		}
+		if res, _ := run(b, inst, dir, cfg, nil); res.Error != "" {
+			b.Fatal(res.Error)
+		}
+	}
+}
