@@ -56,6 +56,8 @@ type Outcome struct {
 	ExitCode int32
 	Error    string
 	Outputs  map[string]string
+	// PlannedChanges are a plan's or drift check's changes, redacted.
+	PlannedChanges []*agentv1.PlannedChange
 }
 
 // Config is everything the agent needs.

@@ -21,7 +21,8 @@ func (r *failRunner) Run(_ context.Context, job Job, _ func(int32, string)) Outc
 	r.mu.Lock()
 	r.jobs = append(r.jobs, job)
 	r.mu.Unlock()
-	return Outcome{Outcome: agentv1.Outcome_OUTCOME_FAILED, ExitCode: -1, Error: "apply exploded: disk full"}
+	return Outcome{Outcome: agentv1.Outcome_OUTCOME_FAILED, ExitCode: -1, Error: "apply exploded: disk full",
+		PlannedChanges: []*agentv1.PlannedChange{{Address: "disk.d1", Action: "replace", Summary: "grow"}}}
 }
 
 // syncBuffer is a bytes.Buffer safe for the agent's goroutines.
@@ -43,7 +44,8 @@ func (s *syncBuffer) String() string {
 }
 
 // The runner gets the assignment's component name; the agent's own log
-// of a failed job carries the error text, as does its result.
+// of a failed job carries the error text, as does its result, with the
+// planned changes.
 func TestFailedJobIsLoggedWithItsError(t *testing.T) {
 	var logBuf syncBuffer
 	r := &failRunner{}
@@ -63,8 +65,8 @@ func TestFailedJobIsLoggedWithItsError(t *testing.T) {
 		}
 		res = m.GetResult()
 	}
-	if res.Error != "apply exploded: disk full" {
-		t.Errorf("result error %q", res.Error)
+	if res.Error != "apply exploded: disk full" || len(res.PlannedChanges) != 1 || res.PlannedChanges[0].Address != "disk.d1" {
+		t.Errorf("result %v", res)
 	}
 	r.mu.Lock()
 	if len(r.jobs) != 1 || r.jobs[0].Component != "db" {

@@ -29,7 +29,7 @@ func (printer) Plan(_ context.Context, req *sdk.PlanRequest) (*sdk.PlanResponse,
 		PlannedChanges: []sdk.PlannedChange{
 			{Address: "bucket.b1", Action: sdk.ActionCreate, After: map[string]any{"name": "b1"}, Summary: "new bucket"},
 			{Address: "policy.p", Action: sdk.ActionUpdate, Summary: "token " + req.Env["TOKEN"],
-				Before: map[string]any{"rules": 1.0, "key": "k1", "same": true}, After: map[string]any{"rules": 2.0, "key": "k2", "same": true},
+				Before: map[string]any{"rules": 1.0, "key": "k1", "same": true}, After: map[string]any{"rules": 2.0, "key": "k2", "same": true, "note": "uses " + req.Env["TOKEN"]},
 				Sensitive: []string{"key"}},
 		}}, nil
 }
@@ -110,8 +110,13 @@ func TestPlanAndDriftInJobLog(t *testing.T) {
 	out, log := runPrinterOp(t, sdk.OpPlan, map[string]any{})
 	if out.Outcome != agentv1.Outcome_OUTCOME_SUCCEEDED ||
 		!strings.Contains(log, "[agentd] changes: create bucket b1\n[agentd] changes: update policy p (token ***)") ||
-		!strings.Contains(log, "[agentd] plan: create bucket.b1: new bucket\n[agentd] plan: update policy.p: token *** (changed: key, rules)") {
+		!strings.Contains(log, "[agentd] plan: create bucket.b1: new bucket\n[agentd] plan: update policy.p: token *** (changed: key, note, rules)") {
 		t.Errorf("plan: %v %s\n%s", out.Outcome, out.Error, log)
+	}
+	// The changes go back to imsd as data too, redacted.
+	if pc := out.PlannedChanges; len(pc) != 2 || pc[1].Summary != "token ***" || pc[1].After.GetStructValue().GetFields()["note"].GetStringValue() != "uses ***" ||
+		pc[1].After.GetStructValue().GetFields()["key"].GetStringValue() != sdk.MaskedChanged || pc[0].Before != nil || pc[0].Action != "create" {
+		t.Errorf("planned changes: %v", pc)
 	}
 	out, log = runPrinterOp(t, sdk.OpDrift, map[string]any{})
 	if out.Outcome != agentv1.Outcome_OUTCOME_SUCCEEDED ||

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/types/known/structpb"
+
 	"github.com/byoc-dev/byoc/agentd/pluginhost"
 	"github.com/byoc-dev/byoc/agentd/redact"
 	"github.com/byoc-dev/byoc/agentd/secrets"
@@ -83,6 +85,10 @@ func (r *PluginRunner) Run(ctx context.Context, job Job, rawLog func(int32, stri
 	stream.Flush()
 	out.Error = red.String(out.Error)
 	out.Outputs = red.Map(out.Outputs)
+	for _, c := range out.PlannedChanges {
+		c.Address, c.Summary = red.String(c.Address), red.String(c.Summary)
+		c.Before, c.After = redactValue(red, c.Before), redactValue(red, c.After)
+	}
 	// What a plugin killed mid-job may have left (its step cgroups) goes
 	// now, not at the next restart.
 	swept, err := r.Sweep()
@@ -95,6 +101,27 @@ func (r *PluginRunner) Run(ctx context.Context, job Job, rawLog func(int32, stri
 		}
 	}
 	return out
+}
+
+// redactValue redacts every string in a planned change's value.
+func redactValue(red *redact.Redactor, v *structpb.Value) *structpb.Value {
+	switch k := v.GetKind().(type) {
+	case *structpb.Value_StringValue:
+		return structpb.NewStringValue(red.String(k.StringValue))
+	case *structpb.Value_ListValue:
+		out := &structpb.ListValue{}
+		for _, e := range k.ListValue.GetValues() {
+			out.Values = append(out.Values, redactValue(red, e))
+		}
+		return structpb.NewListValue(out)
+	case *structpb.Value_StructValue:
+		out := &structpb.Struct{Fields: map[string]*structpb.Value{}}
+		for name, e := range k.StructValue.GetFields() {
+			out.Fields[red.String(name)] = redactValue(red, e)
+		}
+		return structpb.NewStructValue(out)
+	}
+	return v
 }
 
 // changedKeys lists the top-level keys whose values differ between two
@@ -347,6 +374,17 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, log fu
 		log(StreamSystem, line)
 	}
 	out := Outcome{Outcome: agentv1.Outcome_OUTCOME_SUCCEEDED, ExitCode: int32(res.ExitCode), Outputs: res.Outputs}
+	for _, c := range res.PlannedChanges {
+		pc := &agentv1.PlannedChange{Address: c.Address, Action: c.Action, Summary: c.Summary}
+		// The values came from protobuf, so they convert back.
+		if c.Before != nil {
+			pc.Before, _ = structpb.NewValue(c.Before)
+		}
+		if c.After != nil {
+			pc.After, _ = structpb.NewValue(c.After)
+		}
+		out.PlannedChanges = append(out.PlannedChanges, pc)
+	}
 	if res.Error != "" || res.ExitCode != 0 {
 		out.Outcome = agentv1.Outcome_OUTCOME_FAILED
 		out.Error = res.Error

@@ -1829,8 +1829,12 @@ type Job struct {
 	// pending_reason says why a queued or assigned job is not running.
 	PendingReason string `protobuf:"bytes,19,opt,name=pending_reason,json=pendingReason,proto3" json:"pending_reason,omitempty"`
 	CreatedBy     string `protobuf:"bytes,20,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// planned_changes are what a plan job found to change (or a drift
+	// check), one per object, as the agent reported them: sensitive values
+	// masked by the plugin, secrets redacted by the agent.
+	PlannedChanges []*PlannedChange `protobuf:"bytes,21,rep,name=planned_changes,json=plannedChanges,proto3" json:"planned_changes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Job) Reset() {
@@ -2003,6 +2007,94 @@ func (x *Job) GetCreatedBy() string {
 	return ""
 }
 
+func (x *Job) GetPlannedChanges() []*PlannedChange {
+	if x != nil {
+		return x.PlannedChanges
+	}
+	return nil
+}
+
+// PlannedChange is one change a plan would make to one object.
+type PlannedChange struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// address names the object, such as "aws_s3_bucket.logs".
+	Address string `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	// action is "create", "update", "delete" or "replace".
+	Action string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
+	// before and after are the object's values; unset for none.
+	Before *structpb.Value `protobuf:"bytes,3,opt,name=before,proto3" json:"before,omitempty"`
+	After  *structpb.Value `protobuf:"bytes,4,opt,name=after,proto3" json:"after,omitempty"`
+	// summary says the change in one line, for a human.
+	Summary       string `protobuf:"bytes,5,opt,name=summary,proto3" json:"summary,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlannedChange) Reset() {
+	*x = PlannedChange{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlannedChange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlannedChange) ProtoMessage() {}
+
+func (x *PlannedChange) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlannedChange.ProtoReflect.Descriptor instead.
+func (*PlannedChange) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *PlannedChange) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *PlannedChange) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *PlannedChange) GetBefore() *structpb.Value {
+	if x != nil {
+		return x.Before
+	}
+	return nil
+}
+
+func (x *PlannedChange) GetAfter() *structpb.Value {
+	if x != nil {
+		return x.After
+	}
+	return nil
+}
+
+func (x *PlannedChange) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
+}
+
 type EnqueueJobRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Install       string                 `protobuf:"bytes,1,opt,name=install,proto3" json:"install,omitempty"`
@@ -2034,7 +2126,7 @@ type EnqueueJobRequest struct {
 
 func (x *EnqueueJobRequest) Reset() {
 	*x = EnqueueJobRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[29]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2046,7 +2138,7 @@ func (x *EnqueueJobRequest) String() string {
 func (*EnqueueJobRequest) ProtoMessage() {}
 
 func (x *EnqueueJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[29]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2059,7 +2151,7 @@ func (x *EnqueueJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueJobRequest.ProtoReflect.Descriptor instead.
 func (*EnqueueJobRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{29}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *EnqueueJobRequest) GetInstall() string {
@@ -2120,7 +2212,7 @@ type EnqueueJobResponse struct {
 
 func (x *EnqueueJobResponse) Reset() {
 	*x = EnqueueJobResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[30]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2132,7 +2224,7 @@ func (x *EnqueueJobResponse) String() string {
 func (*EnqueueJobResponse) ProtoMessage() {}
 
 func (x *EnqueueJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[30]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2145,7 +2237,7 @@ func (x *EnqueueJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueJobResponse.ProtoReflect.Descriptor instead.
 func (*EnqueueJobResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{30}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *EnqueueJobResponse) GetJob() *Job {
@@ -2167,7 +2259,7 @@ type EnqueueJobsRequest struct {
 
 func (x *EnqueueJobsRequest) Reset() {
 	*x = EnqueueJobsRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[31]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2179,7 +2271,7 @@ func (x *EnqueueJobsRequest) String() string {
 func (*EnqueueJobsRequest) ProtoMessage() {}
 
 func (x *EnqueueJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[31]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2192,7 +2284,7 @@ func (x *EnqueueJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueJobsRequest.ProtoReflect.Descriptor instead.
 func (*EnqueueJobsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{31}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *EnqueueJobsRequest) GetJobs() []*EnqueueJobRequest {
@@ -2219,7 +2311,7 @@ type EnqueueJobsResponse struct {
 
 func (x *EnqueueJobsResponse) Reset() {
 	*x = EnqueueJobsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[32]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2231,7 +2323,7 @@ func (x *EnqueueJobsResponse) String() string {
 func (*EnqueueJobsResponse) ProtoMessage() {}
 
 func (x *EnqueueJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[32]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2244,7 +2336,7 @@ func (x *EnqueueJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueJobsResponse.ProtoReflect.Descriptor instead.
 func (*EnqueueJobsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{32}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *EnqueueJobsResponse) GetJobs() []*Job {
@@ -2270,7 +2362,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[33]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2282,7 +2374,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[33]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2295,7 +2387,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{33}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListJobsRequest) GetInstall() string {
@@ -2336,7 +2428,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[34]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2348,7 +2440,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[34]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2361,7 +2453,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{34}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -2387,7 +2479,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[35]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2399,7 +2491,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[35]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2412,7 +2504,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{35}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GetJobRequest) GetId() string {
@@ -2431,7 +2523,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[36]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2443,7 +2535,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[36]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2456,7 +2548,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{36}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetJobResponse) GetJob() *Job {
@@ -2480,7 +2572,7 @@ type LogLine struct {
 
 func (x *LogLine) Reset() {
 	*x = LogLine{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[37]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2492,7 +2584,7 @@ func (x *LogLine) String() string {
 func (*LogLine) ProtoMessage() {}
 
 func (x *LogLine) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[37]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2505,7 +2597,7 @@ func (x *LogLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogLine.ProtoReflect.Descriptor instead.
 func (*LogLine) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{37}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *LogLine) GetAttempt() int32 {
@@ -2569,7 +2661,7 @@ type StreamJobLogsRequest struct {
 
 func (x *StreamJobLogsRequest) Reset() {
 	*x = StreamJobLogsRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[38]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2581,7 +2673,7 @@ func (x *StreamJobLogsRequest) String() string {
 func (*StreamJobLogsRequest) ProtoMessage() {}
 
 func (x *StreamJobLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[38]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2594,7 +2686,7 @@ func (x *StreamJobLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamJobLogsRequest.ProtoReflect.Descriptor instead.
 func (*StreamJobLogsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{38}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *StreamJobLogsRequest) GetJobId() string {
@@ -2664,7 +2756,7 @@ type StreamJobLogsResponse struct {
 
 func (x *StreamJobLogsResponse) Reset() {
 	*x = StreamJobLogsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[39]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2676,7 +2768,7 @@ func (x *StreamJobLogsResponse) String() string {
 func (*StreamJobLogsResponse) ProtoMessage() {}
 
 func (x *StreamJobLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[39]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2689,7 +2781,7 @@ func (x *StreamJobLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamJobLogsResponse.ProtoReflect.Descriptor instead.
 func (*StreamJobLogsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{39}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *StreamJobLogsResponse) GetLines() []*LogLine {
@@ -2716,7 +2808,7 @@ type CancelJobRequest struct {
 
 func (x *CancelJobRequest) Reset() {
 	*x = CancelJobRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[40]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2728,7 +2820,7 @@ func (x *CancelJobRequest) String() string {
 func (*CancelJobRequest) ProtoMessage() {}
 
 func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[40]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2741,7 +2833,7 @@ func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobRequest.ProtoReflect.Descriptor instead.
 func (*CancelJobRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{40}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *CancelJobRequest) GetId() string {
@@ -2767,7 +2859,7 @@ type CancelJobResponse struct {
 
 func (x *CancelJobResponse) Reset() {
 	*x = CancelJobResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[41]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2779,7 +2871,7 @@ func (x *CancelJobResponse) String() string {
 func (*CancelJobResponse) ProtoMessage() {}
 
 func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[41]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2792,7 +2884,7 @@ func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobResponse.ProtoReflect.Descriptor instead.
 func (*CancelJobResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{41}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CancelJobResponse) GetJob() *Job {
@@ -2814,7 +2906,7 @@ type AppFile struct {
 
 func (x *AppFile) Reset() {
 	*x = AppFile{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[42]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2826,7 +2918,7 @@ func (x *AppFile) String() string {
 func (*AppFile) ProtoMessage() {}
 
 func (x *AppFile) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[42]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2839,7 +2931,7 @@ func (x *AppFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppFile.ProtoReflect.Descriptor instead.
 func (*AppFile) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{42}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *AppFile) GetPath() string {
@@ -2875,7 +2967,7 @@ type AppRevision struct {
 
 func (x *AppRevision) Reset() {
 	*x = AppRevision{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[43]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2887,7 +2979,7 @@ func (x *AppRevision) String() string {
 func (*AppRevision) ProtoMessage() {}
 
 func (x *AppRevision) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[43]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2900,7 +2992,7 @@ func (x *AppRevision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppRevision.ProtoReflect.Descriptor instead.
 func (*AppRevision) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{43}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *AppRevision) GetAppId() string {
@@ -2965,7 +3057,7 @@ type PushAppRevisionRequest struct {
 
 func (x *PushAppRevisionRequest) Reset() {
 	*x = PushAppRevisionRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[44]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2977,7 +3069,7 @@ func (x *PushAppRevisionRequest) String() string {
 func (*PushAppRevisionRequest) ProtoMessage() {}
 
 func (x *PushAppRevisionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[44]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2990,7 +3082,7 @@ func (x *PushAppRevisionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushAppRevisionRequest.ProtoReflect.Descriptor instead.
 func (*PushAppRevisionRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{44}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *PushAppRevisionRequest) GetFiles() []*AppFile {
@@ -3026,7 +3118,7 @@ type PushAppRevisionResponse struct {
 
 func (x *PushAppRevisionResponse) Reset() {
 	*x = PushAppRevisionResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[45]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3038,7 +3130,7 @@ func (x *PushAppRevisionResponse) String() string {
 func (*PushAppRevisionResponse) ProtoMessage() {}
 
 func (x *PushAppRevisionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[45]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3051,7 +3143,7 @@ func (x *PushAppRevisionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushAppRevisionResponse.ProtoReflect.Descriptor instead.
 func (*PushAppRevisionResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{45}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *PushAppRevisionResponse) GetApp() *App {
@@ -3113,7 +3205,7 @@ type InstallApplied struct {
 
 func (x *InstallApplied) Reset() {
 	*x = InstallApplied{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[46]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3125,7 +3217,7 @@ func (x *InstallApplied) String() string {
 func (*InstallApplied) ProtoMessage() {}
 
 func (x *InstallApplied) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[46]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3138,7 +3230,7 @@ func (x *InstallApplied) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstallApplied.ProtoReflect.Descriptor instead.
 func (*InstallApplied) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{46}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *InstallApplied) GetName() string {
@@ -3185,7 +3277,7 @@ type ListAppRevisionsRequest struct {
 
 func (x *ListAppRevisionsRequest) Reset() {
 	*x = ListAppRevisionsRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[47]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3197,7 +3289,7 @@ func (x *ListAppRevisionsRequest) String() string {
 func (*ListAppRevisionsRequest) ProtoMessage() {}
 
 func (x *ListAppRevisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[47]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3210,7 +3302,7 @@ func (x *ListAppRevisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAppRevisionsRequest.ProtoReflect.Descriptor instead.
 func (*ListAppRevisionsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{47}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListAppRevisionsRequest) GetApp() string {
@@ -3229,7 +3321,7 @@ type ListAppRevisionsResponse struct {
 
 func (x *ListAppRevisionsResponse) Reset() {
 	*x = ListAppRevisionsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[48]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3241,7 +3333,7 @@ func (x *ListAppRevisionsResponse) String() string {
 func (*ListAppRevisionsResponse) ProtoMessage() {}
 
 func (x *ListAppRevisionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[48]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3254,7 +3346,7 @@ func (x *ListAppRevisionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAppRevisionsResponse.ProtoReflect.Descriptor instead.
 func (*ListAppRevisionsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{48}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListAppRevisionsResponse) GetRevisions() []*AppRevision {
@@ -3276,7 +3368,7 @@ type DiffAppRevisionsRequest struct {
 
 func (x *DiffAppRevisionsRequest) Reset() {
 	*x = DiffAppRevisionsRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[49]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3288,7 +3380,7 @@ func (x *DiffAppRevisionsRequest) String() string {
 func (*DiffAppRevisionsRequest) ProtoMessage() {}
 
 func (x *DiffAppRevisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[49]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3301,7 +3393,7 @@ func (x *DiffAppRevisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffAppRevisionsRequest.ProtoReflect.Descriptor instead.
 func (*DiffAppRevisionsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{49}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *DiffAppRevisionsRequest) GetApp() string {
@@ -3334,7 +3426,7 @@ type DiffAppRevisionsResponse struct {
 
 func (x *DiffAppRevisionsResponse) Reset() {
 	*x = DiffAppRevisionsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[50]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3346,7 +3438,7 @@ func (x *DiffAppRevisionsResponse) String() string {
 func (*DiffAppRevisionsResponse) ProtoMessage() {}
 
 func (x *DiffAppRevisionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[50]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3359,7 +3451,7 @@ func (x *DiffAppRevisionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffAppRevisionsResponse.ProtoReflect.Descriptor instead.
 func (*DiffAppRevisionsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{50}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *DiffAppRevisionsResponse) GetChanges() []*ConfigChange {
@@ -3386,7 +3478,7 @@ type ConfigChange struct {
 
 func (x *ConfigChange) Reset() {
 	*x = ConfigChange{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[51]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3398,7 +3490,7 @@ func (x *ConfigChange) String() string {
 func (*ConfigChange) ProtoMessage() {}
 
 func (x *ConfigChange) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[51]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3411,7 +3503,7 @@ func (x *ConfigChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigChange.ProtoReflect.Descriptor instead.
 func (*ConfigChange) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{51}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ConfigChange) GetKind() string {
@@ -3456,7 +3548,7 @@ type ConfigDiagnostic struct {
 
 func (x *ConfigDiagnostic) Reset() {
 	*x = ConfigDiagnostic{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[52]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3468,7 +3560,7 @@ func (x *ConfigDiagnostic) String() string {
 func (*ConfigDiagnostic) ProtoMessage() {}
 
 func (x *ConfigDiagnostic) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[52]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3481,7 +3573,7 @@ func (x *ConfigDiagnostic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigDiagnostic.ProtoReflect.Descriptor instead.
 func (*ConfigDiagnostic) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{52}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ConfigDiagnostic) GetFile() string {
@@ -3529,7 +3621,7 @@ type ConfigDiagnostics struct {
 
 func (x *ConfigDiagnostics) Reset() {
 	*x = ConfigDiagnostics{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[53]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3541,7 +3633,7 @@ func (x *ConfigDiagnostics) String() string {
 func (*ConfigDiagnostics) ProtoMessage() {}
 
 func (x *ConfigDiagnostics) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[53]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3554,7 +3646,7 @@ func (x *ConfigDiagnostics) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigDiagnostics.ProtoReflect.Descriptor instead.
 func (*ConfigDiagnostics) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{53}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ConfigDiagnostics) GetDiagnostics() []*ConfigDiagnostic {
@@ -3586,7 +3678,7 @@ type PluginType struct {
 
 func (x *PluginType) Reset() {
 	*x = PluginType{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[54]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3598,7 +3690,7 @@ func (x *PluginType) String() string {
 func (*PluginType) ProtoMessage() {}
 
 func (x *PluginType) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[54]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3611,7 +3703,7 @@ func (x *PluginType) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginType.ProtoReflect.Descriptor instead.
 func (*PluginType) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{54}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *PluginType) GetType() string {
@@ -3687,7 +3779,7 @@ type RegisterPluginTypeRequest struct {
 
 func (x *RegisterPluginTypeRequest) Reset() {
 	*x = RegisterPluginTypeRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[55]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3699,7 +3791,7 @@ func (x *RegisterPluginTypeRequest) String() string {
 func (*RegisterPluginTypeRequest) ProtoMessage() {}
 
 func (x *RegisterPluginTypeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[55]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3712,7 +3804,7 @@ func (x *RegisterPluginTypeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterPluginTypeRequest.ProtoReflect.Descriptor instead.
 func (*RegisterPluginTypeRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{55}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *RegisterPluginTypeRequest) GetDescription() string {
@@ -3733,7 +3825,7 @@ type RegisterPluginTypeResponse struct {
 
 func (x *RegisterPluginTypeResponse) Reset() {
 	*x = RegisterPluginTypeResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[56]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3745,7 +3837,7 @@ func (x *RegisterPluginTypeResponse) String() string {
 func (*RegisterPluginTypeResponse) ProtoMessage() {}
 
 func (x *RegisterPluginTypeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[56]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3758,7 +3850,7 @@ func (x *RegisterPluginTypeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterPluginTypeResponse.ProtoReflect.Descriptor instead.
 func (*RegisterPluginTypeResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{56}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *RegisterPluginTypeResponse) GetPluginType() *PluginType {
@@ -3783,7 +3875,7 @@ type ListPluginTypesRequest struct {
 
 func (x *ListPluginTypesRequest) Reset() {
 	*x = ListPluginTypesRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[57]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3795,7 +3887,7 @@ func (x *ListPluginTypesRequest) String() string {
 func (*ListPluginTypesRequest) ProtoMessage() {}
 
 func (x *ListPluginTypesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[57]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3808,7 +3900,7 @@ func (x *ListPluginTypesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPluginTypesRequest.ProtoReflect.Descriptor instead.
 func (*ListPluginTypesRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{57}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{58}
 }
 
 type ListPluginTypesResponse struct {
@@ -3820,7 +3912,7 @@ type ListPluginTypesResponse struct {
 
 func (x *ListPluginTypesResponse) Reset() {
 	*x = ListPluginTypesResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[58]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3832,7 +3924,7 @@ func (x *ListPluginTypesResponse) String() string {
 func (*ListPluginTypesResponse) ProtoMessage() {}
 
 func (x *ListPluginTypesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[58]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3845,7 +3937,7 @@ func (x *ListPluginTypesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPluginTypesResponse.ProtoReflect.Descriptor instead.
 func (*ListPluginTypesResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{58}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ListPluginTypesResponse) GetPluginTypes() []*PluginType {
@@ -3864,7 +3956,7 @@ type GetPluginTypeRequest struct {
 
 func (x *GetPluginTypeRequest) Reset() {
 	*x = GetPluginTypeRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[59]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3876,7 +3968,7 @@ func (x *GetPluginTypeRequest) String() string {
 func (*GetPluginTypeRequest) ProtoMessage() {}
 
 func (x *GetPluginTypeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[59]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3889,7 +3981,7 @@ func (x *GetPluginTypeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPluginTypeRequest.ProtoReflect.Descriptor instead.
 func (*GetPluginTypeRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{59}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *GetPluginTypeRequest) GetType() string {
@@ -3908,7 +4000,7 @@ type GetPluginTypeResponse struct {
 
 func (x *GetPluginTypeResponse) Reset() {
 	*x = GetPluginTypeResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[60]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3920,7 +4012,7 @@ func (x *GetPluginTypeResponse) String() string {
 func (*GetPluginTypeResponse) ProtoMessage() {}
 
 func (x *GetPluginTypeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[60]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3933,7 +4025,7 @@ func (x *GetPluginTypeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPluginTypeResponse.ProtoReflect.Descriptor instead.
 func (*GetPluginTypeResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{60}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *GetPluginTypeResponse) GetPluginType() *PluginType {
@@ -3952,7 +4044,7 @@ type RemovePluginTypeRequest struct {
 
 func (x *RemovePluginTypeRequest) Reset() {
 	*x = RemovePluginTypeRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[61]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3964,7 +4056,7 @@ func (x *RemovePluginTypeRequest) String() string {
 func (*RemovePluginTypeRequest) ProtoMessage() {}
 
 func (x *RemovePluginTypeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[61]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3977,7 +4069,7 @@ func (x *RemovePluginTypeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePluginTypeRequest.ProtoReflect.Descriptor instead.
 func (*RemovePluginTypeRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{61}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RemovePluginTypeRequest) GetType() string {
@@ -3995,7 +4087,7 @@ type RemovePluginTypeResponse struct {
 
 func (x *RemovePluginTypeResponse) Reset() {
 	*x = RemovePluginTypeResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[62]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4007,7 +4099,7 @@ func (x *RemovePluginTypeResponse) String() string {
 func (*RemovePluginTypeResponse) ProtoMessage() {}
 
 func (x *RemovePluginTypeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[62]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4020,7 +4112,7 @@ func (x *RemovePluginTypeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePluginTypeResponse.ProtoReflect.Descriptor instead.
 func (*RemovePluginTypeResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{62}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{63}
 }
 
 var File_byoc_ims_v1_operator_proto protoreflect.FileDescriptor
@@ -4150,7 +4242,7 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\vttl_seconds\x18\x02 \x01(\x03R\n" +
 	"ttlSeconds\"h\n" +
 	"\x1dCreateEnrollmentTokenResponse\x12G\n" +
-	"\x10enrollment_token\x18\x01 \x01(\v2\x1c.byoc.ims.v1.EnrollmentTokenR\x0fenrollmentToken\"\xe8\x06\n" +
+	"\x10enrollment_token\x18\x01 \x01(\v2\x1c.byoc.ims.v1.EnrollmentTokenR\x0fenrollmentToken\"\xad\a\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -4176,10 +4268,17 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\aoutputs\x18\x12 \x03(\v2\x1d.byoc.ims.v1.Job.OutputsEntryR\aoutputs\x12%\n" +
 	"\x0epending_reason\x18\x13 \x01(\tR\rpendingReason\x12\x1d\n" +
 	"\n" +
-	"created_by\x18\x14 \x01(\tR\tcreatedBy\x1a:\n" +
+	"created_by\x18\x14 \x01(\tR\tcreatedBy\x12C\n" +
+	"\x0fplanned_changes\x18\x15 \x03(\v2\x1a.byoc.ims.v1.PlannedChangeR\x0eplannedChanges\x1a:\n" +
 	"\fOutputsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x98\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb9\x01\n" +
+	"\rPlannedChange\x12\x18\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x16\n" +
+	"\x06action\x18\x02 \x01(\tR\x06action\x12.\n" +
+	"\x06before\x18\x03 \x01(\v2\x16.google.protobuf.ValueR\x06before\x12,\n" +
+	"\x05after\x18\x04 \x01(\v2\x16.google.protobuf.ValueR\x05after\x12\x18\n" +
+	"\asummary\x18\x05 \x01(\tR\asummary\"\x98\x02\n" +
 	"\x11EnqueueJobRequest\x12\x18\n" +
 	"\ainstall\x18\x01 \x01(\tR\ainstall\x12%\n" +
 	"\x0ecomponent_type\x18\x02 \x01(\tR\rcomponentType\x12\x1c\n" +
@@ -4386,7 +4485,7 @@ func file_byoc_ims_v1_operator_proto_rawDescGZIP() []byte {
 }
 
 var file_byoc_ims_v1_operator_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_byoc_ims_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
+var file_byoc_ims_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 69)
 var file_byoc_ims_v1_operator_proto_goTypes = []any{
 	(Role)(0),                             // 0: byoc.ims.v1.Role
 	(JobState)(0),                         // 1: byoc.ims.v1.JobState
@@ -4420,215 +4519,219 @@ var file_byoc_ims_v1_operator_proto_goTypes = []any{
 	(*CreateEnrollmentTokenRequest)(nil),  // 29: byoc.ims.v1.CreateEnrollmentTokenRequest
 	(*CreateEnrollmentTokenResponse)(nil), // 30: byoc.ims.v1.CreateEnrollmentTokenResponse
 	(*Job)(nil),                           // 31: byoc.ims.v1.Job
-	(*EnqueueJobRequest)(nil),             // 32: byoc.ims.v1.EnqueueJobRequest
-	(*EnqueueJobResponse)(nil),            // 33: byoc.ims.v1.EnqueueJobResponse
-	(*EnqueueJobsRequest)(nil),            // 34: byoc.ims.v1.EnqueueJobsRequest
-	(*EnqueueJobsResponse)(nil),           // 35: byoc.ims.v1.EnqueueJobsResponse
-	(*ListJobsRequest)(nil),               // 36: byoc.ims.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),              // 37: byoc.ims.v1.ListJobsResponse
-	(*GetJobRequest)(nil),                 // 38: byoc.ims.v1.GetJobRequest
-	(*GetJobResponse)(nil),                // 39: byoc.ims.v1.GetJobResponse
-	(*LogLine)(nil),                       // 40: byoc.ims.v1.LogLine
-	(*StreamJobLogsRequest)(nil),          // 41: byoc.ims.v1.StreamJobLogsRequest
-	(*StreamJobLogsResponse)(nil),         // 42: byoc.ims.v1.StreamJobLogsResponse
-	(*CancelJobRequest)(nil),              // 43: byoc.ims.v1.CancelJobRequest
-	(*CancelJobResponse)(nil),             // 44: byoc.ims.v1.CancelJobResponse
-	(*AppFile)(nil),                       // 45: byoc.ims.v1.AppFile
-	(*AppRevision)(nil),                   // 46: byoc.ims.v1.AppRevision
-	(*PushAppRevisionRequest)(nil),        // 47: byoc.ims.v1.PushAppRevisionRequest
-	(*PushAppRevisionResponse)(nil),       // 48: byoc.ims.v1.PushAppRevisionResponse
-	(*InstallApplied)(nil),                // 49: byoc.ims.v1.InstallApplied
-	(*ListAppRevisionsRequest)(nil),       // 50: byoc.ims.v1.ListAppRevisionsRequest
-	(*ListAppRevisionsResponse)(nil),      // 51: byoc.ims.v1.ListAppRevisionsResponse
-	(*DiffAppRevisionsRequest)(nil),       // 52: byoc.ims.v1.DiffAppRevisionsRequest
-	(*DiffAppRevisionsResponse)(nil),      // 53: byoc.ims.v1.DiffAppRevisionsResponse
-	(*ConfigChange)(nil),                  // 54: byoc.ims.v1.ConfigChange
-	(*ConfigDiagnostic)(nil),              // 55: byoc.ims.v1.ConfigDiagnostic
-	(*ConfigDiagnostics)(nil),             // 56: byoc.ims.v1.ConfigDiagnostics
-	(*PluginType)(nil),                    // 57: byoc.ims.v1.PluginType
-	(*RegisterPluginTypeRequest)(nil),     // 58: byoc.ims.v1.RegisterPluginTypeRequest
-	(*RegisterPluginTypeResponse)(nil),    // 59: byoc.ims.v1.RegisterPluginTypeResponse
-	(*ListPluginTypesRequest)(nil),        // 60: byoc.ims.v1.ListPluginTypesRequest
-	(*ListPluginTypesResponse)(nil),       // 61: byoc.ims.v1.ListPluginTypesResponse
-	(*GetPluginTypeRequest)(nil),          // 62: byoc.ims.v1.GetPluginTypeRequest
-	(*GetPluginTypeResponse)(nil),         // 63: byoc.ims.v1.GetPluginTypeResponse
-	(*RemovePluginTypeRequest)(nil),       // 64: byoc.ims.v1.RemovePluginTypeRequest
-	(*RemovePluginTypeResponse)(nil),      // 65: byoc.ims.v1.RemovePluginTypeResponse
-	nil,                                   // 66: byoc.ims.v1.Install.InputsEntry
-	nil,                                   // 67: byoc.ims.v1.InstallSettings.OverridesEntry
-	nil,                                   // 68: byoc.ims.v1.CreateInstallRequest.InputsEntry
-	nil,                                   // 69: byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
-	nil,                                   // 70: byoc.ims.v1.Job.OutputsEntry
-	(*timestamppb.Timestamp)(nil),         // 71: google.protobuf.Timestamp
-	(*InstallHealth)(nil),                 // 72: byoc.ims.v1.InstallHealth
-	(*Workflow)(nil),                      // 73: byoc.ims.v1.Workflow
-	(*structpb.Struct)(nil),               // 74: google.protobuf.Struct
-	(*structpb.Value)(nil),                // 75: google.protobuf.Value
-	(*PlanInstallRequest)(nil),            // 76: byoc.ims.v1.PlanInstallRequest
-	(*StartWorkflowRequest)(nil),          // 77: byoc.ims.v1.StartWorkflowRequest
-	(*ListWorkflowsRequest)(nil),          // 78: byoc.ims.v1.ListWorkflowsRequest
-	(*GetWorkflowRequest)(nil),            // 79: byoc.ims.v1.GetWorkflowRequest
-	(*ApproveWorkflowRequest)(nil),        // 80: byoc.ims.v1.ApproveWorkflowRequest
-	(*CancelWorkflowRequest)(nil),         // 81: byoc.ims.v1.CancelWorkflowRequest
-	(*RetryWorkflowStepRequest)(nil),      // 82: byoc.ims.v1.RetryWorkflowStepRequest
-	(*ListActionsRequest)(nil),            // 83: byoc.ims.v1.ListActionsRequest
-	(*StartActionRunRequest)(nil),         // 84: byoc.ims.v1.StartActionRunRequest
-	(*ListActionRunsRequest)(nil),         // 85: byoc.ims.v1.ListActionRunsRequest
-	(*GetActionRunRequest)(nil),           // 86: byoc.ims.v1.GetActionRunRequest
-	(*PlanInstallResponse)(nil),           // 87: byoc.ims.v1.PlanInstallResponse
-	(*StartWorkflowResponse)(nil),         // 88: byoc.ims.v1.StartWorkflowResponse
-	(*ListWorkflowsResponse)(nil),         // 89: byoc.ims.v1.ListWorkflowsResponse
-	(*GetWorkflowResponse)(nil),           // 90: byoc.ims.v1.GetWorkflowResponse
-	(*ApproveWorkflowResponse)(nil),       // 91: byoc.ims.v1.ApproveWorkflowResponse
-	(*CancelWorkflowResponse)(nil),        // 92: byoc.ims.v1.CancelWorkflowResponse
-	(*RetryWorkflowStepResponse)(nil),     // 93: byoc.ims.v1.RetryWorkflowStepResponse
-	(*ListActionsResponse)(nil),           // 94: byoc.ims.v1.ListActionsResponse
-	(*StartActionRunResponse)(nil),        // 95: byoc.ims.v1.StartActionRunResponse
-	(*ListActionRunsResponse)(nil),        // 96: byoc.ims.v1.ListActionRunsResponse
-	(*GetActionRunResponse)(nil),          // 97: byoc.ims.v1.GetActionRunResponse
+	(*PlannedChange)(nil),                 // 32: byoc.ims.v1.PlannedChange
+	(*EnqueueJobRequest)(nil),             // 33: byoc.ims.v1.EnqueueJobRequest
+	(*EnqueueJobResponse)(nil),            // 34: byoc.ims.v1.EnqueueJobResponse
+	(*EnqueueJobsRequest)(nil),            // 35: byoc.ims.v1.EnqueueJobsRequest
+	(*EnqueueJobsResponse)(nil),           // 36: byoc.ims.v1.EnqueueJobsResponse
+	(*ListJobsRequest)(nil),               // 37: byoc.ims.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),              // 38: byoc.ims.v1.ListJobsResponse
+	(*GetJobRequest)(nil),                 // 39: byoc.ims.v1.GetJobRequest
+	(*GetJobResponse)(nil),                // 40: byoc.ims.v1.GetJobResponse
+	(*LogLine)(nil),                       // 41: byoc.ims.v1.LogLine
+	(*StreamJobLogsRequest)(nil),          // 42: byoc.ims.v1.StreamJobLogsRequest
+	(*StreamJobLogsResponse)(nil),         // 43: byoc.ims.v1.StreamJobLogsResponse
+	(*CancelJobRequest)(nil),              // 44: byoc.ims.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),             // 45: byoc.ims.v1.CancelJobResponse
+	(*AppFile)(nil),                       // 46: byoc.ims.v1.AppFile
+	(*AppRevision)(nil),                   // 47: byoc.ims.v1.AppRevision
+	(*PushAppRevisionRequest)(nil),        // 48: byoc.ims.v1.PushAppRevisionRequest
+	(*PushAppRevisionResponse)(nil),       // 49: byoc.ims.v1.PushAppRevisionResponse
+	(*InstallApplied)(nil),                // 50: byoc.ims.v1.InstallApplied
+	(*ListAppRevisionsRequest)(nil),       // 51: byoc.ims.v1.ListAppRevisionsRequest
+	(*ListAppRevisionsResponse)(nil),      // 52: byoc.ims.v1.ListAppRevisionsResponse
+	(*DiffAppRevisionsRequest)(nil),       // 53: byoc.ims.v1.DiffAppRevisionsRequest
+	(*DiffAppRevisionsResponse)(nil),      // 54: byoc.ims.v1.DiffAppRevisionsResponse
+	(*ConfigChange)(nil),                  // 55: byoc.ims.v1.ConfigChange
+	(*ConfigDiagnostic)(nil),              // 56: byoc.ims.v1.ConfigDiagnostic
+	(*ConfigDiagnostics)(nil),             // 57: byoc.ims.v1.ConfigDiagnostics
+	(*PluginType)(nil),                    // 58: byoc.ims.v1.PluginType
+	(*RegisterPluginTypeRequest)(nil),     // 59: byoc.ims.v1.RegisterPluginTypeRequest
+	(*RegisterPluginTypeResponse)(nil),    // 60: byoc.ims.v1.RegisterPluginTypeResponse
+	(*ListPluginTypesRequest)(nil),        // 61: byoc.ims.v1.ListPluginTypesRequest
+	(*ListPluginTypesResponse)(nil),       // 62: byoc.ims.v1.ListPluginTypesResponse
+	(*GetPluginTypeRequest)(nil),          // 63: byoc.ims.v1.GetPluginTypeRequest
+	(*GetPluginTypeResponse)(nil),         // 64: byoc.ims.v1.GetPluginTypeResponse
+	(*RemovePluginTypeRequest)(nil),       // 65: byoc.ims.v1.RemovePluginTypeRequest
+	(*RemovePluginTypeResponse)(nil),      // 66: byoc.ims.v1.RemovePluginTypeResponse
+	nil,                                   // 67: byoc.ims.v1.Install.InputsEntry
+	nil,                                   // 68: byoc.ims.v1.InstallSettings.OverridesEntry
+	nil,                                   // 69: byoc.ims.v1.CreateInstallRequest.InputsEntry
+	nil,                                   // 70: byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
+	nil,                                   // 71: byoc.ims.v1.Job.OutputsEntry
+	(*timestamppb.Timestamp)(nil),         // 72: google.protobuf.Timestamp
+	(*InstallHealth)(nil),                 // 73: byoc.ims.v1.InstallHealth
+	(*Workflow)(nil),                      // 74: byoc.ims.v1.Workflow
+	(*structpb.Struct)(nil),               // 75: google.protobuf.Struct
+	(*structpb.Value)(nil),                // 76: google.protobuf.Value
+	(*PlanInstallRequest)(nil),            // 77: byoc.ims.v1.PlanInstallRequest
+	(*StartWorkflowRequest)(nil),          // 78: byoc.ims.v1.StartWorkflowRequest
+	(*ListWorkflowsRequest)(nil),          // 79: byoc.ims.v1.ListWorkflowsRequest
+	(*GetWorkflowRequest)(nil),            // 80: byoc.ims.v1.GetWorkflowRequest
+	(*ApproveWorkflowRequest)(nil),        // 81: byoc.ims.v1.ApproveWorkflowRequest
+	(*CancelWorkflowRequest)(nil),         // 82: byoc.ims.v1.CancelWorkflowRequest
+	(*RetryWorkflowStepRequest)(nil),      // 83: byoc.ims.v1.RetryWorkflowStepRequest
+	(*ListActionsRequest)(nil),            // 84: byoc.ims.v1.ListActionsRequest
+	(*StartActionRunRequest)(nil),         // 85: byoc.ims.v1.StartActionRunRequest
+	(*ListActionRunsRequest)(nil),         // 86: byoc.ims.v1.ListActionRunsRequest
+	(*GetActionRunRequest)(nil),           // 87: byoc.ims.v1.GetActionRunRequest
+	(*PlanInstallResponse)(nil),           // 88: byoc.ims.v1.PlanInstallResponse
+	(*StartWorkflowResponse)(nil),         // 89: byoc.ims.v1.StartWorkflowResponse
+	(*ListWorkflowsResponse)(nil),         // 90: byoc.ims.v1.ListWorkflowsResponse
+	(*GetWorkflowResponse)(nil),           // 91: byoc.ims.v1.GetWorkflowResponse
+	(*ApproveWorkflowResponse)(nil),       // 92: byoc.ims.v1.ApproveWorkflowResponse
+	(*CancelWorkflowResponse)(nil),        // 93: byoc.ims.v1.CancelWorkflowResponse
+	(*RetryWorkflowStepResponse)(nil),     // 94: byoc.ims.v1.RetryWorkflowStepResponse
+	(*ListActionsResponse)(nil),           // 95: byoc.ims.v1.ListActionsResponse
+	(*StartActionRunResponse)(nil),        // 96: byoc.ims.v1.StartActionRunResponse
+	(*ListActionRunsResponse)(nil),        // 97: byoc.ims.v1.ListActionRunsResponse
+	(*GetActionRunResponse)(nil),          // 98: byoc.ims.v1.GetActionRunResponse
 }
 var file_byoc_ims_v1_operator_proto_depIdxs = []int32{
 	0,   // 0: byoc.ims.v1.WhoAmIResponse.role:type_name -> byoc.ims.v1.Role
 	0,   // 1: byoc.ims.v1.CreateApiTokenRequest.role:type_name -> byoc.ims.v1.Role
-	71,  // 2: byoc.ims.v1.App.create_time:type_name -> google.protobuf.Timestamp
+	72,  // 2: byoc.ims.v1.App.create_time:type_name -> google.protobuf.Timestamp
 	7,   // 3: byoc.ims.v1.CreateAppResponse.app:type_name -> byoc.ims.v1.App
 	7,   // 4: byoc.ims.v1.ListAppsResponse.apps:type_name -> byoc.ims.v1.App
 	7,   // 5: byoc.ims.v1.GetAppResponse.app:type_name -> byoc.ims.v1.App
-	71,  // 6: byoc.ims.v1.AgentStatus.last_seen_time:type_name -> google.protobuf.Timestamp
-	71,  // 7: byoc.ims.v1.AgentStatus.enroll_time:type_name -> google.protobuf.Timestamp
-	71,  // 8: byoc.ims.v1.AgentStatus.identity_conflict_time:type_name -> google.protobuf.Timestamp
-	66,  // 9: byoc.ims.v1.Install.inputs:type_name -> byoc.ims.v1.Install.InputsEntry
-	71,  // 10: byoc.ims.v1.Install.create_time:type_name -> google.protobuf.Timestamp
+	72,  // 6: byoc.ims.v1.AgentStatus.last_seen_time:type_name -> google.protobuf.Timestamp
+	72,  // 7: byoc.ims.v1.AgentStatus.enroll_time:type_name -> google.protobuf.Timestamp
+	72,  // 8: byoc.ims.v1.AgentStatus.identity_conflict_time:type_name -> google.protobuf.Timestamp
+	67,  // 9: byoc.ims.v1.Install.inputs:type_name -> byoc.ims.v1.Install.InputsEntry
+	72,  // 10: byoc.ims.v1.Install.create_time:type_name -> google.protobuf.Timestamp
 	14,  // 11: byoc.ims.v1.Install.agent:type_name -> byoc.ims.v1.AgentStatus
 	16,  // 12: byoc.ims.v1.Install.settings:type_name -> byoc.ims.v1.InstallSettings
-	72,  // 13: byoc.ims.v1.Install.health:type_name -> byoc.ims.v1.InstallHealth
-	67,  // 14: byoc.ims.v1.InstallSettings.overrides:type_name -> byoc.ims.v1.InstallSettings.OverridesEntry
-	68,  // 15: byoc.ims.v1.CreateInstallRequest.inputs:type_name -> byoc.ims.v1.CreateInstallRequest.InputsEntry
+	73,  // 13: byoc.ims.v1.Install.health:type_name -> byoc.ims.v1.InstallHealth
+	68,  // 14: byoc.ims.v1.InstallSettings.overrides:type_name -> byoc.ims.v1.InstallSettings.OverridesEntry
+	69,  // 15: byoc.ims.v1.CreateInstallRequest.inputs:type_name -> byoc.ims.v1.CreateInstallRequest.InputsEntry
 	15,  // 16: byoc.ims.v1.CreateInstallResponse.install:type_name -> byoc.ims.v1.Install
 	19,  // 17: byoc.ims.v1.CreateInstallResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	71,  // 18: byoc.ims.v1.EnrollmentToken.expire_time:type_name -> google.protobuf.Timestamp
+	72,  // 18: byoc.ims.v1.EnrollmentToken.expire_time:type_name -> google.protobuf.Timestamp
 	15,  // 19: byoc.ims.v1.ListInstallsResponse.installs:type_name -> byoc.ims.v1.Install
 	15,  // 20: byoc.ims.v1.GetInstallResponse.install:type_name -> byoc.ims.v1.Install
 	15,  // 21: byoc.ims.v1.InstallStatus.install:type_name -> byoc.ims.v1.Install
 	24,  // 22: byoc.ims.v1.WatchInstallsResponse.installs:type_name -> byoc.ims.v1.InstallStatus
-	69,  // 23: byoc.ims.v1.UpdateInstallRequest.set_inputs:type_name -> byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
+	70,  // 23: byoc.ims.v1.UpdateInstallRequest.set_inputs:type_name -> byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
 	15,  // 24: byoc.ims.v1.UpdateInstallResponse.install:type_name -> byoc.ims.v1.Install
-	73,  // 25: byoc.ims.v1.UpdateInstallResponse.workflow:type_name -> byoc.ims.v1.Workflow
+	74,  // 25: byoc.ims.v1.UpdateInstallResponse.workflow:type_name -> byoc.ims.v1.Workflow
 	19,  // 26: byoc.ims.v1.CreateEnrollmentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	74,  // 27: byoc.ims.v1.Job.config:type_name -> google.protobuf.Struct
+	75,  // 27: byoc.ims.v1.Job.config:type_name -> google.protobuf.Struct
 	1,   // 28: byoc.ims.v1.Job.state:type_name -> byoc.ims.v1.JobState
-	71,  // 29: byoc.ims.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	71,  // 30: byoc.ims.v1.Job.start_time:type_name -> google.protobuf.Timestamp
-	71,  // 31: byoc.ims.v1.Job.end_time:type_name -> google.protobuf.Timestamp
-	71,  // 32: byoc.ims.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
-	70,  // 33: byoc.ims.v1.Job.outputs:type_name -> byoc.ims.v1.Job.OutputsEntry
-	74,  // 34: byoc.ims.v1.EnqueueJobRequest.config:type_name -> google.protobuf.Struct
-	31,  // 35: byoc.ims.v1.EnqueueJobResponse.job:type_name -> byoc.ims.v1.Job
-	32,  // 36: byoc.ims.v1.EnqueueJobsRequest.jobs:type_name -> byoc.ims.v1.EnqueueJobRequest
-	31,  // 37: byoc.ims.v1.EnqueueJobsResponse.jobs:type_name -> byoc.ims.v1.Job
-	1,   // 38: byoc.ims.v1.ListJobsRequest.states:type_name -> byoc.ims.v1.JobState
-	31,  // 39: byoc.ims.v1.ListJobsResponse.jobs:type_name -> byoc.ims.v1.Job
-	31,  // 40: byoc.ims.v1.GetJobResponse.job:type_name -> byoc.ims.v1.Job
-	71,  // 41: byoc.ims.v1.LogLine.time:type_name -> google.protobuf.Timestamp
-	2,   // 42: byoc.ims.v1.LogLine.stream:type_name -> byoc.ims.v1.LogStream
-	40,  // 43: byoc.ims.v1.StreamJobLogsResponse.lines:type_name -> byoc.ims.v1.LogLine
-	31,  // 44: byoc.ims.v1.StreamJobLogsResponse.job:type_name -> byoc.ims.v1.Job
-	31,  // 45: byoc.ims.v1.CancelJobResponse.job:type_name -> byoc.ims.v1.Job
-	71,  // 46: byoc.ims.v1.AppRevision.create_time:type_name -> google.protobuf.Timestamp
-	45,  // 47: byoc.ims.v1.PushAppRevisionRequest.files:type_name -> byoc.ims.v1.AppFile
-	7,   // 48: byoc.ims.v1.PushAppRevisionResponse.app:type_name -> byoc.ims.v1.App
-	46,  // 49: byoc.ims.v1.PushAppRevisionResponse.revision:type_name -> byoc.ims.v1.AppRevision
-	54,  // 50: byoc.ims.v1.PushAppRevisionResponse.changes:type_name -> byoc.ims.v1.ConfigChange
-	49,  // 51: byoc.ims.v1.PushAppRevisionResponse.installs:type_name -> byoc.ims.v1.InstallApplied
-	73,  // 52: byoc.ims.v1.PushAppRevisionResponse.workflows:type_name -> byoc.ims.v1.Workflow
-	15,  // 53: byoc.ims.v1.InstallApplied.install:type_name -> byoc.ims.v1.Install
-	19,  // 54: byoc.ims.v1.InstallApplied.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	46,  // 55: byoc.ims.v1.ListAppRevisionsResponse.revisions:type_name -> byoc.ims.v1.AppRevision
-	54,  // 56: byoc.ims.v1.DiffAppRevisionsResponse.changes:type_name -> byoc.ims.v1.ConfigChange
-	55,  // 57: byoc.ims.v1.ConfigDiagnostics.diagnostics:type_name -> byoc.ims.v1.ConfigDiagnostic
-	75,  // 58: byoc.ims.v1.PluginType.config_schema:type_name -> google.protobuf.Value
-	75,  // 59: byoc.ims.v1.PluginType.outputs_schema:type_name -> google.protobuf.Value
-	71,  // 60: byoc.ims.v1.PluginType.register_time:type_name -> google.protobuf.Timestamp
-	57,  // 61: byoc.ims.v1.RegisterPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
-	57,  // 62: byoc.ims.v1.RegisterPluginTypeResponse.replaced:type_name -> byoc.ims.v1.PluginType
-	57,  // 63: byoc.ims.v1.ListPluginTypesResponse.plugin_types:type_name -> byoc.ims.v1.PluginType
-	57,  // 64: byoc.ims.v1.GetPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
-	74,  // 65: byoc.ims.v1.InstallSettings.OverridesEntry.value:type_name -> google.protobuf.Struct
-	3,   // 66: byoc.ims.v1.OperatorService.WhoAmI:input_type -> byoc.ims.v1.WhoAmIRequest
-	5,   // 67: byoc.ims.v1.OperatorService.CreateApiToken:input_type -> byoc.ims.v1.CreateApiTokenRequest
-	8,   // 68: byoc.ims.v1.OperatorService.CreateApp:input_type -> byoc.ims.v1.CreateAppRequest
-	10,  // 69: byoc.ims.v1.OperatorService.ListApps:input_type -> byoc.ims.v1.ListAppsRequest
-	12,  // 70: byoc.ims.v1.OperatorService.GetApp:input_type -> byoc.ims.v1.GetAppRequest
-	47,  // 71: byoc.ims.v1.OperatorService.PushAppRevision:input_type -> byoc.ims.v1.PushAppRevisionRequest
-	50,  // 72: byoc.ims.v1.OperatorService.ListAppRevisions:input_type -> byoc.ims.v1.ListAppRevisionsRequest
-	52,  // 73: byoc.ims.v1.OperatorService.DiffAppRevisions:input_type -> byoc.ims.v1.DiffAppRevisionsRequest
-	17,  // 74: byoc.ims.v1.OperatorService.CreateInstall:input_type -> byoc.ims.v1.CreateInstallRequest
-	20,  // 75: byoc.ims.v1.OperatorService.ListInstalls:input_type -> byoc.ims.v1.ListInstallsRequest
-	22,  // 76: byoc.ims.v1.OperatorService.GetInstall:input_type -> byoc.ims.v1.GetInstallRequest
-	25,  // 77: byoc.ims.v1.OperatorService.WatchInstalls:input_type -> byoc.ims.v1.WatchInstallsRequest
-	29,  // 78: byoc.ims.v1.OperatorService.CreateEnrollmentToken:input_type -> byoc.ims.v1.CreateEnrollmentTokenRequest
-	27,  // 79: byoc.ims.v1.OperatorService.UpdateInstall:input_type -> byoc.ims.v1.UpdateInstallRequest
-	76,  // 80: byoc.ims.v1.OperatorService.PlanInstall:input_type -> byoc.ims.v1.PlanInstallRequest
-	77,  // 81: byoc.ims.v1.OperatorService.StartWorkflow:input_type -> byoc.ims.v1.StartWorkflowRequest
-	78,  // 82: byoc.ims.v1.OperatorService.ListWorkflows:input_type -> byoc.ims.v1.ListWorkflowsRequest
-	79,  // 83: byoc.ims.v1.OperatorService.GetWorkflow:input_type -> byoc.ims.v1.GetWorkflowRequest
-	80,  // 84: byoc.ims.v1.OperatorService.ApproveWorkflow:input_type -> byoc.ims.v1.ApproveWorkflowRequest
-	81,  // 85: byoc.ims.v1.OperatorService.CancelWorkflow:input_type -> byoc.ims.v1.CancelWorkflowRequest
-	82,  // 86: byoc.ims.v1.OperatorService.RetryWorkflowStep:input_type -> byoc.ims.v1.RetryWorkflowStepRequest
-	32,  // 87: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
-	34,  // 88: byoc.ims.v1.OperatorService.EnqueueJobs:input_type -> byoc.ims.v1.EnqueueJobsRequest
-	36,  // 89: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
-	38,  // 90: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
-	41,  // 91: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
-	43,  // 92: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
-	58,  // 93: byoc.ims.v1.OperatorService.RegisterPluginType:input_type -> byoc.ims.v1.RegisterPluginTypeRequest
-	60,  // 94: byoc.ims.v1.OperatorService.ListPluginTypes:input_type -> byoc.ims.v1.ListPluginTypesRequest
-	62,  // 95: byoc.ims.v1.OperatorService.GetPluginType:input_type -> byoc.ims.v1.GetPluginTypeRequest
-	64,  // 96: byoc.ims.v1.OperatorService.RemovePluginType:input_type -> byoc.ims.v1.RemovePluginTypeRequest
-	83,  // 97: byoc.ims.v1.OperatorService.ListActions:input_type -> byoc.ims.v1.ListActionsRequest
-	84,  // 98: byoc.ims.v1.OperatorService.StartActionRun:input_type -> byoc.ims.v1.StartActionRunRequest
-	85,  // 99: byoc.ims.v1.OperatorService.ListActionRuns:input_type -> byoc.ims.v1.ListActionRunsRequest
-	86,  // 100: byoc.ims.v1.OperatorService.GetActionRun:input_type -> byoc.ims.v1.GetActionRunRequest
-	4,   // 101: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
-	6,   // 102: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
-	9,   // 103: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
-	11,  // 104: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
-	13,  // 105: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
-	48,  // 106: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
-	51,  // 107: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
-	53,  // 108: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
-	18,  // 109: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
-	21,  // 110: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
-	23,  // 111: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
-	26,  // 112: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
-	30,  // 113: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
-	28,  // 114: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
-	87,  // 115: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
-	88,  // 116: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
-	89,  // 117: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
-	90,  // 118: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
-	91,  // 119: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
-	92,  // 120: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
-	93,  // 121: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
-	33,  // 122: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
-	35,  // 123: byoc.ims.v1.OperatorService.EnqueueJobs:output_type -> byoc.ims.v1.EnqueueJobsResponse
-	37,  // 124: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
-	39,  // 125: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
-	42,  // 126: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
-	44,  // 127: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
-	59,  // 128: byoc.ims.v1.OperatorService.RegisterPluginType:output_type -> byoc.ims.v1.RegisterPluginTypeResponse
-	61,  // 129: byoc.ims.v1.OperatorService.ListPluginTypes:output_type -> byoc.ims.v1.ListPluginTypesResponse
-	63,  // 130: byoc.ims.v1.OperatorService.GetPluginType:output_type -> byoc.ims.v1.GetPluginTypeResponse
-	65,  // 131: byoc.ims.v1.OperatorService.RemovePluginType:output_type -> byoc.ims.v1.RemovePluginTypeResponse
-	94,  // 132: byoc.ims.v1.OperatorService.ListActions:output_type -> byoc.ims.v1.ListActionsResponse
-	95,  // 133: byoc.ims.v1.OperatorService.StartActionRun:output_type -> byoc.ims.v1.StartActionRunResponse
-	96,  // 134: byoc.ims.v1.OperatorService.ListActionRuns:output_type -> byoc.ims.v1.ListActionRunsResponse
-	97,  // 135: byoc.ims.v1.OperatorService.GetActionRun:output_type -> byoc.ims.v1.GetActionRunResponse
-	101, // [101:136] is the sub-list for method output_type
-	66,  // [66:101] is the sub-list for method input_type
-	66,  // [66:66] is the sub-list for extension type_name
-	66,  // [66:66] is the sub-list for extension extendee
-	0,   // [0:66] is the sub-list for field type_name
+	72,  // 29: byoc.ims.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	72,  // 30: byoc.ims.v1.Job.start_time:type_name -> google.protobuf.Timestamp
+	72,  // 31: byoc.ims.v1.Job.end_time:type_name -> google.protobuf.Timestamp
+	72,  // 32: byoc.ims.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
+	71,  // 33: byoc.ims.v1.Job.outputs:type_name -> byoc.ims.v1.Job.OutputsEntry
+	32,  // 34: byoc.ims.v1.Job.planned_changes:type_name -> byoc.ims.v1.PlannedChange
+	76,  // 35: byoc.ims.v1.PlannedChange.before:type_name -> google.protobuf.Value
+	76,  // 36: byoc.ims.v1.PlannedChange.after:type_name -> google.protobuf.Value
+	75,  // 37: byoc.ims.v1.EnqueueJobRequest.config:type_name -> google.protobuf.Struct
+	31,  // 38: byoc.ims.v1.EnqueueJobResponse.job:type_name -> byoc.ims.v1.Job
+	33,  // 39: byoc.ims.v1.EnqueueJobsRequest.jobs:type_name -> byoc.ims.v1.EnqueueJobRequest
+	31,  // 40: byoc.ims.v1.EnqueueJobsResponse.jobs:type_name -> byoc.ims.v1.Job
+	1,   // 41: byoc.ims.v1.ListJobsRequest.states:type_name -> byoc.ims.v1.JobState
+	31,  // 42: byoc.ims.v1.ListJobsResponse.jobs:type_name -> byoc.ims.v1.Job
+	31,  // 43: byoc.ims.v1.GetJobResponse.job:type_name -> byoc.ims.v1.Job
+	72,  // 44: byoc.ims.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	2,   // 45: byoc.ims.v1.LogLine.stream:type_name -> byoc.ims.v1.LogStream
+	41,  // 46: byoc.ims.v1.StreamJobLogsResponse.lines:type_name -> byoc.ims.v1.LogLine
+	31,  // 47: byoc.ims.v1.StreamJobLogsResponse.job:type_name -> byoc.ims.v1.Job
+	31,  // 48: byoc.ims.v1.CancelJobResponse.job:type_name -> byoc.ims.v1.Job
+	72,  // 49: byoc.ims.v1.AppRevision.create_time:type_name -> google.protobuf.Timestamp
+	46,  // 50: byoc.ims.v1.PushAppRevisionRequest.files:type_name -> byoc.ims.v1.AppFile
+	7,   // 51: byoc.ims.v1.PushAppRevisionResponse.app:type_name -> byoc.ims.v1.App
+	47,  // 52: byoc.ims.v1.PushAppRevisionResponse.revision:type_name -> byoc.ims.v1.AppRevision
+	55,  // 53: byoc.ims.v1.PushAppRevisionResponse.changes:type_name -> byoc.ims.v1.ConfigChange
+	50,  // 54: byoc.ims.v1.PushAppRevisionResponse.installs:type_name -> byoc.ims.v1.InstallApplied
+	74,  // 55: byoc.ims.v1.PushAppRevisionResponse.workflows:type_name -> byoc.ims.v1.Workflow
+	15,  // 56: byoc.ims.v1.InstallApplied.install:type_name -> byoc.ims.v1.Install
+	19,  // 57: byoc.ims.v1.InstallApplied.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
+	47,  // 58: byoc.ims.v1.ListAppRevisionsResponse.revisions:type_name -> byoc.ims.v1.AppRevision
+	55,  // 59: byoc.ims.v1.DiffAppRevisionsResponse.changes:type_name -> byoc.ims.v1.ConfigChange
+	56,  // 60: byoc.ims.v1.ConfigDiagnostics.diagnostics:type_name -> byoc.ims.v1.ConfigDiagnostic
+	76,  // 61: byoc.ims.v1.PluginType.config_schema:type_name -> google.protobuf.Value
+	76,  // 62: byoc.ims.v1.PluginType.outputs_schema:type_name -> google.protobuf.Value
+	72,  // 63: byoc.ims.v1.PluginType.register_time:type_name -> google.protobuf.Timestamp
+	58,  // 64: byoc.ims.v1.RegisterPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
+	58,  // 65: byoc.ims.v1.RegisterPluginTypeResponse.replaced:type_name -> byoc.ims.v1.PluginType
+	58,  // 66: byoc.ims.v1.ListPluginTypesResponse.plugin_types:type_name -> byoc.ims.v1.PluginType
+	58,  // 67: byoc.ims.v1.GetPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
+	75,  // 68: byoc.ims.v1.InstallSettings.OverridesEntry.value:type_name -> google.protobuf.Struct
+	3,   // 69: byoc.ims.v1.OperatorService.WhoAmI:input_type -> byoc.ims.v1.WhoAmIRequest
+	5,   // 70: byoc.ims.v1.OperatorService.CreateApiToken:input_type -> byoc.ims.v1.CreateApiTokenRequest
+	8,   // 71: byoc.ims.v1.OperatorService.CreateApp:input_type -> byoc.ims.v1.CreateAppRequest
+	10,  // 72: byoc.ims.v1.OperatorService.ListApps:input_type -> byoc.ims.v1.ListAppsRequest
+	12,  // 73: byoc.ims.v1.OperatorService.GetApp:input_type -> byoc.ims.v1.GetAppRequest
+	48,  // 74: byoc.ims.v1.OperatorService.PushAppRevision:input_type -> byoc.ims.v1.PushAppRevisionRequest
+	51,  // 75: byoc.ims.v1.OperatorService.ListAppRevisions:input_type -> byoc.ims.v1.ListAppRevisionsRequest
+	53,  // 76: byoc.ims.v1.OperatorService.DiffAppRevisions:input_type -> byoc.ims.v1.DiffAppRevisionsRequest
+	17,  // 77: byoc.ims.v1.OperatorService.CreateInstall:input_type -> byoc.ims.v1.CreateInstallRequest
+	20,  // 78: byoc.ims.v1.OperatorService.ListInstalls:input_type -> byoc.ims.v1.ListInstallsRequest
+	22,  // 79: byoc.ims.v1.OperatorService.GetInstall:input_type -> byoc.ims.v1.GetInstallRequest
+	25,  // 80: byoc.ims.v1.OperatorService.WatchInstalls:input_type -> byoc.ims.v1.WatchInstallsRequest
+	29,  // 81: byoc.ims.v1.OperatorService.CreateEnrollmentToken:input_type -> byoc.ims.v1.CreateEnrollmentTokenRequest
+	27,  // 82: byoc.ims.v1.OperatorService.UpdateInstall:input_type -> byoc.ims.v1.UpdateInstallRequest
+	77,  // 83: byoc.ims.v1.OperatorService.PlanInstall:input_type -> byoc.ims.v1.PlanInstallRequest
+	78,  // 84: byoc.ims.v1.OperatorService.StartWorkflow:input_type -> byoc.ims.v1.StartWorkflowRequest
+	79,  // 85: byoc.ims.v1.OperatorService.ListWorkflows:input_type -> byoc.ims.v1.ListWorkflowsRequest
+	80,  // 86: byoc.ims.v1.OperatorService.GetWorkflow:input_type -> byoc.ims.v1.GetWorkflowRequest
+	81,  // 87: byoc.ims.v1.OperatorService.ApproveWorkflow:input_type -> byoc.ims.v1.ApproveWorkflowRequest
+	82,  // 88: byoc.ims.v1.OperatorService.CancelWorkflow:input_type -> byoc.ims.v1.CancelWorkflowRequest
+	83,  // 89: byoc.ims.v1.OperatorService.RetryWorkflowStep:input_type -> byoc.ims.v1.RetryWorkflowStepRequest
+	33,  // 90: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
+	35,  // 91: byoc.ims.v1.OperatorService.EnqueueJobs:input_type -> byoc.ims.v1.EnqueueJobsRequest
+	37,  // 92: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
+	39,  // 93: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
+	42,  // 94: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
+	44,  // 95: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
+	59,  // 96: byoc.ims.v1.OperatorService.RegisterPluginType:input_type -> byoc.ims.v1.RegisterPluginTypeRequest
+	61,  // 97: byoc.ims.v1.OperatorService.ListPluginTypes:input_type -> byoc.ims.v1.ListPluginTypesRequest
+	63,  // 98: byoc.ims.v1.OperatorService.GetPluginType:input_type -> byoc.ims.v1.GetPluginTypeRequest
+	65,  // 99: byoc.ims.v1.OperatorService.RemovePluginType:input_type -> byoc.ims.v1.RemovePluginTypeRequest
+	84,  // 100: byoc.ims.v1.OperatorService.ListActions:input_type -> byoc.ims.v1.ListActionsRequest
+	85,  // 101: byoc.ims.v1.OperatorService.StartActionRun:input_type -> byoc.ims.v1.StartActionRunRequest
+	86,  // 102: byoc.ims.v1.OperatorService.ListActionRuns:input_type -> byoc.ims.v1.ListActionRunsRequest
+	87,  // 103: byoc.ims.v1.OperatorService.GetActionRun:input_type -> byoc.ims.v1.GetActionRunRequest
+	4,   // 104: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
+	6,   // 105: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
+	9,   // 106: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
+	11,  // 107: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
+	13,  // 108: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
+	49,  // 109: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
+	52,  // 110: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
+	54,  // 111: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
+	18,  // 112: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
+	21,  // 113: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
+	23,  // 114: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
+	26,  // 115: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
+	30,  // 116: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
+	28,  // 117: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
+	88,  // 118: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
+	89,  // 119: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
+	90,  // 120: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
+	91,  // 121: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
+	92,  // 122: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
+	93,  // 123: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
+	94,  // 124: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
+	34,  // 125: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
+	36,  // 126: byoc.ims.v1.OperatorService.EnqueueJobs:output_type -> byoc.ims.v1.EnqueueJobsResponse
+	38,  // 127: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
+	40,  // 128: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
+	43,  // 129: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
+	45,  // 130: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
+	60,  // 131: byoc.ims.v1.OperatorService.RegisterPluginType:output_type -> byoc.ims.v1.RegisterPluginTypeResponse
+	62,  // 132: byoc.ims.v1.OperatorService.ListPluginTypes:output_type -> byoc.ims.v1.ListPluginTypesResponse
+	64,  // 133: byoc.ims.v1.OperatorService.GetPluginType:output_type -> byoc.ims.v1.GetPluginTypeResponse
+	66,  // 134: byoc.ims.v1.OperatorService.RemovePluginType:output_type -> byoc.ims.v1.RemovePluginTypeResponse
+	95,  // 135: byoc.ims.v1.OperatorService.ListActions:output_type -> byoc.ims.v1.ListActionsResponse
+	96,  // 136: byoc.ims.v1.OperatorService.StartActionRun:output_type -> byoc.ims.v1.StartActionRunResponse
+	97,  // 137: byoc.ims.v1.OperatorService.ListActionRuns:output_type -> byoc.ims.v1.ListActionRunsResponse
+	98,  // 138: byoc.ims.v1.OperatorService.GetActionRun:output_type -> byoc.ims.v1.GetActionRunResponse
+	104, // [104:139] is the sub-list for method output_type
+	69,  // [69:104] is the sub-list for method input_type
+	69,  // [69:69] is the sub-list for extension type_name
+	69,  // [69:69] is the sub-list for extension extendee
+	0,   // [0:69] is the sub-list for field type_name
 }
 
 func init() { file_byoc_ims_v1_operator_proto_init() }
@@ -4646,7 +4749,7 @@ func file_byoc_ims_v1_operator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byoc_ims_v1_operator_proto_rawDesc), len(file_byoc_ims_v1_operator_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   68,
+			NumMessages:   69,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
