@@ -5,8 +5,10 @@ package storetest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -735,11 +737,21 @@ func testAckAndFinish(t *testing.T, e *env) {
 	_, err := e.s.FinishJob(ctx, "job-1", w, store.Result{State: store.JobRunning}, at(4*time.Minute))
 	wantErr(t, err, errs.Invalid, "state")
 
-	res := store.Result{State: store.JobSucceeded, ExitCode: 0, Outputs: map[string]string{"url": "https://x"}}
+	plan := []store.PlannedChange{
+		{Address: "bucket.b1", Action: "create", After: json.RawMessage(`{"name":"b1"}`), Summary: "new"},
+		{Address: "policy.p", Action: "update", Before: json.RawMessage(`{"n":1}`), After: json.RawMessage(`{"n":2}`)},
+	}
+	bad := store.Result{State: store.JobSucceeded, PlannedChanges: []store.PlannedChange{{Address: "x", Action: "create", After: json.RawMessage(`{`)}}}
+	_, err = e.s.FinishJob(ctx, "job-1", w, bad, at(4*time.Minute))
+	wantErr(t, err, errs.Invalid, "planned_changes[0]")
+	res := store.Result{State: store.JobSucceeded, ExitCode: 0, Outputs: map[string]string{"url": "https://x"}, PlannedChanges: plan}
 	changed, err := e.s.FinishJob(ctx, "job-1", w, res, at(4*time.Minute))
 	ok(t, err)
 	equal(t, "changed", changed, true)
 	done := e.job("job-1")
+	if !reflect.DeepEqual(done.PlannedChanges, plan) {
+		t.Fatalf("planned changes %+v, want %+v", done.PlannedChanges, plan)
+	}
 	equal(t, "state", done.State, store.JobSucceeded)
 	equal(t, "ended", done.EndedAt, at(4*time.Minute))
 	equal(t, "output", done.Outputs["url"], "https://x")
@@ -767,6 +779,7 @@ func testAckAndFinish(t *testing.T, e *env) {
 	equal(t, "failed state", failed.State, store.JobFailed)
 	equal(t, "exit code", failed.ExitCode, 3)
 	equal(t, "error", failed.Error, "boom")
+	equal(t, "no planned changes", len(failed.PlannedChanges), 0)
 	_, err = e.s.FinishJob(ctx, "nope", w, res, at(5*time.Minute))
 	wantErr(t, err, errs.NotFound)
 }
