@@ -93,9 +93,7 @@ func TestRun(t *testing.T) {
 // plugin's own function, is in the log.
 func TestPanicStackInLog(t *testing.T) {
 	c := sdktest.Start(t, fake{apply: func(context.Context, *sdk.ApplyRequest) (*sdk.ApplyResponse, error) {
-		var m map[string]int
-		m["x"] = 1 // a nil map write: a runtime panic
-		return nil, nil
+		panic("assignment to entry in nil map")
 	}})
 	var logs []string
 	res, err := c.Run(t.Context(), sdk.OpApply, &sdk.RunRequest{}, func(e sdk.LogEvent) {

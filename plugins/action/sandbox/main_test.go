@@ -1,10 +1,18 @@
 package sandbox
 
 import (
+	"os"
 	"testing"
 
 	"go.uber.org/goleak"
 )
 
-// TestMain fails a passing run that leaves goroutines behind.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain serves the test binary as a plugin-like process when run as
+// "hold-step" (sweep_test.go), and otherwise fails a passing run that
+// leaves goroutines behind.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "hold-step" {
+		holdStep()
+	}
+	goleak.VerifyTestMain(m)
+}

@@ -15,13 +15,6 @@ import (
 	"time"
 )
 
-func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == "hold-step" {
-		holdStep()
-	}
-	os.Exit(m.Run())
-}
-
 // holdStep is a plugin-like process (the test binary run as "hold-step"):
 // it runs a sandboxed step in a cgroup, as the action plugin does, which
 // prints "started" and sleeps until the process is killed.
