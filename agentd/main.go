@@ -139,7 +139,8 @@ func run(ctx context.Context, args []string) int {
 		Pins:     pinMap,
 		Logger:   log,
 	}
-	runner := &agent.PluginRunner{Loader: loader, WorkRoot: filepath.Join(stateDir, "jobs"), Secrets: secretMap, Logger: log}
+	runner := &agent.PluginRunner{Loader: loader, WorkRoot: filepath.Join(stateDir, "jobs"),
+		StateRoot: filepath.Join(stateDir, "components"), Secrets: secretMap, Logger: log}
 	defer runner.Close()
 	// A previous agentd killed mid-job left its workspaces, its plugins'
 	// socket dirs and its steps' cgroups; no job of this one runs yet.

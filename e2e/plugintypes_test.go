@@ -112,6 +112,8 @@ func TestPluginTypeRegistry(t *testing.T) {
 	wantCode(t, err, connect.CodeInvalidArgument, `config_schema: schema at /properties/name: keyword "if" is not supported`)
 	_, err = register(admin, "")
 	wantCode(t, err, connect.CodeInvalidArgument, "description")
+	_, err = register(admin, strings.ReplaceAll(greetingDescribe, `"1.1"`, `"2.0"`))
+	wantCode(t, err, connect.CodeInvalidArgument, "protocol: the plugin speaks byoc plugin protocol 2.0, but agents speak 1.x: no agent could run it")
 
 	list, err := viewer.ListPluginTypes(ctx, connect.NewRequest(&imsv1.ListPluginTypesRequest{}))
 	if err != nil {
@@ -215,7 +217,7 @@ func TestPluginRegisterAndPush(t *testing.T) {
 	// Registered from stdin, as in the docs: describe | byoc plugin register -.
 	reg := cli.Cmd("plugin", "register", "-")
 	reg.Stdin = bytes.NewReader(describe)
-	if out, err := reg.CombinedOutput(); err != nil || !strings.Contains(string(out), `Registered component type "localfile" version 0.1.0 (protocol 1.1).`) {
+	if out, err := reg.CombinedOutput(); err != nil || !strings.Contains(string(out), `Registered component type "localfile" version 0.1.0 (protocol 1.2).`) {
 		t.Fatalf("register: %v\n%s", err, out)
 	}
 	if out := run(0, "plugin", "list"); !strings.Contains(out, "localfile") || !strings.Contains(out, "destroy,drift,outputs_schema") || !strings.Contains(out, "action") {

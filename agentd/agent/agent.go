@@ -47,6 +47,9 @@ type Job struct {
 	Timeout       time.Duration
 	// Mode is the permission mode the job needs; the agent checked it.
 	Mode string
+	// Component names the install's component the job is for; empty for
+	// a job of no component (an action run).
+	Component string
 }
 
 // Outcome is how a job ended.
@@ -55,6 +58,8 @@ type Outcome struct {
 	ExitCode int32
 	Error    string
 	Outputs  map[string]string
+	// PlannedChanges are a plan's or drift check's changes, redacted.
+	PlannedChanges []*agentv1.PlannedChange
 }
 
 // Config is everything the agent needs.

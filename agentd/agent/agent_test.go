@@ -109,6 +109,12 @@ func (r *runRecorder) get() (started, stopped []string) {
 // "ins_1" against it.
 func startFake(t *testing.T, f *fakeIMS, rr *runRecorder) *Agent {
 	t.Helper()
+	return startFakeWith(t, f, Config{Runner: rr})
+}
+
+// startFakeWith is startFake with the agent's runner and logger from cfg.
+func startFakeWith(t *testing.T, f *fakeIMS, cfg Config) *Agent {
+	t.Helper()
 	f.streams = make(chan *fakeStream, 10)
 	if f.welcome == nil {
 		f.welcome = &agentv1.Welcome{InstallId: "ins_1", HeartbeatIntervalMs: 100, LeaseDurationMs: 600}
@@ -128,7 +134,7 @@ func startFake(t *testing.T, f *fakeIMS, rr *runRecorder) *Agent {
 	if err := identity.Save(dir, identity.Identity{AgentID: "agt_1", InstallID: "ins_1", IMSURL: "http://" + ln.Addr().String(), PrivateKey: key}); err != nil {
 		t.Fatal(err)
 	}
-	a, err := New(context.Background(), Config{IMSURL: "http://" + ln.Addr().String(), StateDir: dir, Runner: rr,
+	a, err := New(context.Background(), Config{IMSURL: "http://" + ln.Addr().String(), StateDir: dir, Runner: cfg.Runner, Logger: cfg.Logger,
 		BackoffMin: 20 * time.Millisecond, BackoffMax: 50 * time.Millisecond, FlushInterval: 5 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

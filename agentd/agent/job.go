@@ -133,7 +133,7 @@ func (a *Agent) beginLocked(j *jobRun) {
 	}
 	job := Job{
 		ID: as.JobId, InstallID: as.InstallId, Attempt: as.Attempt,
-		ComponentType: as.ComponentType, Operation: as.Operation,
+		ComponentType: as.ComponentType, Component: as.Component, Operation: as.Operation,
 		Config: as.Config.AsMap(), Timeout: timeout, Mode: as.Mode,
 	}
 	a.wg.Add(1)
@@ -259,7 +259,7 @@ func (a *Agent) finish(j *jobRun, out Outcome) {
 	}
 	j.result = &agentv1.JobResult{
 		JobId: j.id, FencingToken: j.token, Outcome: out.Outcome, ExitCode: out.ExitCode,
-		Error: out.Error, Outputs: out.Outputs, LastSeq: j.nextSeq,
+		Error: out.Error, Outputs: out.Outputs, LastSeq: j.nextSeq, PlannedChanges: out.PlannedChanges,
 	}
 	a.mu.Unlock()
 	a.kickNow()

@@ -7,9 +7,13 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/byoc-dev/byoc/agentd/pluginhost"
 	"github.com/byoc-dev/byoc/agentd/redact"
@@ -20,10 +24,18 @@ import (
 )
 
 // PluginRunner runs each job in a fresh component plugin subprocess, in a
-// workspace of its own under WorkRoot.
+// workspace of its own under WorkRoot, with its component's state
+// directory under StateRoot.
 type PluginRunner struct {
-	Loader   *pluginhost.Loader
+	Loader *pluginhost.Loader
+	// WorkRoot holds the job workspaces, WORKROOT/<job>-<attempt>/: created
+	// empty for an attempt and deleted when it ends (STATE/jobs).
 	WorkRoot string
+	// StateRoot holds the components' persistent state directories,
+	// STATEROOT/<component>/ (STATE/components): kept across jobs and
+	// restarts, never swept, never sent to imsd; one job of a component
+	// holds its directory at a time. Empty: jobs get no state directory.
+	StateRoot string
 	// Secrets are the customer's secrets, by name (from the agent's
 	// secrets file). A job receives those its config names in a
 	// top-level "secrets" list, as environment variables of its
@@ -73,6 +85,10 @@ func (r *PluginRunner) Run(ctx context.Context, job Job, rawLog func(int32, stri
 	stream.Flush()
 	out.Error = red.String(out.Error)
 	out.Outputs = red.Map(out.Outputs)
+	for _, c := range out.PlannedChanges {
+		c.Address, c.Summary = red.String(c.Address), red.String(c.Summary)
+		c.Before, c.After = redactValue(red, c.Before), redactValue(red, c.After)
+	}
 	// What a plugin killed mid-job may have left (its step cgroups) goes
 	// now, not at the next restart.
 	swept, err := r.Sweep()
@@ -85,6 +101,50 @@ func (r *PluginRunner) Run(ctx context.Context, job Job, rawLog func(int32, stri
 		}
 	}
 	return out
+}
+
+// redactValue redacts every string in a planned change's value.
+func redactValue(red *redact.Redactor, v *structpb.Value) *structpb.Value {
+	switch k := v.GetKind().(type) {
+	case *structpb.Value_StringValue:
+		return structpb.NewStringValue(red.String(k.StringValue))
+	case *structpb.Value_ListValue:
+		out := &structpb.ListValue{}
+		for _, e := range k.ListValue.GetValues() {
+			out.Values = append(out.Values, redactValue(red, e))
+		}
+		return structpb.NewListValue(out)
+	case *structpb.Value_StructValue:
+		out := &structpb.Struct{Fields: map[string]*structpb.Value{}}
+		for name, e := range k.StructValue.GetFields() {
+			out.Fields[red.String(name)] = redactValue(red, e)
+		}
+		return structpb.NewStructValue(out)
+	}
+	return v
+}
+
+// changedKeys lists the top-level keys whose values differ between two
+// objects, sorted; nil unless both are objects.
+func changedKeys(before, after any) []string {
+	b, ok1 := before.(map[string]any)
+	a, ok2 := after.(map[string]any)
+	if !ok1 || !ok2 {
+		return nil
+	}
+	var keys []string
+	for k, v := range a {
+		if w, ok := b[k]; !ok || !reflect.DeepEqual(v, w) {
+			keys = append(keys, k)
+		}
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 // SensitiveKey is the top-level config key that lists values to redact
@@ -212,6 +272,24 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, log fu
 	}
 	defer os.RemoveAll(work)
 
+	// The component's state directory, held until the plugin and all its
+	// processes are gone (the deferred Kill below runs first).
+	stateDir := ""
+	if job.Component != "" && r.StateRoot != "" {
+		st, err := r.acquireState(ctx, job, log)
+		if err != nil {
+			if ctx.Err() != nil {
+				// The agent reports why the job ended; the log says
+				// what it was waiting for.
+				log(StreamSystem, "[agentd] "+red.String(err.Error()))
+				return Outcome{}
+			}
+			return fail("%v", err)
+		}
+		defer st.release()
+		stateDir = st.dir
+	}
+
 	// The plugin and what it runs see this environment and nothing of the
 	// agent's own: no inherited cloud credentials.
 	env := map[string]string{
@@ -224,10 +302,17 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, log fu
 		"BYOC_ATTEMPT":    fmt.Sprint(job.Attempt),
 		"BYOC_OPERATION":  job.Operation,
 	}
+	if stateDir != "" {
+		env["BYOC_STATE_DIR"] = stateDir
+	}
 	started := time.Now()
-	inst, err := r.Loader.Start(ctx, job.ComponentType, pluginhost.StartOptions{WorkDir: work, Env: env})
+	// What the plugin prints outside the protocol (fmt.Println debugging,
+	// a panic's stacks, anything before Serve) goes to the job's log on
+	// the system stream, through the redactor like every line.
+	output := func(source, text string) { log(StreamSystem, "[plugin "+source+"] "+text) }
+	inst, err := r.Loader.Start(ctx, job.ComponentType, pluginhost.StartOptions{WorkDir: work, Env: env, Output: output})
 	if err != nil {
-		return fail("start plugin for type %q: %v", job.ComponentType, err)
+		return fail("%v", err) // "start plugin TYPE: …"
 	}
 	defer inst.Kill()
 	d := inst.Description()
@@ -256,7 +341,8 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, log fu
 	opEnv := maps.Clone(env)
 	maps.Copy(opEnv, secretEnv)
 	res, err := inst.Run(ctx, job.Operation, &sdk.RunRequest{
-		Job:    sdk.JobContext{JobID: job.ID, InstallID: job.InstallID, Attempt: int(job.Attempt), WorkDir: work, Timeout: job.Timeout},
+		Job: sdk.JobContext{JobID: job.ID, InstallID: job.InstallID, Attempt: int(job.Attempt), WorkDir: work,
+			StateDir: stateDir, Timeout: job.Timeout},
 		Config: job.Config,
 		Env:    opEnv,
 	}, func(e sdk.LogEvent) { log(int32(e.Stream), e.Text) })
@@ -266,7 +352,39 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, log fu
 	if err != nil {
 		return fail("%v", err)
 	}
+	// The agent protocol carries no plan yet: a plan's or drift check's
+	// verdict and summary reach the operator in the job log.
+	if job.Operation == sdk.OpDrift && res.Error == "" {
+		verdict := "no drift"
+		if res.Drifted {
+			verdict = "drifted"
+		}
+		log(StreamSystem, "[agentd] drift check: "+verdict)
+	}
+	if changes := strings.TrimRight(res.Changes, "\n"); changes != "" {
+		for _, line := range strings.Split(changes, "\n") {
+			log(StreamSystem, "[agentd] changes: "+line)
+		}
+	}
+	for _, c := range res.PlannedChanges {
+		line := "[agentd] " + job.Operation + ": " + c.String()
+		if keys := changedKeys(c.Before, c.After); len(keys) > 0 {
+			line += " (changed: " + strings.Join(keys, ", ") + ")"
+		}
+		log(StreamSystem, line)
+	}
 	out := Outcome{Outcome: agentv1.Outcome_OUTCOME_SUCCEEDED, ExitCode: int32(res.ExitCode), Outputs: res.Outputs}
+	for _, c := range res.PlannedChanges {
+		pc := &agentv1.PlannedChange{Address: c.Address, Action: c.Action, Summary: c.Summary}
+		// The values came from protobuf, so they convert back.
+		if c.Before != nil {
+			pc.Before, _ = structpb.NewValue(c.Before)
+		}
+		if c.After != nil {
+			pc.After, _ = structpb.NewValue(c.After)
+		}
+		out.PlannedChanges = append(out.PlannedChanges, pc)
+	}
 	if res.Error != "" || res.ExitCode != 0 {
 		out.Outcome = agentv1.Outcome_OUTCOME_FAILED
 		out.Error = res.Error

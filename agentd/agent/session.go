@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
@@ -349,12 +350,12 @@ func (a *Agent) flush(st *clientStream, ss *sessionState) error {
 		if j.result != nil && !j.resultSent && j.ackDone && len(j.lines) == 0 {
 			j.resultSent = true
 			ss.nextWrite++
-			r := j.result
+			// A copy with this stream's write id; every other field as
+			// finish made it.
+			r := proto.CloneOf(j.result)
+			r.WriteId = ss.nextWrite
 			ss.writes[ss.nextWrite] = writeRef{job: j, kind: writeResult}
-			out = append(out, &agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Result{Result: &agentv1.JobResult{
-				WriteId: ss.nextWrite, JobId: r.JobId, FencingToken: r.FencingToken, Outcome: r.Outcome,
-				ExitCode: r.ExitCode, Error: r.Error, Outputs: r.Outputs, LastSeq: r.LastSeq,
-			}}})
+			out = append(out, &agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Result{Result: r}})
 		}
 	}
 	a.mu.Unlock()

@@ -30,6 +30,14 @@ type Instance struct {
 	desc *sdk.Description
 	// sockDir holds the plugin's gRPC socket; removed by Kill.
 	sockDir string
+	// out takes what the plugin prints outside the protocol; writers are
+	// its line splitters, flushed by Kill.
+	out     *output
+	writers []*lineWriter
+	// synced counts the calls after which the plugin writes sync lines
+	// (protocol 1.2); guarded by syncMu.
+	syncMu sync.Mutex
+	synced int
 
 	killOnce sync.Once
 }
@@ -59,6 +67,7 @@ func (i *Instance) Validate(ctx context.Context, config map[string]any) (*sdk.Va
 	if err != nil {
 		return nil, i.callError(ctx, "validate", err)
 	}
+	i.syncOutput()
 	return v, nil
 }
 
@@ -72,7 +81,23 @@ func (i *Instance) Run(ctx context.Context, op string, req *sdk.RunRequest, onLo
 	if err != nil {
 		return nil, i.callError(ctx, op, err)
 	}
+	i.syncOutput()
 	return res, nil
+}
+
+// syncOutput waits, after a call that succeeded, until what the plugin
+// printed during it has arrived: a plugin of protocol 1.2 writes a sync
+// line to its stdout and stderr after each Validate and operation, and
+// go-plugin forwards them in order behind the rest.
+func (i *Instance) syncOutput() {
+	if i.desc == nil || i.desc.Negotiated.Less(sdk.ProtocolVersion{Major: 1, Minor: 2}) {
+		return
+	}
+	i.syncMu.Lock()
+	i.synced++
+	n := i.synced
+	i.syncMu.Unlock()
+	i.out.waitSync(n)
 }
 
 // callError explains why a call failed: the caller gave up, or the plugin
@@ -127,8 +152,13 @@ func (i *Instance) Kill() {
 			i.killGroup()
 		}
 		// Reaps the plugin and stops go-plugin's goroutines; the process is
-		// already dead, so this does not wait for a graceful exit.
+		// already dead, so this does not wait for a graceful exit. It
+		// returns once the process's stderr is read to its end.
 		i.client.Kill()
+		for _, w := range i.writers {
+			w.flush()
+		}
+		i.out.close()
 		os.RemoveAll(i.sockDir)
 	})
 }

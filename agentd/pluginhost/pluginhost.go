@@ -103,6 +103,14 @@ type StartOptions struct {
 	// Env is added to the plugin's minimal base environment; nothing of the
 	// agent's own environment is passed on.
 	Env map[string]string
+	// Output, if set, receives each line the plugin process prints
+	// outside the protocol, from its start until Kill returns: source
+	// "stdout" or "stderr". That is what plugin code writes to os.Stdout
+	// or os.Stderr while serving, and the process's own stderr: a panic
+	// with its stacks, the log package's output, anything printed before
+	// Serve. Every line also goes to the Loader's logger at debug level.
+	// It is called from go-plugin's goroutines, never after Kill returns.
+	Output func(source, text string)
 }
 
 // Start launches a plugin for type typ and completes the handshake.
@@ -144,6 +152,8 @@ func (l *Loader) Start(ctx context.Context, typ string, opt StartOptions) (*Inst
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	logger = logger.With("plugin", typ)
+	out := newOutput(typ, logger, opt.Output)
+	stdout, stderr, rawErr := out.writer("stdout", true), out.writer("stderr", true), out.writer("stderr", false)
 	client := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  sdk.Handshake,
 		Plugins:          sdk.PluginMap(nil),
@@ -155,12 +165,16 @@ func (l *Loader) Start(ctx context.Context, typ string, opt StartOptions) (*Inst
 		SkipHostEnv:  true,
 		StartTimeout: startTimeout,
 		Logger:       newHCLog(logger, "plugin."+typ),
+		Stderr:       rawErr,
+		SyncStdout:   stdout,
+		SyncStderr:   stderr,
 	})
-	inst := &Instance{typ: typ, client: client, cmd: cmd, logger: logger, sockDir: sockDir}
+	inst := &Instance{typ: typ, client: client, cmd: cmd, logger: logger, sockDir: sockDir,
+		out: out, writers: []*lineWriter{stdout, stderr, rawErr}}
 
 	rpc, err := dial(client)
 	if err != nil {
-		err = incompatible(typ, err)
+		err = strayStdout(incompatible(typ, err))
 	}
 	if err == nil {
 		// The first call agrees on the protocol's minor version and learns
@@ -183,6 +197,26 @@ func (l *Loader) Start(ctx context.Context, typ string, opt StartOptions) (*Inst
 	}
 	inst.rpc = rpc
 	return inst, nil
+}
+
+// unrecognized finds the line go-plugin read instead of its handshake.
+var unrecognized = regexp.MustCompile(`Unrecognized remote plugin message: ([^\n]*)`)
+
+// strayStdout replaces go-plugin's advice for a plugin whose first line
+// on stdout was not the handshake ("check architecture, libraries,
+// permissions", which is rarely the cause) with the usual cause: plugin
+// code printed to stdout before Serve.
+func strayStdout(err error) error {
+	m := unrecognized.FindStringSubmatch(err.Error())
+	if m == nil {
+		return err
+	}
+	if strings.TrimSpace(m[1]) == "" {
+		return fmt.Errorf("the plugin printed nothing on stdout before exiting, where go-plugin expects its handshake: " +
+			"check that it calls sdk.Serve; its stderr is in the job log")
+	}
+	return fmt.Errorf("the plugin printed %q on stdout before serving, where go-plugin expects its handshake line: "+
+		"a plugin must not print to stdout before sdk.Serve (print to stderr, or log with the operation's Logger)", m[1])
 }
 
 // handshakeVersion finds the plugin's major version in go-plugin's refusal.
@@ -272,11 +306,16 @@ func (l *Loader) find(typ string) (dir, path string, err error) {
 			return "", "", fmt.Errorf("look for plugin: %w", err)
 		}
 	}
-	known := l.KnownTypes()
-	if len(known) == 0 {
-		return "", "", fmt.Errorf("unknown component type %q: no types are available", typ)
+	where := "no plugin dirs are configured (agentd --plugin-dir)"
+	if len(l.Dirs) > 0 {
+		where = "plugin dirs searched: " + strings.Join(l.Dirs, ", ")
 	}
-	return "", "", fmt.Errorf("unknown component type %q; known types: %s", typ, strings.Join(known, ", "))
+	known := "no types are available"
+	if k := l.KnownTypes(); len(k) > 0 {
+		known = "known types: " + strings.Join(k, ", ")
+	}
+	return "", "", fmt.Errorf("unknown component type %q: it is not built in and no plugin file %s was found (%s); %s",
+		typ, BinaryPrefix+typ, where, known)
 }
 
 // verify opens an external plugin binary and checks its permissions and

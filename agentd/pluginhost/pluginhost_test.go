@@ -209,7 +209,7 @@ func TestExternal(t *testing.T) {
 		}, "testkit", "is writable by group or others", nil},
 		{"unknown type", func(t *testing.T, dir, sum string) map[string]string {
 			return map[string]string{"testkit": sum}
-		}, "nope", `unknown component type "nope"; known types: action, testkit`, nil},
+		}, "nope", `unknown component type "nope": it is not built in and no plugin file byoc-plugin-nope was found (plugin dirs searched: `, nil},
 		{"path in type", func(t *testing.T, dir, sum string) map[string]string {
 			return nil
 		}, "../testkit", "invalid component type", nil},
@@ -237,7 +237,7 @@ func TestExternal(t *testing.T) {
 		}, "other", `plugin says it serves type "testkit", not "other"`, nil},
 		{"incompatible protocol", func(t *testing.T, dir, sum string) map[string]string {
 			return map[string]string{"testkit": sum}
-		}, "testkit", `plugin "testkit" speaks byoc plugin protocol 2.x, but this agent speaks 1.1`,
+		}, "testkit", `plugin "testkit" speaks byoc plugin protocol 2.x, but this agent speaks 1.2`,
 			map[string]string{"TESTKIT_PROTOCOL_MAJOR": "2"}},
 	}
 	for _, tt := range tests {
@@ -567,7 +567,7 @@ func TestStartErrors(t *testing.T) {
 			typ := "action"
 			want := tt.wantErr
 			if want == "" {
-				typ, want = "missing", `unknown component type "missing"; known types: action, other`
+				typ, want = "missing", `unknown component type "missing": it is not built in and no plugin file byoc-plugin-missing was found (no plugin dirs are configured (agentd --plugin-dir)); known types: action, other`
 			}
 			inst, err := l.Start(t.Context(), typ, tt.opt)
 			if err == nil {

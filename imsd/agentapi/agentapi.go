@@ -737,8 +737,12 @@ func (c *conn) handle(ctx context.Context, m *agentv1.ConnectRequest) error {
 		if len(r.Error) > MaxLogLineBytes {
 			r.Error = r.Error[:MaxLogLineBytes]
 		}
+		plan, err := plannedChanges(r.PlannedChanges)
+		if err != nil {
+			return connect.NewError(connect.CodeInvalidArgument, err)
+		}
 		changed, err := s.store.FinishJob(ctx, r.JobId, store.Writer{AgentID: c.agent.ID, FencingToken: r.FencingToken}, store.Result{
-			State: state, ExitCode: int(r.ExitCode), Error: r.Error, Outputs: r.Outputs,
+			State: state, ExitCode: int(r.ExitCode), Error: r.Error, Outputs: r.Outputs, PlannedChanges: plan,
 		}, now)
 		if err != nil {
 			return c.reject(ctx, r.WriteId, r.JobId, err)
@@ -780,6 +784,39 @@ var outcomes = map[agentv1.Outcome]store.JobState{
 	agentv1.Outcome_OUTCOME_REFUSED:   store.JobRefused,
 }
 
+// MaxPlannedChanges bounds the planned changes stored with a job; beyond
+// it, one more change says how many were left out.
+const MaxPlannedChanges = 1000
+
+// plannedChanges converts a result's planned changes for the store.
+func plannedChanges(in []*agentv1.PlannedChange) ([]store.PlannedChange, error) {
+	var out []store.PlannedChange
+	for i, c := range in {
+		if i == MaxPlannedChanges {
+			out = append(out, store.PlannedChange{Address: "(more)", Action: "update",
+				Summary: fmt.Sprintf("%d more changes were not stored", len(in)-i)})
+			break
+		}
+		p := store.PlannedChange{Address: c.Address, Action: c.Action, Summary: c.Summary}
+		for _, v := range []struct {
+			name string
+			in   *structpb.Value
+			out  *json.RawMessage
+		}{{"before", c.Before, &p.Before}, {"after", c.After, &p.After}} {
+			if v.in == nil {
+				continue
+			}
+			b, err := v.in.MarshalJSON()
+			if err != nil {
+				return nil, fmt.Errorf("result.planned_changes[%d].%s: %w", i, v.name, err)
+			}
+			*v.out = b
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
 func leases(running []*agentv1.RunningJob) []store.Lease {
 	out := make([]store.Lease, len(running))
 	for i, r := range running {
@@ -812,6 +849,7 @@ func assignment(j store.Job, installID string) (*agentv1.JobAssignment, error) {
 		TimeoutSeconds: int64(j.Timeout / time.Second),
 		InstallId:      installID,
 		Mode:           string(j.Mode),
+		Component:      j.Component,
 	}
 	a.ProtoReflect().SetUnknown(field)
 	return a, nil

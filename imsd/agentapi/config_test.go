@@ -57,7 +57,7 @@ func TestAssignmentConfigOnTheWire(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		a, err := assignment(store.Job{ID: "j1", FencingToken: 7, Attempt: 1, ComponentType: "action", Operation: "apply", Config: []byte(in), Timeout: time.Minute}, "in1")
+		a, err := assignment(store.Job{ID: "j1", FencingToken: 7, Attempt: 1, ComponentType: "action", Component: "web", Operation: "apply", Config: []byte(in), Timeout: time.Minute}, "in1")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -70,7 +70,7 @@ func TestAssignmentConfigOnTheWire(t *testing.T) {
 			t.Fatal(err)
 		}
 		ga := got.GetAssignment()
-		if !proto.Equal(ga.GetConfig(), want) || ga.JobId != "j1" || ga.FencingToken != 7 || ga.InstallId != "in1" || ga.TimeoutSeconds != 60 {
+		if !proto.Equal(ga.GetConfig(), want) || ga.JobId != "j1" || ga.FencingToken != 7 || ga.InstallId != "in1" || ga.TimeoutSeconds != 60 || ga.Component != "web" {
 			t.Errorf("%q: agent decoded %v", in, ga)
 		}
 		if len(ga.ProtoReflect().GetUnknown()) != 0 {

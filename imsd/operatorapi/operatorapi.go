@@ -6,6 +6,7 @@ package operatorapi
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"regexp"
@@ -632,7 +633,33 @@ func (s *Service) GetJob(ctx context.Context, req *connect.Request[imsv1.GetJobR
 	}
 	pj := s.jobToProto(ctx, j)
 	pj.PendingReason = s.pendingReason(ctx, j)
+	// Only here: a plan may hold many changes, which lists do without.
+	pj.PlannedChanges = s.plannedToProto(ctx, j)
 	return connect.NewResponse(&imsv1.GetJobResponse{Job: pj}), nil
+}
+
+// plannedToProto is a job's planned changes as messages.
+func (s *Service) plannedToProto(ctx context.Context, j store.Job) []*imsv1.PlannedChange {
+	var out []*imsv1.PlannedChange
+	for _, c := range j.PlannedChanges {
+		p := &imsv1.PlannedChange{Address: c.Address, Action: c.Action, Summary: c.Summary}
+		for _, v := range []struct {
+			in  json.RawMessage
+			out **structpb.Value
+		}{{c.Before, &p.Before}, {c.After, &p.After}} {
+			if len(v.in) == 0 {
+				continue
+			}
+			val := &structpb.Value{}
+			if err := val.UnmarshalJSON(v.in); err != nil {
+				s.log.WarnContext(ctx, "planned change value is not JSON", "job", j.ID, "address", c.Address, "err", err)
+				continue
+			}
+			*v.out = val
+		}
+		out = append(out, p)
+	}
+	return out
 }
 
 // pendingReason explains, in words an operator can act on, why a job that

@@ -31,6 +31,9 @@ func (s *Service) RegisterPluginType(ctx context.Context, req *connect.Request[i
 	if err != nil {
 		return nil, s.err(ctx, errs.Field("description", "%v", err))
 	}
+	if err := typeschema.CheckProtocol(d); err != nil {
+		return nil, s.err(ctx, errs.Field("description", "%v", err))
+	}
 	if typeschema.IsBuiltin(d.Type) {
 		return nil, s.err(ctx, errs.Field("description", "type: %q is a built-in type; a third-party type needs a name of its own", d.Type))
 	}

@@ -44,11 +44,13 @@ type jobRow struct {
 	Outputs         string `db:"outputs"`
 	CreatedBy       string `db:"created_by"`
 	Mode            string `db:"mode"`
+	Component       string `db:"component"`
+	Plan            string `db:"plan"`
 }
 
 const jobCols = `id, install_id, component_type, operation, config, state, attempt, max_attempts, timeout_ns,
 	fencing_token, agent_id, lease_deadline, cancel_requested, cancel_reason, created_at, started_at, ended_at,
-	exit_code, error, outputs, created_by, mode`
+	exit_code, error, outputs, created_by, mode, component, plan`
 
 // jobColsQualified is jobCols prefixed with the table name, for statements
 // that join another relation with the same column names.
@@ -64,7 +66,7 @@ var jobColsQualified = func() string {
 func (r *jobRow) dest() []any {
 	return []any{&r.ID, &r.InstallID, &r.ComponentType, &r.Operation, &r.Config, &r.State, &r.Attempt, &r.MaxAttempts,
 		&r.TimeoutNS, &r.FencingToken, &r.AgentID, &r.LeaseDeadline, &r.CancelRequested, &r.CancelReason, &r.CreatedAt,
-		&r.StartedAt, &r.EndedAt, &r.ExitCode, &r.Error, &r.Outputs, &r.CreatedBy, &r.Mode}
+		&r.StartedAt, &r.EndedAt, &r.ExitCode, &r.Error, &r.Outputs, &r.CreatedBy, &r.Mode, &r.Component, &r.Plan}
 }
 
 // getJobRow runs q, which returns jobCols, and scans its one row: the
@@ -98,13 +100,20 @@ func (r jobRow) job() (Job, error) {
 	if err != nil {
 		return Job{}, fmt.Errorf("job %s outputs: %w", r.ID, err)
 	}
+	var plan []PlannedChange
+	if r.Plan != "" {
+		if err := json.Unmarshal([]byte(r.Plan), &plan); err != nil {
+			return Job{}, fmt.Errorf("job %s plan: %w", r.ID, err)
+		}
+	}
 	return Job{
 		ID: r.ID, InstallID: r.InstallID, ComponentType: r.ComponentType, Operation: r.Operation,
 		Config: []byte(r.Config), State: JobState(r.State), Attempt: r.Attempt, MaxAttempts: r.MaxAttempts,
 		Timeout: time.Duration(r.TimeoutNS), FencingToken: r.FencingToken, AgentID: r.AgentID,
 		LeaseDeadline: fromNanos(r.LeaseDeadline), CancelRequested: r.CancelRequested, CancelReason: r.CancelReason,
 		CreatedAt: fromNanos(r.CreatedAt), StartedAt: fromNanos(r.StartedAt), EndedAt: fromNanos(r.EndedAt),
-		ExitCode: r.ExitCode, Error: r.Error, Outputs: out, CreatedBy: r.CreatedBy, Mode: Mode(r.Mode),
+		ExitCode: r.ExitCode, Error: r.Error, Outputs: out, CreatedBy: r.CreatedBy, Mode: Mode(r.Mode), Component: r.Component,
+		PlannedChanges: plan,
 	}, nil
 }
 
@@ -183,8 +192,9 @@ func modeOf(j Job) Mode {
 
 func (s *Store) insertQueued(ctx context.Context, tx *txn, j Job, config string) error {
 	_, err := tx.ExecContext(ctx, s.bind(`INSERT INTO jobs (id, install_id, component_type, operation, config, state,
-		max_attempts, timeout_ns, created_at, created_by, mode) VALUES (?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?)`),
-		j.ID, j.InstallID, j.ComponentType, j.Operation, config, j.MaxAttempts, int64(j.Timeout), nanos(j.CreatedAt), j.CreatedBy, string(modeOf(j)))
+		max_attempts, timeout_ns, created_at, created_by, mode, component) VALUES (?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?)`),
+		j.ID, j.InstallID, j.ComponentType, j.Operation, config, j.MaxAttempts, int64(j.Timeout), nanos(j.CreatedAt), j.CreatedBy, string(modeOf(j)),
+		j.Component)
 	if err != nil {
 		return insertError(j, err)
 	}
@@ -321,10 +331,10 @@ func (s *Store) insertNew(ctx context.Context, tx *txn, n NewJob, config string)
 			// statement journal an INSERT ... SELECT needs, which cost a
 			// third of the insert.
 			_, err := tx.ExecContext(ctx, s.bind(`INSERT INTO jobs (id, install_id, component_type, operation, config, state,
-				attempt, max_attempts, timeout_ns, fencing_token, agent_id, lease_deadline, created_at, created_by, mode)
-				VALUES (?, ?, ?, ?, ?, 'assigned', 1, ?, ?, ?, ?, ?, ?, ?, ?)`),
+				attempt, max_attempts, timeout_ns, fencing_token, agent_id, lease_deadline, created_at, created_by, mode, component)
+				VALUES (?, ?, ?, ?, ?, 'assigned', 1, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 				j.ID, j.InstallID, j.ComponentType, j.Operation, config, j.MaxAttempts, int64(j.Timeout), token,
-				n.AgentID, nanos(n.LeaseUntil), nanos(j.CreatedAt), j.CreatedBy, string(j.Mode))
+				n.AgentID, nanos(n.LeaseUntil), nanos(j.CreatedAt), j.CreatedBy, string(j.Mode), j.Component)
 			if err != nil {
 				return Job{}, insertError(j, err)
 			}
@@ -672,11 +682,15 @@ func (s *Store) FinishJob(ctx context.Context, jobID string, w Writer, r Result,
 	if err := requireTime("now", now); err != nil {
 		return false, err
 	}
+	plan, err := encodePlan(r.PlannedChanges)
+	if err != nil {
+		return false, err
+	}
 	err = s.writeOne(ctx, "finish job", func(tx *txn) error {
 		// The usual case, one statement: the holder finishes its job.
-		ok, err := s.tryExec(ctx, tx, `UPDATE jobs SET state = ?, ended_at = ?, exit_code = ?, error = ?, outputs = ?,
+		ok, err := s.tryExec(ctx, tx, `UPDATE jobs SET state = ?, ended_at = ?, exit_code = ?, error = ?, outputs = ?, plan = ?,
 			lease_deadline = 0 WHERE id = ? AND agent_id = ? AND agent_id <> '' AND fencing_token = ? AND state IN ('assigned', 'running')`,
-			string(r.State), nanos(now), r.ExitCode, r.Error, encodeMap(r.Outputs), jobID, w.AgentID, w.FencingToken)
+			string(r.State), nanos(now), r.ExitCode, r.Error, encodeMap(r.Outputs), plan, jobID, w.AgentID, w.FencingToken)
 		if err != nil {
 			return err
 		}
@@ -692,8 +706,8 @@ func (s *Store) FinishJob(ctx context.Context, jobID string, w Writer, r Result,
 			if j.State.Terminal() {
 				return nil
 			}
-			if _, err := s.updateJob(ctx, tx, `UPDATE jobs SET state = ?, ended_at = ?, exit_code = ?, error = ?, outputs = ?,
-				lease_deadline = 0 WHERE id = ?`, string(r.State), nanos(now), r.ExitCode, r.Error, encodeMap(r.Outputs), jobID); err != nil {
+			if _, err := s.updateJob(ctx, tx, `UPDATE jobs SET state = ?, ended_at = ?, exit_code = ?, error = ?, outputs = ?, plan = ?,
+				lease_deadline = 0 WHERE id = ?`, string(r.State), nanos(now), r.ExitCode, r.Error, encodeMap(r.Outputs), plan, jobID); err != nil {
 				return err
 			}
 		}
@@ -701,6 +715,25 @@ func (s *Store) FinishJob(ctx context.Context, jobID string, w Writer, r Result,
 		return s.notifyLogs(ctx, tx, jobID)
 	})
 	return changed && err == nil, err
+}
+
+// encodePlan stores planned changes as a JSON array; none as "".
+func encodePlan(changes []PlannedChange) (string, error) {
+	if len(changes) == 0 {
+		return "", nil
+	}
+	for i, c := range changes {
+		for _, v := range []json.RawMessage{c.Before, c.After} {
+			if len(v) > 0 && !json.Valid(v) {
+				return "", errs.Field(fmt.Sprintf("planned_changes[%d]", i), "before or after is not valid JSON")
+			}
+		}
+	}
+	b, err := json.Marshal(changes)
+	if err != nil {
+		return "", fmt.Errorf("encode plan: %w", err)
+	}
+	return string(b), nil
 }
 
 // RequestCancel cancels job jobID: a queued job is cancelled at once; an

@@ -1,6 +1,9 @@
 package store
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // Role is what an operator API token may do.
 type Role string
@@ -216,6 +219,23 @@ type Job struct {
 	// Mode is the permission mode the job needs ("" when enqueued means
 	// maintenance).
 	Mode Mode
+	// Component is the name of the install's component the job is for
+	// (a workflow step's component); empty for a job of no component.
+	Component string
+	// PlannedChanges are what a plan or drift check found to change.
+	PlannedChanges []PlannedChange
+}
+
+// PlannedChange is one change a plan would make to one object, as the
+// agent reported it.
+type PlannedChange struct {
+	Address string `json:"address"`
+	// Action is "create", "update", "delete" or "replace".
+	Action string `json:"action"`
+	// Before and After are JSON values; nil for none.
+	Before  json.RawMessage `json:"before,omitempty"`
+	After   json.RawMessage `json:"after,omitempty"`
+	Summary string          `json:"summary,omitempty"`
 }
 
 // Lease names a job an agent holds and the fencing token it holds it with.
@@ -233,10 +253,11 @@ type Writer struct {
 
 // Result is how a job ended on its agent.
 type Result struct {
-	State    JobState // one of the terminal states
-	ExitCode int
-	Error    string
-	Outputs  map[string]string
+	State          JobState // one of the terminal states
+	ExitCode       int
+	Error          string
+	Outputs        map[string]string
+	PlannedChanges []PlannedChange
 }
 
 // LogLine is one line of a job's log. (Attempt, Seq) is unique per job, so

@@ -515,7 +515,7 @@ func (e *Engine) startStep(ctx context.Context, wf store.Workflow, sc *stepConte
 	}
 	now := e.now()
 	j := store.Job{ID: auth.NewSortableID("job_", now), InstallID: wf.InstallID, ComponentType: s.ComponentType, Operation: s.Operation,
-		Config: cfg, MaxAttempts: MaxJobAttempts, Timeout: s.Timeout, CreatedAt: now, CreatedBy: "workflow " + wf.ID,
+		Component: s.Component, Config: cfg, MaxAttempts: MaxJobAttempts, Timeout: s.Timeout, CreatedAt: now, CreatedBy: "workflow " + wf.ID,
 		Mode: StepMode(wf, s, sc.app)}
 	ok, err = e.st.StartStep(ctx, wf.ID, s.Name, j, now)
 	if err != nil {

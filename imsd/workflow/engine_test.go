@@ -113,9 +113,14 @@ func (r *rig) agentRound(wfID string) []string {
 	jobs, err := r.st.ClaimJobs(ctx, r.install.ID, store.Writer{AgentID: "agent_1"}, 100, r.now().Add(time.Minute), r.now())
 	must(r.t, err)
 	var names []string
+	steps := r.steps(wfID)
 	for _, j := range jobs {
 		name := r.stepOf(wfID, j.ID)
 		names = append(names, name)
+		// The agent keeps the component's state directory by this name.
+		if want := steps[name].Component; j.Component != want {
+			r.t.Fatalf("job of step %s names component %q, want %q", name, j.Component, want)
+		}
 		w := store.Writer{AgentID: "agent_1", FencingToken: j.FencingToken}
 		err := r.st.AckJob(ctx, j.ID, w, r.now().Add(time.Minute), r.now())
 		must(r.t, err)

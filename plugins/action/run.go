@@ -37,7 +37,7 @@ func (p *Plugin) runSteps(ctx context.Context, cfg config, steps []step, job sdk
 		return 1, nil, fmt.Errorf("work dir: %w", err)
 	}
 	sb := sandbox.New(ctx, p.sandbox)
-	policy := sandbox.Policy{WorkDir: workDir, Network: cfg.Network, Limits: cfg.Limits, WaitDelay: outputWaitDelay}
+	policy := sandbox.Policy{WorkDir: workDir, StateDir: job.StateDir, Network: cfg.Network, Limits: cfg.Limits, WaitDelay: outputWaitDelay}
 	log.System("sandbox: " + sb.Describe(policy))
 	for _, w := range sb.Warnings() {
 		log.System("sandbox: WARNING: " + w)

@@ -196,3 +196,28 @@ func TestSandboxFallbackIsLoud(t *testing.T) {
 		t.Errorf("log:\n%s", log)
 	}
 }
+
+// The component's state dir is writable in the sandbox like the work dir;
+// the rest of the host stays read-only.
+func TestSandboxStateDir(t *testing.T) {
+	needSandbox(t)
+	work, state, outside := t.TempDir(), t.TempDir(), t.TempDir()
+	script := `echo kept > "$BYOC_STATE_DIR/kept" && echo "wrote state"
+touch ` + outside + `/x 2>/dev/null && echo "WROTE outside" || echo "refused outside"`
+	res, logs := sdktest.Run(t, sdktest.Start(t, action.New()), sdk.OpApply, &sdk.RunRequest{
+		Job:    sdk.JobContext{JobID: "j1", WorkDir: work, StateDir: state},
+		Config: oneStep(script, nil), Env: map[string]string{"PATH": "/usr/bin:/bin", "BYOC_STATE_DIR": state},
+	})
+	var b strings.Builder
+	for _, l := range logs {
+		b.WriteString(l.Text + "\n")
+	}
+	log := b.String()
+	if res.Err() != nil || !strings.Contains(log, "wrote state") || !strings.Contains(log, "refused outside") ||
+		!strings.Contains(log, "writable work dir and component state dir only") {
+		t.Fatalf("apply: %v\n%s", res.Err(), log)
+	}
+	if b, err := os.ReadFile(filepath.Join(state, "kept")); err != nil || string(b) != "kept\n" {
+		t.Errorf("state file on the host: %q, %v", b, err)
+	}
+}

@@ -208,11 +208,12 @@ func drain[R any, P interface {
 		}
 		if r := ev.GetResult(); r != nil {
 			return &Result{
-				ExitCode: int(r.GetExitCode()),
-				Error:    r.GetError(),
-				Outputs:  r.GetOutputs(),
-				Changes:  r.GetChanges(),
-				Drifted:  r.GetDrifted(),
+				ExitCode:       int(r.GetExitCode()),
+				Error:          r.GetError(),
+				Outputs:        r.GetOutputs(),
+				Changes:        r.GetChanges(),
+				Drifted:        r.GetDrifted(),
+				PlannedChanges: plannedFromProto(r.GetPlannedChanges()),
 			}, nil
 		}
 	}
@@ -236,6 +237,7 @@ func jobToProto(j JobContext) *pluginv1.JobContext {
 		Attempt:        int32(j.Attempt),
 		WorkDir:        j.WorkDir,
 		TimeoutSeconds: int64(j.Timeout / time.Second),
+		StateDir:       j.StateDir,
 	}
 }
 
@@ -245,6 +247,7 @@ func jobFromProto(j *pluginv1.JobContext) JobContext {
 		InstallID: j.GetInstallId(),
 		Attempt:   int(j.GetAttempt()),
 		WorkDir:   j.GetWorkDir(),
+		StateDir:  j.GetStateDir(),
 		Timeout:   time.Duration(j.GetTimeoutSeconds()) * time.Second,
 	}
 }

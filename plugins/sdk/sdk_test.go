@@ -46,20 +46,17 @@ func TestRun(t *testing.T) {
 		logs  []string
 	}{
 		{"request fields reach the plugin", func(_ context.Context, r *sdk.ApplyRequest) (*sdk.ApplyResponse, error) {
-			r.Log.Stdout(r.Job.JobID + " " + r.Job.WorkDir + " " + r.Job.Timeout.String())
+			r.Log.Stdout(r.Job.JobID + " " + r.Job.WorkDir + " " + r.Job.StateDir + " " + r.Job.Timeout.String())
 			r.Log.Stderr(r.Env["E"])
 			r.Log.System(r.Config["n"].(map[string]any)["k"].(string))
 			return &sdk.ApplyResponse{Outputs: map[string]string{"a": "b"}}, nil
-		}, sdk.Result{Outputs: map[string]string{"a": "b"}}, []string{"stdout:j1 /w 1m0s", "stderr:e", "system:v"}},
+		}, sdk.Result{Outputs: map[string]string{"a": "b"}}, []string{"stdout:j1 /w /s 1m0s", "stderr:e", "system:v"}},
 		{"error without exit code", func(context.Context, *sdk.ApplyRequest) (*sdk.ApplyResponse, error) {
 			return nil, errors.New("boom")
 		}, sdk.Result{ExitCode: 1, Error: "boom"}, nil},
 		{"error keeps exit code", func(context.Context, *sdk.ApplyRequest) (*sdk.ApplyResponse, error) {
 			return &sdk.ApplyResponse{ExitCode: 4}, errors.New("boom")
 		}, sdk.Result{ExitCode: 4, Error: "boom"}, nil},
-		{"panic becomes an error", func(context.Context, *sdk.ApplyRequest) (*sdk.ApplyResponse, error) {
-			panic("oops")
-		}, sdk.Result{ExitCode: 1, Error: "plugin panic: oops"}, nil},
 		{"invalid utf-8 is replaced", func(_ context.Context, r *sdk.ApplyRequest) (*sdk.ApplyResponse, error) {
 			r.Log.Stdout("a\xffb")
 			return nil, nil
@@ -70,7 +67,7 @@ func TestRun(t *testing.T) {
 			c := sdktest.Start(t, fake{apply: tt.apply})
 			var logs []string
 			res, err := c.Run(t.Context(), sdk.OpApply, &sdk.RunRequest{
-				Job:    sdk.JobContext{JobID: "j1", WorkDir: "/w", Timeout: time.Minute},
+				Job:    sdk.JobContext{JobID: "j1", WorkDir: "/w", StateDir: "/s", Timeout: time.Minute},
 				Config: map[string]any{"n": map[string]any{"k": "v"}},
 				Env:    map[string]string{"E": "e"},
 			}, func(e sdk.LogEvent) {
@@ -89,6 +86,30 @@ func TestRun(t *testing.T) {
 				t.Errorf("logs = %q, want %q", logs, tt.logs)
 			}
 		})
+	}
+}
+
+// A panic in an operation fails it, and its stack trace, down to the
+// plugin's own function, is in the log.
+func TestPanicStackInLog(t *testing.T) {
+	c := sdktest.Start(t, fake{apply: func(context.Context, *sdk.ApplyRequest) (*sdk.ApplyResponse, error) {
+		panic("assignment to entry in nil map")
+	}})
+	var logs []string
+	res, err := c.Run(t.Context(), sdk.OpApply, &sdk.RunRequest{}, func(e sdk.LogEvent) {
+		logs = append(logs, e.Stream.String()+":"+e.Text)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode != 1 || res.Error != "plugin panic: assignment to entry in nil map (the stack trace is in the job log)" {
+		t.Errorf("result = %+v", res)
+	}
+	all := strings.Join(logs, "\n")
+	for _, want := range []string{"system:plugin panic: assignment to entry in nil map", "system:goroutine ", "sdk_test.TestPanicStackInLog.func1", "sdk_test.go:"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("log lacks %q:\n%s", want, all)
+		}
 	}
 }
 

@@ -31,9 +31,25 @@ var Handshake = plugin.HandshakeConfig{
 }
 
 // PluginMap returns the go-plugin plugin set: on the plugin side pass the
-// implementation, on the host side pass nil.
+// implementation, on the host side pass nil. A plugin served with it
+// writes [StdioSyncLine] after each Validate and operation.
 func PluginMap(impl Plugin) plugin.PluginSet {
-	return plugin.PluginSet{PluginName: &GRPCPlugin{Impl: impl}}
+	return plugin.PluginSet{PluginName: &GRPCPlugin{Impl: impl, stdioSync: impl != nil}}
+}
+
+// StdioSyncLine is the line (protocol 1.2) a plugin served by go-plugin
+// writes to its stdout and to its stderr after each Validate and each
+// operation, before it answers. go-plugin forwards what plugin code
+// prints to os.Stdout and os.Stderr to the host over a stream of its
+// own; once the host has read this line on both, it has everything
+// printed before it, and puts it in the job's log ahead of the result.
+const StdioSyncLine = "\x00byoc-stdio-sync\x00"
+
+// writeStdioSync writes StdioSyncLine to the plugin's stdout and stderr
+// as they are now (go-plugin replaced them while serving).
+func writeStdioSync() {
+	fmt.Fprint(os.Stdout, StdioSyncLine+"\n")
+	fmt.Fprint(os.Stderr, StdioSyncLine+"\n")
 }
 
 // Serve serves p over go-plugin gRPC and never returns. It is the one call

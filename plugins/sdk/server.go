@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"runtime/debug"
 	"strings"
 	"sync"
 
@@ -23,6 +25,9 @@ type GRPCPlugin struct {
 
 	// Impl is the plugin implementation; only the plugin side sets it.
 	Impl Plugin
+	// stdioSync makes the plugin write StdioSyncLine after each call
+	// (PluginMap sets it).
+	stdioSync bool
 }
 
 var _ plugin.GRPCPlugin = (*GRPCPlugin)(nil)
@@ -32,7 +37,9 @@ func (p *GRPCPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
 	if p.Impl == nil {
 		return errors.New("sdk: GRPCPlugin has no Impl")
 	}
-	pluginv1.RegisterComponentPluginServiceServer(s, newServer(p.Impl))
+	srv := newServer(p.Impl)
+	srv.stdioSync = p.stdioSync
+	pluginv1.RegisterComponentPluginServiceServer(s, srv)
 	return nil
 }
 
@@ -45,6 +52,8 @@ func (p *GRPCPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, c *grpc
 type server struct {
 	pluginv1.UnimplementedComponentPluginServiceServer
 	impl Plugin
+	// stdioSync: write StdioSyncLine after each Validate and operation.
+	stdioSync bool
 
 	// The config schema is compiled once, on first use.
 	schemaOnce sync.Once
@@ -57,7 +66,7 @@ func newServer(p Plugin) *server { return &server{impl: p} }
 // describe builds the full description of the plugin: what the author's
 // Describe says plus what the SDK knows.
 func describe(ctx context.Context, p Plugin, host ProtocolVersion) (d *Description, err error) {
-	defer recoverTo(&err)
+	defer recoverTo(&err, nil)
 	r, err := p.Describe(ctx, &DescribeRequest{HostProtocol: host})
 	if err != nil {
 		return nil, err
@@ -126,7 +135,8 @@ func (s *server) Describe(ctx context.Context, req *pluginv1.DescribeRequest) (*
 }
 
 func (s *server) Validate(ctx context.Context, req *pluginv1.ValidateRequest) (resp *pluginv1.ValidateResponse, err error) {
-	defer recoverTo(&err)
+	defer s.syncStdio()
+	defer recoverTo(&err, nil)
 	config := req.GetConfig().AsMap()
 	diags, err := s.checkConfig(ctx, config)
 	if err != nil {
@@ -179,7 +189,7 @@ func DiagnosticsError(diags []Diagnostic) error {
 }
 
 func (s *server) Plan(req *pluginv1.PlanRequest, stream grpc.ServerStreamingServer[pluginv1.PlanResponse]) error {
-	return serveOp(stream,
+	return serveOp(s, stream,
 		func(l *pluginv1.LogEvent) *pluginv1.PlanResponse {
 			return &pluginv1.PlanResponse{Event: &pluginv1.PlanResponse_Log{Log: l}}
 		},
@@ -192,13 +202,17 @@ func (s *server) Plan(req *pluginv1.PlanRequest, stream grpc.ServerStreamingServ
 				if r == nil {
 					return &pluginv1.Result{}, err
 				}
-				return &pluginv1.Result{ExitCode: int32(r.ExitCode), Outputs: r.Outputs, Changes: r.Changes}, err
+				planned, perr := plannedToProto(r.PlannedChanges)
+				if err == nil {
+					err = perr
+				}
+				return &pluginv1.Result{ExitCode: int32(r.ExitCode), Outputs: r.Outputs, Changes: r.Changes, PlannedChanges: planned}, err
 			})
 		})
 }
 
 func (s *server) Apply(req *pluginv1.ApplyRequest, stream grpc.ServerStreamingServer[pluginv1.ApplyResponse]) error {
-	return serveOp(stream,
+	return serveOp(s, stream,
 		func(l *pluginv1.LogEvent) *pluginv1.ApplyResponse {
 			return &pluginv1.ApplyResponse{Event: &pluginv1.ApplyResponse_Log{Log: l}}
 		},
@@ -221,7 +235,7 @@ func (s *server) Destroy(req *pluginv1.DestroyRequest, stream grpc.ServerStreami
 	if !ok {
 		return status.Error(codes.Unimplemented, "this plugin does not implement destroy")
 	}
-	return serveOp(stream,
+	return serveOp(s, stream,
 		func(l *pluginv1.LogEvent) *pluginv1.DestroyResponse {
 			return &pluginv1.DestroyResponse{Event: &pluginv1.DestroyResponse_Log{Log: l}}
 		},
@@ -244,7 +258,7 @@ func (s *server) Drift(req *pluginv1.DriftRequest, stream grpc.ServerStreamingSe
 	if !ok {
 		return status.Error(codes.Unimplemented, "this plugin does not implement drift")
 	}
-	return serveOp(stream,
+	return serveOp(s, stream,
 		func(l *pluginv1.LogEvent) *pluginv1.DriftResponse {
 			return &pluginv1.DriftResponse{Event: &pluginv1.DriftResponse_Log{Log: l}}
 		},
@@ -257,14 +271,21 @@ func (s *server) Drift(req *pluginv1.DriftRequest, stream grpc.ServerStreamingSe
 				if r == nil {
 					return &pluginv1.Result{}, err
 				}
-				return &pluginv1.Result{ExitCode: int32(r.ExitCode), Outputs: r.Outputs, Changes: r.Changes, Drifted: r.Drifted}, err
+				planned, perr := plannedToProto(r.PlannedChanges)
+				if err == nil {
+					err = perr
+				}
+				return &pluginv1.Result{ExitCode: int32(r.ExitCode), Outputs: r.Outputs, Changes: r.Changes, Drifted: r.Drifted,
+					PlannedChanges: planned}, err
 			})
 		})
 }
 
 // serveOp runs one streaming operation: it hands fn a Logger that sends log
 // events on stream, then sends the final result built from fn's return.
+// A panic in fn fails the operation; its stack trace goes to the log.
 func serveOp[R any](
+	s *server,
 	stream grpc.ServerStreamingServer[R],
 	wrapLog func(*pluginv1.LogEvent) *R,
 	wrapResult func(*pluginv1.Result) *R,
@@ -272,12 +293,14 @@ func serveOp[R any](
 ) error {
 	log := &streamLogger{send: func(e *pluginv1.LogEvent) error { return stream.Send(wrapLog(e)) }}
 	res, err := func() (res *pluginv1.Result, err error) {
-		defer recoverTo(&err)
+		defer recoverTo(&err, log)
 		return fn(stream.Context(), log)
 	}()
 	// A plugin may leak goroutines that keep logging; they must not write
 	// to a stream that is finished.
 	log.close()
+	// What the operation printed reaches the host before its result.
+	s.syncStdio()
 	if res == nil {
 		res = &pluginv1.Result{}
 	}
@@ -326,10 +349,31 @@ func validUTF8(text string) string {
 	return strings.ToValidUTF8(text, "\uFFFD")
 }
 
-// recoverTo turns a panic in plugin code into an error, so that a bug in one
-// operation is reported as a failure rather than as a crashed plugin.
-func recoverTo(err *error) {
-	if r := recover(); r != nil {
-		*err = fmt.Errorf("plugin panic: %v", r)
+// syncStdio writes StdioSyncLine when the plugin is served by go-plugin.
+func (s *server) syncStdio() {
+	if s.stdioSync {
+		writeStdioSync()
 	}
+}
+
+// recoverTo turns a panic in plugin code into an error, so that a bug in one
+// operation is reported as a failure rather than as a crashed plugin. The
+// stack trace goes to log's system stream when there is one (an
+// operation), else to the plugin's stderr (which the agent puts in the
+// job's log too).
+func recoverTo(err *error, log *streamLogger) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	stack := strings.TrimRight(string(debug.Stack()), "\n")
+	*err = fmt.Errorf("plugin panic: %v (the stack trace is in the job log)", r)
+	if log != nil {
+		log.System(fmt.Sprintf("plugin panic: %v", r))
+		for _, line := range strings.Split(stack, "\n") {
+			log.System(line)
+		}
+		return
+	}
+	fmt.Fprintf(os.Stderr, "plugin panic: %v\n%s\n", r, stack)
 }

@@ -74,8 +74,22 @@ type JobContext struct {
 	JobID     string
 	InstallID string
 	Attempt   int
-	// WorkDir is a directory the plugin owns for this job.
+	// WorkDir is a directory the plugin owns for this job attempt only:
+	// the agent creates it empty (STATE/jobs/<job>-<attempt>/) and deletes
+	// it when the attempt ends, whatever the outcome. It is the plugin's
+	// working directory, HOME and TMPDIR. Never keep anything there that a
+	// later job needs.
 	WorkDir string
+	// StateDir (protocol 1.2) is the component's persistent state
+	// directory on the agent (STATE/components/<component>/): it outlives
+	// jobs and agent restarts, only one job of the component runs with it
+	// at a time (the agent holds a lock on it), and nothing in it is sent
+	// to imsd. Keep what a later plan, apply, drift check or destroy of the
+	// same component needs there, such as local Terraform state. It is
+	// empty when the job belongs to no component (an action run) or the
+	// agent speaks protocol 1.1; a plugin that needs it should fail
+	// clearly then.
+	StateDir string
 	// Timeout is the job's time limit; zero means none was given.
 	Timeout time.Duration
 }
@@ -161,6 +175,9 @@ type PlanResponse struct {
 	Outputs  map[string]string
 	// Changes summarises the plan for a human.
 	Changes string
+	// PlannedChanges are the plan's changes, one per object (protocol
+	// 1.2); sensitive values are masked before they leave the plugin.
+	PlannedChanges []PlannedChange
 }
 
 // ApplyRequest asks a plugin to make the component match its config.
@@ -208,6 +225,9 @@ type DriftResponse struct {
 	Changes  string
 	ExitCode int
 	Outputs  map[string]string
+	// PlannedChanges are what an apply would change to repair the drift,
+	// one per object (protocol 1.2).
+	PlannedChanges []PlannedChange
 }
 
 // OutputsSchemaRequest asks for the schema of a plugin's outputs.
@@ -235,6 +255,9 @@ type Result struct {
 	Changes string
 	// Drifted is the verdict of a drift check.
 	Drifted bool
+	// PlannedChanges are a plan's or a drift's changes, as the plugin
+	// sent them (sensitive values masked).
+	PlannedChanges []PlannedChange
 }
 
 // Err returns the operation's failure as an error, or nil if it succeeded.

@@ -27,6 +27,7 @@ import (
 	"maps"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/byoc-dev/byoc/plugins/action/actionschema"
@@ -119,6 +120,37 @@ type Description struct {
 }
 
 var protocolRE = regexp.MustCompile(`^[0-9]{1,4}\.[0-9]{1,4}$`)
+
+// AgentProtocolMajors are the plugin protocol major versions the agents
+// of this byoc build speak: sdk.ProtocolMajor (a test keeps them in step;
+// this package links no SDK code).
+var AgentProtocolMajors = []int{1}
+
+// CheckProtocol refuses a description no agent could run: one whose
+// protocol, and every one of its protocol_versions, is of a major version
+// the agents do not speak. Registering it would only fail every job of
+// the type at the plugin's start.
+func CheckProtocol(d Description) error {
+	var versions []string
+	for _, v := range append([]string{d.Protocol}, d.ProtocolVersions...) {
+		if !slices.Contains(versions, v) {
+			versions = append(versions, v)
+		}
+	}
+	for _, v := range versions {
+		major, _, _ := strings.Cut(v, ".")
+		n, err := strconv.Atoi(major)
+		if err == nil && slices.Contains(AgentProtocolMajors, n) {
+			return nil
+		}
+	}
+	want := make([]string, len(AgentProtocolMajors))
+	for i, m := range AgentProtocolMajors {
+		want[i] = fmt.Sprintf("%d.x", m)
+	}
+	return fmt.Errorf("protocol: the plugin speaks byoc plugin protocol %s, but agents speak %s: no agent could run it; "+
+		"build the plugin against a byoc SDK of protocol %s", strings.Join(versions, ", "), strings.Join(want, ", "), strings.Join(want, " or "))
+}
 
 // maxDescriptionBytes caps a description; schemas are small.
 const maxDescriptionBytes = 256 << 10

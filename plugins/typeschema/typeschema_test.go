@@ -2,9 +2,11 @@ package typeschema_test
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/byoc-dev/byoc/plugins/sdk"
 	"github.com/byoc-dev/byoc/plugins/sdk/configschema"
 	"github.com/byoc-dev/byoc/plugins/typeschema"
 	"github.com/byoc-dev/byoc/schema/app/diag"
@@ -212,5 +214,29 @@ func TestParseDescription(t *testing.T) {
 		if _, _, err := typeschema.ParseDescription([]byte(tt.in)); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("ParseDescription(%s) = %v, want an error containing %q", tt.in, err, tt.want)
 		}
+	}
+}
+
+// A description of a protocol major no agent speaks is refused; one that
+// also speaks a known major, or a newer minor of it, is not.
+func TestCheckProtocol(t *testing.T) {
+	for _, tt := range []struct {
+		d    typeschema.Description
+		want string
+	}{
+		{typeschema.Description{Protocol: "1.1", ProtocolVersions: []string{"1.1"}}, ""},
+		{typeschema.Description{Protocol: "1.9"}, ""},
+		{typeschema.Description{Protocol: "2.0", ProtocolVersions: []string{"2.0", "1.4"}}, ""},
+		{typeschema.Description{Protocol: "2.0", ProtocolVersions: []string{"2.0"}},
+			"protocol: the plugin speaks byoc plugin protocol 2.0, but agents speak 1.x: no agent could run it; build the plugin against a byoc SDK of protocol 1.x"},
+	} {
+		err := typeschema.CheckProtocol(tt.d)
+		if (tt.want == "") != (err == nil) || (err != nil && err.Error() != tt.want) {
+			t.Errorf("CheckProtocol(%+v) = %v, want %q", tt.d, err, tt.want)
+		}
+	}
+	// The agents' majors are the SDK's.
+	if !slices.Equal(typeschema.AgentProtocolMajors, []int{sdk.ProtocolMajor}) {
+		t.Errorf("AgentProtocolMajors = %v, the SDK speaks %d", typeschema.AgentProtocolMajors, sdk.ProtocolMajor)
 	}
 }

@@ -384,7 +384,11 @@ func (a *app) printJob(j *imsv1.Job) error {
 			f.add("Config", string(b))
 		}
 	}
-	return f.flush()
+	if err := f.flush(); err != nil {
+		return err
+	}
+	printPlan(a.stdout, j.GetPlannedChanges())
+	return nil
 }
 
 // logFormat is how log lines are printed.

@@ -73,6 +73,9 @@ built-in type, is refused. Needs an admin token.`,
 			}
 			// The same check as imsd's, to fail before connecting.
 			d, _, err := typeschema.ParseDescription(b)
+			if err == nil {
+				err = typeschema.CheckProtocol(d)
+			}
 			if err != nil {
 				return fmt.Errorf("%s: %w", args[0], err)
 			}

@@ -5,8 +5,10 @@ package storetest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -152,7 +154,7 @@ func (e *env) agent(installID, id string) store.Agent {
 
 func newJob(id, installID string, created time.Time) store.Job {
 	return store.Job{
-		ID: id, InstallID: installID, ComponentType: "terraform", Operation: "apply",
+		ID: id, InstallID: installID, ComponentType: "terraform", Component: "network", Operation: "apply",
 		Config: []byte(`{"dir":"infra"}`), MaxAttempts: 3, Timeout: 10 * time.Minute,
 		CreatedAt: created, CreatedBy: "tok-admin",
 	}
@@ -469,6 +471,7 @@ func testEnqueueAndGet(t *testing.T, e *env) {
 	equal(t, "created at", got.CreatedAt, T0)
 	equal(t, "created by", got.CreatedBy, "tok-admin")
 	equal(t, "component", got.ComponentType+"/"+got.Operation, "terraform/apply")
+	equal(t, "component name", got.Component, "network")
 	if got.AgentID != "" || got.FencingToken != 0 || !got.LeaseDeadline.IsZero() || got.CancelRequested || got.Outputs != nil {
 		t.Fatalf("fresh job has lease or result fields: %+v", got)
 	}
@@ -512,6 +515,7 @@ func testEnqueueAssigned(t *testing.T, e *env) {
 	equal(t, "agent", stored.AgentID, "ag-1")
 	equal(t, "lease", stored.LeaseDeadline, at(time.Minute))
 	equal(t, "token", stored.FencingToken, j.FencingToken)
+	equal(t, "component name", stored.Component, "network")
 	equal(t, "returned state", j.State, store.JobAssigned)
 	equal(t, "returned config", string(j.Config), `{"dir":"infra"}`)
 	if j.FencingToken <= 0 {
@@ -538,7 +542,9 @@ func testEnqueueAssigned(t *testing.T, e *env) {
 			t.Fatalf("queued job has lease fields: %+v", got)
 		}
 	}
-	equal(t, "claimable", len(e.claimAll(inst, "ag-1")), 2)
+	claimed := e.claimAll(inst, "ag-1")
+	equal(t, "claimable", len(claimed), 2)
+	equal(t, "claimed component name", claimed[0].Component, "network")
 
 	// Refusals change nothing.
 	_, _, err = e.s.EnqueueAssigned(ctx, newJob("job-1", inst, T0), "ag-1", at(time.Minute))
@@ -733,11 +739,21 @@ func testAckAndFinish(t *testing.T, e *env) {
 	_, err := e.s.FinishJob(ctx, "job-1", w, store.Result{State: store.JobRunning}, at(4*time.Minute))
 	wantErr(t, err, errs.Invalid, "state")
 
-	res := store.Result{State: store.JobSucceeded, ExitCode: 0, Outputs: map[string]string{"url": "https://x"}}
+	plan := []store.PlannedChange{
+		{Address: "bucket.b1", Action: "create", After: json.RawMessage(`{"name":"b1"}`), Summary: "new"},
+		{Address: "policy.p", Action: "update", Before: json.RawMessage(`{"n":1}`), After: json.RawMessage(`{"n":2}`)},
+	}
+	bad := store.Result{State: store.JobSucceeded, PlannedChanges: []store.PlannedChange{{Address: "x", Action: "create", After: json.RawMessage(`{`)}}}
+	_, err = e.s.FinishJob(ctx, "job-1", w, bad, at(4*time.Minute))
+	wantErr(t, err, errs.Invalid, "planned_changes[0]")
+	res := store.Result{State: store.JobSucceeded, ExitCode: 0, Outputs: map[string]string{"url": "https://x"}, PlannedChanges: plan}
 	changed, err := e.s.FinishJob(ctx, "job-1", w, res, at(4*time.Minute))
 	ok(t, err)
 	equal(t, "changed", changed, true)
 	done := e.job("job-1")
+	if !reflect.DeepEqual(done.PlannedChanges, plan) {
+		t.Fatalf("planned changes %+v, want %+v", done.PlannedChanges, plan)
+	}
 	equal(t, "state", done.State, store.JobSucceeded)
 	equal(t, "ended", done.EndedAt, at(4*time.Minute))
 	equal(t, "output", done.Outputs["url"], "https://x")
@@ -765,6 +781,7 @@ func testAckAndFinish(t *testing.T, e *env) {
 	equal(t, "failed state", failed.State, store.JobFailed)
 	equal(t, "exit code", failed.ExitCode, 3)
 	equal(t, "error", failed.Error, "boom")
+	equal(t, "no planned changes", len(failed.PlannedChanges), 0)
 	_, err = e.s.FinishJob(ctx, "nope", w, res, at(5*time.Minute))
 	wantErr(t, err, errs.NotFound)
 }

@@ -52,8 +52,15 @@ func bwrapArgs(p Policy) []string {
 	if err != nil {
 		work = p.WorkDir
 	}
+	args = append(args, "--bind", work, work)
+	if p.StateDir != "" {
+		state, err := filepath.Abs(p.StateDir)
+		if err != nil {
+			state = p.StateDir
+		}
+		args = append(args, "--bind", state, state)
+	}
 	args = append(args,
-		"--bind", work, work,
 		"--chdir", work,
 		// The root itself is a tmpfs that bubblewrap made for the mounts;
 		// nothing may be written there either.

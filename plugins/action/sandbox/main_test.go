@@ -7,10 +7,12 @@ import (
 	"go.uber.org/goleak"
 )
 
-// TestMain fails a passing run that leaves goroutines behind.
+// TestMain serves the test binary as a plugin-like process when run as
+// "hold-step" (sweep_test.go), and otherwise fails a passing run that
+// leaves goroutines behind.
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "hold-step" {
-		holdStep() // a plugin-like process for the sweep tests
+		holdStep()
 	}
 	goleak.VerifyTestMain(m)
 }

@@ -53,9 +53,12 @@ type Limits struct {
 
 // Policy says how one command runs.
 type Policy struct {
-	// WorkDir is the command's working directory and the only host
-	// directory it may write. Required.
+	// WorkDir is the command's working directory and, with StateDir, the
+	// only host directory it may write. Required.
 	WorkDir string
+	// StateDir, if set, is the component's persistent state directory,
+	// writable like WorkDir.
+	StateDir string
 	// Network lets the command use the host's network.
 	Network bool
 	// Env is the command's whole environment.
@@ -186,8 +189,12 @@ func (s *Sandbox) Describe(p Policy) string {
 	}
 	switch s.level {
 	case LevelBubblewrap:
-		parts = append(parts, fmt.Sprintf("%s: read-only system root (/usr, /etc; nothing else of the host), private /tmp, writable work dir only, %s, "+
-			"clean environment, own PID/IPC/UTS namespaces, no capabilities", s.bwrapVer, net))
+		writable := "writable work dir only"
+		if p.StateDir != "" {
+			writable = "writable work dir and component state dir only"
+		}
+		parts = append(parts, fmt.Sprintf("%s: read-only system root (/usr, /etc; nothing else of the host), private /tmp, %s, %s, "+
+			"clean environment, own PID/IPC/UTS namespaces, no capabilities", s.bwrapVer, writable, net))
 	case LevelNamespaces:
 		parts = append(parts, fmt.Sprintf("Linux namespaces: own PID/IPC/UTS/mount namespaces, %s, clean environment; host file system writable", net))
 	default:

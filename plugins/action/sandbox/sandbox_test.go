@@ -27,6 +27,9 @@ func TestBwrapArgs(t *testing.T) {
 			t.Errorf("bwrap args lack %q: %s", want, args)
 		}
 	}
+	if args := strings.Join(bwrapArgs(Policy{WorkDir: "/w", StateDir: "/s"}), " "); !strings.Contains(args, "--bind /w /w --bind /s /s --chdir /w") {
+		t.Errorf("the state dir is not bound writable after the work dir: %s", args)
+	}
 	if args := strings.Join(bwrapArgs(Policy{WorkDir: "/w", Network: true}), " "); strings.Contains(args, "--unshare-net") {
 		t.Errorf("network policy still unshares the network: %s", args)
 	}

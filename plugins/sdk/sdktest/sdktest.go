@@ -4,9 +4,14 @@
 //
 // [Test] is the harness: it negotiates the protocol, then runs each [Step]
 // as the agent runs a job (validate the config, then plan, apply, destroy
-// or drift in a fresh work directory with the agent's environment), checks
-// what came back, and at the end destroys what the steps applied, as a
-// real install's deprovision would.
+// or drift in a fresh work directory with the agent's environment, and
+// the component's state directory), checks what came back, and at the end
+// destroys what the steps applied, as a real install's deprovision would.
+//
+// The directories live as they do on an agent: each step's work
+// directory is new and is deleted once the step's checks ran; the state
+// directory is one for the whole case, kept across its steps, so a
+// destroy finds what an earlier apply kept there.
 //
 //	func TestBucket(t *testing.T) {
 //		sdktest.Test(t, bucket.New(), sdktest.Case{Steps: []sdktest.Step{
@@ -97,8 +102,15 @@ type Case struct {
 	// plugin with the destroy capability is asked to destroy the last
 	// config applied, and the destroy must succeed.
 	SkipDestroy bool
-	// CheckDestroy, if set, checks the final destroy.
+	// CheckDestroy, if set, checks every successful destroy: the final
+	// one and any explicit destroy step (after the step's own Check).
 	CheckDestroy Check
+	// Component names the component the jobs are for; "test-component" if
+	// empty. Its state directory is kept across the steps.
+	Component string
+	// NoStateDir runs the steps without a state directory, as an agent of
+	// protocol 1.1 or a job of no component (an action run) would.
+	NoStateDir bool
 }
 
 // Step is one job.
@@ -131,8 +143,12 @@ type Step struct {
 type Outcome struct {
 	Result *sdk.Result
 	Logs   []sdk.LogEvent
-	// WorkDir was the job's work directory; it stays until the test ends.
+	// WorkDir was the job's work directory. It is deleted once the step's
+	// checks have run, as the agent deletes it when the job ends.
 	WorkDir string
+	// StateDir is the component's state directory, the same for every
+	// step of the case (empty with Case.NoStateDir).
+	StateDir string
 }
 
 // Log returns the log lines joined by newlines.
@@ -161,20 +177,31 @@ func Test(t testing.TB, p sdk.Plugin, c Case) {
 	if c.InstallID == "" {
 		c.InstallID = "install-test"
 	}
+	if c.Component == "" {
+		c.Component = "test-component"
+	}
+	stateDir := ""
+	if !c.NoStateDir {
+		stateDir = filepath.Join(t.TempDir(), "components", c.Component)
+		if err := os.MkdirAll(stateDir, 0o700); err != nil {
+			t.Fatalf("state dir: %v", err)
+		}
+	}
 	var applied map[string]any
 	didApply := false
 	n := 0
 	runJob := func(name, op string, config map[string]any, env map[string]string, timeout time.Duration) (*Outcome, []sdk.Diagnostic) {
 		t.Helper()
 		n++
-		work := filepath.Join(t.TempDir(), "work")
+		work := filepath.Join(t.TempDir(), fmt.Sprintf("job-%d-1", n))
 		if err := os.MkdirAll(work, 0o700); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 		if timeout == 0 {
 			timeout = time.Minute
 		}
-		job := sdk.JobContext{JobID: fmt.Sprintf("job-%d", n), InstallID: c.InstallID, Attempt: 1, WorkDir: work, Timeout: timeout}
+		job := sdk.JobContext{JobID: fmt.Sprintf("job-%d", n), InstallID: c.InstallID, Attempt: 1, WorkDir: work,
+			StateDir: stateDir, Timeout: timeout}
 		v, err := client.Validate(t.Context(), config)
 		if err != nil {
 			t.Fatalf("%s: validate: %v", name, err)
@@ -184,7 +211,7 @@ func Test(t testing.TB, p sdk.Plugin, c Case) {
 		}
 		ctx, cancel := context.WithTimeout(t.Context(), timeout)
 		defer cancel()
-		out := &Outcome{WorkDir: work}
+		out := &Outcome{WorkDir: work, StateDir: stateDir}
 		res, err := client.Run(ctx, op, &sdk.RunRequest{Job: job, Config: config, Env: jobEnv(job, op, c.Env, env)},
 			func(e sdk.LogEvent) { out.Logs = append(out.Logs, e) })
 		if err != nil {
@@ -222,6 +249,12 @@ func Test(t testing.TB, p sdk.Plugin, c Case) {
 				t.Fatalf("%s: %v\nlog:\n%s", name, err, out.Log())
 			}
 		}
+		if op == sdk.OpDestroy && out.Result.Err() == nil && c.CheckDestroy != nil {
+			if err := c.CheckDestroy(out); err != nil {
+				t.Fatalf("%s: destroy check: %v\nlog:\n%s", name, err, out.Log())
+			}
+		}
+		removeWorkDir(t, name, out)
 		if op == sdk.OpApply && out.Result.Err() == nil {
 			applied, didApply = s.Config, true
 		}
@@ -244,6 +277,16 @@ func Test(t testing.TB, p sdk.Plugin, c Case) {
 			t.Fatalf("final destroy: %v\nlog:\n%s", err, out.Log())
 		}
 	}
+	removeWorkDir(t, "final destroy", out)
+}
+
+// removeWorkDir deletes a finished step's work directory, as the agent
+// does when a job ends: nothing a plugin leaves there reaches a later job.
+func removeWorkDir(t testing.TB, name string, out *Outcome) {
+	t.Helper()
+	if err := os.RemoveAll(out.WorkDir); err != nil {
+		t.Fatalf("%s: remove work dir: %v", name, err)
+	}
 }
 
 // jobEnv is the environment the agent gives a job.
@@ -257,6 +300,9 @@ func jobEnv(job sdk.JobContext, op string, layers ...map[string]string) map[stri
 		"BYOC_INSTALL_ID": job.InstallID,
 		"BYOC_ATTEMPT":    strconv.Itoa(job.Attempt),
 		"BYOC_OPERATION":  op,
+	}
+	if job.StateDir != "" {
+		env["BYOC_STATE_DIR"] = job.StateDir
 	}
 	for _, l := range layers {
 		for k, v := range l {
@@ -343,6 +389,38 @@ func ExpectNoLog(substr string) Check {
 	}
 }
 
+// ExpectStateFile checks that the component's state directory holds
+// file name (a path relative to it).
+func ExpectStateFile(name string) Check {
+	return func(o *Outcome) error {
+		if o.StateDir == "" {
+			return fmt.Errorf("no state directory (Case.NoStateDir); want %s in it", name)
+		}
+		if _, err := os.Stat(filepath.Join(o.StateDir, name)); err != nil {
+			return fmt.Errorf("state file %s: %w", name, err)
+		}
+		return nil
+	}
+}
+
+// ExpectNoStateFile checks that the component's state directory does not
+// hold file name, such as after a destroy that should have cleared it.
+func ExpectNoStateFile(name string) Check {
+	return func(o *Outcome) error {
+		if o.StateDir == "" {
+			return nil
+		}
+		_, err := os.Stat(filepath.Join(o.StateDir, name))
+		switch {
+		case err == nil:
+			return fmt.Errorf("state file %s is still there", name)
+		case !errors.Is(err, os.ErrNotExist):
+			return fmt.Errorf("state file %s: %w", name, err)
+		}
+		return nil
+	}
+}
+
 // ExpectExitCode checks the result's exit code.
 func ExpectExitCode(code int) Check {
 	return func(o *Outcome) error {
@@ -360,6 +438,21 @@ func ExpectChanges(substr string) Check {
 			return fmt.Errorf("changes %q do not contain %q", o.Result.Changes, substr)
 		}
 		return nil
+	}
+}
+
+// ExpectPlannedChange checks that the plan's or drift's planned changes
+// include action on address (sdk.ActionCreate, ...).
+func ExpectPlannedChange(action, address string) Check {
+	return func(o *Outcome) error {
+		var got []string
+		for _, c := range o.Result.PlannedChanges {
+			if c.Action == action && c.Address == address {
+				return nil
+			}
+			got = append(got, c.Action+" "+c.Address)
+		}
+		return fmt.Errorf("no planned change %s %s; planned: %q", action, address, got)
 	}
 }
 

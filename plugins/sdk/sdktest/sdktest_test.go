@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"strings"
@@ -131,5 +133,72 @@ func TestHarnessFails(t *testing.T) {
 				t.Errorf("harness said %q, want %q", msg, tt.want)
 			}
 		})
+	}
+}
+
+// keeper is a plugin that keeps what it applied in its state directory,
+// as a Terraform type keeps its state; a leaky one forgets to clear it on
+// destroy.
+type keeper struct{ leaky bool }
+
+func (k keeper) Describe(context.Context, *sdk.DescribeRequest) (*sdk.DescribeResponse, error) {
+	return &sdk.DescribeResponse{Type: "keeper"}, nil
+}
+func (k keeper) Validate(context.Context, *sdk.ValidateRequest) (*sdk.ValidateResponse, error) {
+	return &sdk.ValidateResponse{}, nil
+}
+func (k keeper) Plan(context.Context, *sdk.PlanRequest) (*sdk.PlanResponse, error) {
+	return &sdk.PlanResponse{}, nil
+}
+func (k keeper) Apply(_ context.Context, req *sdk.ApplyRequest) (*sdk.ApplyResponse, error) {
+	if req.Job.StateDir == "" {
+		return nil, errors.New("no state directory")
+	}
+	file := filepath.Join(req.Job.StateDir, "applied")
+	prev, _ := os.ReadFile(file)
+	if len(prev) > 0 {
+		// What an earlier job left in its work dir is gone.
+		_, err := os.Stat(string(prev))
+		req.Log.System(fmt.Sprintf("previous work dir gone: %v", errors.Is(err, os.ErrNotExist)))
+	}
+	if req.Env["BYOC_STATE_DIR"] != req.Job.StateDir {
+		return nil, fmt.Errorf("BYOC_STATE_DIR %q, want %q", req.Env["BYOC_STATE_DIR"], req.Job.StateDir)
+	}
+	return &sdk.ApplyResponse{}, os.WriteFile(file, []byte(req.Job.WorkDir), 0o600)
+}
+func (k keeper) Destroy(_ context.Context, req *sdk.DestroyRequest) (*sdk.DestroyResponse, error) {
+	if _, err := os.Stat(filepath.Join(req.Job.StateDir, "applied")); err != nil {
+		return nil, fmt.Errorf("destroy cannot find what apply kept: %w", err)
+	}
+	if k.leaky {
+		return &sdk.DestroyResponse{}, nil
+	}
+	return &sdk.DestroyResponse{}, os.Remove(filepath.Join(req.Job.StateDir, "applied"))
+}
+
+// The state directory is kept across a case's steps (the work dirs are
+// not), so the destroy finds what apply kept and CheckDestroy tests
+// something: a leaky destroy fails it, after the final destroy and after
+// an explicit destroy step alike.
+func TestHarnessKeepsState(t *testing.T) {
+	cleared := sdktest.ExpectNoStateFile("applied")
+	apply := sdktest.Step{Config: map[string]any{}, Check: sdktest.ExpectStateFile("applied")}
+	msg := harness(t, keeper{}, sdktest.Case{Component: "db", CheckDestroy: cleared, Steps: []sdktest.Step{
+		apply,
+		{Config: map[string]any{}, Check: sdktest.ExpectLog("previous work dir gone: true")},
+	}})
+	if msg != "" {
+		t.Fatal(msg)
+	}
+	if msg := harness(t, keeper{leaky: true}, sdktest.Case{CheckDestroy: cleared, Steps: []sdktest.Step{apply}}); !strings.Contains(msg, "final destroy: state file applied is still there") {
+		t.Errorf("leaky final destroy: harness said %q", msg)
+	}
+	msg = harness(t, keeper{leaky: true}, sdktest.Case{CheckDestroy: cleared, Steps: []sdktest.Step{apply, {Op: sdk.OpDestroy, Config: map[string]any{}}}})
+	if !strings.Contains(msg, "step 2 (destroy): destroy check: state file applied is still there") {
+		t.Errorf("leaky destroy step: harness said %q", msg)
+	}
+	msg = harness(t, keeper{}, sdktest.Case{NoStateDir: true, Steps: []sdktest.Step{apply}})
+	if !strings.Contains(msg, "no state directory") {
+		t.Errorf("without a state dir: harness said %q", msg)
 	}
 }

@@ -1,12 +1,14 @@
 // Command testkit is an external plugin for pluginhost tests. Its Apply
-// behaves according to config "mode": ok, env, crash or hang.
-// It has no optional capabilities.
+// behaves according to config "mode": ok, env, crash, hang, print (to
+// stdout, stderr and the log package), panic (in Apply) or
+// goroutine-panic. It has no optional capabilities.
 package main
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"os"
 
 	"github.com/hashicorp/go-plugin"
@@ -44,11 +46,26 @@ func (testkit) Apply(ctx context.Context, req *sdk.ApplyRequest) (*sdk.ApplyResp
 	case "hang":
 		req.Log.Stdout("hanging")
 		select {} // ignores ctx on purpose
+	case "print":
+		fmt.Println("debug via fmt.Println")
+		fmt.Fprintln(os.Stderr, "debug via os.Stderr")
+		fmt.Print("no newline at the end")
+		log.Print("debug via the log package")
+		return &sdk.ApplyResponse{}, nil
+	case "panic":
+		var m map[string]int
+		m["x"] = 1
+	case "goroutine-panic":
+		go func() { panic("boom in a goroutine") }()
+		select {}
 	}
 	return nil, errors.New(fmt.Sprint("unknown mode ", req.Config["mode"]))
 }
 
 func main() {
+	if s := os.Getenv("TESTKIT_STRAY_STDOUT"); s != "" {
+		fmt.Println(s) // what a plugin must not do
+	}
 	// TESTKIT_PROTOCOL_MAJOR=2 makes this a plugin built for a future,
 	// incompatible protocol: it offers major 2 at the handshake.
 	if os.Getenv("TESTKIT_PROTOCOL_MAJOR") == "2" {

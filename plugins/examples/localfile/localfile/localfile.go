@@ -1,5 +1,11 @@
 // Package localfile is the localfile component type: one file with a
 // given content and mode.
+//
+// It keeps the path it manages in the component's state directory
+// (sdk.JobContext.StateDir, kept by the agent across jobs), so that an
+// apply that moves the file removes the old one and a destroy removes
+// what was applied even if the config changed since. The job's work
+// directory would not do: the agent deletes it when each job ends.
 package localfile
 
 import (
@@ -7,12 +13,14 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/byoc-dev/byoc/plugins/sdk"
 )
@@ -89,6 +97,52 @@ func parse(m map[string]any) config {
 	return c
 }
 
+// stateFile is the file in the component's state directory that names the
+// path this component manages.
+const stateFile = "localfile.json"
+
+// managed is what the state file holds.
+type managed struct {
+	Path string `json:"path"`
+}
+
+// readState returns the path the component's last apply wrote, "" if
+// none (or no state directory: an agent of protocol 1.1).
+func readState(job sdk.JobContext) (string, error) {
+	if job.StateDir == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(filepath.Join(job.StateDir, stateFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("read state: %w", err)
+	}
+	var m managed
+	if err := json.Unmarshal(b, &m); err != nil {
+		return "", fmt.Errorf("read state %s: %w", stateFile, err)
+	}
+	return m.Path, nil
+}
+
+// writeState records path as the one the component manages; an empty
+// path removes the record.
+func writeState(job sdk.JobContext, path string) error {
+	if job.StateDir == "" {
+		return nil
+	}
+	file := filepath.Join(job.StateDir, stateFile)
+	if path == "" {
+		if err := os.Remove(file); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("clear state: %w", err)
+		}
+		return nil
+	}
+	b, _ := json.Marshal(managed{Path: path})
+	return writeAtomic(config{path: file, content: b, mode: 0o600})
+}
+
 // diff says how the file differs from c, or "" if it does not.
 func diff(c config) (string, error) {
 	fi, err := os.Stat(c.path)
@@ -122,11 +176,50 @@ func (Plugin) Plan(_ context.Context, req *sdk.PlanRequest) (*sdk.PlanResponse, 
 	if err != nil {
 		return nil, err
 	}
+	old, err := readState(req.Job)
+	if err != nil {
+		return nil, err
+	}
+	var planned []sdk.PlannedChange
+	if d != "" {
+		ch := sdk.PlannedChange{Address: c.path, Action: sdk.ActionUpdate, After: fileValues(c.content, c.mode), Summary: d}
+		if before, ok := current(c.path); ok {
+			ch.Before = before
+		} else {
+			ch.Action = sdk.ActionCreate
+		}
+		planned = append(planned, ch)
+	}
+	if old != "" && old != c.path {
+		d = strings.TrimPrefix(d+"; ", "; ") + "remove " + old + " (the old path)"
+		ch := sdk.PlannedChange{Address: old, Action: sdk.ActionDelete, Summary: "the old path"}
+		ch.Before, _ = current(old)
+		planned = append(planned, ch)
+	}
 	if d == "" {
 		d = "no changes: " + c.path + " is up to date"
 	}
-	req.Log.System(d)
-	return &sdk.PlanResponse{Changes: d}, nil
+	return &sdk.PlanResponse{Changes: d, PlannedChanges: planned}, nil
+}
+
+// fileValues is what a planned change shows of a file: its size, mode and
+// digest, not its content.
+func fileValues(content []byte, mode fs.FileMode) map[string]any {
+	sum := sha256.Sum256(content)
+	return map[string]any{"size": float64(len(content)), "mode": fmt.Sprintf("%04o", mode), "sha256": hex.EncodeToString(sum[:])}
+}
+
+// current is fileValues of the file at path, if there is one.
+func current(path string) (map[string]any, bool) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, false
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, false
+	}
+	return fileValues(b, fi.Mode().Perm()), true
 }
 
 // Apply writes the file atomically: a crash leaves the old file or the
@@ -144,6 +237,21 @@ func (Plugin) Apply(_ context.Context, req *sdk.ApplyRequest) (*sdk.ApplyRespons
 		if err := writeAtomic(c); err != nil {
 			return nil, err
 		}
+	}
+	old, err := readState(req.Job)
+	if err != nil {
+		return nil, err
+	}
+	if old != "" && old != c.path {
+		if err := removeFile(old, req.Log); err != nil {
+			return nil, err
+		}
+	}
+	if req.Job.StateDir == "" {
+		req.Log.System("no state directory (an agent of protocol 1.1): a later change of path leaves " + c.path + " behind")
+	}
+	if err := writeState(req.Job, c.path); err != nil {
+		return nil, err
 	}
 	sum := sha256.Sum256(c.content)
 	return &sdk.ApplyResponse{Outputs: map[string]string{"path": c.path, "sha256": hex.EncodeToString(sum[:])}}, nil
@@ -188,17 +296,32 @@ func (Plugin) Drift(_ context.Context, req *sdk.DriftRequest) (*sdk.DriftRespons
 	return &sdk.DriftResponse{Drifted: d != "", Changes: d}, nil
 }
 
-// Destroy removes the file; a file already gone is not an error.
+// Destroy removes the file the component's last apply wrote (else the
+// config's) and forgets it; a file already gone is not an error.
 func (Plugin) Destroy(_ context.Context, req *sdk.DestroyRequest) (*sdk.DestroyResponse, error) {
-	c := parse(req.Config)
-	err := os.Remove(c.path)
+	path, err := readState(req.Job)
+	if err != nil {
+		return nil, err
+	}
+	if path == "" {
+		path = parse(req.Config).path
+	}
+	if err := removeFile(path, req.Log); err != nil {
+		return nil, err
+	}
+	return &sdk.DestroyResponse{}, writeState(req.Job, "")
+}
+
+// removeFile removes path; a file already gone is not an error.
+func removeFile(path string, log sdk.Logger) error {
+	err := os.Remove(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		req.Log.System(c.path + " is already gone")
+		log.System(path + " is already gone")
 	case err != nil:
-		return nil, err
+		return err
 	default:
-		req.Log.System("removed " + c.path)
+		log.System("removed " + path)
 	}
-	return &sdk.DestroyResponse{}, nil
+	return nil
 }

@@ -37,7 +37,7 @@ func TestLifecycle(t *testing.T) {
 
 	sdktest.Test(t, localfile.New(), sdktest.Case{
 		Steps: []sdktest.Step{
-			{Op: sdk.OpPlan, Config: v1, Check: sdktest.ExpectChanges("create " + path)},
+			{Op: sdk.OpPlan, Config: v1, Check: sdktest.All(sdktest.ExpectChanges("create "+path), sdktest.ExpectPlannedChange(sdk.ActionCreate, path))},
 			{Config: v1, Check: sdktest.All(fileIs(path, "hello\n"), sdktest.ExpectOutput("path", path))},
 			{Op: sdk.OpPlan, Config: v1, Check: sdktest.ExpectChanges("no changes")},
 			{Op: sdk.OpDrift, Config: v1, Check: sdktest.ExpectDrifted(false)},
@@ -90,4 +90,40 @@ func TestApplyFailureIsReported(t *testing.T) {
 	sdktest.Test(t, localfile.New(), sdktest.Case{Steps: []sdktest.Step{
 		{Config: map[string]any{"path": path, "content": "x"}, ExpectError: regexp.MustCompile("file exists|is a directory")},
 	}})
+}
+
+func gone(path string) sdktest.Check {
+	return func(*sdktest.Outcome) error {
+		if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("%s still exists (%v)", path, err)
+		}
+		return nil
+	}
+}
+
+// The path the component manages is kept in its state directory: an apply
+// that moves the file removes the old one, and the destroy removes what
+// was applied and clears the state.
+func TestMovedFileAndState(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a"), filepath.Join(dir, "b")
+	sdktest.Test(t, localfile.New(), sdktest.Case{
+		Steps: []sdktest.Step{
+			{Config: map[string]any{"path": a, "content": "x"}, Check: sdktest.ExpectStateFile("localfile.json")},
+			{Op: sdk.OpPlan, Config: map[string]any{"path": b, "content": "x"}, Check: sdktest.All(
+				sdktest.ExpectChanges("create "+b+" (1 bytes, mode 0644); remove "+a+" (the old path)"),
+				sdktest.ExpectPlannedChange(sdk.ActionCreate, b), sdktest.ExpectPlannedChange(sdk.ActionDelete, a))},
+			{Config: map[string]any{"path": b, "content": "x"}, Check: sdktest.All(fileIs(b, "x"), gone(a), sdktest.ExpectLog("removed "+a))},
+		},
+		CheckDestroy: sdktest.All(gone(b), sdktest.ExpectNoStateFile("localfile.json")),
+	})
+	// An explicit destroy with another config still removes what was
+	// applied.
+	sdktest.Test(t, localfile.New(), sdktest.Case{
+		Steps: []sdktest.Step{
+			{Config: map[string]any{"path": a, "content": "x"}},
+			{Op: sdk.OpDestroy, Config: map[string]any{"path": b, "content": "x"}},
+		},
+		CheckDestroy: sdktest.All(gone(a), sdktest.ExpectNoStateFile("localfile.json")),
+	})
 }

@@ -1213,9 +1213,12 @@ type JobResult struct {
 	Outputs      map[string]string      `protobuf:"bytes,7,rep,name=outputs,proto3" json:"outputs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// last_seq is the sequence number of the job's last log line, so imsd can
 	// tell that it holds every line.
-	LastSeq       int64 `protobuf:"varint,8,opt,name=last_seq,json=lastSeq,proto3" json:"last_seq,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	LastSeq int64 `protobuf:"varint,8,opt,name=last_seq,json=lastSeq,proto3" json:"last_seq,omitempty"`
+	// planned_changes are a plan's changes (or a drift check's), as the
+	// plugin sent them, sensitive values masked and secrets redacted.
+	PlannedChanges []*PlannedChange `protobuf:"bytes,9,rep,name=planned_changes,json=plannedChanges,proto3" json:"planned_changes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *JobResult) Reset() {
@@ -1304,6 +1307,94 @@ func (x *JobResult) GetLastSeq() int64 {
 	return 0
 }
 
+func (x *JobResult) GetPlannedChanges() []*PlannedChange {
+	if x != nil {
+		return x.PlannedChanges
+	}
+	return nil
+}
+
+// PlannedChange is one change a plan would make to one object.
+type PlannedChange struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// address names the object, such as "aws_s3_bucket.logs".
+	Address string `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	// action is "create", "update", "delete" or "replace".
+	Action string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
+	// before and after are the object's values; unset for none.
+	Before *structpb.Value `protobuf:"bytes,3,opt,name=before,proto3" json:"before,omitempty"`
+	After  *structpb.Value `protobuf:"bytes,4,opt,name=after,proto3" json:"after,omitempty"`
+	// summary says the change in one line, for a human.
+	Summary       string `protobuf:"bytes,5,opt,name=summary,proto3" json:"summary,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlannedChange) Reset() {
+	*x = PlannedChange{}
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlannedChange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlannedChange) ProtoMessage() {}
+
+func (x *PlannedChange) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlannedChange.ProtoReflect.Descriptor instead.
+func (*PlannedChange) Descriptor() ([]byte, []int) {
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *PlannedChange) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *PlannedChange) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *PlannedChange) GetBefore() *structpb.Value {
+	if x != nil {
+		return x.Before
+	}
+	return nil
+}
+
+func (x *PlannedChange) GetAfter() *structpb.Value {
+	if x != nil {
+		return x.After
+	}
+	return nil
+}
+
+func (x *PlannedChange) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
+}
+
 type JobAssignment struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	JobId          string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
@@ -1319,14 +1410,19 @@ type JobAssignment struct {
 	// "maintenance", "deprovision" or "break_glass". The agent refuses the
 	// job, before any plugin starts, unless the customer has that mode on.
 	// An assignment without a mode (an older imsd) needs "maintenance".
-	Mode          string `protobuf:"bytes,10,opt,name=mode,proto3" json:"mode,omitempty"`
+	Mode string `protobuf:"bytes,10,opt,name=mode,proto3" json:"mode,omitempty"`
+	// component is the name of the install's component the job deploys,
+	// destroys or checks (a workflow step's component); empty for a job of
+	// no component, such as an action run. The agent keeps each
+	// component's state directory by this name.
+	Component     string `protobuf:"bytes,11,opt,name=component,proto3" json:"component,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JobAssignment) Reset() {
 	*x = JobAssignment{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1338,7 +1434,7 @@ func (x *JobAssignment) String() string {
 func (*JobAssignment) ProtoMessage() {}
 
 func (x *JobAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1351,7 +1447,7 @@ func (x *JobAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobAssignment.ProtoReflect.Descriptor instead.
 func (*JobAssignment) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *JobAssignment) GetJobId() string {
@@ -1424,6 +1520,13 @@ func (x *JobAssignment) GetMode() string {
 	return ""
 }
 
+func (x *JobAssignment) GetComponent() string {
+	if x != nil {
+		return x.Component
+	}
+	return ""
+}
+
 type JobCancel struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
@@ -1434,7 +1537,7 @@ type JobCancel struct {
 
 func (x *JobCancel) Reset() {
 	*x = JobCancel{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1446,7 +1549,7 @@ func (x *JobCancel) String() string {
 func (*JobCancel) ProtoMessage() {}
 
 func (x *JobCancel) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1459,7 +1562,7 @@ func (x *JobCancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobCancel.ProtoReflect.Descriptor instead.
 func (*JobCancel) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *JobCancel) GetJobId() string {
@@ -1485,7 +1588,7 @@ type WriteAccepted struct {
 
 func (x *WriteAccepted) Reset() {
 	*x = WriteAccepted{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1497,7 +1600,7 @@ func (x *WriteAccepted) String() string {
 func (*WriteAccepted) ProtoMessage() {}
 
 func (x *WriteAccepted) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1510,7 +1613,7 @@ func (x *WriteAccepted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteAccepted.ProtoReflect.Descriptor instead.
 func (*WriteAccepted) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WriteAccepted) GetWriteId() uint64 {
@@ -1535,7 +1638,7 @@ type WriteRejected struct {
 
 func (x *WriteRejected) Reset() {
 	*x = WriteRejected{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1547,7 +1650,7 @@ func (x *WriteRejected) String() string {
 func (*WriteRejected) ProtoMessage() {}
 
 func (x *WriteRejected) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1560,7 +1663,7 @@ func (x *WriteRejected) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteRejected.ProtoReflect.Descriptor instead.
 func (*WriteRejected) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WriteRejected) GetWriteId() uint64 {
@@ -1678,7 +1781,7 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\bwrite_id\x18\x01 \x01(\x04R\awriteId\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12#\n" +
 	"\rfencing_token\x18\x03 \x01(\x03R\ffencingToken\x12,\n" +
-	"\x05lines\x18\x04 \x03(\v2\x16.byoc.agent.v1.LogLineR\x05lines\"\xdf\x02\n" +
+	"\x05lines\x18\x04 \x03(\v2\x16.byoc.agent.v1.LogLineR\x05lines\"\xa6\x03\n" +
 	"\tJobResult\x12\x19\n" +
 	"\bwrite_id\x18\x01 \x01(\x04R\awriteId\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12#\n" +
@@ -1687,10 +1790,17 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\texit_code\x18\x05 \x01(\x05R\bexitCode\x12\x14\n" +
 	"\x05error\x18\x06 \x01(\tR\x05error\x12?\n" +
 	"\aoutputs\x18\a \x03(\v2%.byoc.agent.v1.JobResult.OutputsEntryR\aoutputs\x12\x19\n" +
-	"\blast_seq\x18\b \x01(\x03R\alastSeq\x1a:\n" +
+	"\blast_seq\x18\b \x01(\x03R\alastSeq\x12E\n" +
+	"\x0fplanned_changes\x18\t \x03(\v2\x1c.byoc.agent.v1.PlannedChangeR\x0eplannedChanges\x1a:\n" +
 	"\fOutputsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb4\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb9\x01\n" +
+	"\rPlannedChange\x12\x18\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x16\n" +
+	"\x06action\x18\x02 \x01(\tR\x06action\x12.\n" +
+	"\x06before\x18\x03 \x01(\v2\x16.google.protobuf.ValueR\x06before\x12,\n" +
+	"\x05after\x18\x04 \x01(\v2\x16.google.protobuf.ValueR\x05after\x12\x18\n" +
+	"\asummary\x18\x05 \x01(\tR\asummary\"\xd2\x03\n" +
 	"\rJobAssignment\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12#\n" +
 	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\x12\x18\n" +
@@ -1703,7 +1813,8 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"install_id\x18\t \x01(\tR\tinstallId\x12\x12\n" +
 	"\x04mode\x18\n" +
-	" \x01(\tR\x04mode\x1a9\n" +
+	" \x01(\tR\x04mode\x12\x1c\n" +
+	"\tcomponent\x18\v \x01(\tR\tcomponent\x1a9\n" +
 	"\vInputsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\":\n" +
@@ -1743,7 +1854,7 @@ func file_byoc_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_byoc_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_byoc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_byoc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_byoc_agent_v1_agent_proto_goTypes = []any{
 	(Outcome)(0),                  // 0: byoc.agent.v1.Outcome
 	(*EnrollRequest)(nil),         // 1: byoc.agent.v1.EnrollRequest
@@ -1761,14 +1872,16 @@ var file_byoc_agent_v1_agent_proto_goTypes = []any{
 	(*LogLine)(nil),               // 13: byoc.agent.v1.LogLine
 	(*JobLogs)(nil),               // 14: byoc.agent.v1.JobLogs
 	(*JobResult)(nil),             // 15: byoc.agent.v1.JobResult
-	(*JobAssignment)(nil),         // 16: byoc.agent.v1.JobAssignment
-	(*JobCancel)(nil),             // 17: byoc.agent.v1.JobCancel
-	(*WriteAccepted)(nil),         // 18: byoc.agent.v1.WriteAccepted
-	(*WriteRejected)(nil),         // 19: byoc.agent.v1.WriteRejected
-	nil,                           // 20: byoc.agent.v1.JobResult.OutputsEntry
-	nil,                           // 21: byoc.agent.v1.JobAssignment.InputsEntry
-	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),       // 23: google.protobuf.Struct
+	(*PlannedChange)(nil),         // 16: byoc.agent.v1.PlannedChange
+	(*JobAssignment)(nil),         // 17: byoc.agent.v1.JobAssignment
+	(*JobCancel)(nil),             // 18: byoc.agent.v1.JobCancel
+	(*WriteAccepted)(nil),         // 19: byoc.agent.v1.WriteAccepted
+	(*WriteRejected)(nil),         // 20: byoc.agent.v1.WriteRejected
+	nil,                           // 21: byoc.agent.v1.JobResult.OutputsEntry
+	nil,                           // 22: byoc.agent.v1.JobAssignment.InputsEntry
+	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
+	(*structpb.Value)(nil),        // 24: google.protobuf.Value
+	(*structpb.Struct)(nil),       // 25: google.protobuf.Struct
 }
 var file_byoc_agent_v1_agent_proto_depIdxs = []int32{
 	7,  // 0: byoc.agent.v1.ConnectRequest.hello:type_name -> byoc.agent.v1.Hello
@@ -1778,31 +1891,34 @@ var file_byoc_agent_v1_agent_proto_depIdxs = []int32{
 	15, // 4: byoc.agent.v1.ConnectRequest.result:type_name -> byoc.agent.v1.JobResult
 	5,  // 5: byoc.agent.v1.ConnectResponse.challenge:type_name -> byoc.agent.v1.Challenge
 	9,  // 6: byoc.agent.v1.ConnectResponse.welcome:type_name -> byoc.agent.v1.Welcome
-	16, // 7: byoc.agent.v1.ConnectResponse.assignment:type_name -> byoc.agent.v1.JobAssignment
-	17, // 8: byoc.agent.v1.ConnectResponse.cancel:type_name -> byoc.agent.v1.JobCancel
-	18, // 9: byoc.agent.v1.ConnectResponse.accepted:type_name -> byoc.agent.v1.WriteAccepted
-	19, // 10: byoc.agent.v1.ConnectResponse.rejected:type_name -> byoc.agent.v1.WriteRejected
+	17, // 7: byoc.agent.v1.ConnectResponse.assignment:type_name -> byoc.agent.v1.JobAssignment
+	18, // 8: byoc.agent.v1.ConnectResponse.cancel:type_name -> byoc.agent.v1.JobCancel
+	19, // 9: byoc.agent.v1.ConnectResponse.accepted:type_name -> byoc.agent.v1.WriteAccepted
+	20, // 10: byoc.agent.v1.ConnectResponse.rejected:type_name -> byoc.agent.v1.WriteRejected
 	11, // 11: byoc.agent.v1.ConnectResponse.renewed:type_name -> byoc.agent.v1.LeasesRenewed
 	6,  // 12: byoc.agent.v1.Hello.running:type_name -> byoc.agent.v1.RunningJob
 	8,  // 13: byoc.agent.v1.Hello.permissions:type_name -> byoc.agent.v1.Permissions
-	22, // 14: byoc.agent.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
+	23, // 14: byoc.agent.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
 	6,  // 15: byoc.agent.v1.Heartbeat.running:type_name -> byoc.agent.v1.RunningJob
 	8,  // 16: byoc.agent.v1.Heartbeat.permissions:type_name -> byoc.agent.v1.Permissions
-	22, // 17: byoc.agent.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	23, // 17: byoc.agent.v1.LogLine.time:type_name -> google.protobuf.Timestamp
 	13, // 18: byoc.agent.v1.JobLogs.lines:type_name -> byoc.agent.v1.LogLine
 	0,  // 19: byoc.agent.v1.JobResult.outcome:type_name -> byoc.agent.v1.Outcome
-	20, // 20: byoc.agent.v1.JobResult.outputs:type_name -> byoc.agent.v1.JobResult.OutputsEntry
-	23, // 21: byoc.agent.v1.JobAssignment.config:type_name -> google.protobuf.Struct
-	21, // 22: byoc.agent.v1.JobAssignment.inputs:type_name -> byoc.agent.v1.JobAssignment.InputsEntry
-	1,  // 23: byoc.agent.v1.AgentService.Enroll:input_type -> byoc.agent.v1.EnrollRequest
-	3,  // 24: byoc.agent.v1.AgentService.Connect:input_type -> byoc.agent.v1.ConnectRequest
-	2,  // 25: byoc.agent.v1.AgentService.Enroll:output_type -> byoc.agent.v1.EnrollResponse
-	4,  // 26: byoc.agent.v1.AgentService.Connect:output_type -> byoc.agent.v1.ConnectResponse
-	25, // [25:27] is the sub-list for method output_type
-	23, // [23:25] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	21, // 20: byoc.agent.v1.JobResult.outputs:type_name -> byoc.agent.v1.JobResult.OutputsEntry
+	16, // 21: byoc.agent.v1.JobResult.planned_changes:type_name -> byoc.agent.v1.PlannedChange
+	24, // 22: byoc.agent.v1.PlannedChange.before:type_name -> google.protobuf.Value
+	24, // 23: byoc.agent.v1.PlannedChange.after:type_name -> google.protobuf.Value
+	25, // 24: byoc.agent.v1.JobAssignment.config:type_name -> google.protobuf.Struct
+	22, // 25: byoc.agent.v1.JobAssignment.inputs:type_name -> byoc.agent.v1.JobAssignment.InputsEntry
+	1,  // 26: byoc.agent.v1.AgentService.Enroll:input_type -> byoc.agent.v1.EnrollRequest
+	3,  // 27: byoc.agent.v1.AgentService.Connect:input_type -> byoc.agent.v1.ConnectRequest
+	2,  // 28: byoc.agent.v1.AgentService.Enroll:output_type -> byoc.agent.v1.EnrollResponse
+	4,  // 29: byoc.agent.v1.AgentService.Connect:output_type -> byoc.agent.v1.ConnectResponse
+	28, // [28:30] is the sub-list for method output_type
+	26, // [26:28] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_byoc_agent_v1_agent_proto_init() }
@@ -1832,7 +1948,7 @@ func file_byoc_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byoc_agent_v1_agent_proto_rawDesc), len(file_byoc_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   21,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

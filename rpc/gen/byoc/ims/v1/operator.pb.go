@@ -1946,9 +1946,13 @@ type Job struct {
 	CreatedBy     string `protobuf:"bytes,20,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
 	// mode is the permission mode the job needs (provision, maintenance,
 	// deprovision, break_glass), decided by imsd from what the job is.
-	Mode          string `protobuf:"bytes,21,opt,name=mode,proto3" json:"mode,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Mode string `protobuf:"bytes,21,opt,name=mode,proto3" json:"mode,omitempty"`
+	// planned_changes are what a plan job found to change (or a drift
+	// check), one per object, as the agent reported them: sensitive values
+	// masked by the plugin, secrets redacted by the agent.
+	PlannedChanges []*PlannedChange `protobuf:"bytes,22,rep,name=planned_changes,json=plannedChanges,proto3" json:"planned_changes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Job) Reset() {
@@ -2128,6 +2132,94 @@ func (x *Job) GetMode() string {
 	return ""
 }
 
+func (x *Job) GetPlannedChanges() []*PlannedChange {
+	if x != nil {
+		return x.PlannedChanges
+	}
+	return nil
+}
+
+// PlannedChange is one change a plan would make to one object.
+type PlannedChange struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// address names the object, such as "aws_s3_bucket.logs".
+	Address string `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	// action is "create", "update", "delete" or "replace".
+	Action string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
+	// before and after are the object's values; unset for none.
+	Before *structpb.Value `protobuf:"bytes,3,opt,name=before,proto3" json:"before,omitempty"`
+	After  *structpb.Value `protobuf:"bytes,4,opt,name=after,proto3" json:"after,omitempty"`
+	// summary says the change in one line, for a human.
+	Summary       string `protobuf:"bytes,5,opt,name=summary,proto3" json:"summary,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlannedChange) Reset() {
+	*x = PlannedChange{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlannedChange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlannedChange) ProtoMessage() {}
+
+func (x *PlannedChange) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlannedChange.ProtoReflect.Descriptor instead.
+func (*PlannedChange) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *PlannedChange) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *PlannedChange) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *PlannedChange) GetBefore() *structpb.Value {
+	if x != nil {
+		return x.Before
+	}
+	return nil
+}
+
+func (x *PlannedChange) GetAfter() *structpb.Value {
+	if x != nil {
+		return x.After
+	}
+	return nil
+}
+
+func (x *PlannedChange) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
+}
+
 type EnqueueJobRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Install       string                 `protobuf:"bytes,1,opt,name=install,proto3" json:"install,omitempty"`
@@ -2163,7 +2255,7 @@ type EnqueueJobRequest struct {
 
 func (x *EnqueueJobRequest) Reset() {
 	*x = EnqueueJobRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[30]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2175,7 +2267,7 @@ func (x *EnqueueJobRequest) String() string {
 func (*EnqueueJobRequest) ProtoMessage() {}
 
 func (x *EnqueueJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[30]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2188,7 +2280,7 @@ func (x *EnqueueJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueJobRequest.ProtoReflect.Descriptor instead.
 func (*EnqueueJobRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{30}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *EnqueueJobRequest) GetInstall() string {
@@ -2256,7 +2348,7 @@ type EnqueueJobResponse struct {
 
 func (x *EnqueueJobResponse) Reset() {
 	*x = EnqueueJobResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[31]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2268,7 +2360,7 @@ func (x *EnqueueJobResponse) String() string {
 func (*EnqueueJobResponse) ProtoMessage() {}
 
 func (x *EnqueueJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[31]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2281,7 +2373,7 @@ func (x *EnqueueJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueJobResponse.ProtoReflect.Descriptor instead.
 func (*EnqueueJobResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{31}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *EnqueueJobResponse) GetJob() *Job {
@@ -2303,7 +2395,7 @@ type EnqueueJobsRequest struct {
 
 func (x *EnqueueJobsRequest) Reset() {
 	*x = EnqueueJobsRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[32]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2315,7 +2407,7 @@ func (x *EnqueueJobsRequest) String() string {
 func (*EnqueueJobsRequest) ProtoMessage() {}
 
 func (x *EnqueueJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[32]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2328,7 +2420,7 @@ func (x *EnqueueJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueJobsRequest.ProtoReflect.Descriptor instead.
 func (*EnqueueJobsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{32}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *EnqueueJobsRequest) GetJobs() []*EnqueueJobRequest {
@@ -2355,7 +2447,7 @@ type EnqueueJobsResponse struct {
 
 func (x *EnqueueJobsResponse) Reset() {
 	*x = EnqueueJobsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[33]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2367,7 +2459,7 @@ func (x *EnqueueJobsResponse) String() string {
 func (*EnqueueJobsResponse) ProtoMessage() {}
 
 func (x *EnqueueJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[33]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2380,7 +2472,7 @@ func (x *EnqueueJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueJobsResponse.ProtoReflect.Descriptor instead.
 func (*EnqueueJobsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{33}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *EnqueueJobsResponse) GetJobs() []*Job {
@@ -2406,7 +2498,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[34]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2418,7 +2510,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[34]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2431,7 +2523,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{34}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListJobsRequest) GetInstall() string {
@@ -2472,7 +2564,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[35]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2484,7 +2576,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[35]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2497,7 +2589,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{35}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -2523,7 +2615,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[36]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2535,7 +2627,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[36]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2548,7 +2640,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{36}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetJobRequest) GetId() string {
@@ -2567,7 +2659,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[37]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2579,7 +2671,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[37]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2592,7 +2684,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{37}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GetJobResponse) GetJob() *Job {
@@ -2616,7 +2708,7 @@ type LogLine struct {
 
 func (x *LogLine) Reset() {
 	*x = LogLine{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[38]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2628,7 +2720,7 @@ func (x *LogLine) String() string {
 func (*LogLine) ProtoMessage() {}
 
 func (x *LogLine) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[38]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2641,7 +2733,7 @@ func (x *LogLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogLine.ProtoReflect.Descriptor instead.
 func (*LogLine) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{38}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *LogLine) GetAttempt() int32 {
@@ -2705,7 +2797,7 @@ type StreamJobLogsRequest struct {
 
 func (x *StreamJobLogsRequest) Reset() {
 	*x = StreamJobLogsRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[39]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2717,7 +2809,7 @@ func (x *StreamJobLogsRequest) String() string {
 func (*StreamJobLogsRequest) ProtoMessage() {}
 
 func (x *StreamJobLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[39]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2730,7 +2822,7 @@ func (x *StreamJobLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamJobLogsRequest.ProtoReflect.Descriptor instead.
 func (*StreamJobLogsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{39}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *StreamJobLogsRequest) GetJobId() string {
@@ -2800,7 +2892,7 @@ type StreamJobLogsResponse struct {
 
 func (x *StreamJobLogsResponse) Reset() {
 	*x = StreamJobLogsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[40]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2812,7 +2904,7 @@ func (x *StreamJobLogsResponse) String() string {
 func (*StreamJobLogsResponse) ProtoMessage() {}
 
 func (x *StreamJobLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[40]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2825,7 +2917,7 @@ func (x *StreamJobLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamJobLogsResponse.ProtoReflect.Descriptor instead.
 func (*StreamJobLogsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{40}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *StreamJobLogsResponse) GetLines() []*LogLine {
@@ -2852,7 +2944,7 @@ type CancelJobRequest struct {
 
 func (x *CancelJobRequest) Reset() {
 	*x = CancelJobRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[41]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2864,7 +2956,7 @@ func (x *CancelJobRequest) String() string {
 func (*CancelJobRequest) ProtoMessage() {}
 
 func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[41]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2877,7 +2969,7 @@ func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobRequest.ProtoReflect.Descriptor instead.
 func (*CancelJobRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{41}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CancelJobRequest) GetId() string {
@@ -2903,7 +2995,7 @@ type CancelJobResponse struct {
 
 func (x *CancelJobResponse) Reset() {
 	*x = CancelJobResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[42]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2915,7 +3007,7 @@ func (x *CancelJobResponse) String() string {
 func (*CancelJobResponse) ProtoMessage() {}
 
 func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[42]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2928,7 +3020,7 @@ func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobResponse.ProtoReflect.Descriptor instead.
 func (*CancelJobResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{42}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *CancelJobResponse) GetJob() *Job {
@@ -2950,7 +3042,7 @@ type AppFile struct {
 
 func (x *AppFile) Reset() {
 	*x = AppFile{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[43]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2962,7 +3054,7 @@ func (x *AppFile) String() string {
 func (*AppFile) ProtoMessage() {}
 
 func (x *AppFile) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[43]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2975,7 +3067,7 @@ func (x *AppFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppFile.ProtoReflect.Descriptor instead.
 func (*AppFile) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{43}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *AppFile) GetPath() string {
@@ -3011,7 +3103,7 @@ type AppRevision struct {
 
 func (x *AppRevision) Reset() {
 	*x = AppRevision{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[44]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3023,7 +3115,7 @@ func (x *AppRevision) String() string {
 func (*AppRevision) ProtoMessage() {}
 
 func (x *AppRevision) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[44]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3036,7 +3128,7 @@ func (x *AppRevision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppRevision.ProtoReflect.Descriptor instead.
 func (*AppRevision) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{44}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *AppRevision) GetAppId() string {
@@ -3101,7 +3193,7 @@ type PushAppRevisionRequest struct {
 
 func (x *PushAppRevisionRequest) Reset() {
 	*x = PushAppRevisionRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[45]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3113,7 +3205,7 @@ func (x *PushAppRevisionRequest) String() string {
 func (*PushAppRevisionRequest) ProtoMessage() {}
 
 func (x *PushAppRevisionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[45]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3126,7 +3218,7 @@ func (x *PushAppRevisionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushAppRevisionRequest.ProtoReflect.Descriptor instead.
 func (*PushAppRevisionRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{45}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *PushAppRevisionRequest) GetFiles() []*AppFile {
@@ -3162,7 +3254,7 @@ type PushAppRevisionResponse struct {
 
 func (x *PushAppRevisionResponse) Reset() {
 	*x = PushAppRevisionResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[46]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3174,7 +3266,7 @@ func (x *PushAppRevisionResponse) String() string {
 func (*PushAppRevisionResponse) ProtoMessage() {}
 
 func (x *PushAppRevisionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[46]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3187,7 +3279,7 @@ func (x *PushAppRevisionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushAppRevisionResponse.ProtoReflect.Descriptor instead.
 func (*PushAppRevisionResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{46}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *PushAppRevisionResponse) GetApp() *App {
@@ -3253,7 +3345,7 @@ type InstallApplied struct {
 
 func (x *InstallApplied) Reset() {
 	*x = InstallApplied{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[47]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3265,7 +3357,7 @@ func (x *InstallApplied) String() string {
 func (*InstallApplied) ProtoMessage() {}
 
 func (x *InstallApplied) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[47]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3278,7 +3370,7 @@ func (x *InstallApplied) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstallApplied.ProtoReflect.Descriptor instead.
 func (*InstallApplied) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{47}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *InstallApplied) GetName() string {
@@ -3332,7 +3424,7 @@ type ListAppRevisionsRequest struct {
 
 func (x *ListAppRevisionsRequest) Reset() {
 	*x = ListAppRevisionsRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[48]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3344,7 +3436,7 @@ func (x *ListAppRevisionsRequest) String() string {
 func (*ListAppRevisionsRequest) ProtoMessage() {}
 
 func (x *ListAppRevisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[48]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3357,7 +3449,7 @@ func (x *ListAppRevisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAppRevisionsRequest.ProtoReflect.Descriptor instead.
 func (*ListAppRevisionsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{48}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListAppRevisionsRequest) GetApp() string {
@@ -3376,7 +3468,7 @@ type ListAppRevisionsResponse struct {
 
 func (x *ListAppRevisionsResponse) Reset() {
 	*x = ListAppRevisionsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[49]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3388,7 +3480,7 @@ func (x *ListAppRevisionsResponse) String() string {
 func (*ListAppRevisionsResponse) ProtoMessage() {}
 
 func (x *ListAppRevisionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[49]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3401,7 +3493,7 @@ func (x *ListAppRevisionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAppRevisionsResponse.ProtoReflect.Descriptor instead.
 func (*ListAppRevisionsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{49}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ListAppRevisionsResponse) GetRevisions() []*AppRevision {
@@ -3423,7 +3515,7 @@ type DiffAppRevisionsRequest struct {
 
 func (x *DiffAppRevisionsRequest) Reset() {
 	*x = DiffAppRevisionsRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[50]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3435,7 +3527,7 @@ func (x *DiffAppRevisionsRequest) String() string {
 func (*DiffAppRevisionsRequest) ProtoMessage() {}
 
 func (x *DiffAppRevisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[50]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3448,7 +3540,7 @@ func (x *DiffAppRevisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffAppRevisionsRequest.ProtoReflect.Descriptor instead.
 func (*DiffAppRevisionsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{50}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *DiffAppRevisionsRequest) GetApp() string {
@@ -3481,7 +3573,7 @@ type DiffAppRevisionsResponse struct {
 
 func (x *DiffAppRevisionsResponse) Reset() {
 	*x = DiffAppRevisionsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[51]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3493,7 +3585,7 @@ func (x *DiffAppRevisionsResponse) String() string {
 func (*DiffAppRevisionsResponse) ProtoMessage() {}
 
 func (x *DiffAppRevisionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[51]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3506,7 +3598,7 @@ func (x *DiffAppRevisionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffAppRevisionsResponse.ProtoReflect.Descriptor instead.
 func (*DiffAppRevisionsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{51}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *DiffAppRevisionsResponse) GetChanges() []*ConfigChange {
@@ -3533,7 +3625,7 @@ type ConfigChange struct {
 
 func (x *ConfigChange) Reset() {
 	*x = ConfigChange{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[52]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3545,7 +3637,7 @@ func (x *ConfigChange) String() string {
 func (*ConfigChange) ProtoMessage() {}
 
 func (x *ConfigChange) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[52]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3558,7 +3650,7 @@ func (x *ConfigChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigChange.ProtoReflect.Descriptor instead.
 func (*ConfigChange) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{52}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ConfigChange) GetKind() string {
@@ -3603,7 +3695,7 @@ type ConfigDiagnostic struct {
 
 func (x *ConfigDiagnostic) Reset() {
 	*x = ConfigDiagnostic{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[53]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3615,7 +3707,7 @@ func (x *ConfigDiagnostic) String() string {
 func (*ConfigDiagnostic) ProtoMessage() {}
 
 func (x *ConfigDiagnostic) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[53]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3628,7 +3720,7 @@ func (x *ConfigDiagnostic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigDiagnostic.ProtoReflect.Descriptor instead.
 func (*ConfigDiagnostic) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{53}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ConfigDiagnostic) GetFile() string {
@@ -3676,7 +3768,7 @@ type ConfigDiagnostics struct {
 
 func (x *ConfigDiagnostics) Reset() {
 	*x = ConfigDiagnostics{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[54]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3688,7 +3780,7 @@ func (x *ConfigDiagnostics) String() string {
 func (*ConfigDiagnostics) ProtoMessage() {}
 
 func (x *ConfigDiagnostics) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[54]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3701,7 +3793,7 @@ func (x *ConfigDiagnostics) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigDiagnostics.ProtoReflect.Descriptor instead.
 func (*ConfigDiagnostics) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{54}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ConfigDiagnostics) GetDiagnostics() []*ConfigDiagnostic {
@@ -3733,7 +3825,7 @@ type PluginType struct {
 
 func (x *PluginType) Reset() {
 	*x = PluginType{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[55]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3745,7 +3837,7 @@ func (x *PluginType) String() string {
 func (*PluginType) ProtoMessage() {}
 
 func (x *PluginType) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[55]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3758,7 +3850,7 @@ func (x *PluginType) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginType.ProtoReflect.Descriptor instead.
 func (*PluginType) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{55}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *PluginType) GetType() string {
@@ -3834,7 +3926,7 @@ type RegisterPluginTypeRequest struct {
 
 func (x *RegisterPluginTypeRequest) Reset() {
 	*x = RegisterPluginTypeRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[56]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3846,7 +3938,7 @@ func (x *RegisterPluginTypeRequest) String() string {
 func (*RegisterPluginTypeRequest) ProtoMessage() {}
 
 func (x *RegisterPluginTypeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[56]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3859,7 +3951,7 @@ func (x *RegisterPluginTypeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterPluginTypeRequest.ProtoReflect.Descriptor instead.
 func (*RegisterPluginTypeRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{56}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *RegisterPluginTypeRequest) GetDescription() string {
@@ -3880,7 +3972,7 @@ type RegisterPluginTypeResponse struct {
 
 func (x *RegisterPluginTypeResponse) Reset() {
 	*x = RegisterPluginTypeResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[57]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3892,7 +3984,7 @@ func (x *RegisterPluginTypeResponse) String() string {
 func (*RegisterPluginTypeResponse) ProtoMessage() {}
 
 func (x *RegisterPluginTypeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[57]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3905,7 +3997,7 @@ func (x *RegisterPluginTypeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterPluginTypeResponse.ProtoReflect.Descriptor instead.
 func (*RegisterPluginTypeResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{57}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *RegisterPluginTypeResponse) GetPluginType() *PluginType {
@@ -3930,7 +4022,7 @@ type ListPluginTypesRequest struct {
 
 func (x *ListPluginTypesRequest) Reset() {
 	*x = ListPluginTypesRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[58]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3942,7 +4034,7 @@ func (x *ListPluginTypesRequest) String() string {
 func (*ListPluginTypesRequest) ProtoMessage() {}
 
 func (x *ListPluginTypesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[58]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3955,7 +4047,7 @@ func (x *ListPluginTypesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPluginTypesRequest.ProtoReflect.Descriptor instead.
 func (*ListPluginTypesRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{58}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{59}
 }
 
 type ListPluginTypesResponse struct {
@@ -3967,7 +4059,7 @@ type ListPluginTypesResponse struct {
 
 func (x *ListPluginTypesResponse) Reset() {
 	*x = ListPluginTypesResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[59]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3979,7 +4071,7 @@ func (x *ListPluginTypesResponse) String() string {
 func (*ListPluginTypesResponse) ProtoMessage() {}
 
 func (x *ListPluginTypesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[59]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3992,7 +4084,7 @@ func (x *ListPluginTypesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPluginTypesResponse.ProtoReflect.Descriptor instead.
 func (*ListPluginTypesResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{59}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ListPluginTypesResponse) GetPluginTypes() []*PluginType {
@@ -4011,7 +4103,7 @@ type GetPluginTypeRequest struct {
 
 func (x *GetPluginTypeRequest) Reset() {
 	*x = GetPluginTypeRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[60]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4023,7 +4115,7 @@ func (x *GetPluginTypeRequest) String() string {
 func (*GetPluginTypeRequest) ProtoMessage() {}
 
 func (x *GetPluginTypeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[60]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4036,7 +4128,7 @@ func (x *GetPluginTypeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPluginTypeRequest.ProtoReflect.Descriptor instead.
 func (*GetPluginTypeRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{60}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *GetPluginTypeRequest) GetType() string {
@@ -4055,7 +4147,7 @@ type GetPluginTypeResponse struct {
 
 func (x *GetPluginTypeResponse) Reset() {
 	*x = GetPluginTypeResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[61]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4067,7 +4159,7 @@ func (x *GetPluginTypeResponse) String() string {
 func (*GetPluginTypeResponse) ProtoMessage() {}
 
 func (x *GetPluginTypeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[61]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4080,7 +4172,7 @@ func (x *GetPluginTypeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPluginTypeResponse.ProtoReflect.Descriptor instead.
 func (*GetPluginTypeResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{61}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *GetPluginTypeResponse) GetPluginType() *PluginType {
@@ -4099,7 +4191,7 @@ type RemovePluginTypeRequest struct {
 
 func (x *RemovePluginTypeRequest) Reset() {
 	*x = RemovePluginTypeRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[62]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4111,7 +4203,7 @@ func (x *RemovePluginTypeRequest) String() string {
 func (*RemovePluginTypeRequest) ProtoMessage() {}
 
 func (x *RemovePluginTypeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[62]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4124,7 +4216,7 @@ func (x *RemovePluginTypeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePluginTypeRequest.ProtoReflect.Descriptor instead.
 func (*RemovePluginTypeRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{62}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *RemovePluginTypeRequest) GetType() string {
@@ -4142,7 +4234,7 @@ type RemovePluginTypeResponse struct {
 
 func (x *RemovePluginTypeResponse) Reset() {
 	*x = RemovePluginTypeResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[63]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4154,7 +4246,7 @@ func (x *RemovePluginTypeResponse) String() string {
 func (*RemovePluginTypeResponse) ProtoMessage() {}
 
 func (x *RemovePluginTypeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[63]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4167,7 +4259,7 @@ func (x *RemovePluginTypeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePluginTypeResponse.ProtoReflect.Descriptor instead.
 func (*RemovePluginTypeResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{63}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{64}
 }
 
 var File_byoc_ims_v1_operator_proto protoreflect.FileDescriptor
@@ -4309,7 +4401,7 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\vttl_seconds\x18\x02 \x01(\x03R\n" +
 	"ttlSeconds\"h\n" +
 	"\x1dCreateEnrollmentTokenResponse\x12G\n" +
-	"\x10enrollment_token\x18\x01 \x01(\v2\x1c.byoc.ims.v1.EnrollmentTokenR\x0fenrollmentToken\"\xfc\x06\n" +
+	"\x10enrollment_token\x18\x01 \x01(\v2\x1c.byoc.ims.v1.EnrollmentTokenR\x0fenrollmentToken\"\xc1\a\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -4336,10 +4428,17 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x0epending_reason\x18\x13 \x01(\tR\rpendingReason\x12\x1d\n" +
 	"\n" +
 	"created_by\x18\x14 \x01(\tR\tcreatedBy\x12\x12\n" +
-	"\x04mode\x18\x15 \x01(\tR\x04mode\x1a:\n" +
+	"\x04mode\x18\x15 \x01(\tR\x04mode\x12C\n" +
+	"\x0fplanned_changes\x18\x16 \x03(\v2\x1a.byoc.ims.v1.PlannedChangeR\x0eplannedChanges\x1a:\n" +
 	"\fOutputsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xac\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb9\x01\n" +
+	"\rPlannedChange\x12\x18\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x16\n" +
+	"\x06action\x18\x02 \x01(\tR\x06action\x12.\n" +
+	"\x06before\x18\x03 \x01(\v2\x16.google.protobuf.ValueR\x06before\x12,\n" +
+	"\x05after\x18\x04 \x01(\v2\x16.google.protobuf.ValueR\x05after\x12\x18\n" +
+	"\asummary\x18\x05 \x01(\tR\asummary\"\xac\x02\n" +
 	"\x11EnqueueJobRequest\x12\x18\n" +
 	"\ainstall\x18\x01 \x01(\tR\ainstall\x12%\n" +
 	"\x0ecomponent_type\x18\x02 \x01(\tR\rcomponentType\x12\x1c\n" +
@@ -4549,7 +4648,7 @@ func file_byoc_ims_v1_operator_proto_rawDescGZIP() []byte {
 }
 
 var file_byoc_ims_v1_operator_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_byoc_ims_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 69)
+var file_byoc_ims_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
 var file_byoc_ims_v1_operator_proto_goTypes = []any{
 	(Role)(0),                             // 0: byoc.ims.v1.Role
 	(JobState)(0),                         // 1: byoc.ims.v1.JobState
@@ -4584,218 +4683,222 @@ var file_byoc_ims_v1_operator_proto_goTypes = []any{
 	(*CreateEnrollmentTokenRequest)(nil),  // 30: byoc.ims.v1.CreateEnrollmentTokenRequest
 	(*CreateEnrollmentTokenResponse)(nil), // 31: byoc.ims.v1.CreateEnrollmentTokenResponse
 	(*Job)(nil),                           // 32: byoc.ims.v1.Job
-	(*EnqueueJobRequest)(nil),             // 33: byoc.ims.v1.EnqueueJobRequest
-	(*EnqueueJobResponse)(nil),            // 34: byoc.ims.v1.EnqueueJobResponse
-	(*EnqueueJobsRequest)(nil),            // 35: byoc.ims.v1.EnqueueJobsRequest
-	(*EnqueueJobsResponse)(nil),           // 36: byoc.ims.v1.EnqueueJobsResponse
-	(*ListJobsRequest)(nil),               // 37: byoc.ims.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),              // 38: byoc.ims.v1.ListJobsResponse
-	(*GetJobRequest)(nil),                 // 39: byoc.ims.v1.GetJobRequest
-	(*GetJobResponse)(nil),                // 40: byoc.ims.v1.GetJobResponse
-	(*LogLine)(nil),                       // 41: byoc.ims.v1.LogLine
-	(*StreamJobLogsRequest)(nil),          // 42: byoc.ims.v1.StreamJobLogsRequest
-	(*StreamJobLogsResponse)(nil),         // 43: byoc.ims.v1.StreamJobLogsResponse
-	(*CancelJobRequest)(nil),              // 44: byoc.ims.v1.CancelJobRequest
-	(*CancelJobResponse)(nil),             // 45: byoc.ims.v1.CancelJobResponse
-	(*AppFile)(nil),                       // 46: byoc.ims.v1.AppFile
-	(*AppRevision)(nil),                   // 47: byoc.ims.v1.AppRevision
-	(*PushAppRevisionRequest)(nil),        // 48: byoc.ims.v1.PushAppRevisionRequest
-	(*PushAppRevisionResponse)(nil),       // 49: byoc.ims.v1.PushAppRevisionResponse
-	(*InstallApplied)(nil),                // 50: byoc.ims.v1.InstallApplied
-	(*ListAppRevisionsRequest)(nil),       // 51: byoc.ims.v1.ListAppRevisionsRequest
-	(*ListAppRevisionsResponse)(nil),      // 52: byoc.ims.v1.ListAppRevisionsResponse
-	(*DiffAppRevisionsRequest)(nil),       // 53: byoc.ims.v1.DiffAppRevisionsRequest
-	(*DiffAppRevisionsResponse)(nil),      // 54: byoc.ims.v1.DiffAppRevisionsResponse
-	(*ConfigChange)(nil),                  // 55: byoc.ims.v1.ConfigChange
-	(*ConfigDiagnostic)(nil),              // 56: byoc.ims.v1.ConfigDiagnostic
-	(*ConfigDiagnostics)(nil),             // 57: byoc.ims.v1.ConfigDiagnostics
-	(*PluginType)(nil),                    // 58: byoc.ims.v1.PluginType
-	(*RegisterPluginTypeRequest)(nil),     // 59: byoc.ims.v1.RegisterPluginTypeRequest
-	(*RegisterPluginTypeResponse)(nil),    // 60: byoc.ims.v1.RegisterPluginTypeResponse
-	(*ListPluginTypesRequest)(nil),        // 61: byoc.ims.v1.ListPluginTypesRequest
-	(*ListPluginTypesResponse)(nil),       // 62: byoc.ims.v1.ListPluginTypesResponse
-	(*GetPluginTypeRequest)(nil),          // 63: byoc.ims.v1.GetPluginTypeRequest
-	(*GetPluginTypeResponse)(nil),         // 64: byoc.ims.v1.GetPluginTypeResponse
-	(*RemovePluginTypeRequest)(nil),       // 65: byoc.ims.v1.RemovePluginTypeRequest
-	(*RemovePluginTypeResponse)(nil),      // 66: byoc.ims.v1.RemovePluginTypeResponse
-	nil,                                   // 67: byoc.ims.v1.Install.InputsEntry
-	nil,                                   // 68: byoc.ims.v1.InstallSettings.OverridesEntry
-	nil,                                   // 69: byoc.ims.v1.CreateInstallRequest.InputsEntry
-	nil,                                   // 70: byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
-	nil,                                   // 71: byoc.ims.v1.Job.OutputsEntry
-	(*timestamppb.Timestamp)(nil),         // 72: google.protobuf.Timestamp
-	(*InstallHealth)(nil),                 // 73: byoc.ims.v1.InstallHealth
-	(*Workflow)(nil),                      // 74: byoc.ims.v1.Workflow
-	(*structpb.Struct)(nil),               // 75: google.protobuf.Struct
-	(*structpb.Value)(nil),                // 76: google.protobuf.Value
-	(*PlanInstallRequest)(nil),            // 77: byoc.ims.v1.PlanInstallRequest
-	(*StartWorkflowRequest)(nil),          // 78: byoc.ims.v1.StartWorkflowRequest
-	(*ListWorkflowsRequest)(nil),          // 79: byoc.ims.v1.ListWorkflowsRequest
-	(*GetWorkflowRequest)(nil),            // 80: byoc.ims.v1.GetWorkflowRequest
-	(*ApproveWorkflowRequest)(nil),        // 81: byoc.ims.v1.ApproveWorkflowRequest
-	(*CancelWorkflowRequest)(nil),         // 82: byoc.ims.v1.CancelWorkflowRequest
-	(*RetryWorkflowStepRequest)(nil),      // 83: byoc.ims.v1.RetryWorkflowStepRequest
-	(*ListActionsRequest)(nil),            // 84: byoc.ims.v1.ListActionsRequest
-	(*StartActionRunRequest)(nil),         // 85: byoc.ims.v1.StartActionRunRequest
-	(*ListActionRunsRequest)(nil),         // 86: byoc.ims.v1.ListActionRunsRequest
-	(*GetActionRunRequest)(nil),           // 87: byoc.ims.v1.GetActionRunRequest
-	(*PlanInstallResponse)(nil),           // 88: byoc.ims.v1.PlanInstallResponse
-	(*StartWorkflowResponse)(nil),         // 89: byoc.ims.v1.StartWorkflowResponse
-	(*ListWorkflowsResponse)(nil),         // 90: byoc.ims.v1.ListWorkflowsResponse
-	(*GetWorkflowResponse)(nil),           // 91: byoc.ims.v1.GetWorkflowResponse
-	(*ApproveWorkflowResponse)(nil),       // 92: byoc.ims.v1.ApproveWorkflowResponse
-	(*CancelWorkflowResponse)(nil),        // 93: byoc.ims.v1.CancelWorkflowResponse
-	(*RetryWorkflowStepResponse)(nil),     // 94: byoc.ims.v1.RetryWorkflowStepResponse
-	(*ListActionsResponse)(nil),           // 95: byoc.ims.v1.ListActionsResponse
-	(*StartActionRunResponse)(nil),        // 96: byoc.ims.v1.StartActionRunResponse
-	(*ListActionRunsResponse)(nil),        // 97: byoc.ims.v1.ListActionRunsResponse
-	(*GetActionRunResponse)(nil),          // 98: byoc.ims.v1.GetActionRunResponse
+	(*PlannedChange)(nil),                 // 33: byoc.ims.v1.PlannedChange
+	(*EnqueueJobRequest)(nil),             // 34: byoc.ims.v1.EnqueueJobRequest
+	(*EnqueueJobResponse)(nil),            // 35: byoc.ims.v1.EnqueueJobResponse
+	(*EnqueueJobsRequest)(nil),            // 36: byoc.ims.v1.EnqueueJobsRequest
+	(*EnqueueJobsResponse)(nil),           // 37: byoc.ims.v1.EnqueueJobsResponse
+	(*ListJobsRequest)(nil),               // 38: byoc.ims.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),              // 39: byoc.ims.v1.ListJobsResponse
+	(*GetJobRequest)(nil),                 // 40: byoc.ims.v1.GetJobRequest
+	(*GetJobResponse)(nil),                // 41: byoc.ims.v1.GetJobResponse
+	(*LogLine)(nil),                       // 42: byoc.ims.v1.LogLine
+	(*StreamJobLogsRequest)(nil),          // 43: byoc.ims.v1.StreamJobLogsRequest
+	(*StreamJobLogsResponse)(nil),         // 44: byoc.ims.v1.StreamJobLogsResponse
+	(*CancelJobRequest)(nil),              // 45: byoc.ims.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),             // 46: byoc.ims.v1.CancelJobResponse
+	(*AppFile)(nil),                       // 47: byoc.ims.v1.AppFile
+	(*AppRevision)(nil),                   // 48: byoc.ims.v1.AppRevision
+	(*PushAppRevisionRequest)(nil),        // 49: byoc.ims.v1.PushAppRevisionRequest
+	(*PushAppRevisionResponse)(nil),       // 50: byoc.ims.v1.PushAppRevisionResponse
+	(*InstallApplied)(nil),                // 51: byoc.ims.v1.InstallApplied
+	(*ListAppRevisionsRequest)(nil),       // 52: byoc.ims.v1.ListAppRevisionsRequest
+	(*ListAppRevisionsResponse)(nil),      // 53: byoc.ims.v1.ListAppRevisionsResponse
+	(*DiffAppRevisionsRequest)(nil),       // 54: byoc.ims.v1.DiffAppRevisionsRequest
+	(*DiffAppRevisionsResponse)(nil),      // 55: byoc.ims.v1.DiffAppRevisionsResponse
+	(*ConfigChange)(nil),                  // 56: byoc.ims.v1.ConfigChange
+	(*ConfigDiagnostic)(nil),              // 57: byoc.ims.v1.ConfigDiagnostic
+	(*ConfigDiagnostics)(nil),             // 58: byoc.ims.v1.ConfigDiagnostics
+	(*PluginType)(nil),                    // 59: byoc.ims.v1.PluginType
+	(*RegisterPluginTypeRequest)(nil),     // 60: byoc.ims.v1.RegisterPluginTypeRequest
+	(*RegisterPluginTypeResponse)(nil),    // 61: byoc.ims.v1.RegisterPluginTypeResponse
+	(*ListPluginTypesRequest)(nil),        // 62: byoc.ims.v1.ListPluginTypesRequest
+	(*ListPluginTypesResponse)(nil),       // 63: byoc.ims.v1.ListPluginTypesResponse
+	(*GetPluginTypeRequest)(nil),          // 64: byoc.ims.v1.GetPluginTypeRequest
+	(*GetPluginTypeResponse)(nil),         // 65: byoc.ims.v1.GetPluginTypeResponse
+	(*RemovePluginTypeRequest)(nil),       // 66: byoc.ims.v1.RemovePluginTypeRequest
+	(*RemovePluginTypeResponse)(nil),      // 67: byoc.ims.v1.RemovePluginTypeResponse
+	nil,                                   // 68: byoc.ims.v1.Install.InputsEntry
+	nil,                                   // 69: byoc.ims.v1.InstallSettings.OverridesEntry
+	nil,                                   // 70: byoc.ims.v1.CreateInstallRequest.InputsEntry
+	nil,                                   // 71: byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
+	nil,                                   // 72: byoc.ims.v1.Job.OutputsEntry
+	(*timestamppb.Timestamp)(nil),         // 73: google.protobuf.Timestamp
+	(*InstallHealth)(nil),                 // 74: byoc.ims.v1.InstallHealth
+	(*Workflow)(nil),                      // 75: byoc.ims.v1.Workflow
+	(*structpb.Struct)(nil),               // 76: google.protobuf.Struct
+	(*structpb.Value)(nil),                // 77: google.protobuf.Value
+	(*PlanInstallRequest)(nil),            // 78: byoc.ims.v1.PlanInstallRequest
+	(*StartWorkflowRequest)(nil),          // 79: byoc.ims.v1.StartWorkflowRequest
+	(*ListWorkflowsRequest)(nil),          // 80: byoc.ims.v1.ListWorkflowsRequest
+	(*GetWorkflowRequest)(nil),            // 81: byoc.ims.v1.GetWorkflowRequest
+	(*ApproveWorkflowRequest)(nil),        // 82: byoc.ims.v1.ApproveWorkflowRequest
+	(*CancelWorkflowRequest)(nil),         // 83: byoc.ims.v1.CancelWorkflowRequest
+	(*RetryWorkflowStepRequest)(nil),      // 84: byoc.ims.v1.RetryWorkflowStepRequest
+	(*ListActionsRequest)(nil),            // 85: byoc.ims.v1.ListActionsRequest
+	(*StartActionRunRequest)(nil),         // 86: byoc.ims.v1.StartActionRunRequest
+	(*ListActionRunsRequest)(nil),         // 87: byoc.ims.v1.ListActionRunsRequest
+	(*GetActionRunRequest)(nil),           // 88: byoc.ims.v1.GetActionRunRequest
+	(*PlanInstallResponse)(nil),           // 89: byoc.ims.v1.PlanInstallResponse
+	(*StartWorkflowResponse)(nil),         // 90: byoc.ims.v1.StartWorkflowResponse
+	(*ListWorkflowsResponse)(nil),         // 91: byoc.ims.v1.ListWorkflowsResponse
+	(*GetWorkflowResponse)(nil),           // 92: byoc.ims.v1.GetWorkflowResponse
+	(*ApproveWorkflowResponse)(nil),       // 93: byoc.ims.v1.ApproveWorkflowResponse
+	(*CancelWorkflowResponse)(nil),        // 94: byoc.ims.v1.CancelWorkflowResponse
+	(*RetryWorkflowStepResponse)(nil),     // 95: byoc.ims.v1.RetryWorkflowStepResponse
+	(*ListActionsResponse)(nil),           // 96: byoc.ims.v1.ListActionsResponse
+	(*StartActionRunResponse)(nil),        // 97: byoc.ims.v1.StartActionRunResponse
+	(*ListActionRunsResponse)(nil),        // 98: byoc.ims.v1.ListActionRunsResponse
+	(*GetActionRunResponse)(nil),          // 99: byoc.ims.v1.GetActionRunResponse
 }
 var file_byoc_ims_v1_operator_proto_depIdxs = []int32{
 	0,   // 0: byoc.ims.v1.WhoAmIResponse.role:type_name -> byoc.ims.v1.Role
 	0,   // 1: byoc.ims.v1.CreateApiTokenRequest.role:type_name -> byoc.ims.v1.Role
-	72,  // 2: byoc.ims.v1.App.create_time:type_name -> google.protobuf.Timestamp
+	73,  // 2: byoc.ims.v1.App.create_time:type_name -> google.protobuf.Timestamp
 	7,   // 3: byoc.ims.v1.CreateAppResponse.app:type_name -> byoc.ims.v1.App
 	7,   // 4: byoc.ims.v1.ListAppsResponse.apps:type_name -> byoc.ims.v1.App
 	7,   // 5: byoc.ims.v1.GetAppResponse.app:type_name -> byoc.ims.v1.App
-	72,  // 6: byoc.ims.v1.AgentStatus.last_seen_time:type_name -> google.protobuf.Timestamp
-	72,  // 7: byoc.ims.v1.AgentStatus.enroll_time:type_name -> google.protobuf.Timestamp
-	72,  // 8: byoc.ims.v1.AgentStatus.identity_conflict_time:type_name -> google.protobuf.Timestamp
+	73,  // 6: byoc.ims.v1.AgentStatus.last_seen_time:type_name -> google.protobuf.Timestamp
+	73,  // 7: byoc.ims.v1.AgentStatus.enroll_time:type_name -> google.protobuf.Timestamp
+	73,  // 8: byoc.ims.v1.AgentStatus.identity_conflict_time:type_name -> google.protobuf.Timestamp
 	15,  // 9: byoc.ims.v1.AgentStatus.permissions:type_name -> byoc.ims.v1.Permissions
-	72,  // 10: byoc.ims.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
-	72,  // 11: byoc.ims.v1.Permissions.report_time:type_name -> google.protobuf.Timestamp
-	67,  // 12: byoc.ims.v1.Install.inputs:type_name -> byoc.ims.v1.Install.InputsEntry
-	72,  // 13: byoc.ims.v1.Install.create_time:type_name -> google.protobuf.Timestamp
+	73,  // 10: byoc.ims.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
+	73,  // 11: byoc.ims.v1.Permissions.report_time:type_name -> google.protobuf.Timestamp
+	68,  // 12: byoc.ims.v1.Install.inputs:type_name -> byoc.ims.v1.Install.InputsEntry
+	73,  // 13: byoc.ims.v1.Install.create_time:type_name -> google.protobuf.Timestamp
 	14,  // 14: byoc.ims.v1.Install.agent:type_name -> byoc.ims.v1.AgentStatus
 	17,  // 15: byoc.ims.v1.Install.settings:type_name -> byoc.ims.v1.InstallSettings
-	73,  // 16: byoc.ims.v1.Install.health:type_name -> byoc.ims.v1.InstallHealth
-	68,  // 17: byoc.ims.v1.InstallSettings.overrides:type_name -> byoc.ims.v1.InstallSettings.OverridesEntry
-	69,  // 18: byoc.ims.v1.CreateInstallRequest.inputs:type_name -> byoc.ims.v1.CreateInstallRequest.InputsEntry
+	74,  // 16: byoc.ims.v1.Install.health:type_name -> byoc.ims.v1.InstallHealth
+	69,  // 17: byoc.ims.v1.InstallSettings.overrides:type_name -> byoc.ims.v1.InstallSettings.OverridesEntry
+	70,  // 18: byoc.ims.v1.CreateInstallRequest.inputs:type_name -> byoc.ims.v1.CreateInstallRequest.InputsEntry
 	16,  // 19: byoc.ims.v1.CreateInstallResponse.install:type_name -> byoc.ims.v1.Install
 	20,  // 20: byoc.ims.v1.CreateInstallResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	72,  // 21: byoc.ims.v1.EnrollmentToken.expire_time:type_name -> google.protobuf.Timestamp
+	73,  // 21: byoc.ims.v1.EnrollmentToken.expire_time:type_name -> google.protobuf.Timestamp
 	16,  // 22: byoc.ims.v1.ListInstallsResponse.installs:type_name -> byoc.ims.v1.Install
 	16,  // 23: byoc.ims.v1.GetInstallResponse.install:type_name -> byoc.ims.v1.Install
 	16,  // 24: byoc.ims.v1.InstallStatus.install:type_name -> byoc.ims.v1.Install
 	25,  // 25: byoc.ims.v1.WatchInstallsResponse.installs:type_name -> byoc.ims.v1.InstallStatus
-	70,  // 26: byoc.ims.v1.UpdateInstallRequest.set_inputs:type_name -> byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
+	71,  // 26: byoc.ims.v1.UpdateInstallRequest.set_inputs:type_name -> byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
 	16,  // 27: byoc.ims.v1.UpdateInstallResponse.install:type_name -> byoc.ims.v1.Install
-	74,  // 28: byoc.ims.v1.UpdateInstallResponse.workflow:type_name -> byoc.ims.v1.Workflow
+	75,  // 28: byoc.ims.v1.UpdateInstallResponse.workflow:type_name -> byoc.ims.v1.Workflow
 	20,  // 29: byoc.ims.v1.CreateEnrollmentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	75,  // 30: byoc.ims.v1.Job.config:type_name -> google.protobuf.Struct
+	76,  // 30: byoc.ims.v1.Job.config:type_name -> google.protobuf.Struct
 	1,   // 31: byoc.ims.v1.Job.state:type_name -> byoc.ims.v1.JobState
-	72,  // 32: byoc.ims.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	72,  // 33: byoc.ims.v1.Job.start_time:type_name -> google.protobuf.Timestamp
-	72,  // 34: byoc.ims.v1.Job.end_time:type_name -> google.protobuf.Timestamp
-	72,  // 35: byoc.ims.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
-	71,  // 36: byoc.ims.v1.Job.outputs:type_name -> byoc.ims.v1.Job.OutputsEntry
-	75,  // 37: byoc.ims.v1.EnqueueJobRequest.config:type_name -> google.protobuf.Struct
-	32,  // 38: byoc.ims.v1.EnqueueJobResponse.job:type_name -> byoc.ims.v1.Job
-	33,  // 39: byoc.ims.v1.EnqueueJobsRequest.jobs:type_name -> byoc.ims.v1.EnqueueJobRequest
-	32,  // 40: byoc.ims.v1.EnqueueJobsResponse.jobs:type_name -> byoc.ims.v1.Job
-	1,   // 41: byoc.ims.v1.ListJobsRequest.states:type_name -> byoc.ims.v1.JobState
-	32,  // 42: byoc.ims.v1.ListJobsResponse.jobs:type_name -> byoc.ims.v1.Job
-	32,  // 43: byoc.ims.v1.GetJobResponse.job:type_name -> byoc.ims.v1.Job
-	72,  // 44: byoc.ims.v1.LogLine.time:type_name -> google.protobuf.Timestamp
-	2,   // 45: byoc.ims.v1.LogLine.stream:type_name -> byoc.ims.v1.LogStream
-	41,  // 46: byoc.ims.v1.StreamJobLogsResponse.lines:type_name -> byoc.ims.v1.LogLine
-	32,  // 47: byoc.ims.v1.StreamJobLogsResponse.job:type_name -> byoc.ims.v1.Job
-	32,  // 48: byoc.ims.v1.CancelJobResponse.job:type_name -> byoc.ims.v1.Job
-	72,  // 49: byoc.ims.v1.AppRevision.create_time:type_name -> google.protobuf.Timestamp
-	46,  // 50: byoc.ims.v1.PushAppRevisionRequest.files:type_name -> byoc.ims.v1.AppFile
-	7,   // 51: byoc.ims.v1.PushAppRevisionResponse.app:type_name -> byoc.ims.v1.App
-	47,  // 52: byoc.ims.v1.PushAppRevisionResponse.revision:type_name -> byoc.ims.v1.AppRevision
-	55,  // 53: byoc.ims.v1.PushAppRevisionResponse.changes:type_name -> byoc.ims.v1.ConfigChange
-	50,  // 54: byoc.ims.v1.PushAppRevisionResponse.installs:type_name -> byoc.ims.v1.InstallApplied
-	74,  // 55: byoc.ims.v1.PushAppRevisionResponse.workflows:type_name -> byoc.ims.v1.Workflow
-	16,  // 56: byoc.ims.v1.InstallApplied.install:type_name -> byoc.ims.v1.Install
-	20,  // 57: byoc.ims.v1.InstallApplied.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	47,  // 58: byoc.ims.v1.ListAppRevisionsResponse.revisions:type_name -> byoc.ims.v1.AppRevision
-	55,  // 59: byoc.ims.v1.DiffAppRevisionsResponse.changes:type_name -> byoc.ims.v1.ConfigChange
-	56,  // 60: byoc.ims.v1.ConfigDiagnostics.diagnostics:type_name -> byoc.ims.v1.ConfigDiagnostic
-	76,  // 61: byoc.ims.v1.PluginType.config_schema:type_name -> google.protobuf.Value
-	76,  // 62: byoc.ims.v1.PluginType.outputs_schema:type_name -> google.protobuf.Value
-	72,  // 63: byoc.ims.v1.PluginType.register_time:type_name -> google.protobuf.Timestamp
-	58,  // 64: byoc.ims.v1.RegisterPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
-	58,  // 65: byoc.ims.v1.RegisterPluginTypeResponse.replaced:type_name -> byoc.ims.v1.PluginType
-	58,  // 66: byoc.ims.v1.ListPluginTypesResponse.plugin_types:type_name -> byoc.ims.v1.PluginType
-	58,  // 67: byoc.ims.v1.GetPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
-	75,  // 68: byoc.ims.v1.InstallSettings.OverridesEntry.value:type_name -> google.protobuf.Struct
-	3,   // 69: byoc.ims.v1.OperatorService.WhoAmI:input_type -> byoc.ims.v1.WhoAmIRequest
-	5,   // 70: byoc.ims.v1.OperatorService.CreateApiToken:input_type -> byoc.ims.v1.CreateApiTokenRequest
-	8,   // 71: byoc.ims.v1.OperatorService.CreateApp:input_type -> byoc.ims.v1.CreateAppRequest
-	10,  // 72: byoc.ims.v1.OperatorService.ListApps:input_type -> byoc.ims.v1.ListAppsRequest
-	12,  // 73: byoc.ims.v1.OperatorService.GetApp:input_type -> byoc.ims.v1.GetAppRequest
-	48,  // 74: byoc.ims.v1.OperatorService.PushAppRevision:input_type -> byoc.ims.v1.PushAppRevisionRequest
-	51,  // 75: byoc.ims.v1.OperatorService.ListAppRevisions:input_type -> byoc.ims.v1.ListAppRevisionsRequest
-	53,  // 76: byoc.ims.v1.OperatorService.DiffAppRevisions:input_type -> byoc.ims.v1.DiffAppRevisionsRequest
-	18,  // 77: byoc.ims.v1.OperatorService.CreateInstall:input_type -> byoc.ims.v1.CreateInstallRequest
-	21,  // 78: byoc.ims.v1.OperatorService.ListInstalls:input_type -> byoc.ims.v1.ListInstallsRequest
-	23,  // 79: byoc.ims.v1.OperatorService.GetInstall:input_type -> byoc.ims.v1.GetInstallRequest
-	26,  // 80: byoc.ims.v1.OperatorService.WatchInstalls:input_type -> byoc.ims.v1.WatchInstallsRequest
-	30,  // 81: byoc.ims.v1.OperatorService.CreateEnrollmentToken:input_type -> byoc.ims.v1.CreateEnrollmentTokenRequest
-	28,  // 82: byoc.ims.v1.OperatorService.UpdateInstall:input_type -> byoc.ims.v1.UpdateInstallRequest
-	77,  // 83: byoc.ims.v1.OperatorService.PlanInstall:input_type -> byoc.ims.v1.PlanInstallRequest
-	78,  // 84: byoc.ims.v1.OperatorService.StartWorkflow:input_type -> byoc.ims.v1.StartWorkflowRequest
-	79,  // 85: byoc.ims.v1.OperatorService.ListWorkflows:input_type -> byoc.ims.v1.ListWorkflowsRequest
-	80,  // 86: byoc.ims.v1.OperatorService.GetWorkflow:input_type -> byoc.ims.v1.GetWorkflowRequest
-	81,  // 87: byoc.ims.v1.OperatorService.ApproveWorkflow:input_type -> byoc.ims.v1.ApproveWorkflowRequest
-	82,  // 88: byoc.ims.v1.OperatorService.CancelWorkflow:input_type -> byoc.ims.v1.CancelWorkflowRequest
-	83,  // 89: byoc.ims.v1.OperatorService.RetryWorkflowStep:input_type -> byoc.ims.v1.RetryWorkflowStepRequest
-	33,  // 90: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
-	35,  // 91: byoc.ims.v1.OperatorService.EnqueueJobs:input_type -> byoc.ims.v1.EnqueueJobsRequest
-	37,  // 92: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
-	39,  // 93: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
-	42,  // 94: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
-	44,  // 95: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
-	59,  // 96: byoc.ims.v1.OperatorService.RegisterPluginType:input_type -> byoc.ims.v1.RegisterPluginTypeRequest
-	61,  // 97: byoc.ims.v1.OperatorService.ListPluginTypes:input_type -> byoc.ims.v1.ListPluginTypesRequest
-	63,  // 98: byoc.ims.v1.OperatorService.GetPluginType:input_type -> byoc.ims.v1.GetPluginTypeRequest
-	65,  // 99: byoc.ims.v1.OperatorService.RemovePluginType:input_type -> byoc.ims.v1.RemovePluginTypeRequest
-	84,  // 100: byoc.ims.v1.OperatorService.ListActions:input_type -> byoc.ims.v1.ListActionsRequest
-	85,  // 101: byoc.ims.v1.OperatorService.StartActionRun:input_type -> byoc.ims.v1.StartActionRunRequest
-	86,  // 102: byoc.ims.v1.OperatorService.ListActionRuns:input_type -> byoc.ims.v1.ListActionRunsRequest
-	87,  // 103: byoc.ims.v1.OperatorService.GetActionRun:input_type -> byoc.ims.v1.GetActionRunRequest
-	4,   // 104: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
-	6,   // 105: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
-	9,   // 106: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
-	11,  // 107: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
-	13,  // 108: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
-	49,  // 109: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
-	52,  // 110: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
-	54,  // 111: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
-	19,  // 112: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
-	22,  // 113: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
-	24,  // 114: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
-	27,  // 115: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
-	31,  // 116: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
-	29,  // 117: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
-	88,  // 118: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
-	89,  // 119: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
-	90,  // 120: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
-	91,  // 121: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
-	92,  // 122: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
-	93,  // 123: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
-	94,  // 124: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
-	34,  // 125: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
-	36,  // 126: byoc.ims.v1.OperatorService.EnqueueJobs:output_type -> byoc.ims.v1.EnqueueJobsResponse
-	38,  // 127: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
-	40,  // 128: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
-	43,  // 129: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
-	45,  // 130: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
-	60,  // 131: byoc.ims.v1.OperatorService.RegisterPluginType:output_type -> byoc.ims.v1.RegisterPluginTypeResponse
-	62,  // 132: byoc.ims.v1.OperatorService.ListPluginTypes:output_type -> byoc.ims.v1.ListPluginTypesResponse
-	64,  // 133: byoc.ims.v1.OperatorService.GetPluginType:output_type -> byoc.ims.v1.GetPluginTypeResponse
-	66,  // 134: byoc.ims.v1.OperatorService.RemovePluginType:output_type -> byoc.ims.v1.RemovePluginTypeResponse
-	95,  // 135: byoc.ims.v1.OperatorService.ListActions:output_type -> byoc.ims.v1.ListActionsResponse
-	96,  // 136: byoc.ims.v1.OperatorService.StartActionRun:output_type -> byoc.ims.v1.StartActionRunResponse
-	97,  // 137: byoc.ims.v1.OperatorService.ListActionRuns:output_type -> byoc.ims.v1.ListActionRunsResponse
-	98,  // 138: byoc.ims.v1.OperatorService.GetActionRun:output_type -> byoc.ims.v1.GetActionRunResponse
-	104, // [104:139] is the sub-list for method output_type
-	69,  // [69:104] is the sub-list for method input_type
-	69,  // [69:69] is the sub-list for extension type_name
-	69,  // [69:69] is the sub-list for extension extendee
-	0,   // [0:69] is the sub-list for field type_name
+	73,  // 32: byoc.ims.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	73,  // 33: byoc.ims.v1.Job.start_time:type_name -> google.protobuf.Timestamp
+	73,  // 34: byoc.ims.v1.Job.end_time:type_name -> google.protobuf.Timestamp
+	73,  // 35: byoc.ims.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
+	72,  // 36: byoc.ims.v1.Job.outputs:type_name -> byoc.ims.v1.Job.OutputsEntry
+	33,  // 37: byoc.ims.v1.Job.planned_changes:type_name -> byoc.ims.v1.PlannedChange
+	77,  // 38: byoc.ims.v1.PlannedChange.before:type_name -> google.protobuf.Value
+	77,  // 39: byoc.ims.v1.PlannedChange.after:type_name -> google.protobuf.Value
+	76,  // 40: byoc.ims.v1.EnqueueJobRequest.config:type_name -> google.protobuf.Struct
+	32,  // 41: byoc.ims.v1.EnqueueJobResponse.job:type_name -> byoc.ims.v1.Job
+	34,  // 42: byoc.ims.v1.EnqueueJobsRequest.jobs:type_name -> byoc.ims.v1.EnqueueJobRequest
+	32,  // 43: byoc.ims.v1.EnqueueJobsResponse.jobs:type_name -> byoc.ims.v1.Job
+	1,   // 44: byoc.ims.v1.ListJobsRequest.states:type_name -> byoc.ims.v1.JobState
+	32,  // 45: byoc.ims.v1.ListJobsResponse.jobs:type_name -> byoc.ims.v1.Job
+	32,  // 46: byoc.ims.v1.GetJobResponse.job:type_name -> byoc.ims.v1.Job
+	73,  // 47: byoc.ims.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	2,   // 48: byoc.ims.v1.LogLine.stream:type_name -> byoc.ims.v1.LogStream
+	42,  // 49: byoc.ims.v1.StreamJobLogsResponse.lines:type_name -> byoc.ims.v1.LogLine
+	32,  // 50: byoc.ims.v1.StreamJobLogsResponse.job:type_name -> byoc.ims.v1.Job
+	32,  // 51: byoc.ims.v1.CancelJobResponse.job:type_name -> byoc.ims.v1.Job
+	73,  // 52: byoc.ims.v1.AppRevision.create_time:type_name -> google.protobuf.Timestamp
+	47,  // 53: byoc.ims.v1.PushAppRevisionRequest.files:type_name -> byoc.ims.v1.AppFile
+	7,   // 54: byoc.ims.v1.PushAppRevisionResponse.app:type_name -> byoc.ims.v1.App
+	48,  // 55: byoc.ims.v1.PushAppRevisionResponse.revision:type_name -> byoc.ims.v1.AppRevision
+	56,  // 56: byoc.ims.v1.PushAppRevisionResponse.changes:type_name -> byoc.ims.v1.ConfigChange
+	51,  // 57: byoc.ims.v1.PushAppRevisionResponse.installs:type_name -> byoc.ims.v1.InstallApplied
+	75,  // 58: byoc.ims.v1.PushAppRevisionResponse.workflows:type_name -> byoc.ims.v1.Workflow
+	16,  // 59: byoc.ims.v1.InstallApplied.install:type_name -> byoc.ims.v1.Install
+	20,  // 60: byoc.ims.v1.InstallApplied.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
+	48,  // 61: byoc.ims.v1.ListAppRevisionsResponse.revisions:type_name -> byoc.ims.v1.AppRevision
+	56,  // 62: byoc.ims.v1.DiffAppRevisionsResponse.changes:type_name -> byoc.ims.v1.ConfigChange
+	57,  // 63: byoc.ims.v1.ConfigDiagnostics.diagnostics:type_name -> byoc.ims.v1.ConfigDiagnostic
+	77,  // 64: byoc.ims.v1.PluginType.config_schema:type_name -> google.protobuf.Value
+	77,  // 65: byoc.ims.v1.PluginType.outputs_schema:type_name -> google.protobuf.Value
+	73,  // 66: byoc.ims.v1.PluginType.register_time:type_name -> google.protobuf.Timestamp
+	59,  // 67: byoc.ims.v1.RegisterPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
+	59,  // 68: byoc.ims.v1.RegisterPluginTypeResponse.replaced:type_name -> byoc.ims.v1.PluginType
+	59,  // 69: byoc.ims.v1.ListPluginTypesResponse.plugin_types:type_name -> byoc.ims.v1.PluginType
+	59,  // 70: byoc.ims.v1.GetPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
+	76,  // 71: byoc.ims.v1.InstallSettings.OverridesEntry.value:type_name -> google.protobuf.Struct
+	3,   // 72: byoc.ims.v1.OperatorService.WhoAmI:input_type -> byoc.ims.v1.WhoAmIRequest
+	5,   // 73: byoc.ims.v1.OperatorService.CreateApiToken:input_type -> byoc.ims.v1.CreateApiTokenRequest
+	8,   // 74: byoc.ims.v1.OperatorService.CreateApp:input_type -> byoc.ims.v1.CreateAppRequest
+	10,  // 75: byoc.ims.v1.OperatorService.ListApps:input_type -> byoc.ims.v1.ListAppsRequest
+	12,  // 76: byoc.ims.v1.OperatorService.GetApp:input_type -> byoc.ims.v1.GetAppRequest
+	49,  // 77: byoc.ims.v1.OperatorService.PushAppRevision:input_type -> byoc.ims.v1.PushAppRevisionRequest
+	52,  // 78: byoc.ims.v1.OperatorService.ListAppRevisions:input_type -> byoc.ims.v1.ListAppRevisionsRequest
+	54,  // 79: byoc.ims.v1.OperatorService.DiffAppRevisions:input_type -> byoc.ims.v1.DiffAppRevisionsRequest
+	18,  // 80: byoc.ims.v1.OperatorService.CreateInstall:input_type -> byoc.ims.v1.CreateInstallRequest
+	21,  // 81: byoc.ims.v1.OperatorService.ListInstalls:input_type -> byoc.ims.v1.ListInstallsRequest
+	23,  // 82: byoc.ims.v1.OperatorService.GetInstall:input_type -> byoc.ims.v1.GetInstallRequest
+	26,  // 83: byoc.ims.v1.OperatorService.WatchInstalls:input_type -> byoc.ims.v1.WatchInstallsRequest
+	30,  // 84: byoc.ims.v1.OperatorService.CreateEnrollmentToken:input_type -> byoc.ims.v1.CreateEnrollmentTokenRequest
+	28,  // 85: byoc.ims.v1.OperatorService.UpdateInstall:input_type -> byoc.ims.v1.UpdateInstallRequest
+	78,  // 86: byoc.ims.v1.OperatorService.PlanInstall:input_type -> byoc.ims.v1.PlanInstallRequest
+	79,  // 87: byoc.ims.v1.OperatorService.StartWorkflow:input_type -> byoc.ims.v1.StartWorkflowRequest
+	80,  // 88: byoc.ims.v1.OperatorService.ListWorkflows:input_type -> byoc.ims.v1.ListWorkflowsRequest
+	81,  // 89: byoc.ims.v1.OperatorService.GetWorkflow:input_type -> byoc.ims.v1.GetWorkflowRequest
+	82,  // 90: byoc.ims.v1.OperatorService.ApproveWorkflow:input_type -> byoc.ims.v1.ApproveWorkflowRequest
+	83,  // 91: byoc.ims.v1.OperatorService.CancelWorkflow:input_type -> byoc.ims.v1.CancelWorkflowRequest
+	84,  // 92: byoc.ims.v1.OperatorService.RetryWorkflowStep:input_type -> byoc.ims.v1.RetryWorkflowStepRequest
+	34,  // 93: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
+	36,  // 94: byoc.ims.v1.OperatorService.EnqueueJobs:input_type -> byoc.ims.v1.EnqueueJobsRequest
+	38,  // 95: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
+	40,  // 96: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
+	43,  // 97: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
+	45,  // 98: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
+	60,  // 99: byoc.ims.v1.OperatorService.RegisterPluginType:input_type -> byoc.ims.v1.RegisterPluginTypeRequest
+	62,  // 100: byoc.ims.v1.OperatorService.ListPluginTypes:input_type -> byoc.ims.v1.ListPluginTypesRequest
+	64,  // 101: byoc.ims.v1.OperatorService.GetPluginType:input_type -> byoc.ims.v1.GetPluginTypeRequest
+	66,  // 102: byoc.ims.v1.OperatorService.RemovePluginType:input_type -> byoc.ims.v1.RemovePluginTypeRequest
+	85,  // 103: byoc.ims.v1.OperatorService.ListActions:input_type -> byoc.ims.v1.ListActionsRequest
+	86,  // 104: byoc.ims.v1.OperatorService.StartActionRun:input_type -> byoc.ims.v1.StartActionRunRequest
+	87,  // 105: byoc.ims.v1.OperatorService.ListActionRuns:input_type -> byoc.ims.v1.ListActionRunsRequest
+	88,  // 106: byoc.ims.v1.OperatorService.GetActionRun:input_type -> byoc.ims.v1.GetActionRunRequest
+	4,   // 107: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
+	6,   // 108: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
+	9,   // 109: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
+	11,  // 110: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
+	13,  // 111: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
+	50,  // 112: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
+	53,  // 113: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
+	55,  // 114: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
+	19,  // 115: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
+	22,  // 116: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
+	24,  // 117: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
+	27,  // 118: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
+	31,  // 119: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
+	29,  // 120: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
+	89,  // 121: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
+	90,  // 122: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
+	91,  // 123: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
+	92,  // 124: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
+	93,  // 125: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
+	94,  // 126: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
+	95,  // 127: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
+	35,  // 128: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
+	37,  // 129: byoc.ims.v1.OperatorService.EnqueueJobs:output_type -> byoc.ims.v1.EnqueueJobsResponse
+	39,  // 130: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
+	41,  // 131: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
+	44,  // 132: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
+	46,  // 133: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
+	61,  // 134: byoc.ims.v1.OperatorService.RegisterPluginType:output_type -> byoc.ims.v1.RegisterPluginTypeResponse
+	63,  // 135: byoc.ims.v1.OperatorService.ListPluginTypes:output_type -> byoc.ims.v1.ListPluginTypesResponse
+	65,  // 136: byoc.ims.v1.OperatorService.GetPluginType:output_type -> byoc.ims.v1.GetPluginTypeResponse
+	67,  // 137: byoc.ims.v1.OperatorService.RemovePluginType:output_type -> byoc.ims.v1.RemovePluginTypeResponse
+	96,  // 138: byoc.ims.v1.OperatorService.ListActions:output_type -> byoc.ims.v1.ListActionsResponse
+	97,  // 139: byoc.ims.v1.OperatorService.StartActionRun:output_type -> byoc.ims.v1.StartActionRunResponse
+	98,  // 140: byoc.ims.v1.OperatorService.ListActionRuns:output_type -> byoc.ims.v1.ListActionRunsResponse
+	99,  // 141: byoc.ims.v1.OperatorService.GetActionRun:output_type -> byoc.ims.v1.GetActionRunResponse
+	107, // [107:142] is the sub-list for method output_type
+	72,  // [72:107] is the sub-list for method input_type
+	72,  // [72:72] is the sub-list for extension type_name
+	72,  // [72:72] is the sub-list for extension extendee
+	0,   // [0:72] is the sub-list for field type_name
 }
 
 func init() { file_byoc_ims_v1_operator_proto_init() }
@@ -4813,7 +4916,7 @@ func file_byoc_ims_v1_operator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byoc_ims_v1_operator_proto_rawDesc), len(file_byoc_ims_v1_operator_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   69,
+			NumMessages:   70,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -227,11 +227,19 @@ type JobContext struct {
 	JobId     string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	InstallId string                 `protobuf:"bytes,2,opt,name=install_id,json=installId,proto3" json:"install_id,omitempty"`
 	Attempt   int32                  `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	// work_dir is a directory the plugin owns for this job.
+	// work_dir is a directory the plugin owns for this job attempt only:
+	// STATE/jobs/<job>-<attempt>/, created empty before the job and deleted
+	// when it ends.
 	WorkDir        string `protobuf:"bytes,4,opt,name=work_dir,json=workDir,proto3" json:"work_dir,omitempty"`
 	TimeoutSeconds int64  `protobuf:"varint,5,opt,name=timeout_seconds,json=timeoutSeconds,proto3" json:"timeout_seconds,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// state_dir (1.2) is the component's persistent state directory on the
+	// agent, STATE/components/<component>/ (an agent serves one install):
+	// kept across jobs, held by one job of the component at a time, never
+	// sent to imsd. Empty when the job belongs to no component (an action
+	// run) or the host speaks 1.1.
+	StateDir      string `protobuf:"bytes,6,opt,name=state_dir,json=stateDir,proto3" json:"state_dir,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JobContext) Reset() {
@@ -297,6 +305,13 @@ func (x *JobContext) GetTimeoutSeconds() int64 {
 		return x.TimeoutSeconds
 	}
 	return 0
+}
+
+func (x *JobContext) GetStateDir() string {
+	if x != nil {
+		return x.StateDir
+	}
+	return ""
 }
 
 type ValidateRequest struct {
@@ -511,9 +526,12 @@ type Result struct {
 	Changes string `protobuf:"bytes,4,opt,name=changes,proto3" json:"changes,omitempty"`
 	// drifted reports, for a drift check, that the component no longer
 	// matches its config (1.1).
-	Drifted       bool `protobuf:"varint,5,opt,name=drifted,proto3" json:"drifted,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Drifted bool `protobuf:"varint,5,opt,name=drifted,proto3" json:"drifted,omitempty"`
+	// planned_changes are a plan's changes, or what a drift check found
+	// different, one per object (1.2).
+	PlannedChanges []*PlannedChange `protobuf:"bytes,6,rep,name=planned_changes,json=plannedChanges,proto3" json:"planned_changes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Result) Reset() {
@@ -581,6 +599,95 @@ func (x *Result) GetDrifted() bool {
 	return false
 }
 
+func (x *Result) GetPlannedChanges() []*PlannedChange {
+	if x != nil {
+		return x.PlannedChanges
+	}
+	return nil
+}
+
+// PlannedChange is one change a plan would make to one object.
+type PlannedChange struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// address names the object, such as "aws_s3_bucket.logs".
+	Address string `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	// action is "create", "update", "delete" or "replace".
+	Action string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
+	// before and after are the object's values; unset for none. Values
+	// the plugin marked sensitive are already masked.
+	Before *structpb.Value `protobuf:"bytes,3,opt,name=before,proto3" json:"before,omitempty"`
+	After  *structpb.Value `protobuf:"bytes,4,opt,name=after,proto3" json:"after,omitempty"`
+	// summary says the change in one line, for a human.
+	Summary       string `protobuf:"bytes,5,opt,name=summary,proto3" json:"summary,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlannedChange) Reset() {
+	*x = PlannedChange{}
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlannedChange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlannedChange) ProtoMessage() {}
+
+func (x *PlannedChange) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlannedChange.ProtoReflect.Descriptor instead.
+func (*PlannedChange) Descriptor() ([]byte, []int) {
+	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *PlannedChange) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *PlannedChange) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *PlannedChange) GetBefore() *structpb.Value {
+	if x != nil {
+		return x.Before
+	}
+	return nil
+}
+
+func (x *PlannedChange) GetAfter() *structpb.Value {
+	if x != nil {
+		return x.After
+	}
+	return nil
+}
+
+func (x *PlannedChange) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
+}
+
 type PlanRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Job           *JobContext            `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
@@ -592,7 +699,7 @@ type PlanRequest struct {
 
 func (x *PlanRequest) Reset() {
 	*x = PlanRequest{}
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[9]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -604,7 +711,7 @@ func (x *PlanRequest) String() string {
 func (*PlanRequest) ProtoMessage() {}
 
 func (x *PlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[9]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -617,7 +724,7 @@ func (x *PlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanRequest.ProtoReflect.Descriptor instead.
 func (*PlanRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{9}
+	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PlanRequest) GetJob() *JobContext {
@@ -654,7 +761,7 @@ type PlanResponse struct {
 
 func (x *PlanResponse) Reset() {
 	*x = PlanResponse{}
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[10]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -666,7 +773,7 @@ func (x *PlanResponse) String() string {
 func (*PlanResponse) ProtoMessage() {}
 
 func (x *PlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[10]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -679,7 +786,7 @@ func (x *PlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanResponse.ProtoReflect.Descriptor instead.
 func (*PlanResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{10}
+	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PlanResponse) GetEvent() isPlanResponse_Event {
@@ -734,7 +841,7 @@ type ApplyRequest struct {
 
 func (x *ApplyRequest) Reset() {
 	*x = ApplyRequest{}
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[11]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -746,7 +853,7 @@ func (x *ApplyRequest) String() string {
 func (*ApplyRequest) ProtoMessage() {}
 
 func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[11]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -759,7 +866,7 @@ func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyRequest.ProtoReflect.Descriptor instead.
 func (*ApplyRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{11}
+	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ApplyRequest) GetJob() *JobContext {
@@ -796,7 +903,7 @@ type ApplyResponse struct {
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[12]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -808,7 +915,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[12]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -821,7 +928,7 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{12}
+	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ApplyResponse) GetEvent() isApplyResponse_Event {
@@ -876,7 +983,7 @@ type DestroyRequest struct {
 
 func (x *DestroyRequest) Reset() {
 	*x = DestroyRequest{}
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[13]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -888,7 +995,7 @@ func (x *DestroyRequest) String() string {
 func (*DestroyRequest) ProtoMessage() {}
 
 func (x *DestroyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[13]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -901,7 +1008,7 @@ func (x *DestroyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyRequest.ProtoReflect.Descriptor instead.
 func (*DestroyRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{13}
+	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DestroyRequest) GetJob() *JobContext {
@@ -938,7 +1045,7 @@ type DestroyResponse struct {
 
 func (x *DestroyResponse) Reset() {
 	*x = DestroyResponse{}
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[14]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -950,7 +1057,7 @@ func (x *DestroyResponse) String() string {
 func (*DestroyResponse) ProtoMessage() {}
 
 func (x *DestroyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[14]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -963,7 +1070,7 @@ func (x *DestroyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyResponse.ProtoReflect.Descriptor instead.
 func (*DestroyResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{14}
+	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DestroyResponse) GetEvent() isDestroyResponse_Event {
@@ -1018,7 +1125,7 @@ type DriftRequest struct {
 
 func (x *DriftRequest) Reset() {
 	*x = DriftRequest{}
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[15]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1030,7 +1137,7 @@ func (x *DriftRequest) String() string {
 func (*DriftRequest) ProtoMessage() {}
 
 func (x *DriftRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[15]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1043,7 +1150,7 @@ func (x *DriftRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DriftRequest.ProtoReflect.Descriptor instead.
 func (*DriftRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{15}
+	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DriftRequest) GetJob() *JobContext {
@@ -1080,7 +1187,7 @@ type DriftResponse struct {
 
 func (x *DriftResponse) Reset() {
 	*x = DriftResponse{}
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[16]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1092,7 +1199,7 @@ func (x *DriftResponse) String() string {
 func (*DriftResponse) ProtoMessage() {}
 
 func (x *DriftResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[16]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1105,7 +1212,7 @@ func (x *DriftResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DriftResponse.ProtoReflect.Descriptor instead.
 func (*DriftResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{16}
+	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DriftResponse) GetEvent() isDriftResponse_Event {
@@ -1166,7 +1273,7 @@ const file_byoc_plugin_v1_plugin_proto_rawDesc = "" +
 	"\rconfig_schema\x18\x04 \x01(\tR\fconfigSchema\x12;\n" +
 	"\bprotocol\x18\x05 \x01(\v2\x1f.byoc.plugin.v1.ProtocolVersionR\bprotocol\x12\"\n" +
 	"\fcapabilities\x18\x06 \x03(\tR\fcapabilities\x12%\n" +
-	"\x0eoutputs_schema\x18\a \x01(\tR\routputsSchema\"\xa0\x01\n" +
+	"\x0eoutputs_schema\x18\a \x01(\tR\routputsSchema\"\xbd\x01\n" +
 	"\n" +
 	"JobContext\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1d\n" +
@@ -1174,7 +1281,8 @@ const file_byoc_plugin_v1_plugin_proto_rawDesc = "" +
 	"install_id\x18\x02 \x01(\tR\tinstallId\x12\x18\n" +
 	"\aattempt\x18\x03 \x01(\x05R\aattempt\x12\x19\n" +
 	"\bwork_dir\x18\x04 \x01(\tR\aworkDir\x12'\n" +
-	"\x0ftimeout_seconds\x18\x05 \x01(\x03R\x0etimeoutSeconds\"B\n" +
+	"\x0ftimeout_seconds\x18\x05 \x01(\x03R\x0etimeoutSeconds\x12\x1b\n" +
+	"\tstate_dir\x18\x06 \x01(\tR\bstateDir\"B\n" +
 	"\x0fValidateRequest\x12/\n" +
 	"\x06config\x18\x01 \x01(\v2\x17.google.protobuf.StructR\x06config\"<\n" +
 	"\n" +
@@ -1186,16 +1294,23 @@ const file_byoc_plugin_v1_plugin_proto_rawDesc = "" +
 	"\bLogEvent\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x16\n" +
 	"\x06stream\x18\x02 \x01(\x05R\x06stream\x12\x12\n" +
-	"\x04text\x18\x03 \x01(\tR\x04text\"\xea\x01\n" +
+	"\x04text\x18\x03 \x01(\tR\x04text\"\xb2\x02\n" +
 	"\x06Result\x12\x1b\n" +
 	"\texit_code\x18\x01 \x01(\x05R\bexitCode\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12=\n" +
 	"\aoutputs\x18\x03 \x03(\v2#.byoc.plugin.v1.Result.OutputsEntryR\aoutputs\x12\x18\n" +
 	"\achanges\x18\x04 \x01(\tR\achanges\x12\x18\n" +
-	"\adrifted\x18\x05 \x01(\bR\adrifted\x1a:\n" +
+	"\adrifted\x18\x05 \x01(\bR\adrifted\x12F\n" +
+	"\x0fplanned_changes\x18\x06 \x03(\v2\x1d.byoc.plugin.v1.PlannedChangeR\x0eplannedChanges\x1a:\n" +
 	"\fOutputsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xdc\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb9\x01\n" +
+	"\rPlannedChange\x12\x18\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x16\n" +
+	"\x06action\x18\x02 \x01(\tR\x06action\x12.\n" +
+	"\x06before\x18\x03 \x01(\v2\x16.google.protobuf.ValueR\x06before\x12,\n" +
+	"\x05after\x18\x04 \x01(\v2\x16.google.protobuf.ValueR\x05after\x12\x18\n" +
+	"\asummary\x18\x05 \x01(\tR\asummary\"\xdc\x01\n" +
 	"\vPlanRequest\x12,\n" +
 	"\x03job\x18\x01 \x01(\v2\x1a.byoc.plugin.v1.JobContextR\x03job\x12/\n" +
 	"\x06config\x18\x02 \x01(\v2\x17.google.protobuf.StructR\x06config\x126\n" +
@@ -1261,7 +1376,7 @@ func file_byoc_plugin_v1_plugin_proto_rawDescGZIP() []byte {
 	return file_byoc_plugin_v1_plugin_proto_rawDescData
 }
 
-var file_byoc_plugin_v1_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_byoc_plugin_v1_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_byoc_plugin_v1_plugin_proto_goTypes = []any{
 	(*ProtocolVersion)(nil),       // 0: byoc.plugin.v1.ProtocolVersion
 	(*DescribeRequest)(nil),       // 1: byoc.plugin.v1.DescribeRequest
@@ -1272,66 +1387,71 @@ var file_byoc_plugin_v1_plugin_proto_goTypes = []any{
 	(*ValidateResponse)(nil),      // 6: byoc.plugin.v1.ValidateResponse
 	(*LogEvent)(nil),              // 7: byoc.plugin.v1.LogEvent
 	(*Result)(nil),                // 8: byoc.plugin.v1.Result
-	(*PlanRequest)(nil),           // 9: byoc.plugin.v1.PlanRequest
-	(*PlanResponse)(nil),          // 10: byoc.plugin.v1.PlanResponse
-	(*ApplyRequest)(nil),          // 11: byoc.plugin.v1.ApplyRequest
-	(*ApplyResponse)(nil),         // 12: byoc.plugin.v1.ApplyResponse
-	(*DestroyRequest)(nil),        // 13: byoc.plugin.v1.DestroyRequest
-	(*DestroyResponse)(nil),       // 14: byoc.plugin.v1.DestroyResponse
-	(*DriftRequest)(nil),          // 15: byoc.plugin.v1.DriftRequest
-	(*DriftResponse)(nil),         // 16: byoc.plugin.v1.DriftResponse
-	nil,                           // 17: byoc.plugin.v1.Result.OutputsEntry
-	nil,                           // 18: byoc.plugin.v1.PlanRequest.EnvEntry
-	nil,                           // 19: byoc.plugin.v1.ApplyRequest.EnvEntry
-	nil,                           // 20: byoc.plugin.v1.DestroyRequest.EnvEntry
-	nil,                           // 21: byoc.plugin.v1.DriftRequest.EnvEntry
-	(*structpb.Struct)(nil),       // 22: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
+	(*PlannedChange)(nil),         // 9: byoc.plugin.v1.PlannedChange
+	(*PlanRequest)(nil),           // 10: byoc.plugin.v1.PlanRequest
+	(*PlanResponse)(nil),          // 11: byoc.plugin.v1.PlanResponse
+	(*ApplyRequest)(nil),          // 12: byoc.plugin.v1.ApplyRequest
+	(*ApplyResponse)(nil),         // 13: byoc.plugin.v1.ApplyResponse
+	(*DestroyRequest)(nil),        // 14: byoc.plugin.v1.DestroyRequest
+	(*DestroyResponse)(nil),       // 15: byoc.plugin.v1.DestroyResponse
+	(*DriftRequest)(nil),          // 16: byoc.plugin.v1.DriftRequest
+	(*DriftResponse)(nil),         // 17: byoc.plugin.v1.DriftResponse
+	nil,                           // 18: byoc.plugin.v1.Result.OutputsEntry
+	nil,                           // 19: byoc.plugin.v1.PlanRequest.EnvEntry
+	nil,                           // 20: byoc.plugin.v1.ApplyRequest.EnvEntry
+	nil,                           // 21: byoc.plugin.v1.DestroyRequest.EnvEntry
+	nil,                           // 22: byoc.plugin.v1.DriftRequest.EnvEntry
+	(*structpb.Struct)(nil),       // 23: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil), // 24: google.protobuf.Timestamp
+	(*structpb.Value)(nil),        // 25: google.protobuf.Value
 }
 var file_byoc_plugin_v1_plugin_proto_depIdxs = []int32{
 	0,  // 0: byoc.plugin.v1.DescribeRequest.host_protocol:type_name -> byoc.plugin.v1.ProtocolVersion
 	0,  // 1: byoc.plugin.v1.DescribeResponse.protocol:type_name -> byoc.plugin.v1.ProtocolVersion
-	22, // 2: byoc.plugin.v1.ValidateRequest.config:type_name -> google.protobuf.Struct
+	23, // 2: byoc.plugin.v1.ValidateRequest.config:type_name -> google.protobuf.Struct
 	5,  // 3: byoc.plugin.v1.ValidateResponse.diagnostics:type_name -> byoc.plugin.v1.Diagnostic
-	23, // 4: byoc.plugin.v1.LogEvent.time:type_name -> google.protobuf.Timestamp
-	17, // 5: byoc.plugin.v1.Result.outputs:type_name -> byoc.plugin.v1.Result.OutputsEntry
-	3,  // 6: byoc.plugin.v1.PlanRequest.job:type_name -> byoc.plugin.v1.JobContext
-	22, // 7: byoc.plugin.v1.PlanRequest.config:type_name -> google.protobuf.Struct
-	18, // 8: byoc.plugin.v1.PlanRequest.env:type_name -> byoc.plugin.v1.PlanRequest.EnvEntry
-	7,  // 9: byoc.plugin.v1.PlanResponse.log:type_name -> byoc.plugin.v1.LogEvent
-	8,  // 10: byoc.plugin.v1.PlanResponse.result:type_name -> byoc.plugin.v1.Result
-	3,  // 11: byoc.plugin.v1.ApplyRequest.job:type_name -> byoc.plugin.v1.JobContext
-	22, // 12: byoc.plugin.v1.ApplyRequest.config:type_name -> google.protobuf.Struct
-	19, // 13: byoc.plugin.v1.ApplyRequest.env:type_name -> byoc.plugin.v1.ApplyRequest.EnvEntry
-	7,  // 14: byoc.plugin.v1.ApplyResponse.log:type_name -> byoc.plugin.v1.LogEvent
-	8,  // 15: byoc.plugin.v1.ApplyResponse.result:type_name -> byoc.plugin.v1.Result
-	3,  // 16: byoc.plugin.v1.DestroyRequest.job:type_name -> byoc.plugin.v1.JobContext
-	22, // 17: byoc.plugin.v1.DestroyRequest.config:type_name -> google.protobuf.Struct
-	20, // 18: byoc.plugin.v1.DestroyRequest.env:type_name -> byoc.plugin.v1.DestroyRequest.EnvEntry
-	7,  // 19: byoc.plugin.v1.DestroyResponse.log:type_name -> byoc.plugin.v1.LogEvent
-	8,  // 20: byoc.plugin.v1.DestroyResponse.result:type_name -> byoc.plugin.v1.Result
-	3,  // 21: byoc.plugin.v1.DriftRequest.job:type_name -> byoc.plugin.v1.JobContext
-	22, // 22: byoc.plugin.v1.DriftRequest.config:type_name -> google.protobuf.Struct
-	21, // 23: byoc.plugin.v1.DriftRequest.env:type_name -> byoc.plugin.v1.DriftRequest.EnvEntry
-	7,  // 24: byoc.plugin.v1.DriftResponse.log:type_name -> byoc.plugin.v1.LogEvent
-	8,  // 25: byoc.plugin.v1.DriftResponse.result:type_name -> byoc.plugin.v1.Result
-	1,  // 26: byoc.plugin.v1.ComponentPluginService.Describe:input_type -> byoc.plugin.v1.DescribeRequest
-	4,  // 27: byoc.plugin.v1.ComponentPluginService.Validate:input_type -> byoc.plugin.v1.ValidateRequest
-	9,  // 28: byoc.plugin.v1.ComponentPluginService.Plan:input_type -> byoc.plugin.v1.PlanRequest
-	11, // 29: byoc.plugin.v1.ComponentPluginService.Apply:input_type -> byoc.plugin.v1.ApplyRequest
-	13, // 30: byoc.plugin.v1.ComponentPluginService.Destroy:input_type -> byoc.plugin.v1.DestroyRequest
-	15, // 31: byoc.plugin.v1.ComponentPluginService.Drift:input_type -> byoc.plugin.v1.DriftRequest
-	2,  // 32: byoc.plugin.v1.ComponentPluginService.Describe:output_type -> byoc.plugin.v1.DescribeResponse
-	6,  // 33: byoc.plugin.v1.ComponentPluginService.Validate:output_type -> byoc.plugin.v1.ValidateResponse
-	10, // 34: byoc.plugin.v1.ComponentPluginService.Plan:output_type -> byoc.plugin.v1.PlanResponse
-	12, // 35: byoc.plugin.v1.ComponentPluginService.Apply:output_type -> byoc.plugin.v1.ApplyResponse
-	14, // 36: byoc.plugin.v1.ComponentPluginService.Destroy:output_type -> byoc.plugin.v1.DestroyResponse
-	16, // 37: byoc.plugin.v1.ComponentPluginService.Drift:output_type -> byoc.plugin.v1.DriftResponse
-	32, // [32:38] is the sub-list for method output_type
-	26, // [26:32] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	24, // 4: byoc.plugin.v1.LogEvent.time:type_name -> google.protobuf.Timestamp
+	18, // 5: byoc.plugin.v1.Result.outputs:type_name -> byoc.plugin.v1.Result.OutputsEntry
+	9,  // 6: byoc.plugin.v1.Result.planned_changes:type_name -> byoc.plugin.v1.PlannedChange
+	25, // 7: byoc.plugin.v1.PlannedChange.before:type_name -> google.protobuf.Value
+	25, // 8: byoc.plugin.v1.PlannedChange.after:type_name -> google.protobuf.Value
+	3,  // 9: byoc.plugin.v1.PlanRequest.job:type_name -> byoc.plugin.v1.JobContext
+	23, // 10: byoc.plugin.v1.PlanRequest.config:type_name -> google.protobuf.Struct
+	19, // 11: byoc.plugin.v1.PlanRequest.env:type_name -> byoc.plugin.v1.PlanRequest.EnvEntry
+	7,  // 12: byoc.plugin.v1.PlanResponse.log:type_name -> byoc.plugin.v1.LogEvent
+	8,  // 13: byoc.plugin.v1.PlanResponse.result:type_name -> byoc.plugin.v1.Result
+	3,  // 14: byoc.plugin.v1.ApplyRequest.job:type_name -> byoc.plugin.v1.JobContext
+	23, // 15: byoc.plugin.v1.ApplyRequest.config:type_name -> google.protobuf.Struct
+	20, // 16: byoc.plugin.v1.ApplyRequest.env:type_name -> byoc.plugin.v1.ApplyRequest.EnvEntry
+	7,  // 17: byoc.plugin.v1.ApplyResponse.log:type_name -> byoc.plugin.v1.LogEvent
+	8,  // 18: byoc.plugin.v1.ApplyResponse.result:type_name -> byoc.plugin.v1.Result
+	3,  // 19: byoc.plugin.v1.DestroyRequest.job:type_name -> byoc.plugin.v1.JobContext
+	23, // 20: byoc.plugin.v1.DestroyRequest.config:type_name -> google.protobuf.Struct
+	21, // 21: byoc.plugin.v1.DestroyRequest.env:type_name -> byoc.plugin.v1.DestroyRequest.EnvEntry
+	7,  // 22: byoc.plugin.v1.DestroyResponse.log:type_name -> byoc.plugin.v1.LogEvent
+	8,  // 23: byoc.plugin.v1.DestroyResponse.result:type_name -> byoc.plugin.v1.Result
+	3,  // 24: byoc.plugin.v1.DriftRequest.job:type_name -> byoc.plugin.v1.JobContext
+	23, // 25: byoc.plugin.v1.DriftRequest.config:type_name -> google.protobuf.Struct
+	22, // 26: byoc.plugin.v1.DriftRequest.env:type_name -> byoc.plugin.v1.DriftRequest.EnvEntry
+	7,  // 27: byoc.plugin.v1.DriftResponse.log:type_name -> byoc.plugin.v1.LogEvent
+	8,  // 28: byoc.plugin.v1.DriftResponse.result:type_name -> byoc.plugin.v1.Result
+	1,  // 29: byoc.plugin.v1.ComponentPluginService.Describe:input_type -> byoc.plugin.v1.DescribeRequest
+	4,  // 30: byoc.plugin.v1.ComponentPluginService.Validate:input_type -> byoc.plugin.v1.ValidateRequest
+	10, // 31: byoc.plugin.v1.ComponentPluginService.Plan:input_type -> byoc.plugin.v1.PlanRequest
+	12, // 32: byoc.plugin.v1.ComponentPluginService.Apply:input_type -> byoc.plugin.v1.ApplyRequest
+	14, // 33: byoc.plugin.v1.ComponentPluginService.Destroy:input_type -> byoc.plugin.v1.DestroyRequest
+	16, // 34: byoc.plugin.v1.ComponentPluginService.Drift:input_type -> byoc.plugin.v1.DriftRequest
+	2,  // 35: byoc.plugin.v1.ComponentPluginService.Describe:output_type -> byoc.plugin.v1.DescribeResponse
+	6,  // 36: byoc.plugin.v1.ComponentPluginService.Validate:output_type -> byoc.plugin.v1.ValidateResponse
+	11, // 37: byoc.plugin.v1.ComponentPluginService.Plan:output_type -> byoc.plugin.v1.PlanResponse
+	13, // 38: byoc.plugin.v1.ComponentPluginService.Apply:output_type -> byoc.plugin.v1.ApplyResponse
+	15, // 39: byoc.plugin.v1.ComponentPluginService.Destroy:output_type -> byoc.plugin.v1.DestroyResponse
+	17, // 40: byoc.plugin.v1.ComponentPluginService.Drift:output_type -> byoc.plugin.v1.DriftResponse
+	35, // [35:41] is the sub-list for method output_type
+	29, // [29:35] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_byoc_plugin_v1_plugin_proto_init() }
@@ -1339,19 +1459,19 @@ func file_byoc_plugin_v1_plugin_proto_init() {
 	if File_byoc_plugin_v1_plugin_proto != nil {
 		return
 	}
-	file_byoc_plugin_v1_plugin_proto_msgTypes[10].OneofWrappers = []any{
+	file_byoc_plugin_v1_plugin_proto_msgTypes[11].OneofWrappers = []any{
 		(*PlanResponse_Log)(nil),
 		(*PlanResponse_Result)(nil),
 	}
-	file_byoc_plugin_v1_plugin_proto_msgTypes[12].OneofWrappers = []any{
+	file_byoc_plugin_v1_plugin_proto_msgTypes[13].OneofWrappers = []any{
 		(*ApplyResponse_Log)(nil),
 		(*ApplyResponse_Result)(nil),
 	}
-	file_byoc_plugin_v1_plugin_proto_msgTypes[14].OneofWrappers = []any{
+	file_byoc_plugin_v1_plugin_proto_msgTypes[15].OneofWrappers = []any{
 		(*DestroyResponse_Log)(nil),
 		(*DestroyResponse_Result)(nil),
 	}
-	file_byoc_plugin_v1_plugin_proto_msgTypes[16].OneofWrappers = []any{
+	file_byoc_plugin_v1_plugin_proto_msgTypes[17].OneofWrappers = []any{
 		(*DriftResponse_Log)(nil),
 		(*DriftResponse_Result)(nil),
 	}
@@ -1361,7 +1481,7 @@ func file_byoc_plugin_v1_plugin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byoc_plugin_v1_plugin_proto_rawDesc), len(file_byoc_plugin_v1_plugin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -46,6 +46,11 @@ const (
 //	1.0  Describe, Validate, Plan, Apply, Destroy.
 //	1.1  protocol and capabilities in Describe; Drift; outputs_schema;
 //	     the drifted flag in Result.
+//	1.2  state_dir in JobContext; planned_changes in Result; after each
+//	     Validate and operation, before answering, the plugin writes a
+//	     sync line ("\x00byoc-stdio-sync\x00") to its stdout and stderr,
+//	     so the host knows it has all the plugin printed there (which
+//	     go-plugin forwards on a stream of its own).
 type ComponentPluginServiceClient interface {
 	Describe(ctx context.Context, in *DescribeRequest, opts ...grpc.CallOption) (*DescribeResponse, error)
 	Validate(ctx context.Context, in *ValidateRequest, opts ...grpc.CallOption) (*ValidateResponse, error)
@@ -180,6 +185,11 @@ type ComponentPluginService_DriftClient = grpc.ServerStreamingClient[DriftRespon
 //	1.0  Describe, Validate, Plan, Apply, Destroy.
 //	1.1  protocol and capabilities in Describe; Drift; outputs_schema;
 //	     the drifted flag in Result.
+//	1.2  state_dir in JobContext; planned_changes in Result; after each
+//	     Validate and operation, before answering, the plugin writes a
+//	     sync line ("\x00byoc-stdio-sync\x00") to its stdout and stderr,
+//	     so the host knows it has all the plugin printed there (which
+//	     go-plugin forwards on a stream of its own).
 type ComponentPluginServiceServer interface {
 	Describe(context.Context, *DescribeRequest) (*DescribeResponse, error)
 	Validate(context.Context, *ValidateRequest) (*ValidateResponse, error)
