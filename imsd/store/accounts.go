@@ -416,18 +416,7 @@ func (s *Store) SetAgentPermissions(ctx context.Context, id string, p Permission
 	if err != nil {
 		return err
 	}
-	return s.writeOne(ctx, "record agent permissions", func(tx *txn) error {
-		res, err := tx.ExecContext(ctx, s.bind(`UPDATE agents SET permissions = ?, permissions_at = ? WHERE id = ?`), string(b), nanos(now), id)
-		if err != nil {
-			return err
-		}
-		if n, err := res.RowsAffected(); err != nil {
-			return err
-		} else if n == 0 {
-			return errs.E(errs.NotFound, "agent %q not found", id)
-		}
-		return nil
-	})
+	return s.updateAgent(ctx, "record agent permissions", id, `UPDATE agents SET permissions = ?, permissions_at = ? WHERE id = ?`, string(b), nanos(now))
 }
 
 // GetAgent returns the agent with ID id.
@@ -464,24 +453,19 @@ func (s *Store) RecordAgentConflict(ctx context.Context, id, detail string, now 
 	if err := requireTime("now", now); err != nil {
 		return err
 	}
-	return s.writeOne(ctx, "record agent conflict", func(tx *txn) error {
-		res, err := tx.ExecContext(ctx, s.bind(`UPDATE agents SET conflict_at = ?, conflict = ? WHERE id = ?`), nanos(now), detail, id)
-		if err != nil {
-			return err
-		}
-		if n, err := res.RowsAffected(); err != nil {
-			return err
-		} else if n == 0 {
-			return errs.E(errs.NotFound, "agent %q not found", id)
-		}
-		return nil
-	})
+	return s.updateAgent(ctx, "record agent conflict", id, `UPDATE agents SET conflict_at = ?, conflict = ? WHERE id = ?`, nanos(now), detail)
 }
 
 // TouchAgent records that agent id was seen at now.
 func (s *Store) TouchAgent(ctx context.Context, id string, now time.Time) error {
-	return s.writeOne(ctx, "touch agent", func(tx *txn) error {
-		res, err := tx.ExecContext(ctx, s.bind(`UPDATE agents SET last_seen_at = ? WHERE id = ?`), nanos(now), id)
+	return s.updateAgent(ctx, "touch agent", id, `UPDATE agents SET last_seen_at = ? WHERE id = ?`, nanos(now))
+}
+
+// updateAgent runs one UPDATE of agent id's row (the query ends in
+// "WHERE id = ?", args bind the rest) as a write of its own.
+func (s *Store) updateAgent(ctx context.Context, op, id, q string, args ...any) error {
+	return s.writeOne(ctx, op, func(tx *txn) error {
+		res, err := tx.ExecContext(ctx, s.bind(q), append(args, id)...)
 		if err != nil {
 			return err
 		}
