@@ -1,13 +1,12 @@
 package e2e
 
 import (
-	"bytes"
+	"github.com/byoc-dev/byoc/internal/syncbuf"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,32 +23,13 @@ var slowApp = map[string]string{
 	"installs/acme.toml": "",
 }
 
-// syncBuffer is a bytes.Buffer safe for a process to write while a test
-// reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // interrupt starts byoc args, waits until its stdout shows ready, sends
 // sig and returns its exit code and stderr, failing the test unless it
 // exits within two seconds of the signal.
 func interrupt(t *testing.T, cli *cluster.CLI, sig os.Signal, ready string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	cmd := cli.Cmd(args...)
-	var o, e syncBuffer
+	var o, e syncbuf.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -1,8 +1,8 @@
 package agent
 
 import (
-	"bytes"
 	"context"
+	"github.com/byoc-dev/byoc/internal/syncbuf"
 	"log/slog"
 	"strings"
 	"sync"
@@ -25,29 +25,11 @@ func (r *failRunner) Run(_ context.Context, job Job, _ func(int32, string)) Outc
 		PlannedChanges: []*agentv1.PlannedChange{{Address: "disk.d1", Action: "replace", Summary: "grow"}}}
 }
 
-// syncBuffer is a bytes.Buffer safe for the agent's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // The runner gets the assignment's component name; the agent's own log
 // of a failed job carries the error text, as does its result, with the
 // planned changes.
 func TestFailedJobIsLoggedWithItsError(t *testing.T) {
-	var logBuf syncBuffer
+	var logBuf syncbuf.Buffer
 	r := &failRunner{}
 	f := &fakeIMS{}
 	startFakeWith(t, f, Config{Runner: r, Logger: slog.New(slog.NewTextHandler(&logBuf, nil))})

@@ -1,8 +1,8 @@
 package pluginhost_test
 
 import (
-	"bytes"
 	"context"
+	"github.com/byoc-dev/byoc/internal/syncbuf"
 	"log/slog"
 	"path/filepath"
 	"slices"
@@ -57,7 +57,7 @@ func startTestkitLog(t *testing.T, env map[string]string, out *outputLines, logg
 // debug log has it too.
 func TestPluginOutputIsCaptured(t *testing.T) {
 	var out outputLines
-	var debug syncBuffer
+	var debug syncbuf.Buffer
 	inst, err := startTestkitLog(t, nil, &out, slog.New(slog.NewTextHandler(&debug, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	if err != nil {
 		t.Fatal(err)
@@ -87,24 +87,6 @@ func TestPluginOutputIsCaptured(t *testing.T) {
 			t.Errorf("the debug log lacks %q:\n%s", want, debug.String())
 		}
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for go-plugin's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // A panic in an operation is an error whose stack trace is in the log; a

@@ -7,9 +7,9 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
 	"fmt"
+	"github.com/byoc-dev/byoc/internal/syncbuf"
 	"io"
 	"log/slog"
 	"os"
@@ -275,7 +275,7 @@ func NewInstall(tb testing.TB, c imsv1connect.OperatorServiceClient, app, name s
 type AgentProc struct {
 	Cmd      *exec.Cmd
 	StateDir string
-	out      *lockedBuffer
+	out      *syncbuf.Buffer
 	done     chan struct{}
 }
 
@@ -289,7 +289,7 @@ func StartAgent(tb testing.TB, url, token, stateDir string, extra ...string) *Ag
 		args = append(args, "--enroll-token", token)
 	}
 	cmd := exec.Command(bin, args...)
-	buf := &lockedBuffer{}
+	buf := &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = buf, buf
 	cmd.Env = append(os.Environ(), "AWS_SECRET_ACCESS_KEY=agent-secret-must-not-leak")
 	if err := cmd.Start(); err != nil {
@@ -329,23 +329,6 @@ func (p *AgentProc) Stop() {
 
 // Output is what the agent printed so far.
 func (p *AgentProc) Output() string { return p.out.String() }
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // Eventually polls cond every 10ms until it returns true or timeout passes.
 func Eventually(tb testing.TB, timeout time.Duration, what string, cond func() bool) {

@@ -5,11 +5,11 @@ import (
 	"compress/gzip"
 	"context"
 	"errors"
+	"github.com/byoc-dev/byoc/internal/syncbuf"
 	"io"
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -194,7 +194,7 @@ func TestGunzipStopsAtLimit(t *testing.T) {
 // frames, ends that connection only: it is logged with its stack,
 // counted, and the server goes on serving.
 func TestPanicContained(t *testing.T) {
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	s := &Server{Log: slog.New(slog.NewTextHandler(&logs, nil))}
 	s.Handler = func(ctx context.Context, st *Stream) error {
 		m, err := st.Receive(0)
@@ -259,23 +259,6 @@ func TestPanicContained(t *testing.T) {
 // frameUnknownPanic is a frame type no one defines, which the test hook
 // makes panic.
 const frameUnknownPanic = 0xee
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // A stream that depends on itself is a protocol error, which ends the
 // connection's one stream and so the connection (RFC 9113 §5.3.1).

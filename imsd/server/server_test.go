@@ -2,12 +2,12 @@ package server
 
 import (
 	"context"
+	"github.com/byoc-dev/byoc/internal/syncbuf"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -42,7 +42,7 @@ func startServer(t *testing.T, log *slog.Logger, before func(*Server)) *Server {
 // A panic in the h2c listener's sniff ends that connection only: logged
 // with its stack, counted in /metrics, and imsd goes on serving.
 func TestSniffPanicContained(t *testing.T) {
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	panicking := make(chan bool, 1)
 	panicking <- true
@@ -91,23 +91,6 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // The largest hello an agent sends (capacity 1,000, every slot running a
