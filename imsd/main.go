@@ -29,6 +29,7 @@ func run(ctx context.Context, args []string) int {
 	fs.StringVar(&cfg.DataDir, "data-dir", "", "`directory` for the SQLite database and the first admin token")
 	fs.StringVar(&cfg.DatabaseURL, "database-url", os.Getenv("BYOC_DATABASE_URL"), "PostgreSQL `URL` (postgres://...) instead of SQLite; also $BYOC_DATABASE_URL")
 	fs.StringVar(&cfg.AdminTokenFile, "admin-token-file", "", "`file` the first start writes the admin token to (default DATA-DIR/admin.token)")
+	fs.StringVar(&cfg.SigningKeyFile, "signing-key", "", "job signing key `file` (PKCS#8 PEM Ed25519, e.g. openssl genpkey -algorithm ed25519); default DATA-DIR/signing.key, created at the first start; required with PostgreSQL and no --data-dir, the same file for every replica")
 	fs.StringVar(&cfg.TLSCertFile, "tls-cert", "", "TLS certificate `file`; serves HTTPS")
 	fs.StringVar(&cfg.TLSKeyFile, "tls-key", "", "TLS key `file`")
 	fs.DurationVar(&cfg.LeaseDuration, "lease", 0, "job lease `duration` (default 30s)")

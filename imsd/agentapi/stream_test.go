@@ -120,7 +120,7 @@ func newStreamEnv(t *testing.T) *streamEnv {
 	a, err := st.Enroll(ctx, "h1", store.Agent{ID: "agt_1", PublicKey: pub, Hostname: "h", Version: "v"}, clk.Now())
 	must(err)
 	obs := &nopObserver{}
-	svc := New(st, dispatch.NewHub(), Config{LeaseDuration: testLease, LeaseGrace: testGrace, HeartbeatInterval: 10 * time.Second, HelloTimeout: 5 * time.Second},
+	svc := New(st, dispatch.NewHub(), Config{LeaseDuration: testLease, LeaseGrace: testGrace, HeartbeatInterval: 10 * time.Second, HelloTimeout: 5 * time.Second, SigningKey: testService(t).cfg.SigningKey},
 		clk.Now, slog.New(slog.NewTextHandler(io.Discard, nil)), obs)
 	return &streamEnv{svc: svc, st: st, clk: clk, key: key, agent: a.ID, obs: obs}
 }
