@@ -22,11 +22,13 @@ const (
 	writeAck writeKind = iota
 	writeLogs
 	writeResult
+	writeRefusal
 )
 
 // writeRef remembers what a write in flight was, to apply imsd's answer.
 type writeRef struct {
 	job    *jobRun
+	ref    *refusal // of a writeRefusal
 	kind   writeKind
 	upTo   int64     // last seq of a logs write
 	sentAt time.Time // when an ack left, for the lease it renews
@@ -238,6 +240,11 @@ func (a *Agent) handle(ctx context.Context, m *agentv1.ConnectResponse, ss *sess
 		}
 		delete(ss.writes, msg.Accepted.WriteId)
 		a.mu.Lock()
+		if ref.kind == writeRefusal {
+			delete(a.refusals, ref.ref.key)
+			a.mu.Unlock()
+			return nil
+		}
 		j := ref.job
 		switch ref.kind {
 		case writeAck:
@@ -266,8 +273,18 @@ func (a *Agent) handle(ctx context.Context, m *agentv1.ConnectResponse, ss *sess
 		r := msg.Rejected
 		var token int64
 		if ref, ok := ss.writes[r.WriteId]; ok && r.WriteId != 0 {
-			token = ref.job.token
 			delete(ss.writes, r.WriteId)
+			if ref.kind == writeRefusal {
+				// imsd did not take the report (the token was not one it
+				// gave this agent): nothing more to do, and the job of
+				// that id this agent may hold is none of its business.
+				a.log.Warn("imsd did not take the report of a refused assignment", "job", r.JobId, "code", r.Code, "message", r.Message)
+				a.mu.Lock()
+				delete(a.refusals, ref.ref.key)
+				a.mu.Unlock()
+				return nil
+			}
+			token = ref.job.token
 		}
 		a.abandon(r.JobId, token, "imsd refused a write ("+r.Code+": "+r.Message+")")
 	case *agentv1.ConnectResponse_Challenge, *agentv1.ConnectResponse_Welcome:
@@ -309,6 +326,9 @@ func (a *Agent) resetInFlight() {
 		j.ackSent = j.ackDone
 		j.resultSent = false
 	}
+	for _, r := range a.refusals {
+		r.sent = false
+	}
 }
 
 // flush sends every write not yet in flight: acks first, then log batches,
@@ -342,6 +362,18 @@ func (a *Agent) flush(st *clientStream, ss *sessionState) error {
 				ExitCode: r.ExitCode, Error: r.Error, Outputs: r.Outputs, LastSeq: r.LastSeq,
 			}}})
 		}
+	}
+	for _, r := range a.refusals {
+		if r.sent {
+			continue
+		}
+		r.sent = true
+		ss.nextWrite++
+		ss.writes[ss.nextWrite] = writeRef{ref: r, kind: writeRefusal}
+		out = append(out, &agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Result{Result: &agentv1.JobResult{
+			WriteId: ss.nextWrite, JobId: r.key.job, FencingToken: r.key.token,
+			Outcome: agentv1.Outcome_OUTCOME_FAILED, ExitCode: -1, Error: r.text,
+		}}})
 	}
 	a.mu.Unlock()
 	for _, m := range out {
