@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -129,5 +130,48 @@ func waitExit(t *testing.T, p *cluster.AgentProc, want string) {
 	cluster.Eventually(t, 30*time.Second, "agentd to exit", p.Exited)
 	if out := p.Output(); !strings.Contains(out, want) {
 		t.Fatalf("agentd's output does not say %q:\n%s", want, out)
+	}
+}
+
+// imsd keys rotate: after a restart imsd signs with the new key; the
+// connected agent learns it through the welcome's chain and runs jobs,
+// and a token issued before the rotation still enrols a new agent.
+func TestKeyRotation(t *testing.T) {
+	skipShort(t)
+	ims := cluster.StartIMS(t, fast)
+	state := filepath.Join(t.TempDir(), "agent")
+	_, token := cluster.NewInstall(t, ims.Admin(), "shop", "acme")
+	_, oldToken := cluster.NewInstall(t, ims.Admin(), "shop", "beta")
+	cluster.StartAgent(t, ims.URL(), token, state)
+	waitConnected(t, ims, "acme")
+	oldID := ims.SigningKey().ID
+	addr, dir := ims.Addr(), ims.DataDir
+	ims.Stop()
+
+	out, err := exec.Command(filepath.Join(cluster.Binaries(t), "imsd"), "keys", "rotate", "--data-dir", dir).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), oldID+" -> ") {
+		t.Fatalf("imsd keys rotate: %v\n%s", err, out)
+	}
+	o := fast
+	o.DataDir, o.Addr = dir, addr
+	ims = cluster.StartIMS(t, o)
+	if ims.SigningKey().ID == oldID {
+		t.Fatal("imsd still signs with the old key")
+	}
+	waitConnected(t, ims, "acme")
+	job := enqueue(t, ims.Admin(), "acme", `echo rotated`, 60)
+	if _, end := follow(t, ims.Admin(), job.Id); end.State != imsv1.JobState_JOB_STATE_SUCCEEDED {
+		t.Fatalf("after the rotation the job ended %v (%s)", end.State, end.Error)
+	}
+	id, err := identity.Load(state)
+	if err != nil || len(id.IMSDKeys) != 2 {
+		t.Fatalf("the agent keeps %d keys (%v), want the old and the new", len(id.IMSDKeys), err)
+	}
+
+	cluster.StartAgent(t, ims.URL(), oldToken, filepath.Join(t.TempDir(), "agent2"))
+	waitConnected(t, ims, "beta")
+	job = enqueue(t, ims.Admin(), "beta", `echo enrolled through the chain`, 60)
+	if _, end := follow(t, ims.Admin(), job.Id); end.State != imsv1.JobState_JOB_STATE_SUCCEEDED {
+		t.Fatalf("the agent enrolled with a pre-rotation token: job ended %v (%s)", end.State, end.Error)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/byoc-dev/byoc/imsd/auth"
 	"github.com/byoc-dev/byoc/imsd/server"
 )
 
@@ -22,6 +23,9 @@ func main() {
 }
 
 func run(ctx context.Context, args []string) int {
+	if len(args) > 0 && args[0] == "keys" {
+		return keys(args[1:])
+	}
 	fs := flag.NewFlagSet("imsd", flag.ContinueOnError)
 	var cfg server.Config
 	var level slog.Level
@@ -64,5 +68,34 @@ func run(ctx context.Context, args []string) int {
 		fmt.Fprintf(os.Stderr, "imsd: %v\n", err)
 		return 1
 	}
+	return 0
+}
+
+// keys runs `imsd keys rotate`: a new job signing key, endorsed by the
+// old one in the key chain beside it. Agents accept the new key through
+// that endorsement, which every welcome carries.
+func keys(args []string) int {
+	if len(args) == 0 || args[0] != "rotate" {
+		fmt.Fprintln(os.Stderr, "usage: imsd keys rotate [--data-dir DIR | --signing-key FILE]")
+		return 2
+	}
+	fs := flag.NewFlagSet("imsd keys rotate", flag.ContinueOnError)
+	dataDir := fs.String("data-dir", "", "imsd's data `directory` (its signing.key)")
+	keyFile := fs.String("signing-key", "", "the job signing key `file` imsd is given with --signing-key")
+	if err := fs.Parse(args[1:]); err != nil {
+		return 2
+	}
+	if (*dataDir == "") == (*keyFile == "") {
+		fmt.Fprintln(os.Stderr, "imsd keys rotate: give exactly one of --data-dir and --signing-key")
+		return 2
+	}
+	path := server.SigningKeyPath(*dataDir, *keyFile)
+	old, next, err := auth.RotateSigningKey(path)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "imsd keys rotate: %v\n", err)
+		return 1
+	}
+	fmt.Printf("rotated the job signing key %s: %s -> %s (endorsed in %s)\n", path, old.ID, next.ID, auth.ChainFile(path))
+	fmt.Println("restart imsd (every replica, each given the new key file and its .chain) to sign with the new key; agents learn it at their next connection")
 	return 0
 }

@@ -14,11 +14,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -249,20 +251,94 @@ func (a *Agent) enroll(ctx context.Context) (identity.Identity, error) {
 	// connection whose first request is the agent stream on one goroutine
 	// and no buffers, and the stream would otherwise reuse this one.
 	a.cfg.HTTPClient.CloseIdleConnections()
-	pub := resp.Msg.ImsdPublicKey
-	if len(pub) != ed25519.PublicKeySize || agentproto.KeyID(pub) != wantKey {
+	keys, err := enrolledKeys(wantKey, resp.Msg.ImsdPublicKey, resp.Msg.KeyChain)
+	if err != nil {
 		// Whoever answered is not the imsd that issued the token (or
 		// swapped its key on the way): keep nothing of it.
-		return identity.Identity{}, fmt.Errorf("enrol with %s: the server's job signing key (fingerprint %s) is not the one the enrolment token names (%s): a server in the middle, or a token of another imsd; not enrolled",
-			a.cfg.IMSURL, fingerprint(pub), wantKey)
+		return identity.Identity{}, fmt.Errorf("enrol with %s: %w: a server in the middle, or a token of another imsd; not enrolled", a.cfg.IMSURL, err)
 	}
 	id := identity.Identity{AgentID: resp.Msg.AgentId, InstallID: resp.Msg.InstallId, IMSURL: a.cfg.IMSURL, PrivateKey: key,
-		IMSDKeys: []ed25519.PublicKey{ed25519.PublicKey(pub)}}
+		IMSDKeys: keys}
 	if err := identity.Save(a.cfg.StateDir, id); err != nil {
 		return identity.Identity{}, fmt.Errorf("save identity: %w", err)
 	}
 	a.log.Info("enrolled", "agent", id.AgentID, "install", id.InstallID, "imsd_key", wantKey)
 	return id, nil
+}
+
+// enrolledKeys returns the imsd keys an enrolment makes the agent trust:
+// the key the token names (wantKey), and the keys its rotations endorsed
+// (chain), which must include pub, the key imsd signs with now.
+func enrolledKeys(wantKey string, pub []byte, chain []*agentv1.KeyEndorsement) ([]ed25519.PublicKey, error) {
+	mismatch := fmt.Errorf("the server's job signing key (fingerprint %s) is not the one the enrolment token names (%s)", fingerprint(pub), wantKey)
+	if len(pub) != ed25519.PublicKeySize {
+		return nil, mismatch
+	}
+	// The token's key: imsd's current one, or a signer in the chain.
+	var root ed25519.PublicKey
+	if agentproto.KeyID(pub) == wantKey {
+		root = pub
+	}
+	for _, e := range chain {
+		if root == nil && len(e.SignerPublicKey) == ed25519.PublicKeySize && agentproto.KeyID(e.SignerPublicKey) == wantKey {
+			root = e.SignerPublicKey
+		}
+	}
+	if root == nil {
+		return nil, mismatch
+	}
+	trusted := map[string]ed25519.PublicKey{wantKey: root}
+	if _, err := agentproto.ExtendKeys(trusted, endorsements(chain)); err != nil {
+		return nil, err
+	}
+	if _, ok := trusted[agentproto.KeyID(pub)]; !ok {
+		return nil, mismatch
+	}
+	keys := make([]ed25519.PublicKey, 0, len(trusted))
+	keys = append(keys, root)
+	for id, k := range trusted {
+		if id != wantKey {
+			keys = append(keys, k)
+		}
+	}
+	return keys, nil
+}
+
+func endorsements(chain []*agentv1.KeyEndorsement) []agentproto.Endorsement {
+	out := make([]agentproto.Endorsement, len(chain))
+	for i, e := range chain {
+		out[i] = agentproto.Endorsement{Signer: e.SignerPublicKey, Key: e.PublicKey, Signature: e.Signature}
+	}
+	return out
+}
+
+// learnKeys trusts the keys imsd's key chain endorses by a key the agent
+// trusts, and saves them with the identity. It runs on the session's
+// goroutine, as check does.
+func (a *Agent) learnKeys(chain []*agentv1.KeyEndorsement) {
+	if len(chain) == 0 {
+		return
+	}
+	keys := maps.Clone(a.keys)
+	added, err := agentproto.ExtendKeys(keys, endorsements(chain))
+	if err != nil {
+		a.log.Error("imsd's key chain does not verify; its new keys are not trusted", "err", err)
+	}
+	if len(added) == 0 {
+		return
+	}
+	// a.id is left as it was loaded (other goroutines read it); only the
+	// saved copy and a.keys change.
+	id := a.id
+	id.IMSDKeys = slices.Collect(maps.Values(keys))
+	if err := identity.Save(a.cfg.StateDir, id); err != nil {
+		a.log.Error("cannot save imsd's new signing key; not trusting it", "err", err)
+		return
+	}
+	a.keys = keys
+	for _, k := range added {
+		a.log.Info("trusting imsd's new job signing key, endorsed by a key this agent trusts", "key_id", agentproto.KeyID(k))
+	}
 }
 
 // fingerprint is a received key's id, or what is wrong with it.

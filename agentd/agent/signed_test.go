@@ -261,3 +261,70 @@ func TestEnrolmentChecksIMSDKey(t *testing.T) {
 		}
 	})
 }
+
+// After imsd's key is rotated, the agent trusts the new key only through
+// the welcome's chain, from a key it trusts; it keeps the key across a
+// restart. An endorsement by a key it does not trust adds nothing.
+func TestAgentLearnsARotatedKeyThroughTheChain(t *testing.T) {
+	rr := &runRecorder{release: make(chan struct{})}
+	defer close(rr.release)
+	_, k0, _ := ed25519.GenerateKey(nil)
+	pub1, k1, _ := ed25519.GenerateKey(nil)
+	evilPub, evil, _ := ed25519.GenerateKey(nil)
+	_, evil2, _ := ed25519.GenerateKey(nil)
+	e1 := agentproto.EndorseKey(k0, pub1)
+	eEvil := agentproto.EndorseKey(evil2, evilPub)
+	f := &fakeIMS{key: k0, welcome: &agentv1.Welcome{InstallId: "ins_1", HeartbeatIntervalMs: 100, LeaseDurationMs: 600, KeyChain: []*agentv1.KeyEndorsement{
+		{SignerPublicKey: e1.Signer, PublicKey: e1.Key, Signature: e1.Signature},
+		{SignerPublicKey: eEvil.Signer, PublicKey: eEvil.Key, Signature: eEvil.Signature},
+	}}}
+	dir := t.TempDir()
+	_, stop := startFakeIn(t, f, rr, dir, nil)
+	fs := <-f.streams
+	f.key = k1 // imsd restarted with the new key
+	fs.down <- f.assign("job_new", 7, "ins_1")
+	if ack := fs.next(t).GetAck(); ack == nil || ack.JobId != "job_new" {
+		t.Fatalf("an assignment signed by the endorsed key: got %v, want its ack", ack)
+	}
+	f.key = evil
+	fs.down <- f.assign("job_evil", 8, "ins_1")
+	wantRefused(t, fs, "job_evil", 8, "unknown key")
+
+	id, err := identity.Load(dir)
+	if err != nil || len(id.IMSDKeys) != 2 {
+		t.Fatalf("saved identity holds %d keys (%v), want the old and the new", len(id.IMSDKeys), err)
+	}
+	// Restarted, with no chain in the welcome: the new key is still known.
+	stop()
+	f.welcome = &agentv1.Welcome{InstallId: "ins_1", HeartbeatIntervalMs: 100, LeaseDurationMs: 600}
+	f.key = k1
+	startFakeIn(t, f, rr, dir, nil)
+	fs = <-f.streams
+	fs.down <- f.assign("job_new2", 9, "ins_1")
+	if ack := fs.next(t).GetAck(); ack == nil || ack.JobId != "job_new2" {
+		t.Fatalf("after a restart, an assignment signed by the learnt key: got %v, want its ack", ack)
+	}
+}
+
+// An agent holding a token issued before a rotation enrols: the token
+// names the old key, which endorses the one imsd sends.
+func TestEnrolmentAfterARotation(t *testing.T) {
+	pub0, k0, _ := ed25519.GenerateKey(nil)
+	pub1, _, _ := ed25519.GenerateKey(nil)
+	e := agentproto.EndorseKey(k0, pub1)
+	chain := []*agentv1.KeyEndorsement{{SignerPublicKey: e.Signer, PublicKey: e.Key, Signature: e.Signature}}
+	keys, err := enrolledKeys(agentproto.KeyID(pub0), pub1, chain)
+	if err != nil || len(keys) != 2 {
+		t.Fatalf("enrolment through the chain: %d keys, %v", len(keys), err)
+	}
+	// A chain that does not reach the key imsd sends is a mismatch.
+	pub2, _, _ := ed25519.GenerateKey(nil)
+	if _, err := enrolledKeys(agentproto.KeyID(pub0), pub2, chain); err == nil || !strings.Contains(err.Error(), "not the one the enrolment token names") {
+		t.Fatalf("a key the chain does not endorse: %v", err)
+	}
+	// A forged endorsement under the token's key is refused.
+	bad := []*agentv1.KeyEndorsement{{SignerPublicKey: pub0, PublicKey: pub2, Signature: e.Signature}}
+	if _, err := enrolledKeys(agentproto.KeyID(pub0), pub2, bad); err == nil {
+		t.Fatal("a forged endorsement was accepted at enrolment")
+	}
+}

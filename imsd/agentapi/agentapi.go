@@ -56,6 +56,9 @@ type Config struct {
 	// SigningKey signs every assignment; its public key is what an
 	// enrolment returns.
 	SigningKey auth.SigningKey
+	// KeyChain endorses SigningKey through its rotations
+	// (auth.RotateSigningKey); every welcome and enrolment carries it.
+	KeyChain []agentproto.Endorsement
 }
 
 // Observer receives events worth a metric. All methods must be cheap.
@@ -76,6 +79,8 @@ type Service struct {
 	now   func() time.Time
 	log   *slog.Logger
 	obs   Observer
+	// chain is cfg.KeyChain as sent in welcomes and enrolments.
+	chain []*agentv1.KeyEndorsement
 
 	// instances remembers, per agent, the processes seen holding its
 	// stream, to tell two processes sharing one identity (conflict.go).
@@ -88,7 +93,11 @@ func New(st *store.Store, hub *dispatch.Hub, cfg Config, now func() time.Time, l
 	if cfg.SigningKey.Private == nil {
 		panic("agentapi: Config.SigningKey is required: every assignment is signed")
 	}
-	return &Service{store: st, hub: hub, cfg: cfg, now: now, log: log, obs: obs}
+	chain := make([]*agentv1.KeyEndorsement, len(cfg.KeyChain))
+	for i, e := range cfg.KeyChain {
+		chain[i] = &agentv1.KeyEndorsement{SignerPublicKey: e.Signer, PublicKey: e.Key, Signature: e.Signature}
+	}
+	return &Service{store: st, hub: hub, cfg: cfg, now: now, log: log, obs: obs, chain: chain}
 }
 
 // Enroll binds a new agent identity to the install of a single-use token.
@@ -120,7 +129,7 @@ func (s *Service) Enroll(ctx context.Context, req *connect.Request[agentv1.Enrol
 		return nil, s.err(ctx, err)
 	}
 	s.log.InfoContext(ctx, "agent enrolled", "agent", a.ID, "install", a.InstallID, "hostname", a.Hostname)
-	return connect.NewResponse(&agentv1.EnrollResponse{AgentId: a.ID, InstallId: a.InstallID, ImsdPublicKey: s.cfg.SigningKey.Public}), nil
+	return connect.NewResponse(&agentv1.EnrollResponse{AgentId: a.ID, InstallId: a.InstallID, ImsdPublicKey: s.cfg.SigningKey.Public, KeyChain: s.chain}), nil
 }
 
 // reclaimAfter is the lease deadline stored for a lease renewed at now:
@@ -403,6 +412,7 @@ func (c *conn) welcomeLocked(ctx context.Context, hello *agentv1.Hello) error {
 		LeaseDurationMs:     s.cfg.LeaseDuration.Milliseconds(),
 		Reattached:          renewed,
 		Lost:                lost,
+		KeyChain:            s.chain,
 	}}}); err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -91,4 +92,85 @@ func NewEnrollToken(keyID string) (token, hash string) {
 func EnrollTokenHash(token string) string {
 	secret, _, _ := strings.Cut(token, ".")
 	return Hash(secret)
+}
+
+// ChainFile is the file beside a signing key that holds its key chain.
+func ChainFile(keyFile string) string { return keyFile + ".chain" }
+
+type chainEntry struct {
+	Signer    []byte `json:"signer"`
+	Key       []byte `json:"key"`
+	Signature []byte `json:"signature"`
+}
+
+// LoadKeyChain reads the endorsements of keyFile's rotations (none if
+// the key was never rotated) and checks that they lead to key: a replica
+// given a rotated key without its chain, or the reverse, would sign jobs
+// no agent accepts.
+func LoadKeyChain(keyFile string, key SigningKey) ([]agentproto.Endorsement, error) {
+	path := ChainFile(keyFile)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read key chain: %w", err)
+	}
+	var entries []chainEntry
+	if err := json.Unmarshal(b, &entries); err != nil {
+		return nil, fmt.Errorf("key chain %s: %w", path, err)
+	}
+	chain := make([]agentproto.Endorsement, len(entries))
+	for i, e := range entries {
+		chain[i] = agentproto.Endorsement{Signer: e.Signer, Key: e.Key, Signature: e.Signature}
+		if !chain[i].Verify() {
+			return nil, fmt.Errorf("key chain %s: entry %d does not verify", path, i)
+		}
+	}
+	if len(chain) > 0 && !chain[len(chain)-1].Key.Equal(key.Public) {
+		return nil, fmt.Errorf("key chain %s ends with key %s, but the signing key is %s: give every replica the key file and its chain together",
+			path, agentproto.KeyID(chain[len(chain)-1].Key), key.ID)
+	}
+	return chain, nil
+}
+
+// RotateSigningKey replaces the key in keyFile with a new one and appends
+// its endorsement by the old key to the chain file (written first: a
+// crash in between leaves the old key and an endorsement nobody uses).
+// It returns the old and the new key. A running imsd keeps signing with
+// the key it loaded until it restarts.
+func RotateSigningKey(keyFile string) (old, next SigningKey, err error) {
+	old, err = LoadSigningKey(keyFile, false)
+	if err != nil {
+		return old, next, err
+	}
+	chain, err := LoadKeyChain(keyFile, old)
+	if err != nil {
+		return old, next, err
+	}
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return old, next, err
+	}
+	next = NewSigningKey(priv)
+	chain = append(chain, agentproto.EndorseKey(old.Private, next.Public))
+	entries := make([]chainEntry, len(chain))
+	for i, e := range chain {
+		entries[i] = chainEntry{Signer: e.Signer, Key: e.Key, Signature: e.Signature}
+	}
+	b, err := json.MarshalIndent(entries, "", "  ")
+	if err != nil {
+		return old, next, err
+	}
+	if err := atomicfile.Write(ChainFile(keyFile), append(b, '\n'), 0o600); err != nil {
+		return old, next, fmt.Errorf("write key chain: %w", err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(priv)
+	if err != nil {
+		return old, next, err
+	}
+	if err := atomicfile.Write(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		return old, next, fmt.Errorf("write signing key %s: %w", keyFile, err)
+	}
+	return old, next, nil
 }

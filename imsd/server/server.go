@@ -34,6 +34,7 @@ import (
 	"github.com/byoc-dev/byoc/imsd/store"
 	"github.com/byoc-dev/byoc/imsd/workflow"
 	"github.com/byoc-dev/byoc/internal/atomicfile"
+	"github.com/byoc-dev/byoc/rpc/agentproto"
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1/agentv1connect"
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1/imsv1connect"
 )
@@ -157,8 +158,9 @@ type Server struct {
 	cfg   Config
 	store *store.Store
 	hub   *dispatch.Hub
-	// key signs every job handed out.
-	key auth.SigningKey
+	// key signs every job handed out; chain endorses it (its rotations).
+	key   auth.SigningKey
+	chain []agentproto.Endorsement
 	// engine runs workflows.
 	engine *workflow.Engine
 	// cron fires the cron triggers of actions.
@@ -194,7 +196,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if dsn == "" {
 		dsn = filepath.Join(cfg.DataDir, "imsd.db")
 	}
-	key, err := loadSigningKey(cfg)
+	key, chain, err := loadSigningKey(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -202,7 +204,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	s := &Server{cfg: cfg, store: st, hub: dispatch.NewHub(), key: key, log: cfg.Logger}
+	s := &Server{cfg: cfg, store: st, hub: dispatch.NewHub(), key: key, chain: chain, log: cfg.Logger}
 	s.log.Info("job signing key", "key_id", key.ID)
 	s.engine = workflow.NewEngine(st, s.hub, cfg.Now, s.log)
 	if cfg.WorkflowInterval > 0 {
@@ -226,16 +228,28 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 }
 
 // loadSigningKey reads the job signing key: --signing-key's file, which
-// must exist, or DATA-DIR/signing.key, created at the first start.
-func loadSigningKey(cfg Config) (auth.SigningKey, error) {
-	if cfg.SigningKeyFile != "" {
-		k, err := auth.LoadSigningKey(cfg.SigningKeyFile, false)
-		if err != nil {
-			return k, fmt.Errorf("--signing-key: %w", err)
+// must exist, or DATA-DIR/signing.key, created at the first start; and
+// the chain of its rotations beside it (auth.LoadKeyChain).
+func loadSigningKey(cfg Config) (auth.SigningKey, []agentproto.Endorsement, error) {
+	path := SigningKeyPath(cfg.DataDir, cfg.SigningKeyFile)
+	k, err := auth.LoadSigningKey(path, cfg.SigningKeyFile == "")
+	if err != nil {
+		if cfg.SigningKeyFile != "" {
+			err = fmt.Errorf("--signing-key: %w", err)
 		}
-		return k, nil
+		return k, nil, err
 	}
-	return auth.LoadSigningKey(filepath.Join(cfg.DataDir, SigningKeyFileName), true)
+	chain, err := auth.LoadKeyChain(path, k)
+	return k, chain, err
+}
+
+// SigningKeyPath is the signing key file imsd uses: keyFile if set, else
+// the one in dataDir.
+func SigningKeyPath(dataDir, keyFile string) string {
+	if keyFile != "" {
+		return keyFile
+	}
+	return filepath.Join(dataDir, SigningKeyFileName)
 }
 
 // SigningKeyFileName is the job signing key's file in the data dir.
@@ -293,6 +307,7 @@ func (s *Server) newHTTPServer() *http.Server {
 		HeartbeatInterval: cfg.HeartbeatInterval,
 		HelloTimeout:      10 * time.Second,
 		SigningKey:        s.key,
+		KeyChain:          s.chain,
 	}, cfg.Now, s.log, obs)
 	const agentReadMax, agentCompressMin = 16 << 20, 4 << 10
 

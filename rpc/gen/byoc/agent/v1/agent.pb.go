@@ -166,6 +166,10 @@ type EnrollResponse struct {
 	// (TOKEN.FINGERPRINT, rpc/agentproto.KeyID), which the agent checks
 	// before it keeps the key: a server in the middle cannot swap it.
 	ImsdPublicKey []byte `protobuf:"bytes,3,opt,name=imsd_public_key,json=imsdPublicKey,proto3" json:"imsd_public_key,omitempty"`
+	// key_chain endorses imsd_public_key when imsd's key was rotated since
+	// the token was issued: the agent trusts the key the token names, and
+	// each key an endorsement by a trusted key introduces.
+	KeyChain      []*KeyEndorsement `protobuf:"bytes,4,rep,name=key_chain,json=keyChain,proto3" json:"key_chain,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -221,6 +225,76 @@ func (x *EnrollResponse) GetImsdPublicKey() []byte {
 	return nil
 }
 
+func (x *EnrollResponse) GetKeyChain() []*KeyEndorsement {
+	if x != nil {
+		return x.KeyChain
+	}
+	return nil
+}
+
+// KeyEndorsement introduces an imsd signing key: signature is the
+// signer's Ed25519 signature of it (rpc/agentproto.EndorseKey). imsd
+// keys rotate publishes one per rotation, signed by the key it replaces.
+type KeyEndorsement struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	SignerPublicKey []byte                 `protobuf:"bytes,1,opt,name=signer_public_key,json=signerPublicKey,proto3" json:"signer_public_key,omitempty"`
+	PublicKey       []byte                 `protobuf:"bytes,2,opt,name=public_key,json=publicKey,proto3" json:"public_key,omitempty"`
+	Signature       []byte                 `protobuf:"bytes,3,opt,name=signature,proto3" json:"signature,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *KeyEndorsement) Reset() {
+	*x = KeyEndorsement{}
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyEndorsement) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyEndorsement) ProtoMessage() {}
+
+func (x *KeyEndorsement) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyEndorsement.ProtoReflect.Descriptor instead.
+func (*KeyEndorsement) Descriptor() ([]byte, []int) {
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *KeyEndorsement) GetSignerPublicKey() []byte {
+	if x != nil {
+		return x.SignerPublicKey
+	}
+	return nil
+}
+
+func (x *KeyEndorsement) GetPublicKey() []byte {
+	if x != nil {
+		return x.PublicKey
+	}
+	return nil
+}
+
+func (x *KeyEndorsement) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
 type ConnectRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Msg:
@@ -237,7 +311,7 @@ type ConnectRequest struct {
 
 func (x *ConnectRequest) Reset() {
 	*x = ConnectRequest{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[2]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -249,7 +323,7 @@ func (x *ConnectRequest) String() string {
 func (*ConnectRequest) ProtoMessage() {}
 
 func (x *ConnectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[2]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -262,7 +336,7 @@ func (x *ConnectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectRequest.ProtoReflect.Descriptor instead.
 func (*ConnectRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ConnectRequest) GetMsg() isConnectRequest_Msg {
@@ -369,7 +443,7 @@ type ConnectResponse struct {
 
 func (x *ConnectResponse) Reset() {
 	*x = ConnectResponse{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[3]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -381,7 +455,7 @@ func (x *ConnectResponse) String() string {
 func (*ConnectResponse) ProtoMessage() {}
 
 func (x *ConnectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[3]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -394,7 +468,7 @@ func (x *ConnectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectResponse.ProtoReflect.Descriptor instead.
 func (*ConnectResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ConnectResponse) GetMsg() isConnectResponse_Msg {
@@ -523,7 +597,7 @@ type Challenge struct {
 
 func (x *Challenge) Reset() {
 	*x = Challenge{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -535,7 +609,7 @@ func (x *Challenge) String() string {
 func (*Challenge) ProtoMessage() {}
 
 func (x *Challenge) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -548,7 +622,7 @@ func (x *Challenge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Challenge.ProtoReflect.Descriptor instead.
 func (*Challenge) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Challenge) GetNonce() []byte {
@@ -569,7 +643,7 @@ type RunningJob struct {
 
 func (x *RunningJob) Reset() {
 	*x = RunningJob{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -581,7 +655,7 @@ func (x *RunningJob) String() string {
 func (*RunningJob) ProtoMessage() {}
 
 func (x *RunningJob) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -594,7 +668,7 @@ func (x *RunningJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunningJob.ProtoReflect.Descriptor instead.
 func (*RunningJob) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RunningJob) GetJobId() string {
@@ -633,7 +707,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -645,7 +719,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -658,7 +732,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Hello) GetAgentId() string {
@@ -717,15 +791,18 @@ type Welcome struct {
 	LeaseDurationMs     int64                  `protobuf:"varint,3,opt,name=lease_duration_ms,json=leaseDurationMs,proto3" json:"lease_duration_ms,omitempty"`
 	// reattached lists the running jobs whose leases were renewed; a running
 	// job the agent named that is not here was lost and must be stopped.
-	Reattached    []string `protobuf:"bytes,4,rep,name=reattached,proto3" json:"reattached,omitempty"`
-	Lost          []string `protobuf:"bytes,5,rep,name=lost,proto3" json:"lost,omitempty"`
+	Reattached []string `protobuf:"bytes,4,rep,name=reattached,proto3" json:"reattached,omitempty"`
+	Lost       []string `protobuf:"bytes,5,rep,name=lost,proto3" json:"lost,omitempty"`
+	// key_chain is every rotation of imsd's signing key, in order; an agent
+	// trusts a new key only through an endorsement by a key it trusts.
+	KeyChain      []*KeyEndorsement `protobuf:"bytes,6,rep,name=key_chain,json=keyChain,proto3" json:"key_chain,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Welcome) Reset() {
 	*x = Welcome{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -737,7 +814,7 @@ func (x *Welcome) String() string {
 func (*Welcome) ProtoMessage() {}
 
 func (x *Welcome) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -750,7 +827,7 @@ func (x *Welcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Welcome.ProtoReflect.Descriptor instead.
 func (*Welcome) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Welcome) GetInstallId() string {
@@ -788,6 +865,13 @@ func (x *Welcome) GetLost() []string {
 	return nil
 }
 
+func (x *Welcome) GetKeyChain() []*KeyEndorsement {
+	if x != nil {
+		return x.KeyChain
+	}
+	return nil
+}
+
 // Heartbeat renews the leases of the jobs the agent runs. imsd answers a
 // heartbeat that names jobs with LeasesRenewed, echoing seq.
 type Heartbeat struct {
@@ -801,7 +885,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -813,7 +897,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -826,7 +910,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Heartbeat) GetRunning() []*RunningJob {
@@ -859,7 +943,7 @@ type LeasesRenewed struct {
 
 func (x *LeasesRenewed) Reset() {
 	*x = LeasesRenewed{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -871,7 +955,7 @@ func (x *LeasesRenewed) String() string {
 func (*LeasesRenewed) ProtoMessage() {}
 
 func (x *LeasesRenewed) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -884,7 +968,7 @@ func (x *LeasesRenewed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeasesRenewed.ProtoReflect.Descriptor instead.
 func (*LeasesRenewed) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *LeasesRenewed) GetHeartbeatSeq() uint64 {
@@ -912,7 +996,7 @@ type JobAck struct {
 
 func (x *JobAck) Reset() {
 	*x = JobAck{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -924,7 +1008,7 @@ func (x *JobAck) String() string {
 func (*JobAck) ProtoMessage() {}
 
 func (x *JobAck) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -937,7 +1021,7 @@ func (x *JobAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobAck.ProtoReflect.Descriptor instead.
 func (*JobAck) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *JobAck) GetWriteId() uint64 {
@@ -974,7 +1058,7 @@ type LogLine struct {
 
 func (x *LogLine) Reset() {
 	*x = LogLine{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -986,7 +1070,7 @@ func (x *LogLine) String() string {
 func (*LogLine) ProtoMessage() {}
 
 func (x *LogLine) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -999,7 +1083,7 @@ func (x *LogLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogLine.ProtoReflect.Descriptor instead.
 func (*LogLine) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *LogLine) GetSeq() int64 {
@@ -1042,7 +1126,7 @@ type JobLogs struct {
 
 func (x *JobLogs) Reset() {
 	*x = JobLogs{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1054,7 +1138,7 @@ func (x *JobLogs) String() string {
 func (*JobLogs) ProtoMessage() {}
 
 func (x *JobLogs) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1067,7 +1151,7 @@ func (x *JobLogs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobLogs.ProtoReflect.Descriptor instead.
 func (*JobLogs) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *JobLogs) GetWriteId() uint64 {
@@ -1116,7 +1200,7 @@ type JobResult struct {
 
 func (x *JobResult) Reset() {
 	*x = JobResult{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1128,7 +1212,7 @@ func (x *JobResult) String() string {
 func (*JobResult) ProtoMessage() {}
 
 func (x *JobResult) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1141,7 +1225,7 @@ func (x *JobResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobResult.ProtoReflect.Descriptor instead.
 func (*JobResult) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *JobResult) GetWriteId() uint64 {
@@ -1221,7 +1305,7 @@ type JobAssignment struct {
 
 func (x *JobAssignment) Reset() {
 	*x = JobAssignment{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1233,7 +1317,7 @@ func (x *JobAssignment) String() string {
 func (*JobAssignment) ProtoMessage() {}
 
 func (x *JobAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1246,7 +1330,7 @@ func (x *JobAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobAssignment.ProtoReflect.Descriptor instead.
 func (*JobAssignment) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *JobAssignment) GetJobId() string {
@@ -1336,7 +1420,7 @@ type JobSignature struct {
 
 func (x *JobSignature) Reset() {
 	*x = JobSignature{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1348,7 +1432,7 @@ func (x *JobSignature) String() string {
 func (*JobSignature) ProtoMessage() {}
 
 func (x *JobSignature) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1361,7 +1445,7 @@ func (x *JobSignature) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobSignature.ProtoReflect.Descriptor instead.
 func (*JobSignature) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *JobSignature) GetKeyId() string {
@@ -1395,7 +1479,7 @@ type JobCancel struct {
 
 func (x *JobCancel) Reset() {
 	*x = JobCancel{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1407,7 +1491,7 @@ func (x *JobCancel) String() string {
 func (*JobCancel) ProtoMessage() {}
 
 func (x *JobCancel) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1420,7 +1504,7 @@ func (x *JobCancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobCancel.ProtoReflect.Descriptor instead.
 func (*JobCancel) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *JobCancel) GetJobId() string {
@@ -1446,7 +1530,7 @@ type WriteAccepted struct {
 
 func (x *WriteAccepted) Reset() {
 	*x = WriteAccepted{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1458,7 +1542,7 @@ func (x *WriteAccepted) String() string {
 func (*WriteAccepted) ProtoMessage() {}
 
 func (x *WriteAccepted) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1471,7 +1555,7 @@ func (x *WriteAccepted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteAccepted.ProtoReflect.Descriptor instead.
 func (*WriteAccepted) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WriteAccepted) GetWriteId() uint64 {
@@ -1496,7 +1580,7 @@ type WriteRejected struct {
 
 func (x *WriteRejected) Reset() {
 	*x = WriteRejected{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1508,7 +1592,7 @@ func (x *WriteRejected) String() string {
 func (*WriteRejected) ProtoMessage() {}
 
 func (x *WriteRejected) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1521,7 +1605,7 @@ func (x *WriteRejected) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteRejected.ProtoReflect.Descriptor instead.
 func (*WriteRejected) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WriteRejected) GetWriteId() uint64 {
@@ -1563,12 +1647,18 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"public_key\x18\x02 \x01(\fR\tpublicKey\x12\x1a\n" +
 	"\bhostname\x18\x03 \x01(\tR\bhostname\x12\x18\n" +
 	"\aversion\x18\x04 \x01(\tR\aversion\x12\x12\n" +
-	"\x04role\x18\x05 \x01(\tR\x04role\"r\n" +
+	"\x04role\x18\x05 \x01(\tR\x04role\"\xae\x01\n" +
 	"\x0eEnrollResponse\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1d\n" +
 	"\n" +
 	"install_id\x18\x02 \x01(\tR\tinstallId\x12&\n" +
-	"\x0fimsd_public_key\x18\x03 \x01(\fR\rimsdPublicKey\"\x8c\x02\n" +
+	"\x0fimsd_public_key\x18\x03 \x01(\fR\rimsdPublicKey\x12:\n" +
+	"\tkey_chain\x18\x04 \x03(\v2\x1d.byoc.agent.v1.KeyEndorsementR\bkeyChain\"y\n" +
+	"\x0eKeyEndorsement\x12*\n" +
+	"\x11signer_public_key\x18\x01 \x01(\fR\x0fsignerPublicKey\x12\x1d\n" +
+	"\n" +
+	"public_key\x18\x02 \x01(\fR\tpublicKey\x12\x1c\n" +
+	"\tsignature\x18\x03 \x01(\fR\tsignature\"\x8c\x02\n" +
 	"\x0eConnectRequest\x12,\n" +
 	"\x05hello\x18\x01 \x01(\v2\x14.byoc.agent.v1.HelloH\x00R\x05hello\x128\n" +
 	"\theartbeat\x18\x02 \x01(\v2\x18.byoc.agent.v1.HeartbeatH\x00R\theartbeat\x12)\n" +
@@ -1600,7 +1690,7 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\arunning\x18\x04 \x03(\v2\x19.byoc.agent.v1.RunningJobR\arunning\x12\x18\n" +
 	"\aversion\x18\x05 \x01(\tR\aversion\x12\x1a\n" +
 	"\bhostname\x18\x06 \x01(\tR\bhostname\x12\x1a\n" +
-	"\binstance\x18\a \x01(\tR\binstance\"\xbc\x01\n" +
+	"\binstance\x18\a \x01(\tR\binstance\"\xf8\x01\n" +
 	"\aWelcome\x12\x1d\n" +
 	"\n" +
 	"install_id\x18\x01 \x01(\tR\tinstallId\x122\n" +
@@ -1609,7 +1699,8 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"reattached\x18\x04 \x03(\tR\n" +
 	"reattached\x12\x12\n" +
-	"\x04lost\x18\x05 \x03(\tR\x04lost\"R\n" +
+	"\x04lost\x18\x05 \x03(\tR\x04lost\x12:\n" +
+	"\tkey_chain\x18\x06 \x03(\v2\x1d.byoc.agent.v1.KeyEndorsementR\bkeyChain\"R\n" +
 	"\tHeartbeat\x123\n" +
 	"\arunning\x18\x01 \x03(\v2\x19.byoc.agent.v1.RunningJobR\arunning\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\"M\n" +
@@ -1696,64 +1787,67 @@ func file_byoc_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_byoc_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_byoc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_byoc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_byoc_agent_v1_agent_proto_goTypes = []any{
 	(Outcome)(0),                  // 0: byoc.agent.v1.Outcome
 	(*EnrollRequest)(nil),         // 1: byoc.agent.v1.EnrollRequest
 	(*EnrollResponse)(nil),        // 2: byoc.agent.v1.EnrollResponse
-	(*ConnectRequest)(nil),        // 3: byoc.agent.v1.ConnectRequest
-	(*ConnectResponse)(nil),       // 4: byoc.agent.v1.ConnectResponse
-	(*Challenge)(nil),             // 5: byoc.agent.v1.Challenge
-	(*RunningJob)(nil),            // 6: byoc.agent.v1.RunningJob
-	(*Hello)(nil),                 // 7: byoc.agent.v1.Hello
-	(*Welcome)(nil),               // 8: byoc.agent.v1.Welcome
-	(*Heartbeat)(nil),             // 9: byoc.agent.v1.Heartbeat
-	(*LeasesRenewed)(nil),         // 10: byoc.agent.v1.LeasesRenewed
-	(*JobAck)(nil),                // 11: byoc.agent.v1.JobAck
-	(*LogLine)(nil),               // 12: byoc.agent.v1.LogLine
-	(*JobLogs)(nil),               // 13: byoc.agent.v1.JobLogs
-	(*JobResult)(nil),             // 14: byoc.agent.v1.JobResult
-	(*JobAssignment)(nil),         // 15: byoc.agent.v1.JobAssignment
-	(*JobSignature)(nil),          // 16: byoc.agent.v1.JobSignature
-	(*JobCancel)(nil),             // 17: byoc.agent.v1.JobCancel
-	(*WriteAccepted)(nil),         // 18: byoc.agent.v1.WriteAccepted
-	(*WriteRejected)(nil),         // 19: byoc.agent.v1.WriteRejected
-	nil,                           // 20: byoc.agent.v1.JobResult.OutputsEntry
-	nil,                           // 21: byoc.agent.v1.JobAssignment.InputsEntry
-	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),       // 23: google.protobuf.Struct
+	(*KeyEndorsement)(nil),        // 3: byoc.agent.v1.KeyEndorsement
+	(*ConnectRequest)(nil),        // 4: byoc.agent.v1.ConnectRequest
+	(*ConnectResponse)(nil),       // 5: byoc.agent.v1.ConnectResponse
+	(*Challenge)(nil),             // 6: byoc.agent.v1.Challenge
+	(*RunningJob)(nil),            // 7: byoc.agent.v1.RunningJob
+	(*Hello)(nil),                 // 8: byoc.agent.v1.Hello
+	(*Welcome)(nil),               // 9: byoc.agent.v1.Welcome
+	(*Heartbeat)(nil),             // 10: byoc.agent.v1.Heartbeat
+	(*LeasesRenewed)(nil),         // 11: byoc.agent.v1.LeasesRenewed
+	(*JobAck)(nil),                // 12: byoc.agent.v1.JobAck
+	(*LogLine)(nil),               // 13: byoc.agent.v1.LogLine
+	(*JobLogs)(nil),               // 14: byoc.agent.v1.JobLogs
+	(*JobResult)(nil),             // 15: byoc.agent.v1.JobResult
+	(*JobAssignment)(nil),         // 16: byoc.agent.v1.JobAssignment
+	(*JobSignature)(nil),          // 17: byoc.agent.v1.JobSignature
+	(*JobCancel)(nil),             // 18: byoc.agent.v1.JobCancel
+	(*WriteAccepted)(nil),         // 19: byoc.agent.v1.WriteAccepted
+	(*WriteRejected)(nil),         // 20: byoc.agent.v1.WriteRejected
+	nil,                           // 21: byoc.agent.v1.JobResult.OutputsEntry
+	nil,                           // 22: byoc.agent.v1.JobAssignment.InputsEntry
+	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),       // 24: google.protobuf.Struct
 }
 var file_byoc_agent_v1_agent_proto_depIdxs = []int32{
-	7,  // 0: byoc.agent.v1.ConnectRequest.hello:type_name -> byoc.agent.v1.Hello
-	9,  // 1: byoc.agent.v1.ConnectRequest.heartbeat:type_name -> byoc.agent.v1.Heartbeat
-	11, // 2: byoc.agent.v1.ConnectRequest.ack:type_name -> byoc.agent.v1.JobAck
-	13, // 3: byoc.agent.v1.ConnectRequest.logs:type_name -> byoc.agent.v1.JobLogs
-	14, // 4: byoc.agent.v1.ConnectRequest.result:type_name -> byoc.agent.v1.JobResult
-	5,  // 5: byoc.agent.v1.ConnectResponse.challenge:type_name -> byoc.agent.v1.Challenge
-	8,  // 6: byoc.agent.v1.ConnectResponse.welcome:type_name -> byoc.agent.v1.Welcome
-	15, // 7: byoc.agent.v1.ConnectResponse.assignment:type_name -> byoc.agent.v1.JobAssignment
-	17, // 8: byoc.agent.v1.ConnectResponse.cancel:type_name -> byoc.agent.v1.JobCancel
-	18, // 9: byoc.agent.v1.ConnectResponse.accepted:type_name -> byoc.agent.v1.WriteAccepted
-	19, // 10: byoc.agent.v1.ConnectResponse.rejected:type_name -> byoc.agent.v1.WriteRejected
-	10, // 11: byoc.agent.v1.ConnectResponse.renewed:type_name -> byoc.agent.v1.LeasesRenewed
-	6,  // 12: byoc.agent.v1.Hello.running:type_name -> byoc.agent.v1.RunningJob
-	6,  // 13: byoc.agent.v1.Heartbeat.running:type_name -> byoc.agent.v1.RunningJob
-	22, // 14: byoc.agent.v1.LogLine.time:type_name -> google.protobuf.Timestamp
-	12, // 15: byoc.agent.v1.JobLogs.lines:type_name -> byoc.agent.v1.LogLine
-	0,  // 16: byoc.agent.v1.JobResult.outcome:type_name -> byoc.agent.v1.Outcome
-	20, // 17: byoc.agent.v1.JobResult.outputs:type_name -> byoc.agent.v1.JobResult.OutputsEntry
-	23, // 18: byoc.agent.v1.JobAssignment.config:type_name -> google.protobuf.Struct
-	21, // 19: byoc.agent.v1.JobAssignment.inputs:type_name -> byoc.agent.v1.JobAssignment.InputsEntry
-	16, // 20: byoc.agent.v1.JobAssignment.signature:type_name -> byoc.agent.v1.JobSignature
-	1,  // 21: byoc.agent.v1.AgentService.Enroll:input_type -> byoc.agent.v1.EnrollRequest
-	3,  // 22: byoc.agent.v1.AgentService.Connect:input_type -> byoc.agent.v1.ConnectRequest
-	2,  // 23: byoc.agent.v1.AgentService.Enroll:output_type -> byoc.agent.v1.EnrollResponse
-	4,  // 24: byoc.agent.v1.AgentService.Connect:output_type -> byoc.agent.v1.ConnectResponse
-	23, // [23:25] is the sub-list for method output_type
-	21, // [21:23] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	3,  // 0: byoc.agent.v1.EnrollResponse.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
+	8,  // 1: byoc.agent.v1.ConnectRequest.hello:type_name -> byoc.agent.v1.Hello
+	10, // 2: byoc.agent.v1.ConnectRequest.heartbeat:type_name -> byoc.agent.v1.Heartbeat
+	12, // 3: byoc.agent.v1.ConnectRequest.ack:type_name -> byoc.agent.v1.JobAck
+	14, // 4: byoc.agent.v1.ConnectRequest.logs:type_name -> byoc.agent.v1.JobLogs
+	15, // 5: byoc.agent.v1.ConnectRequest.result:type_name -> byoc.agent.v1.JobResult
+	6,  // 6: byoc.agent.v1.ConnectResponse.challenge:type_name -> byoc.agent.v1.Challenge
+	9,  // 7: byoc.agent.v1.ConnectResponse.welcome:type_name -> byoc.agent.v1.Welcome
+	16, // 8: byoc.agent.v1.ConnectResponse.assignment:type_name -> byoc.agent.v1.JobAssignment
+	18, // 9: byoc.agent.v1.ConnectResponse.cancel:type_name -> byoc.agent.v1.JobCancel
+	19, // 10: byoc.agent.v1.ConnectResponse.accepted:type_name -> byoc.agent.v1.WriteAccepted
+	20, // 11: byoc.agent.v1.ConnectResponse.rejected:type_name -> byoc.agent.v1.WriteRejected
+	11, // 12: byoc.agent.v1.ConnectResponse.renewed:type_name -> byoc.agent.v1.LeasesRenewed
+	7,  // 13: byoc.agent.v1.Hello.running:type_name -> byoc.agent.v1.RunningJob
+	3,  // 14: byoc.agent.v1.Welcome.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
+	7,  // 15: byoc.agent.v1.Heartbeat.running:type_name -> byoc.agent.v1.RunningJob
+	23, // 16: byoc.agent.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	13, // 17: byoc.agent.v1.JobLogs.lines:type_name -> byoc.agent.v1.LogLine
+	0,  // 18: byoc.agent.v1.JobResult.outcome:type_name -> byoc.agent.v1.Outcome
+	21, // 19: byoc.agent.v1.JobResult.outputs:type_name -> byoc.agent.v1.JobResult.OutputsEntry
+	24, // 20: byoc.agent.v1.JobAssignment.config:type_name -> google.protobuf.Struct
+	22, // 21: byoc.agent.v1.JobAssignment.inputs:type_name -> byoc.agent.v1.JobAssignment.InputsEntry
+	17, // 22: byoc.agent.v1.JobAssignment.signature:type_name -> byoc.agent.v1.JobSignature
+	1,  // 23: byoc.agent.v1.AgentService.Enroll:input_type -> byoc.agent.v1.EnrollRequest
+	4,  // 24: byoc.agent.v1.AgentService.Connect:input_type -> byoc.agent.v1.ConnectRequest
+	2,  // 25: byoc.agent.v1.AgentService.Enroll:output_type -> byoc.agent.v1.EnrollResponse
+	5,  // 26: byoc.agent.v1.AgentService.Connect:output_type -> byoc.agent.v1.ConnectResponse
+	25, // [25:27] is the sub-list for method output_type
+	23, // [23:25] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_byoc_agent_v1_agent_proto_init() }
@@ -1761,14 +1855,14 @@ func file_byoc_agent_v1_agent_proto_init() {
 	if File_byoc_agent_v1_agent_proto != nil {
 		return
 	}
-	file_byoc_agent_v1_agent_proto_msgTypes[2].OneofWrappers = []any{
+	file_byoc_agent_v1_agent_proto_msgTypes[3].OneofWrappers = []any{
 		(*ConnectRequest_Hello)(nil),
 		(*ConnectRequest_Heartbeat)(nil),
 		(*ConnectRequest_Ack)(nil),
 		(*ConnectRequest_Logs)(nil),
 		(*ConnectRequest_Result)(nil),
 	}
-	file_byoc_agent_v1_agent_proto_msgTypes[3].OneofWrappers = []any{
+	file_byoc_agent_v1_agent_proto_msgTypes[4].OneofWrappers = []any{
 		(*ConnectResponse_Challenge)(nil),
 		(*ConnectResponse_Welcome)(nil),
 		(*ConnectResponse_Assignment)(nil),
@@ -1783,7 +1877,7 @@ func file_byoc_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byoc_agent_v1_agent_proto_rawDesc), len(file_byoc_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   21,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
