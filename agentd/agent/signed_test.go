@@ -328,3 +328,23 @@ func TestEnrolmentAfterARotation(t *testing.T) {
 		t.Fatal("a forged endorsement was accepted at enrolment")
 	}
 }
+
+// FuzzSeenLine: a line of the replay record reads back as written, and
+// no line, however broken, makes the reader fail otherwise than by
+// skipping it.
+func FuzzSeenLine(f *testing.F) {
+	f.Add("job_1", int64(1), int64(1_790_000_000_000), "1790000000000 1 \"job_1\"")
+	f.Add("job \"q\"\n", int64(-3), int64(0), "17000 2 job")
+	f.Fuzz(func(t *testing.T, job string, attempt, ms int64, line string) {
+		k := seenKey{job: job, attempt: attempt}
+		l := formatSeen(k, time.UnixMilli(ms))
+		if strings.Count(l, "\n") != 1 || !strings.HasSuffix(l, "\n") {
+			t.Fatalf("formatted line %q is not one line", l)
+		}
+		got, exp, ok := parseSeen(strings.TrimSuffix(l, "\n"))
+		if !ok || got != k || exp.UnixMilli() != ms {
+			t.Fatalf("%q read back as %v %v %v", l, got, exp, ok)
+		}
+		parseSeen(line)
+	})
+}

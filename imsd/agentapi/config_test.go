@@ -139,3 +139,34 @@ func TestAssignmentConfigOnTheWire(t *testing.T) {
 		t.Errorf("truncated config: got %v, want an error naming the job config", err)
 	}
 }
+
+// FuzzConfigDigestBothSides: for any stored config imsd can encode, the
+// digest imsd signs (from the stored JSON) is the one the agent computes
+// from the Struct it decodes out of the assignment's config bytes.
+func FuzzConfigDigestBothSides(f *testing.F) {
+	for _, s := range []string{
+		`{}`, `{"a":1}`, `{"steps":[{"name":"a","script":"echo hi"}],"n":3}`,
+		`{"b":{"z":1,"a":2,"m":[0.1,-0,1e300,"s"]},"a":"żółw","c":{},"d":[],"e":12345678901234567890}`,
+		`{"x":null,"y":true,"z":[false,null,{"":""}],"\u2028":"\ud83d\ude00"}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		lastConfig.Store(nil) // each input encoded afresh
+		field, want, err := configField(b)
+		if err != nil {
+			return // not a config imsd stores
+		}
+		var a agentv1.JobAssignment
+		if err := proto.Unmarshal(field, &a); err != nil {
+			t.Fatalf("the agent cannot decode the config field of %q: %v", b, err)
+		}
+		got, err := agentproto.ConfigDigest(a.GetConfig().AsMap())
+		if err != nil {
+			t.Fatalf("the agent cannot digest %q: %v", b, err)
+		}
+		if got != want {
+			t.Fatalf("%q: imsd signs digest %x, the agent computes %x", b, want, got)
+		}
+	})
+}
