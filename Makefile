@@ -78,7 +78,9 @@ FUZZ_TARGETS := \
 	./schema/app/config:FuzzDecode \
 	./schema/app/load:FuzzParse \
 	./schema/app/cron:FuzzScheduleAgainstRobfig \
-	./schema/app/cron:FuzzScheduleTokens
+	./schema/app/cron:FuzzScheduleTokens \
+	./imsd/agentapi:FuzzConfigDigestBothSides \
+	./agentd/agent:FuzzSeenLine
 FUZZTIME ?= 10s
 
 .PHONY: fuzz-short

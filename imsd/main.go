@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/byoc-dev/byoc/imsd/auth"
 	"github.com/byoc-dev/byoc/imsd/server"
 	"github.com/byoc-dev/byoc/internal/buildinfo"
 )
@@ -23,6 +24,9 @@ func main() {
 }
 
 func run(ctx context.Context, args []string) int {
+	if len(args) > 0 && args[0] == "keys" {
+		return keys(args[1:])
+	}
 	fs := flag.NewFlagSet("imsd", flag.ContinueOnError)
 	var cfg server.Config
 	var level slog.Level
@@ -30,6 +34,7 @@ func run(ctx context.Context, args []string) int {
 	fs.StringVar(&cfg.DataDir, "data-dir", "", "`directory` for the SQLite database and the first admin token")
 	fs.StringVar(&cfg.DatabaseURL, "database-url", os.Getenv("BYOC_DATABASE_URL"), "PostgreSQL `URL` (postgres://...) instead of SQLite; also $BYOC_DATABASE_URL")
 	fs.StringVar(&cfg.AdminTokenFile, "admin-token-file", "", "`file` the first start writes the admin token to (default DATA-DIR/admin.token)")
+	fs.StringVar(&cfg.SigningKeyFile, "signing-key", "", "job signing key `file` (PKCS#8 PEM Ed25519, e.g. openssl genpkey -algorithm ed25519); default DATA-DIR/signing.key, created at the first start; required with PostgreSQL and no --data-dir, the same file for every replica")
 	fs.StringVar(&cfg.TLSCertFile, "tls-cert", "", "TLS certificate `file`; serves HTTPS")
 	fs.StringVar(&cfg.TLSKeyFile, "tls-key", "", "TLS key `file`")
 	fs.DurationVar(&cfg.LeaseDuration, "lease", 0, "job lease `duration` (default 30s)")
@@ -69,5 +74,34 @@ func run(ctx context.Context, args []string) int {
 		fmt.Fprintf(os.Stderr, "imsd: %v\n", err)
 		return 1
 	}
+	return 0
+}
+
+// keys runs `imsd keys rotate`: a new job signing key, endorsed by the
+// old one in the key chain beside it. Agents accept the new key through
+// that endorsement, which every welcome carries.
+func keys(args []string) int {
+	if len(args) == 0 || args[0] != "rotate" {
+		fmt.Fprintln(os.Stderr, "usage: imsd keys rotate [--data-dir DIR | --signing-key FILE]")
+		return 2
+	}
+	fs := flag.NewFlagSet("imsd keys rotate", flag.ContinueOnError)
+	dataDir := fs.String("data-dir", "", "imsd's data `directory` (its signing.key)")
+	keyFile := fs.String("signing-key", "", "the job signing key `file` imsd is given with --signing-key")
+	if err := fs.Parse(args[1:]); err != nil {
+		return 2
+	}
+	if (*dataDir == "") == (*keyFile == "") {
+		fmt.Fprintln(os.Stderr, "imsd keys rotate: give exactly one of --data-dir and --signing-key")
+		return 2
+	}
+	path := server.SigningKeyPath(*dataDir, *keyFile)
+	old, next, err := auth.RotateSigningKey(path)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "imsd keys rotate: %v\n", err)
+		return 1
+	}
+	fmt.Printf("rotated the job signing key %s: %s -> %s (endorsed in %s)\n", path, old.ID, next.ID, auth.ChainFile(path))
+	fmt.Println("restart imsd (every replica, each given the new key file and its .chain) to sign with the new key; agents learn it at their next connection")
 	return 0
 }

@@ -2,12 +2,44 @@ package main
 
 import (
 	"context"
+	"path/filepath"
 	"testing"
+
+	"github.com/byoc-dev/byoc/imsd/auth"
+	"github.com/byoc-dev/byoc/imsd/server"
 )
 
 // --agentwire takes on or off, and nothing else.
 func TestAgentWireFlag(t *testing.T) {
 	if got := run(context.Background(), []string{"--agentwire=maybe", "--data-dir", t.TempDir()}); got != 2 {
 		t.Fatalf("--agentwire=maybe: exit %d, want 2", got)
+	}
+}
+
+// imsd keys rotate needs exactly one of --data-dir and --signing-key, and
+// a key to rotate; it then replaces the key and endorses the new one.
+func TestKeysRotate(t *testing.T) {
+	dir := t.TempDir()
+	if got := run(context.Background(), []string{"keys", "rotate"}); got != 2 {
+		t.Fatalf("no flag: exit %d, want 2", got)
+	}
+	if got := run(context.Background(), []string{"keys", "rotate", "--data-dir", dir}); got != 1 {
+		t.Fatalf("no key to rotate: exit %d, want 1", got)
+	}
+	path := filepath.Join(dir, server.SigningKeyFileName)
+	old, err := auth.LoadSigningKey(path, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := run(context.Background(), []string{"keys", "rotate", "--data-dir", dir}); got != 0 {
+		t.Fatalf("rotate: exit %d", got)
+	}
+	next, err := auth.LoadSigningKey(path, false)
+	if err != nil || next.ID == old.ID {
+		t.Fatalf("after rotate: key %s (%v), was %s", next.ID, err, old.ID)
+	}
+	chain, err := auth.LoadKeyChain(path, next)
+	if err != nil || len(chain) != 1 || !chain[0].Signer.Equal(old.Public) {
+		t.Fatalf("chain %v, %v", chain, err)
 	}
 }

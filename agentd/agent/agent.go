@@ -14,11 +14,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -27,6 +29,7 @@ import (
 
 	"github.com/byoc-dev/byoc/agentd/identity"
 	"github.com/byoc-dev/byoc/internal/backoff"
+	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1/agentv1connect"
 )
@@ -108,6 +111,14 @@ type Agent struct {
 	// live holds, per job, the last attempt whose plugin has not exited
 	// yet, including attempts given up and still stopping.
 	live map[string]*jobRun
+	// keys are imsd's job signing keys by id (identity.IMSDKeys).
+	keys map[string]ed25519.PublicKey
+	// seen records the attempts this agent accepted, to refuse replays
+	// (seen.go); it is only used on the session's goroutine.
+	seen *seenJobs
+	// refusals are the refused assignments whose report imsd has not
+	// confirmed yet, by job id and token.
+	refusals map[refusalKey]*refusal
 	// lease and heartbeat are what imsd's last welcome announced.
 	lease, heartbeat time.Duration
 	kick             chan struct{}
@@ -172,6 +183,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		log:      cfg.Logger,
 		jobs:     make(map[string]*jobRun),
 		live:     make(map[string]*jobRun),
+		refusals: make(map[refusalKey]*refusal),
 		instance: newInstanceID(),
 		kick:     make(chan struct{}, 1),
 		logKick:  make(chan struct{}, 1),
@@ -184,6 +196,9 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		if cfg.EnrollToken != "" {
 			a.log.Info("already enrolled; ignoring the enrolment token", "agent", id.AgentID, "state_dir", cfg.StateDir)
 		}
+	case errors.Is(err, identity.ErrNoIMSDKey):
+		return nil, fmt.Errorf("%w: this agent cannot check that jobs come from imsd; to enrol again, move %s away and start agentd with a new --enroll-token (byoc install token INSTALL)",
+			err, filepath.Join(cfg.StateDir, identity.FileName))
 	case errors.Is(err, identity.ErrNotEnrolled):
 		if cfg.EnrollToken == "" {
 			return nil, fmt.Errorf("%s holds no agent identity: pass the install's enrolment token (--enroll-token) once", cfg.StateDir)
@@ -197,6 +212,14 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	}
 	a.id = id
 	a.log = a.log.With("agent", id.AgentID)
+	a.keys = make(map[string]ed25519.PublicKey, len(id.IMSDKeys))
+	for _, k := range id.IMSDKeys {
+		a.keys[agentproto.KeyID(k)] = k
+	}
+	a.seen, err = openSeen(cfg.StateDir, cfg.Now())
+	if err != nil {
+		return nil, err
+	}
 	return a, nil
 }
 
@@ -220,7 +243,18 @@ func DefaultHTTPClient() *http.Client {
 	}}
 }
 
+// ErrTokenWithoutKey refuses an enrolment token that carries no
+// fingerprint of imsd's signing key (one an older imsd issued): the agent
+// could not tell imsd's key from a key a server in the middle sent.
+var ErrTokenWithoutKey = errors.New("the enrolment token carries no fingerprint of imsd's job signing key (TOKEN.FINGERPRINT); an older imsd issued it: issue a new one with `byoc install token INSTALL`")
+
 func (a *Agent) enroll(ctx context.Context) (identity.Identity, error) {
+	// The token is SECRET.KEYID: KEYID is the fingerprint of the key
+	// imsd will sign jobs with. It is checked before the token is spent.
+	_, wantKey, ok := strings.Cut(a.cfg.EnrollToken, ".")
+	if !ok || len(wantKey) != agentproto.KeyIDLen {
+		return identity.Identity{}, ErrTokenWithoutKey
+	}
 	key, err := identity.NewKey()
 	if err != nil {
 		return identity.Identity{}, err
@@ -240,12 +274,102 @@ func (a *Agent) enroll(ctx context.Context) (identity.Identity, error) {
 	// connection whose first request is the agent stream on one goroutine
 	// and no buffers, and the stream would otherwise reuse this one.
 	a.cfg.HTTPClient.CloseIdleConnections()
-	id := identity.Identity{AgentID: resp.Msg.AgentId, InstallID: resp.Msg.InstallId, IMSURL: a.cfg.IMSURL, PrivateKey: key}
+	keys, err := enrolledKeys(wantKey, resp.Msg.ImsdPublicKey, resp.Msg.KeyChain)
+	if err != nil {
+		// Whoever answered is not the imsd that issued the token (or
+		// swapped its key on the way): keep nothing of it.
+		return identity.Identity{}, fmt.Errorf("enrol with %s: %w: a server in the middle, or a token of another imsd; not enrolled", a.cfg.IMSURL, err)
+	}
+	id := identity.Identity{AgentID: resp.Msg.AgentId, InstallID: resp.Msg.InstallId, IMSURL: a.cfg.IMSURL, PrivateKey: key,
+		IMSDKeys: keys}
 	if err := identity.Save(a.cfg.StateDir, id); err != nil {
 		return identity.Identity{}, fmt.Errorf("save identity: %w", err)
 	}
-	a.log.Info("enrolled", "agent", id.AgentID, "install", id.InstallID)
+	a.log.Info("enrolled", "agent", id.AgentID, "install", id.InstallID, "imsd_key", wantKey)
 	return id, nil
+}
+
+// enrolledKeys returns the imsd keys an enrolment makes the agent trust:
+// the key the token names (wantKey), and the keys its rotations endorsed
+// (chain), which must include pub, the key imsd signs with now.
+func enrolledKeys(wantKey string, pub []byte, chain []*agentv1.KeyEndorsement) ([]ed25519.PublicKey, error) {
+	mismatch := fmt.Errorf("the server's job signing key (fingerprint %s) is not the one the enrolment token names (%s)", fingerprint(pub), wantKey)
+	if len(pub) != ed25519.PublicKeySize {
+		return nil, mismatch
+	}
+	// The token's key: imsd's current one, or a signer in the chain.
+	var root ed25519.PublicKey
+	if agentproto.KeyID(pub) == wantKey {
+		root = pub
+	}
+	for _, e := range chain {
+		if root == nil && len(e.SignerPublicKey) == ed25519.PublicKeySize && agentproto.KeyID(e.SignerPublicKey) == wantKey {
+			root = e.SignerPublicKey
+		}
+	}
+	if root == nil {
+		return nil, mismatch
+	}
+	trusted := map[string]ed25519.PublicKey{wantKey: root}
+	if _, err := agentproto.ExtendKeys(trusted, endorsements(chain)); err != nil {
+		return nil, err
+	}
+	if _, ok := trusted[agentproto.KeyID(pub)]; !ok {
+		return nil, mismatch
+	}
+	keys := make([]ed25519.PublicKey, 0, len(trusted))
+	keys = append(keys, root)
+	for id, k := range trusted {
+		if id != wantKey {
+			keys = append(keys, k)
+		}
+	}
+	return keys, nil
+}
+
+func endorsements(chain []*agentv1.KeyEndorsement) []agentproto.Endorsement {
+	out := make([]agentproto.Endorsement, len(chain))
+	for i, e := range chain {
+		out[i] = agentproto.Endorsement{Signer: e.SignerPublicKey, Key: e.PublicKey, Signature: e.Signature}
+	}
+	return out
+}
+
+// learnKeys trusts the keys imsd's key chain endorses by a key the agent
+// trusts, and saves them with the identity. It runs on the session's
+// goroutine, as check does.
+func (a *Agent) learnKeys(chain []*agentv1.KeyEndorsement) {
+	if len(chain) == 0 {
+		return
+	}
+	keys := maps.Clone(a.keys)
+	added, err := agentproto.ExtendKeys(keys, endorsements(chain))
+	if err != nil {
+		a.log.Error("imsd's key chain does not verify; its new keys are not trusted", "err", err)
+	}
+	if len(added) == 0 {
+		return
+	}
+	// a.id is left as it was loaded (other goroutines read it); only the
+	// saved copy and a.keys change.
+	id := a.id
+	id.IMSDKeys = slices.Collect(maps.Values(keys))
+	if err := identity.Save(a.cfg.StateDir, id); err != nil {
+		a.log.Error("cannot save imsd's new signing key; not trusting it", "err", err)
+		return
+	}
+	a.keys = keys
+	for _, k := range added {
+		a.log.Info("trusting imsd's new job signing key, endorsed by a key this agent trusts", "key_id", agentproto.KeyID(k))
+	}
+}
+
+// fingerprint is a received key's id, or what is wrong with it.
+func fingerprint(pub []byte) string {
+	if len(pub) != ed25519.PublicKeySize {
+		return fmt.Sprintf("none: %d bytes", len(pub))
+	}
+	return agentproto.KeyID(pub)
 }
 
 // ID returns the agent's id.

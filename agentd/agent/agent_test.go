@@ -2,16 +2,23 @@ package agent
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
+	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/byoc-dev/byoc/agentd/identity"
+	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1/agentv1connect"
 )
@@ -22,6 +29,16 @@ type fakeIMS struct {
 	agentv1connect.UnimplementedAgentServiceHandler
 	welcome *agentv1.Welcome
 	streams chan *fakeStream
+	// key signs assignments (sign); startFake makes it.
+	key ed25519.PrivateKey
+	// enrollKey is the public key Enroll returns; enrolls counts calls.
+	enrollKey []byte
+	enrolls   atomic.Int32
+}
+
+func (f *fakeIMS) Enroll(_ context.Context, req *connect.Request[agentv1.EnrollRequest]) (*connect.Response[agentv1.EnrollResponse], error) {
+	f.enrolls.Add(1)
+	return connect.NewResponse(&agentv1.EnrollResponse{AgentId: "agt_1", InstallId: "ins_1", ImsdPublicKey: f.enrollKey}), nil
 }
 
 type fakeStream struct {
@@ -106,18 +123,24 @@ func (r *runRecorder) get() (started, stopped []string) {
 }
 
 // startFake serves f on loopback (h2c) and runs an agent of install
-// "ins_1" against it.
+// "ins_1" against it, trusting f's signing key.
 func startFake(t *testing.T, f *fakeIMS, rr *runRecorder) *Agent {
 	t.Helper()
-	return startFakeWith(t, f, Config{Runner: rr})
+	a, _ := startFakeIn(t, f, rr, t.TempDir(), nil)
+	return a
 }
 
-// startFakeWith is startFake with the agent's runner and logger from cfg.
-func startFakeWith(t *testing.T, f *fakeIMS, cfg Config) *Agent {
+// serveFake serves f on loopback (h2c) and returns its URL.
+func serveFake(t *testing.T, f *fakeIMS) string {
 	t.Helper()
-	f.streams = make(chan *fakeStream, 10)
+	if f.streams == nil {
+		f.streams = make(chan *fakeStream, 10)
+	}
 	if f.welcome == nil {
 		f.welcome = &agentv1.Welcome{InstallId: "ins_1", HeartbeatIntervalMs: 100, LeaseDurationMs: 600}
+	}
+	if f.key == nil {
+		_, f.key, _ = ed25519.GenerateKey(nil)
 	}
 	mux := http.NewServeMux()
 	mux.Handle(agentv1connect.NewAgentServiceHandler(f))
@@ -129,12 +152,27 @@ func startFakeWith(t *testing.T, f *fakeIMS, cfg Config) *Agent {
 		t.Fatal(err)
 	}
 	go srv.Serve(ln)
-	dir := t.TempDir()
-	key, _ := identity.NewKey()
-	if err := identity.Save(dir, identity.Identity{AgentID: "agt_1", InstallID: "ins_1", IMSURL: "http://" + ln.Addr().String(), PrivateKey: key}); err != nil {
-		t.Fatal(err)
+	t.Cleanup(func() { srv.Close() })
+	return "http://" + ln.Addr().String()
+}
+
+// startFakeIn is startFake with the agent's state in dir (an identity is
+// written unless one is there) and its log going to logw (if not nil).
+// stop stops the agent.
+func startFakeIn(t *testing.T, f *fakeIMS, rr Runner, dir string, logw io.Writer) (a *Agent, stop func()) {
+	t.Helper()
+	url := serveFake(t, f)
+	if _, err := identity.Load(dir); err != nil {
+		key, _ := identity.NewKey()
+		if err := identity.Save(dir, identity.Identity{AgentID: "agt_1", InstallID: "ins_1", IMSURL: url, PrivateKey: key,
+			IMSDKeys: []ed25519.PublicKey{f.key.Public().(ed25519.PublicKey)}}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	a, err := New(context.Background(), Config{IMSURL: "http://" + ln.Addr().String(), StateDir: dir, Runner: cfg.Runner, Logger: cfg.Logger,
+	if logw == nil {
+		logw = io.Discard
+	}
+	a, err := New(context.Background(), Config{IMSURL: url, StateDir: dir, Runner: rr, Logger: slog.New(slog.NewTextHandler(logw, nil)),
 		BackoffMin: 20 * time.Millisecond, BackoffMax: 50 * time.Millisecond, FlushInterval: 5 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -142,18 +180,43 @@ func startFakeWith(t *testing.T, f *fakeIMS, cfg Config) *Agent {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { a.Run(ctx); close(done) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		srv.Close()
-	})
-	return a
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return a, stop
 }
 
-func assign(id string, token int64, install string) *agentv1.ConnectResponse {
-	return &agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Assignment{Assignment: &agentv1.JobAssignment{
+// assign is an assignment of job id to install signed with f's key, valid
+// for a minute.
+func (f *fakeIMS) assign(id string, token int64, install string) *agentv1.ConnectResponse {
+	as := &agentv1.JobAssignment{
 		JobId: id, FencingToken: token, Attempt: 1, ComponentType: "action", Operation: "apply", InstallId: install, TimeoutSeconds: 60,
-	}}}
+		Config: mustStruct(map[string]any{"steps": []any{map[string]any{"run": "echo hi"}}}),
+	}
+	f.sign(as, f.key, time.Now().Add(time.Minute))
+	return &agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Assignment{Assignment: as}}
+}
+
+// sign signs as with key as imsd does, valid until expires.
+func (f *fakeIMS) sign(as *agentv1.JobAssignment, key ed25519.PrivateKey, expires time.Time) {
+	d, err := agentproto.ConfigDigest(as.GetConfig().AsMap())
+	if err != nil {
+		panic(err)
+	}
+	c := agentproto.JobClaims{
+		KeyID: agentproto.KeyID(key.Public().(ed25519.PublicKey)), InstallID: as.InstallId, JobID: as.JobId, Attempt: int64(as.Attempt),
+		FencingToken: as.FencingToken, Mode: as.Mode, Component: as.Component, ComponentType: as.ComponentType, Operation: as.Operation, TimeoutSeconds: as.TimeoutSeconds,
+		ConfigDigest: d, Expires: expires,
+	}
+	as.Signature = &agentv1.JobSignature{KeyId: c.KeyID, ExpireUnixMs: expires.UnixMilli(), Signature: agentproto.SignJob(key, &c)}
+}
+
+func mustStruct(m map[string]any) *structpb.Struct {
+	s, err := structpb.NewStruct(m)
+	if err != nil {
+		panic(err)
+	}
+	return s
 }
 
 // next returns the next message of the agent that is not a heartbeat.
@@ -190,7 +253,7 @@ func TestAttemptStartsOnlyAfterTheAckIsAccepted(t *testing.T) {
 	f := &fakeIMS{}
 	startFake(t, f, rr)
 	fs := <-f.streams
-	fs.down <- assign("job_a", 7, "ins_1")
+	fs.down <- f.assign("job_a", 7, "ins_1")
 	ack := fs.next(t).GetAck()
 	if ack == nil || ack.JobId != "job_a" || ack.FencingToken != 7 {
 		t.Fatalf("want an ack of job_a, got %v", ack)
@@ -202,7 +265,7 @@ func TestAttemptStartsOnlyAfterTheAckIsAccepted(t *testing.T) {
 	fs.down <- &agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Accepted{Accepted: &agentv1.WriteAccepted{WriteId: ack.WriteId}}}
 	eventually(t, "job_a to start", func() bool { s, _ := rr.get(); return len(s) == 1 })
 
-	fs.down <- assign("job_b", 8, "ins_1")
+	fs.down <- f.assign("job_b", 8, "ins_1")
 	ack = fs.next(t).GetAck()
 	fs.down <- &agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Rejected{Rejected: &agentv1.WriteRejected{
 		WriteId: ack.WriteId, JobId: "job_b", Code: "failed_precondition", Message: "stale fencing token"}}}
@@ -222,7 +285,7 @@ func TestAgentStopsAJobWhoseLeaseIsNotRenewed(t *testing.T) {
 	f := &fakeIMS{welcome: &agentv1.Welcome{InstallId: "ins_1", HeartbeatIntervalMs: 100, LeaseDurationMs: 600}}
 	startFake(t, f, rr)
 	fs := <-f.streams
-	fs.down <- assign("job_a", 7, "ins_1")
+	fs.down <- f.assign("job_a", 7, "ins_1")
 	ack := fs.next(t).GetAck()
 	fs.down <- &agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Accepted{Accepted: &agentv1.WriteAccepted{WriteId: ack.WriteId}}}
 	eventually(t, "job_a to start", func() bool { s, _ := rr.get(); return len(s) == 1 })
@@ -257,11 +320,14 @@ func TestAgentRefusesAnotherInstall(t *testing.T) {
 		f := &fakeIMS{}
 		startFake(t, f, rr)
 		fs := <-f.streams
-		fs.down <- assign("job_x", 7, "ins_other")
-		fs.down <- assign("job_ok", 8, "ins_1")
+		fs.down <- f.assign("job_x", 7, "ins_other")
+		fs.down <- f.assign("job_ok", 8, "ins_1")
+		if r := fs.next(t).GetResult(); r == nil || r.JobId != "job_x" || !strings.Contains(r.Error, "refused") {
+			t.Fatalf("the first write is %v, want job_x's refusal", r)
+		}
 		ack := fs.next(t).GetAck()
 		if ack == nil || ack.JobId != "job_ok" {
-			t.Fatalf("the first write is %v, want the ack of job_ok (job_x refused)", ack)
+			t.Fatalf("the second write is %v, want the ack of job_ok", ack)
 		}
 	})
 	t.Run("welcome", func(t *testing.T) {
@@ -270,8 +336,8 @@ func TestAgentRefusesAnotherInstall(t *testing.T) {
 		f := &fakeIMS{welcome: &agentv1.Welcome{InstallId: "ins_other", HeartbeatIntervalMs: 100, LeaseDurationMs: 600}}
 		a := startFake(t, f, rr)
 		fs := <-f.streams
-		fs.down <- assign("job_x", 7, "ins_other")
-		fs.down <- assign("job_y", 7, "ins_1")
+		fs.down <- f.assign("job_x", 7, "ins_other")
+		fs.down <- f.assign("job_y", 7, "ins_1")
 		select {
 		case m := <-fs.up:
 			if m.GetAck() != nil {

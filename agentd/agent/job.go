@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 )
 
@@ -80,24 +81,41 @@ type jobRun struct {
 }
 
 // assign registers an assignment. It starts nothing: the attempt runs once
-// imsd accepts its ack (begin). A duplicate assignment (resent after a
-// reconnect) is ignored; a new attempt of a job this agent still holds
-// replaces the old one, which is stopped first.
+// imsd accepts its ack (begin). First it checks the assignment (check):
+// one that fails is refused (refuse) and never acked. A copy of an
+// attempt the agent holds (resent after a reconnect) is ignored; a new
+// attempt of a job this agent still holds replaces the old one, which is
+// stopped first. An accepted attempt is written to the replay record
+// before its ack can leave, so it is never accepted twice, restarts
+// included.
 func (a *Agent) assign(ctx context.Context, as *agentv1.JobAssignment) {
-	if as.InstallId != a.id.InstallID {
-		// Never run another install's job, whoever sent it: a server
-		// merely answering at imsd's URL could otherwise run anything in
-		// this install's sandbox.
-		a.log.Error("refusing an assignment for another install", "job", as.JobId, "assignment_install", as.InstallId, "install", a.id.InstallID)
+	now := a.now()
+	err := a.check(as, now)
+	a.mu.Lock()
+	held := a.jobs[as.JobId]
+	a.mu.Unlock()
+	if held != nil && held.token == as.FencingToken {
+		if err != nil {
+			// Not reported: a report under this token would end the
+			// attempt the agent holds under a good signature.
+			a.log.Error("ignoring a copy of a held assignment that fails its check", "job", as.JobId, "attempt", as.Attempt, "reason", err)
+		}
 		return
 	}
-	now := a.now()
+	if err == nil && a.seen.has(as.JobId, int64(as.Attempt)) {
+		err = fmt.Errorf("%w: attempt %d of job %s was accepted before", errReplayed, as.Attempt, as.JobId)
+	}
+	if err == nil {
+		if rerr := a.seen.add(as.JobId, int64(as.Attempt), time.UnixMilli(as.GetSignature().GetExpireUnixMs()), now); rerr != nil {
+			err = fmt.Errorf("cannot record the attempt before running it: %w", rerr)
+		}
+	}
+	if err != nil {
+		a.refuse(as, err)
+		return
+	}
 	a.mu.Lock()
 	old := a.jobs[as.JobId]
-	if old != nil && old.token == as.FencingToken {
-		a.mu.Unlock()
-		return
-	}
 	var prev *jobRun
 	if old != nil {
 		// imsd handed out a new attempt, so the old one's lease is gone.
@@ -116,6 +134,68 @@ func (a *Agent) assign(ctx context.Context, as *agentv1.JobAssignment) {
 	a.live[j.id] = j
 	a.mu.Unlock()
 	a.log.Debug("job assigned", "job", j.id, "attempt", j.attempt)
+	a.kickNow()
+}
+
+// errReplayed refuses an attempt the agent accepted before.
+var errReplayed = errors.New("already run")
+
+// check returns why the agent must refuse as, or nil: it must name the
+// agent's own install (a server merely answering at imsd's URL could
+// otherwise run anything in this install's sandbox) and carry imsd's
+// valid, unexpired signature over exactly what it says (agentproto).
+func (a *Agent) check(as *agentv1.JobAssignment, now time.Time) error {
+	if as.InstallId != a.id.InstallID {
+		return fmt.Errorf("it is for install %q and this agent belongs to install %q", as.InstallId, a.id.InstallID)
+	}
+	digest, err := agentproto.ConfigDigest(as.GetConfig().AsMap())
+	if err != nil {
+		return err
+	}
+	sig := as.GetSignature()
+	c := agentproto.JobClaims{
+		KeyID: sig.GetKeyId(), InstallID: as.InstallId, JobID: as.JobId, Attempt: int64(as.Attempt),
+		FencingToken: as.FencingToken, Mode: as.Mode, Component: as.Component,
+		ComponentType: as.ComponentType, Operation: as.Operation, TimeoutSeconds: as.TimeoutSeconds,
+		ConfigDigest: digest, Expires: time.UnixMilli(sig.GetExpireUnixMs()),
+	}
+	return agentproto.VerifyJob(a.keys, &c, sig.GetSignature(), now)
+}
+
+// maxRefusals bounds the refusals waiting for imsd's confirmation; past
+// it a refusal is only logged.
+const maxRefusals = 1000
+
+type refusalKey struct {
+	job   string
+	token int64
+}
+
+// refusal is a refused assignment whose report imsd has not confirmed.
+type refusal struct {
+	key  refusalKey
+	text string
+	sent bool
+}
+
+// refuse logs a refused assignment at ERROR and reports it to imsd: a
+// result of outcome FAILED whose error starts with "refused: ", under the
+// assignment's job id and fencing token, so that the job ends and an
+// operator sees why. imsd takes that result only if the token is the one
+// it gave this agent for that job: a forged or replayed assignment can
+// at most end the job it names, and only if it was this agent's.
+func (a *Agent) refuse(as *agentv1.JobAssignment, err error) {
+	a.log.Error("refusing an assignment", "job", as.JobId, "attempt", as.Attempt, "install", as.InstallId, "reason", err)
+	if as.JobId == "" || as.FencingToken == 0 {
+		return // nothing to report it under
+	}
+	k := refusalKey{as.JobId, as.FencingToken}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, dup := a.refusals[k]; dup || len(a.refusals) >= maxRefusals {
+		return
+	}
+	a.refusals[k] = &refusal{key: k, text: fmt.Sprintf("refused: attempt %d of job %s: %v", as.Attempt, as.JobId, err)}
 	a.kickNow()
 }
 

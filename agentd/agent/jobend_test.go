@@ -3,10 +3,10 @@ package agent
 import (
 	"context"
 	"github.com/byoc-dev/byoc/internal/syncbuf"
-	"log/slog"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 )
@@ -32,10 +32,11 @@ func TestFailedJobIsLoggedWithItsError(t *testing.T) {
 	var logBuf syncbuf.Buffer
 	r := &failRunner{}
 	f := &fakeIMS{}
-	startFakeWith(t, f, Config{Runner: r, Logger: slog.New(slog.NewTextHandler(&logBuf, nil))})
+	startFakeIn(t, f, r, t.TempDir(), &logBuf)
 	fs := <-f.streams
-	as := assign("job_a", 7, "ins_1")
+	as := f.assign("job_a", 7, "ins_1")
 	as.GetAssignment().Component = "db"
+	f.sign(as.GetAssignment(), f.key, time.Now().Add(time.Minute))
 	fs.down <- as
 	ack := fs.next(t).GetAck()
 	fs.down <- &agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Accepted{Accepted: &agentv1.WriteAccepted{WriteId: ack.WriteId}}}

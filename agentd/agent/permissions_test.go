@@ -10,9 +10,12 @@ import (
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 )
 
-func assignMode(id string, token int64, mode string) *agentv1.ConnectResponse {
-	m := assign(id, token, "ins_1")
-	m.GetAssignment().Mode = mode
+// assignMode is f.assign with a permission mode, signed with it.
+func (f *fakeIMS) assignMode(id string, token int64, mode string) *agentv1.ConnectResponse {
+	m := f.assign(id, token, "ins_1")
+	as := m.GetAssignment()
+	as.Mode = mode
+	f.sign(as, f.key, time.Now().Add(time.Minute))
 	return m
 }
 
@@ -64,7 +67,7 @@ func TestAgentRefusesAJobWhoseModeIsOff(t *testing.T) {
 	setPermissions(t, a, func(s *permissions.State) { s.Maintenance = false; s.BreakGlass = true })
 	fs := <-f.streams
 
-	fs.down <- assignMode("job_m", 7, "maintenance")
+	fs.down <- f.assignMode("job_m", 7, "maintenance")
 	acceptAck(t, fs, "job_m")
 	r := fs.result(t)
 	if r.Outcome != agentv1.Outcome_OUTCOME_REFUSED || r.Error != "refused: maintenance is turned off in the customer's account" || r.FencingToken != 7 {
@@ -72,13 +75,13 @@ func TestAgentRefusesAJobWhoseModeIsOff(t *testing.T) {
 	}
 	fs.down <- accepted(r.WriteId)
 
-	fs.down <- assignMode("job_none", 8, "") // no mode: maintenance
+	fs.down <- f.assignMode("job_none", 8, "") // no mode: maintenance
 	acceptAck(t, fs, "job_none")
 	if r := fs.result(t); r.Outcome != agentv1.Outcome_OUTCOME_REFUSED {
 		t.Fatalf("a job naming no mode: %v", r)
 	}
 
-	fs.down <- assignMode("job_bg", 9, "break_glass")
+	fs.down <- f.assignMode("job_bg", 9, "break_glass")
 	acceptAck(t, fs, "job_bg")
 	if r := fs.result(t); r.Outcome != agentv1.Outcome_OUTCOME_REFUSED || !strings.Contains(r.Error, "grant") {
 		t.Fatalf("a break-glass job without a grant: %v", r)
@@ -87,7 +90,7 @@ func TestAgentRefusesAJobWhoseModeIsOff(t *testing.T) {
 		t.Fatalf("refused jobs started a plugin: %v", started)
 	}
 
-	fs.down <- assignMode("job_p", 10, "provision")
+	fs.down <- f.assignMode("job_p", 10, "provision")
 	acceptAck(t, fs, "job_p")
 	eventually(t, "job_p to start", func() bool { s, _ := rr.get(); return len(s) == 1 && s[0] == "job_p" })
 }
@@ -101,7 +104,7 @@ func TestAgentDisableAllCancelsAndRefuses(t *testing.T) {
 	f := &fakeIMS{welcome: &agentv1.Welcome{InstallId: "ins_1", HeartbeatIntervalMs: 5000, LeaseDurationMs: 30000}}
 	a := startFake(t, f, rr)
 	fs := <-f.streams
-	fs.down <- assignMode("job_a", 7, "maintenance")
+	fs.down <- f.assignMode("job_a", 7, "maintenance")
 	acceptAck(t, fs, "job_a")
 	eventually(t, "job_a to start", func() bool { s, _ := rr.get(); return len(s) == 1 })
 
@@ -130,14 +133,14 @@ func TestAgentDisableAllCancelsAndRefuses(t *testing.T) {
 	}
 	eventually(t, "job_a to be stopped", func() bool { _, s := rr.get(); return len(s) == 1 })
 
-	fs.down <- assignMode("job_b", 8, "provision")
+	fs.down <- f.assignMode("job_b", 8, "provision")
 	acceptAck(t, fs, "job_b")
 	if r := fs.result(t); r.Outcome != agentv1.Outcome_OUTCOME_REFUSED || !strings.Contains(r.Error, "disabled all jobs") {
 		t.Fatalf("a job while disabled: %v", r)
 	}
 
 	setPermissions(t, a, func(s *permissions.State) { s.DisabledAll = false })
-	fs.down <- assignMode("job_c", 9, "provision")
+	fs.down <- f.assignMode("job_c", 9, "provision")
 	acceptAck(t, fs, "job_c")
 	eventually(t, "job_c to start", func() bool { s, _ := rr.get(); return len(s) == 2 && s[1] == "job_c" })
 }
@@ -152,7 +155,7 @@ func TestAgentRefusesAllWhenThePermissionFileIsBroken(t *testing.T) {
 		t.Fatal(err)
 	}
 	fs := <-f.streams
-	fs.down <- assignMode("job_a", 7, "provision")
+	fs.down <- f.assignMode("job_a", 7, "provision")
 	acceptAck(t, fs, "job_a")
 	if r := fs.result(t); r.Outcome != agentv1.Outcome_OUTCOME_REFUSED || !strings.Contains(r.Error, "permissions.json") {
 		t.Fatalf("result %v", r)

@@ -23,11 +23,13 @@ const (
 	writeAck writeKind = iota
 	writeLogs
 	writeResult
+	writeRefusal
 )
 
 // writeRef remembers what a write in flight was, to apply imsd's answer.
 type writeRef struct {
 	job    *jobRun
+	ref    *refusal // of a writeRefusal
 	kind   writeKind
 	upTo   int64     // last seq of a logs write
 	sentAt time.Time // when an ack left, for the lease it renews
@@ -90,6 +92,7 @@ func (a *Agent) session(ctx context.Context) error {
 	if w.LeaseDurationMs <= 0 || w.HeartbeatIntervalMs <= 0 || w.HeartbeatIntervalMs >= w.LeaseDurationMs {
 		return fmt.Errorf("protocol: welcome: heartbeat interval %dms and lease %dms: want 0 < heartbeat < lease", w.HeartbeatIntervalMs, w.LeaseDurationMs)
 	}
+	a.learnKeys(w.KeyChain)
 	heartbeat := time.Duration(w.HeartbeatIntervalMs) * time.Millisecond
 	a.mu.Lock()
 	a.lease = time.Duration(w.LeaseDurationMs) * time.Millisecond
@@ -253,6 +256,11 @@ func (a *Agent) handle(ctx context.Context, m *agentv1.ConnectResponse, ss *sess
 		}
 		delete(ss.writes, msg.Accepted.WriteId)
 		a.mu.Lock()
+		if ref.kind == writeRefusal {
+			delete(a.refusals, ref.ref.key)
+			a.mu.Unlock()
+			return nil
+		}
 		j := ref.job
 		switch ref.kind {
 		case writeAck:
@@ -281,8 +289,18 @@ func (a *Agent) handle(ctx context.Context, m *agentv1.ConnectResponse, ss *sess
 		r := msg.Rejected
 		var token int64
 		if ref, ok := ss.writes[r.WriteId]; ok && r.WriteId != 0 {
-			token = ref.job.token
 			delete(ss.writes, r.WriteId)
+			if ref.kind == writeRefusal {
+				// imsd did not take the report (the token was not one it
+				// gave this agent): nothing more to do, and the job of
+				// that id this agent may hold is none of its business.
+				a.log.Warn("imsd did not take the report of a refused assignment", "job", r.JobId, "code", r.Code, "message", r.Message)
+				a.mu.Lock()
+				delete(a.refusals, ref.ref.key)
+				a.mu.Unlock()
+				return nil
+			}
+			token = ref.job.token
 		}
 		a.abandon(r.JobId, token, "imsd refused a write ("+r.Code+": "+r.Message+")")
 	case *agentv1.ConnectResponse_Challenge, *agentv1.ConnectResponse_Welcome:
@@ -324,6 +342,9 @@ func (a *Agent) resetInFlight() {
 		j.ackSent = j.ackDone
 		j.resultSent = false
 	}
+	for _, r := range a.refusals {
+		r.sent = false
+	}
 }
 
 // flush sends every write not yet in flight: acks first, then log batches,
@@ -357,6 +378,18 @@ func (a *Agent) flush(st *clientStream, ss *sessionState) error {
 			ss.writes[ss.nextWrite] = writeRef{job: j, kind: writeResult}
 			out = append(out, &agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Result{Result: r}})
 		}
+	}
+	for _, r := range a.refusals {
+		if r.sent {
+			continue
+		}
+		r.sent = true
+		ss.nextWrite++
+		ss.writes[ss.nextWrite] = writeRef{ref: r, kind: writeRefusal}
+		out = append(out, &agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Result{Result: &agentv1.JobResult{
+			WriteId: ss.nextWrite, JobId: r.key.job, FencingToken: r.key.token,
+			Outcome: agentv1.Outcome_OUTCOME_REFUSED, ExitCode: -1, Error: r.text,
+		}}})
 	}
 	a.mu.Unlock()
 	for _, m := range out {

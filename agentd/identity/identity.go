@@ -1,7 +1,8 @@
 // Package identity keeps an agent's identity in its state directory: the
 // Ed25519 key pair the agent made itself, the agent id imsd gave it at
-// enrolment and the install it is bound to. The private key never leaves
-// the state directory.
+// enrolment, the install it is bound to, and imsd's job signing key as
+// checked at enrolment against the enrolment token's fingerprint. The
+// private key never leaves the state directory.
 package identity
 
 import (
@@ -25,7 +26,14 @@ type Identity struct {
 	InstallID  string             `json:"install_id"`
 	IMSURL     string             `json:"ims_url"`
 	PrivateKey ed25519.PrivateKey `json:"private_key"`
+	// IMSDKeys are the public keys whose job signatures the agent
+	// accepts: imsd's signing key learnt at enrolment.
+	IMSDKeys []ed25519.PublicKey `json:"imsd_keys"`
 }
+
+// ErrNoIMSDKey is returned by Load for an identity that holds no imsd
+// signing key: one enrolled before imsd signed jobs.
+var ErrNoIMSDKey = errors.New("holds no imsd signing key (enrolled before imsd signed jobs)")
 
 // ErrNotEnrolled is returned by Load when the state directory holds no identity.
 var ErrNotEnrolled = errors.New("not enrolled")
@@ -51,6 +59,14 @@ func Load(dir string) (Identity, error) {
 	}
 	if id.AgentID == "" || len(id.PrivateKey) != ed25519.PrivateKeySize {
 		return Identity{}, fmt.Errorf("%s: agent_id or private_key missing or malformed", filepath.Join(dir, FileName))
+	}
+	for i, k := range id.IMSDKeys {
+		if len(k) != ed25519.PublicKeySize {
+			return Identity{}, fmt.Errorf("%s: imsd_keys[%d]: want %d bytes, got %d", filepath.Join(dir, FileName), i, ed25519.PublicKeySize, len(k))
+		}
+	}
+	if len(id.IMSDKeys) == 0 {
+		return id, fmt.Errorf("%s %w", filepath.Join(dir, FileName), ErrNoIMSDKey)
 	}
 	return id, nil
 }

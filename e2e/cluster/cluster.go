@@ -144,6 +144,8 @@ type Options struct {
 	Now          func() time.Time
 	// AgentWireOff is imsd --agentwire=off.
 	AgentWireOff bool
+	// SigningKeyFile is imsd --signing-key (default: DATA-DIR/signing.key).
+	SigningKeyFile string
 }
 
 // StartIMS starts imsd and stops it at cleanup.
@@ -168,6 +170,7 @@ func StartIMS(tb testing.TB, o Options) *IMS {
 		LeaseDuration: o.LeaseDuration, HeartbeatInterval: o.HeartbeatInterval, SweepInterval: o.SweepInterval,
 		WorkflowInterval: o.WorkflowInterval, Logger: o.Logger, Now: o.Now,
 		CronInterval: o.CronInterval, CronNow: o.CronNow, AgentWireOff: o.AgentWireOff,
+		SigningKeyFile: o.SigningKeyFile,
 	}
 	ims := &IMS{DataDir: o.DataDir, cfg: cfg}
 	ims.start(tb)
@@ -324,6 +327,16 @@ func (p *AgentProc) Stop() {
 	case <-p.done:
 	case <-time.After(10 * time.Second):
 		p.Kill()
+	}
+}
+
+// Exited reports whether the agent process has exited.
+func (p *AgentProc) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
 	}
 }
 

@@ -53,6 +53,12 @@ type Config struct {
 	HeartbeatInterval time.Duration
 	// HelloTimeout bounds the wait for an agent's signed hello.
 	HelloTimeout time.Duration
+	// SigningKey signs every assignment; its public key is what an
+	// enrolment returns.
+	SigningKey auth.SigningKey
+	// KeyChain endorses SigningKey through its rotations
+	// (auth.RotateSigningKey); every welcome and enrolment carries it.
+	KeyChain []agentproto.Endorsement
 }
 
 // Observer receives events worth a metric. All methods must be cheap.
@@ -73,6 +79,8 @@ type Service struct {
 	now   func() time.Time
 	log   *slog.Logger
 	obs   Observer
+	// chain is cfg.KeyChain as sent in welcomes and enrolments.
+	chain []*agentv1.KeyEndorsement
 
 	// instances remembers, per agent, the processes seen holding its
 	// stream, to tell two processes sharing one identity (conflict.go).
@@ -82,7 +90,14 @@ type Service struct {
 
 // New returns the agent service.
 func New(st *store.Store, hub *dispatch.Hub, cfg Config, now func() time.Time, log *slog.Logger, obs Observer) *Service {
-	return &Service{store: st, hub: hub, cfg: cfg, now: now, log: log, obs: obs}
+	if cfg.SigningKey.Private == nil {
+		panic("agentapi: Config.SigningKey is required: every assignment is signed")
+	}
+	chain := make([]*agentv1.KeyEndorsement, len(cfg.KeyChain))
+	for i, e := range cfg.KeyChain {
+		chain[i] = &agentv1.KeyEndorsement{SignerPublicKey: e.Signer, PublicKey: e.Key, Signature: e.Signature}
+	}
+	return &Service{store: st, hub: hub, cfg: cfg, now: now, log: log, obs: obs, chain: chain}
 }
 
 // Enroll binds a new agent identity to the install of a single-use token.
@@ -101,7 +116,9 @@ func (s *Service) Enroll(ctx context.Context, req *connect.Request[agentv1.Enrol
 		return nil, s.err(ctx, errs.Field("version", "is longer than 100 bytes"))
 	}
 	now := s.now()
-	a, err := s.store.Enroll(ctx, auth.Hash(m.EnrollmentToken), store.Agent{
+	// Only the token's secret part is hashed: the key id after it is for
+	// the agent, which checks the public key below against it.
+	a, err := s.store.Enroll(ctx, auth.EnrollTokenHash(m.EnrollmentToken), store.Agent{
 		ID:         auth.NewID("agt_"),
 		PublicKey:  m.PublicKey,
 		Hostname:   m.Hostname,
@@ -112,7 +129,7 @@ func (s *Service) Enroll(ctx context.Context, req *connect.Request[agentv1.Enrol
 		return nil, s.err(ctx, err)
 	}
 	s.log.InfoContext(ctx, "agent enrolled", "agent", a.ID, "install", a.InstallID, "hostname", a.Hostname)
-	return connect.NewResponse(&agentv1.EnrollResponse{AgentId: a.ID, InstallId: a.InstallID}), nil
+	return connect.NewResponse(&agentv1.EnrollResponse{AgentId: a.ID, InstallId: a.InstallID, ImsdPublicKey: s.cfg.SigningKey.Public, KeyChain: s.chain}), nil
 }
 
 // reclaimAfter is the lease deadline stored for a lease renewed at now:
@@ -401,6 +418,7 @@ func (c *conn) welcomeLocked(ctx context.Context, hello *agentv1.Hello) error {
 		LeaseDurationMs:     s.cfg.LeaseDuration.Milliseconds(),
 		Reattached:          renewed,
 		Lost:                lost,
+		KeyChain:            s.chain,
 	}}}); err != nil {
 		return err
 	}
@@ -514,7 +532,7 @@ func (c *conn) deliver(j store.Job) {
 			return // the lease expires and the sweeper requeues the job
 		}
 		c.track(j.ID, j.FencingToken)
-		a, err := assignment(j, c.agent.InstallID)
+		a, err := c.svc.assignment(j, c.agent.InstallID)
 		if err != nil {
 			c.logger().ErrorContext(c.ctx, "encode assignment", "job", j.ID, "err", err)
 			return
@@ -632,7 +650,7 @@ func (c *conn) claim(ctx context.Context, force bool) error {
 		}
 		for _, j := range jobs {
 			c.track(j.ID, j.FencingToken)
-			a, err := assignment(j, c.agent.InstallID)
+			a, err := c.svc.assignment(j, c.agent.InstallID)
 			if err != nil {
 				c.logger().ErrorContext(ctx, "encode assignment", "job", j.ID, "err", err)
 				continue
@@ -702,7 +720,7 @@ func (c *conn) handle(ctx context.Context, m *agentv1.ConnectRequest) error {
 	case *agentv1.ConnectRequest_Ack:
 		a := msg.Ack
 		if err := s.store.AckJob(ctx, a.JobId, store.Writer{AgentID: c.agent.ID, FencingToken: a.FencingToken}, s.reclaimAfter(now), now); err != nil {
-			return c.reject(ctx, a.WriteId, a.JobId, err)
+			return c.reject(ctx, a.WriteId, a.JobId, a.FencingToken, err)
 		}
 		return c.send(accepted(a.WriteId))
 	case *agentv1.ConnectRequest_Logs:
@@ -724,7 +742,7 @@ func (c *conn) handle(ctx context.Context, m *agentv1.ConnectRequest) error {
 			lines[i] = store.LogLine{Seq: ln.Seq, Time: ln.Time.AsTime(), Stream: int(ln.Stream), Text: ln.Text}
 		}
 		if err := s.store.AppendLogs(ctx, l.JobId, store.Writer{AgentID: c.agent.ID, FencingToken: l.FencingToken}, lines); err != nil {
-			return c.reject(ctx, l.WriteId, l.JobId, err)
+			return c.reject(ctx, l.WriteId, l.JobId, l.FencingToken, err)
 		}
 		s.hub.NotifyLog(l.JobId)
 		return c.send(accepted(l.WriteId))
@@ -745,10 +763,15 @@ func (c *conn) handle(ctx context.Context, m *agentv1.ConnectRequest) error {
 			State: state, ExitCode: int(r.ExitCode), Error: r.Error, Outputs: r.Outputs, PlannedChanges: plan,
 		}, now)
 		if err != nil {
-			return c.reject(ctx, r.WriteId, r.JobId, err)
+			return c.reject(ctx, r.WriteId, r.JobId, r.FencingToken, err)
 		}
 		c.drop(r.JobId)
 		if changed { // not a result resent after a lost reply
+			if r.Outcome == agentv1.Outcome_OUTCOME_REFUSED && strings.HasPrefix(r.Error, RefusedPrefix) {
+				// The agent refused the assignment itself (a signature
+				// that did not verify, a replay): worth an operator's eye.
+				c.logger().ErrorContext(ctx, "agent refused a job", "job", r.JobId, "error", r.Error)
+			}
 			s.obs.Finished(state)
 			s.hub.NotifyLog(r.JobId)
 			s.hub.FleetChanged()
@@ -764,12 +787,22 @@ func (c *conn) handle(ctx context.Context, m *agentv1.ConnectRequest) error {
 	}
 }
 
+// RefusedPrefix starts the error of a result by which an agent refuses
+// an assignment it would not run (agentd/agent: unsigned, tampered,
+// expired, replayed or signed by an unknown key).
+const RefusedPrefix = "refused: "
+
 // reject answers a refused write. Refusals are per job and leave the stream
 // open; a stale or foreign writer must stop the job.
-func (c *conn) reject(ctx context.Context, writeID uint64, jobID string, err error) error {
+func (c *conn) reject(ctx context.Context, writeID uint64, jobID string, token int64, err error) error {
 	switch errs.CodeOf(err) {
 	case errs.Conflict, errs.NotFound, errs.PermissionDenied, errs.Invalid:
-		c.drop(jobID)
+		// Only the attempt written for loses its slot: a write under
+		// another token (an agent refusing a forged assignment that names
+		// a job it runs) leaves the job it runs counted.
+		if t, ok := c.inflight[jobID]; ok && t == token {
+			c.drop(jobID)
+		}
 		c.logger().WarnContext(ctx, "write refused", "job", jobID, "err", err)
 		return c.send(rejected(writeID, jobID, rpcerr.CodeName(err), err.Error()))
 	}
@@ -833,10 +866,13 @@ func (c *conn) picked(j store.Job) {
 	}
 }
 
-// assignment is the message that hands job j to an agent. Its config
-// travels as raw field bytes (configField).
-func assignment(j store.Job, installID string) (*agentv1.JobAssignment, error) {
-	field, err := configField(j.Config)
+// assignment is the message that hands job j to an agent, signed with
+// imsd's key (agentproto.JobClaims). Its config travels as raw field
+// bytes (configField). The signature stays valid for a lease and its
+// grace from now: no longer than imsd waits for the ack before it may
+// hand the job out again.
+func (s *Service) assignment(j store.Job, installID string) (*agentv1.JobAssignment, error) {
+	field, digest, err := configField(j.Config)
 	if err != nil {
 		return nil, err
 	}
@@ -851,6 +887,14 @@ func assignment(j store.Job, installID string) (*agentv1.JobAssignment, error) {
 		Mode:           string(j.Mode),
 		Component:      j.Component,
 	}
+	claims := agentproto.JobClaims{
+		InstallID: installID, JobID: j.ID, Attempt: int64(a.Attempt), FencingToken: j.FencingToken,
+		Mode: a.Mode, Component: a.Component,
+		ComponentType: j.ComponentType, Operation: j.Operation, TimeoutSeconds: a.TimeoutSeconds,
+		ConfigDigest: digest, Expires: s.now().Add(s.cfg.LeaseDuration + s.cfg.LeaseGrace),
+	}
+	sig := s.cfg.SigningKey.Sign(&claims)
+	a.Signature = &agentv1.JobSignature{KeyId: claims.KeyID, ExpireUnixMs: claims.Expires.UnixMilli(), Signature: sig}
 	a.ProtoReflect().SetUnknown(field)
 	return a, nil
 }
@@ -925,20 +969,26 @@ func ignoreEOF(err error) error {
 	return err
 }
 
-// configStruct decodes a job's stored config, a JSON object. encoding/json
+// configStruct decodes a job's stored config, a JSON object, and returns
+// it with its digest (agentproto.ConfigDigest, over the decoded values:
+// the agent computes the same from the Struct it receives). encoding/json
 // and structpb.NewStruct do it in about half the CPU of protojson, which
 // showed in profiles of a busy imsd. The stored config was encoded by imsd
 // itself, so protojson's stricter checks (such as duplicate keys) have
 // nothing left to catch.
-func configStruct(b []byte) (*structpb.Struct, error) {
-	if len(b) == 0 {
-		return &structpb.Struct{}, nil
-	}
+func configStruct(b []byte) (*structpb.Struct, [32]byte, error) {
 	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("job config: %w", err)
+	if len(b) > 0 {
+		if err := json.Unmarshal(b, &m); err != nil {
+			return nil, [32]byte{}, fmt.Errorf("job config: %w", err)
+		}
 	}
-	return structpb.NewStruct(m)
+	digest, err := agentproto.ConfigDigest(m)
+	if err != nil {
+		return nil, [32]byte{}, err
+	}
+	st, err := structpb.NewStruct(m)
+	return st, digest, err
 }
 
 // configFieldNumber is JobAssignment.config's field number.
@@ -950,24 +1000,24 @@ var configFieldNumber = (&agentv1.JobAssignment{}).ProtoReflect().Descriptor().F
 // (marshalling the config was most of an assignment's cost, and its deep
 // recursion grew each sending goroutine's stack). Protobuf readers take
 // fields in any order, so the agent decodes it as the Struct it is.
-func configField(b []byte) ([]byte, error) {
+func configField(b []byte) ([]byte, [32]byte, error) {
 	if last := lastConfig.Load(); last != nil && last.json == string(b) {
-		return last.field, nil
+		return last.field, last.digest, nil
 	}
-	cfg, err := configStruct(b)
+	cfg, digest, err := configStruct(b)
 	if err != nil {
-		return nil, err
+		return nil, digest, err
 	}
 	enc, err := proto.Marshal(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("job config: %w", err)
+		return nil, digest, fmt.Errorf("job config: %w", err)
 	}
 	field := protowire.AppendTag(nil, configFieldNumber, protowire.BytesType)
 	field = protowire.AppendBytes(field, enc)
 	if len(b) <= maxCachedConfig {
-		lastConfig.Store(&encodedConfig{json: string(b), field: field})
+		lastConfig.Store(&encodedConfig{json: string(b), field: field, digest: digest})
 	}
-	return field, nil
+	return field, digest, nil
 }
 
 // lastConfig is the config last encoded for an assignment (why:
@@ -980,8 +1030,9 @@ var lastConfig atomic.Pointer[encodedConfig]
 const maxCachedConfig = 16 << 10
 
 type encodedConfig struct {
-	json  string
-	field []byte
+	json   string
+	field  []byte
+	digest [32]byte
 }
 
 // decodeConfig turns an assignment's raw config field back into its

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/byoc-dev/byoc/imsd/dispatch"
 	"github.com/byoc-dev/byoc/imsd/store"
@@ -91,6 +92,25 @@ type streamEnv struct {
 	key   ed25519.PrivateKey
 	agent string
 	obs   *nopObserver
+	logs  *logBuffer
+}
+
+// logBuffer is the service's log, read by tests.
+type logBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 const (
@@ -120,9 +140,10 @@ func newStreamEnv(t *testing.T) *streamEnv {
 	a, err := st.Enroll(ctx, "h1", store.Agent{ID: "agt_1", PublicKey: pub, Hostname: "h", Version: "v"}, clk.Now())
 	must(err)
 	obs := &nopObserver{}
-	svc := New(st, dispatch.NewHub(), Config{LeaseDuration: testLease, LeaseGrace: testGrace, HeartbeatInterval: 10 * time.Second, HelloTimeout: 5 * time.Second},
-		clk.Now, slog.New(slog.NewTextHandler(io.Discard, nil)), obs)
-	return &streamEnv{svc: svc, st: st, clk: clk, key: key, agent: a.ID, obs: obs}
+	logs := &logBuffer{}
+	svc := New(st, dispatch.NewHub(), Config{LeaseDuration: testLease, LeaseGrace: testGrace, HeartbeatInterval: 10 * time.Second, HelloTimeout: 5 * time.Second, SigningKey: testService(t).cfg.SigningKey},
+		clk.Now, slog.New(slog.NewTextHandler(logs, nil)), obs)
+	return &streamEnv{svc: svc, st: st, clk: clk, key: key, agent: a.ID, obs: obs, logs: logs}
 }
 
 // open runs Serve on a new stream and answers the challenge.
@@ -237,4 +258,59 @@ func TestSecondProcessOfOneIdentityIsRefused(t *testing.T) {
 	default:
 	}
 	_ = first
+}
+
+// Assignments are signed, valid until a lease and its grace from now. An
+// agent's refusal (a result refused "refused: ...") ends the job only under
+// the token imsd gave it, before any ack, and is logged at ERROR; one
+// under another token is rejected and leaves the job as it was.
+func TestSignedAssignmentAndRefusalReport(t *testing.T) {
+	e := newStreamEnv(t)
+	ctx := context.Background()
+	if err := e.st.EnqueueJob(ctx, store.Job{ID: "job_1", InstallID: "ins_1", ComponentType: "action", Operation: "apply",
+		Config: []byte(`{"steps":[{"run":"x"}]}`), MaxAttempts: 3, Timeout: time.Minute, CreatedAt: e.clk.Now(), CreatedBy: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	cs, _ := e.open(t, "inst-a")
+	cs.next(t) // welcome
+	as := cs.next(t).GetAssignment()
+	sig := as.GetSignature()
+	if sig == nil || sig.KeyId != e.svc.cfg.SigningKey.ID || sig.ExpireUnixMs != e.clk.Now().Add(testLease+testGrace).UnixMilli() {
+		t.Fatalf("signature %v: want key %s, expiry lease + grace from now", sig, e.svc.cfg.SigningKey.ID)
+	}
+	// The agent decodes the config the assignment carries as raw bytes.
+	b, _ := proto.Marshal(as)
+	var got agentv1.JobAssignment
+	if err := proto.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := agentproto.ConfigDigest(got.GetConfig().AsMap())
+	c := agentproto.JobClaims{KeyID: sig.KeyId, InstallID: "ins_1", JobID: "job_1", Attempt: 1, FencingToken: as.FencingToken,
+		Mode: got.Mode, Component: got.Component, ComponentType: "action", Operation: "apply", TimeoutSeconds: 60, ConfigDigest: d, Expires: time.UnixMilli(sig.ExpireUnixMs)}
+	if err := agentproto.VerifyJob(map[string]ed25519.PublicKey{sig.KeyId: e.svc.cfg.SigningKey.Public}, &c, sig.Signature, e.clk.Now()); err != nil {
+		t.Fatalf("the assignment's signature: %v", err)
+	}
+
+	refuse := func(id uint64, token int64) {
+		cs.in <- &agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Result{Result: &agentv1.JobResult{
+			WriteId: id, JobId: "job_1", FencingToken: token, Outcome: agentv1.Outcome_OUTCOME_REFUSED, ExitCode: -1,
+			Error: RefusedPrefix + "attempt 1 of job job_1: the signature has expired"}}}
+	}
+	refuse(1, as.FencingToken+1)
+	if rej := cs.next(t).GetRejected(); rej == nil || rej.WriteId != 1 {
+		t.Fatalf("a refusal under another token: want it rejected")
+	}
+	if j, _ := e.st.GetJob(ctx, "job_1"); j.State != store.JobAssigned {
+		t.Fatalf("after a refusal under another token the job is %s, want still assigned", j.State)
+	}
+	refuse(2, as.FencingToken)
+	if acc := cs.next(t).GetAccepted(); acc == nil || acc.WriteId != 2 {
+		t.Fatalf("the refusal under the job's token: want it accepted")
+	}
+	if j, _ := e.st.GetJob(ctx, "job_1"); j.State != store.JobRefused || !strings.HasPrefix(j.Error, RefusedPrefix) {
+		t.Fatalf("after the refusal the job is %s (%q), want refused", j.State, j.Error)
+	}
+	if l := e.logs.String(); !strings.Contains(l, `level=ERROR msg="agent refused a job"`) {
+		t.Fatalf("no ERROR line for the refusal:\n%s", l)
+	}
 }

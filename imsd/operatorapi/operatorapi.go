@@ -67,6 +67,9 @@ type Config struct {
 	FleetCoalesce time.Duration
 	// Engine runs workflows; the service queues them and wakes it.
 	Engine *workflow.Engine
+	// SigningKeyID is the id of imsd's job signing key, which every
+	// enrolment token carries (auth.NewEnrollToken).
+	SigningKeyID string
 }
 
 // Service implements imsv1connect.OperatorServiceHandler.
@@ -242,8 +245,8 @@ func (s *Service) CreateInstall(ctx context.Context, req *connect.Request[imsv1.
 	if in.Inputs == nil {
 		in.Inputs = map[string]string{}
 	}
-	secret := auth.NewSecret(auth.EnrollTokenPrefix)
-	et := store.EnrollmentToken{Hash: auth.Hash(secret), InstallID: in.ID, ExpiresAt: now.Add(life), CreatedAt: now}
+	secret, hash := auth.NewEnrollToken(s.cfg.SigningKeyID)
+	et := store.EnrollmentToken{Hash: hash, InstallID: in.ID, ExpiresAt: now.Add(life), CreatedAt: now}
 	if err := s.store.CreateInstall(ctx, in, et); err != nil {
 		return nil, s.err(ctx, err)
 	}
@@ -306,8 +309,8 @@ func (s *Service) CreateEnrollmentToken(ctx context.Context, req *connect.Reques
 		return nil, s.err(ctx, err)
 	}
 	now := s.now()
-	secret := auth.NewSecret(auth.EnrollTokenPrefix)
-	et := store.EnrollmentToken{Hash: auth.Hash(secret), InstallID: in.ID, ExpiresAt: now.Add(life), CreatedAt: now}
+	secret, hash := auth.NewEnrollToken(s.cfg.SigningKeyID)
+	et := store.EnrollmentToken{Hash: hash, InstallID: in.ID, ExpiresAt: now.Add(life), CreatedAt: now}
 	if err := s.store.CreateEnrollmentToken(ctx, et); err != nil {
 		return nil, s.err(ctx, err)
 	}

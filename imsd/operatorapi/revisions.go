@@ -166,8 +166,8 @@ func (s *Service) applyInstallFiles(ctx context.Context, a store.App, app, prev 
 		case errs.Is(err, errs.NotFound):
 			now := s.now()
 			in = store.Install{ID: auth.NewID("ins_"), AppID: a.ID, Name: f.Name, Inputs: inputs, CreatedAt: now, Settings: settings}
-			secret := auth.NewSecret(auth.EnrollTokenPrefix)
-			et := store.EnrollmentToken{Hash: auth.Hash(secret), InstallID: in.ID, ExpiresAt: now.Add(DefaultEnrollTokenTTL), CreatedAt: now}
+			secret, hash := auth.NewEnrollToken(s.cfg.SigningKeyID)
+			et := store.EnrollmentToken{Hash: hash, InstallID: in.ID, ExpiresAt: now.Add(DefaultEnrollTokenTTL), CreatedAt: now}
 			if err := s.store.CreateInstall(ctx, in, et); err != nil {
 				return nil, fmt.Errorf("%s: %w", file, err)
 			}

@@ -27,12 +27,14 @@ import (
 
 	"github.com/byoc-dev/byoc/imsd/agentapi"
 	"github.com/byoc-dev/byoc/imsd/agentwire"
+	"github.com/byoc-dev/byoc/imsd/auth"
 	"github.com/byoc-dev/byoc/imsd/dispatch"
 	"github.com/byoc-dev/byoc/imsd/operatorapi"
 	"github.com/byoc-dev/byoc/imsd/schedule"
 	"github.com/byoc-dev/byoc/imsd/store"
 	"github.com/byoc-dev/byoc/imsd/workflow"
 	"github.com/byoc-dev/byoc/internal/atomicfile"
+	"github.com/byoc-dev/byoc/rpc/agentproto"
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1/agentv1connect"
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1/imsv1connect"
 )
@@ -48,6 +50,10 @@ type Config struct {
 	// AdminTokenFile is where the first start writes the admin token;
 	// default DataDir/admin.token.
 	AdminTokenFile string
+	// SigningKeyFile is imsd's job signing key (PKCS#8 PEM, Ed25519);
+	// default DataDir/signing.key, created at the first start. Required
+	// with PostgreSQL and no DataDir; every replica needs the same key.
+	SigningKeyFile string
 	// TLSCertFile and TLSKeyFile serve HTTPS instead of plaintext HTTP/2.
 	TLSCertFile, TLSKeyFile string
 	// DebugAddr, when set, serves /debug/pprof on its own listener, kept
@@ -117,6 +123,9 @@ func (c *Config) defaults() error {
 	if c.DatabaseURL == "" && c.DataDir == "" {
 		return errors.New("set a data directory (--data-dir) for SQLite or a PostgreSQL URL (--database-url)")
 	}
+	if c.SigningKeyFile == "" && c.DataDir == "" {
+		return errors.New("--signing-key is required with PostgreSQL and no --data-dir: give every replica the same job signing key file")
+	}
 	if c.AdminTokenFile == "" && c.DataDir != "" {
 		c.AdminTokenFile = filepath.Join(c.DataDir, "admin.token")
 	}
@@ -149,6 +158,9 @@ type Server struct {
 	cfg   Config
 	store *store.Store
 	hub   *dispatch.Hub
+	// key signs every job handed out; chain endorses it (its rotations).
+	key   auth.SigningKey
+	chain []agentproto.Endorsement
 	// engine runs workflows.
 	engine *workflow.Engine
 	// cron fires the cron triggers of actions.
@@ -176,17 +188,24 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	dsn := cfg.DatabaseURL
-	if dsn == "" {
+	if cfg.DataDir != "" {
 		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 			return nil, fmt.Errorf("create data dir: %w", err)
 		}
+	}
+	if dsn == "" {
 		dsn = filepath.Join(cfg.DataDir, "imsd.db")
+	}
+	key, chain, err := loadSigningKey(cfg)
+	if err != nil {
+		return nil, err
 	}
 	st, err := store.Open(ctx, dsn)
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	s := &Server{cfg: cfg, store: st, hub: dispatch.NewHub(), log: cfg.Logger}
+	s := &Server{cfg: cfg, store: st, hub: dispatch.NewHub(), key: key, chain: chain, log: cfg.Logger}
+	s.log.Info("job signing key", "key_id", key.ID)
 	s.engine = workflow.NewEngine(st, s.hub, cfg.Now, s.log)
 	if cfg.WorkflowInterval > 0 {
 		s.engine.Interval = cfg.WorkflowInterval
@@ -207,6 +226,37 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.http = s.newHTTPServer()
 	return s, nil
 }
+
+// loadSigningKey reads the job signing key: --signing-key's file, which
+// must exist, or DATA-DIR/signing.key, created at the first start; and
+// the chain of its rotations beside it (auth.LoadKeyChain).
+func loadSigningKey(cfg Config) (auth.SigningKey, []agentproto.Endorsement, error) {
+	path := SigningKeyPath(cfg.DataDir, cfg.SigningKeyFile)
+	k, err := auth.LoadSigningKey(path, cfg.SigningKeyFile == "")
+	if err != nil {
+		if cfg.SigningKeyFile != "" {
+			err = fmt.Errorf("--signing-key: %w", err)
+		}
+		return k, nil, err
+	}
+	chain, err := auth.LoadKeyChain(path, k)
+	return k, chain, err
+}
+
+// SigningKeyPath is the signing key file imsd uses: keyFile if set, else
+// the one in dataDir.
+func SigningKeyPath(dataDir, keyFile string) string {
+	if keyFile != "" {
+		return keyFile
+	}
+	return filepath.Join(dataDir, SigningKeyFileName)
+}
+
+// SigningKeyFileName is the job signing key's file in the data dir.
+const SigningKeyFileName = "signing.key"
+
+// SigningKey returns imsd's job signing key.
+func (s *Server) SigningKey() auth.SigningKey { return s.key }
 
 // bootstrap creates the first admin token on an empty database.
 func (s *Server) bootstrap(ctx context.Context) error {
@@ -244,7 +294,7 @@ func (s *Server) newHTTPServer() *http.Server {
 	})
 
 	mux := http.NewServeMux()
-	op := operatorapi.New(s.store, s.hub, operatorapi.Config{HeartbeatInterval: cfg.HeartbeatInterval, LeaseDuration: cfg.LeaseDuration, LeaseGrace: cfg.LeaseGrace, Engine: s.engine}, cfg.Now, s.log)
+	op := operatorapi.New(s.store, s.hub, operatorapi.Config{HeartbeatInterval: cfg.HeartbeatInterval, LeaseDuration: cfg.LeaseDuration, LeaseGrace: cfg.LeaseGrace, Engine: s.engine, SigningKeyID: s.key.ID}, cfg.Now, s.log)
 	opPath, opHandler := imsv1connect.NewOperatorServiceHandler(op,
 		connect.WithInterceptors(operatorapi.NewAuthenticator(s.store, cfg.Now)),
 		connect.WithReadMaxBytes(4<<20),
@@ -256,6 +306,8 @@ func (s *Server) newHTTPServer() *http.Server {
 		LeaseGrace:        cfg.LeaseGrace,
 		HeartbeatInterval: cfg.HeartbeatInterval,
 		HelloTimeout:      10 * time.Second,
+		SigningKey:        s.key,
+		KeyChain:          s.chain,
 	}, cfg.Now, s.log, obs)
 	const agentReadMax, agentCompressMin = 16 << 20, 4 << 10
 

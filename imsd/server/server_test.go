@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -111,5 +113,54 @@ func TestLargestHelloFits(t *testing.T) {
 	t.Logf("largest hello: %d bytes; limit %d", n, agentHelloMax)
 	if n > agentHelloMax*3/4 {
 		t.Fatalf("the largest hello is %d bytes: too near the limit of %d", n, agentHelloMax)
+	}
+}
+
+// The job signing key: created 0600 in the data dir at the first start
+// and the same at the next; --signing-key must exist and is required
+// with PostgreSQL and no data dir; a key file whose chain ends elsewhere
+// is refused.
+func TestSigningKeyConfig(t *testing.T) {
+	dir := t.TempDir()
+	k1, _, err := loadSigningKey(Config{DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(filepath.Join(dir, SigningKeyFileName))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("key file: %v, %v", fi, err)
+	}
+	k2, _, err := loadSigningKey(Config{DataDir: dir})
+	if err != nil || k2.ID != k1.ID {
+		t.Fatalf("second start: key %s (%v), want %s", k2.ID, err, k1.ID)
+	}
+	c := Config{DatabaseURL: "postgres://nowhere/db"}
+	if err := c.defaults(); err == nil || !strings.Contains(err.Error(), "--signing-key") {
+		t.Fatalf("PostgreSQL without a data dir or key: %v", err)
+	}
+	if _, _, err := loadSigningKey(Config{SigningKeyFile: filepath.Join(dir, "missing.key")}); err == nil || !strings.Contains(err.Error(), "--signing-key") || !strings.Contains(err.Error(), "missing.key") {
+		t.Fatalf("missing --signing-key file: %v", err)
+	}
+	// A rotated key given without its chain's last key: refused.
+	path := filepath.Join(dir, SigningKeyFileName)
+	if _, _, err := auth.RotateSigningKey(path); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(t.TempDir(), "other.key")
+	if _, err := auth.LoadSigningKey(other, true); err != nil {
+		t.Fatal(err)
+	}
+	chain, _ := os.ReadFile(auth.ChainFile(path))
+	if err := os.WriteFile(auth.ChainFile(other), chain, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := loadSigningKey(Config{SigningKeyFile: other}); err == nil || !strings.Contains(err.Error(), "chain") {
+		t.Fatalf("a chain that does not end with the key: %v", err)
+	}
+	if err := os.Chmod(other, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := loadSigningKey(Config{SigningKeyFile: other}); err == nil || !strings.Contains(err.Error(), "chmod 600") {
+		t.Fatalf("a key file others can read: %v", err)
 	}
 }

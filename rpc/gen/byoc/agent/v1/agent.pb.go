@@ -165,9 +165,18 @@ func (x *EnrollRequest) GetRole() string {
 }
 
 type EnrollResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	AgentId       string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
-	InstallId     string                 `protobuf:"bytes,2,opt,name=install_id,json=installId,proto3" json:"install_id,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	AgentId   string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	InstallId string                 `protobuf:"bytes,2,opt,name=install_id,json=installId,proto3" json:"install_id,omitempty"`
+	// imsd_public_key is the Ed25519 public key (32 bytes) imsd signs jobs
+	// with. The enrolment token carries its fingerprint
+	// (TOKEN.FINGERPRINT, rpc/agentproto.KeyID), which the agent checks
+	// before it keeps the key: a server in the middle cannot swap it.
+	ImsdPublicKey []byte `protobuf:"bytes,3,opt,name=imsd_public_key,json=imsdPublicKey,proto3" json:"imsd_public_key,omitempty"`
+	// key_chain endorses imsd_public_key when imsd's key was rotated since
+	// the token was issued: the agent trusts the key the token names, and
+	// each key an endorsement by a trusted key introduces.
+	KeyChain      []*KeyEndorsement `protobuf:"bytes,4,rep,name=key_chain,json=keyChain,proto3" json:"key_chain,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -216,6 +225,83 @@ func (x *EnrollResponse) GetInstallId() string {
 	return ""
 }
 
+func (x *EnrollResponse) GetImsdPublicKey() []byte {
+	if x != nil {
+		return x.ImsdPublicKey
+	}
+	return nil
+}
+
+func (x *EnrollResponse) GetKeyChain() []*KeyEndorsement {
+	if x != nil {
+		return x.KeyChain
+	}
+	return nil
+}
+
+// KeyEndorsement introduces an imsd signing key: signature is the
+// signer's Ed25519 signature of it (rpc/agentproto.EndorseKey). imsd
+// keys rotate publishes one per rotation, signed by the key it replaces.
+type KeyEndorsement struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	SignerPublicKey []byte                 `protobuf:"bytes,1,opt,name=signer_public_key,json=signerPublicKey,proto3" json:"signer_public_key,omitempty"`
+	PublicKey       []byte                 `protobuf:"bytes,2,opt,name=public_key,json=publicKey,proto3" json:"public_key,omitempty"`
+	Signature       []byte                 `protobuf:"bytes,3,opt,name=signature,proto3" json:"signature,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *KeyEndorsement) Reset() {
+	*x = KeyEndorsement{}
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyEndorsement) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyEndorsement) ProtoMessage() {}
+
+func (x *KeyEndorsement) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyEndorsement.ProtoReflect.Descriptor instead.
+func (*KeyEndorsement) Descriptor() ([]byte, []int) {
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *KeyEndorsement) GetSignerPublicKey() []byte {
+	if x != nil {
+		return x.SignerPublicKey
+	}
+	return nil
+}
+
+func (x *KeyEndorsement) GetPublicKey() []byte {
+	if x != nil {
+		return x.PublicKey
+	}
+	return nil
+}
+
+func (x *KeyEndorsement) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
 type ConnectRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Msg:
@@ -232,7 +318,7 @@ type ConnectRequest struct {
 
 func (x *ConnectRequest) Reset() {
 	*x = ConnectRequest{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[2]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -244,7 +330,7 @@ func (x *ConnectRequest) String() string {
 func (*ConnectRequest) ProtoMessage() {}
 
 func (x *ConnectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[2]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -257,7 +343,7 @@ func (x *ConnectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectRequest.ProtoReflect.Descriptor instead.
 func (*ConnectRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ConnectRequest) GetMsg() isConnectRequest_Msg {
@@ -364,7 +450,7 @@ type ConnectResponse struct {
 
 func (x *ConnectResponse) Reset() {
 	*x = ConnectResponse{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[3]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -376,7 +462,7 @@ func (x *ConnectResponse) String() string {
 func (*ConnectResponse) ProtoMessage() {}
 
 func (x *ConnectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[3]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -389,7 +475,7 @@ func (x *ConnectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectResponse.ProtoReflect.Descriptor instead.
 func (*ConnectResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ConnectResponse) GetMsg() isConnectResponse_Msg {
@@ -518,7 +604,7 @@ type Challenge struct {
 
 func (x *Challenge) Reset() {
 	*x = Challenge{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -530,7 +616,7 @@ func (x *Challenge) String() string {
 func (*Challenge) ProtoMessage() {}
 
 func (x *Challenge) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -543,7 +629,7 @@ func (x *Challenge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Challenge.ProtoReflect.Descriptor instead.
 func (*Challenge) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Challenge) GetNonce() []byte {
@@ -564,7 +650,7 @@ type RunningJob struct {
 
 func (x *RunningJob) Reset() {
 	*x = RunningJob{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -576,7 +662,7 @@ func (x *RunningJob) String() string {
 func (*RunningJob) ProtoMessage() {}
 
 func (x *RunningJob) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -589,7 +675,7 @@ func (x *RunningJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunningJob.ProtoReflect.Descriptor instead.
 func (*RunningJob) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RunningJob) GetJobId() string {
@@ -631,7 +717,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -643,7 +729,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -656,7 +742,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Hello) GetAgentId() string {
@@ -735,7 +821,7 @@ type Permissions struct {
 
 func (x *Permissions) Reset() {
 	*x = Permissions{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -747,7 +833,7 @@ func (x *Permissions) String() string {
 func (*Permissions) ProtoMessage() {}
 
 func (x *Permissions) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -760,7 +846,7 @@ func (x *Permissions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Permissions.ProtoReflect.Descriptor instead.
 func (*Permissions) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Permissions) GetProvision() bool {
@@ -812,15 +898,18 @@ type Welcome struct {
 	LeaseDurationMs     int64                  `protobuf:"varint,3,opt,name=lease_duration_ms,json=leaseDurationMs,proto3" json:"lease_duration_ms,omitempty"`
 	// reattached lists the running jobs whose leases were renewed; a running
 	// job the agent named that is not here was lost and must be stopped.
-	Reattached    []string `protobuf:"bytes,4,rep,name=reattached,proto3" json:"reattached,omitempty"`
-	Lost          []string `protobuf:"bytes,5,rep,name=lost,proto3" json:"lost,omitempty"`
+	Reattached []string `protobuf:"bytes,4,rep,name=reattached,proto3" json:"reattached,omitempty"`
+	Lost       []string `protobuf:"bytes,5,rep,name=lost,proto3" json:"lost,omitempty"`
+	// key_chain is every rotation of imsd's signing key, in order; an agent
+	// trusts a new key only through an endorsement by a key it trusts.
+	KeyChain      []*KeyEndorsement `protobuf:"bytes,6,rep,name=key_chain,json=keyChain,proto3" json:"key_chain,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Welcome) Reset() {
 	*x = Welcome{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -832,7 +921,7 @@ func (x *Welcome) String() string {
 func (*Welcome) ProtoMessage() {}
 
 func (x *Welcome) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -845,7 +934,7 @@ func (x *Welcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Welcome.ProtoReflect.Descriptor instead.
 func (*Welcome) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Welcome) GetInstallId() string {
@@ -883,6 +972,13 @@ func (x *Welcome) GetLost() []string {
 	return nil
 }
 
+func (x *Welcome) GetKeyChain() []*KeyEndorsement {
+	if x != nil {
+		return x.KeyChain
+	}
+	return nil
+}
+
 // Heartbeat renews the leases of the jobs the agent runs. imsd answers a
 // heartbeat that names jobs with LeasesRenewed, echoing seq.
 type Heartbeat struct {
@@ -898,7 +994,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -910,7 +1006,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -923,7 +1019,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Heartbeat) GetRunning() []*RunningJob {
@@ -963,7 +1059,7 @@ type LeasesRenewed struct {
 
 func (x *LeasesRenewed) Reset() {
 	*x = LeasesRenewed{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -975,7 +1071,7 @@ func (x *LeasesRenewed) String() string {
 func (*LeasesRenewed) ProtoMessage() {}
 
 func (x *LeasesRenewed) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -988,7 +1084,7 @@ func (x *LeasesRenewed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeasesRenewed.ProtoReflect.Descriptor instead.
 func (*LeasesRenewed) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *LeasesRenewed) GetHeartbeatSeq() uint64 {
@@ -1016,7 +1112,7 @@ type JobAck struct {
 
 func (x *JobAck) Reset() {
 	*x = JobAck{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1028,7 +1124,7 @@ func (x *JobAck) String() string {
 func (*JobAck) ProtoMessage() {}
 
 func (x *JobAck) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1041,7 +1137,7 @@ func (x *JobAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobAck.ProtoReflect.Descriptor instead.
 func (*JobAck) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *JobAck) GetWriteId() uint64 {
@@ -1078,7 +1174,7 @@ type LogLine struct {
 
 func (x *LogLine) Reset() {
 	*x = LogLine{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1090,7 +1186,7 @@ func (x *LogLine) String() string {
 func (*LogLine) ProtoMessage() {}
 
 func (x *LogLine) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1103,7 +1199,7 @@ func (x *LogLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogLine.ProtoReflect.Descriptor instead.
 func (*LogLine) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *LogLine) GetSeq() int64 {
@@ -1146,7 +1242,7 @@ type JobLogs struct {
 
 func (x *JobLogs) Reset() {
 	*x = JobLogs{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1158,7 +1254,7 @@ func (x *JobLogs) String() string {
 func (*JobLogs) ProtoMessage() {}
 
 func (x *JobLogs) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1171,7 +1267,7 @@ func (x *JobLogs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobLogs.ProtoReflect.Descriptor instead.
 func (*JobLogs) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *JobLogs) GetWriteId() uint64 {
@@ -1223,7 +1319,7 @@ type JobResult struct {
 
 func (x *JobResult) Reset() {
 	*x = JobResult{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1235,7 +1331,7 @@ func (x *JobResult) String() string {
 func (*JobResult) ProtoMessage() {}
 
 func (x *JobResult) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1248,7 +1344,7 @@ func (x *JobResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobResult.ProtoReflect.Descriptor instead.
 func (*JobResult) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *JobResult) GetWriteId() uint64 {
@@ -1332,7 +1428,7 @@ type PlannedChange struct {
 
 func (x *PlannedChange) Reset() {
 	*x = PlannedChange{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1344,7 +1440,7 @@ func (x *PlannedChange) String() string {
 func (*PlannedChange) ProtoMessage() {}
 
 func (x *PlannedChange) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1357,7 +1453,7 @@ func (x *PlannedChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlannedChange.ProtoReflect.Descriptor instead.
 func (*PlannedChange) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PlannedChange) GetAddress() string {
@@ -1415,14 +1511,18 @@ type JobAssignment struct {
 	// destroys or checks (a workflow step's component); empty for a job of
 	// no component, such as an action run. The agent keeps each
 	// component's state directory by this name.
-	Component     string `protobuf:"bytes,11,opt,name=component,proto3" json:"component,omitempty"`
+	Component string `protobuf:"bytes,11,opt,name=component,proto3" json:"component,omitempty"`
+	// signature is imsd's signature of the assignment; the agent runs
+	// nothing without a valid one (rpc/agentproto.JobClaims says what is
+	// signed).
+	Signature     *JobSignature `protobuf:"bytes,15,opt,name=signature,proto3" json:"signature,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JobAssignment) Reset() {
 	*x = JobAssignment{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1434,7 +1534,7 @@ func (x *JobAssignment) String() string {
 func (*JobAssignment) ProtoMessage() {}
 
 func (x *JobAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1447,7 +1547,7 @@ func (x *JobAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobAssignment.ProtoReflect.Descriptor instead.
 func (*JobAssignment) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *JobAssignment) GetJobId() string {
@@ -1527,6 +1627,79 @@ func (x *JobAssignment) GetComponent() string {
 	return ""
 }
 
+func (x *JobAssignment) GetSignature() *JobSignature {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
+// JobSignature is imsd's Ed25519 signature over a job's claims
+// (rpc/agentproto.JobClaims.Message: install, job, attempt, fencing token,
+// mode, component type, operation, timeout, the config's digest, expiry).
+type JobSignature struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// key_id is the signing key's fingerprint (rpc/agentproto.KeyID).
+	KeyId string `protobuf:"bytes,1,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	// expire_unix_ms is when the signature stops being valid (Unix
+	// milliseconds): an agent refuses the assignment after it.
+	ExpireUnixMs  int64  `protobuf:"varint,2,opt,name=expire_unix_ms,json=expireUnixMs,proto3" json:"expire_unix_ms,omitempty"`
+	Signature     []byte `protobuf:"bytes,3,opt,name=signature,proto3" json:"signature,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobSignature) Reset() {
+	*x = JobSignature{}
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobSignature) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobSignature) ProtoMessage() {}
+
+func (x *JobSignature) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobSignature.ProtoReflect.Descriptor instead.
+func (*JobSignature) Descriptor() ([]byte, []int) {
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *JobSignature) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+func (x *JobSignature) GetExpireUnixMs() int64 {
+	if x != nil {
+		return x.ExpireUnixMs
+	}
+	return 0
+}
+
+func (x *JobSignature) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
 type JobCancel struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
@@ -1537,7 +1710,7 @@ type JobCancel struct {
 
 func (x *JobCancel) Reset() {
 	*x = JobCancel{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1549,7 +1722,7 @@ func (x *JobCancel) String() string {
 func (*JobCancel) ProtoMessage() {}
 
 func (x *JobCancel) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1562,7 +1735,7 @@ func (x *JobCancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobCancel.ProtoReflect.Descriptor instead.
 func (*JobCancel) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *JobCancel) GetJobId() string {
@@ -1588,7 +1761,7 @@ type WriteAccepted struct {
 
 func (x *WriteAccepted) Reset() {
 	*x = WriteAccepted{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1600,7 +1773,7 @@ func (x *WriteAccepted) String() string {
 func (*WriteAccepted) ProtoMessage() {}
 
 func (x *WriteAccepted) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1613,7 +1786,7 @@ func (x *WriteAccepted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteAccepted.ProtoReflect.Descriptor instead.
 func (*WriteAccepted) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WriteAccepted) GetWriteId() uint64 {
@@ -1638,7 +1811,7 @@ type WriteRejected struct {
 
 func (x *WriteRejected) Reset() {
 	*x = WriteRejected{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1650,7 +1823,7 @@ func (x *WriteRejected) String() string {
 func (*WriteRejected) ProtoMessage() {}
 
 func (x *WriteRejected) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1663,7 +1836,7 @@ func (x *WriteRejected) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteRejected.ProtoReflect.Descriptor instead.
 func (*WriteRejected) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WriteRejected) GetWriteId() uint64 {
@@ -1705,11 +1878,18 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"public_key\x18\x02 \x01(\fR\tpublicKey\x12\x1a\n" +
 	"\bhostname\x18\x03 \x01(\tR\bhostname\x12\x18\n" +
 	"\aversion\x18\x04 \x01(\tR\aversion\x12\x12\n" +
-	"\x04role\x18\x05 \x01(\tR\x04role\"J\n" +
+	"\x04role\x18\x05 \x01(\tR\x04role\"\xae\x01\n" +
 	"\x0eEnrollResponse\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1d\n" +
 	"\n" +
-	"install_id\x18\x02 \x01(\tR\tinstallId\"\x8c\x02\n" +
+	"install_id\x18\x02 \x01(\tR\tinstallId\x12&\n" +
+	"\x0fimsd_public_key\x18\x03 \x01(\fR\rimsdPublicKey\x12:\n" +
+	"\tkey_chain\x18\x04 \x03(\v2\x1d.byoc.agent.v1.KeyEndorsementR\bkeyChain\"y\n" +
+	"\x0eKeyEndorsement\x12*\n" +
+	"\x11signer_public_key\x18\x01 \x01(\fR\x0fsignerPublicKey\x12\x1d\n" +
+	"\n" +
+	"public_key\x18\x02 \x01(\fR\tpublicKey\x12\x1c\n" +
+	"\tsignature\x18\x03 \x01(\fR\tsignature\"\x8c\x02\n" +
 	"\x0eConnectRequest\x12,\n" +
 	"\x05hello\x18\x01 \x01(\v2\x14.byoc.agent.v1.HelloH\x00R\x05hello\x128\n" +
 	"\theartbeat\x18\x02 \x01(\v2\x18.byoc.agent.v1.HeartbeatH\x00R\theartbeat\x12)\n" +
@@ -1751,7 +1931,7 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"breakGlass\x12!\n" +
 	"\fdisabled_all\x18\x05 \x01(\bR\vdisabledAll\x12;\n" +
 	"\vchange_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"changeTime\"\xbc\x01\n" +
+	"changeTime\"\xf8\x01\n" +
 	"\aWelcome\x12\x1d\n" +
 	"\n" +
 	"install_id\x18\x01 \x01(\tR\tinstallId\x122\n" +
@@ -1760,7 +1940,8 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"reattached\x18\x04 \x03(\tR\n" +
 	"reattached\x12\x12\n" +
-	"\x04lost\x18\x05 \x03(\tR\x04lost\"\x90\x01\n" +
+	"\x04lost\x18\x05 \x03(\tR\x04lost\x12:\n" +
+	"\tkey_chain\x18\x06 \x03(\v2\x1d.byoc.agent.v1.KeyEndorsementR\bkeyChain\"\x90\x01\n" +
 	"\tHeartbeat\x123\n" +
 	"\arunning\x18\x01 \x03(\v2\x19.byoc.agent.v1.RunningJobR\arunning\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12<\n" +
@@ -1800,7 +1981,7 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\x06action\x18\x02 \x01(\tR\x06action\x12.\n" +
 	"\x06before\x18\x03 \x01(\v2\x16.google.protobuf.ValueR\x06before\x12,\n" +
 	"\x05after\x18\x04 \x01(\v2\x16.google.protobuf.ValueR\x05after\x12\x18\n" +
-	"\asummary\x18\x05 \x01(\tR\asummary\"\xd2\x03\n" +
+	"\asummary\x18\x05 \x01(\tR\asummary\"\x8d\x04\n" +
 	"\rJobAssignment\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12#\n" +
 	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\x12\x18\n" +
@@ -1814,10 +1995,15 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"install_id\x18\t \x01(\tR\tinstallId\x12\x12\n" +
 	"\x04mode\x18\n" +
 	" \x01(\tR\x04mode\x12\x1c\n" +
-	"\tcomponent\x18\v \x01(\tR\tcomponent\x1a9\n" +
+	"\tcomponent\x18\v \x01(\tR\tcomponent\x129\n" +
+	"\tsignature\x18\x0f \x01(\v2\x1b.byoc.agent.v1.JobSignatureR\tsignature\x1a9\n" +
 	"\vInputsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\":\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"i\n" +
+	"\fJobSignature\x12\x15\n" +
+	"\x06key_id\x18\x01 \x01(\tR\x05keyId\x12$\n" +
+	"\x0eexpire_unix_ms\x18\x02 \x01(\x03R\fexpireUnixMs\x12\x1c\n" +
+	"\tsignature\x18\x03 \x01(\fR\tsignature\":\n" +
 	"\tJobCancel\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"*\n" +
@@ -1854,71 +2040,76 @@ func file_byoc_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_byoc_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_byoc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_byoc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_byoc_agent_v1_agent_proto_goTypes = []any{
 	(Outcome)(0),                  // 0: byoc.agent.v1.Outcome
 	(*EnrollRequest)(nil),         // 1: byoc.agent.v1.EnrollRequest
 	(*EnrollResponse)(nil),        // 2: byoc.agent.v1.EnrollResponse
-	(*ConnectRequest)(nil),        // 3: byoc.agent.v1.ConnectRequest
-	(*ConnectResponse)(nil),       // 4: byoc.agent.v1.ConnectResponse
-	(*Challenge)(nil),             // 5: byoc.agent.v1.Challenge
-	(*RunningJob)(nil),            // 6: byoc.agent.v1.RunningJob
-	(*Hello)(nil),                 // 7: byoc.agent.v1.Hello
-	(*Permissions)(nil),           // 8: byoc.agent.v1.Permissions
-	(*Welcome)(nil),               // 9: byoc.agent.v1.Welcome
-	(*Heartbeat)(nil),             // 10: byoc.agent.v1.Heartbeat
-	(*LeasesRenewed)(nil),         // 11: byoc.agent.v1.LeasesRenewed
-	(*JobAck)(nil),                // 12: byoc.agent.v1.JobAck
-	(*LogLine)(nil),               // 13: byoc.agent.v1.LogLine
-	(*JobLogs)(nil),               // 14: byoc.agent.v1.JobLogs
-	(*JobResult)(nil),             // 15: byoc.agent.v1.JobResult
-	(*PlannedChange)(nil),         // 16: byoc.agent.v1.PlannedChange
-	(*JobAssignment)(nil),         // 17: byoc.agent.v1.JobAssignment
-	(*JobCancel)(nil),             // 18: byoc.agent.v1.JobCancel
-	(*WriteAccepted)(nil),         // 19: byoc.agent.v1.WriteAccepted
-	(*WriteRejected)(nil),         // 20: byoc.agent.v1.WriteRejected
-	nil,                           // 21: byoc.agent.v1.JobResult.OutputsEntry
-	nil,                           // 22: byoc.agent.v1.JobAssignment.InputsEntry
-	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
-	(*structpb.Value)(nil),        // 24: google.protobuf.Value
-	(*structpb.Struct)(nil),       // 25: google.protobuf.Struct
+	(*KeyEndorsement)(nil),        // 3: byoc.agent.v1.KeyEndorsement
+	(*ConnectRequest)(nil),        // 4: byoc.agent.v1.ConnectRequest
+	(*ConnectResponse)(nil),       // 5: byoc.agent.v1.ConnectResponse
+	(*Challenge)(nil),             // 6: byoc.agent.v1.Challenge
+	(*RunningJob)(nil),            // 7: byoc.agent.v1.RunningJob
+	(*Hello)(nil),                 // 8: byoc.agent.v1.Hello
+	(*Permissions)(nil),           // 9: byoc.agent.v1.Permissions
+	(*Welcome)(nil),               // 10: byoc.agent.v1.Welcome
+	(*Heartbeat)(nil),             // 11: byoc.agent.v1.Heartbeat
+	(*LeasesRenewed)(nil),         // 12: byoc.agent.v1.LeasesRenewed
+	(*JobAck)(nil),                // 13: byoc.agent.v1.JobAck
+	(*LogLine)(nil),               // 14: byoc.agent.v1.LogLine
+	(*JobLogs)(nil),               // 15: byoc.agent.v1.JobLogs
+	(*JobResult)(nil),             // 16: byoc.agent.v1.JobResult
+	(*PlannedChange)(nil),         // 17: byoc.agent.v1.PlannedChange
+	(*JobAssignment)(nil),         // 18: byoc.agent.v1.JobAssignment
+	(*JobSignature)(nil),          // 19: byoc.agent.v1.JobSignature
+	(*JobCancel)(nil),             // 20: byoc.agent.v1.JobCancel
+	(*WriteAccepted)(nil),         // 21: byoc.agent.v1.WriteAccepted
+	(*WriteRejected)(nil),         // 22: byoc.agent.v1.WriteRejected
+	nil,                           // 23: byoc.agent.v1.JobResult.OutputsEntry
+	nil,                           // 24: byoc.agent.v1.JobAssignment.InputsEntry
+	(*timestamppb.Timestamp)(nil), // 25: google.protobuf.Timestamp
+	(*structpb.Value)(nil),        // 26: google.protobuf.Value
+	(*structpb.Struct)(nil),       // 27: google.protobuf.Struct
 }
 var file_byoc_agent_v1_agent_proto_depIdxs = []int32{
-	7,  // 0: byoc.agent.v1.ConnectRequest.hello:type_name -> byoc.agent.v1.Hello
-	10, // 1: byoc.agent.v1.ConnectRequest.heartbeat:type_name -> byoc.agent.v1.Heartbeat
-	12, // 2: byoc.agent.v1.ConnectRequest.ack:type_name -> byoc.agent.v1.JobAck
-	14, // 3: byoc.agent.v1.ConnectRequest.logs:type_name -> byoc.agent.v1.JobLogs
-	15, // 4: byoc.agent.v1.ConnectRequest.result:type_name -> byoc.agent.v1.JobResult
-	5,  // 5: byoc.agent.v1.ConnectResponse.challenge:type_name -> byoc.agent.v1.Challenge
-	9,  // 6: byoc.agent.v1.ConnectResponse.welcome:type_name -> byoc.agent.v1.Welcome
-	17, // 7: byoc.agent.v1.ConnectResponse.assignment:type_name -> byoc.agent.v1.JobAssignment
-	18, // 8: byoc.agent.v1.ConnectResponse.cancel:type_name -> byoc.agent.v1.JobCancel
-	19, // 9: byoc.agent.v1.ConnectResponse.accepted:type_name -> byoc.agent.v1.WriteAccepted
-	20, // 10: byoc.agent.v1.ConnectResponse.rejected:type_name -> byoc.agent.v1.WriteRejected
-	11, // 11: byoc.agent.v1.ConnectResponse.renewed:type_name -> byoc.agent.v1.LeasesRenewed
-	6,  // 12: byoc.agent.v1.Hello.running:type_name -> byoc.agent.v1.RunningJob
-	8,  // 13: byoc.agent.v1.Hello.permissions:type_name -> byoc.agent.v1.Permissions
-	23, // 14: byoc.agent.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
-	6,  // 15: byoc.agent.v1.Heartbeat.running:type_name -> byoc.agent.v1.RunningJob
-	8,  // 16: byoc.agent.v1.Heartbeat.permissions:type_name -> byoc.agent.v1.Permissions
-	23, // 17: byoc.agent.v1.LogLine.time:type_name -> google.protobuf.Timestamp
-	13, // 18: byoc.agent.v1.JobLogs.lines:type_name -> byoc.agent.v1.LogLine
-	0,  // 19: byoc.agent.v1.JobResult.outcome:type_name -> byoc.agent.v1.Outcome
-	21, // 20: byoc.agent.v1.JobResult.outputs:type_name -> byoc.agent.v1.JobResult.OutputsEntry
-	16, // 21: byoc.agent.v1.JobResult.planned_changes:type_name -> byoc.agent.v1.PlannedChange
-	24, // 22: byoc.agent.v1.PlannedChange.before:type_name -> google.protobuf.Value
-	24, // 23: byoc.agent.v1.PlannedChange.after:type_name -> google.protobuf.Value
-	25, // 24: byoc.agent.v1.JobAssignment.config:type_name -> google.protobuf.Struct
-	22, // 25: byoc.agent.v1.JobAssignment.inputs:type_name -> byoc.agent.v1.JobAssignment.InputsEntry
-	1,  // 26: byoc.agent.v1.AgentService.Enroll:input_type -> byoc.agent.v1.EnrollRequest
-	3,  // 27: byoc.agent.v1.AgentService.Connect:input_type -> byoc.agent.v1.ConnectRequest
-	2,  // 28: byoc.agent.v1.AgentService.Enroll:output_type -> byoc.agent.v1.EnrollResponse
-	4,  // 29: byoc.agent.v1.AgentService.Connect:output_type -> byoc.agent.v1.ConnectResponse
-	28, // [28:30] is the sub-list for method output_type
-	26, // [26:28] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	3,  // 0: byoc.agent.v1.EnrollResponse.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
+	8,  // 1: byoc.agent.v1.ConnectRequest.hello:type_name -> byoc.agent.v1.Hello
+	11, // 2: byoc.agent.v1.ConnectRequest.heartbeat:type_name -> byoc.agent.v1.Heartbeat
+	13, // 3: byoc.agent.v1.ConnectRequest.ack:type_name -> byoc.agent.v1.JobAck
+	15, // 4: byoc.agent.v1.ConnectRequest.logs:type_name -> byoc.agent.v1.JobLogs
+	16, // 5: byoc.agent.v1.ConnectRequest.result:type_name -> byoc.agent.v1.JobResult
+	6,  // 6: byoc.agent.v1.ConnectResponse.challenge:type_name -> byoc.agent.v1.Challenge
+	10, // 7: byoc.agent.v1.ConnectResponse.welcome:type_name -> byoc.agent.v1.Welcome
+	18, // 8: byoc.agent.v1.ConnectResponse.assignment:type_name -> byoc.agent.v1.JobAssignment
+	20, // 9: byoc.agent.v1.ConnectResponse.cancel:type_name -> byoc.agent.v1.JobCancel
+	21, // 10: byoc.agent.v1.ConnectResponse.accepted:type_name -> byoc.agent.v1.WriteAccepted
+	22, // 11: byoc.agent.v1.ConnectResponse.rejected:type_name -> byoc.agent.v1.WriteRejected
+	12, // 12: byoc.agent.v1.ConnectResponse.renewed:type_name -> byoc.agent.v1.LeasesRenewed
+	7,  // 13: byoc.agent.v1.Hello.running:type_name -> byoc.agent.v1.RunningJob
+	9,  // 14: byoc.agent.v1.Hello.permissions:type_name -> byoc.agent.v1.Permissions
+	25, // 15: byoc.agent.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
+	3,  // 16: byoc.agent.v1.Welcome.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
+	7,  // 17: byoc.agent.v1.Heartbeat.running:type_name -> byoc.agent.v1.RunningJob
+	9,  // 18: byoc.agent.v1.Heartbeat.permissions:type_name -> byoc.agent.v1.Permissions
+	25, // 19: byoc.agent.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	14, // 20: byoc.agent.v1.JobLogs.lines:type_name -> byoc.agent.v1.LogLine
+	0,  // 21: byoc.agent.v1.JobResult.outcome:type_name -> byoc.agent.v1.Outcome
+	23, // 22: byoc.agent.v1.JobResult.outputs:type_name -> byoc.agent.v1.JobResult.OutputsEntry
+	17, // 23: byoc.agent.v1.JobResult.planned_changes:type_name -> byoc.agent.v1.PlannedChange
+	26, // 24: byoc.agent.v1.PlannedChange.before:type_name -> google.protobuf.Value
+	26, // 25: byoc.agent.v1.PlannedChange.after:type_name -> google.protobuf.Value
+	27, // 26: byoc.agent.v1.JobAssignment.config:type_name -> google.protobuf.Struct
+	24, // 27: byoc.agent.v1.JobAssignment.inputs:type_name -> byoc.agent.v1.JobAssignment.InputsEntry
+	19, // 28: byoc.agent.v1.JobAssignment.signature:type_name -> byoc.agent.v1.JobSignature
+	1,  // 29: byoc.agent.v1.AgentService.Enroll:input_type -> byoc.agent.v1.EnrollRequest
+	4,  // 30: byoc.agent.v1.AgentService.Connect:input_type -> byoc.agent.v1.ConnectRequest
+	2,  // 31: byoc.agent.v1.AgentService.Enroll:output_type -> byoc.agent.v1.EnrollResponse
+	5,  // 32: byoc.agent.v1.AgentService.Connect:output_type -> byoc.agent.v1.ConnectResponse
+	31, // [31:33] is the sub-list for method output_type
+	29, // [29:31] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_byoc_agent_v1_agent_proto_init() }
@@ -1926,14 +2117,14 @@ func file_byoc_agent_v1_agent_proto_init() {
 	if File_byoc_agent_v1_agent_proto != nil {
 		return
 	}
-	file_byoc_agent_v1_agent_proto_msgTypes[2].OneofWrappers = []any{
+	file_byoc_agent_v1_agent_proto_msgTypes[3].OneofWrappers = []any{
 		(*ConnectRequest_Hello)(nil),
 		(*ConnectRequest_Heartbeat)(nil),
 		(*ConnectRequest_Ack)(nil),
 		(*ConnectRequest_Logs)(nil),
 		(*ConnectRequest_Result)(nil),
 	}
-	file_byoc_agent_v1_agent_proto_msgTypes[3].OneofWrappers = []any{
+	file_byoc_agent_v1_agent_proto_msgTypes[4].OneofWrappers = []any{
 		(*ConnectResponse_Challenge)(nil),
 		(*ConnectResponse_Welcome)(nil),
 		(*ConnectResponse_Assignment)(nil),
@@ -1948,7 +2139,7 @@ func file_byoc_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byoc_agent_v1_agent_proto_rawDesc), len(file_byoc_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   22,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

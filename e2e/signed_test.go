@@ -1,0 +1,177 @@
+package e2e
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/x509"
+	"encoding/pem"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/byoc-dev/byoc/agentd/agent"
+	"github.com/byoc-dev/byoc/agentd/identity"
+	"github.com/byoc-dev/byoc/e2e/cluster"
+	"github.com/byoc-dev/byoc/imsd/server"
+	"github.com/byoc-dev/byoc/rpc/agentproto"
+	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
+)
+
+// A job runs end to end under imsd's signature: the enrolment token
+// carries the signing key's fingerprint, the agent keeps that key, and
+// records the attempt it ran in its replay record.
+func TestSignedJobRunsEndToEnd(t *testing.T) {
+	skipShort(t)
+	ims := cluster.StartIMS(t, fast)
+	key := ims.SigningKey()
+	if fi, err := os.Stat(filepath.Join(ims.DataDir, server.SigningKeyFileName)); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("signing key file: %v, %v", fi, err)
+	}
+	_, token := cluster.NewInstall(t, ims.Admin(), "shop", "acme")
+	if !strings.HasSuffix(token, "."+key.ID) {
+		t.Fatalf("enrolment token %q does not end with the signing key's id %s", token, key.ID)
+	}
+	state := filepath.Join(t.TempDir(), "agent")
+	cluster.StartAgent(t, ims.URL(), token, state)
+	waitConnected(t, ims, "acme")
+	id, err := identity.Load(state)
+	if err != nil || len(id.IMSDKeys) != 1 || !id.IMSDKeys[0].Equal(key.Public) {
+		t.Fatalf("the agent keeps %v (%v), want imsd's key", id.IMSDKeys, err)
+	}
+
+	job := enqueue(t, ims.Admin(), "acme", `echo signed`, 60)
+	_, end := follow(t, ims.Admin(), job.Id)
+	if end.State != imsv1.JobState_JOB_STATE_SUCCEEDED {
+		t.Fatalf("job ended %v (%s), want succeeded", end.State, end.Error)
+	}
+	seen, err := os.ReadFile(filepath.Join(state, agent.SeenFileName))
+	if err != nil || !strings.Contains(string(seen), ` 1 "`+job.Id+`"`) {
+		t.Fatalf("replay record %q (%v) does not hold attempt 1 of %s", seen, err, job.Id)
+	}
+}
+
+// An enrolment whose server answers with a key other than the one the
+// token names is refused, and nothing is saved; a token without a
+// fingerprint is refused before it is spent.
+func TestEnrolmentWithWrongFingerprintIsRefused(t *testing.T) {
+	skipShort(t)
+	ims := cluster.StartIMS(t, fast)
+	_, token := cluster.NewInstall(t, ims.Admin(), "shop", "acme")
+	secret, _, _ := strings.Cut(token, ".")
+
+	// Without a fingerprint: refused by the agent, the token unspent.
+	state := filepath.Join(t.TempDir(), "agent")
+	p := cluster.StartAgent(t, ims.URL(), secret, state)
+	waitExit(t, p, "carries no fingerprint")
+
+	// With another key's fingerprint (as if a server in the middle had
+	// swapped the key): refused, no identity kept.
+	otherPub, _, _ := ed25519.GenerateKey(nil)
+	p = cluster.StartAgent(t, ims.URL(), secret+"."+agentproto.KeyID(otherPub), state)
+	waitExit(t, p, "is not the one the enrolment token names")
+	if _, err := identity.Load(state); err != identity.ErrNotEnrolled {
+		t.Fatalf("an identity was saved after a refused enrolment: %v", err)
+	}
+	// That token was spent at imsd (the agent learns the key only from
+	// the answer): the operator issues a new one.
+	r, err := ims.Admin().CreateEnrollmentToken(context.Background(), connect.NewRequest(&imsv1.CreateEnrollmentTokenRequest{Install: "acme"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cluster.StartAgent(t, ims.URL(), r.Msg.EnrollmentToken.Token, state)
+	waitConnected(t, ims, "acme")
+}
+
+// An agent refuses the jobs of an imsd whose signing key it does not
+// know (here: imsd restarted with another key): the job ends failed with
+// the agent's reason, which the operator sees, and the agent logs it at
+// ERROR.
+func TestJobSignedByAnUnknownKeyIsRefused(t *testing.T) {
+	skipShort(t)
+	ims := cluster.StartIMS(t, fast)
+	state := filepath.Join(t.TempDir(), "agent")
+	_, token := cluster.NewInstall(t, ims.Admin(), "shop", "acme")
+	p := cluster.StartAgent(t, ims.URL(), token, state)
+	waitConnected(t, ims, "acme")
+	addr, dir := ims.Addr(), ims.DataDir
+	ims.Stop()
+
+	_, other, _ := ed25519.GenerateKey(nil)
+	der, _ := x509.MarshalPKCS8PrivateKey(other)
+	keyFile := filepath.Join(t.TempDir(), "other.key")
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o := fast
+	o.DataDir, o.Addr, o.SigningKeyFile = dir, addr, keyFile
+	ims = cluster.StartIMS(t, o)
+	waitConnected(t, ims, "acme")
+	job := enqueue(t, ims.Admin(), "acme", `echo must not run`, 60)
+	lines, end := follow(t, ims.Admin(), job.Id)
+	if end.State != imsv1.JobState_JOB_STATE_REFUSED || !strings.HasPrefix(end.Error, "refused: ") || !strings.Contains(end.Error, "unknown key") {
+		t.Fatalf("job ended %v (%q), want failed with the agent's refusal", end.State, end.Error)
+	}
+	if len(lines) != 0 {
+		t.Fatalf("a refused job logged %v", lines)
+	}
+	cluster.Eventually(t, 10*time.Second, "the agent's ERROR line", func() bool {
+		return strings.Contains(p.Output(), `level=ERROR msg="refusing an assignment"`)
+	})
+}
+
+// waitExit waits for an agent process to exit, its output holding want.
+func waitExit(t *testing.T, p *cluster.AgentProc, want string) {
+	t.Helper()
+	cluster.Eventually(t, 30*time.Second, "agentd to exit", p.Exited)
+	if out := p.Output(); !strings.Contains(out, want) {
+		t.Fatalf("agentd's output does not say %q:\n%s", want, out)
+	}
+}
+
+// imsd keys rotate: after a restart imsd signs with the new key; the
+// connected agent learns it through the welcome's chain and runs jobs,
+// and a token issued before the rotation still enrols a new agent.
+func TestKeyRotation(t *testing.T) {
+	skipShort(t)
+	ims := cluster.StartIMS(t, fast)
+	state := filepath.Join(t.TempDir(), "agent")
+	_, token := cluster.NewInstall(t, ims.Admin(), "shop", "acme")
+	_, oldToken := cluster.NewInstall(t, ims.Admin(), "shop", "beta")
+	cluster.StartAgent(t, ims.URL(), token, state)
+	waitConnected(t, ims, "acme")
+	oldID := ims.SigningKey().ID
+	addr, dir := ims.Addr(), ims.DataDir
+	ims.Stop()
+
+	out, err := exec.Command(filepath.Join(cluster.Binaries(t), "imsd"), "keys", "rotate", "--data-dir", dir).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), oldID+" -> ") {
+		t.Fatalf("imsd keys rotate: %v\n%s", err, out)
+	}
+	o := fast
+	o.DataDir, o.Addr = dir, addr
+	ims = cluster.StartIMS(t, o)
+	if ims.SigningKey().ID == oldID {
+		t.Fatal("imsd still signs with the old key")
+	}
+	waitConnected(t, ims, "acme")
+	job := enqueue(t, ims.Admin(), "acme", `echo rotated`, 60)
+	if _, end := follow(t, ims.Admin(), job.Id); end.State != imsv1.JobState_JOB_STATE_SUCCEEDED {
+		t.Fatalf("after the rotation the job ended %v (%s)", end.State, end.Error)
+	}
+	id, err := identity.Load(state)
+	if err != nil || len(id.IMSDKeys) != 2 {
+		t.Fatalf("the agent keeps %d keys (%v), want the old and the new", len(id.IMSDKeys), err)
+	}
+
+	cluster.StartAgent(t, ims.URL(), oldToken, filepath.Join(t.TempDir(), "agent2"))
+	waitConnected(t, ims, "beta")
+	job = enqueue(t, ims.Admin(), "beta", `echo enrolled through the chain`, 60)
+	if _, end := follow(t, ims.Admin(), job.Id); end.State != imsv1.JobState_JOB_STATE_SUCCEEDED {
+		t.Fatalf("the agent enrolled with a pre-rotation token: job ended %v (%s)", end.State, end.Error)
+	}
+}

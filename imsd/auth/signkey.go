@@ -1,0 +1,176 @@
+package auth
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/byoc-dev/byoc/internal/atomicfile"
+	"github.com/byoc-dev/byoc/rpc/agentproto"
+)
+
+// SigningKey is imsd's Ed25519 job signing key: every assignment imsd
+// hands out is signed with it, and agents learn its public key at
+// enrolment (the enrolment token carries its id, EnrollToken).
+type SigningKey struct {
+	Private ed25519.PrivateKey
+	Public  ed25519.PublicKey
+	// ID is the public key's fingerprint (agentproto.KeyID).
+	ID string
+}
+
+// NewSigningKey wraps a private key.
+func NewSigningKey(priv ed25519.PrivateKey) SigningKey {
+	pub := priv.Public().(ed25519.PublicKey)
+	return SigningKey{Private: priv, Public: pub, ID: agentproto.KeyID(pub)}
+}
+
+// Sign fills in c's key id and signs it.
+func (k SigningKey) Sign(c *agentproto.JobClaims) []byte {
+	c.KeyID = k.ID
+	return agentproto.SignJob(k.Private, c)
+}
+
+// LoadSigningKey reads a signing key file: a PKCS#8 "PRIVATE KEY" PEM
+// block holding an Ed25519 key (what `openssl genpkey -algorithm
+// ed25519` writes). With create set, a missing file is created with a
+// new key (0600, written atomically). Errors name the file.
+func LoadSigningKey(path string, create bool) (SigningKey, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) && create {
+		_, priv, err := ed25519.GenerateKey(rand.Reader)
+		if err != nil {
+			return SigningKey{}, err
+		}
+		der, err := x509.MarshalPKCS8PrivateKey(priv)
+		if err != nil {
+			return SigningKey{}, err
+		}
+		if err := atomicfile.Write(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+			return SigningKey{}, fmt.Errorf("write signing key %s: %w", path, err)
+		}
+		return NewSigningKey(priv), nil
+	}
+	if err != nil {
+		return SigningKey{}, fmt.Errorf("read signing key: %w", err)
+	}
+	if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		return SigningKey{}, fmt.Errorf("signing key %s: mode %o lets others read it; chmod 600 it", path, fi.Mode().Perm())
+	}
+	blk, _ := pem.Decode(b)
+	if blk == nil || blk.Type != "PRIVATE KEY" {
+		return SigningKey{}, fmt.Errorf("signing key %s: want a PEM \"PRIVATE KEY\" block (PKCS#8 Ed25519)", path)
+	}
+	k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
+	if err != nil {
+		return SigningKey{}, fmt.Errorf("signing key %s: %w", path, err)
+	}
+	priv, ok := k.(ed25519.PrivateKey)
+	if !ok {
+		return SigningKey{}, fmt.Errorf("signing key %s: a %T, want an Ed25519 key", path, k)
+	}
+	return NewSigningKey(priv), nil
+}
+
+// NewEnrollToken returns a new enrolment token bound to the signing key
+// keyID, SECRET.KEYID, and the hash imsd stores (of SECRET only, so the
+// token stays single-use whatever key id a caller appends). The agent
+// checks the public key imsd sends at enrolment against KEYID.
+func NewEnrollToken(keyID string) (token, hash string) {
+	secret := NewSecret(EnrollTokenPrefix)
+	return secret + "." + keyID, Hash(secret)
+}
+
+// EnrollTokenHash is the stored hash of an enrolment token presented by
+// an agent: of its secret part, before the first '.'.
+func EnrollTokenHash(token string) string {
+	secret, _, _ := strings.Cut(token, ".")
+	return Hash(secret)
+}
+
+// ChainFile is the file beside a signing key that holds its key chain.
+func ChainFile(keyFile string) string { return keyFile + ".chain" }
+
+type chainEntry struct {
+	Signer    []byte `json:"signer"`
+	Key       []byte `json:"key"`
+	Signature []byte `json:"signature"`
+}
+
+// LoadKeyChain reads the endorsements of keyFile's rotations (none if
+// the key was never rotated) and checks that they lead to key: a replica
+// given a rotated key without its chain, or the reverse, would sign jobs
+// no agent accepts.
+func LoadKeyChain(keyFile string, key SigningKey) ([]agentproto.Endorsement, error) {
+	path := ChainFile(keyFile)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read key chain: %w", err)
+	}
+	var entries []chainEntry
+	if err := json.Unmarshal(b, &entries); err != nil {
+		return nil, fmt.Errorf("key chain %s: %w", path, err)
+	}
+	chain := make([]agentproto.Endorsement, len(entries))
+	for i, e := range entries {
+		chain[i] = agentproto.Endorsement{Signer: e.Signer, Key: e.Key, Signature: e.Signature}
+		if !chain[i].Verify() {
+			return nil, fmt.Errorf("key chain %s: entry %d does not verify", path, i)
+		}
+	}
+	if len(chain) > 0 && !chain[len(chain)-1].Key.Equal(key.Public) {
+		return nil, fmt.Errorf("key chain %s ends with key %s, but the signing key is %s: give every replica the key file and its chain together",
+			path, agentproto.KeyID(chain[len(chain)-1].Key), key.ID)
+	}
+	return chain, nil
+}
+
+// RotateSigningKey replaces the key in keyFile with a new one and appends
+// its endorsement by the old key to the chain file (written first: a
+// crash in between leaves the old key and an endorsement nobody uses).
+// It returns the old and the new key. A running imsd keeps signing with
+// the key it loaded until it restarts.
+func RotateSigningKey(keyFile string) (old, next SigningKey, err error) {
+	old, err = LoadSigningKey(keyFile, false)
+	if err != nil {
+		return old, next, err
+	}
+	chain, err := LoadKeyChain(keyFile, old)
+	if err != nil {
+		return old, next, err
+	}
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return old, next, err
+	}
+	next = NewSigningKey(priv)
+	chain = append(chain, agentproto.EndorseKey(old.Private, next.Public))
+	entries := make([]chainEntry, len(chain))
+	for i, e := range chain {
+		entries[i] = chainEntry{Signer: e.Signer, Key: e.Key, Signature: e.Signature}
+	}
+	b, err := json.MarshalIndent(entries, "", "  ")
+	if err != nil {
+		return old, next, err
+	}
+	if err := atomicfile.Write(ChainFile(keyFile), append(b, '\n'), 0o600); err != nil {
+		return old, next, fmt.Errorf("write key chain: %w", err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(priv)
+	if err != nil {
+		return old, next, err
+	}
+	if err := atomicfile.Write(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		return old, next, fmt.Errorf("write signing key %s: %w", keyFile, err)
+	}
+	return old, next, nil
+}

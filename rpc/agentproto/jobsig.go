@@ -1,0 +1,194 @@
+package agentproto
+
+import (
+	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Signed jobs. imsd signs every assignment it hands out with its Ed25519
+// key; the agent refuses to ack (and so to run) one whose signature does
+// not verify under the key it learnt at enrolment. What is signed is
+// JobClaims.Message: a fixed context string, then each claim in a fixed
+// order, strings as a 4-byte big-endian length and their bytes, integers
+// as 8 bytes big-endian (two's complement), the config digest as its 32
+// bytes. The format is simple enough to check in a few lines of any
+// language (README, "Signed jobs").
+
+// jobContext binds a job signature to its purpose and version, so that no
+// other signature of the key (a future message kind) can pass for it.
+const jobContext = "byoc job signature v1\x00"
+
+// KeyIDLen is the length of a key id in hex digits (128 bits).
+const KeyIDLen = 32
+
+// KeyID is a public key's fingerprint: the first 16 bytes of the SHA-256
+// of its 32 raw bytes, in lowercase hex. It names imsd's signing key in
+// each signature and in enrolment tokens (TOKEN.KEYID).
+func KeyID(pub ed25519.PublicKey) string {
+	sum := sha256.Sum256(pub)
+	return hex.EncodeToString(sum[:KeyIDLen/2])
+}
+
+// JobClaims is what imsd signs for one assignment.
+type JobClaims struct {
+	// KeyID names the key that signs (KeyID of its public key).
+	KeyID        string
+	InstallID    string
+	JobID        string
+	Attempt      int64
+	FencingToken int64
+	// Mode is the permission mode the job needs, as the assignment names
+	// it ("" from an imsd before modes, which the agent reads as
+	// maintenance).
+	Mode string
+	// Component is the install component the job is for (it picks the
+	// component's state directory on the agent); "" for none.
+	Component     string
+	ComponentType string
+	Operation     string
+	// TimeoutSeconds is the job's time limit as the assignment carries it.
+	TimeoutSeconds int64
+	// ConfigDigest is ConfigDigest of the job's config.
+	ConfigDigest [32]byte
+	// Expires is when the signature stops being valid; it is signed in
+	// Unix milliseconds.
+	Expires time.Time
+}
+
+// Message is the byte string the signature covers.
+func (c *JobClaims) Message() []byte {
+	b := make([]byte, 0, 256)
+	b = append(b, jobContext...)
+	for _, s := range []string{c.KeyID, c.InstallID, c.JobID} {
+		b = appendString(b, s)
+	}
+	b = binary.BigEndian.AppendUint64(b, uint64(c.Attempt))
+	b = binary.BigEndian.AppendUint64(b, uint64(c.FencingToken))
+	for _, s := range []string{c.Mode, c.Component, c.ComponentType, c.Operation} {
+		b = appendString(b, s)
+	}
+	b = binary.BigEndian.AppendUint64(b, uint64(c.TimeoutSeconds))
+	b = append(b, c.ConfigDigest[:]...)
+	return binary.BigEndian.AppendUint64(b, uint64(c.Expires.UnixMilli()))
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(len(s)))
+	return append(b, s...)
+}
+
+// SignJob signs c with imsd's key.
+func SignJob(key ed25519.PrivateKey, c *JobClaims) []byte {
+	return ed25519.Sign(key, c.Message())
+}
+
+// Reasons VerifyJob refuses a job. Each refusal wraps one of them.
+var (
+	ErrUnsigned     = errors.New("the assignment is not signed")
+	ErrUnknownKey   = errors.New("signed by an unknown key")
+	ErrBadSignature = errors.New("the signature does not match the assignment (tampered with, or not signed by imsd)")
+	ErrExpired      = errors.New("the signature has expired")
+)
+
+// VerifyJob checks sig, made by the key c.KeyID names, over c: keys maps
+// the key ids the verifier trusts to their public keys. It refuses an
+// expired signature (now after c.Expires); the caller checks that
+// c.InstallID is its own and that the job was not run before.
+func VerifyJob(keys map[string]ed25519.PublicKey, c *JobClaims, sig []byte, now time.Time) error {
+	if len(sig) == 0 {
+		return ErrUnsigned
+	}
+	pub, ok := keys[c.KeyID]
+	if !ok || len(pub) != ed25519.PublicKeySize {
+		return fmt.Errorf("%w %q", ErrUnknownKey, c.KeyID)
+	}
+	if !ed25519.Verify(pub, c.Message(), sig) {
+		return ErrBadSignature
+	}
+	if now.UnixMilli() > c.Expires.UnixMilli() {
+		return fmt.Errorf("%w: it expired at %s and this machine's clock says %s (if the clocks disagree, fix them)",
+			ErrExpired, c.Expires.UTC().Format(time.RFC3339Nano), now.UTC().Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
+// ConfigDigest is the SHA-256 of a job config's canonical encoding, the
+// config as the agent sees it (the JSON object imsd stores, decoded with
+// numbers as float64; the agent's Struct.AsMap gives the same values). A
+// Struct's protobuf encoding is not canonical (map order), so the digest
+// is over this encoding, which both sides compute from the values alone:
+//
+//	null    'n'
+//	false   'f'          true 't'
+//	number  'd' + 8 bytes: the IEEE 754 binary64 bits, big-endian
+//	string  's' + 4-byte big-endian length + UTF-8 bytes
+//	list    'l' + 4-byte big-endian count + each item
+//	object  'o' + 4-byte big-endian count + for each key in byte order:
+//	        4-byte length + key bytes, then the value
+//
+// A nil map is the empty object. Any other Go type is an error.
+func ConfigDigest(cfg map[string]any) ([32]byte, error) {
+	var b []byte
+	b, err := appendValue(b, cfg, 0)
+	if err != nil {
+		return [32]byte{}, err
+	}
+	return sha256.Sum256(b), nil
+}
+
+// maxDepth bounds the config's nesting, as protobuf's decoder does (100).
+const maxDepth = 100
+
+func appendValue(b []byte, v any, depth int) ([]byte, error) {
+	if depth > maxDepth {
+		return nil, errors.New("config: nested deeper than 100 levels")
+	}
+	switch v := v.(type) {
+	case nil:
+		return append(b, 'n'), nil
+	case bool:
+		if v {
+			return append(b, 't'), nil
+		}
+		return append(b, 'f'), nil
+	case float64:
+		b = append(b, 'd')
+		return binary.BigEndian.AppendUint64(b, math.Float64bits(v)), nil
+	case string:
+		return appendString(append(b, 's'), v), nil
+	case []any:
+		b = binary.BigEndian.AppendUint32(append(b, 'l'), uint32(len(v)))
+		var err error
+		for _, x := range v {
+			if b, err = appendValue(b, x, depth+1); err != nil {
+				return nil, err
+			}
+		}
+		return b, nil
+	case map[string]any:
+		keys := make([]string, 0, len(v))
+		for k := range v {
+			keys = append(keys, k)
+		}
+		slices.SortFunc(keys, strings.Compare)
+		b = binary.BigEndian.AppendUint32(append(b, 'o'), uint32(len(v)))
+		var err error
+		for _, k := range keys {
+			b = appendString(b, k)
+			if b, err = appendValue(b, v[k], depth+1); err != nil {
+				return nil, err
+			}
+		}
+		return b, nil
+	default:
+		return nil, fmt.Errorf("config: a value of type %T has no canonical encoding", v)
+	}
+}
