@@ -144,6 +144,8 @@ type Options struct {
 	Now          func() time.Time
 	// AgentWireOff is imsd --agentwire=off.
 	AgentWireOff bool
+	// BreakGlassRequestTTL is imsd's --break-glass-request-ttl.
+	BreakGlassRequestTTL time.Duration
 }
 
 // StartIMS starts imsd and stops it at cleanup.
@@ -168,6 +170,7 @@ func StartIMS(tb testing.TB, o Options) *IMS {
 		LeaseDuration: o.LeaseDuration, HeartbeatInterval: o.HeartbeatInterval, SweepInterval: o.SweepInterval,
 		WorkflowInterval: o.WorkflowInterval, Logger: o.Logger, Now: o.Now,
 		CronInterval: o.CronInterval, CronNow: o.CronNow, AgentWireOff: o.AgentWireOff,
+		BreakGlassRequestTTL: o.BreakGlassRequestTTL,
 	}
 	ims := &IMS{DataDir: o.DataDir, cfg: cfg}
 	ims.start(tb)
