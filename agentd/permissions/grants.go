@@ -129,7 +129,20 @@ func (s State) RefusalAt(m string, grants Grants, now time.Time) string {
 	if _, ok := grants.Live(now); ok {
 		return ""
 	}
-	return "refused: break_glass jobs need a live break-glass grant approved by the customer (agentd breakglass approve), and this install has none"
+	why = "refused: break_glass jobs need a live break-glass grant approved by the customer (agentd breakglass approve)"
+	var last *Grant
+	for i, g := range grants.Grants {
+		if last == nil || g.ApprovedAt.After(last.ApprovedAt) {
+			last = &grants.Grants[i]
+		}
+	}
+	switch {
+	case last == nil:
+		return why + ", and this install has none"
+	case !last.RevokedAt.IsZero():
+		return fmt.Sprintf("%s: grant %s was revoked by %s at %s", why, last.ID, last.RevokedBy, last.RevokedAt.UTC().Format(time.RFC3339))
+	}
+	return fmt.Sprintf("%s: grant %s expired at %s", why, last.ID, last.ExpiresAt.UTC().Format(time.RFC3339))
 }
 
 func isBreakGlass(m string) bool {
