@@ -303,3 +303,73 @@ func TestBreakGlassRevokeMidJob(t *testing.T) {
 		t.Fatalf("byoc breakglass list:\n%s", out)
 	}
 }
+
+// TestBreakGlassConsoleFlow drives the console in a real terminal (tmux):
+// b requests break-glass on acme, the customer approves on the agent's
+// side, the warning banner and its countdown appear, an action needs the
+// install's name typed and then runs under the grant, and the banner goes
+// when the grant expires.
+func TestBreakGlassConsoleFlow(t *testing.T) {
+	skipShort(t)
+	if _, err := exec.LookPath("tmux"); err != nil {
+		t.Skip("no tmux: the console flow needs a real terminal")
+	}
+	ims, _, acme, _ := startBreakGlass(t, fast)
+	term := cluster.StartTerminal(t, 140, 30, []string{"BYOC_CONFIG=" + filepath.Join(t.TempDir(), "config.json")},
+		filepath.Join(cluster.Binaries(t), "byoc"), "--server", ims.URL(), "--token", ims.AdminToken)
+	term.WaitFor("acme online", func(s string) bool { return lineWith(s, "acme", "online") })
+	term.Keys("Enter")
+	term.WaitText("installs › acme", "b break-glass")
+	term.Keys("b")
+	term.WaitText("Request break-glass on acme", "role:")
+	term.Type("debugger")
+	term.Keys("Enter")
+	term.Type("INC-9 checkout down")
+	term.Keys("Enter")
+	term.WaitText("duration: 1h")
+	term.Keys("Enter")
+	s := term.WaitText("waiting for the customer's approval")
+	id := grantIDRE.FindString(s)
+	if id == "" {
+		t.Fatalf("no grant id on screen:\n%s", s)
+	}
+	if out, code := breakglass(t, acme.StateDir, "approve", id, "--for", "15s"); code != 0 {
+		t.Fatalf("approve: exit %d\n%s", code, out)
+	}
+	who := grantOf(t, ims.Admin(), id).DecidedBy
+	s = term.WaitText("BREAK-GLASS on acme · role debugger · approved by "+who, "left")
+	first := regexp.MustCompile(`(\d\d:\d\d) left`).FindStringSubmatch(s)
+	if first == nil {
+		t.Fatalf("no countdown:\n%s", s)
+	}
+	term.WaitFor("the countdown to move", func(s string) bool {
+		m := regexp.MustCompile(`(\d\d:\d\d) left`).FindStringSubmatch(s)
+		return m != nil && m[1] != first[1]
+	})
+
+	term.Keys("a")
+	term.WaitText("script:")
+	term.Type("echo UNDER-GRANT")
+	term.Keys("Enter")
+	term.WaitText("Runs UNDER BREAK-GLASS grant "+id, "Type the install's name (acme)")
+	term.Type("y")
+	term.Keys("Enter")
+	term.WaitText(`not done: you typed "y", not the install's name "acme"`)
+	term.Keys("a")
+	term.WaitText("script:")
+	term.Type("echo UNDER-GRANT")
+	term.Keys("Enter")
+	term.WaitText("Type the install's name (acme)")
+	term.Type("acme")
+	term.Keys("Enter")
+	term.WaitText("› logs", "UNDER-GRANT", "succeeded (exit 0)", "BREAK-GLASS on acme")
+
+	s = term.WaitFor("the banner to go when the grant expires", func(s string) bool { return !strings.Contains(s, "BREAK-GLASS") })
+	expires := grantOf(t, ims.Admin(), id).ExpireTime.AsTime()
+	if late := time.Since(expires); late < 0 || late > 2*time.Second {
+		t.Errorf("the banner went %s after the grant's end", late)
+	}
+	if g := grantOf(t, ims.Admin(), id); g.State != "expired" {
+		t.Fatalf("after the banner went, imsd shows the grant %s:\n%s", g.State, s)
+	}
+}
