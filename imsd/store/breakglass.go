@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"time"
@@ -43,7 +44,8 @@ type BreakGlassGrant struct {
 	ExpiresAt        time.Time
 	RevokedBy        string
 	RevokedAt        time.Time
-	// AgentID, Statement and Signature are the agent's signed decision.
+	// AgentID, Statement and Signature are the agent's signed decision
+	// (approve or deny; a revocation keeps the approval's).
 	AgentID   string
 	Statement string
 	Signature []byte
@@ -88,12 +90,13 @@ const grantCols = `id, install_id, role, role_description, reason, requested_by,
 	agent_id, statement, signature`
 
 func (r grantRow) grant() BreakGlassGrant {
+	sig, _ := base64.StdEncoding.DecodeString(r.Signature) // written by DecideBreakGlass only
 	return BreakGlassGrant{ID: r.ID, InstallID: r.InstallID, Role: r.Role, RoleDescription: r.RoleDescription,
 		Reason: r.Reason, RequestedBy: r.RequestedBy, RequestedAt: fromNanos(r.RequestedAt),
 		Duration: time.Duration(r.DurationNS), RequestExpiresAt: fromNanos(r.RequestExpiresAt),
 		State: GrantState(r.State), DecidedBy: r.DecidedBy, DecidedAt: fromNanos(r.DecidedAt),
 		DecisionReason: r.DecisionReason, ExpiresAt: fromNanos(r.ExpiresAt), RevokedBy: r.RevokedBy,
-		RevokedAt: fromNanos(r.RevokedAt), AgentID: r.AgentID, Statement: r.Statement, Signature: []byte(r.Signature)}
+		RevokedAt: fromNanos(r.RevokedAt), AgentID: r.AgentID, Statement: r.Statement, Signature: sig}
 }
 
 // CreateBreakGlassRequest stores a new pending request.
@@ -187,12 +190,13 @@ func (s *Store) DecideBreakGlass(ctx context.Context, d BreakGlassDecision, now 
 			expires_at = ?, agent_id = ?, statement = ?, signature = ?
 			WHERE id = ? AND install_id = ? AND state = 'pending' AND request_expires_at > ?`
 		args = []any{string(d.State), d.By, nanos(d.At), d.Reason, nanos(d.ExpiresAt), d.AgentID, d.Statement,
-			string(d.Signature), d.GrantID, d.InstallID, nanos(now)}
+			base64.StdEncoding.EncodeToString(d.Signature), d.GrantID, d.InstallID, nanos(now)}
 	case GrantRevoked:
-		q = `UPDATE break_glass_grants SET state = 'revoked', revoked_by = ?, revoked_at = ?, decision_reason = ?,
-			agent_id = ?, statement = ?, signature = ?
+		// The approval's statement and signature stay: they are what the
+		// grant was; a revocation only ends it sooner.
+		q = `UPDATE break_glass_grants SET state = 'revoked', revoked_by = ?, revoked_at = ?, decision_reason = ?
 			WHERE id = ? AND install_id = ? AND state = 'approved'`
-		args = []any{d.By, nanos(d.At), d.Reason, d.AgentID, d.Statement, string(d.Signature), d.GrantID, d.InstallID}
+		args = []any{d.By, nanos(d.At), d.Reason, d.GrantID, d.InstallID}
 	default:
 		return BreakGlassGrant{}, errs.E(errs.Invalid, "break-glass decision: state %q: want approved, denied or revoked", d.State)
 	}

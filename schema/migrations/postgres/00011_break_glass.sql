@@ -3,7 +3,8 @@
 -- on the agent's side. 'expired' is not stored: a pending request past
 -- request_expires_at, or an approved grant past expires_at, reads as
 -- expired. statement and signature are the agent's signed decision
--- (rpc/agentproto), kept so that anyone can check it with the agent's key.
+-- (rpc/agentproto; the signature in base64), kept so that anyone can
+-- check it with the agent's key.
 CREATE TABLE break_glass_grants (
     id                 TEXT PRIMARY KEY,
     install_id         TEXT NOT NULL REFERENCES installs(id),
