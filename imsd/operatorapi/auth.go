@@ -38,6 +38,7 @@ var readOnly = map[string]bool{
 	imsv1connect.OperatorServiceListActionRunsProcedure:       true,
 	imsv1connect.OperatorServiceGetActionRunProcedure:         true,
 	imsv1connect.OperatorServiceListBreakGlassGrantsProcedure: true,
+	imsv1connect.OperatorServiceGetBreakGlassPolicyProcedure:  true,
 }
 
 type callerKey struct{}

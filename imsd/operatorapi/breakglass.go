@@ -11,6 +11,7 @@ import (
 	"github.com/byoc-dev/byoc/imsd/auth"
 	"github.com/byoc-dev/byoc/imsd/errs"
 	"github.com/byoc-dev/byoc/imsd/store"
+	"github.com/byoc-dev/byoc/schema/app/config"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
 
@@ -30,19 +31,10 @@ func (s *Service) RequestBreakGlass(ctx context.Context, req *connect.Request[im
 	case len(m.Reason) > 2000:
 		return nil, s.err(ctx, errs.Field("reason", "is longer than 2000 bytes"))
 	}
-	e, err := s.engine()
+	in, bg, max, err := s.breakGlassPolicy(ctx, m.Install)
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}
-	in, err := s.store.GetInstall(ctx, m.Install)
-	if err != nil {
-		return nil, s.err(ctx, err)
-	}
-	app, _, err := e.InstallRevision(ctx, in)
-	if err != nil {
-		return nil, s.err(ctx, err)
-	}
-	bg := app.BreakGlass
 	if len(bg.Roles) == 0 {
 		return nil, s.err(ctx, errs.Field("role", "the app declares no break-glass roles: add a [[role]] to break_glass.toml"))
 	}
@@ -60,11 +52,6 @@ func (s *Service) RequestBreakGlass(ctx context.Context, req *connect.Request[im
 			return nil, s.err(ctx, errs.Field("role", "%q is not a role of break_glass.toml: want one of %s", m.Role, strings.Join(names, ", ")))
 		}
 	}
-	max := time.Duration(bg.MaxDuration)
-	if max <= 0 {
-		max = time.Hour // break_glass.toml's default
-	}
-	max = min(max, maxGrant)
 	d := time.Duration(m.DurationSeconds) * time.Second
 	if d > max {
 		return nil, s.err(ctx, errs.Field("duration_seconds", "%s is longer than break_glass.toml's max_duration %s", d, max))
@@ -85,6 +72,45 @@ func (s *Service) RequestBreakGlass(ctx context.Context, req *connect.Request[im
 	g.State = store.GrantPending
 	s.log.InfoContext(ctx, "break-glass requested", "grant", g.ID, "install", in.Name, "role", g.Role, "by", g.RequestedBy, "for", d)
 	return connect.NewResponse(&imsv1.RequestBreakGlassResponse{Grant: grantProto(g, in.Name, now)}), nil
+}
+
+// breakGlassPolicy reads install's app's break_glass.toml (from the
+// revision the install applied, else the app's latest) and its longest
+// grant.
+func (s *Service) breakGlassPolicy(ctx context.Context, install string) (store.Install, config.BreakGlass, time.Duration, error) {
+	e, err := s.engine()
+	if err != nil {
+		return store.Install{}, config.BreakGlass{}, 0, err
+	}
+	in, err := s.store.GetInstall(ctx, install)
+	if err != nil {
+		return store.Install{}, config.BreakGlass{}, 0, err
+	}
+	app, _, err := e.InstallRevision(ctx, in)
+	if err != nil {
+		return store.Install{}, config.BreakGlass{}, 0, err
+	}
+	max := time.Duration(app.BreakGlass.MaxDuration)
+	if max <= 0 {
+		max = time.Hour // break_glass.toml's default
+	}
+	return in, app.BreakGlass, min(max, maxGrant), nil
+}
+
+// GetBreakGlassPolicy says what a request on an install may ask for.
+func (s *Service) GetBreakGlassPolicy(ctx context.Context, req *connect.Request[imsv1.GetBreakGlassPolicyRequest]) (*connect.Response[imsv1.GetBreakGlassPolicyResponse], error) {
+	if req.Msg.Install == "" {
+		return nil, s.err(ctx, errs.Field("install", "is required"))
+	}
+	_, bg, max, err := s.breakGlassPolicy(ctx, req.Msg.Install)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	out := &imsv1.GetBreakGlassPolicyResponse{MaxDurationSeconds: int64(max / time.Second), RequireReason: bg.RequireReason}
+	for _, r := range bg.Roles {
+		out.Roles = append(out.Roles, &imsv1.BreakGlassRole{Name: r.Name, Description: r.Description})
+	}
+	return connect.NewResponse(out), nil
 }
 
 // ListBreakGlassGrants lists requests and grants with their state now.

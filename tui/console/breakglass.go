@@ -38,9 +38,43 @@ type bgState struct {
 	pollGen  int
 	polling  bool
 	requests map[string]string // state last seen of requests made here, by id
-	// The request being typed: install, then role, reason, duration.
+	// The request being made: install, then a role chosen from the
+	// app's (policy), a reason typed, a duration chosen.
 	install      string
 	role, reason string
+	policy       *imsv1.GetBreakGlassPolicyResponse
+	policyErr    error
+	policyGen    int
+	pos          int // the cursor in the role or duration choices
+}
+
+// policyMsg is GetBreakGlassPolicy's answer.
+type policyMsg struct {
+	gen    int
+	policy *imsv1.GetBreakGlassPolicyResponse
+	err    error
+}
+
+// durationChoices are the durations offered, up to the policy's longest
+// (which is always offered).
+func durationChoices(max time.Duration) []time.Duration {
+	var out []time.Duration
+	for _, d := range []time.Duration{15 * time.Minute, 30 * time.Minute, time.Hour, 2 * time.Hour, 4 * time.Hour, 8 * time.Hour, 24 * time.Hour} {
+		if d < max {
+			out = append(out, d)
+		}
+	}
+	return append(out, max)
+}
+
+func (m *Model) choices() int {
+	switch {
+	case m.bg.policy == nil:
+		return 0
+	case m.mode == inputBGRole:
+		return len(m.bg.policy.Roles)
+	}
+	return len(durationChoices(time.Duration(m.bg.policy.MaxDurationSeconds) * time.Second))
 }
 
 // grantsMsg is a poll's answer.
@@ -169,6 +203,16 @@ func (m *Model) grantsUpdate(msg tea.Msg) (cmd tea.Cmd, ok bool) {
 			}
 		}
 		return nil, true
+	case policyMsg:
+		if msg.gen != m.bg.policyGen {
+			return nil, true
+		}
+		m.bg.policy, m.bg.policyErr = msg.policy, msg.err
+		if msg.err == nil && len(msg.policy.Roles) == 0 && m.mode == inputBGRole {
+			m.mode = inputNone
+			m.setStatus(true, "break-glass not available on %s: its app declares no roles in break_glass.toml", m.bg.install)
+		}
+		return nil, true
 	case requestedMsg:
 		if msg.err != nil {
 			m.setStatus(true, "break-glass not requested: %s", errText(msg.err))
@@ -189,31 +233,73 @@ func (m *Model) grantsUpdate(msg tea.Msg) (cmd tea.Cmd, ok bool) {
 	return nil, false
 }
 
-// startBreakGlass asks for a break-glass request's role, reason and
-// duration, in turn, then sends it.
+// startBreakGlass asks for a break-glass request's role (chosen from the
+// app's), reason (typed) and duration (chosen), in turn, then sends it.
 func (m *Model) startBreakGlass(install *imsv1.InstallStatus) tea.Cmd {
-	if install == nil || m.opts.ReadOnly {
+	if install == nil || m.opts.ReadOnly || m.conn == nil {
 		return nil
 	}
-	m.bg.install, m.bg.role, m.bg.reason = install.Install.Name, "", ""
-	return m.startInput(inputBGRole, "")
+	m.bg.install, m.bg.role, m.bg.reason, m.bg.pos = install.Install.Name, "", "", 0
+	m.bg.policy, m.bg.policyErr = nil, nil
+	m.bg.policyGen = m.nextGen()
+	m.mode, m.status = inputBGRole, ""
+	gen, ctx, c, in := m.bg.policyGen, m.ctx, m.conn.Client, install.Install.Name
+	return func() tea.Msg {
+		r, err := c.GetBreakGlassPolicy(ctx, connect.NewRequest(&imsv1.GetBreakGlassPolicyRequest{Install: in}))
+		if err != nil {
+			return policyMsg{gen: gen, err: err}
+		}
+		return policyMsg{gen: gen, policy: r.Msg}
+	}
 }
 
-// bgInput takes the value of one of the request's inputs.
+// chooseKey handles a key while choosing the role or the duration: up
+// and down move, enter picks, esc gives up.
+func (m *Model) chooseKey(msg tea.KeyPressMsg) tea.Cmd {
+	n := m.choices()
+	switch {
+	case msg.String() == "esc":
+		m.mode = inputNone
+		m.setStatus(false, "no break-glass requested")
+	case m.km.Is(msg, ActUp):
+		m.bg.pos = max(0, m.bg.pos-1)
+	case m.km.Is(msg, ActDown):
+		m.bg.pos = min(max(0, n-1), m.bg.pos+1)
+	case msg.String() == "enter" && n > 0:
+		pos := min(m.bg.pos, n-1)
+		if m.mode == inputBGRole {
+			m.bg.role = m.bg.policy.Roles[pos].Name
+			m.mode = inputNone
+			return m.startInput(inputBGReason, "")
+		}
+		m.mode = inputNone
+		d := durationChoices(time.Duration(m.bg.policy.MaxDurationSeconds) * time.Second)[pos]
+		return m.sendBreakGlass(d)
+	}
+	return nil
+}
+
+// bgInput takes the typed reason.
 func (m *Model) bgInput(mode inputMode, val string) tea.Cmd {
-	switch mode {
-	case inputBGRole:
-		m.bg.role = val
-		return m.startInput(inputBGReason, "")
-	case inputBGReason:
-		m.bg.reason = val
-		return m.startInput(inputBGDuration, "1h")
+	if m.bg.policy != nil && m.bg.policy.RequireReason && val == "" {
+		cmd := m.startInput(inputBGReason, "")
+		m.setStatus(true, "a reason is required (break_glass.toml has require_reason)")
+		return cmd
 	}
-	d, err := time.ParseDuration(val)
-	if err != nil || d <= 0 || d%time.Second != 0 {
-		m.setStatus(true, "break-glass not requested: duration %q: use whole seconds, such as 30m or 1h", val)
-		return nil
+	m.bg.reason = val
+	m.bg.pos = 0
+	durs := durationChoices(time.Duration(m.bg.policy.GetMaxDurationSeconds()) * time.Second)
+	for i, d := range durs {
+		if d == time.Hour {
+			m.bg.pos = i // one hour, as byoc breakglass request
+		}
 	}
+	m.mode = inputBGDuration
+	return nil
+}
+
+// sendBreakGlass sends the request for d.
+func (m *Model) sendBreakGlass(d time.Duration) tea.Cmd {
 	ctx, c := m.ctx, m.conn.Client
 	req := &imsv1.RequestBreakGlassRequest{Install: m.bg.install, Role: m.bg.role, Reason: m.bg.reason, DurationSeconds: int64(d / time.Second)}
 	m.setStatus(false, "requesting break-glass on %s…", m.bg.install)
@@ -227,7 +313,7 @@ func (m *Model) bgInput(mode inputMode, val string) tea.Cmd {
 }
 
 func (m *Model) bgBody() []string {
-	return []string{
+	out := []string{
 		"",
 		m.st.title.Render("Request break-glass on " + m.bg.install),
 		"",
@@ -235,17 +321,60 @@ func (m *Model) bgBody() []string {
 		"  jobs there. Their admin approves or denies it in their own account",
 		"  (agentd breakglass approve|deny); the agent enforces it and ends it.",
 		"",
-		"  role:     " + orDash(m.bg.role, m.mode == inputBGRole, "empty: the app's first break_glass.toml role"),
-		"  reason:   " + orDash(m.bg.reason, m.mode == inputBGReason, "shown to the customer"),
-		"  duration: " + orDash("", m.mode == inputBGDuration, "such as 30m or 1h, at most max_duration"),
+		"  role:     " + orDash(m.bg.role),
+		"  reason:   " + orDash(m.bg.reason),
+		"",
 	}
+	p := m.bg.policy
+	switch {
+	case m.bg.policyErr != nil:
+		return append(out, m.st.bad.Render("  cannot read the app's break_glass.toml: "+errText(m.bg.policyErr)))
+	case p == nil:
+		return append(out, m.st.muted.Render("  reading the app's break_glass.toml…"))
+	case m.mode == inputBGRole:
+		out = append(out, "  Choose a role (up/down, enter):")
+		for i, r := range p.Roles {
+			out = append(out, m.choice(i, r.Name+m.st.muted.Render("  "+r.Description)))
+		}
+	case m.mode == inputBGReason:
+		req := "optional"
+		if p.RequireReason {
+			req = "required"
+		}
+		out = append(out, "  Type the reason below ("+req+"; the customer sees it) and press enter.")
+		if m.statusIsErr && m.status != "" {
+			out = append(out, "  "+m.st.bad.Render(m.status))
+		}
+	case m.mode == inputBGDuration:
+		out = append(out, "  Choose how long (up/down, enter; at most "+shortDur(time.Duration(p.MaxDurationSeconds)*time.Second)+"):")
+		for i, d := range durationChoices(time.Duration(p.MaxDurationSeconds) * time.Second) {
+			out = append(out, m.choice(i, shortDur(d)))
+		}
+	}
+	return out
 }
 
-func orDash(v string, typing bool, hint string) string {
-	switch {
-	case typing:
-		return "(typing below; " + hint + ")"
-	case v == "":
+func (m *Model) choice(i int, text string) string {
+	if i == m.bg.pos {
+		return m.st.selected.Render("  › " + text)
+	}
+	return "    " + text
+}
+
+// shortDur renders d as 30m, 1h or 1h30m.
+func shortDur(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
+}
+
+func orDash(v string) string {
+	if v == "" {
 		return "-"
 	}
 	return v

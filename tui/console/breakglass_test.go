@@ -28,14 +28,29 @@ func TestBreakGlassInTheConsole(t *testing.T) {
 	if m.viewedInstall() != "ins_acme" {
 		t.Fatalf("looking at %q", m.viewedInstall())
 	}
-	press(m, "b")
-	mustContain(t, screen(m), "Request break-glass on acme", "role:")
-	press(m, "debugger", "enter", "INC-42", "enter")
-	mustContain(t, screen(m), "duration: 1h")
-	if cmd := press(m, "ctrl+u", "30m", "enter"); cmd == nil {
+	if cmd := press(m, "b"); cmd == nil {
+		t.Fatal("b asked imsd for nothing")
+	}
+	mustContain(t, screen(m), "Request break-glass on acme", "reading the app's break_glass.toml")
+	m.Update(policyMsg{gen: m.bg.policyGen, policy: &imsv1.GetBreakGlassPolicyResponse{MaxDurationSeconds: 7200, RequireReason: true,
+		Roles: []*imsv1.BreakGlassRole{{Name: "debugger", Description: "Read logs."}, {Name: "admin", Description: "Everything."}}}})
+	mustContain(t, screen(m), "Choose a role", "› debugger", "admin  Everything.")
+	press(m, "down", "up", "enter")
+	mustContain(t, screen(m), "role:     debugger", "Type the reason below (required")
+	press(m, "enter")
+	if !strings.Contains(m.status, "a reason is required") || m.mode != inputBGReason {
+		t.Fatalf("an empty reason went through: mode %v, status %q", m.mode, m.status)
+	}
+	press(m, "INC-42", "enter")
+	s := screen(m)
+	mustContain(t, s, "Choose how long", "15m", "30m", "› 1h", "2h")
+	if strings.Contains(s, "4h") {
+		t.Fatalf("a duration past max_duration is offered:\n%s", s)
+	}
+	if cmd := press(m, "up", "enter"); cmd == nil {
 		t.Fatal("no request sent")
 	}
-	if m.bg.role != "debugger" || m.bg.reason != "INC-42" {
+	if m.bg.role != "debugger" || m.bg.reason != "INC-42" || m.mode != inputNone {
 		t.Fatalf("request fields: %+v", m.bg)
 	}
 	pending := &imsv1.BreakGlassGrant{Id: "bg_1", InstallId: "ins_acme", InstallName: "acme", Role: "debugger", State: "pending", RequestedBy: "ops"}
@@ -44,7 +59,7 @@ func TestBreakGlassInTheConsole(t *testing.T) {
 	mustContain(t, screen(m), "break-glass bg_1 on acme: waiting for the customer's approval")
 
 	m.Update(grantsMsg{gen: m.bg.pollGen, install: "ins_acme", me: "ops", grants: []*imsv1.BreakGlassGrant{liveGrant(90 * time.Second)}})
-	s := screen(m)
+	s = screen(m)
 	mustContain(t, s, "BREAK-GLASS on acme · role debugger · approved by alice · 01:30 left", "break-glass bg_1 approved by alice")
 	now = now.Add(31 * time.Second)
 	m.Update(tickMsg{})

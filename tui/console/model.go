@@ -55,7 +55,8 @@ const (
 	inputSearch
 	inputScript
 	// inputBGRole, inputBGReason and inputBGDuration take a break-glass
-	// request's fields in turn (breakglass.go).
+	// request's fields in turn (breakglass.go): the role and duration are
+	// chosen from lists, the reason typed.
 	inputBGRole
 	inputBGReason
 	inputBGDuration
@@ -353,6 +354,9 @@ func (m *Model) key(msg tea.KeyPressMsg) tea.Cmd {
 		}
 		return nil // every other key is ignored while asking
 	}
+	if m.mode == inputBGRole || m.mode == inputBGDuration {
+		return m.chooseKey(msg)
+	}
 	if m.mode != inputNone {
 		return m.inputKey(msg)
 	}
@@ -428,7 +432,7 @@ func (m *Model) inputKey(msg tea.KeyPressMsg) tea.Cmd {
 			}
 		case inputScript:
 			return m.confirmScript(m.scriptFor, val)
-		case inputBGRole, inputBGReason, inputBGDuration:
+		case inputBGReason:
 			return m.bgInput(mode, val)
 		}
 		return nil
@@ -652,12 +656,10 @@ func (m *Model) footer() string {
 		return "search: " + m.input.View()
 	case inputScript:
 		return "script: " + m.input.View()
-	case inputBGRole:
-		return "role: " + m.input.View()
+	case inputBGRole, inputBGDuration:
+		return "up/down choose, enter pick, esc cancel"
 	case inputBGReason:
 		return "reason: " + m.input.View()
-	case inputBGDuration:
-		return "duration: " + m.input.View()
 	}
 	if m.confirm != nil && m.confirm.typed != "" {
 		return m.st.warn.Render("type "+m.confirm.typed+" to confirm: ") + m.input.View()

@@ -141,6 +141,9 @@ const (
 	// OperatorServiceListBreakGlassGrantsProcedure is the fully-qualified name of the OperatorService's
 	// ListBreakGlassGrants RPC.
 	OperatorServiceListBreakGlassGrantsProcedure = "/byoc.ims.v1.OperatorService/ListBreakGlassGrants"
+	// OperatorServiceGetBreakGlassPolicyProcedure is the fully-qualified name of the OperatorService's
+	// GetBreakGlassPolicy RPC.
+	OperatorServiceGetBreakGlassPolicyProcedure = "/byoc.ims.v1.OperatorService/GetBreakGlassPolicy"
 )
 
 // OperatorServiceClient is a client for the byoc.ims.v1.OperatorService service.
@@ -252,6 +255,10 @@ type OperatorServiceClient interface {
 	// first, with their state: pending, approved (until when), denied,
 	// expired or revoked, and who decided and why.
 	ListBreakGlassGrants(context.Context, *connect.Request[v1.ListBreakGlassGrantsRequest]) (*connect.Response[v1.ListBreakGlassGrantsResponse], error)
+	// GetBreakGlassPolicy returns what a break-glass request on an install
+	// may ask for: the roles of its app's break_glass.toml, the longest
+	// duration and whether a reason is required.
+	GetBreakGlassPolicy(context.Context, *connect.Request[v1.GetBreakGlassPolicyRequest]) (*connect.Response[v1.GetBreakGlassPolicyResponse], error)
 }
 
 // NewOperatorServiceClient constructs a client for the byoc.ims.v1.OperatorService service. By
@@ -487,6 +494,12 @@ func NewOperatorServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(operatorServiceMethods.ByName("ListBreakGlassGrants")),
 			connect.WithClientOptions(opts...),
 		),
+		getBreakGlassPolicy: connect.NewClient[v1.GetBreakGlassPolicyRequest, v1.GetBreakGlassPolicyResponse](
+			httpClient,
+			baseURL+OperatorServiceGetBreakGlassPolicyProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("GetBreakGlassPolicy")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -529,6 +542,7 @@ type operatorServiceClient struct {
 	getActionRun          *connect.Client[v1.GetActionRunRequest, v1.GetActionRunResponse]
 	requestBreakGlass     *connect.Client[v1.RequestBreakGlassRequest, v1.RequestBreakGlassResponse]
 	listBreakGlassGrants  *connect.Client[v1.ListBreakGlassGrantsRequest, v1.ListBreakGlassGrantsResponse]
+	getBreakGlassPolicy   *connect.Client[v1.GetBreakGlassPolicyRequest, v1.GetBreakGlassPolicyResponse]
 }
 
 // WhoAmI calls byoc.ims.v1.OperatorService.WhoAmI.
@@ -716,6 +730,11 @@ func (c *operatorServiceClient) ListBreakGlassGrants(ctx context.Context, req *c
 	return c.listBreakGlassGrants.CallUnary(ctx, req)
 }
 
+// GetBreakGlassPolicy calls byoc.ims.v1.OperatorService.GetBreakGlassPolicy.
+func (c *operatorServiceClient) GetBreakGlassPolicy(ctx context.Context, req *connect.Request[v1.GetBreakGlassPolicyRequest]) (*connect.Response[v1.GetBreakGlassPolicyResponse], error) {
+	return c.getBreakGlassPolicy.CallUnary(ctx, req)
+}
+
 // OperatorServiceHandler is an implementation of the byoc.ims.v1.OperatorService service.
 type OperatorServiceHandler interface {
 	// WhoAmI describes the token the caller presented.
@@ -825,6 +844,10 @@ type OperatorServiceHandler interface {
 	// first, with their state: pending, approved (until when), denied,
 	// expired or revoked, and who decided and why.
 	ListBreakGlassGrants(context.Context, *connect.Request[v1.ListBreakGlassGrantsRequest]) (*connect.Response[v1.ListBreakGlassGrantsResponse], error)
+	// GetBreakGlassPolicy returns what a break-glass request on an install
+	// may ask for: the roles of its app's break_glass.toml, the longest
+	// duration and whether a reason is required.
+	GetBreakGlassPolicy(context.Context, *connect.Request[v1.GetBreakGlassPolicyRequest]) (*connect.Response[v1.GetBreakGlassPolicyResponse], error)
 }
 
 // NewOperatorServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -1056,6 +1079,12 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 		connect.WithSchema(operatorServiceMethods.ByName("ListBreakGlassGrants")),
 		connect.WithHandlerOptions(opts...),
 	)
+	operatorServiceGetBreakGlassPolicyHandler := connect.NewUnaryHandler(
+		OperatorServiceGetBreakGlassPolicyProcedure,
+		svc.GetBreakGlassPolicy,
+		connect.WithSchema(operatorServiceMethods.ByName("GetBreakGlassPolicy")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/byoc.ims.v1.OperatorService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case OperatorServiceWhoAmIProcedure:
@@ -1132,6 +1161,8 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 			operatorServiceRequestBreakGlassHandler.ServeHTTP(w, r)
 		case OperatorServiceListBreakGlassGrantsProcedure:
 			operatorServiceListBreakGlassGrantsHandler.ServeHTTP(w, r)
+		case OperatorServiceGetBreakGlassPolicyProcedure:
+			operatorServiceGetBreakGlassPolicyHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -1287,4 +1318,8 @@ func (UnimplementedOperatorServiceHandler) RequestBreakGlass(context.Context, *c
 
 func (UnimplementedOperatorServiceHandler) ListBreakGlassGrants(context.Context, *connect.Request[v1.ListBreakGlassGrantsRequest]) (*connect.Response[v1.ListBreakGlassGrantsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.ListBreakGlassGrants is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) GetBreakGlassPolicy(context.Context, *connect.Request[v1.GetBreakGlassPolicyRequest]) (*connect.Response[v1.GetBreakGlassPolicyResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.GetBreakGlassPolicy is not implemented"))
 }
