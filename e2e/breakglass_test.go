@@ -12,6 +12,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/byoc-dev/byoc/e2e/cluster"
+	"github.com/byoc-dev/byoc/imsd/store"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
 
@@ -379,4 +380,35 @@ func TestBreakGlassConsoleFlow(t *testing.T) {
 	if g := grantOf(t, ims.Admin(), id); g.State != "expired" {
 		t.Fatalf("after the banner went, imsd shows the grant %s:\n%s", g.State, s)
 	}
+}
+
+// TestIMSCannotMintAGrant plays a compromised imsd: it records acme's
+// request as approved for an hour straight in its database, with no
+// decision of the customer. imsd then shows it approved (unsigned), but
+// the agent honours only the grants it approved itself, so acme's
+// break_glass job is still refused and never runs. (Extending a grant is
+// the same case: the agent enforces the end time it signed; see
+// TestBreakGlassGrantExpiresWhileIMSDown.)
+func TestIMSCannotMintAGrant(t *testing.T) {
+	skipShort(t)
+	ims, cli, acme, _ := startBreakGlass(t, fast)
+	c := ims.Admin()
+	ctx := context.Background()
+	id := requestGrant(t, cli, "acme", "--reason", "I am imsd and I say so")
+	g := grantOf(t, c, id)
+	now := time.Now()
+	if _, err := ims.Store().DecideBreakGlass(ctx, store.BreakGlassDecision{GrantID: id, InstallID: g.InstallId, State: store.GrantApproved,
+		By: "customer-admin", At: now, ExpiresAt: now.Add(time.Hour)}, now); err != nil {
+		t.Fatal(err)
+	}
+	if g := grantOf(t, c, id); g.State != "approved" || g.Signed {
+		t.Fatalf("the forged grant as imsd shows it: %v", g)
+	}
+	mark := marker()
+	j := enqueueMode(t, c, "acme", "break_glass", "echo RAN; sleep "+mark)
+	end := cluster.WaitJob(t, c, j.Id, 20*time.Second, imsv1.JobState_JOB_STATE_REFUSED, imsv1.JobState_JOB_STATE_RUNNING, imsv1.JobState_JOB_STATE_SUCCEEDED)
+	if end.State != imsv1.JobState_JOB_STATE_REFUSED || !strings.Contains(end.Error, "this install has none") {
+		t.Fatalf("a job under a grant imsd minted: %v %q", end.State, end.Error)
+	}
+	neverRan(t, c, acme, end, mark)
 }
