@@ -7,6 +7,8 @@
 //	agentd plugin TYPE                                  serve a built-in component type (the loader runs this)
 //	agentd permissions --state-dir DIR show|enable MODE|disable MODE|disable-all|enable-all
 //	                                                    the customer's permission modes and kill switch
+//	agentd breakglass --state-dir DIR list|approve ID [--for D]|deny ID --reason R|revoke ID
+//	                                                    the customer's decisions on break-glass requests
 package main
 
 import (
@@ -46,6 +48,9 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if len(os.Args) > 1 && os.Args[1] == "breakglass" {
+		os.Exit(breakglassCmd(ctx, os.Args[2:], os.Stdout, os.Stderr, time.Now))
+	}
 	os.Exit(run(ctx, os.Args[1:]))
 }
 

@@ -38,7 +38,7 @@ var modeDoc = map[permissions.Mode]string{
 	permissions.Provision:   "provision workflows: create the install's sandbox and components",
 	permissions.Maintenance: "updates, day-2 actions, ad-hoc scripts",
 	permissions.Deprovision: "deprovision workflows: tear the install down",
-	permissions.BreakGlass:  "break-glass actions (also need a grant you approve; not supported yet)",
+	permissions.BreakGlass:  "break-glass actions, only while a grant you approved is live (agentd breakglass)",
 }
 
 // permissionsCmd runs "agentd permissions ...".

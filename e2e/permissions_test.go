@@ -293,7 +293,7 @@ script = "echo RAN"
 
 // A break-glass action without a grant is refused by the agent: with
 // break_glass off (the default) because it is off, and with it on because
-// no grant exists (grants are not supported yet). The run's job needs
+// no grant is live. The run's job needs
 // break_glass, from the action's declared mode.
 func TestBreakGlassActionWithoutGrantIsRefused(t *testing.T) {
 	skipShort(t)
@@ -312,7 +312,7 @@ func TestBreakGlassActionWithoutGrantIsRefused(t *testing.T) {
 	}
 	permissions(t, stateDir, "enable", "break_glass")
 	out, errOut, code = cli.Exec("action", "run", "acme", "debug", "--wait")
-	if code == 0 || !strings.Contains(out+errOut, "refused: break_glass jobs need a break-glass grant approved by the customer") {
+	if code == 0 || !strings.Contains(out+errOut, "refused: break_glass jobs need a live break-glass grant approved by the customer") {
 		t.Fatalf("a break-glass action with break_glass on and no grant: exit %d\n%s%s", code, out, errOut)
 	}
 	jobs, err := ims.Admin().ListJobs(context.Background(), connect.NewRequest(&imsv1.ListJobsRequest{}))

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/byoc-dev/byoc/imsd/auth"
 	"github.com/byoc-dev/byoc/imsd/server"
@@ -38,6 +39,7 @@ func run(ctx context.Context, args []string) int {
 	fs.StringVar(&cfg.TLSCertFile, "tls-cert", "", "TLS certificate `file`; serves HTTPS")
 	fs.StringVar(&cfg.TLSKeyFile, "tls-key", "", "TLS key `file`")
 	fs.DurationVar(&cfg.LeaseDuration, "lease", 0, "job lease `duration` (default 30s)")
+	fs.DurationVar(&cfg.BreakGlassRequestTTL, "break-glass-request-ttl", 30*time.Minute, "how long a break-glass request waits for the customer's decision before it expires, `duration`")
 	fs.DurationVar(&cfg.LeaseGrace, "lease-grace", 0, "how long after a lease ends a job may be handed out again, `duration` (default 5s + a tenth of the lease; at least 4s): the agent stops a job itself when its lease ends")
 	fs.DurationVar(&cfg.HeartbeatInterval, "heartbeat", 0, "agent heartbeat `interval` (default 10s)")
 	fs.DurationVar(&cfg.CronInterval, "cron-interval", 0, "how often action cron triggers are evaluated, `duration` (default 10s)")

@@ -129,10 +129,11 @@ type Agent struct {
 	stateCh   chan struct{}
 	connected bool
 
-	// permMu guards perm, the customer's permission state as last read
-	// (permissions.go). It is never held together with mu.
+	// permMu guards perm, the customer's permission state as last read,
+	// and grant, their break-glass grants (permissions.go). It is never held together with mu.
 	permMu sync.Mutex
 	perm   permState
+	grant  grantState
 	// permKick asks the session for a heartbeat now: the permission
 	// state changed.
 	permKick chan struct{}

@@ -61,13 +61,50 @@ func (a *Agent) permissions() (permissions.State, error) {
 	return st, err
 }
 
-// refusal says why a job of mode may not run now ("" when it may).
+// grantState is the agent's view of the customer's break-glass grants
+// file (permissions.GrantsFileName), cached like permState under permMu.
+type grantState struct {
+	stamp  permissions.Stamp
+	loaded bool
+	grants permissions.Grants
+	err    error
+}
+
+// grants returns the break-glass grants the customer approved, reading
+// the file again if it changed.
+func (a *Agent) grants() (permissions.Grants, error) {
+	a.permMu.Lock()
+	defer a.permMu.Unlock()
+	stamp, serr := permissions.GrantsStampOf(a.cfg.StateDir)
+	if serr == nil && a.grant.loaded && stamp == a.grant.stamp {
+		return a.grant.grants, a.grant.err
+	}
+	gs, err := permissions.LoadGrants(a.cfg.StateDir)
+	if serr != nil && err == nil {
+		err = serr
+	}
+	a.grant = grantState{stamp: stamp, loaded: true, grants: gs, err: err}
+	if err != nil {
+		a.log.Error("cannot read the customer's break-glass grants; refusing break_glass jobs until they can be read", "err", err)
+	} else if g, ok := gs.Live(a.now()); ok {
+		a.log.Info("customer break-glass grant live", "grant", g.ID, "role", g.Role, "approved_by", g.ApprovedBy, "expires_at", g.ExpiresAt)
+	}
+	return gs, err
+}
+
+// refusal says why a job of mode may not run now ("" when it may). A
+// break_glass job needs a grant live by the agent's own clock, so a
+// grant ends on time also while imsd is unreachable.
 func (a *Agent) refusal(mode string) string {
 	st, err := a.permissions()
 	if err != nil {
 		return "refused: the customer's permission file cannot be read, so every job is refused: " + err.Error()
 	}
-	return st.Refusal(mode)
+	gs, err := a.grants()
+	if err != nil {
+		gs = permissions.Grants{}
+	}
+	return st.RefusalAt(mode, gs, a.now())
 }
 
 // permissionsProto is the state as hello and heartbeats report it. An

@@ -103,8 +103,8 @@ func (s *State) Set(m Mode, on bool) {
 // Refusal says why a job of mode m may not run in state s, as the job's
 // final error ("refused: maintenance is turned off in the customer's
 // account"), or "" when it may. A job naming no mode needs maintenance.
-// Break-glass jobs are refused even with break_glass on: they need a
-// customer-approved grant, which this agent cannot take yet.
+// A break_glass job also needs a live grant, which only RefusalAt knows
+// of: Refusal allows it when break_glass is on.
 func (s State) Refusal(m string) string {
 	if m == "" {
 		m = string(Maintenance)
@@ -117,8 +117,6 @@ func (s State) Refusal(m string) string {
 		return "refused: the job names " + err.Error()
 	case !s.On(mode):
 		return fmt.Sprintf("refused: %s is turned off in the customer's account", mode)
-	case mode == BreakGlass:
-		return "refused: break_glass jobs need a break-glass grant approved by the customer, and this agent has none (grants are not supported yet)"
 	}
 	return ""
 }
@@ -204,8 +202,10 @@ type Stamp struct {
 }
 
 // StampOf stats the permission file of state dir dir.
-func StampOf(dir string) (Stamp, error) {
-	fi, err := os.Stat(Path(dir))
+func StampOf(dir string) (Stamp, error) { return stampOf(Path(dir)) }
+
+func stampOf(path string) (Stamp, error) {
+	fi, err := os.Stat(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Stamp{}, nil
 	}

@@ -28,11 +28,10 @@ func TestDefaultsAndRefusals(t *testing.T) {
 		{State{Provision: true}, "maintenance", "refused: maintenance is turned off in the customer's account"},
 		{State{Provision: true}, "", "refused: maintenance is turned off in the customer's account"},
 		{Default(), "break_glass", "refused: break_glass is turned off in the customer's account"},
-		{State{BreakGlass: true}, "break_glass", "refused: break_glass jobs need a break-glass grant"},
 		{State{Provision: true, DisabledAll: true}, "provision", "refused: the customer has disabled all jobs"},
 		{Default(), "root", `refused: the job names unknown permission mode "root"`},
 	} {
-		got := c.st.Refusal(c.mode)
+		got := c.st.RefusalAt(c.mode, Grants{}, time.Now())
 		if (c.want == "") != (got == "") || !strings.HasPrefix(got, c.want) {
 			t.Errorf("%+v, mode %q: %q, want %q", c.st, c.mode, got, c.want)
 		}

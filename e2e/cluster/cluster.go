@@ -146,6 +146,8 @@ type Options struct {
 	AgentWireOff bool
 	// SigningKeyFile is imsd --signing-key (default: DATA-DIR/signing.key).
 	SigningKeyFile string
+	// BreakGlassRequestTTL is imsd's --break-glass-request-ttl.
+	BreakGlassRequestTTL time.Duration
 }
 
 // StartIMS starts imsd and stops it at cleanup.
@@ -170,7 +172,8 @@ func StartIMS(tb testing.TB, o Options) *IMS {
 		LeaseDuration: o.LeaseDuration, HeartbeatInterval: o.HeartbeatInterval, SweepInterval: o.SweepInterval,
 		WorkflowInterval: o.WorkflowInterval, Logger: o.Logger, Now: o.Now,
 		CronInterval: o.CronInterval, CronNow: o.CronNow, AgentWireOff: o.AgentWireOff,
-		SigningKeyFile: o.SigningKeyFile,
+		SigningKeyFile:       o.SigningKeyFile,
+		BreakGlassRequestTTL: o.BreakGlassRequestTTL,
 	}
 	ims := &IMS{DataDir: o.DataDir, cfg: cfg}
 	ims.start(tb)

@@ -37,6 +37,10 @@ var readOnly = map[string]bool{
 	imsv1connect.OperatorServiceListActionsProcedure:      true,
 	imsv1connect.OperatorServiceListActionRunsProcedure:   true,
 	imsv1connect.OperatorServiceGetActionRunProcedure:     true,
+
+	// Break-glass: the requests' states and what a request may ask for.
+	imsv1connect.OperatorServiceListBreakGlassGrantsProcedure: true,
+	imsv1connect.OperatorServiceGetBreakGlassPolicyProcedure:  true,
 }
 
 type callerKey struct{}

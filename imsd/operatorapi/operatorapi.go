@@ -65,6 +65,9 @@ type Config struct {
 	// FleetCoalesce is the least time between two re-reads of one fleet
 	// watcher, so a burst of changes costs one read.
 	FleetCoalesce time.Duration
+	// BreakGlassRequestTTL is how long a break-glass request stays
+	// pending (default 30m).
+	BreakGlassRequestTTL time.Duration
 	// Engine runs workflows; the service queues them and wakes it.
 	Engine *workflow.Engine
 	// SigningKeyID is the id of imsd's job signing key, which every
@@ -91,6 +94,9 @@ func New(st *store.Store, hub *dispatch.Hub, cfg Config, now func() time.Time, l
 	}
 	if cfg.FleetPoll == 0 {
 		cfg.FleetPoll = 5 * time.Second
+	}
+	if cfg.BreakGlassRequestTTL == 0 {
+		cfg.BreakGlassRequestTTL = 30 * time.Minute
 	}
 	if cfg.FleetCoalesce == 0 {
 		cfg.FleetCoalesce = 100 * time.Millisecond

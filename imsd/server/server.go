@@ -84,6 +84,9 @@ type Config struct {
 	// CronNow is the scheduler's clock (default Now); tests set it to run
 	// through schedule ticks without waiting for them.
 	CronNow func() time.Time
+	// BreakGlassRequestTTL is how long a break-glass request waits for
+	// the customer's decision before it expires (default 30m).
+	BreakGlassRequestTTL time.Duration
 
 	Logger *slog.Logger
 	Now    func() time.Time
@@ -294,7 +297,7 @@ func (s *Server) newHTTPServer() *http.Server {
 	})
 
 	mux := http.NewServeMux()
-	op := operatorapi.New(s.store, s.hub, operatorapi.Config{HeartbeatInterval: cfg.HeartbeatInterval, LeaseDuration: cfg.LeaseDuration, LeaseGrace: cfg.LeaseGrace, Engine: s.engine, SigningKeyID: s.key.ID}, cfg.Now, s.log)
+	op := operatorapi.New(s.store, s.hub, operatorapi.Config{BreakGlassRequestTTL: cfg.BreakGlassRequestTTL, HeartbeatInterval: cfg.HeartbeatInterval, LeaseDuration: cfg.LeaseDuration, LeaseGrace: cfg.LeaseGrace, Engine: s.engine, SigningKeyID: s.key.ID}, cfg.Now, s.log)
 	opPath, opHandler := imsv1connect.NewOperatorServiceHandler(op,
 		connect.WithInterceptors(operatorapi.NewAuthenticator(s.store, cfg.Now)),
 		connect.WithReadMaxBytes(4<<20),

@@ -183,6 +183,7 @@ exits with the job's own exit code.`,
 		a.actionCommand(),
 		a.jobCommand(),
 		a.pluginCommand(),
+		a.breakglassCommand(),
 	)
 	a.markStart(root)
 	return root

@@ -254,14 +254,16 @@ func getJob(ctx context.Context, c imsv1connect.OperatorServiceClient, gen int, 
 	}
 }
 
-func runAction(ctx context.Context, c imsv1connect.OperatorServiceClient, gen int, install, script string) tea.Cmd {
+// runAction enqueues script as an action job on install; mode "" needs
+// maintenance.
+func runAction(ctx context.Context, c imsv1connect.OperatorServiceClient, gen int, install, script, mode string) tea.Cmd {
 	return func() tea.Msg {
 		cfg, err := structpb.NewStruct(map[string]any{"steps": []any{map[string]any{"name": "run", "script": script}}})
 		if err != nil {
 			return enqueuedMsg{gen: gen, err: err}
 		}
 		r, err := c.EnqueueJob(ctx, connect.NewRequest(&imsv1.EnqueueJobRequest{
-			Install: install, ComponentType: "action", Operation: "apply", Config: cfg}))
+			Install: install, ComponentType: "action", Operation: "apply", Config: cfg, Mode: mode}))
 		if err != nil {
 			return enqueuedMsg{gen: gen, err: err}
 		}

@@ -682,6 +682,10 @@ func (n *fakeNav) startAction(s *imsv1.InstallStatus) tea.Cmd {
 	n.actions = append(n.actions, s.Install.Name)
 	return nil
 }
+func (n *fakeNav) startBreakGlass(s *imsv1.InstallStatus) tea.Cmd {
+	n.actions = append(n.actions, "break-glass "+s.Install.Name)
+	return nil
+}
 func (n *fakeNav) confirmCancel(j *imsv1.Job) tea.Cmd {
 	n.cancels = append(n.cancels, j.Id)
 	return nil
@@ -796,7 +800,8 @@ func TestViewOnlyReads(t *testing.T) {
 func TestBannersTakeTheirLines(t *testing.T) {
 	m := newTestModel(t, Options{})
 	feed(m, snapshot())
-	m.modeBanner = " BREAK-GLASS: maintenance on acme, 14:59 left "
+	press(m, "enter") // acme
+	m.bg = bgState{me: "ops", grants: map[string][]*imsv1.BreakGlassGrant{"ins_acme": {liveGrant(15 * time.Minute)}}}
 	m.Update(fleetMsg{gen: m.fleetGen, events: []fleetEvent{{err: connect.NewError(connect.CodeUnavailable, errors.New("connection refused")), retryIn: time.Second}}})
 	for _, h := range []int{6, 24} {
 		m.Update(teaSize(80, h))

@@ -17,7 +17,7 @@ type installView struct{ jobList }
 func newInstallView(e *env, id string) *installView { return &installView{jobList{env: e, id: id}} }
 
 func (v *installView) Title() string      { return v.installName(v.id) }
-func (v *installView) Hints() []Action    { return []Action{ActRunAction, ActCancelJob} }
+func (v *installView) Hints() []Action    { return []Action{ActRunAction, ActBreakGlass, ActCancelJob} }
 func (v *installView) SetSize(w, h int)   { v.w, v.h = w, h; v.scroll() }
 func (v *installView) SetFilter(s string) { v.setFilter(s); v.scroll() }
 
@@ -47,6 +47,9 @@ func (v *installView) Update(msg tea.Msg) tea.Cmd {
 		}
 		if v.km.Is(msg, ActRunAction) {
 			return v.nav.startAction(v.fleet.byID[v.id])
+		}
+		if v.km.Is(msg, ActBreakGlass) {
+			return v.nav.startBreakGlass(v.fleet.byID[v.id])
 		}
 		return nil
 	}

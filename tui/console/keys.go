@@ -36,6 +36,7 @@ const (
 	ActTimestamps Action = "timestamps"
 	ActRunAction  Action = "run_action"
 	ActCancelJob  Action = "cancel_job"
+	ActBreakGlass Action = "break_glass"
 )
 
 // binding is one action's keys and help.
@@ -51,7 +52,7 @@ type binding struct {
 // shortHelp is the footer's word for the actions it lists.
 var shortHelp = map[Action]string{
 	ActHelp: "help", ActFilter: "filter", ActCommand: "cmd", ActOpen: "open", ActBack: "back",
-	ActSort: "sort", ActRunAction: "action", ActCancelJob: "cancel", ActFollow: "follow",
+	ActSort: "sort", ActRunAction: "action", ActBreakGlass: "break-glass", ActCancelJob: "cancel", ActFollow: "follow",
 	ActWrap: "wrap", ActTimestamps: "time", ActNextMatch: "next",
 }
 
@@ -83,6 +84,7 @@ var keyDefaults = []struct {
 	{ActWrap, "logs", []string{"w"}, "wrap long lines on/off", false},
 	{ActTimestamps, "logs", []string{"t"}, "timestamps on/off", false},
 	{ActRunAction, "install", []string{"a"}, "run an action on the install (asks first)", true},
+	{ActBreakGlass, "install", []string{"b"}, "request break-glass on the install (role, reason, duration)", true},
 	{ActCancelJob, "jobs, logs", []string{"x"}, "cancel the job (asks first)", true},
 }
 

@@ -54,6 +54,12 @@ const (
 	inputCommand
 	inputSearch
 	inputScript
+	// inputBGRole, inputBGReason and inputBGDuration take a break-glass
+	// request's fields in turn (breakglass.go): the role and duration are
+	// chosen from lists, the reason typed.
+	inputBGRole
+	inputBGReason
+	inputBGDuration
 )
 
 // confirmation is a pending yes/no question before something dangerous.
@@ -61,6 +67,9 @@ type confirmation struct {
 	title   string
 	details []string
 	yes     func() tea.Cmd
+	// typed, when set, must be typed out (the install's name) instead of
+	// answering y: an action under a break-glass grant.
+	typed string
 }
 
 // Model is the console's Bubble Tea model: the root around a stack of
@@ -93,9 +102,9 @@ type Model struct {
 	status      string
 	statusIsErr bool
 
-	// modeBanner is where a break-glass grant's banner and countdown go
-	// once break-glass flows join the console; empty until then.
-	modeBanner string
+	// bg is the break-glass state: the grants of the install looked at,
+	// the request being typed (breakglass.go).
+	bg bgState
 }
 
 // New returns a console model for opts.
@@ -230,7 +239,7 @@ func (m *Model) update(msg tea.Msg) tea.Cmd {
 		return nil
 	case tickMsg:
 		m.now = m.opts.Now()
-		return tick()
+		return tea.Batch(tick(), m.pollGrants())
 	case fleetMsg:
 		if msg.gen != m.fleetGen {
 			return nil // a watch of a previous context
@@ -263,6 +272,7 @@ func (m *Model) update(msg tea.Msg) tea.Cmd {
 		}
 		m.conn = msg.conn
 		m.actionGen, m.cancelGen = 0, 0
+		m.bg = bgState{}
 		m.fleet = newFleet()
 		m.offline = nil
 		m.setStatus(false, "switched to context %s (%s)", msg.conn.Context, msg.conn.Server)
@@ -300,6 +310,9 @@ func (m *Model) update(msg tea.Msg) tea.Cmd {
 		}
 		return nil
 	}
+	if cmd, ok := m.grantsUpdate(msg); ok {
+		return cmd
+	}
 	// Results for a view: each view checks its own generation.
 	var cmds []tea.Cmd
 	for _, v := range m.stack {
@@ -326,6 +339,9 @@ func (m *Model) key(msg tea.KeyPressMsg) tea.Cmd {
 	if msg.String() == "ctrl+c" {
 		return tea.Quit
 	}
+	if m.confirm != nil && m.confirm.typed != "" {
+		return m.typedConfirmKey(msg)
+	}
 	if m.confirm != nil {
 		c := m.confirm
 		switch msg.String() {
@@ -337,6 +353,9 @@ func (m *Model) key(msg tea.KeyPressMsg) tea.Cmd {
 			m.setStatus(false, "not done: %s", c.title)
 		}
 		return nil // every other key is ignored while asking
+	}
+	if m.mode == inputBGRole || m.mode == inputBGDuration {
+		return m.chooseKey(msg)
 	}
 	if m.mode != inputNone {
 		return m.inputKey(msg)
@@ -413,6 +432,8 @@ func (m *Model) inputKey(msg tea.KeyPressMsg) tea.Cmd {
 			}
 		case inputScript:
 			return m.confirmScript(m.scriptFor, val)
+		case inputBGReason:
+			return m.bgInput(mode, val)
 		}
 		return nil
 	}
@@ -480,9 +501,19 @@ func (m *Model) confirmScript(install, script string) tea.Cmd {
 	if w := m.maintenanceWarning(install); w != "" {
 		details = append(details, m.st.warn.Render(w))
 	}
+	if g := m.liveGrant(m.fleet.idOf(install)); g != nil {
+		details[2] = m.st.warn.Render(fmt.Sprintf("Runs UNDER BREAK-GLASS grant %s (role %s, approved by %s): permission mode break_glass.", g.Id, g.Role, g.DecidedBy))
+		m.confirm = &confirmation{title: fmt.Sprintf("run `%s` on %s under break-glass", script, install), details: details, typed: install,
+			yes: func() tea.Cmd {
+				m.actionGen = m.nextGen()
+				return runAction(m.ctx, m.conn.Client, m.actionGen, install, script, "break_glass")
+			}}
+		m.input.SetValue("")
+		return m.input.Focus()
+	}
 	return m.ask(fmt.Sprintf("run `%s` on %s", script, install), details, func() tea.Cmd {
 		m.actionGen = m.nextGen()
-		return runAction(m.ctx, m.conn.Client, m.actionGen, install, script)
+		return runAction(m.ctx, m.conn.Client, m.actionGen, install, script, "")
 	})
 }
 
@@ -547,6 +578,8 @@ func (m *Model) Render() string {
 		body = m.confirmBody(bodyH)
 	case m.mode == inputScript:
 		body = m.scriptBody(bodyH)
+	case m.mode == inputBGRole, m.mode == inputBGReason, m.mode == inputBGDuration:
+		body = m.bgBody()
 	default:
 		body = strings.Split(m.top().View(), "\n")
 	}
@@ -577,10 +610,7 @@ func (m *Model) headerLines() []string {
 		n := len(m.fleet.byID)
 		title += m.st.muted.Render(fmt.Sprintf("  %d install%s", n, map[bool]string{true: "", false: "s"}[n == 1]))
 	}
-	out := []string{title}
-	for _, b := range m.banners() {
-		out = append(out, m.st.banner.Render(b))
-	}
+	out := append([]string{title}, m.banners()...)
 	var crumbs []string
 	for _, v := range m.stack {
 		crumbs = append(crumbs, v.Title())
@@ -590,13 +620,13 @@ func (m *Model) headerLines() []string {
 }
 
 // banners are the header's lines between the title and the breadcrumbs,
-// each a whole line in the banner style: the break-glass grant's, then
-// the unreachable imsd's. bodyHeight counts them, so a new banner goes
-// here and nowhere else.
+// each a whole styled line: the break-glass grant's (warning colour), then
+// the unreachable imsd's (banner style). bodyHeight counts them, so a new
+// banner goes here and nowhere else.
 func (m *Model) banners() []string {
 	var out []string
-	if m.modeBanner != "" {
-		out = append(out, m.modeBanner)
+	if b := m.grantBanner(); b != "" {
+		out = append(out, m.st.glass.Render(b))
 	}
 	if m.offline != nil {
 		since := "no data yet"
@@ -611,7 +641,7 @@ func (m *Model) banners() []string {
 		case connect.CodePermissionDenied:
 			what = "imsd refused the fleet watch"
 		}
-		out = append(out, fmt.Sprintf(" %s, retrying in %s; %s: %s ", what, max(retry, 0), since, errText(m.offline)))
+		out = append(out, m.st.banner.Render(fmt.Sprintf(" %s, retrying in %s; %s: %s ", what, max(retry, 0), since, errText(m.offline))))
 	}
 	return out
 }
@@ -626,6 +656,13 @@ func (m *Model) footer() string {
 		return "search: " + m.input.View()
 	case inputScript:
 		return "script: " + m.input.View()
+	case inputBGRole, inputBGDuration:
+		return "up/down choose, enter pick, esc cancel"
+	case inputBGReason:
+		return "reason: " + m.input.View()
+	}
+	if m.confirm != nil && m.confirm.typed != "" {
+		return m.st.warn.Render("type "+m.confirm.typed+" to confirm: ") + m.input.View()
 	}
 	if m.confirm != nil {
 		return m.st.warn.Render(m.confirm.title+"? ") + "y to confirm, n or esc to abort"
@@ -669,6 +706,9 @@ func (m *Model) confirmBody(h int) []string {
 	for _, d := range m.confirm.details {
 		out = append(out, "  "+d)
 	}
+	if m.confirm.typed != "" {
+		return append(out, "", "  Type the install's name ("+m.confirm.typed+") and press enter; esc aborts.")
+	}
 	return append(out, "", "  y: yes   n/esc: no")
 }
 
@@ -707,7 +747,7 @@ func errText(err error) string {
 }
 
 type styles struct {
-	title, accent, muted, ok, warn, bad, banner, selected, match lipgloss.Style
+	title, accent, muted, ok, warn, bad, banner, glass, selected, match lipgloss.Style
 }
 
 func newStyles(t Theme) styles {
@@ -719,6 +759,7 @@ func newStyles(t Theme) styles {
 		warn:     lipgloss.NewStyle().Foreground(t.Warn),
 		bad:      lipgloss.NewStyle().Foreground(t.Bad),
 		banner:   lipgloss.NewStyle().Bold(true).Foreground(lipgloss.Color("#ffffff")).Background(t.Banner),
+		glass:    lipgloss.NewStyle().Bold(true).Foreground(lipgloss.Color("#000000")).Background(t.Warn),
 		selected: lipgloss.NewStyle().Background(t.Selected).Bold(true),
 		match:    lipgloss.NewStyle().Reverse(true),
 	}

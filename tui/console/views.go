@@ -91,6 +91,8 @@ type nav interface {
 	setStatus(isErr bool, format string, args ...any)
 	// startAction asks for an action's script, then for confirmation.
 	startAction(install *imsv1.InstallStatus) tea.Cmd
+	// startBreakGlass asks for a break-glass request on install.
+	startBreakGlass(install *imsv1.InstallStatus) tea.Cmd
 	// confirmCancel asks before cancelling job.
 	confirmCancel(job *imsv1.Job) tea.Cmd
 	// ask asks "title?" with details below it, and runs yes (which starts

@@ -73,6 +73,7 @@ func Run(t *testing.T, open OpenFunc) {
 		{"ActionRunsAndHealth", testActionRunsAndHealth},
 		{"Modes", testModes},
 		{"AgentPermissions", testAgentPermissions},
+		{"BreakGlass", testBreakGlass},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

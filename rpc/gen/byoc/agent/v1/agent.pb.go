@@ -1867,6 +1867,393 @@ func (x *WriteRejected) GetMessage() string {
 	return ""
 }
 
+// ListBreakGlassRequest is signed: signature is the agent's Ed25519
+// signature of agentproto.ListBreakGlassMessage(agent_id, time), and imsd
+// refuses a time more than five minutes from its own.
+type ListBreakGlassRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	AgentId       string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	Time          *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
+	Signature     []byte                 `protobuf:"bytes,3,opt,name=signature,proto3" json:"signature,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListBreakGlassRequest) Reset() {
+	*x = ListBreakGlassRequest{}
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListBreakGlassRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListBreakGlassRequest) ProtoMessage() {}
+
+func (x *ListBreakGlassRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListBreakGlassRequest.ProtoReflect.Descriptor instead.
+func (*ListBreakGlassRequest) Descriptor() ([]byte, []int) {
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ListBreakGlassRequest) GetAgentId() string {
+	if x != nil {
+		return x.AgentId
+	}
+	return ""
+}
+
+func (x *ListBreakGlassRequest) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *ListBreakGlassRequest) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
+type ListBreakGlassResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Grants        []*BreakGlassGrant     `protobuf:"bytes,1,rep,name=grants,proto3" json:"grants,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListBreakGlassResponse) Reset() {
+	*x = ListBreakGlassResponse{}
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListBreakGlassResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListBreakGlassResponse) ProtoMessage() {}
+
+func (x *ListBreakGlassResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListBreakGlassResponse.ProtoReflect.Descriptor instead.
+func (*ListBreakGlassResponse) Descriptor() ([]byte, []int) {
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ListBreakGlassResponse) GetGrants() []*BreakGlassGrant {
+	if x != nil {
+		return x.Grants
+	}
+	return nil
+}
+
+// BreakGlassGrant is a break-glass request and what became of it, as imsd
+// records it.
+type BreakGlassGrant struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Id              string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	InstallId       string                 `protobuf:"bytes,2,opt,name=install_id,json=installId,proto3" json:"install_id,omitempty"`
+	Role            string                 `protobuf:"bytes,3,opt,name=role,proto3" json:"role,omitempty"`
+	RoleDescription string                 `protobuf:"bytes,4,opt,name=role_description,json=roleDescription,proto3" json:"role_description,omitempty"`
+	Reason          string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	// requested_by is the operator token's name.
+	RequestedBy string                 `protobuf:"bytes,6,opt,name=requested_by,json=requestedBy,proto3" json:"requested_by,omitempty"`
+	RequestTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=request_time,json=requestTime,proto3" json:"request_time,omitempty"`
+	// duration_seconds is how long the operator asked for.
+	DurationSeconds int64 `protobuf:"varint,8,opt,name=duration_seconds,json=durationSeconds,proto3" json:"duration_seconds,omitempty"`
+	// request_expire_time is when a request still pending expires.
+	RequestExpireTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=request_expire_time,json=requestExpireTime,proto3" json:"request_expire_time,omitempty"`
+	// state is pending, approved, denied, expired or revoked.
+	State string `protobuf:"bytes,10,opt,name=state,proto3" json:"state,omitempty"`
+	// decided_by is who approved or denied it on the customer's side (the
+	// local user running agentd breakglass), decide_time when.
+	DecidedBy  string                 `protobuf:"bytes,11,opt,name=decided_by,json=decidedBy,proto3" json:"decided_by,omitempty"`
+	DecideTime *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=decide_time,json=decideTime,proto3" json:"decide_time,omitempty"`
+	// decision_reason is the reason given to deny or revoke.
+	DecisionReason string `protobuf:"bytes,13,opt,name=decision_reason,json=decisionReason,proto3" json:"decision_reason,omitempty"`
+	// expire_time is when an approved grant ends.
+	ExpireTime    *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
+	RevokedBy     string                 `protobuf:"bytes,15,opt,name=revoked_by,json=revokedBy,proto3" json:"revoked_by,omitempty"`
+	RevokeTime    *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=revoke_time,json=revokeTime,proto3" json:"revoke_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BreakGlassGrant) Reset() {
+	*x = BreakGlassGrant{}
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BreakGlassGrant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BreakGlassGrant) ProtoMessage() {}
+
+func (x *BreakGlassGrant) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BreakGlassGrant.ProtoReflect.Descriptor instead.
+func (*BreakGlassGrant) Descriptor() ([]byte, []int) {
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *BreakGlassGrant) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *BreakGlassGrant) GetInstallId() string {
+	if x != nil {
+		return x.InstallId
+	}
+	return ""
+}
+
+func (x *BreakGlassGrant) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *BreakGlassGrant) GetRoleDescription() string {
+	if x != nil {
+		return x.RoleDescription
+	}
+	return ""
+}
+
+func (x *BreakGlassGrant) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *BreakGlassGrant) GetRequestedBy() string {
+	if x != nil {
+		return x.RequestedBy
+	}
+	return ""
+}
+
+func (x *BreakGlassGrant) GetRequestTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RequestTime
+	}
+	return nil
+}
+
+func (x *BreakGlassGrant) GetDurationSeconds() int64 {
+	if x != nil {
+		return x.DurationSeconds
+	}
+	return 0
+}
+
+func (x *BreakGlassGrant) GetRequestExpireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RequestExpireTime
+	}
+	return nil
+}
+
+func (x *BreakGlassGrant) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *BreakGlassGrant) GetDecidedBy() string {
+	if x != nil {
+		return x.DecidedBy
+	}
+	return ""
+}
+
+func (x *BreakGlassGrant) GetDecideTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DecideTime
+	}
+	return nil
+}
+
+func (x *BreakGlassGrant) GetDecisionReason() string {
+	if x != nil {
+		return x.DecisionReason
+	}
+	return ""
+}
+
+func (x *BreakGlassGrant) GetExpireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpireTime
+	}
+	return nil
+}
+
+func (x *BreakGlassGrant) GetRevokedBy() string {
+	if x != nil {
+		return x.RevokedBy
+	}
+	return ""
+}
+
+func (x *BreakGlassGrant) GetRevokeTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RevokeTime
+	}
+	return nil
+}
+
+// DecideBreakGlassRequest carries a decision statement and the agent's
+// signature of it (agentproto.SignBreakGlassDecision).
+type DecideBreakGlassRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	AgentId       string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	Statement     []byte                 `protobuf:"bytes,2,opt,name=statement,proto3" json:"statement,omitempty"`
+	Signature     []byte                 `protobuf:"bytes,3,opt,name=signature,proto3" json:"signature,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DecideBreakGlassRequest) Reset() {
+	*x = DecideBreakGlassRequest{}
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DecideBreakGlassRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DecideBreakGlassRequest) ProtoMessage() {}
+
+func (x *DecideBreakGlassRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DecideBreakGlassRequest.ProtoReflect.Descriptor instead.
+func (*DecideBreakGlassRequest) Descriptor() ([]byte, []int) {
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *DecideBreakGlassRequest) GetAgentId() string {
+	if x != nil {
+		return x.AgentId
+	}
+	return ""
+}
+
+func (x *DecideBreakGlassRequest) GetStatement() []byte {
+	if x != nil {
+		return x.Statement
+	}
+	return nil
+}
+
+func (x *DecideBreakGlassRequest) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
+type DecideBreakGlassResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Grant         *BreakGlassGrant       `protobuf:"bytes,1,opt,name=grant,proto3" json:"grant,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DecideBreakGlassResponse) Reset() {
+	*x = DecideBreakGlassResponse{}
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DecideBreakGlassResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DecideBreakGlassResponse) ProtoMessage() {}
+
+func (x *DecideBreakGlassResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DecideBreakGlassResponse.ProtoReflect.Descriptor instead.
+func (*DecideBreakGlassResponse) Descriptor() ([]byte, []int) {
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *DecideBreakGlassResponse) GetGrant() *BreakGlassGrant {
+	if x != nil {
+		return x.Grant
+	}
+	return nil
+}
+
 var File_byoc_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_byoc_agent_v1_agent_proto_rawDesc = "" +
@@ -2013,17 +2400,55 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\bwrite_id\x18\x01 \x01(\x04R\awriteId\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x12\n" +
 	"\x04code\x18\x03 \x01(\tR\x04code\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage*\x90\x01\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"\x80\x01\n" +
+	"\x15ListBreakGlassRequest\x12\x19\n" +
+	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12.\n" +
+	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x1c\n" +
+	"\tsignature\x18\x03 \x01(\fR\tsignature\"P\n" +
+	"\x16ListBreakGlassResponse\x126\n" +
+	"\x06grants\x18\x01 \x03(\v2\x1e.byoc.agent.v1.BreakGlassGrantR\x06grants\"\xa4\x05\n" +
+	"\x0fBreakGlassGrant\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
+	"\n" +
+	"install_id\x18\x02 \x01(\tR\tinstallId\x12\x12\n" +
+	"\x04role\x18\x03 \x01(\tR\x04role\x12)\n" +
+	"\x10role_description\x18\x04 \x01(\tR\x0froleDescription\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12!\n" +
+	"\frequested_by\x18\x06 \x01(\tR\vrequestedBy\x12=\n" +
+	"\frequest_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\vrequestTime\x12)\n" +
+	"\x10duration_seconds\x18\b \x01(\x03R\x0fdurationSeconds\x12J\n" +
+	"\x13request_expire_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x11requestExpireTime\x12\x14\n" +
+	"\x05state\x18\n" +
+	" \x01(\tR\x05state\x12\x1d\n" +
+	"\n" +
+	"decided_by\x18\v \x01(\tR\tdecidedBy\x12;\n" +
+	"\vdecide_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"decideTime\x12'\n" +
+	"\x0fdecision_reason\x18\r \x01(\tR\x0edecisionReason\x12;\n" +
+	"\vexpire_time\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"expireTime\x12\x1d\n" +
+	"\n" +
+	"revoked_by\x18\x0f \x01(\tR\trevokedBy\x12;\n" +
+	"\vrevoke_time\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"revokeTime\"p\n" +
+	"\x17DecideBreakGlassRequest\x12\x19\n" +
+	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1c\n" +
+	"\tstatement\x18\x02 \x01(\fR\tstatement\x12\x1c\n" +
+	"\tsignature\x18\x03 \x01(\fR\tsignature\"P\n" +
+	"\x18DecideBreakGlassResponse\x124\n" +
+	"\x05grant\x18\x01 \x01(\v2\x1e.byoc.agent.v1.BreakGlassGrantR\x05grant*\x90\x01\n" +
 	"\aOutcome\x12\x17\n" +
 	"\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11OUTCOME_SUCCEEDED\x10\x01\x12\x12\n" +
 	"\x0eOUTCOME_FAILED\x10\x02\x12\x15\n" +
 	"\x11OUTCOME_CANCELLED\x10\x03\x12\x15\n" +
 	"\x11OUTCOME_TIMED_OUT\x10\x04\x12\x13\n" +
-	"\x0fOUTCOME_REFUSED\x10\x052\xa3\x01\n" +
+	"\x0fOUTCOME_REFUSED\x10\x052\xe7\x02\n" +
 	"\fAgentService\x12E\n" +
 	"\x06Enroll\x12\x1c.byoc.agent.v1.EnrollRequest\x1a\x1d.byoc.agent.v1.EnrollResponse\x12L\n" +
-	"\aConnect\x12\x1d.byoc.agent.v1.ConnectRequest\x1a\x1e.byoc.agent.v1.ConnectResponse(\x010\x01B\xad\x01\n" +
+	"\aConnect\x12\x1d.byoc.agent.v1.ConnectRequest\x1a\x1e.byoc.agent.v1.ConnectResponse(\x010\x01\x12]\n" +
+	"\x0eListBreakGlass\x12$.byoc.agent.v1.ListBreakGlassRequest\x1a%.byoc.agent.v1.ListBreakGlassResponse\x12c\n" +
+	"\x10DecideBreakGlass\x12&.byoc.agent.v1.DecideBreakGlassRequest\x1a'.byoc.agent.v1.DecideBreakGlassResponseB\xad\x01\n" +
 	"\x11com.byoc.agent.v1B\n" +
 	"AgentProtoP\x01Z6github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1;agentv1\xa2\x02\x03BAX\xaa\x02\rByoc.Agent.V1\xca\x02\rByoc\\Agent\\V1\xe2\x02\x19Byoc\\Agent\\V1\\GPBMetadata\xea\x02\x0fByoc::Agent::V1b\x06proto3"
 
@@ -2040,36 +2465,41 @@ func file_byoc_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_byoc_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_byoc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_byoc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_byoc_agent_v1_agent_proto_goTypes = []any{
-	(Outcome)(0),                  // 0: byoc.agent.v1.Outcome
-	(*EnrollRequest)(nil),         // 1: byoc.agent.v1.EnrollRequest
-	(*EnrollResponse)(nil),        // 2: byoc.agent.v1.EnrollResponse
-	(*KeyEndorsement)(nil),        // 3: byoc.agent.v1.KeyEndorsement
-	(*ConnectRequest)(nil),        // 4: byoc.agent.v1.ConnectRequest
-	(*ConnectResponse)(nil),       // 5: byoc.agent.v1.ConnectResponse
-	(*Challenge)(nil),             // 6: byoc.agent.v1.Challenge
-	(*RunningJob)(nil),            // 7: byoc.agent.v1.RunningJob
-	(*Hello)(nil),                 // 8: byoc.agent.v1.Hello
-	(*Permissions)(nil),           // 9: byoc.agent.v1.Permissions
-	(*Welcome)(nil),               // 10: byoc.agent.v1.Welcome
-	(*Heartbeat)(nil),             // 11: byoc.agent.v1.Heartbeat
-	(*LeasesRenewed)(nil),         // 12: byoc.agent.v1.LeasesRenewed
-	(*JobAck)(nil),                // 13: byoc.agent.v1.JobAck
-	(*LogLine)(nil),               // 14: byoc.agent.v1.LogLine
-	(*JobLogs)(nil),               // 15: byoc.agent.v1.JobLogs
-	(*JobResult)(nil),             // 16: byoc.agent.v1.JobResult
-	(*PlannedChange)(nil),         // 17: byoc.agent.v1.PlannedChange
-	(*JobAssignment)(nil),         // 18: byoc.agent.v1.JobAssignment
-	(*JobSignature)(nil),          // 19: byoc.agent.v1.JobSignature
-	(*JobCancel)(nil),             // 20: byoc.agent.v1.JobCancel
-	(*WriteAccepted)(nil),         // 21: byoc.agent.v1.WriteAccepted
-	(*WriteRejected)(nil),         // 22: byoc.agent.v1.WriteRejected
-	nil,                           // 23: byoc.agent.v1.JobResult.OutputsEntry
-	nil,                           // 24: byoc.agent.v1.JobAssignment.InputsEntry
-	(*timestamppb.Timestamp)(nil), // 25: google.protobuf.Timestamp
-	(*structpb.Value)(nil),        // 26: google.protobuf.Value
-	(*structpb.Struct)(nil),       // 27: google.protobuf.Struct
+	(Outcome)(0),                     // 0: byoc.agent.v1.Outcome
+	(*EnrollRequest)(nil),            // 1: byoc.agent.v1.EnrollRequest
+	(*EnrollResponse)(nil),           // 2: byoc.agent.v1.EnrollResponse
+	(*KeyEndorsement)(nil),           // 3: byoc.agent.v1.KeyEndorsement
+	(*ConnectRequest)(nil),           // 4: byoc.agent.v1.ConnectRequest
+	(*ConnectResponse)(nil),          // 5: byoc.agent.v1.ConnectResponse
+	(*Challenge)(nil),                // 6: byoc.agent.v1.Challenge
+	(*RunningJob)(nil),               // 7: byoc.agent.v1.RunningJob
+	(*Hello)(nil),                    // 8: byoc.agent.v1.Hello
+	(*Permissions)(nil),              // 9: byoc.agent.v1.Permissions
+	(*Welcome)(nil),                  // 10: byoc.agent.v1.Welcome
+	(*Heartbeat)(nil),                // 11: byoc.agent.v1.Heartbeat
+	(*LeasesRenewed)(nil),            // 12: byoc.agent.v1.LeasesRenewed
+	(*JobAck)(nil),                   // 13: byoc.agent.v1.JobAck
+	(*LogLine)(nil),                  // 14: byoc.agent.v1.LogLine
+	(*JobLogs)(nil),                  // 15: byoc.agent.v1.JobLogs
+	(*JobResult)(nil),                // 16: byoc.agent.v1.JobResult
+	(*PlannedChange)(nil),            // 17: byoc.agent.v1.PlannedChange
+	(*JobAssignment)(nil),            // 18: byoc.agent.v1.JobAssignment
+	(*JobSignature)(nil),             // 19: byoc.agent.v1.JobSignature
+	(*JobCancel)(nil),                // 20: byoc.agent.v1.JobCancel
+	(*WriteAccepted)(nil),            // 21: byoc.agent.v1.WriteAccepted
+	(*WriteRejected)(nil),            // 22: byoc.agent.v1.WriteRejected
+	(*ListBreakGlassRequest)(nil),    // 23: byoc.agent.v1.ListBreakGlassRequest
+	(*ListBreakGlassResponse)(nil),   // 24: byoc.agent.v1.ListBreakGlassResponse
+	(*BreakGlassGrant)(nil),          // 25: byoc.agent.v1.BreakGlassGrant
+	(*DecideBreakGlassRequest)(nil),  // 26: byoc.agent.v1.DecideBreakGlassRequest
+	(*DecideBreakGlassResponse)(nil), // 27: byoc.agent.v1.DecideBreakGlassResponse
+	nil,                              // 28: byoc.agent.v1.JobResult.OutputsEntry
+	nil,                              // 29: byoc.agent.v1.JobAssignment.InputsEntry
+	(*timestamppb.Timestamp)(nil),    // 30: google.protobuf.Timestamp
+	(*structpb.Value)(nil),           // 31: google.protobuf.Value
+	(*structpb.Struct)(nil),          // 32: google.protobuf.Struct
 }
 var file_byoc_agent_v1_agent_proto_depIdxs = []int32{
 	3,  // 0: byoc.agent.v1.EnrollResponse.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
@@ -2087,29 +2517,41 @@ var file_byoc_agent_v1_agent_proto_depIdxs = []int32{
 	12, // 12: byoc.agent.v1.ConnectResponse.renewed:type_name -> byoc.agent.v1.LeasesRenewed
 	7,  // 13: byoc.agent.v1.Hello.running:type_name -> byoc.agent.v1.RunningJob
 	9,  // 14: byoc.agent.v1.Hello.permissions:type_name -> byoc.agent.v1.Permissions
-	25, // 15: byoc.agent.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
+	30, // 15: byoc.agent.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
 	3,  // 16: byoc.agent.v1.Welcome.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
 	7,  // 17: byoc.agent.v1.Heartbeat.running:type_name -> byoc.agent.v1.RunningJob
 	9,  // 18: byoc.agent.v1.Heartbeat.permissions:type_name -> byoc.agent.v1.Permissions
-	25, // 19: byoc.agent.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	30, // 19: byoc.agent.v1.LogLine.time:type_name -> google.protobuf.Timestamp
 	14, // 20: byoc.agent.v1.JobLogs.lines:type_name -> byoc.agent.v1.LogLine
 	0,  // 21: byoc.agent.v1.JobResult.outcome:type_name -> byoc.agent.v1.Outcome
-	23, // 22: byoc.agent.v1.JobResult.outputs:type_name -> byoc.agent.v1.JobResult.OutputsEntry
+	28, // 22: byoc.agent.v1.JobResult.outputs:type_name -> byoc.agent.v1.JobResult.OutputsEntry
 	17, // 23: byoc.agent.v1.JobResult.planned_changes:type_name -> byoc.agent.v1.PlannedChange
-	26, // 24: byoc.agent.v1.PlannedChange.before:type_name -> google.protobuf.Value
-	26, // 25: byoc.agent.v1.PlannedChange.after:type_name -> google.protobuf.Value
-	27, // 26: byoc.agent.v1.JobAssignment.config:type_name -> google.protobuf.Struct
-	24, // 27: byoc.agent.v1.JobAssignment.inputs:type_name -> byoc.agent.v1.JobAssignment.InputsEntry
+	31, // 24: byoc.agent.v1.PlannedChange.before:type_name -> google.protobuf.Value
+	31, // 25: byoc.agent.v1.PlannedChange.after:type_name -> google.protobuf.Value
+	32, // 26: byoc.agent.v1.JobAssignment.config:type_name -> google.protobuf.Struct
+	29, // 27: byoc.agent.v1.JobAssignment.inputs:type_name -> byoc.agent.v1.JobAssignment.InputsEntry
 	19, // 28: byoc.agent.v1.JobAssignment.signature:type_name -> byoc.agent.v1.JobSignature
-	1,  // 29: byoc.agent.v1.AgentService.Enroll:input_type -> byoc.agent.v1.EnrollRequest
-	4,  // 30: byoc.agent.v1.AgentService.Connect:input_type -> byoc.agent.v1.ConnectRequest
-	2,  // 31: byoc.agent.v1.AgentService.Enroll:output_type -> byoc.agent.v1.EnrollResponse
-	5,  // 32: byoc.agent.v1.AgentService.Connect:output_type -> byoc.agent.v1.ConnectResponse
-	31, // [31:33] is the sub-list for method output_type
-	29, // [29:31] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	30, // 29: byoc.agent.v1.ListBreakGlassRequest.time:type_name -> google.protobuf.Timestamp
+	25, // 30: byoc.agent.v1.ListBreakGlassResponse.grants:type_name -> byoc.agent.v1.BreakGlassGrant
+	30, // 31: byoc.agent.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
+	30, // 32: byoc.agent.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
+	30, // 33: byoc.agent.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
+	30, // 34: byoc.agent.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
+	30, // 35: byoc.agent.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
+	25, // 36: byoc.agent.v1.DecideBreakGlassResponse.grant:type_name -> byoc.agent.v1.BreakGlassGrant
+	1,  // 37: byoc.agent.v1.AgentService.Enroll:input_type -> byoc.agent.v1.EnrollRequest
+	4,  // 38: byoc.agent.v1.AgentService.Connect:input_type -> byoc.agent.v1.ConnectRequest
+	23, // 39: byoc.agent.v1.AgentService.ListBreakGlass:input_type -> byoc.agent.v1.ListBreakGlassRequest
+	26, // 40: byoc.agent.v1.AgentService.DecideBreakGlass:input_type -> byoc.agent.v1.DecideBreakGlassRequest
+	2,  // 41: byoc.agent.v1.AgentService.Enroll:output_type -> byoc.agent.v1.EnrollResponse
+	5,  // 42: byoc.agent.v1.AgentService.Connect:output_type -> byoc.agent.v1.ConnectResponse
+	24, // 43: byoc.agent.v1.AgentService.ListBreakGlass:output_type -> byoc.agent.v1.ListBreakGlassResponse
+	27, // 44: byoc.agent.v1.AgentService.DecideBreakGlass:output_type -> byoc.agent.v1.DecideBreakGlassResponse
+	41, // [41:45] is the sub-list for method output_type
+	37, // [37:41] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_byoc_agent_v1_agent_proto_init() }
@@ -2139,7 +2581,7 @@ func file_byoc_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byoc_agent_v1_agent_proto_rawDesc), len(file_byoc_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   24,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

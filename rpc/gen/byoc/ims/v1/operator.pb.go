@@ -4262,6 +4262,544 @@ func (*RemovePluginTypeResponse) Descriptor() ([]byte, []int) {
 	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{64}
 }
 
+type RequestBreakGlassRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Install string                 `protobuf:"bytes,1,opt,name=install,proto3" json:"install,omitempty"`
+	// role is one of the app's break_glass.toml roles; empty takes the first.
+	Role            string `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
+	Reason          string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	DurationSeconds int64  `protobuf:"varint,4,opt,name=duration_seconds,json=durationSeconds,proto3" json:"duration_seconds,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *RequestBreakGlassRequest) Reset() {
+	*x = RequestBreakGlassRequest{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestBreakGlassRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestBreakGlassRequest) ProtoMessage() {}
+
+func (x *RequestBreakGlassRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestBreakGlassRequest.ProtoReflect.Descriptor instead.
+func (*RequestBreakGlassRequest) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *RequestBreakGlassRequest) GetInstall() string {
+	if x != nil {
+		return x.Install
+	}
+	return ""
+}
+
+func (x *RequestBreakGlassRequest) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *RequestBreakGlassRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *RequestBreakGlassRequest) GetDurationSeconds() int64 {
+	if x != nil {
+		return x.DurationSeconds
+	}
+	return 0
+}
+
+type RequestBreakGlassResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Grant         *BreakGlassGrant       `protobuf:"bytes,1,opt,name=grant,proto3" json:"grant,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestBreakGlassResponse) Reset() {
+	*x = RequestBreakGlassResponse{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestBreakGlassResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestBreakGlassResponse) ProtoMessage() {}
+
+func (x *RequestBreakGlassResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestBreakGlassResponse.ProtoReflect.Descriptor instead.
+func (*RequestBreakGlassResponse) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *RequestBreakGlassResponse) GetGrant() *BreakGlassGrant {
+	if x != nil {
+		return x.Grant
+	}
+	return nil
+}
+
+type ListBreakGlassGrantsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// install filters by install id or name; empty lists every install's.
+	Install       string `protobuf:"bytes,1,opt,name=install,proto3" json:"install,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListBreakGlassGrantsRequest) Reset() {
+	*x = ListBreakGlassGrantsRequest{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListBreakGlassGrantsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListBreakGlassGrantsRequest) ProtoMessage() {}
+
+func (x *ListBreakGlassGrantsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListBreakGlassGrantsRequest.ProtoReflect.Descriptor instead.
+func (*ListBreakGlassGrantsRequest) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{67}
+}
+
+func (x *ListBreakGlassGrantsRequest) GetInstall() string {
+	if x != nil {
+		return x.Install
+	}
+	return ""
+}
+
+type ListBreakGlassGrantsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Grants        []*BreakGlassGrant     `protobuf:"bytes,1,rep,name=grants,proto3" json:"grants,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListBreakGlassGrantsResponse) Reset() {
+	*x = ListBreakGlassGrantsResponse{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[68]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListBreakGlassGrantsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListBreakGlassGrantsResponse) ProtoMessage() {}
+
+func (x *ListBreakGlassGrantsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[68]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListBreakGlassGrantsResponse.ProtoReflect.Descriptor instead.
+func (*ListBreakGlassGrantsResponse) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{68}
+}
+
+func (x *ListBreakGlassGrantsResponse) GetGrants() []*BreakGlassGrant {
+	if x != nil {
+		return x.Grants
+	}
+	return nil
+}
+
+// BreakGlassGrant is a break-glass request and what became of it.
+type BreakGlassGrant struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	InstallId   string                 `protobuf:"bytes,2,opt,name=install_id,json=installId,proto3" json:"install_id,omitempty"`
+	InstallName string                 `protobuf:"bytes,3,opt,name=install_name,json=installName,proto3" json:"install_name,omitempty"`
+	Role        string                 `protobuf:"bytes,4,opt,name=role,proto3" json:"role,omitempty"`
+	Reason      string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	// requested_by is the name of the operator token that asked.
+	RequestedBy       string                 `protobuf:"bytes,6,opt,name=requested_by,json=requestedBy,proto3" json:"requested_by,omitempty"`
+	RequestTime       *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=request_time,json=requestTime,proto3" json:"request_time,omitempty"`
+	DurationSeconds   int64                  `protobuf:"varint,8,opt,name=duration_seconds,json=durationSeconds,proto3" json:"duration_seconds,omitempty"`
+	RequestExpireTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=request_expire_time,json=requestExpireTime,proto3" json:"request_expire_time,omitempty"`
+	// state is pending, approved, denied, expired or revoked.
+	State string `protobuf:"bytes,10,opt,name=state,proto3" json:"state,omitempty"`
+	// decided_by is who approved or denied it in the customer's account.
+	DecidedBy      string                 `protobuf:"bytes,11,opt,name=decided_by,json=decidedBy,proto3" json:"decided_by,omitempty"`
+	DecideTime     *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=decide_time,json=decideTime,proto3" json:"decide_time,omitempty"`
+	DecisionReason string                 `protobuf:"bytes,13,opt,name=decision_reason,json=decisionReason,proto3" json:"decision_reason,omitempty"`
+	// expire_time is when an approved grant ends (the agent's clock decides).
+	ExpireTime *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
+	RevokedBy  string                 `protobuf:"bytes,15,opt,name=revoked_by,json=revokedBy,proto3" json:"revoked_by,omitempty"`
+	RevokeTime *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=revoke_time,json=revokeTime,proto3" json:"revoke_time,omitempty"`
+	// signed is set when the decision carries the agent's signature and
+	// imsd verified it with the agent's key.
+	Signed        bool `protobuf:"varint,17,opt,name=signed,proto3" json:"signed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BreakGlassGrant) Reset() {
+	*x = BreakGlassGrant{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[69]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BreakGlassGrant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BreakGlassGrant) ProtoMessage() {}
+
+func (x *BreakGlassGrant) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[69]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BreakGlassGrant.ProtoReflect.Descriptor instead.
+func (*BreakGlassGrant) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{69}
+}
+
+func (x *BreakGlassGrant) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *BreakGlassGrant) GetInstallId() string {
+	if x != nil {
+		return x.InstallId
+	}
+	return ""
+}
+
+func (x *BreakGlassGrant) GetInstallName() string {
+	if x != nil {
+		return x.InstallName
+	}
+	return ""
+}
+
+func (x *BreakGlassGrant) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *BreakGlassGrant) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *BreakGlassGrant) GetRequestedBy() string {
+	if x != nil {
+		return x.RequestedBy
+	}
+	return ""
+}
+
+func (x *BreakGlassGrant) GetRequestTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RequestTime
+	}
+	return nil
+}
+
+func (x *BreakGlassGrant) GetDurationSeconds() int64 {
+	if x != nil {
+		return x.DurationSeconds
+	}
+	return 0
+}
+
+func (x *BreakGlassGrant) GetRequestExpireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RequestExpireTime
+	}
+	return nil
+}
+
+func (x *BreakGlassGrant) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *BreakGlassGrant) GetDecidedBy() string {
+	if x != nil {
+		return x.DecidedBy
+	}
+	return ""
+}
+
+func (x *BreakGlassGrant) GetDecideTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DecideTime
+	}
+	return nil
+}
+
+func (x *BreakGlassGrant) GetDecisionReason() string {
+	if x != nil {
+		return x.DecisionReason
+	}
+	return ""
+}
+
+func (x *BreakGlassGrant) GetExpireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpireTime
+	}
+	return nil
+}
+
+func (x *BreakGlassGrant) GetRevokedBy() string {
+	if x != nil {
+		return x.RevokedBy
+	}
+	return ""
+}
+
+func (x *BreakGlassGrant) GetRevokeTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RevokeTime
+	}
+	return nil
+}
+
+func (x *BreakGlassGrant) GetSigned() bool {
+	if x != nil {
+		return x.Signed
+	}
+	return false
+}
+
+type GetBreakGlassPolicyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Install       string                 `protobuf:"bytes,1,opt,name=install,proto3" json:"install,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetBreakGlassPolicyRequest) Reset() {
+	*x = GetBreakGlassPolicyRequest{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[70]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetBreakGlassPolicyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetBreakGlassPolicyRequest) ProtoMessage() {}
+
+func (x *GetBreakGlassPolicyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[70]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetBreakGlassPolicyRequest.ProtoReflect.Descriptor instead.
+func (*GetBreakGlassPolicyRequest) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{70}
+}
+
+func (x *GetBreakGlassPolicyRequest) GetInstall() string {
+	if x != nil {
+		return x.Install
+	}
+	return ""
+}
+
+type GetBreakGlassPolicyResponse struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	Roles              []*BreakGlassRole      `protobuf:"bytes,1,rep,name=roles,proto3" json:"roles,omitempty"`
+	MaxDurationSeconds int64                  `protobuf:"varint,2,opt,name=max_duration_seconds,json=maxDurationSeconds,proto3" json:"max_duration_seconds,omitempty"`
+	RequireReason      bool                   `protobuf:"varint,3,opt,name=require_reason,json=requireReason,proto3" json:"require_reason,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *GetBreakGlassPolicyResponse) Reset() {
+	*x = GetBreakGlassPolicyResponse{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[71]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetBreakGlassPolicyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetBreakGlassPolicyResponse) ProtoMessage() {}
+
+func (x *GetBreakGlassPolicyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[71]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetBreakGlassPolicyResponse.ProtoReflect.Descriptor instead.
+func (*GetBreakGlassPolicyResponse) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{71}
+}
+
+func (x *GetBreakGlassPolicyResponse) GetRoles() []*BreakGlassRole {
+	if x != nil {
+		return x.Roles
+	}
+	return nil
+}
+
+func (x *GetBreakGlassPolicyResponse) GetMaxDurationSeconds() int64 {
+	if x != nil {
+		return x.MaxDurationSeconds
+	}
+	return 0
+}
+
+func (x *GetBreakGlassPolicyResponse) GetRequireReason() bool {
+	if x != nil {
+		return x.RequireReason
+	}
+	return false
+}
+
+// BreakGlassRole is a role of break_glass.toml.
+type BreakGlassRole struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Description   string                 `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BreakGlassRole) Reset() {
+	*x = BreakGlassRole{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[72]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BreakGlassRole) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BreakGlassRole) ProtoMessage() {}
+
+func (x *BreakGlassRole) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[72]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BreakGlassRole.ProtoReflect.Descriptor instead.
+func (*BreakGlassRole) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{72}
+}
+
+func (x *BreakGlassRole) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *BreakGlassRole) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
 var File_byoc_ims_v1_operator_proto protoreflect.FileDescriptor
 
 const file_byoc_ims_v1_operator_proto_rawDesc = "" +
@@ -4574,7 +5112,52 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"pluginType\"-\n" +
 	"\x17RemovePluginTypeRequest\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\"\x1a\n" +
-	"\x18RemovePluginTypeResponse*=\n" +
+	"\x18RemovePluginTypeResponse\"\x8b\x01\n" +
+	"\x18RequestBreakGlassRequest\x12\x18\n" +
+	"\ainstall\x18\x01 \x01(\tR\ainstall\x12\x12\n" +
+	"\x04role\x18\x02 \x01(\tR\x04role\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12)\n" +
+	"\x10duration_seconds\x18\x04 \x01(\x03R\x0fdurationSeconds\"O\n" +
+	"\x19RequestBreakGlassResponse\x122\n" +
+	"\x05grant\x18\x01 \x01(\v2\x1c.byoc.ims.v1.BreakGlassGrantR\x05grant\"7\n" +
+	"\x1bListBreakGlassGrantsRequest\x12\x18\n" +
+	"\ainstall\x18\x01 \x01(\tR\ainstall\"T\n" +
+	"\x1cListBreakGlassGrantsResponse\x124\n" +
+	"\x06grants\x18\x01 \x03(\v2\x1c.byoc.ims.v1.BreakGlassGrantR\x06grants\"\xb4\x05\n" +
+	"\x0fBreakGlassGrant\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
+	"\n" +
+	"install_id\x18\x02 \x01(\tR\tinstallId\x12!\n" +
+	"\finstall_name\x18\x03 \x01(\tR\vinstallName\x12\x12\n" +
+	"\x04role\x18\x04 \x01(\tR\x04role\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12!\n" +
+	"\frequested_by\x18\x06 \x01(\tR\vrequestedBy\x12=\n" +
+	"\frequest_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\vrequestTime\x12)\n" +
+	"\x10duration_seconds\x18\b \x01(\x03R\x0fdurationSeconds\x12J\n" +
+	"\x13request_expire_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x11requestExpireTime\x12\x14\n" +
+	"\x05state\x18\n" +
+	" \x01(\tR\x05state\x12\x1d\n" +
+	"\n" +
+	"decided_by\x18\v \x01(\tR\tdecidedBy\x12;\n" +
+	"\vdecide_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"decideTime\x12'\n" +
+	"\x0fdecision_reason\x18\r \x01(\tR\x0edecisionReason\x12;\n" +
+	"\vexpire_time\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"expireTime\x12\x1d\n" +
+	"\n" +
+	"revoked_by\x18\x0f \x01(\tR\trevokedBy\x12;\n" +
+	"\vrevoke_time\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"revokeTime\x12\x16\n" +
+	"\x06signed\x18\x11 \x01(\bR\x06signed\"6\n" +
+	"\x1aGetBreakGlassPolicyRequest\x12\x18\n" +
+	"\ainstall\x18\x01 \x01(\tR\ainstall\"\xa9\x01\n" +
+	"\x1bGetBreakGlassPolicyResponse\x121\n" +
+	"\x05roles\x18\x01 \x03(\v2\x1b.byoc.ims.v1.BreakGlassRoleR\x05roles\x120\n" +
+	"\x14max_duration_seconds\x18\x02 \x01(\x03R\x12maxDurationSeconds\x12%\n" +
+	"\x0erequire_reason\x18\x03 \x01(\bR\rrequireReason\"F\n" +
+	"\x0eBreakGlassRole\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription*=\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -4594,7 +5177,7 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x16LOG_STREAM_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11LOG_STREAM_STDOUT\x10\x01\x12\x15\n" +
 	"\x11LOG_STREAM_STDERR\x10\x02\x12\x15\n" +
-	"\x11LOG_STREAM_SYSTEM\x10\x032\xe4\x17\n" +
+	"\x11LOG_STREAM_SYSTEM\x10\x032\x9f\x1a\n" +
 	"\x0fOperatorService\x12A\n" +
 	"\x06WhoAmI\x12\x1a.byoc.ims.v1.WhoAmIRequest\x1a\x1b.byoc.ims.v1.WhoAmIResponse\x12Y\n" +
 	"\x0eCreateApiToken\x12\".byoc.ims.v1.CreateApiTokenRequest\x1a#.byoc.ims.v1.CreateApiTokenResponse\x12J\n" +
@@ -4632,7 +5215,10 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\vListActions\x12\x1f.byoc.ims.v1.ListActionsRequest\x1a .byoc.ims.v1.ListActionsResponse\x12Y\n" +
 	"\x0eStartActionRun\x12\".byoc.ims.v1.StartActionRunRequest\x1a#.byoc.ims.v1.StartActionRunResponse\x12Y\n" +
 	"\x0eListActionRuns\x12\".byoc.ims.v1.ListActionRunsRequest\x1a#.byoc.ims.v1.ListActionRunsResponse\x12S\n" +
-	"\fGetActionRun\x12 .byoc.ims.v1.GetActionRunRequest\x1a!.byoc.ims.v1.GetActionRunResponseB\xa2\x01\n" +
+	"\fGetActionRun\x12 .byoc.ims.v1.GetActionRunRequest\x1a!.byoc.ims.v1.GetActionRunResponse\x12b\n" +
+	"\x11RequestBreakGlass\x12%.byoc.ims.v1.RequestBreakGlassRequest\x1a&.byoc.ims.v1.RequestBreakGlassResponse\x12k\n" +
+	"\x14ListBreakGlassGrants\x12(.byoc.ims.v1.ListBreakGlassGrantsRequest\x1a).byoc.ims.v1.ListBreakGlassGrantsResponse\x12h\n" +
+	"\x13GetBreakGlassPolicy\x12'.byoc.ims.v1.GetBreakGlassPolicyRequest\x1a(.byoc.ims.v1.GetBreakGlassPolicyResponseB\xa2\x01\n" +
 	"\x0fcom.byoc.ims.v1B\rOperatorProtoP\x01Z2github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1;imsv1\xa2\x02\x03BIX\xaa\x02\vByoc.Ims.V1\xca\x02\vByoc\\Ims\\V1\xe2\x02\x17Byoc\\Ims\\V1\\GPBMetadata\xea\x02\rByoc::Ims::V1b\x06proto3"
 
 var (
@@ -4648,7 +5234,7 @@ func file_byoc_ims_v1_operator_proto_rawDescGZIP() []byte {
 }
 
 var file_byoc_ims_v1_operator_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_byoc_ims_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
+var file_byoc_ims_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 78)
 var file_byoc_ims_v1_operator_proto_goTypes = []any{
 	(Role)(0),                             // 0: byoc.ims.v1.Role
 	(JobState)(0),                         // 1: byoc.ims.v1.JobState
@@ -4718,187 +5304,209 @@ var file_byoc_ims_v1_operator_proto_goTypes = []any{
 	(*GetPluginTypeResponse)(nil),         // 65: byoc.ims.v1.GetPluginTypeResponse
 	(*RemovePluginTypeRequest)(nil),       // 66: byoc.ims.v1.RemovePluginTypeRequest
 	(*RemovePluginTypeResponse)(nil),      // 67: byoc.ims.v1.RemovePluginTypeResponse
-	nil,                                   // 68: byoc.ims.v1.Install.InputsEntry
-	nil,                                   // 69: byoc.ims.v1.InstallSettings.OverridesEntry
-	nil,                                   // 70: byoc.ims.v1.CreateInstallRequest.InputsEntry
-	nil,                                   // 71: byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
-	nil,                                   // 72: byoc.ims.v1.Job.OutputsEntry
-	(*timestamppb.Timestamp)(nil),         // 73: google.protobuf.Timestamp
-	(*InstallHealth)(nil),                 // 74: byoc.ims.v1.InstallHealth
-	(*Workflow)(nil),                      // 75: byoc.ims.v1.Workflow
-	(*structpb.Struct)(nil),               // 76: google.protobuf.Struct
-	(*structpb.Value)(nil),                // 77: google.protobuf.Value
-	(*PlanInstallRequest)(nil),            // 78: byoc.ims.v1.PlanInstallRequest
-	(*StartWorkflowRequest)(nil),          // 79: byoc.ims.v1.StartWorkflowRequest
-	(*ListWorkflowsRequest)(nil),          // 80: byoc.ims.v1.ListWorkflowsRequest
-	(*GetWorkflowRequest)(nil),            // 81: byoc.ims.v1.GetWorkflowRequest
-	(*ApproveWorkflowRequest)(nil),        // 82: byoc.ims.v1.ApproveWorkflowRequest
-	(*CancelWorkflowRequest)(nil),         // 83: byoc.ims.v1.CancelWorkflowRequest
-	(*RetryWorkflowStepRequest)(nil),      // 84: byoc.ims.v1.RetryWorkflowStepRequest
-	(*ListActionsRequest)(nil),            // 85: byoc.ims.v1.ListActionsRequest
-	(*StartActionRunRequest)(nil),         // 86: byoc.ims.v1.StartActionRunRequest
-	(*ListActionRunsRequest)(nil),         // 87: byoc.ims.v1.ListActionRunsRequest
-	(*GetActionRunRequest)(nil),           // 88: byoc.ims.v1.GetActionRunRequest
-	(*PlanInstallResponse)(nil),           // 89: byoc.ims.v1.PlanInstallResponse
-	(*StartWorkflowResponse)(nil),         // 90: byoc.ims.v1.StartWorkflowResponse
-	(*ListWorkflowsResponse)(nil),         // 91: byoc.ims.v1.ListWorkflowsResponse
-	(*GetWorkflowResponse)(nil),           // 92: byoc.ims.v1.GetWorkflowResponse
-	(*ApproveWorkflowResponse)(nil),       // 93: byoc.ims.v1.ApproveWorkflowResponse
-	(*CancelWorkflowResponse)(nil),        // 94: byoc.ims.v1.CancelWorkflowResponse
-	(*RetryWorkflowStepResponse)(nil),     // 95: byoc.ims.v1.RetryWorkflowStepResponse
-	(*ListActionsResponse)(nil),           // 96: byoc.ims.v1.ListActionsResponse
-	(*StartActionRunResponse)(nil),        // 97: byoc.ims.v1.StartActionRunResponse
-	(*ListActionRunsResponse)(nil),        // 98: byoc.ims.v1.ListActionRunsResponse
-	(*GetActionRunResponse)(nil),          // 99: byoc.ims.v1.GetActionRunResponse
+	(*RequestBreakGlassRequest)(nil),      // 68: byoc.ims.v1.RequestBreakGlassRequest
+	(*RequestBreakGlassResponse)(nil),     // 69: byoc.ims.v1.RequestBreakGlassResponse
+	(*ListBreakGlassGrantsRequest)(nil),   // 70: byoc.ims.v1.ListBreakGlassGrantsRequest
+	(*ListBreakGlassGrantsResponse)(nil),  // 71: byoc.ims.v1.ListBreakGlassGrantsResponse
+	(*BreakGlassGrant)(nil),               // 72: byoc.ims.v1.BreakGlassGrant
+	(*GetBreakGlassPolicyRequest)(nil),    // 73: byoc.ims.v1.GetBreakGlassPolicyRequest
+	(*GetBreakGlassPolicyResponse)(nil),   // 74: byoc.ims.v1.GetBreakGlassPolicyResponse
+	(*BreakGlassRole)(nil),                // 75: byoc.ims.v1.BreakGlassRole
+	nil,                                   // 76: byoc.ims.v1.Install.InputsEntry
+	nil,                                   // 77: byoc.ims.v1.InstallSettings.OverridesEntry
+	nil,                                   // 78: byoc.ims.v1.CreateInstallRequest.InputsEntry
+	nil,                                   // 79: byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
+	nil,                                   // 80: byoc.ims.v1.Job.OutputsEntry
+	(*timestamppb.Timestamp)(nil),         // 81: google.protobuf.Timestamp
+	(*InstallHealth)(nil),                 // 82: byoc.ims.v1.InstallHealth
+	(*Workflow)(nil),                      // 83: byoc.ims.v1.Workflow
+	(*structpb.Struct)(nil),               // 84: google.protobuf.Struct
+	(*structpb.Value)(nil),                // 85: google.protobuf.Value
+	(*PlanInstallRequest)(nil),            // 86: byoc.ims.v1.PlanInstallRequest
+	(*StartWorkflowRequest)(nil),          // 87: byoc.ims.v1.StartWorkflowRequest
+	(*ListWorkflowsRequest)(nil),          // 88: byoc.ims.v1.ListWorkflowsRequest
+	(*GetWorkflowRequest)(nil),            // 89: byoc.ims.v1.GetWorkflowRequest
+	(*ApproveWorkflowRequest)(nil),        // 90: byoc.ims.v1.ApproveWorkflowRequest
+	(*CancelWorkflowRequest)(nil),         // 91: byoc.ims.v1.CancelWorkflowRequest
+	(*RetryWorkflowStepRequest)(nil),      // 92: byoc.ims.v1.RetryWorkflowStepRequest
+	(*ListActionsRequest)(nil),            // 93: byoc.ims.v1.ListActionsRequest
+	(*StartActionRunRequest)(nil),         // 94: byoc.ims.v1.StartActionRunRequest
+	(*ListActionRunsRequest)(nil),         // 95: byoc.ims.v1.ListActionRunsRequest
+	(*GetActionRunRequest)(nil),           // 96: byoc.ims.v1.GetActionRunRequest
+	(*PlanInstallResponse)(nil),           // 97: byoc.ims.v1.PlanInstallResponse
+	(*StartWorkflowResponse)(nil),         // 98: byoc.ims.v1.StartWorkflowResponse
+	(*ListWorkflowsResponse)(nil),         // 99: byoc.ims.v1.ListWorkflowsResponse
+	(*GetWorkflowResponse)(nil),           // 100: byoc.ims.v1.GetWorkflowResponse
+	(*ApproveWorkflowResponse)(nil),       // 101: byoc.ims.v1.ApproveWorkflowResponse
+	(*CancelWorkflowResponse)(nil),        // 102: byoc.ims.v1.CancelWorkflowResponse
+	(*RetryWorkflowStepResponse)(nil),     // 103: byoc.ims.v1.RetryWorkflowStepResponse
+	(*ListActionsResponse)(nil),           // 104: byoc.ims.v1.ListActionsResponse
+	(*StartActionRunResponse)(nil),        // 105: byoc.ims.v1.StartActionRunResponse
+	(*ListActionRunsResponse)(nil),        // 106: byoc.ims.v1.ListActionRunsResponse
+	(*GetActionRunResponse)(nil),          // 107: byoc.ims.v1.GetActionRunResponse
 }
 var file_byoc_ims_v1_operator_proto_depIdxs = []int32{
 	0,   // 0: byoc.ims.v1.WhoAmIResponse.role:type_name -> byoc.ims.v1.Role
 	0,   // 1: byoc.ims.v1.CreateApiTokenRequest.role:type_name -> byoc.ims.v1.Role
-	73,  // 2: byoc.ims.v1.App.create_time:type_name -> google.protobuf.Timestamp
+	81,  // 2: byoc.ims.v1.App.create_time:type_name -> google.protobuf.Timestamp
 	7,   // 3: byoc.ims.v1.CreateAppResponse.app:type_name -> byoc.ims.v1.App
 	7,   // 4: byoc.ims.v1.ListAppsResponse.apps:type_name -> byoc.ims.v1.App
 	7,   // 5: byoc.ims.v1.GetAppResponse.app:type_name -> byoc.ims.v1.App
-	73,  // 6: byoc.ims.v1.AgentStatus.last_seen_time:type_name -> google.protobuf.Timestamp
-	73,  // 7: byoc.ims.v1.AgentStatus.enroll_time:type_name -> google.protobuf.Timestamp
-	73,  // 8: byoc.ims.v1.AgentStatus.identity_conflict_time:type_name -> google.protobuf.Timestamp
+	81,  // 6: byoc.ims.v1.AgentStatus.last_seen_time:type_name -> google.protobuf.Timestamp
+	81,  // 7: byoc.ims.v1.AgentStatus.enroll_time:type_name -> google.protobuf.Timestamp
+	81,  // 8: byoc.ims.v1.AgentStatus.identity_conflict_time:type_name -> google.protobuf.Timestamp
 	15,  // 9: byoc.ims.v1.AgentStatus.permissions:type_name -> byoc.ims.v1.Permissions
-	73,  // 10: byoc.ims.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
-	73,  // 11: byoc.ims.v1.Permissions.report_time:type_name -> google.protobuf.Timestamp
-	68,  // 12: byoc.ims.v1.Install.inputs:type_name -> byoc.ims.v1.Install.InputsEntry
-	73,  // 13: byoc.ims.v1.Install.create_time:type_name -> google.protobuf.Timestamp
+	81,  // 10: byoc.ims.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
+	81,  // 11: byoc.ims.v1.Permissions.report_time:type_name -> google.protobuf.Timestamp
+	76,  // 12: byoc.ims.v1.Install.inputs:type_name -> byoc.ims.v1.Install.InputsEntry
+	81,  // 13: byoc.ims.v1.Install.create_time:type_name -> google.protobuf.Timestamp
 	14,  // 14: byoc.ims.v1.Install.agent:type_name -> byoc.ims.v1.AgentStatus
 	17,  // 15: byoc.ims.v1.Install.settings:type_name -> byoc.ims.v1.InstallSettings
-	74,  // 16: byoc.ims.v1.Install.health:type_name -> byoc.ims.v1.InstallHealth
-	69,  // 17: byoc.ims.v1.InstallSettings.overrides:type_name -> byoc.ims.v1.InstallSettings.OverridesEntry
-	70,  // 18: byoc.ims.v1.CreateInstallRequest.inputs:type_name -> byoc.ims.v1.CreateInstallRequest.InputsEntry
+	82,  // 16: byoc.ims.v1.Install.health:type_name -> byoc.ims.v1.InstallHealth
+	77,  // 17: byoc.ims.v1.InstallSettings.overrides:type_name -> byoc.ims.v1.InstallSettings.OverridesEntry
+	78,  // 18: byoc.ims.v1.CreateInstallRequest.inputs:type_name -> byoc.ims.v1.CreateInstallRequest.InputsEntry
 	16,  // 19: byoc.ims.v1.CreateInstallResponse.install:type_name -> byoc.ims.v1.Install
 	20,  // 20: byoc.ims.v1.CreateInstallResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	73,  // 21: byoc.ims.v1.EnrollmentToken.expire_time:type_name -> google.protobuf.Timestamp
+	81,  // 21: byoc.ims.v1.EnrollmentToken.expire_time:type_name -> google.protobuf.Timestamp
 	16,  // 22: byoc.ims.v1.ListInstallsResponse.installs:type_name -> byoc.ims.v1.Install
 	16,  // 23: byoc.ims.v1.GetInstallResponse.install:type_name -> byoc.ims.v1.Install
 	16,  // 24: byoc.ims.v1.InstallStatus.install:type_name -> byoc.ims.v1.Install
 	25,  // 25: byoc.ims.v1.WatchInstallsResponse.installs:type_name -> byoc.ims.v1.InstallStatus
-	71,  // 26: byoc.ims.v1.UpdateInstallRequest.set_inputs:type_name -> byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
+	79,  // 26: byoc.ims.v1.UpdateInstallRequest.set_inputs:type_name -> byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
 	16,  // 27: byoc.ims.v1.UpdateInstallResponse.install:type_name -> byoc.ims.v1.Install
-	75,  // 28: byoc.ims.v1.UpdateInstallResponse.workflow:type_name -> byoc.ims.v1.Workflow
+	83,  // 28: byoc.ims.v1.UpdateInstallResponse.workflow:type_name -> byoc.ims.v1.Workflow
 	20,  // 29: byoc.ims.v1.CreateEnrollmentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	76,  // 30: byoc.ims.v1.Job.config:type_name -> google.protobuf.Struct
+	84,  // 30: byoc.ims.v1.Job.config:type_name -> google.protobuf.Struct
 	1,   // 31: byoc.ims.v1.Job.state:type_name -> byoc.ims.v1.JobState
-	73,  // 32: byoc.ims.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	73,  // 33: byoc.ims.v1.Job.start_time:type_name -> google.protobuf.Timestamp
-	73,  // 34: byoc.ims.v1.Job.end_time:type_name -> google.protobuf.Timestamp
-	73,  // 35: byoc.ims.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
-	72,  // 36: byoc.ims.v1.Job.outputs:type_name -> byoc.ims.v1.Job.OutputsEntry
+	81,  // 32: byoc.ims.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	81,  // 33: byoc.ims.v1.Job.start_time:type_name -> google.protobuf.Timestamp
+	81,  // 34: byoc.ims.v1.Job.end_time:type_name -> google.protobuf.Timestamp
+	81,  // 35: byoc.ims.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
+	80,  // 36: byoc.ims.v1.Job.outputs:type_name -> byoc.ims.v1.Job.OutputsEntry
 	33,  // 37: byoc.ims.v1.Job.planned_changes:type_name -> byoc.ims.v1.PlannedChange
-	77,  // 38: byoc.ims.v1.PlannedChange.before:type_name -> google.protobuf.Value
-	77,  // 39: byoc.ims.v1.PlannedChange.after:type_name -> google.protobuf.Value
-	76,  // 40: byoc.ims.v1.EnqueueJobRequest.config:type_name -> google.protobuf.Struct
+	85,  // 38: byoc.ims.v1.PlannedChange.before:type_name -> google.protobuf.Value
+	85,  // 39: byoc.ims.v1.PlannedChange.after:type_name -> google.protobuf.Value
+	84,  // 40: byoc.ims.v1.EnqueueJobRequest.config:type_name -> google.protobuf.Struct
 	32,  // 41: byoc.ims.v1.EnqueueJobResponse.job:type_name -> byoc.ims.v1.Job
 	34,  // 42: byoc.ims.v1.EnqueueJobsRequest.jobs:type_name -> byoc.ims.v1.EnqueueJobRequest
 	32,  // 43: byoc.ims.v1.EnqueueJobsResponse.jobs:type_name -> byoc.ims.v1.Job
 	1,   // 44: byoc.ims.v1.ListJobsRequest.states:type_name -> byoc.ims.v1.JobState
 	32,  // 45: byoc.ims.v1.ListJobsResponse.jobs:type_name -> byoc.ims.v1.Job
 	32,  // 46: byoc.ims.v1.GetJobResponse.job:type_name -> byoc.ims.v1.Job
-	73,  // 47: byoc.ims.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	81,  // 47: byoc.ims.v1.LogLine.time:type_name -> google.protobuf.Timestamp
 	2,   // 48: byoc.ims.v1.LogLine.stream:type_name -> byoc.ims.v1.LogStream
 	42,  // 49: byoc.ims.v1.StreamJobLogsResponse.lines:type_name -> byoc.ims.v1.LogLine
 	32,  // 50: byoc.ims.v1.StreamJobLogsResponse.job:type_name -> byoc.ims.v1.Job
 	32,  // 51: byoc.ims.v1.CancelJobResponse.job:type_name -> byoc.ims.v1.Job
-	73,  // 52: byoc.ims.v1.AppRevision.create_time:type_name -> google.protobuf.Timestamp
+	81,  // 52: byoc.ims.v1.AppRevision.create_time:type_name -> google.protobuf.Timestamp
 	47,  // 53: byoc.ims.v1.PushAppRevisionRequest.files:type_name -> byoc.ims.v1.AppFile
 	7,   // 54: byoc.ims.v1.PushAppRevisionResponse.app:type_name -> byoc.ims.v1.App
 	48,  // 55: byoc.ims.v1.PushAppRevisionResponse.revision:type_name -> byoc.ims.v1.AppRevision
 	56,  // 56: byoc.ims.v1.PushAppRevisionResponse.changes:type_name -> byoc.ims.v1.ConfigChange
 	51,  // 57: byoc.ims.v1.PushAppRevisionResponse.installs:type_name -> byoc.ims.v1.InstallApplied
-	75,  // 58: byoc.ims.v1.PushAppRevisionResponse.workflows:type_name -> byoc.ims.v1.Workflow
+	83,  // 58: byoc.ims.v1.PushAppRevisionResponse.workflows:type_name -> byoc.ims.v1.Workflow
 	16,  // 59: byoc.ims.v1.InstallApplied.install:type_name -> byoc.ims.v1.Install
 	20,  // 60: byoc.ims.v1.InstallApplied.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
 	48,  // 61: byoc.ims.v1.ListAppRevisionsResponse.revisions:type_name -> byoc.ims.v1.AppRevision
 	56,  // 62: byoc.ims.v1.DiffAppRevisionsResponse.changes:type_name -> byoc.ims.v1.ConfigChange
 	57,  // 63: byoc.ims.v1.ConfigDiagnostics.diagnostics:type_name -> byoc.ims.v1.ConfigDiagnostic
-	77,  // 64: byoc.ims.v1.PluginType.config_schema:type_name -> google.protobuf.Value
-	77,  // 65: byoc.ims.v1.PluginType.outputs_schema:type_name -> google.protobuf.Value
-	73,  // 66: byoc.ims.v1.PluginType.register_time:type_name -> google.protobuf.Timestamp
+	85,  // 64: byoc.ims.v1.PluginType.config_schema:type_name -> google.protobuf.Value
+	85,  // 65: byoc.ims.v1.PluginType.outputs_schema:type_name -> google.protobuf.Value
+	81,  // 66: byoc.ims.v1.PluginType.register_time:type_name -> google.protobuf.Timestamp
 	59,  // 67: byoc.ims.v1.RegisterPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
 	59,  // 68: byoc.ims.v1.RegisterPluginTypeResponse.replaced:type_name -> byoc.ims.v1.PluginType
 	59,  // 69: byoc.ims.v1.ListPluginTypesResponse.plugin_types:type_name -> byoc.ims.v1.PluginType
 	59,  // 70: byoc.ims.v1.GetPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
-	76,  // 71: byoc.ims.v1.InstallSettings.OverridesEntry.value:type_name -> google.protobuf.Struct
-	3,   // 72: byoc.ims.v1.OperatorService.WhoAmI:input_type -> byoc.ims.v1.WhoAmIRequest
-	5,   // 73: byoc.ims.v1.OperatorService.CreateApiToken:input_type -> byoc.ims.v1.CreateApiTokenRequest
-	8,   // 74: byoc.ims.v1.OperatorService.CreateApp:input_type -> byoc.ims.v1.CreateAppRequest
-	10,  // 75: byoc.ims.v1.OperatorService.ListApps:input_type -> byoc.ims.v1.ListAppsRequest
-	12,  // 76: byoc.ims.v1.OperatorService.GetApp:input_type -> byoc.ims.v1.GetAppRequest
-	49,  // 77: byoc.ims.v1.OperatorService.PushAppRevision:input_type -> byoc.ims.v1.PushAppRevisionRequest
-	52,  // 78: byoc.ims.v1.OperatorService.ListAppRevisions:input_type -> byoc.ims.v1.ListAppRevisionsRequest
-	54,  // 79: byoc.ims.v1.OperatorService.DiffAppRevisions:input_type -> byoc.ims.v1.DiffAppRevisionsRequest
-	18,  // 80: byoc.ims.v1.OperatorService.CreateInstall:input_type -> byoc.ims.v1.CreateInstallRequest
-	21,  // 81: byoc.ims.v1.OperatorService.ListInstalls:input_type -> byoc.ims.v1.ListInstallsRequest
-	23,  // 82: byoc.ims.v1.OperatorService.GetInstall:input_type -> byoc.ims.v1.GetInstallRequest
-	26,  // 83: byoc.ims.v1.OperatorService.WatchInstalls:input_type -> byoc.ims.v1.WatchInstallsRequest
-	30,  // 84: byoc.ims.v1.OperatorService.CreateEnrollmentToken:input_type -> byoc.ims.v1.CreateEnrollmentTokenRequest
-	28,  // 85: byoc.ims.v1.OperatorService.UpdateInstall:input_type -> byoc.ims.v1.UpdateInstallRequest
-	78,  // 86: byoc.ims.v1.OperatorService.PlanInstall:input_type -> byoc.ims.v1.PlanInstallRequest
-	79,  // 87: byoc.ims.v1.OperatorService.StartWorkflow:input_type -> byoc.ims.v1.StartWorkflowRequest
-	80,  // 88: byoc.ims.v1.OperatorService.ListWorkflows:input_type -> byoc.ims.v1.ListWorkflowsRequest
-	81,  // 89: byoc.ims.v1.OperatorService.GetWorkflow:input_type -> byoc.ims.v1.GetWorkflowRequest
-	82,  // 90: byoc.ims.v1.OperatorService.ApproveWorkflow:input_type -> byoc.ims.v1.ApproveWorkflowRequest
-	83,  // 91: byoc.ims.v1.OperatorService.CancelWorkflow:input_type -> byoc.ims.v1.CancelWorkflowRequest
-	84,  // 92: byoc.ims.v1.OperatorService.RetryWorkflowStep:input_type -> byoc.ims.v1.RetryWorkflowStepRequest
-	34,  // 93: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
-	36,  // 94: byoc.ims.v1.OperatorService.EnqueueJobs:input_type -> byoc.ims.v1.EnqueueJobsRequest
-	38,  // 95: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
-	40,  // 96: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
-	43,  // 97: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
-	45,  // 98: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
-	60,  // 99: byoc.ims.v1.OperatorService.RegisterPluginType:input_type -> byoc.ims.v1.RegisterPluginTypeRequest
-	62,  // 100: byoc.ims.v1.OperatorService.ListPluginTypes:input_type -> byoc.ims.v1.ListPluginTypesRequest
-	64,  // 101: byoc.ims.v1.OperatorService.GetPluginType:input_type -> byoc.ims.v1.GetPluginTypeRequest
-	66,  // 102: byoc.ims.v1.OperatorService.RemovePluginType:input_type -> byoc.ims.v1.RemovePluginTypeRequest
-	85,  // 103: byoc.ims.v1.OperatorService.ListActions:input_type -> byoc.ims.v1.ListActionsRequest
-	86,  // 104: byoc.ims.v1.OperatorService.StartActionRun:input_type -> byoc.ims.v1.StartActionRunRequest
-	87,  // 105: byoc.ims.v1.OperatorService.ListActionRuns:input_type -> byoc.ims.v1.ListActionRunsRequest
-	88,  // 106: byoc.ims.v1.OperatorService.GetActionRun:input_type -> byoc.ims.v1.GetActionRunRequest
-	4,   // 107: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
-	6,   // 108: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
-	9,   // 109: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
-	11,  // 110: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
-	13,  // 111: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
-	50,  // 112: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
-	53,  // 113: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
-	55,  // 114: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
-	19,  // 115: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
-	22,  // 116: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
-	24,  // 117: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
-	27,  // 118: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
-	31,  // 119: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
-	29,  // 120: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
-	89,  // 121: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
-	90,  // 122: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
-	91,  // 123: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
-	92,  // 124: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
-	93,  // 125: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
-	94,  // 126: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
-	95,  // 127: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
-	35,  // 128: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
-	37,  // 129: byoc.ims.v1.OperatorService.EnqueueJobs:output_type -> byoc.ims.v1.EnqueueJobsResponse
-	39,  // 130: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
-	41,  // 131: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
-	44,  // 132: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
-	46,  // 133: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
-	61,  // 134: byoc.ims.v1.OperatorService.RegisterPluginType:output_type -> byoc.ims.v1.RegisterPluginTypeResponse
-	63,  // 135: byoc.ims.v1.OperatorService.ListPluginTypes:output_type -> byoc.ims.v1.ListPluginTypesResponse
-	65,  // 136: byoc.ims.v1.OperatorService.GetPluginType:output_type -> byoc.ims.v1.GetPluginTypeResponse
-	67,  // 137: byoc.ims.v1.OperatorService.RemovePluginType:output_type -> byoc.ims.v1.RemovePluginTypeResponse
-	96,  // 138: byoc.ims.v1.OperatorService.ListActions:output_type -> byoc.ims.v1.ListActionsResponse
-	97,  // 139: byoc.ims.v1.OperatorService.StartActionRun:output_type -> byoc.ims.v1.StartActionRunResponse
-	98,  // 140: byoc.ims.v1.OperatorService.ListActionRuns:output_type -> byoc.ims.v1.ListActionRunsResponse
-	99,  // 141: byoc.ims.v1.OperatorService.GetActionRun:output_type -> byoc.ims.v1.GetActionRunResponse
-	107, // [107:142] is the sub-list for method output_type
-	72,  // [72:107] is the sub-list for method input_type
-	72,  // [72:72] is the sub-list for extension type_name
-	72,  // [72:72] is the sub-list for extension extendee
-	0,   // [0:72] is the sub-list for field type_name
+	72,  // 71: byoc.ims.v1.RequestBreakGlassResponse.grant:type_name -> byoc.ims.v1.BreakGlassGrant
+	72,  // 72: byoc.ims.v1.ListBreakGlassGrantsResponse.grants:type_name -> byoc.ims.v1.BreakGlassGrant
+	81,  // 73: byoc.ims.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
+	81,  // 74: byoc.ims.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
+	81,  // 75: byoc.ims.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
+	81,  // 76: byoc.ims.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
+	81,  // 77: byoc.ims.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
+	75,  // 78: byoc.ims.v1.GetBreakGlassPolicyResponse.roles:type_name -> byoc.ims.v1.BreakGlassRole
+	84,  // 79: byoc.ims.v1.InstallSettings.OverridesEntry.value:type_name -> google.protobuf.Struct
+	3,   // 80: byoc.ims.v1.OperatorService.WhoAmI:input_type -> byoc.ims.v1.WhoAmIRequest
+	5,   // 81: byoc.ims.v1.OperatorService.CreateApiToken:input_type -> byoc.ims.v1.CreateApiTokenRequest
+	8,   // 82: byoc.ims.v1.OperatorService.CreateApp:input_type -> byoc.ims.v1.CreateAppRequest
+	10,  // 83: byoc.ims.v1.OperatorService.ListApps:input_type -> byoc.ims.v1.ListAppsRequest
+	12,  // 84: byoc.ims.v1.OperatorService.GetApp:input_type -> byoc.ims.v1.GetAppRequest
+	49,  // 85: byoc.ims.v1.OperatorService.PushAppRevision:input_type -> byoc.ims.v1.PushAppRevisionRequest
+	52,  // 86: byoc.ims.v1.OperatorService.ListAppRevisions:input_type -> byoc.ims.v1.ListAppRevisionsRequest
+	54,  // 87: byoc.ims.v1.OperatorService.DiffAppRevisions:input_type -> byoc.ims.v1.DiffAppRevisionsRequest
+	18,  // 88: byoc.ims.v1.OperatorService.CreateInstall:input_type -> byoc.ims.v1.CreateInstallRequest
+	21,  // 89: byoc.ims.v1.OperatorService.ListInstalls:input_type -> byoc.ims.v1.ListInstallsRequest
+	23,  // 90: byoc.ims.v1.OperatorService.GetInstall:input_type -> byoc.ims.v1.GetInstallRequest
+	26,  // 91: byoc.ims.v1.OperatorService.WatchInstalls:input_type -> byoc.ims.v1.WatchInstallsRequest
+	30,  // 92: byoc.ims.v1.OperatorService.CreateEnrollmentToken:input_type -> byoc.ims.v1.CreateEnrollmentTokenRequest
+	28,  // 93: byoc.ims.v1.OperatorService.UpdateInstall:input_type -> byoc.ims.v1.UpdateInstallRequest
+	86,  // 94: byoc.ims.v1.OperatorService.PlanInstall:input_type -> byoc.ims.v1.PlanInstallRequest
+	87,  // 95: byoc.ims.v1.OperatorService.StartWorkflow:input_type -> byoc.ims.v1.StartWorkflowRequest
+	88,  // 96: byoc.ims.v1.OperatorService.ListWorkflows:input_type -> byoc.ims.v1.ListWorkflowsRequest
+	89,  // 97: byoc.ims.v1.OperatorService.GetWorkflow:input_type -> byoc.ims.v1.GetWorkflowRequest
+	90,  // 98: byoc.ims.v1.OperatorService.ApproveWorkflow:input_type -> byoc.ims.v1.ApproveWorkflowRequest
+	91,  // 99: byoc.ims.v1.OperatorService.CancelWorkflow:input_type -> byoc.ims.v1.CancelWorkflowRequest
+	92,  // 100: byoc.ims.v1.OperatorService.RetryWorkflowStep:input_type -> byoc.ims.v1.RetryWorkflowStepRequest
+	34,  // 101: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
+	36,  // 102: byoc.ims.v1.OperatorService.EnqueueJobs:input_type -> byoc.ims.v1.EnqueueJobsRequest
+	38,  // 103: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
+	40,  // 104: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
+	43,  // 105: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
+	45,  // 106: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
+	60,  // 107: byoc.ims.v1.OperatorService.RegisterPluginType:input_type -> byoc.ims.v1.RegisterPluginTypeRequest
+	62,  // 108: byoc.ims.v1.OperatorService.ListPluginTypes:input_type -> byoc.ims.v1.ListPluginTypesRequest
+	64,  // 109: byoc.ims.v1.OperatorService.GetPluginType:input_type -> byoc.ims.v1.GetPluginTypeRequest
+	66,  // 110: byoc.ims.v1.OperatorService.RemovePluginType:input_type -> byoc.ims.v1.RemovePluginTypeRequest
+	93,  // 111: byoc.ims.v1.OperatorService.ListActions:input_type -> byoc.ims.v1.ListActionsRequest
+	94,  // 112: byoc.ims.v1.OperatorService.StartActionRun:input_type -> byoc.ims.v1.StartActionRunRequest
+	95,  // 113: byoc.ims.v1.OperatorService.ListActionRuns:input_type -> byoc.ims.v1.ListActionRunsRequest
+	96,  // 114: byoc.ims.v1.OperatorService.GetActionRun:input_type -> byoc.ims.v1.GetActionRunRequest
+	68,  // 115: byoc.ims.v1.OperatorService.RequestBreakGlass:input_type -> byoc.ims.v1.RequestBreakGlassRequest
+	70,  // 116: byoc.ims.v1.OperatorService.ListBreakGlassGrants:input_type -> byoc.ims.v1.ListBreakGlassGrantsRequest
+	73,  // 117: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:input_type -> byoc.ims.v1.GetBreakGlassPolicyRequest
+	4,   // 118: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
+	6,   // 119: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
+	9,   // 120: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
+	11,  // 121: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
+	13,  // 122: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
+	50,  // 123: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
+	53,  // 124: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
+	55,  // 125: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
+	19,  // 126: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
+	22,  // 127: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
+	24,  // 128: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
+	27,  // 129: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
+	31,  // 130: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
+	29,  // 131: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
+	97,  // 132: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
+	98,  // 133: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
+	99,  // 134: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
+	100, // 135: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
+	101, // 136: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
+	102, // 137: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
+	103, // 138: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
+	35,  // 139: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
+	37,  // 140: byoc.ims.v1.OperatorService.EnqueueJobs:output_type -> byoc.ims.v1.EnqueueJobsResponse
+	39,  // 141: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
+	41,  // 142: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
+	44,  // 143: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
+	46,  // 144: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
+	61,  // 145: byoc.ims.v1.OperatorService.RegisterPluginType:output_type -> byoc.ims.v1.RegisterPluginTypeResponse
+	63,  // 146: byoc.ims.v1.OperatorService.ListPluginTypes:output_type -> byoc.ims.v1.ListPluginTypesResponse
+	65,  // 147: byoc.ims.v1.OperatorService.GetPluginType:output_type -> byoc.ims.v1.GetPluginTypeResponse
+	67,  // 148: byoc.ims.v1.OperatorService.RemovePluginType:output_type -> byoc.ims.v1.RemovePluginTypeResponse
+	104, // 149: byoc.ims.v1.OperatorService.ListActions:output_type -> byoc.ims.v1.ListActionsResponse
+	105, // 150: byoc.ims.v1.OperatorService.StartActionRun:output_type -> byoc.ims.v1.StartActionRunResponse
+	106, // 151: byoc.ims.v1.OperatorService.ListActionRuns:output_type -> byoc.ims.v1.ListActionRunsResponse
+	107, // 152: byoc.ims.v1.OperatorService.GetActionRun:output_type -> byoc.ims.v1.GetActionRunResponse
+	69,  // 153: byoc.ims.v1.OperatorService.RequestBreakGlass:output_type -> byoc.ims.v1.RequestBreakGlassResponse
+	71,  // 154: byoc.ims.v1.OperatorService.ListBreakGlassGrants:output_type -> byoc.ims.v1.ListBreakGlassGrantsResponse
+	74,  // 155: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:output_type -> byoc.ims.v1.GetBreakGlassPolicyResponse
+	118, // [118:156] is the sub-list for method output_type
+	80,  // [80:118] is the sub-list for method input_type
+	80,  // [80:80] is the sub-list for extension type_name
+	80,  // [80:80] is the sub-list for extension extendee
+	0,   // [0:80] is the sub-list for field type_name
 }
 
 func init() { file_byoc_ims_v1_operator_proto_init() }
@@ -4916,7 +5524,7 @@ func file_byoc_ims_v1_operator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byoc_ims_v1_operator_proto_rawDesc), len(file_byoc_ims_v1_operator_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   70,
+			NumMessages:   78,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -37,6 +37,12 @@ const (
 	AgentServiceEnrollProcedure = "/byoc.agent.v1.AgentService/Enroll"
 	// AgentServiceConnectProcedure is the fully-qualified name of the AgentService's Connect RPC.
 	AgentServiceConnectProcedure = "/byoc.agent.v1.AgentService/Connect"
+	// AgentServiceListBreakGlassProcedure is the fully-qualified name of the AgentService's
+	// ListBreakGlass RPC.
+	AgentServiceListBreakGlassProcedure = "/byoc.agent.v1.AgentService/ListBreakGlass"
+	// AgentServiceDecideBreakGlassProcedure is the fully-qualified name of the AgentService's
+	// DecideBreakGlass RPC.
+	AgentServiceDecideBreakGlassProcedure = "/byoc.agent.v1.AgentService/DecideBreakGlass"
 )
 
 // AgentServiceClient is a client for the byoc.agent.v1.AgentService service.
@@ -48,6 +54,16 @@ type AgentServiceClient interface {
 	// Challenge; the agent answers with a signed Hello; then heartbeats, acks,
 	// logs and results flow up and assignments and cancellations flow down.
 	Connect(context.Context) *connect.BidiStreamForClient[v1.ConnectRequest, v1.ConnectResponse]
+	// ListBreakGlass lists the break-glass requests and grants of the
+	// agent's install, for the customer's admin (agentd breakglass list).
+	// The call is signed with the agent's key.
+	ListBreakGlass(context.Context, *connect.Request[v1.ListBreakGlassRequest]) (*connect.Response[v1.ListBreakGlassResponse], error)
+	// DecideBreakGlass records the customer's decision on a break-glass
+	// request (approve, deny) or grant (revoke): a statement signed with the
+	// agent's key (rpc/agentproto.BreakGlassDecision), which imsd verifies
+	// and keeps. imsd cannot make or change one: the agent enforces only the
+	// grants it approved itself.
+	DecideBreakGlass(context.Context, *connect.Request[v1.DecideBreakGlassRequest]) (*connect.Response[v1.DecideBreakGlassResponse], error)
 }
 
 // NewAgentServiceClient constructs a client for the byoc.agent.v1.AgentService service. By default,
@@ -73,13 +89,27 @@ func NewAgentServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(agentServiceMethods.ByName("Connect")),
 			connect.WithClientOptions(opts...),
 		),
+		listBreakGlass: connect.NewClient[v1.ListBreakGlassRequest, v1.ListBreakGlassResponse](
+			httpClient,
+			baseURL+AgentServiceListBreakGlassProcedure,
+			connect.WithSchema(agentServiceMethods.ByName("ListBreakGlass")),
+			connect.WithClientOptions(opts...),
+		),
+		decideBreakGlass: connect.NewClient[v1.DecideBreakGlassRequest, v1.DecideBreakGlassResponse](
+			httpClient,
+			baseURL+AgentServiceDecideBreakGlassProcedure,
+			connect.WithSchema(agentServiceMethods.ByName("DecideBreakGlass")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // agentServiceClient implements AgentServiceClient.
 type agentServiceClient struct {
-	enroll  *connect.Client[v1.EnrollRequest, v1.EnrollResponse]
-	connect *connect.Client[v1.ConnectRequest, v1.ConnectResponse]
+	enroll           *connect.Client[v1.EnrollRequest, v1.EnrollResponse]
+	connect          *connect.Client[v1.ConnectRequest, v1.ConnectResponse]
+	listBreakGlass   *connect.Client[v1.ListBreakGlassRequest, v1.ListBreakGlassResponse]
+	decideBreakGlass *connect.Client[v1.DecideBreakGlassRequest, v1.DecideBreakGlassResponse]
 }
 
 // Enroll calls byoc.agent.v1.AgentService.Enroll.
@@ -92,6 +122,16 @@ func (c *agentServiceClient) Connect(ctx context.Context) *connect.BidiStreamFor
 	return c.connect.CallBidiStream(ctx)
 }
 
+// ListBreakGlass calls byoc.agent.v1.AgentService.ListBreakGlass.
+func (c *agentServiceClient) ListBreakGlass(ctx context.Context, req *connect.Request[v1.ListBreakGlassRequest]) (*connect.Response[v1.ListBreakGlassResponse], error) {
+	return c.listBreakGlass.CallUnary(ctx, req)
+}
+
+// DecideBreakGlass calls byoc.agent.v1.AgentService.DecideBreakGlass.
+func (c *agentServiceClient) DecideBreakGlass(ctx context.Context, req *connect.Request[v1.DecideBreakGlassRequest]) (*connect.Response[v1.DecideBreakGlassResponse], error) {
+	return c.decideBreakGlass.CallUnary(ctx, req)
+}
+
 // AgentServiceHandler is an implementation of the byoc.agent.v1.AgentService service.
 type AgentServiceHandler interface {
 	// Enroll trades a single-use enrolment token and the agent's public key
@@ -101,6 +141,16 @@ type AgentServiceHandler interface {
 	// Challenge; the agent answers with a signed Hello; then heartbeats, acks,
 	// logs and results flow up and assignments and cancellations flow down.
 	Connect(context.Context, *connect.BidiStream[v1.ConnectRequest, v1.ConnectResponse]) error
+	// ListBreakGlass lists the break-glass requests and grants of the
+	// agent's install, for the customer's admin (agentd breakglass list).
+	// The call is signed with the agent's key.
+	ListBreakGlass(context.Context, *connect.Request[v1.ListBreakGlassRequest]) (*connect.Response[v1.ListBreakGlassResponse], error)
+	// DecideBreakGlass records the customer's decision on a break-glass
+	// request (approve, deny) or grant (revoke): a statement signed with the
+	// agent's key (rpc/agentproto.BreakGlassDecision), which imsd verifies
+	// and keeps. imsd cannot make or change one: the agent enforces only the
+	// grants it approved itself.
+	DecideBreakGlass(context.Context, *connect.Request[v1.DecideBreakGlassRequest]) (*connect.Response[v1.DecideBreakGlassResponse], error)
 }
 
 // NewAgentServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -122,12 +172,28 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(agentServiceMethods.ByName("Connect")),
 		connect.WithHandlerOptions(opts...),
 	)
+	agentServiceListBreakGlassHandler := connect.NewUnaryHandler(
+		AgentServiceListBreakGlassProcedure,
+		svc.ListBreakGlass,
+		connect.WithSchema(agentServiceMethods.ByName("ListBreakGlass")),
+		connect.WithHandlerOptions(opts...),
+	)
+	agentServiceDecideBreakGlassHandler := connect.NewUnaryHandler(
+		AgentServiceDecideBreakGlassProcedure,
+		svc.DecideBreakGlass,
+		connect.WithSchema(agentServiceMethods.ByName("DecideBreakGlass")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/byoc.agent.v1.AgentService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AgentServiceEnrollProcedure:
 			agentServiceEnrollHandler.ServeHTTP(w, r)
 		case AgentServiceConnectProcedure:
 			agentServiceConnectHandler.ServeHTTP(w, r)
+		case AgentServiceListBreakGlassProcedure:
+			agentServiceListBreakGlassHandler.ServeHTTP(w, r)
+		case AgentServiceDecideBreakGlassProcedure:
+			agentServiceDecideBreakGlassHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -143,4 +209,12 @@ func (UnimplementedAgentServiceHandler) Enroll(context.Context, *connect.Request
 
 func (UnimplementedAgentServiceHandler) Connect(context.Context, *connect.BidiStream[v1.ConnectRequest, v1.ConnectResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("byoc.agent.v1.AgentService.Connect is not implemented"))
+}
+
+func (UnimplementedAgentServiceHandler) ListBreakGlass(context.Context, *connect.Request[v1.ListBreakGlassRequest]) (*connect.Response[v1.ListBreakGlassResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.agent.v1.AgentService.ListBreakGlass is not implemented"))
+}
+
+func (UnimplementedAgentServiceHandler) DecideBreakGlass(context.Context, *connect.Request[v1.DecideBreakGlassRequest]) (*connect.Response[v1.DecideBreakGlassResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.agent.v1.AgentService.DecideBreakGlass is not implemented"))
 }

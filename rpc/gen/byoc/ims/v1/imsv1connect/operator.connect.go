@@ -135,6 +135,15 @@ const (
 	// OperatorServiceGetActionRunProcedure is the fully-qualified name of the OperatorService's
 	// GetActionRun RPC.
 	OperatorServiceGetActionRunProcedure = "/byoc.ims.v1.OperatorService/GetActionRun"
+	// OperatorServiceRequestBreakGlassProcedure is the fully-qualified name of the OperatorService's
+	// RequestBreakGlass RPC.
+	OperatorServiceRequestBreakGlassProcedure = "/byoc.ims.v1.OperatorService/RequestBreakGlass"
+	// OperatorServiceListBreakGlassGrantsProcedure is the fully-qualified name of the OperatorService's
+	// ListBreakGlassGrants RPC.
+	OperatorServiceListBreakGlassGrantsProcedure = "/byoc.ims.v1.OperatorService/ListBreakGlassGrants"
+	// OperatorServiceGetBreakGlassPolicyProcedure is the fully-qualified name of the OperatorService's
+	// GetBreakGlassPolicy RPC.
+	OperatorServiceGetBreakGlassPolicyProcedure = "/byoc.ims.v1.OperatorService/GetBreakGlassPolicy"
 )
 
 // OperatorServiceClient is a client for the byoc.ims.v1.OperatorService service.
@@ -236,6 +245,20 @@ type OperatorServiceClient interface {
 	ListActionRuns(context.Context, *connect.Request[v1.ListActionRunsRequest]) (*connect.Response[v1.ListActionRunsResponse], error)
 	// GetActionRun returns one action run with its outputs.
 	GetActionRun(context.Context, *connect.Request[v1.GetActionRunRequest]) (*connect.Response[v1.GetActionRunResponse], error)
+	// RequestBreakGlass asks the customer of an install for a break-glass
+	// grant: a role from the app's break_glass.toml, a reason (required when
+	// require_reason) and a duration (at most max_duration). The request is
+	// pending until the customer's admin approves or denies it on the
+	// agent's side (agentd breakglass), or expires unanswered.
+	RequestBreakGlass(context.Context, *connect.Request[v1.RequestBreakGlassRequest]) (*connect.Response[v1.RequestBreakGlassResponse], error)
+	// ListBreakGlassGrants lists break-glass requests and grants, newest
+	// first, with their state: pending, approved (until when), denied,
+	// expired or revoked, and who decided and why.
+	ListBreakGlassGrants(context.Context, *connect.Request[v1.ListBreakGlassGrantsRequest]) (*connect.Response[v1.ListBreakGlassGrantsResponse], error)
+	// GetBreakGlassPolicy returns what a break-glass request on an install
+	// may ask for: the roles of its app's break_glass.toml, the longest
+	// duration and whether a reason is required.
+	GetBreakGlassPolicy(context.Context, *connect.Request[v1.GetBreakGlassPolicyRequest]) (*connect.Response[v1.GetBreakGlassPolicyResponse], error)
 }
 
 // NewOperatorServiceClient constructs a client for the byoc.ims.v1.OperatorService service. By
@@ -459,6 +482,24 @@ func NewOperatorServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(operatorServiceMethods.ByName("GetActionRun")),
 			connect.WithClientOptions(opts...),
 		),
+		requestBreakGlass: connect.NewClient[v1.RequestBreakGlassRequest, v1.RequestBreakGlassResponse](
+			httpClient,
+			baseURL+OperatorServiceRequestBreakGlassProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("RequestBreakGlass")),
+			connect.WithClientOptions(opts...),
+		),
+		listBreakGlassGrants: connect.NewClient[v1.ListBreakGlassGrantsRequest, v1.ListBreakGlassGrantsResponse](
+			httpClient,
+			baseURL+OperatorServiceListBreakGlassGrantsProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("ListBreakGlassGrants")),
+			connect.WithClientOptions(opts...),
+		),
+		getBreakGlassPolicy: connect.NewClient[v1.GetBreakGlassPolicyRequest, v1.GetBreakGlassPolicyResponse](
+			httpClient,
+			baseURL+OperatorServiceGetBreakGlassPolicyProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("GetBreakGlassPolicy")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -499,6 +540,9 @@ type operatorServiceClient struct {
 	startActionRun        *connect.Client[v1.StartActionRunRequest, v1.StartActionRunResponse]
 	listActionRuns        *connect.Client[v1.ListActionRunsRequest, v1.ListActionRunsResponse]
 	getActionRun          *connect.Client[v1.GetActionRunRequest, v1.GetActionRunResponse]
+	requestBreakGlass     *connect.Client[v1.RequestBreakGlassRequest, v1.RequestBreakGlassResponse]
+	listBreakGlassGrants  *connect.Client[v1.ListBreakGlassGrantsRequest, v1.ListBreakGlassGrantsResponse]
+	getBreakGlassPolicy   *connect.Client[v1.GetBreakGlassPolicyRequest, v1.GetBreakGlassPolicyResponse]
 }
 
 // WhoAmI calls byoc.ims.v1.OperatorService.WhoAmI.
@@ -676,6 +720,21 @@ func (c *operatorServiceClient) GetActionRun(ctx context.Context, req *connect.R
 	return c.getActionRun.CallUnary(ctx, req)
 }
 
+// RequestBreakGlass calls byoc.ims.v1.OperatorService.RequestBreakGlass.
+func (c *operatorServiceClient) RequestBreakGlass(ctx context.Context, req *connect.Request[v1.RequestBreakGlassRequest]) (*connect.Response[v1.RequestBreakGlassResponse], error) {
+	return c.requestBreakGlass.CallUnary(ctx, req)
+}
+
+// ListBreakGlassGrants calls byoc.ims.v1.OperatorService.ListBreakGlassGrants.
+func (c *operatorServiceClient) ListBreakGlassGrants(ctx context.Context, req *connect.Request[v1.ListBreakGlassGrantsRequest]) (*connect.Response[v1.ListBreakGlassGrantsResponse], error) {
+	return c.listBreakGlassGrants.CallUnary(ctx, req)
+}
+
+// GetBreakGlassPolicy calls byoc.ims.v1.OperatorService.GetBreakGlassPolicy.
+func (c *operatorServiceClient) GetBreakGlassPolicy(ctx context.Context, req *connect.Request[v1.GetBreakGlassPolicyRequest]) (*connect.Response[v1.GetBreakGlassPolicyResponse], error) {
+	return c.getBreakGlassPolicy.CallUnary(ctx, req)
+}
+
 // OperatorServiceHandler is an implementation of the byoc.ims.v1.OperatorService service.
 type OperatorServiceHandler interface {
 	// WhoAmI describes the token the caller presented.
@@ -775,6 +834,20 @@ type OperatorServiceHandler interface {
 	ListActionRuns(context.Context, *connect.Request[v1.ListActionRunsRequest]) (*connect.Response[v1.ListActionRunsResponse], error)
 	// GetActionRun returns one action run with its outputs.
 	GetActionRun(context.Context, *connect.Request[v1.GetActionRunRequest]) (*connect.Response[v1.GetActionRunResponse], error)
+	// RequestBreakGlass asks the customer of an install for a break-glass
+	// grant: a role from the app's break_glass.toml, a reason (required when
+	// require_reason) and a duration (at most max_duration). The request is
+	// pending until the customer's admin approves or denies it on the
+	// agent's side (agentd breakglass), or expires unanswered.
+	RequestBreakGlass(context.Context, *connect.Request[v1.RequestBreakGlassRequest]) (*connect.Response[v1.RequestBreakGlassResponse], error)
+	// ListBreakGlassGrants lists break-glass requests and grants, newest
+	// first, with their state: pending, approved (until when), denied,
+	// expired or revoked, and who decided and why.
+	ListBreakGlassGrants(context.Context, *connect.Request[v1.ListBreakGlassGrantsRequest]) (*connect.Response[v1.ListBreakGlassGrantsResponse], error)
+	// GetBreakGlassPolicy returns what a break-glass request on an install
+	// may ask for: the roles of its app's break_glass.toml, the longest
+	// duration and whether a reason is required.
+	GetBreakGlassPolicy(context.Context, *connect.Request[v1.GetBreakGlassPolicyRequest]) (*connect.Response[v1.GetBreakGlassPolicyResponse], error)
 }
 
 // NewOperatorServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -994,6 +1067,24 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 		connect.WithSchema(operatorServiceMethods.ByName("GetActionRun")),
 		connect.WithHandlerOptions(opts...),
 	)
+	operatorServiceRequestBreakGlassHandler := connect.NewUnaryHandler(
+		OperatorServiceRequestBreakGlassProcedure,
+		svc.RequestBreakGlass,
+		connect.WithSchema(operatorServiceMethods.ByName("RequestBreakGlass")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceListBreakGlassGrantsHandler := connect.NewUnaryHandler(
+		OperatorServiceListBreakGlassGrantsProcedure,
+		svc.ListBreakGlassGrants,
+		connect.WithSchema(operatorServiceMethods.ByName("ListBreakGlassGrants")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceGetBreakGlassPolicyHandler := connect.NewUnaryHandler(
+		OperatorServiceGetBreakGlassPolicyProcedure,
+		svc.GetBreakGlassPolicy,
+		connect.WithSchema(operatorServiceMethods.ByName("GetBreakGlassPolicy")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/byoc.ims.v1.OperatorService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case OperatorServiceWhoAmIProcedure:
@@ -1066,6 +1157,12 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 			operatorServiceListActionRunsHandler.ServeHTTP(w, r)
 		case OperatorServiceGetActionRunProcedure:
 			operatorServiceGetActionRunHandler.ServeHTTP(w, r)
+		case OperatorServiceRequestBreakGlassProcedure:
+			operatorServiceRequestBreakGlassHandler.ServeHTTP(w, r)
+		case OperatorServiceListBreakGlassGrantsProcedure:
+			operatorServiceListBreakGlassGrantsHandler.ServeHTTP(w, r)
+		case OperatorServiceGetBreakGlassPolicyProcedure:
+			operatorServiceGetBreakGlassPolicyHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -1213,4 +1310,16 @@ func (UnimplementedOperatorServiceHandler) ListActionRuns(context.Context, *conn
 
 func (UnimplementedOperatorServiceHandler) GetActionRun(context.Context, *connect.Request[v1.GetActionRunRequest]) (*connect.Response[v1.GetActionRunResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.GetActionRun is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) RequestBreakGlass(context.Context, *connect.Request[v1.RequestBreakGlassRequest]) (*connect.Response[v1.RequestBreakGlassResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.RequestBreakGlass is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) ListBreakGlassGrants(context.Context, *connect.Request[v1.ListBreakGlassGrantsRequest]) (*connect.Response[v1.ListBreakGlassGrantsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.ListBreakGlassGrants is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) GetBreakGlassPolicy(context.Context, *connect.Request[v1.GetBreakGlassPolicyRequest]) (*connect.Response[v1.GetBreakGlassPolicyResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.GetBreakGlassPolicy is not implemented"))
 }

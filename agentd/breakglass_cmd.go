@@ -1,0 +1,302 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/byoc-dev/byoc/agentd/agent"
+	"github.com/byoc-dev/byoc/agentd/identity"
+	"github.com/byoc-dev/byoc/agentd/permissions"
+	"github.com/byoc-dev/byoc/rpc/agentproto"
+	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
+	"github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1/agentv1connect"
+)
+
+const breakglassUsage = `usage: agentd breakglass [--state-dir DIR] [--ims URL] COMMAND
+
+The vendor's break-glass requests for this install, decided here, on the
+customer's side. An approval is signed with the agent's key and kept in
+DIR/breakglass.json; the agent lets break_glass jobs run only while a
+grant you approved is live by its own clock, and cancels them when it
+ends. imsd (the vendor) can neither make a grant nor extend one.
+
+  list                     every request and grant, with its state
+  approve ID [--for D]     grant a pending request, for the duration asked
+                           or the shorter D (e.g. 30m)
+  deny ID --reason TEXT    refuse a pending request
+  revoke ID [--reason T]   end an approved grant now; running break-glass
+                           jobs are cancelled within a second, even if
+                           imsd cannot be told
+`
+
+// breakglassCmd runs "agentd breakglass ...".
+func breakglassCmd(ctx context.Context, args []string, stdout, stderr io.Writer, now func() time.Time) int {
+	fs := flag.NewFlagSet("agentd breakglass", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, breakglassUsage) }
+	stateDir := fs.String("state-dir", os.Getenv("BYOC_STATE_DIR"), "the agent's state `directory`; also $BYOC_STATE_DIR")
+	ims := fs.String("ims", os.Getenv("BYOC_IMS_URL"), "imsd `URL` (default: the one the agent enrolled with); also $BYOC_IMS_URL")
+	dur := fs.Duration("for", 0, "approve for this `duration` (at most what was asked)")
+	reason := fs.String("reason", "", "why (required to deny)")
+	var words []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return 2
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		words = append(words, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	if len(words) == 0 {
+		fs.Usage()
+		return 2
+	}
+	cmd, rest := words[0], words[1:]
+	want, ok := map[string]int{"list": 0, "approve": 1, "deny": 1, "revoke": 1}[cmd]
+	if !ok {
+		fmt.Fprintf(stderr, "agentd breakglass: unknown command %q\n\n%s", cmd, breakglassUsage)
+		return 2
+	}
+	if len(rest) != want {
+		fmt.Fprintf(stderr, "agentd breakglass %s: want %d argument(s), got %d\n", cmd, want, len(rest))
+		return 2
+	}
+	if cmd == "deny" && strings.TrimSpace(*reason) == "" {
+		fmt.Fprintln(stderr, "agentd breakglass deny: --reason is required")
+		return 2
+	}
+	if *dur < 0 || (*dur != 0 && cmd != "approve") {
+		fmt.Fprintln(stderr, "agentd breakglass: --for is for approve only, and positive")
+		return 2
+	}
+	if *stateDir == "" {
+		fmt.Fprintln(stderr, "agentd breakglass: --state-dir is required (the agent's state directory)")
+		return 2
+	}
+	dir, err := filepath.Abs(*stateDir)
+	if err != nil {
+		fmt.Fprintf(stderr, "agentd breakglass: %v\n", err)
+		return 1
+	}
+	id, err := identity.Load(dir)
+	if err != nil {
+		fmt.Fprintf(stderr, "agentd breakglass: the agent's identity in %s: %v\n", dir, err)
+		return 1
+	}
+	if *ims == "" {
+		*ims = id.IMSURL
+	}
+	c := &bgClient{id: id, dir: dir, now: now, stdout: stdout, stderr: stderr,
+		client: agentv1connect.NewAgentServiceClient(agent.DefaultHTTPClient(), strings.TrimRight(*ims, "/"))}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	switch cmd {
+	case "list":
+		return c.list(ctx)
+	case "approve":
+		return c.approve(ctx, rest[0], *dur)
+	case "deny":
+		return c.deny(ctx, rest[0], *reason)
+	default:
+		return c.revoke(ctx, rest[0], *reason)
+	}
+}
+
+type bgClient struct {
+	id     identity.Identity
+	dir    string
+	now    func() time.Time
+	client agentv1connect.AgentServiceClient
+	stdout io.Writer
+	stderr io.Writer
+}
+
+func (c *bgClient) fetch(ctx context.Context) ([]*agentv1.BreakGlassGrant, error) {
+	at := c.now()
+	resp, err := c.client.ListBreakGlass(ctx, connect.NewRequest(&agentv1.ListBreakGlassRequest{
+		AgentId: c.id.AgentID, Time: timestamppb.New(at), Signature: agentproto.SignListBreakGlass(c.id.PrivateKey, c.id.AgentID, at)}))
+	if err != nil {
+		return nil, fmt.Errorf("ask imsd for the requests: %w", err)
+	}
+	return resp.Msg.Grants, nil
+}
+
+func (c *bgClient) find(ctx context.Context, id string) (*agentv1.BreakGlassGrant, error) {
+	gs, err := c.fetch(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, g := range gs {
+		if g.Id == id {
+			return g, nil
+		}
+	}
+	return nil, fmt.Errorf("no break-glass request %q for this install (agentd breakglass list)", id)
+}
+
+func (c *bgClient) decide(ctx context.Context, d agentproto.BreakGlassDecision) (*agentv1.BreakGlassGrant, error) {
+	st, sig, err := agentproto.SignBreakGlassDecision(c.id.PrivateKey, d)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.client.DecideBreakGlass(ctx, connect.NewRequest(&agentv1.DecideBreakGlassRequest{AgentId: c.id.AgentID, Statement: st, Signature: sig}))
+	if err != nil {
+		return nil, fmt.Errorf("record the decision with imsd: %w", err)
+	}
+	return resp.Msg.Grant, nil
+}
+
+func (c *bgClient) fail(err error) int {
+	fmt.Fprintf(c.stderr, "agentd breakglass: %v\n", err)
+	return 1
+}
+
+func (c *bgClient) list(ctx context.Context) int {
+	local, lerr := permissions.LoadGrants(c.dir)
+	if lerr != nil {
+		fmt.Fprintf(c.stderr, "agentd breakglass: %v (break_glass jobs are refused until it can be read)\n", lerr)
+	}
+	now := c.now()
+	remote, err := c.fetch(ctx)
+	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATE\tROLE\tREQUESTED BY\tREASON\tDECIDED BY\tUNTIL")
+	seen := map[string]bool{}
+	for _, g := range remote {
+		seen[g.Id] = true
+		state, by, until := g.State, g.DecidedBy, ""
+		switch state {
+		case "pending":
+			until = "asks " + (time.Duration(g.DurationSeconds) * time.Second).String() + "; request expires " + g.RequestExpireTime.AsTime().Local().Format(time.TimeOnly)
+		case "approved", "expired", "revoked":
+			if g.ExpireTime != nil {
+				until = g.ExpireTime.AsTime().Local().Format(time.DateTime)
+			}
+		}
+		// This agent's own record decides what it enforces.
+		if l, ok := local.Find(g.Id); ok {
+			state, by, until = localState(*l, now), l.ApprovedBy, l.ExpiresAt.Local().Format(time.DateTime)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", g.Id, state, g.Role, g.RequestedBy, oneLine(g.Reason), by, until)
+	}
+	for _, l := range local.Grants {
+		if !seen[l.ID] {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.ID, localState(l, now), l.Role, l.RequestedBy, oneLine(l.Reason), l.ApprovedBy, l.ExpiresAt.Local().Format(time.DateTime))
+		}
+	}
+	tw.Flush()
+	if err != nil {
+		fmt.Fprintf(c.stderr, "agentd breakglass: %v (shown: the grants this agent approved)\n", err)
+		return 1
+	}
+	return 0
+}
+
+func localState(g permissions.Grant, now time.Time) string {
+	switch {
+	case !g.RevokedAt.IsZero():
+		return "revoked"
+	case g.LiveAt(now):
+		return "approved"
+	}
+	return "expired"
+}
+
+func oneLine(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > 60 {
+		s = s[:57] + "..."
+	}
+	return s
+}
+
+func (c *bgClient) approve(ctx context.Context, id string, d time.Duration) int {
+	g, err := c.find(ctx, id)
+	if err != nil {
+		return c.fail(err)
+	}
+	if g.State != "pending" {
+		return c.fail(fmt.Errorf("break-glass request %s is %s: only a pending request can be approved", id, g.State))
+	}
+	asked := time.Duration(g.DurationSeconds) * time.Second
+	if d == 0 {
+		d = asked
+	}
+	if d > asked {
+		return c.fail(fmt.Errorf("--for %s is longer than the %s asked", d, asked))
+	}
+	by := whoami()
+	if by == "" || by == g.RequestedBy {
+		return c.fail(fmt.Errorf("the approver (%q) must be a local user other than the requester", by))
+	}
+	now := c.now().UTC()
+	dec := agentproto.BreakGlassDecision{GrantID: id, AgentID: c.id.AgentID, InstallID: c.id.InstallID,
+		Decision: agentproto.DecisionApprove, Role: g.Role, By: by, At: now, ExpiresAt: now.Add(d)}
+	if _, err := c.decide(ctx, dec); err != nil {
+		return c.fail(err)
+	}
+	_, err = permissions.UpdateGrants(c.dir, func(gs *permissions.Grants) error {
+		if _, ok := gs.Find(id); ok {
+			return fmt.Errorf("break-glass grant %s is already recorded here", id)
+		}
+		gs.Grants = append(gs.Grants, permissions.Grant{ID: id, Role: g.Role, Reason: g.Reason, RequestedBy: g.RequestedBy,
+			ApprovedBy: by, ApprovedAt: now, ExpiresAt: dec.ExpiresAt})
+		return nil
+	})
+	if err != nil {
+		return c.fail(fmt.Errorf("keep the grant in %s: %w (imsd shows it approved, but this agent will not honour it)", permissions.GrantsPath(c.dir), err))
+	}
+	fmt.Fprintf(c.stdout, "approved %s: role %s for %s, until %s, by %s\n", id, g.Role, d, dec.ExpiresAt.Local().Format(time.DateTime), by)
+	if st, err := permissions.Load(c.dir); err == nil && st.RefusalAt(string(permissions.BreakGlass), permissions.Grants{Grants: []permissions.Grant{{ExpiresAt: dec.ExpiresAt}}}, now) != "" {
+		fmt.Fprintf(c.stdout, "note: break_glass jobs are still refused: %s\n", st.Refusal(string(permissions.BreakGlass)))
+	}
+	return 0
+}
+
+func (c *bgClient) deny(ctx context.Context, id, reason string) int {
+	by := whoami()
+	g, err := c.decide(ctx, agentproto.BreakGlassDecision{GrantID: id, AgentID: c.id.AgentID, InstallID: c.id.InstallID,
+		Decision: agentproto.DecisionDeny, By: by, At: c.now().UTC(), Reason: strings.TrimSpace(reason)})
+	if err != nil {
+		return c.fail(err)
+	}
+	fmt.Fprintf(c.stdout, "denied %s (role %s, asked by %s) by %s\n", id, g.Role, g.RequestedBy, by)
+	return 0
+}
+
+func (c *bgClient) revoke(ctx context.Context, id, reason string) int {
+	by, now := whoami(), c.now().UTC()
+	// The local record first: the agent stops honouring the grant within
+	// a second whether or not imsd can be told.
+	_, err := permissions.UpdateGrants(c.dir, func(gs *permissions.Grants) error {
+		g, ok := gs.Find(id)
+		if !ok {
+			return fmt.Errorf("this agent approved no break-glass grant %q", id)
+		}
+		if !g.RevokedAt.IsZero() {
+			return fmt.Errorf("break-glass grant %s was already revoked by %s", id, g.RevokedBy)
+		}
+		g.RevokedAt, g.RevokedBy, g.RevokeReason = now, by, strings.TrimSpace(reason)
+		return nil
+	})
+	if err != nil {
+		return c.fail(err)
+	}
+	fmt.Fprintf(c.stdout, "revoked %s by %s: break_glass jobs are refused and running ones cancelled\n", id, by)
+	if _, err := c.decide(ctx, agentproto.BreakGlassDecision{GrantID: id, AgentID: c.id.AgentID, InstallID: c.id.InstallID,
+		Decision: agentproto.DecisionRevoke, By: by, At: now, Reason: strings.TrimSpace(reason)}); err != nil {
+		return c.fail(fmt.Errorf("%w (the revocation holds in this account all the same)", err))
+	}
+	return 0
+}

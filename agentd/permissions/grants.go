@@ -1,0 +1,151 @@
+package permissions
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/byoc-dev/byoc/internal/atomicfile"
+)
+
+// GrantsFileName is the file of the break-glass grants the customer
+// approved, inside the agent's state dir. Only agentd breakglass writes
+// it; the agent lets break_glass jobs run only while one of them is live,
+// by its own clock, so nothing imsd sends can make or extend a grant.
+const GrantsFileName = "breakglass.json"
+
+// Grant is a break-glass grant the customer approved on this agent.
+type Grant struct {
+	ID          string    `json:"id"`
+	Role        string    `json:"role"`
+	Reason      string    `json:"reason,omitempty"`
+	RequestedBy string    `json:"requested_by"`
+	ApprovedBy  string    `json:"approved_by"`
+	ApprovedAt  time.Time `json:"approved_at"`
+	ExpiresAt   time.Time `json:"expires_at"`
+	// RevokedAt is set when the customer revoked the grant early.
+	RevokedAt    time.Time `json:"revoked_at,omitzero"`
+	RevokedBy    string    `json:"revoked_by,omitempty"`
+	RevokeReason string    `json:"revoke_reason,omitempty"`
+}
+
+// LiveAt reports whether the grant allows break_glass jobs at now.
+func (g Grant) LiveAt(now time.Time) bool {
+	return g.RevokedAt.IsZero() && now.Before(g.ExpiresAt)
+}
+
+// Grants is the grants file's content.
+type Grants struct {
+	Grants []Grant `json:"grants"`
+}
+
+// Live returns the live grant that ends last at now, if any.
+func (gs Grants) Live(now time.Time) (Grant, bool) {
+	var best Grant
+	ok := false
+	for _, g := range gs.Grants {
+		if g.LiveAt(now) && (!ok || g.ExpiresAt.After(best.ExpiresAt)) {
+			best, ok = g, true
+		}
+	}
+	return best, ok
+}
+
+// Find returns the grant with id id.
+func (gs Grants) Find(id string) (*Grant, bool) {
+	for i := range gs.Grants {
+		if gs.Grants[i].ID == id {
+			return &gs.Grants[i], true
+		}
+	}
+	return nil, false
+}
+
+// GrantsPath is the grants file of state dir dir.
+func GrantsPath(dir string) string { return filepath.Join(dir, GrantsFileName) }
+
+// LoadGrants reads the grants of state dir dir: none when the file does
+// not exist. A file that cannot be read is an error; the agent then
+// refuses break_glass jobs.
+func LoadGrants(dir string) (Grants, error) {
+	b, err := os.ReadFile(GrantsPath(dir))
+	if errors.Is(err, fs.ErrNotExist) {
+		return Grants{}, nil
+	}
+	if err != nil {
+		return Grants{}, fmt.Errorf("read %s: %w", GrantsPath(dir), err)
+	}
+	var g Grants
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&g); err != nil {
+		return Grants{}, fmt.Errorf("%s: %w", GrantsPath(dir), err)
+	}
+	return g, nil
+}
+
+// UpdateGrants changes the grants of state dir dir with change, under a
+// lock, and writes them atomically (0600). A change that returns an error
+// writes nothing.
+func UpdateGrants(dir string, change func(*Grants) error) (Grants, error) {
+	lock, err := os.OpenFile(filepath.Join(dir, ".breakglass.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return Grants{}, err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return Grants{}, fmt.Errorf("lock %s: %w", lock.Name(), err)
+	}
+	g, err := LoadGrants(dir)
+	if err != nil {
+		return Grants{}, err
+	}
+	if err := change(&g); err != nil {
+		return Grants{}, err
+	}
+	b, err := json.MarshalIndent(g, "", "  ")
+	if err != nil {
+		return Grants{}, err
+	}
+	return g, atomicfile.Write(GrantsPath(dir), append(b, '\n'), 0o600)
+}
+
+// GrantsStampOf stats the grants file of state dir dir.
+func GrantsStampOf(dir string) (Stamp, error) { return stampOf(GrantsPath(dir)) }
+
+// RefusalAt is Refusal for a break_glass job, which also needs a live
+// grant in grants at now; other modes are as Refusal says.
+func (s State) RefusalAt(m string, grants Grants, now time.Time) string {
+	why := s.Refusal(m)
+	if why != "" || !isBreakGlass(m) {
+		return why
+	}
+	if _, ok := grants.Live(now); ok {
+		return ""
+	}
+	why = "refused: break_glass jobs need a live break-glass grant approved by the customer (agentd breakglass approve)"
+	var last *Grant
+	for i, g := range grants.Grants {
+		if last == nil || g.ApprovedAt.After(last.ApprovedAt) {
+			last = &grants.Grants[i]
+		}
+	}
+	switch {
+	case last == nil:
+		return why + ", and this install has none"
+	case !last.RevokedAt.IsZero():
+		return fmt.Sprintf("%s: grant %s was revoked by %s at %s", why, last.ID, last.RevokedBy, last.RevokedAt.UTC().Format(time.RFC3339))
+	}
+	return fmt.Sprintf("%s: grant %s expired at %s", why, last.ID, last.ExpiresAt.UTC().Format(time.RFC3339))
+}
+
+func isBreakGlass(m string) bool {
+	mode, err := ParseMode(m)
+	return err == nil && mode == BreakGlass
+}
