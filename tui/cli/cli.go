@@ -153,8 +153,8 @@ exits with the job's own exit code.`,
 			return a.runConsole(cmd.Context())
 		},
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
-			if a.output != "text" && a.output != "json" {
-				return usagef("--output must be text or json, not %q", a.output)
+			if a.output != "text" && a.output != "json" && a.output != "wide" {
+				return usagef("--output must be text, wide or json, not %q", a.output)
 			}
 			return nil
 		},
@@ -171,7 +171,7 @@ exits with the job's own exit code.`,
 	pf.StringVar(&a.contextName, "context", "", "use this context instead of the current one")
 	pf.StringVar(&a.server, "server", "", "imsd URL, overriding the context's (http:// or https://)")
 	pf.StringVar(&a.token, "token", "", "API token, overriding the context's")
-	pf.StringVarP(&a.output, "output", "o", "text", "output format: text or json")
+	pf.StringVarP(&a.output, "output", "o", "text", "output format: text, wide (tables add ids) or json")
 	root.Flags().BoolVar(&a.readOnly, "readonly", false, "console: leave every key that changes something unbound")
 
 	root.AddCommand(
@@ -254,3 +254,6 @@ func exactArgs(names ...string) cobra.PositionalArgs {
 var noArgs = exactArgs()
 
 func (a *app) jsonOutput() bool { return a.output == "json" }
+
+// wideOutput reports whether tables show ids beside the names they show.
+func (a *app) wideOutput() bool { return a.output == "wide" }

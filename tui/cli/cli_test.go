@@ -506,7 +506,7 @@ func TestErrors(t *testing.T) {
 		{[]string{"jbo", "list"}, exitUsage, `error: unknown command "jbo" for "byoc" (did you mean "job"?)`},
 		{[]string{"install", "gett"}, exitUsage, `error: unknown command "gett" for "byoc install" (did you mean "get"?)`},
 		{[]string{"workflow", "aprove"}, exitUsage, `error: unknown command "aprove" for "byoc workflow" (did you mean "approve"?)`},
-		{[]string{"app", "list", "-o", "yaml"}, exitUsage, "--output must be text or json"},
+		{[]string{"app", "list", "-o", "yaml"}, exitUsage, "--output must be text, wide or json"},
 		{[]string{"job", "list", "--state", "done"}, exitUsage, `--state "done" is not one of`},
 		{[]string{"context", "add", "x", "--server", "ftp://x", "--token", "t"}, exitUsage, "must be an http:// or https:// URL"},
 		{[]string{"--context", "nope", "app", "list"}, exitError, `context "nope" not found`},
@@ -585,5 +585,33 @@ func TestHelpListsExitCodes(t *testing.T) {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("--help lacks %q:\n%s", want, r.stdout)
 		}
+	}
+}
+
+// TestTablesShowNames: install list names the app and job list the
+// install; -o wide adds their ids beside the names.
+func TestTablesShowNames(t *testing.T) {
+	setup(t)
+	r := mustRun(t, "install", "list")
+	if !strings.Contains(r.stdout, "shop-acme   shop ") || strings.Contains(r.stdout, "app_1") || strings.Contains(r.stdout, "ins_1") {
+		t.Errorf("install list should name the app, not show ids:\n%s", r.stdout)
+	}
+	r = mustRun(t, "install", "list", "-o", "wide")
+	for _, want := range []string{"APP ID", "ins_1", "shop", "app_1"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("install list -o wide lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	r = mustRun(t, "job", "list")
+	if !strings.Contains(r.stdout, "job_1   shop-acme ") || strings.Contains(r.stdout, "ins_1") {
+		t.Errorf("job list should name the install, not its id:\n%s", r.stdout)
+	}
+	r = mustRun(t, "job", "list", "-o", "wide")
+	if !strings.Contains(r.stdout, "INSTALL ID") || !strings.Contains(r.stdout, "shop-acme   ins_1 ") {
+		t.Errorf("job list -o wide lacks the install id beside its name:\n%s", r.stdout)
+	}
+	r = mustRun(t, "job", "list", "-o", "json")
+	if !strings.Contains(r.stdout, `"installId": "ins_1"`) {
+		t.Errorf("job list -o json lacks the install id:\n%s", r.stdout)
 	}
 }

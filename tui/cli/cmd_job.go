@@ -1,9 +1,11 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -289,15 +291,25 @@ func (a *app) jobListCommand() *cobra.Command {
 				fmt.Fprintln(a.stderr, "No jobs.")
 				return nil
 			}
+			// Tables name the install; its id is in -o wide and -o json.
+			installNames := a.installNames(cmd.Context(), c)
 			now := a.now()
-			t := newTable(a.stdout, "ID", "INSTALL", "TYPE", "OPERATION", "STATE", "ATTEMPT", "CREATED", "EXIT")
+			header := []string{"ID", "INSTALL", "TYPE", "OPERATION", "STATE", "ATTEMPT", "CREATED", "EXIT"}
+			if a.wideOutput() {
+				header = slices.Insert(header, 2, "INSTALL ID")
+			}
+			t := newTable(a.stdout, header...)
 			for _, j := range jobs {
 				exit := ""
 				if isTerminal(j.GetState()) && !refused(j) {
 					exit = fmt.Sprint(j.GetExitCode())
 				}
-				t.row(j.GetId(), j.GetInstallId(), j.GetComponentType(), j.GetOperation(), stateName(j.GetState()),
-					fmt.Sprintf("%d/%d", j.GetAttempt(), j.GetMaxAttempts()), ago(now, j.GetCreateTime()), exit)
+				row := []string{j.GetId(), cmp.Or(installNames[j.GetInstallId()], j.GetInstallId()), j.GetComponentType(), j.GetOperation(), stateName(j.GetState()),
+					fmt.Sprintf("%d/%d", j.GetAttempt(), j.GetMaxAttempts()), ago(now, j.GetCreateTime()), exit}
+				if a.wideOutput() {
+					row = slices.Insert(row, 2, j.GetInstallId())
+				}
+				t.row(row...)
 			}
 			return t.flush()
 		},

@@ -265,3 +265,12 @@ func (f *fakeOperator) logRequestsCopy() []*imsv1.StreamJobLogsRequest {
 	defer f.mu.Unlock()
 	return slices.Clone(f.logRequests)
 }
+
+func (f *fakeOperator) ListInstalls(ctx context.Context, req *connect.Request[imsv1.ListInstallsRequest]) (*connect.Response[imsv1.ListInstallsResponse], error) {
+	if err := f.auth(req.Header()); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&imsv1.ListInstallsResponse{Installs: []*imsv1.Install{
+		{Id: "ins_1", AppId: "app_1", Name: "shop-acme", State: "active", AppRevision: 3, CreateTime: testTime},
+	}}), nil
+}
