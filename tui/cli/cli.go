@@ -111,22 +111,43 @@ func (a *app) run(ctx context.Context, args []string) int {
 	switch {
 	case errors.As(err, &ee):
 		if ee.msg != "" {
-			fmt.Fprintf(a.stderr, "error: %s\n", ee.msg)
+			a.printError(ee.msg, ee.code, "")
 		}
 		return ee.code
 	case errors.As(err, &ue) || !a.started:
-		fmt.Fprintf(a.stderr, "error: %s\n", err)
 		if cmd == nil {
 			cmd = root
 		}
-		fmt.Fprintf(a.stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
+		a.printError(err.Error(), exitUsage, fmt.Sprintf("Run '%s --help' for usage.", cmd.CommandPath()))
 		return exitUsage
 	case ctx.Err() != nil && errors.Is(err, context.Canceled):
-		fmt.Fprintln(a.stderr, "error: interrupted")
+		a.printError("interrupted", exitInterrupted, "")
 		return exitInterrupted
 	default:
-		fmt.Fprintf(a.stderr, "error: %s\n", a.describe(err))
+		a.printError(a.describe(err), exitError, "")
 		return exitError
+	}
+}
+
+// errorJSON is an error as -o json prints it on standard error: one
+// object, so that a script reading JSON never has to parse text.
+type errorJSON struct {
+	Error    string `json:"error"`
+	ExitCode int    `json:"exitCode"`
+	Hint     string `json:"hint,omitempty"`
+}
+
+// printError prints an error on standard error: "error: msg" and the
+// hint's line, or under -o json one errorJSON object.
+func (a *app) printError(msg string, code int, hint string) {
+	if a.jsonOutput() {
+		if writeJSONValue(a.stderr, errorJSON{Error: msg, ExitCode: code, Hint: hint}) == nil {
+			return
+		}
+	}
+	fmt.Fprintf(a.stderr, "error: %s\n", msg)
+	if hint != "" {
+		fmt.Fprintln(a.stderr, hint)
 	}
 }
 

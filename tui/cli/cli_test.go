@@ -255,7 +255,7 @@ func TestJSONOutput(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &jobs); err != nil {
 		t.Fatalf("job list -o json: %v\n%s", err, r.stdout)
 	}
-	if len(jobs) != 2 || jobs[1]["state"] != "JOB_STATE_FAILED" || jobs[1]["exitCode"] != float64(4) || jobs[0]["exitCode"] != float64(0) {
+	if len(jobs) != 2 || jobs[1]["state"] != "failed" || jobs[1]["exitCode"] != float64(4) || jobs[0]["exitCode"] != float64(0) {
 		t.Errorf("job list -o json = %v", jobs)
 	}
 }
@@ -613,5 +613,68 @@ func TestTablesShowNames(t *testing.T) {
 	r = mustRun(t, "job", "list", "-o", "json")
 	if !strings.Contains(r.stdout, `"installId": "ins_1"`) {
 		t.Errorf("job list -o json lacks the install id:\n%s", r.stdout)
+	}
+}
+
+// TestJSONConvention: one JSON convention everywhere. Enum values are
+// lower-case names, as the string states are; context current and job
+// logs print JSON; an error under -o json is a JSON object on stderr with
+// the exit code.
+func TestJSONConvention(t *testing.T) {
+	f, _ := setup(t)
+
+	wf := &imsv1.Workflow{Id: "wf_1", Kind: imsv1.WorkflowKind_WORKFLOW_KIND_PROVISION, State: imsv1.WorkflowState_WORKFLOW_STATE_AWAITING_APPROVAL,
+		Reason: "JOB_STATE_FAILED", // a string that only looks like an enum stays
+		Steps:  []*imsv1.WorkflowStep{{Name: "db", State: imsv1.StepState_STEP_STATE_SUCCEEDED}, {Name: "api", State: imsv1.StepState_STEP_STATE_PENDING}}}
+	var buf bytes.Buffer
+	if err := writeJSON(&buf, wf); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"kind": "provision"`, `"state": "awaiting_approval"`, `"state": "succeeded"`, `"state": "pending"`, `"reason": "JOB_STATE_FAILED"`} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("workflow json lacks %s:\n%s", want, buf.String())
+		}
+	}
+	if strings.Index(buf.String(), `"id"`) > strings.Index(buf.String(), `"kind"`) {
+		t.Errorf("workflow json reorders the fields:\n%s", buf.String())
+	}
+	if err := writeJSON(&buf, &imsv1.WhoAmIResponse{Role: imsv1.Role_ROLE_VIEWER}); err != nil || !strings.Contains(buf.String(), `"role": "viewer"`) {
+		t.Errorf("whoami json: %v\n%s", err, buf.String())
+	}
+
+	r := mustRun(t, "context", "current", "-o", "json")
+	var cur map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &cur); err != nil || cur["name"] != "test" || !strings.HasPrefix(cur["server"].(string), "http") {
+		t.Errorf("context current -o json: %v\n%s", err, r.stdout)
+	}
+
+	f.logCalls = logScript(nil)
+	r = mustRun(t, "job", "logs", "job_1", "-o", "json")
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("job logs -o json: want one object a line, got:\n%s", r.stdout)
+	}
+	var line map[string]any
+	if err := json.Unmarshal([]byte(lines[1]), &line); err != nil || line["text"] != "hello\n" || line["stream"] != "stdout" || line["seq"] != "2" {
+		t.Errorf("job logs -o json line 2 = %v (%v)", line, err)
+	}
+
+	for _, tc := range []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"app", "get", "nope", "-o", "json"}, 1, `app "nope" not found`},
+		{[]string{"job", "list", "--state", "bogus", "-o", "json"}, 2, `--state "bogus"`},
+	} {
+		r := byoc(t, tc.args...)
+		var e map[string]any
+		if err := json.Unmarshal([]byte(r.stderr), &e); err != nil {
+			t.Errorf("%v: stderr is not JSON: %v\n%s", tc.args, err, r.stderr)
+			continue
+		}
+		if r.code != tc.code || e["exitCode"] != float64(tc.code) || !strings.Contains(e["error"].(string), tc.msg) {
+			t.Errorf("%v: exit %d, stderr %v", tc.args, r.code, e)
+		}
 	}
 }

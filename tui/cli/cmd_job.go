@@ -423,6 +423,8 @@ type logPrinter struct {
 	// The position of the last line printed, to resume a broken stream.
 	afterAttempt int32
 	afterSeq     int64
+	// json prints each line as one JSON object (-o json).
+	json bool
 }
 
 func (p *logPrinter) print(l *imsv1.LogLine) {
@@ -450,6 +452,15 @@ func (p *logPrinter) print(l *imsv1.LogLine) {
 		if p.format.streamPrefix {
 			b.WriteString("out | ")
 		}
+	}
+	if p.json {
+		// One object a line (JSON Lines), so that a follow can be read as
+		// it comes; the text is exact, as in a pipe.
+		b, err := marshalJSON(l)
+		if err == nil {
+			p.w.Write(append(b, '\n'))
+		}
+		return
 	}
 	text := strings.TrimSuffix(l.GetText(), "\n")
 	if p.clean {
@@ -479,7 +490,7 @@ code.`,
 			if follow {
 				return a.followJob(cmd.Context(), c, args[0], lf)
 			}
-			p := &logPrinter{w: a.stdout, format: lf, clean: a.terminal(a.stdout)}
+			p := &logPrinter{w: a.stdout, format: lf, clean: a.terminal(a.stdout), json: a.jsonOutput()}
 			_, err = a.streamLogs(cmd.Context(), c, args[0], false, p)
 			return err
 		},
@@ -522,7 +533,7 @@ func (a *app) streamLogs(ctx context.Context, c *client, jobID string, follow bo
 // stream, then reports how it ended: nil for success, or an exitCodeError
 // carrying the job's exit code.
 func (a *app) followJob(ctx context.Context, c *client, jobID string, lf logFormat) error {
-	p := &logPrinter{w: a.stdout, format: lf, clean: a.terminal(a.stdout)}
+	p := &logPrinter{w: a.stdout, format: lf, clean: a.terminal(a.stdout), json: a.jsonOutput()}
 	retry := backoff.New(250*time.Millisecond, 5*time.Second)
 	failures := 0
 	first := true
