@@ -34,10 +34,11 @@ func TestFleetShowsEveryInstallAndUnknownFieldsAsDash(t *testing.T) {
 	feed(m, snapshot())
 	s := screen(m)
 	mustContain(t, s, "4 installs", "acme", "globex", "initech", "online", "offline", "none", "3s ago", "5m ago", "1 run 2 queued")
-	// Revision, modes and drift do not exist yet: every row shows a dash.
+	// initech has never been provisioned: no revision, health, agent or
+	// modes, each a dash.
 	for _, l := range strings.Split(s, "\n") {
-		if strings.Contains(l, "globex") && strings.Count(l, dash) < 3 {
-			t.Fatalf("row without dashes for REV/MODES/DRIFT: %q", l)
+		if strings.Contains(l, "initech") && (!strings.Contains(l, "new") || strings.Count(l, dash) < 3) {
+			t.Fatalf("row without its state and dashes for HEALTH/HEARTBEAT/MODES: %q", l)
 		}
 	}
 }
@@ -835,4 +836,81 @@ func TestActionWarnsWhenTheCustomerTurnedItOff(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Esc clears an applied filter (README: "back one level / clear filter"),
+// `/` opens on the filter in force, and a log search's status leaves with
+// the log.
+func TestEscClearsAppliedFilterAndSlashEditsIt(t *testing.T) {
+	m := newTestModel(t, Options{})
+	feed(m, snapshot())
+	press(m, "/", "tier=gold", "enter")
+	mustContain(t, screen(m), "acme", "1 of 4")
+	mustNotContain(t, screen(m), "globex")
+
+	press(m, "/")
+	mustContain(t, screen(m), "filter: tier=gold")
+	press(m, "backspace", "backspace", "backspace", "backspace", "silver", "enter")
+	s := screen(m)
+	mustContain(t, s, "globex", "/tier=silver")
+	mustNotContain(t, s, "acme")
+
+	press(m, "esc")
+	s = screen(m)
+	mustContain(t, s, "acme", "globex")
+	mustNotContain(t, s, "tier=silver", "of 4")
+	if _, ok := m.top().(*fleetView); !ok {
+		t.Fatalf("esc on a filter clears it and stays, top is %T", m.top())
+	}
+
+	lv := newLogView(m.env, jobs()[0])
+	m.push(lv)
+	m.Update(logMsg{gen: lv.gen, chunks: []logChunk{{lines: logLines(1, 20, func(i int) string { return fmt.Sprintf("line %03d", i) })}}})
+	press(m, "/", "line 01", "enter")
+	mustContain(t, screen(m), "match 1 of")
+	press(m, "esc")
+	mustNotContain(t, screen(m), "match 1 of", "/line 01")
+}
+
+// The fleet shows each install's state, health and revision; both new
+// columns sort (failed and unhealthy first) and filter (state=, health=).
+func TestFleetStateAndHealthSortAndFilter(t *testing.T) {
+	m := newTestModel(t, Options{})
+	m.Update(teaSize(160, 24))
+	feed(m, snapshot())
+	s := screen(m)
+	mustContain(t, s, "STATE", "HEALTH", "active", "failed", "deprovisioned", "healthy", "unhealthy")
+	for _, l := range strings.Split(s, "\n") {
+		if strings.HasPrefix(l, "acme ") && !strings.Contains(l, " 3 ") {
+			t.Errorf("acme at revision 3 shows no revision: %q", l)
+		}
+	}
+	firstRow := func() string {
+		for _, l := range strings.Split(screen(m), "\n") {
+			if f := strings.Fields(l); len(f) > 0 && slices.Contains([]string{"acme", "globex", "initech"}, f[0]) ||
+				strings.HasPrefix(l, "umbrella") {
+				return f[0]
+			}
+		}
+		return ""
+	}
+	press(m, "s", "s") // name → app → state
+	mustContain(t, screen(m), "STATE↑", "sorted by state")
+	if got := firstRow(); got != "globex" {
+		t.Errorf("sorted by state, the failed install comes first, got %q", got)
+	}
+	press(m, "s") // health
+	mustContain(t, screen(m), "HEALTH↑")
+	if got := firstRow(); got != "globex" {
+		t.Errorf("sorted by health, the unhealthy install comes first, got %q", got)
+	}
+
+	press(m, "/", "state=active", "enter")
+	s = screen(m)
+	mustContain(t, s, "acme", "1 of 4")
+	mustNotContain(t, s, "globex", "initech")
+	press(m, "esc", "/", "health=unhealthy", "enter")
+	s = screen(m)
+	mustContain(t, s, "globex", "1 of 4")
+	mustNotContain(t, s, "acme")
 }

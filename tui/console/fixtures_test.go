@@ -62,8 +62,16 @@ func snapshot() *imsv1.WatchInstallsResponse {
 	acme.Install.Agent.Permissions = &imsv1.Permissions{Provision: true, Maintenance: true, Deprovision: true}
 	globex.Install.Agent.Permissions = &imsv1.Permissions{Provision: true, Deprovision: true}
 	umbrella.Install.Agent.Permissions = &imsv1.Permissions{Provision: true, Maintenance: true, Deprovision: true, DisabledAll: true}
+	// Lifecycle, revision and health: one of each kind.
+	acme.Install.State, acme.Install.AppRevision = "active", 3
+	acme.Install.Health = &imsv1.InstallHealth{State: "healthy", CheckTime: timestamppb.New(clock.Add(-time.Minute))}
+	globex.Install.State, globex.Install.AppRevision = "failed", 2
+	globex.Install.Health = &imsv1.InstallHealth{State: "unhealthy", Error: "probe: exit status 3", CheckTime: timestamppb.New(clock.Add(-time.Minute))}
+	umbrella.Install.State, umbrella.Install.AppRevision = "deprovisioned", 1
+	initech := status("initech", "billing", "none", 0, 0, 1, nil)
+	initech.Install.State = "new"
 	return &imsv1.WatchInstallsResponse{Snapshot: true, Installs: []*imsv1.InstallStatus{
-		acme, globex, status("initech", "billing", "none", 0, 0, 1, nil), umbrella,
+		acme, globex, initech, umbrella,
 	}}
 }
 

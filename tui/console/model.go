@@ -370,6 +370,11 @@ func (m *Model) key(msg tea.KeyPressMsg) tea.Cmd {
 			m.setFilter("")
 			return nil
 		}
+		// The status line (a log search's "match 3 of 9") is about the
+		// view being left, so it goes with it.
+		if len(m.stack) > 1 {
+			m.status = ""
+		}
 		m.pop()
 		return nil
 	case m.km.Is(msg, ActQuit):
