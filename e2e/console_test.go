@@ -94,3 +94,60 @@ func lineWith(s string, parts ...string) bool {
 	}
 	return false
 }
+
+// TestConsoleFleetStateFilterAndSearchStatus: in the real program, the
+// fleet shows each install's state; an applied filter is cleared by esc
+// (staying on the fleet) and `/` opens on it; a log search's status does
+// not outlive the log.
+func TestConsoleFleetStateFilterAndSearchStatus(t *testing.T) {
+	skipShort(t)
+	ims := cluster.StartIMS(t, fast)
+	c := ims.Admin()
+	_, tok := cluster.NewInstall(t, c, "shop", "acme")
+	cluster.NewInstall(t, c, "shop", "globex")
+	cluster.StartAgent(t, ims.URL(), tok, t.TempDir())
+	bin := filepath.Join(cluster.Binaries(t), "byoc")
+
+	term := cluster.StartTerminal(t, 160, 32, []string{"BYOC_CONFIG=" + filepath.Join(t.TempDir(), "config.json")},
+		bin, "--server", ims.URL(), "--token", ims.AdminToken)
+	term.WaitFor("the fleet with states", func(s string) bool {
+		return strings.Contains(s, "STATE") && strings.Contains(s, "HEALTH") && lineWith(s, "acme", "new", "online") && lineWith(s, "globex", "new", "none")
+	})
+
+	term.Keys("/")
+	term.Type("glob")
+	term.Keys("Enter")
+	term.WaitText("(/glob: 1 of 2)")
+	term.Keys("/")
+	term.WaitText("filter: glob")
+	term.Keys("Escape") // leaves the input (clearing the filter as it did)
+	term.WaitFor("both installs again", func(s string) bool { return lineWith(s, "acme", "online") && lineWith(s, "globex", "none") })
+	term.Keys("/")
+	term.Type("acme")
+	term.Keys("Enter")
+	term.WaitText("(/acme: 1 of 2)")
+	term.Keys("Escape") // clears the applied filter, stays on the fleet
+	s := term.WaitFor("the filter cleared", func(s string) bool { return lineWith(s, "globex", "none") && !strings.Contains(s, "/acme") })
+	if strings.Contains(s, "›") {
+		t.Fatalf("esc on an applied filter left the fleet:\n%s", s)
+	}
+
+	term.Keys("Enter")
+	term.WaitText("installs › acme")
+	term.Keys("a")
+	term.WaitText("script:")
+	term.Type("echo needle-one; echo hay")
+	term.Keys("Enter")
+	term.WaitText("Confirm:")
+	term.Keys("y")
+	term.WaitText("› logs", "needle-one", "succeeded (exit 0)")
+	term.Keys("/")
+	term.Type("needle")
+	term.Keys("Enter")
+	term.WaitText("/needle: match 1 of 1")
+	term.Keys("Escape")
+	s = term.WaitFor("the install view", func(s string) bool { return strings.Contains(s, "installs › acme") && !strings.Contains(s, "› logs") })
+	if strings.Contains(s, "match 1 of 1") {
+		t.Fatalf("the log search's status outlived the log:\n%s", s)
+	}
+}
