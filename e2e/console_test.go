@@ -146,7 +146,9 @@ func TestConsoleFleetStateFilterAndSearchStatus(t *testing.T) {
 	term.Keys("Enter")
 	term.WaitText("/needle: match 1 of 1")
 	term.Keys("Escape")
-	s = term.WaitFor("the install view", func(s string) bool { return strings.Contains(s, "installs › acme") && !strings.Contains(s, "› logs") })
+	s = term.WaitFor("the install view", func(s string) bool {
+		return strings.Contains(s, "installs › acme") && !strings.Contains(s, "› logs")
+	})
 	if strings.Contains(s, "match 1 of 1") {
 		t.Fatalf("the log search's status outlived the log:\n%s", s)
 	}
