@@ -481,7 +481,10 @@ func (s *Store) RecordAgentConflict(ctx context.Context, id, detail string, now 
 // TouchAgent records that agent id was seen at now.
 func (s *Store) TouchAgent(ctx context.Context, id string, now time.Time) error {
 	return s.writeOne(ctx, "touch agent", func(tx *txn) error {
-		res, err := tx.ExecContext(ctx, s.bind(`UPDATE agents SET last_seen_at = ? WHERE id = ?`), nanos(now), id)
+		// Never backwards: a closing stream records its last message after
+		// the agent's next stream may have touched it later.
+		res, err := tx.ExecContext(ctx, s.bind(`UPDATE agents SET last_seen_at = CASE
+			WHEN last_seen_at IS NULL OR last_seen_at < ? THEN ? ELSE last_seen_at END WHERE id = ?`), nanos(now), nanos(now), id)
 		if err != nil {
 			return err
 		}

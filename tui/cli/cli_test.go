@@ -276,7 +276,7 @@ func TestTextTables(t *testing.T) {
 	}
 
 	r = mustRun(t, "install", "get", "shop-acme")
-	for _, want := range []string{"connected, last seen 3s ago", "region=eu-west-1, size=m", "agt_1"} {
+	for _, want := range []string{"connected, last seen now", "region=eu-west-1, size=m", "agt_1"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("install get lacks %q:\n%s", want, r.stdout)
 		}
@@ -677,4 +677,36 @@ func TestJSONConvention(t *testing.T) {
 			t.Errorf("%v: exit %d, stderr %v", tc.args, r.code, e)
 		}
 	}
+}
+
+// LAST SEEN means what it says: "now" while the agent's stream is live
+// (imsd stores the time only once per lease, so it reads up to a lease
+// old), the time of its last message once it has gone.
+func TestLastSeenMeansWhatItSays(t *testing.T) {
+	setup(t)
+	r := mustRun(t, "install", "list")
+	if !lineHas(r.stdout, "shop-acme", "connected", "now") || strings.Contains(r.stdout, "38s ago") {
+		t.Errorf("a connected agent last written 38s ago should read now:\n%s", r.stdout)
+	}
+	if !lineHas(r.stdout, "shop-beta", "disconnected", "5m ago") {
+		t.Errorf("a gone agent should show when it was last heard:\n%s", r.stdout)
+	}
+	r = mustRun(t, "install", "get", "shop-acme")
+	if !strings.Contains(r.stdout, "connected, last seen now") {
+		t.Errorf("install get:\n%s", r.stdout)
+	}
+}
+
+// lineHas reports whether one line of s holds every part.
+func lineHas(s string, parts ...string) bool {
+	for _, l := range strings.Split(s, "\n") {
+		ok := true
+		for _, p := range parts {
+			ok = ok && strings.Contains(l, p)
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
 }

@@ -142,7 +142,7 @@ func (a *app) installListCommand() *cobra.Command {
 			for _, ins := range res.Msg.GetInstalls() {
 				app := cmp.Or(appNames[ins.GetAppId()], ins.GetAppId())
 				rest := []string{ins.GetState(), healthState(ins.GetHealth()), fmt.Sprint(ins.GetAppRevision()), agentState(ins.GetAgent()),
-					ago(now, ins.GetAgent().GetLastSeenTime()), ago(now, ins.GetCreateTime())}
+					heard(now, ins.GetAgent()), ago(now, ins.GetCreateTime())}
 				if a.wideOutput() {
 					t.row(append([]string{ins.GetName(), ins.GetId(), app, ins.GetAppId()}, rest...)...)
 				} else {
@@ -154,6 +154,16 @@ func (a *app) installListCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&appName, "app", "", "only installs of this app (name or id)")
 	return cmd
+}
+
+// heard is the LAST SEEN of an agent: "now" while its stream is live (imsd
+// writes last-seen only once per lease then, so the time would read up to
+// a lease old), else when its last message came.
+func heard(now time.Time, ag *imsv1.AgentStatus) string {
+	if ag.GetConnected() {
+		return "now"
+	}
+	return ago(now, ag.GetLastSeenTime())
 }
 
 // appNames maps app ids to names for a table; an app it cannot list keeps
@@ -281,8 +291,8 @@ func (a *app) installGetCommand() *cobra.Command {
 			}
 			ag := ins.GetAgent()
 			state := agentState(ag)
-			if ag != nil && ag.GetLastSeenTime() != nil {
-				state += ", last seen " + ago(now, ag.GetLastSeenTime())
+			if ag.GetConnected() || ag.GetLastSeenTime() != nil {
+				state += ", last seen " + heard(now, ag)
 			}
 			f.add("Agent", state)
 			if ag != nil {

@@ -271,6 +271,9 @@ func (f *fakeOperator) ListInstalls(ctx context.Context, req *connect.Request[im
 		return nil, err
 	}
 	return connect.NewResponse(&imsv1.ListInstallsResponse{Installs: []*imsv1.Install{
-		{Id: "ins_1", AppId: "app_1", Name: "shop-acme", State: "active", AppRevision: 3, CreateTime: testTime},
+		{Id: "ins_1", AppId: "app_1", Name: "shop-acme", State: "active", AppRevision: 3, CreateTime: testTime,
+			Agent: &imsv1.AgentStatus{AgentId: "agt_1", Connected: true, LastSeenTime: timestamppb.New(time.Now().Add(-38 * time.Second))}},
+		{Id: "ins_2", AppId: "app_1", Name: "shop-beta", State: "active", AppRevision: 3, CreateTime: testTime,
+			Agent: &imsv1.AgentStatus{AgentId: "agt_2", LastSeenTime: timestamppb.New(time.Now().Add(-5 * time.Minute))}},
 	}}), nil
 }

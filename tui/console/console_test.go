@@ -33,7 +33,7 @@ func TestFleetShowsEveryInstallAndUnknownFieldsAsDash(t *testing.T) {
 	mustContain(t, screen(m), "loading installs")
 	feed(m, snapshot())
 	s := screen(m)
-	mustContain(t, s, "4 installs", "acme", "globex", "initech", "online", "offline", "none", "3s ago", "5m ago", "1 run 2 queued")
+	mustContain(t, s, "4 installs", "acme", "globex", "initech", "online", "offline", "none", "now", "5m ago", "1 run 2 queued")
 	// initech has never been provisioned: no revision, health, agent or
 	// modes, each a dash.
 	for _, l := range strings.Split(s, "\n") {
@@ -913,4 +913,27 @@ func TestFleetStateAndHealthSortAndFilter(t *testing.T) {
 	s = screen(m)
 	mustContain(t, s, "globex", "1 of 4")
 	mustNotContain(t, s, "acme")
+}
+
+// HEARTBEAT means what it says: imsd writes an agent's last-seen time only
+// once per lease, so a connected agent's reads up to a lease old (38 s
+// with a 10 s heartbeat); while the stream is live the console says
+// "now", and for an agent that has gone, when it was last heard.
+func TestHeartbeatIsNowWhileConnected(t *testing.T) {
+	m := newTestModel(t, Options{})
+	m.Update(teaSize(160, 24))
+	live := status("acme", "shop", "online", 38*time.Second, 0, 0, nil)
+	gone := status("globex", "shop", "offline", 38*time.Second, 0, 0, nil)
+	feed(m, &imsv1.WatchInstallsResponse{Snapshot: true, Installs: []*imsv1.InstallStatus{live, gone}})
+	s := screen(m)
+	for _, l := range strings.Split(s, "\n") {
+		if strings.HasPrefix(l, "acme ") && (!strings.Contains(l, " now ") || strings.Contains(l, "38s")) {
+			t.Errorf("a connected agent's heartbeat should read now: %q", l)
+		}
+		if strings.HasPrefix(l, "globex ") && !strings.Contains(l, "38s ago") {
+			t.Errorf("a gone agent's heartbeat should be when it was heard: %q", l)
+		}
+	}
+	press(m, "enter")
+	mustContain(t, screen(m), "last heard now")
 }

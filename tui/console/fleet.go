@@ -118,6 +118,15 @@ func compareBy(key string, a, b *imsv1.InstallStatus) int {
 	case "agent":
 		return agentRank(a) - agentRank(b)
 	case "heartbeat":
+		// A live stream is heard now: connected agents come first.
+		if ca, cb := agentState(a) == "online", agentState(b) == "online"; ca != cb {
+			if ca {
+				return -1
+			}
+			return 1
+		} else if ca {
+			return 0
+		}
 		ta, tb := lastSeen(a), lastSeen(b)
 		switch {
 		case ta.After(tb):
@@ -238,6 +247,16 @@ func ModesText(p *imsv1.Permissions) string {
 // every job off (agentd permissions disable-all).
 func disabledByCustomer(s *imsv1.InstallStatus) bool {
 	return s.Install.Agent.GetPermissions().GetDisabledAll()
+}
+
+// heardText is when the agent was last heard: "now" while its stream is
+// live (imsd writes last_seen only once per lease then, so the stored time
+// would read up to a lease old), else how long ago its last message came.
+func heardText(now time.Time, s *imsv1.InstallStatus) string {
+	if agentState(s) == "online" {
+		return "now"
+	}
+	return ago(now, lastSeen(s))
 }
 
 func lastSeen(s *imsv1.InstallStatus) time.Time {

@@ -144,7 +144,7 @@ func (v *fleetView) View() string {
 		agent := agentState(s)
 		cells := map[string]string{
 			"NAME": s.Install.Name, "STATE": installState(s), "HEALTH": healthState(s), "APP": s.AppName, "REV": revision(s), "AGENT": agent,
-			"HEARTBEAT": ago(v.now, lastSeen(s)), "MODES": ModesText(s.Install.Agent.GetPermissions()), "DRIFT": dash, "JOBS": jobsCell(s),
+			"HEARTBEAT": heardText(v.now, s), "MODES": ModesText(s.Install.Agent.GetPermissions()), "DRIFT": dash, "JOBS": jobsCell(s),
 		}
 		line := row(cols, cells)
 		switch {

@@ -75,7 +75,7 @@ func (v *installView) header(s *imsv1.InstallStatus) []string {
 		if disabledByCustomer(s) {
 			state += ", disabled by customer"
 		}
-		agent = fmt.Sprintf("%s  %s  %s  last heartbeat %s", state, a.AgentId, a.Hostname, ago(v.now, lastSeen(s)))
+		agent = fmt.Sprintf("%s  %s  %s  last heard %s", state, a.AgentId, a.Hostname, heardText(v.now, s))
 		if a.Version != "" {
 			agent += "  v" + a.Version
 		}
