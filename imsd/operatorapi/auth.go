@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"connectrpc.com/grpcreflect"
 
 	"github.com/byoc-dev/byoc/imsd/auth"
 	"github.com/byoc-dev/byoc/imsd/errs"
@@ -37,6 +38,9 @@ var readOnly = map[string]bool{
 	imsv1connect.OperatorServiceListActionsProcedure:      true,
 	imsv1connect.OperatorServiceListActionRunsProcedure:   true,
 	imsv1connect.OperatorServiceGetActionRunProcedure:     true,
+	// Server reflection describes the API to any token holder.
+	"/" + grpcreflect.ReflectV1ServiceName + "/ServerReflectionInfo":      true,
+	"/" + grpcreflect.ReflectV1AlphaServiceName + "/ServerReflectionInfo": true,
 }
 
 type callerKey struct{}
