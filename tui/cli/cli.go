@@ -179,7 +179,7 @@ exits with the job's own exit code.`,
 			}
 			return nil
 		},
-		CompletionOptions: cobra.CompletionOptions{HiddenDefaultCmd: true},
+		// "completion" is listed in --help: how to install it is there.
 		Version:           buildinfo.Get().String("byoc"),
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
@@ -205,6 +205,7 @@ exits with the job's own exit code.`,
 		a.jobCommand(),
 		a.pluginCommand(),
 	)
+	a.addCompletions(root)
 	a.markStart(root)
 	return root
 }

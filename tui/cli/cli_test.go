@@ -710,3 +710,45 @@ func lineHas(s string, parts ...string) bool {
 	}
 	return false
 }
+
+// Shell completion names what exists on the server (installs, apps, jobs,
+// an install's actions; for arguments and --install/--app), never files,
+// and `completion` is listed in --help.
+func TestCompletionAsksTheServer(t *testing.T) {
+	setup(t)
+	for _, tc := range []struct {
+		args []string
+		want []string
+		not  []string
+	}{
+		{[]string{"install", "get", ""}, []string{"shop-acme\tactive", "shop-beta\tactive"}, nil},
+		{[]string{"install", "get", "shop-b"}, []string{"shop-beta"}, []string{"shop-acme"}},
+		{[]string{"install", "get", "shop-acme", ""}, nil, []string{"shop-"}}, // one argument only
+		{[]string{"app", "get", ""}, []string{"shop\tthe shop", "blog"}, nil},
+		{[]string{"job", "logs", ""}, []string{"job_2\taction apply running", "job_1"}, nil},
+		{[]string{"action", "run", "shop-acme", ""}, []string{"migrate\trun the migrations", "health\tprobe the api"}, nil},
+		{[]string{"action", "list", ""}, []string{"shop-acme"}, nil},
+		{[]string{"job", "list", "--install", ""}, []string{"shop-acme", "shop-beta"}, nil},
+		{[]string{"install", "list", "--app", "b"}, []string{"blog"}, []string{"shop"}},
+		{[]string{"install", "create", ""}, nil, []string{"shop-acme"}}, // a new name
+	} {
+		r := mustRun(t, append([]string{"__complete"}, tc.args...)...)
+		for _, w := range tc.want {
+			if !strings.Contains(r.stdout, w) {
+				t.Errorf("complete %q lacks %q:\n%s", tc.args, w, r.stdout)
+			}
+		}
+		for _, n := range tc.not {
+			if strings.Contains(r.stdout, n) {
+				t.Errorf("complete %q offers %q:\n%s", tc.args, n, r.stdout)
+			}
+		}
+		// :4 is cobra's ShellCompDirectiveNoFileComp: never file names.
+		if !strings.HasPrefix(r.stdout, ":4\n") && !strings.Contains(r.stdout, "\n:4\n") {
+			t.Errorf("complete %q may fall back to files:\n%s", tc.args, r.stdout)
+		}
+	}
+	if r := mustRun(t, "--help"); !strings.Contains(r.stdout, "completion ") {
+		t.Errorf("--help does not list completion:\n%s", r.stdout)
+	}
+}

@@ -277,3 +277,16 @@ func (f *fakeOperator) ListInstalls(ctx context.Context, req *connect.Request[im
 			Agent: &imsv1.AgentStatus{AgentId: "agt_2", LastSeenTime: timestamppb.New(time.Now().Add(-5 * time.Minute))}},
 	}}), nil
 }
+
+func (f *fakeOperator) ListActions(ctx context.Context, req *connect.Request[imsv1.ListActionsRequest]) (*connect.Response[imsv1.ListActionsResponse], error) {
+	if err := f.auth(req.Header()); err != nil {
+		return nil, err
+	}
+	if req.Msg.GetInstall() != "shop-acme" {
+		return nil, connect.NewError(connect.CodeNotFound, errString(`install "`+req.Msg.GetInstall()+`" not found`))
+	}
+	return connect.NewResponse(&imsv1.ListActionsResponse{AppRevision: 3, Actions: []*imsv1.Action{
+		{Name: "migrate", Description: "run the migrations", Mode: "maintenance"},
+		{Name: "health", Description: "probe the api", Mode: "maintenance", HealthCheck: true},
+	}}), nil
+}
