@@ -180,7 +180,7 @@ exits with the job's own exit code.`,
 			return nil
 		},
 		// "completion" is listed in --help: how to install it is there.
-		Version:           buildinfo.Get().String("byoc"),
+		Version: buildinfo.Get().String("byoc"),
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
 	// Declared here so that cobra adds no -v shorthand.
