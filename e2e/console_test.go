@@ -4,6 +4,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/byoc-dev/byoc/e2e/cluster"
 )
@@ -38,7 +39,10 @@ func TestConsoleInATerminal(t *testing.T) {
 	term.Keys("Enter")
 	term.WaitText("installs › acme", "INPUTS", "JOBS (0)")
 	term.Keys("a")
-	term.WaitText("Run an action on acme", "script:")
+	// The app's actions (none: the app has no config), the ad-hoc script last.
+	term.WaitText("Run an action on acme", "ad-hoc script…")
+	term.Keys("Enter")
+	term.WaitText("script:")
 	term.Type("for i in 1 2 3; do echo tui-line-$i; done; echo tui-done")
 	term.Keys("Enter")
 	term.WaitText("Confirm: run `for i in 1 2 3")
@@ -135,6 +139,8 @@ func TestConsoleFleetStateFilterAndSearchStatus(t *testing.T) {
 	term.Keys("Enter")
 	term.WaitText("installs › acme")
 	term.Keys("a")
+	term.WaitText("ad-hoc script…")
+	term.Keys("Enter")
 	term.WaitText("script:")
 	term.Type("echo needle-one; echo hay")
 	term.Keys("Enter")
@@ -152,4 +158,51 @@ func TestConsoleFleetStateFilterAndSearchStatus(t *testing.T) {
 	if strings.Contains(s, "match 1 of 1") {
 		t.Fatalf("the log search's status outlived the log:\n%s", s)
 	}
+}
+
+// TestConsoleActionPicker: in the real program against a real app, `a`
+// lists the app's actions (name, mode, description) before the ad-hoc
+// script, and enter on one starts an action run that succeeds.
+func TestConsoleActionPicker(t *testing.T) {
+	skipShort(t)
+	opts := fast
+	opts.WorkflowInterval = 200 * time.Millisecond
+	ims := cluster.StartIMS(t, opts)
+	cli := cluster.NewCLI(t, ims)
+	pushed := cli.PushApp(actionApp)
+	cluster.StartAgent(t, ims.URL(), pushed.EnrollToken(t), t.TempDir())
+	if out := cli.Run(0, "install", "provision", "acme", "--wait"); !strings.Contains(out, "succeeded") {
+		t.Fatalf("provision:\n%s", out)
+	}
+	bin := filepath.Join(cluster.Binaries(t), "byoc")
+	term := cluster.StartTerminal(t, 140, 32, []string{"BYOC_CONFIG=" + filepath.Join(t.TempDir(), "config.json")},
+		bin, "--server", ims.URL(), "--token", ims.AdminToken)
+	term.WaitFor("acme online", func(s string) bool { return lineWith(s, "acme", "active", "online") })
+	// The install view shows its components (state, last deploy,
+	// outputs), its newest workflow's steps and the app's actions.
+	term.Keys("Enter")
+	term.WaitFor("the install's parts", func(s string) bool {
+		return strings.Contains(s, "installs › acme") && lineWith(s, "revision 1", "state active") &&
+			lineWith(s, "db", "succeeded", "provision rev 1", "outputs url=pg-") &&
+			lineWith(s, "provision", "succeeded", "rev 1") && lineWith(s, "migrate", "maintenance", "Migrates the database.") &&
+			!strings.Contains(s, "arrive with")
+	})
+	term.Keys("a")
+	s := term.WaitFor("the app's actions", func(s string) bool {
+		return strings.Contains(s, "Run an action on acme") && strings.Contains(s, "ad-hoc script…") && lineWith(s, "migrate", "maintenance", "Migrates the database.") && lineWith(s, "health", "maintenance", "Checks the database answers.")
+	})
+	if strings.Index(s, "ad-hoc script…") < strings.Index(s, "migrate") || strings.Index(s, "ad-hoc script…") < strings.Index(s, "Checks the database") {
+		t.Fatalf("the ad-hoc script should come after the app's actions:\n%s", s)
+	}
+	if strings.Index(s, "health") < strings.Index(s, "migrate") {
+		term.Keys("Down")
+	}
+	term.Keys("Enter")
+	term.WaitText("Confirm: run action migrate on acme")
+	term.Keys("y")
+	term.WaitText("action migrate started on acme")
+	term.Keys("Escape")
+	term.WaitFor("the action run as the install's newest workflow, done", func(s string) bool {
+		return strings.Contains(s, "installs › acme") && lineWith(s, "wf_", "action", "succeeded") && lineWith(s, "succeeded", "migrate")
+	})
 }

@@ -306,7 +306,7 @@ func TestReadOnlyLeavesDangerousKeysUnbound(t *testing.T) {
 	m := newTestModel(t, Options{ReadOnly: true})
 	feed(m, snapshot())
 	press(m, "a")
-	if m.mode != inputNone {
+	if _, ok := m.top().(*actionsView); ok || m.mode != inputNone {
 		t.Fatal("a started an action in read-only mode")
 	}
 	m.Update(teaSize(100, 60))
@@ -336,7 +336,7 @@ func TestReadOnlyLeavesDangerousKeysUnbound(t *testing.T) {
 func TestActionAsksThenRuns(t *testing.T) {
 	m := newTestModel(t, Options{})
 	feed(m, snapshot())
-	press(m, "a")
+	press(m, "a", "enter") // the last row: an ad-hoc script
 	mustContain(t, screen(m), "Run an action on acme", "Needs permission mode: maintenance", "script:")
 	press(m, "echo hi", "enter")
 	mustContain(t, screen(m), "Confirm: run `echo hi` on acme")
@@ -345,7 +345,7 @@ func TestActionAsksThenRuns(t *testing.T) {
 	}
 	mustContain(t, screen(m), "not done: run `echo hi` on acme")
 
-	press(m, "a", "echo hi", "enter")
+	press(m, "esc", "a", "enter", "echo hi", "enter")
 	if cmd := press(m, "y"); cmd == nil {
 		t.Fatal("y must enqueue the action")
 	}
@@ -358,7 +358,7 @@ func TestActionAsksThenRuns(t *testing.T) {
 	mustContain(t, screen(m), "job_new › logs", "action job_new queued on acme")
 
 	// A refused enqueue says why.
-	press(m, "esc", "a", "x", "enter", "y")
+	press(m, "esc", "a", "enter", "x", "enter", "y")
 	m.Update(enqueuedMsg{gen: m.gen, err: connect.NewError(connect.CodePermissionDenied, errors.New("viewer tokens cannot enqueue jobs"))})
 	mustContain(t, screen(m), "action not started: viewer tokens cannot enqueue jobs")
 }
@@ -437,13 +437,14 @@ func TestSettingsErrorsNameFileAndLine(t *testing.T) {
 	m := newTestModel(t, Options{Settings: s})
 	feed(m, snapshot())
 	press(m, "a")
-	if m.mode != inputNone {
+	if _, ok := m.top().(*actionsView); ok || m.mode != inputNone {
 		t.Fatal("a is no longer bound after rebinding run_action to R")
 	}
 	press(m, "R")
-	if m.mode != inputScript {
+	if _, ok := m.top().(*actionsView); !ok {
 		t.Fatal("R runs an action after rebinding")
 	}
+	press(m, "esc")
 	m.Update(teaSize(100, 60))
 	press(m, "esc", "?")
 	mustContain(t, screen(m), "R                  run an action", "o                  sort by the next column")
@@ -472,6 +473,7 @@ func TestGoldens(t *testing.T) {
 		"install": func(m *Model) {
 			press(m, "enter")
 			m.Update(jobsMsg{gen: m.top().(*installView).gen, jobs: jobs()})
+			feedInstallParts(m)
 		},
 		"jobs": func(m *Model) {
 			press(m, ":", "jobs", "enter")
@@ -499,7 +501,7 @@ func TestGoldens(t *testing.T) {
 			press(m, "w", "t")
 		},
 		"help":    func(m *Model) { press(m, "?") },
-		"confirm": func(m *Model) { press(m, "a", "./migrate.sh --dry-run", "enter") },
+		"confirm": func(m *Model) { press(m, "a", "enter", "./migrate.sh --dry-run", "enter") },
 		"audit":   func(m *Model) { press(m, ":", "audit", "enter") },
 		"offline": func(m *Model) {
 			m.Update(fleetMsg{gen: m.fleetGen, events: []fleetEvent{{err: connect.NewError(connect.CodeUnavailable, errors.New("connection refused")), retryIn: 8 * time.Second}}})
@@ -671,6 +673,7 @@ type fakeNav struct {
 	pushed  []view
 	status  string
 	actions []string
+	scripts []string
 	cancels []string
 	asked   []string
 }
@@ -681,6 +684,10 @@ func (n *fakeNav) setStatus(_ bool, format string, args ...any) {
 }
 func (n *fakeNav) startAction(s *imsv1.InstallStatus) tea.Cmd {
 	n.actions = append(n.actions, s.Install.Name)
+	return nil
+}
+func (n *fakeNav) startScript(s *imsv1.InstallStatus) tea.Cmd {
+	n.scripts = append(n.scripts, s.Install.Name)
 	return nil
 }
 func (n *fakeNav) confirmCancel(j *imsv1.Job) tea.Cmd {
@@ -826,7 +833,7 @@ func TestActionWarnsWhenTheCustomerTurnedItOff(t *testing.T) {
 			if c.keys != "" {
 				press(m, c.keys)
 			}
-			press(m, "a", "echo hi", "enter")
+			press(m, "a", "enter", "echo hi", "enter")
 			s := screen(m)
 			mustContain(t, s, "Confirm: run `echo hi` on "+c.install)
 			if c.want != "" {
@@ -936,4 +943,89 @@ func TestHeartbeatIsNowWhileConnected(t *testing.T) {
 	}
 	press(m, "enter")
 	mustContain(t, screen(m), "last heard now")
+}
+
+// `a` lists the app's actions first (name, mode, description), the ad-hoc
+// script last; enter on an action asks, then starts an action run.
+func TestActionPickerListsTheAppsActionsFirst(t *testing.T) {
+	m := newTestModel(t, Options{})
+	feed(m, snapshot())
+	press(m, "a")
+	av, ok := m.top().(*actionsView)
+	if !ok {
+		t.Fatalf("a opens the install's actions, top is %T", m.top())
+	}
+	mustContain(t, screen(m), "Run an action on acme", "loading the app's actions", "ad-hoc script…")
+	m.Update(actionsMsg{gen: av.gen, revision: 3, actions: []*imsv1.Action{
+		{Name: "migrate", Mode: "maintenance", Description: "run the migrations"},
+		{Name: "rotate-keys", Mode: "break_glass", Description: "rotate the signing keys"},
+	}})
+	s := screen(m)
+	mustContain(t, s, "revision 3", "migrate", "run the migrations", "rotate-keys", "break_glass", "ad-hoc script…")
+	if strings.Index(s, "rotate-keys") > strings.Index(s, "ad-hoc script") || strings.Index(s, "migrate") > strings.Index(s, "rotate-keys") {
+		t.Fatalf("the app's actions come first, the ad-hoc script last:\n%s", s)
+	}
+
+	press(m, "down", "enter")
+	mustContain(t, screen(m), "Confirm: run action rotate-keys on acme", "Needs permission mode: break_glass")
+	if cmd := press(m, "y"); cmd == nil {
+		t.Fatal("y must start the action run")
+	}
+	m.Update(actionRunMsg{gen: av.startGen, run: &imsv1.ActionRun{Id: "wf_1", Action: "rotate-keys"}})
+	mustContain(t, screen(m), "action rotate-keys started on acme (wf_1)")
+
+	press(m, "down", "enter") // the ad-hoc script, as before
+	if m.mode != inputScript {
+		t.Fatal("the last row asks for a script")
+	}
+}
+
+// The install view shows what exists instead of "arrives later": the
+// revision, the components (state, last deploy, outputs of their job),
+// the newest workflow with each step's state, read again when the fleet
+// says the install changed, and the app's actions.
+func TestInstallViewShowsComponentsWorkflowAndActions(t *testing.T) {
+	m := newTestModel(t, Options{})
+	m.Update(teaSize(160, 60))
+	feed(m, snapshot())
+	press(m, "enter")
+	v := m.top().(*installView)
+	mustContain(t, screen(m), "revision 3", "state active", "health healthy", "COMPONENTS", "WORKFLOW", "ACTIONS", "loading…")
+	js := append(jobs(), &imsv1.Job{Id: "job_db", InstallId: "ins_acme", ComponentType: "terraform", Operation: "apply",
+		State: imsv1.JobState_JOB_STATE_SUCCEEDED, Outputs: map[string]string{"url": "pg://db", "port": "5432"}, CreateTime: jobs()[0].CreateTime})
+	m.Update(jobsMsg{gen: v.gen, jobs: js})
+	feedInstallParts(m)
+	s := screen(m)
+	mustNotContain(t, s, "arrive with", "loading…")
+	for _, want := range [][]string{
+		{"db", "succeeded", "provision rev 3, 50m ago", "outputs port=5432 url=pg://db"},
+		{"api", "succeeded", "provision rev 3"},
+		{"wf_2", "action", "running", "rev 3"},
+		{"succeeded", "backup"},
+		{"running", "migrate", "run"},
+		{"migrate", "maintenance", "run the migrations"},
+	} {
+		if !screenLine(s, want...) {
+			t.Errorf("no line with %q:\n%s", want, s)
+		}
+	}
+	// The fleet saying acme changed reads its workflows (and jobs) again.
+	old := v.wfGen
+	if cmd := feed(m, &imsv1.WatchInstallsResponse{Installs: []*imsv1.InstallStatus{m.fleet.byID["ins_acme"]}}); cmd == nil || v.wfGen == old {
+		t.Fatal("a change to the install must read its workflows again")
+	}
+}
+
+// screenLine reports whether one line of s holds every part.
+func screenLine(s string, parts ...string) bool {
+	for _, l := range strings.Split(s, "\n") {
+		ok := true
+		for _, p := range parts {
+			ok = ok && strings.Contains(l, p)
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
 }

@@ -463,8 +463,16 @@ func (m *Model) command(line string) tea.Cmd {
 	return nil
 }
 
-// startAction asks for the script of an action on install.
+// startAction opens the install's actions, the ad-hoc script last.
 func (m *Model) startAction(install *imsv1.InstallStatus) tea.Cmd {
+	if install == nil {
+		return nil
+	}
+	return m.push(newActionsView(m.env, install))
+}
+
+// startScript asks for the script of an ad-hoc action on install.
+func (m *Model) startScript(install *imsv1.InstallStatus) tea.Cmd {
 	if install == nil {
 		return nil
 	}
