@@ -9,7 +9,9 @@ DEMO  := $(CURDIR)/.demo
 
 .PHONY: help
 help: ## List the targets.
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@# Colour only on a terminal (and not with NO_COLOR): piped, plain text.
+	@if [ -t 1 ] && [ -z "$${NO_COLOR:-}" ]; then on='\033[36m'; off='\033[0m'; else on=; off=; fi; \
+	awk -v on="$$on" -v off="$$off" 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %s%-14s%s %s\n", on, $$1, off, $$2}' $(MAKEFILE_LIST)
 
 # What --version prints (internal/buildinfo): the version (git describe;
 # the commit when there is no tag), the commit and the commit's date (so
@@ -27,6 +29,19 @@ build: ## Build imsd, agentd and byoc into bin/ (with their version: byoc --vers
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/imsd ./imsd
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/agentd ./agentd
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/byoc ./tui
+
+# build-progress is build for people waiting on it (make demo): go build -v
+# names each package as it compiles it, shown as a line each when piped and
+# as one line counting up on a terminal; compiler errors print in full.
+.PHONY: build-progress
+build-progress:
+	@echo "==> building imsd, agentd and byoc into $(BIN) (a first build compiles every dependency: minutes)"
+	@mkdir -p $(BIN)
+	@set -o pipefail; $(GO) build -v -ldflags '$(LDFLAGS)' -o $(BIN)/ ./imsd ./agentd ./tui 2>&1 | \
+	if [ -t 1 ]; then awk '/[ :]/ {print (n ? "\n" : "") $$0; next} {n++; printf "\r\033[K    %d packages compiled: %s", n, substr($$0, 1, 60)} END {if (n) printf "\r\033[K    %d packages compiled\n", n}'; \
+	else awk '/[ :]/ {print; next} {print "    compiled " $$0}'; fi
+	@mv -f $(BIN)/tui $(BIN)/byoc
+	@echo "==> built $(BIN)/imsd, $(BIN)/agentd and $(BIN)/byoc"
 
 .PHONY: generate
 generate: ## Regenerate the Go code from rpc/ and the app config JSON Schemas (committed).
@@ -111,7 +126,7 @@ bench: ## Benchmarks: plugin launch, sandbox overhead per step, pickup latency, 
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./bench/...
 
 .PHONY: demo
-demo: build ## Start imsd (SQLite) and an enrolled agent in the background, run a job, follow its logs.
+demo: build-progress ## Build (showing progress), start imsd (SQLite) and an enrolled agent in the background, run a job, follow its logs.
 	@scripts/demo.sh start
 
 .PHONY: demo-stop

@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	connectrpc.com/connect v1.21.1
+	connectrpc.com/grpcreflect v1.3.1
 	github.com/hashicorp/go-hclog v1.6.3
 	github.com/hashicorp/go-plugin v1.8.0
 	github.com/jackc/pgx/v5 v5.12.0
@@ -18,7 +19,6 @@ require (
 	google.golang.org/protobuf v1.36.12
 	modernc.org/sqlite v1.60.1
 )
-
 
 require (
 	charm.land/bubbles/v2 v2.2.1

@@ -87,7 +87,7 @@ func TestActionRunsAndCronHealthCheck(t *testing.T) {
 	if err := json.Unmarshal([]byte(run(0, "action", "runs", "acme", "--action", "migrate", "-o", "json")), &runs); err != nil {
 		t.Fatal(err)
 	}
-	if len(runs) != 1 || runs[0].Trigger != "manual" || runs[0].Mode != "maintenance" || runs[0].State != "WORKFLOW_STATE_SUCCEEDED" ||
+	if len(runs) != 1 || runs[0].Trigger != "manual" || runs[0].Mode != "maintenance" || runs[0].State != "succeeded" ||
 		runs[0].Outputs["greeting"] != "hello" || !strings.HasPrefix(runs[0].Outputs["db"], "pg-ins_") {
 		t.Fatalf("migrate runs: %+v", runs)
 	}

@@ -349,6 +349,8 @@ func TestBreakGlassConsoleFlow(t *testing.T) {
 	})
 
 	term.Keys("a")
+	term.WaitText("ad-hoc script…")
+	term.Keys("Enter")
 	term.WaitText("script:")
 	term.Type("echo UNDER-GRANT")
 	term.Keys("Enter")
@@ -357,6 +359,8 @@ func TestBreakGlassConsoleFlow(t *testing.T) {
 	term.Keys("Enter")
 	term.WaitText(`not done: you typed "y", not the install's name "acme"`)
 	term.Keys("a")
+	term.WaitText("ad-hoc script…")
+	term.Keys("Enter")
 	term.WaitText("script:")
 	term.Type("echo UNDER-GRANT")
 	term.Keys("Enter")

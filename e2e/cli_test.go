@@ -62,7 +62,7 @@ func runCLIFlow(t *testing.T, opts cluster.Options) {
 	if err := json.Unmarshal([]byte(out), &jobs); err != nil {
 		t.Fatalf("job list -o json is not a JSON array: %v\n%s", err, out)
 	}
-	if len(jobs) != 1 || jobs[0].State != "JOB_STATE_FAILED" || jobs[0].ExitCode != 3 {
+	if len(jobs) != 1 || jobs[0].State != "failed" || jobs[0].ExitCode != 3 {
 		t.Fatalf("job list = %+v, want one failed job with exit code 3", jobs)
 	}
 	// An unknown token is refused with a message that says so.

@@ -109,7 +109,7 @@ func TestWaitAwaitingApprovalExitsThree(t *testing.T) {
 	}
 	id := out[strings.Index(out, "wf_"):]
 	id = id[:strings.IndexAny(id, " .\n")]
-	if out := cli.Run(3, "workflow", "get", id, "--wait", "-o", "json"); !strings.Contains(out, "AWAITING_APPROVAL") {
+	if out := cli.Run(3, "workflow", "get", id, "--wait", "-o", "json"); !strings.Contains(out, `"state": "awaiting_approval"`) {
 		t.Fatalf("workflow get --wait -o json:\n%s", out)
 	}
 }

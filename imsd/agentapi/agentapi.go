@@ -267,6 +267,15 @@ func (s *Service) open(ctx context.Context, st Stream) (*conn, error) {
 // close unregisters a stream that open registered.
 func (s *Service) close(ctx context.Context, c *conn) {
 	s.hub.Unregister(c.sess)
+	if c.lastHeard.After(c.lastSeen) {
+		// The stream has ended, and its context with it; the write is
+		// still owed, bounded on its own.
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		if err := s.store.TouchAgent(wctx, c.agent.ID, c.lastHeard); err != nil {
+			c.logger().WarnContext(ctx, "touch agent at disconnect", "err", err)
+		}
+		cancel()
+	}
 	c.mu.Lock()
 	c.dead = true // no send after the handler returns
 	c.mu.Unlock()
@@ -373,6 +382,9 @@ type conn struct {
 	// none yet on this stream).
 	perms    *store.Permissions
 	lastSeen time.Time
+	// lastHeard is when the agent's last hello or heartbeat arrived; only
+	// the stream's own goroutine (handle, close) reads or writes it.
+	lastHeard time.Time
 	// lastForced is when the queue was last read without a hub mark.
 	lastForced time.Time
 }
@@ -575,8 +587,11 @@ func (c *conn) sendNow(m *agentv1.ConnectResponse) error {
 }
 
 func (c *conn) touch(ctx context.Context, now time.Time) {
+	c.lastHeard = now
 	// Touch at most once per lease duration: last-seen is for people, the
-	// lease deadline is what the protocol relies on.
+	// lease deadline is what the protocol relies on. While the stream is
+	// live people are shown "connected", not this time; close records the
+	// last message's, so an agent that went away shows when it was heard.
 	if now.Sub(c.lastSeen) < c.svc.cfg.LeaseDuration {
 		return
 	}

@@ -314,3 +314,44 @@ func TestSignedAssignmentAndRefusalReport(t *testing.T) {
 		t.Fatalf("no ERROR line for the refusal:\n%s", l)
 	}
 }
+
+// last_seen is written at most once per lease while the stream is live
+// (people are shown "connected" then), and when the stream ends it is the
+// time of the agent's last message, not the last write: an agent heard
+// 20 s ago does not show 50 s.
+func TestLastSeenAtDisconnectIsTheLastMessage(t *testing.T) {
+	e := newStreamEnv(t)
+	ctx := context.Background()
+	cs, done := e.open(t, "inst-a")
+	if cs.next(t).GetWelcome() == nil {
+		t.Fatal("want a welcome")
+	}
+	hello := e.clk.Now()
+	var last time.Time
+	for seq := range 2 {
+		e.clk.Add(10 * time.Second)
+		last = e.clk.Now()
+		// A heartbeat naming an unknown job is answered: the test knows it
+		// was handled.
+		cs.in <- &agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Heartbeat{Heartbeat: &agentv1.Heartbeat{Seq: uint64(seq),
+			Running: []*agentv1.RunningJob{{JobId: "job_gone", FencingToken: 1}}}}}
+		for cs.next(t).GetRejected() == nil {
+		}
+	}
+	a, err := e.st.GetAgent(ctx, e.agent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !a.LastSeenAt.Equal(hello) {
+		t.Fatalf("while connected, last seen = %s, want the hello's %s (one write per lease)", a.LastSeenAt, hello)
+	}
+	e.clk.Add(30 * time.Second)
+	close(cs.closed)
+	<-done
+	if a, err = e.st.GetAgent(ctx, e.agent); err != nil {
+		t.Fatal(err)
+	}
+	if !a.LastSeenAt.Equal(last) {
+		t.Fatalf("after the stream ended, last seen = %s, want the last heartbeat's %s", a.LastSeenAt, last)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"connectrpc.com/grpcreflect"
 
 	"github.com/byoc-dev/byoc/imsd/auth"
 	"github.com/byoc-dev/byoc/imsd/errs"
@@ -41,6 +42,9 @@ var readOnly = map[string]bool{
 	// Break-glass: the requests' states and what a request may ask for.
 	imsv1connect.OperatorServiceListBreakGlassGrantsProcedure: true,
 	imsv1connect.OperatorServiceGetBreakGlassPolicyProcedure:  true,
+	// Server reflection describes the API to any token holder.
+	"/" + grpcreflect.ReflectV1ServiceName + "/ServerReflectionInfo":      true,
+	"/" + grpcreflect.ReflectV1AlphaServiceName + "/ServerReflectionInfo": true,
 }
 
 type callerKey struct{}

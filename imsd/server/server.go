@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"connectrpc.com/grpcreflect"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -298,12 +299,19 @@ func (s *Server) newHTTPServer() *http.Server {
 
 	mux := http.NewServeMux()
 	op := operatorapi.New(s.store, s.hub, operatorapi.Config{BreakGlassRequestTTL: cfg.BreakGlassRequestTTL, HeartbeatInterval: cfg.HeartbeatInterval, LeaseDuration: cfg.LeaseDuration, LeaseGrace: cfg.LeaseGrace, Engine: s.engine, SigningKeyID: s.key.ID}, cfg.Now, s.log)
+	authn := operatorapi.NewAuthenticator(s.store, cfg.Now)
 	opPath, opHandler := imsv1connect.NewOperatorServiceHandler(op,
-		connect.WithInterceptors(operatorapi.NewAuthenticator(s.store, cfg.Now)),
+		connect.WithInterceptors(authn),
 		connect.WithReadMaxBytes(4<<20),
 		// Compressing small messages costs more CPU than it saves bytes.
 		connect.WithCompressMinBytes(4<<10), fastGzip)
 	mux.Handle(opPath, growStack(opHandler))
+	// gRPC server reflection (v1 and the v1alpha that older grpcurl
+	// asks for), so grpcurl and buf curl work without the proto files. It
+	// describes the operator API only and asks for a token like it.
+	reflector := grpcreflect.NewStaticReflector(imsv1connect.OperatorServiceName)
+	mux.Handle(grpcreflect.NewHandlerV1(reflector, connect.WithInterceptors(authn)))
+	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, connect.WithInterceptors(authn)))
 	ag := agentapi.New(s.store, s.hub, agentapi.Config{
 		LeaseDuration:     cfg.LeaseDuration,
 		LeaseGrace:        cfg.LeaseGrace,

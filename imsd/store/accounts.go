@@ -458,7 +458,10 @@ func (s *Store) RecordAgentConflict(ctx context.Context, id, detail string, now 
 
 // TouchAgent records that agent id was seen at now.
 func (s *Store) TouchAgent(ctx context.Context, id string, now time.Time) error {
-	return s.updateAgent(ctx, "touch agent", id, `UPDATE agents SET last_seen_at = ? WHERE id = ?`, nanos(now))
+	// Never backwards: a closing stream records its last message after
+	// the agent's next stream may have touched it later.
+	return s.updateAgent(ctx, "touch agent", id, `UPDATE agents SET last_seen_at = CASE
+		WHEN last_seen_at IS NULL OR last_seen_at < ? THEN ? ELSE last_seen_at END WHERE id = ?`, nanos(now), nanos(now))
 }
 
 // updateAgent runs one UPDATE of agent id's row (the query ends in

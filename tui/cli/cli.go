@@ -111,22 +111,43 @@ func (a *app) run(ctx context.Context, args []string) int {
 	switch {
 	case errors.As(err, &ee):
 		if ee.msg != "" {
-			fmt.Fprintf(a.stderr, "error: %s\n", ee.msg)
+			a.printError(ee.msg, ee.code, "")
 		}
 		return ee.code
 	case errors.As(err, &ue) || !a.started:
-		fmt.Fprintf(a.stderr, "error: %s\n", err)
 		if cmd == nil {
 			cmd = root
 		}
-		fmt.Fprintf(a.stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
+		a.printError(err.Error(), exitUsage, fmt.Sprintf("Run '%s --help' for usage.", cmd.CommandPath()))
 		return exitUsage
 	case ctx.Err() != nil && errors.Is(err, context.Canceled):
-		fmt.Fprintln(a.stderr, "error: interrupted")
+		a.printError("interrupted", exitInterrupted, "")
 		return exitInterrupted
 	default:
-		fmt.Fprintf(a.stderr, "error: %s\n", a.describe(err))
+		a.printError(a.describe(err), exitError, "")
 		return exitError
+	}
+}
+
+// errorJSON is an error as -o json prints it on standard error: one
+// object, so that a script reading JSON never has to parse text.
+type errorJSON struct {
+	Error    string `json:"error"`
+	ExitCode int    `json:"exitCode"`
+	Hint     string `json:"hint,omitempty"`
+}
+
+// printError prints an error on standard error: "error: msg" and the
+// hint's line, or under -o json one errorJSON object.
+func (a *app) printError(msg string, code int, hint string) {
+	if a.jsonOutput() {
+		if writeJSONValue(a.stderr, errorJSON{Error: msg, ExitCode: code, Hint: hint}) == nil {
+			return
+		}
+	}
+	fmt.Fprintf(a.stderr, "error: %s\n", msg)
+	if hint != "" {
+		fmt.Fprintln(a.stderr, hint)
 	}
 }
 
@@ -153,13 +174,13 @@ exits with the job's own exit code.`,
 			return a.runConsole(cmd.Context())
 		},
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
-			if a.output != "text" && a.output != "json" {
-				return usagef("--output must be text or json, not %q", a.output)
+			if a.output != "text" && a.output != "json" && a.output != "wide" {
+				return usagef("--output must be text, wide or json, not %q", a.output)
 			}
 			return nil
 		},
-		CompletionOptions: cobra.CompletionOptions{HiddenDefaultCmd: true},
-		Version:           buildinfo.Get().String("byoc"),
+		// "completion" is listed in --help: how to install it is there.
+		Version: buildinfo.Get().String("byoc"),
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
 	// Declared here so that cobra adds no -v shorthand.
@@ -171,7 +192,7 @@ exits with the job's own exit code.`,
 	pf.StringVar(&a.contextName, "context", "", "use this context instead of the current one")
 	pf.StringVar(&a.server, "server", "", "imsd URL, overriding the context's (http:// or https://)")
 	pf.StringVar(&a.token, "token", "", "API token, overriding the context's")
-	pf.StringVarP(&a.output, "output", "o", "text", "output format: text or json")
+	pf.StringVarP(&a.output, "output", "o", "text", "output format: text, wide (tables add ids) or json")
 	root.Flags().BoolVar(&a.readOnly, "readonly", false, "console: leave every key that changes something unbound")
 
 	root.AddCommand(
@@ -185,6 +206,7 @@ exits with the job's own exit code.`,
 		a.pluginCommand(),
 		a.breakglassCommand(),
 	)
+	a.addCompletions(root)
 	a.markStart(root)
 	return root
 }
@@ -255,3 +277,6 @@ func exactArgs(names ...string) cobra.PositionalArgs {
 var noArgs = exactArgs()
 
 func (a *app) jsonOutput() bool { return a.output == "json" }
+
+// wideOutput reports whether tables show ids beside the names they show.
+func (a *app) wideOutput() bool { return a.output == "wide" }

@@ -255,7 +255,7 @@ func TestJSONOutput(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &jobs); err != nil {
 		t.Fatalf("job list -o json: %v\n%s", err, r.stdout)
 	}
-	if len(jobs) != 2 || jobs[1]["state"] != "JOB_STATE_FAILED" || jobs[1]["exitCode"] != float64(4) || jobs[0]["exitCode"] != float64(0) {
+	if len(jobs) != 2 || jobs[1]["state"] != "failed" || jobs[1]["exitCode"] != float64(4) || jobs[0]["exitCode"] != float64(0) {
 		t.Errorf("job list -o json = %v", jobs)
 	}
 }
@@ -276,7 +276,7 @@ func TestTextTables(t *testing.T) {
 	}
 
 	r = mustRun(t, "install", "get", "shop-acme")
-	for _, want := range []string{"connected, last seen 3s ago", "region=eu-west-1, size=m", "agt_1"} {
+	for _, want := range []string{"connected, last seen now", "region=eu-west-1, size=m", "agt_1"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("install get lacks %q:\n%s", want, r.stdout)
 		}
@@ -506,7 +506,7 @@ func TestErrors(t *testing.T) {
 		{[]string{"jbo", "list"}, exitUsage, `error: unknown command "jbo" for "byoc" (did you mean "job"?)`},
 		{[]string{"install", "gett"}, exitUsage, `error: unknown command "gett" for "byoc install" (did you mean "get"?)`},
 		{[]string{"workflow", "aprove"}, exitUsage, `error: unknown command "aprove" for "byoc workflow" (did you mean "approve"?)`},
-		{[]string{"app", "list", "-o", "yaml"}, exitUsage, "--output must be text or json"},
+		{[]string{"app", "list", "-o", "yaml"}, exitUsage, "--output must be text, wide or json"},
 		{[]string{"job", "list", "--state", "done"}, exitUsage, `--state "done" is not one of`},
 		{[]string{"context", "add", "x", "--server", "ftp://x", "--token", "t"}, exitUsage, "must be an http:// or https:// URL"},
 		{[]string{"--context", "nope", "app", "list"}, exitError, `context "nope" not found`},
@@ -585,5 +585,170 @@ func TestHelpListsExitCodes(t *testing.T) {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("--help lacks %q:\n%s", want, r.stdout)
 		}
+	}
+}
+
+// TestTablesShowNames: install list names the app and job list the
+// install; -o wide adds their ids beside the names.
+func TestTablesShowNames(t *testing.T) {
+	setup(t)
+	r := mustRun(t, "install", "list")
+	if !strings.Contains(r.stdout, "shop-acme   shop ") || strings.Contains(r.stdout, "app_1") || strings.Contains(r.stdout, "ins_1") {
+		t.Errorf("install list should name the app, not show ids:\n%s", r.stdout)
+	}
+	r = mustRun(t, "install", "list", "-o", "wide")
+	for _, want := range []string{"APP ID", "ins_1", "shop", "app_1"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("install list -o wide lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	r = mustRun(t, "job", "list")
+	if !strings.Contains(r.stdout, "job_1   shop-acme ") || strings.Contains(r.stdout, "ins_1") {
+		t.Errorf("job list should name the install, not its id:\n%s", r.stdout)
+	}
+	r = mustRun(t, "job", "list", "-o", "wide")
+	if !strings.Contains(r.stdout, "INSTALL ID") || !strings.Contains(r.stdout, "shop-acme   ins_1 ") {
+		t.Errorf("job list -o wide lacks the install id beside its name:\n%s", r.stdout)
+	}
+	r = mustRun(t, "job", "list", "-o", "json")
+	if !strings.Contains(r.stdout, `"installId": "ins_1"`) {
+		t.Errorf("job list -o json lacks the install id:\n%s", r.stdout)
+	}
+}
+
+// TestJSONConvention: one JSON convention everywhere. Enum values are
+// lower-case names, as the string states are; context current and job
+// logs print JSON; an error under -o json is a JSON object on stderr with
+// the exit code.
+func TestJSONConvention(t *testing.T) {
+	f, _ := setup(t)
+
+	wf := &imsv1.Workflow{Id: "wf_1", Kind: imsv1.WorkflowKind_WORKFLOW_KIND_PROVISION, State: imsv1.WorkflowState_WORKFLOW_STATE_AWAITING_APPROVAL,
+		Reason: "JOB_STATE_FAILED", // a string that only looks like an enum stays
+		Steps:  []*imsv1.WorkflowStep{{Name: "db", State: imsv1.StepState_STEP_STATE_SUCCEEDED}, {Name: "api", State: imsv1.StepState_STEP_STATE_PENDING}}}
+	var buf bytes.Buffer
+	if err := writeJSON(&buf, wf); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"kind": "provision"`, `"state": "awaiting_approval"`, `"state": "succeeded"`, `"state": "pending"`, `"reason": "JOB_STATE_FAILED"`} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("workflow json lacks %s:\n%s", want, buf.String())
+		}
+	}
+	if strings.Index(buf.String(), `"id"`) > strings.Index(buf.String(), `"kind"`) {
+		t.Errorf("workflow json reorders the fields:\n%s", buf.String())
+	}
+	if err := writeJSON(&buf, &imsv1.WhoAmIResponse{Role: imsv1.Role_ROLE_VIEWER}); err != nil || !strings.Contains(buf.String(), `"role": "viewer"`) {
+		t.Errorf("whoami json: %v\n%s", err, buf.String())
+	}
+
+	r := mustRun(t, "context", "current", "-o", "json")
+	var cur map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &cur); err != nil || cur["name"] != "test" || !strings.HasPrefix(cur["server"].(string), "http") {
+		t.Errorf("context current -o json: %v\n%s", err, r.stdout)
+	}
+
+	f.logCalls = logScript(nil)
+	r = mustRun(t, "job", "logs", "job_1", "-o", "json")
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("job logs -o json: want one object a line, got:\n%s", r.stdout)
+	}
+	var line map[string]any
+	if err := json.Unmarshal([]byte(lines[1]), &line); err != nil || line["text"] != "hello\n" || line["stream"] != "stdout" || line["seq"] != "2" {
+		t.Errorf("job logs -o json line 2 = %v (%v)", line, err)
+	}
+
+	for _, tc := range []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"app", "get", "nope", "-o", "json"}, 1, `app "nope" not found`},
+		{[]string{"job", "list", "--state", "bogus", "-o", "json"}, 2, `--state "bogus"`},
+	} {
+		r := byoc(t, tc.args...)
+		var e map[string]any
+		if err := json.Unmarshal([]byte(r.stderr), &e); err != nil {
+			t.Errorf("%v: stderr is not JSON: %v\n%s", tc.args, err, r.stderr)
+			continue
+		}
+		if r.code != tc.code || e["exitCode"] != float64(tc.code) || !strings.Contains(e["error"].(string), tc.msg) {
+			t.Errorf("%v: exit %d, stderr %v", tc.args, r.code, e)
+		}
+	}
+}
+
+// LAST SEEN means what it says: "now" while the agent's stream is live
+// (imsd stores the time only once per lease, so it reads up to a lease
+// old), the time of its last message once it has gone.
+func TestLastSeenMeansWhatItSays(t *testing.T) {
+	setup(t)
+	r := mustRun(t, "install", "list")
+	if !lineHas(r.stdout, "shop-acme", "connected", "now") || strings.Contains(r.stdout, "38s ago") {
+		t.Errorf("a connected agent last written 38s ago should read now:\n%s", r.stdout)
+	}
+	if !lineHas(r.stdout, "shop-beta", "disconnected", "5m ago") {
+		t.Errorf("a gone agent should show when it was last heard:\n%s", r.stdout)
+	}
+	r = mustRun(t, "install", "get", "shop-acme")
+	if !strings.Contains(r.stdout, "connected, last seen now") {
+		t.Errorf("install get:\n%s", r.stdout)
+	}
+}
+
+// lineHas reports whether one line of s holds every part.
+func lineHas(s string, parts ...string) bool {
+	for _, l := range strings.Split(s, "\n") {
+		ok := true
+		for _, p := range parts {
+			ok = ok && strings.Contains(l, p)
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
+// Shell completion names what exists on the server (installs, apps, jobs,
+// an install's actions; for arguments and --install/--app), never files,
+// and `completion` is listed in --help.
+func TestCompletionAsksTheServer(t *testing.T) {
+	setup(t)
+	for _, tc := range []struct {
+		args []string
+		want []string
+		not  []string
+	}{
+		{[]string{"install", "get", ""}, []string{"shop-acme\tactive", "shop-beta\tactive"}, nil},
+		{[]string{"install", "get", "shop-b"}, []string{"shop-beta"}, []string{"shop-acme"}},
+		{[]string{"install", "get", "shop-acme", ""}, nil, []string{"shop-"}}, // one argument only
+		{[]string{"app", "get", ""}, []string{"shop\tthe shop", "blog"}, nil},
+		{[]string{"job", "logs", ""}, []string{"job_2\taction apply running", "job_1"}, nil},
+		{[]string{"action", "run", "shop-acme", ""}, []string{"migrate\trun the migrations", "health\tprobe the api"}, nil},
+		{[]string{"action", "list", ""}, []string{"shop-acme"}, nil},
+		{[]string{"job", "list", "--install", ""}, []string{"shop-acme", "shop-beta"}, nil},
+		{[]string{"install", "list", "--app", "b"}, []string{"blog"}, []string{"shop"}},
+		{[]string{"install", "create", ""}, nil, []string{"shop-acme"}}, // a new name
+	} {
+		r := mustRun(t, append([]string{"__complete"}, tc.args...)...)
+		for _, w := range tc.want {
+			if !strings.Contains(r.stdout, w) {
+				t.Errorf("complete %q lacks %q:\n%s", tc.args, w, r.stdout)
+			}
+		}
+		for _, n := range tc.not {
+			if strings.Contains(r.stdout, n) {
+				t.Errorf("complete %q offers %q:\n%s", tc.args, n, r.stdout)
+			}
+		}
+		// :4 is cobra's ShellCompDirectiveNoFileComp: never file names.
+		if !strings.HasPrefix(r.stdout, ":4\n") && !strings.Contains(r.stdout, "\n:4\n") {
+			t.Errorf("complete %q may fall back to files:\n%s", tc.args, r.stdout)
+		}
+	}
+	if r := mustRun(t, "--help"); !strings.Contains(r.stdout, "completion ") {
+		t.Errorf("--help does not list completion:\n%s", r.stdout)
 	}
 }

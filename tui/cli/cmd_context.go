@@ -226,6 +226,15 @@ func (a *app) contextCurrentCommand() *cobra.Command {
 			if cfg.CurrentContext == "" {
 				return errors.New("no context is current; add one with: byoc context add NAME --server URL --token TOKEN --use")
 			}
+			if a.jsonOutput() {
+				v := contextView{Name: cfg.CurrentContext, Current: true}
+				for _, c := range cfg.Contexts {
+					if c.Name == cfg.CurrentContext {
+						v.Server = c.Server
+					}
+				}
+				return writeJSONValue(a.stdout, v)
+			}
 			fmt.Fprintln(a.stdout, cfg.CurrentContext)
 			return nil
 		},

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"cmp"
+	"context"
 	"fmt"
 	"strings"
 	"time"
@@ -129,17 +131,66 @@ func (a *app) installListCommand() *cobra.Command {
 				fmt.Fprintln(a.stderr, "No installs; create one with: byoc install create NAME --app APP")
 				return nil
 			}
+			// Tables name the app; its id is in -o wide and -o json.
+			appNames := a.appNames(cmd.Context(), c)
 			now := a.now()
-			t := newTable(a.stdout, "NAME", "ID", "APP", "STATE", "HEALTH", "REVISION", "AGENT", "LAST SEEN", "CREATED")
+			header := []string{"NAME", "APP", "STATE", "HEALTH", "REVISION", "AGENT", "LAST SEEN", "CREATED"}
+			if a.wideOutput() {
+				header = []string{"NAME", "ID", "APP", "APP ID", "STATE", "HEALTH", "REVISION", "AGENT", "LAST SEEN", "CREATED"}
+			}
+			t := newTable(a.stdout, header...)
 			for _, ins := range res.Msg.GetInstalls() {
-				t.row(ins.GetName(), ins.GetId(), ins.GetAppId(), ins.GetState(), healthState(ins.GetHealth()), fmt.Sprint(ins.GetAppRevision()), agentState(ins.GetAgent()),
-					ago(now, ins.GetAgent().GetLastSeenTime()), ago(now, ins.GetCreateTime()))
+				app := cmp.Or(appNames[ins.GetAppId()], ins.GetAppId())
+				rest := []string{ins.GetState(), healthState(ins.GetHealth()), fmt.Sprint(ins.GetAppRevision()), agentState(ins.GetAgent()),
+					heard(now, ins.GetAgent()), ago(now, ins.GetCreateTime())}
+				if a.wideOutput() {
+					t.row(append([]string{ins.GetName(), ins.GetId(), app, ins.GetAppId()}, rest...)...)
+				} else {
+					t.row(append([]string{ins.GetName(), app}, rest...)...)
+				}
 			}
 			return t.flush()
 		},
 	}
 	cmd.Flags().StringVar(&appName, "app", "", "only installs of this app (name or id)")
 	return cmd
+}
+
+// heard is the LAST SEEN of an agent: "now" while its stream is live (imsd
+// writes last-seen only once per lease then, so the time would read up to
+// a lease old), else when its last message came.
+func heard(now time.Time, ag *imsv1.AgentStatus) string {
+	if ag.GetConnected() {
+		return "now"
+	}
+	return ago(now, ag.GetLastSeenTime())
+}
+
+// appNames maps app ids to names for a table; an app it cannot list keeps
+// its id (a table is still worth printing).
+func (a *app) appNames(ctx context.Context, c *client) map[string]string {
+	names := map[string]string{}
+	res, err := c.ListApps(ctx, connect.NewRequest(&imsv1.ListAppsRequest{}))
+	if err != nil {
+		return names
+	}
+	for _, ap := range res.Msg.GetApps() {
+		names[ap.GetId()] = ap.GetName()
+	}
+	return names
+}
+
+// installNames maps install ids to names for a table, like appNames.
+func (a *app) installNames(ctx context.Context, c *client) map[string]string {
+	names := map[string]string{}
+	res, err := c.ListInstalls(ctx, connect.NewRequest(&imsv1.ListInstallsRequest{}))
+	if err != nil {
+		return names
+	}
+	for _, ins := range res.Msg.GetInstalls() {
+		names[ins.GetId()] = ins.GetName()
+	}
+	return names
 }
 
 // healthState is an install's health for a table: "-" until a health
@@ -240,8 +291,8 @@ func (a *app) installGetCommand() *cobra.Command {
 			}
 			ag := ins.GetAgent()
 			state := agentState(ag)
-			if ag != nil && ag.GetLastSeenTime() != nil {
-				state += ", last seen " + ago(now, ag.GetLastSeenTime())
+			if ag.GetConnected() || ag.GetLastSeenTime() != nil {
+				state += ", last seen " + heard(now, ag)
 			}
 			f.add("Agent", state)
 			if ag != nil {

@@ -1,9 +1,11 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -289,15 +291,25 @@ func (a *app) jobListCommand() *cobra.Command {
 				fmt.Fprintln(a.stderr, "No jobs.")
 				return nil
 			}
+			// Tables name the install; its id is in -o wide and -o json.
+			installNames := a.installNames(cmd.Context(), c)
 			now := a.now()
-			t := newTable(a.stdout, "ID", "INSTALL", "TYPE", "OPERATION", "STATE", "ATTEMPT", "CREATED", "EXIT")
+			header := []string{"ID", "INSTALL", "TYPE", "OPERATION", "STATE", "ATTEMPT", "CREATED", "EXIT"}
+			if a.wideOutput() {
+				header = slices.Insert(header, 2, "INSTALL ID")
+			}
+			t := newTable(a.stdout, header...)
 			for _, j := range jobs {
 				exit := ""
 				if isTerminal(j.GetState()) && !refused(j) {
 					exit = fmt.Sprint(j.GetExitCode())
 				}
-				t.row(j.GetId(), j.GetInstallId(), j.GetComponentType(), j.GetOperation(), stateName(j.GetState()),
-					fmt.Sprintf("%d/%d", j.GetAttempt(), j.GetMaxAttempts()), ago(now, j.GetCreateTime()), exit)
+				row := []string{j.GetId(), cmp.Or(installNames[j.GetInstallId()], j.GetInstallId()), j.GetComponentType(), j.GetOperation(), stateName(j.GetState()),
+					fmt.Sprintf("%d/%d", j.GetAttempt(), j.GetMaxAttempts()), ago(now, j.GetCreateTime()), exit}
+				if a.wideOutput() {
+					row = slices.Insert(row, 2, j.GetInstallId())
+				}
+				t.row(row...)
 			}
 			return t.flush()
 		},
@@ -415,6 +427,8 @@ type logPrinter struct {
 	// The position of the last line printed, to resume a broken stream.
 	afterAttempt int32
 	afterSeq     int64
+	// json prints each line as one JSON object (-o json).
+	json bool
 }
 
 func (p *logPrinter) print(l *imsv1.LogLine) {
@@ -442,6 +456,15 @@ func (p *logPrinter) print(l *imsv1.LogLine) {
 		if p.format.streamPrefix {
 			b.WriteString("out | ")
 		}
+	}
+	if p.json {
+		// One object a line (JSON Lines), so that a follow can be read as
+		// it comes; the text is exact, as in a pipe.
+		b, err := marshalJSON(l)
+		if err == nil {
+			p.w.Write(append(b, '\n'))
+		}
+		return
 	}
 	text := strings.TrimSuffix(l.GetText(), "\n")
 	if p.clean {
@@ -471,7 +494,7 @@ code.`,
 			if follow {
 				return a.followJob(cmd.Context(), c, args[0], lf)
 			}
-			p := &logPrinter{w: a.stdout, format: lf, clean: a.terminal(a.stdout)}
+			p := &logPrinter{w: a.stdout, format: lf, clean: a.terminal(a.stdout), json: a.jsonOutput()}
 			_, err = a.streamLogs(cmd.Context(), c, args[0], false, p)
 			return err
 		},
@@ -514,7 +537,7 @@ func (a *app) streamLogs(ctx context.Context, c *client, jobID string, follow bo
 // stream, then reports how it ended: nil for success, or an exitCodeError
 // carrying the job's exit code.
 func (a *app) followJob(ctx context.Context, c *client, jobID string, lf logFormat) error {
-	p := &logPrinter{w: a.stdout, format: lf, clean: a.terminal(a.stdout)}
+	p := &logPrinter{w: a.stdout, format: lf, clean: a.terminal(a.stdout), json: a.jsonOutput()}
 	retry := backoff.New(250*time.Millisecond, 5*time.Second)
 	failures := 0
 	first := true

@@ -265,3 +265,28 @@ func (f *fakeOperator) logRequestsCopy() []*imsv1.StreamJobLogsRequest {
 	defer f.mu.Unlock()
 	return slices.Clone(f.logRequests)
 }
+
+func (f *fakeOperator) ListInstalls(ctx context.Context, req *connect.Request[imsv1.ListInstallsRequest]) (*connect.Response[imsv1.ListInstallsResponse], error) {
+	if err := f.auth(req.Header()); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&imsv1.ListInstallsResponse{Installs: []*imsv1.Install{
+		{Id: "ins_1", AppId: "app_1", Name: "shop-acme", State: "active", AppRevision: 3, CreateTime: testTime,
+			Agent: &imsv1.AgentStatus{AgentId: "agt_1", Connected: true, LastSeenTime: timestamppb.New(time.Now().Add(-38 * time.Second))}},
+		{Id: "ins_2", AppId: "app_1", Name: "shop-beta", State: "active", AppRevision: 3, CreateTime: testTime,
+			Agent: &imsv1.AgentStatus{AgentId: "agt_2", LastSeenTime: timestamppb.New(time.Now().Add(-5 * time.Minute))}},
+	}}), nil
+}
+
+func (f *fakeOperator) ListActions(ctx context.Context, req *connect.Request[imsv1.ListActionsRequest]) (*connect.Response[imsv1.ListActionsResponse], error) {
+	if err := f.auth(req.Header()); err != nil {
+		return nil, err
+	}
+	if req.Msg.GetInstall() != "shop-acme" {
+		return nil, connect.NewError(connect.CodeNotFound, errString(`install "`+req.Msg.GetInstall()+`" not found`))
+	}
+	return connect.NewResponse(&imsv1.ListActionsResponse{AppRevision: 3, Actions: []*imsv1.Action{
+		{Name: "migrate", Description: "run the migrations", Mode: "maintenance"},
+		{Name: "health", Description: "probe the api", Mode: "maintenance", HealthCheck: true},
+	}}), nil
+}

@@ -13,22 +13,154 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // jsonOptions renders messages for scripts: every field present (so that a
-// missing field never needs special-casing), enum values by name.
+// missing field never needs special-casing), enum values by name (which
+// marshalJSON then lowers).
 var jsonOptions = protojson.MarshalOptions{EmitUnpopulated: true}
+
+// marshalJSON renders one message as the CLI's JSON: protojson's, with
+// every enum value as a lower-case name without its type's prefix
+// ("succeeded", not "JOB_STATE_SUCCEEDED"), as the states that are plain
+// strings in the API ("new", "active") already are.
+func marshalJSON(m proto.Message) ([]byte, error) {
+	b, err := jsonOptions.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("encode json: %w", err)
+	}
+	b, err = lowerEnums(m.ProtoReflect().Descriptor(), b)
+	if err != nil {
+		return nil, fmt.Errorf("encode json: %w", err)
+	}
+	return b, nil
+}
 
 // writeJSON prints one message as indented JSON. protojson deliberately
 // varies its whitespace, so the result is re-indented with encoding/json
 // to keep the output byte-stable.
 func writeJSON(w io.Writer, m proto.Message) error {
-	b, err := jsonOptions.Marshal(m)
+	b, err := marshalJSON(m)
 	if err != nil {
-		return fmt.Errorf("encode json: %w", err)
+		return err
 	}
 	return writeIndented(w, b)
+}
+
+// enumName is how the CLI's JSON names an enum value: lower case, without
+// the prefix its type's values share (JOB_STATE_TIMED_OUT → "timed_out").
+func enumName(v protoreflect.EnumValueDescriptor) string {
+	values := v.Parent().(protoreflect.EnumDescriptor).Values()
+	prefix := string(values.Get(0).Name())
+	for i := 1; i < values.Len(); i++ {
+		name := string(values.Get(i).Name())
+		for !strings.HasPrefix(name, prefix) {
+			prefix = prefix[:len(prefix)-1]
+		}
+	}
+	// Cut at a word boundary: ROLE_ADMIN and ROLE_ALL share "ROLE_A".
+	prefix = prefix[:strings.LastIndexByte(prefix, '_')+1]
+	return strings.ToLower(strings.TrimPrefix(string(v.Name()), prefix))
+}
+
+// lowerEnums rewrites the enum values in b, protojson's rendering of a
+// message of type md, with enumName, keeping the order of every object's
+// keys. It follows the descriptor, so a string that only looks like an
+// enum name (in a log line, an input) is left alone.
+func lowerEnums(md protoreflect.MessageDescriptor, b []byte) ([]byte, error) {
+	if md.FullName().Parent() == "google.protobuf" {
+		return b, nil // well-known types hold no enums of ours
+	}
+	return rewriteObject(b, func(key string, v json.RawMessage) (json.RawMessage, error) {
+		fd := md.Fields().ByJSONName(key)
+		if fd == nil {
+			return v, nil
+		}
+		one := func(v json.RawMessage) (json.RawMessage, error) {
+			return lowerValue(fd, v)
+		}
+		switch {
+		case fd.IsList():
+			return rewriteArray(v, one)
+		case fd.IsMap():
+			return rewriteObject(v, func(_ string, v json.RawMessage) (json.RawMessage, error) {
+				return lowerValue(fd.MapValue(), v)
+			})
+		}
+		return one(v)
+	})
+}
+
+// lowerValue rewrites one value of field fd (one element of a list).
+func lowerValue(fd protoreflect.FieldDescriptor, v json.RawMessage) (json.RawMessage, error) {
+	switch fd.Kind() {
+	case protoreflect.EnumKind:
+		var name string
+		if json.Unmarshal(v, &name) != nil {
+			return v, nil // a number: a value this build does not know
+		}
+		if ev := fd.Enum().Values().ByName(protoreflect.Name(name)); ev != nil {
+			return json.Marshal(enumName(ev))
+		}
+		return v, nil
+	case protoreflect.MessageKind, protoreflect.GroupKind:
+		if string(v) == "null" {
+			return v, nil
+		}
+		return lowerEnums(fd.Message(), v)
+	}
+	return v, nil
+}
+
+// rewriteObject applies f to each value of the JSON object b, keeping the
+// order of its keys.
+func rewriteObject(b []byte, f func(key string, v json.RawMessage) (json.RawMessage, error)) ([]byte, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return b, nil // not an object (a well-known type's string form)
+	}
+	var out bytes.Buffer
+	out.WriteByte('{')
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		key, _ := t.(string)
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, err
+		}
+		if v, err = f(key, v); err != nil {
+			return nil, err
+		}
+		if out.Len() > 1 {
+			out.WriteByte(',')
+		}
+		k, _ := json.Marshal(key)
+		out.Write(k)
+		out.WriteByte(':')
+		out.Write(v)
+	}
+	out.WriteByte('}')
+	return out.Bytes(), nil
+}
+
+// rewriteArray applies f to each element of the JSON array b.
+func rewriteArray(b []byte, f func(v json.RawMessage) (json.RawMessage, error)) ([]byte, error) {
+	var elems []json.RawMessage
+	if err := json.Unmarshal(b, &elems); err != nil {
+		return nil, err
+	}
+	for i, e := range elems {
+		var err error
+		if elems[i], err = f(e); err != nil {
+			return nil, err
+		}
+	}
+	return json.Marshal(elems)
 }
 
 // writeJSONList prints messages as one JSON array (empty, not null, when
@@ -40,9 +172,9 @@ func writeJSONList[M proto.Message](w io.Writer, ms []M) error {
 		if i > 0 {
 			buf.WriteByte(',')
 		}
-		b, err := jsonOptions.Marshal(m)
+		b, err := marshalJSON(m)
 		if err != nil {
-			return fmt.Errorf("encode json: %w", err)
+			return err
 		}
 		buf.Write(b)
 	}

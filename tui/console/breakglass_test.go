@@ -77,7 +77,7 @@ func TestBreakGlassInTheConsole(t *testing.T) {
 		}
 	}
 
-	press(m, "a", "echo hi", "enter")
+	press(m, "a", "enter", "echo hi", "enter")
 	s = screen(m)
 	mustContain(t, s, "under break-glass", "Runs UNDER BREAK-GLASS grant bg_1", "Type the install's name (acme)")
 	gen := m.actionGen
@@ -85,7 +85,7 @@ func TestBreakGlassInTheConsole(t *testing.T) {
 	if m.actionGen != gen || m.confirm != nil || !strings.Contains(m.status, `you typed "y", not the install's name "acme"`) {
 		t.Fatalf("y confirmed a break-glass action: gen %d→%d, status %q", gen, m.actionGen, m.status)
 	}
-	press(m, "a", "echo hi", "enter", "acme")
+	press(m, "a", "enter", "echo hi", "enter", "acme")
 	cmd := press(m, "enter")
 	if m.actionGen == gen || cmd == nil {
 		t.Fatal("typing the install's name did not start the action")
@@ -96,7 +96,7 @@ func TestBreakGlassInTheConsole(t *testing.T) {
 	if s := screen(m); strings.Contains(s, "BREAK-GLASS") {
 		t.Fatalf("the banner outlived the grant:\n%s", s)
 	}
-	press(m, "a", "echo hi", "enter")
+	press(m, "a", "enter", "echo hi", "enter")
 	if m.confirm == nil || m.confirm.typed != "" {
 		t.Fatalf("after the grant, the action still needs the name typed: %+v", m.confirm)
 	}

@@ -33,11 +33,12 @@ func TestFleetShowsEveryInstallAndUnknownFieldsAsDash(t *testing.T) {
 	mustContain(t, screen(m), "loading installs")
 	feed(m, snapshot())
 	s := screen(m)
-	mustContain(t, s, "4 installs", "acme", "globex", "initech", "online", "offline", "none", "3s ago", "5m ago", "1 run 2 queued")
-	// Revision, modes and drift do not exist yet: every row shows a dash.
+	mustContain(t, s, "4 installs", "acme", "globex", "initech", "online", "offline", "none", "now", "5m ago", "1 run 2 queued")
+	// initech has never been provisioned: no revision, health, agent or
+	// modes, each a dash.
 	for _, l := range strings.Split(s, "\n") {
-		if strings.Contains(l, "globex") && strings.Count(l, dash) < 3 {
-			t.Fatalf("row without dashes for REV/MODES/DRIFT: %q", l)
+		if strings.Contains(l, "initech") && (!strings.Contains(l, "new") || strings.Count(l, dash) < 3) {
+			t.Fatalf("row without its state and dashes for HEALTH/HEARTBEAT/MODES: %q", l)
 		}
 	}
 }
@@ -305,7 +306,7 @@ func TestReadOnlyLeavesDangerousKeysUnbound(t *testing.T) {
 	m := newTestModel(t, Options{ReadOnly: true})
 	feed(m, snapshot())
 	press(m, "a")
-	if m.mode != inputNone {
+	if _, ok := m.top().(*actionsView); ok || m.mode != inputNone {
 		t.Fatal("a started an action in read-only mode")
 	}
 	m.Update(teaSize(100, 60))
@@ -335,7 +336,7 @@ func TestReadOnlyLeavesDangerousKeysUnbound(t *testing.T) {
 func TestActionAsksThenRuns(t *testing.T) {
 	m := newTestModel(t, Options{})
 	feed(m, snapshot())
-	press(m, "a")
+	press(m, "a", "enter") // the last row: an ad-hoc script
 	mustContain(t, screen(m), "Run an action on acme", "Needs permission mode: maintenance", "script:")
 	press(m, "echo hi", "enter")
 	mustContain(t, screen(m), "Confirm: run `echo hi` on acme")
@@ -344,7 +345,7 @@ func TestActionAsksThenRuns(t *testing.T) {
 	}
 	mustContain(t, screen(m), "not done: run `echo hi` on acme")
 
-	press(m, "a", "echo hi", "enter")
+	press(m, "esc", "a", "enter", "echo hi", "enter")
 	if cmd := press(m, "y"); cmd == nil {
 		t.Fatal("y must enqueue the action")
 	}
@@ -357,7 +358,7 @@ func TestActionAsksThenRuns(t *testing.T) {
 	mustContain(t, screen(m), "job_new › logs", "action job_new queued on acme")
 
 	// A refused enqueue says why.
-	press(m, "esc", "a", "x", "enter", "y")
+	press(m, "esc", "a", "enter", "x", "enter", "y")
 	m.Update(enqueuedMsg{gen: m.gen, err: connect.NewError(connect.CodePermissionDenied, errors.New("viewer tokens cannot enqueue jobs"))})
 	mustContain(t, screen(m), "action not started: viewer tokens cannot enqueue jobs")
 }
@@ -436,13 +437,14 @@ func TestSettingsErrorsNameFileAndLine(t *testing.T) {
 	m := newTestModel(t, Options{Settings: s})
 	feed(m, snapshot())
 	press(m, "a")
-	if m.mode != inputNone {
+	if _, ok := m.top().(*actionsView); ok || m.mode != inputNone {
 		t.Fatal("a is no longer bound after rebinding run_action to R")
 	}
 	press(m, "R")
-	if m.mode != inputScript {
+	if _, ok := m.top().(*actionsView); !ok {
 		t.Fatal("R runs an action after rebinding")
 	}
+	press(m, "esc")
 	m.Update(teaSize(100, 60))
 	press(m, "esc", "?")
 	mustContain(t, screen(m), "R                  run an action", "o                  sort by the next column")
@@ -471,6 +473,7 @@ func TestGoldens(t *testing.T) {
 		"install": func(m *Model) {
 			press(m, "enter")
 			m.Update(jobsMsg{gen: m.top().(*installView).gen, jobs: jobs()})
+			feedInstallParts(m)
 		},
 		"jobs": func(m *Model) {
 			press(m, ":", "jobs", "enter")
@@ -498,7 +501,7 @@ func TestGoldens(t *testing.T) {
 			press(m, "w", "t")
 		},
 		"help":    func(m *Model) { press(m, "?") },
-		"confirm": func(m *Model) { press(m, "a", "./migrate.sh --dry-run", "enter") },
+		"confirm": func(m *Model) { press(m, "a", "enter", "./migrate.sh --dry-run", "enter") },
 		"audit":   func(m *Model) { press(m, ":", "audit", "enter") },
 		"offline": func(m *Model) {
 			m.Update(fleetMsg{gen: m.fleetGen, events: []fleetEvent{{err: connect.NewError(connect.CodeUnavailable, errors.New("connection refused")), retryIn: 8 * time.Second}}})
@@ -670,6 +673,7 @@ type fakeNav struct {
 	pushed  []view
 	status  string
 	actions []string
+	scripts []string
 	cancels []string
 	asked   []string
 }
@@ -684,6 +688,10 @@ func (n *fakeNav) startAction(s *imsv1.InstallStatus) tea.Cmd {
 }
 func (n *fakeNav) startBreakGlass(s *imsv1.InstallStatus) tea.Cmd {
 	n.actions = append(n.actions, "break-glass "+s.Install.Name)
+	return nil
+}
+func (n *fakeNav) startScript(s *imsv1.InstallStatus) tea.Cmd {
+	n.scripts = append(n.scripts, s.Install.Name)
 	return nil
 }
 func (n *fakeNav) confirmCancel(j *imsv1.Job) tea.Cmd {
@@ -830,7 +838,7 @@ func TestActionWarnsWhenTheCustomerTurnedItOff(t *testing.T) {
 			if c.keys != "" {
 				press(m, c.keys)
 			}
-			press(m, "a", "echo hi", "enter")
+			press(m, "a", "enter", "echo hi", "enter")
 			s := screen(m)
 			mustContain(t, s, "Confirm: run `echo hi` on "+c.install)
 			if c.want != "" {
@@ -840,4 +848,189 @@ func TestActionWarnsWhenTheCustomerTurnedItOff(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Esc clears an applied filter (README: "back one level / clear filter"),
+// `/` opens on the filter in force, and a log search's status leaves with
+// the log.
+func TestEscClearsAppliedFilterAndSlashEditsIt(t *testing.T) {
+	m := newTestModel(t, Options{})
+	feed(m, snapshot())
+	press(m, "/", "tier=gold", "enter")
+	mustContain(t, screen(m), "acme", "1 of 4")
+	mustNotContain(t, screen(m), "globex")
+
+	press(m, "/")
+	mustContain(t, screen(m), "filter: tier=gold")
+	press(m, "backspace", "backspace", "backspace", "backspace", "silver", "enter")
+	s := screen(m)
+	mustContain(t, s, "globex", "/tier=silver")
+	mustNotContain(t, s, "acme")
+
+	press(m, "esc")
+	s = screen(m)
+	mustContain(t, s, "acme", "globex")
+	mustNotContain(t, s, "tier=silver", "of 4")
+	if _, ok := m.top().(*fleetView); !ok {
+		t.Fatalf("esc on a filter clears it and stays, top is %T", m.top())
+	}
+
+	lv := newLogView(m.env, jobs()[0])
+	m.push(lv)
+	m.Update(logMsg{gen: lv.gen, chunks: []logChunk{{lines: logLines(1, 20, func(i int) string { return fmt.Sprintf("line %03d", i) })}}})
+	press(m, "/", "line 01", "enter")
+	mustContain(t, screen(m), "match 1 of")
+	press(m, "esc")
+	mustNotContain(t, screen(m), "match 1 of", "/line 01")
+}
+
+// The fleet shows each install's state, health and revision; both new
+// columns sort (failed and unhealthy first) and filter (state=, health=).
+func TestFleetStateAndHealthSortAndFilter(t *testing.T) {
+	m := newTestModel(t, Options{})
+	m.Update(teaSize(160, 24))
+	feed(m, snapshot())
+	s := screen(m)
+	mustContain(t, s, "STATE", "HEALTH", "active", "failed", "deprovisioned", "healthy", "unhealthy")
+	for _, l := range strings.Split(s, "\n") {
+		if strings.HasPrefix(l, "acme ") && !strings.Contains(l, " 3 ") {
+			t.Errorf("acme at revision 3 shows no revision: %q", l)
+		}
+	}
+	firstRow := func() string {
+		for _, l := range strings.Split(screen(m), "\n") {
+			if f := strings.Fields(l); len(f) > 0 && slices.Contains([]string{"acme", "globex", "initech"}, f[0]) ||
+				strings.HasPrefix(l, "umbrella") {
+				return f[0]
+			}
+		}
+		return ""
+	}
+	press(m, "s", "s") // name → app → state
+	mustContain(t, screen(m), "STATE↑", "sorted by state")
+	if got := firstRow(); got != "globex" {
+		t.Errorf("sorted by state, the failed install comes first, got %q", got)
+	}
+	press(m, "s") // health
+	mustContain(t, screen(m), "HEALTH↑")
+	if got := firstRow(); got != "globex" {
+		t.Errorf("sorted by health, the unhealthy install comes first, got %q", got)
+	}
+
+	press(m, "/", "state=active", "enter")
+	s = screen(m)
+	mustContain(t, s, "acme", "1 of 4")
+	mustNotContain(t, s, "globex", "initech")
+	press(m, "esc", "/", "health=unhealthy", "enter")
+	s = screen(m)
+	mustContain(t, s, "globex", "1 of 4")
+	mustNotContain(t, s, "acme")
+}
+
+// HEARTBEAT means what it says: imsd writes an agent's last-seen time only
+// once per lease, so a connected agent's reads up to a lease old (38 s
+// with a 10 s heartbeat); while the stream is live the console says
+// "now", and for an agent that has gone, when it was last heard.
+func TestHeartbeatIsNowWhileConnected(t *testing.T) {
+	m := newTestModel(t, Options{})
+	m.Update(teaSize(160, 24))
+	live := status("acme", "shop", "online", 38*time.Second, 0, 0, nil)
+	gone := status("globex", "shop", "offline", 38*time.Second, 0, 0, nil)
+	feed(m, &imsv1.WatchInstallsResponse{Snapshot: true, Installs: []*imsv1.InstallStatus{live, gone}})
+	s := screen(m)
+	for _, l := range strings.Split(s, "\n") {
+		if strings.HasPrefix(l, "acme ") && (!strings.Contains(l, " now ") || strings.Contains(l, "38s")) {
+			t.Errorf("a connected agent's heartbeat should read now: %q", l)
+		}
+		if strings.HasPrefix(l, "globex ") && !strings.Contains(l, "38s ago") {
+			t.Errorf("a gone agent's heartbeat should be when it was heard: %q", l)
+		}
+	}
+	press(m, "enter")
+	mustContain(t, screen(m), "last heard now")
+}
+
+// `a` lists the app's actions first (name, mode, description), the ad-hoc
+// script last; enter on an action asks, then starts an action run.
+func TestActionPickerListsTheAppsActionsFirst(t *testing.T) {
+	m := newTestModel(t, Options{})
+	feed(m, snapshot())
+	press(m, "a")
+	av, ok := m.top().(*actionsView)
+	if !ok {
+		t.Fatalf("a opens the install's actions, top is %T", m.top())
+	}
+	mustContain(t, screen(m), "Run an action on acme", "loading the app's actions", "ad-hoc script…")
+	m.Update(actionsMsg{gen: av.gen, revision: 3, actions: []*imsv1.Action{
+		{Name: "migrate", Mode: "maintenance", Description: "run the migrations"},
+		{Name: "rotate-keys", Mode: "break_glass", Description: "rotate the signing keys"},
+	}})
+	s := screen(m)
+	mustContain(t, s, "revision 3", "migrate", "run the migrations", "rotate-keys", "break_glass", "ad-hoc script…")
+	if strings.Index(s, "rotate-keys") > strings.Index(s, "ad-hoc script") || strings.Index(s, "migrate") > strings.Index(s, "rotate-keys") {
+		t.Fatalf("the app's actions come first, the ad-hoc script last:\n%s", s)
+	}
+
+	press(m, "down", "enter")
+	mustContain(t, screen(m), "Confirm: run action rotate-keys on acme", "Needs permission mode: break_glass")
+	if cmd := press(m, "y"); cmd == nil {
+		t.Fatal("y must start the action run")
+	}
+	m.Update(actionRunMsg{gen: av.startGen, run: &imsv1.ActionRun{Id: "wf_1", Action: "rotate-keys"}})
+	mustContain(t, screen(m), "action rotate-keys started on acme (wf_1)")
+
+	press(m, "down", "enter") // the ad-hoc script, as before
+	if m.mode != inputScript {
+		t.Fatal("the last row asks for a script")
+	}
+}
+
+// The install view shows what exists instead of "arrives later": the
+// revision, the components (state, last deploy, outputs of their job),
+// the newest workflow with each step's state, read again when the fleet
+// says the install changed, and the app's actions.
+func TestInstallViewShowsComponentsWorkflowAndActions(t *testing.T) {
+	m := newTestModel(t, Options{})
+	m.Update(teaSize(160, 60))
+	feed(m, snapshot())
+	press(m, "enter")
+	v := m.top().(*installView)
+	mustContain(t, screen(m), "revision 3", "state active", "health healthy", "COMPONENTS", "WORKFLOW", "ACTIONS", "loading…")
+	js := append(jobs(), &imsv1.Job{Id: "job_db", InstallId: "ins_acme", ComponentType: "terraform", Operation: "apply",
+		State: imsv1.JobState_JOB_STATE_SUCCEEDED, Outputs: map[string]string{"url": "pg://db", "port": "5432"}, CreateTime: jobs()[0].CreateTime})
+	m.Update(jobsMsg{gen: v.gen, jobs: js})
+	feedInstallParts(m)
+	s := screen(m)
+	mustNotContain(t, s, "arrive with", "loading…")
+	for _, want := range [][]string{
+		{"db", "succeeded", "provision rev 3, 50m ago", "outputs port=5432 url=pg://db"},
+		{"api", "succeeded", "provision rev 3"},
+		{"wf_2", "action", "running", "rev 3"},
+		{"succeeded", "backup"},
+		{"running", "migrate", "run"},
+		{"migrate", "maintenance", "run the migrations"},
+	} {
+		if !screenLine(s, want...) {
+			t.Errorf("no line with %q:\n%s", want, s)
+		}
+	}
+	// The fleet saying acme changed reads its workflows (and jobs) again.
+	old := v.wfGen
+	if cmd := feed(m, &imsv1.WatchInstallsResponse{Installs: []*imsv1.InstallStatus{m.fleet.byID["ins_acme"]}}); cmd == nil || v.wfGen == old {
+		t.Fatal("a change to the install must read its workflows again")
+	}
+}
+
+// screenLine reports whether one line of s holds every part.
+func screenLine(s string, parts ...string) bool {
+	for _, l := range strings.Split(s, "\n") {
+		ok := true
+		for _, p := range parts {
+			ok = ok && strings.Contains(l, p)
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
 }

@@ -62,8 +62,16 @@ func snapshot() *imsv1.WatchInstallsResponse {
 	acme.Install.Agent.Permissions = &imsv1.Permissions{Provision: true, Maintenance: true, Deprovision: true}
 	globex.Install.Agent.Permissions = &imsv1.Permissions{Provision: true, Deprovision: true}
 	umbrella.Install.Agent.Permissions = &imsv1.Permissions{Provision: true, Maintenance: true, Deprovision: true, DisabledAll: true}
+	// Lifecycle, revision and health: one of each kind.
+	acme.Install.State, acme.Install.AppRevision = "active", 3
+	acme.Install.Health = &imsv1.InstallHealth{State: "healthy", CheckTime: timestamppb.New(clock.Add(-time.Minute))}
+	globex.Install.State, globex.Install.AppRevision = "failed", 2
+	globex.Install.Health = &imsv1.InstallHealth{State: "unhealthy", Error: "probe: exit status 3", CheckTime: timestamppb.New(clock.Add(-time.Minute))}
+	umbrella.Install.State, umbrella.Install.AppRevision = "deprovisioned", 1
+	initech := status("initech", "billing", "none", 0, 0, 1, nil)
+	initech.Install.State = "new"
 	return &imsv1.WatchInstallsResponse{Snapshot: true, Installs: []*imsv1.InstallStatus{
-		acme, globex, status("initech", "billing", "none", 0, 0, 1, nil), umbrella,
+		acme, globex, initech, umbrella,
 	}}
 }
 
@@ -155,3 +163,25 @@ var _ = fmt.Sprint
 type contextT = context.Context
 
 func teaSize(w, h int) tea.WindowSizeMsg { return tea.WindowSizeMsg{Width: w, Height: h} }
+
+// installParts feeds an open install view its workflows (a provision that
+// deployed db and api, then a running action) and its app's actions.
+func feedInstallParts(m *Model) {
+	v := m.top().(*installView)
+	deploy := &imsv1.Workflow{Id: "wf_1", Kind: imsv1.WorkflowKind_WORKFLOW_KIND_PROVISION, State: imsv1.WorkflowState_WORKFLOW_STATE_SUCCEEDED,
+		AppRevision: 3, CreateTime: timestamppb.New(clock.Add(-time.Hour)), EndTime: timestamppb.New(clock.Add(-50 * time.Minute)),
+		Steps: []*imsv1.WorkflowStep{
+			{Name: "db", Component: "db", Operation: "apply", State: imsv1.StepState_STEP_STATE_SUCCEEDED, JobId: "job_db"},
+			{Name: "api", Component: "api", Operation: "apply", State: imsv1.StepState_STEP_STATE_SUCCEEDED, JobId: "job_api"},
+		}}
+	newest := &imsv1.Workflow{Id: "wf_2", Kind: imsv1.WorkflowKind_WORKFLOW_KIND_ACTION, State: imsv1.WorkflowState_WORKFLOW_STATE_RUNNING,
+		AppRevision: 3, CreateTime: timestamppb.New(clock.Add(-time.Minute)),
+		Steps: []*imsv1.WorkflowStep{
+			{Name: "backup", Action: "migrate", Operation: "run", State: imsv1.StepState_STEP_STATE_SUCCEEDED},
+			{Name: "migrate", Action: "migrate", Operation: "run", State: imsv1.StepState_STEP_STATE_RUNNING},
+		}}
+	m.Update(workflowsMsg{gen: v.wfGen, newest: newest, deploy: deploy})
+	m.Update(actionsMsg{gen: v.actGen, revision: 3, actions: []*imsv1.Action{
+		{Name: "migrate", Mode: "maintenance", Description: "run the migrations"},
+	}})
+}

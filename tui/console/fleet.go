@@ -11,11 +11,11 @@ import (
 )
 
 // dash stands for a field that has no value, or that imsd does not know yet
-// (app revisions and drift arrive with later issues).
+// (drift arrives with a later issue).
 const dash = "—"
 
 // sortKeys are the fleet's sortable columns, in the order `s` cycles them.
-var sortKeys = []string{"name", "app", "agent", "heartbeat", "jobs"}
+var sortKeys = []string{"name", "app", "state", "health", "agent", "heartbeat", "jobs"}
 
 // fleet is the console's copy of every install's status, kept current by
 // the watch stream. Sorting and filtering happen when the data or the
@@ -111,9 +111,22 @@ func compareBy(key string, a, b *imsv1.InstallStatus) int {
 	switch key {
 	case "app":
 		return strings.Compare(a.AppName, b.AppName)
+	case "state":
+		return stateRank(a) - stateRank(b)
+	case "health":
+		return healthRank(a) - healthRank(b)
 	case "agent":
 		return agentRank(a) - agentRank(b)
 	case "heartbeat":
+		// A live stream is heard now: connected agents come first.
+		if ca, cb := agentState(a) == "online", agentState(b) == "online"; ca != cb {
+			if ca {
+				return -1
+			}
+			return 1
+		} else if ca {
+			return 0
+		}
 		ta, tb := lastSeen(a), lastSeen(b)
 		switch {
 		case ta.After(tb):
@@ -138,6 +151,60 @@ func agentRank(s *imsv1.InstallStatus) int {
 		return 1
 	}
 	return 2
+}
+
+// installState is the install's lifecycle state (new, provisioning,
+// active, failed, deprovisioning, deprovisioned); dash when imsd sent none.
+func installState(s *imsv1.InstallStatus) string {
+	if st := s.Install.State; st != "" {
+		return st
+	}
+	return dash
+}
+
+// stateRank sorts the states that need someone first: failed, then those
+// under way, then the rest.
+func stateRank(s *imsv1.InstallStatus) int {
+	switch s.Install.State {
+	case "failed":
+		return 0
+	case "provisioning", "deprovisioning":
+		return 1
+	case "new":
+		return 2
+	case "active":
+		return 3
+	}
+	return 4 // deprovisioned, unknown
+}
+
+// healthState is the result of the install's latest health check:
+// healthy or unhealthy; dash until one has ended.
+func healthState(s *imsv1.InstallStatus) string {
+	if h := s.Install.GetHealth().GetState(); h != "" {
+		return h
+	}
+	return dash
+}
+
+// healthRank sorts unhealthy installs first, unchecked ones last.
+func healthRank(s *imsv1.InstallStatus) int {
+	switch s.Install.GetHealth().GetState() {
+	case "unhealthy":
+		return 0
+	case "healthy":
+		return 1
+	}
+	return 2
+}
+
+// revision is the app revision the install last applied in full; dash
+// before its first.
+func revision(s *imsv1.InstallStatus) string {
+	if r := s.Install.AppRevision; r > 0 {
+		return fmt.Sprint(r)
+	}
+	return dash
 }
 
 func agentState(s *imsv1.InstallStatus) string {
@@ -182,6 +249,16 @@ func disabledByCustomer(s *imsv1.InstallStatus) bool {
 	return s.Install.Agent.GetPermissions().GetDisabledAll()
 }
 
+// heardText is when the agent was last heard: "now" while its stream is
+// live (imsd writes last_seen only once per lease then, so the stored time
+// would read up to a lease old), else how long ago its last message came.
+func heardText(now time.Time, s *imsv1.InstallStatus) string {
+	if agentState(s) == "online" {
+		return "now"
+	}
+	return ago(now, lastSeen(s))
+}
+
 func lastSeen(s *imsv1.InstallStatus) time.Time {
 	if a := s.Install.Agent; a != nil && a.LastSeenTime != nil {
 		return a.LastSeenTime.AsTime()
@@ -190,7 +267,8 @@ func lastSeen(s *imsv1.InstallStatus) time.Time {
 }
 
 // refilter applies the filter: words separated by spaces must all match;
-// a word key=value matches a field (name, app, agent, id) or an input of
+// a word key=value matches a field (name, app, state, health, agent, id)
+// or an input of
 // that name exactly (inputs stand in for labels until installs have them;
 // masked inputs never match), any other word is a case-insensitive
 // substring of the name, app or id.
@@ -229,6 +307,10 @@ func fieldIs(s *imsv1.InstallStatus, k, v string) bool {
 		return strings.ToLower(s.AppName) == v
 	case "agent":
 		return agentState(s) == v
+	case "state":
+		return installState(s) == v
+	case "health":
+		return healthState(s) == v
 	case "id":
 		return strings.ToLower(s.Install.Id) == v
 	}

@@ -24,7 +24,7 @@ func newFleetView(e *env) *fleetView { return &fleetView{env: e} }
 func (v *fleetView) Init() tea.Cmd    { return nil }
 func (v *fleetView) SetSize(w, h int) { v.w, v.h = w, h; v.scroll() }
 func (v *fleetView) Hints() []Action  { return []Action{ActSort, ActRunAction} }
-func (v *fleetView) Filter() string   { return "" } // esc goes back rather than clearing
+func (v *fleetView) Filter() string   { return v.fleet.filter }
 func (v *fleetView) SetFilter(s string) {
 	v.fleet.filter = s
 	v.fleet.refilter()
@@ -105,9 +105,11 @@ func (v *fleetView) key(msg tea.KeyPressMsg) tea.Cmd {
 
 // fleetCols: MODES (the customer's permission state) goes before APP when
 // the window is narrow: it says whether anything can run at all.
+// STATE and HEALTH come right after NAME: a failed or unhealthy install is
+// what an operator looks for first.
 var fleetCols = []column{
-	{"NAME", 0, 0}, {"APP", 12, 5}, {"REV", 8, 6}, {"AGENT", 8, 1}, {"HEARTBEAT", 10, 3},
-	{"MODES", 8, 4}, {"DRIFT", 6, 7}, {"JOBS", 16, 2},
+	{"NAME", 0, 0}, {"STATE", 14, 1}, {"HEALTH", 9, 2}, {"APP", 12, 7}, {"REV", 4, 8}, {"AGENT", 8, 3}, {"HEARTBEAT", 10, 5},
+	{"MODES", 8, 6}, {"DRIFT", 6, 9}, {"JOBS", 16, 4},
 }
 
 func (v *fleetView) View() string {
@@ -141,18 +143,18 @@ func (v *fleetView) View() string {
 		s := f.visible[i]
 		agent := agentState(s)
 		cells := map[string]string{
-			"NAME": s.Install.Name, "APP": s.AppName, "REV": dash, "AGENT": agent,
-			"HEARTBEAT": ago(v.now, lastSeen(s)), "MODES": ModesText(s.Install.Agent.GetPermissions()), "DRIFT": dash, "JOBS": jobsCell(s),
+			"NAME": s.Install.Name, "STATE": installState(s), "HEALTH": healthState(s), "APP": s.AppName, "REV": revision(s), "AGENT": agent,
+			"HEARTBEAT": heardText(v.now, s), "MODES": ModesText(s.Install.Agent.GetPermissions()), "DRIFT": dash, "JOBS": jobsCell(s),
 		}
 		line := row(cols, cells)
 		switch {
 		case i == pos:
 			line = v.selectedLine(line, w)
-		case agent == "offline" || agent == "conflict":
+		case agent == "offline" || agent == "conflict" || s.Install.State == "failed" || s.Install.GetHealth().GetState() == "unhealthy":
 			line = v.st.bad.Render(line)
 		case disabledByCustomer(s):
 			line = v.st.warn.Render(line)
-		case agent == "none":
+		case agent == "none" || s.Install.State == "deprovisioned":
 			line = v.st.muted.Render(line)
 		}
 		out = append(out, line)

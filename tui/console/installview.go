@@ -3,6 +3,7 @@ package console
 import (
 	"fmt"
 	"sort"
+	"strings"
 
 	tea "charm.land/bubbletea/v2"
 
@@ -12,9 +13,19 @@ import (
 // installView is one install: its agent, inputs (secrets masked), the
 // sections later issues fill, and its jobs (a jobList, listed again when
 // the fleet says this install changed).
-type installView struct{ jobList }
+type installView struct {
+	jobList
+	installParts
+}
 
-func newInstallView(e *env, id string) *installView { return &installView{jobList{env: e, id: id}} }
+func newInstallView(e *env, id string) *installView {
+	return &installView{jobList: jobList{env: e, id: id}}
+}
+
+// Init lists the install's jobs, workflows and actions.
+func (v *installView) Init() tea.Cmd {
+	return tea.Batch(v.jobList.Init(), v.loadParts())
+}
 
 func (v *installView) Title() string      { return v.installName(v.id) }
 func (v *installView) Hints() []Action    { return []Action{ActRunAction, ActBreakGlass, ActCancelJob} }
@@ -36,7 +47,8 @@ func (v *installView) Update(msg tea.Msg) tea.Cmd {
 		for _, r := range msg.resps {
 			for _, s := range r.Installs {
 				if s.Install.Id == v.id {
-					return v.refresh() // its jobs moved: list them again
+					// Its jobs moved: list them, and its workflows, again.
+					return tea.Batch(v.refresh(), v.loadParts())
 				}
 			}
 		}
@@ -51,6 +63,9 @@ func (v *installView) Update(msg tea.Msg) tea.Cmd {
 		if v.km.Is(msg, ActBreakGlass) {
 			return v.nav.startBreakGlass(v.fleet.byID[v.id])
 		}
+		return nil
+	}
+	if v.partsUpdate(msg) {
 		return nil
 	}
 	cmd, _ := v.update(msg)
@@ -78,14 +93,14 @@ func (v *installView) header(s *imsv1.InstallStatus) []string {
 		if disabledByCustomer(s) {
 			state += ", disabled by customer"
 		}
-		agent = fmt.Sprintf("%s  %s  %s  last heartbeat %s", state, a.AgentId, a.Hostname, ago(v.now, lastSeen(s)))
+		agent = fmt.Sprintf("%s  %s  %s  last heard %s", state, a.AgentId, a.Hostname, heardText(v.now, s))
 		if a.Version != "" {
-			agent += "  v" + a.Version
+			agent += "  v" + strings.TrimPrefix(a.Version, "v")
 		}
 	}
 	out := []string{
 		st.title.Render(in.Name) + "  " + st.muted.Render(in.Id),
-		fmt.Sprintf("app %s   revision %s   modes %s   drift %s", s.AppName, dash, ModesText(in.Agent.GetPermissions()), dash),
+		fmt.Sprintf("app %s   revision %s   state %s   health %s   modes %s   drift %s", s.AppName, revision(s), installState(s), healthState(s), ModesText(in.Agent.GetPermissions()), dash),
 		"agent " + agent,
 		"",
 		st.accent.Render("INPUTS"),
@@ -105,9 +120,16 @@ func (v *installView) header(s *imsv1.InstallStatus) []string {
 		}
 		out = append(out, "  "+k+" = "+val)
 	}
+	// The job table keeps at least minJobRows rows: the sections give way
+	// (their end cut, saying so) in a short window.
+	const minJobRows = 5
+	parts := v.parts(v.jobs)
+	if room := v.h - len(out) - 2 - minJobRows - 2; len(parts) > room {
+		cut := len(parts) - max(0, room-1)
+		parts = append(parts[:max(0, room-1)], st.muted.Render(fmt.Sprintf("  … %d more lines in a taller window", cut)))
+	}
+	out = append(out, parts...)
 	out = append(out,
-		st.accent.Render("OUTPUTS")+"  "+st.muted.Render("none yet: install outputs arrive with components"),
-		st.accent.Render("COMPONENTS AND WORKFLOWS")+"  "+st.muted.Render("none yet: they arrive with app configs"),
 		st.accent.Render("AUDIT")+"  "+st.muted.Render("no audit events yet: the audit log arrives with the trust-contract issue"),
 		"",
 	)

@@ -389,6 +389,11 @@ func (m *Model) key(msg tea.KeyPressMsg) tea.Cmd {
 			m.setFilter("")
 			return nil
 		}
+		// The status line (a log search's "match 3 of 9") is about the
+		// view being left, so it goes with it.
+		if len(m.stack) > 1 {
+			m.status = ""
+		}
 		m.pop()
 		return nil
 	case m.km.Is(msg, ActQuit):
@@ -479,8 +484,16 @@ func (m *Model) command(line string) tea.Cmd {
 	return nil
 }
 
-// startAction asks for the script of an action on install.
+// startAction opens the install's actions, the ad-hoc script last.
 func (m *Model) startAction(install *imsv1.InstallStatus) tea.Cmd {
+	if install == nil {
+		return nil
+	}
+	return m.push(newActionsView(m.env, install))
+}
+
+// startScript asks for the script of an ad-hoc action on install.
+func (m *Model) startScript(install *imsv1.InstallStatus) tea.Cmd {
 	if install == nil {
 		return nil
 	}

@@ -89,10 +89,12 @@ type nav interface {
 	push(v view) tea.Cmd
 	// setStatus shows a message in the footer.
 	setStatus(isErr bool, format string, args ...any)
-	// startAction asks for an action's script, then for confirmation.
+	// startAction opens the install's actions (actionsView) to pick one.
 	startAction(install *imsv1.InstallStatus) tea.Cmd
 	// startBreakGlass asks for a break-glass request on install.
 	startBreakGlass(install *imsv1.InstallStatus) tea.Cmd
+	// startScript asks for an ad-hoc script, then for confirmation.
+	startScript(install *imsv1.InstallStatus) tea.Cmd
 	// confirmCancel asks before cancelling job.
 	confirmCancel(job *imsv1.Job) tea.Cmd
 	// ask asks "title?" with details below it, and runs yes (which starts

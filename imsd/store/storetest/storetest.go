@@ -453,6 +453,12 @@ func testAgents(t *testing.T, e *env) {
 	a, err := e.s.GetAgent(ctx, "ag-a")
 	ok(t, err)
 	equal(t, "last seen", a.LastSeenAt, at(time.Hour))
+	// An older touch (a closed stream's last message, written after the
+	// next stream's hello) never moves it back.
+	ok(t, e.s.TouchAgent(ctx, "ag-a", at(time.Minute)))
+	a, err = e.s.GetAgent(ctx, "ag-a")
+	ok(t, err)
+	equal(t, "last seen after an older touch", a.LastSeenAt, at(time.Hour))
 	wantErr(t, e.s.TouchAgent(ctx, "nope", at(time.Hour)), errs.NotFound, "nope")
 	_, err = e.s.GetAgent(ctx, "nope")
 	wantErr(t, err, errs.NotFound, "nope")

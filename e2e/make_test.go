@@ -1,0 +1,79 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/byoc-dev/byoc/e2e/cluster"
+)
+
+// repoRoot is the repository's root, where the Makefile is.
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "Makefile")); err != nil {
+		t.Fatalf("no Makefile at the repository root: %v", err)
+	}
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("make is not installed")
+	}
+	return root
+}
+
+// make help writes plain text when piped (a script, a pager, a CI log) and
+// colours the target names only on a terminal.
+func TestMakeHelpColoursOnlyATerminal(t *testing.T) {
+	root := repoRoot(t)
+	cmd := exec.Command("make", "--no-print-directory", "-C", root, "help")
+	cmd.Env = append(os.Environ(), "NO_COLOR=")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("make help: %v\n%s", err, out)
+	}
+	if strings.Contains(string(out), "\x1b") || !strings.Contains(string(out), "  demo ") {
+		t.Errorf("make help piped has colour codes or lacks the targets:\n%q", out)
+	}
+	// The shell stays after make, so that the screen is there to read.
+	term := cluster.StartTerminal(t, 160, 40, nil, "sh", "-c", `make --no-print-directory -C "$0" help; sleep 60`, root)
+	term.WaitText("List the targets.")
+	if ansi := term.ScreenANSI(); !strings.Contains(ansi, "\x1b[36m") {
+		t.Errorf("make help on a terminal has no colour:\n%q", ansi)
+	}
+}
+
+// make demo shows what it builds while it builds (a first build takes
+// minutes): each package as go build compiles it, when piped.
+func TestMakeDemoBuildShowsProgress(t *testing.T) {
+	skipShort(t)
+	root := repoRoot(t)
+	bin := t.TempDir()
+	// A version of its own relinks the three programs, so go build names
+	// them even with a warm cache.
+	cmd := exec.Command("make", "--no-print-directory", "-C", root, "build-progress", "BIN="+bin, fmt.Sprintf("VERSION=progress-%d", time.Now().UnixNano()))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("make build-progress: %v\n%s", err, out)
+	}
+	for _, want := range []string{"==> building imsd, agentd and byoc", "    compiled github.com/byoc-dev/byoc/imsd\n", "    compiled github.com/byoc-dev/byoc/agentd\n", "==> built "} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("make build-progress output lacks %q:\n%s", want, out)
+		}
+	}
+	for _, name := range []string{"imsd", "agentd", "byoc"} {
+		if _, err := os.Stat(filepath.Join(bin, name)); err != nil {
+			t.Errorf("make build-progress built no %s: %v", name, err)
+		}
+	}
+	deps, err := exec.Command("make", "-n", "-C", root, "demo").CombinedOutput()
+	if err != nil || !strings.Contains(string(deps), "go build -v") {
+		t.Errorf("make demo does not build with progress (make -n demo: %v):\n%s", err, deps)
+	}
+}

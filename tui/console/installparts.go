@@ -1,0 +1,187 @@
+package console
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	tea "charm.land/bubbletea/v2"
+	"connectrpc.com/connect"
+
+	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
+	"github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1/imsv1connect"
+)
+
+// The install view's sections beyond its inputs: its components (state,
+// last deploy, outputs, from the steps of its newest provision or
+// update), its newest workflow with each step's state (as `byoc workflow
+// get` shows them), and its app's actions. They are read again whenever
+// the fleet says the install changed, so a running workflow's steps move
+// on screen.
+
+// workflowsMsg is an install's newest workflows, with the steps of the
+// newest one and of the newest that deploys (provision or update).
+type workflowsMsg struct {
+	gen    int
+	newest *imsv1.Workflow // with steps; nil when there is none
+	deploy *imsv1.Workflow // with steps; may be newest itself
+	err    error
+}
+
+func listWorkflows(ctx context.Context, c imsv1connect.OperatorServiceClient, gen int, install string) tea.Cmd {
+	return func() tea.Msg {
+		r, err := c.ListWorkflows(ctx, connect.NewRequest(&imsv1.ListWorkflowsRequest{Install: install, PageSize: 20}))
+		if err != nil {
+			return workflowsMsg{gen: gen, err: err}
+		}
+		get := func(id string) (*imsv1.Workflow, error) {
+			g, err := c.GetWorkflow(ctx, connect.NewRequest(&imsv1.GetWorkflowRequest{Id: id}))
+			if err != nil {
+				return nil, err
+			}
+			return g.Msg.Workflow, nil
+		}
+		msg := workflowsMsg{gen: gen}
+		wfs := r.Msg.Workflows
+		if len(wfs) == 0 {
+			return msg
+		}
+		if msg.newest, err = get(wfs[0].Id); err != nil {
+			return workflowsMsg{gen: gen, err: err}
+		}
+		for _, w := range wfs {
+			if w.Kind == imsv1.WorkflowKind_WORKFLOW_KIND_PROVISION || w.Kind == imsv1.WorkflowKind_WORKFLOW_KIND_UPDATE {
+				if w.Id == msg.newest.Id {
+					msg.deploy = msg.newest
+				} else if msg.deploy, err = get(w.Id); err != nil {
+					return workflowsMsg{gen: gen, err: err}
+				}
+				break
+			}
+		}
+		return msg
+	}
+}
+
+// installParts is what the install view shows of its workflows and
+// actions, with the generations of their requests.
+type installParts struct {
+	wfGen, actGen  int
+	wfLoaded       bool
+	wfErr          error
+	newest, deploy *imsv1.Workflow
+	actLoaded      bool
+	actErr         error
+	actions        []*imsv1.Action
+}
+
+// enumText is an enum value as people read it: WORKFLOW_STATE_AWAITING_APPROVAL
+// is "awaiting approval".
+func enumText(s fmt.Stringer, prefix string) string {
+	return strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(s.String(), prefix)), "_", " ")
+}
+
+// parts renders the sections; jobs gives each step's job (for outputs).
+func (v *installView) parts(jobs []*imsv1.Job) []string {
+	st, p := v.st, &v.installParts
+	byID := map[string]*imsv1.Job{}
+	for _, j := range jobs {
+		byID[j.Id] = j
+	}
+	var out []string
+
+	out = append(out, st.accent.Render("COMPONENTS"))
+	switch {
+	case !p.wfLoaded:
+		out = append(out, st.muted.Render("  loading…"))
+	case p.wfErr != nil:
+		out = append(out, st.bad.Render("  not read: "+errText(p.wfErr)))
+	case p.deploy == nil:
+		out = append(out, st.muted.Render("  none deployed yet (byoc install provision "+v.installName(v.id)+")"))
+	default:
+		for _, s := range p.deploy.Steps {
+			if s.Component == "" {
+				continue
+			}
+			when := ago(v.now, p.deploy.GetEndTime().AsTime())
+			if p.deploy.EndTime == nil {
+				when = "deploying now"
+			}
+			line := fmt.Sprintf("  %-16s %-10s %s rev %d, %s", s.Component, enumText(s.State, "STEP_STATE_"), kindText(p.deploy.Kind), p.deploy.AppRevision, when)
+			if j := byID[s.JobId]; j != nil && len(j.Outputs) > 0 {
+				var kv []string
+				for _, k := range slices.Sorted(maps.Keys(j.Outputs)) {
+					kv = append(kv, k+"="+j.Outputs[k])
+				}
+				line += "   outputs " + strings.Join(kv, " ")
+			}
+			out = append(out, line)
+		}
+	}
+
+	out = append(out, st.accent.Render("WORKFLOW"))
+	switch {
+	case !p.wfLoaded || p.wfErr != nil:
+	case p.newest == nil:
+		out = append(out, st.muted.Render("  none yet"))
+	default:
+		w := p.newest
+		out = append(out, fmt.Sprintf("  %s  %s  %s  rev %d  %s", w.Id, kindText(w.Kind), enumText(w.State, "WORKFLOW_STATE_"), w.AppRevision, ago(v.now, w.GetCreateTime().AsTime())))
+		for _, s := range w.Steps {
+			what := s.Component
+			if what == "" {
+				what = s.Action
+			}
+			out = append(out, fmt.Sprintf("    %-10s %-16s %s %s", enumText(s.State, "STEP_STATE_"), s.Name, what, s.Operation))
+		}
+	}
+
+	out = append(out, st.accent.Render("ACTIONS")+"  "+st.muted.Render("a runs one"))
+	switch {
+	case !p.actLoaded:
+		out = append(out, st.muted.Render("  loading…"))
+	case p.actErr != nil:
+		out = append(out, st.bad.Render("  not read: "+errText(p.actErr)))
+	case len(p.actions) == 0:
+		out = append(out, st.muted.Render("  the app declares none"))
+	default:
+		for _, a := range p.actions {
+			out = append(out, fmt.Sprintf("  %-16s %-12s %s", a.Name, a.Mode, a.Description))
+		}
+	}
+	return out
+}
+
+// kindText is a workflow's kind: provision, update, deprovision, action.
+func kindText(k imsv1.WorkflowKind) string { return enumText(k, "WORKFLOW_KIND_") }
+
+// loadParts asks for the workflows and actions again.
+func (v *installView) loadParts() tea.Cmd {
+	v.wfGen, v.actGen = v.nextGen(), v.nextGen()
+	return tea.Batch(listWorkflows(v.ctx, v.conn.Client, v.wfGen, v.id), listActions(v.ctx, v.conn.Client, v.actGen, v.id))
+}
+
+// partsUpdate takes the answers to loadParts and reports whether msg was one.
+func (v *installView) partsUpdate(msg tea.Msg) bool {
+	switch msg := msg.(type) {
+	case workflowsMsg:
+		if msg.gen == v.wfGen {
+			v.wfLoaded, v.wfErr = true, msg.err
+			if msg.err == nil {
+				v.newest, v.deploy = msg.newest, msg.deploy
+			}
+		}
+		return true
+	case actionsMsg:
+		if msg.gen == v.actGen {
+			v.actLoaded, v.actErr = true, msg.err
+			if msg.err == nil {
+				v.actions = msg.actions
+			}
+		}
+		return true
+	}
+	return false
+}
