@@ -2,10 +2,14 @@ package store
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,7 +35,11 @@ func (s *Store) CreateAPIToken(ctx context.Context, t APIToken, hash string) err
 		if isUnique(err) {
 			return errs.E(errs.AlreadyExists, "api token %q already exists", t.ID)
 		}
-		return err
+		if err != nil {
+			return err
+		}
+		return s.Audit(ctx, tx, AuditEvent{Chain: VendorChain, At: t.CreatedAt, Kind: "token.created", Subject: "token:" + t.Name,
+			Data: map[string]string{"id": t.ID, "role": string(t.Role)}})
 	})
 }
 
@@ -90,7 +98,11 @@ func (s *Store) CreateApp(ctx context.Context, a App) error {
 		if isUnique(err) {
 			return errs.E(errs.AlreadyExists, "app %q already exists", a.Name)
 		}
-		return err
+		if err != nil {
+			return err
+		}
+		return s.Audit(ctx, tx, AuditEvent{Chain: VendorChain, At: a.CreatedAt, Kind: "app.created", Subject: "app:" + a.Name,
+			Data: map[string]string{"id": a.ID}})
 	})
 }
 
@@ -200,6 +212,10 @@ func (s *Store) CreateInstall(ctx context.Context, in Install, tok EnrollmentTok
 			return errs.E(errs.AlreadyExists, "install %q already exists", in.Name)
 		}
 		if err != nil {
+			return err
+		}
+		if err := s.Audit(ctx, tx, AuditEvent{Chain: in.ID, At: in.CreatedAt, Kind: "install.created", Subject: "install:" + in.Name,
+			Data: map[string]string{"app_id": in.AppID, "inputs": strings.Join(slices.Sorted(maps.Keys(in.Inputs)), ",")}}); err != nil {
 			return err
 		}
 		return s.insertEnrollmentToken(ctx, tx, tok)
@@ -345,7 +361,11 @@ func (s *Store) Enroll(ctx context.Context, tokenHash string, a Agent, now time.
 		if isUnique(err) {
 			return errs.E(errs.AlreadyExists, "agent %q already exists", a.ID)
 		}
-		return err
+		if err != nil {
+			return err
+		}
+		return s.Audit(ctx, tx, AuditEvent{Chain: a.InstallID, At: now, Kind: "agent.enrolled", Actor: "agent:" + a.ID, Subject: "agent:" + a.ID,
+			Data: map[string]string{"hostname": a.Hostname, "version": a.Version, "public_key_sha256": fmt.Sprintf("%x", sha256.Sum256(a.PublicKey))}})
 	})
 	if err != nil {
 		return Agent{}, err
@@ -426,7 +446,7 @@ func (s *Store) SetAgentPermissions(ctx context.Context, id string, p Permission
 		} else if n == 0 {
 			return errs.E(errs.NotFound, "agent %q not found", id)
 		}
-		return nil
+		return s.auditAgent(ctx, tx, id, "agent.permissions_changed", now, map[string]string{"permissions": string(b)})
 	})
 }
 
@@ -474,7 +494,7 @@ func (s *Store) RecordAgentConflict(ctx context.Context, id, detail string, now 
 		} else if n == 0 {
 			return errs.E(errs.NotFound, "agent %q not found", id)
 		}
-		return nil
+		return s.auditAgent(ctx, tx, id, "agent.identity_conflict", now, map[string]string{"detail": truncate(detail, 512)})
 	})
 }
 

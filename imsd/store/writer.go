@@ -24,6 +24,9 @@ type txn struct {
 	ctx context.Context
 	// g, when set, keeps statements prepared across transactions.
 	g *groupCommit
+	// audit holds the events the running write function queued (Audit),
+	// appended when it returns nil (withAudit).
+	audit []pendingAudit
 }
 
 // stmt returns q prepared within the transaction, or nil to run it as is.
@@ -108,6 +111,7 @@ func (s *Store) writeOne(ctx context.Context, op string, fn func(tx *txn) error)
 }
 
 func (s *Store) writeTx(ctx context.Context, op string, one bool, fn func(tx *txn) error) error {
+	fn = s.withAudit(fn)
 	if s.gc != nil {
 		return s.gc.write(ctx, op, one, fn)
 	}

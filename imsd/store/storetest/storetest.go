@@ -71,6 +71,12 @@ func Run(t *testing.T, open OpenFunc) {
 		{"ActionRunsAndHealth", testActionRunsAndHealth},
 		{"Modes", testModes},
 		{"AgentPermissions", testAgentPermissions},
+		{"AuditEvents", testAuditEvents},
+		{"AuditAppendOnly", testAuditAppendOnly},
+		{"AuditTamperEdit", testAuditTamperEdit},
+		{"AuditTamperDelete", testAuditTamperDelete},
+		{"AuditTamperInsert", testAuditTamperInsert},
+		{"AuditWriteFailure", testAuditWriteFailure},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
