@@ -37,6 +37,7 @@ var readOnly = map[string]bool{
 	imsv1connect.OperatorServiceListActionsProcedure:      true,
 	imsv1connect.OperatorServiceListActionRunsProcedure:   true,
 	imsv1connect.OperatorServiceGetActionRunProcedure:     true,
+	imsv1connect.OperatorServiceListAuditEventsProcedure:  true,
 }
 
 type callerKey struct{}

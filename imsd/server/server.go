@@ -246,7 +246,7 @@ func (s *Server) newHTTPServer() *http.Server {
 	mux := http.NewServeMux()
 	op := operatorapi.New(s.store, s.hub, operatorapi.Config{HeartbeatInterval: cfg.HeartbeatInterval, LeaseDuration: cfg.LeaseDuration, LeaseGrace: cfg.LeaseGrace, Engine: s.engine}, cfg.Now, s.log)
 	opPath, opHandler := imsv1connect.NewOperatorServiceHandler(op,
-		connect.WithInterceptors(operatorapi.NewAuthenticator(s.store, cfg.Now)),
+		connect.WithInterceptors(operatorapi.NewAuthenticator(s.store, cfg.Now), operatorapi.NewAuditor(s.store, cfg.Now)),
 		connect.WithReadMaxBytes(4<<20),
 		// Compressing small messages costs more CPU than it saves bytes.
 		connect.WithCompressMinBytes(4<<10), fastGzip)

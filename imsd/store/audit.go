@@ -76,21 +76,61 @@ func (s *Store) withAudit(fn func(tx *txn) error) func(tx *txn) error {
 		if len(tx.audit) == 0 {
 			return nil
 		}
-		err := s.flushAudit(tx)
+		heads, err := s.flushAudit(tx)
 		tx.audit = tx.audit[:0]
+		if err == nil && tx.heads != nil {
+			// Kept for the batch's commit; a write that fails (or is
+			// rolled back to its savepoint) never gets here.
+			for _, h := range heads {
+				tx.heads[h.chain] = h
+			}
+		}
 		return err
 	}
 }
 
-// flushAudit appends tx's queued events, chain by chain in chain order.
-// On PostgreSQL each chain's head is locked first (a transaction-scoped
-// advisory lock), in that order, after every row lock the write took, so
-// two writers never wait on each other in a cycle; on SQLite the single
-// writer already excludes every other.
-func (s *Store) flushAudit(tx *txn) error {
+// chainHead is an audit chain's last record.
+type chainHead struct {
+	chain string
+	seq   int64
+	hash  string
+}
+
+// head returns chain's last record: from the batch's own appends or the
+// writer's cache on SQLite, else read (locked on PostgreSQL by the caller).
+func (s *Store) head(ctx context.Context, tx *txn, chain string, cached bool) (*auditchain.Record, error) {
+	if cached && tx.g != nil {
+		if h, ok := tx.heads[chain]; ok {
+			return &auditchain.Record{Seq: h.seq, Hash: h.hash}, nil
+		}
+		if h, ok := tx.g.heads[chain]; ok {
+			return &auditchain.Record{Seq: h.seq, Hash: h.hash}, nil
+		}
+	}
+	var last auditchain.Record
+	err := tx.QueryRowContext(ctx, s.bind(`SELECT seq, hash FROM audit_events WHERE chain = ? ORDER BY seq DESC LIMIT 1`), chain).Scan(&last.Seq, &last.Hash)
+	switch {
+	case err == nil:
+		return &last, nil
+	case errors.Is(err, sql.ErrNoRows):
+		return nil, nil
+	default:
+		return nil, fmt.Errorf("audit: read chain %q: %w", chain, err)
+	}
+}
+
+// flushAudit appends tx's queued events, chain by chain in chain order,
+// and returns the chains' new heads. On PostgreSQL each chain's head is
+// locked first (a transaction-scoped advisory lock), in that order, after
+// every row lock the write took, so two writers never wait on each other
+// in a cycle; on SQLite the single writer already excludes every other,
+// and the head comes from its cache (read again if another process on
+// the same file appended meanwhile: the cached next seq is then taken).
+func (s *Store) flushAudit(tx *txn) ([]chainHead, error) {
 	ctx := tx.c(context.Background())
 	evs := tx.audit
 	slices.SortStableFunc(evs, func(a, b pendingAudit) int { return strings.Compare(a.rec.Chain, b.rec.Chain) })
+	var heads []chainHead
 	for i := 0; i < len(evs); {
 		chain := evs[i].rec.Chain
 		j := i
@@ -99,53 +139,87 @@ func (s *Store) flushAudit(tx *txn) error {
 		}
 		if s.postgres() {
 			if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(7355608, hashtext($1))`, chain); err != nil {
-				return fmt.Errorf("audit: lock chain %q: %w", chain, err)
+				return nil, fmt.Errorf("audit: lock chain %q: %w", chain, err)
 			}
 		}
-		var head *auditchain.Record
-		var last auditchain.Record
-		err := tx.QueryRowContext(ctx, s.bind(`SELECT seq, hash FROM audit_events WHERE chain = ? ORDER BY seq DESC LIMIT 1`), chain).Scan(&last.Seq, &last.Hash)
-		switch {
-		case err == nil:
-			head = &last
-		case errors.Is(err, sql.ErrNoRows):
-		default:
-			return fmt.Errorf("audit: read chain %q: %w", chain, err)
+		head, err := s.head(ctx, tx, chain, true)
+		if err != nil {
+			return nil, err
 		}
 		for k := i; k < j; k++ {
 			r := auditchain.Next(head, evs[k].rec)
-			if _, err := tx.ExecContext(ctx, s.bind(`INSERT INTO audit_events (chain, seq, at, kind, actor, subject, data, prev, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`),
-				r.Chain, r.Seq, r.At, r.Kind, r.Actor, r.Subject, r.Data, r.Prev, r.Hash); err != nil {
-				return fmt.Errorf("audit: append %s to chain %q: %w", r.Kind, chain, err)
+			err := s.insertAudit(ctx, tx, r)
+			if isUnique(err) && k == i && tx.g != nil {
+				// A stale cache: read the head and try once more.
+				if head, err = s.head(ctx, tx, chain, false); err != nil {
+					return nil, err
+				}
+				r = auditchain.Next(head, evs[k].rec)
+				err = s.insertAudit(ctx, tx, r)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("audit: append %s to chain %q: %w", r.Kind, chain, err)
 			}
 			head = &r
 		}
+		heads = append(heads, chainHead{chain: chain, seq: head.Seq, hash: head.Hash})
 		i = j
 	}
-	return nil
+	return heads, nil
+}
+
+func (s *Store) insertAudit(ctx context.Context, tx *txn, r auditchain.Record) error {
+	_, err := tx.ExecContext(ctx, s.bind(`INSERT INTO audit_events (chain, seq, at, kind, actor, subject, data, prev, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		r.Chain, r.Seq, r.At, r.Kind, r.Actor, r.Subject, r.Data, r.Prev, r.Hash)
+	return err
 }
 
 // AuditFilter selects audit events.
 type AuditFilter struct {
-	// Chain selects one chain (an install id, or VendorChain with
-	// OneChain set); otherwise every chain.
+	// Chain selects one chain (an install id, or VendorChain) when
+	// OneChain is set; otherwise every chain.
 	Chain    string
 	OneChain bool
 	// Since keeps events at or after it.
 	Since time.Time
-	// AfterSeq keeps, within one chain, the records after it.
-	AfterSeq int64
+	// After keeps the records after (AfterChain, AfterSeq), in the
+	// answer's order: a page's continuation.
+	After      bool
+	AfterChain string
+	AfterSeq   int64
 	// Limit caps the answer (0: no cap).
 	Limit int
 }
 
-// ListAuditEvents returns the events f selects, by chain then seq.
+// ListAuditEvents returns the events f selects, by chain then seq, with
+// their data decoded.
 func (s *Store) ListAuditEvents(ctx context.Context, f AuditFilter) ([]AuditEvent, error) {
+	rs, err := s.ListAuditRecords(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]AuditEvent, len(rs))
+	for i, r := range rs {
+		if out[i], err = eventFromRecord(r); err != nil {
+			return nil, fmt.Errorf("list audit events: chain %q record %d: %w", r.Chain, r.Seq, err)
+		}
+	}
+	return out, nil
+}
+
+// ListAuditRecords returns the records f selects as stored, by chain then
+// seq: data is the stored text, never re-encoded, so a verifier sees what
+// the database holds.
+func (s *Store) ListAuditRecords(ctx context.Context, f AuditFilter) ([]auditchain.Record, error) {
 	q := `SELECT chain, seq, at, kind, actor, subject, data, prev, hash FROM audit_events WHERE at >= ?`
 	args := []any{nanos(f.Since)}
 	if f.OneChain {
-		q += ` AND chain = ? AND seq > ?`
-		args = append(args, f.Chain, f.AfterSeq)
+		q += ` AND chain = ?`
+		args = append(args, f.Chain)
+	}
+	if f.After {
+		q += ` AND (chain > ? OR (chain = ? AND seq > ?))`
+		args = append(args, f.AfterChain, f.AfterChain, f.AfterSeq)
 	}
 	q += ` ORDER BY chain, seq`
 	if f.Limit > 0 {
@@ -156,17 +230,13 @@ func (s *Store) ListAuditEvents(ctx context.Context, f AuditFilter) ([]AuditEven
 		return nil, fmt.Errorf("list audit events: %w", err)
 	}
 	defer rows.Close()
-	var out []AuditEvent
+	var out []auditchain.Record
 	for rows.Next() {
 		var r auditchain.Record
 		if err := rows.Scan(&r.Chain, &r.Seq, &r.At, &r.Kind, &r.Actor, &r.Subject, &r.Data, &r.Prev, &r.Hash); err != nil {
 			return nil, fmt.Errorf("list audit events: %w", err)
 		}
-		e, err := eventFromRecord(r)
-		if err != nil {
-			return nil, fmt.Errorf("list audit events: chain %q record %d: %w", r.Chain, r.Seq, err)
-		}
-		out = append(out, e)
+		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list audit events: %w", err)
@@ -175,26 +245,9 @@ func (s *Store) ListAuditEvents(ctx context.Context, f AuditFilter) ([]AuditEven
 }
 
 // AuditRecords returns chain's records as stored, in seq order, for
-// verification and export: data is kept as the stored text, even when it
-// is no longer valid JSON.
+// verification and export.
 func (s *Store) AuditRecords(ctx context.Context, chain string) ([]auditchain.Record, error) {
-	var out []auditchain.Record
-	rows, err := s.r.db.QueryxContext(ctx, s.bind(`SELECT chain, seq, at, kind, actor, subject, data, prev, hash FROM audit_events WHERE chain = ? ORDER BY seq`), chain)
-	if err != nil {
-		return nil, fmt.Errorf("read audit chain %q: %w", chain, err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var r auditchain.Record
-		if err := rows.Scan(&r.Chain, &r.Seq, &r.At, &r.Kind, &r.Actor, &r.Subject, &r.Data, &r.Prev, &r.Hash); err != nil {
-			return nil, fmt.Errorf("read audit chain %q: %w", chain, err)
-		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read audit chain %q: %w", chain, err)
-	}
-	return out, nil
+	return s.ListAuditRecords(ctx, AuditFilter{Chain: chain, OneChain: true})
 }
 
 // AuditChains lists the chains that hold events, VendorChain first.

@@ -135,6 +135,9 @@ const (
 	// OperatorServiceGetActionRunProcedure is the fully-qualified name of the OperatorService's
 	// GetActionRun RPC.
 	OperatorServiceGetActionRunProcedure = "/byoc.ims.v1.OperatorService/GetActionRun"
+	// OperatorServiceListAuditEventsProcedure is the fully-qualified name of the OperatorService's
+	// ListAuditEvents RPC.
+	OperatorServiceListAuditEventsProcedure = "/byoc.ims.v1.OperatorService/ListAuditEvents"
 )
 
 // OperatorServiceClient is a client for the byoc.ims.v1.OperatorService service.
@@ -236,6 +239,10 @@ type OperatorServiceClient interface {
 	ListActionRuns(context.Context, *connect.Request[v1.ListActionRunsRequest]) (*connect.Response[v1.ListActionRunsResponse], error)
 	// GetActionRun returns one action run with its outputs.
 	GetActionRun(context.Context, *connect.Request[v1.GetActionRunRequest]) (*connect.Response[v1.GetActionRunResponse], error)
+	// ListAuditEvents lists audit events, by chain then seq: one install's
+	// chain, the vendor-wide chain, or every chain, in pages. Readers
+	// verify them with the documented hash (byoc audit verify).
+	ListAuditEvents(context.Context, *connect.Request[v1.ListAuditEventsRequest]) (*connect.Response[v1.ListAuditEventsResponse], error)
 }
 
 // NewOperatorServiceClient constructs a client for the byoc.ims.v1.OperatorService service. By
@@ -459,6 +466,12 @@ func NewOperatorServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(operatorServiceMethods.ByName("GetActionRun")),
 			connect.WithClientOptions(opts...),
 		),
+		listAuditEvents: connect.NewClient[v1.ListAuditEventsRequest, v1.ListAuditEventsResponse](
+			httpClient,
+			baseURL+OperatorServiceListAuditEventsProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("ListAuditEvents")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -499,6 +512,7 @@ type operatorServiceClient struct {
 	startActionRun        *connect.Client[v1.StartActionRunRequest, v1.StartActionRunResponse]
 	listActionRuns        *connect.Client[v1.ListActionRunsRequest, v1.ListActionRunsResponse]
 	getActionRun          *connect.Client[v1.GetActionRunRequest, v1.GetActionRunResponse]
+	listAuditEvents       *connect.Client[v1.ListAuditEventsRequest, v1.ListAuditEventsResponse]
 }
 
 // WhoAmI calls byoc.ims.v1.OperatorService.WhoAmI.
@@ -676,6 +690,11 @@ func (c *operatorServiceClient) GetActionRun(ctx context.Context, req *connect.R
 	return c.getActionRun.CallUnary(ctx, req)
 }
 
+// ListAuditEvents calls byoc.ims.v1.OperatorService.ListAuditEvents.
+func (c *operatorServiceClient) ListAuditEvents(ctx context.Context, req *connect.Request[v1.ListAuditEventsRequest]) (*connect.Response[v1.ListAuditEventsResponse], error) {
+	return c.listAuditEvents.CallUnary(ctx, req)
+}
+
 // OperatorServiceHandler is an implementation of the byoc.ims.v1.OperatorService service.
 type OperatorServiceHandler interface {
 	// WhoAmI describes the token the caller presented.
@@ -775,6 +794,10 @@ type OperatorServiceHandler interface {
 	ListActionRuns(context.Context, *connect.Request[v1.ListActionRunsRequest]) (*connect.Response[v1.ListActionRunsResponse], error)
 	// GetActionRun returns one action run with its outputs.
 	GetActionRun(context.Context, *connect.Request[v1.GetActionRunRequest]) (*connect.Response[v1.GetActionRunResponse], error)
+	// ListAuditEvents lists audit events, by chain then seq: one install's
+	// chain, the vendor-wide chain, or every chain, in pages. Readers
+	// verify them with the documented hash (byoc audit verify).
+	ListAuditEvents(context.Context, *connect.Request[v1.ListAuditEventsRequest]) (*connect.Response[v1.ListAuditEventsResponse], error)
 }
 
 // NewOperatorServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -994,6 +1017,12 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 		connect.WithSchema(operatorServiceMethods.ByName("GetActionRun")),
 		connect.WithHandlerOptions(opts...),
 	)
+	operatorServiceListAuditEventsHandler := connect.NewUnaryHandler(
+		OperatorServiceListAuditEventsProcedure,
+		svc.ListAuditEvents,
+		connect.WithSchema(operatorServiceMethods.ByName("ListAuditEvents")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/byoc.ims.v1.OperatorService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case OperatorServiceWhoAmIProcedure:
@@ -1066,6 +1095,8 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 			operatorServiceListActionRunsHandler.ServeHTTP(w, r)
 		case OperatorServiceGetActionRunProcedure:
 			operatorServiceGetActionRunHandler.ServeHTTP(w, r)
+		case OperatorServiceListAuditEventsProcedure:
+			operatorServiceListAuditEventsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -1213,4 +1244,8 @@ func (UnimplementedOperatorServiceHandler) ListActionRuns(context.Context, *conn
 
 func (UnimplementedOperatorServiceHandler) GetActionRun(context.Context, *connect.Request[v1.GetActionRunRequest]) (*connect.Response[v1.GetActionRunResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.GetActionRun is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) ListAuditEvents(context.Context, *connect.Request[v1.ListAuditEventsRequest]) (*connect.Response[v1.ListAuditEventsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.ListAuditEvents is not implemented"))
 }
