@@ -183,6 +183,7 @@ exits with the job's own exit code.`,
 		a.actionCommand(),
 		a.jobCommand(),
 		a.pluginCommand(),
+		a.auditCommand(),
 	)
 	a.markStart(root)
 	return root

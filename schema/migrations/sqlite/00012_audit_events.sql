@@ -4,6 +4,11 @@
 -- row, prev the hash of the chain's record before it. The triggers refuse
 -- every UPDATE and DELETE, so only someone who drops them first (file
 -- access) can change a record, and `byoc audit verify` then names it.
+-- A rowid table (rows appended in order) with the primary key's index
+-- beside it, not WITHOUT ROWID: with a thousand chains growing at once,
+-- whole rows keyed by chain scatter every batch's inserts over pages
+-- that no longer fit the cache (imsd CPU per dispatched job 295 µs
+-- against 221 µs; docs/performance.md).
 CREATE TABLE audit_events (
     chain   TEXT    NOT NULL,
     seq     INTEGER NOT NULL,
@@ -15,7 +20,7 @@ CREATE TABLE audit_events (
     prev    TEXT    NOT NULL,
     hash    TEXT    NOT NULL,
     PRIMARY KEY (chain, seq)
-) WITHOUT ROWID;
+);
 
 -- +goose StatementBegin
 CREATE TRIGGER audit_events_no_update BEFORE UPDATE ON audit_events
