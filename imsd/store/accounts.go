@@ -308,7 +308,11 @@ func (s *Store) CreateEnrollmentToken(ctx context.Context, t EnrollmentToken) er
 		return err
 	}
 	return s.write(ctx, "create enrollment token", func(tx *txn) error {
-		return s.insertEnrollmentToken(ctx, tx, t)
+		if err := s.insertEnrollmentToken(ctx, tx, t); err != nil {
+			return err
+		}
+		return s.Audit(ctx, tx, AuditEvent{Chain: t.InstallID, At: t.CreatedAt, Kind: "enrollment_token.created", Subject: "install:" + t.InstallID,
+			Data: map[string]string{"expires_at": t.ExpiresAt.UTC().Format(time.RFC3339)}})
 	})
 }
 

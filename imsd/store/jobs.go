@@ -751,10 +751,16 @@ func (s *Store) RequestCancel(ctx context.Context, jobID, reason string, now tim
 			if err != nil {
 				return err
 			}
+			if err := s.Audit(ctx, tx, jobEvent(j, "job.cancelled", "", now, map[string]string{"reason": truncate(reason, 512)})); err != nil {
+				return err
+			}
 			return s.notifyLogs(ctx, tx, jobID)
 		case JobAssigned, JobRunning:
 			out, err = s.updateJob(ctx, tx, `UPDATE jobs SET cancel_requested = TRUE, cancel_reason = ? WHERE id = ?`, reason, jobID)
 			if err != nil {
+				return err
+			}
+			if err := s.Audit(ctx, tx, jobEvent(j, "job.cancel_requested", "", now, map[string]string{"reason": truncate(reason, 512)})); err != nil {
 				return err
 			}
 			// Wake the replica holding the agent's stream so it passes

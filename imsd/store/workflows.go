@@ -573,8 +573,11 @@ func (s *Store) ApproveWorkflow(ctx context.Context, id, by string, now time.Tim
 			}
 			return errs.E(errs.Conflict, "workflow %s is %s, not awaiting approval", id, strings.ReplaceAll(string(cur.State), "_", " "))
 		}
+		if err != nil {
+			return err
+		}
 		out = r.workflow()
-		return err
+		return s.Audit(ctx, tx, AuditEvent{Chain: out.InstallID, At: now, Kind: "workflow.approved", Actor: by, Subject: "workflow:" + id})
 	})
 	return out, err
 }
@@ -618,6 +621,12 @@ func (s *Store) RequestWorkflowCancel(ctx context.Context, id, reason string, no
 		}
 		if err != nil {
 			return err
+		}
+		if wf.State != WorkflowCancelled {
+			if err := s.Audit(ctx, tx, AuditEvent{Chain: wf.InstallID, At: now, Kind: "workflow.cancel_requested", Subject: "workflow:" + id,
+				Data: map[string]string{"reason": truncate(reason, 512)}}); err != nil {
+				return err
+			}
 		}
 		out, err = s.workflowForWrite(ctx, tx, id)
 		return err
@@ -686,6 +695,9 @@ func (s *Store) RetryStep(ctx context.Context, id, name string, now time.Time) (
 		// because the workflow ended), runs again.
 		if _, err := tx.ExecContext(ctx, s.bind(`UPDATE workflow_steps SET state = 'pending', error = '', ended_at = 0
 			WHERE workflow_id = ? AND (name = ? OR state IN ('skipped', 'cancelled'))`), id, name); err != nil {
+			return err
+		}
+		if err := s.Audit(ctx, tx, AuditEvent{Chain: wf.InstallID, At: now, Kind: "step.retried", Subject: "workflow:" + id + "/" + name}); err != nil {
 			return err
 		}
 		out, err = s.workflowForWrite(ctx, tx, id)

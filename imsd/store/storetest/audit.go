@@ -87,12 +87,31 @@ func testAuditEvents(t *testing.T, e *env) {
 	ok(t, err)
 	equal(t, "workflow ended", ended, true)
 	ok(t, e.s.RecordAudit(ctx, store.AuditEvent{Chain: inst, At: at(35 * time.Minute), Kind: "breakglass.granted", Actor: "customer", Subject: "grant:g1"}))
+	// Approval and cancellation of a workflow, cancellation of jobs, a
+	// registered type.
+	ok(t, e.s.CreateWorkflow(ctx, store.Workflow{ID: "wf-2", InstallID: inst, Kind: "update", Parallelism: 1, CreatedAt: at(36 * time.Minute), CreatedBy: "ci"}))
+	_, err = e.s.StartWorkflow(ctx, "wf-2", nil, store.WorkflowAwaitingApproval, nil, at(36*time.Minute))
+	ok(t, err)
+	_, err = e.s.ApproveWorkflow(ctx, "wf-2", "ci", at(37*time.Minute))
+	ok(t, err)
+	_, err = e.s.RequestWorkflowCancel(ctx, "wf-2", "wrong plan", at(38*time.Minute))
+	ok(t, err)
+	e.enqueue("job-5", inst, at(39*time.Minute))
+	_, err = e.s.RequestCancel(ctx, "job-5", "not needed", at(39*time.Minute))
+	ok(t, err)
+	_, _, err = e.s.EnqueueAssigned(ctx, newJob("job-6", inst, at(39*time.Minute)), "ag-1", at(41*time.Minute))
+	ok(t, err)
+	_, err = e.s.RequestCancel(ctx, "job-6", "stop", at(40*time.Minute))
+	ok(t, err)
+	_, _, err = e.s.PutPluginType(ctx, store.PluginType{Type: "greeting", Version: "1.0.0", Protocol: "1.1", Description: "{}", RegisteredAt: T0, RegisteredBy: "ci"})
+	ok(t, err)
 
-	wantKinds(t, "vendor chain", e.kinds(store.VendorChain), "token.created", "app.created", "app.pushed")
+	wantKinds(t, "vendor chain", e.kinds(store.VendorChain), "token.created", "app.created", "app.pushed", "plugin_type.registered")
 	got := e.kinds(inst)
 	wantKinds(t, "install chain", got, "install.created", "install.updated", "agent.enrolled", "agent.permissions_changed",
 		"agent.identity_conflict", "job.queued", "job.assigned", "job.acked", "job.finished", "job.lease_expired",
-		"workflow.created", "workflow.started", "step.started", "step.ended", "workflow.ended", "breakglass.granted")
+		"workflow.created", "workflow.started", "step.started", "step.ended", "workflow.ended", "breakglass.granted",
+		"enrollment_token.created", "workflow.approved", "workflow.cancel_requested", "job.cancelled", "job.cancel_requested")
 	if n := strings.Count(strings.Join(got, " "), "job.finished"); n != 2 {
 		t.Errorf("%d job.finished events, want 2 (succeeded, refused): %v", n, got)
 	}
