@@ -127,6 +127,10 @@ func (s *Service) ListAuditEvents(ctx context.Context, req *connect.Request[imsv
 	case m.Vendor:
 		f.Chain, f.OneChain = store.VendorChain, true
 	}
+	if m.NewestFirst && m.PageToken != "" {
+		return nil, s.err(ctx, errs.Field("page_token", "newest_first answers have no pages"))
+	}
+	f.NewestFirst = m.NewestFirst
 	if m.PageToken != "" {
 		chain, seq, err := parseAuditPage(m.PageToken)
 		if err != nil {
@@ -146,7 +150,7 @@ func (s *Service) ListAuditEvents(ctx context.Context, req *connect.Request[imsv
 		out.Events[i] = &imsv1.AuditEvent{Chain: r.Chain, Seq: r.Seq, AtUnixNano: r.At, Kind: r.Kind, Actor: r.Actor,
 			Subject: r.Subject, Data: r.Data, Prev: r.Prev, Hash: r.Hash}
 	}
-	if len(evs) == f.Limit {
+	if len(evs) == f.Limit && !f.NewestFirst {
 		last := evs[len(evs)-1]
 		out.NextPageToken = strconv.FormatInt(last.Seq, 10) + ":" + last.Chain
 	}

@@ -189,6 +189,8 @@ type AuditFilter struct {
 	AfterSeq   int64
 	// Limit caps the answer (0: no cap).
 	Limit int
+	// NewestFirst orders by time, newest first, instead.
+	NewestFirst bool
 }
 
 // ListAuditEvents returns the events f selects, by chain then seq, with
@@ -221,7 +223,11 @@ func (s *Store) ListAuditRecords(ctx context.Context, f AuditFilter) ([]auditcha
 		q += ` AND (chain > ? OR (chain = ? AND seq > ?))`
 		args = append(args, f.AfterChain, f.AfterChain, f.AfterSeq)
 	}
-	q += ` ORDER BY chain, seq`
+	if f.NewestFirst {
+		q += ` ORDER BY at DESC, chain, seq DESC`
+	} else {
+		q += ` ORDER BY chain, seq`
+	}
 	if f.Limit > 0 {
 		q += fmt.Sprintf(" LIMIT %d", f.Limit)
 	}

@@ -105,7 +105,7 @@ func (v *installView) header(s *imsv1.InstallStatus) []string {
 	out = append(out,
 		st.accent.Render("OUTPUTS")+"  "+st.muted.Render("none yet: install outputs arrive with components"),
 		st.accent.Render("COMPONENTS AND WORKFLOWS")+"  "+st.muted.Render("none yet: they arrive with app configs"),
-		st.accent.Render("AUDIT")+"  "+st.muted.Render("no audit events yet: the audit log arrives with the trust-contract issue"),
+		st.accent.Render("AUDIT")+"  "+st.muted.Render(":audit shows the events live; byoc audit list --install "+in.Name),
 		"",
 	)
 	return out

@@ -136,6 +136,14 @@ func testAuditEvents(t *testing.T, e *env) {
 	if len(since) < 6 {
 		t.Errorf("since: %d events, want at least 6", len(since))
 	}
+	newest, err := e.s.ListAuditEvents(ctx, store.AuditFilter{NewestFirst: true, Limit: 3})
+	ok(t, err)
+	equal(t, "newest first", len(newest), 3)
+	for i := 1; i < len(newest); i++ {
+		if newest[i].At.After(newest[i-1].At) {
+			t.Errorf("newest first: %s at %s after %s at %s", newest[i].Kind, newest[i].At, newest[i-1].Kind, newest[i-1].At)
+		}
+	}
 	chains, err := e.s.AuditChains(ctx)
 	ok(t, err)
 	equal(t, "chains", strings.Join(chains, ","), ","+inst)

@@ -17,6 +17,10 @@ CREATE TABLE audit_events (
     PRIMARY KEY (chain, seq)
 );
 
+-- By time, for --since and the console's live view (newest first):
+-- appended at its end, since events arrive in about time order.
+CREATE INDEX audit_events_at ON audit_events (at);
+
 -- +goose StatementBegin
 CREATE FUNCTION audit_events_append_only() RETURNS trigger AS $$
 BEGIN

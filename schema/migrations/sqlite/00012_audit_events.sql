@@ -22,6 +22,10 @@ CREATE TABLE audit_events (
     PRIMARY KEY (chain, seq)
 );
 
+-- By time, for --since and the console's live view (newest first):
+-- appended at its end, since events arrive in about time order.
+CREATE INDEX audit_events_at ON audit_events (at);
+
 -- +goose StatementBegin
 CREATE TRIGGER audit_events_no_update BEFORE UPDATE ON audit_events
 BEGIN

@@ -153,7 +153,10 @@ type ListAuditEventsRequest struct {
 	// limit caps a page (default and maximum 5000).
 	Limit int32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
 	// page_token continues from a previous answer's next_page_token.
-	PageToken     string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// newest_first returns the newest events of the selection first, up
+	// to limit, for a live view (the console's :audit); no pages.
+	NewestFirst   bool `protobuf:"varint,6,opt,name=newest_first,json=newestFirst,proto3" json:"newest_first,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -221,6 +224,13 @@ func (x *ListAuditEventsRequest) GetPageToken() string {
 		return x.PageToken
 	}
 	return ""
+}
+
+func (x *ListAuditEventsRequest) GetNewestFirst() bool {
+	if x != nil {
+		return x.NewestFirst
+	}
+	return false
 }
 
 type ListAuditEventsResponse struct {
@@ -293,14 +303,15 @@ const file_byoc_ims_v1_audit_proto_rawDesc = "" +
 	"\asubject\x18\x06 \x01(\tR\asubject\x12\x12\n" +
 	"\x04data\x18\a \x01(\tR\x04data\x12\x12\n" +
 	"\x04prev\x18\b \x01(\tR\x04prev\x12\x12\n" +
-	"\x04hash\x18\t \x01(\tR\x04hash\"\xa7\x01\n" +
+	"\x04hash\x18\t \x01(\tR\x04hash\"\xca\x01\n" +
 	"\x16ListAuditEventsRequest\x12\x18\n" +
 	"\ainstall\x18\x01 \x01(\tR\ainstall\x12\x16\n" +
 	"\x06vendor\x18\x02 \x01(\bR\x06vendor\x12&\n" +
 	"\x0fsince_unix_nano\x18\x03 \x01(\x03R\rsinceUnixNano\x12\x14\n" +
 	"\x05limit\x18\x04 \x01(\x05R\x05limit\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x05 \x01(\tR\tpageToken\"r\n" +
+	"page_token\x18\x05 \x01(\tR\tpageToken\x12!\n" +
+	"\fnewest_first\x18\x06 \x01(\bR\vnewestFirst\"r\n" +
 	"\x17ListAuditEventsResponse\x12/\n" +
 	"\x06events\x18\x01 \x03(\v2\x17.byoc.ims.v1.AuditEventR\x06events\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageTokenB\x9f\x01\n" +
