@@ -1,8 +1,10 @@
 package storetest
 
 import (
+	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -283,4 +285,62 @@ func testAuditWriteFailure(t *testing.T, e *env) {
 		t.Errorf("permissions recorded without their audit record: %+v", a.Permissions)
 	}
 	equal(t, "events", len(e.kinds(inst)), before)
+
+	// Once records can be written again, the chain goes on from its last
+	// committed record (no head of a failed write was kept).
+	if e.s.Dialect() == store.DialectPostgres {
+		ok(t, e.s.RawExec(ctx, `DROP TRIGGER audit_events_broken ON audit_events`))
+	} else {
+		ok(t, e.s.RawExec(ctx, `DROP TRIGGER audit_events_broken`))
+	}
+	ok(t, e.s.AckJob(ctx, "job-1", writer(j), at(3*time.Minute), at(2*time.Minute)))
+	equal(t, "events after", len(e.kinds(inst)), before+1)
+	if p := e.verify(inst); p != nil {
+		t.Errorf("verify after failures: %v", p)
+	}
+}
+
+// testAuditConcurrent: many writers on many chains at once (group
+// commits, savepoints, refusals among them) leave every chain intact.
+func testAuditConcurrent(t *testing.T, e *env) {
+	ctx := e.ctx()
+	var insts []string
+	for i := range 4 {
+		inst := e.install(fmt.Sprintf("c%d", i))
+		e.agent(inst, fmt.Sprintf("ag-c%d", i))
+		insts = append(insts, inst)
+	}
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			inst := insts[w%len(insts)]
+			for i := range 10 {
+				id := fmt.Sprintf("job-c%d-%d", w, i)
+				if err := e.s.EnqueueJob(ctx, newJob(id, inst, at(time.Duration(i)*time.Second))); err != nil {
+					t.Error(err)
+					return
+				}
+				// A duplicate id: refused, and its event with it.
+				if err := e.s.EnqueueJob(ctx, newJob(id, inst, at(time.Duration(i)*time.Second))); err == nil {
+					t.Error("duplicate job id accepted")
+					return
+				}
+				_ = e.s.RecordAudit(ctx, store.AuditEvent{Chain: store.VendorChain, At: at(time.Minute), Kind: "test.vendor"})
+			}
+		}()
+	}
+	wg.Wait()
+	for _, inst := range insts {
+		if p := e.verify(inst); p != nil {
+			t.Errorf("verify %s: %v", inst, p)
+		}
+		// install.created, enrollment_token.created, agent.enrolled, then
+		// a job.queued per job of its four writers.
+		equal(t, "events of "+inst, len(e.kinds(inst)), 3+4*10)
+	}
+	if p := e.verify(store.VendorChain); p != nil {
+		t.Errorf("verify vendor: %v", p)
+	}
 }

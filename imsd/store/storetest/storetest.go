@@ -77,6 +77,7 @@ func Run(t *testing.T, open OpenFunc) {
 		{"AuditTamperDelete", testAuditTamperDelete},
 		{"AuditTamperInsert", testAuditTamperInsert},
 		{"AuditWriteFailure", testAuditWriteFailure},
+		{"AuditConcurrent", testAuditConcurrent},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
