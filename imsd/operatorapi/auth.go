@@ -45,6 +45,7 @@ var readOnly = map[string]bool{
 	// Server reflection describes the API to any token holder.
 	"/" + grpcreflect.ReflectV1ServiceName + "/ServerReflectionInfo":      true,
 	"/" + grpcreflect.ReflectV1AlphaServiceName + "/ServerReflectionInfo": true,
+	imsv1connect.OperatorServiceListAuditEventsProcedure:                  true,
 }
 
 type callerKey struct{}

@@ -191,7 +191,7 @@ func (s *Service) applyInstallFiles(ctx context.Context, a store.App, app, prev 
 				ia.Op = "unchanged"
 				break
 			}
-			if in, err = s.store.UpdateInstall(ctx, in.ID, mergedInputs, mergedSettings); err != nil {
+			if in, err = s.store.UpdateInstall(ctx, in.ID, mergedInputs, mergedSettings, s.now()); err != nil {
 				return nil, fmt.Errorf("%s: %w", file, err)
 			}
 			ia.Op = "changed"

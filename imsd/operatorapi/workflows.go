@@ -325,7 +325,7 @@ func (s *Service) UpdateInstall(ctx context.Context, req *connect.Request[imsv1.
 	if err := s.checkAgainstApp(ctx, in, inputs); err != nil {
 		return nil, s.err(ctx, err)
 	}
-	in, err = s.store.UpdateInstall(ctx, in.ID, inputs, settings)
+	in, err = s.store.UpdateInstall(ctx, in.ID, inputs, settings, s.now())
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}

@@ -301,7 +301,7 @@ func (s *Server) newHTTPServer() *http.Server {
 	op := operatorapi.New(s.store, s.hub, operatorapi.Config{BreakGlassRequestTTL: cfg.BreakGlassRequestTTL, HeartbeatInterval: cfg.HeartbeatInterval, LeaseDuration: cfg.LeaseDuration, LeaseGrace: cfg.LeaseGrace, Engine: s.engine, SigningKeyID: s.key.ID}, cfg.Now, s.log)
 	authn := operatorapi.NewAuthenticator(s.store, cfg.Now)
 	opPath, opHandler := imsv1connect.NewOperatorServiceHandler(op,
-		connect.WithInterceptors(authn),
+		connect.WithInterceptors(authn, operatorapi.NewAuditor(s.store, cfg.Now)),
 		connect.WithReadMaxBytes(4<<20),
 		// Compressing small messages costs more CPU than it saves bytes.
 		connect.WithCompressMinBytes(4<<10), fastGzip)

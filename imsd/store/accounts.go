@@ -2,10 +2,14 @@ package store
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,7 +35,11 @@ func (s *Store) CreateAPIToken(ctx context.Context, t APIToken, hash string) err
 		if isUnique(err) {
 			return errs.E(errs.AlreadyExists, "api token %q already exists", t.ID)
 		}
-		return err
+		if err != nil {
+			return err
+		}
+		return s.Audit(ctx, tx, AuditEvent{Chain: VendorChain, At: t.CreatedAt, Kind: "token.created", Subject: "token:" + t.Name,
+			Data: map[string]string{"id": t.ID, "role": string(t.Role)}})
 	})
 }
 
@@ -90,7 +98,11 @@ func (s *Store) CreateApp(ctx context.Context, a App) error {
 		if isUnique(err) {
 			return errs.E(errs.AlreadyExists, "app %q already exists", a.Name)
 		}
-		return err
+		if err != nil {
+			return err
+		}
+		return s.Audit(ctx, tx, AuditEvent{Chain: VendorChain, At: a.CreatedAt, Kind: "app.created", Subject: "app:" + a.Name,
+			Data: map[string]string{"id": a.ID}})
 	})
 }
 
@@ -202,6 +214,10 @@ func (s *Store) CreateInstall(ctx context.Context, in Install, tok EnrollmentTok
 		if err != nil {
 			return err
 		}
+		if err := s.Audit(ctx, tx, AuditEvent{Chain: in.ID, At: in.CreatedAt, Kind: "install.created", Subject: "install:" + in.Name,
+			Data: map[string]string{"app_id": in.AppID, "inputs": strings.Join(slices.Sorted(maps.Keys(in.Inputs)), ",")}}); err != nil {
+			return err
+		}
 		return s.insertEnrollmentToken(ctx, tx, tok)
 	})
 }
@@ -292,7 +308,11 @@ func (s *Store) CreateEnrollmentToken(ctx context.Context, t EnrollmentToken) er
 		return err
 	}
 	return s.write(ctx, "create enrollment token", func(tx *txn) error {
-		return s.insertEnrollmentToken(ctx, tx, t)
+		if err := s.insertEnrollmentToken(ctx, tx, t); err != nil {
+			return err
+		}
+		return s.Audit(ctx, tx, AuditEvent{Chain: t.InstallID, At: t.CreatedAt, Kind: "enrollment_token.created", Subject: "install:" + t.InstallID,
+			Data: map[string]string{"expires_at": t.ExpiresAt.UTC().Format(time.RFC3339)}})
 	})
 }
 
@@ -345,7 +365,11 @@ func (s *Store) Enroll(ctx context.Context, tokenHash string, a Agent, now time.
 		if isUnique(err) {
 			return errs.E(errs.AlreadyExists, "agent %q already exists", a.ID)
 		}
-		return err
+		if err != nil {
+			return err
+		}
+		return s.Audit(ctx, tx, AuditEvent{Chain: a.InstallID, At: now, Kind: "agent.enrolled", Actor: "agent:" + a.ID, Subject: "agent:" + a.ID,
+			Data: map[string]string{"hostname": a.Hostname, "version": a.Version, "public_key_sha256": fmt.Sprintf("%x", sha256.Sum256(a.PublicKey))}})
 	})
 	if err != nil {
 		return Agent{}, err
@@ -416,7 +440,9 @@ func (s *Store) SetAgentPermissions(ctx context.Context, id string, p Permission
 	if err != nil {
 		return err
 	}
-	return s.updateAgent(ctx, "record agent permissions", id, `UPDATE agents SET permissions = ?, permissions_at = ? WHERE id = ?`, string(b), nanos(now))
+	return s.updateAgent(ctx, "record agent permissions", id, func(tx *txn) error {
+		return s.auditAgent(ctx, tx, id, "agent.permissions_changed", now, map[string]string{"permissions": string(b)})
+	}, `UPDATE agents SET permissions = ?, permissions_at = ? WHERE id = ?`, string(b), nanos(now))
 }
 
 // GetAgent returns the agent with ID id.
@@ -453,20 +479,23 @@ func (s *Store) RecordAgentConflict(ctx context.Context, id, detail string, now 
 	if err := requireTime("now", now); err != nil {
 		return err
 	}
-	return s.updateAgent(ctx, "record agent conflict", id, `UPDATE agents SET conflict_at = ?, conflict = ? WHERE id = ?`, nanos(now), detail)
+	return s.updateAgent(ctx, "record agent conflict", id, func(tx *txn) error {
+		return s.auditAgent(ctx, tx, id, "agent.identity_conflict", now, map[string]string{"detail": truncate(detail, 512)})
+	}, `UPDATE agents SET conflict_at = ?, conflict = ? WHERE id = ?`, nanos(now), detail)
 }
 
 // TouchAgent records that agent id was seen at now.
 func (s *Store) TouchAgent(ctx context.Context, id string, now time.Time) error {
 	// Never backwards: a closing stream records its last message after
 	// the agent's next stream may have touched it later.
-	return s.updateAgent(ctx, "touch agent", id, `UPDATE agents SET last_seen_at = CASE
+	return s.updateAgent(ctx, "touch agent", id, nil, `UPDATE agents SET last_seen_at = CASE
 		WHEN last_seen_at IS NULL OR last_seen_at < ? THEN ? ELSE last_seen_at END WHERE id = ?`, nanos(now), nanos(now))
 }
 
 // updateAgent runs one UPDATE of agent id's row (the query ends in
-// "WHERE id = ?", args bind the rest) as a write of its own.
-func (s *Store) updateAgent(ctx context.Context, op, id, q string, args ...any) error {
+// "WHERE id = ?", args bind the rest) as a write of its own, then then
+// (if not nil) in the same transaction, such as its audit event.
+func (s *Store) updateAgent(ctx context.Context, op, id string, then func(*txn) error, q string, args ...any) error {
 	return s.writeOne(ctx, op, func(tx *txn) error {
 		res, err := tx.ExecContext(ctx, s.bind(q), append(args, id)...)
 		if err != nil {
@@ -476,6 +505,9 @@ func (s *Store) updateAgent(ctx context.Context, op, id, q string, args ...any) 
 			return err
 		} else if n == 0 {
 			return errs.E(errs.NotFound, "agent %q not found", id)
+		}
+		if then != nil {
+			return then(tx)
 		}
 		return nil
 	})

@@ -198,6 +198,9 @@ func (s *Store) insertQueued(ctx context.Context, tx *txn, j Job, config string)
 	if err != nil {
 		return insertError(j, err)
 	}
+	if err := s.Audit(ctx, tx, jobEvent(j, "job.queued", j.CreatedBy, j.CreatedAt, nil)); err != nil {
+		return err
+	}
 	return s.notifyJobs(ctx, tx, j.InstallID)
 }
 
@@ -339,7 +342,7 @@ func (s *Store) insertNew(ctx context.Context, tx *txn, n NewJob, config string)
 				return Job{}, insertError(j, err)
 			}
 			j.State, j.Attempt, j.FencingToken, j.AgentID, j.LeaseDeadline = JobAssigned, 1, token, n.AgentID, n.LeaseUntil
-			return j, nil
+			return j, s.Audit(ctx, tx, jobEvent(j, "job.assigned", j.CreatedBy, j.CreatedAt, map[string]string{"agent": n.AgentID, "attempt": "1"}))
 		}
 	}
 	return j, s.insertQueued(ctx, tx, j, config)
@@ -491,7 +494,10 @@ func (s *Store) ClaimJobs(ctx context.Context, installID string, w Writer, n int
 				            ORDER BY created_at, id LIMIT $5 FOR UPDATE SKIP LOCKED) q) c
 				WHERE jobs.id = c.id AND jobs.state = 'queued' RETURNING `+jobColsQualified,
 				w.AgentID, nanos(leaseUntil), tokens, installID, n)
-			return err
+			if err != nil {
+				return err
+			}
+			return s.auditClaims(ctx, tx, installID, w.AgentID, rows, now)
 		}
 		// SQLite has one writer, so the subquery's rows cannot change
 		// under the UPDATE. random() is SQLite's ChaCha20 PRNG, seeded
@@ -508,7 +514,10 @@ func (s *Store) ClaimJobs(ctx context.Context, installID string, w Writer, n int
 			lease_deadline = ?, started_at = 0, fencing_token = max(1, random() & 9223372036854775807)
 			WHERE id IN (SELECT id FROM jobs INDEXED BY jobs_queued WHERE install_id = ? AND state = 'queued' ORDER BY created_at, id LIMIT `+strconv.Itoa(n)+`)
 			RETURNING `+jobCols, w.AgentID, nanos(leaseUntil), installID)
-		return err
+		if err != nil {
+			return err
+		}
+		return s.auditClaims(ctx, tx, installID, w.AgentID, rows, now)
 	})
 	if err != nil {
 		return nil, err
@@ -590,8 +599,11 @@ func (s *Store) AckJob(ctx context.Context, jobID string, w Writer, leaseUntil, 
 		ok, err := s.tryExec(ctx, tx, `UPDATE jobs SET state = 'running', started_at = ?, lease_deadline = ?
 			WHERE id = ? AND agent_id = ? AND agent_id <> '' AND fencing_token = ? AND state = 'assigned'`,
 			nanos(now), nanos(leaseUntil), jobID, w.AgentID, w.FencingToken)
-		if ok || err != nil {
+		if err != nil {
 			return err
+		}
+		if ok {
+			return s.auditAgentJob(ctx, tx, w.AgentID, jobID, "job.acked", now, nil)
 		}
 		// Anything else: a resent ack, or a write to refuse and explain.
 		j, err := s.jobForWrite(ctx, tx, jobID)
@@ -605,9 +617,11 @@ func (s *Store) AckJob(ctx context.Context, jobID string, w Writer, leaseUntil, 
 		case JobRunning:
 			return nil
 		case JobAssigned:
-			_, err = s.updateJob(ctx, tx, `UPDATE jobs SET state = 'running', started_at = ?, lease_deadline = ? WHERE id = ?`,
-				nanos(now), nanos(leaseUntil), jobID)
-			return err
+			if _, err = s.updateJob(ctx, tx, `UPDATE jobs SET state = 'running', started_at = ?, lease_deadline = ? WHERE id = ?`,
+				nanos(now), nanos(leaseUntil), jobID); err != nil {
+				return err
+			}
+			return s.auditAgentJob(ctx, tx, w.AgentID, jobID, "job.acked", now, nil)
 		default:
 			return errs.E(errs.Conflict, "job %s already ended", jobID)
 		}
@@ -712,6 +726,13 @@ func (s *Store) FinishJob(ctx context.Context, jobID string, w Writer, r Result,
 			}
 		}
 		changed = true
+		data := map[string]string{"state": string(r.State), "exit_code": strconv.Itoa(r.ExitCode)}
+		if r.Error != "" {
+			data["error"] = truncate(r.Error, 512)
+		}
+		if err := s.auditAgentJob(ctx, tx, w.AgentID, jobID, "job.finished", now, data); err != nil {
+			return err
+		}
 		return s.notifyLogs(ctx, tx, jobID)
 	})
 	return changed && err == nil, err
@@ -763,10 +784,16 @@ func (s *Store) RequestCancel(ctx context.Context, jobID, reason string, now tim
 			if err != nil {
 				return err
 			}
+			if err := s.Audit(ctx, tx, jobEvent(j, "job.cancelled", "", now, map[string]string{"reason": truncate(reason, 512)})); err != nil {
+				return err
+			}
 			return s.notifyLogs(ctx, tx, jobID)
 		case JobAssigned, JobRunning:
 			out, err = s.updateJob(ctx, tx, `UPDATE jobs SET cancel_requested = TRUE, cancel_reason = ? WHERE id = ?`, reason, jobID)
 			if err != nil {
+				return err
+			}
+			if err := s.Audit(ctx, tx, jobEvent(j, "job.cancel_requested", "", now, map[string]string{"reason": truncate(reason, 512)})); err != nil {
 				return err
 			}
 			// Wake the replica holding the agent's stream so it passes
@@ -831,6 +858,14 @@ func (s *Store) ExpireLeases(ctx context.Context, now time.Time) ([]ExpiredJob, 
 					started_at = 0 WHERE id = ?`, j.ID)
 			}
 			if err != nil {
+				return err
+			}
+			outcome := string(e.Job.State)
+			if e.Requeued {
+				outcome = "requeued"
+			}
+			if err := s.Audit(ctx, tx, jobEvent(j, "job.lease_expired", "imsd", now,
+				map[string]string{"agent": j.AgentID, "attempt": strconv.Itoa(j.Attempt), "outcome": outcome})); err != nil {
 				return err
 			}
 			if !e.Requeued {

@@ -71,7 +71,11 @@ func (s *Store) PutPluginType(ctx context.Context, p PluginType) (prev PluginTyp
 			description = excluded.description, config_schema = excluded.config_schema,
 			registered_at = excluded.registered_at, registered_by = excluded.registered_by`),
 			p.Type, p.Version, p.Protocol, p.Description, p.ConfigSchema, nanos(p.RegisteredAt), p.RegisteredBy)
-		return err
+		if err != nil {
+			return err
+		}
+		return s.Audit(ctx, tx, AuditEvent{Chain: VendorChain, At: p.RegisteredAt, Kind: "plugin_type.registered", Actor: p.RegisteredBy,
+			Subject: "type:" + p.Type, Data: map[string]string{"version": p.Version, "protocol": p.Protocol}})
 	})
 	if err != nil {
 		return PluginType{}, false, err

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/byoc-dev/byoc/imsd/errs"
@@ -91,7 +92,11 @@ func (s *Store) CreateAppRevision(ctx context.Context, rev AppRevision) (out App
 		created = true
 		_, err = tx.ExecContext(ctx, s.bind(`INSERT INTO app_revisions (app_id, number, digest, version, files, created_at, created_by)
 			VALUES (?, ?, ?, ?, ?, ?, ?)`), rev.AppID, out.Number, rev.Digest, rev.Version, files, nanos(rev.CreatedAt), rev.CreatedBy)
-		return err
+		if err != nil {
+			return err
+		}
+		return s.Audit(ctx, tx, AuditEvent{Chain: VendorChain, At: rev.CreatedAt, Kind: "app.pushed", Actor: rev.CreatedBy, Subject: "app:" + rev.AppID,
+			Data: map[string]string{"revision": strconv.FormatInt(out.Number, 10), "digest": rev.Digest, "version": rev.Version}})
 	})
 	if err != nil {
 		return AppRevision{}, false, err

@@ -6,6 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -252,8 +255,12 @@ func (s *Store) insertWorkflow(ctx context.Context, tx *txn, wf Workflow) error 
 		return errs.E(errs.AlreadyExists, "workflow %q already exists", wf.ID)
 	case isForeignKey(err):
 		return errs.E(errs.NotFound, "install %q not found", wf.InstallID)
+	case err != nil:
+		return err
 	}
-	return err
+	return s.Audit(ctx, tx, AuditEvent{Chain: wf.InstallID, At: wf.CreatedAt, Kind: "workflow.created", Actor: wf.CreatedBy, Subject: "workflow:" + wf.ID,
+		Data: map[string]string{"kind": wf.Kind, "action": wf.Action, "trigger": wf.Trigger, "mode": wf.Mode, "reason": truncate(wf.Reason, 512),
+			"app_revision": strconv.FormatInt(wf.AppRevision, 10)}})
 }
 
 // GetWorkflow returns a workflow and its steps in plan order.
@@ -381,8 +388,12 @@ func (s *Store) StartWorkflow(ctx context.Context, id string, steps []Step, stat
 		case "deprovision":
 			err = s.setInstallState(ctx, tx, wf.InstallID, InstallDeprovisioning)
 		}
-		ok = err == nil
-		return err
+		if err != nil {
+			return err
+		}
+		ok = true
+		return s.Audit(ctx, tx, AuditEvent{Chain: wf.InstallID, At: now, Kind: "workflow.started", Actor: "imsd", Subject: "workflow:" + id,
+			Data: map[string]string{"state": string(state), "steps": strconv.Itoa(len(steps))}})
 	})
 	return ok, err
 }
@@ -413,6 +424,10 @@ func (s *Store) StartStep(ctx context.Context, workflowID, name string, j Job, n
 			return err
 		}
 		ok = true
+		if err := s.Audit(ctx, tx, AuditEvent{Chain: j.InstallID, At: now, Kind: "step.started", Actor: "imsd", Subject: "workflow:" + workflowID + "/" + name,
+			Data: map[string]string{"job": j.ID}}); err != nil {
+			return err
+		}
 		return s.insertQueued(ctx, tx, j, config)
 	})
 	return ok, err
@@ -454,8 +469,11 @@ func (s *Store) FinishStep(ctx context.Context, workflowID, name, jobID string, 
 		if removed != "" {
 			_, err = tx.ExecContext(ctx, s.bind(`DELETE FROM install_components WHERE install_id = (SELECT install_id FROM workflows WHERE id = ?) AND name = ?`),
 				workflowID, removed)
+			if err != nil {
+				return err
+			}
 		}
-		return err
+		return s.auditStep(ctx, tx, workflowID, name, now, map[string]string{"state": string(state), "job": jobID, "error": truncate(msg, 512)})
 	})
 	return ok, err
 }
@@ -471,9 +489,17 @@ func (s *Store) EndSteps(ctx context.Context, workflowID string, names []string,
 	}
 	return s.write(ctx, "end steps", func(tx *txn) error {
 		for _, n := range names {
-			if _, err := tx.ExecContext(ctx, s.bind(`UPDATE workflow_steps SET state = ?, error = ?, ended_at = ?
-				WHERE workflow_id = ? AND name = ? AND state = 'pending'`), string(state), msg, nanos(now), workflowID, n); err != nil {
+			res, err := tx.ExecContext(ctx, s.bind(`UPDATE workflow_steps SET state = ?, error = ?, ended_at = ?
+				WHERE workflow_id = ? AND name = ? AND state = 'pending'`), string(state), msg, nanos(now), workflowID, n)
+			if err != nil {
 				return err
+			}
+			if k, err := res.RowsAffected(); err != nil {
+				return err
+			} else if k > 0 {
+				if err := s.auditStep(ctx, tx, workflowID, n, now, map[string]string{"state": string(state), "error": truncate(msg, 512)}); err != nil {
+					return err
+				}
 			}
 		}
 		return nil
@@ -529,7 +555,8 @@ func (s *Store) endWorkflow(ctx context.Context, tx *txn, id string, state Workf
 			return false, err
 		}
 	}
-	return true, nil
+	return true, s.Audit(ctx, tx, AuditEvent{Chain: installID, At: now, Kind: "workflow.ended", Actor: "imsd", Subject: "workflow:" + id,
+		Data: map[string]string{"state": string(state), "error": truncate(msg, 512)}})
 }
 
 // ApproveWorkflow lets a workflow awaiting approval run.
@@ -546,8 +573,11 @@ func (s *Store) ApproveWorkflow(ctx context.Context, id, by string, now time.Tim
 			}
 			return errs.E(errs.Conflict, "workflow %s is %s, not awaiting approval", id, strings.ReplaceAll(string(cur.State), "_", " "))
 		}
+		if err != nil {
+			return err
+		}
 		out = r.workflow()
-		return err
+		return s.Audit(ctx, tx, AuditEvent{Chain: out.InstallID, At: now, Kind: "workflow.approved", Actor: by, Subject: "workflow:" + id})
 	})
 	return out, err
 }
@@ -591,6 +621,12 @@ func (s *Store) RequestWorkflowCancel(ctx context.Context, id, reason string, no
 		}
 		if err != nil {
 			return err
+		}
+		if wf.State != WorkflowCancelled {
+			if err := s.Audit(ctx, tx, AuditEvent{Chain: wf.InstallID, At: now, Kind: "workflow.cancel_requested", Subject: "workflow:" + id,
+				Data: map[string]string{"reason": truncate(reason, 512)}}); err != nil {
+				return err
+			}
 		}
 		out, err = s.workflowForWrite(ctx, tx, id)
 		return err
@@ -661,6 +697,9 @@ func (s *Store) RetryStep(ctx context.Context, id, name string, now time.Time) (
 			WHERE workflow_id = ? AND (name = ? OR state IN ('skipped', 'cancelled'))`), id, name); err != nil {
 			return err
 		}
+		if err := s.Audit(ctx, tx, AuditEvent{Chain: wf.InstallID, At: now, Kind: "step.retried", Subject: "workflow:" + id + "/" + name}); err != nil {
+			return err
+		}
 		out, err = s.workflowForWrite(ctx, tx, id)
 		return err
 	})
@@ -690,7 +729,7 @@ func (s *Store) InstallComponents(ctx context.Context, installID string) ([]Inst
 }
 
 // UpdateInstall replaces an install's inputs and settings.
-func (s *Store) UpdateInstall(ctx context.Context, id string, inputs map[string]string, settings InstallSettings) (Install, error) {
+func (s *Store) UpdateInstall(ctx context.Context, id string, inputs map[string]string, settings InstallSettings, now time.Time) (Install, error) {
 	b, err := json.Marshal(settings)
 	if err != nil {
 		return Install{}, err
@@ -707,7 +746,11 @@ func (s *Store) UpdateInstall(ctx context.Context, id string, inputs map[string]
 			return err
 		}
 		out, err = r.install()
-		return err
+		if err != nil {
+			return err
+		}
+		return s.Audit(ctx, tx, AuditEvent{Chain: out.ID, At: now, Kind: "install.updated", Subject: "install:" + out.Name,
+			Data: map[string]string{"inputs": strings.Join(slices.Sorted(maps.Keys(inputs)), ","), "settings": string(b)}})
 	})
 	return out, err
 }

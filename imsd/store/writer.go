@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 
@@ -24,6 +25,12 @@ type txn struct {
 	ctx context.Context
 	// g, when set, keeps statements prepared across transactions.
 	g *groupCommit
+	// audit holds the events the running write function queued (Audit),
+	// appended when it returns nil (withAudit).
+	audit []pendingAudit
+	// heads are the audit chain heads this batch's successful writes
+	// appended, moved to g.heads once the batch commits (nil when g is).
+	heads map[string]chainHead
 }
 
 // stmt returns q prepared within the transaction, or nil to run it as is.
@@ -108,6 +115,7 @@ func (s *Store) writeOne(ctx context.Context, op string, fn func(tx *txn) error)
 }
 
 func (s *Store) writeTx(ctx context.Context, op string, one bool, fn func(tx *txn) error) error {
+	fn = s.withAudit(fn)
 	if s.gc != nil {
 		return s.gc.write(ctx, op, one, fn)
 	}
@@ -144,10 +152,14 @@ type groupCommit struct {
 	// Only the writer goroutine uses it; nil once stopped.
 	stmts     map[string]*sqlx.Stmt
 	toPrepare []string
-	reqs      chan *writeReq
-	quit      chan struct{}
-	done      chan struct{}
-	once      sync.Once
+	// heads caches each audit chain's last committed record (seq, hash),
+	// so appending an event needs no read of the chain. Only the writer
+	// goroutine uses it; a batch's heads join it at its commit.
+	heads map[string]chainHead
+	reqs  chan *writeReq
+	quit  chan struct{}
+	done  chan struct{}
+	once  sync.Once
 }
 
 type writeReq struct {
@@ -163,7 +175,7 @@ type writeReq struct {
 }
 
 func startGroupCommit(db *sqlx.DB) *groupCommit {
-	g := &groupCommit{db: db, stmts: map[string]*sqlx.Stmt{}, reqs: make(chan *writeReq), quit: make(chan struct{}), done: make(chan struct{})}
+	g := &groupCommit{db: db, stmts: map[string]*sqlx.Stmt{}, heads: map[string]chainHead{}, reqs: make(chan *writeReq), quit: make(chan struct{}), done: make(chan struct{})}
 	go g.run()
 	return g
 }
@@ -265,7 +277,7 @@ func (g *groupCommit) runBatch(batch []*writeReq) {
 		}
 		return
 	}
-	t := &txn{tx: tx, ctx: ctx, g: g}
+	t := &txn{tx: tx, ctx: ctx, g: g, heads: map[string]chainHead{}}
 	if len(batch) == 1 {
 		// Nothing to isolate from: no savepoint.
 		r := batch[0]
@@ -283,6 +295,7 @@ func (g *groupCommit) runBatch(batch []*writeReq) {
 			r.err <- fmt.Errorf("%s: commit: %w", r.op, err)
 			return
 		}
+		maps.Copy(g.heads, t.heads)
 		r.err <- nil
 		return
 	}
@@ -329,6 +342,9 @@ func (g *groupCommit) runBatch(batch []*writeReq) {
 		r.ok = ferr == nil
 	}
 	err = tx.Commit()
+	if err == nil {
+		maps.Copy(g.heads, t.heads)
+	}
 	for _, r := range batch {
 		if !r.ok {
 			continue // already answered

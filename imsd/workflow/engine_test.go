@@ -204,7 +204,7 @@ func TestEngineParallelBranchesAndDownstreamOnly(t *testing.T) {
 	}
 
 	must(t, func() error {
-		_, err := r.st.UpdateInstall(t.Context(), in.ID, map[string]string{"size": "3"}, in.Settings)
+		_, err := r.st.UpdateInstall(t.Context(), in.ID, map[string]string{"size": "3"}, in.Settings, time.Now())
 		return err
 	}())
 	wf = r.drive(r.queue(Update, 1, false))

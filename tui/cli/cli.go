@@ -205,6 +205,7 @@ exits with the job's own exit code.`,
 		a.jobCommand(),
 		a.pluginCommand(),
 		a.breakglassCommand(),
+		a.auditCommand(),
 	)
 	a.addCompletions(root)
 	a.markStart(root)

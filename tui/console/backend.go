@@ -280,3 +280,15 @@ func cancelJob(ctx context.Context, c imsv1connect.OperatorServiceClient, gen in
 		return cancelledMsg{gen: gen, job: r.Msg.Job}
 	}
 }
+
+// listAudit reads up to limit audit events of every chain at or after
+// since (Unix nanoseconds).
+func listAudit(ctx context.Context, c imsv1connect.OperatorServiceClient, gen int, since int64, limit int32) tea.Cmd {
+	return func() tea.Msg {
+		r, err := c.ListAuditEvents(ctx, connect.NewRequest(&imsv1.ListAuditEventsRequest{SinceUnixNano: since, Limit: limit, NewestFirst: true}))
+		if err != nil {
+			return auditMsg{gen: gen, err: err}
+		}
+		return auditMsg{gen: gen, events: r.Msg.Events}
+	}
+}

@@ -371,7 +371,7 @@ func TestCommandLine(t *testing.T) {
 		t.Fatalf(":jobs opens the jobs view, top is %T", m.top())
 	}
 	press(m, ":", "audit", "enter")
-	mustContain(t, screen(m), "No audit events yet")
+	mustContain(t, screen(m), "loading audit events")
 	press(m, ":", "bogus", "enter")
 	mustContain(t, screen(m), "unknown command :bogus")
 	press(m, ":", "ctx", "enter")
@@ -1033,4 +1033,42 @@ func screenLine(s string, parts ...string) bool {
 		}
 	}
 	return false
+}
+
+// TestAuditViewShowsEventsNewestFirst: :audit lists what imsd answers,
+// newest first, names installs, drops an event it already holds, keeps
+// polling, and drops an answer to an earlier request.
+func TestAuditViewShowsEventsNewestFirst(t *testing.T) {
+	m := newTestModel(t, Options{})
+	m.Update(teaSize(120, 24))
+	feed(m, snapshot())
+	press(m, ":", "audit", "enter")
+	v, ok := m.top().(*auditView)
+	if !ok {
+		t.Fatalf(":audit opens the audit view, top is %T", m.top())
+	}
+	now := m.now.UnixNano()
+	ev := func(chain string, seq int64, ago time.Duration, kind string) *imsv1.AuditEvent {
+		return &imsv1.AuditEvent{Chain: chain, Seq: seq, AtUnixNano: now - int64(ago), Kind: kind, Actor: "token:ci", Subject: "job:j" + fmt.Sprint(seq)}
+	}
+	inst := snapshot().Installs[0].Install
+	_, cmd := m.Update(auditMsg{gen: v.gen, events: []*imsv1.AuditEvent{ev(inst.Id, 1, 3*time.Minute, "job.queued"), ev("", 1, time.Minute, "token.created")}})
+	if cmd == nil {
+		t.Fatal("no poll scheduled after an answer")
+	}
+	s := screen(m)
+	mustContain(t, s, "token.created", "job.queued", "vendor", inst.Name)
+	if strings.Index(s, "token.created") > strings.Index(s, "job.queued") {
+		t.Errorf("older event above the newer one:\n%s", s)
+	}
+	m.Update(auditMsg{gen: v.gen, events: []*imsv1.AuditEvent{ev("", 1, time.Minute, "token.created"), ev(inst.Id, 2, 0, "job.acked")}})
+	s = screen(m)
+	if n := strings.Count(s, "token.created"); n != 1 {
+		t.Errorf("token.created shown %d times:\n%s", n, s)
+	}
+	mustContain(t, s, "job.acked")
+	m.Update(auditMsg{gen: v.gen - 1, events: []*imsv1.AuditEvent{ev(inst.Id, 9, 0, "stale.answer")}})
+	if strings.Contains(screen(m), "stale.answer") {
+		t.Error("an answer to an earlier request was shown")
+	}
 }

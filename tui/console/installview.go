@@ -130,7 +130,7 @@ func (v *installView) header(s *imsv1.InstallStatus) []string {
 	}
 	out = append(out, parts...)
 	out = append(out,
-		st.accent.Render("AUDIT")+"  "+st.muted.Render("no audit events yet: the audit log arrives with the trust-contract issue"),
+		st.accent.Render("AUDIT")+"  "+st.muted.Render(":audit shows the events live; byoc audit list --install "+in.Name),
 		"",
 	)
 	return out

@@ -74,6 +74,13 @@ func Run(t *testing.T, open OpenFunc) {
 		{"Modes", testModes},
 		{"AgentPermissions", testAgentPermissions},
 		{"BreakGlass", testBreakGlass},
+		{"AuditEvents", testAuditEvents},
+		{"AuditAppendOnly", testAuditAppendOnly},
+		{"AuditTamperEdit", testAuditTamperEdit},
+		{"AuditTamperDelete", testAuditTamperDelete},
+		{"AuditTamperInsert", testAuditTamperInsert},
+		{"AuditWriteFailure", testAuditWriteFailure},
+		{"AuditConcurrent", testAuditConcurrent},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

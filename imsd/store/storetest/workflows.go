@@ -223,7 +223,7 @@ func testWorkflowApproveCancel(t *testing.T, e *env) {
 	// UpdateInstall keeps settings and inputs.
 	ap := true
 	in, err := e.s.UpdateInstall(ctx, ins, map[string]string{"size": "3"}, store.InstallSettings{Parallelism: 8, RequireApproval: &ap,
-		Overrides: map[string]map[string]any{"api": {"replicas": 2.0}}, Source: "installs/wfa.toml"})
+		Overrides: map[string]map[string]any{"api": {"replicas": 2.0}}, Source: "installs/wfa.toml"}, at(6*time.Minute))
 	ok(t, err)
 	in, err = e.s.GetInstall(ctx, in.ID)
 	ok(t, err)
@@ -232,6 +232,6 @@ func testWorkflowApproveCancel(t *testing.T, e *env) {
 	equal(t, "approval", *in.Settings.RequireApproval, true)
 	equal(t, "override", in.Settings.Overrides["api"]["replicas"], any(2.0))
 	equal(t, "source", in.Settings.Source, "installs/wfa.toml")
-	_, err = e.s.UpdateInstall(ctx, "nope", nil, store.InstallSettings{})
+	_, err = e.s.UpdateInstall(ctx, "nope", nil, store.InstallSettings{}, at(6*time.Minute))
 	wantErr(t, err, errs.NotFound)
 }

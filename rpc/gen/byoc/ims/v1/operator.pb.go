@@ -4804,7 +4804,7 @@ var File_byoc_ims_v1_operator_proto protoreflect.FileDescriptor
 
 const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\n" +
-	"\x1abyoc/ims/v1/operator.proto\x12\vbyoc.ims.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18byoc/ims/v1/action.proto\x1a\x1abyoc/ims/v1/workflow.proto\"\x0f\n" +
+	"\x1abyoc/ims/v1/operator.proto\x12\vbyoc.ims.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18byoc/ims/v1/action.proto\x1a\x17byoc/ims/v1/audit.proto\x1a\x1abyoc/ims/v1/workflow.proto\"\x0f\n" +
 	"\rWhoAmIRequest\"f\n" +
 	"\x0eWhoAmIResponse\x12\x19\n" +
 	"\btoken_id\x18\x01 \x01(\tR\atokenId\x12\x12\n" +
@@ -5177,7 +5177,7 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x16LOG_STREAM_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11LOG_STREAM_STDOUT\x10\x01\x12\x15\n" +
 	"\x11LOG_STREAM_STDERR\x10\x02\x12\x15\n" +
-	"\x11LOG_STREAM_SYSTEM\x10\x032\x9f\x1a\n" +
+	"\x11LOG_STREAM_SYSTEM\x10\x032\xfd\x1a\n" +
 	"\x0fOperatorService\x12A\n" +
 	"\x06WhoAmI\x12\x1a.byoc.ims.v1.WhoAmIRequest\x1a\x1b.byoc.ims.v1.WhoAmIResponse\x12Y\n" +
 	"\x0eCreateApiToken\x12\".byoc.ims.v1.CreateApiTokenRequest\x1a#.byoc.ims.v1.CreateApiTokenResponse\x12J\n" +
@@ -5218,7 +5218,8 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\fGetActionRun\x12 .byoc.ims.v1.GetActionRunRequest\x1a!.byoc.ims.v1.GetActionRunResponse\x12b\n" +
 	"\x11RequestBreakGlass\x12%.byoc.ims.v1.RequestBreakGlassRequest\x1a&.byoc.ims.v1.RequestBreakGlassResponse\x12k\n" +
 	"\x14ListBreakGlassGrants\x12(.byoc.ims.v1.ListBreakGlassGrantsRequest\x1a).byoc.ims.v1.ListBreakGlassGrantsResponse\x12h\n" +
-	"\x13GetBreakGlassPolicy\x12'.byoc.ims.v1.GetBreakGlassPolicyRequest\x1a(.byoc.ims.v1.GetBreakGlassPolicyResponseB\xa2\x01\n" +
+	"\x13GetBreakGlassPolicy\x12'.byoc.ims.v1.GetBreakGlassPolicyRequest\x1a(.byoc.ims.v1.GetBreakGlassPolicyResponse\x12\\\n" +
+	"\x0fListAuditEvents\x12#.byoc.ims.v1.ListAuditEventsRequest\x1a$.byoc.ims.v1.ListAuditEventsResponseB\xa2\x01\n" +
 	"\x0fcom.byoc.ims.v1B\rOperatorProtoP\x01Z2github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1;imsv1\xa2\x02\x03BIX\xaa\x02\vByoc.Ims.V1\xca\x02\vByoc\\Ims\\V1\xe2\x02\x17Byoc\\Ims\\V1\\GPBMetadata\xea\x02\rByoc::Ims::V1b\x06proto3"
 
 var (
@@ -5333,17 +5334,19 @@ var file_byoc_ims_v1_operator_proto_goTypes = []any{
 	(*StartActionRunRequest)(nil),         // 94: byoc.ims.v1.StartActionRunRequest
 	(*ListActionRunsRequest)(nil),         // 95: byoc.ims.v1.ListActionRunsRequest
 	(*GetActionRunRequest)(nil),           // 96: byoc.ims.v1.GetActionRunRequest
-	(*PlanInstallResponse)(nil),           // 97: byoc.ims.v1.PlanInstallResponse
-	(*StartWorkflowResponse)(nil),         // 98: byoc.ims.v1.StartWorkflowResponse
-	(*ListWorkflowsResponse)(nil),         // 99: byoc.ims.v1.ListWorkflowsResponse
-	(*GetWorkflowResponse)(nil),           // 100: byoc.ims.v1.GetWorkflowResponse
-	(*ApproveWorkflowResponse)(nil),       // 101: byoc.ims.v1.ApproveWorkflowResponse
-	(*CancelWorkflowResponse)(nil),        // 102: byoc.ims.v1.CancelWorkflowResponse
-	(*RetryWorkflowStepResponse)(nil),     // 103: byoc.ims.v1.RetryWorkflowStepResponse
-	(*ListActionsResponse)(nil),           // 104: byoc.ims.v1.ListActionsResponse
-	(*StartActionRunResponse)(nil),        // 105: byoc.ims.v1.StartActionRunResponse
-	(*ListActionRunsResponse)(nil),        // 106: byoc.ims.v1.ListActionRunsResponse
-	(*GetActionRunResponse)(nil),          // 107: byoc.ims.v1.GetActionRunResponse
+	(*ListAuditEventsRequest)(nil),        // 97: byoc.ims.v1.ListAuditEventsRequest
+	(*PlanInstallResponse)(nil),           // 98: byoc.ims.v1.PlanInstallResponse
+	(*StartWorkflowResponse)(nil),         // 99: byoc.ims.v1.StartWorkflowResponse
+	(*ListWorkflowsResponse)(nil),         // 100: byoc.ims.v1.ListWorkflowsResponse
+	(*GetWorkflowResponse)(nil),           // 101: byoc.ims.v1.GetWorkflowResponse
+	(*ApproveWorkflowResponse)(nil),       // 102: byoc.ims.v1.ApproveWorkflowResponse
+	(*CancelWorkflowResponse)(nil),        // 103: byoc.ims.v1.CancelWorkflowResponse
+	(*RetryWorkflowStepResponse)(nil),     // 104: byoc.ims.v1.RetryWorkflowStepResponse
+	(*ListActionsResponse)(nil),           // 105: byoc.ims.v1.ListActionsResponse
+	(*StartActionRunResponse)(nil),        // 106: byoc.ims.v1.StartActionRunResponse
+	(*ListActionRunsResponse)(nil),        // 107: byoc.ims.v1.ListActionRunsResponse
+	(*GetActionRunResponse)(nil),          // 108: byoc.ims.v1.GetActionRunResponse
+	(*ListAuditEventsResponse)(nil),       // 109: byoc.ims.v1.ListAuditEventsResponse
 }
 var file_byoc_ims_v1_operator_proto_depIdxs = []int32{
 	0,   // 0: byoc.ims.v1.WhoAmIResponse.role:type_name -> byoc.ims.v1.Role
@@ -5464,46 +5467,48 @@ var file_byoc_ims_v1_operator_proto_depIdxs = []int32{
 	68,  // 115: byoc.ims.v1.OperatorService.RequestBreakGlass:input_type -> byoc.ims.v1.RequestBreakGlassRequest
 	70,  // 116: byoc.ims.v1.OperatorService.ListBreakGlassGrants:input_type -> byoc.ims.v1.ListBreakGlassGrantsRequest
 	73,  // 117: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:input_type -> byoc.ims.v1.GetBreakGlassPolicyRequest
-	4,   // 118: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
-	6,   // 119: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
-	9,   // 120: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
-	11,  // 121: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
-	13,  // 122: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
-	50,  // 123: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
-	53,  // 124: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
-	55,  // 125: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
-	19,  // 126: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
-	22,  // 127: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
-	24,  // 128: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
-	27,  // 129: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
-	31,  // 130: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
-	29,  // 131: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
-	97,  // 132: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
-	98,  // 133: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
-	99,  // 134: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
-	100, // 135: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
-	101, // 136: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
-	102, // 137: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
-	103, // 138: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
-	35,  // 139: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
-	37,  // 140: byoc.ims.v1.OperatorService.EnqueueJobs:output_type -> byoc.ims.v1.EnqueueJobsResponse
-	39,  // 141: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
-	41,  // 142: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
-	44,  // 143: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
-	46,  // 144: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
-	61,  // 145: byoc.ims.v1.OperatorService.RegisterPluginType:output_type -> byoc.ims.v1.RegisterPluginTypeResponse
-	63,  // 146: byoc.ims.v1.OperatorService.ListPluginTypes:output_type -> byoc.ims.v1.ListPluginTypesResponse
-	65,  // 147: byoc.ims.v1.OperatorService.GetPluginType:output_type -> byoc.ims.v1.GetPluginTypeResponse
-	67,  // 148: byoc.ims.v1.OperatorService.RemovePluginType:output_type -> byoc.ims.v1.RemovePluginTypeResponse
-	104, // 149: byoc.ims.v1.OperatorService.ListActions:output_type -> byoc.ims.v1.ListActionsResponse
-	105, // 150: byoc.ims.v1.OperatorService.StartActionRun:output_type -> byoc.ims.v1.StartActionRunResponse
-	106, // 151: byoc.ims.v1.OperatorService.ListActionRuns:output_type -> byoc.ims.v1.ListActionRunsResponse
-	107, // 152: byoc.ims.v1.OperatorService.GetActionRun:output_type -> byoc.ims.v1.GetActionRunResponse
-	69,  // 153: byoc.ims.v1.OperatorService.RequestBreakGlass:output_type -> byoc.ims.v1.RequestBreakGlassResponse
-	71,  // 154: byoc.ims.v1.OperatorService.ListBreakGlassGrants:output_type -> byoc.ims.v1.ListBreakGlassGrantsResponse
-	74,  // 155: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:output_type -> byoc.ims.v1.GetBreakGlassPolicyResponse
-	118, // [118:156] is the sub-list for method output_type
-	80,  // [80:118] is the sub-list for method input_type
+	97,  // 118: byoc.ims.v1.OperatorService.ListAuditEvents:input_type -> byoc.ims.v1.ListAuditEventsRequest
+	4,   // 119: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
+	6,   // 120: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
+	9,   // 121: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
+	11,  // 122: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
+	13,  // 123: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
+	50,  // 124: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
+	53,  // 125: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
+	55,  // 126: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
+	19,  // 127: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
+	22,  // 128: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
+	24,  // 129: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
+	27,  // 130: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
+	31,  // 131: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
+	29,  // 132: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
+	98,  // 133: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
+	99,  // 134: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
+	100, // 135: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
+	101, // 136: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
+	102, // 137: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
+	103, // 138: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
+	104, // 139: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
+	35,  // 140: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
+	37,  // 141: byoc.ims.v1.OperatorService.EnqueueJobs:output_type -> byoc.ims.v1.EnqueueJobsResponse
+	39,  // 142: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
+	41,  // 143: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
+	44,  // 144: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
+	46,  // 145: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
+	61,  // 146: byoc.ims.v1.OperatorService.RegisterPluginType:output_type -> byoc.ims.v1.RegisterPluginTypeResponse
+	63,  // 147: byoc.ims.v1.OperatorService.ListPluginTypes:output_type -> byoc.ims.v1.ListPluginTypesResponse
+	65,  // 148: byoc.ims.v1.OperatorService.GetPluginType:output_type -> byoc.ims.v1.GetPluginTypeResponse
+	67,  // 149: byoc.ims.v1.OperatorService.RemovePluginType:output_type -> byoc.ims.v1.RemovePluginTypeResponse
+	105, // 150: byoc.ims.v1.OperatorService.ListActions:output_type -> byoc.ims.v1.ListActionsResponse
+	106, // 151: byoc.ims.v1.OperatorService.StartActionRun:output_type -> byoc.ims.v1.StartActionRunResponse
+	107, // 152: byoc.ims.v1.OperatorService.ListActionRuns:output_type -> byoc.ims.v1.ListActionRunsResponse
+	108, // 153: byoc.ims.v1.OperatorService.GetActionRun:output_type -> byoc.ims.v1.GetActionRunResponse
+	69,  // 154: byoc.ims.v1.OperatorService.RequestBreakGlass:output_type -> byoc.ims.v1.RequestBreakGlassResponse
+	71,  // 155: byoc.ims.v1.OperatorService.ListBreakGlassGrants:output_type -> byoc.ims.v1.ListBreakGlassGrantsResponse
+	74,  // 156: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:output_type -> byoc.ims.v1.GetBreakGlassPolicyResponse
+	109, // 157: byoc.ims.v1.OperatorService.ListAuditEvents:output_type -> byoc.ims.v1.ListAuditEventsResponse
+	119, // [119:158] is the sub-list for method output_type
+	80,  // [80:119] is the sub-list for method input_type
 	80,  // [80:80] is the sub-list for extension type_name
 	80,  // [80:80] is the sub-list for extension extendee
 	0,   // [0:80] is the sub-list for field type_name
@@ -5515,6 +5520,7 @@ func file_byoc_ims_v1_operator_proto_init() {
 		return
 	}
 	file_byoc_ims_v1_action_proto_init()
+	file_byoc_ims_v1_audit_proto_init()
 	file_byoc_ims_v1_workflow_proto_init()
 	file_byoc_ims_v1_operator_proto_msgTypes[14].OneofWrappers = []any{}
 	file_byoc_ims_v1_operator_proto_msgTypes[25].OneofWrappers = []any{}

@@ -144,6 +144,9 @@ const (
 	// OperatorServiceGetBreakGlassPolicyProcedure is the fully-qualified name of the OperatorService's
 	// GetBreakGlassPolicy RPC.
 	OperatorServiceGetBreakGlassPolicyProcedure = "/byoc.ims.v1.OperatorService/GetBreakGlassPolicy"
+	// OperatorServiceListAuditEventsProcedure is the fully-qualified name of the OperatorService's
+	// ListAuditEvents RPC.
+	OperatorServiceListAuditEventsProcedure = "/byoc.ims.v1.OperatorService/ListAuditEvents"
 )
 
 // OperatorServiceClient is a client for the byoc.ims.v1.OperatorService service.
@@ -259,6 +262,10 @@ type OperatorServiceClient interface {
 	// may ask for: the roles of its app's break_glass.toml, the longest
 	// duration and whether a reason is required.
 	GetBreakGlassPolicy(context.Context, *connect.Request[v1.GetBreakGlassPolicyRequest]) (*connect.Response[v1.GetBreakGlassPolicyResponse], error)
+	// ListAuditEvents lists audit events, by chain then seq: one install's
+	// chain, the vendor-wide chain, or every chain, in pages. Readers
+	// verify them with the documented hash (byoc audit verify).
+	ListAuditEvents(context.Context, *connect.Request[v1.ListAuditEventsRequest]) (*connect.Response[v1.ListAuditEventsResponse], error)
 }
 
 // NewOperatorServiceClient constructs a client for the byoc.ims.v1.OperatorService service. By
@@ -500,6 +507,12 @@ func NewOperatorServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(operatorServiceMethods.ByName("GetBreakGlassPolicy")),
 			connect.WithClientOptions(opts...),
 		),
+		listAuditEvents: connect.NewClient[v1.ListAuditEventsRequest, v1.ListAuditEventsResponse](
+			httpClient,
+			baseURL+OperatorServiceListAuditEventsProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("ListAuditEvents")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -543,6 +556,7 @@ type operatorServiceClient struct {
 	requestBreakGlass     *connect.Client[v1.RequestBreakGlassRequest, v1.RequestBreakGlassResponse]
 	listBreakGlassGrants  *connect.Client[v1.ListBreakGlassGrantsRequest, v1.ListBreakGlassGrantsResponse]
 	getBreakGlassPolicy   *connect.Client[v1.GetBreakGlassPolicyRequest, v1.GetBreakGlassPolicyResponse]
+	listAuditEvents       *connect.Client[v1.ListAuditEventsRequest, v1.ListAuditEventsResponse]
 }
 
 // WhoAmI calls byoc.ims.v1.OperatorService.WhoAmI.
@@ -735,6 +749,11 @@ func (c *operatorServiceClient) GetBreakGlassPolicy(ctx context.Context, req *co
 	return c.getBreakGlassPolicy.CallUnary(ctx, req)
 }
 
+// ListAuditEvents calls byoc.ims.v1.OperatorService.ListAuditEvents.
+func (c *operatorServiceClient) ListAuditEvents(ctx context.Context, req *connect.Request[v1.ListAuditEventsRequest]) (*connect.Response[v1.ListAuditEventsResponse], error) {
+	return c.listAuditEvents.CallUnary(ctx, req)
+}
+
 // OperatorServiceHandler is an implementation of the byoc.ims.v1.OperatorService service.
 type OperatorServiceHandler interface {
 	// WhoAmI describes the token the caller presented.
@@ -848,6 +867,10 @@ type OperatorServiceHandler interface {
 	// may ask for: the roles of its app's break_glass.toml, the longest
 	// duration and whether a reason is required.
 	GetBreakGlassPolicy(context.Context, *connect.Request[v1.GetBreakGlassPolicyRequest]) (*connect.Response[v1.GetBreakGlassPolicyResponse], error)
+	// ListAuditEvents lists audit events, by chain then seq: one install's
+	// chain, the vendor-wide chain, or every chain, in pages. Readers
+	// verify them with the documented hash (byoc audit verify).
+	ListAuditEvents(context.Context, *connect.Request[v1.ListAuditEventsRequest]) (*connect.Response[v1.ListAuditEventsResponse], error)
 }
 
 // NewOperatorServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -1085,6 +1108,12 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 		connect.WithSchema(operatorServiceMethods.ByName("GetBreakGlassPolicy")),
 		connect.WithHandlerOptions(opts...),
 	)
+	operatorServiceListAuditEventsHandler := connect.NewUnaryHandler(
+		OperatorServiceListAuditEventsProcedure,
+		svc.ListAuditEvents,
+		connect.WithSchema(operatorServiceMethods.ByName("ListAuditEvents")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/byoc.ims.v1.OperatorService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case OperatorServiceWhoAmIProcedure:
@@ -1163,6 +1192,8 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 			operatorServiceListBreakGlassGrantsHandler.ServeHTTP(w, r)
 		case OperatorServiceGetBreakGlassPolicyProcedure:
 			operatorServiceGetBreakGlassPolicyHandler.ServeHTTP(w, r)
+		case OperatorServiceListAuditEventsProcedure:
+			operatorServiceListAuditEventsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -1322,4 +1353,8 @@ func (UnimplementedOperatorServiceHandler) ListBreakGlassGrants(context.Context,
 
 func (UnimplementedOperatorServiceHandler) GetBreakGlassPolicy(context.Context, *connect.Request[v1.GetBreakGlassPolicyRequest]) (*connect.Response[v1.GetBreakGlassPolicyResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.GetBreakGlassPolicy is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) ListAuditEvents(context.Context, *connect.Request[v1.ListAuditEventsRequest]) (*connect.Response[v1.ListAuditEventsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.ListAuditEvents is not implemented"))
 }

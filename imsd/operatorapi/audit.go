@@ -1,0 +1,169 @@
+package operatorapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/byoc-dev/byoc/imsd/errs"
+	"github.com/byoc-dev/byoc/imsd/store"
+	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
+)
+
+// Auditor is a Connect interceptor that records every operator call that
+// may change something (every procedure not in readOnly) before it runs:
+// an "operator.call" event with the token's name and role, in the chain
+// of the install the request names (its top-level "install" field), else
+// the vendor-wide chain. When the event cannot be written the call is
+// refused and nothing happens (Vault's rule). The store adds events with
+// the details of each change in the change's own transaction.
+type Auditor struct {
+	store *store.Store
+	now   func() time.Time
+}
+
+// NewAuditor returns an Auditor over st. Put it after the Authenticator,
+// which names the caller.
+func NewAuditor(st *store.Store, now func() time.Time) *Auditor {
+	return &Auditor{store: st, now: now}
+}
+
+var _ connect.Interceptor = (*Auditor)(nil)
+
+// WrapUnary implements connect.Interceptor.
+func (a *Auditor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if err := a.record(ctx, req.Spec().Procedure, req.Any()); err != nil {
+			return nil, err
+		}
+		return next(ctx, req)
+	}
+}
+
+// WrapStreamingClient implements connect.Interceptor; it is a no-op.
+func (a *Auditor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+// WrapStreamingHandler implements connect.Interceptor. Streaming
+// procedures only read today; one that does not is recorded when it
+// starts, without an install.
+func (a *Auditor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		if err := a.record(ctx, conn.Spec().Procedure, nil); err != nil {
+			return err
+		}
+		return next(ctx, conn)
+	}
+}
+
+func (a *Auditor) record(ctx context.Context, procedure string, msg any) error {
+	if readOnly[procedure] {
+		return nil
+	}
+	tok := callerFrom(ctx)
+	chain := store.VendorChain
+	data := map[string]string{"procedure": procedure, "role": string(tok.Role), "token_id": tok.ID}
+	if name := installField(msg); name != "" {
+		data["install"] = name
+		if id, err := a.store.InstallID(ctx, name); err == nil {
+			chain = id
+		}
+	}
+	ev := store.AuditEvent{Chain: chain, At: a.now(), Kind: "operator.call", Actor: "token:" + tok.Name,
+		Subject: procedure[strings.LastIndex(procedure, "/")+1:], Data: data}
+	if err := a.store.RecordAudit(ctx, ev); err != nil {
+		return connect.NewError(connect.CodeUnavailable, errors.New("cannot write the audit record of this call, so it was not run; try again"))
+	}
+	return nil
+}
+
+// installField returns a request's top-level string field "install".
+func installField(msg any) string {
+	m, ok := msg.(proto.Message)
+	if !ok || m == nil {
+		return ""
+	}
+	r := m.ProtoReflect()
+	f := r.Descriptor().Fields().ByName("install")
+	if f == nil || f.IsList() || f.IsMap() || f.Kind().String() != "string" {
+		return ""
+	}
+	return r.Get(f).String()
+}
+
+// maxAuditPage is the largest page of ListAuditEvents.
+const maxAuditPage = 5000
+
+// ListAuditEvents implements OperatorService.
+func (s *Service) ListAuditEvents(ctx context.Context, req *connect.Request[imsv1.ListAuditEventsRequest]) (*connect.Response[imsv1.ListAuditEventsResponse], error) {
+	m := req.Msg
+	if m.Install != "" && m.Vendor {
+		return nil, s.err(ctx, errs.Field("vendor", "give install or vendor, not both"))
+	}
+	if m.Limit < 0 {
+		return nil, s.err(ctx, errs.Field("limit", "must not be negative, got %d", m.Limit))
+	}
+	f := store.AuditFilter{Since: time.Unix(0, m.SinceUnixNano), Limit: maxAuditPage}
+	if m.SinceUnixNano <= 0 {
+		f.Since = time.Time{}
+	}
+	if m.Limit > 0 && m.Limit < maxAuditPage {
+		f.Limit = int(m.Limit)
+	}
+	switch {
+	case m.Install != "":
+		id, err := s.store.InstallID(ctx, m.Install)
+		if err != nil {
+			return nil, s.err(ctx, err)
+		}
+		f.Chain, f.OneChain = id, true
+	case m.Vendor:
+		f.Chain, f.OneChain = store.VendorChain, true
+	}
+	if m.NewestFirst && m.PageToken != "" {
+		return nil, s.err(ctx, errs.Field("page_token", "newest_first answers have no pages"))
+	}
+	f.NewestFirst = m.NewestFirst
+	if m.PageToken != "" {
+		chain, seq, err := parseAuditPage(m.PageToken)
+		if err != nil {
+			return nil, s.err(ctx, err)
+		}
+		if f.OneChain && chain != f.Chain {
+			return nil, s.err(ctx, errs.Field("page_token", "belongs to another chain"))
+		}
+		f.After, f.AfterChain, f.AfterSeq = true, chain, seq
+	}
+	evs, err := s.store.ListAuditRecords(ctx, f)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	out := &imsv1.ListAuditEventsResponse{Events: make([]*imsv1.AuditEvent, len(evs))}
+	for i, r := range evs {
+		out.Events[i] = &imsv1.AuditEvent{Chain: r.Chain, Seq: r.Seq, AtUnixNano: r.At, Kind: r.Kind, Actor: r.Actor,
+			Subject: r.Subject, Data: r.Data, Prev: r.Prev, Hash: r.Hash}
+	}
+	if len(evs) == f.Limit && !f.NewestFirst {
+		last := evs[len(evs)-1]
+		out.NextPageToken = strconv.FormatInt(last.Seq, 10) + ":" + last.Chain
+	}
+	return connect.NewResponse(out), nil
+}
+
+func parseAuditPage(tok string) (chain string, seq int64, err error) {
+	n, chain, ok := strings.Cut(tok, ":")
+	if ok {
+		seq, err = strconv.ParseInt(n, 10, 64)
+	}
+	if !ok || err != nil || seq < 1 {
+		return "", 0, errs.Field("page_token", "not a token this server gave: %q", fmt.Sprintf("%.40s", tok))
+	}
+	return chain, seq, nil
+}

@@ -1,0 +1,343 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/byoc-dev/byoc/imsd/errs"
+	"github.com/byoc-dev/byoc/internal/auditchain"
+)
+
+// VendorChain is the chain of vendor-wide audit events (tokens, apps,
+// type registrations); every install has a chain of its own, named by its
+// id.
+const VendorChain = ""
+
+// AuditEvent is one audit record. Callers set Chain, At, Kind, Actor,
+// Subject and Data; the store sets Seq, Prev and Hash when it appends it.
+type AuditEvent struct {
+	Chain   string
+	Seq     int64
+	At      time.Time
+	Kind    string
+	Actor   string
+	Subject string
+	Data    map[string]string
+	Prev    string
+	Hash    string
+}
+
+// Record is e as the chain and an export have it.
+func (e AuditEvent) Record() auditchain.Record {
+	return auditchain.Record{Chain: e.Chain, Seq: e.Seq, At: nanos(e.At), Kind: e.Kind, Actor: e.Actor,
+		Subject: e.Subject, Data: encodeMap(e.Data), Prev: e.Prev, Hash: e.Hash}
+}
+
+// pendingAudit is an event a write queued, with its data encoded.
+type pendingAudit struct {
+	rec auditchain.Record
+}
+
+// Audit queues ev in tx: it is appended to its chain when the write
+// function returns nil, in the same transaction, so the change and its
+// record commit together or not at all; when the record cannot be written
+// the whole write fails (Vault's rule). Any write function may call it.
+func (s *Store) Audit(ctx context.Context, tx *txn, ev AuditEvent) error {
+	if ev.Kind == "" {
+		return errs.Field("kind", "an audit event needs a kind")
+	}
+	tx.audit = append(tx.audit, pendingAudit{rec: auditchain.Record{Chain: ev.Chain, At: nanos(ev.At), Kind: ev.Kind,
+		Actor: ev.Actor, Subject: ev.Subject, Data: encodeMap(ev.Data)}})
+	return nil
+}
+
+// RecordAudit appends ev in a write of its own.
+func (s *Store) RecordAudit(ctx context.Context, ev AuditEvent) error {
+	return s.write(ctx, "record audit event", func(tx *txn) error { return s.Audit(ctx, tx, ev) })
+}
+
+// withAudit runs fn, then appends the events it queued; on an error the
+// queue is dropped with the rest of fn's work.
+func (s *Store) withAudit(fn func(tx *txn) error) func(tx *txn) error {
+	return func(tx *txn) error {
+		tx.audit = tx.audit[:0]
+		if err := fn(tx); err != nil {
+			tx.audit = tx.audit[:0]
+			return err
+		}
+		if len(tx.audit) == 0 {
+			return nil
+		}
+		heads, err := s.flushAudit(tx)
+		tx.audit = tx.audit[:0]
+		if err == nil && tx.heads != nil {
+			// Kept for the batch's commit; a write that fails (or is
+			// rolled back to its savepoint) never gets here.
+			for _, h := range heads {
+				tx.heads[h.chain] = h
+			}
+		}
+		return err
+	}
+}
+
+// chainHead is an audit chain's last record.
+type chainHead struct {
+	chain string
+	seq   int64
+	hash  string
+}
+
+// head returns chain's last record: from the batch's own appends or the
+// writer's cache on SQLite, else read (locked on PostgreSQL by the caller).
+func (s *Store) head(ctx context.Context, tx *txn, chain string, cached bool) (*auditchain.Record, error) {
+	if cached && tx.g != nil {
+		if h, ok := tx.heads[chain]; ok {
+			return &auditchain.Record{Seq: h.seq, Hash: h.hash}, nil
+		}
+		if h, ok := tx.g.heads[chain]; ok {
+			return &auditchain.Record{Seq: h.seq, Hash: h.hash}, nil
+		}
+	}
+	var last auditchain.Record
+	err := tx.QueryRowContext(ctx, s.bind(`SELECT seq, hash FROM audit_events WHERE chain = ? ORDER BY seq DESC LIMIT 1`), chain).Scan(&last.Seq, &last.Hash)
+	switch {
+	case err == nil:
+		return &last, nil
+	case errors.Is(err, sql.ErrNoRows):
+		return nil, nil
+	default:
+		return nil, fmt.Errorf("audit: read chain %q: %w", chain, err)
+	}
+}
+
+// flushAudit appends tx's queued events, chain by chain in chain order,
+// and returns the chains' new heads. On PostgreSQL each chain's head is
+// locked first (a transaction-scoped advisory lock), in that order, after
+// every row lock the write took, so two writers never wait on each other
+// in a cycle; on SQLite the single writer already excludes every other,
+// and the head comes from its cache (read again if another process on
+// the same file appended meanwhile: the cached next seq is then taken).
+func (s *Store) flushAudit(tx *txn) ([]chainHead, error) {
+	ctx := tx.c(context.Background())
+	evs := tx.audit
+	slices.SortStableFunc(evs, func(a, b pendingAudit) int { return strings.Compare(a.rec.Chain, b.rec.Chain) })
+	var heads []chainHead
+	for i := 0; i < len(evs); {
+		chain := evs[i].rec.Chain
+		j := i
+		for j < len(evs) && evs[j].rec.Chain == chain {
+			j++
+		}
+		if s.postgres() {
+			if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(7355608, hashtext($1))`, chain); err != nil {
+				return nil, fmt.Errorf("audit: lock chain %q: %w", chain, err)
+			}
+		}
+		head, err := s.head(ctx, tx, chain, true)
+		if err != nil {
+			return nil, err
+		}
+		for k := i; k < j; k++ {
+			r := auditchain.Next(head, evs[k].rec)
+			err := s.insertAudit(ctx, tx, r)
+			if isUnique(err) && k == i && tx.g != nil {
+				// A stale cache: read the head and try once more.
+				if head, err = s.head(ctx, tx, chain, false); err != nil {
+					return nil, err
+				}
+				r = auditchain.Next(head, evs[k].rec)
+				err = s.insertAudit(ctx, tx, r)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("audit: append %s to chain %q: %w", r.Kind, chain, err)
+			}
+			head = &r
+		}
+		heads = append(heads, chainHead{chain: chain, seq: head.Seq, hash: head.Hash})
+		i = j
+	}
+	return heads, nil
+}
+
+func (s *Store) insertAudit(ctx context.Context, tx *txn, r auditchain.Record) error {
+	_, err := tx.ExecContext(ctx, s.bind(`INSERT INTO audit_events (chain, seq, at, kind, actor, subject, data, prev, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		r.Chain, r.Seq, r.At, r.Kind, r.Actor, r.Subject, r.Data, r.Prev, r.Hash)
+	return err
+}
+
+// AuditFilter selects audit events.
+type AuditFilter struct {
+	// Chain selects one chain (an install id, or VendorChain) when
+	// OneChain is set; otherwise every chain.
+	Chain    string
+	OneChain bool
+	// Since keeps events at or after it.
+	Since time.Time
+	// After keeps the records after (AfterChain, AfterSeq), in the
+	// answer's order: a page's continuation.
+	After      bool
+	AfterChain string
+	AfterSeq   int64
+	// Limit caps the answer (0: no cap).
+	Limit int
+	// NewestFirst orders by time, newest first, instead.
+	NewestFirst bool
+}
+
+// ListAuditEvents returns the events f selects, by chain then seq, with
+// their data decoded.
+func (s *Store) ListAuditEvents(ctx context.Context, f AuditFilter) ([]AuditEvent, error) {
+	rs, err := s.ListAuditRecords(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]AuditEvent, len(rs))
+	for i, r := range rs {
+		if out[i], err = eventFromRecord(r); err != nil {
+			return nil, fmt.Errorf("list audit events: chain %q record %d: %w", r.Chain, r.Seq, err)
+		}
+	}
+	return out, nil
+}
+
+// ListAuditRecords returns the records f selects as stored, by chain then
+// seq: data is the stored text, never re-encoded, so a verifier sees what
+// the database holds.
+func (s *Store) ListAuditRecords(ctx context.Context, f AuditFilter) ([]auditchain.Record, error) {
+	q := `SELECT chain, seq, at, kind, actor, subject, data, prev, hash FROM audit_events WHERE at >= ?`
+	args := []any{nanos(f.Since)}
+	if f.OneChain {
+		q += ` AND chain = ?`
+		args = append(args, f.Chain)
+	}
+	if f.After {
+		q += ` AND (chain > ? OR (chain = ? AND seq > ?))`
+		args = append(args, f.AfterChain, f.AfterChain, f.AfterSeq)
+	}
+	if f.NewestFirst {
+		q += ` ORDER BY at DESC, chain, seq DESC`
+	} else {
+		q += ` ORDER BY chain, seq`
+	}
+	if f.Limit > 0 {
+		q += fmt.Sprintf(" LIMIT %d", f.Limit)
+	}
+	rows, err := s.r.db.QueryxContext(ctx, s.bind(q), args...)
+	if err != nil {
+		return nil, fmt.Errorf("list audit events: %w", err)
+	}
+	defer rows.Close()
+	var out []auditchain.Record
+	for rows.Next() {
+		var r auditchain.Record
+		if err := rows.Scan(&r.Chain, &r.Seq, &r.At, &r.Kind, &r.Actor, &r.Subject, &r.Data, &r.Prev, &r.Hash); err != nil {
+			return nil, fmt.Errorf("list audit events: %w", err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list audit events: %w", err)
+	}
+	return out, nil
+}
+
+// AuditRecords returns chain's records as stored, in seq order, for
+// verification and export.
+func (s *Store) AuditRecords(ctx context.Context, chain string) ([]auditchain.Record, error) {
+	return s.ListAuditRecords(ctx, AuditFilter{Chain: chain, OneChain: true})
+}
+
+// AuditChains lists the chains that hold events, VendorChain first.
+func (s *Store) AuditChains(ctx context.Context) ([]string, error) {
+	var out []string
+	if err := s.r.db.SelectContext(ctx, &out, `SELECT DISTINCT chain FROM audit_events ORDER BY chain`); err != nil {
+		return nil, fmt.Errorf("list audit chains: %w", err)
+	}
+	return out, nil
+}
+
+func eventFromRecord(r auditchain.Record) (AuditEvent, error) {
+	data, err := decodeMap(r.Data)
+	if err != nil {
+		return AuditEvent{}, err
+	}
+	return AuditEvent{Chain: r.Chain, Seq: r.Seq, At: fromNanos(r.At), Kind: r.Kind, Actor: r.Actor,
+		Subject: r.Subject, Data: data, Prev: r.Prev, Hash: r.Hash}, nil
+}
+
+// jobEvent is an event about job j in its install's chain.
+func jobEvent(j Job, kind, actor string, at time.Time, data map[string]string) AuditEvent {
+	d := map[string]string{"type": j.ComponentType, "operation": j.Operation, "mode": string(j.Mode)}
+	maps.Copy(d, data)
+	return AuditEvent{Chain: j.InstallID, At: at, Kind: kind, Actor: actor, Subject: "job:" + j.ID, Data: d}
+}
+
+// auditAgentJob records what agent agentID did to job jobID, in the
+// agent's install's chain (the job's, as every write back checks).
+func (s *Store) auditAgentJob(ctx context.Context, tx *txn, agentID, jobID, kind string, at time.Time, data map[string]string) error {
+	install, err := s.agentInstall(ctx, tx, agentID)
+	if err != nil {
+		return err
+	}
+	return s.Audit(ctx, tx, AuditEvent{Chain: install, At: at, Kind: kind, Actor: "agent:" + agentID, Subject: "job:" + jobID, Data: data})
+}
+
+// auditClaims records the jobs a claim handed to agentID.
+func (s *Store) auditClaims(ctx context.Context, tx *txn, installID, agentID string, rows []jobRow, now time.Time) error {
+	for _, r := range rows {
+		if err := s.Audit(ctx, tx, AuditEvent{Chain: installID, At: now, Kind: "job.assigned", Actor: "imsd", Subject: "job:" + r.ID,
+			Data: map[string]string{"agent": agentID, "attempt": strconv.Itoa(r.Attempt)}}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// truncate cuts s to at most n bytes, on a rune boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
+
+// auditAgent records an event about agent agentID in its install's chain.
+func (s *Store) auditAgent(ctx context.Context, tx *txn, agentID, kind string, at time.Time, data map[string]string) error {
+	install, err := s.agentInstall(ctx, tx, agentID)
+	if err != nil {
+		return err
+	}
+	return s.Audit(ctx, tx, AuditEvent{Chain: install, At: at, Kind: kind, Actor: "agent:" + agentID, Subject: "agent:" + agentID, Data: data})
+}
+
+// auditStep records the end of step name of workflow workflowID, in its
+// install's chain.
+func (s *Store) auditStep(ctx context.Context, tx *txn, workflowID, name string, at time.Time, data map[string]string) error {
+	var install string
+	if err := tx.GetContext(ctx, &install, s.bind(`SELECT install_id FROM workflows WHERE id = ?`), workflowID); err != nil {
+		return fmt.Errorf("audit step %s/%s: %w", workflowID, name, err)
+	}
+	return s.Audit(ctx, tx, AuditEvent{Chain: install, At: at, Kind: "step.ended", Actor: "imsd", Subject: "workflow:" + workflowID + "/" + name, Data: data})
+}
+
+// RawExec runs q as given through the writer, outside any check of the
+// store's: the conformance suite uses it to act as an attacker with
+// access to the database (drop the audit triggers, edit rows).
+func (s *Store) RawExec(ctx context.Context, q string, args ...any) error {
+	return s.write(ctx, "raw exec", func(tx *txn) error {
+		_, err := tx.ExecContext(ctx, s.bind(q), args...)
+		return err
+	})
+}
