@@ -350,6 +350,7 @@ func TestBreakGlassConsoleFlow(t *testing.T) {
 
 	term.Keys("a")
 	term.WaitText("ad-hoc script…")
+	term.Keys("G") // the ad-hoc script is last, after the app's actions
 	term.Keys("Enter")
 	term.WaitText("script:")
 	term.Type("echo UNDER-GRANT")
@@ -360,6 +361,7 @@ func TestBreakGlassConsoleFlow(t *testing.T) {
 	term.WaitText(`not done: you typed "y", not the install's name "acme"`)
 	term.Keys("a")
 	term.WaitText("ad-hoc script…")
+	term.Keys("G") // the ad-hoc script is last, after the app's actions
 	term.Keys("Enter")
 	term.WaitText("script:")
 	term.Type("echo UNDER-GRANT")
