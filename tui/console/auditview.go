@@ -19,16 +19,15 @@ import (
 type auditView struct {
 	*env
 	list
-	w, h    int
-	events  []*imsv1.AuditEvent
-	seen    map[string]bool // chain/seq of the events held
-	newest  int64           // the newest event's at, the next poll's since
-	gen     int
-	loaded  bool
-	err     error
-	ctx     context.Context
-	cancel  context.CancelFunc
-	polling bool
+	w, h   int
+	events []*imsv1.AuditEvent
+	seen   map[string]bool // chain/seq of the events held
+	newest int64           // the newest event's at, the next poll's since
+	gen    int
+	loaded bool
+	err    error
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 // auditPoll is how often the view asks for new events; auditKeep how
