@@ -6,9 +6,9 @@
 //
 // Every job reports its start, a beat every 200ms and its end to a
 // recorder in the test, which stamps them with one clock. A fixed set of
-// seeds runs in `make test`; `-fault.random N` adds N schedules with
+// seeds runs in `make test`; `-fault.random=N` adds N schedules with
 // fresh seeds, each printed so that a failure can be replayed with
-// `-fault.seed S`.
+// `-fault.seed=S`.
 package fault
 
 import (
@@ -148,7 +148,7 @@ func runSchedule(t *testing.T, seed uint64) {
 		db, dbName = pgtest.Start(t), "postgres"
 	}
 	agents := 1 + rng.IntN(2)
-	t.Logf("seed %d: %s, %d agent(s); replay with -run 'TestRandomSchedules/%d' -fault.seed %d", seed, dbName, agents, seed, seed)
+	t.Logf("seed %d: %s, %d agent(s); replay with -run 'TestRandomSchedules/%d' -fault.seed=%d", seed, dbName, agents, seed, seed)
 	w := newWorld(t, db, agents)
 	jobs := 3 + rng.IntN(2)
 	faults := 3
