@@ -1,14 +1,13 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"crypto/ed25519"
 	"errors"
+	"github.com/byoc-dev/byoc/internal/syncbuf"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,24 +17,6 @@ import (
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 )
-
-// syncBuffer is a log sink tests read while the agent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // wantRefused reads the agent's next write: the report of a refused
 // assignment of job under token, naming why.
@@ -93,7 +74,7 @@ func TestAgentRefusesUnverifiedAssignments(t *testing.T) {
 			rr := &runRecorder{release: make(chan struct{})}
 			defer close(rr.release)
 			f := &fakeIMS{}
-			logs := &syncBuffer{}
+			logs := &syncbuf.Buffer{}
 			startFakeIn(t, f, rr, t.TempDir(), logs)
 			fs := <-f.streams
 			m := f.assign("job_bad", 7, "ins_1")

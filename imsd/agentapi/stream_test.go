@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"fmt"
+	"github.com/byoc-dev/byoc/internal/syncbuf"
 	"io"
 	"log/slog"
 	"os"
@@ -92,25 +93,7 @@ type streamEnv struct {
 	key   ed25519.PrivateKey
 	agent string
 	obs   *nopObserver
-	logs  *logBuffer
-}
-
-// logBuffer is the service's log, read by tests.
-type logBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	logs  *syncbuf.Buffer
 }
 
 const (
@@ -140,7 +123,7 @@ func newStreamEnv(t *testing.T) *streamEnv {
 	a, err := st.Enroll(ctx, "h1", store.Agent{ID: "agt_1", PublicKey: pub, Hostname: "h", Version: "v"}, clk.Now())
 	must(err)
 	obs := &nopObserver{}
-	logs := &logBuffer{}
+	logs := &syncbuf.Buffer{}
 	svc := New(st, dispatch.NewHub(), Config{LeaseDuration: testLease, LeaseGrace: testGrace, HeartbeatInterval: 10 * time.Second, HelloTimeout: 5 * time.Second, SigningKey: testService(t).cfg.SigningKey},
 		clk.Now, slog.New(slog.NewTextHandler(logs, nil)), obs)
 	return &streamEnv{svc: svc, st: st, clk: clk, key: key, agent: a.ID, obs: obs, logs: logs}
