@@ -48,19 +48,8 @@ func breakglassCmd(ctx context.Context, args []string, stdout, stderr io.Writer,
 	ims := fs.String("ims", os.Getenv("BYOC_IMS_URL"), "imsd `URL` (default: the one the agent enrolled with); also $BYOC_IMS_URL")
 	dur := fs.Duration("for", 0, "approve for this `duration` (at most what was asked)")
 	reason := fs.String("reason", "", "why (required to deny)")
-	var words []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return 2
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		words = append(words, fs.Arg(0))
-		args = fs.Args()[1:]
-	}
-	if len(words) == 0 {
-		fs.Usage()
+	words, ok := parseWords(fs, args)
+	if !ok {
 		return 2
 	}
 	cmd, rest := words[0], words[1:]

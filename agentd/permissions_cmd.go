@@ -47,20 +47,8 @@ func permissionsCmd(args []string, stdout, stderr io.Writer, now time.Time) int 
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, permissionsUsage) }
 	stateDir := fs.String("state-dir", os.Getenv("BYOC_STATE_DIR"), "the agent's state `directory`; also $BYOC_STATE_DIR")
-	// Flags may come before, between or after the words.
-	var words []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return 2
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		words = append(words, fs.Arg(0))
-		args = fs.Args()[1:]
-	}
-	if len(words) == 0 {
-		fs.Usage()
+	words, ok := parseWords(fs, args)
+	if !ok {
 		return 2
 	}
 	cmd, rest := words[0], words[1:]
@@ -147,4 +135,26 @@ func whoami() string {
 		return u.Username
 	}
 	return strings.TrimSpace(os.Getenv("USER"))
+}
+
+// parseWords parses a subcommand's flags, which may come before, between
+// or after its words, and returns the words. ok is false, after the
+// usage or the flag's error was printed, when the flags are bad or there
+// is no word.
+func parseWords(fs *flag.FlagSet, args []string) (words []string, ok bool) {
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, false
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		words = append(words, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	if len(words) == 0 {
+		fs.Usage()
+		return nil, false
+	}
+	return words, true
 }
