@@ -1,17 +1,14 @@
 package permissions
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
-	"syscall"
 	"time"
-
-	"github.com/byoc-dev/byoc/internal/atomicfile"
 )
 
 // GrantsFileName is the file of the break-glass grants the customer
@@ -82,7 +79,7 @@ func LoadGrants(dir string) (Grants, error) {
 		return Grants{}, fmt.Errorf("read %s: %w", GrantsPath(dir), err)
 	}
 	var g Grants
-	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&g); err != nil {
 		return Grants{}, fmt.Errorf("%s: %w", GrantsPath(dir), err)
@@ -94,26 +91,7 @@ func LoadGrants(dir string) (Grants, error) {
 // lock, and writes them atomically (0600). A change that returns an error
 // writes nothing.
 func UpdateGrants(dir string, change func(*Grants) error) (Grants, error) {
-	lock, err := os.OpenFile(filepath.Join(dir, ".breakglass.lock"), os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		return Grants{}, err
-	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return Grants{}, fmt.Errorf("lock %s: %w", lock.Name(), err)
-	}
-	g, err := LoadGrants(dir)
-	if err != nil {
-		return Grants{}, err
-	}
-	if err := change(&g); err != nil {
-		return Grants{}, err
-	}
-	b, err := json.MarshalIndent(g, "", "  ")
-	if err != nil {
-		return Grants{}, err
-	}
-	return g, atomicfile.Write(GrantsPath(dir), append(b, '\n'), 0o600)
+	return updateLocked(dir, ".breakglass.lock", GrantsPath(dir), LoadGrants, change)
 }
 
 // GrantsStampOf stats the grants file of state dir dir.

@@ -7,6 +7,7 @@
 package permissions
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -153,7 +154,7 @@ func Load(dir string) (State, error) {
 		return State{}, fmt.Errorf("read %s: %w", Path(dir), err)
 	}
 	var s State
-	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&s); err != nil {
 		return State{}, fmt.Errorf("%s: %w (fix or remove it; removing it restores the defaults)", Path(dir), err)
@@ -168,28 +169,42 @@ func Update(dir string, now time.Time, by string, change func(*State)) (State, e
 	if _, err := os.Stat(dir); err != nil {
 		return State{}, fmt.Errorf("state dir: %w", err)
 	}
-	lock, err := os.OpenFile(filepath.Join(dir, ".permissions.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	return updateLocked(dir, ".permissions.lock", Path(dir), Load, func(s *State) error {
+		change(s)
+		s.ChangedAt, s.ChangedBy = now.UTC().Truncate(time.Second), by
+		return nil
+	})
+}
+
+// updateLocked changes the file at path, read by load, with change, under
+// an flock of lockName in dir so that two changes at once do not lose
+// one, and writes it atomically as indented JSON (0600). A change that
+// returns an error writes nothing.
+func updateLocked[T any](dir, lockName, path string, load func(dir string) (T, error), change func(*T) error) (T, error) {
+	var zero T
+	lock, err := os.OpenFile(filepath.Join(dir, lockName), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
-		return State{}, err
+		return zero, err
 	}
 	defer lock.Close()
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return State{}, fmt.Errorf("lock %s: %w", lock.Name(), err)
+		return zero, fmt.Errorf("lock %s: %w", lock.Name(), err)
 	}
-	s, err := Load(dir)
+	v, err := load(dir)
 	if err != nil {
-		return State{}, err
+		return zero, err
 	}
-	change(&s)
-	s.ChangedAt, s.ChangedBy = now.UTC().Truncate(time.Second), by
-	b, err := json.MarshalIndent(s, "", "  ")
+	if err := change(&v); err != nil {
+		return zero, err
+	}
+	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
-		return State{}, err
+		return zero, err
 	}
-	if err := atomicfile.Write(Path(dir), append(b, '\n'), 0o600); err != nil {
-		return State{}, err
+	if err := atomicfile.Write(path, append(b, '\n'), 0o600); err != nil {
+		return zero, err
 	}
-	return s, nil
+	return v, nil
 }
 
 // Stamp identifies a version of the permission file cheaply (size,
