@@ -86,8 +86,8 @@ func (a *Agent) session(ctx context.Context) error {
 		return errors.New("protocol: imsd did not answer hello with a welcome")
 	}
 	if w.InstallId != a.id.InstallID {
-		return fmt.Errorf("%w: the server at %s welcomed this agent as one of install %q, but it belongs to install %q; refusing its jobs",
-			errWrongInstall, a.cfg.IMSURL, w.InstallId, a.id.InstallID)
+		return fmt.Errorf("%w: the server at %s welcomed this agent as one of install %q, but it belongs to install %q; refusing its jobs: point --ims ($BYOC_IMS_URL) at the imsd this agent enrolled with (%s)",
+			errWrongInstall, a.cfg.IMSURL, w.InstallId, a.id.InstallID, a.id.IMSURL)
 	}
 	if w.LeaseDurationMs <= 0 || w.HeartbeatIntervalMs <= 0 || w.HeartbeatIntervalMs >= w.LeaseDurationMs {
 		return fmt.Errorf("protocol: welcome: heartbeat interval %dms and lease %dms: want 0 < heartbeat < lease", w.HeartbeatIntervalMs, w.LeaseDurationMs)
