@@ -12,11 +12,8 @@ import (
 	"crypto/ed25519"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -45,11 +42,11 @@ import (
 // end, and fails a passing run that leaves goroutines behind.
 func TestMain(m *testing.M) { cluster.Main(m) }
 
-// imsProc is imsd running as its own process, so its memory can be read.
+// imsProc is imsd running as its own process (cluster.IMSProcess), so
+// its memory and CPU can be read.
 type imsProc struct {
-	cmd   *exec.Cmd
-	url   string
-	token string
+	*cluster.IMSProcess
+	url string
 	// debug is imsd's pprof address, when it has one.
 	debug string
 }
@@ -60,58 +57,26 @@ func startIMS(b *testing.B, databaseURL string) *imsProc { return startIMSDebug(
 // when BYOC_BENCH_PPROF does not.
 func startIMSDebug(b *testing.B, databaseURL string, withDebug bool) *imsProc {
 	b.Helper()
-	bin := filepath.Join(cluster.Binaries(b), "imsd")
-	dir := b.TempDir()
-	port := freePort(b)
-	args := []string{"--addr", "127.0.0.1:" + port, "--data-dir", dir, "--log-level", "warn", "--heartbeat", "10s", "--lease", "60s"}
+	args := []string{"--log-level", "warn", "--heartbeat", "10s", "--lease", "60s"}
 	if databaseURL != "" {
 		args = append(args, "--database-url", databaseURL)
 	}
 	debug := os.Getenv("BYOC_BENCH_PPROF") // profile imsd while a benchmark runs
 	if debug == "" && withDebug {
-		debug = "127.0.0.1:" + freePort(b)
+		debug = cluster.FreeAddr(b)
 	}
 	if debug != "" {
 		args = append(args, "--debug-addr", debug)
 	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	p := &imsProc{cmd: cmd, url: "http://127.0.0.1:" + port, debug: debug}
-	cluster.Eventually(b, 30*time.Second, "imsd to be ready", func() bool {
-		r, err := http.Get(p.url + "/readyz")
-		if err != nil {
-			return false
-		}
-		r.Body.Close()
-		tok, err := os.ReadFile(filepath.Join(dir, "admin.token"))
-		p.token = strings.TrimSpace(string(tok))
-		return r.StatusCode == 200 && err == nil
-	})
-	return p
+	p := cluster.StartIMSProcess(b, os.Stderr, args...)
+	return &imsProc{IMSProcess: p, url: p.URL(), debug: debug}
 }
 
-func freePort(b *testing.B) string {
-	// Bind and release: good enough on a quiet loopback.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
-	_, port, _ := strings.Cut(l.Addr().String(), ":")
-	return port
-}
-
-func (p *imsProc) client() imsv1connect.OperatorServiceClient {
-	return imsv1connect.NewOperatorServiceClient(agent.DefaultHTTPClient(), p.url, connect.WithInterceptors(cluster.Bearer(p.token)))
-}
+func (p *imsProc) client() imsv1connect.OperatorServiceClient { return p.Client() }
 
 // rss returns imsd's resident set in bytes.
 func (p *imsProc) rss(b *testing.B) int64 {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", p.PID()))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -128,7 +93,7 @@ func (p *imsProc) rss(b *testing.B) int64 {
 
 // cpu returns the CPU time imsd has used, user and system.
 func (p *imsProc) cpu(b *testing.B) time.Duration {
-	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.PID()))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -51,8 +51,10 @@ type jobRun struct {
 	token   int64
 	attempt int32
 	// mode is the permission mode the job needs.
-	mode   string
-	as     *agentv1.JobAssignment
+	mode string
+	as   *agentv1.JobAssignment
+	// config is as's config decoded once, by the check of its signature.
+	config map[string]any
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	// prev is an earlier attempt of the same job still stopping on this
@@ -90,7 +92,7 @@ type jobRun struct {
 // included.
 func (a *Agent) assign(ctx context.Context, as *agentv1.JobAssignment) {
 	now := a.now()
-	err := a.check(as, now)
+	config, err := a.check(as, now)
 	a.mu.Lock()
 	held := a.jobs[as.JobId]
 	a.mu.Unlock()
@@ -126,7 +128,7 @@ func (a *Agent) assign(ctx context.Context, as *agentv1.JobAssignment) {
 	}
 	jctx, cancel := context.WithCancelCause(ctx)
 	j := &jobRun{
-		id: as.JobId, token: as.FencingToken, attempt: as.Attempt, mode: as.Mode, as: as,
+		id: as.JobId, token: as.FencingToken, attempt: as.Attempt, mode: as.Mode, as: as, config: config,
 		ctx: jctx, cancel: cancel, prev: prev, done: make(chan struct{}),
 		leaseUntil: now.Add(a.leaseLocked()),
 	}
@@ -143,14 +145,16 @@ var errReplayed = errors.New("already run")
 // check returns why the agent must refuse as, or nil: it must name the
 // agent's own install (a server merely answering at imsd's URL could
 // otherwise run anything in this install's sandbox) and carry imsd's
-// valid, unexpired signature over exactly what it says (agentproto).
-func (a *Agent) check(as *agentv1.JobAssignment, now time.Time) error {
+// valid, unexpired signature over exactly what it says (agentproto). It
+// returns the config decoded, which the run then uses.
+func (a *Agent) check(as *agentv1.JobAssignment, now time.Time) (map[string]any, error) {
 	if as.InstallId != a.id.InstallID {
-		return fmt.Errorf("it is for install %q and this agent belongs to install %q", as.InstallId, a.id.InstallID)
+		return nil, fmt.Errorf("it is for install %q and this agent belongs to install %q", as.InstallId, a.id.InstallID)
 	}
-	digest, err := agentproto.ConfigDigest(as.GetConfig().AsMap())
+	config := as.GetConfig().AsMap()
+	digest, err := agentproto.ConfigDigest(config)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	sig := as.GetSignature()
 	c := agentproto.JobClaims{
@@ -159,7 +163,7 @@ func (a *Agent) check(as *agentv1.JobAssignment, now time.Time) error {
 		ComponentType: as.ComponentType, Operation: as.Operation, TimeoutSeconds: as.TimeoutSeconds,
 		ConfigDigest: digest, Expires: time.UnixMilli(sig.GetExpireUnixMs()),
 	}
-	return agentproto.VerifyJob(a.keys, &c, sig.GetSignature(), now)
+	return config, agentproto.VerifyJob(a.keys, &c, sig.GetSignature(), now)
 }
 
 // maxRefusals bounds the refusals waiting for imsd's confirmation; past
@@ -206,7 +210,7 @@ func (a *Agent) beginLocked(j *jobRun) {
 	}
 	j.started = true
 	as := j.as
-	j.as = nil
+	j.as, j.config = nil, nil
 	timeout := time.Duration(as.TimeoutSeconds) * time.Second
 	if timeout <= 0 {
 		timeout = time.Hour
@@ -214,7 +218,7 @@ func (a *Agent) beginLocked(j *jobRun) {
 	job := Job{
 		ID: as.JobId, InstallID: as.InstallId, Attempt: as.Attempt,
 		ComponentType: as.ComponentType, Component: as.Component, Operation: as.Operation,
-		Config: as.Config.AsMap(), Timeout: timeout, Mode: as.Mode,
+		Config: j.config, Timeout: timeout, Mode: as.Mode,
 	}
 	a.wg.Add(1)
 	go a.run(j, job)

@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -118,120 +117,26 @@ echo "done attempt=$BYOC_ATTEMPT"`, r.url, beats)
 
 // ---- imsd as a process ----
 
-type imsProc struct {
-	t       *testing.T
-	bin     string
-	args    []string
-	addr    string
-	dataDir string
-	token   string
-	mu      sync.Mutex
-	cmd     *exec.Cmd
-	done    chan struct{}
-	out     *os.File
-}
-
-func freeAddr(t *testing.T) string {
+// startIMSD runs imsd as a process (cluster.IMSProcess) with the
+// harness's lease timing, its log in a file shown when the test fails.
+func startIMSD(t *testing.T, databaseURL string) *cluster.IMSProcess {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-func startIMSD(t *testing.T, databaseURL string) *imsProc {
-	t.Helper()
-	p := &imsProc{t: t, bin: filepath.Join(cluster.Binaries(t), "imsd"), addr: freeAddr(t), dataDir: t.TempDir()}
-	p.args = []string{"--addr", p.addr, "--data-dir", p.dataDir, "--lease", lease.String(), "--heartbeat", heartbeat.String(), "--log-level", "debug"}
-	if databaseURL != "" {
-		p.args = append(p.args, "--database-url", databaseURL)
-	}
 	out, err := os.Create(filepath.Join(t.TempDir(), "imsd.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.out = out
-	p.start()
-	b, err := os.ReadFile(filepath.Join(p.dataDir, "admin.token"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.token = strings.TrimSpace(string(b))
 	t.Cleanup(func() {
-		p.kill()
 		if t.Failed() {
 			b, _ := os.ReadFile(out.Name())
 			t.Logf("imsd output (last 200 lines):\n%s", tail(string(b), 200))
 		}
 		out.Close()
 	})
-	return p
-}
-
-func (p *imsProc) url() string { return "http://" + p.addr }
-
-func (p *imsProc) start() {
-	p.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		cmd := exec.Command(p.bin, p.args...)
-		cmd.Stdout, cmd.Stderr = p.out, p.out
-		if err := cmd.Start(); err != nil {
-			p.t.Fatalf("start imsd: %v", err)
-		}
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
-		p.mu.Lock()
-		p.cmd, p.done = cmd, done
-		p.mu.Unlock()
-		if p.waitReady(done) {
-			return
-		}
-		if time.Now().After(deadline) {
-			p.t.Fatal("imsd did not become ready")
-		}
-		time.Sleep(100 * time.Millisecond) // the port may still be held
+	args := []string{"--lease", lease.String(), "--heartbeat", heartbeat.String(), "--log-level", "debug"}
+	if databaseURL != "" {
+		args = append(args, "--database-url", databaseURL)
 	}
-}
-
-// waitReady waits for /readyz; false if the process exited first.
-func (p *imsProc) waitReady(done chan struct{}) bool {
-	c := &http.Client{Timeout: time.Second}
-	for i := 0; i < 300; i++ {
-		select {
-		case <-done:
-			return false
-		default:
-		}
-		if _, err := os.Stat(filepath.Join(p.dataDir, "admin.token")); err == nil {
-			if r, err := c.Get(p.url() + "/readyz"); err == nil {
-				r.Body.Close()
-				if r.StatusCode == 200 {
-					return true
-				}
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return false
-}
-
-// kill kills imsd with SIGKILL, as a crash would.
-func (p *imsProc) kill() {
-	p.mu.Lock()
-	cmd, done := p.cmd, p.done
-	p.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	cmd.Process.Kill()
-	<-done
-}
-
-func (p *imsProc) client() imsv1connect.OperatorServiceClient {
-	return imsv1connect.NewOperatorServiceClient(http.DefaultClient, p.url(), connect.WithInterceptors(cluster.Bearer(p.token)))
+	return cluster.StartIMSProcess(t, out, args...)
 }
 
 // ---- a TCP proxy that can cut the network ----
@@ -348,7 +253,7 @@ type agentSlot struct {
 type world struct {
 	t       *testing.T
 	rec     *recorder
-	ims     *imsProc
+	ims     *cluster.IMSProcess
 	c       imsv1connect.OperatorServiceClient
 	install string
 	agents  []*agentSlot
@@ -362,7 +267,7 @@ type world struct {
 func newWorld(t *testing.T, databaseURL string, agents int) *world {
 	t.Helper()
 	w := &world{t: t, rec: startRecorder(t), ims: startIMSD(t, databaseURL), install: "acme", start: time.Now()}
-	w.c = w.ims.client()
+	w.c = w.ims.Client()
 	_, token := cluster.NewInstall(t, w.c, "shop", w.install)
 	for i := 0; i < agents; i++ {
 		if i > 0 {
@@ -372,7 +277,7 @@ func newWorld(t *testing.T, databaseURL string, agents int) *world {
 			}
 			token = r.Msg.EnrollmentToken.Token
 		}
-		a := &agentSlot{name: fmt.Sprintf("agent%d", i+1), stateDir: filepath.Join(t.TempDir(), "agent"), proxy: startProxy(t, w.ims.addr)}
+		a := &agentSlot{name: fmt.Sprintf("agent%d", i+1), stateDir: filepath.Join(t.TempDir(), "agent"), proxy: startProxy(t, w.ims.Addr)}
 		a.proc = cluster.StartAgent(t, a.proxy.url(), token, a.stateDir, "--capacity", "4")
 		w.agents = append(w.agents, a)
 	}
@@ -430,9 +335,9 @@ func (w *world) enqueue(beats int) {
 
 func (w *world) killIMS(down time.Duration) {
 	w.logf("kill -9 imsd; down for %s", down)
-	w.ims.kill()
+	w.ims.Kill()
 	time.Sleep(down)
-	w.ims.start()
+	w.ims.Start()
 	w.logf("imsd restarted")
 }
 

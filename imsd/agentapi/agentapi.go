@@ -783,8 +783,9 @@ func (c *conn) handle(ctx context.Context, m *agentv1.ConnectRequest) error {
 		c.drop(r.JobId)
 		if changed { // not a result resent after a lost reply
 			if r.Outcome == agentv1.Outcome_OUTCOME_REFUSED && strings.HasPrefix(r.Error, RefusedPrefix) {
-				// The agent refused the assignment itself (a signature
-				// that did not verify, a replay): worth an operator's eye.
+				// The agent refused the assignment itself: a signature
+				// that did not verify, a replay, or the customer's
+				// permission state. Worth an operator's eye either way.
 				c.logger().ErrorContext(ctx, "agent refused a job", "job", r.JobId, "error", r.Error)
 			}
 			s.obs.Finished(state)
@@ -804,7 +805,8 @@ func (c *conn) handle(ctx context.Context, m *agentv1.ConnectRequest) error {
 
 // RefusedPrefix starts the error of a result by which an agent refuses
 // an assignment it would not run (agentd/agent: unsigned, tampered,
-// expired, replayed or signed by an unknown key).
+// expired, replayed or signed by an unknown key, or a permission mode
+// the customer has off); the outcome is REFUSED.
 const RefusedPrefix = "refused: "
 
 // reject answers a refused write. Refusals are per job and leave the stream

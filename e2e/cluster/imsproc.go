@@ -1,0 +1,144 @@
+package cluster
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/byoc-dev/byoc/agentd/agent"
+	"github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1/imsv1connect"
+)
+
+// IMSProcess is imsd run as its own process, built from this tree: for
+// tests that kill and restart it (the fault harness) and benchmarks that
+// read its memory and CPU.
+type IMSProcess struct {
+	tb testing.TB
+	// Addr is its listen address, kept across restarts.
+	Addr    string
+	DataDir string
+	// Token is the admin token the first start wrote.
+	Token string
+	args  []string
+	out   io.Writer
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// StartIMSProcess starts imsd on a free loopback port with a new data dir
+// and args added to its command line (--database-url, --lease, ...),
+// writing its output to out (nil: discarded), and kills it at cleanup.
+func StartIMSProcess(tb testing.TB, out io.Writer, args ...string) *IMSProcess {
+	tb.Helper()
+	if out == nil {
+		out = io.Discard
+	}
+	p := &IMSProcess{tb: tb, Addr: FreeAddr(tb), DataDir: tb.TempDir(), out: out}
+	p.args = append([]string{"--addr", p.Addr, "--data-dir", p.DataDir}, args...)
+	tb.Cleanup(p.Kill)
+	p.Start()
+	b, err := os.ReadFile(filepath.Join(p.DataDir, "admin.token"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p.Token = strings.TrimSpace(string(b))
+	return p
+}
+
+// FreeAddr returns a loopback address with a port free a moment ago.
+func FreeAddr(tb testing.TB) string {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// URL is imsd's base URL.
+func (p *IMSProcess) URL() string { return "http://" + p.Addr }
+
+// PID is the running process's id.
+func (p *IMSProcess) PID() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cmd.Process.Pid
+}
+
+// Start starts imsd (again, after Kill) on the same address and data
+// dir, and waits until it is ready.
+func (p *IMSProcess) Start() {
+	p.tb.Helper()
+	bin := filepath.Join(Binaries(p.tb), "imsd")
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		cmd := exec.Command(bin, p.args...)
+		cmd.Stdout, cmd.Stderr = p.out, p.out
+		if err := cmd.Start(); err != nil {
+			p.tb.Fatalf("start imsd: %v", err)
+		}
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		p.mu.Lock()
+		p.cmd, p.done = cmd, done
+		p.mu.Unlock()
+		if p.waitReady(done) {
+			return
+		}
+		if time.Now().After(deadline) {
+			p.tb.Fatal("imsd did not become ready")
+		}
+		time.Sleep(100 * time.Millisecond) // a restart's port may still be held
+	}
+}
+
+// waitReady waits for /readyz; false if the process exited first.
+func (p *IMSProcess) waitReady(done chan struct{}) bool {
+	c := &http.Client{Timeout: time.Second}
+	for range 600 {
+		select {
+		case <-done:
+			return false
+		default:
+		}
+		if _, err := os.Stat(filepath.Join(p.DataDir, "admin.token")); err == nil {
+			if r, err := c.Get(p.URL() + "/readyz"); err == nil {
+				r.Body.Close()
+				if r.StatusCode == http.StatusOK {
+					return true
+				}
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return false
+}
+
+// Kill kills imsd with SIGKILL, as a crash would, and waits for it.
+func (p *IMSProcess) Kill() {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	cmd.Process.Kill()
+	<-done
+}
+
+// Client is an operator client with the admin token.
+func (p *IMSProcess) Client() imsv1connect.OperatorServiceClient {
+	return imsv1connect.NewOperatorServiceClient(agent.DefaultHTTPClient(), p.URL(), connect.WithInterceptors(Bearer(p.Token)))
+}
