@@ -348,24 +348,12 @@ func TestBreakGlassConsoleFlow(t *testing.T) {
 		return m != nil && m[1] != first[1]
 	})
 
-	term.Keys("a")
-	term.WaitText("ad-hoc script…")
-	term.Keys("G") // the ad-hoc script is last, after the app's actions
-	term.Keys("Enter")
-	term.WaitText("script:")
-	term.Type("echo UNDER-GRANT")
-	term.Keys("Enter")
+	adHocScript(term, "echo UNDER-GRANT")
 	term.WaitText("Runs UNDER BREAK-GLASS grant "+id, "Type the install's name (acme)")
 	term.Type("y")
 	term.Keys("Enter")
 	term.WaitText(`not done: you typed "y", not the install's name "acme"`)
-	term.Keys("a")
-	term.WaitText("ad-hoc script…")
-	term.Keys("G") // the ad-hoc script is last, after the app's actions
-	term.Keys("Enter")
-	term.WaitText("script:")
-	term.Type("echo UNDER-GRANT")
-	term.Keys("Enter")
+	adHocScript(term, "echo UNDER-GRANT")
 	term.WaitText("Type the install's name (acme)")
 	term.Type("acme")
 	term.Keys("Enter")
@@ -417,4 +405,16 @@ func TestIMSCannotMintAGrant(t *testing.T) {
 		t.Fatalf("a job under a grant imsd minted: %v %q", end.State, end.Error)
 	}
 	neverRan(t, c, acme, end, mark)
+}
+
+// adHocScript opens the console's action picker (`a`), picks the ad-hoc
+// script, last after the app's actions, and types script.
+func adHocScript(term *cluster.Terminal, script string) {
+	term.Keys("a")
+	term.WaitText("ad-hoc script…")
+	term.Keys("G")
+	term.Keys("Enter")
+	term.WaitText("script:")
+	term.Type(script)
+	term.Keys("Enter")
 }

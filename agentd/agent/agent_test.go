@@ -98,12 +98,14 @@ type runRecorder struct {
 	mu      sync.Mutex
 	started []string
 	stopped []string
+	configs []map[string]any // the config each run got
 	release chan struct{}
 }
 
 func (r *runRecorder) Run(ctx context.Context, job Job, _ func(int32, string)) Outcome {
 	r.mu.Lock()
 	r.started = append(r.started, job.ID)
+	r.configs = append(r.configs, job.Config)
 	r.mu.Unlock()
 	select {
 	case <-ctx.Done():
@@ -264,6 +266,13 @@ func TestAttemptStartsOnlyAfterTheAckIsAccepted(t *testing.T) {
 	}
 	fs.down <- &agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Accepted{Accepted: &agentv1.WriteAccepted{WriteId: ack.WriteId}}}
 	eventually(t, "job_a to start", func() bool { s, _ := rr.get(); return len(s) == 1 })
+	// The run gets the config the assignment carried (and its signature covered).
+	rr.mu.Lock()
+	got := rr.configs[0]
+	rr.mu.Unlock()
+	if steps, _ := got["steps"].([]any); len(steps) != 1 {
+		t.Fatalf("the run got config %v, want the assignment's one step", got)
+	}
 
 	fs.down <- f.assign("job_b", 8, "ins_1")
 	ack = fs.next(t).GetAck()

@@ -209,7 +209,7 @@ func (a *Agent) beginLocked(j *jobRun) {
 		return
 	}
 	j.started = true
-	as := j.as
+	as, config := j.as, j.config
 	j.as, j.config = nil, nil
 	timeout := time.Duration(as.TimeoutSeconds) * time.Second
 	if timeout <= 0 {
@@ -218,7 +218,7 @@ func (a *Agent) beginLocked(j *jobRun) {
 	job := Job{
 		ID: as.JobId, InstallID: as.InstallId, Attempt: as.Attempt,
 		ComponentType: as.ComponentType, Component: as.Component, Operation: as.Operation,
-		Config: j.config, Timeout: timeout, Mode: as.Mode,
+		Config: config, Timeout: timeout, Mode: as.Mode,
 	}
 	a.wg.Add(1)
 	go a.run(j, job)
