@@ -1072,3 +1072,26 @@ func TestAuditViewShowsEventsNewestFirst(t *testing.T) {
 		t.Error("an answer to an earlier request was shown")
 	}
 }
+
+// An agent whose identity two processes share shows `conflict` in the
+// AGENT column, not `online`.
+func TestFleetShowsAnIdentityConflict(t *testing.T) {
+	m := newTestModel(t, Options{})
+	m.Update(teaSize(160, 24))
+	snap := snapshot()
+	for _, s := range snap.Installs {
+		if s.Install.Name == "acme" {
+			s.Install.Agent.IdentityConflict = "two agentd processes share this agent's identity"
+		}
+	}
+	feed(m, snap)
+	for _, l := range strings.Split(screen(m), "\n") {
+		if strings.HasPrefix(l, "acme ") {
+			if !strings.Contains(l, "conflict") || strings.Contains(l, "online") {
+				t.Fatalf("acme's row = %q, want the agent shown as conflict", l)
+			}
+			return
+		}
+	}
+	t.Fatalf("no acme row:\n%s", screen(m))
+}
