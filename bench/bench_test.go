@@ -1,7 +1,8 @@
 // Package bench measures byoc's dispatch path against a real imsd process:
 // pickup latency, dispatch throughput and memory per connected agent, on
 // SQLite and on PostgreSQL. The agents are protocol-level agents in this
-// process (they ack and finish each job at once, like a no-op plugin), each
+// process (they ack each job and finish it once imsd accepted the ack, as
+// agentd starts a job, like a no-op plugin), each
 // with its own TCP connection, so the figures are imsd's. Run with
 // `make bench`; figures are printed, not asserted.
 package bench
