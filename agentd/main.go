@@ -85,6 +85,7 @@ func run(ctx context.Context, args []string) int {
 		capacity             int
 		pluginDirs, pins     multiFlag
 		secretsFile          string
+		policyDir            string
 		level                slog.Level
 	)
 	fs.StringVar(&ims, "ims", os.Getenv("BYOC_IMS_URL"), "imsd `URL`; also $BYOC_IMS_URL")
@@ -94,6 +95,7 @@ func run(ctx context.Context, args []string) int {
 	fs.Var(&pluginDirs, "plugin-dir", "`directory` searched for byoc-plugin-<type> binaries (repeatable)")
 	fs.Var(&pins, "plugin-pin", "`type=sha256` pin for an external plugin (repeatable); unpinned plugins never run")
 	fs.StringVar(&secretsFile, "secrets-file", "", "customer-owned `file` of NAME=value secrets (mode 0600); jobs get those their config lists under \"secrets\", and every value is redacted from job logs, errors and outputs")
+	fs.StringVar(&policyDir, "policy-dir", "", "customer-owned `directory` of rego policies (*.rego, not writable by group or others); every plan, apply and destroy must pass them, whatever the app config's policies say")
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "log `level`: debug, info, warn, error")
 	showVersion := fs.Bool("version", false, "print the version, commit and build date, and exit")
 	if err := fs.Parse(args); err != nil {
@@ -125,6 +127,18 @@ func run(ctx context.Context, args []string) int {
 			return 2
 		}
 	}
+	if policyDir != "" {
+		// Checked at start so a mistake shows now, not at the first
+		// deploy; read again for every job.
+		var err error
+		if policyDir, err = filepath.Abs(policyDir); err == nil {
+			_, err = agent.CustomerPolicies(policyDir)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "agentd: --policy-dir: %v\n", err)
+			return 2
+		}
+	}
 	self, err := os.Executable()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "agentd: find own executable: %v\n", err)
@@ -145,7 +159,7 @@ func run(ctx context.Context, args []string) int {
 		Logger:   log,
 	}
 	runner := &agent.PluginRunner{Loader: loader, WorkRoot: filepath.Join(stateDir, "jobs"),
-		StateRoot: filepath.Join(stateDir, "components"), Secrets: secretMap, Logger: log}
+		StateRoot: filepath.Join(stateDir, "components"), Secrets: secretMap, Logger: log, PolicyDir: policyDir}
 	defer runner.Close()
 	// A previous agentd killed mid-job left its workspaces, its plugins'
 	// socket dirs and its steps' cgroups; no job of this one runs yet.

@@ -48,6 +48,11 @@ type PluginRunner struct {
 	// Logger receives what the sweep after each job removed and its
 	// errors. Nil discards them.
 	Logger *slog.Logger
+	// PolicyDir holds the customer's policies (*.rego, agentd
+	// --policy-dir), read again for each plan, apply and destroy and
+	// handed to the plugin with the vendor's (CustomerPolicies). Empty:
+	// none.
+	PolicyDir string
 
 	// mu guards active and lock, and is held through a workspace sweep.
 	mu sync.Mutex
@@ -88,6 +93,9 @@ func (r *PluginRunner) Run(ctx context.Context, job Job, rawLog func(int32, stri
 	for _, c := range out.PlannedChanges {
 		c.Address, c.Summary = red.String(c.Address), red.String(c.Summary)
 		c.Before, c.After = redactValue(red, c.Before), redactValue(red, c.After)
+	}
+	for _, f := range out.PolicyFindings {
+		f.Policy, f.Message = red.String(f.Policy), red.String(f.Message)
 	}
 	// What a plugin killed mid-job may have left (its step cgroups) goes
 	// now, not at the next restart.
@@ -254,7 +262,22 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, log fu
 	if configErr != nil {
 		return fail("%v", configErr)
 	}
-	config, secretEnv, err := r.resolveSecrets(job.Config)
+	// The vendor's policies leave the config before secrets are
+	// resolved: their text is not the plugin's config.
+	config, vendorPolicies, err := takeVendorPolicies(job.Config)
+	if err != nil {
+		return fail("%v", err)
+	}
+	var policies []sdk.PolicyModule
+	if slices.Contains(policyOps, job.Operation) {
+		// The customer's first: what a customer configured is evaluated
+		// whatever the vendor's say (plugins/policy keeps them apart).
+		if policies, err = CustomerPolicies(r.PolicyDir); err != nil {
+			return fail("%v", err)
+		}
+		policies = append(policies, vendorPolicies...)
+	}
+	config, secretEnv, err := r.resolveSecrets(config)
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -318,6 +341,18 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, log fu
 	d := inst.Description()
 	log(StreamSystem, fmt.Sprintf("[agentd] %s %s: attempt %d, plugin %s %s started in %s (pid group %d, protocol %s)",
 		job.ComponentType, job.Operation, job.Attempt, d.Type, d.Version, time.Since(started).Round(time.Millisecond), inst.PGID(), d.Negotiated))
+	evaluates := d.Has(sdk.CapPolicy) && !d.Negotiated.Less(sdk.ProtocolVersion{Major: 1, Minor: 3})
+	if len(policies) > 0 {
+		var names []string
+		for _, p := range policies {
+			names = append(names, p.Source+" "+p.Name)
+		}
+		if evaluates {
+			log(StreamSystem, fmt.Sprintf("[agentd] policies: %s", strings.Join(names, ", ")))
+		} else {
+			log(StreamSystem, fmt.Sprintf("[agentd] policies NOT evaluated: type %q does not evaluate policies (%s)", job.ComponentType, strings.Join(names, ", ")))
+		}
+	}
 
 	v, err := inst.Validate(ctx, job.Config)
 	if err != nil {
@@ -342,7 +377,7 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, log fu
 	maps.Copy(opEnv, secretEnv)
 	res, err := inst.Run(ctx, job.Operation, &sdk.RunRequest{
 		Job: sdk.JobContext{JobID: job.ID, InstallID: job.InstallID, Attempt: int(job.Attempt), WorkDir: work,
-			StateDir: stateDir, Timeout: job.Timeout},
+			StateDir: stateDir, Timeout: job.Timeout, Component: job.Component, Mode: job.Mode, Policies: policies},
 		Config: job.Config,
 		Env:    opEnv,
 	}, func(e sdk.LogEvent) { log(int32(e.Stream), e.Text) })
@@ -373,7 +408,8 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, log fu
 		}
 		log(StreamSystem, line)
 	}
-	out := Outcome{Outcome: agentv1.Outcome_OUTCOME_SUCCEEDED, ExitCode: int32(res.ExitCode), Outputs: res.Outputs}
+	out := Outcome{Outcome: agentv1.Outcome_OUTCOME_SUCCEEDED, ExitCode: int32(res.ExitCode), Outputs: res.Outputs,
+		PolicyFindings: findingsToProto(res.PolicyFindings), Drifted: res.Drifted}
 	for _, c := range res.PlannedChanges {
 		pc := &agentv1.PlannedChange{Address: c.Address, Action: c.Action, Summary: c.Summary}
 		// The values came from protobuf, so they convert back.
@@ -384,6 +420,11 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, log fu
 			pc.After, _ = structpb.NewValue(c.After)
 		}
 		out.PlannedChanges = append(out.PlannedChanges, pc)
+	}
+	if res.Error == "" && res.ExitCode == 0 && hasDeny(res.PolicyFindings) {
+		// A plugin that reports a denial yet succeeds has a bug; the job
+		// still must not count as done.
+		res.Error = "the plugin reported a policy denial but did not fail the " + job.Operation
 	}
 	if res.Error != "" || res.ExitCode != 0 {
 		out.Outcome = agentv1.Outcome_OUTCOME_FAILED
