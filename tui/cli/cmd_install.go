@@ -25,6 +25,7 @@ func (a *app) installCommand() *cobra.Command {
 		a.installPlanCommand(),
 		a.installDeprovisionCommand(),
 		a.installDriftCommand(),
+		a.installStackCommand(),
 	)
 }
 

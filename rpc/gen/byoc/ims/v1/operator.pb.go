@@ -5080,6 +5080,127 @@ func (x *BreakGlassRole) GetDescription() string {
 	return ""
 }
 
+type GetInstallStackRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Install       string                 `protobuf:"bytes,1,opt,name=install,proto3" json:"install,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetInstallStackRequest) Reset() {
+	*x = GetInstallStackRequest{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[77]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetInstallStackRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetInstallStackRequest) ProtoMessage() {}
+
+func (x *GetInstallStackRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[77]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetInstallStackRequest.ProtoReflect.Descriptor instead.
+func (*GetInstallStackRequest) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{77}
+}
+
+func (x *GetInstallStackRequest) GetInstall() string {
+	if x != nil {
+		return x.Install
+	}
+	return ""
+}
+
+type GetInstallStackResponse struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Install     string                 `protobuf:"bytes,1,opt,name=install,proto3" json:"install,omitempty"`
+	App         string                 `protobuf:"bytes,2,opt,name=app,proto3" json:"app,omitempty"`
+	AppRevision int64                  `protobuf:"varint,3,opt,name=app_revision,json=appRevision,proto3" json:"app_revision,omitempty"`
+	Files       []*AppFile             `protobuf:"bytes,4,rep,name=files,proto3" json:"files,omitempty"`
+	// signing_key_id is the fingerprint of imsd's job signing key.
+	SigningKeyId  string `protobuf:"bytes,5,opt,name=signing_key_id,json=signingKeyId,proto3" json:"signing_key_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetInstallStackResponse) Reset() {
+	*x = GetInstallStackResponse{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[78]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetInstallStackResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetInstallStackResponse) ProtoMessage() {}
+
+func (x *GetInstallStackResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[78]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetInstallStackResponse.ProtoReflect.Descriptor instead.
+func (*GetInstallStackResponse) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{78}
+}
+
+func (x *GetInstallStackResponse) GetInstall() string {
+	if x != nil {
+		return x.Install
+	}
+	return ""
+}
+
+func (x *GetInstallStackResponse) GetApp() string {
+	if x != nil {
+		return x.App
+	}
+	return ""
+}
+
+func (x *GetInstallStackResponse) GetAppRevision() int64 {
+	if x != nil {
+		return x.AppRevision
+	}
+	return 0
+}
+
+func (x *GetInstallStackResponse) GetFiles() []*AppFile {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
+func (x *GetInstallStackResponse) GetSigningKeyId() string {
+	if x != nil {
+		return x.SigningKeyId
+	}
+	return ""
+}
+
 var File_byoc_ims_v1_operator_proto protoreflect.FileDescriptor
 
 const file_byoc_ims_v1_operator_proto_rawDesc = "" +
@@ -5459,7 +5580,15 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x0erequire_reason\x18\x03 \x01(\bR\rrequireReason\"F\n" +
 	"\x0eBreakGlassRole\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
-	"\vdescription\x18\x02 \x01(\tR\vdescription*=\n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription\"2\n" +
+	"\x16GetInstallStackRequest\x12\x18\n" +
+	"\ainstall\x18\x01 \x01(\tR\ainstall\"\xba\x01\n" +
+	"\x17GetInstallStackResponse\x12\x18\n" +
+	"\ainstall\x18\x01 \x01(\tR\ainstall\x12\x10\n" +
+	"\x03app\x18\x02 \x01(\tR\x03app\x12!\n" +
+	"\fapp_revision\x18\x03 \x01(\x03R\vappRevision\x12*\n" +
+	"\x05files\x18\x04 \x03(\v2\x14.byoc.ims.v1.AppFileR\x05files\x12$\n" +
+	"\x0esigning_key_id\x18\x05 \x01(\tR\fsigningKeyId*=\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -5479,7 +5608,7 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x16LOG_STREAM_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11LOG_STREAM_STDOUT\x10\x01\x12\x15\n" +
 	"\x11LOG_STREAM_STDERR\x10\x02\x12\x15\n" +
-	"\x11LOG_STREAM_SYSTEM\x10\x032\xde\x1b\n" +
+	"\x11LOG_STREAM_SYSTEM\x10\x032\xbc\x1c\n" +
 	"\x0fOperatorService\x12A\n" +
 	"\x06WhoAmI\x12\x1a.byoc.ims.v1.WhoAmIRequest\x1a\x1b.byoc.ims.v1.WhoAmIResponse\x12Y\n" +
 	"\x0eCreateApiToken\x12\".byoc.ims.v1.CreateApiTokenRequest\x1a#.byoc.ims.v1.CreateApiTokenResponse\x12J\n" +
@@ -5522,7 +5651,8 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x11RequestBreakGlass\x12%.byoc.ims.v1.RequestBreakGlassRequest\x1a&.byoc.ims.v1.RequestBreakGlassResponse\x12k\n" +
 	"\x14ListBreakGlassGrants\x12(.byoc.ims.v1.ListBreakGlassGrantsRequest\x1a).byoc.ims.v1.ListBreakGlassGrantsResponse\x12h\n" +
 	"\x13GetBreakGlassPolicy\x12'.byoc.ims.v1.GetBreakGlassPolicyRequest\x1a(.byoc.ims.v1.GetBreakGlassPolicyResponse\x12\\\n" +
-	"\x0fListAuditEvents\x12#.byoc.ims.v1.ListAuditEventsRequest\x1a$.byoc.ims.v1.ListAuditEventsResponseB\xa2\x01\n" +
+	"\x0fListAuditEvents\x12#.byoc.ims.v1.ListAuditEventsRequest\x1a$.byoc.ims.v1.ListAuditEventsResponse\x12\\\n" +
+	"\x0fGetInstallStack\x12#.byoc.ims.v1.GetInstallStackRequest\x1a$.byoc.ims.v1.GetInstallStackResponseB\xa2\x01\n" +
 	"\x0fcom.byoc.ims.v1B\rOperatorProtoP\x01Z2github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1;imsv1\xa2\x02\x03BIX\xaa\x02\vByoc.Ims.V1\xca\x02\vByoc\\Ims\\V1\xe2\x02\x17Byoc\\Ims\\V1\\GPBMetadata\xea\x02\rByoc::Ims::V1b\x06proto3"
 
 var (
@@ -5538,7 +5668,7 @@ func file_byoc_ims_v1_operator_proto_rawDescGZIP() []byte {
 }
 
 var file_byoc_ims_v1_operator_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_byoc_ims_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 82)
+var file_byoc_ims_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 84)
 var file_byoc_ims_v1_operator_proto_goTypes = []any{
 	(Role)(0),                             // 0: byoc.ims.v1.Role
 	(JobState)(0),                         // 1: byoc.ims.v1.JobState
@@ -5620,212 +5750,217 @@ var file_byoc_ims_v1_operator_proto_goTypes = []any{
 	(*GetBreakGlassPolicyRequest)(nil),    // 77: byoc.ims.v1.GetBreakGlassPolicyRequest
 	(*GetBreakGlassPolicyResponse)(nil),   // 78: byoc.ims.v1.GetBreakGlassPolicyResponse
 	(*BreakGlassRole)(nil),                // 79: byoc.ims.v1.BreakGlassRole
-	nil,                                   // 80: byoc.ims.v1.Install.InputsEntry
-	nil,                                   // 81: byoc.ims.v1.InstallSettings.OverridesEntry
-	nil,                                   // 82: byoc.ims.v1.CreateInstallRequest.InputsEntry
-	nil,                                   // 83: byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
-	nil,                                   // 84: byoc.ims.v1.Job.OutputsEntry
-	(*timestamppb.Timestamp)(nil),         // 85: google.protobuf.Timestamp
-	(*InstallHealth)(nil),                 // 86: byoc.ims.v1.InstallHealth
-	(*Workflow)(nil),                      // 87: byoc.ims.v1.Workflow
-	(*structpb.Struct)(nil),               // 88: google.protobuf.Struct
-	(*structpb.Value)(nil),                // 89: google.protobuf.Value
-	(*PlanInstallRequest)(nil),            // 90: byoc.ims.v1.PlanInstallRequest
-	(*StartWorkflowRequest)(nil),          // 91: byoc.ims.v1.StartWorkflowRequest
-	(*ListWorkflowsRequest)(nil),          // 92: byoc.ims.v1.ListWorkflowsRequest
-	(*GetWorkflowRequest)(nil),            // 93: byoc.ims.v1.GetWorkflowRequest
-	(*ApproveWorkflowRequest)(nil),        // 94: byoc.ims.v1.ApproveWorkflowRequest
-	(*CancelWorkflowRequest)(nil),         // 95: byoc.ims.v1.CancelWorkflowRequest
-	(*RetryWorkflowStepRequest)(nil),      // 96: byoc.ims.v1.RetryWorkflowStepRequest
-	(*ListActionsRequest)(nil),            // 97: byoc.ims.v1.ListActionsRequest
-	(*StartActionRunRequest)(nil),         // 98: byoc.ims.v1.StartActionRunRequest
-	(*ListActionRunsRequest)(nil),         // 99: byoc.ims.v1.ListActionRunsRequest
-	(*GetActionRunRequest)(nil),           // 100: byoc.ims.v1.GetActionRunRequest
-	(*ListAuditEventsRequest)(nil),        // 101: byoc.ims.v1.ListAuditEventsRequest
-	(*PlanInstallResponse)(nil),           // 102: byoc.ims.v1.PlanInstallResponse
-	(*StartWorkflowResponse)(nil),         // 103: byoc.ims.v1.StartWorkflowResponse
-	(*ListWorkflowsResponse)(nil),         // 104: byoc.ims.v1.ListWorkflowsResponse
-	(*GetWorkflowResponse)(nil),           // 105: byoc.ims.v1.GetWorkflowResponse
-	(*ApproveWorkflowResponse)(nil),       // 106: byoc.ims.v1.ApproveWorkflowResponse
-	(*CancelWorkflowResponse)(nil),        // 107: byoc.ims.v1.CancelWorkflowResponse
-	(*RetryWorkflowStepResponse)(nil),     // 108: byoc.ims.v1.RetryWorkflowStepResponse
-	(*ListActionsResponse)(nil),           // 109: byoc.ims.v1.ListActionsResponse
-	(*StartActionRunResponse)(nil),        // 110: byoc.ims.v1.StartActionRunResponse
-	(*ListActionRunsResponse)(nil),        // 111: byoc.ims.v1.ListActionRunsResponse
-	(*GetActionRunResponse)(nil),          // 112: byoc.ims.v1.GetActionRunResponse
-	(*ListAuditEventsResponse)(nil),       // 113: byoc.ims.v1.ListAuditEventsResponse
+	(*GetInstallStackRequest)(nil),        // 80: byoc.ims.v1.GetInstallStackRequest
+	(*GetInstallStackResponse)(nil),       // 81: byoc.ims.v1.GetInstallStackResponse
+	nil,                                   // 82: byoc.ims.v1.Install.InputsEntry
+	nil,                                   // 83: byoc.ims.v1.InstallSettings.OverridesEntry
+	nil,                                   // 84: byoc.ims.v1.CreateInstallRequest.InputsEntry
+	nil,                                   // 85: byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
+	nil,                                   // 86: byoc.ims.v1.Job.OutputsEntry
+	(*timestamppb.Timestamp)(nil),         // 87: google.protobuf.Timestamp
+	(*InstallHealth)(nil),                 // 88: byoc.ims.v1.InstallHealth
+	(*Workflow)(nil),                      // 89: byoc.ims.v1.Workflow
+	(*structpb.Struct)(nil),               // 90: google.protobuf.Struct
+	(*structpb.Value)(nil),                // 91: google.protobuf.Value
+	(*PlanInstallRequest)(nil),            // 92: byoc.ims.v1.PlanInstallRequest
+	(*StartWorkflowRequest)(nil),          // 93: byoc.ims.v1.StartWorkflowRequest
+	(*ListWorkflowsRequest)(nil),          // 94: byoc.ims.v1.ListWorkflowsRequest
+	(*GetWorkflowRequest)(nil),            // 95: byoc.ims.v1.GetWorkflowRequest
+	(*ApproveWorkflowRequest)(nil),        // 96: byoc.ims.v1.ApproveWorkflowRequest
+	(*CancelWorkflowRequest)(nil),         // 97: byoc.ims.v1.CancelWorkflowRequest
+	(*RetryWorkflowStepRequest)(nil),      // 98: byoc.ims.v1.RetryWorkflowStepRequest
+	(*ListActionsRequest)(nil),            // 99: byoc.ims.v1.ListActionsRequest
+	(*StartActionRunRequest)(nil),         // 100: byoc.ims.v1.StartActionRunRequest
+	(*ListActionRunsRequest)(nil),         // 101: byoc.ims.v1.ListActionRunsRequest
+	(*GetActionRunRequest)(nil),           // 102: byoc.ims.v1.GetActionRunRequest
+	(*ListAuditEventsRequest)(nil),        // 103: byoc.ims.v1.ListAuditEventsRequest
+	(*PlanInstallResponse)(nil),           // 104: byoc.ims.v1.PlanInstallResponse
+	(*StartWorkflowResponse)(nil),         // 105: byoc.ims.v1.StartWorkflowResponse
+	(*ListWorkflowsResponse)(nil),         // 106: byoc.ims.v1.ListWorkflowsResponse
+	(*GetWorkflowResponse)(nil),           // 107: byoc.ims.v1.GetWorkflowResponse
+	(*ApproveWorkflowResponse)(nil),       // 108: byoc.ims.v1.ApproveWorkflowResponse
+	(*CancelWorkflowResponse)(nil),        // 109: byoc.ims.v1.CancelWorkflowResponse
+	(*RetryWorkflowStepResponse)(nil),     // 110: byoc.ims.v1.RetryWorkflowStepResponse
+	(*ListActionsResponse)(nil),           // 111: byoc.ims.v1.ListActionsResponse
+	(*StartActionRunResponse)(nil),        // 112: byoc.ims.v1.StartActionRunResponse
+	(*ListActionRunsResponse)(nil),        // 113: byoc.ims.v1.ListActionRunsResponse
+	(*GetActionRunResponse)(nil),          // 114: byoc.ims.v1.GetActionRunResponse
+	(*ListAuditEventsResponse)(nil),       // 115: byoc.ims.v1.ListAuditEventsResponse
 }
 var file_byoc_ims_v1_operator_proto_depIdxs = []int32{
 	0,   // 0: byoc.ims.v1.WhoAmIResponse.role:type_name -> byoc.ims.v1.Role
 	0,   // 1: byoc.ims.v1.CreateApiTokenRequest.role:type_name -> byoc.ims.v1.Role
-	85,  // 2: byoc.ims.v1.App.create_time:type_name -> google.protobuf.Timestamp
+	87,  // 2: byoc.ims.v1.App.create_time:type_name -> google.protobuf.Timestamp
 	7,   // 3: byoc.ims.v1.CreateAppResponse.app:type_name -> byoc.ims.v1.App
 	7,   // 4: byoc.ims.v1.ListAppsResponse.apps:type_name -> byoc.ims.v1.App
 	7,   // 5: byoc.ims.v1.GetAppResponse.app:type_name -> byoc.ims.v1.App
-	85,  // 6: byoc.ims.v1.AgentStatus.last_seen_time:type_name -> google.protobuf.Timestamp
-	85,  // 7: byoc.ims.v1.AgentStatus.enroll_time:type_name -> google.protobuf.Timestamp
-	85,  // 8: byoc.ims.v1.AgentStatus.identity_conflict_time:type_name -> google.protobuf.Timestamp
+	87,  // 6: byoc.ims.v1.AgentStatus.last_seen_time:type_name -> google.protobuf.Timestamp
+	87,  // 7: byoc.ims.v1.AgentStatus.enroll_time:type_name -> google.protobuf.Timestamp
+	87,  // 8: byoc.ims.v1.AgentStatus.identity_conflict_time:type_name -> google.protobuf.Timestamp
 	15,  // 9: byoc.ims.v1.AgentStatus.permissions:type_name -> byoc.ims.v1.Permissions
-	85,  // 10: byoc.ims.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
-	85,  // 11: byoc.ims.v1.Permissions.report_time:type_name -> google.protobuf.Timestamp
-	80,  // 12: byoc.ims.v1.Install.inputs:type_name -> byoc.ims.v1.Install.InputsEntry
-	85,  // 13: byoc.ims.v1.Install.create_time:type_name -> google.protobuf.Timestamp
+	87,  // 10: byoc.ims.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
+	87,  // 11: byoc.ims.v1.Permissions.report_time:type_name -> google.protobuf.Timestamp
+	82,  // 12: byoc.ims.v1.Install.inputs:type_name -> byoc.ims.v1.Install.InputsEntry
+	87,  // 13: byoc.ims.v1.Install.create_time:type_name -> google.protobuf.Timestamp
 	14,  // 14: byoc.ims.v1.Install.agent:type_name -> byoc.ims.v1.AgentStatus
 	17,  // 15: byoc.ims.v1.Install.settings:type_name -> byoc.ims.v1.InstallSettings
-	86,  // 16: byoc.ims.v1.Install.health:type_name -> byoc.ims.v1.InstallHealth
-	81,  // 17: byoc.ims.v1.InstallSettings.overrides:type_name -> byoc.ims.v1.InstallSettings.OverridesEntry
-	82,  // 18: byoc.ims.v1.CreateInstallRequest.inputs:type_name -> byoc.ims.v1.CreateInstallRequest.InputsEntry
+	88,  // 16: byoc.ims.v1.Install.health:type_name -> byoc.ims.v1.InstallHealth
+	83,  // 17: byoc.ims.v1.InstallSettings.overrides:type_name -> byoc.ims.v1.InstallSettings.OverridesEntry
+	84,  // 18: byoc.ims.v1.CreateInstallRequest.inputs:type_name -> byoc.ims.v1.CreateInstallRequest.InputsEntry
 	16,  // 19: byoc.ims.v1.CreateInstallResponse.install:type_name -> byoc.ims.v1.Install
 	20,  // 20: byoc.ims.v1.CreateInstallResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	85,  // 21: byoc.ims.v1.EnrollmentToken.expire_time:type_name -> google.protobuf.Timestamp
+	87,  // 21: byoc.ims.v1.EnrollmentToken.expire_time:type_name -> google.protobuf.Timestamp
 	16,  // 22: byoc.ims.v1.ListInstallsResponse.installs:type_name -> byoc.ims.v1.Install
 	16,  // 23: byoc.ims.v1.GetInstallResponse.install:type_name -> byoc.ims.v1.Install
 	27,  // 24: byoc.ims.v1.ListInstallDriftResponse.components:type_name -> byoc.ims.v1.ComponentDrift
-	85,  // 25: byoc.ims.v1.ComponentDrift.check_time:type_name -> google.protobuf.Timestamp
+	87,  // 25: byoc.ims.v1.ComponentDrift.check_time:type_name -> google.protobuf.Timestamp
 	37,  // 26: byoc.ims.v1.ComponentDrift.changes:type_name -> byoc.ims.v1.PlannedChange
-	85,  // 27: byoc.ims.v1.ComponentDrift.next_check_time:type_name -> google.protobuf.Timestamp
+	87,  // 27: byoc.ims.v1.ComponentDrift.next_check_time:type_name -> google.protobuf.Timestamp
 	16,  // 28: byoc.ims.v1.InstallStatus.install:type_name -> byoc.ims.v1.Install
 	28,  // 29: byoc.ims.v1.WatchInstallsResponse.installs:type_name -> byoc.ims.v1.InstallStatus
-	83,  // 30: byoc.ims.v1.UpdateInstallRequest.set_inputs:type_name -> byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
+	85,  // 30: byoc.ims.v1.UpdateInstallRequest.set_inputs:type_name -> byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
 	16,  // 31: byoc.ims.v1.UpdateInstallResponse.install:type_name -> byoc.ims.v1.Install
-	87,  // 32: byoc.ims.v1.UpdateInstallResponse.workflow:type_name -> byoc.ims.v1.Workflow
+	89,  // 32: byoc.ims.v1.UpdateInstallResponse.workflow:type_name -> byoc.ims.v1.Workflow
 	20,  // 33: byoc.ims.v1.CreateEnrollmentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	88,  // 34: byoc.ims.v1.Job.config:type_name -> google.protobuf.Struct
+	90,  // 34: byoc.ims.v1.Job.config:type_name -> google.protobuf.Struct
 	1,   // 35: byoc.ims.v1.Job.state:type_name -> byoc.ims.v1.JobState
-	85,  // 36: byoc.ims.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	85,  // 37: byoc.ims.v1.Job.start_time:type_name -> google.protobuf.Timestamp
-	85,  // 38: byoc.ims.v1.Job.end_time:type_name -> google.protobuf.Timestamp
-	85,  // 39: byoc.ims.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
-	84,  // 40: byoc.ims.v1.Job.outputs:type_name -> byoc.ims.v1.Job.OutputsEntry
+	87,  // 36: byoc.ims.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	87,  // 37: byoc.ims.v1.Job.start_time:type_name -> google.protobuf.Timestamp
+	87,  // 38: byoc.ims.v1.Job.end_time:type_name -> google.protobuf.Timestamp
+	87,  // 39: byoc.ims.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
+	86,  // 40: byoc.ims.v1.Job.outputs:type_name -> byoc.ims.v1.Job.OutputsEntry
 	37,  // 41: byoc.ims.v1.Job.planned_changes:type_name -> byoc.ims.v1.PlannedChange
 	36,  // 42: byoc.ims.v1.Job.policy_findings:type_name -> byoc.ims.v1.PolicyFinding
-	89,  // 43: byoc.ims.v1.PlannedChange.before:type_name -> google.protobuf.Value
-	89,  // 44: byoc.ims.v1.PlannedChange.after:type_name -> google.protobuf.Value
-	88,  // 45: byoc.ims.v1.EnqueueJobRequest.config:type_name -> google.protobuf.Struct
+	91,  // 43: byoc.ims.v1.PlannedChange.before:type_name -> google.protobuf.Value
+	91,  // 44: byoc.ims.v1.PlannedChange.after:type_name -> google.protobuf.Value
+	90,  // 45: byoc.ims.v1.EnqueueJobRequest.config:type_name -> google.protobuf.Struct
 	35,  // 46: byoc.ims.v1.EnqueueJobResponse.job:type_name -> byoc.ims.v1.Job
 	38,  // 47: byoc.ims.v1.EnqueueJobsRequest.jobs:type_name -> byoc.ims.v1.EnqueueJobRequest
 	35,  // 48: byoc.ims.v1.EnqueueJobsResponse.jobs:type_name -> byoc.ims.v1.Job
 	1,   // 49: byoc.ims.v1.ListJobsRequest.states:type_name -> byoc.ims.v1.JobState
 	35,  // 50: byoc.ims.v1.ListJobsResponse.jobs:type_name -> byoc.ims.v1.Job
 	35,  // 51: byoc.ims.v1.GetJobResponse.job:type_name -> byoc.ims.v1.Job
-	85,  // 52: byoc.ims.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	87,  // 52: byoc.ims.v1.LogLine.time:type_name -> google.protobuf.Timestamp
 	2,   // 53: byoc.ims.v1.LogLine.stream:type_name -> byoc.ims.v1.LogStream
 	46,  // 54: byoc.ims.v1.StreamJobLogsResponse.lines:type_name -> byoc.ims.v1.LogLine
 	35,  // 55: byoc.ims.v1.StreamJobLogsResponse.job:type_name -> byoc.ims.v1.Job
 	35,  // 56: byoc.ims.v1.CancelJobResponse.job:type_name -> byoc.ims.v1.Job
-	85,  // 57: byoc.ims.v1.AppRevision.create_time:type_name -> google.protobuf.Timestamp
+	87,  // 57: byoc.ims.v1.AppRevision.create_time:type_name -> google.protobuf.Timestamp
 	51,  // 58: byoc.ims.v1.PushAppRevisionRequest.files:type_name -> byoc.ims.v1.AppFile
 	7,   // 59: byoc.ims.v1.PushAppRevisionResponse.app:type_name -> byoc.ims.v1.App
 	52,  // 60: byoc.ims.v1.PushAppRevisionResponse.revision:type_name -> byoc.ims.v1.AppRevision
 	60,  // 61: byoc.ims.v1.PushAppRevisionResponse.changes:type_name -> byoc.ims.v1.ConfigChange
 	55,  // 62: byoc.ims.v1.PushAppRevisionResponse.installs:type_name -> byoc.ims.v1.InstallApplied
-	87,  // 63: byoc.ims.v1.PushAppRevisionResponse.workflows:type_name -> byoc.ims.v1.Workflow
+	89,  // 63: byoc.ims.v1.PushAppRevisionResponse.workflows:type_name -> byoc.ims.v1.Workflow
 	16,  // 64: byoc.ims.v1.InstallApplied.install:type_name -> byoc.ims.v1.Install
 	20,  // 65: byoc.ims.v1.InstallApplied.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
 	52,  // 66: byoc.ims.v1.ListAppRevisionsResponse.revisions:type_name -> byoc.ims.v1.AppRevision
 	60,  // 67: byoc.ims.v1.DiffAppRevisionsResponse.changes:type_name -> byoc.ims.v1.ConfigChange
 	61,  // 68: byoc.ims.v1.ConfigDiagnostics.diagnostics:type_name -> byoc.ims.v1.ConfigDiagnostic
-	89,  // 69: byoc.ims.v1.PluginType.config_schema:type_name -> google.protobuf.Value
-	89,  // 70: byoc.ims.v1.PluginType.outputs_schema:type_name -> google.protobuf.Value
-	85,  // 71: byoc.ims.v1.PluginType.register_time:type_name -> google.protobuf.Timestamp
+	91,  // 69: byoc.ims.v1.PluginType.config_schema:type_name -> google.protobuf.Value
+	91,  // 70: byoc.ims.v1.PluginType.outputs_schema:type_name -> google.protobuf.Value
+	87,  // 71: byoc.ims.v1.PluginType.register_time:type_name -> google.protobuf.Timestamp
 	63,  // 72: byoc.ims.v1.RegisterPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
 	63,  // 73: byoc.ims.v1.RegisterPluginTypeResponse.replaced:type_name -> byoc.ims.v1.PluginType
 	63,  // 74: byoc.ims.v1.ListPluginTypesResponse.plugin_types:type_name -> byoc.ims.v1.PluginType
 	63,  // 75: byoc.ims.v1.GetPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
 	76,  // 76: byoc.ims.v1.RequestBreakGlassResponse.grant:type_name -> byoc.ims.v1.BreakGlassGrant
 	76,  // 77: byoc.ims.v1.ListBreakGlassGrantsResponse.grants:type_name -> byoc.ims.v1.BreakGlassGrant
-	85,  // 78: byoc.ims.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
-	85,  // 79: byoc.ims.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
-	85,  // 80: byoc.ims.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
-	85,  // 81: byoc.ims.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
-	85,  // 82: byoc.ims.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
+	87,  // 78: byoc.ims.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
+	87,  // 79: byoc.ims.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
+	87,  // 80: byoc.ims.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
+	87,  // 81: byoc.ims.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
+	87,  // 82: byoc.ims.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
 	79,  // 83: byoc.ims.v1.GetBreakGlassPolicyResponse.roles:type_name -> byoc.ims.v1.BreakGlassRole
-	88,  // 84: byoc.ims.v1.InstallSettings.OverridesEntry.value:type_name -> google.protobuf.Struct
-	3,   // 85: byoc.ims.v1.OperatorService.WhoAmI:input_type -> byoc.ims.v1.WhoAmIRequest
-	5,   // 86: byoc.ims.v1.OperatorService.CreateApiToken:input_type -> byoc.ims.v1.CreateApiTokenRequest
-	8,   // 87: byoc.ims.v1.OperatorService.CreateApp:input_type -> byoc.ims.v1.CreateAppRequest
-	10,  // 88: byoc.ims.v1.OperatorService.ListApps:input_type -> byoc.ims.v1.ListAppsRequest
-	12,  // 89: byoc.ims.v1.OperatorService.GetApp:input_type -> byoc.ims.v1.GetAppRequest
-	53,  // 90: byoc.ims.v1.OperatorService.PushAppRevision:input_type -> byoc.ims.v1.PushAppRevisionRequest
-	56,  // 91: byoc.ims.v1.OperatorService.ListAppRevisions:input_type -> byoc.ims.v1.ListAppRevisionsRequest
-	58,  // 92: byoc.ims.v1.OperatorService.DiffAppRevisions:input_type -> byoc.ims.v1.DiffAppRevisionsRequest
-	18,  // 93: byoc.ims.v1.OperatorService.CreateInstall:input_type -> byoc.ims.v1.CreateInstallRequest
-	21,  // 94: byoc.ims.v1.OperatorService.ListInstalls:input_type -> byoc.ims.v1.ListInstallsRequest
-	23,  // 95: byoc.ims.v1.OperatorService.GetInstall:input_type -> byoc.ims.v1.GetInstallRequest
-	25,  // 96: byoc.ims.v1.OperatorService.ListInstallDrift:input_type -> byoc.ims.v1.ListInstallDriftRequest
-	29,  // 97: byoc.ims.v1.OperatorService.WatchInstalls:input_type -> byoc.ims.v1.WatchInstallsRequest
-	33,  // 98: byoc.ims.v1.OperatorService.CreateEnrollmentToken:input_type -> byoc.ims.v1.CreateEnrollmentTokenRequest
-	31,  // 99: byoc.ims.v1.OperatorService.UpdateInstall:input_type -> byoc.ims.v1.UpdateInstallRequest
-	90,  // 100: byoc.ims.v1.OperatorService.PlanInstall:input_type -> byoc.ims.v1.PlanInstallRequest
-	91,  // 101: byoc.ims.v1.OperatorService.StartWorkflow:input_type -> byoc.ims.v1.StartWorkflowRequest
-	92,  // 102: byoc.ims.v1.OperatorService.ListWorkflows:input_type -> byoc.ims.v1.ListWorkflowsRequest
-	93,  // 103: byoc.ims.v1.OperatorService.GetWorkflow:input_type -> byoc.ims.v1.GetWorkflowRequest
-	94,  // 104: byoc.ims.v1.OperatorService.ApproveWorkflow:input_type -> byoc.ims.v1.ApproveWorkflowRequest
-	95,  // 105: byoc.ims.v1.OperatorService.CancelWorkflow:input_type -> byoc.ims.v1.CancelWorkflowRequest
-	96,  // 106: byoc.ims.v1.OperatorService.RetryWorkflowStep:input_type -> byoc.ims.v1.RetryWorkflowStepRequest
-	38,  // 107: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
-	40,  // 108: byoc.ims.v1.OperatorService.EnqueueJobs:input_type -> byoc.ims.v1.EnqueueJobsRequest
-	42,  // 109: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
-	44,  // 110: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
-	47,  // 111: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
-	49,  // 112: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
-	64,  // 113: byoc.ims.v1.OperatorService.RegisterPluginType:input_type -> byoc.ims.v1.RegisterPluginTypeRequest
-	66,  // 114: byoc.ims.v1.OperatorService.ListPluginTypes:input_type -> byoc.ims.v1.ListPluginTypesRequest
-	68,  // 115: byoc.ims.v1.OperatorService.GetPluginType:input_type -> byoc.ims.v1.GetPluginTypeRequest
-	70,  // 116: byoc.ims.v1.OperatorService.RemovePluginType:input_type -> byoc.ims.v1.RemovePluginTypeRequest
-	97,  // 117: byoc.ims.v1.OperatorService.ListActions:input_type -> byoc.ims.v1.ListActionsRequest
-	98,  // 118: byoc.ims.v1.OperatorService.StartActionRun:input_type -> byoc.ims.v1.StartActionRunRequest
-	99,  // 119: byoc.ims.v1.OperatorService.ListActionRuns:input_type -> byoc.ims.v1.ListActionRunsRequest
-	100, // 120: byoc.ims.v1.OperatorService.GetActionRun:input_type -> byoc.ims.v1.GetActionRunRequest
-	72,  // 121: byoc.ims.v1.OperatorService.RequestBreakGlass:input_type -> byoc.ims.v1.RequestBreakGlassRequest
-	74,  // 122: byoc.ims.v1.OperatorService.ListBreakGlassGrants:input_type -> byoc.ims.v1.ListBreakGlassGrantsRequest
-	77,  // 123: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:input_type -> byoc.ims.v1.GetBreakGlassPolicyRequest
-	101, // 124: byoc.ims.v1.OperatorService.ListAuditEvents:input_type -> byoc.ims.v1.ListAuditEventsRequest
-	4,   // 125: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
-	6,   // 126: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
-	9,   // 127: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
-	11,  // 128: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
-	13,  // 129: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
-	54,  // 130: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
-	57,  // 131: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
-	59,  // 132: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
-	19,  // 133: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
-	22,  // 134: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
-	24,  // 135: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
-	26,  // 136: byoc.ims.v1.OperatorService.ListInstallDrift:output_type -> byoc.ims.v1.ListInstallDriftResponse
-	30,  // 137: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
-	34,  // 138: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
-	32,  // 139: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
-	102, // 140: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
-	103, // 141: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
-	104, // 142: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
-	105, // 143: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
-	106, // 144: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
-	107, // 145: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
-	108, // 146: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
-	39,  // 147: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
-	41,  // 148: byoc.ims.v1.OperatorService.EnqueueJobs:output_type -> byoc.ims.v1.EnqueueJobsResponse
-	43,  // 149: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
-	45,  // 150: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
-	48,  // 151: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
-	50,  // 152: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
-	65,  // 153: byoc.ims.v1.OperatorService.RegisterPluginType:output_type -> byoc.ims.v1.RegisterPluginTypeResponse
-	67,  // 154: byoc.ims.v1.OperatorService.ListPluginTypes:output_type -> byoc.ims.v1.ListPluginTypesResponse
-	69,  // 155: byoc.ims.v1.OperatorService.GetPluginType:output_type -> byoc.ims.v1.GetPluginTypeResponse
-	71,  // 156: byoc.ims.v1.OperatorService.RemovePluginType:output_type -> byoc.ims.v1.RemovePluginTypeResponse
-	109, // 157: byoc.ims.v1.OperatorService.ListActions:output_type -> byoc.ims.v1.ListActionsResponse
-	110, // 158: byoc.ims.v1.OperatorService.StartActionRun:output_type -> byoc.ims.v1.StartActionRunResponse
-	111, // 159: byoc.ims.v1.OperatorService.ListActionRuns:output_type -> byoc.ims.v1.ListActionRunsResponse
-	112, // 160: byoc.ims.v1.OperatorService.GetActionRun:output_type -> byoc.ims.v1.GetActionRunResponse
-	73,  // 161: byoc.ims.v1.OperatorService.RequestBreakGlass:output_type -> byoc.ims.v1.RequestBreakGlassResponse
-	75,  // 162: byoc.ims.v1.OperatorService.ListBreakGlassGrants:output_type -> byoc.ims.v1.ListBreakGlassGrantsResponse
-	78,  // 163: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:output_type -> byoc.ims.v1.GetBreakGlassPolicyResponse
-	113, // 164: byoc.ims.v1.OperatorService.ListAuditEvents:output_type -> byoc.ims.v1.ListAuditEventsResponse
-	125, // [125:165] is the sub-list for method output_type
-	85,  // [85:125] is the sub-list for method input_type
-	85,  // [85:85] is the sub-list for extension type_name
-	85,  // [85:85] is the sub-list for extension extendee
-	0,   // [0:85] is the sub-list for field type_name
+	51,  // 84: byoc.ims.v1.GetInstallStackResponse.files:type_name -> byoc.ims.v1.AppFile
+	90,  // 85: byoc.ims.v1.InstallSettings.OverridesEntry.value:type_name -> google.protobuf.Struct
+	3,   // 86: byoc.ims.v1.OperatorService.WhoAmI:input_type -> byoc.ims.v1.WhoAmIRequest
+	5,   // 87: byoc.ims.v1.OperatorService.CreateApiToken:input_type -> byoc.ims.v1.CreateApiTokenRequest
+	8,   // 88: byoc.ims.v1.OperatorService.CreateApp:input_type -> byoc.ims.v1.CreateAppRequest
+	10,  // 89: byoc.ims.v1.OperatorService.ListApps:input_type -> byoc.ims.v1.ListAppsRequest
+	12,  // 90: byoc.ims.v1.OperatorService.GetApp:input_type -> byoc.ims.v1.GetAppRequest
+	53,  // 91: byoc.ims.v1.OperatorService.PushAppRevision:input_type -> byoc.ims.v1.PushAppRevisionRequest
+	56,  // 92: byoc.ims.v1.OperatorService.ListAppRevisions:input_type -> byoc.ims.v1.ListAppRevisionsRequest
+	58,  // 93: byoc.ims.v1.OperatorService.DiffAppRevisions:input_type -> byoc.ims.v1.DiffAppRevisionsRequest
+	18,  // 94: byoc.ims.v1.OperatorService.CreateInstall:input_type -> byoc.ims.v1.CreateInstallRequest
+	21,  // 95: byoc.ims.v1.OperatorService.ListInstalls:input_type -> byoc.ims.v1.ListInstallsRequest
+	23,  // 96: byoc.ims.v1.OperatorService.GetInstall:input_type -> byoc.ims.v1.GetInstallRequest
+	25,  // 97: byoc.ims.v1.OperatorService.ListInstallDrift:input_type -> byoc.ims.v1.ListInstallDriftRequest
+	29,  // 98: byoc.ims.v1.OperatorService.WatchInstalls:input_type -> byoc.ims.v1.WatchInstallsRequest
+	33,  // 99: byoc.ims.v1.OperatorService.CreateEnrollmentToken:input_type -> byoc.ims.v1.CreateEnrollmentTokenRequest
+	31,  // 100: byoc.ims.v1.OperatorService.UpdateInstall:input_type -> byoc.ims.v1.UpdateInstallRequest
+	92,  // 101: byoc.ims.v1.OperatorService.PlanInstall:input_type -> byoc.ims.v1.PlanInstallRequest
+	93,  // 102: byoc.ims.v1.OperatorService.StartWorkflow:input_type -> byoc.ims.v1.StartWorkflowRequest
+	94,  // 103: byoc.ims.v1.OperatorService.ListWorkflows:input_type -> byoc.ims.v1.ListWorkflowsRequest
+	95,  // 104: byoc.ims.v1.OperatorService.GetWorkflow:input_type -> byoc.ims.v1.GetWorkflowRequest
+	96,  // 105: byoc.ims.v1.OperatorService.ApproveWorkflow:input_type -> byoc.ims.v1.ApproveWorkflowRequest
+	97,  // 106: byoc.ims.v1.OperatorService.CancelWorkflow:input_type -> byoc.ims.v1.CancelWorkflowRequest
+	98,  // 107: byoc.ims.v1.OperatorService.RetryWorkflowStep:input_type -> byoc.ims.v1.RetryWorkflowStepRequest
+	38,  // 108: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
+	40,  // 109: byoc.ims.v1.OperatorService.EnqueueJobs:input_type -> byoc.ims.v1.EnqueueJobsRequest
+	42,  // 110: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
+	44,  // 111: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
+	47,  // 112: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
+	49,  // 113: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
+	64,  // 114: byoc.ims.v1.OperatorService.RegisterPluginType:input_type -> byoc.ims.v1.RegisterPluginTypeRequest
+	66,  // 115: byoc.ims.v1.OperatorService.ListPluginTypes:input_type -> byoc.ims.v1.ListPluginTypesRequest
+	68,  // 116: byoc.ims.v1.OperatorService.GetPluginType:input_type -> byoc.ims.v1.GetPluginTypeRequest
+	70,  // 117: byoc.ims.v1.OperatorService.RemovePluginType:input_type -> byoc.ims.v1.RemovePluginTypeRequest
+	99,  // 118: byoc.ims.v1.OperatorService.ListActions:input_type -> byoc.ims.v1.ListActionsRequest
+	100, // 119: byoc.ims.v1.OperatorService.StartActionRun:input_type -> byoc.ims.v1.StartActionRunRequest
+	101, // 120: byoc.ims.v1.OperatorService.ListActionRuns:input_type -> byoc.ims.v1.ListActionRunsRequest
+	102, // 121: byoc.ims.v1.OperatorService.GetActionRun:input_type -> byoc.ims.v1.GetActionRunRequest
+	72,  // 122: byoc.ims.v1.OperatorService.RequestBreakGlass:input_type -> byoc.ims.v1.RequestBreakGlassRequest
+	74,  // 123: byoc.ims.v1.OperatorService.ListBreakGlassGrants:input_type -> byoc.ims.v1.ListBreakGlassGrantsRequest
+	77,  // 124: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:input_type -> byoc.ims.v1.GetBreakGlassPolicyRequest
+	103, // 125: byoc.ims.v1.OperatorService.ListAuditEvents:input_type -> byoc.ims.v1.ListAuditEventsRequest
+	80,  // 126: byoc.ims.v1.OperatorService.GetInstallStack:input_type -> byoc.ims.v1.GetInstallStackRequest
+	4,   // 127: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
+	6,   // 128: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
+	9,   // 129: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
+	11,  // 130: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
+	13,  // 131: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
+	54,  // 132: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
+	57,  // 133: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
+	59,  // 134: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
+	19,  // 135: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
+	22,  // 136: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
+	24,  // 137: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
+	26,  // 138: byoc.ims.v1.OperatorService.ListInstallDrift:output_type -> byoc.ims.v1.ListInstallDriftResponse
+	30,  // 139: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
+	34,  // 140: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
+	32,  // 141: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
+	104, // 142: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
+	105, // 143: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
+	106, // 144: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
+	107, // 145: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
+	108, // 146: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
+	109, // 147: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
+	110, // 148: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
+	39,  // 149: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
+	41,  // 150: byoc.ims.v1.OperatorService.EnqueueJobs:output_type -> byoc.ims.v1.EnqueueJobsResponse
+	43,  // 151: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
+	45,  // 152: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
+	48,  // 153: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
+	50,  // 154: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
+	65,  // 155: byoc.ims.v1.OperatorService.RegisterPluginType:output_type -> byoc.ims.v1.RegisterPluginTypeResponse
+	67,  // 156: byoc.ims.v1.OperatorService.ListPluginTypes:output_type -> byoc.ims.v1.ListPluginTypesResponse
+	69,  // 157: byoc.ims.v1.OperatorService.GetPluginType:output_type -> byoc.ims.v1.GetPluginTypeResponse
+	71,  // 158: byoc.ims.v1.OperatorService.RemovePluginType:output_type -> byoc.ims.v1.RemovePluginTypeResponse
+	111, // 159: byoc.ims.v1.OperatorService.ListActions:output_type -> byoc.ims.v1.ListActionsResponse
+	112, // 160: byoc.ims.v1.OperatorService.StartActionRun:output_type -> byoc.ims.v1.StartActionRunResponse
+	113, // 161: byoc.ims.v1.OperatorService.ListActionRuns:output_type -> byoc.ims.v1.ListActionRunsResponse
+	114, // 162: byoc.ims.v1.OperatorService.GetActionRun:output_type -> byoc.ims.v1.GetActionRunResponse
+	73,  // 163: byoc.ims.v1.OperatorService.RequestBreakGlass:output_type -> byoc.ims.v1.RequestBreakGlassResponse
+	75,  // 164: byoc.ims.v1.OperatorService.ListBreakGlassGrants:output_type -> byoc.ims.v1.ListBreakGlassGrantsResponse
+	78,  // 165: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:output_type -> byoc.ims.v1.GetBreakGlassPolicyResponse
+	115, // 166: byoc.ims.v1.OperatorService.ListAuditEvents:output_type -> byoc.ims.v1.ListAuditEventsResponse
+	81,  // 167: byoc.ims.v1.OperatorService.GetInstallStack:output_type -> byoc.ims.v1.GetInstallStackResponse
+	127, // [127:168] is the sub-list for method output_type
+	86,  // [86:127] is the sub-list for method input_type
+	86,  // [86:86] is the sub-list for extension type_name
+	86,  // [86:86] is the sub-list for extension extendee
+	0,   // [0:86] is the sub-list for field type_name
 }
 
 func init() { file_byoc_ims_v1_operator_proto_init() }
@@ -5844,7 +5979,7 @@ func file_byoc_ims_v1_operator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byoc_ims_v1_operator_proto_rawDesc), len(file_byoc_ims_v1_operator_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   82,
+			NumMessages:   84,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
