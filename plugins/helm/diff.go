@@ -24,17 +24,13 @@ type objectKey struct {
 }
 
 // String is the object's address in a plan: Kind/namespace/name, or
-// Kind/name when cluster-scoped; the group is added to the kind when the
-// object is not in the core group or apps (Kind.group/...).
+// Kind/name when cluster-scoped (the group is left out: policies match
+// addresses by kind, as the maintenance example's RBAC rule does).
 func (k objectKey) String() string {
-	kind := k.Kind
-	if k.Group != "" && k.Group != "apps" {
-		kind += "." + k.Group
-	}
 	if k.Namespace == "" {
-		return kind + "/" + k.Name
+		return k.Kind + "/" + k.Name
 	}
-	return kind + "/" + k.Namespace + "/" + k.Name
+	return k.Kind + "/" + k.Namespace + "/" + k.Name
 }
 
 // object is one manifest object, decoded.

@@ -40,6 +40,7 @@ import (
 	"helm.sh/helm/v3/pkg/storage/driver"
 
 	"github.com/byoc-dev/byoc/plugins/helm/helmschema"
+	"github.com/byoc-dev/byoc/plugins/policy"
 	"github.com/byoc-dev/byoc/plugins/sdk"
 )
 
@@ -66,7 +67,7 @@ func New() *Plugin { return &Plugin{connect: connect} }
 
 // Describe reports the helm type and its config schema.
 func (p *Plugin) Describe(context.Context, *sdk.DescribeRequest) (*sdk.DescribeResponse, error) {
-	return &sdk.DescribeResponse{Type: TypeName, Version: Version, ConfigSchema: helmschema.Config}, nil
+	return &sdk.DescribeResponse{Type: TypeName, Version: Version, ConfigSchema: helmschema.Config, EvaluatesPolicies: true}, nil
 }
 
 // Validate checks what the schema cannot: one chart source, a chart
@@ -149,6 +150,9 @@ func (j *job) render(ctx context.Context, ch *chart.Chart, last *release.Release
 	}
 	up := action.NewUpgrade(j.cluster.cfg)
 	up.Namespace = j.cfg.Namespace
+	// The config's values are the whole truth: never Helm's reuse of
+	// the last release's values when none are given.
+	up.ResetValues = true
 	up.DryRun, up.DryRunOption = true, "client"
 	rel, err := up.RunWithContext(ctx, j.cfg.Release, ch, j.cfg.Values)
 	if err != nil {
@@ -201,12 +205,35 @@ func (p *Plugin) Plan(ctx context.Context, req *sdk.PlanRequest) (*sdk.PlanRespo
 	if err != nil {
 		return nil, err
 	}
-	changes, _, err := j.plan(ctx, ch)
+	changes, rendered, err := j.plan(ctx, ch)
 	if err != nil {
 		return nil, err
 	}
-	summary := summarize(changes)
-	return &sdk.PlanResponse{Changes: summary, PlannedChanges: changes}, nil
+	resp := &sdk.PlanResponse{Changes: summarize(changes), PlannedChanges: changes}
+	// A plan the policies deny fails, so the operator sees it before an
+	// apply is asked for.
+	resp.PolicyFindings, err = j.gate(ctx, req.Job, sdk.OpPlan, changes, manifestOf(rendered))
+	return resp, err
+}
+
+// gate evaluates the job's policies (vendor and customer rego, package
+// plugins/policy) against the changes and the rendered manifests, as
+// input.plan = {"release", "namespace", "manifests": [objects]}. A deny is
+// an error (policy.DeniedError); warnings are logged.
+func (j *job) gate(ctx context.Context, jc sdk.JobContext, op string, changes []sdk.PlannedChange, manifest string) ([]sdk.PolicyFinding, error) {
+	if len(jc.Policies) == 0 {
+		return nil, nil
+	}
+	objs, err := parseManifests(manifest, j.cfg.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	manifests := make([]any, 0, len(objs))
+	for _, o := range objs {
+		manifests = append(manifests, o.obj)
+	}
+	raw := map[string]any{"release": j.cfg.Release, "namespace": j.cfg.Namespace, "manifests": manifests}
+	return policy.Gate(ctx, jc, j.log, policy.NewInput(jc, TypeName, op, changes, raw))
 }
 
 // plan renders the next revision and diffs it against the deployed one.
@@ -261,12 +288,17 @@ func (p *Plugin) Apply(ctx context.Context, req *sdk.ApplyRequest) (*sdk.ApplyRe
 	if err := j.recoverPending(last); err != nil {
 		return nil, err
 	}
-	changes, _, err := j.plan(ctx, ch)
+	changes, rendered, err := j.plan(ctx, ch)
 	if err != nil {
 		return nil, err
 	}
 	for _, line := range strings.Split(summarize(changes), "\n") {
 		req.Log.System("plan: " + strings.TrimSpace(line))
+	}
+	findings, err := j.gate(ctx, req.Job, sdk.OpApply, changes, manifestOf(rendered))
+	if err != nil {
+		// Denied (or a policy that does not compile): nothing applied.
+		return &sdk.ApplyResponse{PolicyFindings: findings}, err
 	}
 	install := last == nil || last.Info.Status == release.StatusUninstalled
 	var rel *release.Release
@@ -283,6 +315,7 @@ func (p *Plugin) Apply(ctx context.Context, req *sdk.ApplyRequest) (*sdk.ApplyRe
 		req.Log.System(fmt.Sprintf("upgrading release %s from revision %d (chart %s) in namespace %s", j.cfg.Release, last.Version, chartName(ch), j.cfg.Namespace))
 		up := action.NewUpgrade(j.cluster.cfg)
 		up.Namespace = j.cfg.Namespace
+		up.ResetValues = true
 		up.Wait, up.Timeout = j.cfg.Wait, j.cfg.Timeout
 		up.MaxHistory = j.cfg.HistoryMax
 		rel, err = up.RunWithContext(ctx, j.cfg.Release, ch, j.cfg.Values)
@@ -292,12 +325,12 @@ func (p *Plugin) Apply(ctx context.Context, req *sdk.ApplyRequest) (*sdk.ApplyRe
 	}
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("release %s: cancelled: %w", j.cfg.Release, err)
+			return &sdk.ApplyResponse{PolicyFindings: findings}, fmt.Errorf("release %s: cancelled: %w", j.cfg.Release, err)
 		}
-		return nil, fmt.Errorf("release %s: %w", j.cfg.Release, err)
+		return &sdk.ApplyResponse{PolicyFindings: findings}, fmt.Errorf("release %s: %w", j.cfg.Release, err)
 	}
 	req.Log.System(fmt.Sprintf("release %s revision %d: %s", rel.Name, rel.Version, rel.Info.Status))
-	return &sdk.ApplyResponse{Outputs: outputs(rel)}, nil
+	return &sdk.ApplyResponse{Outputs: outputs(rel), PolicyFindings: findings}, nil
 }
 
 // rollbackAfter rolls a failed upgrade back to the last deployed revision
@@ -358,6 +391,19 @@ func (p *Plugin) Destroy(ctx context.Context, req *sdk.DestroyRequest) (*sdk.Des
 	if err := j.recoverPending(last); err != nil {
 		return nil, err
 	}
+	// The policies see a destroy as every deployed object deleted.
+	var findings []sdk.PolicyFinding
+	if deployed, err := j.deployed(); err != nil {
+		return nil, err
+	} else if deployed != nil && len(req.Job.Policies) > 0 {
+		changes, err := diffManifests(manifestOf(deployed), "", j.cfg.Namespace)
+		if err != nil {
+			return nil, err
+		}
+		if findings, err = j.gate(ctx, req.Job, sdk.OpDestroy, changes, manifestOf(deployed)); err != nil {
+			return &sdk.DestroyResponse{PolicyFindings: findings}, err
+		}
+	}
 	un := action.NewUninstall(j.cluster.cfg)
 	un.Wait, un.Timeout = j.cfg.Wait, j.cfg.Timeout
 	res, err := un.Run(j.cfg.Release)
@@ -371,7 +417,7 @@ func (p *Plugin) Destroy(ctx context.Context, req *sdk.DestroyRequest) (*sdk.Des
 		req.Log.System(res.Info)
 	}
 	req.Log.System(fmt.Sprintf("release %s uninstalled", j.cfg.Release))
-	return &sdk.DestroyResponse{}, nil
+	return &sdk.DestroyResponse{PolicyFindings: findings}, nil
 }
 
 // Drift compares every object of the deployed revision with its live

@@ -284,7 +284,7 @@ spec:
 	cfg := map[string]any{"release": "byoc-cluster-policies", "manifests": []any{kyverno, cm}}
 	sdktest.Test(t, f.plugin(), sdktest.Case{Steps: []sdktest.Step{
 		{Op: sdk.OpPlan, Config: cfg, Check: sdktest.All(
-			sdktest.ExpectPlannedChange(sdk.ActionCreate, "ClusterPolicy.kyverno.io/require-team"),
+			sdktest.ExpectPlannedChange(sdk.ActionCreate, "ClusterPolicy/require-team"),
 			sdktest.ExpectPlannedChange(sdk.ActionCreate, "ConfigMap/default/plain"),
 		)},
 		{Config: cfg, Check: func(*sdktest.Outcome) error {
