@@ -1,6 +1,7 @@
 package helm
 
 import (
+	"encoding/base64"
 	"fmt"
 	"time"
 
@@ -15,7 +16,7 @@ type config struct {
 	CreateNamespace bool
 	Chart           string   // oci:DIR@sha256:HEX
 	ChartDir        string   // a local chart directory
-	Manifests       []string // raw manifests
+	Manifests       []string // raw manifests (manifests, or manifests_base64 decoded)
 	Values          map[string]any
 	Wait            bool
 	Timeout         time.Duration
@@ -43,14 +44,24 @@ func parseConfig(raw map[string]any) (*config, []sdk.Diagnostic) {
 			c.Manifests = append(c.Manifests, s)
 		}
 	}
+	encoded, _ := raw["manifests_base64"].([]any)
+	for i, m := range encoded {
+		s, _ := m.(string)
+		b, err := base64.StdEncoding.DecodeString(s)
+		if err != nil {
+			bad(fmt.Sprintf("manifests_base64[%d]", i), "not base64: %v", err)
+			continue
+		}
+		c.Manifests = append(c.Manifests, string(b))
+	}
 	sources := 0
-	for _, set := range []bool{c.Chart != "", c.ChartDir != "", len(c.Manifests) > 0} {
+	for _, set := range []bool{c.Chart != "", c.ChartDir != "", raw["manifests"] != nil, encoded != nil} {
 		if set {
 			sources++
 		}
 	}
 	if sources != 1 {
-		bad("chart", "set exactly one of chart, chart_dir and manifests (%d set)", sources)
+		bad("chart", "set exactly one of chart, chart_dir, manifests and manifests_base64 (%d set)", sources)
 	}
 	if c.Chart != "" {
 		if _, err := parseChartRef(c.Chart); err != nil {

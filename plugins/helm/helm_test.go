@@ -2,6 +2,7 @@ package helm
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"os"
@@ -281,7 +282,10 @@ spec:
       message: "{{ request.object.metadata.name }} needs a team label"
 `
 	cm := "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: plain\ndata:\n  a: b\n"
-	cfg := map[string]any{"release": "byoc-cluster-policies", "manifests": []any{kyverno, cm}}
+	// As imsd sends cluster policies: base64, so that no {{ }} is read
+	// as a byoc reference on the way.
+	cfg := map[string]any{"release": "byoc-cluster-policies", "manifests_base64": []any{
+		base64.StdEncoding.EncodeToString([]byte(kyverno)), base64.StdEncoding.EncodeToString([]byte(cm))}}
 	sdktest.Test(t, f.plugin(), sdktest.Case{Steps: []sdktest.Step{
 		{Op: sdk.OpPlan, Config: cfg, Check: sdktest.All(
 			sdktest.ExpectPlannedChange(sdk.ActionCreate, "ClusterPolicy/require-team"),
