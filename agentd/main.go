@@ -35,6 +35,7 @@ import (
 	"github.com/byoc-dev/byoc/agentd/stack"
 	"github.com/byoc-dev/byoc/internal/buildinfo"
 	"github.com/byoc-dev/byoc/plugins/action"
+	"github.com/byoc-dev/byoc/plugins/helm"
 	"github.com/byoc-dev/byoc/plugins/sdk"
 )
 
@@ -43,6 +44,7 @@ import (
 // itself as "agentd plugin TYPE".
 var builtins = map[string]func() sdk.Plugin{
 	"action": func() sdk.Plugin { return action.New() },
+	"helm":   func() sdk.Plugin { return helm.New() },
 }
 
 func main() {
@@ -98,6 +100,7 @@ func run(ctx context.Context, args []string) int {
 		pluginDirs, pins     multiFlag
 		secretsFile          string
 		policyDir            string
+		kubeconfig           string
 		stackPath            string
 		level                slog.Level
 	)
@@ -108,6 +111,7 @@ func run(ctx context.Context, args []string) int {
 	fs.Var(&pluginDirs, "plugin-dir", "`directory` searched for byoc-plugin-<type> binaries (repeatable)")
 	fs.Var(&pins, "plugin-pin", "`type=sha256` pin for an external plugin (repeatable); unpinned plugins never run")
 	fs.StringVar(&secretsFile, "secrets-file", "", "customer-owned `file` of NAME=value secrets (mode 0600); jobs get those their config lists under \"secrets\", and every value is redacted from job logs, errors and outputs")
+	fs.StringVar(&kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "`file`: the kubeconfig of the cluster the helm type deploys to (also $KUBECONFIG); without one, the in-cluster config of the agent's pod")
 	fs.StringVar(&policyDir, "policy-dir", "", "customer-owned `directory` of rego policies (*.rego, not writable by group or others); every plan, apply and destroy must pass them, whatever the app config's policies say")
 	fs.StringVar(&stackPath, "stack-config", os.Getenv("BYOC_STACK_CONFIG"), "the install stack's config `file` (its imsd URL, enrolment token, a role per permission mode, the customer's inputs and secrets); also $BYOC_STACK_CONFIG")
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "log `level`: debug, info, warn, error")
@@ -152,6 +156,18 @@ func run(ctx context.Context, args []string) int {
 			fmt.Fprintf(os.Stderr, "agentd: --policy-dir: %v\n", err)
 			return 2
 		}
+	}
+	if kubeconfig != "" {
+		// A relative path would be read from each job's work dir.
+		abs, err := filepath.Abs(kubeconfig)
+		if err == nil {
+			_, err = os.Stat(abs)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "agentd: --kubeconfig: %v\n", err)
+			return 2
+		}
+		kubeconfig = abs
 	}
 	// An install stack: imsd, the enrolment token (until enrolled), the
 	// customer's secrets and inputs, and a role per permission mode.
@@ -206,7 +222,7 @@ func run(ctx context.Context, args []string) int {
 	}
 	runner := &agent.PluginRunner{Loader: loader, WorkRoot: filepath.Join(stateDir, "jobs"),
 		StateRoot: filepath.Join(stateDir, "components"), LogRoot: filepath.Join(stateDir, "logs"), Secrets: secretMap, Logger: log,
-		PolicyDir: policyDir}
+		PolicyDir: policyDir, Kubeconfig: kubeconfig}
 	if st != nil {
 		runner.Credentials = stackCredentials(st, stateDir, time.Now)
 	}

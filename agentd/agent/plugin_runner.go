@@ -60,6 +60,11 @@ type PluginRunner struct {
 	// Logger receives what the sweep after each job removed and its
 	// errors. Nil discards them.
 	Logger *slog.Logger
+	// Kubeconfig is the path of the kubeconfig of the customer's cluster
+	// (agentd --kubeconfig), given to jobs of the helm type only, as
+	// KUBECONFIG. Empty: the helm type uses the in-cluster config of the
+	// agent's pod.
+	Kubeconfig string
 	// PolicyDir holds the customer's policies (*.rego, agentd
 	// --policy-dir), read again for each plan, apply and destroy and
 	// handed to the plugin with the vendor's (CustomerPolicies). Empty:
@@ -73,6 +78,10 @@ type PluginRunner struct {
 	// lock is WorkRoot's lock file, held once a sweep took it.
 	lock *os.File
 }
+
+// KubeconfigType is the component type whose jobs get the agent's
+// kubeconfig (PluginRunner.Kubeconfig).
+const KubeconfigType = "helm"
 
 // SecretsKey is the top-level config key, for every component type, that
 // lists the secrets a job receives. The agent resolves and removes it
@@ -353,6 +362,9 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 	}
 	if stateDir != "" {
 		env["BYOC_STATE_DIR"] = stateDir
+	}
+	if r.Kubeconfig != "" && job.ComponentType == KubeconfigType {
+		env["KUBECONFIG"] = r.Kubeconfig
 	}
 	started := time.Now()
 	// What the plugin prints outside the protocol (fmt.Println debugging,
