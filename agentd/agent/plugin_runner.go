@@ -42,6 +42,13 @@ type PluginRunner struct {
 	// operation; the values of all of them are redacted from every log
 	// line, error and output the job sends back.
 	Secrets map[string]string
+	// InstallRegistry is the install registry's location (agentd
+	// --install-registry: a registry URL, or oci:DIR for an OCI image
+	// layout root), given to every plugin as BYOC_INSTALL_REGISTRY. Its
+	// credentials are the secrets named BYOC_INSTALL_REGISTRY_USERNAME,
+	// _PASSWORD and _TOKEN, which every operation gets in its
+	// environment (redacted like every secret).
+	InstallRegistry string
 	// CgroupRoot is where cgroup file systems are mounted, for sweeping
 	// step cgroups (/sys/fs/cgroup when empty).
 	CgroupRoot string
@@ -56,6 +63,10 @@ type PluginRunner struct {
 	// lock is WorkRoot's lock file, held once a sweep took it.
 	lock *os.File
 }
+
+// InstallRegistryEnv names the install registry's location in every
+// plugin's environment, and prefixes its credentials' secret names.
+const InstallRegistryEnv = "BYOC_INSTALL_REGISTRY"
 
 // SecretsKey is the top-level config key, for every component type, that
 // lists the secrets a job receives. The agent resolves and removes it
@@ -305,6 +316,9 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, log fu
 	if stateDir != "" {
 		env["BYOC_STATE_DIR"] = stateDir
 	}
+	if r.InstallRegistry != "" {
+		env[InstallRegistryEnv] = r.InstallRegistry
+	}
 	started := time.Now()
 	// What the plugin prints outside the protocol (fmt.Println debugging,
 	// a panic's stacks, anything before Serve) goes to the job's log on
@@ -339,6 +353,11 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, log fu
 	// Secrets go to the operation only, never into the plugin process's
 	// own environment.
 	opEnv := maps.Clone(env)
+	for _, suffix := range []string{"_USERNAME", "_PASSWORD", "_TOKEN"} {
+		if v, ok := r.Secrets[InstallRegistryEnv+suffix]; ok {
+			opEnv[InstallRegistryEnv+suffix] = v
+		}
+	}
 	maps.Copy(opEnv, secretEnv)
 	res, err := inst.Run(ctx, job.Operation, &sdk.RunRequest{
 		Job: sdk.JobContext{JobID: job.ID, InstallID: job.InstallID, Attempt: int(job.Attempt), WorkDir: work,

@@ -137,17 +137,41 @@ func checkPresent(ctx context.Context, dst *Repo, nodes []Node, limit int) error
 // its own content, repeatedly. It returns the root's descriptor. Errors
 // are the source side's (an *UnreachableError for an outage).
 func Walk(ctx context.Context, repo *Repo, root digest.Digest, referrers bool) ([]Node, ocispec.Descriptor, error) {
+	return walk(ctx, Source, repo, root, referrers)
+}
+
+// Missing walks the graph of root in repo as Walk does and lists the
+// nodes repo lacks (a manifest it lacks is an error, since its children
+// cannot be told). Errors are the destination side's.
+func Missing(ctx context.Context, repo *Repo, root digest.Digest, referrers bool) ([]Node, error) {
+	nodes, _, err := walk(ctx, Destination, repo, root, referrers)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkPresent(ctx, repo, nodes, DefaultConcurrency); err != nil {
+		return nil, err
+	}
+	var out []Node
+	for _, n := range nodes {
+		if !n.Present {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+func walk(ctx context.Context, side Side, repo *Repo, root digest.Digest, referrers bool) ([]Node, ocispec.Descriptor, error) {
 	if err := root.Validate(); err != nil {
 		return nil, ocispec.Descriptor{}, fmt.Errorf("digest %q: %w", root, err)
 	}
 	rootDesc, err := repo.Resolve(ctx, root.String())
 	if err != nil {
-		return nil, ocispec.Descriptor{}, sideError(Source, repo, "resolve "+root.String()+" in", err)
+		return nil, ocispec.Descriptor{}, sideError(side, repo, "resolve "+root.String()+" in", err)
 	}
 	if rootDesc.Digest != root {
 		return nil, ocispec.Descriptor{}, fmt.Errorf("resolve %s in %s: the registry answered %s", root, repo.Name(), rootDesc.Digest)
 	}
-	w := &walker{repo: repo, seen: map[digest.Digest]bool{}}
+	w := &walker{side: side, repo: repo, seen: map[digest.Digest]bool{}}
 	if err := w.visit(ctx, rootDesc); err != nil {
 		return nil, ocispec.Descriptor{}, err
 	}
@@ -161,7 +185,7 @@ func Walk(ctx context.Context, repo *Repo, root digest.Digest, referrers bool) (
 			}
 			refs, err := repo.referrers(ctx, n.Descriptor)
 			if err != nil {
-				return nil, ocispec.Descriptor{}, sideError(Source, repo, "list referrers of "+n.Descriptor.Digest.String()+" in", err)
+				return nil, ocispec.Descriptor{}, sideError(side, repo, "list referrers of "+n.Descriptor.Digest.String()+" in", err)
 			}
 			for _, r := range refs {
 				if err := w.visit(ctx, r); err != nil {
@@ -174,6 +198,7 @@ func Walk(ctx context.Context, repo *Repo, root digest.Digest, referrers bool) (
 }
 
 type walker struct {
+	side  Side
 	repo  *Repo
 	seen  map[digest.Digest]bool
 	nodes []Node
@@ -198,7 +223,7 @@ func (w *walker) visit(ctx context.Context, desc ocispec.Descriptor) error {
 		w.nodes = append(w.nodes, Node{Descriptor: desc})
 		return nil
 	}
-	raw, err := fetchManifest(ctx, w.repo, desc)
+	raw, err := fetchManifest(ctx, w.side, w.repo, desc)
 	if err != nil {
 		return err
 	}
@@ -219,18 +244,18 @@ func (w *walker) visit(ctx context.Context, desc ocispec.Descriptor) error {
 }
 
 // fetchManifest reads a manifest and checks its size and digest.
-func fetchManifest(ctx context.Context, repo *Repo, desc ocispec.Descriptor) ([]byte, error) {
+func fetchManifest(ctx context.Context, side Side, repo *Repo, desc ocispec.Descriptor) ([]byte, error) {
 	if desc.Size > MaxManifestBytes {
 		return nil, fmt.Errorf("%s: manifest %s is %d bytes, over the limit of %d", repo.Name(), desc.Digest, desc.Size, MaxManifestBytes)
 	}
 	rc, err := repo.Fetch(ctx, desc)
 	if err != nil {
-		return nil, sideError(Source, repo, "fetch manifest "+desc.Digest.String()+" from", err)
+		return nil, sideError(side, repo, "fetch manifest "+desc.Digest.String()+" from", err)
 	}
 	defer rc.Close()
 	raw, err := io.ReadAll(io.LimitReader(rc, desc.Size+1))
 	if err != nil {
-		return nil, sideError(Source, repo, "read manifest "+desc.Digest.String()+" from", err)
+		return nil, sideError(side, repo, "read manifest "+desc.Digest.String()+" from", err)
 	}
 	if int64(len(raw)) != desc.Size {
 		return nil, fmt.Errorf("%s: manifest %s: got %d bytes, its descriptor says %d", repo.Name(), desc.Digest, len(raw), desc.Size)
@@ -271,9 +296,10 @@ func isManifest(mt string) bool {
 func foreign(mt string) bool {
 	switch mt {
 	case "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip",
-		ocispec.MediaTypeImageLayerNonDistributable,     //nolint:staticcheck // still met in the wild
-		ocispec.MediaTypeImageLayerNonDistributableGzip, //nolint:staticcheck
-		ocispec.MediaTypeImageLayerNonDistributableZstd: //nolint:staticcheck
+		// The OCI non-distributable layer types (deprecated, still met).
+		"application/vnd.oci.image.layer.nondistributable.v1.tar",
+		"application/vnd.oci.image.layer.nondistributable.v1.tar+gzip",
+		"application/vnd.oci.image.layer.nondistributable.v1.tar+zstd":
 		return true
 	}
 	return false

@@ -46,7 +46,9 @@ type Repo struct {
 	// dir is a layout repository's directory.
 	dir    string
 	remote *remote.Repository
-	layout *oci.Store
+	// transport is a registry repository's connection pool.
+	transport *http.Transport
+	layout    *oci.Store
 	// target is remote or layout.
 	target interface {
 		content.Storage
@@ -144,11 +146,12 @@ func Open(ctx context.Context, reg Registry, repository string, creds Credential
 		return &Repo{name: "oci:" + dir, reg: reg, dir: dir, layout: st, target: st}, nil
 	}
 	full := reg.repoPath(repository)
+	tr := newTransport()
 	rr := &remote.Repository{
 		Reference: registry.Reference{Registry: reg.Host, Repository: full},
 		PlainHTTP: reg.PlainHTTP,
 		Client: &auth.Client{
-			Client:     &http.Client{Transport: newTransport()},
+			Client:     &http.Client{Transport: tr},
 			Cache:      auth.NewCache(),
 			Credential: auth.StaticCredential(reg.Host, auth.Credential{Username: creds.Username, Password: creds.Password, RefreshToken: creds.RefreshToken, AccessToken: creds.AccessToken}),
 			Header:     http.Header{"User-Agent": {"byoc-ocicopy"}},
@@ -157,7 +160,14 @@ func Open(ctx context.Context, reg Registry, repository string, creds Credential
 		// than deleted: registries without deletion refuse the delete.
 		SkipReferrersGC: true,
 	}
-	return &Repo{name: reg.Host + "/" + full, reg: reg, remote: rr, target: rr}, nil
+	return &Repo{name: reg.Host + "/" + full, reg: reg, remote: rr, transport: tr, target: rr}, nil
+}
+
+// Close closes the repository's idle connections. A Repo stays usable.
+func (r *Repo) Close() {
+	if r.transport != nil {
+		r.transport.CloseIdleConnections()
+	}
 }
 
 // newTransport is a repository's connection pool. Larger socket buffers
