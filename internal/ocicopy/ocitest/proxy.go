@@ -49,16 +49,18 @@ func StartProxy(tb testing.TB, host string) *Proxy {
 	}
 	p.Host = l.Addr().String()
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPut && strings.Contains(r.URL.Path, "/blobs/uploads/") {
+		if (r.Method == http.MethodPut || r.Method == http.MethodPatch) && strings.Contains(r.URL.Path, "/blobs/uploads/") {
 			d := r.URL.Query().Get("digest")
 			r.Body = &countingBody{ReadCloser: r.Body, add: func(n int64) {
 				p.mu.Lock()
 				p.uploads[d] += n
 				p.mu.Unlock()
 			}}
-			p.mu.Lock()
-			p.puts[d]++
-			p.mu.Unlock()
+			if r.Method == http.MethodPut {
+				p.mu.Lock()
+				p.puts[d]++
+				p.mu.Unlock()
+			}
 		}
 		rp.ServeHTTP(w, r)
 	})}
@@ -68,7 +70,8 @@ func StartProxy(tb testing.TB, host string) *Proxy {
 }
 
 // Uploaded is how many bytes of blob digest the proxy passed on in
-// uploads (PUT ...?digest=), over all attempts.
+// uploads (PUT ...?digest=), over all attempts; bytes sent in PATCH
+// requests (chunked uploads) count under "".
 func (p *Proxy) Uploaded(digest string) int64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -82,7 +85,8 @@ func (p *Proxy) Puts(digest string) int {
 	return p.puts[digest]
 }
 
-// TotalUploaded is the blob bytes passed on in uploads, over all blobs.
+// TotalUploaded is the blob bytes passed on in uploads (PATCH and PUT),
+// over all blobs.
 func (p *Proxy) TotalUploaded() int64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
