@@ -20,6 +20,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -34,7 +35,7 @@ import (
 // HOST:PORT), with home as its HOME.
 type tool struct {
 	name string
-	copy func(ctx context.Context, src, dst, repo string, dgst digest.Digest, home string) error
+	copy func(ctx context.Context, src, dst, repo string, dgst digest.Digest, home string) (cpu time.Duration, err error)
 }
 
 // findBinary looks in .cache/bench-tools/bin (scripts/bench-tools.sh),
@@ -52,20 +53,30 @@ func findBinary(name string) string {
 	return ""
 }
 
-func command(ctx context.Context, home, bin string, args ...string) error {
+// command runs a peer and returns the CPU time it used.
+func command(ctx context.Context, home, bin string, args ...string) (time.Duration, error) {
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = append(os.Environ(), "HOME="+home, "XDG_RUNTIME_DIR="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"), "DOCKER_CONFIG="+filepath.Join(home, ".docker"))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("%s %s: %v\n%s", filepath.Base(bin), strings.Join(args, " "), err, out)
+		return 0, fmt.Errorf("%s %s: %v\n%s", filepath.Base(bin), strings.Join(args, " "), err, out)
 	}
-	return nil
+	return cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime(), nil
+}
+
+// selfCPU is this process's CPU time so far.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func tools(b *testing.B) ([]tool, []string) {
 	var ts []tool
 	var missing []string
-	ts = append(ts, tool{"byoc", func(ctx context.Context, src, dst, repo string, d digest.Digest, _ string) error {
+	concurrency := envInt("BYOC_BENCH_IMAGE_CONCURRENCY", 0)
+	ts = append(ts, tool{"byoc", func(ctx context.Context, src, dst, repo string, d digest.Digest, _ string) (time.Duration, error) {
+		cpu0 := selfCPU()
 		open := func(host string) (*ocicopy.Repo, error) {
 			reg, err := ocicopy.ParseRegistry("http://" + host)
 			if err != nil {
@@ -75,19 +86,19 @@ func tools(b *testing.B) ([]tool, []string) {
 		}
 		s, err := open(src)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		defer s.Close()
 		t, err := open(dst)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		defer t.Close()
-		_, err = ocicopy.Copy(ctx, s, t, d, ocicopy.Options{})
-		return err
+		_, err = ocicopy.Copy(ctx, s, t, d, ocicopy.Options{Concurrency: concurrency})
+		return selfCPU() - cpu0, err
 	}})
 	if bin := findBinary("skopeo"); bin != "" {
-		ts = append(ts, tool{"skopeo", func(ctx context.Context, src, dst, repo string, d digest.Digest, home string) error {
+		ts = append(ts, tool{"skopeo", func(ctx context.Context, src, dst, repo string, d digest.Digest, home string) (time.Duration, error) {
 			return command(ctx, home, bin, "copy", "--insecure-policy", "--all", "--preserve-digests", "--src-tls-verify=false", "--dest-tls-verify=false", "-q",
 				"docker://"+src+"/"+repo+"@"+d.String(), "docker://"+dst+"/"+repo+":bench")
 		}})
@@ -95,18 +106,21 @@ func tools(b *testing.B) ([]tool, []string) {
 		missing = append(missing, "skopeo (apt-get install skopeo)")
 	}
 	if bin := findBinary("crane"); bin != "" {
-		ts = append(ts, tool{"crane", func(ctx context.Context, src, dst, repo string, d digest.Digest, home string) error {
+		ts = append(ts, tool{"crane", func(ctx context.Context, src, dst, repo string, d digest.Digest, home string) (time.Duration, error) {
 			return command(ctx, home, bin, "copy", "--insecure", src+"/"+repo+"@"+d.String(), dst+"/"+repo+":bench")
 		}})
 	} else {
 		missing = append(missing, "crane (scripts/bench-tools.sh)")
 	}
 	if bin := findBinary("oras"); bin != "" {
-		ts = append(ts, tool{"oras", func(ctx context.Context, src, dst, repo string, d digest.Digest, home string) error {
+		ts = append(ts, tool{"oras", func(ctx context.Context, src, dst, repo string, d digest.Digest, home string) (time.Duration, error) {
 			return command(ctx, home, bin, "cp", "--from-plain-http", "--to-plain-http", src+"/"+repo+"@"+d.String(), dst+"/"+repo+":bench")
 		}})
 	} else {
 		missing = append(missing, "oras (scripts/bench-tools.sh)")
+	}
+	if only := os.Getenv("BYOC_BENCH_IMAGE_TOOLS"); only != "" {
+		ts = slices.DeleteFunc(ts, func(t tool) bool { return !slices.Contains(strings.Split(only, ","), t.name) })
 	}
 	return ts, missing
 }
@@ -114,6 +128,7 @@ func tools(b *testing.B) ([]tool, []string) {
 // result is one tool's runs of one case.
 type result struct {
 	copies, resyncs []time.Duration
+	cpu             []time.Duration
 	resyncBytes     []int64
 }
 
@@ -133,7 +148,7 @@ func envInt(name string, def int) int {
 func BenchmarkImageSync(b *testing.B) {
 	ctx := context.Background()
 	ts, missing := tools(b)
-	rounds := envInt("BYOC_BENCH_IMAGE_ROUNDS", 3)
+	rounds := envInt("BYOC_BENCH_IMAGE_ROUNDS", 5)
 	bigMB := envInt("BYOC_BENCH_IMAGE_MB", 500)
 	src := ocitest.StartRegistry(b, ocitest.RegistryOptions{})
 	srcReg, _ := ocicopy.ParseRegistry(src.URL())
@@ -199,15 +214,17 @@ func BenchmarkImageSync(b *testing.B) {
 				dst := ocitest.StartRegistry(b, ocitest.RegistryOptions{})
 				home := b.TempDir()
 				start := time.Now()
-				if err := t.copy(ctx, src.Host, dst.Host, c.repo, c.root.Digest, home); err != nil {
+				cpu, err := t.copy(ctx, src.Host, dst.Host, c.repo, c.root.Digest, home)
+				if err != nil {
 					b.Fatalf("%s, %s: %v", c.name, t.name, err)
 				}
 				res.copies = append(res.copies, time.Since(start))
+				res.cpu = append(res.cpu, cpu)
 				checkCopied(b, dst, c.repo, c.root.Digest, t.name)
 
 				proxy := ocitest.StartProxy(b, dst.Host)
 				start = time.Now()
-				if err := t.copy(ctx, src.Host, proxy.Host, c.repo, c.root.Digest, home); err != nil {
+				if _, err := t.copy(ctx, src.Host, proxy.Host, c.repo, c.root.Digest, home); err != nil {
 					b.Fatalf("%s, %s re-sync: %v", c.name, t.name, err)
 				}
 				res.resyncs = append(res.resyncs, time.Since(start))
@@ -235,7 +252,7 @@ func BenchmarkImageSync(b *testing.B) {
 				fastestPeer = m
 			}
 		}
-		fmt.Printf("  %-7s %16s %10s %16s %14s %12s\n", "tool", "copy MB/s", "time", "vs fastest peer", "re-sync time", "re-sync B")
+		fmt.Printf("  %-7s %16s %10s %16s %10s %14s %12s\n", "tool", "copy MB/s", "time", "vs fastest peer", "tool CPU", "re-sync time", "re-sync B")
 		for _, t := range ts {
 			res := results[c.name][t.name]
 			m := median(res.copies)
@@ -243,12 +260,12 @@ func BenchmarkImageSync(b *testing.B) {
 			if fastestPeer > 0 {
 				ratio = fmt.Sprintf("%.2fx", fastestPeer.Seconds()/m.Seconds())
 			}
-			fmt.Printf("  %-7s %7.1f (%6.1f) %10s %16s %14s %12d\n", t.name,
+			fmt.Printf("  %-7s %7.1f (%6.1f) %10s %16s %10s %14s %12d\n", t.name,
 				float64(c.bytes)/1e6/m.Seconds(), float64(c.bytes)/1e6/slices.Min(res.copies).Seconds(),
-				m.Round(time.Millisecond), ratio, median(res.resyncs).Round(time.Millisecond), slices.Max(res.resyncBytes))
+				m.Round(time.Millisecond), ratio, median(res.cpu).Round(time.Millisecond), median(res.resyncs).Round(time.Millisecond), slices.Max(res.resyncBytes))
 		}
 	}
-	fmt.Println("  (vs fastest peer: the fastest of skopeo, crane and oras by median time divided by this tool's; above 1 is faster. re-sync B: blob bytes uploaded by the second, unchanged copy, the most over the rounds)")
+	fmt.Println("  (vs fastest peer: the fastest of skopeo, crane and oras by median time divided by this tool's; above 1 is faster. tool CPU: user+system time of the copying process, median; the registries' is not counted. re-sync B: blob bytes uploaded by the second, unchanged copy, the most over the rounds)")
 }
 
 // checkCopied fails unless dst holds the whole graph of d.

@@ -406,10 +406,18 @@ func TestTamperedBlobRefused(t *testing.T) {
 	}
 	// The source serves every blob with its last byte changed.
 	proxy.Tamper = func(_ string, body io.Reader) io.Reader { return &flipLast{r: body} }
-	for _, tc := range []struct{ name, loc string }{{"registry", dstReg.URL()}, {"layout", "oci:" + t.TempDir()}} {
+	for _, tc := range []struct {
+		name, loc string
+		local     bool
+	}{
+		// By default the destination's own check refuses the blob.
+		{"registry", dstReg.URL(), false}, {"layout", "oci:" + t.TempDir(), false},
+		// With LocalVerify, the copy's does first.
+		{"registry-local", dstReg.URL(), true}, {"layout-local", "oci:" + t.TempDir(), true},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dst := open(t, tc.loc, "install/api", dstCreds)
-			_, err := ocicopy.Copy(ctx, src, dst, img.Digest, ocicopy.Options{})
+			dst := open(t, tc.loc, "install/"+tc.name, dstCreds)
+			_, err := ocicopy.Copy(ctx, src, dst, img.Digest, ocicopy.Options{LocalVerify: tc.local})
 			if !errors.Is(err, ocicopy.ErrDigestMismatch) {
 				t.Fatalf("copy of tampered blobs: %v; want ErrDigestMismatch", err)
 			}

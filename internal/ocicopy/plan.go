@@ -27,6 +27,15 @@ type Options struct {
 	// a manifest's back (at a request per blob on every re-sync). By
 	// default a held manifest vouches for its content.
 	CheckEveryBlob bool
+	// LocalVerify hashes every blob in this process while it streams, and
+	// withholds the last bytes of one that does not match, on top of the
+	// destination's own check. By default the destination's check is the
+	// one: a registry verifies an upload against the digest it is pushed
+	// under (the distribution spec's PUT ?digest=, refused with
+	// DIGEST_INVALID) and an OCI layout store hashes what it ingests, so
+	// hashing here too would hash every byte twice. Use it for a
+	// destination that is known not to check.
+	LocalVerify bool
 	// Progress, if set, is called when a blob or manifest starts and ends
 	// being copied (from several goroutines at once).
 	Progress func(Event)
