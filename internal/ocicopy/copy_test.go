@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -18,6 +20,37 @@ import (
 	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/internal/ocicopy/ocitest"
 )
+
+// TestMain lets the test binary be a copying process that a test kills
+// (OCICOPY_TEST_CHILD=copy; the source, destination and digest in env).
+func TestMain(m *testing.M) {
+	if os.Getenv("OCICOPY_TEST_CHILD") == "copy" {
+		ctx := context.Background()
+		src := openEnv("OCICOPY_TEST_SRC", srcCreds)
+		dst := openEnv("OCICOPY_TEST_DST", dstCreds)
+		_, err := ocicopy.Copy(ctx, src, dst, digest.Digest(os.Getenv("OCICOPY_TEST_DIGEST")), ocicopy.Options{Concurrency: 1})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func openEnv(name string, creds ocicopy.Credentials) *ocicopy.Repo {
+	loc, repo, _ := strings.Cut(os.Getenv(name), " ")
+	reg, err := ocicopy.ParseRegistry(loc)
+	if err == nil {
+		var r *ocicopy.Repo
+		if r, err = ocicopy.Open(context.Background(), reg, repo, creds); err == nil {
+			return r
+		}
+	}
+	fmt.Fprintln(os.Stderr, err)
+	os.Exit(2)
+	return nil
+}
 
 // open opens repository in the registry at loc.
 func open(tb testing.TB, loc, repository string, creds ocicopy.Credentials) *ocicopy.Repo {
@@ -292,6 +325,98 @@ func TestInterruptedCopyResumes(t *testing.T) {
 		}
 		if n := proxy.Uploaded(d.String()); n != size {
 			t.Errorf("completed blob %s: %d bytes uploaded over both copies, want %d", d, n, size)
+		}
+	}
+	assertSame(t, src, dst, img.Digest)
+}
+
+// A copying process killed with SIGKILL mid-copy: the next copy sends
+// only what had not completed, and no completed blob twice.
+func TestKilledCopyResumes(t *testing.T) {
+	ctx := context.Background()
+	srcReg, dstReg := registries(t)
+	proxy := ocitest.StartProxy(t, dstReg.Host)
+	proxy.UploadBytesPerSecond = 16 << 20
+	src := open(t, srcReg.URL(), "acme/big", srcCreds)
+	dst := open(t, dstReg.URL(), "install/big", dstCreds)
+	img, err := ocitest.Image(ctx, src, ocitest.ImageSpec{Seed: 70, Layers: []int64{4 << 20, 4 << 20, 4 << 20, 4 << 20, 4 << 20, 4 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes, _, err := ocicopy.Walk(ctx, src, img.Digest, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	child := exec.Command(self, "-test.run=^$")
+	child.Env = append(os.Environ(), "OCICOPY_TEST_CHILD=copy",
+		"OCICOPY_TEST_SRC="+srcReg.URL()+" acme/big",
+		"OCICOPY_TEST_DST=http://"+proxy.Host+" install/big",
+		"OCICOPY_TEST_DIGEST="+img.Digest.String())
+	var out strings.Builder
+	child.Stdout, child.Stderr = &out, &out
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Kill it once two blobs are at the destination.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		present := 0
+		for _, n := range nodes {
+			if ok, _ := dst.Exists(ctx, n.Descriptor); ok && !n.Manifest {
+				present++
+			}
+		}
+		if present >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			child.Process.Kill()
+			child.Wait()
+			t.Fatalf("no two blobs at the destination after 30s; the child said:\n%s", out.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	child.Process.Kill()
+	if err := child.Wait(); err == nil {
+		t.Fatalf("the copy finished before it was killed; the test needs it cut short")
+	}
+
+	// The resumed copy goes through the proxy too, so it counts every
+	// upload of both.
+	viaProxy := open(t, "http://"+proxy.Host, "install/big", dstCreds)
+	p, err := ocicopy.PlanCopy(ctx, src, viaProxy, img.Digest, ocicopy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var done []ocicopy.Node
+	var rest int64
+	for _, n := range p.Nodes {
+		switch {
+		case n.Manifest && n.Present:
+			t.Fatal("the killed copy pushed the manifest")
+		case n.Present:
+			done = append(done, n)
+		case !n.Manifest:
+			rest += n.Descriptor.Size
+		}
+	}
+	if len(done) < 2 || rest == 0 {
+		t.Fatalf("%d blobs done and %d bytes left when killed; the test needs both", len(done), rest)
+	}
+	res, err := p.Apply(ctx, ocicopy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.BlobBytes != rest {
+		t.Fatalf("the resumed copy sent %d blob bytes, want %d (only what the killed one had not completed)", res.BlobBytes, rest)
+	}
+	for _, n := range done {
+		if c := proxy.Puts(n.Descriptor.Digest.String()); c != 1 {
+			t.Errorf("blob %s, complete when the copy was killed, was uploaded %d times over both copies (want once)", n.Descriptor.Digest, c)
 		}
 	}
 	assertSame(t, src, dst, img.Digest)
