@@ -9,6 +9,11 @@
 //	                                                    the customer's permission modes and kill switch
 //	agentd breakglass --state-dir DIR list|approve ID [--for D]|deny ID --reason R|revoke ID
 //	                                                    the customer's decisions on break-glass requests
+//	agentd --stack-config FILE --state-dir DIR          run from an install stack (its imsd, token, roles, inputs, secrets)
+//	agentd preflight [--stack-config FILE] [--state-dir DIR]
+//	                                                    check what the install needs; exit 1 on a failure
+//	agentd support-bundle -o FILE.tar.gz [--state-dir DIR] [--stack-config FILE]
+//	                                                    collect a redacted bundle for the vendor's support
 package main
 
 import (
@@ -27,6 +32,7 @@ import (
 	"github.com/byoc-dev/byoc/agentd/agent"
 	"github.com/byoc-dev/byoc/agentd/pluginhost"
 	"github.com/byoc-dev/byoc/agentd/secrets"
+	"github.com/byoc-dev/byoc/agentd/stack"
 	"github.com/byoc-dev/byoc/internal/buildinfo"
 	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/plugins/action"
@@ -53,6 +59,12 @@ func main() {
 	defer stop()
 	if len(os.Args) > 1 && os.Args[1] == "breakglass" {
 		os.Exit(breakglassCmd(ctx, os.Args[2:], os.Stdout, os.Stderr, time.Now))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "preflight" {
+		os.Exit(preflightCmd(ctx, os.Args[2:], os.Stdout, os.Stderr))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "support-bundle" {
+		os.Exit(supportBundleCmd(ctx, os.Args[2:], os.Stdout, os.Stderr))
 	}
 	os.Exit(run(ctx, os.Args[1:]))
 }
@@ -89,6 +101,8 @@ func run(ctx context.Context, args []string) int {
 		pluginDirs, pins     multiFlag
 		secretsFile          string
 		installRegistry      string
+		policyDir            string
+		stackPath            string
 		level                slog.Level
 	)
 	fs.StringVar(&ims, "ims", os.Getenv("BYOC_IMS_URL"), "imsd `URL`; also $BYOC_IMS_URL")
@@ -99,6 +113,8 @@ func run(ctx context.Context, args []string) int {
 	fs.Var(&pins, "plugin-pin", "`type=sha256` pin for an external plugin (repeatable); unpinned plugins never run")
 	fs.StringVar(&secretsFile, "secrets-file", "", "customer-owned `file` of NAME=value secrets (mode 0600); jobs get those their config lists under \"secrets\", and every value is redacted from job logs, errors and outputs")
 	fs.StringVar(&installRegistry, "install-registry", os.Getenv("BYOC_INSTALL_REGISTRY"), "the install registry `location` every image, chart and module is synced into before it runs: http(s)://HOST[:PORT][/PREFIX], HOST[:PORT][/PREFIX], or oci:DIR (an OCI image layout root); default oci:STATE-DIR/registry; also $BYOC_INSTALL_REGISTRY; credentials: the --secrets-file entries BYOC_INSTALL_REGISTRY_USERNAME, _PASSWORD, _TOKEN")
+	fs.StringVar(&policyDir, "policy-dir", "", "customer-owned `directory` of rego policies (*.rego, not writable by group or others); every plan, apply and destroy must pass them, whatever the app config's policies say")
+	fs.StringVar(&stackPath, "stack-config", os.Getenv("BYOC_STACK_CONFIG"), "the install stack's config `file` (its imsd URL, enrolment token, a role per permission mode, the customer's inputs and secrets); also $BYOC_STACK_CONFIG")
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "log `level`: debug, info, warn, error")
 	showVersion := fs.Bool("version", false, "print the version, commit and build date, and exit")
 	if err := fs.Parse(args); err != nil {
@@ -128,6 +144,50 @@ func run(ctx context.Context, args []string) int {
 		if secretMap, err = secrets.Load(secretsFile); err != nil {
 			fmt.Fprintf(os.Stderr, "agentd: --secrets-file: %v\n", err)
 			return 2
+		}
+	}
+	if policyDir != "" {
+		// Checked at start so a mistake shows now, not at the first
+		// deploy; read again for every job.
+		var err error
+		if policyDir, err = filepath.Abs(policyDir); err == nil {
+			_, err = agent.CustomerPolicies(policyDir)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "agentd: --policy-dir: %v\n", err)
+			return 2
+		}
+	}
+	// An install stack: imsd, the enrolment token (until enrolled), the
+	// customer's secrets and inputs, and a role per permission mode.
+	var st *stack.Stack
+	var stackValues stack.Values
+	if stackPath != "" {
+		var err error
+		if st, err = stack.Open(stackPath); err != nil {
+			fmt.Fprintf(os.Stderr, "agentd: --stack-config: %v\n", err)
+			return 2
+		}
+		if ims == "" {
+			ims = st.Config.IMS
+		}
+		if token == "" && stateDir != "" && !enrolled(stateDir) {
+			if token, err = st.EnrollToken(ctx); err != nil {
+				fmt.Fprintf(os.Stderr, "agentd: %v\n", err)
+				return 1
+			}
+		}
+		if stackValues, err = st.Values(ctx); err != nil {
+			fmt.Fprintf(os.Stderr, "agentd: %v\n", err)
+			return 1
+		}
+		if secretMap == nil {
+			secretMap = map[string]string{}
+		}
+		for k, v := range stackValues.Secrets {
+			if _, dup := secretMap[k]; !dup {
+				secretMap[k] = v
+			}
 		}
 	}
 	self, err := os.Executable()
@@ -161,7 +221,11 @@ func run(ctx context.Context, args []string) int {
 		Logger:   log,
 	}
 	runner := &agent.PluginRunner{Loader: loader, WorkRoot: filepath.Join(stateDir, "jobs"),
-		StateRoot: filepath.Join(stateDir, "components"), Secrets: secretMap, InstallRegistry: installRegistry, Logger: log}
+		StateRoot: filepath.Join(stateDir, "components"), LogRoot: filepath.Join(stateDir, "logs"), Secrets: secretMap, Logger: log,
+		PolicyDir: policyDir, InstallRegistry: installRegistry}
+	if st != nil {
+		runner.Credentials = stackCredentials(st, stateDir, time.Now)
+	}
 	defer runner.Close()
 	// A previous agentd killed mid-job left its workspaces, its plugins'
 	// socket dirs and its steps' cgroups; no job of this one runs yet.
