@@ -238,6 +238,9 @@ func jobToProto(j JobContext) *pluginv1.JobContext {
 		WorkDir:        j.WorkDir,
 		TimeoutSeconds: int64(j.Timeout / time.Second),
 		StateDir:       j.StateDir,
+		PlanDir:        j.PlanDir,
+
+		ApprovedPlanDigest: j.ApprovedPlanDigest,
 	}
 }
 
@@ -249,6 +252,9 @@ func jobFromProto(j *pluginv1.JobContext) JobContext {
 		WorkDir:   j.GetWorkDir(),
 		StateDir:  j.GetStateDir(),
 		Timeout:   time.Duration(j.GetTimeoutSeconds()) * time.Second,
+		PlanDir:   j.GetPlanDir(),
+
+		ApprovedPlanDigest: j.GetApprovedPlanDigest(),
 	}
 }
 

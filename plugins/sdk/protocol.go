@@ -18,7 +18,7 @@ type ProtocolVersion struct {
 
 // Protocol is the protocol version this SDK speaks, as a plugin and as a
 // host. See rpc/byoc/plugin/v1/plugin.proto for what each minor added.
-var Protocol = ProtocolVersion{Major: 1, Minor: 2}
+var Protocol = ProtocolVersion{Major: 1, Minor: 3}
 
 // ProtocolMajor is the major version of [Protocol]; it is go-plugin's
 // handshake version.
