@@ -18,6 +18,7 @@ import (
 	"github.com/byoc-dev/byoc/imsd/errs"
 	"github.com/byoc-dev/byoc/imsd/store"
 	"github.com/byoc-dev/byoc/imsd/workflow"
+	"github.com/byoc-dev/byoc/rpc/agentproto"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 	"github.com/byoc-dev/byoc/schema/app/config"
 	"github.com/byoc-dev/byoc/schema/app/load"
@@ -201,7 +202,16 @@ func (s *Service) ApproveWorkflow(ctx context.Context, req *connect.Request[imsv
 	if req.Msg.Id == "" {
 		return nil, s.err(ctx, errs.Field("id", "is required"))
 	}
-	wf, err := s.store.ApproveWorkflow(ctx, req.Msg.Id, callerFrom(ctx).Name, s.now())
+	for name, d := range req.Msg.PlanDigests {
+		if _, ok := agentproto.PlanDigestHex(d); !ok {
+			return nil, s.err(ctx, errs.Field("plan_digests["+name+"]", "%q is not a plan digest (sha256: and 64 lowercase hex digits)", d))
+		}
+	}
+	var expected map[string]string
+	if len(req.Msg.PlanDigests) > 0 {
+		expected = req.Msg.PlanDigests
+	}
+	wf, err := s.store.ApproveWorkflow(ctx, req.Msg.Id, callerFrom(ctx).Name, expected, s.now())
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}
@@ -417,7 +427,32 @@ func stepToProto(st store.Step) *imsv1.WorkflowStep {
 	return &imsv1.WorkflowStep{Name: st.Name, Component: st.Component, Action: st.Action, ComponentType: st.ComponentType,
 		Operation: st.Operation, Needs: st.Needs, Reason: st.Reason, State: stepStatesToProto[st.State], JobId: st.JobID,
 		Attempts: int32(st.Attempts), Error: st.Error, StartTime: ts(st.StartedAt), EndTime: ts(st.EndedAt),
-		TimeoutSeconds: int64(st.Timeout / time.Second)}
+		TimeoutSeconds: int64(st.Timeout / time.Second), PlanJobId: st.PlanJobID, PlanDigest: st.PlanDigest,
+		ApprovedPlanDigest: st.ApprovedPlanDigest}
+}
+
+// stepPlanState fills in where a step's plan is: planned once its digest
+// is in, else planning while its plan job runs, failed (with why) after.
+func (s *Service) stepPlanState(ctx context.Context, p *imsv1.WorkflowStep) {
+	switch {
+	case p.PlanJobId == "":
+		return
+	case p.PlanDigest != "":
+		p.PlanState = "planned"
+		return
+	}
+	p.PlanState = "planning"
+	j, err := s.store.GetJob(ctx, p.PlanJobId)
+	if err != nil || !j.State.Terminal() {
+		return
+	}
+	if j.State == store.JobSucceeded {
+		return // recorded at the engine's next pass
+	}
+	p.PlanState, p.PlanError = "failed", cmp.Or(j.Error, "plan job "+string(j.State))
+	if j.State == store.JobTimedOut {
+		p.PlanState = "timed_out"
+	}
 }
 
 func (s *Service) workflowToProto(ctx context.Context, wf store.Workflow, steps []store.Step) *imsv1.Workflow {
@@ -431,7 +466,9 @@ func (s *Service) workflowToProto(ctx context.Context, wf store.Workflow, steps 
 	if steps != nil {
 		p.StepCounts = map[string]int32{}
 		for _, st := range steps {
-			p.Steps = append(p.Steps, stepToProto(st))
+			sp := stepToProto(st)
+			s.stepPlanState(ctx, sp)
+			p.Steps = append(p.Steps, sp)
 			p.StepCounts[string(st.State)]++
 		}
 	}
