@@ -140,3 +140,42 @@ func JobPlanDigest(j store.Job) (string, error) {
 	}
 	return agentproto.PlanDigest(in)
 }
+
+// LivePlanJobs are the plan jobs of a live plan (byoc install plan --live),
+// one per component apply step of plan that can be rendered now, with the
+// config and mode its apply would have; Unplanned says, per step, why it
+// could not be planned yet (it needs outputs of a step before it).
+type LivePlanJobs struct {
+	Jobs      map[string]store.Job
+	Unplanned map[string]string
+}
+
+// PlanJobs builds the plan jobs of a live plan of kind for install in.
+// The caller enqueues them.
+func (e *Engine) PlanJobs(ctx context.Context, kind string, in store.Install, plan *Plan, createdBy string) (*LivePlanJobs, error) {
+	wf := store.Workflow{InstallID: in.ID, Kind: kind, AppRevision: plan.Revision, Inputs: plan.Inputs}
+	out := &LivePlanJobs{Jobs: map[string]store.Job{}, Unplanned: map[string]string{}}
+	var sc *stepContext
+	for i := range plan.Steps {
+		s := &plan.Steps[i]
+		if !s.NeedsPlan() {
+			continue
+		}
+		if sc == nil {
+			var err error
+			if sc, err = e.stepContext(ctx, wf); err != nil {
+				return nil, err
+			}
+		}
+		cfg, err := jobConfig(sc, s)
+		if err != nil {
+			out.Unplanned[s.Name] = fmt.Sprintf("cannot be planned before the steps it needs have run: %v", err)
+			continue
+		}
+		now := e.now()
+		out.Jobs[s.Name] = store.Job{ID: auth.NewSortableID("job_", now), InstallID: in.ID, ComponentType: s.ComponentType, Operation: OpPlan,
+			Component: s.Component, Config: cfg, MaxAttempts: 1, Timeout: s.Timeout, CreatedAt: now,
+			CreatedBy: createdBy, Mode: StepMode(wf, s, sc.app)}
+	}
+	return out, nil
+}
