@@ -43,6 +43,18 @@ type PluginRunner struct {
 	// operation; the values of all of them are redacted from every log
 	// line, error and output the job sends back.
 	Secrets map[string]string
+	// LogRoot, when set, keeps a local copy of the newest jobs' logs
+	// (KeepJobLogs of them, STATE/logs/<job>-<attempt>.log, 0600), as
+	// redacted as what imsd gets, for the customer's support bundle.
+	LogRoot string
+	// Credentials, when set, gives each job the cloud credentials of its
+	// permission mode's role (the install stack's, agentd/stack): env is
+	// added to the operation's environment only (never the plugin
+	// process's own), secret lists values to redact from everything the
+	// job sends back. An error fails the job before anything starts, with
+	// the error as its message (naming the role and the stack parameter
+	// that turns it on).
+	Credentials func(ctx context.Context, job Job) (env map[string]string, secret []string, err error)
 	// CgroupRoot is where cgroup file systems are mounted, for sweeping
 	// step cgroups (/sys/fs/cgroup when empty).
 	CgroupRoot string
@@ -77,12 +89,25 @@ func (r *PluginRunner) Run(ctx context.Context, job Job, rawLog func(int32, stri
 	// secrets; the list never reaches the plugin.
 	config, sensitive, sensErr := takeSensitive(job.Config)
 	job.Config = config
+	// The job's role's credentials, asked for before anything starts; a
+	// mode without a role fails the job here.
+	var credEnv map[string]string
+	if r.Credentials != nil && sensErr == nil {
+		env, secret, err := r.Credentials(ctx, job)
+		if err != nil {
+			sensErr = err
+		}
+		credEnv = env
+		sensitive = append(sensitive, secret...)
+	}
 	red := redact.New(append(secretValues, sensitive...)...)
 	// Every line goes through the redactor, so that a secret a plugin
 	// sends in pieces is caught too; flushed before the outcome.
-	stream := red.NewStream(redactHold, func(e redact.Event) { rawLog(e.Stream, e.Text) })
+	jl := openJobLog(r.LogRoot, job)
+	defer jl.close(r.LogRoot)
+	stream := red.NewStream(redactHold, func(e redact.Event) { jl.write(e.Stream, e.Text); rawLog(e.Stream, e.Text) })
 	log := func(st int32, text string) { stream.Add(redact.Event{Stream: st, Text: text}) }
-	out := r.run(ctx, job, sensErr, log, red)
+	out := r.run(ctx, job, sensErr, credEnv, log, red)
 	stream.Flush()
 	out.Error = red.String(out.Error)
 	out.Outputs = red.Map(out.Outputs)
@@ -241,8 +266,9 @@ func (r *PluginRunner) resolveSecrets(config map[string]any) (map[string]any, ma
 	return out.(map[string]any), env, nil
 }
 
-// run runs job; configErr, when set, fails it before anything starts.
-func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, log func(int32, string), red *redact.Redactor) Outcome {
+// run runs job; configErr, when set, fails it before anything starts;
+// credEnv goes to the operation's environment.
+func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEnv map[string]string, log func(int32, string), red *redact.Redactor) Outcome {
 	fail := func(format string, args ...any) Outcome {
 		msg := red.String(fmt.Sprintf(format, args...))
 		log(StreamSystem, "[agentd] "+msg)
@@ -337,6 +363,10 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, log fu
 	// own environment.
 	opEnv := maps.Clone(env)
 	maps.Copy(opEnv, secretEnv)
+	maps.Copy(opEnv, credEnv)
+	if arn := credEnv["BYOC_ROLE_ARN"]; arn != "" {
+		log(StreamSystem, fmt.Sprintf("[agentd] %s mode: running with role %s (credentials until %s; never the agent's own)", job.Mode, arn, credEnv["AWS_CREDENTIAL_EXPIRATION"]))
+	}
 	jc := sdk.JobContext{JobID: job.ID, InstallID: job.InstallID, Attempt: int(job.Attempt), WorkDir: work,
 		StateDir: stateDir, Timeout: job.Timeout}
 	plans := planStore{}

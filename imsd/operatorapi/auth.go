@@ -46,6 +46,9 @@ var readOnly = map[string]bool{
 	"/" + grpcreflect.ReflectV1ServiceName + "/ServerReflectionInfo":      true,
 	"/" + grpcreflect.ReflectV1AlphaServiceName + "/ServerReflectionInfo": true,
 	imsv1connect.OperatorServiceListAuditEventsProcedure:                  true,
+	// The install's app revision files and the signing key id, which
+	// byoc install stack builds the customer's stack from.
+	imsv1connect.OperatorServiceGetInstallStackProcedure: true,
 }
 
 type callerKey struct{}

@@ -4820,6 +4820,127 @@ func (x *BreakGlassRole) GetDescription() string {
 	return ""
 }
 
+type GetInstallStackRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Install       string                 `protobuf:"bytes,1,opt,name=install,proto3" json:"install,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetInstallStackRequest) Reset() {
+	*x = GetInstallStackRequest{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[73]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetInstallStackRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetInstallStackRequest) ProtoMessage() {}
+
+func (x *GetInstallStackRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[73]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetInstallStackRequest.ProtoReflect.Descriptor instead.
+func (*GetInstallStackRequest) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{73}
+}
+
+func (x *GetInstallStackRequest) GetInstall() string {
+	if x != nil {
+		return x.Install
+	}
+	return ""
+}
+
+type GetInstallStackResponse struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Install     string                 `protobuf:"bytes,1,opt,name=install,proto3" json:"install,omitempty"`
+	App         string                 `protobuf:"bytes,2,opt,name=app,proto3" json:"app,omitempty"`
+	AppRevision int64                  `protobuf:"varint,3,opt,name=app_revision,json=appRevision,proto3" json:"app_revision,omitempty"`
+	Files       []*AppFile             `protobuf:"bytes,4,rep,name=files,proto3" json:"files,omitempty"`
+	// signing_key_id is the fingerprint of imsd's job signing key.
+	SigningKeyId  string `protobuf:"bytes,5,opt,name=signing_key_id,json=signingKeyId,proto3" json:"signing_key_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetInstallStackResponse) Reset() {
+	*x = GetInstallStackResponse{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[74]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetInstallStackResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetInstallStackResponse) ProtoMessage() {}
+
+func (x *GetInstallStackResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[74]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetInstallStackResponse.ProtoReflect.Descriptor instead.
+func (*GetInstallStackResponse) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{74}
+}
+
+func (x *GetInstallStackResponse) GetInstall() string {
+	if x != nil {
+		return x.Install
+	}
+	return ""
+}
+
+func (x *GetInstallStackResponse) GetApp() string {
+	if x != nil {
+		return x.App
+	}
+	return ""
+}
+
+func (x *GetInstallStackResponse) GetAppRevision() int64 {
+	if x != nil {
+		return x.AppRevision
+	}
+	return 0
+}
+
+func (x *GetInstallStackResponse) GetFiles() []*AppFile {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
+func (x *GetInstallStackResponse) GetSigningKeyId() string {
+	if x != nil {
+		return x.SigningKeyId
+	}
+	return ""
+}
+
 var File_byoc_ims_v1_operator_proto protoreflect.FileDescriptor
 
 const file_byoc_ims_v1_operator_proto_rawDesc = "" +
@@ -5180,7 +5301,15 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x0erequire_reason\x18\x03 \x01(\bR\rrequireReason\"F\n" +
 	"\x0eBreakGlassRole\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
-	"\vdescription\x18\x02 \x01(\tR\vdescription*=\n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription\"2\n" +
+	"\x16GetInstallStackRequest\x12\x18\n" +
+	"\ainstall\x18\x01 \x01(\tR\ainstall\"\xba\x01\n" +
+	"\x17GetInstallStackResponse\x12\x18\n" +
+	"\ainstall\x18\x01 \x01(\tR\ainstall\x12\x10\n" +
+	"\x03app\x18\x02 \x01(\tR\x03app\x12!\n" +
+	"\fapp_revision\x18\x03 \x01(\x03R\vappRevision\x12*\n" +
+	"\x05files\x18\x04 \x03(\v2\x14.byoc.ims.v1.AppFileR\x05files\x12$\n" +
+	"\x0esigning_key_id\x18\x05 \x01(\tR\fsigningKeyId*=\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -5200,7 +5329,7 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x16LOG_STREAM_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11LOG_STREAM_STDOUT\x10\x01\x12\x15\n" +
 	"\x11LOG_STREAM_STDERR\x10\x02\x12\x15\n" +
-	"\x11LOG_STREAM_SYSTEM\x10\x032\xfd\x1a\n" +
+	"\x11LOG_STREAM_SYSTEM\x10\x032\xdb\x1b\n" +
 	"\x0fOperatorService\x12A\n" +
 	"\x06WhoAmI\x12\x1a.byoc.ims.v1.WhoAmIRequest\x1a\x1b.byoc.ims.v1.WhoAmIResponse\x12Y\n" +
 	"\x0eCreateApiToken\x12\".byoc.ims.v1.CreateApiTokenRequest\x1a#.byoc.ims.v1.CreateApiTokenResponse\x12J\n" +
@@ -5242,7 +5371,8 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x11RequestBreakGlass\x12%.byoc.ims.v1.RequestBreakGlassRequest\x1a&.byoc.ims.v1.RequestBreakGlassResponse\x12k\n" +
 	"\x14ListBreakGlassGrants\x12(.byoc.ims.v1.ListBreakGlassGrantsRequest\x1a).byoc.ims.v1.ListBreakGlassGrantsResponse\x12h\n" +
 	"\x13GetBreakGlassPolicy\x12'.byoc.ims.v1.GetBreakGlassPolicyRequest\x1a(.byoc.ims.v1.GetBreakGlassPolicyResponse\x12\\\n" +
-	"\x0fListAuditEvents\x12#.byoc.ims.v1.ListAuditEventsRequest\x1a$.byoc.ims.v1.ListAuditEventsResponseB\xa2\x01\n" +
+	"\x0fListAuditEvents\x12#.byoc.ims.v1.ListAuditEventsRequest\x1a$.byoc.ims.v1.ListAuditEventsResponse\x12\\\n" +
+	"\x0fGetInstallStack\x12#.byoc.ims.v1.GetInstallStackRequest\x1a$.byoc.ims.v1.GetInstallStackResponseB\xa2\x01\n" +
 	"\x0fcom.byoc.ims.v1B\rOperatorProtoP\x01Z2github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1;imsv1\xa2\x02\x03BIX\xaa\x02\vByoc.Ims.V1\xca\x02\vByoc\\Ims\\V1\xe2\x02\x17Byoc\\Ims\\V1\\GPBMetadata\xea\x02\rByoc::Ims::V1b\x06proto3"
 
 var (
@@ -5258,7 +5388,7 @@ func file_byoc_ims_v1_operator_proto_rawDescGZIP() []byte {
 }
 
 var file_byoc_ims_v1_operator_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_byoc_ims_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 78)
+var file_byoc_ims_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 80)
 var file_byoc_ims_v1_operator_proto_goTypes = []any{
 	(Role)(0),                             // 0: byoc.ims.v1.Role
 	(JobState)(0),                         // 1: byoc.ims.v1.JobState
@@ -5336,205 +5466,210 @@ var file_byoc_ims_v1_operator_proto_goTypes = []any{
 	(*GetBreakGlassPolicyRequest)(nil),    // 73: byoc.ims.v1.GetBreakGlassPolicyRequest
 	(*GetBreakGlassPolicyResponse)(nil),   // 74: byoc.ims.v1.GetBreakGlassPolicyResponse
 	(*BreakGlassRole)(nil),                // 75: byoc.ims.v1.BreakGlassRole
-	nil,                                   // 76: byoc.ims.v1.Install.InputsEntry
-	nil,                                   // 77: byoc.ims.v1.InstallSettings.OverridesEntry
-	nil,                                   // 78: byoc.ims.v1.CreateInstallRequest.InputsEntry
-	nil,                                   // 79: byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
-	nil,                                   // 80: byoc.ims.v1.Job.OutputsEntry
-	(*timestamppb.Timestamp)(nil),         // 81: google.protobuf.Timestamp
-	(*InstallHealth)(nil),                 // 82: byoc.ims.v1.InstallHealth
-	(*Workflow)(nil),                      // 83: byoc.ims.v1.Workflow
-	(*structpb.Struct)(nil),               // 84: google.protobuf.Struct
-	(*structpb.Value)(nil),                // 85: google.protobuf.Value
-	(*PlanInstallRequest)(nil),            // 86: byoc.ims.v1.PlanInstallRequest
-	(*StartWorkflowRequest)(nil),          // 87: byoc.ims.v1.StartWorkflowRequest
-	(*ListWorkflowsRequest)(nil),          // 88: byoc.ims.v1.ListWorkflowsRequest
-	(*GetWorkflowRequest)(nil),            // 89: byoc.ims.v1.GetWorkflowRequest
-	(*ApproveWorkflowRequest)(nil),        // 90: byoc.ims.v1.ApproveWorkflowRequest
-	(*CancelWorkflowRequest)(nil),         // 91: byoc.ims.v1.CancelWorkflowRequest
-	(*RetryWorkflowStepRequest)(nil),      // 92: byoc.ims.v1.RetryWorkflowStepRequest
-	(*ListActionsRequest)(nil),            // 93: byoc.ims.v1.ListActionsRequest
-	(*StartActionRunRequest)(nil),         // 94: byoc.ims.v1.StartActionRunRequest
-	(*ListActionRunsRequest)(nil),         // 95: byoc.ims.v1.ListActionRunsRequest
-	(*GetActionRunRequest)(nil),           // 96: byoc.ims.v1.GetActionRunRequest
-	(*ListAuditEventsRequest)(nil),        // 97: byoc.ims.v1.ListAuditEventsRequest
-	(*PlanInstallResponse)(nil),           // 98: byoc.ims.v1.PlanInstallResponse
-	(*StartWorkflowResponse)(nil),         // 99: byoc.ims.v1.StartWorkflowResponse
-	(*ListWorkflowsResponse)(nil),         // 100: byoc.ims.v1.ListWorkflowsResponse
-	(*GetWorkflowResponse)(nil),           // 101: byoc.ims.v1.GetWorkflowResponse
-	(*ApproveWorkflowResponse)(nil),       // 102: byoc.ims.v1.ApproveWorkflowResponse
-	(*CancelWorkflowResponse)(nil),        // 103: byoc.ims.v1.CancelWorkflowResponse
-	(*RetryWorkflowStepResponse)(nil),     // 104: byoc.ims.v1.RetryWorkflowStepResponse
-	(*ListActionsResponse)(nil),           // 105: byoc.ims.v1.ListActionsResponse
-	(*StartActionRunResponse)(nil),        // 106: byoc.ims.v1.StartActionRunResponse
-	(*ListActionRunsResponse)(nil),        // 107: byoc.ims.v1.ListActionRunsResponse
-	(*GetActionRunResponse)(nil),          // 108: byoc.ims.v1.GetActionRunResponse
-	(*ListAuditEventsResponse)(nil),       // 109: byoc.ims.v1.ListAuditEventsResponse
+	(*GetInstallStackRequest)(nil),        // 76: byoc.ims.v1.GetInstallStackRequest
+	(*GetInstallStackResponse)(nil),       // 77: byoc.ims.v1.GetInstallStackResponse
+	nil,                                   // 78: byoc.ims.v1.Install.InputsEntry
+	nil,                                   // 79: byoc.ims.v1.InstallSettings.OverridesEntry
+	nil,                                   // 80: byoc.ims.v1.CreateInstallRequest.InputsEntry
+	nil,                                   // 81: byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
+	nil,                                   // 82: byoc.ims.v1.Job.OutputsEntry
+	(*timestamppb.Timestamp)(nil),         // 83: google.protobuf.Timestamp
+	(*InstallHealth)(nil),                 // 84: byoc.ims.v1.InstallHealth
+	(*Workflow)(nil),                      // 85: byoc.ims.v1.Workflow
+	(*structpb.Struct)(nil),               // 86: google.protobuf.Struct
+	(*structpb.Value)(nil),                // 87: google.protobuf.Value
+	(*PlanInstallRequest)(nil),            // 88: byoc.ims.v1.PlanInstallRequest
+	(*StartWorkflowRequest)(nil),          // 89: byoc.ims.v1.StartWorkflowRequest
+	(*ListWorkflowsRequest)(nil),          // 90: byoc.ims.v1.ListWorkflowsRequest
+	(*GetWorkflowRequest)(nil),            // 91: byoc.ims.v1.GetWorkflowRequest
+	(*ApproveWorkflowRequest)(nil),        // 92: byoc.ims.v1.ApproveWorkflowRequest
+	(*CancelWorkflowRequest)(nil),         // 93: byoc.ims.v1.CancelWorkflowRequest
+	(*RetryWorkflowStepRequest)(nil),      // 94: byoc.ims.v1.RetryWorkflowStepRequest
+	(*ListActionsRequest)(nil),            // 95: byoc.ims.v1.ListActionsRequest
+	(*StartActionRunRequest)(nil),         // 96: byoc.ims.v1.StartActionRunRequest
+	(*ListActionRunsRequest)(nil),         // 97: byoc.ims.v1.ListActionRunsRequest
+	(*GetActionRunRequest)(nil),           // 98: byoc.ims.v1.GetActionRunRequest
+	(*ListAuditEventsRequest)(nil),        // 99: byoc.ims.v1.ListAuditEventsRequest
+	(*PlanInstallResponse)(nil),           // 100: byoc.ims.v1.PlanInstallResponse
+	(*StartWorkflowResponse)(nil),         // 101: byoc.ims.v1.StartWorkflowResponse
+	(*ListWorkflowsResponse)(nil),         // 102: byoc.ims.v1.ListWorkflowsResponse
+	(*GetWorkflowResponse)(nil),           // 103: byoc.ims.v1.GetWorkflowResponse
+	(*ApproveWorkflowResponse)(nil),       // 104: byoc.ims.v1.ApproveWorkflowResponse
+	(*CancelWorkflowResponse)(nil),        // 105: byoc.ims.v1.CancelWorkflowResponse
+	(*RetryWorkflowStepResponse)(nil),     // 106: byoc.ims.v1.RetryWorkflowStepResponse
+	(*ListActionsResponse)(nil),           // 107: byoc.ims.v1.ListActionsResponse
+	(*StartActionRunResponse)(nil),        // 108: byoc.ims.v1.StartActionRunResponse
+	(*ListActionRunsResponse)(nil),        // 109: byoc.ims.v1.ListActionRunsResponse
+	(*GetActionRunResponse)(nil),          // 110: byoc.ims.v1.GetActionRunResponse
+	(*ListAuditEventsResponse)(nil),       // 111: byoc.ims.v1.ListAuditEventsResponse
 }
 var file_byoc_ims_v1_operator_proto_depIdxs = []int32{
 	0,   // 0: byoc.ims.v1.WhoAmIResponse.role:type_name -> byoc.ims.v1.Role
 	0,   // 1: byoc.ims.v1.CreateApiTokenRequest.role:type_name -> byoc.ims.v1.Role
-	81,  // 2: byoc.ims.v1.App.create_time:type_name -> google.protobuf.Timestamp
+	83,  // 2: byoc.ims.v1.App.create_time:type_name -> google.protobuf.Timestamp
 	7,   // 3: byoc.ims.v1.CreateAppResponse.app:type_name -> byoc.ims.v1.App
 	7,   // 4: byoc.ims.v1.ListAppsResponse.apps:type_name -> byoc.ims.v1.App
 	7,   // 5: byoc.ims.v1.GetAppResponse.app:type_name -> byoc.ims.v1.App
-	81,  // 6: byoc.ims.v1.AgentStatus.last_seen_time:type_name -> google.protobuf.Timestamp
-	81,  // 7: byoc.ims.v1.AgentStatus.enroll_time:type_name -> google.protobuf.Timestamp
-	81,  // 8: byoc.ims.v1.AgentStatus.identity_conflict_time:type_name -> google.protobuf.Timestamp
+	83,  // 6: byoc.ims.v1.AgentStatus.last_seen_time:type_name -> google.protobuf.Timestamp
+	83,  // 7: byoc.ims.v1.AgentStatus.enroll_time:type_name -> google.protobuf.Timestamp
+	83,  // 8: byoc.ims.v1.AgentStatus.identity_conflict_time:type_name -> google.protobuf.Timestamp
 	15,  // 9: byoc.ims.v1.AgentStatus.permissions:type_name -> byoc.ims.v1.Permissions
-	81,  // 10: byoc.ims.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
-	81,  // 11: byoc.ims.v1.Permissions.report_time:type_name -> google.protobuf.Timestamp
-	76,  // 12: byoc.ims.v1.Install.inputs:type_name -> byoc.ims.v1.Install.InputsEntry
-	81,  // 13: byoc.ims.v1.Install.create_time:type_name -> google.protobuf.Timestamp
+	83,  // 10: byoc.ims.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
+	83,  // 11: byoc.ims.v1.Permissions.report_time:type_name -> google.protobuf.Timestamp
+	78,  // 12: byoc.ims.v1.Install.inputs:type_name -> byoc.ims.v1.Install.InputsEntry
+	83,  // 13: byoc.ims.v1.Install.create_time:type_name -> google.protobuf.Timestamp
 	14,  // 14: byoc.ims.v1.Install.agent:type_name -> byoc.ims.v1.AgentStatus
 	17,  // 15: byoc.ims.v1.Install.settings:type_name -> byoc.ims.v1.InstallSettings
-	82,  // 16: byoc.ims.v1.Install.health:type_name -> byoc.ims.v1.InstallHealth
-	77,  // 17: byoc.ims.v1.InstallSettings.overrides:type_name -> byoc.ims.v1.InstallSettings.OverridesEntry
-	78,  // 18: byoc.ims.v1.CreateInstallRequest.inputs:type_name -> byoc.ims.v1.CreateInstallRequest.InputsEntry
+	84,  // 16: byoc.ims.v1.Install.health:type_name -> byoc.ims.v1.InstallHealth
+	79,  // 17: byoc.ims.v1.InstallSettings.overrides:type_name -> byoc.ims.v1.InstallSettings.OverridesEntry
+	80,  // 18: byoc.ims.v1.CreateInstallRequest.inputs:type_name -> byoc.ims.v1.CreateInstallRequest.InputsEntry
 	16,  // 19: byoc.ims.v1.CreateInstallResponse.install:type_name -> byoc.ims.v1.Install
 	20,  // 20: byoc.ims.v1.CreateInstallResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	81,  // 21: byoc.ims.v1.EnrollmentToken.expire_time:type_name -> google.protobuf.Timestamp
+	83,  // 21: byoc.ims.v1.EnrollmentToken.expire_time:type_name -> google.protobuf.Timestamp
 	16,  // 22: byoc.ims.v1.ListInstallsResponse.installs:type_name -> byoc.ims.v1.Install
 	16,  // 23: byoc.ims.v1.GetInstallResponse.install:type_name -> byoc.ims.v1.Install
 	16,  // 24: byoc.ims.v1.InstallStatus.install:type_name -> byoc.ims.v1.Install
 	25,  // 25: byoc.ims.v1.WatchInstallsResponse.installs:type_name -> byoc.ims.v1.InstallStatus
-	79,  // 26: byoc.ims.v1.UpdateInstallRequest.set_inputs:type_name -> byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
+	81,  // 26: byoc.ims.v1.UpdateInstallRequest.set_inputs:type_name -> byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
 	16,  // 27: byoc.ims.v1.UpdateInstallResponse.install:type_name -> byoc.ims.v1.Install
-	83,  // 28: byoc.ims.v1.UpdateInstallResponse.workflow:type_name -> byoc.ims.v1.Workflow
+	85,  // 28: byoc.ims.v1.UpdateInstallResponse.workflow:type_name -> byoc.ims.v1.Workflow
 	20,  // 29: byoc.ims.v1.CreateEnrollmentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	84,  // 30: byoc.ims.v1.Job.config:type_name -> google.protobuf.Struct
+	86,  // 30: byoc.ims.v1.Job.config:type_name -> google.protobuf.Struct
 	1,   // 31: byoc.ims.v1.Job.state:type_name -> byoc.ims.v1.JobState
-	81,  // 32: byoc.ims.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	81,  // 33: byoc.ims.v1.Job.start_time:type_name -> google.protobuf.Timestamp
-	81,  // 34: byoc.ims.v1.Job.end_time:type_name -> google.protobuf.Timestamp
-	81,  // 35: byoc.ims.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
-	80,  // 36: byoc.ims.v1.Job.outputs:type_name -> byoc.ims.v1.Job.OutputsEntry
+	83,  // 32: byoc.ims.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	83,  // 33: byoc.ims.v1.Job.start_time:type_name -> google.protobuf.Timestamp
+	83,  // 34: byoc.ims.v1.Job.end_time:type_name -> google.protobuf.Timestamp
+	83,  // 35: byoc.ims.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
+	82,  // 36: byoc.ims.v1.Job.outputs:type_name -> byoc.ims.v1.Job.OutputsEntry
 	33,  // 37: byoc.ims.v1.Job.planned_changes:type_name -> byoc.ims.v1.PlannedChange
-	85,  // 38: byoc.ims.v1.PlannedChange.before:type_name -> google.protobuf.Value
-	85,  // 39: byoc.ims.v1.PlannedChange.after:type_name -> google.protobuf.Value
-	84,  // 40: byoc.ims.v1.EnqueueJobRequest.config:type_name -> google.protobuf.Struct
+	87,  // 38: byoc.ims.v1.PlannedChange.before:type_name -> google.protobuf.Value
+	87,  // 39: byoc.ims.v1.PlannedChange.after:type_name -> google.protobuf.Value
+	86,  // 40: byoc.ims.v1.EnqueueJobRequest.config:type_name -> google.protobuf.Struct
 	32,  // 41: byoc.ims.v1.EnqueueJobResponse.job:type_name -> byoc.ims.v1.Job
 	34,  // 42: byoc.ims.v1.EnqueueJobsRequest.jobs:type_name -> byoc.ims.v1.EnqueueJobRequest
 	32,  // 43: byoc.ims.v1.EnqueueJobsResponse.jobs:type_name -> byoc.ims.v1.Job
 	1,   // 44: byoc.ims.v1.ListJobsRequest.states:type_name -> byoc.ims.v1.JobState
 	32,  // 45: byoc.ims.v1.ListJobsResponse.jobs:type_name -> byoc.ims.v1.Job
 	32,  // 46: byoc.ims.v1.GetJobResponse.job:type_name -> byoc.ims.v1.Job
-	81,  // 47: byoc.ims.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	83,  // 47: byoc.ims.v1.LogLine.time:type_name -> google.protobuf.Timestamp
 	2,   // 48: byoc.ims.v1.LogLine.stream:type_name -> byoc.ims.v1.LogStream
 	42,  // 49: byoc.ims.v1.StreamJobLogsResponse.lines:type_name -> byoc.ims.v1.LogLine
 	32,  // 50: byoc.ims.v1.StreamJobLogsResponse.job:type_name -> byoc.ims.v1.Job
 	32,  // 51: byoc.ims.v1.CancelJobResponse.job:type_name -> byoc.ims.v1.Job
-	81,  // 52: byoc.ims.v1.AppRevision.create_time:type_name -> google.protobuf.Timestamp
+	83,  // 52: byoc.ims.v1.AppRevision.create_time:type_name -> google.protobuf.Timestamp
 	47,  // 53: byoc.ims.v1.PushAppRevisionRequest.files:type_name -> byoc.ims.v1.AppFile
 	7,   // 54: byoc.ims.v1.PushAppRevisionResponse.app:type_name -> byoc.ims.v1.App
 	48,  // 55: byoc.ims.v1.PushAppRevisionResponse.revision:type_name -> byoc.ims.v1.AppRevision
 	56,  // 56: byoc.ims.v1.PushAppRevisionResponse.changes:type_name -> byoc.ims.v1.ConfigChange
 	51,  // 57: byoc.ims.v1.PushAppRevisionResponse.installs:type_name -> byoc.ims.v1.InstallApplied
-	83,  // 58: byoc.ims.v1.PushAppRevisionResponse.workflows:type_name -> byoc.ims.v1.Workflow
+	85,  // 58: byoc.ims.v1.PushAppRevisionResponse.workflows:type_name -> byoc.ims.v1.Workflow
 	16,  // 59: byoc.ims.v1.InstallApplied.install:type_name -> byoc.ims.v1.Install
 	20,  // 60: byoc.ims.v1.InstallApplied.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
 	48,  // 61: byoc.ims.v1.ListAppRevisionsResponse.revisions:type_name -> byoc.ims.v1.AppRevision
 	56,  // 62: byoc.ims.v1.DiffAppRevisionsResponse.changes:type_name -> byoc.ims.v1.ConfigChange
 	57,  // 63: byoc.ims.v1.ConfigDiagnostics.diagnostics:type_name -> byoc.ims.v1.ConfigDiagnostic
-	85,  // 64: byoc.ims.v1.PluginType.config_schema:type_name -> google.protobuf.Value
-	85,  // 65: byoc.ims.v1.PluginType.outputs_schema:type_name -> google.protobuf.Value
-	81,  // 66: byoc.ims.v1.PluginType.register_time:type_name -> google.protobuf.Timestamp
+	87,  // 64: byoc.ims.v1.PluginType.config_schema:type_name -> google.protobuf.Value
+	87,  // 65: byoc.ims.v1.PluginType.outputs_schema:type_name -> google.protobuf.Value
+	83,  // 66: byoc.ims.v1.PluginType.register_time:type_name -> google.protobuf.Timestamp
 	59,  // 67: byoc.ims.v1.RegisterPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
 	59,  // 68: byoc.ims.v1.RegisterPluginTypeResponse.replaced:type_name -> byoc.ims.v1.PluginType
 	59,  // 69: byoc.ims.v1.ListPluginTypesResponse.plugin_types:type_name -> byoc.ims.v1.PluginType
 	59,  // 70: byoc.ims.v1.GetPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
 	72,  // 71: byoc.ims.v1.RequestBreakGlassResponse.grant:type_name -> byoc.ims.v1.BreakGlassGrant
 	72,  // 72: byoc.ims.v1.ListBreakGlassGrantsResponse.grants:type_name -> byoc.ims.v1.BreakGlassGrant
-	81,  // 73: byoc.ims.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
-	81,  // 74: byoc.ims.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
-	81,  // 75: byoc.ims.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
-	81,  // 76: byoc.ims.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
-	81,  // 77: byoc.ims.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
+	83,  // 73: byoc.ims.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
+	83,  // 74: byoc.ims.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
+	83,  // 75: byoc.ims.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
+	83,  // 76: byoc.ims.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
+	83,  // 77: byoc.ims.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
 	75,  // 78: byoc.ims.v1.GetBreakGlassPolicyResponse.roles:type_name -> byoc.ims.v1.BreakGlassRole
-	84,  // 79: byoc.ims.v1.InstallSettings.OverridesEntry.value:type_name -> google.protobuf.Struct
-	3,   // 80: byoc.ims.v1.OperatorService.WhoAmI:input_type -> byoc.ims.v1.WhoAmIRequest
-	5,   // 81: byoc.ims.v1.OperatorService.CreateApiToken:input_type -> byoc.ims.v1.CreateApiTokenRequest
-	8,   // 82: byoc.ims.v1.OperatorService.CreateApp:input_type -> byoc.ims.v1.CreateAppRequest
-	10,  // 83: byoc.ims.v1.OperatorService.ListApps:input_type -> byoc.ims.v1.ListAppsRequest
-	12,  // 84: byoc.ims.v1.OperatorService.GetApp:input_type -> byoc.ims.v1.GetAppRequest
-	49,  // 85: byoc.ims.v1.OperatorService.PushAppRevision:input_type -> byoc.ims.v1.PushAppRevisionRequest
-	52,  // 86: byoc.ims.v1.OperatorService.ListAppRevisions:input_type -> byoc.ims.v1.ListAppRevisionsRequest
-	54,  // 87: byoc.ims.v1.OperatorService.DiffAppRevisions:input_type -> byoc.ims.v1.DiffAppRevisionsRequest
-	18,  // 88: byoc.ims.v1.OperatorService.CreateInstall:input_type -> byoc.ims.v1.CreateInstallRequest
-	21,  // 89: byoc.ims.v1.OperatorService.ListInstalls:input_type -> byoc.ims.v1.ListInstallsRequest
-	23,  // 90: byoc.ims.v1.OperatorService.GetInstall:input_type -> byoc.ims.v1.GetInstallRequest
-	26,  // 91: byoc.ims.v1.OperatorService.WatchInstalls:input_type -> byoc.ims.v1.WatchInstallsRequest
-	30,  // 92: byoc.ims.v1.OperatorService.CreateEnrollmentToken:input_type -> byoc.ims.v1.CreateEnrollmentTokenRequest
-	28,  // 93: byoc.ims.v1.OperatorService.UpdateInstall:input_type -> byoc.ims.v1.UpdateInstallRequest
-	86,  // 94: byoc.ims.v1.OperatorService.PlanInstall:input_type -> byoc.ims.v1.PlanInstallRequest
-	87,  // 95: byoc.ims.v1.OperatorService.StartWorkflow:input_type -> byoc.ims.v1.StartWorkflowRequest
-	88,  // 96: byoc.ims.v1.OperatorService.ListWorkflows:input_type -> byoc.ims.v1.ListWorkflowsRequest
-	89,  // 97: byoc.ims.v1.OperatorService.GetWorkflow:input_type -> byoc.ims.v1.GetWorkflowRequest
-	90,  // 98: byoc.ims.v1.OperatorService.ApproveWorkflow:input_type -> byoc.ims.v1.ApproveWorkflowRequest
-	91,  // 99: byoc.ims.v1.OperatorService.CancelWorkflow:input_type -> byoc.ims.v1.CancelWorkflowRequest
-	92,  // 100: byoc.ims.v1.OperatorService.RetryWorkflowStep:input_type -> byoc.ims.v1.RetryWorkflowStepRequest
-	34,  // 101: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
-	36,  // 102: byoc.ims.v1.OperatorService.EnqueueJobs:input_type -> byoc.ims.v1.EnqueueJobsRequest
-	38,  // 103: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
-	40,  // 104: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
-	43,  // 105: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
-	45,  // 106: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
-	60,  // 107: byoc.ims.v1.OperatorService.RegisterPluginType:input_type -> byoc.ims.v1.RegisterPluginTypeRequest
-	62,  // 108: byoc.ims.v1.OperatorService.ListPluginTypes:input_type -> byoc.ims.v1.ListPluginTypesRequest
-	64,  // 109: byoc.ims.v1.OperatorService.GetPluginType:input_type -> byoc.ims.v1.GetPluginTypeRequest
-	66,  // 110: byoc.ims.v1.OperatorService.RemovePluginType:input_type -> byoc.ims.v1.RemovePluginTypeRequest
-	93,  // 111: byoc.ims.v1.OperatorService.ListActions:input_type -> byoc.ims.v1.ListActionsRequest
-	94,  // 112: byoc.ims.v1.OperatorService.StartActionRun:input_type -> byoc.ims.v1.StartActionRunRequest
-	95,  // 113: byoc.ims.v1.OperatorService.ListActionRuns:input_type -> byoc.ims.v1.ListActionRunsRequest
-	96,  // 114: byoc.ims.v1.OperatorService.GetActionRun:input_type -> byoc.ims.v1.GetActionRunRequest
-	68,  // 115: byoc.ims.v1.OperatorService.RequestBreakGlass:input_type -> byoc.ims.v1.RequestBreakGlassRequest
-	70,  // 116: byoc.ims.v1.OperatorService.ListBreakGlassGrants:input_type -> byoc.ims.v1.ListBreakGlassGrantsRequest
-	73,  // 117: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:input_type -> byoc.ims.v1.GetBreakGlassPolicyRequest
-	97,  // 118: byoc.ims.v1.OperatorService.ListAuditEvents:input_type -> byoc.ims.v1.ListAuditEventsRequest
-	4,   // 119: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
-	6,   // 120: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
-	9,   // 121: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
-	11,  // 122: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
-	13,  // 123: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
-	50,  // 124: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
-	53,  // 125: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
-	55,  // 126: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
-	19,  // 127: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
-	22,  // 128: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
-	24,  // 129: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
-	27,  // 130: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
-	31,  // 131: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
-	29,  // 132: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
-	98,  // 133: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
-	99,  // 134: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
-	100, // 135: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
-	101, // 136: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
-	102, // 137: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
-	103, // 138: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
-	104, // 139: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
-	35,  // 140: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
-	37,  // 141: byoc.ims.v1.OperatorService.EnqueueJobs:output_type -> byoc.ims.v1.EnqueueJobsResponse
-	39,  // 142: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
-	41,  // 143: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
-	44,  // 144: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
-	46,  // 145: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
-	61,  // 146: byoc.ims.v1.OperatorService.RegisterPluginType:output_type -> byoc.ims.v1.RegisterPluginTypeResponse
-	63,  // 147: byoc.ims.v1.OperatorService.ListPluginTypes:output_type -> byoc.ims.v1.ListPluginTypesResponse
-	65,  // 148: byoc.ims.v1.OperatorService.GetPluginType:output_type -> byoc.ims.v1.GetPluginTypeResponse
-	67,  // 149: byoc.ims.v1.OperatorService.RemovePluginType:output_type -> byoc.ims.v1.RemovePluginTypeResponse
-	105, // 150: byoc.ims.v1.OperatorService.ListActions:output_type -> byoc.ims.v1.ListActionsResponse
-	106, // 151: byoc.ims.v1.OperatorService.StartActionRun:output_type -> byoc.ims.v1.StartActionRunResponse
-	107, // 152: byoc.ims.v1.OperatorService.ListActionRuns:output_type -> byoc.ims.v1.ListActionRunsResponse
-	108, // 153: byoc.ims.v1.OperatorService.GetActionRun:output_type -> byoc.ims.v1.GetActionRunResponse
-	69,  // 154: byoc.ims.v1.OperatorService.RequestBreakGlass:output_type -> byoc.ims.v1.RequestBreakGlassResponse
-	71,  // 155: byoc.ims.v1.OperatorService.ListBreakGlassGrants:output_type -> byoc.ims.v1.ListBreakGlassGrantsResponse
-	74,  // 156: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:output_type -> byoc.ims.v1.GetBreakGlassPolicyResponse
-	109, // 157: byoc.ims.v1.OperatorService.ListAuditEvents:output_type -> byoc.ims.v1.ListAuditEventsResponse
-	119, // [119:158] is the sub-list for method output_type
-	80,  // [80:119] is the sub-list for method input_type
-	80,  // [80:80] is the sub-list for extension type_name
-	80,  // [80:80] is the sub-list for extension extendee
-	0,   // [0:80] is the sub-list for field type_name
+	47,  // 79: byoc.ims.v1.GetInstallStackResponse.files:type_name -> byoc.ims.v1.AppFile
+	86,  // 80: byoc.ims.v1.InstallSettings.OverridesEntry.value:type_name -> google.protobuf.Struct
+	3,   // 81: byoc.ims.v1.OperatorService.WhoAmI:input_type -> byoc.ims.v1.WhoAmIRequest
+	5,   // 82: byoc.ims.v1.OperatorService.CreateApiToken:input_type -> byoc.ims.v1.CreateApiTokenRequest
+	8,   // 83: byoc.ims.v1.OperatorService.CreateApp:input_type -> byoc.ims.v1.CreateAppRequest
+	10,  // 84: byoc.ims.v1.OperatorService.ListApps:input_type -> byoc.ims.v1.ListAppsRequest
+	12,  // 85: byoc.ims.v1.OperatorService.GetApp:input_type -> byoc.ims.v1.GetAppRequest
+	49,  // 86: byoc.ims.v1.OperatorService.PushAppRevision:input_type -> byoc.ims.v1.PushAppRevisionRequest
+	52,  // 87: byoc.ims.v1.OperatorService.ListAppRevisions:input_type -> byoc.ims.v1.ListAppRevisionsRequest
+	54,  // 88: byoc.ims.v1.OperatorService.DiffAppRevisions:input_type -> byoc.ims.v1.DiffAppRevisionsRequest
+	18,  // 89: byoc.ims.v1.OperatorService.CreateInstall:input_type -> byoc.ims.v1.CreateInstallRequest
+	21,  // 90: byoc.ims.v1.OperatorService.ListInstalls:input_type -> byoc.ims.v1.ListInstallsRequest
+	23,  // 91: byoc.ims.v1.OperatorService.GetInstall:input_type -> byoc.ims.v1.GetInstallRequest
+	26,  // 92: byoc.ims.v1.OperatorService.WatchInstalls:input_type -> byoc.ims.v1.WatchInstallsRequest
+	30,  // 93: byoc.ims.v1.OperatorService.CreateEnrollmentToken:input_type -> byoc.ims.v1.CreateEnrollmentTokenRequest
+	28,  // 94: byoc.ims.v1.OperatorService.UpdateInstall:input_type -> byoc.ims.v1.UpdateInstallRequest
+	88,  // 95: byoc.ims.v1.OperatorService.PlanInstall:input_type -> byoc.ims.v1.PlanInstallRequest
+	89,  // 96: byoc.ims.v1.OperatorService.StartWorkflow:input_type -> byoc.ims.v1.StartWorkflowRequest
+	90,  // 97: byoc.ims.v1.OperatorService.ListWorkflows:input_type -> byoc.ims.v1.ListWorkflowsRequest
+	91,  // 98: byoc.ims.v1.OperatorService.GetWorkflow:input_type -> byoc.ims.v1.GetWorkflowRequest
+	92,  // 99: byoc.ims.v1.OperatorService.ApproveWorkflow:input_type -> byoc.ims.v1.ApproveWorkflowRequest
+	93,  // 100: byoc.ims.v1.OperatorService.CancelWorkflow:input_type -> byoc.ims.v1.CancelWorkflowRequest
+	94,  // 101: byoc.ims.v1.OperatorService.RetryWorkflowStep:input_type -> byoc.ims.v1.RetryWorkflowStepRequest
+	34,  // 102: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
+	36,  // 103: byoc.ims.v1.OperatorService.EnqueueJobs:input_type -> byoc.ims.v1.EnqueueJobsRequest
+	38,  // 104: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
+	40,  // 105: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
+	43,  // 106: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
+	45,  // 107: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
+	60,  // 108: byoc.ims.v1.OperatorService.RegisterPluginType:input_type -> byoc.ims.v1.RegisterPluginTypeRequest
+	62,  // 109: byoc.ims.v1.OperatorService.ListPluginTypes:input_type -> byoc.ims.v1.ListPluginTypesRequest
+	64,  // 110: byoc.ims.v1.OperatorService.GetPluginType:input_type -> byoc.ims.v1.GetPluginTypeRequest
+	66,  // 111: byoc.ims.v1.OperatorService.RemovePluginType:input_type -> byoc.ims.v1.RemovePluginTypeRequest
+	95,  // 112: byoc.ims.v1.OperatorService.ListActions:input_type -> byoc.ims.v1.ListActionsRequest
+	96,  // 113: byoc.ims.v1.OperatorService.StartActionRun:input_type -> byoc.ims.v1.StartActionRunRequest
+	97,  // 114: byoc.ims.v1.OperatorService.ListActionRuns:input_type -> byoc.ims.v1.ListActionRunsRequest
+	98,  // 115: byoc.ims.v1.OperatorService.GetActionRun:input_type -> byoc.ims.v1.GetActionRunRequest
+	68,  // 116: byoc.ims.v1.OperatorService.RequestBreakGlass:input_type -> byoc.ims.v1.RequestBreakGlassRequest
+	70,  // 117: byoc.ims.v1.OperatorService.ListBreakGlassGrants:input_type -> byoc.ims.v1.ListBreakGlassGrantsRequest
+	73,  // 118: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:input_type -> byoc.ims.v1.GetBreakGlassPolicyRequest
+	99,  // 119: byoc.ims.v1.OperatorService.ListAuditEvents:input_type -> byoc.ims.v1.ListAuditEventsRequest
+	76,  // 120: byoc.ims.v1.OperatorService.GetInstallStack:input_type -> byoc.ims.v1.GetInstallStackRequest
+	4,   // 121: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
+	6,   // 122: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
+	9,   // 123: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
+	11,  // 124: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
+	13,  // 125: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
+	50,  // 126: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
+	53,  // 127: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
+	55,  // 128: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
+	19,  // 129: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
+	22,  // 130: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
+	24,  // 131: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
+	27,  // 132: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
+	31,  // 133: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
+	29,  // 134: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
+	100, // 135: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
+	101, // 136: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
+	102, // 137: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
+	103, // 138: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
+	104, // 139: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
+	105, // 140: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
+	106, // 141: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
+	35,  // 142: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
+	37,  // 143: byoc.ims.v1.OperatorService.EnqueueJobs:output_type -> byoc.ims.v1.EnqueueJobsResponse
+	39,  // 144: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
+	41,  // 145: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
+	44,  // 146: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
+	46,  // 147: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
+	61,  // 148: byoc.ims.v1.OperatorService.RegisterPluginType:output_type -> byoc.ims.v1.RegisterPluginTypeResponse
+	63,  // 149: byoc.ims.v1.OperatorService.ListPluginTypes:output_type -> byoc.ims.v1.ListPluginTypesResponse
+	65,  // 150: byoc.ims.v1.OperatorService.GetPluginType:output_type -> byoc.ims.v1.GetPluginTypeResponse
+	67,  // 151: byoc.ims.v1.OperatorService.RemovePluginType:output_type -> byoc.ims.v1.RemovePluginTypeResponse
+	107, // 152: byoc.ims.v1.OperatorService.ListActions:output_type -> byoc.ims.v1.ListActionsResponse
+	108, // 153: byoc.ims.v1.OperatorService.StartActionRun:output_type -> byoc.ims.v1.StartActionRunResponse
+	109, // 154: byoc.ims.v1.OperatorService.ListActionRuns:output_type -> byoc.ims.v1.ListActionRunsResponse
+	110, // 155: byoc.ims.v1.OperatorService.GetActionRun:output_type -> byoc.ims.v1.GetActionRunResponse
+	69,  // 156: byoc.ims.v1.OperatorService.RequestBreakGlass:output_type -> byoc.ims.v1.RequestBreakGlassResponse
+	71,  // 157: byoc.ims.v1.OperatorService.ListBreakGlassGrants:output_type -> byoc.ims.v1.ListBreakGlassGrantsResponse
+	74,  // 158: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:output_type -> byoc.ims.v1.GetBreakGlassPolicyResponse
+	111, // 159: byoc.ims.v1.OperatorService.ListAuditEvents:output_type -> byoc.ims.v1.ListAuditEventsResponse
+	77,  // 160: byoc.ims.v1.OperatorService.GetInstallStack:output_type -> byoc.ims.v1.GetInstallStackResponse
+	121, // [121:161] is the sub-list for method output_type
+	81,  // [81:121] is the sub-list for method input_type
+	81,  // [81:81] is the sub-list for extension type_name
+	81,  // [81:81] is the sub-list for extension extendee
+	0,   // [0:81] is the sub-list for field type_name
 }
 
 func init() { file_byoc_ims_v1_operator_proto_init() }
@@ -5553,7 +5688,7 @@ func file_byoc_ims_v1_operator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byoc_ims_v1_operator_proto_rawDesc), len(file_byoc_ims_v1_operator_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   78,
+			NumMessages:   80,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -147,6 +147,9 @@ const (
 	// OperatorServiceListAuditEventsProcedure is the fully-qualified name of the OperatorService's
 	// ListAuditEvents RPC.
 	OperatorServiceListAuditEventsProcedure = "/byoc.ims.v1.OperatorService/ListAuditEvents"
+	// OperatorServiceGetInstallStackProcedure is the fully-qualified name of the OperatorService's
+	// GetInstallStack RPC.
+	OperatorServiceGetInstallStackProcedure = "/byoc.ims.v1.OperatorService/GetInstallStack"
 )
 
 // OperatorServiceClient is a client for the byoc.ims.v1.OperatorService service.
@@ -266,6 +269,11 @@ type OperatorServiceClient interface {
 	// chain, the vendor-wide chain, or every chain, in pages. Readers
 	// verify them with the documented hash (byoc audit verify).
 	ListAuditEvents(context.Context, *connect.Request[v1.ListAuditEventsRequest]) (*connect.Response[v1.ListAuditEventsResponse], error)
+	// GetInstallStack returns what `byoc install stack` generates an
+	// install stack from: the files of the install's app revision (the one
+	// it last applied, or the app's latest when it applied none) and the
+	// fingerprint of imsd's job signing key that enrolment tokens name.
+	GetInstallStack(context.Context, *connect.Request[v1.GetInstallStackRequest]) (*connect.Response[v1.GetInstallStackResponse], error)
 }
 
 // NewOperatorServiceClient constructs a client for the byoc.ims.v1.OperatorService service. By
@@ -513,6 +521,12 @@ func NewOperatorServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(operatorServiceMethods.ByName("ListAuditEvents")),
 			connect.WithClientOptions(opts...),
 		),
+		getInstallStack: connect.NewClient[v1.GetInstallStackRequest, v1.GetInstallStackResponse](
+			httpClient,
+			baseURL+OperatorServiceGetInstallStackProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("GetInstallStack")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -557,6 +571,7 @@ type operatorServiceClient struct {
 	listBreakGlassGrants  *connect.Client[v1.ListBreakGlassGrantsRequest, v1.ListBreakGlassGrantsResponse]
 	getBreakGlassPolicy   *connect.Client[v1.GetBreakGlassPolicyRequest, v1.GetBreakGlassPolicyResponse]
 	listAuditEvents       *connect.Client[v1.ListAuditEventsRequest, v1.ListAuditEventsResponse]
+	getInstallStack       *connect.Client[v1.GetInstallStackRequest, v1.GetInstallStackResponse]
 }
 
 // WhoAmI calls byoc.ims.v1.OperatorService.WhoAmI.
@@ -754,6 +769,11 @@ func (c *operatorServiceClient) ListAuditEvents(ctx context.Context, req *connec
 	return c.listAuditEvents.CallUnary(ctx, req)
 }
 
+// GetInstallStack calls byoc.ims.v1.OperatorService.GetInstallStack.
+func (c *operatorServiceClient) GetInstallStack(ctx context.Context, req *connect.Request[v1.GetInstallStackRequest]) (*connect.Response[v1.GetInstallStackResponse], error) {
+	return c.getInstallStack.CallUnary(ctx, req)
+}
+
 // OperatorServiceHandler is an implementation of the byoc.ims.v1.OperatorService service.
 type OperatorServiceHandler interface {
 	// WhoAmI describes the token the caller presented.
@@ -871,6 +891,11 @@ type OperatorServiceHandler interface {
 	// chain, the vendor-wide chain, or every chain, in pages. Readers
 	// verify them with the documented hash (byoc audit verify).
 	ListAuditEvents(context.Context, *connect.Request[v1.ListAuditEventsRequest]) (*connect.Response[v1.ListAuditEventsResponse], error)
+	// GetInstallStack returns what `byoc install stack` generates an
+	// install stack from: the files of the install's app revision (the one
+	// it last applied, or the app's latest when it applied none) and the
+	// fingerprint of imsd's job signing key that enrolment tokens name.
+	GetInstallStack(context.Context, *connect.Request[v1.GetInstallStackRequest]) (*connect.Response[v1.GetInstallStackResponse], error)
 }
 
 // NewOperatorServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -1114,6 +1139,12 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 		connect.WithSchema(operatorServiceMethods.ByName("ListAuditEvents")),
 		connect.WithHandlerOptions(opts...),
 	)
+	operatorServiceGetInstallStackHandler := connect.NewUnaryHandler(
+		OperatorServiceGetInstallStackProcedure,
+		svc.GetInstallStack,
+		connect.WithSchema(operatorServiceMethods.ByName("GetInstallStack")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/byoc.ims.v1.OperatorService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case OperatorServiceWhoAmIProcedure:
@@ -1194,6 +1225,8 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 			operatorServiceGetBreakGlassPolicyHandler.ServeHTTP(w, r)
 		case OperatorServiceListAuditEventsProcedure:
 			operatorServiceListAuditEventsHandler.ServeHTTP(w, r)
+		case OperatorServiceGetInstallStackProcedure:
+			operatorServiceGetInstallStackHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -1357,4 +1390,8 @@ func (UnimplementedOperatorServiceHandler) GetBreakGlassPolicy(context.Context, 
 
 func (UnimplementedOperatorServiceHandler) ListAuditEvents(context.Context, *connect.Request[v1.ListAuditEventsRequest]) (*connect.Response[v1.ListAuditEventsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.ListAuditEvents is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) GetInstallStack(context.Context, *connect.Request[v1.GetInstallStackRequest]) (*connect.Response[v1.GetInstallStackResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.GetInstallStack is not implemented"))
 }
