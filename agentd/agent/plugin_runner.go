@@ -61,6 +61,11 @@ type PluginRunner struct {
 	// Logger receives what the sweep after each job removed and its
 	// errors. Nil discards them.
 	Logger *slog.Logger
+	// PolicyDir holds the customer's policies (*.rego, agentd
+	// --policy-dir), read again for each plan, apply and destroy and
+	// handed to the plugin with the vendor's (CustomerPolicies). Empty:
+	// none.
+	PolicyDir string
 
 	// mu guards active and lock, and is held through a workspace sweep.
 	mu sync.Mutex
@@ -111,6 +116,9 @@ func (r *PluginRunner) Run(ctx context.Context, job Job, rawLog func(int32, stri
 	stream.Flush()
 	out.Error = red.String(out.Error)
 	out.Outputs = red.Map(out.Outputs)
+	for _, f := range out.PolicyFindings {
+		f.Policy, f.Message = red.String(f.Policy), red.String(f.Message)
+	}
 	// What a plugin killed mid-job may have left (its step cgroups) goes
 	// now, not at the next restart.
 	swept, err := r.Sweep()
@@ -277,7 +285,22 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 	if configErr != nil {
 		return fail("%v", configErr)
 	}
-	config, secretEnv, err := r.resolveSecrets(job.Config)
+	// The vendor's policies leave the config before secrets are
+	// resolved: their text is not the plugin's config.
+	config, vendorPolicies, err := takeVendorPolicies(job.Config)
+	if err != nil {
+		return fail("%v", err)
+	}
+	var policies []sdk.PolicyModule
+	if slices.Contains(policyOps, job.Operation) {
+		// The customer's first: what a customer configured is evaluated
+		// whatever the vendor's say (plugins/policy keeps them apart).
+		if policies, err = CustomerPolicies(r.PolicyDir); err != nil {
+			return fail("%v", err)
+		}
+		policies = append(policies, vendorPolicies...)
+	}
+	config, secretEnv, err := r.resolveSecrets(config)
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -341,6 +364,18 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 	d := inst.Description()
 	log(StreamSystem, fmt.Sprintf("[agentd] %s %s: attempt %d, plugin %s %s started in %s (pid group %d, protocol %s)",
 		job.ComponentType, job.Operation, job.Attempt, d.Type, d.Version, time.Since(started).Round(time.Millisecond), inst.PGID(), d.Negotiated))
+	evaluates := d.Has(sdk.CapPolicy) && !d.Negotiated.Less(sdk.ProtocolVersion{Major: 1, Minor: 3})
+	if len(policies) > 0 {
+		var names []string
+		for _, p := range policies {
+			names = append(names, p.Source+" "+p.Name)
+		}
+		if evaluates {
+			log(StreamSystem, fmt.Sprintf("[agentd] policies: %s", strings.Join(names, ", ")))
+		} else {
+			log(StreamSystem, fmt.Sprintf("[agentd] policies NOT evaluated: type %q does not evaluate policies (%s)", job.ComponentType, strings.Join(names, ", ")))
+		}
+	}
 
 	v, err := inst.Validate(ctx, job.Config)
 	if err != nil {
@@ -368,7 +403,7 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 		log(StreamSystem, fmt.Sprintf("[agentd] %s mode: running with role %s (credentials until %s; never the agent's own)", job.Mode, arn, credEnv["AWS_CREDENTIAL_EXPIRATION"]))
 	}
 	jc := sdk.JobContext{JobID: job.ID, InstallID: job.InstallID, Attempt: int(job.Attempt), WorkDir: work,
-		StateDir: stateDir, Timeout: job.Timeout}
+		StateDir: stateDir, Timeout: job.Timeout, Component: job.Component, Mode: job.Mode, Policies: policies}
 	plans := planStore{}
 	if stateDir != "" {
 		plans.root = filepath.Join(stateDir, sdk.PlanDirName)
@@ -426,11 +461,17 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 	}
 	logChanges(job.Operation, res, log)
 	out.Outcome, out.ExitCode, out.Outputs = agentv1.Outcome_OUTCOME_SUCCEEDED, int32(res.ExitCode), res.Outputs
+	out.PolicyFindings, out.Drifted = findingsToProto(res.PolicyFindings), res.Drifted
 	if job.Operation == sdk.OpPlan || job.Operation == sdk.OpDrift || len(res.PlannedChanges) > 0 {
 		if out.PlannedChanges, out.PlanDigest, err = redactedPlan(res.PlannedChanges, red); err != nil {
 			plans.discard(jc.PlanDir)
 			return fail("%v", err)
 		}
+	}
+	if res.Error == "" && res.ExitCode == 0 && hasDeny(res.PolicyFindings) {
+		// A plugin that reports a denial yet succeeds has a bug; the job
+		// still must not count as done.
+		res.Error = "the plugin reported a policy denial but did not fail the " + job.Operation
 	}
 	if res.Error != "" || res.ExitCode != 0 {
 		out.Outcome = agentv1.Outcome_OUTCOME_FAILED

@@ -214,6 +214,7 @@ func drain[R any, P interface {
 				Changes:        r.GetChanges(),
 				Drifted:        r.GetDrifted(),
 				PlannedChanges: plannedFromProto(r.GetPlannedChanges()),
+				PolicyFindings: findingsFromProto(r.GetPolicyFindings()),
 			}, nil
 		}
 	}
@@ -241,6 +242,9 @@ func jobToProto(j JobContext) *pluginv1.JobContext {
 		PlanDir:        j.PlanDir,
 
 		ApprovedPlanDigest: j.ApprovedPlanDigest,
+		Component:          j.Component,
+		Mode:               j.Mode,
+		Policies:           policiesToProto(j.Policies),
 	}
 }
 
@@ -255,6 +259,9 @@ func jobFromProto(j *pluginv1.JobContext) JobContext {
 		PlanDir:   j.GetPlanDir(),
 
 		ApprovedPlanDigest: j.GetApprovedPlanDigest(),
+		Component:          j.GetComponent(),
+		Mode:               j.GetMode(),
+		Policies:           policiesFromProto(j.GetPolicies()),
 	}
 }
 

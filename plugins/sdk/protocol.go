@@ -66,6 +66,8 @@ const (
 	CapDestroy       = "destroy"
 	CapDrift         = "drift"
 	CapOutputsSchema = "outputs_schema"
+	// CapPolicy (1.3): the plugin evaluates the job's policies.
+	CapPolicy = "policy"
 )
 
 // IncompatibleError says that a plugin and its host speak different major
@@ -117,7 +119,7 @@ type Description struct {
 	// host's and the plugin's. Not set by the describe command.
 	Negotiated ProtocolVersion `json:"-"`
 	// Capabilities names the optional operations the plugin implements
-	// (CapDestroy, CapDrift, CapOutputsSchema).
+	// (CapDestroy, CapDrift, CapOutputsSchema, CapPolicy).
 	Capabilities []string `json:"capabilities"`
 	// ConfigSchema and OutputsSchema are JSON Schemas; empty if the plugin
 	// declares none.
