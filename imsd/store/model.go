@@ -224,6 +224,12 @@ type Job struct {
 	Component string
 	// PlannedChanges are what a plan or drift check found to change.
 	PlannedChanges []PlannedChange
+	// PlanDigest is the digest of the plan the job made, as its agent
+	// reported it (rpc/agentproto.PlanDigest).
+	PlanDigest string
+	// ApprovedPlanDigest is, on the apply of an approved plan, the digest
+	// the approval bound: the agent applies only a fresh plan with it.
+	ApprovedPlanDigest string
 	// PolicyFindings are what the job's policies said of its plan.
 	PolicyFindings []PolicyFinding
 }
@@ -271,6 +277,8 @@ type Result struct {
 	Error          string
 	Outputs        map[string]string
 	PlannedChanges []PlannedChange
+	// PlanDigest is the digest of the plan the job made.
+	PlanDigest     string
 	PolicyFindings []PolicyFinding
 	// Drifted is a drift check's verdict (ignored for other jobs).
 	Drifted bool
