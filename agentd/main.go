@@ -97,6 +97,7 @@ func run(ctx context.Context, args []string) int {
 		capacity             int
 		pluginDirs, pins     multiFlag
 		secretsFile          string
+		policyDir            string
 		stackPath            string
 		level                slog.Level
 	)
@@ -107,6 +108,7 @@ func run(ctx context.Context, args []string) int {
 	fs.Var(&pluginDirs, "plugin-dir", "`directory` searched for byoc-plugin-<type> binaries (repeatable)")
 	fs.Var(&pins, "plugin-pin", "`type=sha256` pin for an external plugin (repeatable); unpinned plugins never run")
 	fs.StringVar(&secretsFile, "secrets-file", "", "customer-owned `file` of NAME=value secrets (mode 0600); jobs get those their config lists under \"secrets\", and every value is redacted from job logs, errors and outputs")
+	fs.StringVar(&policyDir, "policy-dir", "", "customer-owned `directory` of rego policies (*.rego, not writable by group or others); every plan, apply and destroy must pass them, whatever the app config's policies say")
 	fs.StringVar(&stackPath, "stack-config", os.Getenv("BYOC_STACK_CONFIG"), "the install stack's config `file` (its imsd URL, enrolment token, a role per permission mode, the customer's inputs and secrets); also $BYOC_STACK_CONFIG")
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "log `level`: debug, info, warn, error")
 	showVersion := fs.Bool("version", false, "print the version, commit and build date, and exit")
@@ -136,6 +138,18 @@ func run(ctx context.Context, args []string) int {
 		var err error
 		if secretMap, err = secrets.Load(secretsFile); err != nil {
 			fmt.Fprintf(os.Stderr, "agentd: --secrets-file: %v\n", err)
+			return 2
+		}
+	}
+	if policyDir != "" {
+		// Checked at start so a mistake shows now, not at the first
+		// deploy; read again for every job.
+		var err error
+		if policyDir, err = filepath.Abs(policyDir); err == nil {
+			_, err = agent.CustomerPolicies(policyDir)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "agentd: --policy-dir: %v\n", err)
 			return 2
 		}
 	}
@@ -191,7 +205,8 @@ func run(ctx context.Context, args []string) int {
 		Logger:   log,
 	}
 	runner := &agent.PluginRunner{Loader: loader, WorkRoot: filepath.Join(stateDir, "jobs"),
-		StateRoot: filepath.Join(stateDir, "components"), LogRoot: filepath.Join(stateDir, "logs"), Secrets: secretMap, Logger: log}
+		StateRoot: filepath.Join(stateDir, "components"), LogRoot: filepath.Join(stateDir, "logs"), Secrets: secretMap, Logger: log,
+		PolicyDir: policyDir}
 	if st != nil {
 		runner.Credentials = stackCredentials(st, stateDir, time.Now)
 		runner.Inputs = stackValues.Inputs

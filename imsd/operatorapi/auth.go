@@ -26,6 +26,7 @@ var readOnly = map[string]bool{
 	imsv1connect.OperatorServiceDiffAppRevisionsProcedure: true,
 	imsv1connect.OperatorServiceListInstallsProcedure:     true,
 	imsv1connect.OperatorServiceGetInstallProcedure:       true,
+	imsv1connect.OperatorServiceListInstallDriftProcedure: true,
 	imsv1connect.OperatorServiceWatchInstallsProcedure:    true,
 	imsv1connect.OperatorServiceListJobsProcedure:         true,
 	imsv1connect.OperatorServiceGetJobProcedure:           true,

@@ -64,6 +64,9 @@ const (
 	// OperatorServiceGetInstallProcedure is the fully-qualified name of the OperatorService's
 	// GetInstall RPC.
 	OperatorServiceGetInstallProcedure = "/byoc.ims.v1.OperatorService/GetInstall"
+	// OperatorServiceListInstallDriftProcedure is the fully-qualified name of the OperatorService's
+	// ListInstallDrift RPC.
+	OperatorServiceListInstallDriftProcedure = "/byoc.ims.v1.OperatorService/ListInstallDrift"
 	// OperatorServiceWatchInstallsProcedure is the fully-qualified name of the OperatorService's
 	// WatchInstalls RPC.
 	OperatorServiceWatchInstallsProcedure = "/byoc.ims.v1.OperatorService/WatchInstalls"
@@ -177,6 +180,10 @@ type OperatorServiceClient interface {
 	CreateInstall(context.Context, *connect.Request[v1.CreateInstallRequest]) (*connect.Response[v1.CreateInstallResponse], error)
 	ListInstalls(context.Context, *connect.Request[v1.ListInstallsRequest]) (*connect.Response[v1.ListInstallsResponse], error)
 	GetInstall(context.Context, *connect.Request[v1.GetInstallRequest]) (*connect.Response[v1.GetInstallResponse], error)
+	// ListInstallDrift lists the drift state of an install's components:
+	// the latest drift check's result of each component that has a drift
+	// schedule or was checked.
+	ListInstallDrift(context.Context, *connect.Request[v1.ListInstallDriftRequest]) (*connect.Response[v1.ListInstallDriftResponse], error)
 	// WatchInstalls sends every install with its live status (agent, job
 	// counts) as a snapshot, then, as they happen, every install that changed.
 	// It is how the console stays current without polling each row.
@@ -351,6 +358,12 @@ func NewOperatorServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			httpClient,
 			baseURL+OperatorServiceGetInstallProcedure,
 			connect.WithSchema(operatorServiceMethods.ByName("GetInstall")),
+			connect.WithClientOptions(opts...),
+		),
+		listInstallDrift: connect.NewClient[v1.ListInstallDriftRequest, v1.ListInstallDriftResponse](
+			httpClient,
+			baseURL+OperatorServiceListInstallDriftProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("ListInstallDrift")),
 			connect.WithClientOptions(opts...),
 		),
 		watchInstalls: connect.NewClient[v1.WatchInstallsRequest, v1.WatchInstallsResponse](
@@ -543,6 +556,7 @@ type operatorServiceClient struct {
 	createInstall         *connect.Client[v1.CreateInstallRequest, v1.CreateInstallResponse]
 	listInstalls          *connect.Client[v1.ListInstallsRequest, v1.ListInstallsResponse]
 	getInstall            *connect.Client[v1.GetInstallRequest, v1.GetInstallResponse]
+	listInstallDrift      *connect.Client[v1.ListInstallDriftRequest, v1.ListInstallDriftResponse]
 	watchInstalls         *connect.Client[v1.WatchInstallsRequest, v1.WatchInstallsResponse]
 	createEnrollmentToken *connect.Client[v1.CreateEnrollmentTokenRequest, v1.CreateEnrollmentTokenResponse]
 	updateInstall         *connect.Client[v1.UpdateInstallRequest, v1.UpdateInstallResponse]
@@ -627,6 +641,11 @@ func (c *operatorServiceClient) ListInstalls(ctx context.Context, req *connect.R
 // GetInstall calls byoc.ims.v1.OperatorService.GetInstall.
 func (c *operatorServiceClient) GetInstall(ctx context.Context, req *connect.Request[v1.GetInstallRequest]) (*connect.Response[v1.GetInstallResponse], error) {
 	return c.getInstall.CallUnary(ctx, req)
+}
+
+// ListInstallDrift calls byoc.ims.v1.OperatorService.ListInstallDrift.
+func (c *operatorServiceClient) ListInstallDrift(ctx context.Context, req *connect.Request[v1.ListInstallDriftRequest]) (*connect.Response[v1.ListInstallDriftResponse], error) {
+	return c.listInstallDrift.CallUnary(ctx, req)
 }
 
 // WatchInstalls calls byoc.ims.v1.OperatorService.WatchInstalls.
@@ -799,6 +818,10 @@ type OperatorServiceHandler interface {
 	CreateInstall(context.Context, *connect.Request[v1.CreateInstallRequest]) (*connect.Response[v1.CreateInstallResponse], error)
 	ListInstalls(context.Context, *connect.Request[v1.ListInstallsRequest]) (*connect.Response[v1.ListInstallsResponse], error)
 	GetInstall(context.Context, *connect.Request[v1.GetInstallRequest]) (*connect.Response[v1.GetInstallResponse], error)
+	// ListInstallDrift lists the drift state of an install's components:
+	// the latest drift check's result of each component that has a drift
+	// schedule or was checked.
+	ListInstallDrift(context.Context, *connect.Request[v1.ListInstallDriftRequest]) (*connect.Response[v1.ListInstallDriftResponse], error)
 	// WatchInstalls sends every install with its live status (agent, job
 	// counts) as a snapshot, then, as they happen, every install that changed.
 	// It is how the console stays current without polling each row.
@@ -969,6 +992,12 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 		OperatorServiceGetInstallProcedure,
 		svc.GetInstall,
 		connect.WithSchema(operatorServiceMethods.ByName("GetInstall")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceListInstallDriftHandler := connect.NewUnaryHandler(
+		OperatorServiceListInstallDriftProcedure,
+		svc.ListInstallDrift,
+		connect.WithSchema(operatorServiceMethods.ByName("ListInstallDrift")),
 		connect.WithHandlerOptions(opts...),
 	)
 	operatorServiceWatchInstallsHandler := connect.NewServerStreamHandler(
@@ -1169,6 +1198,8 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 			operatorServiceListInstallsHandler.ServeHTTP(w, r)
 		case OperatorServiceGetInstallProcedure:
 			operatorServiceGetInstallHandler.ServeHTTP(w, r)
+		case OperatorServiceListInstallDriftProcedure:
+			operatorServiceListInstallDriftHandler.ServeHTTP(w, r)
 		case OperatorServiceWatchInstallsProcedure:
 			operatorServiceWatchInstallsHandler.ServeHTTP(w, r)
 		case OperatorServiceCreateEnrollmentTokenProcedure:
@@ -1278,6 +1309,10 @@ func (UnimplementedOperatorServiceHandler) ListInstalls(context.Context, *connec
 
 func (UnimplementedOperatorServiceHandler) GetInstall(context.Context, *connect.Request[v1.GetInstallRequest]) (*connect.Response[v1.GetInstallResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.GetInstall is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) ListInstallDrift(context.Context, *connect.Request[v1.ListInstallDriftRequest]) (*connect.Response[v1.ListInstallDriftResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.ListInstallDrift is not implemented"))
 }
 
 func (UnimplementedOperatorServiceHandler) WatchInstalls(context.Context, *connect.Request[v1.WatchInstallsRequest], *connect.ServerStream[v1.WatchInstallsResponse]) error {
