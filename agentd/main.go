@@ -225,6 +225,8 @@ func run(ctx context.Context, args []string) int {
 		PolicyDir: policyDir, InstallRegistry: installRegistry}
 	if st != nil {
 		runner.Credentials = stackCredentials(st, stateDir, time.Now)
+		runner.Inputs = stackValues.Inputs
+		runner.Redact = stackValues.Sensitive
 	}
 	defer runner.Close()
 	// A previous agentd killed mid-job left its workspaces, its plugins'
@@ -246,6 +248,7 @@ func run(ctx context.Context, args []string) int {
 		Runner:      runner,
 		Version:     buildinfo.Get().Short(),
 		Logger:      log,
+		Stack:       stackReport(st, stackValues),
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "agentd: %v\n", err)
