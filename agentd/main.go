@@ -34,8 +34,10 @@ import (
 	"github.com/byoc-dev/byoc/agentd/secrets"
 	"github.com/byoc-dev/byoc/agentd/stack"
 	"github.com/byoc-dev/byoc/internal/buildinfo"
+	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/plugins/action"
 	"github.com/byoc-dev/byoc/plugins/helm"
+	"github.com/byoc-dev/byoc/plugins/image"
 	"github.com/byoc-dev/byoc/plugins/sdk"
 )
 
@@ -45,6 +47,7 @@ import (
 var builtins = map[string]func() sdk.Plugin{
 	"action": func() sdk.Plugin { return action.New() },
 	"helm":   func() sdk.Plugin { return helm.New() },
+	"image":  func() sdk.Plugin { return image.New() },
 }
 
 func main() {
@@ -99,6 +102,7 @@ func run(ctx context.Context, args []string) int {
 		capacity             int
 		pluginDirs, pins     multiFlag
 		secretsFile          string
+		installRegistry      string
 		policyDir            string
 		kubeconfig           string
 		stackPath            string
@@ -112,6 +116,7 @@ func run(ctx context.Context, args []string) int {
 	fs.Var(&pins, "plugin-pin", "`type=sha256` pin for an external plugin (repeatable); unpinned plugins never run")
 	fs.StringVar(&secretsFile, "secrets-file", "", "customer-owned `file` of NAME=value secrets (mode 0600); jobs get those their config lists under \"secrets\", and every value is redacted from job logs, errors and outputs")
 	fs.StringVar(&kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "`file`: the kubeconfig of the cluster the helm type deploys to (also $KUBECONFIG); without one, the in-cluster config of the agent's pod")
+	fs.StringVar(&installRegistry, "install-registry", os.Getenv("BYOC_INSTALL_REGISTRY"), "the install registry `location` every image, chart and module is synced into before it runs: http(s)://HOST[:PORT][/PREFIX], HOST[:PORT][/PREFIX], or oci:DIR (an OCI image layout root); default oci:STATE-DIR/registry; also $BYOC_INSTALL_REGISTRY; credentials: the --secrets-file entries BYOC_INSTALL_REGISTRY_USERNAME, _PASSWORD, _TOKEN")
 	fs.StringVar(&policyDir, "policy-dir", "", "customer-owned `directory` of rego policies (*.rego, not writable by group or others); every plan, apply and destroy must pass them, whatever the app config's policies say")
 	fs.StringVar(&stackPath, "stack-config", os.Getenv("BYOC_STACK_CONFIG"), "the install stack's config `file` (its imsd URL, enrolment token, a role per permission mode, the customer's inputs and secrets); also $BYOC_STACK_CONFIG")
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "log `level`: debug, info, warn, error")
@@ -212,6 +217,17 @@ func run(ctx context.Context, args []string) int {
 			return 1
 		}
 	}
+	if installRegistry == "" && stateDir != "" {
+		installRegistry = "oci:" + filepath.Join(stateDir, "registry")
+	}
+	if installRegistry != "" {
+		reg, err := ocicopy.ParseRegistry(installRegistry)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "agentd: --install-registry: %v\n", err)
+			return 2
+		}
+		installRegistry = reg.String()
+	}
 	loader := &pluginhost.Loader{
 		SelfExe:  self,
 		SelfArgs: func(typ string) []string { return []string{"plugin", typ} },
@@ -222,9 +238,11 @@ func run(ctx context.Context, args []string) int {
 	}
 	runner := &agent.PluginRunner{Loader: loader, WorkRoot: filepath.Join(stateDir, "jobs"),
 		StateRoot: filepath.Join(stateDir, "components"), LogRoot: filepath.Join(stateDir, "logs"), Secrets: secretMap, Logger: log,
-		PolicyDir: policyDir, Kubeconfig: kubeconfig}
+		PolicyDir: policyDir, InstallRegistry: installRegistry, Kubeconfig: kubeconfig}
 	if st != nil {
 		runner.Credentials = stackCredentials(st, stateDir, time.Now)
+		runner.Inputs = stackValues.Inputs
+		runner.Redact = stackValues.Sensitive
 	}
 	defer runner.Close()
 	// A previous agentd killed mid-job left its workspaces, its plugins'
@@ -246,6 +264,7 @@ func run(ctx context.Context, args []string) int {
 		Runner:      runner,
 		Version:     buildinfo.Get().Short(),
 		Logger:      log,
+		Stack:       stackReport(st, stackValues),
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "agentd: %v\n", err)

@@ -4,8 +4,9 @@
 // validate, byoc app push).
 //
 // It holds the built-in types' schemas (the action type's, from
-// plugins/action/actionschema, and the helm type's, from
-// plugins/helm/helmschema; image and terraform have no plugin yet and
+// plugins/action/actionschema, the helm type's, from
+// plugins/helm/helmschema, and the image type's, from
+// plugins/image/imageschema; terraform has no plugin yet and
 // accept any config), reads the description a third-party plugin
 // prints with "byoc-plugin-<type> describe", and turns schemas into the
 // checks schema/app/validate runs (validate.Options.Types).
@@ -33,6 +34,7 @@ import (
 
 	"github.com/byoc-dev/byoc/plugins/action/actionschema"
 	"github.com/byoc-dev/byoc/plugins/helm/helmschema"
+	"github.com/byoc-dev/byoc/plugins/image/imageschema"
 	"github.com/byoc-dev/byoc/plugins/sdk/configschema"
 	"github.com/byoc-dev/byoc/schema/app/template"
 	"github.com/byoc-dev/byoc/schema/app/validate"
@@ -42,7 +44,7 @@ import (
 // type's plugin does not exist yet and any config is accepted.
 var builtin = map[string]string{
 	"action":    actionschema.Config,
-	"image":     "",
+	"image":     imageschema.Config,
 	"helm":      helmschema.Config,
 	"terraform": "",
 }
