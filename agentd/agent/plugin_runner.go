@@ -99,6 +99,7 @@ type PluginRunner struct {
 // KubeconfigType is the component type whose jobs get the agent's
 // kubeconfig (PluginRunner.Kubeconfig).
 const KubeconfigType = "helm"
+
 // InstallRegistryEnv names the install registry's location in every
 // plugin's environment, and prefixes its credentials' secret names.
 const InstallRegistryEnv = "BYOC_INSTALL_REGISTRY"

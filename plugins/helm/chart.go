@@ -18,6 +18,8 @@ import (
 	"oras.land/oras-go/v2"
 	"oras.land/oras-go/v2/content"
 	"oras.land/oras-go/v2/content/oci"
+
+	"github.com/byoc-dev/byoc/internal/ocicopy"
 )
 
 // chartRef is a chart's OCI reference: an OCI image layout directory and
@@ -57,32 +59,39 @@ func parseChartRef(s string) (chartRef, error) {
 	return chartRef{Repository: name, Digest: dg}, nil
 }
 
-// resolve returns the layout directory of ref: its own, or the
-// repository's in the install registry (env BYOC_INSTALL_REGISTRY, an
-// OCI layout root "oci:ROOT" or "/ROOT", one layout per repository).
-func (r chartRef) resolve(installRegistry string) (string, error) {
-	if r.Layout != "" {
-		return r.Layout, nil
+// openChart opens where ref's chart is: its OCI image layout, or its
+// repository in the install registry (env BYOC_INSTALL_REGISTRY, any
+// location internal/ocicopy reads, as the image type does: an OCI layout
+// root oci:DIR or a registry; credentials from
+// BYOC_INSTALL_REGISTRY_USERNAME, _PASSWORD or _TOKEN in the operation's
+// environment). It returns the target and a name for messages.
+func openChart(ctx context.Context, ref chartRef, env map[string]string) (oras.ReadOnlyTarget, string, error) {
+	if ref.Layout != "" {
+		store, err := oci.NewFromFS(ctx, os.DirFS(ref.Layout))
+		if err != nil {
+			return nil, ref.Layout, fmt.Errorf("chart %s: open OCI layout: %w", ref.Layout, err)
+		}
+		return store, ref.Layout, nil
 	}
-	if installRegistry == "" {
-		return "", fmt.Errorf("chart %s@%s names a repository of the install registry, and the agent names none (BYOC_INSTALL_REGISTRY)", r.Repository, r.Digest)
+	loc := env[installRegistryEnv]
+	if loc == "" {
+		return nil, ref.Repository, fmt.Errorf("chart %s@%s names a repository of the install registry, and the agent names none (%s)", ref.Repository, ref.Digest, installRegistryEnv)
 	}
-	root, ok := strings.CutPrefix(installRegistry, "oci:")
-	if !ok && !strings.HasPrefix(installRegistry, "/") {
-		return "", fmt.Errorf("install registry %s: this helm plugin reads charts from an OCI layout registry (oci:DIR) only", installRegistry)
+	name := strings.TrimSuffix(loc, "/") + "/" + ref.Repository
+	reg, err := ocicopy.ParseRegistry(loc)
+	if err != nil {
+		return nil, name, fmt.Errorf("install registry %s: %w", loc, err)
 	}
-	if !ok {
-		root = installRegistry
+	repo, err := ocicopy.Open(ctx, reg, ref.Repository, ocicopy.CredentialsFromEnv(env, installRegistryEnv))
+	if err != nil {
+		return nil, name, fmt.Errorf("chart %s: %w", name, err)
 	}
-	return filepath.Join(root, filepath.FromSlash(r.Repository)), nil
+	return repo, name, nil
 }
 
-// openLayout opens an OCI image layout for reading. This is the one line
-// that changes when charts come from the install registry (an oras
-// remote repository is a ReadOnlyTarget too).
-func openLayout(ctx context.Context, dir string) (oras.ReadOnlyTarget, error) {
-	return oci.NewFromFS(ctx, os.DirFS(dir))
-}
+// installRegistryEnv names the install registry in a job's environment
+// (agentd --install-registry).
+const installRegistryEnv = "BYOC_INSTALL_REGISTRY"
 
 // maxChartBytes bounds what is read of a chart's manifest and layer.
 const maxChartBytes = 64 << 20
@@ -90,16 +99,12 @@ const maxChartBytes = 64 << 20
 // loadOCIChart reads the chart artifact ref names: its manifest (by
 // digest), then its one chart layer, both verified against their digests
 // while read.
-func loadOCIChart(ctx context.Context, ref chartRef, installRegistry string) (*chart.Chart, error) {
-	dir, err := ref.resolve(installRegistry)
+func loadOCIChart(ctx context.Context, ref chartRef, env map[string]string) (*chart.Chart, error) {
+	store, where, err := openChart(ctx, ref, env)
 	if err != nil {
 		return nil, err
 	}
-	ref.Layout = dir
-	store, err := openLayout(ctx, ref.Layout)
-	if err != nil {
-		return nil, fmt.Errorf("chart %s: open OCI layout: %w", ref.Layout, err)
-	}
+	ref.Layout = where
 	desc, err := store.Resolve(ctx, ref.Digest.String())
 	if err != nil {
 		return nil, fmt.Errorf("chart %s@%s: %w", ref.Layout, ref.Digest, err)
@@ -175,7 +180,7 @@ func loadChart(ctx context.Context, c *config, env map[string]string) (*chart.Ch
 		if err != nil {
 			return nil, fmt.Errorf("config.chart: %w", err)
 		}
-		return loadOCIChart(ctx, ref, env["BYOC_INSTALL_REGISTRY"])
+		return loadOCIChart(ctx, ref, env)
 	case c.ChartDir != "":
 		ch, err := loader.LoadDir(c.ChartDir)
 		if err != nil {

@@ -14,6 +14,8 @@ import (
 
 	"helm.sh/helm/v3/pkg/release"
 
+	"github.com/byoc-dev/byoc/internal/ocicopy"
+	"github.com/byoc-dev/byoc/internal/ocicopy/ocitest"
 	"github.com/byoc-dev/byoc/plugins/sdk"
 	"github.com/byoc-dev/byoc/plugins/sdk/sdktest"
 )
@@ -385,3 +387,46 @@ func (l *recordLog) Stdout(s string) { l.lines = append(l.lines, s) }
 func (l *recordLog) Stderr(s string) { l.lines = append(l.lines, s) }
 func (l *recordLog) System(s string) { l.lines = append(l.lines, s) }
 func (l *recordLog) String() string  { return strings.Join(l.lines, "\n") }
+
+// TestChartFromRegistry: with the install registry a real registry (the
+// image type's copy engine syncs charts there too), the chart is read
+// from it by digest, with the registry's credentials from the job's
+// environment.
+func TestChartFromRegistry(t *testing.T) {
+	ctx := context.Background()
+	reg := ocitest.StartRegistry(t, ocitest.RegistryOptions{Username: "agent", Password: "pw-of-agent"})
+	layout := t.TempDir()
+	dg, err := PushChart(ctx, "testdata/web", filepath.Join(layout, "charts", "web"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Sync it the way the install registry gets every artifact.
+	src, err := ocicopy.Open(ctx, mustRegistry(t, "oci:"+layout), "charts/web", ocicopy.Credentials{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst, err := ocicopy.Open(ctx, mustRegistry(t, reg.URL()), "charts/web", ocicopy.Credentials{Username: "agent", Password: "pw-of-agent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ocicopy.Copy(ctx, src, dst, dg, ocicopy.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	f := newFakeCluster(t)
+	cfg := map[string]any{"release": "web", "chart": "charts/web@" + dg.String()}
+	env := map[string]string{"BYOC_INSTALL_REGISTRY": reg.URL(), "BYOC_INSTALL_REGISTRY_USERNAME": "agent", "BYOC_INSTALL_REGISTRY_PASSWORD": "pw-of-agent"}
+	sdktest.Test(t, f.plugin(), sdktest.Case{SkipDestroy: true, Steps: []sdktest.Step{
+		{Env: env, Config: cfg, Check: sdktest.ExpectOutput("chart_version", "1.0.0")},
+		{Name: "wrong password", Env: map[string]string{"BYOC_INSTALL_REGISTRY": reg.URL(), "BYOC_INSTALL_REGISTRY_USERNAME": "agent", "BYOC_INSTALL_REGISTRY_PASSWORD": "nope"},
+			Config: cfg, ExpectError: regexp.MustCompile(`chart .*charts/web.*(401|unauthorized|Unauthorized)`)},
+	}})
+}
+
+func mustRegistry(t *testing.T, loc string) ocicopy.Registry {
+	t.Helper()
+	r, err := ocicopy.ParseRegistry(loc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
