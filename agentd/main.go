@@ -30,13 +30,15 @@ import (
 	"github.com/byoc-dev/byoc/internal/buildinfo"
 	"github.com/byoc-dev/byoc/plugins/action"
 	"github.com/byoc-dev/byoc/plugins/sdk"
+	"github.com/byoc-dev/byoc/plugins/terraform"
 )
 
 // builtins are the component types compiled into agentd. They load through
 // the same loader and protocol as third-party plugins: agentd re-executes
 // itself as "agentd plugin TYPE".
 var builtins = map[string]func() sdk.Plugin{
-	"action": func() sdk.Plugin { return action.New() },
+	"action":    func() sdk.Plugin { return action.New() },
+	"terraform": func() sdk.Plugin { return terraform.New() },
 }
 
 func main() {
@@ -85,6 +87,8 @@ func run(ctx context.Context, args []string) int {
 		capacity             int
 		pluginDirs, pins     multiFlag
 		secretsFile          string
+		installRegistry      string
+		tfProviders          string
 		level                slog.Level
 	)
 	fs.StringVar(&ims, "ims", os.Getenv("BYOC_IMS_URL"), "imsd `URL`; also $BYOC_IMS_URL")
@@ -94,6 +98,8 @@ func run(ctx context.Context, args []string) int {
 	fs.Var(&pluginDirs, "plugin-dir", "`directory` searched for byoc-plugin-<type> binaries (repeatable)")
 	fs.Var(&pins, "plugin-pin", "`type=sha256` pin for an external plugin (repeatable); unpinned plugins never run")
 	fs.StringVar(&secretsFile, "secrets-file", "", "customer-owned `file` of NAME=value secrets (mode 0600); jobs get those their config lists under \"secrets\", and every value is redacted from job logs, errors and outputs")
+	fs.StringVar(&installRegistry, "install-registry", os.Getenv("BYOC_INSTALL_REGISTRY"), "the install registry `location`: oci:DIR, an OCI image layout root with one layout per repository (default oci:STATE/registry); plugins read modules, charts and images from it; also $BYOC_INSTALL_REGISTRY")
+	fs.StringVar(&tfProviders, "terraform-providers", "", "Terraform provider filesystem mirror `directory`: the terraform type installs providers from it only, never from a registry")
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "log `level`: debug, info, warn, error")
 	showVersion := fs.Bool("version", false, "print the version, commit and build date, and exit")
 	if err := fs.Parse(args); err != nil {
@@ -144,8 +150,18 @@ func run(ctx context.Context, args []string) int {
 		Pins:     pinMap,
 		Logger:   log,
 	}
+	if installRegistry == "" && stateDir != "" {
+		installRegistry = "oci:" + filepath.Join(stateDir, "registry")
+	}
+	pluginEnv := map[string]string{"BYOC_INSTALL_REGISTRY": installRegistry}
+	if tfProviders != "" {
+		if pluginEnv["BYOC_TERRAFORM_PROVIDERS"], err = filepath.Abs(tfProviders); err != nil {
+			fmt.Fprintf(os.Stderr, "agentd: --terraform-providers: %v\n", err)
+			return 2
+		}
+	}
 	runner := &agent.PluginRunner{Loader: loader, WorkRoot: filepath.Join(stateDir, "jobs"),
-		StateRoot: filepath.Join(stateDir, "components"), Secrets: secretMap, Logger: log}
+		StateRoot: filepath.Join(stateDir, "components"), Secrets: secretMap, PluginEnv: pluginEnv, Logger: log}
 	defer runner.Close()
 	// A previous agentd killed mid-job left its workspaces, its plugins'
 	// socket dirs and its steps' cgroups; no job of this one runs yet.

@@ -42,6 +42,11 @@ type PluginRunner struct {
 	// operation; the values of all of them are redacted from every log
 	// line, error and output the job sends back.
 	Secrets map[string]string
+	// PluginEnv is added to the environment of every plugin and of its
+	// operations: the agent-wide settings plugins read (the install
+	// registry, the Terraform provider mirror). Never secrets: it is the
+	// plugin process's own environment.
+	PluginEnv map[string]string
 	// CgroupRoot is where cgroup file systems are mounted, for sweeping
 	// step cgroups (/sys/fs/cgroup when empty).
 	CgroupRoot string
@@ -304,6 +309,11 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, log fu
 	}
 	if stateDir != "" {
 		env["BYOC_STATE_DIR"] = stateDir
+	}
+	for k, v := range r.PluginEnv {
+		if _, ok := env[k]; !ok {
+			env[k] = v
+		}
 	}
 	started := time.Now()
 	// What the plugin prints outside the protocol (fmt.Println debugging,

@@ -4,8 +4,8 @@
 // validate, byoc app push).
 //
 // It holds the built-in types' schemas (the action type's, from
-// plugins/action/actionschema; image, helm and terraform have no plugin
-// yet and accept any config), reads the description a third-party plugin
+// plugins/action/actionschema and plugins/terraform/tfschema; image and
+// helm have no plugin yet and accept any config), reads the description a third-party plugin
 // prints with "byoc-plugin-<type> describe", and turns schemas into the
 // checks schema/app/validate runs (validate.Options.Types).
 //
@@ -32,6 +32,7 @@ import (
 
 	"github.com/byoc-dev/byoc/plugins/action/actionschema"
 	"github.com/byoc-dev/byoc/plugins/sdk/configschema"
+	"github.com/byoc-dev/byoc/plugins/terraform/tfschema"
 	"github.com/byoc-dev/byoc/schema/app/template"
 	"github.com/byoc-dev/byoc/schema/app/validate"
 )
@@ -42,7 +43,7 @@ var builtin = map[string]string{
 	"action":    actionschema.Config,
 	"image":     "",
 	"helm":      "",
-	"terraform": "",
+	"terraform": tfschema.Config,
 }
 
 // BuiltinNames returns the built-in component types, sorted.
