@@ -55,6 +55,7 @@ import (
 	"github.com/hashicorp/terraform-exec/tfexec"
 	tfjson "github.com/hashicorp/terraform-json"
 
+	"github.com/byoc-dev/byoc/plugins/policy"
 	"github.com/byoc-dev/byoc/plugins/sdk"
 	"github.com/byoc-dev/byoc/plugins/terraform/tfschema"
 )
@@ -113,7 +114,7 @@ func New() *Plugin { return &Plugin{getenv: os.Getenv} }
 
 // Describe reports the type and its config schema.
 func (p *Plugin) Describe(context.Context, *sdk.DescribeRequest) (*sdk.DescribeResponse, error) {
-	return &sdk.DescribeResponse{Type: TypeName, Version: Version, ConfigSchema: tfschema.Config}, nil
+	return &sdk.DescribeResponse{Type: TypeName, Version: Version, ConfigSchema: tfschema.Config, EvaluatesPolicies: true}, nil
 }
 
 // config is a decoded terraform config.
@@ -208,7 +209,10 @@ func (p *Plugin) Plan(ctx context.Context, req *sdk.PlanRequest) (*sdk.PlanRespo
 	if err != nil {
 		return nil, err
 	}
-	return &sdk.PlanResponse{Changes: pl.summary, PlannedChanges: pl.changes}, nil
+	// A plan that policy denies fails, so the operator sees it before an
+	// apply would.
+	findings, err := r.gate(ctx, sdk.OpPlan, pl)
+	return &sdk.PlanResponse{Changes: pl.summary, PlannedChanges: pl.changes, PolicyFindings: findings}, err
 }
 
 // Apply plans, checks the plan against policy, applies exactly the saved
@@ -223,21 +227,20 @@ func (p *Plugin) Apply(ctx context.Context, req *sdk.ApplyRequest) (*sdk.ApplyRe
 	if err != nil {
 		return nil, err
 	}
-	if err := r.gate(ctx, sdk.OpApply, pl); err != nil {
-		return nil, err
+	findings, err := r.gate(ctx, sdk.OpApply, pl)
+	resp := &sdk.ApplyResponse{PolicyFindings: findings}
+	if err != nil {
+		return resp, err
 	}
 	if pl.hasChanges {
 		if err := r.apply(ctx, pl); err != nil {
-			return nil, err
+			return resp, err
 		}
 	} else {
 		r.log.System("terraform: no changes; nothing to apply")
 	}
-	outs, err := r.outputs(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return &sdk.ApplyResponse{Outputs: outs}, nil
+	resp.Outputs, err = r.outputs(ctx)
+	return resp, err
 }
 
 // Destroy plans the destruction, checks it against policy, applies that
@@ -252,12 +255,14 @@ func (p *Plugin) Destroy(ctx context.Context, req *sdk.DestroyRequest) (*sdk.Des
 	if err != nil {
 		return nil, err
 	}
-	if err := r.gate(ctx, sdk.OpDestroy, pl); err != nil {
-		return nil, err
+	findings, err := r.gate(ctx, sdk.OpDestroy, pl)
+	resp := &sdk.DestroyResponse{PolicyFindings: findings}
+	if err != nil {
+		return resp, err
 	}
 	if pl.hasChanges {
 		if err := r.apply(ctx, pl); err != nil {
-			return nil, err
+			return resp, err
 		}
 	} else {
 		r.log.System("terraform: nothing to destroy")
@@ -267,11 +272,11 @@ func (p *Plugin) Destroy(ctx context.Context, req *sdk.DestroyRequest) (*sdk.Des
 	if r.stateDir != "" {
 		for _, f := range []string{StateFile, StateFile + ".backup", DataDir} {
 			if err := os.RemoveAll(filepath.Join(r.stateDir, f)); err != nil {
-				return nil, err
+				return resp, err
 			}
 		}
 	}
-	return &sdk.DestroyResponse{}, nil
+	return resp, nil
 }
 
 // Drift runs terraform plan -refresh-only and reports what changed outside
@@ -632,9 +637,23 @@ func (r *run) outputs(ctx context.Context) (map[string]string, error) {
 	return res, nil
 }
 
-// gate evaluates the plan against the job's policies before it is applied.
-func (r *run) gate(ctx context.Context, op string, pl *plan) error {
-	return nil
+// gate evaluates the plan against the job's policies (plugins/policy):
+// input.changes are the planned changes, input.plan Terraform's own JSON
+// plan (resource_changes, configuration, ...). A deny fails the operation
+// before anything is applied; every finding is logged and returned.
+func (r *run) gate(ctx context.Context, op string, pl *plan) ([]sdk.PolicyFinding, error) {
+	if len(r.job.Policies) == 0 {
+		return nil, nil
+	}
+	b, err := json.Marshal(pl.json)
+	if err != nil {
+		return nil, err
+	}
+	var raw any
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return nil, err
+	}
+	return policy.Gate(ctx, r.job, r.log, policy.NewInput(r.job, TypeName, op, pl.changes, raw))
 }
 
 // locked runs a Terraform command that may take the state lock, with the
