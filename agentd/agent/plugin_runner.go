@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -90,10 +91,6 @@ func (r *PluginRunner) Run(ctx context.Context, job Job, rawLog func(int32, stri
 	stream.Flush()
 	out.Error = red.String(out.Error)
 	out.Outputs = red.Map(out.Outputs)
-	for _, c := range out.PlannedChanges {
-		c.Address, c.Summary = red.String(c.Address), red.String(c.Summary)
-		c.Before, c.After = redactValue(red, c.Before), redactValue(red, c.After)
-	}
 	// What a plugin killed mid-job may have left (its step cgroups) goes
 	// now, not at the next restart.
 	swept, err := r.Sweep()
@@ -350,20 +347,56 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, log fu
 	// own environment.
 	opEnv := maps.Clone(env)
 	maps.Copy(opEnv, secretEnv)
-	res, err := inst.Run(ctx, job.Operation, &sdk.RunRequest{
-		Job: sdk.JobContext{JobID: job.ID, InstallID: job.InstallID, Attempt: int(job.Attempt), WorkDir: work,
-			StateDir: stateDir, Timeout: job.Timeout},
-		Config: job.Config,
-		Env:    opEnv,
-	}, func(e sdk.LogEvent) { log(int32(e.Stream), e.Text) })
+	jc := sdk.JobContext{JobID: job.ID, InstallID: job.InstallID, Attempt: int(job.Attempt), WorkDir: work,
+		StateDir: stateDir, Timeout: job.Timeout}
+	plans := planStore{}
+	if stateDir != "" {
+		plans.root = filepath.Join(stateDir, sdk.PlanDirName)
+	}
+	var out Outcome
+	switch {
+	case job.ApprovedPlanDigest != "" && job.Operation == sdk.OpApply:
+		// The operator approved a plan: plan again, in this job and under
+		// the same state-dir lock, and apply only if nothing changed.
+		fresh, ok, failed := r.replan(ctx, inst, job, jc, opEnv, plans, log, red)
+		if !ok {
+			return failed
+		}
+		out.PlanDigest = fresh
+		jc.ApprovedPlanDigest = job.ApprovedPlanDigest
+		jc.PlanDir = plans.dir(job.ApprovedPlanDigest)
+	case job.ApprovedPlanDigest != "":
+		return fail("a %s job carries an approved plan digest; only an apply can", job.Operation)
+	case job.Operation == sdk.OpPlan && plans.root != "":
+		if jc.PlanDir, err = plans.fresh(job); err != nil {
+			return fail("plan directory: %v", err)
+		}
+	}
+	if jc.PlanDir != "" {
+		opEnv["BYOC_PLAN_DIR"] = jc.PlanDir
+	}
+	if jc.ApprovedPlanDigest != "" {
+		opEnv["BYOC_APPROVED_PLAN_DIGEST"] = jc.ApprovedPlanDigest
+	}
+	res, err := inst.Run(ctx, job.Operation, &sdk.RunRequest{Job: jc, Config: job.Config, Env: opEnv},
+		func(e sdk.LogEvent) { log(int32(e.Stream), e.Text) })
+	if job.Operation == sdk.OpApply || job.Operation == sdk.OpDestroy {
+		// The component's state moved on (or may have): every saved plan
+		// of it is stale.
+		if err := plans.clear(); err != nil {
+			log(StreamSystem, "[agentd] remove stale plans: "+red.String(err.Error()))
+		}
+	}
 	if ctx.Err() != nil {
+		plans.discard(jc.PlanDir)
 		return Outcome{} // the agent reports the cause
 	}
 	if err != nil {
+		plans.discard(jc.PlanDir)
 		return fail("%v", err)
 	}
-	// The agent protocol carries no plan yet: a plan's or drift check's
-	// verdict and summary reach the operator in the job log.
+	// A plan's or drift check's verdict and summary reach the operator in
+	// the job log too, beside the result's planned changes.
 	if job.Operation == sdk.OpDrift && res.Error == "" {
 		verdict := "no drift"
 		if res.Drifted {
@@ -371,29 +404,13 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, log fu
 		}
 		log(StreamSystem, "[agentd] drift check: "+verdict)
 	}
-	if changes := strings.TrimRight(res.Changes, "\n"); changes != "" {
-		for _, line := range strings.Split(changes, "\n") {
-			log(StreamSystem, "[agentd] changes: "+line)
+	logChanges(job.Operation, res, log)
+	out.Outcome, out.ExitCode, out.Outputs = agentv1.Outcome_OUTCOME_SUCCEEDED, int32(res.ExitCode), res.Outputs
+	if job.Operation == sdk.OpPlan || job.Operation == sdk.OpDrift || len(res.PlannedChanges) > 0 {
+		if out.PlannedChanges, out.PlanDigest, err = redactedPlan(res.PlannedChanges, red); err != nil {
+			plans.discard(jc.PlanDir)
+			return fail("%v", err)
 		}
-	}
-	for _, c := range res.PlannedChanges {
-		line := "[agentd] " + job.Operation + ": " + c.String()
-		if keys := changedKeys(c.Before, c.After); len(keys) > 0 {
-			line += " (changed: " + strings.Join(keys, ", ") + ")"
-		}
-		log(StreamSystem, line)
-	}
-	out := Outcome{Outcome: agentv1.Outcome_OUTCOME_SUCCEEDED, ExitCode: int32(res.ExitCode), Outputs: res.Outputs}
-	for _, c := range res.PlannedChanges {
-		pc := &agentv1.PlannedChange{Address: c.Address, Action: c.Action, Summary: c.Summary}
-		// The values came from protobuf, so they convert back.
-		if c.Before != nil {
-			pc.Before, _ = structpb.NewValue(c.Before)
-		}
-		if c.After != nil {
-			pc.After, _ = structpb.NewValue(c.After)
-		}
-		out.PlannedChanges = append(out.PlannedChanges, pc)
 	}
 	if res.Error != "" || res.ExitCode != 0 {
 		out.Outcome = agentv1.Outcome_OUTCOME_FAILED
@@ -402,5 +419,135 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, log fu
 			out.Error = fmt.Sprintf("exit code %d", res.ExitCode)
 		}
 	}
+	if job.Operation == sdk.OpPlan {
+		if out.Outcome != agentv1.Outcome_OUTCOME_SUCCEEDED {
+			plans.discard(jc.PlanDir)
+		} else if err := plans.keep(jc.PlanDir, out.PlanDigest); err != nil {
+			return fail("keep the plan's artifact: %v", err)
+		} else if jc.PlanDir != "" {
+			log(StreamSystem, "[agentd] plan "+out.PlanDigest+" saved in "+plans.dir(out.PlanDigest))
+		}
+	}
 	return out
+}
+
+// logChanges writes a plan's or drift check's summary and changes into
+// the job's log.
+func logChanges(op string, res *sdk.Result, log func(int32, string)) {
+	if changes := strings.TrimRight(res.Changes, "\n"); changes != "" {
+		for _, line := range strings.Split(changes, "\n") {
+			log(StreamSystem, "[agentd] changes: "+line)
+		}
+	}
+	for _, c := range res.PlannedChanges {
+		line := "[agentd] " + op + ": " + c.String()
+		if keys := changedKeys(c.Before, c.After); len(keys) > 0 {
+			line += " (changed: " + strings.Join(keys, ", ") + ")"
+		}
+		log(StreamSystem, line)
+	}
+}
+
+// redactedPlan converts a plugin's planned changes for imsd, every string
+// of them through the job's redactor, and returns their digest
+// (agentproto.PlanDigest), computed over what imsd receives.
+func redactedPlan(changes []sdk.PlannedChange, red *redact.Redactor) ([]*agentv1.PlannedChange, string, error) {
+	var out []*agentv1.PlannedChange
+	for _, c := range changes {
+		pc := &agentv1.PlannedChange{Address: red.String(c.Address), Action: c.Action, Summary: red.String(c.Summary)}
+		// The values came from protobuf, so they convert back.
+		if c.Before != nil {
+			v, _ := structpb.NewValue(c.Before)
+			pc.Before = redactValue(red, v)
+		}
+		if c.After != nil {
+			v, _ := structpb.NewValue(c.After)
+			pc.After = redactValue(red, v)
+		}
+		out = append(out, pc)
+	}
+	digest, err := PlanDigest(out)
+	if err != nil {
+		return nil, "", err
+	}
+	return out, digest, nil
+}
+
+// PlanDigest is agentproto.PlanDigest of changes as the agent sends them.
+func PlanDigest(changes []*agentv1.PlannedChange) (string, error) {
+	in := make([]agentproto.PlanChange, len(changes))
+	for i, c := range changes {
+		in[i] = agentproto.PlanChange{Address: c.GetAddress(), Action: c.GetAction(), Summary: c.GetSummary()}
+		if c.Before != nil {
+			in[i].Before = c.Before.AsInterface()
+		}
+		if c.After != nil {
+			in[i].After = c.After.AsInterface()
+		}
+	}
+	return agentproto.PlanDigest(in)
+}
+
+// replan makes a fresh plan before the apply of an approved one. ok is
+// true when its digest is the approved one; then the approved plan's
+// artifact directory holds the saved plan (the fresh one's, if the
+// approved one's is gone). Otherwise failed is the job's outcome: the
+// fresh plan, kept under its own digest, and an error saying that the
+// plan changed and nothing was applied.
+func (r *PluginRunner) replan(ctx context.Context, inst *pluginhost.Instance, job Job, jc sdk.JobContext, env map[string]string,
+	plans planStore, log func(int32, string), red *redact.Redactor) (fresh string, ok bool, failed Outcome) {
+	fail := func(format string, args ...any) Outcome {
+		msg := red.String(fmt.Sprintf(format, args...))
+		log(StreamSystem, "[agentd] "+msg)
+		return Outcome{Outcome: agentv1.Outcome_OUTCOME_FAILED, ExitCode: -1, Error: msg}
+	}
+	if _, valid := agentproto.PlanDigestHex(job.ApprovedPlanDigest); !valid {
+		return "", false, fail("approved plan digest %q: want sha256: and 64 lowercase hex digits", job.ApprovedPlanDigest)
+	}
+	log(StreamSystem, "[agentd] the operator approved plan "+job.ApprovedPlanDigest+"; planning again before applying")
+	var err error
+	if plans.root != "" {
+		if jc.PlanDir, err = plans.fresh(job); err != nil {
+			return "", false, fail("plan directory: %v", err)
+		}
+	}
+	planEnv := maps.Clone(env)
+	if jc.PlanDir != "" {
+		planEnv["BYOC_PLAN_DIR"] = jc.PlanDir
+	}
+	res, err := inst.Run(ctx, sdk.OpPlan, &sdk.RunRequest{Job: jc, Config: job.Config, Env: planEnv},
+		func(e sdk.LogEvent) { log(int32(e.Stream), e.Text) })
+	if err == nil && res.Error == "" && res.ExitCode != 0 {
+		res.Error = fmt.Sprintf("exit code %d", res.ExitCode)
+	}
+	if err != nil || res.Error != "" || ctx.Err() != nil {
+		plans.discard(jc.PlanDir)
+		if ctx.Err() != nil {
+			return "", false, Outcome{}
+		}
+		if err == nil {
+			err = errors.New(res.Error)
+		}
+		return "", false, fail("plan before apply failed, nothing was applied: %v", err)
+	}
+	logChanges(sdk.OpPlan, res, log)
+	changes, digest, err := redactedPlan(res.PlannedChanges, red)
+	if err != nil {
+		plans.discard(jc.PlanDir)
+		return "", false, fail("plan before apply: %v", err)
+	}
+	if digest != job.ApprovedPlanDigest {
+		if err := plans.keep(jc.PlanDir, digest); err != nil {
+			log(StreamSystem, "[agentd] keep the fresh plan's artifact: "+red.String(err.Error()))
+		}
+		out := fail("plan changed since approval: approved %s, the plan now is %s (%d changes); nothing was applied, approve the new plan to apply it",
+			job.ApprovedPlanDigest, digest, len(changes))
+		out.PlannedChanges, out.PlanDigest = changes, digest
+		return digest, false, out
+	}
+	if err := plans.adopt(jc.PlanDir, digest); err != nil {
+		return "", false, fail("keep the plan's artifact: %v", err)
+	}
+	log(StreamSystem, "[agentd] the plan is the approved one ("+digest+"); applying")
+	return digest, true, Outcome{}
 }

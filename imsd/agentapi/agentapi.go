@@ -774,8 +774,11 @@ func (c *conn) handle(ctx context.Context, m *agentv1.ConnectRequest) error {
 		if err != nil {
 			return connect.NewError(connect.CodeInvalidArgument, err)
 		}
+		if err := checkPlanDigest(r); err != nil {
+			return connect.NewError(connect.CodeInvalidArgument, err)
+		}
 		changed, err := s.store.FinishJob(ctx, r.JobId, store.Writer{AgentID: c.agent.ID, FencingToken: r.FencingToken}, store.Result{
-			State: state, ExitCode: int(r.ExitCode), Error: r.Error, Outputs: r.Outputs, PlannedChanges: plan,
+			State: state, ExitCode: int(r.ExitCode), Error: r.Error, Outputs: r.Outputs, PlannedChanges: plan, PlanDigest: r.PlanDigest,
 		}, now)
 		if err != nil {
 			return c.reject(ctx, r.WriteId, r.JobId, r.FencingToken, err)
@@ -832,6 +835,39 @@ var outcomes = map[agentv1.Outcome]store.JobState{
 	agentv1.Outcome_OUTCOME_CANCELLED: store.JobCancelled,
 	agentv1.Outcome_OUTCOME_TIMED_OUT: store.JobTimedOut,
 	agentv1.Outcome_OUTCOME_REFUSED:   store.JobRefused,
+}
+
+// checkPlanDigest refuses a result whose plan digest is malformed or,
+// when it carries the plan's changes, is not theirs: an approval binds
+// the digest, so it must be the digest of what the operator is shown.
+func checkPlanDigest(r *agentv1.JobResult) error {
+	if r.PlanDigest == "" {
+		return nil
+	}
+	if _, ok := agentproto.PlanDigestHex(r.PlanDigest); !ok {
+		return fmt.Errorf("result.plan_digest: %q is not sha256: and 64 lowercase hex digits", r.PlanDigest)
+	}
+	if len(r.PlannedChanges) == 0 {
+		return nil // an approved apply reports the digest of its fresh plan only
+	}
+	in := make([]agentproto.PlanChange, len(r.PlannedChanges))
+	for i, c := range r.PlannedChanges {
+		in[i] = agentproto.PlanChange{Address: c.Address, Action: c.Action, Summary: c.Summary}
+		if c.Before != nil {
+			in[i].Before = c.Before.AsInterface()
+		}
+		if c.After != nil {
+			in[i].After = c.After.AsInterface()
+		}
+	}
+	d, err := agentproto.PlanDigest(in)
+	if err != nil {
+		return fmt.Errorf("result.planned_changes: %w", err)
+	}
+	if d != r.PlanDigest {
+		return fmt.Errorf("result.plan_digest: %s is not the digest of the result's planned_changes (%s)", r.PlanDigest, d)
+	}
+	return nil
 }
 
 // MaxPlannedChanges bounds the planned changes stored with a job; beyond
@@ -903,12 +939,15 @@ func (s *Service) assignment(j store.Job, installID string) (*agentv1.JobAssignm
 		InstallId:      installID,
 		Mode:           string(j.Mode),
 		Component:      j.Component,
+
+		ApprovedPlanDigest: j.ApprovedPlanDigest,
 	}
 	claims := agentproto.JobClaims{
 		InstallID: installID, JobID: j.ID, Attempt: int64(a.Attempt), FencingToken: j.FencingToken,
 		Mode: a.Mode, Component: a.Component,
 		ComponentType: j.ComponentType, Operation: j.Operation, TimeoutSeconds: a.TimeoutSeconds,
 		ConfigDigest: digest, Expires: s.now().Add(s.cfg.LeaseDuration + s.cfg.LeaseGrace),
+		ApprovedPlanDigest: j.ApprovedPlanDigest,
 	}
 	sig := s.cfg.SigningKey.Sign(&claims)
 	a.Signature = &agentv1.JobSignature{KeyId: claims.KeyID, ExpireUnixMs: claims.Expires.UnixMilli(), Signature: sig}

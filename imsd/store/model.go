@@ -224,6 +224,12 @@ type Job struct {
 	Component string
 	// PlannedChanges are what a plan or drift check found to change.
 	PlannedChanges []PlannedChange
+	// PlanDigest is the digest of the plan the job made, as its agent
+	// reported it (rpc/agentproto.PlanDigest).
+	PlanDigest string
+	// ApprovedPlanDigest is, on the apply of an approved plan, the digest
+	// the approval bound: the agent applies only a fresh plan with it.
+	ApprovedPlanDigest string
 }
 
 // PlannedChange is one change a plan would make to one object, as the
@@ -258,6 +264,8 @@ type Result struct {
 	Error          string
 	Outputs        map[string]string
 	PlannedChanges []PlannedChange
+	// PlanDigest is the digest of the plan the job made.
+	PlanDigest string
 }
 
 // LogLine is one line of a job's log. (Attempt, Seq) is unique per job, so

@@ -142,6 +142,8 @@ func (e *Engine) Advance(ctx context.Context, id string) error {
 			again, err = e.start(ctx, wf)
 		case store.WorkflowRunning:
 			again, err = e.run(ctx, wf, steps)
+		case store.WorkflowAwaitingApproval:
+			again, err = e.planSteps(ctx, wf, steps)
 		}
 		if err != nil || !again {
 			return err
@@ -212,7 +214,7 @@ func (e *Engine) start(ctx context.Context, wf store.Workflow) (again bool, err 
 		return false, err
 	}
 	e.hub.FleetChanged()
-	return state == store.WorkflowRunning, nil
+	return true, nil // running: start steps; awaiting approval: plan them
 }
 
 // run advances a running workflow; again is true when it changed
@@ -308,6 +310,17 @@ func (e *Engine) run(ctx context.Context, wf store.Workflow, steps []store.Step)
 		if !ready {
 			continue
 		}
+		if needsApproval(wf, s) {
+			// Plan it now that it can be, and ask again.
+			ok, err := e.st.AwaitApproval(ctx, wf.ID, "plan "+s.Name+" once the steps it needs have run", e.now())
+			if err != nil {
+				return false, err
+			}
+			if started || ok {
+				e.hub.FleetChanged()
+			}
+			return ok, nil
+		}
 		if sc == nil {
 			if sc, err = e.stepContext(ctx, wf); err != nil {
 				return false, err
@@ -396,6 +409,9 @@ func (e *Engine) finish(ctx context.Context, wf store.Workflow, s *store.Step, j
 	msg := j.Error
 	if state == store.StepFailed && msg == "" {
 		msg = fmt.Sprintf("job %s %s", j.ID, j.State)
+	}
+	if replanned, err := e.planChanged(ctx, wf, s, j); replanned || err != nil {
+		return err
 	}
 	var deployed *store.InstallComponent
 	var removed string
@@ -517,6 +533,9 @@ func (e *Engine) startStep(ctx context.Context, wf store.Workflow, sc *stepConte
 	j := store.Job{ID: auth.NewSortableID("job_", now), InstallID: wf.InstallID, ComponentType: s.ComponentType, Operation: s.Operation,
 		Component: s.Component, Config: cfg, MaxAttempts: MaxJobAttempts, Timeout: s.Timeout, CreatedAt: now, CreatedBy: "workflow " + wf.ID,
 		Mode: StepMode(wf, s, sc.app)}
+	if s.Operation == OpApply {
+		j.ApprovedPlanDigest = s.ApprovedPlanDigest
+	}
 	ok, err = e.st.StartStep(ctx, wf.ID, s.Name, j, now)
 	if err != nil {
 		return false, err

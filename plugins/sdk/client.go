@@ -242,6 +242,9 @@ func jobToProto(j JobContext) *pluginv1.JobContext {
 		Component:      j.Component,
 		Mode:           j.Mode,
 		Policies:       policiesToProto(j.Policies),
+		PlanDir:        j.PlanDir,
+
+		ApprovedPlanDigest: j.ApprovedPlanDigest,
 	}
 }
 
@@ -256,6 +259,9 @@ func jobFromProto(j *pluginv1.JobContext) JobContext {
 		Component: j.GetComponent(),
 		Mode:      j.GetMode(),
 		Policies:  policiesFromProto(j.GetPolicies()),
+		PlanDir:   j.GetPlanDir(),
+
+		ApprovedPlanDigest: j.GetApprovedPlanDigest(),
 	}
 }
 

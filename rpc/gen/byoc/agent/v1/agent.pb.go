@@ -1313,8 +1313,12 @@ type JobResult struct {
 	// planned_changes are a plan's changes (or a drift check's), as the
 	// plugin sent them, sensitive values masked and secrets redacted.
 	PlannedChanges []*PlannedChange `protobuf:"bytes,9,rep,name=planned_changes,json=plannedChanges,proto3" json:"planned_changes,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// plan_digest is the digest of the plan the job made
+	// (rpc/agentproto.PlanDigest of planned_changes before any limit): a
+	// plan job's, or the fresh plan an approved apply made before applying.
+	PlanDigest    string `protobuf:"bytes,40,opt,name=plan_digest,json=planDigest,proto3" json:"plan_digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JobResult) Reset() {
@@ -1408,6 +1412,13 @@ func (x *JobResult) GetPlannedChanges() []*PlannedChange {
 		return x.PlannedChanges
 	}
 	return nil
+}
+
+func (x *JobResult) GetPlanDigest() string {
+	if x != nil {
+		return x.PlanDigest
+	}
+	return ""
 }
 
 // PlannedChange is one change a plan would make to one object.
@@ -1515,9 +1526,14 @@ type JobAssignment struct {
 	// signature is imsd's signature of the assignment; the agent runs
 	// nothing without a valid one (rpc/agentproto.JobClaims says what is
 	// signed).
-	Signature     *JobSignature `protobuf:"bytes,15,opt,name=signature,proto3" json:"signature,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Signature *JobSignature `protobuf:"bytes,15,opt,name=signature,proto3" json:"signature,omitempty"`
+	// approved_plan_digest is set on the apply of a plan an operator
+	// approved: the agent makes a fresh plan first and applies only if its
+	// digest is this one; otherwise the job fails with "plan changed since
+	// approval" and the fresh plan. Signed (JobClaims.ApprovedPlanDigest).
+	ApprovedPlanDigest string `protobuf:"bytes,40,opt,name=approved_plan_digest,json=approvedPlanDigest,proto3" json:"approved_plan_digest,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *JobAssignment) Reset() {
@@ -1632,6 +1648,13 @@ func (x *JobAssignment) GetSignature() *JobSignature {
 		return x.Signature
 	}
 	return nil
+}
+
+func (x *JobAssignment) GetApprovedPlanDigest() string {
+	if x != nil {
+		return x.ApprovedPlanDigest
+	}
+	return ""
 }
 
 // JobSignature is imsd's Ed25519 signature over a job's claims
@@ -2349,7 +2372,7 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\bwrite_id\x18\x01 \x01(\x04R\awriteId\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12#\n" +
 	"\rfencing_token\x18\x03 \x01(\x03R\ffencingToken\x12,\n" +
-	"\x05lines\x18\x04 \x03(\v2\x16.byoc.agent.v1.LogLineR\x05lines\"\xa6\x03\n" +
+	"\x05lines\x18\x04 \x03(\v2\x16.byoc.agent.v1.LogLineR\x05lines\"\xc7\x03\n" +
 	"\tJobResult\x12\x19\n" +
 	"\bwrite_id\x18\x01 \x01(\x04R\awriteId\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12#\n" +
@@ -2359,7 +2382,9 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\x05error\x18\x06 \x01(\tR\x05error\x12?\n" +
 	"\aoutputs\x18\a \x03(\v2%.byoc.agent.v1.JobResult.OutputsEntryR\aoutputs\x12\x19\n" +
 	"\blast_seq\x18\b \x01(\x03R\alastSeq\x12E\n" +
-	"\x0fplanned_changes\x18\t \x03(\v2\x1c.byoc.agent.v1.PlannedChangeR\x0eplannedChanges\x1a:\n" +
+	"\x0fplanned_changes\x18\t \x03(\v2\x1c.byoc.agent.v1.PlannedChangeR\x0eplannedChanges\x12\x1f\n" +
+	"\vplan_digest\x18( \x01(\tR\n" +
+	"planDigest\x1a:\n" +
 	"\fOutputsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb9\x01\n" +
@@ -2368,7 +2393,7 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\x06action\x18\x02 \x01(\tR\x06action\x12.\n" +
 	"\x06before\x18\x03 \x01(\v2\x16.google.protobuf.ValueR\x06before\x12,\n" +
 	"\x05after\x18\x04 \x01(\v2\x16.google.protobuf.ValueR\x05after\x12\x18\n" +
-	"\asummary\x18\x05 \x01(\tR\asummary\"\x8d\x04\n" +
+	"\asummary\x18\x05 \x01(\tR\asummary\"\xbf\x04\n" +
 	"\rJobAssignment\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12#\n" +
 	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\x12\x18\n" +
@@ -2383,7 +2408,8 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\x04mode\x18\n" +
 	" \x01(\tR\x04mode\x12\x1c\n" +
 	"\tcomponent\x18\v \x01(\tR\tcomponent\x129\n" +
-	"\tsignature\x18\x0f \x01(\v2\x1b.byoc.agent.v1.JobSignatureR\tsignature\x1a9\n" +
+	"\tsignature\x18\x0f \x01(\v2\x1b.byoc.agent.v1.JobSignatureR\tsignature\x120\n" +
+	"\x14approved_plan_digest\x18( \x01(\tR\x12approvedPlanDigest\x1a9\n" +
 	"\vInputsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"i\n" +

@@ -1951,8 +1951,14 @@ type Job struct {
 	// check), one per object, as the agent reported them: sensitive values
 	// masked by the plugin, secrets redacted by the agent.
 	PlannedChanges []*PlannedChange `protobuf:"bytes,22,rep,name=planned_changes,json=plannedChanges,proto3" json:"planned_changes,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// plan_digest is the digest of the plan the job made
+	// ("sha256:<hex>", as its agent computed it).
+	PlanDigest string `protobuf:"bytes,40,opt,name=plan_digest,json=planDigest,proto3" json:"plan_digest,omitempty"`
+	// approved_plan_digest is, for an apply of an approved plan, the digest
+	// the approval bound (the agent applies only a plan with it).
+	ApprovedPlanDigest string `protobuf:"bytes,41,opt,name=approved_plan_digest,json=approvedPlanDigest,proto3" json:"approved_plan_digest,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Job) Reset() {
@@ -2137,6 +2143,20 @@ func (x *Job) GetPlannedChanges() []*PlannedChange {
 		return x.PlannedChanges
 	}
 	return nil
+}
+
+func (x *Job) GetPlanDigest() string {
+	if x != nil {
+		return x.PlanDigest
+	}
+	return ""
+}
+
+func (x *Job) GetApprovedPlanDigest() string {
+	if x != nil {
+		return x.ApprovedPlanDigest
+	}
+	return ""
 }
 
 // PlannedChange is one change a plan would make to one object.
@@ -4939,7 +4959,7 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\vttl_seconds\x18\x02 \x01(\x03R\n" +
 	"ttlSeconds\"h\n" +
 	"\x1dCreateEnrollmentTokenResponse\x12G\n" +
-	"\x10enrollment_token\x18\x01 \x01(\v2\x1c.byoc.ims.v1.EnrollmentTokenR\x0fenrollmentToken\"\xc1\a\n" +
+	"\x10enrollment_token\x18\x01 \x01(\v2\x1c.byoc.ims.v1.EnrollmentTokenR\x0fenrollmentToken\"\x94\b\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -4967,7 +4987,10 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\n" +
 	"created_by\x18\x14 \x01(\tR\tcreatedBy\x12\x12\n" +
 	"\x04mode\x18\x15 \x01(\tR\x04mode\x12C\n" +
-	"\x0fplanned_changes\x18\x16 \x03(\v2\x1a.byoc.ims.v1.PlannedChangeR\x0eplannedChanges\x1a:\n" +
+	"\x0fplanned_changes\x18\x16 \x03(\v2\x1a.byoc.ims.v1.PlannedChangeR\x0eplannedChanges\x12\x1f\n" +
+	"\vplan_digest\x18( \x01(\tR\n" +
+	"planDigest\x120\n" +
+	"\x14approved_plan_digest\x18) \x01(\tR\x12approvedPlanDigest\x1a:\n" +
 	"\fOutputsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb9\x01\n" +
