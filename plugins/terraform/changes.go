@@ -299,3 +299,13 @@ func (w *lineWriter) Flush() {
 		w.buf = nil
 	}
 }
+
+// outputsChange reports whether a plan changes an output.
+func outputsChange(p *tfjson.Plan) bool {
+	for _, oc := range p.OutputChanges {
+		if oc != nil && actionOf(oc.Actions) != "" {
+			return true
+		}
+	}
+	return false
+}

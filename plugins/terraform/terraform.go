@@ -84,6 +84,8 @@ const (
 const (
 	// StateFile is the local backend's state.
 	StateFile = "terraform.tfstate"
+	// PlanFile is the saved plan in a plan's JobContext.PlanDir.
+	PlanFile = "tfplan"
 	// DataDir is handed to a module that declares variable
 	// "byoc_data_dir": a directory kept across jobs, for what a module
 	// for a local machine writes (the example sandbox's files).
@@ -223,7 +225,12 @@ func (p *Plugin) Apply(ctx context.Context, req *sdk.ApplyRequest) (*sdk.ApplyRe
 		return nil, err
 	}
 	defer r.close()
-	pl, err := r.plan(ctx, planNormal)
+	var pl *plan
+	if req.Job.ApprovedPlanDigest != "" && req.Job.PlanDir != "" {
+		pl, err = r.approvedPlan(ctx)
+	} else {
+		pl, err = r.plan(ctx, planNormal)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -523,6 +530,11 @@ type plan struct {
 // terraform show -json.
 func (r *run) plan(ctx context.Context, mode planMode) (*plan, error) {
 	pl := &plan{file: filepath.Join(r.work, "tfplan")}
+	if mode == planNormal && r.job.PlanDir != "" {
+		// The agent keeps this directory under the plan's digest, so that
+		// an apply the operator approves applies exactly this file.
+		pl.file = filepath.Join(r.job.PlanDir, PlanFile)
+	}
 	opts := []tfexec.PlanOption{tfexec.Out(pl.file), tfexec.VarFile(r.varFile)}
 	if r.cfg.Parallelism > 0 {
 		opts = append(opts, tfexec.Parallelism(r.cfg.Parallelism))
@@ -544,6 +556,23 @@ func (r *run) plan(ctx context.Context, mode planMode) (*plan, error) {
 	if err != nil {
 		return nil, err
 	}
+	return r.read(ctx, pl, mode)
+}
+
+// approvedPlan reads the saved plan an operator approved (the agent has
+// planned again in this job and found the same digest).
+func (r *run) approvedPlan(ctx context.Context) (*plan, error) {
+	pl := &plan{file: filepath.Join(r.job.PlanDir, PlanFile), hasChanges: true}
+	if _, err := os.Stat(pl.file); err != nil {
+		return nil, fmt.Errorf("the approved plan %s has no saved Terraform plan: %w", r.job.ApprovedPlanDigest, err)
+	}
+	r.log.System("terraform: applying the approved plan " + r.job.ApprovedPlanDigest)
+	return r.read(ctx, pl, planNormal)
+}
+
+// read reads a saved plan back with terraform show -json.
+func (r *run) read(ctx context.Context, pl *plan, mode planMode) (*plan, error) {
+	var err error
 	// show -json and output print values Terraform never shows in its
 	// human output (sensitive ones): not for the log.
 	r.out.Mute(true)
@@ -556,11 +585,15 @@ func (r *run) plan(ctx context.Context, mode planMode) (*plan, error) {
 		return nil, err
 	}
 	if mode == planRefreshOnly {
+		pl.hasChanges = len(pl.json.ResourceDrift) > 0
 		pl.changes = changesOf(pl.json.ResourceDrift, true)
 		pl.summary = driftSummary(pl.changes)
 	} else {
 		pl.changes = changesOf(pl.json.ResourceChanges, false)
 		pl.summary = planSummary(pl.changes, pl.json)
+		if len(pl.changes) == 0 && !outputsChange(pl.json) {
+			pl.hasChanges = false
+		}
 	}
 	return pl, nil
 }
