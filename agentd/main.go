@@ -94,6 +94,7 @@ func run(ctx context.Context, args []string) int {
 		secretsFile          string
 		installRegistry      string
 		tfProviders          string
+		cancelGrace          time.Duration
 		level                slog.Level
 	)
 	fs.StringVar(&ims, "ims", os.Getenv("BYOC_IMS_URL"), "imsd `URL`; also $BYOC_IMS_URL")
@@ -105,6 +106,7 @@ func run(ctx context.Context, args []string) int {
 	fs.StringVar(&secretsFile, "secrets-file", "", "customer-owned `file` of NAME=value secrets (mode 0600); jobs get those their config lists under \"secrets\", and every value is redacted from job logs, errors and outputs")
 	fs.StringVar(&installRegistry, "install-registry", os.Getenv("BYOC_INSTALL_REGISTRY"), "the install registry `location`: oci:DIR, an OCI image layout root with one layout per repository (default oci:STATE/registry); plugins read modules, charts and images from it; also $BYOC_INSTALL_REGISTRY")
 	fs.StringVar(&tfProviders, "terraform-providers", "", "Terraform provider filesystem mirror `directory`: the terraform type installs providers from it only, never from a registry")
+	fs.DurationVar(&cancelGrace, "cancel-grace", time.Minute, "how long a cancelled or timed-out job's plugin may take to stop once interrupted (Terraform saves its state and releases its lock) before it is killed; 0 kills at once")
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "log `level`: debug, info, warn, error")
 	showVersion := fs.Bool("version", false, "print the version, commit and build date, and exit")
 	if err := fs.Parse(args); err != nil {
@@ -166,7 +168,8 @@ func run(ctx context.Context, args []string) int {
 		}
 	}
 	runner := &agent.PluginRunner{Loader: loader, WorkRoot: filepath.Join(stateDir, "jobs"),
-		StateRoot: filepath.Join(stateDir, "components"), Secrets: secretMap, PluginEnv: pluginEnv, Logger: log}
+		StateRoot: filepath.Join(stateDir, "components"), Secrets: secretMap, PluginEnv: pluginEnv,
+		CancelGrace: cancelGrace, Logger: log}
 	defer runner.Close()
 	// A previous agentd killed mid-job left its workspaces, its plugins'
 	// socket dirs and its steps' cgroups; no job of this one runs yet.

@@ -151,3 +151,106 @@ func TestExampleAppTerraform(t *testing.T) {
 		t.Errorf("after deprovision %s: %v, want it gone", network, err)
 	}
 }
+
+// slowTerraformApp is one terraform component whose apply waits as long as the
+// install's wait input, between two objects.
+func slowTerraformApp(modules, wait string) map[string]string {
+	return map[string]string{
+		"app.toml":    "name = \"slow\"\n",
+		"inputs.toml": "[[input]]\nname = \"wait\"\nrequired = true\n",
+		"components/slow.toml": `type = "terraform"
+[config]
+module_dir = "` + modules + `"
+vars = { wait = "{{ .inputs.wait }}" }
+`,
+		"installs/acme.toml": `inputs = { wait = "` + wait + `" }` + "\n",
+	}
+}
+
+// An operator cancels a terraform apply while Terraform waits in its
+// middle: the agent interrupts the plugin and gives it its grace, the
+// plugin interrupts Terraform, which saves the state and releases the
+// lock, and the job ends cancelled; the next provision continues from
+// that state and succeeds.
+func TestTerraformCancelMidApply(t *testing.T) {
+	skipShort(t)
+	mirror := terraformMirror(t)
+	opts := fast
+	opts.WorkflowInterval = 200 * time.Millisecond
+	ims := cluster.StartIMS(t, opts)
+	cli := cluster.NewCLI(t, ims)
+	module, _ := filepath.Abs(filepath.Join("..", "plugins", "terraform", "testdata", "slow"))
+	pushed := cli.PushApp(slowTerraformApp(module, "90s"))
+	stateDir := t.TempDir()
+	cluster.StartAgent(t, ims.URL(), pushed.EnrollToken(t), stateDir, "--terraform-providers", mirror, "--cancel-grace", "45s")
+
+	cli.Run(0, "install", "provision", "acme")
+	c := ims.Admin()
+	var job string
+	deadline := time.Now().Add(2 * time.Minute)
+	for job == "" {
+		if time.Now().After(deadline) {
+			t.Fatal("the apply never reached its wait")
+		}
+		for _, j := range installJobs(t, c) {
+			for _, l := range cluster.Logs(t, c, j.Id) {
+				if strings.Contains(l.Text, "time_sleep.wait: Creating...") {
+					job = j.Id
+				}
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// Terraform logs "Creating..." just before it calls the provider; see
+	// the plugin's TestCancelMidApply.
+	time.Sleep(2 * time.Second)
+	cancelled := time.Now()
+	cli.Run(0, "job", "cancel", job, "--reason", "test cancel")
+	j := cluster.WaitJob(t, c, job, time.Minute, imsv1.JobState_JOB_STATE_CANCELLED)
+	t.Logf("job cancelled %s after the request", time.Since(cancelled).Round(time.Millisecond))
+	var lines []string
+	for _, l := range cluster.Logs(t, c, job) {
+		lines = append(lines, l.Text)
+	}
+	log := strings.Join(lines, "\n")
+	for _, want := range []string{"[agentd] cancelled: test cancel: interrupting the plugin; waiting up to 45s for it to stop", "Interrupt received", "terraform: terraform apply interrupted (interrupted by the agent)"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("the cancelled job's log lacks %q:\n%s", want, log)
+		}
+	}
+	if strings.Contains(log, "did not stop within") {
+		t.Errorf("the plugin was killed after the grace:\n%s", log)
+	}
+	t.Logf("job error: %s", j.Error)
+	state := filepath.Join(stateDir, "components", "slow", "terraform.tfstate")
+	b, err := os.ReadFile(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"terraform_data"`) || strings.Contains(string(b), `"time_sleep"`) {
+		t.Errorf("state after the cancel:\n%s", b)
+	}
+	if _, err := os.Stat(filepath.Join(stateDir, "components", "slow", ".terraform-running")); err == nil {
+		t.Error("the interrupted run left its running marker")
+	}
+
+	// The next run continues from that state: pushing the shorter wait
+	// redeploys the install (its inputs changed), and a provision after
+	// it finds nothing left to do.
+	cluster.WriteApp(t, pushed.Dir, slowTerraformApp(module, "1s"))
+	cli.Run(0, "app", "push", pushed.Dir)
+	if out := cli.Run(0, "install", "provision", "acme", "--wait"); !strings.Contains(out, "succeeded") {
+		t.Fatalf("provision after the cancel:\n%s", out)
+	}
+	deadline = time.Now().Add(time.Minute)
+	for {
+		b, _ := os.ReadFile(state)
+		if strings.Contains(string(b), `"time_sleep"`) && strings.Contains(string(b), `"last"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("state after the rerun:\n%s", b)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

@@ -710,23 +710,24 @@ func (r *run) withMarker(fn func() error) error {
 	marker := filepath.Join(r.stateDir, runningMarker)
 	_ = os.WriteFile(marker, []byte(r.job.JobID+"\n"), 0o600)
 	err := fn()
-	if err == nil || !isInterrupted(err) {
-		// An interrupted Terraform released its lock; one killed did not
-		// get here.
+	if err == nil || !strings.Contains(err.Error(), "signal: killed") {
+		// Terraform ended on its own or interrupted: either way it
+		// released its lock. Only one killed (here, or with this plugin)
+		// leaves the marker.
 		os.Remove(marker)
 	}
 	return err
-}
-
-func isInterrupted(err error) bool {
-	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // failed words a Terraform command's failure: an interruption says what
 // became of the state; otherwise Terraform's own error text.
 func (r *run) failed(ctx context.Context, what string, err error) error {
 	if ctx.Err() != nil {
-		return fmt.Errorf("terraform %s interrupted (%v): Terraform stopped after the changes in flight and saved its state; the next run continues from it", what, context.Cause(ctx))
+		err := fmt.Errorf("terraform %s interrupted (%v): Terraform stopped after the changes in flight and saved its state; the next run continues from it", what, context.Cause(ctx))
+		// The agent reports a cancelled job's own cause, not this error:
+		// the log keeps it.
+		r.log.System("terraform: " + err.Error())
+		return err
 	}
 	return fmt.Errorf("terraform %s: %s", what, cleanError(err))
 }
