@@ -11,6 +11,11 @@
 //	                                                    the customer's decisions on break-glass requests
 //	agentd module push --state-dir DIR MODULE_DIR REPO:TAG
 //	                                                    put a Terraform module into the install registry
+//	agentd --stack-config FILE --state-dir DIR          run from an install stack (its imsd, token, roles, inputs, secrets)
+//	agentd preflight [--stack-config FILE] [--state-dir DIR]
+//	                                                    check what the install needs; exit 1 on a failure
+//	agentd support-bundle -o FILE.tar.gz [--state-dir DIR] [--stack-config FILE]
+//	                                                    collect a redacted bundle for the vendor's support
 package main
 
 import (
@@ -29,6 +34,7 @@ import (
 	"github.com/byoc-dev/byoc/agentd/agent"
 	"github.com/byoc-dev/byoc/agentd/pluginhost"
 	"github.com/byoc-dev/byoc/agentd/secrets"
+	"github.com/byoc-dev/byoc/agentd/stack"
 	"github.com/byoc-dev/byoc/internal/buildinfo"
 	"github.com/byoc-dev/byoc/plugins/action"
 	"github.com/byoc-dev/byoc/plugins/sdk"
@@ -57,6 +63,12 @@ func main() {
 	}
 	if len(os.Args) > 1 && os.Args[1] == "module" {
 		os.Exit(moduleCmd(ctx, os.Args[2:], os.Stdout, os.Stderr))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "preflight" {
+		os.Exit(preflightCmd(ctx, os.Args[2:], os.Stdout, os.Stderr))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "support-bundle" {
+		os.Exit(supportBundleCmd(ctx, os.Args[2:], os.Stdout, os.Stderr))
 	}
 	os.Exit(run(ctx, os.Args[1:]))
 }
@@ -95,6 +107,8 @@ func run(ctx context.Context, args []string) int {
 		installRegistry      string
 		tfProviders          string
 		cancelGrace          time.Duration
+		policyDir            string
+		stackPath            string
 		level                slog.Level
 	)
 	fs.StringVar(&ims, "ims", os.Getenv("BYOC_IMS_URL"), "imsd `URL`; also $BYOC_IMS_URL")
@@ -107,6 +121,8 @@ func run(ctx context.Context, args []string) int {
 	fs.StringVar(&installRegistry, "install-registry", os.Getenv("BYOC_INSTALL_REGISTRY"), "the install registry `location`: oci:DIR, an OCI image layout root with one layout per repository (default oci:STATE/registry); plugins read modules, charts and images from it; also $BYOC_INSTALL_REGISTRY")
 	fs.StringVar(&tfProviders, "terraform-providers", "", "Terraform provider filesystem mirror `directory`: the terraform type installs providers from it only, never from a registry")
 	fs.DurationVar(&cancelGrace, "cancel-grace", time.Minute, "how long a cancelled or timed-out job's plugin may take to stop once interrupted (Terraform saves its state and releases its lock) before it is killed; 0 kills at once")
+	fs.StringVar(&policyDir, "policy-dir", "", "customer-owned `directory` of rego policies (*.rego, not writable by group or others); every plan, apply and destroy must pass them, whatever the app config's policies say")
+	fs.StringVar(&stackPath, "stack-config", os.Getenv("BYOC_STACK_CONFIG"), "the install stack's config `file` (its imsd URL, enrolment token, a role per permission mode, the customer's inputs and secrets); also $BYOC_STACK_CONFIG")
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "log `level`: debug, info, warn, error")
 	showVersion := fs.Bool("version", false, "print the version, commit and build date, and exit")
 	if err := fs.Parse(args); err != nil {
@@ -136,6 +152,50 @@ func run(ctx context.Context, args []string) int {
 		if secretMap, err = secrets.Load(secretsFile); err != nil {
 			fmt.Fprintf(os.Stderr, "agentd: --secrets-file: %v\n", err)
 			return 2
+		}
+	}
+	if policyDir != "" {
+		// Checked at start so a mistake shows now, not at the first
+		// deploy; read again for every job.
+		var err error
+		if policyDir, err = filepath.Abs(policyDir); err == nil {
+			_, err = agent.CustomerPolicies(policyDir)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "agentd: --policy-dir: %v\n", err)
+			return 2
+		}
+	}
+	// An install stack: imsd, the enrolment token (until enrolled), the
+	// customer's secrets and inputs, and a role per permission mode.
+	var st *stack.Stack
+	var stackValues stack.Values
+	if stackPath != "" {
+		var err error
+		if st, err = stack.Open(stackPath); err != nil {
+			fmt.Fprintf(os.Stderr, "agentd: --stack-config: %v\n", err)
+			return 2
+		}
+		if ims == "" {
+			ims = st.Config.IMS
+		}
+		if token == "" && stateDir != "" && !enrolled(stateDir) {
+			if token, err = st.EnrollToken(ctx); err != nil {
+				fmt.Fprintf(os.Stderr, "agentd: %v\n", err)
+				return 1
+			}
+		}
+		if stackValues, err = st.Values(ctx); err != nil {
+			fmt.Fprintf(os.Stderr, "agentd: %v\n", err)
+			return 1
+		}
+		if secretMap == nil {
+			secretMap = map[string]string{}
+		}
+		for k, v := range stackValues.Secrets {
+			if _, dup := secretMap[k]; !dup {
+				secretMap[k] = v
+			}
 		}
 	}
 	self, err := os.Executable()
@@ -168,8 +228,11 @@ func run(ctx context.Context, args []string) int {
 		}
 	}
 	runner := &agent.PluginRunner{Loader: loader, WorkRoot: filepath.Join(stateDir, "jobs"),
-		StateRoot: filepath.Join(stateDir, "components"), Secrets: secretMap, PluginEnv: pluginEnv,
-		CancelGrace: cancelGrace, Logger: log}
+		StateRoot: filepath.Join(stateDir, "components"), LogRoot: filepath.Join(stateDir, "logs"), Secrets: secretMap, Logger: log,
+		PolicyDir: policyDir, PluginEnv: pluginEnv, CancelGrace: cancelGrace}
+	if st != nil {
+		runner.Credentials = stackCredentials(st, stateDir, time.Now)
+	}
 	defer runner.Close()
 	// A previous agentd killed mid-job left its workspaces, its plugins'
 	// socket dirs and its steps' cgroups; no job of this one runs yet.

@@ -74,6 +74,11 @@ type Outcome struct {
 	// PlanDigest is the digest of the plan the job made (a plan's, or an
 	// approved apply's fresh plan), over PlannedChanges.
 	PlanDigest string
+	// PolicyFindings are what the job's policies said of its plan,
+	// redacted.
+	PolicyFindings []*agentv1.PolicyFinding
+	// Drifted is a drift check's verdict.
+	Drifted bool
 }
 
 // Config is everything the agent needs.

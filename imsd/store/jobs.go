@@ -48,11 +48,12 @@ type jobRow struct {
 	Plan            string `db:"plan"`
 	PlanDigest      string `db:"plan_digest"`
 	ApprovedPlan    string `db:"approved_plan_digest"`
+	Policy          string `db:"policy"`
 }
 
 const jobCols = `id, install_id, component_type, operation, config, state, attempt, max_attempts, timeout_ns,
 	fencing_token, agent_id, lease_deadline, cancel_requested, cancel_reason, created_at, started_at, ended_at,
-	exit_code, error, outputs, created_by, mode, component, plan, plan_digest, approved_plan_digest`
+	exit_code, error, outputs, created_by, mode, component, plan, policy, plan_digest, approved_plan_digest`
 
 // jobColsQualified is jobCols prefixed with the table name, for statements
 // that join another relation with the same column names.
@@ -68,7 +69,7 @@ var jobColsQualified = func() string {
 func (r *jobRow) dest() []any {
 	return []any{&r.ID, &r.InstallID, &r.ComponentType, &r.Operation, &r.Config, &r.State, &r.Attempt, &r.MaxAttempts,
 		&r.TimeoutNS, &r.FencingToken, &r.AgentID, &r.LeaseDeadline, &r.CancelRequested, &r.CancelReason, &r.CreatedAt,
-		&r.StartedAt, &r.EndedAt, &r.ExitCode, &r.Error, &r.Outputs, &r.CreatedBy, &r.Mode, &r.Component, &r.Plan,
+		&r.StartedAt, &r.EndedAt, &r.ExitCode, &r.Error, &r.Outputs, &r.CreatedBy, &r.Mode, &r.Component, &r.Plan, &r.Policy,
 		&r.PlanDigest, &r.ApprovedPlan}
 }
 
@@ -109,6 +110,12 @@ func (r jobRow) job() (Job, error) {
 			return Job{}, fmt.Errorf("job %s plan: %w", r.ID, err)
 		}
 	}
+	var findings []PolicyFinding
+	if r.Policy != "" {
+		if err := json.Unmarshal([]byte(r.Policy), &findings); err != nil {
+			return Job{}, fmt.Errorf("job %s policy: %w", r.ID, err)
+		}
+	}
 	return Job{
 		ID: r.ID, InstallID: r.InstallID, ComponentType: r.ComponentType, Operation: r.Operation,
 		Config: []byte(r.Config), State: JobState(r.State), Attempt: r.Attempt, MaxAttempts: r.MaxAttempts,
@@ -116,7 +123,7 @@ func (r jobRow) job() (Job, error) {
 		LeaseDeadline: fromNanos(r.LeaseDeadline), CancelRequested: r.CancelRequested, CancelReason: r.CancelReason,
 		CreatedAt: fromNanos(r.CreatedAt), StartedAt: fromNanos(r.StartedAt), EndedAt: fromNanos(r.EndedAt),
 		ExitCode: r.ExitCode, Error: r.Error, Outputs: out, CreatedBy: r.CreatedBy, Mode: Mode(r.Mode), Component: r.Component,
-		PlannedChanges: plan, PlanDigest: r.PlanDigest, ApprovedPlanDigest: r.ApprovedPlan,
+		PlannedChanges: plan, PolicyFindings: findings, PlanDigest: r.PlanDigest, ApprovedPlanDigest: r.ApprovedPlan,
 	}, nil
 }
 
@@ -708,11 +715,15 @@ func (s *Store) FinishJob(ctx context.Context, jobID string, w Writer, r Result,
 	if err != nil {
 		return false, err
 	}
+	policy, err := encodePolicy(r.PolicyFindings)
+	if err != nil {
+		return false, err
+	}
 	err = s.writeOne(ctx, "finish job", func(tx *txn) error {
 		// The usual case, one statement: the holder finishes its job.
-		ok, err := s.tryExec(ctx, tx, `UPDATE jobs SET state = ?, ended_at = ?, exit_code = ?, error = ?, outputs = ?, plan = ?,
+		ok, err := s.tryExec(ctx, tx, `UPDATE jobs SET state = ?, ended_at = ?, exit_code = ?, error = ?, outputs = ?, plan = ?, policy = ?,
 			plan_digest = ?, lease_deadline = 0 WHERE id = ? AND agent_id = ? AND agent_id <> '' AND fencing_token = ? AND state IN ('assigned', 'running')`,
-			string(r.State), nanos(now), r.ExitCode, r.Error, encodeMap(r.Outputs), plan, r.PlanDigest, jobID, w.AgentID, w.FencingToken)
+			string(r.State), nanos(now), r.ExitCode, r.Error, encodeMap(r.Outputs), plan, policy, r.PlanDigest, jobID, w.AgentID, w.FencingToken)
 		if err != nil {
 			return err
 		}
@@ -728,8 +739,8 @@ func (s *Store) FinishJob(ctx context.Context, jobID string, w Writer, r Result,
 			if j.State.Terminal() {
 				return nil
 			}
-			if _, err := s.updateJob(ctx, tx, `UPDATE jobs SET state = ?, ended_at = ?, exit_code = ?, error = ?, outputs = ?, plan = ?,
-				plan_digest = ?, lease_deadline = 0 WHERE id = ?`, string(r.State), nanos(now), r.ExitCode, r.Error, encodeMap(r.Outputs), plan,
+			if _, err := s.updateJob(ctx, tx, `UPDATE jobs SET state = ?, ended_at = ?, exit_code = ?, error = ?, outputs = ?, plan = ?, policy = ?,
+				plan_digest = ?, lease_deadline = 0 WHERE id = ?`, string(r.State), nanos(now), r.ExitCode, r.Error, encodeMap(r.Outputs), plan, policy,
 				r.PlanDigest, jobID); err != nil {
 				return err
 			}
@@ -742,7 +753,11 @@ func (s *Store) FinishJob(ctx context.Context, jobID string, w Writer, r Result,
 		if r.PlanDigest != "" {
 			data["plan_digest"] = r.PlanDigest
 		}
+		policyAudit(data, r.PolicyFindings)
 		if err := s.auditAgentJob(ctx, tx, w.AgentID, jobID, "job.finished", now, data); err != nil {
+			return err
+		}
+		if err := s.recordDrift(ctx, tx, jobID, r, plan, now); err != nil {
 			return err
 		}
 		return s.notifyLogs(ctx, tx, jobID)

@@ -230,6 +230,19 @@ type Job struct {
 	// ApprovedPlanDigest is, on the apply of an approved plan, the digest
 	// the approval bound: the agent applies only a fresh plan with it.
 	ApprovedPlanDigest string
+	// PolicyFindings are what the job's policies said of its plan.
+	PolicyFindings []PolicyFinding
+}
+
+// PolicyFinding is one message of a policy's deny or warn rule, as the
+// agent reported it.
+type PolicyFinding struct {
+	// Policy is the policy's file; Source "vendor" or "customer".
+	Policy string `json:"policy"`
+	Source string `json:"source"`
+	// Level is "deny" or "warn".
+	Level   string `json:"level"`
+	Message string `json:"message"`
 }
 
 // PlannedChange is one change a plan would make to one object, as the
@@ -265,7 +278,10 @@ type Result struct {
 	Outputs        map[string]string
 	PlannedChanges []PlannedChange
 	// PlanDigest is the digest of the plan the job made.
-	PlanDigest string
+	PlanDigest     string
+	PolicyFindings []PolicyFinding
+	// Drifted is a drift check's verdict (ignored for other jobs).
+	Drifted bool
 }
 
 // LogLine is one line of a job's log. (Attempt, Seq) is unique per job, so

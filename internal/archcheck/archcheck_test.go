@@ -202,10 +202,17 @@ var rules = []rule{
 			return in("imsd", "tui", "schema", "plugins/sdk", "plugins/typeschema")(p) || (in("agentd")(p) && p != module+"/agentd")
 		},
 		forbidden: prefixes("github.com/open-policy-agent/opa")},
+	{name: "imsd and the tui link no AWS SDK (only agentd, in the customer's account, talks to AWS: imsd never holds cloud credentials)",
+		from: in("imsd", "tui"), forbidden: prefixes("github.com/aws")},
+	{name: "agentd links only the sts and secretsmanager AWS service clients (agentd/stack; every other call is made by a job with its mode's role)",
+		from: in("agentd"), forbidden: func(dep string) bool {
+			return strings.HasPrefix(dep, "github.com/aws/aws-sdk-go-v2/service/") &&
+				!prefixes("github.com/aws/aws-sdk-go-v2/service/sts", "github.com/aws/aws-sdk-go-v2/service/secretsmanager", "github.com/aws/aws-sdk-go-v2/service/internal")(dep)
+		}},
 	{name: "no binary links test helpers or the end-to-end harness",
 		from: in("imsd", "agentd", "tui"),
 		forbidden: func(dep string) bool {
-			return in("e2e", "bench", "imsd/store/pgtest", "imsd/store/storetest", "plugins/sdk/sdktest")(dep)
+			return in("e2e", "bench", "imsd/store/pgtest", "imsd/store/storetest", "plugins/sdk/sdktest", "agentd/stack/awsfake")(dep)
 		}},
 }
 
@@ -250,6 +257,9 @@ func TestImportRulesCatch(t *testing.T) {
 		{"imsd and the tui link no gRPC", module + "/tui/cli", "google.golang.org/grpc"},
 		{"only plugins link OPA", module + "/agentd/agent", "github.com/open-policy-agent/opa/v1/rego"},
 		{"only plugins link OPA", module + "/imsd/workflow", "github.com/open-policy-agent/opa/v1/ast"},
+		{"imsd and the tui link no AWS", module + "/imsd/server", "github.com/aws/aws-sdk-go-v2/service/sts"},
+		{"agentd links only the sts", module + "/agentd/stack", "github.com/aws/aws-sdk-go-v2/service/s3"},
+		{"no binary links test", module + "/agentd", module + "/agentd/stack/awsfake"},
 	} {
 		caught := false
 		for _, r := range rules {

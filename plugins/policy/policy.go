@@ -236,7 +236,11 @@ func compile(source string, ms []sdk.PolicyModule) (*group, error) {
 		}
 		mod, err := ast.ParseModuleWithOpts(name, m.Rego, ast.ParserOptions{RegoVersion: ast.RegoV1})
 		if err != nil {
-			return nil, compileError(name, source, err)
+			ce := compileError(name, source, err)
+			if _, v0err := ast.ParseModuleWithOpts(name, m.Rego, ast.ParserOptions{RegoVersion: ast.RegoV0}); v0err == nil {
+				ce.Problems = append(ce.Problems, name+" is rego v0; write rules as `deny contains msg if { ... }` (rego v1)")
+			}
+			return nil, ce
 		}
 		if mod == nil {
 			return nil, &CompileError{Policy: name, Source: source, Problems: []string{name + ": empty module (want a package with deny or warn rules)"}}

@@ -3,6 +3,7 @@ package policy_test
 import (
 	"context"
 	"errors"
+	"os"
 	"regexp"
 	"strings"
 	"sync"
@@ -210,7 +211,7 @@ func TestRegoErrorsNameTheFile(t *testing.T) {
 		{"parse error", "policies/broken.rego", "vendor", "package vendor.broken\n\ndeny contains msg if {\n\tmsg := \n}\n",
 			`^vendor policy policies/broken\.rego:5: rego_parse_error: `, 5},
 		{"v0 syntax", "/etc/byoc/policies/old.rego", "customer", "package old\n\ndeny[msg] {\n\tmsg := \"x\"\n}\n",
-			`^customer policy /etc/byoc/policies/old\.rego:3: rego_parse_error: `, 3},
+			`^customer policy /etc/byoc/policies/old\.rego:3: rego_parse_error: .*; /etc/byoc/policies/old\.rego is rego v0; write rules as .deny contains msg if`, 3},
 		{"unsafe variable", "policies/unsafe.rego", "vendor", "package vendor.unsafe\n\ndeny contains msg if {\n\tx == 1\n\tmsg := \"y\"\n}\n",
 			`^vendor policy policies/unsafe\.rego:4: rego_unsafe_var_error: var x is unsafe`, 4},
 		{"http.send is not available", "policies/exfil.rego", "vendor", "package vendor.exfil\n\nwarn contains msg if {\n\tr := http.send({\"method\": \"get\", \"url\": \"http://example.com\"})\n\tmsg := r.body\n}\n",
@@ -334,4 +335,28 @@ func sdkString(fs []sdk.PolicyFinding) string {
 		b.WriteString(f.String() + "; ")
 	}
 	return b.String()
+}
+
+// TestExampleAppPolicy evaluates the vendor policy of the app that `byoc
+// app init` writes against a Terraform plan.
+func TestExampleAppPolicy(t *testing.T) {
+	text, err := os.ReadFile("../../schema/app/load/example/policies/no_public_buckets.rego")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := map[string]any{"resource_changes": []any{
+		map[string]any{"address": "aws_s3_bucket_public_access_block.logs", "type": "aws_s3_bucket_public_access_block",
+			"change": map[string]any{"after": map[string]any{"block_public_acls": false}}},
+		map[string]any{"address": "aws_s3_bucket_public_access_block.ok", "type": "aws_s3_bucket_public_access_block",
+			"change": map[string]any{"after": map[string]any{"block_public_acls": true}}},
+	}}
+	in := policy.NewInput(sdk.JobContext{Mode: "provision"}, "terraform", sdk.OpApply, nil, plan)
+	got, err := policy.Evaluate(t.Context(), []sdk.PolicyModule{mod("policies/no_public_buckets.rego", "vendor", string(text))}, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []sdk.PolicyFinding{finding("policies/no_public_buckets.rego", "vendor", "deny", "aws_s3_bucket_public_access_block.logs must block public ACLs")}
+	if !equal(got, want) {
+		t.Fatalf("findings %v, want %v", got, want)
+	}
 }

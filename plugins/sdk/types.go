@@ -92,18 +92,6 @@ type JobContext struct {
 	StateDir string
 	// Timeout is the job's time limit; zero means none was given.
 	Timeout time.Duration
-	// Component (protocol 1.3) is the name of the install's component the
-	// job is for; empty for a job of no component (an action run).
-	Component string
-	// Mode (protocol 1.3) is the permission mode the job runs in:
-	// "provision", "maintenance", "deprovision" or "break_glass".
-	Mode string
-	// Policies (protocol 1.3) are the rego policies a plan must pass
-	// before anything is applied: the vendor's from the app config (those
-	// for this component's type) and the customer's from the agent's own
-	// configuration. A plugin with EvaluatesPolicies evaluates them with
-	// plugins/policy and fails an apply that one denies.
-	Policies []PolicyModule
 	// PlanDir (protocol 1.3) is where the plan artifact lives, inside
 	// StateDir under [PlanDirName]. In Plan it is an empty directory the
 	// plugin may save its plan into (terraform plan -out=PlanDir/tfplan);
@@ -119,6 +107,18 @@ type JobContext struct {
 	// the same digest, so Plan runs twice for an approved apply: Plan must
 	// change nothing and report the same changes for the same state.
 	ApprovedPlanDigest string
+	// Component (protocol 1.3) is the name of the install's component the
+	// job is for; empty for a job of no component (an action run).
+	Component string
+	// Mode (protocol 1.3) is the permission mode the job runs in:
+	// "provision", "maintenance", "deprovision" or "break_glass".
+	Mode string
+	// Policies (protocol 1.3) are the rego policies a plan must pass
+	// before anything is applied: the vendor's from the app config (those
+	// for this component's type) and the customer's from the agent's own
+	// configuration. A plugin with EvaluatesPolicies evaluates them with
+	// plugins/policy and fails an apply that one denies.
+	Policies []PolicyModule
 }
 
 // PlanDirName is the directory inside a component's state directory that

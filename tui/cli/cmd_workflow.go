@@ -566,6 +566,10 @@ func (a *app) workflowGetCommand() *cobra.Command {
 // followPoll is how often follow asks for the workflow.
 var followPoll = 300 * time.Millisecond
 
+// followPlanWait is how long follow waits for a workflow's plans once it
+// awaits approval, before it shows what is in and exits.
+var followPlanWait = 10 * time.Second
+
 // follow prints every step change of a workflow until it ends, then its
 // summary. It stops when the workflow awaits approval (exit
 // exitAwaitingApproval, so that a script does not carry on as if it had
@@ -573,7 +577,7 @@ var followPoll = 300 * time.Millisecond
 func (a *app) follow(ctx context.Context, c *client, id string) error {
 	seen := map[string]imsv1.StepState{}
 	var wf *imsv1.Workflow
-	var announced bool
+	var announced time.Time
 	for {
 		res, err := c.GetWorkflow(ctx, connect.NewRequest(&imsv1.GetWorkflowRequest{Id: id}))
 		if ctx.Err() != nil {
@@ -608,11 +612,12 @@ func (a *app) follow(ctx context.Context, c *client, id string) error {
 				}
 				return &exitCodeError{code: exitAwaitingApproval}
 			}
-			if planning := stepsPlanning(wf); len(planning) > 0 {
-				// Plans are being made: wait for them before asking.
-				if !announced {
+			if planning := stepsPlanning(wf); len(planning) > 0 && (announced.IsZero() || a.now().Sub(announced) < followPlanWait) {
+				// Plans are being made: wait for them (a while: the
+				// agent may be away) before asking.
+				if announced.IsZero() {
 					fmt.Fprintf(a.stdout, "Workflow %s awaits approval; planning %s on the agent first.\n", wf.GetId(), strings.Join(planning, ", "))
-					announced = true
+					announced = a.now()
 				}
 				break
 			}

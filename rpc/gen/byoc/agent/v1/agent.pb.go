@@ -1316,7 +1316,14 @@ type JobResult struct {
 	// plan_digest is the digest of the plan the job made
 	// (rpc/agentproto.PlanDigest of planned_changes before any limit): a
 	// plan job's, or the fresh plan an approved apply made before applying.
-	PlanDigest    string `protobuf:"bytes,40,opt,name=plan_digest,json=planDigest,proto3" json:"plan_digest,omitempty"`
+	PlanDigest string `protobuf:"bytes,40,opt,name=plan_digest,json=planDigest,proto3" json:"plan_digest,omitempty"`
+	// policy_findings are what the job's policies said of its plan: the
+	// customer's (agentd --policy-dir) and the vendor's (the app config),
+	// evaluated by the plugin before it applied anything.
+	PolicyFindings []*PolicyFinding `protobuf:"bytes,100,rep,name=policy_findings,json=policyFindings,proto3" json:"policy_findings,omitempty"`
+	// drifted is a drift check's verdict: the component no longer matches
+	// what was applied.
+	Drifted       bool `protobuf:"varint,101,opt,name=drifted,proto3" json:"drifted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1421,6 +1428,93 @@ func (x *JobResult) GetPlanDigest() string {
 	return ""
 }
 
+func (x *JobResult) GetPolicyFindings() []*PolicyFinding {
+	if x != nil {
+		return x.PolicyFindings
+	}
+	return nil
+}
+
+func (x *JobResult) GetDrifted() bool {
+	if x != nil {
+		return x.Drifted
+	}
+	return false
+}
+
+// PolicyFinding is one message of a policy's deny or warn rule.
+type PolicyFinding struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// policy is the policy's file: its path in the app config (vendor) or on
+	// the agent (customer).
+	Policy string `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	// source is "vendor" or "customer".
+	Source string `protobuf:"bytes,2,opt,name=source,proto3" json:"source,omitempty"`
+	// level is "deny" (the apply was blocked) or "warn".
+	Level         string `protobuf:"bytes,3,opt,name=level,proto3" json:"level,omitempty"`
+	Message       string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PolicyFinding) Reset() {
+	*x = PolicyFinding{}
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PolicyFinding) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PolicyFinding) ProtoMessage() {}
+
+func (x *PolicyFinding) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PolicyFinding.ProtoReflect.Descriptor instead.
+func (*PolicyFinding) Descriptor() ([]byte, []int) {
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *PolicyFinding) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *PolicyFinding) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *PolicyFinding) GetLevel() string {
+	if x != nil {
+		return x.Level
+	}
+	return ""
+}
+
+func (x *PolicyFinding) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 // PlannedChange is one change a plan would make to one object.
 type PlannedChange struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1439,7 +1533,7 @@ type PlannedChange struct {
 
 func (x *PlannedChange) Reset() {
 	*x = PlannedChange{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1451,7 +1545,7 @@ func (x *PlannedChange) String() string {
 func (*PlannedChange) ProtoMessage() {}
 
 func (x *PlannedChange) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1464,7 +1558,7 @@ func (x *PlannedChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlannedChange.ProtoReflect.Descriptor instead.
 func (*PlannedChange) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PlannedChange) GetAddress() string {
@@ -1538,7 +1632,7 @@ type JobAssignment struct {
 
 func (x *JobAssignment) Reset() {
 	*x = JobAssignment{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1550,7 +1644,7 @@ func (x *JobAssignment) String() string {
 func (*JobAssignment) ProtoMessage() {}
 
 func (x *JobAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1563,7 +1657,7 @@ func (x *JobAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobAssignment.ProtoReflect.Descriptor instead.
 func (*JobAssignment) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *JobAssignment) GetJobId() string {
@@ -1674,7 +1768,7 @@ type JobSignature struct {
 
 func (x *JobSignature) Reset() {
 	*x = JobSignature{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1686,7 +1780,7 @@ func (x *JobSignature) String() string {
 func (*JobSignature) ProtoMessage() {}
 
 func (x *JobSignature) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1699,7 +1793,7 @@ func (x *JobSignature) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobSignature.ProtoReflect.Descriptor instead.
 func (*JobSignature) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *JobSignature) GetKeyId() string {
@@ -1733,7 +1827,7 @@ type JobCancel struct {
 
 func (x *JobCancel) Reset() {
 	*x = JobCancel{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1745,7 +1839,7 @@ func (x *JobCancel) String() string {
 func (*JobCancel) ProtoMessage() {}
 
 func (x *JobCancel) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1758,7 +1852,7 @@ func (x *JobCancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobCancel.ProtoReflect.Descriptor instead.
 func (*JobCancel) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *JobCancel) GetJobId() string {
@@ -1784,7 +1878,7 @@ type WriteAccepted struct {
 
 func (x *WriteAccepted) Reset() {
 	*x = WriteAccepted{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1796,7 +1890,7 @@ func (x *WriteAccepted) String() string {
 func (*WriteAccepted) ProtoMessage() {}
 
 func (x *WriteAccepted) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1809,7 +1903,7 @@ func (x *WriteAccepted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteAccepted.ProtoReflect.Descriptor instead.
 func (*WriteAccepted) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WriteAccepted) GetWriteId() uint64 {
@@ -1834,7 +1928,7 @@ type WriteRejected struct {
 
 func (x *WriteRejected) Reset() {
 	*x = WriteRejected{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1846,7 +1940,7 @@ func (x *WriteRejected) String() string {
 func (*WriteRejected) ProtoMessage() {}
 
 func (x *WriteRejected) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1859,7 +1953,7 @@ func (x *WriteRejected) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteRejected.ProtoReflect.Descriptor instead.
 func (*WriteRejected) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *WriteRejected) GetWriteId() uint64 {
@@ -1904,7 +1998,7 @@ type ListBreakGlassRequest struct {
 
 func (x *ListBreakGlassRequest) Reset() {
 	*x = ListBreakGlassRequest{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1916,7 +2010,7 @@ func (x *ListBreakGlassRequest) String() string {
 func (*ListBreakGlassRequest) ProtoMessage() {}
 
 func (x *ListBreakGlassRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1929,7 +2023,7 @@ func (x *ListBreakGlassRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBreakGlassRequest.ProtoReflect.Descriptor instead.
 func (*ListBreakGlassRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListBreakGlassRequest) GetAgentId() string {
@@ -1962,7 +2056,7 @@ type ListBreakGlassResponse struct {
 
 func (x *ListBreakGlassResponse) Reset() {
 	*x = ListBreakGlassResponse{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1974,7 +2068,7 @@ func (x *ListBreakGlassResponse) String() string {
 func (*ListBreakGlassResponse) ProtoMessage() {}
 
 func (x *ListBreakGlassResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1987,7 +2081,7 @@ func (x *ListBreakGlassResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBreakGlassResponse.ProtoReflect.Descriptor instead.
 func (*ListBreakGlassResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListBreakGlassResponse) GetGrants() []*BreakGlassGrant {
@@ -2031,7 +2125,7 @@ type BreakGlassGrant struct {
 
 func (x *BreakGlassGrant) Reset() {
 	*x = BreakGlassGrant{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2043,7 +2137,7 @@ func (x *BreakGlassGrant) String() string {
 func (*BreakGlassGrant) ProtoMessage() {}
 
 func (x *BreakGlassGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2056,7 +2150,7 @@ func (x *BreakGlassGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BreakGlassGrant.ProtoReflect.Descriptor instead.
 func (*BreakGlassGrant) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *BreakGlassGrant) GetId() string {
@@ -2184,7 +2278,7 @@ type DecideBreakGlassRequest struct {
 
 func (x *DecideBreakGlassRequest) Reset() {
 	*x = DecideBreakGlassRequest{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2196,7 +2290,7 @@ func (x *DecideBreakGlassRequest) String() string {
 func (*DecideBreakGlassRequest) ProtoMessage() {}
 
 func (x *DecideBreakGlassRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2209,7 +2303,7 @@ func (x *DecideBreakGlassRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideBreakGlassRequest.ProtoReflect.Descriptor instead.
 func (*DecideBreakGlassRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DecideBreakGlassRequest) GetAgentId() string {
@@ -2242,7 +2336,7 @@ type DecideBreakGlassResponse struct {
 
 func (x *DecideBreakGlassResponse) Reset() {
 	*x = DecideBreakGlassResponse{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2254,7 +2348,7 @@ func (x *DecideBreakGlassResponse) String() string {
 func (*DecideBreakGlassResponse) ProtoMessage() {}
 
 func (x *DecideBreakGlassResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2267,7 +2361,7 @@ func (x *DecideBreakGlassResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideBreakGlassResponse.ProtoReflect.Descriptor instead.
 func (*DecideBreakGlassResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DecideBreakGlassResponse) GetGrant() *BreakGlassGrant {
@@ -2372,7 +2466,7 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\bwrite_id\x18\x01 \x01(\x04R\awriteId\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12#\n" +
 	"\rfencing_token\x18\x03 \x01(\x03R\ffencingToken\x12,\n" +
-	"\x05lines\x18\x04 \x03(\v2\x16.byoc.agent.v1.LogLineR\x05lines\"\xc7\x03\n" +
+	"\x05lines\x18\x04 \x03(\v2\x16.byoc.agent.v1.LogLineR\x05lines\"\xa8\x04\n" +
 	"\tJobResult\x12\x19\n" +
 	"\bwrite_id\x18\x01 \x01(\x04R\awriteId\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12#\n" +
@@ -2384,10 +2478,17 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\blast_seq\x18\b \x01(\x03R\alastSeq\x12E\n" +
 	"\x0fplanned_changes\x18\t \x03(\v2\x1c.byoc.agent.v1.PlannedChangeR\x0eplannedChanges\x12\x1f\n" +
 	"\vplan_digest\x18( \x01(\tR\n" +
-	"planDigest\x1a:\n" +
+	"planDigest\x12E\n" +
+	"\x0fpolicy_findings\x18d \x03(\v2\x1c.byoc.agent.v1.PolicyFindingR\x0epolicyFindings\x12\x18\n" +
+	"\adrifted\x18e \x01(\bR\adrifted\x1a:\n" +
 	"\fOutputsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb9\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"o\n" +
+	"\rPolicyFinding\x12\x16\n" +
+	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x16\n" +
+	"\x06source\x18\x02 \x01(\tR\x06source\x12\x14\n" +
+	"\x05level\x18\x03 \x01(\tR\x05level\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"\xb9\x01\n" +
 	"\rPlannedChange\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x16\n" +
 	"\x06action\x18\x02 \x01(\tR\x06action\x12.\n" +
@@ -2491,7 +2592,7 @@ func file_byoc_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_byoc_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_byoc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_byoc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_byoc_agent_v1_agent_proto_goTypes = []any{
 	(Outcome)(0),                     // 0: byoc.agent.v1.Outcome
 	(*EnrollRequest)(nil),            // 1: byoc.agent.v1.EnrollRequest
@@ -2510,22 +2611,23 @@ var file_byoc_agent_v1_agent_proto_goTypes = []any{
 	(*LogLine)(nil),                  // 14: byoc.agent.v1.LogLine
 	(*JobLogs)(nil),                  // 15: byoc.agent.v1.JobLogs
 	(*JobResult)(nil),                // 16: byoc.agent.v1.JobResult
-	(*PlannedChange)(nil),            // 17: byoc.agent.v1.PlannedChange
-	(*JobAssignment)(nil),            // 18: byoc.agent.v1.JobAssignment
-	(*JobSignature)(nil),             // 19: byoc.agent.v1.JobSignature
-	(*JobCancel)(nil),                // 20: byoc.agent.v1.JobCancel
-	(*WriteAccepted)(nil),            // 21: byoc.agent.v1.WriteAccepted
-	(*WriteRejected)(nil),            // 22: byoc.agent.v1.WriteRejected
-	(*ListBreakGlassRequest)(nil),    // 23: byoc.agent.v1.ListBreakGlassRequest
-	(*ListBreakGlassResponse)(nil),   // 24: byoc.agent.v1.ListBreakGlassResponse
-	(*BreakGlassGrant)(nil),          // 25: byoc.agent.v1.BreakGlassGrant
-	(*DecideBreakGlassRequest)(nil),  // 26: byoc.agent.v1.DecideBreakGlassRequest
-	(*DecideBreakGlassResponse)(nil), // 27: byoc.agent.v1.DecideBreakGlassResponse
-	nil,                              // 28: byoc.agent.v1.JobResult.OutputsEntry
-	nil,                              // 29: byoc.agent.v1.JobAssignment.InputsEntry
-	(*timestamppb.Timestamp)(nil),    // 30: google.protobuf.Timestamp
-	(*structpb.Value)(nil),           // 31: google.protobuf.Value
-	(*structpb.Struct)(nil),          // 32: google.protobuf.Struct
+	(*PolicyFinding)(nil),            // 17: byoc.agent.v1.PolicyFinding
+	(*PlannedChange)(nil),            // 18: byoc.agent.v1.PlannedChange
+	(*JobAssignment)(nil),            // 19: byoc.agent.v1.JobAssignment
+	(*JobSignature)(nil),             // 20: byoc.agent.v1.JobSignature
+	(*JobCancel)(nil),                // 21: byoc.agent.v1.JobCancel
+	(*WriteAccepted)(nil),            // 22: byoc.agent.v1.WriteAccepted
+	(*WriteRejected)(nil),            // 23: byoc.agent.v1.WriteRejected
+	(*ListBreakGlassRequest)(nil),    // 24: byoc.agent.v1.ListBreakGlassRequest
+	(*ListBreakGlassResponse)(nil),   // 25: byoc.agent.v1.ListBreakGlassResponse
+	(*BreakGlassGrant)(nil),          // 26: byoc.agent.v1.BreakGlassGrant
+	(*DecideBreakGlassRequest)(nil),  // 27: byoc.agent.v1.DecideBreakGlassRequest
+	(*DecideBreakGlassResponse)(nil), // 28: byoc.agent.v1.DecideBreakGlassResponse
+	nil,                              // 29: byoc.agent.v1.JobResult.OutputsEntry
+	nil,                              // 30: byoc.agent.v1.JobAssignment.InputsEntry
+	(*timestamppb.Timestamp)(nil),    // 31: google.protobuf.Timestamp
+	(*structpb.Value)(nil),           // 32: google.protobuf.Value
+	(*structpb.Struct)(nil),          // 33: google.protobuf.Struct
 }
 var file_byoc_agent_v1_agent_proto_depIdxs = []int32{
 	3,  // 0: byoc.agent.v1.EnrollResponse.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
@@ -2536,48 +2638,49 @@ var file_byoc_agent_v1_agent_proto_depIdxs = []int32{
 	16, // 5: byoc.agent.v1.ConnectRequest.result:type_name -> byoc.agent.v1.JobResult
 	6,  // 6: byoc.agent.v1.ConnectResponse.challenge:type_name -> byoc.agent.v1.Challenge
 	10, // 7: byoc.agent.v1.ConnectResponse.welcome:type_name -> byoc.agent.v1.Welcome
-	18, // 8: byoc.agent.v1.ConnectResponse.assignment:type_name -> byoc.agent.v1.JobAssignment
-	20, // 9: byoc.agent.v1.ConnectResponse.cancel:type_name -> byoc.agent.v1.JobCancel
-	21, // 10: byoc.agent.v1.ConnectResponse.accepted:type_name -> byoc.agent.v1.WriteAccepted
-	22, // 11: byoc.agent.v1.ConnectResponse.rejected:type_name -> byoc.agent.v1.WriteRejected
+	19, // 8: byoc.agent.v1.ConnectResponse.assignment:type_name -> byoc.agent.v1.JobAssignment
+	21, // 9: byoc.agent.v1.ConnectResponse.cancel:type_name -> byoc.agent.v1.JobCancel
+	22, // 10: byoc.agent.v1.ConnectResponse.accepted:type_name -> byoc.agent.v1.WriteAccepted
+	23, // 11: byoc.agent.v1.ConnectResponse.rejected:type_name -> byoc.agent.v1.WriteRejected
 	12, // 12: byoc.agent.v1.ConnectResponse.renewed:type_name -> byoc.agent.v1.LeasesRenewed
 	7,  // 13: byoc.agent.v1.Hello.running:type_name -> byoc.agent.v1.RunningJob
 	9,  // 14: byoc.agent.v1.Hello.permissions:type_name -> byoc.agent.v1.Permissions
-	30, // 15: byoc.agent.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
+	31, // 15: byoc.agent.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
 	3,  // 16: byoc.agent.v1.Welcome.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
 	7,  // 17: byoc.agent.v1.Heartbeat.running:type_name -> byoc.agent.v1.RunningJob
 	9,  // 18: byoc.agent.v1.Heartbeat.permissions:type_name -> byoc.agent.v1.Permissions
-	30, // 19: byoc.agent.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	31, // 19: byoc.agent.v1.LogLine.time:type_name -> google.protobuf.Timestamp
 	14, // 20: byoc.agent.v1.JobLogs.lines:type_name -> byoc.agent.v1.LogLine
 	0,  // 21: byoc.agent.v1.JobResult.outcome:type_name -> byoc.agent.v1.Outcome
-	28, // 22: byoc.agent.v1.JobResult.outputs:type_name -> byoc.agent.v1.JobResult.OutputsEntry
-	17, // 23: byoc.agent.v1.JobResult.planned_changes:type_name -> byoc.agent.v1.PlannedChange
-	31, // 24: byoc.agent.v1.PlannedChange.before:type_name -> google.protobuf.Value
-	31, // 25: byoc.agent.v1.PlannedChange.after:type_name -> google.protobuf.Value
-	32, // 26: byoc.agent.v1.JobAssignment.config:type_name -> google.protobuf.Struct
-	29, // 27: byoc.agent.v1.JobAssignment.inputs:type_name -> byoc.agent.v1.JobAssignment.InputsEntry
-	19, // 28: byoc.agent.v1.JobAssignment.signature:type_name -> byoc.agent.v1.JobSignature
-	30, // 29: byoc.agent.v1.ListBreakGlassRequest.time:type_name -> google.protobuf.Timestamp
-	25, // 30: byoc.agent.v1.ListBreakGlassResponse.grants:type_name -> byoc.agent.v1.BreakGlassGrant
-	30, // 31: byoc.agent.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
-	30, // 32: byoc.agent.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
-	30, // 33: byoc.agent.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
-	30, // 34: byoc.agent.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
-	30, // 35: byoc.agent.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
-	25, // 36: byoc.agent.v1.DecideBreakGlassResponse.grant:type_name -> byoc.agent.v1.BreakGlassGrant
-	1,  // 37: byoc.agent.v1.AgentService.Enroll:input_type -> byoc.agent.v1.EnrollRequest
-	4,  // 38: byoc.agent.v1.AgentService.Connect:input_type -> byoc.agent.v1.ConnectRequest
-	23, // 39: byoc.agent.v1.AgentService.ListBreakGlass:input_type -> byoc.agent.v1.ListBreakGlassRequest
-	26, // 40: byoc.agent.v1.AgentService.DecideBreakGlass:input_type -> byoc.agent.v1.DecideBreakGlassRequest
-	2,  // 41: byoc.agent.v1.AgentService.Enroll:output_type -> byoc.agent.v1.EnrollResponse
-	5,  // 42: byoc.agent.v1.AgentService.Connect:output_type -> byoc.agent.v1.ConnectResponse
-	24, // 43: byoc.agent.v1.AgentService.ListBreakGlass:output_type -> byoc.agent.v1.ListBreakGlassResponse
-	27, // 44: byoc.agent.v1.AgentService.DecideBreakGlass:output_type -> byoc.agent.v1.DecideBreakGlassResponse
-	41, // [41:45] is the sub-list for method output_type
-	37, // [37:41] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	29, // 22: byoc.agent.v1.JobResult.outputs:type_name -> byoc.agent.v1.JobResult.OutputsEntry
+	18, // 23: byoc.agent.v1.JobResult.planned_changes:type_name -> byoc.agent.v1.PlannedChange
+	17, // 24: byoc.agent.v1.JobResult.policy_findings:type_name -> byoc.agent.v1.PolicyFinding
+	32, // 25: byoc.agent.v1.PlannedChange.before:type_name -> google.protobuf.Value
+	32, // 26: byoc.agent.v1.PlannedChange.after:type_name -> google.protobuf.Value
+	33, // 27: byoc.agent.v1.JobAssignment.config:type_name -> google.protobuf.Struct
+	30, // 28: byoc.agent.v1.JobAssignment.inputs:type_name -> byoc.agent.v1.JobAssignment.InputsEntry
+	20, // 29: byoc.agent.v1.JobAssignment.signature:type_name -> byoc.agent.v1.JobSignature
+	31, // 30: byoc.agent.v1.ListBreakGlassRequest.time:type_name -> google.protobuf.Timestamp
+	26, // 31: byoc.agent.v1.ListBreakGlassResponse.grants:type_name -> byoc.agent.v1.BreakGlassGrant
+	31, // 32: byoc.agent.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
+	31, // 33: byoc.agent.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
+	31, // 34: byoc.agent.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
+	31, // 35: byoc.agent.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
+	31, // 36: byoc.agent.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
+	26, // 37: byoc.agent.v1.DecideBreakGlassResponse.grant:type_name -> byoc.agent.v1.BreakGlassGrant
+	1,  // 38: byoc.agent.v1.AgentService.Enroll:input_type -> byoc.agent.v1.EnrollRequest
+	4,  // 39: byoc.agent.v1.AgentService.Connect:input_type -> byoc.agent.v1.ConnectRequest
+	24, // 40: byoc.agent.v1.AgentService.ListBreakGlass:input_type -> byoc.agent.v1.ListBreakGlassRequest
+	27, // 41: byoc.agent.v1.AgentService.DecideBreakGlass:input_type -> byoc.agent.v1.DecideBreakGlassRequest
+	2,  // 42: byoc.agent.v1.AgentService.Enroll:output_type -> byoc.agent.v1.EnrollResponse
+	5,  // 43: byoc.agent.v1.AgentService.Connect:output_type -> byoc.agent.v1.ConnectResponse
+	25, // 44: byoc.agent.v1.AgentService.ListBreakGlass:output_type -> byoc.agent.v1.ListBreakGlassResponse
+	28, // 45: byoc.agent.v1.AgentService.DecideBreakGlass:output_type -> byoc.agent.v1.DecideBreakGlassResponse
+	42, // [42:46] is the sub-list for method output_type
+	38, // [38:42] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_byoc_agent_v1_agent_proto_init() }
@@ -2607,7 +2710,7 @@ func file_byoc_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byoc_agent_v1_agent_proto_rawDesc), len(file_byoc_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   29,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

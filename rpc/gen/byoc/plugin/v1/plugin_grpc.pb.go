@@ -54,11 +54,11 @@ const (
 //	1.3  the policy gate: component, mode and policies in JobContext;
 //	     policy_findings in Result; the capability "policy" (the plugin
 //	     evaluates the policies). The plugin evaluates the policies against
-//	     its plan before it applies anything (plugins/policy);
+//	     its plan before it applies anything (plugins/policy).
 //	     plan_dir and approved_plan_digest in JobContext: where a plan
 //	     saves its artifact and where an approved apply finds it, and
 //	     the digest of the plan an operator approved (the host has
-//	     re-planned and found the same before it calls Apply); the host
+//	     re-planned and found the same before it calls Apply). The host
 //	     may interrupt an operation with SIGINT to the plugin process,
 //	     which cancels the operation's context (sdk.ErrInterrupted), and
 //	     waits a grace for it to return before it kills the plugin.
@@ -204,11 +204,11 @@ type ComponentPluginService_DriftClient = grpc.ServerStreamingClient[DriftRespon
 //	1.3  the policy gate: component, mode and policies in JobContext;
 //	     policy_findings in Result; the capability "policy" (the plugin
 //	     evaluates the policies). The plugin evaluates the policies against
-//	     its plan before it applies anything (plugins/policy);
+//	     its plan before it applies anything (plugins/policy).
 //	     plan_dir and approved_plan_digest in JobContext: where a plan
 //	     saves its artifact and where an approved apply finds it, and
 //	     the digest of the plan an operator approved (the host has
-//	     re-planned and found the same before it calls Apply); the host
+//	     re-planned and found the same before it calls Apply). The host
 //	     may interrupt an operation with SIGINT to the plugin process,
 //	     which cancels the operation's context (sdk.ErrInterrupted), and
 //	     waits a grace for it to return before it kills the plugin.
