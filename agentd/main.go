@@ -36,7 +36,9 @@ import (
 	"github.com/byoc-dev/byoc/agentd/secrets"
 	"github.com/byoc-dev/byoc/agentd/stack"
 	"github.com/byoc-dev/byoc/internal/buildinfo"
+	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/plugins/action"
+	"github.com/byoc-dev/byoc/plugins/image"
 	"github.com/byoc-dev/byoc/plugins/sdk"
 	"github.com/byoc-dev/byoc/plugins/terraform"
 )
@@ -46,6 +48,7 @@ import (
 // itself as "agentd plugin TYPE".
 var builtins = map[string]func() sdk.Plugin{
 	"action":    func() sdk.Plugin { return action.New() },
+	"image":     func() sdk.Plugin { return image.New() },
 	"terraform": func() sdk.Plugin { return terraform.New() },
 }
 
@@ -118,7 +121,7 @@ func run(ctx context.Context, args []string) int {
 	fs.Var(&pluginDirs, "plugin-dir", "`directory` searched for byoc-plugin-<type> binaries (repeatable)")
 	fs.Var(&pins, "plugin-pin", "`type=sha256` pin for an external plugin (repeatable); unpinned plugins never run")
 	fs.StringVar(&secretsFile, "secrets-file", "", "customer-owned `file` of NAME=value secrets (mode 0600); jobs get those their config lists under \"secrets\", and every value is redacted from job logs, errors and outputs")
-	fs.StringVar(&installRegistry, "install-registry", os.Getenv("BYOC_INSTALL_REGISTRY"), "the install registry `location`: oci:DIR, an OCI image layout root with one layout per repository (default oci:STATE/registry); plugins read modules, charts and images from it; also $BYOC_INSTALL_REGISTRY")
+	fs.StringVar(&installRegistry, "install-registry", os.Getenv("BYOC_INSTALL_REGISTRY"), "the install registry `location` every image, chart and module is synced into before it runs: http(s)://HOST[:PORT][/PREFIX], HOST[:PORT][/PREFIX], or oci:DIR (an OCI image layout root); default oci:STATE-DIR/registry; also $BYOC_INSTALL_REGISTRY; credentials: the --secrets-file entries BYOC_INSTALL_REGISTRY_USERNAME, _PASSWORD, _TOKEN")
 	fs.StringVar(&tfProviders, "terraform-providers", "", "Terraform provider filesystem mirror `directory`: the terraform type installs providers from it only, never from a registry")
 	fs.DurationVar(&cancelGrace, "cancel-grace", time.Minute, "how long a cancelled or timed-out job's plugin may take to stop once interrupted (Terraform saves its state and releases its lock) before it is killed; 0 kills at once")
 	fs.StringVar(&policyDir, "policy-dir", "", "customer-owned `directory` of rego policies (*.rego, not writable by group or others); every plan, apply and destroy must pass them, whatever the app config's policies say")
@@ -209,6 +212,17 @@ func run(ctx context.Context, args []string) int {
 			return 1
 		}
 	}
+	if installRegistry == "" && stateDir != "" {
+		installRegistry = "oci:" + filepath.Join(stateDir, "registry")
+	}
+	if installRegistry != "" {
+		reg, err := ocicopy.ParseRegistry(installRegistry)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "agentd: --install-registry: %v\n", err)
+			return 2
+		}
+		installRegistry = reg.String()
+	}
 	loader := &pluginhost.Loader{
 		SelfExe:  self,
 		SelfArgs: func(typ string) []string { return []string{"plugin", typ} },
@@ -217,10 +231,8 @@ func run(ctx context.Context, args []string) int {
 		Pins:     pinMap,
 		Logger:   log,
 	}
-	if installRegistry == "" && stateDir != "" {
-		installRegistry = "oci:" + filepath.Join(stateDir, "registry")
-	}
-	pluginEnv := map[string]string{"BYOC_INSTALL_REGISTRY": installRegistry}
+	// The install registry reaches plugins through InstallRegistry.
+	pluginEnv := map[string]string{}
 	if tfProviders != "" {
 		if pluginEnv["BYOC_TERRAFORM_PROVIDERS"], err = filepath.Abs(tfProviders); err != nil {
 			fmt.Fprintf(os.Stderr, "agentd: --terraform-providers: %v\n", err)
@@ -229,9 +241,11 @@ func run(ctx context.Context, args []string) int {
 	}
 	runner := &agent.PluginRunner{Loader: loader, WorkRoot: filepath.Join(stateDir, "jobs"),
 		StateRoot: filepath.Join(stateDir, "components"), LogRoot: filepath.Join(stateDir, "logs"), Secrets: secretMap, Logger: log,
-		PolicyDir: policyDir, PluginEnv: pluginEnv, CancelGrace: cancelGrace}
+		PolicyDir: policyDir, InstallRegistry: installRegistry, PluginEnv: pluginEnv, CancelGrace: cancelGrace}
 	if st != nil {
 		runner.Credentials = stackCredentials(st, stateDir, time.Now)
+		runner.Inputs = stackValues.Inputs
+		runner.Redact = stackValues.Sensitive
 	}
 	defer runner.Close()
 	// A previous agentd killed mid-job left its workspaces, its plugins'
@@ -253,6 +267,7 @@ func run(ctx context.Context, args []string) int {
 		Runner:      runner,
 		Version:     buildinfo.Get().Short(),
 		Logger:      log,
+		Stack:       stackReport(st, stackValues),
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "agentd: %v\n", err)

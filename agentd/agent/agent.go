@@ -104,6 +104,10 @@ type Config struct {
 	// Now is the clock (default time.Now). Leases are counted on both the
 	// monotonic and the wall reading of what it returns.
 	Now func() time.Time
+	// Stack is what the hello reports of the agent's install stack (nil:
+	// none): customer inputs as their value or "set", never a sensitive
+	// value (stack.Values.Report), and the stack's outputs.
+	Stack *agentv1.StackReport
 	// PermissionsPoll is how often the agent looks at the customer's
 	// permission file while it runs (default 1s); it also reads it right
 	// before every job and at every heartbeat.

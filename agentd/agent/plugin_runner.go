@@ -19,6 +19,7 @@ import (
 	"github.com/byoc-dev/byoc/agentd/pluginhost"
 	"github.com/byoc-dev/byoc/agentd/redact"
 	"github.com/byoc-dev/byoc/agentd/secrets"
+	"github.com/byoc-dev/byoc/internal/stackconfig"
 	"github.com/byoc-dev/byoc/plugins/sdk"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
@@ -43,6 +44,21 @@ type PluginRunner struct {
 	// operation; the values of all of them are redacted from every log
 	// line, error and output the job sends back.
 	Secrets map[string]string
+	// InstallRegistry is the install registry's location (agentd
+	// --install-registry: a registry URL, or oci:DIR for an OCI image
+	// layout root), given to every plugin as BYOC_INSTALL_REGISTRY. Its
+	// credentials are the secrets named BYOC_INSTALL_REGISTRY_USERNAME,
+	// _PASSWORD and _TOKEN, which every operation gets in its
+	// environment (redacted like every secret).
+	InstallRegistry string
+	// Inputs are the customer-provided inputs the install stack holds, by
+	// name. A job's config lists those it refers to under
+	// "customer_inputs"; the agent puts each value in place of its
+	// {{ .inputs.NAME }} and removes the list.
+	Inputs map[string]string
+	// Redact lists more values redacted from every job (the install
+	// stack's sensitive inputs).
+	Redact []string
 	// PluginEnv is added to the environment of every plugin and of its
 	// operations: the agent-wide settings plugins read (the install
 	// registry, the Terraform provider mirror). Never secrets: it is the
@@ -86,6 +102,10 @@ type PluginRunner struct {
 	// lock is WorkRoot's lock file, held once a sweep took it.
 	lock *os.File
 }
+
+// InstallRegistryEnv names the install registry's location in every
+// plugin's environment, and prefixes its credentials' secret names.
+const InstallRegistryEnv = "BYOC_INSTALL_REGISTRY"
 
 // runOp runs an operation of a started plugin. When ctx ends for a reason
 // that allows it (an operator's or the customer's cancel, the job's
@@ -144,10 +164,11 @@ const redactHold = 100 * time.Millisecond
 
 // Run implements Runner.
 func (r *PluginRunner) Run(ctx context.Context, job Job, rawLog func(int32, string)) Outcome {
-	secretValues := make([]string, 0, len(r.Secrets))
+	secretValues := make([]string, 0, len(r.Secrets)+len(r.Redact))
 	for _, v := range r.Secrets {
 		secretValues = append(secretValues, v)
 	}
+	secretValues = append(secretValues, r.Redact...)
 	// Values imsd marks sensitive (sensitive inputs) are redacted like
 	// secrets; the list never reaches the plugin.
 	config, sensitive, sensErr := takeSensitive(job.Config)
@@ -332,6 +353,73 @@ func (r *PluginRunner) resolveSecrets(config map[string]any) (map[string]any, ma
 	return out.(map[string]any), env, nil
 }
 
+// CustomerInputsKey is the top-level config key that lists the
+// customer-provided inputs a job's config refers to.
+const CustomerInputsKey = "customer_inputs"
+
+// resolveInputs takes the "customer_inputs" list out of config and puts
+// each listed input's value (from the install stack) in place of its
+// {{ .inputs.NAME }} in the config's strings.
+func (r *PluginRunner) resolveInputs(config map[string]any) (map[string]any, error) {
+	raw, ok := config[CustomerInputsKey]
+	if !ok {
+		return config, nil
+	}
+	rest := maps.Clone(config)
+	delete(rest, CustomerInputsKey)
+	list, ok := raw.([]any)
+	if !ok {
+		return nil, fmt.Errorf("config.%s: must be a list of input names", CustomerInputsKey)
+	}
+	ours := map[string]bool{}
+	for i, item := range list {
+		name, ok := item.(string)
+		if !ok || !secrets.Name.MatchString(name) {
+			return nil, fmt.Errorf("config.%s[%d]: must be an input name of letters, digits and _", CustomerInputsKey, i)
+		}
+		if _, ok := r.Inputs[name]; !ok {
+			return nil, fmt.Errorf("customer input %q is not set in this install's stack (its parameter %s; an agent run without --stack-config has none)",
+				name, "Input"+stackconfig.Pascal(name))
+		}
+		ours[name] = true
+	}
+	var walk func(path string, v any) (any, error)
+	walk = func(path string, v any) (any, error) {
+		switch v := v.(type) {
+		case string:
+			out, err := agentproto.ReplaceInputs(v, func(n string) (string, bool) { s, ok := r.Inputs[n]; return s, ok }, func(n string) bool { return ours[n] })
+			if err != nil {
+				return nil, fmt.Errorf("%s: %v", path, err)
+			}
+			return out, nil
+		case []any:
+			out := make([]any, len(v))
+			for i, e := range v {
+				var err error
+				if out[i], err = walk(fmt.Sprintf("%s[%d]", path, i), e); err != nil {
+					return nil, err
+				}
+			}
+			return out, nil
+		case map[string]any:
+			out := make(map[string]any, len(v))
+			for k, e := range v {
+				var err error
+				if out[k], err = walk(path+"."+k, e); err != nil {
+					return nil, err
+				}
+			}
+			return out, nil
+		}
+		return v, nil
+	}
+	out, err := walk("config", rest)
+	if err != nil {
+		return nil, err
+	}
+	return out.(map[string]any), nil
+}
+
 // run runs job; configErr, when set, fails it before anything starts;
 // credEnv goes to the operation's environment.
 func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEnv map[string]string, log func(int32, string), red *redact.Redactor) Outcome {
@@ -343,9 +431,13 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 	if configErr != nil {
 		return fail("%v", configErr)
 	}
+	config, err := r.resolveInputs(job.Config)
+	if err != nil {
+		return fail("%v", err)
+	}
 	// The vendor's policies leave the config before secrets are
 	// resolved: their text is not the plugin's config.
-	config, vendorPolicies, err := takeVendorPolicies(job.Config)
+	config, vendorPolicies, err := takeVendorPolicies(config)
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -409,6 +501,9 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 	if stateDir != "" {
 		env["BYOC_STATE_DIR"] = stateDir
 	}
+	if r.InstallRegistry != "" {
+		env[InstallRegistryEnv] = r.InstallRegistry
+	}
 	for k, v := range r.PluginEnv {
 		if _, ok := env[k]; !ok {
 			env[k] = v
@@ -460,6 +555,11 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 	// Secrets go to the operation only, never into the plugin process's
 	// own environment.
 	opEnv := maps.Clone(env)
+	for _, suffix := range []string{"_USERNAME", "_PASSWORD", "_TOKEN"} {
+		if v, ok := r.Secrets[InstallRegistryEnv+suffix]; ok {
+			opEnv[InstallRegistryEnv+suffix] = v
+		}
+	}
 	maps.Copy(opEnv, secretEnv)
 	maps.Copy(opEnv, credEnv)
 	if arn := credEnv["BYOC_ROLE_ARN"]; arn != "" {

@@ -445,6 +445,7 @@ func (c *conn) welcomeLocked(ctx context.Context, hello *agentv1.Hello) error {
 	c.logger().InfoContext(ctx, "agent connected", "reattached", len(renewed), "lost", len(lost))
 	c.touch(ctx, now)
 	c.reportPermissions(ctx, hello.Permissions, now)
+	c.reportStack(ctx, hello.Stack, now)
 	c.lastForced = now
 	return c.claim(ctx, true)
 }
@@ -629,6 +630,27 @@ func (c *conn) reportPermissions(ctx context.Context, p *agentv1.Permissions, no
 			"deprovision", sp.Deprovision, "break_glass", sp.BreakGlass, "disabled_all", sp.DisabledAll)
 	}
 	c.perms = &sp
+	c.svc.hub.FleetChanged()
+}
+
+// reportStack records what the agent reported of its install stack in its
+// hello, when it differs from what is recorded (a reconnect with the same
+// stack costs no write). An agent without a stack reports none and leaves
+// the record as it was. c.mu is held.
+func (c *conn) reportStack(ctx context.Context, p *agentv1.StackReport, now time.Time) {
+	if p == nil {
+		return
+	}
+	r := store.StackReport{Format: p.Format, Stack: p.Stack, Inputs: p.Inputs, Outputs: p.Outputs}
+	if c.agent.Stack != nil && c.agent.Stack.Equal(r) {
+		return
+	}
+	if err := c.svc.store.SetAgentStack(ctx, c.agent.ID, r, now); err != nil {
+		c.logger().WarnContext(ctx, "record install stack", "err", err)
+		return
+	}
+	c.logger().InfoContext(ctx, "agent reported its install stack", "format", r.Format, "stack", r.Stack, "inputs", len(r.Inputs))
+	c.agent.Stack = &r
 	c.svc.hub.FleetChanged()
 }
 

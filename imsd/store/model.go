@@ -2,6 +2,7 @@ package store
 
 import (
 	"encoding/json"
+	"maps"
 	"time"
 )
 
@@ -188,6 +189,27 @@ type Agent struct {
 	// reported (nil: never), at PermissionsAt.
 	Permissions   *Permissions
 	PermissionsAt time.Time
+	// Stack is what the agent last reported of its install stack (nil:
+	// never, or it runs without one).
+	Stack *StackReport
+}
+
+// StackReport is what an agent reports of its install stack: the
+// customer-provided inputs (a non-sensitive one's value, "set" for a
+// sensitive one that has a value; unset ones are missing) and the
+// stack's outputs. imsd only shows it: the agent resolves the inputs.
+type StackReport struct {
+	Format  string            `json:"format"`
+	Stack   string            `json:"stack,omitempty"`
+	Inputs  map[string]string `json:"inputs,omitempty"`
+	Outputs map[string]string `json:"outputs,omitempty"`
+	// ReportedAt is when imsd recorded it.
+	ReportedAt time.Time `json:"reported_at"`
+}
+
+// Equal reports whether r and o say the same, their times aside.
+func (r StackReport) Equal(o StackReport) bool {
+	return r.Format == o.Format && r.Stack == o.Stack && maps.Equal(r.Inputs, o.Inputs) && maps.Equal(r.Outputs, o.Outputs)
 }
 
 // Job is one unit of work for one install's agent, handed out under a lease.

@@ -167,7 +167,7 @@ func TestBuiltins(t *testing.T) {
 	}
 	for _, name := range typeschema.BuiltinNames() {
 		s, ok := typeschema.BuiltinSchema(name)
-		if !ok || (name == "action" || name == "terraform") != (s != "") {
+		if !ok || (name == "action" || name == "image" || name == "terraform") != (s != "") {
 			t.Errorf("BuiltinSchema(%s) = %q, %v", name, s, ok)
 		}
 	}
