@@ -57,6 +57,10 @@ type Job struct {
 	// that plan's digest (signed by imsd): the runner applies only if a
 	// fresh plan has the same.
 	ApprovedPlanDigest string
+	// Kill is closed when the job must stop at once, even while its
+	// plugin is given a grace to stop (a lost lease, a newer attempt, the
+	// agent stopping); nil: only the context says so.
+	Kill <-chan struct{}
 }
 
 // Outcome is how a job ended.

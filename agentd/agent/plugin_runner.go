@@ -59,6 +59,18 @@ type PluginRunner struct {
 	// Redact lists more values redacted from every job (the install
 	// stack's sensitive inputs).
 	Redact []string
+	// PluginEnv is added to the environment of every plugin and of its
+	// operations: the agent-wide settings plugins read (the install
+	// registry, the Terraform provider mirror). Never secrets: it is the
+	// plugin process's own environment.
+	PluginEnv map[string]string
+	// CancelGrace is how long a job cancelled by an operator or the
+	// customer, or out of time, gives its plugin to stop once interrupted
+	// (protocol 1.3: SIGINT, the SDK cancels the operation) before its
+	// process group is killed; Terraform uses it to save its state and
+	// release its lock. Zero kills at once. A lost lease or a stopping
+	// agent always kills at once.
+	CancelGrace time.Duration
 	// LogRoot, when set, keeps a local copy of the newest jobs' logs
 	// (KeepJobLogs of them, STATE/logs/<job>-<attempt>.log, 0600), as
 	// redacted as what imsd gets, for the customer's support bundle.
@@ -103,6 +115,52 @@ const KubeconfigType = "helm"
 // InstallRegistryEnv names the install registry's location in every
 // plugin's environment, and prefixes its credentials' secret names.
 const InstallRegistryEnv = "BYOC_INSTALL_REGISTRY"
+
+// runOp runs an operation of a started plugin. When ctx ends for a reason
+// that allows it (an operator's or the customer's cancel, the job's
+// timeout) and the plugin can be interrupted, it interrupts the plugin
+// and waits up to CancelGrace for the operation to return before it
+// kills the plugin; a lost lease or a stopping agent (ctx's other causes,
+// job.Kill) kills it at once.
+func (r *PluginRunner) runOp(ctx context.Context, inst *pluginhost.Instance, job Job, op string, req *sdk.RunRequest,
+	onLog func(sdk.LogEvent), log func(int32, string)) (*sdk.Result, error) {
+	if r.CancelGrace <= 0 || !inst.CanInterrupt() {
+		return inst.Run(ctx, op, req, onLog)
+	}
+	runCtx, stop := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer stop(nil)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-done:
+			return
+		case <-job.Kill:
+			stop(errors.New("the job was given up"))
+			return
+		case <-ctx.Done():
+		}
+		cause := context.Cause(ctx)
+		var c cancelled
+		if !errors.As(cause, &c) && !errors.Is(cause, errTimedOut) {
+			stop(cause)
+			return
+		}
+		log(StreamSystem, fmt.Sprintf("[agentd] %v: interrupting the plugin; waiting up to %s for it to stop", cause, r.CancelGrace))
+		inst.Interrupt()
+		t := time.NewTimer(r.CancelGrace)
+		defer t.Stop()
+		select {
+		case <-done:
+		case <-job.Kill:
+			stop(errors.New("the job was given up"))
+		case <-t.C:
+			log(StreamSystem, fmt.Sprintf("[agentd] the plugin did not stop within %s; killing it", r.CancelGrace))
+			stop(cause)
+		}
+	}()
+	return inst.Run(runCtx, op, req, onLog)
+}
 
 // SecretsKey is the top-level config key, for every component type, that
 // lists the secrets a job receives. The agent resolves and removes it
@@ -455,6 +513,11 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 	if r.InstallRegistry != "" {
 		env[InstallRegistryEnv] = r.InstallRegistry
 	}
+	for k, v := range r.PluginEnv {
+		if _, ok := env[k]; !ok {
+			env[k] = v
+		}
+	}
 	if r.Kubeconfig != "" && job.ComponentType == KubeconfigType {
 		env["KUBECONFIG"] = r.Kubeconfig
 	}
@@ -545,8 +608,8 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 	if jc.ApprovedPlanDigest != "" {
 		opEnv["BYOC_APPROVED_PLAN_DIGEST"] = jc.ApprovedPlanDigest
 	}
-	res, err := inst.Run(ctx, job.Operation, &sdk.RunRequest{Job: jc, Config: job.Config, Env: opEnv},
-		func(e sdk.LogEvent) { log(int32(e.Stream), e.Text) })
+	res, err := r.runOp(ctx, inst, job, job.Operation, &sdk.RunRequest{Job: jc, Config: job.Config, Env: opEnv},
+		func(e sdk.LogEvent) { log(int32(e.Stream), e.Text) }, log)
 	if job.Operation == sdk.OpApply || job.Operation == sdk.OpDestroy {
 		// The component's state moved on (or may have): every saved plan
 		// of it is stale.

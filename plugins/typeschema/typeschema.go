@@ -4,10 +4,10 @@
 // validate, byoc app push).
 //
 // It holds the built-in types' schemas (the action type's, from
-// plugins/action/actionschema, the helm type's, from
-// plugins/helm/helmschema, and the image type's, from
-// plugins/image/imageschema; terraform has no plugin yet and
-// accept any config), reads the description a third-party plugin
+// plugins/action/actionschema, the image type's, from
+// plugins/image/imageschema, the terraform type's, from
+// plugins/terraform/tfschema, and the helm type's, from
+// plugins/helm/helmschema), reads the description a third-party plugin
 // prints with "byoc-plugin-<type> describe", and turns schemas into the
 // checks schema/app/validate runs (validate.Options.Types).
 //
@@ -36,6 +36,7 @@ import (
 	"github.com/byoc-dev/byoc/plugins/helm/helmschema"
 	"github.com/byoc-dev/byoc/plugins/image/imageschema"
 	"github.com/byoc-dev/byoc/plugins/sdk/configschema"
+	"github.com/byoc-dev/byoc/plugins/terraform/tfschema"
 	"github.com/byoc-dev/byoc/schema/app/template"
 	"github.com/byoc-dev/byoc/schema/app/validate"
 )
@@ -46,7 +47,7 @@ var builtin = map[string]string{
 	"action":    actionschema.Config,
 	"image":     imageschema.Config,
 	"helm":      helmschema.Config,
-	"terraform": "",
+	"terraform": tfschema.Config,
 }
 
 // BuiltinNames returns the built-in component types, sorted.
