@@ -238,3 +238,59 @@ func TestImageVendorOutageAndLayoutDrift(t *testing.T) {
 		},
 	})
 }
+
+// The customer's policies see the copy (input.plan: the source registry,
+// the digest, what is missing) and can refuse it before anything is
+// copied: here, only images from allowed registries.
+func TestImagePolicyAllowsRegistries(t *testing.T) {
+	vendor := ocitest.StartRegistry(t, ocitest.RegistryOptions{})
+	src := openRepo(t, vendor.URL(), "acme/api", ocicopy.Credentials{})
+	img, err := ocitest.Image(context.Background(), src, ocitest.ImageSpec{Seed: 90, Layers: []int64{100 << 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	layout := t.TempDir()
+	config := map[string]any{"source": "acme/api@" + img.Digest.String()}
+	allowed := func(registry string) []sdk.PolicyModule {
+		return []sdk.PolicyModule{{Name: "registries.rego", Source: sdk.PolicySourceCustomer, Rego: fmt.Sprintf(`package byoc.images
+
+allowed := {%q}
+
+deny contains msg if {
+	input.type == "image"
+	not allowed[input.plan.source_registry]
+	msg := sprintf("image source registry %%s is not allowed", [input.plan.source_registry])
+}
+
+warn contains msg if {
+	input.type == "image"
+	input.plan.missing_bytes > 0
+	msg := sprintf("copies %%d bytes of %%s", [input.plan.missing_bytes, input.plan.digest])
+}
+`, registry)}}
+	}
+	empty := func(*sdktest.Outcome) error {
+		if files := tree(t, layout); files != "" {
+			return fmt.Errorf("the install registry got files although the policy denied the copy:\n%s", files)
+		}
+		return nil
+	}
+	deny := regexp.MustCompile(`^denied by policy: image source registry ` + regexp.QuoteMeta(vendor.Host) + ` is not allowed \(customer policy registries.rego\)$`)
+	sdktest.Test(t, image.New(), sdktest.Case{
+		Env: map[string]string{"BYOC_INSTALL_REGISTRY": "oci:" + layout, "BYOC_VENDOR_REGISTRY": vendor.Host},
+		Steps: []sdktest.Step{
+			{Op: sdk.OpPlan, Config: config, Policies: allowed("registry.example.com"), ExpectError: deny},
+			{Config: config, Policies: allowed("registry.example.com"), ExpectError: deny, Check: empty},
+			{Config: config, Policies: allowed(vendor.Host), Check: sdktest.All(
+				sdktest.ExpectOutput("digest", img.Digest.String()),
+				sdktest.ExpectLog("policy warn [customer] registries.rego: copies "),
+				func(o *sdktest.Outcome) error {
+					if len(o.Result.PolicyFindings) != 1 || o.Result.PolicyFindings[0].Level != sdk.PolicyWarn {
+						return fmt.Errorf("findings %+v, want one warning", o.Result.PolicyFindings)
+					}
+					return nil
+				},
+			)},
+		},
+	})
+}
