@@ -29,6 +29,7 @@ import (
 	"github.com/byoc-dev/byoc/agentd/secrets"
 	"github.com/byoc-dev/byoc/internal/buildinfo"
 	"github.com/byoc-dev/byoc/plugins/action"
+	"github.com/byoc-dev/byoc/plugins/build"
 	"github.com/byoc-dev/byoc/plugins/sdk"
 )
 
@@ -37,6 +38,8 @@ import (
 // itself as "agentd plugin TYPE".
 var builtins = map[string]func() sdk.Plugin{
 	"action": func() sdk.Plugin { return action.New() },
+	// build is served only by the build agent (agentd --role build).
+	build.TypeName: func() sdk.Plugin { return build.New() },
 }
 
 func main() {
@@ -72,6 +75,22 @@ func builtinNames() []string {
 	return names
 }
 
+// roleBuiltins are the built-in types an agent of role runs: the build
+// agent only build jobs; an install's agent every other type, never a
+// build (it holds no push access, and imsd grants it none).
+func roleBuiltins(role string) []string {
+	if role == "build" {
+		return []string{build.TypeName}
+	}
+	var out []string
+	for _, n := range builtinNames() {
+		if n != build.TypeName {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
 // multiFlag collects a repeated flag.
 type multiFlag []string
 
@@ -86,7 +105,11 @@ func run(ctx context.Context, args []string) int {
 		pluginDirs, pins     multiFlag
 		secretsFile          string
 		level                slog.Level
+		role                 string
+		plainHTTP            multiFlag
 	)
+	fs.StringVar(&role, "role", "install", "`install` (an install's agent) or build (the vendor's build agent, the only writer of the vendor registry; enrol it with a token from byoc build agent-token)")
+	fs.Var(&plainHTTP, "plain-http-registry", "`host:port` of a source registry reached over plain HTTP (repeatable; build agent syncs)")
 	fs.StringVar(&ims, "ims", os.Getenv("BYOC_IMS_URL"), "imsd `URL`; also $BYOC_IMS_URL")
 	fs.StringVar(&token, "enroll-token", os.Getenv("BYOC_ENROLL_TOKEN"), "single-use enrolment `token`, needed once; also $BYOC_ENROLL_TOKEN")
 	fs.StringVar(&stateDir, "state-dir", "", "`directory` for the agent's identity and job workspaces")
@@ -105,6 +128,10 @@ func run(ctx context.Context, args []string) int {
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "agentd: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	if role != "install" && role != "build" {
+		fmt.Fprintf(os.Stderr, "agentd: --role %q: want install or build\n", role)
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
@@ -139,13 +166,16 @@ func run(ctx context.Context, args []string) int {
 	loader := &pluginhost.Loader{
 		SelfExe:  self,
 		SelfArgs: func(typ string) []string { return []string{"plugin", typ} },
-		Builtins: builtinNames(),
+		Builtins: roleBuiltins(role),
 		Dirs:     pluginDirs,
 		Pins:     pinMap,
 		Logger:   log,
 	}
 	runner := &agent.PluginRunner{Loader: loader, WorkRoot: filepath.Join(stateDir, "jobs"),
 		StateRoot: filepath.Join(stateDir, "components"), Secrets: secretMap, Logger: log}
+	if len(plainHTTP) > 0 {
+		runner.Env = map[string]string{build.PlainHTTPRegistriesEnv: strings.Join(plainHTTP, ",")}
+	}
 	defer runner.Close()
 	// A previous agentd killed mid-job left its workspaces, its plugins'
 	// socket dirs and its steps' cgroups; no job of this one runs yet.
@@ -166,6 +196,7 @@ func run(ctx context.Context, args []string) int {
 		Runner:      runner,
 		Version:     buildinfo.Get().Short(),
 		Logger:      log,
+		Role:        role,
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "agentd: %v\n", err)

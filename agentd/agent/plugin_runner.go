@@ -42,6 +42,9 @@ type PluginRunner struct {
 	// operation; the values of all of them are redacted from every log
 	// line, error and output the job sends back.
 	Secrets map[string]string
+	// Env is added to every plugin's environment (agentd
+	// --plain-http-registry: BYOC_PLAIN_HTTP_REGISTRIES).
+	Env map[string]string
 	// CgroupRoot is where cgroup file systems are mounted, for sweeping
 	// step cgroups (/sys/fs/cgroup when empty).
 	CgroupRoot string
@@ -76,6 +79,19 @@ func (r *PluginRunner) Run(ctx context.Context, job Job, rawLog func(int32, stri
 	// secrets; the list never reaches the plugin.
 	config, sensitive, sensErr := takeSensitive(job.Config)
 	job.Config = config
+	// A job that carried a registry grant exchanges it now, right before
+	// its plugin runs; the token is redacted like a secret.
+	var regEnv map[string]string
+	if job.Registry != nil && sensErr == nil {
+		acc, err := job.Registry(ctx)
+		if err != nil {
+			sensErr = fmt.Errorf("vendor registry access: %w", err)
+		} else {
+			regEnv = acc.Env()
+			secretValues = append(secretValues, acc.Token)
+		}
+	}
+	job.registryEnv = regEnv
 	red := redact.New(append(secretValues, sensitive...)...)
 	// Every line goes through the redactor, so that a secret a plugin
 	// sends in pieces is caught too; flushed before the outcome.
@@ -305,6 +321,11 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, log fu
 	if stateDir != "" {
 		env["BYOC_STATE_DIR"] = stateDir
 	}
+	for k, v := range r.Env {
+		if _, set := env[k]; !set {
+			env[k] = v
+		}
+	}
 	started := time.Now()
 	// What the plugin prints outside the protocol (fmt.Println debugging,
 	// a panic's stacks, anything before Serve) goes to the job's log on
@@ -340,6 +361,7 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, log fu
 	// own environment.
 	opEnv := maps.Clone(env)
 	maps.Copy(opEnv, secretEnv)
+	maps.Copy(opEnv, job.registryEnv)
 	res, err := inst.Run(ctx, job.Operation, &sdk.RunRequest{
 		Job: sdk.JobContext{JobID: job.ID, InstallID: job.InstallID, Attempt: int(job.Attempt), WorkDir: work,
 			StateDir: stateDir, Timeout: job.Timeout},

@@ -46,6 +46,9 @@ var readOnly = map[string]bool{
 	"/" + grpcreflect.ReflectV1ServiceName + "/ServerReflectionInfo":      true,
 	"/" + grpcreflect.ReflectV1AlphaServiceName + "/ServerReflectionInfo": true,
 	imsv1connect.OperatorServiceListAuditEventsProcedure:                  true,
+	// Builds and what installs run, by digest.
+	imsv1connect.OperatorServiceListBuildsProcedure:        true,
+	imsv1connect.OperatorServiceListInstallImagesProcedure: true,
 }
 
 type callerKey struct{}

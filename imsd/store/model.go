@@ -188,6 +188,10 @@ type Agent struct {
 	// reported (nil: never), at PermissionsAt.
 	Permissions   *Permissions
 	PermissionsAt time.Time
+	// Build, at enrolment, asks for the vendor's build agent: the token
+	// must be a build agent token (and an install's token otherwise).
+	// Not stored: a build agent is one of the vendor install.
+	Build bool
 }
 
 // Job is one unit of work for one install's agent, handed out under a lease.
@@ -258,6 +262,9 @@ type Result struct {
 	Error          string
 	Outputs        map[string]string
 	PlannedChanges []PlannedChange
+	// Build, set for a succeeded build job of the vendor install, is
+	// recorded with the finish (BuildFromOutputs).
+	Build *Build
 }
 
 // LogLine is one line of a job's log. (Attempt, Seq) is unique per job, so

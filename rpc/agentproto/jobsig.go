@@ -61,7 +61,22 @@ type JobClaims struct {
 	// Expires is when the signature stops being valid; it is signed in
 	// Unix milliseconds.
 	Expires time.Time
+	// Grant is the registry grant the assignment carries (nil: none). It
+	// is signed after everything else, so a job without one signs the
+	// same bytes as before grants existed.
+	Grant *GrantClaims
 }
+
+// GrantClaims is a registry grant as a job signature covers it.
+type GrantClaims struct {
+	ID, Secret, Registry, Service string
+	Scopes                        []string
+	// Expires is signed in Unix milliseconds.
+	Expires time.Time
+}
+
+// grantContext separates the grant's claims from the job's.
+const grantContext = "\x00registry grant"
 
 // Message is the byte string the signature covers.
 func (c *JobClaims) Message() []byte {
@@ -77,7 +92,19 @@ func (c *JobClaims) Message() []byte {
 	}
 	b = binary.BigEndian.AppendUint64(b, uint64(c.TimeoutSeconds))
 	b = append(b, c.ConfigDigest[:]...)
-	return binary.BigEndian.AppendUint64(b, uint64(c.Expires.UnixMilli()))
+	b = binary.BigEndian.AppendUint64(b, uint64(c.Expires.UnixMilli()))
+	if g := c.Grant; g != nil {
+		b = append(b, grantContext...)
+		for _, s := range []string{g.ID, g.Secret, g.Registry, g.Service} {
+			b = appendString(b, s)
+		}
+		b = binary.BigEndian.AppendUint32(b, uint32(len(g.Scopes)))
+		for _, s := range g.Scopes {
+			b = appendString(b, s)
+		}
+		b = binary.BigEndian.AppendUint64(b, uint64(g.Expires.UnixMilli()))
+	}
+	return b
 }
 
 func appendString(b []byte, s string) []byte {

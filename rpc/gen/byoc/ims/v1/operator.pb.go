@@ -4800,6 +4800,638 @@ func (x *BreakGlassRole) GetDescription() string {
 	return ""
 }
 
+// Build is an artifact in the vendor registry, synced or packaged by the
+// build agent: its lineage record.
+type Build struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the build job's id.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// repository is the vendor registry repository (no host).
+	Repository string `protobuf:"bytes,2,opt,name=repository,proto3" json:"repository,omitempty"`
+	// digest is the artifact's digest in the vendor registry.
+	Digest    string `protobuf:"bytes,3,opt,name=digest,proto3" json:"digest,omitempty"`
+	Size      int64  `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	MediaType string `protobuf:"bytes,5,opt,name=media_type,json=mediaType,proto3" json:"media_type,omitempty"`
+	// kind is "sync" (an image or OCI artifact copied from source), "helm"
+	// or "terraform" (a directory packaged as an OCI artifact).
+	Kind string `protobuf:"bytes,6,opt,name=kind,proto3" json:"kind,omitempty"`
+	// source is what it came from: a registry reference (tag or digest),
+	// or the packaged directory's name.
+	Source string `protobuf:"bytes,7,opt,name=source,proto3" json:"source,omitempty"`
+	// source_digest is the digest at the source (equal to digest for a sync).
+	SourceDigest  string                 `protobuf:"bytes,8,opt,name=source_digest,json=sourceDigest,proto3" json:"source_digest,omitempty"`
+	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Build) Reset() {
+	*x = Build{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[73]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Build) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Build) ProtoMessage() {}
+
+func (x *Build) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[73]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Build.ProtoReflect.Descriptor instead.
+func (*Build) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{73}
+}
+
+func (x *Build) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Build) GetRepository() string {
+	if x != nil {
+		return x.Repository
+	}
+	return ""
+}
+
+func (x *Build) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+func (x *Build) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *Build) GetMediaType() string {
+	if x != nil {
+		return x.MediaType
+	}
+	return ""
+}
+
+func (x *Build) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Build) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *Build) GetSourceDigest() string {
+	if x != nil {
+		return x.SourceDigest
+	}
+	return ""
+}
+
+func (x *Build) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+type CreateBuildAgentTokenRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// ttl_seconds is how long the token may be used; 0 means 24 hours.
+	TtlSeconds    int64 `protobuf:"varint,1,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateBuildAgentTokenRequest) Reset() {
+	*x = CreateBuildAgentTokenRequest{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[74]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateBuildAgentTokenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateBuildAgentTokenRequest) ProtoMessage() {}
+
+func (x *CreateBuildAgentTokenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[74]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateBuildAgentTokenRequest.ProtoReflect.Descriptor instead.
+func (*CreateBuildAgentTokenRequest) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{74}
+}
+
+func (x *CreateBuildAgentTokenRequest) GetTtlSeconds() int64 {
+	if x != nil {
+		return x.TtlSeconds
+	}
+	return 0
+}
+
+type CreateBuildAgentTokenResponse struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	EnrollmentToken *EnrollmentToken       `protobuf:"bytes,1,opt,name=enrollment_token,json=enrollmentToken,proto3" json:"enrollment_token,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *CreateBuildAgentTokenResponse) Reset() {
+	*x = CreateBuildAgentTokenResponse{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[75]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateBuildAgentTokenResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateBuildAgentTokenResponse) ProtoMessage() {}
+
+func (x *CreateBuildAgentTokenResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[75]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateBuildAgentTokenResponse.ProtoReflect.Descriptor instead.
+func (*CreateBuildAgentTokenResponse) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{75}
+}
+
+func (x *CreateBuildAgentTokenResponse) GetEnrollmentToken() *EnrollmentToken {
+	if x != nil {
+		return x.EnrollmentToken
+	}
+	return nil
+}
+
+type StartBuildRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// kind is "sync", "helm" or "terraform".
+	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	// source is, for a sync, the reference to copy (HOST/REPO:TAG or
+	// HOST/REPO@DIGEST); for a package, a name for the directory.
+	Source string `protobuf:"bytes,2,opt,name=source,proto3" json:"source,omitempty"`
+	// repository is the vendor registry repository to write.
+	Repository string `protobuf:"bytes,3,opt,name=repository,proto3" json:"repository,omitempty"`
+	// archive is, for a package, the directory as a gzipped tar (at most
+	// 180 KiB: it travels in the build job's config).
+	Archive []byte `protobuf:"bytes,4,opt,name=archive,proto3" json:"archive,omitempty"`
+	// tag is the tag the artifact gets in the vendor registry (optional;
+	// builds are always referenced by digest).
+	Tag           string `protobuf:"bytes,5,opt,name=tag,proto3" json:"tag,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartBuildRequest) Reset() {
+	*x = StartBuildRequest{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[76]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartBuildRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartBuildRequest) ProtoMessage() {}
+
+func (x *StartBuildRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[76]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartBuildRequest.ProtoReflect.Descriptor instead.
+func (*StartBuildRequest) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{76}
+}
+
+func (x *StartBuildRequest) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *StartBuildRequest) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *StartBuildRequest) GetRepository() string {
+	if x != nil {
+		return x.Repository
+	}
+	return ""
+}
+
+func (x *StartBuildRequest) GetArchive() []byte {
+	if x != nil {
+		return x.Archive
+	}
+	return nil
+}
+
+func (x *StartBuildRequest) GetTag() string {
+	if x != nil {
+		return x.Tag
+	}
+	return ""
+}
+
+type StartBuildResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Job           *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartBuildResponse) Reset() {
+	*x = StartBuildResponse{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[77]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartBuildResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartBuildResponse) ProtoMessage() {}
+
+func (x *StartBuildResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[77]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartBuildResponse.ProtoReflect.Descriptor instead.
+func (*StartBuildResponse) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{77}
+}
+
+func (x *StartBuildResponse) GetJob() *Job {
+	if x != nil {
+		return x.Job
+	}
+	return nil
+}
+
+type ListBuildsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// repository filters by vendor repository; empty lists all.
+	Repository string `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
+	// limit is at most 1000; 0 means 100.
+	Limit         int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListBuildsRequest) Reset() {
+	*x = ListBuildsRequest{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[78]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListBuildsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListBuildsRequest) ProtoMessage() {}
+
+func (x *ListBuildsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[78]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListBuildsRequest.ProtoReflect.Descriptor instead.
+func (*ListBuildsRequest) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{78}
+}
+
+func (x *ListBuildsRequest) GetRepository() string {
+	if x != nil {
+		return x.Repository
+	}
+	return ""
+}
+
+func (x *ListBuildsRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type ListBuildsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// builds are newest first.
+	Builds        []*Build `protobuf:"bytes,1,rep,name=builds,proto3" json:"builds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListBuildsResponse) Reset() {
+	*x = ListBuildsResponse{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[79]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListBuildsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListBuildsResponse) ProtoMessage() {}
+
+func (x *ListBuildsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[79]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListBuildsResponse.ProtoReflect.Descriptor instead.
+func (*ListBuildsResponse) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{79}
+}
+
+func (x *ListBuildsResponse) GetBuilds() []*Build {
+	if x != nil {
+		return x.Builds
+	}
+	return nil
+}
+
+type ListInstallImagesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Install       string                 `protobuf:"bytes,1,opt,name=install,proto3" json:"install,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListInstallImagesRequest) Reset() {
+	*x = ListInstallImagesRequest{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[80]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListInstallImagesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListInstallImagesRequest) ProtoMessage() {}
+
+func (x *ListInstallImagesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[80]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListInstallImagesRequest.ProtoReflect.Descriptor instead.
+func (*ListInstallImagesRequest) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{80}
+}
+
+func (x *ListInstallImagesRequest) GetInstall() string {
+	if x != nil {
+		return x.Install
+	}
+	return ""
+}
+
+// InstallImage is what one image component of an install runs, by
+// digest, with its chain: source reference, vendor digest (the build),
+// install digest, and when each copy happened.
+type InstallImage struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Component string                 `protobuf:"bytes,1,opt,name=component,proto3" json:"component,omitempty"`
+	// source is the vendor reference the component names (REPO@DIGEST).
+	VendorReference string `protobuf:"bytes,2,opt,name=vendor_reference,json=vendorReference,proto3" json:"vendor_reference,omitempty"`
+	VendorDigest    string `protobuf:"bytes,3,opt,name=vendor_digest,json=vendorDigest,proto3" json:"vendor_digest,omitempty"`
+	// build is the build the vendor digest came from (unset if imsd has no
+	// record of it).
+	Build *Build `protobuf:"bytes,4,opt,name=build,proto3" json:"build,omitempty"`
+	// install_reference and install_digest are where the install agent
+	// copied it, as it reported.
+	InstallReference string `protobuf:"bytes,5,opt,name=install_reference,json=installReference,proto3" json:"install_reference,omitempty"`
+	InstallDigest    string `protobuf:"bytes,6,opt,name=install_digest,json=installDigest,proto3" json:"install_digest,omitempty"`
+	// copy_time is when the install agent's copy finished.
+	CopyTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=copy_time,json=copyTime,proto3" json:"copy_time,omitempty"`
+	// job_id is the deploy job that copied it.
+	JobId         string `protobuf:"bytes,8,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InstallImage) Reset() {
+	*x = InstallImage{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[81]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InstallImage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InstallImage) ProtoMessage() {}
+
+func (x *InstallImage) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[81]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InstallImage.ProtoReflect.Descriptor instead.
+func (*InstallImage) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{81}
+}
+
+func (x *InstallImage) GetComponent() string {
+	if x != nil {
+		return x.Component
+	}
+	return ""
+}
+
+func (x *InstallImage) GetVendorReference() string {
+	if x != nil {
+		return x.VendorReference
+	}
+	return ""
+}
+
+func (x *InstallImage) GetVendorDigest() string {
+	if x != nil {
+		return x.VendorDigest
+	}
+	return ""
+}
+
+func (x *InstallImage) GetBuild() *Build {
+	if x != nil {
+		return x.Build
+	}
+	return nil
+}
+
+func (x *InstallImage) GetInstallReference() string {
+	if x != nil {
+		return x.InstallReference
+	}
+	return ""
+}
+
+func (x *InstallImage) GetInstallDigest() string {
+	if x != nil {
+		return x.InstallDigest
+	}
+	return ""
+}
+
+func (x *InstallImage) GetCopyTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CopyTime
+	}
+	return nil
+}
+
+func (x *InstallImage) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+type ListInstallImagesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Images        []*InstallImage        `protobuf:"bytes,1,rep,name=images,proto3" json:"images,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListInstallImagesResponse) Reset() {
+	*x = ListInstallImagesResponse{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[82]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListInstallImagesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListInstallImagesResponse) ProtoMessage() {}
+
+func (x *ListInstallImagesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[82]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListInstallImagesResponse.ProtoReflect.Descriptor instead.
+func (*ListInstallImagesResponse) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{82}
+}
+
+func (x *ListInstallImagesResponse) GetImages() []*InstallImage {
+	if x != nil {
+		return x.Images
+	}
+	return nil
+}
+
 var File_byoc_ims_v1_operator_proto protoreflect.FileDescriptor
 
 const file_byoc_ims_v1_operator_proto_rawDesc = "" +
@@ -5157,7 +5789,56 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x0erequire_reason\x18\x03 \x01(\bR\rrequireReason\"F\n" +
 	"\x0eBreakGlassRole\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
-	"\vdescription\x18\x02 \x01(\tR\vdescription*=\n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription\"\x90\x02\n" +
+	"\x05Build\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1e\n" +
+	"\n" +
+	"repository\x18\x02 \x01(\tR\n" +
+	"repository\x12\x16\n" +
+	"\x06digest\x18\x03 \x01(\tR\x06digest\x12\x12\n" +
+	"\x04size\x18\x04 \x01(\x03R\x04size\x12\x1d\n" +
+	"\n" +
+	"media_type\x18\x05 \x01(\tR\tmediaType\x12\x12\n" +
+	"\x04kind\x18\x06 \x01(\tR\x04kind\x12\x16\n" +
+	"\x06source\x18\a \x01(\tR\x06source\x12#\n" +
+	"\rsource_digest\x18\b \x01(\tR\fsourceDigest\x12;\n" +
+	"\vcreate_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\"?\n" +
+	"\x1cCreateBuildAgentTokenRequest\x12\x1f\n" +
+	"\vttl_seconds\x18\x01 \x01(\x03R\n" +
+	"ttlSeconds\"h\n" +
+	"\x1dCreateBuildAgentTokenResponse\x12G\n" +
+	"\x10enrollment_token\x18\x01 \x01(\v2\x1c.byoc.ims.v1.EnrollmentTokenR\x0fenrollmentToken\"\x8b\x01\n" +
+	"\x11StartBuildRequest\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x16\n" +
+	"\x06source\x18\x02 \x01(\tR\x06source\x12\x1e\n" +
+	"\n" +
+	"repository\x18\x03 \x01(\tR\n" +
+	"repository\x12\x18\n" +
+	"\aarchive\x18\x04 \x01(\fR\aarchive\x12\x10\n" +
+	"\x03tag\x18\x05 \x01(\tR\x03tag\"8\n" +
+	"\x12StartBuildResponse\x12\"\n" +
+	"\x03job\x18\x01 \x01(\v2\x10.byoc.ims.v1.JobR\x03job\"I\n" +
+	"\x11ListBuildsRequest\x12\x1e\n" +
+	"\n" +
+	"repository\x18\x01 \x01(\tR\n" +
+	"repository\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\"@\n" +
+	"\x12ListBuildsResponse\x12*\n" +
+	"\x06builds\x18\x01 \x03(\v2\x12.byoc.ims.v1.BuildR\x06builds\"4\n" +
+	"\x18ListInstallImagesRequest\x12\x18\n" +
+	"\ainstall\x18\x01 \x01(\tR\ainstall\"\xca\x02\n" +
+	"\fInstallImage\x12\x1c\n" +
+	"\tcomponent\x18\x01 \x01(\tR\tcomponent\x12)\n" +
+	"\x10vendor_reference\x18\x02 \x01(\tR\x0fvendorReference\x12#\n" +
+	"\rvendor_digest\x18\x03 \x01(\tR\fvendorDigest\x12(\n" +
+	"\x05build\x18\x04 \x01(\v2\x12.byoc.ims.v1.BuildR\x05build\x12+\n" +
+	"\x11install_reference\x18\x05 \x01(\tR\x10installReference\x12%\n" +
+	"\x0einstall_digest\x18\x06 \x01(\tR\rinstallDigest\x127\n" +
+	"\tcopy_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\bcopyTime\x12\x15\n" +
+	"\x06job_id\x18\b \x01(\tR\x05jobId\"N\n" +
+	"\x19ListInstallImagesResponse\x121\n" +
+	"\x06images\x18\x01 \x03(\v2\x19.byoc.ims.v1.InstallImageR\x06images*=\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -5177,7 +5858,7 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x16LOG_STREAM_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11LOG_STREAM_STDOUT\x10\x01\x12\x15\n" +
 	"\x11LOG_STREAM_STDERR\x10\x02\x12\x15\n" +
-	"\x11LOG_STREAM_SYSTEM\x10\x032\xfd\x1a\n" +
+	"\x11LOG_STREAM_SYSTEM\x10\x032\xef\x1d\n" +
 	"\x0fOperatorService\x12A\n" +
 	"\x06WhoAmI\x12\x1a.byoc.ims.v1.WhoAmIRequest\x1a\x1b.byoc.ims.v1.WhoAmIResponse\x12Y\n" +
 	"\x0eCreateApiToken\x12\".byoc.ims.v1.CreateApiTokenRequest\x1a#.byoc.ims.v1.CreateApiTokenResponse\x12J\n" +
@@ -5219,7 +5900,13 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x11RequestBreakGlass\x12%.byoc.ims.v1.RequestBreakGlassRequest\x1a&.byoc.ims.v1.RequestBreakGlassResponse\x12k\n" +
 	"\x14ListBreakGlassGrants\x12(.byoc.ims.v1.ListBreakGlassGrantsRequest\x1a).byoc.ims.v1.ListBreakGlassGrantsResponse\x12h\n" +
 	"\x13GetBreakGlassPolicy\x12'.byoc.ims.v1.GetBreakGlassPolicyRequest\x1a(.byoc.ims.v1.GetBreakGlassPolicyResponse\x12\\\n" +
-	"\x0fListAuditEvents\x12#.byoc.ims.v1.ListAuditEventsRequest\x1a$.byoc.ims.v1.ListAuditEventsResponseB\xa2\x01\n" +
+	"\x0fListAuditEvents\x12#.byoc.ims.v1.ListAuditEventsRequest\x1a$.byoc.ims.v1.ListAuditEventsResponse\x12n\n" +
+	"\x15CreateBuildAgentToken\x12).byoc.ims.v1.CreateBuildAgentTokenRequest\x1a*.byoc.ims.v1.CreateBuildAgentTokenResponse\x12M\n" +
+	"\n" +
+	"StartBuild\x12\x1e.byoc.ims.v1.StartBuildRequest\x1a\x1f.byoc.ims.v1.StartBuildResponse\x12M\n" +
+	"\n" +
+	"ListBuilds\x12\x1e.byoc.ims.v1.ListBuildsRequest\x1a\x1f.byoc.ims.v1.ListBuildsResponse\x12b\n" +
+	"\x11ListInstallImages\x12%.byoc.ims.v1.ListInstallImagesRequest\x1a&.byoc.ims.v1.ListInstallImagesResponseB\xa2\x01\n" +
 	"\x0fcom.byoc.ims.v1B\rOperatorProtoP\x01Z2github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1;imsv1\xa2\x02\x03BIX\xaa\x02\vByoc.Ims.V1\xca\x02\vByoc\\Ims\\V1\xe2\x02\x17Byoc\\Ims\\V1\\GPBMetadata\xea\x02\rByoc::Ims::V1b\x06proto3"
 
 var (
@@ -5235,7 +5922,7 @@ func file_byoc_ims_v1_operator_proto_rawDescGZIP() []byte {
 }
 
 var file_byoc_ims_v1_operator_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_byoc_ims_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 78)
+var file_byoc_ims_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 88)
 var file_byoc_ims_v1_operator_proto_goTypes = []any{
 	(Role)(0),                             // 0: byoc.ims.v1.Role
 	(JobState)(0),                         // 1: byoc.ims.v1.JobState
@@ -5313,205 +6000,230 @@ var file_byoc_ims_v1_operator_proto_goTypes = []any{
 	(*GetBreakGlassPolicyRequest)(nil),    // 73: byoc.ims.v1.GetBreakGlassPolicyRequest
 	(*GetBreakGlassPolicyResponse)(nil),   // 74: byoc.ims.v1.GetBreakGlassPolicyResponse
 	(*BreakGlassRole)(nil),                // 75: byoc.ims.v1.BreakGlassRole
-	nil,                                   // 76: byoc.ims.v1.Install.InputsEntry
-	nil,                                   // 77: byoc.ims.v1.InstallSettings.OverridesEntry
-	nil,                                   // 78: byoc.ims.v1.CreateInstallRequest.InputsEntry
-	nil,                                   // 79: byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
-	nil,                                   // 80: byoc.ims.v1.Job.OutputsEntry
-	(*timestamppb.Timestamp)(nil),         // 81: google.protobuf.Timestamp
-	(*InstallHealth)(nil),                 // 82: byoc.ims.v1.InstallHealth
-	(*Workflow)(nil),                      // 83: byoc.ims.v1.Workflow
-	(*structpb.Struct)(nil),               // 84: google.protobuf.Struct
-	(*structpb.Value)(nil),                // 85: google.protobuf.Value
-	(*PlanInstallRequest)(nil),            // 86: byoc.ims.v1.PlanInstallRequest
-	(*StartWorkflowRequest)(nil),          // 87: byoc.ims.v1.StartWorkflowRequest
-	(*ListWorkflowsRequest)(nil),          // 88: byoc.ims.v1.ListWorkflowsRequest
-	(*GetWorkflowRequest)(nil),            // 89: byoc.ims.v1.GetWorkflowRequest
-	(*ApproveWorkflowRequest)(nil),        // 90: byoc.ims.v1.ApproveWorkflowRequest
-	(*CancelWorkflowRequest)(nil),         // 91: byoc.ims.v1.CancelWorkflowRequest
-	(*RetryWorkflowStepRequest)(nil),      // 92: byoc.ims.v1.RetryWorkflowStepRequest
-	(*ListActionsRequest)(nil),            // 93: byoc.ims.v1.ListActionsRequest
-	(*StartActionRunRequest)(nil),         // 94: byoc.ims.v1.StartActionRunRequest
-	(*ListActionRunsRequest)(nil),         // 95: byoc.ims.v1.ListActionRunsRequest
-	(*GetActionRunRequest)(nil),           // 96: byoc.ims.v1.GetActionRunRequest
-	(*ListAuditEventsRequest)(nil),        // 97: byoc.ims.v1.ListAuditEventsRequest
-	(*PlanInstallResponse)(nil),           // 98: byoc.ims.v1.PlanInstallResponse
-	(*StartWorkflowResponse)(nil),         // 99: byoc.ims.v1.StartWorkflowResponse
-	(*ListWorkflowsResponse)(nil),         // 100: byoc.ims.v1.ListWorkflowsResponse
-	(*GetWorkflowResponse)(nil),           // 101: byoc.ims.v1.GetWorkflowResponse
-	(*ApproveWorkflowResponse)(nil),       // 102: byoc.ims.v1.ApproveWorkflowResponse
-	(*CancelWorkflowResponse)(nil),        // 103: byoc.ims.v1.CancelWorkflowResponse
-	(*RetryWorkflowStepResponse)(nil),     // 104: byoc.ims.v1.RetryWorkflowStepResponse
-	(*ListActionsResponse)(nil),           // 105: byoc.ims.v1.ListActionsResponse
-	(*StartActionRunResponse)(nil),        // 106: byoc.ims.v1.StartActionRunResponse
-	(*ListActionRunsResponse)(nil),        // 107: byoc.ims.v1.ListActionRunsResponse
-	(*GetActionRunResponse)(nil),          // 108: byoc.ims.v1.GetActionRunResponse
-	(*ListAuditEventsResponse)(nil),       // 109: byoc.ims.v1.ListAuditEventsResponse
+	(*Build)(nil),                         // 76: byoc.ims.v1.Build
+	(*CreateBuildAgentTokenRequest)(nil),  // 77: byoc.ims.v1.CreateBuildAgentTokenRequest
+	(*CreateBuildAgentTokenResponse)(nil), // 78: byoc.ims.v1.CreateBuildAgentTokenResponse
+	(*StartBuildRequest)(nil),             // 79: byoc.ims.v1.StartBuildRequest
+	(*StartBuildResponse)(nil),            // 80: byoc.ims.v1.StartBuildResponse
+	(*ListBuildsRequest)(nil),             // 81: byoc.ims.v1.ListBuildsRequest
+	(*ListBuildsResponse)(nil),            // 82: byoc.ims.v1.ListBuildsResponse
+	(*ListInstallImagesRequest)(nil),      // 83: byoc.ims.v1.ListInstallImagesRequest
+	(*InstallImage)(nil),                  // 84: byoc.ims.v1.InstallImage
+	(*ListInstallImagesResponse)(nil),     // 85: byoc.ims.v1.ListInstallImagesResponse
+	nil,                                   // 86: byoc.ims.v1.Install.InputsEntry
+	nil,                                   // 87: byoc.ims.v1.InstallSettings.OverridesEntry
+	nil,                                   // 88: byoc.ims.v1.CreateInstallRequest.InputsEntry
+	nil,                                   // 89: byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
+	nil,                                   // 90: byoc.ims.v1.Job.OutputsEntry
+	(*timestamppb.Timestamp)(nil),         // 91: google.protobuf.Timestamp
+	(*InstallHealth)(nil),                 // 92: byoc.ims.v1.InstallHealth
+	(*Workflow)(nil),                      // 93: byoc.ims.v1.Workflow
+	(*structpb.Struct)(nil),               // 94: google.protobuf.Struct
+	(*structpb.Value)(nil),                // 95: google.protobuf.Value
+	(*PlanInstallRequest)(nil),            // 96: byoc.ims.v1.PlanInstallRequest
+	(*StartWorkflowRequest)(nil),          // 97: byoc.ims.v1.StartWorkflowRequest
+	(*ListWorkflowsRequest)(nil),          // 98: byoc.ims.v1.ListWorkflowsRequest
+	(*GetWorkflowRequest)(nil),            // 99: byoc.ims.v1.GetWorkflowRequest
+	(*ApproveWorkflowRequest)(nil),        // 100: byoc.ims.v1.ApproveWorkflowRequest
+	(*CancelWorkflowRequest)(nil),         // 101: byoc.ims.v1.CancelWorkflowRequest
+	(*RetryWorkflowStepRequest)(nil),      // 102: byoc.ims.v1.RetryWorkflowStepRequest
+	(*ListActionsRequest)(nil),            // 103: byoc.ims.v1.ListActionsRequest
+	(*StartActionRunRequest)(nil),         // 104: byoc.ims.v1.StartActionRunRequest
+	(*ListActionRunsRequest)(nil),         // 105: byoc.ims.v1.ListActionRunsRequest
+	(*GetActionRunRequest)(nil),           // 106: byoc.ims.v1.GetActionRunRequest
+	(*ListAuditEventsRequest)(nil),        // 107: byoc.ims.v1.ListAuditEventsRequest
+	(*PlanInstallResponse)(nil),           // 108: byoc.ims.v1.PlanInstallResponse
+	(*StartWorkflowResponse)(nil),         // 109: byoc.ims.v1.StartWorkflowResponse
+	(*ListWorkflowsResponse)(nil),         // 110: byoc.ims.v1.ListWorkflowsResponse
+	(*GetWorkflowResponse)(nil),           // 111: byoc.ims.v1.GetWorkflowResponse
+	(*ApproveWorkflowResponse)(nil),       // 112: byoc.ims.v1.ApproveWorkflowResponse
+	(*CancelWorkflowResponse)(nil),        // 113: byoc.ims.v1.CancelWorkflowResponse
+	(*RetryWorkflowStepResponse)(nil),     // 114: byoc.ims.v1.RetryWorkflowStepResponse
+	(*ListActionsResponse)(nil),           // 115: byoc.ims.v1.ListActionsResponse
+	(*StartActionRunResponse)(nil),        // 116: byoc.ims.v1.StartActionRunResponse
+	(*ListActionRunsResponse)(nil),        // 117: byoc.ims.v1.ListActionRunsResponse
+	(*GetActionRunResponse)(nil),          // 118: byoc.ims.v1.GetActionRunResponse
+	(*ListAuditEventsResponse)(nil),       // 119: byoc.ims.v1.ListAuditEventsResponse
 }
 var file_byoc_ims_v1_operator_proto_depIdxs = []int32{
 	0,   // 0: byoc.ims.v1.WhoAmIResponse.role:type_name -> byoc.ims.v1.Role
 	0,   // 1: byoc.ims.v1.CreateApiTokenRequest.role:type_name -> byoc.ims.v1.Role
-	81,  // 2: byoc.ims.v1.App.create_time:type_name -> google.protobuf.Timestamp
+	91,  // 2: byoc.ims.v1.App.create_time:type_name -> google.protobuf.Timestamp
 	7,   // 3: byoc.ims.v1.CreateAppResponse.app:type_name -> byoc.ims.v1.App
 	7,   // 4: byoc.ims.v1.ListAppsResponse.apps:type_name -> byoc.ims.v1.App
 	7,   // 5: byoc.ims.v1.GetAppResponse.app:type_name -> byoc.ims.v1.App
-	81,  // 6: byoc.ims.v1.AgentStatus.last_seen_time:type_name -> google.protobuf.Timestamp
-	81,  // 7: byoc.ims.v1.AgentStatus.enroll_time:type_name -> google.protobuf.Timestamp
-	81,  // 8: byoc.ims.v1.AgentStatus.identity_conflict_time:type_name -> google.protobuf.Timestamp
+	91,  // 6: byoc.ims.v1.AgentStatus.last_seen_time:type_name -> google.protobuf.Timestamp
+	91,  // 7: byoc.ims.v1.AgentStatus.enroll_time:type_name -> google.protobuf.Timestamp
+	91,  // 8: byoc.ims.v1.AgentStatus.identity_conflict_time:type_name -> google.protobuf.Timestamp
 	15,  // 9: byoc.ims.v1.AgentStatus.permissions:type_name -> byoc.ims.v1.Permissions
-	81,  // 10: byoc.ims.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
-	81,  // 11: byoc.ims.v1.Permissions.report_time:type_name -> google.protobuf.Timestamp
-	76,  // 12: byoc.ims.v1.Install.inputs:type_name -> byoc.ims.v1.Install.InputsEntry
-	81,  // 13: byoc.ims.v1.Install.create_time:type_name -> google.protobuf.Timestamp
+	91,  // 10: byoc.ims.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
+	91,  // 11: byoc.ims.v1.Permissions.report_time:type_name -> google.protobuf.Timestamp
+	86,  // 12: byoc.ims.v1.Install.inputs:type_name -> byoc.ims.v1.Install.InputsEntry
+	91,  // 13: byoc.ims.v1.Install.create_time:type_name -> google.protobuf.Timestamp
 	14,  // 14: byoc.ims.v1.Install.agent:type_name -> byoc.ims.v1.AgentStatus
 	17,  // 15: byoc.ims.v1.Install.settings:type_name -> byoc.ims.v1.InstallSettings
-	82,  // 16: byoc.ims.v1.Install.health:type_name -> byoc.ims.v1.InstallHealth
-	77,  // 17: byoc.ims.v1.InstallSettings.overrides:type_name -> byoc.ims.v1.InstallSettings.OverridesEntry
-	78,  // 18: byoc.ims.v1.CreateInstallRequest.inputs:type_name -> byoc.ims.v1.CreateInstallRequest.InputsEntry
+	92,  // 16: byoc.ims.v1.Install.health:type_name -> byoc.ims.v1.InstallHealth
+	87,  // 17: byoc.ims.v1.InstallSettings.overrides:type_name -> byoc.ims.v1.InstallSettings.OverridesEntry
+	88,  // 18: byoc.ims.v1.CreateInstallRequest.inputs:type_name -> byoc.ims.v1.CreateInstallRequest.InputsEntry
 	16,  // 19: byoc.ims.v1.CreateInstallResponse.install:type_name -> byoc.ims.v1.Install
 	20,  // 20: byoc.ims.v1.CreateInstallResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	81,  // 21: byoc.ims.v1.EnrollmentToken.expire_time:type_name -> google.protobuf.Timestamp
+	91,  // 21: byoc.ims.v1.EnrollmentToken.expire_time:type_name -> google.protobuf.Timestamp
 	16,  // 22: byoc.ims.v1.ListInstallsResponse.installs:type_name -> byoc.ims.v1.Install
 	16,  // 23: byoc.ims.v1.GetInstallResponse.install:type_name -> byoc.ims.v1.Install
 	16,  // 24: byoc.ims.v1.InstallStatus.install:type_name -> byoc.ims.v1.Install
 	25,  // 25: byoc.ims.v1.WatchInstallsResponse.installs:type_name -> byoc.ims.v1.InstallStatus
-	79,  // 26: byoc.ims.v1.UpdateInstallRequest.set_inputs:type_name -> byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
+	89,  // 26: byoc.ims.v1.UpdateInstallRequest.set_inputs:type_name -> byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
 	16,  // 27: byoc.ims.v1.UpdateInstallResponse.install:type_name -> byoc.ims.v1.Install
-	83,  // 28: byoc.ims.v1.UpdateInstallResponse.workflow:type_name -> byoc.ims.v1.Workflow
+	93,  // 28: byoc.ims.v1.UpdateInstallResponse.workflow:type_name -> byoc.ims.v1.Workflow
 	20,  // 29: byoc.ims.v1.CreateEnrollmentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	84,  // 30: byoc.ims.v1.Job.config:type_name -> google.protobuf.Struct
+	94,  // 30: byoc.ims.v1.Job.config:type_name -> google.protobuf.Struct
 	1,   // 31: byoc.ims.v1.Job.state:type_name -> byoc.ims.v1.JobState
-	81,  // 32: byoc.ims.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	81,  // 33: byoc.ims.v1.Job.start_time:type_name -> google.protobuf.Timestamp
-	81,  // 34: byoc.ims.v1.Job.end_time:type_name -> google.protobuf.Timestamp
-	81,  // 35: byoc.ims.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
-	80,  // 36: byoc.ims.v1.Job.outputs:type_name -> byoc.ims.v1.Job.OutputsEntry
+	91,  // 32: byoc.ims.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	91,  // 33: byoc.ims.v1.Job.start_time:type_name -> google.protobuf.Timestamp
+	91,  // 34: byoc.ims.v1.Job.end_time:type_name -> google.protobuf.Timestamp
+	91,  // 35: byoc.ims.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
+	90,  // 36: byoc.ims.v1.Job.outputs:type_name -> byoc.ims.v1.Job.OutputsEntry
 	33,  // 37: byoc.ims.v1.Job.planned_changes:type_name -> byoc.ims.v1.PlannedChange
-	85,  // 38: byoc.ims.v1.PlannedChange.before:type_name -> google.protobuf.Value
-	85,  // 39: byoc.ims.v1.PlannedChange.after:type_name -> google.protobuf.Value
-	84,  // 40: byoc.ims.v1.EnqueueJobRequest.config:type_name -> google.protobuf.Struct
+	95,  // 38: byoc.ims.v1.PlannedChange.before:type_name -> google.protobuf.Value
+	95,  // 39: byoc.ims.v1.PlannedChange.after:type_name -> google.protobuf.Value
+	94,  // 40: byoc.ims.v1.EnqueueJobRequest.config:type_name -> google.protobuf.Struct
 	32,  // 41: byoc.ims.v1.EnqueueJobResponse.job:type_name -> byoc.ims.v1.Job
 	34,  // 42: byoc.ims.v1.EnqueueJobsRequest.jobs:type_name -> byoc.ims.v1.EnqueueJobRequest
 	32,  // 43: byoc.ims.v1.EnqueueJobsResponse.jobs:type_name -> byoc.ims.v1.Job
 	1,   // 44: byoc.ims.v1.ListJobsRequest.states:type_name -> byoc.ims.v1.JobState
 	32,  // 45: byoc.ims.v1.ListJobsResponse.jobs:type_name -> byoc.ims.v1.Job
 	32,  // 46: byoc.ims.v1.GetJobResponse.job:type_name -> byoc.ims.v1.Job
-	81,  // 47: byoc.ims.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	91,  // 47: byoc.ims.v1.LogLine.time:type_name -> google.protobuf.Timestamp
 	2,   // 48: byoc.ims.v1.LogLine.stream:type_name -> byoc.ims.v1.LogStream
 	42,  // 49: byoc.ims.v1.StreamJobLogsResponse.lines:type_name -> byoc.ims.v1.LogLine
 	32,  // 50: byoc.ims.v1.StreamJobLogsResponse.job:type_name -> byoc.ims.v1.Job
 	32,  // 51: byoc.ims.v1.CancelJobResponse.job:type_name -> byoc.ims.v1.Job
-	81,  // 52: byoc.ims.v1.AppRevision.create_time:type_name -> google.protobuf.Timestamp
+	91,  // 52: byoc.ims.v1.AppRevision.create_time:type_name -> google.protobuf.Timestamp
 	47,  // 53: byoc.ims.v1.PushAppRevisionRequest.files:type_name -> byoc.ims.v1.AppFile
 	7,   // 54: byoc.ims.v1.PushAppRevisionResponse.app:type_name -> byoc.ims.v1.App
 	48,  // 55: byoc.ims.v1.PushAppRevisionResponse.revision:type_name -> byoc.ims.v1.AppRevision
 	56,  // 56: byoc.ims.v1.PushAppRevisionResponse.changes:type_name -> byoc.ims.v1.ConfigChange
 	51,  // 57: byoc.ims.v1.PushAppRevisionResponse.installs:type_name -> byoc.ims.v1.InstallApplied
-	83,  // 58: byoc.ims.v1.PushAppRevisionResponse.workflows:type_name -> byoc.ims.v1.Workflow
+	93,  // 58: byoc.ims.v1.PushAppRevisionResponse.workflows:type_name -> byoc.ims.v1.Workflow
 	16,  // 59: byoc.ims.v1.InstallApplied.install:type_name -> byoc.ims.v1.Install
 	20,  // 60: byoc.ims.v1.InstallApplied.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
 	48,  // 61: byoc.ims.v1.ListAppRevisionsResponse.revisions:type_name -> byoc.ims.v1.AppRevision
 	56,  // 62: byoc.ims.v1.DiffAppRevisionsResponse.changes:type_name -> byoc.ims.v1.ConfigChange
 	57,  // 63: byoc.ims.v1.ConfigDiagnostics.diagnostics:type_name -> byoc.ims.v1.ConfigDiagnostic
-	85,  // 64: byoc.ims.v1.PluginType.config_schema:type_name -> google.protobuf.Value
-	85,  // 65: byoc.ims.v1.PluginType.outputs_schema:type_name -> google.protobuf.Value
-	81,  // 66: byoc.ims.v1.PluginType.register_time:type_name -> google.protobuf.Timestamp
+	95,  // 64: byoc.ims.v1.PluginType.config_schema:type_name -> google.protobuf.Value
+	95,  // 65: byoc.ims.v1.PluginType.outputs_schema:type_name -> google.protobuf.Value
+	91,  // 66: byoc.ims.v1.PluginType.register_time:type_name -> google.protobuf.Timestamp
 	59,  // 67: byoc.ims.v1.RegisterPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
 	59,  // 68: byoc.ims.v1.RegisterPluginTypeResponse.replaced:type_name -> byoc.ims.v1.PluginType
 	59,  // 69: byoc.ims.v1.ListPluginTypesResponse.plugin_types:type_name -> byoc.ims.v1.PluginType
 	59,  // 70: byoc.ims.v1.GetPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
 	72,  // 71: byoc.ims.v1.RequestBreakGlassResponse.grant:type_name -> byoc.ims.v1.BreakGlassGrant
 	72,  // 72: byoc.ims.v1.ListBreakGlassGrantsResponse.grants:type_name -> byoc.ims.v1.BreakGlassGrant
-	81,  // 73: byoc.ims.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
-	81,  // 74: byoc.ims.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
-	81,  // 75: byoc.ims.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
-	81,  // 76: byoc.ims.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
-	81,  // 77: byoc.ims.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
+	91,  // 73: byoc.ims.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
+	91,  // 74: byoc.ims.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
+	91,  // 75: byoc.ims.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
+	91,  // 76: byoc.ims.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
+	91,  // 77: byoc.ims.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
 	75,  // 78: byoc.ims.v1.GetBreakGlassPolicyResponse.roles:type_name -> byoc.ims.v1.BreakGlassRole
-	84,  // 79: byoc.ims.v1.InstallSettings.OverridesEntry.value:type_name -> google.protobuf.Struct
-	3,   // 80: byoc.ims.v1.OperatorService.WhoAmI:input_type -> byoc.ims.v1.WhoAmIRequest
-	5,   // 81: byoc.ims.v1.OperatorService.CreateApiToken:input_type -> byoc.ims.v1.CreateApiTokenRequest
-	8,   // 82: byoc.ims.v1.OperatorService.CreateApp:input_type -> byoc.ims.v1.CreateAppRequest
-	10,  // 83: byoc.ims.v1.OperatorService.ListApps:input_type -> byoc.ims.v1.ListAppsRequest
-	12,  // 84: byoc.ims.v1.OperatorService.GetApp:input_type -> byoc.ims.v1.GetAppRequest
-	49,  // 85: byoc.ims.v1.OperatorService.PushAppRevision:input_type -> byoc.ims.v1.PushAppRevisionRequest
-	52,  // 86: byoc.ims.v1.OperatorService.ListAppRevisions:input_type -> byoc.ims.v1.ListAppRevisionsRequest
-	54,  // 87: byoc.ims.v1.OperatorService.DiffAppRevisions:input_type -> byoc.ims.v1.DiffAppRevisionsRequest
-	18,  // 88: byoc.ims.v1.OperatorService.CreateInstall:input_type -> byoc.ims.v1.CreateInstallRequest
-	21,  // 89: byoc.ims.v1.OperatorService.ListInstalls:input_type -> byoc.ims.v1.ListInstallsRequest
-	23,  // 90: byoc.ims.v1.OperatorService.GetInstall:input_type -> byoc.ims.v1.GetInstallRequest
-	26,  // 91: byoc.ims.v1.OperatorService.WatchInstalls:input_type -> byoc.ims.v1.WatchInstallsRequest
-	30,  // 92: byoc.ims.v1.OperatorService.CreateEnrollmentToken:input_type -> byoc.ims.v1.CreateEnrollmentTokenRequest
-	28,  // 93: byoc.ims.v1.OperatorService.UpdateInstall:input_type -> byoc.ims.v1.UpdateInstallRequest
-	86,  // 94: byoc.ims.v1.OperatorService.PlanInstall:input_type -> byoc.ims.v1.PlanInstallRequest
-	87,  // 95: byoc.ims.v1.OperatorService.StartWorkflow:input_type -> byoc.ims.v1.StartWorkflowRequest
-	88,  // 96: byoc.ims.v1.OperatorService.ListWorkflows:input_type -> byoc.ims.v1.ListWorkflowsRequest
-	89,  // 97: byoc.ims.v1.OperatorService.GetWorkflow:input_type -> byoc.ims.v1.GetWorkflowRequest
-	90,  // 98: byoc.ims.v1.OperatorService.ApproveWorkflow:input_type -> byoc.ims.v1.ApproveWorkflowRequest
-	91,  // 99: byoc.ims.v1.OperatorService.CancelWorkflow:input_type -> byoc.ims.v1.CancelWorkflowRequest
-	92,  // 100: byoc.ims.v1.OperatorService.RetryWorkflowStep:input_type -> byoc.ims.v1.RetryWorkflowStepRequest
-	34,  // 101: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
-	36,  // 102: byoc.ims.v1.OperatorService.EnqueueJobs:input_type -> byoc.ims.v1.EnqueueJobsRequest
-	38,  // 103: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
-	40,  // 104: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
-	43,  // 105: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
-	45,  // 106: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
-	60,  // 107: byoc.ims.v1.OperatorService.RegisterPluginType:input_type -> byoc.ims.v1.RegisterPluginTypeRequest
-	62,  // 108: byoc.ims.v1.OperatorService.ListPluginTypes:input_type -> byoc.ims.v1.ListPluginTypesRequest
-	64,  // 109: byoc.ims.v1.OperatorService.GetPluginType:input_type -> byoc.ims.v1.GetPluginTypeRequest
-	66,  // 110: byoc.ims.v1.OperatorService.RemovePluginType:input_type -> byoc.ims.v1.RemovePluginTypeRequest
-	93,  // 111: byoc.ims.v1.OperatorService.ListActions:input_type -> byoc.ims.v1.ListActionsRequest
-	94,  // 112: byoc.ims.v1.OperatorService.StartActionRun:input_type -> byoc.ims.v1.StartActionRunRequest
-	95,  // 113: byoc.ims.v1.OperatorService.ListActionRuns:input_type -> byoc.ims.v1.ListActionRunsRequest
-	96,  // 114: byoc.ims.v1.OperatorService.GetActionRun:input_type -> byoc.ims.v1.GetActionRunRequest
-	68,  // 115: byoc.ims.v1.OperatorService.RequestBreakGlass:input_type -> byoc.ims.v1.RequestBreakGlassRequest
-	70,  // 116: byoc.ims.v1.OperatorService.ListBreakGlassGrants:input_type -> byoc.ims.v1.ListBreakGlassGrantsRequest
-	73,  // 117: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:input_type -> byoc.ims.v1.GetBreakGlassPolicyRequest
-	97,  // 118: byoc.ims.v1.OperatorService.ListAuditEvents:input_type -> byoc.ims.v1.ListAuditEventsRequest
-	4,   // 119: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
-	6,   // 120: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
-	9,   // 121: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
-	11,  // 122: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
-	13,  // 123: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
-	50,  // 124: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
-	53,  // 125: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
-	55,  // 126: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
-	19,  // 127: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
-	22,  // 128: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
-	24,  // 129: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
-	27,  // 130: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
-	31,  // 131: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
-	29,  // 132: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
-	98,  // 133: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
-	99,  // 134: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
-	100, // 135: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
-	101, // 136: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
-	102, // 137: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
-	103, // 138: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
-	104, // 139: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
-	35,  // 140: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
-	37,  // 141: byoc.ims.v1.OperatorService.EnqueueJobs:output_type -> byoc.ims.v1.EnqueueJobsResponse
-	39,  // 142: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
-	41,  // 143: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
-	44,  // 144: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
-	46,  // 145: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
-	61,  // 146: byoc.ims.v1.OperatorService.RegisterPluginType:output_type -> byoc.ims.v1.RegisterPluginTypeResponse
-	63,  // 147: byoc.ims.v1.OperatorService.ListPluginTypes:output_type -> byoc.ims.v1.ListPluginTypesResponse
-	65,  // 148: byoc.ims.v1.OperatorService.GetPluginType:output_type -> byoc.ims.v1.GetPluginTypeResponse
-	67,  // 149: byoc.ims.v1.OperatorService.RemovePluginType:output_type -> byoc.ims.v1.RemovePluginTypeResponse
-	105, // 150: byoc.ims.v1.OperatorService.ListActions:output_type -> byoc.ims.v1.ListActionsResponse
-	106, // 151: byoc.ims.v1.OperatorService.StartActionRun:output_type -> byoc.ims.v1.StartActionRunResponse
-	107, // 152: byoc.ims.v1.OperatorService.ListActionRuns:output_type -> byoc.ims.v1.ListActionRunsResponse
-	108, // 153: byoc.ims.v1.OperatorService.GetActionRun:output_type -> byoc.ims.v1.GetActionRunResponse
-	69,  // 154: byoc.ims.v1.OperatorService.RequestBreakGlass:output_type -> byoc.ims.v1.RequestBreakGlassResponse
-	71,  // 155: byoc.ims.v1.OperatorService.ListBreakGlassGrants:output_type -> byoc.ims.v1.ListBreakGlassGrantsResponse
-	74,  // 156: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:output_type -> byoc.ims.v1.GetBreakGlassPolicyResponse
-	109, // 157: byoc.ims.v1.OperatorService.ListAuditEvents:output_type -> byoc.ims.v1.ListAuditEventsResponse
-	119, // [119:158] is the sub-list for method output_type
-	80,  // [80:119] is the sub-list for method input_type
-	80,  // [80:80] is the sub-list for extension type_name
-	80,  // [80:80] is the sub-list for extension extendee
-	0,   // [0:80] is the sub-list for field type_name
+	91,  // 79: byoc.ims.v1.Build.create_time:type_name -> google.protobuf.Timestamp
+	20,  // 80: byoc.ims.v1.CreateBuildAgentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
+	32,  // 81: byoc.ims.v1.StartBuildResponse.job:type_name -> byoc.ims.v1.Job
+	76,  // 82: byoc.ims.v1.ListBuildsResponse.builds:type_name -> byoc.ims.v1.Build
+	76,  // 83: byoc.ims.v1.InstallImage.build:type_name -> byoc.ims.v1.Build
+	91,  // 84: byoc.ims.v1.InstallImage.copy_time:type_name -> google.protobuf.Timestamp
+	84,  // 85: byoc.ims.v1.ListInstallImagesResponse.images:type_name -> byoc.ims.v1.InstallImage
+	94,  // 86: byoc.ims.v1.InstallSettings.OverridesEntry.value:type_name -> google.protobuf.Struct
+	3,   // 87: byoc.ims.v1.OperatorService.WhoAmI:input_type -> byoc.ims.v1.WhoAmIRequest
+	5,   // 88: byoc.ims.v1.OperatorService.CreateApiToken:input_type -> byoc.ims.v1.CreateApiTokenRequest
+	8,   // 89: byoc.ims.v1.OperatorService.CreateApp:input_type -> byoc.ims.v1.CreateAppRequest
+	10,  // 90: byoc.ims.v1.OperatorService.ListApps:input_type -> byoc.ims.v1.ListAppsRequest
+	12,  // 91: byoc.ims.v1.OperatorService.GetApp:input_type -> byoc.ims.v1.GetAppRequest
+	49,  // 92: byoc.ims.v1.OperatorService.PushAppRevision:input_type -> byoc.ims.v1.PushAppRevisionRequest
+	52,  // 93: byoc.ims.v1.OperatorService.ListAppRevisions:input_type -> byoc.ims.v1.ListAppRevisionsRequest
+	54,  // 94: byoc.ims.v1.OperatorService.DiffAppRevisions:input_type -> byoc.ims.v1.DiffAppRevisionsRequest
+	18,  // 95: byoc.ims.v1.OperatorService.CreateInstall:input_type -> byoc.ims.v1.CreateInstallRequest
+	21,  // 96: byoc.ims.v1.OperatorService.ListInstalls:input_type -> byoc.ims.v1.ListInstallsRequest
+	23,  // 97: byoc.ims.v1.OperatorService.GetInstall:input_type -> byoc.ims.v1.GetInstallRequest
+	26,  // 98: byoc.ims.v1.OperatorService.WatchInstalls:input_type -> byoc.ims.v1.WatchInstallsRequest
+	30,  // 99: byoc.ims.v1.OperatorService.CreateEnrollmentToken:input_type -> byoc.ims.v1.CreateEnrollmentTokenRequest
+	28,  // 100: byoc.ims.v1.OperatorService.UpdateInstall:input_type -> byoc.ims.v1.UpdateInstallRequest
+	96,  // 101: byoc.ims.v1.OperatorService.PlanInstall:input_type -> byoc.ims.v1.PlanInstallRequest
+	97,  // 102: byoc.ims.v1.OperatorService.StartWorkflow:input_type -> byoc.ims.v1.StartWorkflowRequest
+	98,  // 103: byoc.ims.v1.OperatorService.ListWorkflows:input_type -> byoc.ims.v1.ListWorkflowsRequest
+	99,  // 104: byoc.ims.v1.OperatorService.GetWorkflow:input_type -> byoc.ims.v1.GetWorkflowRequest
+	100, // 105: byoc.ims.v1.OperatorService.ApproveWorkflow:input_type -> byoc.ims.v1.ApproveWorkflowRequest
+	101, // 106: byoc.ims.v1.OperatorService.CancelWorkflow:input_type -> byoc.ims.v1.CancelWorkflowRequest
+	102, // 107: byoc.ims.v1.OperatorService.RetryWorkflowStep:input_type -> byoc.ims.v1.RetryWorkflowStepRequest
+	34,  // 108: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
+	36,  // 109: byoc.ims.v1.OperatorService.EnqueueJobs:input_type -> byoc.ims.v1.EnqueueJobsRequest
+	38,  // 110: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
+	40,  // 111: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
+	43,  // 112: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
+	45,  // 113: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
+	60,  // 114: byoc.ims.v1.OperatorService.RegisterPluginType:input_type -> byoc.ims.v1.RegisterPluginTypeRequest
+	62,  // 115: byoc.ims.v1.OperatorService.ListPluginTypes:input_type -> byoc.ims.v1.ListPluginTypesRequest
+	64,  // 116: byoc.ims.v1.OperatorService.GetPluginType:input_type -> byoc.ims.v1.GetPluginTypeRequest
+	66,  // 117: byoc.ims.v1.OperatorService.RemovePluginType:input_type -> byoc.ims.v1.RemovePluginTypeRequest
+	103, // 118: byoc.ims.v1.OperatorService.ListActions:input_type -> byoc.ims.v1.ListActionsRequest
+	104, // 119: byoc.ims.v1.OperatorService.StartActionRun:input_type -> byoc.ims.v1.StartActionRunRequest
+	105, // 120: byoc.ims.v1.OperatorService.ListActionRuns:input_type -> byoc.ims.v1.ListActionRunsRequest
+	106, // 121: byoc.ims.v1.OperatorService.GetActionRun:input_type -> byoc.ims.v1.GetActionRunRequest
+	68,  // 122: byoc.ims.v1.OperatorService.RequestBreakGlass:input_type -> byoc.ims.v1.RequestBreakGlassRequest
+	70,  // 123: byoc.ims.v1.OperatorService.ListBreakGlassGrants:input_type -> byoc.ims.v1.ListBreakGlassGrantsRequest
+	73,  // 124: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:input_type -> byoc.ims.v1.GetBreakGlassPolicyRequest
+	107, // 125: byoc.ims.v1.OperatorService.ListAuditEvents:input_type -> byoc.ims.v1.ListAuditEventsRequest
+	77,  // 126: byoc.ims.v1.OperatorService.CreateBuildAgentToken:input_type -> byoc.ims.v1.CreateBuildAgentTokenRequest
+	79,  // 127: byoc.ims.v1.OperatorService.StartBuild:input_type -> byoc.ims.v1.StartBuildRequest
+	81,  // 128: byoc.ims.v1.OperatorService.ListBuilds:input_type -> byoc.ims.v1.ListBuildsRequest
+	83,  // 129: byoc.ims.v1.OperatorService.ListInstallImages:input_type -> byoc.ims.v1.ListInstallImagesRequest
+	4,   // 130: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
+	6,   // 131: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
+	9,   // 132: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
+	11,  // 133: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
+	13,  // 134: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
+	50,  // 135: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
+	53,  // 136: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
+	55,  // 137: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
+	19,  // 138: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
+	22,  // 139: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
+	24,  // 140: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
+	27,  // 141: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
+	31,  // 142: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
+	29,  // 143: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
+	108, // 144: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
+	109, // 145: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
+	110, // 146: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
+	111, // 147: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
+	112, // 148: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
+	113, // 149: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
+	114, // 150: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
+	35,  // 151: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
+	37,  // 152: byoc.ims.v1.OperatorService.EnqueueJobs:output_type -> byoc.ims.v1.EnqueueJobsResponse
+	39,  // 153: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
+	41,  // 154: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
+	44,  // 155: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
+	46,  // 156: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
+	61,  // 157: byoc.ims.v1.OperatorService.RegisterPluginType:output_type -> byoc.ims.v1.RegisterPluginTypeResponse
+	63,  // 158: byoc.ims.v1.OperatorService.ListPluginTypes:output_type -> byoc.ims.v1.ListPluginTypesResponse
+	65,  // 159: byoc.ims.v1.OperatorService.GetPluginType:output_type -> byoc.ims.v1.GetPluginTypeResponse
+	67,  // 160: byoc.ims.v1.OperatorService.RemovePluginType:output_type -> byoc.ims.v1.RemovePluginTypeResponse
+	115, // 161: byoc.ims.v1.OperatorService.ListActions:output_type -> byoc.ims.v1.ListActionsResponse
+	116, // 162: byoc.ims.v1.OperatorService.StartActionRun:output_type -> byoc.ims.v1.StartActionRunResponse
+	117, // 163: byoc.ims.v1.OperatorService.ListActionRuns:output_type -> byoc.ims.v1.ListActionRunsResponse
+	118, // 164: byoc.ims.v1.OperatorService.GetActionRun:output_type -> byoc.ims.v1.GetActionRunResponse
+	69,  // 165: byoc.ims.v1.OperatorService.RequestBreakGlass:output_type -> byoc.ims.v1.RequestBreakGlassResponse
+	71,  // 166: byoc.ims.v1.OperatorService.ListBreakGlassGrants:output_type -> byoc.ims.v1.ListBreakGlassGrantsResponse
+	74,  // 167: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:output_type -> byoc.ims.v1.GetBreakGlassPolicyResponse
+	119, // 168: byoc.ims.v1.OperatorService.ListAuditEvents:output_type -> byoc.ims.v1.ListAuditEventsResponse
+	78,  // 169: byoc.ims.v1.OperatorService.CreateBuildAgentToken:output_type -> byoc.ims.v1.CreateBuildAgentTokenResponse
+	80,  // 170: byoc.ims.v1.OperatorService.StartBuild:output_type -> byoc.ims.v1.StartBuildResponse
+	82,  // 171: byoc.ims.v1.OperatorService.ListBuilds:output_type -> byoc.ims.v1.ListBuildsResponse
+	85,  // 172: byoc.ims.v1.OperatorService.ListInstallImages:output_type -> byoc.ims.v1.ListInstallImagesResponse
+	130, // [130:173] is the sub-list for method output_type
+	87,  // [87:130] is the sub-list for method input_type
+	87,  // [87:87] is the sub-list for extension type_name
+	87,  // [87:87] is the sub-list for extension extendee
+	0,   // [0:87] is the sub-list for field type_name
 }
 
 func init() { file_byoc_ims_v1_operator_proto_init() }
@@ -5530,7 +6242,7 @@ func file_byoc_ims_v1_operator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byoc_ims_v1_operator_proto_rawDesc), len(file_byoc_ims_v1_operator_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   78,
+			NumMessages:   88,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
