@@ -24,6 +24,7 @@ func (a *app) installCommand() *cobra.Command {
 		a.installUpdateCommand(),
 		a.installPlanCommand(),
 		a.installDeprovisionCommand(),
+		a.installImagesCommand(),
 	)
 }
 

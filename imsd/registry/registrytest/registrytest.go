@@ -37,6 +37,8 @@ type Registry struct {
 // Options configure Start. With Realm set the registry uses token
 // authentication against it, trusting the certificate at RootCertBundle.
 type Options struct {
+	// Addr is the listen address (default: a free loopback port).
+	Addr           string
 	Realm          string
 	Service        string
 	RootCertBundle string
@@ -60,12 +62,15 @@ func Require(tb testing.TB) string {
 func Start(tb testing.TB, o Options) *Registry {
 	tb.Helper()
 	Require(tb)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
+	host := o.Addr
+	if host == "" {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		host = l.Addr().String()
+		l.Close()
 	}
-	host := l.Addr().String()
-	l.Close()
 	dir := tb.TempDir()
 	r := &Registry{Host: host, Dir: dir, tb: tb, cfg: registry.Config{Addr: host, RootDir: filepath.Join(dir, "data"),
 		Realm: o.Realm, Service: o.Service, RootCertBundle: o.RootCertBundle}}

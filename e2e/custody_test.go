@@ -1,0 +1,291 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/structpb"
+	"oras.land/oras-go/v2"
+
+	"github.com/byoc-dev/byoc/e2e/cluster"
+	"github.com/byoc-dev/byoc/imsd/registry"
+	"github.com/byoc-dev/byoc/imsd/registry/registrytest"
+	"github.com/byoc-dev/byoc/rpc/agentproto"
+	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
+	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
+)
+
+// custody is a vendor setup for the custody tests: a source registry
+// (anonymous, like a public one), imsd as the token server of a real
+// docker-registry with token auth (the vendor registry), and the build
+// agent enrolled with a build agent token.
+type custody struct {
+	ims    *cluster.IMS
+	cli    *cluster.CLI
+	source *registrytest.Registry
+	vendor *registrytest.Registry
+	// offset moves imsd's clock.
+	offset *atomic.Int64
+}
+
+func startCustody(t *testing.T) *custody {
+	t.Helper()
+	registrytest.Require(t)
+	vendorAddr := cluster.FreeAddr(t)
+	offset := &atomic.Int64{}
+	o := fast
+	o.RegistryURL = "http://" + vendorAddr
+	o.Now = func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	ims := cluster.StartIMS(t, o)
+	c := &custody{ims: ims, cli: cluster.NewCLI(t, ims), offset: offset}
+	c.source = registrytest.Start(t, registrytest.Options{})
+	c.vendor = registrytest.Start(t, registrytest.Options{Addr: vendorAddr, Realm: ims.URL() + "/v2/token",
+		RootCertBundle: registry.CertPath(ims.DataDir)})
+	var tok struct {
+		EnrollmentToken struct{ Token string } `json:"enrollmentToken"`
+	}
+	if err := json.Unmarshal([]byte(c.cli.Run(0, "build", "agent-token", "-o", "json")), &tok); err != nil || tok.EnrollmentToken.Token == "" {
+		t.Fatalf("build agent token: %v %+v", err, tok)
+	}
+	cluster.StartAgent(t, ims.URL(), tok.EnrollmentToken.Token, filepath.Join(t.TempDir(), "build-agent"),
+		"--role", "build", "--plain-http-registry", c.source.Host)
+	waitConnected(t, ims, "_vendor")
+	return c
+}
+
+// build syncs src (on the source registry) into repo and returns the
+// build as the CLI prints it.
+func (c *custody) build(t *testing.T, src, repo string) *imsv1.Build {
+	t.Helper()
+	out := c.cli.Run(0, "build", "sync", c.source.Host+"/"+src, "--repo", repo, "--wait", "-o", "json")
+	// --wait -o json prints the job's log lines as JSON, then the build.
+	i := strings.LastIndex("\n"+out, "\n{\n")
+	var b struct {
+		ID, Repository, Digest, Source, SourceDigest, Kind, MediaType string
+	}
+	obj := "\n" + out
+	if i >= 0 {
+		obj = obj[i:]
+		if j := strings.Index(obj, "\n}"); j >= 0 {
+			obj = obj[:j+2]
+		}
+	}
+	if i < 0 || json.Unmarshal([]byte(obj), &b) != nil || b.Digest == "" {
+		t.Fatalf("build sync %s printed no build:\n%s", src, out)
+	}
+	return &imsv1.Build{Id: b.ID, Repository: b.Repository, Digest: b.Digest, Source: b.Source, SourceDigest: b.SourceDigest, Kind: b.Kind, MediaType: b.MediaType}
+}
+
+// mint signs a registry token with imsd's token key, as the test's own
+// window into the vendor registry.
+func (c *custody) mint(t *testing.T, scopes ...string) string {
+	t.Helper()
+	s, err := registry.LoadOrCreateSigner(c.ims.DataDir, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sc []registry.Scope
+	for _, v := range scopes {
+		p, err := registry.ParseScope(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc = append(sc, p)
+	}
+	tok, err := s.Mint("test", sc, time.Now(), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok.Token
+}
+
+// exchange trades grant g at imsd's token endpoint as agent ag would,
+// asking for scopes (the grant's when none); it returns the token or the
+// refusal's status and text.
+func exchange(t *testing.T, ims *cluster.IMS, ag *cluster.RawAgent, g *agentv1.RegistryGrant, at time.Time, scopes ...string) (token string, status int, msg string) {
+	t.Helper()
+	if len(scopes) == 0 {
+		scopes = g.Scopes
+	}
+	q := url.Values{"service": {g.Service}, "scope": scopes}
+	req, _ := http.NewRequest("GET", ims.URL()+"/v2/token?"+q.Encode(), nil)
+	req.SetBasicAuth(ag.ID, agentproto.GrantExchangePassword(ag.Key, ag.ID, g.Id, g.Secret, at))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var r struct {
+		Token  string
+		Errors []struct{ Message string }
+	}
+	_ = json.Unmarshal(b, &r)
+	if len(r.Errors) > 0 {
+		msg = r.Errors[0].Message
+	}
+	return r.Token, resp.StatusCode, msg
+}
+
+// imageJob queues an image job for install with source and returns the
+// grant its assignment carries to raw agent ag.
+func imageJob(t *testing.T, ims *cluster.IMS, ag *cluster.RawAgent, install, source string) (*agentv1.JobAssignment, *agentv1.RegistryGrant) {
+	t.Helper()
+	cfg, _ := structpb.NewStruct(map[string]any{"source": source})
+	if _, err := ims.Admin().EnqueueJob(context.Background(), connect.NewRequest(&imsv1.EnqueueJobRequest{
+		Install: install, ComponentType: "image", Operation: "apply", Config: cfg})); err != nil {
+		t.Fatal(err)
+	}
+	as := ag.Assignment(t)
+	if as.RegistryGrant == nil {
+		t.Fatalf("image job assignment carries no registry grant: %v", as)
+	}
+	return as, as.RegistryGrant
+}
+
+// TestCustodySyncAndPullGrants syncs a public-style image and a
+// multi-arch index from a source registry into the vendor registry
+// through the build agent (agentd --role build), then pulls them into an
+// install registry with the one-time grant an image job carries (the
+// install agent here is a raw protocol agent, so that each refusal can
+// be driven by hand): digests equal end to end, builds recorded, and
+// every misuse of a grant refused by imsd, and of its token by the
+// registry itself.
+func TestCustodySyncAndPullGrants(t *testing.T) {
+	skipShort(t)
+	c := startCustody(t)
+	hello := registrytest.PushImage(t, registrytest.Repo(t, c.source.Host, "library/hello", ""), "1.0", 64<<10)
+	multi := registrytest.PushIndex(t, registrytest.Repo(t, c.source.Host, "library/multi", ""), "1.0", 32<<10)
+
+	bh := c.build(t, "library/hello:1.0", "hello")
+	bm := c.build(t, "library/multi:1.0", "multi")
+	if bh.Digest != hello.Digest.String() || bm.Digest != multi.Digest.String() || bm.MediaType != multi.MediaType {
+		t.Fatalf("builds %s (%s) and %s (%s), want the source digests %s and %s", bh.Digest, bh.MediaType, bm.Digest, bm.MediaType, hello.Digest, multi.Digest)
+	}
+	if bh.Source != c.source.Host+"/library/hello:1.0" || bh.SourceDigest != bh.Digest || bh.Kind != "sync" {
+		t.Fatalf("lineage of hello: %+v", bh)
+	}
+	list := c.cli.Run(0, "build", "list")
+	for _, want := range []string{"hello@" + bh.Digest, "multi@" + bm.Digest, "library/multi:1.0"} {
+		if !strings.Contains(list, want) {
+			t.Fatalf("build list lacks %q:\n%s", want, list)
+		}
+	}
+	ctx := context.Background()
+	// The vendor registry holds the whole index: both platforms.
+	for _, m := range []string{bm.Digest} {
+		if _, err := registrytest.Repo(t, c.vendor.Host, "multi", c.mint(t, "repository:multi:pull")).Resolve(ctx, m); err != nil {
+			t.Fatalf("vendor registry lacks multi@%s: %v", m, err)
+		}
+	}
+
+	// The install side.
+	_, tokA := cluster.NewInstall(t, c.ims.Admin(), "shop", "acme")
+	_, tokB := cluster.NewInstall(t, c.ims.Admin(), "shop", "globex")
+	agA := cluster.EnrollRaw(t, c.ims.URL(), tokA)
+	agA.Connect(t, 4)
+	agB := cluster.EnrollRaw(t, c.ims.URL(), tokB)
+	agB.Connect(t, 4)
+	installReg := registrytest.Start(t, registrytest.Options{})
+
+	as, g := imageJob(t, c.ims, agA, "acme", "multi@"+bm.Digest)
+	if strings.Join(g.Scopes, " ") != "repository:multi:pull" || g.Registry != "http://"+c.vendor.Host {
+		t.Fatalf("grant %v: want pull of exactly multi on the vendor registry", g)
+	}
+	// Another install's agent cannot use it, nor can it ask for more.
+	if _, st, msg := exchange(t, c.ims, agB, g, time.Now()); st != 401 || !strings.Contains(msg, "belongs to another install") {
+		t.Fatalf("another install's exchange: %d %q", st, msg)
+	}
+	if _, st, msg := exchange(t, c.ims, agA, g, time.Now(), "repository:hello:pull"); st != 401 || !strings.Contains(msg, "scope repository:hello:pull is not in the grant") {
+		t.Fatalf("wrong repository: %d %q", st, msg)
+	}
+	if _, st, msg := exchange(t, c.ims, agA, g, time.Now(), "repository:multi:pull,push"); st != 401 || !strings.Contains(msg, "not in the grant") {
+		t.Fatalf("push on a pull grant: %d %q", st, msg)
+	}
+	// Refusals do not spend it: the agent's own exchange works, once.
+	tok, st, msg := exchange(t, c.ims, agA, g, time.Now())
+	if st != 200 || tok == "" {
+		t.Fatalf("exchange: %d %q", st, msg)
+	}
+	if _, st, msg := exchange(t, c.ims, agA, g, time.Now()); st != 401 || !strings.Contains(msg, "already exchanged") {
+		t.Fatalf("second exchange: %d %q", st, msg)
+	}
+	// The copy the image type makes (oras-go, by digest): vendor -> install.
+	src := registrytest.Repo(t, c.vendor.Host, "multi", tok)
+	dst := registrytest.Repo(t, installReg.Host, "multi", "")
+	got, err := oras.Copy(ctx, src, bm.Digest, dst, bm.Digest, oras.DefaultCopyOptions)
+	if err != nil || got.Digest.String() != bm.Digest {
+		t.Fatalf("copy to the install registry: %v, %v", got.Digest, err)
+	}
+	if d, err := dst.Resolve(ctx, bm.Digest); err != nil || d.Digest.String() != multi.Digest.String() {
+		t.Fatalf("install registry holds %v (%v), want the source digest %s", d.Digest, err, multi.Digest)
+	}
+	// The registry itself refuses the token outside its scope.
+	if _, err := registrytest.Repo(t, c.vendor.Host, "hello", tok).Resolve(ctx, bh.Digest); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Fatalf("the vendor registry let a multi pull token read hello: %v", err)
+	}
+	if _, err := registrytest.TryPushImage(t, registrytest.Repo(t, c.vendor.Host, "multi", tok), "evil", 10); err == nil {
+		t.Fatal("the vendor registry let a pull token push")
+	}
+	agA.Send(t, cluster.Ack(as.JobId, as.FencingToken))
+
+	// A grant not exchanged within its minutes is refused.
+	_, g2 := imageJob(t, c.ims, agA, "acme", "hello@"+bh.Digest)
+	c.offset.Store(int64(6 * time.Minute))
+	if _, st, msg := exchange(t, c.ims, agA, g2, time.Now().Add(6*time.Minute)); st != 401 || !strings.Contains(msg, "expired") {
+		t.Fatalf("expired grant: %d %q", st, msg)
+	}
+	c.offset.Store(0)
+
+	// Every exchange and refusal is in the install's audit chain.
+	audit := c.cli.Run(0, "audit", "list", "--install", "acme", "-o", "json")
+	for _, kind := range []string{"registry.grant_issued", "registry.grant_exchanged", "registry.grant_refused"} {
+		if !strings.Contains(audit, kind) {
+			t.Fatalf("audit of acme lacks %s:\n%s", kind, audit)
+		}
+	}
+	if n := strings.Count(audit, "registry.grant_refused"); n < 3 {
+		t.Fatalf("audit holds %d refused exchanges of acme's grants, want at least 3 (wrong repository, push, reuse, expiry)", n)
+	}
+	if gl := c.cli.Run(0, "audit", "list", "--install", "globex", "-o", "json"); strings.Contains(gl, "registry.grant_exchanged") {
+		t.Fatalf("globex exchanged a grant:\n%s", gl)
+	}
+	fmt.Fprintln(io.Discard, hello, multi)
+}
+
+// A build agent token enrols only a build agent, and an install's token
+// only an install agent; an install's agent refuses an image job by tag
+// before any plugin starts.
+func TestCustodyRolesAndTagRefusal(t *testing.T) {
+	skipShort(t)
+	c := startCustody(t)
+	_, tok := cluster.NewInstall(t, c.ims.Admin(), "shop", "acme")
+	p := cluster.StartAgent(t, c.ims.URL(), tok, filepath.Join(t.TempDir(), "wrong-role"), "--role", "build")
+	cluster.Eventually(t, 30*time.Second, "agentd --role build with an install token to fail", p.Exited)
+	if out := p.Output(); !strings.Contains(out, "a build agent (--role build) needs a build agent token") {
+		t.Fatalf("agentd --role build with an install's token:\n%s", out)
+	}
+	_, tok2 := cluster.NewInstall(t, c.ims.Admin(), "shop", "initech")
+	cluster.StartAgent(t, c.ims.URL(), tok2, filepath.Join(t.TempDir(), "agent"))
+	waitConnected(t, c.ims, "initech")
+	cfg, _ := structpb.NewStruct(map[string]any{"source": "hello:1.0"})
+	res, err := c.ims.Admin().EnqueueJob(context.Background(), connect.NewRequest(&imsv1.EnqueueJobRequest{
+		Install: "initech", ComponentType: "image", Operation: "apply", Config: cfg}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := cluster.WaitJob(t, c.ims.Admin(), res.Msg.Job.Id, 30*time.Second, imsv1.JobState_JOB_STATE_FAILED, imsv1.JobState_JOB_STATE_REFUSED)
+	if !strings.HasPrefix(j.Error, "refused: ") || !strings.Contains(j.Error, `image source "hello:1.0" is a tag; components reference builds by digest`) {
+		t.Fatalf("image job by tag ended: %q", j.Error)
+	}
+}
