@@ -29,8 +29,10 @@ import (
 	"github.com/byoc-dev/byoc/agentd/pluginhost"
 	"github.com/byoc-dev/byoc/agentd/secrets"
 	"github.com/byoc-dev/byoc/internal/buildinfo"
+	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/plugins/action"
 	"github.com/byoc-dev/byoc/plugins/build"
+	"github.com/byoc-dev/byoc/plugins/image"
 	"github.com/byoc-dev/byoc/plugins/sdk"
 )
 
@@ -39,6 +41,7 @@ import (
 // itself as "agentd plugin TYPE".
 var builtins = map[string]func() sdk.Plugin{
 	"action": func() sdk.Plugin { return action.New() },
+	"image":  func() sdk.Plugin { return image.New() },
 	// build is served only by the build agent (agentd --role build).
 	build.TypeName: func() sdk.Plugin { return build.New() },
 }
@@ -105,6 +108,7 @@ func run(ctx context.Context, args []string) int {
 		capacity             int
 		pluginDirs, pins     multiFlag
 		secretsFile          string
+		installRegistry      string
 		level                slog.Level
 		role                 string
 		plainHTTP            multiFlag
@@ -118,6 +122,7 @@ func run(ctx context.Context, args []string) int {
 	fs.Var(&pluginDirs, "plugin-dir", "`directory` searched for byoc-plugin-<type> binaries (repeatable)")
 	fs.Var(&pins, "plugin-pin", "`type=sha256` pin for an external plugin (repeatable); unpinned plugins never run")
 	fs.StringVar(&secretsFile, "secrets-file", "", "customer-owned `file` of NAME=value secrets (mode 0600); jobs get those their config lists under \"secrets\", and every value is redacted from job logs, errors and outputs")
+	fs.StringVar(&installRegistry, "install-registry", os.Getenv("BYOC_INSTALL_REGISTRY"), "the install registry `location` every image, chart and module is synced into before it runs: http(s)://HOST[:PORT][/PREFIX], HOST[:PORT][/PREFIX], or oci:DIR (an OCI image layout root); default oci:STATE-DIR/registry; also $BYOC_INSTALL_REGISTRY; credentials: the --secrets-file entries BYOC_INSTALL_REGISTRY_USERNAME, _PASSWORD, _TOKEN")
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "log `level`: debug, info, warn, error")
 	showVersion := fs.Bool("version", false, "print the version, commit and build date, and exit")
 	if err := fs.Parse(args); err != nil {
@@ -164,6 +169,17 @@ func run(ctx context.Context, args []string) int {
 			return 1
 		}
 	}
+	if installRegistry == "" && stateDir != "" {
+		installRegistry = "oci:" + filepath.Join(stateDir, "registry")
+	}
+	if installRegistry != "" {
+		reg, err := ocicopy.ParseRegistry(installRegistry)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "agentd: --install-registry: %v\n", err)
+			return 2
+		}
+		installRegistry = reg.String()
+	}
 	loader := &pluginhost.Loader{
 		SelfExe:  self,
 		SelfArgs: func(typ string) []string { return []string{"plugin", typ} },
@@ -173,7 +189,7 @@ func run(ctx context.Context, args []string) int {
 		Logger:   log,
 	}
 	runner := &agent.PluginRunner{Loader: loader, WorkRoot: filepath.Join(stateDir, "jobs"),
-		StateRoot: filepath.Join(stateDir, "components"), Secrets: secretMap, Logger: log}
+		StateRoot: filepath.Join(stateDir, "components"), Secrets: secretMap, InstallRegistry: installRegistry, Logger: log}
 	if len(plainHTTP) > 0 {
 		runner.Env = map[string]string{build.PlainHTTPRegistriesEnv: strings.Join(plainHTTP, ",")}
 	}

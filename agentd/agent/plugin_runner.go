@@ -45,6 +45,13 @@ type PluginRunner struct {
 	// Env is added to every plugin's environment (agentd
 	// --plain-http-registry: BYOC_PLAIN_HTTP_REGISTRIES).
 	Env map[string]string
+	// InstallRegistry is the install registry's location (agentd
+	// --install-registry: a registry URL, or oci:DIR for an OCI image
+	// layout root), given to every plugin as BYOC_INSTALL_REGISTRY. Its
+	// credentials are the secrets named BYOC_INSTALL_REGISTRY_USERNAME,
+	// _PASSWORD and _TOKEN, which every operation gets in its
+	// environment (redacted like every secret).
+	InstallRegistry string
 	// CgroupRoot is where cgroup file systems are mounted, for sweeping
 	// step cgroups (/sys/fs/cgroup when empty).
 	CgroupRoot string
@@ -59,6 +66,10 @@ type PluginRunner struct {
 	// lock is WorkRoot's lock file, held once a sweep took it.
 	lock *os.File
 }
+
+// InstallRegistryEnv names the install registry's location in every
+// plugin's environment, and prefixes its credentials' secret names.
+const InstallRegistryEnv = "BYOC_INSTALL_REGISTRY"
 
 // SecretsKey is the top-level config key, for every component type, that
 // lists the secrets a job receives. The agent resolves and removes it
@@ -326,6 +337,9 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, log fu
 			env[k] = v
 		}
 	}
+	if r.InstallRegistry != "" {
+		env[InstallRegistryEnv] = r.InstallRegistry
+	}
 	started := time.Now()
 	// What the plugin prints outside the protocol (fmt.Println debugging,
 	// a panic's stacks, anything before Serve) goes to the job's log on
@@ -360,6 +374,11 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, log fu
 	// Secrets go to the operation only, never into the plugin process's
 	// own environment.
 	opEnv := maps.Clone(env)
+	for _, suffix := range []string{"_USERNAME", "_PASSWORD", "_TOKEN"} {
+		if v, ok := r.Secrets[InstallRegistryEnv+suffix]; ok {
+			opEnv[InstallRegistryEnv+suffix] = v
+		}
+	}
 	maps.Copy(opEnv, secretEnv)
 	maps.Copy(opEnv, job.registryEnv)
 	res, err := inst.Run(ctx, job.Operation, &sdk.RunRequest{

@@ -167,7 +167,7 @@ func TestBuiltins(t *testing.T) {
 	}
 	for _, name := range typeschema.BuiltinNames() {
 		s, ok := typeschema.BuiltinSchema(name)
-		if !ok || (name == "action") != (s != "") {
+		if !ok || (name == "action" || name == "image") != (s != "") {
 			t.Errorf("BuiltinSchema(%s) = %q, %v", name, s, ok)
 		}
 	}
