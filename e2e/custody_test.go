@@ -289,3 +289,130 @@ func TestCustodyRolesAndTagRefusal(t *testing.T) {
 		t.Fatalf("image job by tag ended: %q", j.Error)
 	}
 }
+
+// shopApp is an app of one image component naming build source.
+func shopApp(source string) map[string]string {
+	return map[string]string{
+		"app.toml":            "name = \"shop\"\n",
+		"components/web.toml": "type = \"image\"\n[config]\nsource = \"" + source + "\"\n",
+		"installs/acme.toml":  "",
+	}
+}
+
+// workflow starts a workflow of kind on install and waits for its end.
+func runWorkflow(t *testing.T, c *custody, kind imsv1.WorkflowKind) *imsv1.Workflow {
+	t.Helper()
+	ctx := context.Background()
+	res, err := c.ims.Admin().StartWorkflow(ctx, connect.NewRequest(&imsv1.StartWorkflowRequest{Install: "acme", Kind: kind}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wf *imsv1.Workflow
+	cluster.Eventually(t, 60*time.Second, "workflow "+res.Msg.Workflow.Id+" to end", func() bool {
+		r, err := c.ims.Admin().GetWorkflow(ctx, connect.NewRequest(&imsv1.GetWorkflowRequest{Id: res.Msg.Workflow.Id}))
+		if err != nil {
+			return false
+		}
+		wf = r.Msg.Workflow
+		switch wf.State {
+		case imsv1.WorkflowState_WORKFLOW_STATE_SUCCEEDED, imsv1.WorkflowState_WORKFLOW_STATE_FAILED, imsv1.WorkflowState_WORKFLOW_STATE_CANCELLED:
+			return true
+		}
+		return false
+	})
+	return wf
+}
+
+// TestCustodyDeployLineageAndOutage deploys an image component for real:
+// source registry -> vendor registry (build agent) -> install registry
+// (the install's agentd and the image type, with the deploy's one-time
+// grant); byoc install images shows the chain by digest. Then, with the
+// vendor registry stopped, a deploy of a new build fails saying so and
+// changes nothing in the install; once it is back, the deploy succeeds.
+func TestCustodyDeployLineageAndOutage(t *testing.T) {
+	skipShort(t)
+	c := startCustody(t)
+	src := registrytest.Repo(t, c.source.Host, "library/hello", "")
+	v1 := registrytest.PushImage(t, src, "1.0", 128<<10)
+	b1 := c.build(t, "library/hello:1.0", "hello")
+	if b1.Digest != v1.Digest.String() {
+		t.Fatalf("build %s, want the source digest %s", b1.Digest, v1.Digest)
+	}
+	installReg := registrytest.Start(t, registrytest.Options{})
+	pushed := c.cli.PushApp(shopApp("hello@" + b1.Digest))
+	cluster.StartAgent(t, c.ims.URL(), pushed.EnrollToken(t), filepath.Join(t.TempDir(), "agent"),
+		"--install-registry", "http://"+installReg.Host)
+	waitConnected(t, c.ims, "acme")
+
+	if wf := runWorkflow(t, c, imsv1.WorkflowKind_WORKFLOW_KIND_PROVISION); wf.State != imsv1.WorkflowState_WORKFLOW_STATE_SUCCEEDED {
+		t.Fatalf("provision ended %v:\n%s", wf.State, c.cli.Run(-1, "workflow", "get", wf.Id))
+	}
+	ctx := context.Background()
+	inst := registrytest.Repo(t, installReg.Host, "hello", "")
+	if d, err := inst.Resolve(ctx, b1.Digest); err != nil || d.Digest != v1.Digest {
+		t.Fatalf("install registry: %v, %v; want hello@%s", d.Digest, err, v1.Digest)
+	}
+	out := c.cli.Run(0, "install", "images", "acme")
+	for _, want := range []string{
+		"source   " + c.source.Host + "/library/hello:1.0  (" + b1.Digest + ")",
+		"vendor   hello@" + b1.Digest,
+		"install  " + installReg.Host + "/hello@" + b1.Digest,
+	} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("install images lacks %q:\n%s", want, out)
+		}
+	}
+	var imgs []struct {
+		VendorDigest, InstallDigest string
+		CopyTime                    string
+		Build                       struct{ Source string }
+	}
+	if err := json.Unmarshal([]byte(c.cli.Run(0, "install", "images", "acme", "-o", "json")), &imgs); err != nil || len(imgs) != 1 ||
+		imgs[0].VendorDigest != b1.Digest || imgs[0].InstallDigest != b1.Digest || imgs[0].CopyTime == "" || imgs[0].Build.Source == "" {
+		t.Fatalf("install images -o json: %+v, %v", imgs, err)
+	}
+
+	// A new build; then the vendor registry goes down before the deploy.
+	v2 := registrytest.PushImage(t, src, "2.0", 128<<10)
+	b2 := c.build(t, "library/hello:2.0", "hello")
+	c.cli.PushApp(shopApp("hello@" + b2.Digest))
+	c.vendor.Stop()
+	wf := runWorkflow(t, c, imsv1.WorkflowKind_WORKFLOW_KIND_UPDATE)
+	if wf.State != imsv1.WorkflowState_WORKFLOW_STATE_FAILED {
+		t.Fatalf("deploy with the vendor registry down ended %v", wf.State)
+	}
+	jobs, err := c.ims.Admin().ListJobs(ctx, connect.NewRequest(&imsv1.ListJobsRequest{Install: "acme"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var failed *imsv1.Job
+	for _, j := range jobs.Msg.Jobs {
+		if j.State == imsv1.JobState_JOB_STATE_FAILED {
+			failed = j
+		}
+	}
+	if failed == nil || !strings.Contains(failed.Error, "vendor registry") || !strings.Contains(failed.Error, "unreachable") {
+		t.Fatalf("the failed deploy's job says %q, want the vendor registry unreachable", failed.GetError())
+	}
+	if _, err := inst.Resolve(ctx, b2.Digest); err == nil {
+		t.Fatal("the install registry holds the new build after a failed deploy")
+	}
+	if d, err := inst.Resolve(ctx, b1.Digest); err != nil || d.Digest != v1.Digest {
+		t.Fatalf("what the install ran is gone: %v", err)
+	}
+	if out := c.cli.Run(0, "install", "images", "acme"); !strings.Contains(out, "vendor   hello@"+b1.Digest) {
+		t.Fatalf("install images after the failed deploy:\n%s", out)
+	}
+
+	// Back up: the deploy succeeds.
+	c.vendor.StartAgain()
+	if wf := runWorkflow(t, c, imsv1.WorkflowKind_WORKFLOW_KIND_UPDATE); wf.State != imsv1.WorkflowState_WORKFLOW_STATE_SUCCEEDED {
+		t.Fatalf("deploy after the vendor registry is back ended %v", wf.State)
+	}
+	if d, err := inst.Resolve(ctx, b2.Digest); err != nil || d.Digest != v2.Digest {
+		t.Fatalf("install registry after the deploy: %v, %v", d.Digest, err)
+	}
+	if out := c.cli.Run(0, "install", "images", "acme"); !strings.Contains(out, "vendor   hello@"+b2.Digest) || !strings.Contains(out, c.source.Host+"/library/hello:2.0") {
+		t.Fatalf("install images after the deploy:\n%s", out)
+	}
+}
