@@ -111,10 +111,8 @@ func run(ctx context.Context, args []string) int {
 		installRegistry      string
 		level                slog.Level
 		role                 string
-		plainHTTP            multiFlag
 	)
 	fs.StringVar(&role, "role", "install", "`install` (an install's agent) or build (the vendor's build agent, the only writer of the vendor registry; enrol it with a token from byoc build agent-token)")
-	fs.Var(&plainHTTP, "plain-http-registry", "`host:port` of a source registry reached over plain HTTP (repeatable; build agent syncs)")
 	fs.StringVar(&ims, "ims", os.Getenv("BYOC_IMS_URL"), "imsd `URL`; also $BYOC_IMS_URL")
 	fs.StringVar(&token, "enroll-token", os.Getenv("BYOC_ENROLL_TOKEN"), "single-use enrolment `token`, needed once; also $BYOC_ENROLL_TOKEN")
 	fs.StringVar(&stateDir, "state-dir", "", "`directory` for the agent's identity and job workspaces")
@@ -190,8 +188,10 @@ func run(ctx context.Context, args []string) int {
 	}
 	runner := &agent.PluginRunner{Loader: loader, WorkRoot: filepath.Join(stateDir, "jobs"),
 		StateRoot: filepath.Join(stateDir, "components"), Secrets: secretMap, InstallRegistry: installRegistry, Logger: log}
-	if len(plainHTTP) > 0 {
-		runner.Env = map[string]string{build.PlainHTTPRegistriesEnv: strings.Join(plainHTTP, ",")}
+	if role == "build" {
+		// The build agent's credentials to read private sources: the
+		// secrets BYOC_SOURCE_REGISTRY_USERNAME, _PASSWORD, _TOKEN.
+		runner.OperationSecretsPrefix = build.SourceCredentialsPrefix
 	}
 	defer runner.Close()
 	// A previous agentd killed mid-job left its workspaces, its plugins'

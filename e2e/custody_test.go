@@ -57,8 +57,7 @@ func startCustody(t *testing.T) *custody {
 	if err := json.Unmarshal([]byte(c.cli.Run(0, "build", "agent-token", "-o", "json")), &tok); err != nil || tok.EnrollmentToken.Token == "" {
 		t.Fatalf("build agent token: %v %+v", err, tok)
 	}
-	cluster.StartAgent(t, ims.URL(), tok.EnrollmentToken.Token, filepath.Join(t.TempDir(), "build-agent"),
-		"--role", "build", "--plain-http-registry", c.source.Host)
+	cluster.StartAgent(t, ims.URL(), tok.EnrollmentToken.Token, filepath.Join(t.TempDir(), "build-agent"), "--role", "build")
 	waitConnected(t, ims, "_vendor")
 	return c
 }

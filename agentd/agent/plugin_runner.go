@@ -42,9 +42,11 @@ type PluginRunner struct {
 	// operation; the values of all of them are redacted from every log
 	// line, error and output the job sends back.
 	Secrets map[string]string
-	// Env is added to every plugin's environment (agentd
-	// --plain-http-registry: BYOC_PLAIN_HTTP_REGISTRIES).
-	Env map[string]string
+	// OperationSecretsPrefix, when set, gives every operation the
+	// secrets whose names start with it, unasked (the build agent's
+	// source registry credentials, BYOC_SOURCE_REGISTRY_*), redacted like
+	// every secret.
+	OperationSecretsPrefix string
 	// InstallRegistry is the install registry's location (agentd
 	// --install-registry: a registry URL, or oci:DIR for an OCI image
 	// layout root), given to every plugin as BYOC_INSTALL_REGISTRY. Its
@@ -332,11 +334,6 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, log fu
 	if stateDir != "" {
 		env["BYOC_STATE_DIR"] = stateDir
 	}
-	for k, v := range r.Env {
-		if _, set := env[k]; !set {
-			env[k] = v
-		}
-	}
 	if r.InstallRegistry != "" {
 		env[InstallRegistryEnv] = r.InstallRegistry
 	}
@@ -377,6 +374,13 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, log fu
 	for _, suffix := range []string{"_USERNAME", "_PASSWORD", "_TOKEN"} {
 		if v, ok := r.Secrets[InstallRegistryEnv+suffix]; ok {
 			opEnv[InstallRegistryEnv+suffix] = v
+		}
+	}
+	if p := r.OperationSecretsPrefix; p != "" {
+		for k, v := range r.Secrets {
+			if strings.HasPrefix(k, p) {
+				opEnv[k] = v
+			}
 		}
 	}
 	maps.Copy(opEnv, secretEnv)

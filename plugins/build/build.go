@@ -1,7 +1,8 @@
 // Package build is the built-in "build" component type, which only the
 // vendor's build agent (agentd --role build) serves: it syncs an image or
 // OCI artifact (by tag or digest, multi-arch indexes and their referrers
-// whole) into the vendor registry, or packages a Helm chart or Terraform
+// whole) from a registry or an OCI image layout into the vendor registry
+// (internal/ocicopy: digests verified, present blobs skipped), or packages a Helm chart or Terraform
 // module directory (a gzipped tar) as an OCI artifact there. Its outputs
 // are the build's lineage record, which imsd stores.
 //
@@ -15,20 +16,15 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
-	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"oras.land/oras-go/v2"
 	"oras.land/oras-go/v2/content/memory"
-	"oras.land/oras-go/v2/registry"
-	"oras.land/oras-go/v2/registry/remote"
-	"oras.land/oras-go/v2/registry/remote/auth"
-	"oras.land/oras-go/v2/registry/remote/retry"
 
+	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/plugins/sdk"
 )
 
@@ -47,9 +43,11 @@ const (
 	VendorPlainHTTPEnv = "BYOC_VENDOR_REGISTRY_PLAIN_HTTP"
 	// VendorTokenEnv is the registry token the grant was exchanged for.
 	VendorTokenEnv = "BYOC_VENDOR_REGISTRY_TOKEN"
-	// PlainHTTPRegistriesEnv lists source registries (host:port, comma
-	// separated) reached over plain HTTP (agentd --plain-http-registry).
-	PlainHTTPRegistriesEnv = "BYOC_PLAIN_HTTP_REGISTRIES"
+	// SourceCredentialsPrefix names the source registry's credentials in
+	// the operation's environment: _USERNAME, _PASSWORD, _TOKEN (secrets
+	// of the build agent's --secrets-file, listed in no config: the agent
+	// gives every build job those of its secrets with this prefix).
+	SourceCredentialsPrefix = "BYOC_SOURCE_REGISTRY"
 )
 
 // Artifact types of packaged directories (OCI 1.1 artifacts: an empty
@@ -97,8 +95,8 @@ func parse(c map[string]any) (config, []sdk.Diagnostic) {
 	cfg := config{kind: s("kind"), repository: s("repository"), source: s("source"), tag: s("tag")}
 	var diags []sdk.Diagnostic
 	if cfg.kind == "sync" {
-		if _, err := registry.ParseReference(cfg.source); err != nil {
-			diags = append(diags, sdk.Diagnostic{Field: "source", Message: fmt.Sprintf("%q is not a registry reference (HOST/REPO:TAG or HOST/REPO@DIGEST): %v", cfg.source, err)})
+		if _, err := ocicopy.ParseReference(cfg.source); err != nil {
+			diags = append(diags, sdk.Diagnostic{Field: "source", Message: fmt.Sprintf("%q is not a reference (HOST/REPO:TAG, HOST/REPO@DIGEST or oci:DIR:TAG): %v", cfg.source, err)})
 		}
 	} else {
 		b, err := base64.StdEncoding.DecodeString(s("archive"))
@@ -107,7 +105,7 @@ func parse(c map[string]any) (config, []sdk.Diagnostic) {
 		}
 		cfg.archive = b
 	}
-	if _, err := registry.ParseReference("vendor.invalid/" + cfg.repository); err != nil || strings.ContainsAny(cfg.repository, ":@") {
+	if !ocicopy.ValidRepository(cfg.repository) {
 		diags = append(diags, sdk.Diagnostic{Field: "repository", Message: fmt.Sprintf("%q is not a repository name", cfg.repository)})
 	}
 	return cfg, diags
@@ -136,10 +134,11 @@ func (p *Plugin) Apply(ctx context.Context, req *sdk.ApplyRequest) (*sdk.ApplyRe
 	if len(diags) > 0 {
 		return nil, fmt.Errorf("config.%s: %s", diags[0].Field, diags[0].Message)
 	}
-	dst, err := vendorRepo(req.Env, cfg.repository)
+	dst, err := vendorRepo(ctx, req.Env, cfg.repository)
 	if err != nil {
 		return nil, err
 	}
+	defer dst.Close()
 	var root ocispec.Descriptor
 	var srcDigest string
 	if cfg.kind == "sync" {
@@ -162,52 +161,57 @@ func (p *Plugin) Apply(ctx context.Context, req *sdk.ApplyRequest) (*sdk.ApplyRe
 
 // vendorRepo opens repository name in the vendor registry with the job's
 // token.
-func vendorRepo(env map[string]string, name string) (*remote.Repository, error) {
+func vendorRepo(ctx context.Context, env map[string]string, name string) (*ocicopy.Repo, error) {
 	host, tok := env[VendorRegistryEnv], env[VendorTokenEnv]
 	if host == "" || tok == "" {
 		return nil, fmt.Errorf("no vendor registry access: %s and %s are unset (the job carried no registry grant; is imsd started with --registry-url?)", VendorRegistryEnv, VendorTokenEnv)
 	}
-	r, err := remote.NewRepository(host + "/" + name)
+	r, err := ocicopy.Open(ctx, ocicopy.Registry{Host: host, PlainHTTP: env[VendorPlainHTTPEnv] == "1"}, name, ocicopy.Credentials{AccessToken: tok})
 	if err != nil {
 		return nil, fmt.Errorf("vendor repository %s: %w", name, err)
 	}
-	r.PlainHTTP = env[VendorPlainHTTPEnv] == "1"
-	r.Client = &auth.Client{Client: retry.DefaultClient, Credential: auth.StaticCredential(host, auth.Credential{AccessToken: tok})}
 	return r, nil
 }
 
-func (p *Plugin) sync(ctx context.Context, req *sdk.ApplyRequest, cfg config, dst *remote.Repository) (ocispec.Descriptor, error) {
-	ref, _ := registry.ParseReference(cfg.source)
-	src, err := remote.NewRepository(ref.Registry + "/" + ref.Repository)
+func (p *Plugin) sync(ctx context.Context, req *sdk.ApplyRequest, cfg config, dst *ocicopy.Repo) (ocispec.Descriptor, error) {
+	ref, err := ocicopy.ParseReference(cfg.source)
 	if err != nil {
 		return ocispec.Descriptor{}, err
 	}
-	src.PlainHTTP = slices.Contains(strings.Split(req.Env[PlainHTTPRegistriesEnv], ","), ref.Registry)
-	src.Client = &auth.Client{Client: retry.DefaultClient}
-	root, err := src.Resolve(ctx, ref.Reference)
+	src, err := ocicopy.Open(ctx, ref.Registry, ref.Repository, ocicopy.CredentialsFromEnv(req.Env, SourceCredentialsPrefix))
 	if err != nil {
-		return ocispec.Descriptor{}, fmt.Errorf("resolve source %s: %w", cfg.source, err)
+		return ocispec.Descriptor{}, fmt.Errorf("source %s: %w", cfg.source, err)
 	}
-	req.Log.System(fmt.Sprintf("source %s is %s (%s)", cfg.source, root.Digest, root.MediaType))
-	var copied, skipped int
-	opts := oras.DefaultExtendedCopyOptions
-	opts.PostCopy = func(_ context.Context, d ocispec.Descriptor) error { copied++; return nil }
-	opts.OnCopySkipped = func(_ context.Context, d ocispec.Descriptor) error { skipped++; return nil }
+	defer src.Close()
+	// A tag is resolved here, once: the build records the digest it
+	// named at this moment, and everything after goes by that digest.
+	root := ref.Digest
+	if root == "" {
+		d, err := src.Resolve(ctx, ref.Tag)
+		if err != nil {
+			return ocispec.Descriptor{}, fmt.Errorf("resolve source %s: %w", cfg.source, err)
+		}
+		root = d.Digest
+	}
+	req.Log.System(fmt.Sprintf("source %s is %s", cfg.source, root))
 	// The whole graph: an index with every platform's manifest, and the
-	// artifacts that refer to it (signatures, SBOMs).
-	if _, err := oras.ExtendedCopy(ctx, src, root.Digest.String(), dst, root.Digest.String(), opts); err != nil {
+	// artifacts that refer to it (signatures, SBOMs); blobs the vendor
+	// registry has are skipped.
+	res, err := ocicopy.Copy(ctx, src, dst, root, ocicopy.Options{})
+	if err != nil {
 		return ocispec.Descriptor{}, fmt.Errorf("copy %s to the vendor registry: %w", cfg.source, err)
 	}
 	if cfg.tag != "" {
-		if err := dst.Tag(ctx, root, cfg.tag); err != nil {
+		if err := dst.Tag(ctx, res.Root, cfg.tag); err != nil {
 			return ocispec.Descriptor{}, fmt.Errorf("tag %s: %w", cfg.tag, err)
 		}
 	}
-	req.Log.System(fmt.Sprintf("copied %d objects, %d already present", copied, skipped))
-	return root, nil
+	req.Log.System(fmt.Sprintf("copied %d blobs (%d bytes) and %d manifests; %d blobs and %d manifests already present",
+		res.BlobsCopied, res.BlobBytes, res.ManifestsCopied, res.BlobsSkipped, res.ManifestsSkipped))
+	return res.Root, nil
 }
 
-func (p *Plugin) pack(ctx context.Context, req *sdk.ApplyRequest, cfg config, dst *remote.Repository) (ocispec.Descriptor, error) {
+func (p *Plugin) pack(ctx context.Context, req *sdk.ApplyRequest, cfg config, dst *ocicopy.Repo) (ocispec.Descriptor, error) {
 	artifact, layerType := HelmArtifactType, HelmLayerType
 	if cfg.kind == "terraform" {
 		artifact, layerType = TerraformArtifactType, TerraformLayerType
