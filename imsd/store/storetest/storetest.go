@@ -81,6 +81,9 @@ func Run(t *testing.T, open OpenFunc) {
 		{"AuditTamperInsert", testAuditTamperInsert},
 		{"AuditWriteFailure", testAuditWriteFailure},
 		{"AuditConcurrent", testAuditConcurrent},
+		{"BuildAgentRole", testBuildAgentRole},
+		{"Builds", testBuilds},
+		{"RegistryGrants", testRegistryGrants},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
