@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -14,12 +13,14 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"google.golang.org/protobuf/types/known/structpb"
 	"oras.land/oras-go/v2"
 
 	"github.com/byoc-dev/byoc/e2e/cluster"
 	"github.com/byoc-dev/byoc/imsd/registry"
-	"github.com/byoc-dev/byoc/imsd/registry/registrytest"
+	"github.com/byoc-dev/byoc/internal/ocicopy"
+	"github.com/byoc-dev/byoc/internal/ocicopy/ocitest"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
@@ -32,25 +33,30 @@ import (
 type custody struct {
 	ims    *cluster.IMS
 	cli    *cluster.CLI
-	source *registrytest.Registry
-	vendor *registrytest.Registry
+	source *ocitest.Registry
+	vendor *ocitest.Registry
 	// offset moves imsd's clock.
 	offset *atomic.Int64
 }
 
 func startCustody(t *testing.T) *custody {
 	t.Helper()
-	registrytest.Require(t)
-	vendorAddr := cluster.FreeAddr(t)
+	ocitest.Need(t)
+	// The registry reads its token certificate at start, and imsd needs
+	// the registry's URL at start: imsd's address and key come first.
+	dataDir, imsAddr := t.TempDir(), cluster.FreeAddr(t)
+	if _, err := registry.LoadOrCreateSigner(dataDir, ""); err != nil {
+		t.Fatal(err)
+	}
+	vendor := ocitest.StartRegistry(t, ocitest.RegistryOptions{
+		AuthYAML: registry.AuthYAML("http://"+imsAddr+"/v2/token", "", registry.CertPath(dataDir))})
 	offset := &atomic.Int64{}
 	o := fast
-	o.RegistryURL = "http://" + vendorAddr
+	o.DataDir, o.Addr, o.RegistryURL = dataDir, imsAddr, vendor.URL()
 	o.Now = func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
 	ims := cluster.StartIMS(t, o)
-	c := &custody{ims: ims, cli: cluster.NewCLI(t, ims), offset: offset}
-	c.source = registrytest.Start(t, registrytest.Options{})
-	c.vendor = registrytest.Start(t, registrytest.Options{Addr: vendorAddr, Realm: ims.URL() + "/v2/token",
-		RootCertBundle: registry.CertPath(ims.DataDir)})
+	c := &custody{ims: ims, cli: cluster.NewCLI(t, ims), offset: offset, vendor: vendor}
+	c.source = ocitest.StartRegistry(t, ocitest.RegistryOptions{})
 	var tok struct {
 		EnrollmentToken struct{ Token string } `json:"enrollmentToken"`
 	}
@@ -108,6 +114,54 @@ func (c *custody) mint(t *testing.T, scopes ...string) string {
 	return tok.Token
 }
 
+// repo opens repository name on host over plain HTTP, with token as
+// its bearer token when set.
+func repo(t *testing.T, host, name, token string) *ocicopy.Repo {
+	t.Helper()
+	r, err := ocicopy.Open(t.Context(), ocicopy.Registry{Host: host, PlainHTTP: true}, name, ocicopy.Credentials{AccessToken: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	return r
+}
+
+// pushImage pushes an image of one seeded layer of size bytes to r as tag.
+func pushImage(t *testing.T, r *ocicopy.Repo, tag string, seed uint64, size int64) ocispec.Descriptor {
+	t.Helper()
+	d, err := ocitest.Image(t.Context(), r, ocitest.ImageSpec{Seed: seed, Layers: []int64{size}})
+	if err == nil {
+		err = r.Tag(t.Context(), d, tag)
+	}
+	if err != nil {
+		t.Fatalf("push image to %s: %v", r.Name(), err)
+	}
+	d.Platform = nil
+	return d
+}
+
+// pushIndex pushes a multi-arch index (amd64, arm64) to r as tag.
+func pushIndex(t *testing.T, r *ocicopy.Repo, tag string, seed uint64, size int64) ocispec.Descriptor {
+	t.Helper()
+	ctx := t.Context()
+	var ms []ocispec.Descriptor
+	for i, arch := range []string{"amd64", "arm64"} {
+		d, err := ocitest.Image(ctx, r, ocitest.ImageSpec{Seed: seed + uint64(10*i), Layers: []int64{size}, Platform: &ocispec.Platform{OS: "linux", Architecture: arch}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms = append(ms, d)
+	}
+	d, err := ocitest.Index(ctx, r, ms...)
+	if err == nil {
+		err = r.Tag(ctx, d, tag)
+	}
+	if err != nil {
+		t.Fatalf("push index to %s: %v", r.Name(), err)
+	}
+	return d
+}
+
 // exchange trades grant g at imsd's token endpoint as agent ag would,
 // asking for scopes (the grant's when none); it returns the token or the
 // refusal's status and text.
@@ -163,8 +217,8 @@ func imageJob(t *testing.T, ims *cluster.IMS, ag *cluster.RawAgent, install, sou
 func TestCustodySyncAndPullGrants(t *testing.T) {
 	skipShort(t)
 	c := startCustody(t)
-	hello := registrytest.PushImage(t, registrytest.Repo(t, c.source.Host, "library/hello", ""), "1.0", 64<<10)
-	multi := registrytest.PushIndex(t, registrytest.Repo(t, c.source.Host, "library/multi", ""), "1.0", 32<<10)
+	hello := pushImage(t, repo(t, c.source.Host, "library/hello", ""), "1.0", 1, 64<<10)
+	multi := pushIndex(t, repo(t, c.source.Host, "library/multi", ""), "1.0", 2, 32<<10)
 
 	bh := c.build(t, "library/hello:1.0", "hello")
 	bm := c.build(t, "library/multi:1.0", "multi")
@@ -183,7 +237,7 @@ func TestCustodySyncAndPullGrants(t *testing.T) {
 	ctx := context.Background()
 	// The vendor registry holds the whole index: both platforms.
 	for _, m := range []string{bm.Digest} {
-		if _, err := registrytest.Repo(t, c.vendor.Host, "multi", c.mint(t, "repository:multi:pull")).Resolve(ctx, m); err != nil {
+		if _, err := repo(t, c.vendor.Host, "multi", c.mint(t, "repository:multi:pull")).Resolve(ctx, m); err != nil {
 			t.Fatalf("vendor registry lacks multi@%s: %v", m, err)
 		}
 	}
@@ -195,7 +249,7 @@ func TestCustodySyncAndPullGrants(t *testing.T) {
 	agA.Connect(t, 4)
 	agB := cluster.EnrollRaw(t, c.ims.URL(), tokB)
 	agB.Connect(t, 4)
-	installReg := registrytest.Start(t, registrytest.Options{})
+	installReg := ocitest.StartRegistry(t, ocitest.RegistryOptions{})
 
 	as, g := imageJob(t, c.ims, agA, "acme", "multi@"+bm.Digest)
 	if strings.Join(g.Scopes, " ") != "repository:multi:pull" || g.Registry != "http://"+c.vendor.Host {
@@ -220,8 +274,8 @@ func TestCustodySyncAndPullGrants(t *testing.T) {
 		t.Fatalf("second exchange: %d %q", st, msg)
 	}
 	// The copy the image type makes (oras-go, by digest): vendor -> install.
-	src := registrytest.Repo(t, c.vendor.Host, "multi", tok)
-	dst := registrytest.Repo(t, installReg.Host, "multi", "")
+	src := repo(t, c.vendor.Host, "multi", tok)
+	dst := repo(t, installReg.Host, "multi", "")
 	got, err := oras.Copy(ctx, src, bm.Digest, dst, bm.Digest, oras.DefaultCopyOptions)
 	if err != nil || got.Digest.String() != bm.Digest {
 		t.Fatalf("copy to the install registry: %v, %v", got.Digest, err)
@@ -230,10 +284,10 @@ func TestCustodySyncAndPullGrants(t *testing.T) {
 		t.Fatalf("install registry holds %v (%v), want the source digest %s", d.Digest, err, multi.Digest)
 	}
 	// The registry itself refuses the token outside its scope.
-	if _, err := registrytest.Repo(t, c.vendor.Host, "hello", tok).Resolve(ctx, bh.Digest); err == nil || !strings.Contains(err.Error(), "401") {
+	if _, err := repo(t, c.vendor.Host, "hello", tok).Resolve(ctx, bh.Digest); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Fatalf("the vendor registry let a multi pull token read hello: %v", err)
 	}
-	if _, err := registrytest.TryPushImage(t, registrytest.Repo(t, c.vendor.Host, "multi", tok), "evil", 10); err == nil {
+	if _, err := ocitest.Image(ctx, repo(t, c.vendor.Host, "multi", tok), ocitest.ImageSpec{Seed: 99, Layers: []int64{10}}); err == nil {
 		t.Fatal("the vendor registry let a pull token push")
 	}
 	agA.Send(t, cluster.Ack(as.JobId, as.FencingToken))
@@ -259,7 +313,6 @@ func TestCustodySyncAndPullGrants(t *testing.T) {
 	if gl := c.cli.Run(0, "audit", "list", "--install", "globex", "-o", "json"); strings.Contains(gl, "registry.grant_exchanged") {
 		t.Fatalf("globex exchanged a grant:\n%s", gl)
 	}
-	fmt.Fprintln(io.Discard, hello, multi)
 }
 
 // A build agent token enrols only a build agent, and an install's token
@@ -331,13 +384,13 @@ func runWorkflow(t *testing.T, c *custody, kind imsv1.WorkflowKind) *imsv1.Workf
 func TestCustodyDeployLineageAndOutage(t *testing.T) {
 	skipShort(t)
 	c := startCustody(t)
-	src := registrytest.Repo(t, c.source.Host, "library/hello", "")
-	v1 := registrytest.PushImage(t, src, "1.0", 128<<10)
+	src := repo(t, c.source.Host, "library/hello", "")
+	v1 := pushImage(t, src, "1.0", 1, 128<<10)
 	b1 := c.build(t, "library/hello:1.0", "hello")
 	if b1.Digest != v1.Digest.String() {
 		t.Fatalf("build %s, want the source digest %s", b1.Digest, v1.Digest)
 	}
-	installReg := registrytest.Start(t, registrytest.Options{})
+	installReg := ocitest.StartRegistry(t, ocitest.RegistryOptions{})
 	pushed := c.cli.PushApp(shopApp("hello@" + b1.Digest))
 	cluster.StartAgent(t, c.ims.URL(), pushed.EnrollToken(t), filepath.Join(t.TempDir(), "agent"),
 		"--install-registry", "http://"+installReg.Host)
@@ -347,7 +400,7 @@ func TestCustodyDeployLineageAndOutage(t *testing.T) {
 		t.Fatalf("provision ended %v:\n%s", wf.State, c.cli.Run(-1, "workflow", "get", wf.Id))
 	}
 	ctx := context.Background()
-	inst := registrytest.Repo(t, installReg.Host, "hello", "")
+	inst := repo(t, installReg.Host, "hello", "")
 	if d, err := inst.Resolve(ctx, b1.Digest); err != nil || d.Digest != v1.Digest {
 		t.Fatalf("install registry: %v, %v; want hello@%s", d.Digest, err, v1.Digest)
 	}
@@ -372,7 +425,7 @@ func TestCustodyDeployLineageAndOutage(t *testing.T) {
 	}
 
 	// A new build; then the vendor registry goes down before the deploy.
-	v2 := registrytest.PushImage(t, src, "2.0", 128<<10)
+	v2 := pushImage(t, src, "2.0", 2, 128<<10)
 	b2 := c.build(t, "library/hello:2.0", "hello")
 	c.cli.PushApp(shopApp("hello@" + b2.Digest))
 	c.vendor.Stop()
@@ -404,7 +457,7 @@ func TestCustodyDeployLineageAndOutage(t *testing.T) {
 	}
 
 	// Back up: the deploy succeeds.
-	c.vendor.StartAgain()
+	c.vendor.Start()
 	if wf := runWorkflow(t, c, imsv1.WorkflowKind_WORKFLOW_KIND_UPDATE); wf.State != imsv1.WorkflowState_WORKFLOW_STATE_SUCCEEDED {
 		t.Fatalf("deploy after the vendor registry is back ended %v", wf.State)
 	}

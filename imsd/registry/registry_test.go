@@ -10,8 +10,11 @@ import (
 	"testing"
 	"time"
 
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
 	"github.com/byoc-dev/byoc/imsd/registry"
-	"github.com/byoc-dev/byoc/imsd/registry/registrytest"
+	"github.com/byoc-dev/byoc/internal/ocicopy"
+	"github.com/byoc-dev/byoc/internal/ocicopy/ocitest"
 )
 
 // TestRegistryVerifiesMintedTokens runs a real docker-registry with token
@@ -25,7 +28,7 @@ func TestRegistryVerifiesMintedTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := registrytest.Start(t, registrytest.Options{Realm: "http://127.0.0.1:1/v2/token", RootCertBundle: registry.CertPath(dir)})
+	reg := ocitest.StartRegistry(t, ocitest.RegistryOptions{AuthYAML: registry.AuthYAML("http://127.0.0.1:1/v2/token", "", registry.CertPath(dir))})
 	now := time.Now()
 	mint := func(s *registry.Signer, at time.Time, ttl time.Duration, scopes ...string) string {
 		t.Helper()
@@ -44,12 +47,12 @@ func TestRegistryVerifiesMintedTokens(t *testing.T) {
 		return tok.Token
 	}
 	push := mint(s, now, 5*time.Minute, "repository:web:pull,push")
-	d := registrytest.PushImage(t, registrytest.Repo(t, reg.Host, "web", push), "v1", 1024)
-	registrytest.PushImage(t, registrytest.Repo(t, reg.Host, "db", mint(s, now, 5*time.Minute, "repository:db:pull,push")), "v1", 1024)
+	d := pushImage(t, repo(t, reg.Host, "web", push), "v1", 1)
+	pushImage(t, repo(t, reg.Host, "db", mint(s, now, 5*time.Minute, "repository:db:pull,push")), "v1", 2)
 
 	ctx := context.Background()
 	pull := mint(s, now, 5*time.Minute, "repository:web:pull")
-	if _, err := registrytest.Repo(t, reg.Host, "web", pull).Resolve(ctx, d.Digest.String()); err != nil {
+	if _, err := repo(t, reg.Host, "web", pull).Resolve(ctx, d.Digest.String()); err != nil {
 		t.Fatalf("pull web with a pull token: %v", err)
 	}
 	other, _ := registry.LoadOrCreateSigner(t.TempDir(), "")
@@ -60,18 +63,42 @@ func TestRegistryVerifiesMintedTokens(t *testing.T) {
 		"another service":    {"web", mintService(t, dir, "other", "repository:web:pull")},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := registrytest.Repo(t, reg.Host, tc.repo, tc.token).Resolve(ctx, "v1")
+			_, err := repo(t, reg.Host, tc.repo, tc.token).Resolve(ctx, "v1")
 			if err == nil || !isUnauthorized(err) {
 				t.Fatalf("resolve %s: %v, want 401", tc.repo, err)
 			}
 		})
 	}
 	t.Run("push with a pull token", func(t *testing.T) {
-		_, err := registrytest.TryPushImage(t, registrytest.Repo(t, reg.Host, "web", pull), "v2", 10)
+		_, err := ocitest.Image(ctx, repo(t, reg.Host, "web", pull), ocitest.ImageSpec{Seed: 3, Layers: []int64{10}})
 		if err == nil || !isUnauthorized(err) {
 			t.Fatalf("push with a pull-only token: %v, want 401", err)
 		}
 	})
+}
+
+// repo opens repository name on host over plain HTTP with token.
+func repo(t *testing.T, host, name, token string) *ocicopy.Repo {
+	t.Helper()
+	r, err := ocicopy.Open(t.Context(), ocicopy.Registry{Host: host, PlainHTTP: true}, name, ocicopy.Credentials{AccessToken: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	return r
+}
+
+// pushImage pushes a small image of one seeded layer to r as tag.
+func pushImage(t *testing.T, r *ocicopy.Repo, tag string, seed uint64) ocispec.Descriptor {
+	t.Helper()
+	d, err := ocitest.Image(t.Context(), r, ocitest.ImageSpec{Seed: seed, Layers: []int64{1024}})
+	if err == nil {
+		err = r.Tag(t.Context(), d, tag)
+	}
+	if err != nil {
+		t.Fatalf("push image to %s: %v", r.Name(), err)
+	}
+	return d
 }
 
 func mintService(t *testing.T, dir, service, scope string) string {
