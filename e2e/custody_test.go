@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -16,6 +18,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"google.golang.org/protobuf/types/known/structpb"
 	"oras.land/oras-go/v2"
+	"oras.land/oras-go/v2/content"
 
 	"github.com/byoc-dev/byoc/e2e/cluster"
 	"github.com/byoc-dev/byoc/imsd/registry"
@@ -72,21 +75,26 @@ func startCustody(t *testing.T) *custody {
 // build as the CLI prints it.
 func (c *custody) build(t *testing.T, src, repo string) *imsv1.Build {
 	t.Helper()
-	out := c.cli.Run(0, "build", "sync", c.source.Host+"/"+src, "--repo", repo, "--wait", "-o", "json")
-	// --wait -o json prints the job's log lines as JSON, then the build.
-	i := strings.LastIndex("\n"+out, "\n{\n")
-	var b struct {
-		ID, Repository, Digest, Source, SourceDigest, Kind, MediaType string
-	}
+	return printedBuild(t, c.cli.Run(0, "build", "sync", c.source.Host+"/"+src, "--repo", repo, "--wait", "-o", "json"))
+}
+
+// printedBuild reads the build that byoc build ... --wait -o json prints
+// after the job's log lines (JSON Lines) and before its end line.
+func printedBuild(t *testing.T, out string) *imsv1.Build {
+	t.Helper()
 	obj := "\n" + out
+	i := strings.LastIndex(obj, "\n{\n")
 	if i >= 0 {
 		obj = obj[i:]
 		if j := strings.Index(obj, "\n}"); j >= 0 {
 			obj = obj[:j+2]
 		}
 	}
+	var b struct {
+		ID, Repository, Digest, Source, SourceDigest, Kind, MediaType string
+	}
 	if i < 0 || json.Unmarshal([]byte(obj), &b) != nil || b.Digest == "" {
-		t.Fatalf("build sync %s printed no build:\n%s", src, out)
+		t.Fatalf("no build printed:\n%s", out)
 	}
 	return &imsv1.Build{Id: b.ID, Repository: b.Repository, Digest: b.Digest, Source: b.Source, SourceDigest: b.SourceDigest, Kind: b.Kind, MediaType: b.MediaType}
 }
@@ -466,5 +474,45 @@ func TestCustodyDeployLineageAndOutage(t *testing.T) {
 	}
 	if out := c.cli.Run(0, "install", "images", "acme"); !strings.Contains(out, "vendor   hello@"+b2.Digest) || !strings.Contains(out, c.source.Host+"/library/hello:2.0") {
 		t.Fatalf("install images after the deploy:\n%s", out)
+	}
+}
+
+// byoc build package turns a Helm chart directory into an OCI artifact in
+// the vendor registry through the build agent: one layer, the directory
+// as a gzipped tar (its digest the build's source digest), the same digest
+// when packaged again after the files' times changed.
+func TestCustodyPackageChart(t *testing.T) {
+	skipShort(t)
+	c := startCustody(t)
+	dir := filepath.Join(t.TempDir(), "api")
+	cluster.WriteApp(t, dir, map[string]string{
+		"Chart.yaml":                "apiVersion: v2\nname: api\nversion: 1.4.0\n",
+		"values.yaml":               "replicas: 2\n",
+		"templates/deployment.yaml": "kind: Deployment\n",
+	})
+	b := printedBuild(t, c.cli.Run(0, "build", "package", dir, "--kind", "helm", "--repo", "charts/api", "--wait", "-o", "json"))
+	if b.Kind != "helm" || b.Source != "api" || b.Repository != "charts/api" || b.MediaType != ocispec.MediaTypeImageManifest {
+		t.Fatalf("package build: %+v", b)
+	}
+	ctx := context.Background()
+	r := repo(t, c.vendor.Host, "charts/api", c.mint(t, "repository:charts/api:pull"))
+	d, err := r.Resolve(ctx, b.Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := content.FetchAll(ctx, r, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m ocispec.Manifest
+	if err := json.Unmarshal(raw, &m); err != nil || m.ArtifactType != "application/vnd.byoc.helm.chart.v1" || len(m.Layers) != 1 ||
+		m.Layers[0].Digest.String() != b.SourceDigest || m.Layers[0].MediaType != "application/vnd.byoc.helm.chart.v1.tar+gzip" {
+		t.Fatalf("artifact manifest %s (%v), want one helm layer of digest %s", raw, err, b.SourceDigest)
+	}
+	later := time.Now().Add(time.Hour)
+	filepath.WalkDir(dir, func(p string, _ fs.DirEntry, _ error) error { return os.Chtimes(p, later, later) })
+	again := printedBuild(t, c.cli.Run(0, "build", "package", dir, "--kind", "helm", "--repo", "charts/api", "--wait", "-o", "json"))
+	if again.Digest != b.Digest || again.Id == b.Id {
+		t.Fatalf("packaging again: %s (build %s), want the same digest %s in a new build", again.Digest, again.Id, b.Digest)
 	}
 }

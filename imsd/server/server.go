@@ -515,7 +515,8 @@ func (s *Server) Close() {
 
 // sweep expires leases on a timer and wakes the agents that can take the
 // requeued jobs. About once a minute it also deletes expired enqueue
-// idempotency keys (which already count as unused; this bounds the table).
+// idempotency keys (which already count as unused; this bounds the table)
+// and registry grants an hour past their expiry.
 func (s *Server) sweep(ctx context.Context) {
 	t := time.NewTicker(s.cfg.SweepInterval)
 	defer t.Stop()
@@ -532,6 +533,11 @@ func (s *Server) sweep(ctx context.Context) {
 				s.log.Error("delete expired enqueue keys", "err", err)
 			} else if n > 0 {
 				s.log.Debug("deleted expired enqueue keys", "count", n)
+			}
+			// Registry grants an hour past their expiry (the audit chain
+			// keeps their story; an exchange then reads "unknown").
+			if err := s.store.SweepRegistryGrants(ctx, now.Add(-time.Hour)); err != nil && ctx.Err() == nil {
+				s.log.Error("delete expired registry grants", "err", err)
 			}
 		}
 		changed, err := s.store.ExpireLeases(ctx, s.cfg.Now())
