@@ -69,6 +69,11 @@ type Outcome struct {
 	Outputs  map[string]string
 	// PlannedChanges are a plan's or drift check's changes, redacted.
 	PlannedChanges []*agentv1.PlannedChange
+	// PolicyFindings are what the job's policies said of its plan,
+	// redacted.
+	PolicyFindings []*agentv1.PolicyFinding
+	// Drifted is a drift check's verdict.
+	Drifted bool
 }
 
 // Config is everything the agent needs.

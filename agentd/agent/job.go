@@ -362,6 +362,7 @@ func (a *Agent) finish(j *jobRun, out Outcome) {
 	j.result = &agentv1.JobResult{
 		JobId: j.id, FencingToken: j.token, Outcome: out.Outcome, ExitCode: out.ExitCode,
 		Error: out.Error, Outputs: out.Outputs, LastSeq: j.nextSeq, PlannedChanges: out.PlannedChanges,
+		PolicyFindings: out.PolicyFindings, Drifted: out.Drifted,
 	}
 	a.mu.Unlock()
 	a.kickNow()

@@ -54,12 +54,29 @@ type PluginRunner struct {
 	// _PASSWORD and _TOKEN, which every operation gets in its
 	// environment (redacted like every secret).
 	InstallRegistry string
+	// LogRoot, when set, keeps a local copy of the newest jobs' logs
+	// (KeepJobLogs of them, STATE/logs/<job>-<attempt>.log, 0600), as
+	// redacted as what imsd gets, for the customer's support bundle.
+	LogRoot string
+	// Credentials, when set, gives each job the cloud credentials of its
+	// permission mode's role (the install stack's, agentd/stack): env is
+	// added to the operation's environment only (never the plugin
+	// process's own), secret lists values to redact from everything the
+	// job sends back. An error fails the job before anything starts, with
+	// the error as its message (naming the role and the stack parameter
+	// that turns it on).
+	Credentials func(ctx context.Context, job Job) (env map[string]string, secret []string, err error)
 	// CgroupRoot is where cgroup file systems are mounted, for sweeping
 	// step cgroups (/sys/fs/cgroup when empty).
 	CgroupRoot string
 	// Logger receives what the sweep after each job removed and its
 	// errors. Nil discards them.
 	Logger *slog.Logger
+	// PolicyDir holds the customer's policies (*.rego, agentd
+	// --policy-dir), read again for each plan, apply and destroy and
+	// handed to the plugin with the vendor's (CustomerPolicies). Empty:
+	// none.
+	PolicyDir string
 
 	// mu guards active and lock, and is held through a workspace sweep.
 	mu sync.Mutex
@@ -92,8 +109,19 @@ func (r *PluginRunner) Run(ctx context.Context, job Job, rawLog func(int32, stri
 	// secrets; the list never reaches the plugin.
 	config, sensitive, sensErr := takeSensitive(job.Config)
 	job.Config = config
+	// The job's role's credentials, asked for before anything starts; a
+	// mode without a role fails the job here.
+	var credEnv map[string]string
+	if r.Credentials != nil && sensErr == nil {
+		env, secret, err := r.Credentials(ctx, job)
+		if err != nil {
+			sensErr = err
+		}
+		credEnv = env
+		sensitive = append(sensitive, secret...)
+	}
 	// A job that carried a registry grant exchanges it now, right before
-	// its plugin runs; the token is redacted like a secret.
+	// its plugin runs (after everything else that may fail it); the token is redacted like a secret.
 	var regEnv map[string]string
 	if job.Registry != nil && sensErr == nil {
 		acc, err := job.Registry(ctx)
@@ -108,15 +136,20 @@ func (r *PluginRunner) Run(ctx context.Context, job Job, rawLog func(int32, stri
 	red := redact.New(append(secretValues, sensitive...)...)
 	// Every line goes through the redactor, so that a secret a plugin
 	// sends in pieces is caught too; flushed before the outcome.
-	stream := red.NewStream(redactHold, func(e redact.Event) { rawLog(e.Stream, e.Text) })
+	jl := openJobLog(r.LogRoot, job)
+	defer jl.close(r.LogRoot)
+	stream := red.NewStream(redactHold, func(e redact.Event) { jl.write(e.Stream, e.Text); rawLog(e.Stream, e.Text) })
 	log := func(st int32, text string) { stream.Add(redact.Event{Stream: st, Text: text}) }
-	out := r.run(ctx, job, sensErr, log, red)
+	out := r.run(ctx, job, sensErr, credEnv, log, red)
 	stream.Flush()
 	out.Error = red.String(out.Error)
 	out.Outputs = red.Map(out.Outputs)
 	for _, c := range out.PlannedChanges {
 		c.Address, c.Summary = red.String(c.Address), red.String(c.Summary)
 		c.Before, c.After = redactValue(red, c.Before), redactValue(red, c.After)
+	}
+	for _, f := range out.PolicyFindings {
+		f.Policy, f.Message = red.String(f.Policy), red.String(f.Message)
 	}
 	// What a plugin killed mid-job may have left (its step cgroups) goes
 	// now, not at the next restart.
@@ -273,8 +306,9 @@ func (r *PluginRunner) resolveSecrets(config map[string]any) (map[string]any, ma
 	return out.(map[string]any), env, nil
 }
 
-// run runs job; configErr, when set, fails it before anything starts.
-func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, log func(int32, string), red *redact.Redactor) Outcome {
+// run runs job; configErr, when set, fails it before anything starts;
+// credEnv goes to the operation's environment.
+func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEnv map[string]string, log func(int32, string), red *redact.Redactor) Outcome {
 	fail := func(format string, args ...any) Outcome {
 		msg := red.String(fmt.Sprintf(format, args...))
 		log(StreamSystem, "[agentd] "+msg)
@@ -283,7 +317,22 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, log fu
 	if configErr != nil {
 		return fail("%v", configErr)
 	}
-	config, secretEnv, err := r.resolveSecrets(job.Config)
+	// The vendor's policies leave the config before secrets are
+	// resolved: their text is not the plugin's config.
+	config, vendorPolicies, err := takeVendorPolicies(job.Config)
+	if err != nil {
+		return fail("%v", err)
+	}
+	var policies []sdk.PolicyModule
+	if slices.Contains(policyOps, job.Operation) {
+		// The customer's first: what a customer configured is evaluated
+		// whatever the vendor's say (plugins/policy keeps them apart).
+		if policies, err = CustomerPolicies(r.PolicyDir); err != nil {
+			return fail("%v", err)
+		}
+		policies = append(policies, vendorPolicies...)
+	}
+	config, secretEnv, err := r.resolveSecrets(config)
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -350,6 +399,18 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, log fu
 	d := inst.Description()
 	log(StreamSystem, fmt.Sprintf("[agentd] %s %s: attempt %d, plugin %s %s started in %s (pid group %d, protocol %s)",
 		job.ComponentType, job.Operation, job.Attempt, d.Type, d.Version, time.Since(started).Round(time.Millisecond), inst.PGID(), d.Negotiated))
+	evaluates := d.Has(sdk.CapPolicy) && !d.Negotiated.Less(sdk.ProtocolVersion{Major: 1, Minor: 3})
+	if len(policies) > 0 {
+		var names []string
+		for _, p := range policies {
+			names = append(names, p.Source+" "+p.Name)
+		}
+		if evaluates {
+			log(StreamSystem, fmt.Sprintf("[agentd] policies: %s", strings.Join(names, ", ")))
+		} else {
+			log(StreamSystem, fmt.Sprintf("[agentd] policies NOT evaluated: type %q does not evaluate policies (%s)", job.ComponentType, strings.Join(names, ", ")))
+		}
+	}
 
 	v, err := inst.Validate(ctx, job.Config)
 	if err != nil {
@@ -385,9 +446,13 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, log fu
 	}
 	maps.Copy(opEnv, secretEnv)
 	maps.Copy(opEnv, job.registryEnv)
+	maps.Copy(opEnv, credEnv)
+	if arn := credEnv["BYOC_ROLE_ARN"]; arn != "" {
+		log(StreamSystem, fmt.Sprintf("[agentd] %s mode: running with role %s (credentials until %s; never the agent's own)", job.Mode, arn, credEnv["AWS_CREDENTIAL_EXPIRATION"]))
+	}
 	res, err := inst.Run(ctx, job.Operation, &sdk.RunRequest{
 		Job: sdk.JobContext{JobID: job.ID, InstallID: job.InstallID, Attempt: int(job.Attempt), WorkDir: work,
-			StateDir: stateDir, Timeout: job.Timeout},
+			StateDir: stateDir, Timeout: job.Timeout, Component: job.Component, Mode: job.Mode, Policies: policies},
 		Config: job.Config,
 		Env:    opEnv,
 	}, func(e sdk.LogEvent) { log(int32(e.Stream), e.Text) })
@@ -418,7 +483,8 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, log fu
 		}
 		log(StreamSystem, line)
 	}
-	out := Outcome{Outcome: agentv1.Outcome_OUTCOME_SUCCEEDED, ExitCode: int32(res.ExitCode), Outputs: res.Outputs}
+	out := Outcome{Outcome: agentv1.Outcome_OUTCOME_SUCCEEDED, ExitCode: int32(res.ExitCode), Outputs: res.Outputs,
+		PolicyFindings: findingsToProto(res.PolicyFindings), Drifted: res.Drifted}
 	for _, c := range res.PlannedChanges {
 		pc := &agentv1.PlannedChange{Address: c.Address, Action: c.Action, Summary: c.Summary}
 		// The values came from protobuf, so they convert back.
@@ -429,6 +495,11 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, log fu
 			pc.After, _ = structpb.NewValue(c.After)
 		}
 		out.PlannedChanges = append(out.PlannedChanges, pc)
+	}
+	if res.Error == "" && res.ExitCode == 0 && hasDeny(res.PolicyFindings) {
+		// A plugin that reports a denial yet succeeds has a bug; the job
+		// still must not count as done.
+		res.Error = "the plugin reported a policy denial but did not fail the " + job.Operation
 	}
 	if res.Error != "" || res.ExitCode != 0 {
 		out.Outcome = agentv1.Outcome_OUTCOME_FAILED

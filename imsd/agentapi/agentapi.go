@@ -778,7 +778,12 @@ func (c *conn) handle(ctx context.Context, m *agentv1.ConnectRequest) error {
 		if err != nil {
 			return connect.NewError(connect.CodeInvalidArgument, err)
 		}
-		res := store.Result{State: state, ExitCode: int(r.ExitCode), Error: r.Error, Outputs: r.Outputs, PlannedChanges: plan}
+		findings, err := policyFindings(r.PolicyFindings)
+		if err != nil {
+			return connect.NewError(connect.CodeInvalidArgument, err)
+		}
+		res := store.Result{State: state, ExitCode: int(r.ExitCode), Error: r.Error, Outputs: r.Outputs, PlannedChanges: plan,
+			PolicyFindings: findings, Drifted: r.Drifted}
 		if state == store.JobSucceeded && c.agent.InstallID == store.VendorInstallID && r.Outputs[store.BuildOutDigest] != "" {
 			// The build agent's result: the store records the build if
 			// the job is a build job.
@@ -875,6 +880,40 @@ func plannedChanges(in []*agentv1.PlannedChange) ([]store.PlannedChange, error) 
 			*v.out = b
 		}
 		out = append(out, p)
+	}
+	return out, nil
+}
+
+// MaxPolicyFindings bounds the policy findings stored with a job; beyond
+// it, one more warning says how many were left out.
+const MaxPolicyFindings = 1000
+
+// policyFindings checks and converts a result's policy findings for the
+// store.
+func policyFindings(in []*agentv1.PolicyFinding) ([]store.PolicyFinding, error) {
+	var out []store.PolicyFinding
+	for i, f := range in {
+		if i == MaxPolicyFindings {
+			out = append(out, store.PolicyFinding{Policy: "(more)", Source: "customer", Level: "warn",
+				Message: fmt.Sprintf("%d more policy findings were not stored", len(in)-i)})
+			break
+		}
+		switch {
+		case f.Level != "deny" && f.Level != "warn":
+			return nil, fmt.Errorf("result.policy_findings[%d].level: must be deny or warn, got %q", i, f.Level)
+		case f.Source != "vendor" && f.Source != "customer":
+			return nil, fmt.Errorf("result.policy_findings[%d].source: must be vendor or customer, got %q", i, f.Source)
+		}
+		msg, pol := f.Message, f.Policy
+		if len(msg) > MaxLogLineBytes {
+			msg = msg[:MaxLogLineBytes]
+		}
+		if len(pol) > 1024 {
+			pol = pol[:1024]
+		}
+		// A cut may split a character; proto strings must be UTF-8.
+		out = append(out, store.PolicyFinding{Policy: strings.ToValidUTF8(pol, "\uFFFD"), Source: f.Source, Level: f.Level,
+			Message: strings.ToValidUTF8(msg, "\uFFFD")})
 	}
 	return out, nil
 }

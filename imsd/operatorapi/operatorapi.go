@@ -644,6 +644,9 @@ func (s *Service) GetJob(ctx context.Context, req *connect.Request[imsv1.GetJobR
 	pj.PendingReason = s.pendingReason(ctx, j)
 	// Only here: a plan may hold many changes, which lists do without.
 	pj.PlannedChanges = s.plannedToProto(ctx, j)
+	for _, f := range j.PolicyFindings {
+		pj.PolicyFindings = append(pj.PolicyFindings, &imsv1.PolicyFinding{Policy: f.Policy, Source: f.Source, Level: f.Level, Message: f.Message})
+	}
 	return connect.NewResponse(&imsv1.GetJobResponse{Job: pj}), nil
 }
 

@@ -46,11 +46,12 @@ type jobRow struct {
 	Mode            string `db:"mode"`
 	Component       string `db:"component"`
 	Plan            string `db:"plan"`
+	Policy          string `db:"policy"`
 }
 
 const jobCols = `id, install_id, component_type, operation, config, state, attempt, max_attempts, timeout_ns,
 	fencing_token, agent_id, lease_deadline, cancel_requested, cancel_reason, created_at, started_at, ended_at,
-	exit_code, error, outputs, created_by, mode, component, plan`
+	exit_code, error, outputs, created_by, mode, component, plan, policy`
 
 // jobColsQualified is jobCols prefixed with the table name, for statements
 // that join another relation with the same column names.
@@ -66,7 +67,7 @@ var jobColsQualified = func() string {
 func (r *jobRow) dest() []any {
 	return []any{&r.ID, &r.InstallID, &r.ComponentType, &r.Operation, &r.Config, &r.State, &r.Attempt, &r.MaxAttempts,
 		&r.TimeoutNS, &r.FencingToken, &r.AgentID, &r.LeaseDeadline, &r.CancelRequested, &r.CancelReason, &r.CreatedAt,
-		&r.StartedAt, &r.EndedAt, &r.ExitCode, &r.Error, &r.Outputs, &r.CreatedBy, &r.Mode, &r.Component, &r.Plan}
+		&r.StartedAt, &r.EndedAt, &r.ExitCode, &r.Error, &r.Outputs, &r.CreatedBy, &r.Mode, &r.Component, &r.Plan, &r.Policy}
 }
 
 // getJobRow runs q, which returns jobCols, and scans its one row: the
@@ -106,6 +107,12 @@ func (r jobRow) job() (Job, error) {
 			return Job{}, fmt.Errorf("job %s plan: %w", r.ID, err)
 		}
 	}
+	var findings []PolicyFinding
+	if r.Policy != "" {
+		if err := json.Unmarshal([]byte(r.Policy), &findings); err != nil {
+			return Job{}, fmt.Errorf("job %s policy: %w", r.ID, err)
+		}
+	}
 	return Job{
 		ID: r.ID, InstallID: r.InstallID, ComponentType: r.ComponentType, Operation: r.Operation,
 		Config: []byte(r.Config), State: JobState(r.State), Attempt: r.Attempt, MaxAttempts: r.MaxAttempts,
@@ -113,7 +120,7 @@ func (r jobRow) job() (Job, error) {
 		LeaseDeadline: fromNanos(r.LeaseDeadline), CancelRequested: r.CancelRequested, CancelReason: r.CancelReason,
 		CreatedAt: fromNanos(r.CreatedAt), StartedAt: fromNanos(r.StartedAt), EndedAt: fromNanos(r.EndedAt),
 		ExitCode: r.ExitCode, Error: r.Error, Outputs: out, CreatedBy: r.CreatedBy, Mode: Mode(r.Mode), Component: r.Component,
-		PlannedChanges: plan,
+		PlannedChanges: plan, PolicyFindings: findings,
 	}, nil
 }
 
@@ -700,6 +707,10 @@ func (s *Store) FinishJob(ctx context.Context, jobID string, w Writer, r Result,
 	if err != nil {
 		return false, err
 	}
+	policy, err := encodePolicy(r.PolicyFindings)
+	if err != nil {
+		return false, err
+	}
 	write := s.writeOne
 	if r.Build != nil {
 		// Two changes: the job and its build.
@@ -707,9 +718,9 @@ func (s *Store) FinishJob(ctx context.Context, jobID string, w Writer, r Result,
 	}
 	err = write(ctx, "finish job", func(tx *txn) error {
 		// The usual case, one statement: the holder finishes its job.
-		ok, err := s.tryExec(ctx, tx, `UPDATE jobs SET state = ?, ended_at = ?, exit_code = ?, error = ?, outputs = ?, plan = ?,
+		ok, err := s.tryExec(ctx, tx, `UPDATE jobs SET state = ?, ended_at = ?, exit_code = ?, error = ?, outputs = ?, plan = ?, policy = ?,
 			lease_deadline = 0 WHERE id = ? AND agent_id = ? AND agent_id <> '' AND fencing_token = ? AND state IN ('assigned', 'running')`,
-			string(r.State), nanos(now), r.ExitCode, r.Error, encodeMap(r.Outputs), plan, jobID, w.AgentID, w.FencingToken)
+			string(r.State), nanos(now), r.ExitCode, r.Error, encodeMap(r.Outputs), plan, policy, jobID, w.AgentID, w.FencingToken)
 		if err != nil {
 			return err
 		}
@@ -725,8 +736,8 @@ func (s *Store) FinishJob(ctx context.Context, jobID string, w Writer, r Result,
 			if j.State.Terminal() {
 				return nil
 			}
-			if _, err := s.updateJob(ctx, tx, `UPDATE jobs SET state = ?, ended_at = ?, exit_code = ?, error = ?, outputs = ?, plan = ?,
-				lease_deadline = 0 WHERE id = ?`, string(r.State), nanos(now), r.ExitCode, r.Error, encodeMap(r.Outputs), plan, jobID); err != nil {
+			if _, err := s.updateJob(ctx, tx, `UPDATE jobs SET state = ?, ended_at = ?, exit_code = ?, error = ?, outputs = ?, plan = ?, policy = ?,
+				lease_deadline = 0 WHERE id = ?`, string(r.State), nanos(now), r.ExitCode, r.Error, encodeMap(r.Outputs), plan, policy, jobID); err != nil {
 				return err
 			}
 		}
@@ -735,7 +746,11 @@ func (s *Store) FinishJob(ctx context.Context, jobID string, w Writer, r Result,
 		if r.Error != "" {
 			data["error"] = truncate(r.Error, 512)
 		}
+		policyAudit(data, r.PolicyFindings)
 		if err := s.auditAgentJob(ctx, tx, w.AgentID, jobID, "job.finished", now, data); err != nil {
+			return err
+		}
+		if err := s.recordDrift(ctx, tx, jobID, r, plan, now); err != nil {
 			return err
 		}
 		if r.Build != nil && r.State == JobSucceeded {

@@ -228,6 +228,19 @@ type Job struct {
 	Component string
 	// PlannedChanges are what a plan or drift check found to change.
 	PlannedChanges []PlannedChange
+	// PolicyFindings are what the job's policies said of its plan.
+	PolicyFindings []PolicyFinding
+}
+
+// PolicyFinding is one message of a policy's deny or warn rule, as the
+// agent reported it.
+type PolicyFinding struct {
+	// Policy is the policy's file; Source "vendor" or "customer".
+	Policy string `json:"policy"`
+	Source string `json:"source"`
+	// Level is "deny" or "warn".
+	Level   string `json:"level"`
+	Message string `json:"message"`
 }
 
 // PlannedChange is one change a plan would make to one object, as the
@@ -262,6 +275,9 @@ type Result struct {
 	Error          string
 	Outputs        map[string]string
 	PlannedChanges []PlannedChange
+	PolicyFindings []PolicyFinding
+	// Drifted is a drift check's verdict (ignored for other jobs).
+	Drifted bool
 	// Build, set for a succeeded build job of the vendor install, is
 	// recorded with the finish (BuildFromOutputs).
 	Build *Build

@@ -50,6 +50,10 @@ type Engine struct {
 	schemaCache schemaCache
 }
 
+// WakeInstall wakes the agents of install id for a job queued outside a
+// workflow (a drift check).
+func (e *Engine) WakeInstall(id string) { e.hub.Wake(id) }
+
 // NewEngine returns an engine over st. hub signals job ends.
 func NewEngine(st *store.Store, hub *dispatch.Hub, now func() time.Time, log *slog.Logger) *Engine {
 	return &Engine{st: st, hub: hub, now: now, log: log, Interval: 2 * time.Second,
@@ -427,6 +431,7 @@ func (e *Engine) deployed(ctx context.Context, wf store.Workflow, s *store.Step,
 		return store.InstallComponent{}, fmt.Errorf("job %s config: %w", j.ID, err)
 	}
 	delete(cfg, SensitiveKey)
+	delete(cfg, VendorPoliciesKey)
 	if names, ok := cfg[SecretsKey].([]any); ok && len(names) > 0 && s.Component != "" {
 		// The secrets list was added from references; keep what the
 		// config itself said, which the step's own config still has.
@@ -579,6 +584,11 @@ func jobConfig(sc *stepContext, s *store.Step) ([]byte, error) {
 	}
 	if len(sc.sensitive) > 0 {
 		cfg[SensitiveKey] = sc.sensitive
+	}
+	if s.Component != "" && s.Action == "" && (s.Operation == OpApply || s.Operation == OpDestroy) {
+		if pols := vendorPolicies(sc.app, s.ComponentType); len(pols) > 0 {
+			cfg[VendorPoliciesKey] = pols
+		}
 	}
 	return json.Marshal(cfg)
 }

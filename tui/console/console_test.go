@@ -15,6 +15,7 @@ import (
 	tea "charm.land/bubbletea/v2"
 	"connectrpc.com/connect"
 	"github.com/charmbracelet/x/ansi"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
@@ -1019,6 +1020,41 @@ func TestInstallViewShowsComponentsWorkflowAndActions(t *testing.T) {
 	if cmd := feed(m, &imsv1.WatchInstallsResponse{Installs: []*imsv1.InstallStatus{m.fleet.byID["ins_acme"]}}); cmd == nil || v.wfGen == old {
 		t.Fatal("a change to the install must read its workflows again")
 	}
+}
+
+// The install view shows the components' drift state once imsd has one,
+// and leaves the section out while there is none.
+func TestInstallViewShowsDrift(t *testing.T) {
+	m := newTestModel(t, Options{})
+	m.Update(teaSize(160, 60))
+	feed(m, snapshot())
+	press(m, "enter")
+	v := m.top().(*installView)
+	feedInstallParts(m)
+	m.Update(driftMsg{gen: v.driftGen})
+	mustNotContain(t, screen(m), "DRIFT")
+	checked := timestamppb.New(m.now.Add(-5 * time.Minute))
+	m.Update(driftMsg{gen: v.driftGen, drift: []*imsv1.ComponentDrift{
+		{Component: "db", Status: "drifted", CheckTime: checked, Schedule: "@hourly",
+			Changes: []*imsv1.PlannedChange{{Address: "local_file.cfg", Action: "update"}}},
+		{Component: "api", Status: "in_sync", CheckTime: checked},
+		{Component: "web", Status: "failed", Error: "boom\x1b[2J"},
+	}})
+	s := screen(m)
+	for _, want := range [][]string{
+		{"DRIFT"},
+		{"db", "drifted", "checked 5m ago, 1 changes", "schedule @hourly"},
+		{"api", "in sync", "checked 5m ago"},
+		{"web", "failed", "boom"},
+	} {
+		if !screenLine(s, want...) {
+			t.Errorf("no line with %q:\n%s", want, s)
+		}
+	}
+	mustNotContain(t, s, "\x1b[2J")
+	// An answer to an earlier request is dropped.
+	m.Update(driftMsg{gen: v.driftGen - 1, drift: []*imsv1.ComponentDrift{{Component: "stale", Status: "drifted"}}})
+	mustNotContain(t, screen(m), "stale")
 }
 
 // screenLine reports whether one line of s holds every part.

@@ -12,6 +12,7 @@ import (
 
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1/imsv1connect"
+	"github.com/byoc-dev/byoc/tui/termtext"
 )
 
 // The install view's sections beyond its inputs: its components (state,
@@ -65,9 +66,30 @@ func listWorkflows(ctx context.Context, c imsv1connect.OperatorServiceClient, ge
 	}
 }
 
-// installParts is what the install view shows of its workflows and
-// actions, with the generations of their requests.
+// driftMsg is the drift state of an install's components.
+type driftMsg struct {
+	gen   int
+	drift []*imsv1.ComponentDrift
+	err   error
+}
+
+func listDrift(ctx context.Context, c imsv1connect.OperatorServiceClient, gen int, install string) tea.Cmd {
+	return func() tea.Msg {
+		r, err := c.ListInstallDrift(ctx, connect.NewRequest(&imsv1.ListInstallDriftRequest{Install: install}))
+		if err != nil {
+			return driftMsg{gen: gen, err: err}
+		}
+		return driftMsg{gen: gen, drift: r.Msg.Components}
+	}
+}
+
+// installParts is what the install view shows of its workflows, drift
+// and actions, with the generations of their requests.
 type installParts struct {
+	driftGen int
+	// drift is the components' drift state; the section is left out while
+	// there is none (or imsd could not say).
+	drift          []*imsv1.ComponentDrift
 	wfGen, actGen  int
 	wfLoaded       bool
 	wfErr          error
@@ -121,6 +143,29 @@ func (v *installView) parts(jobs []*imsv1.Job) []string {
 		}
 	}
 
+	if len(p.drift) > 0 {
+		out = append(out, st.accent.Render("DRIFT"))
+		for _, d := range p.drift {
+			line := fmt.Sprintf("  %-16s %-10s", termtext.Clean(d.Component, " "), strings.ReplaceAll(termtext.Clean(d.Status, " "), "_", " "))
+			if d.CheckTime != nil {
+				line += " checked " + ago(v.now, d.CheckTime.AsTime())
+			}
+			if n := len(d.Changes); n > 0 {
+				line += fmt.Sprintf(", %d changes", n)
+			}
+			if d.Schedule != "" {
+				line += "   schedule " + termtext.Clean(d.Schedule, " ")
+			}
+			switch d.Status {
+			case "drifted":
+				line = st.bad.Render(line)
+			case "failed":
+				line = st.bad.Render(line + "  " + termtext.Clean(d.Error, " "))
+			}
+			out = append(out, line)
+		}
+	}
+
 	out = append(out, st.accent.Render("WORKFLOW"))
 	switch {
 	case !p.wfLoaded || p.wfErr != nil:
@@ -159,8 +204,9 @@ func kindText(k imsv1.WorkflowKind) string { return enumText(k, "WORKFLOW_KIND_"
 
 // loadParts asks for the workflows and actions again.
 func (v *installView) loadParts() tea.Cmd {
-	v.wfGen, v.actGen = v.nextGen(), v.nextGen()
-	return tea.Batch(listWorkflows(v.ctx, v.conn.Client, v.wfGen, v.id), listActions(v.ctx, v.conn.Client, v.actGen, v.id))
+	v.wfGen, v.actGen, v.driftGen = v.nextGen(), v.nextGen(), v.nextGen()
+	return tea.Batch(listWorkflows(v.ctx, v.conn.Client, v.wfGen, v.id), listActions(v.ctx, v.conn.Client, v.actGen, v.id),
+		listDrift(v.ctx, v.conn.Client, v.driftGen, v.id))
 }
 
 // partsUpdate takes the answers to loadParts and reports whether msg was one.
@@ -172,6 +218,11 @@ func (v *installView) partsUpdate(msg tea.Msg) bool {
 			if msg.err == nil {
 				v.newest, v.deploy = msg.newest, msg.deploy
 			}
+		}
+		return true
+	case driftMsg:
+		if msg.gen == v.driftGen && msg.err == nil {
+			v.drift = msg.drift
 		}
 		return true
 	case actionsMsg:

@@ -64,6 +64,9 @@ const (
 	// OperatorServiceGetInstallProcedure is the fully-qualified name of the OperatorService's
 	// GetInstall RPC.
 	OperatorServiceGetInstallProcedure = "/byoc.ims.v1.OperatorService/GetInstall"
+	// OperatorServiceListInstallDriftProcedure is the fully-qualified name of the OperatorService's
+	// ListInstallDrift RPC.
+	OperatorServiceListInstallDriftProcedure = "/byoc.ims.v1.OperatorService/ListInstallDrift"
 	// OperatorServiceWatchInstallsProcedure is the fully-qualified name of the OperatorService's
 	// WatchInstalls RPC.
 	OperatorServiceWatchInstallsProcedure = "/byoc.ims.v1.OperatorService/WatchInstalls"
@@ -147,6 +150,9 @@ const (
 	// OperatorServiceListAuditEventsProcedure is the fully-qualified name of the OperatorService's
 	// ListAuditEvents RPC.
 	OperatorServiceListAuditEventsProcedure = "/byoc.ims.v1.OperatorService/ListAuditEvents"
+	// OperatorServiceGetInstallStackProcedure is the fully-qualified name of the OperatorService's
+	// GetInstallStack RPC.
+	OperatorServiceGetInstallStackProcedure = "/byoc.ims.v1.OperatorService/GetInstallStack"
 	// OperatorServiceCreateBuildAgentTokenProcedure is the fully-qualified name of the
 	// OperatorService's CreateBuildAgentToken RPC.
 	OperatorServiceCreateBuildAgentTokenProcedure = "/byoc.ims.v1.OperatorService/CreateBuildAgentToken"
@@ -186,6 +192,10 @@ type OperatorServiceClient interface {
 	CreateInstall(context.Context, *connect.Request[v1.CreateInstallRequest]) (*connect.Response[v1.CreateInstallResponse], error)
 	ListInstalls(context.Context, *connect.Request[v1.ListInstallsRequest]) (*connect.Response[v1.ListInstallsResponse], error)
 	GetInstall(context.Context, *connect.Request[v1.GetInstallRequest]) (*connect.Response[v1.GetInstallResponse], error)
+	// ListInstallDrift lists the drift state of an install's components:
+	// the latest drift check's result of each component that has a drift
+	// schedule or was checked.
+	ListInstallDrift(context.Context, *connect.Request[v1.ListInstallDriftRequest]) (*connect.Response[v1.ListInstallDriftResponse], error)
 	// WatchInstalls sends every install with its live status (agent, job
 	// counts) as a snapshot, then, as they happen, every install that changed.
 	// It is how the console stays current without polling each row.
@@ -278,6 +288,11 @@ type OperatorServiceClient interface {
 	// chain, the vendor-wide chain, or every chain, in pages. Readers
 	// verify them with the documented hash (byoc audit verify).
 	ListAuditEvents(context.Context, *connect.Request[v1.ListAuditEventsRequest]) (*connect.Response[v1.ListAuditEventsResponse], error)
+	// GetInstallStack returns what `byoc install stack` generates an
+	// install stack from: the files of the install's app revision (the one
+	// it last applied, or the app's latest when it applied none) and the
+	// fingerprint of imsd's job signing key that enrolment tokens name.
+	GetInstallStack(context.Context, *connect.Request[v1.GetInstallStackRequest]) (*connect.Response[v1.GetInstallStackResponse], error)
 	// CreateBuildAgentToken issues a single-use enrolment token for the
 	// vendor's build agent (agentd --role build), creating the reserved
 	// install "_vendor" it belongs to on first use.
@@ -368,6 +383,12 @@ func NewOperatorServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			httpClient,
 			baseURL+OperatorServiceGetInstallProcedure,
 			connect.WithSchema(operatorServiceMethods.ByName("GetInstall")),
+			connect.WithClientOptions(opts...),
+		),
+		listInstallDrift: connect.NewClient[v1.ListInstallDriftRequest, v1.ListInstallDriftResponse](
+			httpClient,
+			baseURL+OperatorServiceListInstallDriftProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("ListInstallDrift")),
 			connect.WithClientOptions(opts...),
 		),
 		watchInstalls: connect.NewClient[v1.WatchInstallsRequest, v1.WatchInstallsResponse](
@@ -538,6 +559,12 @@ func NewOperatorServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(operatorServiceMethods.ByName("ListAuditEvents")),
 			connect.WithClientOptions(opts...),
 		),
+		getInstallStack: connect.NewClient[v1.GetInstallStackRequest, v1.GetInstallStackResponse](
+			httpClient,
+			baseURL+OperatorServiceGetInstallStackProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("GetInstallStack")),
+			connect.WithClientOptions(opts...),
+		),
 		createBuildAgentToken: connect.NewClient[v1.CreateBuildAgentTokenRequest, v1.CreateBuildAgentTokenResponse](
 			httpClient,
 			baseURL+OperatorServiceCreateBuildAgentTokenProcedure,
@@ -578,6 +605,7 @@ type operatorServiceClient struct {
 	createInstall         *connect.Client[v1.CreateInstallRequest, v1.CreateInstallResponse]
 	listInstalls          *connect.Client[v1.ListInstallsRequest, v1.ListInstallsResponse]
 	getInstall            *connect.Client[v1.GetInstallRequest, v1.GetInstallResponse]
+	listInstallDrift      *connect.Client[v1.ListInstallDriftRequest, v1.ListInstallDriftResponse]
 	watchInstalls         *connect.Client[v1.WatchInstallsRequest, v1.WatchInstallsResponse]
 	createEnrollmentToken *connect.Client[v1.CreateEnrollmentTokenRequest, v1.CreateEnrollmentTokenResponse]
 	updateInstall         *connect.Client[v1.UpdateInstallRequest, v1.UpdateInstallResponse]
@@ -606,6 +634,7 @@ type operatorServiceClient struct {
 	listBreakGlassGrants  *connect.Client[v1.ListBreakGlassGrantsRequest, v1.ListBreakGlassGrantsResponse]
 	getBreakGlassPolicy   *connect.Client[v1.GetBreakGlassPolicyRequest, v1.GetBreakGlassPolicyResponse]
 	listAuditEvents       *connect.Client[v1.ListAuditEventsRequest, v1.ListAuditEventsResponse]
+	getInstallStack       *connect.Client[v1.GetInstallStackRequest, v1.GetInstallStackResponse]
 	createBuildAgentToken *connect.Client[v1.CreateBuildAgentTokenRequest, v1.CreateBuildAgentTokenResponse]
 	startBuild            *connect.Client[v1.StartBuildRequest, v1.StartBuildResponse]
 	listBuilds            *connect.Client[v1.ListBuildsRequest, v1.ListBuildsResponse]
@@ -665,6 +694,11 @@ func (c *operatorServiceClient) ListInstalls(ctx context.Context, req *connect.R
 // GetInstall calls byoc.ims.v1.OperatorService.GetInstall.
 func (c *operatorServiceClient) GetInstall(ctx context.Context, req *connect.Request[v1.GetInstallRequest]) (*connect.Response[v1.GetInstallResponse], error) {
 	return c.getInstall.CallUnary(ctx, req)
+}
+
+// ListInstallDrift calls byoc.ims.v1.OperatorService.ListInstallDrift.
+func (c *operatorServiceClient) ListInstallDrift(ctx context.Context, req *connect.Request[v1.ListInstallDriftRequest]) (*connect.Response[v1.ListInstallDriftResponse], error) {
+	return c.listInstallDrift.CallUnary(ctx, req)
 }
 
 // WatchInstalls calls byoc.ims.v1.OperatorService.WatchInstalls.
@@ -807,6 +841,11 @@ func (c *operatorServiceClient) ListAuditEvents(ctx context.Context, req *connec
 	return c.listAuditEvents.CallUnary(ctx, req)
 }
 
+// GetInstallStack calls byoc.ims.v1.OperatorService.GetInstallStack.
+func (c *operatorServiceClient) GetInstallStack(ctx context.Context, req *connect.Request[v1.GetInstallStackRequest]) (*connect.Response[v1.GetInstallStackResponse], error) {
+	return c.getInstallStack.CallUnary(ctx, req)
+}
+
 // CreateBuildAgentToken calls byoc.ims.v1.OperatorService.CreateBuildAgentToken.
 func (c *operatorServiceClient) CreateBuildAgentToken(ctx context.Context, req *connect.Request[v1.CreateBuildAgentTokenRequest]) (*connect.Response[v1.CreateBuildAgentTokenResponse], error) {
 	return c.createBuildAgentToken.CallUnary(ctx, req)
@@ -852,6 +891,10 @@ type OperatorServiceHandler interface {
 	CreateInstall(context.Context, *connect.Request[v1.CreateInstallRequest]) (*connect.Response[v1.CreateInstallResponse], error)
 	ListInstalls(context.Context, *connect.Request[v1.ListInstallsRequest]) (*connect.Response[v1.ListInstallsResponse], error)
 	GetInstall(context.Context, *connect.Request[v1.GetInstallRequest]) (*connect.Response[v1.GetInstallResponse], error)
+	// ListInstallDrift lists the drift state of an install's components:
+	// the latest drift check's result of each component that has a drift
+	// schedule or was checked.
+	ListInstallDrift(context.Context, *connect.Request[v1.ListInstallDriftRequest]) (*connect.Response[v1.ListInstallDriftResponse], error)
 	// WatchInstalls sends every install with its live status (agent, job
 	// counts) as a snapshot, then, as they happen, every install that changed.
 	// It is how the console stays current without polling each row.
@@ -944,6 +987,11 @@ type OperatorServiceHandler interface {
 	// chain, the vendor-wide chain, or every chain, in pages. Readers
 	// verify them with the documented hash (byoc audit verify).
 	ListAuditEvents(context.Context, *connect.Request[v1.ListAuditEventsRequest]) (*connect.Response[v1.ListAuditEventsResponse], error)
+	// GetInstallStack returns what `byoc install stack` generates an
+	// install stack from: the files of the install's app revision (the one
+	// it last applied, or the app's latest when it applied none) and the
+	// fingerprint of imsd's job signing key that enrolment tokens name.
+	GetInstallStack(context.Context, *connect.Request[v1.GetInstallStackRequest]) (*connect.Response[v1.GetInstallStackResponse], error)
 	// CreateBuildAgentToken issues a single-use enrolment token for the
 	// vendor's build agent (agentd --role build), creating the reserved
 	// install "_vendor" it belongs to on first use.
@@ -1030,6 +1078,12 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 		OperatorServiceGetInstallProcedure,
 		svc.GetInstall,
 		connect.WithSchema(operatorServiceMethods.ByName("GetInstall")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceListInstallDriftHandler := connect.NewUnaryHandler(
+		OperatorServiceListInstallDriftProcedure,
+		svc.ListInstallDrift,
+		connect.WithSchema(operatorServiceMethods.ByName("ListInstallDrift")),
 		connect.WithHandlerOptions(opts...),
 	)
 	operatorServiceWatchInstallsHandler := connect.NewServerStreamHandler(
@@ -1200,6 +1254,12 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 		connect.WithSchema(operatorServiceMethods.ByName("ListAuditEvents")),
 		connect.WithHandlerOptions(opts...),
 	)
+	operatorServiceGetInstallStackHandler := connect.NewUnaryHandler(
+		OperatorServiceGetInstallStackProcedure,
+		svc.GetInstallStack,
+		connect.WithSchema(operatorServiceMethods.ByName("GetInstallStack")),
+		connect.WithHandlerOptions(opts...),
+	)
 	operatorServiceCreateBuildAgentTokenHandler := connect.NewUnaryHandler(
 		OperatorServiceCreateBuildAgentTokenProcedure,
 		svc.CreateBuildAgentToken,
@@ -1248,6 +1308,8 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 			operatorServiceListInstallsHandler.ServeHTTP(w, r)
 		case OperatorServiceGetInstallProcedure:
 			operatorServiceGetInstallHandler.ServeHTTP(w, r)
+		case OperatorServiceListInstallDriftProcedure:
+			operatorServiceListInstallDriftHandler.ServeHTTP(w, r)
 		case OperatorServiceWatchInstallsProcedure:
 			operatorServiceWatchInstallsHandler.ServeHTTP(w, r)
 		case OperatorServiceCreateEnrollmentTokenProcedure:
@@ -1304,6 +1366,8 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 			operatorServiceGetBreakGlassPolicyHandler.ServeHTTP(w, r)
 		case OperatorServiceListAuditEventsProcedure:
 			operatorServiceListAuditEventsHandler.ServeHTTP(w, r)
+		case OperatorServiceGetInstallStackProcedure:
+			operatorServiceGetInstallStackHandler.ServeHTTP(w, r)
 		case OperatorServiceCreateBuildAgentTokenProcedure:
 			operatorServiceCreateBuildAgentTokenHandler.ServeHTTP(w, r)
 		case OperatorServiceStartBuildProcedure:
@@ -1363,6 +1427,10 @@ func (UnimplementedOperatorServiceHandler) ListInstalls(context.Context, *connec
 
 func (UnimplementedOperatorServiceHandler) GetInstall(context.Context, *connect.Request[v1.GetInstallRequest]) (*connect.Response[v1.GetInstallResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.GetInstall is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) ListInstallDrift(context.Context, *connect.Request[v1.ListInstallDriftRequest]) (*connect.Response[v1.ListInstallDriftResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.ListInstallDrift is not implemented"))
 }
 
 func (UnimplementedOperatorServiceHandler) WatchInstalls(context.Context, *connect.Request[v1.WatchInstallsRequest], *connect.ServerStream[v1.WatchInstallsResponse]) error {
@@ -1475,6 +1543,10 @@ func (UnimplementedOperatorServiceHandler) GetBreakGlassPolicy(context.Context, 
 
 func (UnimplementedOperatorServiceHandler) ListAuditEvents(context.Context, *connect.Request[v1.ListAuditEventsRequest]) (*connect.Response[v1.ListAuditEventsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.ListAuditEvents is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) GetInstallStack(context.Context, *connect.Request[v1.GetInstallStackRequest]) (*connect.Response[v1.GetInstallStackResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.GetInstallStack is not implemented"))
 }
 
 func (UnimplementedOperatorServiceHandler) CreateBuildAgentToken(context.Context, *connect.Request[v1.CreateBuildAgentTokenRequest]) (*connect.Response[v1.CreateBuildAgentTokenResponse], error) {
