@@ -54,6 +54,14 @@ type Job struct {
 	// Component names the install's component the job is for; empty for
 	// a job of no component (an action run).
 	Component string
+	// ApprovedPlanDigest is, for the apply of a plan an operator approved,
+	// that plan's digest (signed by imsd): the runner applies only if a
+	// fresh plan has the same.
+	ApprovedPlanDigest string
+	// Kill is closed when the job must stop at once, even while its
+	// plugin is given a grace to stop (a lost lease, a newer attempt, the
+	// agent stopping); nil: only the context says so.
+	Kill <-chan struct{}
 	// Registry, set for a job that carried a registry grant, exchanges
 	// the grant (once) for the vendor registry access its plugin gets.
 	Registry func(context.Context) (RegistryAccess, error)
@@ -69,6 +77,9 @@ type Outcome struct {
 	Outputs  map[string]string
 	// PlannedChanges are a plan's or drift check's changes, redacted.
 	PlannedChanges []*agentv1.PlannedChange
+	// PlanDigest is the digest of the plan the job made (a plan's, or an
+	// approved apply's fresh plan), over PlannedChanges.
+	PlanDigest string
 	// PolicyFindings are what the job's policies said of its plan,
 	// redacted.
 	PolicyFindings []*agentv1.PolicyFinding
@@ -99,6 +110,10 @@ type Config struct {
 	// Now is the clock (default time.Now). Leases are counted on both the
 	// monotonic and the wall reading of what it returns.
 	Now func() time.Time
+	// Stack is what the hello reports of the agent's install stack (nil:
+	// none): customer inputs as their value or "set", never a sensitive
+	// value (stack.Values.Report), and the stack's outputs.
+	Stack *agentv1.StackReport
 	// PermissionsPoll is how often the agent looks at the customer's
 	// permission file while it runs (default 1s); it also reads it right
 	// before every job and at every heartbeat.

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -18,6 +19,7 @@ import (
 	"github.com/byoc-dev/byoc/agentd/pluginhost"
 	"github.com/byoc-dev/byoc/agentd/redact"
 	"github.com/byoc-dev/byoc/agentd/secrets"
+	"github.com/byoc-dev/byoc/internal/stackconfig"
 	"github.com/byoc-dev/byoc/plugins/sdk"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
@@ -54,6 +56,26 @@ type PluginRunner struct {
 	// _PASSWORD and _TOKEN, which every operation gets in its
 	// environment (redacted like every secret).
 	InstallRegistry string
+	// Inputs are the customer-provided inputs the install stack holds, by
+	// name. A job's config lists those it refers to under
+	// "customer_inputs"; the agent puts each value in place of its
+	// {{ .inputs.NAME }} and removes the list.
+	Inputs map[string]string
+	// Redact lists more values redacted from every job (the install
+	// stack's sensitive inputs).
+	Redact []string
+	// PluginEnv is added to the environment of every plugin and of its
+	// operations: the agent-wide settings plugins read (the install
+	// registry, the Terraform provider mirror). Never secrets: it is the
+	// plugin process's own environment.
+	PluginEnv map[string]string
+	// CancelGrace is how long a job cancelled by an operator or the
+	// customer, or out of time, gives its plugin to stop once interrupted
+	// (protocol 1.3: SIGINT, the SDK cancels the operation) before its
+	// process group is killed; Terraform uses it to save its state and
+	// release its lock. Zero kills at once. A lost lease or a stopping
+	// agent always kills at once.
+	CancelGrace time.Duration
 	// LogRoot, when set, keeps a local copy of the newest jobs' logs
 	// (KeepJobLogs of them, STATE/logs/<job>-<attempt>.log, 0600), as
 	// redacted as what imsd gets, for the customer's support bundle.
@@ -90,6 +112,52 @@ type PluginRunner struct {
 // plugin's environment, and prefixes its credentials' secret names.
 const InstallRegistryEnv = "BYOC_INSTALL_REGISTRY"
 
+// runOp runs an operation of a started plugin. When ctx ends for a reason
+// that allows it (an operator's or the customer's cancel, the job's
+// timeout) and the plugin can be interrupted, it interrupts the plugin
+// and waits up to CancelGrace for the operation to return before it
+// kills the plugin; a lost lease or a stopping agent (ctx's other causes,
+// job.Kill) kills it at once.
+func (r *PluginRunner) runOp(ctx context.Context, inst *pluginhost.Instance, job Job, op string, req *sdk.RunRequest,
+	onLog func(sdk.LogEvent), log func(int32, string)) (*sdk.Result, error) {
+	if r.CancelGrace <= 0 || !inst.CanInterrupt() {
+		return inst.Run(ctx, op, req, onLog)
+	}
+	runCtx, stop := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer stop(nil)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-done:
+			return
+		case <-job.Kill:
+			stop(errors.New("the job was given up"))
+			return
+		case <-ctx.Done():
+		}
+		cause := context.Cause(ctx)
+		var c cancelled
+		if !errors.As(cause, &c) && !errors.Is(cause, errTimedOut) {
+			stop(cause)
+			return
+		}
+		log(StreamSystem, fmt.Sprintf("[agentd] %v: interrupting the plugin; waiting up to %s for it to stop", cause, r.CancelGrace))
+		inst.Interrupt()
+		t := time.NewTimer(r.CancelGrace)
+		defer t.Stop()
+		select {
+		case <-done:
+		case <-job.Kill:
+			stop(errors.New("the job was given up"))
+		case <-t.C:
+			log(StreamSystem, fmt.Sprintf("[agentd] the plugin did not stop within %s; killing it", r.CancelGrace))
+			stop(cause)
+		}
+	}()
+	return inst.Run(runCtx, op, req, onLog)
+}
+
 // SecretsKey is the top-level config key, for every component type, that
 // lists the secrets a job receives. The agent resolves and removes it
 // before the plugin sees the config.
@@ -101,10 +169,11 @@ const redactHold = 100 * time.Millisecond
 
 // Run implements Runner.
 func (r *PluginRunner) Run(ctx context.Context, job Job, rawLog func(int32, string)) Outcome {
-	secretValues := make([]string, 0, len(r.Secrets))
+	secretValues := make([]string, 0, len(r.Secrets)+len(r.Redact))
 	for _, v := range r.Secrets {
 		secretValues = append(secretValues, v)
 	}
+	secretValues = append(secretValues, r.Redact...)
 	// Values imsd marks sensitive (sensitive inputs) are redacted like
 	// secrets; the list never reaches the plugin.
 	config, sensitive, sensErr := takeSensitive(job.Config)
@@ -144,10 +213,6 @@ func (r *PluginRunner) Run(ctx context.Context, job Job, rawLog func(int32, stri
 	stream.Flush()
 	out.Error = red.String(out.Error)
 	out.Outputs = red.Map(out.Outputs)
-	for _, c := range out.PlannedChanges {
-		c.Address, c.Summary = red.String(c.Address), red.String(c.Summary)
-		c.Before, c.After = redactValue(red, c.Before), redactValue(red, c.After)
-	}
 	for _, f := range out.PolicyFindings {
 		f.Policy, f.Message = red.String(f.Policy), red.String(f.Message)
 	}
@@ -306,6 +371,73 @@ func (r *PluginRunner) resolveSecrets(config map[string]any) (map[string]any, ma
 	return out.(map[string]any), env, nil
 }
 
+// CustomerInputsKey is the top-level config key that lists the
+// customer-provided inputs a job's config refers to.
+const CustomerInputsKey = "customer_inputs"
+
+// resolveInputs takes the "customer_inputs" list out of config and puts
+// each listed input's value (from the install stack) in place of its
+// {{ .inputs.NAME }} in the config's strings.
+func (r *PluginRunner) resolveInputs(config map[string]any) (map[string]any, error) {
+	raw, ok := config[CustomerInputsKey]
+	if !ok {
+		return config, nil
+	}
+	rest := maps.Clone(config)
+	delete(rest, CustomerInputsKey)
+	list, ok := raw.([]any)
+	if !ok {
+		return nil, fmt.Errorf("config.%s: must be a list of input names", CustomerInputsKey)
+	}
+	ours := map[string]bool{}
+	for i, item := range list {
+		name, ok := item.(string)
+		if !ok || !secrets.Name.MatchString(name) {
+			return nil, fmt.Errorf("config.%s[%d]: must be an input name of letters, digits and _", CustomerInputsKey, i)
+		}
+		if _, ok := r.Inputs[name]; !ok {
+			return nil, fmt.Errorf("customer input %q is not set in this install's stack (its parameter %s; an agent run without --stack-config has none)",
+				name, "Input"+stackconfig.Pascal(name))
+		}
+		ours[name] = true
+	}
+	var walk func(path string, v any) (any, error)
+	walk = func(path string, v any) (any, error) {
+		switch v := v.(type) {
+		case string:
+			out, err := agentproto.ReplaceInputs(v, func(n string) (string, bool) { s, ok := r.Inputs[n]; return s, ok }, func(n string) bool { return ours[n] })
+			if err != nil {
+				return nil, fmt.Errorf("%s: %v", path, err)
+			}
+			return out, nil
+		case []any:
+			out := make([]any, len(v))
+			for i, e := range v {
+				var err error
+				if out[i], err = walk(fmt.Sprintf("%s[%d]", path, i), e); err != nil {
+					return nil, err
+				}
+			}
+			return out, nil
+		case map[string]any:
+			out := make(map[string]any, len(v))
+			for k, e := range v {
+				var err error
+				if out[k], err = walk(path+"."+k, e); err != nil {
+					return nil, err
+				}
+			}
+			return out, nil
+		}
+		return v, nil
+	}
+	out, err := walk("config", rest)
+	if err != nil {
+		return nil, err
+	}
+	return out.(map[string]any), nil
+}
+
 // run runs job; configErr, when set, fails it before anything starts;
 // credEnv goes to the operation's environment.
 func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEnv map[string]string, log func(int32, string), red *redact.Redactor) Outcome {
@@ -317,9 +449,13 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 	if configErr != nil {
 		return fail("%v", configErr)
 	}
+	config, err := r.resolveInputs(job.Config)
+	if err != nil {
+		return fail("%v", err)
+	}
 	// The vendor's policies leave the config before secrets are
 	// resolved: their text is not the plugin's config.
-	config, vendorPolicies, err := takeVendorPolicies(job.Config)
+	config, vendorPolicies, err := takeVendorPolicies(config)
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -386,6 +522,11 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 	if r.InstallRegistry != "" {
 		env[InstallRegistryEnv] = r.InstallRegistry
 	}
+	for k, v := range r.PluginEnv {
+		if _, ok := env[k]; !ok {
+			env[k] = v
+		}
+	}
 	started := time.Now()
 	// What the plugin prints outside the protocol (fmt.Println debugging,
 	// a panic's stacks, anything before Serve) goes to the job's log on
@@ -450,20 +591,56 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 	if arn := credEnv["BYOC_ROLE_ARN"]; arn != "" {
 		log(StreamSystem, fmt.Sprintf("[agentd] %s mode: running with role %s (credentials until %s; never the agent's own)", job.Mode, arn, credEnv["AWS_CREDENTIAL_EXPIRATION"]))
 	}
-	res, err := inst.Run(ctx, job.Operation, &sdk.RunRequest{
-		Job: sdk.JobContext{JobID: job.ID, InstallID: job.InstallID, Attempt: int(job.Attempt), WorkDir: work,
-			StateDir: stateDir, Timeout: job.Timeout, Component: job.Component, Mode: job.Mode, Policies: policies},
-		Config: job.Config,
-		Env:    opEnv,
-	}, func(e sdk.LogEvent) { log(int32(e.Stream), e.Text) })
+	jc := sdk.JobContext{JobID: job.ID, InstallID: job.InstallID, Attempt: int(job.Attempt), WorkDir: work,
+		StateDir: stateDir, Timeout: job.Timeout, Component: job.Component, Mode: job.Mode, Policies: policies}
+	plans := planStore{}
+	if stateDir != "" {
+		plans.root = filepath.Join(stateDir, sdk.PlanDirName)
+	}
+	var out Outcome
+	switch {
+	case job.ApprovedPlanDigest != "" && job.Operation == sdk.OpApply:
+		// The operator approved a plan: plan again, in this job and under
+		// the same state-dir lock, and apply only if nothing changed.
+		fresh, ok, failed := r.replan(ctx, inst, job, jc, opEnv, plans, log, red)
+		if !ok {
+			return failed
+		}
+		out.PlanDigest = fresh
+		jc.ApprovedPlanDigest = job.ApprovedPlanDigest
+		jc.PlanDir = plans.dir(job.ApprovedPlanDigest)
+	case job.ApprovedPlanDigest != "":
+		return fail("a %s job carries an approved plan digest; only an apply can", job.Operation)
+	case job.Operation == sdk.OpPlan && plans.root != "":
+		if jc.PlanDir, err = plans.fresh(job); err != nil {
+			return fail("plan directory: %v", err)
+		}
+	}
+	if jc.PlanDir != "" {
+		opEnv["BYOC_PLAN_DIR"] = jc.PlanDir
+	}
+	if jc.ApprovedPlanDigest != "" {
+		opEnv["BYOC_APPROVED_PLAN_DIGEST"] = jc.ApprovedPlanDigest
+	}
+	res, err := r.runOp(ctx, inst, job, job.Operation, &sdk.RunRequest{Job: jc, Config: job.Config, Env: opEnv},
+		func(e sdk.LogEvent) { log(int32(e.Stream), e.Text) }, log)
+	if job.Operation == sdk.OpApply || job.Operation == sdk.OpDestroy {
+		// The component's state moved on (or may have): every saved plan
+		// of it is stale.
+		if err := plans.clear(); err != nil {
+			log(StreamSystem, "[agentd] remove stale plans: "+red.String(err.Error()))
+		}
+	}
 	if ctx.Err() != nil {
+		plans.discard(jc.PlanDir)
 		return Outcome{} // the agent reports the cause
 	}
 	if err != nil {
+		plans.discard(jc.PlanDir)
 		return fail("%v", err)
 	}
-	// The agent protocol carries no plan yet: a plan's or drift check's
-	// verdict and summary reach the operator in the job log.
+	// A plan's or drift check's verdict and summary reach the operator in
+	// the job log too, beside the result's planned changes.
 	if job.Operation == sdk.OpDrift && res.Error == "" {
 		verdict := "no drift"
 		if res.Drifted {
@@ -471,30 +648,14 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 		}
 		log(StreamSystem, "[agentd] drift check: "+verdict)
 	}
-	if changes := strings.TrimRight(res.Changes, "\n"); changes != "" {
-		for _, line := range strings.Split(changes, "\n") {
-			log(StreamSystem, "[agentd] changes: "+line)
+	logChanges(job.Operation, res, log)
+	out.Outcome, out.ExitCode, out.Outputs = agentv1.Outcome_OUTCOME_SUCCEEDED, int32(res.ExitCode), res.Outputs
+	out.PolicyFindings, out.Drifted = findingsToProto(res.PolicyFindings), res.Drifted
+	if job.Operation == sdk.OpPlan || job.Operation == sdk.OpDrift || len(res.PlannedChanges) > 0 {
+		if out.PlannedChanges, out.PlanDigest, err = redactedPlan(res.PlannedChanges, red); err != nil {
+			plans.discard(jc.PlanDir)
+			return fail("%v", err)
 		}
-	}
-	for _, c := range res.PlannedChanges {
-		line := "[agentd] " + job.Operation + ": " + c.String()
-		if keys := changedKeys(c.Before, c.After); len(keys) > 0 {
-			line += " (changed: " + strings.Join(keys, ", ") + ")"
-		}
-		log(StreamSystem, line)
-	}
-	out := Outcome{Outcome: agentv1.Outcome_OUTCOME_SUCCEEDED, ExitCode: int32(res.ExitCode), Outputs: res.Outputs,
-		PolicyFindings: findingsToProto(res.PolicyFindings), Drifted: res.Drifted}
-	for _, c := range res.PlannedChanges {
-		pc := &agentv1.PlannedChange{Address: c.Address, Action: c.Action, Summary: c.Summary}
-		// The values came from protobuf, so they convert back.
-		if c.Before != nil {
-			pc.Before, _ = structpb.NewValue(c.Before)
-		}
-		if c.After != nil {
-			pc.After, _ = structpb.NewValue(c.After)
-		}
-		out.PlannedChanges = append(out.PlannedChanges, pc)
 	}
 	if res.Error == "" && res.ExitCode == 0 && hasDeny(res.PolicyFindings) {
 		// A plugin that reports a denial yet succeeds has a bug; the job
@@ -508,5 +669,135 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 			out.Error = fmt.Sprintf("exit code %d", res.ExitCode)
 		}
 	}
+	if job.Operation == sdk.OpPlan {
+		if out.Outcome != agentv1.Outcome_OUTCOME_SUCCEEDED {
+			plans.discard(jc.PlanDir)
+		} else if err := plans.keep(jc.PlanDir, out.PlanDigest); err != nil {
+			return fail("keep the plan's artifact: %v", err)
+		} else if jc.PlanDir != "" {
+			log(StreamSystem, "[agentd] plan "+out.PlanDigest+" saved in "+plans.dir(out.PlanDigest))
+		}
+	}
 	return out
+}
+
+// logChanges writes a plan's or drift check's summary and changes into
+// the job's log.
+func logChanges(op string, res *sdk.Result, log func(int32, string)) {
+	if changes := strings.TrimRight(res.Changes, "\n"); changes != "" {
+		for _, line := range strings.Split(changes, "\n") {
+			log(StreamSystem, "[agentd] changes: "+line)
+		}
+	}
+	for _, c := range res.PlannedChanges {
+		line := "[agentd] " + op + ": " + c.String()
+		if keys := changedKeys(c.Before, c.After); len(keys) > 0 {
+			line += " (changed: " + strings.Join(keys, ", ") + ")"
+		}
+		log(StreamSystem, line)
+	}
+}
+
+// redactedPlan converts a plugin's planned changes for imsd, every string
+// of them through the job's redactor, and returns their digest
+// (agentproto.PlanDigest), computed over what imsd receives.
+func redactedPlan(changes []sdk.PlannedChange, red *redact.Redactor) ([]*agentv1.PlannedChange, string, error) {
+	var out []*agentv1.PlannedChange
+	for _, c := range changes {
+		pc := &agentv1.PlannedChange{Address: red.String(c.Address), Action: c.Action, Summary: red.String(c.Summary)}
+		// The values came from protobuf, so they convert back.
+		if c.Before != nil {
+			v, _ := structpb.NewValue(c.Before)
+			pc.Before = redactValue(red, v)
+		}
+		if c.After != nil {
+			v, _ := structpb.NewValue(c.After)
+			pc.After = redactValue(red, v)
+		}
+		out = append(out, pc)
+	}
+	digest, err := PlanDigest(out)
+	if err != nil {
+		return nil, "", err
+	}
+	return out, digest, nil
+}
+
+// PlanDigest is agentproto.PlanDigest of changes as the agent sends them.
+func PlanDigest(changes []*agentv1.PlannedChange) (string, error) {
+	in := make([]agentproto.PlanChange, len(changes))
+	for i, c := range changes {
+		in[i] = agentproto.PlanChange{Address: c.GetAddress(), Action: c.GetAction(), Summary: c.GetSummary()}
+		if c.Before != nil {
+			in[i].Before = c.Before.AsInterface()
+		}
+		if c.After != nil {
+			in[i].After = c.After.AsInterface()
+		}
+	}
+	return agentproto.PlanDigest(in)
+}
+
+// replan makes a fresh plan before the apply of an approved one. ok is
+// true when its digest is the approved one; then the approved plan's
+// artifact directory holds the saved plan (the fresh one's, if the
+// approved one's is gone). Otherwise failed is the job's outcome: the
+// fresh plan, kept under its own digest, and an error saying that the
+// plan changed and nothing was applied.
+func (r *PluginRunner) replan(ctx context.Context, inst *pluginhost.Instance, job Job, jc sdk.JobContext, env map[string]string,
+	plans planStore, log func(int32, string), red *redact.Redactor) (fresh string, ok bool, failed Outcome) {
+	fail := func(format string, args ...any) Outcome {
+		msg := red.String(fmt.Sprintf(format, args...))
+		log(StreamSystem, "[agentd] "+msg)
+		return Outcome{Outcome: agentv1.Outcome_OUTCOME_FAILED, ExitCode: -1, Error: msg}
+	}
+	if _, valid := agentproto.PlanDigestHex(job.ApprovedPlanDigest); !valid {
+		return "", false, fail("approved plan digest %q: want sha256: and 64 lowercase hex digits", job.ApprovedPlanDigest)
+	}
+	log(StreamSystem, "[agentd] the operator approved plan "+job.ApprovedPlanDigest+"; planning again before applying")
+	var err error
+	if plans.root != "" {
+		if jc.PlanDir, err = plans.fresh(job); err != nil {
+			return "", false, fail("plan directory: %v", err)
+		}
+	}
+	planEnv := maps.Clone(env)
+	if jc.PlanDir != "" {
+		planEnv["BYOC_PLAN_DIR"] = jc.PlanDir
+	}
+	res, err := inst.Run(ctx, sdk.OpPlan, &sdk.RunRequest{Job: jc, Config: job.Config, Env: planEnv},
+		func(e sdk.LogEvent) { log(int32(e.Stream), e.Text) })
+	if err == nil && res.Error == "" && res.ExitCode != 0 {
+		res.Error = fmt.Sprintf("exit code %d", res.ExitCode)
+	}
+	if err != nil || res.Error != "" || ctx.Err() != nil {
+		plans.discard(jc.PlanDir)
+		if ctx.Err() != nil {
+			return "", false, Outcome{}
+		}
+		if err == nil {
+			err = errors.New(res.Error)
+		}
+		return "", false, fail("plan before apply failed, nothing was applied: %v", err)
+	}
+	logChanges(sdk.OpPlan, res, log)
+	changes, digest, err := redactedPlan(res.PlannedChanges, red)
+	if err != nil {
+		plans.discard(jc.PlanDir)
+		return "", false, fail("plan before apply: %v", err)
+	}
+	if digest != job.ApprovedPlanDigest {
+		if err := plans.keep(jc.PlanDir, digest); err != nil {
+			log(StreamSystem, "[agentd] keep the fresh plan's artifact: "+red.String(err.Error()))
+		}
+		out := fail("plan changed since approval: approved %s, the plan now is %s (%d changes); nothing was applied, approve the new plan to apply it",
+			job.ApprovedPlanDigest, digest, len(changes))
+		out.PlannedChanges, out.PlanDigest = changes, digest
+		return digest, false, out
+	}
+	if err := plans.adopt(jc.PlanDir, digest); err != nil {
+		return "", false, fail("keep the plan's artifact: %v", err)
+	}
+	log(StreamSystem, "[agentd] the plan is the approved one ("+digest+"); applying")
+	return digest, true, Outcome{}
 }

@@ -30,6 +30,9 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 2 && os.Args[1] == "plugin" && os.Args[2] == "printer" {
 		sdk.ServeArgs(printer{}, os.Args[3:])
 	}
+	if len(os.Args) > 2 && os.Args[1] == "plugin" && os.Args[2] == "planner" {
+		sdk.ServeArgs(planner{}, os.Args[3:])
+	}
 	goleak.VerifyTestMain(m)
 }
 

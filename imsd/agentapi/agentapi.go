@@ -449,6 +449,7 @@ func (c *conn) welcomeLocked(ctx context.Context, hello *agentv1.Hello) error {
 	c.logger().InfoContext(ctx, "agent connected", "reattached", len(renewed), "lost", len(lost))
 	c.touch(ctx, now)
 	c.reportPermissions(ctx, hello.Permissions, now)
+	c.reportStack(ctx, hello.Stack, now)
 	c.lastForced = now
 	return c.claim(ctx, true)
 }
@@ -636,6 +637,27 @@ func (c *conn) reportPermissions(ctx context.Context, p *agentv1.Permissions, no
 	c.svc.hub.FleetChanged()
 }
 
+// reportStack records what the agent reported of its install stack in its
+// hello, when it differs from what is recorded (a reconnect with the same
+// stack costs no write). An agent without a stack reports none and leaves
+// the record as it was. c.mu is held.
+func (c *conn) reportStack(ctx context.Context, p *agentv1.StackReport, now time.Time) {
+	if p == nil {
+		return
+	}
+	r := store.StackReport{Format: p.Format, Stack: p.Stack, Inputs: p.Inputs, Outputs: p.Outputs}
+	if c.agent.Stack != nil && c.agent.Stack.Equal(r) {
+		return
+	}
+	if err := c.svc.store.SetAgentStack(ctx, c.agent.ID, r, now); err != nil {
+		c.logger().WarnContext(ctx, "record install stack", "err", err)
+		return
+	}
+	c.logger().InfoContext(ctx, "agent reported its install stack", "format", r.Format, "stack", r.Stack, "inputs", len(r.Inputs))
+	c.agent.Stack = &r
+	c.svc.hub.FleetChanged()
+}
+
 // claim hands out queued jobs of the install up to the agent's free
 // capacity. With force unset it first asks the hub whether anything may be
 // queued, which saves a database round trip after most finished jobs.
@@ -778,12 +800,15 @@ func (c *conn) handle(ctx context.Context, m *agentv1.ConnectRequest) error {
 		if err != nil {
 			return connect.NewError(connect.CodeInvalidArgument, err)
 		}
+		if err := checkPlanDigest(r); err != nil {
+			return connect.NewError(connect.CodeInvalidArgument, err)
+		}
 		findings, err := policyFindings(r.PolicyFindings)
 		if err != nil {
 			return connect.NewError(connect.CodeInvalidArgument, err)
 		}
 		res := store.Result{State: state, ExitCode: int(r.ExitCode), Error: r.Error, Outputs: r.Outputs, PlannedChanges: plan,
-			PolicyFindings: findings, Drifted: r.Drifted}
+			PlanDigest: r.PlanDigest, PolicyFindings: findings, Drifted: r.Drifted}
 		if state == store.JobSucceeded && c.agent.InstallID == store.VendorInstallID && r.Outputs[store.BuildOutDigest] != "" {
 			// The build agent's result: the store records the build if
 			// the job is a build job.
@@ -849,6 +874,39 @@ var outcomes = map[agentv1.Outcome]store.JobState{
 	agentv1.Outcome_OUTCOME_CANCELLED: store.JobCancelled,
 	agentv1.Outcome_OUTCOME_TIMED_OUT: store.JobTimedOut,
 	agentv1.Outcome_OUTCOME_REFUSED:   store.JobRefused,
+}
+
+// checkPlanDigest refuses a result whose plan digest is malformed or,
+// when it carries the plan's changes, is not theirs: an approval binds
+// the digest, so it must be the digest of what the operator is shown.
+func checkPlanDigest(r *agentv1.JobResult) error {
+	if r.PlanDigest == "" {
+		return nil
+	}
+	if _, ok := agentproto.PlanDigestHex(r.PlanDigest); !ok {
+		return fmt.Errorf("result.plan_digest: %q is not sha256: and 64 lowercase hex digits", r.PlanDigest)
+	}
+	if len(r.PlannedChanges) == 0 {
+		return nil // an approved apply reports the digest of its fresh plan only
+	}
+	in := make([]agentproto.PlanChange, len(r.PlannedChanges))
+	for i, c := range r.PlannedChanges {
+		in[i] = agentproto.PlanChange{Address: c.Address, Action: c.Action, Summary: c.Summary}
+		if c.Before != nil {
+			in[i].Before = c.Before.AsInterface()
+		}
+		if c.After != nil {
+			in[i].After = c.After.AsInterface()
+		}
+	}
+	d, err := agentproto.PlanDigest(in)
+	if err != nil {
+		return fmt.Errorf("result.planned_changes: %w", err)
+	}
+	if d != r.PlanDigest {
+		return fmt.Errorf("result.plan_digest: %s is not the digest of the result's planned_changes (%s)", r.PlanDigest, d)
+	}
+	return nil
 }
 
 // MaxPlannedChanges bounds the planned changes stored with a job; beyond
@@ -959,13 +1017,16 @@ func (s *Service) assignment(ctx context.Context, j store.Job, installID string)
 		Mode:           string(j.Mode),
 		Component:      j.Component,
 		RegistryGrant:  grant,
+
+		ApprovedPlanDigest: j.ApprovedPlanDigest,
 	}
 	claims := agentproto.JobClaims{
 		InstallID: installID, JobID: j.ID, Attempt: int64(a.Attempt), FencingToken: j.FencingToken,
 		Mode: a.Mode, Component: a.Component,
 		ComponentType: j.ComponentType, Operation: j.Operation, TimeoutSeconds: a.TimeoutSeconds,
 		ConfigDigest: digest, Expires: s.now().Add(s.cfg.LeaseDuration + s.cfg.LeaseGrace),
-		Grant: grantClaims,
+		Grant:              grantClaims,
+		ApprovedPlanDigest: j.ApprovedPlanDigest,
 	}
 	sig := s.cfg.SigningKey.Sign(&claims)
 	a.Signature = &agentv1.JobSignature{KeyId: claims.KeyID, ExpireUnixMs: claims.Expires.UnixMilli(), Signature: sig}

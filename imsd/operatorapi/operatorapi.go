@@ -644,6 +644,7 @@ func (s *Service) GetJob(ctx context.Context, req *connect.Request[imsv1.GetJobR
 	pj.PendingReason = s.pendingReason(ctx, j)
 	// Only here: a plan may hold many changes, which lists do without.
 	pj.PlannedChanges = s.plannedToProto(ctx, j)
+	pj.PlanDigest, pj.ApprovedPlanDigest = j.PlanDigest, j.ApprovedPlanDigest
 	for _, f := range j.PolicyFindings {
 		pj.PolicyFindings = append(pj.PolicyFindings, &imsv1.PolicyFinding{Policy: f.Policy, Source: f.Source, Level: f.Level, Message: f.Message})
 	}
@@ -1032,6 +1033,9 @@ func (s *Service) agentStatus(agents []store.Agent) *imsv1.AgentStatus {
 	if p := a.Permissions; p != nil {
 		st.Permissions = &imsv1.Permissions{Provision: p.Provision, Maintenance: p.Maintenance, Deprovision: p.Deprovision,
 			BreakGlass: p.BreakGlass, DisabledAll: p.DisabledAll, ChangeTime: ts(p.ChangedAt), ReportTime: ts(a.PermissionsAt)}
+	}
+	if r := a.Stack; r != nil {
+		st.Stack = &imsv1.StackReport{Format: r.Format, Stack: r.Stack, Inputs: r.Inputs, Outputs: r.Outputs, ReportTime: ts(r.ReportedAt)}
 	}
 	return st
 }

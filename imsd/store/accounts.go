@@ -420,6 +420,8 @@ type agentRow struct {
 	// Permissions is JSON, "" for never reported.
 	Permissions   string `db:"permissions"`
 	PermissionsAt int64  `db:"permissions_at"`
+	// Stack is JSON, "" for never reported.
+	Stack string `db:"stack"`
 }
 
 func (r agentRow) agent() Agent {
@@ -435,11 +437,17 @@ func (r agentRow) agent() Agent {
 			a.Permissions = &p
 		}
 	}
+	if r.Stack != "" {
+		var st StackReport
+		if json.Unmarshal([]byte(r.Stack), &st) == nil {
+			a.Stack = &st
+		}
+	}
 	return a
 }
 
 const agentCols = `id, install_id, public_key, hostname, version, enrolled_at, last_seen_at, conflict_at, conflict,
-	permissions, permissions_at`
+	permissions, permissions_at, stack`
 
 // SetAgentPermissions records the permission state agent id reported at
 // now. imsd calls it when the state differs from what it last recorded.
@@ -454,6 +462,22 @@ func (s *Store) SetAgentPermissions(ctx context.Context, id string, p Permission
 	return s.updateAgent(ctx, "record agent permissions", id, func(tx *txn) error {
 		return s.auditAgent(ctx, tx, id, "agent.permissions_changed", now, map[string]string{"permissions": string(b)})
 	}, `UPDATE agents SET permissions = ?, permissions_at = ? WHERE id = ?`, string(b), nanos(now))
+}
+
+// SetAgentStack records what agent id reported of its install stack at
+// now. imsd calls it when the report differs from what it last recorded.
+func (s *Store) SetAgentStack(ctx context.Context, id string, r StackReport, now time.Time) error {
+	if err := requireTime("now", now); err != nil {
+		return err
+	}
+	r.ReportedAt = now.UTC()
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	return s.updateAgent(ctx, "record agent stack", id, func(tx *txn) error {
+		return s.auditAgent(ctx, tx, id, "agent.stack_reported", now, map[string]string{"stack": string(b)})
+	}, `UPDATE agents SET stack = ? WHERE id = ?`, string(b))
 }
 
 // GetAgent returns the agent with ID id.

@@ -2,6 +2,7 @@ package store
 
 import (
 	"encoding/json"
+	"maps"
 	"time"
 )
 
@@ -192,6 +193,27 @@ type Agent struct {
 	// must be a build agent token (and an install's token otherwise).
 	// Not stored: a build agent is one of the vendor install.
 	Build bool
+	// Stack is what the agent last reported of its install stack (nil:
+	// never, or it runs without one).
+	Stack *StackReport
+}
+
+// StackReport is what an agent reports of its install stack: the
+// customer-provided inputs (a non-sensitive one's value, "set" for a
+// sensitive one that has a value; unset ones are missing) and the
+// stack's outputs. imsd only shows it: the agent resolves the inputs.
+type StackReport struct {
+	Format  string            `json:"format"`
+	Stack   string            `json:"stack,omitempty"`
+	Inputs  map[string]string `json:"inputs,omitempty"`
+	Outputs map[string]string `json:"outputs,omitempty"`
+	// ReportedAt is when imsd recorded it.
+	ReportedAt time.Time `json:"reported_at"`
+}
+
+// Equal reports whether r and o say the same, their times aside.
+func (r StackReport) Equal(o StackReport) bool {
+	return r.Format == o.Format && r.Stack == o.Stack && maps.Equal(r.Inputs, o.Inputs) && maps.Equal(r.Outputs, o.Outputs)
 }
 
 // Job is one unit of work for one install's agent, handed out under a lease.
@@ -228,6 +250,12 @@ type Job struct {
 	Component string
 	// PlannedChanges are what a plan or drift check found to change.
 	PlannedChanges []PlannedChange
+	// PlanDigest is the digest of the plan the job made, as its agent
+	// reported it (rpc/agentproto.PlanDigest).
+	PlanDigest string
+	// ApprovedPlanDigest is, on the apply of an approved plan, the digest
+	// the approval bound: the agent applies only a fresh plan with it.
+	ApprovedPlanDigest string
 	// PolicyFindings are what the job's policies said of its plan.
 	PolicyFindings []PolicyFinding
 }
@@ -275,6 +303,8 @@ type Result struct {
 	Error          string
 	Outputs        map[string]string
 	PlannedChanges []PlannedChange
+	// PlanDigest is the digest of the plan the job made.
+	PlanDigest     string
 	PolicyFindings []PolicyFinding
 	// Drifted is a drift check's verdict (ignored for other jobs).
 	Drifted bool

@@ -18,6 +18,7 @@ import (
 	"github.com/byoc-dev/byoc/imsd/errs"
 	"github.com/byoc-dev/byoc/imsd/store"
 	"github.com/byoc-dev/byoc/plugins/sdk/configschema"
+	"github.com/byoc-dev/byoc/rpc/agentproto"
 	"github.com/byoc-dev/byoc/schema/app/config"
 	"github.com/byoc-dev/byoc/schema/app/load"
 	"github.com/byoc-dev/byoc/schema/app/template"
@@ -146,6 +147,8 @@ func (e *Engine) Advance(ctx context.Context, id string) error {
 			again, err = e.start(ctx, wf)
 		case store.WorkflowRunning:
 			again, err = e.run(ctx, wf, steps)
+		case store.WorkflowAwaitingApproval:
+			again, err = e.planSteps(ctx, wf, steps)
 		}
 		if err != nil || !again {
 			return err
@@ -216,7 +219,7 @@ func (e *Engine) start(ctx context.Context, wf store.Workflow) (again bool, err 
 		return false, err
 	}
 	e.hub.FleetChanged()
-	return state == store.WorkflowRunning, nil
+	return true, nil // running: start steps; awaiting approval: plan them
 }
 
 // run advances a running workflow; again is true when it changed
@@ -312,6 +315,17 @@ func (e *Engine) run(ctx context.Context, wf store.Workflow, steps []store.Step)
 		if !ready {
 			continue
 		}
+		if needsApproval(wf, s) {
+			// Plan it now that it can be, and ask again.
+			ok, err := e.st.AwaitApproval(ctx, wf.ID, "plan "+s.Name+" once the steps it needs have run", e.now())
+			if err != nil {
+				return false, err
+			}
+			if started || ok {
+				e.hub.FleetChanged()
+			}
+			return ok, nil
+		}
 		if sc == nil {
 			if sc, err = e.stepContext(ctx, wf); err != nil {
 				return false, err
@@ -401,6 +415,9 @@ func (e *Engine) finish(ctx context.Context, wf store.Workflow, s *store.Step, j
 	if state == store.StepFailed && msg == "" {
 		msg = fmt.Sprintf("job %s %s", j.ID, j.State)
 	}
+	if replanned, err := e.planChanged(ctx, wf, s, j); replanned || err != nil {
+		return err
+	}
 	var deployed *store.InstallComponent
 	var removed string
 	if state == store.StepSucceeded && s.Component != "" {
@@ -431,6 +448,7 @@ func (e *Engine) deployed(ctx context.Context, wf store.Workflow, s *store.Step,
 		return store.InstallComponent{}, fmt.Errorf("job %s config: %w", j.ID, err)
 	}
 	delete(cfg, SensitiveKey)
+	delete(cfg, CustomerInputsKey)
 	delete(cfg, VendorPoliciesKey)
 	if names, ok := cfg[SecretsKey].([]any); ok && len(names) > 0 && s.Component != "" {
 		// The secrets list was added from references; keep what the
@@ -522,6 +540,9 @@ func (e *Engine) startStep(ctx context.Context, wf store.Workflow, sc *stepConte
 	j := store.Job{ID: auth.NewSortableID("job_", now), InstallID: wf.InstallID, ComponentType: s.ComponentType, Operation: s.Operation,
 		Component: s.Component, Config: cfg, MaxAttempts: MaxJobAttempts, Timeout: s.Timeout, CreatedAt: now, CreatedBy: "workflow " + wf.ID,
 		Mode: StepMode(wf, s, sc.app)}
+	if s.Operation == OpApply {
+		j.ApprovedPlanDigest = s.ApprovedPlanDigest
+	}
 	ok, err = e.st.StartStep(ctx, wf.ID, s.Name, j, now)
 	if err != nil {
 		return false, err
@@ -543,7 +564,8 @@ func jobConfig(sc *stepContext, s *store.Step) ([]byte, error) {
 	if err := json.Unmarshal(s.Config, &cfg); err != nil {
 		return nil, fmt.Errorf("step config: %w", err)
 	}
-	r := &Renderer{InstallID: sc.in.ID, InstallName: sc.in.Name, Inputs: sc.inputs, Outputs: sc.outputs, Schemas: sc.schemas}
+	r := &Renderer{InstallID: sc.in.ID, InstallName: sc.in.Name, Inputs: sc.inputs, Outputs: sc.outputs, Schemas: sc.schemas,
+		Customer: CustomerInputs(sc.app)}
 	var err error
 	switch {
 	case s.Action != "":
@@ -581,6 +603,16 @@ func jobConfig(sc *stepContext, s *store.Step) ([]byte, error) {
 	}
 	if secrets = slices.Compact(slices.Sorted(slices.Values(secrets))); len(secrets) > 0 {
 		cfg[SecretsKey] = secrets
+	}
+	// Customer inputs the agent fills in: those referred to now, and in a
+	// destroy's already rendered config, the references left in it.
+	customer := r.CustomerRefs()
+	if s.Operation == OpDestroy {
+		b, _ := json.Marshal(cfg)
+		customer = append(customer, agentproto.InputNames(string(b))...)
+	}
+	if customer = slices.Compact(slices.Sorted(slices.Values(customer))); len(customer) > 0 {
+		cfg[CustomerInputsKey] = customer
 	}
 	if len(sc.sensitive) > 0 {
 		cfg[SensitiveKey] = sc.sensitive

@@ -13,7 +13,9 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"golang.org/x/sync/errgroup"
+	"oras.land/oras-go/v2/content"
 	"oras.land/oras-go/v2/errdef"
+	"oras.land/oras-go/v2/registry/remote/errcode"
 )
 
 // Result is what an Apply did.
@@ -41,9 +43,10 @@ func Copy(ctx context.Context, src, dst *Repo, root digest.Digest, opts Options)
 }
 
 // Apply copies what the plan found missing: every missing blob (in
-// parallel, largest first, each verified against its digest and size
-// while it streams; the destination never gets the last bytes of a blob
-// that does not match), then, only once every blob is there, the missing
+// parallel, largest first, each checked against its digest and size: by
+// the destination as it takes it, and with Options.LocalVerify here too,
+// so that the destination never gets the last bytes of a blob that does
+// not match), then, only once every blob is there, the missing
 // manifests children first, the root's before its referrers. So if the
 // source fails during Apply, the destination gained unreferenced blobs
 // at most.
@@ -67,7 +70,7 @@ func (p *Plan) Apply(ctx context.Context, opts Options) (*Result, error) {
 	var copied atomic.Int64
 	for _, n := range blobs {
 		g.Go(func() error {
-			did, err := p.copyBlob(gctx, n.Descriptor, &sent, opts.Progress)
+			did, err := p.copyBlob(gctx, n.Descriptor, &sent, opts)
 			if did {
 				copied.Add(1)
 			}
@@ -112,7 +115,8 @@ func (p *Plan) Apply(ctx context.Context, opts Options) (*Result, error) {
 // copyBlob streams one blob from the source to the destination. It
 // reports whether the blob was sent (false when the destination already
 // had it).
-func (p *Plan) copyBlob(ctx context.Context, desc ocispec.Descriptor, sent *atomic.Int64, progress func(Event)) (bool, error) {
+func (p *Plan) copyBlob(ctx context.Context, desc ocispec.Descriptor, sent *atomic.Int64, opts Options) (bool, error) {
+	progress := opts.Progress
 	if progress != nil {
 		progress(Event{Descriptor: desc})
 	}
@@ -121,7 +125,10 @@ func (p *Plan) copyBlob(ctx context.Context, desc ocispec.Descriptor, sent *atom
 		return false, sideError(Source, p.Src, "fetch blob "+desc.Digest.String()+" from", err)
 	}
 	defer rc.Close()
-	vr := &verifyReader{r: rc, desc: desc, h: desc.Digest.Algorithm().Hash(), sent: sent}
+	vr := &verifyReader{r: rc, desc: desc, sent: sent}
+	if opts.LocalVerify {
+		vr.h = desc.Digest.Algorithm().Hash()
+	}
 	err = p.Dst.Push(ctx, desc, vr)
 	switch {
 	case vr.srcErr != nil:
@@ -130,6 +137,8 @@ func (p *Plan) copyBlob(ctx context.Context, desc ocispec.Descriptor, sent *atom
 		return false, fmt.Errorf("blob %s from %s: %w", desc.Digest, p.Src.Name(), vr.verifyErr)
 	case errors.Is(err, errdef.ErrAlreadyExists):
 		return false, nil
+	case refusedDigest(err):
+		return false, fmt.Errorf("blob %s from %s: %w: %s refused it: %v", desc.Digest, p.Src.Name(), ErrDigestMismatch, p.Dst.Name(), err)
 	case err != nil:
 		return false, sideError(Destination, p.Dst, "push blob "+desc.Digest.String()+" to", err)
 	}
@@ -139,10 +148,29 @@ func (p *Plan) copyBlob(ctx context.Context, desc ocispec.Descriptor, sent *atom
 	return true, nil
 }
 
-// verifyReader hashes a blob while the destination reads it, and withholds
-// its last bytes unless they complete the expected digest and size: a
-// destination never receives a whole blob that does not match. It keeps
-// apart the source's read errors from the check's.
+// refusedDigest reports a destination refusing a blob for not matching
+// its digest or size.
+func refusedDigest(err error) bool {
+	if errors.Is(err, content.ErrMismatchedDigest) || errors.Is(err, content.ErrTrailingData) {
+		return true
+	}
+	var resp *errcode.ErrorResponse
+	if errors.As(err, &resp) {
+		for _, e := range resp.Errors {
+			if e.Code == errcode.ErrorCodeDigestInvalid || e.Code == errcode.ErrorCodeSizeInvalid {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// verifyReader counts a blob's bytes while the destination reads it, and
+// stops a source that sends fewer or more than its size. With a hash
+// (Options.LocalVerify) it also hashes them and withholds the last bytes
+// unless they complete the expected digest: the destination never
+// receives a whole blob that does not match. It keeps apart the source's
+// read errors from the check's.
 type verifyReader struct {
 	r         io.Reader
 	desc      ocispec.Descriptor
@@ -170,13 +198,19 @@ func (v *verifyReader) Read(b []byte) (int, error) {
 		b = b[:rest]
 	}
 	n, err := v.r.Read(b)
-	v.h.Write(b[:n])
+	if v.h != nil {
+		v.h.Write(b[:n])
+	}
 	v.n += int64(n)
 	if err != nil && err != io.EOF {
 		v.srcErr = err
 		return n, err
 	}
 	if v.n == v.desc.Size {
+		if v.h == nil {
+			v.sent.Add(int64(n))
+			return n, io.EOF
+		}
 		if got := digest.NewDigest(v.desc.Digest.Algorithm(), v.h); got != v.desc.Digest {
 			v.verifyErr = fmt.Errorf("%w: got %s", ErrDigestMismatch, got)
 			return 0, v.verifyErr

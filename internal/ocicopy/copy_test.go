@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -18,6 +20,37 @@ import (
 	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/internal/ocicopy/ocitest"
 )
+
+// TestMain lets the test binary be a copying process that a test kills
+// (OCICOPY_TEST_CHILD=copy; the source, destination and digest in env).
+func TestMain(m *testing.M) {
+	if os.Getenv("OCICOPY_TEST_CHILD") == "copy" {
+		ctx := context.Background()
+		src := openEnv("OCICOPY_TEST_SRC", srcCreds)
+		dst := openEnv("OCICOPY_TEST_DST", dstCreds)
+		_, err := ocicopy.Copy(ctx, src, dst, digest.Digest(os.Getenv("OCICOPY_TEST_DIGEST")), ocicopy.Options{Concurrency: 1})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func openEnv(name string, creds ocicopy.Credentials) *ocicopy.Repo {
+	loc, repo, _ := strings.Cut(os.Getenv(name), " ")
+	reg, err := ocicopy.ParseRegistry(loc)
+	if err == nil {
+		var r *ocicopy.Repo
+		if r, err = ocicopy.Open(context.Background(), reg, repo, creds); err == nil {
+			return r
+		}
+	}
+	fmt.Fprintln(os.Stderr, err)
+	os.Exit(2)
+	return nil
+}
 
 // open opens repository in the registry at loc.
 func open(tb testing.TB, loc, repository string, creds ocicopy.Credentials) *ocicopy.Repo {
@@ -265,20 +298,26 @@ func TestInterruptedCopyResumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	var rest int64
+	present := 0
 	for _, n := range p.Nodes {
 		if _, ok := done[n.Descriptor.Digest]; ok && !n.Present {
 			t.Fatalf("blob %s completed in the first copy but the plan says it is missing", n.Descriptor.Digest)
 		}
-		if !n.Present && !n.Manifest {
+		switch {
+		case !n.Present && !n.Manifest:
 			rest += n.Descriptor.Size
+		case n.Present && !n.Manifest:
+			// A blob may also have completed at the registry while its
+			// response was cut by the cancel.
+			present++
 		}
 	}
 	res, err := p.Apply(ctx, ocicopy.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.BlobBytes != rest || res.BlobsSkipped != completed {
-		t.Fatalf("resumed copy sent %d blob bytes and skipped %d blobs; want %d bytes (the blobs not completed) and %d skipped", res.BlobBytes, res.BlobsSkipped, rest, completed)
+	if res.BlobBytes != rest || res.BlobsSkipped != present || present < completed {
+		t.Fatalf("resumed copy sent %d blob bytes and skipped %d blobs; want %d bytes (the blobs not completed) and %d skipped (at least the %d completed)", res.BlobBytes, res.BlobsSkipped, rest, present, completed)
 	}
 	for d, size := range done {
 		if n := proxy.Puts(d.String()); n != 1 {
@@ -286,6 +325,98 @@ func TestInterruptedCopyResumes(t *testing.T) {
 		}
 		if n := proxy.Uploaded(d.String()); n != size {
 			t.Errorf("completed blob %s: %d bytes uploaded over both copies, want %d", d, n, size)
+		}
+	}
+	assertSame(t, src, dst, img.Digest)
+}
+
+// A copying process killed with SIGKILL mid-copy: the next copy sends
+// only what had not completed, and no completed blob twice.
+func TestKilledCopyResumes(t *testing.T) {
+	ctx := context.Background()
+	srcReg, dstReg := registries(t)
+	proxy := ocitest.StartProxy(t, dstReg.Host)
+	proxy.UploadBytesPerSecond = 16 << 20
+	src := open(t, srcReg.URL(), "acme/big", srcCreds)
+	dst := open(t, dstReg.URL(), "install/big", dstCreds)
+	img, err := ocitest.Image(ctx, src, ocitest.ImageSpec{Seed: 70, Layers: []int64{4 << 20, 4 << 20, 4 << 20, 4 << 20, 4 << 20, 4 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes, _, err := ocicopy.Walk(ctx, src, img.Digest, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	child := exec.Command(self, "-test.run=^$")
+	child.Env = append(os.Environ(), "OCICOPY_TEST_CHILD=copy",
+		"OCICOPY_TEST_SRC="+srcReg.URL()+" acme/big",
+		"OCICOPY_TEST_DST=http://"+proxy.Host+" install/big",
+		"OCICOPY_TEST_DIGEST="+img.Digest.String())
+	var out strings.Builder
+	child.Stdout, child.Stderr = &out, &out
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Kill it once two blobs are at the destination.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		present := 0
+		for _, n := range nodes {
+			if ok, _ := dst.Exists(ctx, n.Descriptor); ok && !n.Manifest {
+				present++
+			}
+		}
+		if present >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			child.Process.Kill()
+			child.Wait()
+			t.Fatalf("no two blobs at the destination after 30s; the child said:\n%s", out.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	child.Process.Kill()
+	if err := child.Wait(); err == nil {
+		t.Fatalf("the copy finished before it was killed; the test needs it cut short")
+	}
+
+	// The resumed copy goes through the proxy too, so it counts every
+	// upload of both.
+	viaProxy := open(t, "http://"+proxy.Host, "install/big", dstCreds)
+	p, err := ocicopy.PlanCopy(ctx, src, viaProxy, img.Digest, ocicopy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var done []ocicopy.Node
+	var rest int64
+	for _, n := range p.Nodes {
+		switch {
+		case n.Manifest && n.Present:
+			t.Fatal("the killed copy pushed the manifest")
+		case n.Present:
+			done = append(done, n)
+		case !n.Manifest:
+			rest += n.Descriptor.Size
+		}
+	}
+	if len(done) < 2 || rest == 0 {
+		t.Fatalf("%d blobs done and %d bytes left when killed; the test needs both", len(done), rest)
+	}
+	res, err := p.Apply(ctx, ocicopy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.BlobBytes != rest {
+		t.Fatalf("the resumed copy sent %d blob bytes, want %d (only what the killed one had not completed)", res.BlobBytes, rest)
+	}
+	for _, n := range done {
+		if c := proxy.Puts(n.Descriptor.Digest.String()); c != 1 {
+			t.Errorf("blob %s, complete when the copy was killed, was uploaded %d times over both copies (want once)", n.Descriptor.Digest, c)
 		}
 	}
 	assertSame(t, src, dst, img.Digest)
@@ -400,10 +531,18 @@ func TestTamperedBlobRefused(t *testing.T) {
 	}
 	// The source serves every blob with its last byte changed.
 	proxy.Tamper = func(_ string, body io.Reader) io.Reader { return &flipLast{r: body} }
-	for _, tc := range []struct{ name, loc string }{{"registry", dstReg.URL()}, {"layout", "oci:" + t.TempDir()}} {
+	for _, tc := range []struct {
+		name, loc string
+		local     bool
+	}{
+		// By default the destination's own check refuses the blob.
+		{"registry", dstReg.URL(), false}, {"layout", "oci:" + t.TempDir(), false},
+		// With LocalVerify, the copy's does first.
+		{"registry-local", dstReg.URL(), true}, {"layout-local", "oci:" + t.TempDir(), true},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dst := open(t, tc.loc, "install/api", dstCreds)
-			_, err := ocicopy.Copy(ctx, src, dst, img.Digest, ocicopy.Options{})
+			dst := open(t, tc.loc, "install/"+tc.name, dstCreds)
+			_, err := ocicopy.Copy(ctx, src, dst, img.Digest, ocicopy.Options{LocalVerify: tc.local})
 			if !errors.Is(err, ocicopy.ErrDigestMismatch) {
 				t.Fatalf("copy of tampered blobs: %v; want ErrDigestMismatch", err)
 			}
@@ -430,14 +569,18 @@ type flipLast struct {
 }
 
 func (f *flipLast) Read(b []byte) (int, error) {
-	buf := make([]byte, len(b))
+	if len(b) < 2 {
+		b = make([]byte, 2)[:len(b)]
+	}
+	// Read at most len(b)-len(held) bytes, so held plus them fit in b.
+	buf := make([]byte, len(b)-len(f.held))
 	n, err := f.r.Read(buf)
 	data := append(f.held, buf[:n]...)
+	f.held = nil
 	if err == io.EOF {
 		if len(data) > 0 {
 			data[len(data)-1] ^= 0xff
 		}
-		f.held = nil
 		return copy(b, data), io.EOF
 	}
 	if len(data) == 0 {

@@ -22,6 +22,20 @@ type Options struct {
 	// manifests whose subject is a manifest of the graph). By default
 	// they are copied with what they refer to.
 	NoReferrers bool
+	// CheckEveryBlob asks the destination about every blob, also those
+	// under a manifest it holds, so a copy repairs content removed behind
+	// a manifest's back (at a request per blob on every re-sync). By
+	// default a held manifest vouches for its content.
+	CheckEveryBlob bool
+	// LocalVerify hashes every blob in this process while it streams, and
+	// withholds the last bytes of one that does not match, on top of the
+	// destination's own check. By default the destination's check is the
+	// one: a registry verifies an upload against the digest it is pushed
+	// under (the distribution spec's PUT ?digest=, refused with
+	// DIGEST_INVALID) and an OCI layout store hashes what it ingests, so
+	// hashing here too would hash every byte twice. Use it for a
+	// destination that is known not to check.
+	LocalVerify bool
 	// Progress, if set, is called when a blob or manifest starts and ends
 	// being copied (from several goroutines at once).
 	Progress func(Event)
@@ -56,6 +70,9 @@ type Node struct {
 	Present bool
 	// raw is a manifest's bytes, read and verified during the plan.
 	raw []byte
+	// children are a manifest's successors (config, layers, platform
+	// manifests, subject).
+	children []digest.Digest
 }
 
 // Plan is what a copy of one root would do.
@@ -94,7 +111,11 @@ func PlanCopy(ctx context.Context, src, dst *Repo, root digest.Digest, opts Opti
 		return nil, err
 	}
 	p := &Plan{Src: src, Dst: dst, Root: rootDesc, Nodes: nodes}
-	if err := checkPresent(ctx, dst, p.Nodes, opts.concurrency()); err != nil {
+	check := checkPresentTopDown
+	if opts.CheckEveryBlob {
+		check = checkAll
+	}
+	if err := check(ctx, dst, p.Nodes, opts.concurrency()); err != nil {
 		return nil, err
 	}
 	for _, n := range p.Nodes {
@@ -113,11 +134,71 @@ func (o Options) concurrency() int {
 	return o.Concurrency
 }
 
-// checkPresent sets each node's Present from dst.
-func checkPresent(ctx context.Context, dst *Repo, nodes []Node, limit int) error {
+// checkPresentTopDown sets each node's Present from dst, asking about
+// the manifests first: the content of a manifest dst holds is taken to
+// be there too, without asking (a registry refuses a manifest whose
+// references it lacks, and Apply pushes a manifest only after its
+// content), so an unchanged re-sync costs a request per manifest, not
+// per blob. Options.CheckEveryBlob and Missing ask about every node.
+func checkPresentTopDown(ctx context.Context, dst *Repo, nodes []Node, limit int) error {
+	var manifests, rest []int
+	for i, n := range nodes {
+		if n.Manifest {
+			manifests = append(manifests, i)
+		}
+	}
+	if err := checkPresent(ctx, dst, nodes, manifests, limit); err != nil {
+		return err
+	}
+	covered := map[digest.Digest]bool{}
+	byDigest := map[digest.Digest]*Node{}
+	for i := range nodes {
+		byDigest[nodes[i].Descriptor.Digest] = &nodes[i]
+	}
+	var cover func(d digest.Digest)
+	cover = func(d digest.Digest) {
+		if covered[d] {
+			return
+		}
+		covered[d] = true
+		if n := byDigest[d]; n != nil {
+			for _, c := range n.children {
+				cover(c)
+			}
+		}
+	}
+	for _, i := range manifests {
+		if nodes[i].Present {
+			cover(nodes[i].Descriptor.Digest)
+		}
+	}
+	for i, n := range nodes {
+		if n.Manifest {
+			continue
+		}
+		if covered[n.Descriptor.Digest] {
+			nodes[i].Present = true
+			continue
+		}
+		rest = append(rest, i)
+	}
+	return checkPresent(ctx, dst, nodes, rest, limit)
+}
+
+// checkAll sets every node's Present from dst.
+func checkAll(ctx context.Context, dst *Repo, nodes []Node, limit int) error {
+	all := make([]int, len(nodes))
+	for i := range all {
+		all[i] = i
+	}
+	return checkPresent(ctx, dst, nodes, all, limit)
+}
+
+// checkPresent sets the Present of nodes[i], i in which, from dst.
+func checkPresent(ctx context.Context, dst *Repo, nodes []Node, which []int, limit int) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(limit * 2)
-	for i := range nodes {
+	for _, i := range which {
 		g.Go(func() error {
 			ok, err := dst.Exists(gctx, nodes[i].Descriptor)
 			if err != nil {
@@ -148,7 +229,7 @@ func Missing(ctx context.Context, repo *Repo, root digest.Digest, referrers bool
 	if err != nil {
 		return nil, err
 	}
-	if err := checkPresent(ctx, repo, nodes, DefaultConcurrency); err != nil {
+	if err := checkAll(ctx, repo, nodes, DefaultConcurrency); err != nil {
 		return nil, err
 	}
 	var out []Node
@@ -231,15 +312,17 @@ func (w *walker) visit(ctx context.Context, desc ocispec.Descriptor) error {
 	if err != nil {
 		return fmt.Errorf("%s: manifest %s: %w", w.repo.Name(), desc.Digest, err)
 	}
+	var children []digest.Digest
 	for _, s := range succ {
 		if foreign(s.MediaType) {
 			continue
 		}
+		children = append(children, s.Digest)
 		if err := w.visit(ctx, s); err != nil {
 			return err
 		}
 	}
-	w.nodes = append(w.nodes, Node{Descriptor: desc, Manifest: true, raw: raw})
+	w.nodes = append(w.nodes, Node{Descriptor: desc, Manifest: true, raw: raw, children: children})
 	return nil
 }
 

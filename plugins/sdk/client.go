@@ -239,9 +239,12 @@ func jobToProto(j JobContext) *pluginv1.JobContext {
 		WorkDir:        j.WorkDir,
 		TimeoutSeconds: int64(j.Timeout / time.Second),
 		StateDir:       j.StateDir,
-		Component:      j.Component,
-		Mode:           j.Mode,
-		Policies:       policiesToProto(j.Policies),
+		PlanDir:        j.PlanDir,
+
+		ApprovedPlanDigest: j.ApprovedPlanDigest,
+		Component:          j.Component,
+		Mode:               j.Mode,
+		Policies:           policiesToProto(j.Policies),
 	}
 }
 
@@ -253,9 +256,12 @@ func jobFromProto(j *pluginv1.JobContext) JobContext {
 		WorkDir:   j.GetWorkDir(),
 		StateDir:  j.GetStateDir(),
 		Timeout:   time.Duration(j.GetTimeoutSeconds()) * time.Second,
-		Component: j.GetComponent(),
-		Mode:      j.GetMode(),
-		Policies:  policiesFromProto(j.GetPolicies()),
+		PlanDir:   j.GetPlanDir(),
+
+		ApprovedPlanDigest: j.GetApprovedPlanDigest(),
+		Component:          j.GetComponent(),
+		Mode:               j.GetMode(),
+		Policies:           policiesFromProto(j.GetPolicies()),
 	}
 }
 

@@ -92,6 +92,21 @@ type JobContext struct {
 	StateDir string
 	// Timeout is the job's time limit; zero means none was given.
 	Timeout time.Duration
+	// PlanDir (protocol 1.3) is where the plan artifact lives, inside
+	// StateDir under [PlanDirName]. In Plan it is an empty directory the
+	// plugin may save its plan into (terraform plan -out=PlanDir/tfplan);
+	// once the plan succeeds the agent keeps it under the plan's digest,
+	// STATE_DIR/.byoc-plans/<hex>/. In the Apply of a plan an operator
+	// approved it is that directory of the approved plan, so the plugin
+	// can apply exactly what was saved. Empty otherwise (no state
+	// directory, an apply without approval, destroy, drift).
+	PlanDir string
+	// ApprovedPlanDigest (protocol 1.3) is, in the Apply of a plan an
+	// operator approved, that plan's digest ("sha256:<hex>", [PlanDigest]).
+	// The host has already made a fresh plan in the same job and found
+	// the same digest, so Plan runs twice for an approved apply: Plan must
+	// change nothing and report the same changes for the same state.
+	ApprovedPlanDigest string
 	// Component (protocol 1.3) is the name of the install's component the
 	// job is for; empty for a job of no component (an action run).
 	Component string
@@ -105,6 +120,13 @@ type JobContext struct {
 	// plugins/policy and fails an apply that one denies.
 	Policies []PolicyModule
 }
+
+// PlanDirName is the directory inside a component's state directory that
+// the agent keeps plan artifacts in (JobContext.PlanDir is one of its
+// subdirectories). A plugin writes there only into PlanDir. The agent
+// removes the artifacts after each apply or destroy of the component,
+// and keeps the 8 newest after a plan.
+const PlanDirName = ".byoc-plans"
 
 // Logger streams lines back to the agent as log events. Each call sends one
 // line immediately. It is safe for concurrent use.

@@ -61,9 +61,16 @@ type JobClaims struct {
 	// Expires is when the signature stops being valid; it is signed in
 	// Unix milliseconds.
 	Expires time.Time
+	// ApprovedPlanDigest is, for the apply of a plan an operator
+	// approved, that plan's digest (PlanDigest): the agent applies only
+	// if a fresh plan has the same. It is signed after Expires, and only
+	// when set, so every other job's message is unchanged.
+	ApprovedPlanDigest string
 	// Grant is the registry grant the assignment carries (nil: none). It
-	// is signed after everything else, so a job without one signs the
-	// same bytes as before grants existed.
+	// is signed after everything else, behind its own context string, so
+	// a job without one signs the same bytes as before grants existed,
+	// and no approved plan digest (a length-prefixed string) reads as a
+	// grant or the other way round.
 	Grant *GrantClaims
 }
 
@@ -93,6 +100,9 @@ func (c *JobClaims) Message() []byte {
 	b = binary.BigEndian.AppendUint64(b, uint64(c.TimeoutSeconds))
 	b = append(b, c.ConfigDigest[:]...)
 	b = binary.BigEndian.AppendUint64(b, uint64(c.Expires.UnixMilli()))
+	if c.ApprovedPlanDigest != "" {
+		b = appendString(b, c.ApprovedPlanDigest)
+	}
 	if g := c.Grant; g != nil {
 		b = append(b, grantContext...)
 		for _, s := range []string{g.ID, g.Secret, g.Registry, g.Service} {

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -28,7 +29,49 @@ type workflowsMsg struct {
 	gen    int
 	newest *imsv1.Workflow // with steps; nil when there is none
 	deploy *imsv1.Workflow // with steps; may be newest itself
-	err    error
+	// plans are the newest workflow's plans that are in, by plan job.
+	plans map[string]stepPlan
+	err   error
+}
+
+// stepPlan is a step's plan as the install view shows it: a count per
+// action and one line per change, cleaned of control characters.
+type stepPlan struct {
+	counts  string
+	changes []string
+}
+
+// maxPlanLines is how many changes of one plan the install view lists.
+const maxPlanLines = 5
+
+// planMarks are the marks of planned changes, as byoc job get prints them.
+var planMarks = map[string]string{"create": "+", "update": "~", "delete": "-", "replace": "-/+"}
+
+func newStepPlan(changes []*imsv1.PlannedChange) stepPlan {
+	count := map[string]int{}
+	var p stepPlan
+	for _, c := range changes {
+		count[c.Action]++
+		if len(p.changes) < maxPlanLines {
+			mark := cmp.Or(planMarks[c.Action], "?")
+			line := mark + " " + termtext.Clean(c.Address, " ")
+			if c.Summary != "" {
+				line += ": " + termtext.Clean(c.Summary, " ")
+			}
+			p.changes = append(p.changes, line)
+		}
+	}
+	if n := len(changes) - len(p.changes); n > 0 {
+		p.changes = append(p.changes, fmt.Sprintf("… %d more (byoc workflow get)", n))
+	}
+	var parts []string
+	for _, a := range []string{"create", "update", "delete", "replace"} {
+		if count[a] > 0 {
+			parts = append(parts, fmt.Sprintf("%d to %s", count[a], a))
+		}
+	}
+	p.counts = cmp.Or(strings.Join(parts, ", "), "no changes")
+	return p
 }
 
 func listWorkflows(ctx context.Context, c imsv1connect.OperatorServiceClient, gen int, install string) tea.Cmd {
@@ -51,6 +94,19 @@ func listWorkflows(ctx context.Context, c imsv1connect.OperatorServiceClient, ge
 		}
 		if msg.newest, err = get(wfs[0].Id); err != nil {
 			return workflowsMsg{gen: gen, err: err}
+		}
+		for _, s := range msg.newest.Steps {
+			if s.PlanState != "planned" {
+				continue
+			}
+			j, err := c.GetJob(ctx, connect.NewRequest(&imsv1.GetJobRequest{Id: s.PlanJobId}))
+			if err != nil {
+				return workflowsMsg{gen: gen, err: err}
+			}
+			if msg.plans == nil {
+				msg.plans = map[string]stepPlan{}
+			}
+			msg.plans[s.PlanJobId] = newStepPlan(j.Msg.Job.PlannedChanges)
 		}
 		for _, w := range wfs {
 			if w.Kind == imsv1.WorkflowKind_WORKFLOW_KIND_PROVISION || w.Kind == imsv1.WorkflowKind_WORKFLOW_KIND_UPDATE {
@@ -94,6 +150,7 @@ type installParts struct {
 	wfLoaded       bool
 	wfErr          error
 	newest, deploy *imsv1.Workflow
+	plans          map[string]stepPlan
 	actLoaded      bool
 	actErr         error
 	actions        []*imsv1.Action
@@ -180,6 +237,7 @@ func (v *installView) parts(jobs []*imsv1.Job) []string {
 				what = s.Action
 			}
 			out = append(out, fmt.Sprintf("    %-10s %-16s %s %s", enumText(s.State, "STEP_STATE_"), s.Name, what, s.Operation))
+			out = append(out, v.planLines(s, p.plans)...)
 		}
 	}
 
@@ -195,6 +253,39 @@ func (v *installView) parts(jobs []*imsv1.Job) []string {
 		for _, a := range p.actions {
 			out = append(out, fmt.Sprintf("  %-16s %-12s %s", a.Name, a.Mode, a.Description))
 		}
+	}
+	return out
+}
+
+// planLines are a step's plan under its line: its state, digest and
+// whether it is the approved one, then its changes.
+func (v *installView) planLines(s *imsv1.WorkflowStep, plans map[string]stepPlan) []string {
+	st := v.st
+	if s.PlanJobId == "" && s.PlanState == "" {
+		return nil
+	}
+	head := "      plan " + s.PlanState
+	if d := s.PlanDigest; d != "" {
+		head += " " + d[:min(len(d), len("sha256:")+12)]
+	}
+	pl, ok := plans[s.PlanJobId]
+	if ok {
+		head += "  " + pl.counts
+	}
+	switch {
+	case s.PlanDigest != "" && s.ApprovedPlanDigest == s.PlanDigest:
+		head += "  " + st.ok.Render("approved")
+	case s.ApprovedPlanDigest != "":
+		head += "  " + st.warn.Render("changed since approval")
+	case s.PlanDigest != "" && s.State == imsv1.StepState_STEP_STATE_PENDING:
+		head += "  " + st.warn.Render("awaiting approval")
+	}
+	out := []string{head}
+	if s.PlanError != "" {
+		out = append(out, "        "+st.bad.Render(termtext.Clean(s.PlanError, " ")))
+	}
+	for _, c := range pl.changes {
+		out = append(out, "        "+c)
 	}
 	return out
 }
@@ -216,7 +307,7 @@ func (v *installView) partsUpdate(msg tea.Msg) bool {
 		if msg.gen == v.wfGen {
 			v.wfLoaded, v.wfErr = true, msg.err
 			if msg.err == nil {
-				v.newest, v.deploy = msg.newest, msg.deploy
+				v.newest, v.deploy, v.plans = msg.newest, msg.deploy, msg.plans
 			}
 		}
 		return true

@@ -73,6 +73,7 @@ func Run(t *testing.T, open OpenFunc) {
 		{"ActionRunsAndHealth", testActionRunsAndHealth},
 		{"Modes", testModes},
 		{"AgentPermissions", testAgentPermissions},
+		{"AgentStack", testAgentStack},
 		{"BreakGlass", testBreakGlass},
 		{"AuditEvents", testAuditEvents},
 		{"AuditAppendOnly", testAuditAppendOnly},

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Proxy is an HTTP proxy in front of a registry that counts the blob
@@ -20,6 +21,9 @@ type Proxy struct {
 	// Tamper, if set, may change a blob download's body (GET of
 	// /v2/.../blobs/DIGEST): it is called with the digest.
 	Tamper func(digest string, body io.Reader) io.Reader
+	// UploadBytesPerSecond, if set, slows every upload down to about
+	// that rate, so a test can act in the middle of a copy.
+	UploadBytesPerSecond int64
 
 	mu      sync.Mutex
 	uploads map[string]int64
@@ -49,16 +53,18 @@ func StartProxy(tb testing.TB, host string) *Proxy {
 	}
 	p.Host = l.Addr().String()
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPut && strings.Contains(r.URL.Path, "/blobs/uploads/") {
+		if (r.Method == http.MethodPut || r.Method == http.MethodPatch) && strings.Contains(r.URL.Path, "/blobs/uploads/") {
 			d := r.URL.Query().Get("digest")
-			r.Body = &countingBody{ReadCloser: r.Body, add: func(n int64) {
+			r.Body = &countingBody{ReadCloser: r.Body, rate: p.UploadBytesPerSecond, add: func(n int64) {
 				p.mu.Lock()
 				p.uploads[d] += n
 				p.mu.Unlock()
 			}}
-			p.mu.Lock()
-			p.puts[d]++
-			p.mu.Unlock()
+			if r.Method == http.MethodPut {
+				p.mu.Lock()
+				p.puts[d]++
+				p.mu.Unlock()
+			}
 		}
 		rp.ServeHTTP(w, r)
 	})}
@@ -68,7 +74,8 @@ func StartProxy(tb testing.TB, host string) *Proxy {
 }
 
 // Uploaded is how many bytes of blob digest the proxy passed on in
-// uploads (PUT ...?digest=), over all attempts.
+// uploads (PUT ...?digest=), over all attempts; bytes sent in PATCH
+// requests (chunked uploads) count under "".
 func (p *Proxy) Uploaded(digest string) int64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -82,7 +89,8 @@ func (p *Proxy) Puts(digest string) int {
 	return p.puts[digest]
 }
 
-// TotalUploaded is the blob bytes passed on in uploads, over all blobs.
+// TotalUploaded is the blob bytes passed on in uploads (PATCH and PUT),
+// over all blobs.
 func (p *Proxy) TotalUploaded() int64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -95,11 +103,18 @@ func (p *Proxy) TotalUploaded() int64 {
 
 type countingBody struct {
 	io.ReadCloser
-	add func(int64)
+	add  func(int64)
+	rate int64
 }
 
 func (c *countingBody) Read(b []byte) (int, error) {
+	if c.rate > 0 && int64(len(b)) > c.rate/50 {
+		b = b[:max(c.rate/50, 1)]
+	}
 	n, err := c.ReadCloser.Read(b)
 	c.add(int64(n))
+	if c.rate > 0 && n > 0 {
+		time.Sleep(time.Duration(int64(n) * int64(time.Second) / c.rate))
+	}
 	return n, err
 }

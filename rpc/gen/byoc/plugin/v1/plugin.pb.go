@@ -238,6 +238,19 @@ type JobContext struct {
 	// sent to imsd. Empty when the job belongs to no component (an action
 	// run) or the host speaks 1.1.
 	StateDir string `protobuf:"bytes,6,opt,name=state_dir,json=stateDir,proto3" json:"state_dir,omitempty"`
+	// plan_dir (1.3) is where the plan artifact lives, inside the state
+	// directory: for a plan, an empty directory
+	// STATE_DIR/.byoc-plans/new-<job>-<attempt>/ the plugin may save its
+	// plan into, kept by the agent under the plan's digest
+	// (STATE_DIR/.byoc-plans/<hex>/) once the plan succeeds; for the apply
+	// of an approved plan, STATE_DIR/.byoc-plans/<hex>/ of the approved
+	// digest. Empty otherwise.
+	PlanDir string `protobuf:"bytes,7,opt,name=plan_dir,json=planDir,proto3" json:"plan_dir,omitempty"`
+	// approved_plan_digest (1.3) is, for the apply of a plan an operator
+	// approved, that plan's digest ("sha256:<hex>", rpc/agentproto
+	// PlanDigest); the host has made a fresh plan with the same digest
+	// before calling Apply. Empty otherwise.
+	ApprovedPlanDigest string `protobuf:"bytes,8,opt,name=approved_plan_digest,json=approvedPlanDigest,proto3" json:"approved_plan_digest,omitempty"`
 	// component (1.3) is the name of the install's component the job is for;
 	// empty for a job of no component.
 	Component string `protobuf:"bytes,100,opt,name=component,proto3" json:"component,omitempty"`
@@ -320,6 +333,20 @@ func (x *JobContext) GetTimeoutSeconds() int64 {
 func (x *JobContext) GetStateDir() string {
 	if x != nil {
 		return x.StateDir
+	}
+	return ""
+}
+
+func (x *JobContext) GetPlanDir() string {
+	if x != nil {
+		return x.PlanDir
+	}
+	return ""
+}
+
+func (x *JobContext) GetApprovedPlanDigest() string {
+	if x != nil {
+		return x.ApprovedPlanDigest
 	}
 	return ""
 }
@@ -1451,7 +1478,7 @@ const file_byoc_plugin_v1_plugin_proto_rawDesc = "" +
 	"\rconfig_schema\x18\x04 \x01(\tR\fconfigSchema\x12;\n" +
 	"\bprotocol\x18\x05 \x01(\v2\x1f.byoc.plugin.v1.ProtocolVersionR\bprotocol\x12\"\n" +
 	"\fcapabilities\x18\x06 \x03(\tR\fcapabilities\x12%\n" +
-	"\x0eoutputs_schema\x18\a \x01(\tR\routputsSchema\"\xa9\x02\n" +
+	"\x0eoutputs_schema\x18\a \x01(\tR\routputsSchema\"\xf6\x02\n" +
 	"\n" +
 	"JobContext\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1d\n" +
@@ -1460,7 +1487,9 @@ const file_byoc_plugin_v1_plugin_proto_rawDesc = "" +
 	"\aattempt\x18\x03 \x01(\x05R\aattempt\x12\x19\n" +
 	"\bwork_dir\x18\x04 \x01(\tR\aworkDir\x12'\n" +
 	"\x0ftimeout_seconds\x18\x05 \x01(\x03R\x0etimeoutSeconds\x12\x1b\n" +
-	"\tstate_dir\x18\x06 \x01(\tR\bstateDir\x12\x1c\n" +
+	"\tstate_dir\x18\x06 \x01(\tR\bstateDir\x12\x19\n" +
+	"\bplan_dir\x18\a \x01(\tR\aplanDir\x120\n" +
+	"\x14approved_plan_digest\x18\b \x01(\tR\x12approvedPlanDigest\x12\x1c\n" +
 	"\tcomponent\x18d \x01(\tR\tcomponent\x12\x12\n" +
 	"\x04mode\x18e \x01(\tR\x04mode\x128\n" +
 	"\bpolicies\x18f \x03(\v2\x1c.byoc.plugin.v1.PolicyModuleR\bpolicies\"N\n" +
