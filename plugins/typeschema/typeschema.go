@@ -4,9 +4,10 @@
 // validate, byoc app push).
 //
 // It holds the built-in types' schemas (the action type's, from
-// plugins/action/actionschema, and the image type's, from
-// plugins/image/imageschema; helm and terraform have no plugin yet and
-// accept any config), reads the description a third-party plugin
+// plugins/action/actionschema, the image type's, from
+// plugins/image/imageschema, and the terraform type's, from
+// plugins/terraform/tfschema; helm has no plugin yet and accepts any
+// config), reads the description a third-party plugin
 // prints with "byoc-plugin-<type> describe", and turns schemas into the
 // checks schema/app/validate runs (validate.Options.Types).
 //
@@ -34,6 +35,7 @@ import (
 	"github.com/byoc-dev/byoc/plugins/action/actionschema"
 	"github.com/byoc-dev/byoc/plugins/image/imageschema"
 	"github.com/byoc-dev/byoc/plugins/sdk/configschema"
+	"github.com/byoc-dev/byoc/plugins/terraform/tfschema"
 	"github.com/byoc-dev/byoc/schema/app/template"
 	"github.com/byoc-dev/byoc/schema/app/validate"
 )
@@ -44,7 +46,7 @@ var builtin = map[string]string{
 	"action":    actionschema.Config,
 	"image":     imageschema.Config,
 	"helm":      "",
-	"terraform": "",
+	"terraform": tfschema.Config,
 }
 
 // BuiltinNames returns the built-in component types, sorted.
