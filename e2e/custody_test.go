@@ -24,6 +24,7 @@ import (
 	"github.com/byoc-dev/byoc/imsd/registry"
 	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/internal/ocicopy/ocitest"
+	"github.com/byoc-dev/byoc/plugins/terraform"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
@@ -509,6 +510,23 @@ func TestCustodyPackageChart(t *testing.T) {
 		m.Layers[0].Digest.String() != b.SourceDigest || m.Layers[0].MediaType != "application/vnd.byoc.helm.chart.v1.tar+gzip" {
 		t.Fatalf("artifact manifest %s (%v), want one helm layer of digest %s", raw, err, b.SourceDigest)
 	}
+	// A Terraform module is packed as the terraform type reads it.
+	mod := filepath.Join(t.TempDir(), "network")
+	cluster.WriteApp(t, mod, map[string]string{"main.tf": "resource \"terraform_data\" \"n\" {}\n"})
+	tb := printedBuild(t, c.cli.Run(0, "build", "package", mod, "--kind", "terraform", "--repo", "modules/network", "--wait", "-o", "json"))
+	tr := repo(t, c.vendor.Host, "modules/network", c.mint(t, "repository:modules/network:pull"))
+	td, err := tr.Resolve(ctx, tb.Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err = content.FetchAll(ctx, tr, td)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &m); err != nil || m.ArtifactType != terraform.ModuleArtifactType || len(m.Layers) != 1 || m.Layers[0].MediaType != terraform.ModuleLayerMediaType {
+		t.Fatalf("module artifact %s (%v), want the terraform type's artifact and layer types", raw, err)
+	}
+
 	later := time.Now().Add(time.Hour)
 	filepath.WalkDir(dir, func(p string, _ fs.DirEntry, _ error) error { return os.Chtimes(p, later, later) })
 	again := printedBuild(t, c.cli.Run(0, "build", "package", dir, "--kind", "helm", "--repo", "charts/api", "--wait", "-o", "json"))
