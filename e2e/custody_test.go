@@ -19,9 +19,11 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"oras.land/oras-go/v2"
 	"oras.land/oras-go/v2/content"
+	"oras.land/oras-go/v2/content/oci"
 
 	"github.com/byoc-dev/byoc/e2e/cluster"
 	"github.com/byoc-dev/byoc/imsd/registry"
+	"github.com/byoc-dev/byoc/internal/demoimage"
 	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/internal/ocicopy/ocitest"
 	"github.com/byoc-dev/byoc/plugins/terraform"
@@ -532,5 +534,63 @@ func TestCustodyPackageChart(t *testing.T) {
 	again := printedBuild(t, c.cli.Run(0, "build", "package", dir, "--kind", "helm", "--repo", "charts/api", "--wait", "-o", "json"))
 	if again.Digest != b.Digest || again.Id == b.Id {
 		t.Fatalf("packaging again: %s (build %s), want the same digest %s in a new build", again.Digest, again.Id, b.Digest)
+	}
+}
+
+// The example app that byoc app init writes names the demo image by
+// digest: once the build agent synced the demo image (packed in Go, the
+// same bytes everywhere), its web component deploys for real, through the
+// vendor registry into the install's registry (the app trimmed to web:
+// the other components need Terraform and Helm, tested elsewhere).
+func TestCustodyExampleAppImage(t *testing.T) {
+	skipShort(t)
+	c := startCustody(t)
+	layout := filepath.Join(t.TempDir(), "oci", "web")
+	st, err := oci.NewWithContext(t.Context(), layout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := demoimage.Write(t.Context(), st); err != nil {
+		t.Fatal(err)
+	}
+	b := printedBuild(t, c.cli.Run(0, "build", "sync", "oci:"+layout+":"+demoimage.Tag, "--repo", demoimage.Repository, "--wait", "-o", "json"))
+	if b.Digest != demoimage.Digest().String() {
+		t.Fatalf("demo image build %s, want %s", b.Digest, demoimage.Digest())
+	}
+
+	dir := t.TempDir()
+	c.cli.Run(0, "app", "init", dir)
+	web, err := os.ReadFile(filepath.Join(dir, "components", "web.toml"))
+	if err != nil || !strings.Contains(string(web), `source = "acme/web@`+b.Digest+`"`) {
+		t.Fatalf("byoc app init's web.toml does not name the demo build %s:\n%s", b.Digest, web)
+	}
+	for _, f := range []string{"components/api.toml", "components/cache.toml", "components/db.toml", "sandbox.toml", "actions/migrate.toml", "actions/healthz.toml"} {
+		if err := os.Remove(filepath.Join(dir, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// web waits for api, which is gone here.
+	if err := os.WriteFile(filepath.Join(dir, "components", "web.toml"), []byte(strings.Replace(string(web), `dependencies = ["api"]`, "", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "installs", "demo.toml"), []byte(`inputs = { domain = "demo.acme.example", tier = "large" }`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := c.cli.Run(0, "app", "push", dir)
+	stateDir := t.TempDir()
+	cluster.StartAgent(t, c.ims.URL(), cluster.Pushed{Output: out}.EnrollToken(t), stateDir)
+	if out := c.cli.Run(0, "install", "provision", "demo", "--wait"); !strings.Contains(out, "succeeded: 1/1 done") {
+		t.Fatalf("provision:\n%s", out)
+	}
+	// The agent's default install registry: an OCI layout in its state dir.
+	inst, err := oci.NewWithContext(t.Context(), filepath.Join(stateDir, "registry", "acme", "web"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := inst.Exists(t.Context(), ocispec.Descriptor{MediaType: ocispec.MediaTypeImageManifest, Digest: demoimage.Digest(), Size: 397}); err != nil || !ok {
+		t.Fatalf("the install registry lacks the demo image: %v %v", ok, err)
+	}
+	if out := c.cli.Run(0, "install", "images", "demo"); !strings.Contains(out, "vendor   acme/web@"+b.Digest) || !strings.Contains(out, "source   oci:"+layout+":1.0") {
+		t.Fatalf("install images:\n%s", out)
 	}
 }
