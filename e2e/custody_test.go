@@ -276,6 +276,11 @@ func TestCustodySyncAndPullGrants(t *testing.T) {
 	if _, st, msg := exchange(t, c.ims, agA, g, time.Now(), "repository:multi:pull,push"); st != 401 || !strings.Contains(msg, "not in the grant") {
 		t.Fatalf("push on a pull grant: %d %q", st, msg)
 	}
+	// Someone with the grant and the agent's id but not its key gets
+	// nothing (and writes nothing).
+	if _, st, msg := exchange(t, c.ims, &cluster.RawAgent{ID: agA.ID, Key: agB.Key}, g, time.Now()); st != 401 || !strings.Contains(msg, "not signed by the agent's key") {
+		t.Fatalf("exchange signed by another key: %d %q", st, msg)
+	}
 	// Refusals do not spend it: the agent's own exchange works, once.
 	tok, st, msg := exchange(t, c.ims, agA, g, time.Now())
 	if st != 200 || tok == "" {
