@@ -95,7 +95,9 @@ FUZZ_TARGETS := \
 	./schema/app/cron:FuzzScheduleAgainstRobfig \
 	./schema/app/cron:FuzzScheduleTokens \
 	./imsd/agentapi:FuzzConfigDigestBothSides \
-	./agentd/agent:FuzzSeenLine
+	./agentd/agent:FuzzSeenLine \
+	./imsd/registry:FuzzParseScope \
+	./rpc/agentproto:FuzzParseGrantExchangePassword
 FUZZTIME ?= 10s
 
 .PHONY: fuzz-short
