@@ -359,11 +359,14 @@ func TestCustodyRolesAndTagRefusal(t *testing.T) {
 }
 
 // shopApp is an app of one image component naming build source.
-func shopApp(source string) map[string]string {
+// shopApp is an app of image components web and multi naming builds
+// (REPOSITORY@DIGEST).
+func shopApp(web, multi string) map[string]string {
 	return map[string]string{
-		"app.toml":            "name = \"shop\"\n",
-		"components/web.toml": "type = \"image\"\n[config]\nsource = \"" + source + "\"\n",
-		"installs/acme.toml":  "",
+		"app.toml":              "name = \"shop\"\n",
+		"components/web.toml":   "type = \"image\"\n[config]\nsource = \"" + web + "\"\n",
+		"components/multi.toml": "type = \"image\"\n[config]\nsource = \"" + multi + "\"\n",
+		"installs/acme.toml":    "",
 	}
 }
 
@@ -391,7 +394,8 @@ func runWorkflow(t *testing.T, c *custody, kind imsv1.WorkflowKind) *imsv1.Workf
 	return wf
 }
 
-// TestCustodyDeployLineageAndOutage deploys an image component for real:
+// TestCustodyDeployLineageAndOutage deploys image components for real
+// (an image and a multi-arch index):
 // source registry -> vendor registry (build agent) -> install registry
 // (the install's agentd and the image type, with the deploy's one-time
 // grant); byoc install images shows the chain by digest. Then, with the
@@ -403,11 +407,13 @@ func TestCustodyDeployLineageAndOutage(t *testing.T) {
 	src := repo(t, c.source.Host, "library/hello", "")
 	v1 := pushImage(t, src, "1.0", 1, 128<<10)
 	b1 := c.build(t, "library/hello:1.0", "hello")
-	if b1.Digest != v1.Digest.String() {
-		t.Fatalf("build %s, want the source digest %s", b1.Digest, v1.Digest)
+	vm := pushIndex(t, repo(t, c.source.Host, "library/multi", ""), "1.0", 5, 32<<10)
+	bm := c.build(t, "library/multi:1.0", "multi")
+	if b1.Digest != v1.Digest.String() || bm.Digest != vm.Digest.String() {
+		t.Fatalf("builds %s and %s, want the source digests %s and %s", b1.Digest, bm.Digest, v1.Digest, vm.Digest)
 	}
 	installReg := ocitest.StartRegistry(t, ocitest.RegistryOptions{})
-	pushed := c.cli.PushApp(shopApp("hello@" + b1.Digest))
+	pushed := c.cli.PushApp(shopApp("hello@"+b1.Digest, "multi@"+bm.Digest))
 	cluster.StartAgent(t, c.ims.URL(), pushed.EnrollToken(t), filepath.Join(t.TempDir(), "agent"),
 		"--install-registry", "http://"+installReg.Host)
 	waitConnected(t, c.ims, "acme")
@@ -420,30 +426,53 @@ func TestCustodyDeployLineageAndOutage(t *testing.T) {
 	if d, err := inst.Resolve(ctx, b1.Digest); err != nil || d.Digest != v1.Digest {
 		t.Fatalf("install registry: %v, %v; want hello@%s", d.Digest, err, v1.Digest)
 	}
+	// The index came whole: every platform's manifest is there.
+	instMulti := repo(t, installReg.Host, "multi", "")
+	di, err := instMulti.Resolve(ctx, bm.Digest)
+	if err != nil || di.Digest != vm.Digest {
+		t.Fatalf("install registry: %v, %v; want multi@%s", di.Digest, err, vm.Digest)
+	}
+	raw, err := content.FetchAll(ctx, instMulti, di)
+	var idx ocispec.Index
+	if err != nil || json.Unmarshal(raw, &idx) != nil || len(idx.Manifests) != 2 {
+		t.Fatalf("index in the install registry: %s, %v", raw, err)
+	}
+	for _, m := range idx.Manifests {
+		if ok, err := instMulti.Exists(ctx, m); err != nil || !ok {
+			t.Fatalf("the install registry lacks the %s manifest %s: %v", m.Platform.Architecture, m.Digest, err)
+		}
+	}
 	out := c.cli.Run(0, "install", "images", "acme")
 	for _, want := range []string{
 		"source   " + c.source.Host + "/library/hello:1.0  (" + b1.Digest + ")",
 		"vendor   hello@" + b1.Digest,
 		"install  " + installReg.Host + "/hello@" + b1.Digest,
+		"vendor   multi@" + bm.Digest,
+		"install  " + installReg.Host + "/multi@" + bm.Digest,
 	} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("install images lacks %q:\n%s", want, out)
 		}
 	}
 	var imgs []struct {
-		VendorDigest, InstallDigest string
-		CopyTime                    string
-		Build                       struct{ Source string }
+		Component, VendorDigest, InstallDigest string
+		CopyTime                               string
+		Build                                  struct{ Source string }
 	}
-	if err := json.Unmarshal([]byte(c.cli.Run(0, "install", "images", "acme", "-o", "json")), &imgs); err != nil || len(imgs) != 1 ||
-		imgs[0].VendorDigest != b1.Digest || imgs[0].InstallDigest != b1.Digest || imgs[0].CopyTime == "" || imgs[0].Build.Source == "" {
+	if err := json.Unmarshal([]byte(c.cli.Run(0, "install", "images", "acme", "-o", "json")), &imgs); err != nil || len(imgs) != 2 {
 		t.Fatalf("install images -o json: %+v, %v", imgs, err)
+	}
+	for _, im := range imgs {
+		want := map[string]string{"web": b1.Digest, "multi": bm.Digest}[im.Component]
+		if want == "" || im.VendorDigest != want || im.InstallDigest != want || im.CopyTime == "" || im.Build.Source == "" {
+			t.Fatalf("install images -o json: %+v", imgs)
+		}
 	}
 
 	// A new build; then the vendor registry goes down before the deploy.
 	v2 := pushImage(t, src, "2.0", 2, 128<<10)
 	b2 := c.build(t, "library/hello:2.0", "hello")
-	c.cli.PushApp(shopApp("hello@" + b2.Digest))
+	c.cli.PushApp(shopApp("hello@"+b2.Digest, "multi@"+bm.Digest))
 	c.vendor.Stop()
 	wf := runWorkflow(t, c, imsv1.WorkflowKind_WORKFLOW_KIND_UPDATE)
 	if wf.State != imsv1.WorkflowState_WORKFLOW_STATE_FAILED {
