@@ -95,7 +95,8 @@ FUZZ_TARGETS := \
 	./schema/app/cron:FuzzScheduleAgainstRobfig \
 	./schema/app/cron:FuzzScheduleTokens \
 	./imsd/agentapi:FuzzConfigDigestBothSides \
-	./agentd/agent:FuzzSeenLine
+	./agentd/agent:FuzzSeenLine \
+	./internal/ocicopy:FuzzParseReference
 FUZZTIME ?= 10s
 
 .PHONY: fuzz-short
