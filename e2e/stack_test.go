@@ -191,7 +191,9 @@ script = "echo key=$AWS_ACCESS_KEY_ID >> $BYOC_OUTPUTS; echo secret=$AWS_SECRET_
 	fake.AddRole(maintARN, agentKey)
 	t.Setenv("AWS_ACCESS_KEY_ID", agentKey)
 
-	src := func(arn, param string) *stackconfig.Source { return &stackconfig.Source{SecretARN: arn, Parameter: param} }
+	src := func(arn, param string) *stackconfig.Source {
+		return &stackconfig.Source{SecretARN: arn, Parameter: param}
+	}
 	cfg := stackconfig.Config{Version: 1, Format: "cloudformation", Stack: "acme-byoc", Install: "acme", IMS: ims.URL(), Region: "eu-west-1",
 		EnrollToken: *src(tokenARN, "EnrollmentTokenSecretArn"),
 		Modes: map[string]stackconfig.Role{
