@@ -44,6 +44,18 @@ type PluginRunner struct {
 	// operation; the values of all of them are redacted from every log
 	// line, error and output the job sends back.
 	Secrets map[string]string
+	// OperationSecretsPrefix, when set, gives every operation the
+	// secrets whose names start with it, unasked (the build agent's
+	// source registry credentials, BYOC_SOURCE_REGISTRY_*), redacted like
+	// every secret.
+	OperationSecretsPrefix string
+	// InstallRegistry is the install registry's location (agentd
+	// --install-registry: a registry URL, or oci:DIR for an OCI image
+	// layout root), given to every plugin as BYOC_INSTALL_REGISTRY. Its
+	// credentials are the secrets named BYOC_INSTALL_REGISTRY_USERNAME,
+	// _PASSWORD and _TOKEN, which every operation gets in its
+	// environment (redacted like every secret).
+	InstallRegistry string
 	// Inputs are the customer-provided inputs the install stack holds, by
 	// name. A job's config lists those it refers to under
 	// "customer_inputs"; the agent puts each value in place of its
@@ -52,6 +64,18 @@ type PluginRunner struct {
 	// Redact lists more values redacted from every job (the install
 	// stack's sensitive inputs).
 	Redact []string
+	// PluginEnv is added to the environment of every plugin and of its
+	// operations: the agent-wide settings plugins read (the install
+	// registry, the Terraform provider mirror). Never secrets: it is the
+	// plugin process's own environment.
+	PluginEnv map[string]string
+	// CancelGrace is how long a job cancelled by an operator or the
+	// customer, or out of time, gives its plugin to stop once interrupted
+	// (protocol 1.3: SIGINT, the SDK cancels the operation) before its
+	// process group is killed; Terraform uses it to save its state and
+	// release its lock. Zero kills at once. A lost lease or a stopping
+	// agent always kills at once.
+	CancelGrace time.Duration
 	// LogRoot, when set, keeps a local copy of the newest jobs' logs
 	// (KeepJobLogs of them, STATE/logs/<job>-<attempt>.log, 0600), as
 	// redacted as what imsd gets, for the customer's support bundle.
@@ -82,6 +106,56 @@ type PluginRunner struct {
 	active map[string]bool
 	// lock is WorkRoot's lock file, held once a sweep took it.
 	lock *os.File
+}
+
+// InstallRegistryEnv names the install registry's location in every
+// plugin's environment, and prefixes its credentials' secret names.
+const InstallRegistryEnv = "BYOC_INSTALL_REGISTRY"
+
+// runOp runs an operation of a started plugin. When ctx ends for a reason
+// that allows it (an operator's or the customer's cancel, the job's
+// timeout) and the plugin can be interrupted, it interrupts the plugin
+// and waits up to CancelGrace for the operation to return before it
+// kills the plugin; a lost lease or a stopping agent (ctx's other causes,
+// job.Kill) kills it at once.
+func (r *PluginRunner) runOp(ctx context.Context, inst *pluginhost.Instance, job Job, op string, req *sdk.RunRequest,
+	onLog func(sdk.LogEvent), log func(int32, string)) (*sdk.Result, error) {
+	if r.CancelGrace <= 0 || !inst.CanInterrupt() {
+		return inst.Run(ctx, op, req, onLog)
+	}
+	runCtx, stop := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer stop(nil)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-done:
+			return
+		case <-job.Kill:
+			stop(errors.New("the job was given up"))
+			return
+		case <-ctx.Done():
+		}
+		cause := context.Cause(ctx)
+		var c cancelled
+		if !errors.As(cause, &c) && !errors.Is(cause, errTimedOut) {
+			stop(cause)
+			return
+		}
+		log(StreamSystem, fmt.Sprintf("[agentd] %v: interrupting the plugin; waiting up to %s for it to stop", cause, r.CancelGrace))
+		inst.Interrupt()
+		t := time.NewTimer(r.CancelGrace)
+		defer t.Stop()
+		select {
+		case <-done:
+		case <-job.Kill:
+			stop(errors.New("the job was given up"))
+		case <-t.C:
+			log(StreamSystem, fmt.Sprintf("[agentd] the plugin did not stop within %s; killing it", r.CancelGrace))
+			stop(cause)
+		}
+	}()
+	return inst.Run(runCtx, op, req, onLog)
 }
 
 // SecretsKey is the top-level config key, for every component type, that
@@ -115,6 +189,19 @@ func (r *PluginRunner) Run(ctx context.Context, job Job, rawLog func(int32, stri
 		credEnv = env
 		sensitive = append(sensitive, secret...)
 	}
+	// A job that carried a registry grant exchanges it now, right before
+	// its plugin runs (after everything else that may fail it); the token is redacted like a secret.
+	var regEnv map[string]string
+	if job.Registry != nil && sensErr == nil {
+		acc, err := job.Registry(ctx)
+		if err != nil {
+			sensErr = fmt.Errorf("vendor registry access: %w", err)
+		} else {
+			regEnv = acc.Env()
+			secretValues = append(secretValues, acc.Token)
+		}
+	}
+	job.registryEnv = regEnv
 	red := redact.New(append(secretValues, sensitive...)...)
 	// Every line goes through the redactor, so that a secret a plugin
 	// sends in pieces is caught too; flushed before the outcome.
@@ -432,6 +519,14 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 	if stateDir != "" {
 		env["BYOC_STATE_DIR"] = stateDir
 	}
+	if r.InstallRegistry != "" {
+		env[InstallRegistryEnv] = r.InstallRegistry
+	}
+	for k, v := range r.PluginEnv {
+		if _, ok := env[k]; !ok {
+			env[k] = v
+		}
+	}
 	started := time.Now()
 	// What the plugin prints outside the protocol (fmt.Println debugging,
 	// a panic's stacks, anything before Serve) goes to the job's log on
@@ -478,7 +573,20 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 	// Secrets go to the operation only, never into the plugin process's
 	// own environment.
 	opEnv := maps.Clone(env)
+	for _, suffix := range []string{"_USERNAME", "_PASSWORD", "_TOKEN"} {
+		if v, ok := r.Secrets[InstallRegistryEnv+suffix]; ok {
+			opEnv[InstallRegistryEnv+suffix] = v
+		}
+	}
+	if p := r.OperationSecretsPrefix; p != "" {
+		for k, v := range r.Secrets {
+			if strings.HasPrefix(k, p) {
+				opEnv[k] = v
+			}
+		}
+	}
 	maps.Copy(opEnv, secretEnv)
+	maps.Copy(opEnv, job.registryEnv)
 	maps.Copy(opEnv, credEnv)
 	if arn := credEnv["BYOC_ROLE_ARN"]; arn != "" {
 		log(StreamSystem, fmt.Sprintf("[agentd] %s mode: running with role %s (credentials until %s; never the agent's own)", job.Mode, arn, credEnv["AWS_CREDENTIAL_EXPIRATION"]))
@@ -514,8 +622,8 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 	if jc.ApprovedPlanDigest != "" {
 		opEnv["BYOC_APPROVED_PLAN_DIGEST"] = jc.ApprovedPlanDigest
 	}
-	res, err := inst.Run(ctx, job.Operation, &sdk.RunRequest{Job: jc, Config: job.Config, Env: opEnv},
-		func(e sdk.LogEvent) { log(int32(e.Stream), e.Text) })
+	res, err := r.runOp(ctx, inst, job, job.Operation, &sdk.RunRequest{Job: jc, Config: job.Config, Env: opEnv},
+		func(e sdk.LogEvent) { log(int32(e.Stream), e.Text) }, log)
 	if job.Operation == sdk.OpApply || job.Operation == sdk.OpDestroy {
 		// The component's state moved on (or may have): every saved plan
 		// of it is stale.
