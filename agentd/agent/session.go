@@ -74,6 +74,7 @@ func (a *Agent) session(ctx context.Context) error {
 		Hostname:    host,
 		Instance:    a.instance,
 		Permissions: a.permissionsProto(),
+		Stack:       a.cfg.Stack,
 	}}}); err != nil {
 		return fmt.Errorf("send hello: %w", err)
 	}

@@ -23,6 +23,7 @@ import (
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 	"github.com/byoc-dev/byoc/schema/app/config"
 	"github.com/byoc-dev/byoc/schema/app/load"
+	"github.com/byoc-dev/byoc/schema/app/stack"
 	"github.com/byoc-dev/byoc/schema/app/validate"
 )
 
@@ -286,7 +287,7 @@ func changedInputs(have map[string]string, set map[string]string, unset []string
 
 // checkAgainstApp checks install inputs against the app's latest revision,
 // when it has one.
-func (s *Service) checkAgainstApp(ctx context.Context, in store.Install, inputs map[string]string) error {
+func (s *Service) checkAgainstApp(ctx context.Context, in store.Install, inputs, set map[string]string) error {
 	revs, err := s.store.ListAppRevisions(ctx, in.AppID)
 	if err != nil || len(revs) == 0 {
 		return err
@@ -298,6 +299,16 @@ func (s *Service) checkAgainstApp(ctx context.Context, in store.Install, inputs 
 	app, err := load.Parse(r.Files, validate.Options{AnyType: true})
 	if err != nil {
 		return err
+	}
+	// The customer sets their inputs in the install stack, which only the
+	// agent reads; a value set here would never be used.
+	for _, name := range slices.Sorted(maps.Keys(set)) {
+		for _, i := range app.Inputs.Inputs {
+			if i.Name == name && i.ProvidedBy == "customer" {
+				return errs.Field("set_inputs", "input %q is provided by the customer: they set it in the install stack (parameter %s), and the agent reports it (byoc install get)",
+					name, stack.InputParameter(name))
+			}
+		}
 	}
 	if _, problems := app.ResolveInputs(inputs); len(problems) > 0 {
 		msgs := make([]string, len(problems))
@@ -333,7 +344,7 @@ func (s *Service) UpdateInstall(ctx context.Context, req *connect.Request[imsv1.
 	if m.RequireApproval != nil {
 		settings.RequireApproval = m.RequireApproval
 	}
-	if err := s.checkAgainstApp(ctx, in, inputs); err != nil {
+	if err := s.checkAgainstApp(ctx, in, inputs, m.SetInputs); err != nil {
 		return nil, s.err(ctx, err)
 	}
 	in, err = s.store.UpdateInstall(ctx, in.ID, inputs, settings, s.now())

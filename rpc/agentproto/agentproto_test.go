@@ -2,6 +2,7 @@ package agentproto
 
 import (
 	"crypto/ed25519"
+	"strings"
 	"testing"
 )
 
@@ -60,5 +61,21 @@ func TestReplaceSecrets(t *testing.T) {
 		if err != nil || got != tc.want {
 			t.Errorf("ReplaceSecrets(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
 		}
+	}
+}
+
+func TestReplaceInputs(t *testing.T) {
+	vals := map[string]string{"admin_email": "ops@x"}
+	lookup := func(n string) (string, bool) { v, ok := vals[n]; return v, ok }
+	ours := func(n string) bool { return n == "admin_email" || n == "missing" }
+	got, err := ReplaceInputs("to="+InputRef("admin_email")+" {{.inputs.other}} {{- .inputs.admin_email -}}", lookup, ours)
+	if err != nil || got != "to=ops@x {{.inputs.other}} ops@x" {
+		t.Errorf("got %q, %v", got, err)
+	}
+	if _, err := ReplaceInputs("{{ .inputs.missing }}", lookup, ours); err == nil || !strings.Contains(err.Error(), `"missing"`) {
+		t.Errorf("missing: %v", err)
+	}
+	if n := InputNames("a {{ .inputs.x }} b {{.inputs.y}}"); len(n) != 2 || n[0] != "x" || n[1] != "y" {
+		t.Errorf("names %v", n)
 	}
 }
