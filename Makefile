@@ -96,6 +96,7 @@ FUZZ_TARGETS := \
 	./schema/app/cron:FuzzScheduleTokens \
 	./imsd/agentapi:FuzzConfigDigestBothSides \
 	./agentd/agent:FuzzSeenLine \
+	./internal/ocicopy:FuzzParseReference \
 	./imsd/registry:FuzzParseScope \
 	./rpc/agentproto:FuzzParseGrantExchangePassword
 FUZZTIME ?= 10s

@@ -160,6 +160,19 @@ func TestApprovalBindsThePlan(t *testing.T) {
 	if final.ApprovedPlanDigest != again.PlanDigest || final.State != imsv1.StepState_STEP_STATE_SUCCEEDED {
 		t.Fatalf("final step: %v", final)
 	}
+	// The plugin got the approved plan's saved directory and applied
+	// what it saved.
+	var lines []string
+	for _, l := range cluster.Logs(t, c, final.JobId) {
+		lines = append(lines, l.Text)
+	}
+	applyLog := strings.Join(lines, "\n")
+	for _, want := range []string{"planning again before applying", "the plan is the approved one (" + again.PlanDigest + ")",
+		"applying the approved plan " + again.PlanDigest} {
+		if !strings.Contains(applyLog, want) {
+			t.Fatalf("apply log of %s lacks %q:\n%s", final.JobId, want, applyLog)
+		}
+	}
 	// The audit log binds both approvals to their plans, and records the
 	// change in between.
 	out = cli.Run(0, "audit", "list", "--install", "acme", "-o", "json")
