@@ -358,16 +358,19 @@ func TestCustodyRolesAndTagRefusal(t *testing.T) {
 	}
 }
 
-// shopApp is an app of one image component naming build source.
-// shopApp is an app of image components web and multi naming builds
-// (REPOSITORY@DIGEST).
-func shopApp(web, multi string) map[string]string {
-	return map[string]string{
-		"app.toml":              "name = \"shop\"\n",
-		"components/web.toml":   "type = \"image\"\n[config]\nsource = \"" + web + "\"\n",
-		"components/multi.toml": "type = \"image\"\n[config]\nsource = \"" + multi + "\"\n",
-		"installs/acme.toml":    "",
+// shopApp is an app of image component web naming build web
+// (REPOSITORY@DIGEST) and, when given, component multi naming build
+// multi[0].
+func shopApp(web string, multi ...string) map[string]string {
+	app := map[string]string{
+		"app.toml":            "name = \"shop\"\n",
+		"components/web.toml": "type = \"image\"\n[config]\nsource = \"" + web + "\"\n",
+		"installs/acme.toml":  "",
 	}
+	if len(multi) > 0 {
+		app["components/multi.toml"] = "type = \"image\"\n[config]\nsource = \"" + multi[0] + "\"\n"
+	}
+	return app
 }
 
 // workflow starts a workflow of kind on install and waits for its end.
