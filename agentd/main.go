@@ -191,7 +191,7 @@ func run(ctx context.Context, args []string) int {
 			_, err = agent.CustomerPolicies(policyDir)
 		}
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "agentd: --policy-dir: %v\n", err)
+			fmt.Fprintf(os.Stderr, "agentd: %v\n", err)
 			return 2
 		}
 	}

@@ -113,8 +113,13 @@ else
 fi
 [ -n "$token" ] || { echo "could not read the enrolment token" >&2; exit 1; }
 
-echo "==> starting agentd for install acme (its install registry: an OCI layout in its state dir)"
-nohup "$bin/agentd" --ims "$url" --enroll-token "$token" --state-dir "$demo/agent-acme" >"$demo/agentd.log" 2>&1 &
+echo "==> writing acme's local install stack to $demo/stack-acme and starting agentd from it (its install registry: an OCI layout in its state dir)"
+# The customer's side, as a local stack: the permission toggles and
+# customer inputs in stack.json, the enrolment token in enroll.token;
+# agentd.sh runs agentd's preflight, then agentd (state in stack-acme/state).
+byoc install stack acme --format local -o "$demo/stack-acme" --ims-url "$url" >/dev/null
+(umask 077 && printf '%s\n' "$token" >"$demo/stack-acme/enroll.token")
+AGENTD="$bin/agentd" nohup "$demo/stack-acme/agentd.sh" >"$demo/agentd.log" 2>&1 &
 echo $! >"$demo/agentd.pid"
 for _ in $(seq 100); do
   if byoc install get acme -o json 2>/dev/null | grep -q '"connected": *true'; then break; fi
@@ -143,6 +148,8 @@ Try, with BYOC_CONFIG=$BYOC_CONFIG (or add the context to your own config):
   bin/byoc install images acme
   bin/byoc action run acme --follow -- 'uname -a; df -h .'
   bin/byoc job logs <JOB> --follow
+  bin/agentd preflight --stack-config $demo/stack-acme/stack.json --state-dir $demo/stack-acme/state
+  bin/agentd support-bundle -o $demo/bundle.tar.gz --stack-config $demo/stack-acme/stack.json --state-dir $demo/stack-acme/state
   curl -s $url/metrics | grep byoc_
 
 Stop them with: make demo-stop

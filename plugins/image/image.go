@@ -225,7 +225,7 @@ func (p *Plugin) open(ctx context.Context, c map[string]any, env map[string]stri
 		}
 		j.cfg.ref.Registry = vreg
 	}
-	if cfg.vendor || j.cfg.ref.Registry.Host == env[EnvVendorRegistry] {
+	if vh := env[EnvVendorRegistry]; cfg.vendor || (vh != "" && j.cfg.ref.Registry.Host == vh) {
 		j.srcName = "vendor registry " + j.cfg.ref.Registry.Host
 		srcCreds = ocicopy.Credentials{AccessToken: env[EnvVendorRegistryToken]}
 	} else {

@@ -294,3 +294,35 @@ warn contains msg if {
 		},
 	})
 }
+
+// A source named with its host (or an OCI layout) and its own
+// credentials, as the copy serves uses other than an install's deploy;
+// wrong credentials are not an outage.
+func TestImageFullReferenceSources(t *testing.T) {
+	srcReg := ocitest.StartRegistry(t, ocitest.RegistryOptions{Username: "puller", Password: "pull-pw"})
+	src := openRepo(t, srcReg.URL(), "acme/api", ocicopy.Credentials{Username: "puller", Password: "pull-pw"})
+	img, err := ocitest.Image(context.Background(), src, ocitest.ImageSpec{Seed: 95, Layers: []int64{64 << 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srcLayout := filepath.Join(t.TempDir(), "api")
+	lay := openRepo(t, "oci:"+filepath.Dir(srcLayout), "api", ocicopy.Credentials{})
+	if _, err := ocicopy.Copy(context.Background(), src, lay, img.Digest, ocicopy.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	install := t.TempDir()
+	fromRegistry := map[string]any{"source": "http://" + srcReg.Host + "/acme/api@" + img.Digest.String(), "repository": "api"}
+	fromLayout := map[string]any{"source": "oci:" + srcLayout + "@" + img.Digest.String(), "repository": "api2"}
+	creds := map[string]string{"BYOC_SOURCE_REGISTRY_USERNAME": "puller", "BYOC_SOURCE_REGISTRY_PASSWORD": "pull-pw"}
+	sdktest.Test(t, image.New(), sdktest.Case{
+		Env: map[string]string{"BYOC_INSTALL_REGISTRY": "oci:" + install},
+		Steps: []sdktest.Step{
+			{Config: fromRegistry, Env: map[string]string{"BYOC_SOURCE_REGISTRY_USERNAME": "puller", "BYOC_SOURCE_REGISTRY_PASSWORD": "wrong"},
+				ExpectError: regexp.MustCompile(`resolve sha256:[0-9a-f]{64} in ` + regexp.QuoteMeta(srcReg.Host) + `/acme/api: .*401`)},
+			{Config: fromRegistry, Env: creds, Check: sdktest.All(
+				sdktest.ExpectOutput("digest", img.Digest.String()),
+				sdktest.ExpectOutput("reference", "oci:"+filepath.Join(install, "api")+"@"+img.Digest.String()))},
+			{Config: fromLayout, Check: sdktest.ExpectOutput("reference", "oci:"+filepath.Join(install, "api2")+"@"+img.Digest.String())},
+		},
+	})
+}

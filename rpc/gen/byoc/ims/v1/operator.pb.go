@@ -5235,11 +5235,12 @@ func (x *GetInstallStackRequest) GetInstall() string {
 }
 
 type GetInstallStackResponse struct {
-	state       protoimpl.MessageState `protogen:"open.v1"`
-	Install     string                 `protobuf:"bytes,1,opt,name=install,proto3" json:"install,omitempty"`
-	App         string                 `protobuf:"bytes,2,opt,name=app,proto3" json:"app,omitempty"`
-	AppRevision int64                  `protobuf:"varint,3,opt,name=app_revision,json=appRevision,proto3" json:"app_revision,omitempty"`
-	Files       []*AppFile             `protobuf:"bytes,4,rep,name=files,proto3" json:"files,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Install string                 `protobuf:"bytes,1,opt,name=install,proto3" json:"install,omitempty"`
+	App     string                 `protobuf:"bytes,2,opt,name=app,proto3" json:"app,omitempty"`
+	// app_revision is 0, with no files, while the app has no revision.
+	AppRevision int64      `protobuf:"varint,3,opt,name=app_revision,json=appRevision,proto3" json:"app_revision,omitempty"`
+	Files       []*AppFile `protobuf:"bytes,4,rep,name=files,proto3" json:"files,omitempty"`
 	// signing_key_id is the fingerprint of imsd's job signing key.
 	SigningKeyId  string `protobuf:"bytes,5,opt,name=signing_key_id,json=signingKeyId,proto3" json:"signing_key_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
