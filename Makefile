@@ -99,7 +99,10 @@ FUZZ_TARGETS := \
 	./schema/app/cron:FuzzScheduleAgainstRobfig \
 	./schema/app/cron:FuzzScheduleTokens \
 	./imsd/agentapi:FuzzConfigDigestBothSides \
-	./agentd/agent:FuzzSeenLine
+	./agentd/agent:FuzzSeenLine \
+	./internal/ocicopy:FuzzParseReference \
+	./imsd/registry:FuzzParseScope \
+	./rpc/agentproto:FuzzParseGrantExchangePassword
 FUZZTIME ?= 10s
 
 .PHONY: fuzz-short

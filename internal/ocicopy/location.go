@@ -194,6 +194,9 @@ func ParseReference(s string) (Reference, error) {
 		}
 		ref.Registry = Registry{LayoutRoot: filepath.Dir(abs)}
 		ref.Repository = filepath.Base(abs)
+		if !repoName.MatchString(ref.Repository) {
+			return Reference{}, fmt.Errorf("reference %q: the layout directory's name %q is not a valid repository name (lowercase letters, digits, separators . _ -)", s, ref.Repository)
+		}
 		return ref, ref.checkTag(s)
 	}
 	scheme := ""
