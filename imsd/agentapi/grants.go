@@ -107,11 +107,14 @@ func (s *Service) Authorize(ctx context.Context, user, password string, scopes [
 		return "", nil, 0, err
 	}
 	now := s.now()
+	// Checked before anything is written: without the agent's key, a
+	// request costs imsd no write (not even a refusal's audit record).
+	if !ex.Verify(a.PublicKey, a.ID) {
+		s.log.WarnContext(ctx, "registry grant exchange not signed by the agent's key", "agent", a.ID, "grant", ex.GrantID)
+		return "", nil, 0, errors.Join(registry.ErrDenied, errors.New("the exchange is not signed by the agent's key"))
+	}
 	var granted []registry.Scope
 	_, err = s.store.ExchangeRegistryGrant(ctx, ex.GrantID, auth.Hash(ex.Secret), a.ID, now, func(g store.RegistryGrant) error {
-		if !ex.Verify(a.PublicKey, a.ID) {
-			return errors.New("the exchange is not signed by the agent's key")
-		}
 		if d := now.Sub(ex.At); d > exchangeSkew || d < -exchangeSkew {
 			return fmt.Errorf("the exchange is signed for %s, more than %s from imsd's clock", ex.At.UTC().Format(time.RFC3339), exchangeSkew)
 		}
