@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/byoc-dev/byoc/internal/ocicopy"
+	"github.com/byoc-dev/byoc/internal/ocicopy/ocitest"
 	"github.com/byoc-dev/byoc/plugins/sdk"
 	"github.com/byoc-dev/byoc/plugins/sdk/sdktest"
 	"github.com/byoc-dev/byoc/plugins/terraform"
@@ -48,7 +50,7 @@ func setup(t *testing.T) (env map[string]string, registry string) {
 	}
 	registry = t.TempDir()
 	for _, m := range []string{"site", "slow"} {
-		if _, err := terraform.PushModule(t.Context(), filepath.Join("testdata", m), registry, "modules/"+m+":1.0.0"); err != nil {
+		if _, err := terraform.PushModule(t.Context(), filepath.Join("testdata", m), "oci:"+registry, "modules/"+m+":1.0.0", ocicopy.Credentials{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -349,4 +351,33 @@ func TestCancelMidApply(t *testing.T) {
 	if got := stateResources(t, filepath.Join(state, terraform.StateFile)); len(got) != 3 {
 		t.Errorf("state after the rerun holds %v", got)
 	}
+}
+
+// TestModuleFromRegistry reads the module from an install registry that
+// is a registry server (docker-registry with Basic auth, started by the
+// test), by digest, with the credentials the agent hands every operation.
+func TestModuleFromRegistry(t *testing.T) {
+	env, _ := setup(t)
+	reg := ocitest.StartRegistry(t, ocitest.RegistryOptions{Username: "agent", Password: "registry-pw"})
+	creds := ocicopy.Credentials{Username: "agent", Password: "registry-pw"}
+	dg, err := terraform.PushModule(t.Context(), filepath.Join("testdata", "site"), reg.Host, "modules/site:1.0.0", creds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layoutDigest, err := terraform.PushModule(t.Context(), filepath.Join("testdata", "site"), "oci:"+t.TempDir(), "modules/site:1.0.0", ocicopy.Credentials{})
+	if err != nil || layoutDigest != dg {
+		t.Fatalf("the same module pushed to a layout: %s, %v; want the registry's digest %s", layoutDigest, err, dg)
+	}
+	env[terraform.EnvInstallRegistry] = reg.Host
+	site := t.TempDir()
+	cfg := map[string]any{"module": "modules/site@" + dg, "vars": map[string]any{"name": "acme", "dir": site}}
+	sdktest.Test(t, terraform.New(), sdktest.Case{Env: env, SkipDestroy: true, Steps: []sdktest.Step{
+		{Name: "no credentials", Op: sdk.OpPlan, Config: cfg, ExpectError: regexp.MustCompile(`module "modules/site@sha256:[0-9a-f]{64}": resolve .*basic credential not found`)},
+		{Name: "plan", Op: sdk.OpPlan, Config: cfg,
+			Env: map[string]string{terraform.EnvInstallRegistry + "_USERNAME": "agent", terraform.EnvInstallRegistry + "_PASSWORD": "registry-pw"},
+			Check: sdktest.All(
+				sdktest.ExpectLog("terraform: module modules/site@"+dg+" ("+dg+")"),
+				sdktest.ExpectChanges("Plan: 2 to add"),
+			)},
+	}})
 }
