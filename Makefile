@@ -79,8 +79,12 @@ test-short: ## Fast tier: go test -short -race.
 	$(GO) test -short -race -count=1 ./...
 
 .PHONY: test-full
-test-full: kube-apiserver-ci ## Full tier: tests that start real servers (PostgreSQL, processes, kube-apiserver).
+test-full: terraform-mirror kube-apiserver-ci ## Full tier: tests that start real servers (PostgreSQL, processes, terraform, kube-apiserver).
 	$(GO) test -count=1 -timeout 20m ./...
+
+.PHONY: terraform-mirror
+terraform-mirror: ## Build the Terraform provider mirror the terraform type's tests use (.cache/terraform-mirror; reused).
+	@scripts/terraform-mirror.sh >/dev/null
 
 # The helm type's integration tier runs a real kube-apiserver built from
 # the Go module proxy (scripts/build-kube-apiserver.sh, cached in .cache/).
@@ -106,7 +110,10 @@ FUZZ_TARGETS := \
 	./schema/app/cron:FuzzScheduleAgainstRobfig \
 	./schema/app/cron:FuzzScheduleTokens \
 	./imsd/agentapi:FuzzConfigDigestBothSides \
-	./agentd/agent:FuzzSeenLine
+	./agentd/agent:FuzzSeenLine \
+	./internal/ocicopy:FuzzParseReference \
+	./imsd/registry:FuzzParseScope \
+	./rpc/agentproto:FuzzParseGrantExchangePassword
 FUZZTIME ?= 10s
 
 .PHONY: fuzz-short

@@ -4,6 +4,7 @@
 //
 //	agentd --ims URL --enroll-token T --state-dir DIR   enrol once, then serve
 //	agentd --ims URL --state-dir DIR                    serve with the saved identity
+//	agentd --role build --ims URL --enroll-token T ...  the vendor's build agent (build jobs only)
 //	agentd plugin TYPE                                  serve a built-in component type (the loader runs this)
 //	agentd permissions --state-dir DIR show|enable MODE|disable MODE|disable-all|enable-all
 //	                                                    the customer's permission modes and kill switch
@@ -38,6 +39,7 @@ import (
 	"github.com/byoc-dev/byoc/internal/buildinfo"
 	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/plugins/action"
+	"github.com/byoc-dev/byoc/plugins/build"
 	"github.com/byoc-dev/byoc/plugins/helm"
 	"github.com/byoc-dev/byoc/plugins/image"
 	"github.com/byoc-dev/byoc/plugins/sdk"
@@ -52,6 +54,8 @@ var builtins = map[string]func() sdk.Plugin{
 	"helm":      func() sdk.Plugin { return helm.New() },
 	"image":     func() sdk.Plugin { return image.New() },
 	"terraform": func() sdk.Plugin { return terraform.New() },
+	// build is served only by the build agent (agentd --role build).
+	build.TypeName: func() sdk.Plugin { return build.New() },
 }
 
 func main() {
@@ -96,6 +100,22 @@ func builtinNames() []string {
 	return names
 }
 
+// roleBuiltins are the built-in types an agent of role runs: the build
+// agent only build jobs; an install's agent every other type, never a
+// build (it holds no push access, and imsd grants it none).
+func roleBuiltins(role string) []string {
+	if role == "build" {
+		return []string{build.TypeName}
+	}
+	var out []string
+	for _, n := range builtinNames() {
+		if n != build.TypeName {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
 // multiFlag collects a repeated flag.
 type multiFlag []string
 
@@ -116,7 +136,9 @@ func run(ctx context.Context, args []string) int {
 		kubeconfig           string
 		stackPath            string
 		level                slog.Level
+		role                 string
 	)
+	fs.StringVar(&role, "role", "install", "`install` (an install's agent) or build (the vendor's build agent, the only writer of the vendor registry; enrol it with a token from byoc build agent-token)")
 	fs.StringVar(&ims, "ims", os.Getenv("BYOC_IMS_URL"), "imsd `URL`; also $BYOC_IMS_URL")
 	fs.StringVar(&token, "enroll-token", os.Getenv("BYOC_ENROLL_TOKEN"), "single-use enrolment `token`, needed once; also $BYOC_ENROLL_TOKEN")
 	fs.StringVar(&stateDir, "state-dir", "", "`directory` for the agent's identity and job workspaces")
@@ -141,6 +163,10 @@ func run(ctx context.Context, args []string) int {
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "agentd: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	if role != "install" && role != "build" {
+		fmt.Fprintf(os.Stderr, "agentd: --role %q: want install or build\n", role)
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
@@ -169,7 +195,7 @@ func run(ctx context.Context, args []string) int {
 			_, err = agent.CustomerPolicies(policyDir)
 		}
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "agentd: --policy-dir: %v\n", err)
+			fmt.Fprintf(os.Stderr, "agentd: %v\n", err)
 			return 2
 		}
 	}
@@ -242,7 +268,7 @@ func run(ctx context.Context, args []string) int {
 	loader := &pluginhost.Loader{
 		SelfExe:  self,
 		SelfArgs: func(typ string) []string { return []string{"plugin", typ} },
-		Builtins: builtinNames(),
+		Builtins: roleBuiltins(role),
 		Dirs:     pluginDirs,
 		Pins:     pinMap,
 		Logger:   log,
@@ -258,6 +284,11 @@ func run(ctx context.Context, args []string) int {
 	runner := &agent.PluginRunner{Loader: loader, WorkRoot: filepath.Join(stateDir, "jobs"),
 		StateRoot: filepath.Join(stateDir, "components"), LogRoot: filepath.Join(stateDir, "logs"), Secrets: secretMap, Logger: log,
 		PolicyDir: policyDir, InstallRegistry: installRegistry, PluginEnv: pluginEnv, CancelGrace: cancelGrace, Kubeconfig: kubeconfig}
+	if role == "build" {
+		// The build agent's credentials to read private sources: the
+		// secrets BYOC_SOURCE_REGISTRY_USERNAME, _PASSWORD, _TOKEN.
+		runner.OperationSecretsPrefix = build.SourceCredentialsPrefix
+	}
 	if st != nil {
 		runner.Credentials = stackCredentials(st, stateDir, time.Now)
 		runner.Inputs = stackValues.Inputs
@@ -283,6 +314,7 @@ func run(ctx context.Context, args []string) int {
 		Runner:      runner,
 		Version:     buildinfo.Get().Short(),
 		Logger:      log,
+		Role:        role,
 		Stack:       stackReport(st, stackValues),
 	})
 	if err != nil {

@@ -7,8 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/byoc-dev/byoc/e2e/cluster"
@@ -40,66 +40,38 @@ func layoutTree(t *testing.T, dir string) string {
 	return strings.Join(out, "\n")
 }
 
-// The image type end to end, with a real agentd and real registries: an
-// app whose web component is a multi-platform image with a signature,
-// provisioned into the agent's zero-setup install registry (an OCI
-// layout in its state dir), digests equal; then an update while the
-// source registry is down fails, saying so, with the install registry
-// unchanged; once the registry is back, the update succeeds.
-func TestImageDeployAndSourceOutage(t *testing.T) {
+// The image type end to end, with real agents and real registries, into
+// the zero-setup install registry (an OCI layout in the agent's state
+// dir): a multi-platform index with a signature, synced from a source
+// registry into the vendor registry by the build agent, is provisioned
+// by the install's agentd with the deploy's one-time grant, digests equal
+// and the signature with it; then an update while the vendor registry is
+// down fails, saying so, with the install registry unchanged file for
+// file; once the registry is back, the update succeeds.
+func TestImageDeployIntoLayoutAndVendorOutage(t *testing.T) {
 	skipShort(t)
 	ctx := context.Background()
-	vendor := ocitest.StartRegistry(t, ocitest.RegistryOptions{})
-	reg, _ := ocicopy.ParseRegistry(vendor.URL())
-	src, err := ocicopy.Open(ctx, reg, "acme/web", ocicopy.Credentials{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	amd, err := ocitest.Image(ctx, src, ocitest.ImageSpec{Seed: 1, Layers: []int64{1 << 20}, Platform: &ocispec.Platform{OS: "linux", Architecture: "amd64"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	arm, err := ocitest.Image(ctx, src, ocitest.ImageSpec{Seed: 2, Layers: []int64{1 << 20}, Platform: &ocispec.Platform{OS: "linux", Architecture: "arm64"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	v1, err := ocitest.Index(ctx, src, amd, arm)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := startCustody(t)
+	src := repo(t, c.source.Host, "acme/web", "")
+	v1 := pushIndex(t, src, "1.0", 1, 256<<10)
 	sig, err := ocitest.Artifact(ctx, src, v1, "application/vnd.example.signature", []byte("signed"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	v2, err := ocitest.Image(ctx, src, ocitest.ImageSpec{Seed: 3, Layers: []int64{2 << 20}})
-	if err != nil {
-		t.Fatal(err)
+	b1 := c.build(t, "acme/web:1.0", "web")
+	if b1.Digest != v1.Digest.String() {
+		t.Fatalf("build %s, want the source digest %s", b1.Digest, v1.Digest)
 	}
-
-	opts := fast
-	opts.WorkflowInterval = 200 * time.Millisecond
-	ims := cluster.StartIMS(t, opts)
-	cli := cluster.NewCLI(t, ims)
-	pushed := cli.PushApp(map[string]string{
-		"app.toml":    "name = \"shop\"\n",
-		"inputs.toml": fmt.Sprintf("[[input]]\nname = \"web_digest\"\ndefault = %q\n", v1.Digest),
-		"components/web.toml": fmt.Sprintf(`type = "image"
-[config]
-source = "%s/acme/web@{{ .inputs.web_digest }}"
-repository = "web"
-`, vendor.Host),
-		"installs/acme.toml": "",
-	})
+	pushed := c.cli.PushApp(shopApp("web@" + b1.Digest))
 	state := t.TempDir()
-	cluster.StartAgent(t, ims.URL(), pushed.EnrollToken(t), state)
+	cluster.StartAgent(t, c.ims.URL(), pushed.EnrollToken(t), state)
+	waitConnected(t, c.ims, "acme")
 	layout := filepath.Join(state, "registry")
 
-	if out := cli.Run(0, "install", "provision", "acme", "--wait"); !strings.Contains(out, "succeeded: 1/1 done") {
-		t.Fatalf("provision:\n%s", out)
+	if wf := runWorkflow(t, c, imsv1.WorkflowKind_WORKFLOW_KIND_PROVISION); wf.State != imsv1.WorkflowState_WORKFLOW_STATE_SUCCEEDED {
+		t.Fatalf("provision ended %v:\n%s", wf.State, c.cli.Run(-1, "workflow", "get", wf.Id))
 	}
-	c := ims.Admin()
-	job := installJobs(t, c)[0]
+	job := installJobs(t, c.ims.Admin())[0]
 	wantRef := "oci:" + filepath.Join(layout, "web") + "@" + v1.Digest.String()
 	if job.Outputs["digest"] != v1.Digest.String() || job.Outputs["reference"] != wantRef || job.Outputs["media_type"] != ocispec.MediaTypeImageIndex {
 		t.Fatalf("image job outputs %v; want digest %s, reference %s", job.Outputs, v1.Digest, wantRef)
@@ -115,42 +87,40 @@ repository = "web"
 	if ok, _ := dst.Exists(ctx, sig); !ok {
 		t.Fatal("the signature did not reach the install registry")
 	}
+	dst.Close()
 
-	// The source registry goes down; an update to v2 fails before the
-	// install registry changes.
+	// A new build; the vendor registry goes down before the deploy.
+	pushImage(t, src, "2.0", 3, 512<<10)
+	b2 := c.build(t, "acme/web:2.0", "web")
+	c.cli.PushApp(shopApp("web@" + b2.Digest))
 	before := layoutTree(t, layout)
-	vendor.Stop()
-	out, errOut, code := cli.Exec("install", "update", "acme", "--input", "web_digest="+v2.Digest.String(), "--wait")
-	if code != 1 || !strings.Contains(out+errOut, "failed") {
-		t.Fatalf("update during the outage: exit %d\n%s%s", code, out, errOut)
+	c.vendor.Stop()
+	if wf := runWorkflow(t, c, imsv1.WorkflowKind_WORKFLOW_KIND_UPDATE); wf.State != imsv1.WorkflowState_WORKFLOW_STATE_FAILED {
+		t.Fatalf("deploy with the vendor registry down ended %v", wf.State)
 	}
 	var failed *imsv1.Job
-	for _, j := range installJobs(t, c) {
+	for _, j := range installJobs(t, c.ims.Admin()) {
 		if j.State == imsv1.JobState_JOB_STATE_FAILED {
 			failed = j
 		}
 	}
-	if failed == nil {
-		t.Fatalf("no failed job after the outage: %v", installJobs(t, c))
-	}
-	wantErr := "source registry " + vendor.Host + " is unreachable: "
-	if !strings.Contains(failed.Error, wantErr) || !strings.Contains(failed.Error, "and what already runs is untouched") {
-		t.Fatalf("job error %q; want it to say %q and that what runs is untouched", failed.Error, wantErr)
+	wantErr := "vendor registry " + c.vendor.Host + " is unreachable: "
+	if failed == nil || !strings.Contains(failed.Error, wantErr) || !strings.Contains(failed.Error, "and what already runs is untouched") {
+		t.Fatalf("job error %q; want it to say %q and that what runs is untouched", failed.GetError(), wantErr)
 	}
 	if after := layoutTree(t, layout); after != before {
 		t.Fatalf("the install registry changed during the outage:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
 
-	vendor.Start()
-	if out := cli.Run(0, "install", "update", "acme", "--input", "web_digest="+v2.Digest.String(), "--wait"); !strings.Contains(out, "succeeded: 1/1 done") {
-		t.Fatalf("update once the registry is back:\n%s", out)
+	c.vendor.Start()
+	if wf := runWorkflow(t, c, imsv1.WorkflowKind_WORKFLOW_KIND_UPDATE); wf.State != imsv1.WorkflowState_WORKFLOW_STATE_SUCCEEDED {
+		t.Fatalf("deploy after the vendor registry is back ended %v", wf.State)
 	}
-	dst.Close()
 	if dst, err = ocicopy.Open(ctx, installReg, "web", ocicopy.Credentials{}); err != nil {
 		t.Fatal(err)
 	}
 	defer dst.Close()
-	if missing, err := ocicopy.Missing(ctx, dst, v2.Digest, true); err != nil || len(missing) > 0 {
-		t.Fatalf("the install registry lacks part of %s: %v, %d missing", v2.Digest, err, len(missing))
+	if missing, err := ocicopy.Missing(ctx, dst, digest.Digest(b2.Digest), true); err != nil || len(missing) > 0 {
+		t.Fatalf("the install registry lacks part of %s: %v, %d missing", b2.Digest, err, len(missing))
 	}
 }

@@ -167,7 +167,22 @@ func (a *Agent) check(as *agentv1.JobAssignment, now time.Time) (map[string]any,
 		ConfigDigest: digest, Expires: time.UnixMilli(sig.GetExpireUnixMs()),
 		ApprovedPlanDigest: as.ApprovedPlanDigest,
 	}
-	return config, agentproto.VerifyJob(a.keys, &c, sig.GetSignature(), now)
+	if g := as.GetRegistryGrant(); g != nil {
+		c.Grant = &agentproto.GrantClaims{ID: g.Id, Secret: g.Secret, Registry: g.Registry, Service: g.Service,
+			Scopes: g.Scopes, Expires: time.UnixMilli(g.ExpireUnixMs)}
+	}
+	if err := agentproto.VerifyJob(a.keys, &c, sig.GetSignature(), now); err != nil {
+		return config, err
+	}
+	// Components reference builds, and builds are digests: an image job
+	// naming a tag (which could move under it) never runs.
+	if as.ComponentType == agentproto.ImageType {
+		src, _ := config[agentproto.ImageSourceKey].(string)
+		if _, _, err := agentproto.ParseBuildRef(src); err != nil {
+			return config, err
+		}
+	}
+	return config, nil
 }
 
 // maxRefusals bounds the refusals waiting for imsd's confirmation; past
@@ -223,6 +238,9 @@ func (a *Agent) beginLocked(j *jobRun) {
 		ID: as.JobId, InstallID: as.InstallId, Attempt: as.Attempt,
 		ComponentType: as.ComponentType, Component: as.Component, Operation: as.Operation,
 		Config: config, Timeout: timeout, Mode: as.Mode, ApprovedPlanDigest: as.ApprovedPlanDigest, Kill: j.kill,
+	}
+	if g := as.GetRegistryGrant(); g != nil {
+		job.Registry = func(ctx context.Context) (RegistryAccess, error) { return a.exchangeGrant(ctx, g) }
 	}
 	a.wg.Add(1)
 	go a.run(j, job)

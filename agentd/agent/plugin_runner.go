@@ -44,6 +44,11 @@ type PluginRunner struct {
 	// operation; the values of all of them are redacted from every log
 	// line, error and output the job sends back.
 	Secrets map[string]string
+	// OperationSecretsPrefix, when set, gives every operation the
+	// secrets whose names start with it, unasked (the build agent's
+	// source registry credentials, BYOC_SOURCE_REGISTRY_*), redacted like
+	// every secret.
+	OperationSecretsPrefix string
 	// InstallRegistry is the install registry's location (agentd
 	// --install-registry: a registry URL, or oci:DIR for an OCI image
 	// layout root), given to every plugin as BYOC_INSTALL_REGISTRY. Its
@@ -193,6 +198,19 @@ func (r *PluginRunner) Run(ctx context.Context, job Job, rawLog func(int32, stri
 		credEnv = env
 		sensitive = append(sensitive, secret...)
 	}
+	// A job that carried a registry grant exchanges it now, right before
+	// its plugin runs (after everything else that may fail it); the token is redacted like a secret.
+	var regEnv map[string]string
+	if job.Registry != nil && sensErr == nil {
+		acc, err := job.Registry(ctx)
+		if err != nil {
+			sensErr = fmt.Errorf("vendor registry access: %w", err)
+		} else {
+			regEnv = acc.Env()
+			secretValues = append(secretValues, acc.Token)
+		}
+	}
+	job.registryEnv = regEnv
 	red := redact.New(append(secretValues, sensitive...)...)
 	// Every line goes through the redactor, so that a secret a plugin
 	// sends in pieces is caught too; flushed before the outcome.
@@ -572,7 +590,15 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 			opEnv[InstallRegistryEnv+suffix] = v
 		}
 	}
+	if p := r.OperationSecretsPrefix; p != "" {
+		for k, v := range r.Secrets {
+			if strings.HasPrefix(k, p) {
+				opEnv[k] = v
+			}
+		}
+	}
 	maps.Copy(opEnv, secretEnv)
+	maps.Copy(opEnv, job.registryEnv)
 	maps.Copy(opEnv, credEnv)
 	if arn := credEnv["BYOC_ROLE_ARN"]; arn != "" {
 		log(StreamSystem, fmt.Sprintf("[agentd] %s mode: running with role %s (credentials until %s; never the agent's own)", job.Mode, arn, credEnv["AWS_CREDENTIAL_EXPIRATION"]))

@@ -350,11 +350,17 @@ func (s *Store) Enroll(ctx context.Context, tokenHash string, a Agent, now time.
 		// The conditional UPDATE is the single point of truth: on
 		// PostgreSQL a concurrent spender blocks on the row lock, then
 		// re-checks used_at and updates nothing.
+		// A build agent's token is the vendor install's; an install
+		// agent's never is.
+		role := ` AND install_id <> '` + VendorInstallID + `'`
+		if a.Build {
+			role = ` AND install_id = '` + VendorInstallID + `'`
+		}
 		err := tx.GetContext(ctx, &a.InstallID, s.bind(`UPDATE enrollment_tokens SET used_at = ?, used_by_agent = ?
-			WHERE hash = ? AND used_at = 0 AND expires_at > ? RETURNING install_id`),
+			WHERE hash = ? AND used_at = 0 AND expires_at > ?`+role+` RETURNING install_id`),
 			nanos(now), a.ID, tokenHash, nanos(now))
 		if errors.Is(err, sql.ErrNoRows) {
-			return s.whyTokenRefused(ctx, tx, tokenHash)
+			return s.whyTokenRefused(ctx, tx, tokenHash, a.Build)
 		}
 		if err != nil {
 			return err
@@ -379,16 +385,21 @@ func (s *Store) Enroll(ctx context.Context, tokenHash string, a Agent, now time.
 	return a, nil
 }
 
-func (s *Store) whyTokenRefused(ctx context.Context, tx *txn, hash string) error {
+func (s *Store) whyTokenRefused(ctx context.Context, tx *txn, hash string, build bool) error {
 	var t struct {
-		UsedAt int64 `db:"used_at"`
+		UsedAt    int64  `db:"used_at"`
+		InstallID string `db:"install_id"`
 	}
-	err := tx.GetContext(ctx, &t, s.bind(`SELECT used_at FROM enrollment_tokens WHERE hash = ?`), hash)
+	err := tx.GetContext(ctx, &t, s.bind(`SELECT used_at, install_id FROM enrollment_tokens WHERE hash = ?`), hash)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return errs.E(errs.PermissionDenied, "enrollment token unknown")
 	case err != nil:
 		return err
+	case build && t.InstallID != VendorInstallID:
+		return errs.E(errs.PermissionDenied, "enrollment token is an install's; a build agent (--role build) needs a build agent token (byoc build agent-token)")
+	case !build && t.InstallID == VendorInstallID:
+		return errs.E(errs.PermissionDenied, "enrollment token is the build agent's; enrol with --role build")
 	case t.UsedAt != 0:
 		return errs.E(errs.PermissionDenied, "enrollment token already used")
 	default:

@@ -189,6 +189,10 @@ type Agent struct {
 	// reported (nil: never), at PermissionsAt.
 	Permissions   *Permissions
 	PermissionsAt time.Time
+	// Build, at enrolment, asks for the vendor's build agent: the token
+	// must be a build agent token (and an install's token otherwise).
+	// Not stored: a build agent is one of the vendor install.
+	Build bool
 	// Stack is what the agent last reported of its install stack (nil:
 	// never, or it runs without one).
 	Stack *StackReport
@@ -304,6 +308,9 @@ type Result struct {
 	PolicyFindings []PolicyFinding
 	// Drifted is a drift check's verdict (ignored for other jobs).
 	Drifted bool
+	// Build, set for a succeeded build job of the vendor install, is
+	// recorded with the finish (BuildFromOutputs).
+	Build *Build
 }
 
 // LogLine is one line of a job's log. (Attempt, Seq) is unique per job, so

@@ -1,6 +1,7 @@
 package ocicopy
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/opencontainers/go-digest"
@@ -48,13 +50,40 @@ type Repo struct {
 	remote *remote.Repository
 	// transport is a registry repository's connection pool.
 	transport *http.Transport
-	layout    *oci.Store
-	// target is remote or layout.
-	target interface {
-		content.Storage
-		Resolve(ctx context.Context, reference string) (ocispec.Descriptor, error)
-		Tag(ctx context.Context, desc ocispec.Descriptor, reference string) error
+
+	// mu guards layout, which is nil until the layout directory exists:
+	// reading a repository never creates it, the first push does.
+	mu     sync.Mutex
+	layout *oci.Store
+}
+
+// target is what both kinds of repository offer.
+type target interface {
+	content.Storage
+	Resolve(ctx context.Context, reference string) (ocispec.Descriptor, error)
+	Tag(ctx context.Context, desc ocispec.Descriptor, reference string) error
+}
+
+// target returns the repository's store; for a layout that does not
+// exist yet, nil unless create.
+func (r *Repo) target(ctx context.Context, create bool) (target, error) {
+	if r.remote != nil {
+		return r.remote, nil
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.layout != nil {
+		return r.layout, nil
+	}
+	if _, err := os.Stat(filepath.Join(r.dir, ocispec.ImageLayoutFile)); err != nil && !create {
+		return nil, nil
+	}
+	st, err := oci.NewWithContext(ctx, r.dir)
+	if err != nil {
+		return nil, fmt.Errorf("open OCI layout %s: %w", r.dir, err)
+	}
+	r.layout = st
+	return st, nil
 }
 
 // Name is the repository as a reference names it (without digest).
@@ -66,30 +95,51 @@ func (r *Repo) Registry() Registry { return r.reg }
 // Fetch reads the content desc describes. It does not verify the digest;
 // use content.ReadAll or a verifying reader.
 func (r *Repo) Fetch(ctx context.Context, desc ocispec.Descriptor) (io.ReadCloser, error) {
-	return r.target.Fetch(ctx, desc)
+	t, err := r.target(ctx, false)
+	if err != nil || t == nil {
+		return nil, cmp.Or(err, fmt.Errorf("%s: %w", desc.Digest, errdef.ErrNotFound))
+	}
+	return t.Fetch(ctx, desc)
 }
 
-// Push stores content under desc.
+// Push stores content under desc (creating a layout repository's
+// directory first).
 func (r *Repo) Push(ctx context.Context, desc ocispec.Descriptor, rd io.Reader) error {
-	return r.target.Push(ctx, desc, rd)
+	t, err := r.target(ctx, true)
+	if err != nil {
+		return err
+	}
+	return t.Push(ctx, desc, rd)
 }
 
 // Exists reports whether the repository holds desc.
 func (r *Repo) Exists(ctx context.Context, desc ocispec.Descriptor) (bool, error) {
-	return r.target.Exists(ctx, desc)
+	t, err := r.target(ctx, false)
+	if err != nil || t == nil {
+		return false, err
+	}
+	return t.Exists(ctx, desc)
 }
 
 // Tag points reference at desc.
 func (r *Repo) Tag(ctx context.Context, desc ocispec.Descriptor, reference string) error {
-	return r.target.Tag(ctx, desc, reference)
+	t, err := r.target(ctx, true)
+	if err != nil {
+		return err
+	}
+	return t.Tag(ctx, desc, reference)
 }
 
 // Resolve finds the descriptor of a manifest by digest (or tag). In a
 // layout, a manifest that index.json does not list (a platform manifest
 // of an index) is found by reading its blob.
 func (r *Repo) Resolve(ctx context.Context, reference string) (ocispec.Descriptor, error) {
-	desc, err := r.target.Resolve(ctx, reference)
-	if err == nil || r.layout == nil || !errors.Is(err, errdef.ErrNotFound) {
+	t, err := r.target(ctx, false)
+	if err != nil || t == nil {
+		return ocispec.Descriptor{}, cmp.Or(err, fmt.Errorf("%s: %w", reference, errdef.ErrNotFound))
+	}
+	desc, err := t.Resolve(ctx, reference)
+	if err == nil || r.remote != nil || !errors.Is(err, errdef.ErrNotFound) {
 		return desc, err
 	}
 	d, perr := digest.Parse(reference)
@@ -116,11 +166,15 @@ func (r *Repo) blobPath(d digest.Digest) string {
 	return filepath.Join(r.dir, "blobs", d.Algorithm().String(), d.Encoded())
 }
 
-// Predecessors lists the manifests that refer to desc (a layout knows
+// referrers lists the manifests whose subject is desc (a layout knows
 // them; for a registry, the referrers API or its tag schema).
 func (r *Repo) referrers(ctx context.Context, desc ocispec.Descriptor) ([]ocispec.Descriptor, error) {
-	if r.layout != nil {
-		return registry.Referrers(ctx, r.layout, desc, "")
+	if r.remote == nil {
+		t, err := r.target(ctx, false)
+		if err != nil || t == nil {
+			return nil, err
+		}
+		return registry.Referrers(ctx, t.(*oci.Store), desc, "")
 	}
 	var out []ocispec.Descriptor
 	err := r.remote.Referrers(ctx, desc, "", func(refs []ocispec.Descriptor) error {
@@ -130,20 +184,23 @@ func (r *Repo) referrers(ctx context.Context, desc ocispec.Descriptor) ([]ocispe
 	return out, err
 }
 
-// Open opens repository in reg. A layout repository's directory is
-// created if missing (and its index read); a registry is not contacted
-// until the first request.
+// Open opens repository in reg. An existing layout repository's index is
+// read; a missing one is created by the first push, not before (a plan or
+// a failed copy leaves no trace). A registry is not contacted until the
+// first request.
 func Open(ctx context.Context, reg Registry, repository string, creds Credentials) (*Repo, error) {
 	if !ValidRepository(repository) {
 		return nil, fmt.Errorf("repository %q is not valid (lowercase letters, digits, separators . _ - /)", repository)
 	}
 	if reg.IsLayout() {
 		dir := reg.repoPath(repository)
-		st, err := oci.NewWithContext(ctx, dir)
-		if err != nil {
-			return nil, fmt.Errorf("open OCI layout %s: %w", dir, err)
+		r := &Repo{name: "oci:" + dir, reg: reg, dir: dir}
+		// An existing layout is read now, so that a broken one is
+		// reported at once; a missing one is created by the first push.
+		if _, err := r.target(ctx, false); err != nil {
+			return nil, err
 		}
-		return &Repo{name: "oci:" + dir, reg: reg, dir: dir, layout: st, target: st}, nil
+		return r, nil
 	}
 	full := reg.repoPath(repository)
 	tr := newTransport()
@@ -160,7 +217,7 @@ func Open(ctx context.Context, reg Registry, repository string, creds Credential
 		// than deleted: registries without deletion refuse the delete.
 		SkipReferrersGC: true,
 	}
-	return &Repo{name: reg.Host + "/" + full, reg: reg, remote: rr, transport: tr, target: rr}, nil
+	return &Repo{name: reg.Host + "/" + full, reg: reg, remote: rr, transport: tr}, nil
 }
 
 // Close closes the repository's idle connections. A Repo stays usable.

@@ -38,6 +38,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/opencontainers/go-digest"
@@ -45,6 +46,7 @@ import (
 	"github.com/byoc-dev/byoc/internal/atomicfile"
 	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/plugins/image/imageschema"
+	"github.com/byoc-dev/byoc/plugins/policy"
 	"github.com/byoc-dev/byoc/plugins/sdk"
 )
 
@@ -81,7 +83,12 @@ const stateFile = "image.json"
 // Plugin implements sdk.Plugin for the image type.
 type Plugin struct {
 	now func() time.Time
+	// progressEvery is how often an apply logs how far along it is.
+	progressEvery time.Duration
 }
+
+// ProgressEvery is how often an apply logs the bytes sent so far.
+const ProgressEvery = 10 * time.Second
 
 var (
 	_ sdk.Plugin    = (*Plugin)(nil)
@@ -90,11 +97,14 @@ var (
 )
 
 // New returns the image plugin.
-func New() *Plugin { return &Plugin{now: time.Now} }
+func New() *Plugin { return &Plugin{now: time.Now, progressEvery: ProgressEvery} }
+
+// NewWithProgress is New logging progress every d (for tests).
+func NewWithProgress(d time.Duration) *Plugin { return &Plugin{now: time.Now, progressEvery: d} }
 
 // Describe reports the image type and its config schema.
 func (p *Plugin) Describe(context.Context, *sdk.DescribeRequest) (*sdk.DescribeResponse, error) {
-	return &sdk.DescribeResponse{Type: TypeName, Version: Version, ConfigSchema: imageschema.Config}, nil
+	return &sdk.DescribeResponse{Type: TypeName, Version: Version, ConfigSchema: imageschema.Config, EvaluatesPolicies: true}, nil
 }
 
 // config is a parsed image config.
@@ -224,7 +234,7 @@ func (p *Plugin) open(ctx context.Context, c map[string]any, env map[string]stri
 		}
 		j.cfg.ref.Registry = vreg
 	}
-	if cfg.vendor || j.cfg.ref.Registry.Host == env[EnvVendorRegistry] {
+	if vh := env[EnvVendorRegistry]; cfg.vendor || (vh != "" && j.cfg.ref.Registry.Host == vh) {
 		j.srcName = "vendor registry " + j.cfg.ref.Registry.Host
 		srcCreds = ocicopy.Credentials{AccessToken: env[EnvVendorRegistryToken]}
 	} else {
@@ -272,13 +282,22 @@ func (p *Plugin) Plan(ctx context.Context, req *sdk.PlanRequest) (*sdk.PlanRespo
 	if err != nil {
 		return nil, err
 	}
+	changes, summary := describe(j, plan, req.Job.StateDir)
+	findings, err := j.gate(ctx, req.Job, req.Log, sdk.OpPlan, plan, changes)
+	return &sdk.PlanResponse{Changes: summary, PlannedChanges: changes, PolicyFindings: findings}, err
+}
+
+// describe says what applying plan would change: one planned change (none
+// when the install registry is up to date) and a summary listing each
+// missing piece.
+func describe(j *job, plan *ocicopy.Plan, stateDir string) ([]sdk.PlannedChange, string) {
 	address := "image." + j.cfg.repository
 	target := ocicopy.Reference{Registry: j.dstReg, Repository: j.cfg.repository, Digest: plan.Root.Digest}.String()
 	missing := plan.Missing()
 	var b strings.Builder
 	if len(missing) == 0 {
 		fmt.Fprintf(&b, "%s is up to date: the install registry has all %d pieces (%s)", target, len(plan.Nodes), mb(plan.TotalBytes))
-		return &sdk.PlanResponse{Changes: b.String()}, nil
+		return nil, b.String()
 	}
 	var blobs, manifests int
 	for _, n := range missing {
@@ -294,18 +313,44 @@ func (p *Plugin) Plan(ctx context.Context, req *sdk.PlanRequest) (*sdk.PlanRespo
 	fmt.Fprintf(&b, "%d blobs and %d manifests, %s of %s, from %s to %s", blobs, manifests, mb(plan.MissingBytes), mb(plan.TotalBytes), j.cfg.source, target)
 	action := sdk.ActionCreate
 	var before map[string]any
-	if prev, ok := readState(req.Job.StateDir); ok {
+	if prev, ok := readState(stateDir); ok {
 		action = sdk.ActionUpdate
 		before = map[string]any{"digest": prev.Digest, "reference": prev.Reference}
 	}
-	return &sdk.PlanResponse{
-		Changes: b.String(),
-		PlannedChanges: []sdk.PlannedChange{{
-			Address: address, Action: action, Before: before,
-			After:   map[string]any{"digest": plan.Root.Digest.String(), "reference": target},
-			Summary: fmt.Sprintf("copy %d blobs and %d manifests (%s) into %s", blobs, manifests, mb(plan.MissingBytes), target),
-		}},
-	}, nil
+	return []sdk.PlannedChange{{
+		Address: address, Action: action, Before: before,
+		After:   map[string]any{"digest": plan.Root.Digest.String(), "reference": target},
+		Summary: fmt.Sprintf("copy %d blobs and %d manifests (%s) into %s", blobs, manifests, mb(plan.MissingBytes), target),
+	}}, b.String()
+}
+
+// gate evaluates the job's policies (the customer's and the vendor's)
+// against the copy: input.changes as the plan reports them, input.plan
+// the source and destination (source, source_registry, source_repository,
+// digest, media_type, registry, repository, reference, total_bytes,
+// missing_bytes, missing: [{digest, media_type, size, manifest}]), so a
+// policy can allow only some registries or artifact types. A denial
+// stops the job before anything is copied.
+func (j *job) gate(ctx context.Context, jc sdk.JobContext, log sdk.Logger, op string, plan *ocicopy.Plan, changes []sdk.PlannedChange) ([]sdk.PolicyFinding, error) {
+	missing := []map[string]any{}
+	for _, n := range plan.Missing() {
+		missing = append(missing, map[string]any{"digest": n.Descriptor.Digest.String(), "media_type": n.Descriptor.MediaType,
+			"size": n.Descriptor.Size, "manifest": n.Manifest})
+	}
+	raw := map[string]any{
+		"source":            j.cfg.source,
+		"source_registry":   j.cfg.ref.Registry.String(),
+		"source_repository": j.cfg.ref.Repository,
+		"digest":            plan.Root.Digest.String(),
+		"media_type":        plan.Root.MediaType,
+		"registry":          j.dstReg.String(),
+		"repository":        j.cfg.repository,
+		"reference":         ocicopy.Reference{Registry: j.dstReg, Repository: j.cfg.repository, Digest: plan.Root.Digest}.String(),
+		"total_bytes":       plan.TotalBytes,
+		"missing_bytes":     plan.MissingBytes,
+		"missing":           missing,
+	}
+	return policy.Gate(ctx, jc, log, policy.NewInput(jc, TypeName, op, changes, raw))
 }
 
 // record is what the state directory keeps of the last apply.
@@ -342,9 +387,34 @@ func (p *Plugin) Apply(ctx context.Context, req *sdk.ApplyRequest) (*sdk.ApplyRe
 	if err != nil {
 		return nil, err
 	}
+	changes, _ := describe(j, plan, req.Job.StateDir)
+	findings, err := j.gate(ctx, req.Job, req.Log, sdk.OpApply, plan, changes)
+	if err != nil {
+		return &sdk.ApplyResponse{PolicyFindings: findings}, err
+	}
 	target := ocicopy.Reference{Registry: j.dstReg, Repository: j.cfg.repository, Digest: plan.Root.Digest}.String()
 	req.Log.Stdout(fmt.Sprintf("%s -> %s: %d of %d pieces missing (%s of %s)", j.cfg.source, target, len(plan.Missing()), len(plan.Nodes), mb(plan.MissingBytes), mb(plan.TotalBytes)))
-	res, err := plan.Apply(ctx, ocicopy.Options{NoReferrers: !j.cfg.referrers, Progress: func(e ocicopy.Event) {
+	// While blobs stream, a line every progressEvery says how far along.
+	var sent atomic.Int64
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	// No line after the operation returns: the ticker's goroutine ends first.
+	defer func() { close(stop); <-stopped }()
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(p.progressEvery)
+		defer t.Stop()
+		begin := time.Now()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				n := sent.Load()
+				req.Log.Stdout(fmt.Sprintf("sent %s of %s (%.1f MB/s)", mb(n), mb(plan.MissingBytes), float64(n)/(1<<20)/time.Since(begin).Seconds()))
+			}
+		}
+	}()
+	res, err := plan.Apply(ctx, ocicopy.Options{NoReferrers: !j.cfg.referrers, Sent: &sent, Progress: func(e ocicopy.Event) {
 		if !e.Done {
 			return
 		}
@@ -370,7 +440,7 @@ func (p *Plugin) Apply(ctx context.Context, req *sdk.ApplyRequest) (*sdk.ApplyRe
 		}
 	}
 	req.Log.Stdout(fmt.Sprintf("%s: %s sent (%d blobs copied, %d already there; %d manifests copied)", target, mb(res.BytesTransferred), res.BlobsCopied, res.BlobsSkipped, res.ManifestsCopied))
-	return &sdk.ApplyResponse{Outputs: map[string]string{
+	return &sdk.ApplyResponse{PolicyFindings: findings, Outputs: map[string]string{
 		"digest":                 rec.Digest,
 		"media_type":             res.Root.MediaType,
 		"size":                   strconv.FormatInt(res.Root.Size, 10),

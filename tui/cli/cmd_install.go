@@ -26,6 +26,7 @@ func (a *app) installCommand() *cobra.Command {
 		a.installDeprovisionCommand(),
 		a.installDriftCommand(),
 		a.installStackCommand(),
+		a.installImagesCommand(),
 	)
 }
 

@@ -84,6 +84,9 @@ func Run(t *testing.T, open OpenFunc) {
 		{"AuditConcurrent", testAuditConcurrent},
 		{"PolicyFindings", testPolicyFindings},
 		{"Drift", testDrift},
+		{"BuildAgentRole", testBuildAgentRole},
+		{"Builds", testBuilds},
+		{"RegistryGrants", testRegistryGrants},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -5235,11 +5235,12 @@ func (x *GetInstallStackRequest) GetInstall() string {
 }
 
 type GetInstallStackResponse struct {
-	state       protoimpl.MessageState `protogen:"open.v1"`
-	Install     string                 `protobuf:"bytes,1,opt,name=install,proto3" json:"install,omitempty"`
-	App         string                 `protobuf:"bytes,2,opt,name=app,proto3" json:"app,omitempty"`
-	AppRevision int64                  `protobuf:"varint,3,opt,name=app_revision,json=appRevision,proto3" json:"app_revision,omitempty"`
-	Files       []*AppFile             `protobuf:"bytes,4,rep,name=files,proto3" json:"files,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Install string                 `protobuf:"bytes,1,opt,name=install,proto3" json:"install,omitempty"`
+	App     string                 `protobuf:"bytes,2,opt,name=app,proto3" json:"app,omitempty"`
+	// app_revision is 0, with no files, while the app has no revision.
+	AppRevision int64      `protobuf:"varint,3,opt,name=app_revision,json=appRevision,proto3" json:"app_revision,omitempty"`
+	Files       []*AppFile `protobuf:"bytes,4,rep,name=files,proto3" json:"files,omitempty"`
 	// signing_key_id is the fingerprint of imsd's job signing key.
 	SigningKeyId  string `protobuf:"bytes,5,opt,name=signing_key_id,json=signingKeyId,proto3" json:"signing_key_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -5309,6 +5310,638 @@ func (x *GetInstallStackResponse) GetSigningKeyId() string {
 		return x.SigningKeyId
 	}
 	return ""
+}
+
+// Build is an artifact in the vendor registry, synced or packaged by the
+// build agent: its lineage record.
+type Build struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the build job's id.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// repository is the vendor registry repository (no host).
+	Repository string `protobuf:"bytes,2,opt,name=repository,proto3" json:"repository,omitempty"`
+	// digest is the artifact's digest in the vendor registry.
+	Digest    string `protobuf:"bytes,3,opt,name=digest,proto3" json:"digest,omitempty"`
+	Size      int64  `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	MediaType string `protobuf:"bytes,5,opt,name=media_type,json=mediaType,proto3" json:"media_type,omitempty"`
+	// kind is "sync" (an image or OCI artifact copied from source), "helm"
+	// or "terraform" (a directory packaged as an OCI artifact).
+	Kind string `protobuf:"bytes,6,opt,name=kind,proto3" json:"kind,omitempty"`
+	// source is what it came from: a registry reference (tag or digest),
+	// or the packaged directory's name.
+	Source string `protobuf:"bytes,7,opt,name=source,proto3" json:"source,omitempty"`
+	// source_digest is the digest at the source (equal to digest for a sync).
+	SourceDigest  string                 `protobuf:"bytes,8,opt,name=source_digest,json=sourceDigest,proto3" json:"source_digest,omitempty"`
+	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Build) Reset() {
+	*x = Build{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[80]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Build) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Build) ProtoMessage() {}
+
+func (x *Build) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[80]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Build.ProtoReflect.Descriptor instead.
+func (*Build) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{80}
+}
+
+func (x *Build) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Build) GetRepository() string {
+	if x != nil {
+		return x.Repository
+	}
+	return ""
+}
+
+func (x *Build) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+func (x *Build) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *Build) GetMediaType() string {
+	if x != nil {
+		return x.MediaType
+	}
+	return ""
+}
+
+func (x *Build) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Build) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *Build) GetSourceDigest() string {
+	if x != nil {
+		return x.SourceDigest
+	}
+	return ""
+}
+
+func (x *Build) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+type CreateBuildAgentTokenRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// ttl_seconds is how long the token may be used; 0 means 24 hours.
+	TtlSeconds    int64 `protobuf:"varint,1,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateBuildAgentTokenRequest) Reset() {
+	*x = CreateBuildAgentTokenRequest{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[81]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateBuildAgentTokenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateBuildAgentTokenRequest) ProtoMessage() {}
+
+func (x *CreateBuildAgentTokenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[81]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateBuildAgentTokenRequest.ProtoReflect.Descriptor instead.
+func (*CreateBuildAgentTokenRequest) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{81}
+}
+
+func (x *CreateBuildAgentTokenRequest) GetTtlSeconds() int64 {
+	if x != nil {
+		return x.TtlSeconds
+	}
+	return 0
+}
+
+type CreateBuildAgentTokenResponse struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	EnrollmentToken *EnrollmentToken       `protobuf:"bytes,1,opt,name=enrollment_token,json=enrollmentToken,proto3" json:"enrollment_token,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *CreateBuildAgentTokenResponse) Reset() {
+	*x = CreateBuildAgentTokenResponse{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[82]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateBuildAgentTokenResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateBuildAgentTokenResponse) ProtoMessage() {}
+
+func (x *CreateBuildAgentTokenResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[82]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateBuildAgentTokenResponse.ProtoReflect.Descriptor instead.
+func (*CreateBuildAgentTokenResponse) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{82}
+}
+
+func (x *CreateBuildAgentTokenResponse) GetEnrollmentToken() *EnrollmentToken {
+	if x != nil {
+		return x.EnrollmentToken
+	}
+	return nil
+}
+
+type StartBuildRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// kind is "sync", "helm" or "terraform".
+	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	// source is, for a sync, the reference to copy (HOST/REPO:TAG or
+	// HOST/REPO@DIGEST); for a package, a name for the directory.
+	Source string `protobuf:"bytes,2,opt,name=source,proto3" json:"source,omitempty"`
+	// repository is the vendor registry repository to write.
+	Repository string `protobuf:"bytes,3,opt,name=repository,proto3" json:"repository,omitempty"`
+	// archive is, for a package, the directory as a gzipped tar (at most
+	// 180 KiB: it travels in the build job's config).
+	Archive []byte `protobuf:"bytes,4,opt,name=archive,proto3" json:"archive,omitempty"`
+	// tag is the tag the artifact gets in the vendor registry (optional;
+	// builds are always referenced by digest).
+	Tag           string `protobuf:"bytes,5,opt,name=tag,proto3" json:"tag,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartBuildRequest) Reset() {
+	*x = StartBuildRequest{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[83]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartBuildRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartBuildRequest) ProtoMessage() {}
+
+func (x *StartBuildRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[83]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartBuildRequest.ProtoReflect.Descriptor instead.
+func (*StartBuildRequest) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{83}
+}
+
+func (x *StartBuildRequest) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *StartBuildRequest) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *StartBuildRequest) GetRepository() string {
+	if x != nil {
+		return x.Repository
+	}
+	return ""
+}
+
+func (x *StartBuildRequest) GetArchive() []byte {
+	if x != nil {
+		return x.Archive
+	}
+	return nil
+}
+
+func (x *StartBuildRequest) GetTag() string {
+	if x != nil {
+		return x.Tag
+	}
+	return ""
+}
+
+type StartBuildResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Job           *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartBuildResponse) Reset() {
+	*x = StartBuildResponse{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[84]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartBuildResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartBuildResponse) ProtoMessage() {}
+
+func (x *StartBuildResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[84]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartBuildResponse.ProtoReflect.Descriptor instead.
+func (*StartBuildResponse) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{84}
+}
+
+func (x *StartBuildResponse) GetJob() *Job {
+	if x != nil {
+		return x.Job
+	}
+	return nil
+}
+
+type ListBuildsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// repository filters by vendor repository; empty lists all.
+	Repository string `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
+	// limit is at most 1000; 0 means 100.
+	Limit         int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListBuildsRequest) Reset() {
+	*x = ListBuildsRequest{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[85]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListBuildsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListBuildsRequest) ProtoMessage() {}
+
+func (x *ListBuildsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[85]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListBuildsRequest.ProtoReflect.Descriptor instead.
+func (*ListBuildsRequest) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{85}
+}
+
+func (x *ListBuildsRequest) GetRepository() string {
+	if x != nil {
+		return x.Repository
+	}
+	return ""
+}
+
+func (x *ListBuildsRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type ListBuildsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// builds are newest first.
+	Builds        []*Build `protobuf:"bytes,1,rep,name=builds,proto3" json:"builds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListBuildsResponse) Reset() {
+	*x = ListBuildsResponse{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[86]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListBuildsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListBuildsResponse) ProtoMessage() {}
+
+func (x *ListBuildsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[86]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListBuildsResponse.ProtoReflect.Descriptor instead.
+func (*ListBuildsResponse) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{86}
+}
+
+func (x *ListBuildsResponse) GetBuilds() []*Build {
+	if x != nil {
+		return x.Builds
+	}
+	return nil
+}
+
+type ListInstallImagesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Install       string                 `protobuf:"bytes,1,opt,name=install,proto3" json:"install,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListInstallImagesRequest) Reset() {
+	*x = ListInstallImagesRequest{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[87]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListInstallImagesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListInstallImagesRequest) ProtoMessage() {}
+
+func (x *ListInstallImagesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[87]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListInstallImagesRequest.ProtoReflect.Descriptor instead.
+func (*ListInstallImagesRequest) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{87}
+}
+
+func (x *ListInstallImagesRequest) GetInstall() string {
+	if x != nil {
+		return x.Install
+	}
+	return ""
+}
+
+// InstallImage is what one image component of an install runs, by
+// digest, with its chain: source reference, vendor digest (the build),
+// install digest, and when each copy happened.
+type InstallImage struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Component string                 `protobuf:"bytes,1,opt,name=component,proto3" json:"component,omitempty"`
+	// source is the vendor reference the component names (REPO@DIGEST).
+	VendorReference string `protobuf:"bytes,2,opt,name=vendor_reference,json=vendorReference,proto3" json:"vendor_reference,omitempty"`
+	VendorDigest    string `protobuf:"bytes,3,opt,name=vendor_digest,json=vendorDigest,proto3" json:"vendor_digest,omitempty"`
+	// build is the build the vendor digest came from (unset if imsd has no
+	// record of it).
+	Build *Build `protobuf:"bytes,4,opt,name=build,proto3" json:"build,omitempty"`
+	// install_reference and install_digest are where the install agent
+	// copied it, as it reported.
+	InstallReference string `protobuf:"bytes,5,opt,name=install_reference,json=installReference,proto3" json:"install_reference,omitempty"`
+	InstallDigest    string `protobuf:"bytes,6,opt,name=install_digest,json=installDigest,proto3" json:"install_digest,omitempty"`
+	// copy_time is when the install agent's copy finished.
+	CopyTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=copy_time,json=copyTime,proto3" json:"copy_time,omitempty"`
+	// job_id is the deploy job that copied it.
+	JobId         string `protobuf:"bytes,8,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InstallImage) Reset() {
+	*x = InstallImage{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[88]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InstallImage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InstallImage) ProtoMessage() {}
+
+func (x *InstallImage) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[88]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InstallImage.ProtoReflect.Descriptor instead.
+func (*InstallImage) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{88}
+}
+
+func (x *InstallImage) GetComponent() string {
+	if x != nil {
+		return x.Component
+	}
+	return ""
+}
+
+func (x *InstallImage) GetVendorReference() string {
+	if x != nil {
+		return x.VendorReference
+	}
+	return ""
+}
+
+func (x *InstallImage) GetVendorDigest() string {
+	if x != nil {
+		return x.VendorDigest
+	}
+	return ""
+}
+
+func (x *InstallImage) GetBuild() *Build {
+	if x != nil {
+		return x.Build
+	}
+	return nil
+}
+
+func (x *InstallImage) GetInstallReference() string {
+	if x != nil {
+		return x.InstallReference
+	}
+	return ""
+}
+
+func (x *InstallImage) GetInstallDigest() string {
+	if x != nil {
+		return x.InstallDigest
+	}
+	return ""
+}
+
+func (x *InstallImage) GetCopyTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CopyTime
+	}
+	return nil
+}
+
+func (x *InstallImage) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+type ListInstallImagesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Images        []*InstallImage        `protobuf:"bytes,1,rep,name=images,proto3" json:"images,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListInstallImagesResponse) Reset() {
+	*x = ListInstallImagesResponse{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[89]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListInstallImagesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListInstallImagesResponse) ProtoMessage() {}
+
+func (x *ListInstallImagesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[89]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListInstallImagesResponse.ProtoReflect.Descriptor instead.
+func (*ListInstallImagesResponse) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{89}
+}
+
+func (x *ListInstallImagesResponse) GetImages() []*InstallImage {
+	if x != nil {
+		return x.Images
+	}
+	return nil
 }
 
 var File_byoc_ims_v1_operator_proto protoreflect.FileDescriptor
@@ -5715,7 +6348,56 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x03app\x18\x02 \x01(\tR\x03app\x12!\n" +
 	"\fapp_revision\x18\x03 \x01(\x03R\vappRevision\x12*\n" +
 	"\x05files\x18\x04 \x03(\v2\x14.byoc.ims.v1.AppFileR\x05files\x12$\n" +
-	"\x0esigning_key_id\x18\x05 \x01(\tR\fsigningKeyId*=\n" +
+	"\x0esigning_key_id\x18\x05 \x01(\tR\fsigningKeyId\"\x90\x02\n" +
+	"\x05Build\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1e\n" +
+	"\n" +
+	"repository\x18\x02 \x01(\tR\n" +
+	"repository\x12\x16\n" +
+	"\x06digest\x18\x03 \x01(\tR\x06digest\x12\x12\n" +
+	"\x04size\x18\x04 \x01(\x03R\x04size\x12\x1d\n" +
+	"\n" +
+	"media_type\x18\x05 \x01(\tR\tmediaType\x12\x12\n" +
+	"\x04kind\x18\x06 \x01(\tR\x04kind\x12\x16\n" +
+	"\x06source\x18\a \x01(\tR\x06source\x12#\n" +
+	"\rsource_digest\x18\b \x01(\tR\fsourceDigest\x12;\n" +
+	"\vcreate_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\"?\n" +
+	"\x1cCreateBuildAgentTokenRequest\x12\x1f\n" +
+	"\vttl_seconds\x18\x01 \x01(\x03R\n" +
+	"ttlSeconds\"h\n" +
+	"\x1dCreateBuildAgentTokenResponse\x12G\n" +
+	"\x10enrollment_token\x18\x01 \x01(\v2\x1c.byoc.ims.v1.EnrollmentTokenR\x0fenrollmentToken\"\x8b\x01\n" +
+	"\x11StartBuildRequest\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x16\n" +
+	"\x06source\x18\x02 \x01(\tR\x06source\x12\x1e\n" +
+	"\n" +
+	"repository\x18\x03 \x01(\tR\n" +
+	"repository\x12\x18\n" +
+	"\aarchive\x18\x04 \x01(\fR\aarchive\x12\x10\n" +
+	"\x03tag\x18\x05 \x01(\tR\x03tag\"8\n" +
+	"\x12StartBuildResponse\x12\"\n" +
+	"\x03job\x18\x01 \x01(\v2\x10.byoc.ims.v1.JobR\x03job\"I\n" +
+	"\x11ListBuildsRequest\x12\x1e\n" +
+	"\n" +
+	"repository\x18\x01 \x01(\tR\n" +
+	"repository\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\"@\n" +
+	"\x12ListBuildsResponse\x12*\n" +
+	"\x06builds\x18\x01 \x03(\v2\x12.byoc.ims.v1.BuildR\x06builds\"4\n" +
+	"\x18ListInstallImagesRequest\x12\x18\n" +
+	"\ainstall\x18\x01 \x01(\tR\ainstall\"\xca\x02\n" +
+	"\fInstallImage\x12\x1c\n" +
+	"\tcomponent\x18\x01 \x01(\tR\tcomponent\x12)\n" +
+	"\x10vendor_reference\x18\x02 \x01(\tR\x0fvendorReference\x12#\n" +
+	"\rvendor_digest\x18\x03 \x01(\tR\fvendorDigest\x12(\n" +
+	"\x05build\x18\x04 \x01(\v2\x12.byoc.ims.v1.BuildR\x05build\x12+\n" +
+	"\x11install_reference\x18\x05 \x01(\tR\x10installReference\x12%\n" +
+	"\x0einstall_digest\x18\x06 \x01(\tR\rinstallDigest\x127\n" +
+	"\tcopy_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\bcopyTime\x12\x15\n" +
+	"\x06job_id\x18\b \x01(\tR\x05jobId\"N\n" +
+	"\x19ListInstallImagesResponse\x121\n" +
+	"\x06images\x18\x01 \x03(\v2\x19.byoc.ims.v1.InstallImageR\x06images*=\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -5735,7 +6417,7 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x16LOG_STREAM_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11LOG_STREAM_STDOUT\x10\x01\x12\x15\n" +
 	"\x11LOG_STREAM_STDERR\x10\x02\x12\x15\n" +
-	"\x11LOG_STREAM_SYSTEM\x10\x032\xbc\x1c\n" +
+	"\x11LOG_STREAM_SYSTEM\x10\x032\xae\x1f\n" +
 	"\x0fOperatorService\x12A\n" +
 	"\x06WhoAmI\x12\x1a.byoc.ims.v1.WhoAmIRequest\x1a\x1b.byoc.ims.v1.WhoAmIResponse\x12Y\n" +
 	"\x0eCreateApiToken\x12\".byoc.ims.v1.CreateApiTokenRequest\x1a#.byoc.ims.v1.CreateApiTokenResponse\x12J\n" +
@@ -5779,7 +6461,13 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x14ListBreakGlassGrants\x12(.byoc.ims.v1.ListBreakGlassGrantsRequest\x1a).byoc.ims.v1.ListBreakGlassGrantsResponse\x12h\n" +
 	"\x13GetBreakGlassPolicy\x12'.byoc.ims.v1.GetBreakGlassPolicyRequest\x1a(.byoc.ims.v1.GetBreakGlassPolicyResponse\x12\\\n" +
 	"\x0fListAuditEvents\x12#.byoc.ims.v1.ListAuditEventsRequest\x1a$.byoc.ims.v1.ListAuditEventsResponse\x12\\\n" +
-	"\x0fGetInstallStack\x12#.byoc.ims.v1.GetInstallStackRequest\x1a$.byoc.ims.v1.GetInstallStackResponseB\xa2\x01\n" +
+	"\x0fGetInstallStack\x12#.byoc.ims.v1.GetInstallStackRequest\x1a$.byoc.ims.v1.GetInstallStackResponse\x12n\n" +
+	"\x15CreateBuildAgentToken\x12).byoc.ims.v1.CreateBuildAgentTokenRequest\x1a*.byoc.ims.v1.CreateBuildAgentTokenResponse\x12M\n" +
+	"\n" +
+	"StartBuild\x12\x1e.byoc.ims.v1.StartBuildRequest\x1a\x1f.byoc.ims.v1.StartBuildResponse\x12M\n" +
+	"\n" +
+	"ListBuilds\x12\x1e.byoc.ims.v1.ListBuildsRequest\x1a\x1f.byoc.ims.v1.ListBuildsResponse\x12b\n" +
+	"\x11ListInstallImages\x12%.byoc.ims.v1.ListInstallImagesRequest\x1a&.byoc.ims.v1.ListInstallImagesResponseB\xa2\x01\n" +
 	"\x0fcom.byoc.ims.v1B\rOperatorProtoP\x01Z2github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1;imsv1\xa2\x02\x03BIX\xaa\x02\vByoc.Ims.V1\xca\x02\vByoc\\Ims\\V1\xe2\x02\x17Byoc\\Ims\\V1\\GPBMetadata\xea\x02\rByoc::Ims::V1b\x06proto3"
 
 var (
@@ -5795,7 +6483,7 @@ func file_byoc_ims_v1_operator_proto_rawDescGZIP() []byte {
 }
 
 var file_byoc_ims_v1_operator_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_byoc_ims_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 87)
+var file_byoc_ims_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 97)
 var file_byoc_ims_v1_operator_proto_goTypes = []any{
 	(Role)(0),                             // 0: byoc.ims.v1.Role
 	(JobState)(0),                         // 1: byoc.ims.v1.JobState
@@ -5880,221 +6568,246 @@ var file_byoc_ims_v1_operator_proto_goTypes = []any{
 	(*BreakGlassRole)(nil),                // 80: byoc.ims.v1.BreakGlassRole
 	(*GetInstallStackRequest)(nil),        // 81: byoc.ims.v1.GetInstallStackRequest
 	(*GetInstallStackResponse)(nil),       // 82: byoc.ims.v1.GetInstallStackResponse
-	nil,                                   // 83: byoc.ims.v1.StackReport.InputsEntry
-	nil,                                   // 84: byoc.ims.v1.StackReport.OutputsEntry
-	nil,                                   // 85: byoc.ims.v1.Install.InputsEntry
-	nil,                                   // 86: byoc.ims.v1.InstallSettings.OverridesEntry
-	nil,                                   // 87: byoc.ims.v1.CreateInstallRequest.InputsEntry
-	nil,                                   // 88: byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
-	nil,                                   // 89: byoc.ims.v1.Job.OutputsEntry
-	(*timestamppb.Timestamp)(nil),         // 90: google.protobuf.Timestamp
-	(*InstallHealth)(nil),                 // 91: byoc.ims.v1.InstallHealth
-	(*Workflow)(nil),                      // 92: byoc.ims.v1.Workflow
-	(*structpb.Struct)(nil),               // 93: google.protobuf.Struct
-	(*structpb.Value)(nil),                // 94: google.protobuf.Value
-	(*PlanInstallRequest)(nil),            // 95: byoc.ims.v1.PlanInstallRequest
-	(*StartWorkflowRequest)(nil),          // 96: byoc.ims.v1.StartWorkflowRequest
-	(*ListWorkflowsRequest)(nil),          // 97: byoc.ims.v1.ListWorkflowsRequest
-	(*GetWorkflowRequest)(nil),            // 98: byoc.ims.v1.GetWorkflowRequest
-	(*ApproveWorkflowRequest)(nil),        // 99: byoc.ims.v1.ApproveWorkflowRequest
-	(*CancelWorkflowRequest)(nil),         // 100: byoc.ims.v1.CancelWorkflowRequest
-	(*RetryWorkflowStepRequest)(nil),      // 101: byoc.ims.v1.RetryWorkflowStepRequest
-	(*ListActionsRequest)(nil),            // 102: byoc.ims.v1.ListActionsRequest
-	(*StartActionRunRequest)(nil),         // 103: byoc.ims.v1.StartActionRunRequest
-	(*ListActionRunsRequest)(nil),         // 104: byoc.ims.v1.ListActionRunsRequest
-	(*GetActionRunRequest)(nil),           // 105: byoc.ims.v1.GetActionRunRequest
-	(*ListAuditEventsRequest)(nil),        // 106: byoc.ims.v1.ListAuditEventsRequest
-	(*PlanInstallResponse)(nil),           // 107: byoc.ims.v1.PlanInstallResponse
-	(*StartWorkflowResponse)(nil),         // 108: byoc.ims.v1.StartWorkflowResponse
-	(*ListWorkflowsResponse)(nil),         // 109: byoc.ims.v1.ListWorkflowsResponse
-	(*GetWorkflowResponse)(nil),           // 110: byoc.ims.v1.GetWorkflowResponse
-	(*ApproveWorkflowResponse)(nil),       // 111: byoc.ims.v1.ApproveWorkflowResponse
-	(*CancelWorkflowResponse)(nil),        // 112: byoc.ims.v1.CancelWorkflowResponse
-	(*RetryWorkflowStepResponse)(nil),     // 113: byoc.ims.v1.RetryWorkflowStepResponse
-	(*ListActionsResponse)(nil),           // 114: byoc.ims.v1.ListActionsResponse
-	(*StartActionRunResponse)(nil),        // 115: byoc.ims.v1.StartActionRunResponse
-	(*ListActionRunsResponse)(nil),        // 116: byoc.ims.v1.ListActionRunsResponse
-	(*GetActionRunResponse)(nil),          // 117: byoc.ims.v1.GetActionRunResponse
-	(*ListAuditEventsResponse)(nil),       // 118: byoc.ims.v1.ListAuditEventsResponse
+	(*Build)(nil),                         // 83: byoc.ims.v1.Build
+	(*CreateBuildAgentTokenRequest)(nil),  // 84: byoc.ims.v1.CreateBuildAgentTokenRequest
+	(*CreateBuildAgentTokenResponse)(nil), // 85: byoc.ims.v1.CreateBuildAgentTokenResponse
+	(*StartBuildRequest)(nil),             // 86: byoc.ims.v1.StartBuildRequest
+	(*StartBuildResponse)(nil),            // 87: byoc.ims.v1.StartBuildResponse
+	(*ListBuildsRequest)(nil),             // 88: byoc.ims.v1.ListBuildsRequest
+	(*ListBuildsResponse)(nil),            // 89: byoc.ims.v1.ListBuildsResponse
+	(*ListInstallImagesRequest)(nil),      // 90: byoc.ims.v1.ListInstallImagesRequest
+	(*InstallImage)(nil),                  // 91: byoc.ims.v1.InstallImage
+	(*ListInstallImagesResponse)(nil),     // 92: byoc.ims.v1.ListInstallImagesResponse
+	nil,                                   // 93: byoc.ims.v1.StackReport.InputsEntry
+	nil,                                   // 94: byoc.ims.v1.StackReport.OutputsEntry
+	nil,                                   // 95: byoc.ims.v1.Install.InputsEntry
+	nil,                                   // 96: byoc.ims.v1.InstallSettings.OverridesEntry
+	nil,                                   // 97: byoc.ims.v1.CreateInstallRequest.InputsEntry
+	nil,                                   // 98: byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
+	nil,                                   // 99: byoc.ims.v1.Job.OutputsEntry
+	(*timestamppb.Timestamp)(nil),         // 100: google.protobuf.Timestamp
+	(*InstallHealth)(nil),                 // 101: byoc.ims.v1.InstallHealth
+	(*Workflow)(nil),                      // 102: byoc.ims.v1.Workflow
+	(*structpb.Struct)(nil),               // 103: google.protobuf.Struct
+	(*structpb.Value)(nil),                // 104: google.protobuf.Value
+	(*PlanInstallRequest)(nil),            // 105: byoc.ims.v1.PlanInstallRequest
+	(*StartWorkflowRequest)(nil),          // 106: byoc.ims.v1.StartWorkflowRequest
+	(*ListWorkflowsRequest)(nil),          // 107: byoc.ims.v1.ListWorkflowsRequest
+	(*GetWorkflowRequest)(nil),            // 108: byoc.ims.v1.GetWorkflowRequest
+	(*ApproveWorkflowRequest)(nil),        // 109: byoc.ims.v1.ApproveWorkflowRequest
+	(*CancelWorkflowRequest)(nil),         // 110: byoc.ims.v1.CancelWorkflowRequest
+	(*RetryWorkflowStepRequest)(nil),      // 111: byoc.ims.v1.RetryWorkflowStepRequest
+	(*ListActionsRequest)(nil),            // 112: byoc.ims.v1.ListActionsRequest
+	(*StartActionRunRequest)(nil),         // 113: byoc.ims.v1.StartActionRunRequest
+	(*ListActionRunsRequest)(nil),         // 114: byoc.ims.v1.ListActionRunsRequest
+	(*GetActionRunRequest)(nil),           // 115: byoc.ims.v1.GetActionRunRequest
+	(*ListAuditEventsRequest)(nil),        // 116: byoc.ims.v1.ListAuditEventsRequest
+	(*PlanInstallResponse)(nil),           // 117: byoc.ims.v1.PlanInstallResponse
+	(*StartWorkflowResponse)(nil),         // 118: byoc.ims.v1.StartWorkflowResponse
+	(*ListWorkflowsResponse)(nil),         // 119: byoc.ims.v1.ListWorkflowsResponse
+	(*GetWorkflowResponse)(nil),           // 120: byoc.ims.v1.GetWorkflowResponse
+	(*ApproveWorkflowResponse)(nil),       // 121: byoc.ims.v1.ApproveWorkflowResponse
+	(*CancelWorkflowResponse)(nil),        // 122: byoc.ims.v1.CancelWorkflowResponse
+	(*RetryWorkflowStepResponse)(nil),     // 123: byoc.ims.v1.RetryWorkflowStepResponse
+	(*ListActionsResponse)(nil),           // 124: byoc.ims.v1.ListActionsResponse
+	(*StartActionRunResponse)(nil),        // 125: byoc.ims.v1.StartActionRunResponse
+	(*ListActionRunsResponse)(nil),        // 126: byoc.ims.v1.ListActionRunsResponse
+	(*GetActionRunResponse)(nil),          // 127: byoc.ims.v1.GetActionRunResponse
+	(*ListAuditEventsResponse)(nil),       // 128: byoc.ims.v1.ListAuditEventsResponse
 }
 var file_byoc_ims_v1_operator_proto_depIdxs = []int32{
 	0,   // 0: byoc.ims.v1.WhoAmIResponse.role:type_name -> byoc.ims.v1.Role
 	0,   // 1: byoc.ims.v1.CreateApiTokenRequest.role:type_name -> byoc.ims.v1.Role
-	90,  // 2: byoc.ims.v1.App.create_time:type_name -> google.protobuf.Timestamp
+	100, // 2: byoc.ims.v1.App.create_time:type_name -> google.protobuf.Timestamp
 	7,   // 3: byoc.ims.v1.CreateAppResponse.app:type_name -> byoc.ims.v1.App
 	7,   // 4: byoc.ims.v1.ListAppsResponse.apps:type_name -> byoc.ims.v1.App
 	7,   // 5: byoc.ims.v1.GetAppResponse.app:type_name -> byoc.ims.v1.App
-	90,  // 6: byoc.ims.v1.AgentStatus.last_seen_time:type_name -> google.protobuf.Timestamp
-	90,  // 7: byoc.ims.v1.AgentStatus.enroll_time:type_name -> google.protobuf.Timestamp
-	90,  // 8: byoc.ims.v1.AgentStatus.identity_conflict_time:type_name -> google.protobuf.Timestamp
+	100, // 6: byoc.ims.v1.AgentStatus.last_seen_time:type_name -> google.protobuf.Timestamp
+	100, // 7: byoc.ims.v1.AgentStatus.enroll_time:type_name -> google.protobuf.Timestamp
+	100, // 8: byoc.ims.v1.AgentStatus.identity_conflict_time:type_name -> google.protobuf.Timestamp
 	16,  // 9: byoc.ims.v1.AgentStatus.permissions:type_name -> byoc.ims.v1.Permissions
 	15,  // 10: byoc.ims.v1.AgentStatus.stack:type_name -> byoc.ims.v1.StackReport
-	83,  // 11: byoc.ims.v1.StackReport.inputs:type_name -> byoc.ims.v1.StackReport.InputsEntry
-	84,  // 12: byoc.ims.v1.StackReport.outputs:type_name -> byoc.ims.v1.StackReport.OutputsEntry
-	90,  // 13: byoc.ims.v1.StackReport.report_time:type_name -> google.protobuf.Timestamp
-	90,  // 14: byoc.ims.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
-	90,  // 15: byoc.ims.v1.Permissions.report_time:type_name -> google.protobuf.Timestamp
-	85,  // 16: byoc.ims.v1.Install.inputs:type_name -> byoc.ims.v1.Install.InputsEntry
-	90,  // 17: byoc.ims.v1.Install.create_time:type_name -> google.protobuf.Timestamp
+	93,  // 11: byoc.ims.v1.StackReport.inputs:type_name -> byoc.ims.v1.StackReport.InputsEntry
+	94,  // 12: byoc.ims.v1.StackReport.outputs:type_name -> byoc.ims.v1.StackReport.OutputsEntry
+	100, // 13: byoc.ims.v1.StackReport.report_time:type_name -> google.protobuf.Timestamp
+	100, // 14: byoc.ims.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
+	100, // 15: byoc.ims.v1.Permissions.report_time:type_name -> google.protobuf.Timestamp
+	95,  // 16: byoc.ims.v1.Install.inputs:type_name -> byoc.ims.v1.Install.InputsEntry
+	100, // 17: byoc.ims.v1.Install.create_time:type_name -> google.protobuf.Timestamp
 	14,  // 18: byoc.ims.v1.Install.agent:type_name -> byoc.ims.v1.AgentStatus
 	18,  // 19: byoc.ims.v1.Install.settings:type_name -> byoc.ims.v1.InstallSettings
-	91,  // 20: byoc.ims.v1.Install.health:type_name -> byoc.ims.v1.InstallHealth
-	86,  // 21: byoc.ims.v1.InstallSettings.overrides:type_name -> byoc.ims.v1.InstallSettings.OverridesEntry
-	87,  // 22: byoc.ims.v1.CreateInstallRequest.inputs:type_name -> byoc.ims.v1.CreateInstallRequest.InputsEntry
+	101, // 20: byoc.ims.v1.Install.health:type_name -> byoc.ims.v1.InstallHealth
+	96,  // 21: byoc.ims.v1.InstallSettings.overrides:type_name -> byoc.ims.v1.InstallSettings.OverridesEntry
+	97,  // 22: byoc.ims.v1.CreateInstallRequest.inputs:type_name -> byoc.ims.v1.CreateInstallRequest.InputsEntry
 	17,  // 23: byoc.ims.v1.CreateInstallResponse.install:type_name -> byoc.ims.v1.Install
 	21,  // 24: byoc.ims.v1.CreateInstallResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	90,  // 25: byoc.ims.v1.EnrollmentToken.expire_time:type_name -> google.protobuf.Timestamp
+	100, // 25: byoc.ims.v1.EnrollmentToken.expire_time:type_name -> google.protobuf.Timestamp
 	17,  // 26: byoc.ims.v1.ListInstallsResponse.installs:type_name -> byoc.ims.v1.Install
 	17,  // 27: byoc.ims.v1.GetInstallResponse.install:type_name -> byoc.ims.v1.Install
 	28,  // 28: byoc.ims.v1.ListInstallDriftResponse.components:type_name -> byoc.ims.v1.ComponentDrift
-	90,  // 29: byoc.ims.v1.ComponentDrift.check_time:type_name -> google.protobuf.Timestamp
+	100, // 29: byoc.ims.v1.ComponentDrift.check_time:type_name -> google.protobuf.Timestamp
 	38,  // 30: byoc.ims.v1.ComponentDrift.changes:type_name -> byoc.ims.v1.PlannedChange
-	90,  // 31: byoc.ims.v1.ComponentDrift.next_check_time:type_name -> google.protobuf.Timestamp
+	100, // 31: byoc.ims.v1.ComponentDrift.next_check_time:type_name -> google.protobuf.Timestamp
 	17,  // 32: byoc.ims.v1.InstallStatus.install:type_name -> byoc.ims.v1.Install
 	29,  // 33: byoc.ims.v1.WatchInstallsResponse.installs:type_name -> byoc.ims.v1.InstallStatus
-	88,  // 34: byoc.ims.v1.UpdateInstallRequest.set_inputs:type_name -> byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
+	98,  // 34: byoc.ims.v1.UpdateInstallRequest.set_inputs:type_name -> byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
 	17,  // 35: byoc.ims.v1.UpdateInstallResponse.install:type_name -> byoc.ims.v1.Install
-	92,  // 36: byoc.ims.v1.UpdateInstallResponse.workflow:type_name -> byoc.ims.v1.Workflow
+	102, // 36: byoc.ims.v1.UpdateInstallResponse.workflow:type_name -> byoc.ims.v1.Workflow
 	21,  // 37: byoc.ims.v1.CreateEnrollmentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	93,  // 38: byoc.ims.v1.Job.config:type_name -> google.protobuf.Struct
+	103, // 38: byoc.ims.v1.Job.config:type_name -> google.protobuf.Struct
 	1,   // 39: byoc.ims.v1.Job.state:type_name -> byoc.ims.v1.JobState
-	90,  // 40: byoc.ims.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	90,  // 41: byoc.ims.v1.Job.start_time:type_name -> google.protobuf.Timestamp
-	90,  // 42: byoc.ims.v1.Job.end_time:type_name -> google.protobuf.Timestamp
-	90,  // 43: byoc.ims.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
-	89,  // 44: byoc.ims.v1.Job.outputs:type_name -> byoc.ims.v1.Job.OutputsEntry
+	100, // 40: byoc.ims.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	100, // 41: byoc.ims.v1.Job.start_time:type_name -> google.protobuf.Timestamp
+	100, // 42: byoc.ims.v1.Job.end_time:type_name -> google.protobuf.Timestamp
+	100, // 43: byoc.ims.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
+	99,  // 44: byoc.ims.v1.Job.outputs:type_name -> byoc.ims.v1.Job.OutputsEntry
 	38,  // 45: byoc.ims.v1.Job.planned_changes:type_name -> byoc.ims.v1.PlannedChange
 	37,  // 46: byoc.ims.v1.Job.policy_findings:type_name -> byoc.ims.v1.PolicyFinding
-	94,  // 47: byoc.ims.v1.PlannedChange.before:type_name -> google.protobuf.Value
-	94,  // 48: byoc.ims.v1.PlannedChange.after:type_name -> google.protobuf.Value
-	93,  // 49: byoc.ims.v1.EnqueueJobRequest.config:type_name -> google.protobuf.Struct
+	104, // 47: byoc.ims.v1.PlannedChange.before:type_name -> google.protobuf.Value
+	104, // 48: byoc.ims.v1.PlannedChange.after:type_name -> google.protobuf.Value
+	103, // 49: byoc.ims.v1.EnqueueJobRequest.config:type_name -> google.protobuf.Struct
 	36,  // 50: byoc.ims.v1.EnqueueJobResponse.job:type_name -> byoc.ims.v1.Job
 	39,  // 51: byoc.ims.v1.EnqueueJobsRequest.jobs:type_name -> byoc.ims.v1.EnqueueJobRequest
 	36,  // 52: byoc.ims.v1.EnqueueJobsResponse.jobs:type_name -> byoc.ims.v1.Job
 	1,   // 53: byoc.ims.v1.ListJobsRequest.states:type_name -> byoc.ims.v1.JobState
 	36,  // 54: byoc.ims.v1.ListJobsResponse.jobs:type_name -> byoc.ims.v1.Job
 	36,  // 55: byoc.ims.v1.GetJobResponse.job:type_name -> byoc.ims.v1.Job
-	90,  // 56: byoc.ims.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	100, // 56: byoc.ims.v1.LogLine.time:type_name -> google.protobuf.Timestamp
 	2,   // 57: byoc.ims.v1.LogLine.stream:type_name -> byoc.ims.v1.LogStream
 	47,  // 58: byoc.ims.v1.StreamJobLogsResponse.lines:type_name -> byoc.ims.v1.LogLine
 	36,  // 59: byoc.ims.v1.StreamJobLogsResponse.job:type_name -> byoc.ims.v1.Job
 	36,  // 60: byoc.ims.v1.CancelJobResponse.job:type_name -> byoc.ims.v1.Job
-	90,  // 61: byoc.ims.v1.AppRevision.create_time:type_name -> google.protobuf.Timestamp
+	100, // 61: byoc.ims.v1.AppRevision.create_time:type_name -> google.protobuf.Timestamp
 	52,  // 62: byoc.ims.v1.PushAppRevisionRequest.files:type_name -> byoc.ims.v1.AppFile
 	7,   // 63: byoc.ims.v1.PushAppRevisionResponse.app:type_name -> byoc.ims.v1.App
 	53,  // 64: byoc.ims.v1.PushAppRevisionResponse.revision:type_name -> byoc.ims.v1.AppRevision
 	61,  // 65: byoc.ims.v1.PushAppRevisionResponse.changes:type_name -> byoc.ims.v1.ConfigChange
 	56,  // 66: byoc.ims.v1.PushAppRevisionResponse.installs:type_name -> byoc.ims.v1.InstallApplied
-	92,  // 67: byoc.ims.v1.PushAppRevisionResponse.workflows:type_name -> byoc.ims.v1.Workflow
+	102, // 67: byoc.ims.v1.PushAppRevisionResponse.workflows:type_name -> byoc.ims.v1.Workflow
 	17,  // 68: byoc.ims.v1.InstallApplied.install:type_name -> byoc.ims.v1.Install
 	21,  // 69: byoc.ims.v1.InstallApplied.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
 	53,  // 70: byoc.ims.v1.ListAppRevisionsResponse.revisions:type_name -> byoc.ims.v1.AppRevision
 	61,  // 71: byoc.ims.v1.DiffAppRevisionsResponse.changes:type_name -> byoc.ims.v1.ConfigChange
 	62,  // 72: byoc.ims.v1.ConfigDiagnostics.diagnostics:type_name -> byoc.ims.v1.ConfigDiagnostic
-	94,  // 73: byoc.ims.v1.PluginType.config_schema:type_name -> google.protobuf.Value
-	94,  // 74: byoc.ims.v1.PluginType.outputs_schema:type_name -> google.protobuf.Value
-	90,  // 75: byoc.ims.v1.PluginType.register_time:type_name -> google.protobuf.Timestamp
+	104, // 73: byoc.ims.v1.PluginType.config_schema:type_name -> google.protobuf.Value
+	104, // 74: byoc.ims.v1.PluginType.outputs_schema:type_name -> google.protobuf.Value
+	100, // 75: byoc.ims.v1.PluginType.register_time:type_name -> google.protobuf.Timestamp
 	64,  // 76: byoc.ims.v1.RegisterPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
 	64,  // 77: byoc.ims.v1.RegisterPluginTypeResponse.replaced:type_name -> byoc.ims.v1.PluginType
 	64,  // 78: byoc.ims.v1.ListPluginTypesResponse.plugin_types:type_name -> byoc.ims.v1.PluginType
 	64,  // 79: byoc.ims.v1.GetPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
 	77,  // 80: byoc.ims.v1.RequestBreakGlassResponse.grant:type_name -> byoc.ims.v1.BreakGlassGrant
 	77,  // 81: byoc.ims.v1.ListBreakGlassGrantsResponse.grants:type_name -> byoc.ims.v1.BreakGlassGrant
-	90,  // 82: byoc.ims.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
-	90,  // 83: byoc.ims.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
-	90,  // 84: byoc.ims.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
-	90,  // 85: byoc.ims.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
-	90,  // 86: byoc.ims.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
+	100, // 82: byoc.ims.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
+	100, // 83: byoc.ims.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
+	100, // 84: byoc.ims.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
+	100, // 85: byoc.ims.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
+	100, // 86: byoc.ims.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
 	80,  // 87: byoc.ims.v1.GetBreakGlassPolicyResponse.roles:type_name -> byoc.ims.v1.BreakGlassRole
 	52,  // 88: byoc.ims.v1.GetInstallStackResponse.files:type_name -> byoc.ims.v1.AppFile
-	93,  // 89: byoc.ims.v1.InstallSettings.OverridesEntry.value:type_name -> google.protobuf.Struct
-	3,   // 90: byoc.ims.v1.OperatorService.WhoAmI:input_type -> byoc.ims.v1.WhoAmIRequest
-	5,   // 91: byoc.ims.v1.OperatorService.CreateApiToken:input_type -> byoc.ims.v1.CreateApiTokenRequest
-	8,   // 92: byoc.ims.v1.OperatorService.CreateApp:input_type -> byoc.ims.v1.CreateAppRequest
-	10,  // 93: byoc.ims.v1.OperatorService.ListApps:input_type -> byoc.ims.v1.ListAppsRequest
-	12,  // 94: byoc.ims.v1.OperatorService.GetApp:input_type -> byoc.ims.v1.GetAppRequest
-	54,  // 95: byoc.ims.v1.OperatorService.PushAppRevision:input_type -> byoc.ims.v1.PushAppRevisionRequest
-	57,  // 96: byoc.ims.v1.OperatorService.ListAppRevisions:input_type -> byoc.ims.v1.ListAppRevisionsRequest
-	59,  // 97: byoc.ims.v1.OperatorService.DiffAppRevisions:input_type -> byoc.ims.v1.DiffAppRevisionsRequest
-	19,  // 98: byoc.ims.v1.OperatorService.CreateInstall:input_type -> byoc.ims.v1.CreateInstallRequest
-	22,  // 99: byoc.ims.v1.OperatorService.ListInstalls:input_type -> byoc.ims.v1.ListInstallsRequest
-	24,  // 100: byoc.ims.v1.OperatorService.GetInstall:input_type -> byoc.ims.v1.GetInstallRequest
-	26,  // 101: byoc.ims.v1.OperatorService.ListInstallDrift:input_type -> byoc.ims.v1.ListInstallDriftRequest
-	30,  // 102: byoc.ims.v1.OperatorService.WatchInstalls:input_type -> byoc.ims.v1.WatchInstallsRequest
-	34,  // 103: byoc.ims.v1.OperatorService.CreateEnrollmentToken:input_type -> byoc.ims.v1.CreateEnrollmentTokenRequest
-	32,  // 104: byoc.ims.v1.OperatorService.UpdateInstall:input_type -> byoc.ims.v1.UpdateInstallRequest
-	95,  // 105: byoc.ims.v1.OperatorService.PlanInstall:input_type -> byoc.ims.v1.PlanInstallRequest
-	96,  // 106: byoc.ims.v1.OperatorService.StartWorkflow:input_type -> byoc.ims.v1.StartWorkflowRequest
-	97,  // 107: byoc.ims.v1.OperatorService.ListWorkflows:input_type -> byoc.ims.v1.ListWorkflowsRequest
-	98,  // 108: byoc.ims.v1.OperatorService.GetWorkflow:input_type -> byoc.ims.v1.GetWorkflowRequest
-	99,  // 109: byoc.ims.v1.OperatorService.ApproveWorkflow:input_type -> byoc.ims.v1.ApproveWorkflowRequest
-	100, // 110: byoc.ims.v1.OperatorService.CancelWorkflow:input_type -> byoc.ims.v1.CancelWorkflowRequest
-	101, // 111: byoc.ims.v1.OperatorService.RetryWorkflowStep:input_type -> byoc.ims.v1.RetryWorkflowStepRequest
-	39,  // 112: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
-	41,  // 113: byoc.ims.v1.OperatorService.EnqueueJobs:input_type -> byoc.ims.v1.EnqueueJobsRequest
-	43,  // 114: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
-	45,  // 115: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
-	48,  // 116: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
-	50,  // 117: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
-	65,  // 118: byoc.ims.v1.OperatorService.RegisterPluginType:input_type -> byoc.ims.v1.RegisterPluginTypeRequest
-	67,  // 119: byoc.ims.v1.OperatorService.ListPluginTypes:input_type -> byoc.ims.v1.ListPluginTypesRequest
-	69,  // 120: byoc.ims.v1.OperatorService.GetPluginType:input_type -> byoc.ims.v1.GetPluginTypeRequest
-	71,  // 121: byoc.ims.v1.OperatorService.RemovePluginType:input_type -> byoc.ims.v1.RemovePluginTypeRequest
-	102, // 122: byoc.ims.v1.OperatorService.ListActions:input_type -> byoc.ims.v1.ListActionsRequest
-	103, // 123: byoc.ims.v1.OperatorService.StartActionRun:input_type -> byoc.ims.v1.StartActionRunRequest
-	104, // 124: byoc.ims.v1.OperatorService.ListActionRuns:input_type -> byoc.ims.v1.ListActionRunsRequest
-	105, // 125: byoc.ims.v1.OperatorService.GetActionRun:input_type -> byoc.ims.v1.GetActionRunRequest
-	73,  // 126: byoc.ims.v1.OperatorService.RequestBreakGlass:input_type -> byoc.ims.v1.RequestBreakGlassRequest
-	75,  // 127: byoc.ims.v1.OperatorService.ListBreakGlassGrants:input_type -> byoc.ims.v1.ListBreakGlassGrantsRequest
-	78,  // 128: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:input_type -> byoc.ims.v1.GetBreakGlassPolicyRequest
-	106, // 129: byoc.ims.v1.OperatorService.ListAuditEvents:input_type -> byoc.ims.v1.ListAuditEventsRequest
-	81,  // 130: byoc.ims.v1.OperatorService.GetInstallStack:input_type -> byoc.ims.v1.GetInstallStackRequest
-	4,   // 131: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
-	6,   // 132: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
-	9,   // 133: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
-	11,  // 134: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
-	13,  // 135: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
-	55,  // 136: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
-	58,  // 137: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
-	60,  // 138: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
-	20,  // 139: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
-	23,  // 140: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
-	25,  // 141: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
-	27,  // 142: byoc.ims.v1.OperatorService.ListInstallDrift:output_type -> byoc.ims.v1.ListInstallDriftResponse
-	31,  // 143: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
-	35,  // 144: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
-	33,  // 145: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
-	107, // 146: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
-	108, // 147: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
-	109, // 148: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
-	110, // 149: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
-	111, // 150: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
-	112, // 151: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
-	113, // 152: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
-	40,  // 153: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
-	42,  // 154: byoc.ims.v1.OperatorService.EnqueueJobs:output_type -> byoc.ims.v1.EnqueueJobsResponse
-	44,  // 155: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
-	46,  // 156: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
-	49,  // 157: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
-	51,  // 158: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
-	66,  // 159: byoc.ims.v1.OperatorService.RegisterPluginType:output_type -> byoc.ims.v1.RegisterPluginTypeResponse
-	68,  // 160: byoc.ims.v1.OperatorService.ListPluginTypes:output_type -> byoc.ims.v1.ListPluginTypesResponse
-	70,  // 161: byoc.ims.v1.OperatorService.GetPluginType:output_type -> byoc.ims.v1.GetPluginTypeResponse
-	72,  // 162: byoc.ims.v1.OperatorService.RemovePluginType:output_type -> byoc.ims.v1.RemovePluginTypeResponse
-	114, // 163: byoc.ims.v1.OperatorService.ListActions:output_type -> byoc.ims.v1.ListActionsResponse
-	115, // 164: byoc.ims.v1.OperatorService.StartActionRun:output_type -> byoc.ims.v1.StartActionRunResponse
-	116, // 165: byoc.ims.v1.OperatorService.ListActionRuns:output_type -> byoc.ims.v1.ListActionRunsResponse
-	117, // 166: byoc.ims.v1.OperatorService.GetActionRun:output_type -> byoc.ims.v1.GetActionRunResponse
-	74,  // 167: byoc.ims.v1.OperatorService.RequestBreakGlass:output_type -> byoc.ims.v1.RequestBreakGlassResponse
-	76,  // 168: byoc.ims.v1.OperatorService.ListBreakGlassGrants:output_type -> byoc.ims.v1.ListBreakGlassGrantsResponse
-	79,  // 169: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:output_type -> byoc.ims.v1.GetBreakGlassPolicyResponse
-	118, // 170: byoc.ims.v1.OperatorService.ListAuditEvents:output_type -> byoc.ims.v1.ListAuditEventsResponse
-	82,  // 171: byoc.ims.v1.OperatorService.GetInstallStack:output_type -> byoc.ims.v1.GetInstallStackResponse
-	131, // [131:172] is the sub-list for method output_type
-	90,  // [90:131] is the sub-list for method input_type
-	90,  // [90:90] is the sub-list for extension type_name
-	90,  // [90:90] is the sub-list for extension extendee
-	0,   // [0:90] is the sub-list for field type_name
+	100, // 89: byoc.ims.v1.Build.create_time:type_name -> google.protobuf.Timestamp
+	21,  // 90: byoc.ims.v1.CreateBuildAgentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
+	36,  // 91: byoc.ims.v1.StartBuildResponse.job:type_name -> byoc.ims.v1.Job
+	83,  // 92: byoc.ims.v1.ListBuildsResponse.builds:type_name -> byoc.ims.v1.Build
+	83,  // 93: byoc.ims.v1.InstallImage.build:type_name -> byoc.ims.v1.Build
+	100, // 94: byoc.ims.v1.InstallImage.copy_time:type_name -> google.protobuf.Timestamp
+	91,  // 95: byoc.ims.v1.ListInstallImagesResponse.images:type_name -> byoc.ims.v1.InstallImage
+	103, // 96: byoc.ims.v1.InstallSettings.OverridesEntry.value:type_name -> google.protobuf.Struct
+	3,   // 97: byoc.ims.v1.OperatorService.WhoAmI:input_type -> byoc.ims.v1.WhoAmIRequest
+	5,   // 98: byoc.ims.v1.OperatorService.CreateApiToken:input_type -> byoc.ims.v1.CreateApiTokenRequest
+	8,   // 99: byoc.ims.v1.OperatorService.CreateApp:input_type -> byoc.ims.v1.CreateAppRequest
+	10,  // 100: byoc.ims.v1.OperatorService.ListApps:input_type -> byoc.ims.v1.ListAppsRequest
+	12,  // 101: byoc.ims.v1.OperatorService.GetApp:input_type -> byoc.ims.v1.GetAppRequest
+	54,  // 102: byoc.ims.v1.OperatorService.PushAppRevision:input_type -> byoc.ims.v1.PushAppRevisionRequest
+	57,  // 103: byoc.ims.v1.OperatorService.ListAppRevisions:input_type -> byoc.ims.v1.ListAppRevisionsRequest
+	59,  // 104: byoc.ims.v1.OperatorService.DiffAppRevisions:input_type -> byoc.ims.v1.DiffAppRevisionsRequest
+	19,  // 105: byoc.ims.v1.OperatorService.CreateInstall:input_type -> byoc.ims.v1.CreateInstallRequest
+	22,  // 106: byoc.ims.v1.OperatorService.ListInstalls:input_type -> byoc.ims.v1.ListInstallsRequest
+	24,  // 107: byoc.ims.v1.OperatorService.GetInstall:input_type -> byoc.ims.v1.GetInstallRequest
+	26,  // 108: byoc.ims.v1.OperatorService.ListInstallDrift:input_type -> byoc.ims.v1.ListInstallDriftRequest
+	30,  // 109: byoc.ims.v1.OperatorService.WatchInstalls:input_type -> byoc.ims.v1.WatchInstallsRequest
+	34,  // 110: byoc.ims.v1.OperatorService.CreateEnrollmentToken:input_type -> byoc.ims.v1.CreateEnrollmentTokenRequest
+	32,  // 111: byoc.ims.v1.OperatorService.UpdateInstall:input_type -> byoc.ims.v1.UpdateInstallRequest
+	105, // 112: byoc.ims.v1.OperatorService.PlanInstall:input_type -> byoc.ims.v1.PlanInstallRequest
+	106, // 113: byoc.ims.v1.OperatorService.StartWorkflow:input_type -> byoc.ims.v1.StartWorkflowRequest
+	107, // 114: byoc.ims.v1.OperatorService.ListWorkflows:input_type -> byoc.ims.v1.ListWorkflowsRequest
+	108, // 115: byoc.ims.v1.OperatorService.GetWorkflow:input_type -> byoc.ims.v1.GetWorkflowRequest
+	109, // 116: byoc.ims.v1.OperatorService.ApproveWorkflow:input_type -> byoc.ims.v1.ApproveWorkflowRequest
+	110, // 117: byoc.ims.v1.OperatorService.CancelWorkflow:input_type -> byoc.ims.v1.CancelWorkflowRequest
+	111, // 118: byoc.ims.v1.OperatorService.RetryWorkflowStep:input_type -> byoc.ims.v1.RetryWorkflowStepRequest
+	39,  // 119: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
+	41,  // 120: byoc.ims.v1.OperatorService.EnqueueJobs:input_type -> byoc.ims.v1.EnqueueJobsRequest
+	43,  // 121: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
+	45,  // 122: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
+	48,  // 123: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
+	50,  // 124: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
+	65,  // 125: byoc.ims.v1.OperatorService.RegisterPluginType:input_type -> byoc.ims.v1.RegisterPluginTypeRequest
+	67,  // 126: byoc.ims.v1.OperatorService.ListPluginTypes:input_type -> byoc.ims.v1.ListPluginTypesRequest
+	69,  // 127: byoc.ims.v1.OperatorService.GetPluginType:input_type -> byoc.ims.v1.GetPluginTypeRequest
+	71,  // 128: byoc.ims.v1.OperatorService.RemovePluginType:input_type -> byoc.ims.v1.RemovePluginTypeRequest
+	112, // 129: byoc.ims.v1.OperatorService.ListActions:input_type -> byoc.ims.v1.ListActionsRequest
+	113, // 130: byoc.ims.v1.OperatorService.StartActionRun:input_type -> byoc.ims.v1.StartActionRunRequest
+	114, // 131: byoc.ims.v1.OperatorService.ListActionRuns:input_type -> byoc.ims.v1.ListActionRunsRequest
+	115, // 132: byoc.ims.v1.OperatorService.GetActionRun:input_type -> byoc.ims.v1.GetActionRunRequest
+	73,  // 133: byoc.ims.v1.OperatorService.RequestBreakGlass:input_type -> byoc.ims.v1.RequestBreakGlassRequest
+	75,  // 134: byoc.ims.v1.OperatorService.ListBreakGlassGrants:input_type -> byoc.ims.v1.ListBreakGlassGrantsRequest
+	78,  // 135: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:input_type -> byoc.ims.v1.GetBreakGlassPolicyRequest
+	116, // 136: byoc.ims.v1.OperatorService.ListAuditEvents:input_type -> byoc.ims.v1.ListAuditEventsRequest
+	81,  // 137: byoc.ims.v1.OperatorService.GetInstallStack:input_type -> byoc.ims.v1.GetInstallStackRequest
+	84,  // 138: byoc.ims.v1.OperatorService.CreateBuildAgentToken:input_type -> byoc.ims.v1.CreateBuildAgentTokenRequest
+	86,  // 139: byoc.ims.v1.OperatorService.StartBuild:input_type -> byoc.ims.v1.StartBuildRequest
+	88,  // 140: byoc.ims.v1.OperatorService.ListBuilds:input_type -> byoc.ims.v1.ListBuildsRequest
+	90,  // 141: byoc.ims.v1.OperatorService.ListInstallImages:input_type -> byoc.ims.v1.ListInstallImagesRequest
+	4,   // 142: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
+	6,   // 143: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
+	9,   // 144: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
+	11,  // 145: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
+	13,  // 146: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
+	55,  // 147: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
+	58,  // 148: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
+	60,  // 149: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
+	20,  // 150: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
+	23,  // 151: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
+	25,  // 152: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
+	27,  // 153: byoc.ims.v1.OperatorService.ListInstallDrift:output_type -> byoc.ims.v1.ListInstallDriftResponse
+	31,  // 154: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
+	35,  // 155: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
+	33,  // 156: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
+	117, // 157: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
+	118, // 158: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
+	119, // 159: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
+	120, // 160: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
+	121, // 161: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
+	122, // 162: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
+	123, // 163: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
+	40,  // 164: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
+	42,  // 165: byoc.ims.v1.OperatorService.EnqueueJobs:output_type -> byoc.ims.v1.EnqueueJobsResponse
+	44,  // 166: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
+	46,  // 167: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
+	49,  // 168: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
+	51,  // 169: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
+	66,  // 170: byoc.ims.v1.OperatorService.RegisterPluginType:output_type -> byoc.ims.v1.RegisterPluginTypeResponse
+	68,  // 171: byoc.ims.v1.OperatorService.ListPluginTypes:output_type -> byoc.ims.v1.ListPluginTypesResponse
+	70,  // 172: byoc.ims.v1.OperatorService.GetPluginType:output_type -> byoc.ims.v1.GetPluginTypeResponse
+	72,  // 173: byoc.ims.v1.OperatorService.RemovePluginType:output_type -> byoc.ims.v1.RemovePluginTypeResponse
+	124, // 174: byoc.ims.v1.OperatorService.ListActions:output_type -> byoc.ims.v1.ListActionsResponse
+	125, // 175: byoc.ims.v1.OperatorService.StartActionRun:output_type -> byoc.ims.v1.StartActionRunResponse
+	126, // 176: byoc.ims.v1.OperatorService.ListActionRuns:output_type -> byoc.ims.v1.ListActionRunsResponse
+	127, // 177: byoc.ims.v1.OperatorService.GetActionRun:output_type -> byoc.ims.v1.GetActionRunResponse
+	74,  // 178: byoc.ims.v1.OperatorService.RequestBreakGlass:output_type -> byoc.ims.v1.RequestBreakGlassResponse
+	76,  // 179: byoc.ims.v1.OperatorService.ListBreakGlassGrants:output_type -> byoc.ims.v1.ListBreakGlassGrantsResponse
+	79,  // 180: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:output_type -> byoc.ims.v1.GetBreakGlassPolicyResponse
+	128, // 181: byoc.ims.v1.OperatorService.ListAuditEvents:output_type -> byoc.ims.v1.ListAuditEventsResponse
+	82,  // 182: byoc.ims.v1.OperatorService.GetInstallStack:output_type -> byoc.ims.v1.GetInstallStackResponse
+	85,  // 183: byoc.ims.v1.OperatorService.CreateBuildAgentToken:output_type -> byoc.ims.v1.CreateBuildAgentTokenResponse
+	87,  // 184: byoc.ims.v1.OperatorService.StartBuild:output_type -> byoc.ims.v1.StartBuildResponse
+	89,  // 185: byoc.ims.v1.OperatorService.ListBuilds:output_type -> byoc.ims.v1.ListBuildsResponse
+	92,  // 186: byoc.ims.v1.OperatorService.ListInstallImages:output_type -> byoc.ims.v1.ListInstallImagesResponse
+	142, // [142:187] is the sub-list for method output_type
+	97,  // [97:142] is the sub-list for method input_type
+	97,  // [97:97] is the sub-list for extension type_name
+	97,  // [97:97] is the sub-list for extension extendee
+	0,   // [0:97] is the sub-list for field type_name
 }
 
 func init() { file_byoc_ims_v1_operator_proto_init() }
@@ -6113,7 +6826,7 @@ func file_byoc_ims_v1_operator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byoc_ims_v1_operator_proto_rawDesc), len(file_byoc_ims_v1_operator_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   87,
+			NumMessages:   97,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
