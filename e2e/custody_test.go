@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"io/fs"
@@ -285,6 +286,19 @@ func TestCustodySyncAndPullGrants(t *testing.T) {
 	tok, st, msg := exchange(t, c.ims, agA, g, time.Now())
 	if st != 200 || tok == "" {
 		t.Fatalf("exchange: %d %q", st, msg)
+	}
+	// The token lives as long as the job may (its time limit, 1h here).
+	if parts := strings.Split(tok, "."); len(parts) != 3 {
+		t.Fatalf("token %q is not a JWT", tok)
+	} else {
+		payload, _ := base64.RawURLEncoding.DecodeString(parts[1])
+		var claims struct {
+			Iat, Exp int64
+			Access   []struct{ Name string }
+		}
+		if err := json.Unmarshal(payload, &claims); err != nil || claims.Exp-claims.Iat != 3600 || len(claims.Access) != 1 || claims.Access[0].Name != "multi" {
+			t.Fatalf("token claims %s (%v): want a 1h token for multi only", payload, err)
+		}
 	}
 	if _, st, msg := exchange(t, c.ims, agA, g, time.Now()); st != 401 || !strings.Contains(msg, "already exchanged") {
 		t.Fatalf("second exchange: %d %q", st, msg)
