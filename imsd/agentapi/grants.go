@@ -30,8 +30,13 @@ type RegistryConfig struct {
 }
 
 // grantScopes is what a job of type typ with config may have a grant
-// for; nil for a job that needs none or cannot have one.
-func grantScopes(installID, typ string, config []byte) []string {
+// for; nil for a job that needs none or cannot have one. Only a plan and
+// an apply read the vendor registry (an image's drift check and destroy
+// look at the install registry only).
+func grantScopes(installID, typ, op string, config []byte) []string {
+	if op != "plan" && op != "apply" {
+		return nil
+	}
 	var cfg map[string]any
 	switch typ {
 	case agentproto.ImageType:
@@ -64,7 +69,7 @@ func (s *Service) grant(ctx context.Context, j store.Job, installID string) (*ag
 	if rc == nil {
 		return nil, nil, nil
 	}
-	scopes := grantScopes(installID, j.ComponentType, j.Config)
+	scopes := grantScopes(installID, j.ComponentType, j.Operation, j.Config)
 	if scopes == nil {
 		return nil, nil, nil
 	}
