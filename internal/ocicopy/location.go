@@ -6,8 +6,10 @@
 // A copy is two steps. PlanCopy reads the whole manifest graph from the
 // source (verifying every manifest's digest and size) and asks the
 // destination which nodes it already has; Plan.Apply then sends only the
-// missing blobs, in parallel, verifying each digest while it streams, and
-// pushes the manifests last, children before parents. So an unchanged
+// missing blobs, in parallel, each checked against its digest and size
+// by the destination as it takes it (and, with Options.LocalVerify, here
+// while it streams), and pushes the manifests last, children before
+// parents. So an unchanged
 // re-sync sends no blob bytes, an interrupted copy applied again sends
 // only what did not complete, and a source that fails during a copy
 // leaves the destination with nothing but unreferenced blobs: no manifest

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"go.uber.org/goleak"
@@ -324,5 +325,26 @@ func TestImageFullReferenceSources(t *testing.T) {
 				sdktest.ExpectOutput("reference", "oci:"+filepath.Join(install, "api")+"@"+img.Digest.String()))},
 			{Config: fromLayout, Check: sdktest.ExpectOutput("reference", "oci:"+filepath.Join(install, "api2")+"@"+img.Digest.String())},
 		},
+	})
+}
+
+// A long copy says how far along it is while blobs stream.
+func TestImageApplyReportsProgress(t *testing.T) {
+	vendor := ocitest.StartRegistry(t, ocitest.RegistryOptions{})
+	install := ocitest.StartRegistry(t, ocitest.RegistryOptions{})
+	slow := ocitest.StartProxy(t, install.Host)
+	slow.UploadBytesPerSecond = 4 << 20
+	src := openRepo(t, vendor.URL(), "acme/api", ocicopy.Credentials{})
+	img, err := ocitest.Image(context.Background(), src, ocitest.ImageSpec{Seed: 97, Layers: []int64{2 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sdktest.Test(t, image.NewWithProgress(50*time.Millisecond), sdktest.Case{
+		Env: map[string]string{"BYOC_INSTALL_REGISTRY": "http://" + slow.Host, "BYOC_VENDOR_REGISTRY": vendor.Host},
+		Steps: []sdktest.Step{{Config: map[string]any{"source": "acme/api@" + img.Digest.String()}, Check: sdktest.All(
+			sdktest.ExpectLog(" of 2.0 MB ("),
+			sdktest.ExpectOutput("blobs_copied", "2"),
+		)}},
+		SkipDestroy: true,
 	})
 }
