@@ -9,6 +9,8 @@
 //	                                                    the customer's permission modes and kill switch
 //	agentd breakglass --state-dir DIR list|approve ID [--for D]|deny ID --reason R|revoke ID
 //	                                                    the customer's decisions on break-glass requests
+//	agentd audit --state-dir DIR verify|compare         check the agent's copy of its install's audit chain,
+//	                                                    and compare it with imsd's
 package main
 
 import (
@@ -50,6 +52,9 @@ func main() {
 	defer stop()
 	if len(os.Args) > 1 && os.Args[1] == "breakglass" {
 		os.Exit(breakglassCmd(ctx, os.Args[2:], os.Stdout, os.Stderr, time.Now))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "audit" {
+		os.Exit(auditCmd(ctx, os.Args[2:], os.Stdout, os.Stderr, time.Now))
 	}
 	os.Exit(run(ctx, os.Args[1:]))
 }

@@ -341,3 +341,38 @@ func (s *Store) RawExec(ctx context.Context, q string, args ...any) error {
 		return err
 	})
 }
+
+// auditRow is an audit_events row for sqlx.
+type auditRow struct {
+	Chain   string `db:"chain"`
+	Seq     int64  `db:"seq"`
+	At      int64  `db:"at"`
+	Kind    string `db:"kind"`
+	Actor   string `db:"actor"`
+	Subject string `db:"subject"`
+	Data    string `db:"data"`
+	Prev    string `db:"prev"`
+	Hash    string `db:"hash"`
+}
+
+// MaxAuditPage is the most records AuditRecordsAfter returns at once.
+const MaxAuditPage = 1000
+
+// AuditRecordsAfter returns up to limit (at most MaxAuditPage) records of
+// chain after record afterSeq, as stored, in seq order: what an agent's
+// copy of its install's chain lacks. It reads the (chain, seq) key only.
+func (s *Store) AuditRecordsAfter(ctx context.Context, chain string, afterSeq int64, limit int) ([]auditchain.Record, error) {
+	if limit <= 0 || limit > MaxAuditPage {
+		limit = MaxAuditPage
+	}
+	var rows []auditRow
+	q := fmt.Sprintf(`SELECT chain, seq, at, kind, actor, subject, data, prev, hash FROM audit_events WHERE chain = ? AND seq > ? ORDER BY seq LIMIT %d`, limit)
+	if err := s.r.SelectContext(ctx, &rows, s.bind(q), chain, afterSeq); err != nil {
+		return nil, fmt.Errorf("read audit chain %q after %d: %w", chain, afterSeq, err)
+	}
+	out := make([]auditchain.Record, len(rows))
+	for i, r := range rows {
+		out[i] = auditchain.Record(r)
+	}
+	return out, nil
+}

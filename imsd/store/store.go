@@ -95,7 +95,7 @@ func openSQLite(ctx context.Context, path string) (*Store, error) {
 	// SELECT's statement journal, otherwise spill to a temporary file past
 	// 64 KiB, a write syscall per page (7 % of imsd's CPU under load;
 	// docs/performance.md).
-	wdb, err := sql.Open("sqlite", path+common+"&_pragma=journal_mode(WAL)&_pragma=temp_store(MEMORY)&_txlock=immediate")
+	wdb, err := sql.Open("sqlite", path+common+"&_pragma=journal_mode(WAL)&_pragma=temp_store(MEMORY)&_pragma=wal_autocheckpoint(10000)&_txlock=immediate")
 	if err != nil {
 		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
 	}
