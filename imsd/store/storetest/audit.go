@@ -111,16 +111,19 @@ func testAuditEvents(t *testing.T, e *env) {
 	wantKinds(t, "vendor chain", e.kinds(store.VendorChain), "token.created", "app.created", "app.pushed", "plugin_type.registered")
 	got := e.kinds(inst)
 	wantKinds(t, "install chain", got, "install.created", "install.updated", "agent.enrolled", "agent.permissions_changed",
-		"agent.identity_conflict", "job.queued", "job.assigned", "job.acked", "job.finished", "job.lease_expired",
+		"agent.identity_conflict", "job.queued", "job.assigned", "job.acked", "job.finished", "job.refused", "job.lease_expired",
 		"workflow.created", "workflow.started", "step.started", "step.ended", "workflow.ended", "breakglass.granted",
 		"enrollment_token.created", "workflow.approved", "workflow.cancel_requested", "job.cancelled", "job.cancel_requested")
-	if n := strings.Count(strings.Join(got, " "), "job.finished"); n != 2 {
-		t.Errorf("%d job.finished events, want 2 (succeeded, refused): %v", n, got)
+	if n := strings.Count(strings.Join(got, " "), "job.finished"); n != 1 {
+		t.Errorf("%d job.finished events, want 1 (succeeded; the refusal is job.refused): %v", n, got)
 	}
 	evs, err := e.s.ListAuditEvents(ctx, store.AuditFilter{Chain: inst, OneChain: true})
 	ok(t, err)
 	for _, ev := range evs {
-		if ev.Kind == "job.finished" && ev.Subject == "job:job-2" {
+		if ev.Kind == "job.acked" {
+			equal(t, "acked token", ev.Data["token"], fmt.Sprint(j.FencingToken))
+		}
+		if ev.Kind == "job.refused" && ev.Subject == "job:job-2" {
 			equal(t, "refused state", ev.Data["state"], "refused")
 			equal(t, "refused actor", ev.Actor, "agent:ag-1")
 		}
@@ -343,4 +346,12 @@ func testAuditConcurrent(t *testing.T, e *env) {
 	if p := e.verify(store.VendorChain); p != nil {
 		t.Errorf("verify vendor: %v", p)
 	}
+}
+
+// nilProblem turns a verification problem into an error (nil for none).
+func nilProblem(p *auditchain.Problem) error {
+	if p == nil {
+		return nil
+	}
+	return p
 }
