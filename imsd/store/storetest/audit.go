@@ -108,7 +108,8 @@ func testAuditEvents(t *testing.T, e *env) {
 	_, _, err = e.s.PutPluginType(ctx, store.PluginType{Type: "greeting", Version: "1.0.0", Protocol: "1.1", Description: "{}", RegisteredAt: T0, RegisteredBy: "ci"})
 	ok(t, err)
 
-	wantKinds(t, "vendor chain", e.kinds(store.VendorChain), "token.created", "app.created", "app.pushed", "plugin_type.registered")
+	ok(t, e.s.DeletePluginType(ctx, "greeting", at(42*time.Minute)))
+	wantKinds(t, "vendor chain", e.kinds(store.VendorChain), "token.created", "app.created", "app.pushed", "plugin_type.registered", "plugin_type.deleted")
 	got := e.kinds(inst)
 	wantKinds(t, "install chain", got, "install.created", "install.updated", "agent.enrolled", "agent.permissions_changed",
 		"agent.identity_conflict", "job.queued", "job.assigned", "job.acked", "job.finished", "job.refused", "job.lease_expired",
