@@ -76,6 +76,12 @@ func (s *Store) withAudit(fn func(tx *txn) error) func(tx *txn) error {
 		if len(tx.audit) == 0 {
 			return nil
 		}
+		if tx.g != nil {
+			// SQLite: chained now, inserted at the batch's commit.
+			err := s.chainAudit(tx)
+			tx.audit = tx.audit[:0]
+			return err
+		}
 		heads, err := s.flushAudit(tx)
 		tx.audit = tx.audit[:0]
 		if err == nil && tx.heads != nil {
@@ -166,6 +172,36 @@ func (s *Store) flushAudit(tx *txn) ([]chainHead, error) {
 		i = j
 	}
 	return heads, nil
+}
+
+// chainAudit gives tx's queued events their seq, prev and hash, from the
+// heads of the batch's earlier writes or the writer's cache (a chain in
+// neither is read), and adds them to the batch's records, which the
+// writer inserts just before it commits (groupCommit.insertAudit). One
+// multi-row INSERT per batch instead of one statement per event: SQLite
+// (modernc) spends more per statement than per row (docs/performance.md).
+// Only the SQLite writer's transactions (tx.g set) come here.
+func (s *Store) chainAudit(tx *txn) error {
+	ctx := tx.c(context.Background())
+	rs := make([]auditchain.Record, 0, len(tx.audit))
+	local := map[string]*auditchain.Record{} // this write's own heads
+	for _, ev := range tx.audit {
+		head := local[ev.rec.Chain]
+		if head == nil {
+			var err error
+			if head, err = s.head(ctx, tx, ev.rec.Chain, true); err != nil {
+				return err
+			}
+		}
+		rs = append(rs, auditchain.Next(head, ev.rec))
+		local[ev.rec.Chain] = &rs[len(rs)-1]
+	}
+	// Only a write whose every record is chained adds them.
+	tx.records = append(tx.records, rs...)
+	for chain, r := range local {
+		tx.heads[chain] = chainHead{chain: chain, seq: r.Seq, hash: r.Hash}
+	}
+	return nil
 }
 
 func (s *Store) insertAudit(ctx context.Context, tx *txn, r auditchain.Record) error {
