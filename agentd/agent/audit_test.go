@@ -2,7 +2,6 @@ package agent
 
 import (
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -138,40 +137,6 @@ func TestAgentRefusesRecordsThatDoNotFollowItsCopy(t *testing.T) {
 	rs, _ := auditlog.ReadFile(filepath.Join(auditlog.Dir(dir), auditlog.InstallFile))
 	if len(rs) != 2 || rs[1].Subject != "job:job_a" {
 		t.Fatalf("the copy holds %+v, want its two records unchanged", rs)
-	}
-}
-
-// A torn last line (a crash mid-append) is cut off at the next start.
-func TestAuditLogCutsATornLine(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "audit", auditlog.InstallFile)
-	l, err := auditlog.Open(path, "ins_1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r1 := auditchain.Next(nil, auditchain.Record{Chain: "ins_1", Kind: "a", Data: "{}"})
-	if err := l.AppendCopy([]auditchain.Record{r1}); err != nil {
-		t.Fatal(err)
-	}
-	l.Close()
-	fh, _ := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
-	fh.WriteString(`{"chain":"ins_1","seq":2,"at"`)
-	fh.Close()
-	l, err = auditlog.Open(path, "ins_1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	if seq, hash := l.Head(); seq != 1 || hash != r1.Hash {
-		t.Fatalf("head %d %s, want record 1", seq, hash)
-	}
-	r2 := auditchain.Next(&r1, auditchain.Record{Chain: "ins_1", Kind: "b", Data: "{}"})
-	if err := l.AppendCopy([]auditchain.Record{r2}); err != nil {
-		t.Fatal(err)
-	}
-	rs, err := auditlog.ReadFile(path)
-	if err != nil || len(rs) != 2 || auditchain.Verify(rs) != nil {
-		t.Fatalf("after the torn line: %v %+v", err, rs)
 	}
 }
 

@@ -394,6 +394,8 @@ type conn struct {
 	// (or that it held at its hello). audit.go.
 	auditCopy bool
 	auditSeq  int64
+	// lastAudit is when a heartbeat last sent the agent its records.
+	lastAudit time.Time
 }
 
 // welcome re-attaches the jobs the agent says it runs, answers the hello and
@@ -734,8 +736,14 @@ func (c *conn) handle(ctx context.Context, m *agentv1.ConnectRequest) error {
 				}
 			}
 		}
-		if err := c.sendAudit(ctx); err != nil {
-			return err
+		// The agent's copy of the chain keeps up: at every heartbeat that
+		// names jobs (their records come anyway), else once a minute,
+		// which spares a read per idle agent and heartbeat.
+		if len(msg.Heartbeat.Running) > 0 || now.Sub(c.lastAudit) > time.Minute {
+			c.lastAudit = now
+			if err := c.sendAudit(ctx); err != nil {
+				return err
+			}
 		}
 		// Catch up on a wake-up that was lost, at most once a minute: the
 		// hub's mark is exact within one imsd, and PostgreSQL replicas
@@ -809,6 +817,10 @@ func (c *conn) handle(ctx context.Context, m *agentv1.ConnectRequest) error {
 			s.obs.Finished(state)
 			s.hub.NotifyLog(r.JobId)
 			s.hub.FleetChanged()
+		}
+		// The job's end reaches the agent's copy of the chain with it.
+		if err := c.sendAudit(ctx); err != nil {
+			return err
 		}
 		if err := c.send(accepted(r.WriteId)); err != nil {
 			return err

@@ -733,7 +733,8 @@ type Hello struct {
 	// after audit_seq (the last record of the agent's own copy; 0 for
 	// none): at once, then before the answer to every ack (so that the
 	// agent holds the record of a job's ack before it starts the job) and
-	// after heartbeats.
+	// to every result, and after heartbeats (those naming jobs; else once a
+	// minute).
 	AuditCopy     bool  `protobuf:"varint,30,opt,name=audit_copy,json=auditCopy,proto3" json:"audit_copy,omitempty"`
 	AuditSeq      int64 `protobuf:"varint,31,opt,name=audit_seq,json=auditSeq,proto3" json:"audit_seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
