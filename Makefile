@@ -95,7 +95,8 @@ FUZZ_TARGETS := \
 	./schema/app/cron:FuzzScheduleAgainstRobfig \
 	./schema/app/cron:FuzzScheduleTokens \
 	./imsd/agentapi:FuzzConfigDigestBothSides \
-	./agentd/agent:FuzzSeenLine
+	./agentd/agent:FuzzSeenLine \
+	./imsd/store:FuzzEncodeMap
 FUZZTIME ?= 10s
 
 .PHONY: fuzz-short

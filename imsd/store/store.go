@@ -230,18 +230,6 @@ func fromNanos(n int64) time.Time {
 	return time.Unix(0, n).UTC()
 }
 
-// encodeMap stores a string map as a JSON object; nil is "{}".
-func encodeMap(m map[string]string) string {
-	if len(m) == 0 {
-		return "{}"
-	}
-	b, err := json.Marshal(m)
-	if err != nil {
-		panic(err) // a map[string]string always marshals
-	}
-	return string(b)
-}
-
 // decodeMap is the inverse of encodeMap; an empty object is nil.
 func decodeMap(s string) (map[string]string, error) {
 	var m map[string]string
