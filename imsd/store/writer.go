@@ -166,9 +166,9 @@ type groupCommit struct {
 	// the file) commits, and then heads may be stale (checkHeads).
 	dataVersion int64
 	reqs        chan *writeReq
-	quit  chan struct{}
-	done  chan struct{}
-	once  sync.Once
+	quit        chan struct{}
+	done        chan struct{}
+	once        sync.Once
 }
 
 type writeReq struct {
