@@ -11,6 +11,11 @@
 //	                                                    the customer's decisions on break-glass requests
 //	agentd audit --state-dir DIR verify|compare         check the agent's copy of its install's audit chain,
 //	                                                    and compare it with imsd's
+//	agentd --stack-config FILE --state-dir DIR          run from an install stack (its imsd, token, roles, inputs, secrets)
+//	agentd preflight [--stack-config FILE] [--state-dir DIR]
+//	                                                    check what the install needs; exit 1 on a failure
+//	agentd support-bundle -o FILE.tar.gz [--state-dir DIR] [--stack-config FILE]
+//	                                                    collect a redacted bundle for the vendor's support
 package main
 
 import (
@@ -29,6 +34,7 @@ import (
 	"github.com/byoc-dev/byoc/agentd/agent"
 	"github.com/byoc-dev/byoc/agentd/pluginhost"
 	"github.com/byoc-dev/byoc/agentd/secrets"
+	"github.com/byoc-dev/byoc/agentd/stack"
 	"github.com/byoc-dev/byoc/internal/buildinfo"
 	"github.com/byoc-dev/byoc/plugins/action"
 	"github.com/byoc-dev/byoc/plugins/sdk"
@@ -55,6 +61,12 @@ func main() {
 	}
 	if len(os.Args) > 1 && os.Args[1] == "audit" {
 		os.Exit(auditCmd(ctx, os.Args[2:], os.Stdout, os.Stderr, time.Now))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "preflight" {
+		os.Exit(preflightCmd(ctx, os.Args[2:], os.Stdout, os.Stderr))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "support-bundle" {
+		os.Exit(supportBundleCmd(ctx, os.Args[2:], os.Stdout, os.Stderr))
 	}
 	os.Exit(run(ctx, os.Args[1:]))
 }
@@ -90,6 +102,8 @@ func run(ctx context.Context, args []string) int {
 		capacity             int
 		pluginDirs, pins     multiFlag
 		secretsFile          string
+		policyDir            string
+		stackPath            string
 		level                slog.Level
 	)
 	fs.StringVar(&ims, "ims", os.Getenv("BYOC_IMS_URL"), "imsd `URL`; also $BYOC_IMS_URL")
@@ -99,6 +113,8 @@ func run(ctx context.Context, args []string) int {
 	fs.Var(&pluginDirs, "plugin-dir", "`directory` searched for byoc-plugin-<type> binaries (repeatable)")
 	fs.Var(&pins, "plugin-pin", "`type=sha256` pin for an external plugin (repeatable); unpinned plugins never run")
 	fs.StringVar(&secretsFile, "secrets-file", "", "customer-owned `file` of NAME=value secrets (mode 0600); jobs get those their config lists under \"secrets\", and every value is redacted from job logs, errors and outputs")
+	fs.StringVar(&policyDir, "policy-dir", "", "customer-owned `directory` of rego policies (*.rego, not writable by group or others); every plan, apply and destroy must pass them, whatever the app config's policies say")
+	fs.StringVar(&stackPath, "stack-config", os.Getenv("BYOC_STACK_CONFIG"), "the install stack's config `file` (its imsd URL, enrolment token, a role per permission mode, the customer's inputs and secrets); also $BYOC_STACK_CONFIG")
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "log `level`: debug, info, warn, error")
 	showVersion := fs.Bool("version", false, "print the version, commit and build date, and exit")
 	if err := fs.Parse(args); err != nil {
@@ -130,6 +146,50 @@ func run(ctx context.Context, args []string) int {
 			return 2
 		}
 	}
+	if policyDir != "" {
+		// Checked at start so a mistake shows now, not at the first
+		// deploy; read again for every job.
+		var err error
+		if policyDir, err = filepath.Abs(policyDir); err == nil {
+			_, err = agent.CustomerPolicies(policyDir)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "agentd: --policy-dir: %v\n", err)
+			return 2
+		}
+	}
+	// An install stack: imsd, the enrolment token (until enrolled), the
+	// customer's secrets and inputs, and a role per permission mode.
+	var st *stack.Stack
+	var stackValues stack.Values
+	if stackPath != "" {
+		var err error
+		if st, err = stack.Open(stackPath); err != nil {
+			fmt.Fprintf(os.Stderr, "agentd: --stack-config: %v\n", err)
+			return 2
+		}
+		if ims == "" {
+			ims = st.Config.IMS
+		}
+		if token == "" && stateDir != "" && !enrolled(stateDir) {
+			if token, err = st.EnrollToken(ctx); err != nil {
+				fmt.Fprintf(os.Stderr, "agentd: %v\n", err)
+				return 1
+			}
+		}
+		if stackValues, err = st.Values(ctx); err != nil {
+			fmt.Fprintf(os.Stderr, "agentd: %v\n", err)
+			return 1
+		}
+		if secretMap == nil {
+			secretMap = map[string]string{}
+		}
+		for k, v := range stackValues.Secrets {
+			if _, dup := secretMap[k]; !dup {
+				secretMap[k] = v
+			}
+		}
+	}
 	self, err := os.Executable()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "agentd: find own executable: %v\n", err)
@@ -150,7 +210,11 @@ func run(ctx context.Context, args []string) int {
 		Logger:   log,
 	}
 	runner := &agent.PluginRunner{Loader: loader, WorkRoot: filepath.Join(stateDir, "jobs"),
-		StateRoot: filepath.Join(stateDir, "components"), Secrets: secretMap, Logger: log}
+		StateRoot: filepath.Join(stateDir, "components"), LogRoot: filepath.Join(stateDir, "logs"), Secrets: secretMap, Logger: log,
+		PolicyDir: policyDir}
+	if st != nil {
+		runner.Credentials = stackCredentials(st, stateDir, time.Now)
+	}
 	defer runner.Close()
 	// A previous agentd killed mid-job left its workspaces, its plugins'
 	// socket dirs and its steps' cgroups; no job of this one runs yet.

@@ -54,6 +54,10 @@ type Job struct {
 	// Component names the install's component the job is for; empty for
 	// a job of no component (an action run).
 	Component string
+	// ApprovedPlanDigest is, for the apply of a plan an operator approved,
+	// that plan's digest (signed by imsd): the runner applies only if a
+	// fresh plan has the same.
+	ApprovedPlanDigest string
 }
 
 // Outcome is how a job ended.
@@ -64,6 +68,14 @@ type Outcome struct {
 	Outputs  map[string]string
 	// PlannedChanges are a plan's or drift check's changes, redacted.
 	PlannedChanges []*agentv1.PlannedChange
+	// PlanDigest is the digest of the plan the job made (a plan's, or an
+	// approved apply's fresh plan), over PlannedChanges.
+	PlanDigest string
+	// PolicyFindings are what the job's policies said of its plan,
+	// redacted.
+	PolicyFindings []*agentv1.PolicyFinding
+	// Drifted is a drift check's verdict.
+	Drifted bool
 }
 
 // Config is everything the agent needs.

@@ -165,6 +165,7 @@ func (a *Agent) check(as *agentv1.JobAssignment, now time.Time) (map[string]any,
 		FencingToken: as.FencingToken, Mode: as.Mode, Component: as.Component,
 		ComponentType: as.ComponentType, Operation: as.Operation, TimeoutSeconds: as.TimeoutSeconds,
 		ConfigDigest: digest, Expires: time.UnixMilli(sig.GetExpireUnixMs()),
+		ApprovedPlanDigest: as.ApprovedPlanDigest,
 	}
 	return config, agentproto.VerifyJob(a.keys, &c, sig.GetSignature(), now)
 }
@@ -223,7 +224,7 @@ func (a *Agent) beginLocked(j *jobRun) {
 	job := Job{
 		ID: as.JobId, InstallID: as.InstallId, Attempt: as.Attempt,
 		ComponentType: as.ComponentType, Component: as.Component, Operation: as.Operation,
-		Config: config, Timeout: timeout, Mode: as.Mode,
+		Config: config, Timeout: timeout, Mode: as.Mode, ApprovedPlanDigest: as.ApprovedPlanDigest,
 	}
 	a.wg.Add(1)
 	go a.run(j, job)
@@ -357,6 +358,8 @@ func (a *Agent) finish(j *jobRun, out Outcome) {
 	j.result = &agentv1.JobResult{
 		JobId: j.id, FencingToken: j.token, Outcome: out.Outcome, ExitCode: out.ExitCode,
 		Error: out.Error, Outputs: out.Outputs, LastSeq: j.nextSeq, PlannedChanges: out.PlannedChanges,
+		PlanDigest:     out.PlanDigest,
+		PolicyFindings: out.PolicyFindings, Drifted: out.Drifted,
 	}
 	a.mu.Unlock()
 	a.kickNow()

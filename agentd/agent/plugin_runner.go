@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -42,12 +43,29 @@ type PluginRunner struct {
 	// operation; the values of all of them are redacted from every log
 	// line, error and output the job sends back.
 	Secrets map[string]string
+	// LogRoot, when set, keeps a local copy of the newest jobs' logs
+	// (KeepJobLogs of them, STATE/logs/<job>-<attempt>.log, 0600), as
+	// redacted as what imsd gets, for the customer's support bundle.
+	LogRoot string
+	// Credentials, when set, gives each job the cloud credentials of its
+	// permission mode's role (the install stack's, agentd/stack): env is
+	// added to the operation's environment only (never the plugin
+	// process's own), secret lists values to redact from everything the
+	// job sends back. An error fails the job before anything starts, with
+	// the error as its message (naming the role and the stack parameter
+	// that turns it on).
+	Credentials func(ctx context.Context, job Job) (env map[string]string, secret []string, err error)
 	// CgroupRoot is where cgroup file systems are mounted, for sweeping
 	// step cgroups (/sys/fs/cgroup when empty).
 	CgroupRoot string
 	// Logger receives what the sweep after each job removed and its
 	// errors. Nil discards them.
 	Logger *slog.Logger
+	// PolicyDir holds the customer's policies (*.rego, agentd
+	// --policy-dir), read again for each plan, apply and destroy and
+	// handed to the plugin with the vendor's (CustomerPolicies). Empty:
+	// none.
+	PolicyDir string
 
 	// mu guards active and lock, and is held through a workspace sweep.
 	mu sync.Mutex
@@ -76,18 +94,30 @@ func (r *PluginRunner) Run(ctx context.Context, job Job, rawLog func(int32, stri
 	// secrets; the list never reaches the plugin.
 	config, sensitive, sensErr := takeSensitive(job.Config)
 	job.Config = config
+	// The job's role's credentials, asked for before anything starts; a
+	// mode without a role fails the job here.
+	var credEnv map[string]string
+	if r.Credentials != nil && sensErr == nil {
+		env, secret, err := r.Credentials(ctx, job)
+		if err != nil {
+			sensErr = err
+		}
+		credEnv = env
+		sensitive = append(sensitive, secret...)
+	}
 	red := redact.New(append(secretValues, sensitive...)...)
 	// Every line goes through the redactor, so that a secret a plugin
 	// sends in pieces is caught too; flushed before the outcome.
-	stream := red.NewStream(redactHold, func(e redact.Event) { rawLog(e.Stream, e.Text) })
+	jl := openJobLog(r.LogRoot, job)
+	defer jl.close(r.LogRoot)
+	stream := red.NewStream(redactHold, func(e redact.Event) { jl.write(e.Stream, e.Text); rawLog(e.Stream, e.Text) })
 	log := func(st int32, text string) { stream.Add(redact.Event{Stream: st, Text: text}) }
-	out := r.run(ctx, job, sensErr, log, red)
+	out := r.run(ctx, job, sensErr, credEnv, log, red)
 	stream.Flush()
 	out.Error = red.String(out.Error)
 	out.Outputs = red.Map(out.Outputs)
-	for _, c := range out.PlannedChanges {
-		c.Address, c.Summary = red.String(c.Address), red.String(c.Summary)
-		c.Before, c.After = redactValue(red, c.Before), redactValue(red, c.After)
+	for _, f := range out.PolicyFindings {
+		f.Policy, f.Message = red.String(f.Policy), red.String(f.Message)
 	}
 	// What a plugin killed mid-job may have left (its step cgroups) goes
 	// now, not at the next restart.
@@ -244,8 +274,9 @@ func (r *PluginRunner) resolveSecrets(config map[string]any) (map[string]any, ma
 	return out.(map[string]any), env, nil
 }
 
-// run runs job; configErr, when set, fails it before anything starts.
-func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, log func(int32, string), red *redact.Redactor) Outcome {
+// run runs job; configErr, when set, fails it before anything starts;
+// credEnv goes to the operation's environment.
+func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEnv map[string]string, log func(int32, string), red *redact.Redactor) Outcome {
 	fail := func(format string, args ...any) Outcome {
 		msg := red.String(fmt.Sprintf(format, args...))
 		log(StreamSystem, "[agentd] "+msg)
@@ -254,7 +285,22 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, log fu
 	if configErr != nil {
 		return fail("%v", configErr)
 	}
-	config, secretEnv, err := r.resolveSecrets(job.Config)
+	// The vendor's policies leave the config before secrets are
+	// resolved: their text is not the plugin's config.
+	config, vendorPolicies, err := takeVendorPolicies(job.Config)
+	if err != nil {
+		return fail("%v", err)
+	}
+	var policies []sdk.PolicyModule
+	if slices.Contains(policyOps, job.Operation) {
+		// The customer's first: what a customer configured is evaluated
+		// whatever the vendor's say (plugins/policy keeps them apart).
+		if policies, err = CustomerPolicies(r.PolicyDir); err != nil {
+			return fail("%v", err)
+		}
+		policies = append(policies, vendorPolicies...)
+	}
+	config, secretEnv, err := r.resolveSecrets(config)
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -318,6 +364,18 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, log fu
 	d := inst.Description()
 	log(StreamSystem, fmt.Sprintf("[agentd] %s %s: attempt %d, plugin %s %s started in %s (pid group %d, protocol %s)",
 		job.ComponentType, job.Operation, job.Attempt, d.Type, d.Version, time.Since(started).Round(time.Millisecond), inst.PGID(), d.Negotiated))
+	evaluates := d.Has(sdk.CapPolicy) && !d.Negotiated.Less(sdk.ProtocolVersion{Major: 1, Minor: 3})
+	if len(policies) > 0 {
+		var names []string
+		for _, p := range policies {
+			names = append(names, p.Source+" "+p.Name)
+		}
+		if evaluates {
+			log(StreamSystem, fmt.Sprintf("[agentd] policies: %s", strings.Join(names, ", ")))
+		} else {
+			log(StreamSystem, fmt.Sprintf("[agentd] policies NOT evaluated: type %q does not evaluate policies (%s)", job.ComponentType, strings.Join(names, ", ")))
+		}
+	}
 
 	v, err := inst.Validate(ctx, job.Config)
 	if err != nil {
@@ -340,20 +398,60 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, log fu
 	// own environment.
 	opEnv := maps.Clone(env)
 	maps.Copy(opEnv, secretEnv)
-	res, err := inst.Run(ctx, job.Operation, &sdk.RunRequest{
-		Job: sdk.JobContext{JobID: job.ID, InstallID: job.InstallID, Attempt: int(job.Attempt), WorkDir: work,
-			StateDir: stateDir, Timeout: job.Timeout},
-		Config: job.Config,
-		Env:    opEnv,
-	}, func(e sdk.LogEvent) { log(int32(e.Stream), e.Text) })
+	maps.Copy(opEnv, credEnv)
+	if arn := credEnv["BYOC_ROLE_ARN"]; arn != "" {
+		log(StreamSystem, fmt.Sprintf("[agentd] %s mode: running with role %s (credentials until %s; never the agent's own)", job.Mode, arn, credEnv["AWS_CREDENTIAL_EXPIRATION"]))
+	}
+	jc := sdk.JobContext{JobID: job.ID, InstallID: job.InstallID, Attempt: int(job.Attempt), WorkDir: work,
+		StateDir: stateDir, Timeout: job.Timeout, Component: job.Component, Mode: job.Mode, Policies: policies}
+	plans := planStore{}
+	if stateDir != "" {
+		plans.root = filepath.Join(stateDir, sdk.PlanDirName)
+	}
+	var out Outcome
+	switch {
+	case job.ApprovedPlanDigest != "" && job.Operation == sdk.OpApply:
+		// The operator approved a plan: plan again, in this job and under
+		// the same state-dir lock, and apply only if nothing changed.
+		fresh, ok, failed := r.replan(ctx, inst, job, jc, opEnv, plans, log, red)
+		if !ok {
+			return failed
+		}
+		out.PlanDigest = fresh
+		jc.ApprovedPlanDigest = job.ApprovedPlanDigest
+		jc.PlanDir = plans.dir(job.ApprovedPlanDigest)
+	case job.ApprovedPlanDigest != "":
+		return fail("a %s job carries an approved plan digest; only an apply can", job.Operation)
+	case job.Operation == sdk.OpPlan && plans.root != "":
+		if jc.PlanDir, err = plans.fresh(job); err != nil {
+			return fail("plan directory: %v", err)
+		}
+	}
+	if jc.PlanDir != "" {
+		opEnv["BYOC_PLAN_DIR"] = jc.PlanDir
+	}
+	if jc.ApprovedPlanDigest != "" {
+		opEnv["BYOC_APPROVED_PLAN_DIGEST"] = jc.ApprovedPlanDigest
+	}
+	res, err := inst.Run(ctx, job.Operation, &sdk.RunRequest{Job: jc, Config: job.Config, Env: opEnv},
+		func(e sdk.LogEvent) { log(int32(e.Stream), e.Text) })
+	if job.Operation == sdk.OpApply || job.Operation == sdk.OpDestroy {
+		// The component's state moved on (or may have): every saved plan
+		// of it is stale.
+		if err := plans.clear(); err != nil {
+			log(StreamSystem, "[agentd] remove stale plans: "+red.String(err.Error()))
+		}
+	}
 	if ctx.Err() != nil {
+		plans.discard(jc.PlanDir)
 		return Outcome{} // the agent reports the cause
 	}
 	if err != nil {
+		plans.discard(jc.PlanDir)
 		return fail("%v", err)
 	}
-	// The agent protocol carries no plan yet: a plan's or drift check's
-	// verdict and summary reach the operator in the job log.
+	// A plan's or drift check's verdict and summary reach the operator in
+	// the job log too, beside the result's planned changes.
 	if job.Operation == sdk.OpDrift && res.Error == "" {
 		verdict := "no drift"
 		if res.Drifted {
@@ -361,29 +459,19 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, log fu
 		}
 		log(StreamSystem, "[agentd] drift check: "+verdict)
 	}
-	if changes := strings.TrimRight(res.Changes, "\n"); changes != "" {
-		for _, line := range strings.Split(changes, "\n") {
-			log(StreamSystem, "[agentd] changes: "+line)
+	logChanges(job.Operation, res, log)
+	out.Outcome, out.ExitCode, out.Outputs = agentv1.Outcome_OUTCOME_SUCCEEDED, int32(res.ExitCode), res.Outputs
+	out.PolicyFindings, out.Drifted = findingsToProto(res.PolicyFindings), res.Drifted
+	if job.Operation == sdk.OpPlan || job.Operation == sdk.OpDrift || len(res.PlannedChanges) > 0 {
+		if out.PlannedChanges, out.PlanDigest, err = redactedPlan(res.PlannedChanges, red); err != nil {
+			plans.discard(jc.PlanDir)
+			return fail("%v", err)
 		}
 	}
-	for _, c := range res.PlannedChanges {
-		line := "[agentd] " + job.Operation + ": " + c.String()
-		if keys := changedKeys(c.Before, c.After); len(keys) > 0 {
-			line += " (changed: " + strings.Join(keys, ", ") + ")"
-		}
-		log(StreamSystem, line)
-	}
-	out := Outcome{Outcome: agentv1.Outcome_OUTCOME_SUCCEEDED, ExitCode: int32(res.ExitCode), Outputs: res.Outputs}
-	for _, c := range res.PlannedChanges {
-		pc := &agentv1.PlannedChange{Address: c.Address, Action: c.Action, Summary: c.Summary}
-		// The values came from protobuf, so they convert back.
-		if c.Before != nil {
-			pc.Before, _ = structpb.NewValue(c.Before)
-		}
-		if c.After != nil {
-			pc.After, _ = structpb.NewValue(c.After)
-		}
-		out.PlannedChanges = append(out.PlannedChanges, pc)
+	if res.Error == "" && res.ExitCode == 0 && hasDeny(res.PolicyFindings) {
+		// A plugin that reports a denial yet succeeds has a bug; the job
+		// still must not count as done.
+		res.Error = "the plugin reported a policy denial but did not fail the " + job.Operation
 	}
 	if res.Error != "" || res.ExitCode != 0 {
 		out.Outcome = agentv1.Outcome_OUTCOME_FAILED
@@ -392,5 +480,135 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, log fu
 			out.Error = fmt.Sprintf("exit code %d", res.ExitCode)
 		}
 	}
+	if job.Operation == sdk.OpPlan {
+		if out.Outcome != agentv1.Outcome_OUTCOME_SUCCEEDED {
+			plans.discard(jc.PlanDir)
+		} else if err := plans.keep(jc.PlanDir, out.PlanDigest); err != nil {
+			return fail("keep the plan's artifact: %v", err)
+		} else if jc.PlanDir != "" {
+			log(StreamSystem, "[agentd] plan "+out.PlanDigest+" saved in "+plans.dir(out.PlanDigest))
+		}
+	}
 	return out
+}
+
+// logChanges writes a plan's or drift check's summary and changes into
+// the job's log.
+func logChanges(op string, res *sdk.Result, log func(int32, string)) {
+	if changes := strings.TrimRight(res.Changes, "\n"); changes != "" {
+		for _, line := range strings.Split(changes, "\n") {
+			log(StreamSystem, "[agentd] changes: "+line)
+		}
+	}
+	for _, c := range res.PlannedChanges {
+		line := "[agentd] " + op + ": " + c.String()
+		if keys := changedKeys(c.Before, c.After); len(keys) > 0 {
+			line += " (changed: " + strings.Join(keys, ", ") + ")"
+		}
+		log(StreamSystem, line)
+	}
+}
+
+// redactedPlan converts a plugin's planned changes for imsd, every string
+// of them through the job's redactor, and returns their digest
+// (agentproto.PlanDigest), computed over what imsd receives.
+func redactedPlan(changes []sdk.PlannedChange, red *redact.Redactor) ([]*agentv1.PlannedChange, string, error) {
+	var out []*agentv1.PlannedChange
+	for _, c := range changes {
+		pc := &agentv1.PlannedChange{Address: red.String(c.Address), Action: c.Action, Summary: red.String(c.Summary)}
+		// The values came from protobuf, so they convert back.
+		if c.Before != nil {
+			v, _ := structpb.NewValue(c.Before)
+			pc.Before = redactValue(red, v)
+		}
+		if c.After != nil {
+			v, _ := structpb.NewValue(c.After)
+			pc.After = redactValue(red, v)
+		}
+		out = append(out, pc)
+	}
+	digest, err := PlanDigest(out)
+	if err != nil {
+		return nil, "", err
+	}
+	return out, digest, nil
+}
+
+// PlanDigest is agentproto.PlanDigest of changes as the agent sends them.
+func PlanDigest(changes []*agentv1.PlannedChange) (string, error) {
+	in := make([]agentproto.PlanChange, len(changes))
+	for i, c := range changes {
+		in[i] = agentproto.PlanChange{Address: c.GetAddress(), Action: c.GetAction(), Summary: c.GetSummary()}
+		if c.Before != nil {
+			in[i].Before = c.Before.AsInterface()
+		}
+		if c.After != nil {
+			in[i].After = c.After.AsInterface()
+		}
+	}
+	return agentproto.PlanDigest(in)
+}
+
+// replan makes a fresh plan before the apply of an approved one. ok is
+// true when its digest is the approved one; then the approved plan's
+// artifact directory holds the saved plan (the fresh one's, if the
+// approved one's is gone). Otherwise failed is the job's outcome: the
+// fresh plan, kept under its own digest, and an error saying that the
+// plan changed and nothing was applied.
+func (r *PluginRunner) replan(ctx context.Context, inst *pluginhost.Instance, job Job, jc sdk.JobContext, env map[string]string,
+	plans planStore, log func(int32, string), red *redact.Redactor) (fresh string, ok bool, failed Outcome) {
+	fail := func(format string, args ...any) Outcome {
+		msg := red.String(fmt.Sprintf(format, args...))
+		log(StreamSystem, "[agentd] "+msg)
+		return Outcome{Outcome: agentv1.Outcome_OUTCOME_FAILED, ExitCode: -1, Error: msg}
+	}
+	if _, valid := agentproto.PlanDigestHex(job.ApprovedPlanDigest); !valid {
+		return "", false, fail("approved plan digest %q: want sha256: and 64 lowercase hex digits", job.ApprovedPlanDigest)
+	}
+	log(StreamSystem, "[agentd] the operator approved plan "+job.ApprovedPlanDigest+"; planning again before applying")
+	var err error
+	if plans.root != "" {
+		if jc.PlanDir, err = plans.fresh(job); err != nil {
+			return "", false, fail("plan directory: %v", err)
+		}
+	}
+	planEnv := maps.Clone(env)
+	if jc.PlanDir != "" {
+		planEnv["BYOC_PLAN_DIR"] = jc.PlanDir
+	}
+	res, err := inst.Run(ctx, sdk.OpPlan, &sdk.RunRequest{Job: jc, Config: job.Config, Env: planEnv},
+		func(e sdk.LogEvent) { log(int32(e.Stream), e.Text) })
+	if err == nil && res.Error == "" && res.ExitCode != 0 {
+		res.Error = fmt.Sprintf("exit code %d", res.ExitCode)
+	}
+	if err != nil || res.Error != "" || ctx.Err() != nil {
+		plans.discard(jc.PlanDir)
+		if ctx.Err() != nil {
+			return "", false, Outcome{}
+		}
+		if err == nil {
+			err = errors.New(res.Error)
+		}
+		return "", false, fail("plan before apply failed, nothing was applied: %v", err)
+	}
+	logChanges(sdk.OpPlan, res, log)
+	changes, digest, err := redactedPlan(res.PlannedChanges, red)
+	if err != nil {
+		plans.discard(jc.PlanDir)
+		return "", false, fail("plan before apply: %v", err)
+	}
+	if digest != job.ApprovedPlanDigest {
+		if err := plans.keep(jc.PlanDir, digest); err != nil {
+			log(StreamSystem, "[agentd] keep the fresh plan's artifact: "+red.String(err.Error()))
+		}
+		out := fail("plan changed since approval: approved %s, the plan now is %s (%d changes); nothing was applied, approve the new plan to apply it",
+			job.ApprovedPlanDigest, digest, len(changes))
+		out.PlannedChanges, out.PlanDigest = changes, digest
+		return digest, false, out
+	}
+	if err := plans.adopt(jc.PlanDir, digest); err != nil {
+		return "", false, fail("keep the plan's artifact: %v", err)
+	}
+	log(StreamSystem, "[agentd] the plan is the approved one ("+digest+"); applying")
+	return digest, true, Outcome{}
 }

@@ -24,8 +24,14 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 2 && os.Args[1] == "plugin" && os.Args[2] == "action" {
 		sdk.ServeArgs(action.New(), os.Args[3:])
 	}
+	if len(os.Args) > 2 && os.Args[1] == "plugin" && os.Args[2] == "gated" {
+		sdk.ServeArgs(gated{}, os.Args[3:])
+	}
 	if len(os.Args) > 2 && os.Args[1] == "plugin" && os.Args[2] == "printer" {
 		sdk.ServeArgs(printer{}, os.Args[3:])
+	}
+	if len(os.Args) > 2 && os.Args[1] == "plugin" && os.Args[2] == "planner" {
+		sdk.ServeArgs(planner{}, os.Args[3:])
 	}
 	goleak.VerifyTestMain(m)
 }

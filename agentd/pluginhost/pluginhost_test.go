@@ -237,7 +237,7 @@ func TestExternal(t *testing.T) {
 		}, "other", `plugin says it serves type "testkit", not "other"`, nil},
 		{"incompatible protocol", func(t *testing.T, dir, sum string) map[string]string {
 			return map[string]string{"testkit": sum}
-		}, "testkit", `plugin "testkit" speaks byoc plugin protocol 2.x, but this agent speaks 1.2`,
+		}, "testkit", `plugin "testkit" speaks byoc plugin protocol 2.x, but this agent speaks ` + sdk.Protocol.String(),
 			map[string]string{"TESTKIT_PROTOCOL_MAJOR": "2"}},
 	}
 	for _, tt := range tests {

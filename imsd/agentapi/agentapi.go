@@ -800,8 +800,16 @@ func (c *conn) handle(ctx context.Context, m *agentv1.ConnectRequest) error {
 		if err != nil {
 			return connect.NewError(connect.CodeInvalidArgument, err)
 		}
+		if err := checkPlanDigest(r); err != nil {
+			return connect.NewError(connect.CodeInvalidArgument, err)
+		}
+		findings, err := policyFindings(r.PolicyFindings)
+		if err != nil {
+			return connect.NewError(connect.CodeInvalidArgument, err)
+		}
 		changed, err := s.store.FinishJob(ctx, r.JobId, store.Writer{AgentID: c.agent.ID, FencingToken: r.FencingToken}, store.Result{
-			State: state, ExitCode: int(r.ExitCode), Error: r.Error, Outputs: r.Outputs, PlannedChanges: plan,
+			State: state, ExitCode: int(r.ExitCode), Error: r.Error, Outputs: r.Outputs, PlannedChanges: plan, PlanDigest: r.PlanDigest,
+			PolicyFindings: findings, Drifted: r.Drifted,
 		}, now)
 		if err != nil {
 			return c.reject(ctx, r.WriteId, r.JobId, r.FencingToken, err)
@@ -864,6 +872,39 @@ var outcomes = map[agentv1.Outcome]store.JobState{
 	agentv1.Outcome_OUTCOME_REFUSED:   store.JobRefused,
 }
 
+// checkPlanDigest refuses a result whose plan digest is malformed or,
+// when it carries the plan's changes, is not theirs: an approval binds
+// the digest, so it must be the digest of what the operator is shown.
+func checkPlanDigest(r *agentv1.JobResult) error {
+	if r.PlanDigest == "" {
+		return nil
+	}
+	if _, ok := agentproto.PlanDigestHex(r.PlanDigest); !ok {
+		return fmt.Errorf("result.plan_digest: %q is not sha256: and 64 lowercase hex digits", r.PlanDigest)
+	}
+	if len(r.PlannedChanges) == 0 {
+		return nil // an approved apply reports the digest of its fresh plan only
+	}
+	in := make([]agentproto.PlanChange, len(r.PlannedChanges))
+	for i, c := range r.PlannedChanges {
+		in[i] = agentproto.PlanChange{Address: c.Address, Action: c.Action, Summary: c.Summary}
+		if c.Before != nil {
+			in[i].Before = c.Before.AsInterface()
+		}
+		if c.After != nil {
+			in[i].After = c.After.AsInterface()
+		}
+	}
+	d, err := agentproto.PlanDigest(in)
+	if err != nil {
+		return fmt.Errorf("result.planned_changes: %w", err)
+	}
+	if d != r.PlanDigest {
+		return fmt.Errorf("result.plan_digest: %s is not the digest of the result's planned_changes (%s)", r.PlanDigest, d)
+	}
+	return nil
+}
+
 // MaxPlannedChanges bounds the planned changes stored with a job; beyond
 // it, one more change says how many were left out.
 const MaxPlannedChanges = 1000
@@ -893,6 +934,40 @@ func plannedChanges(in []*agentv1.PlannedChange) ([]store.PlannedChange, error) 
 			*v.out = b
 		}
 		out = append(out, p)
+	}
+	return out, nil
+}
+
+// MaxPolicyFindings bounds the policy findings stored with a job; beyond
+// it, one more warning says how many were left out.
+const MaxPolicyFindings = 1000
+
+// policyFindings checks and converts a result's policy findings for the
+// store.
+func policyFindings(in []*agentv1.PolicyFinding) ([]store.PolicyFinding, error) {
+	var out []store.PolicyFinding
+	for i, f := range in {
+		if i == MaxPolicyFindings {
+			out = append(out, store.PolicyFinding{Policy: "(more)", Source: "customer", Level: "warn",
+				Message: fmt.Sprintf("%d more policy findings were not stored", len(in)-i)})
+			break
+		}
+		switch {
+		case f.Level != "deny" && f.Level != "warn":
+			return nil, fmt.Errorf("result.policy_findings[%d].level: must be deny or warn, got %q", i, f.Level)
+		case f.Source != "vendor" && f.Source != "customer":
+			return nil, fmt.Errorf("result.policy_findings[%d].source: must be vendor or customer, got %q", i, f.Source)
+		}
+		msg, pol := f.Message, f.Policy
+		if len(msg) > MaxLogLineBytes {
+			msg = msg[:MaxLogLineBytes]
+		}
+		if len(pol) > 1024 {
+			pol = pol[:1024]
+		}
+		// A cut may split a character; proto strings must be UTF-8.
+		out = append(out, store.PolicyFinding{Policy: strings.ToValidUTF8(pol, "\uFFFD"), Source: f.Source, Level: f.Level,
+			Message: strings.ToValidUTF8(msg, "\uFFFD")})
 	}
 	return out, nil
 }
@@ -933,12 +1008,15 @@ func (s *Service) assignment(j store.Job, installID string) (*agentv1.JobAssignm
 		InstallId:      installID,
 		Mode:           string(j.Mode),
 		Component:      j.Component,
+
+		ApprovedPlanDigest: j.ApprovedPlanDigest,
 	}
 	claims := agentproto.JobClaims{
 		InstallID: installID, JobID: j.ID, Attempt: int64(a.Attempt), FencingToken: j.FencingToken,
 		Mode: a.Mode, Component: a.Component,
 		ComponentType: j.ComponentType, Operation: j.Operation, TimeoutSeconds: a.TimeoutSeconds,
 		ConfigDigest: digest, Expires: s.now().Add(s.cfg.LeaseDuration + s.cfg.LeaseGrace),
+		ApprovedPlanDigest: j.ApprovedPlanDigest,
 	}
 	sig := s.cfg.SigningKey.Sign(&claims)
 	a.Signature = &agentv1.JobSignature{KeyId: claims.KeyID, ExpireUnixMs: claims.Expires.UnixMilli(), Signature: sig}

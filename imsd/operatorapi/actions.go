@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"time"
 
 	"connectrpc.com/connect"
@@ -158,4 +160,29 @@ func healthToProto(h store.InstallHealth) *imsv1.InstallHealth {
 		return nil
 	}
 	return &imsv1.InstallHealth{State: string(h.State), CheckTime: ts(h.At), Error: h.Error, WorkflowId: h.WorkflowID}
+}
+
+// GetInstallStack returns the install's app revision files and imsd's
+// signing key id, for `byoc install stack`.
+func (s *Service) GetInstallStack(ctx context.Context, req *connect.Request[imsv1.GetInstallStackRequest]) (*connect.Response[imsv1.GetInstallStackResponse], error) {
+	if req.Msg.Install == "" {
+		return nil, s.err(ctx, errs.Field("install", "is required"))
+	}
+	e, err := s.engine()
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	in, err := s.store.GetInstall(ctx, req.Msg.Install)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	app, rev, err := e.InstallRevision(ctx, in)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	out := &imsv1.GetInstallStackResponse{Install: in.Name, App: app.Metadata.Name, AppRevision: rev, SigningKeyId: s.cfg.SigningKeyID}
+	for _, p := range slices.Sorted(maps.Keys(app.Files)) {
+		out.Files = append(out.Files, &imsv1.AppFile{Path: p, Content: app.Files[p]})
+	}
+	return connect.NewResponse(out), nil
 }

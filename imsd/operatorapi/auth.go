@@ -26,6 +26,7 @@ var readOnly = map[string]bool{
 	imsv1connect.OperatorServiceDiffAppRevisionsProcedure: true,
 	imsv1connect.OperatorServiceListInstallsProcedure:     true,
 	imsv1connect.OperatorServiceGetInstallProcedure:       true,
+	imsv1connect.OperatorServiceListInstallDriftProcedure: true,
 	imsv1connect.OperatorServiceWatchInstallsProcedure:    true,
 	imsv1connect.OperatorServiceListJobsProcedure:         true,
 	imsv1connect.OperatorServiceGetJobProcedure:           true,
@@ -46,6 +47,9 @@ var readOnly = map[string]bool{
 	"/" + grpcreflect.ReflectV1ServiceName + "/ServerReflectionInfo":      true,
 	"/" + grpcreflect.ReflectV1AlphaServiceName + "/ServerReflectionInfo": true,
 	imsv1connect.OperatorServiceListAuditEventsProcedure:                  true,
+	// The install's app revision files and the signing key id, which
+	// byoc install stack builds the customer's stack from.
+	imsv1connect.OperatorServiceGetInstallStackProcedure: true,
 }
 
 type callerKey struct{}

@@ -644,6 +644,10 @@ func (s *Service) GetJob(ctx context.Context, req *connect.Request[imsv1.GetJobR
 	pj.PendingReason = s.pendingReason(ctx, j)
 	// Only here: a plan may hold many changes, which lists do without.
 	pj.PlannedChanges = s.plannedToProto(ctx, j)
+	pj.PlanDigest, pj.ApprovedPlanDigest = j.PlanDigest, j.ApprovedPlanDigest
+	for _, f := range j.PolicyFindings {
+		pj.PolicyFindings = append(pj.PolicyFindings, &imsv1.PolicyFinding{Policy: f.Policy, Source: f.Source, Level: f.Level, Message: f.Message})
+	}
 	return connect.NewResponse(&imsv1.GetJobResponse{Job: pj}), nil
 }
 

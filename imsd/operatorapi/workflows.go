@@ -15,9 +15,11 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/byoc-dev/byoc/imsd/auth"
+	"github.com/byoc-dev/byoc/imsd/dispatch"
 	"github.com/byoc-dev/byoc/imsd/errs"
 	"github.com/byoc-dev/byoc/imsd/store"
 	"github.com/byoc-dev/byoc/imsd/workflow"
+	"github.com/byoc-dev/byoc/rpc/agentproto"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 	"github.com/byoc-dev/byoc/schema/app/config"
 	"github.com/byoc-dev/byoc/schema/app/load"
@@ -201,7 +203,16 @@ func (s *Service) ApproveWorkflow(ctx context.Context, req *connect.Request[imsv
 	if req.Msg.Id == "" {
 		return nil, s.err(ctx, errs.Field("id", "is required"))
 	}
-	wf, err := s.store.ApproveWorkflow(ctx, req.Msg.Id, callerFrom(ctx).Name, s.now())
+	for name, d := range req.Msg.PlanDigests {
+		if _, ok := agentproto.PlanDigestHex(d); !ok {
+			return nil, s.err(ctx, errs.Field("plan_digests["+name+"]", "%q is not a plan digest (sha256: and 64 lowercase hex digits)", d))
+		}
+	}
+	var expected map[string]string
+	if len(req.Msg.PlanDigests) > 0 {
+		expected = req.Msg.PlanDigests
+	}
+	wf, err := s.store.ApproveWorkflow(ctx, req.Msg.Id, callerFrom(ctx).Name, expected, s.now())
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}
@@ -356,6 +367,11 @@ func (s *Service) PlanInstall(ctx context.Context, req *connect.Request[imsv1.Pl
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}
+	if m.Live && callerFrom(ctx).Role != store.RoleAdmin {
+		// A live plan runs plugins in the customer's account: not for a
+		// read-only token, though a graph-only plan is.
+		return nil, s.err(ctx, errs.E(errs.PermissionDenied, "a live plan runs plan jobs on the install's agent and needs an admin token"))
+	}
 	if m.AppRevision < 0 {
 		return nil, s.err(ctx, errs.Field("app_revision", "must be a revision number, or 0 for the latest"))
 	}
@@ -384,11 +400,112 @@ func (s *Service) PlanInstall(ctx context.Context, req *connect.Request[imsv1.Pl
 	for _, st := range plan.Steps {
 		out.Steps = append(out.Steps, stepToProto(st))
 	}
+	if m.Live {
+		if err := s.livePlan(ctx, kind, in, plan, time.Duration(m.TimeoutSeconds)*time.Second, out.Steps); err != nil {
+			return nil, s.err(ctx, err)
+		}
+	}
 	out.Inputs, err = s.maskedInputs(ctx, in.AppID, plan)
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}
 	return connect.NewResponse(out), nil
+}
+
+// DefaultLivePlanTimeout is how long a live plan waits for its plan jobs.
+const DefaultLivePlanTimeout = 2 * time.Minute
+
+// livePlan asks the install's agent for real plans: a plan job per
+// component apply step, enqueued through the normal dispatch and waited
+// for up to timeout (the jobs' own time limit too; those still running
+// then are cancelled). Each step gets its plan job, state and digest.
+func (s *Service) livePlan(ctx context.Context, kind string, in store.Install, plan *workflow.Plan, timeout time.Duration, steps []*imsv1.WorkflowStep) error {
+	switch {
+	case timeout < 0 || timeout > time.Hour:
+		return errs.Field("timeout_seconds", "must be between 1 and 3600, or 0 for %d", int(DefaultLivePlanTimeout/time.Second))
+	case timeout == 0:
+		timeout = DefaultLivePlanTimeout
+	}
+	live, err := s.cfg.Engine.PlanJobs(ctx, kind, in, plan, "live plan by "+callerFrom(ctx).Name)
+	if err != nil {
+		return err
+	}
+	var jobs []store.Job
+	for _, st := range plan.Steps {
+		if j, ok := live.Jobs[st.Name]; ok {
+			j.Timeout = min(j.Timeout, timeout)
+			jobs = append(jobs, j)
+		}
+	}
+	if len(jobs) > 0 {
+		if _, err := s.enqueue(ctx, jobs, true, nil); err != nil {
+			return err
+		}
+	}
+	s.log.InfoContext(ctx, "live plan", "install", in.Name, "jobs", len(jobs), "by", callerFrom(ctx).Name)
+	ended := map[string]store.Job{}
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for len(ended) < len(jobs) {
+		signal := s.hub.FleetSignal()
+		for _, j := range jobs {
+			if _, ok := ended[j.ID]; ok {
+				continue
+			}
+			got, err := s.store.GetJob(ctx, j.ID)
+			if err != nil {
+				return err
+			}
+			if got.State.Terminal() {
+				ended[j.ID] = got
+			}
+		}
+		if len(ended) == len(jobs) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-signal:
+		case <-time.After(time.Second): // other replicas' agents
+		case <-deadline.C:
+			for _, j := range jobs {
+				if _, ok := ended[j.ID]; ok {
+					continue
+				}
+				jc, err := s.store.RequestCancel(ctx, j.ID, "live plan timed out", s.now())
+				if err == nil && !jc.State.Terminal() && jc.AgentID != "" {
+					s.hub.Cancel(jc.AgentID, dispatch.CancelRequest{JobID: jc.ID, Reason: "live plan timed out"})
+				}
+				ended[j.ID] = store.Job{ID: j.ID, State: store.JobTimedOut,
+					Error: fmt.Sprintf("no plan within %s (is the install's agent connected?)", timeout)}
+			}
+		}
+	}
+	for _, p := range steps {
+		if why, ok := live.Unplanned[p.Name]; ok {
+			p.PlanState, p.PlanError = "not_planned", why
+			continue
+		}
+		j, ok := live.Jobs[p.Name]
+		if !ok {
+			continue
+		}
+		p.PlanJobId = j.ID
+		got := ended[j.ID]
+		switch {
+		case got.State == store.JobSucceeded:
+			p.PlanState = "planned"
+			if p.PlanDigest, err = workflow.JobPlanDigest(got); err != nil {
+				return err
+			}
+		case got.State == store.JobTimedOut:
+			p.PlanState, p.PlanError = "timed_out", got.Error
+		default:
+			p.PlanState, p.PlanError = "failed", cmp.Or(got.Error, "plan job "+string(got.State))
+		}
+	}
+	return nil
 }
 
 // maskedInputs are a plan's inputs with the sensitive ones masked.
@@ -417,7 +534,32 @@ func stepToProto(st store.Step) *imsv1.WorkflowStep {
 	return &imsv1.WorkflowStep{Name: st.Name, Component: st.Component, Action: st.Action, ComponentType: st.ComponentType,
 		Operation: st.Operation, Needs: st.Needs, Reason: st.Reason, State: stepStatesToProto[st.State], JobId: st.JobID,
 		Attempts: int32(st.Attempts), Error: st.Error, StartTime: ts(st.StartedAt), EndTime: ts(st.EndedAt),
-		TimeoutSeconds: int64(st.Timeout / time.Second)}
+		TimeoutSeconds: int64(st.Timeout / time.Second), PlanJobId: st.PlanJobID, PlanDigest: st.PlanDigest,
+		ApprovedPlanDigest: st.ApprovedPlanDigest}
+}
+
+// stepPlanState fills in where a step's plan is: planned once its digest
+// is in, else planning while its plan job runs, failed (with why) after.
+func (s *Service) stepPlanState(ctx context.Context, p *imsv1.WorkflowStep) {
+	switch {
+	case p.PlanJobId == "":
+		return
+	case p.PlanDigest != "":
+		p.PlanState = "planned"
+		return
+	}
+	p.PlanState = "planning"
+	j, err := s.store.GetJob(ctx, p.PlanJobId)
+	if err != nil || !j.State.Terminal() {
+		return
+	}
+	if j.State == store.JobSucceeded {
+		return // recorded at the engine's next pass
+	}
+	p.PlanState, p.PlanError = "failed", cmp.Or(j.Error, "plan job "+string(j.State))
+	if j.State == store.JobTimedOut {
+		p.PlanState = "timed_out"
+	}
 }
 
 func (s *Service) workflowToProto(ctx context.Context, wf store.Workflow, steps []store.Step) *imsv1.Workflow {
@@ -431,7 +573,9 @@ func (s *Service) workflowToProto(ctx context.Context, wf store.Workflow, steps 
 	if steps != nil {
 		p.StepCounts = map[string]int32{}
 		for _, st := range steps {
-			p.Steps = append(p.Steps, stepToProto(st))
+			sp := stepToProto(st)
+			s.stepPlanState(ctx, sp)
+			p.Steps = append(p.Steps, sp)
 			p.StepCounts[string(st.State)]++
 		}
 	}

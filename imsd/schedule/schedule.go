@@ -59,6 +59,9 @@ func (s *Scheduler) Run(ctx context.Context) {
 		if _, err := s.Pass(ctx); err != nil && ctx.Err() == nil {
 			s.log.Error("cron triggers", "err", err)
 		}
+		if _, err := s.DriftPass(ctx); err != nil && ctx.Err() == nil {
+			s.log.Error("drift checks", "err", err)
+		}
 		select {
 		case <-ctx.Done():
 			return

@@ -46,11 +46,14 @@ type jobRow struct {
 	Mode            string `db:"mode"`
 	Component       string `db:"component"`
 	Plan            string `db:"plan"`
+	PlanDigest      string `db:"plan_digest"`
+	ApprovedPlan    string `db:"approved_plan_digest"`
+	Policy          string `db:"policy"`
 }
 
 const jobCols = `id, install_id, component_type, operation, config, state, attempt, max_attempts, timeout_ns,
 	fencing_token, agent_id, lease_deadline, cancel_requested, cancel_reason, created_at, started_at, ended_at,
-	exit_code, error, outputs, created_by, mode, component, plan`
+	exit_code, error, outputs, created_by, mode, component, plan, policy, plan_digest, approved_plan_digest`
 
 // jobColsQualified is jobCols prefixed with the table name, for statements
 // that join another relation with the same column names.
@@ -66,7 +69,8 @@ var jobColsQualified = func() string {
 func (r *jobRow) dest() []any {
 	return []any{&r.ID, &r.InstallID, &r.ComponentType, &r.Operation, &r.Config, &r.State, &r.Attempt, &r.MaxAttempts,
 		&r.TimeoutNS, &r.FencingToken, &r.AgentID, &r.LeaseDeadline, &r.CancelRequested, &r.CancelReason, &r.CreatedAt,
-		&r.StartedAt, &r.EndedAt, &r.ExitCode, &r.Error, &r.Outputs, &r.CreatedBy, &r.Mode, &r.Component, &r.Plan}
+		&r.StartedAt, &r.EndedAt, &r.ExitCode, &r.Error, &r.Outputs, &r.CreatedBy, &r.Mode, &r.Component, &r.Plan, &r.Policy,
+		&r.PlanDigest, &r.ApprovedPlan}
 }
 
 // getJobRow runs q, which returns jobCols, and scans its one row: the
@@ -106,6 +110,12 @@ func (r jobRow) job() (Job, error) {
 			return Job{}, fmt.Errorf("job %s plan: %w", r.ID, err)
 		}
 	}
+	var findings []PolicyFinding
+	if r.Policy != "" {
+		if err := json.Unmarshal([]byte(r.Policy), &findings); err != nil {
+			return Job{}, fmt.Errorf("job %s policy: %w", r.ID, err)
+		}
+	}
 	return Job{
 		ID: r.ID, InstallID: r.InstallID, ComponentType: r.ComponentType, Operation: r.Operation,
 		Config: []byte(r.Config), State: JobState(r.State), Attempt: r.Attempt, MaxAttempts: r.MaxAttempts,
@@ -113,7 +123,7 @@ func (r jobRow) job() (Job, error) {
 		LeaseDeadline: fromNanos(r.LeaseDeadline), CancelRequested: r.CancelRequested, CancelReason: r.CancelReason,
 		CreatedAt: fromNanos(r.CreatedAt), StartedAt: fromNanos(r.StartedAt), EndedAt: fromNanos(r.EndedAt),
 		ExitCode: r.ExitCode, Error: r.Error, Outputs: out, CreatedBy: r.CreatedBy, Mode: Mode(r.Mode), Component: r.Component,
-		PlannedChanges: plan,
+		PlannedChanges: plan, PolicyFindings: findings, PlanDigest: r.PlanDigest, ApprovedPlanDigest: r.ApprovedPlan,
 	}, nil
 }
 
@@ -192,13 +202,18 @@ func modeOf(j Job) Mode {
 
 func (s *Store) insertQueued(ctx context.Context, tx *txn, j Job, config string) error {
 	_, err := tx.ExecContext(ctx, s.bind(`INSERT INTO jobs (id, install_id, component_type, operation, config, state,
-		max_attempts, timeout_ns, created_at, created_by, mode, component) VALUES (?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?)`),
+		max_attempts, timeout_ns, created_at, created_by, mode, component, approved_plan_digest)
+		VALUES (?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?)`),
 		j.ID, j.InstallID, j.ComponentType, j.Operation, config, j.MaxAttempts, int64(j.Timeout), nanos(j.CreatedAt), j.CreatedBy, string(modeOf(j)),
-		j.Component)
+		j.Component, j.ApprovedPlanDigest)
 	if err != nil {
 		return insertError(j, err)
 	}
-	if err := s.Audit(ctx, tx, jobEvent(j, "job.queued", j.CreatedBy, j.CreatedAt, nil)); err != nil {
+	var data map[string]string
+	if j.ApprovedPlanDigest != "" {
+		data = map[string]string{"approved_plan_digest": j.ApprovedPlanDigest}
+	}
+	if err := s.Audit(ctx, tx, jobEvent(j, "job.queued", j.CreatedBy, j.CreatedAt, data)); err != nil {
 		return err
 	}
 	return s.notifyJobs(ctx, tx, j.InstallID)
@@ -707,11 +722,15 @@ func (s *Store) FinishJob(ctx context.Context, jobID string, w Writer, r Result,
 	if err != nil {
 		return false, err
 	}
+	policy, err := encodePolicy(r.PolicyFindings)
+	if err != nil {
+		return false, err
+	}
 	err = s.writeOne(ctx, "finish job", func(tx *txn) error {
 		// The usual case, one statement: the holder finishes its job.
-		ok, err := s.tryExec(ctx, tx, `UPDATE jobs SET state = ?, ended_at = ?, exit_code = ?, error = ?, outputs = ?, plan = ?,
-			lease_deadline = 0 WHERE id = ? AND agent_id = ? AND agent_id <> '' AND fencing_token = ? AND state IN ('assigned', 'running')`,
-			string(r.State), nanos(now), r.ExitCode, r.Error, encodeMap(r.Outputs), plan, jobID, w.AgentID, w.FencingToken)
+		ok, err := s.tryExec(ctx, tx, `UPDATE jobs SET state = ?, ended_at = ?, exit_code = ?, error = ?, outputs = ?, plan = ?, policy = ?,
+			plan_digest = ?, lease_deadline = 0 WHERE id = ? AND agent_id = ? AND agent_id <> '' AND fencing_token = ? AND state IN ('assigned', 'running')`,
+			string(r.State), nanos(now), r.ExitCode, r.Error, encodeMap(r.Outputs), plan, policy, r.PlanDigest, jobID, w.AgentID, w.FencingToken)
 		if err != nil {
 			return err
 		}
@@ -727,8 +746,9 @@ func (s *Store) FinishJob(ctx context.Context, jobID string, w Writer, r Result,
 			if j.State.Terminal() {
 				return nil
 			}
-			if _, err := s.updateJob(ctx, tx, `UPDATE jobs SET state = ?, ended_at = ?, exit_code = ?, error = ?, outputs = ?, plan = ?,
-				lease_deadline = 0 WHERE id = ?`, string(r.State), nanos(now), r.ExitCode, r.Error, encodeMap(r.Outputs), plan, jobID); err != nil {
+			if _, err := s.updateJob(ctx, tx, `UPDATE jobs SET state = ?, ended_at = ?, exit_code = ?, error = ?, outputs = ?, plan = ?, policy = ?,
+				plan_digest = ?, lease_deadline = 0 WHERE id = ?`, string(r.State), nanos(now), r.ExitCode, r.Error, encodeMap(r.Outputs), plan, policy,
+				r.PlanDigest, jobID); err != nil {
 				return err
 			}
 		}
@@ -737,6 +757,10 @@ func (s *Store) FinishJob(ctx context.Context, jobID string, w Writer, r Result,
 		if r.Error != "" {
 			data["error"] = truncate(r.Error, 512)
 		}
+		if r.PlanDigest != "" {
+			data["plan_digest"] = r.PlanDigest
+		}
+		policyAudit(data, r.PolicyFindings)
 		kind := "job.finished"
 		if r.State == JobRefused {
 			// The agent refused the job (its check of the assignment, or
@@ -744,6 +768,9 @@ func (s *Store) FinishJob(ctx context.Context, jobID string, w Writer, r Result,
 			kind = "job.refused"
 		}
 		if err := s.auditAgentJob(ctx, tx, w.AgentID, jobID, kind, now, data); err != nil {
+			return err
+		}
+		if err := s.recordDrift(ctx, tx, jobID, r, plan, now); err != nil {
 			return err
 		}
 		return s.notifyLogs(ctx, tx, jobID)

@@ -224,6 +224,25 @@ type Job struct {
 	Component string
 	// PlannedChanges are what a plan or drift check found to change.
 	PlannedChanges []PlannedChange
+	// PlanDigest is the digest of the plan the job made, as its agent
+	// reported it (rpc/agentproto.PlanDigest).
+	PlanDigest string
+	// ApprovedPlanDigest is, on the apply of an approved plan, the digest
+	// the approval bound: the agent applies only a fresh plan with it.
+	ApprovedPlanDigest string
+	// PolicyFindings are what the job's policies said of its plan.
+	PolicyFindings []PolicyFinding
+}
+
+// PolicyFinding is one message of a policy's deny or warn rule, as the
+// agent reported it.
+type PolicyFinding struct {
+	// Policy is the policy's file; Source "vendor" or "customer".
+	Policy string `json:"policy"`
+	Source string `json:"source"`
+	// Level is "deny" or "warn".
+	Level   string `json:"level"`
+	Message string `json:"message"`
 }
 
 // PlannedChange is one change a plan would make to one object, as the
@@ -258,6 +277,11 @@ type Result struct {
 	Error          string
 	Outputs        map[string]string
 	PlannedChanges []PlannedChange
+	// PlanDigest is the digest of the plan the job made.
+	PlanDigest     string
+	PolicyFindings []PolicyFinding
+	// Drifted is a drift check's verdict (ignored for other jobs).
+	Drifted bool
 }
 
 // LogLine is one line of a job's log. (Attempt, Seq) is unique per job, so

@@ -102,6 +102,20 @@ type Step struct {
 	Error     string
 	StartedAt time.Time
 	EndedAt   time.Time
+	// PlanJobID is the job whose plan is the step's (a plan job of a
+	// workflow that requires approval, or an apply that found its plan
+	// changed); PlanDigest is that plan's digest once it is in, and
+	// ApprovedPlanDigest what the approval bound, which the step's apply
+	// job carries.
+	PlanJobID          string
+	PlanDigest         string
+	ApprovedPlanDigest string
+}
+
+// NeedsPlan reports whether a workflow that requires approval plans the
+// step before it asks for approval: a component's apply.
+func (st Step) NeedsPlan() bool {
+	return st.Component != "" && st.Operation == "apply"
 }
 
 // InstallComponent is what is deployed of one component in one install.
@@ -174,16 +188,20 @@ type stepRow struct {
 	Error         string `db:"error"`
 	StartedAt     int64  `db:"started_at"`
 	EndedAt       int64  `db:"ended_at"`
+	PlanJobID     string `db:"plan_job_id"`
+	PlanDigest    string `db:"plan_digest"`
+	ApprovedPlan  string `db:"approved_plan_digest"`
 }
 
 const stepCols = `workflow_id, name, position, component, action, component_type, operation, needs, reason, config,
-	timeout_ns, state, job_id, attempts, error, started_at, ended_at`
+	timeout_ns, state, job_id, attempts, error, started_at, ended_at, plan_job_id, plan_digest, approved_plan_digest`
 
 func (r stepRow) step() (Step, error) {
 	st := Step{WorkflowID: r.WorkflowID, Name: r.Name, Position: r.Position, Component: r.Component, Action: r.Action,
 		ComponentType: r.ComponentType, Operation: r.Operation, Reason: r.Reason, Config: []byte(r.Config),
 		Timeout: time.Duration(r.TimeoutNS), State: StepState(r.State), JobID: r.JobID, Attempts: r.Attempts, Error: r.Error,
-		StartedAt: fromNanos(r.StartedAt), EndedAt: fromNanos(r.EndedAt)}
+		StartedAt: fromNanos(r.StartedAt), EndedAt: fromNanos(r.EndedAt),
+		PlanJobID: r.PlanJobID, PlanDigest: r.PlanDigest, ApprovedPlanDigest: r.ApprovedPlan}
 	if err := json.Unmarshal([]byte(r.Needs), &st.Needs); err != nil {
 		return Step{}, fmt.Errorf("workflow %s step %s needs: %w", r.WorkflowID, r.Name, err)
 	}
@@ -330,15 +348,25 @@ func (s *Store) ListWorkflows(ctx context.Context, f WorkflowFilter) ([]Workflow
 }
 
 // WorkflowsToAdvance returns the workflows that have something to do:
-// queued ones, running ones, and cancelled-but-not-ended ones; with
-// onlyEnded, just the running workflows with a running step whose job has
-// ended (what a job's end wakes).
+// queued ones, running ones, cancelled-but-not-ended ones, and those
+// awaiting approval with a plan job to wait for, or a step still running
+// (a step whose plan changed sent its workflow back; plan jobs are
+// started in the pass that moves a workflow to awaiting approval); with
+// onlyEnded, just the workflows with a running step whose job has ended,
+// or a plan job that ended and is not recorded yet (what a job's end
+// wakes).
 func (s *Store) WorkflowsToAdvance(ctx context.Context, onlyEnded bool) ([]string, error) {
-	q := `SELECT id FROM workflows WHERE state IN ('queued', 'running') ORDER BY created_at, id`
+	q := `SELECT id FROM workflows WHERE state IN ('queued', 'running') OR (state = 'awaiting_approval' AND EXISTS (
+			SELECT 1 FROM workflow_steps st WHERE st.workflow_id = workflows.id AND (st.state = 'running'
+				OR (st.state = 'pending' AND st.plan_job_id <> '' AND st.plan_digest = ''))))
+		ORDER BY created_at, id`
 	if onlyEnded {
-		q = `SELECT DISTINCT workflow_steps.workflow_id FROM workflow_steps JOIN jobs ON jobs.id = workflow_steps.job_id
+		q = `SELECT workflow_steps.workflow_id FROM workflow_steps JOIN jobs ON jobs.id = workflow_steps.job_id
 			WHERE workflow_steps.state = 'running' AND jobs.state IN ('succeeded', 'failed', 'cancelled', 'timed_out', 'refused')
-			ORDER BY workflow_steps.workflow_id`
+			UNION SELECT workflow_steps.workflow_id FROM workflow_steps JOIN jobs ON jobs.id = workflow_steps.plan_job_id
+			WHERE workflow_steps.plan_digest = '' AND workflow_steps.state = 'pending'
+				AND jobs.state IN ('succeeded', 'failed', 'cancelled', 'timed_out', 'refused')
+			ORDER BY 1`
 	}
 	var ids []string
 	if err := s.r.SelectContext(ctx, &ids, q); err != nil {
@@ -557,29 +585,6 @@ func (s *Store) endWorkflow(ctx context.Context, tx *txn, id string, state Workf
 	}
 	return true, s.Audit(ctx, tx, AuditEvent{Chain: installID, At: now, Kind: "workflow.ended", Actor: "imsd", Subject: "workflow:" + id,
 		Data: map[string]string{"state": string(state), "error": truncate(msg, 512)}})
-}
-
-// ApproveWorkflow lets a workflow awaiting approval run.
-func (s *Store) ApproveWorkflow(ctx context.Context, id, by string, now time.Time) (Workflow, error) {
-	var out Workflow
-	err := s.write(ctx, "approve workflow", func(tx *txn) error {
-		var r workflowRow
-		err := tx.GetContext(ctx, &r, s.bind(`UPDATE workflows SET state = 'running', approved_by = ?, approved_at = ?
-			WHERE id = ? AND state = 'awaiting_approval' RETURNING `+workflowCols), by, nanos(now), id)
-		if errors.Is(err, sql.ErrNoRows) {
-			cur, err := s.workflowForWrite(ctx, tx, id)
-			if err != nil {
-				return err
-			}
-			return errs.E(errs.Conflict, "workflow %s is %s, not awaiting approval", id, strings.ReplaceAll(string(cur.State), "_", " "))
-		}
-		if err != nil {
-			return err
-		}
-		out = r.workflow()
-		return s.Audit(ctx, tx, AuditEvent{Chain: out.InstallID, At: now, Kind: "workflow.approved", Actor: by, Subject: "workflow:" + id})
-	})
-	return out, err
 }
 
 func (s *Store) workflowForWrite(ctx context.Context, tx *txn, id string) (Workflow, error) {

@@ -50,6 +50,10 @@ type Engine struct {
 	schemaCache schemaCache
 }
 
+// WakeInstall wakes the agents of install id for a job queued outside a
+// workflow (a drift check).
+func (e *Engine) WakeInstall(id string) { e.hub.Wake(id) }
+
 // NewEngine returns an engine over st. hub signals job ends.
 func NewEngine(st *store.Store, hub *dispatch.Hub, now func() time.Time, log *slog.Logger) *Engine {
 	return &Engine{st: st, hub: hub, now: now, log: log, Interval: 2 * time.Second,
@@ -142,6 +146,8 @@ func (e *Engine) Advance(ctx context.Context, id string) error {
 			again, err = e.start(ctx, wf)
 		case store.WorkflowRunning:
 			again, err = e.run(ctx, wf, steps)
+		case store.WorkflowAwaitingApproval:
+			again, err = e.planSteps(ctx, wf, steps)
 		}
 		if err != nil || !again {
 			return err
@@ -212,7 +218,7 @@ func (e *Engine) start(ctx context.Context, wf store.Workflow) (again bool, err 
 		return false, err
 	}
 	e.hub.FleetChanged()
-	return state == store.WorkflowRunning, nil
+	return true, nil // running: start steps; awaiting approval: plan them
 }
 
 // run advances a running workflow; again is true when it changed
@@ -308,6 +314,17 @@ func (e *Engine) run(ctx context.Context, wf store.Workflow, steps []store.Step)
 		if !ready {
 			continue
 		}
+		if needsApproval(wf, s) {
+			// Plan it now that it can be, and ask again.
+			ok, err := e.st.AwaitApproval(ctx, wf.ID, "plan "+s.Name+" once the steps it needs have run", e.now())
+			if err != nil {
+				return false, err
+			}
+			if started || ok {
+				e.hub.FleetChanged()
+			}
+			return ok, nil
+		}
 		if sc == nil {
 			if sc, err = e.stepContext(ctx, wf); err != nil {
 				return false, err
@@ -397,6 +414,9 @@ func (e *Engine) finish(ctx context.Context, wf store.Workflow, s *store.Step, j
 	if state == store.StepFailed && msg == "" {
 		msg = fmt.Sprintf("job %s %s", j.ID, j.State)
 	}
+	if replanned, err := e.planChanged(ctx, wf, s, j); replanned || err != nil {
+		return err
+	}
 	var deployed *store.InstallComponent
 	var removed string
 	if state == store.StepSucceeded && s.Component != "" {
@@ -427,6 +447,7 @@ func (e *Engine) deployed(ctx context.Context, wf store.Workflow, s *store.Step,
 		return store.InstallComponent{}, fmt.Errorf("job %s config: %w", j.ID, err)
 	}
 	delete(cfg, SensitiveKey)
+	delete(cfg, VendorPoliciesKey)
 	if names, ok := cfg[SecretsKey].([]any); ok && len(names) > 0 && s.Component != "" {
 		// The secrets list was added from references; keep what the
 		// config itself said, which the step's own config still has.
@@ -517,6 +538,9 @@ func (e *Engine) startStep(ctx context.Context, wf store.Workflow, sc *stepConte
 	j := store.Job{ID: auth.NewSortableID("job_", now), InstallID: wf.InstallID, ComponentType: s.ComponentType, Operation: s.Operation,
 		Component: s.Component, Config: cfg, MaxAttempts: MaxJobAttempts, Timeout: s.Timeout, CreatedAt: now, CreatedBy: "workflow " + wf.ID,
 		Mode: StepMode(wf, s, sc.app)}
+	if s.Operation == OpApply {
+		j.ApprovedPlanDigest = s.ApprovedPlanDigest
+	}
 	ok, err = e.st.StartStep(ctx, wf.ID, s.Name, j, now)
 	if err != nil {
 		return false, err
@@ -579,6 +603,11 @@ func jobConfig(sc *stepContext, s *store.Step) ([]byte, error) {
 	}
 	if len(sc.sensitive) > 0 {
 		cfg[SensitiveKey] = sc.sensitive
+	}
+	if s.Component != "" && s.Action == "" && (s.Operation == OpApply || s.Operation == OpDestroy) {
+		if pols := vendorPolicies(sc.app, s.ComponentType); len(pols) > 0 {
+			cfg[VendorPoliciesKey] = pols
+		}
 	}
 	return json.Marshal(cfg)
 }

@@ -35,6 +35,22 @@ type rig struct {
 	modes map[string]store.Mode
 	// rounds are the step names each round of the agent finished.
 	rounds [][]string
+	// plans are the plans the scripted agent makes, by step (default: one
+	// change, "create STEP"); applied records the approved digest each
+	// apply carried.
+	plans   map[string][]store.PlannedChange
+	applied map[string]string
+}
+
+// planOf is the scripted agent's plan of a step, with its digest.
+func (r *rig) planOf(step string) ([]store.PlannedChange, string) {
+	changes, ok := r.plans[step]
+	if !ok {
+		changes = []store.PlannedChange{{Address: step, Action: "create", After: json.RawMessage(`{"n":1}`)}}
+	}
+	d, err := JobPlanDigest(store.Job{PlannedChanges: changes})
+	must(r.t, err)
+	return changes, d
 }
 
 func (r *rig) now() time.Time {
@@ -100,7 +116,7 @@ func (r *rig) stepOf(wfID, jobID string) string {
 	_, steps, err := r.st.GetWorkflow(r.t.Context(), wfID)
 	must(r.t, err)
 	for _, s := range steps {
-		if s.JobID == jobID {
+		if s.JobID == jobID || s.PlanJobID == jobID {
 			return s.Name
 		}
 	}
@@ -129,6 +145,23 @@ func (r *rig) agentRound(wfID string) []string {
 		}
 		r.modes[name] = j.Mode
 		res := store.Result{State: store.JobSucceeded, Outputs: map[string]string{"x": "1", "y": "2"}}
+		changes, digest := r.planOf(name)
+		switch {
+		case j.Operation == OpPlan:
+			name += ":plan"
+			names[len(names)-1] = name
+			res = store.Result{State: store.JobSucceeded, PlannedChanges: changes, PlanDigest: digest}
+		case j.ApprovedPlanDigest != "":
+			if r.applied == nil {
+				r.applied = map[string]string{}
+			}
+			r.applied[name] = j.ApprovedPlanDigest
+			if digest != j.ApprovedPlanDigest {
+				res = store.Result{State: store.JobFailed, ExitCode: -1, Error: "plan changed since approval", PlannedChanges: changes, PlanDigest: digest}
+			} else {
+				res.PlanDigest = digest
+			}
+		}
 		if msg := r.fail(name); msg != "" {
 			res = store.Result{State: store.JobFailed, ExitCode: 1, Error: msg}
 		}
@@ -303,7 +336,13 @@ func TestEngineApprovalAndCancel(t *testing.T) {
 	if wf := r.drive(next); wf.State != store.WorkflowQueued {
 		t.Fatalf("second workflow %s, want queued", wf.State)
 	}
-	_, err := r.st.ApproveWorkflow(t.Context(), id, "alice", r.now())
+	// a, b and c are planned first; d needs b's and c's outputs, so it is
+	// planned once they ran.
+	if got := r.agentRound(id); !slices.Equal(got, []string{"a:plan", "b:plan", "c:plan"}) {
+		t.Fatalf("plans %v", got)
+	}
+	must(t, r.e.Advance(t.Context(), id))
+	_, err := r.st.ApproveWorkflow(t.Context(), id, "alice", nil, r.now())
 	must(t, err)
 	must(t, r.e.Advance(t.Context(), id))
 	if got := r.agentRound(id); !slices.Equal(got, []string{"a"}) {
@@ -325,5 +364,128 @@ func TestEngineApprovalAndCancel(t *testing.T) {
 	wf = r.drive(next)
 	if wf.State != store.WorkflowSucceeded || fmt.Sprint(r.rounds) != "[[b] [c] [d]]" {
 		t.Fatalf("next workflow %s (%s), rounds %v", wf.State, wf.Error, r.rounds)
+	}
+}
+
+// With approval required, every component apply is planned by the agent
+// before anyone approves, the approval binds each plan's digest, the apply
+// jobs carry it, and an apply whose fresh plan differs sends the workflow
+// back to awaiting approval with that plan. A step that could not be
+// planned before (it needs outputs of steps in the same workflow) is
+// planned and approved once they ran.
+func TestEngineApprovalBindsPlans(t *testing.T) {
+	r := newRig(t, diamond(nil), store.InstallSettings{Parallelism: 4})
+	ctx := t.Context()
+	id := r.queue(Provision, 1, true)
+	if wf := r.drive(id); wf.State != store.WorkflowAwaitingApproval {
+		t.Fatalf("%s, want awaiting approval", wf.State)
+	}
+	st := r.steps(id)
+	for _, n := range []string{"a", "b", "c"} {
+		if st[n].PlanJobID == "" || st[n].PlanDigest != "" {
+			t.Fatalf("step %s: plan job %q digest %q, want a plan job running", n, st[n].PlanJobID, st[n].PlanDigest)
+		}
+	}
+	if st["d"].PlanJobID != "" {
+		t.Fatalf("d was planned before its inputs exist")
+	}
+	if _, err := r.st.ApproveWorkflow(ctx, id, "alice", nil, r.now()); err == nil || !strings.Contains(err.Error(), "still planning a, b, c") {
+		t.Fatalf("approval while planning: %v", err)
+	}
+	r.plans = map[string][]store.PlannedChange{"b": {{Address: "b", Action: "update", Before: json.RawMessage(`{"n":1}`), After: json.RawMessage(`{"n":2}`)}}}
+	r.agentRound(id)
+	must(t, r.e.Advance(ctx, id))
+	st = r.steps(id)
+	_, bDigest := r.planOf("b")
+	if st["b"].PlanDigest != bDigest {
+		t.Fatalf("b's plan digest %q, want %q", st["b"].PlanDigest, bDigest)
+	}
+	// An approval naming a digest that is not the plan's is refused.
+	seen := map[string]string{"a": st["a"].PlanDigest, "b": st["b"].PlanDigest, "c": st["c"].PlanDigest}
+	stale := map[string]string{"a": seen["a"], "b": seen["a"], "c": seen["c"]}
+	if _, err := r.st.ApproveWorkflow(ctx, id, "alice", stale, r.now()); err == nil || !strings.Contains(err.Error(), "the plan of step b changed since it was shown") {
+		t.Fatalf("approval of a stale plan: %v", err)
+	}
+	if _, err := r.st.ApproveWorkflow(ctx, id, "alice", map[string]string{"a": seen["a"]}, r.now()); err == nil || !strings.Contains(err.Error(), "step b has a plan") {
+		t.Fatalf("approval that leaves a plan out: %v", err)
+	}
+	_, err := r.st.ApproveWorkflow(ctx, id, "alice", seen, r.now())
+	must(t, err)
+
+	// c's plan changes between the approval and its apply.
+	r.plans["c"] = []store.PlannedChange{{Address: "c", Action: "replace"}}
+	wf := r.drive(id)
+	if wf.State != store.WorkflowAwaitingApproval {
+		t.Fatalf("%s (%s), want awaiting approval again", wf.State, wf.Error)
+	}
+	st = r.steps(id)
+	_, cFresh := r.planOf("c")
+	if r.applied["a"] != seen["a"] || r.applied["b"] != seen["b"] || r.applied["c"] != seen["c"] {
+		t.Fatalf("apply jobs carried %v, want the approved %v", r.applied, seen)
+	}
+	if st["a"].State != store.StepSucceeded || st["b"].State != store.StepSucceeded || st["c"].State != store.StepPending ||
+		st["c"].PlanDigest != cFresh || st["c"].ApprovedPlanDigest != "" || st["c"].PlanJobID != st["c"].JobID {
+		t.Fatalf("after the changed plan: a %s, b %s, c %+v", st["a"].State, st["b"].State, st["c"])
+	}
+	if wf.ApprovedBy != "" {
+		t.Fatalf("the approval survived a changed plan: %q", wf.ApprovedBy)
+	}
+	if _, err := r.st.ApproveWorkflow(ctx, id, "bob", map[string]string{"c": cFresh}, r.now()); err != nil {
+		t.Fatal(err)
+	}
+	// c applies; d, planned now that c and b ran, asks again.
+	wf = r.drive(id)
+	if wf.State != store.WorkflowAwaitingApproval || r.applied["c"] != cFresh {
+		t.Fatalf("%s (%s), c applied with %q want %q", wf.State, wf.Error, r.applied["c"], cFresh)
+	}
+	r.agentRound(id)
+	must(t, r.e.Advance(ctx, id))
+	st = r.steps(id)
+	if st["d"].PlanDigest == "" {
+		t.Fatalf("d was not planned: %+v", st["d"])
+	}
+	_, err = r.st.ApproveWorkflow(ctx, id, "carol", map[string]string{"d": st["d"].PlanDigest}, r.now())
+	must(t, err)
+	if wf = r.drive(id); wf.State != store.WorkflowSucceeded || r.applied["d"] != st["d"].PlanDigest {
+		t.Fatalf("%s (%s), d applied with %q", wf.State, wf.Error, r.applied["d"])
+	}
+	// The audit log binds every approval to its plans.
+	recs, err := r.st.ListAuditRecords(ctx, store.AuditFilter{Chain: r.install.ID, OneChain: true})
+	must(t, err)
+	var approvals, changed []string
+	for _, rec := range recs {
+		var data map[string]string
+		must(t, json.Unmarshal([]byte(rec.Data), &data))
+		switch rec.Kind {
+		case "workflow.approved":
+			approvals = append(approvals, rec.Actor+" "+data["plans"])
+		case "workflow.plan_changed":
+			changed = append(changed, data["approved_plan_digest"]+" -> "+data["plan_digest"])
+		}
+	}
+	want := []string{"alice a=" + seen["a"] + ",b=" + seen["b"] + ",c=" + seen["c"], "bob c=" + cFresh, "carol d=" + st["d"].PlanDigest}
+	if !slices.Equal(approvals, want) || !slices.Equal(changed, []string{seen["c"] + " -> " + cFresh}) {
+		t.Fatalf("audit: approvals %q\nplan changes %q", approvals, changed)
+	}
+}
+
+// A plan that fails fails the workflow before anything is applied.
+func TestEnginePlanFailureFailsWorkflow(t *testing.T) {
+	r := newRig(t, diamond(nil), store.InstallSettings{Parallelism: 4})
+	r.fail = func(step string) string {
+		if step == "b:plan" {
+			return "no credentials"
+		}
+		return ""
+	}
+	id := r.queue(Provision, 1, true)
+	r.drive(id)
+	r.agentRound(id)
+	wf := r.drive(id)
+	if wf.State != store.WorkflowFailed || !strings.Contains(wf.Error, "plan of b failed: no credentials") {
+		t.Fatalf("%s (%s)", wf.State, wf.Error)
+	}
+	if len(r.applied) != 0 {
+		t.Fatalf("applied %v", r.applied)
 	}
 }

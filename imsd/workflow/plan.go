@@ -46,6 +46,9 @@ const (
 const (
 	OpApply   = "apply"
 	OpDestroy = "destroy"
+	// OpPlan is the operation of the plan jobs of a workflow that requires
+	// approval (approval.go) and of a live plan.
+	OpPlan = "plan"
 	// ActionType is the plugin type that runs actions/*.toml.
 	ActionType = "action"
 )

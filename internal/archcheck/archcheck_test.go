@@ -196,10 +196,23 @@ var rules = []rule{
 		from: not(in("imsd/store", "schema/migrations")), direct: true, forbidden: prefixes("database/sql", "github.com/jmoiron/sqlx", "github.com/pressly/goose")},
 	{name: "imsd and the tui link no gRPC or go-plugin (imsd's APIs are Connect; only the plugin API is plain gRPC)",
 		from: in("imsd", "tui"), forbidden: prefixes("google.golang.org/grpc", "github.com/hashicorp/go-plugin")},
+	{name: "only plugins link OPA (they evaluate policies; imsd carries the vendor's and agentd reads the customer's as text)",
+		from: func(p string) bool {
+			// agentd's main package holds the built-in types, which are plugins.
+			return in("imsd", "tui", "schema", "plugins/sdk", "plugins/typeschema")(p) || (in("agentd")(p) && p != module+"/agentd")
+		},
+		forbidden: prefixes("github.com/open-policy-agent/opa")},
+	{name: "imsd and the tui link no AWS SDK (only agentd, in the customer's account, talks to AWS: imsd never holds cloud credentials)",
+		from: in("imsd", "tui"), forbidden: prefixes("github.com/aws")},
+	{name: "agentd links only the sts and secretsmanager AWS service clients (agentd/stack; every other call is made by a job with its mode's role)",
+		from: in("agentd"), forbidden: func(dep string) bool {
+			return strings.HasPrefix(dep, "github.com/aws/aws-sdk-go-v2/service/") &&
+				!prefixes("github.com/aws/aws-sdk-go-v2/service/sts", "github.com/aws/aws-sdk-go-v2/service/secretsmanager", "github.com/aws/aws-sdk-go-v2/service/internal")(dep)
+		}},
 	{name: "no binary links test helpers or the end-to-end harness",
 		from: in("imsd", "agentd", "tui"),
 		forbidden: func(dep string) bool {
-			return in("e2e", "bench", "imsd/store/pgtest", "imsd/store/storetest", "plugins/sdk/sdktest")(dep)
+			return in("e2e", "bench", "imsd/store/pgtest", "imsd/store/storetest", "plugins/sdk/sdktest", "agentd/stack/awsfake")(dep)
 		}},
 }
 
@@ -242,6 +255,11 @@ func TestImportRulesCatch(t *testing.T) {
 		{"no binary links test", module + "/imsd/server", module + "/imsd/store/pgtest"},
 		{"only imsd/store and schema", module + "/imsd/operatorapi", "database/sql"},
 		{"imsd and the tui link no gRPC", module + "/tui/cli", "google.golang.org/grpc"},
+		{"only plugins link OPA", module + "/agentd/agent", "github.com/open-policy-agent/opa/v1/rego"},
+		{"only plugins link OPA", module + "/imsd/workflow", "github.com/open-policy-agent/opa/v1/ast"},
+		{"imsd and the tui link no AWS", module + "/imsd/server", "github.com/aws/aws-sdk-go-v2/service/sts"},
+		{"agentd links only the sts", module + "/agentd/stack", "github.com/aws/aws-sdk-go-v2/service/s3"},
+		{"no binary links test", module + "/agentd", module + "/agentd/stack/awsfake"},
 	} {
 		caught := false
 		for _, r := range rules {

@@ -214,6 +214,7 @@ func drain[R any, P interface {
 				Changes:        r.GetChanges(),
 				Drifted:        r.GetDrifted(),
 				PlannedChanges: plannedFromProto(r.GetPlannedChanges()),
+				PolicyFindings: findingsFromProto(r.GetPolicyFindings()),
 			}, nil
 		}
 	}
@@ -238,6 +239,12 @@ func jobToProto(j JobContext) *pluginv1.JobContext {
 		WorkDir:        j.WorkDir,
 		TimeoutSeconds: int64(j.Timeout / time.Second),
 		StateDir:       j.StateDir,
+		PlanDir:        j.PlanDir,
+
+		ApprovedPlanDigest: j.ApprovedPlanDigest,
+		Component:          j.Component,
+		Mode:               j.Mode,
+		Policies:           policiesToProto(j.Policies),
 	}
 }
 
@@ -249,6 +256,12 @@ func jobFromProto(j *pluginv1.JobContext) JobContext {
 		WorkDir:   j.GetWorkDir(),
 		StateDir:  j.GetStateDir(),
 		Timeout:   time.Duration(j.GetTimeoutSeconds()) * time.Second,
+		PlanDir:   j.GetPlanDir(),
+
+		ApprovedPlanDigest: j.GetApprovedPlanDigest(),
+		Component:          j.GetComponent(),
+		Mode:               j.GetMode(),
+		Policies:           policiesFromProto(j.GetPolicies()),
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/byoc-dev/byoc/rpc/agentproto"
 	pluginv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/plugin/v1"
 )
 
@@ -57,6 +58,30 @@ func (c PlannedChange) String() string {
 		s += ": " + c.Summary
 	}
 	return s
+}
+
+// PlanDigest returns the digest of a plan ("sha256:<hex>") as the agent
+// computes it, over the changes as they leave the plugin (Sensitive paths
+// masked): the digest an operator's approval binds, and which the apply's
+// JobContext.ApprovedPlanDigest carries. The agent computes it after
+// redacting the customer's secrets, so a change whose values hold a
+// secret's text has another digest there.
+func PlanDigest(changes []PlannedChange) (string, error) {
+	wire, err := plannedToProto(changes)
+	if err != nil {
+		return "", err
+	}
+	return PlanDigestOf(plannedFromProto(wire))
+}
+
+// PlanDigestOf is [PlanDigest] of changes as they arrived from a plugin
+// (already masked): what the host computes.
+func PlanDigestOf(changes []PlannedChange) (string, error) {
+	in := make([]agentproto.PlanChange, len(changes))
+	for i, c := range changes {
+		in[i] = agentproto.PlanChange{Address: c.Address, Action: c.Action, Summary: c.Summary, Before: c.Before, After: c.After}
+	}
+	return agentproto.PlanDigest(in)
 }
 
 // plannedToProto checks and masks changes for the wire.

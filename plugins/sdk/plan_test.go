@@ -59,3 +59,28 @@ func TestPlannedChanges(t *testing.T) {
 		{Op: sdk.OpPlan, Config: map[string]any{}, Check: sdktest.All(sdktest.ExpectPlannedChange(sdk.ActionDelete, "old.thing"), sdktest.ExpectChanges("two changes"))},
 	}})
 }
+
+// PlanDigest is over the masked changes, so a plugin computes what the
+// host does from what it received.
+func TestPlanDigestMasked(t *testing.T) {
+	a := []sdk.PlannedChange{{Address: "db", Action: sdk.ActionUpdate, Before: map[string]any{"password": "old"},
+		After: map[string]any{"password": "new"}, Sensitive: []string{"password"}}}
+	b := []sdk.PlannedChange{{Address: "db", Action: sdk.ActionUpdate, Before: map[string]any{"password": "x"},
+		After: map[string]any{"password": "y"}, Sensitive: []string{"password"}}}
+	da, err := sdk.PlanDigest(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, _ := sdk.PlanDigest(b)
+	if da != db {
+		t.Fatalf("digests of plans that differ only in masked values: %s vs %s", da, db)
+	}
+	host, _ := sdk.PlanDigestOf([]sdk.PlannedChange{{Address: "db", Action: sdk.ActionUpdate,
+		Before: map[string]any{"password": sdk.Masked}, After: map[string]any{"password": sdk.MaskedChanged}}})
+	if host != da {
+		t.Fatalf("the host's digest of the masked changes is %s, the plugin's %s", host, da)
+	}
+	if _, err := sdk.PlanDigest([]sdk.PlannedChange{{Address: "x", Action: "frob"}}); err == nil {
+		t.Fatal("an unknown action was digested")
+	}
+}

@@ -18,7 +18,7 @@ type ProtocolVersion struct {
 
 // Protocol is the protocol version this SDK speaks, as a plugin and as a
 // host. See rpc/byoc/plugin/v1/plugin.proto for what each minor added.
-var Protocol = ProtocolVersion{Major: 1, Minor: 2}
+var Protocol = ProtocolVersion{Major: 1, Minor: 3}
 
 // ProtocolMajor is the major version of [Protocol]; it is go-plugin's
 // handshake version.
@@ -66,6 +66,8 @@ const (
 	CapDestroy       = "destroy"
 	CapDrift         = "drift"
 	CapOutputsSchema = "outputs_schema"
+	// CapPolicy (1.3): the plugin evaluates the job's policies.
+	CapPolicy = "policy"
 )
 
 // IncompatibleError says that a plugin and its host speak different major
@@ -117,7 +119,7 @@ type Description struct {
 	// host's and the plugin's. Not set by the describe command.
 	Negotiated ProtocolVersion `json:"-"`
 	// Capabilities names the optional operations the plugin implements
-	// (CapDestroy, CapDrift, CapOutputsSchema).
+	// (CapDestroy, CapDrift, CapOutputsSchema, CapPolicy).
 	Capabilities []string `json:"capabilities"`
 	// ConfigSchema and OutputsSchema are JSON Schemas; empty if the plugin
 	// declares none.

@@ -68,13 +68,13 @@ func TestNegotiate(t *testing.T) {
 			name: "newer minor with capabilities this host does not know",
 			describe: &pluginv1.DescribeResponse{Type: "new", ProtocolVersions: []int32{1},
 				Protocol: &pluginv1.ProtocolVersion{Major: 1, Minor: 7}, Capabilities: []string{"destroy", "teleport"}},
-			negotiated: "1.2", caps: []string{"destroy", "teleport"},
+			negotiated: sdk.Protocol.String(), caps: []string{"destroy", "teleport"},
 		},
 		{
 			name: "other major",
 			describe: &pluginv1.DescribeResponse{Type: "future", ProtocolVersions: []int32{2},
 				Protocol: &pluginv1.ProtocolVersion{Major: 2, Minor: 0}},
-			wantErr: `plugin "future" speaks byoc plugin protocol 2.0, but this agent speaks 1.2`,
+			wantErr: `plugin "future" speaks byoc plugin protocol 2.0, but this agent speaks ` + sdk.Protocol.String(),
 		},
 	}
 	for _, tt := range tests {

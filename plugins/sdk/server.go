@@ -80,6 +80,9 @@ func describe(ctx context.Context, p Plugin, host ProtocolVersion) (d *Descripti
 		ProtocolVersions: []ProtocolVersion{Protocol},
 		Capabilities:     append([]string{}, capabilities(p)...),
 	}
+	if r.EvaluatesPolicies {
+		d.Capabilities = append(d.Capabilities, CapPolicy)
+	}
 	if o, ok := p.(OutputsSchemaProvider); ok {
 		s, err := o.OutputsSchema(ctx, &OutputsSchemaRequest{})
 		if err != nil {
@@ -206,7 +209,8 @@ func (s *server) Plan(req *pluginv1.PlanRequest, stream grpc.ServerStreamingServ
 				if err == nil {
 					err = perr
 				}
-				return &pluginv1.Result{ExitCode: int32(r.ExitCode), Outputs: r.Outputs, Changes: r.Changes, PlannedChanges: planned}, err
+				return &pluginv1.Result{ExitCode: int32(r.ExitCode), Outputs: r.Outputs, Changes: r.Changes, PlannedChanges: planned,
+					PolicyFindings: findingsToProto(r.PolicyFindings)}, err
 			})
 		})
 }
@@ -225,7 +229,7 @@ func (s *server) Apply(req *pluginv1.ApplyRequest, stream grpc.ServerStreamingSe
 				if r == nil {
 					return &pluginv1.Result{}, err
 				}
-				return &pluginv1.Result{ExitCode: int32(r.ExitCode), Outputs: r.Outputs}, err
+				return &pluginv1.Result{ExitCode: int32(r.ExitCode), Outputs: r.Outputs, PolicyFindings: findingsToProto(r.PolicyFindings)}, err
 			})
 		})
 }
@@ -248,7 +252,7 @@ func (s *server) Destroy(req *pluginv1.DestroyRequest, stream grpc.ServerStreami
 				if r == nil {
 					return &pluginv1.Result{}, err
 				}
-				return &pluginv1.Result{ExitCode: int32(r.ExitCode), Outputs: r.Outputs}, err
+				return &pluginv1.Result{ExitCode: int32(r.ExitCode), Outputs: r.Outputs, PolicyFindings: findingsToProto(r.PolicyFindings)}, err
 			})
 		})
 }

@@ -92,7 +92,41 @@ type JobContext struct {
 	StateDir string
 	// Timeout is the job's time limit; zero means none was given.
 	Timeout time.Duration
+	// PlanDir (protocol 1.3) is where the plan artifact lives, inside
+	// StateDir under [PlanDirName]. In Plan it is an empty directory the
+	// plugin may save its plan into (terraform plan -out=PlanDir/tfplan);
+	// once the plan succeeds the agent keeps it under the plan's digest,
+	// STATE_DIR/.byoc-plans/<hex>/. In the Apply of a plan an operator
+	// approved it is that directory of the approved plan, so the plugin
+	// can apply exactly what was saved. Empty otherwise (no state
+	// directory, an apply without approval, destroy, drift).
+	PlanDir string
+	// ApprovedPlanDigest (protocol 1.3) is, in the Apply of a plan an
+	// operator approved, that plan's digest ("sha256:<hex>", [PlanDigest]).
+	// The host has already made a fresh plan in the same job and found
+	// the same digest, so Plan runs twice for an approved apply: Plan must
+	// change nothing and report the same changes for the same state.
+	ApprovedPlanDigest string
+	// Component (protocol 1.3) is the name of the install's component the
+	// job is for; empty for a job of no component (an action run).
+	Component string
+	// Mode (protocol 1.3) is the permission mode the job runs in:
+	// "provision", "maintenance", "deprovision" or "break_glass".
+	Mode string
+	// Policies (protocol 1.3) are the rego policies a plan must pass
+	// before anything is applied: the vendor's from the app config (those
+	// for this component's type) and the customer's from the agent's own
+	// configuration. A plugin with EvaluatesPolicies evaluates them with
+	// plugins/policy and fails an apply that one denies.
+	Policies []PolicyModule
 }
+
+// PlanDirName is the directory inside a component's state directory that
+// the agent keeps plan artifacts in (JobContext.PlanDir is one of its
+// subdirectories). A plugin writes there only into PlanDir. The agent
+// removes the artifacts after each apply or destroy of the component,
+// and keeps the 8 newest after a plan.
+const PlanDirName = ".byoc-plans"
 
 // Logger streams lines back to the agent as log events. Each call sends one
 // line immediately. It is safe for concurrent use.
@@ -149,6 +183,11 @@ type DescribeResponse struct {
 	// every config against it before calling Validate, Plan, Apply, Destroy
 	// or Drift, and reports each problem with the path of its field.
 	ConfigSchema string
+	// EvaluatesPolicies says that the plugin evaluates the job's Policies
+	// against its plans (protocol 1.3): the SDK announces the capability
+	// CapPolicy. The agent says in the job log that the policies were not
+	// evaluated for a type without it.
+	EvaluatesPolicies bool
 }
 
 // ValidateRequest asks a plugin to check a component config.
@@ -178,6 +217,9 @@ type PlanResponse struct {
 	// PlannedChanges are the plan's changes, one per object (protocol
 	// 1.2); sensitive values are masked before they leave the plugin.
 	PlannedChanges []PlannedChange
+	// PolicyFindings are what the job's policies said of the plan
+	// (protocol 1.3); return them with the error when one denies.
+	PolicyFindings []PolicyFinding
 }
 
 // ApplyRequest asks a plugin to make the component match its config.
@@ -192,6 +234,9 @@ type ApplyRequest struct {
 type ApplyResponse struct {
 	ExitCode int
 	Outputs  map[string]string
+	// PolicyFindings are what the job's policies said of the plan
+	// (protocol 1.3); return them with the error when one denies.
+	PolicyFindings []PolicyFinding
 }
 
 // DestroyRequest asks a plugin to remove the component.
@@ -206,6 +251,9 @@ type DestroyRequest struct {
 type DestroyResponse struct {
 	ExitCode int
 	Outputs  map[string]string
+	// PolicyFindings are what the job's policies said of the plan
+	// (protocol 1.3); return them with the error when one denies.
+	PolicyFindings []PolicyFinding
 }
 
 // DriftRequest asks a plugin whether the component still matches its
@@ -258,6 +306,9 @@ type Result struct {
 	// PlannedChanges are a plan's or a drift's changes, as the plugin
 	// sent them (sensitive values masked).
 	PlannedChanges []PlannedChange
+	// PolicyFindings are what the policies said of a plan, apply or
+	// destroy (protocol 1.3).
+	PolicyFindings []PolicyFinding
 }
 
 // Err returns the operation's failure as an error, or nil if it succeeded.

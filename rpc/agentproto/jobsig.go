@@ -61,6 +61,11 @@ type JobClaims struct {
 	// Expires is when the signature stops being valid; it is signed in
 	// Unix milliseconds.
 	Expires time.Time
+	// ApprovedPlanDigest is, for the apply of a plan an operator
+	// approved, that plan's digest (PlanDigest): the agent applies only
+	// if a fresh plan has the same. It is signed after Expires, and only
+	// when set, so every other job's message is unchanged.
+	ApprovedPlanDigest string
 }
 
 // Message is the byte string the signature covers.
@@ -77,7 +82,11 @@ func (c *JobClaims) Message() []byte {
 	}
 	b = binary.BigEndian.AppendUint64(b, uint64(c.TimeoutSeconds))
 	b = append(b, c.ConfigDigest[:]...)
-	return binary.BigEndian.AppendUint64(b, uint64(c.Expires.UnixMilli()))
+	b = binary.BigEndian.AppendUint64(b, uint64(c.Expires.UnixMilli()))
+	if c.ApprovedPlanDigest != "" {
+		b = appendString(b, c.ApprovedPlanDigest)
+	}
+	return b
 }
 
 func appendString(b []byte, s string) []byte {

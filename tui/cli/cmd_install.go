@@ -24,6 +24,8 @@ func (a *app) installCommand() *cobra.Command {
 		a.installUpdateCommand(),
 		a.installPlanCommand(),
 		a.installDeprovisionCommand(),
+		a.installDriftCommand(),
+		a.installStackCommand(),
 	)
 }
 
@@ -304,6 +306,12 @@ func (a *app) installGetCommand() *cobra.Command {
 				}
 				f.add("Permissions", permissionsText(now, ag.GetPermissions()))
 				f.add("Enrolled", when(now, ag.GetEnrollTime()))
+			}
+			// Drift is a second call: an imsd without it leaves it out.
+			if dr, err := c.ListInstallDrift(cmd.Context(), connect.NewRequest(&imsv1.ListInstallDriftRequest{Install: ins.GetId()})); err == nil {
+				if s := driftSummary(dr.Msg.GetComponents()); s != "" {
+					f.add("Drift", s+" (byoc install drift "+ins.GetName()+")")
+				}
 			}
 			if err := f.flush(); err != nil {
 				return err

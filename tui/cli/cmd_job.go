@@ -400,6 +400,7 @@ func (a *app) printJob(j *imsv1.Job) error {
 		return err
 	}
 	printPlan(a.stdout, j.GetPlannedChanges())
+	printPolicy(a.stdout, j.GetPolicyFindings())
 	return nil
 }
 

@@ -3,10 +3,12 @@ package cli
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -218,11 +220,26 @@ would change first.`,
 func (a *app) installPlanCommand() *cobra.Command {
 	var inputs, unset []string
 	var rev int64
-	var kind string
+	var kind, appName string
+	var live bool
+	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "plan INSTALL [--revision N] [--input KEY=VALUE ...] [--unset KEY ...] [--kind update|provision|deprovision]",
-		Short: "Show what a workflow would change in an install, and why, without running anything",
-		Args:  exactArgs("INSTALL"),
+		Use:   "plan INSTALL... [--live [--timeout D]] [--app APP] [--revision N] [--input KEY=VALUE ...] [--unset KEY ...] [--kind update|provision|deprovision]",
+		Short: "Show what a workflow would change in installs, and why; --live asks their agents for real plans",
+		Long: `Show the steps a workflow would run in an install and why, from the
+component graph alone (fast, nothing runs). With --live, each install's
+agent also makes a real plan of every component the workflow would apply
+(a plan job, through the usual dispatch, changing nothing), waited for up
+to --timeout, and the planned changes are shown per component; this needs
+an admin token. Several installs (or --app APP: every install of the app)
+are planned together and installs whose plans are identical are grouped:
+a dry run of a rollout across the fleet.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 && appName == "" {
+				return usagef("name at least one INSTALL, or --app APP")
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			set, err := parseInputs(inputs)
 			if err != nil {
@@ -232,53 +249,195 @@ func (a *app) installPlanCommand() *cobra.Command {
 			if !ok || kind == "action" {
 				return usagef("--kind must be update, provision or deprovision, not %q", kind)
 			}
+			if timeout < 0 || timeout > time.Hour {
+				return usagef("--timeout must be between 1s and 1h")
+			}
 			c, err := a.connect()
 			if err != nil {
 				return err
 			}
-			res, err := c.PlanInstall(cmd.Context(), connect.NewRequest(&imsv1.PlanInstallRequest{Install: args[0],
-				Kind: imsv1.WorkflowKind(k), AppRevision: rev, SetInputs: set, UnsetInputs: unset}))
-			if err != nil {
-				return c.wrap(err)
-			}
-			if a.jsonOutput() {
-				return writeJSON(a.stdout, res.Msg)
-			}
-			p := res.Msg
-			if len(p.GetSteps()) == 0 {
-				fmt.Fprintf(a.stdout, "No changes: install %s matches app revision %d (%d components unchanged).\n", args[0], p.GetAppRevision(), len(p.GetUnchanged()))
-				return nil
-			}
-			fmt.Fprintf(a.stdout, "Plan (%s) of install %s to app revision %d:\n\n", kindName(p.GetKind()), args[0], p.GetAppRevision())
-			t := newTable(a.stdout, " ", "STEP", "TYPE", "OP", "AFTER", "WHY")
-			for _, s := range p.GetSteps() {
-				mark := "~"
-				switch {
-				case s.GetOperation() == "destroy":
-					mark = "-"
-				case s.GetReason() == "new":
-					mark = "+"
-				case s.GetAction() != "":
-					mark = ">"
+			installs := args
+			if appName != "" {
+				res, err := c.ListInstalls(cmd.Context(), connect.NewRequest(&imsv1.ListInstallsRequest{App: appName}))
+				if err != nil {
+					return c.wrap(err)
 				}
-				t.row(mark, s.GetName(), s.GetComponentType(), s.GetOperation(), strings.Join(s.GetNeeds(), ","), s.GetReason())
+				for _, in := range res.Msg.GetInstalls() {
+					if !slices.Contains(installs, in.GetName()) {
+						installs = append(installs, in.GetName())
+					}
+				}
+				if len(installs) == 0 {
+					return fmt.Errorf("app %s has no installs", appName)
+				}
 			}
-			if err := t.flush(); err != nil {
-				return err
+			// Plan the installs together: a live plan waits on agents.
+			plans := make([]*imsv1.PlanInstallResponse, len(installs))
+			errs := make([]error, len(installs))
+			var wg sync.WaitGroup
+			sem := make(chan struct{}, 8)
+			for i, in := range installs {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					sem <- struct{}{}
+					defer func() { <-sem }()
+					res, err := c.PlanInstall(cmd.Context(), connect.NewRequest(&imsv1.PlanInstallRequest{Install: in,
+						Kind: imsv1.WorkflowKind(k), AppRevision: rev, SetInputs: set, UnsetInputs: unset,
+						Live: live, TimeoutSeconds: int64(timeout / time.Second)}))
+					if err != nil {
+						errs[i] = c.wrap(err)
+						return
+					}
+					plans[i] = res.Msg
+				}()
 			}
-			fmt.Fprintf(a.stdout, "\n%d steps; %d components unchanged", len(p.GetSteps()), len(p.GetUnchanged()))
-			if len(p.GetUnchanged()) > 0 && len(p.GetUnchanged()) <= 10 {
-				fmt.Fprintf(a.stdout, " (%s)", strings.Join(p.GetUnchanged(), ", "))
+			wg.Wait()
+			if len(installs) == 1 {
+				if errs[0] != nil {
+					return errs[0]
+				}
+				if a.jsonOutput() {
+					return writeJSON(a.stdout, plans[0])
+				}
+				return a.printInstallPlan(cmd.Context(), c, installs[0], plans[0])
 			}
-			fmt.Fprintln(a.stdout, ".")
-			return nil
+			return a.printPlanGroups(cmd.Context(), c, installs, plans, errs)
 		},
 	}
 	cmd.Flags().StringArrayVar(&inputs, "input", nil, "plan as if this input were set (repeatable)")
 	cmd.Flags().StringArrayVar(&unset, "unset", nil, "plan as if this input were removed (repeatable)")
 	cmd.Flags().Int64Var(&rev, "revision", 0, "app revision to plan for (default: the latest)")
 	cmd.Flags().StringVar(&kind, "kind", "update", "update, provision or deprovision")
+	cmd.Flags().BoolVar(&live, "live", false, "ask the installs' agents for real plans of the components (plan jobs)")
+	cmd.Flags().DurationVar(&timeout, "timeout", 0, "with --live, how long to wait for the agents' plans (default 2m)")
+	cmd.Flags().StringVar(&appName, "app", "", "plan every install of this app too")
 	return cmd
+}
+
+// printInstallPlan writes one install's plan: the steps and why, then,
+// for a live plan, each component's planned changes.
+func (a *app) printInstallPlan(ctx context.Context, c *client, install string, p *imsv1.PlanInstallResponse) error {
+	if len(p.GetSteps()) == 0 {
+		fmt.Fprintf(a.stdout, "No changes: install %s matches app revision %d (%d components unchanged).\n", install, p.GetAppRevision(), len(p.GetUnchanged()))
+		return nil
+	}
+	fmt.Fprintf(a.stdout, "Plan (%s) of install %s to app revision %d:\n\n", kindName(p.GetKind()), install, p.GetAppRevision())
+	if err := a.printPlanSteps(p); err != nil {
+		return err
+	}
+	printStepPlans(a.stdout, stepPlans(ctx, c, p.GetSteps()))
+	for _, s := range p.GetSteps() {
+		if s.GetPlanState() == "not_planned" {
+			fmt.Fprintf(a.stdout, "\nNot planned: %s %s\n", s.GetName(), planText(s.GetPlanError()))
+		}
+	}
+	return nil
+}
+
+// printPlanSteps writes a plan's step table and the count line.
+func (a *app) printPlanSteps(p *imsv1.PlanInstallResponse) error {
+	t := newTable(a.stdout, " ", "STEP", "TYPE", "OP", "AFTER", "WHY")
+	for _, s := range p.GetSteps() {
+		mark := "~"
+		switch {
+		case s.GetOperation() == "destroy":
+			mark = "-"
+		case s.GetReason() == "new":
+			mark = "+"
+		case s.GetAction() != "":
+			mark = ">"
+		}
+		t.row(mark, s.GetName(), s.GetComponentType(), s.GetOperation(), strings.Join(s.GetNeeds(), ","), s.GetReason())
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(a.stdout, "\n%d steps; %d components unchanged", len(p.GetSteps()), len(p.GetUnchanged()))
+	if len(p.GetUnchanged()) > 0 && len(p.GetUnchanged()) <= 10 {
+		fmt.Fprintf(a.stdout, " (%s)", strings.Join(p.GetUnchanged(), ", "))
+	}
+	fmt.Fprintln(a.stdout, ".")
+	return nil
+}
+
+// planKey is what makes two installs' plans the same: the same steps
+// (name, operation) and, per step, the same real plan (its digest) when
+// one was made, else the same reason and plan state.
+func planKey(p *imsv1.PlanInstallResponse) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s@%d", p.GetKind(), p.GetAppRevision())
+	for _, s := range p.GetSteps() {
+		fmt.Fprintf(&b, "|%s %s ", s.GetName(), s.GetOperation())
+		if s.GetPlanDigest() != "" {
+			b.WriteString(s.GetPlanDigest())
+		} else {
+			fmt.Fprintf(&b, "%s %s", s.GetReason(), s.GetPlanState())
+		}
+	}
+	return b.String()
+}
+
+// planGroup is installs whose plans are identical.
+type planGroup struct {
+	Installs []string                   `json:"installs"`
+	Plan     *imsv1.PlanInstallResponse `json:"-"`
+	PlanJSON json.RawMessage            `json:"plan"`
+}
+
+// printPlanGroups writes the plans of several installs, grouping the
+// installs whose plans are identical (planKey), largest group first; an
+// install that could not be planned is listed with why.
+func (a *app) printPlanGroups(ctx context.Context, c *client, installs []string, plans []*imsv1.PlanInstallResponse, errs []error) error {
+	var groups []*planGroup
+	byKey := map[string]*planGroup{}
+	var failed []string
+	for i, p := range plans {
+		if errs[i] != nil {
+			failed = append(failed, fmt.Sprintf("%s: %v", installs[i], errs[i]))
+			continue
+		}
+		k := planKey(p)
+		g := byKey[k]
+		if g == nil {
+			g = &planGroup{Plan: p}
+			byKey[k] = g
+			groups = append(groups, g)
+		}
+		g.Installs = append(g.Installs, installs[i])
+	}
+	slices.SortStableFunc(groups, func(x, y *planGroup) int { return len(y.Installs) - len(x.Installs) })
+	if a.jsonOutput() {
+		for _, g := range groups {
+			b, err := marshalJSON(g.Plan)
+			if err != nil {
+				return err
+			}
+			g.PlanJSON = b
+		}
+		out := struct {
+			Groups []*planGroup `json:"groups"`
+			Errors []string     `json:"errors,omitempty"`
+		}{groups, failed}
+		if err := writeJSONValue(a.stdout, out); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(a.stdout, "%d installs, %d distinct plans.\n", len(installs)-len(failed), len(groups))
+		for i, g := range groups {
+			fmt.Fprintf(a.stdout, "\n=== Plan %d of %d: %d installs: %s\n\n", i+1, len(groups), len(g.Installs), strings.Join(g.Installs, ", "))
+			if err := a.printInstallPlan(ctx, c, g.Installs[0], g.Plan); err != nil {
+				return err
+			}
+		}
+		for _, f := range failed {
+			fmt.Fprintf(a.stdout, "\nNot planned: %s\n", f)
+		}
+	}
+	if len(failed) > 0 {
+		return &exitCodeError{code: exitError, msg: fmt.Sprintf("%d of %d installs could not be planned", len(failed), len(installs))}
+	}
+	return nil
 }
 
 func (a *app) workflowListCommand() *cobra.Command {
@@ -393,7 +552,11 @@ func (a *app) workflowGetCommand() *cobra.Command {
 			if a.jsonOutput() {
 				return writeJSON(a.stdout, res.Msg.GetWorkflow())
 			}
-			return a.printWorkflow(res.Msg.GetWorkflow())
+			if err := a.printWorkflow(res.Msg.GetWorkflow()); err != nil {
+				return err
+			}
+			printStepPlans(a.stdout, stepPlans(cmd.Context(), c, res.Msg.GetWorkflow().GetSteps()))
+			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&wait, "wait", false, "print each step as it changes until the workflow ends (exit 1 unless it succeeds, 3 when it awaits approval)")
@@ -403,6 +566,10 @@ func (a *app) workflowGetCommand() *cobra.Command {
 // followPoll is how often follow asks for the workflow.
 var followPoll = 300 * time.Millisecond
 
+// followPlanWait is how long follow waits for a workflow's plans once it
+// awaits approval, before it shows what is in and exits.
+var followPlanWait = 10 * time.Second
+
 // follow prints every step change of a workflow until it ends, then its
 // summary. It stops when the workflow awaits approval (exit
 // exitAwaitingApproval, so that a script does not carry on as if it had
@@ -410,6 +577,7 @@ var followPoll = 300 * time.Millisecond
 func (a *app) follow(ctx context.Context, c *client, id string) error {
 	seen := map[string]imsv1.StepState{}
 	var wf *imsv1.Workflow
+	var announced time.Time
 	for {
 		res, err := c.GetWorkflow(ctx, connect.NewRequest(&imsv1.GetWorkflowRequest{Id: id}))
 		if ctx.Err() != nil {
@@ -444,7 +612,17 @@ func (a *app) follow(ctx context.Context, c *client, id string) error {
 				}
 				return &exitCodeError{code: exitAwaitingApproval}
 			}
-			fmt.Fprintf(a.stdout, "Workflow %s awaits approval of its plan (%d steps): byoc workflow get %s shows it; byoc workflow approve %s runs it.\n",
+			if planning := stepsPlanning(wf); len(planning) > 0 && (announced.IsZero() || a.now().Sub(announced) < followPlanWait) {
+				// Plans are being made: wait for them (a while: the
+				// agent may be away) before asking.
+				if announced.IsZero() {
+					fmt.Fprintf(a.stdout, "Workflow %s awaits approval; planning %s on the agent first.\n", wf.GetId(), strings.Join(planning, ", "))
+					announced = a.now()
+				}
+				break
+			}
+			printStepPlans(a.stdout, stepPlans(ctx, c, wf.GetSteps()))
+			fmt.Fprintf(a.stdout, "\nWorkflow %s awaits approval of its plan (%d steps): byoc workflow get %s shows it; byoc workflow approve %s runs it.\n",
 				wf.GetId(), len(wf.GetSteps()), wf.GetId(), wf.GetId())
 			return &exitCodeError{code: exitAwaitingApproval}
 		case workflowEnded(wf.GetState()):
@@ -488,6 +666,17 @@ func (a *app) stoppedFollowing(id string, wf *imsv1.Workflow) error {
 	return &exitCodeError{code: exitInterrupted}
 }
 
+// stepsPlanning names the steps whose plan is still being made.
+func stepsPlanning(wf *imsv1.Workflow) []string {
+	var out []string
+	for _, s := range wf.GetSteps() {
+		if s.GetPlanState() == "planning" {
+			out = append(out, s.GetName())
+		}
+	}
+	return out
+}
+
 func failedSteps(wf *imsv1.Workflow) []string {
 	var out []string
 	for _, s := range wf.GetSteps() {
@@ -509,9 +698,35 @@ func (a *app) workflowApproveCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			res, err := c.ApproveWorkflow(cmd.Context(), connect.NewRequest(&imsv1.ApproveWorkflowRequest{Id: args[0]}))
+			// Approve exactly the plans shown: imsd refuses the approval
+			// if any of them changed meanwhile.
+			got, err := c.GetWorkflow(cmd.Context(), connect.NewRequest(&imsv1.GetWorkflowRequest{Id: args[0]}))
 			if err != nil {
 				return c.wrap(err)
+			}
+			req := &imsv1.ApproveWorkflowRequest{Id: args[0]}
+			var shown []string
+			for _, p := range stepPlans(cmd.Context(), c, got.Msg.GetWorkflow().GetSteps()) {
+				s := p.step
+				if s.GetState() != imsv1.StepState_STEP_STATE_PENDING || s.GetPlanDigest() == "" {
+					continue
+				}
+				if req.PlanDigests == nil {
+					req.PlanDigests = map[string]string{}
+				}
+				req.PlanDigests[s.GetName()] = s.GetPlanDigest()
+				what := planCounts(p.changes)
+				if p.err != nil {
+					what = "?"
+				}
+				shown = append(shown, fmt.Sprintf("  %s: %s (%s)", s.GetName(), planDigestText(s.GetPlanDigest()), what))
+			}
+			res, err := c.ApproveWorkflow(cmd.Context(), connect.NewRequest(req))
+			if err != nil {
+				return c.wrap(err)
+			}
+			if !a.jsonOutput() && len(shown) > 0 {
+				fmt.Fprintf(a.stdout, "Approved %d plans of workflow %s:\n%s\n", len(shown), args[0], strings.Join(shown, "\n"))
 			}
 			if wait {
 				return a.follow(cmd.Context(), c, args[0])
@@ -519,7 +734,7 @@ func (a *app) workflowApproveCommand() *cobra.Command {
 			if a.jsonOutput() {
 				return writeJSON(a.stdout, res.Msg.GetWorkflow())
 			}
-			fmt.Fprintf(a.stdout, "Approved workflow %s; it is running.\n", args[0])
+			fmt.Fprintf(a.stdout, "Approved workflow %s; it is running. Each apply plans again first and stops if its plan changed.\n", args[0])
 			return nil
 		},
 	}

@@ -1,12 +1,15 @@
 package cli
 
 import (
+	"cmp"
+	"context"
 	"fmt"
 	"io"
 	"slices"
 	"strings"
 	"unicode"
 
+	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -101,4 +104,92 @@ func planText(s string) string {
 		}
 		return r
 	}, s)
+}
+
+// planCounts is "1 to create, 2 to update" (only the actions present), or
+// "no changes".
+func planCounts(changes []*imsv1.PlannedChange) string {
+	count := map[string]int{}
+	for _, c := range changes {
+		count[c.GetAction()]++
+	}
+	var parts []string
+	for _, a := range []string{"create", "update", "delete", "replace"} {
+		if count[a] > 0 {
+			parts = append(parts, fmt.Sprintf("%d to %s", count[a], a))
+		}
+	}
+	if len(parts) == 0 {
+		return "no changes"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// planDigestText is a plan digest cut for a human: "sha256:0123456789ab".
+func planDigestText(d string) string {
+	return "sha256:" + shortDigest(d)
+}
+
+// stepPlan is one step's plan as the CLI shows it.
+type stepPlan struct {
+	step    *imsv1.WorkflowStep
+	changes []*imsv1.PlannedChange
+	// err is set when the plan job could not be read.
+	err error
+}
+
+// stepPlans reads the planned changes of every step that has a plan (one
+// GetJob per plan job), in step order.
+func stepPlans(ctx context.Context, c *client, steps []*imsv1.WorkflowStep) []stepPlan {
+	var out []stepPlan
+	for _, s := range steps {
+		if s.GetPlanJobId() == "" {
+			continue
+		}
+		p := stepPlan{step: s}
+		if s.GetPlanState() == "planned" {
+			res, err := c.GetJob(ctx, connect.NewRequest(&imsv1.GetJobRequest{Id: s.GetPlanJobId()}))
+			if err != nil {
+				p.err = c.wrap(err)
+			} else {
+				p.changes = res.Msg.GetJob().GetPlannedChanges()
+			}
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// printStepPlans writes each component's plan: a header naming the
+// component, its type, the plan's state and digest (and whether it is the
+// approved one), then its changes as job get prints them.
+func printStepPlans(w io.Writer, plans []stepPlan) {
+	for _, p := range plans {
+		s := p.step
+		head := fmt.Sprintf("Plan of %s (%s, step %s): %s", cmp.Or(s.GetComponent(), s.GetName()), s.GetComponentType(), s.GetName(), s.GetPlanState())
+		if s.GetPlanDigest() != "" {
+			head += " " + planDigestText(s.GetPlanDigest())
+			switch {
+			case s.GetApprovedPlanDigest() == s.GetPlanDigest():
+				head += ", approved"
+			case s.GetApprovedPlanDigest() != "":
+				head += ", approved " + planDigestText(s.GetApprovedPlanDigest()) + " (changed)"
+			}
+		}
+		fmt.Fprintln(w, "\n"+head)
+		switch {
+		case s.GetPlanState() == "planning":
+			fmt.Fprintf(w, "  planning (job %s)\n", s.GetPlanJobId())
+		case s.GetPlanError() != "":
+			fmt.Fprintf(w, "  %s: %s (job %s)\n", s.GetPlanState(), planText(s.GetPlanError()), s.GetPlanJobId())
+		case p.err != nil:
+			fmt.Fprintf(w, "  cannot read the plan (job %s): %v\n", s.GetPlanJobId(), p.err)
+		case len(p.changes) == 0:
+			fmt.Fprintln(w, "  no changes")
+		default:
+			var b strings.Builder
+			printPlan(&b, p.changes)
+			fmt.Fprint(w, strings.TrimPrefix(b.String(), "\n"))
+		}
+	}
 }

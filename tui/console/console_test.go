@@ -15,6 +15,7 @@ import (
 	tea "charm.land/bubbletea/v2"
 	"connectrpc.com/connect"
 	"github.com/charmbracelet/x/ansi"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
@@ -1021,6 +1022,41 @@ func TestInstallViewShowsComponentsWorkflowAndActions(t *testing.T) {
 	}
 }
 
+// The install view shows the components' drift state once imsd has one,
+// and leaves the section out while there is none.
+func TestInstallViewShowsDrift(t *testing.T) {
+	m := newTestModel(t, Options{})
+	m.Update(teaSize(160, 60))
+	feed(m, snapshot())
+	press(m, "enter")
+	v := m.top().(*installView)
+	feedInstallParts(m)
+	m.Update(driftMsg{gen: v.driftGen})
+	mustNotContain(t, screen(m), "DRIFT")
+	checked := timestamppb.New(m.now.Add(-5 * time.Minute))
+	m.Update(driftMsg{gen: v.driftGen, drift: []*imsv1.ComponentDrift{
+		{Component: "db", Status: "drifted", CheckTime: checked, Schedule: "@hourly",
+			Changes: []*imsv1.PlannedChange{{Address: "local_file.cfg", Action: "update"}}},
+		{Component: "api", Status: "in_sync", CheckTime: checked},
+		{Component: "web", Status: "failed", Error: "boom\x1b[2J"},
+	}})
+	s := screen(m)
+	for _, want := range [][]string{
+		{"DRIFT"},
+		{"db", "drifted", "checked 5m ago, 1 changes", "schedule @hourly"},
+		{"api", "in sync", "checked 5m ago"},
+		{"web", "failed", "boom"},
+	} {
+		if !screenLine(s, want...) {
+			t.Errorf("no line with %q:\n%s", want, s)
+		}
+	}
+	mustNotContain(t, s, "\x1b[2J")
+	// An answer to an earlier request is dropped.
+	m.Update(driftMsg{gen: v.driftGen - 1, drift: []*imsv1.ComponentDrift{{Component: "stale", Status: "drifted"}}})
+	mustNotContain(t, screen(m), "stale")
+}
+
 // screenLine reports whether one line of s holds every part.
 func screenLine(s string, parts ...string) bool {
 	for _, l := range strings.Split(s, "\n") {
@@ -1094,6 +1130,52 @@ func TestFleetShowsAnIdentityConflict(t *testing.T) {
 		}
 	}
 	t.Fatalf("no acme row:\n%s", screen(m))
+}
+
+// The install view's workflow shows each component's plan under its
+// step: state, digest, counts, whether it is approved, awaits approval or
+// changed since, and the changes (control characters of plugin text
+// shown, not obeyed).
+func TestInstallViewShowsPlans(t *testing.T) {
+	m := newTestModel(t, Options{})
+	m.Update(teaSize(160, 60))
+	feed(m, snapshot())
+	press(m, "enter")
+	v := m.top().(*installView)
+	feedInstallParts(m)
+	d1, d2 := "sha256:"+strings.Repeat("ab", 32), "sha256:"+strings.Repeat("cd", 32)
+	wf := &imsv1.Workflow{Id: "wf_3", Kind: imsv1.WorkflowKind_WORKFLOW_KIND_UPDATE, State: imsv1.WorkflowState_WORKFLOW_STATE_AWAITING_APPROVAL,
+		AppRevision: 4, CreateTime: jobs()[0].CreateTime,
+		Steps: []*imsv1.WorkflowStep{
+			{Name: "db", Component: "db", Operation: "apply", State: imsv1.StepState_STEP_STATE_SUCCEEDED, PlanJobId: "job_p1",
+				PlanState: "planned", PlanDigest: d1, ApprovedPlanDigest: d1},
+			{Name: "api", Component: "api", Operation: "apply", State: imsv1.StepState_STEP_STATE_PENDING, PlanJobId: "job_p2",
+				PlanState: "planned", PlanDigest: d2},
+			{Name: "web", Component: "web", Operation: "apply", State: imsv1.StepState_STEP_STATE_PENDING, PlanJobId: "job_p3",
+				PlanState: "failed", PlanError: "no credentials"},
+		}}
+	m.Update(workflowsMsg{gen: v.wfGen, newest: wf, plans: map[string]stepPlan{
+		"job_p1": newStepPlan(nil),
+		"job_p2": newStepPlan([]*imsv1.PlannedChange{{Address: "Deployment/api", Action: "update", Summary: "replicas 2 \x1b[31m→ 3"},
+			{Address: "Service/api", Action: "create"}}),
+	}})
+	s := screen(m)
+	for _, want := range [][]string{
+		{"wf_3", "update", "awaiting approval", "rev 4"},
+		{"plan planned sha256:abababababab", "no changes", "approved"},
+		{"plan planned sha256:cdcdcdcdcdcd", "1 to create, 1 to update", "awaiting approval"},
+		{"~ Deployment/api: replicas 2 \ufffd[31m→ 3"},
+		{"+ Service/api"},
+		{"plan failed"},
+		{"no credentials"},
+	} {
+		if !screenLine(s, want...) {
+			t.Errorf("no line with %q:\n%s", want, s)
+		}
+	}
+	if strings.Contains(s, "\x1b[31m→") {
+		t.Error("a plugin's escape sequence reached the screen")
+	}
 }
 
 // The install view's audit panel shows the newest events of the install's

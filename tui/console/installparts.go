@@ -1,6 +1,7 @@
 package console
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -12,6 +13,7 @@ import (
 
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1/imsv1connect"
+	"github.com/byoc-dev/byoc/tui/termtext"
 )
 
 // The install view's sections beyond its inputs: its components (state,
@@ -27,7 +29,49 @@ type workflowsMsg struct {
 	gen    int
 	newest *imsv1.Workflow // with steps; nil when there is none
 	deploy *imsv1.Workflow // with steps; may be newest itself
-	err    error
+	// plans are the newest workflow's plans that are in, by plan job.
+	plans map[string]stepPlan
+	err   error
+}
+
+// stepPlan is a step's plan as the install view shows it: a count per
+// action and one line per change, cleaned of control characters.
+type stepPlan struct {
+	counts  string
+	changes []string
+}
+
+// maxPlanLines is how many changes of one plan the install view lists.
+const maxPlanLines = 5
+
+// planMarks are the marks of planned changes, as byoc job get prints them.
+var planMarks = map[string]string{"create": "+", "update": "~", "delete": "-", "replace": "-/+"}
+
+func newStepPlan(changes []*imsv1.PlannedChange) stepPlan {
+	count := map[string]int{}
+	var p stepPlan
+	for _, c := range changes {
+		count[c.Action]++
+		if len(p.changes) < maxPlanLines {
+			mark := cmp.Or(planMarks[c.Action], "?")
+			line := mark + " " + termtext.Clean(c.Address, " ")
+			if c.Summary != "" {
+				line += ": " + termtext.Clean(c.Summary, " ")
+			}
+			p.changes = append(p.changes, line)
+		}
+	}
+	if n := len(changes) - len(p.changes); n > 0 {
+		p.changes = append(p.changes, fmt.Sprintf("… %d more (byoc workflow get)", n))
+	}
+	var parts []string
+	for _, a := range []string{"create", "update", "delete", "replace"} {
+		if count[a] > 0 {
+			parts = append(parts, fmt.Sprintf("%d to %s", count[a], a))
+		}
+	}
+	p.counts = cmp.Or(strings.Join(parts, ", "), "no changes")
+	return p
 }
 
 func listWorkflows(ctx context.Context, c imsv1connect.OperatorServiceClient, gen int, install string) tea.Cmd {
@@ -51,6 +95,19 @@ func listWorkflows(ctx context.Context, c imsv1connect.OperatorServiceClient, ge
 		if msg.newest, err = get(wfs[0].Id); err != nil {
 			return workflowsMsg{gen: gen, err: err}
 		}
+		for _, s := range msg.newest.Steps {
+			if s.PlanState != "planned" {
+				continue
+			}
+			j, err := c.GetJob(ctx, connect.NewRequest(&imsv1.GetJobRequest{Id: s.PlanJobId}))
+			if err != nil {
+				return workflowsMsg{gen: gen, err: err}
+			}
+			if msg.plans == nil {
+				msg.plans = map[string]stepPlan{}
+			}
+			msg.plans[s.PlanJobId] = newStepPlan(j.Msg.Job.PlannedChanges)
+		}
 		for _, w := range wfs {
 			if w.Kind == imsv1.WorkflowKind_WORKFLOW_KIND_PROVISION || w.Kind == imsv1.WorkflowKind_WORKFLOW_KIND_UPDATE {
 				if w.Id == msg.newest.Id {
@@ -65,13 +122,35 @@ func listWorkflows(ctx context.Context, c imsv1connect.OperatorServiceClient, ge
 	}
 }
 
-// installParts is what the install view shows of its workflows and
-// actions, with the generations of their requests.
+// driftMsg is the drift state of an install's components.
+type driftMsg struct {
+	gen   int
+	drift []*imsv1.ComponentDrift
+	err   error
+}
+
+func listDrift(ctx context.Context, c imsv1connect.OperatorServiceClient, gen int, install string) tea.Cmd {
+	return func() tea.Msg {
+		r, err := c.ListInstallDrift(ctx, connect.NewRequest(&imsv1.ListInstallDriftRequest{Install: install}))
+		if err != nil {
+			return driftMsg{gen: gen, err: err}
+		}
+		return driftMsg{gen: gen, drift: r.Msg.Components}
+	}
+}
+
+// installParts is what the install view shows of its workflows, drift
+// and actions, with the generations of their requests.
 type installParts struct {
+	driftGen int
+	// drift is the components' drift state; the section is left out while
+	// there is none (or imsd could not say).
+	drift          []*imsv1.ComponentDrift
 	wfGen, actGen  int
 	wfLoaded       bool
 	wfErr          error
 	newest, deploy *imsv1.Workflow
+	plans          map[string]stepPlan
 	actLoaded      bool
 	actErr         error
 	actions        []*imsv1.Action
@@ -121,6 +200,29 @@ func (v *installView) parts(jobs []*imsv1.Job) []string {
 		}
 	}
 
+	if len(p.drift) > 0 {
+		out = append(out, st.accent.Render("DRIFT"))
+		for _, d := range p.drift {
+			line := fmt.Sprintf("  %-16s %-10s", termtext.Clean(d.Component, " "), strings.ReplaceAll(termtext.Clean(d.Status, " "), "_", " "))
+			if d.CheckTime != nil {
+				line += " checked " + ago(v.now, d.CheckTime.AsTime())
+			}
+			if n := len(d.Changes); n > 0 {
+				line += fmt.Sprintf(", %d changes", n)
+			}
+			if d.Schedule != "" {
+				line += "   schedule " + termtext.Clean(d.Schedule, " ")
+			}
+			switch d.Status {
+			case "drifted":
+				line = st.bad.Render(line)
+			case "failed":
+				line = st.bad.Render(line + "  " + termtext.Clean(d.Error, " "))
+			}
+			out = append(out, line)
+		}
+	}
+
 	out = append(out, st.accent.Render("WORKFLOW"))
 	switch {
 	case !p.wfLoaded || p.wfErr != nil:
@@ -135,6 +237,7 @@ func (v *installView) parts(jobs []*imsv1.Job) []string {
 				what = s.Action
 			}
 			out = append(out, fmt.Sprintf("    %-10s %-16s %s %s", enumText(s.State, "STEP_STATE_"), s.Name, what, s.Operation))
+			out = append(out, v.planLines(s, p.plans)...)
 		}
 	}
 
@@ -154,13 +257,47 @@ func (v *installView) parts(jobs []*imsv1.Job) []string {
 	return out
 }
 
+// planLines are a step's plan under its line: its state, digest and
+// whether it is the approved one, then its changes.
+func (v *installView) planLines(s *imsv1.WorkflowStep, plans map[string]stepPlan) []string {
+	st := v.st
+	if s.PlanJobId == "" && s.PlanState == "" {
+		return nil
+	}
+	head := "      plan " + s.PlanState
+	if d := s.PlanDigest; d != "" {
+		head += " " + d[:min(len(d), len("sha256:")+12)]
+	}
+	pl, ok := plans[s.PlanJobId]
+	if ok {
+		head += "  " + pl.counts
+	}
+	switch {
+	case s.PlanDigest != "" && s.ApprovedPlanDigest == s.PlanDigest:
+		head += "  " + st.ok.Render("approved")
+	case s.ApprovedPlanDigest != "":
+		head += "  " + st.warn.Render("changed since approval")
+	case s.PlanDigest != "" && s.State == imsv1.StepState_STEP_STATE_PENDING:
+		head += "  " + st.warn.Render("awaiting approval")
+	}
+	out := []string{head}
+	if s.PlanError != "" {
+		out = append(out, "        "+st.bad.Render(termtext.Clean(s.PlanError, " ")))
+	}
+	for _, c := range pl.changes {
+		out = append(out, "        "+c)
+	}
+	return out
+}
+
 // kindText is a workflow's kind: provision, update, deprovision, action.
 func kindText(k imsv1.WorkflowKind) string { return enumText(k, "WORKFLOW_KIND_") }
 
 // loadParts asks for the workflows and actions again.
 func (v *installView) loadParts() tea.Cmd {
-	v.wfGen, v.actGen = v.nextGen(), v.nextGen()
-	return tea.Batch(listWorkflows(v.ctx, v.conn.Client, v.wfGen, v.id), listActions(v.ctx, v.conn.Client, v.actGen, v.id))
+	v.wfGen, v.actGen, v.driftGen = v.nextGen(), v.nextGen(), v.nextGen()
+	return tea.Batch(listWorkflows(v.ctx, v.conn.Client, v.wfGen, v.id), listActions(v.ctx, v.conn.Client, v.actGen, v.id),
+		listDrift(v.ctx, v.conn.Client, v.driftGen, v.id))
 }
 
 // partsUpdate takes the answers to loadParts and reports whether msg was one.
@@ -170,8 +307,13 @@ func (v *installView) partsUpdate(msg tea.Msg) bool {
 		if msg.gen == v.wfGen {
 			v.wfLoaded, v.wfErr = true, msg.err
 			if msg.err == nil {
-				v.newest, v.deploy = msg.newest, msg.deploy
+				v.newest, v.deploy, v.plans = msg.newest, msg.deploy, msg.plans
 			}
+		}
+		return true
+	case driftMsg:
+		if msg.gen == v.driftGen && msg.err == nil {
+			v.drift = msg.drift
 		}
 		return true
 	case actionsMsg:

@@ -94,7 +94,7 @@ func testAuditEvents(t *testing.T, e *env) {
 	ok(t, e.s.CreateWorkflow(ctx, store.Workflow{ID: "wf-2", InstallID: inst, Kind: "update", Parallelism: 1, CreatedAt: at(36 * time.Minute), CreatedBy: "ci"}))
 	_, err = e.s.StartWorkflow(ctx, "wf-2", nil, store.WorkflowAwaitingApproval, nil, at(36*time.Minute))
 	ok(t, err)
-	_, err = e.s.ApproveWorkflow(ctx, "wf-2", "ci", at(37*time.Minute))
+	_, err = e.s.ApproveWorkflow(ctx, "wf-2", "ci", nil, at(37*time.Minute))
 	ok(t, err)
 	_, err = e.s.RequestWorkflowCancel(ctx, "wf-2", "wrong plan", at(38*time.Minute))
 	ok(t, err)

@@ -81,6 +81,8 @@ func Run(t *testing.T, open OpenFunc) {
 		{"AuditTamperInsert", testAuditTamperInsert},
 		{"AuditWriteFailure", testAuditWriteFailure},
 		{"AuditConcurrent", testAuditConcurrent},
+		{"PolicyFindings", testPolicyFindings},
+		{"Drift", testDrift},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -23,6 +23,7 @@
 package sdktest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -128,6 +129,12 @@ type Step struct {
 	PreConfig func() error
 	// Timeout is the job's time limit; one minute if zero.
 	Timeout time.Duration
+	// Mode is the job's permission mode (JobContext.Mode); "maintenance"
+	// if empty, as the agent's default.
+	Mode string
+	// Policies are the job's policies (JobContext.Policies), as the agent
+	// hands them: vendor and customer modules.
+	Policies []sdk.PolicyModule
 	// ExpectDiagnostics, if set, expects validation to fail: each entry is
 	// "field: message", matched against a diagnostic by substring. The
 	// operation is then not run, as the agent would not run it.
@@ -190,7 +197,7 @@ func Test(t testing.TB, p sdk.Plugin, c Case) {
 	var applied map[string]any
 	didApply := false
 	n := 0
-	runJob := func(name, op string, config map[string]any, env map[string]string, timeout time.Duration) (*Outcome, []sdk.Diagnostic) {
+	runJob := func(name, op string, config map[string]any, env map[string]string, timeout time.Duration, mode string, policies []sdk.PolicyModule) (*Outcome, []sdk.Diagnostic) {
 		t.Helper()
 		n++
 		work := filepath.Join(t.TempDir(), fmt.Sprintf("job-%d-1", n))
@@ -201,7 +208,7 @@ func Test(t testing.TB, p sdk.Plugin, c Case) {
 			timeout = time.Minute
 		}
 		job := sdk.JobContext{JobID: fmt.Sprintf("job-%d", n), InstallID: c.InstallID, Attempt: 1, WorkDir: work,
-			StateDir: stateDir, Timeout: timeout}
+			StateDir: stateDir, Timeout: timeout, Component: c.Component, Mode: cmp.Or(mode, "maintenance"), Policies: policies}
 		v, err := client.Validate(t.Context(), config)
 		if err != nil {
 			t.Fatalf("%s: validate: %v", name, err)
@@ -234,7 +241,7 @@ func Test(t testing.TB, p sdk.Plugin, c Case) {
 				t.Fatalf("%s: pre-config: %v", name, err)
 			}
 		}
-		out, diags := runJob(name, op, s.Config, s.Env, s.Timeout)
+		out, diags := runJob(name, op, s.Config, s.Env, s.Timeout, s.Mode, s.Policies)
 		if err := checkDiagnostics(diags, s.ExpectDiagnostics); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -265,7 +272,7 @@ func Test(t testing.TB, p sdk.Plugin, c Case) {
 	if c.SkipDestroy || !didApply || !desc.Has(sdk.CapDestroy) {
 		return
 	}
-	out, diags := runJob("final destroy", sdk.OpDestroy, applied, nil, 0)
+	out, diags := runJob("final destroy", sdk.OpDestroy, applied, nil, 0, "deprovision", nil)
 	if len(diags) > 0 {
 		t.Fatalf("final destroy: %v", sdk.DiagnosticsError(diags))
 	}

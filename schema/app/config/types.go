@@ -75,12 +75,13 @@ type Secret struct {
 // Component is one deployable part (components/*.toml), and also the
 // sandbox (sandbox.toml), which is provisioned before all components.
 type Component struct {
-	Name         string         `toml:"name" doc:"The component's name (lowercase letters, digits and _); defaults to the file name without .toml. Referenced as {{ .components.NAME.outputs.KEY }}."`
-	Type         string         `toml:"type" required:"true" doc:"The component type: image, helm, terraform, action, or the type of an installed plugin."`
-	Description  string         `toml:"description" doc:"What the component is."`
-	Dependencies []string       `toml:"dependencies" doc:"Components that must be deployed first. A reference to another component's outputs adds it implicitly."`
-	Timeout      Duration       `toml:"timeout" default:"30m" doc:"How long one deploy of the component may take, as a Go duration (\"45m\")."`
-	Config       map[string]any `toml:"config" doc:"The type's own settings, checked against the type's schema. Strings may hold {{ }} references."`
+	Name          string         `toml:"name" doc:"The component's name (lowercase letters, digits and _); defaults to the file name without .toml. Referenced as {{ .components.NAME.outputs.KEY }}."`
+	Type          string         `toml:"type" required:"true" doc:"The component type: image, helm, terraform, action, or the type of an installed plugin."`
+	Description   string         `toml:"description" doc:"What the component is."`
+	Dependencies  []string       `toml:"dependencies" doc:"Components that must be deployed first. A reference to another component's outputs adds it implicitly."`
+	Timeout       Duration       `toml:"timeout" default:"30m" doc:"How long one deploy of the component may take, as a Go duration (\"45m\")."`
+	DriftSchedule string         `toml:"drift_schedule" doc:"When the agent checks the component for drift (changes made outside byoc), in UTC: five cron fields, or @hourly, @daily, @weekly, @monthly. Unset: never. Needs a component type that can check drift."`
+	Config        map[string]any `toml:"config" doc:"The type's own settings, checked against the type's schema. Strings may hold {{ }} references."`
 }
 
 // Action is a script that runs in an install (actions/*.toml).

@@ -280,6 +280,11 @@ func (v *validator) component(file string, c *config.Component) {
 	if c.Timeout < 0 || time.Duration(c.Timeout) > maxTimeout {
 		v.errf(file, "timeout", "", "must be between 0 and 24h, got %s", c.Timeout)
 	}
+	if c.DriftSchedule != "" {
+		if _, err := cron.Parse(c.DriftSchedule); err != nil {
+			v.errf(file, "drift_schedule", "", "%q is not a cron schedule: %v", c.DriftSchedule, err)
+		}
+	}
 	names := v.components
 	for i, d := range c.Dependencies {
 		key := fmt.Sprintf("dependencies[%d]", i)
@@ -519,6 +524,12 @@ func (v *validator) permissions() {
 	}
 }
 
+// regoPackageRE finds a rego module's package declaration. The module
+// itself is compiled where it is evaluated, by the plugin on the agent
+// (plugins/policy), which names the file and line of any error: neither
+// imsd nor the CLI links OPA.
+var regoPackageRE = regexp.MustCompile(`(?m)^\s*package\s+[A-Za-z_]`)
+
 func (v *validator) policies() {
 	const f = "policies.toml"
 	seen := map[string]bool{}
@@ -535,6 +546,14 @@ func (v *validator) policies() {
 			v.errf(f, at("file"), "keep one of them", "policy %q sets both file and contents", p.Name)
 		case p.File != "":
 			v.appFile(f, at("file"), p.File)
+			if text, ok := v.a.Files[path.Clean(p.File)]; ok && p.Engine == "rego" && !regoPackageRE.Match(text) {
+				v.errf(f, at("file"), "a rego module starts with a package line, such as \"package vendor.buckets\"", "%s has no package declaration", p.File)
+			}
+		case p.Engine == "rego" && !regoPackageRE.MatchString(p.Contents):
+			v.errf(f, at("contents"), "a rego module starts with a package line, such as \"package vendor.buckets\"", "policy %q has no package declaration", p.Name)
+		}
+		if p.Engine == "cel" {
+			v.errf(f, at("engine"), "write the policy in rego; agents evaluate rego only", "cel policies are not evaluated yet")
 		}
 		for j, t := range p.AppliesTo {
 			if _, ok := v.types[t]; !ok && !v.anyType {

@@ -236,8 +236,23 @@ type WorkflowStep struct {
 	StartTime      *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
 	EndTime        *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
 	TimeoutSeconds int64                  `protobuf:"varint,14,opt,name=timeout_seconds,json=timeoutSeconds,proto3" json:"timeout_seconds,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// plan_job_id is the job whose plan of this step is the one shown and
+	// approved (a plan job, or an apply that found its plan changed); its
+	// planned_changes are GetJob's. Set for component apply steps of a
+	// workflow that requires approval, and of a live PlanInstall.
+	PlanJobId string `protobuf:"bytes,40,opt,name=plan_job_id,json=planJobId,proto3" json:"plan_job_id,omitempty"`
+	// plan_state is "planning", "planned", "failed" or "timed_out"; empty
+	// for a step without a plan.
+	PlanState string `protobuf:"bytes,41,opt,name=plan_state,json=planState,proto3" json:"plan_state,omitempty"`
+	// plan_digest is the plan's digest ("sha256:<hex>").
+	PlanDigest string `protobuf:"bytes,42,opt,name=plan_digest,json=planDigest,proto3" json:"plan_digest,omitempty"`
+	// approved_plan_digest is the digest the approval bound: the apply runs
+	// only if a fresh plan has it.
+	ApprovedPlanDigest string `protobuf:"bytes,43,opt,name=approved_plan_digest,json=approvedPlanDigest,proto3" json:"approved_plan_digest,omitempty"`
+	// plan_error says why the plan failed.
+	PlanError     string `protobuf:"bytes,44,opt,name=plan_error,json=planError,proto3" json:"plan_error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WorkflowStep) Reset() {
@@ -366,6 +381,41 @@ func (x *WorkflowStep) GetTimeoutSeconds() int64 {
 		return x.TimeoutSeconds
 	}
 	return 0
+}
+
+func (x *WorkflowStep) GetPlanJobId() string {
+	if x != nil {
+		return x.PlanJobId
+	}
+	return ""
+}
+
+func (x *WorkflowStep) GetPlanState() string {
+	if x != nil {
+		return x.PlanState
+	}
+	return ""
+}
+
+func (x *WorkflowStep) GetPlanDigest() string {
+	if x != nil {
+		return x.PlanDigest
+	}
+	return ""
+}
+
+func (x *WorkflowStep) GetApprovedPlanDigest() string {
+	if x != nil {
+		return x.ApprovedPlanDigest
+	}
+	return ""
+}
+
+func (x *WorkflowStep) GetPlanError() string {
+	if x != nil {
+		return x.PlanError
+	}
+	return ""
 }
 
 type Workflow struct {
@@ -568,10 +618,15 @@ type PlanInstallRequest struct {
 	// app_revision to plan for; 0 means the app's latest.
 	AppRevision int64 `protobuf:"varint,3,opt,name=app_revision,json=appRevision,proto3" json:"app_revision,omitempty"`
 	// set_inputs and unset_inputs plan as if the install's inputs were changed.
-	SetInputs     map[string]string `protobuf:"bytes,4,rep,name=set_inputs,json=setInputs,proto3" json:"set_inputs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	UnsetInputs   []string          `protobuf:"bytes,5,rep,name=unset_inputs,json=unsetInputs,proto3" json:"unset_inputs,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	SetInputs   map[string]string `protobuf:"bytes,4,rep,name=set_inputs,json=setInputs,proto3" json:"set_inputs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	UnsetInputs []string          `protobuf:"bytes,5,rep,name=unset_inputs,json=unsetInputs,proto3" json:"unset_inputs,omitempty"`
+	// live asks the install's agent for real plans: a plan job per
+	// component apply step, waited for up to timeout_seconds (default 120).
+	// Each step then carries plan_job_id, plan_state and plan_digest.
+	Live           bool  `protobuf:"varint,40,opt,name=live,proto3" json:"live,omitempty"`
+	TimeoutSeconds int64 `protobuf:"varint,41,opt,name=timeout_seconds,json=timeoutSeconds,proto3" json:"timeout_seconds,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *PlanInstallRequest) Reset() {
@@ -637,6 +692,20 @@ func (x *PlanInstallRequest) GetUnsetInputs() []string {
 		return x.UnsetInputs
 	}
 	return nil
+}
+
+func (x *PlanInstallRequest) GetLive() bool {
+	if x != nil {
+		return x.Live
+	}
+	return false
+}
+
+func (x *PlanInstallRequest) GetTimeoutSeconds() int64 {
+	if x != nil {
+		return x.TimeoutSeconds
+	}
+	return 0
 }
 
 type PlanInstallResponse struct {
@@ -1028,8 +1097,12 @@ func (x *GetWorkflowResponse) GetWorkflow() *Workflow {
 }
 
 type ApproveWorkflowRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// plan_digests, when set, are the plans the approver saw (step name ->
+	// plan digest): the approval is refused if any step's plan is another
+	// now, or a step with a plan is missing.
+	PlanDigests   map[string]string `protobuf:"bytes,40,rep,name=plan_digests,json=planDigests,proto3" json:"plan_digests,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1069,6 +1142,13 @@ func (x *ApproveWorkflowRequest) GetId() string {
 		return x.Id
 	}
 	return ""
+}
+
+func (x *ApproveWorkflowRequest) GetPlanDigests() map[string]string {
+	if x != nil {
+		return x.PlanDigests
+	}
+	return nil
 }
 
 type ApproveWorkflowResponse struct {
@@ -1311,7 +1391,7 @@ var File_byoc_ims_v1_workflow_proto protoreflect.FileDescriptor
 
 const file_byoc_ims_v1_workflow_proto_rawDesc = "" +
 	"\n" +
-	"\x1abyoc/ims/v1/workflow.proto\x12\vbyoc.ims.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdd\x03\n" +
+	"\x1abyoc/ims/v1/workflow.proto\x12\vbyoc.ims.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8e\x05\n" +
 	"\fWorkflowStep\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
 	"\tcomponent\x18\x02 \x01(\tR\tcomponent\x12\x16\n" +
@@ -1328,7 +1408,15 @@ const file_byoc_ims_v1_workflow_proto_rawDesc = "" +
 	"\n" +
 	"start_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
 	"\bend_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12'\n" +
-	"\x0ftimeout_seconds\x18\x0e \x01(\x03R\x0etimeoutSeconds\"\xec\x06\n" +
+	"\x0ftimeout_seconds\x18\x0e \x01(\x03R\x0etimeoutSeconds\x12\x1e\n" +
+	"\vplan_job_id\x18( \x01(\tR\tplanJobId\x12\x1d\n" +
+	"\n" +
+	"plan_state\x18) \x01(\tR\tplanState\x12\x1f\n" +
+	"\vplan_digest\x18* \x01(\tR\n" +
+	"planDigest\x120\n" +
+	"\x14approved_plan_digest\x18+ \x01(\tR\x12approvedPlanDigest\x12\x1d\n" +
+	"\n" +
+	"plan_error\x18, \x01(\tR\tplanError\"\xec\x06\n" +
 	"\bWorkflow\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -1358,14 +1446,16 @@ const file_byoc_ims_v1_workflow_proto_rawDesc = "" +
 	"\finstall_name\x18\x13 \x01(\tR\vinstallName\x1a=\n" +
 	"\x0fStepCountsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\xb0\x02\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\xed\x02\n" +
 	"\x12PlanInstallRequest\x12\x18\n" +
 	"\ainstall\x18\x01 \x01(\tR\ainstall\x12-\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x19.byoc.ims.v1.WorkflowKindR\x04kind\x12!\n" +
 	"\fapp_revision\x18\x03 \x01(\x03R\vappRevision\x12M\n" +
 	"\n" +
 	"set_inputs\x18\x04 \x03(\v2..byoc.ims.v1.PlanInstallRequest.SetInputsEntryR\tsetInputs\x12!\n" +
-	"\funset_inputs\x18\x05 \x03(\tR\vunsetInputs\x1a<\n" +
+	"\funset_inputs\x18\x05 \x03(\tR\vunsetInputs\x12\x12\n" +
+	"\x04live\x18( \x01(\bR\x04live\x12'\n" +
+	"\x0ftimeout_seconds\x18) \x01(\x03R\x0etimeoutSeconds\x1a<\n" +
 	"\x0eSetInputsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe7\x01\n" +
@@ -1391,9 +1481,13 @@ const file_byoc_ims_v1_workflow_proto_rawDesc = "" +
 	"\x12GetWorkflowRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"H\n" +
 	"\x13GetWorkflowResponse\x121\n" +
-	"\bworkflow\x18\x01 \x01(\v2\x15.byoc.ims.v1.WorkflowR\bworkflow\"(\n" +
+	"\bworkflow\x18\x01 \x01(\v2\x15.byoc.ims.v1.WorkflowR\bworkflow\"\xc1\x01\n" +
 	"\x16ApproveWorkflowRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"L\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12W\n" +
+	"\fplan_digests\x18( \x03(\v24.byoc.ims.v1.ApproveWorkflowRequest.PlanDigestsEntryR\vplanDigests\x1a>\n" +
+	"\x10PlanDigestsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"L\n" +
 	"\x17ApproveWorkflowResponse\x121\n" +
 	"\bworkflow\x18\x01 \x01(\v2\x15.byoc.ims.v1.WorkflowR\bworkflow\"?\n" +
 	"\x15CancelWorkflowRequest\x12\x0e\n" +
@@ -1443,7 +1537,7 @@ func file_byoc_ims_v1_workflow_proto_rawDescGZIP() []byte {
 }
 
 var file_byoc_ims_v1_workflow_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_byoc_ims_v1_workflow_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_byoc_ims_v1_workflow_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_byoc_ims_v1_workflow_proto_goTypes = []any{
 	(WorkflowKind)(0),                 // 0: byoc.ims.v1.WorkflowKind
 	(WorkflowState)(0),                // 1: byoc.ims.v1.WorkflowState
@@ -1466,38 +1560,40 @@ var file_byoc_ims_v1_workflow_proto_goTypes = []any{
 	(*RetryWorkflowStepResponse)(nil), // 18: byoc.ims.v1.RetryWorkflowStepResponse
 	nil,                               // 19: byoc.ims.v1.Workflow.StepCountsEntry
 	nil,                               // 20: byoc.ims.v1.PlanInstallRequest.SetInputsEntry
-	(*timestamppb.Timestamp)(nil),     // 21: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),           // 22: google.protobuf.Struct
+	nil,                               // 21: byoc.ims.v1.ApproveWorkflowRequest.PlanDigestsEntry
+	(*timestamppb.Timestamp)(nil),     // 22: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),           // 23: google.protobuf.Struct
 }
 var file_byoc_ims_v1_workflow_proto_depIdxs = []int32{
 	2,  // 0: byoc.ims.v1.WorkflowStep.state:type_name -> byoc.ims.v1.StepState
-	21, // 1: byoc.ims.v1.WorkflowStep.start_time:type_name -> google.protobuf.Timestamp
-	21, // 2: byoc.ims.v1.WorkflowStep.end_time:type_name -> google.protobuf.Timestamp
+	22, // 1: byoc.ims.v1.WorkflowStep.start_time:type_name -> google.protobuf.Timestamp
+	22, // 2: byoc.ims.v1.WorkflowStep.end_time:type_name -> google.protobuf.Timestamp
 	0,  // 3: byoc.ims.v1.Workflow.kind:type_name -> byoc.ims.v1.WorkflowKind
 	1,  // 4: byoc.ims.v1.Workflow.state:type_name -> byoc.ims.v1.WorkflowState
-	21, // 5: byoc.ims.v1.Workflow.approve_time:type_name -> google.protobuf.Timestamp
-	21, // 6: byoc.ims.v1.Workflow.create_time:type_name -> google.protobuf.Timestamp
-	21, // 7: byoc.ims.v1.Workflow.start_time:type_name -> google.protobuf.Timestamp
-	21, // 8: byoc.ims.v1.Workflow.end_time:type_name -> google.protobuf.Timestamp
+	22, // 5: byoc.ims.v1.Workflow.approve_time:type_name -> google.protobuf.Timestamp
+	22, // 6: byoc.ims.v1.Workflow.create_time:type_name -> google.protobuf.Timestamp
+	22, // 7: byoc.ims.v1.Workflow.start_time:type_name -> google.protobuf.Timestamp
+	22, // 8: byoc.ims.v1.Workflow.end_time:type_name -> google.protobuf.Timestamp
 	3,  // 9: byoc.ims.v1.Workflow.steps:type_name -> byoc.ims.v1.WorkflowStep
 	19, // 10: byoc.ims.v1.Workflow.step_counts:type_name -> byoc.ims.v1.Workflow.StepCountsEntry
 	0,  // 11: byoc.ims.v1.PlanInstallRequest.kind:type_name -> byoc.ims.v1.WorkflowKind
 	20, // 12: byoc.ims.v1.PlanInstallRequest.set_inputs:type_name -> byoc.ims.v1.PlanInstallRequest.SetInputsEntry
 	0,  // 13: byoc.ims.v1.PlanInstallResponse.kind:type_name -> byoc.ims.v1.WorkflowKind
 	3,  // 14: byoc.ims.v1.PlanInstallResponse.steps:type_name -> byoc.ims.v1.WorkflowStep
-	22, // 15: byoc.ims.v1.PlanInstallResponse.inputs:type_name -> google.protobuf.Struct
+	23, // 15: byoc.ims.v1.PlanInstallResponse.inputs:type_name -> google.protobuf.Struct
 	0,  // 16: byoc.ims.v1.StartWorkflowRequest.kind:type_name -> byoc.ims.v1.WorkflowKind
 	4,  // 17: byoc.ims.v1.StartWorkflowResponse.workflow:type_name -> byoc.ims.v1.Workflow
 	4,  // 18: byoc.ims.v1.ListWorkflowsResponse.workflows:type_name -> byoc.ims.v1.Workflow
 	4,  // 19: byoc.ims.v1.GetWorkflowResponse.workflow:type_name -> byoc.ims.v1.Workflow
-	4,  // 20: byoc.ims.v1.ApproveWorkflowResponse.workflow:type_name -> byoc.ims.v1.Workflow
-	4,  // 21: byoc.ims.v1.CancelWorkflowResponse.workflow:type_name -> byoc.ims.v1.Workflow
-	4,  // 22: byoc.ims.v1.RetryWorkflowStepResponse.workflow:type_name -> byoc.ims.v1.Workflow
-	23, // [23:23] is the sub-list for method output_type
-	23, // [23:23] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	21, // 20: byoc.ims.v1.ApproveWorkflowRequest.plan_digests:type_name -> byoc.ims.v1.ApproveWorkflowRequest.PlanDigestsEntry
+	4,  // 21: byoc.ims.v1.ApproveWorkflowResponse.workflow:type_name -> byoc.ims.v1.Workflow
+	4,  // 22: byoc.ims.v1.CancelWorkflowResponse.workflow:type_name -> byoc.ims.v1.Workflow
+	4,  // 23: byoc.ims.v1.RetryWorkflowStepResponse.workflow:type_name -> byoc.ims.v1.Workflow
+	24, // [24:24] is the sub-list for method output_type
+	24, // [24:24] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_byoc_ims_v1_workflow_proto_init() }
@@ -1511,7 +1607,7 @@ func file_byoc_ims_v1_workflow_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byoc_ims_v1_workflow_proto_rawDesc), len(file_byoc_ims_v1_workflow_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   18,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -133,7 +133,7 @@ type DescribeResponse struct {
 	// plugin leaves it unset.
 	Protocol *ProtocolVersion `protobuf:"bytes,5,opt,name=protocol,proto3" json:"protocol,omitempty"`
 	// capabilities names the optional operations the plugin implements:
-	// "destroy", "drift", "outputs_schema" (1.1). A 1.0 plugin leaves it
+	// "destroy", "drift", "outputs_schema" (1.1), "policy" (1.3). A 1.0 plugin leaves it
 	// empty and serves destroy.
 	Capabilities []string `protobuf:"bytes,6,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
 	// outputs_schema is a JSON Schema of the outputs map (1.1).
@@ -237,7 +237,30 @@ type JobContext struct {
 	// kept across jobs, held by one job of the component at a time, never
 	// sent to imsd. Empty when the job belongs to no component (an action
 	// run) or the host speaks 1.1.
-	StateDir      string `protobuf:"bytes,6,opt,name=state_dir,json=stateDir,proto3" json:"state_dir,omitempty"`
+	StateDir string `protobuf:"bytes,6,opt,name=state_dir,json=stateDir,proto3" json:"state_dir,omitempty"`
+	// plan_dir (1.3) is where the plan artifact lives, inside the state
+	// directory: for a plan, an empty directory
+	// STATE_DIR/.byoc-plans/new-<job>-<attempt>/ the plugin may save its
+	// plan into, kept by the agent under the plan's digest
+	// (STATE_DIR/.byoc-plans/<hex>/) once the plan succeeds; for the apply
+	// of an approved plan, STATE_DIR/.byoc-plans/<hex>/ of the approved
+	// digest. Empty otherwise.
+	PlanDir string `protobuf:"bytes,7,opt,name=plan_dir,json=planDir,proto3" json:"plan_dir,omitempty"`
+	// approved_plan_digest (1.3) is, for the apply of a plan an operator
+	// approved, that plan's digest ("sha256:<hex>", rpc/agentproto
+	// PlanDigest); the host has made a fresh plan with the same digest
+	// before calling Apply. Empty otherwise.
+	ApprovedPlanDigest string `protobuf:"bytes,8,opt,name=approved_plan_digest,json=approvedPlanDigest,proto3" json:"approved_plan_digest,omitempty"`
+	// component (1.3) is the name of the install's component the job is for;
+	// empty for a job of no component.
+	Component string `protobuf:"bytes,100,opt,name=component,proto3" json:"component,omitempty"`
+	// mode (1.3) is the permission mode the job runs in: "provision",
+	// "maintenance", "deprovision" or "break_glass".
+	Mode string `protobuf:"bytes,101,opt,name=mode,proto3" json:"mode,omitempty"`
+	// policies (1.3) are the rego modules the plan must pass before it is
+	// applied: the vendor's (from the app config, for this component's type)
+	// and the customer's (from the agent's own configuration).
+	Policies      []*PolicyModule `protobuf:"bytes,102,rep,name=policies,proto3" json:"policies,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -314,6 +337,179 @@ func (x *JobContext) GetStateDir() string {
 	return ""
 }
 
+func (x *JobContext) GetPlanDir() string {
+	if x != nil {
+		return x.PlanDir
+	}
+	return ""
+}
+
+func (x *JobContext) GetApprovedPlanDigest() string {
+	if x != nil {
+		return x.ApprovedPlanDigest
+	}
+	return ""
+}
+
+func (x *JobContext) GetComponent() string {
+	if x != nil {
+		return x.Component
+	}
+	return ""
+}
+
+func (x *JobContext) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *JobContext) GetPolicies() []*PolicyModule {
+	if x != nil {
+		return x.Policies
+	}
+	return nil
+}
+
+// PolicyModule is one rego policy (1.3).
+type PolicyModule struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the policy's file: a path in the app config for a vendor
+	// policy, the file on the agent for a customer policy. Errors name it.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// source is "vendor" or "customer".
+	Source string `protobuf:"bytes,2,opt,name=source,proto3" json:"source,omitempty"`
+	// rego is the module's text; its rules deny and warn are sets of
+	// messages.
+	Rego          string `protobuf:"bytes,3,opt,name=rego,proto3" json:"rego,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PolicyModule) Reset() {
+	*x = PolicyModule{}
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PolicyModule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PolicyModule) ProtoMessage() {}
+
+func (x *PolicyModule) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PolicyModule.ProtoReflect.Descriptor instead.
+func (*PolicyModule) Descriptor() ([]byte, []int) {
+	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *PolicyModule) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PolicyModule) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *PolicyModule) GetRego() string {
+	if x != nil {
+		return x.Rego
+	}
+	return ""
+}
+
+// PolicyFinding is one message of a policy's deny or warn rule (1.3).
+type PolicyFinding struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// policy is the PolicyModule's name.
+	Policy string `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	// source is "vendor" or "customer".
+	Source string `protobuf:"bytes,2,opt,name=source,proto3" json:"source,omitempty"`
+	// level is "deny" (the apply is blocked) or "warn" (shown).
+	Level         string `protobuf:"bytes,3,opt,name=level,proto3" json:"level,omitempty"`
+	Message       string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PolicyFinding) Reset() {
+	*x = PolicyFinding{}
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PolicyFinding) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PolicyFinding) ProtoMessage() {}
+
+func (x *PolicyFinding) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PolicyFinding.ProtoReflect.Descriptor instead.
+func (*PolicyFinding) Descriptor() ([]byte, []int) {
+	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *PolicyFinding) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *PolicyFinding) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *PolicyFinding) GetLevel() string {
+	if x != nil {
+		return x.Level
+	}
+	return ""
+}
+
+func (x *PolicyFinding) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 type ValidateRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Config        *structpb.Struct       `protobuf:"bytes,1,opt,name=config,proto3" json:"config,omitempty"`
@@ -323,7 +519,7 @@ type ValidateRequest struct {
 
 func (x *ValidateRequest) Reset() {
 	*x = ValidateRequest{}
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[4]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -335,7 +531,7 @@ func (x *ValidateRequest) String() string {
 func (*ValidateRequest) ProtoMessage() {}
 
 func (x *ValidateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[4]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -348,7 +544,7 @@ func (x *ValidateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateRequest.ProtoReflect.Descriptor instead.
 func (*ValidateRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{4}
+	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ValidateRequest) GetConfig() *structpb.Struct {
@@ -369,7 +565,7 @@ type Diagnostic struct {
 
 func (x *Diagnostic) Reset() {
 	*x = Diagnostic{}
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[5]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -381,7 +577,7 @@ func (x *Diagnostic) String() string {
 func (*Diagnostic) ProtoMessage() {}
 
 func (x *Diagnostic) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[5]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -394,7 +590,7 @@ func (x *Diagnostic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Diagnostic.ProtoReflect.Descriptor instead.
 func (*Diagnostic) Descriptor() ([]byte, []int) {
-	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{5}
+	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Diagnostic) GetField() string {
@@ -420,7 +616,7 @@ type ValidateResponse struct {
 
 func (x *ValidateResponse) Reset() {
 	*x = ValidateResponse{}
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[6]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -432,7 +628,7 @@ func (x *ValidateResponse) String() string {
 func (*ValidateResponse) ProtoMessage() {}
 
 func (x *ValidateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[6]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -445,7 +641,7 @@ func (x *ValidateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateResponse.ProtoReflect.Descriptor instead.
 func (*ValidateResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{6}
+	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ValidateResponse) GetDiagnostics() []*Diagnostic {
@@ -467,7 +663,7 @@ type LogEvent struct {
 
 func (x *LogEvent) Reset() {
 	*x = LogEvent{}
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[7]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -479,7 +675,7 @@ func (x *LogEvent) String() string {
 func (*LogEvent) ProtoMessage() {}
 
 func (x *LogEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[7]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -492,7 +688,7 @@ func (x *LogEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogEvent.ProtoReflect.Descriptor instead.
 func (*LogEvent) Descriptor() ([]byte, []int) {
-	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{7}
+	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *LogEvent) GetTime() *timestamppb.Timestamp {
@@ -530,13 +726,15 @@ type Result struct {
 	// planned_changes are a plan's changes, or what a drift check found
 	// different, one per object (1.2).
 	PlannedChanges []*PlannedChange `protobuf:"bytes,6,rep,name=planned_changes,json=plannedChanges,proto3" json:"planned_changes,omitempty"`
+	// policy_findings are what the policies said of the plan (1.3).
+	PolicyFindings []*PolicyFinding `protobuf:"bytes,100,rep,name=policy_findings,json=policyFindings,proto3" json:"policy_findings,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[8]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -548,7 +746,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[8]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -561,7 +759,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{8}
+	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Result) GetExitCode() int32 {
@@ -606,6 +804,13 @@ func (x *Result) GetPlannedChanges() []*PlannedChange {
 	return nil
 }
 
+func (x *Result) GetPolicyFindings() []*PolicyFinding {
+	if x != nil {
+		return x.PolicyFindings
+	}
+	return nil
+}
+
 // PlannedChange is one change a plan would make to one object.
 type PlannedChange struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -625,7 +830,7 @@ type PlannedChange struct {
 
 func (x *PlannedChange) Reset() {
 	*x = PlannedChange{}
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[9]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -637,7 +842,7 @@ func (x *PlannedChange) String() string {
 func (*PlannedChange) ProtoMessage() {}
 
 func (x *PlannedChange) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[9]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -650,7 +855,7 @@ func (x *PlannedChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlannedChange.ProtoReflect.Descriptor instead.
 func (*PlannedChange) Descriptor() ([]byte, []int) {
-	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{9}
+	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PlannedChange) GetAddress() string {
@@ -699,7 +904,7 @@ type PlanRequest struct {
 
 func (x *PlanRequest) Reset() {
 	*x = PlanRequest{}
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[10]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -711,7 +916,7 @@ func (x *PlanRequest) String() string {
 func (*PlanRequest) ProtoMessage() {}
 
 func (x *PlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[10]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -724,7 +929,7 @@ func (x *PlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanRequest.ProtoReflect.Descriptor instead.
 func (*PlanRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{10}
+	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PlanRequest) GetJob() *JobContext {
@@ -761,7 +966,7 @@ type PlanResponse struct {
 
 func (x *PlanResponse) Reset() {
 	*x = PlanResponse{}
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[11]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -773,7 +978,7 @@ func (x *PlanResponse) String() string {
 func (*PlanResponse) ProtoMessage() {}
 
 func (x *PlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[11]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -786,7 +991,7 @@ func (x *PlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanResponse.ProtoReflect.Descriptor instead.
 func (*PlanResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{11}
+	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PlanResponse) GetEvent() isPlanResponse_Event {
@@ -841,7 +1046,7 @@ type ApplyRequest struct {
 
 func (x *ApplyRequest) Reset() {
 	*x = ApplyRequest{}
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[12]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -853,7 +1058,7 @@ func (x *ApplyRequest) String() string {
 func (*ApplyRequest) ProtoMessage() {}
 
 func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[12]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -866,7 +1071,7 @@ func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyRequest.ProtoReflect.Descriptor instead.
 func (*ApplyRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{12}
+	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ApplyRequest) GetJob() *JobContext {
@@ -903,7 +1108,7 @@ type ApplyResponse struct {
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[13]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -915,7 +1120,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[13]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -928,7 +1133,7 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{13}
+	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ApplyResponse) GetEvent() isApplyResponse_Event {
@@ -983,7 +1188,7 @@ type DestroyRequest struct {
 
 func (x *DestroyRequest) Reset() {
 	*x = DestroyRequest{}
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[14]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -995,7 +1200,7 @@ func (x *DestroyRequest) String() string {
 func (*DestroyRequest) ProtoMessage() {}
 
 func (x *DestroyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[14]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1008,7 +1213,7 @@ func (x *DestroyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyRequest.ProtoReflect.Descriptor instead.
 func (*DestroyRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{14}
+	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DestroyRequest) GetJob() *JobContext {
@@ -1045,7 +1250,7 @@ type DestroyResponse struct {
 
 func (x *DestroyResponse) Reset() {
 	*x = DestroyResponse{}
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[15]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1057,7 +1262,7 @@ func (x *DestroyResponse) String() string {
 func (*DestroyResponse) ProtoMessage() {}
 
 func (x *DestroyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[15]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1070,7 +1275,7 @@ func (x *DestroyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyResponse.ProtoReflect.Descriptor instead.
 func (*DestroyResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{15}
+	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DestroyResponse) GetEvent() isDestroyResponse_Event {
@@ -1125,7 +1330,7 @@ type DriftRequest struct {
 
 func (x *DriftRequest) Reset() {
 	*x = DriftRequest{}
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[16]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1137,7 +1342,7 @@ func (x *DriftRequest) String() string {
 func (*DriftRequest) ProtoMessage() {}
 
 func (x *DriftRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[16]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1150,7 +1355,7 @@ func (x *DriftRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DriftRequest.ProtoReflect.Descriptor instead.
 func (*DriftRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{16}
+	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DriftRequest) GetJob() *JobContext {
@@ -1187,7 +1392,7 @@ type DriftResponse struct {
 
 func (x *DriftResponse) Reset() {
 	*x = DriftResponse{}
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[17]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1199,7 +1404,7 @@ func (x *DriftResponse) String() string {
 func (*DriftResponse) ProtoMessage() {}
 
 func (x *DriftResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[17]
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1212,7 +1417,7 @@ func (x *DriftResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DriftResponse.ProtoReflect.Descriptor instead.
 func (*DriftResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{17}
+	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DriftResponse) GetEvent() isDriftResponse_Event {
@@ -1273,7 +1478,7 @@ const file_byoc_plugin_v1_plugin_proto_rawDesc = "" +
 	"\rconfig_schema\x18\x04 \x01(\tR\fconfigSchema\x12;\n" +
 	"\bprotocol\x18\x05 \x01(\v2\x1f.byoc.plugin.v1.ProtocolVersionR\bprotocol\x12\"\n" +
 	"\fcapabilities\x18\x06 \x03(\tR\fcapabilities\x12%\n" +
-	"\x0eoutputs_schema\x18\a \x01(\tR\routputsSchema\"\xbd\x01\n" +
+	"\x0eoutputs_schema\x18\a \x01(\tR\routputsSchema\"\xf6\x02\n" +
 	"\n" +
 	"JobContext\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1d\n" +
@@ -1282,7 +1487,21 @@ const file_byoc_plugin_v1_plugin_proto_rawDesc = "" +
 	"\aattempt\x18\x03 \x01(\x05R\aattempt\x12\x19\n" +
 	"\bwork_dir\x18\x04 \x01(\tR\aworkDir\x12'\n" +
 	"\x0ftimeout_seconds\x18\x05 \x01(\x03R\x0etimeoutSeconds\x12\x1b\n" +
-	"\tstate_dir\x18\x06 \x01(\tR\bstateDir\"B\n" +
+	"\tstate_dir\x18\x06 \x01(\tR\bstateDir\x12\x19\n" +
+	"\bplan_dir\x18\a \x01(\tR\aplanDir\x120\n" +
+	"\x14approved_plan_digest\x18\b \x01(\tR\x12approvedPlanDigest\x12\x1c\n" +
+	"\tcomponent\x18d \x01(\tR\tcomponent\x12\x12\n" +
+	"\x04mode\x18e \x01(\tR\x04mode\x128\n" +
+	"\bpolicies\x18f \x03(\v2\x1c.byoc.plugin.v1.PolicyModuleR\bpolicies\"N\n" +
+	"\fPolicyModule\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06source\x18\x02 \x01(\tR\x06source\x12\x12\n" +
+	"\x04rego\x18\x03 \x01(\tR\x04rego\"o\n" +
+	"\rPolicyFinding\x12\x16\n" +
+	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x16\n" +
+	"\x06source\x18\x02 \x01(\tR\x06source\x12\x14\n" +
+	"\x05level\x18\x03 \x01(\tR\x05level\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"B\n" +
 	"\x0fValidateRequest\x12/\n" +
 	"\x06config\x18\x01 \x01(\v2\x17.google.protobuf.StructR\x06config\"<\n" +
 	"\n" +
@@ -1294,14 +1513,15 @@ const file_byoc_plugin_v1_plugin_proto_rawDesc = "" +
 	"\bLogEvent\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x16\n" +
 	"\x06stream\x18\x02 \x01(\x05R\x06stream\x12\x12\n" +
-	"\x04text\x18\x03 \x01(\tR\x04text\"\xb2\x02\n" +
+	"\x04text\x18\x03 \x01(\tR\x04text\"\xfa\x02\n" +
 	"\x06Result\x12\x1b\n" +
 	"\texit_code\x18\x01 \x01(\x05R\bexitCode\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12=\n" +
 	"\aoutputs\x18\x03 \x03(\v2#.byoc.plugin.v1.Result.OutputsEntryR\aoutputs\x12\x18\n" +
 	"\achanges\x18\x04 \x01(\tR\achanges\x12\x18\n" +
 	"\adrifted\x18\x05 \x01(\bR\adrifted\x12F\n" +
-	"\x0fplanned_changes\x18\x06 \x03(\v2\x1d.byoc.plugin.v1.PlannedChangeR\x0eplannedChanges\x1a:\n" +
+	"\x0fplanned_changes\x18\x06 \x03(\v2\x1d.byoc.plugin.v1.PlannedChangeR\x0eplannedChanges\x12F\n" +
+	"\x0fpolicy_findings\x18d \x03(\v2\x1d.byoc.plugin.v1.PolicyFindingR\x0epolicyFindings\x1a:\n" +
 	"\fOutputsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb9\x01\n" +
@@ -1376,82 +1596,86 @@ func file_byoc_plugin_v1_plugin_proto_rawDescGZIP() []byte {
 	return file_byoc_plugin_v1_plugin_proto_rawDescData
 }
 
-var file_byoc_plugin_v1_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_byoc_plugin_v1_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_byoc_plugin_v1_plugin_proto_goTypes = []any{
 	(*ProtocolVersion)(nil),       // 0: byoc.plugin.v1.ProtocolVersion
 	(*DescribeRequest)(nil),       // 1: byoc.plugin.v1.DescribeRequest
 	(*DescribeResponse)(nil),      // 2: byoc.plugin.v1.DescribeResponse
 	(*JobContext)(nil),            // 3: byoc.plugin.v1.JobContext
-	(*ValidateRequest)(nil),       // 4: byoc.plugin.v1.ValidateRequest
-	(*Diagnostic)(nil),            // 5: byoc.plugin.v1.Diagnostic
-	(*ValidateResponse)(nil),      // 6: byoc.plugin.v1.ValidateResponse
-	(*LogEvent)(nil),              // 7: byoc.plugin.v1.LogEvent
-	(*Result)(nil),                // 8: byoc.plugin.v1.Result
-	(*PlannedChange)(nil),         // 9: byoc.plugin.v1.PlannedChange
-	(*PlanRequest)(nil),           // 10: byoc.plugin.v1.PlanRequest
-	(*PlanResponse)(nil),          // 11: byoc.plugin.v1.PlanResponse
-	(*ApplyRequest)(nil),          // 12: byoc.plugin.v1.ApplyRequest
-	(*ApplyResponse)(nil),         // 13: byoc.plugin.v1.ApplyResponse
-	(*DestroyRequest)(nil),        // 14: byoc.plugin.v1.DestroyRequest
-	(*DestroyResponse)(nil),       // 15: byoc.plugin.v1.DestroyResponse
-	(*DriftRequest)(nil),          // 16: byoc.plugin.v1.DriftRequest
-	(*DriftResponse)(nil),         // 17: byoc.plugin.v1.DriftResponse
-	nil,                           // 18: byoc.plugin.v1.Result.OutputsEntry
-	nil,                           // 19: byoc.plugin.v1.PlanRequest.EnvEntry
-	nil,                           // 20: byoc.plugin.v1.ApplyRequest.EnvEntry
-	nil,                           // 21: byoc.plugin.v1.DestroyRequest.EnvEntry
-	nil,                           // 22: byoc.plugin.v1.DriftRequest.EnvEntry
-	(*structpb.Struct)(nil),       // 23: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil), // 24: google.protobuf.Timestamp
-	(*structpb.Value)(nil),        // 25: google.protobuf.Value
+	(*PolicyModule)(nil),          // 4: byoc.plugin.v1.PolicyModule
+	(*PolicyFinding)(nil),         // 5: byoc.plugin.v1.PolicyFinding
+	(*ValidateRequest)(nil),       // 6: byoc.plugin.v1.ValidateRequest
+	(*Diagnostic)(nil),            // 7: byoc.plugin.v1.Diagnostic
+	(*ValidateResponse)(nil),      // 8: byoc.plugin.v1.ValidateResponse
+	(*LogEvent)(nil),              // 9: byoc.plugin.v1.LogEvent
+	(*Result)(nil),                // 10: byoc.plugin.v1.Result
+	(*PlannedChange)(nil),         // 11: byoc.plugin.v1.PlannedChange
+	(*PlanRequest)(nil),           // 12: byoc.plugin.v1.PlanRequest
+	(*PlanResponse)(nil),          // 13: byoc.plugin.v1.PlanResponse
+	(*ApplyRequest)(nil),          // 14: byoc.plugin.v1.ApplyRequest
+	(*ApplyResponse)(nil),         // 15: byoc.plugin.v1.ApplyResponse
+	(*DestroyRequest)(nil),        // 16: byoc.plugin.v1.DestroyRequest
+	(*DestroyResponse)(nil),       // 17: byoc.plugin.v1.DestroyResponse
+	(*DriftRequest)(nil),          // 18: byoc.plugin.v1.DriftRequest
+	(*DriftResponse)(nil),         // 19: byoc.plugin.v1.DriftResponse
+	nil,                           // 20: byoc.plugin.v1.Result.OutputsEntry
+	nil,                           // 21: byoc.plugin.v1.PlanRequest.EnvEntry
+	nil,                           // 22: byoc.plugin.v1.ApplyRequest.EnvEntry
+	nil,                           // 23: byoc.plugin.v1.DestroyRequest.EnvEntry
+	nil,                           // 24: byoc.plugin.v1.DriftRequest.EnvEntry
+	(*structpb.Struct)(nil),       // 25: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
+	(*structpb.Value)(nil),        // 27: google.protobuf.Value
 }
 var file_byoc_plugin_v1_plugin_proto_depIdxs = []int32{
 	0,  // 0: byoc.plugin.v1.DescribeRequest.host_protocol:type_name -> byoc.plugin.v1.ProtocolVersion
 	0,  // 1: byoc.plugin.v1.DescribeResponse.protocol:type_name -> byoc.plugin.v1.ProtocolVersion
-	23, // 2: byoc.plugin.v1.ValidateRequest.config:type_name -> google.protobuf.Struct
-	5,  // 3: byoc.plugin.v1.ValidateResponse.diagnostics:type_name -> byoc.plugin.v1.Diagnostic
-	24, // 4: byoc.plugin.v1.LogEvent.time:type_name -> google.protobuf.Timestamp
-	18, // 5: byoc.plugin.v1.Result.outputs:type_name -> byoc.plugin.v1.Result.OutputsEntry
-	9,  // 6: byoc.plugin.v1.Result.planned_changes:type_name -> byoc.plugin.v1.PlannedChange
-	25, // 7: byoc.plugin.v1.PlannedChange.before:type_name -> google.protobuf.Value
-	25, // 8: byoc.plugin.v1.PlannedChange.after:type_name -> google.protobuf.Value
-	3,  // 9: byoc.plugin.v1.PlanRequest.job:type_name -> byoc.plugin.v1.JobContext
-	23, // 10: byoc.plugin.v1.PlanRequest.config:type_name -> google.protobuf.Struct
-	19, // 11: byoc.plugin.v1.PlanRequest.env:type_name -> byoc.plugin.v1.PlanRequest.EnvEntry
-	7,  // 12: byoc.plugin.v1.PlanResponse.log:type_name -> byoc.plugin.v1.LogEvent
-	8,  // 13: byoc.plugin.v1.PlanResponse.result:type_name -> byoc.plugin.v1.Result
-	3,  // 14: byoc.plugin.v1.ApplyRequest.job:type_name -> byoc.plugin.v1.JobContext
-	23, // 15: byoc.plugin.v1.ApplyRequest.config:type_name -> google.protobuf.Struct
-	20, // 16: byoc.plugin.v1.ApplyRequest.env:type_name -> byoc.plugin.v1.ApplyRequest.EnvEntry
-	7,  // 17: byoc.plugin.v1.ApplyResponse.log:type_name -> byoc.plugin.v1.LogEvent
-	8,  // 18: byoc.plugin.v1.ApplyResponse.result:type_name -> byoc.plugin.v1.Result
-	3,  // 19: byoc.plugin.v1.DestroyRequest.job:type_name -> byoc.plugin.v1.JobContext
-	23, // 20: byoc.plugin.v1.DestroyRequest.config:type_name -> google.protobuf.Struct
-	21, // 21: byoc.plugin.v1.DestroyRequest.env:type_name -> byoc.plugin.v1.DestroyRequest.EnvEntry
-	7,  // 22: byoc.plugin.v1.DestroyResponse.log:type_name -> byoc.plugin.v1.LogEvent
-	8,  // 23: byoc.plugin.v1.DestroyResponse.result:type_name -> byoc.plugin.v1.Result
-	3,  // 24: byoc.plugin.v1.DriftRequest.job:type_name -> byoc.plugin.v1.JobContext
-	23, // 25: byoc.plugin.v1.DriftRequest.config:type_name -> google.protobuf.Struct
-	22, // 26: byoc.plugin.v1.DriftRequest.env:type_name -> byoc.plugin.v1.DriftRequest.EnvEntry
-	7,  // 27: byoc.plugin.v1.DriftResponse.log:type_name -> byoc.plugin.v1.LogEvent
-	8,  // 28: byoc.plugin.v1.DriftResponse.result:type_name -> byoc.plugin.v1.Result
-	1,  // 29: byoc.plugin.v1.ComponentPluginService.Describe:input_type -> byoc.plugin.v1.DescribeRequest
-	4,  // 30: byoc.plugin.v1.ComponentPluginService.Validate:input_type -> byoc.plugin.v1.ValidateRequest
-	10, // 31: byoc.plugin.v1.ComponentPluginService.Plan:input_type -> byoc.plugin.v1.PlanRequest
-	12, // 32: byoc.plugin.v1.ComponentPluginService.Apply:input_type -> byoc.plugin.v1.ApplyRequest
-	14, // 33: byoc.plugin.v1.ComponentPluginService.Destroy:input_type -> byoc.plugin.v1.DestroyRequest
-	16, // 34: byoc.plugin.v1.ComponentPluginService.Drift:input_type -> byoc.plugin.v1.DriftRequest
-	2,  // 35: byoc.plugin.v1.ComponentPluginService.Describe:output_type -> byoc.plugin.v1.DescribeResponse
-	6,  // 36: byoc.plugin.v1.ComponentPluginService.Validate:output_type -> byoc.plugin.v1.ValidateResponse
-	11, // 37: byoc.plugin.v1.ComponentPluginService.Plan:output_type -> byoc.plugin.v1.PlanResponse
-	13, // 38: byoc.plugin.v1.ComponentPluginService.Apply:output_type -> byoc.plugin.v1.ApplyResponse
-	15, // 39: byoc.plugin.v1.ComponentPluginService.Destroy:output_type -> byoc.plugin.v1.DestroyResponse
-	17, // 40: byoc.plugin.v1.ComponentPluginService.Drift:output_type -> byoc.plugin.v1.DriftResponse
-	35, // [35:41] is the sub-list for method output_type
-	29, // [29:35] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	4,  // 2: byoc.plugin.v1.JobContext.policies:type_name -> byoc.plugin.v1.PolicyModule
+	25, // 3: byoc.plugin.v1.ValidateRequest.config:type_name -> google.protobuf.Struct
+	7,  // 4: byoc.plugin.v1.ValidateResponse.diagnostics:type_name -> byoc.plugin.v1.Diagnostic
+	26, // 5: byoc.plugin.v1.LogEvent.time:type_name -> google.protobuf.Timestamp
+	20, // 6: byoc.plugin.v1.Result.outputs:type_name -> byoc.plugin.v1.Result.OutputsEntry
+	11, // 7: byoc.plugin.v1.Result.planned_changes:type_name -> byoc.plugin.v1.PlannedChange
+	5,  // 8: byoc.plugin.v1.Result.policy_findings:type_name -> byoc.plugin.v1.PolicyFinding
+	27, // 9: byoc.plugin.v1.PlannedChange.before:type_name -> google.protobuf.Value
+	27, // 10: byoc.plugin.v1.PlannedChange.after:type_name -> google.protobuf.Value
+	3,  // 11: byoc.plugin.v1.PlanRequest.job:type_name -> byoc.plugin.v1.JobContext
+	25, // 12: byoc.plugin.v1.PlanRequest.config:type_name -> google.protobuf.Struct
+	21, // 13: byoc.plugin.v1.PlanRequest.env:type_name -> byoc.plugin.v1.PlanRequest.EnvEntry
+	9,  // 14: byoc.plugin.v1.PlanResponse.log:type_name -> byoc.plugin.v1.LogEvent
+	10, // 15: byoc.plugin.v1.PlanResponse.result:type_name -> byoc.plugin.v1.Result
+	3,  // 16: byoc.plugin.v1.ApplyRequest.job:type_name -> byoc.plugin.v1.JobContext
+	25, // 17: byoc.plugin.v1.ApplyRequest.config:type_name -> google.protobuf.Struct
+	22, // 18: byoc.plugin.v1.ApplyRequest.env:type_name -> byoc.plugin.v1.ApplyRequest.EnvEntry
+	9,  // 19: byoc.plugin.v1.ApplyResponse.log:type_name -> byoc.plugin.v1.LogEvent
+	10, // 20: byoc.plugin.v1.ApplyResponse.result:type_name -> byoc.plugin.v1.Result
+	3,  // 21: byoc.plugin.v1.DestroyRequest.job:type_name -> byoc.plugin.v1.JobContext
+	25, // 22: byoc.plugin.v1.DestroyRequest.config:type_name -> google.protobuf.Struct
+	23, // 23: byoc.plugin.v1.DestroyRequest.env:type_name -> byoc.plugin.v1.DestroyRequest.EnvEntry
+	9,  // 24: byoc.plugin.v1.DestroyResponse.log:type_name -> byoc.plugin.v1.LogEvent
+	10, // 25: byoc.plugin.v1.DestroyResponse.result:type_name -> byoc.plugin.v1.Result
+	3,  // 26: byoc.plugin.v1.DriftRequest.job:type_name -> byoc.plugin.v1.JobContext
+	25, // 27: byoc.plugin.v1.DriftRequest.config:type_name -> google.protobuf.Struct
+	24, // 28: byoc.plugin.v1.DriftRequest.env:type_name -> byoc.plugin.v1.DriftRequest.EnvEntry
+	9,  // 29: byoc.plugin.v1.DriftResponse.log:type_name -> byoc.plugin.v1.LogEvent
+	10, // 30: byoc.plugin.v1.DriftResponse.result:type_name -> byoc.plugin.v1.Result
+	1,  // 31: byoc.plugin.v1.ComponentPluginService.Describe:input_type -> byoc.plugin.v1.DescribeRequest
+	6,  // 32: byoc.plugin.v1.ComponentPluginService.Validate:input_type -> byoc.plugin.v1.ValidateRequest
+	12, // 33: byoc.plugin.v1.ComponentPluginService.Plan:input_type -> byoc.plugin.v1.PlanRequest
+	14, // 34: byoc.plugin.v1.ComponentPluginService.Apply:input_type -> byoc.plugin.v1.ApplyRequest
+	16, // 35: byoc.plugin.v1.ComponentPluginService.Destroy:input_type -> byoc.plugin.v1.DestroyRequest
+	18, // 36: byoc.plugin.v1.ComponentPluginService.Drift:input_type -> byoc.plugin.v1.DriftRequest
+	2,  // 37: byoc.plugin.v1.ComponentPluginService.Describe:output_type -> byoc.plugin.v1.DescribeResponse
+	8,  // 38: byoc.plugin.v1.ComponentPluginService.Validate:output_type -> byoc.plugin.v1.ValidateResponse
+	13, // 39: byoc.plugin.v1.ComponentPluginService.Plan:output_type -> byoc.plugin.v1.PlanResponse
+	15, // 40: byoc.plugin.v1.ComponentPluginService.Apply:output_type -> byoc.plugin.v1.ApplyResponse
+	17, // 41: byoc.plugin.v1.ComponentPluginService.Destroy:output_type -> byoc.plugin.v1.DestroyResponse
+	19, // 42: byoc.plugin.v1.ComponentPluginService.Drift:output_type -> byoc.plugin.v1.DriftResponse
+	37, // [37:43] is the sub-list for method output_type
+	31, // [31:37] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_byoc_plugin_v1_plugin_proto_init() }
@@ -1459,19 +1683,19 @@ func file_byoc_plugin_v1_plugin_proto_init() {
 	if File_byoc_plugin_v1_plugin_proto != nil {
 		return
 	}
-	file_byoc_plugin_v1_plugin_proto_msgTypes[11].OneofWrappers = []any{
+	file_byoc_plugin_v1_plugin_proto_msgTypes[13].OneofWrappers = []any{
 		(*PlanResponse_Log)(nil),
 		(*PlanResponse_Result)(nil),
 	}
-	file_byoc_plugin_v1_plugin_proto_msgTypes[13].OneofWrappers = []any{
+	file_byoc_plugin_v1_plugin_proto_msgTypes[15].OneofWrappers = []any{
 		(*ApplyResponse_Log)(nil),
 		(*ApplyResponse_Result)(nil),
 	}
-	file_byoc_plugin_v1_plugin_proto_msgTypes[15].OneofWrappers = []any{
+	file_byoc_plugin_v1_plugin_proto_msgTypes[17].OneofWrappers = []any{
 		(*DestroyResponse_Log)(nil),
 		(*DestroyResponse_Result)(nil),
 	}
-	file_byoc_plugin_v1_plugin_proto_msgTypes[17].OneofWrappers = []any{
+	file_byoc_plugin_v1_plugin_proto_msgTypes[19].OneofWrappers = []any{
 		(*DriftResponse_Log)(nil),
 		(*DriftResponse_Result)(nil),
 	}
@@ -1481,7 +1705,7 @@ func file_byoc_plugin_v1_plugin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byoc_plugin_v1_plugin_proto_rawDesc), len(file_byoc_plugin_v1_plugin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -51,6 +51,14 @@ const (
 //	     sync line ("\x00byoc-stdio-sync\x00") to its stdout and stderr,
 //	     so the host knows it has all the plugin printed there (which
 //	     go-plugin forwards on a stream of its own).
+//	1.3  the policy gate: component, mode and policies in JobContext;
+//	     policy_findings in Result; the capability "policy" (the plugin
+//	     evaluates the policies). The plugin evaluates the policies against
+//	     its plan before it applies anything (plugins/policy).
+//	     plan_dir and approved_plan_digest in JobContext: where a plan
+//	     saves its artifact and where an approved apply finds it, and
+//	     the digest of the plan an operator approved (the host has
+//	     re-planned and found the same before it calls Apply).
 type ComponentPluginServiceClient interface {
 	Describe(ctx context.Context, in *DescribeRequest, opts ...grpc.CallOption) (*DescribeResponse, error)
 	Validate(ctx context.Context, in *ValidateRequest, opts ...grpc.CallOption) (*ValidateResponse, error)
@@ -190,6 +198,14 @@ type ComponentPluginService_DriftClient = grpc.ServerStreamingClient[DriftRespon
 //	     sync line ("\x00byoc-stdio-sync\x00") to its stdout and stderr,
 //	     so the host knows it has all the plugin printed there (which
 //	     go-plugin forwards on a stream of its own).
+//	1.3  the policy gate: component, mode and policies in JobContext;
+//	     policy_findings in Result; the capability "policy" (the plugin
+//	     evaluates the policies). The plugin evaluates the policies against
+//	     its plan before it applies anything (plugins/policy).
+//	     plan_dir and approved_plan_digest in JobContext: where a plan
+//	     saves its artifact and where an approved apply finds it, and
+//	     the digest of the plan an operator approved (the host has
+//	     re-planned and found the same before it calls Apply).
 type ComponentPluginServiceServer interface {
 	Describe(context.Context, *DescribeRequest) (*DescribeResponse, error)
 	Validate(context.Context, *ValidateRequest) (*ValidateResponse, error)

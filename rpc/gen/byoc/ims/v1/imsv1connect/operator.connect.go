@@ -64,6 +64,9 @@ const (
 	// OperatorServiceGetInstallProcedure is the fully-qualified name of the OperatorService's
 	// GetInstall RPC.
 	OperatorServiceGetInstallProcedure = "/byoc.ims.v1.OperatorService/GetInstall"
+	// OperatorServiceListInstallDriftProcedure is the fully-qualified name of the OperatorService's
+	// ListInstallDrift RPC.
+	OperatorServiceListInstallDriftProcedure = "/byoc.ims.v1.OperatorService/ListInstallDrift"
 	// OperatorServiceWatchInstallsProcedure is the fully-qualified name of the OperatorService's
 	// WatchInstalls RPC.
 	OperatorServiceWatchInstallsProcedure = "/byoc.ims.v1.OperatorService/WatchInstalls"
@@ -147,6 +150,9 @@ const (
 	// OperatorServiceListAuditEventsProcedure is the fully-qualified name of the OperatorService's
 	// ListAuditEvents RPC.
 	OperatorServiceListAuditEventsProcedure = "/byoc.ims.v1.OperatorService/ListAuditEvents"
+	// OperatorServiceGetInstallStackProcedure is the fully-qualified name of the OperatorService's
+	// GetInstallStack RPC.
+	OperatorServiceGetInstallStackProcedure = "/byoc.ims.v1.OperatorService/GetInstallStack"
 )
 
 // OperatorServiceClient is a client for the byoc.ims.v1.OperatorService service.
@@ -174,6 +180,10 @@ type OperatorServiceClient interface {
 	CreateInstall(context.Context, *connect.Request[v1.CreateInstallRequest]) (*connect.Response[v1.CreateInstallResponse], error)
 	ListInstalls(context.Context, *connect.Request[v1.ListInstallsRequest]) (*connect.Response[v1.ListInstallsResponse], error)
 	GetInstall(context.Context, *connect.Request[v1.GetInstallRequest]) (*connect.Response[v1.GetInstallResponse], error)
+	// ListInstallDrift lists the drift state of an install's components:
+	// the latest drift check's result of each component that has a drift
+	// schedule or was checked.
+	ListInstallDrift(context.Context, *connect.Request[v1.ListInstallDriftRequest]) (*connect.Response[v1.ListInstallDriftResponse], error)
 	// WatchInstalls sends every install with its live status (agent, job
 	// counts) as a snapshot, then, as they happen, every install that changed.
 	// It is how the console stays current without polling each row.
@@ -266,6 +276,11 @@ type OperatorServiceClient interface {
 	// chain, the vendor-wide chain, or every chain, in pages. Readers
 	// verify them with the documented hash (byoc audit verify).
 	ListAuditEvents(context.Context, *connect.Request[v1.ListAuditEventsRequest]) (*connect.Response[v1.ListAuditEventsResponse], error)
+	// GetInstallStack returns what `byoc install stack` generates an
+	// install stack from: the files of the install's app revision (the one
+	// it last applied, or the app's latest when it applied none) and the
+	// fingerprint of imsd's job signing key that enrolment tokens name.
+	GetInstallStack(context.Context, *connect.Request[v1.GetInstallStackRequest]) (*connect.Response[v1.GetInstallStackResponse], error)
 }
 
 // NewOperatorServiceClient constructs a client for the byoc.ims.v1.OperatorService service. By
@@ -343,6 +358,12 @@ func NewOperatorServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			httpClient,
 			baseURL+OperatorServiceGetInstallProcedure,
 			connect.WithSchema(operatorServiceMethods.ByName("GetInstall")),
+			connect.WithClientOptions(opts...),
+		),
+		listInstallDrift: connect.NewClient[v1.ListInstallDriftRequest, v1.ListInstallDriftResponse](
+			httpClient,
+			baseURL+OperatorServiceListInstallDriftProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("ListInstallDrift")),
 			connect.WithClientOptions(opts...),
 		),
 		watchInstalls: connect.NewClient[v1.WatchInstallsRequest, v1.WatchInstallsResponse](
@@ -513,6 +534,12 @@ func NewOperatorServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(operatorServiceMethods.ByName("ListAuditEvents")),
 			connect.WithClientOptions(opts...),
 		),
+		getInstallStack: connect.NewClient[v1.GetInstallStackRequest, v1.GetInstallStackResponse](
+			httpClient,
+			baseURL+OperatorServiceGetInstallStackProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("GetInstallStack")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -529,6 +556,7 @@ type operatorServiceClient struct {
 	createInstall         *connect.Client[v1.CreateInstallRequest, v1.CreateInstallResponse]
 	listInstalls          *connect.Client[v1.ListInstallsRequest, v1.ListInstallsResponse]
 	getInstall            *connect.Client[v1.GetInstallRequest, v1.GetInstallResponse]
+	listInstallDrift      *connect.Client[v1.ListInstallDriftRequest, v1.ListInstallDriftResponse]
 	watchInstalls         *connect.Client[v1.WatchInstallsRequest, v1.WatchInstallsResponse]
 	createEnrollmentToken *connect.Client[v1.CreateEnrollmentTokenRequest, v1.CreateEnrollmentTokenResponse]
 	updateInstall         *connect.Client[v1.UpdateInstallRequest, v1.UpdateInstallResponse]
@@ -557,6 +585,7 @@ type operatorServiceClient struct {
 	listBreakGlassGrants  *connect.Client[v1.ListBreakGlassGrantsRequest, v1.ListBreakGlassGrantsResponse]
 	getBreakGlassPolicy   *connect.Client[v1.GetBreakGlassPolicyRequest, v1.GetBreakGlassPolicyResponse]
 	listAuditEvents       *connect.Client[v1.ListAuditEventsRequest, v1.ListAuditEventsResponse]
+	getInstallStack       *connect.Client[v1.GetInstallStackRequest, v1.GetInstallStackResponse]
 }
 
 // WhoAmI calls byoc.ims.v1.OperatorService.WhoAmI.
@@ -612,6 +641,11 @@ func (c *operatorServiceClient) ListInstalls(ctx context.Context, req *connect.R
 // GetInstall calls byoc.ims.v1.OperatorService.GetInstall.
 func (c *operatorServiceClient) GetInstall(ctx context.Context, req *connect.Request[v1.GetInstallRequest]) (*connect.Response[v1.GetInstallResponse], error) {
 	return c.getInstall.CallUnary(ctx, req)
+}
+
+// ListInstallDrift calls byoc.ims.v1.OperatorService.ListInstallDrift.
+func (c *operatorServiceClient) ListInstallDrift(ctx context.Context, req *connect.Request[v1.ListInstallDriftRequest]) (*connect.Response[v1.ListInstallDriftResponse], error) {
+	return c.listInstallDrift.CallUnary(ctx, req)
 }
 
 // WatchInstalls calls byoc.ims.v1.OperatorService.WatchInstalls.
@@ -754,6 +788,11 @@ func (c *operatorServiceClient) ListAuditEvents(ctx context.Context, req *connec
 	return c.listAuditEvents.CallUnary(ctx, req)
 }
 
+// GetInstallStack calls byoc.ims.v1.OperatorService.GetInstallStack.
+func (c *operatorServiceClient) GetInstallStack(ctx context.Context, req *connect.Request[v1.GetInstallStackRequest]) (*connect.Response[v1.GetInstallStackResponse], error) {
+	return c.getInstallStack.CallUnary(ctx, req)
+}
+
 // OperatorServiceHandler is an implementation of the byoc.ims.v1.OperatorService service.
 type OperatorServiceHandler interface {
 	// WhoAmI describes the token the caller presented.
@@ -779,6 +818,10 @@ type OperatorServiceHandler interface {
 	CreateInstall(context.Context, *connect.Request[v1.CreateInstallRequest]) (*connect.Response[v1.CreateInstallResponse], error)
 	ListInstalls(context.Context, *connect.Request[v1.ListInstallsRequest]) (*connect.Response[v1.ListInstallsResponse], error)
 	GetInstall(context.Context, *connect.Request[v1.GetInstallRequest]) (*connect.Response[v1.GetInstallResponse], error)
+	// ListInstallDrift lists the drift state of an install's components:
+	// the latest drift check's result of each component that has a drift
+	// schedule or was checked.
+	ListInstallDrift(context.Context, *connect.Request[v1.ListInstallDriftRequest]) (*connect.Response[v1.ListInstallDriftResponse], error)
 	// WatchInstalls sends every install with its live status (agent, job
 	// counts) as a snapshot, then, as they happen, every install that changed.
 	// It is how the console stays current without polling each row.
@@ -871,6 +914,11 @@ type OperatorServiceHandler interface {
 	// chain, the vendor-wide chain, or every chain, in pages. Readers
 	// verify them with the documented hash (byoc audit verify).
 	ListAuditEvents(context.Context, *connect.Request[v1.ListAuditEventsRequest]) (*connect.Response[v1.ListAuditEventsResponse], error)
+	// GetInstallStack returns what `byoc install stack` generates an
+	// install stack from: the files of the install's app revision (the one
+	// it last applied, or the app's latest when it applied none) and the
+	// fingerprint of imsd's job signing key that enrolment tokens name.
+	GetInstallStack(context.Context, *connect.Request[v1.GetInstallStackRequest]) (*connect.Response[v1.GetInstallStackResponse], error)
 }
 
 // NewOperatorServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -944,6 +992,12 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 		OperatorServiceGetInstallProcedure,
 		svc.GetInstall,
 		connect.WithSchema(operatorServiceMethods.ByName("GetInstall")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceListInstallDriftHandler := connect.NewUnaryHandler(
+		OperatorServiceListInstallDriftProcedure,
+		svc.ListInstallDrift,
+		connect.WithSchema(operatorServiceMethods.ByName("ListInstallDrift")),
 		connect.WithHandlerOptions(opts...),
 	)
 	operatorServiceWatchInstallsHandler := connect.NewServerStreamHandler(
@@ -1114,6 +1168,12 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 		connect.WithSchema(operatorServiceMethods.ByName("ListAuditEvents")),
 		connect.WithHandlerOptions(opts...),
 	)
+	operatorServiceGetInstallStackHandler := connect.NewUnaryHandler(
+		OperatorServiceGetInstallStackProcedure,
+		svc.GetInstallStack,
+		connect.WithSchema(operatorServiceMethods.ByName("GetInstallStack")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/byoc.ims.v1.OperatorService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case OperatorServiceWhoAmIProcedure:
@@ -1138,6 +1198,8 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 			operatorServiceListInstallsHandler.ServeHTTP(w, r)
 		case OperatorServiceGetInstallProcedure:
 			operatorServiceGetInstallHandler.ServeHTTP(w, r)
+		case OperatorServiceListInstallDriftProcedure:
+			operatorServiceListInstallDriftHandler.ServeHTTP(w, r)
 		case OperatorServiceWatchInstallsProcedure:
 			operatorServiceWatchInstallsHandler.ServeHTTP(w, r)
 		case OperatorServiceCreateEnrollmentTokenProcedure:
@@ -1194,6 +1256,8 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 			operatorServiceGetBreakGlassPolicyHandler.ServeHTTP(w, r)
 		case OperatorServiceListAuditEventsProcedure:
 			operatorServiceListAuditEventsHandler.ServeHTTP(w, r)
+		case OperatorServiceGetInstallStackProcedure:
+			operatorServiceGetInstallStackHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -1245,6 +1309,10 @@ func (UnimplementedOperatorServiceHandler) ListInstalls(context.Context, *connec
 
 func (UnimplementedOperatorServiceHandler) GetInstall(context.Context, *connect.Request[v1.GetInstallRequest]) (*connect.Response[v1.GetInstallResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.GetInstall is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) ListInstallDrift(context.Context, *connect.Request[v1.ListInstallDriftRequest]) (*connect.Response[v1.ListInstallDriftResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.ListInstallDrift is not implemented"))
 }
 
 func (UnimplementedOperatorServiceHandler) WatchInstalls(context.Context, *connect.Request[v1.WatchInstallsRequest], *connect.ServerStream[v1.WatchInstallsResponse]) error {
@@ -1357,4 +1425,8 @@ func (UnimplementedOperatorServiceHandler) GetBreakGlassPolicy(context.Context, 
 
 func (UnimplementedOperatorServiceHandler) ListAuditEvents(context.Context, *connect.Request[v1.ListAuditEventsRequest]) (*connect.Response[v1.ListAuditEventsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.ListAuditEvents is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) GetInstallStack(context.Context, *connect.Request[v1.GetInstallStackRequest]) (*connect.Response[v1.GetInstallStackResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.GetInstallStack is not implemented"))
 }

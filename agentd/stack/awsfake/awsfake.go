@@ -1,0 +1,293 @@
+// Package awsfake is a local fake of the two AWS APIs the agent calls,
+// for tests: STS (the query protocol: form-encoded POSTs, XML answers;
+// AssumeRole and GetCallerIdentity) and Secrets Manager (the JSON 1.1
+// protocol: X-Amz-Target, JSON answers; GetSecretValue), each an
+// httptest server that the real aws-sdk-go-v2 clients reach through their
+// BaseEndpoint. It is written here for byoc (no maintained fake fitted:
+// they need Docker or Python); it models what the agent relies on, not
+// AWS: who may assume which role, secrets by ARN or name, credentials
+// that expire, and the error shapes of both protocols. No binary links it.
+package awsfake
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/xml"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// AWS is the fake: one STS and one Secrets Manager endpoint.
+type AWS struct {
+	STS, SecretsManager *httptest.Server
+	// Now is the fake's clock (time.Now when nil).
+	Now func() time.Time
+
+	mu sync.Mutex
+	// roles maps a role ARN to the access key ids that may assume it.
+	roles map[string]map[string]bool
+	// secrets maps a secret's ARN and name to its value.
+	secrets map[string]string
+	// Calls records every call, "Service.Action key=value".
+	calls []Call
+	// issued are the credentials AssumeRole handed out.
+	issued []Issued
+}
+
+// Call is one request the fake answered.
+type Call struct {
+	Service, Action string
+	// AccessKeyID is the caller's, from the SigV4 Authorization header.
+	AccessKeyID string
+	// Params are the form parameters (STS) or the JSON body (Secrets
+	// Manager) as text.
+	Params url.Values
+	Status int
+}
+
+// Issued is a set of credentials AssumeRole handed out.
+type Issued struct {
+	RoleARN, SessionName                       string
+	AccessKeyID, SecretAccessKey, SessionToken string
+	Expiration                                 time.Time
+	Duration                                   time.Duration
+}
+
+// New starts the fake; its servers close with the test.
+func New(tb testing.TB) *AWS {
+	tb.Helper()
+	a := &AWS{roles: map[string]map[string]bool{}, secrets: map[string]string{}}
+	a.STS = httptest.NewServer(http.HandlerFunc(a.serveSTS))
+	a.SecretsManager = httptest.NewServer(http.HandlerFunc(a.serveSecrets))
+	tb.Cleanup(a.STS.Close)
+	tb.Cleanup(a.SecretsManager.Close)
+	return a
+}
+
+// AddRole lets the callers with these access key ids assume role arn.
+func (a *AWS) AddRole(arn string, callers ...string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.roles[arn] == nil {
+		a.roles[arn] = map[string]bool{}
+	}
+	for _, c := range callers {
+		a.roles[arn][c] = true
+	}
+}
+
+// RemoveRole deletes a role.
+func (a *AWS) RemoveRole(arn string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.roles, arn)
+}
+
+// PutSecret stores a secret under arn (and the name after ":secret:").
+func (a *AWS) PutSecret(arn, value string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.secrets[arn] = value
+	if _, name, ok := strings.Cut(arn, ":secret:"); ok {
+		a.secrets[name] = value
+	}
+}
+
+// Calls returns the calls so far.
+func (a *AWS) Calls() []Call {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]Call(nil), a.calls...)
+}
+
+// Issued returns the credentials handed out so far.
+func (a *AWS) Issued() []Issued {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]Issued(nil), a.issued...)
+}
+
+func (a *AWS) now() time.Time {
+	if a.Now != nil {
+		return a.Now()
+	}
+	return time.Now()
+}
+
+var credRE = regexp.MustCompile(`Credential=([A-Z0-9]+)/`)
+
+// caller is the access key id of a SigV4-signed request, or "".
+func caller(r *http.Request) string {
+	m := credRE.FindStringSubmatch(r.Header.Get("Authorization"))
+	if m == nil {
+		return ""
+	}
+	return m[1]
+}
+
+func (a *AWS) record(c Call) {
+	a.mu.Lock()
+	a.calls = append(a.calls, c)
+	a.mu.Unlock()
+}
+
+func random(n int) string {
+	b := make([]byte, n)
+	rand.Read(b) //nolint:errcheck // crypto/rand never fails
+	return strings.ToUpper(hex.EncodeToString(b))
+}
+
+const stsNS = "https://sts.amazonaws.com/doc/2011-06-15/"
+
+type stsError struct {
+	XMLName xml.Name `xml:"ErrorResponse"`
+	NS      string   `xml:"xmlns,attr"`
+	Error   struct {
+		Type    string
+		Code    string
+		Message string
+	}
+	RequestID string `xml:"RequestId"`
+}
+
+func (a *AWS) serveSTS(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	form, _ := url.ParseQuery(string(body))
+	c := Call{Service: "sts", Action: form.Get("Action"), AccessKeyID: caller(r), Params: form}
+	fail := func(status int, code, msg string) {
+		c.Status = status
+		a.record(c)
+		e := stsError{NS: stsNS, RequestID: random(8)}
+		e.Error.Type, e.Error.Code, e.Error.Message = "Sender", code, msg
+		w.Header().Set("Content-Type", "text/xml")
+		w.WriteHeader(status)
+		xml.NewEncoder(w).Encode(e) //nolint:errcheck // test server
+	}
+	if r.Method != http.MethodPost || !strings.HasPrefix(r.Header.Get("Content-Type"), "application/x-www-form-urlencoded") {
+		fail(400, "InvalidAction", "want a form-encoded POST")
+		return
+	}
+	if c.AccessKeyID == "" {
+		fail(403, "MissingAuthenticationToken", "Request is missing Authentication Token")
+		return
+	}
+	if form.Get("Version") != "2011-06-15" {
+		fail(400, "InvalidParameterValue", "Version")
+		return
+	}
+	var result any
+	switch c.Action {
+	case "GetCallerIdentity":
+		result = struct {
+			XMLName xml.Name `xml:"GetCallerIdentityResult"`
+			Arn     string
+			UserId  string
+			Account string
+		}{Arn: "arn:aws:sts::123456789012:assumed-role/agent/" + c.AccessKeyID, UserId: c.AccessKeyID, Account: "123456789012"}
+	case "AssumeRole":
+		arn, name := form.Get("RoleArn"), form.Get("RoleSessionName")
+		secs, _ := strconv.Atoi(cmpOr(form.Get("DurationSeconds"), "3600"))
+		if secs < 900 || secs > 43200 {
+			fail(400, "ValidationError", fmt.Sprintf("1 validation error detected: Value '%d' at 'durationSeconds' failed to satisfy constraint: Member must have value greater than or equal to 900", secs))
+			return
+		}
+		if len(name) < 2 || len(name) > 64 {
+			fail(400, "ValidationError", "roleSessionName")
+			return
+		}
+		a.mu.Lock()
+		ok := a.roles[arn][c.AccessKeyID]
+		a.mu.Unlock()
+		if !ok {
+			fail(403, "AccessDenied", fmt.Sprintf("User: %s is not authorized to perform: sts:AssumeRole on resource: %s", c.AccessKeyID, arn))
+			return
+		}
+		is := Issued{RoleARN: arn, SessionName: name, AccessKeyID: "ASIA" + random(8), SecretAccessKey: random(20), SessionToken: "FQoG" + random(48),
+			Expiration: a.now().Add(time.Duration(secs) * time.Second).UTC().Truncate(time.Second), Duration: time.Duration(secs) * time.Second}
+		a.mu.Lock()
+		a.issued = append(a.issued, is)
+		a.mu.Unlock()
+		type creds struct {
+			AccessKeyId     string
+			SecretAccessKey string
+			SessionToken    string
+			Expiration      string
+		}
+		result = struct {
+			XMLName         xml.Name `xml:"AssumeRoleResult"`
+			Credentials     creds
+			AssumedRoleUser struct{ Arn, AssumedRoleId string }
+		}{Credentials: creds{is.AccessKeyID, is.SecretAccessKey, is.SessionToken, is.Expiration.Format(time.RFC3339)},
+			AssumedRoleUser: struct{ Arn, AssumedRoleId string }{Arn: arn + "/" + name, AssumedRoleId: "AROA" + random(8) + ":" + name}}
+	default:
+		fail(400, "InvalidAction", "Could not find operation "+c.Action)
+		return
+	}
+	c.Status = 200
+	a.record(c)
+	w.Header().Set("Content-Type", "text/xml")
+	fmt.Fprintf(w, `<%sResponse xmlns="%s">`, c.Action, stsNS)
+	xml.NewEncoder(w).Encode(result) //nolint:errcheck // test server
+	fmt.Fprintf(w, `<ResponseMetadata><RequestId>%s</RequestId></ResponseMetadata></%sResponse>`, random(8), c.Action)
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+func (a *AWS) serveSecrets(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	target := r.Header.Get("X-Amz-Target")
+	c := Call{Service: "secretsmanager", Action: strings.TrimPrefix(target, "secretsmanager."), AccessKeyID: caller(r), Params: url.Values{"body": {string(body)}}}
+	fail := func(status int, typ, msg string) {
+		c.Status = status
+		a.record(c)
+		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+		w.WriteHeader(status)
+		json.NewEncoder(w).Encode(map[string]string{"__type": typ, "message": msg}) //nolint:errcheck // test server
+	}
+	if r.Method != http.MethodPost || r.Header.Get("Content-Type") != "application/x-amz-json-1.1" {
+		fail(400, "SerializationException", "want a JSON 1.1 POST")
+		return
+	}
+	if c.AccessKeyID == "" {
+		fail(400, "MissingAuthenticationTokenException", "Missing Authentication Token")
+		return
+	}
+	switch c.Action {
+	case "GetSecretValue":
+		var in struct{ SecretId string }
+		if err := json.Unmarshal(body, &in); err != nil || in.SecretId == "" {
+			fail(400, "ValidationException", "SecretId is required")
+			return
+		}
+		a.mu.Lock()
+		v, ok := a.secrets[in.SecretId]
+		a.mu.Unlock()
+		if !ok {
+			fail(400, "ResourceNotFoundException", "Secrets Manager can't find the specified secret.")
+			return
+		}
+		c.Status = 200
+		a.record(c)
+		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+		json.NewEncoder(w).Encode(map[string]any{ //nolint:errcheck // test server
+			"ARN": in.SecretId, "Name": in.SecretId, "SecretString": v, "VersionId": random(8),
+			"VersionStages": []string{"AWSCURRENT"}, "CreatedDate": float64(a.now().Unix())})
+	default:
+		fail(400, "UnknownOperationException", "unknown operation "+target)
+	}
+}

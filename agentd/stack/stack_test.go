@@ -1,0 +1,205 @@
+package stack_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/byoc-dev/byoc/agentd/stack"
+	"github.com/byoc-dev/byoc/agentd/stack/awsfake"
+	"github.com/byoc-dev/byoc/internal/stackconfig"
+)
+
+const (
+	agentKey   = "AKIAAGENTKEY0001"
+	agentSec   = "agent-own-secret-key"
+	provARN    = "arn:aws:iam::123456789012:role/acme-ProvisionRole"
+	maintARN   = "arn:aws:iam::123456789012:role/acme-MaintenanceRole"
+	bgARN      = "arn:aws:iam::123456789012:role/acme-BreakGlassAdminRole"
+	tokenARN   = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:byoc/acme/enrollment"
+	emailARN   = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:acme-InputAdminEmailValue"
+	licenseARN = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:acme-SecretLicenseKeyValue"
+)
+
+// cfnStack writes a CloudFormation stack config pointing at the fake and
+// opens it with the agent's own credentials in the environment.
+func cfnStack(t *testing.T, fake *awsfake.AWS, edit func(*stackconfig.Config)) *stack.Stack {
+	t.Helper()
+	t.Setenv("AWS_ACCESS_KEY_ID", agentKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", agentSec)
+	t.Setenv("AWS_SESSION_TOKEN", "")
+	domain := "acme.example.com"
+	c := stackconfig.Config{Version: 1, Format: "cloudformation", Install: "acme", IMS: "https://ims.example.com", Region: "eu-west-1",
+		EnrollToken: stackconfig.Source{SecretARN: tokenARN, Parameter: "EnrollmentTokenSecretArn"},
+		Modes: map[string]stackconfig.Role{
+			"provision":   {Enabled: true, ARN: provARN, Name: "ProvisionRole", Parameter: "EnableProvision"},
+			"maintenance": {Enabled: true, ARN: maintARN, Name: "MaintenanceRole", Parameter: "EnableMaintenance"},
+			"deprovision": {Enabled: false, Name: "DeprovisionRole", Parameter: "EnableDeprovision"},
+			"break_glass": {Enabled: true, ARN: maintARN, Name: "BreakGlassRole", Parameter: "EnableBreakGlass"},
+		},
+		BreakGlassRoles: map[string]stackconfig.Role{"admin": {Enabled: true, ARN: bgARN, Name: "BreakGlassAdminRole", Parameter: "EnableBreakGlass"}},
+		Inputs: map[string]stackconfig.Input{
+			"admin_email": {Sensitive: true, Parameter: "InputAdminEmail", From: &stackconfig.Source{SecretARN: emailARN}},
+			"region_hint": {Parameter: "InputRegionHint", Value: &domain},
+			"unset_one":   {Parameter: "InputUnsetOne", From: &stackconfig.Source{}},
+		},
+		Secrets:   map[string]stackconfig.Source{"license_key": {SecretARN: licenseARN, Parameter: "SecretLicenseKey"}},
+		Endpoints: map[string]string{"sts": fake.STS.URL, "secretsmanager": fake.SecretsManager.URL},
+	}
+	if edit != nil {
+		edit(&c)
+	}
+	b, _ := json.Marshal(c)
+	path := filepath.Join(t.TempDir(), "stack.json")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := stack.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestAssumeRolePerMode(t *testing.T) {
+	fake := awsfake.New(t)
+	fake.AddRole(provARN, agentKey)
+	fake.AddRole(bgARN, agentKey)
+	s := cfnStack(t, fake, nil)
+	ctx := context.Background()
+
+	creds, err := s.Assume(ctx, "provision", "", "job_01H/x", 10*time.Minute, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	issued := fake.Issued()
+	if len(issued) != 1 || issued[0].RoleARN != provARN || issued[0].SessionName != "byoc-job_01H-x" || issued[0].Duration != 15*time.Minute {
+		t.Fatalf("STS issued %+v", issued)
+	}
+	if creds.Env["AWS_ACCESS_KEY_ID"] != issued[0].AccessKeyID || creds.Env["AWS_SECRET_ACCESS_KEY"] != issued[0].SecretAccessKey ||
+		creds.Env["AWS_SESSION_TOKEN"] != issued[0].SessionToken || creds.Env["AWS_REGION"] != "eu-west-1" {
+		t.Errorf("env %v, issued %+v", creds.Env, issued[0])
+	}
+	for _, v := range creds.Env {
+		if v == agentKey || v == agentSec {
+			t.Errorf("the agent's own credentials reached the job's env: %v", creds.Env)
+		}
+	}
+	if len(creds.Secret) != 2 {
+		t.Errorf("values to redact: %v", creds.Secret)
+	}
+	// The call was signed with the agent's own key.
+	if calls := fake.Calls(); calls[0].AccessKeyID != agentKey || calls[0].Params.Get("RoleArn") != provARN {
+		t.Errorf("calls: %+v", calls)
+	}
+
+	// A long job's session is capped at an hour (role chaining), and a
+	// break-glass grant's role is used until the grant ends.
+	if _, err := s.Assume(ctx, "provision", "", "j2", 3*time.Hour, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if d := fake.Issued()[1].Duration; d != time.Hour {
+		t.Errorf("3h job: session %v, want 1h", d)
+	}
+	if _, err := s.Assume(ctx, "break_glass", "admin", "j3", time.Hour, time.Now().Add(20*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if is := fake.Issued()[2]; is.RoleARN != bgARN || is.Duration > 20*time.Minute || is.Duration < 19*time.Minute {
+		t.Errorf("break-glass: %+v", is)
+	}
+
+	// A disabled mode fails naming the role and the parameter.
+	_, err = s.Assume(ctx, "deprovision", "", "j4", time.Minute, time.Time{})
+	var re *stack.RoleError
+	if !errors.As(err, &re) || !strings.Contains(err.Error(), "DeprovisionRole") || !strings.Contains(err.Error(), "EnableDeprovision=true") {
+		t.Errorf("disabled mode: %v", err)
+	}
+	// A role the stack names but the account refuses (deleted, or the
+	// trust changed): STS's AccessDenied, the role and the parameter.
+	_, err = s.Assume(ctx, "maintenance", "", "j5", time.Minute, time.Time{})
+	if err == nil || !strings.Contains(err.Error(), "AccessDenied") || !strings.Contains(err.Error(), maintARN) || !strings.Contains(err.Error(), "EnableMaintenance") {
+		t.Errorf("refused role: %v", err)
+	}
+}
+
+func TestValuesFromSecretsManager(t *testing.T) {
+	fake := awsfake.New(t)
+	fake.PutSecret(tokenARN, "byoc_enr_secret.kid\n")
+	fake.PutSecret(emailARN, "ops@acme.example")
+	fake.PutSecret(licenseARN, "LK-123")
+	s := cfnStack(t, fake, nil)
+	ctx := context.Background()
+	tok, err := s.EnrollToken(ctx)
+	if err != nil || tok != "byoc_enr_secret.kid" {
+		t.Fatalf("token %q, %v", tok, err)
+	}
+	v, err := s.Values(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Inputs["admin_email"] != "ops@acme.example" || v.Secrets["license_key"] != "LK-123" || v.Inputs["region_hint"] != "acme.example.com" {
+		t.Errorf("values %+v", v)
+	}
+	want := map[string]string{"admin_email": "set", "region_hint": "acme.example.com"}
+	if len(v.Report) != len(want) || v.Report["admin_email"] != "set" || v.Report["region_hint"] != want["region_hint"] {
+		t.Errorf("report %v, want %v", v.Report, want)
+	}
+	if strings.Join(v.Sensitive, ",") != "ops@acme.example,LK-123" {
+		t.Errorf("sensitive %v", v.Sensitive)
+	}
+
+	// A missing secret names the input and its parameter.
+	s = cfnStack(t, fake, func(c *stackconfig.Config) {
+		c.Inputs["admin_email"] = stackconfig.Input{Sensitive: true, Parameter: "InputAdminEmail", From: &stackconfig.Source{SecretARN: emailARN + "-gone"}}
+	})
+	if _, err := s.Values(ctx); err == nil || !strings.Contains(err.Error(), "InputAdminEmail") || !strings.Contains(err.Error(), "ResourceNotFoundException") {
+		t.Errorf("missing secret: %v", err)
+	}
+}
+
+func TestLocalStack(t *testing.T) {
+	dir := t.TempDir()
+	v := "eu"
+	c := stackconfig.Config{Version: 1, Format: "local", Install: "acme", IMS: "http://127.0.0.1:1",
+		EnrollToken: stackconfig.Source{File: "enroll.token"}, SecretsFile: "secrets.env",
+		Modes:   map[string]stackconfig.Role{"provision": {Enabled: true, Parameter: "EnableProvision"}, "maintenance": {Enabled: false, Name: "local maintenance", Parameter: "EnableMaintenance"}},
+		Inputs:  map[string]stackconfig.Input{"admin_email": {Sensitive: true, Parameter: "InputAdminEmail"}, "region": {Value: &v}},
+		Secrets: map[string]stackconfig.Source{"license_key": {File: "secrets.env"}}}
+	b, _ := json.Marshal(c)
+	for name, data := range map[string]string{"stack.json": string(b), "secrets.env": "admin_email=a@b.c\nlicense_key=LK\n", "enroll.token": "byoc_enr_x.k\n"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := stack.Open(filepath.Join(dir, "stack.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if tok, err := s.EnrollToken(ctx); err != nil || tok != "byoc_enr_x.k" {
+		t.Errorf("token %q %v", tok, err)
+	}
+	vals, err := s.Values(ctx)
+	if err != nil || vals.Inputs["admin_email"] != "a@b.c" || vals.Secrets["license_key"] != "LK" || vals.Report["admin_email"] != "set" || vals.Report["region"] != "eu" {
+		t.Errorf("values %+v %v", vals, err)
+	}
+	creds, err := s.Assume(ctx, "provision", "", "j", time.Minute, time.Time{})
+	if err != nil || len(creds.Env) != 0 {
+		t.Errorf("local provision: %+v %v", creds, err)
+	}
+	if _, err := s.Assume(ctx, "maintenance", "", "j", time.Minute, time.Time{}); err == nil || !strings.Contains(err.Error(), "stack.json") || !strings.Contains(err.Error(), "EnableMaintenance") {
+		t.Errorf("local disabled mode: %v", err)
+	}
+	if _, err := s.Assume(ctx, "deprovision", "", "j", time.Minute, time.Time{}); err == nil || !strings.Contains(err.Error(), "EnableDeprovision") {
+		t.Errorf("local missing mode: %v", err)
+	}
+	os.Chmod(filepath.Join(dir, "enroll.token"), 0o644)
+	if _, err := s.EnrollToken(ctx); err == nil || !strings.Contains(err.Error(), "chmod 600") {
+		t.Errorf("world-readable token file: %v", err)
+	}
+}

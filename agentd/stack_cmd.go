@@ -1,0 +1,149 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/byoc-dev/byoc/agentd/agent"
+	"github.com/byoc-dev/byoc/agentd/identity"
+	"github.com/byoc-dev/byoc/agentd/permissions"
+	"github.com/byoc-dev/byoc/agentd/preflight"
+	"github.com/byoc-dev/byoc/agentd/stack"
+	"github.com/byoc-dev/byoc/agentd/supportbundle"
+	"github.com/byoc-dev/byoc/internal/atomicfile"
+	"github.com/byoc-dev/byoc/internal/buildinfo"
+)
+
+// stackCredentials gives each job its permission mode's role's
+// credentials (agent.PluginRunner.Credentials). A break-glass job takes
+// its live grant's role when the stack has it, until the grant ends.
+func stackCredentials(st *stack.Stack, stateDir string, now func() time.Time) func(context.Context, agent.Job) (map[string]string, []string, error) {
+	return func(ctx context.Context, job agent.Job) (map[string]string, []string, error) {
+		var role string
+		var until time.Time
+		if job.Mode == string(permissions.BreakGlass) {
+			gs, err := permissions.LoadGrants(stateDir)
+			if err != nil {
+				return nil, nil, fmt.Errorf("break-glass grants: %w", err)
+			}
+			if g, ok := gs.Live(now()); ok {
+				role, until = g.Role, g.ExpiresAt
+			}
+		}
+		c, err := st.Assume(ctx, job.Mode, role, job.ID, job.Timeout, until)
+		if err != nil {
+			return nil, nil, err
+		}
+		return c.Env, c.Secret, nil
+	}
+}
+
+// enrolled reports whether the state dir holds an identity.
+func enrolled(stateDir string) bool {
+	_, err := os.Stat(filepath.Join(stateDir, identity.FileName))
+	return err == nil
+}
+
+const preflightUsage = `usage: agentd preflight [--stack-config FILE] [--state-dir DIR] [--ims URL]
+
+Checks what the install's agent needs: egress to imsd, the clock against
+imsd's, each enabled permission mode's role assumable (an STS AssumeRole
+per role), the customer's inputs and secrets readable, the install's
+registry reachable, and free disk space in the state dir. Prints a table
+with a fix for each failure; exits 1 if any check failed. The install
+stack runs it before the agent enrols.
+`
+
+func preflightCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("agentd preflight", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, preflightUsage) }
+	stackPath := fs.String("stack-config", os.Getenv("BYOC_STACK_CONFIG"), "the install stack's config `file`")
+	stateDir := fs.String("state-dir", "", "the agent's state `directory`")
+	ims := fs.String("ims", os.Getenv("BYOC_IMS_URL"), "imsd `URL` (default: the stack's)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	var st *stack.Stack
+	if *stackPath != "" {
+		var err error
+		if st, err = stack.Open(*stackPath); err != nil {
+			fmt.Fprintf(stderr, "agentd preflight: %v\n", err)
+			return 2
+		}
+	}
+	rs := preflight.Run(ctx, preflight.Options{Stack: st, IMS: *ims, StateDir: *stateDir, Enrolled: *stateDir != "" && enrolled(*stateDir)})
+	preflight.Print(stdout, rs)
+	if preflight.Failed(rs) {
+		return 1
+	}
+	return 0
+}
+
+const supportBundleUsage = `usage: agentd support-bundle -o FILE.tar.gz [--state-dir DIR] [--stack-config FILE]
+                            [--secrets-file FILE] [--agent-log FILE]
+
+Collects what the vendor's support needs, for you to review and send: the
+agent's version, its configuration with secrets removed, the newest jobs'
+logs, the preflight results (run now), your permission state and
+break-glass grants, and the local audit copy. Every secret the agent
+knows is masked in every file (plain, base64, URL-encoded and
+JSON-escaped).
+`
+
+func supportBundleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fset := flag.NewFlagSet("agentd support-bundle", flag.ContinueOnError)
+	fset.SetOutput(stderr)
+	fset.Usage = func() { fmt.Fprint(stderr, supportBundleUsage) }
+	out := fset.String("o", "", "the bundle `file` to write (.tar.gz)")
+	stackPath := fset.String("stack-config", os.Getenv("BYOC_STACK_CONFIG"), "the install stack's config `file`")
+	stateDir := fset.String("state-dir", "", "the agent's state `directory`")
+	secretsFile := fset.String("secrets-file", "", "the agent's secrets `file` (its values are masked; it is not included)")
+	agentLog := fset.String("agent-log", "", "a `file` of agentd's own log to include")
+	ims := fset.String("ims", os.Getenv("BYOC_IMS_URL"), "imsd `URL` for the preflight (default: the stack's)")
+	if err := fset.Parse(args); err != nil {
+		return 2
+	}
+	if *out == "" || fset.NArg() > 0 {
+		fset.Usage()
+		return 2
+	}
+	var st *stack.Stack
+	if *stackPath != "" {
+		var err error
+		if st, err = stack.Open(*stackPath); err != nil {
+			fmt.Fprintf(stderr, "agentd support-bundle: %v\n", err)
+			return 2
+		}
+	}
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	rs := preflight.Run(pctx, preflight.Options{Stack: st, IMS: *ims, StateDir: *stateDir, Enrolled: *stateDir != "" && enrolled(*stateDir)})
+	cancel()
+	var buf bytes.Buffer
+	names, err := supportbundle.Write(ctx, &buf, supportbundle.Options{StateDir: *stateDir, Stack: st, SecretsFile: *secretsFile,
+		EnrollToken: os.Getenv("BYOC_ENROLL_TOKEN"), Preflight: rs, Version: buildinfo.Get().String("agentd"), AgentLog: *agentLog})
+	if err == nil {
+		err = atomicfile.Write(*out, buf.Bytes(), 0o600)
+	}
+	if err != nil {
+		if errors.Is(err, fs.ErrPermission) {
+			fmt.Fprintf(stderr, "agentd support-bundle: %v (run it as the agent's user)\n", err)
+		} else {
+			fmt.Fprintf(stderr, "agentd support-bundle: %v\n", err)
+		}
+		return 1
+	}
+	fmt.Fprintf(stdout, "wrote %s (%d files); review it (tar -xzf %s) before you send it\n", *out, len(names), *out)
+	for _, n := range names {
+		fmt.Fprintln(stdout, "  "+n)
+	}
+	return 0
+}

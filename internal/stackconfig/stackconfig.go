@@ -1,0 +1,270 @@
+// Package stackconfig is the file an install stack writes for its agent
+// (`agentd --stack-config FILE`): where imsd is and which key it signs
+// with, where the enrolment token is, the role of each permission mode
+// and the stack parameter that turns it on, the customer's inputs and
+// secrets (values, or where to read them), and the install's registry.
+//
+// Both stack formats write it: a CloudFormation stack from its user data,
+// with the values of its parameters and resources, and a local stack
+// (`byoc install stack --format local`) as a file beside its script. It
+// holds no secret value itself in a CloudFormation stack (those are
+// Secrets Manager ARNs); a local stack points at files of its own.
+//
+// It imports only the standard library, so the CLI (which writes it) and
+// agentd (which reads it) share it without linking each other.
+package stackconfig
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// Version is the format's version; a file of another version is refused.
+const Version = 1
+
+// The formats of an install stack.
+const (
+	FormatCloudFormation = "cloudformation"
+	FormatLocal          = "local"
+)
+
+// Modes are the permission modes, in the order they are shown.
+var Modes = []string{"provision", "maintenance", "deprovision", "break_glass"}
+
+// Config is an install stack's description of itself for its agent.
+type Config struct {
+	Version int `json:"version"`
+	// Format is cloudformation or local.
+	Format string `json:"format"`
+	// Stack names the stack (the CloudFormation stack name, or the local
+	// stack's directory), for messages and the support bundle.
+	Stack string `json:"stack,omitempty"`
+	// Install is the install's name.
+	Install string `json:"install"`
+	// IMS is imsd's URL as the agent reaches it.
+	IMS string `json:"ims"`
+	// IMSKeyID is the fingerprint of imsd's job signing key
+	// (agentproto.KeyID) that the enrolment token must name.
+	IMSKeyID string `json:"ims_key_id,omitempty"`
+	// Region is the AWS region of a CloudFormation stack.
+	Region string `json:"region,omitempty"`
+	// EnrollToken is where the single-use enrolment token is: a Secrets
+	// Manager secret (never a plain parameter) or a local file.
+	EnrollToken Source `json:"enroll_token"`
+	// Modes is the role of each permission mode, by mode name.
+	Modes map[string]Role `json:"modes"`
+	// BreakGlassRoles are the roles of break_glass.toml, by name; a
+	// break-glass job uses its grant's role if it is here, else
+	// Modes["break_glass"].
+	BreakGlassRoles map[string]Role `json:"break_glass_roles,omitempty"`
+	// Inputs are the customer-provided inputs, by name.
+	Inputs map[string]Input `json:"inputs,omitempty"`
+	// Secrets are the app's secrets (secrets.toml), by name.
+	Secrets map[string]Source `json:"secrets,omitempty"`
+	// SecretsFile is a local stack's secrets file (NAME=value lines, only
+	// its owner may read it): the values of the app's secrets, and of
+	// sensitive inputs that have neither Value nor From, by name.
+	SecretsFile string `json:"secrets_file,omitempty"`
+	// Registry is the install's container registry (an ECR repository
+	// URI, or a local registry's host:port/path).
+	Registry string `json:"registry,omitempty"`
+	// Outputs are what the stack made (its CloudFormation outputs), which
+	// the agent reports to imsd.
+	Outputs map[string]string `json:"outputs,omitempty"`
+	// Endpoints override the AWS service endpoints (tests, VPC endpoints),
+	// by service: sts, secretsmanager.
+	Endpoints map[string]string `json:"endpoints,omitempty"`
+}
+
+// Role is the cloud role of a permission mode (or a break-glass role).
+type Role struct {
+	// Enabled is the stack parameter's value: a disabled mode has no
+	// role, and its jobs fail naming Parameter.
+	Enabled bool `json:"enabled"`
+	// ARN is the IAM role the agent assumes for the mode's jobs (empty in
+	// a local stack, where jobs get no cloud credentials).
+	ARN string `json:"arn,omitempty"`
+	// Name is the role's name, for messages.
+	Name string `json:"name,omitempty"`
+	// Parameter is the stack parameter that turns the role on.
+	Parameter string `json:"parameter"`
+}
+
+// Input is a customer-provided input as the stack holds it.
+type Input struct {
+	// Sensitive inputs are reported to imsd only as "set".
+	Sensitive bool `json:"sensitive,omitempty"`
+	// Parameter is the stack parameter the customer fills.
+	Parameter string `json:"parameter,omitempty"`
+	// Value is a value the stack holds itself (a non-sensitive input).
+	Value *string `json:"value,omitempty"`
+	// From is where a value kept out of the stack is (a sensitive one).
+	From *Source `json:"from,omitempty"`
+}
+
+// Source is where a value is kept: exactly one of the fields is set.
+type Source struct {
+	// SecretARN is a Secrets Manager secret whose SecretString is the value.
+	SecretARN string `json:"secret_arn,omitempty"`
+	// File is a local file holding the value (trailing newline removed),
+	// readable by its owner only.
+	File string `json:"file,omitempty"`
+	// Parameter is the stack parameter the customer fills, for messages.
+	Parameter string `json:"parameter,omitempty"`
+}
+
+// IsZero reports whether s names no place.
+func (s Source) IsZero() bool { return s.SecretARN == "" && s.File == "" }
+
+func (s Source) String() string {
+	switch {
+	case s.SecretARN != "":
+		return "Secrets Manager secret " + s.SecretARN
+	case s.File != "":
+		return "file " + s.File
+	}
+	return "nowhere"
+}
+
+var (
+	nameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	arnRE  = regexp.MustCompile(`^arn:[a-z0-9-]+:[a-z0-9-]+:[a-z0-9-]*:[0-9]*:.+$`)
+)
+
+// Read reads and checks the file at path.
+func Read(path string) (*Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("stack config: %w", err)
+	}
+	c, err := Parse(b)
+	if err != nil {
+		return nil, fmt.Errorf("stack config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Parse decodes and checks a stack config; unknown keys are refused, and
+// errors name the key.
+func Parse(b []byte) (*Config, error) {
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	var c Config
+	if err := dec.Decode(&c); err != nil {
+		return nil, err
+	}
+	return &c, c.Check()
+}
+
+// Check reports the first problem of c, naming its key.
+func (c *Config) Check() error {
+	if c.Version != Version {
+		return fmt.Errorf("version: %d, this agent reads version %d", c.Version, Version)
+	}
+	if c.Format != FormatCloudFormation && c.Format != FormatLocal {
+		return fmt.Errorf("format: %q, want %s or %s", c.Format, FormatCloudFormation, FormatLocal)
+	}
+	if c.Install == "" {
+		return fmt.Errorf("install: is required")
+	}
+	if !strings.HasPrefix(c.IMS, "http://") && !strings.HasPrefix(c.IMS, "https://") {
+		return fmt.Errorf("ims: %q is not an http(s) URL", c.IMS)
+	}
+	if err := c.EnrollToken.check("enroll_token"); err != nil {
+		return err
+	}
+	for name, r := range c.Modes {
+		if !slices.Contains(Modes, name) {
+			return fmt.Errorf("modes.%s: unknown permission mode (want %s)", name, strings.Join(Modes, ", "))
+		}
+		if err := r.check("modes."+name, c.Format); err != nil {
+			return err
+		}
+	}
+	for name, r := range c.BreakGlassRoles {
+		if err := r.check("break_glass_roles."+name, c.Format); err != nil {
+			return err
+		}
+	}
+	for name, in := range c.Inputs {
+		key := "inputs." + name
+		if !nameRE.MatchString(name) {
+			return fmt.Errorf("%s: not a name of letters, digits and _", key)
+		}
+		switch {
+		case in.Value != nil && in.From != nil:
+			return fmt.Errorf("%s: set value or from, not both", key)
+		case in.From != nil:
+			if err := in.From.check(key + ".from"); err != nil {
+				return err
+			}
+		case in.Sensitive && in.Value != nil && c.Format == FormatCloudFormation:
+			return fmt.Errorf("%s: a sensitive input is read from a secret, never held in the stack config", key)
+		}
+	}
+	for name, s := range c.Secrets {
+		if !nameRE.MatchString(name) {
+			return fmt.Errorf("secrets.%s: not a name of letters, digits and _", name)
+		}
+		if err := s.check("secrets." + name); err != nil {
+			return err
+		}
+	}
+	for svc, u := range c.Endpoints {
+		if svc != "sts" && svc != "secretsmanager" {
+			return fmt.Errorf("endpoints.%s: unknown service (want sts or secretsmanager)", svc)
+		}
+		if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+			return fmt.Errorf("endpoints.%s: %q is not an http(s) URL", svc, u)
+		}
+	}
+	return nil
+}
+
+func (s Source) check(key string) error {
+	switch {
+	case s.SecretARN != "" && s.File != "":
+		return fmt.Errorf("%s: set secret_arn or file, not both", key)
+	case s.SecretARN != "" && !arnRE.MatchString(s.SecretARN):
+		return fmt.Errorf("%s.secret_arn: %q is not an ARN", key, s.SecretARN)
+	}
+	return nil
+}
+
+func (r Role) check(key, format string) error {
+	if r.Parameter == "" {
+		return fmt.Errorf("%s.parameter: is required (the stack parameter that turns the role on)", key)
+	}
+	if r.Enabled && format == FormatCloudFormation && !arnRE.MatchString(r.ARN) {
+		return fmt.Errorf("%s.arn: %q is not a role ARN", key, r.ARN)
+	}
+	return nil
+}
+
+// ModeParameter is the stack parameter that turns mode's role on, in
+// both formats: EnableProvision, EnableMaintenance, EnableDeprovision,
+// EnableBreakGlass.
+func ModeParameter(mode string) string { return "Enable" + Pascal(mode) }
+
+// Pascal turns a snake_case name into PascalCase ("admin_email" →
+// "AdminEmail"), the way stack parameters and resources are named.
+func Pascal(s string) string {
+	var b strings.Builder
+	up := true
+	for _, r := range s {
+		switch {
+		case r == '_' || r == '-' || r == '.':
+			up = true
+		case up:
+			b.WriteString(strings.ToUpper(string(r)))
+			up = false
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,129 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+
+	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
+	"github.com/byoc-dev/byoc/schema/app/load"
+	"github.com/byoc-dev/byoc/schema/app/stack"
+	"github.com/byoc-dev/byoc/schema/app/validate"
+)
+
+func (a *app) installStackCommand() *cobra.Command {
+	var format, out, imsURL, agentURL, agentSum string
+	var params []string
+	cmd := &cobra.Command{
+		Use:   "stack INSTALL [--format cloudformation|local] [-o FILE] [--param NAME=VALUE ...]",
+		Short: "Generate the install stack the customer runs in their own account",
+		Long: `Generate INSTALL's install stack from its app revision (the one it last
+applied, or the app's latest): the template the customer runs in their own
+account, which creates the agent, a role per permission mode and the
+install's registry, and whose parameters are the customer's control panel.
+
+--format cloudformation (the default) writes a CloudFormation template (to
+-o FILE, or stdout): a parameter per customer-provided input and secret
+(NoEcho), the VPC choice, a true/false parameter per permission mode
+(EnableProvision, EnableMaintenance, EnableDeprovision, EnableBreakGlass,
+false by default) that conditions the mode's IAM role, the agent's EC2
+instance and the install's ECR repository. The enrolment token is never a
+parameter: the customer stores it (byoc install token INSTALL) in a Secrets
+Manager secret and gives its ARN.
+
+--format local writes a directory (-o DIR, default ./stack-INSTALL) with
+stack.json, secrets.env and agentd.sh, which runs agentd on this machine
+with the same permission toggles and customer inputs, for development.
+
+--param NAME=VALUE sets a parameter: its default in a template, its value
+in a local stack.`,
+		Args: exactArgs("INSTALL"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if format != "cloudformation" && format != "local" {
+				return usagef("--format %q: want cloudformation or local", format)
+			}
+			kv, err := parseInputs(params)
+			if err != nil {
+				return err
+			}
+			c, err := a.connect()
+			if err != nil {
+				return err
+			}
+			res, err := c.GetInstallStack(cmd.Context(), connect.NewRequest(&imsv1.GetInstallStackRequest{Install: args[0]}))
+			if err != nil {
+				return c.wrap(err)
+			}
+			files := map[string][]byte{}
+			for _, f := range res.Msg.GetFiles() {
+				files[f.GetPath()] = f.GetContent()
+			}
+			appCfg, err := load.Parse(files, validate.Options{AnyType: true})
+			if err != nil {
+				return fmt.Errorf("app %s revision %d: %w", res.Msg.GetApp(), res.Msg.GetAppRevision(), err)
+			}
+			o := stack.Options{App: appCfg, Install: res.Msg.GetInstall(), IMS: imsURL, IMSKeyID: res.Msg.GetSigningKeyId(),
+				AgentURL: agentURL, AgentSHA256: agentSum, Params: kv}
+			if o.IMS == "" {
+				o.IMS = c.target.server
+			}
+			if format == "cloudformation" {
+				tmpl, err := stack.CloudFormation(o)
+				if err != nil {
+					return usagef("%v", err)
+				}
+				if out == "" || out == "-" {
+					_, err = a.stdout.Write(tmpl)
+					return err
+				}
+				if err := os.WriteFile(out, tmpl, 0o644); err != nil {
+					return err
+				}
+				fmt.Fprintf(a.stdout, "wrote %s (install %s, app %s revision %d)\n", out, o.Install, res.Msg.GetApp(), res.Msg.GetAppRevision())
+				return nil
+			}
+			lf, err := stack.Local(o)
+			if err != nil {
+				return usagef("%v", err)
+			}
+			dir := out
+			if dir == "" {
+				dir = "stack-" + o.Install
+			}
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				return err
+			}
+			for _, f := range lf {
+				path := filepath.Join(dir, f.Name)
+				if f.Name == stack.LocalSecrets {
+					// Values the customer typed in are kept.
+					if _, err := os.Stat(path); err == nil {
+						continue
+					}
+				}
+				if err := os.WriteFile(path, f.Data, os.FileMode(f.Mode)); err != nil {
+					return err
+				}
+				if err := os.Chmod(path, os.FileMode(f.Mode)); err != nil {
+					return err
+				}
+			}
+			fmt.Fprintf(a.stdout, "wrote %s/ (install %s, app %s revision %d)\nwrite the enrolment token (byoc install token %s) to %s, then run %s\n",
+				dir, o.Install, res.Msg.GetApp(), res.Msg.GetAppRevision(), o.Install,
+				filepath.Join(dir, stack.LocalToken), filepath.Join(dir, stack.LocalScript))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&format, "format", "cloudformation", "cloudformation or local")
+	// Shadows the global --output/-o (text, wide, json): here it is where
+	// the stack goes.
+	cmd.Flags().StringVarP(&out, "output", "o", "", "file to write the template to (default stdout), or the local stack's directory (default ./stack-INSTALL)")
+	cmd.Flags().StringArrayVar(&params, "param", nil, "a stack parameter, NAME=VALUE (repeatable)")
+	cmd.Flags().StringVar(&imsURL, "ims-url", "", "imsd's URL as the agent reaches it (default: this context's server)")
+	cmd.Flags().StringVar(&agentURL, "agent-url", "", "HTTPS URL the stack's instance downloads agentd (linux/amd64) from")
+	cmd.Flags().StringVar(&agentSum, "agent-sha256", "", "SHA-256 of that agentd binary")
+	return cmd
+}

@@ -1,0 +1,64 @@
+package cli
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
+	"github.com/byoc-dev/byoc/schema/app/load"
+)
+
+// GetInstallStack answers with the example app.
+func (f *fakeOperator) GetInstallStack(_ context.Context, req *connect.Request[imsv1.GetInstallStackRequest]) (*connect.Response[imsv1.GetInstallStackResponse], error) {
+	out := &imsv1.GetInstallStackResponse{Install: req.Msg.GetInstall(), App: "acme-analytics", AppRevision: 3, SigningKeyId: "kid123"}
+	for p, b := range load.ExampleFiles() {
+		out.Files = append(out.Files, &imsv1.AppFile{Path: p, Content: b})
+	}
+	return connect.NewResponse(out), nil
+}
+
+func TestInstallStack(t *testing.T) {
+	setup(t)
+
+	r := mustRun(t, "install", "stack", "demo", "--param", "EnableBreakGlass=true")
+	for _, want := range []string{`"AWSTemplateFormatVersion"`, `kid123`, `"InputAdminEmail"`, `"Default": "true"`} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("template lacks %s", want)
+		}
+	}
+	file := filepath.Join(t.TempDir(), "stack.json")
+	mustRun(t, "install", "stack", "demo", "-o", file)
+	if b, err := os.ReadFile(file); err != nil || !strings.Contains(string(b), `"AgentInstance"`) {
+		t.Errorf("-o %s: %v", file, err)
+	}
+
+	dir := filepath.Join(t.TempDir(), "local")
+	r = mustRun(t, "install", "stack", "demo", "--format", "local", "-o", dir, "--ims-url", "http://127.0.0.1:9", "--param", "SecretLicenseKey=lk-1")
+	if !strings.Contains(r.stdout, "enroll.token") {
+		t.Errorf("output: %s", r.stdout)
+	}
+	for name, mode := range map[string]os.FileMode{"stack.json": 0o600, "agentd.sh": 0o755, "secrets.env": 0o600} {
+		fi, err := os.Stat(filepath.Join(dir, name))
+		if err != nil || fi.Mode().Perm() != mode {
+			t.Errorf("%s: %v %v, want mode %v", name, err, fi.Mode().Perm(), mode)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "stack.json")); !strings.Contains(string(b), `"ims": "http://127.0.0.1:9"`) {
+		t.Errorf("stack.json:\n%s", b)
+	}
+
+	for _, args := range [][]string{
+		{"install", "stack", "demo", "--format", "terraform"},
+		{"install", "stack", "demo", "--param", "EnableEverything=true"},
+		{"install", "stack", "demo", "--param", "novalue"},
+	} {
+		if r := byoc(t, args...); r.code != exitUsage {
+			t.Errorf("byoc %v: exit %d, want 2 (stderr %q)", args, r.code, r.stderr)
+		}
+	}
+}
