@@ -94,9 +94,11 @@ type findKey struct{ kind, subject, key, value string }
 const maxIndex = 10_000
 
 // Open opens (creating it, 0600, in a 0700 dir) the file at path for the
-// records of chain. It finds the file's head and cuts off a torn last
-// line. It does not verify the file (Verify does), so that a copy damaged
-// long ago still takes new records and can be reported.
+// records of chain. It reads only the file's end: its last complete
+// record, the head new records follow, and a torn last line after it,
+// which it cuts off. It does not verify the file (agentd audit verify
+// does), so that a copy damaged long ago still takes new records and can
+// be reported, and a long copy costs nothing at start.
 func Open(path, chain string) (*Log, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("audit log: %w", err)
@@ -105,35 +107,55 @@ func Open(path, chain string) (*Log, error) {
 	if err != nil {
 		return nil, fmt.Errorf("audit log: %w", err)
 	}
-	b, err := io.ReadAll(f)
+	head, end, err := lastRecord(f)
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("audit log %s: %w", path, err)
 	}
-	rs, n, err := parse(path, b)
-	if err != nil {
+	if err := f.Truncate(end); err != nil { // a torn last line, if any
 		f.Close()
-		return nil, fmt.Errorf("audit log: %w", err)
+		return nil, fmt.Errorf("audit log %s: cut off a torn last line: %w", path, err)
 	}
-	if n < len(b) {
-		if err := f.Truncate(int64(n)); err != nil {
-			f.Close()
-			return nil, fmt.Errorf("audit log %s: cut off a torn last line: %w", path, err)
-		}
-	}
-	if _, err := f.Seek(int64(n), io.SeekStart); err != nil {
+	if _, err := f.Seek(end, io.SeekStart); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("audit log %s: %w", path, err)
 	}
-	l := &Log{path: path, chain: chain, f: f, seen: map[findKey]int64{}}
-	for i := range rs {
-		l.index(rs[i])
-	}
-	if len(rs) > 0 {
-		h := rs[len(rs)-1]
-		l.head = &h
-	}
+	l := &Log{path: path, chain: chain, f: f, seen: map[findKey]int64{}, head: head}
 	return l, nil
+}
+
+// lastRecord returns f's last complete record (nil for none) and where
+// the complete lines end, reading backwards from the end in growing
+// chunks until it holds a whole last line.
+func lastRecord(f *os.File) (*auditchain.Record, int64, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, 0, err
+	}
+	size := fi.Size()
+	for chunk := int64(64 << 10); ; chunk *= 4 {
+		from := max(0, size-chunk)
+		b := make([]byte, size-from)
+		if _, err := f.ReadAt(b, from); err != nil && err != io.EOF {
+			return nil, 0, err
+		}
+		last := bytes.LastIndexByte(b, '\n')
+		if last < 0 {
+			if from == 0 {
+				return nil, 0, nil // no complete line
+			}
+			continue
+		}
+		start := bytes.LastIndexByte(b[:last], '\n') + 1
+		if start == 0 && from > 0 {
+			continue // the line may begin before the chunk
+		}
+		var r auditchain.Record
+		if err := json.Unmarshal(b[start:last], &r); err != nil {
+			return nil, 0, fmt.Errorf("its last line is not an audit record: %w", err)
+		}
+		return &r, from + int64(last) + 1, nil
+	}
 }
 
 // Close closes the file.

@@ -87,3 +87,34 @@ func TestCompare(t *testing.T) {
 }
 
 func same(rs []auditchain.Record) []auditchain.Record { return rs }
+
+// Open reads only the file's end, however long the file: the head of a
+// copy of several chunks' worth of records is its last one.
+func TestOpenFindsTheHeadOfALongFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit", auditlog.InstallFile)
+	l, err := auditlog.Open(path, "ins_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := chain(2000) // about 400 KB
+	if err := l.AppendCopy(rs); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	l, err = auditlog.Open(path, "ins_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if seq, hash := l.Head(); seq != 2000 || hash != rs[1999].Hash {
+		t.Fatalf("head %d %s, want record 2000", seq, hash)
+	}
+	next := auditchain.Next(&rs[1999], auditchain.Record{Chain: "ins_1", Kind: "k", Data: "{}"})
+	if err := l.AppendCopy([]auditchain.Record{next}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := auditlog.ReadFile(path)
+	if err != nil || len(got) != 2001 || auditchain.Verify(got) != nil {
+		t.Fatalf("after reopening: %v, %d records", err, len(got))
+	}
+}
