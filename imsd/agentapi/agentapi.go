@@ -826,11 +826,12 @@ func (c *conn) handle(ctx context.Context, m *agentv1.ConnectRequest) error {
 			s.hub.NotifyLog(r.JobId)
 			s.hub.FleetChanged()
 		}
-		// The job's end reaches the agent's copy of the chain with it.
-		if err := c.sendAudit(ctx); err != nil {
+		if err := c.send(accepted(r.WriteId)); err != nil {
 			return err
 		}
-		if err := c.send(accepted(r.WriteId)); err != nil {
+		// The job's end reaches the agent's copy of the chain right after
+		// (after: the agent forgets the job at the answer, no sooner).
+		if err := c.sendAudit(ctx); err != nil {
 			return err
 		}
 		return c.claim(ctx, false)

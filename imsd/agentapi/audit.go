@@ -18,8 +18,8 @@ import (
 // of store.MaxAuditPage. The handler calls it after the welcome, before
 // the answer to an ack (so the agent holds the ack's record before it
 // starts the job: it runs nothing it holds no record of) and after each
-// heartbeat that names jobs (else once a minute) and before the answer
-// to a result. A record the agent does not take (its copy disagrees) is
+// heartbeat that names jobs (else once a minute) and right after the
+// answer to a result. A record the agent does not take (its copy disagrees) is
 // its to report: imsd sends the chain as it has it.
 func (c *conn) sendAudit(ctx context.Context) error {
 	if !c.auditCopy {
