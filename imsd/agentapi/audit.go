@@ -17,16 +17,15 @@ import (
 // (Hello.audit_copy) the records it lacks, as they are stored, in pages
 // of store.MaxAuditPage. The handler calls it after the welcome, before
 // the answer to an ack (so the agent holds the ack's record before it
-// starts the job: it runs nothing it holds no record of) and after each
-// heartbeat that names jobs (else once a minute) and right after the
-// answer to a result. A record the agent does not take (its copy disagrees) is
+// starts the job: it runs nothing it holds no record of), and at the
+// first heartbeat after a result (else once a minute). A record the agent does not take (its copy disagrees) is
 // its to report: imsd sends the chain as it has it.
 func (c *conn) sendAudit(ctx context.Context) error {
 	if !c.auditCopy {
 		return nil
 	}
 	for {
-		rs, err := c.svc.store.AuditRecordsAfter(ctx, c.agent.InstallID, c.auditSeq, store.MaxAuditPage)
+		rs, err := c.svc.store.AuditRecordsToSend(ctx, c.agent.InstallID, c.auditSeq)
 		if err != nil {
 			return c.svc.err(ctx, err)
 		}

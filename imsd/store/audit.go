@@ -378,37 +378,48 @@ func (s *Store) RawExec(ctx context.Context, q string, args ...any) error {
 	})
 }
 
-// auditRow is an audit_events row for sqlx.
-type auditRow struct {
-	Chain   string `db:"chain"`
-	Seq     int64  `db:"seq"`
-	At      int64  `db:"at"`
-	Kind    string `db:"kind"`
-	Actor   string `db:"actor"`
-	Subject string `db:"subject"`
-	Data    string `db:"data"`
-	Prev    string `db:"prev"`
-	Hash    string `db:"hash"`
-}
-
 // MaxAuditPage is the most records AuditRecordsAfter returns at once.
 const MaxAuditPage = 1000
 
 // AuditRecordsAfter returns up to limit (at most MaxAuditPage) records of
 // chain after record afterSeq, as stored, in seq order: what an agent's
-// copy of its install's chain lacks. It reads the (chain, seq) key only.
+// copy of its install's chain lacks, as the database holds them (agentd
+// audit compare). It reads the (chain, seq) key only.
+// AuditRecordsToSend is AuditRecordsAfter for the records imsd sends an
+// agent's copy as the stream goes: on SQLite it answers from the
+// writer's tail of the chain when that holds them (audittail.go), which
+// always includes what this imsd committed, but may lag records another
+// process committed to the same file until this one next writes. Those
+// follow with a later send; nothing is ever sent out of order.
+func (s *Store) AuditRecordsToSend(ctx context.Context, chain string, afterSeq int64) ([]auditchain.Record, error) {
+	if s.gc != nil {
+		if rs, ok := s.gc.tails.after(chain, afterSeq, MaxAuditPage); ok {
+			return rs, nil
+		}
+	}
+	return s.AuditRecordsAfter(ctx, chain, afterSeq, MaxAuditPage)
+}
+
 func (s *Store) AuditRecordsAfter(ctx context.Context, chain string, afterSeq int64, limit int) ([]auditchain.Record, error) {
 	if limit <= 0 || limit > MaxAuditPage {
 		limit = MaxAuditPage
 	}
-	var rows []auditRow
 	q := fmt.Sprintf(`SELECT chain, seq, at, kind, actor, subject, data, prev, hash FROM audit_events WHERE chain = ? AND seq > ? ORDER BY seq LIMIT %d`, limit)
-	if err := s.r.SelectContext(ctx, &rows, s.bind(q), chain, afterSeq); err != nil {
+	rows, err := s.r.QueryContext(ctx, s.bind(q), chain, afterSeq)
+	if err != nil {
 		return nil, fmt.Errorf("read audit chain %q after %d: %w", chain, afterSeq, err)
 	}
-	out := make([]auditchain.Record, len(rows))
-	for i, r := range rows {
-		out[i] = auditchain.Record(r)
+	defer rows.Close()
+	var out []auditchain.Record
+	for rows.Next() {
+		var r auditchain.Record
+		if err := rows.Scan(&r.Chain, &r.Seq, &r.At, &r.Kind, &r.Actor, &r.Subject, &r.Data, &r.Prev, &r.Hash); err != nil {
+			return nil, fmt.Errorf("read audit chain %q after %d: %w", chain, afterSeq, err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read audit chain %q after %d: %w", chain, afterSeq, err)
 	}
 	return out, nil
 }

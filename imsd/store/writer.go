@@ -161,6 +161,9 @@ type groupCommit struct {
 	// so appending an event needs no read of the chain. Only the writer
 	// goroutine uses it; a batch's heads join it at its commit.
 	heads map[string]chainHead
+	// tails are the newest committed records of each chain, for readers
+	// (audittail.go); it has its own lock.
+	tails *auditTails
 	// dataVersion is SQLite's data_version as the writer last read it:
 	// it changes when another connection (another process or Store on
 	// the file) commits, and then heads may be stale (checkHeads).
@@ -184,7 +187,7 @@ type writeReq struct {
 }
 
 func startGroupCommit(db *sqlx.DB) *groupCommit {
-	g := &groupCommit{db: db, stmts: map[string]*sqlx.Stmt{}, heads: map[string]chainHead{}, reqs: make(chan *writeReq), quit: make(chan struct{}), done: make(chan struct{})}
+	g := &groupCommit{db: db, stmts: map[string]*sqlx.Stmt{}, heads: map[string]chainHead{}, tails: newAuditTails(), reqs: make(chan *writeReq), quit: make(chan struct{}), done: make(chan struct{})}
 	go g.run()
 	return g
 }
@@ -311,6 +314,7 @@ func (g *groupCommit) runBatch(batch []*writeReq) {
 			return
 		}
 		maps.Copy(g.heads, t.heads)
+		g.tails.add(t.records)
 		r.err <- nil
 		return
 	}
@@ -365,6 +369,7 @@ func (g *groupCommit) runBatch(batch []*writeReq) {
 	err = tx.Commit()
 	if err == nil {
 		maps.Copy(g.heads, t.heads)
+		g.tails.add(t.records)
 	}
 	for _, r := range batch {
 		if !r.ok {
@@ -401,8 +406,7 @@ var auditRowsPerInsert = []int{64, 16, 4, 1}
 // appended to the database file): the cache is dropped, so that the
 // writes, tried again, read the heads.
 func (g *groupCommit) insertAudit(t *txn) error {
-	rs := t.records
-	t.records = t.records[:0]
+	rs := t.records // kept in t for tails once the batch commits
 	for len(rs) > 0 {
 		n := 1
 		for _, k := range auditRowsPerInsert {
@@ -446,6 +450,7 @@ func (g *groupCommit) checkHeads(t *txn) {
 	var v int64
 	if err := t.QueryRowContext(t.ctx, "PRAGMA data_version").Scan(&v); err != nil || v != g.dataVersion {
 		clear(g.heads)
+		g.tails.reset()
 		g.dataVersion = v
 	}
 }

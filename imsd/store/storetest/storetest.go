@@ -81,6 +81,7 @@ func Run(t *testing.T, open OpenFunc) {
 		{"AuditTamperInsert", testAuditTamperInsert},
 		{"AuditWriteFailure", testAuditWriteFailure},
 		{"AuditConcurrent", testAuditConcurrent},
+		{"AuditRecordsAfter", testAuditRecordsAfter},
 		{"PolicyFindings", testPolicyFindings},
 		{"Drift", testDrift},
 	}

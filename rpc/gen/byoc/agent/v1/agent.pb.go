@@ -732,9 +732,8 @@ type Hello struct {
 	// audit_copy asks imsd to send the records of the install's audit chain
 	// after audit_seq (the last record of the agent's own copy; 0 for
 	// none): at once, then before the answer to every ack (so that the
-	// agent holds the record of a job's ack before it starts the job),
-	// after the answer to every result, and after heartbeats (those naming
-	// jobs; else once a minute).
+	// agent holds the record of a job's ack before it starts the job), and
+	// after the first heartbeat that follows a result (else once a minute).
 	AuditCopy     bool  `protobuf:"varint,30,opt,name=audit_copy,json=auditCopy,proto3" json:"audit_copy,omitempty"`
 	AuditSeq      int64 `protobuf:"varint,31,opt,name=audit_seq,json=auditSeq,proto3" json:"audit_seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
