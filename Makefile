@@ -79,8 +79,12 @@ test-short: ## Fast tier: go test -short -race.
 	$(GO) test -short -race -count=1 ./...
 
 .PHONY: test-full
-test-full: ## Full tier: tests that start real servers (PostgreSQL, processes).
+test-full: terraform-mirror ## Full tier: tests that start real servers (PostgreSQL, processes, terraform).
 	$(GO) test -count=1 -timeout 20m ./...
+
+.PHONY: terraform-mirror
+terraform-mirror: ## Build the Terraform provider mirror the terraform type's tests use (.cache/terraform-mirror; reused).
+	@scripts/terraform-mirror.sh >/dev/null
 
 # Fuzz targets run briefly by `make test`, as package:FuzzName pairs (go
 # test -fuzz takes one target of one package at a time). Add yours here;
@@ -96,7 +100,10 @@ FUZZ_TARGETS := \
 	./schema/app/cron:FuzzScheduleTokens \
 	./imsd/agentapi:FuzzConfigDigestBothSides \
 	./agentd/agent:FuzzSeenLine \
-	./imsd/store:FuzzEncodeMap
+	./imsd/store:FuzzEncodeMap \
+	./internal/ocicopy:FuzzParseReference \
+	./imsd/registry:FuzzParseScope \
+	./rpc/agentproto:FuzzParseGrantExchangePassword
 FUZZTIME ?= 10s
 
 .PHONY: fuzz-short
@@ -121,10 +128,18 @@ test-examples: ## Vet and test the example plugins (each its own module).
 test: check-generate check-deps lint check-breaking test-short test-full test-examples fuzz-short ## Everything CI runs: generated code, architecture, lint, proto compatibility, fast and full tiers, example plugins, short fuzzing.
 
 .PHONY: bench
-bench: ## Benchmarks: plugin launch, sandbox overhead per step, pickup latency, dispatch throughput, memory per agent (prints figures).
+bench: bench-tools ## Benchmarks: plugin launch, sandbox overhead per step, pickup latency, dispatch throughput, memory per agent, image sync against skopeo/crane/oras (prints figures).
 	$(GO) test -run '^$$' -bench Launch -benchtime 50x ./agentd/pluginhost/
 	$(GO) test -run '^$$' -bench StepOverhead -benchtime 100x ./plugins/action/sandbox/
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./bench/...
+
+.PHONY: bench-tools
+bench-tools: ## Install the image benchmark's peers at pinned versions (crane v0.22.1, oras v1.3.1) into .cache/bench-tools/bin.
+	@scripts/bench-tools.sh
+
+.PHONY: bench-image
+bench-image: bench-tools ## Only the image sync benchmark (byoc's copy, skopeo, crane, oras; registry to registry on loopback).
+	$(GO) test -run '^$$' -bench ImageSync -benchtime 1x -timeout 30m ./bench/imagesync/
 
 .PHONY: demo
 demo: build-progress ## Build (showing progress), start imsd (SQLite) and an enrolled agent in the background, run a job, follow its logs.

@@ -4,6 +4,7 @@
 //
 //	agentd --ims URL --enroll-token T --state-dir DIR   enrol once, then serve
 //	agentd --ims URL --state-dir DIR                    serve with the saved identity
+//	agentd --role build --ims URL --enroll-token T ...  the vendor's build agent (build jobs only)
 //	agentd plugin TYPE                                  serve a built-in component type (the loader runs this)
 //	agentd permissions --state-dir DIR show|enable MODE|disable MODE|disable-all|enable-all
 //	                                                    the customer's permission modes and kill switch
@@ -11,6 +12,8 @@
 //	                                                    the customer's decisions on break-glass requests
 //	agentd audit --state-dir DIR verify|compare         check the agent's copy of its install's audit chain,
 //	                                                    and compare it with imsd's
+//	agentd module push --state-dir DIR MODULE_DIR REPO:TAG
+//	                                                    put a Terraform module into the install registry
 //	agentd --stack-config FILE --state-dir DIR          run from an install stack (its imsd, token, roles, inputs, secrets)
 //	agentd preflight [--stack-config FILE] [--state-dir DIR]
 //	                                                    check what the install needs; exit 1 on a failure
@@ -36,15 +39,23 @@ import (
 	"github.com/byoc-dev/byoc/agentd/secrets"
 	"github.com/byoc-dev/byoc/agentd/stack"
 	"github.com/byoc-dev/byoc/internal/buildinfo"
+	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/plugins/action"
+	"github.com/byoc-dev/byoc/plugins/build"
+	"github.com/byoc-dev/byoc/plugins/image"
 	"github.com/byoc-dev/byoc/plugins/sdk"
+	"github.com/byoc-dev/byoc/plugins/terraform"
 )
 
 // builtins are the component types compiled into agentd. They load through
 // the same loader and protocol as third-party plugins: agentd re-executes
 // itself as "agentd plugin TYPE".
 var builtins = map[string]func() sdk.Plugin{
-	"action": func() sdk.Plugin { return action.New() },
+	"action":    func() sdk.Plugin { return action.New() },
+	"image":     func() sdk.Plugin { return image.New() },
+	"terraform": func() sdk.Plugin { return terraform.New() },
+	// build is served only by the build agent (agentd --role build).
+	build.TypeName: func() sdk.Plugin { return build.New() },
 }
 
 func main() {
@@ -61,6 +72,9 @@ func main() {
 	}
 	if len(os.Args) > 1 && os.Args[1] == "audit" {
 		os.Exit(auditCmd(ctx, os.Args[2:], os.Stdout, os.Stderr, time.Now))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "module" {
+		os.Exit(moduleCmd(ctx, os.Args[2:], os.Stdout, os.Stderr))
 	}
 	if len(os.Args) > 1 && os.Args[1] == "preflight" {
 		os.Exit(preflightCmd(ctx, os.Args[2:], os.Stdout, os.Stderr))
@@ -89,6 +103,22 @@ func builtinNames() []string {
 	return names
 }
 
+// roleBuiltins are the built-in types an agent of role runs: the build
+// agent only build jobs; an install's agent every other type, never a
+// build (it holds no push access, and imsd grants it none).
+func roleBuiltins(role string) []string {
+	if role == "build" {
+		return []string{build.TypeName}
+	}
+	var out []string
+	for _, n := range builtinNames() {
+		if n != build.TypeName {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
 // multiFlag collects a repeated flag.
 type multiFlag []string
 
@@ -102,10 +132,15 @@ func run(ctx context.Context, args []string) int {
 		capacity             int
 		pluginDirs, pins     multiFlag
 		secretsFile          string
+		installRegistry      string
+		tfProviders          string
+		cancelGrace          time.Duration
 		policyDir            string
 		stackPath            string
 		level                slog.Level
+		role                 string
 	)
+	fs.StringVar(&role, "role", "install", "`install` (an install's agent) or build (the vendor's build agent, the only writer of the vendor registry; enrol it with a token from byoc build agent-token)")
 	fs.StringVar(&ims, "ims", os.Getenv("BYOC_IMS_URL"), "imsd `URL`; also $BYOC_IMS_URL")
 	fs.StringVar(&token, "enroll-token", os.Getenv("BYOC_ENROLL_TOKEN"), "single-use enrolment `token`, needed once; also $BYOC_ENROLL_TOKEN")
 	fs.StringVar(&stateDir, "state-dir", "", "`directory` for the agent's identity and job workspaces")
@@ -113,6 +148,9 @@ func run(ctx context.Context, args []string) int {
 	fs.Var(&pluginDirs, "plugin-dir", "`directory` searched for byoc-plugin-<type> binaries (repeatable)")
 	fs.Var(&pins, "plugin-pin", "`type=sha256` pin for an external plugin (repeatable); unpinned plugins never run")
 	fs.StringVar(&secretsFile, "secrets-file", "", "customer-owned `file` of NAME=value secrets (mode 0600); jobs get those their config lists under \"secrets\", and every value is redacted from job logs, errors and outputs")
+	fs.StringVar(&installRegistry, "install-registry", os.Getenv("BYOC_INSTALL_REGISTRY"), "the install registry `location` every image, chart and module is synced into before it runs: http(s)://HOST[:PORT][/PREFIX], HOST[:PORT][/PREFIX], or oci:DIR (an OCI image layout root); default oci:STATE-DIR/registry; also $BYOC_INSTALL_REGISTRY; credentials: the --secrets-file entries BYOC_INSTALL_REGISTRY_USERNAME, _PASSWORD, _TOKEN")
+	fs.StringVar(&tfProviders, "terraform-providers", "", "Terraform provider filesystem mirror `directory`: the terraform type installs providers from it only, never from a registry")
+	fs.DurationVar(&cancelGrace, "cancel-grace", time.Minute, "how long a cancelled or timed-out job's plugin may take to stop once interrupted (Terraform saves its state and releases its lock) before it is killed; 0 kills at once")
 	fs.StringVar(&policyDir, "policy-dir", "", "customer-owned `directory` of rego policies (*.rego, not writable by group or others); every plan, apply and destroy must pass them, whatever the app config's policies say")
 	fs.StringVar(&stackPath, "stack-config", os.Getenv("BYOC_STACK_CONFIG"), "the install stack's config `file` (its imsd URL, enrolment token, a role per permission mode, the customer's inputs and secrets); also $BYOC_STACK_CONFIG")
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "log `level`: debug, info, warn, error")
@@ -126,6 +164,10 @@ func run(ctx context.Context, args []string) int {
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "agentd: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	if role != "install" && role != "build" {
+		fmt.Fprintf(os.Stderr, "agentd: --role %q: want install or build\n", role)
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
@@ -154,7 +196,7 @@ func run(ctx context.Context, args []string) int {
 			_, err = agent.CustomerPolicies(policyDir)
 		}
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "agentd: --policy-dir: %v\n", err)
+			fmt.Fprintf(os.Stderr, "agentd: %v\n", err)
 			return 2
 		}
 	}
@@ -201,19 +243,45 @@ func run(ctx context.Context, args []string) int {
 			return 1
 		}
 	}
+	if installRegistry == "" && stateDir != "" {
+		installRegistry = "oci:" + filepath.Join(stateDir, "registry")
+	}
+	if installRegistry != "" {
+		reg, err := ocicopy.ParseRegistry(installRegistry)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "agentd: --install-registry: %v\n", err)
+			return 2
+		}
+		installRegistry = reg.String()
+	}
 	loader := &pluginhost.Loader{
 		SelfExe:  self,
 		SelfArgs: func(typ string) []string { return []string{"plugin", typ} },
-		Builtins: builtinNames(),
+		Builtins: roleBuiltins(role),
 		Dirs:     pluginDirs,
 		Pins:     pinMap,
 		Logger:   log,
 	}
+	// The install registry reaches plugins through InstallRegistry.
+	pluginEnv := map[string]string{}
+	if tfProviders != "" {
+		if pluginEnv["BYOC_TERRAFORM_PROVIDERS"], err = filepath.Abs(tfProviders); err != nil {
+			fmt.Fprintf(os.Stderr, "agentd: --terraform-providers: %v\n", err)
+			return 2
+		}
+	}
 	runner := &agent.PluginRunner{Loader: loader, WorkRoot: filepath.Join(stateDir, "jobs"),
 		StateRoot: filepath.Join(stateDir, "components"), LogRoot: filepath.Join(stateDir, "logs"), Secrets: secretMap, Logger: log,
-		PolicyDir: policyDir}
+		PolicyDir: policyDir, InstallRegistry: installRegistry, PluginEnv: pluginEnv, CancelGrace: cancelGrace}
+	if role == "build" {
+		// The build agent's credentials to read private sources: the
+		// secrets BYOC_SOURCE_REGISTRY_USERNAME, _PASSWORD, _TOKEN.
+		runner.OperationSecretsPrefix = build.SourceCredentialsPrefix
+	}
 	if st != nil {
 		runner.Credentials = stackCredentials(st, stateDir, time.Now)
+		runner.Inputs = stackValues.Inputs
+		runner.Redact = stackValues.Sensitive
 	}
 	defer runner.Close()
 	// A previous agentd killed mid-job left its workspaces, its plugins'
@@ -235,6 +303,8 @@ func run(ctx context.Context, args []string) int {
 		Runner:      runner,
 		Version:     buildinfo.Get().Short(),
 		Logger:      log,
+		Role:        role,
+		Stack:       stackReport(st, stackValues),
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "agentd: %v\n", err)

@@ -20,6 +20,7 @@ import (
 	"github.com/byoc-dev/byoc/agentd/supportbundle"
 	"github.com/byoc-dev/byoc/internal/atomicfile"
 	"github.com/byoc-dev/byoc/internal/buildinfo"
+	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 )
 
 // stackCredentials gives each job its permission mode's role's
@@ -44,6 +45,14 @@ func stackCredentials(st *stack.Stack, stateDir string, now func() time.Time) fu
 		}
 		return c.Env, c.Secret, nil
 	}
+}
+
+// stackReport is what the hello tells imsd of the stack (nil: none).
+func stackReport(st *stack.Stack, v stack.Values) *agentv1.StackReport {
+	if st == nil {
+		return nil
+	}
+	return &agentv1.StackReport{Format: st.Config.Format, Stack: st.Config.Stack, Inputs: v.Report, Outputs: st.Config.Outputs}
 }
 
 // enrolled reports whether the state dir holds an identity.

@@ -10,6 +10,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/byoc-dev/byoc/agentd/agent"
+	"github.com/byoc-dev/byoc/agentd/permissions"
+	"github.com/byoc-dev/byoc/agentd/stack"
+	"github.com/byoc-dev/byoc/agentd/stack/awsfake"
 )
 
 func localStack(t *testing.T, ims string) string {
@@ -77,5 +83,58 @@ func TestSupportBundleCommand(t *testing.T) {
 	}
 	if code := supportBundleCmd(context.Background(), nil, &out, &errb); code != 2 {
 		t.Errorf("without -o: exit %d", code)
+	}
+}
+
+// A break-glass job runs with its live grant's role (break_glass.toml's,
+// created by the stack), for no longer than the grant; without a live
+// grant, with the break-glass mode's own role.
+func TestBreakGlassJobTakesItsGrantsRole(t *testing.T) {
+	const (
+		key     = "AKIABGTESTKEY0001"
+		modeARN = "arn:aws:iam::123456789012:role/acme-BreakGlassRole"
+		adminRN = "arn:aws:iam::123456789012:role/acme-BreakGlassAdminRole"
+	)
+	fake := awsfake.New(t)
+	fake.AddRole(modeARN, key)
+	fake.AddRole(adminRN, key)
+	t.Setenv("AWS_ACCESS_KEY_ID", key)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "s")
+	cfg := `{"version":1,"format":"cloudformation","install":"acme","ims":"https://ims.example.com","region":"eu-west-1","enroll_token":{},
+ "modes":{"break_glass":{"enabled":true,"arn":"` + modeARN + `","name":"BreakGlassRole","parameter":"EnableBreakGlass"}},
+ "break_glass_roles":{"admin":{"enabled":true,"arn":"` + adminRN + `","name":"BreakGlassAdminRole","parameter":"EnableBreakGlass"}},
+ "endpoints":{"sts":"` + fake.STS.URL + `","secretsmanager":"` + fake.SecretsManager.URL + `"}}`
+	path := filepath.Join(t.TempDir(), "stack.json")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st, err := stack.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := t.TempDir()
+	now := time.Now()
+	creds := stackCredentials(st, state, func() time.Time { return now })
+	job := agent.Job{ID: "job_bg", Mode: "break_glass", Timeout: time.Hour}
+
+	if _, _, err := creds(context.Background(), job); err != nil {
+		t.Fatal(err)
+	}
+	if is := fake.Issued()[0]; is.RoleARN != modeARN {
+		t.Errorf("without a grant: %s, want the mode's role", is.RoleARN)
+	}
+	if _, err := permissions.UpdateGrants(state, func(g *permissions.Grants) error {
+		g.Grants = append(g.Grants, permissions.Grant{ID: "bg_1", Role: "admin", ApprovedAt: now, ExpiresAt: now.Add(20 * time.Minute)})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	env, _, err := creds(context.Background(), job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	is := fake.Issued()[1]
+	if is.RoleARN != adminRN || env["BYOC_ROLE_ARN"] != adminRN || is.Duration > 20*time.Minute {
+		t.Errorf("with grant bg_1: %+v", is)
 	}
 }

@@ -185,7 +185,7 @@ func TestPluginTypeRegistry(t *testing.T) {
 	changed := with(map[string]string{"components/hello.toml": strings.Replace(good["components/hello.toml"], "ada", "bob", 1)})
 	_, err = push(ctx, admin, changed)
 	wantCode(t, err, connect.CodeInvalidArgument, `no component type "greeting"`)
-	second := with(map[string]string{"components/web.toml": "type = \"image\"\n"})
+	second := with(map[string]string{"components/web.toml": "type = \"image\"\n[config]\nsource = \"web@sha256:" + strings.Repeat("ab", 32) + "\"\n"})
 	res, err := push(ctx, admin, second)
 	if err != nil || res.Revision.Number != 2 || len(res.Changes) == 0 {
 		t.Fatalf("push after remove = %v, %v", res, err)

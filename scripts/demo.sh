@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # make demo / make demo-stop: start imsd (SQLite) and an enrolled agent for a
 # demo install in the background, run a job and follow its logs to the end.
+# With Debian's docker-registry installed it also shows artifact custody: a
+# vendor registry with imsd as its token server, the build agent syncing
+# the demo image (packed by scripts/demoimage) into it, and the install's
+# agent deploying it into its own registry with a one-time grant.
 # Works with or without a terminal.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -8,10 +12,11 @@ demo="$root/.demo"
 bin="$root/bin"
 addr="${BYOC_DEMO_ADDR:-127.0.0.1:7070}"
 url="http://$addr"
+reg_addr="${BYOC_DEMO_REGISTRY_ADDR:-127.0.0.1:7071}"
 export BYOC_CONFIG="$demo/byoc-config.json"
 
 stop() {
-  for name in agentd imsd; do
+  for name in agentd agentd-build registry imsd; do
     pidfile="$demo/$name.pid"
     if [ -f "$pidfile" ]; then
       pid="$(cat "$pidfile")"
@@ -40,8 +45,17 @@ stop >/dev/null 2>&1 || true
 rm -rf "$demo"
 mkdir -p "$demo"
 
+custody=""
+registry_flags=()
+if command -v docker-registry >/dev/null 2>&1; then
+  custody=1
+  registry_flags=(--registry-url "http://$reg_addr")
+else
+  echo "(docker-registry is not installed: skipping the vendor registry and the image component; apt-get install docker-registry)"
+fi
+
 echo "==> starting imsd on $url (SQLite in $demo/imsd)"
-nohup "$bin/imsd" --addr "$addr" --data-dir "$demo/imsd" --heartbeat 2s --lease 10s >"$demo/imsd.log" 2>&1 &
+nohup "$bin/imsd" --addr "$addr" --data-dir "$demo/imsd" --heartbeat 2s --lease 10s "${registry_flags[@]}" >"$demo/imsd.log" 2>&1 &
 echo $! >"$demo/imsd.pid"
 byoc() { "$bin/byoc" "$@"; }
 ready=""
@@ -52,17 +66,72 @@ for _ in $(seq 100); do
 done
 [ -n "$ready" ] || { echo "imsd is not ready; see $demo/imsd.log" >&2; exit 1; }
 byoc context add demo --server "$url" --token "$(cat "$demo/imsd/admin.token")" --use >/dev/null
-byoc app create shop --description "the demo app" >/dev/null
-token="$(byoc install create acme --app shop --input region=eu-west-1 -o json | sed -n 's/.*"token": *"\([^"]*\)".*/\1/p' | head -n1)"
+
+if [ -n "$custody" ]; then
+  echo "==> starting the vendor registry on $reg_addr (docker-registry, token auth: imsd is its token server)"
+  mkdir -p "$demo/registry"
+  cat >"$demo/registry/config.yml" <<YAML
+version: 0.1
+log:
+  level: warn
+  accesslog:
+    disabled: true
+storage:
+  filesystem:
+    rootdirectory: "$demo/registry/data"
+http:
+  addr: "$reg_addr"
+auth:
+  token:
+    realm: "$url/v2/token"
+    service: "byoc-registry"
+    issuer: "byoc-imsd"
+    rootcertbundle: "$demo/imsd/registry-token.crt"
+YAML
+  nohup docker-registry serve "$demo/registry/config.yml" >"$demo/registry.log" 2>&1 &
+  echo $! >"$demo/registry.pid"
+
+  echo "==> starting the build agent (agentd --role build: the only writer of the vendor registry)"
+  btoken="$(byoc build agent-token -o json | sed -n 's/.*"token": *"\([^"]*\)".*/\1/p' | head -n1)"
+  nohup "$bin/agentd" --role build --ims "$url" --enroll-token "$btoken" --state-dir "$demo/build-agent" >"$demo/agentd-build.log" 2>&1 &
+  echo $! >"$demo/agentd-build.pid"
+
+  echo "==> packing the demo image into an OCI layout, then syncing it into the vendor registry"
+  (cd "$root" && go run ./scripts/demoimage "$demo/oci/web") >/dev/null
+  byoc build sync "oci:$demo/oci/web:1.0" --repo acme/web --wait
+  digest="$(byoc build list --repo acme/web -o json | sed -n 's/.*"digest": *"\([^"]*\)".*/\1/p' | head -n1)"
+
+  mkdir -p "$demo/app/components" "$demo/app/installs"
+  printf 'name = "shop"\ndescription = "the demo app"\n' >"$demo/app/app.toml"
+  printf 'type = "image"\ndescription = "The demo image, by digest: a build in the vendor registry."\n[config]\nsource = "acme/web@%s"\n' "$digest" >"$demo/app/components/web.toml"
+  printf '# the demo install\n' >"$demo/app/installs/acme.toml"
+  byoc app push "$demo/app" >/dev/null
+  token="$(byoc install token acme -o json | sed -n 's/.*"token": *"\([^"]*\)".*/\1/p' | head -n1)"
+else
+  byoc app create shop --description "the demo app" >/dev/null
+  token="$(byoc install create acme --app shop -o json | sed -n 's/.*"token": *"\([^"]*\)".*/\1/p' | head -n1)"
+fi
 [ -n "$token" ] || { echo "could not read the enrolment token" >&2; exit 1; }
 
-echo "==> starting agentd for install acme"
-nohup "$bin/agentd" --ims "$url" --enroll-token "$token" --state-dir "$demo/agent-acme" >"$demo/agentd.log" 2>&1 &
+echo "==> writing acme's local install stack to $demo/stack-acme and starting agentd from it (its install registry: an OCI layout in its state dir)"
+# The customer's side, as a local stack: the permission toggles and
+# customer inputs in stack.json, the enrolment token in enroll.token;
+# agentd.sh runs agentd's preflight, then agentd (state in stack-acme/state).
+byoc install stack acme --format local -o "$demo/stack-acme" --ims-url "$url" >/dev/null
+(umask 077 && printf '%s\n' "$token" >"$demo/stack-acme/enroll.token")
+AGENTD="$bin/agentd" nohup "$demo/stack-acme/agentd.sh" >"$demo/agentd.log" 2>&1 &
 echo $! >"$demo/agentd.pid"
 for _ in $(seq 100); do
   if byoc install get acme -o json 2>/dev/null | grep -q '"connected": *true'; then break; fi
   sleep 0.1
 done
+
+if [ -n "$custody" ]; then
+  echo "==> deploying acme: the image goes vendor registry -> install registry, by digest, with a one-time grant"
+  byoc install provision acme --wait
+  echo "==> what acme runs, with its lineage"
+  byoc install images acme
+fi
 
 echo "==> running an action on acme and following its logs"
 byoc action run acme --follow -- 'echo "hello from $BYOC_INSTALL_ID"; for i in 1 2 3; do echo "step $i"; sleep 0.3; done; echo "greeting=hello" >> "$BYOC_OUTPUTS"'
@@ -75,8 +144,12 @@ Try, with BYOC_CONFIG=$BYOC_CONFIG (or add the context to your own config):
   export BYOC_CONFIG=$BYOC_CONFIG
   bin/byoc install list
   bin/byoc job list
+  bin/byoc build list
+  bin/byoc install images acme
   bin/byoc action run acme --follow -- 'uname -a; df -h .'
   bin/byoc job logs <JOB> --follow
+  bin/agentd preflight --stack-config $demo/stack-acme/stack.json --state-dir $demo/stack-acme/state
+  bin/agentd support-bundle -o $demo/bundle.tar.gz --stack-config $demo/stack-acme/stack.json --state-dir $demo/stack-acme/state
   curl -s $url/metrics | grep byoc_
 
 Stop them with: make demo-stop

@@ -6,6 +6,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	crand "crypto/rand"
@@ -58,6 +59,15 @@ type Job struct {
 	// that plan's digest (signed by imsd): the runner applies only if a
 	// fresh plan has the same.
 	ApprovedPlanDigest string
+	// Kill is closed when the job must stop at once, even while its
+	// plugin is given a grace to stop (a lost lease, a newer attempt, the
+	// agent stopping); nil: only the context says so.
+	Kill <-chan struct{}
+	// Registry, set for a job that carried a registry grant, exchanges
+	// the grant (once) for the vendor registry access its plugin gets.
+	Registry func(context.Context) (RegistryAccess, error)
+	// registryEnv is what Registry gave, for the operation's environment.
+	registryEnv map[string]string
 }
 
 // Outcome is how a job ended.
@@ -101,10 +111,17 @@ type Config struct {
 	// Now is the clock (default time.Now). Leases are counted on both the
 	// monotonic and the wall reading of what it returns.
 	Now func() time.Time
+	// Stack is what the hello reports of the agent's install stack (nil:
+	// none): customer inputs as their value or "set", never a sensitive
+	// value (stack.Values.Report), and the stack's outputs.
+	Stack *agentv1.StackReport
 	// PermissionsPoll is how often the agent looks at the customer's
 	// permission file while it runs (default 1s); it also reads it right
 	// before every job and at every heartbeat.
 	PermissionsPoll time.Duration
+	// Role is "install" (default) or "build" (the vendor's build agent),
+	// sent at enrolment.
+	Role string
 }
 
 // Agent is a running agentd.
@@ -113,6 +130,9 @@ type Agent struct {
 	id     identity.Identity
 	client agentv1connect.AgentServiceClient
 	log    *slog.Logger
+	// tokenClient exchanges registry grants at imsd's token endpoint
+	// (plain HTTP requests, apart from the stream's connection).
+	tokenClient *http.Client
 
 	// instance is this process's random id, sent in every hello.
 	instance string
@@ -198,17 +218,18 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		cfg.PermissionsPoll = time.Second
 	}
 	a := &Agent{
-		cfg:      cfg,
-		client:   agentv1connect.NewAgentServiceClient(cfg.HTTPClient, strings.TrimRight(cfg.IMSURL, "/")),
-		log:      cfg.Logger,
-		jobs:     make(map[string]*jobRun),
-		live:     make(map[string]*jobRun),
-		refusals: make(map[refusalKey]*refusal),
-		instance: newInstanceID(),
-		kick:     make(chan struct{}, 1),
-		logKick:  make(chan struct{}, 1),
-		permKick: make(chan struct{}, 1),
-		stateCh:  make(chan struct{}),
+		cfg:         cfg,
+		client:      agentv1connect.NewAgentServiceClient(cfg.HTTPClient, strings.TrimRight(cfg.IMSURL, "/")),
+		log:         cfg.Logger,
+		tokenClient: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()},
+		jobs:        make(map[string]*jobRun),
+		live:        make(map[string]*jobRun),
+		refusals:    make(map[refusalKey]*refusal),
+		instance:    newInstanceID(),
+		kick:        make(chan struct{}, 1),
+		logKick:     make(chan struct{}, 1),
+		permKick:    make(chan struct{}, 1),
+		stateCh:     make(chan struct{}),
 	}
 	id, err := identity.Load(cfg.StateDir)
 	switch {
@@ -288,7 +309,7 @@ func (a *Agent) enroll(ctx context.Context) (identity.Identity, error) {
 		PublicKey:       key.Public().(ed25519.PublicKey),
 		Hostname:        host,
 		Version:         a.cfg.Version,
-		Role:            "install",
+		Role:            cmp.Or(a.cfg.Role, "install"),
 	}))
 	if err != nil {
 		return identity.Identity{}, fmt.Errorf("enrol with %s: %w", a.cfg.IMSURL, err)

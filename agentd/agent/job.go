@@ -63,6 +63,9 @@ type jobRun struct {
 	// done is closed when this attempt's plugin and processes are gone
 	// (or when it is given up before it started).
 	done chan struct{}
+	// kill is closed when the attempt is given up (stopLocked): its plugin
+	// is then killed at once, even during a cancel's grace (Job.Kill).
+	kill chan struct{}
 
 	// leaseUntil is when the agent's own lease on the attempt ends: a full
 	// lease after it sent the last message whose renewal imsd confirmed
@@ -132,7 +135,7 @@ func (a *Agent) assign(ctx context.Context, as *agentv1.JobAssignment) {
 	jctx, cancel := context.WithCancelCause(ctx)
 	j := &jobRun{
 		id: as.JobId, token: as.FencingToken, attempt: as.Attempt, mode: as.Mode, as: as, config: config,
-		ctx: jctx, cancel: cancel, prev: prev, done: make(chan struct{}),
+		ctx: jctx, cancel: cancel, prev: prev, done: make(chan struct{}), kill: make(chan struct{}),
 		leaseUntil: now.Add(a.leaseLocked()),
 	}
 	a.jobs[j.id] = j
@@ -167,7 +170,22 @@ func (a *Agent) check(as *agentv1.JobAssignment, now time.Time) (map[string]any,
 		ConfigDigest: digest, Expires: time.UnixMilli(sig.GetExpireUnixMs()),
 		ApprovedPlanDigest: as.ApprovedPlanDigest,
 	}
-	return config, agentproto.VerifyJob(a.keys, &c, sig.GetSignature(), now)
+	if g := as.GetRegistryGrant(); g != nil {
+		c.Grant = &agentproto.GrantClaims{ID: g.Id, Secret: g.Secret, Registry: g.Registry, Service: g.Service,
+			Scopes: g.Scopes, Expires: time.UnixMilli(g.ExpireUnixMs)}
+	}
+	if err := agentproto.VerifyJob(a.keys, &c, sig.GetSignature(), now); err != nil {
+		return config, err
+	}
+	// Components reference builds, and builds are digests: an image job
+	// naming a tag (which could move under it) never runs.
+	if as.ComponentType == agentproto.ImageType {
+		src, _ := config[agentproto.ImageSourceKey].(string)
+		if _, _, err := agentproto.ParseBuildRef(src); err != nil {
+			return config, err
+		}
+	}
+	return config, nil
 }
 
 // maxRefusals bounds the refusals waiting for imsd's confirmation; past
@@ -224,7 +242,10 @@ func (a *Agent) beginLocked(j *jobRun) {
 	job := Job{
 		ID: as.JobId, InstallID: as.InstallId, Attempt: as.Attempt,
 		ComponentType: as.ComponentType, Component: as.Component, Operation: as.Operation,
-		Config: config, Timeout: timeout, Mode: as.Mode, ApprovedPlanDigest: as.ApprovedPlanDigest,
+		Config: config, Timeout: timeout, Mode: as.Mode, ApprovedPlanDigest: as.ApprovedPlanDigest, Kill: j.kill,
+	}
+	if g := as.GetRegistryGrant(); g != nil {
+		job.Registry = func(ctx context.Context) (RegistryAccess, error) { return a.exchangeGrant(ctx, g) }
 	}
 	a.wg.Add(1)
 	go a.run(j, job)
@@ -276,7 +297,7 @@ func (a *Agent) run(j *jobRun, job Job) {
 	switch cause := context.Cause(j.ctx); {
 	case errors.As(cause, &c):
 		out = Outcome{Outcome: agentv1.Outcome_OUTCOME_CANCELLED, ExitCode: -1,
-			Error: c.reason + "; the plugin and its processes were killed"}
+			Error: c.reason + "; the plugin and its processes were stopped"}
 	case cause != nil:
 		// The lease was lost or the agent is stopping: this agent no
 		// longer owns the job and must not write a result.
@@ -284,7 +305,7 @@ func (a *Agent) run(j *jobRun, job Job) {
 		return
 	case timedOut:
 		out = Outcome{Outcome: agentv1.Outcome_OUTCOME_TIMED_OUT, ExitCode: -1,
-			Error: fmt.Sprintf("timed out after %s; the plugin and its processes were killed", job.Timeout)}
+			Error: fmt.Sprintf("timed out after %s; the plugin and its processes were stopped", job.Timeout)}
 	}
 	a.finish(j, out)
 }
@@ -377,6 +398,7 @@ func (a *Agent) stopLocked(j *jobRun, why string) {
 		return
 	}
 	j.stopping = true
+	close(j.kill)
 	if j.started && j.result == nil {
 		a.log.Warn("stopping job", "job", j.id, "attempt", j.attempt, "why", why)
 	} else {

@@ -19,6 +19,7 @@ import (
 	"github.com/byoc-dev/byoc/agentd/pluginhost"
 	"github.com/byoc-dev/byoc/agentd/redact"
 	"github.com/byoc-dev/byoc/agentd/secrets"
+	"github.com/byoc-dev/byoc/internal/stackconfig"
 	"github.com/byoc-dev/byoc/plugins/sdk"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
@@ -43,6 +44,38 @@ type PluginRunner struct {
 	// operation; the values of all of them are redacted from every log
 	// line, error and output the job sends back.
 	Secrets map[string]string
+	// OperationSecretsPrefix, when set, gives every operation the
+	// secrets whose names start with it, unasked (the build agent's
+	// source registry credentials, BYOC_SOURCE_REGISTRY_*), redacted like
+	// every secret.
+	OperationSecretsPrefix string
+	// InstallRegistry is the install registry's location (agentd
+	// --install-registry: a registry URL, or oci:DIR for an OCI image
+	// layout root), given to every plugin as BYOC_INSTALL_REGISTRY. Its
+	// credentials are the secrets named BYOC_INSTALL_REGISTRY_USERNAME,
+	// _PASSWORD and _TOKEN, which every operation gets in its
+	// environment (redacted like every secret).
+	InstallRegistry string
+	// Inputs are the customer-provided inputs the install stack holds, by
+	// name. A job's config lists those it refers to under
+	// "customer_inputs"; the agent puts each value in place of its
+	// {{ .inputs.NAME }} and removes the list.
+	Inputs map[string]string
+	// Redact lists more values redacted from every job (the install
+	// stack's sensitive inputs).
+	Redact []string
+	// PluginEnv is added to the environment of every plugin and of its
+	// operations: the agent-wide settings plugins read (the install
+	// registry, the Terraform provider mirror). Never secrets: it is the
+	// plugin process's own environment.
+	PluginEnv map[string]string
+	// CancelGrace is how long a job cancelled by an operator or the
+	// customer, or out of time, gives its plugin to stop once interrupted
+	// (protocol 1.3: SIGINT, the SDK cancels the operation) before its
+	// process group is killed; Terraform uses it to save its state and
+	// release its lock. Zero kills at once. A lost lease or a stopping
+	// agent always kills at once.
+	CancelGrace time.Duration
 	// LogRoot, when set, keeps a local copy of the newest jobs' logs
 	// (KeepJobLogs of them, STATE/logs/<job>-<attempt>.log, 0600), as
 	// redacted as what imsd gets, for the customer's support bundle.
@@ -75,6 +108,56 @@ type PluginRunner struct {
 	lock *os.File
 }
 
+// InstallRegistryEnv names the install registry's location in every
+// plugin's environment, and prefixes its credentials' secret names.
+const InstallRegistryEnv = "BYOC_INSTALL_REGISTRY"
+
+// runOp runs an operation of a started plugin. When ctx ends for a reason
+// that allows it (an operator's or the customer's cancel, the job's
+// timeout) and the plugin can be interrupted, it interrupts the plugin
+// and waits up to CancelGrace for the operation to return before it
+// kills the plugin; a lost lease or a stopping agent (ctx's other causes,
+// job.Kill) kills it at once.
+func (r *PluginRunner) runOp(ctx context.Context, inst *pluginhost.Instance, job Job, op string, req *sdk.RunRequest,
+	onLog func(sdk.LogEvent), log func(int32, string)) (*sdk.Result, error) {
+	if r.CancelGrace <= 0 || !inst.CanInterrupt() {
+		return inst.Run(ctx, op, req, onLog)
+	}
+	runCtx, stop := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer stop(nil)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-done:
+			return
+		case <-job.Kill:
+			stop(errors.New("the job was given up"))
+			return
+		case <-ctx.Done():
+		}
+		cause := context.Cause(ctx)
+		var c cancelled
+		if !errors.As(cause, &c) && !errors.Is(cause, errTimedOut) {
+			stop(cause)
+			return
+		}
+		log(StreamSystem, fmt.Sprintf("[agentd] %v: interrupting the plugin; waiting up to %s for it to stop", cause, r.CancelGrace))
+		inst.Interrupt()
+		t := time.NewTimer(r.CancelGrace)
+		defer t.Stop()
+		select {
+		case <-done:
+		case <-job.Kill:
+			stop(errors.New("the job was given up"))
+		case <-t.C:
+			log(StreamSystem, fmt.Sprintf("[agentd] the plugin did not stop within %s; killing it", r.CancelGrace))
+			stop(cause)
+		}
+	}()
+	return inst.Run(runCtx, op, req, onLog)
+}
+
 // SecretsKey is the top-level config key, for every component type, that
 // lists the secrets a job receives. The agent resolves and removes it
 // before the plugin sees the config.
@@ -86,10 +169,11 @@ const redactHold = 100 * time.Millisecond
 
 // Run implements Runner.
 func (r *PluginRunner) Run(ctx context.Context, job Job, rawLog func(int32, string)) Outcome {
-	secretValues := make([]string, 0, len(r.Secrets))
+	secretValues := make([]string, 0, len(r.Secrets)+len(r.Redact))
 	for _, v := range r.Secrets {
 		secretValues = append(secretValues, v)
 	}
+	secretValues = append(secretValues, r.Redact...)
 	// Values imsd marks sensitive (sensitive inputs) are redacted like
 	// secrets; the list never reaches the plugin.
 	config, sensitive, sensErr := takeSensitive(job.Config)
@@ -105,6 +189,19 @@ func (r *PluginRunner) Run(ctx context.Context, job Job, rawLog func(int32, stri
 		credEnv = env
 		sensitive = append(sensitive, secret...)
 	}
+	// A job that carried a registry grant exchanges it now, right before
+	// its plugin runs (after everything else that may fail it); the token is redacted like a secret.
+	var regEnv map[string]string
+	if job.Registry != nil && sensErr == nil {
+		acc, err := job.Registry(ctx)
+		if err != nil {
+			sensErr = fmt.Errorf("vendor registry access: %w", err)
+		} else {
+			regEnv = acc.Env()
+			secretValues = append(secretValues, acc.Token)
+		}
+	}
+	job.registryEnv = regEnv
 	red := redact.New(append(secretValues, sensitive...)...)
 	// Every line goes through the redactor, so that a secret a plugin
 	// sends in pieces is caught too; flushed before the outcome.
@@ -274,6 +371,73 @@ func (r *PluginRunner) resolveSecrets(config map[string]any) (map[string]any, ma
 	return out.(map[string]any), env, nil
 }
 
+// CustomerInputsKey is the top-level config key that lists the
+// customer-provided inputs a job's config refers to.
+const CustomerInputsKey = "customer_inputs"
+
+// resolveInputs takes the "customer_inputs" list out of config and puts
+// each listed input's value (from the install stack) in place of its
+// {{ .inputs.NAME }} in the config's strings.
+func (r *PluginRunner) resolveInputs(config map[string]any) (map[string]any, error) {
+	raw, ok := config[CustomerInputsKey]
+	if !ok {
+		return config, nil
+	}
+	rest := maps.Clone(config)
+	delete(rest, CustomerInputsKey)
+	list, ok := raw.([]any)
+	if !ok {
+		return nil, fmt.Errorf("config.%s: must be a list of input names", CustomerInputsKey)
+	}
+	ours := map[string]bool{}
+	for i, item := range list {
+		name, ok := item.(string)
+		if !ok || !secrets.Name.MatchString(name) {
+			return nil, fmt.Errorf("config.%s[%d]: must be an input name of letters, digits and _", CustomerInputsKey, i)
+		}
+		if _, ok := r.Inputs[name]; !ok {
+			return nil, fmt.Errorf("customer input %q is not set in this install's stack (its parameter %s; an agent run without --stack-config has none)",
+				name, "Input"+stackconfig.Pascal(name))
+		}
+		ours[name] = true
+	}
+	var walk func(path string, v any) (any, error)
+	walk = func(path string, v any) (any, error) {
+		switch v := v.(type) {
+		case string:
+			out, err := agentproto.ReplaceInputs(v, func(n string) (string, bool) { s, ok := r.Inputs[n]; return s, ok }, func(n string) bool { return ours[n] })
+			if err != nil {
+				return nil, fmt.Errorf("%s: %v", path, err)
+			}
+			return out, nil
+		case []any:
+			out := make([]any, len(v))
+			for i, e := range v {
+				var err error
+				if out[i], err = walk(fmt.Sprintf("%s[%d]", path, i), e); err != nil {
+					return nil, err
+				}
+			}
+			return out, nil
+		case map[string]any:
+			out := make(map[string]any, len(v))
+			for k, e := range v {
+				var err error
+				if out[k], err = walk(path+"."+k, e); err != nil {
+					return nil, err
+				}
+			}
+			return out, nil
+		}
+		return v, nil
+	}
+	out, err := walk("config", rest)
+	if err != nil {
+		return nil, err
+	}
+	return out.(map[string]any), nil
+}
+
 // run runs job; configErr, when set, fails it before anything starts;
 // credEnv goes to the operation's environment.
 func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEnv map[string]string, log func(int32, string), red *redact.Redactor) Outcome {
@@ -285,9 +449,13 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 	if configErr != nil {
 		return fail("%v", configErr)
 	}
+	config, err := r.resolveInputs(job.Config)
+	if err != nil {
+		return fail("%v", err)
+	}
 	// The vendor's policies leave the config before secrets are
 	// resolved: their text is not the plugin's config.
-	config, vendorPolicies, err := takeVendorPolicies(job.Config)
+	config, vendorPolicies, err := takeVendorPolicies(config)
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -351,6 +519,14 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 	if stateDir != "" {
 		env["BYOC_STATE_DIR"] = stateDir
 	}
+	if r.InstallRegistry != "" {
+		env[InstallRegistryEnv] = r.InstallRegistry
+	}
+	for k, v := range r.PluginEnv {
+		if _, ok := env[k]; !ok {
+			env[k] = v
+		}
+	}
 	started := time.Now()
 	// What the plugin prints outside the protocol (fmt.Println debugging,
 	// a panic's stacks, anything before Serve) goes to the job's log on
@@ -397,7 +573,20 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 	// Secrets go to the operation only, never into the plugin process's
 	// own environment.
 	opEnv := maps.Clone(env)
+	for _, suffix := range []string{"_USERNAME", "_PASSWORD", "_TOKEN"} {
+		if v, ok := r.Secrets[InstallRegistryEnv+suffix]; ok {
+			opEnv[InstallRegistryEnv+suffix] = v
+		}
+	}
+	if p := r.OperationSecretsPrefix; p != "" {
+		for k, v := range r.Secrets {
+			if strings.HasPrefix(k, p) {
+				opEnv[k] = v
+			}
+		}
+	}
 	maps.Copy(opEnv, secretEnv)
+	maps.Copy(opEnv, job.registryEnv)
 	maps.Copy(opEnv, credEnv)
 	if arn := credEnv["BYOC_ROLE_ARN"]; arn != "" {
 		log(StreamSystem, fmt.Sprintf("[agentd] %s mode: running with role %s (credentials until %s; never the agent's own)", job.Mode, arn, credEnv["AWS_CREDENTIAL_EXPIRATION"]))
@@ -433,8 +622,8 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 	if jc.ApprovedPlanDigest != "" {
 		opEnv["BYOC_APPROVED_PLAN_DIGEST"] = jc.ApprovedPlanDigest
 	}
-	res, err := inst.Run(ctx, job.Operation, &sdk.RunRequest{Job: jc, Config: job.Config, Env: opEnv},
-		func(e sdk.LogEvent) { log(int32(e.Stream), e.Text) })
+	res, err := r.runOp(ctx, inst, job, job.Operation, &sdk.RunRequest{Job: jc, Config: job.Config, Env: opEnv},
+		func(e sdk.LogEvent) { log(int32(e.Stream), e.Text) }, log)
 	if job.Operation == sdk.OpApply || job.Operation == sdk.OpDestroy {
 		// The component's state moved on (or may have): every saved plan
 		// of it is stale.

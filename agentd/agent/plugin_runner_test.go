@@ -216,3 +216,34 @@ func TestSweepWorkspaces(t *testing.T) {
 		t.Errorf("after the first runner closed: swept %v, %v; want %s", swept.Workspaces, err, left)
 	}
 }
+
+// The install registry reaches every job: its location in the plugin's
+// environment, its credentials (secrets the config need not list) in the
+// operation's, redacted like every secret.
+func TestInstallRegistryReachesEveryJob(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &agent.PluginRunner{
+		Loader:          &pluginhost.Loader{SelfExe: self, Builtins: []string{"action"}},
+		WorkRoot:        t.TempDir(),
+		Secrets:         map[string]string{"BYOC_INSTALL_REGISTRY_PASSWORD": "reg-pass-123", "OTHER": "other-secret"},
+		InstallRegistry: "oci:/var/lib/byoc/registry",
+	}
+	script := `echo "registry=$BYOC_INSTALL_REGISTRY" >"$BYOC_OUTPUTS"
+echo "password=$BYOC_INSTALL_REGISTRY_PASSWORD" >>"$BYOC_OUTPUTS"
+echo "other=$OTHER" >>"$BYOC_OUTPUTS"`
+	out := r.Run(t.Context(), agent.Job{ID: "job1", InstallID: "ins1", Attempt: 1, ComponentType: "action",
+		Operation: sdk.OpApply, Config: map[string]any{"steps": []any{map[string]any{"script": script}}}, Timeout: time.Minute},
+		func(int32, string) {})
+	if out.Outcome != agentv1.Outcome_OUTCOME_SUCCEEDED {
+		t.Fatalf("outcome %v: %s", out.Outcome, out.Error)
+	}
+	want := map[string]string{"registry": "oci:/var/lib/byoc/registry", "password": "***", "other": ""}
+	for k, v := range want {
+		if out.Outputs[k] != v {
+			t.Errorf("output %s = %q, want %q (all: %v)", k, out.Outputs[k], v, out.Outputs)
+		}
+	}
+}

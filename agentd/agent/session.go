@@ -77,6 +77,7 @@ func (a *Agent) session(ctx context.Context) error {
 		Permissions: a.permissionsProto(),
 		AuditCopy:   true,
 		AuditSeq:    auditSeq,
+		Stack:       a.cfg.Stack,
 	}}}); err != nil {
 		return fmt.Errorf("send hello: %w", err)
 	}

@@ -110,3 +110,47 @@ env | grep -c AKIAAGENTOWNKEY1 || true`
 		t.Errorf("a plugin started or a role was assumed for a disabled mode:\n%s", logs)
 	}
 }
+
+// A job's customer-provided inputs come from the install stack's values:
+// each {{ .inputs.NAME }} the config's "customer_inputs" list names is
+// replaced (sensitive values redacted like secrets); one the stack does not
+// set fails the job naming its stack parameter.
+func TestCustomerInputsFromStack(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &agent.PluginRunner{
+		Loader:   &pluginhost.Loader{SelfExe: self, Builtins: []string{"action"}},
+		WorkRoot: t.TempDir(),
+		Inputs:   map[string]string{"team": "platform", "admin_email": "ops@acme.example"},
+		Redact:   []string{"ops@acme.example"},
+	}
+	run := func(cfg map[string]any) (agent.Outcome, string) {
+		var mu sync.Mutex
+		var all strings.Builder
+		out := r.Run(t.Context(), agent.Job{ID: "j", InstallID: "ins1", Attempt: 1, ComponentType: "action", Operation: sdk.OpApply, Mode: "maintenance",
+			Config: cfg, Timeout: time.Minute},
+			func(_ int32, text string) { mu.Lock(); all.WriteString(text + "\n"); mu.Unlock() })
+		return out, all.String()
+	}
+	out, logs := run(map[string]any{
+		"customer_inputs": []any{"team", "admin_email"},
+		"env":             map[string]any{"T": "team {{ .inputs.team }}", "A": "{{ .inputs.admin_email }}"},
+		"steps":           []any{map[string]any{"script": `echo "t=$T a=$A"; echo "t=$T" >> $BYOC_OUTPUTS`}},
+	})
+	if out.Outcome != agentv1.Outcome_OUTCOME_SUCCEEDED || out.Outputs["t"] != "team platform" {
+		t.Fatalf("%v %s %v\n%s", out.Outcome, out.Error, out.Outputs, logs)
+	}
+	if !strings.Contains(logs, "t=team platform a=***") || strings.Contains(logs, "ops@acme") {
+		t.Errorf("log:\n%s", logs)
+	}
+	out, _ = run(map[string]any{
+		"customer_inputs": []any{"region"},
+		"env":             map[string]any{"R": "{{ .inputs.region }}"},
+		"steps":           []any{map[string]any{"script": "true"}},
+	})
+	if out.Outcome != agentv1.Outcome_OUTCOME_FAILED || !strings.Contains(out.Error, `customer input "region" is not set`) || !strings.Contains(out.Error, "InputRegion") {
+		t.Errorf("unset customer input: %v %q", out.Outcome, out.Error)
+	}
+}

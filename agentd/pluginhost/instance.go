@@ -142,6 +142,25 @@ func (i *Instance) exitStatus() string {
 	return i.cmd.ProcessState.String()
 }
 
+// CanInterrupt reports whether the plugin stops its operations when
+// interrupted (protocol 1.3).
+func (i *Instance) CanInterrupt() bool {
+	return i.desc != nil && !i.desc.Negotiated.Less(sdk.ProtocolVersion{Major: 1, Minor: 3})
+}
+
+// Interrupt asks the plugin to stop its running operations (protocol 1.3):
+// SIGINT to the plugin process alone, whose SDK cancels the operations'
+// contexts with sdk.ErrInterrupted. The caller waits for Run to return,
+// up to a grace of its choosing, and then cancels Run's context, which
+// kills the process group.
+func (i *Instance) Interrupt() {
+	if i.pgid > 0 {
+		if err := syscall.Kill(i.pgid, syscall.SIGINT); err != nil {
+			i.logger.Warn("interrupt plugin", "pid", i.pgid, "err", err)
+		}
+	}
+}
+
 // Kill ends the plugin and everything in its process group: SIGTERM, then
 // SIGKILL to what is still running after a grace period. It returns once
 // the group is gone and the plugin reaped. It is safe to call more than

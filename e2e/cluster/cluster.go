@@ -148,6 +148,8 @@ type Options struct {
 	SigningKeyFile string
 	// BreakGlassRequestTTL is imsd's --break-glass-request-ttl.
 	BreakGlassRequestTTL time.Duration
+	// RegistryURL is imsd's --registry-url (the vendor registry).
+	RegistryURL string
 }
 
 // StartIMS starts imsd and stops it at cleanup.
@@ -174,6 +176,7 @@ func StartIMS(tb testing.TB, o Options) *IMS {
 		CronInterval: o.CronInterval, CronNow: o.CronNow, AgentWireOff: o.AgentWireOff,
 		SigningKeyFile:       o.SigningKeyFile,
 		BreakGlassRequestTTL: o.BreakGlassRequestTTL,
+		RegistryURL:          o.RegistryURL,
 	}
 	ims := &IMS{DataDir: o.DataDir, cfg: cfg}
 	ims.start(tb)

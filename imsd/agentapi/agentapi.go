@@ -59,6 +59,9 @@ type Config struct {
 	// KeyChain endorses SigningKey through its rotations
 	// (auth.RotateSigningKey); every welcome and enrolment carries it.
 	KeyChain []agentproto.Endorsement
+	// Registry, when set, is the vendor registry: image and build jobs
+	// carry a one-time grant for it (grants.go).
+	Registry *RegistryConfig
 }
 
 // Observer receives events worth a metric. All methods must be cheap.
@@ -108,8 +111,8 @@ func (s *Service) Enroll(ctx context.Context, req *connect.Request[agentv1.Enrol
 		return nil, s.err(ctx, errs.Field("enrollment_token", "is required"))
 	case len(m.PublicKey) != 32:
 		return nil, s.err(ctx, errs.Field("public_key", "must be a 32-byte Ed25519 public key, got %d bytes", len(m.PublicKey)))
-	case m.Role != "" && m.Role != "install":
-		return nil, s.err(ctx, errs.Field("role", "must be %q, got %q", "install", m.Role))
+	case m.Role != "" && m.Role != "install" && m.Role != "build":
+		return nil, s.err(ctx, errs.Field("role", "must be %q or %q, got %q", "install", "build", m.Role))
 	case len(m.Hostname) > 255:
 		return nil, s.err(ctx, errs.Field("hostname", "is longer than 255 bytes"))
 	case len(m.Version) > 100:
@@ -124,6 +127,7 @@ func (s *Service) Enroll(ctx context.Context, req *connect.Request[agentv1.Enrol
 		Hostname:   m.Hostname,
 		Version:    m.Version,
 		EnrolledAt: now,
+		Build:      m.Role == "build",
 	}, now)
 	if err != nil {
 		return nil, s.err(ctx, err)
@@ -459,6 +463,7 @@ func (c *conn) welcomeLocked(ctx context.Context, hello *agentv1.Hello) error {
 	c.logger().InfoContext(ctx, "agent connected", "reattached", len(renewed), "lost", len(lost))
 	c.touch(ctx, now)
 	c.reportPermissions(ctx, hello.Permissions, now)
+	c.reportStack(ctx, hello.Stack, now)
 	c.lastForced = now
 	return c.claim(ctx, true)
 }
@@ -558,7 +563,7 @@ func (c *conn) deliver(j store.Job) {
 			return // the lease expires and the sweeper requeues the job
 		}
 		c.track(j.ID, j.FencingToken)
-		a, err := c.svc.assignment(j, c.agent.InstallID)
+		a, err := c.svc.assignment(c.ctx, j, c.agent.InstallID)
 		if err != nil {
 			c.logger().ErrorContext(c.ctx, "encode assignment", "job", j.ID, "err", err)
 			return
@@ -646,6 +651,27 @@ func (c *conn) reportPermissions(ctx context.Context, p *agentv1.Permissions, no
 	c.svc.hub.FleetChanged()
 }
 
+// reportStack records what the agent reported of its install stack in its
+// hello, when it differs from what is recorded (a reconnect with the same
+// stack costs no write). An agent without a stack reports none and leaves
+// the record as it was. c.mu is held.
+func (c *conn) reportStack(ctx context.Context, p *agentv1.StackReport, now time.Time) {
+	if p == nil {
+		return
+	}
+	r := store.StackReport{Format: p.Format, Stack: p.Stack, Inputs: p.Inputs, Outputs: p.Outputs}
+	if c.agent.Stack != nil && c.agent.Stack.Equal(r) {
+		return
+	}
+	if err := c.svc.store.SetAgentStack(ctx, c.agent.ID, r, now); err != nil {
+		c.logger().WarnContext(ctx, "record install stack", "err", err)
+		return
+	}
+	c.logger().InfoContext(ctx, "agent reported its install stack", "format", r.Format, "stack", r.Stack, "inputs", len(r.Inputs))
+	c.agent.Stack = &r
+	c.svc.hub.FleetChanged()
+}
+
 // claim hands out queued jobs of the install up to the agent's free
 // capacity. With force unset it first asks the hub whether anything may be
 // queued, which saves a database round trip after most finished jobs.
@@ -679,7 +705,7 @@ func (c *conn) claim(ctx context.Context, force bool) error {
 		}
 		for _, j := range jobs {
 			c.track(j.ID, j.FencingToken)
-			a, err := c.svc.assignment(j, c.agent.InstallID)
+			a, err := c.svc.assignment(ctx, j, c.agent.InstallID)
 			if err != nil {
 				c.logger().ErrorContext(ctx, "encode assignment", "job", j.ID, "err", err)
 				continue
@@ -809,10 +835,18 @@ func (c *conn) handle(ctx context.Context, m *agentv1.ConnectRequest) error {
 		if err != nil {
 			return connect.NewError(connect.CodeInvalidArgument, err)
 		}
-		changed, err := s.store.FinishJob(ctx, r.JobId, store.Writer{AgentID: c.agent.ID, FencingToken: r.FencingToken}, store.Result{
-			State: state, ExitCode: int(r.ExitCode), Error: r.Error, Outputs: r.Outputs, PlannedChanges: plan, PlanDigest: r.PlanDigest,
-			PolicyFindings: findings, Drifted: r.Drifted,
-		}, now)
+		res := store.Result{State: state, ExitCode: int(r.ExitCode), Error: r.Error, Outputs: r.Outputs, PlannedChanges: plan,
+			PlanDigest: r.PlanDigest, PolicyFindings: findings, Drifted: r.Drifted}
+		if state == store.JobSucceeded && c.agent.InstallID == store.VendorInstallID && r.Outputs[store.BuildOutDigest] != "" {
+			// The build agent's result: the store records the build if
+			// the job is a build job.
+			b, err := store.BuildFromOutputs(r.JobId, r.Outputs, now)
+			if err != nil {
+				return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("result.%w", err))
+			}
+			res.Build = &b
+		}
+		changed, err := s.store.FinishJob(ctx, r.JobId, store.Writer{AgentID: c.agent.ID, FencingToken: r.FencingToken}, res, now)
 		if err != nil {
 			return c.reject(ctx, r.WriteId, r.JobId, r.FencingToken, err)
 		}
@@ -994,10 +1028,14 @@ func (c *conn) picked(j store.Job) {
 // bytes (configField). The signature stays valid for a lease and its
 // grace from now: no longer than imsd waits for the ack before it may
 // hand the job out again.
-func (s *Service) assignment(j store.Job, installID string) (*agentv1.JobAssignment, error) {
+func (s *Service) assignment(ctx context.Context, j store.Job, installID string) (*agentv1.JobAssignment, error) {
 	field, digest, err := configField(j.Config)
 	if err != nil {
 		return nil, err
+	}
+	grant, grantClaims, err := s.grant(ctx, j, installID)
+	if err != nil {
+		return nil, fmt.Errorf("registry grant: %w", err)
 	}
 	a := &agentv1.JobAssignment{
 		JobId:          j.ID,
@@ -1009,6 +1047,7 @@ func (s *Service) assignment(j store.Job, installID string) (*agentv1.JobAssignm
 		InstallId:      installID,
 		Mode:           string(j.Mode),
 		Component:      j.Component,
+		RegistryGrant:  grant,
 
 		ApprovedPlanDigest: j.ApprovedPlanDigest,
 	}
@@ -1017,6 +1056,7 @@ func (s *Service) assignment(j store.Job, installID string) (*agentv1.JobAssignm
 		Mode: a.Mode, Component: a.Component,
 		ComponentType: j.ComponentType, Operation: j.Operation, TimeoutSeconds: a.TimeoutSeconds,
 		ConfigDigest: digest, Expires: s.now().Add(s.cfg.LeaseDuration + s.cfg.LeaseGrace),
+		Grant:              grantClaims,
 		ApprovedPlanDigest: j.ApprovedPlanDigest,
 	}
 	sig := s.cfg.SigningKey.Sign(&claims)

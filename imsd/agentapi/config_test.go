@@ -1,6 +1,7 @@
 package agentapi
 
 import (
+	"context"
 	"crypto/ed25519"
 	"strings"
 	"testing"
@@ -93,7 +94,7 @@ func TestAssignmentConfigOnTheWire(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		a, err := svc.assignment(store.Job{ID: "j1", FencingToken: 7, Attempt: 1, ComponentType: "action", Component: "web", Operation: "apply", Config: []byte(in), Timeout: time.Minute}, "in1")
+		a, err := svc.assignment(context.Background(), store.Job{ID: "j1", FencingToken: 7, Attempt: 1, ComponentType: "action", Component: "web", Operation: "apply", Config: []byte(in), Timeout: time.Minute}, "in1")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -135,7 +136,7 @@ func TestAssignmentConfigOnTheWire(t *testing.T) {
 			t.Errorf("%q: over JSON the agent refuses imsd's signature: %v", in, err)
 		}
 	}
-	if _, err := svc.assignment(store.Job{Config: []byte(`{"a":`)}, ""); err == nil || !strings.Contains(err.Error(), "job config") {
+	if _, err := svc.assignment(context.Background(), store.Job{Config: []byte(`{"a":`)}, ""); err == nil || !strings.Contains(err.Error(), "job config") {
 		t.Errorf("truncated config: got %v, want an error naming the job config", err)
 	}
 }

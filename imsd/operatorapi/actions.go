@@ -177,6 +177,15 @@ func (s *Service) GetInstallStack(ctx context.Context, req *connect.Request[imsv
 		return nil, s.err(ctx, err)
 	}
 	app, rev, err := e.InstallRevision(ctx, in)
+	if errs.Is(err, errs.Conflict) {
+		// An app with no revision yet: a stack with no inputs, secrets
+		// or policies (the CLI builds it from the app's name).
+		a, err := s.store.GetApp(ctx, in.AppID)
+		if err != nil {
+			return nil, s.err(ctx, err)
+		}
+		return connect.NewResponse(&imsv1.GetInstallStackResponse{Install: in.Name, App: a.Name, SigningKeyId: s.cfg.SigningKeyID}), nil
+	}
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}

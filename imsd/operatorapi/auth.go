@@ -47,6 +47,9 @@ var readOnly = map[string]bool{
 	"/" + grpcreflect.ReflectV1ServiceName + "/ServerReflectionInfo":      true,
 	"/" + grpcreflect.ReflectV1AlphaServiceName + "/ServerReflectionInfo": true,
 	imsv1connect.OperatorServiceListAuditEventsProcedure:                  true,
+	// Builds and what installs run, by digest.
+	imsv1connect.OperatorServiceListBuildsProcedure:        true,
+	imsv1connect.OperatorServiceListInstallImagesProcedure: true,
 	// The install's app revision files and the signing key id, which
 	// byoc install stack builds the customer's stack from.
 	imsv1connect.OperatorServiceGetInstallStackProcedure: true,

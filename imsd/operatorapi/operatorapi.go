@@ -1034,6 +1034,9 @@ func (s *Service) agentStatus(agents []store.Agent) *imsv1.AgentStatus {
 		st.Permissions = &imsv1.Permissions{Provision: p.Provision, Maintenance: p.Maintenance, Deprovision: p.Deprovision,
 			BreakGlass: p.BreakGlass, DisabledAll: p.DisabledAll, ChangeTime: ts(p.ChangedAt), ReportTime: ts(a.PermissionsAt)}
 	}
+	if r := a.Stack; r != nil {
+		st.Stack = &imsv1.StackReport{Format: r.Format, Stack: r.Stack, Inputs: r.Inputs, Outputs: r.Outputs, ReportTime: ts(r.ReportedAt)}
+	}
 	return st
 }
 

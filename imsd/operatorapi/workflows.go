@@ -23,6 +23,7 @@ import (
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 	"github.com/byoc-dev/byoc/schema/app/config"
 	"github.com/byoc-dev/byoc/schema/app/load"
+	"github.com/byoc-dev/byoc/schema/app/stack"
 	"github.com/byoc-dev/byoc/schema/app/validate"
 )
 
@@ -235,10 +236,40 @@ func (s *Service) CancelWorkflow(ctx context.Context, req *connect.Request[imsv1
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}
+	if wf.State.Terminal() {
+		s.cancelPlanJobs(ctx, wf.ID, reason)
+	}
 	s.kick(wf.ID)
 	s.hub.FleetChanged()
 	s.log.InfoContext(ctx, "workflow cancel requested", "workflow", wf.ID, "by", callerFrom(ctx).Name)
 	return connect.NewResponse(&imsv1.CancelWorkflowResponse{Workflow: s.workflowToProto(ctx, wf, nil)}), nil
+}
+
+// cancelPlanJobs cancels the plan jobs still running of a workflow that
+// ended while it awaited approval: nobody will look at those plans. It
+// only logs what it cannot do; the jobs change nothing anyway.
+func (s *Service) cancelPlanJobs(ctx context.Context, id, reason string) {
+	_, steps, err := s.store.GetWorkflow(ctx, id)
+	if err != nil {
+		s.log.WarnContext(ctx, "cancel plan jobs", "workflow", id, "err", err)
+		return
+	}
+	for _, st := range steps {
+		if st.PlanJobID == "" || st.PlanDigest != "" {
+			continue
+		}
+		j, err := s.store.RequestCancel(ctx, st.PlanJobID, "workflow "+id+" cancelled: "+reason, s.now())
+		if err != nil {
+			if !errs.Is(err, errs.Conflict) { // already ended
+				s.log.WarnContext(ctx, "cancel plan job", "workflow", id, "job", st.PlanJobID, "err", err)
+			}
+			continue
+		}
+		if !j.State.Terminal() && j.AgentID != "" {
+			s.hub.Cancel(j.AgentID, dispatch.CancelRequest{JobID: j.ID, Reason: "workflow " + id + " cancelled"})
+		}
+		s.hub.NotifyLog(j.ID)
+	}
 }
 
 // RetryWorkflowStep runs a failed step again.
@@ -286,7 +317,7 @@ func changedInputs(have map[string]string, set map[string]string, unset []string
 
 // checkAgainstApp checks install inputs against the app's latest revision,
 // when it has one.
-func (s *Service) checkAgainstApp(ctx context.Context, in store.Install, inputs map[string]string) error {
+func (s *Service) checkAgainstApp(ctx context.Context, in store.Install, inputs, set map[string]string) error {
 	revs, err := s.store.ListAppRevisions(ctx, in.AppID)
 	if err != nil || len(revs) == 0 {
 		return err
@@ -298,6 +329,16 @@ func (s *Service) checkAgainstApp(ctx context.Context, in store.Install, inputs 
 	app, err := load.Parse(r.Files, validate.Options{AnyType: true})
 	if err != nil {
 		return err
+	}
+	// The customer sets their inputs in the install stack, which only the
+	// agent reads; a value set here would never be used.
+	for _, name := range slices.Sorted(maps.Keys(set)) {
+		for _, i := range app.Inputs.Inputs {
+			if i.Name == name && i.ProvidedBy == "customer" {
+				return errs.Field("set_inputs", "input %q is provided by the customer: they set it in the install stack (parameter %s), and the agent reports it (byoc install get)",
+					name, stack.InputParameter(name))
+			}
+		}
 	}
 	if _, problems := app.ResolveInputs(inputs); len(problems) > 0 {
 		msgs := make([]string, len(problems))
@@ -333,7 +374,7 @@ func (s *Service) UpdateInstall(ctx context.Context, req *connect.Request[imsv1.
 	if m.RequireApproval != nil {
 		settings.RequireApproval = m.RequireApproval
 	}
-	if err := s.checkAgainstApp(ctx, in, inputs); err != nil {
+	if err := s.checkAgainstApp(ctx, in, inputs, m.SetInputs); err != nil {
 		return nil, s.err(ctx, err)
 	}
 	in, err = s.store.UpdateInstall(ctx, in.ID, inputs, settings, s.now())

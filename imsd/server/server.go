@@ -5,6 +5,7 @@
 package server
 
 import (
+	"cmp"
 	"compress/gzip"
 	"context"
 	"crypto/tls"
@@ -31,6 +32,7 @@ import (
 	"github.com/byoc-dev/byoc/imsd/auth"
 	"github.com/byoc-dev/byoc/imsd/dispatch"
 	"github.com/byoc-dev/byoc/imsd/operatorapi"
+	"github.com/byoc-dev/byoc/imsd/registry"
 	"github.com/byoc-dev/byoc/imsd/schedule"
 	"github.com/byoc-dev/byoc/imsd/store"
 	"github.com/byoc-dev/byoc/imsd/workflow"
@@ -88,6 +90,18 @@ type Config struct {
 	// BreakGlassRequestTTL is how long a break-glass request waits for
 	// the customer's decision before it expires (default 30m).
 	BreakGlassRequestTTL time.Duration
+	// RegistryURL is the vendor registry as agents reach it
+	// (http://HOST:PORT): image and build jobs then carry one-time grants
+	// for it, exchanged at /v2/token. Empty: no grants.
+	RegistryURL string
+	// RegistryService is the registry's auth.token.service (default
+	// byoc-registry).
+	RegistryService string
+	// RegistryKeyDir holds the registry token key and certificate
+	// (registry-token.key, registry-token.crt; the certificate is the
+	// registry's rootcertbundle), created at the first start; default
+	// DataDir.
+	RegistryKeyDir string
 
 	Logger *slog.Logger
 	Now    func() time.Time
@@ -165,6 +179,8 @@ type Server struct {
 	// key signs every job handed out; chain endorses it (its rotations).
 	key   auth.SigningKey
 	chain []agentproto.Endorsement
+	// tokens signs registry tokens (nil: no token server).
+	tokens *registry.Signer
 	// engine runs workflows.
 	engine *workflow.Engine
 	// cron fires the cron triggers of actions.
@@ -209,6 +225,15 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
 	s := &Server{cfg: cfg, store: st, hub: dispatch.NewHub(), key: key, chain: chain, log: cfg.Logger}
+	if dir := cmp.Or(cfg.RegistryKeyDir, cfg.DataDir); dir != "" {
+		if s.tokens, err = registry.LoadOrCreateSigner(dir, cfg.RegistryService); err != nil {
+			st.Close()
+			return nil, err
+		}
+	} else if cfg.RegistryURL != "" {
+		st.Close()
+		return nil, errors.New("a registry URL needs a directory for the registry token key (--registry-key-dir or --data-dir)")
+	}
 	s.log.Info("job signing key", "key_id", key.ID)
 	s.engine = workflow.NewEngine(st, s.hub, cfg.Now, s.log)
 	if cfg.WorkflowInterval > 0 {
@@ -229,6 +254,22 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.http = s.newHTTPServer()
 	return s, nil
+}
+
+func registryConfig(cfg Config) *agentapi.RegistryConfig {
+	if cfg.RegistryURL == "" {
+		return nil
+	}
+	return &agentapi.RegistryConfig{URL: cfg.RegistryURL, Service: cfg.RegistryService}
+}
+
+// RegistryCertificate is the registry token certificate's PEM, for the
+// registry's rootcertbundle (nil without a token server).
+func (s *Server) RegistryCertificate() []byte {
+	if s.tokens == nil {
+		return nil
+	}
+	return s.tokens.CertificatePEM()
 }
 
 // loadSigningKey reads the job signing key: --signing-key's file, which
@@ -319,7 +360,13 @@ func (s *Server) newHTTPServer() *http.Server {
 		HelloTimeout:      10 * time.Second,
 		SigningKey:        s.key,
 		KeyChain:          s.chain,
+		Registry:          registryConfig(cfg),
 	}, cfg.Now, s.log, obs)
+	if s.tokens != nil {
+		// The vendor registry's token server (the Docker token
+		// specification): agents exchange their grants here.
+		mux.Handle("GET /v2/token", registry.Handler(s.tokens, ag, cfg.Now))
+	}
 	const agentReadMax, agentCompressMin = 16 << 20, 4 << 10
 
 	agentPath, agentHandler := agentv1connect.NewAgentServiceHandler(ag, connect.WithReadMaxBytes(agentReadMax), connect.WithCompressMinBytes(agentCompressMin), fastGzip)
@@ -468,7 +515,8 @@ func (s *Server) Close() {
 
 // sweep expires leases on a timer and wakes the agents that can take the
 // requeued jobs. About once a minute it also deletes expired enqueue
-// idempotency keys (which already count as unused; this bounds the table).
+// idempotency keys (which already count as unused; this bounds the table)
+// and registry grants an hour past their expiry.
 func (s *Server) sweep(ctx context.Context) {
 	t := time.NewTicker(s.cfg.SweepInterval)
 	defer t.Stop()
@@ -485,6 +533,11 @@ func (s *Server) sweep(ctx context.Context) {
 				s.log.Error("delete expired enqueue keys", "err", err)
 			} else if n > 0 {
 				s.log.Debug("deleted expired enqueue keys", "count", n)
+			}
+			// Registry grants an hour past their expiry (the audit chain
+			// keeps their story; an exchange then reads "unknown").
+			if err := s.store.SweepRegistryGrants(ctx, now.Add(-time.Hour)); err != nil && ctx.Err() == nil {
+				s.log.Error("delete expired registry grants", "err", err)
 			}
 		}
 		changed, err := s.store.ExpireLeases(ctx, s.cfg.Now())

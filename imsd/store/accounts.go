@@ -350,11 +350,17 @@ func (s *Store) Enroll(ctx context.Context, tokenHash string, a Agent, now time.
 		// The conditional UPDATE is the single point of truth: on
 		// PostgreSQL a concurrent spender blocks on the row lock, then
 		// re-checks used_at and updates nothing.
+		// A build agent's token is the vendor install's; an install
+		// agent's never is.
+		role := ` AND install_id <> '` + VendorInstallID + `'`
+		if a.Build {
+			role = ` AND install_id = '` + VendorInstallID + `'`
+		}
 		err := tx.GetContext(ctx, &a.InstallID, s.bind(`UPDATE enrollment_tokens SET used_at = ?, used_by_agent = ?
-			WHERE hash = ? AND used_at = 0 AND expires_at > ? RETURNING install_id`),
+			WHERE hash = ? AND used_at = 0 AND expires_at > ?`+role+` RETURNING install_id`),
 			nanos(now), a.ID, tokenHash, nanos(now))
 		if errors.Is(err, sql.ErrNoRows) {
-			return s.whyTokenRefused(ctx, tx, tokenHash)
+			return s.whyTokenRefused(ctx, tx, tokenHash, a.Build)
 		}
 		if err != nil {
 			return err
@@ -379,16 +385,21 @@ func (s *Store) Enroll(ctx context.Context, tokenHash string, a Agent, now time.
 	return a, nil
 }
 
-func (s *Store) whyTokenRefused(ctx context.Context, tx *txn, hash string) error {
+func (s *Store) whyTokenRefused(ctx context.Context, tx *txn, hash string, build bool) error {
 	var t struct {
-		UsedAt int64 `db:"used_at"`
+		UsedAt    int64  `db:"used_at"`
+		InstallID string `db:"install_id"`
 	}
-	err := tx.GetContext(ctx, &t, s.bind(`SELECT used_at FROM enrollment_tokens WHERE hash = ?`), hash)
+	err := tx.GetContext(ctx, &t, s.bind(`SELECT used_at, install_id FROM enrollment_tokens WHERE hash = ?`), hash)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return errs.E(errs.PermissionDenied, "enrollment token unknown")
 	case err != nil:
 		return err
+	case build && t.InstallID != VendorInstallID:
+		return errs.E(errs.PermissionDenied, "enrollment token is an install's; a build agent (--role build) needs a build agent token (byoc build agent-token)")
+	case !build && t.InstallID == VendorInstallID:
+		return errs.E(errs.PermissionDenied, "enrollment token is the build agent's; enrol with --role build")
 	case t.UsedAt != 0:
 		return errs.E(errs.PermissionDenied, "enrollment token already used")
 	default:
@@ -409,6 +420,8 @@ type agentRow struct {
 	// Permissions is JSON, "" for never reported.
 	Permissions   string `db:"permissions"`
 	PermissionsAt int64  `db:"permissions_at"`
+	// Stack is JSON, "" for never reported.
+	Stack string `db:"stack"`
 }
 
 func (r agentRow) agent() Agent {
@@ -424,11 +437,17 @@ func (r agentRow) agent() Agent {
 			a.Permissions = &p
 		}
 	}
+	if r.Stack != "" {
+		var st StackReport
+		if json.Unmarshal([]byte(r.Stack), &st) == nil {
+			a.Stack = &st
+		}
+	}
 	return a
 }
 
 const agentCols = `id, install_id, public_key, hostname, version, enrolled_at, last_seen_at, conflict_at, conflict,
-	permissions, permissions_at`
+	permissions, permissions_at, stack`
 
 // SetAgentPermissions records the permission state agent id reported at
 // now. imsd calls it when the state differs from what it last recorded.
@@ -443,6 +462,22 @@ func (s *Store) SetAgentPermissions(ctx context.Context, id string, p Permission
 	return s.updateAgent(ctx, "record agent permissions", id, func(tx *txn) error {
 		return s.auditAgent(ctx, tx, id, "agent.permissions_changed", now, map[string]string{"permissions": string(b)})
 	}, `UPDATE agents SET permissions = ?, permissions_at = ? WHERE id = ?`, string(b), nanos(now))
+}
+
+// SetAgentStack records what agent id reported of its install stack at
+// now. imsd calls it when the report differs from what it last recorded.
+func (s *Store) SetAgentStack(ctx context.Context, id string, r StackReport, now time.Time) error {
+	if err := requireTime("now", now); err != nil {
+		return err
+	}
+	r.ReportedAt = now.UTC()
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	return s.updateAgent(ctx, "record agent stack", id, func(tx *txn) error {
+		return s.auditAgent(ctx, tx, id, "agent.stack_reported", now, map[string]string{"stack": string(b)})
+	}, `UPDATE agents SET stack = ? WHERE id = ?`, string(b))
 }
 
 // GetAgent returns the agent with ID id.

@@ -726,7 +726,12 @@ func (s *Store) FinishJob(ctx context.Context, jobID string, w Writer, r Result,
 	if err != nil {
 		return false, err
 	}
-	err = s.writeOne(ctx, "finish job", func(tx *txn) error {
+	write := s.writeOne
+	if r.Build != nil {
+		// Two changes: the job and its build.
+		write = s.write
+	}
+	err = write(ctx, "finish job", func(tx *txn) error {
 		// The usual case, one statement: the holder finishes its job.
 		ok, err := s.tryExec(ctx, tx, `UPDATE jobs SET state = ?, ended_at = ?, exit_code = ?, error = ?, outputs = ?, plan = ?, policy = ?,
 			plan_digest = ?, lease_deadline = 0 WHERE id = ? AND agent_id = ? AND agent_id <> '' AND fencing_token = ? AND state IN ('assigned', 'running')`,
@@ -772,6 +777,21 @@ func (s *Store) FinishJob(ctx context.Context, jobID string, w Writer, r Result,
 		}
 		if err := s.recordDrift(ctx, tx, jobID, r, plan, now); err != nil {
 			return err
+		}
+		if r.Build != nil && r.State == JobSucceeded {
+			var install, typ string
+			row := tx.QueryRowContext(ctx, s.bind(`SELECT install_id, component_type FROM jobs WHERE id = ?`), jobID)
+			if err := row.Scan(&install, &typ); err != nil {
+				return err
+			}
+			// Only the build agent's build jobs make builds.
+			if install == VendorInstallID && typ == BuildType {
+				b := *r.Build
+				b.ID, b.CreatedAt = jobID, now
+				if err := s.recordBuild(ctx, tx, b); err != nil {
+					return err
+				}
+			}
 		}
 		return s.notifyLogs(ctx, tx, jobID)
 	})

@@ -2,6 +2,7 @@ package store
 
 import (
 	"encoding/json"
+	"maps"
 	"time"
 )
 
@@ -188,6 +189,31 @@ type Agent struct {
 	// reported (nil: never), at PermissionsAt.
 	Permissions   *Permissions
 	PermissionsAt time.Time
+	// Build, at enrolment, asks for the vendor's build agent: the token
+	// must be a build agent token (and an install's token otherwise).
+	// Not stored: a build agent is one of the vendor install.
+	Build bool
+	// Stack is what the agent last reported of its install stack (nil:
+	// never, or it runs without one).
+	Stack *StackReport
+}
+
+// StackReport is what an agent reports of its install stack: the
+// customer-provided inputs (a non-sensitive one's value, "set" for a
+// sensitive one that has a value; unset ones are missing) and the
+// stack's outputs. imsd only shows it: the agent resolves the inputs.
+type StackReport struct {
+	Format  string            `json:"format"`
+	Stack   string            `json:"stack,omitempty"`
+	Inputs  map[string]string `json:"inputs,omitempty"`
+	Outputs map[string]string `json:"outputs,omitempty"`
+	// ReportedAt is when imsd recorded it.
+	ReportedAt time.Time `json:"reported_at"`
+}
+
+// Equal reports whether r and o say the same, their times aside.
+func (r StackReport) Equal(o StackReport) bool {
+	return r.Format == o.Format && r.Stack == o.Stack && maps.Equal(r.Inputs, o.Inputs) && maps.Equal(r.Outputs, o.Outputs)
 }
 
 // Job is one unit of work for one install's agent, handed out under a lease.
@@ -282,6 +308,9 @@ type Result struct {
 	PolicyFindings []PolicyFinding
 	// Drifted is a drift check's verdict (ignored for other jobs).
 	Drifted bool
+	// Build, set for a succeeded build job of the vendor install, is
+	// recorded with the finish (BuildFromOutputs).
+	Build *Build
 }
 
 // LogLine is one line of a job's log. (Attempt, Seq) is unique per job, so

@@ -698,7 +698,9 @@ func (s *Store) RetryStep(ctx context.Context, id, name string, now time.Time) (
 		}
 		// The step, and every step that did not run because of it (or
 		// because the workflow ended), runs again.
-		if _, err := tx.ExecContext(ctx, s.bind(`UPDATE workflow_steps SET state = 'pending', error = '', ended_at = 0
+		// A plan that never came in (its job failed) is made again.
+		if _, err := tx.ExecContext(ctx, s.bind(`UPDATE workflow_steps SET state = 'pending', error = '', ended_at = 0,
+			plan_job_id = CASE WHEN plan_digest = '' THEN '' ELSE plan_job_id END
 			WHERE workflow_id = ? AND (name = ? OR state IN ('skipped', 'cancelled'))`), id, name); err != nil {
 			return err
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/byoc-dev/byoc/imsd/errs"
 	"github.com/byoc-dev/byoc/imsd/store"
 	"github.com/byoc-dev/byoc/plugins/sdk/configschema"
+	"github.com/byoc-dev/byoc/rpc/agentproto"
 	"github.com/byoc-dev/byoc/schema/app/config"
 	"github.com/byoc-dev/byoc/schema/app/load"
 	"github.com/byoc-dev/byoc/schema/app/template"
@@ -447,6 +448,7 @@ func (e *Engine) deployed(ctx context.Context, wf store.Workflow, s *store.Step,
 		return store.InstallComponent{}, fmt.Errorf("job %s config: %w", j.ID, err)
 	}
 	delete(cfg, SensitiveKey)
+	delete(cfg, CustomerInputsKey)
 	delete(cfg, VendorPoliciesKey)
 	if names, ok := cfg[SecretsKey].([]any); ok && len(names) > 0 && s.Component != "" {
 		// The secrets list was added from references; keep what the
@@ -562,7 +564,8 @@ func jobConfig(sc *stepContext, s *store.Step) ([]byte, error) {
 	if err := json.Unmarshal(s.Config, &cfg); err != nil {
 		return nil, fmt.Errorf("step config: %w", err)
 	}
-	r := &Renderer{InstallID: sc.in.ID, InstallName: sc.in.Name, Inputs: sc.inputs, Outputs: sc.outputs, Schemas: sc.schemas}
+	r := &Renderer{InstallID: sc.in.ID, InstallName: sc.in.Name, Inputs: sc.inputs, Outputs: sc.outputs, Schemas: sc.schemas,
+		Customer: CustomerInputs(sc.app)}
 	var err error
 	switch {
 	case s.Action != "":
@@ -600,6 +603,16 @@ func jobConfig(sc *stepContext, s *store.Step) ([]byte, error) {
 	}
 	if secrets = slices.Compact(slices.Sorted(slices.Values(secrets))); len(secrets) > 0 {
 		cfg[SecretsKey] = secrets
+	}
+	// Customer inputs the agent fills in: those referred to now, and in a
+	// destroy's already rendered config, the references left in it.
+	customer := r.CustomerRefs()
+	if s.Operation == OpDestroy {
+		b, _ := json.Marshal(cfg)
+		customer = append(customer, agentproto.InputNames(string(b))...)
+	}
+	if customer = slices.Compact(slices.Sorted(slices.Values(customer))); len(customer) > 0 {
+		cfg[CustomerInputsKey] = customer
 	}
 	if len(sc.sensitive) > 0 {
 		cfg[SensitiveKey] = sc.sensitive

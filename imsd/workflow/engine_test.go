@@ -489,3 +489,35 @@ func TestEnginePlanFailureFailsWorkflow(t *testing.T) {
 		t.Fatalf("applied %v", r.applied)
 	}
 }
+
+// Retrying a workflow whose plan failed plans again.
+func TestEngineRetryAfterPlanFailure(t *testing.T) {
+	r := newRig(t, diamond(nil), store.InstallSettings{Parallelism: 4})
+	failing := true
+	r.fail = func(step string) string {
+		if step == "a:plan" && failing {
+			return "no credentials"
+		}
+		return ""
+	}
+	id := r.queue(Provision, 1, true)
+	r.drive(id)
+	r.agentRound(id)
+	if wf := r.drive(id); wf.State != store.WorkflowFailed {
+		t.Fatalf("%s, want failed", wf.State)
+	}
+	failing = false
+	_, err := r.st.RetryStep(t.Context(), id, "a", r.now())
+	must(t, err)
+	wf := r.drive(id)
+	if wf.State != store.WorkflowAwaitingApproval {
+		t.Fatalf("after the retry %s (%s), want awaiting approval", wf.State, wf.Error)
+	}
+	if got := r.agentRound(id); !slices.Contains(got, "a:plan") {
+		t.Fatalf("the retry did not plan a again: %v", got)
+	}
+	must(t, r.e.Advance(t.Context(), id))
+	if st := r.steps(id)["a"]; st.PlanDigest == "" {
+		t.Fatalf("a's new plan is not in: %+v", st)
+	}
+}

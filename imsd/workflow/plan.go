@@ -25,6 +25,7 @@ import (
 	"github.com/byoc-dev/byoc/imsd/errs"
 	"github.com/byoc-dev/byoc/imsd/store"
 	"github.com/byoc-dev/byoc/plugins/sdk/configschema"
+	"github.com/byoc-dev/byoc/rpc/agentproto"
 	"github.com/byoc-dev/byoc/schema/app/config"
 	"github.com/byoc-dev/byoc/schema/app/diag"
 	"github.com/byoc-dev/byoc/schema/app/diff"
@@ -58,6 +59,10 @@ const (
 const (
 	// SecretsKey lists the secrets ({{ .secrets.NAME }}) the job needs.
 	SecretsKey = "secrets"
+	// CustomerInputsKey lists the customer-provided inputs the job's config
+	// refers to ({{ .inputs.NAME }} left for the agent, which reads their
+	// values from the install stack).
+	CustomerInputsKey = "customer_inputs"
 	// SensitiveKey lists values the agent must redact from everything the
 	// job sends back (the values of sensitive inputs).
 	SensitiveKey = "sensitive"
@@ -454,7 +459,8 @@ func (p *planner) render(n string, c *config.Component) (map[string]any, []strin
 		for name, d := range p.deployed {
 			outputs[name] = d.Outputs
 		}
-		p.renderer = &Renderer{InstallID: p.t.Install.ID, InstallName: p.t.Install.Name, Inputs: p.inputs, Outputs: outputs, Schemas: p.t.Schemas}
+		p.renderer = &Renderer{InstallID: p.t.Install.ID, InstallName: p.t.Install.Name, Inputs: p.inputs, Outputs: outputs, Schemas: p.t.Schemas,
+			Customer: CustomerInputs(p.t.App)}
 	}
 	r := p.renderer
 	r.secrets = nil
@@ -543,7 +549,23 @@ type Renderer struct {
 	// the type has none), which say where a whole-value reference keeps
 	// its type (Config).
 	Schemas map[string]*configschema.Schema
-	secrets map[string]bool
+	// Customer names the customer-provided inputs: the agent resolves
+	// them from the install stack, so they stay references
+	// (agentproto.InputRef) and are collected.
+	Customer map[string]bool
+	secrets  map[string]bool
+	customer map[string]bool
+}
+
+// CustomerInputs returns the names of app's customer-provided inputs.
+func CustomerInputs(app *config.App) map[string]bool {
+	out := map[string]bool{}
+	for _, in := range app.Inputs.Inputs {
+		if in.ProvidedBy == "customer" {
+			out[in.Name] = true
+		}
+	}
+	return out
 }
 
 // Resolve implements template.Resolver. Secrets are left as references
@@ -556,6 +578,13 @@ func (r *Renderer) Resolve(ref template.Ref) (any, error) {
 		}
 		return r.InstallID, nil
 	case "inputs":
+		if r.Customer[ref.Name] {
+			if r.customer == nil {
+				r.customer = map[string]bool{}
+			}
+			r.customer[ref.Name] = true
+			return agentproto.InputRef(ref.Name), nil
+		}
 		v, ok := r.Inputs[ref.Name]
 		if !ok {
 			return nil, fmt.Errorf("input %q has no value for this install", ref.Name)
@@ -617,3 +646,7 @@ func wantsNonString(types []string) bool {
 
 // Secrets returns the names of the secrets rendered configs referred to.
 func (r *Renderer) Secrets() []string { return slices.Sorted(maps.Keys(r.secrets)) }
+
+// CustomerRefs returns the names of the customer-provided inputs rendered
+// configs referred to.
+func (r *Renderer) CustomerRefs() []string { return slices.Sorted(maps.Keys(r.customer)) }

@@ -62,3 +62,43 @@ label = "{{ .inputs.size }}"
 		t.Errorf("greeting label = %#v, want the string \"1\"", v)
 	}
 }
+
+// A customer-provided input is the agent's to fill in (it reads the value
+// from the install stack): it stays a reference in the job's config, listed
+// under customer_inputs; the vendor's inputs are rendered as before.
+func TestCustomerInputsStayReferences(t *testing.T) {
+	files := diamond(map[string]string{
+		"inputs.toml": `[[input]]
+name = "size"
+type = "number"
+default = 1
+
+[[input]]
+name = "admin_email"
+provided_by = "customer"
+sensitive = true
+required = true
+`,
+		"components/a.toml": `type = "action"
+[config]
+env = { ADMIN = "to {{ .inputs.admin_email }}", SIZE = "{{ .inputs.size }}" }
+steps = [{ script = "echo $ADMIN" }]
+`,
+		"components/b.toml": "", "components/c.toml": "", "components/d.toml": "",
+	})
+	r := newRig(t, files, store.InstallSettings{Parallelism: 4})
+	ctx := t.Context()
+	id := r.queue(Provision, 1, false)
+	must(t, r.e.Advance(ctx, id))
+	j, err := r.st.GetJob(ctx, r.steps(id)["a"].JobID)
+	must(t, err)
+	var cfg map[string]any
+	must(t, json.Unmarshal(j.Config, &cfg))
+	env := cfg["env"].(map[string]any)
+	if env["ADMIN"] != "to {{ .inputs.admin_email }}" || env["SIZE"] != "1" {
+		t.Errorf("env = %v", env)
+	}
+	if got, _ := json.Marshal(cfg[CustomerInputsKey]); string(got) != `["admin_email"]` {
+		t.Errorf("customer_inputs = %s", got)
+	}
+}

@@ -212,7 +212,7 @@ var rules = []rule{
 	{name: "no binary links test helpers or the end-to-end harness",
 		from: in("imsd", "agentd", "tui"),
 		forbidden: func(dep string) bool {
-			return in("e2e", "bench", "imsd/store/pgtest", "imsd/store/storetest", "plugins/sdk/sdktest", "agentd/stack/awsfake")(dep)
+			return in("e2e", "bench", "imsd/store/pgtest", "imsd/store/storetest", "plugins/sdk/sdktest", "agentd/stack/awsfake", "internal/ocicopy/ocitest")(dep)
 		}},
 }
 

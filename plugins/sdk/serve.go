@@ -3,9 +3,11 @@ package sdk
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strings"
 	"time"
 
@@ -69,13 +71,31 @@ func ServeArgs(p Plugin, args []string) {
 		}
 		os.Exit(0)
 	}
+	// The host interrupts an operation (protocol 1.3) with SIGINT to this
+	// process: every operation's context is cancelled with
+	// ErrInterrupted, and the host waits for the operations to return
+	// before it kills the process. go-plugin ignores SIGINT itself.
+	interrupted := make(chan struct{})
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt)
+	go func() {
+		<-sigs
+		close(interrupted)
+	}()
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig: Handshake,
-		Plugins:         PluginMap(p),
+		Plugins:         plugin.PluginSet{PluginName: &GRPCPlugin{Impl: p, stdioSync: true, interrupted: interrupted}},
 		GRPCServer:      NewGRPCServer,
 	})
 	os.Exit(0)
 }
+
+// ErrInterrupted is the cause of an operation's context when the host
+// interrupted it (protocol 1.3): an operator cancelled the job, its time
+// ran out, or the customer's permissions no longer allow it. The host
+// waits a grace period for the operation to return; stop what runs
+// cleanly (Terraform: interrupt it once and wait) and return.
+var ErrInterrupted = errors.New("interrupted by the agent")
 
 // Keepalive bounds how long a plugin keeps working for a host that has
 // stopped answering: the plugin pings the host after KeepaliveTime without

@@ -28,6 +28,9 @@ type GRPCPlugin struct {
 	// stdioSync makes the plugin write StdioSyncLine after each call
 	// (PluginMap sets it).
 	stdioSync bool
+	// interrupted is closed when the host interrupts the plugin (Serve's
+	// SIGINT handler); nil: never.
+	interrupted <-chan struct{}
 }
 
 var _ plugin.GRPCPlugin = (*GRPCPlugin)(nil)
@@ -39,6 +42,7 @@ func (p *GRPCPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
 	}
 	srv := newServer(p.Impl)
 	srv.stdioSync = p.stdioSync
+	srv.interrupted = p.interrupted
 	pluginv1.RegisterComponentPluginServiceServer(s, srv)
 	return nil
 }
@@ -54,6 +58,8 @@ type server struct {
 	impl Plugin
 	// stdioSync: write StdioSyncLine after each Validate and operation.
 	stdioSync bool
+	// interrupted: closed when the host interrupts the operations.
+	interrupted <-chan struct{}
 
 	// The config schema is compiled once, on first use.
 	schemaOnce sync.Once
@@ -296,9 +302,22 @@ func serveOp[R any](
 	fn func(context.Context, Logger) (*pluginv1.Result, error),
 ) error {
 	log := &streamLogger{send: func(e *pluginv1.LogEvent) error { return stream.Send(wrapLog(e)) }}
+	ctx, cancel := context.WithCancelCause(stream.Context())
+	defer cancel(nil)
+	if s.interrupted != nil {
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() {
+			select {
+			case <-s.interrupted:
+				cancel(ErrInterrupted)
+			case <-stop:
+			}
+		}()
+	}
 	res, err := func() (res *pluginv1.Result, err error) {
 		defer recoverTo(&err, log)
-		return fn(stream.Context(), log)
+		return fn(ctx, log)
 	}()
 	// A plugin may leak goroutines that keep logging; they must not write
 	// to a stream that is finished.

@@ -4,8 +4,10 @@
 // validate, byoc app push).
 //
 // It holds the built-in types' schemas (the action type's, from
-// plugins/action/actionschema; image, helm and terraform have no plugin
-// yet and accept any config), reads the description a third-party plugin
+// plugins/action/actionschema, the image type's, from
+// plugins/image/imageschema, and the terraform type's, from
+// plugins/terraform/tfschema; helm has no plugin yet and accepts any
+// config), reads the description a third-party plugin
 // prints with "byoc-plugin-<type> describe", and turns schemas into the
 // checks schema/app/validate runs (validate.Options.Types).
 //
@@ -31,7 +33,9 @@ import (
 	"strings"
 
 	"github.com/byoc-dev/byoc/plugins/action/actionschema"
+	"github.com/byoc-dev/byoc/plugins/image/imageschema"
 	"github.com/byoc-dev/byoc/plugins/sdk/configschema"
+	"github.com/byoc-dev/byoc/plugins/terraform/tfschema"
 	"github.com/byoc-dev/byoc/schema/app/template"
 	"github.com/byoc-dev/byoc/schema/app/validate"
 )
@@ -40,9 +44,9 @@ import (
 // type's plugin does not exist yet and any config is accepted.
 var builtin = map[string]string{
 	"action":    actionschema.Config,
-	"image":     "",
+	"image":     imageschema.Config,
 	"helm":      "",
-	"terraform": "",
+	"terraform": tfschema.Config,
 }
 
 // BuiltinNames returns the built-in component types, sorted.

@@ -167,7 +167,7 @@ func TestBuiltins(t *testing.T) {
 	}
 	for _, name := range typeschema.BuiltinNames() {
 		s, ok := typeschema.BuiltinSchema(name)
-		if !ok || (name == "action") != (s != "") {
+		if !ok || (name == "action" || name == "image" || name == "terraform") != (s != "") {
 			t.Errorf("BuiltinSchema(%s) = %q, %v", name, s, ok)
 		}
 	}
@@ -175,8 +175,8 @@ func TestBuiltins(t *testing.T) {
 		t.Error("greeting is built in")
 	}
 	// Types compiles the built-in schemas (it panics on a broken one).
-	if typeschema.Types(nil)["action"] == nil {
-		t.Error("the action type has no check")
+	if typeschema.Types(nil)["action"] == nil || typeschema.Types(nil)["terraform"] == nil {
+		t.Error("the action or terraform type has no check")
 	}
 }
 

@@ -47,6 +47,47 @@ func SecretRef(name string) string { return "{{ .secrets." + name + " }}" }
 // ({{.secrets.X}}, {{- .secrets.X -}}); its first group is the name.
 var secretRefRE = regexp.MustCompile(`\{\{-?\s*\.secrets\.([A-Za-z_][A-Za-z0-9_]*)\s*-?\}\}`)
 
+// InputRef is how a reference to a customer-provided input stays in a
+// config that imsd renders: the customer sets the value in the install
+// stack, which only the agent reads; the agent replaces it.
+func InputRef(name string) string { return "{{ .inputs." + name + " }}" }
+
+// inputRefRE matches InputRef's output and the spellings a config may use.
+var inputRefRE = regexp.MustCompile(`\{\{-?\s*\.inputs\.([A-Za-z_][A-Za-z0-9_]*)\s*-?\}\}`)
+
+// ReplaceInputs replaces every {{ .inputs.NAME }} in s for which lookup
+// knows NAME; ok(NAME) false leaves a reference alone (imsd rendered
+// the other inputs already, so none should be left), and a name ok says
+// is the agent's but lookup does not know is an error naming it.
+func ReplaceInputs(s string, lookup func(string) (string, bool), ours func(string) bool) (string, error) {
+	var missing []string
+	out := inputRefRE.ReplaceAllStringFunc(s, func(m string) string {
+		name := inputRefRE.FindStringSubmatch(m)[1]
+		if !ours(name) {
+			return m
+		}
+		v, ok := lookup(name)
+		if !ok {
+			missing = append(missing, name)
+			return m
+		}
+		return v
+	})
+	if len(missing) > 0 {
+		return "", fmt.Errorf("customer input %q is not set", missing[0])
+	}
+	return out, nil
+}
+
+// InputNames returns the names of the {{ .inputs.NAME }} references in s.
+func InputNames(s string) []string {
+	var out []string
+	for _, m := range inputRefRE.FindAllStringSubmatch(s, -1) {
+		out = append(out, m[1])
+	}
+	return out
+}
+
 // ReplaceSecrets replaces every {{ .secrets.NAME }} in s with lookup(NAME).
 // It is what the agent does with a rendered config; a name lookup does
 // not know is an error naming the first such secret.

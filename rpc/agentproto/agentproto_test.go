@@ -2,6 +2,9 @@ package agentproto
 
 import (
 	"crypto/ed25519"
+	"encoding/base64"
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -61,4 +64,42 @@ func TestReplaceSecrets(t *testing.T) {
 			t.Errorf("ReplaceSecrets(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
 		}
 	}
+}
+
+func TestReplaceInputs(t *testing.T) {
+	vals := map[string]string{"admin_email": "ops@x"}
+	lookup := func(n string) (string, bool) { v, ok := vals[n]; return v, ok }
+	ours := func(n string) bool { return n == "admin_email" || n == "missing" }
+	got, err := ReplaceInputs("to="+InputRef("admin_email")+" {{.inputs.other}} {{- .inputs.admin_email -}}", lookup, ours)
+	if err != nil || got != "to=ops@x {{.inputs.other}} ops@x" {
+		t.Errorf("got %q, %v", got, err)
+	}
+	if _, err := ReplaceInputs("{{ .inputs.missing }}", lookup, ours); err == nil || !strings.Contains(err.Error(), `"missing"`) {
+		t.Errorf("missing: %v", err)
+	}
+	if n := InputNames("a {{ .inputs.x }} b {{.inputs.y}}"); len(n) != 2 || n[0] != "x" || n[1] != "y" {
+		t.Errorf("names %v", n)
+	}
+}
+
+// FuzzParseGrantExchangePassword: the exchange password is read on imsd's
+// token endpoint before anything is authenticated. Whatever it is given,
+// the parser never panics, and what it accepts writes back to itself.
+func FuzzParseGrantExchangePassword(f *testing.F) {
+	f.Add("grt_abc.sekret.1700000000123." + strings.Repeat("A", 86))
+	f.Add("a.b.c.d")
+	f.Add("....")
+	f.Fuzz(func(t *testing.T, p string) {
+		g, err := ParseGrantExchangePassword(p)
+		if err != nil {
+			return
+		}
+		if g.GrantID == "" || g.Secret == "" || len(g.Signature) != 64 {
+			t.Fatalf("accepted %q as %+v", p, g)
+		}
+		again := g.GrantID + "." + g.Secret + "." + strconv.FormatInt(g.At.UnixMilli(), 10) + "." + base64.RawURLEncoding.EncodeToString(g.Signature)
+		if g2, err := ParseGrantExchangePassword(again); err != nil || g2.GrantID != g.GrantID || g2.Secret != g.Secret || !g2.At.Equal(g.At) {
+			t.Fatalf("%q does not read back: %+v, %v", again, g2, err)
+		}
+	})
 }

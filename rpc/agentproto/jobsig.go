@@ -66,7 +66,24 @@ type JobClaims struct {
 	// if a fresh plan has the same. It is signed after Expires, and only
 	// when set, so every other job's message is unchanged.
 	ApprovedPlanDigest string
+	// Grant is the registry grant the assignment carries (nil: none). It
+	// is signed after everything else, behind its own context string, so
+	// a job without one signs the same bytes as before grants existed,
+	// and no approved plan digest (a length-prefixed string) reads as a
+	// grant or the other way round.
+	Grant *GrantClaims
 }
+
+// GrantClaims is a registry grant as a job signature covers it.
+type GrantClaims struct {
+	ID, Secret, Registry, Service string
+	Scopes                        []string
+	// Expires is signed in Unix milliseconds.
+	Expires time.Time
+}
+
+// grantContext separates the grant's claims from the job's.
+const grantContext = "\x00registry grant"
 
 // Message is the byte string the signature covers.
 func (c *JobClaims) Message() []byte {
@@ -85,6 +102,17 @@ func (c *JobClaims) Message() []byte {
 	b = binary.BigEndian.AppendUint64(b, uint64(c.Expires.UnixMilli()))
 	if c.ApprovedPlanDigest != "" {
 		b = appendString(b, c.ApprovedPlanDigest)
+	}
+	if g := c.Grant; g != nil {
+		b = append(b, grantContext...)
+		for _, s := range []string{g.ID, g.Secret, g.Registry, g.Service} {
+			b = appendString(b, s)
+		}
+		b = binary.BigEndian.AppendUint32(b, uint32(len(g.Scopes)))
+		for _, s := range g.Scopes {
+			b = appendString(b, s)
+		}
+		b = binary.BigEndian.AppendUint64(b, uint64(g.Expires.UnixMilli()))
 	}
 	return b
 }

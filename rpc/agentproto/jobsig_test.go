@@ -52,6 +52,8 @@ func TestJobSignatureCoversEveryClaim(t *testing.T) {
 				v.Index(0).SetUint(v.Index(0).Uint() ^ 1)
 			case reflect.Struct: // time.Time
 				tc.Expires = tc.Expires.Add(time.Millisecond)
+			case reflect.Pointer: // Grant: adding one (TestJobClaimsGrant changes its fields)
+				tc.Grant = &GrantClaims{ID: "g"}
 			default:
 				t.Fatalf("field %s of kind %s: teach this test to change it", f.Name, f.Type.Kind())
 			}
@@ -194,5 +196,54 @@ func TestConfigDigest(t *testing.T) {
 	}
 	if _, err := ConfigDigest(deep); err == nil {
 		t.Error("a config nested 150 deep was encoded")
+	}
+}
+
+// TestJobClaimsGrant: a grant changes the signed bytes (so a grant cannot
+// be added, removed or changed without breaking the signature), and a
+// job without one signs what it signed before grants existed.
+func TestJobClaimsGrant(t *testing.T) {
+	c := JobClaims{KeyID: "k", InstallID: "in", JobID: "j", Expires: time.UnixMilli(1)}
+	plain := string(c.Message())
+	g := &GrantClaims{ID: "g", Secret: "s", Registry: "http://r", Service: "svc", Scopes: []string{"repository:web:pull"}, Expires: time.UnixMilli(2)}
+	c.Grant = g
+	with := string(c.Message())
+	if !strings.HasPrefix(with, plain) || with == plain {
+		t.Fatalf("a grant must append to the signed bytes")
+	}
+	for name, change := range map[string]func(*GrantClaims){
+		"scope":    func(g *GrantClaims) { g.Scopes = []string{"repository:db:pull"} },
+		"registry": func(g *GrantClaims) { g.Registry = "http://evil" },
+		"secret":   func(g *GrantClaims) { g.Secret = "t" },
+		"expiry":   func(g *GrantClaims) { g.Expires = time.UnixMilli(3) },
+	} {
+		cp := *g
+		cp.Scopes = append([]string{}, g.Scopes...)
+		change(&cp)
+		c.Grant = &cp
+		if string(c.Message()) == with {
+			t.Errorf("changing the grant's %s leaves the signed bytes", name)
+		}
+	}
+}
+
+func TestGrantExchangePassword(t *testing.T) {
+	pub, priv, _ := ed25519.GenerateKey(nil)
+	at := time.UnixMilli(1700000000123)
+	p := GrantExchangePassword(priv, "agt_1", "grt_1", "sekret", at)
+	g, err := ParseGrantExchangePassword(p)
+	if err != nil || g.GrantID != "grt_1" || g.Secret != "sekret" || !g.At.Equal(at) {
+		t.Fatalf("parse %q: %+v, %v", p, g, err)
+	}
+	if !g.Verify(pub, "agt_1") {
+		t.Fatal("signature does not verify")
+	}
+	if g.Verify(pub, "agt_2") {
+		t.Fatal("verifies for another agent")
+	}
+	for _, bad := range []string{"", "a.b.c", "g.s.x.sig", "g.s.1.short", ".s.1." + strings.Repeat("A", 86)} {
+		if _, err := ParseGrantExchangePassword(bad); err == nil {
+			t.Errorf("parsed %q", bad)
+		}
 	}
 }

@@ -206,6 +206,7 @@ exits with the job's own exit code.`,
 		a.pluginCommand(),
 		a.breakglassCommand(),
 		a.auditCommand(),
+		a.buildCommand(),
 	)
 	a.addCompletions(root)
 	a.markStart(root)

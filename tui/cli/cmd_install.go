@@ -26,6 +26,7 @@ func (a *app) installCommand() *cobra.Command {
 		a.installDeprovisionCommand(),
 		a.installDriftCommand(),
 		a.installStackCommand(),
+		a.installImagesCommand(),
 	)
 }
 
@@ -305,6 +306,12 @@ func (a *app) installGetCommand() *cobra.Command {
 					f.add("Agent warning", c)
 				}
 				f.add("Permissions", permissionsText(now, ag.GetPermissions()))
+				if st := ag.GetStack(); st != nil {
+					f.add("Install stack", fmt.Sprintf("%s %s, reported %s", st.GetFormat(), st.GetStack(), ago(now, st.GetReportTime())))
+					// Sensitive ones the agent reports as "set", never by value.
+					f.add("Customer inputs", keyValues(st.GetInputs()))
+					f.add("Stack outputs", keyValues(st.GetOutputs()))
+				}
 				f.add("Enrolled", when(now, ag.GetEnrollTime()))
 			}
 			// Drift is a second call: an imsd without it leaves it out.

@@ -61,6 +61,10 @@ in a local stack.`,
 			for _, f := range res.Msg.GetFiles() {
 				files[f.GetPath()] = f.GetContent()
 			}
+			if len(files) == 0 {
+				// The app has no revision yet: a stack of the modes alone.
+				files["app.toml"] = []byte(fmt.Sprintf("name = %q\n", res.Msg.GetApp()))
+			}
 			appCfg, err := load.Parse(files, validate.Options{AnyType: true})
 			if err != nil {
 				return fmt.Errorf("app %s revision %d: %w", res.Msg.GetApp(), res.Msg.GetAppRevision(), err)

@@ -666,13 +666,23 @@ func (a *app) stoppedFollowing(id string, wf *imsv1.Workflow) error {
 	return &exitCodeError{code: exitInterrupted}
 }
 
-// stepsPlanning names the steps whose plan is still being made.
+// stepsPlanning names the steps whose plan is still being made. Right
+// after a workflow that requires approval starts, its plan jobs may not
+// be queued yet: until one is, every component apply counts.
 func stepsPlanning(wf *imsv1.Workflow) []string {
-	var out []string
+	var out, applies []string
+	started := false
 	for _, s := range wf.GetSteps() {
+		started = started || s.GetPlanJobId() != ""
 		if s.GetPlanState() == "planning" {
 			out = append(out, s.GetName())
 		}
+		if s.GetComponent() != "" && s.GetOperation() == "apply" && s.GetState() == imsv1.StepState_STEP_STATE_PENDING {
+			applies = append(applies, s.GetName())
+		}
+	}
+	if !started && wf.GetRequireApproval() {
+		return applies
 	}
 	return out
 }

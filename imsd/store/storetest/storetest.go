@@ -73,6 +73,7 @@ func Run(t *testing.T, open OpenFunc) {
 		{"ActionRunsAndHealth", testActionRunsAndHealth},
 		{"Modes", testModes},
 		{"AgentPermissions", testAgentPermissions},
+		{"AgentStack", testAgentStack},
 		{"BreakGlass", testBreakGlass},
 		{"AuditEvents", testAuditEvents},
 		{"AuditAppendOnly", testAuditAppendOnly},
@@ -84,6 +85,9 @@ func Run(t *testing.T, open OpenFunc) {
 		{"AuditRecordsAfter", testAuditRecordsAfter},
 		{"PolicyFindings", testPolicyFindings},
 		{"Drift", testDrift},
+		{"BuildAgentRole", testBuildAgentRole},
+		{"Builds", testBuilds},
+		{"RegistryGrants", testRegistryGrants},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -135,6 +135,14 @@ type Step struct {
 	// Policies are the job's policies (JobContext.Policies), as the agent
 	// hands them: vendor and customer modules.
 	Policies []sdk.PolicyModule
+	// ApprovedPlan runs an apply step as the apply of the plan the case's
+	// last successful plan step made, approved by an operator: as the
+	// agent does, the harness plans again first (in a fresh PlanDir) and
+	// calls Apply, with JobContext.ApprovedPlanDigest and PlanDir the
+	// approved plan's saved directory, only if the fresh plan has the
+	// same digest; otherwise the step fails with "plan changed since
+	// approval" (match it with ExpectError) and Apply is not called.
+	ApprovedPlan bool
 	// ExpectDiagnostics, if set, expects validation to fail: each entry is
 	// "field: message", matched against a diagnostic by substring. The
 	// operation is then not run, as the agent would not run it.
@@ -156,6 +164,12 @@ type Outcome struct {
 	// StateDir is the component's state directory, the same for every
 	// step of the case (empty with Case.NoStateDir).
 	StateDir string
+	// PlanDigest is the digest of a plan step's plan (sdk.PlanDigestOf of
+	// its changes) or, for an approved apply, of the fresh plan made
+	// before it; PlanDir is where the plan's artifact was kept
+	// (STATE_DIR/.byoc-plans/<hex>/), or the approved plan's directory
+	// an approved apply was given.
+	PlanDigest, PlanDir string
 }
 
 // Log returns the log lines joined by newlines.
@@ -197,7 +211,13 @@ func Test(t testing.TB, p sdk.Plugin, c Case) {
 	var applied map[string]any
 	didApply := false
 	n := 0
-	runJob := func(name, op string, config map[string]any, env map[string]string, timeout time.Duration, mode string, policies []sdk.PolicyModule) (*Outcome, []sdk.Diagnostic) {
+	// approved is the digest of the last successful plan step's plan.
+	approved := ""
+	plans := ""
+	if stateDir != "" {
+		plans = filepath.Join(stateDir, sdk.PlanDirName)
+	}
+	runJob := func(name, op string, config map[string]any, env map[string]string, timeout time.Duration, mode string, policies []sdk.PolicyModule, approvedApply bool) (*Outcome, []sdk.Diagnostic) {
 		t.Helper()
 		n++
 		work := filepath.Join(t.TempDir(), fmt.Sprintf("job-%d-1", n))
@@ -219,10 +239,64 @@ func Test(t testing.TB, p sdk.Plugin, c Case) {
 		ctx, cancel := context.WithTimeout(t.Context(), timeout)
 		defer cancel()
 		out := &Outcome{WorkDir: work, StateDir: stateDir}
-		res, err := client.Run(ctx, op, &sdk.RunRequest{Job: job, Config: config, Env: jobEnv(job, op, c.Env, env)},
-			func(e sdk.LogEvent) { out.Logs = append(out.Logs, e) })
+		logf := func(e sdk.LogEvent) { out.Logs = append(out.Logs, e) }
+		// plan runs a plan into a fresh plan dir and keeps its artifact
+		// under its digest, as the agent does.
+		plan := func() *sdk.Result {
+			pj := job
+			if plans != "" {
+				pj.PlanDir = filepath.Join(plans, fmt.Sprintf("new-%s-1", job.JobID))
+				if err := os.MkdirAll(pj.PlanDir, 0o700); err != nil {
+					t.Fatalf("%s: plan dir: %v", name, err)
+				}
+			}
+			res, err := client.Run(ctx, sdk.OpPlan, &sdk.RunRequest{Job: pj, Config: config, Env: jobEnv(pj, sdk.OpPlan, c.Env, env)}, logf)
+			if err != nil {
+				t.Fatalf("%s: plan: %v", name, err)
+			}
+			if res.Err() != nil || res.ExitCode != 0 {
+				os.RemoveAll(pj.PlanDir)
+				return res
+			}
+			if out.PlanDigest, err = sdk.PlanDigestOf(res.PlannedChanges); err != nil {
+				t.Fatalf("%s: plan digest: %v", name, err)
+			}
+			if pj.PlanDir != "" {
+				out.PlanDir = filepath.Join(plans, strings.TrimPrefix(out.PlanDigest, "sha256:"))
+				if _, err := os.Stat(out.PlanDir); err == nil && approvedApply {
+					os.RemoveAll(pj.PlanDir) // the approved plan's own artifact wins
+				} else if err := errors.Join(os.RemoveAll(out.PlanDir), os.Rename(pj.PlanDir, out.PlanDir)); err != nil {
+					t.Fatalf("%s: keep the plan: %v", name, err)
+				}
+			}
+			return res
+		}
+		switch {
+		case op == sdk.OpPlan:
+			out.Result = plan()
+			return out, nil
+		case approvedApply:
+			if approved == "" {
+				t.Fatalf("%s: ApprovedPlan, but no plan step succeeded before it", name)
+			}
+			fresh := plan()
+			if fresh.Err() != nil || fresh.ExitCode != 0 {
+				out.Result = fresh
+				return out, nil
+			}
+			if out.PlanDigest != approved {
+				out.Result = &sdk.Result{ExitCode: -1, PlannedChanges: fresh.PlannedChanges,
+					Error: fmt.Sprintf("plan changed since approval: approved %s, the plan now is %s", approved, out.PlanDigest)}
+				return out, nil
+			}
+			job.ApprovedPlanDigest, job.PlanDir = approved, out.PlanDir
+		}
+		res, err := client.Run(ctx, op, &sdk.RunRequest{Job: job, Config: config, Env: jobEnv(job, op, c.Env, env)}, logf)
 		if err != nil {
 			t.Fatalf("%s: %s: %v", name, op, err)
+		}
+		if plans != "" && (op == sdk.OpApply || op == sdk.OpDestroy) {
+			os.RemoveAll(plans) // stale now, as on the agent
 		}
 		out.Result = res
 		return out, nil
@@ -241,7 +315,10 @@ func Test(t testing.TB, p sdk.Plugin, c Case) {
 				t.Fatalf("%s: pre-config: %v", name, err)
 			}
 		}
-		out, diags := runJob(name, op, s.Config, s.Env, s.Timeout, s.Mode, s.Policies)
+		if s.ApprovedPlan && op != sdk.OpApply {
+			t.Fatalf("%s: ApprovedPlan is for an apply step, not %s", name, op)
+		}
+		out, diags := runJob(name, op, s.Config, s.Env, s.Timeout, s.Mode, s.Policies, s.ApprovedPlan)
 		if err := checkDiagnostics(diags, s.ExpectDiagnostics); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -262,6 +339,9 @@ func Test(t testing.TB, p sdk.Plugin, c Case) {
 			}
 		}
 		removeWorkDir(t, name, out)
+		if op == sdk.OpPlan && out.Result.Err() == nil {
+			approved = out.PlanDigest
+		}
 		if op == sdk.OpApply && out.Result.Err() == nil {
 			applied, didApply = s.Config, true
 		}
@@ -272,7 +352,7 @@ func Test(t testing.TB, p sdk.Plugin, c Case) {
 	if c.SkipDestroy || !didApply || !desc.Has(sdk.CapDestroy) {
 		return
 	}
-	out, diags := runJob("final destroy", sdk.OpDestroy, applied, nil, 0, "deprovision", nil)
+	out, diags := runJob("final destroy", sdk.OpDestroy, applied, nil, 0, "deprovision", nil, false)
 	if len(diags) > 0 {
 		t.Fatalf("final destroy: %v", sdk.DiagnosticsError(diags))
 	}
@@ -310,6 +390,12 @@ func jobEnv(job sdk.JobContext, op string, layers ...map[string]string) map[stri
 	}
 	if job.StateDir != "" {
 		env["BYOC_STATE_DIR"] = job.StateDir
+	}
+	if job.PlanDir != "" {
+		env["BYOC_PLAN_DIR"] = job.PlanDir
+	}
+	if job.ApprovedPlanDigest != "" {
+		env["BYOC_APPROVED_PLAN_DIGEST"] = job.ApprovedPlanDigest
 	}
 	for _, l := range layers {
 		for k, v := range l {

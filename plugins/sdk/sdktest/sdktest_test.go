@@ -202,3 +202,72 @@ func TestHarnessKeepsState(t *testing.T) {
 		t.Errorf("without a state dir: harness said %q", msg)
 	}
 }
+
+// saver plans to write the config's "text" into the state dir, saving the
+// text in its plan dir, and applies what the approved plan saved (or the
+// config's text without an approved plan).
+type saver struct{}
+
+func (saver) Describe(context.Context, *sdk.DescribeRequest) (*sdk.DescribeResponse, error) {
+	return &sdk.DescribeResponse{Type: "saver", Version: "1"}, nil
+}
+func (saver) Validate(context.Context, *sdk.ValidateRequest) (*sdk.ValidateResponse, error) {
+	return &sdk.ValidateResponse{}, nil
+}
+func (saver) Plan(_ context.Context, req *sdk.PlanRequest) (*sdk.PlanResponse, error) {
+	text, _ := req.Config["text"].(string)
+	old, _ := os.ReadFile(filepath.Join(req.Job.StateDir, "out"))
+	if err := os.WriteFile(filepath.Join(req.Job.PlanDir, "plan"), []byte(text), 0o600); err != nil {
+		return nil, err
+	}
+	return &sdk.PlanResponse{PlannedChanges: []sdk.PlannedChange{{Address: "out", Action: sdk.ActionUpdate,
+		Before: map[string]any{"text": string(old)}, After: map[string]any{"text": text}}}}, nil
+}
+func (saver) Apply(_ context.Context, req *sdk.ApplyRequest) (*sdk.ApplyResponse, error) {
+	text, _ := req.Config["text"].(string)
+	if req.Job.ApprovedPlanDigest != "" {
+		b, err := os.ReadFile(filepath.Join(req.Job.PlanDir, "plan"))
+		if err != nil {
+			return nil, err
+		}
+		text = "saved:" + string(b)
+	}
+	return &sdk.ApplyResponse{}, os.WriteFile(filepath.Join(req.Job.StateDir, "out"), []byte(text), 0o600)
+}
+
+// An approved apply step plans again and applies the saved plan when it
+// is the approved one; a plan that changed in between fails the step
+// without applying.
+func TestHarnessApprovedPlan(t *testing.T) {
+	out := func(want string) sdktest.Check {
+		return func(o *sdktest.Outcome) error {
+			b, _ := os.ReadFile(filepath.Join(o.StateDir, "out"))
+			if string(b) != want {
+				return fmt.Errorf("out is %q, want %q", b, want)
+			}
+			return nil
+		}
+	}
+	var planned string
+	msg := harness(t, saver{}, sdktest.Case{Steps: []sdktest.Step{
+		{Op: sdk.OpPlan, Config: map[string]any{"text": "a"}, Check: func(o *sdktest.Outcome) error {
+			planned = o.PlanDigest
+			if b, err := os.ReadFile(filepath.Join(o.PlanDir, "plan")); err != nil || string(b) != "a" {
+				return fmt.Errorf("the plan's artifact in %s: %q %v", o.PlanDir, b, err)
+			}
+			return nil
+		}},
+		{ApprovedPlan: true, Config: map[string]any{"text": "a"}, Check: sdktest.All(out("saved:a"), func(o *sdktest.Outcome) error {
+			if o.PlanDigest != planned {
+				return fmt.Errorf("fresh plan %s, approved %s", o.PlanDigest, planned)
+			}
+			return nil
+		})},
+		{Op: sdk.OpPlan, Config: map[string]any{"text": "b"}},
+		// The config changed after the plan: the fresh plan is another.
+		{ApprovedPlan: true, Config: map[string]any{"text": "c"}, ExpectError: regexp.MustCompile(`plan changed since approval`), Check: out("saved:a")},
+	}})
+	if msg != "" {
+		t.Fatal(msg)
+	}
+}

@@ -38,7 +38,7 @@ func Local(o Options) ([]LocalFile, error) {
 		return nil, err
 	}
 	c := stackconfig.Config{
-		Version: stackconfig.Version, Format: stackconfig.FormatLocal, Stack: "local", Install: o.Install,
+		Version: stackconfig.Version, Format: stackconfig.FormatLocal, Stack: "stack-" + o.Install, Install: o.Install,
 		IMS: o.IMS, IMSKeyID: o.IMSKeyID,
 		EnrollToken: stackconfig.Source{File: LocalToken, Parameter: "enroll.token"},
 		Modes:       map[string]stackconfig.Role{},

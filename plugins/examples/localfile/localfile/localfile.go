@@ -199,8 +199,18 @@ func (Plugin) Plan(_ context.Context, req *sdk.PlanRequest) (*sdk.PlanResponse, 
 	if d == "" {
 		d = "no changes: " + c.path + " is up to date"
 	}
+	// The plan's artifact (protocol 1.3): the content the plan is about,
+	// which an approved apply writes, whatever the config says by then.
+	if req.Job.PlanDir != "" {
+		if err := os.WriteFile(filepath.Join(req.Job.PlanDir, savedContent), c.content, 0o600); err != nil {
+			return nil, fmt.Errorf("save the plan: %w", err)
+		}
+	}
 	return &sdk.PlanResponse{Changes: d, PlannedChanges: planned}, nil
 }
+
+// savedContent is the plan artifact's file in JobContext.PlanDir.
+const savedContent = "content"
 
 // fileValues is what a planned change shows of a file: its size, mode and
 // digest, not its content.
@@ -226,6 +236,16 @@ func current(path string) (map[string]any, bool) {
 // new one, never half of one.
 func (Plugin) Apply(_ context.Context, req *sdk.ApplyRequest) (*sdk.ApplyResponse, error) {
 	c := parse(req.Config)
+	if req.Job.ApprovedPlanDigest != "" && req.Job.PlanDir != "" {
+		// An operator approved a plan (the agent checked that a fresh
+		// plan is the same): write exactly the content it saved.
+		b, err := os.ReadFile(filepath.Join(req.Job.PlanDir, savedContent))
+		if err != nil {
+			return nil, fmt.Errorf("read the approved plan %s: %w", req.Job.ApprovedPlanDigest, err)
+		}
+		c.content = b
+		req.Log.System("applying the approved plan " + req.Job.ApprovedPlanDigest)
+	}
 	d, err := diff(c)
 	if err != nil {
 		return nil, err
@@ -284,16 +304,25 @@ func writeAtomic(c config) error {
 	return os.Rename(f.Name(), c.path)
 }
 
-// Drift reports whether the file still matches its config.
+// Drift reports whether the file still matches its config, and the change
+// an apply would make to repair it.
 func (Plugin) Drift(_ context.Context, req *sdk.DriftRequest) (*sdk.DriftResponse, error) {
-	d, err := diff(parse(req.Config))
+	c := parse(req.Config)
+	d, err := diff(c)
 	if err != nil {
 		return nil, err
 	}
-	if d != "" {
-		req.Log.System("drifted: " + d)
+	if d == "" {
+		return &sdk.DriftResponse{}, nil
 	}
-	return &sdk.DriftResponse{Drifted: d != "", Changes: d}, nil
+	req.Log.System("drifted: " + d)
+	ch := sdk.PlannedChange{Address: c.path, Action: sdk.ActionUpdate, After: fileValues(c.content, c.mode), Summary: d}
+	if before, ok := current(c.path); ok {
+		ch.Before = before
+	} else {
+		ch.Action = sdk.ActionCreate
+	}
+	return &sdk.DriftResponse{Drifted: true, Changes: d, PlannedChanges: []sdk.PlannedChange{ch}}, nil
 }
 
 // Destroy removes the file the component's last apply wrote (else the

@@ -62,7 +62,7 @@ func TestDrift(t *testing.T) {
 			Name:      "edited by hand",
 			PreConfig: func() error { return os.WriteFile(path, []byte("edited\n"), 0o644) },
 			Op:        sdk.OpDrift, Config: cfg,
-			Check: sdktest.All(sdktest.ExpectDrifted(true), sdktest.ExpectChanges("content (7 bytes, want 6)")),
+			Check: sdktest.All(sdktest.ExpectDrifted(true), sdktest.ExpectChanges("content (7 bytes, want 6)"), sdktest.ExpectPlannedChange("update", path)),
 		},
 		{Op: sdk.OpPlan, Config: cfg, Check: sdktest.ExpectChanges("update " + path)},
 		{Name: "apply repairs", Config: cfg, Check: fileIs(path, "hello\n")},
@@ -125,5 +125,28 @@ func TestMovedFileAndState(t *testing.T) {
 			{Op: sdk.OpDestroy, Config: map[string]any{"path": b, "content": "x"}},
 		},
 		CheckDestroy: sdktest.All(gone(a), sdktest.ExpectNoStateFile("localfile.json")),
+	})
+}
+
+// An approved apply writes the content its plan saved; when the file
+// changed after the plan, the fresh plan differs and nothing is written.
+func TestApprovedPlan(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "motd")
+	cfg := map[string]any{"path": path, "content": "hello\n"}
+	sdktest.Test(t, localfile.New(), sdktest.Case{
+		Steps: []sdktest.Step{
+			{Op: sdk.OpPlan, Config: cfg, Check: func(o *sdktest.Outcome) error {
+				b, err := os.ReadFile(filepath.Join(o.PlanDir, "content"))
+				if err != nil || string(b) != "hello\n" {
+					return fmt.Errorf("saved plan: %q %v", b, err)
+				}
+				return nil
+			}},
+			{ApprovedPlan: true, Config: cfg, Check: sdktest.All(fileIs(path, "hello\n"), sdktest.ExpectLog("applying the approved plan sha256:"))},
+			{Op: sdk.OpPlan, Config: map[string]any{"path": path, "content": "bye\n"}},
+			{PreConfig: func() error { return os.WriteFile(path, []byte("intruder\n"), 0o644) },
+				ApprovedPlan: true, Config: map[string]any{"path": path, "content": "bye\n"},
+				ExpectError: regexp.MustCompile("plan changed since approval"), Check: fileIs(path, "intruder\n")},
+		},
 	})
 }

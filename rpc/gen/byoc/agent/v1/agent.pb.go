@@ -93,7 +93,8 @@ type EnrollRequest struct {
 	PublicKey []byte `protobuf:"bytes,2,opt,name=public_key,json=publicKey,proto3" json:"public_key,omitempty"`
 	Hostname  string `protobuf:"bytes,3,opt,name=hostname,proto3" json:"hostname,omitempty"`
 	Version   string `protobuf:"bytes,4,opt,name=version,proto3" json:"version,omitempty"`
-	// role is "install" (the only role so far).
+	// role is "install" (an install's agent, the default) or "build" (the
+	// vendor's build agent; its token must be a build agent token).
 	Role          string `protobuf:"bytes,5,opt,name=role,proto3" json:"role,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -734,8 +735,13 @@ type Hello struct {
 	// none): at once, then before the answer to every ack (so that the
 	// agent holds the record of a job's ack before it starts the job), and
 	// after the first heartbeat that follows a result (else once a minute).
-	AuditCopy     bool  `protobuf:"varint,30,opt,name=audit_copy,json=auditCopy,proto3" json:"audit_copy,omitempty"`
-	AuditSeq      int64 `protobuf:"varint,31,opt,name=audit_seq,json=auditSeq,proto3" json:"audit_seq,omitempty"`
+	AuditCopy bool  `protobuf:"varint,30,opt,name=audit_copy,json=auditCopy,proto3" json:"audit_copy,omitempty"`
+	AuditSeq  int64 `protobuf:"varint,31,opt,name=audit_seq,json=auditSeq,proto3" json:"audit_seq,omitempty"`
+	// stack is what the agent knows of its install stack, when it runs from
+	// one (agentd --stack-config): the customer-provided inputs (a value, or
+	// "set" for a sensitive one: never a sensitive value) and the stack's
+	// outputs, for imsd to show.
+	Stack         *StackReport `protobuf:"bytes,90,opt,name=stack,proto3" json:"stack,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -840,6 +846,85 @@ func (x *Hello) GetAuditSeq() int64 {
 	return 0
 }
 
+func (x *Hello) GetStack() *StackReport {
+	if x != nil {
+		return x.Stack
+	}
+	return nil
+}
+
+// StackReport is an install stack as its agent reports it.
+type StackReport struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// format is cloudformation or local; stack is the stack's name.
+	Format string `protobuf:"bytes,1,opt,name=format,proto3" json:"format,omitempty"`
+	Stack  string `protobuf:"bytes,2,opt,name=stack,proto3" json:"stack,omitempty"`
+	// inputs are the customer-provided inputs that are set: the value of a
+	// non-sensitive one, "set" for a sensitive one.
+	Inputs        map[string]string `protobuf:"bytes,3,rep,name=inputs,proto3" json:"inputs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Outputs       map[string]string `protobuf:"bytes,4,rep,name=outputs,proto3" json:"outputs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StackReport) Reset() {
+	*x = StackReport{}
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StackReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StackReport) ProtoMessage() {}
+
+func (x *StackReport) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StackReport.ProtoReflect.Descriptor instead.
+func (*StackReport) Descriptor() ([]byte, []int) {
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *StackReport) GetFormat() string {
+	if x != nil {
+		return x.Format
+	}
+	return ""
+}
+
+func (x *StackReport) GetStack() string {
+	if x != nil {
+		return x.Stack
+	}
+	return ""
+}
+
+func (x *StackReport) GetInputs() map[string]string {
+	if x != nil {
+		return x.Inputs
+	}
+	return nil
+}
+
+func (x *StackReport) GetOutputs() map[string]string {
+	if x != nil {
+		return x.Outputs
+	}
+	return nil
+}
+
 // Permissions is the customer's permission state on the agent's side: the
 // permission modes turned on, and the kill switch. The agent refuses a job
 // whose mode is off, and every job while disabled_all is set.
@@ -860,7 +945,7 @@ type Permissions struct {
 
 func (x *Permissions) Reset() {
 	*x = Permissions{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -872,7 +957,7 @@ func (x *Permissions) String() string {
 func (*Permissions) ProtoMessage() {}
 
 func (x *Permissions) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -885,7 +970,7 @@ func (x *Permissions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Permissions.ProtoReflect.Descriptor instead.
 func (*Permissions) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Permissions) GetProvision() bool {
@@ -948,7 +1033,7 @@ type Welcome struct {
 
 func (x *Welcome) Reset() {
 	*x = Welcome{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -960,7 +1045,7 @@ func (x *Welcome) String() string {
 func (*Welcome) ProtoMessage() {}
 
 func (x *Welcome) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -973,7 +1058,7 @@ func (x *Welcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Welcome.ProtoReflect.Descriptor instead.
 func (*Welcome) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Welcome) GetInstallId() string {
@@ -1033,7 +1118,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1045,7 +1130,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1058,7 +1143,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Heartbeat) GetRunning() []*RunningJob {
@@ -1098,7 +1183,7 @@ type LeasesRenewed struct {
 
 func (x *LeasesRenewed) Reset() {
 	*x = LeasesRenewed{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1110,7 +1195,7 @@ func (x *LeasesRenewed) String() string {
 func (*LeasesRenewed) ProtoMessage() {}
 
 func (x *LeasesRenewed) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1123,7 +1208,7 @@ func (x *LeasesRenewed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeasesRenewed.ProtoReflect.Descriptor instead.
 func (*LeasesRenewed) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *LeasesRenewed) GetHeartbeatSeq() uint64 {
@@ -1151,7 +1236,7 @@ type JobAck struct {
 
 func (x *JobAck) Reset() {
 	*x = JobAck{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1163,7 +1248,7 @@ func (x *JobAck) String() string {
 func (*JobAck) ProtoMessage() {}
 
 func (x *JobAck) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1176,7 +1261,7 @@ func (x *JobAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobAck.ProtoReflect.Descriptor instead.
 func (*JobAck) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *JobAck) GetWriteId() uint64 {
@@ -1213,7 +1298,7 @@ type LogLine struct {
 
 func (x *LogLine) Reset() {
 	*x = LogLine{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1225,7 +1310,7 @@ func (x *LogLine) String() string {
 func (*LogLine) ProtoMessage() {}
 
 func (x *LogLine) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1238,7 +1323,7 @@ func (x *LogLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogLine.ProtoReflect.Descriptor instead.
 func (*LogLine) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LogLine) GetSeq() int64 {
@@ -1281,7 +1366,7 @@ type JobLogs struct {
 
 func (x *JobLogs) Reset() {
 	*x = JobLogs{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1293,7 +1378,7 @@ func (x *JobLogs) String() string {
 func (*JobLogs) ProtoMessage() {}
 
 func (x *JobLogs) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1306,7 +1391,7 @@ func (x *JobLogs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobLogs.ProtoReflect.Descriptor instead.
 func (*JobLogs) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *JobLogs) GetWriteId() uint64 {
@@ -1369,7 +1454,7 @@ type JobResult struct {
 
 func (x *JobResult) Reset() {
 	*x = JobResult{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1381,7 +1466,7 @@ func (x *JobResult) String() string {
 func (*JobResult) ProtoMessage() {}
 
 func (x *JobResult) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1394,7 +1479,7 @@ func (x *JobResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobResult.ProtoReflect.Descriptor instead.
 func (*JobResult) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *JobResult) GetWriteId() uint64 {
@@ -1498,7 +1583,7 @@ type PolicyFinding struct {
 
 func (x *PolicyFinding) Reset() {
 	*x = PolicyFinding{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1510,7 +1595,7 @@ func (x *PolicyFinding) String() string {
 func (*PolicyFinding) ProtoMessage() {}
 
 func (x *PolicyFinding) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1523,7 +1608,7 @@ func (x *PolicyFinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyFinding.ProtoReflect.Descriptor instead.
 func (*PolicyFinding) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PolicyFinding) GetPolicy() string {
@@ -1572,7 +1657,7 @@ type PlannedChange struct {
 
 func (x *PlannedChange) Reset() {
 	*x = PlannedChange{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1584,7 +1669,7 @@ func (x *PlannedChange) String() string {
 func (*PlannedChange) ProtoMessage() {}
 
 func (x *PlannedChange) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1597,7 +1682,7 @@ func (x *PlannedChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlannedChange.ProtoReflect.Descriptor instead.
 func (*PlannedChange) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PlannedChange) GetAddress() string {
@@ -1665,13 +1750,17 @@ type JobAssignment struct {
 	// digest is this one; otherwise the job fails with "plan changed since
 	// approval" and the fresh plan. Signed (JobClaims.ApprovedPlanDigest).
 	ApprovedPlanDigest string `protobuf:"bytes,40,opt,name=approved_plan_digest,json=approvedPlanDigest,proto3" json:"approved_plan_digest,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// registry_grant lets the job pull (install agent, type image) or push
+	// (build agent, type build) exactly the vendor registry repositories it
+	// needs; the job signature covers it (agentproto.JobClaims.Grant).
+	RegistryGrant *RegistryGrant `protobuf:"bytes,80,opt,name=registry_grant,json=registryGrant,proto3" json:"registry_grant,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JobAssignment) Reset() {
 	*x = JobAssignment{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1683,7 +1772,7 @@ func (x *JobAssignment) String() string {
 func (*JobAssignment) ProtoMessage() {}
 
 func (x *JobAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1696,7 +1785,7 @@ func (x *JobAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobAssignment.ProtoReflect.Descriptor instead.
 func (*JobAssignment) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *JobAssignment) GetJobId() string {
@@ -1790,6 +1879,107 @@ func (x *JobAssignment) GetApprovedPlanDigest() string {
 	return ""
 }
 
+func (x *JobAssignment) GetRegistryGrant() *RegistryGrant {
+	if x != nil {
+		return x.RegistryGrant
+	}
+	return nil
+}
+
+// RegistryGrant is a one-time grant: the agent exchanges it once, within
+// minutes, at imsd's registry token endpoint (GET /v2/token on the URL the
+// agent reaches imsd at; Docker token specification) for a registry token
+// with exactly scopes.
+type RegistryGrant struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// secret is presented once, with the agent's signature
+	// (agentproto.GrantExchangePassword).
+	Secret string `protobuf:"bytes,2,opt,name=secret,proto3" json:"secret,omitempty"`
+	// registry is the vendor registry as the agent reaches it: a URL,
+	// http://HOST:PORT or https://HOST.
+	Registry string `protobuf:"bytes,3,opt,name=registry,proto3" json:"registry,omitempty"`
+	// service is the registry's token service name.
+	Service string `protobuf:"bytes,4,opt,name=service,proto3" json:"service,omitempty"`
+	// scopes are Docker token scopes, repository:NAME:ACTIONS.
+	Scopes        []string `protobuf:"bytes,5,rep,name=scopes,proto3" json:"scopes,omitempty"`
+	ExpireUnixMs  int64    `protobuf:"varint,6,opt,name=expire_unix_ms,json=expireUnixMs,proto3" json:"expire_unix_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegistryGrant) Reset() {
+	*x = RegistryGrant{}
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegistryGrant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegistryGrant) ProtoMessage() {}
+
+func (x *RegistryGrant) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegistryGrant.ProtoReflect.Descriptor instead.
+func (*RegistryGrant) Descriptor() ([]byte, []int) {
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *RegistryGrant) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *RegistryGrant) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
+func (x *RegistryGrant) GetRegistry() string {
+	if x != nil {
+		return x.Registry
+	}
+	return ""
+}
+
+func (x *RegistryGrant) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *RegistryGrant) GetScopes() []string {
+	if x != nil {
+		return x.Scopes
+	}
+	return nil
+}
+
+func (x *RegistryGrant) GetExpireUnixMs() int64 {
+	if x != nil {
+		return x.ExpireUnixMs
+	}
+	return 0
+}
+
 // JobSignature is imsd's Ed25519 signature over a job's claims
 // (rpc/agentproto.JobClaims.Message: install, job, attempt, fencing token,
 // mode, component type, operation, timeout, the config's digest, expiry).
@@ -1807,7 +1997,7 @@ type JobSignature struct {
 
 func (x *JobSignature) Reset() {
 	*x = JobSignature{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1819,7 +2009,7 @@ func (x *JobSignature) String() string {
 func (*JobSignature) ProtoMessage() {}
 
 func (x *JobSignature) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1832,7 +2022,7 @@ func (x *JobSignature) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobSignature.ProtoReflect.Descriptor instead.
 func (*JobSignature) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *JobSignature) GetKeyId() string {
@@ -1866,7 +2056,7 @@ type JobCancel struct {
 
 func (x *JobCancel) Reset() {
 	*x = JobCancel{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1878,7 +2068,7 @@ func (x *JobCancel) String() string {
 func (*JobCancel) ProtoMessage() {}
 
 func (x *JobCancel) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1891,7 +2081,7 @@ func (x *JobCancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobCancel.ProtoReflect.Descriptor instead.
 func (*JobCancel) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *JobCancel) GetJobId() string {
@@ -1917,7 +2107,7 @@ type WriteAccepted struct {
 
 func (x *WriteAccepted) Reset() {
 	*x = WriteAccepted{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1929,7 +2119,7 @@ func (x *WriteAccepted) String() string {
 func (*WriteAccepted) ProtoMessage() {}
 
 func (x *WriteAccepted) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1942,7 +2132,7 @@ func (x *WriteAccepted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteAccepted.ProtoReflect.Descriptor instead.
 func (*WriteAccepted) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WriteAccepted) GetWriteId() uint64 {
@@ -1967,7 +2157,7 @@ type WriteRejected struct {
 
 func (x *WriteRejected) Reset() {
 	*x = WriteRejected{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1979,7 +2169,7 @@ func (x *WriteRejected) String() string {
 func (*WriteRejected) ProtoMessage() {}
 
 func (x *WriteRejected) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1992,7 +2182,7 @@ func (x *WriteRejected) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteRejected.ProtoReflect.Descriptor instead.
 func (*WriteRejected) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *WriteRejected) GetWriteId() uint64 {
@@ -2037,7 +2227,7 @@ type ListBreakGlassRequest struct {
 
 func (x *ListBreakGlassRequest) Reset() {
 	*x = ListBreakGlassRequest{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2049,7 +2239,7 @@ func (x *ListBreakGlassRequest) String() string {
 func (*ListBreakGlassRequest) ProtoMessage() {}
 
 func (x *ListBreakGlassRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2062,7 +2252,7 @@ func (x *ListBreakGlassRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBreakGlassRequest.ProtoReflect.Descriptor instead.
 func (*ListBreakGlassRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListBreakGlassRequest) GetAgentId() string {
@@ -2095,7 +2285,7 @@ type ListBreakGlassResponse struct {
 
 func (x *ListBreakGlassResponse) Reset() {
 	*x = ListBreakGlassResponse{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2107,7 +2297,7 @@ func (x *ListBreakGlassResponse) String() string {
 func (*ListBreakGlassResponse) ProtoMessage() {}
 
 func (x *ListBreakGlassResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2120,7 +2310,7 @@ func (x *ListBreakGlassResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBreakGlassResponse.ProtoReflect.Descriptor instead.
 func (*ListBreakGlassResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListBreakGlassResponse) GetGrants() []*BreakGlassGrant {
@@ -2164,7 +2354,7 @@ type BreakGlassGrant struct {
 
 func (x *BreakGlassGrant) Reset() {
 	*x = BreakGlassGrant{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2176,7 +2366,7 @@ func (x *BreakGlassGrant) String() string {
 func (*BreakGlassGrant) ProtoMessage() {}
 
 func (x *BreakGlassGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2189,7 +2379,7 @@ func (x *BreakGlassGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BreakGlassGrant.ProtoReflect.Descriptor instead.
 func (*BreakGlassGrant) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *BreakGlassGrant) GetId() string {
@@ -2317,7 +2507,7 @@ type DecideBreakGlassRequest struct {
 
 func (x *DecideBreakGlassRequest) Reset() {
 	*x = DecideBreakGlassRequest{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2329,7 +2519,7 @@ func (x *DecideBreakGlassRequest) String() string {
 func (*DecideBreakGlassRequest) ProtoMessage() {}
 
 func (x *DecideBreakGlassRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2342,7 +2532,7 @@ func (x *DecideBreakGlassRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideBreakGlassRequest.ProtoReflect.Descriptor instead.
 func (*DecideBreakGlassRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DecideBreakGlassRequest) GetAgentId() string {
@@ -2375,7 +2565,7 @@ type DecideBreakGlassResponse struct {
 
 func (x *DecideBreakGlassResponse) Reset() {
 	*x = DecideBreakGlassResponse{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2387,7 +2577,7 @@ func (x *DecideBreakGlassResponse) String() string {
 func (*DecideBreakGlassResponse) ProtoMessage() {}
 
 func (x *DecideBreakGlassResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2400,7 +2590,7 @@ func (x *DecideBreakGlassResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideBreakGlassResponse.ProtoReflect.Descriptor instead.
 func (*DecideBreakGlassResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DecideBreakGlassResponse) GetGrant() *BreakGlassGrant {
@@ -2422,7 +2612,7 @@ type AuditRecords struct {
 
 func (x *AuditRecords) Reset() {
 	*x = AuditRecords{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2434,7 +2624,7 @@ func (x *AuditRecords) String() string {
 func (*AuditRecords) ProtoMessage() {}
 
 func (x *AuditRecords) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2447,7 +2637,7 @@ func (x *AuditRecords) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecords.ProtoReflect.Descriptor instead.
 func (*AuditRecords) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *AuditRecords) GetRecords() []*AuditRecord {
@@ -2478,7 +2668,7 @@ type AuditRecord struct {
 
 func (x *AuditRecord) Reset() {
 	*x = AuditRecord{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2490,7 +2680,7 @@ func (x *AuditRecord) String() string {
 func (*AuditRecord) ProtoMessage() {}
 
 func (x *AuditRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2503,7 +2693,7 @@ func (x *AuditRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
 func (*AuditRecord) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AuditRecord) GetChain() string {
@@ -2587,7 +2777,7 @@ type ListAuditRecordsRequest struct {
 
 func (x *ListAuditRecordsRequest) Reset() {
 	*x = ListAuditRecordsRequest{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2599,7 +2789,7 @@ func (x *ListAuditRecordsRequest) String() string {
 func (*ListAuditRecordsRequest) ProtoMessage() {}
 
 func (x *ListAuditRecordsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2612,7 +2802,7 @@ func (x *ListAuditRecordsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRecordsRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRecordsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListAuditRecordsRequest) GetAgentId() string {
@@ -2659,7 +2849,7 @@ type ListAuditRecordsResponse struct {
 
 func (x *ListAuditRecordsResponse) Reset() {
 	*x = ListAuditRecordsResponse{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2671,7 +2861,7 @@ func (x *ListAuditRecordsResponse) String() string {
 func (*ListAuditRecordsResponse) ProtoMessage() {}
 
 func (x *ListAuditRecordsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2684,7 +2874,7 @@ func (x *ListAuditRecordsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRecordsResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditRecordsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListAuditRecordsResponse) GetRecords() []*AuditRecord {
@@ -2741,7 +2931,7 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"RunningJob\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12#\n" +
-	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\"\xdd\x02\n" +
+	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\"\x8f\x03\n" +
 	"\x05Hello\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1c\n" +
 	"\tsignature\x18\x02 \x01(\fR\tsignature\x12\x1a\n" +
@@ -2753,7 +2943,19 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\vpermissions\x18\b \x01(\v2\x1a.byoc.agent.v1.PermissionsR\vpermissions\x12\x1d\n" +
 	"\n" +
 	"audit_copy\x18\x1e \x01(\bR\tauditCopy\x12\x1b\n" +
-	"\taudit_seq\x18\x1f \x01(\x03R\bauditSeq\"\xf0\x01\n" +
+	"\taudit_seq\x18\x1f \x01(\x03R\bauditSeq\x120\n" +
+	"\x05stack\x18Z \x01(\v2\x1a.byoc.agent.v1.StackReportR\x05stack\"\xb5\x02\n" +
+	"\vStackReport\x12\x16\n" +
+	"\x06format\x18\x01 \x01(\tR\x06format\x12\x14\n" +
+	"\x05stack\x18\x02 \x01(\tR\x05stack\x12>\n" +
+	"\x06inputs\x18\x03 \x03(\v2&.byoc.agent.v1.StackReport.InputsEntryR\x06inputs\x12A\n" +
+	"\aoutputs\x18\x04 \x03(\v2'.byoc.agent.v1.StackReport.OutputsEntryR\aoutputs\x1a9\n" +
+	"\vInputsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a:\n" +
+	"\fOutputsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf0\x01\n" +
 	"\vPermissions\x12\x1c\n" +
 	"\tprovision\x18\x01 \x01(\bR\tprovision\x12 \n" +
 	"\vmaintenance\x18\x02 \x01(\bR\vmaintenance\x12 \n" +
@@ -2821,7 +3023,7 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\x06action\x18\x02 \x01(\tR\x06action\x12.\n" +
 	"\x06before\x18\x03 \x01(\v2\x16.google.protobuf.ValueR\x06before\x12,\n" +
 	"\x05after\x18\x04 \x01(\v2\x16.google.protobuf.ValueR\x05after\x12\x18\n" +
-	"\asummary\x18\x05 \x01(\tR\asummary\"\xbf\x04\n" +
+	"\asummary\x18\x05 \x01(\tR\asummary\"\x84\x05\n" +
 	"\rJobAssignment\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12#\n" +
 	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\x12\x18\n" +
@@ -2837,10 +3039,18 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	" \x01(\tR\x04mode\x12\x1c\n" +
 	"\tcomponent\x18\v \x01(\tR\tcomponent\x129\n" +
 	"\tsignature\x18\x0f \x01(\v2\x1b.byoc.agent.v1.JobSignatureR\tsignature\x120\n" +
-	"\x14approved_plan_digest\x18( \x01(\tR\x12approvedPlanDigest\x1a9\n" +
+	"\x14approved_plan_digest\x18( \x01(\tR\x12approvedPlanDigest\x12C\n" +
+	"\x0eregistry_grant\x18P \x01(\v2\x1c.byoc.agent.v1.RegistryGrantR\rregistryGrant\x1a9\n" +
 	"\vInputsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"i\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xab\x01\n" +
+	"\rRegistryGrant\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06secret\x18\x02 \x01(\tR\x06secret\x12\x1a\n" +
+	"\bregistry\x18\x03 \x01(\tR\bregistry\x12\x18\n" +
+	"\aservice\x18\x04 \x01(\tR\aservice\x12\x16\n" +
+	"\x06scopes\x18\x05 \x03(\tR\x06scopes\x12$\n" +
+	"\x0eexpire_unix_ms\x18\x06 \x01(\x03R\fexpireUnixMs\"i\n" +
 	"\fJobSignature\x12\x15\n" +
 	"\x06key_id\x18\x01 \x01(\tR\x05keyId\x12$\n" +
 	"\x0eexpire_unix_ms\x18\x02 \x01(\x03R\fexpireUnixMs\x12\x1c\n" +
@@ -2940,7 +3150,7 @@ func file_byoc_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_byoc_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_byoc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_byoc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_byoc_agent_v1_agent_proto_goTypes = []any{
 	(Outcome)(0),                     // 0: byoc.agent.v1.Outcome
 	(*EnrollRequest)(nil),            // 1: byoc.agent.v1.EnrollRequest
@@ -2951,94 +3161,102 @@ var file_byoc_agent_v1_agent_proto_goTypes = []any{
 	(*Challenge)(nil),                // 6: byoc.agent.v1.Challenge
 	(*RunningJob)(nil),               // 7: byoc.agent.v1.RunningJob
 	(*Hello)(nil),                    // 8: byoc.agent.v1.Hello
-	(*Permissions)(nil),              // 9: byoc.agent.v1.Permissions
-	(*Welcome)(nil),                  // 10: byoc.agent.v1.Welcome
-	(*Heartbeat)(nil),                // 11: byoc.agent.v1.Heartbeat
-	(*LeasesRenewed)(nil),            // 12: byoc.agent.v1.LeasesRenewed
-	(*JobAck)(nil),                   // 13: byoc.agent.v1.JobAck
-	(*LogLine)(nil),                  // 14: byoc.agent.v1.LogLine
-	(*JobLogs)(nil),                  // 15: byoc.agent.v1.JobLogs
-	(*JobResult)(nil),                // 16: byoc.agent.v1.JobResult
-	(*PolicyFinding)(nil),            // 17: byoc.agent.v1.PolicyFinding
-	(*PlannedChange)(nil),            // 18: byoc.agent.v1.PlannedChange
-	(*JobAssignment)(nil),            // 19: byoc.agent.v1.JobAssignment
-	(*JobSignature)(nil),             // 20: byoc.agent.v1.JobSignature
-	(*JobCancel)(nil),                // 21: byoc.agent.v1.JobCancel
-	(*WriteAccepted)(nil),            // 22: byoc.agent.v1.WriteAccepted
-	(*WriteRejected)(nil),            // 23: byoc.agent.v1.WriteRejected
-	(*ListBreakGlassRequest)(nil),    // 24: byoc.agent.v1.ListBreakGlassRequest
-	(*ListBreakGlassResponse)(nil),   // 25: byoc.agent.v1.ListBreakGlassResponse
-	(*BreakGlassGrant)(nil),          // 26: byoc.agent.v1.BreakGlassGrant
-	(*DecideBreakGlassRequest)(nil),  // 27: byoc.agent.v1.DecideBreakGlassRequest
-	(*DecideBreakGlassResponse)(nil), // 28: byoc.agent.v1.DecideBreakGlassResponse
-	(*AuditRecords)(nil),             // 29: byoc.agent.v1.AuditRecords
-	(*AuditRecord)(nil),              // 30: byoc.agent.v1.AuditRecord
-	(*ListAuditRecordsRequest)(nil),  // 31: byoc.agent.v1.ListAuditRecordsRequest
-	(*ListAuditRecordsResponse)(nil), // 32: byoc.agent.v1.ListAuditRecordsResponse
-	nil,                              // 33: byoc.agent.v1.JobResult.OutputsEntry
-	nil,                              // 34: byoc.agent.v1.JobAssignment.InputsEntry
-	(*timestamppb.Timestamp)(nil),    // 35: google.protobuf.Timestamp
-	(*structpb.Value)(nil),           // 36: google.protobuf.Value
-	(*structpb.Struct)(nil),          // 37: google.protobuf.Struct
+	(*StackReport)(nil),              // 9: byoc.agent.v1.StackReport
+	(*Permissions)(nil),              // 10: byoc.agent.v1.Permissions
+	(*Welcome)(nil),                  // 11: byoc.agent.v1.Welcome
+	(*Heartbeat)(nil),                // 12: byoc.agent.v1.Heartbeat
+	(*LeasesRenewed)(nil),            // 13: byoc.agent.v1.LeasesRenewed
+	(*JobAck)(nil),                   // 14: byoc.agent.v1.JobAck
+	(*LogLine)(nil),                  // 15: byoc.agent.v1.LogLine
+	(*JobLogs)(nil),                  // 16: byoc.agent.v1.JobLogs
+	(*JobResult)(nil),                // 17: byoc.agent.v1.JobResult
+	(*PolicyFinding)(nil),            // 18: byoc.agent.v1.PolicyFinding
+	(*PlannedChange)(nil),            // 19: byoc.agent.v1.PlannedChange
+	(*JobAssignment)(nil),            // 20: byoc.agent.v1.JobAssignment
+	(*RegistryGrant)(nil),            // 21: byoc.agent.v1.RegistryGrant
+	(*JobSignature)(nil),             // 22: byoc.agent.v1.JobSignature
+	(*JobCancel)(nil),                // 23: byoc.agent.v1.JobCancel
+	(*WriteAccepted)(nil),            // 24: byoc.agent.v1.WriteAccepted
+	(*WriteRejected)(nil),            // 25: byoc.agent.v1.WriteRejected
+	(*ListBreakGlassRequest)(nil),    // 26: byoc.agent.v1.ListBreakGlassRequest
+	(*ListBreakGlassResponse)(nil),   // 27: byoc.agent.v1.ListBreakGlassResponse
+	(*BreakGlassGrant)(nil),          // 28: byoc.agent.v1.BreakGlassGrant
+	(*DecideBreakGlassRequest)(nil),  // 29: byoc.agent.v1.DecideBreakGlassRequest
+	(*DecideBreakGlassResponse)(nil), // 30: byoc.agent.v1.DecideBreakGlassResponse
+	(*AuditRecords)(nil),             // 31: byoc.agent.v1.AuditRecords
+	(*AuditRecord)(nil),              // 32: byoc.agent.v1.AuditRecord
+	(*ListAuditRecordsRequest)(nil),  // 33: byoc.agent.v1.ListAuditRecordsRequest
+	(*ListAuditRecordsResponse)(nil), // 34: byoc.agent.v1.ListAuditRecordsResponse
+	nil,                              // 35: byoc.agent.v1.StackReport.InputsEntry
+	nil,                              // 36: byoc.agent.v1.StackReport.OutputsEntry
+	nil,                              // 37: byoc.agent.v1.JobResult.OutputsEntry
+	nil,                              // 38: byoc.agent.v1.JobAssignment.InputsEntry
+	(*timestamppb.Timestamp)(nil),    // 39: google.protobuf.Timestamp
+	(*structpb.Value)(nil),           // 40: google.protobuf.Value
+	(*structpb.Struct)(nil),          // 41: google.protobuf.Struct
 }
 var file_byoc_agent_v1_agent_proto_depIdxs = []int32{
 	3,  // 0: byoc.agent.v1.EnrollResponse.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
 	8,  // 1: byoc.agent.v1.ConnectRequest.hello:type_name -> byoc.agent.v1.Hello
-	11, // 2: byoc.agent.v1.ConnectRequest.heartbeat:type_name -> byoc.agent.v1.Heartbeat
-	13, // 3: byoc.agent.v1.ConnectRequest.ack:type_name -> byoc.agent.v1.JobAck
-	15, // 4: byoc.agent.v1.ConnectRequest.logs:type_name -> byoc.agent.v1.JobLogs
-	16, // 5: byoc.agent.v1.ConnectRequest.result:type_name -> byoc.agent.v1.JobResult
+	12, // 2: byoc.agent.v1.ConnectRequest.heartbeat:type_name -> byoc.agent.v1.Heartbeat
+	14, // 3: byoc.agent.v1.ConnectRequest.ack:type_name -> byoc.agent.v1.JobAck
+	16, // 4: byoc.agent.v1.ConnectRequest.logs:type_name -> byoc.agent.v1.JobLogs
+	17, // 5: byoc.agent.v1.ConnectRequest.result:type_name -> byoc.agent.v1.JobResult
 	6,  // 6: byoc.agent.v1.ConnectResponse.challenge:type_name -> byoc.agent.v1.Challenge
-	10, // 7: byoc.agent.v1.ConnectResponse.welcome:type_name -> byoc.agent.v1.Welcome
-	19, // 8: byoc.agent.v1.ConnectResponse.assignment:type_name -> byoc.agent.v1.JobAssignment
-	21, // 9: byoc.agent.v1.ConnectResponse.cancel:type_name -> byoc.agent.v1.JobCancel
-	22, // 10: byoc.agent.v1.ConnectResponse.accepted:type_name -> byoc.agent.v1.WriteAccepted
-	23, // 11: byoc.agent.v1.ConnectResponse.rejected:type_name -> byoc.agent.v1.WriteRejected
-	12, // 12: byoc.agent.v1.ConnectResponse.renewed:type_name -> byoc.agent.v1.LeasesRenewed
-	29, // 13: byoc.agent.v1.ConnectResponse.audit:type_name -> byoc.agent.v1.AuditRecords
+	11, // 7: byoc.agent.v1.ConnectResponse.welcome:type_name -> byoc.agent.v1.Welcome
+	20, // 8: byoc.agent.v1.ConnectResponse.assignment:type_name -> byoc.agent.v1.JobAssignment
+	23, // 9: byoc.agent.v1.ConnectResponse.cancel:type_name -> byoc.agent.v1.JobCancel
+	24, // 10: byoc.agent.v1.ConnectResponse.accepted:type_name -> byoc.agent.v1.WriteAccepted
+	25, // 11: byoc.agent.v1.ConnectResponse.rejected:type_name -> byoc.agent.v1.WriteRejected
+	13, // 12: byoc.agent.v1.ConnectResponse.renewed:type_name -> byoc.agent.v1.LeasesRenewed
+	31, // 13: byoc.agent.v1.ConnectResponse.audit:type_name -> byoc.agent.v1.AuditRecords
 	7,  // 14: byoc.agent.v1.Hello.running:type_name -> byoc.agent.v1.RunningJob
-	9,  // 15: byoc.agent.v1.Hello.permissions:type_name -> byoc.agent.v1.Permissions
-	35, // 16: byoc.agent.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
-	3,  // 17: byoc.agent.v1.Welcome.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
-	7,  // 18: byoc.agent.v1.Heartbeat.running:type_name -> byoc.agent.v1.RunningJob
-	9,  // 19: byoc.agent.v1.Heartbeat.permissions:type_name -> byoc.agent.v1.Permissions
-	35, // 20: byoc.agent.v1.LogLine.time:type_name -> google.protobuf.Timestamp
-	14, // 21: byoc.agent.v1.JobLogs.lines:type_name -> byoc.agent.v1.LogLine
-	0,  // 22: byoc.agent.v1.JobResult.outcome:type_name -> byoc.agent.v1.Outcome
-	33, // 23: byoc.agent.v1.JobResult.outputs:type_name -> byoc.agent.v1.JobResult.OutputsEntry
-	18, // 24: byoc.agent.v1.JobResult.planned_changes:type_name -> byoc.agent.v1.PlannedChange
-	17, // 25: byoc.agent.v1.JobResult.policy_findings:type_name -> byoc.agent.v1.PolicyFinding
-	36, // 26: byoc.agent.v1.PlannedChange.before:type_name -> google.protobuf.Value
-	36, // 27: byoc.agent.v1.PlannedChange.after:type_name -> google.protobuf.Value
-	37, // 28: byoc.agent.v1.JobAssignment.config:type_name -> google.protobuf.Struct
-	34, // 29: byoc.agent.v1.JobAssignment.inputs:type_name -> byoc.agent.v1.JobAssignment.InputsEntry
-	20, // 30: byoc.agent.v1.JobAssignment.signature:type_name -> byoc.agent.v1.JobSignature
-	35, // 31: byoc.agent.v1.ListBreakGlassRequest.time:type_name -> google.protobuf.Timestamp
-	26, // 32: byoc.agent.v1.ListBreakGlassResponse.grants:type_name -> byoc.agent.v1.BreakGlassGrant
-	35, // 33: byoc.agent.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
-	35, // 34: byoc.agent.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
-	35, // 35: byoc.agent.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
-	35, // 36: byoc.agent.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
-	35, // 37: byoc.agent.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
-	26, // 38: byoc.agent.v1.DecideBreakGlassResponse.grant:type_name -> byoc.agent.v1.BreakGlassGrant
-	30, // 39: byoc.agent.v1.AuditRecords.records:type_name -> byoc.agent.v1.AuditRecord
-	35, // 40: byoc.agent.v1.ListAuditRecordsRequest.time:type_name -> google.protobuf.Timestamp
-	30, // 41: byoc.agent.v1.ListAuditRecordsResponse.records:type_name -> byoc.agent.v1.AuditRecord
-	1,  // 42: byoc.agent.v1.AgentService.Enroll:input_type -> byoc.agent.v1.EnrollRequest
-	4,  // 43: byoc.agent.v1.AgentService.Connect:input_type -> byoc.agent.v1.ConnectRequest
-	24, // 44: byoc.agent.v1.AgentService.ListBreakGlass:input_type -> byoc.agent.v1.ListBreakGlassRequest
-	27, // 45: byoc.agent.v1.AgentService.DecideBreakGlass:input_type -> byoc.agent.v1.DecideBreakGlassRequest
-	31, // 46: byoc.agent.v1.AgentService.ListAuditRecords:input_type -> byoc.agent.v1.ListAuditRecordsRequest
-	2,  // 47: byoc.agent.v1.AgentService.Enroll:output_type -> byoc.agent.v1.EnrollResponse
-	5,  // 48: byoc.agent.v1.AgentService.Connect:output_type -> byoc.agent.v1.ConnectResponse
-	25, // 49: byoc.agent.v1.AgentService.ListBreakGlass:output_type -> byoc.agent.v1.ListBreakGlassResponse
-	28, // 50: byoc.agent.v1.AgentService.DecideBreakGlass:output_type -> byoc.agent.v1.DecideBreakGlassResponse
-	32, // 51: byoc.agent.v1.AgentService.ListAuditRecords:output_type -> byoc.agent.v1.ListAuditRecordsResponse
-	47, // [47:52] is the sub-list for method output_type
-	42, // [42:47] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	10, // 15: byoc.agent.v1.Hello.permissions:type_name -> byoc.agent.v1.Permissions
+	9,  // 16: byoc.agent.v1.Hello.stack:type_name -> byoc.agent.v1.StackReport
+	35, // 17: byoc.agent.v1.StackReport.inputs:type_name -> byoc.agent.v1.StackReport.InputsEntry
+	36, // 18: byoc.agent.v1.StackReport.outputs:type_name -> byoc.agent.v1.StackReport.OutputsEntry
+	39, // 19: byoc.agent.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
+	3,  // 20: byoc.agent.v1.Welcome.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
+	7,  // 21: byoc.agent.v1.Heartbeat.running:type_name -> byoc.agent.v1.RunningJob
+	10, // 22: byoc.agent.v1.Heartbeat.permissions:type_name -> byoc.agent.v1.Permissions
+	39, // 23: byoc.agent.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	15, // 24: byoc.agent.v1.JobLogs.lines:type_name -> byoc.agent.v1.LogLine
+	0,  // 25: byoc.agent.v1.JobResult.outcome:type_name -> byoc.agent.v1.Outcome
+	37, // 26: byoc.agent.v1.JobResult.outputs:type_name -> byoc.agent.v1.JobResult.OutputsEntry
+	19, // 27: byoc.agent.v1.JobResult.planned_changes:type_name -> byoc.agent.v1.PlannedChange
+	18, // 28: byoc.agent.v1.JobResult.policy_findings:type_name -> byoc.agent.v1.PolicyFinding
+	40, // 29: byoc.agent.v1.PlannedChange.before:type_name -> google.protobuf.Value
+	40, // 30: byoc.agent.v1.PlannedChange.after:type_name -> google.protobuf.Value
+	41, // 31: byoc.agent.v1.JobAssignment.config:type_name -> google.protobuf.Struct
+	38, // 32: byoc.agent.v1.JobAssignment.inputs:type_name -> byoc.agent.v1.JobAssignment.InputsEntry
+	22, // 33: byoc.agent.v1.JobAssignment.signature:type_name -> byoc.agent.v1.JobSignature
+	21, // 34: byoc.agent.v1.JobAssignment.registry_grant:type_name -> byoc.agent.v1.RegistryGrant
+	39, // 35: byoc.agent.v1.ListBreakGlassRequest.time:type_name -> google.protobuf.Timestamp
+	28, // 36: byoc.agent.v1.ListBreakGlassResponse.grants:type_name -> byoc.agent.v1.BreakGlassGrant
+	39, // 37: byoc.agent.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
+	39, // 38: byoc.agent.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
+	39, // 39: byoc.agent.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
+	39, // 40: byoc.agent.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
+	39, // 41: byoc.agent.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
+	28, // 42: byoc.agent.v1.DecideBreakGlassResponse.grant:type_name -> byoc.agent.v1.BreakGlassGrant
+	32, // 43: byoc.agent.v1.AuditRecords.records:type_name -> byoc.agent.v1.AuditRecord
+	39, // 44: byoc.agent.v1.ListAuditRecordsRequest.time:type_name -> google.protobuf.Timestamp
+	32, // 45: byoc.agent.v1.ListAuditRecordsResponse.records:type_name -> byoc.agent.v1.AuditRecord
+	1,  // 46: byoc.agent.v1.AgentService.Enroll:input_type -> byoc.agent.v1.EnrollRequest
+	4,  // 47: byoc.agent.v1.AgentService.Connect:input_type -> byoc.agent.v1.ConnectRequest
+	26, // 48: byoc.agent.v1.AgentService.ListBreakGlass:input_type -> byoc.agent.v1.ListBreakGlassRequest
+	29, // 49: byoc.agent.v1.AgentService.DecideBreakGlass:input_type -> byoc.agent.v1.DecideBreakGlassRequest
+	33, // 50: byoc.agent.v1.AgentService.ListAuditRecords:input_type -> byoc.agent.v1.ListAuditRecordsRequest
+	2,  // 51: byoc.agent.v1.AgentService.Enroll:output_type -> byoc.agent.v1.EnrollResponse
+	5,  // 52: byoc.agent.v1.AgentService.Connect:output_type -> byoc.agent.v1.ConnectResponse
+	27, // 53: byoc.agent.v1.AgentService.ListBreakGlass:output_type -> byoc.agent.v1.ListBreakGlassResponse
+	30, // 54: byoc.agent.v1.AgentService.DecideBreakGlass:output_type -> byoc.agent.v1.DecideBreakGlassResponse
+	34, // 55: byoc.agent.v1.AgentService.ListAuditRecords:output_type -> byoc.agent.v1.ListAuditRecordsResponse
+	51, // [51:56] is the sub-list for method output_type
+	46, // [46:51] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_byoc_agent_v1_agent_proto_init() }
@@ -3069,7 +3287,7 @@ func file_byoc_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byoc_agent_v1_agent_proto_rawDesc), len(file_byoc_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   34,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

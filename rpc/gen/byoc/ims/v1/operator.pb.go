@@ -754,7 +754,10 @@ type AgentStatus struct {
 	// permissions is the customer's permission state as the agent last
 	// reported it (unset: never reported). imsd only shows it; the customer
 	// changes it on the agent's side (agentd permissions).
-	Permissions   *Permissions `protobuf:"bytes,9,opt,name=permissions,proto3" json:"permissions,omitempty"`
+	Permissions *Permissions `protobuf:"bytes,9,opt,name=permissions,proto3" json:"permissions,omitempty"`
+	// stack is what the agent last reported of its install stack (unset:
+	// never, or it runs without one).
+	Stack         *StackReport `protobuf:"bytes,90,opt,name=stack,proto3" json:"stack,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -852,6 +855,93 @@ func (x *AgentStatus) GetPermissions() *Permissions {
 	return nil
 }
 
+func (x *AgentStatus) GetStack() *StackReport {
+	if x != nil {
+		return x.Stack
+	}
+	return nil
+}
+
+// StackReport is an install stack as its agent reports it: the
+// customer-provided inputs that are set (a non-sensitive one's value,
+// "set" for a sensitive one) and the stack's outputs. Customer inputs live
+// on the agent's side; imsd only shows this, and app pushes never touch it.
+type StackReport struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Format        string                 `protobuf:"bytes,1,opt,name=format,proto3" json:"format,omitempty"`
+	Stack         string                 `protobuf:"bytes,2,opt,name=stack,proto3" json:"stack,omitempty"`
+	Inputs        map[string]string      `protobuf:"bytes,3,rep,name=inputs,proto3" json:"inputs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Outputs       map[string]string      `protobuf:"bytes,4,rep,name=outputs,proto3" json:"outputs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	ReportTime    *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=report_time,json=reportTime,proto3" json:"report_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StackReport) Reset() {
+	*x = StackReport{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StackReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StackReport) ProtoMessage() {}
+
+func (x *StackReport) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StackReport.ProtoReflect.Descriptor instead.
+func (*StackReport) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *StackReport) GetFormat() string {
+	if x != nil {
+		return x.Format
+	}
+	return ""
+}
+
+func (x *StackReport) GetStack() string {
+	if x != nil {
+		return x.Stack
+	}
+	return ""
+}
+
+func (x *StackReport) GetInputs() map[string]string {
+	if x != nil {
+		return x.Inputs
+	}
+	return nil
+}
+
+func (x *StackReport) GetOutputs() map[string]string {
+	if x != nil {
+		return x.Outputs
+	}
+	return nil
+}
+
+func (x *StackReport) GetReportTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReportTime
+	}
+	return nil
+}
+
 // Permissions is an install's permission state, as its agent reports it:
 // which permission modes the customer has on, and the kill switch.
 type Permissions struct {
@@ -873,7 +963,7 @@ type Permissions struct {
 
 func (x *Permissions) Reset() {
 	*x = Permissions{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[12]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -885,7 +975,7 @@ func (x *Permissions) String() string {
 func (*Permissions) ProtoMessage() {}
 
 func (x *Permissions) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[12]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -898,7 +988,7 @@ func (x *Permissions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Permissions.ProtoReflect.Descriptor instead.
 func (*Permissions) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{12}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Permissions) GetProvision() bool {
@@ -973,7 +1063,7 @@ type Install struct {
 
 func (x *Install) Reset() {
 	*x = Install{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[13]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -985,7 +1075,7 @@ func (x *Install) String() string {
 func (*Install) ProtoMessage() {}
 
 func (x *Install) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[13]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -998,7 +1088,7 @@ func (x *Install) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Install.ProtoReflect.Descriptor instead.
 func (*Install) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{13}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Install) GetId() string {
@@ -1089,7 +1179,7 @@ type InstallSettings struct {
 
 func (x *InstallSettings) Reset() {
 	*x = InstallSettings{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[14]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1101,7 +1191,7 @@ func (x *InstallSettings) String() string {
 func (*InstallSettings) ProtoMessage() {}
 
 func (x *InstallSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[14]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1114,7 +1204,7 @@ func (x *InstallSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstallSettings.ProtoReflect.Descriptor instead.
 func (*InstallSettings) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{14}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *InstallSettings) GetParallelism() int32 {
@@ -1160,7 +1250,7 @@ type CreateInstallRequest struct {
 
 func (x *CreateInstallRequest) Reset() {
 	*x = CreateInstallRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[15]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1172,7 +1262,7 @@ func (x *CreateInstallRequest) String() string {
 func (*CreateInstallRequest) ProtoMessage() {}
 
 func (x *CreateInstallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[15]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1185,7 +1275,7 @@ func (x *CreateInstallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateInstallRequest.ProtoReflect.Descriptor instead.
 func (*CreateInstallRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{15}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CreateInstallRequest) GetApp() string {
@@ -1226,7 +1316,7 @@ type CreateInstallResponse struct {
 
 func (x *CreateInstallResponse) Reset() {
 	*x = CreateInstallResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[16]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1238,7 +1328,7 @@ func (x *CreateInstallResponse) String() string {
 func (*CreateInstallResponse) ProtoMessage() {}
 
 func (x *CreateInstallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[16]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1251,7 +1341,7 @@ func (x *CreateInstallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateInstallResponse.ProtoReflect.Descriptor instead.
 func (*CreateInstallResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{16}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CreateInstallResponse) GetInstall() *Install {
@@ -1279,7 +1369,7 @@ type EnrollmentToken struct {
 
 func (x *EnrollmentToken) Reset() {
 	*x = EnrollmentToken{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[17]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1291,7 +1381,7 @@ func (x *EnrollmentToken) String() string {
 func (*EnrollmentToken) ProtoMessage() {}
 
 func (x *EnrollmentToken) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[17]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1304,7 +1394,7 @@ func (x *EnrollmentToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollmentToken.ProtoReflect.Descriptor instead.
 func (*EnrollmentToken) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{17}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *EnrollmentToken) GetToken() string {
@@ -1331,7 +1421,7 @@ type ListInstallsRequest struct {
 
 func (x *ListInstallsRequest) Reset() {
 	*x = ListInstallsRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[18]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1343,7 +1433,7 @@ func (x *ListInstallsRequest) String() string {
 func (*ListInstallsRequest) ProtoMessage() {}
 
 func (x *ListInstallsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[18]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1356,7 +1446,7 @@ func (x *ListInstallsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInstallsRequest.ProtoReflect.Descriptor instead.
 func (*ListInstallsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{18}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListInstallsRequest) GetApp() string {
@@ -1375,7 +1465,7 @@ type ListInstallsResponse struct {
 
 func (x *ListInstallsResponse) Reset() {
 	*x = ListInstallsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[19]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1387,7 +1477,7 @@ func (x *ListInstallsResponse) String() string {
 func (*ListInstallsResponse) ProtoMessage() {}
 
 func (x *ListInstallsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[19]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1400,7 +1490,7 @@ func (x *ListInstallsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInstallsResponse.ProtoReflect.Descriptor instead.
 func (*ListInstallsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{19}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListInstallsResponse) GetInstalls() []*Install {
@@ -1419,7 +1509,7 @@ type GetInstallRequest struct {
 
 func (x *GetInstallRequest) Reset() {
 	*x = GetInstallRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[20]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1431,7 +1521,7 @@ func (x *GetInstallRequest) String() string {
 func (*GetInstallRequest) ProtoMessage() {}
 
 func (x *GetInstallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[20]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1444,7 +1534,7 @@ func (x *GetInstallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInstallRequest.ProtoReflect.Descriptor instead.
 func (*GetInstallRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{20}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetInstallRequest) GetIdOrName() string {
@@ -1463,7 +1553,7 @@ type GetInstallResponse struct {
 
 func (x *GetInstallResponse) Reset() {
 	*x = GetInstallResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[21]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1475,7 +1565,7 @@ func (x *GetInstallResponse) String() string {
 func (*GetInstallResponse) ProtoMessage() {}
 
 func (x *GetInstallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[21]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1488,7 +1578,7 @@ func (x *GetInstallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInstallResponse.ProtoReflect.Descriptor instead.
 func (*GetInstallResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{21}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetInstallResponse) GetInstall() *Install {
@@ -1508,7 +1598,7 @@ type ListInstallDriftRequest struct {
 
 func (x *ListInstallDriftRequest) Reset() {
 	*x = ListInstallDriftRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[22]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1520,7 +1610,7 @@ func (x *ListInstallDriftRequest) String() string {
 func (*ListInstallDriftRequest) ProtoMessage() {}
 
 func (x *ListInstallDriftRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[22]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1533,7 +1623,7 @@ func (x *ListInstallDriftRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInstallDriftRequest.ProtoReflect.Descriptor instead.
 func (*ListInstallDriftRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{22}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListInstallDriftRequest) GetInstall() string {
@@ -1552,7 +1642,7 @@ type ListInstallDriftResponse struct {
 
 func (x *ListInstallDriftResponse) Reset() {
 	*x = ListInstallDriftResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[23]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1564,7 +1654,7 @@ func (x *ListInstallDriftResponse) String() string {
 func (*ListInstallDriftResponse) ProtoMessage() {}
 
 func (x *ListInstallDriftResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[23]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1577,7 +1667,7 @@ func (x *ListInstallDriftResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInstallDriftResponse.ProtoReflect.Descriptor instead.
 func (*ListInstallDriftResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{23}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListInstallDriftResponse) GetComponents() []*ComponentDrift {
@@ -1611,7 +1701,7 @@ type ComponentDrift struct {
 
 func (x *ComponentDrift) Reset() {
 	*x = ComponentDrift{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[24]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1623,7 +1713,7 @@ func (x *ComponentDrift) String() string {
 func (*ComponentDrift) ProtoMessage() {}
 
 func (x *ComponentDrift) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[24]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1636,7 +1726,7 @@ func (x *ComponentDrift) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ComponentDrift.ProtoReflect.Descriptor instead.
 func (*ComponentDrift) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{24}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ComponentDrift) GetComponent() string {
@@ -1710,7 +1800,7 @@ type InstallStatus struct {
 
 func (x *InstallStatus) Reset() {
 	*x = InstallStatus{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[25]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1722,7 +1812,7 @@ func (x *InstallStatus) String() string {
 func (*InstallStatus) ProtoMessage() {}
 
 func (x *InstallStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[25]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1735,7 +1825,7 @@ func (x *InstallStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstallStatus.ProtoReflect.Descriptor instead.
 func (*InstallStatus) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{25}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *InstallStatus) GetInstall() *Install {
@@ -1776,7 +1866,7 @@ type WatchInstallsRequest struct {
 
 func (x *WatchInstallsRequest) Reset() {
 	*x = WatchInstallsRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[26]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1788,7 +1878,7 @@ func (x *WatchInstallsRequest) String() string {
 func (*WatchInstallsRequest) ProtoMessage() {}
 
 func (x *WatchInstallsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[26]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1801,7 +1891,7 @@ func (x *WatchInstallsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchInstallsRequest.ProtoReflect.Descriptor instead.
 func (*WatchInstallsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{26}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *WatchInstallsRequest) GetApp() string {
@@ -1826,7 +1916,7 @@ type WatchInstallsResponse struct {
 
 func (x *WatchInstallsResponse) Reset() {
 	*x = WatchInstallsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[27]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1838,7 +1928,7 @@ func (x *WatchInstallsResponse) String() string {
 func (*WatchInstallsResponse) ProtoMessage() {}
 
 func (x *WatchInstallsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[27]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1851,7 +1941,7 @@ func (x *WatchInstallsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchInstallsResponse.ProtoReflect.Descriptor instead.
 func (*WatchInstallsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{27}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *WatchInstallsResponse) GetSnapshot() bool {
@@ -1893,7 +1983,7 @@ type UpdateInstallRequest struct {
 
 func (x *UpdateInstallRequest) Reset() {
 	*x = UpdateInstallRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[28]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1905,7 +1995,7 @@ func (x *UpdateInstallRequest) String() string {
 func (*UpdateInstallRequest) ProtoMessage() {}
 
 func (x *UpdateInstallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[28]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1918,7 +2008,7 @@ func (x *UpdateInstallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateInstallRequest.ProtoReflect.Descriptor instead.
 func (*UpdateInstallRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{28}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *UpdateInstallRequest) GetInstall() string {
@@ -1974,7 +2064,7 @@ type UpdateInstallResponse struct {
 
 func (x *UpdateInstallResponse) Reset() {
 	*x = UpdateInstallResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[29]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1986,7 +2076,7 @@ func (x *UpdateInstallResponse) String() string {
 func (*UpdateInstallResponse) ProtoMessage() {}
 
 func (x *UpdateInstallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[29]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1999,7 +2089,7 @@ func (x *UpdateInstallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateInstallResponse.ProtoReflect.Descriptor instead.
 func (*UpdateInstallResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{29}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *UpdateInstallResponse) GetInstall() *Install {
@@ -2026,7 +2116,7 @@ type CreateEnrollmentTokenRequest struct {
 
 func (x *CreateEnrollmentTokenRequest) Reset() {
 	*x = CreateEnrollmentTokenRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[30]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2038,7 +2128,7 @@ func (x *CreateEnrollmentTokenRequest) String() string {
 func (*CreateEnrollmentTokenRequest) ProtoMessage() {}
 
 func (x *CreateEnrollmentTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[30]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2051,7 +2141,7 @@ func (x *CreateEnrollmentTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateEnrollmentTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateEnrollmentTokenRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{30}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CreateEnrollmentTokenRequest) GetInstall() string {
@@ -2077,7 +2167,7 @@ type CreateEnrollmentTokenResponse struct {
 
 func (x *CreateEnrollmentTokenResponse) Reset() {
 	*x = CreateEnrollmentTokenResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[31]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2089,7 +2179,7 @@ func (x *CreateEnrollmentTokenResponse) String() string {
 func (*CreateEnrollmentTokenResponse) ProtoMessage() {}
 
 func (x *CreateEnrollmentTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[31]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2102,7 +2192,7 @@ func (x *CreateEnrollmentTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateEnrollmentTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateEnrollmentTokenResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{31}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CreateEnrollmentTokenResponse) GetEnrollmentToken() *EnrollmentToken {
@@ -2163,7 +2253,7 @@ type Job struct {
 
 func (x *Job) Reset() {
 	*x = Job{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[32]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2175,7 +2265,7 @@ func (x *Job) String() string {
 func (*Job) ProtoMessage() {}
 
 func (x *Job) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[32]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2188,7 +2278,7 @@ func (x *Job) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Job.ProtoReflect.Descriptor instead.
 func (*Job) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{32}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Job) GetId() string {
@@ -2383,7 +2473,7 @@ type PolicyFinding struct {
 
 func (x *PolicyFinding) Reset() {
 	*x = PolicyFinding{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[33]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2395,7 +2485,7 @@ func (x *PolicyFinding) String() string {
 func (*PolicyFinding) ProtoMessage() {}
 
 func (x *PolicyFinding) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[33]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2408,7 +2498,7 @@ func (x *PolicyFinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyFinding.ProtoReflect.Descriptor instead.
 func (*PolicyFinding) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{33}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PolicyFinding) GetPolicy() string {
@@ -2457,7 +2547,7 @@ type PlannedChange struct {
 
 func (x *PlannedChange) Reset() {
 	*x = PlannedChange{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[34]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2469,7 +2559,7 @@ func (x *PlannedChange) String() string {
 func (*PlannedChange) ProtoMessage() {}
 
 func (x *PlannedChange) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[34]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2482,7 +2572,7 @@ func (x *PlannedChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlannedChange.ProtoReflect.Descriptor instead.
 func (*PlannedChange) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{34}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PlannedChange) GetAddress() string {
@@ -2555,7 +2645,7 @@ type EnqueueJobRequest struct {
 
 func (x *EnqueueJobRequest) Reset() {
 	*x = EnqueueJobRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[35]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2567,7 +2657,7 @@ func (x *EnqueueJobRequest) String() string {
 func (*EnqueueJobRequest) ProtoMessage() {}
 
 func (x *EnqueueJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[35]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2580,7 +2670,7 @@ func (x *EnqueueJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueJobRequest.ProtoReflect.Descriptor instead.
 func (*EnqueueJobRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{35}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *EnqueueJobRequest) GetInstall() string {
@@ -2648,7 +2738,7 @@ type EnqueueJobResponse struct {
 
 func (x *EnqueueJobResponse) Reset() {
 	*x = EnqueueJobResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[36]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2660,7 +2750,7 @@ func (x *EnqueueJobResponse) String() string {
 func (*EnqueueJobResponse) ProtoMessage() {}
 
 func (x *EnqueueJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[36]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2673,7 +2763,7 @@ func (x *EnqueueJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueJobResponse.ProtoReflect.Descriptor instead.
 func (*EnqueueJobResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{36}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *EnqueueJobResponse) GetJob() *Job {
@@ -2695,7 +2785,7 @@ type EnqueueJobsRequest struct {
 
 func (x *EnqueueJobsRequest) Reset() {
 	*x = EnqueueJobsRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[37]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2707,7 +2797,7 @@ func (x *EnqueueJobsRequest) String() string {
 func (*EnqueueJobsRequest) ProtoMessage() {}
 
 func (x *EnqueueJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[37]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2720,7 +2810,7 @@ func (x *EnqueueJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueJobsRequest.ProtoReflect.Descriptor instead.
 func (*EnqueueJobsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{37}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *EnqueueJobsRequest) GetJobs() []*EnqueueJobRequest {
@@ -2747,7 +2837,7 @@ type EnqueueJobsResponse struct {
 
 func (x *EnqueueJobsResponse) Reset() {
 	*x = EnqueueJobsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[38]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2759,7 +2849,7 @@ func (x *EnqueueJobsResponse) String() string {
 func (*EnqueueJobsResponse) ProtoMessage() {}
 
 func (x *EnqueueJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[38]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2772,7 +2862,7 @@ func (x *EnqueueJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueJobsResponse.ProtoReflect.Descriptor instead.
 func (*EnqueueJobsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{38}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *EnqueueJobsResponse) GetJobs() []*Job {
@@ -2798,7 +2888,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[39]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2810,7 +2900,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[39]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2823,7 +2913,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{39}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListJobsRequest) GetInstall() string {
@@ -2864,7 +2954,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[40]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2876,7 +2966,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[40]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2889,7 +2979,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{40}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -2915,7 +3005,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[41]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2927,7 +3017,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[41]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2940,7 +3030,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{41}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GetJobRequest) GetId() string {
@@ -2959,7 +3049,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[42]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2971,7 +3061,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[42]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2984,7 +3074,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{42}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GetJobResponse) GetJob() *Job {
@@ -3008,7 +3098,7 @@ type LogLine struct {
 
 func (x *LogLine) Reset() {
 	*x = LogLine{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[43]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3020,7 +3110,7 @@ func (x *LogLine) String() string {
 func (*LogLine) ProtoMessage() {}
 
 func (x *LogLine) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[43]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3033,7 +3123,7 @@ func (x *LogLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogLine.ProtoReflect.Descriptor instead.
 func (*LogLine) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{43}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *LogLine) GetAttempt() int32 {
@@ -3097,7 +3187,7 @@ type StreamJobLogsRequest struct {
 
 func (x *StreamJobLogsRequest) Reset() {
 	*x = StreamJobLogsRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[44]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3109,7 +3199,7 @@ func (x *StreamJobLogsRequest) String() string {
 func (*StreamJobLogsRequest) ProtoMessage() {}
 
 func (x *StreamJobLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[44]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3122,7 +3212,7 @@ func (x *StreamJobLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamJobLogsRequest.ProtoReflect.Descriptor instead.
 func (*StreamJobLogsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{44}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *StreamJobLogsRequest) GetJobId() string {
@@ -3192,7 +3282,7 @@ type StreamJobLogsResponse struct {
 
 func (x *StreamJobLogsResponse) Reset() {
 	*x = StreamJobLogsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[45]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3204,7 +3294,7 @@ func (x *StreamJobLogsResponse) String() string {
 func (*StreamJobLogsResponse) ProtoMessage() {}
 
 func (x *StreamJobLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[45]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3217,7 +3307,7 @@ func (x *StreamJobLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamJobLogsResponse.ProtoReflect.Descriptor instead.
 func (*StreamJobLogsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{45}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *StreamJobLogsResponse) GetLines() []*LogLine {
@@ -3244,7 +3334,7 @@ type CancelJobRequest struct {
 
 func (x *CancelJobRequest) Reset() {
 	*x = CancelJobRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[46]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3256,7 +3346,7 @@ func (x *CancelJobRequest) String() string {
 func (*CancelJobRequest) ProtoMessage() {}
 
 func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[46]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3269,7 +3359,7 @@ func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobRequest.ProtoReflect.Descriptor instead.
 func (*CancelJobRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{46}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *CancelJobRequest) GetId() string {
@@ -3295,7 +3385,7 @@ type CancelJobResponse struct {
 
 func (x *CancelJobResponse) Reset() {
 	*x = CancelJobResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[47]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3307,7 +3397,7 @@ func (x *CancelJobResponse) String() string {
 func (*CancelJobResponse) ProtoMessage() {}
 
 func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[47]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3320,7 +3410,7 @@ func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobResponse.ProtoReflect.Descriptor instead.
 func (*CancelJobResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{47}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *CancelJobResponse) GetJob() *Job {
@@ -3342,7 +3432,7 @@ type AppFile struct {
 
 func (x *AppFile) Reset() {
 	*x = AppFile{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[48]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3354,7 +3444,7 @@ func (x *AppFile) String() string {
 func (*AppFile) ProtoMessage() {}
 
 func (x *AppFile) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[48]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3367,7 +3457,7 @@ func (x *AppFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppFile.ProtoReflect.Descriptor instead.
 func (*AppFile) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{48}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *AppFile) GetPath() string {
@@ -3403,7 +3493,7 @@ type AppRevision struct {
 
 func (x *AppRevision) Reset() {
 	*x = AppRevision{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[49]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3415,7 +3505,7 @@ func (x *AppRevision) String() string {
 func (*AppRevision) ProtoMessage() {}
 
 func (x *AppRevision) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[49]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3428,7 +3518,7 @@ func (x *AppRevision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppRevision.ProtoReflect.Descriptor instead.
 func (*AppRevision) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{49}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *AppRevision) GetAppId() string {
@@ -3493,7 +3583,7 @@ type PushAppRevisionRequest struct {
 
 func (x *PushAppRevisionRequest) Reset() {
 	*x = PushAppRevisionRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[50]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3505,7 +3595,7 @@ func (x *PushAppRevisionRequest) String() string {
 func (*PushAppRevisionRequest) ProtoMessage() {}
 
 func (x *PushAppRevisionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[50]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3518,7 +3608,7 @@ func (x *PushAppRevisionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushAppRevisionRequest.ProtoReflect.Descriptor instead.
 func (*PushAppRevisionRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{50}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *PushAppRevisionRequest) GetFiles() []*AppFile {
@@ -3554,7 +3644,7 @@ type PushAppRevisionResponse struct {
 
 func (x *PushAppRevisionResponse) Reset() {
 	*x = PushAppRevisionResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[51]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3566,7 +3656,7 @@ func (x *PushAppRevisionResponse) String() string {
 func (*PushAppRevisionResponse) ProtoMessage() {}
 
 func (x *PushAppRevisionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[51]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3579,7 +3669,7 @@ func (x *PushAppRevisionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushAppRevisionResponse.ProtoReflect.Descriptor instead.
 func (*PushAppRevisionResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{51}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *PushAppRevisionResponse) GetApp() *App {
@@ -3645,7 +3735,7 @@ type InstallApplied struct {
 
 func (x *InstallApplied) Reset() {
 	*x = InstallApplied{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[52]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3657,7 +3747,7 @@ func (x *InstallApplied) String() string {
 func (*InstallApplied) ProtoMessage() {}
 
 func (x *InstallApplied) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[52]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3670,7 +3760,7 @@ func (x *InstallApplied) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstallApplied.ProtoReflect.Descriptor instead.
 func (*InstallApplied) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{52}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *InstallApplied) GetName() string {
@@ -3724,7 +3814,7 @@ type ListAppRevisionsRequest struct {
 
 func (x *ListAppRevisionsRequest) Reset() {
 	*x = ListAppRevisionsRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[53]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3736,7 +3826,7 @@ func (x *ListAppRevisionsRequest) String() string {
 func (*ListAppRevisionsRequest) ProtoMessage() {}
 
 func (x *ListAppRevisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[53]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3749,7 +3839,7 @@ func (x *ListAppRevisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAppRevisionsRequest.ProtoReflect.Descriptor instead.
 func (*ListAppRevisionsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{53}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ListAppRevisionsRequest) GetApp() string {
@@ -3768,7 +3858,7 @@ type ListAppRevisionsResponse struct {
 
 func (x *ListAppRevisionsResponse) Reset() {
 	*x = ListAppRevisionsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[54]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3780,7 +3870,7 @@ func (x *ListAppRevisionsResponse) String() string {
 func (*ListAppRevisionsResponse) ProtoMessage() {}
 
 func (x *ListAppRevisionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[54]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3793,7 +3883,7 @@ func (x *ListAppRevisionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAppRevisionsResponse.ProtoReflect.Descriptor instead.
 func (*ListAppRevisionsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{54}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ListAppRevisionsResponse) GetRevisions() []*AppRevision {
@@ -3815,7 +3905,7 @@ type DiffAppRevisionsRequest struct {
 
 func (x *DiffAppRevisionsRequest) Reset() {
 	*x = DiffAppRevisionsRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[55]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3827,7 +3917,7 @@ func (x *DiffAppRevisionsRequest) String() string {
 func (*DiffAppRevisionsRequest) ProtoMessage() {}
 
 func (x *DiffAppRevisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[55]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3840,7 +3930,7 @@ func (x *DiffAppRevisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffAppRevisionsRequest.ProtoReflect.Descriptor instead.
 func (*DiffAppRevisionsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{55}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *DiffAppRevisionsRequest) GetApp() string {
@@ -3873,7 +3963,7 @@ type DiffAppRevisionsResponse struct {
 
 func (x *DiffAppRevisionsResponse) Reset() {
 	*x = DiffAppRevisionsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[56]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3885,7 +3975,7 @@ func (x *DiffAppRevisionsResponse) String() string {
 func (*DiffAppRevisionsResponse) ProtoMessage() {}
 
 func (x *DiffAppRevisionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[56]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3898,7 +3988,7 @@ func (x *DiffAppRevisionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffAppRevisionsResponse.ProtoReflect.Descriptor instead.
 func (*DiffAppRevisionsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{56}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *DiffAppRevisionsResponse) GetChanges() []*ConfigChange {
@@ -3925,7 +4015,7 @@ type ConfigChange struct {
 
 func (x *ConfigChange) Reset() {
 	*x = ConfigChange{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[57]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3937,7 +4027,7 @@ func (x *ConfigChange) String() string {
 func (*ConfigChange) ProtoMessage() {}
 
 func (x *ConfigChange) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[57]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3950,7 +4040,7 @@ func (x *ConfigChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigChange.ProtoReflect.Descriptor instead.
 func (*ConfigChange) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{57}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ConfigChange) GetKind() string {
@@ -3995,7 +4085,7 @@ type ConfigDiagnostic struct {
 
 func (x *ConfigDiagnostic) Reset() {
 	*x = ConfigDiagnostic{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[58]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4007,7 +4097,7 @@ func (x *ConfigDiagnostic) String() string {
 func (*ConfigDiagnostic) ProtoMessage() {}
 
 func (x *ConfigDiagnostic) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[58]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4020,7 +4110,7 @@ func (x *ConfigDiagnostic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigDiagnostic.ProtoReflect.Descriptor instead.
 func (*ConfigDiagnostic) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{58}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ConfigDiagnostic) GetFile() string {
@@ -4068,7 +4158,7 @@ type ConfigDiagnostics struct {
 
 func (x *ConfigDiagnostics) Reset() {
 	*x = ConfigDiagnostics{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[59]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4080,7 +4170,7 @@ func (x *ConfigDiagnostics) String() string {
 func (*ConfigDiagnostics) ProtoMessage() {}
 
 func (x *ConfigDiagnostics) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[59]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4093,7 +4183,7 @@ func (x *ConfigDiagnostics) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigDiagnostics.ProtoReflect.Descriptor instead.
 func (*ConfigDiagnostics) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{59}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ConfigDiagnostics) GetDiagnostics() []*ConfigDiagnostic {
@@ -4125,7 +4215,7 @@ type PluginType struct {
 
 func (x *PluginType) Reset() {
 	*x = PluginType{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[60]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4137,7 +4227,7 @@ func (x *PluginType) String() string {
 func (*PluginType) ProtoMessage() {}
 
 func (x *PluginType) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[60]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4150,7 +4240,7 @@ func (x *PluginType) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginType.ProtoReflect.Descriptor instead.
 func (*PluginType) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{60}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *PluginType) GetType() string {
@@ -4226,7 +4316,7 @@ type RegisterPluginTypeRequest struct {
 
 func (x *RegisterPluginTypeRequest) Reset() {
 	*x = RegisterPluginTypeRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[61]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4238,7 +4328,7 @@ func (x *RegisterPluginTypeRequest) String() string {
 func (*RegisterPluginTypeRequest) ProtoMessage() {}
 
 func (x *RegisterPluginTypeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[61]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4251,7 +4341,7 @@ func (x *RegisterPluginTypeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterPluginTypeRequest.ProtoReflect.Descriptor instead.
 func (*RegisterPluginTypeRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{61}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RegisterPluginTypeRequest) GetDescription() string {
@@ -4272,7 +4362,7 @@ type RegisterPluginTypeResponse struct {
 
 func (x *RegisterPluginTypeResponse) Reset() {
 	*x = RegisterPluginTypeResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[62]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4284,7 +4374,7 @@ func (x *RegisterPluginTypeResponse) String() string {
 func (*RegisterPluginTypeResponse) ProtoMessage() {}
 
 func (x *RegisterPluginTypeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[62]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4297,7 +4387,7 @@ func (x *RegisterPluginTypeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterPluginTypeResponse.ProtoReflect.Descriptor instead.
 func (*RegisterPluginTypeResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{62}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *RegisterPluginTypeResponse) GetPluginType() *PluginType {
@@ -4322,7 +4412,7 @@ type ListPluginTypesRequest struct {
 
 func (x *ListPluginTypesRequest) Reset() {
 	*x = ListPluginTypesRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[63]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4334,7 +4424,7 @@ func (x *ListPluginTypesRequest) String() string {
 func (*ListPluginTypesRequest) ProtoMessage() {}
 
 func (x *ListPluginTypesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[63]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4347,7 +4437,7 @@ func (x *ListPluginTypesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPluginTypesRequest.ProtoReflect.Descriptor instead.
 func (*ListPluginTypesRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{63}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{64}
 }
 
 type ListPluginTypesResponse struct {
@@ -4359,7 +4449,7 @@ type ListPluginTypesResponse struct {
 
 func (x *ListPluginTypesResponse) Reset() {
 	*x = ListPluginTypesResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[64]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4371,7 +4461,7 @@ func (x *ListPluginTypesResponse) String() string {
 func (*ListPluginTypesResponse) ProtoMessage() {}
 
 func (x *ListPluginTypesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[64]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4384,7 +4474,7 @@ func (x *ListPluginTypesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPluginTypesResponse.ProtoReflect.Descriptor instead.
 func (*ListPluginTypesResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{64}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ListPluginTypesResponse) GetPluginTypes() []*PluginType {
@@ -4403,7 +4493,7 @@ type GetPluginTypeRequest struct {
 
 func (x *GetPluginTypeRequest) Reset() {
 	*x = GetPluginTypeRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[65]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4415,7 +4505,7 @@ func (x *GetPluginTypeRequest) String() string {
 func (*GetPluginTypeRequest) ProtoMessage() {}
 
 func (x *GetPluginTypeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[65]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4428,7 +4518,7 @@ func (x *GetPluginTypeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPluginTypeRequest.ProtoReflect.Descriptor instead.
 func (*GetPluginTypeRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{65}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *GetPluginTypeRequest) GetType() string {
@@ -4447,7 +4537,7 @@ type GetPluginTypeResponse struct {
 
 func (x *GetPluginTypeResponse) Reset() {
 	*x = GetPluginTypeResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[66]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4459,7 +4549,7 @@ func (x *GetPluginTypeResponse) String() string {
 func (*GetPluginTypeResponse) ProtoMessage() {}
 
 func (x *GetPluginTypeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[66]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4472,7 +4562,7 @@ func (x *GetPluginTypeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPluginTypeResponse.ProtoReflect.Descriptor instead.
 func (*GetPluginTypeResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{66}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *GetPluginTypeResponse) GetPluginType() *PluginType {
@@ -4491,7 +4581,7 @@ type RemovePluginTypeRequest struct {
 
 func (x *RemovePluginTypeRequest) Reset() {
 	*x = RemovePluginTypeRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[67]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4503,7 +4593,7 @@ func (x *RemovePluginTypeRequest) String() string {
 func (*RemovePluginTypeRequest) ProtoMessage() {}
 
 func (x *RemovePluginTypeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[67]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4516,7 +4606,7 @@ func (x *RemovePluginTypeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePluginTypeRequest.ProtoReflect.Descriptor instead.
 func (*RemovePluginTypeRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{67}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *RemovePluginTypeRequest) GetType() string {
@@ -4534,7 +4624,7 @@ type RemovePluginTypeResponse struct {
 
 func (x *RemovePluginTypeResponse) Reset() {
 	*x = RemovePluginTypeResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[68]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4546,7 +4636,7 @@ func (x *RemovePluginTypeResponse) String() string {
 func (*RemovePluginTypeResponse) ProtoMessage() {}
 
 func (x *RemovePluginTypeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[68]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4559,7 +4649,7 @@ func (x *RemovePluginTypeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePluginTypeResponse.ProtoReflect.Descriptor instead.
 func (*RemovePluginTypeResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{68}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{69}
 }
 
 type RequestBreakGlassRequest struct {
@@ -4575,7 +4665,7 @@ type RequestBreakGlassRequest struct {
 
 func (x *RequestBreakGlassRequest) Reset() {
 	*x = RequestBreakGlassRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[69]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4587,7 +4677,7 @@ func (x *RequestBreakGlassRequest) String() string {
 func (*RequestBreakGlassRequest) ProtoMessage() {}
 
 func (x *RequestBreakGlassRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[69]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4600,7 +4690,7 @@ func (x *RequestBreakGlassRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestBreakGlassRequest.ProtoReflect.Descriptor instead.
 func (*RequestBreakGlassRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{69}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *RequestBreakGlassRequest) GetInstall() string {
@@ -4640,7 +4730,7 @@ type RequestBreakGlassResponse struct {
 
 func (x *RequestBreakGlassResponse) Reset() {
 	*x = RequestBreakGlassResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[70]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4652,7 +4742,7 @@ func (x *RequestBreakGlassResponse) String() string {
 func (*RequestBreakGlassResponse) ProtoMessage() {}
 
 func (x *RequestBreakGlassResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[70]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4665,7 +4755,7 @@ func (x *RequestBreakGlassResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestBreakGlassResponse.ProtoReflect.Descriptor instead.
 func (*RequestBreakGlassResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{70}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *RequestBreakGlassResponse) GetGrant() *BreakGlassGrant {
@@ -4685,7 +4775,7 @@ type ListBreakGlassGrantsRequest struct {
 
 func (x *ListBreakGlassGrantsRequest) Reset() {
 	*x = ListBreakGlassGrantsRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[71]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4697,7 +4787,7 @@ func (x *ListBreakGlassGrantsRequest) String() string {
 func (*ListBreakGlassGrantsRequest) ProtoMessage() {}
 
 func (x *ListBreakGlassGrantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[71]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4710,7 +4800,7 @@ func (x *ListBreakGlassGrantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBreakGlassGrantsRequest.ProtoReflect.Descriptor instead.
 func (*ListBreakGlassGrantsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{71}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ListBreakGlassGrantsRequest) GetInstall() string {
@@ -4729,7 +4819,7 @@ type ListBreakGlassGrantsResponse struct {
 
 func (x *ListBreakGlassGrantsResponse) Reset() {
 	*x = ListBreakGlassGrantsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[72]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4741,7 +4831,7 @@ func (x *ListBreakGlassGrantsResponse) String() string {
 func (*ListBreakGlassGrantsResponse) ProtoMessage() {}
 
 func (x *ListBreakGlassGrantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[72]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4754,7 +4844,7 @@ func (x *ListBreakGlassGrantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBreakGlassGrantsResponse.ProtoReflect.Descriptor instead.
 func (*ListBreakGlassGrantsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{72}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ListBreakGlassGrantsResponse) GetGrants() []*BreakGlassGrant {
@@ -4796,7 +4886,7 @@ type BreakGlassGrant struct {
 
 func (x *BreakGlassGrant) Reset() {
 	*x = BreakGlassGrant{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[73]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4808,7 +4898,7 @@ func (x *BreakGlassGrant) String() string {
 func (*BreakGlassGrant) ProtoMessage() {}
 
 func (x *BreakGlassGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[73]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4821,7 +4911,7 @@ func (x *BreakGlassGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BreakGlassGrant.ProtoReflect.Descriptor instead.
 func (*BreakGlassGrant) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{73}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *BreakGlassGrant) GetId() string {
@@ -4952,7 +5042,7 @@ type GetBreakGlassPolicyRequest struct {
 
 func (x *GetBreakGlassPolicyRequest) Reset() {
 	*x = GetBreakGlassPolicyRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[74]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4964,7 +5054,7 @@ func (x *GetBreakGlassPolicyRequest) String() string {
 func (*GetBreakGlassPolicyRequest) ProtoMessage() {}
 
 func (x *GetBreakGlassPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[74]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4977,7 +5067,7 @@ func (x *GetBreakGlassPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBreakGlassPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetBreakGlassPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{74}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *GetBreakGlassPolicyRequest) GetInstall() string {
@@ -4998,7 +5088,7 @@ type GetBreakGlassPolicyResponse struct {
 
 func (x *GetBreakGlassPolicyResponse) Reset() {
 	*x = GetBreakGlassPolicyResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[75]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5010,7 +5100,7 @@ func (x *GetBreakGlassPolicyResponse) String() string {
 func (*GetBreakGlassPolicyResponse) ProtoMessage() {}
 
 func (x *GetBreakGlassPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[75]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5023,7 +5113,7 @@ func (x *GetBreakGlassPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBreakGlassPolicyResponse.ProtoReflect.Descriptor instead.
 func (*GetBreakGlassPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{75}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *GetBreakGlassPolicyResponse) GetRoles() []*BreakGlassRole {
@@ -5058,7 +5148,7 @@ type BreakGlassRole struct {
 
 func (x *BreakGlassRole) Reset() {
 	*x = BreakGlassRole{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[76]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5070,7 +5160,7 @@ func (x *BreakGlassRole) String() string {
 func (*BreakGlassRole) ProtoMessage() {}
 
 func (x *BreakGlassRole) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[76]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5083,7 +5173,7 @@ func (x *BreakGlassRole) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BreakGlassRole.ProtoReflect.Descriptor instead.
 func (*BreakGlassRole) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{76}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *BreakGlassRole) GetName() string {
@@ -5109,7 +5199,7 @@ type GetInstallStackRequest struct {
 
 func (x *GetInstallStackRequest) Reset() {
 	*x = GetInstallStackRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[77]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5121,7 +5211,7 @@ func (x *GetInstallStackRequest) String() string {
 func (*GetInstallStackRequest) ProtoMessage() {}
 
 func (x *GetInstallStackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[77]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5134,7 +5224,7 @@ func (x *GetInstallStackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInstallStackRequest.ProtoReflect.Descriptor instead.
 func (*GetInstallStackRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{77}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *GetInstallStackRequest) GetInstall() string {
@@ -5145,11 +5235,12 @@ func (x *GetInstallStackRequest) GetInstall() string {
 }
 
 type GetInstallStackResponse struct {
-	state       protoimpl.MessageState `protogen:"open.v1"`
-	Install     string                 `protobuf:"bytes,1,opt,name=install,proto3" json:"install,omitempty"`
-	App         string                 `protobuf:"bytes,2,opt,name=app,proto3" json:"app,omitempty"`
-	AppRevision int64                  `protobuf:"varint,3,opt,name=app_revision,json=appRevision,proto3" json:"app_revision,omitempty"`
-	Files       []*AppFile             `protobuf:"bytes,4,rep,name=files,proto3" json:"files,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Install string                 `protobuf:"bytes,1,opt,name=install,proto3" json:"install,omitempty"`
+	App     string                 `protobuf:"bytes,2,opt,name=app,proto3" json:"app,omitempty"`
+	// app_revision is 0, with no files, while the app has no revision.
+	AppRevision int64      `protobuf:"varint,3,opt,name=app_revision,json=appRevision,proto3" json:"app_revision,omitempty"`
+	Files       []*AppFile `protobuf:"bytes,4,rep,name=files,proto3" json:"files,omitempty"`
 	// signing_key_id is the fingerprint of imsd's job signing key.
 	SigningKeyId  string `protobuf:"bytes,5,opt,name=signing_key_id,json=signingKeyId,proto3" json:"signing_key_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -5158,7 +5249,7 @@ type GetInstallStackResponse struct {
 
 func (x *GetInstallStackResponse) Reset() {
 	*x = GetInstallStackResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[78]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5170,7 +5261,7 @@ func (x *GetInstallStackResponse) String() string {
 func (*GetInstallStackResponse) ProtoMessage() {}
 
 func (x *GetInstallStackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[78]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5183,7 +5274,7 @@ func (x *GetInstallStackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInstallStackResponse.ProtoReflect.Descriptor instead.
 func (*GetInstallStackResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{78}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *GetInstallStackResponse) GetInstall() string {
@@ -5221,6 +5312,638 @@ func (x *GetInstallStackResponse) GetSigningKeyId() string {
 	return ""
 }
 
+// Build is an artifact in the vendor registry, synced or packaged by the
+// build agent: its lineage record.
+type Build struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the build job's id.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// repository is the vendor registry repository (no host).
+	Repository string `protobuf:"bytes,2,opt,name=repository,proto3" json:"repository,omitempty"`
+	// digest is the artifact's digest in the vendor registry.
+	Digest    string `protobuf:"bytes,3,opt,name=digest,proto3" json:"digest,omitempty"`
+	Size      int64  `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	MediaType string `protobuf:"bytes,5,opt,name=media_type,json=mediaType,proto3" json:"media_type,omitempty"`
+	// kind is "sync" (an image or OCI artifact copied from source), "helm"
+	// or "terraform" (a directory packaged as an OCI artifact).
+	Kind string `protobuf:"bytes,6,opt,name=kind,proto3" json:"kind,omitempty"`
+	// source is what it came from: a registry reference (tag or digest),
+	// or the packaged directory's name.
+	Source string `protobuf:"bytes,7,opt,name=source,proto3" json:"source,omitempty"`
+	// source_digest is the digest at the source (equal to digest for a sync).
+	SourceDigest  string                 `protobuf:"bytes,8,opt,name=source_digest,json=sourceDigest,proto3" json:"source_digest,omitempty"`
+	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Build) Reset() {
+	*x = Build{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[80]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Build) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Build) ProtoMessage() {}
+
+func (x *Build) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[80]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Build.ProtoReflect.Descriptor instead.
+func (*Build) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{80}
+}
+
+func (x *Build) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Build) GetRepository() string {
+	if x != nil {
+		return x.Repository
+	}
+	return ""
+}
+
+func (x *Build) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+func (x *Build) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *Build) GetMediaType() string {
+	if x != nil {
+		return x.MediaType
+	}
+	return ""
+}
+
+func (x *Build) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Build) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *Build) GetSourceDigest() string {
+	if x != nil {
+		return x.SourceDigest
+	}
+	return ""
+}
+
+func (x *Build) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+type CreateBuildAgentTokenRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// ttl_seconds is how long the token may be used; 0 means 24 hours.
+	TtlSeconds    int64 `protobuf:"varint,1,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateBuildAgentTokenRequest) Reset() {
+	*x = CreateBuildAgentTokenRequest{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[81]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateBuildAgentTokenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateBuildAgentTokenRequest) ProtoMessage() {}
+
+func (x *CreateBuildAgentTokenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[81]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateBuildAgentTokenRequest.ProtoReflect.Descriptor instead.
+func (*CreateBuildAgentTokenRequest) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{81}
+}
+
+func (x *CreateBuildAgentTokenRequest) GetTtlSeconds() int64 {
+	if x != nil {
+		return x.TtlSeconds
+	}
+	return 0
+}
+
+type CreateBuildAgentTokenResponse struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	EnrollmentToken *EnrollmentToken       `protobuf:"bytes,1,opt,name=enrollment_token,json=enrollmentToken,proto3" json:"enrollment_token,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *CreateBuildAgentTokenResponse) Reset() {
+	*x = CreateBuildAgentTokenResponse{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[82]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateBuildAgentTokenResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateBuildAgentTokenResponse) ProtoMessage() {}
+
+func (x *CreateBuildAgentTokenResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[82]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateBuildAgentTokenResponse.ProtoReflect.Descriptor instead.
+func (*CreateBuildAgentTokenResponse) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{82}
+}
+
+func (x *CreateBuildAgentTokenResponse) GetEnrollmentToken() *EnrollmentToken {
+	if x != nil {
+		return x.EnrollmentToken
+	}
+	return nil
+}
+
+type StartBuildRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// kind is "sync", "helm" or "terraform".
+	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	// source is, for a sync, the reference to copy (HOST/REPO:TAG or
+	// HOST/REPO@DIGEST); for a package, a name for the directory.
+	Source string `protobuf:"bytes,2,opt,name=source,proto3" json:"source,omitempty"`
+	// repository is the vendor registry repository to write.
+	Repository string `protobuf:"bytes,3,opt,name=repository,proto3" json:"repository,omitempty"`
+	// archive is, for a package, the directory as a gzipped tar (at most
+	// 180 KiB: it travels in the build job's config).
+	Archive []byte `protobuf:"bytes,4,opt,name=archive,proto3" json:"archive,omitempty"`
+	// tag is the tag the artifact gets in the vendor registry (optional;
+	// builds are always referenced by digest).
+	Tag           string `protobuf:"bytes,5,opt,name=tag,proto3" json:"tag,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartBuildRequest) Reset() {
+	*x = StartBuildRequest{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[83]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartBuildRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartBuildRequest) ProtoMessage() {}
+
+func (x *StartBuildRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[83]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartBuildRequest.ProtoReflect.Descriptor instead.
+func (*StartBuildRequest) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{83}
+}
+
+func (x *StartBuildRequest) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *StartBuildRequest) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *StartBuildRequest) GetRepository() string {
+	if x != nil {
+		return x.Repository
+	}
+	return ""
+}
+
+func (x *StartBuildRequest) GetArchive() []byte {
+	if x != nil {
+		return x.Archive
+	}
+	return nil
+}
+
+func (x *StartBuildRequest) GetTag() string {
+	if x != nil {
+		return x.Tag
+	}
+	return ""
+}
+
+type StartBuildResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Job           *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartBuildResponse) Reset() {
+	*x = StartBuildResponse{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[84]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartBuildResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartBuildResponse) ProtoMessage() {}
+
+func (x *StartBuildResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[84]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartBuildResponse.ProtoReflect.Descriptor instead.
+func (*StartBuildResponse) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{84}
+}
+
+func (x *StartBuildResponse) GetJob() *Job {
+	if x != nil {
+		return x.Job
+	}
+	return nil
+}
+
+type ListBuildsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// repository filters by vendor repository; empty lists all.
+	Repository string `protobuf:"bytes,1,opt,name=repository,proto3" json:"repository,omitempty"`
+	// limit is at most 1000; 0 means 100.
+	Limit         int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListBuildsRequest) Reset() {
+	*x = ListBuildsRequest{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[85]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListBuildsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListBuildsRequest) ProtoMessage() {}
+
+func (x *ListBuildsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[85]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListBuildsRequest.ProtoReflect.Descriptor instead.
+func (*ListBuildsRequest) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{85}
+}
+
+func (x *ListBuildsRequest) GetRepository() string {
+	if x != nil {
+		return x.Repository
+	}
+	return ""
+}
+
+func (x *ListBuildsRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type ListBuildsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// builds are newest first.
+	Builds        []*Build `protobuf:"bytes,1,rep,name=builds,proto3" json:"builds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListBuildsResponse) Reset() {
+	*x = ListBuildsResponse{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[86]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListBuildsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListBuildsResponse) ProtoMessage() {}
+
+func (x *ListBuildsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[86]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListBuildsResponse.ProtoReflect.Descriptor instead.
+func (*ListBuildsResponse) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{86}
+}
+
+func (x *ListBuildsResponse) GetBuilds() []*Build {
+	if x != nil {
+		return x.Builds
+	}
+	return nil
+}
+
+type ListInstallImagesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Install       string                 `protobuf:"bytes,1,opt,name=install,proto3" json:"install,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListInstallImagesRequest) Reset() {
+	*x = ListInstallImagesRequest{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[87]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListInstallImagesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListInstallImagesRequest) ProtoMessage() {}
+
+func (x *ListInstallImagesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[87]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListInstallImagesRequest.ProtoReflect.Descriptor instead.
+func (*ListInstallImagesRequest) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{87}
+}
+
+func (x *ListInstallImagesRequest) GetInstall() string {
+	if x != nil {
+		return x.Install
+	}
+	return ""
+}
+
+// InstallImage is what one image component of an install runs, by
+// digest, with its chain: source reference, vendor digest (the build),
+// install digest, and when each copy happened.
+type InstallImage struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Component string                 `protobuf:"bytes,1,opt,name=component,proto3" json:"component,omitempty"`
+	// source is the vendor reference the component names (REPO@DIGEST).
+	VendorReference string `protobuf:"bytes,2,opt,name=vendor_reference,json=vendorReference,proto3" json:"vendor_reference,omitempty"`
+	VendorDigest    string `protobuf:"bytes,3,opt,name=vendor_digest,json=vendorDigest,proto3" json:"vendor_digest,omitempty"`
+	// build is the build the vendor digest came from (unset if imsd has no
+	// record of it).
+	Build *Build `protobuf:"bytes,4,opt,name=build,proto3" json:"build,omitempty"`
+	// install_reference and install_digest are where the install agent
+	// copied it, as it reported.
+	InstallReference string `protobuf:"bytes,5,opt,name=install_reference,json=installReference,proto3" json:"install_reference,omitempty"`
+	InstallDigest    string `protobuf:"bytes,6,opt,name=install_digest,json=installDigest,proto3" json:"install_digest,omitempty"`
+	// copy_time is when the install agent's copy finished.
+	CopyTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=copy_time,json=copyTime,proto3" json:"copy_time,omitempty"`
+	// job_id is the deploy job that copied it.
+	JobId         string `protobuf:"bytes,8,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InstallImage) Reset() {
+	*x = InstallImage{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[88]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InstallImage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InstallImage) ProtoMessage() {}
+
+func (x *InstallImage) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[88]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InstallImage.ProtoReflect.Descriptor instead.
+func (*InstallImage) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{88}
+}
+
+func (x *InstallImage) GetComponent() string {
+	if x != nil {
+		return x.Component
+	}
+	return ""
+}
+
+func (x *InstallImage) GetVendorReference() string {
+	if x != nil {
+		return x.VendorReference
+	}
+	return ""
+}
+
+func (x *InstallImage) GetVendorDigest() string {
+	if x != nil {
+		return x.VendorDigest
+	}
+	return ""
+}
+
+func (x *InstallImage) GetBuild() *Build {
+	if x != nil {
+		return x.Build
+	}
+	return nil
+}
+
+func (x *InstallImage) GetInstallReference() string {
+	if x != nil {
+		return x.InstallReference
+	}
+	return ""
+}
+
+func (x *InstallImage) GetInstallDigest() string {
+	if x != nil {
+		return x.InstallDigest
+	}
+	return ""
+}
+
+func (x *InstallImage) GetCopyTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CopyTime
+	}
+	return nil
+}
+
+func (x *InstallImage) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+type ListInstallImagesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Images        []*InstallImage        `protobuf:"bytes,1,rep,name=images,proto3" json:"images,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListInstallImagesResponse) Reset() {
+	*x = ListInstallImagesResponse{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[89]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListInstallImagesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListInstallImagesResponse) ProtoMessage() {}
+
+func (x *ListInstallImagesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[89]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListInstallImagesResponse.ProtoReflect.Descriptor instead.
+func (*ListInstallImagesResponse) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{89}
+}
+
+func (x *ListInstallImagesResponse) GetImages() []*InstallImage {
+	if x != nil {
+		return x.Images
+	}
+	return nil
+}
+
 var File_byoc_ims_v1_operator_proto protoreflect.FileDescriptor
 
 const file_byoc_ims_v1_operator_proto_rawDesc = "" +
@@ -5255,7 +5978,7 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\n" +
 	"id_or_name\x18\x01 \x01(\tR\bidOrName\"4\n" +
 	"\x0eGetAppResponse\x12\"\n" +
-	"\x03app\x18\x01 \x01(\v2\x10.byoc.ims.v1.AppR\x03app\"\xb6\x03\n" +
+	"\x03app\x18\x01 \x01(\v2\x10.byoc.ims.v1.AppR\x03app\"\xe6\x03\n" +
 	"\vAgentStatus\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1c\n" +
 	"\tconnected\x18\x02 \x01(\bR\tconnected\x12@\n" +
@@ -5266,7 +5989,21 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"enrollTime\x12+\n" +
 	"\x11identity_conflict\x18\a \x01(\tR\x10identityConflict\x12P\n" +
 	"\x16identity_conflict_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x14identityConflictTime\x12:\n" +
-	"\vpermissions\x18\t \x01(\v2\x18.byoc.ims.v1.PermissionsR\vpermissions\"\xad\x02\n" +
+	"\vpermissions\x18\t \x01(\v2\x18.byoc.ims.v1.PermissionsR\vpermissions\x12.\n" +
+	"\x05stack\x18Z \x01(\v2\x18.byoc.ims.v1.StackReportR\x05stack\"\xee\x02\n" +
+	"\vStackReport\x12\x16\n" +
+	"\x06format\x18\x01 \x01(\tR\x06format\x12\x14\n" +
+	"\x05stack\x18\x02 \x01(\tR\x05stack\x12<\n" +
+	"\x06inputs\x18\x03 \x03(\v2$.byoc.ims.v1.StackReport.InputsEntryR\x06inputs\x12?\n" +
+	"\aoutputs\x18\x04 \x03(\v2%.byoc.ims.v1.StackReport.OutputsEntryR\aoutputs\x12;\n" +
+	"\vreport_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"reportTime\x1a9\n" +
+	"\vInputsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a:\n" +
+	"\fOutputsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xad\x02\n" +
 	"\vPermissions\x12\x1c\n" +
 	"\tprovision\x18\x01 \x01(\bR\tprovision\x12 \n" +
 	"\vmaintenance\x18\x02 \x01(\bR\vmaintenance\x12 \n" +
@@ -5611,7 +6348,56 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x03app\x18\x02 \x01(\tR\x03app\x12!\n" +
 	"\fapp_revision\x18\x03 \x01(\x03R\vappRevision\x12*\n" +
 	"\x05files\x18\x04 \x03(\v2\x14.byoc.ims.v1.AppFileR\x05files\x12$\n" +
-	"\x0esigning_key_id\x18\x05 \x01(\tR\fsigningKeyId*=\n" +
+	"\x0esigning_key_id\x18\x05 \x01(\tR\fsigningKeyId\"\x90\x02\n" +
+	"\x05Build\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1e\n" +
+	"\n" +
+	"repository\x18\x02 \x01(\tR\n" +
+	"repository\x12\x16\n" +
+	"\x06digest\x18\x03 \x01(\tR\x06digest\x12\x12\n" +
+	"\x04size\x18\x04 \x01(\x03R\x04size\x12\x1d\n" +
+	"\n" +
+	"media_type\x18\x05 \x01(\tR\tmediaType\x12\x12\n" +
+	"\x04kind\x18\x06 \x01(\tR\x04kind\x12\x16\n" +
+	"\x06source\x18\a \x01(\tR\x06source\x12#\n" +
+	"\rsource_digest\x18\b \x01(\tR\fsourceDigest\x12;\n" +
+	"\vcreate_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\"?\n" +
+	"\x1cCreateBuildAgentTokenRequest\x12\x1f\n" +
+	"\vttl_seconds\x18\x01 \x01(\x03R\n" +
+	"ttlSeconds\"h\n" +
+	"\x1dCreateBuildAgentTokenResponse\x12G\n" +
+	"\x10enrollment_token\x18\x01 \x01(\v2\x1c.byoc.ims.v1.EnrollmentTokenR\x0fenrollmentToken\"\x8b\x01\n" +
+	"\x11StartBuildRequest\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x16\n" +
+	"\x06source\x18\x02 \x01(\tR\x06source\x12\x1e\n" +
+	"\n" +
+	"repository\x18\x03 \x01(\tR\n" +
+	"repository\x12\x18\n" +
+	"\aarchive\x18\x04 \x01(\fR\aarchive\x12\x10\n" +
+	"\x03tag\x18\x05 \x01(\tR\x03tag\"8\n" +
+	"\x12StartBuildResponse\x12\"\n" +
+	"\x03job\x18\x01 \x01(\v2\x10.byoc.ims.v1.JobR\x03job\"I\n" +
+	"\x11ListBuildsRequest\x12\x1e\n" +
+	"\n" +
+	"repository\x18\x01 \x01(\tR\n" +
+	"repository\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\"@\n" +
+	"\x12ListBuildsResponse\x12*\n" +
+	"\x06builds\x18\x01 \x03(\v2\x12.byoc.ims.v1.BuildR\x06builds\"4\n" +
+	"\x18ListInstallImagesRequest\x12\x18\n" +
+	"\ainstall\x18\x01 \x01(\tR\ainstall\"\xca\x02\n" +
+	"\fInstallImage\x12\x1c\n" +
+	"\tcomponent\x18\x01 \x01(\tR\tcomponent\x12)\n" +
+	"\x10vendor_reference\x18\x02 \x01(\tR\x0fvendorReference\x12#\n" +
+	"\rvendor_digest\x18\x03 \x01(\tR\fvendorDigest\x12(\n" +
+	"\x05build\x18\x04 \x01(\v2\x12.byoc.ims.v1.BuildR\x05build\x12+\n" +
+	"\x11install_reference\x18\x05 \x01(\tR\x10installReference\x12%\n" +
+	"\x0einstall_digest\x18\x06 \x01(\tR\rinstallDigest\x127\n" +
+	"\tcopy_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\bcopyTime\x12\x15\n" +
+	"\x06job_id\x18\b \x01(\tR\x05jobId\"N\n" +
+	"\x19ListInstallImagesResponse\x121\n" +
+	"\x06images\x18\x01 \x03(\v2\x19.byoc.ims.v1.InstallImageR\x06images*=\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -5631,7 +6417,7 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x16LOG_STREAM_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11LOG_STREAM_STDOUT\x10\x01\x12\x15\n" +
 	"\x11LOG_STREAM_STDERR\x10\x02\x12\x15\n" +
-	"\x11LOG_STREAM_SYSTEM\x10\x032\xbc\x1c\n" +
+	"\x11LOG_STREAM_SYSTEM\x10\x032\xae\x1f\n" +
 	"\x0fOperatorService\x12A\n" +
 	"\x06WhoAmI\x12\x1a.byoc.ims.v1.WhoAmIRequest\x1a\x1b.byoc.ims.v1.WhoAmIResponse\x12Y\n" +
 	"\x0eCreateApiToken\x12\".byoc.ims.v1.CreateApiTokenRequest\x1a#.byoc.ims.v1.CreateApiTokenResponse\x12J\n" +
@@ -5675,7 +6461,13 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x14ListBreakGlassGrants\x12(.byoc.ims.v1.ListBreakGlassGrantsRequest\x1a).byoc.ims.v1.ListBreakGlassGrantsResponse\x12h\n" +
 	"\x13GetBreakGlassPolicy\x12'.byoc.ims.v1.GetBreakGlassPolicyRequest\x1a(.byoc.ims.v1.GetBreakGlassPolicyResponse\x12\\\n" +
 	"\x0fListAuditEvents\x12#.byoc.ims.v1.ListAuditEventsRequest\x1a$.byoc.ims.v1.ListAuditEventsResponse\x12\\\n" +
-	"\x0fGetInstallStack\x12#.byoc.ims.v1.GetInstallStackRequest\x1a$.byoc.ims.v1.GetInstallStackResponseB\xa2\x01\n" +
+	"\x0fGetInstallStack\x12#.byoc.ims.v1.GetInstallStackRequest\x1a$.byoc.ims.v1.GetInstallStackResponse\x12n\n" +
+	"\x15CreateBuildAgentToken\x12).byoc.ims.v1.CreateBuildAgentTokenRequest\x1a*.byoc.ims.v1.CreateBuildAgentTokenResponse\x12M\n" +
+	"\n" +
+	"StartBuild\x12\x1e.byoc.ims.v1.StartBuildRequest\x1a\x1f.byoc.ims.v1.StartBuildResponse\x12M\n" +
+	"\n" +
+	"ListBuilds\x12\x1e.byoc.ims.v1.ListBuildsRequest\x1a\x1f.byoc.ims.v1.ListBuildsResponse\x12b\n" +
+	"\x11ListInstallImages\x12%.byoc.ims.v1.ListInstallImagesRequest\x1a&.byoc.ims.v1.ListInstallImagesResponseB\xa2\x01\n" +
 	"\x0fcom.byoc.ims.v1B\rOperatorProtoP\x01Z2github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1;imsv1\xa2\x02\x03BIX\xaa\x02\vByoc.Ims.V1\xca\x02\vByoc\\Ims\\V1\xe2\x02\x17Byoc\\Ims\\V1\\GPBMetadata\xea\x02\rByoc::Ims::V1b\x06proto3"
 
 var (
@@ -5691,7 +6483,7 @@ func file_byoc_ims_v1_operator_proto_rawDescGZIP() []byte {
 }
 
 var file_byoc_ims_v1_operator_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_byoc_ims_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 84)
+var file_byoc_ims_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 97)
 var file_byoc_ims_v1_operator_proto_goTypes = []any{
 	(Role)(0),                             // 0: byoc.ims.v1.Role
 	(JobState)(0),                         // 1: byoc.ims.v1.JobState
@@ -5708,282 +6500,314 @@ var file_byoc_ims_v1_operator_proto_goTypes = []any{
 	(*GetAppRequest)(nil),                 // 12: byoc.ims.v1.GetAppRequest
 	(*GetAppResponse)(nil),                // 13: byoc.ims.v1.GetAppResponse
 	(*AgentStatus)(nil),                   // 14: byoc.ims.v1.AgentStatus
-	(*Permissions)(nil),                   // 15: byoc.ims.v1.Permissions
-	(*Install)(nil),                       // 16: byoc.ims.v1.Install
-	(*InstallSettings)(nil),               // 17: byoc.ims.v1.InstallSettings
-	(*CreateInstallRequest)(nil),          // 18: byoc.ims.v1.CreateInstallRequest
-	(*CreateInstallResponse)(nil),         // 19: byoc.ims.v1.CreateInstallResponse
-	(*EnrollmentToken)(nil),               // 20: byoc.ims.v1.EnrollmentToken
-	(*ListInstallsRequest)(nil),           // 21: byoc.ims.v1.ListInstallsRequest
-	(*ListInstallsResponse)(nil),          // 22: byoc.ims.v1.ListInstallsResponse
-	(*GetInstallRequest)(nil),             // 23: byoc.ims.v1.GetInstallRequest
-	(*GetInstallResponse)(nil),            // 24: byoc.ims.v1.GetInstallResponse
-	(*ListInstallDriftRequest)(nil),       // 25: byoc.ims.v1.ListInstallDriftRequest
-	(*ListInstallDriftResponse)(nil),      // 26: byoc.ims.v1.ListInstallDriftResponse
-	(*ComponentDrift)(nil),                // 27: byoc.ims.v1.ComponentDrift
-	(*InstallStatus)(nil),                 // 28: byoc.ims.v1.InstallStatus
-	(*WatchInstallsRequest)(nil),          // 29: byoc.ims.v1.WatchInstallsRequest
-	(*WatchInstallsResponse)(nil),         // 30: byoc.ims.v1.WatchInstallsResponse
-	(*UpdateInstallRequest)(nil),          // 31: byoc.ims.v1.UpdateInstallRequest
-	(*UpdateInstallResponse)(nil),         // 32: byoc.ims.v1.UpdateInstallResponse
-	(*CreateEnrollmentTokenRequest)(nil),  // 33: byoc.ims.v1.CreateEnrollmentTokenRequest
-	(*CreateEnrollmentTokenResponse)(nil), // 34: byoc.ims.v1.CreateEnrollmentTokenResponse
-	(*Job)(nil),                           // 35: byoc.ims.v1.Job
-	(*PolicyFinding)(nil),                 // 36: byoc.ims.v1.PolicyFinding
-	(*PlannedChange)(nil),                 // 37: byoc.ims.v1.PlannedChange
-	(*EnqueueJobRequest)(nil),             // 38: byoc.ims.v1.EnqueueJobRequest
-	(*EnqueueJobResponse)(nil),            // 39: byoc.ims.v1.EnqueueJobResponse
-	(*EnqueueJobsRequest)(nil),            // 40: byoc.ims.v1.EnqueueJobsRequest
-	(*EnqueueJobsResponse)(nil),           // 41: byoc.ims.v1.EnqueueJobsResponse
-	(*ListJobsRequest)(nil),               // 42: byoc.ims.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),              // 43: byoc.ims.v1.ListJobsResponse
-	(*GetJobRequest)(nil),                 // 44: byoc.ims.v1.GetJobRequest
-	(*GetJobResponse)(nil),                // 45: byoc.ims.v1.GetJobResponse
-	(*LogLine)(nil),                       // 46: byoc.ims.v1.LogLine
-	(*StreamJobLogsRequest)(nil),          // 47: byoc.ims.v1.StreamJobLogsRequest
-	(*StreamJobLogsResponse)(nil),         // 48: byoc.ims.v1.StreamJobLogsResponse
-	(*CancelJobRequest)(nil),              // 49: byoc.ims.v1.CancelJobRequest
-	(*CancelJobResponse)(nil),             // 50: byoc.ims.v1.CancelJobResponse
-	(*AppFile)(nil),                       // 51: byoc.ims.v1.AppFile
-	(*AppRevision)(nil),                   // 52: byoc.ims.v1.AppRevision
-	(*PushAppRevisionRequest)(nil),        // 53: byoc.ims.v1.PushAppRevisionRequest
-	(*PushAppRevisionResponse)(nil),       // 54: byoc.ims.v1.PushAppRevisionResponse
-	(*InstallApplied)(nil),                // 55: byoc.ims.v1.InstallApplied
-	(*ListAppRevisionsRequest)(nil),       // 56: byoc.ims.v1.ListAppRevisionsRequest
-	(*ListAppRevisionsResponse)(nil),      // 57: byoc.ims.v1.ListAppRevisionsResponse
-	(*DiffAppRevisionsRequest)(nil),       // 58: byoc.ims.v1.DiffAppRevisionsRequest
-	(*DiffAppRevisionsResponse)(nil),      // 59: byoc.ims.v1.DiffAppRevisionsResponse
-	(*ConfigChange)(nil),                  // 60: byoc.ims.v1.ConfigChange
-	(*ConfigDiagnostic)(nil),              // 61: byoc.ims.v1.ConfigDiagnostic
-	(*ConfigDiagnostics)(nil),             // 62: byoc.ims.v1.ConfigDiagnostics
-	(*PluginType)(nil),                    // 63: byoc.ims.v1.PluginType
-	(*RegisterPluginTypeRequest)(nil),     // 64: byoc.ims.v1.RegisterPluginTypeRequest
-	(*RegisterPluginTypeResponse)(nil),    // 65: byoc.ims.v1.RegisterPluginTypeResponse
-	(*ListPluginTypesRequest)(nil),        // 66: byoc.ims.v1.ListPluginTypesRequest
-	(*ListPluginTypesResponse)(nil),       // 67: byoc.ims.v1.ListPluginTypesResponse
-	(*GetPluginTypeRequest)(nil),          // 68: byoc.ims.v1.GetPluginTypeRequest
-	(*GetPluginTypeResponse)(nil),         // 69: byoc.ims.v1.GetPluginTypeResponse
-	(*RemovePluginTypeRequest)(nil),       // 70: byoc.ims.v1.RemovePluginTypeRequest
-	(*RemovePluginTypeResponse)(nil),      // 71: byoc.ims.v1.RemovePluginTypeResponse
-	(*RequestBreakGlassRequest)(nil),      // 72: byoc.ims.v1.RequestBreakGlassRequest
-	(*RequestBreakGlassResponse)(nil),     // 73: byoc.ims.v1.RequestBreakGlassResponse
-	(*ListBreakGlassGrantsRequest)(nil),   // 74: byoc.ims.v1.ListBreakGlassGrantsRequest
-	(*ListBreakGlassGrantsResponse)(nil),  // 75: byoc.ims.v1.ListBreakGlassGrantsResponse
-	(*BreakGlassGrant)(nil),               // 76: byoc.ims.v1.BreakGlassGrant
-	(*GetBreakGlassPolicyRequest)(nil),    // 77: byoc.ims.v1.GetBreakGlassPolicyRequest
-	(*GetBreakGlassPolicyResponse)(nil),   // 78: byoc.ims.v1.GetBreakGlassPolicyResponse
-	(*BreakGlassRole)(nil),                // 79: byoc.ims.v1.BreakGlassRole
-	(*GetInstallStackRequest)(nil),        // 80: byoc.ims.v1.GetInstallStackRequest
-	(*GetInstallStackResponse)(nil),       // 81: byoc.ims.v1.GetInstallStackResponse
-	nil,                                   // 82: byoc.ims.v1.Install.InputsEntry
-	nil,                                   // 83: byoc.ims.v1.InstallSettings.OverridesEntry
-	nil,                                   // 84: byoc.ims.v1.CreateInstallRequest.InputsEntry
-	nil,                                   // 85: byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
-	nil,                                   // 86: byoc.ims.v1.Job.OutputsEntry
-	(*timestamppb.Timestamp)(nil),         // 87: google.protobuf.Timestamp
-	(*InstallHealth)(nil),                 // 88: byoc.ims.v1.InstallHealth
-	(*Workflow)(nil),                      // 89: byoc.ims.v1.Workflow
-	(*structpb.Struct)(nil),               // 90: google.protobuf.Struct
-	(*structpb.Value)(nil),                // 91: google.protobuf.Value
-	(*PlanInstallRequest)(nil),            // 92: byoc.ims.v1.PlanInstallRequest
-	(*StartWorkflowRequest)(nil),          // 93: byoc.ims.v1.StartWorkflowRequest
-	(*ListWorkflowsRequest)(nil),          // 94: byoc.ims.v1.ListWorkflowsRequest
-	(*GetWorkflowRequest)(nil),            // 95: byoc.ims.v1.GetWorkflowRequest
-	(*ApproveWorkflowRequest)(nil),        // 96: byoc.ims.v1.ApproveWorkflowRequest
-	(*CancelWorkflowRequest)(nil),         // 97: byoc.ims.v1.CancelWorkflowRequest
-	(*RetryWorkflowStepRequest)(nil),      // 98: byoc.ims.v1.RetryWorkflowStepRequest
-	(*ListActionsRequest)(nil),            // 99: byoc.ims.v1.ListActionsRequest
-	(*StartActionRunRequest)(nil),         // 100: byoc.ims.v1.StartActionRunRequest
-	(*ListActionRunsRequest)(nil),         // 101: byoc.ims.v1.ListActionRunsRequest
-	(*GetActionRunRequest)(nil),           // 102: byoc.ims.v1.GetActionRunRequest
-	(*ListAuditEventsRequest)(nil),        // 103: byoc.ims.v1.ListAuditEventsRequest
-	(*PlanInstallResponse)(nil),           // 104: byoc.ims.v1.PlanInstallResponse
-	(*StartWorkflowResponse)(nil),         // 105: byoc.ims.v1.StartWorkflowResponse
-	(*ListWorkflowsResponse)(nil),         // 106: byoc.ims.v1.ListWorkflowsResponse
-	(*GetWorkflowResponse)(nil),           // 107: byoc.ims.v1.GetWorkflowResponse
-	(*ApproveWorkflowResponse)(nil),       // 108: byoc.ims.v1.ApproveWorkflowResponse
-	(*CancelWorkflowResponse)(nil),        // 109: byoc.ims.v1.CancelWorkflowResponse
-	(*RetryWorkflowStepResponse)(nil),     // 110: byoc.ims.v1.RetryWorkflowStepResponse
-	(*ListActionsResponse)(nil),           // 111: byoc.ims.v1.ListActionsResponse
-	(*StartActionRunResponse)(nil),        // 112: byoc.ims.v1.StartActionRunResponse
-	(*ListActionRunsResponse)(nil),        // 113: byoc.ims.v1.ListActionRunsResponse
-	(*GetActionRunResponse)(nil),          // 114: byoc.ims.v1.GetActionRunResponse
-	(*ListAuditEventsResponse)(nil),       // 115: byoc.ims.v1.ListAuditEventsResponse
+	(*StackReport)(nil),                   // 15: byoc.ims.v1.StackReport
+	(*Permissions)(nil),                   // 16: byoc.ims.v1.Permissions
+	(*Install)(nil),                       // 17: byoc.ims.v1.Install
+	(*InstallSettings)(nil),               // 18: byoc.ims.v1.InstallSettings
+	(*CreateInstallRequest)(nil),          // 19: byoc.ims.v1.CreateInstallRequest
+	(*CreateInstallResponse)(nil),         // 20: byoc.ims.v1.CreateInstallResponse
+	(*EnrollmentToken)(nil),               // 21: byoc.ims.v1.EnrollmentToken
+	(*ListInstallsRequest)(nil),           // 22: byoc.ims.v1.ListInstallsRequest
+	(*ListInstallsResponse)(nil),          // 23: byoc.ims.v1.ListInstallsResponse
+	(*GetInstallRequest)(nil),             // 24: byoc.ims.v1.GetInstallRequest
+	(*GetInstallResponse)(nil),            // 25: byoc.ims.v1.GetInstallResponse
+	(*ListInstallDriftRequest)(nil),       // 26: byoc.ims.v1.ListInstallDriftRequest
+	(*ListInstallDriftResponse)(nil),      // 27: byoc.ims.v1.ListInstallDriftResponse
+	(*ComponentDrift)(nil),                // 28: byoc.ims.v1.ComponentDrift
+	(*InstallStatus)(nil),                 // 29: byoc.ims.v1.InstallStatus
+	(*WatchInstallsRequest)(nil),          // 30: byoc.ims.v1.WatchInstallsRequest
+	(*WatchInstallsResponse)(nil),         // 31: byoc.ims.v1.WatchInstallsResponse
+	(*UpdateInstallRequest)(nil),          // 32: byoc.ims.v1.UpdateInstallRequest
+	(*UpdateInstallResponse)(nil),         // 33: byoc.ims.v1.UpdateInstallResponse
+	(*CreateEnrollmentTokenRequest)(nil),  // 34: byoc.ims.v1.CreateEnrollmentTokenRequest
+	(*CreateEnrollmentTokenResponse)(nil), // 35: byoc.ims.v1.CreateEnrollmentTokenResponse
+	(*Job)(nil),                           // 36: byoc.ims.v1.Job
+	(*PolicyFinding)(nil),                 // 37: byoc.ims.v1.PolicyFinding
+	(*PlannedChange)(nil),                 // 38: byoc.ims.v1.PlannedChange
+	(*EnqueueJobRequest)(nil),             // 39: byoc.ims.v1.EnqueueJobRequest
+	(*EnqueueJobResponse)(nil),            // 40: byoc.ims.v1.EnqueueJobResponse
+	(*EnqueueJobsRequest)(nil),            // 41: byoc.ims.v1.EnqueueJobsRequest
+	(*EnqueueJobsResponse)(nil),           // 42: byoc.ims.v1.EnqueueJobsResponse
+	(*ListJobsRequest)(nil),               // 43: byoc.ims.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),              // 44: byoc.ims.v1.ListJobsResponse
+	(*GetJobRequest)(nil),                 // 45: byoc.ims.v1.GetJobRequest
+	(*GetJobResponse)(nil),                // 46: byoc.ims.v1.GetJobResponse
+	(*LogLine)(nil),                       // 47: byoc.ims.v1.LogLine
+	(*StreamJobLogsRequest)(nil),          // 48: byoc.ims.v1.StreamJobLogsRequest
+	(*StreamJobLogsResponse)(nil),         // 49: byoc.ims.v1.StreamJobLogsResponse
+	(*CancelJobRequest)(nil),              // 50: byoc.ims.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),             // 51: byoc.ims.v1.CancelJobResponse
+	(*AppFile)(nil),                       // 52: byoc.ims.v1.AppFile
+	(*AppRevision)(nil),                   // 53: byoc.ims.v1.AppRevision
+	(*PushAppRevisionRequest)(nil),        // 54: byoc.ims.v1.PushAppRevisionRequest
+	(*PushAppRevisionResponse)(nil),       // 55: byoc.ims.v1.PushAppRevisionResponse
+	(*InstallApplied)(nil),                // 56: byoc.ims.v1.InstallApplied
+	(*ListAppRevisionsRequest)(nil),       // 57: byoc.ims.v1.ListAppRevisionsRequest
+	(*ListAppRevisionsResponse)(nil),      // 58: byoc.ims.v1.ListAppRevisionsResponse
+	(*DiffAppRevisionsRequest)(nil),       // 59: byoc.ims.v1.DiffAppRevisionsRequest
+	(*DiffAppRevisionsResponse)(nil),      // 60: byoc.ims.v1.DiffAppRevisionsResponse
+	(*ConfigChange)(nil),                  // 61: byoc.ims.v1.ConfigChange
+	(*ConfigDiagnostic)(nil),              // 62: byoc.ims.v1.ConfigDiagnostic
+	(*ConfigDiagnostics)(nil),             // 63: byoc.ims.v1.ConfigDiagnostics
+	(*PluginType)(nil),                    // 64: byoc.ims.v1.PluginType
+	(*RegisterPluginTypeRequest)(nil),     // 65: byoc.ims.v1.RegisterPluginTypeRequest
+	(*RegisterPluginTypeResponse)(nil),    // 66: byoc.ims.v1.RegisterPluginTypeResponse
+	(*ListPluginTypesRequest)(nil),        // 67: byoc.ims.v1.ListPluginTypesRequest
+	(*ListPluginTypesResponse)(nil),       // 68: byoc.ims.v1.ListPluginTypesResponse
+	(*GetPluginTypeRequest)(nil),          // 69: byoc.ims.v1.GetPluginTypeRequest
+	(*GetPluginTypeResponse)(nil),         // 70: byoc.ims.v1.GetPluginTypeResponse
+	(*RemovePluginTypeRequest)(nil),       // 71: byoc.ims.v1.RemovePluginTypeRequest
+	(*RemovePluginTypeResponse)(nil),      // 72: byoc.ims.v1.RemovePluginTypeResponse
+	(*RequestBreakGlassRequest)(nil),      // 73: byoc.ims.v1.RequestBreakGlassRequest
+	(*RequestBreakGlassResponse)(nil),     // 74: byoc.ims.v1.RequestBreakGlassResponse
+	(*ListBreakGlassGrantsRequest)(nil),   // 75: byoc.ims.v1.ListBreakGlassGrantsRequest
+	(*ListBreakGlassGrantsResponse)(nil),  // 76: byoc.ims.v1.ListBreakGlassGrantsResponse
+	(*BreakGlassGrant)(nil),               // 77: byoc.ims.v1.BreakGlassGrant
+	(*GetBreakGlassPolicyRequest)(nil),    // 78: byoc.ims.v1.GetBreakGlassPolicyRequest
+	(*GetBreakGlassPolicyResponse)(nil),   // 79: byoc.ims.v1.GetBreakGlassPolicyResponse
+	(*BreakGlassRole)(nil),                // 80: byoc.ims.v1.BreakGlassRole
+	(*GetInstallStackRequest)(nil),        // 81: byoc.ims.v1.GetInstallStackRequest
+	(*GetInstallStackResponse)(nil),       // 82: byoc.ims.v1.GetInstallStackResponse
+	(*Build)(nil),                         // 83: byoc.ims.v1.Build
+	(*CreateBuildAgentTokenRequest)(nil),  // 84: byoc.ims.v1.CreateBuildAgentTokenRequest
+	(*CreateBuildAgentTokenResponse)(nil), // 85: byoc.ims.v1.CreateBuildAgentTokenResponse
+	(*StartBuildRequest)(nil),             // 86: byoc.ims.v1.StartBuildRequest
+	(*StartBuildResponse)(nil),            // 87: byoc.ims.v1.StartBuildResponse
+	(*ListBuildsRequest)(nil),             // 88: byoc.ims.v1.ListBuildsRequest
+	(*ListBuildsResponse)(nil),            // 89: byoc.ims.v1.ListBuildsResponse
+	(*ListInstallImagesRequest)(nil),      // 90: byoc.ims.v1.ListInstallImagesRequest
+	(*InstallImage)(nil),                  // 91: byoc.ims.v1.InstallImage
+	(*ListInstallImagesResponse)(nil),     // 92: byoc.ims.v1.ListInstallImagesResponse
+	nil,                                   // 93: byoc.ims.v1.StackReport.InputsEntry
+	nil,                                   // 94: byoc.ims.v1.StackReport.OutputsEntry
+	nil,                                   // 95: byoc.ims.v1.Install.InputsEntry
+	nil,                                   // 96: byoc.ims.v1.InstallSettings.OverridesEntry
+	nil,                                   // 97: byoc.ims.v1.CreateInstallRequest.InputsEntry
+	nil,                                   // 98: byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
+	nil,                                   // 99: byoc.ims.v1.Job.OutputsEntry
+	(*timestamppb.Timestamp)(nil),         // 100: google.protobuf.Timestamp
+	(*InstallHealth)(nil),                 // 101: byoc.ims.v1.InstallHealth
+	(*Workflow)(nil),                      // 102: byoc.ims.v1.Workflow
+	(*structpb.Struct)(nil),               // 103: google.protobuf.Struct
+	(*structpb.Value)(nil),                // 104: google.protobuf.Value
+	(*PlanInstallRequest)(nil),            // 105: byoc.ims.v1.PlanInstallRequest
+	(*StartWorkflowRequest)(nil),          // 106: byoc.ims.v1.StartWorkflowRequest
+	(*ListWorkflowsRequest)(nil),          // 107: byoc.ims.v1.ListWorkflowsRequest
+	(*GetWorkflowRequest)(nil),            // 108: byoc.ims.v1.GetWorkflowRequest
+	(*ApproveWorkflowRequest)(nil),        // 109: byoc.ims.v1.ApproveWorkflowRequest
+	(*CancelWorkflowRequest)(nil),         // 110: byoc.ims.v1.CancelWorkflowRequest
+	(*RetryWorkflowStepRequest)(nil),      // 111: byoc.ims.v1.RetryWorkflowStepRequest
+	(*ListActionsRequest)(nil),            // 112: byoc.ims.v1.ListActionsRequest
+	(*StartActionRunRequest)(nil),         // 113: byoc.ims.v1.StartActionRunRequest
+	(*ListActionRunsRequest)(nil),         // 114: byoc.ims.v1.ListActionRunsRequest
+	(*GetActionRunRequest)(nil),           // 115: byoc.ims.v1.GetActionRunRequest
+	(*ListAuditEventsRequest)(nil),        // 116: byoc.ims.v1.ListAuditEventsRequest
+	(*PlanInstallResponse)(nil),           // 117: byoc.ims.v1.PlanInstallResponse
+	(*StartWorkflowResponse)(nil),         // 118: byoc.ims.v1.StartWorkflowResponse
+	(*ListWorkflowsResponse)(nil),         // 119: byoc.ims.v1.ListWorkflowsResponse
+	(*GetWorkflowResponse)(nil),           // 120: byoc.ims.v1.GetWorkflowResponse
+	(*ApproveWorkflowResponse)(nil),       // 121: byoc.ims.v1.ApproveWorkflowResponse
+	(*CancelWorkflowResponse)(nil),        // 122: byoc.ims.v1.CancelWorkflowResponse
+	(*RetryWorkflowStepResponse)(nil),     // 123: byoc.ims.v1.RetryWorkflowStepResponse
+	(*ListActionsResponse)(nil),           // 124: byoc.ims.v1.ListActionsResponse
+	(*StartActionRunResponse)(nil),        // 125: byoc.ims.v1.StartActionRunResponse
+	(*ListActionRunsResponse)(nil),        // 126: byoc.ims.v1.ListActionRunsResponse
+	(*GetActionRunResponse)(nil),          // 127: byoc.ims.v1.GetActionRunResponse
+	(*ListAuditEventsResponse)(nil),       // 128: byoc.ims.v1.ListAuditEventsResponse
 }
 var file_byoc_ims_v1_operator_proto_depIdxs = []int32{
 	0,   // 0: byoc.ims.v1.WhoAmIResponse.role:type_name -> byoc.ims.v1.Role
 	0,   // 1: byoc.ims.v1.CreateApiTokenRequest.role:type_name -> byoc.ims.v1.Role
-	87,  // 2: byoc.ims.v1.App.create_time:type_name -> google.protobuf.Timestamp
+	100, // 2: byoc.ims.v1.App.create_time:type_name -> google.protobuf.Timestamp
 	7,   // 3: byoc.ims.v1.CreateAppResponse.app:type_name -> byoc.ims.v1.App
 	7,   // 4: byoc.ims.v1.ListAppsResponse.apps:type_name -> byoc.ims.v1.App
 	7,   // 5: byoc.ims.v1.GetAppResponse.app:type_name -> byoc.ims.v1.App
-	87,  // 6: byoc.ims.v1.AgentStatus.last_seen_time:type_name -> google.protobuf.Timestamp
-	87,  // 7: byoc.ims.v1.AgentStatus.enroll_time:type_name -> google.protobuf.Timestamp
-	87,  // 8: byoc.ims.v1.AgentStatus.identity_conflict_time:type_name -> google.protobuf.Timestamp
-	15,  // 9: byoc.ims.v1.AgentStatus.permissions:type_name -> byoc.ims.v1.Permissions
-	87,  // 10: byoc.ims.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
-	87,  // 11: byoc.ims.v1.Permissions.report_time:type_name -> google.protobuf.Timestamp
-	82,  // 12: byoc.ims.v1.Install.inputs:type_name -> byoc.ims.v1.Install.InputsEntry
-	87,  // 13: byoc.ims.v1.Install.create_time:type_name -> google.protobuf.Timestamp
-	14,  // 14: byoc.ims.v1.Install.agent:type_name -> byoc.ims.v1.AgentStatus
-	17,  // 15: byoc.ims.v1.Install.settings:type_name -> byoc.ims.v1.InstallSettings
-	88,  // 16: byoc.ims.v1.Install.health:type_name -> byoc.ims.v1.InstallHealth
-	83,  // 17: byoc.ims.v1.InstallSettings.overrides:type_name -> byoc.ims.v1.InstallSettings.OverridesEntry
-	84,  // 18: byoc.ims.v1.CreateInstallRequest.inputs:type_name -> byoc.ims.v1.CreateInstallRequest.InputsEntry
-	16,  // 19: byoc.ims.v1.CreateInstallResponse.install:type_name -> byoc.ims.v1.Install
-	20,  // 20: byoc.ims.v1.CreateInstallResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	87,  // 21: byoc.ims.v1.EnrollmentToken.expire_time:type_name -> google.protobuf.Timestamp
-	16,  // 22: byoc.ims.v1.ListInstallsResponse.installs:type_name -> byoc.ims.v1.Install
-	16,  // 23: byoc.ims.v1.GetInstallResponse.install:type_name -> byoc.ims.v1.Install
-	27,  // 24: byoc.ims.v1.ListInstallDriftResponse.components:type_name -> byoc.ims.v1.ComponentDrift
-	87,  // 25: byoc.ims.v1.ComponentDrift.check_time:type_name -> google.protobuf.Timestamp
-	37,  // 26: byoc.ims.v1.ComponentDrift.changes:type_name -> byoc.ims.v1.PlannedChange
-	87,  // 27: byoc.ims.v1.ComponentDrift.next_check_time:type_name -> google.protobuf.Timestamp
-	16,  // 28: byoc.ims.v1.InstallStatus.install:type_name -> byoc.ims.v1.Install
-	28,  // 29: byoc.ims.v1.WatchInstallsResponse.installs:type_name -> byoc.ims.v1.InstallStatus
-	85,  // 30: byoc.ims.v1.UpdateInstallRequest.set_inputs:type_name -> byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
-	16,  // 31: byoc.ims.v1.UpdateInstallResponse.install:type_name -> byoc.ims.v1.Install
-	89,  // 32: byoc.ims.v1.UpdateInstallResponse.workflow:type_name -> byoc.ims.v1.Workflow
-	20,  // 33: byoc.ims.v1.CreateEnrollmentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	90,  // 34: byoc.ims.v1.Job.config:type_name -> google.protobuf.Struct
-	1,   // 35: byoc.ims.v1.Job.state:type_name -> byoc.ims.v1.JobState
-	87,  // 36: byoc.ims.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	87,  // 37: byoc.ims.v1.Job.start_time:type_name -> google.protobuf.Timestamp
-	87,  // 38: byoc.ims.v1.Job.end_time:type_name -> google.protobuf.Timestamp
-	87,  // 39: byoc.ims.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
-	86,  // 40: byoc.ims.v1.Job.outputs:type_name -> byoc.ims.v1.Job.OutputsEntry
-	37,  // 41: byoc.ims.v1.Job.planned_changes:type_name -> byoc.ims.v1.PlannedChange
-	36,  // 42: byoc.ims.v1.Job.policy_findings:type_name -> byoc.ims.v1.PolicyFinding
-	91,  // 43: byoc.ims.v1.PlannedChange.before:type_name -> google.protobuf.Value
-	91,  // 44: byoc.ims.v1.PlannedChange.after:type_name -> google.protobuf.Value
-	90,  // 45: byoc.ims.v1.EnqueueJobRequest.config:type_name -> google.protobuf.Struct
-	35,  // 46: byoc.ims.v1.EnqueueJobResponse.job:type_name -> byoc.ims.v1.Job
-	38,  // 47: byoc.ims.v1.EnqueueJobsRequest.jobs:type_name -> byoc.ims.v1.EnqueueJobRequest
-	35,  // 48: byoc.ims.v1.EnqueueJobsResponse.jobs:type_name -> byoc.ims.v1.Job
-	1,   // 49: byoc.ims.v1.ListJobsRequest.states:type_name -> byoc.ims.v1.JobState
-	35,  // 50: byoc.ims.v1.ListJobsResponse.jobs:type_name -> byoc.ims.v1.Job
-	35,  // 51: byoc.ims.v1.GetJobResponse.job:type_name -> byoc.ims.v1.Job
-	87,  // 52: byoc.ims.v1.LogLine.time:type_name -> google.protobuf.Timestamp
-	2,   // 53: byoc.ims.v1.LogLine.stream:type_name -> byoc.ims.v1.LogStream
-	46,  // 54: byoc.ims.v1.StreamJobLogsResponse.lines:type_name -> byoc.ims.v1.LogLine
-	35,  // 55: byoc.ims.v1.StreamJobLogsResponse.job:type_name -> byoc.ims.v1.Job
-	35,  // 56: byoc.ims.v1.CancelJobResponse.job:type_name -> byoc.ims.v1.Job
-	87,  // 57: byoc.ims.v1.AppRevision.create_time:type_name -> google.protobuf.Timestamp
-	51,  // 58: byoc.ims.v1.PushAppRevisionRequest.files:type_name -> byoc.ims.v1.AppFile
-	7,   // 59: byoc.ims.v1.PushAppRevisionResponse.app:type_name -> byoc.ims.v1.App
-	52,  // 60: byoc.ims.v1.PushAppRevisionResponse.revision:type_name -> byoc.ims.v1.AppRevision
-	60,  // 61: byoc.ims.v1.PushAppRevisionResponse.changes:type_name -> byoc.ims.v1.ConfigChange
-	55,  // 62: byoc.ims.v1.PushAppRevisionResponse.installs:type_name -> byoc.ims.v1.InstallApplied
-	89,  // 63: byoc.ims.v1.PushAppRevisionResponse.workflows:type_name -> byoc.ims.v1.Workflow
-	16,  // 64: byoc.ims.v1.InstallApplied.install:type_name -> byoc.ims.v1.Install
-	20,  // 65: byoc.ims.v1.InstallApplied.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	52,  // 66: byoc.ims.v1.ListAppRevisionsResponse.revisions:type_name -> byoc.ims.v1.AppRevision
-	60,  // 67: byoc.ims.v1.DiffAppRevisionsResponse.changes:type_name -> byoc.ims.v1.ConfigChange
-	61,  // 68: byoc.ims.v1.ConfigDiagnostics.diagnostics:type_name -> byoc.ims.v1.ConfigDiagnostic
-	91,  // 69: byoc.ims.v1.PluginType.config_schema:type_name -> google.protobuf.Value
-	91,  // 70: byoc.ims.v1.PluginType.outputs_schema:type_name -> google.protobuf.Value
-	87,  // 71: byoc.ims.v1.PluginType.register_time:type_name -> google.protobuf.Timestamp
-	63,  // 72: byoc.ims.v1.RegisterPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
-	63,  // 73: byoc.ims.v1.RegisterPluginTypeResponse.replaced:type_name -> byoc.ims.v1.PluginType
-	63,  // 74: byoc.ims.v1.ListPluginTypesResponse.plugin_types:type_name -> byoc.ims.v1.PluginType
-	63,  // 75: byoc.ims.v1.GetPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
-	76,  // 76: byoc.ims.v1.RequestBreakGlassResponse.grant:type_name -> byoc.ims.v1.BreakGlassGrant
-	76,  // 77: byoc.ims.v1.ListBreakGlassGrantsResponse.grants:type_name -> byoc.ims.v1.BreakGlassGrant
-	87,  // 78: byoc.ims.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
-	87,  // 79: byoc.ims.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
-	87,  // 80: byoc.ims.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
-	87,  // 81: byoc.ims.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
-	87,  // 82: byoc.ims.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
-	79,  // 83: byoc.ims.v1.GetBreakGlassPolicyResponse.roles:type_name -> byoc.ims.v1.BreakGlassRole
-	51,  // 84: byoc.ims.v1.GetInstallStackResponse.files:type_name -> byoc.ims.v1.AppFile
-	90,  // 85: byoc.ims.v1.InstallSettings.OverridesEntry.value:type_name -> google.protobuf.Struct
-	3,   // 86: byoc.ims.v1.OperatorService.WhoAmI:input_type -> byoc.ims.v1.WhoAmIRequest
-	5,   // 87: byoc.ims.v1.OperatorService.CreateApiToken:input_type -> byoc.ims.v1.CreateApiTokenRequest
-	8,   // 88: byoc.ims.v1.OperatorService.CreateApp:input_type -> byoc.ims.v1.CreateAppRequest
-	10,  // 89: byoc.ims.v1.OperatorService.ListApps:input_type -> byoc.ims.v1.ListAppsRequest
-	12,  // 90: byoc.ims.v1.OperatorService.GetApp:input_type -> byoc.ims.v1.GetAppRequest
-	53,  // 91: byoc.ims.v1.OperatorService.PushAppRevision:input_type -> byoc.ims.v1.PushAppRevisionRequest
-	56,  // 92: byoc.ims.v1.OperatorService.ListAppRevisions:input_type -> byoc.ims.v1.ListAppRevisionsRequest
-	58,  // 93: byoc.ims.v1.OperatorService.DiffAppRevisions:input_type -> byoc.ims.v1.DiffAppRevisionsRequest
-	18,  // 94: byoc.ims.v1.OperatorService.CreateInstall:input_type -> byoc.ims.v1.CreateInstallRequest
-	21,  // 95: byoc.ims.v1.OperatorService.ListInstalls:input_type -> byoc.ims.v1.ListInstallsRequest
-	23,  // 96: byoc.ims.v1.OperatorService.GetInstall:input_type -> byoc.ims.v1.GetInstallRequest
-	25,  // 97: byoc.ims.v1.OperatorService.ListInstallDrift:input_type -> byoc.ims.v1.ListInstallDriftRequest
-	29,  // 98: byoc.ims.v1.OperatorService.WatchInstalls:input_type -> byoc.ims.v1.WatchInstallsRequest
-	33,  // 99: byoc.ims.v1.OperatorService.CreateEnrollmentToken:input_type -> byoc.ims.v1.CreateEnrollmentTokenRequest
-	31,  // 100: byoc.ims.v1.OperatorService.UpdateInstall:input_type -> byoc.ims.v1.UpdateInstallRequest
-	92,  // 101: byoc.ims.v1.OperatorService.PlanInstall:input_type -> byoc.ims.v1.PlanInstallRequest
-	93,  // 102: byoc.ims.v1.OperatorService.StartWorkflow:input_type -> byoc.ims.v1.StartWorkflowRequest
-	94,  // 103: byoc.ims.v1.OperatorService.ListWorkflows:input_type -> byoc.ims.v1.ListWorkflowsRequest
-	95,  // 104: byoc.ims.v1.OperatorService.GetWorkflow:input_type -> byoc.ims.v1.GetWorkflowRequest
-	96,  // 105: byoc.ims.v1.OperatorService.ApproveWorkflow:input_type -> byoc.ims.v1.ApproveWorkflowRequest
-	97,  // 106: byoc.ims.v1.OperatorService.CancelWorkflow:input_type -> byoc.ims.v1.CancelWorkflowRequest
-	98,  // 107: byoc.ims.v1.OperatorService.RetryWorkflowStep:input_type -> byoc.ims.v1.RetryWorkflowStepRequest
-	38,  // 108: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
-	40,  // 109: byoc.ims.v1.OperatorService.EnqueueJobs:input_type -> byoc.ims.v1.EnqueueJobsRequest
-	42,  // 110: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
-	44,  // 111: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
-	47,  // 112: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
-	49,  // 113: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
-	64,  // 114: byoc.ims.v1.OperatorService.RegisterPluginType:input_type -> byoc.ims.v1.RegisterPluginTypeRequest
-	66,  // 115: byoc.ims.v1.OperatorService.ListPluginTypes:input_type -> byoc.ims.v1.ListPluginTypesRequest
-	68,  // 116: byoc.ims.v1.OperatorService.GetPluginType:input_type -> byoc.ims.v1.GetPluginTypeRequest
-	70,  // 117: byoc.ims.v1.OperatorService.RemovePluginType:input_type -> byoc.ims.v1.RemovePluginTypeRequest
-	99,  // 118: byoc.ims.v1.OperatorService.ListActions:input_type -> byoc.ims.v1.ListActionsRequest
-	100, // 119: byoc.ims.v1.OperatorService.StartActionRun:input_type -> byoc.ims.v1.StartActionRunRequest
-	101, // 120: byoc.ims.v1.OperatorService.ListActionRuns:input_type -> byoc.ims.v1.ListActionRunsRequest
-	102, // 121: byoc.ims.v1.OperatorService.GetActionRun:input_type -> byoc.ims.v1.GetActionRunRequest
-	72,  // 122: byoc.ims.v1.OperatorService.RequestBreakGlass:input_type -> byoc.ims.v1.RequestBreakGlassRequest
-	74,  // 123: byoc.ims.v1.OperatorService.ListBreakGlassGrants:input_type -> byoc.ims.v1.ListBreakGlassGrantsRequest
-	77,  // 124: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:input_type -> byoc.ims.v1.GetBreakGlassPolicyRequest
-	103, // 125: byoc.ims.v1.OperatorService.ListAuditEvents:input_type -> byoc.ims.v1.ListAuditEventsRequest
-	80,  // 126: byoc.ims.v1.OperatorService.GetInstallStack:input_type -> byoc.ims.v1.GetInstallStackRequest
-	4,   // 127: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
-	6,   // 128: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
-	9,   // 129: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
-	11,  // 130: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
-	13,  // 131: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
-	54,  // 132: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
-	57,  // 133: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
-	59,  // 134: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
-	19,  // 135: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
-	22,  // 136: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
-	24,  // 137: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
-	26,  // 138: byoc.ims.v1.OperatorService.ListInstallDrift:output_type -> byoc.ims.v1.ListInstallDriftResponse
-	30,  // 139: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
-	34,  // 140: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
-	32,  // 141: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
-	104, // 142: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
-	105, // 143: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
-	106, // 144: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
-	107, // 145: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
-	108, // 146: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
-	109, // 147: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
-	110, // 148: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
-	39,  // 149: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
-	41,  // 150: byoc.ims.v1.OperatorService.EnqueueJobs:output_type -> byoc.ims.v1.EnqueueJobsResponse
-	43,  // 151: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
-	45,  // 152: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
-	48,  // 153: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
-	50,  // 154: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
-	65,  // 155: byoc.ims.v1.OperatorService.RegisterPluginType:output_type -> byoc.ims.v1.RegisterPluginTypeResponse
-	67,  // 156: byoc.ims.v1.OperatorService.ListPluginTypes:output_type -> byoc.ims.v1.ListPluginTypesResponse
-	69,  // 157: byoc.ims.v1.OperatorService.GetPluginType:output_type -> byoc.ims.v1.GetPluginTypeResponse
-	71,  // 158: byoc.ims.v1.OperatorService.RemovePluginType:output_type -> byoc.ims.v1.RemovePluginTypeResponse
-	111, // 159: byoc.ims.v1.OperatorService.ListActions:output_type -> byoc.ims.v1.ListActionsResponse
-	112, // 160: byoc.ims.v1.OperatorService.StartActionRun:output_type -> byoc.ims.v1.StartActionRunResponse
-	113, // 161: byoc.ims.v1.OperatorService.ListActionRuns:output_type -> byoc.ims.v1.ListActionRunsResponse
-	114, // 162: byoc.ims.v1.OperatorService.GetActionRun:output_type -> byoc.ims.v1.GetActionRunResponse
-	73,  // 163: byoc.ims.v1.OperatorService.RequestBreakGlass:output_type -> byoc.ims.v1.RequestBreakGlassResponse
-	75,  // 164: byoc.ims.v1.OperatorService.ListBreakGlassGrants:output_type -> byoc.ims.v1.ListBreakGlassGrantsResponse
-	78,  // 165: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:output_type -> byoc.ims.v1.GetBreakGlassPolicyResponse
-	115, // 166: byoc.ims.v1.OperatorService.ListAuditEvents:output_type -> byoc.ims.v1.ListAuditEventsResponse
-	81,  // 167: byoc.ims.v1.OperatorService.GetInstallStack:output_type -> byoc.ims.v1.GetInstallStackResponse
-	127, // [127:168] is the sub-list for method output_type
-	86,  // [86:127] is the sub-list for method input_type
-	86,  // [86:86] is the sub-list for extension type_name
-	86,  // [86:86] is the sub-list for extension extendee
-	0,   // [0:86] is the sub-list for field type_name
+	100, // 6: byoc.ims.v1.AgentStatus.last_seen_time:type_name -> google.protobuf.Timestamp
+	100, // 7: byoc.ims.v1.AgentStatus.enroll_time:type_name -> google.protobuf.Timestamp
+	100, // 8: byoc.ims.v1.AgentStatus.identity_conflict_time:type_name -> google.protobuf.Timestamp
+	16,  // 9: byoc.ims.v1.AgentStatus.permissions:type_name -> byoc.ims.v1.Permissions
+	15,  // 10: byoc.ims.v1.AgentStatus.stack:type_name -> byoc.ims.v1.StackReport
+	93,  // 11: byoc.ims.v1.StackReport.inputs:type_name -> byoc.ims.v1.StackReport.InputsEntry
+	94,  // 12: byoc.ims.v1.StackReport.outputs:type_name -> byoc.ims.v1.StackReport.OutputsEntry
+	100, // 13: byoc.ims.v1.StackReport.report_time:type_name -> google.protobuf.Timestamp
+	100, // 14: byoc.ims.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
+	100, // 15: byoc.ims.v1.Permissions.report_time:type_name -> google.protobuf.Timestamp
+	95,  // 16: byoc.ims.v1.Install.inputs:type_name -> byoc.ims.v1.Install.InputsEntry
+	100, // 17: byoc.ims.v1.Install.create_time:type_name -> google.protobuf.Timestamp
+	14,  // 18: byoc.ims.v1.Install.agent:type_name -> byoc.ims.v1.AgentStatus
+	18,  // 19: byoc.ims.v1.Install.settings:type_name -> byoc.ims.v1.InstallSettings
+	101, // 20: byoc.ims.v1.Install.health:type_name -> byoc.ims.v1.InstallHealth
+	96,  // 21: byoc.ims.v1.InstallSettings.overrides:type_name -> byoc.ims.v1.InstallSettings.OverridesEntry
+	97,  // 22: byoc.ims.v1.CreateInstallRequest.inputs:type_name -> byoc.ims.v1.CreateInstallRequest.InputsEntry
+	17,  // 23: byoc.ims.v1.CreateInstallResponse.install:type_name -> byoc.ims.v1.Install
+	21,  // 24: byoc.ims.v1.CreateInstallResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
+	100, // 25: byoc.ims.v1.EnrollmentToken.expire_time:type_name -> google.protobuf.Timestamp
+	17,  // 26: byoc.ims.v1.ListInstallsResponse.installs:type_name -> byoc.ims.v1.Install
+	17,  // 27: byoc.ims.v1.GetInstallResponse.install:type_name -> byoc.ims.v1.Install
+	28,  // 28: byoc.ims.v1.ListInstallDriftResponse.components:type_name -> byoc.ims.v1.ComponentDrift
+	100, // 29: byoc.ims.v1.ComponentDrift.check_time:type_name -> google.protobuf.Timestamp
+	38,  // 30: byoc.ims.v1.ComponentDrift.changes:type_name -> byoc.ims.v1.PlannedChange
+	100, // 31: byoc.ims.v1.ComponentDrift.next_check_time:type_name -> google.protobuf.Timestamp
+	17,  // 32: byoc.ims.v1.InstallStatus.install:type_name -> byoc.ims.v1.Install
+	29,  // 33: byoc.ims.v1.WatchInstallsResponse.installs:type_name -> byoc.ims.v1.InstallStatus
+	98,  // 34: byoc.ims.v1.UpdateInstallRequest.set_inputs:type_name -> byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
+	17,  // 35: byoc.ims.v1.UpdateInstallResponse.install:type_name -> byoc.ims.v1.Install
+	102, // 36: byoc.ims.v1.UpdateInstallResponse.workflow:type_name -> byoc.ims.v1.Workflow
+	21,  // 37: byoc.ims.v1.CreateEnrollmentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
+	103, // 38: byoc.ims.v1.Job.config:type_name -> google.protobuf.Struct
+	1,   // 39: byoc.ims.v1.Job.state:type_name -> byoc.ims.v1.JobState
+	100, // 40: byoc.ims.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	100, // 41: byoc.ims.v1.Job.start_time:type_name -> google.protobuf.Timestamp
+	100, // 42: byoc.ims.v1.Job.end_time:type_name -> google.protobuf.Timestamp
+	100, // 43: byoc.ims.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
+	99,  // 44: byoc.ims.v1.Job.outputs:type_name -> byoc.ims.v1.Job.OutputsEntry
+	38,  // 45: byoc.ims.v1.Job.planned_changes:type_name -> byoc.ims.v1.PlannedChange
+	37,  // 46: byoc.ims.v1.Job.policy_findings:type_name -> byoc.ims.v1.PolicyFinding
+	104, // 47: byoc.ims.v1.PlannedChange.before:type_name -> google.protobuf.Value
+	104, // 48: byoc.ims.v1.PlannedChange.after:type_name -> google.protobuf.Value
+	103, // 49: byoc.ims.v1.EnqueueJobRequest.config:type_name -> google.protobuf.Struct
+	36,  // 50: byoc.ims.v1.EnqueueJobResponse.job:type_name -> byoc.ims.v1.Job
+	39,  // 51: byoc.ims.v1.EnqueueJobsRequest.jobs:type_name -> byoc.ims.v1.EnqueueJobRequest
+	36,  // 52: byoc.ims.v1.EnqueueJobsResponse.jobs:type_name -> byoc.ims.v1.Job
+	1,   // 53: byoc.ims.v1.ListJobsRequest.states:type_name -> byoc.ims.v1.JobState
+	36,  // 54: byoc.ims.v1.ListJobsResponse.jobs:type_name -> byoc.ims.v1.Job
+	36,  // 55: byoc.ims.v1.GetJobResponse.job:type_name -> byoc.ims.v1.Job
+	100, // 56: byoc.ims.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	2,   // 57: byoc.ims.v1.LogLine.stream:type_name -> byoc.ims.v1.LogStream
+	47,  // 58: byoc.ims.v1.StreamJobLogsResponse.lines:type_name -> byoc.ims.v1.LogLine
+	36,  // 59: byoc.ims.v1.StreamJobLogsResponse.job:type_name -> byoc.ims.v1.Job
+	36,  // 60: byoc.ims.v1.CancelJobResponse.job:type_name -> byoc.ims.v1.Job
+	100, // 61: byoc.ims.v1.AppRevision.create_time:type_name -> google.protobuf.Timestamp
+	52,  // 62: byoc.ims.v1.PushAppRevisionRequest.files:type_name -> byoc.ims.v1.AppFile
+	7,   // 63: byoc.ims.v1.PushAppRevisionResponse.app:type_name -> byoc.ims.v1.App
+	53,  // 64: byoc.ims.v1.PushAppRevisionResponse.revision:type_name -> byoc.ims.v1.AppRevision
+	61,  // 65: byoc.ims.v1.PushAppRevisionResponse.changes:type_name -> byoc.ims.v1.ConfigChange
+	56,  // 66: byoc.ims.v1.PushAppRevisionResponse.installs:type_name -> byoc.ims.v1.InstallApplied
+	102, // 67: byoc.ims.v1.PushAppRevisionResponse.workflows:type_name -> byoc.ims.v1.Workflow
+	17,  // 68: byoc.ims.v1.InstallApplied.install:type_name -> byoc.ims.v1.Install
+	21,  // 69: byoc.ims.v1.InstallApplied.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
+	53,  // 70: byoc.ims.v1.ListAppRevisionsResponse.revisions:type_name -> byoc.ims.v1.AppRevision
+	61,  // 71: byoc.ims.v1.DiffAppRevisionsResponse.changes:type_name -> byoc.ims.v1.ConfigChange
+	62,  // 72: byoc.ims.v1.ConfigDiagnostics.diagnostics:type_name -> byoc.ims.v1.ConfigDiagnostic
+	104, // 73: byoc.ims.v1.PluginType.config_schema:type_name -> google.protobuf.Value
+	104, // 74: byoc.ims.v1.PluginType.outputs_schema:type_name -> google.protobuf.Value
+	100, // 75: byoc.ims.v1.PluginType.register_time:type_name -> google.protobuf.Timestamp
+	64,  // 76: byoc.ims.v1.RegisterPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
+	64,  // 77: byoc.ims.v1.RegisterPluginTypeResponse.replaced:type_name -> byoc.ims.v1.PluginType
+	64,  // 78: byoc.ims.v1.ListPluginTypesResponse.plugin_types:type_name -> byoc.ims.v1.PluginType
+	64,  // 79: byoc.ims.v1.GetPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
+	77,  // 80: byoc.ims.v1.RequestBreakGlassResponse.grant:type_name -> byoc.ims.v1.BreakGlassGrant
+	77,  // 81: byoc.ims.v1.ListBreakGlassGrantsResponse.grants:type_name -> byoc.ims.v1.BreakGlassGrant
+	100, // 82: byoc.ims.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
+	100, // 83: byoc.ims.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
+	100, // 84: byoc.ims.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
+	100, // 85: byoc.ims.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
+	100, // 86: byoc.ims.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
+	80,  // 87: byoc.ims.v1.GetBreakGlassPolicyResponse.roles:type_name -> byoc.ims.v1.BreakGlassRole
+	52,  // 88: byoc.ims.v1.GetInstallStackResponse.files:type_name -> byoc.ims.v1.AppFile
+	100, // 89: byoc.ims.v1.Build.create_time:type_name -> google.protobuf.Timestamp
+	21,  // 90: byoc.ims.v1.CreateBuildAgentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
+	36,  // 91: byoc.ims.v1.StartBuildResponse.job:type_name -> byoc.ims.v1.Job
+	83,  // 92: byoc.ims.v1.ListBuildsResponse.builds:type_name -> byoc.ims.v1.Build
+	83,  // 93: byoc.ims.v1.InstallImage.build:type_name -> byoc.ims.v1.Build
+	100, // 94: byoc.ims.v1.InstallImage.copy_time:type_name -> google.protobuf.Timestamp
+	91,  // 95: byoc.ims.v1.ListInstallImagesResponse.images:type_name -> byoc.ims.v1.InstallImage
+	103, // 96: byoc.ims.v1.InstallSettings.OverridesEntry.value:type_name -> google.protobuf.Struct
+	3,   // 97: byoc.ims.v1.OperatorService.WhoAmI:input_type -> byoc.ims.v1.WhoAmIRequest
+	5,   // 98: byoc.ims.v1.OperatorService.CreateApiToken:input_type -> byoc.ims.v1.CreateApiTokenRequest
+	8,   // 99: byoc.ims.v1.OperatorService.CreateApp:input_type -> byoc.ims.v1.CreateAppRequest
+	10,  // 100: byoc.ims.v1.OperatorService.ListApps:input_type -> byoc.ims.v1.ListAppsRequest
+	12,  // 101: byoc.ims.v1.OperatorService.GetApp:input_type -> byoc.ims.v1.GetAppRequest
+	54,  // 102: byoc.ims.v1.OperatorService.PushAppRevision:input_type -> byoc.ims.v1.PushAppRevisionRequest
+	57,  // 103: byoc.ims.v1.OperatorService.ListAppRevisions:input_type -> byoc.ims.v1.ListAppRevisionsRequest
+	59,  // 104: byoc.ims.v1.OperatorService.DiffAppRevisions:input_type -> byoc.ims.v1.DiffAppRevisionsRequest
+	19,  // 105: byoc.ims.v1.OperatorService.CreateInstall:input_type -> byoc.ims.v1.CreateInstallRequest
+	22,  // 106: byoc.ims.v1.OperatorService.ListInstalls:input_type -> byoc.ims.v1.ListInstallsRequest
+	24,  // 107: byoc.ims.v1.OperatorService.GetInstall:input_type -> byoc.ims.v1.GetInstallRequest
+	26,  // 108: byoc.ims.v1.OperatorService.ListInstallDrift:input_type -> byoc.ims.v1.ListInstallDriftRequest
+	30,  // 109: byoc.ims.v1.OperatorService.WatchInstalls:input_type -> byoc.ims.v1.WatchInstallsRequest
+	34,  // 110: byoc.ims.v1.OperatorService.CreateEnrollmentToken:input_type -> byoc.ims.v1.CreateEnrollmentTokenRequest
+	32,  // 111: byoc.ims.v1.OperatorService.UpdateInstall:input_type -> byoc.ims.v1.UpdateInstallRequest
+	105, // 112: byoc.ims.v1.OperatorService.PlanInstall:input_type -> byoc.ims.v1.PlanInstallRequest
+	106, // 113: byoc.ims.v1.OperatorService.StartWorkflow:input_type -> byoc.ims.v1.StartWorkflowRequest
+	107, // 114: byoc.ims.v1.OperatorService.ListWorkflows:input_type -> byoc.ims.v1.ListWorkflowsRequest
+	108, // 115: byoc.ims.v1.OperatorService.GetWorkflow:input_type -> byoc.ims.v1.GetWorkflowRequest
+	109, // 116: byoc.ims.v1.OperatorService.ApproveWorkflow:input_type -> byoc.ims.v1.ApproveWorkflowRequest
+	110, // 117: byoc.ims.v1.OperatorService.CancelWorkflow:input_type -> byoc.ims.v1.CancelWorkflowRequest
+	111, // 118: byoc.ims.v1.OperatorService.RetryWorkflowStep:input_type -> byoc.ims.v1.RetryWorkflowStepRequest
+	39,  // 119: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
+	41,  // 120: byoc.ims.v1.OperatorService.EnqueueJobs:input_type -> byoc.ims.v1.EnqueueJobsRequest
+	43,  // 121: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
+	45,  // 122: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
+	48,  // 123: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
+	50,  // 124: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
+	65,  // 125: byoc.ims.v1.OperatorService.RegisterPluginType:input_type -> byoc.ims.v1.RegisterPluginTypeRequest
+	67,  // 126: byoc.ims.v1.OperatorService.ListPluginTypes:input_type -> byoc.ims.v1.ListPluginTypesRequest
+	69,  // 127: byoc.ims.v1.OperatorService.GetPluginType:input_type -> byoc.ims.v1.GetPluginTypeRequest
+	71,  // 128: byoc.ims.v1.OperatorService.RemovePluginType:input_type -> byoc.ims.v1.RemovePluginTypeRequest
+	112, // 129: byoc.ims.v1.OperatorService.ListActions:input_type -> byoc.ims.v1.ListActionsRequest
+	113, // 130: byoc.ims.v1.OperatorService.StartActionRun:input_type -> byoc.ims.v1.StartActionRunRequest
+	114, // 131: byoc.ims.v1.OperatorService.ListActionRuns:input_type -> byoc.ims.v1.ListActionRunsRequest
+	115, // 132: byoc.ims.v1.OperatorService.GetActionRun:input_type -> byoc.ims.v1.GetActionRunRequest
+	73,  // 133: byoc.ims.v1.OperatorService.RequestBreakGlass:input_type -> byoc.ims.v1.RequestBreakGlassRequest
+	75,  // 134: byoc.ims.v1.OperatorService.ListBreakGlassGrants:input_type -> byoc.ims.v1.ListBreakGlassGrantsRequest
+	78,  // 135: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:input_type -> byoc.ims.v1.GetBreakGlassPolicyRequest
+	116, // 136: byoc.ims.v1.OperatorService.ListAuditEvents:input_type -> byoc.ims.v1.ListAuditEventsRequest
+	81,  // 137: byoc.ims.v1.OperatorService.GetInstallStack:input_type -> byoc.ims.v1.GetInstallStackRequest
+	84,  // 138: byoc.ims.v1.OperatorService.CreateBuildAgentToken:input_type -> byoc.ims.v1.CreateBuildAgentTokenRequest
+	86,  // 139: byoc.ims.v1.OperatorService.StartBuild:input_type -> byoc.ims.v1.StartBuildRequest
+	88,  // 140: byoc.ims.v1.OperatorService.ListBuilds:input_type -> byoc.ims.v1.ListBuildsRequest
+	90,  // 141: byoc.ims.v1.OperatorService.ListInstallImages:input_type -> byoc.ims.v1.ListInstallImagesRequest
+	4,   // 142: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
+	6,   // 143: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
+	9,   // 144: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
+	11,  // 145: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
+	13,  // 146: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
+	55,  // 147: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
+	58,  // 148: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
+	60,  // 149: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
+	20,  // 150: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
+	23,  // 151: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
+	25,  // 152: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
+	27,  // 153: byoc.ims.v1.OperatorService.ListInstallDrift:output_type -> byoc.ims.v1.ListInstallDriftResponse
+	31,  // 154: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
+	35,  // 155: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
+	33,  // 156: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
+	117, // 157: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
+	118, // 158: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
+	119, // 159: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
+	120, // 160: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
+	121, // 161: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
+	122, // 162: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
+	123, // 163: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
+	40,  // 164: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
+	42,  // 165: byoc.ims.v1.OperatorService.EnqueueJobs:output_type -> byoc.ims.v1.EnqueueJobsResponse
+	44,  // 166: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
+	46,  // 167: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
+	49,  // 168: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
+	51,  // 169: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
+	66,  // 170: byoc.ims.v1.OperatorService.RegisterPluginType:output_type -> byoc.ims.v1.RegisterPluginTypeResponse
+	68,  // 171: byoc.ims.v1.OperatorService.ListPluginTypes:output_type -> byoc.ims.v1.ListPluginTypesResponse
+	70,  // 172: byoc.ims.v1.OperatorService.GetPluginType:output_type -> byoc.ims.v1.GetPluginTypeResponse
+	72,  // 173: byoc.ims.v1.OperatorService.RemovePluginType:output_type -> byoc.ims.v1.RemovePluginTypeResponse
+	124, // 174: byoc.ims.v1.OperatorService.ListActions:output_type -> byoc.ims.v1.ListActionsResponse
+	125, // 175: byoc.ims.v1.OperatorService.StartActionRun:output_type -> byoc.ims.v1.StartActionRunResponse
+	126, // 176: byoc.ims.v1.OperatorService.ListActionRuns:output_type -> byoc.ims.v1.ListActionRunsResponse
+	127, // 177: byoc.ims.v1.OperatorService.GetActionRun:output_type -> byoc.ims.v1.GetActionRunResponse
+	74,  // 178: byoc.ims.v1.OperatorService.RequestBreakGlass:output_type -> byoc.ims.v1.RequestBreakGlassResponse
+	76,  // 179: byoc.ims.v1.OperatorService.ListBreakGlassGrants:output_type -> byoc.ims.v1.ListBreakGlassGrantsResponse
+	79,  // 180: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:output_type -> byoc.ims.v1.GetBreakGlassPolicyResponse
+	128, // 181: byoc.ims.v1.OperatorService.ListAuditEvents:output_type -> byoc.ims.v1.ListAuditEventsResponse
+	82,  // 182: byoc.ims.v1.OperatorService.GetInstallStack:output_type -> byoc.ims.v1.GetInstallStackResponse
+	85,  // 183: byoc.ims.v1.OperatorService.CreateBuildAgentToken:output_type -> byoc.ims.v1.CreateBuildAgentTokenResponse
+	87,  // 184: byoc.ims.v1.OperatorService.StartBuild:output_type -> byoc.ims.v1.StartBuildResponse
+	89,  // 185: byoc.ims.v1.OperatorService.ListBuilds:output_type -> byoc.ims.v1.ListBuildsResponse
+	92,  // 186: byoc.ims.v1.OperatorService.ListInstallImages:output_type -> byoc.ims.v1.ListInstallImagesResponse
+	142, // [142:187] is the sub-list for method output_type
+	97,  // [97:142] is the sub-list for method input_type
+	97,  // [97:97] is the sub-list for extension type_name
+	97,  // [97:97] is the sub-list for extension extendee
+	0,   // [0:97] is the sub-list for field type_name
 }
 
 func init() { file_byoc_ims_v1_operator_proto_init() }
@@ -5994,15 +6818,15 @@ func file_byoc_ims_v1_operator_proto_init() {
 	file_byoc_ims_v1_action_proto_init()
 	file_byoc_ims_v1_audit_proto_init()
 	file_byoc_ims_v1_workflow_proto_init()
-	file_byoc_ims_v1_operator_proto_msgTypes[14].OneofWrappers = []any{}
-	file_byoc_ims_v1_operator_proto_msgTypes[28].OneofWrappers = []any{}
+	file_byoc_ims_v1_operator_proto_msgTypes[15].OneofWrappers = []any{}
+	file_byoc_ims_v1_operator_proto_msgTypes[29].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byoc_ims_v1_operator_proto_rawDesc), len(file_byoc_ims_v1_operator_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   84,
+			NumMessages:   97,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

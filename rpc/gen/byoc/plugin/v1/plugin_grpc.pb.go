@@ -58,7 +58,10 @@ const (
 //	     plan_dir and approved_plan_digest in JobContext: where a plan
 //	     saves its artifact and where an approved apply finds it, and
 //	     the digest of the plan an operator approved (the host has
-//	     re-planned and found the same before it calls Apply).
+//	     re-planned and found the same before it calls Apply). The host
+//	     may interrupt an operation with SIGINT to the plugin process,
+//	     which cancels the operation's context (sdk.ErrInterrupted), and
+//	     waits a grace for it to return before it kills the plugin.
 type ComponentPluginServiceClient interface {
 	Describe(ctx context.Context, in *DescribeRequest, opts ...grpc.CallOption) (*DescribeResponse, error)
 	Validate(ctx context.Context, in *ValidateRequest, opts ...grpc.CallOption) (*ValidateResponse, error)
@@ -205,7 +208,10 @@ type ComponentPluginService_DriftClient = grpc.ServerStreamingClient[DriftRespon
 //	     plan_dir and approved_plan_digest in JobContext: where a plan
 //	     saves its artifact and where an approved apply finds it, and
 //	     the digest of the plan an operator approved (the host has
-//	     re-planned and found the same before it calls Apply).
+//	     re-planned and found the same before it calls Apply). The host
+//	     may interrupt an operation with SIGINT to the plugin process,
+//	     which cancels the operation's context (sdk.ErrInterrupted), and
+//	     waits a grace for it to return before it kills the plugin.
 type ComponentPluginServiceServer interface {
 	Describe(context.Context, *DescribeRequest) (*DescribeResponse, error)
 	Validate(context.Context, *ValidateRequest) (*ValidateResponse, error)

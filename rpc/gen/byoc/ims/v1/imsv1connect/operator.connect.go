@@ -153,6 +153,18 @@ const (
 	// OperatorServiceGetInstallStackProcedure is the fully-qualified name of the OperatorService's
 	// GetInstallStack RPC.
 	OperatorServiceGetInstallStackProcedure = "/byoc.ims.v1.OperatorService/GetInstallStack"
+	// OperatorServiceCreateBuildAgentTokenProcedure is the fully-qualified name of the
+	// OperatorService's CreateBuildAgentToken RPC.
+	OperatorServiceCreateBuildAgentTokenProcedure = "/byoc.ims.v1.OperatorService/CreateBuildAgentToken"
+	// OperatorServiceStartBuildProcedure is the fully-qualified name of the OperatorService's
+	// StartBuild RPC.
+	OperatorServiceStartBuildProcedure = "/byoc.ims.v1.OperatorService/StartBuild"
+	// OperatorServiceListBuildsProcedure is the fully-qualified name of the OperatorService's
+	// ListBuilds RPC.
+	OperatorServiceListBuildsProcedure = "/byoc.ims.v1.OperatorService/ListBuilds"
+	// OperatorServiceListInstallImagesProcedure is the fully-qualified name of the OperatorService's
+	// ListInstallImages RPC.
+	OperatorServiceListInstallImagesProcedure = "/byoc.ims.v1.OperatorService/ListInstallImages"
 )
 
 // OperatorServiceClient is a client for the byoc.ims.v1.OperatorService service.
@@ -281,6 +293,19 @@ type OperatorServiceClient interface {
 	// it last applied, or the app's latest when it applied none) and the
 	// fingerprint of imsd's job signing key that enrolment tokens name.
 	GetInstallStack(context.Context, *connect.Request[v1.GetInstallStackRequest]) (*connect.Response[v1.GetInstallStackResponse], error)
+	// CreateBuildAgentToken issues a single-use enrolment token for the
+	// vendor's build agent (agentd --role build), creating the reserved
+	// install "_vendor" it belongs to on first use.
+	CreateBuildAgentToken(context.Context, *connect.Request[v1.CreateBuildAgentTokenRequest]) (*connect.Response[v1.CreateBuildAgentTokenResponse], error)
+	// StartBuild queues a build job for the build agent: sync an image or
+	// OCI artifact into the vendor registry, or package a Helm chart or
+	// Terraform module directory as an OCI artifact.
+	StartBuild(context.Context, *connect.Request[v1.StartBuildRequest]) (*connect.Response[v1.StartBuildResponse], error)
+	// ListBuilds lists builds, newest first.
+	ListBuilds(context.Context, *connect.Request[v1.ListBuildsRequest]) (*connect.Response[v1.ListBuildsResponse], error)
+	// ListInstallImages lists what an install's image components run, by
+	// digest, with their lineage.
+	ListInstallImages(context.Context, *connect.Request[v1.ListInstallImagesRequest]) (*connect.Response[v1.ListInstallImagesResponse], error)
 }
 
 // NewOperatorServiceClient constructs a client for the byoc.ims.v1.OperatorService service. By
@@ -540,6 +565,30 @@ func NewOperatorServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(operatorServiceMethods.ByName("GetInstallStack")),
 			connect.WithClientOptions(opts...),
 		),
+		createBuildAgentToken: connect.NewClient[v1.CreateBuildAgentTokenRequest, v1.CreateBuildAgentTokenResponse](
+			httpClient,
+			baseURL+OperatorServiceCreateBuildAgentTokenProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("CreateBuildAgentToken")),
+			connect.WithClientOptions(opts...),
+		),
+		startBuild: connect.NewClient[v1.StartBuildRequest, v1.StartBuildResponse](
+			httpClient,
+			baseURL+OperatorServiceStartBuildProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("StartBuild")),
+			connect.WithClientOptions(opts...),
+		),
+		listBuilds: connect.NewClient[v1.ListBuildsRequest, v1.ListBuildsResponse](
+			httpClient,
+			baseURL+OperatorServiceListBuildsProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("ListBuilds")),
+			connect.WithClientOptions(opts...),
+		),
+		listInstallImages: connect.NewClient[v1.ListInstallImagesRequest, v1.ListInstallImagesResponse](
+			httpClient,
+			baseURL+OperatorServiceListInstallImagesProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("ListInstallImages")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -586,6 +635,10 @@ type operatorServiceClient struct {
 	getBreakGlassPolicy   *connect.Client[v1.GetBreakGlassPolicyRequest, v1.GetBreakGlassPolicyResponse]
 	listAuditEvents       *connect.Client[v1.ListAuditEventsRequest, v1.ListAuditEventsResponse]
 	getInstallStack       *connect.Client[v1.GetInstallStackRequest, v1.GetInstallStackResponse]
+	createBuildAgentToken *connect.Client[v1.CreateBuildAgentTokenRequest, v1.CreateBuildAgentTokenResponse]
+	startBuild            *connect.Client[v1.StartBuildRequest, v1.StartBuildResponse]
+	listBuilds            *connect.Client[v1.ListBuildsRequest, v1.ListBuildsResponse]
+	listInstallImages     *connect.Client[v1.ListInstallImagesRequest, v1.ListInstallImagesResponse]
 }
 
 // WhoAmI calls byoc.ims.v1.OperatorService.WhoAmI.
@@ -793,6 +846,26 @@ func (c *operatorServiceClient) GetInstallStack(ctx context.Context, req *connec
 	return c.getInstallStack.CallUnary(ctx, req)
 }
 
+// CreateBuildAgentToken calls byoc.ims.v1.OperatorService.CreateBuildAgentToken.
+func (c *operatorServiceClient) CreateBuildAgentToken(ctx context.Context, req *connect.Request[v1.CreateBuildAgentTokenRequest]) (*connect.Response[v1.CreateBuildAgentTokenResponse], error) {
+	return c.createBuildAgentToken.CallUnary(ctx, req)
+}
+
+// StartBuild calls byoc.ims.v1.OperatorService.StartBuild.
+func (c *operatorServiceClient) StartBuild(ctx context.Context, req *connect.Request[v1.StartBuildRequest]) (*connect.Response[v1.StartBuildResponse], error) {
+	return c.startBuild.CallUnary(ctx, req)
+}
+
+// ListBuilds calls byoc.ims.v1.OperatorService.ListBuilds.
+func (c *operatorServiceClient) ListBuilds(ctx context.Context, req *connect.Request[v1.ListBuildsRequest]) (*connect.Response[v1.ListBuildsResponse], error) {
+	return c.listBuilds.CallUnary(ctx, req)
+}
+
+// ListInstallImages calls byoc.ims.v1.OperatorService.ListInstallImages.
+func (c *operatorServiceClient) ListInstallImages(ctx context.Context, req *connect.Request[v1.ListInstallImagesRequest]) (*connect.Response[v1.ListInstallImagesResponse], error) {
+	return c.listInstallImages.CallUnary(ctx, req)
+}
+
 // OperatorServiceHandler is an implementation of the byoc.ims.v1.OperatorService service.
 type OperatorServiceHandler interface {
 	// WhoAmI describes the token the caller presented.
@@ -919,6 +992,19 @@ type OperatorServiceHandler interface {
 	// it last applied, or the app's latest when it applied none) and the
 	// fingerprint of imsd's job signing key that enrolment tokens name.
 	GetInstallStack(context.Context, *connect.Request[v1.GetInstallStackRequest]) (*connect.Response[v1.GetInstallStackResponse], error)
+	// CreateBuildAgentToken issues a single-use enrolment token for the
+	// vendor's build agent (agentd --role build), creating the reserved
+	// install "_vendor" it belongs to on first use.
+	CreateBuildAgentToken(context.Context, *connect.Request[v1.CreateBuildAgentTokenRequest]) (*connect.Response[v1.CreateBuildAgentTokenResponse], error)
+	// StartBuild queues a build job for the build agent: sync an image or
+	// OCI artifact into the vendor registry, or package a Helm chart or
+	// Terraform module directory as an OCI artifact.
+	StartBuild(context.Context, *connect.Request[v1.StartBuildRequest]) (*connect.Response[v1.StartBuildResponse], error)
+	// ListBuilds lists builds, newest first.
+	ListBuilds(context.Context, *connect.Request[v1.ListBuildsRequest]) (*connect.Response[v1.ListBuildsResponse], error)
+	// ListInstallImages lists what an install's image components run, by
+	// digest, with their lineage.
+	ListInstallImages(context.Context, *connect.Request[v1.ListInstallImagesRequest]) (*connect.Response[v1.ListInstallImagesResponse], error)
 }
 
 // NewOperatorServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -1174,6 +1260,30 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 		connect.WithSchema(operatorServiceMethods.ByName("GetInstallStack")),
 		connect.WithHandlerOptions(opts...),
 	)
+	operatorServiceCreateBuildAgentTokenHandler := connect.NewUnaryHandler(
+		OperatorServiceCreateBuildAgentTokenProcedure,
+		svc.CreateBuildAgentToken,
+		connect.WithSchema(operatorServiceMethods.ByName("CreateBuildAgentToken")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceStartBuildHandler := connect.NewUnaryHandler(
+		OperatorServiceStartBuildProcedure,
+		svc.StartBuild,
+		connect.WithSchema(operatorServiceMethods.ByName("StartBuild")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceListBuildsHandler := connect.NewUnaryHandler(
+		OperatorServiceListBuildsProcedure,
+		svc.ListBuilds,
+		connect.WithSchema(operatorServiceMethods.ByName("ListBuilds")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceListInstallImagesHandler := connect.NewUnaryHandler(
+		OperatorServiceListInstallImagesProcedure,
+		svc.ListInstallImages,
+		connect.WithSchema(operatorServiceMethods.ByName("ListInstallImages")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/byoc.ims.v1.OperatorService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case OperatorServiceWhoAmIProcedure:
@@ -1258,6 +1368,14 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 			operatorServiceListAuditEventsHandler.ServeHTTP(w, r)
 		case OperatorServiceGetInstallStackProcedure:
 			operatorServiceGetInstallStackHandler.ServeHTTP(w, r)
+		case OperatorServiceCreateBuildAgentTokenProcedure:
+			operatorServiceCreateBuildAgentTokenHandler.ServeHTTP(w, r)
+		case OperatorServiceStartBuildProcedure:
+			operatorServiceStartBuildHandler.ServeHTTP(w, r)
+		case OperatorServiceListBuildsProcedure:
+			operatorServiceListBuildsHandler.ServeHTTP(w, r)
+		case OperatorServiceListInstallImagesProcedure:
+			operatorServiceListInstallImagesHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -1429,4 +1547,20 @@ func (UnimplementedOperatorServiceHandler) ListAuditEvents(context.Context, *con
 
 func (UnimplementedOperatorServiceHandler) GetInstallStack(context.Context, *connect.Request[v1.GetInstallStackRequest]) (*connect.Response[v1.GetInstallStackResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.GetInstallStack is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) CreateBuildAgentToken(context.Context, *connect.Request[v1.CreateBuildAgentTokenRequest]) (*connect.Response[v1.CreateBuildAgentTokenResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.CreateBuildAgentToken is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) StartBuild(context.Context, *connect.Request[v1.StartBuildRequest]) (*connect.Response[v1.StartBuildResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.StartBuild is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) ListBuilds(context.Context, *connect.Request[v1.ListBuildsRequest]) (*connect.Response[v1.ListBuildsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.ListBuilds is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) ListInstallImages(context.Context, *connect.Request[v1.ListInstallImagesRequest]) (*connect.Response[v1.ListInstallImagesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.ListInstallImages is not implemented"))
 }

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/byoc-dev/byoc/internal/ocicopy"
+	"github.com/byoc-dev/byoc/plugins/terraform"
+)
+
+const moduleUsage = `usage: agentd module push [--state-dir DIR | --install-registry LOCATION] MODULE_DIR REPO:TAG
+
+Packs a Terraform module directory as a module artifact and stores it in
+the install registry (default oci:DIR/registry, the agent's own; a
+registry server's credentials from $BYOC_INSTALL_REGISTRY_USERNAME and
+_PASSWORD, or _TOKEN), where
+components of type terraform find it as module = "REPO:TAG". It prints the
+artifact's digest; the same files always give the same digest.
+
+Until the build agent packages and syncs modules, this is how a module
+gets into an install registry by hand (development, the example app).
+`
+
+// moduleCmd runs "agentd module ...".
+func moduleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("agentd module", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, moduleUsage) }
+	stateDir := fs.String("state-dir", os.Getenv("BYOC_STATE_DIR"), "the agent's state `directory`; also $BYOC_STATE_DIR")
+	registry := fs.String("install-registry", os.Getenv("BYOC_INSTALL_REGISTRY"), "the install registry `location` (oci:DIR); default oci:STATE/registry")
+	words, ok := parseWords(fs, args)
+	if !ok {
+		return 2
+	}
+	if words[0] != "push" || len(words) != 3 {
+		fs.Usage()
+		return 2
+	}
+	loc := *registry
+	if loc == "" {
+		if *stateDir == "" {
+			fmt.Fprintln(stderr, "agentd module push: give --state-dir (the agent's state directory) or --install-registry")
+			return 2
+		}
+		dir, err := filepath.Abs(*stateDir)
+		if err != nil {
+			fmt.Fprintf(stderr, "agentd module push: %v\n", err)
+			return 1
+		}
+		loc = "oci:" + filepath.Join(dir, "registry")
+	}
+	// A registry server's credentials: the same names the agent's
+	// secrets file uses for them.
+	creds := ocicopy.CredentialsFromEnv(map[string]string{
+		"BYOC_INSTALL_REGISTRY_USERNAME": os.Getenv("BYOC_INSTALL_REGISTRY_USERNAME"),
+		"BYOC_INSTALL_REGISTRY_PASSWORD": os.Getenv("BYOC_INSTALL_REGISTRY_PASSWORD"),
+		"BYOC_INSTALL_REGISTRY_TOKEN":    os.Getenv("BYOC_INSTALL_REGISTRY_TOKEN"),
+	}, "BYOC_INSTALL_REGISTRY")
+	dg, err := terraform.PushModule(ctx, words[1], loc, words[2], creds)
+	if err != nil {
+		fmt.Fprintf(stderr, "agentd module push: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s %s\n", words[2], dg)
+	return 0
+}

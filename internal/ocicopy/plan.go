@@ -1,0 +1,393 @@
+package ocicopy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync/atomic"
+
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"golang.org/x/sync/errgroup"
+	"oras.land/oras-go/v2/content"
+)
+
+// Options tune a copy.
+type Options struct {
+	// Concurrency is how many blobs are copied at once (and how many
+	// existence checks run at once); 0 means DefaultConcurrency.
+	Concurrency int
+	// NoReferrers leaves out the OCI 1.1 referrers (signatures, SBOMs:
+	// manifests whose subject is a manifest of the graph). By default
+	// they are copied with what they refer to.
+	NoReferrers bool
+	// CheckEveryBlob asks the destination about every blob, also those
+	// under a manifest it holds, so a copy repairs content removed behind
+	// a manifest's back (at a request per blob on every re-sync). By
+	// default a held manifest vouches for its content.
+	CheckEveryBlob bool
+	// LocalVerify hashes every blob in this process while it streams, and
+	// withholds the last bytes of one that does not match, on top of the
+	// destination's own check. By default the destination's check is the
+	// one: a registry verifies an upload against the digest it is pushed
+	// under (the distribution spec's PUT ?digest=, refused with
+	// DIGEST_INVALID) and an OCI layout store hashes what it ingests, so
+	// hashing here too would hash every byte twice. Use it for a
+	// destination that is known not to check.
+	LocalVerify bool
+	// Sent, if set, counts the blob bytes handed to the destination as
+	// they go, for progress reports while a large blob streams.
+	Sent *atomic.Int64
+	// Progress, if set, is called when a blob or manifest starts and ends
+	// being copied (from several goroutines at once).
+	Progress func(Event)
+}
+
+// DefaultConcurrency is Options.Concurrency's default.
+const DefaultConcurrency = 6
+
+// Event is a step of an Apply.
+type Event struct {
+	Descriptor ocispec.Descriptor
+	Manifest   bool
+	// Done is false when the node starts, true when it is at the
+	// destination.
+	Done bool
+}
+
+// MaxManifestBytes bounds a manifest's size: larger ones are refused.
+const MaxManifestBytes = 4 << 20
+
+// maxNodes bounds a graph (manifests and blobs), so a hostile source
+// cannot make a plan grow without end.
+const maxNodes = 100_000
+
+// Node is one piece of content of a graph.
+type Node struct {
+	Descriptor ocispec.Descriptor
+	// Manifest: an image manifest, index or artifact manifest (the graph's
+	// inner nodes); else a blob (config, layer).
+	Manifest bool
+	// Present: the destination holds it already.
+	Present bool
+	// raw is a manifest's bytes, read and verified during the plan.
+	raw []byte
+	// children are a manifest's successors (config, layers, platform
+	// manifests, subject).
+	children []digest.Digest
+}
+
+// Plan is what a copy of one root would do.
+type Plan struct {
+	Src, Dst *Repo
+	Root     ocispec.Descriptor
+	// Nodes lists the graph children before parents: blobs and manifests
+	// of the root (the root last among them), then each referrer with its
+	// own content.
+	Nodes []Node
+	// TotalBytes is the size of all the graph's content; MissingBytes
+	// what the destination lacks.
+	TotalBytes, MissingBytes int64
+}
+
+// Missing lists the nodes the destination lacks, in Nodes' order.
+func (p *Plan) Missing() []Node {
+	var out []Node
+	for _, n := range p.Nodes {
+		if !n.Present {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// UpToDate reports whether the destination holds the whole graph.
+func (p *Plan) UpToDate() bool { return p.MissingBytes == 0 && len(p.Missing()) == 0 }
+
+// PlanCopy reads the graph of root from src, verifying every manifest,
+// and asks dst which of its nodes it has. It changes nothing anywhere.
+// An unreachable src or dst is an *UnreachableError of that side.
+func PlanCopy(ctx context.Context, src, dst *Repo, root digest.Digest, opts Options) (*Plan, error) {
+	nodes, rootDesc, err := Walk(ctx, src, root, !opts.NoReferrers)
+	if err != nil {
+		return nil, err
+	}
+	p := &Plan{Src: src, Dst: dst, Root: rootDesc, Nodes: nodes}
+	check := checkPresentTopDown
+	if opts.CheckEveryBlob {
+		check = checkAll
+	}
+	if err := check(ctx, dst, p.Nodes, opts.concurrency()); err != nil {
+		return nil, err
+	}
+	for _, n := range p.Nodes {
+		p.TotalBytes += n.Descriptor.Size
+		if !n.Present {
+			p.MissingBytes += n.Descriptor.Size
+		}
+	}
+	return p, nil
+}
+
+func (o Options) concurrency() int {
+	if o.Concurrency <= 0 {
+		return DefaultConcurrency
+	}
+	return o.Concurrency
+}
+
+// checkPresentTopDown sets each node's Present from dst, asking about
+// the manifests first: the content of a manifest dst holds is taken to
+// be there too, without asking (a registry refuses a manifest whose
+// references it lacks, and Apply pushes a manifest only after its
+// content), so an unchanged re-sync costs a request per manifest, not
+// per blob. Options.CheckEveryBlob and Missing ask about every node.
+func checkPresentTopDown(ctx context.Context, dst *Repo, nodes []Node, limit int) error {
+	var manifests, rest []int
+	for i, n := range nodes {
+		if n.Manifest {
+			manifests = append(manifests, i)
+		}
+	}
+	if err := checkPresent(ctx, dst, nodes, manifests, limit); err != nil {
+		return err
+	}
+	covered := map[digest.Digest]bool{}
+	byDigest := map[digest.Digest]*Node{}
+	for i := range nodes {
+		byDigest[nodes[i].Descriptor.Digest] = &nodes[i]
+	}
+	var cover func(d digest.Digest)
+	cover = func(d digest.Digest) {
+		if covered[d] {
+			return
+		}
+		covered[d] = true
+		if n := byDigest[d]; n != nil {
+			for _, c := range n.children {
+				cover(c)
+			}
+		}
+	}
+	for _, i := range manifests {
+		if nodes[i].Present {
+			cover(nodes[i].Descriptor.Digest)
+		}
+	}
+	for i, n := range nodes {
+		if n.Manifest {
+			continue
+		}
+		if covered[n.Descriptor.Digest] {
+			nodes[i].Present = true
+			continue
+		}
+		rest = append(rest, i)
+	}
+	return checkPresent(ctx, dst, nodes, rest, limit)
+}
+
+// checkAll sets every node's Present from dst.
+func checkAll(ctx context.Context, dst *Repo, nodes []Node, limit int) error {
+	all := make([]int, len(nodes))
+	for i := range all {
+		all[i] = i
+	}
+	return checkPresent(ctx, dst, nodes, all, limit)
+}
+
+// checkPresent sets the Present of nodes[i], i in which, from dst.
+func checkPresent(ctx context.Context, dst *Repo, nodes []Node, which []int, limit int) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(limit * 2)
+	for _, i := range which {
+		g.Go(func() error {
+			ok, err := dst.Exists(gctx, nodes[i].Descriptor)
+			if err != nil {
+				return sideError(Destination, dst, "check "+nodes[i].Descriptor.Digest.String()+" in", err)
+			}
+			nodes[i].Present = ok
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// Walk reads the graph of the manifest root in repo: every manifest
+// (fetched, its size and digest verified, at most MaxManifestBytes) and
+// the descriptors of every blob, children before parents; with
+// referrers, then the manifests whose subject is in the graph, each with
+// its own content, repeatedly. It returns the root's descriptor. Errors
+// are the source side's (an *UnreachableError for an outage).
+func Walk(ctx context.Context, repo *Repo, root digest.Digest, referrers bool) ([]Node, ocispec.Descriptor, error) {
+	return walk(ctx, Source, repo, root, referrers)
+}
+
+// Missing walks the graph of root in repo as Walk does and lists the
+// nodes repo lacks (a manifest it lacks is an error, since its children
+// cannot be told). Errors are the destination side's.
+func Missing(ctx context.Context, repo *Repo, root digest.Digest, referrers bool) ([]Node, error) {
+	nodes, _, err := walk(ctx, Destination, repo, root, referrers)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkAll(ctx, repo, nodes, DefaultConcurrency); err != nil {
+		return nil, err
+	}
+	var out []Node
+	for _, n := range nodes {
+		if !n.Present {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+func walk(ctx context.Context, side Side, repo *Repo, root digest.Digest, referrers bool) ([]Node, ocispec.Descriptor, error) {
+	if err := root.Validate(); err != nil {
+		return nil, ocispec.Descriptor{}, fmt.Errorf("digest %q: %w", root, err)
+	}
+	rootDesc, err := repo.Resolve(ctx, root.String())
+	if err != nil {
+		return nil, ocispec.Descriptor{}, sideError(side, repo, "resolve "+root.String()+" in", err)
+	}
+	if rootDesc.Digest != root {
+		return nil, ocispec.Descriptor{}, fmt.Errorf("resolve %s in %s: the registry answered %s", root, repo.Name(), rootDesc.Digest)
+	}
+	w := &walker{side: side, repo: repo, seen: map[digest.Digest]bool{}}
+	if err := w.visit(ctx, rootDesc); err != nil {
+		return nil, ocispec.Descriptor{}, err
+	}
+	if referrers {
+		// Each manifest of the graph, including referrers found on the
+		// way, is asked for its referrers once.
+		for i := 0; i < len(w.nodes); i++ {
+			n := w.nodes[i]
+			if !n.Manifest {
+				continue
+			}
+			refs, err := repo.referrers(ctx, n.Descriptor)
+			if err != nil {
+				return nil, ocispec.Descriptor{}, sideError(side, repo, "list referrers of "+n.Descriptor.Digest.String()+" in", err)
+			}
+			for _, r := range refs {
+				if err := w.visit(ctx, r); err != nil {
+					return nil, ocispec.Descriptor{}, err
+				}
+			}
+		}
+	}
+	return w.nodes, rootDesc, nil
+}
+
+type walker struct {
+	side  Side
+	repo  *Repo
+	seen  map[digest.Digest]bool
+	nodes []Node
+}
+
+// visit appends desc's graph in post-order (children first).
+func (w *walker) visit(ctx context.Context, desc ocispec.Descriptor) error {
+	if w.seen[desc.Digest] {
+		return nil
+	}
+	w.seen[desc.Digest] = true
+	if len(w.seen) > maxNodes {
+		return fmt.Errorf("%s: the graph has over %d nodes", w.repo.Name(), maxNodes)
+	}
+	if err := desc.Digest.Validate(); err != nil {
+		return fmt.Errorf("%s: descriptor digest %q: %w", w.repo.Name(), desc.Digest, err)
+	}
+	if desc.Size < 0 {
+		return fmt.Errorf("%s: descriptor %s has size %d", w.repo.Name(), desc.Digest, desc.Size)
+	}
+	if !isManifest(desc.MediaType) {
+		w.nodes = append(w.nodes, Node{Descriptor: desc})
+		return nil
+	}
+	raw, err := fetchManifest(ctx, w.side, w.repo, desc)
+	if err != nil {
+		return err
+	}
+	succ, err := content.Successors(ctx, oneFetcher{desc, raw}, desc)
+	if err != nil {
+		return fmt.Errorf("%s: manifest %s: %w", w.repo.Name(), desc.Digest, err)
+	}
+	var children []digest.Digest
+	for _, s := range succ {
+		if foreign(s.MediaType) {
+			continue
+		}
+		children = append(children, s.Digest)
+		if err := w.visit(ctx, s); err != nil {
+			return err
+		}
+	}
+	w.nodes = append(w.nodes, Node{Descriptor: desc, Manifest: true, raw: raw, children: children})
+	return nil
+}
+
+// fetchManifest reads a manifest and checks its size and digest.
+func fetchManifest(ctx context.Context, side Side, repo *Repo, desc ocispec.Descriptor) ([]byte, error) {
+	if desc.Size > MaxManifestBytes {
+		return nil, fmt.Errorf("%s: manifest %s is %d bytes, over the limit of %d", repo.Name(), desc.Digest, desc.Size, MaxManifestBytes)
+	}
+	rc, err := repo.Fetch(ctx, desc)
+	if err != nil {
+		return nil, sideError(side, repo, "fetch manifest "+desc.Digest.String()+" from", err)
+	}
+	defer rc.Close()
+	raw, err := io.ReadAll(io.LimitReader(rc, desc.Size+1))
+	if err != nil {
+		return nil, sideError(side, repo, "read manifest "+desc.Digest.String()+" from", err)
+	}
+	if int64(len(raw)) != desc.Size {
+		return nil, fmt.Errorf("%s: manifest %s: got %d bytes, its descriptor says %d", repo.Name(), desc.Digest, len(raw), desc.Size)
+	}
+	if got := desc.Digest.Algorithm().FromBytes(raw); got != desc.Digest {
+		return nil, fmt.Errorf("%s: manifest %s: its content has digest %s", repo.Name(), desc.Digest, got)
+	}
+	return raw, nil
+}
+
+// oneFetcher serves one manifest's bytes to content.Successors.
+type oneFetcher struct {
+	desc ocispec.Descriptor
+	raw  []byte
+}
+
+func (f oneFetcher) Fetch(_ context.Context, d ocispec.Descriptor) (io.ReadCloser, error) {
+	if d.Digest != f.desc.Digest {
+		return nil, errors.New("only the manifest itself can be read here")
+	}
+	return io.NopCloser(bytes.NewReader(f.raw)), nil
+}
+
+// isManifest reports whether a media type is a manifest's (an inner node).
+func isManifest(mt string) bool {
+	switch mt {
+	case ocispec.MediaTypeImageManifest, ocispec.MediaTypeImageIndex,
+		"application/vnd.oci.artifact.manifest.v1+json",
+		"application/vnd.docker.distribution.manifest.v2+json",
+		"application/vnd.docker.distribution.manifest.list.v2+json":
+		return true
+	}
+	return false
+}
+
+// foreign reports a non-distributable layer (Windows base layers), which
+// registries refuse to take and copies leave out.
+func foreign(mt string) bool {
+	switch mt {
+	case "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip",
+		// The OCI non-distributable layer types (deprecated, still met).
+		"application/vnd.oci.image.layer.nondistributable.v1.tar",
+		"application/vnd.oci.image.layer.nondistributable.v1.tar+gzip",
+		"application/vnd.oci.image.layer.nondistributable.v1.tar+zstd":
+		return true
+	}
+	return false
+}

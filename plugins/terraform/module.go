@@ -1,0 +1,372 @@
+package terraform
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"oras.land/oras-go/v2"
+	"oras.land/oras-go/v2/content"
+	"oras.land/oras-go/v2/content/oci"
+
+	"github.com/byoc-dev/byoc/internal/ocicopy"
+)
+
+// Media types of a module artifact: an OCI manifest (image-spec 1.1) of
+// artifact type ModuleArtifactType whose one layer is the module
+// directory as a gzipped tar.
+const (
+	ModuleArtifactType   = "application/vnd.byoc.terraform.module.v1"
+	ModuleLayerMediaType = "application/vnd.byoc.terraform.module.layer.v1.tar+gzip"
+)
+
+// maxModuleBytes bounds a module layer (compressed) and its unpacked
+// files; a module is HCL, not data.
+const maxModuleBytes = 64 << 20
+
+// moduleRef is a parsed module reference: REPO[:TAG|@DIGEST].
+type moduleRef struct {
+	Repo, Ref string
+}
+
+var repoPattern = regexp.MustCompile(`^[a-z0-9]+([._/-][a-z0-9]+)*$`)
+
+func parseModuleRef(s string) (moduleRef, error) {
+	repo, ref := s, "latest"
+	if i := strings.Index(s, "@"); i >= 0 {
+		repo, ref = s[:i], s[i+1:]
+		if _, err := digest.Parse(ref); err != nil {
+			return moduleRef{}, fmt.Errorf("module %q: digest %q: %v", s, ref, err)
+		}
+	} else if i := strings.LastIndex(s, ":"); i >= 0 {
+		repo, ref = s[:i], s[i+1:]
+	}
+	if !repoPattern.MatchString(repo) || strings.Contains(repo, "..") {
+		return moduleRef{}, fmt.Errorf("module %q: repository %q: want lowercase path segments such as modules/network", s, repo)
+	}
+	return moduleRef{Repo: repo, Ref: ref}, nil
+}
+
+// store is what a module is read from: an OCI image layout or a
+// registry repository.
+type store interface {
+	content.Fetcher
+	Resolve(ctx context.Context, reference string) (ocispec.Descriptor, error)
+}
+
+// layoutStore opens the OCI image layout dir, read only, refusing a
+// directory that is none (oci.New would create one).
+func layoutStore(ctx context.Context, dir string) (store, error) {
+	if _, err := os.Stat(filepath.Join(dir, ocispec.ImageLayoutFile)); err != nil {
+		return nil, fmt.Errorf("no OCI image layout at %s", dir)
+	}
+	return oci.NewFromFS(ctx, os.DirFS(dir))
+}
+
+// checkModuleRef checks the form of a module reference: "oci:DIR@sha256:HEX"
+// or REPO[:TAG|@sha256:HEX].
+func checkModuleRef(ref string) error {
+	if rest, ok := strings.CutPrefix(ref, "oci:"); ok {
+		dir, dg, ok := strings.Cut(rest, "@")
+		if !ok || dir == "" {
+			return fmt.Errorf("module %q: want oci:DIR@sha256:DIGEST", ref)
+		}
+		if _, err := digest.Parse(dg); err != nil {
+			return fmt.Errorf("module %q: digest %q: %v", ref, dg, err)
+		}
+		return nil
+	}
+	_, err := parseModuleRef(ref)
+	return err
+}
+
+// openModule opens where module ref lives and returns it with the tag or
+// digest to resolve there and a name for messages. ref is
+// "oci:DIR@sha256:HEX" (a layout dir named outright) or
+// REPO[:TAG|@sha256:HEX] in the install registry at location registry
+// (internal/ocicopy's syntax: oci:DIR, or a registry server, with creds).
+func openModule(ctx context.Context, registry string, creds ocicopy.Credentials, ref string) (s store, tagOrDigest, where string, err error) {
+	if err := checkModuleRef(ref); err != nil {
+		return nil, "", "", err
+	}
+	if rest, ok := strings.CutPrefix(ref, "oci:"); ok {
+		dir, dg, _ := strings.Cut(rest, "@")
+		s, err := layoutStore(ctx, dir)
+		return s, dg, dir, err
+	}
+	r, _ := parseModuleRef(ref)
+	if registry == "" {
+		return nil, "", "", fmt.Errorf("module %q: this agent has no install registry (agentd --install-registry, $%s)", ref, EnvInstallRegistry)
+	}
+	reg, err := ocicopy.ParseRegistry(registry)
+	if err != nil {
+		return nil, "", "", fmt.Errorf("install registry: %w", err)
+	}
+	if reg.IsLayout() {
+		dir := filepath.Join(reg.LayoutRoot, filepath.FromSlash(r.Repo))
+		s, err := layoutStore(ctx, dir)
+		return s, r.Ref, dir, err
+	}
+	repo, err := ocicopy.Open(ctx, reg, r.Repo, creds)
+	if err != nil {
+		return nil, "", "", err
+	}
+	return repo, r.Ref, repo.Name(), nil
+}
+
+// fetchModule unpacks module ref into dst and returns the manifest's
+// digest. The install registry's credentials, if any, are the
+// operation's BYOC_INSTALL_REGISTRY_USERNAME, _PASSWORD or _TOKEN.
+func fetchModule(ctx context.Context, registry string, opEnv map[string]string, ref, dst string) (string, error) {
+	store, tagOrDigest, where, err := openModule(ctx, registry, ocicopy.CredentialsFromEnv(opEnv, EnvInstallRegistry), ref)
+	if err != nil {
+		return "", fmt.Errorf("module %q: %w", ref, err)
+	}
+	if c, ok := store.(interface{ Close() }); ok {
+		defer c.Close()
+	}
+	desc, err := store.Resolve(ctx, tagOrDigest)
+	if err != nil {
+		return "", fmt.Errorf("module %q: resolve %s in %s: %w", ref, tagOrDigest, where, err)
+	}
+	mb, err := content.FetchAll(ctx, store, desc) // verifies size and digest
+	if err != nil {
+		return "", fmt.Errorf("module %q: manifest: %w", ref, err)
+	}
+	var m ocispec.Manifest
+	if err := json.Unmarshal(mb, &m); err != nil {
+		return "", fmt.Errorf("module %q: manifest %s: %w", ref, desc.Digest, err)
+	}
+	var layer *ocispec.Descriptor
+	for i, l := range m.Layers {
+		if l.MediaType == ModuleLayerMediaType {
+			layer = &m.Layers[i]
+		}
+	}
+	if layer == nil {
+		return "", fmt.Errorf("module %q: manifest %s has no layer of media type %s (artifact type %q): not a terraform module", ref, desc.Digest, ModuleLayerMediaType, m.ArtifactType)
+	}
+	if layer.Size > maxModuleBytes {
+		return "", fmt.Errorf("module %q: layer of %d bytes, over %d", ref, layer.Size, maxModuleBytes)
+	}
+	lb, err := content.FetchAll(ctx, store, *layer)
+	if err != nil {
+		return "", fmt.Errorf("module %q: layer: %w", ref, err)
+	}
+	if err := untarModule(bytes.NewReader(lb), dst); err != nil {
+		return "", fmt.Errorf("module %q: layer %s: %w", ref, layer.Digest, err)
+	}
+	return desc.Digest.String(), nil
+}
+
+// untarModule unpacks a gzipped tar of regular files and directories into
+// dst, refusing links, devices and any name leaving dst.
+func untarModule(r io.Reader, dst string) error {
+	zr, err := gzip.NewReader(r)
+	if err != nil {
+		return err
+	}
+	tr := tar.NewReader(zr)
+	var total int64
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		name := path.Clean(h.Name)
+		if !fs.ValidPath(name) || name == "." && h.Typeflag != tar.TypeDir {
+			return fmt.Errorf("entry %q: not a relative path inside the module", h.Name)
+		}
+		target := filepath.Join(dst, filepath.FromSlash(name))
+		switch h.Typeflag {
+		case tar.TypeDir:
+			if err := os.MkdirAll(target, 0o755); err != nil {
+				return err
+			}
+		case tar.TypeReg:
+			total += h.Size
+			if total > maxModuleBytes {
+				return fmt.Errorf("unpacked module over %d bytes", maxModuleBytes)
+			}
+			if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+				return err
+			}
+			f, err := os.OpenFile(target, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+			if err != nil {
+				return err
+			}
+			_, err = io.Copy(f, io.LimitReader(tr, h.Size))
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("entry %q: type %q: only files and directories", h.Name, h.Typeflag)
+		}
+	}
+}
+
+// copyModuleDir copies a development module directory into dst: regular
+// files and directories, leaving out .terraform and state files, which
+// belong to a run, not to the module.
+func copyModuleDir(src, dst string) error {
+	st, err := os.Stat(src)
+	if err != nil {
+		return fmt.Errorf("module_dir: %w", err)
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("module_dir %s: not a directory", src)
+	}
+	return walkModule(src, func(rel string, d fs.DirEntry) error {
+		target := filepath.Join(dst, rel)
+		if d.IsDir() {
+			return os.MkdirAll(target, 0o755)
+		}
+		b, err := os.ReadFile(filepath.Join(src, rel))
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(target, b, 0o644)
+	})
+}
+
+// walkModule calls fn for each directory and regular file of a module
+// directory, in lexical order, by path relative to root; it skips
+// .terraform, state files and anything that is not a file or directory.
+func walkModule(root string, fn func(rel string, d fs.DirEntry) error) error {
+	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		if rel == "." {
+			return nil
+		}
+		base := d.Name()
+		if d.IsDir() && base == ".terraform" {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && (!d.Type().IsRegular() || strings.HasSuffix(base, ".tfstate") || strings.HasSuffix(base, ".tfstate.backup") || base == ".terraform.tfstate.lock.info") {
+			return nil
+		}
+		return fn(filepath.ToSlash(rel), d)
+	})
+}
+
+// PackModule returns a module directory as the gzipped tar of a module
+// artifact's layer: its files and directories in lexical order, with
+// fixed times and modes, so the same directory always gives the same
+// bytes (and digest).
+func PackModule(dir string) ([]byte, error) {
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(zw)
+	err := walkModule(dir, func(rel string, d fs.DirEntry) error {
+		if d.IsDir() {
+			return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: rel + "/", Mode: 0o755, Format: tar.FormatPAX})
+		}
+		b, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(rel)))
+		if err != nil {
+			return err
+		}
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: rel, Mode: 0o644, Size: int64(len(b)), Format: tar.FormatPAX}); err != nil {
+			return err
+		}
+		_, err = tw.Write(b)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// PushModule packs the module directory dir and stores it as a module
+// artifact in the install registry at location registry (internal/ocicopy's
+// syntax: "oci:DIR", an OCI image layout root with one layout per
+// repository, or a registry server; creds for a server that wants them),
+// tagged ref's tag (REPO[:TAG], default latest). It returns the manifest's
+// digest. The build agent does this for real installs; tests and the
+// development setup (agentd module push) call it directly.
+func PushModule(ctx context.Context, dir, registry, ref string, creds ocicopy.Credentials) (string, error) {
+	r, err := parseModuleRef(ref)
+	if err != nil {
+		return "", err
+	}
+	if strings.Contains(ref, "@") {
+		return "", fmt.Errorf("module %q: push to a tag, not a digest", ref)
+	}
+	layer, err := PackModule(dir)
+	if err != nil {
+		return "", fmt.Errorf("pack %s: %w", dir, err)
+	}
+	reg, err := ocicopy.ParseRegistry(registry)
+	if err != nil {
+		return "", err
+	}
+	repo, err := ocicopy.Open(ctx, reg, r.Repo, creds)
+	if err != nil {
+		return "", err
+	}
+	defer repo.Close()
+	ld := content.NewDescriptorFromBytes(ModuleLayerMediaType, layer)
+	if ok, err := repo.Exists(ctx, ld); err != nil {
+		return "", err
+	} else if !ok {
+		if err := repo.Push(ctx, ld, bytes.NewReader(layer)); err != nil {
+			return "", fmt.Errorf("push layer: %w", err)
+		}
+	}
+	md, err := oras.PackManifest(ctx, repo, oras.PackManifestVersion1_1, ModuleArtifactType, oras.PackManifestOptions{
+		Layers: []ocispec.Descriptor{ld},
+		// A fixed creation time keeps the manifest's digest a function of
+		// the module's files.
+		ManifestAnnotations: map[string]string{ocispec.AnnotationCreated: "1970-01-01T00:00:00Z"},
+	})
+	if err != nil {
+		return "", fmt.Errorf("pack manifest: %w", err)
+	}
+	if err := repo.Tag(ctx, md, r.Ref); err != nil {
+		return "", err
+	}
+	return md.Digest.String(), nil
+}
+
+// declaresVariable reports whether the root module in dir declares
+// variable name in one of its .tf files.
+func declaresVariable(dir, name string) bool {
+	re := regexp.MustCompile(`(?m)^\s*variable\s+"` + regexp.QuoteMeta(name) + `"`)
+	entries, _ := os.ReadDir(dir)
+	return slices.ContainsFunc(entries, func(e fs.DirEntry) bool {
+		if e.IsDir() || !strings.HasSuffix(e.Name(), ".tf") {
+			return false
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		return err == nil && re.Match(b)
+	})
+}
