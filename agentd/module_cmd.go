@@ -8,7 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/byoc-dev/byoc/plugins/terraform"
+	"github.com/byoc-dev/byoc/plugins/terraform/tfmodule"
 )
 
 const moduleUsage = `usage: agentd module push [--state-dir DIR | --install-registry LOCATION] MODULE_DIR REPO:TAG
@@ -50,7 +50,7 @@ func moduleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 		loc = "oci:" + filepath.Join(dir, "registry")
 	}
-	dg, err := terraform.PushModule(ctx, words[1], loc, words[2])
+	dg, err := tfmodule.Push(ctx, words[1], loc, words[2])
 	if err != nil {
 		fmt.Fprintf(stderr, "agentd module push: %v\n", err)
 		return 1
