@@ -134,6 +134,32 @@ func roleBundled(role string) []string {
 	return bundle.Types()
 }
 
+// bundledLoader is a loader that knows the bundled types of role and where
+// their companion binary is: path (--bundled-plugins), else byoc-plugins
+// beside agentd's own executable.
+func bundledLoader(path, role string) (*pluginhost.Loader, error) {
+	if path == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("find own executable: %w", err)
+		}
+		// os.Executable is the agent's file with symlinks resolved: the
+		// companion is installed beside that file.
+		path = filepath.Join(filepath.Dir(self), bundle.Binary)
+	} else {
+		abs, err := filepath.Abs(path)
+		if err != nil {
+			return nil, fmt.Errorf("--bundled-plugins: %w", err)
+		}
+		path = abs
+	}
+	return &pluginhost.Loader{
+		Bundled:     roleBundled(role),
+		BundledExe:  path,
+		BundledHint: "install it next to agentd or set agentd --bundled-plugins PATH ($" + bundledEnv + ")",
+	}, nil
+}
+
 // multiFlag collects a repeated flag.
 type multiFlag []string
 
@@ -271,25 +297,17 @@ func run(ctx context.Context, args []string) int {
 		}
 		installRegistry = reg.String()
 	}
-	if bundledExe == "" {
-		// os.Executable is the agent's file with symlinks resolved: the
-		// companion is installed beside that file.
-		bundledExe = filepath.Join(filepath.Dir(self), bundle.Binary)
-	} else if bundledExe, err = filepath.Abs(bundledExe); err != nil {
-		fmt.Fprintf(os.Stderr, "agentd: --bundled-plugins: %v\n", err)
+	loader, err := bundledLoader(bundledExe, role)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "agentd: %v\n", err)
 		return 2
 	}
-	loader := &pluginhost.Loader{
-		SelfExe:     self,
-		SelfArgs:    func(typ string) []string { return []string{"plugin", typ} },
-		Builtins:    roleBuiltins(role),
-		Bundled:     roleBundled(role),
-		BundledExe:  bundledExe,
-		BundledHint: "install it next to agentd or set agentd --bundled-plugins PATH ($" + bundledEnv + ")",
-		Dirs:        pluginDirs,
-		Pins:        pinMap,
-		Logger:      log,
-	}
+	loader.SelfExe = self
+	loader.SelfArgs = func(typ string) []string { return []string{"plugin", typ} }
+	loader.Builtins = roleBuiltins(role)
+	loader.Dirs = pluginDirs
+	loader.Pins = pinMap
+	loader.Logger = log
 	// The install registry reaches plugins through InstallRegistry.
 	pluginEnv := map[string]string{}
 	if tfProviders != "" {

@@ -327,30 +327,55 @@ func fdCommand(f *os.File, path string, args ...string) *exec.Cmd {
 // it as verify checks an external plugin, except for the pin: it belongs
 // to the agent's own install, as the agent binary does.
 func (l *Loader) openBundled(typ string) (*os.File, error) {
+	return l.openCompanion("the " + typ + " type is")
+}
+
+// CheckBundled checks the companion binary as Start does before it runs
+// a bundled type (agentd preflight). It returns nil when no type is
+// bundled.
+func (l *Loader) CheckBundled() error {
+	switch len(l.Bundled) {
+	case 0:
+		return nil
+	case 1:
+		return closeOK(l.openCompanion("the " + l.Bundled[0] + " type is"))
+	}
+	return closeOK(l.openCompanion("the " + strings.Join(l.Bundled, ", ") + " types are"))
+}
+
+func closeOK(f *os.File, err error) error {
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// openCompanion opens and checks BundledExe; what starts its errors.
+func (l *Loader) openCompanion(what string) (*os.File, error) {
 	path := l.BundledExe
 	name := filepath.Base(path)
 	if path == "" {
-		return nil, fmt.Errorf("the %s type is bundled in the agent's companion binary, whose path is not set", typ)
+		return nil, fmt.Errorf("%s bundled in the agent's companion binary, whose path is not set", what)
 	}
 	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
-		msg := fmt.Sprintf("the %s type is bundled in %s, which was not found at %s", typ, name, path)
+		msg := fmt.Sprintf("%s bundled in %s, which was not found at %s", what, name, path)
 		if l.BundledHint != "" {
 			msg += "; " + l.BundledHint
 		}
 		return nil, errors.New(msg)
 	} else if err != nil {
-		return nil, fmt.Errorf("the %s type is bundled in %s: %w", typ, name, err)
+		return nil, fmt.Errorf("%s bundled in %s: %w", what, name, err)
 	}
 	if err := checkDir(filepath.Dir(path)); err != nil {
-		return nil, fmt.Errorf("the %s type is bundled in %s: %w", typ, path, err)
+		return nil, fmt.Errorf("%s bundled in %s: %w", what, path, err)
 	}
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("the %s type is bundled in %s: %w", typ, name, err)
+		return nil, fmt.Errorf("%s bundled in %s: %w", what, name, err)
 	}
 	if err := checkBinary(path, f); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("the %s type is bundled in %s: %w", typ, name, err)
+		return nil, fmt.Errorf("%s bundled in %s: %w", what, name, err)
 	}
 	return f, nil
 }
