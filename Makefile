@@ -82,8 +82,12 @@ test-short: ## Fast tier: go test -short -race.
 	$(GO) test -short -race -count=1 ./...
 
 .PHONY: test-full
-test-full: ## Full tier: tests that start real servers (PostgreSQL, processes).
+test-full: terraform-mirror ## Full tier: tests that start real servers (PostgreSQL, processes, terraform).
 	$(GO) test -count=1 -timeout 20m ./...
+
+.PHONY: terraform-mirror
+terraform-mirror: ## Build the Terraform provider mirror the terraform type's tests use (.cache/terraform-mirror; reused).
+	@scripts/terraform-mirror.sh >/dev/null
 
 # Fuzz targets run briefly by `make test`, as package:FuzzName pairs (go
 # test -fuzz takes one target of one package at a time). Add yours here;
@@ -98,7 +102,10 @@ FUZZ_TARGETS := \
 	./schema/app/cron:FuzzScheduleAgainstRobfig \
 	./schema/app/cron:FuzzScheduleTokens \
 	./imsd/agentapi:FuzzConfigDigestBothSides \
-	./agentd/agent:FuzzSeenLine
+	./agentd/agent:FuzzSeenLine \
+	./internal/ocicopy:FuzzParseReference \
+	./imsd/registry:FuzzParseScope \
+	./rpc/agentproto:FuzzParseGrantExchangePassword
 FUZZTIME ?= 10s
 
 .PHONY: fuzz-short

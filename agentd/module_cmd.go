@@ -8,13 +8,16 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/plugins/terraform/tfmodule"
 )
 
 const moduleUsage = `usage: agentd module push [--state-dir DIR | --install-registry LOCATION] MODULE_DIR REPO:TAG
 
 Packs a Terraform module directory as a module artifact and stores it in
-the install registry (default oci:DIR/registry, the agent's own), where
+the install registry (default oci:DIR/registry, the agent's own; a
+registry server's credentials from $BYOC_INSTALL_REGISTRY_USERNAME and
+_PASSWORD, or _TOKEN), where
 components of type terraform find it as module = "REPO:TAG". It prints the
 artifact's digest; the same files always give the same digest.
 
@@ -50,7 +53,14 @@ func moduleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 		loc = "oci:" + filepath.Join(dir, "registry")
 	}
-	dg, err := tfmodule.Push(ctx, words[1], loc, words[2])
+	// A registry server's credentials: the same names the agent's
+	// secrets file uses for them.
+	creds := ocicopy.CredentialsFromEnv(map[string]string{
+		"BYOC_INSTALL_REGISTRY_USERNAME": os.Getenv("BYOC_INSTALL_REGISTRY_USERNAME"),
+		"BYOC_INSTALL_REGISTRY_PASSWORD": os.Getenv("BYOC_INSTALL_REGISTRY_PASSWORD"),
+		"BYOC_INSTALL_REGISTRY_TOKEN":    os.Getenv("BYOC_INSTALL_REGISTRY_TOKEN"),
+	}, "BYOC_INSTALL_REGISTRY")
+	dg, err := tfmodule.Push(ctx, words[1], loc, words[2], creds)
 	if err != nil {
 		fmt.Fprintf(stderr, "agentd module push: %v\n", err)
 		return 1

@@ -226,6 +226,12 @@ func TestLivePlanGroupsInstalls(t *testing.T) {
 		}
 		cluster.StartAgent(t, ims.URL(), tok.Msg.EnrollmentToken.Token, t.TempDir(), flags...)
 	}
+	// An install without an agent cannot be planned live: said at once.
+	cli.PushApp(map[string]string{"app.toml": "name = \"lonely\"\n", "components/motd.toml": "type = \"localfile\"\n[config]\npath = \"/tmp/x\"\ncontent = \"x\"\nmode = \"0644\"\n",
+		"installs/solo.toml": ""})
+	if out := cli.Run(1, "install", "plan", "solo", "--live", "--kind", "provision"); !strings.Contains(out, "install solo has no agent enrolled") {
+		t.Fatalf("live plan without an agent:\n%s", out)
+	}
 	// Without --live: the graph only, no job.
 	if out := cli.Run(0, "install", "plan", "acme", "--kind", "provision"); strings.Contains(out, "Plan of motd") || !strings.Contains(out, "motd") {
 		t.Fatalf("plan without --live:\n%s", out)
@@ -254,5 +260,44 @@ func TestLivePlanGroupsInstalls(t *testing.T) {
 	if st.PlanState != "planned" || job.Msg.Job.Operation != "plan" || job.Msg.Job.PlanDigest != st.PlanDigest ||
 		job.Msg.Job.PlannedChanges[0].GetAfter().GetStructValue().GetFields()["sha256"].GetStringValue() != sum("howdy\n") {
 		t.Fatalf("live plan of gamma: %v\njob %v", st, job.Msg.Job)
+	}
+}
+
+// Cancelling a workflow that awaits approval cancels its plan jobs still
+// waiting for the agent (here there is none).
+func TestCancelAwaitingApprovalCancelsPlans(t *testing.T) {
+	skipShort(t)
+	opts := fast
+	opts.WorkflowInterval = 100 * time.Millisecond
+	ims := cluster.StartIMS(t, opts)
+	cli := cluster.NewCLI(t, ims)
+	cli.PushApp(map[string]string{
+		"app.toml":            "name = \"notes\"\n[install_defaults]\nrequire_approval = true\n",
+		"components/web.toml": "type = \"action\"\n[config]\nsteps = [{ name = \"hi\", script = \"echo hi\" }]\n",
+		"installs/acme.toml":  "",
+	})
+	id := workflowID.FindString(cli.Run(0, "install", "provision", "acme"))
+	c := ims.Admin()
+	ctx := context.Background()
+	var plan string
+	cluster.Eventually(t, 10*time.Second, "the plan job to be queued", func() bool {
+		res, err := c.GetWorkflow(ctx, connect.NewRequest(&imsv1.GetWorkflowRequest{Id: id}))
+		if err != nil || len(res.Msg.Workflow.Steps) == 0 {
+			return false
+		}
+		plan = res.Msg.Workflow.Steps[0].PlanJobId
+		return plan != "" && res.Msg.Workflow.Steps[0].PlanState == "planning"
+	})
+	// Approving while the plan is being made is refused.
+	if out := cli.Run(1, "workflow", "approve", id); !strings.Contains(out, "still planning web") {
+		t.Fatalf("approve while planning:\n%s", out)
+	}
+	cli.Run(0, "workflow", "cancel", id)
+	job, err := c.GetJob(ctx, connect.NewRequest(&imsv1.GetJobRequest{Id: plan}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if job.Msg.Job.State != imsv1.JobState_JOB_STATE_CANCELLED || job.Msg.Job.Operation != "plan" {
+		t.Fatalf("the plan job after the cancel: %v", job.Msg.Job)
 	}
 }

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"io/fs"
@@ -19,11 +20,14 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"oras.land/oras-go/v2"
 	"oras.land/oras-go/v2/content"
+	"oras.land/oras-go/v2/content/oci"
 
 	"github.com/byoc-dev/byoc/e2e/cluster"
 	"github.com/byoc-dev/byoc/imsd/registry"
+	"github.com/byoc-dev/byoc/internal/demoimage"
 	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/internal/ocicopy/ocitest"
+	"github.com/byoc-dev/byoc/plugins/terraform"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
@@ -273,10 +277,28 @@ func TestCustodySyncAndPullGrants(t *testing.T) {
 	if _, st, msg := exchange(t, c.ims, agA, g, time.Now(), "repository:multi:pull,push"); st != 401 || !strings.Contains(msg, "not in the grant") {
 		t.Fatalf("push on a pull grant: %d %q", st, msg)
 	}
+	// Someone with the grant and the agent's id but not its key gets
+	// nothing (and writes nothing).
+	if _, st, msg := exchange(t, c.ims, &cluster.RawAgent{ID: agA.ID, Key: agB.Key}, g, time.Now()); st != 401 || !strings.Contains(msg, "not signed by the agent's key") {
+		t.Fatalf("exchange signed by another key: %d %q", st, msg)
+	}
 	// Refusals do not spend it: the agent's own exchange works, once.
 	tok, st, msg := exchange(t, c.ims, agA, g, time.Now())
 	if st != 200 || tok == "" {
 		t.Fatalf("exchange: %d %q", st, msg)
+	}
+	// The token lives as long as the job may (its time limit, 1h here).
+	if parts := strings.Split(tok, "."); len(parts) != 3 {
+		t.Fatalf("token %q is not a JWT", tok)
+	} else {
+		payload, _ := base64.RawURLEncoding.DecodeString(parts[1])
+		var claims struct {
+			Iat, Exp int64
+			Access   []struct{ Name string }
+		}
+		if err := json.Unmarshal(payload, &claims); err != nil || claims.Exp-claims.Iat != 3600 || len(claims.Access) != 1 || claims.Access[0].Name != "multi" {
+			t.Fatalf("token claims %s (%v): want a 1h token for multi only", payload, err)
+		}
 	}
 	if _, st, msg := exchange(t, c.ims, agA, g, time.Now()); st != 401 || !strings.Contains(msg, "already exchanged") {
 		t.Fatalf("second exchange: %d %q", st, msg)
@@ -324,8 +346,8 @@ func TestCustodySyncAndPullGrants(t *testing.T) {
 }
 
 // A build agent token enrols only a build agent, and an install's token
-// only an install agent; an install's agent refuses an image job by tag
-// before any plugin starts.
+// only an install agent; an install's agent refuses an image job by tag,
+// or from another registry than the vendor's, before any plugin starts.
 func TestCustodyRolesAndTagRefusal(t *testing.T) {
 	skipShort(t)
 	c := startCustody(t)
@@ -338,25 +360,38 @@ func TestCustodyRolesAndTagRefusal(t *testing.T) {
 	_, tok2 := cluster.NewInstall(t, c.ims.Admin(), "shop", "initech")
 	cluster.StartAgent(t, c.ims.URL(), tok2, filepath.Join(t.TempDir(), "agent"))
 	waitConnected(t, c.ims, "initech")
-	cfg, _ := structpb.NewStruct(map[string]any{"source": "hello:1.0"})
-	res, err := c.ims.Admin().EnqueueJob(context.Background(), connect.NewRequest(&imsv1.EnqueueJobRequest{
-		Install: "initech", ComponentType: "image", Operation: "apply", Config: cfg}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	j := cluster.WaitJob(t, c.ims.Admin(), res.Msg.Job.Id, 30*time.Second, imsv1.JobState_JOB_STATE_FAILED, imsv1.JobState_JOB_STATE_REFUSED)
-	if !strings.HasPrefix(j.Error, "refused: ") || !strings.Contains(j.Error, `image source "hello:1.0" is a tag; components reference builds by digest`) {
-		t.Fatalf("image job by tag ended: %q", j.Error)
+	for source, why := range map[string]string{
+		"hello:1.0": `image source "hello:1.0" is a tag; components reference builds by digest`,
+		// Pulled from anywhere but the vendor registry, it would bypass
+		// custody (no build, no lineage).
+		"evil.example/web@sha256:" + strings.Repeat("ab", 32): `names registry "evil.example": components reference builds in the vendor registry`,
+	} {
+		cfg, _ := structpb.NewStruct(map[string]any{"source": source})
+		res, err := c.ims.Admin().EnqueueJob(context.Background(), connect.NewRequest(&imsv1.EnqueueJobRequest{
+			Install: "initech", ComponentType: "image", Operation: "apply", Config: cfg}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		j := cluster.WaitJob(t, c.ims.Admin(), res.Msg.Job.Id, 30*time.Second, imsv1.JobState_JOB_STATE_FAILED, imsv1.JobState_JOB_STATE_REFUSED)
+		if !strings.HasPrefix(j.Error, "refused: ") || !strings.Contains(j.Error, why) {
+			t.Fatalf("image job of source %s ended: %q", source, j.Error)
+		}
 	}
 }
 
-// shopApp is an app of one image component naming build source.
-func shopApp(source string) map[string]string {
-	return map[string]string{
+// shopApp is an app of image component web naming build web
+// (REPOSITORY@DIGEST) and, when given, component multi naming build
+// multi[0].
+func shopApp(web string, multi ...string) map[string]string {
+	app := map[string]string{
 		"app.toml":            "name = \"shop\"\n",
-		"components/web.toml": "type = \"image\"\n[config]\nsource = \"" + source + "\"\n",
+		"components/web.toml": "type = \"image\"\n[config]\nsource = \"" + web + "\"\n",
 		"installs/acme.toml":  "",
 	}
+	if len(multi) > 0 {
+		app["components/multi.toml"] = "type = \"image\"\n[config]\nsource = \"" + multi[0] + "\"\n"
+	}
+	return app
 }
 
 // workflow starts a workflow of kind on install and waits for its end.
@@ -383,7 +418,8 @@ func runWorkflow(t *testing.T, c *custody, kind imsv1.WorkflowKind) *imsv1.Workf
 	return wf
 }
 
-// TestCustodyDeployLineageAndOutage deploys an image component for real:
+// TestCustodyDeployLineageAndOutage deploys image components for real
+// (an image and a multi-arch index):
 // source registry -> vendor registry (build agent) -> install registry
 // (the install's agentd and the image type, with the deploy's one-time
 // grant); byoc install images shows the chain by digest. Then, with the
@@ -395,11 +431,13 @@ func TestCustodyDeployLineageAndOutage(t *testing.T) {
 	src := repo(t, c.source.Host, "library/hello", "")
 	v1 := pushImage(t, src, "1.0", 1, 128<<10)
 	b1 := c.build(t, "library/hello:1.0", "hello")
-	if b1.Digest != v1.Digest.String() {
-		t.Fatalf("build %s, want the source digest %s", b1.Digest, v1.Digest)
+	vm := pushIndex(t, repo(t, c.source.Host, "library/multi", ""), "1.0", 5, 32<<10)
+	bm := c.build(t, "library/multi:1.0", "multi")
+	if b1.Digest != v1.Digest.String() || bm.Digest != vm.Digest.String() {
+		t.Fatalf("builds %s and %s, want the source digests %s and %s", b1.Digest, bm.Digest, v1.Digest, vm.Digest)
 	}
 	installReg := ocitest.StartRegistry(t, ocitest.RegistryOptions{})
-	pushed := c.cli.PushApp(shopApp("hello@" + b1.Digest))
+	pushed := c.cli.PushApp(shopApp("hello@"+b1.Digest, "multi@"+bm.Digest))
 	cluster.StartAgent(t, c.ims.URL(), pushed.EnrollToken(t), filepath.Join(t.TempDir(), "agent"),
 		"--install-registry", "http://"+installReg.Host)
 	waitConnected(t, c.ims, "acme")
@@ -412,30 +450,53 @@ func TestCustodyDeployLineageAndOutage(t *testing.T) {
 	if d, err := inst.Resolve(ctx, b1.Digest); err != nil || d.Digest != v1.Digest {
 		t.Fatalf("install registry: %v, %v; want hello@%s", d.Digest, err, v1.Digest)
 	}
+	// The index came whole: every platform's manifest is there.
+	instMulti := repo(t, installReg.Host, "multi", "")
+	di, err := instMulti.Resolve(ctx, bm.Digest)
+	if err != nil || di.Digest != vm.Digest {
+		t.Fatalf("install registry: %v, %v; want multi@%s", di.Digest, err, vm.Digest)
+	}
+	raw, err := content.FetchAll(ctx, instMulti, di)
+	var idx ocispec.Index
+	if err != nil || json.Unmarshal(raw, &idx) != nil || len(idx.Manifests) != 2 {
+		t.Fatalf("index in the install registry: %s, %v", raw, err)
+	}
+	for _, m := range idx.Manifests {
+		if ok, err := instMulti.Exists(ctx, m); err != nil || !ok {
+			t.Fatalf("the install registry lacks the %s manifest %s: %v", m.Platform.Architecture, m.Digest, err)
+		}
+	}
 	out := c.cli.Run(0, "install", "images", "acme")
 	for _, want := range []string{
 		"source   " + c.source.Host + "/library/hello:1.0  (" + b1.Digest + ")",
 		"vendor   hello@" + b1.Digest,
 		"install  " + installReg.Host + "/hello@" + b1.Digest,
+		"vendor   multi@" + bm.Digest,
+		"install  " + installReg.Host + "/multi@" + bm.Digest,
 	} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("install images lacks %q:\n%s", want, out)
 		}
 	}
 	var imgs []struct {
-		VendorDigest, InstallDigest string
-		CopyTime                    string
-		Build                       struct{ Source string }
+		Component, VendorDigest, InstallDigest string
+		CopyTime                               string
+		Build                                  struct{ Source string }
 	}
-	if err := json.Unmarshal([]byte(c.cli.Run(0, "install", "images", "acme", "-o", "json")), &imgs); err != nil || len(imgs) != 1 ||
-		imgs[0].VendorDigest != b1.Digest || imgs[0].InstallDigest != b1.Digest || imgs[0].CopyTime == "" || imgs[0].Build.Source == "" {
+	if err := json.Unmarshal([]byte(c.cli.Run(0, "install", "images", "acme", "-o", "json")), &imgs); err != nil || len(imgs) != 2 {
 		t.Fatalf("install images -o json: %+v, %v", imgs, err)
+	}
+	for _, im := range imgs {
+		want := map[string]string{"web": b1.Digest, "multi": bm.Digest}[im.Component]
+		if want == "" || im.VendorDigest != want || im.InstallDigest != want || im.CopyTime == "" || im.Build.Source == "" {
+			t.Fatalf("install images -o json: %+v", imgs)
+		}
 	}
 
 	// A new build; then the vendor registry goes down before the deploy.
 	v2 := pushImage(t, src, "2.0", 2, 128<<10)
 	b2 := c.build(t, "library/hello:2.0", "hello")
-	c.cli.PushApp(shopApp("hello@" + b2.Digest))
+	c.cli.PushApp(shopApp("hello@"+b2.Digest, "multi@"+bm.Digest))
 	c.vendor.Stop()
 	wf := runWorkflow(t, c, imsv1.WorkflowKind_WORKFLOW_KIND_UPDATE)
 	if wf.State != imsv1.WorkflowState_WORKFLOW_STATE_FAILED {
@@ -509,10 +570,85 @@ func TestCustodyPackageChart(t *testing.T) {
 		m.Layers[0].Digest.String() != b.SourceDigest || m.Layers[0].MediaType != "application/vnd.byoc.helm.chart.v1.tar+gzip" {
 		t.Fatalf("artifact manifest %s (%v), want one helm layer of digest %s", raw, err, b.SourceDigest)
 	}
+	// A Terraform module is packed as the terraform type reads it.
+	mod := filepath.Join(t.TempDir(), "network")
+	cluster.WriteApp(t, mod, map[string]string{"main.tf": "resource \"terraform_data\" \"n\" {}\n"})
+	tb := printedBuild(t, c.cli.Run(0, "build", "package", mod, "--kind", "terraform", "--repo", "modules/network", "--wait", "-o", "json"))
+	tr := repo(t, c.vendor.Host, "modules/network", c.mint(t, "repository:modules/network:pull"))
+	td, err := tr.Resolve(ctx, tb.Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err = content.FetchAll(ctx, tr, td)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &m); err != nil || m.ArtifactType != terraform.ModuleArtifactType || len(m.Layers) != 1 || m.Layers[0].MediaType != terraform.ModuleLayerMediaType {
+		t.Fatalf("module artifact %s (%v), want the terraform type's artifact and layer types", raw, err)
+	}
+
 	later := time.Now().Add(time.Hour)
 	filepath.WalkDir(dir, func(p string, _ fs.DirEntry, _ error) error { return os.Chtimes(p, later, later) })
 	again := printedBuild(t, c.cli.Run(0, "build", "package", dir, "--kind", "helm", "--repo", "charts/api", "--wait", "-o", "json"))
 	if again.Digest != b.Digest || again.Id == b.Id {
 		t.Fatalf("packaging again: %s (build %s), want the same digest %s in a new build", again.Digest, again.Id, b.Digest)
+	}
+}
+
+// The example app that byoc app init writes names the demo image by
+// digest: once the build agent synced the demo image (packed in Go, the
+// same bytes everywhere), its web component deploys for real, through the
+// vendor registry into the install's registry (the app trimmed to web:
+// the other components need Terraform and Helm, tested elsewhere).
+func TestCustodyExampleAppImage(t *testing.T) {
+	skipShort(t)
+	c := startCustody(t)
+	layout := filepath.Join(t.TempDir(), "oci", "web")
+	st, err := oci.NewWithContext(t.Context(), layout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := demoimage.Write(t.Context(), st); err != nil {
+		t.Fatal(err)
+	}
+	b := printedBuild(t, c.cli.Run(0, "build", "sync", "oci:"+layout+":"+demoimage.Tag, "--repo", demoimage.Repository, "--wait", "-o", "json"))
+	if b.Digest != demoimage.Digest().String() {
+		t.Fatalf("demo image build %s, want %s", b.Digest, demoimage.Digest())
+	}
+
+	dir := t.TempDir()
+	c.cli.Run(0, "app", "init", dir)
+	web, err := os.ReadFile(filepath.Join(dir, "components", "web.toml"))
+	if err != nil || !strings.Contains(string(web), `source = "acme/web@`+b.Digest+`"`) {
+		t.Fatalf("byoc app init's web.toml does not name the demo build %s:\n%s", b.Digest, web)
+	}
+	for _, f := range []string{"components/api.toml", "components/cache.toml", "components/db.toml", "sandbox.toml", "actions/migrate.toml", "actions/healthz.toml"} {
+		if err := os.Remove(filepath.Join(dir, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// web waits for api, which is gone here.
+	if err := os.WriteFile(filepath.Join(dir, "components", "web.toml"), []byte(strings.Replace(string(web), `dependencies = ["api"]`, "", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "installs", "demo.toml"), []byte(`inputs = { domain = "demo.acme.example", tier = "large" }`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := c.cli.Run(0, "app", "push", dir)
+	stateDir := t.TempDir()
+	cluster.StartAgent(t, c.ims.URL(), cluster.Pushed{Output: out}.EnrollToken(t), stateDir)
+	if out := c.cli.Run(0, "install", "provision", "demo", "--wait"); !strings.Contains(out, "succeeded: 1/1 done") {
+		t.Fatalf("provision:\n%s", out)
+	}
+	// The agent's default install registry: an OCI layout in its state dir.
+	inst, err := oci.NewWithContext(t.Context(), filepath.Join(stateDir, "registry", "acme", "web"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := inst.Exists(t.Context(), ocispec.Descriptor{MediaType: ocispec.MediaTypeImageManifest, Digest: demoimage.Digest(), Size: 397}); err != nil || !ok {
+		t.Fatalf("the install registry lacks the demo image: %v %v", ok, err)
+	}
+	if out := c.cli.Run(0, "install", "images", "demo"); !strings.Contains(out, "vendor   acme/web@"+b.Digest) || !strings.Contains(out, "source   oci:"+layout+":1.0") {
+		t.Fatalf("install images:\n%s", out)
 	}
 }

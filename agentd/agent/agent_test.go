@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -99,13 +100,16 @@ type runRecorder struct {
 	started []string
 	stopped []string
 	configs []map[string]any // the config each run got
-	release chan struct{}
+	// approved is the approved plan digest each run got.
+	approved []string
+	release  chan struct{}
 }
 
 func (r *runRecorder) Run(ctx context.Context, job Job, _ func(int32, string)) Outcome {
 	r.mu.Lock()
 	r.started = append(r.started, job.ID)
 	r.configs = append(r.configs, job.Config)
+	r.approved = append(r.approved, job.ApprovedPlanDigest)
 	r.mu.Unlock()
 	select {
 	case <-ctx.Done():
@@ -208,7 +212,7 @@ func (f *fakeIMS) sign(as *agentv1.JobAssignment, key ed25519.PrivateKey, expire
 	c := agentproto.JobClaims{
 		KeyID: agentproto.KeyID(key.Public().(ed25519.PublicKey)), InstallID: as.InstallId, JobID: as.JobId, Attempt: int64(as.Attempt),
 		FencingToken: as.FencingToken, Mode: as.Mode, Component: as.Component, ComponentType: as.ComponentType, Operation: as.Operation, TimeoutSeconds: as.TimeoutSeconds,
-		ConfigDigest: d, Expires: expires,
+		ConfigDigest: d, Expires: expires, ApprovedPlanDigest: as.ApprovedPlanDigest,
 	}
 	as.Signature = &agentv1.JobSignature{KeyId: c.KeyID, ExpireUnixMs: expires.UnixMilli(), Signature: agentproto.SignJob(key, &c)}
 }
@@ -273,13 +277,28 @@ func TestAttemptStartsOnlyAfterTheAckIsAccepted(t *testing.T) {
 	if steps, _ := got["steps"].([]any); len(steps) != 1 {
 		t.Fatalf("the run got config %v, want the assignment's one step", got)
 	}
+	// An apply of an approved plan: the run gets the signed digest.
+	m := f.assign("job_p", 9, "ins_1")
+	digest := "sha256:" + strings.Repeat("0f", 32)
+	m.GetAssignment().ApprovedPlanDigest = digest
+	f.sign(m.GetAssignment(), f.key, time.Now().Add(time.Minute))
+	fs.down <- m
+	ack = fs.next(t).GetAck()
+	fs.down <- &agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Accepted{Accepted: &agentv1.WriteAccepted{WriteId: ack.WriteId}}}
+	eventually(t, "job_p to start", func() bool { s, _ := rr.get(); return len(s) == 2 })
+	rr.mu.Lock()
+	approved := slices.Clone(rr.approved)
+	rr.mu.Unlock()
+	if !slices.Equal(approved, []string{"", digest}) {
+		t.Fatalf("the runs got approved digests %q, want none then %s", approved, digest)
+	}
 
 	fs.down <- f.assign("job_b", 8, "ins_1")
 	ack = fs.next(t).GetAck()
 	fs.down <- &agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Rejected{Rejected: &agentv1.WriteRejected{
 		WriteId: ack.WriteId, JobId: "job_b", Code: "failed_precondition", Message: "stale fencing token"}}}
 	time.Sleep(200 * time.Millisecond)
-	if started, _ := rr.get(); len(started) != 1 {
+	if started, _ := rr.get(); len(started) != 2 {
 		t.Fatalf("a job whose ack was refused ran: %v", started)
 	}
 	close(rr.release)

@@ -59,6 +59,21 @@ func TestAgentRefusesUnverifiedAssignments(t *testing.T) {
 		{"tampered attempt", func(f *fakeIMS, as *agentv1.JobAssignment) { as.Attempt = 2 }, "does not match"},
 		{"tampered timeout", func(f *fakeIMS, as *agentv1.JobAssignment) { as.TimeoutSeconds = 86400 }, "does not match"},
 		{"tampered expiry", func(f *fakeIMS, as *agentv1.JobAssignment) { as.Signature.ExpireUnixMs += 3600_000 }, "does not match"},
+		// The approved plan's digest is signed: none can be added to a
+		// job, and an approved one cannot be swapped for another.
+		{"approved plan digest added", func(f *fakeIMS, as *agentv1.JobAssignment) {
+			as.ApprovedPlanDigest = "sha256:" + strings.Repeat("ab", 32)
+		}, "does not match"},
+		{"approved plan digest swapped", func(f *fakeIMS, as *agentv1.JobAssignment) {
+			as.ApprovedPlanDigest = "sha256:" + strings.Repeat("ab", 32)
+			f.sign(as, f.key, time.Now().Add(time.Minute))
+			as.ApprovedPlanDigest = "sha256:" + strings.Repeat("cd", 32)
+		}, "does not match"},
+		{"approved plan digest removed", func(f *fakeIMS, as *agentv1.JobAssignment) {
+			as.ApprovedPlanDigest = "sha256:" + strings.Repeat("ab", 32)
+			f.sign(as, f.key, time.Now().Add(time.Minute))
+			as.ApprovedPlanDigest = ""
+		}, "does not match"},
 		{"expired", func(f *fakeIMS, as *agentv1.JobAssignment) { f.sign(as, f.key, time.Now().Add(-time.Second)) }, "expired"},
 		{"another install", func(f *fakeIMS, as *agentv1.JobAssignment) {
 			as.InstallId = "ins_other"

@@ -13,9 +13,9 @@ import (
 	"github.com/byoc-dev/byoc/schema/app/cron"
 )
 
-// ListInstallDrift lists the drift state of an install's components: every
-// component with a drift schedule in the install's applied revision, and
-// every component a drift check reported on, by name.
+// ListInstallDrift lists the drift state of the components an install
+// runs: those with a drift schedule in its applied revision (unchecked
+// until a check reports) and those a drift check reported on, by name.
 func (s *Service) ListInstallDrift(ctx context.Context, req *connect.Request[imsv1.ListInstallDriftRequest]) (*connect.Response[imsv1.ListInstallDriftResponse], error) {
 	if req.Msg.Install == "" {
 		return nil, s.err(ctx, errs.Field("install", "is required"))
@@ -27,6 +27,16 @@ func (s *Service) ListInstallDrift(ctx context.Context, req *connect.Request[ims
 	rows, err := s.store.ListDrift(ctx, in.ID)
 	if err != nil {
 		return nil, s.err(ctx, err)
+	}
+	// Only what the install runs: a component removed since its last
+	// check has no drift to speak of.
+	deployed, err := s.store.InstallComponents(ctx, in.ID)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	runs := map[string]bool{}
+	for _, d := range deployed {
+		runs[d.Name] = true
 	}
 	// The schedules come from the revision the install runs.
 	schedules := map[string]string{}
@@ -46,10 +56,12 @@ func (s *Service) ListInstallDrift(ctx context.Context, req *connect.Request[ims
 	}
 	byName := map[string]store.Drift{}
 	for _, d := range rows {
-		byName[d.Component] = d
+		if runs[d.Component] {
+			byName[d.Component] = d
+		}
 	}
 	for name := range schedules {
-		if _, ok := byName[name]; !ok {
+		if _, ok := byName[name]; !ok && runs[name] {
 			byName[name] = store.Drift{InstallID: in.ID, Component: name}
 		}
 	}

@@ -236,10 +236,40 @@ func (s *Service) CancelWorkflow(ctx context.Context, req *connect.Request[imsv1
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}
+	if wf.State.Terminal() {
+		s.cancelPlanJobs(ctx, wf.ID, reason)
+	}
 	s.kick(wf.ID)
 	s.hub.FleetChanged()
 	s.log.InfoContext(ctx, "workflow cancel requested", "workflow", wf.ID, "by", callerFrom(ctx).Name)
 	return connect.NewResponse(&imsv1.CancelWorkflowResponse{Workflow: s.workflowToProto(ctx, wf, nil)}), nil
+}
+
+// cancelPlanJobs cancels the plan jobs still running of a workflow that
+// ended while it awaited approval: nobody will look at those plans. It
+// only logs what it cannot do; the jobs change nothing anyway.
+func (s *Service) cancelPlanJobs(ctx context.Context, id, reason string) {
+	_, steps, err := s.store.GetWorkflow(ctx, id)
+	if err != nil {
+		s.log.WarnContext(ctx, "cancel plan jobs", "workflow", id, "err", err)
+		return
+	}
+	for _, st := range steps {
+		if st.PlanJobID == "" || st.PlanDigest != "" {
+			continue
+		}
+		j, err := s.store.RequestCancel(ctx, st.PlanJobID, "workflow "+id+" cancelled: "+reason, s.now())
+		if err != nil {
+			if !errs.Is(err, errs.Conflict) { // already ended
+				s.log.WarnContext(ctx, "cancel plan job", "workflow", id, "job", st.PlanJobID, "err", err)
+			}
+			continue
+		}
+		if !j.State.Terminal() && j.AgentID != "" {
+			s.hub.Cancel(j.AgentID, dispatch.CancelRequest{JobID: j.ID, Reason: "workflow " + id + " cancelled"})
+		}
+		s.hub.NotifyLog(j.ID)
+	}
 }
 
 // RetryWorkflowStep runs a failed step again.
@@ -440,6 +470,16 @@ func (s *Service) livePlan(ctx context.Context, kind string, in store.Install, p
 	live, err := s.cfg.Engine.PlanJobs(ctx, kind, in, plan, "live plan by "+callerFrom(ctx).Name)
 	if err != nil {
 		return err
+	}
+	if len(live.Jobs) > 0 {
+		// No agent, no plan: say so now rather than at the timeout.
+		agents, err := s.store.AgentsForInstall(ctx, in.ID)
+		if err != nil {
+			return err
+		}
+		if len(agents) == 0 {
+			return errs.E(errs.Conflict, "install %s has no agent enrolled, so nothing can plan it live (byoc install plan %s without --live plans from the graph)", in.Name, in.Name)
+		}
 	}
 	var jobs []store.Job
 	for _, st := range plan.Steps {

@@ -64,13 +64,17 @@ func (p *Plan) Apply(ctx context.Context, opts Options) (*Result, error) {
 		}
 	}
 	slices.SortStableFunc(blobs, func(a, b Node) int { return int(min(max(b.Descriptor.Size-a.Descriptor.Size, -1), 1)) })
-	var sent atomic.Int64
+	sent := opts.Sent
+	if sent == nil {
+		sent = new(atomic.Int64)
+	}
+	start := sent.Load()
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(opts.concurrency())
 	var copied atomic.Int64
 	for _, n := range blobs {
 		g.Go(func() error {
-			did, err := p.copyBlob(gctx, n.Descriptor, &sent, opts)
+			did, err := p.copyBlob(gctx, n.Descriptor, sent, opts)
 			if did {
 				copied.Add(1)
 			}
@@ -78,7 +82,7 @@ func (p *Plan) Apply(ctx context.Context, opts Options) (*Result, error) {
 		})
 	}
 	err := g.Wait()
-	res.BlobBytes = sent.Load()
+	res.BlobBytes = sent.Load() - start
 	res.BytesTransferred = res.BlobBytes
 	res.BlobsCopied = int(copied.Load())
 	res.BlobsSkipped += len(blobs) - res.BlobsCopied

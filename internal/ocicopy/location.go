@@ -6,8 +6,10 @@
 // A copy is two steps. PlanCopy reads the whole manifest graph from the
 // source (verifying every manifest's digest and size) and asks the
 // destination which nodes it already has; Plan.Apply then sends only the
-// missing blobs, in parallel, verifying each digest while it streams, and
-// pushes the manifests last, children before parents. So an unchanged
+// missing blobs, in parallel, each checked against its digest and size
+// by the destination as it takes it (and, with Options.LocalVerify, here
+// while it streams), and pushes the manifests last, children before
+// parents. So an unchanged
 // re-sync sends no blob bytes, an interrupted copy applied again sends
 // only what did not complete, and a source that fails during a copy
 // leaves the destination with nothing but unreferenced blobs: no manifest
@@ -194,6 +196,9 @@ func ParseReference(s string) (Reference, error) {
 		}
 		ref.Registry = Registry{LayoutRoot: filepath.Dir(abs)}
 		ref.Repository = filepath.Base(abs)
+		if !repoName.MatchString(ref.Repository) {
+			return Reference{}, fmt.Errorf("reference %q: the layout directory's name %q is not a valid repository name (lowercase letters, digits, separators . _ -)", s, ref.Repository)
+		}
 		return ref, ref.checkTag(s)
 	}
 	scheme := ""

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -36,6 +37,9 @@ type Options struct {
 	// hashing here too would hash every byte twice. Use it for a
 	// destination that is known not to check.
 	LocalVerify bool
+	// Sent, if set, counts the blob bytes handed to the destination as
+	// they go, for progress reports while a large blob streams.
+	Sent *atomic.Int64
 	// Progress, if set, is called when a blob or manifest starts and ends
 	// being copied (from several goroutines at once).
 	Progress func(Event)

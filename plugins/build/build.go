@@ -26,6 +26,7 @@ import (
 
 	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/plugins/sdk"
+	"github.com/byoc-dev/byoc/plugins/terraform/tfmodule"
 )
 
 // TypeName is the component type.
@@ -53,10 +54,11 @@ const (
 // Artifact types of packaged directories (OCI 1.1 artifacts: an empty
 // config, one gzipped tar layer).
 const (
-	HelmArtifactType      = "application/vnd.byoc.helm.chart.v1"
-	TerraformArtifactType = "application/vnd.byoc.terraform.module.v1"
-	HelmLayerType         = "application/vnd.byoc.helm.chart.v1.tar+gzip"
-	TerraformLayerType    = "application/vnd.byoc.terraform.module.v1.tar+gzip"
+	HelmArtifactType = "application/vnd.byoc.helm.chart.v1"
+	HelmLayerType    = "application/vnd.byoc.helm.chart.v1.tar+gzip"
+	// A Terraform module is packed as the terraform type reads it.
+	TerraformArtifactType = tfmodule.ArtifactType
+	TerraformLayerType    = tfmodule.LayerMediaType
 )
 
 const configSchema = `{

@@ -38,6 +38,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/opencontainers/go-digest"
@@ -82,7 +83,12 @@ const stateFile = "image.json"
 // Plugin implements sdk.Plugin for the image type.
 type Plugin struct {
 	now func() time.Time
+	// progressEvery is how often an apply logs how far along it is.
+	progressEvery time.Duration
 }
+
+// ProgressEvery is how often an apply logs the bytes sent so far.
+const ProgressEvery = 10 * time.Second
 
 var (
 	_ sdk.Plugin    = (*Plugin)(nil)
@@ -91,7 +97,10 @@ var (
 )
 
 // New returns the image plugin.
-func New() *Plugin { return &Plugin{now: time.Now} }
+func New() *Plugin { return &Plugin{now: time.Now, progressEvery: ProgressEvery} }
+
+// NewWithProgress is New logging progress every d (for tests).
+func NewWithProgress(d time.Duration) *Plugin { return &Plugin{now: time.Now, progressEvery: d} }
 
 // Describe reports the image type and its config schema.
 func (p *Plugin) Describe(context.Context, *sdk.DescribeRequest) (*sdk.DescribeResponse, error) {
@@ -225,7 +234,7 @@ func (p *Plugin) open(ctx context.Context, c map[string]any, env map[string]stri
 		}
 		j.cfg.ref.Registry = vreg
 	}
-	if cfg.vendor || j.cfg.ref.Registry.Host == env[EnvVendorRegistry] {
+	if vh := env[EnvVendorRegistry]; cfg.vendor || (vh != "" && j.cfg.ref.Registry.Host == vh) {
 		j.srcName = "vendor registry " + j.cfg.ref.Registry.Host
 		srcCreds = ocicopy.Credentials{AccessToken: env[EnvVendorRegistryToken]}
 	} else {
@@ -385,7 +394,27 @@ func (p *Plugin) Apply(ctx context.Context, req *sdk.ApplyRequest) (*sdk.ApplyRe
 	}
 	target := ocicopy.Reference{Registry: j.dstReg, Repository: j.cfg.repository, Digest: plan.Root.Digest}.String()
 	req.Log.Stdout(fmt.Sprintf("%s -> %s: %d of %d pieces missing (%s of %s)", j.cfg.source, target, len(plan.Missing()), len(plan.Nodes), mb(plan.MissingBytes), mb(plan.TotalBytes)))
-	res, err := plan.Apply(ctx, ocicopy.Options{NoReferrers: !j.cfg.referrers, Progress: func(e ocicopy.Event) {
+	// While blobs stream, a line every progressEvery says how far along.
+	var sent atomic.Int64
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	// No line after the operation returns: the ticker's goroutine ends first.
+	defer func() { close(stop); <-stopped }()
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(p.progressEvery)
+		defer t.Stop()
+		begin := time.Now()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				n := sent.Load()
+				req.Log.Stdout(fmt.Sprintf("sent %s of %s (%.1f MB/s)", mb(n), mb(plan.MissingBytes), float64(n)/(1<<20)/time.Since(begin).Seconds()))
+			}
+		}
+	}()
+	res, err := plan.Apply(ctx, ocicopy.Options{NoReferrers: !j.cfg.referrers, Sent: &sent, Progress: func(e ocicopy.Event) {
 		if !e.Done {
 			return
 		}

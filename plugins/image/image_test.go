@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"go.uber.org/goleak"
@@ -292,5 +293,58 @@ warn contains msg if {
 				},
 			)},
 		},
+	})
+}
+
+// A source named with its host (or an OCI layout) and its own
+// credentials, as the copy serves uses other than an install's deploy;
+// wrong credentials are not an outage.
+func TestImageFullReferenceSources(t *testing.T) {
+	srcReg := ocitest.StartRegistry(t, ocitest.RegistryOptions{Username: "puller", Password: "pull-pw"})
+	src := openRepo(t, srcReg.URL(), "acme/api", ocicopy.Credentials{Username: "puller", Password: "pull-pw"})
+	img, err := ocitest.Image(context.Background(), src, ocitest.ImageSpec{Seed: 95, Layers: []int64{64 << 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srcLayout := filepath.Join(t.TempDir(), "api")
+	lay := openRepo(t, "oci:"+filepath.Dir(srcLayout), "api", ocicopy.Credentials{})
+	if _, err := ocicopy.Copy(context.Background(), src, lay, img.Digest, ocicopy.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	install := t.TempDir()
+	fromRegistry := map[string]any{"source": "http://" + srcReg.Host + "/acme/api@" + img.Digest.String(), "repository": "api"}
+	fromLayout := map[string]any{"source": "oci:" + srcLayout + "@" + img.Digest.String(), "repository": "api2"}
+	creds := map[string]string{"BYOC_SOURCE_REGISTRY_USERNAME": "puller", "BYOC_SOURCE_REGISTRY_PASSWORD": "pull-pw"}
+	sdktest.Test(t, image.New(), sdktest.Case{
+		Env: map[string]string{"BYOC_INSTALL_REGISTRY": "oci:" + install},
+		Steps: []sdktest.Step{
+			{Config: fromRegistry, Env: map[string]string{"BYOC_SOURCE_REGISTRY_USERNAME": "puller", "BYOC_SOURCE_REGISTRY_PASSWORD": "wrong"},
+				ExpectError: regexp.MustCompile(`resolve sha256:[0-9a-f]{64} in ` + regexp.QuoteMeta(srcReg.Host) + `/acme/api: .*401`)},
+			{Config: fromRegistry, Env: creds, Check: sdktest.All(
+				sdktest.ExpectOutput("digest", img.Digest.String()),
+				sdktest.ExpectOutput("reference", "oci:"+filepath.Join(install, "api")+"@"+img.Digest.String()))},
+			{Config: fromLayout, Check: sdktest.ExpectOutput("reference", "oci:"+filepath.Join(install, "api2")+"@"+img.Digest.String())},
+		},
+	})
+}
+
+// A long copy says how far along it is while blobs stream.
+func TestImageApplyReportsProgress(t *testing.T) {
+	vendor := ocitest.StartRegistry(t, ocitest.RegistryOptions{})
+	install := ocitest.StartRegistry(t, ocitest.RegistryOptions{})
+	slow := ocitest.StartProxy(t, install.Host)
+	slow.UploadBytesPerSecond = 4 << 20
+	src := openRepo(t, vendor.URL(), "acme/api", ocicopy.Credentials{})
+	img, err := ocitest.Image(context.Background(), src, ocitest.ImageSpec{Seed: 97, Layers: []int64{2 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sdktest.Test(t, image.NewWithProgress(50*time.Millisecond), sdktest.Case{
+		Env: map[string]string{"BYOC_INSTALL_REGISTRY": "http://" + slow.Host, "BYOC_VENDOR_REGISTRY": vendor.Host},
+		Steps: []sdktest.Step{{Config: map[string]any{"source": "acme/api@" + img.Digest.String()}, Check: sdktest.All(
+			sdktest.ExpectLog(" of 2.0 MB ("),
+			sdktest.ExpectOutput("blobs_copied", "2"),
+		)}},
+		SkipDestroy: true,
 	})
 }

@@ -19,10 +19,10 @@ import (
 
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
-	"oras.land/oras-go/v2"
 	"oras.land/oras-go/v2/content"
 	"oras.land/oras-go/v2/content/oci"
 
+	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/plugins/terraform/tfmodule"
 )
 
@@ -37,66 +37,95 @@ const (
 func PackModule(dir string) ([]byte, error) { return tfmodule.Pack(dir) }
 
 // PushModule is tfmodule.Push.
-func PushModule(ctx context.Context, dir, registry, ref string) (string, error) {
-	return tfmodule.Push(ctx, dir, registry, ref)
+func PushModule(ctx context.Context, dir, registry, ref string, creds ocicopy.Credentials) (string, error) {
+	return tfmodule.Push(ctx, dir, registry, ref, creds)
 }
 
 // maxModuleBytes bounds a module layer (compressed) and its unpacked
 // files; a module is HCL, not data.
 const maxModuleBytes = 64 << 20
 
-// moduleStore opens the OCI image layout dir. This is the one line that
-// changes when the install registry is a registry server (helper
-// packages: internal/ocicopy.Open, or oras-go's remote.NewRepository).
-func moduleStore(ctx context.Context, dir string) (oras.ReadOnlyTarget, error) {
+// store is what a module is read from: an OCI image layout or a
+// registry repository.
+type store interface {
+	content.Fetcher
+	Resolve(ctx context.Context, reference string) (ocispec.Descriptor, error)
+}
+
+// layoutStore opens the OCI image layout dir, read only, refusing a
+// directory that is none (oci.New would create one).
+func layoutStore(ctx context.Context, dir string) (store, error) {
 	if _, err := os.Stat(filepath.Join(dir, ocispec.ImageLayoutFile)); err != nil {
 		return nil, fmt.Errorf("no OCI image layout at %s", dir)
 	}
 	return oci.NewFromFS(ctx, os.DirFS(dir))
 }
 
-// resolveModule says where module ref lives: the layout dir and the tag
-// or digest in it. ref is "oci:DIR@sha256:HEX" (a layout dir named
-// outright) or REPO[:TAG|@sha256:HEX] in the install registry.
-func resolveModule(registry, ref string) (dir, tagOrDigest string, err error) {
+// checkModuleRef checks the form of a module reference: "oci:DIR@sha256:HEX"
+// or REPO[:TAG|@sha256:HEX].
+func checkModuleRef(ref string) error {
 	if rest, ok := strings.CutPrefix(ref, "oci:"); ok {
 		dir, dg, ok := strings.Cut(rest, "@")
 		if !ok || dir == "" {
-			return "", "", fmt.Errorf("module %q: want oci:DIR@sha256:DIGEST", ref)
+			return fmt.Errorf("module %q: want oci:DIR@sha256:DIGEST", ref)
 		}
 		if _, err := digest.Parse(dg); err != nil {
-			return "", "", fmt.Errorf("module %q: digest %q: %v", ref, dg, err)
+			return fmt.Errorf("module %q: digest %q: %v", ref, dg, err)
 		}
-		return dir, dg, nil
+		return nil
 	}
-	r, err := tfmodule.ParseRef(ref)
-	if err != nil {
-		return "", "", err
+	_, err := tfmodule.ParseRef(ref)
+	return err
+}
+
+// openModule opens where module ref lives and returns it with the tag or
+// digest to resolve there and a name for messages. ref is
+// "oci:DIR@sha256:HEX" (a layout dir named outright) or
+// REPO[:TAG|@sha256:HEX] in the install registry at location registry
+// (internal/ocicopy's syntax: oci:DIR, or a registry server, with creds).
+func openModule(ctx context.Context, registry string, creds ocicopy.Credentials, ref string) (s store, tagOrDigest, where string, err error) {
+	if err := checkModuleRef(ref); err != nil {
+		return nil, "", "", err
 	}
+	if rest, ok := strings.CutPrefix(ref, "oci:"); ok {
+		dir, dg, _ := strings.Cut(rest, "@")
+		s, err := layoutStore(ctx, dir)
+		return s, dg, dir, err
+	}
+	r, _ := tfmodule.ParseRef(ref)
 	if registry == "" {
-		return "", "", fmt.Errorf("module %q: this agent has no install registry (agentd --install-registry, $%s)", ref, EnvInstallRegistry)
+		return nil, "", "", fmt.Errorf("module %q: this agent has no install registry (agentd --install-registry, $%s)", ref, EnvInstallRegistry)
 	}
-	root, err := tfmodule.LayoutRoot(registry)
+	reg, err := ocicopy.ParseRegistry(registry)
 	if err != nil {
-		return "", "", err
+		return nil, "", "", fmt.Errorf("install registry: %w", err)
 	}
-	return filepath.Join(root, filepath.FromSlash(r.Repo)), r.Ref, nil
+	if reg.IsLayout() {
+		dir := filepath.Join(reg.LayoutRoot, filepath.FromSlash(r.Repo))
+		s, err := layoutStore(ctx, dir)
+		return s, r.Ref, dir, err
+	}
+	repo, err := ocicopy.Open(ctx, reg, r.Repo, creds)
+	if err != nil {
+		return nil, "", "", err
+	}
+	return repo, r.Ref, repo.Name(), nil
 }
 
 // fetchModule unpacks module ref into dst and returns the manifest's
-// digest.
-func fetchModule(ctx context.Context, registry, ref, dst string) (string, error) {
-	dir, tagOrDigest, err := resolveModule(registry, ref)
-	if err != nil {
-		return "", err
-	}
-	store, err := moduleStore(ctx, dir)
+// digest. The install registry's credentials, if any, are the
+// operation's BYOC_INSTALL_REGISTRY_USERNAME, _PASSWORD or _TOKEN.
+func fetchModule(ctx context.Context, registry string, opEnv map[string]string, ref, dst string) (string, error) {
+	store, tagOrDigest, where, err := openModule(ctx, registry, ocicopy.CredentialsFromEnv(opEnv, EnvInstallRegistry), ref)
 	if err != nil {
 		return "", fmt.Errorf("module %q: %w", ref, err)
 	}
+	if c, ok := store.(interface{ Close() }); ok {
+		defer c.Close()
+	}
 	desc, err := store.Resolve(ctx, tagOrDigest)
 	if err != nil {
-		return "", fmt.Errorf("module %q: resolve %s in %s: %w", ref, tagOrDigest, dir, err)
+		return "", fmt.Errorf("module %q: resolve %s in %s: %w", ref, tagOrDigest, where, err)
 	}
 	mb, err := content.FetchAll(ctx, store, desc) // verifies size and digest
 	if err != nil {

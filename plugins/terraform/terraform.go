@@ -170,7 +170,7 @@ func (p *Plugin) Validate(_ context.Context, req *sdk.ValidateRequest) (*sdk.Val
 	case c.Module != "" && c.ModuleDir != "":
 		diags = append(diags, sdk.Diagnostic{Field: "module_dir", Message: "set module or module_dir, not both"})
 	case c.Module != "":
-		if _, _, err := resolveModule("oci:/", c.Module); err != nil {
+		if err := checkModuleRef(c.Module); err != nil {
 			diags = append(diags, sdk.Diagnostic{Field: "module", Message: strings.TrimPrefix(err.Error(), fmt.Sprintf("module %q: ", c.Module))})
 		}
 	case !filepath.IsAbs(c.ModuleDir):
@@ -373,7 +373,7 @@ func (p *Plugin) start(ctx context.Context, job sdk.JobContext, cfgMap map[strin
 		}
 		log.System("terraform: module from directory " + cfg.ModuleDir + " (development)")
 	} else {
-		dg, err := fetchModule(ctx, p.env(opEnv, EnvInstallRegistry), cfg.Module, r.dir)
+		dg, err := fetchModule(ctx, p.env(opEnv, EnvInstallRegistry), opEnv, cfg.Module, r.dir)
 		if err != nil {
 			return nil, err
 		}

@@ -9,11 +9,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/byoc-dev/byoc/internal/ocicopy"
+	"github.com/byoc-dev/byoc/internal/ocicopy/ocitest"
 	"github.com/byoc-dev/byoc/plugins/sdk"
 	"github.com/byoc-dev/byoc/plugins/sdk/sdktest"
 	"github.com/byoc-dev/byoc/plugins/terraform"
@@ -48,7 +52,7 @@ func setup(t *testing.T) (env map[string]string, registry string) {
 	}
 	registry = t.TempDir()
 	for _, m := range []string{"site", "slow"} {
-		if _, err := terraform.PushModule(t.Context(), filepath.Join("testdata", m), registry, "modules/"+m+":1.0.0"); err != nil {
+		if _, err := terraform.PushModule(t.Context(), filepath.Join("testdata", m), "oci:"+registry, "modules/"+m+":1.0.0", ocicopy.Credentials{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -345,6 +349,118 @@ func TestCancelMidApply(t *testing.T) {
 	}
 	if !strings.Contains(log.text(), "Plan: 2 to add") {
 		t.Errorf("rerun did not continue from the saved state (want 2 to add, first kept):\n%s", log.text())
+	}
+	if got := stateResources(t, filepath.Join(state, terraform.StateFile)); len(got) != 3 {
+		t.Errorf("state after the rerun holds %v", got)
+	}
+}
+
+// TestModuleFromRegistry reads the module from an install registry that
+// is a registry server (docker-registry with Basic auth, started by the
+// test), by digest, with the credentials the agent hands every operation.
+func TestModuleFromRegistry(t *testing.T) {
+	env, _ := setup(t)
+	reg := ocitest.StartRegistry(t, ocitest.RegistryOptions{Username: "agent", Password: "registry-pw"})
+	creds := ocicopy.Credentials{Username: "agent", Password: "registry-pw"}
+	dg, err := terraform.PushModule(t.Context(), filepath.Join("testdata", "site"), reg.Host, "modules/site:1.0.0", creds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layoutDigest, err := terraform.PushModule(t.Context(), filepath.Join("testdata", "site"), "oci:"+t.TempDir(), "modules/site:1.0.0", ocicopy.Credentials{})
+	if err != nil || layoutDigest != dg {
+		t.Fatalf("the same module pushed to a layout: %s, %v; want the registry's digest %s", layoutDigest, err, dg)
+	}
+	env[terraform.EnvInstallRegistry] = reg.Host
+	site := t.TempDir()
+	cfg := map[string]any{"module": "modules/site@" + dg, "vars": map[string]any{"name": "acme", "dir": site}}
+	sdktest.Test(t, terraform.New(), sdktest.Case{Env: env, SkipDestroy: true, Steps: []sdktest.Step{
+		{Name: "no credentials", Op: sdk.OpPlan, Config: cfg, ExpectError: regexp.MustCompile(`module "modules/site@sha256:[0-9a-f]{64}": resolve .*basic credential not found`)},
+		{Name: "plan", Op: sdk.OpPlan, Config: cfg,
+			Env: map[string]string{terraform.EnvInstallRegistry + "_USERNAME": "agent", terraform.EnvInstallRegistry + "_PASSWORD": "registry-pw"},
+			Check: sdktest.All(
+				sdktest.ExpectLog("terraform: module modules/site@"+dg+" ("+dg+")"),
+				sdktest.ExpectChanges("Plan: 2 to add"),
+			)},
+	}})
+}
+
+// terraformChild returns the pid of a terraform process this test process
+// started, or 0.
+func terraformChild(t *testing.T) int {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 || !strings.HasSuffix(s[:i], " (terraform") {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) > 1 && f[1] == strconv.Itoa(os.Getpid()) {
+			return pid
+		}
+	}
+	return 0
+}
+
+// TestKilledApplyRerun kills Terraform outright (SIGKILL, no chance to
+// stop) in the middle of an apply: the next apply of the component says
+// that the previous run did not finish and continues from the state on
+// disk (the local lock died with the process) to the end.
+func TestKilledApplyRerun(t *testing.T) {
+	env, _ := setup(t)
+	p := terraform.New()
+	state := t.TempDir()
+	job := func(n int) sdk.JobContext {
+		return sdk.JobContext{JobID: fmt.Sprintf("job-%d", n), InstallID: "i", Attempt: 1, WorkDir: t.TempDir(), StateDir: state}
+	}
+	log := newLogger(`time_sleep\.wait: Creating`)
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.Apply(t.Context(), &sdk.ApplyRequest{Job: job(1), Config: map[string]any{"module": "modules/slow:1.0.0", "vars": map[string]any{"wait": "120s"}}, Env: env, Log: log})
+		done <- err
+	}()
+	select {
+	case <-log.seen:
+	case err := <-done:
+		t.Fatalf("apply ended before the sleep began: %v\n%s", err, log.text())
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("the sleep never began:\n%s", log.text())
+	}
+	pid := terraformChild(t)
+	if pid == 0 {
+		t.Fatal("no terraform process found")
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "signal: killed") {
+			t.Fatalf("apply of a killed terraform: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("apply still running a minute after terraform was killed")
+	}
+	if _, err := os.Stat(filepath.Join(state, ".terraform-running")); err != nil {
+		t.Fatalf("the killed run left no running marker: %v", err)
+	}
+
+	log = newLogger(`^$`)
+	resp, err := p.Apply(t.Context(), &sdk.ApplyRequest{Job: job(2), Config: map[string]any{"module": "modules/slow:1.0.0", "vars": map[string]any{"wait": "1s"}}, Env: env, Log: log})
+	if err != nil {
+		t.Fatalf("rerun after the kill: %v\n%s", err, log.text())
+	}
+	if resp.Outputs["done"] != "last" || !strings.Contains(log.text(), "the previous run of this component (job job-1) did not finish") {
+		t.Errorf("rerun outputs %v, log:\n%s", resp.Outputs, log.text())
 	}
 	if got := stateResources(t, filepath.Join(state, terraform.StateFile)); len(got) != 3 {
 		t.Errorf("state after the rerun holds %v", got)

@@ -2,6 +2,8 @@ package agentproto
 
 import (
 	"crypto/ed25519"
+	"encoding/base64"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -78,4 +80,26 @@ func TestReplaceInputs(t *testing.T) {
 	if n := InputNames("a {{ .inputs.x }} b {{.inputs.y}}"); len(n) != 2 || n[0] != "x" || n[1] != "y" {
 		t.Errorf("names %v", n)
 	}
+}
+
+// FuzzParseGrantExchangePassword: the exchange password is read on imsd's
+// token endpoint before anything is authenticated. Whatever it is given,
+// the parser never panics, and what it accepts writes back to itself.
+func FuzzParseGrantExchangePassword(f *testing.F) {
+	f.Add("grt_abc.sekret.1700000000123." + strings.Repeat("A", 86))
+	f.Add("a.b.c.d")
+	f.Add("....")
+	f.Fuzz(func(t *testing.T, p string) {
+		g, err := ParseGrantExchangePassword(p)
+		if err != nil {
+			return
+		}
+		if g.GrantID == "" || g.Secret == "" || len(g.Signature) != 64 {
+			t.Fatalf("accepted %q as %+v", p, g)
+		}
+		again := g.GrantID + "." + g.Secret + "." + strconv.FormatInt(g.At.UnixMilli(), 10) + "." + base64.RawURLEncoding.EncodeToString(g.Signature)
+		if g2, err := ParseGrantExchangePassword(again); err != nil || g2.GrantID != g.GrantID || g2.Secret != g.Secret || !g2.At.Equal(g.At) {
+			t.Fatalf("%q does not read back: %+v, %v", again, g2, err)
+		}
+	})
 }

@@ -30,7 +30,7 @@ func (a *app) installDriftCommand() *cobra.Command {
 			}
 			comps := res.Msg.GetComponents()
 			if len(comps) == 0 {
-				fmt.Fprintf(a.stderr, "No component of %s has a drift schedule or a drift check; set drift_schedule in a component's file.\n", args[0])
+				fmt.Fprintf(a.stderr, "Nothing to show for %s: no component of the revision it runs has a drift_schedule, and no drift check has reported.\n", args[0])
 				return nil
 			}
 			now := a.now()

@@ -1,8 +1,9 @@
 // Package tfmodule packs a Terraform module directory as an OCI artifact
-// and pushes it into an install registry that is an OCI image layout root.
-// It is the part of the terraform type that agentd's "module push" needs,
-// without the type itself (which links OPA for its policy gate and runs
-// in the byoc-plugins companion, never in agentd's process).
+// and pushes it into an install registry (an OCI image layout root or a
+// registry server, internal/ocicopy's locations). It is the part of the
+// terraform type that agentd's "module push" needs, without the type
+// itself, which links OPA for its policy gate and runs in the byoc-plugins
+// companion, never in agentd's process.
 package tfmodule
 
 import (
@@ -21,7 +22,8 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"oras.land/oras-go/v2"
 	"oras.land/oras-go/v2/content"
-	"oras.land/oras-go/v2/content/oci"
+
+	"github.com/byoc-dev/byoc/internal/ocicopy"
 )
 
 // Media types of a module artifact: an OCI manifest (image-spec 1.1) of
@@ -55,19 +57,6 @@ func ParseRef(s string) (Ref, error) {
 		return Ref{}, fmt.Errorf("module %q: repository %q: want lowercase path segments such as modules/network", s, repo)
 	}
 	return Ref{Repo: repo, Ref: ref}, nil
-}
-
-// LayoutRoot is the directory of an install registry location: "oci:DIR"
-// or an absolute path, an OCI image layout root holding one layout per
-// repository.
-func LayoutRoot(location string) (string, error) {
-	if dir, ok := strings.CutPrefix(location, "oci:"); ok && dir != "" {
-		return dir, nil
-	}
-	if filepath.IsAbs(location) {
-		return location, nil
-	}
-	return "", fmt.Errorf("install registry %q: the terraform type reads modules from an OCI image layout (oci:DIR) only, so far", location)
 }
 
 // Walk calls fn for each directory and regular file of a module
@@ -128,11 +117,13 @@ func Pack(dir string) ([]byte, error) {
 }
 
 // Push packs the module directory dir and stores it as a module
-// artifact in the install registry at location registry ("oci:DIR" or an
-// absolute path: an OCI image layout root, one layout per repository), tagged ref's tag (REPO[:TAG], default latest).
-// It returns the manifest's digest. The build agent does this for real
-// installs; tests and the development setup call it directly.
-func Push(ctx context.Context, dir, registry, ref string) (string, error) {
+// artifact in the install registry at location registry (internal/ocicopy's
+// syntax: "oci:DIR", an OCI image layout root with one layout per
+// repository, or a registry server; creds for a server that wants them),
+// tagged ref's tag (REPO[:TAG], default latest). It returns the manifest's
+// digest. The build agent does this for real installs; tests and the
+// development setup (agentd module push) call it directly.
+func Push(ctx context.Context, dir, registry, ref string, creds ocicopy.Credentials) (string, error) {
 	r, err := ParseRef(ref)
 	if err != nil {
 		return "", err
@@ -144,19 +135,24 @@ func Push(ctx context.Context, dir, registry, ref string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("pack %s: %w", dir, err)
 	}
-	root, err := LayoutRoot(registry)
+	reg, err := ocicopy.ParseRegistry(registry)
 	if err != nil {
 		return "", err
 	}
-	store, err := oci.NewWithContext(ctx, filepath.Join(root, filepath.FromSlash(r.Repo)))
+	repo, err := ocicopy.Open(ctx, reg, r.Repo, creds)
 	if err != nil {
 		return "", err
 	}
+	defer repo.Close()
 	ld := content.NewDescriptorFromBytes(LayerMediaType, layer)
-	if err := pushIfMissing(ctx, store, ld, layer); err != nil {
+	if ok, err := repo.Exists(ctx, ld); err != nil {
 		return "", err
+	} else if !ok {
+		if err := repo.Push(ctx, ld, bytes.NewReader(layer)); err != nil {
+			return "", fmt.Errorf("push layer: %w", err)
+		}
 	}
-	md, err := oras.PackManifest(ctx, store, oras.PackManifestVersion1_1, ArtifactType, oras.PackManifestOptions{
+	md, err := oras.PackManifest(ctx, repo, oras.PackManifestVersion1_1, ArtifactType, oras.PackManifestOptions{
 		Layers: []ocispec.Descriptor{ld},
 		// A fixed creation time keeps the manifest's digest a function of
 		// the module's files.
@@ -165,16 +161,8 @@ func Push(ctx context.Context, dir, registry, ref string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("pack manifest: %w", err)
 	}
-	if err := store.Tag(ctx, md, r.Ref); err != nil {
+	if err := repo.Tag(ctx, md, r.Ref); err != nil {
 		return "", err
 	}
 	return md.Digest.String(), nil
-}
-
-func pushIfMissing(ctx context.Context, store *oci.Store, d ocispec.Descriptor, b []byte) error {
-	ok, err := store.Exists(ctx, d)
-	if err != nil || ok {
-		return err
-	}
-	return store.Push(ctx, d, bytes.NewReader(b))
 }

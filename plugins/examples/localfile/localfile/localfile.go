@@ -304,16 +304,25 @@ func writeAtomic(c config) error {
 	return os.Rename(f.Name(), c.path)
 }
 
-// Drift reports whether the file still matches its config.
+// Drift reports whether the file still matches its config, and the change
+// an apply would make to repair it.
 func (Plugin) Drift(_ context.Context, req *sdk.DriftRequest) (*sdk.DriftResponse, error) {
-	d, err := diff(parse(req.Config))
+	c := parse(req.Config)
+	d, err := diff(c)
 	if err != nil {
 		return nil, err
 	}
-	if d != "" {
-		req.Log.System("drifted: " + d)
+	if d == "" {
+		return &sdk.DriftResponse{}, nil
 	}
-	return &sdk.DriftResponse{Drifted: d != "", Changes: d}, nil
+	req.Log.System("drifted: " + d)
+	ch := sdk.PlannedChange{Address: c.path, Action: sdk.ActionUpdate, After: fileValues(c.content, c.mode), Summary: d}
+	if before, ok := current(c.path); ok {
+		ch.Before = before
+	} else {
+		ch.Action = sdk.ActionCreate
+	}
+	return &sdk.DriftResponse{Drifted: true, Changes: d, PlannedChanges: []sdk.PlannedChange{ch}}, nil
 }
 
 // Destroy removes the file the component's last apply wrote (else the

@@ -62,7 +62,7 @@ func TestDrift(t *testing.T) {
 			Name:      "edited by hand",
 			PreConfig: func() error { return os.WriteFile(path, []byte("edited\n"), 0o644) },
 			Op:        sdk.OpDrift, Config: cfg,
-			Check: sdktest.All(sdktest.ExpectDrifted(true), sdktest.ExpectChanges("content (7 bytes, want 6)")),
+			Check: sdktest.All(sdktest.ExpectDrifted(true), sdktest.ExpectChanges("content (7 bytes, want 6)"), sdktest.ExpectPlannedChange("update", path)),
 		},
 		{Op: sdk.OpPlan, Config: cfg, Check: sdktest.ExpectChanges("update " + path)},
 		{Name: "apply repairs", Config: cfg, Check: fileIs(path, "hello\n")},
