@@ -75,7 +75,7 @@ func installLoader(t *testing.T, path string) *pluginhost.Loader {
 func TestBundledTypesRunInCompanion(t *testing.T) {
 	path := buildCompanion(t)
 	l := installLoader(t, path)
-	if k := l.KnownTypes(); !slices.Equal(k, []string{"action", "image", "terraform"}) {
+	if k := l.KnownTypes(); !slices.Equal(k, []string{"action", "helm", "image", "terraform"}) {
 		t.Errorf("KnownTypes = %q", k)
 	}
 	for _, typ := range bundle.Types() {

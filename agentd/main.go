@@ -177,6 +177,7 @@ func run(ctx context.Context, args []string) int {
 		tfProviders          string
 		cancelGrace          time.Duration
 		policyDir            string
+		kubeconfig           string
 		stackPath            string
 		level                slog.Level
 		role                 string
@@ -191,6 +192,7 @@ func run(ctx context.Context, args []string) int {
 	fs.StringVar(&bundledExe, "bundled-plugins", os.Getenv(bundledEnv), "`path` of "+bundle.Binary+", the companion binary serving the built-in types "+strings.Join(bundle.Types(), ", ")+"; default: "+bundle.Binary+" in the directory of agentd's own executable; also $"+bundledEnv)
 	fs.Var(&pins, "plugin-pin", "`type=sha256` pin for an external plugin (repeatable); unpinned plugins never run")
 	fs.StringVar(&secretsFile, "secrets-file", "", "customer-owned `file` of NAME=value secrets (mode 0600); jobs get those their config lists under \"secrets\", and every value is redacted from job logs, errors and outputs")
+	fs.StringVar(&kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "`file`: the kubeconfig of the cluster the helm type deploys to (also $KUBECONFIG); without one, the in-cluster config of the agent's pod")
 	fs.StringVar(&installRegistry, "install-registry", os.Getenv("BYOC_INSTALL_REGISTRY"), "the install registry `location` every image, chart and module is synced into before it runs: http(s)://HOST[:PORT][/PREFIX], HOST[:PORT][/PREFIX], or oci:DIR (an OCI image layout root); default oci:STATE-DIR/registry; also $BYOC_INSTALL_REGISTRY; credentials: the --secrets-file entries BYOC_INSTALL_REGISTRY_USERNAME, _PASSWORD, _TOKEN")
 	fs.StringVar(&tfProviders, "terraform-providers", "", "Terraform provider filesystem mirror `directory`: the terraform type installs providers from it only, never from a registry")
 	fs.DurationVar(&cancelGrace, "cancel-grace", time.Minute, "how long a cancelled or timed-out job's plugin may take to stop once interrupted (Terraform saves its state and releases its lock) before it is killed; 0 kills at once")
@@ -242,6 +244,18 @@ func run(ctx context.Context, args []string) int {
 			fmt.Fprintf(os.Stderr, "agentd: %v\n", err)
 			return 2
 		}
+	}
+	if kubeconfig != "" {
+		// A relative path would be read from each job's work dir.
+		abs, err := filepath.Abs(kubeconfig)
+		if err == nil {
+			_, err = os.Stat(abs)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "agentd: --kubeconfig: %v\n", err)
+			return 2
+		}
+		kubeconfig = abs
 	}
 	// An install stack: imsd, the enrolment token (until enrolled), the
 	// customer's secrets and inputs, and a role per permission mode.
@@ -318,7 +332,7 @@ func run(ctx context.Context, args []string) int {
 	}
 	runner := &agent.PluginRunner{Loader: loader, WorkRoot: filepath.Join(stateDir, "jobs"),
 		StateRoot: filepath.Join(stateDir, "components"), LogRoot: filepath.Join(stateDir, "logs"), Secrets: secretMap, Logger: log,
-		PolicyDir: policyDir, InstallRegistry: installRegistry, PluginEnv: pluginEnv, CancelGrace: cancelGrace}
+		PolicyDir: policyDir, InstallRegistry: installRegistry, PluginEnv: pluginEnv, CancelGrace: cancelGrace, Kubeconfig: kubeconfig}
 	if role == "build" {
 		// The build agent's credentials to read private sources: the
 		// secrets BYOC_SOURCE_REGISTRY_USERNAME, _PASSWORD, _TOKEN.

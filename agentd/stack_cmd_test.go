@@ -85,9 +85,9 @@ func TestPreflightCommand(t *testing.T) {
 		if code := preflightCmd(context.Background(), []string{"--stack-config", localStack(t, ims.URL), "--state-dir", t.TempDir(), "--bundled-plugins", path}, &out, &errb); code != 1 {
 			t.Fatalf("%s companion: exit %d\n%s", name, code, out.String())
 		}
-		want := "the image, terraform types are bundled in byoc-plugins, which was not found at " + path
+		want := "the helm, image, terraform types are bundled in byoc-plugins, which was not found at " + path
 		if name == "group-writable" {
-			want = "the image, terraform types are bundled in byoc-plugins: plugin " + path + " is writable by group or others"
+			want = "the helm, image, terraform types are bundled in byoc-plugins: plugin " + path + " is writable by group or others"
 		}
 		if row := tableRow(out.String(), "bundled plugins"); !strings.HasPrefix(row, "FAIL "+want) || !strings.Contains(out.String(), "fix: install byoc-plugins") {
 			t.Errorf("%s companion: table lacks %q:\n%s", name, want, out.String())

@@ -16,5 +16,5 @@ const Binary = "byoc-plugins"
 
 // Types returns the component types byoc-plugins serves, sorted.
 func Types() []string {
-	return []string{"image", "terraform"}
+	return []string{"helm", "image", "terraform"}
 }

@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/byoc-dev/byoc/internal/buildinfo"
+	"github.com/byoc-dev/byoc/plugins/helm"
 	"github.com/byoc-dev/byoc/plugins/image"
 	"github.com/byoc-dev/byoc/plugins/sdk"
 	"github.com/byoc-dev/byoc/plugins/terraform"
@@ -24,6 +25,7 @@ import (
 // types are the component types this binary serves; bundle.Types names
 // the same set for agentd (a test checks that they agree).
 var types = map[string]func() sdk.Plugin{
+	"helm":      func() sdk.Plugin { return helm.New() },
 	"image":     func() sdk.Plugin { return image.New() },
 	"terraform": func() sdk.Plugin { return terraform.New() },
 }
