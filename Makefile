@@ -24,10 +24,13 @@ BUILDINFO := github.com/byoc-dev/byoc/internal/buildinfo
 LDFLAGS := -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COMMIT) -X $(BUILDINFO).date=$(DATE)
 
 .PHONY: build
-build: ## Build imsd, agentd and byoc into bin/ (with their version: byoc --version).
+# byoc-plugins serves the heavy built-in component types (terraform,
+# image, helm) beside agentd, which looks for it in its own directory.
+build: ## Build imsd, agentd, byoc-plugins (agentd's heavy built-in types) and byoc into bin/ (with their version: byoc --version).
 	@mkdir -p $(BIN)
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/imsd ./imsd
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/agentd ./agentd
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/byoc-plugins ./plugins/bundle/byoc-plugins
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/byoc ./tui
 
 # build-progress is build for people waiting on it (make demo): go build -v
@@ -35,13 +38,13 @@ build: ## Build imsd, agentd and byoc into bin/ (with their version: byoc --vers
 # as one line counting up on a terminal; compiler errors print in full.
 .PHONY: build-progress
 build-progress:
-	@echo "==> building imsd, agentd and byoc into $(BIN) (a first build compiles every dependency: minutes)"
+	@echo "==> building imsd, agentd, byoc-plugins and byoc into $(BIN) (a first build compiles every dependency: minutes)"
 	@mkdir -p $(BIN)
-	@set -o pipefail; $(GO) build -v -ldflags '$(LDFLAGS)' -o $(BIN)/ ./imsd ./agentd ./tui 2>&1 | \
+	@set -o pipefail; $(GO) build -v -ldflags '$(LDFLAGS)' -o $(BIN)/ ./imsd ./agentd ./plugins/bundle/byoc-plugins ./tui 2>&1 | \
 	if [ -t 1 ]; then awk '/[ :]/ {print (n ? "\n" : "") $$0; next} {n++; printf "\r\033[K    %d packages compiled: %s", n, substr($$0, 1, 60)} END {if (n) printf "\r\033[K    %d packages compiled\n", n}'; \
 	else awk '/[ :]/ {print; next} {print "    compiled " $$0}'; fi
 	@mv -f $(BIN)/tui $(BIN)/byoc
-	@echo "==> built $(BIN)/imsd, $(BIN)/agentd and $(BIN)/byoc"
+	@echo "==> built $(BIN)/imsd, $(BIN)/agentd, $(BIN)/byoc-plugins and $(BIN)/byoc"
 
 .PHONY: generate
 generate: ## Regenerate the Go code from rpc/ and the app config JSON Schemas (committed).
@@ -79,12 +82,23 @@ test-short: ## Fast tier: go test -short -race.
 	$(GO) test -short -race -count=1 ./...
 
 .PHONY: test-full
-test-full: terraform-mirror ## Full tier: tests that start real servers (PostgreSQL, processes, terraform).
+test-full: terraform-mirror kube-apiserver-ci ## Full tier: tests that start real servers (PostgreSQL, processes, terraform, kube-apiserver).
 	$(GO) test -count=1 -timeout 20m ./...
 
 .PHONY: terraform-mirror
 terraform-mirror: ## Build the Terraform provider mirror the terraform type's tests use (.cache/terraform-mirror; reused).
 	@scripts/terraform-mirror.sh >/dev/null
+
+# The helm type's integration tier runs a real kube-apiserver built from
+# the Go module proxy (scripts/build-kube-apiserver.sh, cached in .cache/).
+# Elsewhere that tier skips without it; under CI=true it must run, so the
+# full tier waits for the build (.ci/run starts it in the background
+# early; a second caller waits for the first).
+.PHONY: kube-apiserver kube-apiserver-ci
+kube-apiserver: ## Build kube-apiserver for the helm tests into .cache/kube (minutes; reused when present).
+	@scripts/build-kube-apiserver.sh
+kube-apiserver-ci:
+	@if [ "$${CI:-}" = true ]; then echo "==> waiting for kube-apiserver (scripts/build-kube-apiserver.sh)"; scripts/build-kube-apiserver.sh >/dev/null; fi
 
 # Fuzz targets run briefly by `make test`, as package:FuzzName pairs (go
 # test -fuzz takes one target of one package at a time). Add yours here;

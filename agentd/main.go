@@ -5,7 +5,8 @@
 //	agentd --ims URL --enroll-token T --state-dir DIR   enrol once, then serve
 //	agentd --ims URL --state-dir DIR                    serve with the saved identity
 //	agentd --role build --ims URL --enroll-token T ...  the vendor's build agent (build jobs only)
-//	agentd plugin TYPE                                  serve a built-in component type (the loader runs this)
+//	agentd plugin TYPE                                  serve a built-in component type (the loader runs this;
+//	                                                    the heavy ones are served by byoc-plugins beside agentd)
 //	agentd permissions --state-dir DIR show|enable MODE|disable MODE|disable-all|enable-all
 //	                                                    the customer's permission modes and kill switch
 //	agentd breakglass --state-dir DIR list|approve ID [--for D]|deny ID --reason R|revoke ID
@@ -29,6 +30,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -42,21 +44,26 @@ import (
 	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/plugins/action"
 	"github.com/byoc-dev/byoc/plugins/build"
-	"github.com/byoc-dev/byoc/plugins/image"
+	"github.com/byoc-dev/byoc/plugins/bundle"
 	"github.com/byoc-dev/byoc/plugins/sdk"
-	"github.com/byoc-dev/byoc/plugins/terraform"
 )
 
 // builtins are the component types compiled into agentd. They load through
 // the same loader and protocol as third-party plugins: agentd re-executes
-// itself as "agentd plugin TYPE".
+// itself as "agentd plugin TYPE". Only light types belong here: every
+// package linked into agentd runs its init in the agent's own long-lived
+// process. The heavy built-in types (bundle.Types: those linking OPA, Helm
+// or Kubernetes clients) are served by the companion binary byoc-plugins
+// installed beside agentd.
 var builtins = map[string]func() sdk.Plugin{
-	"action":    func() sdk.Plugin { return action.New() },
-	"image":     func() sdk.Plugin { return image.New() },
-	"terraform": func() sdk.Plugin { return terraform.New() },
+	"action": func() sdk.Plugin { return action.New() },
 	// build is served only by the build agent (agentd --role build).
 	build.TypeName: func() sdk.Plugin { return build.New() },
 }
+
+// bundledEnv overrides where agentd looks for byoc-plugins, like
+// --bundled-plugins.
+const bundledEnv = "BYOC_BUNDLED_PLUGINS"
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "plugin" {
@@ -86,6 +93,10 @@ func main() {
 }
 
 func servePlugin(args []string) int {
+	if len(args) > 0 && slices.Contains(bundle.Types(), args[0]) {
+		fmt.Fprintf(os.Stderr, "agentd plugin: the %s type is served by %s, installed beside agentd: %s %s\n", args[0], bundle.Binary, bundle.Binary, args[0])
+		return 2
+	}
 	if len(args) == 0 || builtins[args[0]] == nil {
 		fmt.Fprintf(os.Stderr, "agentd plugin: name a built-in type: %s\n", strings.Join(builtinNames(), ", "))
 		return 2
@@ -119,6 +130,41 @@ func roleBuiltins(role string) []string {
 	return out
 }
 
+// roleBundled are the types of byoc-plugins an agent of role runs: none
+// for the build agent.
+func roleBundled(role string) []string {
+	if role == "build" {
+		return nil
+	}
+	return bundle.Types()
+}
+
+// bundledLoader is a loader that knows the bundled types of role and where
+// their companion binary is: path (--bundled-plugins), else byoc-plugins
+// beside agentd's own executable.
+func bundledLoader(path, role string) (*pluginhost.Loader, error) {
+	if path == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("find own executable: %w", err)
+		}
+		// os.Executable is the agent's file with symlinks resolved: the
+		// companion is installed beside that file.
+		path = filepath.Join(filepath.Dir(self), bundle.Binary)
+	} else {
+		abs, err := filepath.Abs(path)
+		if err != nil {
+			return nil, fmt.Errorf("--bundled-plugins: %w", err)
+		}
+		path = abs
+	}
+	return &pluginhost.Loader{
+		Bundled:     roleBundled(role),
+		BundledExe:  path,
+		BundledHint: "install it next to agentd or set agentd --bundled-plugins PATH ($" + bundledEnv + ")",
+	}, nil
+}
+
 // multiFlag collects a repeated flag.
 type multiFlag []string
 
@@ -136,9 +182,11 @@ func run(ctx context.Context, args []string) int {
 		tfProviders          string
 		cancelGrace          time.Duration
 		policyDir            string
+		kubeconfig           string
 		stackPath            string
 		level                slog.Level
 		role                 string
+		bundledExe           string
 	)
 	fs.StringVar(&role, "role", "install", "`install` (an install's agent) or build (the vendor's build agent, the only writer of the vendor registry; enrol it with a token from byoc build agent-token)")
 	fs.StringVar(&ims, "ims", os.Getenv("BYOC_IMS_URL"), "imsd `URL`; also $BYOC_IMS_URL")
@@ -146,12 +194,14 @@ func run(ctx context.Context, args []string) int {
 	fs.StringVar(&stateDir, "state-dir", "", "`directory` for the agent's identity and job workspaces")
 	fs.IntVar(&capacity, "capacity", 4, "how many jobs run at once")
 	fs.Var(&pluginDirs, "plugin-dir", "`directory` searched for byoc-plugin-<type> binaries (repeatable)")
+	fs.StringVar(&bundledExe, "bundled-plugins", os.Getenv(bundledEnv), "`path` of "+bundle.Binary+", the companion binary serving the built-in types "+strings.Join(bundle.Types(), ", ")+"; default: "+bundle.Binary+" in the directory of agentd's own executable; also $"+bundledEnv)
 	fs.Var(&pins, "plugin-pin", "`type=sha256` pin for an external plugin (repeatable); unpinned plugins never run")
 	fs.StringVar(&secretsFile, "secrets-file", "", "customer-owned `file` of NAME=value secrets (mode 0600); jobs get those their config lists under \"secrets\", and every value is redacted from job logs, errors and outputs")
+	fs.StringVar(&kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "`file`: the kubeconfig of the cluster the helm type deploys to (also $KUBECONFIG); without one, the in-cluster config of the agent's pod")
 	fs.StringVar(&installRegistry, "install-registry", os.Getenv("BYOC_INSTALL_REGISTRY"), "the install registry `location` every image, chart and module is synced into before it runs: http(s)://HOST[:PORT][/PREFIX], HOST[:PORT][/PREFIX], or oci:DIR (an OCI image layout root); default oci:STATE-DIR/registry; also $BYOC_INSTALL_REGISTRY; credentials: the --secrets-file entries BYOC_INSTALL_REGISTRY_USERNAME, _PASSWORD, _TOKEN")
 	fs.StringVar(&tfProviders, "terraform-providers", "", "Terraform provider filesystem mirror `directory`: the terraform type installs providers from it only, never from a registry")
 	fs.DurationVar(&cancelGrace, "cancel-grace", time.Minute, "how long a cancelled or timed-out job's plugin may take to stop once interrupted (Terraform saves its state and releases its lock) before it is killed; 0 kills at once")
-	fs.StringVar(&policyDir, "policy-dir", "", "customer-owned `directory` of rego policies (*.rego, not writable by group or others); every plan, apply and destroy must pass them, whatever the app config's policies say")
+	fs.StringVar(&policyDir, "policy-dir", "", "customer-owned `directory` of rego policies (*.rego; it and they not writable by group or others); every plan, apply and destroy must pass them, whatever the app config's policies say")
 	fs.StringVar(&stackPath, "stack-config", os.Getenv("BYOC_STACK_CONFIG"), "the install stack's config `file` (its imsd URL, enrolment token, a role per permission mode, the customer's inputs and secrets); also $BYOC_STACK_CONFIG")
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "log `level`: debug, info, warn, error")
 	showVersion := fs.Bool("version", false, "print the version, commit and build date, and exit")
@@ -199,6 +249,18 @@ func run(ctx context.Context, args []string) int {
 			fmt.Fprintf(os.Stderr, "agentd: %v\n", err)
 			return 2
 		}
+	}
+	if kubeconfig != "" {
+		// A relative path would be read from each job's work dir.
+		abs, err := filepath.Abs(kubeconfig)
+		if err == nil {
+			_, err = os.Stat(abs)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "agentd: --kubeconfig: %v\n", err)
+			return 2
+		}
+		kubeconfig = abs
 	}
 	// An install stack: imsd, the enrolment token (until enrolled), the
 	// customer's secrets and inputs, and a role per permission mode.
@@ -254,14 +316,17 @@ func run(ctx context.Context, args []string) int {
 		}
 		installRegistry = reg.String()
 	}
-	loader := &pluginhost.Loader{
-		SelfExe:  self,
-		SelfArgs: func(typ string) []string { return []string{"plugin", typ} },
-		Builtins: roleBuiltins(role),
-		Dirs:     pluginDirs,
-		Pins:     pinMap,
-		Logger:   log,
+	loader, err := bundledLoader(bundledExe, role)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "agentd: %v\n", err)
+		return 2
 	}
+	loader.SelfExe = self
+	loader.SelfArgs = func(typ string) []string { return []string{"plugin", typ} }
+	loader.Builtins = roleBuiltins(role)
+	loader.Dirs = pluginDirs
+	loader.Pins = pinMap
+	loader.Logger = log
 	// The install registry reaches plugins through InstallRegistry.
 	pluginEnv := map[string]string{}
 	if tfProviders != "" {
@@ -272,7 +337,7 @@ func run(ctx context.Context, args []string) int {
 	}
 	runner := &agent.PluginRunner{Loader: loader, WorkRoot: filepath.Join(stateDir, "jobs"),
 		StateRoot: filepath.Join(stateDir, "components"), LogRoot: filepath.Join(stateDir, "logs"), Secrets: secretMap, Logger: log,
-		PolicyDir: policyDir, InstallRegistry: installRegistry, PluginEnv: pluginEnv, CancelGrace: cancelGrace}
+		PolicyDir: policyDir, InstallRegistry: installRegistry, PluginEnv: pluginEnv, CancelGrace: cancelGrace, Kubeconfig: kubeconfig}
 	if role == "build" {
 		// The build agent's credentials to read private sources: the
 		// secrets BYOC_SOURCE_REGISTRY_USERNAME, _PASSWORD, _TOKEN.

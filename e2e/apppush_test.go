@@ -39,9 +39,9 @@ func TestAppPushRevisionsAndDiff(t *testing.T) {
 		}
 		os.WriteFile(filepath.Join(dir, p), []byte(strings.Replace(string(b), from, to, 1)), 0o644)
 	}
-	edit("components/api.toml", `version = "1.4.0"`, `version = "1.5.0"`)
+	edit("components/api.toml", `chart = "charts/api@sha256:5b1e`, `chart = "charts/api@sha256:6b1e`)
 	out := run(0, "app", "push", dir)
-	if !strings.Contains(out, "revision 2") || !strings.Contains(out, "~ component api: config.version") {
+	if !strings.Contains(out, "revision 2") || !strings.Contains(out, "~ component api: config.chart") {
 		t.Fatalf("second push:\n%s", out)
 	}
 
@@ -61,7 +61,7 @@ func TestAppPushRevisionsAndDiff(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &revs); err != nil || len(revs) != 2 || revs[0].Number != "2" || revs[1].Number != "1" || revs[0].Version != "0.1.0" {
 		t.Fatalf("revisions: %v\n%s", err, out)
 	}
-	if out := run(0, "app", "diff", "acme-analytics", "1", "2"); strings.TrimSpace(out) != "~ component api: config.version" {
+	if out := run(0, "app", "diff", "acme-analytics", "1", "2"); strings.TrimSpace(out) != "~ component api: config.chart" {
 		t.Fatalf("diff 1 2:\n%s", out)
 	}
 	if out := run(0, "app", "diff", "acme-analytics", "2"); strings.TrimSpace(out) != "No changes." {

@@ -226,6 +226,12 @@ func TestLivePlanGroupsInstalls(t *testing.T) {
 		}
 		cluster.StartAgent(t, ims.URL(), tok.Msg.EnrollmentToken.Token, t.TempDir(), flags...)
 	}
+	// An install without an agent cannot be planned live: said at once.
+	cli.PushApp(map[string]string{"app.toml": "name = \"lonely\"\n", "components/motd.toml": "type = \"localfile\"\n[config]\npath = \"/tmp/x\"\ncontent = \"x\"\nmode = \"0644\"\n",
+		"installs/solo.toml": ""})
+	if out := cli.Run(1, "install", "plan", "solo", "--live", "--kind", "provision"); !strings.Contains(out, "install solo has no agent enrolled") {
+		t.Fatalf("live plan without an agent:\n%s", out)
+	}
 	// Without --live: the graph only, no job.
 	if out := cli.Run(0, "install", "plan", "acme", "--kind", "provision"); strings.Contains(out, "Plan of motd") || !strings.Contains(out, "motd") {
 		t.Fatalf("plan without --live:\n%s", out)

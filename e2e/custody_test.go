@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"io/fs"
@@ -286,6 +287,19 @@ func TestCustodySyncAndPullGrants(t *testing.T) {
 	if st != 200 || tok == "" {
 		t.Fatalf("exchange: %d %q", st, msg)
 	}
+	// The token lives as long as the job may (its time limit, 1h here).
+	if parts := strings.Split(tok, "."); len(parts) != 3 {
+		t.Fatalf("token %q is not a JWT", tok)
+	} else {
+		payload, _ := base64.RawURLEncoding.DecodeString(parts[1])
+		var claims struct {
+			Iat, Exp int64
+			Access   []struct{ Name string }
+		}
+		if err := json.Unmarshal(payload, &claims); err != nil || claims.Exp-claims.Iat != 3600 || len(claims.Access) != 1 || claims.Access[0].Name != "multi" {
+			t.Fatalf("token claims %s (%v): want a 1h token for multi only", payload, err)
+		}
+	}
 	if _, st, msg := exchange(t, c.ims, agA, g, time.Now()); st != 401 || !strings.Contains(msg, "already exchanged") {
 		t.Fatalf("second exchange: %d %q", st, msg)
 	}
@@ -332,8 +346,8 @@ func TestCustodySyncAndPullGrants(t *testing.T) {
 }
 
 // A build agent token enrols only a build agent, and an install's token
-// only an install agent; an install's agent refuses an image job by tag
-// before any plugin starts.
+// only an install agent; an install's agent refuses an image job by tag,
+// or from another registry than the vendor's, before any plugin starts.
 func TestCustodyRolesAndTagRefusal(t *testing.T) {
 	skipShort(t)
 	c := startCustody(t)
@@ -346,15 +360,22 @@ func TestCustodyRolesAndTagRefusal(t *testing.T) {
 	_, tok2 := cluster.NewInstall(t, c.ims.Admin(), "shop", "initech")
 	cluster.StartAgent(t, c.ims.URL(), tok2, filepath.Join(t.TempDir(), "agent"))
 	waitConnected(t, c.ims, "initech")
-	cfg, _ := structpb.NewStruct(map[string]any{"source": "hello:1.0"})
-	res, err := c.ims.Admin().EnqueueJob(context.Background(), connect.NewRequest(&imsv1.EnqueueJobRequest{
-		Install: "initech", ComponentType: "image", Operation: "apply", Config: cfg}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	j := cluster.WaitJob(t, c.ims.Admin(), res.Msg.Job.Id, 30*time.Second, imsv1.JobState_JOB_STATE_FAILED, imsv1.JobState_JOB_STATE_REFUSED)
-	if !strings.HasPrefix(j.Error, "refused: ") || !strings.Contains(j.Error, `image source "hello:1.0" is a tag; components reference builds by digest`) {
-		t.Fatalf("image job by tag ended: %q", j.Error)
+	for source, why := range map[string]string{
+		"hello:1.0": `image source "hello:1.0" is a tag; components reference builds by digest`,
+		// Pulled from anywhere but the vendor registry, it would bypass
+		// custody (no build, no lineage).
+		"evil.example/web@sha256:" + strings.Repeat("ab", 32): `names registry "evil.example": components reference builds in the vendor registry`,
+	} {
+		cfg, _ := structpb.NewStruct(map[string]any{"source": source})
+		res, err := c.ims.Admin().EnqueueJob(context.Background(), connect.NewRequest(&imsv1.EnqueueJobRequest{
+			Install: "initech", ComponentType: "image", Operation: "apply", Config: cfg}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		j := cluster.WaitJob(t, c.ims.Admin(), res.Msg.Job.Id, 30*time.Second, imsv1.JobState_JOB_STATE_FAILED, imsv1.JobState_JOB_STATE_REFUSED)
+		if !strings.HasPrefix(j.Error, "refused: ") || !strings.Contains(j.Error, why) {
+			t.Fatalf("image job of source %s ended: %q", source, j.Error)
+		}
 	}
 }
 

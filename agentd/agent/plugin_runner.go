@@ -94,6 +94,11 @@ type PluginRunner struct {
 	// Logger receives what the sweep after each job removed and its
 	// errors. Nil discards them.
 	Logger *slog.Logger
+	// Kubeconfig is the path of the kubeconfig of the customer's cluster
+	// (agentd --kubeconfig), given to jobs of the helm type only, as
+	// KUBECONFIG. Empty: the helm type uses the in-cluster config of the
+	// agent's pod.
+	Kubeconfig string
 	// PolicyDir holds the customer's policies (*.rego, agentd
 	// --policy-dir), read again for each plan, apply and destroy and
 	// handed to the plugin with the vendor's (CustomerPolicies). Empty:
@@ -107,6 +112,10 @@ type PluginRunner struct {
 	// lock is WorkRoot's lock file, held once a sweep took it.
 	lock *os.File
 }
+
+// KubeconfigType is the component type whose jobs get the agent's
+// kubeconfig (PluginRunner.Kubeconfig).
+const KubeconfigType = "helm"
 
 // InstallRegistryEnv names the install registry's location in every
 // plugin's environment, and prefixes its credentials' secret names.
@@ -526,6 +535,9 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 		if _, ok := env[k]; !ok {
 			env[k] = v
 		}
+	}
+	if r.Kubeconfig != "" && job.ComponentType == KubeconfigType {
+		env["KUBECONFIG"] = r.Kubeconfig
 	}
 	started := time.Now()
 	// What the plugin prints outside the protocol (fmt.Println debugging,

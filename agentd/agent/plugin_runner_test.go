@@ -27,6 +27,9 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 2 && os.Args[1] == "plugin" && os.Args[2] == "gated" {
 		sdk.ServeArgs(gated{}, os.Args[3:])
 	}
+	if len(os.Args) > 2 && os.Args[1] == "plugin" && os.Args[2] == "helm" {
+		sdk.ServeArgs(kubeEnv{}, os.Args[3:])
+	}
 	if len(os.Args) > 2 && os.Args[1] == "plugin" && os.Args[2] == "printer" {
 		sdk.ServeArgs(printer{}, os.Args[3:])
 	}

@@ -51,12 +51,20 @@ func takeVendorPolicies(config map[string]any) (map[string]any, []sdk.PolicyModu
 
 // CustomerPolicies reads the customer's policies: every *.rego file in
 // dir (not below it), by name. They are read again for every job, so a
-// change applies to the next job without a restart. A file that others
-// than its owner may write is refused, like a plugin binary: whoever can
-// change a policy can let anything through.
+// change applies to the next job without a restart. A file or a directory
+// that others than its owner may write is refused, like a plugin binary:
+// whoever can change or remove a policy can let anything through.
 func CustomerPolicies(dir string) ([]sdk.PolicyModule, error) {
 	if dir == "" {
 		return nil, nil
+	}
+	// Whoever may write the directory may remove a policy from it.
+	di, err := os.Stat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("customer policies (--policy-dir): %w", err)
+	}
+	if di.Mode().Perm()&0o022 != 0 {
+		return nil, fmt.Errorf("customer policies (--policy-dir) %s: refused: writable by group or others (mode %04o); chmod go-w it", dir, di.Mode().Perm())
 	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {

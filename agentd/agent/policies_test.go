@@ -180,6 +180,13 @@ func TestPolicyGate(t *testing.T) {
 		if _, err := agent.CustomerPolicies(filepath.Join(bad, "missing")); !errors.Is(err, os.ErrNotExist) {
 			t.Fatalf("missing dir: %v", err)
 		}
+		open := t.TempDir()
+		if err := os.Chmod(open, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := agent.CustomerPolicies(open); err == nil || !strings.Contains(err.Error(), "refused: writable by group or others (mode 0777)") {
+			t.Fatalf("a directory others may write: %v", err)
+		}
 	})
 }
 

@@ -24,13 +24,19 @@ type RegistryConfig struct {
 	Service string
 	// GrantTTL is how long a grant may wait to be exchanged (default 5m).
 	GrantTTL time.Duration
-	// TokenTTL is how long a registry token is valid (default 15m).
+	// TokenTTL is how long a registry token is valid (default: the job's
+	// time limit, at least 15m and at most 2h).
 	TokenTTL time.Duration
 }
 
 // grantScopes is what a job of type typ with config may have a grant
-// for; nil for a job that needs none or cannot have one.
-func grantScopes(installID, typ string, config []byte) []string {
+// for; nil for a job that needs none or cannot have one. Only a plan and
+// an apply read the vendor registry (an image's drift check and destroy
+// look at the install registry only).
+func grantScopes(installID, typ, op string, config []byte) []string {
+	if op != "plan" && op != "apply" {
+		return nil
+	}
 	var cfg map[string]any
 	switch typ {
 	case agentproto.ImageType:
@@ -63,7 +69,7 @@ func (s *Service) grant(ctx context.Context, j store.Job, installID string) (*ag
 	if rc == nil {
 		return nil, nil, nil
 	}
-	scopes := grantScopes(installID, j.ComponentType, j.Config)
+	scopes := grantScopes(installID, j.ComponentType, j.Operation, j.Config)
 	if scopes == nil {
 		return nil, nil, nil
 	}
@@ -114,7 +120,7 @@ func (s *Service) Authorize(ctx context.Context, user, password string, scopes [
 		return "", nil, 0, errors.Join(registry.ErrDenied, errors.New("the exchange is not signed by the agent's key"))
 	}
 	var granted []registry.Scope
-	_, err = s.store.ExchangeRegistryGrant(ctx, ex.GrantID, auth.Hash(ex.Secret), a.ID, now, func(g store.RegistryGrant) error {
+	g, err := s.store.ExchangeRegistryGrant(ctx, ex.GrantID, auth.Hash(ex.Secret), a.ID, now, func(g store.RegistryGrant) error {
 		if d := now.Sub(ex.At); d > exchangeSkew || d < -exchangeSkew {
 			return fmt.Errorf("the exchange is signed for %s, more than %s from imsd's clock", ex.At.UTC().Format(time.RFC3339), exchangeSkew)
 		}
@@ -145,9 +151,26 @@ func (s *Service) Authorize(ctx context.Context, user, password string, scopes [
 	if err != nil {
 		return "", nil, 0, err
 	}
-	ttl := 15 * time.Minute
+	return "agent:" + a.ID, granted, s.tokenTTL(ctx, g.JobID), nil
+}
+
+// Bounds of a registry token's lifetime.
+const (
+	minTokenTTL = 15 * time.Minute
+	maxTokenTTL = 2 * time.Hour
+)
+
+// tokenTTL is how long the token of job jobID's grant lives: the job's
+// time limit (a copy may take that long, and the registry checks the
+// token on every request), between minTokenTTL and maxTokenTTL;
+// Config.Registry.TokenTTL when set.
+func (s *Service) tokenTTL(ctx context.Context, jobID string) time.Duration {
 	if s.cfg.Registry != nil && s.cfg.Registry.TokenTTL > 0 {
-		ttl = s.cfg.Registry.TokenTTL
+		return s.cfg.Registry.TokenTTL
 	}
-	return "agent:" + a.ID, granted, ttl, nil
+	ttl := minTokenTTL
+	if j, err := s.store.GetJob(ctx, jobID); err == nil && j.Timeout > ttl {
+		ttl = min(j.Timeout, maxTokenTTL)
+	}
+	return ttl
 }

@@ -471,6 +471,16 @@ func (s *Service) livePlan(ctx context.Context, kind string, in store.Install, p
 	if err != nil {
 		return err
 	}
+	if len(live.Jobs) > 0 {
+		// No agent, no plan: say so now rather than at the timeout.
+		agents, err := s.store.AgentsForInstall(ctx, in.ID)
+		if err != nil {
+			return err
+		}
+		if len(agents) == 0 {
+			return errs.E(errs.Conflict, "install %s has no agent enrolled, so nothing can plan it live (byoc install plan %s without --live plans from the graph)", in.Name, in.Name)
+		}
+	}
 	var jobs []store.Job
 	for _, st := range plan.Steps {
 		if j, ok := live.Jobs[st.Name]; ok {

@@ -22,7 +22,8 @@ steps = [{ script = "echo $RET" }]
 		"components/b.toml": "", "components/c.toml": "", "components/d.toml": "",
 		"components/api.toml": `type = "helm"
 [config]
-chart = "oci://registry.example.com/charts/api"
+release = "api"
+chart = "charts/api@sha256:5b1e6b1f3c0f4e2d9a8c7b6a5f4e3d2c1b0a99887766554433221100ffeeddcc"
 values = { retention_days = "{{ .inputs.size }}" }
 `,
 		"components/hello.toml": `type = "greeting"

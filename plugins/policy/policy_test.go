@@ -3,6 +3,7 @@ package policy_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"regexp"
 	"strings"
@@ -358,5 +359,23 @@ func TestExampleAppPolicy(t *testing.T) {
 	want := []sdk.PolicyFinding{finding("policies/no_public_buckets.rego", "vendor", "deny", "aws_s3_bucket_public_access_block.logs must block public ACLs")}
 	if !equal(got, want) {
 		t.Fatalf("findings %v, want %v", got, want)
+	}
+}
+
+// BenchmarkEvaluate is the gate's cost for a plan of 1,000 changes with
+// the maintenance example and a vendor policy: compile and evaluate, as
+// each job does once.
+func BenchmarkEvaluate(b *testing.B) {
+	var changes []sdk.PlannedChange
+	for i := range 1000 {
+		changes = append(changes, sdk.PlannedChange{Address: fmt.Sprintf("aws_s3_bucket.b%d", i), Action: "create",
+			After: map[string]any{"tags": map[string]any{"owner": "x"}}})
+	}
+	mods := []sdk.PolicyModule{mod("maintenance.rego", "customer", examples.Maintenance), mod("policies/tags.rego", "vendor", vendorTags)}
+	in := input("maintenance", changes...)
+	for b.Loop() {
+		if _, err := policy.Evaluate(b.Context(), mods, in); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

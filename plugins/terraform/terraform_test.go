@@ -9,8 +9,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -380,4 +382,87 @@ func TestModuleFromRegistry(t *testing.T) {
 				sdktest.ExpectChanges("Plan: 2 to add"),
 			)},
 	}})
+}
+
+// terraformChild returns the pid of a terraform process this test process
+// started, or 0.
+func terraformChild(t *testing.T) int {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 || !strings.HasSuffix(s[:i], " (terraform") {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) > 1 && f[1] == strconv.Itoa(os.Getpid()) {
+			return pid
+		}
+	}
+	return 0
+}
+
+// TestKilledApplyRerun kills Terraform outright (SIGKILL, no chance to
+// stop) in the middle of an apply: the next apply of the component says
+// that the previous run did not finish and continues from the state on
+// disk (the local lock died with the process) to the end.
+func TestKilledApplyRerun(t *testing.T) {
+	env, _ := setup(t)
+	p := terraform.New()
+	state := t.TempDir()
+	job := func(n int) sdk.JobContext {
+		return sdk.JobContext{JobID: fmt.Sprintf("job-%d", n), InstallID: "i", Attempt: 1, WorkDir: t.TempDir(), StateDir: state}
+	}
+	log := newLogger(`time_sleep\.wait: Creating`)
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.Apply(t.Context(), &sdk.ApplyRequest{Job: job(1), Config: map[string]any{"module": "modules/slow:1.0.0", "vars": map[string]any{"wait": "120s"}}, Env: env, Log: log})
+		done <- err
+	}()
+	select {
+	case <-log.seen:
+	case err := <-done:
+		t.Fatalf("apply ended before the sleep began: %v\n%s", err, log.text())
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("the sleep never began:\n%s", log.text())
+	}
+	pid := terraformChild(t)
+	if pid == 0 {
+		t.Fatal("no terraform process found")
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "signal: killed") {
+			t.Fatalf("apply of a killed terraform: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("apply still running a minute after terraform was killed")
+	}
+	if _, err := os.Stat(filepath.Join(state, ".terraform-running")); err != nil {
+		t.Fatalf("the killed run left no running marker: %v", err)
+	}
+
+	log = newLogger(`^$`)
+	resp, err := p.Apply(t.Context(), &sdk.ApplyRequest{Job: job(2), Config: map[string]any{"module": "modules/slow:1.0.0", "vars": map[string]any{"wait": "1s"}}, Env: env, Log: log})
+	if err != nil {
+		t.Fatalf("rerun after the kill: %v\n%s", err, log.text())
+	}
+	if resp.Outputs["done"] != "last" || !strings.Contains(log.text(), "the previous run of this component (job job-1) did not finish") {
+		t.Errorf("rerun outputs %v, log:\n%s", resp.Outputs, log.text())
+	}
+	if got := stateResources(t, filepath.Join(state, terraform.StateFile)); len(got) != 3 {
+		t.Errorf("state after the rerun holds %v", got)
+	}
 }

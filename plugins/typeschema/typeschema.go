@@ -5,9 +5,9 @@
 //
 // It holds the built-in types' schemas (the action type's, from
 // plugins/action/actionschema, the image type's, from
-// plugins/image/imageschema, and the terraform type's, from
-// plugins/terraform/tfschema; helm has no plugin yet and accepts any
-// config), reads the description a third-party plugin
+// plugins/image/imageschema, the terraform type's, from
+// plugins/terraform/tfschema, and the helm type's, from
+// plugins/helm/helmschema), reads the description a third-party plugin
 // prints with "byoc-plugin-<type> describe", and turns schemas into the
 // checks schema/app/validate runs (validate.Options.Types).
 //
@@ -33,6 +33,7 @@ import (
 	"strings"
 
 	"github.com/byoc-dev/byoc/plugins/action/actionschema"
+	"github.com/byoc-dev/byoc/plugins/helm/helmschema"
 	"github.com/byoc-dev/byoc/plugins/image/imageschema"
 	"github.com/byoc-dev/byoc/plugins/sdk/configschema"
 	"github.com/byoc-dev/byoc/plugins/terraform/tfschema"
@@ -45,7 +46,7 @@ import (
 var builtin = map[string]string{
 	"action":    actionschema.Config,
 	"image":     imageschema.Config,
-	"helm":      "",
+	"helm":      helmschema.Config,
 	"terraform": tfschema.Config,
 }
 

@@ -70,8 +70,15 @@ sandbox = { memory_mb = "{{ .inputs.replicas }}" }
 script = "echo {{ .inputs.mode }}"
 `,
 			"components/free.toml":  "type = \"anything\"\nconfig = { whatever = [1, 2] }\n",
-			"components/chart.toml": "type = \"helm\"\nconfig = { chart = 3 }\n",
+			"components/chart.toml": "type = \"helm\"\n[config]\nrelease = \"{{ .install.name }}\"\nchart = \"{{ .inputs.mode }}\"\nvalues = { replicas = \"{{ .inputs.replicas }}\" }\n",
 		}, nil},
+		{"helm fields", map[string]string{
+			"components/chart.toml": "type = \"helm\"\n[config]\nchart = 3\nwait = \"yes\"\n",
+		}, []string{
+			`components/chart.toml:2: config.release: is required`,
+			`components/chart.toml:3: config.chart: got integer, want string`,
+			`components/chart.toml:4: config.wait: got string, want boolean`,
+		}},
 		{"action fields", map[string]string{
 			"components/job.toml": `type = "action"
 
@@ -167,7 +174,7 @@ func TestBuiltins(t *testing.T) {
 	}
 	for _, name := range typeschema.BuiltinNames() {
 		s, ok := typeschema.BuiltinSchema(name)
-		if !ok || (name == "action" || name == "image" || name == "terraform") != (s != "") {
+		if !ok || s == "" {
 			t.Errorf("BuiltinSchema(%s) = %q, %v", name, s, ok)
 		}
 	}

@@ -41,16 +41,21 @@ const MaxFileBytes = 1 << 20
 // App is an app config as read: every file decoded into its Go type,
 // with the file and line each key came from.
 type App struct {
-	Metadata    Metadata
-	Inputs      InputsFile
-	Secrets     SecretsFile
-	Sandbox     *Component
-	Components  []*Component // sorted by name
-	Actions     []*Action    // sorted by name
-	Permissions Permissions
-	Policies    PoliciesFile
-	BreakGlass  BreakGlass
-	Installs    []*InstallFile // sorted by name
+	Metadata Metadata
+	Inputs   InputsFile
+	Secrets  SecretsFile
+	Sandbox  *Component
+	// ClusterPolicies is the component that installs policies.toml's
+	// cluster policies (nil without any): a helm release of their
+	// manifests, named ClusterPoliciesName, after the sandbox and before
+	// every other component. Decode makes it; no file declares it.
+	ClusterPolicies *Component
+	Components      []*Component // sorted by name
+	Actions         []*Action    // sorted by name
+	Permissions     Permissions
+	Policies        PoliciesFile
+	BreakGlass      BreakGlass
+	Installs        []*InstallFile // sorted by name
 
 	// Files holds every file of the config (TOML and the scripts and
 	// policies they name), by slash-separated path: what a revision stores.
@@ -141,6 +146,7 @@ func Decode(files map[string][]byte, ds *diag.List) *App {
 	}
 	decodeFile("permissions.toml", &a.Permissions)
 	decodeFile("policies.toml", &a.Policies)
+	a.ClusterPolicies = clusterPoliciesComponent(a.Policies.ClusterPolicies, files)
 	decodeFile("break_glass.toml", &a.BreakGlass)
 	a.Components = loadDir(a, ds, files, "components", "component", decodeFile, func(c *Component) *string { return &c.Name })
 	a.Actions = loadDir(a, ds, files, "actions", "action", decodeFile, func(c *Action) *string { return &c.Name })
@@ -271,6 +277,12 @@ func (a *App) dependencies() map[string][]string {
 	if a.Sandbox != nil {
 		deps["sandbox"] = nil
 	}
+	if a.ClusterPolicies != nil {
+		deps[ClusterPoliciesName] = nil
+		if a.Sandbox != nil {
+			deps[ClusterPoliciesName] = []string{"sandbox"}
+		}
+	}
 	for _, c := range a.Components {
 		d := slices.Clone(c.Dependencies)
 		for _, r := range configRefs(c.Config) {
@@ -280,6 +292,9 @@ func (a *App) dependencies() map[string][]string {
 		}
 		if a.Sandbox != nil {
 			d = append(d, "sandbox")
+		}
+		if a.ClusterPolicies != nil {
+			d = append(d, ClusterPoliciesName)
 		}
 		deps[c.Name] = d
 	}
@@ -309,11 +324,14 @@ func (a *App) SensitiveInputs() []string {
 	return out
 }
 
-// Component returns the component (or, for "sandbox", the sandbox) named
-// name, or nil.
+// Component returns the component (or, for "sandbox", the sandbox, and
+// for ClusterPoliciesName, the cluster policies) named name, or nil.
 func (a *App) Component(name string) *Component {
 	if name == "sandbox" {
 		return a.Sandbox
+	}
+	if name == ClusterPoliciesName {
+		return a.ClusterPolicies
 	}
 	i, ok := slices.BinarySearchFunc(a.Components, name, func(c *Component, n string) int { return strings.Compare(c.Name, n) })
 	if !ok {

@@ -130,7 +130,18 @@ type ModeRole struct {
 
 // PoliciesFile is policies.toml: rules every plan must pass before it is applied.
 type PoliciesFile struct {
-	Policies []Policy `toml:"policy" doc:"The policies."`
+	Policies        []Policy        `toml:"policy" doc:"The policies."`
+	ClusterPolicies []ClusterPolicy `toml:"cluster_policy" doc:"Kubernetes admission policies installed into the install's cluster with the sandbox, before any component (as the helm release byoc-cluster-policies)."`
+}
+
+// ClusterPolicy is a set of Kubernetes admission policies, as YAML
+// manifests, that the cluster itself enforces on every change.
+type ClusterPolicy struct {
+	Name        string `toml:"name" required:"true" doc:"The policy's name."`
+	Description string `toml:"description" doc:"What the policy enforces."`
+	Kind        string `toml:"kind" required:"true" enum:"validating_admission_policy,kyverno" doc:"validating_admission_policy: ValidatingAdmissionPolicy and ValidatingAdmissionPolicyBinding objects (admissionregistration.k8s.io/v1), enforced by the API server itself; kyverno: Kyverno policies (kyverno.io), passed through as manifests (the cluster needs Kyverno)."`
+	File        string `toml:"file" doc:"The manifests (YAML documents), relative to the app directory. Set file or contents."`
+	Contents    string `toml:"contents" doc:"The manifests inline. Set file or contents."`
 }
 
 // Policy is one rule set checked against plans.

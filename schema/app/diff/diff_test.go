@@ -23,7 +23,7 @@ func TestDiff(t *testing.T) {
 		}
 		files[p] = []byte(strings.Replace(s, from, to, 1))
 	}
-	edit("components/api.toml", `version = "1.4.0"`, `version = "1.5.0"`)
+	edit("components/api.toml", `chart = "charts/api@sha256:5b1e`, `chart = "charts/api@sha256:6b1e`)
 	edit("components/db.toml", `type = "terraform"`, "type = \"terraform\"\ntimeout = \"1h\"")
 	delete(files, "components/web.toml")
 	files["components/worker.toml"] = []byte("type = \"image\"\n[config]\nimage = \"w:1\"\n")
@@ -39,7 +39,7 @@ func TestDiff(t *testing.T) {
 		got = append(got, c.String())
 	}
 	want := []string{
-		"changed component api: config.version",
+		"changed component api: config.chart",
 		"changed component db: timeout",
 		"removed component web",
 		"added component worker",

@@ -21,6 +21,7 @@ import (
 	"github.com/byoc-dev/byoc/schema/app/cron"
 	"github.com/byoc-dev/byoc/schema/app/diag"
 	"github.com/byoc-dev/byoc/schema/app/template"
+	"sigs.k8s.io/yaml"
 )
 
 // Options says what the validator knows beyond the files.
@@ -105,6 +106,7 @@ func Check(a *config.App, ds *diag.List, opts Options) {
 	}
 	v.permissions()
 	v.policies()
+	v.clusterPolicies()
 	v.breakGlass()
 	for _, in := range a.Installs {
 		v.install(a.Source(in), in)
@@ -266,6 +268,8 @@ func (v *validator) component(file string, c *config.Component) {
 		switch {
 		case c.Name == "sandbox":
 			v.errf(file, "name", "the sandbox is configured in sandbox.toml; choose another name", "\"sandbox\" is reserved")
+		case c.Name == config.ClusterPoliciesName:
+			v.errf(file, "name", "cluster policies are configured in policies.toml ([[cluster_policy]]); choose another name", "%q is reserved", c.Name)
 		case !identRE.MatchString(c.Name):
 			v.errf(file, "name", identHint+"; without name, the file name is used", "%q is not a valid component name", c.Name)
 		}
@@ -561,6 +565,97 @@ func (v *validator) policies() {
 			}
 		}
 	}
+}
+
+// clusterPolicies checks policies.toml's [[cluster_policy]] entries:
+// a source, and manifests of the kind each declares.
+func (v *validator) clusterPolicies() {
+	const f = "policies.toml"
+	seen := map[string]bool{}
+	for i, p := range v.a.Policies.ClusterPolicies {
+		at := func(k string) string { return fmt.Sprintf("cluster_policy[%d].%s", i, k) }
+		if p.Name != "" && seen[p.Name] {
+			v.errf(f, at("name"), "names must be unique", "cluster policy %q is defined twice", p.Name)
+		}
+		seen[p.Name] = true
+		var text, key string
+		switch {
+		case p.File == "" && p.Contents == "":
+			v.errf(f, fmt.Sprintf("cluster_policy[%d]", i), "add file = \"policies/x.yaml\" or contents = \"...\"", "cluster policy %q has no manifests", p.Name)
+			continue
+		case p.File != "" && p.Contents != "":
+			v.errf(f, at("file"), "keep one of them", "cluster policy %q sets both file and contents", p.Name)
+			continue
+		case p.File != "":
+			v.appFile(f, at("file"), p.File)
+			b, ok := v.a.Files[path.Clean(p.File)]
+			if !ok {
+				continue
+			}
+			text, key = string(b), at("file")
+		default:
+			text, key = p.Contents, at("contents")
+		}
+		for _, problem := range clusterPolicyProblems(p.Kind, text) {
+			v.errf(f, key, clusterPolicyHint(p.Kind), "cluster policy %q: %s", p.Name, problem)
+		}
+	}
+}
+
+func clusterPolicyHint(kind string) string {
+	if kind == "kyverno" {
+		return "Kyverno policies are kyverno.io or policies.kyverno.io objects"
+	}
+	return "a validating_admission_policy is ValidatingAdmissionPolicy and ValidatingAdmissionPolicyBinding objects of admissionregistration.k8s.io/v1"
+}
+
+// clusterPolicyProblems checks a cluster policy's manifests: YAML
+// documents, each a Kubernetes object of the policy's kind.
+func clusterPolicyProblems(kind, text string) []string {
+	var problems []string
+	n := 0
+	for i, doc := range splitYAML(text) {
+		var obj map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+			problems = append(problems, fmt.Sprintf("document %d is not YAML: %v", i+1, err))
+			continue
+		}
+		if len(obj) == 0 {
+			continue
+		}
+		n++
+		apiVersion, _ := obj["apiVersion"].(string)
+		k, _ := obj["kind"].(string)
+		meta, _ := obj["metadata"].(map[string]any)
+		name, _ := meta["name"].(string)
+		switch {
+		case apiVersion == "" || k == "" || name == "":
+			problems = append(problems, fmt.Sprintf("document %d is not a Kubernetes object (it needs apiVersion, kind and metadata.name)", i+1))
+		case kind == "validating_admission_policy" && (apiVersion != "admissionregistration.k8s.io/v1" || (k != "ValidatingAdmissionPolicy" && k != "ValidatingAdmissionPolicyBinding")):
+			problems = append(problems, fmt.Sprintf("document %d is a %s (%s), not a ValidatingAdmissionPolicy or ValidatingAdmissionPolicyBinding of admissionregistration.k8s.io/v1", i+1, k, apiVersion))
+		case kind == "kyverno" && !strings.HasPrefix(apiVersion, "kyverno.io/") && !strings.HasPrefix(apiVersion, "policies.kyverno.io/"):
+			problems = append(problems, fmt.Sprintf("document %d is a %s (%s), not a Kyverno policy", i+1, k, apiVersion))
+		}
+	}
+	if n == 0 && len(problems) == 0 {
+		problems = append(problems, "has no objects")
+	}
+	return problems
+}
+
+// splitYAML splits a YAML stream at its "---" lines.
+func splitYAML(text string) []string {
+	var docs []string
+	var cur strings.Builder
+	for _, line := range strings.SplitAfter(text, "\n") {
+		if strings.TrimRight(line, " \t\r\n") == "---" {
+			docs = append(docs, cur.String())
+			cur.Reset()
+			continue
+		}
+		cur.WriteString(line)
+	}
+	return append(docs, cur.String())
 }
 
 func (v *validator) breakGlass() {

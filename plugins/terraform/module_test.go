@@ -1,0 +1,127 @@
+package terraform
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/byoc-dev/byoc/internal/ocicopy"
+)
+
+func tarGz(t *testing.T, entries ...tar.Header) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(zw)
+	for _, h := range entries {
+		body := strings.Repeat("x", int(h.Size))
+		if err := tw.WriteHeader(&h); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write([]byte(body))
+	}
+	tw.Close()
+	zw.Close()
+	return buf.Bytes()
+}
+
+// A module layer is unpacked only into the module's directory: names that
+// leave it, links and devices are refused, whoever packed the layer.
+func TestUntarModuleRefuses(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		entry tar.Header
+		want  string
+	}{
+		{"parent", tar.Header{Name: "../evil.tf", Typeflag: tar.TypeReg, Size: 1}, "not a relative path inside the module"},
+		{"absolute", tar.Header{Name: "/etc/evil.tf", Typeflag: tar.TypeReg, Size: 1}, "not a relative path inside the module"},
+		{"deep parent", tar.Header{Name: "a/../../evil.tf", Typeflag: tar.TypeReg, Size: 1}, "not a relative path inside the module"},
+		{"symlink", tar.Header{Name: "link.tf", Typeflag: tar.TypeSymlink, Linkname: "/etc/passwd"}, "only files and directories"},
+		{"hard link", tar.Header{Name: "link.tf", Typeflag: tar.TypeLink, Linkname: "main.tf"}, "only files and directories"},
+		{"device", tar.Header{Name: "dev", Typeflag: tar.TypeChar}, "only files and directories"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dst := t.TempDir()
+			err := untarModule(bytes.NewReader(tarGz(t, tt.entry)), dst)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("untar %q: %v, want %q", tt.entry.Name, err, tt.want)
+			}
+			if _, err := os.Stat(filepath.Join(filepath.Dir(dst), "evil.tf")); err == nil {
+				t.Fatal("a file was written outside the module")
+			}
+		})
+	}
+	// A module unpacks into the directory it is given.
+	dst := t.TempDir()
+	if err := untarModule(bytes.NewReader(tarGz(t, tar.Header{Name: "sub/", Typeflag: tar.TypeDir, Mode: 0o755},
+		tar.Header{Name: "sub/main.tf", Typeflag: tar.TypeReg, Size: 3, Mode: 0o644})), dst); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dst, "sub", "main.tf")); err != nil || string(b) != "xxx" {
+		t.Fatalf("sub/main.tf: %q, %v", b, err)
+	}
+}
+
+// PackModule is a function of the files: the same directory packs to the
+// same bytes, leaving out .terraform and state files, and the artifact's
+// digest does not depend on when it was pushed.
+func TestPackModuleDeterministic(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "main.tf"), []byte(`resource "terraform_data" "x" {}`), 0o644)
+	os.MkdirAll(filepath.Join(dir, ".terraform", "providers"), 0o755)
+	os.WriteFile(filepath.Join(dir, ".terraform", "providers", "big"), []byte("binary"), 0o644)
+	os.WriteFile(filepath.Join(dir, "terraform.tfstate"), []byte("{}"), 0o644)
+	a, err := PackModule(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chtimes(filepath.Join(dir, "main.tf"), time.Unix(12345, 0), time.Unix(12345, 0))
+	b, _ := PackModule(dir)
+	if !bytes.Equal(a, b) {
+		t.Fatal("packing the same files twice gave different bytes")
+	}
+	out := t.TempDir()
+	if err := untarModule(bytes.NewReader(a), out); err != nil {
+		t.Fatal(err)
+	}
+	entries, _ := os.ReadDir(out)
+	if len(entries) != 1 || entries[0].Name() != "main.tf" {
+		t.Fatalf("packed %v, want main.tf only", entries)
+	}
+	d1, err := PushModule(t.Context(), dir, "oci:"+t.TempDir(), "m:1", ocicopy.Credentials{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d2, _ := PushModule(t.Context(), dir, "oci:"+t.TempDir(), "m:2", ocicopy.Credentials{})
+	if d1 != d2 {
+		t.Fatalf("digests %s and %s of the same module", d1, d2)
+	}
+}
+
+// A reference to something that is not a module is refused, naming what
+// it is.
+func TestFetchNotAModule(t *testing.T) {
+	reg := t.TempDir()
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "main.tf"), []byte("# nothing"), 0o644)
+	if _, err := PushModule(t.Context(), dir, "oci:"+reg, "modules/x:1", ocicopy.Credentials{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := fetchModule(t.Context(), "oci:"+reg, nil, "modules/x:2", t.TempDir())
+	if err == nil || !strings.Contains(err.Error(), `resolve 2 in `) {
+		t.Fatalf("unknown tag: %v", err)
+	}
+	_, err = fetchModule(t.Context(), "", nil, "modules/x:1", t.TempDir())
+	if err == nil || !strings.Contains(err.Error(), "this agent has no install registry") {
+		t.Fatalf("no registry: %v", err)
+	}
+	_, err = fetchModule(t.Context(), "oci:"+reg, nil, "Modules/X", t.TempDir())
+	if err == nil || !strings.Contains(err.Error(), "want lowercase path segments") {
+		t.Fatalf("bad repository: %v", err)
+	}
+}
