@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/byoc-dev/byoc/internal/ocicopy"
-	"github.com/byoc-dev/byoc/plugins/terraform"
+	"github.com/byoc-dev/byoc/plugins/terraform/tfmodule"
 )
 
 const moduleUsage = `usage: agentd module push [--state-dir DIR | --install-registry LOCATION] MODULE_DIR REPO:TAG
@@ -60,7 +60,7 @@ func moduleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		"BYOC_INSTALL_REGISTRY_PASSWORD": os.Getenv("BYOC_INSTALL_REGISTRY_PASSWORD"),
 		"BYOC_INSTALL_REGISTRY_TOKEN":    os.Getenv("BYOC_INSTALL_REGISTRY_TOKEN"),
 	}, "BYOC_INSTALL_REGISTRY")
-	dg, err := terraform.PushModule(ctx, words[1], loc, words[2], creds)
+	dg, err := tfmodule.Push(ctx, words[1], loc, words[2], creds)
 	if err != nil {
 		fmt.Fprintf(stderr, "agentd module push: %v\n", err)
 		return 1
