@@ -18,8 +18,9 @@ Packs a Terraform module directory as a module artifact and stores it in
 the install registry (default oci:DIR/registry, the agent's own; a
 registry server's credentials from $BYOC_INSTALL_REGISTRY_USERNAME and
 _PASSWORD, or _TOKEN), where
-components of type terraform find it as module = "REPO:TAG". It prints the
-artifact's digest; the same files always give the same digest.
+components of type terraform find it as module = "REPO@DIGEST" (a tag is
+refused: it could move). It prints the artifact's digest; the same files
+always give the same digest.
 
 Until the build agent packages and syncs modules, this is how a module
 gets into an install registry by hand (development, the example app).
