@@ -24,10 +24,13 @@ BUILDINFO := github.com/byoc-dev/byoc/internal/buildinfo
 LDFLAGS := -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COMMIT) -X $(BUILDINFO).date=$(DATE)
 
 .PHONY: build
-build: ## Build imsd, agentd and byoc into bin/ (with their version: byoc --version).
+# byoc-plugins serves the heavy built-in component types (terraform,
+# image, helm) beside agentd, which looks for it in its own directory.
+build: ## Build imsd, agentd, byoc-plugins (agentd's heavy built-in types) and byoc into bin/ (with their version: byoc --version).
 	@mkdir -p $(BIN)
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/imsd ./imsd
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/agentd ./agentd
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/byoc-plugins ./plugins/bundle/byoc-plugins
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/byoc ./tui
 
 # build-progress is build for people waiting on it (make demo): go build -v
@@ -35,13 +38,13 @@ build: ## Build imsd, agentd and byoc into bin/ (with their version: byoc --vers
 # as one line counting up on a terminal; compiler errors print in full.
 .PHONY: build-progress
 build-progress:
-	@echo "==> building imsd, agentd and byoc into $(BIN) (a first build compiles every dependency: minutes)"
+	@echo "==> building imsd, agentd, byoc-plugins and byoc into $(BIN) (a first build compiles every dependency: minutes)"
 	@mkdir -p $(BIN)
-	@set -o pipefail; $(GO) build -v -ldflags '$(LDFLAGS)' -o $(BIN)/ ./imsd ./agentd ./tui 2>&1 | \
+	@set -o pipefail; $(GO) build -v -ldflags '$(LDFLAGS)' -o $(BIN)/ ./imsd ./agentd ./plugins/bundle/byoc-plugins ./tui 2>&1 | \
 	if [ -t 1 ]; then awk '/[ :]/ {print (n ? "\n" : "") $$0; next} {n++; printf "\r\033[K    %d packages compiled: %s", n, substr($$0, 1, 60)} END {if (n) printf "\r\033[K    %d packages compiled\n", n}'; \
 	else awk '/[ :]/ {print; next} {print "    compiled " $$0}'; fi
 	@mv -f $(BIN)/tui $(BIN)/byoc
-	@echo "==> built $(BIN)/imsd, $(BIN)/agentd and $(BIN)/byoc"
+	@echo "==> built $(BIN)/imsd, $(BIN)/agentd, $(BIN)/byoc-plugins and $(BIN)/byoc"
 
 .PHONY: generate
 generate: ## Regenerate the Go code from rpc/ and the app config JSON Schemas (committed).
@@ -111,6 +114,7 @@ FUZZ_TARGETS := \
 	./schema/app/cron:FuzzScheduleTokens \
 	./imsd/agentapi:FuzzConfigDigestBothSides \
 	./agentd/agent:FuzzSeenLine \
+	./imsd/store:FuzzEncodeMap \
 	./internal/ocicopy:FuzzParseReference \
 	./imsd/registry:FuzzParseScope \
 	./rpc/agentproto:FuzzParseGrantExchangePassword

@@ -5,11 +5,14 @@
 //	agentd --ims URL --enroll-token T --state-dir DIR   enrol once, then serve
 //	agentd --ims URL --state-dir DIR                    serve with the saved identity
 //	agentd --role build --ims URL --enroll-token T ...  the vendor's build agent (build jobs only)
-//	agentd plugin TYPE                                  serve a built-in component type (the loader runs this)
+//	agentd plugin TYPE                                  serve a built-in component type (the loader runs this;
+//	                                                    the heavy ones are served by byoc-plugins beside agentd)
 //	agentd permissions --state-dir DIR show|enable MODE|disable MODE|disable-all|enable-all
 //	                                                    the customer's permission modes and kill switch
 //	agentd breakglass --state-dir DIR list|approve ID [--for D]|deny ID --reason R|revoke ID
 //	                                                    the customer's decisions on break-glass requests
+//	agentd audit --state-dir DIR verify|compare         check the agent's copy of its install's audit chain,
+//	                                                    and compare it with imsd's
 //	agentd module push --state-dir DIR MODULE_DIR REPO:TAG
 //	                                                    put a Terraform module into the install registry
 //	agentd --stack-config FILE --state-dir DIR          run from an install stack (its imsd, token, roles, inputs, secrets)
@@ -27,6 +30,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -40,23 +44,26 @@ import (
 	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/plugins/action"
 	"github.com/byoc-dev/byoc/plugins/build"
-	"github.com/byoc-dev/byoc/plugins/helm"
-	"github.com/byoc-dev/byoc/plugins/image"
+	"github.com/byoc-dev/byoc/plugins/bundle"
 	"github.com/byoc-dev/byoc/plugins/sdk"
-	"github.com/byoc-dev/byoc/plugins/terraform"
 )
 
 // builtins are the component types compiled into agentd. They load through
 // the same loader and protocol as third-party plugins: agentd re-executes
-// itself as "agentd plugin TYPE".
+// itself as "agentd plugin TYPE". Only light types belong here: every
+// package linked into agentd runs its init in the agent's own long-lived
+// process. The heavy built-in types (bundle.Types: those linking OPA, Helm
+// or Kubernetes clients) are served by the companion binary byoc-plugins
+// installed beside agentd.
 var builtins = map[string]func() sdk.Plugin{
-	"action":    func() sdk.Plugin { return action.New() },
-	"helm":      func() sdk.Plugin { return helm.New() },
-	"image":     func() sdk.Plugin { return image.New() },
-	"terraform": func() sdk.Plugin { return terraform.New() },
+	"action": func() sdk.Plugin { return action.New() },
 	// build is served only by the build agent (agentd --role build).
 	build.TypeName: func() sdk.Plugin { return build.New() },
 }
+
+// bundledEnv overrides where agentd looks for byoc-plugins, like
+// --bundled-plugins.
+const bundledEnv = "BYOC_BUNDLED_PLUGINS"
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "plugin" {
@@ -69,6 +76,9 @@ func main() {
 	defer stop()
 	if len(os.Args) > 1 && os.Args[1] == "breakglass" {
 		os.Exit(breakglassCmd(ctx, os.Args[2:], os.Stdout, os.Stderr, time.Now))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "audit" {
+		os.Exit(auditCmd(ctx, os.Args[2:], os.Stdout, os.Stderr, time.Now))
 	}
 	if len(os.Args) > 1 && os.Args[1] == "module" {
 		os.Exit(moduleCmd(ctx, os.Args[2:], os.Stdout, os.Stderr))
@@ -83,6 +93,10 @@ func main() {
 }
 
 func servePlugin(args []string) int {
+	if len(args) > 0 && slices.Contains(bundle.Types(), args[0]) {
+		fmt.Fprintf(os.Stderr, "agentd plugin: the %s type is served by %s, installed beside agentd: %s %s\n", args[0], bundle.Binary, bundle.Binary, args[0])
+		return 2
+	}
 	if len(args) == 0 || builtins[args[0]] == nil {
 		fmt.Fprintf(os.Stderr, "agentd plugin: name a built-in type: %s\n", strings.Join(builtinNames(), ", "))
 		return 2
@@ -116,6 +130,41 @@ func roleBuiltins(role string) []string {
 	return out
 }
 
+// roleBundled are the types of byoc-plugins an agent of role runs: none
+// for the build agent.
+func roleBundled(role string) []string {
+	if role == "build" {
+		return nil
+	}
+	return bundle.Types()
+}
+
+// bundledLoader is a loader that knows the bundled types of role and where
+// their companion binary is: path (--bundled-plugins), else byoc-plugins
+// beside agentd's own executable.
+func bundledLoader(path, role string) (*pluginhost.Loader, error) {
+	if path == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("find own executable: %w", err)
+		}
+		// os.Executable is the agent's file with symlinks resolved: the
+		// companion is installed beside that file.
+		path = filepath.Join(filepath.Dir(self), bundle.Binary)
+	} else {
+		abs, err := filepath.Abs(path)
+		if err != nil {
+			return nil, fmt.Errorf("--bundled-plugins: %w", err)
+		}
+		path = abs
+	}
+	return &pluginhost.Loader{
+		Bundled:     roleBundled(role),
+		BundledExe:  path,
+		BundledHint: "install it next to agentd or set agentd --bundled-plugins PATH ($" + bundledEnv + ")",
+	}, nil
+}
+
 // multiFlag collects a repeated flag.
 type multiFlag []string
 
@@ -137,6 +186,7 @@ func run(ctx context.Context, args []string) int {
 		stackPath            string
 		level                slog.Level
 		role                 string
+		bundledExe           string
 	)
 	fs.StringVar(&role, "role", "install", "`install` (an install's agent) or build (the vendor's build agent, the only writer of the vendor registry; enrol it with a token from byoc build agent-token)")
 	fs.StringVar(&ims, "ims", os.Getenv("BYOC_IMS_URL"), "imsd `URL`; also $BYOC_IMS_URL")
@@ -144,6 +194,7 @@ func run(ctx context.Context, args []string) int {
 	fs.StringVar(&stateDir, "state-dir", "", "`directory` for the agent's identity and job workspaces")
 	fs.IntVar(&capacity, "capacity", 4, "how many jobs run at once")
 	fs.Var(&pluginDirs, "plugin-dir", "`directory` searched for byoc-plugin-<type> binaries (repeatable)")
+	fs.StringVar(&bundledExe, "bundled-plugins", os.Getenv(bundledEnv), "`path` of "+bundle.Binary+", the companion binary serving the built-in types "+strings.Join(bundle.Types(), ", ")+"; default: "+bundle.Binary+" in the directory of agentd's own executable; also $"+bundledEnv)
 	fs.Var(&pins, "plugin-pin", "`type=sha256` pin for an external plugin (repeatable); unpinned plugins never run")
 	fs.StringVar(&secretsFile, "secrets-file", "", "customer-owned `file` of NAME=value secrets (mode 0600); jobs get those their config lists under \"secrets\", and every value is redacted from job logs, errors and outputs")
 	fs.StringVar(&kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "`file`: the kubeconfig of the cluster the helm type deploys to (also $KUBECONFIG); without one, the in-cluster config of the agent's pod")
@@ -265,14 +316,17 @@ func run(ctx context.Context, args []string) int {
 		}
 		installRegistry = reg.String()
 	}
-	loader := &pluginhost.Loader{
-		SelfExe:  self,
-		SelfArgs: func(typ string) []string { return []string{"plugin", typ} },
-		Builtins: roleBuiltins(role),
-		Dirs:     pluginDirs,
-		Pins:     pinMap,
-		Logger:   log,
+	loader, err := bundledLoader(bundledExe, role)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "agentd: %v\n", err)
+		return 2
 	}
+	loader.SelfExe = self
+	loader.SelfArgs = func(typ string) []string { return []string{"plugin", typ} }
+	loader.Builtins = roleBuiltins(role)
+	loader.Dirs = pluginDirs
+	loader.Pins = pinMap
+	loader.Logger = log
 	// The install registry reaches plugins through InstallRegistry.
 	pluginEnv := map[string]string{}
 	if tfProviders != "" {

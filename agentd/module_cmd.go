@@ -11,7 +11,7 @@ import (
 
 	"github.com/byoc-dev/byoc/internal/chartpack"
 	"github.com/byoc-dev/byoc/internal/ocicopy"
-	"github.com/byoc-dev/byoc/plugins/terraform"
+	"github.com/byoc-dev/byoc/plugins/terraform/tfmodule"
 )
 
 const moduleUsage = `usage: agentd module push [--kind terraform|helm] [--state-dir DIR | --install-registry LOCATION] DIR REPO:TAG
@@ -76,7 +76,7 @@ func moduleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if *kind == "helm" {
 		dg, err = pushChart(ctx, words[1], loc, words[2], creds)
 	} else {
-		dg, err = terraform.PushModule(ctx, words[1], loc, words[2], creds)
+		dg, err = tfmodule.Push(ctx, words[1], loc, words[2], creds)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "agentd module push: %v\n", err)

@@ -20,6 +20,7 @@ import (
 	"github.com/byoc-dev/byoc/agentd/supportbundle"
 	"github.com/byoc-dev/byoc/internal/atomicfile"
 	"github.com/byoc-dev/byoc/internal/buildinfo"
+	"github.com/byoc-dev/byoc/plugins/bundle"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 )
 
@@ -62,11 +63,14 @@ func enrolled(stateDir string) bool {
 }
 
 const preflightUsage = `usage: agentd preflight [--stack-config FILE] [--state-dir DIR] [--ims URL]
+                        [--bundled-plugins PATH] [--role install|build]
 
 Checks what the install's agent needs: egress to imsd, the clock against
 imsd's, each enabled permission mode's role assumable (an STS AssumeRole
 per role), the customer's inputs and secrets readable, the install's
-registry reachable, and free disk space in the state dir. Prints a table
+registry reachable, byoc-plugins (the built-in types too heavy for
+agentd's own process) beside agentd and safe to run, and free disk space
+in the state dir. Prints a table
 with a fix for each failure; exits 1 if any check failed. The install
 stack runs it before the agent enrols.
 `
@@ -78,7 +82,14 @@ func preflightCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	stackPath := fs.String("stack-config", os.Getenv("BYOC_STACK_CONFIG"), "the install stack's config `file`")
 	stateDir := fs.String("state-dir", "", "the agent's state `directory`")
 	ims := fs.String("ims", os.Getenv("BYOC_IMS_URL"), "imsd `URL` (default: the stack's)")
+	bundledFlag := fs.String("bundled-plugins", os.Getenv(bundledEnv), "`path` of "+bundle.Binary+" (default: beside agentd)")
+	role := fs.String("role", "install", "the agent's `role` (install or build: the build agent needs no "+bundle.Binary+")")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	bundled, err := bundledLoader(*bundledFlag, *role)
+	if err != nil {
+		fmt.Fprintf(stderr, "agentd preflight: %v\n", err)
 		return 2
 	}
 	var st *stack.Stack
@@ -89,7 +100,11 @@ func preflightCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			return 2
 		}
 	}
-	rs := preflight.Run(ctx, preflight.Options{Stack: st, IMS: *ims, StateDir: *stateDir, Enrolled: *stateDir != "" && enrolled(*stateDir)})
+	o := preflight.Options{Stack: st, IMS: *ims, StateDir: *stateDir, Enrolled: *stateDir != "" && enrolled(*stateDir)}
+	if len(bundled.Bundled) > 0 {
+		o.Bundled, o.BundledPath = bundled.CheckBundled, bundled.BundledExe
+	}
+	rs := preflight.Run(ctx, o)
 	preflight.Print(stdout, rs)
 	if preflight.Failed(rs) {
 		return 1

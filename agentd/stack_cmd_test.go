@@ -32,15 +32,71 @@ func localStack(t *testing.T, ims string) string {
 	return filepath.Join(dir, "stack.json")
 }
 
+// fakeCompanion writes a stand-in for byoc-plugins that only answers
+// --version, in a directory of its own, and returns its path.
+func fakeCompanion(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "bin")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "byoc-plugins")
+	if err := os.WriteFile(path, []byte("#!/bin/sh\necho byoc-plugins v9.9.9-test\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// tableRow returns the result and detail of check in a preflight table,
+// their columns' padding squeezed to one space.
+func tableRow(table, check string) string {
+	for _, line := range strings.Split(table, "\n") {
+		if rest, ok := strings.CutPrefix(line, check+" "); ok {
+			status, detail, _ := strings.Cut(strings.TrimLeft(rest, " "), " ")
+			return status + " " + strings.TrimLeft(detail, " ")
+		}
+	}
+	return ""
+}
+
 func TestPreflightCommand(t *testing.T) {
 	ims := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	defer ims.Close()
+	companion := fakeCompanion(t)
 	var out, errb bytes.Buffer
-	if code := preflightCmd(context.Background(), []string{"--stack-config", localStack(t, ims.URL), "--state-dir", t.TempDir()}, &out, &errb); code != 0 {
+	if code := preflightCmd(context.Background(), []string{"--stack-config", localStack(t, ims.URL), "--state-dir", t.TempDir(), "--bundled-plugins", companion}, &out, &errb); code != 0 {
 		t.Fatalf("exit %d\n%s%s", code, out.String(), errb.String())
 	}
 	if !strings.Contains(out.String(), "role maintenance") || !strings.Contains(out.String(), "off") {
 		t.Errorf("table:\n%s", out.String())
+	}
+	if row := tableRow(out.String(), "bundled plugins"); row != "pass "+companion+" (byoc-plugins v9.9.9-test)" {
+		t.Errorf("no bundled plugins row that passed:\n%s", out.String())
+	}
+
+	// byoc-plugins missing, or writable by its group: the agent could
+	// run no terraform, image or helm job.
+	for name, setup := range map[string]func() string{
+		"missing":        func() string { return filepath.Join(t.TempDir(), "byoc-plugins") },
+		"group-writable": func() string { p := fakeCompanion(t); os.Chmod(p, 0o775); return p },
+	} {
+		path := setup()
+		out.Reset()
+		if code := preflightCmd(context.Background(), []string{"--stack-config", localStack(t, ims.URL), "--state-dir", t.TempDir(), "--bundled-plugins", path}, &out, &errb); code != 1 {
+			t.Fatalf("%s companion: exit %d\n%s", name, code, out.String())
+		}
+		want := "the helm, image, terraform types are bundled in byoc-plugins, which was not found at " + path
+		if name == "group-writable" {
+			want = "the helm, image, terraform types are bundled in byoc-plugins: plugin " + path + " is writable by group or others"
+		}
+		if row := tableRow(out.String(), "bundled plugins"); !strings.HasPrefix(row, "FAIL "+want) || !strings.Contains(out.String(), "fix: install byoc-plugins") {
+			t.Errorf("%s companion: table lacks %q:\n%s", name, want, out.String())
+		}
+	}
+	// The build agent runs no bundled type.
+	out.Reset()
+	if code := preflightCmd(context.Background(), []string{"--stack-config", localStack(t, ims.URL), "--state-dir", t.TempDir(), "--role", "build", "--bundled-plugins", "/nonexistent/byoc-plugins"}, &out, &errb); code != 0 || strings.Contains(out.String(), "bundled plugins") {
+		t.Errorf("build agent: exit %d\n%s", code, out.String())
 	}
 
 	// Nothing listens here.
@@ -51,7 +107,7 @@ func TestPreflightCommand(t *testing.T) {
 	addr := l.Addr().String()
 	l.Close()
 	out.Reset()
-	if code := preflightCmd(context.Background(), []string{"--stack-config", localStack(t, "http://"+addr), "--state-dir", t.TempDir()}, &out, &errb); code != 1 {
+	if code := preflightCmd(context.Background(), []string{"--stack-config", localStack(t, "http://"+addr), "--state-dir", t.TempDir(), "--bundled-plugins", companion}, &out, &errb); code != 1 {
 		t.Fatalf("unreachable imsd: exit %d\n%s", code, out.String())
 	}
 	if !strings.Contains(out.String(), "FAIL") || !strings.Contains(out.String(), "fix: allow outbound HTTPS") {

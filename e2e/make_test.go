@@ -55,19 +55,19 @@ func TestMakeDemoBuildShowsProgress(t *testing.T) {
 	skipShort(t)
 	root := repoRoot(t)
 	bin := t.TempDir()
-	// A version of its own relinks the three programs, so go build names
+	// A version of its own relinks the four programs, so go build names
 	// them even with a warm cache.
 	cmd := exec.Command("make", "--no-print-directory", "-C", root, "build-progress", "BIN="+bin, fmt.Sprintf("VERSION=progress-%d", time.Now().UnixNano()))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("make build-progress: %v\n%s", err, out)
 	}
-	for _, want := range []string{"==> building imsd, agentd and byoc", "    compiled github.com/byoc-dev/byoc/imsd\n", "    compiled github.com/byoc-dev/byoc/agentd\n", "==> built "} {
+	for _, want := range []string{"==> building imsd, agentd, byoc-plugins and byoc", "    compiled github.com/byoc-dev/byoc/imsd\n", "    compiled github.com/byoc-dev/byoc/agentd\n", "==> built "} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("make build-progress output lacks %q:\n%s", want, out)
 		}
 	}
-	for _, name := range []string{"imsd", "agentd", "byoc"} {
+	for _, name := range []string{"imsd", "agentd", "byoc-plugins", "byoc"} {
 		if _, err := os.Stat(filepath.Join(bin, name)); err != nil {
 			t.Errorf("make build-progress built no %s: %v", name, err)
 		}

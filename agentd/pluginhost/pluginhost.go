@@ -2,10 +2,16 @@
 // subprocess per job, built-in and external types through the same loader
 // and the same protocol.
 //
-// A built-in type is the agent binary re-executing itself. An external type
-// is a binary named byoc-plugin-<type> in one of the configured directories,
-// run only if its SHA-256 matches the pin for that type and neither it nor
-// its directory is writable by group or others.
+// A built-in type is the agent binary re-executing itself. A bundled type
+// is served by the companion binary installed beside the agent
+// (byoc-plugins, package plugins/bundle): a built-in type too heavy to link
+// into the agent's own long-lived process. It is part of the agent's own
+// install, so it is not pinned, but it is checked like an external plugin
+// (a regular file that only root or the agent's user can change, in such a
+// directory) and executed through the descriptor that was checked. An
+// external type is a binary named byoc-plugin-<type> in one of the
+// configured directories, run only if its SHA-256 matches the pin for that
+// type and neither it nor its directory is writable by group or others.
 //
 // Every plugin runs in its own process group with an explicit environment
 // (never the agent's own, which may hold cloud credentials), in the job's
@@ -72,6 +78,15 @@ type Loader struct {
 	SelfArgs func(typ string) []string
 	// Builtins names the built-in types.
 	Builtins []string
+	// Bundled names the types served by the companion binary BundledExe,
+	// run as "BundledExe TYPE".
+	Bundled []string
+	// BundledExe is the companion binary's path (agentd: byoc-plugins in
+	// the directory of its own executable, or --bundled-plugins).
+	BundledExe string
+	// BundledHint says how to install or point at the companion; it ends
+	// the error for a missing one.
+	BundledHint string
 	// Dirs are searched in order for external plugins.
 	Dirs []string
 	// Pins maps an external type to the hex SHA-256 of its binary.
@@ -119,7 +134,7 @@ func (l *Loader) Start(ctx context.Context, typ string, opt StartOptions) (*Inst
 	if opt.WorkDir == "" {
 		return nil, fmt.Errorf("start plugin %s: work dir is required", typ)
 	}
-	cmd, exe, err := l.command(typ)
+	cmd, exe, external, err := l.command(typ)
 	if err != nil {
 		return nil, fmt.Errorf("start plugin %s: %w", typ, err)
 	}
@@ -160,8 +175,9 @@ func (l *Loader) Start(ctx context.Context, typ string, opt StartOptions) (*Inst
 		Cmd:              cmd,
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		// Third-party plugins talk over mutual TLS; a built-in is this very
-		// binary, so the certificate exchange would only cost launch time.
-		AutoMTLS:     exe != nil,
+		// binary and a bundled one part of the same install, so the
+		// certificate exchange would only cost launch time.
+		AutoMTLS:     external,
 		SkipHostEnv:  true,
 		StartTimeout: startTimeout,
 		Logger:       newHCLog(logger, "plugin."+typ),
@@ -264,36 +280,104 @@ func pluginEnv(opt StartOptions) []string {
 	return env
 }
 
-// command builds the command that serves typ. For an external type it also
-// returns the opened binary: the command executes that open file, so the
-// bytes that run are the bytes whose checksum was checked, even if the file
-// is replaced in between.
-func (l *Loader) command(typ string) (*exec.Cmd, *os.File, error) {
+// command builds the command that serves typ. For a bundled or external
+// type it also returns the opened binary: the command executes that open
+// file, so the bytes that run are the bytes that were checked, even if the
+// file is replaced in between. external reports a third-party plugin.
+func (l *Loader) command(typ string) (cmd *exec.Cmd, exe *os.File, external bool, err error) {
 	if !typeName.MatchString(typ) {
-		return nil, nil, fmt.Errorf("invalid component type %q", typ)
+		return nil, nil, false, fmt.Errorf("invalid component type %q", typ)
 	}
 	if slices.Contains(l.Builtins, typ) {
 		if l.SelfExe == "" {
-			return nil, nil, errors.New("built-in plugins need the agent's own path (SelfExe)")
+			return nil, nil, false, errors.New("built-in plugins need the agent's own path (SelfExe)")
 		}
 		args := []string{"plugin", typ}
 		if l.SelfArgs != nil {
 			args = l.SelfArgs(typ)
 		}
-		return exec.Command(l.SelfExe, args...), nil, nil
+		return exec.Command(l.SelfExe, args...), nil, false, nil
+	}
+	if slices.Contains(l.Bundled, typ) {
+		f, err := l.openBundled(typ)
+		if err != nil {
+			return nil, nil, false, err
+		}
+		return fdCommand(f, l.BundledExe, typ), f, false, nil
 	}
 	dir, path, err := l.find(typ)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, false, err
 	}
 	f, err := l.verify(typ, dir, path)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, false, err
 	}
-	// ExtraFiles[0] is descriptor 3 in the child; executing /proc/self/fd/3
-	// is how fexecve works.
-	cmd := &exec.Cmd{Path: "/proc/self/fd/3", Args: []string{path}, ExtraFiles: []*os.File{f}}
-	return cmd, f, nil
+	return fdCommand(f, path), f, true, nil
+}
+
+// fdCommand runs the open binary f with argv path, args...
+// ExtraFiles[0] is descriptor 3 in the child; executing /proc/self/fd/3
+// is how fexecve works.
+func fdCommand(f *os.File, path string, args ...string) *exec.Cmd {
+	return &exec.Cmd{Path: "/proc/self/fd/3", Args: append([]string{path}, args...), ExtraFiles: []*os.File{f}}
+}
+
+// openBundled opens the companion binary for bundled type typ and checks
+// it as verify checks an external plugin, except for the pin: it belongs
+// to the agent's own install, as the agent binary does.
+func (l *Loader) openBundled(typ string) (*os.File, error) {
+	return l.openCompanion("the " + typ + " type is")
+}
+
+// CheckBundled checks the companion binary as Start does before it runs
+// a bundled type (agentd preflight). It returns nil when no type is
+// bundled.
+func (l *Loader) CheckBundled() error {
+	switch len(l.Bundled) {
+	case 0:
+		return nil
+	case 1:
+		return closeOK(l.openCompanion("the " + l.Bundled[0] + " type is"))
+	}
+	return closeOK(l.openCompanion("the " + strings.Join(l.Bundled, ", ") + " types are"))
+}
+
+func closeOK(f *os.File, err error) error {
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// openCompanion opens and checks BundledExe; what starts its errors.
+func (l *Loader) openCompanion(what string) (*os.File, error) {
+	path := l.BundledExe
+	name := filepath.Base(path)
+	if path == "" {
+		return nil, fmt.Errorf("%s bundled in the agent's companion binary, whose path is not set", what)
+	}
+	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
+		msg := fmt.Sprintf("%s bundled in %s, which was not found at %s", what, name, path)
+		if l.BundledHint != "" {
+			msg += "; " + l.BundledHint
+		}
+		return nil, errors.New(msg)
+	} else if err != nil {
+		return nil, fmt.Errorf("%s bundled in %s: %w", what, name, err)
+	}
+	if err := checkDir(filepath.Dir(path)); err != nil {
+		return nil, fmt.Errorf("%s bundled in %s: %w", what, path, err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s bundled in %s: %w", what, name, err)
+	}
+	if err := checkBinary(path, f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s bundled in %s: %w", what, name, err)
+	}
+	return f, nil
 }
 
 // find locates the binary of external type typ in the plugin dirs.
@@ -335,20 +419,12 @@ func (l *Loader) verify(typ, dir, path string) (*os.File, error) {
 			f.Close()
 		}
 	}()
+	if err := checkBinary(path, f); err != nil {
+		return nil, err
+	}
 	fi, err := f.Stat()
 	if err != nil {
 		return nil, fmt.Errorf("stat plugin: %w", err)
-	}
-	switch {
-	case !fi.Mode().IsRegular():
-		return nil, fmt.Errorf("plugin %s is not a regular file", path)
-	case fi.Mode().Perm()&0o022 != 0:
-		return nil, fmt.Errorf("plugin %s is writable by group or others (mode %v); refusing to run it", path, fi.Mode().Perm())
-	case fi.Mode().Perm()&0o100 == 0:
-		return nil, fmt.Errorf("plugin %s is not executable", path)
-	}
-	if err := checkOwner(path, fi); err != nil {
-		return nil, err
 	}
 	got, err := l.checksum(f, fi)
 	if err != nil {
@@ -364,10 +440,28 @@ func (l *Loader) verify(typ, dir, path string) (*os.File, error) {
 	return f, nil
 }
 
-// KnownTypes lists the built-in types and the external plugins present in
-// the plugin dirs, sorted and without duplicates.
+// checkBinary checks the open plugin binary f at path: a regular,
+// executable file that only root or the agent's user can change.
+func checkBinary(path string, f *os.File) error {
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("stat plugin: %w", err)
+	}
+	switch {
+	case !fi.Mode().IsRegular():
+		return fmt.Errorf("plugin %s is not a regular file", path)
+	case fi.Mode().Perm()&0o022 != 0:
+		return fmt.Errorf("plugin %s is writable by group or others (mode %v); refusing to run it", path, fi.Mode().Perm())
+	case fi.Mode().Perm()&0o100 == 0:
+		return fmt.Errorf("plugin %s is not executable", path)
+	}
+	return checkOwner(path, fi)
+}
+
+// KnownTypes lists the built-in and bundled types and the external
+// plugins present in the plugin dirs, sorted and without duplicates.
 func (l *Loader) KnownTypes() []string {
-	types := append([]string(nil), l.Builtins...)
+	types := append(slices.Clone(l.Builtins), l.Bundled...)
 	for _, dir := range l.Dirs {
 		entries, err := os.ReadDir(dir)
 		if err != nil {

@@ -710,3 +710,126 @@ func TestChangedPluginIsRefused(t *testing.T) {
 		t.Fatalf("error = %v", err)
 	}
 }
+
+// installBundled copies bin into a fresh directory as the companion
+// binary byoc-plugins and returns its path.
+func installBundled(tb testing.TB, bin string) string {
+	tb.Helper()
+	b, err := os.ReadFile(bin)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	dir := filepath.Join(tb.TempDir(), "bin")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	path := filepath.Join(dir, "byoc-plugins")
+	if err := os.WriteFile(path, b, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	return path
+}
+
+// TestBundled runs a bundled type through the companion binary (the
+// testkit plugin standing in for byoc-plugins): a real subprocess, started
+// as "byoc-plugins TYPE" without a pin, and checked like an external
+// plugin before it runs.
+func TestBundled(t *testing.T) {
+	bin := testkit(t)
+	const hint = "install it next to agentd or set agentd --bundled-plugins PATH"
+	tests := []struct {
+		name    string
+		setup   func(t *testing.T, exe string) string // returns BundledExe
+		wantErr string
+	}{
+		{"runs without a pin", func(t *testing.T, exe string) string { return exe }, ""},
+		{"missing", func(t *testing.T, exe string) string {
+			return filepath.Join(t.TempDir(), "byoc-plugins")
+		}, "the testkit type is bundled in byoc-plugins, which was not found at " /* path */},
+		{"group-writable", func(t *testing.T, exe string) string {
+			chmod(t, exe, 0o775)
+			return exe
+		}, "the testkit type is bundled in byoc-plugins: plugin %s is writable by group or others (mode -rwxrwxr-x); refusing to run it"},
+		{"not executable", func(t *testing.T, exe string) string {
+			chmod(t, exe, 0o644)
+			return exe
+		}, "plugin %s is not executable"},
+		{"a directory", func(t *testing.T, exe string) string {
+			os.Remove(exe)
+			if err := os.Mkdir(exe, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			return exe
+		}, "plugin %s is not a regular file"},
+		{"world-writable dir", func(t *testing.T, exe string) string {
+			chmod(t, filepath.Dir(exe), 0o777)
+			return exe
+		}, "is writable by group or others (mode -rwxrwxrwx); refusing to run plugins from it"},
+		{"owned by another user", func(t *testing.T, exe string) string {
+			chown(t, exe, 65534)
+			return exe
+		}, "is owned by uid 65534, neither root nor the agent's user"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			exe := tt.setup(t, installBundled(t, bin))
+			l := newLoader(t)
+			l.Bundled, l.BundledExe, l.BundledHint = []string{"testkit"}, exe, hint
+			if k := l.KnownTypes(); !slices.Equal(k, []string{"action", "testkit"}) {
+				t.Errorf("KnownTypes = %q", k)
+			}
+			inst, err := l.Start(t.Context(), "testkit", pluginhost.StartOptions{WorkDir: t.TempDir()})
+			if tt.wantErr != "" {
+				if err == nil {
+					inst.Kill()
+					t.Fatalf("Start succeeded, want error %q", tt.wantErr)
+				}
+				want := tt.wantErr
+				if strings.Contains(want, "%s") {
+					want = fmt.Sprintf(want, exe)
+				}
+				if tt.name == "missing" {
+					want += exe + "; " + hint
+				}
+				if !strings.Contains(err.Error(), want) {
+					t.Fatalf("Start error = %q, want it to contain %q", err, want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Start: %v", err)
+			}
+			t.Cleanup(inst.Kill)
+			// The companion runs as "byoc-plugins TYPE", from the file
+			// that was checked (through its descriptor, so argv[0] names it).
+			cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", inst.PGID()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00"); !slices.Equal(got, []string{exe, "testkit"}) {
+				t.Errorf("the companion's argv = %q, want [%s testkit]", got, exe)
+			}
+			res, logs := run(t, inst, t.TempDir(), map[string]any{"mode": "ok"}, nil)
+			if res.Error != "" || res.Outputs["mode"] != "ok" || !slices.Contains(stdout(logs), "hello from testkit") {
+				t.Errorf("result = %+v, logs = %+v", res, logs)
+			}
+		})
+	}
+}
+
+// A bundled type is not looked for in the plugin dirs: a byoc-plugin-TYPE
+// there does not stand in for a missing companion.
+func TestBundledIsNotSearchedInPluginDirs(t *testing.T) {
+	dir, sum := install(t, testkit(t), "testkit")
+	l := newLoader(t)
+	l.Dirs, l.Pins = []string{dir}, map[string]string{"testkit": sum}
+	l.Bundled, l.BundledExe = []string{"testkit"}, filepath.Join(t.TempDir(), "byoc-plugins")
+	inst, err := l.Start(t.Context(), "testkit", pluginhost.StartOptions{WorkDir: t.TempDir()})
+	if err == nil {
+		inst.Kill()
+		t.Fatal("Start succeeded without the companion")
+	}
+	if !strings.Contains(err.Error(), "which was not found at "+l.BundledExe) {
+		t.Fatalf("error = %v", err)
+	}
+}

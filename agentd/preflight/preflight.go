@@ -1,8 +1,9 @@
 // Package preflight checks what an install's agent needs before it
 // enrols, and on demand (`agentd preflight`): egress to imsd, the clock
 // against imsd's, each enabled permission mode's role assumable, the
-// customer's values readable, the install's registry reachable, and disk
-// space. Each check passes or fails with a fix; a mode the customer
+// customer's values readable, the install's registry reachable, the
+// companion binary of the heavy built-in types (byoc-plugins) in place, and
+// disk space. Each check passes or fails with a fix; a mode the customer
 // turned off is reported as off, not as a failure.
 package preflight
 
@@ -15,6 +16,7 @@ import (
 	"maps"
 	"net/http"
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"syscall"
@@ -57,6 +59,11 @@ type Options struct {
 	// HTTPClient reaches imsd and the registry (a 5 s timeout when nil).
 	HTTPClient *http.Client
 	Now        func() time.Time
+	// Bundled, if set, checks the companion binary byoc-plugins as the
+	// plugin loader does before it runs one of its types
+	// (pluginhost.Loader.CheckBundled); BundledPath names it.
+	Bundled     func() error
+	BundledPath string
 }
 
 // Run runs every check, in order.
@@ -84,8 +91,32 @@ func Run(ctx context.Context, o Options) []Result {
 		out = append(out, checkValues(ctx, o)...)
 		out = append(out, checkRegistry(ctx, o))
 	}
+	if o.Bundled != nil {
+		out = append(out, checkBundled(ctx, o))
+	}
 	out = append(out, checkDisk(o))
 	return out
+}
+
+// checkBundled checks that the companion binary is in place, checked as
+// the loader checks it, and runs (its --version).
+func checkBundled(ctx context.Context, o Options) Result {
+	r := Result{Check: "bundled plugins"}
+	if err := o.Bundled(); err != nil {
+		r.Status, r.Detail = Fail, err.Error()
+		r.Fix = "install byoc-plugins from the same release beside agentd (mode 0755, owned by root), or point agentd at it with --bundled-plugins"
+		return r
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, o.BundledPath, "--version").Output()
+	if err != nil {
+		r.Status, r.Detail = Fail, fmt.Sprintf("%s --version: %v", o.BundledPath, err)
+		r.Fix = "install byoc-plugins for this machine (linux/amd64) from the same release as agentd"
+		return r
+	}
+	r.Status, r.Detail = Pass, fmt.Sprintf("%s (%s)", o.BundledPath, strings.TrimSpace(string(out)))
+	return r
 }
 
 // Failed reports whether any check failed.

@@ -72,8 +72,8 @@ func removeBinaries() {
 	}
 }
 
-// Binaries builds agentd, byoc and imsd once per test binary, in one go
-// build, and returns the directory holding them. The test binary must run
+// Binaries builds agentd, byoc-plugins, byoc and imsd once per test
+// binary, in one go build, and returns the directory holding them. The test binary must run
 // its tests through Main, which removes them at the end.
 func Binaries(tb testing.TB) string {
 	tb.Helper()
@@ -90,12 +90,14 @@ func Binaries(tb testing.TB) string {
 		if buildErr != nil {
 			return
 		}
-		// One build of the three mains shares the work of their common
-		// packages; -o DIR/ names each binary after its directory.
+		// One build of the four mains shares the work of their common
+		// packages; -o DIR/ names each binary after its directory, so
+		// byoc-plugins (the heavy built-in types) lands beside agentd,
+		// where agentd looks for it, as an install has it.
 		// Stamped as the Makefile's build stamps them, with BuildVersion.
 		bi := "github.com/byoc-dev/byoc/internal/buildinfo"
 		ldflags := fmt.Sprintf("-X %s.version=%s -X %s.commit=%s -X %s.date=%s", bi, BuildVersion, bi, BuildCommit, bi, BuildDate)
-		cmd := exec.Command("go", "build", "-ldflags", ldflags, "-o", binDir+string(filepath.Separator), "./agentd", "./tui", "./imsd")
+		cmd := exec.Command("go", "build", "-ldflags", ldflags, "-o", binDir+string(filepath.Separator), "./agentd", "./plugins/bundle/byoc-plugins", "./tui", "./imsd")
 		cmd.Dir = RepoRoot()
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)

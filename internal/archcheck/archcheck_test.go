@@ -168,19 +168,25 @@ func prefixes(ps ...string) func(string) bool {
 	}
 }
 
+// heavy reports whether dep is a package agentd must not link: OPA, Helm,
+// Kubernetes' own modules, or a component type that links them (those
+// live in the byoc-plugins companion, plugins/bundle/byoc-plugins).
+func heavy(dep string) bool {
+	return prefixes("github.com/open-policy-agent", "helm.sh", "k8s.io", "sigs.k8s.io",
+		module+"/plugins/policy", module+"/plugins/image", module+"/plugins/helm", module+"/plugins/bundle/byoc-plugins")(dep) ||
+		dep == module+"/plugins/terraform"
+}
+
 // The rules ARCHITECTURE.md states, each where it states it.
 var rules = []rule{
 	{name: "the tui links no imsd or agentd package (it talks to imsd over the operator API)",
 		from: in("tui"), forbidden: in("imsd", "agentd")},
 	{name: "agentd links no imsd package (the shared protocol pieces are rpc/agentproto)",
 		from: in("agentd"), forbidden: in("imsd")},
+	// Helm's template engine (toToml) links BurntSushi/toml; the helm
+	// type runs in byoc-plugins, so agentd links no TOML parser at all.
 	{name: "agentd links no TOML parser (the app config format stays on imsd's and the CLI's side)",
-		from: in("agentd"), forbidden: prefixes("github.com/pelletier/go-toml", module+"/schema/app/config")},
-	// The main package links the built-in types, and Helm's template
-	// engine (toToml) links BurntSushi/toml: no package of the agent's
-	// own may.
-	{name: "agentd's own packages link no TOML parser at all",
-		from: func(p string) bool { return strings.HasPrefix(p, module+"/agentd/") }, forbidden: prefixes("github.com/BurntSushi/toml")},
+		from: in("agentd"), forbidden: prefixes("github.com/pelletier/go-toml", "github.com/BurntSushi/toml", module+"/schema/app/config")},
 	{name: "the plugin SDK links nothing of imsd, agentd or the tui",
 		from: in("plugins/sdk"), forbidden: in("imsd", "agentd", "tui")},
 	{name: "the plugin SDK links no general JSON Schema library (configschema is its own)",
@@ -202,11 +208,15 @@ var rules = []rule{
 	{name: "imsd and the tui link no gRPC or go-plugin (imsd's APIs are Connect; only the plugin API is plain gRPC)",
 		from: in("imsd", "tui"), forbidden: prefixes("google.golang.org/grpc", "github.com/hashicorp/go-plugin")},
 	{name: "only plugins link OPA (they evaluate policies; imsd carries the vendor's and agentd reads the customer's as text)",
-		from: func(p string) bool {
-			// agentd's main package holds the built-in types, which are plugins.
-			return in("imsd", "tui", "schema", "plugins/sdk", "plugins/typeschema")(p) || (in("agentd")(p) && p != module+"/agentd")
-		},
+		from:      in("imsd", "tui", "schema", "plugins/sdk", "plugins/typeschema", "agentd"),
 		forbidden: prefixes("github.com/open-policy-agent/opa")},
+	{name: "agentd links no OPA, Helm or Kubernetes client, nor any type that does (heavy built-in types are served by byoc-plugins beside it: every package linked into agentd runs its init in the agent's long-lived process)",
+		from: func(p string) bool {
+			// plugins/bundle is the list of names agentd links; its
+			// byoc-plugins, below it, is the companion itself.
+			return in("agentd")(p) || p == module+"/plugins/bundle"
+		},
+		forbidden: heavy},
 	{name: "imsd and the tui link no AWS SDK (only agentd, in the customer's account, talks to AWS: imsd never holds cloud credentials)",
 		from: in("imsd", "tui"), forbidden: prefixes("github.com/aws")},
 	{name: "agentd links only the sts and secretsmanager AWS service clients (agentd/stack; every other call is made by a job with its mode's role)",
@@ -253,7 +263,7 @@ func TestImportRulesCatch(t *testing.T) {
 		{"the tui links", module + "/tui/console", module + "/imsd/store"},
 		{"agentd links no imsd", module + "/agentd/agent", module + "/imsd/auth"},
 		{"agentd links no TOML", module + "/agentd", "github.com/pelletier/go-toml/v2/unstable"},
-		{"agentd's own packages link no TOML", module + "/agentd/agent", "github.com/BurntSushi/toml"},
+		{"agentd links no TOML", module + "/agentd", "github.com/BurntSushi/toml"},
 		{"the plugin SDK links nothing", module + "/plugins/sdk", module + "/agentd/redact"},
 		{"configschema imports only", module + "/plugins/sdk/configschema", "google.golang.org/protobuf/proto"},
 		{"configschema and typeschema", module + "/plugins/typeschema", "github.com/hashicorp/go-plugin"},
@@ -263,6 +273,13 @@ func TestImportRulesCatch(t *testing.T) {
 		{"imsd and the tui link no gRPC", module + "/tui/cli", "google.golang.org/grpc"},
 		{"only plugins link OPA", module + "/agentd/agent", "github.com/open-policy-agent/opa/v1/rego"},
 		{"only plugins link OPA", module + "/imsd/workflow", "github.com/open-policy-agent/opa/v1/ast"},
+		{"only plugins link OPA", module + "/agentd", "github.com/open-policy-agent/opa/v1/rego"},
+		{"agentd links no OPA, Helm", module + "/agentd", "helm.sh/helm/v3/pkg/action"},
+		{"agentd links no OPA, Helm", module + "/agentd", "k8s.io/client-go/kubernetes"},
+		{"agentd links no OPA, Helm", module + "/agentd/pluginhost", "sigs.k8s.io/yaml"},
+		{"agentd links no OPA, Helm", module + "/agentd", module + "/plugins/terraform"},
+		{"agentd links no OPA, Helm", module + "/agentd", module + "/plugins/helm"},
+		{"agentd links no OPA, Helm", module + "/plugins/bundle", module + "/plugins/policy"},
 		{"imsd and the tui link no AWS", module + "/imsd/server", "github.com/aws/aws-sdk-go-v2/service/sts"},
 		{"agentd links only the sts", module + "/agentd/stack", "github.com/aws/aws-sdk-go-v2/service/s3"},
 		{"no binary links test", module + "/agentd", module + "/agentd/stack/awsfake"},
@@ -280,6 +297,10 @@ func TestImportRulesCatch(t *testing.T) {
 	for _, r := range rules {
 		if strings.HasPrefix(r.name, "only imsd/store") && (!r.from(module+"/imsd/server") || r.from(module+"/imsd/store/pgtest")) {
 			t.Error("the driver rule must cover imsd/server and spare imsd/store/pgtest")
+		}
+		// agentd's module push links the terraform type's packing only.
+		if strings.HasPrefix(r.name, "agentd links no OPA, Helm") && r.forbidden(module+"/plugins/terraform/tfmodule") {
+			t.Error("the heavy rule must spare plugins/terraform/tfmodule (agentd module push)")
 		}
 	}
 }

@@ -26,7 +26,7 @@ import (
 
 	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/plugins/sdk"
-	"github.com/byoc-dev/byoc/plugins/terraform"
+	"github.com/byoc-dev/byoc/plugins/terraform/tfmodule"
 )
 
 // TypeName is the component type.
@@ -57,8 +57,8 @@ const (
 	HelmArtifactType = "application/vnd.byoc.helm.chart.v1"
 	HelmLayerType    = "application/vnd.byoc.helm.chart.v1.tar+gzip"
 	// A Terraform module is packed as the terraform type reads it.
-	TerraformArtifactType = terraform.ModuleArtifactType
-	TerraformLayerType    = terraform.ModuleLayerMediaType
+	TerraformArtifactType = tfmodule.ArtifactType
+	TerraformLayerType    = tfmodule.LayerMediaType
 )
 
 const configSchema = `{

@@ -19,47 +19,31 @@ import (
 
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
-	"oras.land/oras-go/v2"
 	"oras.land/oras-go/v2/content"
 	"oras.land/oras-go/v2/content/oci"
 
 	"github.com/byoc-dev/byoc/internal/ocicopy"
+	"github.com/byoc-dev/byoc/plugins/terraform/tfmodule"
 )
 
-// Media types of a module artifact: an OCI manifest (image-spec 1.1) of
-// artifact type ModuleArtifactType whose one layer is the module
-// directory as a gzipped tar.
+// Media types of a module artifact (package tfmodule, which agentd's
+// "module push" links without the rest of this type).
 const (
-	ModuleArtifactType   = "application/vnd.byoc.terraform.module.v1"
-	ModuleLayerMediaType = "application/vnd.byoc.terraform.module.layer.v1.tar+gzip"
+	ModuleArtifactType   = tfmodule.ArtifactType
+	ModuleLayerMediaType = tfmodule.LayerMediaType
 )
+
+// PackModule is tfmodule.Pack.
+func PackModule(dir string) ([]byte, error) { return tfmodule.Pack(dir) }
+
+// PushModule is tfmodule.Push.
+func PushModule(ctx context.Context, dir, registry, ref string, creds ocicopy.Credentials) (string, error) {
+	return tfmodule.Push(ctx, dir, registry, ref, creds)
+}
 
 // maxModuleBytes bounds a module layer (compressed) and its unpacked
 // files; a module is HCL, not data.
 const maxModuleBytes = 64 << 20
-
-// moduleRef is a parsed module reference: REPO[:TAG|@DIGEST].
-type moduleRef struct {
-	Repo, Ref string
-}
-
-var repoPattern = regexp.MustCompile(`^[a-z0-9]+([._/-][a-z0-9]+)*$`)
-
-func parseModuleRef(s string) (moduleRef, error) {
-	repo, ref := s, "latest"
-	if i := strings.Index(s, "@"); i >= 0 {
-		repo, ref = s[:i], s[i+1:]
-		if _, err := digest.Parse(ref); err != nil {
-			return moduleRef{}, fmt.Errorf("module %q: digest %q: %v", s, ref, err)
-		}
-	} else if i := strings.LastIndex(s, ":"); i >= 0 {
-		repo, ref = s[:i], s[i+1:]
-	}
-	if !repoPattern.MatchString(repo) || strings.Contains(repo, "..") {
-		return moduleRef{}, fmt.Errorf("module %q: repository %q: want lowercase path segments such as modules/network", s, repo)
-	}
-	return moduleRef{Repo: repo, Ref: ref}, nil
-}
 
 // store is what a module is read from: an OCI image layout or a
 // registry repository.
@@ -90,7 +74,7 @@ func checkModuleRef(ref string) error {
 		}
 		return nil
 	}
-	_, err := parseModuleRef(ref)
+	_, err := tfmodule.ParseRef(ref)
 	return err
 }
 
@@ -108,7 +92,7 @@ func openModule(ctx context.Context, registry string, creds ocicopy.Credentials,
 		s, err := layoutStore(ctx, dir)
 		return s, dg, dir, err
 	}
-	r, _ := parseModuleRef(ref)
+	r, _ := tfmodule.ParseRef(ref)
 	if registry == "" {
 		return nil, "", "", fmt.Errorf("module %q: this agent has no install registry (agentd --install-registry, $%s)", ref, EnvInstallRegistry)
 	}
@@ -236,7 +220,7 @@ func copyModuleDir(src, dst string) error {
 	if !st.IsDir() {
 		return fmt.Errorf("module_dir %s: not a directory", src)
 	}
-	return walkModule(src, func(rel string, d fs.DirEntry) error {
+	return tfmodule.Walk(src, func(rel string, d fs.DirEntry) error {
 		target := filepath.Join(dst, rel)
 		if d.IsDir() {
 			return os.MkdirAll(target, 0o755)
@@ -247,114 +231,6 @@ func copyModuleDir(src, dst string) error {
 		}
 		return os.WriteFile(target, b, 0o644)
 	})
-}
-
-// walkModule calls fn for each directory and regular file of a module
-// directory, in lexical order, by path relative to root; it skips
-// .terraform, state files and anything that is not a file or directory.
-func walkModule(root string, fn func(rel string, d fs.DirEntry) error) error {
-	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, p)
-		if rel == "." {
-			return nil
-		}
-		base := d.Name()
-		if d.IsDir() && base == ".terraform" {
-			return filepath.SkipDir
-		}
-		if !d.IsDir() && (!d.Type().IsRegular() || strings.HasSuffix(base, ".tfstate") || strings.HasSuffix(base, ".tfstate.backup") || base == ".terraform.tfstate.lock.info") {
-			return nil
-		}
-		return fn(filepath.ToSlash(rel), d)
-	})
-}
-
-// PackModule returns a module directory as the gzipped tar of a module
-// artifact's layer: its files and directories in lexical order, with
-// fixed times and modes, so the same directory always gives the same
-// bytes (and digest).
-func PackModule(dir string) ([]byte, error) {
-	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
-	tw := tar.NewWriter(zw)
-	err := walkModule(dir, func(rel string, d fs.DirEntry) error {
-		if d.IsDir() {
-			return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: rel + "/", Mode: 0o755, Format: tar.FormatPAX})
-		}
-		b, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(rel)))
-		if err != nil {
-			return err
-		}
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: rel, Mode: 0o644, Size: int64(len(b)), Format: tar.FormatPAX}); err != nil {
-			return err
-		}
-		_, err = tw.Write(b)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	if err := tw.Close(); err != nil {
-		return nil, err
-	}
-	if err := zw.Close(); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
-}
-
-// PushModule packs the module directory dir and stores it as a module
-// artifact in the install registry at location registry (internal/ocicopy's
-// syntax: "oci:DIR", an OCI image layout root with one layout per
-// repository, or a registry server; creds for a server that wants them),
-// tagged ref's tag (REPO[:TAG], default latest). It returns the manifest's
-// digest. The build agent does this for real installs; tests and the
-// development setup (agentd module push) call it directly.
-func PushModule(ctx context.Context, dir, registry, ref string, creds ocicopy.Credentials) (string, error) {
-	r, err := parseModuleRef(ref)
-	if err != nil {
-		return "", err
-	}
-	if strings.Contains(ref, "@") {
-		return "", fmt.Errorf("module %q: push to a tag, not a digest", ref)
-	}
-	layer, err := PackModule(dir)
-	if err != nil {
-		return "", fmt.Errorf("pack %s: %w", dir, err)
-	}
-	reg, err := ocicopy.ParseRegistry(registry)
-	if err != nil {
-		return "", err
-	}
-	repo, err := ocicopy.Open(ctx, reg, r.Repo, creds)
-	if err != nil {
-		return "", err
-	}
-	defer repo.Close()
-	ld := content.NewDescriptorFromBytes(ModuleLayerMediaType, layer)
-	if ok, err := repo.Exists(ctx, ld); err != nil {
-		return "", err
-	} else if !ok {
-		if err := repo.Push(ctx, ld, bytes.NewReader(layer)); err != nil {
-			return "", fmt.Errorf("push layer: %w", err)
-		}
-	}
-	md, err := oras.PackManifest(ctx, repo, oras.PackManifestVersion1_1, ModuleArtifactType, oras.PackManifestOptions{
-		Layers: []ocispec.Descriptor{ld},
-		// A fixed creation time keeps the manifest's digest a function of
-		// the module's files.
-		ManifestAnnotations: map[string]string{ocispec.AnnotationCreated: "1970-01-01T00:00:00Z"},
-	})
-	if err != nil {
-		return "", fmt.Errorf("pack manifest: %w", err)
-	}
-	if err := repo.Tag(ctx, md, r.Ref); err != nil {
-		return "", err
-	}
-	return md.Digest.String(), nil
 }
 
 // declaresVariable reports whether the root module in dir declares

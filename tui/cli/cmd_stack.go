@@ -15,7 +15,7 @@ import (
 )
 
 func (a *app) installStackCommand() *cobra.Command {
-	var format, out, imsURL, agentURL, agentSum string
+	var format, out, imsURL, agentURL, agentSum, pluginsURL, pluginsSum string
 	var params []string
 	cmd := &cobra.Command{
 		Use:   "stack INSTALL [--format cloudformation|local] [-o FILE] [--param NAME=VALUE ...]",
@@ -70,7 +70,7 @@ in a local stack.`,
 				return fmt.Errorf("app %s revision %d: %w", res.Msg.GetApp(), res.Msg.GetAppRevision(), err)
 			}
 			o := stack.Options{App: appCfg, Install: res.Msg.GetInstall(), IMS: imsURL, IMSKeyID: res.Msg.GetSigningKeyId(),
-				AgentURL: agentURL, AgentSHA256: agentSum, Params: kv}
+				AgentURL: agentURL, AgentSHA256: agentSum, PluginsURL: pluginsURL, PluginsSHA256: pluginsSum, Params: kv}
 			if o.IMS == "" {
 				o.IMS = c.target.server
 			}
@@ -129,5 +129,7 @@ in a local stack.`,
 	cmd.Flags().StringVar(&imsURL, "ims-url", "", "imsd's URL as the agent reaches it (default: this context's server)")
 	cmd.Flags().StringVar(&agentURL, "agent-url", "", "HTTPS URL the stack's instance downloads agentd (linux/amd64) from")
 	cmd.Flags().StringVar(&agentSum, "agent-sha256", "", "SHA-256 of that agentd binary")
+	cmd.Flags().StringVar(&pluginsURL, "plugins-url", "", "HTTPS URL the stack's instance downloads byoc-plugins (linux/amd64, the same release as agentd) from; installed beside agentd")
+	cmd.Flags().StringVar(&pluginsSum, "plugins-sha256", "", "SHA-256 of that byoc-plugins binary")
 	return cmd
 }

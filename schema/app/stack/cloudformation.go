@@ -79,6 +79,18 @@ func CloudFormation(o Options) ([]byte, error) {
 	if v := def("AgentBinarySha256", o.AgentSHA256); v != "" {
 		params["AgentBinarySha256"].(map[string]any)["Default"] = v
 	}
+	// byoc-plugins, installed beside agentd, serves the built-in types too
+	// heavy for the agent's own process (terraform, image, helm).
+	params["PluginsBinaryUrl"] = map[string]any{"Type": "String",
+		"Description": "HTTPS URL of the byoc-plugins binary (linux/amd64) of the same release as agentd: the terraform, image and helm types, installed beside agentd.", "AllowedPattern": `^https://.+$`}
+	params["PluginsBinarySha256"] = map[string]any{"Type": "String",
+		"Description": "SHA-256 of the byoc-plugins binary; the instance refuses any other.", "AllowedPattern": `^[0-9a-f]{64}$`}
+	if v := def("PluginsBinaryUrl", o.PluginsURL); v != "" {
+		params["PluginsBinaryUrl"].(map[string]any)["Default"] = v
+	}
+	if v := def("PluginsBinarySha256", o.PluginsSHA256); v != "" {
+		params["PluginsBinarySha256"].(map[string]any)["Default"] = v
+	}
 	params["InstanceType"] = map[string]any{"Type": "String", "Default": def("InstanceType", "t3.small"),
 		"Description": "The agent's EC2 instance type."}
 	params["AmiId"] = map[string]any{"Type": "AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>", "Default": def("AmiId", AMI),
@@ -338,7 +350,8 @@ func CloudFormation(o Options) ([]byte, error) {
 	scText := enabledRE.ReplaceAllString(string(scJSON), `"enabled": $${${1}}`)
 	userData := strings.Join([]string{
 		"#!/bin/bash",
-		"# byoc install stack: installs agentd, writes its stack config, runs",
+		"# byoc install stack: installs agentd and byoc-plugins beside it (the",
+		"# built-in types too heavy for agentd's own process), writes its stack config, runs",
 		"# its preflight checks (their result is the instance's creation",
 		"# signal) and starts it under systemd.",
 		"set -uo pipefail",
@@ -351,6 +364,10 @@ func CloudFormation(o Options) ([]byte, error) {
 		"echo '${AgentBinarySha256}  /usr/local/bin/agentd.download' | sha256sum -c -",
 		"install -m 0755 /usr/local/bin/agentd.download /usr/local/bin/agentd",
 		"rm -f /usr/local/bin/agentd.download",
+		"curl -fsSL --proto '=https' -o /usr/local/bin/byoc-plugins.download '${PluginsBinaryUrl}'",
+		"echo '${PluginsBinarySha256}  /usr/local/bin/byoc-plugins.download' | sha256sum -c -",
+		"install -m 0755 /usr/local/bin/byoc-plugins.download /usr/local/bin/byoc-plugins",
+		"rm -f /usr/local/bin/byoc-plugins.download",
 		"umask 077",
 		"cat > /etc/byoc/stack.json <<'BYOC_STACK_CONFIG'",
 		scText,

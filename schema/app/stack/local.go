@@ -28,8 +28,9 @@ type LocalFile struct {
 // permission toggles and customer inputs as the CloudFormation template's
 // parameters (Params, by the same names), a secrets file for the secrets
 // and sensitive inputs (secrets.env, 0600, values from Params), and a
-// script (agentd.sh) that runs agentd's preflight and then agentd with
-// them, its state in state/ beside them. The enrolment token goes in
+// script (agentd.sh) that runs agentd's preflight (which checks that
+// byoc-plugins is installed beside agentd) and then agentd with them, its
+// state in state/ beside them. The enrolment token goes in
 // enroll.token (0600), which the script asks for until the agent has
 // enrolled. Jobs of a local stack get no cloud credentials: a mode's
 // "role" is only whether its parameter is true.
@@ -103,6 +104,9 @@ func Local(o Options) ([]LocalFile, error) {
 # Change a toggle: edit "enabled" under "modes" in stack.json (the
 # parameters EnableProvision, EnableMaintenance, EnableDeprovision,
 # EnableBreakGlass), then restart this script.
+# agentd runs the terraform, image and helm types through byoc-plugins,
+# which must be installed beside it (same directory, same release), or
+# named by BYOC_BUNDLED_PLUGINS=PATH; the preflight checks it.
 set -eu
 cd "$(dirname "$0")"
 AGENTD="${AGENTD:-agentd}"

@@ -34,6 +34,9 @@ type Options struct {
 	// AgentURL and AgentSHA256 are where a CloudFormation stack's
 	// instance downloads agentd (linux/amd64) and its SHA-256.
 	AgentURL, AgentSHA256 string
+	// PluginsURL and PluginsSHA256 are where it downloads byoc-plugins,
+	// installed beside agentd (the heavy built-in types), and its SHA-256.
+	PluginsURL, PluginsSHA256 string
 	// Params are parameter values by stack parameter name: defaults of a
 	// CloudFormation template, values of a local stack.
 	Params map[string]string
@@ -132,7 +135,7 @@ func (o Options) check() error {
 var installRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,59}$`)
 
 // fixedParams are the parameters of every stack beside Parameters'.
-var fixedParams = []string{"EnrollmentTokenSecretArn", "AgentBinaryUrl", "AgentBinarySha256", "InstanceType", "AmiId",
+var fixedParams = []string{"EnrollmentTokenSecretArn", "AgentBinaryUrl", "AgentBinarySha256", "PluginsBinaryUrl", "PluginsBinarySha256", "InstanceType", "AmiId",
 	"VpcMode", "VpcCidr", "ExistingVpcId", "ExistingSubnetId", "Registry"}
 
 // statements reads a mode's inline policy documents (validated as JSON

@@ -35,7 +35,8 @@ func exampleApp(tb testing.TB, extra map[string]string) *config.App {
 
 func exampleOptions(tb testing.TB) Options {
 	return Options{App: exampleApp(tb, nil), Install: "acme", IMS: "https://ims.example.com:7443", IMSKeyID: "k1ab2cd3ef4",
-		AgentURL: "https://downloads.example.com/agentd-linux-amd64", AgentSHA256: strings.Repeat("ab", 32)}
+		AgentURL: "https://downloads.example.com/agentd-linux-amd64", AgentSHA256: strings.Repeat("ab", 32),
+		PluginsURL: "https://downloads.example.com/byoc-plugins-linux-amd64", PluginsSHA256: strings.Repeat("cd", 32)}
 }
 
 func golden(t *testing.T, name string, got []byte) {
@@ -114,6 +115,19 @@ func TestCloudFormationExample(t *testing.T) {
 	}
 	if err := json.Unmarshal(tmpl, &doc); err != nil {
 		t.Fatal(err)
+	}
+	// byoc-plugins (the heavy built-in types) is installed beside agentd,
+	// checked against its SHA-256 as agentd is.
+	if doc.Parameters["PluginsBinarySha256"]["Default"] != strings.Repeat("cd", 32) || doc.Parameters["PluginsBinaryUrl"]["Default"] != "https://downloads.example.com/byoc-plugins-linux-amd64" {
+		t.Errorf("byoc-plugins parameters: %v %v", doc.Parameters["PluginsBinaryUrl"], doc.Parameters["PluginsBinarySha256"])
+	}
+	for _, want := range []string{
+		`echo '${PluginsBinarySha256}  /usr/local/bin/byoc-plugins.download' | sha256sum -c -`,
+		`install -m 0755 /usr/local/bin/byoc-plugins.download /usr/local/bin/byoc-plugins`,
+	} {
+		if !strings.Contains(string(tmpl), want) {
+			t.Errorf("the user data lacks %s", want)
+		}
 	}
 	// A toggle per mode; break-glass off by default.
 	for p, want := range map[string]string{"EnableProvision": "true", "EnableMaintenance": "true", "EnableDeprovision": "true", "EnableBreakGlass": "false"} {

@@ -5,6 +5,9 @@
 # Change a toggle: edit "enabled" under "modes" in stack.json (the
 # parameters EnableProvision, EnableMaintenance, EnableDeprovision,
 # EnableBreakGlass), then restart this script.
+# agentd runs the terraform, image and helm types through byoc-plugins,
+# which must be installed beside it (same directory, same release), or
+# named by BYOC_BUNDLED_PLUGINS=PATH; the preflight checks it.
 set -eu
 cd "$(dirname "$0")"
 AGENTD="${AGENTD:-agentd}"

@@ -1,0 +1,61 @@
+// Command byoc-plugins serves the built-in component types that are too
+// heavy to link into agentd (see package bundle): agentd's plugin loader
+// runs "byoc-plugins TYPE" for a job of type TYPE, as it re-executes itself
+// ("agentd plugin TYPE") for its light built-in types.
+//
+//	byoc-plugins TYPE        serve TYPE over the plugin protocol (agentd runs this)
+//	byoc-plugins --version   print the version, commit and build date
+//	byoc-plugins --types     list the types it serves, one a line
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/byoc-dev/byoc/internal/buildinfo"
+	"github.com/byoc-dev/byoc/plugins/helm"
+	"github.com/byoc-dev/byoc/plugins/image"
+	"github.com/byoc-dev/byoc/plugins/sdk"
+	"github.com/byoc-dev/byoc/plugins/terraform"
+)
+
+// types are the component types this binary serves; bundle.Types names
+// the same set for agentd (a test checks that they agree).
+var types = map[string]func() sdk.Plugin{
+	"helm":      func() sdk.Plugin { return helm.New() },
+	"image":     func() sdk.Plugin { return image.New() },
+	"terraform": func() sdk.Plugin { return terraform.New() },
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 1 && (args[0] == "--version" || args[0] == "-version") {
+		fmt.Fprintln(stdout, buildinfo.Get().String("byoc-plugins"))
+		return 0
+	}
+	if len(args) == 1 && args[0] == "--types" {
+		fmt.Fprintln(stdout, strings.Join(names(), "\n"))
+		return 0
+	}
+	if len(args) == 0 || types[args[0]] == nil {
+		fmt.Fprintf(stderr, "usage: byoc-plugins TYPE (agentd runs this for a job of type TYPE)\ntypes: %s\n", strings.Join(names(), ", "))
+		return 2
+	}
+	sdk.ServeArgs(types[args[0]](), args[1:])
+	return 0
+}
+
+func names() []string {
+	out := make([]string, 0, len(types))
+	for n := range types {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
