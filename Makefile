@@ -100,6 +100,13 @@ kube-apiserver: ## Build kube-apiserver for the helm tests into .cache/kube (min
 kube-apiserver-ci:
 	@if [ "$${CI:-}" = true ]; then echo "==> waiting for kube-apiserver (scripts/build-kube-apiserver.sh)"; scripts/build-kube-apiserver.sh >/dev/null; fi
 
+# The app `byoc app init` writes, end to end on this machine (README,
+# "Quick start: the example app"): terraform on PATH, docker-registry and
+# etcd-server from apt, the mirror and kube-apiserver built once here.
+.PHONY: example-app
+example-app: terraform-mirror kube-apiserver ## Provision and deprovision the whole app `byoc app init` writes (e2e TestExampleApp; builds the mirror and kube-apiserver first).
+	$(GO) test -count=1 -v -run 'TestExampleApp$$' ./e2e
+
 # Fuzz targets run briefly by `make test`, as package:FuzzName pairs (go
 # test -fuzz takes one target of one package at a time). Add yours here;
 # each keeps a small committed seed corpus in testdata/fuzz/FuzzName.
