@@ -114,6 +114,7 @@ FUZZ_TARGETS := \
 	./schema/app/cron:FuzzScheduleTokens \
 	./imsd/agentapi:FuzzConfigDigestBothSides \
 	./agentd/agent:FuzzSeenLine \
+	./imsd/store:FuzzEncodeMap \
 	./internal/ocicopy:FuzzParseReference \
 	./imsd/registry:FuzzParseScope \
 	./rpc/agentproto:FuzzParseGrantExchangePassword

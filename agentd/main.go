@@ -11,6 +11,8 @@
 //	                                                    the customer's permission modes and kill switch
 //	agentd breakglass --state-dir DIR list|approve ID [--for D]|deny ID --reason R|revoke ID
 //	                                                    the customer's decisions on break-glass requests
+//	agentd audit --state-dir DIR verify|compare         check the agent's copy of its install's audit chain,
+//	                                                    and compare it with imsd's
 //	agentd module push --state-dir DIR MODULE_DIR REPO:TAG
 //	                                                    put a Terraform module into the install registry
 //	agentd --stack-config FILE --state-dir DIR          run from an install stack (its imsd, token, roles, inputs, secrets)
@@ -74,6 +76,9 @@ func main() {
 	defer stop()
 	if len(os.Args) > 1 && os.Args[1] == "breakglass" {
 		os.Exit(breakglassCmd(ctx, os.Args[2:], os.Stdout, os.Stderr, time.Now))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "audit" {
+		os.Exit(auditCmd(ctx, os.Args[2:], os.Stdout, os.Stderr, time.Now))
 	}
 	if len(os.Args) > 1 && os.Args[1] == "module" {
 		os.Exit(moduleCmd(ctx, os.Args[2:], os.Stdout, os.Stderr))

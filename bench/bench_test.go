@@ -241,6 +241,10 @@ func (a *benchAgent) run(b *testing.B, ready chan<- struct{}) {
 	}
 	st.Send(&agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Hello{Hello: &agentv1.Hello{
 		AgentId: a.id, Signature: agentproto.SignChallenge(a.key, a.id, m.GetChallenge().Nonce), Capacity: 4,
+		// BYOC_BENCH_AUDIT_COPY=1: ask for the install's audit records as
+		// agentd does (imsd then reads them before answering each ack and
+		// after each result); the agents here only receive them.
+		AuditCopy: os.Getenv("BYOC_BENCH_AUDIT_COPY") == "1",
 	}}})
 	if _, err := st.Receive(); err != nil {
 		b.Error(err)

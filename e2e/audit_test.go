@@ -2,36 +2,45 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/byoc-dev/byoc/agentd/auditlog"
 	"github.com/byoc-dev/byoc/e2e/cluster"
 	"github.com/byoc-dev/byoc/imsd/store"
 	"github.com/byoc-dev/byoc/imsd/store/pgtest"
+	"github.com/byoc-dev/byoc/internal/auditchain"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
 
 // byoc audit verify names exactly the record an attacker with access to
 // the database edited or deleted (after dropping the triggers that refuse
 // it); an export verifies offline, and an edited export line is named
-// too; when the audit record cannot be written, the operator call does
-// not happen.
+// too; a real agentd's copy of its install's chain verifies, and an edit,
+// a deletion and an insertion in imsd's database are each named, as the
+// same record, by both byoc audit verify and agentd audit compare; when
+// the audit record cannot be written, the operator call does not happen.
 func TestAuditVerifyNamesTamperedRecord(t *testing.T) {
 	skipShort(t)
-	runAuditTamper(t, cluster.Options{}, "")
+	runAuditTamper(t, fast, "")
 }
 
 // The same on PostgreSQL.
 func TestAuditVerifyNamesTamperedRecordOnPostgres(t *testing.T) {
 	skipShort(t)
 	dsn := pgtest.Start(t)
-	runAuditTamper(t, cluster.Options{DatabaseURL: dsn}, dsn)
+	opts := fast
+	opts.DatabaseURL = dsn
+	runAuditTamper(t, opts, dsn)
 }
 
 func runAuditTamper(t *testing.T, opts cluster.Options, dsn string) {
@@ -92,6 +101,8 @@ func runAuditTamper(t *testing.T, opts cluster.Options, dsn string) {
 		must(t, st.RawExec(ctx, `DROP TRIGGER audit_events_no_update`))
 		must(t, st.RawExec(ctx, `DROP TRIGGER audit_events_no_delete`))
 	}
+	agentCopyTamper(t, ims, cli, st)
+
 	wantVerify := func(what string) {
 		t.Helper()
 		out, _, code := cli.Exec("audit", "verify", "--install", "acme")
@@ -136,4 +147,88 @@ func must(t *testing.T, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// agentCopyTamper runs jobs on a real agentd until its copy of its
+// install's chain holds every record imsd has, then, as an attacker with
+// the database (st, triggers dropped), edits, deletes and inserts a record
+// of that chain in turn (undoing each): byoc audit verify and agentd
+// audit compare must both name exactly that record.
+func agentCopyTamper(t *testing.T, ims *cluster.IMS, cli *cluster.CLI, st *store.Store) {
+	ctx := context.Background()
+	c := ims.Admin()
+	in, token := cluster.NewInstall(t, c, "shop", "zeta")
+	state := filepath.Join(t.TempDir(), "zeta")
+	ag := cluster.StartAgent(t, ims.URL(), token, state)
+	waitConnected(t, ims, "zeta")
+	for range 2 {
+		job := enqueue(t, c, "zeta", "true", 60)
+		cluster.WaitJob(t, c, job.Id, 30*time.Second, imsv1.JobState_JOB_STATE_SUCCEEDED)
+	}
+	copyPath := filepath.Join(auditlog.Dir(state), auditlog.InstallFile)
+	var rs []auditchain.Record
+	cluster.Eventually(t, 30*time.Second, "the agent's copy to hold imsd's whole chain", func() bool {
+		var err error
+		rs, err = st.AuditRecords(ctx, in.Id)
+		must(t, err)
+		local, err := auditlog.ReadFile(copyPath)
+		must(t, err)
+		return len(local) == len(rs)
+	})
+	// Every job left assigned, acked and finished in the copy.
+	kinds := map[string]int{}
+	for _, r := range rs {
+		kinds[r.Kind]++
+	}
+	if kinds["job.assigned"] != 2 || kinds["job.acked"] != 2 || kinds["job.finished"] != 2 {
+		t.Fatalf("imsd's chain of zeta: %v", kinds)
+	}
+	// Stopped, so that nothing moves while the records are tampered with.
+	ag.Stop()
+	agentd := func(want int, args ...string) string {
+		t.Helper()
+		cmd := exec.Command(filepath.Join(cluster.Binaries(t), "agentd"), append([]string{"audit", "--state-dir", state}, args...)...)
+		out, _ := cmd.CombinedOutput()
+		if got := cmd.ProcessState.ExitCode(); got != want {
+			t.Fatalf("agentd audit %v exited %d, want %d:\n%s", args, got, want, out)
+		}
+		return string(out)
+	}
+	if out := agentd(0, "verify"); !strings.Contains(out, fmt.Sprintf("%d records, intact", len(rs))) {
+		t.Fatalf("agentd audit verify:\n%s", out)
+	}
+	if out := agentd(0, "compare"); !strings.Contains(out, "they agree on every record") {
+		t.Fatalf("agentd audit compare:\n%s", out)
+	}
+	wantBoth := func(seq int64, byoc, agent string) {
+		t.Helper()
+		out, _, code := cli.Exec("audit", "verify", "--install", "zeta")
+		if want := fmt.Sprintf("record %d %s", seq, byoc); code != 1 || !strings.Contains(out, want) {
+			t.Fatalf("byoc audit verify exited %d, want 1 naming %q:\n%s", code, want, out)
+		}
+		if out, want := agentd(1, "compare"), fmt.Sprintf("DISAGREE at record %d: %s", seq, agent); !strings.Contains(out, want) {
+			t.Fatalf("agentd audit compare, want %q:\n%s", want, out)
+		}
+	}
+	insert := func(r auditchain.Record) {
+		must(t, st.RawExec(ctx, `INSERT INTO audit_events (chain, seq, at, kind, actor, subject, data, prev, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			r.Chain, r.Seq, r.At, r.Kind, r.Actor, r.Subject, r.Data, r.Prev, r.Hash))
+	}
+	// A job's ack record, edited: it now says another agent acked.
+	k := slices.IndexFunc(rs, func(r auditchain.Record) bool { return r.Kind == "job.acked" })
+	r := rs[k]
+	must(t, st.RawExec(ctx, `UPDATE audit_events SET actor = 'agent:someone-else' WHERE chain = ? AND seq = ?`, in.Id, r.Seq))
+	wantBoth(r.Seq, "changed", "differs")
+	must(t, st.RawExec(ctx, `UPDATE audit_events SET actor = ? WHERE chain = ? AND seq = ?`, r.Actor, in.Id, r.Seq))
+	// Deleted.
+	must(t, st.RawExec(ctx, `DELETE FROM audit_events WHERE chain = ? AND seq = ?`, in.Id, r.Seq))
+	wantBoth(r.Seq, "removed", "missing from imsd")
+	insert(r)
+	agentd(0, "compare")
+	// A record inserted before it, the later ones renumbered, its own hash
+	// and link correct.
+	must(t, st.RawExec(ctx, `UPDATE audit_events SET seq = seq + 100000 WHERE chain = ? AND seq >= ?`, in.Id, r.Seq))
+	must(t, st.RawExec(ctx, `UPDATE audit_events SET seq = seq - 99999 WHERE chain = ? AND seq >= 100000`, in.Id))
+	insert(auditchain.Next(&rs[k-1], auditchain.Record{Chain: in.Id, At: r.At, Kind: "job.cancelled", Actor: "imsd", Subject: r.Subject, Data: "{}"}))
+	wantBoth(r.Seq, "inserted", "differs")
 }

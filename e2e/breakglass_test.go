@@ -400,7 +400,9 @@ func TestIMSCannotMintAGrant(t *testing.T) {
 	}
 	mark := marker()
 	j := enqueueMode(t, c, "acme", "break_glass", "echo RAN; sleep "+mark)
-	end := cluster.WaitJob(t, c, j.Id, 20*time.Second, imsv1.JobState_JOB_STATE_REFUSED, imsv1.JobState_JOB_STATE_RUNNING, imsv1.JobState_JOB_STATE_SUCCEEDED)
+	// Running is the ack, before the agent's own check of the grant: wait
+	// for the end (neverRan checks that nothing ran meanwhile).
+	end := cluster.WaitJob(t, c, j.Id, 20*time.Second, imsv1.JobState_JOB_STATE_REFUSED, imsv1.JobState_JOB_STATE_FAILED, imsv1.JobState_JOB_STATE_SUCCEEDED)
 	if end.State != imsv1.JobState_JOB_STATE_REFUSED || !strings.Contains(end.Error, "this install has none") {
 		t.Fatalf("a job under a grant imsd minted: %v %q", end.State, end.Error)
 	}

@@ -28,6 +28,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/byoc-dev/byoc/agentd/auditlog"
 	"github.com/byoc-dev/byoc/agentd/identity"
 	"github.com/byoc-dev/byoc/internal/backoff"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
@@ -169,6 +170,12 @@ type Agent struct {
 	// permKick asks the session for a heartbeat now: the permission
 	// state changed.
 	permKick chan struct{}
+
+	// auditCopy is the agent's copy of its install's audit chain, journal
+	// its own audit journal (audit.go, package auditlog); auditErr, under
+	// mu, is why the copy last failed to take imsd's records.
+	auditCopy, journal *auditlog.Log
+	auditErr           error
 }
 
 // New loads the agent's identity from the state dir, enrolling first if
@@ -252,6 +259,9 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	}
 	a.seen, err = openSeen(cfg.StateDir, cfg.Now())
 	if err != nil {
+		return nil, err
+	}
+	if err := a.openAudit(); err != nil {
 		return nil, err
 	}
 	return a, nil

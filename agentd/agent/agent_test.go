@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -19,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/byoc-dev/byoc/agentd/identity"
+	"github.com/byoc-dev/byoc/internal/auditchain"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1/agentv1connect"
@@ -35,6 +37,44 @@ type fakeIMS struct {
 	// enrollKey is the public key Enroll returns; enrolls counts calls.
 	enrollKey []byte
 	enrolls   atomic.Int32
+
+	// auditMu guards chain, the install's audit chain as this imsd keeps
+	// it: a job.acked record per ack, sent to the agent before anything
+	// else that follows the ack, as imsd does. With noAudit set, no
+	// record is kept or sent.
+	auditMu sync.Mutex
+	chain   []auditchain.Record
+	noAudit bool
+	// onHello, if set, sees every hello.
+	onHello func(*agentv1.Hello)
+}
+
+// record appends an event to the fake's chain.
+func (f *fakeIMS) record(kind, subject, data string) {
+	f.auditMu.Lock()
+	defer f.auditMu.Unlock()
+	var prev *auditchain.Record
+	if n := len(f.chain); n > 0 {
+		prev = &f.chain[n-1]
+	}
+	f.chain = append(f.chain, auditchain.Next(prev, auditchain.Record{Chain: "ins_1", At: int64(len(f.chain)), Kind: kind, Actor: "agent:agt_1", Subject: subject, Data: data}))
+}
+
+// auditAfter is the fake's records after seq, as an AuditRecords message,
+// or nil when there are none.
+func (f *fakeIMS) auditAfter(seq int64) *agentv1.ConnectResponse {
+	f.auditMu.Lock()
+	defer f.auditMu.Unlock()
+	var out []*agentv1.AuditRecord
+	for _, r := range f.chain {
+		if r.Seq > seq {
+			out = append(out, &agentv1.AuditRecord{Chain: r.Chain, Seq: r.Seq, At: r.At, Kind: r.Kind, Actor: r.Actor, Subject: r.Subject, Data: r.Data, Prev: r.Prev, Hash: r.Hash})
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return &agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Audit{Audit: &agentv1.AuditRecords{Records: out}}}
 }
 
 func (f *fakeIMS) Enroll(_ context.Context, req *connect.Request[agentv1.EnrollRequest]) (*connect.Response[agentv1.EnrollResponse], error) {
@@ -52,8 +92,13 @@ func (f *fakeIMS) Connect(ctx context.Context, st *connect.BidiStream[agentv1.Co
 	if err := st.Send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Challenge{Challenge: &agentv1.Challenge{Nonce: []byte("n")}}}); err != nil {
 		return err
 	}
-	if _, err := st.Receive(); err != nil { // hello
+	hello, err := st.Receive()
+	if err != nil {
 		return err
+	}
+	sent := hello.GetHello().GetAuditSeq()
+	if f.onHello != nil {
+		f.onHello(hello.GetHello())
 	}
 	if err := st.Send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Welcome{Welcome: f.welcome}}); err != nil {
 		return err
@@ -73,6 +118,9 @@ func (f *fakeIMS) Connect(ctx context.Context, st *connect.BidiStream[agentv1.Co
 				errc <- err
 				return
 			}
+			if a := m.GetAck(); a != nil && !f.noAudit {
+				f.record("job.acked", "job:"+a.JobId, fmt.Sprintf(`{"token":"%d"}`, a.FencingToken))
+			}
 			fs.up <- m
 		}
 	}()
@@ -81,6 +129,13 @@ func (f *fakeIMS) Connect(ctx context.Context, st *connect.BidiStream[agentv1.Co
 		case m := <-fs.down:
 			if m == nil {
 				return connect.NewError(connect.CodeUnavailable, errors.New("test ends the stream"))
+			}
+			if a := f.auditAfter(sent); a != nil {
+				if err := st.Send(a); err != nil {
+					return err
+				}
+				rs := a.GetAudit().Records
+				sent = rs[len(rs)-1].Seq
 			}
 			if err := st.Send(m); err != nil {
 				return err

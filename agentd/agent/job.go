@@ -81,8 +81,11 @@ type jobRun struct {
 	dropped int
 
 	ackSent, ackDone bool
-	result           *agentv1.JobResult
-	resultSent       bool
+	// auditErr, set when the ack was accepted, is why the attempt must
+	// not start: the agent's copy of the audit chain lacks its record.
+	auditErr   error
+	result     *agentv1.JobResult
+	resultSent bool
 }
 
 // assign registers an assignment. It starts nothing: the attempt runs once
@@ -209,6 +212,8 @@ type refusal struct {
 // at most end the job it names, and only if it was this agent's.
 func (a *Agent) refuse(as *agentv1.JobAssignment, err error) {
 	a.log.Error("refusing an assignment", "job", as.JobId, "attempt", as.Attempt, "install", as.InstallId, "reason", err)
+	a.note("assignment.refused", "job:"+as.JobId, map[string]string{"attempt": itoa(int64(as.Attempt)), "token": itoa(as.FencingToken),
+		"install": as.InstallId, "key": as.GetSignature().GetKeyId(), "reason": err.Error()})
 	if as.JobId == "" || as.FencingToken == 0 {
 		return // nothing to report it under
 	}
@@ -259,6 +264,14 @@ func (a *Agent) run(j *jobRun, job Job) {
 		case <-j.ctx.Done():
 		}
 		j.prev = nil
+	}
+	if j.ctx.Err() == nil && j.auditErr != nil {
+		// No local record of the job, no action.
+		a.log.Error("job not started", "job", j.id, "attempt", j.attempt, "why", j.auditErr)
+		a.note("job.not_started", "job:"+j.id, map[string]string{"attempt": itoa(int64(j.attempt)), "token": itoa(j.token), "error": j.auditErr.Error()})
+		a.appendLog(j, StreamSystem, "[agentd] "+j.auditErr.Error())
+		a.finish(j, Outcome{Outcome: agentv1.Outcome_OUTCOME_FAILED, ExitCode: -1, Error: "audit: " + j.auditErr.Error()})
+		return
 	}
 	if j.ctx.Err() == nil {
 		// The customer's permissions decide, right before the plugin

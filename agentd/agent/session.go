@@ -65,6 +65,7 @@ func (a *Agent) session(ctx context.Context) error {
 	host, _ := os.Hostname()
 	running, held := a.leases()
 	helloAt := a.now()
+	auditSeq, _ := a.auditCopy.Head()
 	if err := st.Send(&agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Hello{Hello: &agentv1.Hello{
 		AgentId:     a.id.AgentID,
 		Signature:   agentproto.SignChallenge(a.id.PrivateKey, a.id.AgentID, ch.Nonce),
@@ -74,6 +75,8 @@ func (a *Agent) session(ctx context.Context) error {
 		Hostname:    host,
 		Instance:    a.instance,
 		Permissions: a.permissionsProto(),
+		AuditCopy:   true,
+		AuditSeq:    auditSeq,
 		Stack:       a.cfg.Stack,
 	}}}); err != nil {
 		return fmt.Errorf("send hello: %w", err)
@@ -200,6 +203,8 @@ type sessionState struct {
 	nextWrite uint64
 	beats     map[uint64]heartbeatRef
 	nextBeat  uint64
+	// auditLogged is set once a failure to keep audit records was logged.
+	auditLogged bool
 }
 
 // oldestBeat is when the oldest unanswered heartbeat that named jobs left.
@@ -216,6 +221,8 @@ func (ss *sessionState) oldestBeat() (time.Time, bool) {
 
 func (a *Agent) handle(ctx context.Context, m *agentv1.ConnectResponse, ss *sessionState) error {
 	switch msg := m.Msg.(type) {
+	case *agentv1.ConnectResponse_Audit:
+		a.takeAudit(msg.Audit, ss)
 	case *agentv1.ConnectResponse_Assignment:
 		a.assign(ctx, msg.Assignment)
 	case *agentv1.ConnectResponse_Cancel:
@@ -269,8 +276,11 @@ func (a *Agent) handle(ctx context.Context, m *agentv1.ConnectResponse, ss *sess
 			if a.jobs[j.id] == j {
 				// The ack renewed the lease: only now does the attempt
 				// start, so it never runs without imsd's word that this
-				// agent holds it.
+				// agent holds it; and never without the record of its
+				// ack in the agent's copy of the audit chain, which imsd
+				// sent just before this answer.
 				a.renewLocked(j, ref.sentAt)
+				j.auditErr = a.ackRecordedLocked(j)
 				a.beginLocked(j)
 			}
 		case writeLogs:

@@ -90,7 +90,8 @@ func TestAgentRefusesUnverifiedAssignments(t *testing.T) {
 			defer close(rr.release)
 			f := &fakeIMS{}
 			logs := &syncbuf.Buffer{}
-			startFakeIn(t, f, rr, t.TempDir(), logs)
+			dir := t.TempDir()
+			startFakeIn(t, f, rr, dir, logs)
 			fs := <-f.streams
 			m := f.assign("job_bad", 7, "ins_1")
 			tc.bad(f, m.GetAssignment())
@@ -109,6 +110,8 @@ func TestAgentRefusesUnverifiedAssignments(t *testing.T) {
 			if l := logs.String(); !strings.Contains(l, "level=ERROR msg=\"refusing an assignment\" agent=agt_1 job=job_bad") {
 				t.Fatalf("no ERROR line for the refusal in the agent's log:\n%s", l)
 			}
+			// And a record in the agent's own audit journal.
+			wantJournal(t, dir, "assignment.refused", "job:job_bad", tc.why)
 		})
 	}
 }

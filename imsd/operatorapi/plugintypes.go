@@ -95,7 +95,7 @@ func (s *Service) RemovePluginType(ctx context.Context, req *connect.Request[ims
 	case typeschema.IsBuiltin(typ):
 		return nil, s.err(ctx, errs.Field("type", "%q is a built-in type and cannot be removed", typ))
 	}
-	if err := s.store.DeletePluginType(ctx, typ); err != nil {
+	if err := s.store.DeletePluginType(ctx, typ, s.now()); err != nil {
 		return nil, s.err(ctx, err)
 	}
 	return connect.NewResponse(&imsv1.RemovePluginTypeResponse{}), nil

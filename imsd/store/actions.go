@@ -188,7 +188,8 @@ func (s *Store) FireTick(ctx context.Context, t Tick, wf Workflow, now time.Time
 		}
 		if busy > 0 {
 			res = TickSkipped
-			return nil
+			return s.Audit(ctx, tx, AuditEvent{Chain: t.InstallID, At: now, Kind: "action.tick_skipped", Actor: "imsd",
+				Subject: "action:" + t.Action, Data: map[string]string{"tick": t.At.UTC().Format(time.RFC3339), "why": "a run of the action is queued or running"}})
 		}
 		res = TickFired
 		return s.insertWorkflow(ctx, tx, wf)

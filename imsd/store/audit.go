@@ -76,6 +76,12 @@ func (s *Store) withAudit(fn func(tx *txn) error) func(tx *txn) error {
 		if len(tx.audit) == 0 {
 			return nil
 		}
+		if tx.g != nil {
+			// SQLite: chained now, inserted at the batch's commit.
+			err := s.chainAudit(tx)
+			tx.audit = tx.audit[:0]
+			return err
+		}
 		heads, err := s.flushAudit(tx)
 		tx.audit = tx.audit[:0]
 		if err == nil && tx.heads != nil {
@@ -166,6 +172,36 @@ func (s *Store) flushAudit(tx *txn) ([]chainHead, error) {
 		i = j
 	}
 	return heads, nil
+}
+
+// chainAudit gives tx's queued events their seq, prev and hash, from the
+// heads of the batch's earlier writes or the writer's cache (a chain in
+// neither is read), and adds them to the batch's records, which the
+// writer inserts just before it commits (groupCommit.insertAudit). One
+// multi-row INSERT per batch instead of one statement per event: SQLite
+// (modernc) spends more per statement than per row (docs/performance.md).
+// Only the SQLite writer's transactions (tx.g set) come here.
+func (s *Store) chainAudit(tx *txn) error {
+	ctx := tx.c(context.Background())
+	rs := make([]auditchain.Record, 0, len(tx.audit))
+	local := map[string]*auditchain.Record{} // this write's own heads
+	for _, ev := range tx.audit {
+		head := local[ev.rec.Chain]
+		if head == nil {
+			var err error
+			if head, err = s.head(ctx, tx, ev.rec.Chain, true); err != nil {
+				return err
+			}
+		}
+		rs = append(rs, auditchain.Next(head, ev.rec))
+		local[ev.rec.Chain] = &rs[len(rs)-1]
+	}
+	// Only a write whose every record is chained adds them.
+	tx.records = append(tx.records, rs...)
+	for chain, r := range local {
+		tx.heads[chain] = chainHead{chain: chain, seq: r.Seq, hash: r.Hash}
+	}
+	return nil
 }
 
 func (s *Store) insertAudit(ctx context.Context, tx *txn, r auditchain.Record) error {
@@ -340,4 +376,50 @@ func (s *Store) RawExec(ctx context.Context, q string, args ...any) error {
 		_, err := tx.ExecContext(ctx, s.bind(q), args...)
 		return err
 	})
+}
+
+// MaxAuditPage is the most records AuditRecordsAfter returns at once.
+const MaxAuditPage = 1000
+
+// AuditRecordsAfter returns up to limit (at most MaxAuditPage) records of
+// chain after record afterSeq, as stored, in seq order: what an agent's
+// copy of its install's chain lacks, as the database holds them (agentd
+// audit compare). It reads the (chain, seq) key only.
+// AuditRecordsToSend is AuditRecordsAfter for the records imsd sends an
+// agent's copy as the stream goes: on SQLite it answers from the
+// writer's tail of the chain when that holds them (audittail.go), which
+// always includes what this imsd committed, but may lag records another
+// process committed to the same file until this one next writes. Those
+// follow with a later send; nothing is ever sent out of order.
+func (s *Store) AuditRecordsToSend(ctx context.Context, chain string, afterSeq int64) ([]auditchain.Record, error) {
+	if s.gc != nil {
+		if rs, ok := s.gc.tails.after(chain, afterSeq, MaxAuditPage); ok {
+			return rs, nil
+		}
+	}
+	return s.AuditRecordsAfter(ctx, chain, afterSeq, MaxAuditPage)
+}
+
+func (s *Store) AuditRecordsAfter(ctx context.Context, chain string, afterSeq int64, limit int) ([]auditchain.Record, error) {
+	if limit <= 0 || limit > MaxAuditPage {
+		limit = MaxAuditPage
+	}
+	q := fmt.Sprintf(`SELECT chain, seq, at, kind, actor, subject, data, prev, hash FROM audit_events WHERE chain = ? AND seq > ? ORDER BY seq LIMIT %d`, limit)
+	rows, err := s.r.QueryContext(ctx, s.bind(q), chain, afterSeq)
+	if err != nil {
+		return nil, fmt.Errorf("read audit chain %q after %d: %w", chain, afterSeq, err)
+	}
+	defer rows.Close()
+	var out []auditchain.Record
+	for rows.Next() {
+		var r auditchain.Record
+		if err := rows.Scan(&r.Chain, &r.Seq, &r.At, &r.Kind, &r.Actor, &r.Subject, &r.Data, &r.Prev, &r.Hash); err != nil {
+			return nil, fmt.Errorf("read audit chain %q after %d: %w", chain, afterSeq, err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read audit chain %q after %d: %w", chain, afterSeq, err)
+	}
+	return out, nil
 }

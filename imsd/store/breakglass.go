@@ -121,7 +121,12 @@ func (s *Store) CreateBreakGlassRequest(ctx context.Context, g BreakGlassGrant) 
 		if isForeignKey(err) {
 			return errs.E(errs.NotFound, "install %q not found", g.InstallID)
 		}
-		return err
+		if err != nil {
+			return err
+		}
+		return s.Audit(ctx, tx, AuditEvent{Chain: g.InstallID, At: g.RequestedAt, Kind: "breakglass.requested", Actor: g.RequestedBy,
+			Subject: "breakglass:" + g.ID, Data: map[string]string{"role": g.Role, "reason": truncate(g.Reason, 512),
+				"duration": g.Duration.String(), "request_expires_at": g.RequestExpiresAt.UTC().Format(time.RFC3339)}})
 	})
 }
 
@@ -220,7 +225,16 @@ func (s *Store) DecideBreakGlass(ctx context.Context, d BreakGlassDecision, now 
 		} else if n == 0 {
 			return errs.E(errs.Conflict, "break-glass request %s is %s: only a pending request can be approved or denied, and only an approved grant revoked", d.GrantID, out.StateAt(now))
 		}
-		return nil
+		// A step the customer took on the agent, signed with its key: the
+		// record keeps the signed statement, which anyone can check
+		// against the agent's public key.
+		data := map[string]string{"by": d.By, "reason": truncate(d.Reason, 512), "statement": d.Statement,
+			"signature": base64.StdEncoding.EncodeToString(d.Signature)}
+		if d.State == GrantApproved {
+			data["expires_at"] = d.ExpiresAt.UTC().Format(time.RFC3339)
+		}
+		return s.Audit(ctx, tx, AuditEvent{Chain: d.InstallID, At: now, Kind: "breakglass." + string(d.State), Actor: "agent:" + d.AgentID,
+			Subject: "breakglass:" + d.GrantID, Data: data})
 	})
 	return out, err
 }

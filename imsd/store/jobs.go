@@ -618,7 +618,7 @@ func (s *Store) AckJob(ctx context.Context, jobID string, w Writer, leaseUntil, 
 			return err
 		}
 		if ok {
-			return s.auditAgentJob(ctx, tx, w.AgentID, jobID, "job.acked", now, nil)
+			return s.auditAgentJob(ctx, tx, w.AgentID, jobID, "job.acked", now, ackData(w))
 		}
 		// Anything else: a resent ack, or a write to refuse and explain.
 		j, err := s.jobForWrite(ctx, tx, jobID)
@@ -636,11 +636,18 @@ func (s *Store) AckJob(ctx context.Context, jobID string, w Writer, leaseUntil, 
 				nanos(now), nanos(leaseUntil), jobID); err != nil {
 				return err
 			}
-			return s.auditAgentJob(ctx, tx, w.AgentID, jobID, "job.acked", now, nil)
+			return s.auditAgentJob(ctx, tx, w.AgentID, jobID, "job.acked", now, ackData(w))
 		default:
 			return errs.E(errs.Conflict, "job %s already ended", jobID)
 		}
 	})
+}
+
+// ackData is a job.acked record's data: the fencing token the agent acked
+// under, by which the agent finds the record in its copy of the chain
+// before it starts the attempt.
+func ackData(w Writer) map[string]string {
+	return map[string]string{"token": strconv.FormatInt(w.FencingToken, 10)}
 }
 
 // tryExec runs an UPDATE that changes at most one row; ok is false when
@@ -759,7 +766,13 @@ func (s *Store) FinishJob(ctx context.Context, jobID string, w Writer, r Result,
 			data["plan_digest"] = r.PlanDigest
 		}
 		policyAudit(data, r.PolicyFindings)
-		if err := s.auditAgentJob(ctx, tx, w.AgentID, jobID, "job.finished", now, data); err != nil {
+		kind := "job.finished"
+		if r.State == JobRefused {
+			// The agent refused the job (its check of the assignment, or
+			// the customer's permission state): a kind of its own.
+			kind = "job.refused"
+		}
+		if err := s.auditAgentJob(ctx, tx, w.AgentID, jobID, kind, now, data); err != nil {
 			return err
 		}
 		if err := s.recordDrift(ctx, tx, jobID, r, plan, now); err != nil {

@@ -109,9 +109,9 @@ func (s *Store) GetPluginType(ctx context.Context, typ string) (PluginType, erro
 	return r.pluginType(), nil
 }
 
-// DeletePluginType removes the registration of type typ. Revisions that
-// use the type stay as they are.
-func (s *Store) DeletePluginType(ctx context.Context, typ string) error {
+// DeletePluginType removes the registration of type typ at now, with its
+// audit record. Revisions that use the type stay as they are.
+func (s *Store) DeletePluginType(ctx context.Context, typ string, now time.Time) error {
 	return s.write(ctx, "delete plugin type", func(tx *txn) error {
 		res, err := tx.ExecContext(ctx, s.bind(`DELETE FROM plugin_types WHERE type = ?`), typ)
 		if err != nil {
@@ -122,6 +122,6 @@ func (s *Store) DeletePluginType(ctx context.Context, typ string) error {
 		} else if n == 0 {
 			return errs.E(errs.NotFound, "component type %q is not registered", typ)
 		}
-		return nil
+		return s.Audit(ctx, tx, AuditEvent{Chain: VendorChain, At: now, Kind: "plugin_type.deleted", Subject: "type:" + typ})
 	})
 }

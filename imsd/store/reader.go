@@ -74,6 +74,15 @@ func (r *reader) SelectContext(ctx context.Context, dest any, q string, args ...
 	return r.db.SelectContext(ctx, dest, q, args...)
 }
 
+// QueryContext is sqlx.DB's QueryxContext through the statement cache, for
+// a caller that scans the rows itself (no reflection).
+func (r *reader) QueryContext(ctx context.Context, q string, args ...any) (*sqlx.Rows, error) {
+	if st := r.stmt(ctx, q); st != nil {
+		return st.QueryxContext(ctx, args...)
+	}
+	return r.db.QueryxContext(ctx, q, args...)
+}
+
 // Close closes the cached statements and, unless it is shared with the
 // writer, the pool.
 func (r *reader) Close(closeDB bool) error {

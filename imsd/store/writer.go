@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/jmoiron/sqlx"
 
 	"github.com/byoc-dev/byoc/imsd/errs"
+	"github.com/byoc-dev/byoc/internal/auditchain"
 )
 
 // txn is the transaction a write function runs in. Its methods take a
@@ -31,6 +33,9 @@ type txn struct {
 	// heads are the audit chain heads this batch's successful writes
 	// appended, moved to g.heads once the batch commits (nil when g is).
 	heads map[string]chainHead
+	// records are the audit records of this batch's successful writes,
+	// chained, inserted just before the batch commits (SQLite only).
+	records []auditchain.Record
 }
 
 // stmt returns q prepared within the transaction, or nil to run it as is.
@@ -156,10 +161,17 @@ type groupCommit struct {
 	// so appending an event needs no read of the chain. Only the writer
 	// goroutine uses it; a batch's heads join it at its commit.
 	heads map[string]chainHead
-	reqs  chan *writeReq
-	quit  chan struct{}
-	done  chan struct{}
-	once  sync.Once
+	// tails are the newest committed records of each chain, for readers
+	// (audittail.go); it has its own lock.
+	tails *auditTails
+	// dataVersion is SQLite's data_version as the writer last read it:
+	// it changes when another connection (another process or Store on
+	// the file) commits, and then heads may be stale (checkHeads).
+	dataVersion int64
+	reqs        chan *writeReq
+	quit        chan struct{}
+	done        chan struct{}
+	once        sync.Once
 }
 
 type writeReq struct {
@@ -175,7 +187,7 @@ type writeReq struct {
 }
 
 func startGroupCommit(db *sqlx.DB) *groupCommit {
-	g := &groupCommit{db: db, stmts: map[string]*sqlx.Stmt{}, heads: map[string]chainHead{}, reqs: make(chan *writeReq), quit: make(chan struct{}), done: make(chan struct{})}
+	g := &groupCommit{db: db, stmts: map[string]*sqlx.Stmt{}, heads: map[string]chainHead{}, tails: newAuditTails(), reqs: make(chan *writeReq), quit: make(chan struct{}), done: make(chan struct{})}
 	go g.run()
 	return g
 }
@@ -278,6 +290,7 @@ func (g *groupCommit) runBatch(batch []*writeReq) {
 		return
 	}
 	t := &txn{tx: tx, ctx: ctx, g: g, heads: map[string]chainHead{}}
+	g.checkHeads(t)
 	if len(batch) == 1 {
 		// Nothing to isolate from: no savepoint.
 		r := batch[0]
@@ -291,11 +304,17 @@ func (g *groupCommit) runBatch(batch []*writeReq) {
 			r.err <- wrap(r.op, err)
 			return
 		}
+		if err := g.insertAudit(t); err != nil {
+			tx.Rollback() //nolint:errcheck
+			r.err <- fmt.Errorf("%s: %w", r.op, err)
+			return
+		}
 		if err := tx.Commit(); err != nil {
 			r.err <- fmt.Errorf("%s: commit: %w", r.op, err)
 			return
 		}
 		maps.Copy(g.heads, t.heads)
+		g.tails.add(t.records)
 		r.err <- nil
 		return
 	}
@@ -341,9 +360,16 @@ func (g *groupCommit) runBatch(batch []*writeReq) {
 		}
 		r.ok = ferr == nil
 	}
+	if err := g.insertAudit(t); err != nil {
+		// Every write of the batch that succeeded recorded an event or
+		// shares the transaction of one that did: none may commit.
+		g.fail(tx, batch, len(batch), true, err)
+		return
+	}
 	err = tx.Commit()
 	if err == nil {
 		maps.Copy(g.heads, t.heads)
+		g.tails.add(t.records)
 	}
 	for _, r := range batch {
 		if !r.ok {
@@ -366,5 +392,65 @@ func (g *groupCommit) fail(tx *sqlx.Tx, batch []*writeReq, i int, answered bool,
 		if (j < i && r.ok) || (j == i && !answered) || j > i {
 			r.err <- fmt.Errorf("%s: %w", r.op, err)
 		}
+	}
+}
+
+// auditRowsPerInsert are the row counts of the multi-row INSERTs of a
+// batch's audit records, largest first: a few fixed statements, each
+// prepared once (9 parameters a row, well under SQLite's limit).
+var auditRowsPerInsert = []int{64, 16, 4, 1}
+
+// insertAudit inserts the audit records t's writes chained (chainAudit),
+// in as few statements as auditRowsPerInsert allows. A unique-key
+// conflict means the cached head of a chain is stale (another process
+// appended to the database file): the cache is dropped, so that the
+// writes, tried again, read the heads.
+func (g *groupCommit) insertAudit(t *txn) error {
+	rs := t.records // kept in t for tails once the batch commits
+	for len(rs) > 0 {
+		n := 1
+		for _, k := range auditRowsPerInsert {
+			if len(rs) >= k {
+				n = k
+				break
+			}
+		}
+		args := make([]any, 0, 9*n)
+		for _, r := range rs[:n] {
+			args = append(args, r.Chain, r.Seq, r.At, r.Kind, r.Actor, r.Subject, r.Data, r.Prev, r.Hash)
+		}
+		if _, err := t.ExecContext(t.ctx, auditInsertSQL[n], args...); err != nil {
+			if isUnique(err) {
+				clear(g.heads)
+				return fmt.Errorf("audit: append to chain %q: a record with seq %d exists already (written by another process); try again: %w", rs[0].Chain, rs[0].Seq, err)
+			}
+			return fmt.Errorf("audit: append %d records: %w", n, err)
+		}
+		rs = rs[n:]
+	}
+	return nil
+}
+
+// auditInsertSQL is the INSERT of n audit rows, for each n of
+// auditRowsPerInsert.
+var auditInsertSQL = func() map[int]string {
+	m := map[int]string{}
+	for _, n := range auditRowsPerInsert {
+		m[n] = "INSERT INTO audit_events (chain, seq, at, kind, actor, subject, data, prev, hash) VALUES " +
+			strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, ?, ?, ?, ?), ", n), ", ")
+	}
+	return m
+}()
+
+// checkHeads drops the cached audit chain heads when another connection
+// committed to the database file since the writer last looked: it may
+// have appended to a chain. A batch's transaction holds the write lock
+// (BEGIN IMMEDIATE), so nothing else commits until it ends.
+func (g *groupCommit) checkHeads(t *txn) {
+	var v int64
+	if err := t.QueryRowContext(t.ctx, "PRAGMA data_version").Scan(&v); err != nil || v != g.dataVersion {
+		clear(g.heads)
+		g.tails.reset()
+		g.dataVersion = v
 	}
 }

@@ -66,7 +66,7 @@ func (v *auditView) refresh() tea.Cmd {
 	if since == 0 {
 		since = v.now.Add(-auditWindow).UnixNano()
 	}
-	return listAudit(v.ctx, v.conn.Client, v.gen, since, auditKeep)
+	return listAudit(v.ctx, v.conn.Client, v.gen, "", since, auditKeep)
 }
 
 func (v *auditView) Title() string    { return "audit" }

@@ -281,11 +281,12 @@ func cancelJob(ctx context.Context, c imsv1connect.OperatorServiceClient, gen in
 	}
 }
 
-// listAudit reads up to limit audit events of every chain at or after
-// since (Unix nanoseconds).
-func listAudit(ctx context.Context, c imsv1connect.OperatorServiceClient, gen int, since int64, limit int32) tea.Cmd {
+// listAudit reads the newest audit events, up to limit, at or after since
+// (Unix nanoseconds; 0 for all), of one install's chain (install, a name
+// or id) or, with install empty, of every chain.
+func listAudit(ctx context.Context, c imsv1connect.OperatorServiceClient, gen int, install string, since int64, limit int32) tea.Cmd {
 	return func() tea.Msg {
-		r, err := c.ListAuditEvents(ctx, connect.NewRequest(&imsv1.ListAuditEventsRequest{SinceUnixNano: since, Limit: limit, NewestFirst: true}))
+		r, err := c.ListAuditEvents(ctx, connect.NewRequest(&imsv1.ListAuditEventsRequest{Install: install, SinceUnixNano: since, Limit: limit, NewestFirst: true}))
 		if err != nil {
 			return auditMsg{gen: gen, err: err}
 		}

@@ -1177,3 +1177,46 @@ func TestInstallViewShowsPlans(t *testing.T) {
 		t.Error("a plugin's escape sequence reached the screen")
 	}
 }
+
+// The install view's audit panel shows the newest events of the install's
+// own chain, asks for them again on its own timer (live) and when the
+// fleet says the install changed, and drops answers to older requests.
+func TestInstallViewAuditPanel(t *testing.T) {
+	m := newTestModel(t, Options{})
+	m.Update(teaSize(160, 60))
+	feed(m, snapshot())
+	press(m, "enter")
+	v := m.top().(*installView)
+	feedInstallParts(m)
+	s := screen(m)
+	for _, want := range [][]string{
+		{"AUDIT", "newest 5, live"},
+		{"1m ago", "step.started", "imsd", "workflow:wf_2/migrate"},
+		{"2m ago", "job.finished", "agent:agt_1", "job:job_ok"},
+	} {
+		if !screenLine(s, want...) {
+			t.Errorf("no line with %q:\n%s", want, s)
+		}
+	}
+	if strings.Index(s, "step.started") > strings.Index(s, "job.finished") {
+		t.Errorf("newest first:\n%s", s)
+	}
+	// The answer starts the panel's timer; the timer asks again.
+	gen := v.auGen
+	_, cmd := m.Update(auditMsg{gen: gen, events: []*imsv1.AuditEvent{
+		{Chain: "ins_acme", Seq: 13, AtUnixNano: clock.UnixNano(), Kind: "job.acked", Actor: "agent:agt_1", Subject: "job:job_run"},
+	}})
+	if cmd == nil {
+		t.Fatal("an answer must start the panel's poll timer")
+	}
+	mustContain(t, screen(m), "job.acked", "job:job_run")
+	if m.Update(auditPanelPollMsg{gen: gen}); v.auGen == gen {
+		t.Fatal("the poll timer must ask for the events again")
+	}
+	// An answer to the older request is dropped.
+	m.Update(auditMsg{gen: gen, events: []*imsv1.AuditEvent{{Chain: "ins_acme", Seq: 1, Kind: "stale.event"}}})
+	mustNotContain(t, screen(m), "stale.event")
+	// A failed read says so.
+	m.Update(auditMsg{gen: v.auGen, err: errors.New("imsd unreachable")})
+	mustContain(t, screen(m), "cannot list audit events")
+}

@@ -184,4 +184,8 @@ func feedInstallParts(m *Model) {
 	m.Update(actionsMsg{gen: v.actGen, revision: 3, actions: []*imsv1.Action{
 		{Name: "migrate", Mode: "maintenance", Description: "run the migrations"},
 	}})
+	m.Update(auditMsg{gen: v.auGen, events: []*imsv1.AuditEvent{
+		{Chain: "ins_acme", Seq: 12, AtUnixNano: clock.Add(-time.Minute).UnixNano(), Kind: "step.started", Actor: "imsd", Subject: "workflow:wf_2/migrate"},
+		{Chain: "ins_acme", Seq: 11, AtUnixNano: clock.Add(-2 * time.Minute).UnixNano(), Kind: "job.finished", Actor: "agent:agt_1", Subject: "job:job_ok"},
+	}})
 }

@@ -16,15 +16,16 @@ import (
 type installView struct {
 	jobList
 	installParts
+	auditPanel
 }
 
 func newInstallView(e *env, id string) *installView {
 	return &installView{jobList: jobList{env: e, id: id}}
 }
 
-// Init lists the install's jobs, workflows and actions.
+// Init lists the install's jobs, workflows, actions and audit events.
 func (v *installView) Init() tea.Cmd {
-	return tea.Batch(v.jobList.Init(), v.loadParts())
+	return tea.Batch(v.jobList.Init(), v.loadParts(), v.loadAudit())
 }
 
 func (v *installView) Title() string      { return v.installName(v.id) }
@@ -47,8 +48,9 @@ func (v *installView) Update(msg tea.Msg) tea.Cmd {
 		for _, r := range msg.resps {
 			for _, s := range r.Installs {
 				if s.Install.Id == v.id {
-					// Its jobs moved: list them, and its workflows, again.
-					return tea.Batch(v.refresh(), v.loadParts())
+					// Its jobs moved: list them, its workflows and its
+					// audit events again.
+					return tea.Batch(v.refresh(), v.loadParts(), v.loadAudit())
 				}
 			}
 		}
@@ -67,6 +69,9 @@ func (v *installView) Update(msg tea.Msg) tea.Cmd {
 	}
 	if v.partsUpdate(msg) {
 		return nil
+	}
+	if cmd, ok := v.auditUpdate(msg); ok {
+		return cmd
 	}
 	cmd, _ := v.update(msg)
 	return cmd
@@ -121,17 +126,22 @@ func (v *installView) header(s *imsv1.InstallStatus) []string {
 		out = append(out, "  "+k+" = "+val)
 	}
 	// The job table keeps at least minJobRows rows: the sections give way
-	// (their end cut, saying so) in a short window.
+	// (their end cut, saying so) in a short window, and the audit panel's
+	// events before them (its heading stays).
 	const minJobRows = 5
 	parts := v.parts(v.jobs)
-	if room := v.h - len(out) - 2 - minJobRows - 2; len(parts) > room {
+	audit := v.auditLines(in.Name)
+	events := audit[1:]
+	room := v.h - len(out) - 2 - minJobRows - 2
+	if len(parts) > room {
 		cut := len(parts) - max(0, room-1)
 		parts = append(parts[:max(0, room-1)], st.muted.Render(fmt.Sprintf("  … %d more lines in a taller window", cut)))
+		events = nil
+	} else if len(events) > room-len(parts) {
+		events = events[:room-len(parts)]
 	}
 	out = append(out, parts...)
-	out = append(out,
-		st.accent.Render("AUDIT")+"  "+st.muted.Render(":audit shows the events live; byoc audit list --install "+in.Name),
-		"",
-	)
-	return out
+	out = append(out, audit[0])
+	out = append(out, events...)
+	return append(out, "")
 }

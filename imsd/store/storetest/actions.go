@@ -48,6 +48,7 @@ func testTriggerTicks(t *testing.T, e *env) {
 		actionRun("run-2", ins, "check", at(121*time.Second)), at(121*time.Second))
 	ok(t, err)
 	equal(t, "tick while running", res, store.TickSkipped)
+	wantKinds(t, "install chain after a skipped tick", e.kinds(ins), "action.tick_skipped")
 	_, _, err = e.s.GetWorkflow(ctx, "run-2")
 	wantErr(t, err, errs.NotFound)
 	ended, err := e.s.EndActionRun(ctx, "run-1", store.WorkflowSucceeded, "", nil, at(3*time.Minute))

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -73,6 +74,25 @@ func testBreakGlass(t *testing.T, e *env) {
 		equal(t, "bg_3 before its expiry", g.StateAt(at(29*time.Minute)), store.GrantPending)
 		equal(t, "bg_3 at its expiry", g.StateAt(at(30*time.Minute)), store.GrantExpired)
 	}
+	// Every step is in the install's audit chain, once: the refused
+	// decisions left nothing.
+	var steps []string
+	evs, err := e.s.ListAuditEvents(ctx, store.AuditFilter{Chain: acme, OneChain: true})
+	ok(t, err)
+	for _, ev := range evs {
+		if strings.HasPrefix(ev.Kind, "breakglass.") {
+			steps = append(steps, ev.Kind+" "+ev.Subject+" "+ev.Actor)
+		}
+		if ev.Kind == "breakglass.approved" {
+			equal(t, "approval's signature", ev.Data["signature"], "AQI=")
+			equal(t, "approved by", ev.Data["by"], "alice")
+		}
+	}
+	equal(t, "acme's break-glass records", strings.Join(steps, ", "),
+		"breakglass.requested breakglass:bg_1 ops, breakglass.requested breakglass:bg_2 ops, breakglass.approved breakglass:bg_1 agent:ag-1, breakglass.revoked breakglass:bg_1 agent:ag-1")
+	ok(t, nilProblem(e.verify(acme)))
+	ok(t, nilProblem(e.verify(beta)))
+
 	a := store.BreakGlassGrant{State: store.GrantApproved, ExpiresAt: at(time.Hour)}
 	equal(t, "approved before its end", a.StateAt(at(59*time.Minute)), store.GrantApproved)
 	equal(t, "approved at its end", a.StateAt(at(time.Hour)), store.GrantExpired)

@@ -57,8 +57,8 @@ func testPluginTypes(t *testing.T, e *env) {
 	ok(t, err)
 	equal(t, "types after concurrent puts", len(types), 2)
 
-	ok(t, e.s.DeletePluginType(ctx, "greeting"))
-	wantErr(t, e.s.DeletePluginType(ctx, "greeting"), errs.NotFound, `"greeting" is not registered`)
+	ok(t, e.s.DeletePluginType(ctx, "greeting", T0))
+	wantErr(t, e.s.DeletePluginType(ctx, "greeting", T0), errs.NotFound, `"greeting" is not registered`)
 	_, err = e.s.GetPluginType(ctx, "greeting")
 	wantErr(t, err, errs.NotFound)
 

@@ -82,6 +82,7 @@ func Run(t *testing.T, open OpenFunc) {
 		{"AuditTamperInsert", testAuditTamperInsert},
 		{"AuditWriteFailure", testAuditWriteFailure},
 		{"AuditConcurrent", testAuditConcurrent},
+		{"AuditRecordsAfter", testAuditRecordsAfter},
 		{"PolicyFindings", testPolicyFindings},
 		{"Drift", testDrift},
 		{"BuildAgentRole", testBuildAgentRole},

@@ -444,6 +444,7 @@ type ConnectResponse struct {
 	//	*ConnectResponse_Accepted
 	//	*ConnectResponse_Rejected
 	//	*ConnectResponse_Renewed
+	//	*ConnectResponse_Audit
 	Msg           isConnectResponse_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -549,6 +550,15 @@ func (x *ConnectResponse) GetRenewed() *LeasesRenewed {
 	return nil
 }
 
+func (x *ConnectResponse) GetAudit() *AuditRecords {
+	if x != nil {
+		if x, ok := x.Msg.(*ConnectResponse_Audit); ok {
+			return x.Audit
+		}
+	}
+	return nil
+}
+
 type isConnectResponse_Msg interface {
 	isConnectResponse_Msg()
 }
@@ -581,6 +591,12 @@ type ConnectResponse_Renewed struct {
 	Renewed *LeasesRenewed `protobuf:"bytes,7,opt,name=renewed,proto3,oneof"`
 }
 
+type ConnectResponse_Audit struct {
+	// audit carries records of the install's audit chain to an agent
+	// that asked for them (Hello.audit_copy).
+	Audit *AuditRecords `protobuf:"bytes,30,opt,name=audit,proto3,oneof"`
+}
+
 func (*ConnectResponse_Challenge) isConnectResponse_Msg() {}
 
 func (*ConnectResponse_Welcome) isConnectResponse_Msg() {}
@@ -594,6 +610,8 @@ func (*ConnectResponse_Accepted) isConnectResponse_Msg() {}
 func (*ConnectResponse_Rejected) isConnectResponse_Msg() {}
 
 func (*ConnectResponse_Renewed) isConnectResponse_Msg() {}
+
+func (*ConnectResponse_Audit) isConnectResponse_Msg() {}
 
 // Challenge is imsd's first message on a stream.
 type Challenge struct {
@@ -712,6 +730,13 @@ type Hello struct {
 	// permissions is the customer's permission state as the agent enforces
 	// it (agentd permissions), so that imsd can show it; imsd cannot set it.
 	Permissions *Permissions `protobuf:"bytes,8,opt,name=permissions,proto3" json:"permissions,omitempty"`
+	// audit_copy asks imsd to send the records of the install's audit chain
+	// after audit_seq (the last record of the agent's own copy; 0 for
+	// none): at once, then before the answer to every ack (so that the
+	// agent holds the record of a job's ack before it starts the job), and
+	// after the first heartbeat that follows a result (else once a minute).
+	AuditCopy bool  `protobuf:"varint,30,opt,name=audit_copy,json=auditCopy,proto3" json:"audit_copy,omitempty"`
+	AuditSeq  int64 `protobuf:"varint,31,opt,name=audit_seq,json=auditSeq,proto3" json:"audit_seq,omitempty"`
 	// stack is what the agent knows of its install stack, when it runs from
 	// one (agentd --stack-config): the customer-provided inputs (a value, or
 	// "set" for a sensitive one: never a sensitive value) and the stack's
@@ -805,6 +830,20 @@ func (x *Hello) GetPermissions() *Permissions {
 		return x.Permissions
 	}
 	return nil
+}
+
+func (x *Hello) GetAuditCopy() bool {
+	if x != nil {
+		return x.AuditCopy
+	}
+	return false
+}
+
+func (x *Hello) GetAuditSeq() int64 {
+	if x != nil {
+		return x.AuditSeq
+	}
+	return 0
 }
 
 func (x *Hello) GetStack() *StackReport {
@@ -2561,6 +2600,290 @@ func (x *DecideBreakGlassResponse) GetGrant() *BreakGlassGrant {
 	return nil
 }
 
+// AuditRecords is a run of consecutive records of one audit chain, in seq
+// order (internal/auditchain.Record: the agent checks every link before it
+// keeps them).
+type AuditRecords struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Records       []*AuditRecord         `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditRecords) Reset() {
+	*x = AuditRecords{}
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditRecords) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditRecords) ProtoMessage() {}
+
+func (x *AuditRecords) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditRecords.ProtoReflect.Descriptor instead.
+func (*AuditRecords) Descriptor() ([]byte, []int) {
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *AuditRecords) GetRecords() []*AuditRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+// AuditRecord is one audit record as imsd stores it; its hash covers every
+// other field (internal/auditchain says how).
+type AuditRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Chain string                 `protobuf:"bytes,1,opt,name=chain,proto3" json:"chain,omitempty"`
+	Seq   int64                  `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	// at is Unix nanoseconds.
+	At      int64  `protobuf:"varint,3,opt,name=at,proto3" json:"at,omitempty"`
+	Kind    string `protobuf:"bytes,4,opt,name=kind,proto3" json:"kind,omitempty"`
+	Actor   string `protobuf:"bytes,5,opt,name=actor,proto3" json:"actor,omitempty"`
+	Subject string `protobuf:"bytes,6,opt,name=subject,proto3" json:"subject,omitempty"`
+	// data is the stored JSON text, never re-encoded.
+	Data          string `protobuf:"bytes,7,opt,name=data,proto3" json:"data,omitempty"`
+	Prev          string `protobuf:"bytes,8,opt,name=prev,proto3" json:"prev,omitempty"`
+	Hash          string `protobuf:"bytes,9,opt,name=hash,proto3" json:"hash,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditRecord) Reset() {
+	*x = AuditRecord{}
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditRecord) ProtoMessage() {}
+
+func (x *AuditRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
+func (*AuditRecord) Descriptor() ([]byte, []int) {
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *AuditRecord) GetChain() string {
+	if x != nil {
+		return x.Chain
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *AuditRecord) GetAt() int64 {
+	if x != nil {
+		return x.At
+	}
+	return 0
+}
+
+func (x *AuditRecord) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetData() string {
+	if x != nil {
+		return x.Data
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetPrev() string {
+	if x != nil {
+		return x.Prev
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetHash() string {
+	if x != nil {
+		return x.Hash
+	}
+	return ""
+}
+
+// ListAuditRecordsRequest is signed: signature is the agent's Ed25519
+// signature of agentproto.ListAuditMessage(agent_id, time), and imsd
+// refuses a time more than five minutes from its own.
+type ListAuditRecordsRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	AgentId   string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	Time      *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
+	Signature []byte                 `protobuf:"bytes,3,opt,name=signature,proto3" json:"signature,omitempty"`
+	// after_seq skips the records up to it; limit caps the answer (at most
+	// and by default 1,000).
+	AfterSeq      int64 `protobuf:"varint,4,opt,name=after_seq,json=afterSeq,proto3" json:"after_seq,omitempty"`
+	Limit         int32 `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAuditRecordsRequest) Reset() {
+	*x = ListAuditRecordsRequest{}
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAuditRecordsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAuditRecordsRequest) ProtoMessage() {}
+
+func (x *ListAuditRecordsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAuditRecordsRequest.ProtoReflect.Descriptor instead.
+func (*ListAuditRecordsRequest) Descriptor() ([]byte, []int) {
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ListAuditRecordsRequest) GetAgentId() string {
+	if x != nil {
+		return x.AgentId
+	}
+	return ""
+}
+
+func (x *ListAuditRecordsRequest) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *ListAuditRecordsRequest) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
+func (x *ListAuditRecordsRequest) GetAfterSeq() int64 {
+	if x != nil {
+		return x.AfterSeq
+	}
+	return 0
+}
+
+func (x *ListAuditRecordsRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type ListAuditRecordsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Records       []*AuditRecord         `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAuditRecordsResponse) Reset() {
+	*x = ListAuditRecordsResponse{}
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAuditRecordsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAuditRecordsResponse) ProtoMessage() {}
+
+func (x *ListAuditRecordsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAuditRecordsResponse.ProtoReflect.Descriptor instead.
+func (*ListAuditRecordsResponse) Descriptor() ([]byte, []int) {
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *ListAuditRecordsResponse) GetRecords() []*AuditRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
 var File_byoc_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_byoc_agent_v1_agent_proto_rawDesc = "" +
@@ -2590,7 +2913,7 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\x03ack\x18\x03 \x01(\v2\x15.byoc.agent.v1.JobAckH\x00R\x03ack\x12,\n" +
 	"\x04logs\x18\x04 \x01(\v2\x16.byoc.agent.v1.JobLogsH\x00R\x04logs\x122\n" +
 	"\x06result\x18\x05 \x01(\v2\x18.byoc.agent.v1.JobResultH\x00R\x06resultB\x05\n" +
-	"\x03msg\"\xac\x03\n" +
+	"\x03msg\"\xe1\x03\n" +
 	"\x0fConnectResponse\x128\n" +
 	"\tchallenge\x18\x01 \x01(\v2\x18.byoc.agent.v1.ChallengeH\x00R\tchallenge\x122\n" +
 	"\awelcome\x18\x02 \x01(\v2\x16.byoc.agent.v1.WelcomeH\x00R\awelcome\x12>\n" +
@@ -2600,14 +2923,15 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\x06cancel\x18\x04 \x01(\v2\x18.byoc.agent.v1.JobCancelH\x00R\x06cancel\x12:\n" +
 	"\baccepted\x18\x05 \x01(\v2\x1c.byoc.agent.v1.WriteAcceptedH\x00R\baccepted\x12:\n" +
 	"\brejected\x18\x06 \x01(\v2\x1c.byoc.agent.v1.WriteRejectedH\x00R\brejected\x128\n" +
-	"\arenewed\x18\a \x01(\v2\x1c.byoc.agent.v1.LeasesRenewedH\x00R\arenewedB\x05\n" +
+	"\arenewed\x18\a \x01(\v2\x1c.byoc.agent.v1.LeasesRenewedH\x00R\arenewed\x123\n" +
+	"\x05audit\x18\x1e \x01(\v2\x1b.byoc.agent.v1.AuditRecordsH\x00R\x05auditB\x05\n" +
 	"\x03msg\"!\n" +
 	"\tChallenge\x12\x14\n" +
 	"\x05nonce\x18\x01 \x01(\fR\x05nonce\"H\n" +
 	"\n" +
 	"RunningJob\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12#\n" +
-	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\"\xd3\x02\n" +
+	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\"\x8f\x03\n" +
 	"\x05Hello\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1c\n" +
 	"\tsignature\x18\x02 \x01(\fR\tsignature\x12\x1a\n" +
@@ -2616,7 +2940,10 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\aversion\x18\x05 \x01(\tR\aversion\x12\x1a\n" +
 	"\bhostname\x18\x06 \x01(\tR\bhostname\x12\x1a\n" +
 	"\binstance\x18\a \x01(\tR\binstance\x12<\n" +
-	"\vpermissions\x18\b \x01(\v2\x1a.byoc.agent.v1.PermissionsR\vpermissions\x120\n" +
+	"\vpermissions\x18\b \x01(\v2\x1a.byoc.agent.v1.PermissionsR\vpermissions\x12\x1d\n" +
+	"\n" +
+	"audit_copy\x18\x1e \x01(\bR\tauditCopy\x12\x1b\n" +
+	"\taudit_seq\x18\x1f \x01(\x03R\bauditSeq\x120\n" +
 	"\x05stack\x18Z \x01(\v2\x1a.byoc.agent.v1.StackReportR\x05stack\"\xb5\x02\n" +
 	"\vStackReport\x12\x16\n" +
 	"\x06format\x18\x01 \x01(\tR\x06format\x12\x14\n" +
@@ -2773,19 +3100,40 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\tstatement\x18\x02 \x01(\fR\tstatement\x12\x1c\n" +
 	"\tsignature\x18\x03 \x01(\fR\tsignature\"P\n" +
 	"\x18DecideBreakGlassResponse\x124\n" +
-	"\x05grant\x18\x01 \x01(\v2\x1e.byoc.agent.v1.BreakGlassGrantR\x05grant*\x90\x01\n" +
+	"\x05grant\x18\x01 \x01(\v2\x1e.byoc.agent.v1.BreakGlassGrantR\x05grant\"D\n" +
+	"\fAuditRecords\x124\n" +
+	"\arecords\x18\x01 \x03(\v2\x1a.byoc.agent.v1.AuditRecordR\arecords\"\xc5\x01\n" +
+	"\vAuditRecord\x12\x14\n" +
+	"\x05chain\x18\x01 \x01(\tR\x05chain\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x03R\x03seq\x12\x0e\n" +
+	"\x02at\x18\x03 \x01(\x03R\x02at\x12\x12\n" +
+	"\x04kind\x18\x04 \x01(\tR\x04kind\x12\x14\n" +
+	"\x05actor\x18\x05 \x01(\tR\x05actor\x12\x18\n" +
+	"\asubject\x18\x06 \x01(\tR\asubject\x12\x12\n" +
+	"\x04data\x18\a \x01(\tR\x04data\x12\x12\n" +
+	"\x04prev\x18\b \x01(\tR\x04prev\x12\x12\n" +
+	"\x04hash\x18\t \x01(\tR\x04hash\"\xb5\x01\n" +
+	"\x17ListAuditRecordsRequest\x12\x19\n" +
+	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12.\n" +
+	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x1c\n" +
+	"\tsignature\x18\x03 \x01(\fR\tsignature\x12\x1b\n" +
+	"\tafter_seq\x18\x04 \x01(\x03R\bafterSeq\x12\x14\n" +
+	"\x05limit\x18\x05 \x01(\x05R\x05limit\"P\n" +
+	"\x18ListAuditRecordsResponse\x124\n" +
+	"\arecords\x18\x01 \x03(\v2\x1a.byoc.agent.v1.AuditRecordR\arecords*\x90\x01\n" +
 	"\aOutcome\x12\x17\n" +
 	"\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11OUTCOME_SUCCEEDED\x10\x01\x12\x12\n" +
 	"\x0eOUTCOME_FAILED\x10\x02\x12\x15\n" +
 	"\x11OUTCOME_CANCELLED\x10\x03\x12\x15\n" +
 	"\x11OUTCOME_TIMED_OUT\x10\x04\x12\x13\n" +
-	"\x0fOUTCOME_REFUSED\x10\x052\xe7\x02\n" +
+	"\x0fOUTCOME_REFUSED\x10\x052\xcc\x03\n" +
 	"\fAgentService\x12E\n" +
 	"\x06Enroll\x12\x1c.byoc.agent.v1.EnrollRequest\x1a\x1d.byoc.agent.v1.EnrollResponse\x12L\n" +
 	"\aConnect\x12\x1d.byoc.agent.v1.ConnectRequest\x1a\x1e.byoc.agent.v1.ConnectResponse(\x010\x01\x12]\n" +
 	"\x0eListBreakGlass\x12$.byoc.agent.v1.ListBreakGlassRequest\x1a%.byoc.agent.v1.ListBreakGlassResponse\x12c\n" +
-	"\x10DecideBreakGlass\x12&.byoc.agent.v1.DecideBreakGlassRequest\x1a'.byoc.agent.v1.DecideBreakGlassResponseB\xad\x01\n" +
+	"\x10DecideBreakGlass\x12&.byoc.agent.v1.DecideBreakGlassRequest\x1a'.byoc.agent.v1.DecideBreakGlassResponse\x12c\n" +
+	"\x10ListAuditRecords\x12&.byoc.agent.v1.ListAuditRecordsRequest\x1a'.byoc.agent.v1.ListAuditRecordsResponseB\xad\x01\n" +
 	"\x11com.byoc.agent.v1B\n" +
 	"AgentProtoP\x01Z6github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1;agentv1\xa2\x02\x03BAX\xaa\x02\rByoc.Agent.V1\xca\x02\rByoc\\Agent\\V1\xe2\x02\x19Byoc\\Agent\\V1\\GPBMetadata\xea\x02\x0fByoc::Agent::V1b\x06proto3"
 
@@ -2802,7 +3150,7 @@ func file_byoc_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_byoc_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_byoc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_byoc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_byoc_agent_v1_agent_proto_goTypes = []any{
 	(Outcome)(0),                     // 0: byoc.agent.v1.Outcome
 	(*EnrollRequest)(nil),            // 1: byoc.agent.v1.EnrollRequest
@@ -2835,13 +3183,17 @@ var file_byoc_agent_v1_agent_proto_goTypes = []any{
 	(*BreakGlassGrant)(nil),          // 28: byoc.agent.v1.BreakGlassGrant
 	(*DecideBreakGlassRequest)(nil),  // 29: byoc.agent.v1.DecideBreakGlassRequest
 	(*DecideBreakGlassResponse)(nil), // 30: byoc.agent.v1.DecideBreakGlassResponse
-	nil,                              // 31: byoc.agent.v1.StackReport.InputsEntry
-	nil,                              // 32: byoc.agent.v1.StackReport.OutputsEntry
-	nil,                              // 33: byoc.agent.v1.JobResult.OutputsEntry
-	nil,                              // 34: byoc.agent.v1.JobAssignment.InputsEntry
-	(*timestamppb.Timestamp)(nil),    // 35: google.protobuf.Timestamp
-	(*structpb.Value)(nil),           // 36: google.protobuf.Value
-	(*structpb.Struct)(nil),          // 37: google.protobuf.Struct
+	(*AuditRecords)(nil),             // 31: byoc.agent.v1.AuditRecords
+	(*AuditRecord)(nil),              // 32: byoc.agent.v1.AuditRecord
+	(*ListAuditRecordsRequest)(nil),  // 33: byoc.agent.v1.ListAuditRecordsRequest
+	(*ListAuditRecordsResponse)(nil), // 34: byoc.agent.v1.ListAuditRecordsResponse
+	nil,                              // 35: byoc.agent.v1.StackReport.InputsEntry
+	nil,                              // 36: byoc.agent.v1.StackReport.OutputsEntry
+	nil,                              // 37: byoc.agent.v1.JobResult.OutputsEntry
+	nil,                              // 38: byoc.agent.v1.JobAssignment.InputsEntry
+	(*timestamppb.Timestamp)(nil),    // 39: google.protobuf.Timestamp
+	(*structpb.Value)(nil),           // 40: google.protobuf.Value
+	(*structpb.Struct)(nil),          // 41: google.protobuf.Struct
 }
 var file_byoc_agent_v1_agent_proto_depIdxs = []int32{
 	3,  // 0: byoc.agent.v1.EnrollResponse.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
@@ -2857,48 +3209,54 @@ var file_byoc_agent_v1_agent_proto_depIdxs = []int32{
 	24, // 10: byoc.agent.v1.ConnectResponse.accepted:type_name -> byoc.agent.v1.WriteAccepted
 	25, // 11: byoc.agent.v1.ConnectResponse.rejected:type_name -> byoc.agent.v1.WriteRejected
 	13, // 12: byoc.agent.v1.ConnectResponse.renewed:type_name -> byoc.agent.v1.LeasesRenewed
-	7,  // 13: byoc.agent.v1.Hello.running:type_name -> byoc.agent.v1.RunningJob
-	10, // 14: byoc.agent.v1.Hello.permissions:type_name -> byoc.agent.v1.Permissions
-	9,  // 15: byoc.agent.v1.Hello.stack:type_name -> byoc.agent.v1.StackReport
-	31, // 16: byoc.agent.v1.StackReport.inputs:type_name -> byoc.agent.v1.StackReport.InputsEntry
-	32, // 17: byoc.agent.v1.StackReport.outputs:type_name -> byoc.agent.v1.StackReport.OutputsEntry
-	35, // 18: byoc.agent.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
-	3,  // 19: byoc.agent.v1.Welcome.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
-	7,  // 20: byoc.agent.v1.Heartbeat.running:type_name -> byoc.agent.v1.RunningJob
-	10, // 21: byoc.agent.v1.Heartbeat.permissions:type_name -> byoc.agent.v1.Permissions
-	35, // 22: byoc.agent.v1.LogLine.time:type_name -> google.protobuf.Timestamp
-	15, // 23: byoc.agent.v1.JobLogs.lines:type_name -> byoc.agent.v1.LogLine
-	0,  // 24: byoc.agent.v1.JobResult.outcome:type_name -> byoc.agent.v1.Outcome
-	33, // 25: byoc.agent.v1.JobResult.outputs:type_name -> byoc.agent.v1.JobResult.OutputsEntry
-	19, // 26: byoc.agent.v1.JobResult.planned_changes:type_name -> byoc.agent.v1.PlannedChange
-	18, // 27: byoc.agent.v1.JobResult.policy_findings:type_name -> byoc.agent.v1.PolicyFinding
-	36, // 28: byoc.agent.v1.PlannedChange.before:type_name -> google.protobuf.Value
-	36, // 29: byoc.agent.v1.PlannedChange.after:type_name -> google.protobuf.Value
-	37, // 30: byoc.agent.v1.JobAssignment.config:type_name -> google.protobuf.Struct
-	34, // 31: byoc.agent.v1.JobAssignment.inputs:type_name -> byoc.agent.v1.JobAssignment.InputsEntry
-	22, // 32: byoc.agent.v1.JobAssignment.signature:type_name -> byoc.agent.v1.JobSignature
-	21, // 33: byoc.agent.v1.JobAssignment.registry_grant:type_name -> byoc.agent.v1.RegistryGrant
-	35, // 34: byoc.agent.v1.ListBreakGlassRequest.time:type_name -> google.protobuf.Timestamp
-	28, // 35: byoc.agent.v1.ListBreakGlassResponse.grants:type_name -> byoc.agent.v1.BreakGlassGrant
-	35, // 36: byoc.agent.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
-	35, // 37: byoc.agent.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
-	35, // 38: byoc.agent.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
-	35, // 39: byoc.agent.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
-	35, // 40: byoc.agent.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
-	28, // 41: byoc.agent.v1.DecideBreakGlassResponse.grant:type_name -> byoc.agent.v1.BreakGlassGrant
-	1,  // 42: byoc.agent.v1.AgentService.Enroll:input_type -> byoc.agent.v1.EnrollRequest
-	4,  // 43: byoc.agent.v1.AgentService.Connect:input_type -> byoc.agent.v1.ConnectRequest
-	26, // 44: byoc.agent.v1.AgentService.ListBreakGlass:input_type -> byoc.agent.v1.ListBreakGlassRequest
-	29, // 45: byoc.agent.v1.AgentService.DecideBreakGlass:input_type -> byoc.agent.v1.DecideBreakGlassRequest
-	2,  // 46: byoc.agent.v1.AgentService.Enroll:output_type -> byoc.agent.v1.EnrollResponse
-	5,  // 47: byoc.agent.v1.AgentService.Connect:output_type -> byoc.agent.v1.ConnectResponse
-	27, // 48: byoc.agent.v1.AgentService.ListBreakGlass:output_type -> byoc.agent.v1.ListBreakGlassResponse
-	30, // 49: byoc.agent.v1.AgentService.DecideBreakGlass:output_type -> byoc.agent.v1.DecideBreakGlassResponse
-	46, // [46:50] is the sub-list for method output_type
-	42, // [42:46] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	31, // 13: byoc.agent.v1.ConnectResponse.audit:type_name -> byoc.agent.v1.AuditRecords
+	7,  // 14: byoc.agent.v1.Hello.running:type_name -> byoc.agent.v1.RunningJob
+	10, // 15: byoc.agent.v1.Hello.permissions:type_name -> byoc.agent.v1.Permissions
+	9,  // 16: byoc.agent.v1.Hello.stack:type_name -> byoc.agent.v1.StackReport
+	35, // 17: byoc.agent.v1.StackReport.inputs:type_name -> byoc.agent.v1.StackReport.InputsEntry
+	36, // 18: byoc.agent.v1.StackReport.outputs:type_name -> byoc.agent.v1.StackReport.OutputsEntry
+	39, // 19: byoc.agent.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
+	3,  // 20: byoc.agent.v1.Welcome.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
+	7,  // 21: byoc.agent.v1.Heartbeat.running:type_name -> byoc.agent.v1.RunningJob
+	10, // 22: byoc.agent.v1.Heartbeat.permissions:type_name -> byoc.agent.v1.Permissions
+	39, // 23: byoc.agent.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	15, // 24: byoc.agent.v1.JobLogs.lines:type_name -> byoc.agent.v1.LogLine
+	0,  // 25: byoc.agent.v1.JobResult.outcome:type_name -> byoc.agent.v1.Outcome
+	37, // 26: byoc.agent.v1.JobResult.outputs:type_name -> byoc.agent.v1.JobResult.OutputsEntry
+	19, // 27: byoc.agent.v1.JobResult.planned_changes:type_name -> byoc.agent.v1.PlannedChange
+	18, // 28: byoc.agent.v1.JobResult.policy_findings:type_name -> byoc.agent.v1.PolicyFinding
+	40, // 29: byoc.agent.v1.PlannedChange.before:type_name -> google.protobuf.Value
+	40, // 30: byoc.agent.v1.PlannedChange.after:type_name -> google.protobuf.Value
+	41, // 31: byoc.agent.v1.JobAssignment.config:type_name -> google.protobuf.Struct
+	38, // 32: byoc.agent.v1.JobAssignment.inputs:type_name -> byoc.agent.v1.JobAssignment.InputsEntry
+	22, // 33: byoc.agent.v1.JobAssignment.signature:type_name -> byoc.agent.v1.JobSignature
+	21, // 34: byoc.agent.v1.JobAssignment.registry_grant:type_name -> byoc.agent.v1.RegistryGrant
+	39, // 35: byoc.agent.v1.ListBreakGlassRequest.time:type_name -> google.protobuf.Timestamp
+	28, // 36: byoc.agent.v1.ListBreakGlassResponse.grants:type_name -> byoc.agent.v1.BreakGlassGrant
+	39, // 37: byoc.agent.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
+	39, // 38: byoc.agent.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
+	39, // 39: byoc.agent.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
+	39, // 40: byoc.agent.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
+	39, // 41: byoc.agent.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
+	28, // 42: byoc.agent.v1.DecideBreakGlassResponse.grant:type_name -> byoc.agent.v1.BreakGlassGrant
+	32, // 43: byoc.agent.v1.AuditRecords.records:type_name -> byoc.agent.v1.AuditRecord
+	39, // 44: byoc.agent.v1.ListAuditRecordsRequest.time:type_name -> google.protobuf.Timestamp
+	32, // 45: byoc.agent.v1.ListAuditRecordsResponse.records:type_name -> byoc.agent.v1.AuditRecord
+	1,  // 46: byoc.agent.v1.AgentService.Enroll:input_type -> byoc.agent.v1.EnrollRequest
+	4,  // 47: byoc.agent.v1.AgentService.Connect:input_type -> byoc.agent.v1.ConnectRequest
+	26, // 48: byoc.agent.v1.AgentService.ListBreakGlass:input_type -> byoc.agent.v1.ListBreakGlassRequest
+	29, // 49: byoc.agent.v1.AgentService.DecideBreakGlass:input_type -> byoc.agent.v1.DecideBreakGlassRequest
+	33, // 50: byoc.agent.v1.AgentService.ListAuditRecords:input_type -> byoc.agent.v1.ListAuditRecordsRequest
+	2,  // 51: byoc.agent.v1.AgentService.Enroll:output_type -> byoc.agent.v1.EnrollResponse
+	5,  // 52: byoc.agent.v1.AgentService.Connect:output_type -> byoc.agent.v1.ConnectResponse
+	27, // 53: byoc.agent.v1.AgentService.ListBreakGlass:output_type -> byoc.agent.v1.ListBreakGlassResponse
+	30, // 54: byoc.agent.v1.AgentService.DecideBreakGlass:output_type -> byoc.agent.v1.DecideBreakGlassResponse
+	34, // 55: byoc.agent.v1.AgentService.ListAuditRecords:output_type -> byoc.agent.v1.ListAuditRecordsResponse
+	51, // [51:56] is the sub-list for method output_type
+	46, // [46:51] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_byoc_agent_v1_agent_proto_init() }
@@ -2921,6 +3279,7 @@ func file_byoc_agent_v1_agent_proto_init() {
 		(*ConnectResponse_Accepted)(nil),
 		(*ConnectResponse_Rejected)(nil),
 		(*ConnectResponse_Renewed)(nil),
+		(*ConnectResponse_Audit)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2928,7 +3287,7 @@ func file_byoc_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byoc_agent_v1_agent_proto_rawDesc), len(file_byoc_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   34,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -43,6 +43,9 @@ const (
 	// AgentServiceDecideBreakGlassProcedure is the fully-qualified name of the AgentService's
 	// DecideBreakGlass RPC.
 	AgentServiceDecideBreakGlassProcedure = "/byoc.agent.v1.AgentService/DecideBreakGlass"
+	// AgentServiceListAuditRecordsProcedure is the fully-qualified name of the AgentService's
+	// ListAuditRecords RPC.
+	AgentServiceListAuditRecordsProcedure = "/byoc.agent.v1.AgentService/ListAuditRecords"
 )
 
 // AgentServiceClient is a client for the byoc.agent.v1.AgentService service.
@@ -64,6 +67,10 @@ type AgentServiceClient interface {
 	// and keeps. imsd cannot make or change one: the agent enforces only the
 	// grants it approved itself.
 	DecideBreakGlass(context.Context, *connect.Request[v1.DecideBreakGlassRequest]) (*connect.Response[v1.DecideBreakGlassResponse], error)
+	// ListAuditRecords returns records of the audit chain of the agent's
+	// install, as imsd stores them, for agentd audit compare. The call is
+	// signed with the agent's key.
+	ListAuditRecords(context.Context, *connect.Request[v1.ListAuditRecordsRequest]) (*connect.Response[v1.ListAuditRecordsResponse], error)
 }
 
 // NewAgentServiceClient constructs a client for the byoc.agent.v1.AgentService service. By default,
@@ -101,6 +108,12 @@ func NewAgentServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(agentServiceMethods.ByName("DecideBreakGlass")),
 			connect.WithClientOptions(opts...),
 		),
+		listAuditRecords: connect.NewClient[v1.ListAuditRecordsRequest, v1.ListAuditRecordsResponse](
+			httpClient,
+			baseURL+AgentServiceListAuditRecordsProcedure,
+			connect.WithSchema(agentServiceMethods.ByName("ListAuditRecords")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -110,6 +123,7 @@ type agentServiceClient struct {
 	connect          *connect.Client[v1.ConnectRequest, v1.ConnectResponse]
 	listBreakGlass   *connect.Client[v1.ListBreakGlassRequest, v1.ListBreakGlassResponse]
 	decideBreakGlass *connect.Client[v1.DecideBreakGlassRequest, v1.DecideBreakGlassResponse]
+	listAuditRecords *connect.Client[v1.ListAuditRecordsRequest, v1.ListAuditRecordsResponse]
 }
 
 // Enroll calls byoc.agent.v1.AgentService.Enroll.
@@ -132,6 +146,11 @@ func (c *agentServiceClient) DecideBreakGlass(ctx context.Context, req *connect.
 	return c.decideBreakGlass.CallUnary(ctx, req)
 }
 
+// ListAuditRecords calls byoc.agent.v1.AgentService.ListAuditRecords.
+func (c *agentServiceClient) ListAuditRecords(ctx context.Context, req *connect.Request[v1.ListAuditRecordsRequest]) (*connect.Response[v1.ListAuditRecordsResponse], error) {
+	return c.listAuditRecords.CallUnary(ctx, req)
+}
+
 // AgentServiceHandler is an implementation of the byoc.agent.v1.AgentService service.
 type AgentServiceHandler interface {
 	// Enroll trades a single-use enrolment token and the agent's public key
@@ -151,6 +170,10 @@ type AgentServiceHandler interface {
 	// and keeps. imsd cannot make or change one: the agent enforces only the
 	// grants it approved itself.
 	DecideBreakGlass(context.Context, *connect.Request[v1.DecideBreakGlassRequest]) (*connect.Response[v1.DecideBreakGlassResponse], error)
+	// ListAuditRecords returns records of the audit chain of the agent's
+	// install, as imsd stores them, for agentd audit compare. The call is
+	// signed with the agent's key.
+	ListAuditRecords(context.Context, *connect.Request[v1.ListAuditRecordsRequest]) (*connect.Response[v1.ListAuditRecordsResponse], error)
 }
 
 // NewAgentServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -184,6 +207,12 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(agentServiceMethods.ByName("DecideBreakGlass")),
 		connect.WithHandlerOptions(opts...),
 	)
+	agentServiceListAuditRecordsHandler := connect.NewUnaryHandler(
+		AgentServiceListAuditRecordsProcedure,
+		svc.ListAuditRecords,
+		connect.WithSchema(agentServiceMethods.ByName("ListAuditRecords")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/byoc.agent.v1.AgentService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AgentServiceEnrollProcedure:
@@ -194,6 +223,8 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 			agentServiceListBreakGlassHandler.ServeHTTP(w, r)
 		case AgentServiceDecideBreakGlassProcedure:
 			agentServiceDecideBreakGlassHandler.ServeHTTP(w, r)
+		case AgentServiceListAuditRecordsProcedure:
+			agentServiceListAuditRecordsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -217,4 +248,8 @@ func (UnimplementedAgentServiceHandler) ListBreakGlass(context.Context, *connect
 
 func (UnimplementedAgentServiceHandler) DecideBreakGlass(context.Context, *connect.Request[v1.DecideBreakGlassRequest]) (*connect.Response[v1.DecideBreakGlassResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.agent.v1.AgentService.DecideBreakGlass is not implemented"))
+}
+
+func (UnimplementedAgentServiceHandler) ListAuditRecords(context.Context, *connect.Request[v1.ListAuditRecordsRequest]) (*connect.Response[v1.ListAuditRecordsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.agent.v1.AgentService.ListAuditRecords is not implemented"))
 }

@@ -1,0 +1,163 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/byoc-dev/byoc/agentd/agent"
+	"github.com/byoc-dev/byoc/agentd/auditlog"
+	"github.com/byoc-dev/byoc/agentd/identity"
+	"github.com/byoc-dev/byoc/internal/auditchain"
+	"github.com/byoc-dev/byoc/rpc/agentproto"
+	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
+	"github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1/agentv1connect"
+)
+
+const auditUsage = `usage: agentd audit [--state-dir DIR] verify|compare
+
+  verify    check the agent's copy of its install's audit chain
+            (STATE/audit/install.jsonl) and its own journal
+            (STATE/audit/agent.jsonl); name the first record changed,
+            removed or inserted
+  compare   fetch imsd's chain of the install (a call signed with the
+            agent's key) and name the first record where it and the
+            agent's copy disagree
+
+flags:
+  --state-dir DIR   the agent's state directory; also $BYOC_STATE_DIR
+  --ims URL         imsd (compare; default: the one the agent enrolled with)
+
+Exit status: 0 when everything agrees, 1 on a problem found, 2 on misuse.
+`
+
+// auditCmd runs `agentd audit`.
+func auditCmd(ctx context.Context, args []string, stdout, stderr io.Writer, now func() time.Time) int {
+	fs := flag.NewFlagSet("agentd audit", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, auditUsage) }
+	stateDir := fs.String("state-dir", os.Getenv("BYOC_STATE_DIR"), "the agent's state `directory`; also $BYOC_STATE_DIR")
+	ims := fs.String("ims", os.Getenv("BYOC_IMS_URL"), "imsd `URL`")
+	words, ok := parseWords(fs, args)
+	if !ok {
+		return 2
+	}
+	if len(words) != 1 || (words[0] != "verify" && words[0] != "compare") {
+		fmt.Fprintf(stderr, "agentd audit: want verify or compare, got %q\n\n%s", strings.Join(words, " "), auditUsage)
+		return 2
+	}
+	if *stateDir == "" {
+		fmt.Fprintln(stderr, "agentd audit: --state-dir is required (the agent's state directory)")
+		return 2
+	}
+	dir, err := filepath.Abs(*stateDir)
+	if err != nil {
+		fmt.Fprintf(stderr, "agentd audit: %v\n", err)
+		return 1
+	}
+	id, err := identity.Load(dir)
+	if err != nil {
+		fmt.Fprintf(stderr, "agentd audit: the agent's identity in %s: %v\n", dir, err)
+		return 1
+	}
+	copyPath := filepath.Join(auditlog.Dir(dir), auditlog.InstallFile)
+	local, err := auditlog.ReadFile(copyPath)
+	if err != nil {
+		fmt.Fprintf(stderr, "agentd audit: %v\n", err)
+		return 1
+	}
+	if words[0] == "verify" {
+		bad := verifyFile(stdout, copyPath, id.InstallID, local)
+		journalPath := filepath.Join(auditlog.Dir(dir), auditlog.AgentFile)
+		journal, err := auditlog.ReadFile(journalPath)
+		if err != nil {
+			fmt.Fprintf(stderr, "agentd audit: %v\n", err)
+			return 1
+		}
+		bad = verifyFile(stdout, journalPath, auditlog.AgentChain(id.AgentID), journal) || bad
+		if bad {
+			return 1
+		}
+		return 0
+	}
+	if *ims == "" {
+		*ims = id.IMSURL
+	}
+	client := agentv1connect.NewAgentServiceClient(agent.DefaultHTTPClient(), strings.TrimRight(*ims, "/"))
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	remote, err := fetchChain(ctx, client, id, now)
+	if err != nil {
+		fmt.Fprintf(stderr, "agentd audit compare: read imsd's chain of install %s from %s: %v\n", id.InstallID, *ims, err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "the agent's copy (%s): %d records; imsd's chain of install %s: %d records\n", copyPath, len(local), id.InstallID, len(remote))
+	if d := auditlog.Compare(local, remote); d != nil {
+		fmt.Fprintf(stdout, "DISAGREE at record %d: %s: %s\n", d.Seq, d.What, d.Detail)
+		if p := auditchain.Verify(remote); p != nil {
+			fmt.Fprintf(stdout, "imsd's chain does not verify: %v\n", p)
+		}
+		if p := auditchain.Verify(local); p != nil {
+			fmt.Fprintf(stdout, "the agent's copy does not verify: %v\n", p)
+		}
+		return 1
+	}
+	if n := len(remote) - len(local); n > 0 {
+		fmt.Fprintf(stdout, "they agree on every record the agent holds; imsd's chain has %d more, not received yet\n", n)
+	} else {
+		fmt.Fprintln(stdout, "they agree on every record")
+	}
+	return 0
+}
+
+// verifyFile prints what auditchain.Verify finds in one file and reports
+// whether it found a problem.
+func verifyFile(w io.Writer, path, chain string, rs []auditchain.Record) bool {
+	if len(rs) == 0 {
+		fmt.Fprintf(w, "%s: no records\n", path)
+		return false
+	}
+	if rs[0].Chain != chain {
+		fmt.Fprintf(w, "%s: record %d inserted (it names chain %q; the file is chain %q's)\n", path, rs[0].Seq, rs[0].Chain, chain)
+		return true
+	}
+	if p := auditchain.Verify(rs); p != nil {
+		fmt.Fprintf(w, "%s: record %d %s (%s)\n", path, p.Seq, p.What, p.Detail)
+		return true
+	}
+	last := rs[len(rs)-1]
+	fmt.Fprintf(w, "%s: %d records, intact (last: record %d, hash %s)\n", path, len(rs), last.Seq, last.Hash)
+	return false
+}
+
+// fetchChain reads imsd's chain of the agent's install, page by page.
+func fetchChain(ctx context.Context, c agentv1connect.AgentServiceClient, id identity.Identity, now func() time.Time) ([]auditchain.Record, error) {
+	var out []auditchain.Record
+	var after int64
+	for {
+		t := now()
+		r, err := c.ListAuditRecords(ctx, connect.NewRequest(&agentv1.ListAuditRecordsRequest{
+			AgentId: id.AgentID, Time: timestamppb.New(t), Signature: agentproto.SignListAudit(id.PrivateKey, id.AgentID, t),
+			AfterSeq: after,
+		}))
+		if err != nil {
+			return nil, err
+		}
+		if len(r.Msg.Records) == 0 {
+			return out, nil
+		}
+		for _, x := range r.Msg.Records {
+			out = append(out, auditchain.Record{Chain: x.Chain, Seq: x.Seq, At: x.At, Kind: x.Kind, Actor: x.Actor,
+				Subject: x.Subject, Data: x.Data, Prev: x.Prev, Hash: x.Hash})
+		}
+		after = out[len(out)-1].Seq
+	}
+}

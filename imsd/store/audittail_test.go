@@ -1,0 +1,56 @@
+package store
+
+import (
+	"testing"
+
+	"github.com/byoc-dev/byoc/internal/auditchain"
+)
+
+func recs(chain string, from, to int64) []auditchain.Record {
+	var out []auditchain.Record
+	for s := from; s <= to; s++ {
+		out = append(out, auditchain.Record{Chain: chain, Seq: s})
+	}
+	return out
+}
+
+// A tail answers only what it holds whole: every record after the seq
+// asked, up to the newest it knows; anything else goes to the database.
+func TestAuditTails(t *testing.T) {
+	a := newAuditTails()
+	a.add(recs("c", 1, 20)) // keeps the newest, at least tailLen
+	a.add(recs("d", 5, 6))
+	for _, tc := range []struct {
+		chain      string
+		after      int64
+		limit      int
+		ok         bool
+		first, num int64
+	}{
+		{"c", 19, 100, true, 20, 1},
+		{"c", 20, 100, true, 0, 0}, // nothing new
+		{"c", 14, 3, true, 15, 3},  // limited
+		{"c", 2, 100, false, 0, 0}, // older than the tail
+		{"c", 21, 100, false, 0, 0},
+		{"d", 4, 100, true, 5, 2},
+		{"d", 3, 100, false, 0, 0},
+		{"e", 0, 100, false, 0, 0},
+	} {
+		rs, ok := a.after(tc.chain, tc.after, tc.limit)
+		if ok != tc.ok || int64(len(rs)) != tc.num || (len(rs) > 0 && rs[0].Seq != tc.first) {
+			t.Errorf("after(%s, %d, %d) = %d records from %v, %v; want %d from %d, %v", tc.chain, tc.after, tc.limit, len(rs), rs, ok, tc.num, tc.first, tc.ok)
+		}
+	}
+	// A gap starts the tail again; reset forgets everything.
+	a.add(recs("d", 9, 9))
+	if _, ok := a.after("d", 6, 100); ok {
+		t.Error("a tail with a gap answered")
+	}
+	if rs, ok := a.after("d", 8, 100); !ok || len(rs) != 1 {
+		t.Errorf("after the gap: %v %v", rs, ok)
+	}
+	a.reset()
+	if _, ok := a.after("c", 19, 100); ok {
+		t.Error("answered after reset")
+	}
+}
