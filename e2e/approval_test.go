@@ -236,7 +236,35 @@ func TestLivePlanGroupsInstalls(t *testing.T) {
 	if out := cli.Run(0, "install", "plan", "acme", "--kind", "provision"); strings.Contains(out, "Plan of motd") || !strings.Contains(out, "motd") {
 		t.Fatalf("plan without --live:\n%s", out)
 	}
-	out := cli.Run(0, "install", "plan", "--live", "--app", "notes", "--kind", "provision", "--timeout", "60s")
+	// An enrolled agent that is offline: said at once too, naming the agent
+	// and since when, with nothing enqueued for it, while the other
+	// installs are still planned.
+	tok, err := c.CreateEnrollmentToken(context.Background(), connect.NewRequest(&imsv1.CreateEnrollmentTokenRequest{Install: "solo"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	solo := cluster.StartAgent(t, ims.URL(), tok.Msg.EnrollmentToken.Token, t.TempDir(), flags...)
+	waitConnected(t, ims, "solo")
+	solo.Kill()
+	cluster.Eventually(t, 30*time.Second, "the agent of solo to be offline", func() bool {
+		r, err := c.GetInstall(context.Background(), connect.NewRequest(&imsv1.GetInstallRequest{IdOrName: "solo"}))
+		return err == nil && r.Msg.Install.Agent != nil && !r.Msg.Install.Agent.Connected
+	})
+	start := time.Now()
+	out := cli.Run(1, "install", "plan", "acme", "solo", "--live", "--kind", "provision", "--timeout", "60s")
+	if took := time.Since(start); took > 30*time.Second {
+		t.Errorf("a live plan with an offline agent took %s (the timeout is 60s)", took)
+	}
+	for _, want := range []string{"1 installs, 1 distinct plans.", "Plan of motd (localfile, step motd): planned sha256:",
+		"Not planned: solo: ", "agent agt_", " of install solo is offline since ", "(byoc install plan solo without --live)", "1 of 2 installs could not be planned"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("live plan with an offline agent lacks %q:\n%s", want, out)
+		}
+	}
+	if jobs, err := c.ListJobs(context.Background(), connect.NewRequest(&imsv1.ListJobsRequest{Install: "solo"})); err != nil || len(jobs.Msg.Jobs) != 0 {
+		t.Fatalf("jobs of solo after a live plan with its agent offline: %v %v", jobs, err)
+	}
+	out = cli.Run(0, "install", "plan", "--live", "--app", "notes", "--kind", "provision", "--timeout", "60s")
 	for _, want := range []string{"3 installs, 2 distinct plans.", "=== Plan 1 of 2: 2 installs: acme, beta", "=== Plan 2 of 2: 1 installs: gamma",
 		`      sha256 = "` + sum("hello\n") + `"`, `      sha256 = "` + sum("howdy\n") + `"`, "Plan of motd (localfile, step motd): planned sha256:"} {
 		if !strings.Contains(out, want) {

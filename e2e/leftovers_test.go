@@ -100,8 +100,16 @@ func TestLeftoversOfAKilledAgentAreSwept(t *testing.T) {
 	// Built first: the binaries go to the temp dir, which must outlive
 	// this test.
 	cluster.Binaries(t)
-	tmp := t.TempDir()
-	t.Setenv("TMPDIR", tmp) // the agents' temp dir, where socket dirs go
+	// The agents' temp dir, where socket dirs go. Not t.TempDir(): its
+	// path (the test's name and a random number) plus the socket dir's
+	// name and go-plugin's socket file can pass the 108-byte limit of a
+	// unix socket path, and bind fails with "invalid argument".
+	tmp, err := os.MkdirTemp("", "lo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
+	t.Setenv("TMPDIR", tmp)
 	ims := cluster.StartIMS(t, fast)
 	a := startAgent(t, ims, "acme")
 	b := startAgent(t, ims, "globex")

@@ -480,6 +480,11 @@ func (s *Service) livePlan(ctx context.Context, kind string, in store.Install, p
 		if len(agents) == 0 {
 			return errs.E(errs.Conflict, "install %s has no agent enrolled, so nothing can plan it live (byoc install plan %s without --live plans from the graph)", in.Name, in.Name)
 		}
+		// An agent that is offline would not plan before the timeout
+		// either: say so now, and enqueue nothing.
+		if err := s.offlineAgents(in, agents); err != nil {
+			return err
+		}
 	}
 	var jobs []store.Job
 	for _, st := range plan.Steps {
@@ -557,6 +562,27 @@ func (s *Service) livePlan(ctx context.Context, kind string, in store.Install, p
 		}
 	}
 	return nil
+}
+
+// offlineAgents is an error naming the install's agents and since when
+// they are offline when none of them is connected (to this replica, or
+// seen by another within three heartbeats, as pendingWhy judges), else
+// nil.
+func (s *Service) offlineAgents(in store.Install, agents []store.Agent) error {
+	now := s.now()
+	var why []string
+	for _, a := range agents {
+		if s.hub.Connected(a.ID) || (!a.LastSeenAt.IsZero() && now.Sub(a.LastSeenAt) < 3*s.cfg.HeartbeatInterval) {
+			return nil
+		}
+		if a.LastSeenAt.IsZero() {
+			why = append(why, fmt.Sprintf("agent %s of install %s has never connected (enrolled %s)", a.ID, in.Name, a.EnrolledAt.UTC().Format(time.RFC3339)))
+		} else {
+			why = append(why, fmt.Sprintf("agent %s of install %s is offline since %s (%s ago)", a.ID, in.Name,
+				a.LastSeenAt.UTC().Format(time.RFC3339), now.Sub(a.LastSeenAt).Round(time.Second)))
+		}
+	}
+	return errs.E(errs.Conflict, "%s, so nothing can plan it live: start the agent, or plan from the graph (byoc install plan %s without --live)", strings.Join(why, "; "), in.Name)
 }
 
 // maskedInputs are a plan's inputs with the sensitive ones masked.

@@ -378,6 +378,71 @@ func TestJobGetShowsPendingReason(t *testing.T) {
 	}
 }
 
+// TestWorkflowGetJSONCarriesPlans: workflow get -o json adds to every
+// step its plan job's planned changes, policy findings and, when the job
+// cannot be read, why; the text output shows the same.
+func TestWorkflowGetJSONCarriesPlans(t *testing.T) {
+	f, _ := setup(t)
+	f.workflow = &imsv1.Workflow{Id: "wf_1", Kind: imsv1.WorkflowKind_WORKFLOW_KIND_PROVISION, State: imsv1.WorkflowState_WORKFLOW_STATE_AWAITING_APPROVAL,
+		Steps: []*imsv1.WorkflowStep{
+			{Name: "db", Component: "db", ComponentType: "terraform", State: imsv1.StepState_STEP_STATE_PENDING, PlanJobId: "job_p1", PlanState: "planned", PlanDigest: "sha256:" + strings.Repeat("a", 64)},
+			{Name: "api", Component: "api", ComponentType: "helm", State: imsv1.StepState_STEP_STATE_PENDING, PlanJobId: "job_p2", PlanState: "failed", PlanError: "denied by policy"},
+			{Name: "gone", Component: "gone", ComponentType: "action", State: imsv1.StepState_STEP_STATE_PENDING, PlanJobId: "job_missing", PlanState: "planned"},
+			{Name: "hook", ComponentType: "action", State: imsv1.StepState_STEP_STATE_PENDING},
+		}}
+	f.jobs = map[string]*imsv1.Job{
+		"job_p1": {Id: "job_p1", PlannedChanges: []*imsv1.PlannedChange{{Address: "aws_s3_bucket.logs", Action: "create", Summary: "create bucket"}},
+			PolicyFindings: []*imsv1.PolicyFinding{{Policy: "policies/tags.rego", Source: "vendor", Level: "warn", Message: "bucket lacks a cost tag"}}},
+		"job_p2": {Id: "job_p2", PolicyFindings: []*imsv1.PolicyFinding{{Policy: "/etc/byoc/policy/public.rego", Source: "customer", Level: "deny", Message: "public service"}}},
+	}
+	r := mustRun(t, "workflow", "get", "wf_1", "-o", "json")
+	var got struct {
+		ID    string `json:"id"`
+		Steps []struct {
+			Name           string `json:"name"`
+			PlanJobID      string `json:"planJobId"`
+			PlannedChanges []struct {
+				Address, Action string
+			} `json:"plannedChanges"`
+			PolicyFindings []struct {
+				Policy, Source, Level, Message string
+			} `json:"policyFindings"`
+			PlanReadError *string `json:"planReadError"`
+		} `json:"steps"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+		t.Fatalf("workflow get -o json: %v\n%s", err, r.stdout)
+	}
+	if got.ID != "wf_1" || len(got.Steps) != 4 {
+		t.Fatalf("workflow get -o json:\n%s", r.stdout)
+	}
+	db, api, gone, hook := got.Steps[0], got.Steps[1], got.Steps[2], got.Steps[3]
+	if db.Name != "db" || len(db.PlannedChanges) != 1 || db.PlannedChanges[0].Address != "aws_s3_bucket.logs" || db.PlannedChanges[0].Action != "create" ||
+		len(db.PolicyFindings) != 1 || db.PolicyFindings[0].Level != "warn" || db.PlanReadError == nil || *db.PlanReadError != "" {
+		t.Errorf("step db: %+v\n%s", db, r.stdout)
+	}
+	if len(api.PlannedChanges) != 0 || len(api.PolicyFindings) != 1 || api.PolicyFindings[0].Level != "deny" || api.PolicyFindings[0].Source != "customer" {
+		t.Errorf("step api (a plan denied by policy): %+v", api)
+	}
+	if gone.PlanReadError == nil || !strings.Contains(*gone.PlanReadError, `job "job_missing" not found`) {
+		t.Errorf("step gone (its plan job cannot be read): %+v", gone)
+	}
+	if hook.PlannedChanges == nil || len(hook.PlannedChanges) != 0 || hook.PolicyFindings == nil {
+		t.Errorf("a step without a plan has empty lists: %+v\n%s", hook, r.stdout)
+	}
+	if strings.Index(r.stdout, `"id"`) > strings.Index(r.stdout, `"kind"`) || strings.Index(r.stdout, `"kind"`) > strings.Index(r.stdout, `"steps"`) {
+		t.Errorf("workflow json reorders the fields:\n%s", r.stdout)
+	}
+
+	r = mustRun(t, "workflow", "get", "wf_1")
+	for _, want := range []string{"+ aws_s3_bucket.logs", "Policy: 0 denied, 1 warnings", "warn [vendor] policies/tags.rego: bucket lacks a cost tag",
+		"deny [customer] /etc/byoc/policy/public.rego: public service"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("workflow get lacks %q:\n%s", want, r.stdout)
+		}
+	}
+}
+
 // logScript is a job's log: two output lines, a stderr line and the agent's
 // own line, then the ended job.
 func logScript(end *imsv1.Job) [][]*imsv1.StreamJobLogsResponse {

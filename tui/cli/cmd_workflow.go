@@ -549,13 +549,14 @@ func (a *app) workflowGetCommand() *cobra.Command {
 			if err != nil {
 				return c.wrap(err)
 			}
+			plans := stepPlans(cmd.Context(), c, res.Msg.GetWorkflow().GetSteps())
 			if a.jsonOutput() {
-				return writeJSON(a.stdout, res.Msg.GetWorkflow())
+				return writeWorkflowJSON(a.stdout, res.Msg.GetWorkflow(), plans)
 			}
 			if err := a.printWorkflow(res.Msg.GetWorkflow()); err != nil {
 				return err
 			}
-			printStepPlans(a.stdout, stepPlans(cmd.Context(), c, res.Msg.GetWorkflow().GetSteps()))
+			printStepPlans(a.stdout, plans)
 			return nil
 		},
 	}

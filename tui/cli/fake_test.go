@@ -36,6 +36,9 @@ type fakeOperator struct {
 	// repeats.
 	logCalls [][]*imsv1.StreamJobLogsResponse
 	job      *imsv1.Job // returned by GetJob
+	// jobs are more jobs GetJob returns, by id.
+	jobs     map[string]*imsv1.Job
+	workflow *imsv1.Workflow // returned by GetWorkflow
 	// enqueueFail is how many enqueue calls fail with enqueueCode (all of
 	// them when negative) before one succeeds; enqueueCalls counts calls
 	// and enqueueKeys records each call's idempotency key.
@@ -200,6 +203,9 @@ func (f *fakeOperator) GetJob(ctx context.Context, req *connect.Request[imsv1.Ge
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if j, ok := f.jobs[req.Msg.GetId()]; ok {
+		return connect.NewResponse(&imsv1.GetJobResponse{Job: j}), nil
+	}
 	if f.job == nil || f.job.GetId() != req.Msg.GetId() {
 		return nil, connect.NewError(connect.CodeNotFound, errString(`job "`+req.Msg.GetId()+`" not found`))
 	}
@@ -289,4 +295,16 @@ func (f *fakeOperator) ListActions(ctx context.Context, req *connect.Request[ims
 		{Name: "migrate", Description: "run the migrations", Mode: "maintenance"},
 		{Name: "health", Description: "probe the api", Mode: "maintenance", HealthCheck: true},
 	}}), nil
+}
+
+func (f *fakeOperator) GetWorkflow(ctx context.Context, req *connect.Request[imsv1.GetWorkflowRequest]) (*connect.Response[imsv1.GetWorkflowResponse], error) {
+	if err := f.auth(req.Header()); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.workflow == nil || f.workflow.GetId() != req.Msg.GetId() {
+		return nil, connect.NewError(connect.CodeNotFound, errString(`workflow "`+req.Msg.GetId()+`" not found`))
+	}
+	return connect.NewResponse(&imsv1.GetWorkflowResponse{Workflow: f.workflow}), nil
 }

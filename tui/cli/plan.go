@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -134,12 +136,16 @@ func planDigestText(d string) string {
 type stepPlan struct {
 	step    *imsv1.WorkflowStep
 	changes []*imsv1.PlannedChange
+	// findings are the plan job's policy findings.
+	findings []*imsv1.PolicyFinding
 	// err is set when the plan job could not be read.
 	err error
 }
 
-// stepPlans reads the planned changes of every step that has a plan (one
-// GetJob per plan job), in step order.
+// stepPlans reads the planned changes and policy findings of every step
+// that has a plan (one GetJob per plan job that is no longer planning; a
+// failed plan's job may carry the policy findings that denied it), in step
+// order.
 func stepPlans(ctx context.Context, c *client, steps []*imsv1.WorkflowStep) []stepPlan {
 	var out []stepPlan
 	for _, s := range steps {
@@ -147,12 +153,13 @@ func stepPlans(ctx context.Context, c *client, steps []*imsv1.WorkflowStep) []st
 			continue
 		}
 		p := stepPlan{step: s}
-		if s.GetPlanState() == "planned" {
+		if s.GetPlanState() != "planning" {
 			res, err := c.GetJob(ctx, connect.NewRequest(&imsv1.GetJobRequest{Id: s.GetPlanJobId()}))
 			if err != nil {
 				p.err = c.wrap(err)
 			} else {
 				p.changes = res.Msg.GetJob().GetPlannedChanges()
+				p.findings = res.Msg.GetJob().GetPolicyFindings()
 			}
 		}
 		out = append(out, p)
@@ -191,5 +198,96 @@ func printStepPlans(w io.Writer, plans []stepPlan) {
 			printPlan(&b, p.changes)
 			fmt.Fprint(w, strings.TrimPrefix(b.String(), "\n"))
 		}
+		if len(p.findings) > 0 {
+			var b strings.Builder
+			printPolicy(&b, p.findings)
+			for _, line := range strings.Split(strings.Trim(b.String(), "\n"), "\n") {
+				fmt.Fprintln(w, "  "+line)
+			}
+		}
 	}
+}
+
+// writeWorkflowJSON prints a workflow as writeJSON does, with three keys
+// added at the end of every step's object: "plannedChanges" and
+// "policyFindings" (the step's plan job's, as job get -o json has them;
+// empty for a step without a finished plan) and "planReadError" (why the
+// plan job could not be read, or ""). Key order stays the API's.
+func writeWorkflowJSON(w io.Writer, wf *imsv1.Workflow, plans []stepPlan) error {
+	byStep := map[*imsv1.WorkflowStep]stepPlan{}
+	for _, p := range plans {
+		byStep[p.step] = p
+	}
+	steps := make([]json.RawMessage, 0, len(wf.GetSteps()))
+	for _, s := range wf.GetSteps() {
+		b, err := marshalCompact(s)
+		if err != nil {
+			return err
+		}
+		p := byStep[s]
+		changes, err := marshalList(p.changes)
+		if err != nil {
+			return err
+		}
+		findings, err := marshalList(p.findings)
+		if err != nil {
+			return err
+		}
+		readErr := ""
+		if p.err != nil {
+			readErr = p.err.Error()
+		}
+		re, _ := json.Marshal(readErr)
+		b = append(b[:len(b)-1], `,"plannedChanges":`...)
+		b = append(append(b, changes...), `,"policyFindings":`...)
+		b = append(append(b, findings...), `,"planReadError":`...)
+		b = append(append(b, re...), '}')
+		steps = append(steps, b)
+	}
+	noSteps := proto.Clone(wf).(*imsv1.Workflow)
+	noSteps.Steps = nil
+	b, err := marshalCompact(noSteps)
+	if err != nil {
+		return err
+	}
+	// Compacted, the only `"steps":[]` is the workflow's own key: a string
+	// holding those bytes has its quotes escaped.
+	list, err := json.Marshal(steps)
+	if err != nil {
+		return fmt.Errorf("encode json: %w", err)
+	}
+	if !bytes.Contains(b, []byte(`"steps":[]`)) {
+		return fmt.Errorf("encode json: no steps key in %s", b)
+	}
+	return writeIndented(w, bytes.Replace(b, []byte(`"steps":[]`), append([]byte(`"steps":`), list...), 1))
+}
+
+// marshalCompact is marshalJSON without protojson's varying whitespace.
+func marshalCompact(m proto.Message) ([]byte, error) {
+	b, err := marshalJSON(m)
+	if err != nil {
+		return nil, err
+	}
+	var out bytes.Buffer
+	if err := json.Compact(&out, b); err != nil {
+		return nil, fmt.Errorf("encode json: %w", err)
+	}
+	return out.Bytes(), nil
+}
+
+// marshalList renders messages as a JSON array ("[]" for none).
+func marshalList[M proto.Message](ms []M) ([]byte, error) {
+	items := make([]json.RawMessage, 0, len(ms))
+	for _, m := range ms {
+		b, err := marshalCompact(m)
+		if err != nil {
+			return nil, err
+		}
+		items = append(items, b)
+	}
+	b, err := json.Marshal(items)
+	if err != nil {
+		return nil, fmt.Errorf("encode json: %w", err)
+	}
+	return b, nil
 }
