@@ -72,7 +72,9 @@ check-breaking: ## buf breaking (FILE rules) against the last release tag, else 
 	@scripts/check-breaking.sh
 
 .PHONY: lint
-lint: ## go vet, staticcheck and buf lint.
+lint: ## gofmt, go vet, staticcheck and buf lint.
+	@unformatted="$$(gofmt -l $$(git ls-files '*.go' | grep -v '^rpc/gen/'))"; \
+	if [ -n "$$unformatted" ]; then echo "gofmt -w these files:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	$(TOOL) staticcheck ./...
 	$(TOOL) buf lint
