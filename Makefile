@@ -72,7 +72,9 @@ check-breaking: ## buf breaking (FILE rules) against the last release tag, else 
 	@scripts/check-breaking.sh
 
 .PHONY: lint
-lint: ## go vet, staticcheck and buf lint.
+lint: ## gofmt, go vet, staticcheck and buf lint.
+	@unformatted="$$(gofmt -l $$(git ls-files '*.go' | grep -v '^rpc/gen/'))"; \
+	if [ -n "$$unformatted" ]; then echo "gofmt -w these files:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	$(TOOL) staticcheck ./...
 	$(TOOL) buf lint
@@ -99,6 +101,13 @@ kube-apiserver: ## Build kube-apiserver for the helm tests into .cache/kube (min
 	@scripts/build-kube-apiserver.sh
 kube-apiserver-ci:
 	@if [ "$${CI:-}" = true ]; then echo "==> waiting for kube-apiserver (scripts/build-kube-apiserver.sh)"; scripts/build-kube-apiserver.sh >/dev/null; fi
+
+# The app `byoc app init` writes, end to end on this machine (README,
+# "Quick start: the example app"): terraform on PATH, docker-registry and
+# etcd-server from apt, the mirror and kube-apiserver built once here.
+.PHONY: example-app
+example-app: terraform-mirror kube-apiserver ## Provision and deprovision the whole app `byoc app init` writes (e2e TestExampleApp; builds the mirror and kube-apiserver first).
+	$(GO) test -count=1 -v -run 'TestExampleApp$$' ./e2e
 
 # Fuzz targets run briefly by `make test`, as package:FuzzName pairs (go
 # test -fuzz takes one target of one package at a time). Add yours here;

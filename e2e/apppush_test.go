@@ -39,7 +39,7 @@ func TestAppPushRevisionsAndDiff(t *testing.T) {
 		}
 		os.WriteFile(filepath.Join(dir, p), []byte(strings.Replace(string(b), from, to, 1)), 0o644)
 	}
-	edit("components/api.toml", `chart = "charts/api@sha256:5b1e`, `chart = "charts/api@sha256:6b1e`)
+	edit("components/api.toml", `chart = "charts/api@sha256:e504`, `chart = "charts/api@sha256:f504`)
 	out := run(0, "app", "push", dir)
 	if !strings.Contains(out, "revision 2") || !strings.Contains(out, "~ component api: config.chart") {
 		t.Fatalf("second push:\n%s", out)

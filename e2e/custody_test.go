@@ -48,6 +48,13 @@ type custody struct {
 
 func startCustody(t *testing.T) *custody {
 	t.Helper()
+	return startCustodyWith(t, fast)
+}
+
+// startCustodyWith is startCustody with imsd's options o (its data dir,
+// address, registry URL and clock are set here).
+func startCustodyWith(t *testing.T, o cluster.Options) *custody {
+	t.Helper()
 	ocitest.Need(t)
 	// The registry reads its token certificate at start, and imsd needs
 	// the registry's URL at start: imsd's address and key come first.
@@ -58,7 +65,6 @@ func startCustody(t *testing.T) *custody {
 	vendor := ocitest.StartRegistry(t, ocitest.RegistryOptions{
 		AuthYAML: registry.AuthYAML("http://"+imsAddr+"/v2/token", "", registry.CertPath(dataDir))})
 	offset := &atomic.Int64{}
-	o := fast
 	o.DataDir, o.Addr, o.RegistryURL = dataDir, imsAddr, vendor.URL()
 	o.Now = func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
 	ims := cluster.StartIMS(t, o)

@@ -51,7 +51,9 @@ func terraformMirror(t *testing.T) string {
 // the agent's install registry, providers from the mirror, state in the
 // agent's state dir. Deprovision destroys both in reverse order. The
 // example's helm and image components (and the actions around them) are
-// left out until those types exist.
+// left out: this is the part that needs terraform only; TestExampleApp
+// (example_test.go) runs the whole app against a kube-apiserver and a
+// vendor registry.
 func TestExampleAppTerraform(t *testing.T) {
 	skipShort(t)
 	mirror := terraformMirror(t)

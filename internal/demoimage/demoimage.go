@@ -10,8 +10,8 @@ package demoimage
 import (
 	"archive/tar"
 	"bytes"
-	"crypto/sha256"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"time"

@@ -88,7 +88,7 @@ func run(in io.Reader, fontPath, boldPath, out string, size float64) error {
 	}
 	m := regular.Metrics()
 	adv, _ := regular.GlyphAdvance('M')
-	cw, ch := adv.Ceil(), (m.Ascent + m.Descent).Ceil()+2
+	cw, ch := adv.Ceil(), (m.Ascent+m.Descent).Ceil()+2
 	pad := 12
 	img := image.NewRGBA(image.Rect(0, 0, cols*cw+2*pad, len(rows)*ch+2*pad))
 	draw.Draw(img, img.Bounds(), image.NewUniform(defBG), image.Point{}, draw.Src)
