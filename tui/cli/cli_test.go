@@ -492,6 +492,36 @@ func TestJobLogsFollowExitCode(t *testing.T) {
 	}
 }
 
+// TestJobLogsCancelledBeforeStart: a job cancelled before its agent
+// started it has no log by design; job logs says so (on stderr, stdout
+// stays the log) instead of printing nothing, with and without --follow.
+func TestJobLogsCancelledBeforeStart(t *testing.T) {
+	f, _ := setup(t)
+	cancelled := &imsv1.Job{Id: "job_1", State: imsv1.JobState_JOB_STATE_CANCELLED, Attempt: 1, MaxAttempts: 3, Error: "cancelled by ci", CreateTime: testTime, EndTime: testTime}
+	f.job = cancelled
+	f.logCalls = [][]*imsv1.StreamJobLogsResponse{{{Job: cancelled}}}
+	r := mustRun(t, "job", "logs", "job_1")
+	if r.stdout != "" || r.stderr != "==> job job_1 has no log lines: cancelled before it started (cancelled by ci)\n" {
+		t.Errorf("job logs: stdout %q, stderr %q", r.stdout, r.stderr)
+	}
+	r = byoc(t, "job", "logs", "job_1", "-f")
+	if r.code != 1 || r.stdout != "" || !strings.Contains(r.stderr, "job job_1 cancelled before it started (no log lines): cancelled by ci") {
+		t.Errorf("job logs -f: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	// The server sends no job with the lines: it is asked for.
+	f.logCalls = [][]*imsv1.StreamJobLogsResponse{{}}
+	if r := mustRun(t, "job", "logs", "job_1"); !strings.Contains(r.stderr, "cancelled before it started") {
+		t.Errorf("job logs without the job in the stream: stderr %q", r.stderr)
+	}
+	// A job that started says nothing more, even with no lines.
+	started := &imsv1.Job{Id: "job_1", State: imsv1.JobState_JOB_STATE_CANCELLED, StartTime: testTime, EndTime: testTime}
+	f.job = started
+	f.logCalls = [][]*imsv1.StreamJobLogsResponse{{{Job: started}}}
+	if r := mustRun(t, "job", "logs", "job_1"); r.stderr != "" {
+		t.Errorf("job logs of a job that started: stderr %q", r.stderr)
+	}
+}
+
 func TestJobLogsFormats(t *testing.T) {
 	f, _ := setup(t)
 	f.logCalls = logScript(nil)

@@ -231,6 +231,27 @@ func isTerminal(s imsv1.JobState) bool {
 // the customer's account); its error then says why, starting "refused: ".
 func refused(j *imsv1.Job) bool { return j.GetState() == imsv1.JobState_JOB_STATE_REFUSED }
 
+// neverStarted says why an ended job has no log by design: it was
+// cancelled (or refused) before its agent started it (no start time: an
+// agent's acknowledgement was never accepted). It is "" for any other
+// job.
+func neverStarted(j *imsv1.Job) string {
+	if j.GetStartTime() != nil {
+		return ""
+	}
+	switch j.GetState() {
+	case imsv1.JobState_JOB_STATE_CANCELLED:
+		why := "cancelled before it started"
+		if e := j.GetError(); e != "" {
+			why += " (" + e + ")"
+		}
+		return why
+	case imsv1.JobState_JOB_STATE_REFUSED:
+		return "refused before it started (" + refusedText(j) + ")"
+	}
+	return ""
+}
+
 // refusedText is what people see of a refused job: the agent's words.
 func refusedText(j *imsv1.Job) string {
 	if e := j.GetError(); strings.HasPrefix(e, "refused: ") {
@@ -496,8 +517,23 @@ code.`,
 				return a.followJob(cmd.Context(), c, args[0], lf)
 			}
 			p := &logPrinter{w: a.stdout, format: lf, clean: a.terminal(a.stdout), json: a.jsonOutput()}
-			_, err = a.streamLogs(cmd.Context(), c, args[0], false, p)
-			return err
+			job, err := a.streamLogs(cmd.Context(), c, args[0], false, p)
+			if err != nil || p.afterSeq > 0 {
+				return err
+			}
+			// No line at all: say why when the job never started, rather
+			// than print nothing.
+			if job == nil {
+				res, err := c.GetJob(cmd.Context(), connect.NewRequest(&imsv1.GetJobRequest{Id: args[0]}))
+				if err != nil {
+					return c.wrap(err)
+				}
+				job = res.Msg.GetJob()
+			}
+			if why := neverStarted(job); why != "" {
+				fmt.Fprintf(a.stderr, "==> job %s has no log lines: %s\n", job.GetId(), why)
+			}
+			return nil
 		},
 	}
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "stream new lines until the job ends, then exit with its exit code")
@@ -564,7 +600,7 @@ func (a *app) followJob(ctx context.Context, c *client, jobID string, lf logForm
 			}
 		}
 		if job != nil {
-			return a.jobEnded(job)
+			return a.jobEnded(job, p.afterSeq == 0)
 		}
 		if err != nil {
 			// A first call that fails is a wrong server or job, not a
@@ -592,8 +628,10 @@ func retryable(err error) bool {
 }
 
 // jobEnded prints a one-line summary of an ended job on stderr and returns
-// the error that makes the process exit with the job's exit code.
-func (a *app) jobEnded(j *imsv1.Job) error {
+// the error that makes the process exit with the job's exit code. noLines
+// says no log line was printed (a job cancelled before it started has
+// none, and the summary says so).
+func (a *app) jobEnded(j *imsv1.Job, noLines bool) error {
 	took := ""
 	if j.GetStartTime() != nil && j.GetEndTime() != nil {
 		took = " in " + shortDuration(j.GetEndTime().AsTime().Sub(j.GetStartTime().AsTime()))
@@ -613,6 +651,9 @@ func (a *app) jobEnded(j *imsv1.Job) error {
 		code = exitError
 	}
 	msg := fmt.Sprintf("job %s %s%s", j.GetId(), strings.ReplaceAll(stateName(j.GetState()), "_", " "), took)
+	if noLines && j.GetState() == imsv1.JobState_JOB_STATE_CANCELLED && j.GetStartTime() == nil {
+		msg += " before it started (no log lines)"
+	}
 	if j.GetExitCode() != 0 {
 		msg += fmt.Sprintf(" with exit code %d", j.GetExitCode())
 	}

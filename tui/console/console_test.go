@@ -1155,9 +1155,9 @@ func TestInstallViewShowsPlans(t *testing.T) {
 				PlanState: "failed", PlanError: "no credentials"},
 		}}
 	m.Update(workflowsMsg{gen: v.wfGen, newest: wf, plans: map[string]stepPlan{
-		"job_p1": newStepPlan(nil),
+		"job_p1": newStepPlan(nil, nil),
 		"job_p2": newStepPlan([]*imsv1.PlannedChange{{Address: "Deployment/api", Action: "update", Summary: "replicas 2 \x1b[31m→ 3"},
-			{Address: "Service/api", Action: "create"}}),
+			{Address: "Service/api", Action: "create"}}, nil),
 	}})
 	s := screen(m)
 	for _, want := range [][]string{
@@ -1219,4 +1219,87 @@ func TestInstallViewAuditPanel(t *testing.T) {
 	// A failed read says so.
 	m.Update(auditMsg{gen: v.auGen, err: errors.New("imsd unreachable")})
 	mustContain(t, screen(m), "cannot list audit events")
+}
+
+// The job view shows a job's policy findings (denials first, at most
+// maxPolicyLines) above its log, and a job cancelled before it started
+// says so instead of an empty log.
+func TestJobViewShowsPolicyFindingsAndWhyNoLog(t *testing.T) {
+	m := newTestModel(t, Options{})
+	m.Update(teaSize(160, 40))
+	feed(m, snapshot())
+	j := jobs()[2] // failed
+	j.Error = "policy denied the plan"
+	j.PolicyFindings = []*imsv1.PolicyFinding{
+		{Policy: "policies/tags.rego", Source: "vendor", Level: "warn", Message: "bucket lacks a cost tag"},
+		{Policy: "/etc/byoc/policy/public.rego", Source: "customer", Level: "deny", Message: "public \x1b[31mbucket"},
+	}
+	lv := newLogView(m.env, j)
+	m.push(lv)
+	m.Update(logMsg{gen: lv.gen, chunks: []logChunk{{lines: logLines(1, 3, func(i int) string { return fmt.Sprintf("line %03d", i) })}}})
+	s := screen(m)
+	deny := strings.Index(s, "policy deny [customer] /etc/byoc/policy/public.rego: public \ufffd[31mbucket")
+	warn := strings.Index(s, "policy warn [vendor] policies/tags.rego: bucket lacks a cost tag")
+	if deny < 0 || warn < 0 || deny > warn {
+		t.Errorf("want the deny, then the warning:\n%s", s)
+	}
+	mustContain(t, s, "line 003")
+
+	many := jobs()[2]
+	for i := range 6 {
+		many.PolicyFindings = append(many.PolicyFindings, &imsv1.PolicyFinding{Policy: "p.rego", Source: "vendor", Level: "warn", Message: fmt.Sprintf("finding %d", i)})
+	}
+	lv.setJob(many)
+	s = screen(m)
+	mustContain(t, s, "finding 2", "policy: … 3 more (byoc job get job_bad)", "line 003")
+	mustNotContain(t, s, "finding 3")
+
+	cancelled := jobs()[0]
+	cancelled.State, cancelled.StartTime, cancelled.Error = imsv1.JobState_JOB_STATE_CANCELLED, nil, "cancelled by ci"
+	lv = newLogView(m.env, cancelled)
+	m.push(lv)
+	m.Update(logMsg{gen: lv.gen, closed: true})
+	mustContain(t, screen(m), "no log lines: cancelled before it started")
+	started := jobs()[0]
+	started.State, started.StartTime = imsv1.JobState_JOB_STATE_CANCELLED, cancelled.CreateTime
+	lv.setJob(started)
+	mustNotContain(t, screen(m), "cancelled before it started")
+}
+
+// The install view shows each step's policy findings under its plan,
+// denials first, a failed plan's too.
+func TestInstallViewShowsPolicyFindings(t *testing.T) {
+	m := newTestModel(t, Options{})
+	m.Update(teaSize(160, 60))
+	feed(m, snapshot())
+	press(m, "enter")
+	v := m.top().(*installView)
+	feedInstallParts(m)
+	d := "sha256:" + strings.Repeat("ab", 32)
+	wf := &imsv1.Workflow{Id: "wf_4", Kind: imsv1.WorkflowKind_WORKFLOW_KIND_UPDATE, State: imsv1.WorkflowState_WORKFLOW_STATE_FAILED,
+		AppRevision: 5, CreateTime: jobs()[0].CreateTime,
+		Steps: []*imsv1.WorkflowStep{
+			{Name: "db", Component: "db", Operation: "apply", State: imsv1.StepState_STEP_STATE_PENDING, PlanJobId: "job_p1", PlanState: "planned", PlanDigest: d},
+			{Name: "web", Component: "web", Operation: "apply", State: imsv1.StepState_STEP_STATE_FAILED, PlanJobId: "job_p2", PlanState: "failed", PlanError: "denied by policy"},
+		}}
+	m.Update(workflowsMsg{gen: v.wfGen, newest: wf, plans: map[string]stepPlan{
+		"job_p1": newStepPlan([]*imsv1.PlannedChange{{Address: "aws_s3_bucket.logs", Action: "create"}},
+			[]*imsv1.PolicyFinding{{Policy: "policies/tags.rego", Source: "vendor", Level: "warn", Message: "no cost tag"}}),
+		"job_p2": newStepPlan(nil, []*imsv1.PolicyFinding{{Policy: "public.rego", Source: "customer", Level: "deny", Message: "public service"}}),
+	}})
+	s := screen(m)
+	for _, want := range [][]string{
+		{"plan planned sha256:abababababab", "1 to create"},
+		{"policy warn [vendor] policies/tags.rego: no cost tag"},
+		{"plan failed"},
+		{"denied by policy"},
+		{"policy deny [customer] public.rego: public service"},
+	} {
+		if !screenLine(s, want...) {
+			t.Errorf("no line with %q:\n%s", want, s)
+		}
+	}
+	if screenLine(s, "plan failed", "no changes") {
+		t.Errorf("a failed plan shows a count of changes:\n%s", s)
+	}
 }

@@ -35,10 +35,35 @@ type workflowsMsg struct {
 }
 
 // stepPlan is a step's plan as the install view shows it: a count per
-// action and one line per change, cleaned of control characters.
+// action and one line per change, then one per policy finding, cleaned of
+// control characters.
 type stepPlan struct {
 	counts  string
 	changes []string
+	// findings are the plan job's policy findings, denials first.
+	findings []policyLine
+}
+
+// policyLine is one policy finding as shown: "deny [customer]
+// policies/x.rego: message".
+type policyLine struct {
+	deny bool
+	text string
+}
+
+// policyLines renders a job's policy findings, denials first.
+func policyLines(fs []*imsv1.PolicyFinding) []policyLine {
+	var out []policyLine
+	for _, deny := range []bool{true, false} {
+		for _, f := range fs {
+			if (f.Level == "deny") != deny {
+				continue
+			}
+			out = append(out, policyLine{deny: deny, text: fmt.Sprintf("%s [%s] %s: %s", termtext.Clean(f.Level, " "),
+				termtext.Clean(f.Source, " "), termtext.Clean(f.Policy, " "), termtext.Clean(f.Message, " "))})
+		}
+	}
+	return out
 }
 
 // maxPlanLines is how many changes of one plan the install view lists.
@@ -47,9 +72,9 @@ const maxPlanLines = 5
 // planMarks are the marks of planned changes, as byoc job get prints them.
 var planMarks = map[string]string{"create": "+", "update": "~", "delete": "-", "replace": "-/+"}
 
-func newStepPlan(changes []*imsv1.PlannedChange) stepPlan {
+func newStepPlan(changes []*imsv1.PlannedChange, findings []*imsv1.PolicyFinding) stepPlan {
 	count := map[string]int{}
-	var p stepPlan
+	p := stepPlan{findings: policyLines(findings)}
 	for _, c := range changes {
 		count[c.Action]++
 		if len(p.changes) < maxPlanLines {
@@ -96,17 +121,23 @@ func listWorkflows(ctx context.Context, c imsv1connect.OperatorServiceClient, ge
 			return workflowsMsg{gen: gen, err: err}
 		}
 		for _, s := range msg.newest.Steps {
-			if s.PlanState != "planned" {
+			// A failed plan's job may hold the policy findings that
+			// denied it; it is read too, but not being able to is no
+			// reason to show nothing (its error is on the step).
+			if s.PlanJobId == "" || s.PlanState != "planned" && s.PlanState != "failed" {
 				continue
 			}
 			j, err := c.GetJob(ctx, connect.NewRequest(&imsv1.GetJobRequest{Id: s.PlanJobId}))
-			if err != nil {
+			if err != nil && s.PlanState == "planned" {
 				return workflowsMsg{gen: gen, err: err}
+			}
+			if err != nil {
+				continue
 			}
 			if msg.plans == nil {
 				msg.plans = map[string]stepPlan{}
 			}
-			msg.plans[s.PlanJobId] = newStepPlan(j.Msg.Job.PlannedChanges)
+			msg.plans[s.PlanJobId] = newStepPlan(j.Msg.Job.PlannedChanges, j.Msg.Job.PolicyFindings)
 		}
 		for _, w := range wfs {
 			if w.Kind == imsv1.WorkflowKind_WORKFLOW_KIND_PROVISION || w.Kind == imsv1.WorkflowKind_WORKFLOW_KIND_UPDATE {
@@ -269,7 +300,7 @@ func (v *installView) planLines(s *imsv1.WorkflowStep, plans map[string]stepPlan
 		head += " " + d[:min(len(d), len("sha256:")+12)]
 	}
 	pl, ok := plans[s.PlanJobId]
-	if ok {
+	if ok && s.PlanState == "planned" {
 		head += "  " + pl.counts
 	}
 	switch {
@@ -286,6 +317,13 @@ func (v *installView) planLines(s *imsv1.WorkflowStep, plans map[string]stepPlan
 	}
 	for _, c := range pl.changes {
 		out = append(out, "        "+c)
+	}
+	for _, f := range pl.findings {
+		if f.deny {
+			out = append(out, "        "+st.bad.Render("policy "+f.text))
+		} else {
+			out = append(out, "        "+st.warn.Render("policy "+f.text))
+		}
 	}
 	return out
 }

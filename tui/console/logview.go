@@ -453,6 +453,10 @@ func (v *logView) countBefore(end int, q string) int {
 	return c
 }
 
+// maxPolicyLines is how many lines of policy findings the job view shows
+// above the log.
+const maxPolicyLines = 4
+
 func (v *logView) View() string { return lines(v.render(v.w, v.h)) }
 
 func (v *logView) render(w, h int) []string {
@@ -493,6 +497,24 @@ func (v *logView) render(w, h int) []string {
 		out = append(out, v.st.bad.Render(prefix+v.jobErr))
 		th--
 	}
+	// The job's policy findings (a plan's, or an apply's that a policy
+	// denied), denials first; at most maxPolicyLines, so the log keeps
+	// its room.
+	if fs := policyLines(j.PolicyFindings); len(fs) > 0 {
+		for i, f := range fs {
+			if i == maxPolicyLines-1 && len(fs) > maxPolicyLines {
+				out = append(out, v.st.muted.Render(fmt.Sprintf("policy: … %d more (byoc job get %s)", len(fs)-i, j.Id)))
+				th--
+				break
+			}
+			style := v.st.warn
+			if f.deny {
+				style = v.st.bad
+			}
+			out = append(out, style.Render("policy "+f.text))
+			th--
+		}
+	}
 	n := v.r.Len()
 	if n == 0 {
 		if v.forward {
@@ -500,6 +522,10 @@ func (v *logView) render(w, h int) []string {
 		}
 		if v.streamOn {
 			return append(out, v.st.muted.Render("no log lines yet; following…"))
+		}
+		if j.State == imsv1.JobState_JOB_STATE_CANCELLED && j.StartTime == nil {
+			// By design: no agent ever started it.
+			return append(out, v.st.muted.Render("no log lines: cancelled before it started"))
 		}
 		return append(out, v.st.muted.Render("no log lines"))
 	}
