@@ -22,8 +22,9 @@ makes (--kind helm), and stores it in
 the install registry (default oci:DIR/registry, the agent's own; a
 registry server's credentials from $BYOC_INSTALL_REGISTRY_USERNAME and
 _PASSWORD, or _TOKEN), where
-components of type terraform find it as module = "REPO:TAG" (helm: as
-chart = "REPO@DIGEST"). It prints the artifact's digest; the same files
+components of type terraform find it as module = "REPO@DIGEST" (helm: as
+chart = "REPO@DIGEST"; a tag is refused: it could move). It prints the
+artifact's digest; the same files
 always give the same digest.
 
 Until the build agent packages and syncs modules and charts into install

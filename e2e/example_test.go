@@ -72,8 +72,8 @@ func TestExampleApp(t *testing.T) {
 	stateDir := t.TempDir()
 	agentd := filepath.Join(cluster.Binaries(t), "agentd")
 	for _, p := range []struct{ kind, dir, ref, config string }{
-		{"terraform", "modules/sandbox", "modules/sandbox:0.1.0", ""},
-		{"terraform", "modules/postgres", "modules/postgres:0.1.0", ""},
+		{"terraform", "modules/sandbox", "modules/sandbox:0.1.0", "sandbox.toml"},
+		{"terraform", "modules/postgres", "modules/postgres:0.1.0", "components/db.toml"},
 		{"helm", "charts/api", "charts/api:0.1.0", "components/api.toml"},
 		{"helm", "charts/redis", "charts/redis:0.1.0", "components/cache.toml"},
 	} {
@@ -82,11 +82,12 @@ func TestExampleApp(t *testing.T) {
 		if err != nil || m == nil {
 			t.Fatalf("agentd module push --kind %s %s: %v\n%s", p.kind, p.dir, err, b)
 		}
-		if p.config != "" {
-			cfg, _ := os.ReadFile(filepath.Join(dir, p.config))
-			if want := `chart = "` + strings.Split(p.ref, ":")[0] + "@" + string(m[1]) + `"`; !strings.Contains(string(cfg), want) {
-				t.Fatalf("%s does not name the pushed chart (%s):\n%s", p.config, want, cfg)
-			}
+		// Each component names what it runs by the digest the push
+		// printed (a tag is refused).
+		key := map[string]string{"terraform": "module", "helm": "chart"}[p.kind]
+		cfg, _ := os.ReadFile(filepath.Join(dir, p.config))
+		if want := key + ` = "` + strings.Split(p.ref, ":")[0] + "@" + string(m[1]) + `"`; !strings.Contains(string(cfg), want) {
+			t.Fatalf("%s does not name the pushed %s (%s):\n%s", p.config, key, want, cfg)
 		}
 	}
 	secrets := filepath.Join(t.TempDir(), "secrets")

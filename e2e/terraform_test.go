@@ -80,10 +80,17 @@ func TestExampleAppTerraform(t *testing.T) {
 	// put them there.
 	stateDir := t.TempDir()
 	agentd := filepath.Join(cluster.Binaries(t), "agentd")
-	for _, m := range []string{"sandbox", "postgres"} {
+	// The config names each module by the digest the push prints.
+	for m, config := range map[string]string{"sandbox": "sandbox.toml", "postgres": "components/db.toml"} {
 		cmd := exec.Command(agentd, "module", "push", "--state-dir", stateDir, filepath.Join(dir, "modules", m), "modules/"+m+":0.1.0")
-		if b, err := cmd.CombinedOutput(); err != nil || !regexp.MustCompile(`^modules/`+m+`:0.1.0 sha256:[0-9a-f]{64}\n$`).Match(b) {
+		b, err := cmd.CombinedOutput()
+		dg := regexp.MustCompile(`^modules/` + m + `:0.1.0 (sha256:[0-9a-f]{64})\n$`).FindSubmatch(b)
+		if err != nil || dg == nil {
 			t.Fatalf("agentd module push %s: %v\n%s", m, err, b)
+		}
+		cfg, _ := os.ReadFile(filepath.Join(dir, config))
+		if want := `module = "modules/` + m + "@" + string(dg[1]) + `"`; !strings.Contains(string(cfg), want) {
+			t.Fatalf("%s does not name the pushed module (%s):\n%s", config, want, cfg)
 		}
 	}
 	cluster.StartAgent(t, ims.URL(), token, stateDir, "--terraform-providers", mirror)
@@ -124,7 +131,7 @@ func TestExampleAppTerraform(t *testing.T) {
 		lines = append(lines, l.Text)
 	}
 	log := strings.Join(lines, "\n")
-	for _, want := range []string{"terraform: module modules/sandbox:0.1.0 (sha256:", "Installed hashicorp/local v1.4.0", "Apply complete! Resources: 3 added"} {
+	for _, want := range []string{"terraform: module modules/sandbox@sha256:", "Installed hashicorp/local v1.4.0", "Apply complete! Resources: 3 added"} {
 		if !strings.Contains(log, want) {
 			t.Errorf("sandbox log lacks %q:\n%s", want, log)
 		}

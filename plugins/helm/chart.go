@@ -41,7 +41,7 @@ func parseChartRef(s string) (chartRef, error) {
 	rest, layout := strings.CutPrefix(s, "oci:")
 	i := strings.LastIndex(rest, "@")
 	if i < 0 {
-		return chartRef{}, fmt.Errorf("%q names no digest; reference the chart by digest (REPO@sha256:HEX in the install registry, or oci:LAYOUT-DIR@sha256:HEX)", s)
+		return chartRef{}, fmt.Errorf("%q names no digest (a tag could move under the install); reference the chart by digest, REPO@sha256:HEX in the install registry or oci:LAYOUT-DIR@sha256:HEX (helm push prints the digest it pushed, as Digest: sha256:HEX), or use chart_dir, a directory on the agent, for development", s)
 	}
 	name, dg := rest[:i], digest.Digest(rest[i+1:])
 	if name == "" {

@@ -331,6 +331,8 @@ func TestOCIChart(t *testing.T) {
 		{Name: "no install registry", Config: cfg("charts/web@" + registryDigest.String()),
 			ExpectError: regexp.MustCompile(`names a repository of the install registry, and the agent names none \(BYOC_INSTALL_REGISTRY\)`)},
 		{Config: cfg("oci:" + layout + ":1.0.0"), ExpectDiagnostics: []string{"chart: \"oci:" + layout + ":1.0.0\" names no digest"}},
+		// A tag could move under the install: refused, saying how to get the digest.
+		{Config: cfg("charts/web:1.0.0"), ExpectDiagnostics: []string{"chart: \"charts/web:1.0.0\" names no digest (a tag could move under the install); reference the chart by digest, REPO@sha256:HEX in the install registry or oci:LAYOUT-DIR@sha256:HEX (helm push prints the digest it pushed, as Digest: sha256:HEX), or use chart_dir"}},
 		{Config: cfg(layout + "@" + dg.String()), ExpectDiagnostics: []string{"chart: \"" + layout}},
 		{Name: "tampered layer", Config: cfg("oci:" + layout + "@" + dg.String()),
 			PreConfig:   func() error { return tamperLargestBlob(layout) },

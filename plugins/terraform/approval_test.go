@@ -24,7 +24,7 @@ func TestApprovedPlan(t *testing.T) {
 		return sdk.JobContext{JobID: id, InstallID: "i", Attempt: 1, WorkDir: t.TempDir(), StateDir: state, PlanDir: planDir, ApprovedPlanDigest: approved}
 	}
 	cfg := func(name string) map[string]any {
-		return map[string]any{"module": "modules/site:1.0.0", "vars": map[string]any{"name": name, "dir": site}}
+		return map[string]any{"module": moduleRef("site"), "vars": map[string]any{"name": name, "dir": site}}
 	}
 	log := newLogger(`^$`)
 	planDir := filepath.Join(state, sdk.PlanDirName, "approved")

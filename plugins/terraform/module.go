@@ -62,7 +62,10 @@ func layoutStore(ctx context.Context, dir string) (store, error) {
 }
 
 // checkModuleRef checks the form of a module reference: "oci:DIR@sha256:HEX"
-// or REPO[:TAG|@sha256:HEX].
+// or REPO@sha256:HEX. A tag (REPO:TAG, or REPO alone, which means
+// latest) is refused: a tag can move under the install, and what an
+// install runs must be what its config names (module_dir stays, for
+// development).
 func checkModuleRef(ref string) error {
 	if rest, ok := strings.CutPrefix(ref, "oci:"); ok {
 		dir, dg, ok := strings.Cut(rest, "@")
@@ -74,14 +77,20 @@ func checkModuleRef(ref string) error {
 		}
 		return nil
 	}
-	_, err := tfmodule.ParseRef(ref)
-	return err
+	r, err := tfmodule.ParseRef(ref)
+	if err != nil {
+		return err
+	}
+	if _, err := digest.Parse(r.Ref); err != nil {
+		return fmt.Errorf("module %q: names the mutable tag %q; reference the module by digest, %s@sha256:HEX (`agentd module push DIR %s:%s` prints the digest it pushed; the same files always give the same digest), or use module_dir, a directory on the agent, for development", ref, r.Ref, r.Repo, r.Repo, r.Ref)
+	}
+	return nil
 }
 
 // openModule opens where module ref lives and returns it with the tag or
 // digest to resolve there and a name for messages. ref is
 // "oci:DIR@sha256:HEX" (a layout dir named outright) or
-// REPO[:TAG|@sha256:HEX] in the install registry at location registry
+// REPO@sha256:HEX in the install registry at location registry
 // (internal/ocicopy's syntax: oci:DIR, or a registry server, with creds).
 func openModule(ctx context.Context, registry string, creds ocicopy.Credentials, ref string) (s store, tagOrDigest, where string, err error) {
 	if err := checkModuleRef(ref); err != nil {

@@ -109,19 +109,45 @@ func TestFetchNotAModule(t *testing.T) {
 	reg := t.TempDir()
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "main.tf"), []byte("# nothing"), 0o644)
-	if _, err := PushModule(t.Context(), dir, "oci:"+reg, "modules/x:1", ocicopy.Credentials{}); err != nil {
+	dg, err := PushModule(t.Context(), dir, "oci:"+reg, "modules/x:1", ocicopy.Credentials{})
+	if err != nil {
 		t.Fatal(err)
 	}
-	_, err := fetchModule(t.Context(), "oci:"+reg, nil, "modules/x:2", t.TempDir())
-	if err == nil || !strings.Contains(err.Error(), `resolve 2 in `) {
-		t.Fatalf("unknown tag: %v", err)
+	zero := "sha256:" + strings.Repeat("0", 64)
+	_, err = fetchModule(t.Context(), "oci:"+reg, nil, "modules/x@"+zero, t.TempDir())
+	if err == nil || !strings.Contains(err.Error(), `resolve `+zero+` in `) {
+		t.Fatalf("unknown digest: %v", err)
 	}
-	_, err = fetchModule(t.Context(), "", nil, "modules/x:1", t.TempDir())
+	_, err = fetchModule(t.Context(), "", nil, "modules/x@"+dg, t.TempDir())
 	if err == nil || !strings.Contains(err.Error(), "this agent has no install registry") {
 		t.Fatalf("no registry: %v", err)
 	}
 	_, err = fetchModule(t.Context(), "oci:"+reg, nil, "Modules/X", t.TempDir())
 	if err == nil || !strings.Contains(err.Error(), "want lowercase path segments") {
 		t.Fatalf("bad repository: %v", err)
+	}
+}
+
+// TestModuleRefRefusesTags: a module is named by digest; a tag (or a bare
+// repository, which means latest) can move under the install and is a
+// config error naming the field's value and how to get the digest.
+func TestModuleRefRefusesTags(t *testing.T) {
+	zero := "sha256:" + strings.Repeat("0", 64)
+	for _, ok := range []string{"modules/site@" + zero, "oci:/var/lib/byoc/registry/modules/site@" + zero} {
+		if err := checkModuleRef(ok); err != nil {
+			t.Errorf("checkModuleRef(%q) = %v", ok, err)
+		}
+	}
+	for ref, want := range map[string]string{
+		"modules/site:1.0.0": `module "modules/site:1.0.0": names the mutable tag "1.0.0"; reference the module by digest, modules/site@sha256:HEX (` + "`agentd module push DIR modules/site:1.0.0`" + ` prints the digest`,
+		"modules/site":       `module "modules/site": names the mutable tag "latest"`,
+	} {
+		err := checkModuleRef(ref)
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "module_dir") {
+			t.Errorf("checkModuleRef(%q) = %v, want %q and a word on module_dir", ref, err, want)
+		}
+	}
+	if _, _, _, err := openModule(t.Context(), "oci:"+t.TempDir(), ocicopy.Credentials{}, "modules/site:1.0.0"); err == nil || !strings.Contains(err.Error(), "mutable tag") {
+		t.Errorf("openModule by tag: %v, want the tag refused", err)
 	}
 }

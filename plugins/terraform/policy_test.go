@@ -54,7 +54,7 @@ func TestPolicyGate(t *testing.T) {
 	env, _ := setup(t)
 	site := t.TempDir()
 	index := filepath.Join(site, "index.html")
-	cfg := map[string]any{"module": "modules/site:1.0.0", "vars": map[string]any{"name": "acme", "dir": site}}
+	cfg := map[string]any{"module": moduleRef("site"), "vars": map[string]any{"name": "acme", "dir": site}}
 	policies := []sdk.PolicyModule{
 		{Name: "policies/files.rego", Source: sdk.PolicySourceVendor, Rego: noFilesInMaintenance},
 		{Name: "/etc/byoc/policies/audit.rego", Source: sdk.PolicySourceCustomer, Rego: newObjects},

@@ -80,7 +80,7 @@ func TestS3Backend(t *testing.T) {
 	site := t.TempDir()
 	const key = "site/terraform.tfstate"
 	cfg := map[string]any{
-		"module": "modules/site:1.0.0",
+		"module": moduleRef("site"),
 		"vars":   map[string]any{"name": "acme", "dir": site},
 		"backend": map[string]any{"s3": map[string]any{
 			"bucket": "acme-state", "key": key, "region": "eu-west-1",

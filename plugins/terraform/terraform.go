@@ -5,7 +5,7 @@
 // Config (tfschema.Config):
 //
 //	{
-//	  "module": "modules/network:1.0.0",       // or "module_dir": "/src/network"
+//	  "module": "modules/network@sha256:…",    // by digest; or "module_dir": "/src/network"
 //	  "vars": {"name": "acme", "cidr": "10.0.0.0/16"},
 //	  "backend": {"s3": {"bucket": "b", "key": "network.tfstate", "region": "eu-west-1"}},
 //	  "parallelism": 10

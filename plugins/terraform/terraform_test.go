@@ -28,6 +28,19 @@ import (
 // registry (a fresh OCI layout root) holding the test modules. Without
 // terraform or the mirror the test is skipped, saying how to get them;
 // under CI=true it fails.
+// zeroDigest is a well-formed digest of nothing pushed.
+const zeroDigest = "sha256:0000000000000000000000000000000000000000000000000000000000000000"
+
+// modules are the test modules' references by digest, as setup pushed
+// them (the same files always give the same digest).
+var modules sync.Map
+
+// moduleRef is the reference by digest of test module m; setup has run.
+func moduleRef(m string) string {
+	r, _ := modules.Load(m)
+	return r.(string)
+}
+
 func setup(t *testing.T) (env map[string]string, registry string) {
 	t.Helper()
 	if testing.Short() {
@@ -52,9 +65,11 @@ func setup(t *testing.T) (env map[string]string, registry string) {
 	}
 	registry = t.TempDir()
 	for _, m := range []string{"site", "slow"} {
-		if _, err := terraform.PushModule(t.Context(), filepath.Join("testdata", m), "oci:"+registry, "modules/"+m+":1.0.0", ocicopy.Credentials{}); err != nil {
+		dg, err := terraform.PushModule(t.Context(), filepath.Join("testdata", m), "oci:"+registry, "modules/"+m+":1.0.0", ocicopy.Credentials{})
+		if err != nil {
 			t.Fatal(err)
 		}
+		modules.Store(m, "modules/"+m+"@"+dg)
 	}
 	return map[string]string{terraform.EnvProviders: mirror, terraform.EnvInstallRegistry: "oci:" + registry}, registry
 }
@@ -119,7 +134,7 @@ func expectFile(path, content string) sdktest.Check {
 func TestLifecycle(t *testing.T) {
 	env, _ := setup(t)
 	site := t.TempDir()
-	cfg := map[string]any{"module": "modules/site:1.0.0", "vars": map[string]any{"name": "acme", "dir": site, "password": "s3cr3t-pw"}}
+	cfg := map[string]any{"module": moduleRef("site"), "vars": map[string]any{"name": "acme", "dir": site, "password": "s3cr3t-pw"}}
 	index := filepath.Join(site, "index.html")
 	sdktest.Test(t, terraform.New(), sdktest.Case{
 		Env: env,
@@ -128,7 +143,7 @@ func TestLifecycle(t *testing.T) {
 				sdktest.ExpectChanges("Plan: 2 to add, 0 to change, 0 to destroy."),
 				sdktest.ExpectPlannedChange(sdk.ActionCreate, "terraform_data.site"),
 				sdktest.ExpectPlannedChange(sdk.ActionCreate, "local_file.index"),
-				sdktest.ExpectLog("terraform: module modules/site:1.0.0 (sha256:"),
+				sdktest.ExpectLog("terraform: module "+moduleRef("site")+" ("),
 				expectChange("terraform_data.site", func(c sdk.PlannedChange) error {
 					in := c.After.(map[string]any)["input"].(map[string]any)
 					if in["password"] != sdk.MaskedChanged || in["name"] != "acme" {
@@ -166,7 +181,7 @@ func TestLifecycle(t *testing.T) {
 					expectFile(index, "defaced"),
 				)},
 			{Name: "repair", Config: cfg, Check: expectFile(index, "hello acme")},
-			{Name: "update", Op: sdk.OpPlan, Config: map[string]any{"module": "modules/site:1.0.0", "vars": map[string]any{"name": "acme2", "dir": site, "password": "s3cr3t-pw"}},
+			{Name: "update", Op: sdk.OpPlan, Config: map[string]any{"module": moduleRef("site"), "vars": map[string]any{"name": "acme2", "dir": site, "password": "s3cr3t-pw"}},
 				Check: sdktest.All(
 					sdktest.ExpectPlannedChange(sdk.ActionReplace, "local_file.index"),
 					sdktest.ExpectPlannedChange(sdk.ActionUpdate, "terraform_data.site"),
@@ -181,22 +196,26 @@ func TestLifecycle(t *testing.T) {
 						return nil
 					}),
 				)},
-			{Name: "undeclared variable", Op: sdk.OpPlan, Config: map[string]any{"module": "modules/site:1.0.0", "vars": map[string]any{"name": "acme", "dir": site, "colour": "red"}},
+			{Name: "undeclared variable", Op: sdk.OpPlan, Config: map[string]any{"module": moduleRef("site"), "vars": map[string]any{"name": "acme", "dir": site, "colour": "red"}},
 				ExpectError: regexp.MustCompile(`config\.vars\.colour: the module declares no variable "colour" \(it declares: dir, name, password\)`)},
-			{Name: "missing variable", Op: sdk.OpPlan, Config: map[string]any{"module": "modules/site:1.0.0", "vars": map[string]any{"name": "acme"}},
+			{Name: "missing variable", Op: sdk.OpPlan, Config: map[string]any{"module": moduleRef("site"), "vars": map[string]any{"name": "acme"}},
 				ExpectError: regexp.MustCompile(`No value for required variable`)},
-			{Name: "unknown module", Op: sdk.OpPlan, Config: map[string]any{"module": "modules/nope:1.0.0"},
-				ExpectError: regexp.MustCompile(`module "modules/nope:1.0.0": no OCI image layout at .*modules/nope`)},
-			{Name: "unknown tag", Op: sdk.OpPlan, Config: map[string]any{"module": "modules/site:9.9.9"},
-				ExpectError: regexp.MustCompile(`module "modules/site:9.9.9": resolve 9.9.9 in .*modules/site: .*not found`)},
+			{Name: "unknown module", Op: sdk.OpPlan, Config: map[string]any{"module": "modules/nope@" + zeroDigest},
+				ExpectError: regexp.MustCompile(`module "modules/nope@sha256:0+": no OCI image layout at .*modules/nope`)},
+			{Name: "unknown digest", Op: sdk.OpPlan, Config: map[string]any{"module": "modules/site@" + zeroDigest},
+				ExpectError: regexp.MustCompile(`module "modules/site@sha256:0+": resolve sha256:0+ in .*modules/site: .*not found`)},
 			{Config: map[string]any{"vars": map[string]any{"9lives": 1, "byoc_data_dir": "/x"}}, ExpectDiagnostics: []string{
 				"module: is required", "vars.9lives: is not a Terraform variable name", "vars.byoc_data_dir: byoc_ variables are set by the agent"}},
 			{Config: map[string]any{"module": "Modules/Site", "module_dir": "rel"}, ExpectDiagnostics: []string{"module_dir: set module or module_dir, not both"}},
 			{Config: map[string]any{"module": "modules/site@sha256:abc"}, ExpectDiagnostics: []string{"module: digest"}},
+			// A tag can move under the install: refused, with how to get the digest.
+			{Config: map[string]any{"module": "modules/site:1.0.0"}, ExpectDiagnostics: []string{
+				"module: names the mutable tag \"1.0.0\"; reference the module by digest, modules/site@sha256:HEX (`agentd module push DIR modules/site:1.0.0` prints the digest"}},
+			{Config: map[string]any{"module": "modules/site"}, ExpectDiagnostics: []string{"module: names the mutable tag \"latest\""}},
 			{Config: map[string]any{"module_dir": "rel"}, ExpectDiagnostics: []string{"module_dir: must be an absolute path"}},
-			{Config: map[string]any{"module": "m", "backend": map[string]any{"s3": map[string]any{"bucket": "b"}}}, ExpectDiagnostics: []string{
+			{Config: map[string]any{"module": "m@" + zeroDigest, "backend": map[string]any{"s3": map[string]any{"bucket": "b"}}}, ExpectDiagnostics: []string{
 				"backend.s3.key: is required", "backend.s3.region: is required"}},
-			{Config: map[string]any{"module": "m", "varz": map[string]any{}}, ExpectDiagnostics: []string{"varz: unknown field"}},
+			{Config: map[string]any{"module": "m@" + zeroDigest, "varz": map[string]any{}}, ExpectDiagnostics: []string{"varz: unknown field"}},
 		},
 		CheckDestroy: sdktest.All(sdktest.ExpectNoStateFile(terraform.StateFile), func(*sdktest.Outcome) error {
 			if _, err := os.Stat(index); !errors.Is(err, os.ErrNotExist) {
@@ -226,7 +245,7 @@ func TestModuleDir(t *testing.T) {
 	}
 	down := t.TempDir()
 	sdktest.Test(t, terraform.New(), sdktest.Case{Env: env, Component: "downstream", Steps: []sdktest.Step{
-		{Config: map[string]any{"module": "modules/site:1.0.0", "vars": map[string]any{"name": url, "dir": down}}, Check: sdktest.All(
+		{Config: map[string]any{"module": moduleRef("site"), "vars": map[string]any{"name": url, "dir": down}}, Check: sdktest.All(
 			sdktest.ExpectOutput("name", url),
 			expectFile(filepath.Join(down, "index.html"), "hello "+url),
 		)},
@@ -302,7 +321,7 @@ func TestCancelMidApply(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		r, err := p.Apply(ctx, &sdk.ApplyRequest{Job: job(1), Config: map[string]any{"module": "modules/slow:1.0.0", "vars": map[string]any{"wait": "120s"}}, Env: env, Log: log})
+		r, err := p.Apply(ctx, &sdk.ApplyRequest{Job: job(1), Config: map[string]any{"module": moduleRef("slow"), "vars": map[string]any{"wait": "120s"}}, Env: env, Log: log})
 		done <- result{r, err}
 	}()
 	select {
@@ -340,7 +359,7 @@ func TestCancelMidApply(t *testing.T) {
 	}
 
 	log = newLogger(`^$`)
-	resp, err := p.Apply(t.Context(), &sdk.ApplyRequest{Job: job(2), Config: map[string]any{"module": "modules/slow:1.0.0", "vars": map[string]any{"wait": "1s"}}, Env: env, Log: log})
+	resp, err := p.Apply(t.Context(), &sdk.ApplyRequest{Job: job(2), Config: map[string]any{"module": moduleRef("slow"), "vars": map[string]any{"wait": "1s"}}, Env: env, Log: log})
 	if err != nil {
 		t.Fatalf("rerun: %v\n%s", err, log.text())
 	}
@@ -425,7 +444,7 @@ func TestKilledApplyRerun(t *testing.T) {
 	log := newLogger(`time_sleep\.wait: Creating`)
 	done := make(chan error, 1)
 	go func() {
-		_, err := p.Apply(t.Context(), &sdk.ApplyRequest{Job: job(1), Config: map[string]any{"module": "modules/slow:1.0.0", "vars": map[string]any{"wait": "120s"}}, Env: env, Log: log})
+		_, err := p.Apply(t.Context(), &sdk.ApplyRequest{Job: job(1), Config: map[string]any{"module": moduleRef("slow"), "vars": map[string]any{"wait": "120s"}}, Env: env, Log: log})
 		done <- err
 	}()
 	select {
@@ -455,7 +474,7 @@ func TestKilledApplyRerun(t *testing.T) {
 	}
 
 	log = newLogger(`^$`)
-	resp, err := p.Apply(t.Context(), &sdk.ApplyRequest{Job: job(2), Config: map[string]any{"module": "modules/slow:1.0.0", "vars": map[string]any{"wait": "1s"}}, Env: env, Log: log})
+	resp, err := p.Apply(t.Context(), &sdk.ApplyRequest{Job: job(2), Config: map[string]any{"module": moduleRef("slow"), "vars": map[string]any{"wait": "1s"}}, Env: env, Log: log})
 	if err != nil {
 		t.Fatalf("rerun after the kill: %v\n%s", err, log.text())
 	}

@@ -15,7 +15,7 @@ const Config = `{
     "module": {
       "type": "string",
       "minLength": 1,
-      "description": "the module artifact: REPO[:TAG|@sha256:DIGEST] in the install registry (default tag latest), or oci:DIR@sha256:DIGEST"
+      "description": "the module artifact by digest: REPO@sha256:DIGEST in the install registry, or oci:DIR@sha256:DIGEST (a tag is refused: it could move)"
     },
     "module_dir": {
       "type": "string",
