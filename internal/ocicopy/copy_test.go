@@ -336,7 +336,7 @@ func TestKilledCopyResumes(t *testing.T) {
 	ctx := context.Background()
 	srcReg, dstReg := registries(t)
 	proxy := ocitest.StartProxy(t, dstReg.Host)
-	proxy.UploadBytesPerSecond = 16 << 20
+	proxy.SetUploadRate(16 << 20)
 	src := open(t, srcReg.URL(), "acme/big", srcCreds)
 	dst := open(t, dstReg.URL(), "install/big", dstCreds)
 	img, err := ocitest.Image(ctx, src, ocitest.ImageSpec{Seed: 70, Layers: []int64{4 << 20, 4 << 20, 4 << 20, 4 << 20, 4 << 20, 4 << 20}})
@@ -498,9 +498,9 @@ func TestSourceFailsMidCopy(t *testing.T) {
 	}
 	// The source dies after the plan, half way through a blob: the
 	// connection is cut.
-	proxy.Tamper = func(_ string, body io.Reader) io.Reader {
+	proxy.SetTamper(func(_ string, body io.Reader) io.Reader {
 		return io.MultiReader(io.LimitReader(body, 1<<20), errReader{io.ErrUnexpectedEOF})
-	}
+	})
 	_, err = p.Apply(ctx, ocicopy.Options{})
 	var ue *ocicopy.UnreachableError
 	if !errors.As(err, &ue) || ue.Side != ocicopy.Source {
@@ -509,7 +509,7 @@ func TestSourceFailsMidCopy(t *testing.T) {
 	if ok, _ := dst.Exists(ctx, img); ok {
 		t.Fatal("the manifest reached the destination although its blobs did not")
 	}
-	proxy.Tamper = nil
+	proxy.SetTamper(nil)
 	if _, err := ocicopy.Copy(ctx, src, dst, img.Digest, ocicopy.Options{}); err != nil {
 		t.Fatal(err)
 	}
@@ -530,7 +530,7 @@ func TestTamperedBlobRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The source serves every blob with its last byte changed.
-	proxy.Tamper = func(_ string, body io.Reader) io.Reader { return &flipLast{r: body} }
+	proxy.SetTamper(func(_ string, body io.Reader) io.Reader { return &flipLast{r: body} })
 	for _, tc := range []struct {
 		name, loc string
 		local     bool

@@ -333,7 +333,7 @@ func TestImageApplyReportsProgress(t *testing.T) {
 	vendor := ocitest.StartRegistry(t, ocitest.RegistryOptions{})
 	install := ocitest.StartRegistry(t, ocitest.RegistryOptions{})
 	slow := ocitest.StartProxy(t, install.Host)
-	slow.UploadBytesPerSecond = 4 << 20
+	slow.SetUploadRate(4 << 20)
 	src := openRepo(t, vendor.URL(), "acme/api", ocicopy.Credentials{})
 	img, err := ocitest.Image(context.Background(), src, ocitest.ImageSpec{Seed: 97, Layers: []int64{2 << 20}})
 	if err != nil {

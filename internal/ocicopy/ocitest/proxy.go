@@ -18,14 +18,12 @@ import (
 type Proxy struct {
 	// Host is the proxy's 127.0.0.1:PORT.
 	Host string
-	// Tamper, if set, may change a blob download's body (GET of
-	// /v2/.../blobs/DIGEST): it is called with the digest.
-	Tamper func(digest string, body io.Reader) io.Reader
-	// UploadBytesPerSecond, if set, slows every upload down to about
-	// that rate, so a test can act in the middle of a copy.
-	UploadBytesPerSecond int64
 
-	mu      sync.Mutex
+	mu sync.Mutex
+	// tamper, if set, may change a blob download's body: SetTamper.
+	tamper func(digest string, body io.Reader) io.Reader
+	// rate, if set, slows uploads down: SetUploadRate.
+	rate    int64
 	uploads map[string]int64
 	puts    map[string]int
 }
@@ -38,12 +36,15 @@ func StartProxy(tb testing.TB, host string) *Proxy {
 	rp := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: host})
 	rp.ModifyResponse = func(resp *http.Response) error {
 		req := resp.Request
-		if p.Tamper != nil && req.Method == http.MethodGet && strings.Contains(req.URL.Path, "/blobs/sha256:") && resp.StatusCode == http.StatusOK {
+		p.mu.Lock()
+		tamper := p.tamper
+		p.mu.Unlock()
+		if tamper != nil && req.Method == http.MethodGet && strings.Contains(req.URL.Path, "/blobs/sha256:") && resp.StatusCode == http.StatusOK {
 			d := req.URL.Path[strings.LastIndex(req.URL.Path, "/")+1:]
 			resp.Body = struct {
 				io.Reader
 				io.Closer
-			}{p.Tamper(d, resp.Body), resp.Body}
+			}{tamper(d, resp.Body), resp.Body}
 		}
 		return nil
 	}
@@ -55,7 +56,10 @@ func StartProxy(tb testing.TB, host string) *Proxy {
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if (r.Method == http.MethodPut || r.Method == http.MethodPatch) && strings.Contains(r.URL.Path, "/blobs/uploads/") {
 			d := r.URL.Query().Get("digest")
-			r.Body = &countingBody{ReadCloser: r.Body, rate: p.UploadBytesPerSecond, add: func(n int64) {
+			p.mu.Lock()
+			rate := p.rate
+			p.mu.Unlock()
+			r.Body = &countingBody{ReadCloser: r.Body, rate: rate, add: func(n int64) {
 				p.mu.Lock()
 				p.uploads[d] += n
 				p.mu.Unlock()
@@ -71,6 +75,24 @@ func StartProxy(tb testing.TB, host string) *Proxy {
 	go srv.Serve(l)
 	tb.Cleanup(func() { srv.Close() })
 	return p
+}
+
+// SetTamper sets (or, with nil, removes) a function that may change a
+// blob download's body (GET of /v2/.../blobs/DIGEST); it is called with
+// the digest. Safe while requests are in flight: a request uses the
+// function set when its response arrived.
+func (p *Proxy) SetTamper(f func(digest string, body io.Reader) io.Reader) {
+	p.mu.Lock()
+	p.tamper = f
+	p.mu.Unlock()
+}
+
+// SetUploadRate slows every upload that starts afterwards down to about
+// bytesPerSecond (0: no limit), so a test can act in the middle of a copy.
+func (p *Proxy) SetUploadRate(bytesPerSecond int64) {
+	p.mu.Lock()
+	p.rate = bytesPerSecond
+	p.mu.Unlock()
 }
 
 // Uploaded is how many bytes of blob digest the proxy passed on in
