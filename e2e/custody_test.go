@@ -24,6 +24,7 @@ import (
 
 	"github.com/byoc-dev/byoc/e2e/cluster"
 	"github.com/byoc-dev/byoc/imsd/registry"
+	"github.com/byoc-dev/byoc/internal/chartpack"
 	"github.com/byoc-dev/byoc/internal/demoimage"
 	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/internal/ocicopy/ocitest"
@@ -545,9 +546,9 @@ func TestCustodyDeployLineageAndOutage(t *testing.T) {
 }
 
 // byoc build package turns a Helm chart directory into an OCI artifact in
-// the vendor registry through the build agent: one layer, the directory
-// as a gzipped tar (its digest the build's source digest), the same digest
-// when packaged again after the files' times changed.
+// the vendor registry through the build agent, laid out as `helm push`
+// does (so the helm type reads it), with the digest the chart directory
+// packs to, the same when packaged again after the files' times changed.
 func TestCustodyPackageChart(t *testing.T) {
 	skipShort(t)
 	c := startCustody(t)
@@ -572,9 +573,14 @@ func TestCustodyPackageChart(t *testing.T) {
 		t.Fatal(err)
 	}
 	var m ocispec.Manifest
-	if err := json.Unmarshal(raw, &m); err != nil || m.ArtifactType != "application/vnd.byoc.helm.chart.v1" || len(m.Layers) != 1 ||
-		m.Layers[0].Digest.String() != b.SourceDigest || m.Layers[0].MediaType != "application/vnd.byoc.helm.chart.v1.tar+gzip" {
-		t.Fatalf("artifact manifest %s (%v), want one helm layer of digest %s", raw, err, b.SourceDigest)
+	// As `helm push` lays a chart out, so the helm type reads it; the same
+	// digest as the chart packed from its directory.
+	if err := json.Unmarshal(raw, &m); err != nil || m.Config.MediaType != chartpack.ConfigMediaType || len(m.Layers) != 1 ||
+		m.Layers[0].MediaType != chartpack.LayerMediaType {
+		t.Fatalf("chart manifest %s (%v), want a helm chart's config and one chart layer", raw, err)
+	}
+	if packed, err := chartpack.Pack(dir); err != nil || packed.Digest().String() != b.Digest {
+		t.Fatalf("the build's digest is %s; the chart directory packs to %v (%v)", b.Digest, packed.Digest(), err)
 	}
 	// A Terraform module is packed as the terraform type reads it.
 	mod := filepath.Join(t.TempDir(), "network")

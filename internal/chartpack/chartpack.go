@@ -20,8 +20,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"maps"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -58,28 +61,9 @@ type Chart struct {
 // into the layer as NAME/PATH (NAME from Chart.yaml); symbolic links and
 // other special files are refused.
 func Pack(dir string) (*Chart, error) {
-	raw, err := os.ReadFile(filepath.Join(dir, "Chart.yaml"))
-	if err != nil {
-		return nil, fmt.Errorf("%s is not a chart: %w", dir, err)
-	}
-	var doc map[string]any
-	if err := yaml.Unmarshal(raw, &doc); err != nil {
-		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, "Chart.yaml"), err)
-	}
-	cfg, err := json.Marshal(doc)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, "Chart.yaml"), err)
-	}
-	var meta struct{ Name, Version string }
-	if err := json.Unmarshal(cfg, &meta); err != nil || meta.Name == "" || meta.Version == "" {
-		return nil, fmt.Errorf("%s: needs a name and a version", filepath.Join(dir, "Chart.yaml"))
-	}
-	if strings.ContainsAny(meta.Name, `/\`) || meta.Name == "." || meta.Name == ".." {
-		return nil, fmt.Errorf("%s: name %q is not a chart name", filepath.Join(dir, "Chart.yaml"), meta.Name)
-	}
-	var files []string
+	files := map[string][]byte{}
 	total := 0
-	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -89,28 +73,108 @@ func Pack(dir string) (*Chart, error) {
 		case !d.Type().IsRegular():
 			return fmt.Errorf("%s: only regular files go into a chart", p)
 		}
-		files = append(files, p)
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if total += len(b); total > maxChartBytes {
+			return fmt.Errorf("%s: more than %d bytes of files", dir, maxChartBytes)
+		}
+		rel, _ := filepath.Rel(dir, p)
+		files[filepath.ToSlash(rel)] = b
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	slices.Sort(files)
+	if _, ok := files["Chart.yaml"]; !ok {
+		return nil, fmt.Errorf("%s is not a chart: it has no Chart.yaml", dir)
+	}
+	return pack(dir, files)
+}
+
+// PackArchive packs a chart directory given as a gzipped tar of its
+// files (paths relative to the chart directory, as `byoc build package`
+// sends it): the same chart packs to the same digest as Pack of the
+// directory. Directories are skipped; links, devices, absolute paths,
+// ".." and more than 16 MiB of files are refused.
+func PackArchive(tgz []byte) (*Chart, error) {
+	zr, err := gzip.NewReader(bytes.NewReader(tgz))
+	if err != nil {
+		return nil, fmt.Errorf("chart archive: %w", err)
+	}
+	tr := tar.NewReader(zr)
+	files := map[string][]byte{}
+	total := 0
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("chart archive: %w", err)
+		}
+		name := strings.TrimPrefix(path.Clean("/"+h.Name), "/")
+		if h.Name == "" || strings.HasPrefix(h.Name, "/") || slices.Contains(strings.Split(h.Name, "/"), "..") {
+			return nil, fmt.Errorf("chart archive: entry %q is not a relative path inside the chart", h.Name)
+		}
+		switch h.Typeflag {
+		case tar.TypeDir:
+			continue
+		case tar.TypeReg:
+		default:
+			return nil, fmt.Errorf("chart archive: %s: only regular files go into a chart", h.Name)
+		}
+		if h.Size < 0 || int64(total)+h.Size > maxChartBytes {
+			return nil, fmt.Errorf("chart archive: more than %d bytes of files", maxChartBytes)
+		}
+		b, err := io.ReadAll(io.LimitReader(tr, h.Size))
+		if err != nil {
+			return nil, fmt.Errorf("chart archive: %s: %w", h.Name, err)
+		}
+		total += len(b)
+		if _, dup := files[name]; dup {
+			return nil, fmt.Errorf("chart archive: %s appears twice", name)
+		}
+		files[name] = b
+	}
+	if _, ok := files["Chart.yaml"]; !ok {
+		return nil, errors.New("chart archive: no Chart.yaml at its top: package the chart's own directory")
+	}
+	return pack("chart archive", files)
+}
+
+// pack packs files (chart-relative slash paths) of the chart named where
+// in errors.
+func pack(where string, files map[string][]byte) (*Chart, error) {
+	chartYAML := path.Join(where, "Chart.yaml")
+	if where != "chart archive" {
+		chartYAML = filepath.Join(where, "Chart.yaml")
+	}
+	var doc map[string]any
+	if err := yaml.Unmarshal(files["Chart.yaml"], &doc); err != nil {
+		return nil, fmt.Errorf("%s: %w", chartYAML, err)
+	}
+	cfg, err := json.Marshal(doc)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", chartYAML, err)
+	}
+	var meta struct{ Name, Version string }
+	if err := json.Unmarshal(cfg, &meta); err != nil || meta.Name == "" || meta.Version == "" {
+		return nil, fmt.Errorf("%s: needs a name and a version", chartYAML)
+	}
+	if strings.ContainsAny(meta.Name, `/\`) || meta.Name == "." || meta.Name == ".." {
+		return nil, fmt.Errorf("%s: name %q is not a chart name", chartYAML, meta.Name)
+	}
+	names := slices.Sorted(maps.Keys(files))
 	var buf bytes.Buffer
 	// Stored, not compressed: a compressor's output may change between Go
 	// versions, stored blocks do not (charts are small text).
 	zw, _ := gzip.NewWriterLevel(&buf, gzip.NoCompression)
 	tw := tar.NewWriter(zw)
-	for _, p := range files {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return nil, err
-		}
-		if total += len(b); total > maxChartBytes {
-			return nil, fmt.Errorf("%s: more than %d bytes of files", dir, maxChartBytes)
-		}
-		rel, _ := filepath.Rel(dir, p)
-		h := &tar.Header{Name: meta.Name + "/" + filepath.ToSlash(rel), Mode: 0o644, Size: int64(len(b)),
+	for _, rel := range names {
+		b := files[rel]
+		h := &tar.Header{Name: meta.Name + "/" + rel, Mode: 0o644, Size: int64(len(b)),
 			ModTime: time.Unix(0, 0), Typeflag: tar.TypeReg, Format: tar.FormatPAX}
 		if err := tw.WriteHeader(h); err != nil {
 			return nil, err
@@ -175,6 +239,14 @@ func Push(ctx context.Context, dir, location, repo, tag string, creds ocicopy.Cr
 		return "", err
 	}
 	defer r.Close()
+	d, err := c.PushTo(ctx, r, tag)
+	return d.Digest, err
+}
+
+// PushTo stores the packed chart in repository r (blobs it already holds
+// are skipped), tagged tag when tag is not empty, and returns the
+// manifest's descriptor.
+func (c *Chart) PushTo(ctx context.Context, r *ocicopy.Repo, tag string) (ocispec.Descriptor, error) {
 	md, m, cd, ld := c.manifest()
 	for _, b := range []struct {
 		d ocispec.Descriptor
@@ -182,19 +254,19 @@ func Push(ctx context.Context, dir, location, repo, tag string, creds ocicopy.Cr
 	}{{cd, c.Config}, {ld, c.Layer}, {md, m}} {
 		ok, err := r.Exists(ctx, b.d)
 		if err != nil {
-			return "", err
+			return ocispec.Descriptor{}, err
 		}
 		if ok {
 			continue
 		}
 		if err := r.Push(ctx, b.d, bytes.NewReader(b.b)); err != nil && !errors.Is(err, errdef.ErrAlreadyExists) {
-			return "", fmt.Errorf("push %s: %w", b.d.MediaType, err)
+			return ocispec.Descriptor{}, fmt.Errorf("push %s: %w", b.d.MediaType, err)
 		}
 	}
 	if tag != "" {
 		if err := r.Tag(ctx, md, tag); err != nil {
-			return "", err
+			return ocispec.Descriptor{}, err
 		}
 	}
-	return md.Digest, nil
+	return md, nil
 }

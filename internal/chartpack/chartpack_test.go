@@ -1,8 +1,11 @@
 package chartpack_test
 
 import (
+	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"context"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -140,3 +143,89 @@ func TestPush(t *testing.T) {
 }
 
 var chartTime = time.Date(2020, 1, 2, 3, 4, 5, 0, time.UTC)
+
+// tgz is a gzipped tar of the given entries, as byoc build package sends
+// a directory (directories first, then files, any order).
+func tgz(t *testing.T, entries ...tar.Header) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(zw)
+	for _, h := range entries {
+		body := h.Linkname
+		if h.Typeflag == tar.TypeReg {
+			h.Linkname, h.Size = "", int64(len(body))
+		}
+		if err := tw.WriteHeader(&h); err != nil {
+			t.Fatal(err)
+		}
+		if h.Typeflag == tar.TypeReg {
+			tw.Write([]byte(body))
+		}
+	}
+	tw.Close()
+	zw.Close()
+	return buf.Bytes()
+}
+
+// reg is a regular file entry whose content rides in Linkname (see tgz).
+func reg(name, content string) tar.Header {
+	return tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o600, Linkname: content}
+}
+
+// A chart uploaded as an archive (byoc build package --kind helm) packs to
+// the same digest as its directory, whatever the archive's order, modes
+// and compression: the build agent's build is what the component names.
+func TestPackArchiveMatchesPack(t *testing.T) {
+	dir := filepath.Join(writeExample(t), "charts", "api")
+	want, err := chartpack.Pack(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var entries []tar.Header
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		rel, _ := filepath.Rel(dir, p)
+		if d.IsDir() {
+			if rel != "." {
+				entries = append(entries, tar.Header{Name: rel + "/", Typeflag: tar.TypeDir, Mode: 0o755})
+			}
+			return nil
+		}
+		b, _ := os.ReadFile(p)
+		// Newest first: the order in the archive must not matter.
+		entries = append([]tar.Header{reg(rel, string(b))}, entries...)
+		return nil
+	})
+	got, err := chartpack.PackArchive(tgz(t, entries...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Digest() != want.Digest() {
+		t.Fatalf("the archive packs to %s, the directory to %s", got.Digest(), want.Digest())
+	}
+}
+
+func TestPackArchiveRefuses(t *testing.T) {
+	chart := reg("Chart.yaml", "apiVersion: v2\nname: api\nversion: 1.0.0\n")
+	for name, tc := range map[string]struct {
+		archive []byte
+		want    string
+	}{
+		"not gzip":        {[]byte("plain text, not a gzipped tar"), "chart archive: gzip: invalid header"},
+		"no Chart.yaml":   {tgz(t, reg("values.yaml", "a: 1\n")), "no Chart.yaml at its top"},
+		"dot dot":         {tgz(t, chart, reg("../etc/passwd", "x")), `entry "../etc/passwd" is not a relative path`},
+		"absolute":        {tgz(t, chart, reg("/etc/passwd", "x")), `entry "/etc/passwd" is not a relative path`},
+		"symlink":         {tgz(t, chart, tar.Header{Name: "templates/x.yaml", Typeflag: tar.TypeSymlink, Linkname: "/etc/shadow"}), "templates/x.yaml: only regular files"},
+		"twice":           {tgz(t, chart, reg("values.yaml", "a"), reg("./values.yaml", "b")), "values.yaml appears twice"},
+		"too big":         {tgz(t, chart, reg("big", strings.Repeat("x", 16<<20))), "more than 16777216 bytes"},
+		"no version":      {tgz(t, reg("Chart.yaml", "name: api\n")), "needs a name and a version"},
+		"name with slash": {tgz(t, reg("Chart.yaml", "name: a/b\nversion: 1.0.0\n")), `name "a/b" is not a chart name`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := chartpack.PackArchive(tc.archive)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("PackArchive: %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}

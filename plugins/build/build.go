@@ -24,6 +24,7 @@ import (
 	"oras.land/oras-go/v2"
 	"oras.land/oras-go/v2/content/memory"
 
+	"github.com/byoc-dev/byoc/internal/chartpack"
 	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/plugins/sdk"
 	"github.com/byoc-dev/byoc/plugins/terraform/tfmodule"
@@ -51,12 +52,13 @@ const (
 	SourceCredentialsPrefix = "BYOC_SOURCE_REGISTRY"
 )
 
-// Artifact types of packaged directories (OCI 1.1 artifacts: an empty
-// config, one gzipped tar layer).
+// Media types of packaged directories. A Helm chart is packed as `helm
+// push` lays it out (internal/chartpack), which the helm type reads; a
+// Terraform module as the terraform type reads it (an OCI 1.1 artifact:
+// an empty config, one gzipped tar layer).
 const (
-	HelmArtifactType = "application/vnd.byoc.helm.chart.v1"
-	HelmLayerType    = "application/vnd.byoc.helm.chart.v1.tar+gzip"
-	// A Terraform module is packed as the terraform type reads it.
+	HelmConfigType        = chartpack.ConfigMediaType
+	HelmLayerType         = chartpack.LayerMediaType
 	TerraformArtifactType = tfmodule.ArtifactType
 	TerraformLayerType    = tfmodule.LayerMediaType
 )
@@ -214,10 +216,20 @@ func (p *Plugin) sync(ctx context.Context, req *sdk.ApplyRequest, cfg config, ds
 }
 
 func (p *Plugin) pack(ctx context.Context, req *sdk.ApplyRequest, cfg config, dst *ocicopy.Repo) (ocispec.Descriptor, error) {
-	artifact, layerType := HelmArtifactType, HelmLayerType
-	if cfg.kind == "terraform" {
-		artifact, layerType = TerraformArtifactType, TerraformLayerType
+	if cfg.kind == "helm" {
+		// The same files pack to the same digest as `agentd module push
+		// --kind helm` and the digests `byoc app init` writes.
+		c, err := chartpack.PackArchive(cfg.archive)
+		if err != nil {
+			return ocispec.Descriptor{}, fmt.Errorf("package %s: %w", cfg.source, err)
+		}
+		root, err := c.PushTo(ctx, dst, cfg.tag)
+		if err != nil {
+			return ocispec.Descriptor{}, fmt.Errorf("push %s to the vendor registry: %w", cfg.source, err)
+		}
+		return root, nil
 	}
+	artifact, layerType := TerraformArtifactType, TerraformLayerType
 	mem := memory.New()
 	layer := ocispec.Descriptor{MediaType: layerType, Digest: digest.FromBytes(cfg.archive), Size: int64(len(cfg.archive)),
 		Annotations: map[string]string{ocispec.AnnotationTitle: cfg.source + ".tar.gz"}}
