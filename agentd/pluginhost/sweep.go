@@ -21,8 +21,23 @@ func newSocketDir() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return os.MkdirTemp("", socketDirPrefix+me.String()+"-")
+	dir, err := os.MkdirTemp("", socketDirPrefix+me.String()+"-")
+	if err != nil {
+		return "", err
+	}
+	// go-plugin binds DIR/pluginNNNNNNNNNN: a unix socket path holds at
+	// most 107 bytes, and a longer one fails in bind with a bare
+	// "invalid argument".
+	if len(dir)+len("/plugin")+10 > maxSocketPath {
+		os.Remove(dir)
+		return "", fmt.Errorf("the temp dir %s is too long for a plugin's unix socket (at most %d bytes with the socket's name): give agentd a shorter TMPDIR", os.TempDir(), maxSocketPath)
+	}
+	return dir, nil
 }
+
+// maxSocketPath is the longest unix socket path Linux binds (sun_path
+// is 108 bytes with its terminating NUL).
+const maxSocketPath = 107
 
 // SweepSocketDirs removes the plugin socket directories that agents which
 // no longer run left in dir (the temp dir when empty): go-plugin's sockets

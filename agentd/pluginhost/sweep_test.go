@@ -132,3 +132,25 @@ func TestSweepSocketDirs(t *testing.T) {
 		t.Errorf("Kill left %s: %v", live[0], err)
 	}
 }
+
+// A temp dir too long for a unix socket is refused with a message that
+// says what to change, not go-plugin's bare "bind: invalid argument".
+func TestSocketDirTooLong(t *testing.T) {
+	long := filepath.Join(t.TempDir(), strings.Repeat("d", 100))
+	if err := os.MkdirAll(long, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TMPDIR", long)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &pluginhost.Loader{SelfExe: self, SelfArgs: func(typ string) []string { return []string{"plugin", typ} }, Builtins: []string{"action"}}
+	_, err = l.Start(context.Background(), "action", pluginhost.StartOptions{WorkDir: t.TempDir()})
+	if err == nil || !strings.Contains(err.Error(), "too long for a plugin's unix socket") || !strings.Contains(err.Error(), "shorter TMPDIR") {
+		t.Fatalf("start with a %d-byte temp dir: %v, want the too-long error", len(long), err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(long, "byoc-plugin-*")); len(left) != 0 {
+		t.Errorf("the refused socket dir was left behind: %v", left)
+	}
+}
