@@ -732,14 +732,19 @@ func (s *Store) FinishJob(ctx context.Context, jobID string, w Writer, r Result,
 		write = s.write
 	}
 	err = write(ctx, "finish job", func(tx *txn) error {
-		// The usual case, one statement: the holder finishes its job.
-		ok, err := s.tryExec(ctx, tx, `UPDATE jobs SET state = ?, ended_at = ?, exit_code = ?, error = ?, outputs = ?, plan = ?, policy = ?,
-			plan_digest = ?, lease_deadline = 0 WHERE id = ? AND agent_id = ? AND agent_id <> '' AND fencing_token = ? AND state IN ('assigned', 'running')`,
-			string(r.State), nanos(now), r.ExitCode, r.Error, encodeMap(r.Outputs), plan, policy, r.PlanDigest, jobID, w.AgentID, w.FencingToken)
-		if err != nil {
+		// The usual case, one statement: the holder finishes its job. It
+		// returns what the bookkeeping below needs, so a job that is no
+		// drift check and no build costs no further statement.
+		var install, typ, op string
+		err := tx.QueryRowContext(ctx, s.bind(`UPDATE jobs SET state = ?, ended_at = ?, exit_code = ?, error = ?, outputs = ?, plan = ?, policy = ?,
+			plan_digest = ?, lease_deadline = 0 WHERE id = ? AND agent_id = ? AND agent_id <> '' AND fencing_token = ? AND state IN ('assigned', 'running')
+			RETURNING install_id, component_type, operation`),
+			string(r.State), nanos(now), r.ExitCode, r.Error, encodeMap(r.Outputs), plan, policy, r.PlanDigest, jobID, w.AgentID, w.FencingToken).
+			Scan(&install, &typ, &op)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
-		if !ok {
+		if errors.Is(err, sql.ErrNoRows) {
 			// A resent result, or a write to refuse and explain.
 			j, err := s.jobForWrite(ctx, tx, jobID)
 			if err != nil {
@@ -751,11 +756,13 @@ func (s *Store) FinishJob(ctx context.Context, jobID string, w Writer, r Result,
 			if j.State.Terminal() {
 				return nil
 			}
-			if _, err := s.updateJob(ctx, tx, `UPDATE jobs SET state = ?, ended_at = ?, exit_code = ?, error = ?, outputs = ?, plan = ?, policy = ?,
+			j, err = s.updateJob(ctx, tx, `UPDATE jobs SET state = ?, ended_at = ?, exit_code = ?, error = ?, outputs = ?, plan = ?, policy = ?,
 				plan_digest = ?, lease_deadline = 0 WHERE id = ?`, string(r.State), nanos(now), r.ExitCode, r.Error, encodeMap(r.Outputs), plan, policy,
-				r.PlanDigest, jobID); err != nil {
+				r.PlanDigest, jobID)
+			if err != nil {
 				return err
 			}
+			install, typ, op = j.InstallID, j.ComponentType, j.Operation
 		}
 		changed = true
 		data := map[string]string{"state": string(r.State), "exit_code": strconv.Itoa(r.ExitCode)}
@@ -775,15 +782,12 @@ func (s *Store) FinishJob(ctx context.Context, jobID string, w Writer, r Result,
 		if err := s.auditAgentJob(ctx, tx, w.AgentID, jobID, kind, now, data); err != nil {
 			return err
 		}
-		if err := s.recordDrift(ctx, tx, jobID, r, plan, now); err != nil {
-			return err
-		}
-		if r.Build != nil && r.State == JobSucceeded {
-			var install, typ string
-			row := tx.QueryRowContext(ctx, s.bind(`SELECT install_id, component_type FROM jobs WHERE id = ?`), jobID)
-			if err := row.Scan(&install, &typ); err != nil {
+		if op == "drift" {
+			if err := s.recordDrift(ctx, tx, jobID, r, plan, now); err != nil {
 				return err
 			}
+		}
+		if r.Build != nil && r.State == JobSucceeded {
 			// Only the build agent's build jobs make builds.
 			if install == VendorInstallID && typ == BuildType {
 				b := *r.Build
