@@ -2,7 +2,6 @@ package schedule
 
 import (
 	"context"
-	"time"
 
 	"github.com/byoc-dev/byoc/imsd/store"
 	"github.com/byoc-dev/byoc/schema/app/config"
@@ -16,35 +15,20 @@ import (
 // tick skipped while the previous check has not ended. Ticks count from
 // the component's deploy. It returns the ids of the jobs it queued.
 func (s *Scheduler) DriftPass(ctx context.Context) ([]string, error) {
-	ins, err := s.st.ListInstalls(ctx, "")
-	if err != nil {
-		return nil, err
-	}
 	last, err := s.st.LastDriftTicks(ctx)
 	if err != nil {
 		return nil, err
 	}
 	now := s.now()
 	var queued []string
-	for _, in := range ins {
-		if in.State != store.InstallActive || in.AppRevision == 0 {
-			continue
-		}
-		app, err := s.eng.App(ctx, in.AppID, in.AppRevision)
-		if err != nil {
-			if ctx.Err() != nil {
-				return queued, ctx.Err()
-			}
-			s.log.Error("drift checks: read app revision", "install", in.Name, "revision", in.AppRevision, "err", err)
-			continue
-		}
+	err = s.eachActiveApp(ctx, "drift checks", func(in store.Install, app *config.App) error {
 		scheduled := driftScheduled(app)
 		if len(scheduled) == 0 {
-			continue
+			return nil
 		}
 		deployed, err := s.st.InstallComponents(ctx, in.ID)
 		if err != nil {
-			return queued, err
+			return err
 		}
 		for _, ic := range deployed {
 			c := scheduled[ic.Name]
@@ -60,13 +44,7 @@ func (s *Scheduler) DriftPass(ctx context.Context) ([]string, error) {
 			if base.IsZero() {
 				base = ic.DeployedAt
 			}
-			if now.Sub(base) > maxLookback {
-				base = now.Add(-maxLookback)
-			}
-			var due time.Time
-			for t := sc.Next(base); !t.IsZero() && !t.After(now); t = sc.Next(t) {
-				due = t
-			}
+			due := lastDue(sc, base, now)
 			if due.IsZero() {
 				continue
 			}
@@ -78,7 +56,7 @@ func (s *Scheduler) DriftPass(ctx context.Context) ([]string, error) {
 			res, err := s.st.FireDrift(ctx, store.DriftTick{InstallID: in.ID, Component: ic.Name, At: due}, j, now)
 			if err != nil {
 				if ctx.Err() != nil {
-					return queued, ctx.Err()
+					return ctx.Err()
 				}
 				s.log.Error("drift checks: fire", "install", in.Name, "component", ic.Name, "tick", due, "err", err)
 				continue
@@ -92,8 +70,9 @@ func (s *Scheduler) DriftPass(ctx context.Context) ([]string, error) {
 				s.log.Warn("drift tick skipped: the previous check has not ended", "install", in.Name, "component", ic.Name, "tick", due)
 			}
 		}
-	}
-	return queued, nil
+		return nil
+	})
+	return queued, err
 }
 
 // driftScheduled maps the components of app (and its sandbox) that have a

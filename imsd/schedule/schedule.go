@@ -75,28 +75,13 @@ func (s *Scheduler) Run(ctx context.Context) {
 // the runs it queued. An install whose revision cannot be read is logged
 // and passed over.
 func (s *Scheduler) Pass(ctx context.Context) ([]string, error) {
-	ins, err := s.st.ListInstalls(ctx, "")
-	if err != nil {
-		return nil, err
-	}
 	last, err := s.st.LastTicks(ctx)
 	if err != nil {
 		return nil, err
 	}
 	now := s.now()
 	var fired []string
-	for _, in := range ins {
-		if in.State != store.InstallActive || in.AppRevision == 0 {
-			continue
-		}
-		app, err := s.eng.App(ctx, in.AppID, in.AppRevision)
-		if err != nil {
-			if ctx.Err() != nil {
-				return fired, ctx.Err()
-			}
-			s.log.Error("cron triggers: read app revision", "install", in.Name, "revision", in.AppRevision, "err", err)
-			continue
-		}
+	err = s.eachActiveApp(ctx, "cron triggers", func(in store.Install, app *config.App) error {
 		for _, a := range app.Actions {
 			base := last[in.ID][a.Name]
 			if base.IsZero() {
@@ -112,7 +97,7 @@ func (s *Scheduler) Pass(ctx context.Context) ([]string, error) {
 			res, err := s.st.FireTick(ctx, store.Tick{InstallID: in.ID, Action: a.Name, At: due}, wf, now)
 			if err != nil {
 				if ctx.Err() != nil {
-					return fired, ctx.Err()
+					return ctx.Err()
 				}
 				s.log.Error("cron triggers: fire", "install", in.Name, "action", a.Name, "tick", due, "err", err)
 				continue
@@ -126,16 +111,55 @@ func (s *Scheduler) Pass(ctx context.Context) ([]string, error) {
 				s.log.Warn("cron tick skipped: the action's earlier run has not ended", "install", in.Name, "action", a.Name, "tick", due)
 			}
 		}
+		return nil
+	})
+	return fired, err
+}
+
+// eachActiveApp calls fn with every active install and the app revision
+// it runs, and stops at fn's first error. An install whose revision
+// cannot be read is logged (under what, the pass's name) and passed over.
+func (s *Scheduler) eachActiveApp(ctx context.Context, what string, fn func(store.Install, *config.App) error) error {
+	ins, err := s.st.ListInstalls(ctx, "")
+	if err != nil {
+		return err
 	}
-	return fired, nil
+	for _, in := range ins {
+		if in.State != store.InstallActive || in.AppRevision == 0 {
+			continue
+		}
+		app, err := s.eng.App(ctx, in.AppID, in.AppRevision)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			s.log.Error(what+": read app revision", "install", in.Name, "revision", in.AppRevision, "err", err)
+			continue
+		}
+		if err := fn(in, app); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// lastDue returns the latest tick of sc after base and not after now
+// (zero when none), looking back at most maxLookback: missed ticks are
+// not replayed.
+func lastDue(sc cron.Schedule, base, now time.Time) time.Time {
+	if now.Sub(base) > maxLookback {
+		base = now.Add(-maxLookback)
+	}
+	var due time.Time
+	for t := sc.Next(base); !t.IsZero() && !t.After(now); t = sc.Next(t) {
+		due = t
+	}
+	return due
 }
 
 // due returns the latest tick of action a's cron schedules after base and
 // not after now (zero when none), and the schedule it came from.
 func (s *Scheduler) due(in store.Install, a *config.Action, base, now time.Time) (time.Time, string) {
-	if now.Sub(base) > maxLookback {
-		base = now.Add(-maxLookback)
-	}
 	var due time.Time
 	var from string
 	for _, spec := range a.CronSchedules() {
@@ -146,10 +170,8 @@ func (s *Scheduler) due(in store.Install, a *config.Action, base, now time.Time)
 			s.log.Error("cron triggers: schedule", "install", in.Name, "action", a.Name, "schedule", spec, "err", err)
 			continue
 		}
-		for t := sc.Next(base); !t.IsZero() && !t.After(now); t = sc.Next(t) {
-			if t.After(due) {
-				due, from = t, spec
-			}
+		if t := lastDue(sc, base, now); t.After(due) {
+			due, from = t, spec
 		}
 	}
 	return due, from
