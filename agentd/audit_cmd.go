@@ -54,19 +54,9 @@ func auditCmd(ctx context.Context, args []string, stdout, stderr io.Writer, now 
 		fmt.Fprintf(stderr, "agentd audit: want verify or compare, got %q\n\n%s", strings.Join(words, " "), auditUsage)
 		return 2
 	}
-	if *stateDir == "" {
-		fmt.Fprintln(stderr, "agentd audit: --state-dir is required (the agent's state directory)")
-		return 2
-	}
-	dir, err := filepath.Abs(*stateDir)
-	if err != nil {
-		fmt.Fprintf(stderr, "agentd audit: %v\n", err)
-		return 1
-	}
-	id, err := identity.Load(dir)
-	if err != nil {
-		fmt.Fprintf(stderr, "agentd audit: the agent's identity in %s: %v\n", dir, err)
-		return 1
+	dir, id, code := agentIdentity("agentd audit", *stateDir, stderr)
+	if code != 0 {
+		return code
 	}
 	copyPath := filepath.Join(auditlog.Dir(dir), auditlog.InstallFile)
 	local, err := auditlog.ReadFile(copyPath)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -70,19 +69,9 @@ func breakglassCmd(ctx context.Context, args []string, stdout, stderr io.Writer,
 		fmt.Fprintln(stderr, "agentd breakglass: --for is for approve only, and positive")
 		return 2
 	}
-	if *stateDir == "" {
-		fmt.Fprintln(stderr, "agentd breakglass: --state-dir is required (the agent's state directory)")
-		return 2
-	}
-	dir, err := filepath.Abs(*stateDir)
-	if err != nil {
-		fmt.Fprintf(stderr, "agentd breakglass: %v\n", err)
-		return 1
-	}
-	id, err := identity.Load(dir)
-	if err != nil {
-		fmt.Fprintf(stderr, "agentd breakglass: the agent's identity in %s: %v\n", dir, err)
-		return 1
+	dir, id, code := agentIdentity("agentd breakglass", *stateDir, stderr)
+	if code != 0 {
+		return code
 	}
 	if *ims == "" {
 		*ims = id.IMSURL

@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"os/user"
-	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -52,14 +51,9 @@ func permissionsCmd(args []string, stdout, stderr io.Writer, now time.Time) int 
 		return 2
 	}
 	cmd, rest := words[0], words[1:]
-	if *stateDir == "" {
-		fmt.Fprintln(stderr, "agentd permissions: --state-dir is required (the agent's state directory)")
-		return 2
-	}
-	dir, err := filepath.Abs(*stateDir)
-	if err != nil {
-		fmt.Fprintf(stderr, "agentd permissions: %v\n", err)
-		return 1
+	dir, code := stateDirArg("agentd permissions", *stateDir, stderr)
+	if code != 0 {
+		return code
 	}
 	wantArgs := map[string]int{"show": 0, "enable": 1, "disable": 1, "disable-all": 0, "enable-all": 0}
 	n, ok := wantArgs[cmd]
@@ -86,6 +80,7 @@ func permissionsCmd(args []string, stdout, stderr io.Writer, now time.Time) int 
 		change = func(s *permissions.State) { s.DisabledAll = false }
 	}
 	var st permissions.State
+	var err error
 	if change == nil {
 		st, err = permissions.Load(dir)
 	} else {
