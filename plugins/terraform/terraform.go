@@ -234,20 +234,28 @@ func (p *Plugin) Apply(ctx context.Context, req *sdk.ApplyRequest) (*sdk.ApplyRe
 	if err != nil {
 		return nil, err
 	}
-	findings, err := r.gate(ctx, sdk.OpApply, pl)
+	findings, err := r.gateAndApply(ctx, sdk.OpApply, pl, "terraform: no changes; nothing to apply")
 	resp := &sdk.ApplyResponse{PolicyFindings: findings}
 	if err != nil {
 		return resp, err
 	}
-	if pl.hasChanges {
-		if err := r.apply(ctx, pl); err != nil {
-			return resp, err
-		}
-	} else {
-		r.log.System("terraform: no changes; nothing to apply")
-	}
 	resp.Outputs, err = r.outputs(ctx)
 	return resp, err
+}
+
+// gateAndApply checks plan pl against the job's policies for operation op
+// and, when they allow it, applies exactly that saved plan (or says
+// unchanged when it changes nothing). The findings come back either way.
+func (r *run) gateAndApply(ctx context.Context, op string, pl *plan, unchanged string) ([]sdk.PolicyFinding, error) {
+	findings, err := r.gate(ctx, op, pl)
+	if err != nil {
+		return findings, err
+	}
+	if !pl.hasChanges {
+		r.log.System(unchanged)
+		return findings, nil
+	}
+	return findings, r.apply(ctx, pl)
 }
 
 // Destroy plans the destruction, checks it against policy, applies that
@@ -262,17 +270,10 @@ func (p *Plugin) Destroy(ctx context.Context, req *sdk.DestroyRequest) (*sdk.Des
 	if err != nil {
 		return nil, err
 	}
-	findings, err := r.gate(ctx, sdk.OpDestroy, pl)
+	findings, err := r.gateAndApply(ctx, sdk.OpDestroy, pl, "terraform: nothing to destroy")
 	resp := &sdk.DestroyResponse{PolicyFindings: findings}
 	if err != nil {
 		return resp, err
-	}
-	if pl.hasChanges {
-		if err := r.apply(ctx, pl); err != nil {
-			return resp, err
-		}
-	} else {
-		r.log.System("terraform: nothing to destroy")
 	}
 	// The state now holds nothing; what is left in the state dir would
 	// only confuse a later install of the same component.
