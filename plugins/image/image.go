@@ -273,18 +273,42 @@ func (p *Plugin) plan(ctx context.Context, j *job) (*ocicopy.Plan, error) {
 
 // Plan lists what the install registry lacks of the source.
 func (p *Plugin) Plan(ctx context.Context, req *sdk.PlanRequest) (*sdk.PlanResponse, error) {
-	j, err := p.open(ctx, req.Config, req.Env, true)
+	pg, err := p.planGated(ctx, req.Config, req.Env, req.Job, req.Log, sdk.OpPlan)
+	if pg == nil {
+		return nil, err
+	}
+	pg.j.close()
+	return &sdk.PlanResponse{Changes: pg.summary, PlannedChanges: pg.changes, PolicyFindings: pg.findings}, err
+}
+
+// planned is a job's copy plan, what it would change and the policies'
+// findings on it.
+type planned struct {
+	j        *job
+	plan     *ocicopy.Plan
+	changes  []sdk.PlannedChange
+	summary  string
+	findings []sdk.PolicyFinding
+}
+
+// planGated opens the job's registries, plans the copy and checks it
+// against the job's policies for operation op. It returns nil only when
+// nothing was opened or planned; otherwise the caller closes pg.j, and
+// err is the policy gate's (a deny) or nil.
+func (p *Plugin) planGated(ctx context.Context, config map[string]any, env map[string]string, jc sdk.JobContext, log sdk.Logger, op string) (*planned, error) {
+	j, err := p.open(ctx, config, env, true)
 	if err != nil {
 		return nil, err
 	}
-	defer j.close()
 	plan, err := p.plan(ctx, j)
 	if err != nil {
+		j.close()
 		return nil, err
 	}
-	changes, summary := describe(j, plan, req.Job.StateDir)
-	findings, err := j.gate(ctx, req.Job, req.Log, sdk.OpPlan, plan, changes)
-	return &sdk.PlanResponse{Changes: summary, PlannedChanges: changes, PolicyFindings: findings}, err
+	pg := &planned{j: j, plan: plan}
+	pg.changes, pg.summary = describe(j, plan, jc.StateDir)
+	pg.findings, err = j.gate(ctx, jc, log, op, plan, pg.changes)
+	return pg, err
 }
 
 // describe says what applying plan would change: one planned change (none
@@ -378,17 +402,12 @@ func readState(dir string) (record, bool) {
 
 // Apply copies what the install registry lacks, then records the copy.
 func (p *Plugin) Apply(ctx context.Context, req *sdk.ApplyRequest) (*sdk.ApplyResponse, error) {
-	j, err := p.open(ctx, req.Config, req.Env, true)
-	if err != nil {
+	pg, err := p.planGated(ctx, req.Config, req.Env, req.Job, req.Log, sdk.OpApply)
+	if pg == nil {
 		return nil, err
 	}
-	defer j.close()
-	plan, err := p.plan(ctx, j)
-	if err != nil {
-		return nil, err
-	}
-	changes, _ := describe(j, plan, req.Job.StateDir)
-	findings, err := j.gate(ctx, req.Job, req.Log, sdk.OpApply, plan, changes)
+	defer pg.j.close()
+	j, plan, findings := pg.j, pg.plan, pg.findings
 	if err != nil {
 		return &sdk.ApplyResponse{PolicyFindings: findings}, err
 	}
