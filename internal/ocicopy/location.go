@@ -204,6 +204,9 @@ func ParseReference(s string) (Reference, error) {
 	scheme := ""
 	if i := strings.Index(rest, "://"); i >= 0 {
 		scheme = rest[:i]
+		if scheme != "http" && scheme != "https" {
+			return Reference{}, fmt.Errorf("reference %q: scheme %q: want http://, https://, oci:DIR or none", s, scheme)
+		}
 	}
 	slash := strings.Index(strings.TrimPrefix(rest, scheme+"://"), "/")
 	if slash < 0 {
