@@ -63,6 +63,11 @@ check-generate: generate ## Fail when `make generate` changes anything.
 check-deps: ## Import rules of ARCHITECTURE.md, package docs, and each binary's committed deps.txt.
 	$(GO) test -count=1 ./internal/archcheck
 
+.PHONY: check-docs
+check-docs: ## Docs check: every link resolves, no page over 600 lines (README 300), every byoc command shown exists.
+	$(GO) test -count=1 ./internal/docscheck
+	$(GO) test -count=1 -run '^TestDocs' ./tui/cli
+
 .PHONY: update-deps
 update-deps: ## Rewrite imsd/deps.txt, agentd/deps.txt and tui/deps.txt (review the diff).
 	$(GO) test -count=1 ./internal/archcheck -run TestBinaryDeps -update
@@ -148,7 +153,7 @@ test-examples: ## Vet and test the example plugins (each its own module).
 	done
 
 .PHONY: test
-test: check-generate check-deps lint check-breaking test-short test-full test-examples fuzz-short ## Everything CI runs: generated code, architecture, lint, proto compatibility, fast and full tiers, example plugins, short fuzzing.
+test: check-generate check-deps check-docs lint check-breaking test-short test-full test-examples fuzz-short ## Everything CI runs: generated code, architecture, docs, lint, proto compatibility, fast and full tiers, example plugins, short fuzzing.
 
 .PHONY: bench
 bench: bench-tools ## Benchmarks: plugin launch, sandbox overhead per step, pickup latency, dispatch throughput, memory per agent, image sync against skopeo/crane/oras (prints figures).
