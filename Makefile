@@ -64,9 +64,13 @@ check-deps: ## Import rules of ARCHITECTURE.md, package docs, and each binary's 
 	$(GO) test -count=1 ./internal/archcheck
 
 .PHONY: check-docs
-check-docs: ## Docs check: every link resolves, no page over 600 lines (README 300), every byoc command shown exists.
+check-docs: ## Docs check: every link resolves, no page over 600 lines (README 300), every byoc command shown exists, the CLI reference is current.
 	$(GO) test -count=1 ./internal/docscheck
-	$(GO) test -count=1 -run '^TestDocs' ./tui/cli
+	$(GO) test -count=1 -run '^(TestDocs.*|TestCLIReference)$$' ./tui/cli
+
+.PHONY: docs
+docs: ## Regenerate the CLI reference (docs/reference/cli) from the command tree.
+	$(GO) test -count=1 -run '^TestCLIReference$$' ./tui/cli -update-cli-reference
 
 .PHONY: update-deps
 update-deps: ## Rewrite imsd/deps.txt, agentd/deps.txt and tui/deps.txt (review the diff).
