@@ -111,7 +111,7 @@ kube-apiserver: ## Build kube-apiserver for the helm tests into .cache/kube (min
 kube-apiserver-ci:
 	@if [ "$${CI:-}" = true ]; then echo "==> waiting for kube-apiserver (scripts/build-kube-apiserver.sh)"; scripts/build-kube-apiserver.sh >/dev/null; fi
 
-# The app `byoc app init` writes, end to end on this machine (README,
+# The app `byoc app init` writes, end to end on this machine (docs/operator/getting-started.md,
 # "Quick start: the example app"): terraform on PATH, docker-registry and
 # etcd-server from apt, the mirror and kube-apiserver built once here.
 .PHONY: example-app

@@ -76,14 +76,14 @@ func runAuditTamper(t *testing.T, opts cluster.Options, dsn string) {
 	export := filepath.Join(t.TempDir(), "acme.jsonl")
 	cli.Run(0, "audit", "export", "--install", "acme", "-f", export)
 	cli.Run(0, "audit", "verify", "--file", export)
-	// The README's few lines of Python agree.
+	// The few lines of Python of docs/operator/audit.md agree.
 	if py, err := exec.LookPath("python3"); err == nil {
 		out, err := exec.Command(py, filepath.Join(cluster.RepoRoot(), "docs", "audit_verify.py"), export).CombinedOutput()
 		if err != nil || !strings.Contains(string(out), "7 records verified") {
 			t.Fatalf("docs/audit_verify.py: %v\n%s", err, out)
 		}
 	} else {
-		t.Log("no python3: the README's verifier not run")
+		t.Log("no python3: the verifier of docs/operator/audit.md not run")
 	}
 
 	// The attacker: another connection to the database, triggers dropped.

@@ -23,21 +23,20 @@ import (
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
 
-// The whole app `byoc app init` writes provisions end to end, as the
-// README's quick start runs it: a real imsd with a vendor registry (imsd
-// its token server) and a build agent that syncs the demo image the web
-// component names; the install's agentd with a provider mirror, a
-// kubeconfig of a real kube-apiserver and the license secret; the
-// sandbox's and db's modules and the api's and cache's charts put into
-// the agent's install registry with `agentd module push` (the charts'
-// digests are the ones the example's config names). Provision runs the
-// sandbox, db, cache, api (its values from db's output, the install and
-// the secret), the migrate action after the api, and web (the image
-// through the vendor registry); deprovision uninstalls the releases and
-// destroys the terraform state. Every plugin is a real subprocess.
-// Needs terraform and its mirror, the kube-apiserver tier
-// (scripts/build-kube-apiserver.sh) and docker-registry; each skips with
-// how to get it, and fails under CI=true.
+// The whole app `byoc app init` writes provisions end to end, as the quick
+// start of docs/operator/getting-started.md runs it: a real imsd with a
+// vendor registry (imsd its token server) and a build agent that syncs the
+// demo image the web component names; the install's agentd with a provider
+// mirror, a kubeconfig of a real kube-apiserver and the license secret; the
+// sandbox's and db's modules and the api's and cache's charts put into the
+// agent's install registry with `agentd module push` (the charts' digests
+// are the ones the example's config names). Provision runs the sandbox, db,
+// cache, api (its values from db's output, the install and the secret), the
+// migrate action after the api, and web (the image through the vendor
+// registry); deprovision uninstalls the releases and destroys the terraform
+// state. Every plugin is a real subprocess. Needs terraform and its mirror,
+// the kube-apiserver tier (scripts/build-kube-apiserver.sh) and
+// docker-registry; each skips with how to get it, and fails under CI=true.
 func TestExampleApp(t *testing.T) {
 	skipShort(t)
 	mirror := terraformMirror(t)

@@ -9,7 +9,7 @@
 // stored JSON text, hashed as it is, never re-encoded). prev is the hash
 // of the record before it in the same chain, "" for the first (seq 1).
 // For example kind "job.acked" contributes "9:job.acked,". A customer can
-// check an export with a few lines of any language (README, Audit).
+// check an export with a few lines of any language (docs/operator/audit.md).
 //
 // It imports only the standard library, so the CLI, imsd and agentd can
 // share it.

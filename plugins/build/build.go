@@ -37,7 +37,7 @@ const TypeName = "build"
 const Version = "0.1.0"
 
 // The operation environment the agent sets for registry jobs (the
-// custody contract: /work/wt/contracts/custody.md, README "Artifact custody").
+// custody contract: /work/wt/contracts/custody.md, docs/operator/artifact-custody.md).
 const (
 	// VendorRegistryEnv is the vendor registry, host:port.
 	VendorRegistryEnv = "BYOC_VENDOR_REGISTRY"

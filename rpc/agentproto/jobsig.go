@@ -20,7 +20,7 @@ import (
 // order, strings as a 4-byte big-endian length and their bytes, integers
 // as 8 bytes big-endian (two's complement), the config digest as its 32
 // bytes. The format is simple enough to check in a few lines of any
-// language (README, "Signed jobs").
+// language (docs/design/signed-jobs.md).
 
 // jobContext binds a job signature to its purpose and version, so that no
 // other signature of the key (a future message kind) can pass for it.

@@ -128,12 +128,13 @@ func TestJobMessageBoundaries(t *testing.T) {
 
 func TestConfigDigest(t *testing.T) {
 	// A fixed vector, so that the encoding never changes unnoticed (the
-	// README's recipe computes the same).
+	// recipe of docs/design/signed-jobs.md computes the same).
 	d, err := ConfigDigest(map[string]any{"b": []any{true, nil, 1.5}, "a": "x"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The encoding spelt out by hand, as the README's recipe writes it.
+	// The encoding spelt out by hand, as the recipe of
+	// docs/design/signed-jobs.md writes it.
 	enc := "o\x00\x00\x00\x02" +
 		"\x00\x00\x00\x01a" + "s\x00\x00\x00\x01x" +
 		"\x00\x00\x00\x01b" + "l\x00\x00\x00\x03" + "t" + "n" + "d\x3f\xf8\x00\x00\x00\x00\x00\x00"

@@ -10,7 +10,7 @@ import (
 	"testing"
 )
 
-// The encoding the README documents, computed by hand for one change.
+// The encoding docs/plugin-author/README.md documents (Approved plans), computed by hand for one change.
 func TestPlanDigestEncoding(t *testing.T) {
 	str := func(s string) []byte { return append(binary.BigEndian.AppendUint32(nil, uint32(len(s))), s...) }
 	var enc []byte

@@ -1,5 +1,6 @@
 // Command termshot renders a terminal screen captured with colours
-// (tmux capture-pane -p -e -N) to a PNG, for the README's screenshot:
+// (tmux capture-pane -p -e -N) to a PNG, for the console guide's
+// screenshots (docs/operator/console.md):
 //
 //	tmux capture-pane -p -e -N -t SESSION | go run ./termshot -font DejaVuSansMono.ttf -o shot.png
 //

@@ -239,7 +239,7 @@ func (a *app) auditExportCommand() *cobra.Command {
 as JSON Lines, one record per line, oldest first: chain, seq, at (Unix
 nanoseconds), kind, actor, subject, data, prev and hash. Anyone can check
 it without imsd: byoc audit verify --file, or a few lines of any language
-(README, Audit).`,
+(docs/operator/audit.md).`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := scope.check(); err != nil {

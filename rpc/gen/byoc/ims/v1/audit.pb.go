@@ -23,7 +23,7 @@ const (
 
 // AuditEvent is one record of an audit chain. Its hash covers chain, seq,
 // at_unix_nano, kind, actor, subject, data and prev in the canonical
-// encoding internal/auditchain documents (README, Audit), so a client
+// encoding internal/auditchain documents (docs/operator/audit.md), so a client
 // verifies the chain without trusting imsd.
 type AuditEvent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
