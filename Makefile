@@ -47,17 +47,17 @@ build-progress:
 	@echo "==> built $(BIN)/imsd, $(BIN)/agentd, $(BIN)/byoc-plugins and $(BIN)/byoc"
 
 .PHONY: generate
-generate: ## Regenerate the Go code from rpc/ and the app config JSON Schemas (committed).
-	rm -rf rpc/gen
+generate: ## Regenerate the Go code and the API reference (docs/reference/api) from rpc/, and the app config JSON Schemas (committed).
+	rm -rf rpc/gen docs/reference/api
 	$(TOOL) buf generate
 	$(GO) run ./schema/app/jsonschema/internal/genschema schema/app/jsonschema
 
 .PHONY: check-generate
 check-generate: generate ## Fail when `make generate` changes anything.
-	@git add -N rpc/gen schema/app/jsonschema >/dev/null 2>&1 || true
-	@if ! git diff --quiet --exit-code -- rpc/gen schema/app/jsonschema; then \
+	@git add -N rpc/gen docs/reference/api schema/app/jsonschema >/dev/null 2>&1 || true
+	@if ! git diff --quiet --exit-code -- rpc/gen docs/reference/api schema/app/jsonschema; then \
 		echo "generated code is out of date: run 'make generate' and commit" >&2; \
-		git diff --stat -- rpc/gen schema/app/jsonschema >&2; exit 1; fi
+		git diff --stat -- rpc/gen docs/reference/api schema/app/jsonschema >&2; exit 1; fi
 
 .PHONY: check-deps
 check-deps: ## Import rules of ARCHITECTURE.md, package docs, and each binary's committed deps.txt.
