@@ -97,7 +97,7 @@ func generate(gen *protogen.Plugin) error {
 		for i, page := range p.pages {
 			for _, u := range page {
 				for _, t := range u.types {
-					where[t] = pageName(p.name, i) + "#" + anchor(string(t.Name()), t)
+					where[t] = pageName(p.name, i) + "#" + anchor(t)
 				}
 			}
 		}
@@ -167,7 +167,7 @@ func pageName(pkg protoreflect.FullName, i int) string {
 
 // anchor is the GitHub anchor of the heading a type gets: its name
 // relative to the package, lowercased, dots removed.
-func anchor(_ string, full protoreflect.FullName) string {
+func anchor(full protoreflect.FullName) string {
 	return strings.ToLower(strings.ReplaceAll(relName(full), ".", ""))
 }
 
