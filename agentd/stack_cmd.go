@@ -129,7 +129,10 @@ agent's version, its configuration with secrets removed, the newest jobs'
 logs, the preflight results (run now), your permission state and
 break-glass grants, and the local audit copy. Every secret the agent
 knows is masked in every file (plain, base64, URL-encoded and
-JSON-escaped).
+JSON-escaped). MANIFEST.txt says what was done to each file: a file over
+8 MiB keeps its newest 8 MiB and says so; the audit chain files are
+copied whole and verbatim (they verify as the agent's do) unless a
+secret appears in them, and then the records masked are named.
 `
 
 func supportBundleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
