@@ -8,9 +8,12 @@
 package atomicfile
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
+	"syscall"
 )
 
 // fsync syncs f to stable storage. Tests replace it to see what is
@@ -20,11 +23,20 @@ var fsync = (*os.File).Sync
 // SyncDir syncs directory dir, so that the entries created, renamed or
 // removed in it survive a power cut.
 func SyncDir(dir string) error {
+	if runtime.GOOS == "windows" {
+		return nil // no directory sync there; NTFS journals the rename
+	}
 	d, err := os.Open(dir)
 	if err != nil {
 		return fmt.Errorf("sync %s: %w", dir, err)
 	}
 	err = fsync(d)
+	if errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOTSUP) {
+		// A file system that cannot sync a directory (some network and
+		// FUSE ones) orders its metadata itself, or not at all: nothing
+		// more to do here.
+		err = nil
+	}
 	if cerr := d.Close(); err == nil {
 		err = cerr
 	}
