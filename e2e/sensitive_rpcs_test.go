@@ -101,6 +101,13 @@ func TestNoOperatorAnswerCarriesASensitiveValue(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A live plan, while the agent is online: its answer carries the
+	// plan jobs.
+	livePlan, err := admin.PlanInstall(ctx, connect.NewRequest(&imsv1.PlanInstallRequest{Install: "acme", Kind: imsv1.WorkflowKind_WORKFLOW_KIND_PROVISION, Live: true, TimeoutSeconds: 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+
 	type role struct{ name, token string }
 	var roles []role
 	enum := imsv1.Role_ROLE_UNSPECIFIED.Descriptor().Values()
@@ -184,6 +191,7 @@ func TestNoOperatorAnswerCarriesASensitiveValue(t *testing.T) {
 		}
 	}
 
+	check(t, "PlanInstall (live)", livePlan.Msg, nil)
 	methods := imsv1.File_byoc_ims_v1_operator_proto.Services().ByName("OperatorService").Methods()
 	for _, r := range roles {
 		t.Run(r.name, func(t *testing.T) {
