@@ -25,8 +25,10 @@ import (
 )
 
 // stackCredentials gives each job its permission mode's role's
-// credentials (agent.PluginRunner.Credentials). A break-glass job takes
-// its live grant's role when the stack has it, until the grant ends.
+// credentials (agent.PluginRunner.Credentials), bounded by the job's
+// time limit. A break-glass job takes its live grant's role when the
+// stack has it (else the mode's role), only while a grant is live and no
+// longer than it: without one, no role is assumed.
 func stackCredentials(st *stack.Stack, stateDir string, now func() time.Time) func(context.Context, agent.Job) (map[string]string, []string, error) {
 	return func(ctx context.Context, job agent.Job) (map[string]string, []string, error) {
 		var role string
@@ -36,9 +38,16 @@ func stackCredentials(st *stack.Stack, stateDir string, now func() time.Time) fu
 			if err != nil {
 				return nil, nil, fmt.Errorf("break-glass grants: %w", err)
 			}
-			if g, ok := gs.Live(now()); ok {
-				role, until = g.Role, g.ExpiresAt
+			t := now()
+			g, ok := gs.Live(t)
+			if !ok {
+				// Never the break-glass role without a live grant:
+				// not the mode's own role either.
+				bg := permissions.Default()
+				bg.Set(permissions.BreakGlass, true)
+				return nil, nil, &stack.NoGrantError{State: bg.RefusalAt(job.Mode, gs, t)}
 			}
+			role, until = g.Role, g.ExpiresAt
 		}
 		c, err := st.Assume(ctx, job.Mode, role, job.ID, job.Timeout, until)
 		if err != nil {
@@ -120,7 +129,10 @@ agent's version, its configuration with secrets removed, the newest jobs'
 logs, the preflight results (run now), your permission state and
 break-glass grants, and the local audit copy. Every secret the agent
 knows is masked in every file (plain, base64, URL-encoded and
-JSON-escaped).
+JSON-escaped). MANIFEST.txt says what was done to each file: a file over
+8 MiB keeps its newest 8 MiB and says so; the audit chain files are
+copied whole and verbatim (they verify as the agent's do) unless a
+secret appears in them, and then the records masked are named.
 `
 
 func supportBundleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {

@@ -144,7 +144,7 @@ func TestSupportBundleCommand(t *testing.T) {
 
 // A break-glass job runs with its live grant's role (break_glass.toml's,
 // created by the stack), for no longer than the grant; without a live
-// grant, with the break-glass mode's own role.
+// grant, none at all.
 func TestBreakGlassJobTakesItsGrantsRole(t *testing.T) {
 	const (
 		key     = "AKIABGTESTKEY0001"
@@ -173,11 +173,13 @@ func TestBreakGlassJobTakesItsGrantsRole(t *testing.T) {
 	creds := stackCredentials(st, state, func() time.Time { return now })
 	job := agent.Job{ID: "job_bg", Mode: "break_glass", Timeout: time.Hour}
 
-	if _, _, err := creds(context.Background(), job); err != nil {
-		t.Fatal(err)
+	// Without a live grant no role is assumed, not even the mode's own,
+	// and the error says what the grants are.
+	if _, _, err := creds(context.Background(), job); err == nil || !strings.Contains(err.Error(), "this install has none") {
+		t.Errorf("without a grant: %v", err)
 	}
-	if is := fake.Issued()[0]; is.RoleARN != modeARN {
-		t.Errorf("without a grant: %s, want the mode's role", is.RoleARN)
+	if n := len(fake.Issued()); n != 0 {
+		t.Fatalf("without a grant: %d roles assumed", n)
 	}
 	if _, err := permissions.UpdateGrants(state, func(g *permissions.Grants) error {
 		g.Grants = append(g.Grants, permissions.Grant{ID: "bg_1", Role: "admin", ApprovedAt: now, ExpiresAt: now.Add(20 * time.Minute)})
@@ -189,8 +191,19 @@ func TestBreakGlassJobTakesItsGrantsRole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	is := fake.Issued()[1]
-	if is.RoleARN != adminRN || env["BYOC_ROLE_ARN"] != adminRN || is.Duration > 20*time.Minute {
+	is := fake.Issued()[0]
+	if is.RoleARN != adminRN || env["BYOC_ROLE_ARN"] != adminRN || is.Duration > 20*time.Minute ||
+		is.Policy != stack.SessionPolicy(now.Add(20*time.Minute)) {
 		t.Errorf("with grant bg_1: %+v", is)
+	}
+	// Revoked: refused again, naming the revocation.
+	if _, err := permissions.UpdateGrants(state, func(g *permissions.Grants) error {
+		g.Grants[0].RevokedAt, g.Grants[0].RevokedBy = now, "alice"
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := creds(context.Background(), job); err == nil || !strings.Contains(err.Error(), "revoked by alice") || len(fake.Issued()) != 1 {
+		t.Errorf("revoked grant: %v (%d issued)", err, len(fake.Issued()))
 	}
 }

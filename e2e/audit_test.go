@@ -232,3 +232,67 @@ func agentCopyTamper(t *testing.T, ims *cluster.IMS, cli *cluster.CLI, st *store
 	insert(auditchain.Next(&rs[k-1], auditchain.Record{Chain: in.Id, At: r.At, Kind: "job.cancelled", Actor: "imsd", Subject: r.Subject, Data: "{}"}))
 	wantBoth(r.Seq, "inserted", "differs")
 }
+
+// An admin's live plan (PlanInstall with live set) enqueues plan jobs on
+// the install's agent, so it leaves an operator.call record like every
+// other call that changes something, in the install's chain; a
+// graph-only plan stays a read and leaves none.
+func TestLivePlanIsAudited(t *testing.T) {
+	ims := cluster.StartIMS(t, fast)
+	c := ims.Admin()
+	ctx := context.Background()
+	files := []*imsv1.AppFile{
+		{Path: "app.toml", Content: []byte("name = \"shop\"\n")},
+		{Path: "components/db.toml", Content: []byte("type = \"action\"\n[config]\nsteps = [{ name = \"db\", script = \"true\" }]\n")},
+		{Path: "installs/acme.toml", Content: []byte("")},
+	}
+	pushed, err := c.PushAppRevision(ctx, connect.NewRequest(&imsv1.PushAppRevisionRequest{Files: files}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ra := cluster.EnrollRaw(t, ims.URL(), pushed.Msg.Installs[0].EnrollmentToken.Token)
+	ra.Connect(t, 10)
+	planCalls := func() []*imsv1.AuditEvent {
+		t.Helper()
+		evs, err := c.ListAuditEvents(ctx, connect.NewRequest(&imsv1.ListAuditEventsRequest{Install: "acme"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []*imsv1.AuditEvent
+		for _, e := range evs.Msg.Events {
+			if e.Kind == "operator.call" && e.Subject == "PlanInstall" {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	if _, err := c.PlanInstall(ctx, connect.NewRequest(&imsv1.PlanInstallRequest{Install: "acme", Kind: imsv1.WorkflowKind_WORKFLOW_KIND_PROVISION})); err != nil {
+		t.Fatal(err)
+	}
+	if evs := planCalls(); len(evs) != 0 {
+		t.Fatalf("a graph-only plan was recorded: %v", evs)
+	}
+	// The agent never answers: the live plan's jobs are cancelled at its
+	// timeout; the record was written before the call ran.
+	live, err := c.PlanInstall(ctx, connect.NewRequest(&imsv1.PlanInstallRequest{Install: "acme", Kind: imsv1.WorkflowKind_WORKFLOW_KIND_PROVISION, Live: true, TimeoutSeconds: 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := c.ListJobs(ctx, connect.NewRequest(&imsv1.ListJobsRequest{Install: "acme"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plans := 0
+	for _, j := range jobs.Msg.Jobs {
+		if j.Operation == "plan" {
+			plans++
+		}
+	}
+	if plans == 0 {
+		t.Errorf("the live plan enqueued no plan job: %v", jobs.Msg.Jobs)
+	}
+	evs := planCalls()
+	if len(evs) != 1 || !strings.Contains(evs[0].Data, `"live":"true"`) || !strings.Contains(evs[0].Data, `"role":"admin"`) || !strings.Contains(evs[0].Data, `"install":"acme"`) || !strings.HasPrefix(evs[0].Actor, "token:") {
+		t.Errorf("live plan's records: %v (plan %v)", evs, live.Msg)
+	}
+}

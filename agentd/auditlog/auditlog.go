@@ -16,11 +16,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 
+	"github.com/byoc-dev/byoc/internal/atomicfile"
 	"github.com/byoc-dev/byoc/internal/auditchain"
 )
 
@@ -93,28 +95,69 @@ type findKey struct{ kind, subject, key, value string }
 // maxIndex bounds Find's index (the records of recent jobs).
 const maxIndex = 10_000
 
-// Open opens (creating it, 0600, in a 0700 dir) the file at path for the
+// fsync syncs a file and syncDir a directory; tests replace them to see
+// what Open makes durable.
+var (
+	fsync   = (*os.File).Sync
+	syncDir = atomicfile.SyncDir
+)
+
+// Open opens (creating it, 0600, in a 0700 dir, both synced) the file at path for the
 // records of chain. It reads only the file's end: its last complete
 // record, the head new records follow, and a torn last line after it,
-// which it cuts off. It does not verify the file (agentd audit verify
+// which it cuts off (and syncs the cut). It does not verify the file (agentd audit verify
 // does), so that a copy damaged long ago still takes new records and can
 // be reported, and a long copy costs nothing at start.
 func Open(path, chain string) (*Log, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+	dir := filepath.Dir(path)
+	_, err := os.Stat(dir)
+	newDir := errors.Is(err, fs.ErrNotExist)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("audit log: %w", err)
 	}
+	_, err = os.Lstat(path)
+	created := errors.Is(err, fs.ErrNotExist)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("audit log: %w", err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("audit log %s: %w", path, err)
 	}
 	head, end, err := lastRecord(f)
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("audit log %s: %w", path, err)
 	}
-	if err := f.Truncate(end); err != nil { // a torn last line, if any
-		f.Close()
-		return nil, fmt.Errorf("audit log %s: cut off a torn last line: %w", path, err)
+	if end < fi.Size() {
+		// A torn last line: cut off, and the cut made durable before a
+		// record follows, so that a power cut cannot bring it back
+		// between the head and the next record.
+		if err := f.Truncate(end); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("audit log %s: cut off a torn last line: %w", path, err)
+		}
+		if err := fsync(f); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("audit log %s: sync after cutting off a torn last line: %w", path, err)
+		}
+	}
+	// A new file (and a new directory) made durable in its directory:
+	// records synced into a file whose entry a power cut loses are lost.
+	if created {
+		err = fsync(f)
+		if err == nil {
+			err = syncDir(dir)
+		}
+		if err == nil && newDir {
+			err = syncDir(filepath.Dir(dir))
+		}
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("audit log %s: %w", path, err)
+		}
 	}
 	if _, err := f.Seek(end, io.SeekStart); err != nil {
 		f.Close()

@@ -1,8 +1,10 @@
 package auditlog_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/byoc-dev/byoc/agentd/auditlog"
@@ -116,5 +118,67 @@ func TestOpenFindsTheHeadOfALongFile(t *testing.T) {
 	got, err := auditlog.ReadFile(path)
 	if err != nil || len(got) != 2001 || auditchain.Verify(got) != nil {
 		t.Fatalf("after reopening: %v, %d records", err, len(got))
+	}
+}
+
+// Open makes what it changes durable before a record follows: a new file
+// synced and its directory (and a new directory's parent) synced; a
+// torn last line's cut synced. A power cut cannot be made here, so the
+// test watches the syncs through a seam, and what the file holds at each.
+func TestOpenSyncsWhatItCreatesAndCuts(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "audit")
+	path := filepath.Join(dir, auditlog.InstallFile)
+	var syncs []string
+	restore := auditlog.SetSyncs(func(f *os.File) error {
+		fi, err := f.Stat()
+		if err != nil {
+			t.Fatal(err)
+		}
+		syncs = append(syncs, fmt.Sprintf("file %s size %d", filepath.Base(f.Name()), fi.Size()))
+		return f.Sync()
+	}, func(d string) error {
+		syncs = append(syncs, "dir "+d)
+		return nil
+	})
+	defer restore()
+
+	l, err := auditlog.Open(path, "ins_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"file install.jsonl size 0", "dir " + dir, "dir " + root}
+	if strings.Join(syncs, "; ") != strings.Join(want, "; ") {
+		t.Errorf("creating: syncs %q, want %q", syncs, want)
+	}
+	r1 := auditchain.Next(nil, auditchain.Record{Chain: "ins_1", Kind: "a", Data: "{}"})
+	if err := l.AppendCopy([]auditchain.Record{r1}); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	fi, _ := os.Stat(path)
+	whole := fi.Size()
+
+	// Opening it again, whole: nothing to sync.
+	syncs = nil
+	if l, err = auditlog.Open(path, "ins_1"); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	if len(syncs) != 0 {
+		t.Errorf("reopening a whole file: syncs %q", syncs)
+	}
+
+	// A torn last line: cut, and the cut synced.
+	fh, _ := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	fh.WriteString(`{"chain":"ins_1","seq":2`)
+	fh.Close()
+	syncs = nil
+	if l, err = auditlog.Open(path, "ins_1"); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	if want := fmt.Sprintf("file install.jsonl size %d", whole); len(syncs) != 1 || syncs[0] != want {
+		t.Errorf("cutting a torn line: syncs %q, want %q", syncs, want)
 	}
 }

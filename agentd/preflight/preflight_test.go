@@ -99,6 +99,11 @@ func TestPreflightPasses(t *testing.T) {
 	var assumed []string
 	for _, is := range fake.Issued() {
 		assumed = append(assumed, is.RoleARN)
+		// A role assumed only to check it gets credentials that can do
+		// nothing.
+		if is.Policy != stack.DenyAllPolicy {
+			t.Errorf("preflight assumed %s with session policy %q, want the deny-all one", is.RoleARN, is.Policy)
+		}
 	}
 	if strings.Join(assumed, " ") != provARN+" "+maintARN+" "+provARN {
 		t.Errorf("assumed %v", assumed)

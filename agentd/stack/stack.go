@@ -298,35 +298,84 @@ const (
 	MaxSession = time.Hour
 )
 
+// JobGrace is how long a job's credentials outlive its time limit: the
+// agent stops the job at its limit, and the operation may still be
+// winding down (terraform writing its state) for a moment after.
+const JobGrace = 5 * time.Minute
+
 var sessionNameRE = regexp.MustCompile(`[^\w+=,.@-]`)
 
+// NoGrantError is a break-glass role asked for without a live grant: the
+// agent never assumes a break-glass role then.
+type NoGrantError struct {
+	// State says what the grants are (none, expired, revoked), as the
+	// caller knows them; Ended is the grant's end when one was given.
+	State string
+	Ended time.Time
+}
+
+func (e *NoGrantError) Error() string {
+	if e.State != "" {
+		return "no break-glass role assumed: " + e.State
+	}
+	msg := "the break-glass role is assumed only under a live break-glass grant"
+	if !e.Ended.IsZero() {
+		msg += fmt.Sprintf(": the grant ended at %s", e.Ended.UTC().Format(time.RFC3339))
+	}
+	return msg
+}
+
+// SessionPolicy is the session policy every job's credentials carry (the
+// AssumeRole Policy parameter): it passes through what the role allows
+// (an Allow of everything, which IAM intersects with the role's own
+// policies, so it adds nothing) and explicitly denies every action from
+// end on (aws:CurrentTime DateGreaterThanEquals end). The Deny, not a
+// conditional Allow, is what bounds the credentials: an explicit deny
+// in a session policy wins over every allow, a resource policy's that
+// names the session included, whereas an Allow that stops matching only
+// leaves an implicit deny that such a resource policy can still
+// override. STS's own expiry is at least 15 minutes; this ends the
+// credentials' power at end, to the second, whatever STS says.
+func SessionPolicy(end time.Time) string {
+	return `{"Version":"2012-10-17","Statement":[` +
+		`{"Sid":"RoleAllows","Effect":"Allow","Action":"*","Resource":"*"},` +
+		`{"Sid":"ByocEnd","Effect":"Deny","Action":"*","Resource":"*","Condition":{"DateGreaterThanEquals":{"aws:CurrentTime":"` +
+		end.UTC().Format(time.RFC3339) + `"}}}]}`
+}
+
+// DenyAllPolicy is the session policy of a role assumed only to check
+// that it can be (agentd preflight): the credentials can do nothing.
+const DenyAllPolicy = `{"Version":"2012-10-17","Statement":[{"Sid":"ByocCheckOnly","Effect":"Deny","Action":"*","Resource":"*"}]}`
+
 // Assume returns credentials for a job of mode: STS AssumeRole of the
-// mode's role, for about the job's time limit (within MinSession and
-// MaxSession, and never past until when it is set), with the job's id as
-// the session name. A local stack's enabled mode gives no credentials.
+// mode's role with the job's id as the session name, whose power ends at
+// the job's time limit plus JobGrace (limit <= 0: MaxSession) and, for
+// break_glass, no later than until, the live grant's end, by the session
+// policy SessionPolicy. The STS session itself lasts as long, within
+// MinSession and MaxSession. A break_glass job with no live grant (until
+// zero or past) gets a *NoGrantError and no role is assumed. A local
+// stack's enabled mode gives no credentials.
 func (s *Stack) Assume(ctx context.Context, mode, grantRole, jobID string, limit time.Duration, until time.Time) (Credentials, error) {
 	r, err := s.Role(mode, grantRole)
 	if err != nil {
 		return Credentials{}, err
 	}
+	now := s.now()
+	if mode == "break_glass" && !until.After(now) {
+		return Credentials{}, &NoGrantError{Ended: until}
+	}
 	if s.Config.Format == stackconfig.FormatLocal || r.ARN == "" {
 		return Credentials{}, nil
 	}
-	if s.STS == nil {
-		return Credentials{}, fmt.Errorf("assume %s: this stack has no STS client", r.ARN)
+	if limit <= 0 {
+		limit = MaxSession
 	}
-	d := limit + 5*time.Minute
-	if !until.IsZero() {
-		d = min(d, until.Sub(s.now()))
+	end := now.Add(limit + JobGrace)
+	if mode == "break_glass" && until.Before(end) {
+		end = until
 	}
-	d = max(MinSession, min(d, MaxSession))
-	name := sessionNameRE.ReplaceAllString("byoc-"+jobID, "-")
-	if len(name) > 64 {
-		name = name[:64]
-	}
-	out, err := s.STS.AssumeRole(ctx, &sts.AssumeRoleInput{
-		RoleArn: aws.String(r.ARN), RoleSessionName: aws.String(name), DurationSeconds: aws.Int32(int32(d / time.Second)),
-	})
+	d := max(MinSession, min(end.Sub(now), MaxSession))
+	out, err := s.assume(ctx, r, jobID, d, SessionPolicy(end))
 	if err != nil {
 		return Credentials{}, fmt.Errorf("assume the %s role %s (%s): %w; check that the stack's %s is true and the role exists", mode, r.Name, r.ARN, awsErr(err), r.Parameter)
 	}
@@ -348,11 +397,47 @@ func (s *Stack) Assume(ctx context.Context, mode, grantRole, jobID string, limit
 		creds.Env["AWS_REGION"] = s.Config.Region
 		creds.Env["AWS_DEFAULT_REGION"] = s.Config.Region
 	}
-	if c.Expiration != nil {
+	// The credentials end at end, whatever STS says: the SDKs refresh
+	// (and fail) from then on rather than meet the session policy's deny.
+	creds.Expires = end
+	if c.Expiration != nil && c.Expiration.Before(end) {
 		creds.Expires = *c.Expiration
-		creds.Env["AWS_CREDENTIAL_EXPIRATION"] = c.Expiration.UTC().Format(time.RFC3339)
 	}
+	creds.Env["AWS_CREDENTIAL_EXPIRATION"] = creds.Expires.UTC().Format(time.RFC3339)
 	return creds, nil
+}
+
+// assume calls STS AssumeRole for role r with session policy policy.
+func (s *Stack) assume(ctx context.Context, r stackconfig.Role, jobID string, d time.Duration, policy string) (*sts.AssumeRoleOutput, error) {
+	if s.STS == nil {
+		return nil, errors.New("this stack has no STS client")
+	}
+	name := sessionNameRE.ReplaceAllString("byoc-"+jobID, "-")
+	if len(name) > 64 {
+		name = name[:64]
+	}
+	return s.STS.AssumeRole(ctx, &sts.AssumeRoleInput{
+		RoleArn: aws.String(r.ARN), RoleSessionName: aws.String(name), DurationSeconds: aws.Int32(int32(d / time.Second)),
+		Policy: aws.String(policy),
+	})
+}
+
+// CheckRole assumes the role of mode (grantRole: a break-glass grant's
+// role) to check that the agent can, as agentd preflight does, with the
+// session policy DenyAllPolicy: the credentials it gets can do nothing
+// and are dropped. It returns the role's ARN ("" for a local stack).
+func (s *Stack) CheckRole(ctx context.Context, mode, grantRole string) (string, error) {
+	r, err := s.Role(mode, grantRole)
+	if err != nil {
+		return "", err
+	}
+	if s.Config.Format == stackconfig.FormatLocal || r.ARN == "" {
+		return "", nil
+	}
+	if _, err := s.assume(ctx, r, "preflight", MinSession, DenyAllPolicy); err != nil {
+		return "", fmt.Errorf("assume the %s role %s (%s): %w; check that the stack's %s is true and the role exists", mode, r.Name, r.ARN, awsErr(err), r.Parameter)
+	}
+	return r.ARN, nil
 }
 
 // awsErr shortens an SDK error to its API code and message when it has

@@ -7,8 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 
 	"github.com/byoc-dev/byoc/agentd/stack"
 	"github.com/byoc-dev/byoc/agentd/stack/awsfake"
@@ -201,5 +206,175 @@ func TestLocalStack(t *testing.T) {
 	os.Chmod(filepath.Join(dir, "enroll.token"), 0o644)
 	if _, err := s.EnrollToken(ctx); err == nil || !strings.Contains(err.Error(), "chmod 600") {
 		t.Errorf("world-readable token file: %v", err)
+	}
+}
+
+// clock is a settable clock shared by the stack and the fake.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) Set(t time.Time)     { c.mu.Lock(); c.t = t; c.mu.Unlock() }
+func (c *clock) Add(d time.Duration) { c.Set(c.Now().Add(d)) }
+
+// readWith reads licenseARN from the fake's Secrets Manager with a job's
+// credentials, through the real SDK client, as the job's own tools would.
+func readWith(t *testing.T, fake *awsfake.AWS, creds stack.Credentials) error {
+	t.Helper()
+	cfg := aws.Config{Region: "eu-west-1", Credentials: credentials.NewStaticCredentialsProvider(
+		creds.Env["AWS_ACCESS_KEY_ID"], creds.Env["AWS_SECRET_ACCESS_KEY"], creds.Env["AWS_SESSION_TOKEN"])}
+	c := secretsmanager.NewFromConfig(cfg, func(o *secretsmanager.Options) { o.BaseEndpoint = aws.String(fake.SecretsManager.URL) })
+	_, err := c.GetSecretValue(context.Background(), &secretsmanager.GetSecretValueInput{SecretId: aws.String(licenseARN)})
+	return err
+}
+
+// Break-glass credentials end when the grant ends, whatever STS says:
+// STS never issues less than 15 minutes, so a grant with 2 minutes left
+// gets a 15-minute session, and the session policy the agent sends with
+// AssumeRole denies everything from the grant's end. The fake enforces
+// the policy at its clock on a call made through the real SDK.
+func TestBreakGlassCredentialsEndWithTheGrant(t *testing.T) {
+	for _, left := range []time.Duration{2 * time.Minute, 14*time.Minute + 59*time.Second, 15 * time.Minute, 15*time.Minute + time.Second, 20 * time.Minute} {
+		t.Run(left.String(), func(t *testing.T) {
+			fake := awsfake.New(t)
+			fake.AddRole(bgARN, agentKey)
+			fake.PutSecret(licenseARN, "LK-1")
+			clk := &clock{t: time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)}
+			fake.Now = clk.Now
+			s := cfnStack(t, fake, nil)
+			s.Now = clk.Now
+			start := clk.Now()
+			until := start.Add(left)
+
+			creds, err := s.Assume(context.Background(), "break_glass", "admin", "job_bg", time.Hour, until)
+			if err != nil {
+				t.Fatal(err)
+			}
+			is := fake.Issued()[0]
+			if want := max(left, stack.MinSession); is.Duration != want {
+				t.Errorf("STS session %v, want %v", is.Duration, want)
+			}
+			if !creds.Expires.Equal(until) || creds.Env["AWS_CREDENTIAL_EXPIRATION"] != until.Format(time.RFC3339) {
+				t.Errorf("credentials expire %v (env %s), want the grant's end %v", creds.Expires, creds.Env["AWS_CREDENTIAL_EXPIRATION"], until)
+			}
+			if err := readWith(t, fake, creds); err != nil {
+				t.Fatalf("within the grant: %v", err)
+			}
+			clk.Set(until.Add(-time.Second))
+			if err := readWith(t, fake, creds); err != nil {
+				t.Fatalf("a second before the grant's end: %v", err)
+			}
+			clk.Set(until)
+			err = readWith(t, fake, creds)
+			if err == nil {
+				t.Fatalf("at the grant's end (STS said until %v): the call was allowed", is.Expiration)
+			}
+			if left < stack.MinSession && !strings.Contains(err.Error(), "explicit deny in a session policy") {
+				t.Errorf("at the grant's end, STS's session still running: %v", err)
+			}
+			clk.Add(time.Minute)
+			if err := readWith(t, fake, creds); err == nil {
+				t.Errorf("a minute after the grant's end: allowed")
+			}
+		})
+	}
+}
+
+// A break-glass role is never assumed without a live grant: none, or
+// one that has ended (expired or revoked), is refused before STS is
+// called, naming the grant's end.
+func TestBreakGlassNeedsALiveGrant(t *testing.T) {
+	fake := awsfake.New(t)
+	fake.AddRole(bgARN, agentKey)
+	fake.AddRole(maintARN, agentKey)
+	s := cfnStack(t, fake, nil)
+	now := time.Now()
+	s.Now = func() time.Time { return now }
+	ended := now.Add(-time.Second)
+	for name, tc := range map[string]struct {
+		role  string
+		until time.Time
+		want  string
+	}{
+		"no grant, the mode's role": {"", time.Time{}, "only under a live break-glass grant"},
+		"no grant, a grant role":    {"admin", time.Time{}, "only under a live break-glass grant"},
+		"ended":                     {"admin", ended, "the grant ended at " + ended.UTC().Format(time.RFC3339)},
+		"ending now":                {"admin", now, "the grant ended at"},
+	} {
+		_, err := s.Assume(context.Background(), "break_glass", tc.role, "j", time.Hour, tc.until)
+		var ng *stack.NoGrantError
+		if !errors.As(err, &ng) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want a NoGrantError saying %q", name, err, tc.want)
+		}
+	}
+	if n := len(fake.Calls()); n != 0 {
+		t.Errorf("STS was called %d times without a live grant", n)
+	}
+}
+
+// Every mode's credentials end with the job's time limit plus
+// stack.JobGrace, by the same session policy, though STS gives at least
+// 15 minutes.
+func TestJobCredentialsEndWithTheTimeLimit(t *testing.T) {
+	fake := awsfake.New(t)
+	fake.AddRole(provARN, agentKey)
+	fake.PutSecret(licenseARN, "LK-1")
+	clk := &clock{t: time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)}
+	fake.Now = clk.Now
+	s := cfnStack(t, fake, nil)
+	s.Now = clk.Now
+	creds, err := s.Assume(context.Background(), "provision", "", "j", 2*time.Minute, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := clk.Now().Add(2*time.Minute + stack.JobGrace)
+	if is := fake.Issued()[0]; is.Duration != stack.MinSession || is.Policy != stack.SessionPolicy(end) {
+		t.Errorf("issued %v with policy %s", is.Duration, is.Policy)
+	}
+	clk.Set(end.Add(-time.Second))
+	if err := readWith(t, fake, creds); err != nil {
+		t.Fatalf("within the job's time: %v", err)
+	}
+	clk.Set(end)
+	if err := readWith(t, fake, creds); err == nil || !strings.Contains(err.Error(), "explicit deny in a session policy") {
+		t.Errorf("after the job's time limit: %v", err)
+	}
+}
+
+// The revoke the customer runs by hand (docs/customer/credentials.md):
+// an inline policy on the break-glass role denying sessions issued before
+// the revocation (aws:TokenIssueTime), as the IAM console's "revoke
+// active sessions" puts. Credentials issued before it stop working at
+// once; the role assumed afterwards works.
+func TestRevokeOlderSessions(t *testing.T) {
+	fake := awsfake.New(t)
+	fake.AddRole(bgARN, agentKey)
+	fake.PutSecret(licenseARN, "LK-1")
+	clk := &clock{t: time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)}
+	fake.Now = clk.Now
+	s := cfnStack(t, fake, nil)
+	s.Now = clk.Now
+	old, err := s.Assume(context.Background(), "break_glass", "admin", "j1", time.Hour, clk.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Add(time.Minute)
+	revoke := `{"Version":"2012-10-17","Statement":[{"Effect":"Deny","Action":"*","Resource":"*","Condition":{"DateLessThan":{"aws:TokenIssueTime":"` +
+		clk.Now().Format(time.RFC3339) + `"}}}]}`
+	if err := fake.PutRolePolicy(bgARN, "AWSRevokeOlderSessions", revoke); err != nil {
+		t.Fatal(err)
+	}
+	if err := readWith(t, fake, old); err == nil || !strings.Contains(err.Error(), "explicit deny in an identity-based policy") {
+		t.Errorf("a session older than the revocation: %v", err)
+	}
+	clk.Add(time.Second)
+	fresh, err := s.Assume(context.Background(), "break_glass", "admin", "j2", time.Hour, clk.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := readWith(t, fake, fresh); err != nil {
+		t.Errorf("a session newer than the revocation: %v", err)
 	}
 }

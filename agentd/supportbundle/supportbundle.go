@@ -8,6 +8,20 @@
 // secrets and sensitive inputs, the enrolment token, the agent's private
 // key), in plain, base64, URL-encoded and JSON-escaped forms, before it
 // is written; the customer reviews the bundle before sending it.
+//
+// MANIFEST.txt lists every file with its size and what was done to it:
+// a file longer than 8 MiB keeps its newest 8 MiB, from a line's start,
+// behind a marker line, and the manifest gives its original size. The
+// audit chain files are never cut. Their records carry no secret by
+// design (imsd never holds the customer's secrets, and the agent masks
+// them in everything it sends; its own journal holds ids, kinds and
+// error texts), so they are copied verbatim and verify (agentd audit
+// verify, auditchain.Verify) as the agent's copy does. Should a value the
+// agent knows to be secret appear in one all the same, the records
+// holding it are masked (they then no longer match their hashes), and
+// the manifest says so, names them, and gives the original file's
+// SHA-256 and its chain's head, so that the other records can still be
+// checked, and the whole against imsd's chain.
 package supportbundle
 
 import (
@@ -15,6 +29,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -33,6 +48,7 @@ import (
 	"github.com/byoc-dev/byoc/agentd/redact"
 	"github.com/byoc-dev/byoc/agentd/secrets"
 	"github.com/byoc-dev/byoc/agentd/stack"
+	"github.com/byoc-dev/byoc/internal/auditchain"
 )
 
 // Options says what goes into a bundle.
@@ -55,8 +71,17 @@ type Options struct {
 	Now      func() time.Time
 }
 
-// maxFile bounds what is read of one file.
+// maxFile bounds what is kept of one file; a longer one keeps its last
+// maxFile bytes.
 const maxFile = 8 << 20
+
+// maxAudit bounds an audit chain file: a chain is never cut (a cut one
+// does not verify from its start), so a longer one is left out, and the
+// manifest says so with its size and digest.
+const maxAudit = 256 << 20
+
+// ManifestName is the bundle's list of its files.
+const ManifestName = "MANIFEST.txt"
 
 // Write writes the bundle (a gzipped tar) to w and returns the names of
 // the files in it.
@@ -112,29 +137,31 @@ func Write(ctx context.Context, w io.Writer, o Options) ([]string, error) {
 	gz := gzip.NewWriter(w)
 	tw := tar.NewWriter(gz)
 	var names []string
+	var manifest []string
 	now := o.Now()
 	add := func(name string, data []byte) error {
 		names = append(names, name)
 		return tw.WriteHeader(&tar.Header{Name: "support-bundle/" + name, Mode: 0o600, Size: int64(len(data)), ModTime: now, Typeflag: tar.TypeReg})
 	}
-	write := func(name string, data []byte) error {
-		clean := []byte(red.String(string(data)))
-		if err := add(name, clean); err != nil {
+	// put adds data as is, with a manifest line saying what was done.
+	put := func(name string, data []byte, note string) error {
+		if err := add(name, data); err != nil {
 			return err
 		}
-		_, err := tw.Write(clean)
+		manifest = append(manifest, fmt.Sprintf("%s\t%d bytes\t%s", name, len(data), note))
+		_, err := tw.Write(data)
 		return err
 	}
-	readFile := func(path string) ([]byte, error) {
-		f, err := os.Open(path)
-		if err != nil {
-			return nil, err
+	writeNote := func(name string, data []byte, note string) error {
+		clean := red.String(string(data))
+		if clean != string(data) {
+			note += "; secrets masked"
 		}
-		defer f.Close()
-		return io.ReadAll(io.LimitReader(f, maxFile))
+		return put(name, []byte(clean), note)
 	}
+	write := func(name string, data []byte) error { return writeNote(name, data, "") }
 	copyFile := func(name, path string) error {
-		b, err := readFile(path)
+		b, size, err := readTail(path, maxFile)
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil
 		}
@@ -142,7 +169,30 @@ func Write(ctx context.Context, w io.Writer, o Options) ([]string, error) {
 			problems = append(problems, fmt.Sprintf("%s: %v", path, err))
 			return nil
 		}
-		return write(name, b)
+		if int64(len(b)) == size {
+			return write(name, b)
+		}
+		cut := size - int64(len(b))
+		marker := fmt.Sprintf("[support-bundle: %s had %d bytes, more than the %d kept of a file: its first %d bytes are left out, its last %d follow]\n", path, size, maxFile, cut, len(b))
+		return writeNote(name, append([]byte(marker), b...), fmt.Sprintf("CUT: the original had %d bytes; the first %d left out (the newest %d kept, behind a marker line)", size, cut, len(b)))
+	}
+	copyAudit := func(name, path string) error {
+		fi, err := os.Stat(path)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("%s: %v", path, err))
+			return nil
+		}
+		if fi.Size() > maxAudit {
+			manifest = append(manifest, fmt.Sprintf("%s\tleft out\tLEFT OUT: %d bytes, more than the %d a chain file may have here (a chain is never cut); send it by itself", name, fi.Size(), maxAudit))
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("%s: %v", path, err))
+			return nil
+		}
+		clean, note := auditCopy(b, red)
+		return put(name, clean, note)
 	}
 
 	info := fmt.Sprintf("%s\ncollected %s\nstate dir %s\n", o.Version, now.UTC().Format(time.RFC3339), o.StateDir)
@@ -190,7 +240,14 @@ func Write(ctx context.Context, w io.Writer, o Options) ([]string, error) {
 		}
 		for _, e := range entries {
 			if e.Type().IsRegular() && !strings.HasPrefix(e.Name(), ".") {
-				if err := copyFile(dir+"/"+e.Name(), filepath.Join(o.StateDir, dir, e.Name())); err != nil {
+				name, path := dir+"/"+e.Name(), filepath.Join(o.StateDir, dir, e.Name())
+				var err error
+				if dir == "audit" {
+					err = copyAudit(name, path)
+				} else {
+					err = copyFile(name, path)
+				}
+				if err != nil {
 					return nil, err
 				}
 			}
@@ -206,8 +263,85 @@ func Write(ctx context.Context, w io.Writer, o Options) ([]string, error) {
 			return nil, err
 		}
 	}
+	m := "# Every file of this bundle: name, size in the bundle, what was done to it.\n" +
+		"# Files are as on the agent, with every secret the agent knows masked, unless said otherwise.\n" +
+		strings.Join(manifest, "\n") + "\n"
+	if err := write(ManifestName, []byte(m)); err != nil {
+		return nil, err
+	}
 	if err := tw.Close(); err != nil {
 		return nil, err
 	}
 	return names, gz.Close()
+}
+
+// readTail reads the file at path whole when it has at most max bytes;
+// else its last max bytes, from the first line start among them (a cut
+// mid-line could leave part of a secret the redactor no longer knows). It
+// returns the file's size too.
+func readTail(path string, max int64) ([]byte, int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, 0, err
+	}
+	size := fi.Size()
+	if size <= max {
+		b, err := io.ReadAll(io.LimitReader(f, max))
+		return b, int64(len(b)), err
+	}
+	b := make([]byte, max)
+	if _, err := f.ReadAt(b, size-max); err != nil && err != io.EOF {
+		return nil, 0, err
+	}
+	if i := bytes.IndexByte(b, '\n'); i >= 0 {
+		b = b[i+1:]
+	}
+	return b, size, nil
+}
+
+// auditCopy returns an audit chain file as the bundle holds it, and its
+// manifest note: verbatim when no secret the agent knows appears in it;
+// else with the records holding one masked, the note naming them and
+// giving the original's SHA-256 and chain head, so that the others can
+// still be checked.
+func auditCopy(b []byte, red *redact.Redactor) ([]byte, string) {
+	sum := sha256.Sum256(b)
+	head := "no records"
+	var records []auditchain.Record
+	for line := range bytes.Lines(b) {
+		var r auditchain.Record
+		if json.Unmarshal(line, &r) == nil {
+			records = append(records, r)
+		}
+	}
+	verified := "its chain verifies"
+	if len(records) > 0 {
+		last := records[len(records)-1]
+		head = fmt.Sprintf("%d records, head record %d hash %s", len(records), last.Seq, last.Hash)
+		if p := auditchain.Verify(records); p != nil {
+			verified = "its chain does NOT verify on the agent either: " + p.Error()
+		}
+	}
+	clean := red.String(string(b))
+	if clean == string(b) {
+		return b, fmt.Sprintf("VERBATIM (no secret the agent knows appears in it); %s; %s; sha256 %x", head, verified, sum)
+	}
+	var masked []string
+	for line := range strings.Lines(string(b)) {
+		if red.String(line) != line {
+			var r auditchain.Record
+			if json.Unmarshal([]byte(line), &r) == nil {
+				masked = append(masked, fmt.Sprint(r.Seq))
+			} else {
+				masked = append(masked, "(a line that is no record)")
+			}
+		}
+	}
+	return []byte(clean), fmt.Sprintf("REDACTED: records %s hold a value the agent knows to be secret and are masked here, so they no longer match their hashes; the original: %s; %s; sha256 %x",
+		strings.Join(masked, ", "), head, verified, sum)
 }

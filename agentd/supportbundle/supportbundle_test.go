@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/url"
 	"os"
@@ -15,11 +16,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/byoc-dev/byoc/agentd/auditlog"
 	"github.com/byoc-dev/byoc/agentd/identity"
 	"github.com/byoc-dev/byoc/agentd/permissions"
 	"github.com/byoc-dev/byoc/agentd/preflight"
 	"github.com/byoc-dev/byoc/agentd/stack"
 	"github.com/byoc-dev/byoc/agentd/supportbundle"
+	"github.com/byoc-dev/byoc/internal/auditchain"
 	"github.com/byoc-dev/byoc/internal/stackconfig"
 )
 
@@ -142,6 +145,14 @@ func TestBundleLeaksNoSecret(t *testing.T) {
 			}
 		}
 	}
+	// The audit files held secrets (planted): masked, and the manifest
+	// says so, naming the record, with the original's digest.
+	for _, f := range []string{"audit/install.jsonl", "audit/agent.jsonl"} {
+		if !strings.Contains(manifestLine(files, f), "REDACTED: records 1 hold a value the agent knows to be secret") ||
+			!strings.Contains(manifestLine(files, f), "sha256 ") {
+			t.Errorf("manifest of %s: %q", f, manifestLine(files, f))
+		}
+	}
 	// What is not secret stays readable.
 	if !strings.Contains(files["config/identity.json"], "agt_1") || !strings.Contains(files["logs/job_1-1.log"], "license_key plain: ***\n") {
 		t.Errorf("identity %s\nlog %s", files["config/identity.json"], files["logs/job_1-1.log"])
@@ -169,5 +180,111 @@ func untar(t *testing.T, b []byte) map[string]string {
 			t.Fatal(err)
 		}
 		out[strings.TrimPrefix(h.Name, "support-bundle/")] = string(data)
+	}
+}
+
+// manifestLine is the bundle manifest's line for file name.
+func manifestLine(files map[string]string, name string) string {
+	for l := range strings.Lines(files[supportbundle.ManifestName]) {
+		if strings.HasPrefix(l, name+"\t") {
+			return strings.TrimSpace(l)
+		}
+	}
+	return ""
+}
+
+// A file longer than the 8 MiB a file may have in a bundle keeps its
+// newest 8 MiB from a line's start, behind a marker line that says what
+// was cut, and the manifest says so with the original size; shorter
+// files are whole and say nothing of the kind.
+func TestBundleSaysWhatItCut(t *testing.T) {
+	state := t.TempDir()
+	var big strings.Builder
+	for i := 0; big.Len() <= 9<<20; i++ {
+		fmt.Fprintf(&big, "stdout\tline %07d of a long job log\n", i)
+	}
+	write(t, filepath.Join(state, "logs", "big-1.log"), big.String())
+	write(t, filepath.Join(state, "logs", "small-1.log"), "stdout\tshort\n")
+	var buf bytes.Buffer
+	if _, err := supportbundle.Write(context.Background(), &buf, supportbundle.Options{StateDir: state, Version: "agentd test"}); err != nil {
+		t.Fatal(err)
+	}
+	files := untar(t, buf.Bytes())
+	got := files["logs/big-1.log"]
+	marker, rest, _ := strings.Cut(got, "\n")
+	size := big.Len()
+	if !strings.HasPrefix(marker, "[support-bundle: ") || !strings.Contains(marker, fmt.Sprintf("had %d bytes", size)) {
+		t.Errorf("no marker line: %q", marker)
+	}
+	if len(rest) > 8<<20 || !strings.HasSuffix(big.String(), rest) || !strings.HasPrefix(rest, "stdout\tline ") {
+		t.Errorf("kept %d bytes, a suffix of the log from a line start: %v, %q...", len(rest), strings.HasSuffix(big.String(), rest), rest[:40])
+	}
+	if m := manifestLine(files, "logs/big-1.log"); !strings.Contains(m, fmt.Sprintf("CUT: the original had %d bytes; the first %d left out", size, size-len(rest))) {
+		t.Errorf("manifest line %q", m)
+	}
+	if files["logs/small-1.log"] != "stdout\tshort\n" || strings.Contains(manifestLine(files, "logs/small-1.log"), "CUT") || manifestLine(files, "logs/small-1.log") == "" {
+		t.Errorf("small log %q, manifest %q", files["logs/small-1.log"], manifestLine(files, "logs/small-1.log"))
+	}
+}
+
+// The audit chain files go into the bundle byte for byte when no secret
+// the agent knows appears in them (records carry none by design), so the
+// bundled copy verifies as the agent's does (what agentd audit verify
+// checks: auditlog.ReadFile, then auditchain.Verify), and the manifest
+// says they are verbatim, that the chain verifies, and its head.
+func TestBundledAuditChainVerifies(t *testing.T) {
+	state := t.TempDir()
+	install, err := auditlog.Open(filepath.Join(auditlog.Dir(state), auditlog.InstallFile), "ins_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var prev *auditchain.Record
+	var rs []auditchain.Record
+	for i, kind := range []string{"install.created", "operator.call", "job.queued", "job.assigned"} {
+		d, _ := auditlog.EncodeData(map[string]string{"n": fmt.Sprint(i), "role": "admin", "note": "<&> \"quoted\" \u00e9"})
+		r := auditchain.Next(prev, auditchain.Record{Chain: "ins_1", At: int64(i + 1), Kind: kind, Actor: "token:admin", Subject: "job:j1", Data: d})
+		rs = append(rs, r)
+		prev = &rs[len(rs)-1]
+	}
+	if err := install.AppendCopy(rs); err != nil {
+		t.Fatal(err)
+	}
+	install.Close()
+	journal, err := auditlog.Open(filepath.Join(auditlog.Dir(state), auditlog.AgentFile), auditlog.AgentChain("agt_1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"assignment.refused", "job.not_started"} {
+		if _, err := journal.Add(auditchain.Record{At: 1, Kind: k, Actor: "agent:agt_1", Subject: "job:j1", Data: "{}"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	journal.Close()
+	secretsFile := filepath.Join(t.TempDir(), "secrets")
+	write(t, secretsFile, "DB_PASSWORD=s3cr3t-not-in-any-record\n")
+
+	var buf bytes.Buffer
+	if _, err := supportbundle.Write(context.Background(), &buf, supportbundle.Options{StateDir: state, SecretsFile: secretsFile, Version: "agentd test"}); err != nil {
+		t.Fatal(err)
+	}
+	files := untar(t, buf.Bytes())
+	out := t.TempDir()
+	for _, f := range []string{auditlog.InstallFile, auditlog.AgentFile} {
+		orig, _ := os.ReadFile(filepath.Join(auditlog.Dir(state), f))
+		if files["audit/"+f] != string(orig) {
+			t.Errorf("audit/%s is not the agent's file byte for byte", f)
+		}
+		p := filepath.Join(out, f)
+		write(t, p, files["audit/"+f])
+		got, err := auditlog.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p := auditchain.Verify(got); p != nil || len(got) == 0 {
+			t.Errorf("the bundled %s does not verify: %v (%d records)", f, p, len(got))
+		}
+		if m := manifestLine(files, "audit/"+f); !strings.Contains(m, "VERBATIM") || !strings.Contains(m, "its chain verifies") {
+			t.Errorf("manifest of %s: %q", f, m)
+		}
 	}
 }

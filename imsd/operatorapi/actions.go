@@ -6,6 +6,7 @@ import (
 	"errors"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -162,8 +163,11 @@ func healthToProto(h store.InstallHealth) *imsv1.InstallHealth {
 	return &imsv1.InstallHealth{State: string(h.State), CheckTime: ts(h.At), Error: h.Error, WorkflowId: h.WorkflowID}
 }
 
-// GetInstallStack returns the install's app revision files and imsd's
-// signing key id, for `byoc install stack`.
+// installsDir is where an app's files keep installs' input values.
+const installsDir = "installs/"
+
+// GetInstallStack returns the install's app revision files, but for
+// installs/*.toml, and imsd's signing key id, for `byoc install stack`.
 func (s *Service) GetInstallStack(ctx context.Context, req *connect.Request[imsv1.GetInstallStackRequest]) (*connect.Response[imsv1.GetInstallStackResponse], error) {
 	if req.Msg.Install == "" {
 		return nil, s.err(ctx, errs.Field("install", "is required"))
@@ -191,6 +195,13 @@ func (s *Service) GetInstallStack(ctx context.Context, req *connect.Request[imsv
 	}
 	out := &imsv1.GetInstallStackResponse{Install: in.Name, App: app.Metadata.Name, AppRevision: rev, SigningKeyId: s.cfg.SigningKeyID}
 	for _, p := range slices.Sorted(maps.Keys(app.Files)) {
+		if strings.HasPrefix(p, installsDir) {
+			// installs/*.toml hold the vendor's input values, sensitive
+			// ones in plain text, for every install: the stack is built
+			// without them (the customer supplies the inputs it takes),
+			// so no role gets them here.
+			continue
+		}
 		out.Files = append(out.Files, &imsv1.AppFile{Path: p, Content: app.Files[p]})
 	}
 	return connect.NewResponse(out), nil

@@ -17,7 +17,8 @@ import (
 )
 
 // Auditor is a Connect interceptor that records every operator call that
-// may change something (every procedure not in readOnly) before it runs:
+// may change something (every procedure not in readOnly, and a live
+// PlanInstall) before it runs:
 // an "operator.call" event with the token's name and role, in the chain
 // of the install the request names (its top-level "install" field), else
 // the vendor-wide chain. When the event cannot be written the call is
@@ -63,13 +64,26 @@ func (a *Auditor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connec
 	}
 }
 
+// readOnlyCall reports whether a call changes nothing: its procedure is
+// read-only and, for PlanInstall, the plan is not live (a live plan
+// enqueues plan jobs on the agent and issues registry grants for them).
+func readOnlyCall(procedure string, msg any) bool {
+	if p, ok := msg.(*imsv1.PlanInstallRequest); ok && p.GetLive() {
+		return false
+	}
+	return readOnly[procedure]
+}
+
 func (a *Auditor) record(ctx context.Context, procedure string, msg any) error {
-	if readOnly[procedure] {
+	if readOnlyCall(procedure, msg) {
 		return nil
 	}
 	tok := callerFrom(ctx)
 	chain := store.VendorChain
 	data := map[string]string{"procedure": procedure, "role": string(tok.Role), "token_id": tok.ID}
+	if p, ok := msg.(*imsv1.PlanInstallRequest); ok && p.GetLive() {
+		data["live"] = "true"
+	}
 	if name := installField(msg); name != "" {
 		data["install"] = name
 		if id, err := a.store.InstallID(ctx, name); err == nil {

@@ -6,7 +6,14 @@
 // BaseEndpoint. It is written here for byoc (no maintained fake fitted:
 // they need Docker or Python); it models what the agent relies on, not
 // AWS: who may assume which role, secrets by ARN or name, credentials
-// that expire, and the error shapes of both protocols. No binary links it.
+// that expire, the error shapes of both protocols, and the policies that
+// bound an assumed role's credentials: AssumeRole's session policy (the
+// Policy parameter) is kept with the credentials it issued, and a call
+// signed with them (GetSecretValue) is refused, at the fake's clock,
+// when they have expired or when the session policy, or an inline
+// policy put on the role (PutRolePolicy, as a revoke of older sessions
+// does), denies it or the session policy does not allow it. A role
+// otherwise allows everything. No binary links it.
 package awsfake
 
 import (
@@ -16,10 +23,12 @@ import (
 	"encoding/xml"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,6 +51,8 @@ type AWS struct {
 	calls []Call
 	// issued are the credentials AssumeRole handed out.
 	issued []Issued
+	// rolePolicies are the inline policies put on each role, by name.
+	rolePolicies map[string]map[string]*policy
 }
 
 // Call is one request the fake answered.
@@ -61,12 +72,17 @@ type Issued struct {
 	AccessKeyID, SecretAccessKey, SessionToken string
 	Expiration                                 time.Time
 	Duration                                   time.Duration
+	// IssuedAt is the fake's time at the call (aws:TokenIssueTime).
+	IssuedAt time.Time
+	// Policy is the session policy AssumeRole was given ("": none).
+	Policy string
+	policy *policy
 }
 
 // New starts the fake; its servers close with the test.
 func New(tb testing.TB) *AWS {
 	tb.Helper()
-	a := &AWS{roles: map[string]map[string]bool{}, secrets: map[string]string{}}
+	a := &AWS{roles: map[string]map[string]bool{}, secrets: map[string]string{}, rolePolicies: map[string]map[string]*policy{}}
 	a.STS = httptest.NewServer(http.HandlerFunc(a.serveSTS))
 	a.SecretsManager = httptest.NewServer(http.HandlerFunc(a.serveSecrets))
 	tb.Cleanup(a.STS.Close)
@@ -84,6 +100,23 @@ func (a *AWS) AddRole(arn string, callers ...string) {
 	for _, c := range callers {
 		a.roles[arn][c] = true
 	}
+}
+
+// PutRolePolicy puts (or replaces) inline policy name on role arn, as
+// iam:PutRolePolicy does; a document the fake cannot evaluate is an
+// error.
+func (a *AWS) PutRolePolicy(arn, name, doc string) error {
+	p, err := parsePolicy(doc)
+	if err != nil {
+		return fmt.Errorf("MalformedPolicyDocument: %v", err)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.rolePolicies[arn] == nil {
+		a.rolePolicies[arn] = map[string]*policy{}
+	}
+	a.rolePolicies[arn][name] = p
+	return nil
 }
 
 // RemoveRole deletes a role.
@@ -205,6 +238,19 @@ func (a *AWS) serveSTS(w http.ResponseWriter, r *http.Request) {
 			fail(400, "ValidationError", "roleSessionName")
 			return
 		}
+		doc := form.Get("Policy")
+		var pol *policy
+		if doc != "" {
+			if len(doc) > 2048 {
+				fail(400, "PackedPolicyTooLarge", fmt.Sprintf("the session policy has %d characters, more than 2048", len(doc)))
+				return
+			}
+			var err error
+			if pol, err = parsePolicy(doc); err != nil {
+				fail(400, "MalformedPolicyDocument", err.Error())
+				return
+			}
+		}
 		a.mu.Lock()
 		ok := a.roles[arn][c.AccessKeyID]
 		a.mu.Unlock()
@@ -213,7 +259,8 @@ func (a *AWS) serveSTS(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		is := Issued{RoleARN: arn, SessionName: name, AccessKeyID: "ASIA" + random(8), SecretAccessKey: random(20), SessionToken: "FQoG" + random(48),
-			Expiration: a.now().Add(time.Duration(secs) * time.Second).UTC().Truncate(time.Second), Duration: time.Duration(secs) * time.Second}
+			Expiration: a.now().Add(time.Duration(secs) * time.Second).UTC().Truncate(time.Second), Duration: time.Duration(secs) * time.Second,
+			IssuedAt: a.now().UTC(), Policy: doc, policy: pol}
 		a.mu.Lock()
 		a.issued = append(a.issued, is)
 		a.mu.Unlock()
@@ -274,6 +321,10 @@ func (a *AWS) serveSecrets(w http.ResponseWriter, r *http.Request) {
 			fail(400, "ValidationException", "SecretId is required")
 			return
 		}
+		if status, typ, msg := a.authorize(r, c.AccessKeyID, "secretsmanager:GetSecretValue", in.SecretId); status != 0 {
+			fail(status, typ, msg)
+			return
+		}
 		a.mu.Lock()
 		v, ok := a.secrets[in.SecretId]
 		a.mu.Unlock()
@@ -290,4 +341,48 @@ func (a *AWS) serveSecrets(w http.ResponseWriter, r *http.Request) {
 	default:
 		fail(400, "UnknownOperationException", "unknown operation "+target)
 	}
+}
+
+// authorize decides a call signed by access key id key on resource: the
+// agent's own keys (any key AssumeRole did not issue) may do anything; an
+// issued key's call needs its session token, must come before the
+// credentials expire, and must pass its session policy and its role's
+// inline policies at the fake's clock. It returns the error's status,
+// type and message, or status 0 when the call is allowed.
+func (a *AWS) authorize(r *http.Request, key, action, resource string) (status int, typ, msg string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var is *Issued
+	for i := range a.issued {
+		if a.issued[i].AccessKeyID == key {
+			is = &a.issued[i]
+		}
+	}
+	if is == nil {
+		return 0, "", ""
+	}
+	if r.Header.Get("X-Amz-Security-Token") != is.SessionToken {
+		return 400, "UnrecognizedClientException", "The security token included in the request is invalid."
+	}
+	now := a.now()
+	if !now.Before(is.Expiration) {
+		return 400, "ExpiredTokenException", "The security token included in the request is expired"
+	}
+	req := request{Action: action, Resource: resource, Keys: map[string]time.Time{
+		"aws:currenttime": now, "aws:epochtime": now, "aws:tokenissuetime": is.IssuedAt}}
+	who := is.RoleARN + "/" + is.SessionName
+	for _, name := range slices.Sorted(maps.Keys(a.rolePolicies[is.RoleARN])) {
+		if eff, sid := a.rolePolicies[is.RoleARN][name].decide(req); eff == "Deny" {
+			return 400, "AccessDeniedException", fmt.Sprintf("User: %s is not authorized to perform: %s on resource: %s with an explicit deny in an identity-based policy (%s, statement %s)", who, action, resource, name, sid)
+		}
+	}
+	if is.policy != nil {
+		switch eff, sid := is.policy.decide(req); eff {
+		case "Deny":
+			return 400, "AccessDeniedException", fmt.Sprintf("User: %s is not authorized to perform: %s on resource: %s with an explicit deny in a session policy (statement %s)", who, action, resource, sid)
+		case "":
+			return 400, "AccessDeniedException", fmt.Sprintf("User: %s is not authorized to perform: %s on resource: %s because no session policy allows the %s action", who, action, resource, action)
+		}
+	}
+	return 0, "", ""
 }
