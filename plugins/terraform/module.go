@@ -167,7 +167,9 @@ func fetchModule(ctx context.Context, registry string, opEnv map[string]string, 
 }
 
 // untarModule unpacks a gzipped tar of regular files and directories into
-// dst, refusing links, devices and any name leaving dst.
+// dst, refusing links, devices, any name leaving dst, and what a
+// tfmodule.Checker refuses (.terraform/, override files, too many
+// entries, too deep); a refused layer is refused whole, whoever packed it.
 func untarModule(r io.Reader, dst string) error {
 	zr, err := gzip.NewReader(r)
 	if err != nil {
@@ -175,6 +177,7 @@ func untarModule(r io.Reader, dst string) error {
 	}
 	tr := tar.NewReader(zr)
 	var total int64
+	var check tfmodule.Checker
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -186,6 +189,11 @@ func untarModule(r io.Reader, dst string) error {
 		name := path.Clean(h.Name)
 		if !fs.ValidPath(name) || name == "." && h.Typeflag != tar.TypeDir {
 			return fmt.Errorf("entry %q: not a relative path inside the module", h.Name)
+		}
+		if name != "." {
+			if err := check.Check(name); err != nil {
+				return err
+			}
 		}
 		target := filepath.Join(dst, filepath.FromSlash(name))
 		switch h.Typeflag {
