@@ -19,6 +19,7 @@ import (
 	"oras.land/oras-go/v2/content"
 	"oras.land/oras-go/v2/content/oci"
 
+	"github.com/byoc-dev/byoc/internal/chartpack"
 	"github.com/byoc-dev/byoc/internal/ocicopy"
 )
 
@@ -141,6 +142,10 @@ func loadOCIChart(ctx context.Context, ref chartRef, env map[string]string) (*ch
 	tgz, err := content.FetchAll(ctx, store, *layer)
 	if err != nil {
 		return nil, fmt.Errorf("chart %s@%s: read chart layer: %w", ref.Layout, ref.Digest, err)
+	}
+	// Helm bounds the bytes it unpacks, not the number of files.
+	if err := chartpack.CheckArchive(tgz); err != nil {
+		return nil, fmt.Errorf("chart %s@%s: %w", ref.Layout, ref.Digest, err)
 	}
 	ch, err := loader.LoadArchive(bytes.NewReader(tgz))
 	if err != nil {

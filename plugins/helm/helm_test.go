@@ -14,6 +14,7 @@ import (
 
 	"helm.sh/helm/v3/pkg/release"
 
+	"github.com/byoc-dev/byoc/internal/chartpack"
 	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/internal/ocicopy/ocitest"
 	"github.com/byoc-dev/byoc/plugins/sdk"
@@ -337,6 +338,30 @@ func TestOCIChart(t *testing.T) {
 		{Name: "tampered layer", Config: cfg("oci:" + layout + "@" + dg.String()),
 			PreConfig:   func() error { return tamperLargestBlob(layout) },
 			ExpectError: regexp.MustCompile(`chart .*: read chart layer: .*(digest|size)`)},
+	}})
+}
+
+// A chart layer of more files than chartpack.MaxEntries is refused
+// before Helm unpacks it, naming the entry and the limit (Helm bounds the
+// bytes of a chart, not its files).
+func TestOCIChartEntryLimit(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "Chart.yaml"), []byte("apiVersion: v2\nname: many\nversion: 1.0.0\n"), 0o644)
+	os.MkdirAll(filepath.Join(dir, "files"), 0o755)
+	for i := range chartpack.MaxEntries {
+		if err := os.WriteFile(filepath.Join(dir, "files", fmt.Sprintf("%05d", i)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	layout := t.TempDir()
+	dg, err := PushChart(context.Background(), dir, layout, "1.0.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFakeCluster(t)
+	sdktest.Test(t, f.plugin(), sdktest.Case{SkipDestroy: true, Steps: []sdktest.Step{
+		{Op: sdk.OpPlan, Config: map[string]any{"release": "many", "chart": "oci:" + layout + "@" + dg.String()},
+			ExpectError: regexp.MustCompile(`chart .*: chart layer: entry "files/\d{5}": the chart has more than 10000 entries \(files and directories\), the limit`)},
 	}})
 }
 
