@@ -183,10 +183,12 @@ func TestCancelStopsInstall(t *testing.T) {
 		t.Fatalf("Apply after cancel: %v; want a cancelled error", err)
 	}
 	// Let the fake's blocked wait return, as a real one would have
-	// carried on: nothing may record the release as deployed.
+	// carried on: nothing may record the release as deployed. Helm left
+	// its install goroutine (performInstall) running when Apply returned;
+	// once it has exited, whatever it was going to write is written.
 	close(f.kube.block)
 	<-f.kube.finished
-	time.Sleep(100 * time.Millisecond) // the abandoned goroutine's last steps, if it had any
+	waitGoroutineGone(t, "helm.sh/helm/v3/pkg/action.(*Install).performInstall(")
 	rel, err := f.releases.Last("web")
 	if err != nil {
 		t.Fatal(err)
