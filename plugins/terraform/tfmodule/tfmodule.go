@@ -11,9 +11,12 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -111,6 +114,41 @@ func (c *Checker) Check(rel string) error {
 		return fmt.Errorf("entry %q: override files are refused: Terraform merges them over the module's other files, so they change what was reviewed (and could replace the backend the agent sets); put the settings in the module's own files", rel)
 	}
 	return nil
+}
+
+// CheckLayer reads the entry headers of a module layer (a gzipped tar of
+// the module's files) and refuses what a Checker refuses, a name that is
+// not a relative path inside the module, and any entry but a file or a
+// directory, naming the entry. The build agent runs it on a module it
+// packages, so a vendor hears at package time what an agent would refuse.
+func CheckLayer(tgz []byte) error {
+	zr, err := gzip.NewReader(bytes.NewReader(tgz))
+	if err != nil {
+		return err
+	}
+	tr := tar.NewReader(zr)
+	var c Checker
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		name := path.Clean(h.Name)
+		if !fs.ValidPath(name) || name == "." && h.Typeflag != tar.TypeDir {
+			return fmt.Errorf("entry %q: not a relative path inside the module", h.Name)
+		}
+		if h.Typeflag != tar.TypeDir && h.Typeflag != tar.TypeReg {
+			return fmt.Errorf("entry %q: type %q: only files and directories", h.Name, h.Typeflag)
+		}
+		if name != "." {
+			if err := c.Check(name); err != nil {
+				return err
+			}
+		}
+	}
 }
 
 // IsOverrideFile reports whether Terraform reads a file of this name as
