@@ -237,7 +237,7 @@ func copyModuleDir(src, dst string) error {
 	if !st.IsDir() {
 		return fmt.Errorf("module_dir %s: not a directory", src)
 	}
-	return tfmodule.Walk(src, func(rel string, d fs.DirEntry) error {
+	err = tfmodule.Walk(src, func(rel string, d fs.DirEntry) error {
 		target := filepath.Join(dst, rel)
 		if d.IsDir() {
 			return os.MkdirAll(target, 0o755)
@@ -248,6 +248,10 @@ func copyModuleDir(src, dst string) error {
 		}
 		return os.WriteFile(target, b, 0o644)
 	})
+	if err != nil {
+		return fmt.Errorf("module_dir %s: %w", src, err)
+	}
+	return nil
 }
 
 // declaresVariable reports whether the root module in dir declares

@@ -112,6 +112,11 @@ func TestPackModuleRefuses(t *testing.T) {
 	if _, err := PackModule(dir); err == nil || !strings.Contains(err.Error(), `entry "backend_override.tf": override files are refused`) {
 		t.Fatalf("pack with an override file: %v", err)
 	}
+	// A development module_dir too, naming the directory.
+	want := "module_dir " + dir + `: entry "backend_override.tf": override files are refused`
+	if err := copyModuleDir(dir, t.TempDir()); err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("module_dir with an override file: %v, want %q", err, want)
+	}
 }
 
 // PackModule is a function of the files: the same directory packs to the

@@ -185,7 +185,7 @@ func Walk(root string, fn func(rel string, d fs.DirEntry) error) error {
 			return nil
 		}
 		if err := c.Check(filepath.ToSlash(rel)); err != nil {
-			return fmt.Errorf("%s: %w", root, err)
+			return err
 		}
 		return fn(filepath.ToSlash(rel), d)
 	})
