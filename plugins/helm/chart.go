@@ -224,6 +224,12 @@ func PushChart(ctx context.Context, dir, layoutDir, tag string) (digest.Digest, 
 	if err != nil {
 		return "", err
 	}
+	return pushChartLayer(ctx, cfg, tgz, layoutDir, tag)
+}
+
+// pushChartLayer stores a chart's config (Chart.yaml as JSON) and layer
+// (its gzipped tar) as PushChart does.
+func pushChartLayer(ctx context.Context, cfg, tgz []byte, layoutDir, tag string) (digest.Digest, error) {
 	store, err := oci.New(layoutDir)
 	if err != nil {
 		return "", err

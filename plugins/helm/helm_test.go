@@ -1,6 +1,9 @@
 package helm
 
 import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -347,23 +350,26 @@ func TestOCIChart(t *testing.T) {
 // before Helm unpacks it, naming the entry and the limit (Helm bounds the
 // bytes of a chart, not its files).
 func TestOCIChartEntryLimit(t *testing.T) {
-	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "Chart.yaml"), []byte("apiVersion: v2\nname: many\nversion: 1.0.0\n"), 0o644)
-	os.MkdirAll(filepath.Join(dir, "files"), 0o755)
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(zw)
+	chartYAML := "apiVersion: v2\nname: many\nversion: 1.0.0\n"
+	tw.WriteHeader(&tar.Header{Name: "many/Chart.yaml", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(chartYAML))})
+	tw.Write([]byte(chartYAML))
 	for i := range chartpack.MaxEntries {
-		if err := os.WriteFile(filepath.Join(dir, "files", fmt.Sprintf("%05d", i)), nil, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		tw.WriteHeader(&tar.Header{Name: fmt.Sprintf("many/files/%05d", i), Typeflag: tar.TypeReg, Mode: 0o644})
 	}
+	tw.Close()
+	zw.Close()
 	layout := t.TempDir()
-	dg, err := PushChart(context.Background(), dir, layout, "1.0.0")
+	dg, err := pushChartLayer(context.Background(), []byte(`{"apiVersion":"v2","name":"many","version":"1.0.0"}`), buf.Bytes(), layout, "1.0.0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	f := newFakeCluster(t)
 	sdktest.Test(t, f.plugin(), sdktest.Case{SkipDestroy: true, Steps: []sdktest.Step{
 		{Op: sdk.OpPlan, Config: map[string]any{"release": "many", "chart": "oci:" + layout + "@" + dg.String()},
-			ExpectError: regexp.MustCompile(`chart .*: chart layer: entry "files/\d{5}": the chart has more than 10000 entries \(files and directories\), the limit`)},
+			ExpectError: regexp.MustCompile(`chart .*: chart layer: entry "files/09999": the chart has more than 10000 entries \(files and directories\), the limit`)},
 	}})
 }
 
