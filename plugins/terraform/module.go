@@ -43,7 +43,7 @@ func PushModule(ctx context.Context, dir, registry, ref string, creds ocicopy.Cr
 
 // maxModuleBytes bounds a module layer (compressed) and its unpacked
 // files; a module is HCL, not data.
-const maxModuleBytes = 64 << 20
+const maxModuleBytes = tfmodule.MaxBytes
 
 // store is what a module is read from: an OCI image layout or a
 // registry repository.
@@ -160,24 +160,27 @@ func fetchModule(ctx context.Context, registry string, opEnv map[string]string, 
 	if err != nil {
 		return "", fmt.Errorf("module %q: layer: %w", ref, err)
 	}
-	if err := untarModule(bytes.NewReader(lb), dst); err != nil {
+	if err := untarModule(lb, dst); err != nil {
 		return "", fmt.Errorf("module %q: layer %s: %w", ref, layer.Digest, err)
 	}
 	return desc.Digest.String(), nil
 }
 
 // untarModule unpacks a gzipped tar of regular files and directories into
-// dst, refusing links, devices, any name leaving dst, and what a
-// tfmodule.Checker refuses (.terraform/, override files, too many
-// entries, too deep); a refused layer is refused whole, whoever packed it.
-func untarModule(r io.Reader, dst string) error {
-	zr, err := gzip.NewReader(r)
+// dst. The whole layer is checked first (tfmodule.CheckLayer: links,
+// devices, names leaving dst, .terraform/, override files, too many
+// entries, too deep), so a refused layer writes nothing, whoever packed
+// it; the unpacked bytes are bounded as they are written.
+func untarModule(tgz []byte, dst string) error {
+	if err := tfmodule.CheckLayer(tgz); err != nil {
+		return err
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(tgz))
 	if err != nil {
 		return err
 	}
 	tr := tar.NewReader(zr)
 	var total int64
-	var check tfmodule.Checker
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -189,11 +192,6 @@ func untarModule(r io.Reader, dst string) error {
 		name := path.Clean(h.Name)
 		if !fs.ValidPath(name) || name == "." && h.Typeflag != tar.TypeDir {
 			return fmt.Errorf("entry %q: not a relative path inside the module", h.Name)
-		}
-		if name != "." {
-			if err := check.Check(name); err != nil {
-				return err
-			}
 		}
 		target := filepath.Join(dst, filepath.FromSlash(name))
 		switch h.Typeflag {

@@ -59,7 +59,7 @@ func TestUntarModuleRefuses(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			dst := t.TempDir()
-			err := untarModule(bytes.NewReader(tarGz(t, tt.entry)), dst)
+			err := untarModule(tarGz(t, tt.entry), dst)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("untar %q: %v, want %q", tt.entry.Name, err, tt.want)
 			}
@@ -72,11 +72,11 @@ func TestUntarModuleRefuses(t *testing.T) {
 	// (which only narrows what init takes from the mirror) and files
 	// whose names merely contain "override".
 	dst := t.TempDir()
-	if err := untarModule(bytes.NewReader(tarGz(t, tar.Header{Name: "sub/", Typeflag: tar.TypeDir, Mode: 0o755},
+	if err := untarModule(tarGz(t, tar.Header{Name: "sub/", Typeflag: tar.TypeDir, Mode: 0o755},
 		tar.Header{Name: "sub/main.tf", Typeflag: tar.TypeReg, Size: 3, Mode: 0o644},
 		tar.Header{Name: ".terraform.lock.hcl", Typeflag: tar.TypeReg, Size: 3, Mode: 0o644},
 		tar.Header{Name: "override_rules.tf", Typeflag: tar.TypeReg, Size: 3, Mode: 0o644},
-		tar.Header{Name: "no_override.tf.txt", Typeflag: tar.TypeReg, Size: 3, Mode: 0o644})), dst); err != nil {
+		tar.Header{Name: "no_override.tf.txt", Typeflag: tar.TypeReg, Size: 3, Mode: 0o644}), dst); err != nil {
 		t.Fatal(err)
 	}
 	if b, err := os.ReadFile(filepath.Join(dst, "sub", "main.tf")); err != nil || string(b) != "xxx" {
@@ -93,13 +93,18 @@ func TestUntarModuleEntryLimit(t *testing.T) {
 		entries = append(entries, tar.Header{Name: fmt.Sprintf("f%05d.tf", i), Typeflag: tar.TypeReg, Mode: 0o644})
 	}
 	layer := tarGz(t, entries...)
-	err := untarModule(bytes.NewReader(layer), t.TempDir())
+	dst := t.TempDir()
+	err := untarModule(layer, dst)
 	want := fmt.Sprintf(`entry "f%05d.tf": the module has more than %d entries (files and directories), the limit`, tfmodule.MaxEntries, tfmodule.MaxEntries)
 	if err == nil || err.Error() != want {
 		t.Fatalf("untar of %d empty files (%d bytes): %v, want %q", len(entries), len(layer), err, want)
 	}
+	// Refused before a file was written.
+	if left, _ := os.ReadDir(dst); len(left) != 0 {
+		t.Fatalf("a refused layer left %d entries behind", len(left))
+	}
 	// Exactly MaxEntries is a module.
-	if err := untarModule(bytes.NewReader(tarGz(t, entries[:tfmodule.MaxEntries]...)), t.TempDir()); err != nil {
+	if err := tfmodule.CheckLayer(tarGz(t, entries[:tfmodule.MaxEntries]...)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -138,7 +143,7 @@ func TestPackModuleDeterministic(t *testing.T) {
 		t.Fatal("packing the same files twice gave different bytes")
 	}
 	out := t.TempDir()
-	if err := untarModule(bytes.NewReader(a), out); err != nil {
+	if err := untarModule(a, out); err != nil {
 		t.Fatal(err)
 	}
 	entries, _ := os.ReadDir(out)

@@ -64,9 +64,11 @@ func ParseRef(s string) (Ref, error) {
 
 // The limits of a module's files, kept by Pack, by the terraform type's
 // copy of a development module_dir and by its unpacking of a module
-// layer (which refuses the layer whoever packed it). Bytes are bounded
-// there too (64 MiB).
+// layer (which refuses the layer whoever packed it).
 const (
+	// MaxBytes bounds a module layer (compressed) and its unpacked files;
+	// a module is HCL, not data.
+	MaxBytes = 64 << 20
 	// MaxEntries bounds a module's files and directories together.
 	MaxEntries = 10_000
 	// MaxDepth bounds how many names deep an entry is ("a/b/c.tf" is 3).
@@ -118,8 +120,8 @@ func (c *Checker) Check(rel string) error {
 
 // CheckLayer reads the entry headers of a module layer (a gzipped tar of
 // the module's files) and refuses what a Checker refuses, a name that is
-// not a relative path inside the module, and any entry but a file or a
-// directory, naming the entry. The build agent runs it on a module it
+// not a relative path inside the module, any entry but a file or a
+// directory, and files of more than MaxBytes together, naming the entry. The build agent runs it on a module it
 // packages, so a vendor hears at package time what an agent would refuse.
 func CheckLayer(tgz []byte) error {
 	zr, err := gzip.NewReader(bytes.NewReader(tgz))
@@ -128,6 +130,7 @@ func CheckLayer(tgz []byte) error {
 	}
 	tr := tar.NewReader(zr)
 	var c Checker
+	var total int64
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -142,6 +145,9 @@ func CheckLayer(tgz []byte) error {
 		}
 		if h.Typeflag != tar.TypeDir && h.Typeflag != tar.TypeReg {
 			return fmt.Errorf("entry %q: type %q: only files and directories", h.Name, h.Typeflag)
+		}
+		if total += h.Size; total > MaxBytes {
+			return fmt.Errorf("entry %q: the module's files come to more than %d bytes, the limit", h.Name, MaxBytes)
 		}
 		if name != "." {
 			if err := c.Check(name); err != nil {

@@ -63,6 +63,7 @@ func TestCheckLayer(t *testing.T) {
 		"parent":       {layer(t, file("../x.tf")), `entry "../x.tf": not a relative path inside the module`},
 		"deep":         {layer(t, file(strings.Repeat("d/", tfmodule.MaxDepth)+"x.tf")), "33 names deep, over the limit of 32"},
 		"many":         {layer(t, many...), `entry "f10000": the module has more than 10000 entries (files and directories), the limit`},
+		"bytes":        {layer(t, tar.Header{Name: "a", Typeflag: tar.TypeReg, Size: tfmodule.MaxBytes / 2}, tar.Header{Name: "b", Typeflag: tar.TypeReg, Size: tfmodule.MaxBytes/2 + 1}), `entry "b": the module's files come to more than 67108864 bytes, the limit`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if err := tfmodule.CheckLayer(tc.layer); err == nil || !strings.Contains(err.Error(), tc.want) {
