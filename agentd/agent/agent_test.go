@@ -296,6 +296,41 @@ func (fs *fakeStream) next(t *testing.T) *agentv1.ConnectRequest {
 	}
 }
 
+// nextHeartbeat returns the agent's next heartbeat, dropping other
+// messages. The agent's session loop handles imsd's messages, sends its
+// writes and sends heartbeats on one goroutine, and the stream keeps
+// order: a heartbeat that follows a write was sent after all the agent
+// did on its way to that write, and one that follows the handling of a
+// message (seen by what it names) after all that handling did.
+func (fs *fakeStream) nextHeartbeat(t *testing.T) *agentv1.Heartbeat {
+	t.Helper()
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case m := <-fs.up:
+			if hb := m.GetHeartbeat(); hb != nil {
+				return hb
+			}
+		case <-deadline:
+			t.Fatal("no heartbeat from the agent")
+		}
+	}
+}
+
+// names reports whether hb names job id as held.
+func names(hb *agentv1.Heartbeat, id string) bool {
+	return slices.ContainsFunc(hb.GetRunning(), func(r *agentv1.RunningJob) bool { return r.JobId == id })
+}
+
+// began reports whether the agent has begun an attempt of job id (it
+// marks it so under a.mu before it starts the run, in beginLocked).
+func began(a *Agent, id string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	j := a.jobs[id]
+	return j != nil && j.started
+}
+
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
@@ -312,14 +347,23 @@ func eventually(t *testing.T, what string, cond func() bool) {
 func TestAttemptStartsOnlyAfterTheAckIsAccepted(t *testing.T) {
 	rr := &runRecorder{release: make(chan struct{})}
 	f := &fakeIMS{}
-	startFake(t, f, rr)
+	a := startFake(t, f, rr)
 	fs := <-f.streams
 	fs.down <- f.assign("job_a", 7, "ins_1")
 	ack := fs.next(t).GetAck()
 	if ack == nil || ack.JobId != "job_a" || ack.FencingToken != 7 {
 		t.Fatalf("want an ack of job_a, got %v", ack)
 	}
-	time.Sleep(100 * time.Millisecond)
+	// The heartbeat after the ack comes after everything the agent did
+	// on taking the assignment and sending its ack (see nextHeartbeat):
+	// had it begun the attempt on the way, the attempt would be marked
+	// begun by now (beginLocked marks it before it starts the run).
+	if hb := fs.nextHeartbeat(t); !names(hb, "job_a") {
+		t.Fatalf("the heartbeat after the ack does not name job_a: %v", hb)
+	}
+	if began(a, "job_a") {
+		t.Fatal("the attempt began before imsd accepted its ack")
+	}
 	if started, _ := rr.get(); len(started) != 0 {
 		t.Fatalf("the job started before imsd accepted its ack: %v", started)
 	}
@@ -350,9 +394,26 @@ func TestAttemptStartsOnlyAfterTheAckIsAccepted(t *testing.T) {
 
 	fs.down <- f.assign("job_b", 8, "ins_1")
 	ack = fs.next(t).GetAck()
+	a.mu.Lock()
+	jb := a.jobs["job_b"]
+	a.mu.Unlock()
 	fs.down <- &agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Rejected{Rejected: &agentv1.WriteRejected{
 		WriteId: ack.WriteId, JobId: "job_b", Code: "failed_precondition", Message: "stale fencing token"}}}
-	time.Sleep(200 * time.Millisecond)
+	// The agent has handled the refusal once a heartbeat no longer names
+	// job_b: the attempt is given up (stopping), so it can never begin
+	// from then on; it must not have begun before.
+	deadline := time.Now().Add(5 * time.Second)
+	for hb := fs.nextHeartbeat(t); names(hb, "job_b"); hb = fs.nextHeartbeat(t) {
+		if time.Now().After(deadline) {
+			t.Fatal("the agent still holds job_b 5s after imsd refused its ack")
+		}
+	}
+	a.mu.Lock()
+	bBegan, bStopping := jb.started, jb.stopping
+	a.mu.Unlock()
+	if bBegan || !bStopping {
+		t.Fatalf("job_b, whose ack imsd refused: began %v, given up %v; want never begun, given up", bBegan, bStopping)
+	}
 	if started, _ := rr.get(); len(started) != 2 {
 		t.Fatalf("a job whose ack was refused ran: %v", started)
 	}

@@ -2,7 +2,8 @@
 // a distribution registry configured for token authentication sends its
 // clients to (the Docker token specification), the registry tokens it
 // mints (JWTs signed with an ECDSA P-256 key whose self-signed certificate
-// is the registry's rootcertbundle), and the scope grammar of both.
+// is the registry's rootcertbundle, by github.com/golang-jwt/jwt/v5), and
+// the scope grammar of both.
 //
 // imsd never talks to the registry itself: it only signs tokens that the
 // registry verifies offline. Who may have which token is the caller's
@@ -13,11 +14,9 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/base64"
-	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -25,6 +24,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/byoc-dev/byoc/internal/atomicfile"
 )
@@ -152,33 +153,24 @@ func (s *Signer) Mint(subject string, scopes []Scope, now time.Time, ttl time.Du
 	for _, sc := range scopes {
 		acc = append(acc, access{Type: sc.Type, Name: sc.Name, Actions: append([]string{}, sc.Actions...)})
 	}
-	header := map[string]any{"typ": "JWT", "alg": "ES256", "x5c": []string{base64.StdEncoding.EncodeToString(s.cert)}}
-	claims := map[string]any{
+	// golang-jwt writes the JWS (RFC 7515) compact form: the header
+	// {"alg":"ES256","typ":"JWT","x5c":[…]} (distribution 2.8 takes the
+	// signing key from x5c and checks its chain against the
+	// rootcertbundle), the claims as given (aud a string, as the Docker
+	// token specification writes it), and R||S each 32 bytes.
+	claims := jwt.MapClaims{
 		"iss": Issuer, "sub": subject, "aud": s.Service,
 		// The registry allows a minute of clock skew; so does nbf here.
 		"iat": now.Unix(), "nbf": now.Add(-time.Minute).Unix(), "exp": now.Add(ttl).Unix(),
 		"jti": base64.RawURLEncoding.EncodeToString(jti), "access": acc,
 	}
-	hb, err := json.Marshal(header)
+	t := jwt.NewWithClaims(jwt.SigningMethodES256, claims)
+	t.Header["x5c"] = []string{base64.StdEncoding.EncodeToString(s.cert)}
+	signed, err := t.SignedString(s.key)
 	if err != nil {
-		return Token{}, err
+		return Token{}, fmt.Errorf("sign registry token: %w", err)
 	}
-	cb, err := json.Marshal(claims)
-	if err != nil {
-		return Token{}, err
-	}
-	signing := base64.RawURLEncoding.EncodeToString(hb) + "." + base64.RawURLEncoding.EncodeToString(cb)
-	sum := sha256.Sum256([]byte(signing))
-	r, sv, err := ecdsa.Sign(rand.Reader, s.key, sum[:])
-	if err != nil {
-		return Token{}, err
-	}
-	// JWS ES256: R and S, each left-padded to 32 bytes.
-	sig := make([]byte, 64)
-	r.FillBytes(sig[:32])
-	sv.FillBytes(sig[32:])
-	return Token{Token: signing + "." + base64.RawURLEncoding.EncodeToString(sig), IssuedAt: now, Expires: now.Add(ttl),
-		ID: claims["jti"].(string)}, nil
+	return Token{Token: signed, IssuedAt: now, Expires: now.Add(ttl), ID: claims["jti"].(string)}, nil
 }
 
 // CertificatePEM is the token certificate, for the registry's rootcertbundle.

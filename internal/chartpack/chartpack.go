@@ -15,6 +15,7 @@ package chartpack
 import (
 	"archive/tar"
 	"bytes"
+	"cmp"
 	"compress/gzip"
 	"context"
 	"encoding/json"
@@ -50,6 +51,58 @@ const (
 // maxChartBytes bounds the files of a chart: charts are text.
 const maxChartBytes = 16 << 20
 
+// The limits of a chart's entries (files and directories), kept by Pack,
+// PackArchive and CheckArchive (which the helm type runs on every chart
+// layer before Helm reads it): bytes alone let a small layer of many
+// empty files through.
+const (
+	// MaxEntries bounds a chart's files and directories together.
+	MaxEntries = 10_000
+	// MaxDepth bounds how many names deep an entry is ("templates/a.yaml"
+	// is 2), under the chart's own directory in a layer.
+	MaxDepth = 32
+)
+
+// entryCounter counts a chart's entries against MaxEntries and MaxDepth.
+type entryCounter struct{ n int }
+
+func (c *entryCounter) check(where, name string) error {
+	c.n++
+	if c.n > MaxEntries {
+		return fmt.Errorf("%s: entry %q: the chart has more than %d entries (files and directories), the limit", where, name, MaxEntries)
+	}
+	if d := len(strings.Split(strings.Trim(name, "/"), "/")); d > MaxDepth {
+		return fmt.Errorf("%s: entry %q: %d names deep, over the limit of %d", where, name, d, MaxDepth)
+	}
+	return nil
+}
+
+// CheckArchive reads the entry headers of a chart's gzipped tar (a chart
+// layer, NAME/... as helm package writes it) and refuses more than
+// MaxEntries entries or one deeper than MaxDepth below the chart's
+// directory, naming the entry and the limit. It holds no file's bytes.
+func CheckArchive(tgz []byte) error {
+	zr, err := gzip.NewReader(bytes.NewReader(tgz))
+	if err != nil {
+		return fmt.Errorf("chart layer: %w", err)
+	}
+	tr := tar.NewReader(zr)
+	var c entryCounter
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("chart layer: %w", err)
+		}
+		_, rest, _ := strings.Cut(strings.TrimPrefix(path.Clean("/"+h.Name), "/"), "/")
+		if err := c.check("chart layer", cmp.Or(rest, h.Name)); err != nil {
+			return err
+		}
+	}
+}
+
 // Chart is a packed chart.
 type Chart struct {
 	Name, Version string
@@ -63,9 +116,15 @@ type Chart struct {
 func Pack(dir string) (*Chart, error) {
 	files := map[string][]byte{}
 	total := 0
+	var c entryCounter
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
+		}
+		if rel, _ := filepath.Rel(dir, p); rel != "." {
+			if err := c.check(dir, filepath.ToSlash(rel)); err != nil {
+				return err
+			}
 		}
 		switch {
 		case d.IsDir():
@@ -106,6 +165,7 @@ func PackArchive(tgz []byte) (*Chart, error) {
 	tr := tar.NewReader(zr)
 	files := map[string][]byte{}
 	total := 0
+	var c entryCounter
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -113,6 +173,9 @@ func PackArchive(tgz []byte) (*Chart, error) {
 		}
 		if err != nil {
 			return nil, fmt.Errorf("chart archive: %w", err)
+		}
+		if err := c.check("chart archive", h.Name); err != nil {
+			return nil, err
 		}
 		name := strings.TrimPrefix(path.Clean("/"+h.Name), "/")
 		if h.Name == "" || strings.HasPrefix(h.Name, "/") || slices.Contains(strings.Split(h.Name, "/"), "..") {

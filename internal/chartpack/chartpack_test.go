@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -220,6 +221,8 @@ func TestPackArchiveRefuses(t *testing.T) {
 		"too big":         {tgz(t, chart, reg("big", strings.Repeat("x", 16<<20))), "more than 16777216 bytes"},
 		"no version":      {tgz(t, reg("Chart.yaml", "name: api\n")), "needs a name and a version"},
 		"name with slash": {tgz(t, reg("Chart.yaml", "name: a/b\nversion: 1.0.0\n")), `name "a/b" is not a chart name`},
+		"many entries":    {tgz(t, manyEntries(chart, chartpack.MaxEntries)...), fmt.Sprintf(`chart archive: entry "files/%05d": the chart has more than %d entries (files and directories), the limit`, chartpack.MaxEntries-1, chartpack.MaxEntries)},
+		"too deep":        {tgz(t, chart, reg(strings.Repeat("d/", chartpack.MaxDepth)+"x", "")), fmt.Sprintf("33 names deep, over the limit of %d", chartpack.MaxDepth)},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := chartpack.PackArchive(tc.archive)
@@ -227,5 +230,44 @@ func TestPackArchiveRefuses(t *testing.T) {
 				t.Fatalf("PackArchive: %v, want an error containing %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// manyEntries is first and n empty files under files/.
+func manyEntries(first tar.Header, n int) []tar.Header {
+	out := []tar.Header{first}
+	for i := range n {
+		out = append(out, reg(fmt.Sprintf("files/%05d", i), ""))
+	}
+	return out
+}
+
+// A chart layer (NAME/... entries) of more entries than MaxEntries, or
+// one too deep, is refused by CheckArchive however few bytes it has; a
+// packed chart passes.
+func TestCheckArchive(t *testing.T) {
+	c, err := chartpack.Pack(filepath.Join(writeExample(t), "charts", "api"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := chartpack.CheckArchive(c.Layer); err != nil {
+		t.Fatal(err)
+	}
+	var entries []tar.Header
+	for _, h := range manyEntries(reg("api/Chart.yaml", "name: api\nversion: 1.0.0\n"), chartpack.MaxEntries) {
+		h.Name = strings.Replace(h.Name, "files/", "api/files/", 1)
+		entries = append(entries, h)
+	}
+	layer := tgz(t, entries...)
+	want := fmt.Sprintf(`chart layer: entry "files/%05d": the chart has more than %d entries (files and directories), the limit`, chartpack.MaxEntries-1, chartpack.MaxEntries)
+	if err := chartpack.CheckArchive(layer); err == nil || err.Error() != want {
+		t.Fatalf("CheckArchive of %d empty files (%d bytes): %v, want %q", len(entries), len(layer), err, want)
+	}
+	// The chart's own directory does not count towards the depth.
+	if err := chartpack.CheckArchive(tgz(t, reg("api/"+strings.Repeat("d/", chartpack.MaxDepth-1)+"x", ""))); err != nil {
+		t.Fatal(err)
+	}
+	if err := chartpack.CheckArchive(tgz(t, reg("api/"+strings.Repeat("d/", chartpack.MaxDepth)+"x", ""))); err == nil || !strings.Contains(err.Error(), "33 names deep") {
+		t.Fatalf("CheckArchive of a deep entry: %v", err)
 	}
 }

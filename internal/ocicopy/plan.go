@@ -57,12 +57,39 @@ type Event struct {
 	Done bool
 }
 
-// MaxManifestBytes bounds a manifest's size: larger ones are refused.
-const MaxManifestBytes = 4 << 20
+// The limits of a graph, so that a hostile source registry cannot make a
+// plan (which holds every manifest's bytes until the copy pushes them)
+// exhaust the agent's memory. Each exceeded limit is a *LimitError.
+const (
+	// MaxManifestBytes bounds a manifest's size: larger ones are refused.
+	MaxManifestBytes = 4 << 20
+	// MaxPlanManifestBytes bounds the bytes of all the manifests of one
+	// graph (referrers included) together.
+	MaxPlanManifestBytes = 64 << 20
+	// MaxGraphDepth bounds how deep manifests nest: the root is at depth
+	// 1, what an index lists and a manifest's referrers one deeper.
+	MaxGraphDepth = 16
+	// MaxNodes bounds a graph's nodes (manifests and blobs, referrers
+	// and their content included).
+	MaxNodes = 100_000
+)
 
-// maxNodes bounds a graph (manifests and blobs), so a hostile source
-// cannot make a plan grow without end.
-const maxNodes = 100_000
+// LimitError is a graph over one of the limits above.
+type LimitError struct {
+	// Ref is the repository and the root digest of the graph.
+	Ref string
+	// Limit names the limit: "MaxManifestBytes", "MaxPlanManifestBytes",
+	// "MaxGraphDepth" or "MaxNodes".
+	Limit string
+	// Max is the limit's value.
+	Max int64
+	// What says what went over it.
+	What string
+}
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("%s: %s, over the limit %s = %d", e.Ref, e.What, e.Limit, e.Max)
+}
 
 // Node is one piece of content of a graph.
 type Node struct {
@@ -256,8 +283,8 @@ func walk(ctx context.Context, side Side, repo *Repo, root digest.Digest, referr
 	if rootDesc.Digest != root {
 		return nil, ocispec.Descriptor{}, fmt.Errorf("resolve %s in %s: the registry answered %s", root, repo.Name(), rootDesc.Digest)
 	}
-	w := &walker{side: side, repo: repo, seen: map[digest.Digest]bool{}}
-	if err := w.visit(ctx, rootDesc); err != nil {
+	w := &walker{side: side, repo: repo, ref: repo.Name() + "@" + root.String(), seen: map[digest.Digest]bool{}, depth: map[digest.Digest]int{}}
+	if err := w.visit(ctx, rootDesc, 1); err != nil {
 		return nil, ocispec.Descriptor{}, err
 	}
 	if referrers {
@@ -268,12 +295,17 @@ func walk(ctx context.Context, side Side, repo *Repo, root digest.Digest, referr
 			if !n.Manifest {
 				continue
 			}
-			refs, err := repo.referrers(ctx, n.Descriptor)
+			refs, err := repo.referrers(ctx, n.Descriptor, MaxNodes-len(w.seen))
+			var tooMany *tooManyReferrers
+			if errors.As(err, &tooMany) {
+				return nil, ocispec.Descriptor{}, &LimitError{Ref: w.ref, Limit: "MaxNodes", Max: MaxNodes,
+					What: fmt.Sprintf("the graph has %d nodes and %s lists more referrers than that leaves", len(w.seen), n.Descriptor.Digest)}
+			}
 			if err != nil {
 				return nil, ocispec.Descriptor{}, sideError(side, repo, "list referrers of "+n.Descriptor.Digest.String()+" in", err)
 			}
 			for _, r := range refs {
-				if err := w.visit(ctx, r); err != nil {
+				if err := w.visit(ctx, r, w.depth[n.Descriptor.Digest]+1); err != nil {
 					return nil, ocispec.Descriptor{}, err
 				}
 			}
@@ -283,20 +315,27 @@ func walk(ctx context.Context, side Side, repo *Repo, root digest.Digest, referr
 }
 
 type walker struct {
-	side  Side
-	repo  *Repo
-	seen  map[digest.Digest]bool
-	nodes []Node
+	side Side
+	repo *Repo
+	// ref names the graph in errors: the repository and the root.
+	ref  string
+	seen map[digest.Digest]bool
+	// depth is each manifest's depth (the root's is 1).
+	depth map[digest.Digest]int
+	// manifestBytes is the size of the manifests held so far.
+	manifestBytes int64
+	nodes         []Node
 }
 
-// visit appends desc's graph in post-order (children first).
-func (w *walker) visit(ctx context.Context, desc ocispec.Descriptor) error {
+// visit appends desc's graph in post-order (children first); desc is at
+// depth (the root at 1).
+func (w *walker) visit(ctx context.Context, desc ocispec.Descriptor, depth int) error {
 	if w.seen[desc.Digest] {
 		return nil
 	}
 	w.seen[desc.Digest] = true
-	if len(w.seen) > maxNodes {
-		return fmt.Errorf("%s: the graph has over %d nodes", w.repo.Name(), maxNodes)
+	if len(w.seen) > MaxNodes {
+		return &LimitError{Ref: w.ref, Limit: "MaxNodes", Max: MaxNodes, What: fmt.Sprintf("the graph has more nodes (at %s)", desc.Digest)}
 	}
 	if err := desc.Digest.Validate(); err != nil {
 		return fmt.Errorf("%s: descriptor digest %q: %w", w.repo.Name(), desc.Digest, err)
@@ -308,6 +347,23 @@ func (w *walker) visit(ctx context.Context, desc ocispec.Descriptor) error {
 		w.nodes = append(w.nodes, Node{Descriptor: desc})
 		return nil
 	}
+	if depth > MaxGraphDepth {
+		return &LimitError{Ref: w.ref, Limit: "MaxGraphDepth", Max: MaxGraphDepth,
+			What: fmt.Sprintf("manifest %s is at depth %d", desc.Digest, depth)}
+	}
+	if desc.Size > MaxManifestBytes {
+		return &LimitError{Ref: w.ref, Limit: "MaxManifestBytes", Max: MaxManifestBytes,
+			What: fmt.Sprintf("manifest %s is %d bytes", desc.Digest, desc.Size)}
+	}
+	// Counted before the fetch, from the descriptor (fetchManifest
+	// refuses content of another size), so the bytes over the limit are
+	// never read.
+	if w.manifestBytes+desc.Size > MaxPlanManifestBytes {
+		return &LimitError{Ref: w.ref, Limit: "MaxPlanManifestBytes", Max: MaxPlanManifestBytes,
+			What: fmt.Sprintf("the manifests come to %d bytes with %s", w.manifestBytes+desc.Size, desc.Digest)}
+	}
+	w.manifestBytes += desc.Size
+	w.depth[desc.Digest] = depth
 	raw, err := fetchManifest(ctx, w.side, w.repo, desc)
 	if err != nil {
 		return err
@@ -322,7 +378,7 @@ func (w *walker) visit(ctx context.Context, desc ocispec.Descriptor) error {
 			continue
 		}
 		children = append(children, s.Digest)
-		if err := w.visit(ctx, s); err != nil {
+		if err := w.visit(ctx, s, depth+1); err != nil {
 			return err
 		}
 	}
@@ -331,10 +387,8 @@ func (w *walker) visit(ctx context.Context, desc ocispec.Descriptor) error {
 }
 
 // fetchManifest reads a manifest and checks its size and digest.
+// The caller has checked desc.Size against the limits.
 func fetchManifest(ctx context.Context, side Side, repo *Repo, desc ocispec.Descriptor) ([]byte, error) {
-	if desc.Size > MaxManifestBytes {
-		return nil, fmt.Errorf("%s: manifest %s is %d bytes, over the limit of %d", repo.Name(), desc.Digest, desc.Size, MaxManifestBytes)
-	}
 	rc, err := repo.Fetch(ctx, desc)
 	if err != nil {
 		return nil, sideError(side, repo, "fetch manifest "+desc.Digest.String()+" from", err)

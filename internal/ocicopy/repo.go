@@ -166,19 +166,32 @@ func (r *Repo) blobPath(d digest.Digest) string {
 	return filepath.Join(r.dir, "blobs", d.Algorithm().String(), d.Encoded())
 }
 
+// tooManyReferrers is a referrers list longer than asked for.
+type tooManyReferrers struct{}
+
+func (*tooManyReferrers) Error() string { return "too many referrers" }
+
 // referrers lists the manifests whose subject is desc (a layout knows
-// them; for a registry, the referrers API or its tag schema).
-func (r *Repo) referrers(ctx context.Context, desc ocispec.Descriptor) ([]ocispec.Descriptor, error) {
+// them; for a registry, the referrers API or its tag schema): at most
+// max, else a *tooManyReferrers (a registry's pages are read no further).
+func (r *Repo) referrers(ctx context.Context, desc ocispec.Descriptor, max int) ([]ocispec.Descriptor, error) {
 	if r.remote == nil {
 		t, err := r.target(ctx, false)
 		if err != nil || t == nil {
 			return nil, err
 		}
-		return registry.Referrers(ctx, t.(*oci.Store), desc, "")
+		out, err := registry.Referrers(ctx, t.(*oci.Store), desc, "")
+		if err == nil && len(out) > max {
+			return nil, &tooManyReferrers{}
+		}
+		return out, err
 	}
 	var out []ocispec.Descriptor
 	err := r.remote.Referrers(ctx, desc, "", func(refs []ocispec.Descriptor) error {
 		out = append(out, refs...)
+		if len(out) > max {
+			return &tooManyReferrers{}
+		}
 		return nil
 	})
 	return out, err

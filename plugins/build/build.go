@@ -229,6 +229,10 @@ func (p *Plugin) pack(ctx context.Context, req *sdk.ApplyRequest, cfg config, ds
 		}
 		return root, nil
 	}
+	// What an install agent would refuse to unpack is refused here.
+	if err := tfmodule.CheckLayer(cfg.archive); err != nil {
+		return ocispec.Descriptor{}, fmt.Errorf("package %s: %w", cfg.source, err)
+	}
 	artifact, layerType := TerraformArtifactType, TerraformLayerType
 	mem := memory.New()
 	layer := ocispec.Descriptor{MediaType: layerType, Digest: digest.FromBytes(cfg.archive), Size: int64(len(cfg.archive)),

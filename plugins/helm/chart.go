@@ -19,6 +19,7 @@ import (
 	"oras.land/oras-go/v2/content"
 	"oras.land/oras-go/v2/content/oci"
 
+	"github.com/byoc-dev/byoc/internal/chartpack"
 	"github.com/byoc-dev/byoc/internal/ocicopy"
 )
 
@@ -142,6 +143,10 @@ func loadOCIChart(ctx context.Context, ref chartRef, env map[string]string) (*ch
 	if err != nil {
 		return nil, fmt.Errorf("chart %s@%s: read chart layer: %w", ref.Layout, ref.Digest, err)
 	}
+	// Helm bounds the bytes it unpacks, not the number of files.
+	if err := chartpack.CheckArchive(tgz); err != nil {
+		return nil, fmt.Errorf("chart %s@%s: %w", ref.Layout, ref.Digest, err)
+	}
 	ch, err := loader.LoadArchive(bytes.NewReader(tgz))
 	if err != nil {
 		return nil, fmt.Errorf("chart %s@%s: %w", ref.Layout, ref.Digest, err)
@@ -219,6 +224,12 @@ func PushChart(ctx context.Context, dir, layoutDir, tag string) (digest.Digest, 
 	if err != nil {
 		return "", err
 	}
+	return pushChartLayer(ctx, cfg, tgz, layoutDir, tag)
+}
+
+// pushChartLayer stores a chart's config (Chart.yaml as JSON) and layer
+// (its gzipped tar) as PushChart does.
+func pushChartLayer(ctx context.Context, cfg, tgz []byte, layoutDir, tag string) (digest.Digest, error) {
 	store, err := oci.New(layoutDir)
 	if err != nil {
 		return "", err

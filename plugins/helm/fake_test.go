@@ -3,6 +3,8 @@ package helm
 import (
 	"context"
 	"io"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -145,3 +147,28 @@ func (k *blockingKube) Wait(r kube.ResourceList, d time.Duration) error {
 }
 
 func (k *blockingKube) WaitWithJobs(r kube.ResourceList, d time.Duration) error { return k.Wait(r, d) }
+
+// waitGoroutineGone waits until no goroutine of this process is in fn (a
+// function as runtime.Stack prints it), polling its stacks, and fails
+// after 10 s: the signal that an abandoned goroutine (Helm's operation
+// goroutine, left running when its context ended) has done all it was
+// going to do.
+func waitGoroutineGone(t *testing.T, fn string) {
+	t.Helper()
+	buf := make([]byte, 1<<20)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n := runtime.Stack(buf, true)
+		if n == len(buf) {
+			buf = make([]byte, 2*len(buf))
+			continue
+		}
+		if !strings.Contains(string(buf[:n]), fn) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a goroutine is still in %s after 10s:\n%s", fn, buf[:n])
+		}
+		time.Sleep(5 * time.Millisecond) // the poll interval
+	}
+}

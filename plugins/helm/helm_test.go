@@ -1,6 +1,9 @@
 package helm
 
 import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -14,6 +17,7 @@ import (
 
 	"helm.sh/helm/v3/pkg/release"
 
+	"github.com/byoc-dev/byoc/internal/chartpack"
 	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/internal/ocicopy/ocitest"
 	"github.com/byoc-dev/byoc/plugins/sdk"
@@ -182,10 +186,12 @@ func TestCancelStopsInstall(t *testing.T) {
 		t.Fatalf("Apply after cancel: %v; want a cancelled error", err)
 	}
 	// Let the fake's blocked wait return, as a real one would have
-	// carried on: nothing may record the release as deployed.
+	// carried on: nothing may record the release as deployed. Helm left
+	// its install goroutine (performInstall) running when Apply returned;
+	// once it has exited, whatever it was going to write is written.
 	close(f.kube.block)
 	<-f.kube.finished
-	time.Sleep(100 * time.Millisecond) // the abandoned goroutine's last steps, if it had any
+	waitGoroutineGone(t, "helm.sh/helm/v3/pkg/action.(*Install).performInstall(")
 	rel, err := f.releases.Last("web")
 	if err != nil {
 		t.Fatal(err)
@@ -337,6 +343,33 @@ func TestOCIChart(t *testing.T) {
 		{Name: "tampered layer", Config: cfg("oci:" + layout + "@" + dg.String()),
 			PreConfig:   func() error { return tamperLargestBlob(layout) },
 			ExpectError: regexp.MustCompile(`chart .*: read chart layer: .*(digest|size)`)},
+	}})
+}
+
+// A chart layer of more files than chartpack.MaxEntries is refused
+// before Helm unpacks it, naming the entry and the limit (Helm bounds the
+// bytes of a chart, not its files).
+func TestOCIChartEntryLimit(t *testing.T) {
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(zw)
+	chartYAML := "apiVersion: v2\nname: many\nversion: 1.0.0\n"
+	tw.WriteHeader(&tar.Header{Name: "many/Chart.yaml", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(chartYAML))})
+	tw.Write([]byte(chartYAML))
+	for i := range chartpack.MaxEntries {
+		tw.WriteHeader(&tar.Header{Name: fmt.Sprintf("many/files/%05d", i), Typeflag: tar.TypeReg, Mode: 0o644})
+	}
+	tw.Close()
+	zw.Close()
+	layout := t.TempDir()
+	dg, err := pushChartLayer(context.Background(), []byte(`{"apiVersion":"v2","name":"many","version":"1.0.0"}`), buf.Bytes(), layout, "1.0.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFakeCluster(t)
+	sdktest.Test(t, f.plugin(), sdktest.Case{SkipDestroy: true, Steps: []sdktest.Step{
+		{Op: sdk.OpPlan, Config: map[string]any{"release": "many", "chart": "oci:" + layout + "@" + dg.String()},
+			ExpectError: regexp.MustCompile(`chart .*: chart layer: entry "files/09999": the chart has more than 10000 entries \(files and directories\), the limit`)},
 	}})
 }
 

@@ -43,7 +43,7 @@ func PushModule(ctx context.Context, dir, registry, ref string, creds ocicopy.Cr
 
 // maxModuleBytes bounds a module layer (compressed) and its unpacked
 // files; a module is HCL, not data.
-const maxModuleBytes = 64 << 20
+const maxModuleBytes = tfmodule.MaxBytes
 
 // store is what a module is read from: an OCI image layout or a
 // registry repository.
@@ -160,16 +160,22 @@ func fetchModule(ctx context.Context, registry string, opEnv map[string]string, 
 	if err != nil {
 		return "", fmt.Errorf("module %q: layer: %w", ref, err)
 	}
-	if err := untarModule(bytes.NewReader(lb), dst); err != nil {
+	if err := untarModule(lb, dst); err != nil {
 		return "", fmt.Errorf("module %q: layer %s: %w", ref, layer.Digest, err)
 	}
 	return desc.Digest.String(), nil
 }
 
 // untarModule unpacks a gzipped tar of regular files and directories into
-// dst, refusing links, devices and any name leaving dst.
-func untarModule(r io.Reader, dst string) error {
-	zr, err := gzip.NewReader(r)
+// dst. The whole layer is checked first (tfmodule.CheckLayer: links,
+// devices, names leaving dst, .terraform/, override files, too many
+// entries, too deep), so a refused layer writes nothing, whoever packed
+// it; the unpacked bytes are bounded as they are written.
+func untarModule(tgz []byte, dst string) error {
+	if err := tfmodule.CheckLayer(tgz); err != nil {
+		return err
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(tgz))
 	if err != nil {
 		return err
 	}
@@ -229,7 +235,7 @@ func copyModuleDir(src, dst string) error {
 	if !st.IsDir() {
 		return fmt.Errorf("module_dir %s: not a directory", src)
 	}
-	return tfmodule.Walk(src, func(rel string, d fs.DirEntry) error {
+	err = tfmodule.Walk(src, func(rel string, d fs.DirEntry) error {
 		target := filepath.Join(dst, rel)
 		if d.IsDir() {
 			return os.MkdirAll(target, 0o755)
@@ -240,6 +246,10 @@ func copyModuleDir(src, dst string) error {
 		}
 		return os.WriteFile(target, b, 0o644)
 	})
+	if err != nil {
+		return fmt.Errorf("module_dir %s: %w", src, err)
+	}
+	return nil
 }
 
 // declaresVariable reports whether the root module in dir declares

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/byoc-dev/byoc/internal/ocicopy"
+	"github.com/byoc-dev/byoc/plugins/terraform/tfmodule"
 )
 
 func tarGz(t *testing.T, entries ...tar.Header) []byte {
@@ -44,10 +46,20 @@ func TestUntarModuleRefuses(t *testing.T) {
 		{"symlink", tar.Header{Name: "link.tf", Typeflag: tar.TypeSymlink, Linkname: "/etc/passwd"}, "only files and directories"},
 		{"hard link", tar.Header{Name: "link.tf", Typeflag: tar.TypeLink, Linkname: "main.tf"}, "only files and directories"},
 		{"device", tar.Header{Name: "dev", Typeflag: tar.TypeChar}, "only files and directories"},
+		// What would change where providers come from, or what the
+		// reviewed files do.
+		{"providers pre-seeded", tar.Header{Name: ".terraform/providers/registry.terraform.io/hashicorp/null/3.2.4/linux_amd64/terraform-provider-null", Typeflag: tar.TypeReg, Size: 1}, `entry ".terraform/providers/registry.terraform.io/hashicorp/null/3.2.4/linux_amd64/terraform-provider-null": .terraform/ is Terraform's working directory`},
+		{"terraform dir", tar.Header{Name: ".terraform/", Typeflag: tar.TypeDir}, `entry ".terraform": .terraform/`},
+		{"nested terraform dir", tar.Header{Name: "modules/net/.terraform/modules/modules.json", Typeflag: tar.TypeReg, Size: 1}, `.terraform/ is Terraform's working directory`},
+		{"local providers", tar.Header{Name: "terraform.d/plugins/x", Typeflag: tar.TypeReg, Size: 1}, `entry "terraform.d/plugins/x": terraform.d/`},
+		{"override", tar.Header{Name: "override.tf", Typeflag: tar.TypeReg, Size: 1}, `entry "override.tf": override files are refused`},
+		{"named override", tar.Header{Name: "zzz_override.tf", Typeflag: tar.TypeReg, Size: 1}, `entry "zzz_override.tf": override files are refused`},
+		{"json override", tar.Header{Name: "sub/backend_override.tf.json", Typeflag: tar.TypeReg, Size: 1}, `entry "sub/backend_override.tf.json": override files are refused`},
+		{"too deep", tar.Header{Name: strings.Repeat("d/", tfmodule.MaxDepth) + "main.tf", Typeflag: tar.TypeReg, Size: 1}, fmt.Sprintf("33 names deep, over the limit of %d", tfmodule.MaxDepth)},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			dst := t.TempDir()
-			err := untarModule(bytes.NewReader(tarGz(t, tt.entry)), dst)
+			err := untarModule(tarGz(t, tt.entry), dst)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("untar %q: %v, want %q", tt.entry.Name, err, tt.want)
 			}
@@ -56,14 +68,59 @@ func TestUntarModuleRefuses(t *testing.T) {
 			}
 		})
 	}
-	// A module unpacks into the directory it is given.
+	// A module unpacks into the directory it is given, with its lock file
+	// (which only narrows what init takes from the mirror) and files
+	// whose names merely contain "override".
 	dst := t.TempDir()
-	if err := untarModule(bytes.NewReader(tarGz(t, tar.Header{Name: "sub/", Typeflag: tar.TypeDir, Mode: 0o755},
-		tar.Header{Name: "sub/main.tf", Typeflag: tar.TypeReg, Size: 3, Mode: 0o644})), dst); err != nil {
+	if err := untarModule(tarGz(t, tar.Header{Name: "sub/", Typeflag: tar.TypeDir, Mode: 0o755},
+		tar.Header{Name: "sub/main.tf", Typeflag: tar.TypeReg, Size: 3, Mode: 0o644},
+		tar.Header{Name: ".terraform.lock.hcl", Typeflag: tar.TypeReg, Size: 3, Mode: 0o644},
+		tar.Header{Name: "override_rules.tf", Typeflag: tar.TypeReg, Size: 3, Mode: 0o644},
+		tar.Header{Name: "no_override.tf.txt", Typeflag: tar.TypeReg, Size: 3, Mode: 0o644}), dst); err != nil {
 		t.Fatal(err)
 	}
 	if b, err := os.ReadFile(filepath.Join(dst, "sub", "main.tf")); err != nil || string(b) != "xxx" {
 		t.Fatalf("sub/main.tf: %q, %v", b, err)
+	}
+}
+
+// A layer of many small entries is refused at MaxEntries, however few
+// bytes it has (a 2 MB layer of 300,001 empty files was unpacked whole),
+// and the entry that went over is named.
+func TestUntarModuleEntryLimit(t *testing.T) {
+	var entries []tar.Header
+	for i := range tfmodule.MaxEntries + 1 {
+		entries = append(entries, tar.Header{Name: fmt.Sprintf("f%05d.tf", i), Typeflag: tar.TypeReg, Mode: 0o644})
+	}
+	layer := tarGz(t, entries...)
+	dst := t.TempDir()
+	err := untarModule(layer, dst)
+	want := fmt.Sprintf(`entry "f%05d.tf": the module has more than %d entries (files and directories), the limit`, tfmodule.MaxEntries, tfmodule.MaxEntries)
+	if err == nil || err.Error() != want {
+		t.Fatalf("untar of %d empty files (%d bytes): %v, want %q", len(entries), len(layer), err, want)
+	}
+	// Refused before a file was written.
+	if left, _ := os.ReadDir(dst); len(left) != 0 {
+		t.Fatalf("a refused layer left %d entries behind", len(left))
+	}
+	// Exactly MaxEntries is a module.
+	if err := tfmodule.CheckLayer(tarGz(t, entries[:tfmodule.MaxEntries]...)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Packing refuses what unpacking would, so a vendor hears of it at push.
+func TestPackModuleRefuses(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "main.tf"), []byte(`resource "terraform_data" "x" {}`), 0o644)
+	os.WriteFile(filepath.Join(dir, "backend_override.tf"), []byte(`terraform {}`), 0o644)
+	if _, err := PackModule(dir); err == nil || !strings.Contains(err.Error(), `entry "backend_override.tf": override files are refused`) {
+		t.Fatalf("pack with an override file: %v", err)
+	}
+	// A development module_dir too, naming the directory.
+	want := "module_dir " + dir + `: entry "backend_override.tf": override files are refused`
+	if err := copyModuleDir(dir, t.TempDir()); err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("module_dir with an override file: %v, want %q", err, want)
 	}
 }
 
@@ -86,7 +143,7 @@ func TestPackModuleDeterministic(t *testing.T) {
 		t.Fatal("packing the same files twice gave different bytes")
 	}
 	out := t.TempDir()
-	if err := untarModule(bytes.NewReader(a), out); err != nil {
+	if err := untarModule(a, out); err != nil {
 		t.Fatal(err)
 	}
 	entries, _ := os.ReadDir(out)

@@ -1,6 +1,9 @@
 package terraform_test
 
 import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,6 +24,7 @@ import (
 	"github.com/byoc-dev/byoc/plugins/sdk"
 	"github.com/byoc-dev/byoc/plugins/sdk/sdktest"
 	"github.com/byoc-dev/byoc/plugins/terraform"
+	"github.com/byoc-dev/byoc/plugins/terraform/tfmodule"
 )
 
 // setup returns the environment the agent gives a terraform job: the
@@ -484,4 +488,65 @@ func TestKilledApplyRerun(t *testing.T) {
 	if got := stateResources(t, filepath.Join(state, terraform.StateFile)); len(got) != 3 {
 		t.Errorf("state after the rerun holds %v", got)
 	}
+}
+
+// TestHostileModuleLayer runs, with real terraform, module layers a
+// hostile packer made by hand (not by PushModule, which refuses them):
+// each is refused before terraform runs, naming the entry and the limit
+// or rule, where before each planned.
+func TestHostileModuleLayer(t *testing.T) {
+	env, registry := setup(t)
+	main := `resource "terraform_data" "x" {}` + "\n"
+	elsewhere := filepath.Join(t.TempDir(), "stolen.tfstate")
+	many := []tarEntry{{"main.tf", main}}
+	for i := range tfmodule.MaxEntries {
+		many = append(many, tarEntry{fmt.Sprintf("empty/%05d", i), ""})
+	}
+	for _, tc := range []struct {
+		name    string
+		entries []tarEntry
+		want    string
+	}{
+		{"many empty files", many, `entry "empty/09999": the module has more than 10000 entries`},
+		{"pre-seeded providers", []tarEntry{{"main.tf", main},
+			{".terraform/providers/registry.terraform.io/hashicorp/local/1.4.0/linux_amd64/terraform-provider-local_v1.4.0", "#!/bin/sh\n"}},
+			`entry "\.terraform/providers/registry\.terraform\.io/hashicorp/local/1\.4\.0/linux_amd64/terraform-provider-local_v1\.4\.0": \.terraform/ is Terraform's working directory`},
+		{"backend override", []tarEntry{{"main.tf", main},
+			{"zzz_override.tf", fmt.Sprintf("terraform {\n  backend \"local\" {\n    path = %q\n  }\n}\n", elsewhere)}},
+			`entry "zzz_override\.tf": override files are refused`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dg, err := tfmodule.PushLayer(t.Context(), tarEntries(t, tc.entries), "oci:"+registry, "modules/hostile:1", ocicopy.Credentials{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sdktest.Test(t, terraform.New(), sdktest.Case{Env: env, SkipDestroy: true, Steps: []sdktest.Step{
+				{Name: "plan", Op: sdk.OpPlan, Config: map[string]any{"module": "modules/hostile@" + dg},
+					ExpectError: regexp.MustCompile(`module "modules/hostile@` + dg + `": layer sha256:[0-9a-f]{64}: ` + tc.want)},
+			}})
+			if _, err := os.Stat(elsewhere); err == nil {
+				t.Fatal("the override's backend was used")
+			}
+		})
+	}
+}
+
+type tarEntry struct{ name, body string }
+
+// tarEntries is a gzipped tar of regular files.
+func tarEntries(t *testing.T, entries []tarEntry) []byte {
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(zw)
+	for _, e := range entries {
+		if err := tw.WriteHeader(&tar.Header{Name: e.name, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(e.body))}); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write([]byte(e.body))
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	zw.Close()
+	return buf.Bytes()
 }

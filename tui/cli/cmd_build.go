@@ -95,7 +95,7 @@ func (a *app) buildPackageCommand() *cobra.Command {
 			if kind != "helm" && kind != "terraform" {
 				return usagef("--kind must be helm or terraform, got %q", kind)
 			}
-			archive, err := tarDir(args[0])
+			archive, err := tarDir(args[0], kind == "terraform")
 			if err != nil {
 				return err
 			}
@@ -113,8 +113,11 @@ func (a *app) buildPackageCommand() *cobra.Command {
 }
 
 // tarDir packs dir as a gzipped tar with fixed times and owners, so the
-// same files pack to the same bytes (and the same digest).
-func tarDir(dir string) ([]byte, error) {
+// same files pack to the same bytes (and the same digest). For a
+// terraform module it leaves out what belongs to a local run, not to the
+// module, as agentd module push does: .terraform directories (which an
+// agent refuses) and state files.
+func tarDir(dir string, terraform bool) ([]byte, error) {
 	var buf bytes.Buffer
 	gz, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
 	tw := tar.NewWriter(gz)
@@ -125,6 +128,15 @@ func tarDir(dir string) ([]byte, error) {
 		rel, err := filepath.Rel(dir, p)
 		if err != nil || rel == "." {
 			return err
+		}
+		if terraform {
+			base := d.Name()
+			if d.IsDir() && base == ".terraform" {
+				return filepath.SkipDir
+			}
+			if !d.IsDir() && (strings.HasSuffix(base, ".tfstate") || strings.HasSuffix(base, ".tfstate.backup") || base == ".terraform.tfstate.lock.info") {
+				return nil
+			}
 		}
 		info, err := d.Info()
 		if err != nil {

@@ -11,9 +11,12 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -59,10 +62,119 @@ func ParseRef(s string) (Ref, error) {
 	return Ref{Repo: repo, Ref: ref}, nil
 }
 
+// The limits of a module's files, kept by Pack, by the terraform type's
+// copy of a development module_dir and by its unpacking of a module
+// layer (which refuses the layer whoever packed it).
+const (
+	// MaxBytes bounds a module layer (compressed) and its unpacked files;
+	// a module is HCL, not data.
+	MaxBytes = 64 << 20
+	// MaxEntries bounds a module's files and directories together.
+	MaxEntries = 10_000
+	// MaxDepth bounds how many names deep an entry is ("a/b/c.tf" is 3).
+	MaxDepth = 32
+)
+
+// Checker checks the entries of one module, in order, against what a
+// module may hold and the limits above.
+type Checker struct {
+	entries int
+}
+
+// Check checks the entry rel (a clean slash path relative to the module,
+// a file or a directory). It refuses:
+//   - anything under .terraform/ (Terraform's working directory: a
+//     pre-seeded .terraform/providers would be run instead of the agent's
+//     provider mirror) or terraform.d/ (an implied provider directory);
+//   - override files (override.tf, NAME_override.tf and their .tf.json
+//     forms): Terraform merges them over the module's other files after
+//     them, so they change what the customer reviewed the module to do,
+//     and could replace the backend the agent sets;
+//   - the MaxEntries+1st entry and an entry deeper than MaxDepth.
+//
+// The dependency lock file (.terraform.lock.hcl) is allowed: providers
+// come only from the agent's mirror (the type's CLI config), and a lock
+// file only narrows which of the mirror's packages init accepts.
+func (c *Checker) Check(rel string) error {
+	c.entries++
+	if c.entries > MaxEntries {
+		return fmt.Errorf("entry %q: the module has more than %d entries (files and directories), the limit", rel, MaxEntries)
+	}
+	parts := strings.Split(rel, "/")
+	if len(parts) > MaxDepth {
+		return fmt.Errorf("entry %q: %d names deep, over the limit of %d", rel, len(parts), MaxDepth)
+	}
+	for _, p := range parts {
+		switch p {
+		case ".terraform":
+			return fmt.Errorf("entry %q: .terraform/ is Terraform's working directory, which the agent makes (its providers come only from the agent's mirror); leave it out of the module", rel)
+		case "terraform.d":
+			return fmt.Errorf("entry %q: terraform.d/ holds local providers; providers come only from the agent's mirror", rel)
+		}
+	}
+	if IsOverrideFile(parts[len(parts)-1]) {
+		return fmt.Errorf("entry %q: override files are refused: Terraform merges them over the module's other files, so they change what was reviewed (and could replace the backend the agent sets); put the settings in the module's own files", rel)
+	}
+	return nil
+}
+
+// CheckLayer reads the entry headers of a module layer (a gzipped tar of
+// the module's files) and refuses what a Checker refuses, a name that is
+// not a relative path inside the module, any entry but a file or a
+// directory, and files of more than MaxBytes together, naming the entry. The build agent runs it on a module it
+// packages, so a vendor hears at package time what an agent would refuse.
+func CheckLayer(tgz []byte) error {
+	zr, err := gzip.NewReader(bytes.NewReader(tgz))
+	if err != nil {
+		return err
+	}
+	tr := tar.NewReader(zr)
+	var c Checker
+	var total int64
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		name := path.Clean(h.Name)
+		if !fs.ValidPath(name) || name == "." && h.Typeflag != tar.TypeDir {
+			return fmt.Errorf("entry %q: not a relative path inside the module", h.Name)
+		}
+		if h.Typeflag != tar.TypeDir && h.Typeflag != tar.TypeReg {
+			return fmt.Errorf("entry %q: type %q: only files and directories", h.Name, h.Typeflag)
+		}
+		if total += h.Size; total > MaxBytes {
+			return fmt.Errorf("entry %q: the module's files come to more than %d bytes, the limit", h.Name, MaxBytes)
+		}
+		if name != "." {
+			if err := c.Check(name); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// IsOverrideFile reports whether Terraform reads a file of this name as
+// an override file.
+func IsOverrideFile(base string) bool {
+	for _, ext := range []string{".tf", ".tf.json"} {
+		if stem, ok := strings.CutSuffix(base, ext); ok && (stem == "override" || strings.HasSuffix(stem, "_override")) {
+			return true
+		}
+	}
+	return false
+}
+
 // Walk calls fn for each directory and regular file of a module
 // directory, in lexical order, by path relative to root; it skips
-// .terraform, state files and anything that is not a file or directory.
+// .terraform, state files and anything that is not a file or directory,
+// and refuses what a Checker refuses (override files, more than
+// MaxEntries entries, deeper than MaxDepth).
 func Walk(root string, fn func(rel string, d fs.DirEntry) error) error {
+	var c Checker
 	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -77,6 +189,9 @@ func Walk(root string, fn func(rel string, d fs.DirEntry) error) error {
 		}
 		if !d.IsDir() && (!d.Type().IsRegular() || strings.HasSuffix(base, ".tfstate") || strings.HasSuffix(base, ".tfstate.backup") || base == ".terraform.tfstate.lock.info") {
 			return nil
+		}
+		if err := c.Check(filepath.ToSlash(rel)); err != nil {
+			return err
 		}
 		return fn(filepath.ToSlash(rel), d)
 	})
@@ -124,8 +239,7 @@ func Pack(dir string) ([]byte, error) {
 // digest. The build agent does this for real installs; tests and the
 // development setup (agentd module push) call it directly.
 func Push(ctx context.Context, dir, registry, ref string, creds ocicopy.Credentials) (string, error) {
-	r, err := ParseRef(ref)
-	if err != nil {
+	if _, err := ParseRef(ref); err != nil {
 		return "", err
 	}
 	if strings.Contains(ref, "@") {
@@ -134,6 +248,19 @@ func Push(ctx context.Context, dir, registry, ref string, creds ocicopy.Credenti
 	layer, err := Pack(dir)
 	if err != nil {
 		return "", fmt.Errorf("pack %s: %w", dir, err)
+	}
+	return PushLayer(ctx, layer, registry, ref, creds)
+}
+
+// PushLayer is Push of a layer already packed (a gzipped tar of the
+// module's files).
+func PushLayer(ctx context.Context, layer []byte, registry, ref string, creds ocicopy.Credentials) (string, error) {
+	r, err := ParseRef(ref)
+	if err != nil {
+		return "", err
+	}
+	if strings.Contains(ref, "@") {
+		return "", fmt.Errorf("module %q: push to a tag, not a digest", ref)
 	}
 	reg, err := ocicopy.ParseRegistry(registry)
 	if err != nil {
