@@ -108,7 +108,7 @@ type RefusedError struct {
 func (e *RefusedError) Error() string {
 	hint := "it was not written by agentd permissions or agentd breakglass on this agent: find what changed it, then write a signed one with `agentd permissions reset`"
 	if e.Unsigned {
-		hint = "a file from before agentd signed the customer's control files, or written by something else: check it with `agentd permissions show`, then sign it as it is with `agentd permissions adopt`, or write the defaults signed with `agentd permissions reset`"
+		hint = "a file from before agentd signed the customer's control files, or written by something else: read it (it is plain JSON), then sign it as it is with `agentd permissions adopt`, or write the defaults signed with `agentd permissions reset`"
 	}
 	return fmt.Sprintf("%s %s (%s)", e.Path, e.Why, hint)
 }
@@ -192,7 +192,7 @@ func open[T any](k Key, path string, b []byte, minGen uint64) (T, uint64, error)
 	}
 	e.Content = canon
 	if !ed25519.Verify(k.Public, e.signedMessage(), e.Signature) {
-		return refuse(0, "has a signature that does not verify: it was changed after it was signed")
+		return refuse(0, "was changed after it was signed: its signature does not verify")
 	}
 	if e.Generation < minGen {
 		return refuse(e.Generation, "is generation %d, older than generation %d, which this agent accepted: an earlier copy was put back", e.Generation, minGen)
