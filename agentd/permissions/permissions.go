@@ -284,8 +284,15 @@ func (c controlFile[T]) reset(dir string, v T, onlyRefused bool) (written bool, 
 			return err
 		}
 		_, gen, lerr := loadSigned(k, filepath.Join(dir, c.name), acc, c.def())
-		if lerr != nil && !IsRefused(lerr) {
+		var r *RefusedError
+		if lerr != nil && !errors.As(lerr, &r) {
 			return lerr
+		}
+		if r != nil && r.Generation < 1<<62 {
+			// Above the generation the refused file claims: if it is a
+			// signed file changed by hand, the signed original is then
+			// older too, and refused once the agent accepts this one.
+			gen = r.Generation
 		}
 		if lerr == nil && onlyRefused {
 			return nil

@@ -101,7 +101,8 @@ type RefusedError struct {
 	// Unsigned is set for a file in the format from before signing,
 	// which agentd permissions adopt signs as it is.
 	Unsigned bool
-	// Generation is the file's claimed generation, when it could be read.
+	// Generation is the generation the file claims, when it could be
+	// read (not proof of anything).
 	Generation uint64
 }
 
@@ -164,35 +165,35 @@ func open[T any](k Key, path string, b []byte, minGen uint64) (T, uint64, error)
 	file := filepath.Base(path)
 	switch {
 	case e.Format != Format:
-		return refuse(0, "has format %q, want %q", e.Format, Format)
+		return refuse(e.Generation, "has format %q, want %q", e.Format, Format)
 	case e.File != file:
-		return refuse(0, "was signed as %q, not %q", e.File, file)
+		return refuse(e.Generation, "was signed as %q, not %q", e.File, file)
 	case e.Generation == 0:
-		return refuse(0, "has no generation")
+		return refuse(e.Generation, "has no generation")
 	case k.AgentID != "" && e.AgentID != "" && e.AgentID != k.AgentID:
-		return refuse(0, "was signed for agent %s (install %s), not for this agent %s (install %s)", e.AgentID, e.InstallID, k.AgentID, k.InstallID)
+		return refuse(e.Generation, "was signed for agent %s (install %s), not for this agent %s (install %s)", e.AgentID, e.InstallID, k.AgentID, k.InstallID)
 	case k.AgentID == "" && e.AgentID != "":
-		return refuse(0, "was signed for agent %s (install %s), and this agent is not enrolled", e.AgentID, e.InstallID)
+		return refuse(e.Generation, "was signed for agent %s (install %s), and this agent is not enrolled", e.AgentID, e.InstallID)
 	case e.AgentID != "" && e.InstallID != k.InstallID:
-		return refuse(0, "was signed for install %s, not for this agent's install %s", e.InstallID, k.InstallID)
+		return refuse(e.Generation, "was signed for install %s, not for this agent's install %s", e.InstallID, k.InstallID)
 	case e.AgentID == "" && e.InstallID != "":
-		return refuse(0, "names install %s but no agent", e.InstallID)
+		return refuse(e.Generation, "names install %s but no agent", e.InstallID)
 	case len(k.Public) != ed25519.PublicKeySize:
-		return refuse(0, "cannot be checked: this agent has no key")
+		return refuse(e.Generation, "cannot be checked: this agent has no key")
 	case e.KeyID != KeyID(k.Public):
-		return refuse(0, "was signed with key %s, not this agent's key %s", e.KeyID, KeyID(k.Public))
+		return refuse(e.Generation, "was signed with key %s, not this agent's key %s", e.KeyID, KeyID(k.Public))
 	}
 	var v T
 	if err := strictJSON(e.Content, &v); err != nil {
-		return refuse(0, "content: %v", err)
+		return refuse(e.Generation, "content: %v", err)
 	}
 	canon, err := json.Marshal(v)
 	if err != nil {
-		return refuse(0, "content: %v", err)
+		return refuse(e.Generation, "content: %v", err)
 	}
 	e.Content = canon
 	if !ed25519.Verify(k.Public, e.signedMessage(), e.Signature) {
-		return refuse(0, "was changed after it was signed: its signature does not verify")
+		return refuse(e.Generation, "was changed after it was signed: its signature does not verify")
 	}
 	if e.Generation < minGen {
 		return refuse(e.Generation, "is generation %d, older than generation %d, which this agent accepted: an earlier copy was put back", e.Generation, minGen)
