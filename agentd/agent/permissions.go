@@ -92,9 +92,9 @@ func (a *Agent) permissions() (permissions.State, error) {
 	changed := !a.perm.loaded || st != a.perm.state || (err == nil) != (a.perm.err == nil)
 	a.perm = permState{stamp: stamp, loaded: true, state: st, err: err}
 	if changed {
-		if err != nil {
+		if err != nil && !permissions.IsRefused(err) { // a refusal was logged above
 			a.log.Error("cannot read the customer's permissions; refusing every job until they can be read", "err", err)
-		} else {
+		} else if err == nil {
 			a.log.Info("customer permissions", "modes", st.Short(), "disabled_all", st.DisabledAll, "changed_at", st.ChangedAt, "changed_by", st.ChangedBy, "generation", gen)
 		}
 		a.kickPerm()
@@ -136,9 +136,10 @@ func (a *Agent) grants() (permissions.Grants, error) {
 		a.kickPerm() // reported as disabled, or no longer
 	}
 	a.grant = grantState{stamp: stamp, loaded: true, grants: gs, err: err}
-	if err != nil {
+	switch g, ok := gs.Live(a.now()); {
+	case err != nil && !permissions.IsRefused(err): // a refusal was logged above
 		a.log.Error("cannot read the customer's break-glass grants; refusing break_glass jobs until they can be read", "err", err)
-	} else if g, ok := gs.Live(a.now()); ok {
+	case err == nil && ok:
 		a.log.Info("customer break-glass grant live", "grant", g.ID, "role", g.Role, "approved_by", g.ApprovedBy, "expires_at", g.ExpiresAt)
 	}
 	return gs, err
