@@ -241,13 +241,13 @@ func readBounded(path string) ([]byte, error) {
 // def at generation 0, unless one was accepted: then it was removed
 // behind the agent's back, and is refused.
 func loadSigned[T any](k Key, path string, accepted uint64, def T) (T, uint64, error) {
+	var zero T // on an error: all off, should a caller look
 	b, err := readBounded(path)
 	if err != nil {
-		return def, 0, err
+		return zero, 0, err
 	}
 	if b == nil {
 		if accepted > 0 {
-			var zero T
 			return zero, 0, &RefusedError{Path: path, Why: fmt.Sprintf("is missing, but this agent accepted its generation %d: it was removed", accepted)}
 		}
 		return def, 0, nil
@@ -326,21 +326,24 @@ func dirAccepted(dir, name string) (uint64, error) {
 // commands do: checked with the key in dir, against the generation the
 // agent's journal records as accepted.
 func loadDir[T any](dir, name string, def T) (T, uint64, error) {
+	var zero T
 	path := filepath.Join(dir, name)
 	acc, err := dirAccepted(dir, name)
 	if err != nil {
-		return def, 0, err
+		return zero, 0, err
 	}
 	k, ok, err := dirKey(dir, false)
 	if err != nil {
-		return def, 0, err
+		return zero, 0, err
 	}
 	if !ok {
-		if b, err := readBounded(path); err != nil || b != nil {
-			if err == nil {
-				_, _, err = open[T](Key{}, path, b, acc)
-			}
-			return def, 0, err
+		// No key yet: only a missing file (the defaults) can be read.
+		b, err := readBounded(path)
+		if err == nil && b != nil {
+			_, _, err = open[T](Key{}, path, b, acc)
+		}
+		if err != nil {
+			return zero, 0, err
 		}
 		return def, 0, nil
 	}
