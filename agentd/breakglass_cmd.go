@@ -143,7 +143,10 @@ func (c *bgClient) fail(err error) int {
 
 func (c *bgClient) list(ctx context.Context) int {
 	local, lerr := permissions.LoadGrants(c.dir)
-	if lerr != nil {
+	switch {
+	case permissions.IsRefused(lerr):
+		fmt.Fprintf(c.stderr, "agentd breakglass: %v (the agent refuses every job until it is fixed)\n", lerr)
+	case lerr != nil:
 		fmt.Fprintf(c.stderr, "agentd breakglass: %v (break_glass jobs are refused until it can be read)\n", lerr)
 	}
 	now := c.now()

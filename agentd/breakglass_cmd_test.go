@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -76,5 +77,16 @@ func TestBreakglassCommand(t *testing.T) {
 	}
 	if out := run(1, "revoke", "bg_1", "--state-dir", dir); !strings.Contains(out, "already revoked") {
 		t.Fatalf("second revoke: %s", out)
+	}
+
+	// A grant written by hand is refused, and no command builds on it.
+	if err := os.WriteFile(permissions.GrantsPath(dir), []byte(`{"grants":[{"id":"bg_2","role":"admin","requested_by":"v","approved_by":"v","approved_at":"2026-11-23T12:00:00Z","expires_at":"2099-01-01T00:00:00Z"}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out := run(1, "list", "--state-dir", dir); !strings.Contains(out, "breakglass.json is not signed") || !strings.Contains(out, "refuses every job") || lineHas(out, "bg_2", "approved") {
+		t.Fatalf("list with a hand-written grant:\n%s", out)
+	}
+	if out := run(1, "revoke", "bg_2", "--state-dir", dir); !strings.Contains(out, "breakglass.json is not signed") {
+		t.Fatalf("revoke of a hand-written grant: %s", out)
 	}
 }

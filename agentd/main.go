@@ -7,7 +7,7 @@
 //	agentd --role build --ims URL --enroll-token T ...  the vendor's build agent (build jobs only)
 //	agentd plugin TYPE                                  serve a built-in component type (the loader runs this;
 //	                                                    the heavy ones are served by byoc-plugins beside agentd)
-//	agentd permissions --state-dir DIR show|enable MODE|disable MODE|disable-all|enable-all
+//	agentd permissions --state-dir DIR show|enable MODE|disable MODE|disable-all|enable-all|verify|adopt|reset
 //	                                                    the customer's permission modes and kill switch
 //	agentd breakglass --state-dir DIR list|approve ID [--for D]|deny ID --reason R|revoke ID
 //	                                                    the customer's decisions on break-glass requests

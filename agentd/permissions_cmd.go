@@ -29,7 +29,21 @@ cancels running ones.
                     "disabled by customer"), until enable-all
   enable-all        lift the kill switch; each mode keeps its own setting
 
+  verify            check the signatures of permissions.json and
+                    breakglass.json as the agent does; exit 1 if either
+                    is refused
+  adopt             sign, as they are, files written before agentd signed
+                    them (prints what it signed)
+  reset             write the defaults, signed, to permissions.json (and
+                    an empty grant list to breakglass.json if it is
+                    refused): the way back from a refused file
+
 MODE is provision, maintenance, deprovision or break_glass.
+
+Every write is signed with the agent's key (identity.json) and numbered;
+the agent refuses, and then refuses every job, a file it did not sign,
+one for another agent, an older copy put back, or one removed after it
+accepted one. See docs/customer/control-files.md.
 `
 
 // modeDoc says what each mode allows, for show.
@@ -55,7 +69,7 @@ func permissionsCmd(args []string, stdout, stderr io.Writer, now time.Time) int 
 	if code != 0 {
 		return code
 	}
-	wantArgs := map[string]int{"show": 0, "enable": 1, "disable": 1, "disable-all": 0, "enable-all": 0}
+	wantArgs := map[string]int{"show": 0, "enable": 1, "disable": 1, "disable-all": 0, "enable-all": 0, "verify": 0, "adopt": 0, "reset": 0}
 	n, ok := wantArgs[cmd]
 	if !ok {
 		fmt.Fprintf(stderr, "agentd permissions: unknown command %q\n\n%s", cmd, permissionsUsage)
@@ -67,6 +81,19 @@ func permissionsCmd(args []string, stdout, stderr io.Writer, now time.Time) int 
 	}
 	var change func(*permissions.State)
 	switch cmd {
+	case "verify":
+		return verifyControls(stdout, dir)
+	case "adopt":
+		return adoptControls(stdout, stderr, dir)
+	case "reset":
+		st, err := permissions.Reset(dir, now, whoami())
+		if err != nil {
+			fmt.Fprintf(stderr, "agentd permissions: %v\n", err)
+			return 1
+		}
+		fmt.Fprintln(stdout, "Wrote the defaults, signed.")
+		printPermissions(stdout, dir, st)
+		return 0
 	case "enable", "disable":
 		m, err := permissions.ParseMode(rest[0])
 		if err != nil {
@@ -123,6 +150,60 @@ func printPermissions(w io.Writer, dir string, st permissions.State) {
 		}
 		fmt.Fprintf(w, "Changed:    %s%s\n", st.ChangedAt.UTC().Format(time.RFC3339), by)
 	}
+}
+
+// verifyControls prints what the agent would make of each control file.
+func verifyControls(w io.Writer, dir string) int {
+	code := 0
+	for _, s := range permissions.Verify(dir) {
+		switch {
+		case s.Err != nil:
+			code = 1
+			fmt.Fprintf(w, "REFUSED  %v\n", s.Err)
+		case s.Missing && s.Accepted == 0:
+			fmt.Fprintf(w, "ok       %s: none (the defaults)\n", s.Path)
+		default:
+			fmt.Fprintf(w, "ok       %s: signed by key %s, generation %d (the agent accepted up to %d)\n", s.Path, s.KeyID, s.Generation, s.Accepted)
+		}
+	}
+	if code != 0 {
+		fmt.Fprintln(w, "The agent refuses every job while a control file is refused.")
+	}
+	return code
+}
+
+// adoptControls signs control files from before signing as they are.
+func adoptControls(stdout, stderr io.Writer, dir string) int {
+	a, err := permissions.Adopt(dir)
+	if err != nil {
+		fmt.Fprintf(stderr, "agentd permissions adopt: %v\n", err)
+		return 1
+	}
+	if !a.State && !a.Grants {
+		fmt.Fprintln(stdout, "Nothing to adopt: no unsigned control file.")
+	}
+	if a.Grants {
+		gs, err := permissions.LoadGrants(dir)
+		if err != nil {
+			fmt.Fprintf(stderr, "agentd permissions adopt: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "Signed %s as it was: %d break-glass grant(s)", permissions.GrantsPath(dir), len(gs.Grants))
+		if g, ok := gs.Live(time.Now()); ok {
+			fmt.Fprintf(stdout, "; LIVE: %s (role %s, approved by %s, until %s)", g.ID, g.Role, g.ApprovedBy, g.ExpiresAt.UTC().Format(time.RFC3339))
+		}
+		fmt.Fprintln(stdout)
+	}
+	if a.State {
+		st, err := permissions.Load(dir)
+		if err != nil {
+			fmt.Fprintf(stderr, "agentd permissions adopt: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "Signed %s as it was:\n", permissions.Path(dir))
+		printPermissions(stdout, dir, st)
+	}
+	return 0
 }
 
 func whoami() string {

@@ -2,10 +2,13 @@ package main
 
 import (
 	"bytes"
+	"crypto/ed25519"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/byoc-dev/byoc/agentd/identity"
 	"github.com/byoc-dev/byoc/agentd/permissions"
 )
 
@@ -74,4 +77,57 @@ func lineHas(s string, parts ...string) bool {
 		}
 	}
 	return false
+}
+
+// verify, adopt and reset: an old unsigned file is refused with a message
+// saying how to sign it; adopt signs it as it is; a hand edit is refused
+// by verify and by every change, and reset writes the defaults signed.
+func TestPermissionsVerifyAdoptReset(t *testing.T) {
+	dir := t.TempDir()
+	key, _ := identity.NewKey()
+	imsdKey, _, _ := ed25519.GenerateKey(nil)
+	if err := identity.Save(dir, identity.Identity{AgentID: "agt_1", InstallID: "ins_1", PrivateKey: key, IMSDKeys: []ed25519.PublicKey{imsdKey}}); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 11, 27, 20, 0, 0, 0, time.UTC)
+	run := func(want int, args ...string) string {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		if code := permissionsCmd(append([]string{"--state-dir", dir}, args...), &out, &errOut, now); code != want {
+			t.Fatalf("agentd permissions %s: exit %d, want %d\n%s%s", strings.Join(args, " "), code, want, out.String(), errOut.String())
+		}
+		return out.String() + errOut.String()
+	}
+	if out := run(0, "verify"); !strings.Contains(out, "none (the defaults)") {
+		t.Fatalf("verify, fresh:\n%s", out)
+	}
+	if err := os.WriteFile(permissions.Path(dir), []byte(`{"provision":true,"maintenance":false,"deprovision":true,"break_glass":false,"disabled_all":false}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out := run(1, "show"); !strings.Contains(out, "permissions.json is not signed") || !strings.Contains(out, "agentd permissions adopt") {
+		t.Fatalf("show of an unsigned file:\n%s", out)
+	}
+	if out := run(1, "verify"); !lineHas(out, "REFUSED", "permissions.json is not signed") || !strings.Contains(out, "refuses every job") {
+		t.Fatalf("verify of an unsigned file:\n%s", out)
+	}
+	if out := run(0, "adopt"); !strings.Contains(out, "Signed "+permissions.Path(dir)+" as it was") || !lineHas(out, "maintenance", "off") {
+		t.Fatalf("adopt:\n%s", out)
+	}
+	if out := run(0, "verify"); !lineHas(out, "ok", "permissions.json", "generation 1") {
+		t.Fatalf("verify after adopt:\n%s", out)
+	}
+	b, _ := os.ReadFile(permissions.Path(dir))
+	os.WriteFile(permissions.Path(dir), bytes.Replace(b, []byte(`"break_glass": false`), []byte(`"break_glass": true`), 1), 0o600)
+	if out := run(1, "verify"); !lineHas(out, "REFUSED", "signature does not verify") {
+		t.Fatalf("verify of a hand-edited file:\n%s", out)
+	}
+	if out := run(1, "enable", "maintenance"); !strings.Contains(out, "agentd permissions reset") {
+		t.Fatalf("a change on a hand-edited file:\n%s", out)
+	}
+	if out := run(0, "reset"); !lineHas(out, "break_glass", "off") || !lineHas(out, "maintenance", "on") {
+		t.Fatalf("reset:\n%s", out)
+	}
+	if out := run(0, "verify"); !lineHas(out, "ok", "permissions.json", "generation 2") {
+		t.Fatalf("verify after reset:\n%s", out)
+	}
 }

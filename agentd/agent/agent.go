@@ -167,6 +167,9 @@ type Agent struct {
 	permMu sync.Mutex
 	perm   permState
 	grant  grantState
+	// accepted is the newest generation of each control file the agent
+	// accepted (by file name), read from its journal at the first look.
+	accepted map[string]uint64
 	// permKick asks the session for a heartbeat now: the permission
 	// state changed.
 	permKick chan struct{}
@@ -299,7 +302,10 @@ func (a *Agent) enroll(ctx context.Context) (identity.Identity, error) {
 	if !ok || len(wantKey) != agentproto.KeyIDLen {
 		return identity.Identity{}, ErrTokenWithoutKey
 	}
-	key, err := identity.NewKey()
+	// A key made before enrolment (the customer set their controls
+	// first) is the one to enrol with: their control files are signed
+	// with it.
+	key, err := identity.EnrolmentKey(a.cfg.StateDir)
 	if err != nil {
 		return identity.Identity{}, err
 	}
@@ -328,6 +334,9 @@ func (a *Agent) enroll(ctx context.Context) (identity.Identity, error) {
 		IMSDKeys: keys}
 	if err := identity.Save(a.cfg.StateDir, id); err != nil {
 		return identity.Identity{}, fmt.Errorf("save identity: %w", err)
+	}
+	if err := identity.DropPending(a.cfg.StateDir); err != nil {
+		a.log.Warn("cannot remove the pre-enrolment key file; identity.json holds the key", "err", err)
 	}
 	a.log.Info("enrolled", "agent", id.AgentID, "install", id.InstallID, "imsd_key", wantKey)
 	return id, nil

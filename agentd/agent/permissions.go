@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,6 +23,15 @@ import (
 // shows "disabled by customer" instead of "offline". Nothing imsd sends
 // touches the state.
 
+// The files carry their own proof (permissions/signed.go): the agent
+// checks each with the key it holds in memory (not whatever identity.json
+// holds now) and against the newest generation it accepted, which it
+// records in its journal (control.accepted) and reads back at start. A
+// refused file (unsigned, changed, for another agent, rolled back, or
+// removed after one was accepted) refuses every job, naming the file and
+// why, is recorded in the journal (control.refused) and reported to imsd
+// as the kill switch (every mode off, disabled).
+
 // permState is the agent's view of the permission file. permMu guards
 // it; it is never held while a.mu is taken, or the other way round.
 type permState struct {
@@ -31,9 +41,42 @@ type permState struct {
 	err    error
 }
 
+// controlKey is the key the agent checks its control files with.
+func (a *Agent) controlKey() permissions.Key { return permissions.KeyOf(a.id) }
+
+// acceptedLocked returns the newest accepted generation of control file
+// name, reading the journal's records at the first call. permMu is held.
+func (a *Agent) acceptedLocked(name string) uint64 {
+	if a.accepted == nil {
+		acc, err := permissions.Accepted(a.cfg.StateDir)
+		if err != nil {
+			a.log.Error("cannot read the accepted generations of the customer's control files from the agent's journal", "err", err)
+			acc = map[string]uint64{}
+		}
+		a.accepted = acc
+	}
+	return a.accepted[name]
+}
+
+// checkedLocked records what loading control file name found: a newer
+// generation accepted, or a refusal that is new (prev is the error the
+// last load found). permMu is held.
+func (a *Agent) checkedLocked(name string, gen uint64, err, prev error) {
+	subject := permissions.Subject(name)
+	switch {
+	case err == nil && gen > a.accepted[name]:
+		a.accepted[name] = gen
+		a.note(permissions.KindAccepted, subject, map[string]string{"generation": strconv.FormatUint(gen, 10),
+			"key": permissions.KeyID(a.controlKey().Public)})
+	case err != nil && permissions.IsRefused(err) && (prev == nil || prev.Error() != err.Error()):
+		a.log.Error("refusing the customer's control file; refusing every job until the customer re-signs it", "file", name, "err", err)
+		a.note(permissions.KindRefused, subject, map[string]string{"reason": err.Error()})
+	}
+}
+
 // permissions returns the customer's permission state, reading the file
-// again if it changed. err is set when the file cannot be read; the
-// agent then refuses every job.
+// again if it changed. err is set when the file cannot be read or is
+// refused; the agent then refuses every job.
 func (a *Agent) permissions() (permissions.State, error) {
 	a.permMu.Lock()
 	defer a.permMu.Unlock()
@@ -41,24 +84,29 @@ func (a *Agent) permissions() (permissions.State, error) {
 	if serr == nil && a.perm.loaded && stamp == a.perm.stamp {
 		return a.perm.state, a.perm.err
 	}
-	st, err := permissions.Load(a.cfg.StateDir)
+	st, gen, err := permissions.LoadWith(a.cfg.StateDir, a.controlKey(), a.acceptedLocked(permissions.FileName))
 	if serr != nil && err == nil {
 		err = serr
 	}
+	a.checkedLocked(permissions.FileName, gen, err, a.perm.err)
 	changed := !a.perm.loaded || st != a.perm.state || (err == nil) != (a.perm.err == nil)
 	a.perm = permState{stamp: stamp, loaded: true, state: st, err: err}
 	if changed {
-		if err != nil {
+		if err != nil && !permissions.IsRefused(err) { // a refusal was logged above
 			a.log.Error("cannot read the customer's permissions; refusing every job until they can be read", "err", err)
-		} else {
-			a.log.Info("customer permissions", "modes", st.Short(), "disabled_all", st.DisabledAll, "changed_at", st.ChangedAt, "changed_by", st.ChangedBy)
+		} else if err == nil {
+			a.log.Info("customer permissions", "modes", st.Short(), "disabled_all", st.DisabledAll, "changed_at", st.ChangedAt, "changed_by", st.ChangedBy, "generation", gen)
 		}
-		select {
-		case a.permKick <- struct{}{}:
-		default:
-		}
+		a.kickPerm()
 	}
 	return st, err
+}
+
+func (a *Agent) kickPerm() {
+	select {
+	case a.permKick <- struct{}{}:
+	default:
+	}
 }
 
 // grantState is the agent's view of the customer's break-glass grants
@@ -79,14 +127,19 @@ func (a *Agent) grants() (permissions.Grants, error) {
 	if serr == nil && a.grant.loaded && stamp == a.grant.stamp {
 		return a.grant.grants, a.grant.err
 	}
-	gs, err := permissions.LoadGrants(a.cfg.StateDir)
+	gs, gen, err := permissions.LoadGrantsWith(a.cfg.StateDir, a.controlKey(), a.acceptedLocked(permissions.GrantsFileName))
 	if serr != nil && err == nil {
 		err = serr
 	}
+	a.checkedLocked(permissions.GrantsFileName, gen, err, a.grant.err)
+	if permissions.IsRefused(err) != permissions.IsRefused(a.grant.err) {
+		a.kickPerm() // reported as disabled, or no longer
+	}
 	a.grant = grantState{stamp: stamp, loaded: true, grants: gs, err: err}
-	if err != nil {
+	switch g, ok := gs.Live(a.now()); {
+	case err != nil && !permissions.IsRefused(err): // a refusal was logged above
 		a.log.Error("cannot read the customer's break-glass grants; refusing break_glass jobs until they can be read", "err", err)
-	} else if g, ok := gs.Live(a.now()); ok {
+	case err == nil && ok:
 		a.log.Info("customer break-glass grant live", "grant", g.ID, "role", g.Role, "approved_by", g.ApprovedBy, "expires_at", g.ExpiresAt)
 	}
 	return gs, err
@@ -94,13 +147,20 @@ func (a *Agent) grants() (permissions.Grants, error) {
 
 // refusal says why a job of mode may not run now ("" when it may). A
 // break_glass job needs a grant live by the agent's own clock, so a
-// grant ends on time also while imsd is unreachable.
+// grant ends on time also while imsd is unreachable. A refused control
+// file refuses every job.
 func (a *Agent) refusal(mode string) string {
 	st, err := a.permissions()
+	if permissions.IsRefused(err) {
+		return "refused: every job is refused: the customer's control file " + err.Error()
+	}
 	if err != nil {
 		return "refused: the customer's permission file cannot be read, so every job is refused: " + err.Error()
 	}
 	gs, err := a.grants()
+	if permissions.IsRefused(err) {
+		return "refused: every job is refused: the customer's control file " + err.Error()
+	}
 	if err != nil {
 		gs = permissions.Grants{}
 	}
@@ -111,6 +171,9 @@ func (a *Agent) refusal(mode string) string {
 // unreadable file reports everything off and disabled, as enforced.
 func (a *Agent) permissionsProto() *agentv1.Permissions {
 	st, err := a.permissions()
+	if _, gerr := a.grants(); err == nil && permissions.IsRefused(gerr) {
+		err = gerr
+	}
 	if err != nil {
 		return &agentv1.Permissions{DisabledAll: true}
 	}
@@ -142,6 +205,7 @@ func (a *Agent) watchPermissions(ctx context.Context) {
 // with the reason.
 func (a *Agent) enforcePermissions() {
 	a.permissions() // notices a change (and reports it) with no job running too
+	a.grants()
 	a.mu.Lock()
 	var running []*jobRun
 	for _, j := range a.jobs {

@@ -79,3 +79,88 @@ func Save(dir string, id Identity) error {
 	}
 	return atomicfile.Write(filepath.Join(dir, FileName), b, 0o600)
 }
+
+// PendingFileName holds the key pair made before enrolment, when the
+// customer set their controls (agentd permissions) before the agent first
+// enrolled: the agent enrols with that key, so the control files it signed
+// stay valid, and removes the file once identity.json holds the key.
+const PendingFileName = "enrolment-key.json"
+
+type pending struct {
+	PrivateKey ed25519.PrivateKey `json:"private_key"`
+}
+
+// PendingKey returns the key made before enrolment, or nil when there is
+// none.
+func PendingKey(dir string) (ed25519.PrivateKey, error) {
+	path := filepath.Join(dir, PendingFileName)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var p pending
+	if err := json.Unmarshal(b, &p); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(p.PrivateKey) != ed25519.PrivateKeySize {
+		return nil, fmt.Errorf("%s: private_key malformed", path)
+	}
+	return p.PrivateKey, nil
+}
+
+// EnrolmentKey returns the key to enrol with: the one made before
+// enrolment if there is one, else a fresh one.
+func EnrolmentKey(dir string) (ed25519.PrivateKey, error) {
+	k, err := PendingKey(dir)
+	if err != nil || k != nil {
+		return k, err
+	}
+	return NewKey()
+}
+
+// DropPending removes the pre-enrolment key once the identity holds it.
+func DropPending(dir string) error {
+	err := os.Remove(filepath.Join(dir, PendingFileName))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+// SigningKey returns the identity whose key signs and checks the
+// customer's control files in dir: the enrolled identity, or before
+// enrolment one holding only the pending key (AgentID empty), made and
+// saved (0600) now when create is set and there is none yet. With
+// create unset and no key at all, it returns ErrNotEnrolled.
+func SigningKey(dir string, create bool) (Identity, error) {
+	id, err := Load(dir)
+	if err == nil || errors.Is(err, ErrNoIMSDKey) {
+		return id, nil
+	}
+	if !errors.Is(err, ErrNotEnrolled) {
+		return Identity{}, err
+	}
+	k, err := PendingKey(dir)
+	if err != nil {
+		return Identity{}, err
+	}
+	if k == nil {
+		if !create {
+			return Identity{}, ErrNotEnrolled
+		}
+		if k, err = NewKey(); err != nil {
+			return Identity{}, err
+		}
+		b, err := json.MarshalIndent(pending{PrivateKey: k}, "", "  ")
+		if err != nil {
+			return Identity{}, err
+		}
+		if err := atomicfile.Write(filepath.Join(dir, PendingFileName), b, 0o600); err != nil {
+			return Identity{}, err
+		}
+	}
+	return Identity{PrivateKey: k}, nil
+}

@@ -1,12 +1,7 @@
 package permissions
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"time"
 )
@@ -67,31 +62,26 @@ func (gs Grants) Find(id string) (*Grant, bool) {
 // GrantsPath is the grants file of state dir dir.
 func GrantsPath(dir string) string { return filepath.Join(dir, GrantsFileName) }
 
-// LoadGrants reads the grants of state dir dir: none when the file does
-// not exist. A file that cannot be read is an error; the agent then
-// refuses break_glass jobs.
+// LoadGrants reads the grants of state dir dir as the customer's
+// commands do (see Load): none when the file does not exist and none was
+// ever accepted. A file that cannot be read or is refused is an error.
 func LoadGrants(dir string) (Grants, error) {
-	b, err := os.ReadFile(GrantsPath(dir))
-	if errors.Is(err, fs.ErrNotExist) {
-		return Grants{}, nil
-	}
-	if err != nil {
-		return Grants{}, fmt.Errorf("read %s: %w", GrantsPath(dir), err)
-	}
-	var g Grants
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&g); err != nil {
-		return Grants{}, fmt.Errorf("%s: %w", GrantsPath(dir), err)
-	}
-	return g, nil
+	gs, _, err := loadDir(dir, GrantsFileName, Grants{})
+	return gs, err
 }
 
+// LoadGrantsWith is LoadWith for the grants file.
+func LoadGrantsWith(dir string, k Key, accepted uint64) (Grants, uint64, error) {
+	return loadSigned(k, GrantsPath(dir), accepted, Grants{})
+}
+
+var grantsFile = controlFile[Grants]{name: GrantsFileName, lock: ".breakglass.lock", def: func() Grants { return Grants{} }}
+
 // UpdateGrants changes the grants of state dir dir with change, under a
-// lock, and writes them atomically (0600). A change that returns an error
-// writes nothing.
+// lock, and writes them signed, as the next generation, atomically
+// (0600). A change that returns an error writes nothing.
 func UpdateGrants(dir string, change func(*Grants) error) (Grants, error) {
-	return updateLocked(dir, ".breakglass.lock", GrantsPath(dir), LoadGrants, change)
+	return grantsFile.update(dir, change)
 }
 
 // GrantsStampOf stats the grants file of state dir dir.

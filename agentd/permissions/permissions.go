@@ -7,8 +7,6 @@
 package permissions
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -142,77 +140,253 @@ func (s State) Short() string {
 // Path is the permission file of the state dir dir.
 func Path(dir string) string { return filepath.Join(dir, FileName) }
 
-// Load reads the state from state dir dir: the defaults when the file does
-// not exist. A file that exists but cannot be read or parsed is an error
-// naming it; the agent then refuses every job rather than guess.
+// Load reads the state from state dir dir as the customer's commands
+// do: checked with the agent's key in dir against the newest generation
+// the agent's journal records as accepted (signed.go). The defaults when
+// the file does not exist and none was ever accepted. A file that cannot
+// be read, or is refused (*RefusedError), is an error naming it; the
+// agent then refuses every job rather than guess.
 func Load(dir string) (State, error) {
-	b, err := os.ReadFile(Path(dir))
-	if errors.Is(err, fs.ErrNotExist) {
-		return Default(), nil
-	}
-	if err != nil {
-		return State{}, fmt.Errorf("read %s: %w", Path(dir), err)
-	}
-	var s State
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&s); err != nil {
-		return State{}, fmt.Errorf("%s: %w (fix or remove it; removing it restores the defaults)", Path(dir), err)
-	}
-	return s, nil
+	st, _, err := loadDir(dir, FileName, Default())
+	return st, err
+}
+
+// LoadWith reads the state of state dir dir checked with k, refusing a
+// generation older than accepted (and a missing file once accepted > 0),
+// as the agent does with the key it holds. It returns the file's
+// generation (0 for the defaults of a missing file).
+func LoadWith(dir string, k Key, accepted uint64) (State, uint64, error) {
+	return loadSigned(k, Path(dir), accepted, Default())
 }
 
 // Update changes the state in state dir dir with change, under a lock so
-// that two changes at once do not lose one, and writes it atomically
-// (0600). It returns the new state.
+// that two changes at once do not lose one, and writes it signed, as the
+// next generation, atomically (0600). It returns the new state. A file
+// that is refused is not changed: the error says how to re-sign it.
 func Update(dir string, now time.Time, by string, change func(*State)) (State, error) {
 	if _, err := os.Stat(dir); err != nil {
 		return State{}, fmt.Errorf("state dir: %w", err)
 	}
-	return updateLocked(dir, ".permissions.lock", Path(dir), Load, func(s *State) error {
+	return permissionsFile.update(dir, func(s *State) error {
 		change(s)
 		s.ChangedAt, s.ChangedBy = now.UTC().Truncate(time.Second), by
 		return nil
 	})
 }
 
-// updateLocked changes the file at path, read by load, with change, under
-// an flock of lockName in dir so that two changes at once do not lose
-// one, and writes it atomically as indented JSON (0600). A change that
-// returns an error writes nothing.
-func updateLocked[T any](dir, lockName, path string, load func(dir string) (T, error), change func(*T) error) (T, error) {
-	var zero T
-	lock, err := os.OpenFile(filepath.Join(dir, lockName), os.O_CREATE|os.O_RDWR, 0o600)
+var permissionsFile = controlFile[State]{name: FileName, lock: ".permissions.lock", def: Default}
+
+// controlFile is one of the customer's control files.
+type controlFile[T any] struct {
+	name, lock string
+	def        func() T
+}
+
+// locked runs f under an flock of the file's lock in dir, so that two
+// changes at once do not lose one.
+func (c controlFile[T]) locked(dir string, f func() error) error {
+	lock, err := os.OpenFile(filepath.Join(dir, c.lock), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
-		return zero, err
+		return err
 	}
 	defer lock.Close()
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return zero, fmt.Errorf("lock %s: %w", lock.Name(), err)
+		return fmt.Errorf("lock %s: %w", lock.Name(), err)
 	}
-	v, err := load(dir)
+	return f()
+}
+
+// write signs v as generation gen and writes it atomically (0600).
+func (c controlFile[T]) write(dir string, k Key, gen uint64, v T) error {
+	b, err := seal(k, c.name, gen, v)
 	if err != nil {
-		return zero, err
+		return err
 	}
-	if err := change(&v); err != nil {
-		return zero, err
-	}
-	b, err := json.MarshalIndent(v, "", "  ")
+	return atomicfile.Write(filepath.Join(dir, c.name), b, 0o600)
+}
+
+// update changes the file in dir with change and writes it signed as
+// the next generation. A change that returns an error writes nothing.
+func (c controlFile[T]) update(dir string, change func(*T) error) (T, error) {
+	var v T
+	err := c.locked(dir, func() error {
+		k, _, err := dirKey(dir, true)
+		if err != nil {
+			return err
+		}
+		acc, err := dirAccepted(dir, c.name)
+		if err != nil {
+			return err
+		}
+		cur, gen, err := loadSigned(k, filepath.Join(dir, c.name), acc, c.def())
+		if err != nil {
+			return err
+		}
+		if err := change(&cur); err != nil {
+			return err
+		}
+		v = cur
+		return c.write(dir, k, max(gen, acc)+1, cur)
+	})
+	return v, err
+}
+
+// Status is what Verify found of one control file.
+type Status struct {
+	Path string
+	// Missing is set for a file that does not exist (and may not: its
+	// defaults apply).
+	Missing bool
+	// Generation is the file's, when it verified.
+	Generation uint64
+	// Accepted is the newest generation the agent's journal records.
+	Accepted uint64
+	// KeyID names the key that checked it ("" before any key exists).
+	KeyID string
+	// Err is why it is refused or cannot be read; nil when it verified.
+	Err error
+}
+
+func (c controlFile[T]) verify(dir string) Status {
+	st := Status{Path: filepath.Join(dir, c.name)}
+	acc, err := dirAccepted(dir, c.name)
+	st.Accepted = acc
 	if err != nil {
-		return zero, err
+		st.Err = err
+		return st
 	}
-	if err := atomicfile.Write(path, append(b, '\n'), 0o600); err != nil {
-		return zero, err
+	k, ok, err := dirKey(dir, false)
+	if err != nil {
+		st.Err = err
+		return st
 	}
-	return v, nil
+	if ok {
+		st.KeyID = KeyID(k.Public)
+	}
+	b, err := readBounded(st.Path)
+	st.Missing = err == nil && b == nil
+	_, st.Generation, st.Err = loadDir(dir, c.name, c.def())
+	return st
+}
+
+// reset writes v, signed, as the generation after the newest accepted
+// (or the file's own, when it verifies), whatever the file held. With
+// onlyRefused, a file that verifies (or is missing, with none accepted)
+// is left alone; written says whether it was written.
+func (c controlFile[T]) reset(dir string, v T, onlyRefused bool) (written bool, err error) {
+	err = c.locked(dir, func() error {
+		k, _, err := dirKey(dir, true)
+		if err != nil {
+			return err
+		}
+		acc, err := dirAccepted(dir, c.name)
+		if err != nil {
+			return err
+		}
+		_, gen, lerr := loadSigned(k, filepath.Join(dir, c.name), acc, c.def())
+		var r *RefusedError
+		if lerr != nil && !errors.As(lerr, &r) {
+			return lerr
+		}
+		if r != nil && r.Generation < 1<<62 {
+			// Above the generation the refused file claims: if it is a
+			// signed file changed by hand, the signed original is then
+			// older too, and refused once the agent accepts this one.
+			gen = r.Generation
+		}
+		if lerr == nil && onlyRefused {
+			return nil
+		}
+		written = true
+		return c.write(dir, k, max(gen, acc)+1, v)
+	})
+	return written, err
+}
+
+// adopt signs a file from before signing as it is. It returns the
+// adopted content; adopted is false when the file is missing or already
+// signed and valid. A file refused for any other reason is an error.
+func (c controlFile[T]) adopt(dir string) (v T, adopted bool, err error) {
+	err = c.locked(dir, func() error {
+		k, _, err := dirKey(dir, true)
+		if err != nil {
+			return err
+		}
+		acc, err := dirAccepted(dir, c.name)
+		if err != nil {
+			return err
+		}
+		path := filepath.Join(dir, c.name)
+		cur, gen, lerr := loadSigned(k, path, acc, c.def())
+		var r *RefusedError
+		switch {
+		case lerr == nil:
+			v = cur
+			return nil
+		case !errors.As(lerr, &r) || !r.Unsigned:
+			return lerr
+		}
+		b, err := readBounded(path)
+		if err != nil {
+			return err
+		}
+		if err := strictJSON(b, &v); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		adopted = true
+		return c.write(dir, k, max(gen, acc)+1, v)
+	})
+	return v, adopted, err
+}
+
+// Verify checks both control files of state dir dir as the agent would.
+func Verify(dir string) []Status {
+	return []Status{permissionsFile.verify(dir), grantsFile.verify(dir)}
+}
+
+// Reset writes the defaults to the permission file, signed, whatever it
+// held, and an empty grants file, signed, if the grants file is refused.
+// It is how the customer recovers from a refused control file.
+func Reset(dir string, now time.Time, by string) (State, error) {
+	st := Default()
+	st.ChangedAt, st.ChangedBy = now.UTC().Truncate(time.Second), by
+	if _, err := permissionsFile.reset(dir, st, false); err != nil {
+		return State{}, err
+	}
+	if _, err := grantsFile.reset(dir, Grants{Grants: []Grant{}}, true); err != nil {
+		return State{}, err
+	}
+	return st, nil
+}
+
+// Adopted is what Adopt signed.
+type Adopted struct {
+	State, Grants bool
+}
+
+// Adopt signs, as they are, control files written before agentd signed
+// them (unsigned, in the old format). Files already signed and valid, or
+// missing, are left alone; a file refused for another reason is an error.
+func Adopt(dir string) (Adopted, error) {
+	var a Adopted
+	var err error
+	if _, a.State, err = permissionsFile.adopt(dir); err != nil {
+		return a, err
+	}
+	_, a.Grants, err = grantsFile.adopt(dir)
+	return a, err
 }
 
 // Stamp identifies a version of the permission file cheaply (size,
-// modification time, inode), to tell whether it changed without reading
-// it. The zero Stamp is a missing file.
+// modification and change time, inode), to tell whether it changed
+// without reading it. The change time is in it because no one but the
+// kernel sets it: a file rewritten in place with its old size and
+// modification time put back is read again. The zero Stamp is a missing
+// file.
 type Stamp struct {
 	Size  int64
 	MTime time.Time
+	CTime time.Time
 	Ino   uint64
 }
 
@@ -230,6 +404,7 @@ func stampOf(path string) (Stamp, error) {
 	st := Stamp{Size: fi.Size(), MTime: fi.ModTime()}
 	if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
 		st.Ino = sys.Ino
+		st.CTime = time.Unix(sys.Ctim.Unix())
 	}
 	return st, nil
 }
