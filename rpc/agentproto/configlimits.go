@@ -53,7 +53,8 @@ func (e *ConfigError) Error() string { return "config" + e.Path + ": " + e.Probl
 // CheckConfig says whether cfg is within the limits above and holds only
 // values a job config may hold: objects (map[string]any), lists ([]any),
 // strings (UTF-8), finite numbers (float64, or int64 and int as a TOML or
-// Go caller has them), booleans and null. It returns a *ConfigError, or
+// Go caller has them), booleans and null; []string and map[string]string
+// are taken as the lists and objects they encode to in JSON. It returns a *ConfigError, or
 // nil. It walks what ConfigDigest walks, with the same checks.
 func CheckConfig(cfg map[string]any) error {
 	w := configWalker{lenient: true}
@@ -141,6 +142,24 @@ func (w *configWalker) value(v any, depth int) error {
 		}
 		w.str(v)
 		return nil
+	case []string:
+		if !w.lenient {
+			break
+		}
+		l := make([]any, len(v))
+		for i, x := range v {
+			l[i] = x
+		}
+		return w.value(l, depth)
+	case map[string]string:
+		if !w.lenient {
+			break
+		}
+		m := make(map[string]any, len(v))
+		for k, x := range v {
+			m[k] = x
+		}
+		return w.value(m, depth)
 	case []any:
 		if len(v) > MaxConfigItems && !w.plan {
 			return &pathError{problem: fmt.Sprintf("is a list of %d items (the limit is %d)", len(v), MaxConfigItems)}

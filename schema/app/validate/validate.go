@@ -9,6 +9,7 @@ package validate
 import (
 	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"path"
@@ -17,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/byoc-dev/byoc/rpc/agentproto"
 	"github.com/byoc-dev/byoc/schema/app/config"
 	"github.com/byoc-dev/byoc/schema/app/cron"
 	"github.com/byoc-dev/byoc/schema/app/diag"
@@ -303,9 +305,30 @@ func (v *validator) component(file string, c *config.Component) {
 			v.errf(file, key, "", "%q is listed twice", d)
 		}
 	}
+	v.configLimits(file, "config", c.Config)
 	template.EachString("config", c.Config, func(key, s string) {
 		v.refs(file, key, s, c.Name)
 	})
+}
+
+// configLimits reports a config (a component's, or an install's override
+// of one) that breaks a limit every agent enforces on a job's config
+// (agentproto.CheckConfig), at the line of the value when it can be
+// told, else of the config.
+func (v *validator) configLimits(file, key string, cfg map[string]any) {
+	var ce *agentproto.ConfigError
+	if !errors.As(agentproto.CheckConfig(cfg), &ce) {
+		return
+	}
+	at := key + ce.Path
+	line := v.a.Line(file, at)
+	if line == 0 {
+		line = v.a.Line(file, key)
+	}
+	if line == 0 {
+		line = v.a.Line(file, "type")
+	}
+	v.ds.Addf(file, line, at, "every agent refuses a job whose config breaks this limit", "%s", ce.Problem)
 }
 
 // unknownTypeHint says what the known types are, which is closest to typ,
@@ -692,6 +715,7 @@ func (v *validator) install(file string, in *config.InstallFile) {
 			v.noComponent(file, diag.Join("components", c), "", c, names)
 			continue
 		}
+		v.configLimits(file, diag.Join("components", c)+".config", in.Components[c].Config)
 		template.EachString(diag.Join("components", c)+".config", in.Components[c].Config, func(key, s string) {
 			v.refs(file, key, s, c)
 		})
