@@ -709,7 +709,7 @@ func (s *Service) GetJob(ctx context.Context, req *connect.Request[imsv1.GetJobR
 	if _, err := proto.Marshal(pj); err != nil {
 		s.log.WarnContext(ctx, "a stored job's plan cannot be shown", "job", j.ID, "err", err)
 		pj.PlannedChanges, pj.PolicyFindings = nil, nil
-		pj.Error = strings.TrimPrefix(pj.Error+"; imsd cannot show this job's planned changes and policy findings: "+err.Error(), "; ")
+		pj.Error = strings.TrimPrefix(pj.Error+"; imsd cannot show this job's planned changes and policy findings: "+strings.ToValidUTF8(err.Error(), "\uFFFD"), "; ")
 	}
 	return connect.NewResponse(&imsv1.GetJobResponse{Job: pj}), nil
 }
@@ -1157,7 +1157,8 @@ func shownJob(j store.Job) (*imsv1.Job, error) {
 		err = fmt.Errorf("its config is not a JSON object: %w", err)
 	}
 	if err != nil {
-		note := "imsd cannot show this job's config: " + err.Error()
+		// The error may quote the bytes it choked on.
+		note := "imsd cannot show this job's config: " + strings.ToValidUTF8(err.Error(), "\uFFFD")
 		if p.Error != "" {
 			note = p.Error + "; " + note
 		}
