@@ -61,7 +61,10 @@ func ParseRef(s string) (Ref, error) {
 
 // Walk calls fn for each directory and regular file of a module
 // directory, in lexical order, by path relative to root; it skips
-// .terraform, state files and anything that is not a file or directory.
+// .terraform and state files, and refuses a symbolic link or any other
+// special file, naming it: a link's target lies outside what is packed
+// (it could be any file of the machine), and leaving it out silently
+// would pack a module that differs from the directory.
 func Walk(root string, fn func(rel string, d fs.DirEntry) error) error {
 	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -75,8 +78,15 @@ func Walk(root string, fn func(rel string, d fs.DirEntry) error) error {
 		if d.IsDir() && base == ".terraform" {
 			return filepath.SkipDir
 		}
-		if !d.IsDir() && (!d.Type().IsRegular() || strings.HasSuffix(base, ".tfstate") || strings.HasSuffix(base, ".tfstate.backup") || base == ".terraform.tfstate.lock.info") {
+		if !d.IsDir() && (strings.HasSuffix(base, ".tfstate") || strings.HasSuffix(base, ".tfstate.backup") || base == ".terraform.tfstate.lock.info") {
 			return nil
+		}
+		if !d.IsDir() && !d.Type().IsRegular() {
+			what := "a special file"
+			if d.Type()&fs.ModeSymlink != 0 {
+				what = "a symbolic link"
+			}
+			return fmt.Errorf("%s: %s; a module holds only regular files and directories (copy the file in)", p, what)
 		}
 		return fn(filepath.ToSlash(rel), d)
 	})
