@@ -30,6 +30,7 @@ import (
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1/imsv1connect"
+	"github.com/byoc-dev/byoc/schema/app/config"
 )
 
 // Defaults and limits for requests.
@@ -42,7 +43,7 @@ const (
 	MaxEnrollTokenTTL     = 30 * 24 * time.Hour
 	MaxConfigBytes        = 256 << 10
 	MaxInputs             = 200
-	MaxInputValueBytes    = 4 << 10
+	MaxInputValueBytes    = config.MaxInputValueBytes
 	logPage               = 500
 )
 

@@ -24,7 +24,6 @@ import (
 	"github.com/byoc-dev/byoc/schema/app/config"
 	"github.com/byoc-dev/byoc/schema/app/load"
 	"github.com/byoc-dev/byoc/schema/app/stack"
-	"github.com/byoc-dev/byoc/schema/app/validate"
 )
 
 var kindsFromProto = map[imsv1.WorkflowKind]string{
@@ -110,7 +109,7 @@ func (s *Service) queueWorkflow(ctx context.Context, in store.Install, kind stri
 		if err != nil {
 			return store.Workflow{}, err
 		}
-		if app, err = load.Parse(r.Files, validate.Options{AnyType: true}); err != nil {
+		if app, err = load.Parse(r.Files, storedOptions()); err != nil {
 			return store.Workflow{}, fmt.Errorf("revision %d: %w", rev, err)
 		}
 	}
@@ -326,7 +325,7 @@ func (s *Service) checkAgainstApp(ctx context.Context, in store.Install, inputs,
 	if err != nil {
 		return err
 	}
-	app, err := load.Parse(r.Files, validate.Options{AnyType: true})
+	app, err := load.Parse(r.Files, storedOptions())
 	if err != nil {
 		return err
 	}
@@ -595,7 +594,7 @@ func (s *Service) maskedInputs(ctx context.Context, appID string, plan *workflow
 	if err != nil {
 		return nil, err
 	}
-	app, err := load.Parse(r.Files, validate.Options{AnyType: true})
+	app, err := load.Parse(r.Files, storedOptions())
 	if err != nil {
 		return nil, err
 	}

@@ -680,7 +680,7 @@ func (c *appCache) get(ctx context.Context, st *store.Store, appID string, rev i
 	if err != nil {
 		return nil, err
 	}
-	app, err = load.Parse(r.Files, validate.Options{AnyType: true})
+	app, err = load.Parse(r.Files, validate.Options{AnyType: true, Stored: true})
 	if err != nil {
 		return nil, fmt.Errorf("app %s revision %d no longer parses: %w", appID, rev, err)
 	}

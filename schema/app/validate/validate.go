@@ -36,6 +36,10 @@ type Options struct {
 	// checks what it can, imsd the rest), and for reading again revisions
 	// that were valid when they were stored.
 	AnyType bool
+	// Stored reads again a revision that was valid when it was stored:
+	// checks added since (the limits on a job config's shape and on an
+	// input's value) are left out, so that it still parses.
+	Stored bool
 	// TypeHint ends the hint of the error naming a type not in Types,
 	// saying how to make one known (register it, pass its schema).
 	TypeHint string
@@ -81,7 +85,7 @@ func Check(a *config.App, ds *diag.List, opts Options) {
 	if types == nil {
 		types = BuiltinTypes()
 	}
-	v := &validator{a: a, ds: ds, types: types, anyType: opts.AnyType, typeHint: opts.TypeHint}
+	v := &validator{a: a, ds: ds, types: types, anyType: opts.AnyType, typeHint: opts.TypeHint, stored: opts.Stored}
 	for _, c := range a.Components {
 		v.components = append(v.components, c.Name)
 	}
@@ -119,9 +123,11 @@ type validator struct {
 	a     *config.App
 	ds    *diag.List
 	types map[string]ConfigCheck
-	// anyType and typeHint are Options.AnyType and Options.TypeHint.
+	// anyType, typeHint and stored are Options.AnyType, Options.TypeHint
+	// and Options.Stored.
 	anyType  bool
 	typeHint string
+	stored   bool
 	// The names declared, for "no such" errors and their suggestions.
 	components, inputs, secrets []string
 }
@@ -205,6 +211,7 @@ func (v *validator) checkInputs() {
 			case in.Sensitive:
 				v.errf(f, at("default"), "let each install provide it", "a sensitive input cannot have a default: it would be stored in every revision")
 			default:
+				v.inputSize(f, at("default"), in.Name, in.Default)
 				if msg := in.CheckValue(in.Default); msg != "" {
 					v.errf(f, at("default"), "", "%s", msg)
 				}
@@ -236,6 +243,7 @@ func (v *validator) inputValues(file, key string, vals map[string]any, complete 
 		if msg := in.CheckValue(vals[name]); msg != "" {
 			v.errf(file, k, "", "%s", msg)
 		}
+		v.inputSize(file, k, name, vals[name])
 	}
 	if !complete {
 		return
@@ -311,13 +319,21 @@ func (v *validator) component(file string, c *config.Component) {
 	})
 }
 
+// inputSize reports an input value longer than config.MaxInputValueBytes
+// (as the API refuses one for an install).
+func (v *validator) inputSize(file, key, name string, val any) {
+	if s, ok := val.(string); ok && len(s) > config.MaxInputValueBytes && !v.stored {
+		v.errf(file, key, "", "the value of input %q is %d bytes; at most %d are allowed", name, len(s), config.MaxInputValueBytes)
+	}
+}
+
 // configLimits reports a config (a component's, or an install's override
 // of one) that breaks a limit every agent enforces on a job's config
 // (agentproto.CheckConfig), at the line of the value when it can be
 // told, else of the config.
 func (v *validator) configLimits(file, key string, cfg map[string]any) {
 	var ce *agentproto.ConfigError
-	if !errors.As(agentproto.CheckConfig(cfg), &ce) {
+	if v.stored || !errors.As(agentproto.CheckConfig(cfg), &ce) {
 		return
 	}
 	at := key + ce.Path
