@@ -160,3 +160,43 @@ func TestJobListSurvivesBadRows(t *testing.T) {
 		t.Errorf("byoc job list does not show the good job:\n%s", out)
 	}
 }
+
+// An install whose stored settings hold a component override nested past
+// what clients decode (set by an older imsd from an installs/*.toml) is
+// listed and got with the override shown as an error, and the list of
+// installs carries on, in the API and the CLI.
+func TestInstallListSurvivesBadOverride(t *testing.T) {
+	ims := cluster.StartIMS(t, fast)
+	in, _ := cluster.NewInstall(t, ims.Admin(), "shop", "alpha")
+	cluster.NewInstall(t, ims.Admin(), "shop", "beta")
+	ctx := context.Background()
+	var deep map[string]any
+	if err := json.Unmarshal([]byte(deepJSON(5000)), &deep); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ims.Store().UpdateInstall(ctx, in.Id, map[string]string{}, store.InstallSettings{Overrides: map[string]map[string]any{"web": deep}}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	for name, opts := range map[string][]connect.ClientOption{"proto": nil, "json": {connect.WithProtoJSON()}, "grpc": {connect.WithGRPC()}} {
+		opts = append(opts, connect.WithInterceptors(cluster.Bearer(ims.AdminToken)))
+		c := imsv1connect.NewOperatorServiceClient(agent.DefaultHTTPClient(), ims.URL(), opts...)
+		r, err := c.ListInstalls(ctx, connect.NewRequest(&imsv1.ListInstallsRequest{}))
+		if err != nil {
+			t.Fatalf("%s: list installs: %v", name, err)
+		}
+		if len(r.Msg.Installs) != 2 {
+			t.Errorf("%s: %d installs listed, want 2", name, len(r.Msg.Installs))
+		}
+		g, err := c.GetInstall(ctx, connect.NewRequest(&imsv1.GetInstallRequest{IdOrName: "alpha"}))
+		if err != nil {
+			t.Fatalf("%s: get install: %v", name, err)
+		}
+		if e := g.Msg.Install.GetSettings().GetOverrides()["web"].GetFields()["error"].GetStringValue(); !strings.Contains(e, "nested deeper than 100 levels") {
+			t.Errorf("%s: the override is shown as %q, want an error naming the limit", name, e)
+		}
+	}
+	out := cluster.NewCLI(t, ims).Run(0, "install", "list")
+	if !strings.Contains(out, "alpha") || !strings.Contains(out, "beta") {
+		t.Errorf("byoc install list:\n%s", out)
+	}
+}

@@ -661,12 +661,22 @@ func (s *Service) workflowToProto(ctx context.Context, wf store.Workflow, steps 
 func settingsToProto(st store.InstallSettings) *imsv1.InstallSettings {
 	p := &imsv1.InstallSettings{Parallelism: int32(st.Parallelism), RequireApproval: st.RequireApproval, Source: st.Source}
 	for name, o := range st.Overrides {
-		if v, err := structpb.NewStruct(o); err == nil {
-			if p.Overrides == nil {
-				p.Overrides = map[string]*structpb.Struct{}
-			}
-			p.Overrides[name] = v
+		// An override stored before the job config limits (one an
+		// installs/*.toml of an older imsd set) may be nested deeper than
+		// clients decode: it is shown as the error, and the install with
+		// it, rather than failing every list of installs.
+		v, err := structpb.NewStruct(o)
+		if err == nil {
+			err = agentproto.CheckConfig(o)
 		}
+		if err != nil {
+			v = &structpb.Struct{Fields: map[string]*structpb.Value{
+				"error": structpb.NewStringValue("imsd cannot show this override: " + strings.ToValidUTF8(err.Error(), "\uFFFD"))}}
+		}
+		if p.Overrides == nil {
+			p.Overrides = map[string]*structpb.Struct{}
+		}
+		p.Overrides[name] = v
 	}
 	return p
 }
