@@ -200,3 +200,40 @@ func TestInstallListSurvivesBadOverride(t *testing.T) {
 		t.Errorf("byoc install list:\n%s", out)
 	}
 }
+
+// A plan job whose stored planned change holds a value nested past what
+// clients decode is got with that value left out and its summary saying
+// so, instead of failing the get.
+func TestJobGetSurvivesDeepPlannedChange(t *testing.T) {
+	ims := cluster.StartIMS(t, fast)
+	_, tok := cluster.NewInstall(t, ims.Admin(), "shop", "alpha")
+	a := cluster.EnrollRaw(t, ims.URL(), tok)
+	a.Connect(t, 1)
+	c := ims.Admin()
+	ctx := context.Background()
+	r, err := c.EnqueueJob(ctx, connect.NewRequest(&imsv1.EnqueueJobRequest{Install: "alpha", ComponentType: "terraform", Operation: "plan"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	as := a.Assignment(t)
+	a.Answer(t, a.Send(t, cluster.Ack(as.JobId, as.FencingToken)))
+	if _, err := ims.Store().FinishJob(ctx, as.JobId, store.Writer{AgentID: a.ID, FencingToken: as.FencingToken}, store.Result{
+		State: store.JobSucceeded, PlannedChanges: []store.PlannedChange{
+			{Address: "deep", Action: "create", After: json.RawMessage(deepJSON(5000))},
+			{Address: "fine", Action: "create", After: json.RawMessage(`{"n":1}`)},
+		}}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	for name, opts := range map[string][]connect.ClientOption{"proto": nil, "json": {connect.WithProtoJSON()}} {
+		opts = append(opts, connect.WithInterceptors(cluster.Bearer(ims.AdminToken)))
+		cl := imsv1connect.NewOperatorServiceClient(agent.DefaultHTTPClient(), ims.URL(), opts...)
+		g, err := cl.GetJob(ctx, connect.NewRequest(&imsv1.GetJobRequest{Id: r.Msg.Job.Id}))
+		if err != nil {
+			t.Fatalf("%s: get: %v", name, err)
+		}
+		pc := g.Msg.Job.PlannedChanges
+		if len(pc) != 2 || pc[0].After != nil || !strings.Contains(pc[0].Summary, "nested 5001 levels deep") || pc[1].After == nil {
+			t.Errorf("%s: planned changes %v; want the deep value left out, said so, and the other shown", name, pc)
+		}
+	}
+}

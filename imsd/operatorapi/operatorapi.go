@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -725,6 +726,13 @@ func (s *Service) plannedToProto(ctx context.Context, j store.Job) []*imsv1.Plan
 			out **structpb.Value
 		}{{c.Before, &p.Before}, {c.After, &p.After}} {
 			if len(v.in) == 0 {
+				continue
+			}
+			// A value nested deeper than clients decode would fail the
+			// whole get: it is left out, and the summary says so.
+			if d := jsonDepth(v.in); d > agentproto.MaxConfigDepth+1 {
+				s.log.WarnContext(ctx, "planned change value nested too deep to show", "job", j.ID, "address", c.Address, "depth", d)
+				p.Summary = strings.TrimPrefix(p.Summary+"; imsd cannot show a value of this change: it is nested "+strconv.Itoa(d)+" levels deep", "; ")
 				continue
 			}
 			val := &structpb.Value{}
