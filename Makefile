@@ -135,7 +135,10 @@ FUZZ_TARGETS := \
 	./imsd/store:FuzzEncodeMap \
 	./internal/ocicopy:FuzzParseReference \
 	./imsd/registry:FuzzParseScope \
-	./rpc/agentproto:FuzzParseGrantExchangePassword
+	./rpc/agentproto:FuzzParseGrantExchangePassword \
+	./rpc/agentproto:FuzzCheckConfig \
+	./imsd/operatorapi:FuzzEnqueueConfig \
+	./imsd/operatorapi:FuzzShownJob
 FUZZTIME ?= 10s
 
 .PHONY: fuzz-short

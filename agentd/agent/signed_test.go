@@ -80,6 +80,18 @@ func TestAgentRefusesUnverifiedAssignments(t *testing.T) {
 			f.sign(as, f.key, time.Now().Add(time.Minute))
 		}, `for install "ins_other"`},
 		{"unknown key", func(f *fakeIMS, as *agentv1.JobAssignment) { f.sign(as, otherKey, time.Now().Add(time.Minute)) }, "unknown key"},
+		// A config past the limits imsd checks at enqueue (agentproto)
+		// is refused naming where, whoever sent it.
+		{"config nested too deep", func(f *fakeIMS, as *agentv1.JobAssignment) {
+			deep := map[string]any{}
+			for range 150 {
+				deep = map[string]any{"a": deep}
+			}
+			as.Config = mustStruct(map[string]any{"values": deep})
+		}, "config.values.a.a.a.a"},
+		{"config key too long", func(f *fakeIMS, as *agentv1.JobAssignment) {
+			as.Config = mustStruct(map[string]any{strings.Repeat("k", 2000): 1.0})
+		}, "the key is 2000 bytes long (the limit is 1024)"},
 		{"another key under imsd's key id", func(f *fakeIMS, as *agentv1.JobAssignment) {
 			f.sign(as, otherKey, time.Now().Add(time.Minute))
 			as.Signature.KeyId = agentproto.KeyID(f.key.Public().(ed25519.PublicKey))

@@ -12,6 +12,7 @@
 package fault
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -20,8 +21,11 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
 	"github.com/byoc-dev/byoc/e2e/cluster"
 	"github.com/byoc-dev/byoc/imsd/store/pgtest"
+	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
 
 var (
@@ -107,16 +111,24 @@ func TestIMSDRestartDoesNotRunTwoAttempts(t *testing.T) {
 
 // The agent's network blackholed while a second agent of the install is
 // connected: the job moves to the second agent only after the first has
-// stopped it.
+// stopped it (never on both at once: check), and completes there.
 func TestNetworkCutMovesTheJobOnlyOnceStopped(t *testing.T) {
 	skipShort(t)
 	t.Parallel()
 	w := newWorld(t, "", 2)
 	w.enqueue(60)
 	a := w.runningOn(w.jobs[0])
+	first := w.jobAgent(w.jobs[0])
 	time.Sleep(time.Second)
 	w.cut(a, netBlackhole, lease+grace+6*time.Second)
 	w.check()
+	r, err := w.c.GetJob(context.Background(), connect.NewRequest(&imsv1.GetJobRequest{Id: w.jobs[0]}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j := r.Msg.Job; j.AgentId == first || j.Attempt < 2 {
+		t.Errorf("the job ended on agent %s at attempt %d; want it completed by the other agent after the lease of %s (blackholed) ran out", j.AgentId, j.Attempt, first)
+	}
 }
 
 // fixedSeeds run in every `make test`: each covers a different mix (the

@@ -7,10 +7,12 @@ package operatorapi
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -26,8 +28,10 @@ import (
 	"github.com/byoc-dev/byoc/imsd/rpcerr"
 	"github.com/byoc-dev/byoc/imsd/store"
 	"github.com/byoc-dev/byoc/imsd/workflow"
+	"github.com/byoc-dev/byoc/rpc/agentproto"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1/imsv1connect"
+	"github.com/byoc-dev/byoc/schema/app/config"
 )
 
 // Defaults and limits for requests.
@@ -40,7 +44,7 @@ const (
 	MaxEnrollTokenTTL     = 30 * 24 * time.Hour
 	MaxConfigBytes        = 256 << 10
 	MaxInputs             = 200
-	MaxInputValueBytes    = 4 << 10
+	MaxInputValueBytes    = config.MaxInputValueBytes
 	logPage               = 500
 )
 
@@ -413,12 +417,62 @@ func (s *Service) EnqueueJobs(ctx context.Context, req *connect.Request[imsv1.En
 // jobConfigField is Job.config's field number.
 var jobConfigField = (&imsv1.Job{}).ProtoReflect().Descriptor().Fields().ByName("config").Number()
 
-// configJSON returns a job's config as stored: JSON, "{}" for none.
+// configJSON checks a job's config against the limits every agent
+// enforces (checkConfig) and returns it as stored: JSON, "{}" for none.
 func configJSON(cfg *structpb.Struct) ([]byte, error) {
 	if cfg == nil {
 		return []byte("{}"), nil
 	}
+	if err := checkConfig("config", cfg); err != nil {
+		return nil, err
+	}
 	return cfg.MarshalJSON()
+}
+
+// checkConfig refuses a config an agent would refuse
+// (agentproto.CheckConfig: its depth, size, key and item counts, key
+// lengths, and values JSON has no room for), with an invalid-argument
+// error naming the value's path under field.
+func checkConfig(field string, cfg *structpb.Struct) error {
+	err := agentproto.CheckConfig(plainStruct(cfg))
+	if ce := (*agentproto.ConfigError)(nil); errors.As(err, &ce) {
+		return errs.Field(field+ce.Path, "%s", ce.Problem)
+	}
+	return err
+}
+
+// plainStruct is cfg as Go values, for agentproto.CheckConfig. Unlike
+// Struct.AsMap it keeps what JSON cannot carry as it is (AsMap turns NaN
+// into the string "NaN"), so that the check sees it: a number that is
+// not finite stays a float64, and a Value with no kind set stays itself.
+func plainStruct(cfg *structpb.Struct) map[string]any {
+	out := make(map[string]any, len(cfg.GetFields()))
+	for k, v := range cfg.GetFields() {
+		out[k] = plainValue(v)
+	}
+	return out
+}
+
+func plainValue(v *structpb.Value) any {
+	switch k := v.GetKind().(type) {
+	case *structpb.Value_NullValue:
+		return nil
+	case *structpb.Value_NumberValue:
+		return k.NumberValue
+	case *structpb.Value_StringValue:
+		return k.StringValue
+	case *structpb.Value_BoolValue:
+		return k.BoolValue
+	case *structpb.Value_StructValue:
+		return plainStruct(k.StructValue)
+	case *structpb.Value_ListValue:
+		out := make([]any, len(k.ListValue.GetValues()))
+		for i, x := range k.ListValue.GetValues() {
+			out[i] = plainValue(x)
+		}
+		return out
+	}
+	return v
 }
 
 // batchConfigs encodes the configs of one EnqueueJobs call. A fleet-wide
@@ -442,6 +496,7 @@ func (b *batchConfigs) encode(i int, cfg *structpb.Struct) ([]byte, error) {
 	}
 	e, ok := b.seen[string(wire)]
 	if !ok {
+		// A config seen before in this batch was checked then.
 		if e.json, err = configJSON(cfg); err != nil {
 			return nil, err
 		}
@@ -491,6 +546,9 @@ func (s *Service) newJob(ctx context.Context, m *imsv1.EnqueueJobRequest, encode
 	}
 	config, err := encode(m.Config)
 	if err != nil {
+		if e := (*errs.Error)(nil); errors.As(err, &e) {
+			return store.Job{}, e
+		}
 		return store.Job{}, errs.Field("config", "cannot be encoded as JSON: %v", err)
 	}
 	if len(config) > MaxConfigBytes {
@@ -648,6 +706,13 @@ func (s *Service) GetJob(ctx context.Context, req *connect.Request[imsv1.GetJobR
 	for _, f := range j.PolicyFindings {
 		pj.PolicyFindings = append(pj.PolicyFindings, &imsv1.PolicyFinding{Policy: f.Policy, Source: f.Source, Level: f.Level, Message: f.Message})
 	}
+	// The plan's changes and findings come from the agent: what of them
+	// does not encode is left out, said so, rather than failing the get.
+	if _, err := proto.Marshal(pj); err != nil {
+		s.log.WarnContext(ctx, "a stored job's plan cannot be shown", "job", j.ID, "err", err)
+		pj.PlannedChanges, pj.PolicyFindings = nil, nil
+		pj.Error = strings.TrimPrefix(pj.Error+"; imsd cannot show this job's planned changes and policy findings: "+strings.ToValidUTF8(err.Error(), "\uFFFD"), "; ")
+	}
 	return connect.NewResponse(&imsv1.GetJobResponse{Job: pj}), nil
 }
 
@@ -661,6 +726,13 @@ func (s *Service) plannedToProto(ctx context.Context, j store.Job) []*imsv1.Plan
 			out **structpb.Value
 		}{{c.Before, &p.Before}, {c.After, &p.After}} {
 			if len(v.in) == 0 {
+				continue
+			}
+			// A value nested deeper than clients decode would fail the
+			// whole get: it is left out, and the summary says so.
+			if d := jsonDepth(v.in); d > agentproto.MaxConfigDepth+1 {
+				s.log.WarnContext(ctx, "planned change value nested too deep to show", "job", j.ID, "address", c.Address, "depth", d)
+				p.Summary = strings.TrimPrefix(p.Summary+"; imsd cannot show a value of this change: it is nested "+strconv.Itoa(d)+" levels deep", "; ")
 				continue
 			}
 			val := &structpb.Value{}
@@ -1053,16 +1125,82 @@ var statesToProto = func() map[store.JobState]imsv1.JobState {
 	return m
 }()
 
+// jobToProto is a stored job as a message that every client can decode,
+// whatever the row holds: a list or a get never fails because of one row
+// (shownJob).
 func (s *Service) jobToProto(ctx context.Context, j store.Job) *imsv1.Job {
-	p := jobFields(j)
-	if len(j.Config) > 0 {
-		if cfg, err := maskedConfigJSON(j.Config); err == nil {
-			p.Config = cfg
-		} else {
-			s.log.WarnContext(ctx, "job config is not a JSON object", "job", j.ID, "err", err)
-		}
+	p, err := shownJob(j)
+	if err != nil {
+		s.log.WarnContext(ctx, "a stored job cannot be shown in full", "job", j.ID, "err", err)
 	}
 	return p
+}
+
+// shownJob is j as a message, and what could not be shown of it. A row
+// imsd no longer enqueues (a config past agentproto's limits, stored by
+// an older imsd or written to the database by hand) is still shown: a
+// config that is not a JSON object, or is nested deeper than any client
+// decodes (protobuf's decoders stop at 10,000 nested messages, and a
+// config level is three), is left out, and a row whose other fields do
+// not encode (a string that is not UTF-8) is shown with its id, install,
+// state and times only. Either way the job's error says so, with why.
+func shownJob(j store.Job) (*imsv1.Job, error) {
+	p := jobFields(j)
+	if _, err := proto.Marshal(p); err != nil {
+		err = fmt.Errorf("this job's stored record cannot be shown: %w", err)
+		return &imsv1.Job{
+			Id: strings.ToValidUTF8(j.ID, "\uFFFD"), InstallId: strings.ToValidUTF8(j.InstallID, "\uFFFD"),
+			State: statesToProto[j.State], Attempt: int32(j.Attempt), MaxAttempts: int32(j.MaxAttempts),
+			CreateTime: ts(j.CreatedAt), StartTime: ts(j.StartedAt), EndTime: ts(j.EndedAt),
+			Error: err.Error(),
+		}, err
+	}
+	if len(j.Config) == 0 {
+		return p, nil
+	}
+	var err error
+	if d := jsonDepth(j.Config); d > agentproto.MaxConfigDepth+1 {
+		err = fmt.Errorf("its config is nested %d levels deep, past the limit of %d", d-1, agentproto.MaxConfigDepth)
+	} else if p.Config, err = maskedConfigJSON(j.Config); err != nil {
+		p.Config = nil
+		err = fmt.Errorf("its config is not a JSON object: %w", err)
+	}
+	if err != nil {
+		// The error may quote the bytes it choked on.
+		note := "imsd cannot show this job's config: " + strings.ToValidUTF8(err.Error(), "\uFFFD")
+		if p.Error != "" {
+			note = p.Error + "; " + note
+		}
+		p.Error = note
+	}
+	return p, err
+}
+
+// jsonDepth is how deeply b's arrays and objects nest (1 for a flat
+// object), read from the bytes alone, strings skipped; for bytes that are
+// not JSON it may be anything.
+func jsonDepth(b []byte) int {
+	depth, most, inString := 0, 0, false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		switch {
+		case inString:
+			switch c {
+			case '\\':
+				i++
+			case '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '{' || c == '[':
+			depth++
+			most = max(most, depth)
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return most
 }
 
 // enqueuedToProto is jobToProto for a job just enqueued from a request

@@ -128,7 +128,7 @@ func (s *Service) configOptions(ctx context.Context) (validate.Options, error) {
 
 // storedOptions reads stored revisions again: they were valid when pushed,
 // and a type registered then may be gone now.
-func storedOptions() validate.Options { return validate.Options{AnyType: true} }
+func storedOptions() validate.Options { return validate.Options{AnyType: true, Stored: true} }
 
 func builtinToProto(name string, withSchema bool) *imsv1.PluginType {
 	out := &imsv1.PluginType{Type: name, Builtin: true}

@@ -24,7 +24,6 @@ import (
 	"github.com/byoc-dev/byoc/schema/app/config"
 	"github.com/byoc-dev/byoc/schema/app/load"
 	"github.com/byoc-dev/byoc/schema/app/stack"
-	"github.com/byoc-dev/byoc/schema/app/validate"
 )
 
 var kindsFromProto = map[imsv1.WorkflowKind]string{
@@ -110,7 +109,7 @@ func (s *Service) queueWorkflow(ctx context.Context, in store.Install, kind stri
 		if err != nil {
 			return store.Workflow{}, err
 		}
-		if app, err = load.Parse(r.Files, validate.Options{AnyType: true}); err != nil {
+		if app, err = load.Parse(r.Files, storedOptions()); err != nil {
 			return store.Workflow{}, fmt.Errorf("revision %d: %w", rev, err)
 		}
 	}
@@ -326,7 +325,7 @@ func (s *Service) checkAgainstApp(ctx context.Context, in store.Install, inputs,
 	if err != nil {
 		return err
 	}
-	app, err := load.Parse(r.Files, validate.Options{AnyType: true})
+	app, err := load.Parse(r.Files, storedOptions())
 	if err != nil {
 		return err
 	}
@@ -595,7 +594,7 @@ func (s *Service) maskedInputs(ctx context.Context, appID string, plan *workflow
 	if err != nil {
 		return nil, err
 	}
-	app, err := load.Parse(r.Files, validate.Options{AnyType: true})
+	app, err := load.Parse(r.Files, storedOptions())
 	if err != nil {
 		return nil, err
 	}
@@ -662,12 +661,22 @@ func (s *Service) workflowToProto(ctx context.Context, wf store.Workflow, steps 
 func settingsToProto(st store.InstallSettings) *imsv1.InstallSettings {
 	p := &imsv1.InstallSettings{Parallelism: int32(st.Parallelism), RequireApproval: st.RequireApproval, Source: st.Source}
 	for name, o := range st.Overrides {
-		if v, err := structpb.NewStruct(o); err == nil {
-			if p.Overrides == nil {
-				p.Overrides = map[string]*structpb.Struct{}
-			}
-			p.Overrides[name] = v
+		// An override stored before the job config limits (one an
+		// installs/*.toml of an older imsd set) may be nested deeper than
+		// clients decode: it is shown as the error, and the install with
+		// it, rather than failing every list of installs.
+		v, err := structpb.NewStruct(o)
+		if err == nil {
+			err = agentproto.CheckConfig(o)
 		}
+		if err != nil {
+			v = &structpb.Struct{Fields: map[string]*structpb.Value{
+				"error": structpb.NewStringValue("imsd cannot show this override: " + strings.ToValidUTF8(err.Error(), "\uFFFD"))}}
+		}
+		if p.Overrides == nil {
+			p.Overrides = map[string]*structpb.Struct{}
+		}
+		p.Overrides[name] = v
 	}
 	return p
 }

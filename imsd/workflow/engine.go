@@ -622,6 +622,12 @@ func jobConfig(sc *stepContext, s *store.Step) ([]byte, error) {
 			cfg[VendorPoliciesKey] = pols
 		}
 	}
+	// A rendered config may be past a limit the app's own config was
+	// within (inputs and outputs make it grow): the step fails here,
+	// saying which, rather than as a job no agent takes.
+	if err := agentproto.CheckConfig(cfg); err != nil {
+		return nil, err
+	}
 	return json.Marshal(cfg)
 }
 
@@ -674,7 +680,7 @@ func (c *appCache) get(ctx context.Context, st *store.Store, appID string, rev i
 	if err != nil {
 		return nil, err
 	}
-	app, err = load.Parse(r.Files, validate.Options{AnyType: true})
+	app, err = load.Parse(r.Files, validate.Options{AnyType: true, Stored: true})
 	if err != nil {
 		return nil, fmt.Errorf("app %s revision %d no longer parses: %w", appID, rev, err)
 	}

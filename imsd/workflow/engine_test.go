@@ -521,3 +521,25 @@ func TestEngineRetryAfterPlanFailure(t *testing.T) {
 		t.Fatalf("a's new plan is not in: %+v", st)
 	}
 }
+
+// A step whose rendered config is past a limit every agent enforces (here
+// its size, grown by an input the app's config only refers to) fails
+// with the limit named, instead of becoming a job no agent takes.
+func TestEngineStepPastConfigLimitsFails(t *testing.T) {
+	ref := "{{ .inputs.blob }}"
+	files := diamond(map[string]string{"components/e.toml": "type = \"action\"\n[config]\nsteps = [{ script = \"echo " + strings.Repeat(ref, 4) + "\" }]\n"})
+	files["inputs.toml"] = append(files["inputs.toml"], "\n[[input]]\nname = \"blob\"\ndefault = \"\"\n"...)
+	r := newRig(t, files, store.InstallSettings{Parallelism: 4})
+	r.install.Inputs = map[string]string{"blob": strings.Repeat("t", 300<<10)}
+	_, err := r.st.UpdateInstall(t.Context(), r.install.ID, r.install.Inputs, r.install.Settings, r.now())
+	must(t, err)
+	wf := r.drive(r.queue(Provision, 1, false))
+	st := r.steps(wf.ID)
+	if wf.State != store.WorkflowFailed || st["e"].State != store.StepFailed ||
+		!strings.Contains(st["e"].Error, "more than 1048576 bytes in its canonical encoding (the limit is 1048576)") {
+		t.Fatalf("workflow %s, step e %s: %q; want e failed naming the size limit", wf.State, st["e"].State, st["e"].Error)
+	}
+	if st["a"].State != store.StepSucceeded {
+		t.Errorf("step a %s: a step within the limits did not run", st["a"].State)
+	}
+}

@@ -160,6 +160,28 @@ func TestPackModuleDeterministic(t *testing.T) {
 	}
 }
 
+// A module directory holding a symbolic link (out of the module, or even
+// within it) is refused when packed or copied, naming the link: its
+// target could be any file of the vendor's machine, and leaving it out
+// would pack another module than the directory holds.
+func TestPackModuleRefusesSymlinks(t *testing.T) {
+	for name, target := range map[string]string{"outside": "/etc/passwd", "parent": "../secret.tf", "inside": "main.tf"} {
+		dir := t.TempDir()
+		os.WriteFile(filepath.Join(dir, "main.tf"), []byte(`resource "terraform_data" "x" {}`), 0o644)
+		os.MkdirAll(filepath.Join(dir, "sub"), 0o755)
+		if err := os.Symlink(target, filepath.Join(dir, "sub", "link.tf")); err != nil {
+			t.Fatal(err)
+		}
+		want := filepath.Join(dir, "sub", "link.tf") + ": a symbolic link; a module holds only regular files and directories"
+		if _, err := PackModule(dir); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: pack: %v; want %q", name, err, want)
+		}
+		if err := copyModuleDir(dir, t.TempDir()); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: copy: %v; want %q", name, err, want)
+		}
+	}
+}
+
 // A reference to something that is not a module is refused, naming what
 // it is.
 func TestFetchNotAModule(t *testing.T) {

@@ -7,9 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"math"
-	"slices"
-	"strings"
 	"time"
 )
 
@@ -171,61 +168,16 @@ func VerifyJob(keys map[string]ed25519.PublicKey, c *JobClaims, sig []byte, now 
 //	object  'o' + 4-byte big-endian count + for each key in byte order:
 //	        4-byte length + key bytes, then the value
 //
-// A nil map is the empty object. Any other Go type is an error.
+// A nil map is the empty object. Any other Go type is an error, and so is
+// a config past the limits CheckConfig enforces (MaxConfigDepth and the
+// rest), with the same *ConfigError.
 func ConfigDigest(cfg map[string]any) ([32]byte, error) {
-	var b []byte
-	b, err := appendValue(b, cfg, 0)
-	if err != nil {
+	w := configWalker{encode: true}
+	if cfg == nil {
+		cfg = map[string]any{}
+	}
+	if err := w.walk(cfg, 0); err != nil {
 		return [32]byte{}, err
 	}
-	return sha256.Sum256(b), nil
-}
-
-// maxDepth bounds the config's nesting, as protobuf's decoder does (100).
-const maxDepth = 100
-
-func appendValue(b []byte, v any, depth int) ([]byte, error) {
-	if depth > maxDepth {
-		return nil, errors.New("config: nested deeper than 100 levels")
-	}
-	switch v := v.(type) {
-	case nil:
-		return append(b, 'n'), nil
-	case bool:
-		if v {
-			return append(b, 't'), nil
-		}
-		return append(b, 'f'), nil
-	case float64:
-		b = append(b, 'd')
-		return binary.BigEndian.AppendUint64(b, math.Float64bits(v)), nil
-	case string:
-		return appendString(append(b, 's'), v), nil
-	case []any:
-		b = binary.BigEndian.AppendUint32(append(b, 'l'), uint32(len(v)))
-		var err error
-		for _, x := range v {
-			if b, err = appendValue(b, x, depth+1); err != nil {
-				return nil, err
-			}
-		}
-		return b, nil
-	case map[string]any:
-		keys := make([]string, 0, len(v))
-		for k := range v {
-			keys = append(keys, k)
-		}
-		slices.SortFunc(keys, strings.Compare)
-		b = binary.BigEndian.AppendUint32(append(b, 'o'), uint32(len(v)))
-		var err error
-		for _, k := range keys {
-			b = appendString(b, k)
-			if b, err = appendValue(b, v[k], depth+1); err != nil {
-				return nil, err
-			}
-		}
-		return b, nil
-	default:
-		return nil, fmt.Errorf("config: a value of type %T has no canonical encoding", v)
-	}
+	return sha256.Sum256(w.b), nil
 }

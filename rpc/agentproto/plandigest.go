@@ -48,13 +48,13 @@ func PlanDigest(changes []PlanChange) (string, error) {
 		for _, s := range []string{c.Address, c.Action, c.Summary} {
 			b = appendString(b, s)
 		}
-		var err error
+		w := configWalker{encode: true, plan: true, b: b}
 		for _, v := range []any{c.Before, c.After} {
-			if b, err = appendValue(b, v, 0); err != nil {
-				return "", fmt.Errorf("planned change %d (%s): %w", i, c.Address, err)
+			if err := w.value(v, 0); err != nil {
+				return "", fmt.Errorf("planned change %d (%s): %w", i, c.Address, toConfigError(err))
 			}
 		}
-		encs[i] = b
+		encs[i] = w.b
 	}
 	slices.SortFunc(encs, bytes.Compare)
 	h := sha256.New()

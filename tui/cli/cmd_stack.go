@@ -65,7 +65,7 @@ in a local stack.`,
 				// The app has no revision yet: a stack of the modes alone.
 				files["app.toml"] = []byte(fmt.Sprintf("name = %q\n", res.Msg.GetApp()))
 			}
-			appCfg, err := load.Parse(files, validate.Options{AnyType: true})
+			appCfg, err := load.Parse(files, validate.Options{AnyType: true, Stored: true})
 			if err != nil {
 				return fmt.Errorf("app %s revision %d: %w", res.Msg.GetApp(), res.Msg.GetAppRevision(), err)
 			}

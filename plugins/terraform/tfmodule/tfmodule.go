@@ -170,9 +170,12 @@ func IsOverrideFile(base string) bool {
 
 // Walk calls fn for each directory and regular file of a module
 // directory, in lexical order, by path relative to root; it skips
-// .terraform, state files and anything that is not a file or directory,
-// and refuses what a Checker refuses (override files, more than
-// MaxEntries entries, deeper than MaxDepth).
+// .terraform and state files, refuses a symbolic link or any other
+// special file, naming it (a link's target lies outside what is packed:
+// it could be any file of the machine, and leaving it out silently would
+// pack a module that differs from the directory), and refuses what a
+// Checker refuses (override files, more than MaxEntries entries, deeper
+// than MaxDepth).
 func Walk(root string, fn func(rel string, d fs.DirEntry) error) error {
 	var c Checker
 	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
@@ -187,8 +190,15 @@ func Walk(root string, fn func(rel string, d fs.DirEntry) error) error {
 		if d.IsDir() && base == ".terraform" {
 			return filepath.SkipDir
 		}
-		if !d.IsDir() && (!d.Type().IsRegular() || strings.HasSuffix(base, ".tfstate") || strings.HasSuffix(base, ".tfstate.backup") || base == ".terraform.tfstate.lock.info") {
+		if !d.IsDir() && (strings.HasSuffix(base, ".tfstate") || strings.HasSuffix(base, ".tfstate.backup") || base == ".terraform.tfstate.lock.info") {
 			return nil
+		}
+		if !d.IsDir() && !d.Type().IsRegular() {
+			what := "a special file"
+			if d.Type()&fs.ModeSymlink != 0 {
+				what = "a symbolic link"
+			}
+			return fmt.Errorf("%s: %s; a module holds only regular files and directories (copy the file in)", p, what)
 		}
 		if err := c.Check(filepath.ToSlash(rel)); err != nil {
 			return err

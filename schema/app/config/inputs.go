@@ -93,6 +93,13 @@ func ParseInputValue(in Input, s string) (any, error) {
 // text a reference to the input renders to.
 func InputText(v any) string { return template.Text(v) }
 
+// MaxInputValueBytes bounds an input's value as text wherever it is set
+// (an install's inputs through the API; installs/*.toml, app.toml's
+// install_defaults and a default in inputs.toml as a revision is pushed):
+// values render into job configs, which every agent bounds
+// (rpc/agentproto.MaxConfigBytes).
+const MaxInputValueBytes = 4 << 10
+
 // CheckValue says what is wrong with val as a value of input in, or "".
 func (in Input) CheckValue(val any) string {
 	switch cmp.Or(in.Type, "string") {

@@ -101,3 +101,22 @@ func TestExampleIsValid(t *testing.T) {
 		t.Errorf("order = %s", got)
 	}
 }
+
+// A revision stored before the limits on a job config's shape and an
+// input's size still parses when read again (validate.Options.Stored):
+// its workflows, plans and diffs keep working; a new push is refused.
+func TestStoredRevisionSkipsNewLimits(t *testing.T) {
+	files := map[string][]byte{
+		"app.toml":           []byte("name = \"acme\"\n"),
+		"inputs.toml":        []byte("[[input]]\nname = \"cert\"\n"),
+		"components/a.toml":  []byte("type = \"helm\"\n[config]\nchart = \"oci://r/c\"\nvalues = " + strings.Repeat("{ a = ", 120) + "{}" + strings.Repeat(" }", 120) + "\n"),
+		"installs/prod.toml": []byte("inputs = { cert = \"" + strings.Repeat("c", 5000) + "\" }\n"),
+	}
+	if _, err := Parse(files, validate.Options{AnyType: true, Stored: true}); err != nil {
+		t.Fatalf("a stored revision no longer parses: %v", err)
+	}
+	_, err := Parse(files, validate.Options{})
+	if err == nil || !strings.Contains(err.Error(), "nested deeper than 100 levels") || !strings.Contains(err.Error(), "5000 bytes; at most 4096") {
+		t.Fatalf("a new push past the limits: %v", err)
+	}
+}

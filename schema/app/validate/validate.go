@@ -9,6 +9,7 @@ package validate
 import (
 	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"path"
@@ -17,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/byoc-dev/byoc/rpc/agentproto"
 	"github.com/byoc-dev/byoc/schema/app/config"
 	"github.com/byoc-dev/byoc/schema/app/cron"
 	"github.com/byoc-dev/byoc/schema/app/diag"
@@ -34,6 +36,10 @@ type Options struct {
 	// checks what it can, imsd the rest), and for reading again revisions
 	// that were valid when they were stored.
 	AnyType bool
+	// Stored reads again a revision that was valid when it was stored:
+	// checks added since (the limits on a job config's shape and on an
+	// input's value) are left out, so that it still parses.
+	Stored bool
 	// TypeHint ends the hint of the error naming a type not in Types,
 	// saying how to make one known (register it, pass its schema).
 	TypeHint string
@@ -79,7 +85,7 @@ func Check(a *config.App, ds *diag.List, opts Options) {
 	if types == nil {
 		types = BuiltinTypes()
 	}
-	v := &validator{a: a, ds: ds, types: types, anyType: opts.AnyType, typeHint: opts.TypeHint}
+	v := &validator{a: a, ds: ds, types: types, anyType: opts.AnyType, typeHint: opts.TypeHint, stored: opts.Stored}
 	for _, c := range a.Components {
 		v.components = append(v.components, c.Name)
 	}
@@ -117,9 +123,11 @@ type validator struct {
 	a     *config.App
 	ds    *diag.List
 	types map[string]ConfigCheck
-	// anyType and typeHint are Options.AnyType and Options.TypeHint.
+	// anyType, typeHint and stored are Options.AnyType, Options.TypeHint
+	// and Options.Stored.
 	anyType  bool
 	typeHint string
+	stored   bool
 	// The names declared, for "no such" errors and their suggestions.
 	components, inputs, secrets []string
 }
@@ -203,6 +211,7 @@ func (v *validator) checkInputs() {
 			case in.Sensitive:
 				v.errf(f, at("default"), "let each install provide it", "a sensitive input cannot have a default: it would be stored in every revision")
 			default:
+				v.inputSize(f, at("default"), in.Name, in.Default)
 				if msg := in.CheckValue(in.Default); msg != "" {
 					v.errf(f, at("default"), "", "%s", msg)
 				}
@@ -234,6 +243,7 @@ func (v *validator) inputValues(file, key string, vals map[string]any, complete 
 		if msg := in.CheckValue(vals[name]); msg != "" {
 			v.errf(file, k, "", "%s", msg)
 		}
+		v.inputSize(file, k, name, vals[name])
 	}
 	if !complete {
 		return
@@ -303,9 +313,38 @@ func (v *validator) component(file string, c *config.Component) {
 			v.errf(file, key, "", "%q is listed twice", d)
 		}
 	}
+	v.configLimits(file, "config", c.Config)
 	template.EachString("config", c.Config, func(key, s string) {
 		v.refs(file, key, s, c.Name)
 	})
+}
+
+// inputSize reports an input value longer than config.MaxInputValueBytes
+// (as the API refuses one for an install).
+func (v *validator) inputSize(file, key, name string, val any) {
+	if s, ok := val.(string); ok && len(s) > config.MaxInputValueBytes && !v.stored {
+		v.errf(file, key, "", "the value of input %q is %d bytes; at most %d are allowed", name, len(s), config.MaxInputValueBytes)
+	}
+}
+
+// configLimits reports a config (a component's, or an install's override
+// of one) that breaks a limit every agent enforces on a job's config
+// (agentproto.CheckConfig), at the line of the value when it can be
+// told, else of the config.
+func (v *validator) configLimits(file, key string, cfg map[string]any) {
+	var ce *agentproto.ConfigError
+	if v.stored || !errors.As(agentproto.CheckConfig(cfg), &ce) {
+		return
+	}
+	at := key + ce.Path
+	line := v.a.Line(file, at)
+	if line == 0 {
+		line = v.a.Line(file, key)
+	}
+	if line == 0 {
+		line = v.a.Line(file, "type")
+	}
+	v.ds.Addf(file, line, at, "every agent refuses a job whose config breaks this limit", "%s", ce.Problem)
 }
 
 // unknownTypeHint says what the known types are, which is closest to typ,
@@ -692,6 +731,7 @@ func (v *validator) install(file string, in *config.InstallFile) {
 			v.noComponent(file, diag.Join("components", c), "", c, names)
 			continue
 		}
+		v.configLimits(file, diag.Join("components", c)+".config", in.Components[c].Config)
 		template.EachString(diag.Join("components", c)+".config", in.Components[c].Config, func(key, s string) {
 			v.refs(file, key, s, c)
 		})
