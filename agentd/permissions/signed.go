@@ -77,7 +77,6 @@ type envelope struct {
 // signedMessage is what the signature covers: the envelope without the
 // signature, content canonical, marshalled (deterministic for a struct).
 func (e envelope) signedMessage() []byte {
-	e.Signature = nil
 	b, err := json.Marshal(struct {
 		Format     string          `json:"format"`
 		File       string          `json:"file"`

@@ -7,7 +7,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
-	"math/big"
 	"strings"
 	"testing"
 	"time"
@@ -110,15 +109,20 @@ func TestES256Vector(t *testing.T) {
 	const jws = "eyJhbGciOiJFUzI1NiJ9" +
 		".eyJpc3MiOiJqb2UiLA0KICJleHAiOjEzMDA4MTkzODAsDQogImh0dHA6Ly9leGFtcGxlLmNvbS9pc19yb290Ijp0cnVlfQ" +
 		".DtEhU3ljbEg8L38VWAfUAqOyKAM6-Xx-F4GawxaepmXFCgfTjDxw5djxLa8ISlSApmWQxfKTUJqPP3-Kg6NU1Q"
-	coord := func(s string) *big.Int {
+	coord := func(s string) []byte {
 		b, err := base64.RawURLEncoding.DecodeString(s)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return new(big.Int).SetBytes(b)
+		return b
 	}
-	pub := &ecdsa.PublicKey{Curve: elliptic.P256(),
-		X: coord("f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU"), Y: coord("x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0")}
+	// The uncompressed point 0x04 || X || Y of RFC 7515 A.3's key.
+	raw := append([]byte{4}, coord("f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU")...)
+	raw = append(raw, coord("x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0")...)
+	pub, err := ecdsa.ParseUncompressedPublicKey(elliptic.P256(), raw)
+	if err != nil {
+		t.Fatalf("RFC 7515 A.3's key: %v", err)
+	}
 	i := strings.LastIndexByte(jws, '.')
 	sig, _ := base64.RawURLEncoding.DecodeString(jws[i+1:])
 	if err := jwt.SigningMethodES256.Verify(jws[:i], sig, pub); err != nil {

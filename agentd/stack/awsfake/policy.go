@@ -72,7 +72,7 @@ func parsePolicy(doc string) (*policy, error) {
 		return nil, fmt.Errorf("the policy is not a JSON policy document: %v", err)
 	}
 	if raw.Version != "2012-10-17" {
-		return nil, fmt.Errorf("Version %q: want 2012-10-17", raw.Version)
+		return nil, fmt.Errorf("policy Version %q: want 2012-10-17", raw.Version)
 	}
 	type rawStatement struct {
 		Sid       string
@@ -85,31 +85,31 @@ func parsePolicy(doc string) (*policy, error) {
 	if err := json.Unmarshal(raw.Statement, &sts); err != nil {
 		var one rawStatement
 		if err2 := json.Unmarshal(raw.Statement, &one); err2 != nil {
-			return nil, fmt.Errorf("Statement: %v", err)
+			return nil, fmt.Errorf("policy Statement: %v", err)
 		}
 		sts = []rawStatement{one}
 	}
 	p := &policy{}
 	for i, s := range sts {
 		if s.Effect != "Allow" && s.Effect != "Deny" {
-			return nil, fmt.Errorf("Statement %d: Effect %q: want Allow or Deny", i, s.Effect)
+			return nil, fmt.Errorf("policy Statement %d: Effect %q: want Allow or Deny", i, s.Effect)
 		}
 		if len(s.Action) == 0 || len(s.Resource) == 0 {
-			return nil, fmt.Errorf("Statement %d: Action and Resource are required (NotAction and NotResource are not modelled by the fake)", i)
+			return nil, fmt.Errorf("policy Statement %d: Action and Resource are required (NotAction and NotResource are not modelled by the fake)", i)
 		}
 		st := statement{Sid: s.Sid, Effect: s.Effect, Actions: s.Action, Resources: s.Resource, Conditions: map[string]map[string][]string{}}
 		for op, keys := range s.Condition {
 			if dateOps[op] == nil {
-				return nil, fmt.Errorf("Statement %d: condition operator %s is not modelled by the fake", i, op)
+				return nil, fmt.Errorf("policy Statement %d: condition operator %s is not modelled by the fake", i, op)
 			}
 			st.Conditions[op] = map[string][]string{}
 			for k, vals := range keys {
 				if !dateKeys[strings.ToLower(k)] {
-					return nil, fmt.Errorf("Statement %d: condition key %s is not modelled by the fake", i, k)
+					return nil, fmt.Errorf("policy Statement %d: condition key %s is not modelled by the fake", i, k)
 				}
 				for _, v := range vals {
 					if _, err := parseDate(v); err != nil {
-						return nil, fmt.Errorf("Statement %d: %s %s: %v", i, op, k, err)
+						return nil, fmt.Errorf("policy Statement %d: %s %s: %v", i, op, k, err)
 					}
 				}
 				st.Conditions[op][strings.ToLower(k)] = vals
