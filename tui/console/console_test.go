@@ -415,6 +415,9 @@ func TestSettingsErrorsNameFileAndLine(t *testing.T) {
 		{"{\n  \"keys\": {\n    \"run_action\": [\"R\"],\n  }\n}", "console.json:4:"},
 		{`{"keys": {"launch": ["l"]}}`, "keys.launch: unknown action"},
 		{`{"keys": {"sort": ["/"]}}`, `keys.sort: key "/" is already bound to filter`},
+		// The fleet view sorts and runs actions: one key cannot do both (issue 33, item 1).
+		{`{"keys": {"run_action": ["R"], "sort": ["R"]}}`, `keys.run_action: key "R" is already bound to sort`},
+		{`{"keys": {"cancel_job": ["a"]}}`, `keys.cancel_job: key "a" is already bound to run_action`},
 		{`{"theme": {"accent": "blue"}}`, `theme.accent: "blue" is not a colour`},
 		{`{"theme": {"accents": "#ffffff"}}`, `theme.accents: unknown colour`},
 		{`{"keys": {"sort": "s"}}`, `console.json:1: keys: a []string is needed here`},
@@ -588,6 +591,23 @@ func names(rows []*imsv1.InstallStatus) []string {
 		out[i] = r.Install.Name
 	}
 	return out
+}
+
+// TestKeyScopesCoverHints keeps each action's scope, which decides which
+// key bindings conflict, true to the views that offer it: an action a
+// view lists in its footer has that view in its scope.
+func TestKeyScopesCoverHints(t *testing.T) {
+	scopes := map[Action]string{}
+	for _, d := range keyDefaults {
+		scopes[d.act] = d.scope
+	}
+	for name, v := range map[string]hinted{"fleet": &fleetView{}, "install": &installView{}, "jobs": &jobsView{}, "logs": &logView{}} {
+		for _, a := range v.Hints() {
+			if !scopesOverlap(scopes[a], name) {
+				t.Errorf("the %s view offers %s, whose scope is %q", name, a, scopes[a])
+			}
+		}
+	}
 }
 
 // TestREADMEKeyMap keeps the console guide's key map and console.json
