@@ -847,3 +847,26 @@ func TestCompletionAsksTheServer(t *testing.T) {
 		t.Errorf("--help does not list completion:\n%s", r.stdout)
 	}
 }
+
+// byoc without a command opens the console, which needs a terminal: with
+// none (a script, a pipe, cron) it says what to run instead and exits 2,
+// before it tries the server (issue 33, item 9).
+func TestConsoleWithoutTerminal(t *testing.T) {
+	devNull, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer devNull.Close()
+	for _, configured := range []bool{true, false} {
+		if configured {
+			setup(t)
+		} else {
+			useConfig(t)
+		}
+		var stdout, stderr bytes.Buffer
+		code := Main(context.Background(), nil, devNull, &stdout, &stderr)
+		if code != exitUsage || !strings.Contains(stderr.String(), "which needs a terminal") || !strings.Contains(stderr.String(), "byoc --help") {
+			t.Errorf("configured %v: exit %d, stderr %q; want 2 and what to run instead", configured, code, stderr.String())
+		}
+	}
+}
