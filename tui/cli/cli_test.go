@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -366,6 +367,12 @@ func TestJobListFilters(t *testing.T) {
 	}
 	if !strings.Contains(r.stdout, "running") || !strings.Contains(r.stdout, "1/3") {
 		t.Errorf("job list:\n%s", r.stdout)
+	}
+	// A failed job is not tried again: its attempt is not "1/3" (issue 33, item 16).
+	for _, line := range strings.Split(r.stdout, "\n") {
+		if strings.HasPrefix(line, "job_1 ") && (strings.Contains(line, "1/3") || !regexp.MustCompile(`failed\s+1\s`).MatchString(line)) {
+			t.Errorf("a failed job's attempt: %q, want 1, not 1/3", line)
+		}
 	}
 }
 
@@ -867,6 +874,35 @@ func TestConsoleWithoutTerminal(t *testing.T) {
 		code := Main(context.Background(), nil, devNull, &stdout, &stderr)
 		if code != exitUsage || !strings.Contains(stderr.String(), "which needs a terminal") || !strings.Contains(stderr.String(), "byoc --help") {
 			t.Errorf("configured %v: exit %d, stderr %q; want 2 and what to run instead", configured, code, stderr.String())
+		}
+	}
+}
+
+// breakglass list: an approved grant ends "in 6m", a revoked or expired
+// one says so and when, never "in 6m" (issue 33, item 16).
+func TestBreakglassListUntil(t *testing.T) {
+	f, _ := setup(t)
+	now := time.Now()
+	f.grants = []*imsv1.BreakGlassGrant{
+		{Id: "bg_live", InstallName: "shop-acme", Role: "dba", State: "approved", ExpireTime: timestamppb.New(now.Add(7 * time.Minute))},
+		{Id: "bg_revoked", InstallName: "shop-acme", Role: "dba", State: "revoked", ExpireTime: timestamppb.New(now.Add(7 * time.Minute)),
+			RevokedBy: "alice", RevokeTime: timestamppb.New(now.Add(-2 * time.Minute))},
+		{Id: "bg_expired", InstallName: "shop-acme", Role: "dba", State: "expired", ExpireTime: timestamppb.New(now.Add(-time.Hour))},
+	}
+	r := mustRun(t, "breakglass", "list")
+	for id, want := range map[string]*regexp.Regexp{
+		"bg_live":    regexp.MustCompile(`approved\s+in [67]m\s`),
+		"bg_revoked": regexp.MustCompile(`revoked\s+revoked 2m ago\s.*\s+revoked by alice`),
+		"bg_expired": regexp.MustCompile(`expired\s+ended 1h ago`),
+	} {
+		line := ""
+		for _, l := range strings.Split(r.stdout, "\n") {
+			if strings.HasPrefix(l, id+" ") {
+				line = l
+			}
+		}
+		if !want.MatchString(line) {
+			t.Errorf("%s: %q, want %v\n%s", id, line, want, r.stdout)
 		}
 	}
 }

@@ -37,7 +37,9 @@ type fakeOperator struct {
 	logCalls [][]*imsv1.StreamJobLogsResponse
 	job      *imsv1.Job // returned by GetJob
 	// jobs are more jobs GetJob returns, by id.
-	jobs     map[string]*imsv1.Job
+	jobs map[string]*imsv1.Job
+	// grants are what ListBreakGlassGrants returns.
+	grants   []*imsv1.BreakGlassGrant
 	workflow *imsv1.Workflow // returned by GetWorkflow
 	// enqueueFail is how many enqueue calls fail with enqueueCode (all of
 	// them when negative) before one succeeds; enqueueCalls counts calls
@@ -231,6 +233,15 @@ func (f *fakeOperator) StreamJobLogs(ctx context.Context, req *connect.Request[i
 		}
 	}
 	return nil
+}
+
+func (f *fakeOperator) ListBreakGlassGrants(ctx context.Context, req *connect.Request[imsv1.ListBreakGlassGrantsRequest]) (*connect.Response[imsv1.ListBreakGlassGrantsResponse], error) {
+	if err := f.auth(req.Header()); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return connect.NewResponse(&imsv1.ListBreakGlassGrantsResponse{Grants: f.grants}), nil
 }
 
 func (f *fakeOperator) CancelJob(ctx context.Context, req *connect.Request[imsv1.CancelJobRequest]) (*connect.Response[imsv1.CancelJobResponse], error) {

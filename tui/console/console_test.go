@@ -179,6 +179,28 @@ func TestLogViewKeys(t *testing.T) {
 	mustNotContain(t, screen(m), "12:00:02.183")
 }
 
+// Texts that stay true once a job has ended (issue 33, item 16): a failed
+// job's try is only its number (it is not retried), "1 line" is singular,
+// and the status after a cancel names no state that goes stale.
+func TestJobTextsStayTrue(t *testing.T) {
+	m := newTestModel(t, Options{})
+	feed(m, snapshot())
+	m.Update(teaSize(120, 30))
+	lv := newLogView(m.env, jobs()[2])
+	m.push(lv)
+	m.Update(logMsg{gen: lv.gen, chunks: []logChunk{{lines: logLines(1, 1, func(int) string { return "boom" })}}})
+	mustContain(t, screen(m), "· try 1 · 1 line ·")
+
+	m.cancelGen = 7
+	m.Update(cancelledMsg{gen: 7, job: jobs()[0]})
+	s := screen(m)
+	mustContain(t, s, "asked the agent to stop job job_run")
+	mustNotContain(t, s, "now running")
+	cancelled := job("job_run", "acme", imsv1.JobState_JOB_STATE_CANCELLED, 0)
+	m.Update(cancelledMsg{gen: 7, job: cancelled})
+	mustContain(t, screen(m), "job job_run cancelled")
+}
+
 func TestLogRingBufferDropsOldestAndMarksIt(t *testing.T) {
 	m := newTestModel(t, Options{LogLines: 50}) // pages of 25 lines
 	feed(m, snapshot())
