@@ -26,6 +26,9 @@ const (
 	exitOK    = 0
 	exitError = 1
 	exitUsage = 2
+	// exitChanges ends a diff given --detailed-exitcode that found
+	// changes, as terraform plan -detailed-exitcode does.
+	exitChanges = 2
 	// exitAwaitingApproval ends a --wait whose workflow stopped to await
 	// the approval of its plan: not finished, and not failed.
 	exitAwaitingApproval = 3

@@ -906,3 +906,39 @@ func TestBreakglassListUntil(t *testing.T) {
 		}
 	}
 }
+
+// app diff shows each changed key's old and new values (a sensitive one as
+// imsd masked it), and --detailed-exitcode exits 2 on changes, 0 without,
+// as terraform plan does (issue 33, item 13).
+func TestAppDiffValues(t *testing.T) {
+	f, _ := setup(t)
+	f.changes = []*imsv1.ConfigChange{
+		{Kind: "component", Name: "db", Op: "changed", Fields: []string{"config.size", "timeout"},
+			Values: []*imsv1.FieldChange{{Field: "config.size", Old: `"small"`, New: `"large"`}, {Field: "timeout", Old: "null", New: `"1h0m0s"`}}},
+		{Kind: "install", Name: "demo", Op: "changed", Fields: []string{"inputs.password"},
+			Values: []*imsv1.FieldChange{{Field: "inputs.password", Old: `"(sensitive)"`, New: `"(sensitive)"`}}},
+		{Kind: "component", Name: "web", Op: "removed"},
+	}
+	r := mustRun(t, "app", "diff", "shop", "1", "2")
+	for _, want := range []string{
+		"  ~ component db: config.size, timeout\n      config.size: \"small\" → \"large\"\n      timeout: (none) → \"1h0m0s\"\n",
+		"      inputs.password: (sensitive) → (sensitive)\n",
+		"  - component web\n",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("app diff:\n%s\nwant %q", r.stdout, want)
+		}
+	}
+	if r := byoc(t, "app", "diff", "shop", "1", "2", "--detailed-exitcode"); r.code != 2 || !strings.Contains(r.stdout, "config.size") || r.stderr != "" {
+		t.Errorf("--detailed-exitcode with changes: exit %d, stderr %q; want 2 and the changes", r.code, r.stderr)
+	}
+	if r := byoc(t, "app", "diff", "shop", "1", "2", "--detailed-exitcode", "-o", "json"); r.code != 2 || !strings.Contains(r.stdout, `"old"`) {
+		t.Errorf("--detailed-exitcode -o json with changes: exit %d, stdout %q; want 2 and the values", r.code, r.stdout)
+	}
+	f.mu.Lock()
+	f.changes = nil
+	f.mu.Unlock()
+	if r := byoc(t, "app", "diff", "shop", "1", "2", "--detailed-exitcode"); r.code != 0 || !strings.Contains(r.stdout, "No changes.") {
+		t.Errorf("--detailed-exitcode without changes: exit %d, %q; want 0", r.code, r.stdout)
+	}
+}

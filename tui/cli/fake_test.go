@@ -38,6 +38,8 @@ type fakeOperator struct {
 	job      *imsv1.Job // returned by GetJob
 	// jobs are more jobs GetJob returns, by id.
 	jobs map[string]*imsv1.Job
+	// changes are what DiffAppRevisions returns.
+	changes []*imsv1.ConfigChange
 	// grants are what ListBreakGlassGrants returns.
 	grants   []*imsv1.BreakGlassGrant
 	workflow *imsv1.Workflow // returned by GetWorkflow
@@ -242,6 +244,15 @@ func (f *fakeOperator) ListBreakGlassGrants(ctx context.Context, req *connect.Re
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return connect.NewResponse(&imsv1.ListBreakGlassGrantsResponse{Grants: f.grants}), nil
+}
+
+func (f *fakeOperator) DiffAppRevisions(ctx context.Context, req *connect.Request[imsv1.DiffAppRevisionsRequest]) (*connect.Response[imsv1.DiffAppRevisionsResponse], error) {
+	if err := f.auth(req.Header()); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return connect.NewResponse(&imsv1.DiffAppRevisionsResponse{Changes: f.changes}), nil
 }
 
 func (f *fakeOperator) CancelJob(ctx context.Context, req *connect.Request[imsv1.CancelJobRequest]) (*connect.Response[imsv1.CancelJobResponse], error) {
