@@ -48,6 +48,10 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		getenv:   os.Getenv,
 		now:      time.Now,
 		terminal: isTerm,
+		stdinTerminal: func() bool {
+			f, ok := stdin.(*os.File)
+			return ok && term.IsTerminal(f.Fd())
+		},
 	}
 	return a.run(ctx, args)
 }
@@ -68,6 +72,9 @@ type app struct {
 	// terminal reports whether a stream is a terminal, where text that
 	// jobs wrote is cleaned of control sequences (termtext).
 	terminal func(io.Writer) bool
+	// stdinTerminal reports whether standard input is a terminal, where a
+	// destructive command may ask for confirmation.
+	stdinTerminal func() bool
 
 	// Global flags.
 	contextName string

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -940,5 +941,47 @@ func TestAppDiffValues(t *testing.T) {
 	f.mu.Unlock()
 	if r := byoc(t, "app", "diff", "shop", "1", "2", "--detailed-exitcode"); r.code != 0 || !strings.Contains(r.stdout, "No changes.") {
 		t.Errorf("--detailed-exitcode without changes: exit %d, %q; want 0", r.code, r.stdout)
+	}
+}
+
+// byocOnTerminal runs the command line as if standard input were a
+// terminal on which stdin is typed.
+func byocOnTerminal(tb testing.TB, stdin string, args ...string) result {
+	tb.Helper()
+	var stdout, stderr bytes.Buffer
+	a := &app{stdin: strings.NewReader(stdin), stdout: &stdout, stderr: &stderr, getenv: os.Getenv, now: time.Now,
+		terminal: func(io.Writer) bool { return false }, stdinTerminal: func() bool { return true }}
+	code := a.run(context.Background(), args)
+	return result{code: code, stdout: stdout.String(), stderr: stderr.String()}
+}
+
+// install deprovision asks first, as terraform destroy does: on a terminal
+// it shows what would be destroyed and wants the install's name typed
+// back; without one it refuses unless --yes; --dry-run only shows (issue
+// 33, item 15).
+func TestDeprovisionConfirms(t *testing.T) {
+	f, _ := setup(t)
+	r := byoc(t, "install", "deprovision", "shop-acme")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "pass --yes to confirm") || f.startedCount() != 0 {
+		t.Fatalf("no terminal, no --yes: exit %d, stderr %q, %d started; want 2, naming --yes, none", r.code, r.stderr, f.startedCount())
+	}
+	r = mustRun(t, "install", "deprovision", "shop-acme", "--dry-run")
+	if !regexp.MustCompile(`-\s+db\s+terraform\s+destroy`).MatchString(r.stdout) || !strings.Contains(r.stdout, "Dry run: nothing was changed") || f.startedCount() != 0 {
+		t.Fatalf("--dry-run: %q, %d started; want the plan and nothing started", r.stdout, f.startedCount())
+	}
+	r = byocOnTerminal(t, "shop\n", "install", "deprovision", "shop-acme")
+	if r.code != exitError || !strings.Contains(r.stdout, "Type the install's name (shop-acme)") || !strings.Contains(r.stderr, `deprovision cancelled: "shop" typed, not "shop-acme"`) || f.startedCount() != 0 {
+		t.Fatalf("wrong name typed: exit %d, %q, %q, %d started", r.code, r.stdout, r.stderr, f.startedCount())
+	}
+	r = byocOnTerminal(t, "shop-acme\n", "install", "deprovision", "shop-acme")
+	if r.code != 0 || !strings.Contains(r.stdout, "api") || f.startedCount() != 1 {
+		t.Fatalf("name typed: exit %d, %q, %q, %d started; want it started", r.code, r.stdout, r.stderr, f.startedCount())
+	}
+	r = mustRun(t, "install", "deprovision", "shop-acme", "--yes")
+	if strings.Contains(r.stdout, "Type the install's name") || f.startedCount() != 2 {
+		t.Fatalf("--yes: %q, %d started; want it started without asking", r.stdout, f.startedCount())
+	}
+	if r := byoc(t, "install", "deprovision", "shop-acme", "--yes", "--dry-run"); r.code != exitUsage {
+		t.Errorf("--yes --dry-run: exit %d, want 2", r.code)
 	}
 }
