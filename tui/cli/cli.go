@@ -196,6 +196,14 @@ exits with the job's own exit code.`,
 	// Declared here so that cobra adds no -v shorthand.
 	root.Flags().Bool("version", false, "print the version, commit and build date")
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		// A mistyped command followed by its flags ("byoc instal list
+		// --app shop"): cobra stops at the command it found (byoc) and
+		// trips on a flag it lacks. The command is the mistake: say so.
+		if words := cmd.Flags().Args(); cmd.HasSubCommands() && len(words) > 0 {
+			if sub, _, ferr := cmd.Find(words[:1]); ferr == nil && sub == cmd {
+				return unknownCommand(cmd, words[0])
+			}
+		}
 		return &usageError{msg: err.Error()}
 	})
 	pf := root.PersistentFlags()

@@ -609,6 +609,10 @@ func TestErrors(t *testing.T) {
 		{[]string{"jbo", "list"}, exitUsage, `error: unknown command "jbo" for "byoc" (did you mean "job"?)`},
 		{[]string{"install", "gett"}, exitUsage, `error: unknown command "gett" for "byoc install" (did you mean "get"?)`},
 		{[]string{"workflow", "aprove"}, exitUsage, `error: unknown command "aprove" for "byoc workflow" (did you mean "approve"?)`},
+		// A flag after a mistyped command: the command is the mistake (issue 33, item 5).
+		{[]string{"instal", "list", "--app", "shop"}, exitUsage, `error: unknown command "instal" for "byoc" (did you mean "install"?)`},
+		{[]string{"install", "lst", "--app", "shop"}, exitUsage, `error: unknown command "lst" for "byoc install" (did you mean "get" or "list"?)`},
+		{[]string{"--server", "http://127.0.0.1:1", "jbo", "--limit", "3"}, exitUsage, `error: unknown command "jbo" for "byoc" (did you mean "job"?)`},
 		{[]string{"app", "list", "-o", "yaml"}, exitUsage, "--output must be text, wide or json"},
 		{[]string{"job", "list", "--state", "done"}, exitUsage, `--state "done" is not one of`},
 		{[]string{"context", "add", "x", "--server", "ftp://x", "--token", "t"}, exitUsage, "must be an http:// or https:// URL"},
