@@ -528,6 +528,7 @@ func TestGoldens(t *testing.T) {
 		},
 		"help":    func(m *Model) { press(m, "?") },
 		"confirm": func(m *Model) { press(m, "a", "enter", "./migrate.sh --dry-run", "enter") },
+		"script":  func(m *Model) { press(m, "a", "enter") },
 		"audit":   func(m *Model) { press(m, ":", "audit", "enter") },
 		"offline": func(m *Model) {
 			m.Update(fleetMsg{gen: m.fleetGen, events: []fleetEvent{{err: connect.NewError(connect.CodeUnavailable, errors.New("connection refused")), retryIn: 8 * time.Second}}})

@@ -743,8 +743,8 @@ func (m *Model) scriptBody(h int) []string {
 		"  It runs with sh -e in a fresh work dir on the install's agent, as an",
 		"  `action` apply job (time limit 1 h); its log opens and follows.",
 		"  Needs permission mode: maintenance (refused while the customer has it off).",
-		"  Actions defined in the app config arrive with app configs; today an",
-		"  action is an ad-hoc script.",
+		"  The app's own actions (actions/*.toml of its config) are in the list",
+		"  before this one: esc goes back to them.",
 	}
 }
 
