@@ -58,7 +58,7 @@ checked.`,
 			waves := app.Graph().Levels()
 			if a.jsonOutput() {
 				return writeJSONValue(a.stdout, map[string]any{"valid": true, "diagnostics": []any{}, "app": app.Metadata.Name,
-					"components": len(app.Components), "actions": len(app.Actions), "installs": len(app.Installs), "deploy_waves": waves})
+					"components": len(app.Components), "actions": len(app.Actions), "installs": len(app.Installs), "deployWaves": waves})
 			}
 			fmt.Fprintf(a.stdout, "The app config in %s is valid.\n", args[0])
 			f := newFields(a.stdout)
