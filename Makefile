@@ -33,6 +33,19 @@ build: ## Build imsd, agentd, byoc-plugins (agentd's heavy built-in types) and b
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/byoc-plugins ./plugins/bundle/byoc-plugins
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/byoc ./tui
 
+# The filters pass each line on as it comes: mawk (Debian's awk) reads and
+# writes pipes in blocks unless given -W interactive; other awks flush on
+# fflush().
+AWK_LIVE := $(shell awk -W version 2>/dev/null | grep -q mawk && echo 'awk -W interactive' || echo awk)
+PROGRESS_TERM = /[ :]/ {print (n ? "\n" : "") $$0; fflush(); next} {n++; printf "\r\033[K    %d packages compiled: %s", n, substr($$0, 1, 60); fflush()} END {if (n) printf "\r\033[K    %d packages compiled\n", n}
+PROGRESS_PIPED = /[ :]/ {print; fflush(); next} {print "    compiled " $$0; fflush()}
+
+# progress-filter is build-progress's filter for a pipe, on its own (e2e
+# TestMakeProgressIsLive feeds it).
+.PHONY: progress-filter
+progress-filter:
+	@$(AWK_LIVE) '$(PROGRESS_PIPED)'
+
 # build-progress is build for people waiting on it (make demo): go build -v
 # names each package as it compiles it, shown as a line each when piped and
 # as one line counting up on a terminal; compiler errors print in full.
@@ -41,8 +54,7 @@ build-progress:
 	@echo "==> building imsd, agentd, byoc-plugins and byoc into $(BIN) (a first build compiles every dependency: minutes)"
 	@mkdir -p $(BIN)
 	@set -o pipefail; $(GO) build -v -ldflags '$(LDFLAGS)' -o $(BIN)/ ./imsd ./agentd ./plugins/bundle/byoc-plugins ./tui 2>&1 | \
-	if [ -t 1 ]; then awk '/[ :]/ {print (n ? "\n" : "") $$0; next} {n++; printf "\r\033[K    %d packages compiled: %s", n, substr($$0, 1, 60)} END {if (n) printf "\r\033[K    %d packages compiled\n", n}'; \
-	else awk '/[ :]/ {print; next} {print "    compiled " $$0}'; fi
+	if [ -t 1 ]; then $(AWK_LIVE) '$(PROGRESS_TERM)'; else $(AWK_LIVE) '$(PROGRESS_PIPED)'; fi
 	@mv -f $(BIN)/tui $(BIN)/byoc
 	@echo "==> built $(BIN)/imsd, $(BIN)/agentd, $(BIN)/byoc-plugins and $(BIN)/byoc"
 

@@ -43,12 +43,12 @@ Exit status: 0 when everything agrees, 1 on a problem found, 2 on misuse.
 func auditCmd(ctx context.Context, args []string, stdout, stderr io.Writer, now func() time.Time) int {
 	fs := flag.NewFlagSet("agentd audit", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, auditUsage) }
+	fs.Usage = func() { fmt.Fprint(fs.Output(), auditUsage) }
 	stateDir := fs.String("state-dir", os.Getenv("BYOC_STATE_DIR"), "the agent's state `directory`; also $BYOC_STATE_DIR")
 	ims := fs.String("ims", os.Getenv("BYOC_IMS_URL"), "imsd `URL`")
-	words, ok := parseWords(fs, args)
-	if !ok {
-		return 2
+	words, code := parseWords(fs, args, stdout)
+	if words == nil {
+		return code
 	}
 	if len(words) != 1 || (words[0] != "verify" && words[0] != "compare") {
 		fmt.Fprintf(stderr, "agentd audit: want verify or compare, got %q\n\n%s", strings.Join(words, " "), auditUsage)

@@ -42,14 +42,14 @@ ends. imsd (the vendor) can neither make a grant nor extend one.
 func breakglassCmd(ctx context.Context, args []string, stdout, stderr io.Writer, now func() time.Time) int {
 	fs := flag.NewFlagSet("agentd breakglass", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, breakglassUsage) }
+	fs.Usage = func() { fmt.Fprint(fs.Output(), breakglassUsage) }
 	stateDir := fs.String("state-dir", os.Getenv("BYOC_STATE_DIR"), "the agent's state `directory`; also $BYOC_STATE_DIR")
 	ims := fs.String("ims", os.Getenv("BYOC_IMS_URL"), "imsd `URL` (default: the one the agent enrolled with); also $BYOC_IMS_URL")
 	dur := fs.Duration("for", 0, "approve for this `duration` (at most what was asked)")
 	reason := fs.String("reason", "", "why (required to deny)")
-	words, ok := parseWords(fs, args)
-	if !ok {
-		return 2
+	words, code := parseWords(fs, args, stdout)
+	if words == nil {
+		return code
 	}
 	cmd, rest := words[0], words[1:]
 	want, ok := map[string]int{"list": 0, "approve": 1, "deny": 1, "revoke": 1}[cmd]

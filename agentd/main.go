@@ -41,6 +41,7 @@ import (
 	"github.com/byoc-dev/byoc/agentd/secrets"
 	"github.com/byoc-dev/byoc/agentd/stack"
 	"github.com/byoc-dev/byoc/internal/buildinfo"
+	"github.com/byoc-dev/byoc/internal/flaghelp"
 	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/plugins/action"
 	"github.com/byoc-dev/byoc/plugins/build"
@@ -205,8 +206,8 @@ func run(ctx context.Context, args []string) int {
 	fs.StringVar(&stackPath, "stack-config", os.Getenv("BYOC_STACK_CONFIG"), "the install stack's config `file` (its imsd URL, enrolment token, a role per permission mode, the customer's inputs and secrets); also $BYOC_STACK_CONFIG")
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "log `level`: debug, info, warn, error")
 	showVersion := fs.Bool("version", false, "print the version, commit and build date, and exit")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, done := flaghelp.Parse(fs, args, os.Stdout); done {
+		return code
 	}
 	if *showVersion {
 		fmt.Println(buildinfo.Get().String("agentd"))

@@ -36,13 +36,13 @@ app).
 func moduleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("agentd module", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, moduleUsage) }
+	fs.Usage = func() { fmt.Fprint(fs.Output(), moduleUsage) }
 	stateDir := fs.String("state-dir", os.Getenv("BYOC_STATE_DIR"), "the agent's state `directory`; also $BYOC_STATE_DIR")
 	kind := fs.String("kind", "terraform", "what DIR is: `terraform` (a module) or helm (a chart)")
 	registry := fs.String("install-registry", os.Getenv("BYOC_INSTALL_REGISTRY"), "the install registry `location` (oci:DIR); default oci:STATE/registry")
-	words, ok := parseWords(fs, args)
-	if !ok {
-		return 2
+	words, code := parseWords(fs, args, stdout)
+	if words == nil {
+		return code
 	}
 	if words[0] != "push" || len(words) != 3 {
 		fs.Usage()

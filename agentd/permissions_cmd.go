@@ -12,6 +12,7 @@ import (
 
 	"github.com/byoc-dev/byoc/agentd/identity"
 	"github.com/byoc-dev/byoc/agentd/permissions"
+	"github.com/byoc-dev/byoc/internal/flaghelp"
 )
 
 const permissionsUsage = `usage: agentd permissions [--state-dir DIR] COMMAND
@@ -58,11 +59,11 @@ var modeDoc = map[permissions.Mode]string{
 func permissionsCmd(args []string, stdout, stderr io.Writer, now time.Time) int {
 	fs := flag.NewFlagSet("agentd permissions", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, permissionsUsage) }
+	fs.Usage = func() { fmt.Fprint(fs.Output(), permissionsUsage) }
 	stateDir := fs.String("state-dir", os.Getenv("BYOC_STATE_DIR"), "the agent's state `directory`; also $BYOC_STATE_DIR")
-	words, ok := parseWords(fs, args)
-	if !ok {
-		return 2
+	words, code := parseWords(fs, args, stdout)
+	if words == nil {
+		return code
 	}
 	cmd, rest := words[0], words[1:]
 	dir, code := stateDirArg("agentd permissions", *stateDir, stderr)
@@ -214,13 +215,14 @@ func whoami() string {
 }
 
 // parseWords parses a subcommand's flags, which may come before, between
-// or after its words, and returns the words. ok is false, after the
+// or after its words, and returns the words. words is nil, after the
 // usage or the flag's error was printed, when the flags are bad or there
-// is no word.
-func parseWords(fs *flag.FlagSet, args []string) (words []string, ok bool) {
+// is no word (code 2), or when help was asked for (code 0, the usage on
+// stdout).
+func parseWords(fs *flag.FlagSet, args []string, stdout io.Writer) (words []string, code int) {
 	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, false
+		if code, done := flaghelp.Parse(fs, args, stdout); done {
+			return nil, code
 		}
 		if fs.NArg() == 0 {
 			break
@@ -230,7 +232,7 @@ func parseWords(fs *flag.FlagSet, args []string) (words []string, ok bool) {
 	}
 	if len(words) == 0 {
 		fs.Usage()
-		return nil, false
+		return nil, 2
 	}
-	return words, true
+	return words, 0
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/byoc-dev/byoc/agentd/supportbundle"
 	"github.com/byoc-dev/byoc/internal/atomicfile"
 	"github.com/byoc-dev/byoc/internal/buildinfo"
+	"github.com/byoc-dev/byoc/internal/flaghelp"
 	"github.com/byoc-dev/byoc/plugins/bundle"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 )
@@ -87,14 +88,14 @@ stack runs it before the agent enrols.
 func preflightCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("agentd preflight", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, preflightUsage) }
+	fs.Usage = func() { fmt.Fprint(fs.Output(), preflightUsage) }
 	stackPath := fs.String("stack-config", os.Getenv("BYOC_STACK_CONFIG"), "the install stack's config `file`")
 	stateDir := fs.String("state-dir", "", "the agent's state `directory`")
 	ims := fs.String("ims", os.Getenv("BYOC_IMS_URL"), "imsd `URL` (default: the stack's)")
 	bundledFlag := fs.String("bundled-plugins", os.Getenv(bundledEnv), "`path` of "+bundle.Binary+" (default: beside agentd)")
 	role := fs.String("role", "install", "the agent's `role` (install or build: the build agent needs no "+bundle.Binary+")")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, done := flaghelp.Parse(fs, args, stdout); done {
+		return code
 	}
 	bundled, err := bundledLoader(*bundledFlag, *role)
 	if err != nil {
@@ -138,15 +139,15 @@ secret appears in them, and then the records masked are named.
 func supportBundleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fset := flag.NewFlagSet("agentd support-bundle", flag.ContinueOnError)
 	fset.SetOutput(stderr)
-	fset.Usage = func() { fmt.Fprint(stderr, supportBundleUsage) }
+	fset.Usage = func() { fmt.Fprint(fset.Output(), supportBundleUsage) }
 	out := fset.String("o", "", "the bundle `file` to write (.tar.gz)")
 	stackPath := fset.String("stack-config", os.Getenv("BYOC_STACK_CONFIG"), "the install stack's config `file`")
 	stateDir := fset.String("state-dir", "", "the agent's state `directory`")
 	secretsFile := fset.String("secrets-file", "", "the agent's secrets `file` (its values are masked; it is not included)")
 	agentLog := fset.String("agent-log", "", "a `file` of agentd's own log to include")
 	ims := fset.String("ims", os.Getenv("BYOC_IMS_URL"), "imsd `URL` for the preflight (default: the stack's)")
-	if err := fset.Parse(args); err != nil {
-		return 2
+	if code, done := flaghelp.Parse(fset, args, stdout); done {
+		return code
 	}
 	if *out == "" || fset.NArg() > 0 {
 		fset.Usage()

@@ -61,7 +61,9 @@ func TestAppPushRevisionsAndDiff(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &revs); err != nil || len(revs) != 2 || revs[0].Number != "2" || revs[1].Number != "1" || revs[0].Version != "0.1.0" {
 		t.Fatalf("revisions: %v\n%s", err, out)
 	}
-	if out := run(0, "app", "diff", "acme-analytics", "1", "2"); strings.TrimSpace(out) != "~ component api: config.chart" {
+	// Each changed key with its old and new values; --detailed-exitcode exits 2 on changes.
+	if out := run(2, "app", "diff", "acme-analytics", "1", "2", "--detailed-exitcode"); !strings.HasPrefix(strings.TrimSpace(out), "~ component api: config.chart\n      config.chart: \"charts/api@sha256:e504") ||
+		!strings.Contains(out, `→ "charts/api@sha256:f504`) || strings.Count(out, "\n") != 2 {
 		t.Fatalf("diff 1 2:\n%s", out)
 	}
 	if out := run(0, "app", "diff", "acme-analytics", "2"); strings.TrimSpace(out) != "No changes." {

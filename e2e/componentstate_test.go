@@ -59,7 +59,7 @@ func TestComponentStateAcrossJobs(t *testing.T) {
 		t.Fatalf("state file on the agent: %q, %v", b, err)
 	}
 
-	if out := cli.Run(0, "install", "deprovision", "acme", "--wait"); !strings.Contains(out, "succeeded: 1/1 done") {
+	if out := cli.Run(0, "install", "deprovision", "acme", "--yes", "--wait"); !strings.Contains(out, "succeeded: 1/1 done") {
 		t.Fatalf("deprovision:\n%s", out)
 	}
 	wfs, err = c.ListWorkflows(ctx, connect.NewRequest(&imsv1.ListWorkflowsRequest{Install: "acme"}))

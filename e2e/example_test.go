@@ -199,7 +199,7 @@ func TestExampleApp(t *testing.T) {
 	}
 
 	started = time.Now()
-	out = c.cli.Run(0, "install", "deprovision", "demo", "--wait")
+	out = c.cli.Run(0, "install", "deprovision", "demo", "--yes", "--wait")
 	if m := regexp.MustCompile(`succeeded: (\d+)/(\d+) done`).FindStringSubmatch(out); m == nil || m[1] != m[2] {
 		t.Fatalf("deprovision:\n%s", out)
 	}

@@ -77,3 +77,57 @@ func TestMakeDemoBuildShowsProgress(t *testing.T) {
 		t.Errorf("make demo does not build with progress (make -n demo: %v):\n%s", err, deps)
 	}
 }
+
+// build-progress's filter passes each package on as go build names it,
+// not when the build ends: mawk (Debian's awk) reads and writes pipes in
+// blocks unless told otherwise, which held make demo's progress back for
+// minutes (issue 33, item 10). Fed one line at a time, it answers each.
+func TestMakeProgressIsLive(t *testing.T) {
+	root := repoRoot(t)
+	cmd := exec.Command("make", "--no-print-directory", "-s", "-C", root, "progress-filter")
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer in.Close()
+	lines := make(chan string, 4)
+	go func() {
+		buf := make([]byte, 4096)
+		var acc string
+		for {
+			n, err := out.Read(buf)
+			acc += string(buf[:n])
+			for {
+				i := strings.IndexByte(acc, '\n')
+				if i < 0 {
+					break
+				}
+				lines <- acc[:i]
+				acc = acc[i+1:]
+			}
+			if err != nil {
+				close(lines)
+				return
+			}
+		}
+	}()
+	for _, pkg := range []string{"github.com/byoc-dev/byoc/imsd", "github.com/byoc-dev/byoc/agentd"} {
+		fmt.Fprintln(in, pkg)
+		select {
+		case got := <-lines:
+			if got != "    compiled "+pkg {
+				t.Fatalf("filter wrote %q for %s", got, pkg)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the filter held %s back: nothing after 10s with its input still open", pkg)
+		}
+	}
+}

@@ -257,7 +257,7 @@ func TestWorkflowStepRefused(t *testing.T) {
 		return p != nil && !p.Deprovision
 	})
 	start := time.Now()
-	out, errOut, code := cli.Exec("install", "deprovision", "acme", "--wait")
+	out, errOut, code := cli.Exec("install", "deprovision", "acme", "--yes", "--wait")
 	all := out + errOut
 	if code == 0 || !strings.Contains(all, "refused: deprovision is turned off in the customer's account") {
 		t.Fatalf("deprovision with deprovision off: exit %d\n%s", code, all)
@@ -274,7 +274,7 @@ func TestWorkflowStepRefused(t *testing.T) {
 	cluster.Eventually(t, 5*time.Second, "imsd to show deprovision on", func() bool {
 		return agentStatus(t, ims.Admin(), "acme").GetPermissions().GetDeprovision()
 	})
-	if out := cli.Run(0, "install", "deprovision", "acme", "--wait"); !strings.Contains(out, "succeeded: 1/1 done") {
+	if out := cli.Run(0, "install", "deprovision", "acme", "--yes", "--wait"); !strings.Contains(out, "succeeded: 1/1 done") {
 		t.Fatalf("deprovision with deprovision on:\n%s", out)
 	}
 }

@@ -153,7 +153,7 @@ func TestExampleAppTerraform(t *testing.T) {
 		}
 	}
 
-	if out := cli.Run(0, "install", "deprovision", "demo", "--wait"); !strings.Contains(out, "succeeded: 2/2 done") {
+	if out := cli.Run(0, "install", "deprovision", "demo", "--yes", "--wait"); !strings.Contains(out, "succeeded: 2/2 done") {
 		t.Fatalf("deprovision:\n%s", out)
 	}
 	if _, err := os.Stat(network); !errors.Is(err, os.ErrNotExist) {

@@ -157,7 +157,7 @@ func TestDiamondProvisionAndInputChange(t *testing.T) {
 		t.Fatalf("bad input:\n%s", out)
 	}
 	// Deprovision tears down in reverse: d first, a last.
-	out = run(0, "install", "deprovision", "acme", "--wait")
+	out = run(0, "install", "deprovision", "acme", "--yes", "--wait")
 	if !strings.Contains(out, "succeeded: 4/4 done") {
 		t.Fatalf("deprovision:\n%s", out)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/byoc-dev/byoc/imsd/auth"
 	"github.com/byoc-dev/byoc/imsd/server"
 	"github.com/byoc-dev/byoc/internal/buildinfo"
+	"github.com/byoc-dev/byoc/internal/flaghelp"
 )
 
 func main() {
@@ -50,8 +51,8 @@ func run(ctx context.Context, args []string) int {
 	fs.StringVar(&cfg.DebugAddr, "debug-addr", "", "serve Go's /debug/pprof on this loopback `address` (off by default)")
 	agentWire := fs.String("agentwire", "on", "`on`: serve plaintext agent streams with imsd's own small HTTP/2 server; off: with the standard stack, like every other request")
 	showVersion := fs.Bool("version", false, "print the version, commit and build date, and exit")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, done := flaghelp.Parse(fs, args, os.Stdout); done {
+		return code
 	}
 	if *showVersion {
 		fmt.Println(buildinfo.Get().String("imsd"))
@@ -93,8 +94,8 @@ func keys(args []string) int {
 	fs := flag.NewFlagSet("imsd keys rotate", flag.ContinueOnError)
 	dataDir := fs.String("data-dir", "", "imsd's data `directory` (its signing.key)")
 	keyFile := fs.String("signing-key", "", "the job signing key `file` imsd is given with --signing-key")
-	if err := fs.Parse(args[1:]); err != nil {
-		return 2
+	if code, done := flaghelp.Parse(fs, args[1:], os.Stdout); done {
+		return code
 	}
 	if (*dataDir == "") == (*keyFile == "") {
 		fmt.Fprintln(os.Stderr, "imsd keys rotate: give exactly one of --data-dir and --signing-key")

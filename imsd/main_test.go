@@ -43,3 +43,16 @@ func TestKeysRotate(t *testing.T) {
 		t.Fatalf("chain %v, %v", chain, err)
 	}
 }
+
+// imsd --help (and keys rotate --help) exit 0: asking for help is not a
+// mistake (issue 33, item 17).
+func TestHelpExitsZero(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"-h"}, {"keys", "rotate", "--help"}} {
+		if got := run(context.Background(), args); got != 0 {
+			t.Errorf("imsd %v: exit %d, want 0", args, got)
+		}
+	}
+	if got := run(context.Background(), []string{"--bogus"}); got != 2 {
+		t.Errorf("imsd --bogus: exit %d, want 2", got)
+	}
+}

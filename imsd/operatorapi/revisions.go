@@ -419,8 +419,20 @@ func changesToProto(cs []diff.Change) []*imsv1.ConfigChange {
 	out := make([]*imsv1.ConfigChange, len(cs))
 	for i, c := range cs {
 		out[i] = &imsv1.ConfigChange{Kind: c.Kind, Name: c.Name, Op: c.Op, Fields: c.Fields}
+		for _, v := range c.Values {
+			out[i].Values = append(out[i].Values, &imsv1.FieldChange{Field: v.Field, Old: jsonText(v.Old), New: jsonText(v.New)})
+		}
 	}
 	return out
+}
+
+// jsonText is v as compact JSON (config values are JSON-shaped).
+func jsonText(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprintf("%q", fmt.Sprint(v))
+	}
+	return string(b)
 }
 
 // sameJSON compares two values by their JSON, so numbers read from TOML and

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/byoc-dev/byoc/imsd/errs"
+	"github.com/byoc-dev/byoc/schema/app/diag"
 )
 
 // CreateAPIToken stores an operator token. hash is the SHA-256 of its secret.
@@ -240,12 +241,25 @@ func (s *Store) GetInstall(ctx context.Context, idOrName string) (Install, error
 	err := s.r.GetContext(ctx, &r, s.bind(`SELECT `+installCols+` FROM installs
 		WHERE id = ? OR name = ? ORDER BY CASE WHEN id = ? THEN 0 ELSE 1 END LIMIT 1`), idOrName, idOrName, idOrName)
 	if errors.Is(err, sql.ErrNoRows) {
-		return Install{}, errs.E(errs.NotFound, "install %q not found", idOrName)
+		return Install{}, errs.E(errs.NotFound, "install %q not found%s", idOrName, s.suggestInstall(ctx, idOrName))
 	}
 	if err != nil {
 		return Install{}, fmt.Errorf("get install %s: %w", idOrName, err)
 	}
 	return r.install()
+}
+
+// suggestInstall is " (did you mean "acme"?)" when an install's name is
+// close to the mistyped name, else "". It reads the names only on a miss.
+func (s *Store) suggestInstall(ctx context.Context, name string) string {
+	var names []string
+	if err := s.r.SelectContext(ctx, &names, `SELECT name FROM installs`); err != nil {
+		return ""
+	}
+	if sug := diag.DidYouMean(name, names); sug != "" {
+		return " (" + sug + ")"
+	}
+	return ""
 }
 
 // InstallID returns the id of the install with id or name idOrName,

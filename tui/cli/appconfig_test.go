@@ -23,6 +23,17 @@ func TestAppInitAndValidate(t *testing.T) {
 	if !strings.Contains(r.stdout, "is valid") || !strings.Contains(r.stdout, "2. cache, db") {
 		t.Errorf("validate output:\n%s", r.stdout)
 	}
+	// -o json: camelCase field names, as every -o json (issue 33, item 10).
+	r = mustRun(t, "app", "validate", "-o", "json", dir)
+	var valid map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &valid); err != nil || valid["valid"] != true || valid["deployWaves"] == nil {
+		t.Errorf("validate -o json: %v\n%s", err, r.stdout)
+	}
+	for k := range valid {
+		if strings.Contains(k, "_") {
+			t.Errorf("validate -o json: field %q is not camelCase", k)
+		}
+	}
 
 	// Break two files: both problems are reported, with file, line and key.
 	api := filepath.Join(dir, "components", "api.toml")

@@ -26,6 +26,9 @@ const (
 	exitOK    = 0
 	exitError = 1
 	exitUsage = 2
+	// exitChanges ends a diff given --detailed-exitcode that found
+	// changes, as terraform plan -detailed-exitcode does.
+	exitChanges = 2
 	// exitAwaitingApproval ends a --wait whose workflow stopped to await
 	// the approval of its plan: not finished, and not failed.
 	exitAwaitingApproval = 3
@@ -45,6 +48,10 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		getenv:   os.Getenv,
 		now:      time.Now,
 		terminal: isTerm,
+		stdinTerminal: func() bool {
+			f, ok := stdin.(*os.File)
+			return ok && term.IsTerminal(f.Fd())
+		},
 	}
 	return a.run(ctx, args)
 }
@@ -65,6 +72,9 @@ type app struct {
 	// terminal reports whether a stream is a terminal, where text that
 	// jobs wrote is cleaned of control sequences (termtext).
 	terminal func(io.Writer) bool
+	// stdinTerminal reports whether standard input is a terminal, where a
+	// destructive command may ask for confirmation.
+	stdinTerminal func() bool
 
 	// Global flags.
 	contextName string
@@ -186,6 +196,14 @@ exits with the job's own exit code.`,
 	// Declared here so that cobra adds no -v shorthand.
 	root.Flags().Bool("version", false, "print the version, commit and build date")
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		// A mistyped command followed by its flags ("byoc instal list
+		// --app shop"): cobra stops at the command it found (byoc) and
+		// trips on a flag it lacks. The command is the mistake: say so.
+		if words := cmd.Flags().Args(); cmd.HasSubCommands() && len(words) > 0 {
+			if sub, _, ferr := cmd.Find(words[:1]); ferr == nil && sub == cmd {
+				return unknownCommand(cmd, words[0])
+			}
+		}
 		return &usageError{msg: err.Error()}
 	})
 	pf := root.PersistentFlags()

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -367,6 +369,12 @@ func TestJobListFilters(t *testing.T) {
 	if !strings.Contains(r.stdout, "running") || !strings.Contains(r.stdout, "1/3") {
 		t.Errorf("job list:\n%s", r.stdout)
 	}
+	// A failed job is not tried again: its attempt is not "1/3" (issue 33, item 16).
+	for _, line := range strings.Split(r.stdout, "\n") {
+		if strings.HasPrefix(line, "job_1 ") && (strings.Contains(line, "1/3") || !regexp.MustCompile(`failed\s+1\s`).MatchString(line)) {
+			t.Errorf("a failed job's attempt: %q, want 1, not 1/3", line)
+		}
+	}
 }
 
 func TestJobGetShowsPendingReason(t *testing.T) {
@@ -601,6 +609,10 @@ func TestErrors(t *testing.T) {
 		{[]string{"jbo", "list"}, exitUsage, `error: unknown command "jbo" for "byoc" (did you mean "job"?)`},
 		{[]string{"install", "gett"}, exitUsage, `error: unknown command "gett" for "byoc install" (did you mean "get"?)`},
 		{[]string{"workflow", "aprove"}, exitUsage, `error: unknown command "aprove" for "byoc workflow" (did you mean "approve"?)`},
+		// A flag after a mistyped command: the command is the mistake (issue 33, item 5).
+		{[]string{"instal", "list", "--app", "shop"}, exitUsage, `error: unknown command "instal" for "byoc" (did you mean "install"?)`},
+		{[]string{"install", "lst", "--app", "shop"}, exitUsage, `error: unknown command "lst" for "byoc install" (did you mean "get" or "list"?)`},
+		{[]string{"--server", "http://127.0.0.1:1", "jbo", "--limit", "3"}, exitUsage, `error: unknown command "jbo" for "byoc" (did you mean "job"?)`},
 		{[]string{"app", "list", "-o", "yaml"}, exitUsage, "--output must be text, wide or json"},
 		{[]string{"job", "list", "--state", "done"}, exitUsage, `--state "done" is not one of`},
 		{[]string{"context", "add", "x", "--server", "ftp://x", "--token", "t"}, exitUsage, "must be an http:// or https:// URL"},
@@ -845,5 +857,135 @@ func TestCompletionAsksTheServer(t *testing.T) {
 	}
 	if r := mustRun(t, "--help"); !strings.Contains(r.stdout, "completion ") {
 		t.Errorf("--help does not list completion:\n%s", r.stdout)
+	}
+}
+
+// byoc without a command opens the console, which needs a terminal: with
+// none (a script, a pipe, cron) it says what to run instead and exits 2,
+// before it tries the server (issue 33, item 9).
+func TestConsoleWithoutTerminal(t *testing.T) {
+	devNull, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer devNull.Close()
+	for _, configured := range []bool{true, false} {
+		if configured {
+			setup(t)
+		} else {
+			useConfig(t)
+		}
+		var stdout, stderr bytes.Buffer
+		code := Main(context.Background(), nil, devNull, &stdout, &stderr)
+		if code != exitUsage || !strings.Contains(stderr.String(), "which needs a terminal") || !strings.Contains(stderr.String(), "byoc --help") {
+			t.Errorf("configured %v: exit %d, stderr %q; want 2 and what to run instead", configured, code, stderr.String())
+		}
+	}
+}
+
+// breakglass list: an approved grant ends "in 6m", a revoked or expired
+// one says so and when, never "in 6m" (issue 33, item 16).
+func TestBreakglassListUntil(t *testing.T) {
+	f, _ := setup(t)
+	now := time.Now()
+	f.grants = []*imsv1.BreakGlassGrant{
+		{Id: "bg_live", InstallName: "shop-acme", Role: "dba", State: "approved", ExpireTime: timestamppb.New(now.Add(7 * time.Minute))},
+		{Id: "bg_revoked", InstallName: "shop-acme", Role: "dba", State: "revoked", ExpireTime: timestamppb.New(now.Add(7 * time.Minute)),
+			RevokedBy: "alice", RevokeTime: timestamppb.New(now.Add(-2 * time.Minute))},
+		{Id: "bg_expired", InstallName: "shop-acme", Role: "dba", State: "expired", ExpireTime: timestamppb.New(now.Add(-time.Hour))},
+	}
+	r := mustRun(t, "breakglass", "list")
+	for id, want := range map[string]*regexp.Regexp{
+		"bg_live":    regexp.MustCompile(`approved\s+in [67]m\s`),
+		"bg_revoked": regexp.MustCompile(`revoked\s+revoked 2m ago\s.*\s+revoked by alice`),
+		"bg_expired": regexp.MustCompile(`expired\s+ended 1h ago`),
+	} {
+		line := ""
+		for _, l := range strings.Split(r.stdout, "\n") {
+			if strings.HasPrefix(l, id+" ") {
+				line = l
+			}
+		}
+		if !want.MatchString(line) {
+			t.Errorf("%s: %q, want %v\n%s", id, line, want, r.stdout)
+		}
+	}
+}
+
+// app diff shows each changed key's old and new values (a sensitive one as
+// imsd masked it), and --detailed-exitcode exits 2 on changes, 0 without,
+// as terraform plan does (issue 33, item 13).
+func TestAppDiffValues(t *testing.T) {
+	f, _ := setup(t)
+	f.changes = []*imsv1.ConfigChange{
+		{Kind: "component", Name: "db", Op: "changed", Fields: []string{"config.size", "timeout"},
+			Values: []*imsv1.FieldChange{{Field: "config.size", Old: `"small"`, New: `"large"`}, {Field: "timeout", Old: "null", New: `"1h0m0s"`}}},
+		{Kind: "install", Name: "demo", Op: "changed", Fields: []string{"inputs.password"},
+			Values: []*imsv1.FieldChange{{Field: "inputs.password", Old: `"(sensitive)"`, New: `"(sensitive)"`}}},
+		{Kind: "component", Name: "web", Op: "removed"},
+	}
+	r := mustRun(t, "app", "diff", "shop", "1", "2")
+	for _, want := range []string{
+		"  ~ component db: config.size, timeout\n      config.size: \"small\" → \"large\"\n      timeout: (none) → \"1h0m0s\"\n",
+		"      inputs.password: (sensitive) → (sensitive)\n",
+		"  - component web\n",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("app diff:\n%s\nwant %q", r.stdout, want)
+		}
+	}
+	if r := byoc(t, "app", "diff", "shop", "1", "2", "--detailed-exitcode"); r.code != 2 || !strings.Contains(r.stdout, "config.size") || r.stderr != "" {
+		t.Errorf("--detailed-exitcode with changes: exit %d, stderr %q; want 2 and the changes", r.code, r.stderr)
+	}
+	if r := byoc(t, "app", "diff", "shop", "1", "2", "--detailed-exitcode", "-o", "json"); r.code != 2 || !strings.Contains(r.stdout, `"old"`) {
+		t.Errorf("--detailed-exitcode -o json with changes: exit %d, stdout %q; want 2 and the values", r.code, r.stdout)
+	}
+	f.mu.Lock()
+	f.changes = nil
+	f.mu.Unlock()
+	if r := byoc(t, "app", "diff", "shop", "1", "2", "--detailed-exitcode"); r.code != 0 || !strings.Contains(r.stdout, "No changes.") {
+		t.Errorf("--detailed-exitcode without changes: exit %d, %q; want 0", r.code, r.stdout)
+	}
+}
+
+// byocOnTerminal runs the command line as if standard input were a
+// terminal on which stdin is typed.
+func byocOnTerminal(tb testing.TB, stdin string, args ...string) result {
+	tb.Helper()
+	var stdout, stderr bytes.Buffer
+	a := &app{stdin: strings.NewReader(stdin), stdout: &stdout, stderr: &stderr, getenv: os.Getenv, now: time.Now,
+		terminal: func(io.Writer) bool { return false }, stdinTerminal: func() bool { return true }}
+	code := a.run(context.Background(), args)
+	return result{code: code, stdout: stdout.String(), stderr: stderr.String()}
+}
+
+// install deprovision asks first, as terraform destroy does: on a terminal
+// it shows what would be destroyed and wants the install's name typed
+// back; without one it refuses unless --yes; --dry-run only shows (issue
+// 33, item 15).
+func TestDeprovisionConfirms(t *testing.T) {
+	f, _ := setup(t)
+	r := byoc(t, "install", "deprovision", "shop-acme")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "pass --yes to confirm") || f.startedCount() != 0 {
+		t.Fatalf("no terminal, no --yes: exit %d, stderr %q, %d started; want 2, naming --yes, none", r.code, r.stderr, f.startedCount())
+	}
+	r = mustRun(t, "install", "deprovision", "shop-acme", "--dry-run")
+	if !regexp.MustCompile(`-\s+db\s+terraform\s+destroy`).MatchString(r.stdout) || !strings.Contains(r.stdout, "Dry run: nothing was changed") || f.startedCount() != 0 {
+		t.Fatalf("--dry-run: %q, %d started; want the plan and nothing started", r.stdout, f.startedCount())
+	}
+	r = byocOnTerminal(t, "shop\n", "install", "deprovision", "shop-acme")
+	if r.code != exitError || !strings.Contains(r.stdout, "Type the install's name (shop-acme)") || !strings.Contains(r.stderr, `deprovision cancelled: "shop" typed, not "shop-acme"`) || f.startedCount() != 0 {
+		t.Fatalf("wrong name typed: exit %d, %q, %q, %d started", r.code, r.stdout, r.stderr, f.startedCount())
+	}
+	r = byocOnTerminal(t, "shop-acme\n", "install", "deprovision", "shop-acme")
+	if r.code != 0 || !strings.Contains(r.stdout, "api") || f.startedCount() != 1 {
+		t.Fatalf("name typed: exit %d, %q, %q, %d started; want it started", r.code, r.stdout, r.stderr, f.startedCount())
+	}
+	r = mustRun(t, "install", "deprovision", "shop-acme", "--yes")
+	if strings.Contains(r.stdout, "Type the install's name") || f.startedCount() != 2 {
+		t.Fatalf("--yes: %q, %d started; want it started without asking", r.stdout, f.startedCount())
+	}
+	if r := byoc(t, "install", "deprovision", "shop-acme", "--yes", "--dry-run"); r.code != exitUsage {
+		t.Errorf("--yes --dry-run: exit %d, want 2", r.code)
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/byoc-dev/byoc/schema/app/diag"
 	"github.com/byoc-dev/byoc/schema/app/load"
+	"github.com/byoc-dev/byoc/tui/termtext"
 )
 
 // appValidateCommand checks an app config directory without a server.
@@ -57,7 +58,7 @@ checked.`,
 			waves := app.Graph().Levels()
 			if a.jsonOutput() {
 				return writeJSONValue(a.stdout, map[string]any{"valid": true, "diagnostics": []any{}, "app": app.Metadata.Name,
-					"components": len(app.Components), "actions": len(app.Actions), "installs": len(app.Installs), "deploy_waves": waves})
+					"components": len(app.Components), "actions": len(app.Actions), "installs": len(app.Installs), "deployWaves": waves})
 			}
 			fmt.Fprintf(a.stdout, "The app config in %s is valid.\n", args[0])
 			f := newFields(a.stdout)
@@ -194,9 +195,19 @@ func (a *app) appRevisionsCommand() *cobra.Command {
 }
 
 func (a *app) appDiffCommand() *cobra.Command {
-	return &cobra.Command{
+	var detailed bool
+	cmd := &cobra.Command{
 		Use:   "diff APP REV1 [REV2]",
 		Short: "Show what changed between two revisions of an app (REV2 defaults to the latest)",
+		Long: `Show what changed between two revisions of an app: per component, action,
+input, secret and install, each changed key with its old and new values
+(a sensitive input's are masked), and which script and policy files changed.
+REV2 defaults to the latest revision.
+
+With --detailed-exitcode the exit code says whether there were changes,
+as terraform plan's does: 0 none, 2 some, 1 an error.`,
+		Example: `  byoc app diff shop 3           # revision 3 against the latest
+  byoc app diff shop 3 4 --detailed-exitcode || echo "changed or failed"`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) < 2 || len(args) > 3 {
 				return usagef("want APP REV1 [REV2], got %d arguments", len(args))
@@ -221,18 +232,28 @@ func (a *app) appDiffCommand() *cobra.Command {
 				return c.wrap(err)
 			}
 			if a.jsonOutput() {
-				return writeJSONList(a.stdout, res.Msg.GetChanges())
+				if err := writeJSONList(a.stdout, res.Msg.GetChanges()); err != nil || !detailed || len(res.Msg.GetChanges()) == 0 {
+					return err
+				}
+				return &exitCodeError{code: exitChanges}
 			}
 			if len(res.Msg.GetChanges()) == 0 {
 				fmt.Fprintln(a.stdout, "No changes.")
 				return nil
 			}
 			printChanges(a.stdout, res.Msg.GetChanges())
+			if detailed {
+				return &exitCodeError{code: exitChanges}
+			}
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&detailed, "detailed-exitcode", false, "exit 0 when the revisions are the same, 2 when they differ, 1 on an error")
+	return cmd
 }
 
+// printChanges prints what changed, and under each changed part its keys'
+// old and new values: "      config.size: "small" → "large"".
 func printChanges(w io.Writer, cs []*imsv1.ConfigChange) {
 	sign := map[string]string{"added": "+", "removed": "-", "changed": "~"}
 	for _, c := range cs {
@@ -241,8 +262,30 @@ func printChanges(w io.Writer, cs []*imsv1.ConfigChange) {
 			line += ": " + strings.Join(c.GetFields(), ", ")
 		}
 		fmt.Fprintln(w, line)
+		for _, v := range c.GetValues() {
+			fmt.Fprintf(w, "      %s: %s → %s\n", v.GetField(), changedValue(v.GetOld()), changedValue(v.GetNew()))
+		}
 	}
 }
+
+// changedValue is a value of a FieldChange (JSON) for a person: "(none)"
+// where the key is absent, a sensitive one's mask bare, long ones cut.
+func changedValue(js string) string {
+	switch js {
+	case "", "null":
+		return "(none)"
+	case `"` + sensitiveMask + `"`:
+		return sensitiveMask
+	}
+	js = termtext.Clean(js, " ")
+	if r := []rune(js); len(r) > 60 {
+		return string(r[:59]) + "…"
+	}
+	return js
+}
+
+// sensitiveMask is what imsd sends for a sensitive input's value.
+const sensitiveMask = "(sensitive)"
 
 func shortDigest(d string) string {
 	d = strings.TrimPrefix(d, "sha256:")

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -94,12 +95,17 @@ func (a *app) breakglassListCommand() *cobra.Command {
 				switch g.GetState() {
 				case "pending":
 					until = "request expires " + ago(now, g.GetRequestExpireTime())
-				case "approved", "expired", "revoked":
-					until = ago(now, g.GetExpireTime())
+				case "approved", "expired":
+					// An approved grant's end may have passed before imsd heard so.
+					if until = ago(now, g.GetExpireTime()); g.GetExpireTime() != nil && !now.Before(g.GetExpireTime().AsTime()) {
+						until = "ended " + until
+					}
+				case "revoked":
+					until = strings.TrimSpace("revoked " + ago(now, g.GetRevokeTime()))
 				}
 				by := g.GetDecidedBy()
 				if g.GetRevokedBy() != "" {
-					by += ", revoked by " + g.GetRevokedBy()
+					by = strings.TrimPrefix(by+", revoked by "+g.GetRevokedBy(), ", ")
 				}
 				t.row(g.GetId(), g.GetInstallName(), g.GetRole(), g.GetState(), until, g.GetRequestedBy(), g.GetReason(), by, g.GetDecisionReason())
 			}

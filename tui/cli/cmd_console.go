@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 
@@ -13,6 +12,11 @@ import (
 
 // runConsole opens the interactive console on the resolved target.
 func (a *app) runConsole(ctx context.Context) error {
+	in, ok := a.stdin.(*os.File)
+	if !ok || !a.terminal(in) || !a.terminal(a.stdout) {
+		return &exitCodeError{code: exitUsage, msg: `byoc without a command opens the interactive console, which needs a terminal (here standard input or output is not one).
+In a script, run a command instead: byoc --help lists them (byoc install list, byoc job logs JOB, ...)`}
+	}
 	c, err := a.connect()
 	if err != nil {
 		return err
@@ -45,10 +49,6 @@ func (a *app) runConsole(ctx context.Context) error {
 	m, err := console.New(ctx, opts)
 	if err != nil {
 		return err
-	}
-	in, ok := a.stdin.(*os.File)
-	if !ok {
-		return fmt.Errorf("the console needs a terminal; use a subcommand (byoc --help) in scripts")
 	}
 	p := tea.NewProgram(m, tea.WithContext(ctx), tea.WithInput(in), tea.WithOutput(a.stdout))
 	_, err = p.Run()

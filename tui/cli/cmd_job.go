@@ -326,7 +326,7 @@ func (a *app) jobListCommand() *cobra.Command {
 					exit = fmt.Sprint(j.GetExitCode())
 				}
 				row := []string{j.GetId(), cmp.Or(installNames[j.GetInstallId()], j.GetInstallId()), j.GetComponentType(), j.GetOperation(), stateName(j.GetState()),
-					fmt.Sprintf("%d/%d", j.GetAttempt(), j.GetMaxAttempts()), ago(now, j.GetCreateTime()), exit}
+					attemptText(j), ago(now, j.GetCreateTime()), exit}
 				if a.wideOutput() {
 					row = slices.Insert(row, 2, j.GetInstallId())
 				}
@@ -340,6 +340,15 @@ func (a *app) jobListCommand() *cobra.Command {
 	f.StringSliceVar(&states, "state", nil, "only jobs in these states (comma-separated or repeated)")
 	f.IntVar(&limit, "limit", 100, "list at most this many jobs")
 	return cmd
+}
+
+// attemptText is a job's attempt for a table: "1/3" while it may still be
+// tried again, only "1" once it has ended (a failed job is not retried).
+func attemptText(j *imsv1.Job) string {
+	if isTerminal(j.GetState()) {
+		return fmt.Sprint(j.GetAttempt())
+	}
+	return fmt.Sprintf("%d/%d", j.GetAttempt(), j.GetMaxAttempts())
 }
 
 func (a *app) jobGetCommand() *cobra.Command {
@@ -386,7 +395,11 @@ func (a *app) printJob(j *imsv1.Job) error {
 	if j.GetPendingReason() != "" {
 		f.add("Pending", j.GetPendingReason())
 	}
-	f.add("Attempt", fmt.Sprintf("%d of %d", j.GetAttempt(), j.GetMaxAttempts()))
+	if isTerminal(j.GetState()) {
+		f.add("Attempt", fmt.Sprintf("%d (final)", j.GetAttempt()))
+	} else {
+		f.add("Attempt", fmt.Sprintf("%d of %d", j.GetAttempt(), j.GetMaxAttempts()))
+	}
 	if j.GetTimeoutSeconds() > 0 {
 		f.add("Timeout", (time.Duration(j.GetTimeoutSeconds()) * time.Second).String())
 	}

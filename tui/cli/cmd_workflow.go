@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bufio"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -98,9 +99,14 @@ func (a *app) printPushDeploys(c *client, res *imsv1.PushAppRevisionResponse) {
 func (a *app) startWorkflowCommand(kind imsv1.WorkflowKind, short, long string) *cobra.Command {
 	var rev int64
 	var reason string
-	var wait bool
+	var wait, yes, dryRun bool
+	deprovision := kind == imsv1.WorkflowKind_WORKFLOW_KIND_DEPROVISION
+	use := kindName(kind) + " INSTALL [--revision N] [--wait]"
+	if deprovision {
+		use = kindName(kind) + " INSTALL [--yes | --dry-run] [--wait]"
+	}
 	cmd := &cobra.Command{
-		Use:   kindName(kind) + " INSTALL [--revision N] [--wait]",
+		Use:   use,
 		Short: short,
 		Long:  long,
 		Args:  exactArgs("INSTALL"),
@@ -108,9 +114,17 @@ func (a *app) startWorkflowCommand(kind imsv1.WorkflowKind, short, long string) 
 			if rev < 0 {
 				return usagef("--revision must be a revision number (0 for the latest)")
 			}
+			if deprovision && !yes && !dryRun && (a.stdinTerminal == nil || !a.stdinTerminal()) {
+				return usagef("install deprovision destroys every component of %s and cannot be undone: pass --yes to confirm (there is no terminal to ask on), or --dry-run to see what it would destroy", args[0])
+			}
 			c, err := a.connect()
 			if err != nil {
 				return err
+			}
+			if deprovision && (dryRun || !yes) {
+				if done, err := a.confirmDeprovision(cmd.Context(), c, args[0], dryRun); done || err != nil {
+					return err
+				}
 			}
 			res, err := c.StartWorkflow(cmd.Context(), connect.NewRequest(&imsv1.StartWorkflowRequest{
 				Install: args[0], Kind: kind, AppRevision: rev, Reason: reason}))
@@ -125,7 +139,44 @@ func (a *app) startWorkflowCommand(kind imsv1.WorkflowKind, short, long string) 
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded on the workflow")
 	cmd.Flags().BoolVar(&wait, "wait", false, "follow the workflow until it ends (exit 1 unless it succeeds, 3 when it awaits approval)")
+	if deprovision {
+		cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask: needed where there is no terminal (scripts, CI)")
+		cmd.Flags().BoolVar(&dryRun, "dry-run", false, "show what would be destroyed, and change nothing")
+		cmd.MarkFlagsMutuallyExclusive("yes", "dry-run")
+	}
 	return cmd
+}
+
+// confirmDeprovision shows what deprovisioning install would destroy
+// and, unless this is a dry run, asks for the install's name to be typed
+// back, as terraform destroy asks for "yes". done is set when nothing
+// more is to be done (a dry run); a refusal is an error.
+func (a *app) confirmDeprovision(ctx context.Context, c *client, install string, dryRun bool) (done bool, err error) {
+	res, err := c.PlanInstall(ctx, connect.NewRequest(&imsv1.PlanInstallRequest{Install: install, Kind: imsv1.WorkflowKind_WORKFLOW_KIND_DEPROVISION}))
+	if err != nil {
+		return false, c.wrap(err)
+	}
+	if dryRun && a.jsonOutput() {
+		return true, writeJSON(a.stdout, res.Msg)
+	}
+	if err := a.printInstallPlan(ctx, c, install, res.Msg); err != nil {
+		return false, err
+	}
+	if dryRun {
+		fmt.Fprintf(a.stdout, "\nDry run: nothing was changed. Deprovision with: byoc install deprovision %s\n", install)
+		return true, nil
+	}
+	fmt.Fprintf(a.stdout, "\nThis destroys what is listed above, in install %s, and cannot be undone.\nType the install's name (%s) to deprovision it: ", install, install)
+	line, err := bufio.NewReader(a.stdin).ReadString('\n')
+	if got := strings.TrimSpace(line); got != install {
+		if err != nil && line == "" {
+			got = "nothing"
+		} else {
+			got = strconv.Quote(got)
+		}
+		return false, &exitCodeError{code: exitError, msg: fmt.Sprintf("deprovision cancelled: %s typed, not %q; nothing was changed", got, install)}
+	}
+	return false, nil
 }
 
 func (a *app) afterQueue(ctx context.Context, c *client, wf *imsv1.Workflow, wait bool) error {

@@ -37,7 +37,13 @@ type fakeOperator struct {
 	logCalls [][]*imsv1.StreamJobLogsResponse
 	job      *imsv1.Job // returned by GetJob
 	// jobs are more jobs GetJob returns, by id.
-	jobs     map[string]*imsv1.Job
+	jobs map[string]*imsv1.Job
+	// started are the StartWorkflow requests received.
+	started []*imsv1.StartWorkflowRequest
+	// changes are what DiffAppRevisions returns.
+	changes []*imsv1.ConfigChange
+	// grants are what ListBreakGlassGrants returns.
+	grants   []*imsv1.BreakGlassGrant
 	workflow *imsv1.Workflow // returned by GetWorkflow
 	// enqueueFail is how many enqueue calls fail with enqueueCode (all of
 	// them when negative) before one succeeds; enqueueCalls counts calls
@@ -231,6 +237,51 @@ func (f *fakeOperator) StreamJobLogs(ctx context.Context, req *connect.Request[i
 		}
 	}
 	return nil
+}
+
+func (f *fakeOperator) ListBreakGlassGrants(ctx context.Context, req *connect.Request[imsv1.ListBreakGlassGrantsRequest]) (*connect.Response[imsv1.ListBreakGlassGrantsResponse], error) {
+	if err := f.auth(req.Header()); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return connect.NewResponse(&imsv1.ListBreakGlassGrantsResponse{Grants: f.grants}), nil
+}
+
+func (f *fakeOperator) DiffAppRevisions(ctx context.Context, req *connect.Request[imsv1.DiffAppRevisionsRequest]) (*connect.Response[imsv1.DiffAppRevisionsResponse], error) {
+	if err := f.auth(req.Header()); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return connect.NewResponse(&imsv1.DiffAppRevisionsResponse{Changes: f.changes}), nil
+}
+
+func (f *fakeOperator) StartWorkflow(ctx context.Context, req *connect.Request[imsv1.StartWorkflowRequest]) (*connect.Response[imsv1.StartWorkflowResponse], error) {
+	if err := f.auth(req.Header()); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.started = append(f.started, req.Msg)
+	return connect.NewResponse(&imsv1.StartWorkflowResponse{Workflow: &imsv1.Workflow{Id: "wf_1", Kind: req.Msg.GetKind(), InstallName: req.Msg.GetInstall()}}), nil
+}
+
+// PlanInstall plans a deprovision of two components.
+func (f *fakeOperator) PlanInstall(ctx context.Context, req *connect.Request[imsv1.PlanInstallRequest]) (*connect.Response[imsv1.PlanInstallResponse], error) {
+	if err := f.auth(req.Header()); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&imsv1.PlanInstallResponse{Kind: req.Msg.GetKind(), AppRevision: 2, Steps: []*imsv1.WorkflowStep{
+		{Name: "api", ComponentType: "helm", Operation: "destroy", Reason: "deprovision"},
+		{Name: "db", ComponentType: "terraform", Operation: "destroy", Reason: "deprovision", Needs: []string{"api"}},
+	}}), nil
+}
+
+func (f *fakeOperator) startedCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.started)
 }
 
 func (f *fakeOperator) CancelJob(ctx context.Context, req *connect.Request[imsv1.CancelJobRequest]) (*connect.Response[imsv1.CancelJobResponse], error) {

@@ -179,6 +179,28 @@ func TestLogViewKeys(t *testing.T) {
 	mustNotContain(t, screen(m), "12:00:02.183")
 }
 
+// Texts that stay true once a job has ended (issue 33, item 16): a failed
+// job's try is only its number (it is not retried), "1 line" is singular,
+// and the status after a cancel names no state that goes stale.
+func TestJobTextsStayTrue(t *testing.T) {
+	m := newTestModel(t, Options{})
+	feed(m, snapshot())
+	m.Update(teaSize(120, 30))
+	lv := newLogView(m.env, jobs()[2])
+	m.push(lv)
+	m.Update(logMsg{gen: lv.gen, chunks: []logChunk{{lines: logLines(1, 1, func(int) string { return "boom" })}}})
+	mustContain(t, screen(m), "· try 1 · 1 line ·")
+
+	m.cancelGen = 7
+	m.Update(cancelledMsg{gen: 7, job: jobs()[0]})
+	s := screen(m)
+	mustContain(t, s, "asked the agent to stop job job_run")
+	mustNotContain(t, s, "now running")
+	cancelled := job("job_run", "acme", imsv1.JobState_JOB_STATE_CANCELLED, 0)
+	m.Update(cancelledMsg{gen: 7, job: cancelled})
+	mustContain(t, screen(m), "job job_run cancelled")
+}
+
 func TestLogRingBufferDropsOldestAndMarksIt(t *testing.T) {
 	m := newTestModel(t, Options{LogLines: 50}) // pages of 25 lines
 	feed(m, snapshot())
@@ -415,6 +437,9 @@ func TestSettingsErrorsNameFileAndLine(t *testing.T) {
 		{"{\n  \"keys\": {\n    \"run_action\": [\"R\"],\n  }\n}", "console.json:4:"},
 		{`{"keys": {"launch": ["l"]}}`, "keys.launch: unknown action"},
 		{`{"keys": {"sort": ["/"]}}`, `keys.sort: key "/" is already bound to filter`},
+		// The fleet view sorts and runs actions: one key cannot do both (issue 33, item 1).
+		{`{"keys": {"run_action": ["R"], "sort": ["R"]}}`, `keys.run_action: key "R" is already bound to sort`},
+		{`{"keys": {"cancel_job": ["a"]}}`, `keys.cancel_job: key "a" is already bound to run_action`},
 		{`{"theme": {"accent": "blue"}}`, `theme.accent: "blue" is not a colour`},
 		{`{"theme": {"accents": "#ffffff"}}`, `theme.accents: unknown colour`},
 		{`{"keys": {"sort": "s"}}`, `console.json:1: keys: a []string is needed here`},
@@ -503,6 +528,7 @@ func TestGoldens(t *testing.T) {
 		},
 		"help":    func(m *Model) { press(m, "?") },
 		"confirm": func(m *Model) { press(m, "a", "enter", "./migrate.sh --dry-run", "enter") },
+		"script":  func(m *Model) { press(m, "a", "enter") },
 		"audit":   func(m *Model) { press(m, ":", "audit", "enter") },
 		"offline": func(m *Model) {
 			m.Update(fleetMsg{gen: m.fleetGen, events: []fleetEvent{{err: connect.NewError(connect.CodeUnavailable, errors.New("connection refused")), retryIn: 8 * time.Second}}})
@@ -588,6 +614,23 @@ func names(rows []*imsv1.InstallStatus) []string {
 		out[i] = r.Install.Name
 	}
 	return out
+}
+
+// TestKeyScopesCoverHints keeps each action's scope, which decides which
+// key bindings conflict, true to the views that offer it: an action a
+// view lists in its footer has that view in its scope.
+func TestKeyScopesCoverHints(t *testing.T) {
+	scopes := map[Action]string{}
+	for _, d := range keyDefaults {
+		scopes[d.act] = d.scope
+	}
+	for name, v := range map[string]hinted{"fleet": &fleetView{}, "install": &installView{}, "jobs": &jobsView{}, "logs": &logView{}} {
+		for _, a := range v.Hints() {
+			if !scopesOverlap(scopes[a], name) {
+				t.Errorf("the %s view offers %s, whose scope is %q", name, a, scopes[a])
+			}
+		}
+	}
 }
 
 // TestREADMEKeyMap keeps the console guide's key map and console.json

@@ -147,7 +147,7 @@ func (v *jobList) table(withInstall bool, w, h int) []string {
 		}
 		line := row(cols, map[string]string{
 			"JOB": j.Id, "INSTALL": v.installName(j.InstallId), "TYPE": j.ComponentType + " " + j.Operation,
-			"STATE": stateName(j.State), "TRY": fmt.Sprintf("%d/%d", j.Attempt, j.MaxAttempts),
+			"STATE": stateName(j.State), "TRY": tryText(j),
 			"CREATED": created, "BY": j.CreatedBy, "EXIT": exit,
 		})
 		switch {
@@ -208,6 +208,23 @@ func jobField(e *env, j *imsv1.Job, k string) string {
 
 func stateName(s imsv1.JobState) string {
 	return strings.ToLower(strings.TrimPrefix(s.String(), "JOB_STATE_"))
+}
+
+// tryText is a job's attempt: "1/3" while it may be tried again, only
+// "1" once it has ended (a failed job is not retried).
+func tryText(j *imsv1.Job) string {
+	if terminal(j.State) {
+		return fmt.Sprint(j.Attempt)
+	}
+	return fmt.Sprintf("%d/%d", j.Attempt, j.MaxAttempts)
+}
+
+// plural is "1 line", "2 lines".
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
 }
 
 func terminal(s imsv1.JobState) bool {

@@ -83,9 +83,9 @@ var keyDefaults = []struct {
 	{ActPrevMatch, "logs", []string{"N"}, "previous search match", false},
 	{ActWrap, "logs", []string{"w"}, "wrap long lines on/off", false},
 	{ActTimestamps, "logs", []string{"t"}, "timestamps on/off", false},
-	{ActRunAction, "install", []string{"a"}, "run an action on the install (asks first)", true},
+	{ActRunAction, "fleet, install", []string{"a"}, "run an action on the install (asks first)", true},
 	{ActBreakGlass, "install", []string{"b"}, "request break-glass on the install (role, reason, duration)", true},
-	{ActCancelJob, "jobs, logs", []string{"x"}, "cancel the job (asks first)", true},
+	{ActCancelJob, "install, jobs, logs", []string{"x"}, "cancel the job (asks first)", true},
 }
 
 // KeyMap is the console's key bindings.
@@ -122,7 +122,7 @@ func NewKeyMap(overrides map[string][]string, readOnly bool) (*KeyMap, error) {
 				return nil, fmt.Errorf("keys.%s: empty key name", d.act)
 			}
 			if prev, ok := owner[k]; ok && scopesOverlap(km.by[prev].scope, d.scope) {
-				return nil, fmt.Errorf("keys.%s: key %q is already bound to %s", d.act, k, prev)
+				return nil, fmt.Errorf("keys.%s: key %q is already bound to %s (both work in %s): bind one of them to another key", d.act, k, prev, sharedScope(km.by[prev].scope, d.scope))
 			}
 			owner[k] = d.act
 		}
@@ -153,6 +153,25 @@ func scopesOverlap(a, b string) bool {
 		}
 	}
 	return false
+}
+
+// sharedScope names where two overlapping scopes meet, for an error.
+func sharedScope(a, b string) string {
+	switch {
+	case a == "global" || b == "global":
+		return "every view"
+	case a == "lists" || b == "lists":
+		return "every list"
+	}
+	var out []string
+	for _, x := range strings.Split(a, ", ") {
+		for _, y := range strings.Split(b, ", ") {
+			if x == y {
+				out = append(out, "the "+x+" view")
+			}
+		}
+	}
+	return strings.Join(out, " and ")
 }
 
 func actionNames() []string {

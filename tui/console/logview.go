@@ -476,8 +476,8 @@ func (v *logView) render(w, h int) []string {
 	if v.stamps {
 		flags = append(flags, "time")
 	}
-	info := fmt.Sprintf("%s · %s %s · %s · try %d/%d · %d lines · %s",
-		v.installName(j.InstallId), j.ComponentType, j.Operation, state, j.Attempt, j.MaxAttempts, v.r.Len(), strings.Join(flags, " "))
+	info := fmt.Sprintf("%s · %s %s · %s · try %s · %s · %s",
+		v.installName(j.InstallId), j.ComponentType, j.Operation, state, tryText(j), plural(v.r.Len(), "line"), strings.Join(flags, " "))
 	if v.query != "" {
 		info += " · /" + v.query
 	}

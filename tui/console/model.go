@@ -294,7 +294,16 @@ func (m *Model) update(msg tea.Msg) tea.Cmd {
 		if msg.err != nil {
 			m.setStatus(true, "cancel failed: %s", errText(msg.err))
 		} else {
-			m.setStatus(false, "cancel requested for %s (now %s)", msg.job.Id, stateName(msg.job.State))
+			// No state that goes stale in the status line: a running job
+			// stops later, and its own row and view say when.
+			switch st := msg.job.State; {
+			case st == imsv1.JobState_JOB_STATE_CANCELLED:
+				m.setStatus(false, "job %s cancelled", msg.job.Id)
+			case terminal(st):
+				m.setStatus(false, "job %s had already ended: %s", msg.job.Id, stateName(st))
+			default:
+				m.setStatus(false, "asked the agent to stop job %s; its state turns cancelled once it has stopped", msg.job.Id)
+			}
 		}
 		return nil
 	case tea.KeyPressMsg:
@@ -734,8 +743,8 @@ func (m *Model) scriptBody(h int) []string {
 		"  It runs with sh -e in a fresh work dir on the install's agent, as an",
 		"  `action` apply job (time limit 1 h); its log opens and follows.",
 		"  Needs permission mode: maintenance (refused while the customer has it off).",
-		"  Actions defined in the app config arrive with app configs; today an",
-		"  action is an ad-hoc script.",
+		"  The app's own actions (actions/*.toml of its config) are in the list",
+		"  before this one: esc goes back to them.",
 	}
 }
 

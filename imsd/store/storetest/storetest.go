@@ -335,6 +335,9 @@ func testInstalls(t *testing.T, e *env) {
 	}
 	_, err = e.s.GetInstall(ctx, "nope")
 	wantErr(t, err, errs.NotFound, "nope")
+	// A mistyped name gets a suggestion (issue 33, item 5).
+	_, err = e.s.GetInstall(ctx, "acme-prd")
+	wantErr(t, err, errs.NotFound, `install "acme-prd" not found (did you mean "acme-prod"?)`)
 
 	names := func(ins []store.Install) (out []string) {
 		for _, in := range ins {

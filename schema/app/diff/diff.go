@@ -1,8 +1,9 @@
 // Package diff says what changed between two app configs: per component,
 // action, input, secret and install, the key paths that changed (in the
-// names the files use), and which script and policy files changed. imsd
-// shows it for a pushed revision, and the planner uses Fields to say why a
-// component is redeployed.
+// names the files use) with their old and new values (a sensitive input's
+// masked), and which script and policy files changed. imsd shows it for a
+// pushed revision, and the planner uses Fields to say why a component is
+// redeployed.
 package diff
 
 import (
@@ -28,7 +29,20 @@ type Change struct {
 	Op string `json:"op"`
 	// Fields are the key paths that changed (for changed).
 	Fields []string `json:"fields,omitempty"`
+	// Values are the old and new values of Fields, in the same order.
+	Values []Value `json:"values,omitempty"`
 }
+
+// Value is one changed key path's old and new values, JSON-shaped (nil
+// where the key is absent). A sensitive input's values are Masked instead.
+type Value struct {
+	Field string `json:"field"`
+	Old   any    `json:"old"`
+	New   any    `json:"new"`
+}
+
+// Masked stands for a sensitive input's value in a Value.
+const Masked = "(sensitive)"
 
 func (c Change) String() string {
 	s := fmt.Sprintf("%s %s %s", c.Op, c.Kind, c.Name)
@@ -42,6 +56,22 @@ func (c Change) String() string {
 // input, secret and install, and per remaining section.
 func Apps(old, new *config.App) []Change {
 	var out []Change
+	// A value is masked when its input is sensitive in either config.
+	sensitive := map[string]bool{}
+	for _, a := range []*config.App{old, new} {
+		for _, n := range a.SensitiveInputs() {
+			sensitive[n] = true
+		}
+	}
+	masked := func(kind, name, field string) bool {
+		switch kind {
+		case "input":
+			return sensitive[name] && field == "default"
+		case "install":
+			return strings.HasPrefix(field, "inputs.") && sensitive[strings.TrimPrefix(field, "inputs.")]
+		}
+		return false
+	}
 	named := func(kind string, a, b map[string]any) {
 		for _, n := range slices.Sorted(maps.Keys(union(a, b))) {
 			x, inOld := a[n]
@@ -52,8 +82,15 @@ func Apps(old, new *config.App) []Change {
 			case !inNew:
 				out = append(out, Change{Kind: kind, Name: n, Op: "removed"})
 			default:
-				if f := Fields("", plainOf(x), plainOf(y)); len(f) > 0 {
-					out = append(out, Change{Kind: kind, Name: n, Op: "changed", Fields: f})
+				if vs := Values("", plainOf(x), plainOf(y)); len(vs) > 0 {
+					c := Change{Kind: kind, Name: n, Op: "changed"}
+					for _, v := range vs {
+						if masked(kind, n, v.Field) {
+							v.Old, v.New = maskOf(v.Old), maskOf(v.New)
+						}
+						c.Fields, c.Values = append(c.Fields, v.Field), append(c.Values, v)
+					}
+					out = append(out, c)
 				}
 			}
 		}
@@ -73,8 +110,12 @@ func Apps(old, new *config.App) []Change {
 		{"policies", old.Policies, new.Policies},
 		{"break_glass", old.BreakGlass, new.BreakGlass},
 	} {
-		if f := Fields("", plainOf(sec.a), plainOf(sec.b)); len(f) > 0 {
-			out = append(out, Change{Kind: sec.kind, Name: sec.kind, Op: "changed", Fields: f})
+		if vs := Values("", plainOf(sec.a), plainOf(sec.b)); len(vs) > 0 {
+			c := Change{Kind: sec.kind, Name: sec.kind, Op: "changed", Values: vs}
+			for _, v := range vs {
+				c.Fields = append(c.Fields, v.Field)
+			}
+			out = append(out, c)
 		}
 	}
 	// Script and policy files are part of the actions and policies that
@@ -170,21 +211,38 @@ func plainValue(rv reflect.Value) any {
 	return x
 }
 
+// maskOf is Masked for a value that is there, nil for one that is not.
+func maskOf(v any) any {
+	if v == nil {
+		return nil
+	}
+	return Masked
+}
+
 // Fields lists the key paths (under path) where two config values differ,
 // descending into tables and stopping at the first level where they are
 // not both tables.
 func Fields(path string, a, b any) []string {
+	var out []string
+	for _, v := range Values(path, a, b) {
+		out = append(out, v.Field)
+	}
+	return out
+}
+
+// Values is Fields with each path's old and new values.
+func Values(path string, a, b any) []Value {
 	am, aok := a.(map[string]any)
 	bm, bok := b.(map[string]any)
 	if !aok || !bok {
 		if reflect.DeepEqual(a, b) {
 			return nil
 		}
-		return []string{cmp.Or(path, "(whole)")}
+		return []Value{{Field: cmp.Or(path, "(whole)"), Old: a, New: b}}
 	}
-	var out []string
+	var out []Value
 	for _, k := range slices.Sorted(maps.Keys(union(am, bm))) {
-		out = append(out, Fields(diag.Join(path, k), am[k], bm[k])...)
+		out = append(out, Values(diag.Join(path, k), am[k], bm[k])...)
 	}
 	return out
 }

@@ -120,3 +120,29 @@ func TestStoredRevisionSkipsNewLimits(t *testing.T) {
 		t.Fatalf("a new push past the limits: %v", err)
 	}
 }
+
+// Every `agentd module push` that the example's comments show (what
+// byoc app init writes) names the agent's --state-dir (or the registry),
+// without which it fails (issue 33, item 10).
+func TestExampleModulePushCommands(t *testing.T) {
+	n := 0
+	for p, b := range ExampleFiles() {
+		if !strings.HasSuffix(p, ".toml") {
+			continue // a chart's own files are part of its digest: left alone
+		}
+		// Comments wrap: join their lines.
+		text := strings.ReplaceAll(string(b), "\n# ", " ")
+		for _, part := range strings.Split(text, "`")[1:] {
+			if !strings.HasPrefix(part, "agentd module push") {
+				continue
+			}
+			n++
+			if !strings.Contains(part, "--state-dir") && !strings.Contains(part, "--install-registry") {
+				t.Errorf("%s: `%s` names no --state-dir", p, part)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no agentd module push command found in the example")
+	}
+}

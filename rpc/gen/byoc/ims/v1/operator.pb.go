@@ -4008,7 +4008,10 @@ type ConfigChange struct {
 	// op is added, removed or changed.
 	Op string `protobuf:"bytes,3,opt,name=op,proto3" json:"op,omitempty"`
 	// fields are the key paths that changed.
-	Fields        []string `protobuf:"bytes,4,rep,name=fields,proto3" json:"fields,omitempty"`
+	Fields []string `protobuf:"bytes,4,rep,name=fields,proto3" json:"fields,omitempty"`
+	// values are the old and new values of fields, in the same order (a
+	// sensitive input's masked).
+	Values        []*FieldChange `protobuf:"bytes,5,rep,name=values,proto3" json:"values,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4071,6 +4074,76 @@ func (x *ConfigChange) GetFields() []string {
 	return nil
 }
 
+func (x *ConfigChange) GetValues() []*FieldChange {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
+// FieldChange is one changed key path of a ConfigChange.
+type FieldChange struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Field string                 `protobuf:"bytes,1,opt,name=field,proto3" json:"field,omitempty"`
+	// old and new are the values as JSON ("null" where the key is absent);
+	// a sensitive input's value is the JSON string "(sensitive)".
+	Old           string `protobuf:"bytes,2,opt,name=old,proto3" json:"old,omitempty"`
+	New           string `protobuf:"bytes,3,opt,name=new,proto3" json:"new,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FieldChange) Reset() {
+	*x = FieldChange{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FieldChange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FieldChange) ProtoMessage() {}
+
+func (x *FieldChange) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FieldChange.ProtoReflect.Descriptor instead.
+func (*FieldChange) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *FieldChange) GetField() string {
+	if x != nil {
+		return x.Field
+	}
+	return ""
+}
+
+func (x *FieldChange) GetOld() string {
+	if x != nil {
+		return x.Old
+	}
+	return ""
+}
+
+func (x *FieldChange) GetNew() string {
+	if x != nil {
+		return x.New
+	}
+	return ""
+}
+
 // ConfigDiagnostic is one problem in an app config.
 type ConfigDiagnostic struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -4085,7 +4158,7 @@ type ConfigDiagnostic struct {
 
 func (x *ConfigDiagnostic) Reset() {
 	*x = ConfigDiagnostic{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[59]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4097,7 +4170,7 @@ func (x *ConfigDiagnostic) String() string {
 func (*ConfigDiagnostic) ProtoMessage() {}
 
 func (x *ConfigDiagnostic) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[59]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4110,7 +4183,7 @@ func (x *ConfigDiagnostic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigDiagnostic.ProtoReflect.Descriptor instead.
 func (*ConfigDiagnostic) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{59}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ConfigDiagnostic) GetFile() string {
@@ -4158,7 +4231,7 @@ type ConfigDiagnostics struct {
 
 func (x *ConfigDiagnostics) Reset() {
 	*x = ConfigDiagnostics{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[60]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4170,7 +4243,7 @@ func (x *ConfigDiagnostics) String() string {
 func (*ConfigDiagnostics) ProtoMessage() {}
 
 func (x *ConfigDiagnostics) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[60]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4183,7 +4256,7 @@ func (x *ConfigDiagnostics) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigDiagnostics.ProtoReflect.Descriptor instead.
 func (*ConfigDiagnostics) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{60}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ConfigDiagnostics) GetDiagnostics() []*ConfigDiagnostic {
@@ -4215,7 +4288,7 @@ type PluginType struct {
 
 func (x *PluginType) Reset() {
 	*x = PluginType{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[61]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4227,7 +4300,7 @@ func (x *PluginType) String() string {
 func (*PluginType) ProtoMessage() {}
 
 func (x *PluginType) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[61]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4240,7 +4313,7 @@ func (x *PluginType) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginType.ProtoReflect.Descriptor instead.
 func (*PluginType) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{61}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *PluginType) GetType() string {
@@ -4316,7 +4389,7 @@ type RegisterPluginTypeRequest struct {
 
 func (x *RegisterPluginTypeRequest) Reset() {
 	*x = RegisterPluginTypeRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[62]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4328,7 +4401,7 @@ func (x *RegisterPluginTypeRequest) String() string {
 func (*RegisterPluginTypeRequest) ProtoMessage() {}
 
 func (x *RegisterPluginTypeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[62]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4341,7 +4414,7 @@ func (x *RegisterPluginTypeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterPluginTypeRequest.ProtoReflect.Descriptor instead.
 func (*RegisterPluginTypeRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{62}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *RegisterPluginTypeRequest) GetDescription() string {
@@ -4362,7 +4435,7 @@ type RegisterPluginTypeResponse struct {
 
 func (x *RegisterPluginTypeResponse) Reset() {
 	*x = RegisterPluginTypeResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[63]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4374,7 +4447,7 @@ func (x *RegisterPluginTypeResponse) String() string {
 func (*RegisterPluginTypeResponse) ProtoMessage() {}
 
 func (x *RegisterPluginTypeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[63]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4387,7 +4460,7 @@ func (x *RegisterPluginTypeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterPluginTypeResponse.ProtoReflect.Descriptor instead.
 func (*RegisterPluginTypeResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{63}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *RegisterPluginTypeResponse) GetPluginType() *PluginType {
@@ -4412,7 +4485,7 @@ type ListPluginTypesRequest struct {
 
 func (x *ListPluginTypesRequest) Reset() {
 	*x = ListPluginTypesRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[64]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4424,7 +4497,7 @@ func (x *ListPluginTypesRequest) String() string {
 func (*ListPluginTypesRequest) ProtoMessage() {}
 
 func (x *ListPluginTypesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[64]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4437,7 +4510,7 @@ func (x *ListPluginTypesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPluginTypesRequest.ProtoReflect.Descriptor instead.
 func (*ListPluginTypesRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{64}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{65}
 }
 
 type ListPluginTypesResponse struct {
@@ -4449,7 +4522,7 @@ type ListPluginTypesResponse struct {
 
 func (x *ListPluginTypesResponse) Reset() {
 	*x = ListPluginTypesResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[65]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4461,7 +4534,7 @@ func (x *ListPluginTypesResponse) String() string {
 func (*ListPluginTypesResponse) ProtoMessage() {}
 
 func (x *ListPluginTypesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[65]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4474,7 +4547,7 @@ func (x *ListPluginTypesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPluginTypesResponse.ProtoReflect.Descriptor instead.
 func (*ListPluginTypesResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{65}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ListPluginTypesResponse) GetPluginTypes() []*PluginType {
@@ -4493,7 +4566,7 @@ type GetPluginTypeRequest struct {
 
 func (x *GetPluginTypeRequest) Reset() {
 	*x = GetPluginTypeRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[66]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4505,7 +4578,7 @@ func (x *GetPluginTypeRequest) String() string {
 func (*GetPluginTypeRequest) ProtoMessage() {}
 
 func (x *GetPluginTypeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[66]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4518,7 +4591,7 @@ func (x *GetPluginTypeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPluginTypeRequest.ProtoReflect.Descriptor instead.
 func (*GetPluginTypeRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{66}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *GetPluginTypeRequest) GetType() string {
@@ -4537,7 +4610,7 @@ type GetPluginTypeResponse struct {
 
 func (x *GetPluginTypeResponse) Reset() {
 	*x = GetPluginTypeResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[67]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4549,7 +4622,7 @@ func (x *GetPluginTypeResponse) String() string {
 func (*GetPluginTypeResponse) ProtoMessage() {}
 
 func (x *GetPluginTypeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[67]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4562,7 +4635,7 @@ func (x *GetPluginTypeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPluginTypeResponse.ProtoReflect.Descriptor instead.
 func (*GetPluginTypeResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{67}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *GetPluginTypeResponse) GetPluginType() *PluginType {
@@ -4581,7 +4654,7 @@ type RemovePluginTypeRequest struct {
 
 func (x *RemovePluginTypeRequest) Reset() {
 	*x = RemovePluginTypeRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[68]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4593,7 +4666,7 @@ func (x *RemovePluginTypeRequest) String() string {
 func (*RemovePluginTypeRequest) ProtoMessage() {}
 
 func (x *RemovePluginTypeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[68]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4606,7 +4679,7 @@ func (x *RemovePluginTypeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePluginTypeRequest.ProtoReflect.Descriptor instead.
 func (*RemovePluginTypeRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{68}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *RemovePluginTypeRequest) GetType() string {
@@ -4624,7 +4697,7 @@ type RemovePluginTypeResponse struct {
 
 func (x *RemovePluginTypeResponse) Reset() {
 	*x = RemovePluginTypeResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[69]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4636,7 +4709,7 @@ func (x *RemovePluginTypeResponse) String() string {
 func (*RemovePluginTypeResponse) ProtoMessage() {}
 
 func (x *RemovePluginTypeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[69]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4649,7 +4722,7 @@ func (x *RemovePluginTypeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePluginTypeResponse.ProtoReflect.Descriptor instead.
 func (*RemovePluginTypeResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{69}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{70}
 }
 
 type RequestBreakGlassRequest struct {
@@ -4665,7 +4738,7 @@ type RequestBreakGlassRequest struct {
 
 func (x *RequestBreakGlassRequest) Reset() {
 	*x = RequestBreakGlassRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[70]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4677,7 +4750,7 @@ func (x *RequestBreakGlassRequest) String() string {
 func (*RequestBreakGlassRequest) ProtoMessage() {}
 
 func (x *RequestBreakGlassRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[70]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4690,7 +4763,7 @@ func (x *RequestBreakGlassRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestBreakGlassRequest.ProtoReflect.Descriptor instead.
 func (*RequestBreakGlassRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{70}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *RequestBreakGlassRequest) GetInstall() string {
@@ -4730,7 +4803,7 @@ type RequestBreakGlassResponse struct {
 
 func (x *RequestBreakGlassResponse) Reset() {
 	*x = RequestBreakGlassResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[71]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4742,7 +4815,7 @@ func (x *RequestBreakGlassResponse) String() string {
 func (*RequestBreakGlassResponse) ProtoMessage() {}
 
 func (x *RequestBreakGlassResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[71]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4755,7 +4828,7 @@ func (x *RequestBreakGlassResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestBreakGlassResponse.ProtoReflect.Descriptor instead.
 func (*RequestBreakGlassResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{71}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *RequestBreakGlassResponse) GetGrant() *BreakGlassGrant {
@@ -4775,7 +4848,7 @@ type ListBreakGlassGrantsRequest struct {
 
 func (x *ListBreakGlassGrantsRequest) Reset() {
 	*x = ListBreakGlassGrantsRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[72]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4787,7 +4860,7 @@ func (x *ListBreakGlassGrantsRequest) String() string {
 func (*ListBreakGlassGrantsRequest) ProtoMessage() {}
 
 func (x *ListBreakGlassGrantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[72]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4800,7 +4873,7 @@ func (x *ListBreakGlassGrantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBreakGlassGrantsRequest.ProtoReflect.Descriptor instead.
 func (*ListBreakGlassGrantsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{72}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ListBreakGlassGrantsRequest) GetInstall() string {
@@ -4819,7 +4892,7 @@ type ListBreakGlassGrantsResponse struct {
 
 func (x *ListBreakGlassGrantsResponse) Reset() {
 	*x = ListBreakGlassGrantsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[73]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4831,7 +4904,7 @@ func (x *ListBreakGlassGrantsResponse) String() string {
 func (*ListBreakGlassGrantsResponse) ProtoMessage() {}
 
 func (x *ListBreakGlassGrantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[73]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4844,7 +4917,7 @@ func (x *ListBreakGlassGrantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBreakGlassGrantsResponse.ProtoReflect.Descriptor instead.
 func (*ListBreakGlassGrantsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{73}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *ListBreakGlassGrantsResponse) GetGrants() []*BreakGlassGrant {
@@ -4886,7 +4959,7 @@ type BreakGlassGrant struct {
 
 func (x *BreakGlassGrant) Reset() {
 	*x = BreakGlassGrant{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[74]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4898,7 +4971,7 @@ func (x *BreakGlassGrant) String() string {
 func (*BreakGlassGrant) ProtoMessage() {}
 
 func (x *BreakGlassGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[74]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4911,7 +4984,7 @@ func (x *BreakGlassGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BreakGlassGrant.ProtoReflect.Descriptor instead.
 func (*BreakGlassGrant) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{74}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *BreakGlassGrant) GetId() string {
@@ -5042,7 +5115,7 @@ type GetBreakGlassPolicyRequest struct {
 
 func (x *GetBreakGlassPolicyRequest) Reset() {
 	*x = GetBreakGlassPolicyRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[75]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5054,7 +5127,7 @@ func (x *GetBreakGlassPolicyRequest) String() string {
 func (*GetBreakGlassPolicyRequest) ProtoMessage() {}
 
 func (x *GetBreakGlassPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[75]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5067,7 +5140,7 @@ func (x *GetBreakGlassPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBreakGlassPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetBreakGlassPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{75}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *GetBreakGlassPolicyRequest) GetInstall() string {
@@ -5088,7 +5161,7 @@ type GetBreakGlassPolicyResponse struct {
 
 func (x *GetBreakGlassPolicyResponse) Reset() {
 	*x = GetBreakGlassPolicyResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[76]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5100,7 +5173,7 @@ func (x *GetBreakGlassPolicyResponse) String() string {
 func (*GetBreakGlassPolicyResponse) ProtoMessage() {}
 
 func (x *GetBreakGlassPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[76]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5113,7 +5186,7 @@ func (x *GetBreakGlassPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBreakGlassPolicyResponse.ProtoReflect.Descriptor instead.
 func (*GetBreakGlassPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{76}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *GetBreakGlassPolicyResponse) GetRoles() []*BreakGlassRole {
@@ -5148,7 +5221,7 @@ type BreakGlassRole struct {
 
 func (x *BreakGlassRole) Reset() {
 	*x = BreakGlassRole{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[77]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5160,7 +5233,7 @@ func (x *BreakGlassRole) String() string {
 func (*BreakGlassRole) ProtoMessage() {}
 
 func (x *BreakGlassRole) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[77]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5173,7 +5246,7 @@ func (x *BreakGlassRole) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BreakGlassRole.ProtoReflect.Descriptor instead.
 func (*BreakGlassRole) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{77}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *BreakGlassRole) GetName() string {
@@ -5199,7 +5272,7 @@ type GetInstallStackRequest struct {
 
 func (x *GetInstallStackRequest) Reset() {
 	*x = GetInstallStackRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[78]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5211,7 +5284,7 @@ func (x *GetInstallStackRequest) String() string {
 func (*GetInstallStackRequest) ProtoMessage() {}
 
 func (x *GetInstallStackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[78]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5224,7 +5297,7 @@ func (x *GetInstallStackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInstallStackRequest.ProtoReflect.Descriptor instead.
 func (*GetInstallStackRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{78}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *GetInstallStackRequest) GetInstall() string {
@@ -5249,7 +5322,7 @@ type GetInstallStackResponse struct {
 
 func (x *GetInstallStackResponse) Reset() {
 	*x = GetInstallStackResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[79]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5261,7 +5334,7 @@ func (x *GetInstallStackResponse) String() string {
 func (*GetInstallStackResponse) ProtoMessage() {}
 
 func (x *GetInstallStackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[79]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5274,7 +5347,7 @@ func (x *GetInstallStackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInstallStackResponse.ProtoReflect.Descriptor instead.
 func (*GetInstallStackResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{79}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *GetInstallStackResponse) GetInstall() string {
@@ -5339,7 +5412,7 @@ type Build struct {
 
 func (x *Build) Reset() {
 	*x = Build{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[80]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5351,7 +5424,7 @@ func (x *Build) String() string {
 func (*Build) ProtoMessage() {}
 
 func (x *Build) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[80]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5364,7 +5437,7 @@ func (x *Build) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Build.ProtoReflect.Descriptor instead.
 func (*Build) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{80}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *Build) GetId() string {
@@ -5440,7 +5513,7 @@ type CreateBuildAgentTokenRequest struct {
 
 func (x *CreateBuildAgentTokenRequest) Reset() {
 	*x = CreateBuildAgentTokenRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[81]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5452,7 +5525,7 @@ func (x *CreateBuildAgentTokenRequest) String() string {
 func (*CreateBuildAgentTokenRequest) ProtoMessage() {}
 
 func (x *CreateBuildAgentTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[81]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5465,7 +5538,7 @@ func (x *CreateBuildAgentTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateBuildAgentTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateBuildAgentTokenRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{81}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *CreateBuildAgentTokenRequest) GetTtlSeconds() int64 {
@@ -5484,7 +5557,7 @@ type CreateBuildAgentTokenResponse struct {
 
 func (x *CreateBuildAgentTokenResponse) Reset() {
 	*x = CreateBuildAgentTokenResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[82]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5496,7 +5569,7 @@ func (x *CreateBuildAgentTokenResponse) String() string {
 func (*CreateBuildAgentTokenResponse) ProtoMessage() {}
 
 func (x *CreateBuildAgentTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[82]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5509,7 +5582,7 @@ func (x *CreateBuildAgentTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateBuildAgentTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateBuildAgentTokenResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{82}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *CreateBuildAgentTokenResponse) GetEnrollmentToken() *EnrollmentToken {
@@ -5540,7 +5613,7 @@ type StartBuildRequest struct {
 
 func (x *StartBuildRequest) Reset() {
 	*x = StartBuildRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[83]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5552,7 +5625,7 @@ func (x *StartBuildRequest) String() string {
 func (*StartBuildRequest) ProtoMessage() {}
 
 func (x *StartBuildRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[83]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5565,7 +5638,7 @@ func (x *StartBuildRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartBuildRequest.ProtoReflect.Descriptor instead.
 func (*StartBuildRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{83}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *StartBuildRequest) GetKind() string {
@@ -5612,7 +5685,7 @@ type StartBuildResponse struct {
 
 func (x *StartBuildResponse) Reset() {
 	*x = StartBuildResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[84]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5624,7 +5697,7 @@ func (x *StartBuildResponse) String() string {
 func (*StartBuildResponse) ProtoMessage() {}
 
 func (x *StartBuildResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[84]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5637,7 +5710,7 @@ func (x *StartBuildResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartBuildResponse.ProtoReflect.Descriptor instead.
 func (*StartBuildResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{84}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *StartBuildResponse) GetJob() *Job {
@@ -5659,7 +5732,7 @@ type ListBuildsRequest struct {
 
 func (x *ListBuildsRequest) Reset() {
 	*x = ListBuildsRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[85]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5671,7 +5744,7 @@ func (x *ListBuildsRequest) String() string {
 func (*ListBuildsRequest) ProtoMessage() {}
 
 func (x *ListBuildsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[85]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5684,7 +5757,7 @@ func (x *ListBuildsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBuildsRequest.ProtoReflect.Descriptor instead.
 func (*ListBuildsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{85}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *ListBuildsRequest) GetRepository() string {
@@ -5711,7 +5784,7 @@ type ListBuildsResponse struct {
 
 func (x *ListBuildsResponse) Reset() {
 	*x = ListBuildsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[86]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5723,7 +5796,7 @@ func (x *ListBuildsResponse) String() string {
 func (*ListBuildsResponse) ProtoMessage() {}
 
 func (x *ListBuildsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[86]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5736,7 +5809,7 @@ func (x *ListBuildsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBuildsResponse.ProtoReflect.Descriptor instead.
 func (*ListBuildsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{86}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *ListBuildsResponse) GetBuilds() []*Build {
@@ -5755,7 +5828,7 @@ type ListInstallImagesRequest struct {
 
 func (x *ListInstallImagesRequest) Reset() {
 	*x = ListInstallImagesRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[87]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5767,7 +5840,7 @@ func (x *ListInstallImagesRequest) String() string {
 func (*ListInstallImagesRequest) ProtoMessage() {}
 
 func (x *ListInstallImagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[87]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5780,7 +5853,7 @@ func (x *ListInstallImagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInstallImagesRequest.ProtoReflect.Descriptor instead.
 func (*ListInstallImagesRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{87}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *ListInstallImagesRequest) GetInstall() string {
@@ -5816,7 +5889,7 @@ type InstallImage struct {
 
 func (x *InstallImage) Reset() {
 	*x = InstallImage{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[88]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5828,7 +5901,7 @@ func (x *InstallImage) String() string {
 func (*InstallImage) ProtoMessage() {}
 
 func (x *InstallImage) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[88]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5841,7 +5914,7 @@ func (x *InstallImage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstallImage.ProtoReflect.Descriptor instead.
 func (*InstallImage) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{88}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *InstallImage) GetComponent() string {
@@ -5909,7 +5982,7 @@ type ListInstallImagesResponse struct {
 
 func (x *ListInstallImagesResponse) Reset() {
 	*x = ListInstallImagesResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[89]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5921,7 +5994,7 @@ func (x *ListInstallImagesResponse) String() string {
 func (*ListInstallImagesResponse) ProtoMessage() {}
 
 func (x *ListInstallImagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[89]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5934,7 +6007,7 @@ func (x *ListInstallImagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInstallImagesResponse.ProtoReflect.Descriptor instead.
 func (*ListInstallImagesResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{89}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *ListInstallImagesResponse) GetImages() []*InstallImage {
@@ -6254,12 +6327,17 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x04from\x18\x02 \x01(\x03R\x04from\x12\x0e\n" +
 	"\x02to\x18\x03 \x01(\x03R\x02to\"O\n" +
 	"\x18DiffAppRevisionsResponse\x123\n" +
-	"\achanges\x18\x01 \x03(\v2\x19.byoc.ims.v1.ConfigChangeR\achanges\"^\n" +
+	"\achanges\x18\x01 \x03(\v2\x19.byoc.ims.v1.ConfigChangeR\achanges\"\x90\x01\n" +
 	"\fConfigChange\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x0e\n" +
 	"\x02op\x18\x03 \x01(\tR\x02op\x12\x16\n" +
-	"\x06fields\x18\x04 \x03(\tR\x06fields\"z\n" +
+	"\x06fields\x18\x04 \x03(\tR\x06fields\x120\n" +
+	"\x06values\x18\x05 \x03(\v2\x18.byoc.ims.v1.FieldChangeR\x06values\"G\n" +
+	"\vFieldChange\x12\x14\n" +
+	"\x05field\x18\x01 \x01(\tR\x05field\x12\x10\n" +
+	"\x03old\x18\x02 \x01(\tR\x03old\x12\x10\n" +
+	"\x03new\x18\x03 \x01(\tR\x03new\"z\n" +
 	"\x10ConfigDiagnostic\x12\x12\n" +
 	"\x04file\x18\x01 \x01(\tR\x04file\x12\x12\n" +
 	"\x04line\x18\x02 \x01(\x05R\x04line\x12\x10\n" +
@@ -6483,7 +6561,7 @@ func file_byoc_ims_v1_operator_proto_rawDescGZIP() []byte {
 }
 
 var file_byoc_ims_v1_operator_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_byoc_ims_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 97)
+var file_byoc_ims_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 98)
 var file_byoc_ims_v1_operator_proto_goTypes = []any{
 	(Role)(0),                             // 0: byoc.ims.v1.Role
 	(JobState)(0),                         // 1: byoc.ims.v1.JobState
@@ -6547,267 +6625,269 @@ var file_byoc_ims_v1_operator_proto_goTypes = []any{
 	(*DiffAppRevisionsRequest)(nil),       // 59: byoc.ims.v1.DiffAppRevisionsRequest
 	(*DiffAppRevisionsResponse)(nil),      // 60: byoc.ims.v1.DiffAppRevisionsResponse
 	(*ConfigChange)(nil),                  // 61: byoc.ims.v1.ConfigChange
-	(*ConfigDiagnostic)(nil),              // 62: byoc.ims.v1.ConfigDiagnostic
-	(*ConfigDiagnostics)(nil),             // 63: byoc.ims.v1.ConfigDiagnostics
-	(*PluginType)(nil),                    // 64: byoc.ims.v1.PluginType
-	(*RegisterPluginTypeRequest)(nil),     // 65: byoc.ims.v1.RegisterPluginTypeRequest
-	(*RegisterPluginTypeResponse)(nil),    // 66: byoc.ims.v1.RegisterPluginTypeResponse
-	(*ListPluginTypesRequest)(nil),        // 67: byoc.ims.v1.ListPluginTypesRequest
-	(*ListPluginTypesResponse)(nil),       // 68: byoc.ims.v1.ListPluginTypesResponse
-	(*GetPluginTypeRequest)(nil),          // 69: byoc.ims.v1.GetPluginTypeRequest
-	(*GetPluginTypeResponse)(nil),         // 70: byoc.ims.v1.GetPluginTypeResponse
-	(*RemovePluginTypeRequest)(nil),       // 71: byoc.ims.v1.RemovePluginTypeRequest
-	(*RemovePluginTypeResponse)(nil),      // 72: byoc.ims.v1.RemovePluginTypeResponse
-	(*RequestBreakGlassRequest)(nil),      // 73: byoc.ims.v1.RequestBreakGlassRequest
-	(*RequestBreakGlassResponse)(nil),     // 74: byoc.ims.v1.RequestBreakGlassResponse
-	(*ListBreakGlassGrantsRequest)(nil),   // 75: byoc.ims.v1.ListBreakGlassGrantsRequest
-	(*ListBreakGlassGrantsResponse)(nil),  // 76: byoc.ims.v1.ListBreakGlassGrantsResponse
-	(*BreakGlassGrant)(nil),               // 77: byoc.ims.v1.BreakGlassGrant
-	(*GetBreakGlassPolicyRequest)(nil),    // 78: byoc.ims.v1.GetBreakGlassPolicyRequest
-	(*GetBreakGlassPolicyResponse)(nil),   // 79: byoc.ims.v1.GetBreakGlassPolicyResponse
-	(*BreakGlassRole)(nil),                // 80: byoc.ims.v1.BreakGlassRole
-	(*GetInstallStackRequest)(nil),        // 81: byoc.ims.v1.GetInstallStackRequest
-	(*GetInstallStackResponse)(nil),       // 82: byoc.ims.v1.GetInstallStackResponse
-	(*Build)(nil),                         // 83: byoc.ims.v1.Build
-	(*CreateBuildAgentTokenRequest)(nil),  // 84: byoc.ims.v1.CreateBuildAgentTokenRequest
-	(*CreateBuildAgentTokenResponse)(nil), // 85: byoc.ims.v1.CreateBuildAgentTokenResponse
-	(*StartBuildRequest)(nil),             // 86: byoc.ims.v1.StartBuildRequest
-	(*StartBuildResponse)(nil),            // 87: byoc.ims.v1.StartBuildResponse
-	(*ListBuildsRequest)(nil),             // 88: byoc.ims.v1.ListBuildsRequest
-	(*ListBuildsResponse)(nil),            // 89: byoc.ims.v1.ListBuildsResponse
-	(*ListInstallImagesRequest)(nil),      // 90: byoc.ims.v1.ListInstallImagesRequest
-	(*InstallImage)(nil),                  // 91: byoc.ims.v1.InstallImage
-	(*ListInstallImagesResponse)(nil),     // 92: byoc.ims.v1.ListInstallImagesResponse
-	nil,                                   // 93: byoc.ims.v1.StackReport.InputsEntry
-	nil,                                   // 94: byoc.ims.v1.StackReport.OutputsEntry
-	nil,                                   // 95: byoc.ims.v1.Install.InputsEntry
-	nil,                                   // 96: byoc.ims.v1.InstallSettings.OverridesEntry
-	nil,                                   // 97: byoc.ims.v1.CreateInstallRequest.InputsEntry
-	nil,                                   // 98: byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
-	nil,                                   // 99: byoc.ims.v1.Job.OutputsEntry
-	(*timestamppb.Timestamp)(nil),         // 100: google.protobuf.Timestamp
-	(*InstallHealth)(nil),                 // 101: byoc.ims.v1.InstallHealth
-	(*Workflow)(nil),                      // 102: byoc.ims.v1.Workflow
-	(*structpb.Struct)(nil),               // 103: google.protobuf.Struct
-	(*structpb.Value)(nil),                // 104: google.protobuf.Value
-	(*PlanInstallRequest)(nil),            // 105: byoc.ims.v1.PlanInstallRequest
-	(*StartWorkflowRequest)(nil),          // 106: byoc.ims.v1.StartWorkflowRequest
-	(*ListWorkflowsRequest)(nil),          // 107: byoc.ims.v1.ListWorkflowsRequest
-	(*GetWorkflowRequest)(nil),            // 108: byoc.ims.v1.GetWorkflowRequest
-	(*ApproveWorkflowRequest)(nil),        // 109: byoc.ims.v1.ApproveWorkflowRequest
-	(*CancelWorkflowRequest)(nil),         // 110: byoc.ims.v1.CancelWorkflowRequest
-	(*RetryWorkflowStepRequest)(nil),      // 111: byoc.ims.v1.RetryWorkflowStepRequest
-	(*ListActionsRequest)(nil),            // 112: byoc.ims.v1.ListActionsRequest
-	(*StartActionRunRequest)(nil),         // 113: byoc.ims.v1.StartActionRunRequest
-	(*ListActionRunsRequest)(nil),         // 114: byoc.ims.v1.ListActionRunsRequest
-	(*GetActionRunRequest)(nil),           // 115: byoc.ims.v1.GetActionRunRequest
-	(*ListAuditEventsRequest)(nil),        // 116: byoc.ims.v1.ListAuditEventsRequest
-	(*PlanInstallResponse)(nil),           // 117: byoc.ims.v1.PlanInstallResponse
-	(*StartWorkflowResponse)(nil),         // 118: byoc.ims.v1.StartWorkflowResponse
-	(*ListWorkflowsResponse)(nil),         // 119: byoc.ims.v1.ListWorkflowsResponse
-	(*GetWorkflowResponse)(nil),           // 120: byoc.ims.v1.GetWorkflowResponse
-	(*ApproveWorkflowResponse)(nil),       // 121: byoc.ims.v1.ApproveWorkflowResponse
-	(*CancelWorkflowResponse)(nil),        // 122: byoc.ims.v1.CancelWorkflowResponse
-	(*RetryWorkflowStepResponse)(nil),     // 123: byoc.ims.v1.RetryWorkflowStepResponse
-	(*ListActionsResponse)(nil),           // 124: byoc.ims.v1.ListActionsResponse
-	(*StartActionRunResponse)(nil),        // 125: byoc.ims.v1.StartActionRunResponse
-	(*ListActionRunsResponse)(nil),        // 126: byoc.ims.v1.ListActionRunsResponse
-	(*GetActionRunResponse)(nil),          // 127: byoc.ims.v1.GetActionRunResponse
-	(*ListAuditEventsResponse)(nil),       // 128: byoc.ims.v1.ListAuditEventsResponse
+	(*FieldChange)(nil),                   // 62: byoc.ims.v1.FieldChange
+	(*ConfigDiagnostic)(nil),              // 63: byoc.ims.v1.ConfigDiagnostic
+	(*ConfigDiagnostics)(nil),             // 64: byoc.ims.v1.ConfigDiagnostics
+	(*PluginType)(nil),                    // 65: byoc.ims.v1.PluginType
+	(*RegisterPluginTypeRequest)(nil),     // 66: byoc.ims.v1.RegisterPluginTypeRequest
+	(*RegisterPluginTypeResponse)(nil),    // 67: byoc.ims.v1.RegisterPluginTypeResponse
+	(*ListPluginTypesRequest)(nil),        // 68: byoc.ims.v1.ListPluginTypesRequest
+	(*ListPluginTypesResponse)(nil),       // 69: byoc.ims.v1.ListPluginTypesResponse
+	(*GetPluginTypeRequest)(nil),          // 70: byoc.ims.v1.GetPluginTypeRequest
+	(*GetPluginTypeResponse)(nil),         // 71: byoc.ims.v1.GetPluginTypeResponse
+	(*RemovePluginTypeRequest)(nil),       // 72: byoc.ims.v1.RemovePluginTypeRequest
+	(*RemovePluginTypeResponse)(nil),      // 73: byoc.ims.v1.RemovePluginTypeResponse
+	(*RequestBreakGlassRequest)(nil),      // 74: byoc.ims.v1.RequestBreakGlassRequest
+	(*RequestBreakGlassResponse)(nil),     // 75: byoc.ims.v1.RequestBreakGlassResponse
+	(*ListBreakGlassGrantsRequest)(nil),   // 76: byoc.ims.v1.ListBreakGlassGrantsRequest
+	(*ListBreakGlassGrantsResponse)(nil),  // 77: byoc.ims.v1.ListBreakGlassGrantsResponse
+	(*BreakGlassGrant)(nil),               // 78: byoc.ims.v1.BreakGlassGrant
+	(*GetBreakGlassPolicyRequest)(nil),    // 79: byoc.ims.v1.GetBreakGlassPolicyRequest
+	(*GetBreakGlassPolicyResponse)(nil),   // 80: byoc.ims.v1.GetBreakGlassPolicyResponse
+	(*BreakGlassRole)(nil),                // 81: byoc.ims.v1.BreakGlassRole
+	(*GetInstallStackRequest)(nil),        // 82: byoc.ims.v1.GetInstallStackRequest
+	(*GetInstallStackResponse)(nil),       // 83: byoc.ims.v1.GetInstallStackResponse
+	(*Build)(nil),                         // 84: byoc.ims.v1.Build
+	(*CreateBuildAgentTokenRequest)(nil),  // 85: byoc.ims.v1.CreateBuildAgentTokenRequest
+	(*CreateBuildAgentTokenResponse)(nil), // 86: byoc.ims.v1.CreateBuildAgentTokenResponse
+	(*StartBuildRequest)(nil),             // 87: byoc.ims.v1.StartBuildRequest
+	(*StartBuildResponse)(nil),            // 88: byoc.ims.v1.StartBuildResponse
+	(*ListBuildsRequest)(nil),             // 89: byoc.ims.v1.ListBuildsRequest
+	(*ListBuildsResponse)(nil),            // 90: byoc.ims.v1.ListBuildsResponse
+	(*ListInstallImagesRequest)(nil),      // 91: byoc.ims.v1.ListInstallImagesRequest
+	(*InstallImage)(nil),                  // 92: byoc.ims.v1.InstallImage
+	(*ListInstallImagesResponse)(nil),     // 93: byoc.ims.v1.ListInstallImagesResponse
+	nil,                                   // 94: byoc.ims.v1.StackReport.InputsEntry
+	nil,                                   // 95: byoc.ims.v1.StackReport.OutputsEntry
+	nil,                                   // 96: byoc.ims.v1.Install.InputsEntry
+	nil,                                   // 97: byoc.ims.v1.InstallSettings.OverridesEntry
+	nil,                                   // 98: byoc.ims.v1.CreateInstallRequest.InputsEntry
+	nil,                                   // 99: byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
+	nil,                                   // 100: byoc.ims.v1.Job.OutputsEntry
+	(*timestamppb.Timestamp)(nil),         // 101: google.protobuf.Timestamp
+	(*InstallHealth)(nil),                 // 102: byoc.ims.v1.InstallHealth
+	(*Workflow)(nil),                      // 103: byoc.ims.v1.Workflow
+	(*structpb.Struct)(nil),               // 104: google.protobuf.Struct
+	(*structpb.Value)(nil),                // 105: google.protobuf.Value
+	(*PlanInstallRequest)(nil),            // 106: byoc.ims.v1.PlanInstallRequest
+	(*StartWorkflowRequest)(nil),          // 107: byoc.ims.v1.StartWorkflowRequest
+	(*ListWorkflowsRequest)(nil),          // 108: byoc.ims.v1.ListWorkflowsRequest
+	(*GetWorkflowRequest)(nil),            // 109: byoc.ims.v1.GetWorkflowRequest
+	(*ApproveWorkflowRequest)(nil),        // 110: byoc.ims.v1.ApproveWorkflowRequest
+	(*CancelWorkflowRequest)(nil),         // 111: byoc.ims.v1.CancelWorkflowRequest
+	(*RetryWorkflowStepRequest)(nil),      // 112: byoc.ims.v1.RetryWorkflowStepRequest
+	(*ListActionsRequest)(nil),            // 113: byoc.ims.v1.ListActionsRequest
+	(*StartActionRunRequest)(nil),         // 114: byoc.ims.v1.StartActionRunRequest
+	(*ListActionRunsRequest)(nil),         // 115: byoc.ims.v1.ListActionRunsRequest
+	(*GetActionRunRequest)(nil),           // 116: byoc.ims.v1.GetActionRunRequest
+	(*ListAuditEventsRequest)(nil),        // 117: byoc.ims.v1.ListAuditEventsRequest
+	(*PlanInstallResponse)(nil),           // 118: byoc.ims.v1.PlanInstallResponse
+	(*StartWorkflowResponse)(nil),         // 119: byoc.ims.v1.StartWorkflowResponse
+	(*ListWorkflowsResponse)(nil),         // 120: byoc.ims.v1.ListWorkflowsResponse
+	(*GetWorkflowResponse)(nil),           // 121: byoc.ims.v1.GetWorkflowResponse
+	(*ApproveWorkflowResponse)(nil),       // 122: byoc.ims.v1.ApproveWorkflowResponse
+	(*CancelWorkflowResponse)(nil),        // 123: byoc.ims.v1.CancelWorkflowResponse
+	(*RetryWorkflowStepResponse)(nil),     // 124: byoc.ims.v1.RetryWorkflowStepResponse
+	(*ListActionsResponse)(nil),           // 125: byoc.ims.v1.ListActionsResponse
+	(*StartActionRunResponse)(nil),        // 126: byoc.ims.v1.StartActionRunResponse
+	(*ListActionRunsResponse)(nil),        // 127: byoc.ims.v1.ListActionRunsResponse
+	(*GetActionRunResponse)(nil),          // 128: byoc.ims.v1.GetActionRunResponse
+	(*ListAuditEventsResponse)(nil),       // 129: byoc.ims.v1.ListAuditEventsResponse
 }
 var file_byoc_ims_v1_operator_proto_depIdxs = []int32{
 	0,   // 0: byoc.ims.v1.WhoAmIResponse.role:type_name -> byoc.ims.v1.Role
 	0,   // 1: byoc.ims.v1.CreateApiTokenRequest.role:type_name -> byoc.ims.v1.Role
-	100, // 2: byoc.ims.v1.App.create_time:type_name -> google.protobuf.Timestamp
+	101, // 2: byoc.ims.v1.App.create_time:type_name -> google.protobuf.Timestamp
 	7,   // 3: byoc.ims.v1.CreateAppResponse.app:type_name -> byoc.ims.v1.App
 	7,   // 4: byoc.ims.v1.ListAppsResponse.apps:type_name -> byoc.ims.v1.App
 	7,   // 5: byoc.ims.v1.GetAppResponse.app:type_name -> byoc.ims.v1.App
-	100, // 6: byoc.ims.v1.AgentStatus.last_seen_time:type_name -> google.protobuf.Timestamp
-	100, // 7: byoc.ims.v1.AgentStatus.enroll_time:type_name -> google.protobuf.Timestamp
-	100, // 8: byoc.ims.v1.AgentStatus.identity_conflict_time:type_name -> google.protobuf.Timestamp
+	101, // 6: byoc.ims.v1.AgentStatus.last_seen_time:type_name -> google.protobuf.Timestamp
+	101, // 7: byoc.ims.v1.AgentStatus.enroll_time:type_name -> google.protobuf.Timestamp
+	101, // 8: byoc.ims.v1.AgentStatus.identity_conflict_time:type_name -> google.protobuf.Timestamp
 	16,  // 9: byoc.ims.v1.AgentStatus.permissions:type_name -> byoc.ims.v1.Permissions
 	15,  // 10: byoc.ims.v1.AgentStatus.stack:type_name -> byoc.ims.v1.StackReport
-	93,  // 11: byoc.ims.v1.StackReport.inputs:type_name -> byoc.ims.v1.StackReport.InputsEntry
-	94,  // 12: byoc.ims.v1.StackReport.outputs:type_name -> byoc.ims.v1.StackReport.OutputsEntry
-	100, // 13: byoc.ims.v1.StackReport.report_time:type_name -> google.protobuf.Timestamp
-	100, // 14: byoc.ims.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
-	100, // 15: byoc.ims.v1.Permissions.report_time:type_name -> google.protobuf.Timestamp
-	95,  // 16: byoc.ims.v1.Install.inputs:type_name -> byoc.ims.v1.Install.InputsEntry
-	100, // 17: byoc.ims.v1.Install.create_time:type_name -> google.protobuf.Timestamp
+	94,  // 11: byoc.ims.v1.StackReport.inputs:type_name -> byoc.ims.v1.StackReport.InputsEntry
+	95,  // 12: byoc.ims.v1.StackReport.outputs:type_name -> byoc.ims.v1.StackReport.OutputsEntry
+	101, // 13: byoc.ims.v1.StackReport.report_time:type_name -> google.protobuf.Timestamp
+	101, // 14: byoc.ims.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
+	101, // 15: byoc.ims.v1.Permissions.report_time:type_name -> google.protobuf.Timestamp
+	96,  // 16: byoc.ims.v1.Install.inputs:type_name -> byoc.ims.v1.Install.InputsEntry
+	101, // 17: byoc.ims.v1.Install.create_time:type_name -> google.protobuf.Timestamp
 	14,  // 18: byoc.ims.v1.Install.agent:type_name -> byoc.ims.v1.AgentStatus
 	18,  // 19: byoc.ims.v1.Install.settings:type_name -> byoc.ims.v1.InstallSettings
-	101, // 20: byoc.ims.v1.Install.health:type_name -> byoc.ims.v1.InstallHealth
-	96,  // 21: byoc.ims.v1.InstallSettings.overrides:type_name -> byoc.ims.v1.InstallSettings.OverridesEntry
-	97,  // 22: byoc.ims.v1.CreateInstallRequest.inputs:type_name -> byoc.ims.v1.CreateInstallRequest.InputsEntry
+	102, // 20: byoc.ims.v1.Install.health:type_name -> byoc.ims.v1.InstallHealth
+	97,  // 21: byoc.ims.v1.InstallSettings.overrides:type_name -> byoc.ims.v1.InstallSettings.OverridesEntry
+	98,  // 22: byoc.ims.v1.CreateInstallRequest.inputs:type_name -> byoc.ims.v1.CreateInstallRequest.InputsEntry
 	17,  // 23: byoc.ims.v1.CreateInstallResponse.install:type_name -> byoc.ims.v1.Install
 	21,  // 24: byoc.ims.v1.CreateInstallResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	100, // 25: byoc.ims.v1.EnrollmentToken.expire_time:type_name -> google.protobuf.Timestamp
+	101, // 25: byoc.ims.v1.EnrollmentToken.expire_time:type_name -> google.protobuf.Timestamp
 	17,  // 26: byoc.ims.v1.ListInstallsResponse.installs:type_name -> byoc.ims.v1.Install
 	17,  // 27: byoc.ims.v1.GetInstallResponse.install:type_name -> byoc.ims.v1.Install
 	28,  // 28: byoc.ims.v1.ListInstallDriftResponse.components:type_name -> byoc.ims.v1.ComponentDrift
-	100, // 29: byoc.ims.v1.ComponentDrift.check_time:type_name -> google.protobuf.Timestamp
+	101, // 29: byoc.ims.v1.ComponentDrift.check_time:type_name -> google.protobuf.Timestamp
 	38,  // 30: byoc.ims.v1.ComponentDrift.changes:type_name -> byoc.ims.v1.PlannedChange
-	100, // 31: byoc.ims.v1.ComponentDrift.next_check_time:type_name -> google.protobuf.Timestamp
+	101, // 31: byoc.ims.v1.ComponentDrift.next_check_time:type_name -> google.protobuf.Timestamp
 	17,  // 32: byoc.ims.v1.InstallStatus.install:type_name -> byoc.ims.v1.Install
 	29,  // 33: byoc.ims.v1.WatchInstallsResponse.installs:type_name -> byoc.ims.v1.InstallStatus
-	98,  // 34: byoc.ims.v1.UpdateInstallRequest.set_inputs:type_name -> byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
+	99,  // 34: byoc.ims.v1.UpdateInstallRequest.set_inputs:type_name -> byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
 	17,  // 35: byoc.ims.v1.UpdateInstallResponse.install:type_name -> byoc.ims.v1.Install
-	102, // 36: byoc.ims.v1.UpdateInstallResponse.workflow:type_name -> byoc.ims.v1.Workflow
+	103, // 36: byoc.ims.v1.UpdateInstallResponse.workflow:type_name -> byoc.ims.v1.Workflow
 	21,  // 37: byoc.ims.v1.CreateEnrollmentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	103, // 38: byoc.ims.v1.Job.config:type_name -> google.protobuf.Struct
+	104, // 38: byoc.ims.v1.Job.config:type_name -> google.protobuf.Struct
 	1,   // 39: byoc.ims.v1.Job.state:type_name -> byoc.ims.v1.JobState
-	100, // 40: byoc.ims.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	100, // 41: byoc.ims.v1.Job.start_time:type_name -> google.protobuf.Timestamp
-	100, // 42: byoc.ims.v1.Job.end_time:type_name -> google.protobuf.Timestamp
-	100, // 43: byoc.ims.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
-	99,  // 44: byoc.ims.v1.Job.outputs:type_name -> byoc.ims.v1.Job.OutputsEntry
+	101, // 40: byoc.ims.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	101, // 41: byoc.ims.v1.Job.start_time:type_name -> google.protobuf.Timestamp
+	101, // 42: byoc.ims.v1.Job.end_time:type_name -> google.protobuf.Timestamp
+	101, // 43: byoc.ims.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
+	100, // 44: byoc.ims.v1.Job.outputs:type_name -> byoc.ims.v1.Job.OutputsEntry
 	38,  // 45: byoc.ims.v1.Job.planned_changes:type_name -> byoc.ims.v1.PlannedChange
 	37,  // 46: byoc.ims.v1.Job.policy_findings:type_name -> byoc.ims.v1.PolicyFinding
-	104, // 47: byoc.ims.v1.PlannedChange.before:type_name -> google.protobuf.Value
-	104, // 48: byoc.ims.v1.PlannedChange.after:type_name -> google.protobuf.Value
-	103, // 49: byoc.ims.v1.EnqueueJobRequest.config:type_name -> google.protobuf.Struct
+	105, // 47: byoc.ims.v1.PlannedChange.before:type_name -> google.protobuf.Value
+	105, // 48: byoc.ims.v1.PlannedChange.after:type_name -> google.protobuf.Value
+	104, // 49: byoc.ims.v1.EnqueueJobRequest.config:type_name -> google.protobuf.Struct
 	36,  // 50: byoc.ims.v1.EnqueueJobResponse.job:type_name -> byoc.ims.v1.Job
 	39,  // 51: byoc.ims.v1.EnqueueJobsRequest.jobs:type_name -> byoc.ims.v1.EnqueueJobRequest
 	36,  // 52: byoc.ims.v1.EnqueueJobsResponse.jobs:type_name -> byoc.ims.v1.Job
 	1,   // 53: byoc.ims.v1.ListJobsRequest.states:type_name -> byoc.ims.v1.JobState
 	36,  // 54: byoc.ims.v1.ListJobsResponse.jobs:type_name -> byoc.ims.v1.Job
 	36,  // 55: byoc.ims.v1.GetJobResponse.job:type_name -> byoc.ims.v1.Job
-	100, // 56: byoc.ims.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	101, // 56: byoc.ims.v1.LogLine.time:type_name -> google.protobuf.Timestamp
 	2,   // 57: byoc.ims.v1.LogLine.stream:type_name -> byoc.ims.v1.LogStream
 	47,  // 58: byoc.ims.v1.StreamJobLogsResponse.lines:type_name -> byoc.ims.v1.LogLine
 	36,  // 59: byoc.ims.v1.StreamJobLogsResponse.job:type_name -> byoc.ims.v1.Job
 	36,  // 60: byoc.ims.v1.CancelJobResponse.job:type_name -> byoc.ims.v1.Job
-	100, // 61: byoc.ims.v1.AppRevision.create_time:type_name -> google.protobuf.Timestamp
+	101, // 61: byoc.ims.v1.AppRevision.create_time:type_name -> google.protobuf.Timestamp
 	52,  // 62: byoc.ims.v1.PushAppRevisionRequest.files:type_name -> byoc.ims.v1.AppFile
 	7,   // 63: byoc.ims.v1.PushAppRevisionResponse.app:type_name -> byoc.ims.v1.App
 	53,  // 64: byoc.ims.v1.PushAppRevisionResponse.revision:type_name -> byoc.ims.v1.AppRevision
 	61,  // 65: byoc.ims.v1.PushAppRevisionResponse.changes:type_name -> byoc.ims.v1.ConfigChange
 	56,  // 66: byoc.ims.v1.PushAppRevisionResponse.installs:type_name -> byoc.ims.v1.InstallApplied
-	102, // 67: byoc.ims.v1.PushAppRevisionResponse.workflows:type_name -> byoc.ims.v1.Workflow
+	103, // 67: byoc.ims.v1.PushAppRevisionResponse.workflows:type_name -> byoc.ims.v1.Workflow
 	17,  // 68: byoc.ims.v1.InstallApplied.install:type_name -> byoc.ims.v1.Install
 	21,  // 69: byoc.ims.v1.InstallApplied.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
 	53,  // 70: byoc.ims.v1.ListAppRevisionsResponse.revisions:type_name -> byoc.ims.v1.AppRevision
 	61,  // 71: byoc.ims.v1.DiffAppRevisionsResponse.changes:type_name -> byoc.ims.v1.ConfigChange
-	62,  // 72: byoc.ims.v1.ConfigDiagnostics.diagnostics:type_name -> byoc.ims.v1.ConfigDiagnostic
-	104, // 73: byoc.ims.v1.PluginType.config_schema:type_name -> google.protobuf.Value
-	104, // 74: byoc.ims.v1.PluginType.outputs_schema:type_name -> google.protobuf.Value
-	100, // 75: byoc.ims.v1.PluginType.register_time:type_name -> google.protobuf.Timestamp
-	64,  // 76: byoc.ims.v1.RegisterPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
-	64,  // 77: byoc.ims.v1.RegisterPluginTypeResponse.replaced:type_name -> byoc.ims.v1.PluginType
-	64,  // 78: byoc.ims.v1.ListPluginTypesResponse.plugin_types:type_name -> byoc.ims.v1.PluginType
-	64,  // 79: byoc.ims.v1.GetPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
-	77,  // 80: byoc.ims.v1.RequestBreakGlassResponse.grant:type_name -> byoc.ims.v1.BreakGlassGrant
-	77,  // 81: byoc.ims.v1.ListBreakGlassGrantsResponse.grants:type_name -> byoc.ims.v1.BreakGlassGrant
-	100, // 82: byoc.ims.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
-	100, // 83: byoc.ims.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
-	100, // 84: byoc.ims.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
-	100, // 85: byoc.ims.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
-	100, // 86: byoc.ims.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
-	80,  // 87: byoc.ims.v1.GetBreakGlassPolicyResponse.roles:type_name -> byoc.ims.v1.BreakGlassRole
-	52,  // 88: byoc.ims.v1.GetInstallStackResponse.files:type_name -> byoc.ims.v1.AppFile
-	100, // 89: byoc.ims.v1.Build.create_time:type_name -> google.protobuf.Timestamp
-	21,  // 90: byoc.ims.v1.CreateBuildAgentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	36,  // 91: byoc.ims.v1.StartBuildResponse.job:type_name -> byoc.ims.v1.Job
-	83,  // 92: byoc.ims.v1.ListBuildsResponse.builds:type_name -> byoc.ims.v1.Build
-	83,  // 93: byoc.ims.v1.InstallImage.build:type_name -> byoc.ims.v1.Build
-	100, // 94: byoc.ims.v1.InstallImage.copy_time:type_name -> google.protobuf.Timestamp
-	91,  // 95: byoc.ims.v1.ListInstallImagesResponse.images:type_name -> byoc.ims.v1.InstallImage
-	103, // 96: byoc.ims.v1.InstallSettings.OverridesEntry.value:type_name -> google.protobuf.Struct
-	3,   // 97: byoc.ims.v1.OperatorService.WhoAmI:input_type -> byoc.ims.v1.WhoAmIRequest
-	5,   // 98: byoc.ims.v1.OperatorService.CreateApiToken:input_type -> byoc.ims.v1.CreateApiTokenRequest
-	8,   // 99: byoc.ims.v1.OperatorService.CreateApp:input_type -> byoc.ims.v1.CreateAppRequest
-	10,  // 100: byoc.ims.v1.OperatorService.ListApps:input_type -> byoc.ims.v1.ListAppsRequest
-	12,  // 101: byoc.ims.v1.OperatorService.GetApp:input_type -> byoc.ims.v1.GetAppRequest
-	54,  // 102: byoc.ims.v1.OperatorService.PushAppRevision:input_type -> byoc.ims.v1.PushAppRevisionRequest
-	57,  // 103: byoc.ims.v1.OperatorService.ListAppRevisions:input_type -> byoc.ims.v1.ListAppRevisionsRequest
-	59,  // 104: byoc.ims.v1.OperatorService.DiffAppRevisions:input_type -> byoc.ims.v1.DiffAppRevisionsRequest
-	19,  // 105: byoc.ims.v1.OperatorService.CreateInstall:input_type -> byoc.ims.v1.CreateInstallRequest
-	22,  // 106: byoc.ims.v1.OperatorService.ListInstalls:input_type -> byoc.ims.v1.ListInstallsRequest
-	24,  // 107: byoc.ims.v1.OperatorService.GetInstall:input_type -> byoc.ims.v1.GetInstallRequest
-	26,  // 108: byoc.ims.v1.OperatorService.ListInstallDrift:input_type -> byoc.ims.v1.ListInstallDriftRequest
-	30,  // 109: byoc.ims.v1.OperatorService.WatchInstalls:input_type -> byoc.ims.v1.WatchInstallsRequest
-	34,  // 110: byoc.ims.v1.OperatorService.CreateEnrollmentToken:input_type -> byoc.ims.v1.CreateEnrollmentTokenRequest
-	32,  // 111: byoc.ims.v1.OperatorService.UpdateInstall:input_type -> byoc.ims.v1.UpdateInstallRequest
-	105, // 112: byoc.ims.v1.OperatorService.PlanInstall:input_type -> byoc.ims.v1.PlanInstallRequest
-	106, // 113: byoc.ims.v1.OperatorService.StartWorkflow:input_type -> byoc.ims.v1.StartWorkflowRequest
-	107, // 114: byoc.ims.v1.OperatorService.ListWorkflows:input_type -> byoc.ims.v1.ListWorkflowsRequest
-	108, // 115: byoc.ims.v1.OperatorService.GetWorkflow:input_type -> byoc.ims.v1.GetWorkflowRequest
-	109, // 116: byoc.ims.v1.OperatorService.ApproveWorkflow:input_type -> byoc.ims.v1.ApproveWorkflowRequest
-	110, // 117: byoc.ims.v1.OperatorService.CancelWorkflow:input_type -> byoc.ims.v1.CancelWorkflowRequest
-	111, // 118: byoc.ims.v1.OperatorService.RetryWorkflowStep:input_type -> byoc.ims.v1.RetryWorkflowStepRequest
-	39,  // 119: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
-	41,  // 120: byoc.ims.v1.OperatorService.EnqueueJobs:input_type -> byoc.ims.v1.EnqueueJobsRequest
-	43,  // 121: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
-	45,  // 122: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
-	48,  // 123: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
-	50,  // 124: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
-	65,  // 125: byoc.ims.v1.OperatorService.RegisterPluginType:input_type -> byoc.ims.v1.RegisterPluginTypeRequest
-	67,  // 126: byoc.ims.v1.OperatorService.ListPluginTypes:input_type -> byoc.ims.v1.ListPluginTypesRequest
-	69,  // 127: byoc.ims.v1.OperatorService.GetPluginType:input_type -> byoc.ims.v1.GetPluginTypeRequest
-	71,  // 128: byoc.ims.v1.OperatorService.RemovePluginType:input_type -> byoc.ims.v1.RemovePluginTypeRequest
-	112, // 129: byoc.ims.v1.OperatorService.ListActions:input_type -> byoc.ims.v1.ListActionsRequest
-	113, // 130: byoc.ims.v1.OperatorService.StartActionRun:input_type -> byoc.ims.v1.StartActionRunRequest
-	114, // 131: byoc.ims.v1.OperatorService.ListActionRuns:input_type -> byoc.ims.v1.ListActionRunsRequest
-	115, // 132: byoc.ims.v1.OperatorService.GetActionRun:input_type -> byoc.ims.v1.GetActionRunRequest
-	73,  // 133: byoc.ims.v1.OperatorService.RequestBreakGlass:input_type -> byoc.ims.v1.RequestBreakGlassRequest
-	75,  // 134: byoc.ims.v1.OperatorService.ListBreakGlassGrants:input_type -> byoc.ims.v1.ListBreakGlassGrantsRequest
-	78,  // 135: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:input_type -> byoc.ims.v1.GetBreakGlassPolicyRequest
-	116, // 136: byoc.ims.v1.OperatorService.ListAuditEvents:input_type -> byoc.ims.v1.ListAuditEventsRequest
-	81,  // 137: byoc.ims.v1.OperatorService.GetInstallStack:input_type -> byoc.ims.v1.GetInstallStackRequest
-	84,  // 138: byoc.ims.v1.OperatorService.CreateBuildAgentToken:input_type -> byoc.ims.v1.CreateBuildAgentTokenRequest
-	86,  // 139: byoc.ims.v1.OperatorService.StartBuild:input_type -> byoc.ims.v1.StartBuildRequest
-	88,  // 140: byoc.ims.v1.OperatorService.ListBuilds:input_type -> byoc.ims.v1.ListBuildsRequest
-	90,  // 141: byoc.ims.v1.OperatorService.ListInstallImages:input_type -> byoc.ims.v1.ListInstallImagesRequest
-	4,   // 142: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
-	6,   // 143: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
-	9,   // 144: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
-	11,  // 145: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
-	13,  // 146: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
-	55,  // 147: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
-	58,  // 148: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
-	60,  // 149: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
-	20,  // 150: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
-	23,  // 151: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
-	25,  // 152: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
-	27,  // 153: byoc.ims.v1.OperatorService.ListInstallDrift:output_type -> byoc.ims.v1.ListInstallDriftResponse
-	31,  // 154: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
-	35,  // 155: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
-	33,  // 156: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
-	117, // 157: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
-	118, // 158: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
-	119, // 159: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
-	120, // 160: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
-	121, // 161: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
-	122, // 162: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
-	123, // 163: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
-	40,  // 164: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
-	42,  // 165: byoc.ims.v1.OperatorService.EnqueueJobs:output_type -> byoc.ims.v1.EnqueueJobsResponse
-	44,  // 166: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
-	46,  // 167: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
-	49,  // 168: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
-	51,  // 169: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
-	66,  // 170: byoc.ims.v1.OperatorService.RegisterPluginType:output_type -> byoc.ims.v1.RegisterPluginTypeResponse
-	68,  // 171: byoc.ims.v1.OperatorService.ListPluginTypes:output_type -> byoc.ims.v1.ListPluginTypesResponse
-	70,  // 172: byoc.ims.v1.OperatorService.GetPluginType:output_type -> byoc.ims.v1.GetPluginTypeResponse
-	72,  // 173: byoc.ims.v1.OperatorService.RemovePluginType:output_type -> byoc.ims.v1.RemovePluginTypeResponse
-	124, // 174: byoc.ims.v1.OperatorService.ListActions:output_type -> byoc.ims.v1.ListActionsResponse
-	125, // 175: byoc.ims.v1.OperatorService.StartActionRun:output_type -> byoc.ims.v1.StartActionRunResponse
-	126, // 176: byoc.ims.v1.OperatorService.ListActionRuns:output_type -> byoc.ims.v1.ListActionRunsResponse
-	127, // 177: byoc.ims.v1.OperatorService.GetActionRun:output_type -> byoc.ims.v1.GetActionRunResponse
-	74,  // 178: byoc.ims.v1.OperatorService.RequestBreakGlass:output_type -> byoc.ims.v1.RequestBreakGlassResponse
-	76,  // 179: byoc.ims.v1.OperatorService.ListBreakGlassGrants:output_type -> byoc.ims.v1.ListBreakGlassGrantsResponse
-	79,  // 180: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:output_type -> byoc.ims.v1.GetBreakGlassPolicyResponse
-	128, // 181: byoc.ims.v1.OperatorService.ListAuditEvents:output_type -> byoc.ims.v1.ListAuditEventsResponse
-	82,  // 182: byoc.ims.v1.OperatorService.GetInstallStack:output_type -> byoc.ims.v1.GetInstallStackResponse
-	85,  // 183: byoc.ims.v1.OperatorService.CreateBuildAgentToken:output_type -> byoc.ims.v1.CreateBuildAgentTokenResponse
-	87,  // 184: byoc.ims.v1.OperatorService.StartBuild:output_type -> byoc.ims.v1.StartBuildResponse
-	89,  // 185: byoc.ims.v1.OperatorService.ListBuilds:output_type -> byoc.ims.v1.ListBuildsResponse
-	92,  // 186: byoc.ims.v1.OperatorService.ListInstallImages:output_type -> byoc.ims.v1.ListInstallImagesResponse
-	142, // [142:187] is the sub-list for method output_type
-	97,  // [97:142] is the sub-list for method input_type
-	97,  // [97:97] is the sub-list for extension type_name
-	97,  // [97:97] is the sub-list for extension extendee
-	0,   // [0:97] is the sub-list for field type_name
+	62,  // 72: byoc.ims.v1.ConfigChange.values:type_name -> byoc.ims.v1.FieldChange
+	63,  // 73: byoc.ims.v1.ConfigDiagnostics.diagnostics:type_name -> byoc.ims.v1.ConfigDiagnostic
+	105, // 74: byoc.ims.v1.PluginType.config_schema:type_name -> google.protobuf.Value
+	105, // 75: byoc.ims.v1.PluginType.outputs_schema:type_name -> google.protobuf.Value
+	101, // 76: byoc.ims.v1.PluginType.register_time:type_name -> google.protobuf.Timestamp
+	65,  // 77: byoc.ims.v1.RegisterPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
+	65,  // 78: byoc.ims.v1.RegisterPluginTypeResponse.replaced:type_name -> byoc.ims.v1.PluginType
+	65,  // 79: byoc.ims.v1.ListPluginTypesResponse.plugin_types:type_name -> byoc.ims.v1.PluginType
+	65,  // 80: byoc.ims.v1.GetPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
+	78,  // 81: byoc.ims.v1.RequestBreakGlassResponse.grant:type_name -> byoc.ims.v1.BreakGlassGrant
+	78,  // 82: byoc.ims.v1.ListBreakGlassGrantsResponse.grants:type_name -> byoc.ims.v1.BreakGlassGrant
+	101, // 83: byoc.ims.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
+	101, // 84: byoc.ims.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
+	101, // 85: byoc.ims.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
+	101, // 86: byoc.ims.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
+	101, // 87: byoc.ims.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
+	81,  // 88: byoc.ims.v1.GetBreakGlassPolicyResponse.roles:type_name -> byoc.ims.v1.BreakGlassRole
+	52,  // 89: byoc.ims.v1.GetInstallStackResponse.files:type_name -> byoc.ims.v1.AppFile
+	101, // 90: byoc.ims.v1.Build.create_time:type_name -> google.protobuf.Timestamp
+	21,  // 91: byoc.ims.v1.CreateBuildAgentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
+	36,  // 92: byoc.ims.v1.StartBuildResponse.job:type_name -> byoc.ims.v1.Job
+	84,  // 93: byoc.ims.v1.ListBuildsResponse.builds:type_name -> byoc.ims.v1.Build
+	84,  // 94: byoc.ims.v1.InstallImage.build:type_name -> byoc.ims.v1.Build
+	101, // 95: byoc.ims.v1.InstallImage.copy_time:type_name -> google.protobuf.Timestamp
+	92,  // 96: byoc.ims.v1.ListInstallImagesResponse.images:type_name -> byoc.ims.v1.InstallImage
+	104, // 97: byoc.ims.v1.InstallSettings.OverridesEntry.value:type_name -> google.protobuf.Struct
+	3,   // 98: byoc.ims.v1.OperatorService.WhoAmI:input_type -> byoc.ims.v1.WhoAmIRequest
+	5,   // 99: byoc.ims.v1.OperatorService.CreateApiToken:input_type -> byoc.ims.v1.CreateApiTokenRequest
+	8,   // 100: byoc.ims.v1.OperatorService.CreateApp:input_type -> byoc.ims.v1.CreateAppRequest
+	10,  // 101: byoc.ims.v1.OperatorService.ListApps:input_type -> byoc.ims.v1.ListAppsRequest
+	12,  // 102: byoc.ims.v1.OperatorService.GetApp:input_type -> byoc.ims.v1.GetAppRequest
+	54,  // 103: byoc.ims.v1.OperatorService.PushAppRevision:input_type -> byoc.ims.v1.PushAppRevisionRequest
+	57,  // 104: byoc.ims.v1.OperatorService.ListAppRevisions:input_type -> byoc.ims.v1.ListAppRevisionsRequest
+	59,  // 105: byoc.ims.v1.OperatorService.DiffAppRevisions:input_type -> byoc.ims.v1.DiffAppRevisionsRequest
+	19,  // 106: byoc.ims.v1.OperatorService.CreateInstall:input_type -> byoc.ims.v1.CreateInstallRequest
+	22,  // 107: byoc.ims.v1.OperatorService.ListInstalls:input_type -> byoc.ims.v1.ListInstallsRequest
+	24,  // 108: byoc.ims.v1.OperatorService.GetInstall:input_type -> byoc.ims.v1.GetInstallRequest
+	26,  // 109: byoc.ims.v1.OperatorService.ListInstallDrift:input_type -> byoc.ims.v1.ListInstallDriftRequest
+	30,  // 110: byoc.ims.v1.OperatorService.WatchInstalls:input_type -> byoc.ims.v1.WatchInstallsRequest
+	34,  // 111: byoc.ims.v1.OperatorService.CreateEnrollmentToken:input_type -> byoc.ims.v1.CreateEnrollmentTokenRequest
+	32,  // 112: byoc.ims.v1.OperatorService.UpdateInstall:input_type -> byoc.ims.v1.UpdateInstallRequest
+	106, // 113: byoc.ims.v1.OperatorService.PlanInstall:input_type -> byoc.ims.v1.PlanInstallRequest
+	107, // 114: byoc.ims.v1.OperatorService.StartWorkflow:input_type -> byoc.ims.v1.StartWorkflowRequest
+	108, // 115: byoc.ims.v1.OperatorService.ListWorkflows:input_type -> byoc.ims.v1.ListWorkflowsRequest
+	109, // 116: byoc.ims.v1.OperatorService.GetWorkflow:input_type -> byoc.ims.v1.GetWorkflowRequest
+	110, // 117: byoc.ims.v1.OperatorService.ApproveWorkflow:input_type -> byoc.ims.v1.ApproveWorkflowRequest
+	111, // 118: byoc.ims.v1.OperatorService.CancelWorkflow:input_type -> byoc.ims.v1.CancelWorkflowRequest
+	112, // 119: byoc.ims.v1.OperatorService.RetryWorkflowStep:input_type -> byoc.ims.v1.RetryWorkflowStepRequest
+	39,  // 120: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
+	41,  // 121: byoc.ims.v1.OperatorService.EnqueueJobs:input_type -> byoc.ims.v1.EnqueueJobsRequest
+	43,  // 122: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
+	45,  // 123: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
+	48,  // 124: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
+	50,  // 125: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
+	66,  // 126: byoc.ims.v1.OperatorService.RegisterPluginType:input_type -> byoc.ims.v1.RegisterPluginTypeRequest
+	68,  // 127: byoc.ims.v1.OperatorService.ListPluginTypes:input_type -> byoc.ims.v1.ListPluginTypesRequest
+	70,  // 128: byoc.ims.v1.OperatorService.GetPluginType:input_type -> byoc.ims.v1.GetPluginTypeRequest
+	72,  // 129: byoc.ims.v1.OperatorService.RemovePluginType:input_type -> byoc.ims.v1.RemovePluginTypeRequest
+	113, // 130: byoc.ims.v1.OperatorService.ListActions:input_type -> byoc.ims.v1.ListActionsRequest
+	114, // 131: byoc.ims.v1.OperatorService.StartActionRun:input_type -> byoc.ims.v1.StartActionRunRequest
+	115, // 132: byoc.ims.v1.OperatorService.ListActionRuns:input_type -> byoc.ims.v1.ListActionRunsRequest
+	116, // 133: byoc.ims.v1.OperatorService.GetActionRun:input_type -> byoc.ims.v1.GetActionRunRequest
+	74,  // 134: byoc.ims.v1.OperatorService.RequestBreakGlass:input_type -> byoc.ims.v1.RequestBreakGlassRequest
+	76,  // 135: byoc.ims.v1.OperatorService.ListBreakGlassGrants:input_type -> byoc.ims.v1.ListBreakGlassGrantsRequest
+	79,  // 136: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:input_type -> byoc.ims.v1.GetBreakGlassPolicyRequest
+	117, // 137: byoc.ims.v1.OperatorService.ListAuditEvents:input_type -> byoc.ims.v1.ListAuditEventsRequest
+	82,  // 138: byoc.ims.v1.OperatorService.GetInstallStack:input_type -> byoc.ims.v1.GetInstallStackRequest
+	85,  // 139: byoc.ims.v1.OperatorService.CreateBuildAgentToken:input_type -> byoc.ims.v1.CreateBuildAgentTokenRequest
+	87,  // 140: byoc.ims.v1.OperatorService.StartBuild:input_type -> byoc.ims.v1.StartBuildRequest
+	89,  // 141: byoc.ims.v1.OperatorService.ListBuilds:input_type -> byoc.ims.v1.ListBuildsRequest
+	91,  // 142: byoc.ims.v1.OperatorService.ListInstallImages:input_type -> byoc.ims.v1.ListInstallImagesRequest
+	4,   // 143: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
+	6,   // 144: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
+	9,   // 145: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
+	11,  // 146: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
+	13,  // 147: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
+	55,  // 148: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
+	58,  // 149: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
+	60,  // 150: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
+	20,  // 151: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
+	23,  // 152: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
+	25,  // 153: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
+	27,  // 154: byoc.ims.v1.OperatorService.ListInstallDrift:output_type -> byoc.ims.v1.ListInstallDriftResponse
+	31,  // 155: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
+	35,  // 156: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
+	33,  // 157: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
+	118, // 158: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
+	119, // 159: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
+	120, // 160: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
+	121, // 161: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
+	122, // 162: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
+	123, // 163: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
+	124, // 164: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
+	40,  // 165: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
+	42,  // 166: byoc.ims.v1.OperatorService.EnqueueJobs:output_type -> byoc.ims.v1.EnqueueJobsResponse
+	44,  // 167: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
+	46,  // 168: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
+	49,  // 169: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
+	51,  // 170: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
+	67,  // 171: byoc.ims.v1.OperatorService.RegisterPluginType:output_type -> byoc.ims.v1.RegisterPluginTypeResponse
+	69,  // 172: byoc.ims.v1.OperatorService.ListPluginTypes:output_type -> byoc.ims.v1.ListPluginTypesResponse
+	71,  // 173: byoc.ims.v1.OperatorService.GetPluginType:output_type -> byoc.ims.v1.GetPluginTypeResponse
+	73,  // 174: byoc.ims.v1.OperatorService.RemovePluginType:output_type -> byoc.ims.v1.RemovePluginTypeResponse
+	125, // 175: byoc.ims.v1.OperatorService.ListActions:output_type -> byoc.ims.v1.ListActionsResponse
+	126, // 176: byoc.ims.v1.OperatorService.StartActionRun:output_type -> byoc.ims.v1.StartActionRunResponse
+	127, // 177: byoc.ims.v1.OperatorService.ListActionRuns:output_type -> byoc.ims.v1.ListActionRunsResponse
+	128, // 178: byoc.ims.v1.OperatorService.GetActionRun:output_type -> byoc.ims.v1.GetActionRunResponse
+	75,  // 179: byoc.ims.v1.OperatorService.RequestBreakGlass:output_type -> byoc.ims.v1.RequestBreakGlassResponse
+	77,  // 180: byoc.ims.v1.OperatorService.ListBreakGlassGrants:output_type -> byoc.ims.v1.ListBreakGlassGrantsResponse
+	80,  // 181: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:output_type -> byoc.ims.v1.GetBreakGlassPolicyResponse
+	129, // 182: byoc.ims.v1.OperatorService.ListAuditEvents:output_type -> byoc.ims.v1.ListAuditEventsResponse
+	83,  // 183: byoc.ims.v1.OperatorService.GetInstallStack:output_type -> byoc.ims.v1.GetInstallStackResponse
+	86,  // 184: byoc.ims.v1.OperatorService.CreateBuildAgentToken:output_type -> byoc.ims.v1.CreateBuildAgentTokenResponse
+	88,  // 185: byoc.ims.v1.OperatorService.StartBuild:output_type -> byoc.ims.v1.StartBuildResponse
+	90,  // 186: byoc.ims.v1.OperatorService.ListBuilds:output_type -> byoc.ims.v1.ListBuildsResponse
+	93,  // 187: byoc.ims.v1.OperatorService.ListInstallImages:output_type -> byoc.ims.v1.ListInstallImagesResponse
+	143, // [143:188] is the sub-list for method output_type
+	98,  // [98:143] is the sub-list for method input_type
+	98,  // [98:98] is the sub-list for extension type_name
+	98,  // [98:98] is the sub-list for extension extendee
+	0,   // [0:98] is the sub-list for field type_name
 }
 
 func init() { file_byoc_ims_v1_operator_proto_init() }
@@ -6826,7 +6906,7 @@ func file_byoc_ims_v1_operator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byoc_ims_v1_operator_proto_rawDesc), len(file_byoc_ims_v1_operator_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   97,
+			NumMessages:   98,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
