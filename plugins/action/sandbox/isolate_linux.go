@@ -16,8 +16,8 @@ var systemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "
 var hiddenFiles = []string{"/etc/shadow", "/etc/gshadow", "/etc/sudoers"}
 
 // bwrapArgs are bubblewrap's options for policy p.
-func bwrapArgs(p Policy) []string {
-	m := Mounts{Writable: []string{p.WorkDir}, Chdir: p.WorkDir, Hostname: "byoc-step", Network: p.Network}
+func bwrapArgs(p Policy, bindProc bool) []string {
+	m := Mounts{Writable: []string{p.WorkDir}, Chdir: p.WorkDir, Hostname: "byoc-step", Network: p.Network, BindProc: bindProc}
 	if p.StateDir != "" {
 		m.Writable = append(m.Writable, p.StateDir)
 	}

@@ -30,7 +30,17 @@ type Mounts struct {
 	// capabilities and the sandbox can nest another, as the action type
 	// does for its steps).
 	UnshareUser bool
+	// BindProc binds the current /proc instead of mounting a new one:
+	// only for a sandbox nested in a plugin's, whose /proc is already the
+	// sandbox's own (the kernel refuses a new /proc mount there, as the
+	// outer /proc has read-only parts bound over it).
+	BindProc bool
 }
+
+// NestedEnv is set in the environment of every sandboxed plugin
+// (agentd's pluginhost) to the plugin sandbox's isolation; the action
+// type's step sandbox then knows its /proc is private already.
+const NestedEnv = "BYOC_PLUGIN_SANDBOX"
 
 // InnerIDs are the user and group a sandbox with its own user namespace
 // runs as: the caller's own, or 1000 for root.
@@ -60,7 +70,13 @@ func (m Mounts) BwrapArgs() []string {
 		"--hostname", hostname,
 		"--cap-drop", "ALL",
 		"--dev", "/dev",
-		"--proc", "/proc",
+	)
+	if m.BindProc {
+		args = append(args, "--ro-bind", "/proc", "/proc")
+	} else {
+		args = append(args, "--proc", "/proc")
+	}
+	args = append(args,
 		// Before the binds: a bound path under /tmp is bound onto this
 		// tmpfs, not hidden by it.
 		"--tmpfs", "/tmp",
