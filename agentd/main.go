@@ -16,6 +16,7 @@
 //	agentd module push --state-dir DIR MODULE_DIR REPO:TAG
 //	                                                    put a Terraform module into the install registry
 //	agentd --stack-config FILE --state-dir DIR          run from an install stack (its imsd, token, roles, inputs, secrets)
+//	agentd --insecure-no-sandbox ...                    run plugins without a sandbox (never in production)
 //	agentd preflight [--stack-config FILE] [--state-dir DIR]
 //	                                                    check what the install needs; exit 1 on a failure
 //	agentd support-bundle -o FILE.tar.gz [--state-dir DIR] [--stack-config FILE]
@@ -43,6 +44,7 @@ import (
 	"github.com/byoc-dev/byoc/internal/buildinfo"
 	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/plugins/action"
+	"github.com/byoc-dev/byoc/plugins/action/sandbox"
 	"github.com/byoc-dev/byoc/plugins/build"
 	"github.com/byoc-dev/byoc/plugins/bundle"
 	"github.com/byoc-dev/byoc/plugins/sdk"
@@ -61,11 +63,29 @@ var builtins = map[string]func() sdk.Plugin{
 	build.TypeName: func() sdk.Plugin { return build.New() },
 }
 
+// sandboxEnv sets agentd --sandbox.
+const sandboxEnv = "BYOC_SANDBOX"
+
+// probeSandbox builds the sandbox plugins run in: mode auto, bubblewrap
+// or namespaces; insecure is --insecure-no-sandbox.
+func probeSandbox(ctx context.Context, mode string, insecure bool) (*pluginhost.Sandbox, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("find own executable: %w", err)
+	}
+	return pluginhost.ProbeSandbox(ctx, pluginhost.SandboxOptions{Mode: mode, Insecure: insecure, InitExe: self})
+}
+
 // bundledEnv overrides where agentd looks for byoc-plugins, like
 // --bundled-plugins.
 const bundledEnv = "BYOC_BUNDLED_PLUGINS"
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == sandbox.InitArg {
+		// The init of a plugin's namespace sandbox (pluginhost), started
+		// by the agent itself; not a command for people.
+		os.Exit(sandbox.InitMain(os.Args[2:]))
+	}
 	if len(os.Args) > 1 && os.Args[1] == "plugin" {
 		os.Exit(servePlugin(os.Args[2:]))
 	}
@@ -187,6 +207,9 @@ func run(ctx context.Context, args []string) int {
 		level                slog.Level
 		role                 string
 		bundledExe           string
+		sandboxMode          string
+		insecureNoSandbox    bool
+		sandboxReadOnly      multiFlag
 	)
 	fs.StringVar(&role, "role", "install", "`install` (an install's agent) or build (the vendor's build agent, the only writer of the vendor registry; enrol it with a token from byoc build agent-token)")
 	fs.StringVar(&ims, "ims", os.Getenv("BYOC_IMS_URL"), "imsd `URL`; also $BYOC_IMS_URL")
@@ -204,6 +227,9 @@ func run(ctx context.Context, args []string) int {
 	fs.StringVar(&policyDir, "policy-dir", "", "customer-owned `directory` of rego policies (*.rego; it and they not writable by group or others); every plan, apply and destroy must pass them, whatever the app config's policies say")
 	fs.StringVar(&stackPath, "stack-config", os.Getenv("BYOC_STACK_CONFIG"), "the install stack's config `file` (its imsd URL, enrolment token, a role per permission mode, the customer's inputs and secrets); also $BYOC_STACK_CONFIG")
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "log `level`: debug, info, warn, error")
+	fs.StringVar(&sandboxMode, "sandbox", os.Getenv(sandboxEnv), "`mode` of the sandbox every plugin (all vendor code) runs in: auto (bubblewrap, else Linux namespaces), bubblewrap or namespaces; also $"+sandboxEnv)
+	fs.BoolVar(&insecureNoSandbox, "insecure-no-sandbox", false, "run plugins WITHOUT a sandbox: vendor code can then read and write everything the agent can, its identity and your controls included; never in production")
+	fs.Var(&sandboxReadOnly, "sandbox-read-only", "host `path` every plugin may read in its sandbox, such as a chart directory or an OCI layout named by path in development (repeatable)")
 	showVersion := fs.Bool("version", false, "print the version, commit and build date, and exit")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -327,6 +353,23 @@ func run(ctx context.Context, args []string) int {
 	loader.Dirs = pluginDirs
 	loader.Pins = pinMap
 	loader.Logger = log
+	if loader.Sandbox, err = probeSandbox(ctx, sandboxMode, insecureNoSandbox); err != nil {
+		fmt.Fprintf(os.Stderr, "agentd: %v\n", err)
+		return 1
+	}
+	if insecureNoSandbox {
+		fmt.Fprintln(os.Stderr, "agentd: WARNING: --insecure-no-sandbox: plugins run WITHOUT a sandbox; vendor code can read and write "+
+			"everything this agent can, including its identity, the secrets file and the customer's permission and break-glass files")
+		log.Warn("vendor code sandbox OFF (--insecure-no-sandbox)")
+	} else {
+		log.Info("vendor code sandbox", "isolation", loader.Sandbox.Isolation, "detail", loader.Sandbox.Detail)
+	}
+	for i, p := range sandboxReadOnly {
+		if sandboxReadOnly[i], err = filepath.Abs(p); err != nil {
+			fmt.Fprintf(os.Stderr, "agentd: --sandbox-read-only: %v\n", err)
+			return 2
+		}
+	}
 	// The install registry reaches plugins through InstallRegistry.
 	pluginEnv := map[string]string{}
 	if tfProviders != "" {
@@ -337,7 +380,8 @@ func run(ctx context.Context, args []string) int {
 	}
 	runner := &agent.PluginRunner{Loader: loader, WorkRoot: filepath.Join(stateDir, "jobs"),
 		StateRoot: filepath.Join(stateDir, "components"), LogRoot: filepath.Join(stateDir, "logs"), Secrets: secretMap, Logger: log,
-		PolicyDir: policyDir, InstallRegistry: installRegistry, PluginEnv: pluginEnv, CancelGrace: cancelGrace, Kubeconfig: kubeconfig}
+		PolicyDir: policyDir, InstallRegistry: installRegistry, PluginEnv: pluginEnv, CancelGrace: cancelGrace, Kubeconfig: kubeconfig,
+		SandboxReadOnly: sandboxReadOnly}
 	if role == "build" {
 		// The build agent's credentials to read private sources: the
 		// secrets BYOC_SOURCE_REGISTRY_USERNAME, _PASSWORD, _TOKEN.

@@ -105,12 +105,55 @@ type PluginRunner struct {
 	// none.
 	PolicyDir string
 
+	// SandboxReadOnly are host paths the customer lets every plugin read
+	// in its sandbox (agentd --sandbox-read-only), such as a chart
+	// directory or an OCI layout named by path in development.
+	SandboxReadOnly []string
+
 	// mu guards active and lock, and is held through a workspace sweep.
 	mu sync.Mutex
 	// active holds the workspaces of the jobs running now.
 	active map[string]bool
 	// lock is WorkRoot's lock file, held once a sweep took it.
 	lock *os.File
+}
+
+// registryWriters are the component types that write into the install
+// registry (they sync artifacts into it); the others only read it.
+var registryWriters = map[string]bool{"image": true}
+
+// sandboxPaths are the host paths a plugin of type typ sees in its
+// sandbox besides its workspace and socket dir (pluginhost.Loader's
+// Sandbox): its component's state directory, writable; an install
+// registry that is an OCI layout on this machine, writable for the
+// types that sync into it and read-only for the others; the Terraform
+// provider mirror read-only for every type (terraform reads it, and it
+// holds nothing of the customer's); the kubeconfig, read-only, for helm
+// only; and the customer's SandboxReadOnly paths. Nothing else of the
+// agent's files: not its state directory (identity, controls, audit,
+// other components' directories, other jobs' workspaces), not the
+// secrets file or the stack config.
+func (r *PluginRunner) sandboxPaths(typ, stateDir string) (writable, readOnly []string) {
+	if stateDir != "" {
+		writable = append(writable, stateDir)
+	}
+	if loc, ok := strings.CutPrefix(r.InstallRegistry, "oci:"); ok && loc != "" {
+		if err := os.MkdirAll(loc, 0o700); err == nil {
+			if registryWriters[typ] {
+				writable = append(writable, loc)
+			} else {
+				readOnly = append(readOnly, loc)
+			}
+		}
+	}
+	if dir := r.PluginEnv["BYOC_TERRAFORM_PROVIDERS"]; dir != "" {
+		readOnly = append(readOnly, dir)
+	}
+	if r.Kubeconfig != "" && typ == KubeconfigType {
+		readOnly = append(readOnly, r.Kubeconfig)
+	}
+	readOnly = append(readOnly, r.SandboxReadOnly...)
+	return writable, readOnly
 }
 
 // KubeconfigType is the component type whose jobs get the agent's
@@ -544,7 +587,9 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 	// a panic's stacks, anything before Serve) goes to the job's log on
 	// the system stream, through the redactor like every line.
 	output := func(source, text string) { log(StreamSystem, "[plugin "+source+"] "+text) }
-	inst, err := r.Loader.Start(ctx, job.ComponentType, pluginhost.StartOptions{WorkDir: work, Env: env, Output: output})
+	writable, readOnly := r.sandboxPaths(job.ComponentType, stateDir)
+	inst, err := r.Loader.Start(ctx, job.ComponentType, pluginhost.StartOptions{WorkDir: work, Env: env, Output: output,
+		Writable: writable, ReadOnly: readOnly})
 	if err != nil {
 		return fail("%v", err) // "start plugin TYPE: …"
 	}

@@ -139,9 +139,16 @@ func (s *Sandbox) Describe() string {
 // pluginMounts is the file system of a plugin working in work with its
 // socket in sockDir.
 func pluginMounts(work, sockDir string, opt StartOptions) sandbox.Mounts {
+	var ro []string
+	for _, p := range opt.ReadOnly {
+		// What is not there is not bound: a missing file stays missing.
+		if _, err := os.Stat(p); err == nil {
+			ro = append(ro, p)
+		}
+	}
 	m := sandbox.Mounts{
 		Writable:    []string{work},
-		ReadOnly:    opt.ReadOnly,
+		ReadOnly:    ro,
 		Chdir:       work,
 		Hostname:    "byoc-plugin",
 		Network:     true,
