@@ -153,6 +153,7 @@ func pluginMounts(work, sockDir string, opt StartOptions) sandbox.Mounts {
 		Hostname:    "byoc-plugin",
 		Network:     true,
 		UnshareUser: true,
+		TmpReadOnly: true,
 	}
 	if sockDir != "" {
 		m.Writable = append(m.Writable, sockDir)

@@ -35,6 +35,10 @@ type Mounts struct {
 	// sandbox's own (the kernel refuses a new /proc mount there, as the
 	// outer /proc has read-only parts bound over it).
 	BindProc bool
+	// TmpReadOnly makes the private /tmp read-only once the paths under
+	// it are bound: the directories leading to a bound path then cannot
+	// be written either (a plugin gets TMPDIR in its workspace).
+	TmpReadOnly bool
 }
 
 // NestedEnv is set in the environment of every sandboxed plugin
@@ -108,6 +112,9 @@ func (m Mounts) BwrapArgs() []string {
 	for _, d := range m.ReadOnly {
 		d = abs(d)
 		args = append(args, "--ro-bind", d, d)
+	}
+	if m.TmpReadOnly {
+		args = append(args, "--remount-ro", "/tmp")
 	}
 	args = append(args,
 		"--chdir", abs(m.Chdir),

@@ -29,8 +29,8 @@ func TestMountsHideTheRest(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	script := `cat "$1" || echo ABSENT; ls "$2" || echo NOSTATE; echo y > "$3" || echo READONLY; cat "$3"; echo; echo ok > "$4/out"; id -u; ls /proc | grep -c '^[0-9]'`
-	m := Mounts{Writable: []string{work}, ReadOnly: []string{ro}, Chdir: work, UnshareUser: true}
+	script := `cat "$1" || echo ABSENT; ls "$2" || echo NOSTATE; echo x > "$2" || echo NOWRITE; echo y > "$3" || echo READONLY; cat "$3"; echo; echo ok > "$4/out"; id -u; ls /proc | grep -c '^[0-9]'`
+	m := Mounts{Writable: []string{work}, ReadOnly: []string{ro}, Chdir: work, UnshareUser: true, TmpReadOnly: true}
 	argv := []string{"/bin/sh", "-c", script, "sh", secret, secretDir, ro, work}
 	self, err := os.Executable()
 	if err != nil {
@@ -54,7 +54,7 @@ func TestMountsHideTheRest(t *testing.T) {
 				t.Fatalf("%v: %s", err, out.String())
 			}
 			got := out.String()
-			for _, want := range []string{secret + ": No such file or directory", "ABSENT", "NOSTATE", "READONLY"} {
+			for _, want := range []string{secret + ": No such file or directory", "ABSENT", "NOSTATE", "NOWRITE", "READONLY"} {
 				if !strings.Contains(got, want) {
 					t.Errorf("output lacks %q:\n%s", want, got)
 				}

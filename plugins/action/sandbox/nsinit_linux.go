@@ -244,6 +244,11 @@ func buildRoot(m Mounts) error {
 			return err
 		}
 	}
+	if m.TmpReadOnly {
+		if err := unix.Mount("", nr+"/tmp", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NODEV|unix.MS_NOSUID, ""); err != nil {
+			return fmt.Errorf("make /tmp read-only: %w", err)
+		}
+	}
 	if err := unix.Unmount(old, unix.MNT_DETACH); err != nil {
 		return fmt.Errorf("detach the host's root: %w", err)
 	}
