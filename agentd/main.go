@@ -210,6 +210,7 @@ func run(ctx context.Context, args []string) int {
 		sandboxMode          string
 		insecureNoSandbox    bool
 		sandboxReadOnly      multiFlag
+		sandboxWritable      multiFlag
 	)
 	fs.StringVar(&role, "role", "install", "`install` (an install's agent) or build (the vendor's build agent, the only writer of the vendor registry; enrol it with a token from byoc build agent-token)")
 	fs.StringVar(&ims, "ims", os.Getenv("BYOC_IMS_URL"), "imsd `URL`; also $BYOC_IMS_URL")
@@ -230,6 +231,7 @@ func run(ctx context.Context, args []string) int {
 	fs.StringVar(&sandboxMode, "sandbox", os.Getenv(sandboxEnv), "`mode` of the sandbox every plugin (all vendor code) runs in: auto (bubblewrap, else Linux namespaces), bubblewrap or namespaces; also $"+sandboxEnv)
 	fs.BoolVar(&insecureNoSandbox, "insecure-no-sandbox", false, "run plugins WITHOUT a sandbox: vendor code can then read and write everything the agent can, its identity and your controls included; never in production")
 	fs.Var(&sandboxReadOnly, "sandbox-read-only", "host `path` every plugin may read in its sandbox, such as a chart directory or an OCI layout named by path in development (repeatable)")
+	fs.Var(&sandboxWritable, "sandbox-writable", "host `directory` every plugin may write in its sandbox, such as where a plugin of yours keeps files outside the agent (repeatable); never the agent's state directory")
 	showVersion := fs.Bool("version", false, "print the version, commit and build date, and exit")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -364,10 +366,23 @@ func run(ctx context.Context, args []string) int {
 	} else {
 		log.Info("vendor code sandbox", "isolation", loader.Sandbox.Isolation, "detail", loader.Sandbox.Detail)
 	}
-	for i, p := range sandboxReadOnly {
-		if sandboxReadOnly[i], err = filepath.Abs(p); err != nil {
-			fmt.Fprintf(os.Stderr, "agentd: --sandbox-read-only: %v\n", err)
-			return 2
+	for _, f := range []struct {
+		name  string
+		paths multiFlag
+	}{{"--sandbox-read-only", sandboxReadOnly}, {"--sandbox-writable", sandboxWritable}} {
+		for i, p := range f.paths {
+			abs, err := filepath.Abs(p)
+			if err == nil {
+				_, err = os.Stat(abs)
+			}
+			if err == nil && stateDir != "" && (abs == stateDir || strings.HasPrefix(stateDir, abs+"/") || strings.HasPrefix(abs, stateDir+"/")) {
+				err = fmt.Errorf("%s overlaps the agent's state directory %s, which vendor code must never see", abs, stateDir)
+			}
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "agentd: %s: %v\n", f.name, err)
+				return 2
+			}
+			f.paths[i] = abs
 		}
 	}
 	// The install registry reaches plugins through InstallRegistry.
@@ -381,7 +396,7 @@ func run(ctx context.Context, args []string) int {
 	runner := &agent.PluginRunner{Loader: loader, WorkRoot: filepath.Join(stateDir, "jobs"),
 		StateRoot: filepath.Join(stateDir, "components"), LogRoot: filepath.Join(stateDir, "logs"), Secrets: secretMap, Logger: log,
 		PolicyDir: policyDir, InstallRegistry: installRegistry, PluginEnv: pluginEnv, CancelGrace: cancelGrace, Kubeconfig: kubeconfig,
-		SandboxReadOnly: sandboxReadOnly}
+		SandboxReadOnly: sandboxReadOnly, SandboxWritable: sandboxWritable}
 	if role == "build" {
 		// The build agent's credentials to read private sources: the
 		// secrets BYOC_SOURCE_REGISTRY_USERNAME, _PASSWORD, _TOKEN.

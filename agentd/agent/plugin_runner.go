@@ -109,6 +109,9 @@ type PluginRunner struct {
 	// in its sandbox (agentd --sandbox-read-only), such as a chart
 	// directory or an OCI layout named by path in development.
 	SandboxReadOnly []string
+	// SandboxWritable are host directories the customer lets every
+	// plugin write in its sandbox (agentd --sandbox-writable).
+	SandboxWritable []string
 
 	// mu guards active and lock, and is held through a workspace sweep.
 	mu sync.Mutex
@@ -129,7 +132,7 @@ var registryWriters = map[string]bool{"image": true}
 // types that sync into it and read-only for the others; the Terraform
 // provider mirror read-only for every type (terraform reads it, and it
 // holds nothing of the customer's); the kubeconfig, read-only, for helm
-// only; and the customer's SandboxReadOnly paths. Nothing else of the
+// only; and the customer's SandboxReadOnly and SandboxWritable paths. Nothing else of the
 // agent's files: not its state directory (identity, controls, audit,
 // other components' directories, other jobs' workspaces), not the
 // secrets file or the stack config.
@@ -153,6 +156,7 @@ func (r *PluginRunner) sandboxPaths(typ, stateDir string) (writable, readOnly []
 		readOnly = append(readOnly, r.Kubeconfig)
 	}
 	readOnly = append(readOnly, r.SandboxReadOnly...)
+	writable = append(writable, r.SandboxWritable...)
 	return writable, readOnly
 }
 
