@@ -18,6 +18,15 @@
 // work directory, and dies with the agent. [Instance.Kill] kills the whole
 // group, including anything the plugin's scripts left running.
 //
+// With a [Sandbox] (agentd always has one unless the customer says
+// --insecure-no-sandbox), every plugin and all it starts run in their own
+// user, mount, PID, IPC and UTS namespaces, built by bubblewrap or by the
+// agent's own namespace init, where only the system directories
+// (read-only), the work dir, the plugin's socket dir and the paths
+// StartOptions name exist: the agent's state, identity and controls, the
+// secrets file and other plugins' sockets are absent. The binary still
+// runs from the descriptor that was checked.
+//
 // The package relies on Linux process groups, parent-death signals and
 // /proc.
 package pluginhost

@@ -11,6 +11,13 @@
 // not applied is reported by [Sandbox.Warnings]; the caller must log it:
 // the sandbox never falls back silently.
 //
+// The same file system isolation is offered to any process through
+// [Mounts]: bubblewrap's arguments ([Mounts.BwrapArgs]) or, without
+// bubblewrap, a namespace sandbox built by a small init the caller's own
+// binary serves ([NamespaceCommand], [InitMain]). agentd runs every
+// plugin that way (agentd/pluginhost); an action's steps then run in a
+// second sandbox nested in the plugin's.
+//
 // The package is Linux-only, as the agent is.
 package sandbox
 
