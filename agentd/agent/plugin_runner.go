@@ -599,8 +599,12 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 	}
 	defer inst.Kill()
 	d := inst.Description()
-	log(StreamSystem, fmt.Sprintf("[agentd] %s %s: attempt %d, plugin %s %s started in %s (pid group %d, protocol %s)",
-		job.ComponentType, job.Operation, job.Attempt, d.Type, d.Version, time.Since(started).Round(time.Millisecond), inst.PGID(), d.Negotiated))
+	sandboxed := "no sandbox"
+	if sb := r.Loader.Sandbox; sb != nil {
+		sandboxed = "sandbox " + string(sb.Isolation)
+	}
+	log(StreamSystem, fmt.Sprintf("[agentd] %s %s: attempt %d, plugin %s %s started in %s (pid group %d, protocol %s, %s)",
+		job.ComponentType, job.Operation, job.Attempt, d.Type, d.Version, time.Since(started).Round(time.Millisecond), inst.PGID(), d.Negotiated, sandboxed))
 	evaluates := d.Has(sdk.CapPolicy) && !d.Negotiated.Less(sdk.ProtocolVersion{Major: 1, Minor: 3})
 	if len(policies) > 0 {
 		var names []string
