@@ -76,6 +76,43 @@ func probeSandbox(ctx context.Context, mode string, insecure bool) (*pluginhost.
 	return pluginhost.ProbeSandbox(ctx, pluginhost.SandboxOptions{Mode: mode, Insecure: insecure, InitExe: self})
 }
 
+// agentPaths are the agent's own files that no plugin may see, even
+// where they lie inside a directory the sandbox shows (/etc, say): the
+// state directory, the secrets file, the policy dir, the install stack's
+// config and the files it reads values from.
+func agentPaths(stateDir, secretsFile, policyDir string, st *stack.Stack) []string {
+	var paths []string
+	add := func(p, rel string) {
+		if p == "" {
+			return
+		}
+		if !filepath.IsAbs(p) && rel != "" {
+			p = filepath.Join(rel, p)
+		}
+		if abs, err := filepath.Abs(p); err == nil {
+			paths = append(paths, abs)
+		}
+	}
+	add(stateDir, "")
+	add(secretsFile, "")
+	add(policyDir, "")
+	if st != nil {
+		add(st.Path, "")
+		dir := filepath.Dir(st.Path)
+		add(st.Config.SecretsFile, dir)
+		add(st.Config.EnrollToken.File, dir)
+		for _, s := range st.Config.Secrets {
+			add(s.File, dir)
+		}
+		for _, in := range st.Config.Inputs {
+			if in.From != nil {
+				add(in.From.File, dir)
+			}
+		}
+	}
+	return paths
+}
+
 // bundledEnv overrides where agentd looks for byoc-plugins, like
 // --bundled-plugins.
 const bundledEnv = "BYOC_BUNDLED_PLUGINS"
@@ -396,7 +433,7 @@ func run(ctx context.Context, args []string) int {
 	runner := &agent.PluginRunner{Loader: loader, WorkRoot: filepath.Join(stateDir, "jobs"),
 		StateRoot: filepath.Join(stateDir, "components"), LogRoot: filepath.Join(stateDir, "logs"), Secrets: secretMap, Logger: log,
 		PolicyDir: policyDir, InstallRegistry: installRegistry, PluginEnv: pluginEnv, CancelGrace: cancelGrace, Kubeconfig: kubeconfig,
-		SandboxReadOnly: sandboxReadOnly, SandboxWritable: sandboxWritable}
+		SandboxReadOnly: sandboxReadOnly, SandboxWritable: sandboxWritable, SandboxHidden: agentPaths(stateDir, secretsFile, policyDir, st)}
 	if role == "build" {
 		// The build agent's credentials to read private sources: the
 		// secrets BYOC_SOURCE_REGISTRY_USERNAME, _PASSWORD, _TOKEN.

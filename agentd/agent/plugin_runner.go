@@ -112,6 +112,11 @@ type PluginRunner struct {
 	// SandboxWritable are host directories the customer lets every
 	// plugin write in its sandbox (agentd --sandbox-writable).
 	SandboxWritable []string
+	// SandboxHidden are the agent's own paths (its state directory, the
+	// secrets file, the stack config and its value files, the policy
+	// dir) kept from every plugin even where they lie inside a
+	// directory the sandbox shows, such as /etc.
+	SandboxHidden []string
 
 	// mu guards active and lock, and is held through a workspace sweep.
 	mu sync.Mutex
@@ -135,8 +140,10 @@ var registryWriters = map[string]bool{"image": true}
 // only; and the customer's SandboxReadOnly and SandboxWritable paths. Nothing else of the
 // agent's files: not its state directory (identity, controls, audit,
 // other components' directories, other jobs' workspaces), not the
-// secrets file or the stack config.
-func (r *PluginRunner) sandboxPaths(typ, stateDir string) (writable, readOnly []string) {
+// secrets file or the stack config. hidden are SandboxHidden and, for
+// any type but helm, the kubeconfig: kept from the plugin even where
+// they lie inside a directory it sees.
+func (r *PluginRunner) sandboxPaths(typ, stateDir string) (writable, readOnly, hidden []string) {
 	if stateDir != "" {
 		writable = append(writable, stateDir)
 	}
@@ -157,7 +164,11 @@ func (r *PluginRunner) sandboxPaths(typ, stateDir string) (writable, readOnly []
 	}
 	readOnly = append(readOnly, r.SandboxReadOnly...)
 	writable = append(writable, r.SandboxWritable...)
-	return writable, readOnly
+	hidden = r.SandboxHidden
+	if r.Kubeconfig != "" && typ != KubeconfigType {
+		hidden = append(slices.Clone(hidden), r.Kubeconfig)
+	}
+	return writable, readOnly, hidden
 }
 
 // KubeconfigType is the component type whose jobs get the agent's
@@ -591,9 +602,9 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 	// a panic's stacks, anything before Serve) goes to the job's log on
 	// the system stream, through the redactor like every line.
 	output := func(source, text string) { log(StreamSystem, "[plugin "+source+"] "+text) }
-	writable, readOnly := r.sandboxPaths(job.ComponentType, stateDir)
+	writable, readOnly, hidden := r.sandboxPaths(job.ComponentType, stateDir)
 	inst, err := r.Loader.Start(ctx, job.ComponentType, pluginhost.StartOptions{WorkDir: work, Env: env, Output: output,
-		Writable: writable, ReadOnly: readOnly})
+		Writable: writable, ReadOnly: readOnly, Hidden: hidden})
 	if err != nil {
 		return fail("%v", err) // "start plugin TYPE: …"
 	}

@@ -145,6 +145,10 @@ type StartOptions struct {
 	// directories it may read, when the Loader has a Sandbox; nothing
 	// else of the agent's files exists for it.
 	Writable, ReadOnly []string
+	// Hidden are host paths kept from the plugin even where they lie in
+	// a directory it sees (the agent's state directory or secrets file
+	// under /etc, say): a directory shows empty, a file empty.
+	Hidden []string
 	// Output, if set, receives each line the plugin process prints
 	// outside the protocol, from its start until Kill returns: source
 	// "stdout" or "stderr". That is what plugin code writes to os.Stdout

@@ -154,6 +154,7 @@ func pluginMounts(work, sockDir string, opt StartOptions) sandbox.Mounts {
 		Network:     true,
 		UnshareUser: true,
 		TmpReadOnly: true,
+		Hidden:      opt.Hidden,
 	}
 	if sockDir != "" {
 		m.Writable = append(m.Writable, sockDir)

@@ -3,7 +3,9 @@ package sandbox
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 )
 
 // Mounts is the file system a sandboxed process sees: the system
@@ -39,6 +41,69 @@ type Mounts struct {
 	// it are bound: the directories leading to a bound path then cannot
 	// be written either (a plugin gets TMPDIR in its workspace).
 	TmpReadOnly bool
+	// Hidden are host paths kept out of reach even where they lie inside
+	// a directory the sandbox shows (an agent state directory under
+	// /etc, a secrets file in a directory bound read-only): a hidden
+	// directory shows empty and read-only, a hidden file empty. Paths
+	// the sandbox does not show anyway need nothing.
+	Hidden []string
+}
+
+// mountOp is one bind or mask of Mounts, in the order they are made.
+type mountOp struct {
+	Kind int    `json:"kind"`
+	Path string `json:"path"`
+}
+
+const (
+	opBind = iota
+	opROBind
+	opMaskDir
+	opMaskFile
+)
+
+// ops are m's binds and the masks of its visible Hidden paths, parents
+// before children (a bind inside a hidden directory comes after its
+// mask; a mask inside a bound directory after its bind).
+func (m Mounts) ops() []mountOp {
+	var ops []mountOp
+	for _, d := range m.Writable {
+		ops = append(ops, mountOp{opBind, abs(d)})
+	}
+	for _, d := range m.ReadOnly {
+		ops = append(ops, mountOp{opROBind, abs(d)})
+	}
+	var shown []string
+	for _, d := range systemDirs {
+		if r, err := filepath.EvalSymlinks(d); err == nil {
+			shown = append(shown, r)
+		}
+	}
+	for _, o := range ops {
+		shown = append(shown, o.Path)
+	}
+	for _, h := range m.Hidden {
+		r, err := filepath.EvalSymlinks(abs(h))
+		if err != nil {
+			continue // not there: nothing to hide
+		}
+		if !slices.ContainsFunc(shown, func(d string) bool { return r == d || strings.HasPrefix(r, d+"/") || d == "/" }) {
+			continue
+		}
+		fi, err := os.Stat(r)
+		if err != nil {
+			continue
+		}
+		if fi.IsDir() {
+			ops = append(ops, mountOp{opMaskDir, r})
+		} else {
+			ops = append(ops, mountOp{opMaskFile, r})
+		}
+	}
+	slices.SortStableFunc(ops, func(a, b mountOp) int {
+		return strings.Count(filepath.Clean(a.Path), "/") - strings.Count(filepath.Clean(b.Path), "/")
+	})
+	return ops
 }
 
 // NestedEnv is set in the environment of every sandboxed plugin
@@ -105,13 +170,22 @@ func (m Mounts) BwrapArgs() []string {
 			args = append(args, "--ro-bind", "/dev/null", f)
 		}
 	}
-	for _, d := range m.Writable {
-		d = abs(d)
-		args = append(args, "--bind", d, d)
+	var masked []string
+	for _, o := range m.ops() {
+		switch o.Kind {
+		case opBind:
+			args = append(args, "--bind", o.Path, o.Path)
+		case opROBind:
+			args = append(args, "--ro-bind", o.Path, o.Path)
+		case opMaskDir:
+			args = append(args, "--tmpfs", o.Path)
+			masked = append(masked, o.Path)
+		case opMaskFile:
+			args = append(args, "--ro-bind", "/dev/null", o.Path)
+		}
 	}
-	for _, d := range m.ReadOnly {
-		d = abs(d)
-		args = append(args, "--ro-bind", d, d)
+	for _, d := range masked {
+		args = append(args, "--remount-ro", d)
 	}
 	if m.TmpReadOnly {
 		args = append(args, "--remount-ro", "/tmp")

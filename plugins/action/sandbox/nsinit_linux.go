@@ -22,8 +22,11 @@ const InitArg = "sandbox-init"
 
 // initSpec is what the parent tells the init, as JSON in its argument.
 type initSpec struct {
-	Mounts Mounts   `json:"mounts"`
-	Argv   []string `json:"argv"`
+	Mounts Mounts `json:"mounts"`
+	// Ops are Mounts' binds and masks, worked out by the parent: the
+	// init no longer sees the host's paths where it mounts.
+	Ops  []mountOp `json:"ops"`
+	Argv []string  `json:"argv"`
 	// Files is how many descriptors from 3 on the command inherits (a
 	// verified binary executed as /proc/self/fd/3).
 	Files int `json:"files"`
@@ -40,7 +43,7 @@ type initSpec struct {
 // 4, …; the caller sets them as the returned command's ExtraFiles.
 // Go cannot run code between clone and exec, hence the second program.
 func NamespaceCommand(exe string, m Mounts, argv []string, files int) (*exec.Cmd, error) {
-	spec, err := json.Marshal(initSpec{Mounts: m, Argv: argv, Files: files})
+	spec, err := json.Marshal(initSpec{Mounts: m, Ops: m.ops(), Argv: argv, Files: files})
 	if err != nil {
 		return nil, err
 	}
@@ -101,7 +104,7 @@ func InitMain(args []string) int {
 	// Mounts, pivot_root and the chdir apply to this thread's view; keep
 	// the work on one thread until the command starts.
 	runtime.LockOSThread()
-	if err := buildRoot(spec.Mounts); err != nil {
+	if err := buildRoot(spec.Mounts, spec.Ops); err != nil {
 		fmt.Fprintf(os.Stderr, "byoc sandbox-init: %v\n", err)
 		return 125
 	}
@@ -159,7 +162,7 @@ func InitMain(args []string) int {
 // buildRoot makes the file system m describes the process's root, as
 // bubblewrap does: a tmpfs root holding only bind mounts of what is
 // allowed, a new /dev, /proc and /tmp, read-only where it may be.
-func buildRoot(m Mounts) error {
+func buildRoot(m Mounts, ops []mountOp) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
 	}
@@ -234,14 +237,25 @@ func buildRoot(m Mounts) error {
 	if err := unix.Mount("tmpfs", nr+"/tmp", "tmpfs", unix.MS_NODEV|unix.MS_NOSUID, "mode=1777"); err != nil {
 		return fmt.Errorf("mount /tmp: %w", err)
 	}
-	for _, d := range m.Writable {
-		if err := bind(old+abs(d), nr+abs(d), false); err != nil {
-			return err
+	var masked []string
+	for _, o := range ops {
+		var err error
+		switch o.Kind {
+		case opBind, opROBind:
+			err = bind(old+o.Path, nr+o.Path, o.Kind == opROBind)
+		case opMaskDir:
+			err = unix.Mount("tmpfs", nr+o.Path, "tmpfs", unix.MS_NODEV|unix.MS_NOSUID, "mode=0755")
+			masked = append(masked, nr+o.Path)
+		case opMaskFile:
+			err = bind(old+"/dev/null", nr+o.Path, true)
+		}
+		if err != nil {
+			return fmt.Errorf("mount %s: %w", o.Path, err)
 		}
 	}
-	for _, d := range m.ReadOnly {
-		if err := bind(old+abs(d), nr+abs(d), true); err != nil {
-			return err
+	for _, d := range masked {
+		if err := unix.Mount("", d, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NODEV|unix.MS_NOSUID, ""); err != nil {
+			return fmt.Errorf("make %s read-only: %w", d, err)
 		}
 	}
 	if m.TmpReadOnly {
