@@ -359,3 +359,42 @@ func tomlString(s string) string {
 	b.WriteByte('"')
 	return b.String()
 }
+
+// Without a sandbox it can build, agentd refuses to start, saying why
+// and naming the flag; with --insecure-no-sandbox it starts and says
+// loudly that vendor code runs unsandboxed.
+func TestAgentRefusesToRunWithoutSandbox(t *testing.T) {
+	skipShort(t)
+	agentd := filepath.Join(cluster.Binaries(t), "agentd")
+	cmd := exec.Command(agentd, "--ims", "http://127.0.0.1:1", "--state-dir", t.TempDir(), "--sandbox", "bubblewrap")
+	cmd.Env = []string{"PATH=/nonexistent", "HOME=" + t.TempDir()}
+	out, err := cmd.CombinedOutput()
+	if code := cmd.ProcessState.ExitCode(); err == nil || code != 1 ||
+		!strings.Contains(string(out), "no sandbox for vendor code can be built here: bubblewrap (bwrap) is not installed") ||
+		!strings.Contains(string(out), "--insecure-no-sandbox") {
+		t.Fatalf("agentd without bubblewrap: exit %d, %v:\n%s", code, err, out)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd = exec.CommandContext(ctx, agentd, "--ims", "http://127.0.0.1:1", "--state-dir", t.TempDir(), "--sandbox", "bubblewrap", "--insecure-no-sandbox")
+	cmd.Env = []string{"PATH=/nonexistent", "HOME=" + t.TempDir()}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	var got []byte
+	buf := make([]byte, 4096)
+	for !bytes.Contains(got, []byte("WARNING: --insecure-no-sandbox")) {
+		n, err := stderr.Read(buf)
+		got = append(got, buf[:n]...)
+		if err != nil {
+			t.Fatalf("agentd --insecure-no-sandbox did not warn: %v:\n%s", err, got)
+		}
+	}
+}
