@@ -16,6 +16,7 @@
 //	agentd module push --state-dir DIR MODULE_DIR REPO:TAG
 //	                                                    put a Terraform module into the install registry
 //	agentd --stack-config FILE --state-dir DIR          run from an install stack (its imsd, token, roles, inputs, secrets)
+//	agentd --insecure-no-sandbox ...                    run plugins without a sandbox (never in production)
 //	agentd preflight [--stack-config FILE] [--state-dir DIR]
 //	                                                    check what the install needs; exit 1 on a failure
 //	agentd support-bundle -o FILE.tar.gz [--state-dir DIR] [--stack-config FILE]
@@ -44,6 +45,7 @@ import (
 	"github.com/byoc-dev/byoc/internal/flaghelp"
 	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/plugins/action"
+	"github.com/byoc-dev/byoc/plugins/action/sandbox"
 	"github.com/byoc-dev/byoc/plugins/build"
 	"github.com/byoc-dev/byoc/plugins/bundle"
 	"github.com/byoc-dev/byoc/plugins/sdk"
@@ -62,11 +64,66 @@ var builtins = map[string]func() sdk.Plugin{
 	build.TypeName: func() sdk.Plugin { return build.New() },
 }
 
+// sandboxEnv sets agentd --sandbox.
+const sandboxEnv = "BYOC_SANDBOX"
+
+// probeSandbox builds the sandbox plugins run in: mode auto, bubblewrap
+// or namespaces; insecure is --insecure-no-sandbox.
+func probeSandbox(ctx context.Context, mode string, insecure bool) (*pluginhost.Sandbox, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("find own executable: %w", err)
+	}
+	return pluginhost.ProbeSandbox(ctx, pluginhost.SandboxOptions{Mode: mode, Insecure: insecure, InitExe: self})
+}
+
+// agentPaths are the agent's own files that no plugin may see, even
+// where they lie inside a directory the sandbox shows (/etc, say): the
+// state directory, the secrets file, the policy dir, the install stack's
+// config and the files it reads values from.
+func agentPaths(stateDir, secretsFile, policyDir string, st *stack.Stack) []string {
+	var paths []string
+	add := func(p, rel string) {
+		if p == "" {
+			return
+		}
+		if !filepath.IsAbs(p) && rel != "" {
+			p = filepath.Join(rel, p)
+		}
+		if abs, err := filepath.Abs(p); err == nil {
+			paths = append(paths, abs)
+		}
+	}
+	add(stateDir, "")
+	add(secretsFile, "")
+	add(policyDir, "")
+	if st != nil {
+		add(st.Path, "")
+		dir := filepath.Dir(st.Path)
+		add(st.Config.SecretsFile, dir)
+		add(st.Config.EnrollToken.File, dir)
+		for _, s := range st.Config.Secrets {
+			add(s.File, dir)
+		}
+		for _, in := range st.Config.Inputs {
+			if in.From != nil {
+				add(in.From.File, dir)
+			}
+		}
+	}
+	return paths
+}
+
 // bundledEnv overrides where agentd looks for byoc-plugins, like
 // --bundled-plugins.
 const bundledEnv = "BYOC_BUNDLED_PLUGINS"
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == sandbox.InitArg {
+		// The init of a plugin's namespace sandbox (pluginhost), started
+		// by the agent itself; not a command for people.
+		os.Exit(sandbox.InitMain(os.Args[2:]))
+	}
 	if len(os.Args) > 1 && os.Args[1] == "plugin" {
 		os.Exit(servePlugin(os.Args[2:]))
 	}
@@ -188,6 +245,10 @@ func run(ctx context.Context, args []string) int {
 		level                slog.Level
 		role                 string
 		bundledExe           string
+		sandboxMode          string
+		insecureNoSandbox    bool
+		sandboxReadOnly      multiFlag
+		sandboxWritable      multiFlag
 	)
 	fs.StringVar(&role, "role", "install", "`install` (an install's agent) or build (the vendor's build agent, the only writer of the vendor registry; enrol it with a token from byoc build agent-token)")
 	fs.StringVar(&ims, "ims", os.Getenv("BYOC_IMS_URL"), "imsd `URL`; also $BYOC_IMS_URL")
@@ -205,6 +266,10 @@ func run(ctx context.Context, args []string) int {
 	fs.StringVar(&policyDir, "policy-dir", "", "customer-owned `directory` of rego policies (*.rego; it and they not writable by group or others); every plan, apply and destroy must pass them, whatever the app config's policies say")
 	fs.StringVar(&stackPath, "stack-config", os.Getenv("BYOC_STACK_CONFIG"), "the install stack's config `file` (its imsd URL, enrolment token, a role per permission mode, the customer's inputs and secrets); also $BYOC_STACK_CONFIG")
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "log `level`: debug, info, warn, error")
+	fs.StringVar(&sandboxMode, "sandbox", os.Getenv(sandboxEnv), "`mode` of the sandbox every plugin (all vendor code) runs in: auto (bubblewrap, else Linux namespaces), bubblewrap or namespaces; also $"+sandboxEnv)
+	fs.BoolVar(&insecureNoSandbox, "insecure-no-sandbox", false, "run plugins WITHOUT a sandbox: vendor code can then read and write everything the agent can, its identity and your controls included; never in production")
+	fs.Var(&sandboxReadOnly, "sandbox-read-only", "host `path` every plugin may read in its sandbox, such as a chart directory or an OCI layout named by path in development (repeatable)")
+	fs.Var(&sandboxWritable, "sandbox-writable", "host `directory` every plugin may write in its sandbox, such as where a plugin of yours keeps files outside the agent (repeatable); never the agent's state directory")
 	showVersion := fs.Bool("version", false, "print the version, commit and build date, and exit")
 	if code, done := flaghelp.Parse(fs, args, os.Stdout); done {
 		return code
@@ -328,6 +393,36 @@ func run(ctx context.Context, args []string) int {
 	loader.Dirs = pluginDirs
 	loader.Pins = pinMap
 	loader.Logger = log
+	if loader.Sandbox, err = probeSandbox(ctx, sandboxMode, insecureNoSandbox); err != nil {
+		fmt.Fprintf(os.Stderr, "agentd: %v\n", err)
+		return 1
+	}
+	if insecureNoSandbox {
+		fmt.Fprintln(os.Stderr, "agentd: WARNING: --insecure-no-sandbox: plugins run WITHOUT a sandbox; vendor code can read and write "+
+			"everything this agent can, including its identity, the secrets file and the customer's permission and break-glass files")
+		log.Warn("vendor code sandbox OFF (--insecure-no-sandbox)")
+	} else {
+		log.Info("vendor code sandbox", "isolation", loader.Sandbox.Isolation, "detail", loader.Sandbox.Detail)
+	}
+	for _, f := range []struct {
+		name  string
+		paths multiFlag
+	}{{"--sandbox-read-only", sandboxReadOnly}, {"--sandbox-writable", sandboxWritable}} {
+		for i, p := range f.paths {
+			abs, err := filepath.Abs(p)
+			if err == nil {
+				_, err = os.Stat(abs)
+			}
+			if err == nil && stateDir != "" && (abs == stateDir || strings.HasPrefix(stateDir, abs+"/") || strings.HasPrefix(abs, stateDir+"/")) {
+				err = fmt.Errorf("%s overlaps the agent's state directory %s, which vendor code must never see", abs, stateDir)
+			}
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "agentd: %s: %v\n", f.name, err)
+				return 2
+			}
+			f.paths[i] = abs
+		}
+	}
 	// The install registry reaches plugins through InstallRegistry.
 	pluginEnv := map[string]string{}
 	if tfProviders != "" {
@@ -338,7 +433,8 @@ func run(ctx context.Context, args []string) int {
 	}
 	runner := &agent.PluginRunner{Loader: loader, WorkRoot: filepath.Join(stateDir, "jobs"),
 		StateRoot: filepath.Join(stateDir, "components"), LogRoot: filepath.Join(stateDir, "logs"), Secrets: secretMap, Logger: log,
-		PolicyDir: policyDir, InstallRegistry: installRegistry, PluginEnv: pluginEnv, CancelGrace: cancelGrace, Kubeconfig: kubeconfig}
+		PolicyDir: policyDir, InstallRegistry: installRegistry, PluginEnv: pluginEnv, CancelGrace: cancelGrace, Kubeconfig: kubeconfig,
+		SandboxReadOnly: sandboxReadOnly, SandboxWritable: sandboxWritable, SandboxHidden: agentPaths(stateDir, secretsFile, policyDir, st)}
 	if role == "build" {
 		// The build agent's credentials to read private sources: the
 		// secrets BYOC_SOURCE_REGISTRY_USERNAME, _PASSWORD, _TOKEN.

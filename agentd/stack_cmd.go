@@ -15,6 +15,7 @@ import (
 	"github.com/byoc-dev/byoc/agentd/agent"
 	"github.com/byoc-dev/byoc/agentd/identity"
 	"github.com/byoc-dev/byoc/agentd/permissions"
+	"github.com/byoc-dev/byoc/agentd/pluginhost"
 	"github.com/byoc-dev/byoc/agentd/preflight"
 	"github.com/byoc-dev/byoc/agentd/stack"
 	"github.com/byoc-dev/byoc/agentd/supportbundle"
@@ -94,6 +95,8 @@ func preflightCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	ims := fs.String("ims", os.Getenv("BYOC_IMS_URL"), "imsd `URL` (default: the stack's)")
 	bundledFlag := fs.String("bundled-plugins", os.Getenv(bundledEnv), "`path` of "+bundle.Binary+" (default: beside agentd)")
 	role := fs.String("role", "install", "the agent's `role` (install or build: the build agent needs no "+bundle.Binary+")")
+	sandboxMode := fs.String("sandbox", os.Getenv(sandboxEnv), "the sandbox `mode` the agent runs with: auto, bubblewrap or namespaces")
+	insecure := fs.Bool("insecure-no-sandbox", false, "the agent runs with --insecure-no-sandbox")
 	if code, done := flaghelp.Parse(fs, args, stdout); done {
 		return code
 	}
@@ -113,6 +116,13 @@ func preflightCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	o := preflight.Options{Stack: st, IMS: *ims, StateDir: *stateDir, Enrolled: *stateDir != "" && enrolled(*stateDir)}
 	if len(bundled.Bundled) > 0 {
 		o.Bundled, o.BundledPath = bundled.CheckBundled, bundled.BundledExe
+	}
+	o.Sandbox = func(ctx context.Context) (string, string, bool, error) {
+		sb, err := probeSandbox(ctx, *sandboxMode, *insecure)
+		if err != nil {
+			return "", "", false, err
+		}
+		return string(sb.Isolation), sb.Describe(), sb.Isolation == pluginhost.IsolationNone, nil
 	}
 	rs := preflight.Run(ctx, o)
 	preflight.Print(stdout, rs)

@@ -72,8 +72,9 @@ func TestApprovalBindsThePlan(t *testing.T) {
 	opts.WorkflowInterval = 200 * time.Millisecond
 	ims := cluster.StartIMS(t, opts)
 	cli := cluster.NewCLI(t, ims)
-	flags := localfilePlugin(t, cli)
 	target := filepath.Join(t.TempDir(), "motd")
+	// The plugin writes a file outside the agent: the customer lets it.
+	flags := append(localfilePlugin(t, cli), "--sandbox-writable", filepath.Dir(target))
 	token := cli.PushApp(map[string]string{
 		"app.toml":             "name = \"notes\"\n[install_defaults]\nrequire_approval = true\n",
 		"components/motd.toml": "type = \"localfile\"\n[config]\npath = \"" + target + "\"\ncontent = \"hello\\n\"\nmode = \"0644\"\n",
@@ -208,8 +209,8 @@ func TestLivePlanGroupsInstalls(t *testing.T) {
 	skipShort(t)
 	ims := cluster.StartIMS(t, fast)
 	cli := cluster.NewCLI(t, ims)
-	flags := localfilePlugin(t, cli)
 	dir := t.TempDir()
+	flags := append(localfilePlugin(t, cli), "--sandbox-writable", dir)
 	cli.PushApp(map[string]string{
 		"app.toml":             "name = \"notes\"\n",
 		"inputs.toml":          "[[input]]\nname = \"greeting\"\ndefault = \"hello\"\n",

@@ -45,6 +45,9 @@ type custody struct {
 	vendor *ocitest.Registry
 	// offset moves imsd's clock.
 	offset *atomic.Int64
+	// layouts holds source OCI layouts on the build agent's machine,
+	// which the build agent's plugins may read (--sandbox-read-only).
+	layouts string
 }
 
 func startCustody(t *testing.T) *custody {
@@ -77,7 +80,9 @@ func startCustodyWith(t *testing.T, o cluster.Options) *custody {
 	if err := json.Unmarshal([]byte(c.cli.Run(0, "build", "agent-token", "-o", "json")), &tok); err != nil || tok.EnrollmentToken.Token == "" {
 		t.Fatalf("build agent token: %v %+v", err, tok)
 	}
-	cluster.StartAgent(t, ims.URL(), tok.EnrollmentToken.Token, filepath.Join(t.TempDir(), "build-agent"), "--role", "build")
+	c.layouts = t.TempDir()
+	cluster.StartAgent(t, ims.URL(), tok.EnrollmentToken.Token, filepath.Join(t.TempDir(), "build-agent"), "--role", "build",
+		"--sandbox-read-only", c.layouts)
 	waitConnected(t, ims, "_vendor")
 	return c
 }
@@ -615,7 +620,7 @@ func TestCustodyPackageChart(t *testing.T) {
 func TestCustodyExampleAppImage(t *testing.T) {
 	skipShort(t)
 	c := startCustody(t)
-	layout := filepath.Join(t.TempDir(), "oci", "web")
+	layout := filepath.Join(c.layouts, "oci", "web")
 	st, err := oci.NewWithContext(t.Context(), layout)
 	if err != nil {
 		t.Fatal(err)

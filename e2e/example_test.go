@@ -49,7 +49,7 @@ func TestExampleApp(t *testing.T) {
 	began := time.Now()
 
 	// The vendor's side: the demo image, synced by the build agent.
-	layout := filepath.Join(t.TempDir(), "oci", "web")
+	layout := filepath.Join(c.layouts, "oci", "web")
 	st, err := oci.NewWithContext(ctx, layout)
 	if err != nil {
 		t.Fatal(err)

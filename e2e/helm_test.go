@@ -81,7 +81,10 @@ func TestHelmThroughTheAgent(t *testing.T) {
 	cli := cluster.NewCLI(t, ims)
 	chart, _ := filepath.Abs(filepath.Join("..", "plugins", "helm", "testdata", "web"))
 	pushed := cli.PushApp(helmApp(chart))
-	cluster.StartAgent(t, ims.URL(), pushed.EnrollToken(t), t.TempDir(), "--kubeconfig", kube.Kubeconfig, "--cancel-grace", "30s")
+	// The chart is read from a directory on the agent (chart_dir, for
+	// development): the customer lets plugins read it.
+	cluster.StartAgent(t, ims.URL(), pushed.EnrollToken(t), t.TempDir(), "--kubeconfig", kube.Kubeconfig, "--cancel-grace", "30s",
+		"--sandbox-read-only", chart)
 	greeting := func() string {
 		t.Helper()
 		out, err := kube.Kubectl(ctx, nil, "-n", "shop", "get", "configmap", "web-config", "-o", "jsonpath={.data.greeting}")

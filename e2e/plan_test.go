@@ -39,9 +39,11 @@ func TestPlanReachesTheOperator(t *testing.T) {
 		t.Fatal(err)
 	}
 	sum := sha256.Sum256(b)
-	cluster.StartAgent(t, ims.URL(), token, t.TempDir(), "--plugin-dir", plugins, "--plugin-pin", "localfile="+hex.EncodeToString(sum[:]))
-
 	target := filepath.Join(t.TempDir(), "motd")
+	// The plugin reads a file outside the agent: the customer lets it.
+	cluster.StartAgent(t, ims.URL(), token, t.TempDir(), "--plugin-dir", plugins, "--plugin-pin", "localfile="+hex.EncodeToString(sum[:]),
+		"--sandbox-writable", filepath.Dir(target))
+
 	os.WriteFile(target, []byte("old\n"), 0o644)
 	cfg, _ := structpb.NewStruct(map[string]any{"path": target, "content": "hello\n", "mode": "0600"})
 	c := ims.Admin()

@@ -184,9 +184,10 @@ func TestDriftEndToEnd(t *testing.T) {
 	opts.CronNow = func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
 	ims := cluster.StartIMS(t, opts)
 	cli := cluster.NewCLI(t, ims)
-	agentFlags := buildPlugin(t, cli, "localfile", filepath.Join(cluster.RepoRoot(), "plugins", "examples", "localfile"), true)
-
 	target := filepath.Join(t.TempDir(), "motd")
+	// The plugin writes a file outside the agent: the customer lets it.
+	agentFlags := append(buildPlugin(t, cli, "localfile", filepath.Join(cluster.RepoRoot(), "plugins", "examples", "localfile"), true),
+		"--sandbox-writable", filepath.Dir(target))
 	token := cli.PushApp(map[string]string{
 		"app.toml":           "name = \"notes\"\n",
 		"installs/acme.toml": "",

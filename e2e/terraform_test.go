@@ -191,7 +191,10 @@ func TestTerraformCancelMidApply(t *testing.T) {
 	module, _ := filepath.Abs(filepath.Join("..", "plugins", "terraform", "testdata", "slow"))
 	pushed := cli.PushApp(slowTerraformApp(module, "90s"))
 	stateDir := t.TempDir()
-	cluster.StartAgent(t, ims.URL(), pushed.EnrollToken(t), stateDir, "--terraform-providers", mirror, "--cancel-grace", "45s")
+	// The module is read from a directory on the agent (module_dir, for
+	// development): the customer lets plugins read it.
+	cluster.StartAgent(t, ims.URL(), pushed.EnrollToken(t), stateDir, "--terraform-providers", mirror, "--cancel-grace", "45s",
+		"--sandbox-read-only", module)
 
 	cli.Run(0, "install", "provision", "acme")
 	c := ims.Admin()

@@ -105,12 +105,70 @@ type PluginRunner struct {
 	// none.
 	PolicyDir string
 
+	// SandboxReadOnly are host paths the customer lets every plugin read
+	// in its sandbox (agentd --sandbox-read-only), such as a chart
+	// directory or an OCI layout named by path in development.
+	SandboxReadOnly []string
+	// SandboxWritable are host directories the customer lets every
+	// plugin write in its sandbox (agentd --sandbox-writable).
+	SandboxWritable []string
+	// SandboxHidden are the agent's own paths (its state directory, the
+	// secrets file, the stack config and its value files, the policy
+	// dir) kept from every plugin even where they lie inside a
+	// directory the sandbox shows, such as /etc.
+	SandboxHidden []string
+
 	// mu guards active and lock, and is held through a workspace sweep.
 	mu sync.Mutex
 	// active holds the workspaces of the jobs running now.
 	active map[string]bool
 	// lock is WorkRoot's lock file, held once a sweep took it.
 	lock *os.File
+}
+
+// registryWriters are the component types that write into the install
+// registry (they sync artifacts into it); the others only read it.
+var registryWriters = map[string]bool{"image": true}
+
+// sandboxPaths are the host paths a plugin of type typ sees in its
+// sandbox besides its workspace and socket dir (pluginhost.Loader's
+// Sandbox): its component's state directory, writable; an install
+// registry that is an OCI layout on this machine, writable for the
+// types that sync into it and read-only for the others; the Terraform
+// provider mirror read-only for every type (terraform reads it, and it
+// holds nothing of the customer's); the kubeconfig, read-only, for helm
+// only; and the customer's SandboxReadOnly and SandboxWritable paths. Nothing else of the
+// agent's files: not its state directory (identity, controls, audit,
+// other components' directories, other jobs' workspaces), not the
+// secrets file or the stack config. hidden are SandboxHidden and, for
+// any type but helm, the kubeconfig: kept from the plugin even where
+// they lie inside a directory it sees.
+func (r *PluginRunner) sandboxPaths(typ, stateDir string) (writable, readOnly, hidden []string) {
+	if stateDir != "" {
+		writable = append(writable, stateDir)
+	}
+	if loc, ok := strings.CutPrefix(r.InstallRegistry, "oci:"); ok && loc != "" {
+		if err := os.MkdirAll(loc, 0o700); err == nil {
+			if registryWriters[typ] {
+				writable = append(writable, loc)
+			} else {
+				readOnly = append(readOnly, loc)
+			}
+		}
+	}
+	if dir := r.PluginEnv["BYOC_TERRAFORM_PROVIDERS"]; dir != "" {
+		readOnly = append(readOnly, dir)
+	}
+	if r.Kubeconfig != "" && typ == KubeconfigType {
+		readOnly = append(readOnly, r.Kubeconfig)
+	}
+	readOnly = append(readOnly, r.SandboxReadOnly...)
+	writable = append(writable, r.SandboxWritable...)
+	hidden = r.SandboxHidden
+	if r.Kubeconfig != "" && typ != KubeconfigType {
+		hidden = append(slices.Clone(hidden), r.Kubeconfig)
+	}
+	return writable, readOnly, hidden
 }
 
 // KubeconfigType is the component type whose jobs get the agent's
@@ -544,14 +602,20 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 	// a panic's stacks, anything before Serve) goes to the job's log on
 	// the system stream, through the redactor like every line.
 	output := func(source, text string) { log(StreamSystem, "[plugin "+source+"] "+text) }
-	inst, err := r.Loader.Start(ctx, job.ComponentType, pluginhost.StartOptions{WorkDir: work, Env: env, Output: output})
+	writable, readOnly, hidden := r.sandboxPaths(job.ComponentType, stateDir)
+	inst, err := r.Loader.Start(ctx, job.ComponentType, pluginhost.StartOptions{WorkDir: work, Env: env, Output: output,
+		Writable: writable, ReadOnly: readOnly, Hidden: hidden})
 	if err != nil {
 		return fail("%v", err) // "start plugin TYPE: …"
 	}
 	defer inst.Kill()
 	d := inst.Description()
-	log(StreamSystem, fmt.Sprintf("[agentd] %s %s: attempt %d, plugin %s %s started in %s (pid group %d, protocol %s)",
-		job.ComponentType, job.Operation, job.Attempt, d.Type, d.Version, time.Since(started).Round(time.Millisecond), inst.PGID(), d.Negotiated))
+	sandboxed := "no sandbox"
+	if sb := r.Loader.Sandbox; sb != nil {
+		sandboxed = "sandbox " + string(sb.Isolation)
+	}
+	log(StreamSystem, fmt.Sprintf("[agentd] %s %s: attempt %d, plugin %s %s started in %s (pid group %d, protocol %s, %s)",
+		job.ComponentType, job.Operation, job.Attempt, d.Type, d.Version, time.Since(started).Round(time.Millisecond), inst.PGID(), d.Negotiated, sandboxed))
 	evaluates := d.Has(sdk.CapPolicy) && !d.Negotiated.Less(sdk.ProtocolVersion{Major: 1, Minor: 3})
 	if len(policies) > 0 {
 		var names []string

@@ -30,6 +30,8 @@ type Instance struct {
 	desc *sdk.Description
 	// sockDir holds the plugin's gRPC socket; removed by Kill.
 	sockDir string
+	// sandbox is where the plugin runs; nil for none.
+	sandbox *Sandbox
 	// out takes what the plugin prints outside the protocol; writers are
 	// its line splitters, flushed by Kill.
 	out     *output
@@ -155,7 +157,9 @@ func (i *Instance) CanInterrupt() bool {
 // kills the process group.
 func (i *Instance) Interrupt() {
 	if i.pgid > 0 {
-		if err := syscall.Kill(i.pgid, syscall.SIGINT); err != nil {
+		// In a sandbox the process the agent started is the sandbox's;
+		// the plugin itself is found inside.
+		if err := syscall.Kill(i.sandbox.pluginPID(i.pgid), syscall.SIGINT); err != nil {
 			i.logger.Warn("interrupt plugin", "pid", i.pgid, "err", err)
 		}
 	}

@@ -18,6 +18,15 @@
 // work directory, and dies with the agent. [Instance.Kill] kills the whole
 // group, including anything the plugin's scripts left running.
 //
+// With a [Sandbox] (agentd always has one unless the customer says
+// --insecure-no-sandbox), every plugin and all it starts run in their own
+// user, mount, PID, IPC and UTS namespaces, built by bubblewrap or by the
+// agent's own namespace init, where only the system directories
+// (read-only), the work dir, the plugin's socket dir and the paths
+// StartOptions name exist: the agent's state, identity and controls, the
+// secrets file and other plugins' sockets are absent. The binary still
+// runs from the descriptor that was checked.
+//
 // The package relies on Linux process groups, parent-death signals and
 // /proc.
 package pluginhost
@@ -44,8 +53,14 @@ import (
 
 	"github.com/hashicorp/go-plugin"
 
+	"github.com/byoc-dev/byoc/plugins/action/sandbox"
 	"github.com/byoc-dev/byoc/plugins/sdk"
 )
+
+// sandboxed reports whether plugins run in a sandbox.
+func (l *Loader) sandboxed() bool {
+	return l.Sandbox != nil && l.Sandbox.Isolation != IsolationNone
+}
 
 // BinaryPrefix starts the file name of every external plugin.
 const BinaryPrefix = "byoc-plugin-"
@@ -94,6 +109,13 @@ type Loader struct {
 	// Logger receives go-plugin's messages and the plugins' stderr at debug
 	// level. Nil discards them.
 	Logger *slog.Logger
+	// Sandbox isolates every plugin (ProbeSandbox): each runs, with all
+	// it starts, where only the system directories, its work dir, its
+	// socket dir and StartOptions' Writable and ReadOnly paths exist. Nil
+	// or IsolationNone runs plugins with the agent's own view of the
+	// file system; agentd always sets it, and sets IsolationNone only
+	// when the customer says --insecure-no-sandbox.
+	Sandbox *Sandbox
 
 	// sums caches the checksum of each verified binary by file identity.
 	sumsMu sync.Mutex
@@ -118,6 +140,15 @@ type StartOptions struct {
 	// Env is added to the plugin's minimal base environment; nothing of the
 	// agent's own environment is passed on.
 	Env map[string]string
+	// Writable are host directories the plugin may write besides WorkDir
+	// (its component's state directory, say) and ReadOnly host files or
+	// directories it may read, when the Loader has a Sandbox; nothing
+	// else of the agent's files exists for it.
+	Writable, ReadOnly []string
+	// Hidden are host paths kept from the plugin even where they lie in
+	// a directory it sees (the agent's state directory or secrets file
+	// under /etc, say): a directory shows empty, a file empty.
+	Hidden []string
 	// Output, if set, receives each line the plugin process prints
 	// outside the protocol, from its start until Kill returns: source
 	// "stdout" or "stderr". That is what plugin code writes to os.Stdout
@@ -143,9 +174,6 @@ func (l *Loader) Start(ctx context.Context, typ string, opt StartOptions) (*Inst
 		// child has it (or failed to start).
 		defer exe.Close()
 	}
-	cmd.Dir = opt.WorkDir
-	cmd.Env = pluginEnv(opt)
-	cmd.SysProcAttr = pluginProcAttr()
 	startTimeout := defaultStartTimeout
 	if d, ok := ctx.Deadline(); ok {
 		startTimeout = min(startTimeout, time.Until(d))
@@ -161,7 +189,18 @@ func (l *Loader) Start(ctx context.Context, typ string, opt StartOptions) (*Inst
 	if err != nil {
 		return nil, fmt.Errorf("start plugin %s: socket dir: %w", typ, err)
 	}
-	cmd.Env = append(cmd.Env, plugin.EnvUnixSocketDir+"="+sockDir)
+	if l.sandboxed() {
+		if cmd, err = l.Sandbox.command(exe, pluginMounts(opt.WorkDir, sockDir, opt), cmd.Args[1:]); err != nil {
+			os.RemoveAll(sockDir)
+			return nil, fmt.Errorf("start plugin %s: %w", typ, err)
+		}
+	}
+	cmd.Dir = opt.WorkDir
+	cmd.Env = append(pluginEnv(opt), plugin.EnvUnixSocketDir+"="+sockDir)
+	if l.sandboxed() {
+		cmd.Env = append(cmd.Env, sandbox.NestedEnv+"="+string(l.Sandbox.Isolation))
+	}
+	cmd.SysProcAttr = pluginProcAttr(cmd.SysProcAttr)
 	logger := l.Logger
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -185,7 +224,7 @@ func (l *Loader) Start(ctx context.Context, typ string, opt StartOptions) (*Inst
 		SyncStdout:   stdout,
 		SyncStderr:   stderr,
 	})
-	inst := &Instance{typ: typ, client: client, cmd: cmd, logger: logger, sockDir: sockDir,
+	inst := &Instance{typ: typ, client: client, cmd: cmd, logger: logger, sockDir: sockDir, sandbox: l.Sandbox,
 		out: out, writers: []*lineWriter{stdout, stderr, rawErr}}
 
 	rpc, err := dial(client)
@@ -295,6 +334,15 @@ func (l *Loader) command(typ string) (cmd *exec.Cmd, exe *os.File, external bool
 		args := []string{"plugin", typ}
 		if l.SelfArgs != nil {
 			args = l.SelfArgs(typ)
+		}
+		if l.sandboxed() {
+			// Inside the sandbox the agent's binary is executed through
+			// its descriptor: its path need not exist there.
+			f, err := os.Open(l.SelfExe)
+			if err != nil {
+				return nil, nil, false, fmt.Errorf("open the agent's own binary: %w", err)
+			}
+			return fdCommand(f, l.SelfExe, args...), f, false, nil
 		}
 		return exec.Command(l.SelfExe, args...), nil, false, nil
 	}

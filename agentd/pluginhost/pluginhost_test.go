@@ -25,6 +25,7 @@ import (
 
 	"github.com/byoc-dev/byoc/agentd/pluginhost"
 	"github.com/byoc-dev/byoc/plugins/action"
+	"github.com/byoc-dev/byoc/plugins/action/sandbox"
 	"github.com/byoc-dev/byoc/plugins/sdk"
 )
 
@@ -40,6 +41,9 @@ func TestMain(m *testing.M) {
 			os.Exit(2)
 		}
 		sdk.ServeArgs(p, os.Args[3:])
+	}
+	if len(os.Args) > 1 && os.Args[1] == sandbox.InitArg {
+		os.Exit(sandbox.InitMain(os.Args[2:]))
 	}
 	if len(os.Args) > 1 && os.Args[1] == "hold-plugin" {
 		holdPlugin()
@@ -116,7 +120,26 @@ func newLoader(tb testing.TB) *pluginhost.Loader {
 		SelfArgs: func(typ string) []string { return []string{"plugin", typ} },
 		Builtins: []string{"action"},
 		Logger:   testLogger(),
+		Sandbox:  testSandbox(tb, os.Getenv("BYOC_TEST_SANDBOX")),
 	}
+}
+
+// testSandbox is the sandbox of mode (bubblewrap or namespaces), or nil
+// for "": BYOC_TEST_SANDBOX=MODE runs every test of the package in it.
+func testSandbox(tb testing.TB, mode string) *pluginhost.Sandbox {
+	tb.Helper()
+	if mode == "" {
+		return nil
+	}
+	self, err := os.Executable()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s, err := pluginhost.ProbeSandbox(context.Background(), pluginhost.SandboxOptions{Mode: mode, InitExe: self})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s
 }
 
 func start(tb testing.TB, l *pluginhost.Loader, typ string, env map[string]string) (*pluginhost.Instance, string) {
@@ -806,7 +829,7 @@ func TestBundled(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00"); !slices.Equal(got, []string{exe, "testkit"}) {
+			if got := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00"); l.Sandbox == nil && !slices.Equal(got, []string{exe, "testkit"}) {
 				t.Errorf("the companion's argv = %q, want [%s testkit]", got, exe)
 			}
 			res, logs := run(t, inst, t.TempDir(), map[string]any{"mode": "ok"}, nil)

@@ -12,8 +12,13 @@ import (
 // pluginProcAttr puts a plugin in its own process group, so that one
 // signal reaches it and everything it started, and kills it if the agent
 // dies.
-func pluginProcAttr() *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+// a holds what the sandbox set (namespaces, ID maps), or is nil.
+func pluginProcAttr(a *syscall.SysProcAttr) *syscall.SysProcAttr {
+	if a == nil {
+		a = &syscall.SysProcAttr{}
+	}
+	a.Setpgid, a.Pdeathsig = true, syscall.SIGKILL
+	return a
 }
 
 // signalGroup sends sig to every process in the group pgid.

@@ -2,8 +2,8 @@
 // enrols, and on demand (`agentd preflight`): egress to imsd, the clock
 // against imsd's, each enabled permission mode's role assumable, the
 // customer's values readable, the install's registry reachable, the
-// companion binary of the heavy built-in types (byoc-plugins) in place, and
-// disk space. Each check passes or fails with a fix; a mode the customer
+// companion binary of the heavy built-in types (byoc-plugins) in place, the
+// sandbox vendor code runs in, and disk space. Each check passes or fails with a fix; a mode the customer
 // turned off is reported as off, not as a failure.
 package preflight
 
@@ -64,6 +64,10 @@ type Options struct {
 	// (pluginhost.Loader.CheckBundled); BundledPath names it.
 	Bundled     func() error
 	BundledPath string
+	// Sandbox, if set, builds the sandbox vendor code runs in
+	// (pluginhost.ProbeSandbox) and says which; insecure reports that
+	// the customer turned it off (agentd --insecure-no-sandbox).
+	Sandbox func(context.Context) (isolation, detail string, insecure bool, err error)
 }
 
 // Run runs every check, in order.
@@ -94,8 +98,28 @@ func Run(ctx context.Context, o Options) []Result {
 	if o.Bundled != nil {
 		out = append(out, checkBundled(ctx, o))
 	}
+	if o.Sandbox != nil {
+		out = append(out, checkSandbox(ctx, o))
+	}
 	out = append(out, checkDisk(o))
 	return out
+}
+
+// checkSandbox builds the sandbox every plugin runs in, as the agent
+// does at start, and says which is in force.
+func checkSandbox(ctx context.Context, o Options) Result {
+	r := Result{Check: "vendor code sandbox"}
+	iso, detail, insecure, err := o.Sandbox(ctx)
+	switch {
+	case err != nil:
+		r.Status, r.Detail = Fail, err.Error()
+		r.Fix = "install bubblewrap (apt-get install bubblewrap) or allow unprivileged user namespaces; agentd refuses to run vendor code without a sandbox unless started with --insecure-no-sandbox"
+	case insecure:
+		r.Status, r.Detail = Off, iso+": "+detail
+	default:
+		r.Status, r.Detail = Pass, iso+": "+detail
+	}
+	return r
 }
 
 // checkBundled checks that the companion binary is in place, checked as

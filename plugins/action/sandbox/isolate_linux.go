@@ -3,9 +3,7 @@ package sandbox
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 )
@@ -18,55 +16,12 @@ var systemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "
 var hiddenFiles = []string{"/etc/shadow", "/etc/gshadow", "/etc/sudoers"}
 
 // bwrapArgs are bubblewrap's options for policy p.
-func bwrapArgs(p Policy) []string {
-	args := []string{
-		"--die-with-parent",
-		"--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-		"--hostname", "byoc-step",
-		"--cap-drop", "ALL",
-		"--dev", "/dev",
-		"--proc", "/proc",
-		"--tmpfs", "/tmp",
-	}
-	if !p.Network {
-		args = append(args, "--unshare-net")
-	}
-	for _, d := range systemDirs {
-		fi, err := os.Lstat(d)
-		switch {
-		case err != nil:
-		case fi.Mode()&os.ModeSymlink != 0:
-			if target, err := os.Readlink(d); err == nil {
-				args = append(args, "--symlink", target, d)
-			}
-		case fi.IsDir():
-			args = append(args, "--ro-bind", d, d)
-		}
-	}
-	for _, f := range hiddenFiles {
-		if _, err := os.Stat(f); err == nil {
-			args = append(args, "--ro-bind", "/dev/null", f)
-		}
-	}
-	work, err := filepath.Abs(p.WorkDir)
-	if err != nil {
-		work = p.WorkDir
-	}
-	args = append(args, "--bind", work, work)
+func bwrapArgs(p Policy, bindProc bool) []string {
+	m := Mounts{Writable: []string{p.WorkDir}, Chdir: p.WorkDir, Hostname: "byoc-step", Network: p.Network, BindProc: bindProc}
 	if p.StateDir != "" {
-		state, err := filepath.Abs(p.StateDir)
-		if err != nil {
-			state = p.StateDir
-		}
-		args = append(args, "--bind", state, state)
+		m.Writable = append(m.Writable, p.StateDir)
 	}
-	args = append(args,
-		"--chdir", work,
-		// The root itself is a tmpfs that bubblewrap made for the mounts;
-		// nothing may be written there either.
-		"--remount-ro", "/",
-	)
-	return args
+	return m.BwrapArgs()
 }
 
 // procAttr isolates the command itself at LevelNamespaces; at the other

@@ -11,6 +11,13 @@
 // not applied is reported by [Sandbox.Warnings]; the caller must log it:
 // the sandbox never falls back silently.
 //
+// The same file system isolation is offered to any process through
+// [Mounts]: bubblewrap's arguments ([Mounts.BwrapArgs]) or, without
+// bubblewrap, a namespace sandbox built by a small init the caller's own
+// binary serves ([NamespaceCommand], [InitMain]). agentd runs every
+// plugin that way (agentd/pluginhost); an action's steps then run in a
+// second sandbox nested in the plugin's.
+//
 // The package is Linux-only, as the agent is.
 package sandbox
 
@@ -85,6 +92,8 @@ type Sandbox struct {
 	level    Level
 	bwrap    string
 	bwrapVer string
+	// bindProc: nested in a plugin sandbox, the step gets its /proc.
+	bindProc bool
 	cg       cgroups
 	warnings []string
 }
@@ -164,9 +173,19 @@ func (s *Sandbox) probeBwrap(ctx context.Context, path string) string {
 		return fmt.Sprintf("bubblewrap probe: %v", err)
 	}
 	defer os.RemoveAll(dir)
-	args := append(bwrapArgs(Policy{WorkDir: dir}), "--", "/bin/true")
+	args := append(bwrapArgs(Policy{WorkDir: dir}, false), "--", "/bin/true")
 	if out, err := exec.CommandContext(ctx, path, args...).CombinedOutput(); err != nil {
-		return fmt.Sprintf("%s cannot create a sandbox here (%v: %s)", s.bwrapVer, err, strings.TrimSpace(string(out)))
+		why := fmt.Sprintf("%s cannot create a sandbox here (%v: %s)", s.bwrapVer, err, strings.TrimSpace(string(out)))
+		if os.Getenv(NestedEnv) == "" {
+			return why
+		}
+		// Inside a plugin's sandbox: its /proc shows only its own
+		// processes, and a new one cannot be mounted.
+		args := append(bwrapArgs(Policy{WorkDir: dir}, true), "--", "/bin/true")
+		if out, err := exec.CommandContext(ctx, path, args...).CombinedOutput(); err != nil {
+			return fmt.Sprintf("%s; nor with the plugin sandbox's /proc (%v: %s)", why, err, strings.TrimSpace(string(out)))
+		}
+		s.bindProc = true
 	}
 	s.level, s.bwrap = LevelBubblewrap, path
 	return ""
@@ -244,7 +263,7 @@ func (s *Sandbox) Run(ctx context.Context, p Policy, argv []string) (Result, err
 	}
 	cmdArgs := argv
 	if s.level == LevelBubblewrap {
-		cmdArgs = append(append(append([]string{s.bwrap}, bwrapArgs(p)...), "--"), argv...)
+		cmdArgs = append(append(append([]string{s.bwrap}, bwrapArgs(p, s.bindProc)...), "--"), argv...)
 	}
 	if group != nil {
 		// The command joins its cgroups itself before it execs, so that

@@ -21,16 +21,16 @@ func TestParseProcCgroup(t *testing.T) {
 }
 
 func TestBwrapArgs(t *testing.T) {
-	args := strings.Join(bwrapArgs(Policy{WorkDir: "/w"}), " ")
+	args := strings.Join(bwrapArgs(Policy{WorkDir: "/w"}, false), " ")
 	for _, want := range []string{"--unshare-net", "--unshare-pid", "--cap-drop ALL", "--tmpfs /tmp", "--bind /w /w", "--chdir /w", "--remount-ro /", "--ro-bind /usr /usr"} {
 		if !strings.Contains(args, want) {
 			t.Errorf("bwrap args lack %q: %s", want, args)
 		}
 	}
-	if args := strings.Join(bwrapArgs(Policy{WorkDir: "/w", StateDir: "/s"}), " "); !strings.Contains(args, "--bind /w /w --bind /s /s --chdir /w") {
+	if args := strings.Join(bwrapArgs(Policy{WorkDir: "/w", StateDir: "/s"}, false), " "); !strings.Contains(args, "--bind /w /w --bind /s /s --chdir /w") {
 		t.Errorf("the state dir is not bound writable after the work dir: %s", args)
 	}
-	if args := strings.Join(bwrapArgs(Policy{WorkDir: "/w", Network: true}), " "); strings.Contains(args, "--unshare-net") {
+	if args := strings.Join(bwrapArgs(Policy{WorkDir: "/w", Network: true}, false), " "); strings.Contains(args, "--unshare-net") {
 		t.Errorf("network policy still unshares the network: %s", args)
 	}
 }

@@ -1,7 +1,8 @@
 // Command testkit is an external plugin for pluginhost tests. Its Apply
 // behaves according to config "mode": ok, env, crash, hang, print (to
-// stdout, stderr and the log package), panic (in Apply) or
-// goroutine-panic. It has no optional capabilities.
+// stdout, stderr and the log package), panic (in Apply),
+// goroutine-panic or sh (runs config "script" with /bin/sh, its output
+// on stdout). It has no optional capabilities.
 package main
 
 import (
@@ -10,6 +11,8 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"os/exec"
+	"strings"
 
 	"github.com/hashicorp/go-plugin"
 
@@ -52,6 +55,13 @@ func (testkit) Apply(ctx context.Context, req *sdk.ApplyRequest) (*sdk.ApplyResp
 		fmt.Print("no newline at the end")
 		log.Print("debug via the log package")
 		return &sdk.ApplyResponse{}, nil
+	case "sh":
+		script, _ := req.Config["script"].(string)
+		out, err := exec.CommandContext(ctx, "/bin/sh", "-c", script).CombinedOutput()
+		for _, l := range strings.Split(strings.TrimRight(string(out), "\n"), "\n") {
+			req.Log.Stdout(l)
+		}
+		return &sdk.ApplyResponse{}, err
 	case "panic":
 		var m map[string]int
 		m["x"] = 1

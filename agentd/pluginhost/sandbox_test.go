@@ -1,0 +1,155 @@
+package pluginhost_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/byoc-dev/byoc/agentd/pluginhost"
+	"github.com/byoc-dev/byoc/plugins/sdk"
+)
+
+// Without a sandbox that works, ProbeSandbox refuses, naming what it
+// tried and the flag that runs plugins without one; only that flag gets
+// IsolationNone.
+func TestProbeSandboxRefusesWithoutOne(t *testing.T) {
+	ctx := t.Context()
+	tests := []struct {
+		name string
+		opt  pluginhost.SandboxOptions
+		want []string
+	}{
+		{"no bubblewrap", pluginhost.SandboxOptions{Mode: "bubblewrap", Bwrap: "/nonexistent/bwrap"},
+			[]string{"bubblewrap at /nonexistent/bwrap does not run", "--insecure-no-sandbox"}},
+		{"no namespaces", pluginhost.SandboxOptions{Mode: "namespaces", InitExe: "/bin/false"},
+			[]string{"Linux namespaces: exit status 1", "--insecure-no-sandbox"}},
+		{"neither", pluginhost.SandboxOptions{Bwrap: "/nonexistent/bwrap", InitExe: "/bin/false"},
+			[]string{"bubblewrap at /nonexistent/bwrap does not run", "Linux namespaces"}},
+		{"bad mode", pluginhost.SandboxOptions{Mode: "chroot"}, []string{`sandbox mode "chroot": want auto, bubblewrap or namespaces`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := pluginhost.ProbeSandbox(ctx, tt.opt)
+			if err == nil {
+				t.Fatalf("ProbeSandbox = %+v, want an error", s)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+	s, err := pluginhost.ProbeSandbox(ctx, pluginhost.SandboxOptions{Bwrap: "/nonexistent/bwrap", InitExe: "/bin/false", Insecure: true})
+	if err != nil || s.Isolation != pluginhost.IsolationNone || !strings.Contains(s.Describe(), "NONE (--insecure-no-sandbox)") {
+		t.Fatalf("insecure: %+v, %v", s, err)
+	}
+}
+
+// In each sandbox a plugin and its steps find the agent's files absent,
+// write only where StartOptions say, and an interrupt reaches the plugin
+// itself (not the sandbox around it, which would kill it).
+func TestSandboxedPlugin(t *testing.T) {
+	for _, mode := range []string{"bubblewrap", "namespaces"} {
+		t.Run(mode, func(t *testing.T) {
+			l := newLoader(t)
+			l.Sandbox = testSandbox(t, mode)
+			root := t.TempDir()
+			agentState := filepath.Join(root, "state")
+			compState := filepath.Join(agentState, "components", "c")
+			work := filepath.Join(agentState, "jobs", "j-1")
+			for _, d := range []string{compState, work} {
+				if err := os.MkdirAll(d, 0o700); err != nil {
+					t.Fatal(err)
+				}
+			}
+			identity := filepath.Join(agentState, "identity.json")
+			kubeconfig := filepath.Join(root, "kubeconfig")
+			for _, f := range []string{identity, kubeconfig} {
+				if err := os.WriteFile(f, []byte("host-only"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// A pinned external plugin, executed through the checked
+			// descriptor inside the sandbox, and the shell it starts.
+			dir, sum := install(t, testkit(t), "testkit")
+			l.Dirs, l.Pins = []string{dir}, map[string]string{"testkit": sum}
+			kit, err := l.Start(t.Context(), "testkit", pluginhost.StartOptions{WorkDir: work,
+				Writable: []string{compState}, ReadOnly: []string{kubeconfig, filepath.Join(root, "missing")}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(kit.Kill)
+			probe := `cat "$ID" 2>&1; echo x > "$AS/perm" 2>&1 || echo nowrite; cat "$KC"; echo; echo y > "$KC" 2>&1 || echo rofile; echo ok > "$CS/kept"; ls "$PD" 2>&1; echo done`
+			cfg := map[string]any{"mode": "sh", "script": `ID='` + identity + `' AS='` + agentState + `' KC='` + kubeconfig + `' CS='` + compState + `' PD='` + dir + `'; ` + probe}
+			res, logs := run(t, kit, work, cfg, nil)
+			out := strings.Join(stdout(logs), "\n")
+			if res.Error != "" || !strings.Contains(out, "done") {
+				t.Fatalf("result %+v:\n%s", res, out)
+			}
+			for _, w := range []string{identity + ": No such file or directory", "nowrite", "host-only", "rofile", dir + "': No such file or directory"} {
+				if !strings.Contains(out, w) {
+					t.Errorf("output lacks %q:\n%s", w, out)
+				}
+			}
+			if b, err := os.ReadFile(filepath.Join(compState, "kept")); err != nil || string(b) != "ok\n" {
+				t.Errorf("the component's state dir was not writable: %q, %v", b, err)
+			}
+			if _, err := os.Stat(filepath.Join(agentState, "perm")); err == nil {
+				t.Error("the plugin wrote into the agent's state dir")
+			}
+
+			// Interrupt: the action type stops its step and returns.
+			inst, err := l.Start(t.Context(), "action", pluginhost.StartOptions{WorkDir: work})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(inst.Kill)
+			hold := map[string]any{"steps": []any{map[string]any{"name": "hold", "script": "echo started; exec sleep 60"}}}
+			started := make(chan struct{}, 1)
+			type ret struct {
+				res *sdk.Result
+				err error
+			}
+			done := make(chan ret, 1)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			go func() {
+				r, err := inst.Run(ctx, sdk.OpApply, &sdk.RunRequest{Job: sdk.JobContext{JobID: "j", WorkDir: work}, Config: hold},
+					func(e sdk.LogEvent) {
+						if e.Text == "started" {
+							started <- struct{}{}
+						}
+					})
+				done <- ret{r, err}
+			}()
+			select {
+			case <-started:
+			case <-ctx.Done():
+				t.Fatal("the holding step did not start")
+			}
+			if !inst.CanInterrupt() {
+				t.Fatal("the action plugin cannot be interrupted")
+			}
+			inst.Interrupt()
+			select {
+			case r := <-done:
+				if r.err != nil {
+					t.Fatalf("Run after Interrupt: %v (the interrupt killed the plugin instead of reaching it)", r.err)
+				}
+				if r.res.Error == "" {
+					t.Errorf("an interrupted step succeeded: %+v", r.res)
+				}
+			case <-ctx.Done():
+				t.Fatal("Interrupt did not stop the operation")
+			}
+			if !slices.Contains([]string{"bubblewrap", "namespaces"}, string(l.Sandbox.Isolation)) {
+				t.Errorf("isolation %q", l.Sandbox.Isolation)
+			}
+		})
+	}
+}
