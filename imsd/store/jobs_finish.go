@@ -1,0 +1,181 @@
+// Jobs, finish and cancel: how a job ends, by its agent's result
+// (FinishJob) or by an operator's cancel (RequestCancel).
+
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/byoc-dev/byoc/imsd/errs"
+)
+
+// FinishJob records how job jobID ended on its agent. r.State must be
+// terminal. changed is false when the job had already ended: finishing it
+// again with the same token changes nothing and is no error, so a result
+// resent after a lost reply is harmless. The usual finish is one UPDATE
+// that returns nothing; callers that want the job read it.
+func (s *Store) FinishJob(ctx context.Context, jobID string, w Writer, r Result, now time.Time) (changed bool, err error) {
+	if !r.State.Terminal() {
+		return false, errs.Field("state", "%q is not a final job state", r.State)
+	}
+	if err := requireTime("now", now); err != nil {
+		return false, err
+	}
+	plan, err := encodePlan(r.PlannedChanges)
+	if err != nil {
+		return false, err
+	}
+	policy, err := encodePolicy(r.PolicyFindings)
+	if err != nil {
+		return false, err
+	}
+	write := s.writeOne
+	if r.Build != nil {
+		// Two changes: the job and its build.
+		write = s.write
+	}
+	err = write(ctx, "finish job", func(tx *txn) error {
+		// The usual case, one statement: the holder finishes its job. It
+		// returns what the bookkeeping below needs, so a job that is no
+		// drift check and no build costs no further statement.
+		var install, typ, op string
+		err := tx.QueryRowContext(ctx, s.bind(`UPDATE jobs SET state = ?, ended_at = ?, exit_code = ?, error = ?, outputs = ?, plan = ?, policy = ?,
+			plan_digest = ?, lease_deadline = 0 WHERE id = ? AND agent_id = ? AND agent_id <> '' AND fencing_token = ? AND state IN ('assigned', 'running')
+			RETURNING install_id, component_type, operation`),
+			string(r.State), nanos(now), r.ExitCode, r.Error, encodeMap(r.Outputs), plan, policy, r.PlanDigest, jobID, w.AgentID, w.FencingToken).
+			Scan(&install, &typ, &op)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		if errors.Is(err, sql.ErrNoRows) {
+			// A resent result, or a write to refuse and explain.
+			j, err := s.jobForWrite(ctx, tx, jobID)
+			if err != nil {
+				return err
+			}
+			if err := s.checkWriter(ctx, tx, j, w); err != nil {
+				return err
+			}
+			if j.State.Terminal() {
+				return nil
+			}
+			j, err = s.updateJob(ctx, tx, `UPDATE jobs SET state = ?, ended_at = ?, exit_code = ?, error = ?, outputs = ?, plan = ?, policy = ?,
+				plan_digest = ?, lease_deadline = 0 WHERE id = ?`, string(r.State), nanos(now), r.ExitCode, r.Error, encodeMap(r.Outputs), plan, policy,
+				r.PlanDigest, jobID)
+			if err != nil {
+				return err
+			}
+			install, typ, op = j.InstallID, j.ComponentType, j.Operation
+		}
+		changed = true
+		data := map[string]string{"state": string(r.State), "exit_code": strconv.Itoa(r.ExitCode)}
+		if r.Error != "" {
+			data["error"] = truncate(r.Error, 512)
+		}
+		if r.PlanDigest != "" {
+			data["plan_digest"] = r.PlanDigest
+		}
+		policyAudit(data, r.PolicyFindings)
+		kind := "job.finished"
+		if r.State == JobRefused {
+			// The agent refused the job (its check of the assignment, or
+			// the customer's permission state): a kind of its own.
+			kind = "job.refused"
+		}
+		if err := s.auditAgentJob(ctx, tx, w.AgentID, jobID, kind, now, data); err != nil {
+			return err
+		}
+		if op == "drift" {
+			if err := s.recordDrift(ctx, tx, jobID, r, plan, now); err != nil {
+				return err
+			}
+		}
+		if r.Build != nil && r.State == JobSucceeded {
+			// Only the build agent's build jobs make builds.
+			if install == VendorInstallID && typ == BuildType {
+				b := *r.Build
+				b.ID, b.CreatedAt = jobID, now
+				if err := s.recordBuild(ctx, tx, b); err != nil {
+					return err
+				}
+			}
+		}
+		return s.notifyLogs(ctx, tx, jobID)
+	})
+	return changed && err == nil, err
+}
+
+// encodePlan stores planned changes as a JSON array; none as "".
+func encodePlan(changes []PlannedChange) (string, error) {
+	if len(changes) == 0 {
+		return "", nil
+	}
+	for i, c := range changes {
+		for _, v := range []json.RawMessage{c.Before, c.After} {
+			if len(v) > 0 && !json.Valid(v) {
+				return "", errs.Field(fmt.Sprintf("planned_changes[%d]", i), "before or after is not valid JSON")
+			}
+		}
+	}
+	b, err := json.Marshal(changes)
+	if err != nil {
+		return "", fmt.Errorf("encode plan: %w", err)
+	}
+	return string(b), nil
+}
+
+// RequestCancel cancels job jobID: a queued job is cancelled at once; an
+// assigned or running one is marked so its agent stops it. Cancelling a
+// cancelled job returns it as it is; any other ended job is a Conflict.
+func (s *Store) RequestCancel(ctx context.Context, jobID, reason string, now time.Time) (Job, error) {
+	if err := requireTime("now", now); err != nil {
+		return Job{}, err
+	}
+	var out Job
+	err := s.write(ctx, "cancel job", func(tx *txn) error {
+		j, err := s.jobForWrite(ctx, tx, jobID)
+		if err != nil {
+			return err
+		}
+		switch j.State {
+		case JobCancelled:
+			out = j
+			return nil
+		case JobQueued:
+			msg := reason
+			if msg == "" {
+				msg = "cancelled"
+			}
+			out, err = s.updateJob(ctx, tx, `UPDATE jobs SET state = 'cancelled', ended_at = ?, error = ?,
+				cancel_requested = TRUE, cancel_reason = ? WHERE id = ?`, nanos(now), msg, reason, jobID)
+			if err != nil {
+				return err
+			}
+			if err := s.Audit(ctx, tx, jobEvent(j, "job.cancelled", "", now, map[string]string{"reason": truncate(reason, 512)})); err != nil {
+				return err
+			}
+			return s.notifyLogs(ctx, tx, jobID)
+		case JobAssigned, JobRunning:
+			out, err = s.updateJob(ctx, tx, `UPDATE jobs SET cancel_requested = TRUE, cancel_reason = ? WHERE id = ?`, reason, jobID)
+			if err != nil {
+				return err
+			}
+			if err := s.Audit(ctx, tx, jobEvent(j, "job.cancel_requested", "", now, map[string]string{"reason": truncate(reason, 512)})); err != nil {
+				return err
+			}
+			// Wake the replica holding the agent's stream so it passes
+			// the cancellation on.
+			return s.notifyJobs(ctx, tx, j.InstallID)
+		default:
+			return errs.E(errs.Conflict, "job %s already %s", jobID, strings.ReplaceAll(string(j.State), "_", " "))
+		}
+	})
+	return out, err
+}
