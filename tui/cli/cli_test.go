@@ -847,3 +847,30 @@ func TestCompletionAsksTheServer(t *testing.T) {
 		t.Errorf("--help does not list completion:\n%s", r.stdout)
 	}
 }
+
+// A live plan whose component plans failed exits 1, naming them, after
+// printing the plan; one whose plans all succeeded exits 0.
+func TestLivePlanFailedExitsNonZero(t *testing.T) {
+	f, _ := setup(t)
+	f.plan = &imsv1.PlanInstallResponse{Kind: imsv1.WorkflowKind_WORKFLOW_KIND_PROVISION, AppRevision: 3, Steps: []*imsv1.WorkflowStep{
+		{Name: "db", Component: "db", ComponentType: "terraform", Operation: "apply", Reason: "new", PlanState: "failed",
+			PlanError: "dial tcp 127.0.0.1:8080: connect: connection refused", PlanJobId: "job_db"},
+		{Name: "web", Component: "web", ComponentType: "helm", Operation: "apply", Reason: "new", PlanState: "timed_out",
+			PlanError: "no plan within 2m0s", PlanJobId: "job_web"},
+	}}
+	r := byoc(t, "install", "plan", "acme", "--live", "--kind", "provision")
+	if r.code != exitError || !strings.Contains(r.stdout, "failed: dial tcp") || !strings.Contains(r.stderr, "2 of 2 component plans failed (db, web)") {
+		t.Fatalf("live plan with failed plans: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	r = byoc(t, "install", "plan", "acme", "--live", "--kind", "provision", "-o", "json")
+	if r.code != exitError || !strings.Contains(r.stdout, `"planState": "failed"`) {
+		t.Fatalf("live plan -o json with failed plans: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	f.mu.Lock()
+	f.plan.Steps = f.plan.Steps[:1]
+	f.plan.Steps[0].PlanState, f.plan.Steps[0].PlanError, f.plan.Steps[0].PlanJobId = "not_planned", "needs outputs of net", ""
+	f.mu.Unlock()
+	if r := byoc(t, "install", "plan", "acme", "--live", "--kind", "provision"); r.code != 0 {
+		t.Fatalf("live plan with nothing failed: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+}

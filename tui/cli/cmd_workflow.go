@@ -298,11 +298,18 @@ a dry run of a rollout across the fleet.`,
 					return errs[0]
 				}
 				if a.jsonOutput() {
-					return writeJSON(a.stdout, plans[0])
+					if err := writeJSON(a.stdout, plans[0]); err != nil {
+						return err
+					}
+				} else if err := a.printInstallPlan(cmd.Context(), c, installs[0], plans[0]); err != nil {
+					return err
 				}
-				return a.printInstallPlan(cmd.Context(), c, installs[0], plans[0])
+				return failedPlansError(plans)
 			}
-			return a.printPlanGroups(cmd.Context(), c, installs, plans, errs)
+			if err := a.printPlanGroups(cmd.Context(), c, installs, plans, errs); err != nil {
+				return err
+			}
+			return failedPlansError(plans)
 		},
 	}
 	cmd.Flags().StringArrayVar(&inputs, "input", nil, "plan as if this input were set (repeatable)")
@@ -313,6 +320,32 @@ a dry run of a rollout across the fleet.`,
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "with --live, how long to wait for the agents' plans (default 2m)")
 	cmd.Flags().StringVar(&appName, "app", "", "plan every install of this app too")
 	return cmd
+}
+
+// failedPlansError is a live plan's verdict when some component's plan
+// failed or timed out: exit 1, as when an install could not be planned,
+// so that a script does not take a failed plan for an empty one.
+func failedPlansError(plans []*imsv1.PlanInstallResponse) error {
+	var failed []string
+	steps, n := 0, 0
+	for _, p := range plans {
+		for _, s := range p.GetSteps() {
+			if s.GetPlanJobId() == "" && s.GetPlanState() == "" {
+				continue
+			}
+			steps++
+			if st := s.GetPlanState(); st == "failed" || st == "timed_out" {
+				n++
+				failed = append(failed, s.GetName())
+			}
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	slices.Sort(failed)
+	failed = slices.Compact(failed)
+	return &exitCodeError{code: exitError, msg: fmt.Sprintf("%d of %d component plans failed (%s); see each plan above", n, steps, strings.Join(failed, ", "))}
 }
 
 // printInstallPlan writes one install's plan: the steps and why, then,

@@ -38,7 +38,8 @@ type fakeOperator struct {
 	job      *imsv1.Job // returned by GetJob
 	// jobs are more jobs GetJob returns, by id.
 	jobs     map[string]*imsv1.Job
-	workflow *imsv1.Workflow // returned by GetWorkflow
+	workflow *imsv1.Workflow            // returned by GetWorkflow
+	plan     *imsv1.PlanInstallResponse // returned by PlanInstall
 	// enqueueFail is how many enqueue calls fail with enqueueCode (all of
 	// them when negative) before one succeeds; enqueueCalls counts calls
 	// and enqueueKeys records each call's idempotency key.
@@ -307,4 +308,16 @@ func (f *fakeOperator) GetWorkflow(ctx context.Context, req *connect.Request[ims
 		return nil, connect.NewError(connect.CodeNotFound, errString(`workflow "`+req.Msg.GetId()+`" not found`))
 	}
 	return connect.NewResponse(&imsv1.GetWorkflowResponse{Workflow: f.workflow}), nil
+}
+
+func (f *fakeOperator) PlanInstall(ctx context.Context, req *connect.Request[imsv1.PlanInstallRequest]) (*connect.Response[imsv1.PlanInstallResponse], error) {
+	if err := f.auth(req.Header()); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.plan == nil {
+		return nil, connect.NewError(connect.CodeNotFound, errString(`install "`+req.Msg.GetInstall()+`" not found`))
+	}
+	return connect.NewResponse(f.plan), nil
 }
