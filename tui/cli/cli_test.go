@@ -874,3 +874,51 @@ func TestLivePlanFailedExitsNonZero(t *testing.T) {
 		t.Fatalf("live plan with nothing failed: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
 }
+
+// Following a workflow whose step's job is queued while the install's
+// agent is offline says so, not "running"; "running" follows once the
+// agent is back. A script queued for an offline agent warns on stderr
+// and still exits 0.
+func TestQueuedForOfflineAgent(t *testing.T) {
+	f, _ := setup(t)
+	defer func(p time.Duration) { followPoll = p }(followPoll)
+	followPoll = time.Millisecond
+	step := func(st imsv1.StepState) []*imsv1.WorkflowStep {
+		return []*imsv1.WorkflowStep{{Name: "sandbox", State: st, JobId: "job_s"}}
+	}
+	running := &imsv1.Workflow{Id: "wf_1", InstallId: "ins_1", InstallName: "acme", Kind: imsv1.WorkflowKind_WORKFLOW_KIND_PROVISION,
+		State: imsv1.WorkflowState_WORKFLOW_STATE_RUNNING, Steps: step(imsv1.StepState_STEP_STATE_RUNNING)}
+	done := &imsv1.Workflow{Id: "wf_1", InstallId: "ins_1", InstallName: "acme", Kind: imsv1.WorkflowKind_WORKFLOW_KIND_PROVISION,
+		State: imsv1.WorkflowState_WORKFLOW_STATE_SUCCEEDED, Steps: step(imsv1.StepState_STEP_STATE_SUCCEEDED)}
+	offline := &imsv1.AgentStatus{AgentId: "agt_1", LastSeenTime: timestamppb.New(time.Now().Add(-5 * time.Minute))}
+	f.mu.Lock()
+	f.workflows = []*imsv1.Workflow{running, running, running, done}
+	f.jobs = map[string]*imsv1.Job{"job_s": {Id: "job_s", State: imsv1.JobState_JOB_STATE_QUEUED}}
+	f.agentFor = func(calls int) *imsv1.AgentStatus {
+		if calls <= 1 {
+			return offline
+		}
+		return &imsv1.AgentStatus{AgentId: "agt_1", Connected: true}
+	}
+	f.mu.Unlock()
+	r := mustRun(t, "workflow", "get", "wf_1", "--wait")
+	want := "  queued    sandbox (job job_s): the agent of install acme is offline (last seen 5m ago); it runs when the agent connects\n" +
+		"  running   sandbox (job job_s)\n"
+	if !strings.Contains(r.stdout, want) || strings.Count(r.stdout, "running   sandbox") != 1 {
+		t.Fatalf("following a workflow queued for an offline agent:\n%s\nwant:\n%s", r.stdout, want)
+	}
+
+	f.mu.Lock()
+	f.agentFor = func(int) *imsv1.AgentStatus { return offline }
+	f.mu.Unlock()
+	r = mustRun(t, "action", "run", "shop-acme", "--", "echo", "hi")
+	if !strings.Contains(r.stderr, "warning: the agent of install shop-acme is offline (last seen 5m ago): the job is queued and runs when the agent connects") {
+		t.Fatalf("action run to an offline agent: stderr:\n%s", r.stderr)
+	}
+	f.mu.Lock()
+	f.agentFor = nil
+	f.mu.Unlock()
+	if r := mustRun(t, "action", "run", "shop-acme", "--", "echo", "hi"); strings.Contains(r.stderr, "warning") {
+		t.Fatalf("action run to a connected agent warns: %s", r.stderr)
+	}
+}

@@ -135,6 +135,9 @@ refused by the agent and never runs.`,
 				if err != nil {
 					return c.wrap(err)
 				}
+				for _, in := range installs {
+					a.warnAgentOffline(ctx, c, in)
+				}
 				if a.jsonOutput() {
 					return writeJSONList(a.stdout, res.Msg.GetJobs())
 				}
@@ -159,6 +162,7 @@ refused by the agent and never runs.`,
 				return c.wrap(err)
 			}
 			job := res.Msg.GetJob()
+			a.warnAgentOffline(ctx, c, install)
 			switch {
 			case follow:
 				fmt.Fprintf(a.stderr, "==> job %s queued on %s\n", job.GetId(), install)

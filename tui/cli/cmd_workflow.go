@@ -610,6 +610,9 @@ var followPlanWait = 10 * time.Second
 // finished), and at once on Ctrl-C or SIGTERM (exit 130), saying where.
 func (a *app) follow(ctx context.Context, c *client, id string) error {
 	seen := map[string]imsv1.StepState{}
+	// waiting are steps announced as queued for an offline agent: said to
+	// run once the agent is back or their job left the queue.
+	waiting := map[string]bool{}
 	var wf *imsv1.Workflow
 	var announced time.Time
 	for {
@@ -629,6 +632,14 @@ func (a *app) follow(ctx context.Context, c *client, id string) error {
 			if s.GetState() == imsv1.StepState_STEP_STATE_PENDING {
 				continue
 			}
+			if s.GetState() == imsv1.StepState_STEP_STATE_RUNNING && s.GetJobId() != "" {
+				if why := a.queuedOffline(ctx, c, wf, s.GetJobId()); why != "" {
+					fmt.Fprintf(a.stdout, "  %-9s %s (job %s): %s; it runs when the agent connects\n", "queued", s.GetName(), s.GetJobId(), why)
+					waiting[s.GetName()] = true
+					continue
+				}
+			}
+			delete(waiting, s.GetName())
 			line := fmt.Sprintf("  %-9s %s", stepStateName(s.GetState()), s.GetName())
 			if s.GetJobId() != "" && s.GetState() == imsv1.StepState_STEP_STATE_RUNNING {
 				line += " (job " + s.GetJobId() + ")"
@@ -637,6 +648,15 @@ func (a *app) follow(ctx context.Context, c *client, id string) error {
 				line += ": " + s.GetError()
 			}
 			fmt.Fprintln(a.stdout, line)
+		}
+		for _, s := range wf.GetSteps() {
+			if !waiting[s.GetName()] || s.GetState() != imsv1.StepState_STEP_STATE_RUNNING {
+				continue
+			}
+			if a.queuedOffline(ctx, c, wf, s.GetJobId()) == "" {
+				delete(waiting, s.GetName())
+				fmt.Fprintf(a.stdout, "  %-9s %s (job %s)\n", "running", s.GetName(), s.GetJobId())
+			}
 		}
 		switch {
 		case wf.GetState() == imsv1.WorkflowState_WORKFLOW_STATE_AWAITING_APPROVAL:
@@ -684,6 +704,47 @@ func (a *app) follow(ctx context.Context, c *client, id string) error {
 			return a.stoppedFollowing(id, wf)
 		case <-time.After(followPoll):
 		}
+	}
+}
+
+// queuedOffline says why job waits, when it is queued and the install's
+// agent is offline or not enrolled: a step "running" on imsd's side is
+// then only waiting. Empty when the job left the queue, the agent is
+// connected, or imsd cannot say.
+func (a *app) queuedOffline(ctx context.Context, c *client, wf *imsv1.Workflow, jobID string) string {
+	j, err := c.GetJob(ctx, connect.NewRequest(&imsv1.GetJobRequest{Id: jobID}))
+	if err != nil || j.Msg.GetJob().GetState() != imsv1.JobState_JOB_STATE_QUEUED {
+		return ""
+	}
+	return a.agentOffline(ctx, c, cmp.Or(wf.GetInstallName(), wf.GetInstallId()))
+}
+
+// agentOffline says that install's agent is offline (and since when) or
+// not enrolled; empty when it is connected or imsd cannot say.
+func (a *app) agentOffline(ctx context.Context, c *client, install string) string {
+	res, err := c.GetInstall(ctx, connect.NewRequest(&imsv1.GetInstallRequest{IdOrName: install}))
+	if err != nil {
+		return ""
+	}
+	in := res.Msg.GetInstall()
+	ag := in.GetAgent()
+	switch {
+	case ag == nil || ag.GetAgentId() == "":
+		return fmt.Sprintf("install %s has no agent enrolled yet (byoc install token %s makes its enrolment token)", in.GetName(), in.GetName())
+	case ag.GetConnected():
+		return ""
+	case ag.GetLastSeenTime() == nil:
+		return fmt.Sprintf("the agent of install %s is offline (never seen)", in.GetName())
+	default:
+		return fmt.Sprintf("the agent of install %s is offline (last seen %s)", in.GetName(), ago(a.now(), ag.GetLastSeenTime()))
+	}
+}
+
+// warnAgentOffline warns on stderr that a job just queued on install
+// waits for its agent; the command still succeeds (the job is queued).
+func (a *app) warnAgentOffline(ctx context.Context, c *client, install string) {
+	if why := a.agentOffline(ctx, c, install); why != "" {
+		fmt.Fprintf(a.stderr, "warning: %s: the job is queued and runs when the agent connects\n", why)
 	}
 }
 

@@ -40,6 +40,13 @@ type fakeOperator struct {
 	jobs     map[string]*imsv1.Job
 	workflow *imsv1.Workflow            // returned by GetWorkflow
 	plan     *imsv1.PlanInstallResponse // returned by PlanInstall
+	// workflows, if set, are what the n-th GetWorkflow call returns (the
+	// last one repeats), before workflow.
+	workflows     []*imsv1.Workflow
+	workflowCalls int
+	// agentFor, if set, is the agent GetInstall reports, given how many
+	// GetWorkflow calls were made.
+	agentFor func(workflowCalls int) *imsv1.AgentStatus
 	// enqueueFail is how many enqueue calls fail with enqueueCode (all of
 	// them when negative) before one succeeds; enqueueCalls counts calls
 	// and enqueueKeys records each call's idempotency key.
@@ -139,14 +146,20 @@ func (f *fakeOperator) GetInstall(ctx context.Context, req *connect.Request[imsv
 	if err := f.auth(req.Header()); err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&imsv1.GetInstallResponse{Install: &imsv1.Install{
+	in := &imsv1.Install{
 		Id: "ins_1", AppId: "app_1", Name: req.Msg.GetIdOrName(), CreateTime: testTime,
 		Inputs: map[string]string{"region": "eu-west-1", "size": "m"},
 		Agent: &imsv1.AgentStatus{
 			AgentId: "agt_1", Connected: true, Version: "v0.1.0", Hostname: "ip-10-0-0-1",
 			LastSeenTime: timestamppb.New(time.Now().Add(-3 * time.Second)), EnrollTime: testTime,
 		},
-	}}), nil
+	}
+	f.mu.Lock()
+	if f.agentFor != nil {
+		in.Agent = f.agentFor(f.workflowCalls)
+	}
+	f.mu.Unlock()
+	return connect.NewResponse(&imsv1.GetInstallResponse{Install: in}), nil
 }
 
 func (f *fakeOperator) EnqueueJob(ctx context.Context, req *connect.Request[imsv1.EnqueueJobRequest]) (*connect.Response[imsv1.EnqueueJobResponse], error) {
@@ -304,6 +317,11 @@ func (f *fakeOperator) GetWorkflow(ctx context.Context, req *connect.Request[ims
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if len(f.workflows) > 0 {
+		wf := f.workflows[min(f.workflowCalls, len(f.workflows)-1)]
+		f.workflowCalls++
+		return connect.NewResponse(&imsv1.GetWorkflowResponse{Workflow: wf}), nil
+	}
 	if f.workflow == nil || f.workflow.GetId() != req.Msg.GetId() {
 		return nil, connect.NewError(connect.CodeNotFound, errString(`workflow "`+req.Msg.GetId()+`" not found`))
 	}
