@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -920,5 +921,65 @@ func TestQueuedForOfflineAgent(t *testing.T) {
 	f.mu.Unlock()
 	if r := mustRun(t, "action", "run", "shop-acme", "--", "echo", "hi"); strings.Contains(r.stderr, "warning") {
 		t.Fatalf("action run to a connected agent warns: %s", r.stderr)
+	}
+}
+
+// From an install's name to what failed: byoc logs INSTALL [--component]
+// [--since], byoc workflow get INSTALL, and a COMPONENT column in job
+// list.
+func TestLogsAndWorkflowByInstallName(t *testing.T) {
+	f, _ := setup(t)
+	now := time.Now()
+	f.mu.Lock()
+	f.listJobs = []*imsv1.Job{
+		{Id: "job_3", InstallId: "ins_1", Component: "web", ComponentType: "helm", Operation: "apply", State: imsv1.JobState_JOB_STATE_SUCCEEDED, Attempt: 1, MaxAttempts: 3, CreateTime: testTime},
+		{Id: "job_2", InstallId: "ins_1", Component: "db", ComponentType: "terraform", Operation: "apply", State: imsv1.JobState_JOB_STATE_FAILED, Attempt: 1, MaxAttempts: 3, CreateTime: testTime},
+	}
+	f.logCalls = [][]*imsv1.StreamJobLogsResponse{{{Lines: []*imsv1.LogLine{
+		{Attempt: 1, Seq: 1, Time: timestamppb.New(now.Add(-time.Hour)), Stream: imsv1.LogStream_LOG_STREAM_STDOUT, Text: "an hour ago"},
+		{Attempt: 1, Seq: 2, Time: timestamppb.New(now), Stream: imsv1.LogStream_LOG_STREAM_SYSTEM, Text: "[agentd] failed: disk full"},
+	}}}}
+	f.mu.Unlock()
+
+	r := mustRun(t, "logs", "acme", "--component", "db")
+	if got := f.logRequestsCopy(); got[len(got)-1].GetJobId() != "job_2" || !strings.Contains(r.stderr, "job job_2 (db: terraform apply), failed") ||
+		r.stdout != "an hour ago\n==> [agentd] failed: disk full\n" {
+		t.Fatalf("logs acme --component db: asked for %v\nstdout:\n%s\nstderr:\n%s", got[len(got)-1], r.stdout, r.stderr)
+	}
+	r = mustRun(t, "logs", "acme", "--since", "10m")
+	if got := f.logRequestsCopy(); got[len(got)-1].GetJobId() != "job_3" || r.stdout != "==> [agentd] failed: disk full\n" {
+		t.Fatalf("logs acme --since 10m: asked for %v\nstdout:\n%s", got[len(got)-1], r.stdout)
+	}
+	if r := byoc(t, "logs", "acme", "--component", "cache"); r.code != exitError || !strings.Contains(r.stderr, `install acme has no job of component "cache"`) {
+		t.Fatalf("logs of a component with no job: %d %s", r.code, r.stderr)
+	}
+
+	r = mustRun(t, "job", "list", "--install", "acme")
+	if !regexp.MustCompile(`(?m)^ID +INSTALL +COMPONENT +TYPE`).MatchString(r.stdout) || !regexp.MustCompile(`(?m)^job_2 +\S+ +db +terraform +apply +failed`).MatchString(r.stdout) {
+		t.Fatalf("job list lacks the COMPONENT column:\n%s", r.stdout)
+	}
+	f.mu.Lock()
+	f.jobs = map[string]*imsv1.Job{"job_2": f.listJobs[1]}
+	f.mu.Unlock()
+	if r := mustRun(t, "job", "get", "job_2"); !regexp.MustCompile(`(?m)^Component: +db$`).MatchString(r.stdout) {
+		t.Fatalf("job get lacks the component:\n%s", r.stdout)
+	}
+
+	f.mu.Lock()
+	f.workflow = &imsv1.Workflow{Id: "wf_7", InstallName: "acme", Kind: imsv1.WorkflowKind_WORKFLOW_KIND_PROVISION, State: imsv1.WorkflowState_WORKFLOW_STATE_FAILED}
+	f.workflowList = []*imsv1.Workflow{f.workflow}
+	f.mu.Unlock()
+	r = mustRun(t, "workflow", "get", "acme")
+	if !strings.Contains(r.stdout, "wf_7") || !strings.Contains(r.stderr, "the newest workflow of install acme: wf_7") {
+		t.Fatalf("workflow get acme:\n%s\n%s", r.stdout, r.stderr)
+	}
+	if r := byoc(t, "workflow", "get", "nope"); r.code != exitError || !strings.Contains(r.stderr, `no workflow or install named "nope"`) {
+		t.Fatalf("workflow get nope: %d %s", r.code, r.stderr)
+	}
+	f.mu.Lock()
+	f.workflowList = nil
+	f.mu.Unlock()
+	if r := byoc(t, "workflow", "get", "acme"); r.code != exitError || !strings.Contains(r.stderr, "install acme has no workflows yet") {
+		t.Fatalf("workflow get of an install without workflows: %d %s", r.code, r.stderr)
 	}
 }

@@ -567,18 +567,22 @@ func (a *app) printWorkflow(wf *imsv1.Workflow) error {
 func (a *app) workflowGetCommand() *cobra.Command {
 	var wait bool
 	cmd := &cobra.Command{
-		Use:   "get WORKFLOW [--wait]",
-		Short: "Show a workflow and its steps; --wait follows it until it ends",
+		Use:   "get WORKFLOW|INSTALL [--wait]",
+		Short: "Show a workflow (or an install's newest) and its steps; --wait follows it until it ends",
 		Args:  exactArgs("WORKFLOW"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.connect()
 			if err != nil {
 				return err
 			}
-			if wait {
-				return a.follow(cmd.Context(), c, args[0])
+			id, err := a.workflowID(cmd.Context(), c, args[0])
+			if err != nil {
+				return err
 			}
-			res, err := c.GetWorkflow(cmd.Context(), connect.NewRequest(&imsv1.GetWorkflowRequest{Id: args[0]}))
+			if wait {
+				return a.follow(cmd.Context(), c, id)
+			}
+			res, err := c.GetWorkflow(cmd.Context(), connect.NewRequest(&imsv1.GetWorkflowRequest{Id: id}))
 			if err != nil {
 				return c.wrap(err)
 			}

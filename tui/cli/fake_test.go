@@ -40,6 +40,10 @@ type fakeOperator struct {
 	jobs     map[string]*imsv1.Job
 	workflow *imsv1.Workflow            // returned by GetWorkflow
 	plan     *imsv1.PlanInstallResponse // returned by PlanInstall
+	// listJobs, if set, is what ListJobs returns instead of two jobs.
+	listJobs []*imsv1.Job
+	// workflowList is what ListWorkflows returns (install "nope": not found).
+	workflowList []*imsv1.Workflow
 	// workflows, if set, are what the n-th GetWorkflow call returns (the
 	// last one repeats), before workflow.
 	workflows     []*imsv1.Workflow
@@ -204,7 +208,11 @@ func (f *fakeOperator) ListJobs(ctx context.Context, req *connect.Request[imsv1.
 	}
 	f.mu.Lock()
 	f.listed = append(f.listed, req.Msg)
+	list := f.listJobs
 	f.mu.Unlock()
+	if list != nil {
+		return connect.NewResponse(&imsv1.ListJobsResponse{Jobs: list}), nil
+	}
 	return connect.NewResponse(&imsv1.ListJobsResponse{Jobs: []*imsv1.Job{
 		{Id: "job_2", InstallId: "ins_1", ComponentType: "action", Operation: "apply", State: imsv1.JobState_JOB_STATE_RUNNING, Attempt: 1, MaxAttempts: 3, CreateTime: testTime},
 		{Id: "job_1", InstallId: "ins_1", ComponentType: "action", Operation: "apply", State: imsv1.JobState_JOB_STATE_FAILED, Attempt: 1, MaxAttempts: 3, ExitCode: 4, CreateTime: testTime},
@@ -338,4 +346,16 @@ func (f *fakeOperator) PlanInstall(ctx context.Context, req *connect.Request[ims
 		return nil, connect.NewError(connect.CodeNotFound, errString(`install "`+req.Msg.GetInstall()+`" not found`))
 	}
 	return connect.NewResponse(f.plan), nil
+}
+
+func (f *fakeOperator) ListWorkflows(ctx context.Context, req *connect.Request[imsv1.ListWorkflowsRequest]) (*connect.Response[imsv1.ListWorkflowsResponse], error) {
+	if err := f.auth(req.Header()); err != nil {
+		return nil, err
+	}
+	if req.Msg.GetInstall() == "nope" {
+		return nil, connect.NewError(connect.CodeNotFound, errString(`install "nope" not found`))
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return connect.NewResponse(&imsv1.ListWorkflowsResponse{Workflows: f.workflowList}), nil
 }
