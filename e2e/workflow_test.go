@@ -167,7 +167,7 @@ func TestDiamondProvisionAndInputChange(t *testing.T) {
 
 	// A bad input is refused before anything runs, naming it.
 	out = run(1, "install", "update", "acme", "--input", "size=big")
-	if !strings.Contains(out, `input "size" is a number, not "big"`) {
+	if !strings.Contains(out, `error: --input size: input "size" is a number, not "big"`) || strings.Contains(out, "set_inputs") {
 		t.Fatalf("bad input:\n%s", out)
 	}
 	// Deprovision tears down in reverse: d first, a last.

@@ -983,3 +983,26 @@ func TestLogsAndWorkflowByInstallName(t *testing.T) {
 		t.Fatalf("workflow get of an install without workflows: %d %s", r.code, r.stderr)
 	}
 }
+
+// People read names: install get shows its app's name and job get its
+// install's; the ids are in -o wide (and -o json).
+func TestNamesWhereIDsWere(t *testing.T) {
+	f, _ := setup(t)
+	r := mustRun(t, "install", "get", "shop-acme")
+	if !regexp.MustCompile(`(?m)^App: +shop$`).MatchString(r.stdout) || strings.Contains(r.stdout, "app_1") {
+		t.Fatalf("install get:\n%s", r.stdout)
+	}
+	if r := mustRun(t, "install", "get", "shop-acme", "-o", "wide"); !regexp.MustCompile(`(?m)^App ID: +app_1$`).MatchString(r.stdout) {
+		t.Fatalf("install get -o wide:\n%s", r.stdout)
+	}
+	f.mu.Lock()
+	f.job = &imsv1.Job{Id: "job_1", InstallId: "ins_1", State: imsv1.JobState_JOB_STATE_SUCCEEDED, MaxAttempts: 3, CreateTime: testTime}
+	f.mu.Unlock()
+	r = mustRun(t, "job", "get", "job_1")
+	if !regexp.MustCompile(`(?m)^Install: +shop-acme$`).MatchString(r.stdout) || strings.Contains(r.stdout, "ins_1") {
+		t.Fatalf("job get:\n%s", r.stdout)
+	}
+	if r := mustRun(t, "job", "get", "job_1", "-o", "wide"); !regexp.MustCompile(`(?m)^Install ID: +ins_1$`).MatchString(r.stdout) {
+		t.Fatalf("job get -o wide:\n%s", r.stdout)
+	}
+}

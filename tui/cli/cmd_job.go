@@ -364,16 +364,20 @@ func (a *app) jobGetCommand() *cobra.Command {
 			if a.jsonOutput() {
 				return writeJSON(a.stdout, j)
 			}
-			return a.printJob(j)
+			return a.printJob(j, a.installName(cmd.Context(), c, j.GetInstallId()))
 		},
 	}
 }
 
-func (a *app) printJob(j *imsv1.Job) error {
+// printJob writes a job for people; install is its install's name.
+func (a *app) printJob(j *imsv1.Job, install string) error {
 	now := a.now()
 	f := newFields(a.stdout)
 	f.add("ID", j.GetId())
-	f.add("Install", j.GetInstallId())
+	f.add("Install", cmp.Or(install, j.GetInstallId()))
+	if a.wideOutput() {
+		f.add("Install ID", j.GetInstallId())
+	}
 	if j.GetComponent() != "" {
 		f.add("Component", j.GetComponent())
 	}

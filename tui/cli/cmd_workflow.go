@@ -196,7 +196,7 @@ would change first.`,
 			}
 			res, err := c.UpdateInstall(cmd.Context(), connect.NewRequest(req))
 			if err != nil {
-				return c.wrap(err)
+				return withFlags(c.wrap(err), inputFlags...)
 			}
 			if res.Msg.GetWorkflow() == nil {
 				if a.jsonOutput() {
@@ -286,7 +286,7 @@ a dry run of a rollout across the fleet.`,
 						Kind: imsv1.WorkflowKind(k), AppRevision: rev, SetInputs: set, UnsetInputs: unset,
 						Live: live, TimeoutSeconds: int64(timeout / time.Second)}))
 					if err != nil {
-						errs[i] = c.wrap(err)
+						errs[i] = withFlags(c.wrap(err), inputFlags...)
 						return
 					}
 					plans[i] = res.Msg
@@ -321,6 +321,11 @@ a dry run of a rollout across the fleet.`,
 	cmd.Flags().StringVar(&appName, "app", "", "plan every install of this app too")
 	return cmd
 }
+
+// inputFlags name the flags of install update and plan that set the
+// request's input fields.
+var inputFlags = []fieldFlag{{"set_inputs", "--input"}, {"unset_inputs", "--unset"},
+	{"app_revision", "--revision"}, {"parallelism", "--parallelism"}}
 
 // failedPlansError is a live plan's verdict when some component's plan
 // failed or timed out: exit 1, as when an install could not be planned,

@@ -150,8 +150,12 @@ func (f *fakeOperator) GetInstall(ctx context.Context, req *connect.Request[imsv
 	if err := f.auth(req.Header()); err != nil {
 		return nil, err
 	}
+	name := req.Msg.GetIdOrName()
+	if name == "ins_1" {
+		name = "shop-acme" // asked by id
+	}
 	in := &imsv1.Install{
-		Id: "ins_1", AppId: "app_1", Name: req.Msg.GetIdOrName(), CreateTime: testTime,
+		Id: "ins_1", AppId: "app_1", Name: name, CreateTime: testTime,
 		Inputs: map[string]string{"region": "eu-west-1", "size": "m"},
 		Agent: &imsv1.AgentStatus{
 			AgentId: "agt_1", Connected: true, Version: "v0.1.0", Hostname: "ip-10-0-0-1",
