@@ -9,7 +9,10 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/byoc-dev/byoc/agentd/agent"
@@ -75,12 +78,15 @@ func enrolled(stateDir string) bool {
 
 const preflightUsage = `usage: agentd preflight [--stack-config FILE] [--state-dir DIR] [--ims URL]
                         [--bundled-plugins PATH] [--role install|build]
+                        [--kubeconfig FILE]
 
 Checks what the install's agent needs: egress to imsd, the clock against
 imsd's, each enabled permission mode's role assumable (an STS AssumeRole
 per role), the customer's inputs and secrets readable, the install's
 registry reachable, byoc-plugins (the built-in types too heavy for
-agentd's own process) beside agentd and safe to run, and free disk space
+agentd's own process) beside agentd and safe to run, the Kubernetes API
+server (GET /version, through byoc-plugins as a helm job reaches it) when
+the app has helm components or a kubeconfig is given, and free disk space
 in the state dir. Prints a table
 with a fix for each failure; exits 1 if any check failed. The install
 stack runs it before the agent enrols.
@@ -97,6 +103,7 @@ func preflightCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	role := fs.String("role", "install", "the agent's `role` (install or build: the build agent needs no "+bundle.Binary+")")
 	sandboxMode := fs.String("sandbox", os.Getenv(sandboxEnv), "the sandbox `mode` the agent runs with: auto, bubblewrap or namespaces")
 	insecure := fs.Bool("insecure-no-sandbox", false, "the agent runs with --insecure-no-sandbox")
+	kubeconfig := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "`file`: the kubeconfig agentd is given (also $KUBECONFIG)")
 	if code, done := flaghelp.Parse(fs, args, stdout); done {
 		return code
 	}
@@ -123,6 +130,18 @@ func preflightCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			return "", "", false, err
 		}
 		return string(sb.Isolation), sb.Describe(), sb.Isolation == pluginhost.IsolationNone, nil
+	}
+	o.InCluster = os.Getenv("KUBERNETES_SERVICE_HOST") != ""
+	if *kubeconfig != "" {
+		if o.Kubeconfig, err = filepath.Abs(*kubeconfig); err != nil {
+			fmt.Fprintf(stderr, "agentd preflight: --kubeconfig: %v\n", err)
+			return 2
+		}
+	}
+	if slices.Contains(bundled.Bundled, agent.KubeconfigType) {
+		o.Kubernetes = func(ctx context.Context) (string, error) {
+			return checkKubernetes(ctx, bundled, o.Kubeconfig)
+		}
 	}
 	rs := preflight.Run(ctx, o)
 	preflight.Print(stdout, rs)
@@ -193,4 +212,31 @@ func supportBundleCmd(ctx context.Context, args []string, stdout, stderr io.Writ
 		fmt.Fprintln(stdout, "  "+n)
 	}
 	return 0
+}
+
+// checkKubernetes reaches the cluster as a helm job would, by running
+// byoc-plugins --check-kubernetes with the job's KUBECONFIG (agentd links
+// no Kubernetes client of its own).
+func checkKubernetes(ctx context.Context, bundled *pluginhost.Loader, kubeconfig string) (string, error) {
+	if err := bundled.CheckBundled(); err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bundled.BundledExe, "--check-kubernetes")
+	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "KUBECONFIG=" + kubeconfig}
+	for _, k := range []string{"KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"} {
+		if v, ok := os.LookupEnv(k); ok {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		if msg := strings.TrimSpace(stderr.String()); msg != "" {
+			return "", errors.New(msg)
+		}
+		return "", fmt.Errorf("%s --check-kubernetes: %w", bundled.BundledExe, err)
+	}
+	return strings.TrimSpace(stdout.String()), nil
 }

@@ -84,8 +84,10 @@ func TestFollowStopsAtOnceOnInterrupt(t *testing.T) {
 
 	// A workflow whose step waits for an agent that never comes.
 	cli.PushApp(slowApp)
-	code, out, stderr := interrupt(t, cli, os.Interrupt, "running   a", "install", "provision", "acme", "--wait")
-	if code != 130 || !strings.Contains(stderr, "Stopped following workflow wf_") || !strings.Contains(stderr, "(running: ") {
+	// The step's job waits in the queue: said so, not "running".
+	code, out, stderr := interrupt(t, cli, os.Interrupt, "queued    a (job ", "install", "provision", "acme", "--wait")
+	if code != 130 || !strings.Contains(stderr, "Stopped following workflow wf_") || !strings.Contains(stderr, "(running: ") ||
+		!strings.Contains(out, "install acme has no agent enrolled yet") || strings.Contains(out, "running   a") {
 		t.Fatalf("install provision --wait: exit %d, want 130\nstdout:\n%s\nstderr:\n%s", code, out, stderr)
 	}
 }

@@ -157,3 +157,36 @@ func TestHelmThroughTheAgent(t *testing.T) {
 		t.Fatalf("greeting %q after the last update", g)
 	}
 }
+
+// A helm component on an agent with no kubeconfig, outside a pod: its job
+// fails naming agentd --kubeconfig (not client-go's dial to
+// localhost:8080), the job's own log ends with that error, byoc logs
+// finds it by the install's name, and a live plan of it exits 1.
+func TestHelmWithoutKubeconfig(t *testing.T) {
+	skipShort(t)
+	t.Setenv("KUBECONFIG", "")
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	ims := cluster.StartIMS(t, fast)
+	cli := cluster.NewCLI(t, ims)
+	chart, _ := filepath.Abs(filepath.Join("..", "plugins", "helm", "testdata", "web"))
+	pushed := cli.PushApp(map[string]string{
+		"app.toml":            "name = \"shop\"\n",
+		"components/web.toml": "type = \"helm\"\n[config]\nrelease = \"web\"\nnamespace = \"shop\"\nchart_dir = \"" + chart + "\"\n",
+		"installs/acme.toml":  "",
+	})
+	cluster.StartAgent(t, ims.URL(), pushed.EnrollToken(t), t.TempDir())
+	out, errOut, code := cli.Exec("install", "provision", "acme", "--wait")
+	if code != 1 || !strings.Contains(out+errOut, "agentd with --kubeconfig") || strings.Contains(out+errOut, "8080") {
+		t.Fatalf("provision with no kubeconfig: exit %d\n%s%s", code, out, errOut)
+	}
+	out, errOut, code = cli.Exec("logs", "acme", "--component", "web")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || !strings.HasPrefix(lines[len(lines)-1], "==> [agentd] ") || !strings.Contains(lines[len(lines)-1], "agentd with --kubeconfig FILE (or set KUBECONFIG") ||
+		!strings.Contains(errOut, "(web: helm apply), failed") {
+		t.Fatalf("byoc logs acme --component web: exit %d\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	out, errOut, code = cli.Exec("install", "plan", "acme", "--live", "--kind", "provision", "--timeout", "60s")
+	if code != 1 || !strings.Contains(errOut, "1 of 1 component plans failed (web)") {
+		t.Fatalf("live plan with no kubeconfig: exit %d\n%s%s", code, out, errOut)
+	}
+}

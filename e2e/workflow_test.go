@@ -103,6 +103,20 @@ func TestDiamondProvisionAndInputChange(t *testing.T) {
 	if len(jobs) != 4 {
 		t.Fatalf("%d jobs after provision, want 4 (one per component, none twice)", len(jobs))
 	}
+	var comps []string
+	for _, j := range jobs {
+		comps = append(comps, j.Component)
+	}
+	if slices.Sort(comps); strings.Join(comps, " ") != "a b c d" {
+		t.Fatalf("the jobs' components: %q, want a b c d", comps)
+	}
+	// From the install's name to a component's log and its newest workflow.
+	if out := run(0, "logs", "acme", "--component", "a"); !strings.Contains(out, "key=") || !strings.Contains(out, "(a: ") {
+		t.Fatalf("byoc logs acme --component a:\n%s", out)
+	}
+	if out := run(0, "workflow", "get", "acme"); !strings.Contains(out, id) {
+		t.Fatalf("byoc workflow get acme:\n%s", out)
+	}
 	// The secret and the sensitive input reached the step and were
 	// redacted from its log.
 	aLog := strings.Join(cluster.Texts(cluster.Logs(t, c, jobOf(t, c, id, "a"))), "\n")
@@ -153,7 +167,7 @@ func TestDiamondProvisionAndInputChange(t *testing.T) {
 
 	// A bad input is refused before anything runs, naming it.
 	out = run(1, "install", "update", "acme", "--input", "size=big")
-	if !strings.Contains(out, `input "size" is a number, not "big"`) {
+	if !strings.Contains(out, `error: --input size: input "size" is a number, not "big"`) || strings.Contains(out, "set_inputs") {
 		t.Fatalf("bad input:\n%s", out)
 	}
 	// Deprovision tears down in reverse: d first, a last.

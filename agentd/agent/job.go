@@ -79,6 +79,9 @@ type jobRun struct {
 	sent    int                // lines[:sent] are in flight on the current stream
 	nextSeq int64
 	dropped int
+	// lastText is the newest line written (before chunking), so that a
+	// failed job's log ends with its error once (finish).
+	lastText string
 
 	ackSent, ackDone bool
 	// auditErr, set when the ack was accepted, is why the attempt must
@@ -334,6 +337,7 @@ func (a *Agent) retire(j *jobRun) {
 func (a *Agent) appendLog(j *jobRun, stream int32, text string) {
 	now := timestamppb.New(a.now())
 	a.mu.Lock()
+	j.lastText = text
 	for first := true; first || len(text) > 0; first = false {
 		chunk := text
 		if len(chunk) > MaxLineBytes {
@@ -376,6 +380,13 @@ func (a *Agent) finish(j *jobRun, out Outcome) {
 		j.lines = append(j.lines, &agentv1.LogLine{Seq: j.nextSeq, Time: timestamppb.New(a.now()), Stream: StreamSystem,
 			Text: fmt.Sprintf("[agentd] %d log lines were dropped while imsd could not be reached", j.dropped)})
 	}
+	if out.Outcome != agentv1.Outcome_OUTCOME_SUCCEEDED && out.Error != "" && (j.dropped > 0 || !strings.Contains(j.lastText, out.Error)) {
+		// The log ends with why the job failed, as the result says it,
+		// for whoever reads only the log (byoc job logs, the console).
+		j.nextSeq++
+		j.lines = append(j.lines, &agentv1.LogLine{Seq: j.nextSeq, Time: timestamppb.New(a.now()), Stream: StreamSystem,
+			Text: "[agentd] " + outcomeWord(out.Outcome) + ": " + out.Error})
+	}
 	j.result = &agentv1.JobResult{
 		JobId: j.id, FencingToken: j.token, Outcome: out.Outcome, ExitCode: out.ExitCode,
 		Error: out.Error, Outputs: out.Outputs, LastSeq: j.nextSeq, PlannedChanges: out.PlannedChanges,
@@ -417,5 +428,19 @@ func (a *Agent) kickNow() {
 	select {
 	case a.kick <- struct{}{}:
 	default:
+	}
+}
+
+// outcomeWord says an outcome that is not success in a log line.
+func outcomeWord(o agentv1.Outcome) string {
+	switch o {
+	case agentv1.Outcome_OUTCOME_REFUSED:
+		return "refused"
+	case agentv1.Outcome_OUTCOME_CANCELLED:
+		return "cancelled"
+	case agentv1.Outcome_OUTCOME_TIMED_OUT:
+		return "timed out"
+	default:
+		return "failed"
 	}
 }

@@ -27,7 +27,7 @@ func (r *failRunner) Run(_ context.Context, job Job, _ func(int32, string)) Outc
 
 // The runner gets the assignment's component name; the agent's own log
 // of a failed job carries the error text, as does its result, with the
-// planned changes.
+// planned changes; the job's own log ends with the error.
 func TestFailedJobIsLoggedWithItsError(t *testing.T) {
 	var logBuf syncbuf.Buffer
 	r := &failRunner{}
@@ -41,15 +41,22 @@ func TestFailedJobIsLoggedWithItsError(t *testing.T) {
 	ack := fs.next(t).GetAck()
 	fs.down <- &agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Accepted{Accepted: &agentv1.WriteAccepted{WriteId: ack.WriteId}}}
 	var res *agentv1.JobResult
+	var jobLog []string
 	for res == nil {
 		m := fs.next(t)
 		if lines := m.GetLogs(); lines != nil {
+			for _, l := range lines.Lines {
+				jobLog = append(jobLog, l.Text)
+			}
 			fs.down <- &agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Accepted{Accepted: &agentv1.WriteAccepted{WriteId: lines.WriteId}}}
 		}
 		res = m.GetResult()
 	}
 	if res.Error != "apply exploded: disk full" || len(res.PlannedChanges) != 1 || res.PlannedChanges[0].Address != "disk.d1" {
 		t.Errorf("result %v", res)
+	}
+	if len(jobLog) == 0 || jobLog[len(jobLog)-1] != "[agentd] failed: apply exploded: disk full" {
+		t.Errorf("the job's log %q does not end with its error", jobLog)
 	}
 	r.mu.Lock()
 	if len(r.jobs) != 1 || r.jobs[0].Component != "db" {

@@ -596,6 +596,14 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 	}
 	if r.Kubeconfig != "" && job.ComponentType == KubeconfigType {
 		env["KUBECONFIG"] = r.Kubeconfig
+	} else if job.ComponentType == KubeconfigType {
+		// The in-cluster config of the agent's pod is found from these
+		// two variables (and the pod's service account files).
+		for _, k := range []string{"KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"} {
+			if v, ok := os.LookupEnv(k); ok {
+				env[k] = v
+			}
+		}
 	}
 	started := time.Now()
 	// What the plugin prints outside the protocol (fmt.Println debugging,

@@ -3,7 +3,9 @@
 // against imsd's, each enabled permission mode's role assumable, the
 // customer's values readable, the install's registry reachable, the
 // companion binary of the heavy built-in types (byoc-plugins) in place, the
-// sandbox vendor code runs in, and disk space. Each check passes or fails with a fix; a mode the customer
+// sandbox vendor code runs in, the Kubernetes API server (when the app has
+// helm components or a kubeconfig is given), and disk space. Each check
+// passes or fails with a fix; a mode the customer
 // turned off is reported as off, not as a failure.
 package preflight
 
@@ -68,6 +70,15 @@ type Options struct {
 	// (pluginhost.ProbeSandbox) and says which; insecure reports that
 	// the customer turned it off (agentd --insecure-no-sandbox).
 	Sandbox func(context.Context) (isolation, detail string, insecure bool, err error)
+	// Kubeconfig is agentd's --kubeconfig (or $KUBECONFIG); InCluster
+	// says the agent runs in a Kubernetes pod (KUBERNETES_SERVICE_HOST).
+	Kubeconfig string
+	InCluster  bool
+	// Kubernetes, if set, reaches the cluster's API server as a helm job
+	// would (GET /version) and says where and what it is. The check runs
+	// when the stack says the app has helm components or a cluster is
+	// configured.
+	Kubernetes func(ctx context.Context) (string, error)
 }
 
 // Run runs every check, in order.
@@ -100,6 +111,9 @@ func Run(ctx context.Context, o Options) []Result {
 	}
 	if o.Sandbox != nil {
 		out = append(out, checkSandbox(ctx, o))
+	}
+	if r, ok := checkKubernetes(ctx, o); ok {
+		out = append(out, r)
 	}
 	out = append(out, checkDisk(o))
 	return out
@@ -141,6 +155,34 @@ func checkBundled(ctx context.Context, o Options) Result {
 	}
 	r.Status, r.Detail = Pass, fmt.Sprintf("%s (%s)", o.BundledPath, strings.TrimSpace(string(out)))
 	return r
+}
+
+// checkKubernetes checks the cluster helm components deploy to: when the
+// stack says the app has some, or a kubeconfig is given. ok is false when
+// there is nothing to check.
+func checkKubernetes(ctx context.Context, o Options) (r Result, ok bool) {
+	needed := o.Stack != nil && o.Stack.Config.Kubernetes
+	configured := o.Kubeconfig != "" || o.InCluster
+	if !needed && !configured {
+		return Result{}, false
+	}
+	r = Result{Check: "kubernetes"}
+	const fix = "start agentd with --kubeconfig FILE (or set KUBECONFIG) naming a cluster this machine reaches; `kubectl --kubeconfig FILE version` checks the same"
+	if !configured {
+		r.Status, r.Detail, r.Fix = Fail, "the app has helm components and agentd has no --kubeconfig (nor $KUBECONFIG) and is not in a Kubernetes pod", fix
+		return r, true
+	}
+	if o.Kubernetes == nil {
+		r.Status, r.Detail, r.Fix = Fail, "no byoc-plugins to reach the cluster with", "install byoc-plugins from the same release beside agentd, or point agentd at it with --bundled-plugins"
+		return r, true
+	}
+	v, err := o.Kubernetes(ctx)
+	if err != nil {
+		r.Status, r.Detail, r.Fix = Fail, err.Error(), fix
+		return r, true
+	}
+	r.Status, r.Detail = Pass, v
+	return r, true
 }
 
 // Failed reports whether any check failed.

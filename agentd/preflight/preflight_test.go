@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -141,5 +142,36 @@ func TestPreflightFailures(t *testing.T) {
 	m = byCheck(preflight.Run(context.Background(), preflight.Options{Stack: st, StateDir: t.TempDir()}))
 	if m["egress to imsd"].Status != preflight.Fail || !strings.Contains(m["egress to imsd"].Fix, "allow outbound HTTPS") {
 		t.Errorf("unreachable imsd: %+v", m["egress to imsd"])
+	}
+}
+
+// The Kubernetes row: checked when the stack says the app has helm
+// components or a kubeconfig is given, failing with the flag to pass.
+func TestPreflightKubernetes(t *testing.T) {
+	_, st, _ := fixture(t, 0)
+	if m := byCheck(preflight.Run(t.Context(), preflight.Options{Stack: st, StateDir: t.TempDir()})); m["kubernetes"].Check != "" {
+		t.Errorf("no helm components, no kubeconfig: %+v, want no kubernetes row", m["kubernetes"])
+	}
+	st.Config.Kubernetes = true
+	called := 0
+	reach := func(err error) func(context.Context) (string, error) {
+		return func(context.Context) (string, error) {
+			called++
+			return "https://127.0.0.1:6443, Kubernetes v1.37.0", err
+		}
+	}
+	rs := preflight.Run(t.Context(), preflight.Options{Stack: st, StateDir: t.TempDir(), Kubernetes: reach(nil)})
+	if m := byCheck(rs); m["kubernetes"].Status != preflight.Fail || !strings.Contains(m["kubernetes"].Fix, "agentd with --kubeconfig FILE (or set KUBECONFIG)") || called != 0 {
+		t.Errorf("helm components, no kubeconfig: %+v (reached %d times)", m["kubernetes"], called)
+	}
+	m := byCheck(preflight.Run(t.Context(), preflight.Options{Stack: st, StateDir: t.TempDir(), Kubeconfig: "/k", Kubernetes: reach(nil)}))
+	if m["kubernetes"].Status != preflight.Pass || m["kubernetes"].Detail != "https://127.0.0.1:6443, Kubernetes v1.37.0" {
+		t.Errorf("reachable cluster: %+v", m["kubernetes"])
+	}
+	st.Config.Kubernetes = false
+	m = byCheck(preflight.Run(t.Context(), preflight.Options{Stack: st, StateDir: t.TempDir(), Kubeconfig: "/k",
+		Kubernetes: reach(errors.New("https://127.0.0.1:6443/version: connection refused"))}))
+	if m["kubernetes"].Status != preflight.Fail || !strings.Contains(m["kubernetes"].Detail, "connection refused") || !strings.Contains(m["kubernetes"].Fix, "--kubeconfig") {
+		t.Errorf("a kubeconfig whose cluster is down: %+v", m["kubernetes"])
 	}
 }

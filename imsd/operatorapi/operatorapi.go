@@ -1224,7 +1224,7 @@ func jobFields(j store.Job) *imsv1.Job {
 		CreateTime: ts(j.CreatedAt), StartTime: ts(j.StartedAt), EndTime: ts(j.EndedAt),
 		LeaseExpireTime: ts(j.LeaseDeadline), CancelRequested: j.CancelRequested,
 		ExitCode: int32(j.ExitCode), Error: j.Error, Outputs: j.Outputs, CreatedBy: j.CreatedBy,
-		Mode: string(j.Mode),
+		Mode: string(j.Mode), Component: j.Component,
 	}
 }
 

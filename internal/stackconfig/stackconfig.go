@@ -75,6 +75,10 @@ type Config struct {
 	// Outputs are what the stack made (its CloudFormation outputs), which
 	// the agent reports to imsd.
 	Outputs map[string]string `json:"outputs,omitempty"`
+	// Kubernetes says the app has helm components: agentd preflight then
+	// fails without a reachable cluster (a kubeconfig, or the in-cluster
+	// config of the agent's pod).
+	Kubernetes bool `json:"kubernetes,omitempty"`
 	// Endpoints override the AWS service endpoints (tests, VPC endpoints),
 	// by service: sts, secretsmanager.
 	Endpoints map[string]string `json:"endpoints,omitempty"`

@@ -89,6 +89,12 @@ func TestKubeAPIServer(t *testing.T) {
 		}
 	}
 
+	t.Run("server version", func(t *testing.T) {
+		v, err := ServerVersion(ctx, c.Kubeconfig)
+		if err != nil || !strings.Contains(v, "Kubernetes v1.") {
+			t.Fatalf("ServerVersion: %q, %v", v, err)
+		}
+	})
 	t.Run("install", func(t *testing.T) {
 		res, err := p.Plan(ctx, &sdk.PlanRequest{Config: config(nil), Env: env, Log: discardLog{}})
 		if err != nil {

@@ -465,3 +465,19 @@ func mustRegistry(t *testing.T, loc string) ocicopy.Registry {
 	}
 	return r
 }
+
+// A job with no kubeconfig, outside a cluster, fails naming the flag that
+// fixes it, not with client-go's fallback to localhost:8080.
+func TestNoKubeconfigNamesTheFlag(t *testing.T) {
+	t.Setenv("KUBECONFIG", "")
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	chartDir, _ := filepath.Abs("testdata/web")
+	cfg := map[string]any{"release": "web", "namespace": "shop", "chart_dir": chartDir}
+	_, err := New().Plan(t.Context(), &sdk.PlanRequest{Config: cfg, Env: map[string]string{}, Log: discardLog{}})
+	if err == nil || !strings.Contains(err.Error(), "agentd with --kubeconfig") || !strings.Contains(err.Error(), "KUBECONFIG") || strings.Contains(err.Error(), "8080") {
+		t.Fatalf("plan with no kubeconfig: %v, want an error naming agentd --kubeconfig and KUBECONFIG", err)
+	}
+	if _, err := ServerVersion(t.Context(), ""); !errors.Is(err, ErrNoKubeconfig) {
+		t.Fatalf("ServerVersion with no kubeconfig: %v", err)
+	}
+}

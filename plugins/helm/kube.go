@@ -2,10 +2,12 @@ package helm
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -67,6 +69,9 @@ type connectFunc func(ctx context.Context, kubeconfig, namespace string, log fun
 // to ctx (it has a timeout of its own): a cancelled operation still
 // records its revision as failed.
 func connect(ctx context.Context, kubeconfig, namespace string, log func(string, ...any)) (*cluster, error) {
+	if err := haveConfig(kubeconfig); err != nil {
+		return nil, err
+	}
 	flags := genericclioptions.NewConfigFlags(false)
 	flags.KubeConfig = &kubeconfig
 	flags.Namespace = &namespace
@@ -111,6 +116,54 @@ func connect(ctx context.Context, kubeconfig, namespace string, log func(string,
 		return readLive(ctx, kc, manifest)
 	}
 	return &cluster{cfg: cfg, live: live}, nil
+}
+
+// ErrNoKubeconfig is the error of a job, or a check, with no kubeconfig
+// outside a cluster.
+var ErrNoKubeconfig = errors.New("no kubeconfig: start agentd with --kubeconfig FILE (or set KUBECONFIG in agentd's environment) to name the cluster helm components deploy to; only an agent running in a Kubernetes pod can do without one")
+
+// haveConfig fails, naming the flag, when there is neither a kubeconfig
+// nor an in-cluster config. Without this check client-go falls back to
+// http://localhost:8080 and the job fails with "dial tcp 127.0.0.1:8080:
+// connect: connection refused", which names nothing to fix.
+func haveConfig(kubeconfig string) error {
+	if kubeconfig != "" || os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
+		return nil
+	}
+	return ErrNoKubeconfig
+}
+
+// ServerVersion connects to the cluster of kubeconfig (empty: the
+// in-cluster config) as a job would and returns its API server's version
+// (GET /version): agentd preflight's Kubernetes check, through
+// byoc-plugins --check-kubernetes.
+func ServerVersion(ctx context.Context, kubeconfig string) (string, error) {
+	if err := haveConfig(kubeconfig); err != nil {
+		return "", err
+	}
+	flags := genericclioptions.NewConfigFlags(false)
+	flags.KubeConfig = &kubeconfig
+	restCfg, err := flags.ToRESTConfig()
+	if err != nil {
+		return "", fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
+	}
+	restCfg = rest.CopyConfig(restCfg)
+	restCfg.Timeout = 10 * time.Second
+	cs, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return "", fmt.Errorf("kubernetes client: %w", err)
+	}
+	var v struct {
+		GitVersion string `json:"gitVersion"`
+	}
+	body, err := cs.Discovery().RESTClient().Get().AbsPath("/version").Do(ctx).Raw()
+	if err != nil {
+		return "", fmt.Errorf("%s/version: %w", restCfg.Host, err)
+	}
+	if err := json.Unmarshal(body, &v); err != nil {
+		return "", fmt.Errorf("%s/version: %w", restCfg.Host, err)
+	}
+	return fmt.Sprintf("%s, Kubernetes %s", restCfg.Host, v.GitVersion), nil
 }
 
 // historyTimeout bounds each request for the release history.

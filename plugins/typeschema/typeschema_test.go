@@ -97,8 +97,7 @@ script = ""
 			`components/job.toml:4: config.shell: got integer, want string`,
 			`components/job.toml:5: config.sandbox.memory_mb: must be at least 16`,
 			`components/job.toml:5: config.sandbox.network: got string, want boolean`,
-			`components/job.toml:7: config.steps[0].script: is required`,
-			`components/job.toml:9: config.steps[0].scrpt: unknown field (known fields: env, name, script, timeout)`,
+			`components/job.toml:9: config.steps[0].scrpt: unknown field (did you mean "script"?)`,
 			`components/job.toml:12: config.steps[1].script: must not be empty`,
 		}},
 		{"missing config is reported at the type", map[string]string{
@@ -114,10 +113,15 @@ config.mode = "shiny"
 config.nme = "ada"
 `,
 		}, []string{
-			`components/hello.toml:2: config.name: is required`,
 			`components/hello.toml:2: config.replicas: got string, want integer`,
 			`components/hello.toml:4: config.mode: must be one of "plain", "fancy"`,
-			`components/hello.toml:5: config.nme: unknown field (known fields: loud, mode, name, replicas)`,
+			`components/hello.toml:5: config.nme: unknown field (did you mean "name"?)`,
+		}},
+		{"a misspelt field is what a missing required one meant; a far one keeps the list", map[string]string{
+			"components/chart.toml": "type = \"helm\"\n[config]\nchart_dir = \"c\"\nreleese = \"web\"\nzzz = 1\n",
+		}, []string{
+			`components/chart.toml:4: config.releese: unknown field (did you mean "release"?)`,
+			`components/chart.toml:5: config.zzz: unknown field (known fields: chart, chart_dir, create_namespace, history_max, manifests, manifests_base64, namespace, release, rollback_on_failure, timeout, values, wait)`,
 		}},
 		{"sandbox", map[string]string{
 			"sandbox.toml": "type = \"action\"\n[config]\nsteps = \"make\"\n",

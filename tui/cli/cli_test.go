@@ -989,3 +989,161 @@ func TestDeprovisionConfirms(t *testing.T) {
 		t.Errorf("--yes --dry-run: exit %d, want 2", r.code)
 	}
 }
+
+// A live plan whose component plans failed exits 1, naming them, after
+// printing the plan; one whose plans all succeeded exits 0.
+func TestLivePlanFailedExitsNonZero(t *testing.T) {
+	f, _ := setup(t)
+	f.plan = &imsv1.PlanInstallResponse{Kind: imsv1.WorkflowKind_WORKFLOW_KIND_PROVISION, AppRevision: 3, Steps: []*imsv1.WorkflowStep{
+		{Name: "db", Component: "db", ComponentType: "terraform", Operation: "apply", Reason: "new", PlanState: "failed",
+			PlanError: "dial tcp 127.0.0.1:8080: connect: connection refused", PlanJobId: "job_db"},
+		{Name: "web", Component: "web", ComponentType: "helm", Operation: "apply", Reason: "new", PlanState: "timed_out",
+			PlanError: "no plan within 2m0s", PlanJobId: "job_web"},
+	}}
+	r := byoc(t, "install", "plan", "acme", "--live", "--kind", "provision")
+	if r.code != exitError || !strings.Contains(r.stdout, "failed: dial tcp") || !strings.Contains(r.stderr, "2 of 2 component plans failed (db, web)") {
+		t.Fatalf("live plan with failed plans: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	r = byoc(t, "install", "plan", "acme", "--live", "--kind", "provision", "-o", "json")
+	if r.code != exitError || !strings.Contains(r.stdout, `"planState": "failed"`) {
+		t.Fatalf("live plan -o json with failed plans: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	f.mu.Lock()
+	f.plan.Steps = f.plan.Steps[:1]
+	f.plan.Steps[0].PlanState, f.plan.Steps[0].PlanError, f.plan.Steps[0].PlanJobId = "not_planned", "needs outputs of net", ""
+	f.mu.Unlock()
+	if r := byoc(t, "install", "plan", "acme", "--live", "--kind", "provision"); r.code != 0 {
+		t.Fatalf("live plan with nothing failed: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// Following a workflow whose step's job is queued while the install's
+// agent is offline says so, not "running"; "running" follows once the
+// agent is back. A script queued for an offline agent warns on stderr
+// and still exits 0.
+func TestQueuedForOfflineAgent(t *testing.T) {
+	f, _ := setup(t)
+	defer func(p time.Duration) { followPoll = p }(followPoll)
+	followPoll = time.Millisecond
+	step := func(st imsv1.StepState) []*imsv1.WorkflowStep {
+		return []*imsv1.WorkflowStep{{Name: "sandbox", State: st, JobId: "job_s"}}
+	}
+	running := &imsv1.Workflow{Id: "wf_1", InstallId: "ins_1", InstallName: "acme", Kind: imsv1.WorkflowKind_WORKFLOW_KIND_PROVISION,
+		State: imsv1.WorkflowState_WORKFLOW_STATE_RUNNING, Steps: step(imsv1.StepState_STEP_STATE_RUNNING)}
+	done := &imsv1.Workflow{Id: "wf_1", InstallId: "ins_1", InstallName: "acme", Kind: imsv1.WorkflowKind_WORKFLOW_KIND_PROVISION,
+		State: imsv1.WorkflowState_WORKFLOW_STATE_SUCCEEDED, Steps: step(imsv1.StepState_STEP_STATE_SUCCEEDED)}
+	offline := &imsv1.AgentStatus{AgentId: "agt_1", LastSeenTime: timestamppb.New(time.Now().Add(-5 * time.Minute))}
+	f.mu.Lock()
+	f.workflows = []*imsv1.Workflow{running, running, running, done}
+	f.jobs = map[string]*imsv1.Job{"job_s": {Id: "job_s", State: imsv1.JobState_JOB_STATE_QUEUED}}
+	f.agentFor = func(calls int) *imsv1.AgentStatus {
+		if calls <= 1 {
+			return offline
+		}
+		return &imsv1.AgentStatus{AgentId: "agt_1", Connected: true}
+	}
+	f.mu.Unlock()
+	r := mustRun(t, "workflow", "get", "wf_1", "--wait")
+	want := "  queued    sandbox (job job_s): the agent of install acme is offline (last seen 5m ago); it runs when the agent connects\n" +
+		"  running   sandbox (job job_s)\n"
+	if !strings.Contains(r.stdout, want) || strings.Count(r.stdout, "running   sandbox") != 1 {
+		t.Fatalf("following a workflow queued for an offline agent:\n%s\nwant:\n%s", r.stdout, want)
+	}
+
+	f.mu.Lock()
+	f.agentFor = func(int) *imsv1.AgentStatus { return offline }
+	f.mu.Unlock()
+	r = mustRun(t, "action", "run", "shop-acme", "--", "echo", "hi")
+	if !strings.Contains(r.stderr, "warning: the agent of install shop-acme is offline (last seen 5m ago): the job is queued and runs when the agent connects") {
+		t.Fatalf("action run to an offline agent: stderr:\n%s", r.stderr)
+	}
+	f.mu.Lock()
+	f.agentFor = nil
+	f.mu.Unlock()
+	if r := mustRun(t, "action", "run", "shop-acme", "--", "echo", "hi"); strings.Contains(r.stderr, "warning") {
+		t.Fatalf("action run to a connected agent warns: %s", r.stderr)
+	}
+}
+
+// From an install's name to what failed: byoc logs INSTALL [--component]
+// [--since], byoc workflow get INSTALL, and a COMPONENT column in job
+// list.
+func TestLogsAndWorkflowByInstallName(t *testing.T) {
+	f, _ := setup(t)
+	now := time.Now()
+	f.mu.Lock()
+	f.listJobs = []*imsv1.Job{
+		{Id: "job_3", InstallId: "ins_1", Component: "web", ComponentType: "helm", Operation: "apply", State: imsv1.JobState_JOB_STATE_SUCCEEDED, Attempt: 1, MaxAttempts: 3, CreateTime: testTime},
+		{Id: "job_2", InstallId: "ins_1", Component: "db", ComponentType: "terraform", Operation: "apply", State: imsv1.JobState_JOB_STATE_FAILED, Attempt: 1, MaxAttempts: 3, CreateTime: testTime},
+	}
+	f.logCalls = [][]*imsv1.StreamJobLogsResponse{{{Lines: []*imsv1.LogLine{
+		{Attempt: 1, Seq: 1, Time: timestamppb.New(now.Add(-time.Hour)), Stream: imsv1.LogStream_LOG_STREAM_STDOUT, Text: "an hour ago"},
+		{Attempt: 1, Seq: 2, Time: timestamppb.New(now), Stream: imsv1.LogStream_LOG_STREAM_SYSTEM, Text: "[agentd] failed: disk full"},
+	}}}}
+	f.mu.Unlock()
+
+	r := mustRun(t, "logs", "acme", "--component", "db")
+	if got := f.logRequestsCopy(); got[len(got)-1].GetJobId() != "job_2" || !strings.Contains(r.stderr, "job job_2 (db: terraform apply), failed") ||
+		r.stdout != "an hour ago\n==> [agentd] failed: disk full\n" {
+		t.Fatalf("logs acme --component db: asked for %v\nstdout:\n%s\nstderr:\n%s", got[len(got)-1], r.stdout, r.stderr)
+	}
+	r = mustRun(t, "logs", "acme", "--since", "10m")
+	if got := f.logRequestsCopy(); got[len(got)-1].GetJobId() != "job_3" || r.stdout != "==> [agentd] failed: disk full\n" {
+		t.Fatalf("logs acme --since 10m: asked for %v\nstdout:\n%s", got[len(got)-1], r.stdout)
+	}
+	if r := byoc(t, "logs", "acme", "--component", "cache"); r.code != exitError || !strings.Contains(r.stderr, `install acme has no job of component "cache"`) {
+		t.Fatalf("logs of a component with no job: %d %s", r.code, r.stderr)
+	}
+
+	r = mustRun(t, "job", "list", "--install", "acme")
+	if !regexp.MustCompile(`(?m)^ID +INSTALL +COMPONENT +TYPE`).MatchString(r.stdout) || !regexp.MustCompile(`(?m)^job_2 +\S+ +db +terraform +apply +failed`).MatchString(r.stdout) {
+		t.Fatalf("job list lacks the COMPONENT column:\n%s", r.stdout)
+	}
+	f.mu.Lock()
+	f.jobs = map[string]*imsv1.Job{"job_2": f.listJobs[1]}
+	f.mu.Unlock()
+	if r := mustRun(t, "job", "get", "job_2"); !regexp.MustCompile(`(?m)^Component: +db$`).MatchString(r.stdout) {
+		t.Fatalf("job get lacks the component:\n%s", r.stdout)
+	}
+
+	f.mu.Lock()
+	f.workflow = &imsv1.Workflow{Id: "wf_7", InstallName: "acme", Kind: imsv1.WorkflowKind_WORKFLOW_KIND_PROVISION, State: imsv1.WorkflowState_WORKFLOW_STATE_FAILED}
+	f.workflowList = []*imsv1.Workflow{f.workflow}
+	f.mu.Unlock()
+	r = mustRun(t, "workflow", "get", "acme")
+	if !strings.Contains(r.stdout, "wf_7") || !strings.Contains(r.stderr, "the newest workflow of install acme: wf_7") {
+		t.Fatalf("workflow get acme:\n%s\n%s", r.stdout, r.stderr)
+	}
+	if r := byoc(t, "workflow", "get", "nope"); r.code != exitError || !strings.Contains(r.stderr, `no workflow or install named "nope"`) {
+		t.Fatalf("workflow get nope: %d %s", r.code, r.stderr)
+	}
+	f.mu.Lock()
+	f.workflowList = nil
+	f.mu.Unlock()
+	if r := byoc(t, "workflow", "get", "acme"); r.code != exitError || !strings.Contains(r.stderr, "install acme has no workflows yet") {
+		t.Fatalf("workflow get of an install without workflows: %d %s", r.code, r.stderr)
+	}
+}
+
+// People read names: install get shows its app's name and job get its
+// install's; the ids are in -o wide (and -o json).
+func TestNamesWhereIDsWere(t *testing.T) {
+	f, _ := setup(t)
+	r := mustRun(t, "install", "get", "shop-acme")
+	if !regexp.MustCompile(`(?m)^App: +shop$`).MatchString(r.stdout) || strings.Contains(r.stdout, "app_1") {
+		t.Fatalf("install get:\n%s", r.stdout)
+	}
+	if r := mustRun(t, "install", "get", "shop-acme", "-o", "wide"); !regexp.MustCompile(`(?m)^App ID: +app_1$`).MatchString(r.stdout) {
+		t.Fatalf("install get -o wide:\n%s", r.stdout)
+	}
+	f.mu.Lock()
+	f.job = &imsv1.Job{Id: "job_1", InstallId: "ins_1", State: imsv1.JobState_JOB_STATE_SUCCEEDED, MaxAttempts: 3, CreateTime: testTime}
+	f.mu.Unlock()
+	r = mustRun(t, "job", "get", "job_1")
+	if !regexp.MustCompile(`(?m)^Install: +shop-acme$`).MatchString(r.stdout) || strings.Contains(r.stdout, "ins_1") {
+		t.Fatalf("job get:\n%s", r.stdout)
+	}
+	if r := mustRun(t, "job", "get", "job_1", "-o", "wide"); !regexp.MustCompile(`(?m)^Install ID: +ins_1$`).MatchString(r.stdout) {
+		t.Fatalf("job get -o wide:\n%s", r.stdout)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"time"
 
@@ -178,7 +179,48 @@ func (b *bearerInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFu
 type rpcError struct {
 	target *target
 	err    error
+	// flags names, by request field, the flag that set it, so that the
+	// server's message names what the user typed (withFlags).
+	flags []fieldFlag
 }
+
+// fieldFlag is a request field and the flag a command sets it from.
+type fieldFlag struct{ field, flag string }
+
+// withFlags makes the error of a call (from wrap) name flags where the
+// server's message names the request fields they set: "set_inputs: input
+// "size" is a number" becomes "--input: input "size" is a number".
+func withFlags(err error, flags ...fieldFlag) error {
+	var re *rpcError
+	if errors.As(err, &re) {
+		re.flags = append(re.flags, flags...)
+	}
+	return err
+}
+
+// flagNames rewrites the request fields msg names as their flags: FIELD
+// and FIELD[N] become FLAG, FIELD[KEY] becomes "FLAG KEY". A field name
+// that is a plain word ("inputs") is rewritten only where it leads the
+// message as the field in error, not in the prose after it.
+func flagNames(msg string, flags []fieldFlag) string {
+	for _, f := range flags {
+		q := regexp.QuoteMeta(f.field)
+		if !strings.Contains(f.field, "_") {
+			msg = regexp.MustCompile(`^`+q+`\[\d+\]:`).ReplaceAllLiteralString(msg, f.flag+":")
+			msg = regexp.MustCompile(`^`+q+`\[([^\]]+)\]:`).ReplaceAllString(msg, f.flag+" $1:")
+			msg = regexp.MustCompile(`^`+q+`:`).ReplaceAllLiteralString(msg, f.flag+":")
+			continue
+		}
+		msg = regexp.MustCompile(`\b`+q+`\[\d+\]`).ReplaceAllLiteralString(msg, f.flag)
+		msg = regexp.MustCompile(`\b`+q+`\[([^\]]+)\]`).ReplaceAllString(msg, f.flag+" $1")
+		msg = regexp.MustCompile(`\b`+q+`\b`).ReplaceAllLiteralString(msg, f.flag)
+	}
+	// "--input: inputs.size: …" (a field's message naming its own path)
+	// reads "--input size: …".
+	return flagPath.ReplaceAllString(msg, "$1$2 $3: ")
+}
+
+var flagPath = regexp.MustCompile(`(^|\s)(--[a-z-]+): [a-z_]+\.([A-Za-z0-9_]+): `)
 
 func (e *rpcError) Error() string { return e.err.Error() }
 func (e *rpcError) Unwrap() error { return e.err }
@@ -207,7 +249,7 @@ func (a *app) describe(err error) string {
 	if re.target.context != "" {
 		where = fmt.Sprintf("%s (context %q)", re.target.server, re.target.context)
 	}
-	msg := ce.Message()
+	msg := flagNames(ce.Message(), re.flags)
 	if msg == "" {
 		msg = ce.Code().String()
 	}

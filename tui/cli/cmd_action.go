@@ -25,6 +25,7 @@ func (a *app) runNamedAction(ctx context.Context, install, action, reason string
 		return c.wrap(err)
 	}
 	run := res.Msg.GetRun()
+	a.warnAgentOffline(ctx, c, install)
 	if !wait {
 		if a.jsonOutput() {
 			return writeJSON(a.stdout, run)

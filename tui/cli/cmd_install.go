@@ -93,7 +93,8 @@ func (a *app) installCreateCommand() *cobra.Command {
 				EnrollmentTokenTtlSeconds: secs,
 			}))
 			if err != nil {
-				return c.wrap(err)
+				return withFlags(c.wrap(err), fieldFlag{"inputs", "--input"}, fieldFlag{"app", "--app"},
+					fieldFlag{"enrollment_token_ttl_seconds", "--token-ttl"})
 			}
 			if a.jsonOutput() {
 				return writeJSON(a.stdout, res.Msg)
@@ -181,6 +182,28 @@ func (a *app) appNames(ctx context.Context, c *client) map[string]string {
 		names[ap.GetId()] = ap.GetName()
 	}
 	return names
+}
+
+// appName is the name of app id for people; its id when imsd cannot say.
+func (a *app) appName(ctx context.Context, c *client, id string) string {
+	res, err := c.GetApp(ctx, connect.NewRequest(&imsv1.GetAppRequest{IdOrName: id}))
+	if err != nil || res.Msg.GetApp().GetName() == "" {
+		return id
+	}
+	return res.Msg.GetApp().GetName()
+}
+
+// installName is the name of install id for people; its id when imsd
+// cannot say.
+func (a *app) installName(ctx context.Context, c *client, id string) string {
+	if id == "" {
+		return ""
+	}
+	res, err := c.GetInstall(ctx, connect.NewRequest(&imsv1.GetInstallRequest{IdOrName: id}))
+	if err != nil || res.Msg.GetInstall().GetName() == "" {
+		return id
+	}
+	return res.Msg.GetInstall().GetName()
 }
 
 // installNames maps install ids to names for a table, like appNames.
@@ -281,7 +304,10 @@ func (a *app) installGetCommand() *cobra.Command {
 			f := newFields(a.stdout)
 			f.add("Name", ins.GetName())
 			f.add("ID", ins.GetId())
-			f.add("App", ins.GetAppId())
+			f.add("App", a.appName(cmd.Context(), c, ins.GetAppId()))
+			if a.wideOutput() {
+				f.add("App ID", ins.GetAppId())
+			}
 			f.add("Created", when(now, ins.GetCreateTime()))
 			f.add("Inputs", keyValues(ins.GetInputs()))
 			f.add("State", ins.GetState())

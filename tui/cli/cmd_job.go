@@ -135,6 +135,9 @@ refused by the agent and never runs.`,
 				if err != nil {
 					return c.wrap(err)
 				}
+				for _, in := range installs {
+					a.warnAgentOffline(ctx, c, in)
+				}
 				if a.jsonOutput() {
 					return writeJSONList(a.stdout, res.Msg.GetJobs())
 				}
@@ -159,6 +162,7 @@ refused by the agent and never runs.`,
 				return c.wrap(err)
 			}
 			job := res.Msg.GetJob()
+			a.warnAgentOffline(ctx, c, install)
 			switch {
 			case follow:
 				fmt.Fprintf(a.stderr, "==> job %s queued on %s\n", job.GetId(), install)
@@ -315,7 +319,7 @@ func (a *app) jobListCommand() *cobra.Command {
 			// Tables name the install; its id is in -o wide and -o json.
 			installNames := a.installNames(cmd.Context(), c)
 			now := a.now()
-			header := []string{"ID", "INSTALL", "TYPE", "OPERATION", "STATE", "ATTEMPT", "CREATED", "EXIT"}
+			header := []string{"ID", "INSTALL", "COMPONENT", "TYPE", "OPERATION", "STATE", "ATTEMPT", "CREATED", "EXIT"}
 			if a.wideOutput() {
 				header = slices.Insert(header, 2, "INSTALL ID")
 			}
@@ -325,7 +329,7 @@ func (a *app) jobListCommand() *cobra.Command {
 				if isTerminal(j.GetState()) && !refused(j) {
 					exit = fmt.Sprint(j.GetExitCode())
 				}
-				row := []string{j.GetId(), cmp.Or(installNames[j.GetInstallId()], j.GetInstallId()), j.GetComponentType(), j.GetOperation(), stateName(j.GetState()),
+				row := []string{j.GetId(), cmp.Or(installNames[j.GetInstallId()], j.GetInstallId()), cmp.Or(j.GetComponent(), "-"), j.GetComponentType(), j.GetOperation(), stateName(j.GetState()),
 					attemptText(j), ago(now, j.GetCreateTime()), exit}
 				if a.wideOutput() {
 					row = slices.Insert(row, 2, j.GetInstallId())
@@ -369,16 +373,23 @@ func (a *app) jobGetCommand() *cobra.Command {
 			if a.jsonOutput() {
 				return writeJSON(a.stdout, j)
 			}
-			return a.printJob(j)
+			return a.printJob(j, a.installName(cmd.Context(), c, j.GetInstallId()))
 		},
 	}
 }
 
-func (a *app) printJob(j *imsv1.Job) error {
+// printJob writes a job for people; install is its install's name.
+func (a *app) printJob(j *imsv1.Job, install string) error {
 	now := a.now()
 	f := newFields(a.stdout)
 	f.add("ID", j.GetId())
-	f.add("Install", j.GetInstallId())
+	f.add("Install", cmp.Or(install, j.GetInstallId()))
+	if a.wideOutput() {
+		f.add("Install ID", j.GetInstallId())
+	}
+	if j.GetComponent() != "" {
+		f.add("Component", j.GetComponent())
+	}
 	f.add("Type", j.GetComponentType())
 	f.add("Operation", j.GetOperation())
 	state := stateName(j.GetState())
@@ -464,6 +475,9 @@ type logPrinter struct {
 	afterSeq     int64
 	// json prints each line as one JSON object (-o json).
 	json bool
+	// since, if set, leaves out lines written before it (byoc logs
+	// --since).
+	since time.Time
 }
 
 func (p *logPrinter) print(l *imsv1.LogLine) {
@@ -471,6 +485,9 @@ func (p *logPrinter) print(l *imsv1.LogLine) {
 		return // already printed before a reconnect
 	}
 	p.afterAttempt, p.afterSeq = l.GetAttempt(), l.GetSeq()
+	if !p.since.IsZero() && l.GetTime().AsTime().Before(p.since) {
+		return
+	}
 	var b strings.Builder
 	if p.lastAttempt != 0 && l.GetAttempt() != p.lastAttempt {
 		fmt.Fprintf(&b, "==> attempt %d\n", l.GetAttempt())
@@ -587,7 +604,11 @@ func (a *app) streamLogs(ctx context.Context, c *client, jobID string, follow bo
 // stream, then reports how it ended: nil for success, or an exitCodeError
 // carrying the job's exit code.
 func (a *app) followJob(ctx context.Context, c *client, jobID string, lf logFormat) error {
-	p := &logPrinter{w: a.stdout, format: lf, clean: a.terminal(a.stdout), json: a.jsonOutput()}
+	return a.followJobWith(ctx, c, jobID, &logPrinter{w: a.stdout, format: lf, clean: a.terminal(a.stdout), json: a.jsonOutput()})
+}
+
+// followJobWith is followJob printing with p.
+func (a *app) followJobWith(ctx context.Context, c *client, jobID string, p *logPrinter) error {
 	retry := backoff.New(250*time.Millisecond, 5*time.Second)
 	failures := 0
 	first := true

@@ -247,7 +247,7 @@ would change first.`,
 			}
 			res, err := c.UpdateInstall(cmd.Context(), connect.NewRequest(req))
 			if err != nil {
-				return c.wrap(err)
+				return withFlags(c.wrap(err), inputFlags...)
 			}
 			if res.Msg.GetWorkflow() == nil {
 				if a.jsonOutput() {
@@ -337,7 +337,7 @@ a dry run of a rollout across the fleet.`,
 						Kind: imsv1.WorkflowKind(k), AppRevision: rev, SetInputs: set, UnsetInputs: unset,
 						Live: live, TimeoutSeconds: int64(timeout / time.Second)}))
 					if err != nil {
-						errs[i] = c.wrap(err)
+						errs[i] = withFlags(c.wrap(err), inputFlags...)
 						return
 					}
 					plans[i] = res.Msg
@@ -349,11 +349,18 @@ a dry run of a rollout across the fleet.`,
 					return errs[0]
 				}
 				if a.jsonOutput() {
-					return writeJSON(a.stdout, plans[0])
+					if err := writeJSON(a.stdout, plans[0]); err != nil {
+						return err
+					}
+				} else if err := a.printInstallPlan(cmd.Context(), c, installs[0], plans[0]); err != nil {
+					return err
 				}
-				return a.printInstallPlan(cmd.Context(), c, installs[0], plans[0])
+				return failedPlansError(plans)
 			}
-			return a.printPlanGroups(cmd.Context(), c, installs, plans, errs)
+			if err := a.printPlanGroups(cmd.Context(), c, installs, plans, errs); err != nil {
+				return err
+			}
+			return failedPlansError(plans)
 		},
 	}
 	cmd.Flags().StringArrayVar(&inputs, "input", nil, "plan as if this input were set (repeatable)")
@@ -364,6 +371,37 @@ a dry run of a rollout across the fleet.`,
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "with --live, how long to wait for the agents' plans (default 2m)")
 	cmd.Flags().StringVar(&appName, "app", "", "plan every install of this app too")
 	return cmd
+}
+
+// inputFlags name the flags of install update and plan that set the
+// request's input fields.
+var inputFlags = []fieldFlag{{"set_inputs", "--input"}, {"unset_inputs", "--unset"},
+	{"app_revision", "--revision"}, {"parallelism", "--parallelism"}}
+
+// failedPlansError is a live plan's verdict when some component's plan
+// failed or timed out: exit 1, as when an install could not be planned,
+// so that a script does not take a failed plan for an empty one.
+func failedPlansError(plans []*imsv1.PlanInstallResponse) error {
+	var failed []string
+	steps, n := 0, 0
+	for _, p := range plans {
+		for _, s := range p.GetSteps() {
+			if s.GetPlanJobId() == "" && s.GetPlanState() == "" {
+				continue
+			}
+			steps++
+			if st := s.GetPlanState(); st == "failed" || st == "timed_out" {
+				n++
+				failed = append(failed, s.GetName())
+			}
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	slices.Sort(failed)
+	failed = slices.Compact(failed)
+	return &exitCodeError{code: exitError, msg: fmt.Sprintf("%d of %d component plans failed (%s); see each plan above", n, steps, strings.Join(failed, ", "))}
 }
 
 // printInstallPlan writes one install's plan: the steps and why, then,
@@ -585,18 +623,22 @@ func (a *app) printWorkflow(wf *imsv1.Workflow) error {
 func (a *app) workflowGetCommand() *cobra.Command {
 	var wait bool
 	cmd := &cobra.Command{
-		Use:   "get WORKFLOW [--wait]",
-		Short: "Show a workflow and its steps; --wait follows it until it ends",
+		Use:   "get WORKFLOW|INSTALL [--wait]",
+		Short: "Show a workflow (or an install's newest) and its steps; --wait follows it until it ends",
 		Args:  exactArgs("WORKFLOW"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.connect()
 			if err != nil {
 				return err
 			}
-			if wait {
-				return a.follow(cmd.Context(), c, args[0])
+			id, err := a.workflowID(cmd.Context(), c, args[0])
+			if err != nil {
+				return err
 			}
-			res, err := c.GetWorkflow(cmd.Context(), connect.NewRequest(&imsv1.GetWorkflowRequest{Id: args[0]}))
+			if wait {
+				return a.follow(cmd.Context(), c, id)
+			}
+			res, err := c.GetWorkflow(cmd.Context(), connect.NewRequest(&imsv1.GetWorkflowRequest{Id: id}))
 			if err != nil {
 				return c.wrap(err)
 			}
@@ -628,6 +670,9 @@ var followPlanWait = 10 * time.Second
 // finished), and at once on Ctrl-C or SIGTERM (exit 130), saying where.
 func (a *app) follow(ctx context.Context, c *client, id string) error {
 	seen := map[string]imsv1.StepState{}
+	// waiting are steps announced as queued for an offline agent: said to
+	// run once the agent is back or their job left the queue.
+	waiting := map[string]bool{}
 	var wf *imsv1.Workflow
 	var announced time.Time
 	for {
@@ -647,6 +692,14 @@ func (a *app) follow(ctx context.Context, c *client, id string) error {
 			if s.GetState() == imsv1.StepState_STEP_STATE_PENDING {
 				continue
 			}
+			if s.GetState() == imsv1.StepState_STEP_STATE_RUNNING && s.GetJobId() != "" {
+				if why := a.queuedOffline(ctx, c, wf, s.GetJobId()); why != "" {
+					fmt.Fprintf(a.stdout, "  %-9s %s (job %s): %s; it runs when the agent connects\n", "queued", s.GetName(), s.GetJobId(), why)
+					waiting[s.GetName()] = true
+					continue
+				}
+			}
+			delete(waiting, s.GetName())
 			line := fmt.Sprintf("  %-9s %s", stepStateName(s.GetState()), s.GetName())
 			if s.GetJobId() != "" && s.GetState() == imsv1.StepState_STEP_STATE_RUNNING {
 				line += " (job " + s.GetJobId() + ")"
@@ -655,6 +708,15 @@ func (a *app) follow(ctx context.Context, c *client, id string) error {
 				line += ": " + s.GetError()
 			}
 			fmt.Fprintln(a.stdout, line)
+		}
+		for _, s := range wf.GetSteps() {
+			if !waiting[s.GetName()] || s.GetState() != imsv1.StepState_STEP_STATE_RUNNING {
+				continue
+			}
+			if a.queuedOffline(ctx, c, wf, s.GetJobId()) == "" {
+				delete(waiting, s.GetName())
+				fmt.Fprintf(a.stdout, "  %-9s %s (job %s)\n", "running", s.GetName(), s.GetJobId())
+			}
 		}
 		switch {
 		case wf.GetState() == imsv1.WorkflowState_WORKFLOW_STATE_AWAITING_APPROVAL:
@@ -702,6 +764,47 @@ func (a *app) follow(ctx context.Context, c *client, id string) error {
 			return a.stoppedFollowing(id, wf)
 		case <-time.After(followPoll):
 		}
+	}
+}
+
+// queuedOffline says why job waits, when it is queued and the install's
+// agent is offline or not enrolled: a step "running" on imsd's side is
+// then only waiting. Empty when the job left the queue, the agent is
+// connected, or imsd cannot say.
+func (a *app) queuedOffline(ctx context.Context, c *client, wf *imsv1.Workflow, jobID string) string {
+	j, err := c.GetJob(ctx, connect.NewRequest(&imsv1.GetJobRequest{Id: jobID}))
+	if err != nil || j.Msg.GetJob().GetState() != imsv1.JobState_JOB_STATE_QUEUED {
+		return ""
+	}
+	return a.agentOffline(ctx, c, cmp.Or(wf.GetInstallName(), wf.GetInstallId()))
+}
+
+// agentOffline says that install's agent is offline (and since when) or
+// not enrolled; empty when it is connected or imsd cannot say.
+func (a *app) agentOffline(ctx context.Context, c *client, install string) string {
+	res, err := c.GetInstall(ctx, connect.NewRequest(&imsv1.GetInstallRequest{IdOrName: install}))
+	if err != nil {
+		return ""
+	}
+	in := res.Msg.GetInstall()
+	ag := in.GetAgent()
+	switch {
+	case ag == nil || ag.GetAgentId() == "":
+		return fmt.Sprintf("install %s has no agent enrolled yet (byoc install token %s makes its enrolment token)", in.GetName(), in.GetName())
+	case ag.GetConnected():
+		return ""
+	case ag.GetLastSeenTime() == nil:
+		return fmt.Sprintf("the agent of install %s is offline (never seen)", in.GetName())
+	default:
+		return fmt.Sprintf("the agent of install %s is offline (last seen %s)", in.GetName(), ago(a.now(), ag.GetLastSeenTime()))
+	}
+}
+
+// warnAgentOffline warns on stderr that a job just queued on install
+// waits for its agent; the command still succeeds (the job is queued).
+func (a *app) warnAgentOffline(ctx context.Context, c *client, install string) {
+	if why := a.agentOffline(ctx, c, install); why != "" {
+		fmt.Fprintf(a.stderr, "warning: %s: the job is queued and runs when the agent connects\n", why)
 	}
 }
 

@@ -44,7 +44,19 @@ type fakeOperator struct {
 	changes []*imsv1.ConfigChange
 	// grants are what ListBreakGlassGrants returns.
 	grants   []*imsv1.BreakGlassGrant
-	workflow *imsv1.Workflow // returned by GetWorkflow
+	workflow *imsv1.Workflow            // returned by GetWorkflow
+	plan     *imsv1.PlanInstallResponse // returned by PlanInstall
+	// listJobs, if set, is what ListJobs returns instead of two jobs.
+	listJobs []*imsv1.Job
+	// workflowList is what ListWorkflows returns (install "nope": not found).
+	workflowList []*imsv1.Workflow
+	// workflows, if set, are what the n-th GetWorkflow call returns (the
+	// last one repeats), before workflow.
+	workflows     []*imsv1.Workflow
+	workflowCalls int
+	// agentFor, if set, is the agent GetInstall reports, given how many
+	// GetWorkflow calls were made.
+	agentFor func(workflowCalls int) *imsv1.AgentStatus
 	// enqueueFail is how many enqueue calls fail with enqueueCode (all of
 	// them when negative) before one succeeds; enqueueCalls counts calls
 	// and enqueueKeys records each call's idempotency key.
@@ -144,14 +156,24 @@ func (f *fakeOperator) GetInstall(ctx context.Context, req *connect.Request[imsv
 	if err := f.auth(req.Header()); err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&imsv1.GetInstallResponse{Install: &imsv1.Install{
-		Id: "ins_1", AppId: "app_1", Name: req.Msg.GetIdOrName(), CreateTime: testTime,
+	name := req.Msg.GetIdOrName()
+	if name == "ins_1" {
+		name = "shop-acme" // asked by id
+	}
+	in := &imsv1.Install{
+		Id: "ins_1", AppId: "app_1", Name: name, CreateTime: testTime,
 		Inputs: map[string]string{"region": "eu-west-1", "size": "m"},
 		Agent: &imsv1.AgentStatus{
 			AgentId: "agt_1", Connected: true, Version: "v0.1.0", Hostname: "ip-10-0-0-1",
 			LastSeenTime: timestamppb.New(time.Now().Add(-3 * time.Second)), EnrollTime: testTime,
 		},
-	}}), nil
+	}
+	f.mu.Lock()
+	if f.agentFor != nil {
+		in.Agent = f.agentFor(f.workflowCalls)
+	}
+	f.mu.Unlock()
+	return connect.NewResponse(&imsv1.GetInstallResponse{Install: in}), nil
 }
 
 func (f *fakeOperator) EnqueueJob(ctx context.Context, req *connect.Request[imsv1.EnqueueJobRequest]) (*connect.Response[imsv1.EnqueueJobResponse], error) {
@@ -196,7 +218,11 @@ func (f *fakeOperator) ListJobs(ctx context.Context, req *connect.Request[imsv1.
 	}
 	f.mu.Lock()
 	f.listed = append(f.listed, req.Msg)
+	list := f.listJobs
 	f.mu.Unlock()
+	if list != nil {
+		return connect.NewResponse(&imsv1.ListJobsResponse{Jobs: list}), nil
+	}
 	return connect.NewResponse(&imsv1.ListJobsResponse{Jobs: []*imsv1.Job{
 		{Id: "job_2", InstallId: "ins_1", ComponentType: "action", Operation: "apply", State: imsv1.JobState_JOB_STATE_RUNNING, Attempt: 1, MaxAttempts: 3, CreateTime: testTime},
 		{Id: "job_1", InstallId: "ins_1", ComponentType: "action", Operation: "apply", State: imsv1.JobState_JOB_STATE_FAILED, Attempt: 1, MaxAttempts: 3, ExitCode: 4, CreateTime: testTime},
@@ -265,17 +291,6 @@ func (f *fakeOperator) StartWorkflow(ctx context.Context, req *connect.Request[i
 	defer f.mu.Unlock()
 	f.started = append(f.started, req.Msg)
 	return connect.NewResponse(&imsv1.StartWorkflowResponse{Workflow: &imsv1.Workflow{Id: "wf_1", Kind: req.Msg.GetKind(), InstallName: req.Msg.GetInstall()}}), nil
-}
-
-// PlanInstall plans a deprovision of two components.
-func (f *fakeOperator) PlanInstall(ctx context.Context, req *connect.Request[imsv1.PlanInstallRequest]) (*connect.Response[imsv1.PlanInstallResponse], error) {
-	if err := f.auth(req.Header()); err != nil {
-		return nil, err
-	}
-	return connect.NewResponse(&imsv1.PlanInstallResponse{Kind: req.Msg.GetKind(), AppRevision: 2, Steps: []*imsv1.WorkflowStep{
-		{Name: "api", ComponentType: "helm", Operation: "destroy", Reason: "deprovision"},
-		{Name: "db", ComponentType: "terraform", Operation: "destroy", Reason: "deprovision", Needs: []string{"api"}},
-	}}), nil
 }
 
 func (f *fakeOperator) startedCount() int {
@@ -354,8 +369,41 @@ func (f *fakeOperator) GetWorkflow(ctx context.Context, req *connect.Request[ims
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if len(f.workflows) > 0 {
+		wf := f.workflows[min(f.workflowCalls, len(f.workflows)-1)]
+		f.workflowCalls++
+		return connect.NewResponse(&imsv1.GetWorkflowResponse{Workflow: wf}), nil
+	}
 	if f.workflow == nil || f.workflow.GetId() != req.Msg.GetId() {
 		return nil, connect.NewError(connect.CodeNotFound, errString(`workflow "`+req.Msg.GetId()+`" not found`))
 	}
 	return connect.NewResponse(&imsv1.GetWorkflowResponse{Workflow: f.workflow}), nil
+}
+
+func (f *fakeOperator) PlanInstall(ctx context.Context, req *connect.Request[imsv1.PlanInstallRequest]) (*connect.Response[imsv1.PlanInstallResponse], error) {
+	if err := f.auth(req.Header()); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.plan == nil {
+		// A deprovision of two components.
+		return connect.NewResponse(&imsv1.PlanInstallResponse{Kind: req.Msg.GetKind(), AppRevision: 2, Steps: []*imsv1.WorkflowStep{
+			{Name: "api", ComponentType: "helm", Operation: "destroy", Reason: "deprovision"},
+			{Name: "db", ComponentType: "terraform", Operation: "destroy", Reason: "deprovision", Needs: []string{"api"}},
+		}}), nil
+	}
+	return connect.NewResponse(f.plan), nil
+}
+
+func (f *fakeOperator) ListWorkflows(ctx context.Context, req *connect.Request[imsv1.ListWorkflowsRequest]) (*connect.Response[imsv1.ListWorkflowsResponse], error) {
+	if err := f.auth(req.Header()); err != nil {
+		return nil, err
+	}
+	if req.Msg.GetInstall() == "nope" {
+		return nil, connect.NewError(connect.CodeNotFound, errString(`install "nope" not found`))
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return connect.NewResponse(&imsv1.ListWorkflowsResponse{Workflows: f.workflowList}), nil
 }

@@ -1347,3 +1347,18 @@ func TestInstallViewShowsPolicyFindings(t *testing.T) {
 		t.Errorf("a failed plan shows a count of changes:\n%s", s)
 	}
 }
+
+// The jobs table names each job's component, and component=C filters.
+func TestJobsComponentColumn(t *testing.T) {
+	m := newTestModel(t, Options{})
+	feed(m, snapshot())
+	press(m, ":", "jobs", "enter")
+	m.Update(jobsMsg{gen: m.top().(*jobsView).gen, jobs: jobs()})
+	mustContain(t, screen(m), "COMPONENT", "job_run", "job_bad")
+	press(m, "/", "component=db", "enter")
+	s := screen(m)
+	mustContain(t, s, "job_bad")
+	if strings.Contains(s, "job_run") {
+		t.Fatalf("component=db shows job_run:\n%s", s)
+	}
+}

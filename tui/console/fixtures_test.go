@@ -94,8 +94,13 @@ func jobs() []*imsv1.Job {
 	return []*imsv1.Job{
 		job("job_run", "acme", imsv1.JobState_JOB_STATE_RUNNING, 10*time.Second),
 		job("job_ok", "acme", imsv1.JobState_JOB_STATE_SUCCEEDED, 2*time.Hour),
-		job("job_bad", "acme", imsv1.JobState_JOB_STATE_FAILED, 26*time.Hour),
+		withComponent(job("job_bad", "acme", imsv1.JobState_JOB_STATE_FAILED, 26*time.Hour), "db"),
 	}
+}
+
+func withComponent(j *imsv1.Job, c string) *imsv1.Job {
+	j.Component = c
+	return j
 }
 
 func logLines(from, to int, text func(i int) string) []*imsv1.LogLine {

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -146,7 +147,7 @@ func (v *jobList) table(withInstall bool, w, h int) []string {
 			created = ago(v.now, j.CreateTime.AsTime())
 		}
 		line := row(cols, map[string]string{
-			"JOB": j.Id, "INSTALL": v.installName(j.InstallId), "TYPE": j.ComponentType + " " + j.Operation,
+			"JOB": j.Id, "INSTALL": v.installName(j.InstallId), "COMPONENT": cmp.Or(j.Component, dash), "TYPE": j.ComponentType + " " + j.Operation,
 			"STATE": stateName(j.State), "TRY": tryText(j),
 			"CREATED": created, "BY": j.CreatedBy, "EXIT": exit,
 		})
@@ -165,8 +166,8 @@ func (v *jobList) table(withInstall bool, w, h int) []string {
 }
 
 var jobCols = []column{
-	{"JOB", 0, 0}, {"INSTALL", 14, 2}, {"TYPE", 14, 4}, {"STATE", 10, 1}, {"TRY", 5, 5},
-	{"CREATED", 9, 3}, {"BY", 10, 6}, {"EXIT", 4, 7},
+	{"JOB", 0, 0}, {"INSTALL", 14, 2}, {"COMPONENT", 12, 4}, {"TYPE", 14, 5}, {"STATE", 10, 1}, {"TRY", 5, 6},
+	{"CREATED", 9, 3}, {"BY", 10, 7}, {"EXIT", 4, 8},
 }
 
 func filterJobs(e *env, jobs []*imsv1.Job, filter string) []*imsv1.Job {
@@ -176,7 +177,7 @@ func filterJobs(e *env, jobs []*imsv1.Job, filter string) []*imsv1.Job {
 	}
 	var out []*imsv1.Job
 	for _, j := range jobs {
-		hay := strings.ToLower(strings.Join([]string{j.Id, e.installName(j.InstallId), stateName(j.State), j.ComponentType, j.Operation, j.CreatedBy}, " "))
+		hay := strings.ToLower(strings.Join([]string{j.Id, e.installName(j.InstallId), j.Component, stateName(j.State), j.ComponentType, j.Operation, j.CreatedBy}, " "))
 		ok := true
 		for _, t := range terms {
 			if k, val, isKV := strings.Cut(t, "="); isKV {
@@ -200,6 +201,8 @@ func jobField(e *env, j *imsv1.Job, k string) string {
 		return strings.ToLower(e.installName(j.InstallId))
 	case "type":
 		return j.ComponentType
+	case "component":
+		return strings.ToLower(j.Component)
 	case "by":
 		return strings.ToLower(j.CreatedBy)
 	}

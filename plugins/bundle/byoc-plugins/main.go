@@ -6,14 +6,20 @@
 //	byoc-plugins TYPE        serve TYPE over the plugin protocol (agentd runs this)
 //	byoc-plugins --version   print the version, commit and build date
 //	byoc-plugins --types     list the types it serves, one a line
+//	byoc-plugins --check-kubernetes
+//	                         reach the API server of $KUBECONFIG (else the
+//	                         in-cluster config) as a helm job would, and
+//	                         print its address and version (agentd preflight)
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/byoc-dev/byoc/internal/buildinfo"
 	"github.com/byoc-dev/byoc/plugins/helm"
@@ -41,6 +47,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if len(args) == 1 && args[0] == "--types" {
 		fmt.Fprintln(stdout, strings.Join(names(), "\n"))
+		return 0
+	}
+	if len(args) == 1 && args[0] == "--check-kubernetes" {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		v, err := helm.ServerVersion(ctx, os.Getenv("KUBECONFIG"))
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
+		fmt.Fprintln(stdout, v)
 		return 0
 	}
 	if len(args) == 0 || types[args[0]] == nil {

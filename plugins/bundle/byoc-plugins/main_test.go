@@ -38,3 +38,13 @@ func TestCommandLine(t *testing.T) {
 		}
 	}
 }
+
+// --check-kubernetes with no kubeconfig outside a pod names the flag.
+func TestCheckKubernetesNoKubeconfig(t *testing.T) {
+	t.Setenv("KUBECONFIG", "")
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	var out, errb bytes.Buffer
+	if code := run([]string{"--check-kubernetes"}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "agentd with --kubeconfig") {
+		t.Errorf("--check-kubernetes: exit %d, %q", code, errb.String())
+	}
+}

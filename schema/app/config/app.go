@@ -69,6 +69,9 @@ type App struct {
 	// source maps each component, action and install (its pointer) to
 	// its own file.
 	source map[any]string
+	// unparsed are the files that are not TOML (a syntax error): nothing
+	// of them was decoded.
+	unparsed []string
 	// graph is the component graph, built once by Decode (references
 	// are parsed to find implied dependencies).
 	graph *graph.Graph
@@ -130,6 +133,8 @@ func Decode(files map[string][]byte, ds *diag.List) *App {
 		lines, ok := decodeFile(name, b, dst, ds)
 		if ok {
 			a.lines[name] = lines
+		} else {
+			a.unparsed = append(a.unparsed, name)
 		}
 		return ok
 	}
@@ -200,6 +205,11 @@ func (a *App) addOrigin(ds *diag.List, kind, name, file string) {
 	}
 	a.origin[k] = file
 }
+
+// Unparsed returns the files that did not parse as TOML. What they
+// define is missing from the app, so checks across files would report
+// its absence again and again (load.Parse skips them).
+func (a *App) Unparsed() []string { return a.unparsed }
 
 // FileOf returns the file a component, action or install was read from
 // (kind "component", "action" or "install"); the first, when two files

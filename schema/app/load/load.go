@@ -78,7 +78,12 @@ func readFiles(fsys fs.FS) (map[string][]byte, error) {
 func Parse(files map[string][]byte, opts validate.Options) (*config.App, error) {
 	ds := &diag.List{Rank: config.FileRank}
 	a := config.Decode(files, ds)
-	validate.Check(a, ds, opts)
+	// A file with a TOML syntax error defines nothing: the checks across
+	// files would report every reference to what it defines ("no component
+	// named db") as errors of their own. Its syntax error is the one to fix.
+	if len(a.Unparsed()) == 0 {
+		validate.Check(a, ds, opts)
+	}
 	if err := ds.Err(); err != nil {
 		return nil, err
 	}

@@ -331,6 +331,9 @@ func CloudFormation(o Options) ([]byte, error) {
 			"AgentRoleArn": "${AgentRole.Arn}", "RegistryUri": "${Registry.RepositoryUri}",
 			"VpcId": "${VpcIdValue}", "SubnetId": "${SubnetIdValue}", "SecurityGroupId": "${AgentSecurityGroup.GroupId}"},
 	}
+	if usesKubernetes(o.App) {
+		sc["kubernetes"] = true
+	}
 	if len(bgRoles) > 0 {
 		sc["break_glass_roles"] = bgRoles
 	}

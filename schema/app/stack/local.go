@@ -45,6 +45,7 @@ func Local(o Options) ([]LocalFile, error) {
 		Modes:       map[string]stackconfig.Role{},
 		SecretsFile: LocalSecrets,
 		Registry:    o.Params["Registry"],
+		Kubernetes:  usesKubernetes(o.App),
 	}
 	var secretLines []string
 	for _, p := range Parameters(o.App) {

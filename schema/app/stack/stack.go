@@ -166,3 +166,14 @@ func modeRole(p config.Permissions, m string) *config.ModeRole {
 	}
 	return nil
 }
+
+// usesKubernetes reports whether the app has helm components, whose agent
+// needs a cluster (stackconfig.Config.Kubernetes).
+func usesKubernetes(app *config.App) bool {
+	for _, c := range app.Components {
+		if c.Type == "helm" {
+			return true
+		}
+	}
+	return false
+}

@@ -364,8 +364,28 @@ func (v *validator) unknownTypeHint(typ string) string {
 // configProblems reports what a type's check found in a component's
 // config, at the line of each field, or of the closest key written (a
 // missing field is reported at its table, a missing config at the type).
+//
+// An unknown field close to a known one says which it may mean, and then
+// the known field's "is required", the same typo's other half, is left
+// out.
 func (v *validator) configProblems(file string, ps []FieldProblem) {
+	meant := map[string]bool{}
+	for i, p := range ps {
+		known, ok := strings.CutPrefix(p.Hint, knownFieldsHint)
+		if p.Message != "unknown field" || !ok {
+			continue
+		}
+		parent, name := splitField(p.Field)
+		if hint := diag.DidYouMean(name, strings.Split(known, ", ")); hint != "" {
+			ps[i].Hint = hint
+			_, want, _ := strings.Cut(hint, `"`)
+			meant[joinField(parent, strings.TrimSuffix(want, `"?`))] = true
+		}
+	}
 	for _, p := range ps {
+		if p.Message == "is required" && meant[p.Field] {
+			continue
+		}
 		key := "config"
 		switch {
 		case strings.HasPrefix(p.Field, "["):
@@ -379,6 +399,30 @@ func (v *validator) configProblems(file string, ps []FieldProblem) {
 		}
 		v.ds.Addf(file, line, key, p.Hint, "%s", p.Message)
 	}
+}
+
+// knownFieldsHint starts the hint of configschema's "unknown field".
+const knownFieldsHint = "known fields: "
+
+// splitField splits a config field path into its parent and its last
+// name: "values.replica" is "values" and "replica".
+func splitField(f string) (parent, name string) {
+	i := strings.LastIndexAny(f, ".]")
+	if i < 0 {
+		return "", f
+	}
+	if f[i] == ']' {
+		return f, ""
+	}
+	return f[:i], f[i+1:]
+}
+
+// joinField is splitField's inverse.
+func joinField(parent, name string) string {
+	if parent == "" {
+		return name
+	}
+	return parent + "." + name
 }
 
 // refs checks the references in one config string of component self ("" for

@@ -2238,6 +2238,9 @@ type Job struct {
 	// check), one per object, as the agent reported them: sensitive values
 	// masked by the plugin, secrets redacted by the agent.
 	PlannedChanges []*PlannedChange `protobuf:"bytes,22,rep,name=planned_changes,json=plannedChanges,proto3" json:"planned_changes,omitempty"`
+	// component names the app's component the job is for (a workflow
+	// step's or a drift check's); empty for an ad-hoc job or a hook's.
+	Component string `protobuf:"bytes,23,opt,name=component,proto3" json:"component,omitempty"`
 	// plan_digest is the digest of the plan the job made
 	// ("sha256:<hex>", as its agent computed it).
 	PlanDigest string `protobuf:"bytes,40,opt,name=plan_digest,json=planDigest,proto3" json:"plan_digest,omitempty"`
@@ -2433,6 +2436,13 @@ func (x *Job) GetPlannedChanges() []*PlannedChange {
 		return x.PlannedChanges
 	}
 	return nil
+}
+
+func (x *Job) GetComponent() string {
+	if x != nil {
+		return x.Component
+	}
+	return ""
 }
 
 func (x *Job) GetPlanDigest() string {
@@ -6186,7 +6196,7 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\vttl_seconds\x18\x02 \x01(\x03R\n" +
 	"ttlSeconds\"h\n" +
 	"\x1dCreateEnrollmentTokenResponse\x12G\n" +
-	"\x10enrollment_token\x18\x01 \x01(\v2\x1c.byoc.ims.v1.EnrollmentTokenR\x0fenrollmentToken\"\xd9\b\n" +
+	"\x10enrollment_token\x18\x01 \x01(\v2\x1c.byoc.ims.v1.EnrollmentTokenR\x0fenrollmentToken\"\xf7\b\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -6214,7 +6224,8 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\n" +
 	"created_by\x18\x14 \x01(\tR\tcreatedBy\x12\x12\n" +
 	"\x04mode\x18\x15 \x01(\tR\x04mode\x12C\n" +
-	"\x0fplanned_changes\x18\x16 \x03(\v2\x1a.byoc.ims.v1.PlannedChangeR\x0eplannedChanges\x12\x1f\n" +
+	"\x0fplanned_changes\x18\x16 \x03(\v2\x1a.byoc.ims.v1.PlannedChangeR\x0eplannedChanges\x12\x1c\n" +
+	"\tcomponent\x18\x17 \x01(\tR\tcomponent\x12\x1f\n" +
 	"\vplan_digest\x18( \x01(\tR\n" +
 	"planDigest\x120\n" +
 	"\x14approved_plan_digest\x18) \x01(\tR\x12approvedPlanDigest\x12C\n" +
