@@ -88,7 +88,8 @@ func DelegateCgroup(root, label string) (*Delegated, error) {
 			d.Remove()
 			return nil, fmt.Errorf("create cgroup: %w", err)
 		}
-		if err := os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte("+cpu +memory +pids"), 0); err != nil {
+		enable := "+" + strings.Join(delegatedControllers, " +")
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte(enable), 0); len(delegatedControllers) > 0 && err != nil {
 			d.Remove()
 			return nil, fmt.Errorf("enable controllers in %s: %w", dir, err)
 		}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -112,5 +113,88 @@ func TestNoDelegation(t *testing.T) {
 	t.Setenv(CgroupEnv, "not delegated: cgroup v2 controller memory is not enabled in /x/cgroup.subtree_control")
 	if _, why := findCgroups(""); !strings.Contains(why, "the agent gave this plugin no cgroup for its steps (not delegated: cgroup v2 controller memory") {
 		t.Errorf("why = %q", why)
+	}
+}
+
+// The mechanics of a v2 delegation, in both sandboxes: the process starts
+// in the leaf, sees the job cgroup writable at /sys/fs/cgroup, and moves
+// a child of its own into a sub-cgroup there. Controllers are left out:
+// a machine whose cpu, memory and pids are on cgroup v1 still has a v2
+// hierarchy (at /sys/fs/cgroup/unified) to check the rest on.
+func TestDelegateV2Mechanics(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("cgroups are writable for root here only")
+	}
+	root := ""
+	for _, r := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
+		if _, err := os.Stat(filepath.Join(r, "cgroup.controllers")); err == nil {
+			root = r
+			break
+		}
+	}
+	if root == "" {
+		t.Skip("no cgroup v2 hierarchy")
+	}
+	saved := delegatedControllers
+	delegatedControllers = nil
+	t.Cleanup(func() { delegatedControllers = saved })
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := t.TempDir()
+	script := `cat /proc/self/cgroup; mkdir /sys/fs/cgroup/step && sh -c 'echo $$ > /sys/fs/cgroup/step/cgroup.procs && echo moved && cat /proc/self/cgroup'`
+	argv := []string{"/bin/sh", "-c", script}
+	for _, mode := range []string{"bubblewrap", "namespaces"} {
+		t.Run(mode, func(t *testing.T) {
+			d, err := DelegateCgroup(root, "v2test")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if err := d.Remove(); err != nil {
+					t.Error(err)
+				}
+			}()
+			if d.Version != "v2" {
+				t.Fatalf("version %s", d.Version)
+			}
+			m := Mounts{Writable: []string{work}, Chdir: work, UnshareUser: true}
+			d.Apply(&m)
+			var cmd *exec.Cmd
+			if mode == "bubblewrap" {
+				bwrap, err := exec.LookPath("bwrap")
+				if err != nil {
+					t.Skip("bubblewrap not installed")
+				}
+				args := m.BwrapArgs()
+				if slices.Contains(args, "--unshare-cgroup-try") {
+					t.Errorf("a v2 delegation keeps the host's cgroup namespace: %v", args)
+				}
+				cmd = exec.Command(bwrap, append(append(args, "--"), argv...)...)
+			} else if cmd, err = NamespaceCommand(self, m, argv, 0); err != nil {
+				t.Fatal(err)
+			}
+			leaf, err := d.LeafFD()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer leaf.Close()
+			if cmd.SysProcAttr == nil {
+				cmd.SysProcAttr = &syscall.SysProcAttr{}
+			}
+			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(leaf.Fd())
+			cmd.Env = []string{}
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("%v: %s", err, out)
+			}
+			job := filepath.Base(d.Dirs()[0])
+			for _, want := range []string{"0::/", job + "/plugin\n", "moved\n", job + "/step\n"} {
+				if !strings.Contains(string(out), want) {
+					t.Errorf("output lacks %q:\n%s", want, out)
+				}
+			}
+		})
 	}
 }
