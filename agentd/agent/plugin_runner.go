@@ -611,8 +611,14 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 	// the system stream, through the redactor like every line.
 	output := func(source, text string) { log(StreamSystem, "[plugin "+source+"] "+text) }
 	writable, readOnly, hidden := r.sandboxPaths(job.ComponentType, stateDir)
-	inst, err := r.Loader.Start(ctx, job.ComponentType, pluginhost.StartOptions{WorkDir: work, Env: env, Output: output,
-		Writable: writable, ReadOnly: readOnly, Hidden: hidden})
+	opts := pluginhost.StartOptions{WorkDir: work, Env: env, Output: output,
+		Writable: writable, ReadOnly: readOnly, Hidden: hidden}
+	if job.ComponentType == "action" {
+		// The action type runs its steps under cgroup limits; inside the
+		// plugin's sandbox it can only use a cgroup the agent delegates.
+		opts.DelegateCgroup = fmt.Sprintf("%s-%d", job.ID, job.Attempt)
+	}
+	inst, err := r.Loader.Start(ctx, job.ComponentType, opts)
 	if err != nil {
 		return fail("%v", err) // "start plugin TYPE: …"
 	}

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/byoc-dev/byoc/plugins/action/sandbox"
 	"github.com/byoc-dev/byoc/plugins/sdk"
 )
 
@@ -30,6 +31,9 @@ type Instance struct {
 	desc *sdk.Description
 	// sockDir holds the plugin's gRPC socket; removed by Kill.
 	sockDir string
+	// cgroup is the plugin's delegated cgroup, or nil; removed by Kill
+	// once the plugin's process group is gone.
+	cgroup *sandbox.Delegated
 	// sandbox is where the plugin runs; nil for none.
 	sandbox *Sandbox
 	// out takes what the plugin prints outside the protocol; writers are
@@ -183,6 +187,11 @@ func (i *Instance) Kill() {
 		}
 		i.out.close()
 		os.RemoveAll(i.sockDir)
+		if i.cgroup != nil {
+			if err := i.cgroup.Remove(); err != nil {
+				i.logger.Warn("remove the plugin's cgroup", "err", err)
+			}
+		}
 	})
 }
 

@@ -157,6 +157,14 @@ type StartOptions struct {
 	// Serve. Every line also goes to the Loader's logger at debug level.
 	// It is called from go-plugin's goroutines, never after Kill returns.
 	Output func(source, text string)
+	// DelegateCgroup, when set (to a label for the cgroup's name: the
+	// job's ID), gives a sandboxed plugin a cgroup of its own to manage
+	// (cgroup delegation), at /sys/fs/cgroup inside its sandbox: the
+	// action type puts each step in a sub-cgroup with the step's CPU,
+	// memory and process limits. Kill removes it with everything below.
+	// When no cgroup can be delegated here the plugin is told why
+	// (sandbox.CgroupEnv) and its steps run without limits, saying so.
+	DelegateCgroup string
 }
 
 // Start launches a plugin for type typ and completes the handshake.
@@ -189,9 +197,25 @@ func (l *Loader) Start(ctx context.Context, typ string, opt StartOptions) (*Inst
 	if err != nil {
 		return nil, fmt.Errorf("start plugin %s: socket dir: %w", typ, err)
 	}
+	var cg *sandbox.Delegated
+	cgroupEnv := ""
+	if l.sandboxed() && opt.DelegateCgroup != "" {
+		if cg, err = sandbox.DelegateCgroup("", opt.DelegateCgroup); err != nil {
+			cgroupEnv = "not delegated: " + err.Error()
+		} else {
+			cgroupEnv = cg.Version
+		}
+	}
 	if l.sandboxed() {
-		if cmd, err = l.Sandbox.command(exe, pluginMounts(opt.WorkDir, sockDir, opt), cmd.Args[1:]); err != nil {
+		m := pluginMounts(opt.WorkDir, sockDir, opt)
+		if cg != nil {
+			cg.Apply(&m)
+		}
+		if cmd, err = l.Sandbox.command(exe, m, cmd.Args[1:]); err != nil {
 			os.RemoveAll(sockDir)
+			if cg != nil {
+				_ = cg.Remove()
+			}
 			return nil, fmt.Errorf("start plugin %s: %w", typ, err)
 		}
 	}
@@ -200,7 +224,24 @@ func (l *Loader) Start(ctx context.Context, typ string, opt StartOptions) (*Inst
 	if l.sandboxed() {
 		cmd.Env = append(cmd.Env, sandbox.NestedEnv+"="+string(l.Sandbox.Isolation))
 	}
+	if cgroupEnv != "" {
+		cmd.Env = append(cmd.Env, sandbox.CgroupEnv+"="+cgroupEnv)
+	}
 	cmd.SysProcAttr = pluginProcAttr(cmd.SysProcAttr)
+	if cg != nil {
+		// In v2 the plugin starts in its delegated cgroup's leaf: the
+		// kernel puts it there at clone, before it runs anything.
+		leaf, err := cg.LeafFD()
+		if err != nil {
+			os.RemoveAll(sockDir)
+			_ = cg.Remove()
+			return nil, fmt.Errorf("start plugin %s: %w", typ, err)
+		}
+		if leaf != nil {
+			defer leaf.Close()
+			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(leaf.Fd())
+		}
+	}
 	logger := l.Logger
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -224,7 +265,10 @@ func (l *Loader) Start(ctx context.Context, typ string, opt StartOptions) (*Inst
 		SyncStdout:   stdout,
 		SyncStderr:   stderr,
 	})
-	inst := &Instance{typ: typ, client: client, cmd: cmd, logger: logger, sockDir: sockDir, sandbox: l.Sandbox,
+	if cgroupEnv != "" && cg == nil {
+		logger.Warn("no cgroup for the plugin's step limits", "why", strings.TrimPrefix(cgroupEnv, "not delegated: "))
+	}
+	inst := &Instance{typ: typ, client: client, cmd: cmd, logger: logger, sockDir: sockDir, sandbox: l.Sandbox, cgroup: cg,
 		out: out, writers: []*lineWriter{stdout, stderr, rawErr}}
 
 	rpc, err := dial(client)

@@ -2,6 +2,7 @@ package pluginhost_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -152,4 +153,86 @@ func TestSandboxedPlugin(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A sandboxed action plugin given a delegated cgroup runs its steps under
+// their limits: a step past its memory limit is killed for it, a fork
+// bomb stops at its process limit, and Kill removes the cgroup with the
+// steps' cgroups below it.
+func TestSandboxedStepLimits(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("cgroups are writable for root here only")
+	}
+	for _, mode := range []string{"bubblewrap", "namespaces"} {
+		t.Run(mode, func(t *testing.T) {
+			l := newLoader(t)
+			l.Sandbox = testSandbox(t, mode)
+			work := t.TempDir()
+			label := fmt.Sprintf("lim-%s-%d", mode, os.Getpid())
+			inst, err := l.Start(t.Context(), "action", pluginhost.StartOptions{WorkDir: work, DelegateCgroup: label})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(inst.Kill)
+			if len(jobCgroups(t, label)) == 0 {
+				t.Fatal("no cgroup was delegated to the plugin")
+			}
+			cfg := map[string]any{"sandbox": map[string]any{"memory_mb": 32}, "steps": []any{map[string]any{"name": "big",
+				"script": `echo before; perl -e '$x = "a" x (256 << 20); print length($x), "\n"'; echo after`}}}
+			res, logs := run(t, inst, work, cfg, nil)
+			all := allText(logs)
+			if !strings.Contains(res.Error, "killed: exceeded its memory limit of 32 MiB") || strings.Contains(all, "after") {
+				t.Errorf("result %+v, log:\n%s", res, all)
+			}
+			if strings.Contains(all, "no CPU, memory or process limits") {
+				t.Errorf("the step ran without limits:\n%s", all)
+			}
+			cfg = map[string]any{"sandbox": map[string]any{"pids": 10}, "steps": []any{map[string]any{"name": "bomb",
+				"script": `for i in $(seq 30); do sleep 5 & done; wait`}}}
+			res, logs = run(t, inst, work, cfg, nil)
+			if all := allText(logs); res.Error == "" || !strings.Contains(strings.ToLower(all), "fork") {
+				t.Errorf("30 processes ran under a limit of 10: %+v\n%s", res, all)
+			}
+			inst.Kill()
+			if left := jobCgroups(t, label); len(left) > 0 {
+				t.Errorf("Kill left the plugin's cgroups %v", left)
+			}
+		})
+	}
+}
+
+func allText(logs []sdk.LogEvent) string {
+	var b strings.Builder
+	for _, l := range logs {
+		b.WriteString(l.Text + "\n")
+	}
+	return b.String()
+}
+
+// jobCgroups lists the cgroups delegated with label below this process's
+// cgroups, v1 or v2.
+func jobCgroups(t *testing.T, label string) []string {
+	t.Helper()
+	self, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found []string
+	for _, line := range strings.Split(strings.TrimSpace(string(self)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		dirs := []string{filepath.Join("/sys/fs/cgroup", parts[2])}
+		for _, c := range strings.Split(parts[1], ",") {
+			if c != "" {
+				dirs = []string{filepath.Join("/sys/fs/cgroup", c, parts[2])}
+			}
+		}
+		for _, d := range dirs {
+			m, _ := filepath.Glob(filepath.Join(d, "byoc-job-*-"+label+"-*"))
+			found = append(found, m...)
+		}
+	}
+	return found
 }

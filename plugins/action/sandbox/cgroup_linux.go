@@ -77,6 +77,21 @@ func findCgroups(root string) (hierarchy, string) {
 		return hierarchy{}, fmt.Sprintf("read /proc/self/cgroup: %v", err)
 	}
 	own := parseProcCgroup(string(self))
+	switch os.Getenv(CgroupEnv) {
+	case "v2":
+		// The agent delegated this plugin a cgroup, bound at root: steps
+		// go right below it (the plugin itself is in its leaf).
+		return hierarchy{v2: true, bases: map[string]string{"": root}, own: map[string]bool{}}, ""
+	case "v1":
+		h := hierarchy{bases: map[string]string{}, own: map[string]bool{}}
+		for _, c := range delegatedControllers {
+			h.bases[c] = filepath.Join(root, c)
+		}
+		return h, ""
+	case "":
+	default:
+		return hierarchy{}, "the agent gave this plugin no cgroup for its steps (" + os.Getenv(CgroupEnv) + ")"
+	}
 	if _, err := os.Stat(filepath.Join(root, "cgroup.controllers")); err == nil {
 		return hierarchy{v2: true, bases: map[string]string{"": filepath.Join(root, own[""])}, own: map[string]bool{"": true}}, ""
 	}

@@ -47,12 +47,28 @@ type Mounts struct {
 	// directory shows empty and read-only, a hidden file empty. Paths
 	// the sandbox does not show anyway need nothing.
 	Hidden []string
+	// Binds are host directories bound read-write at another path (a
+	// cgroup the agent delegated, at /sys/fs/cgroup).
+	Binds []Bind
+	// ShareCgroupNS keeps the host's cgroup namespace (bubblewrap makes a
+	// new one otherwise): a delegated cgroup v2 needs it.
+	ShareCgroupNS bool
 }
 
 // mountOp is one bind or mask of Mounts, in the order they are made.
 type mountOp struct {
 	Kind int    `json:"kind"`
 	Path string `json:"path"`
+	// Src is what is bound at Path when it is not Path itself.
+	Src string `json:"src,omitempty"`
+}
+
+// source is the host path bound at o.Path.
+func (o mountOp) source() string {
+	if o.Src != "" {
+		return o.Src
+	}
+	return o.Path
 }
 
 const (
@@ -68,10 +84,13 @@ const (
 func (m Mounts) ops() []mountOp {
 	var ops []mountOp
 	for _, d := range m.Writable {
-		ops = append(ops, mountOp{opBind, abs(d)})
+		ops = append(ops, mountOp{Kind: opBind, Path: abs(d)})
 	}
 	for _, d := range m.ReadOnly {
-		ops = append(ops, mountOp{opROBind, abs(d)})
+		ops = append(ops, mountOp{Kind: opROBind, Path: abs(d)})
+	}
+	for _, b := range m.Binds {
+		ops = append(ops, mountOp{Kind: opBind, Path: filepath.Clean(b.Dst), Src: abs(b.Src)})
 	}
 	var shown []string
 	for _, d := range systemDirs {
@@ -95,9 +114,9 @@ func (m Mounts) ops() []mountOp {
 			continue
 		}
 		if fi.IsDir() {
-			ops = append(ops, mountOp{opMaskDir, r})
+			ops = append(ops, mountOp{Kind: opMaskDir, Path: r})
 		} else {
-			ops = append(ops, mountOp{opMaskFile, r})
+			ops = append(ops, mountOp{Kind: opMaskFile, Path: r})
 		}
 	}
 	slices.SortStableFunc(ops, func(a, b mountOp) int {
@@ -125,7 +144,10 @@ func InnerIDs() (uid, gid int) {
 func (m Mounts) BwrapArgs() []string {
 	args := []string{
 		"--die-with-parent",
-		"--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+		"--unshare-pid", "--unshare-ipc", "--unshare-uts",
+	}
+	if !m.ShareCgroupNS {
+		args = append(args, "--unshare-cgroup-try")
 	}
 	if m.UnshareUser {
 		uid, gid := InnerIDs()
@@ -174,7 +196,7 @@ func (m Mounts) BwrapArgs() []string {
 	for _, o := range m.ops() {
 		switch o.Kind {
 		case opBind:
-			args = append(args, "--bind", o.Path, o.Path)
+			args = append(args, "--bind", o.source(), o.Path)
 		case opROBind:
 			args = append(args, "--ro-bind", o.Path, o.Path)
 		case opMaskDir:

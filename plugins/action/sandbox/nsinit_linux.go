@@ -242,7 +242,7 @@ func buildRoot(m Mounts, ops []mountOp) error {
 		var err error
 		switch o.Kind {
 		case opBind, opROBind:
-			err = bind(old+o.Path, nr+o.Path, o.Kind == opROBind)
+			err = bind(old+o.source(), nr+o.Path, o.Kind == opROBind)
 		case opMaskDir:
 			err = unix.Mount("tmpfs", nr+o.Path, "tmpfs", unix.MS_NODEV|unix.MS_NOSUID, "mode=0755")
 			masked = append(masked, nr+o.Path)

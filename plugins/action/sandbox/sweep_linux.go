@@ -27,8 +27,9 @@ func stepName() (string, error) {
 	return stepPrefix + me.String() + "-" + randomID(), nil
 }
 
-// SweepCgroups removes the step cgroups that processes which no longer run
-// left below this process's cgroup (root is where cgroup file systems are
+// SweepCgroups removes the step cgroups, and the cgroups delegated to
+// plugins ([DelegateCgroup]) with all below them, that processes which no
+// longer run left below this process's cgroup (root is where cgroup file systems are
 // mounted, /sys/fs/cgroup when empty): those of an action plugin killed,
 // with its agent, before it could remove them. A plugin runs in its
 // agent's cgroup, so the agent's sweep looks where its plugins made them.
@@ -58,6 +59,21 @@ func SweepCgroups(root string) (removed []string, err error) {
 		}
 		for _, e := range entries {
 			name := e.Name()
+			if rest, ok := strings.CutPrefix(name, jobPrefix); ok && e.IsDir() {
+				// A cgroup the agent delegated to a plugin (DelegateCgroup),
+				// with the step cgroups the plugin made in it.
+				if owner, _, ok := procowner.Parse(rest); ok && !owner.Alive() {
+					dir := filepath.Join(base, name)
+					if rerr := removeTree(dir, h.v2); rerr != nil {
+						if err == nil {
+							err = fmt.Errorf("sweep job cgroup: %w", rerr)
+						}
+						continue
+					}
+					removed = append(removed, dir)
+				}
+				continue
+			}
 			owner, _, ok := procowner.Parse(strings.TrimPrefix(name, stepPrefix))
 			if !e.IsDir() || !strings.HasPrefix(name, stepPrefix) || !ok || owner.Alive() {
 				continue
