@@ -497,7 +497,7 @@ func (p *logPrinter) print(l *imsv1.LogLine) {
 		// it comes; the text is exact, as in a pipe.
 		b, err := marshalJSON(l)
 		if err == nil {
-			p.w.Write(append(b, '\n'))
+			writeDocument(p.w, l, b)
 		}
 		return
 	}
