@@ -86,6 +86,8 @@ type app struct {
 	// format is the parsed --output when it asks for structured output
 	// (json, yaml, name, jsonpath, go-template), nil for text and wide.
 	format *outputFormat
+	// sortBy is a list command's --sort-by (sort.go).
+	sortBy string
 
 	// started is set once cobra has parsed and validated the command line
 	// and runs a command; errors before that are usage errors.
@@ -245,6 +247,7 @@ exits with the job's own exit code.`,
 		a.auditCommand(),
 		a.buildCommand(),
 	)
+	a.addSortFlags(root)
 	a.addCompletions(root)
 	a.markStart(root)
 	return root

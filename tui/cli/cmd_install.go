@@ -127,6 +127,9 @@ func (a *app) installListCommand() *cobra.Command {
 			if err != nil {
 				return c.wrap(err)
 			}
+			if err := sortRows(a, res.Msg.GetInstalls()); err != nil {
+				return err
+			}
 			if a.jsonOutput() {
 				return writeJSONList(a.stdout, res.Msg.GetInstalls())
 			}

@@ -305,6 +305,9 @@ func (a *app) jobListCommand() *cobra.Command {
 			if len(jobs) > limit {
 				jobs = jobs[:limit]
 			}
+			if err := sortRows(a, jobs); err != nil {
+				return err
+			}
 			if a.jsonOutput() {
 				return writeJSONList(a.stdout, jobs)
 			}
