@@ -248,6 +248,7 @@ exits with the job's own exit code.`,
 		a.buildCommand(),
 	)
 	a.addSortFlags(root)
+	addExamples(root)
 	a.addCompletions(root)
 	a.markStart(root)
 	return root
