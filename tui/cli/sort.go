@@ -12,6 +12,8 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+
+	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
 
 // --sort-by orders a list command's rows, in every output format, by a
@@ -19,25 +21,26 @@ import (
 // as kubectl's --sort-by is (.createTime, .agent.lastSeenTime, or
 // {.name}). Ascending; rows that tie keep the server's order.
 
-// sortableCommands are the list commands that take --sort-by: each calls
+// sortableCommands are the list commands that take --sort-by, with the
+// message type of their rows (for completing the flag): each calls
 // sortRows on the rows it prints.
-var sortableCommands = map[string]bool{
-	"byoc app list":        true,
-	"byoc app revisions":   true,
-	"byoc install list":    true,
-	"byoc install images":  true,
-	"byoc job list":        true,
-	"byoc workflow list":   true,
-	"byoc action runs":     true,
-	"byoc breakglass list": true,
-	"byoc build list":      true,
-	"byoc plugin list":     true,
+var sortableCommands = map[string]protoreflect.MessageDescriptor{
+	"byoc app list":        (&imsv1.App{}).ProtoReflect().Descriptor(),
+	"byoc app revisions":   (&imsv1.AppRevision{}).ProtoReflect().Descriptor(),
+	"byoc install list":    (&imsv1.Install{}).ProtoReflect().Descriptor(),
+	"byoc install images":  (&imsv1.InstallImage{}).ProtoReflect().Descriptor(),
+	"byoc job list":        (&imsv1.Job{}).ProtoReflect().Descriptor(),
+	"byoc workflow list":   (&imsv1.Workflow{}).ProtoReflect().Descriptor(),
+	"byoc action runs":     (&imsv1.ActionRun{}).ProtoReflect().Descriptor(),
+	"byoc breakglass list": (&imsv1.BreakGlassGrant{}).ProtoReflect().Descriptor(),
+	"byoc build list":      (&imsv1.Build{}).ProtoReflect().Descriptor(),
+	"byoc plugin list":     (&imsv1.PluginType{}).ProtoReflect().Descriptor(),
 }
 
 // addSortFlags gives each of sortableCommands under cmd its --sort-by
 // flag, completing the field paths.
 func (a *app) addSortFlags(cmd *cobra.Command) {
-	if sortableCommands[cmd.CommandPath()] {
+	if _, ok := sortableCommands[cmd.CommandPath()]; ok {
 		cmd.Flags().StringVar(&a.sortBy, "sort-by", "", "sort the rows by this field of their -o json object, ascending (e.g. .name, .createTime)")
 	}
 	for _, sub := range cmd.Commands() {

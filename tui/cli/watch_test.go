@@ -114,16 +114,24 @@ func (b *notifyBuffer) waitFor(t *testing.T, what string, ok func(string) bool) 
 	}
 }
 
+// serveFake serves h on loopback in a fresh config whose current context
+// is it, and returns its URL.
+func serveFake(t *testing.T, h imsv1connect.OperatorServiceHandler) string {
+	t.Helper()
+	useConfig(t)
+	mux := http.NewServeMux()
+	mux.Handle(imsv1connect.NewOperatorServiceHandler(h))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	mustRun(t, "context", "add", "test", "--server", srv.URL, "--token", testToken, "--use")
+	return srv.URL
+}
+
 // startWatch runs byoc args against a watchFake until the returned stop
 // is called (as Ctrl-C would), and returns its output and exit code.
 func startWatch(t *testing.T, w *watchFake, args ...string) (out *notifyBuffer, stop func() int) {
 	t.Helper()
-	useConfig(t)
-	mux := http.NewServeMux()
-	mux.Handle(imsv1connect.NewOperatorServiceHandler(w))
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
-	mustRun(t, "context", "add", "test", "--server", srv.URL, "--token", testToken, "--use")
+	serveFake(t, w)
 	out = &notifyBuffer{written: make(chan struct{}, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	code := make(chan int, 1)
