@@ -179,8 +179,23 @@ func (a *app) watchInstalls(ctx context.Context, c *client, appName string) erro
 				rows = append(rows, row)
 			}
 		}
+		removed := msg.GetRemovedInstallIds()
+		if msg.GetSnapshot() {
+			// A new snapshot (imsd resent it) replaces what came before:
+			// an install missing from it is gone.
+			in := map[string]bool{}
+			for _, ins := range changed {
+				in[ins.GetId()] = true
+			}
+			for id := range known {
+				if !in[id] {
+					removed = append(removed, id)
+				}
+			}
+			slices.Sort(removed)
+		}
 		if !a.jsonOutput() {
-			for _, id := range msg.GetRemovedInstallIds() {
+			for _, id := range removed {
 				if ins := known[id]; ins != nil {
 					row := a.installRow(ins, appNames, a.now())
 					row[slices.Index(a.installHeader(), "STATE")] = "removed"

@@ -217,10 +217,13 @@ func TestInstallListWatch(t *testing.T) {
 	out.waitFor(t, "beta connected", func(s string) bool { return lineHas(s, "shop-beta", " connected", "now") })
 	w.updates <- &imsv1.WatchInstallsResponse{RemovedInstallIds: []string{"ins_1"}}
 	out.waitFor(t, "acme removed", func(s string) bool { return lineHas(s, "shop-acme", "removed") })
+	// A new snapshot replaces the old: beta, missing from it, is gone.
+	w.updates <- &imsv1.WatchInstallsResponse{Snapshot: true}
+	out.waitFor(t, "beta removed", func(s string) bool { return lineHas(s, "shop-beta", "removed") })
 	if code := stop(); code != 0 {
 		t.Errorf("Ctrl-C ended the watch with exit %d, want 0", code)
 	}
-	if s := out.String(); strings.Count(s, "shop-acme ") != 2 || strings.Count(s, "shop-beta ") != 2 {
-		t.Errorf("want each install printed twice (first, then changed or removed):\n%s", s)
+	if s := out.String(); strings.Count(s, "shop-acme ") != 2 || strings.Count(s, "shop-beta ") != 3 {
+		t.Errorf("want acme printed twice (first, removed), beta three times (first, connected, removed):\n%s", s)
 	}
 }
