@@ -83,6 +83,12 @@ type app struct {
 	output      string
 	readOnly    bool
 
+	// format is the parsed --output when it asks for structured output
+	// (json, yaml, name, jsonpath, go-template), nil for text and wide.
+	format *outputFormat
+	// sortBy is a list command's --sort-by (sort.go).
+	sortBy string
+
 	// started is set once cobra has parsed and validated the command line
 	// and runs a command; errors before that are usage errors.
 	started bool
@@ -150,8 +156,18 @@ type errorJSON struct {
 // printError prints an error on standard error: "error: msg" and the
 // hint's line, or under -o json one errorJSON object.
 func (a *app) printError(msg string, code int, hint string) {
-	if a.jsonOutput() {
-		if writeJSONValue(a.stderr, errorJSON{Error: msg, ExitCode: code, Hint: hint}) == nil {
+	// A script reading JSON or YAML gets its error as an object too.
+	f := a.format
+	if f == nil {
+		// The command line stopped before --output was checked.
+		f, _ = parseOutput(a.output)
+	}
+	if f != nil && (f.name == "json" || f.name == "yaml") {
+		var w io.Writer = a.stderr
+		if f.name == "yaml" {
+			w = &formatWriter{w: a.stderr, f: f}
+		}
+		if writeJSONValue(w, errorJSON{Error: msg, ExitCode: code, Hint: hint}) == nil {
 			return
 		}
 	}
@@ -184,8 +200,13 @@ exits with the job's own exit code.`,
 			return a.runConsole(cmd.Context())
 		},
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
-			if a.output != "text" && a.output != "json" && a.output != "wide" {
-				return usagef("--output must be text, wide or json, not %q", a.output)
+			f, err := parseOutput(a.output)
+			if err != nil {
+				return err
+			}
+			a.format = f
+			if f != nil && f.name != "json" {
+				a.stdout = &formatWriter{w: a.stdout, f: f}
 			}
 			return nil
 		},
@@ -210,7 +231,7 @@ exits with the job's own exit code.`,
 	pf.StringVar(&a.contextName, "context", "", "use this context instead of the current one")
 	pf.StringVar(&a.server, "server", "", "imsd URL, overriding the context's (http:// or https://)")
 	pf.StringVar(&a.token, "token", "", "API token, overriding the context's")
-	pf.StringVarP(&a.output, "output", "o", "text", "output format: text, wide (tables add ids) or json")
+	pf.StringVarP(&a.output, "output", "o", "text", outputHelp)
 	root.Flags().BoolVar(&a.readOnly, "readonly", false, "console: leave every key that changes something unbound")
 
 	root.AddCommand(
@@ -227,6 +248,8 @@ exits with the job's own exit code.`,
 		a.auditCommand(),
 		a.buildCommand(),
 	)
+	a.addSortFlags(root)
+	addExamples(root)
 	a.addCompletions(root)
 	a.markStart(root)
 	return root
@@ -297,7 +320,9 @@ func exactArgs(names ...string) cobra.PositionalArgs {
 
 var noArgs = exactArgs()
 
-func (a *app) jsonOutput() bool { return a.output == "json" }
+// jsonOutput reports whether the command prints its objects (as JSON, or
+// in a format rendered from the JSON) rather than text.
+func (a *app) jsonOutput() bool { return a.format != nil }
 
 // wideOutput reports whether tables show ids beside the names they show.
 func (a *app) wideOutput() bool { return a.output == "wide" }

@@ -613,7 +613,7 @@ func TestErrors(t *testing.T) {
 		{[]string{"instal", "list", "--app", "shop"}, exitUsage, `error: unknown command "instal" for "byoc" (did you mean "install"?)`},
 		{[]string{"install", "lst", "--app", "shop"}, exitUsage, `error: unknown command "lst" for "byoc install" (did you mean "get" or "list"?)`},
 		{[]string{"--server", "http://127.0.0.1:1", "jbo", "--limit", "3"}, exitUsage, `error: unknown command "jbo" for "byoc" (did you mean "job"?)`},
-		{[]string{"app", "list", "-o", "yaml"}, exitUsage, "--output must be text, wide or json"},
+		{[]string{"app", "list", "-o", "xml"}, exitUsage, "--output must be text, wide, json, yaml"},
 		{[]string{"job", "list", "--state", "done"}, exitUsage, `--state "done" is not one of`},
 		{[]string{"context", "add", "x", "--server", "ftp://x", "--token", "t"}, exitUsage, "must be an http:// or https:// URL"},
 		{[]string{"--context", "nope", "app", "list"}, exitError, `context "nope" not found`},

@@ -176,6 +176,9 @@ func (a *app) actionRunsCommand() *cobra.Command {
 				return c.wrap(err)
 			}
 			runs := res.Msg.GetRuns()
+			if err := sortRows(a, runs); err != nil {
+				return err
+			}
 			if a.jsonOutput() {
 				return writeJSONList(a.stdout, runs)
 			}

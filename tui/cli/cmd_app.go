@@ -99,6 +99,9 @@ func (a *app) appListCommand() *cobra.Command {
 			if err != nil {
 				return c.wrap(err)
 			}
+			if err := sortRows(a, res.Msg.GetApps()); err != nil {
+				return err
+			}
 			if a.jsonOutput() {
 				return writeJSONList(a.stdout, res.Msg.GetApps())
 			}

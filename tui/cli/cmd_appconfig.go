@@ -182,6 +182,9 @@ func (a *app) appRevisionsCommand() *cobra.Command {
 			if err != nil {
 				return c.wrap(err)
 			}
+			if err := sortRows(a, res.Msg.GetRevisions()); err != nil {
+				return err
+			}
 			if a.jsonOutput() {
 				return writeJSONList(a.stdout, res.Msg.GetRevisions())
 			}

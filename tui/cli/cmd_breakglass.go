@@ -85,6 +85,9 @@ func (a *app) breakglassListCommand() *cobra.Command {
 			if err != nil {
 				return c.wrap(err)
 			}
+			if err := sortRows(a, res.Msg.GetGrants()); err != nil {
+				return err
+			}
 			if a.jsonOutput() {
 				return writeJSONList(a.stdout, res.Msg.GetGrants())
 			}

@@ -226,6 +226,9 @@ func (a *app) buildListCommand() *cobra.Command {
 			if err != nil {
 				return c.wrap(err)
 			}
+			if err := sortRows(a, res.Msg.GetBuilds()); err != nil {
+				return err
+			}
 			if a.jsonOutput() {
 				return writeJSONList(a.stdout, res.Msg.GetBuilds())
 			}
@@ -265,6 +268,9 @@ digest (the build) -> install digest, and when each copy happened.`,
 			res, err := c.ListInstallImages(cmd.Context(), connect.NewRequest(&imsv1.ListInstallImagesRequest{Install: args[0]}))
 			if err != nil {
 				return c.wrap(err)
+			}
+			if err := sortRows(a, res.Msg.GetImages()); err != nil {
+				return err
 			}
 			if a.jsonOutput() {
 				return writeJSONList(a.stdout, res.Msg.GetImages())

@@ -112,10 +112,31 @@ func (a *app) installCreateCommand() *cobra.Command {
 	return cmd
 }
 
+// installHeader is the header of install tables.
+func (a *app) installHeader() []string {
+	if a.wideOutput() {
+		return []string{"NAME", "ID", "APP", "APP ID", "STATE", "HEALTH", "REVISION", "AGENT", "LAST SEEN", "CREATED"}
+	}
+	return []string{"NAME", "APP", "STATE", "HEALTH", "REVISION", "AGENT", "LAST SEEN", "CREATED"}
+}
+
+// installRow is install ins's row of an install table; appNames maps app
+// ids to names.
+func (a *app) installRow(ins *imsv1.Install, appNames map[string]string, now time.Time) []string {
+	app := cmp.Or(appNames[ins.GetAppId()], ins.GetAppId())
+	rest := []string{ins.GetState(), healthState(ins.GetHealth()), fmt.Sprint(ins.GetAppRevision()), agentState(ins.GetAgent()),
+		heard(now, ins.GetAgent()), ago(now, ins.GetCreateTime())}
+	if a.wideOutput() {
+		return append([]string{ins.GetName(), ins.GetId(), app, ins.GetAppId()}, rest...)
+	}
+	return append([]string{ins.GetName(), app}, rest...)
+}
+
 func (a *app) installListCommand() *cobra.Command {
 	var appName string
+	var watch bool
 	cmd := &cobra.Command{
-		Use:     "list [--app APP]",
+		Use:     "list [--app APP] [--watch]",
 		Aliases: []string{"ls"},
 		Short:   "List installs and whether their agents are connected",
 		Args:    noArgs,
@@ -124,9 +145,15 @@ func (a *app) installListCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if watch {
+				return a.watchInstalls(cmd.Context(), c, appName)
+			}
 			res, err := c.ListInstalls(cmd.Context(), connect.NewRequest(&imsv1.ListInstallsRequest{App: appName}))
 			if err != nil {
 				return c.wrap(err)
+			}
+			if err := sortRows(a, res.Msg.GetInstalls()); err != nil {
+				return err
 			}
 			if a.jsonOutput() {
 				return writeJSONList(a.stdout, res.Msg.GetInstalls())
@@ -138,25 +165,15 @@ func (a *app) installListCommand() *cobra.Command {
 			// Tables name the app; its id is in -o wide and -o json.
 			appNames := a.appNames(cmd.Context(), c)
 			now := a.now()
-			header := []string{"NAME", "APP", "STATE", "HEALTH", "REVISION", "AGENT", "LAST SEEN", "CREATED"}
-			if a.wideOutput() {
-				header = []string{"NAME", "ID", "APP", "APP ID", "STATE", "HEALTH", "REVISION", "AGENT", "LAST SEEN", "CREATED"}
-			}
-			t := newTable(a.stdout, header...)
+			t := newTable(a.stdout, a.installHeader()...)
 			for _, ins := range res.Msg.GetInstalls() {
-				app := cmp.Or(appNames[ins.GetAppId()], ins.GetAppId())
-				rest := []string{ins.GetState(), healthState(ins.GetHealth()), fmt.Sprint(ins.GetAppRevision()), agentState(ins.GetAgent()),
-					heard(now, ins.GetAgent()), ago(now, ins.GetCreateTime())}
-				if a.wideOutput() {
-					t.row(append([]string{ins.GetName(), ins.GetId(), app, ins.GetAppId()}, rest...)...)
-				} else {
-					t.row(append([]string{ins.GetName(), app}, rest...)...)
-				}
+				t.row(a.installRow(ins, appNames, now)...)
 			}
 			return t.flush()
 		},
 	}
 	cmd.Flags().StringVar(&appName, "app", "", "only installs of this app (name or id)")
+	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "after the list, print each install again as it changes (its agent, state, health) until Ctrl-C")
 	return cmd
 }
 

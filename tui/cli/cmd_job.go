@@ -267,12 +267,37 @@ func refusedText(j *imsv1.Job) string {
 // maxPageSize is the server's largest page.
 const maxPageSize = 1000
 
+// jobHeader is the header of job tables.
+func (a *app) jobHeader() []string {
+	header := []string{"ID", "INSTALL", "COMPONENT", "TYPE", "OPERATION", "STATE", "ATTEMPT", "CREATED", "EXIT"}
+	if a.wideOutput() {
+		header = slices.Insert(header, 2, "INSTALL ID")
+	}
+	return header
+}
+
+// jobRow is job j's row of a job table; installNames maps install ids to
+// names.
+func (a *app) jobRow(j *imsv1.Job, installNames map[string]string, now time.Time) []string {
+	exit := ""
+	if isTerminal(j.GetState()) && !refused(j) {
+		exit = fmt.Sprint(j.GetExitCode())
+	}
+	row := []string{j.GetId(), cmp.Or(installNames[j.GetInstallId()], j.GetInstallId()), cmp.Or(j.GetComponent(), "-"), j.GetComponentType(), j.GetOperation(), stateName(j.GetState()),
+		attemptText(j), ago(now, j.GetCreateTime()), exit}
+	if a.wideOutput() {
+		row = slices.Insert(row, 2, j.GetInstallId())
+	}
+	return row
+}
+
 func (a *app) jobListCommand() *cobra.Command {
 	var install string
+	var watch bool
 	var states []string
 	var limit int
 	cmd := &cobra.Command{
-		Use:     "list [--install I] [--state queued,running,...] [--limit N]",
+		Use:     "list [--install I] [--state queued,running,...] [--limit N] [--watch]",
 		Aliases: []string{"ls"},
 		Short:   "List jobs, newest first",
 		Args:    noArgs,
@@ -288,26 +313,39 @@ func (a *app) jobListCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var jobs []*imsv1.Job
-			token := ""
-			for len(jobs) < limit {
-				res, err := c.ListJobs(cmd.Context(), connect.NewRequest(&imsv1.ListJobsRequest{
-					Install:   install,
-					States:    st,
-					PageSize:  int32(min(limit-len(jobs), maxPageSize)),
-					PageToken: token,
-				}))
-				if err != nil {
-					return c.wrap(err)
+			fetch := func(ctx context.Context) ([]*imsv1.Job, error) {
+				var jobs []*imsv1.Job
+				token := ""
+				for len(jobs) < limit {
+					res, err := c.ListJobs(ctx, connect.NewRequest(&imsv1.ListJobsRequest{
+						Install:   install,
+						States:    st,
+						PageSize:  int32(min(limit-len(jobs), maxPageSize)),
+						PageToken: token,
+					}))
+					if err != nil {
+						return nil, c.wrap(err)
+					}
+					jobs = append(jobs, res.Msg.GetJobs()...)
+					token = res.Msg.GetNextPageToken()
+					if token == "" || len(res.Msg.GetJobs()) == 0 {
+						break
+					}
 				}
-				jobs = append(jobs, res.Msg.GetJobs()...)
-				token = res.Msg.GetNextPageToken()
-				if token == "" || len(res.Msg.GetJobs()) == 0 {
-					break
+				if len(jobs) > limit {
+					jobs = jobs[:limit]
 				}
+				return jobs, nil
 			}
-			if len(jobs) > limit {
-				jobs = jobs[:limit]
+			if watch {
+				return a.watchJobs(cmd.Context(), c, fetch)
+			}
+			jobs, err := fetch(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if err := sortRows(a, jobs); err != nil {
+				return err
 			}
 			if a.jsonOutput() {
 				return writeJSONList(a.stdout, jobs)
@@ -319,27 +357,15 @@ func (a *app) jobListCommand() *cobra.Command {
 			// Tables name the install; its id is in -o wide and -o json.
 			installNames := a.installNames(cmd.Context(), c)
 			now := a.now()
-			header := []string{"ID", "INSTALL", "COMPONENT", "TYPE", "OPERATION", "STATE", "ATTEMPT", "CREATED", "EXIT"}
-			if a.wideOutput() {
-				header = slices.Insert(header, 2, "INSTALL ID")
-			}
-			t := newTable(a.stdout, header...)
+			t := newTable(a.stdout, a.jobHeader()...)
 			for _, j := range jobs {
-				exit := ""
-				if isTerminal(j.GetState()) && !refused(j) {
-					exit = fmt.Sprint(j.GetExitCode())
-				}
-				row := []string{j.GetId(), cmp.Or(installNames[j.GetInstallId()], j.GetInstallId()), cmp.Or(j.GetComponent(), "-"), j.GetComponentType(), j.GetOperation(), stateName(j.GetState()),
-					attemptText(j), ago(now, j.GetCreateTime()), exit}
-				if a.wideOutput() {
-					row = slices.Insert(row, 2, j.GetInstallId())
-				}
-				t.row(row...)
+				t.row(a.jobRow(j, installNames, now)...)
 			}
 			return t.flush()
 		},
 	}
 	f := cmd.Flags()
+	f.BoolVarP(&watch, "watch", "w", false, "after the list, print each job again as it changes (new jobs too) until Ctrl-C")
 	f.StringVar(&install, "install", "", "only jobs of this install (name or id)")
 	f.StringSliceVar(&states, "state", nil, "only jobs in these states (comma-separated or repeated)")
 	f.IntVar(&limit, "limit", 100, "list at most this many jobs")
@@ -514,7 +540,7 @@ func (p *logPrinter) print(l *imsv1.LogLine) {
 		// it comes; the text is exact, as in a pipe.
 		b, err := marshalJSON(l)
 		if err == nil {
-			p.w.Write(append(b, '\n'))
+			writeDocument(p.w, l, b)
 		}
 		return
 	}

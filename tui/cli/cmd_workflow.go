@@ -547,6 +547,9 @@ func (a *app) workflowListCommand() *cobra.Command {
 			if err != nil {
 				return c.wrap(err)
 			}
+			if err := sortRows(a, res.Msg.GetWorkflows()); err != nil {
+				return err
+			}
 			if a.jsonOutput() {
 				return writeJSONList(a.stdout, res.Msg.GetWorkflows())
 			}

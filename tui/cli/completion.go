@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"cmp"
 	"context"
+	"strconv"
 	"strings"
 	"time"
 
@@ -26,25 +28,47 @@ const (
 	installRes
 	appRes
 	jobRes
-	actionRes // of the install named by the first argument
+	actionRes   // of the install named by the first argument
+	workflowRes // workflow ids, newest first
+	stepRes     // the steps of the workflow named by the first argument
+	revisionRes // revisions of the app named by the first argument (or --app), or of the install's app
+	roleRes     // break-glass roles of the install named by the first argument
+	contextRes  // contexts of the config file (no server asked)
 )
 
 // argResources are the commands whose NAME argument names an existing
 // resource (elsewhere NAME is a new one's name, as in install create).
 var argResources = map[string]resource{
-	"byoc install get":   installRes,
-	"byoc install token": installRes,
-	"byoc app get":       appRes,
+	"byoc install get":    installRes,
+	"byoc install token":  installRes,
+	"byoc app get":        appRes,
+	"byoc context use":    contextRes,
+	"byoc context remove": contextRes,
 }
 
 // placeholders map the argument placeholders of a command's Use line to
 // what they name.
 var placeholders = map[string]resource{
 	"INSTALL": installRes, "INSTALL...": installRes, "APP": appRes, "JOB": jobRes, "ACTION": actionRes,
+	"WORKFLOW": workflowRes, "STEP": stepRes, "REV1": revisionRes,
 }
 
 // flagResources are the flags that name a resource, on any command.
-var flagResources = map[string]resource{"install": installRes, "app": appRes}
+var flagResources = map[string]resource{
+	"install": installRes, "app": appRes, "revision": revisionRes, "role": roleRes, "action": actionRes,
+}
+
+// flagValues are the flags whose values are a fixed list, by command path
+// ("" for every command).
+var flagValues = map[string]map[string][]string{
+	"":                    {"output": {"text", "wide", "json", "yaml", "name", "jsonpath=", "jsonpath-file=", "go-template=", "go-template-file="}},
+	"byoc job list":       {"state": {"queued", "assigned", "running", "succeeded", "failed", "cancelled", "timed_out", "refused"}},
+	"byoc action run":     {"mode": {"provision", "maintenance", "deprovision", "break_glass"}},
+	"byoc install plan":   {"kind": {"update", "provision", "deprovision"}},
+	"byoc build package":  {"kind": {"helm", "terraform"}},
+	"byoc install stack":  {"format": {"cloudformation", "local"}},
+	"byoc install update": {"require-approval": {"true", "false"}},
+}
 
 // addCompletions gives cmd and its descendants server-side completion of
 // their resource arguments (from their Use line) and flags.
@@ -72,6 +96,21 @@ func (a *app) addCompletions(cmd *cobra.Command) {
 				return a.complete(cmd, kind, args, toComplete)
 			})
 		}
+	}
+	path := cmd.CommandPath()
+	for name, values := range flagValues[path] {
+		if cmd.Flags().Lookup(name) != nil {
+			_ = cmd.RegisterFlagCompletionFunc(name, cobra.FixedCompletions(values, cobra.ShellCompDirectiveNoFileComp))
+		}
+	}
+	if !cmd.HasParent() {
+		_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(flagValues[""]["output"], cobra.ShellCompDirectiveNoFileComp|cobra.ShellCompDirectiveNoSpace))
+		_ = cmd.RegisterFlagCompletionFunc("context", func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			return a.complete(cmd, contextRes, args, toComplete)
+		})
+	}
+	if md, ok := sortableCommands[path]; ok && md != nil {
+		_ = cmd.RegisterFlagCompletionFunc("sort-by", cobra.FixedCompletions(sortFields(md, "", 0), cobra.ShellCompDirectiveNoFileComp))
 	}
 	for _, sub := range cmd.Commands() {
 		a.addCompletions(sub)
@@ -107,6 +146,9 @@ func (a *app) complete(cmd *cobra.Command, kind resource, args []string, toCompl
 	const dir = cobra.ShellCompDirectiveNoFileComp
 	if kind == noResource {
 		return nil, dir
+	}
+	if kind == contextRes {
+		return a.completeContexts(toComplete), dir
 	}
 	c, err := a.connect()
 	if err != nil {
@@ -156,6 +198,91 @@ func (a *app) complete(cmd *cobra.Command, kind resource, args []string, toCompl
 		for _, ac := range res.Msg.GetActions() {
 			add(ac.GetName(), ac.GetDescription())
 		}
+	case workflowRes:
+		res, err := c.ListWorkflows(ctx, connect.NewRequest(&imsv1.ListWorkflowsRequest{PageSize: 100}))
+		if err != nil {
+			return nil, dir
+		}
+		names := a.installNames(ctx, c)
+		for _, wf := range res.Msg.GetWorkflows() {
+			add(wf.GetId(), kindName(wf.GetKind()), workflowStateName(wf.GetState()), "on", cmp.Or(names[wf.GetInstallId()], wf.GetInstallId()))
+		}
+	case stepRes:
+		if len(args) == 0 {
+			return nil, dir
+		}
+		res, err := c.GetWorkflow(ctx, connect.NewRequest(&imsv1.GetWorkflowRequest{Id: args[0]}))
+		if err != nil {
+			return nil, dir
+		}
+		for _, st := range res.Msg.GetWorkflow().GetSteps() {
+			add(st.GetName(), stepStateName(st.GetState()))
+		}
+	case revisionRes:
+		app := a.revisionsApp(ctx, c, cmd, args)
+		if app == "" {
+			return nil, dir
+		}
+		res, err := c.ListAppRevisions(ctx, connect.NewRequest(&imsv1.ListAppRevisionsRequest{App: app}))
+		if err != nil {
+			return nil, dir
+		}
+		for _, r := range res.Msg.GetRevisions() {
+			add(strconv.FormatInt(r.GetNumber(), 10), r.GetVersion(), ago(a.now(), r.GetCreateTime()))
+		}
+	case roleRes:
+		if len(args) == 0 {
+			return nil, dir
+		}
+		res, err := c.GetBreakGlassPolicy(ctx, connect.NewRequest(&imsv1.GetBreakGlassPolicyRequest{Install: args[0]}))
+		if err != nil {
+			return nil, dir
+		}
+		for _, r := range res.Msg.GetRoles() {
+			add(r.GetName(), r.GetDescription())
+		}
 	}
 	return out, dir
+}
+
+// revisionsApp is the app whose revisions a --revision or REV argument
+// of cmd names: app diff's APP; --app when given; else the app of the
+// install named by the first argument.
+func (a *app) revisionsApp(ctx context.Context, c *client, cmd *cobra.Command, args []string) string {
+	if cmd.CommandPath() == "byoc app diff" {
+		if len(args) > 0 {
+			return args[0]
+		}
+		return ""
+	}
+	if f := cmd.Flags().Lookup("app"); f != nil && f.Value.String() != "" {
+		return f.Value.String()
+	}
+	if len(args) == 0 {
+		return ""
+	}
+	res, err := c.GetInstall(ctx, connect.NewRequest(&imsv1.GetInstallRequest{IdOrName: args[0]}))
+	if err != nil {
+		return ""
+	}
+	return res.Msg.GetInstall().GetAppId()
+}
+
+// completeContexts lists the config file's contexts starting with prefix.
+func (a *app) completeContexts(prefix string) []cobra.Completion {
+	path, err := configPath(a.getenv)
+	if err != nil {
+		return nil
+	}
+	cfg, err := loadConfig(path)
+	if err != nil {
+		return nil
+	}
+	var out []cobra.Completion
+	for _, name := range cfg.Names() {
+		if strings.HasPrefix(name, prefix) {
+			out = append(out, cobra.CompletionWithDesc(name, cfg.Context(name).Server))
+		}
+	}
+	return out
 }

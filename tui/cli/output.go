@@ -46,6 +46,7 @@ func writeJSON(w io.Writer, m proto.Message) error {
 	if err != nil {
 		return err
 	}
+	setKind(w, m.ProtoReflect().Descriptor())
 	return writeIndented(w, b)
 }
 
@@ -179,10 +180,17 @@ func writeJSONList[M proto.Message](w io.Writer, ms []M) error {
 		buf.Write(b)
 	}
 	buf.WriteByte(']')
+	var zero M
+	setKind(w, zero.ProtoReflect().Descriptor())
 	return writeIndented(w, buf.Bytes())
 }
 
+// writeIndented prints one JSON document: indented, or in the format of
+// a formatWriter (-o yaml, name, jsonpath, go-template).
 func writeIndented(w io.Writer, b []byte) error {
+	if fw, ok := w.(*formatWriter); ok {
+		return fw.document(b)
+	}
 	var out bytes.Buffer
 	if err := json.Indent(&out, b, "", "  "); err != nil {
 		return fmt.Errorf("encode json: %w", err)

@@ -214,6 +214,7 @@ func printStepPlans(w io.Writer, plans []stepPlan) {
 // empty for a step without a finished plan) and "planReadError" (why the
 // plan job could not be read, or ""). Key order stays the API's.
 func writeWorkflowJSON(w io.Writer, wf *imsv1.Workflow, plans []stepPlan) error {
+	setKind(w, wf.ProtoReflect().Descriptor())
 	byStep := map[*imsv1.WorkflowStep]stepPlan{}
 	for _, p := range plans {
 		byStep[p.step] = p

@@ -1,0 +1,113 @@
+package cli
+
+import "github.com/spf13/cobra"
+
+// examples are the Examples of --help (and of the CLI reference) of the
+// commands that do not set their own, by command path. TestEveryCommandHasExamples
+// fails on a command a person runs that has none.
+var examples = map[string]string{
+	"byoc": `  byoc                                  # open the console
+  byoc --context prod install list      # one command against another context
+  byoc job list -o yaml                 # any read as YAML (or json, name, jsonpath=, go-template=)`,
+
+	"byoc whoami": `  byoc whoami
+  byoc whoami --context prod -o json`,
+
+	"byoc context current": `  byoc context current
+  byoc context current -o json`,
+	"byoc context list":   `  byoc context list`,
+	"byoc context remove": `  byoc context remove dev`,
+	"byoc context use":    `  byoc context use prod`,
+
+	"byoc app create": `  byoc app create shop --description "the shop"`,
+	"byoc app get": `  byoc app get shop
+  byoc app get shop -o jsonpath='{.id}'`,
+	"byoc app init": `  byoc app init ./shop                  # write a commented example config
+  byoc app validate ./shop && byoc app push ./shop`,
+	"byoc app list": `  byoc app list
+  byoc app list --sort-by .createTime -o name`,
+	"byoc app push": `  byoc app push ./shop                  # store the next revision and deploy it where it changes
+  byoc app push ./shop --no-deploy      # store it only`,
+	"byoc app revisions": `  byoc app revisions shop
+  byoc app diff shop 3                  # what revision 3 changed`,
+	"byoc app validate": `  byoc app validate ./shop
+  byoc app validate ./shop --plugin-schema greeting.json -o json`,
+
+	"byoc install create": `  byoc install create shop-acme --app shop --input region=eu-west-1
+  byoc install create shop-beta --app shop --token-ttl 1h`,
+	"byoc install deprovision": `  byoc install deprovision shop-acme --dry-run   # what would be destroyed
+  byoc install deprovision shop-acme --yes --wait`,
+	"byoc install drift": `  byoc install drift shop-acme`,
+	"byoc install get": `  byoc install get shop-acme
+  byoc install get shop-acme -o go-template='{{.agent.connected}}'`,
+	"byoc install images": `  byoc install images shop-acme`,
+	"byoc install list": `  byoc install list
+  byoc install list --app shop -o wide
+  byoc install list --watch             # then each install again as it changes
+  byoc install list --sort-by .agent.lastSeenTime`,
+	"byoc install plan": `  byoc install plan shop-acme                       # the steps a provision would run, and why
+  byoc install plan shop-acme --input size=l        # what an input change would redeploy
+  byoc install plan --app shop --revision 4 --live  # real plans from every install's agent`,
+	"byoc install provision": `  byoc install provision shop-acme --wait
+  byoc install provision shop-acme --revision 3`,
+	"byoc install stack": `  byoc install stack shop-acme -o stack.yaml
+  byoc install stack shop-acme --format local --param EnableBreakGlass=false`,
+	"byoc install token": `  byoc install token shop-acme --ttl 1h`,
+	"byoc install update": `  byoc install update shop-acme --input size=l --wait
+  byoc install update shop-acme --unset size --no-deploy
+  byoc install update shop-acme --require-approval true`,
+
+	"byoc workflow approve": `  byoc workflow approve wf_01hx... --wait`,
+	"byoc workflow cancel":  `  byoc workflow cancel wf_01hx... --reason "wrong revision"`,
+	"byoc workflow get": `  byoc workflow get wf_01hx...
+  byoc workflow get wf_01hx... --wait       # follow it until it ends`,
+	"byoc workflow list": `  byoc workflow list --install shop-acme
+  byoc workflow list --active -o name`,
+	"byoc workflow retry": `  byoc workflow retry wf_01hx... db --wait`,
+
+	"byoc action list": `  byoc action list shop-acme`,
+	"byoc action runs": `  byoc action runs shop-acme
+  byoc action runs shop-acme --action migrate --limit 5 -o json`,
+
+	"byoc job cancel": `  byoc job cancel job_01hx... --reason "stuck"`,
+	"byoc job get": `  byoc job get job_01hx...
+  byoc job get job_01hx... -o jsonpath='{.exitCode}'`,
+	"byoc job list": `  byoc job list --install shop-acme --state failed
+  byoc job list --watch                 # then each job again as it changes
+  byoc job list --sort-by .createTime -o name`,
+	"byoc job logs": `  byoc job logs job_01hx...
+  byoc job logs -f job_01hx...          # follow it; exit with the job's exit code
+  byoc job logs job_01hx... --timestamps --stream-prefix`,
+
+	"byoc plugin get":  `  byoc plugin get greeting -o json`,
+	"byoc plugin list": `  byoc plugin list`,
+	"byoc plugin register": `  byoc-plugin-greeting describe | byoc plugin register -
+  byoc plugin register greeting.json`,
+	"byoc plugin remove": `  byoc plugin remove greeting`,
+
+	"byoc breakglass list":    `  byoc breakglass list --install shop-acme`,
+	"byoc breakglass request": `  byoc breakglass request shop-acme --role admin --reason "INC-123: disk full" --for 1h`,
+
+	"byoc audit export": `  byoc audit export --install shop-acme --file shop-acme.audit.jsonl
+  byoc audit export --vendor --file vendor.audit.jsonl`,
+	"byoc audit list": `  byoc audit list --install shop-acme --since 24h
+  byoc audit list --vendor -o json`,
+	"byoc audit verify": `  byoc audit verify                     # every chain, read from imsd
+  byoc audit verify --file shop-acme.audit.jsonl`,
+
+	"byoc build agent-token": `  byoc build agent-token --ttl 1h`,
+	"byoc build list":        `  byoc build list --repo hello`,
+	"byoc build package": `  byoc build package ./charts/api --kind helm --repo api-chart --wait
+  byoc build package ./terraform/db --kind terraform --repo db-module --tag 1.2.0`,
+}
+
+// addExamples sets the Example of cmd and its descendants from examples
+// where a command sets none.
+func addExamples(cmd *cobra.Command) {
+	if ex, ok := examples[cmd.CommandPath()]; ok && cmd.Example == "" {
+		cmd.Example = ex
+	}
+	for _, sub := range cmd.Commands() {
+		addExamples(sub)
+	}
+}
