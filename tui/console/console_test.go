@@ -530,6 +530,13 @@ func TestGoldens(t *testing.T) {
 		"confirm": func(m *Model) { press(m, "a", "enter", "./migrate.sh --dry-run", "enter") },
 		"script":  func(m *Model) { press(m, "a", "enter") },
 		"audit":   func(m *Model) { press(m, ":", "audit", "enter") },
+		"actions-grant": func(m *Model) {
+			grantActions(m)
+		},
+		"confirm-breakglass": func(m *Model) {
+			grantActions(m)
+			press(m, "down", "enter", "acm", "enter")
+		},
 		"offline": func(m *Model) {
 			m.Update(fleetMsg{gen: m.fleetGen, events: []fleetEvent{{err: connect.NewError(connect.CodeUnavailable, errors.New("connection refused")), retryIn: 8 * time.Second}}})
 		},
@@ -747,6 +754,11 @@ func (n *fakeNav) ask(title string, _ []string, _ func() tea.Cmd) tea.Cmd {
 	n.asked = append(n.asked, title)
 	return nil
 }
+func (n *fakeNav) askTyped(title string, _ []string, typed string, _ func() tea.Cmd) tea.Cmd {
+	n.asked = append(n.asked, title+" typing "+typed)
+	return nil
+}
+func (n *fakeNav) grant(string) *imsv1.BreakGlassGrant { return nil }
 
 // TestViewsWorkAlone drives views as components, without the console
 // around them: sized, fed, keyed, and asking a fake nav for what is not
@@ -1018,8 +1030,8 @@ func TestActionPickerListsTheAppsActionsFirst(t *testing.T) {
 
 	press(m, "down", "enter")
 	mustContain(t, screen(m), "Confirm: run action rotate-keys on acme", "Needs permission mode: break_glass")
-	if cmd := press(m, "y"); cmd == nil {
-		t.Fatal("y must start the action run")
+	if cmd := press(m, "acme", "enter"); cmd == nil {
+		t.Fatal("typing the install's name must start the break_glass action run")
 	}
 	m.Update(actionRunMsg{gen: av.startGen, run: &imsv1.ActionRun{Id: "wf_1", Action: "rotate-keys"}})
 	mustContain(t, screen(m), "action rotate-keys started on acme (wf_1)")
@@ -1346,4 +1358,16 @@ func TestInstallViewShowsPolicyFindings(t *testing.T) {
 	if screenLine(s, "plan failed", "no changes") {
 		t.Errorf("a failed plan shows a count of changes:\n%s", s)
 	}
+}
+
+// grantActions opens acme's actions while the operator holds a live
+// break-glass grant there.
+func grantActions(m *Model) {
+	press(m, "enter")
+	m.Update(grantsMsg{gen: m.bg.pollGen, install: "ins_acme", me: "ops", grants: []*imsv1.BreakGlassGrant{liveGrant(time.Hour)}})
+	press(m, "a")
+	m.Update(actionsMsg{gen: m.top().(*actionsView).gen, revision: 3, actions: []*imsv1.Action{
+		{Name: "migrate", Mode: "maintenance", Description: "run the migrations"},
+		{Name: "rotate-keys", Mode: "break_glass", Description: "rotate the signing keys"},
+	}})
 }

@@ -102,6 +102,12 @@ type nav interface {
 	// dangerous action goes through it, its key marked dangerous in the
 	// key map so that read-only mode leaves it unbound.
 	ask(title string, details []string, yes func() tea.Cmd) tea.Cmd
+	// askTyped is ask for a break_glass job: it runs yes once the
+	// install's name (typed) is typed out, and asks again when mistyped.
+	askTyped(title string, details []string, typed string, yes func() tea.Cmd) tea.Cmd
+	// grant is the operator's live break-glass grant on the install with
+	// this id, or nil.
+	grant(installID string) *imsv1.BreakGlassGrant
 }
 
 // env is what every view shares (soft-serve's common.Common): the
