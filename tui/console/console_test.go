@@ -530,6 +530,14 @@ func TestGoldens(t *testing.T) {
 		"confirm": func(m *Model) { press(m, "a", "enter", "./migrate.sh --dry-run", "enter") },
 		"script":  func(m *Model) { press(m, "a", "enter") },
 		"audit":   func(m *Model) { press(m, ":", "audit", "enter") },
+		"audit-filtered": func(m *Model) {
+			auditEvents(m)
+			press(m, "/", "kind=job.cancel_requested", "enter")
+		},
+		"audit-detail": func(m *Model) {
+			auditEvents(m)
+			press(m, "/", "cancel", "enter", "enter")
+		},
 		"actions-grant": func(m *Model) {
 			grantActions(m)
 		},
@@ -1370,4 +1378,72 @@ func grantActions(m *Model) {
 		{Name: "migrate", Mode: "maintenance", Description: "run the migrations"},
 		{Name: "rotate-keys", Mode: "break_glass", Description: "rotate the signing keys"},
 	}})
+}
+
+// auditEvents opens :audit and gives it acme's chain: a job queued and
+// its cancellation by ops, and a token created on the vendor's chain.
+func auditEvents(m *Model) *auditView {
+	press(m, ":", "audit", "enter")
+	v := m.top().(*auditView)
+	now := m.now.UnixNano()
+	m.Update(auditMsg{gen: v.gen, events: []*imsv1.AuditEvent{
+		{Chain: "ins_acme", Seq: 7, AtUnixNano: now - int64(3*time.Minute), Kind: "job.queued", Actor: "ci", Subject: "job:job_run",
+			Data: `{"mode":"maintenance","operation":"apply","type":"action"}`, Prev: "9f2c", Hash: "41aa"},
+		{Chain: "ins_acme", Seq: 8, AtUnixNano: now - int64(time.Minute), Kind: "job.cancel_requested", Actor: "ops", Subject: "job:job_run",
+			Data: `{"mode":"maintenance","operation":"apply","reason":"cancelled by ops","type":"action"}`, Prev: "41aa", Hash: "c0de"},
+		{Chain: "", Seq: 3, AtUnixNano: now - int64(2*time.Minute), Kind: "token.created", Actor: "admin", Subject: "token:ci"},
+	}})
+	return v
+}
+
+// In :audit, / filters the events (words, or kind=, actor=, install=,
+// subject= whole) instead of moving the cursor, esc clears the filter, and
+// enter opens the record under the cursor with every field and its data
+// as indented JSON, scrolled with the list keys.
+func TestAuditViewFiltersAndOpensARecord(t *testing.T) {
+	m := newTestModel(t, Options{})
+	m.Update(teaSize(120, 24))
+	feed(m, snapshot())
+	v := auditEvents(m)
+	press(m, "/", "cancel")
+	s := screen(m)
+	if !screenLine(s, "acme", "job.cancel_requested", "ops") || strings.Contains(s, "job.queued") || strings.Contains(s, "token.created") {
+		t.Fatalf("/cancel keeps only the cancellation:\n%s", s)
+	}
+	press(m, "enter")
+	for _, c := range []struct{ filter, want string }{
+		{"actor=admin", "token.created"}, {"install=vendor", "token.created"}, {"kind=job.queued", "job.queued"}, {"acme maintenance", ""},
+	} {
+		press(m, "esc", "/", c.filter, "enter")
+		if c.want != "" && (len(v.shown) != 1 || v.shown[0].Kind != c.want) {
+			t.Errorf("filter %q: %d shown, want only %s", c.filter, len(v.shown), c.want)
+		}
+	}
+	if len(v.shown) != 2 {
+		t.Errorf("filter %q: %d shown, want acme's 2", v.filter, len(v.shown))
+	}
+	press(m, "esc")
+	if v.filter != "" || len(v.shown) != 3 {
+		t.Fatalf("esc leaves filter %q, %d shown", v.filter, len(v.shown))
+	}
+	press(m, "/", "nothing-like-it", "enter")
+	mustContain(t, screen(m), `none of the 3 events held matches the filter "nothing-like-it"`)
+	press(m, "esc", "j", "enter") // the second newest: token.created
+	d, ok := m.top().(*auditDetailView)
+	if !ok || d.ev.Kind != "token.created" {
+		t.Fatalf("enter opens the record under the cursor, top is %T", m.top())
+	}
+	press(m, "esc", "home", "enter")
+	s = screen(m)
+	mustContain(t, s, "audit › job.cancel_requested #8", "chain:    acme (ins_acme)", "seq:      8", "kind:     job.cancel_requested",
+		"actor:    ops", "subject:  job:job_run", "prev:     41aa", "hash:     c0de", `"reason": "cancelled by ops",`, `"type": "action"`, "1m ago")
+
+	m.Update(teaSize(120, 12)) // too short: it scrolls
+	s = screen(m)
+	mustContain(t, s, "more lines")
+	if strings.Contains(s, `"type": "action"`) {
+		t.Fatalf("a short window shows it all:\n%s", s)
+	}
+	press(m, "pgdown", "pgdown")
+	mustContain(t, screen(m), `"type": "action"`)
 }
