@@ -156,7 +156,11 @@ func (v *actionsView) View() string {
 	default:
 		out = append(out, st.muted.Render(fmt.Sprintf("the app's actions at revision %d; enter asks, then runs", v.revision)))
 	}
-	cols := layout([]column{{"NAME", 20, 0}, {"MODE", 12, 1}, {"DESCRIPTION", 0, 2}}, v.w, 12, 200)
+	need := map[string]int{}
+	for _, a := range v.actions {
+		widest(need, map[string]string{"NAME": a.Name, "MODE": a.Mode, "DESCRIPTION": a.Description})
+	}
+	cols := layoutFit([]column{{"NAME", 20, 0}, {"MODE", 12, 1}, {"DESCRIPTION", 0, 2}}, v.w, 12, 200, need)
 	out = append(out, st.muted.Render(row(cols, map[string]string{"NAME": "NAME", "MODE": "MODE", "DESCRIPTION": "DESCRIPTION"})))
 	first, last, pos := v.window(v.rows(), v.h-3)
 	scriptMode := "maintenance"

@@ -201,7 +201,12 @@ func (v *auditView) View() string {
 	case !v.loaded:
 		return lines([]string{"  loading audit events…"})
 	}
-	cols := layout(auditCols, v.w, 12, 60)
+	need := map[string]int{}
+	for _, e := range v.shown {
+		widest(need, map[string]string{"INSTALL": termtext.Clean(v.chainName(e.Chain), " "), "KIND": termtext.Clean(e.Kind, " "),
+			"ACTOR": termtext.Clean(e.Actor, " "), "SUBJECT": termtext.Clean(e.Subject, " ")})
+	}
+	cols := layoutFit(auditCols, v.w, 12, 60, need)
 	hdr := map[string]string{}
 	for _, c := range cols {
 		hdr[c.name] = c.name

@@ -530,6 +530,13 @@ func TestGoldens(t *testing.T) {
 		"confirm": func(m *Model) { press(m, "a", "enter", "./migrate.sh --dry-run", "enter") },
 		"script":  func(m *Model) { press(m, "a", "enter") },
 		"audit":   func(m *Model) { press(m, ":", "audit", "enter") },
+		"install-failed": func(m *Model) {
+			failedInstall(m)
+		},
+		"install-end": func(m *Model) {
+			failedInstall(m)
+			press(m, "end")
+		},
 		"audit-filtered": func(m *Model) {
 			auditEvents(m)
 			press(m, "/", "kind=job.cancel_requested", "enter")
@@ -1446,4 +1453,114 @@ func TestAuditViewFiltersAndOpensARecord(t *testing.T) {
 	}
 	press(m, "pgdown", "pgdown")
 	mustContain(t, screen(m), `"type": "action"`)
+}
+
+// At 80×24 the install view is taller than the window: it scrolls (j/k a
+// line while the job cursor is off screen, then the cursor; pgdown/pgup a
+// window, the cursor following; home/end), its last line saying where it
+// is, and nothing is "in a taller window"; a failed step shows why.
+func TestInstallViewScrollsAndShowsWhyAStepFailed(t *testing.T) {
+	m := newTestModel(t, Options{})
+	m.Update(teaSize(80, 24))
+	feed(m, snapshot())
+	press(m, "enter")
+	v := m.top().(*installView)
+	m.Update(jobsMsg{gen: v.gen, jobs: jobs()})
+	feedInstallParts(m)
+	failed := &imsv1.Workflow{Id: "wf_3", Kind: imsv1.WorkflowKind_WORKFLOW_KIND_PROVISION, State: imsv1.WorkflowState_WORKFLOW_STATE_FAILED,
+		AppRevision: 3, CreateTime: timestamppb.New(clock.Add(-time.Minute)), Error: "step cache failed",
+		Steps: []*imsv1.WorkflowStep{
+			{Name: "db", Component: "db", Operation: "apply", State: imsv1.StepState_STEP_STATE_SUCCEEDED},
+			{Name: "cache", Component: "cache", Operation: "apply", State: imsv1.StepState_STEP_STATE_FAILED,
+				Error: "terraform apply: exit status 1: creating ElastiCache cluster: quota exceeded"},
+		}}
+	m.Update(workflowsMsg{gen: v.wfGen, newest: failed, deploy: failed})
+	s := screen(m)
+	mustNotContain(t, s, "taller window")
+	mustContain(t, s, "lines 1-20 of", "the jobs from line")
+	if strings.Contains(s, "job_bad") {
+		t.Fatalf("the jobs are below the first screen at 80×24:\n%s", s)
+	}
+	for range 30 {
+		if strings.Contains(screen(m), "ElastiCache") {
+			break
+		}
+		press(m, "j")
+	}
+	s = screen(m)
+	if !screenLine(s, "failed", "cache", "cache apply") || !strings.Contains(s, "terraform apply: exit status 1: creating ElastiCache cluster: quota") {
+		t.Fatalf("the failed step without its reason:\n%s", s)
+	}
+	if v.pos != 0 {
+		t.Fatalf("j moved the job cursor (%d) while its row was off screen", v.pos)
+	}
+	press(m, "pgdown", "pgdown", "pgdown")
+	s = screen(m)
+	mustContain(t, s, "job_run", "job_ok", "job_bad")
+	if v.pos != 2 {
+		t.Fatalf("pgdown at the end puts the cursor on the last job, pos %d", v.pos)
+	}
+	if cmd := press(m, "enter"); cmd == nil || m.top().(*logView).job.Id != "job_bad" {
+		t.Fatal("enter opens the job under the cursor")
+	}
+	press(m, "esc", "k")
+	if v.pos != 1 {
+		t.Fatalf("k on a visible cursor moves it: pos %d", v.pos)
+	}
+	press(m, "home")
+	mustContain(t, screen(m), "lines 1-20 of", "acme  ins_acme")
+	press(m, "end")
+	if v.pos != 2 || !strings.Contains(screen(m), "job_bad") {
+		t.Fatalf("end: pos %d\n%s", v.pos, screen(m))
+	}
+
+	// In a tall window it all fits: no scrolling, j moves the cursor.
+	m.Update(teaSize(80, 60))
+	press(m, "home", "j")
+	if v.pos != 1 || strings.Contains(screen(m), "lines 1-") {
+		t.Fatalf("a window the page fits: pos %d\n%s", v.pos, screen(m))
+	}
+}
+
+// Columns size to the window: at 200 columns a job's type and an audit
+// event's kind show whole; at 80 they are cut as before.
+func TestColumnsSizeToTheWindow(t *testing.T) {
+	m := newTestModel(t, Options{})
+	m.Update(teaSize(200, 24))
+	feed(m, snapshot())
+	press(m, ":", "jobs", "enter")
+	js := append(jobs(), &imsv1.Job{Id: "job_tf", InstallId: "ins_acme", ComponentType: "terraform", Operation: "apply",
+		State: imsv1.JobState_JOB_STATE_SUCCEEDED, CreateTime: jobs()[0].CreateTime, CreatedBy: "admin"})
+	m.Update(jobsMsg{gen: m.top().(*jobsView).gen, jobs: js})
+	if s := screen(m); !screenLine(s, "job_tf", "terraform apply ") {
+		t.Fatalf("terraform apply cut at 200 columns:\n%s", s)
+	}
+	press(m, ":", "audit", "enter")
+	m.Update(auditMsg{gen: m.top().(*auditView).gen, events: []*imsv1.AuditEvent{
+		{Chain: "ins_acme", Seq: 1, AtUnixNano: m.now.UnixNano(), Kind: "agent.permissions_changed", Actor: "agent:agt_acme", Subject: "agent:agt_acme"},
+	}})
+	if s := screen(m); !strings.Contains(s, "agent.permissions_changed ") {
+		t.Fatalf("agent.permissions_changed cut at 200 columns:\n%s", s)
+	}
+	m.Update(teaSize(80, 24))
+	if s := screen(m); !strings.Contains(s, "agent.permissions_chang…") {
+		t.Fatalf("at 80 columns the kind keeps its width:\n%s", s)
+	}
+}
+
+// failedInstall opens acme with its jobs, parts and a failed provision.
+func failedInstall(m *Model) {
+	press(m, "enter")
+	v := m.top().(*installView)
+	m.Update(jobsMsg{gen: v.gen, jobs: append(jobs(), &imsv1.Job{Id: "job_tf", InstallId: "ins_acme", ComponentType: "terraform", Operation: "apply",
+		State: imsv1.JobState_JOB_STATE_FAILED, CreateTime: jobs()[0].CreateTime, CreatedBy: "admin", Attempt: 1, MaxAttempts: 1})})
+	feedInstallParts(m)
+	failed := &imsv1.Workflow{Id: "wf_3", Kind: imsv1.WorkflowKind_WORKFLOW_KIND_PROVISION, State: imsv1.WorkflowState_WORKFLOW_STATE_FAILED,
+		AppRevision: 3, CreateTime: timestamppb.New(clock.Add(-time.Minute)), Error: "step cache failed",
+		Steps: []*imsv1.WorkflowStep{
+			{Name: "db", Component: "db", Operation: "apply", State: imsv1.StepState_STEP_STATE_SUCCEEDED},
+			{Name: "cache", Component: "cache", Operation: "apply", State: imsv1.StepState_STEP_STATE_FAILED, JobId: "job_tf",
+				Error: "terraform apply: exit status 1: creating ElastiCache cluster: quota exceeded"},
+		}}
+	m.Update(workflowsMsg{gen: v.wfGen, newest: failed, deploy: failed})
 }
