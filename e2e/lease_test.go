@@ -176,6 +176,27 @@ func TestCancelReachesAReconnectingAgent(t *testing.T) {
 	if _, err := c.CancelJob(context.Background(), connect.NewRequest(&imsv1.CancelJobRequest{Id: job.Id, Reason: "while away"})); err != nil {
 		t.Fatal(err)
 	}
+	// The install's chain names who asked (issue 33: it was empty).
+	me, err := c.WhoAmI(context.Background(), connect.NewRequest(&imsv1.WhoAmIRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := c.ListAuditEvents(context.Background(), connect.NewRequest(&imsv1.ListAuditEventsRequest{Install: "acme"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, ev := range evs.Msg.Events {
+		if ev.Kind == "job.cancel_requested" && ev.Subject == "job:"+job.Id {
+			found = true
+			if ev.Actor != me.Msg.Name {
+				t.Errorf("job.cancel_requested actor %q, want the token's name %q", ev.Actor, me.Msg.Name)
+			}
+		}
+	}
+	if !found {
+		t.Error("no job.cancel_requested in acme's chain")
+	}
 	w := a.Connect(t, 1, &agentv1.RunningJob{JobId: as.JobId, FencingToken: as.FencingToken})
 	if !slices.Contains(w.Reattached, as.JobId) {
 		t.Fatalf("welcome reattached = %v", w.Reattached)

@@ -826,7 +826,7 @@ func (s *Service) CancelJob(ctx context.Context, req *connect.Request[imsv1.Canc
 	if len(reason) > 1024 {
 		return nil, s.err(ctx, errs.Field("reason", "is longer than 1024 bytes"))
 	}
-	j, err := s.store.RequestCancel(ctx, req.Msg.Id, reason, s.now())
+	j, err := s.store.RequestCancel(ctx, req.Msg.Id, reason, callerFrom(ctx).Name, s.now())
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}

@@ -231,7 +231,7 @@ func (s *Service) CancelWorkflow(ctx context.Context, req *connect.Request[imsv1
 		return nil, s.err(ctx, errs.Field("reason", "is longer than 1024 bytes"))
 	}
 	reason := cmp.Or(m.Reason, "by "+callerFrom(ctx).Name)
-	wf, err := s.store.RequestWorkflowCancel(ctx, m.Id, reason, s.now())
+	wf, err := s.store.RequestWorkflowCancel(ctx, m.Id, reason, callerFrom(ctx).Name, s.now())
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}
@@ -257,7 +257,7 @@ func (s *Service) cancelPlanJobs(ctx context.Context, id, reason string) {
 		if st.PlanJobID == "" || st.PlanDigest != "" {
 			continue
 		}
-		j, err := s.store.RequestCancel(ctx, st.PlanJobID, "workflow "+id+" cancelled: "+reason, s.now())
+		j, err := s.store.RequestCancel(ctx, st.PlanJobID, "workflow "+id+" cancelled: "+reason, callerFrom(ctx).Name, s.now())
 		if err != nil {
 			if !errs.Is(err, errs.Conflict) { // already ended
 				s.log.WarnContext(ctx, "cancel plan job", "workflow", id, "job", st.PlanJobID, "err", err)
@@ -528,7 +528,7 @@ func (s *Service) livePlan(ctx context.Context, kind string, in store.Install, p
 				if _, ok := ended[j.ID]; ok {
 					continue
 				}
-				jc, err := s.store.RequestCancel(ctx, j.ID, "live plan timed out", s.now())
+				jc, err := s.store.RequestCancel(ctx, j.ID, "live plan timed out", "imsd", s.now())
 				if err == nil && !jc.State.Terminal() && jc.AgentID != "" {
 					s.hub.Cancel(jc.AgentID, dispatch.CancelRequest{JobID: jc.ID, Reason: "live plan timed out"})
 				}

@@ -134,7 +134,8 @@ func encodePlan(changes []PlannedChange) (string, error) {
 // RequestCancel cancels job jobID: a queued job is cancelled at once; an
 // assigned or running one is marked so its agent stops it. Cancelling a
 // cancelled job returns it as it is; any other ended job is a Conflict.
-func (s *Store) RequestCancel(ctx context.Context, jobID, reason string, now time.Time) (Job, error) {
+// by is who asked (a token's name, or "imsd"), the audit record's actor.
+func (s *Store) RequestCancel(ctx context.Context, jobID, reason, by string, now time.Time) (Job, error) {
 	if err := requireTime("now", now); err != nil {
 		return Job{}, err
 	}
@@ -158,7 +159,7 @@ func (s *Store) RequestCancel(ctx context.Context, jobID, reason string, now tim
 			if err != nil {
 				return err
 			}
-			if err := s.Audit(ctx, tx, jobEvent(j, "job.cancelled", "", now, map[string]string{"reason": truncate(reason, 512)})); err != nil {
+			if err := s.Audit(ctx, tx, jobEvent(j, "job.cancelled", by, now, map[string]string{"reason": truncate(reason, 512)})); err != nil {
 				return err
 			}
 			return s.notifyLogs(ctx, tx, jobID)
@@ -167,7 +168,7 @@ func (s *Store) RequestCancel(ctx context.Context, jobID, reason string, now tim
 			if err != nil {
 				return err
 			}
-			if err := s.Audit(ctx, tx, jobEvent(j, "job.cancel_requested", "", now, map[string]string{"reason": truncate(reason, 512)})); err != nil {
+			if err := s.Audit(ctx, tx, jobEvent(j, "job.cancel_requested", by, now, map[string]string{"reason": truncate(reason, 512)})); err != nil {
 				return err
 			}
 			// Wake the replica holding the agent's stream so it passes

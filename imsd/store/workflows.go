@@ -599,7 +599,8 @@ func (s *Store) workflowForWrite(ctx context.Context, tx *txn, id string) (Workf
 // RequestWorkflowCancel cancels a workflow: one that is queued or awaiting
 // approval ends cancelled at once; a running one is marked, and its engine
 // cancels the running jobs and ends it when they have stopped.
-func (s *Store) RequestWorkflowCancel(ctx context.Context, id, reason string, now time.Time) (Workflow, error) {
+// by is who asked (a token's name), the audit record's actor.
+func (s *Store) RequestWorkflowCancel(ctx context.Context, id, reason, by string, now time.Time) (Workflow, error) {
 	var out Workflow
 	err := s.write(ctx, "cancel workflow", func(tx *txn) error {
 		wf, err := s.workflowForWrite(ctx, tx, id)
@@ -628,7 +629,7 @@ func (s *Store) RequestWorkflowCancel(ctx context.Context, id, reason string, no
 			return err
 		}
 		if wf.State != WorkflowCancelled {
-			if err := s.Audit(ctx, tx, AuditEvent{Chain: wf.InstallID, At: now, Kind: "workflow.cancel_requested", Subject: "workflow:" + id,
+			if err := s.Audit(ctx, tx, AuditEvent{Chain: wf.InstallID, At: now, Kind: "workflow.cancel_requested", Actor: by, Subject: "workflow:" + id,
 				Data: map[string]string{"reason": truncate(reason, 512)}}); err != nil {
 				return err
 			}

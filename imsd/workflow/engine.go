@@ -244,7 +244,7 @@ func (e *Engine) run(ctx context.Context, wf store.Workflow, steps []store.Step)
 			running++
 			if wf.CancelRequested && !j.CancelRequested {
 				reason := "workflow " + wf.ID + " cancelled"
-				jc, err := e.st.RequestCancel(ctx, j.ID, reason, e.now())
+				jc, err := e.st.RequestCancel(ctx, j.ID, reason, "imsd", e.now())
 				if err != nil && !errs.Is(err, errs.Conflict) {
 					return false, err
 				}

@@ -349,7 +349,7 @@ func TestEngineApprovalAndCancel(t *testing.T) {
 		t.Fatalf("after approval %v", got)
 	}
 	must(t, r.e.Advance(t.Context(), id)) // b queued (parallelism 1)
-	_, err = r.st.RequestWorkflowCancel(t.Context(), id, "wrong", r.now())
+	_, err = r.st.RequestWorkflowCancel(t.Context(), id, "wrong", "ops", r.now())
 	must(t, err)
 	wf = r.drive(id)
 	st := r.steps(id)

@@ -15,7 +15,9 @@ import (
 // description, as `byoc action list` prints them), then, last, an ad-hoc
 // script. Enter on an action asks, then starts an action run (a workflow,
 // as `byoc action run INSTALL ACTION` does); on the last row it asks for
-// the script as before.
+// the script as before. An action of mode break_glass, and the script
+// while the operator holds a live grant on the install, asks for the
+// install's name typed out instead of y.
 type actionsView struct {
 	*env
 	list
@@ -125,10 +127,20 @@ func (v *actionsView) choose() tea.Cmd {
 	if a.Description != "" {
 		details = append([]string{a.Description}, details...)
 	}
-	return v.nav.ask(fmt.Sprintf("run action %s on %s", a.Name, name), details, func() tea.Cmd {
+	g := v.nav.grant(v.InstallID())
+	details = append(details, v.modeLines(name, a.Mode, g)...)
+	title := fmt.Sprintf("run action %s on %s", a.Name, name)
+	yes := func() tea.Cmd {
 		v.startGen = v.nextGen()
 		return startActionRun(v.ctx, v.conn.Client, v.startGen, name, a.Name)
-	})
+	}
+	if a.Mode == "break_glass" {
+		if g != nil {
+			details = append(details, v.st.warn.Render(fmt.Sprintf("Runs UNDER BREAK-GLASS grant %s (role %s, approved by %s).", g.Id, g.Role, g.DecidedBy)))
+		}
+		return v.nav.askTyped(title+" (break_glass)", details, name, yes)
+	}
+	return v.nav.ask(title, details, yes)
 }
 
 func (v *actionsView) View() string {
@@ -144,11 +156,19 @@ func (v *actionsView) View() string {
 	default:
 		out = append(out, st.muted.Render(fmt.Sprintf("the app's actions at revision %d; enter asks, then runs", v.revision)))
 	}
-	cols := layout([]column{{"NAME", 20, 0}, {"MODE", 12, 1}, {"DESCRIPTION", 0, 2}}, v.w, 12, 200)
+	need := map[string]int{}
+	for _, a := range v.actions {
+		widest(need, map[string]string{"NAME": a.Name, "MODE": a.Mode, "DESCRIPTION": a.Description})
+	}
+	cols := layoutFit([]column{{"NAME", 20, 0}, {"MODE", 12, 1}, {"DESCRIPTION", 0, 2}}, v.w, 12, 200, need)
 	out = append(out, st.muted.Render(row(cols, map[string]string{"NAME": "NAME", "MODE": "MODE", "DESCRIPTION": "DESCRIPTION"})))
 	first, last, pos := v.window(v.rows(), v.h-3)
+	scriptMode := "maintenance"
+	if v.nav.grant(v.InstallID()) != nil {
+		scriptMode = "break_glass" // under the grant (confirmScript)
+	}
 	for i := first; i < last; i++ {
-		cells := map[string]string{"NAME": "ad-hoc script…", "MODE": "maintenance", "DESCRIPTION": "a shell script you type, as a one-off job"}
+		cells := map[string]string{"NAME": "ad-hoc script…", "MODE": scriptMode, "DESCRIPTION": "a shell script you type, as a one-off job"}
 		if i < len(v.actions) {
 			a := v.actions[i]
 			cells = map[string]string{"NAME": a.Name, "MODE": a.Mode, "DESCRIPTION": a.Description}

@@ -18,8 +18,11 @@ import (
 // then polls the grants of the install being looked at every second.
 // While the operator (the console's token) holds a live grant there, the
 // header carries a warning-coloured banner with the install, role,
-// approver and a countdown, and every action asks for the install's name
-// typed out before it runs (as a break_glass job, under the grant). The
+// approver and a countdown (on the install's views and its actions), and
+// an ad-hoc script runs as a break_glass job under the grant; such a job,
+// like an app action of mode break_glass, asks for the install's name
+// typed out before it runs (a mistyped name asks again), after showing
+// the customer's modes and whether the agent will refuse it. The
 // countdown runs on the console's clock, so the banner goes the second
 // the grant ends; a revocation shows at the next poll. The agent, not the
 // console, enforces the grant.
@@ -30,6 +33,7 @@ type installScoped interface{ InstallID() string }
 
 func (v *installView) InstallID() string { return v.id }
 func (v *logView) InstallID() string     { return v.job.GetInstallId() }
+func (v *actionsView) InstallID() string { return v.install.GetInstall().GetId() }
 
 // bgState is the console's break-glass state.
 type bgState struct {
@@ -120,7 +124,7 @@ func (m *Model) grantBanner() string {
 	in := m.viewedInstall()
 	if g := m.liveGrant(in); g != nil {
 		left := g.ExpireTime.AsTime().Sub(m.now).Truncate(time.Second)
-		return fmt.Sprintf(" BREAK-GLASS on %s · role %s · approved by %s · %s left · actions run as break_glass ",
+		return fmt.Sprintf(" BREAK-GLASS on %s · role %s · approved by %s · %s left · scripts run as break_glass ",
 			m.installName(in), g.Role, g.DecidedBy, countdown(left))
 	}
 	for _, g := range m.bg.grants[in] {
@@ -392,12 +396,15 @@ func (m *Model) typedConfirmKey(msg tea.KeyPressMsg) tea.Cmd {
 		return nil
 	case "enter":
 		typed := strings.TrimSpace(m.input.Value())
-		m.confirm = nil
-		m.input.Blur()
 		if typed != c.typed {
-			m.setStatus(true, "not done: you typed %q, not the install's name %q", typed, c.typed)
+			// Asked again: what the confirmation is about (a typed
+			// script) stays, only the answer is typed again.
+			c.mistyped = typed
+			m.input.SetValue("")
 			return nil
 		}
+		m.confirm = nil
+		m.input.Blur()
 		return c.yes()
 	}
 	var cmd tea.Cmd

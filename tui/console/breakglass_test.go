@@ -82,10 +82,11 @@ func TestBreakGlassInTheConsole(t *testing.T) {
 	mustContain(t, s, "under break-glass", "Runs UNDER BREAK-GLASS grant bg_1", "Type the install's name (acme)")
 	gen := m.actionGen
 	press(m, "y", "enter")
-	if m.actionGen != gen || m.confirm != nil || !strings.Contains(m.status, `you typed "y", not the install's name "acme"`) {
-		t.Fatalf("y confirmed a break-glass action: gen %d→%d, status %q", gen, m.actionGen, m.status)
+	if m.actionGen != gen || m.confirm == nil || !strings.Contains(screen(m), `You typed "y", not the install's name "acme": type it again.`) {
+		t.Fatalf("y confirmed a break-glass action, or the script was thrown away: gen %d→%d\n%s", gen, m.actionGen, screen(m))
 	}
-	press(m, "a", "enter", "echo hi", "enter", "acme")
+	mustContain(t, screen(m), "run `echo hi` on acme under break-glass")
+	press(m, "acme")
 	cmd := press(m, "enter")
 	if m.actionGen == gen || cmd == nil {
 		t.Fatal("typing the install's name did not start the action")
@@ -113,4 +114,69 @@ func TestReadOnlyOffersNoBreakGlass(t *testing.T) {
 	if strings.Contains(strings.Join(m.km.HelpLines(), "\n"), "break-glass") {
 		t.Fatal("read-only help lists break-glass")
 	}
+}
+
+// With a live grant, the actions view keeps the banner; the ad-hoc script
+// shows mode break_glass; an app action of mode break_glass shows it and
+// asks for the install's name, after the customer's modes and a warning
+// that break_glass is off there; a maintenance action asks y; a mistyped
+// name asks again.
+func TestBreakGlassActionsShowModesAndAskTheName(t *testing.T) {
+	m := newTestModel(t, Options{})
+	m.Update(teaSize(160, 30))
+	feed(m, snapshot())
+	press(m, "enter")
+	m.Update(grantsMsg{gen: m.bg.pollGen, install: "ins_acme", me: "ops", grants: []*imsv1.BreakGlassGrant{liveGrant(time.Hour)}})
+	press(m, "a")
+	av := m.top().(*actionsView)
+	m.Update(actionsMsg{gen: av.gen, revision: 3, actions: []*imsv1.Action{
+		{Name: "migrate", Mode: "maintenance", Description: "run the migrations"},
+		{Name: "rotate-keys", Mode: "break_glass", Description: "rotate the signing keys"},
+	}})
+	s := screen(m)
+	mustContain(t, s, "BREAK-GLASS on acme · role debugger")
+	if !screenLine(s, "migrate", "maintenance") || !screenLine(s, "rotate-keys", "break_glass") || !screenLine(s, "ad-hoc script…", "break_glass") {
+		t.Fatalf("modes in the actions list:\n%s", s)
+	}
+
+	press(m, "enter") // migrate: its own mode, y
+	s = screen(m)
+	mustContain(t, s, "Confirm: run action migrate on acme", "Needs permission mode: maintenance",
+		"The customer's modes, as the agent last reported them: P M D ·", "y: yes")
+	if strings.Contains(s, "will refuse it") || m.confirm.typed != "" {
+		t.Fatalf("maintenance is on at acme: no warning, y answers:\n%s", s)
+	}
+	press(m, "n", "down", "enter")
+	s = screen(m)
+	mustContain(t, s, "Confirm: run action rotate-keys on acme (break_glass)", "Needs permission mode: break_glass",
+		"The customer's modes, as the agent last reported them: P M D ·",
+		"The customer has break_glass turned off: the agent will refuse it.",
+		"Runs UNDER BREAK-GLASS grant bg_1", "Type the install's name (acme)")
+	if m.confirm.typed != "acme" {
+		t.Fatalf("a break_glass action asks y")
+	}
+	if press(m, "y"); av.startGen != 0 {
+		t.Fatal("y started a break_glass action")
+	}
+	press(m, "enter", "acm", "enter")
+	mustContain(t, screen(m), `You typed "acm", not the install's name "acme": type it again.`, "rotate-keys")
+	if m.confirm == nil || av.startGen != 0 {
+		t.Fatal("a mistyped name started it, or gave up")
+	}
+	if cmd := press(m, "acme", "enter"); cmd == nil || av.startGen == 0 || m.confirm != nil {
+		t.Fatal("typing the name did not start it")
+	}
+
+	// Without a grant, a break_glass action says the agent will refuse it.
+	m2 := newTestModel(t, Options{})
+	m2.Update(teaSize(160, 30))
+	feed(m2, snapshot())
+	press(m2, "a")
+	av2 := m2.top().(*actionsView)
+	m2.Update(actionsMsg{gen: av2.gen, actions: []*imsv1.Action{{Name: "rotate-keys", Mode: "break_glass"}}})
+	if !screenLine(screen(m2), "ad-hoc script…", "maintenance") {
+		t.Fatalf("without a grant the script is maintenance:\n%s", screen(m2))
+	}
+	press(m2, "enter")
+	mustContain(t, screen(m2), "You hold no live break-glass grant on acme: the agent will refuse it")
 }

@@ -530,6 +530,28 @@ func TestGoldens(t *testing.T) {
 		"confirm": func(m *Model) { press(m, "a", "enter", "./migrate.sh --dry-run", "enter") },
 		"script":  func(m *Model) { press(m, "a", "enter") },
 		"audit":   func(m *Model) { press(m, ":", "audit", "enter") },
+		"install-failed": func(m *Model) {
+			failedInstall(m)
+		},
+		"install-end": func(m *Model) {
+			failedInstall(m)
+			press(m, "end")
+		},
+		"audit-filtered": func(m *Model) {
+			auditEvents(m)
+			press(m, "/", "kind=job.cancel_requested", "enter")
+		},
+		"audit-detail": func(m *Model) {
+			auditEvents(m)
+			press(m, "/", "cancel", "enter", "enter")
+		},
+		"actions-grant": func(m *Model) {
+			grantActions(m)
+		},
+		"confirm-breakglass": func(m *Model) {
+			grantActions(m)
+			press(m, "down", "enter", "acm", "enter")
+		},
 		"offline": func(m *Model) {
 			m.Update(fleetMsg{gen: m.fleetGen, events: []fleetEvent{{err: connect.NewError(connect.CodeUnavailable, errors.New("connection refused")), retryIn: 8 * time.Second}}})
 		},
@@ -747,6 +769,11 @@ func (n *fakeNav) ask(title string, _ []string, _ func() tea.Cmd) tea.Cmd {
 	n.asked = append(n.asked, title)
 	return nil
 }
+func (n *fakeNav) askTyped(title string, _ []string, typed string, _ func() tea.Cmd) tea.Cmd {
+	n.asked = append(n.asked, title+" typing "+typed)
+	return nil
+}
+func (n *fakeNav) grant(string) *imsv1.BreakGlassGrant { return nil }
 
 // TestViewsWorkAlone drives views as components, without the console
 // around them: sized, fed, keyed, and asking a fake nav for what is not
@@ -1018,8 +1045,8 @@ func TestActionPickerListsTheAppsActionsFirst(t *testing.T) {
 
 	press(m, "down", "enter")
 	mustContain(t, screen(m), "Confirm: run action rotate-keys on acme", "Needs permission mode: break_glass")
-	if cmd := press(m, "y"); cmd == nil {
-		t.Fatal("y must start the action run")
+	if cmd := press(m, "acme", "enter"); cmd == nil {
+		t.Fatal("typing the install's name must start the break_glass action run")
 	}
 	m.Update(actionRunMsg{gen: av.startGen, run: &imsv1.ActionRun{Id: "wf_1", Action: "rotate-keys"}})
 	mustContain(t, screen(m), "action rotate-keys started on acme (wf_1)")
@@ -1361,4 +1388,194 @@ func TestJobsComponentColumn(t *testing.T) {
 	if strings.Contains(s, "job_run") {
 		t.Fatalf("component=db shows job_run:\n%s", s)
 	}
+}
+
+// grantActions opens acme's actions while the operator holds a live
+// break-glass grant there.
+func grantActions(m *Model) {
+	press(m, "enter")
+	m.Update(grantsMsg{gen: m.bg.pollGen, install: "ins_acme", me: "ops", grants: []*imsv1.BreakGlassGrant{liveGrant(time.Hour)}})
+	press(m, "a")
+	m.Update(actionsMsg{gen: m.top().(*actionsView).gen, revision: 3, actions: []*imsv1.Action{
+		{Name: "migrate", Mode: "maintenance", Description: "run the migrations"},
+		{Name: "rotate-keys", Mode: "break_glass", Description: "rotate the signing keys"},
+	}})
+}
+
+// auditEvents opens :audit and gives it acme's chain: a job queued and
+// its cancellation by ops, and a token created on the vendor's chain.
+func auditEvents(m *Model) *auditView {
+	press(m, ":", "audit", "enter")
+	v := m.top().(*auditView)
+	now := m.now.UnixNano()
+	m.Update(auditMsg{gen: v.gen, events: []*imsv1.AuditEvent{
+		{Chain: "ins_acme", Seq: 7, AtUnixNano: now - int64(3*time.Minute), Kind: "job.queued", Actor: "ci", Subject: "job:job_run",
+			Data: `{"mode":"maintenance","operation":"apply","type":"action"}`, Prev: "9f2c", Hash: "41aa"},
+		{Chain: "ins_acme", Seq: 8, AtUnixNano: now - int64(time.Minute), Kind: "job.cancel_requested", Actor: "ops", Subject: "job:job_run",
+			Data: `{"mode":"maintenance","operation":"apply","reason":"cancelled by ops","type":"action"}`, Prev: "41aa", Hash: "c0de"},
+		{Chain: "", Seq: 3, AtUnixNano: now - int64(2*time.Minute), Kind: "token.created", Actor: "admin", Subject: "token:ci"},
+	}})
+	return v
+}
+
+// In :audit, / filters the events (words, or kind=, actor=, install=,
+// subject= whole) instead of moving the cursor, esc clears the filter, and
+// enter opens the record under the cursor with every field and its data
+// as indented JSON, scrolled with the list keys.
+func TestAuditViewFiltersAndOpensARecord(t *testing.T) {
+	m := newTestModel(t, Options{})
+	m.Update(teaSize(120, 24))
+	feed(m, snapshot())
+	v := auditEvents(m)
+	press(m, "/", "cancel")
+	s := screen(m)
+	if !screenLine(s, "acme", "job.cancel_requested", "ops") || strings.Contains(s, "job.queued") || strings.Contains(s, "token.created") {
+		t.Fatalf("/cancel keeps only the cancellation:\n%s", s)
+	}
+	press(m, "enter")
+	for _, c := range []struct{ filter, want string }{
+		{"actor=admin", "token.created"}, {"install=vendor", "token.created"}, {"kind=job.queued", "job.queued"}, {"acme maintenance", ""},
+	} {
+		press(m, "esc", "/", c.filter, "enter")
+		if c.want != "" && (len(v.shown) != 1 || v.shown[0].Kind != c.want) {
+			t.Errorf("filter %q: %d shown, want only %s", c.filter, len(v.shown), c.want)
+		}
+	}
+	if len(v.shown) != 2 {
+		t.Errorf("filter %q: %d shown, want acme's 2", v.filter, len(v.shown))
+	}
+	press(m, "esc")
+	if v.filter != "" || len(v.shown) != 3 {
+		t.Fatalf("esc leaves filter %q, %d shown", v.filter, len(v.shown))
+	}
+	press(m, "/", "nothing-like-it", "enter")
+	mustContain(t, screen(m), `none of the 3 events held matches the filter "nothing-like-it"`)
+	press(m, "esc", "j", "enter") // the second newest: token.created
+	d, ok := m.top().(*auditDetailView)
+	if !ok || d.ev.Kind != "token.created" {
+		t.Fatalf("enter opens the record under the cursor, top is %T", m.top())
+	}
+	press(m, "esc", "home", "enter")
+	s = screen(m)
+	mustContain(t, s, "audit › job.cancel_requested #8", "chain:    acme (ins_acme)", "seq:      8", "kind:     job.cancel_requested",
+		"actor:    ops", "subject:  job:job_run", "prev:     41aa", "hash:     c0de", `"reason": "cancelled by ops",`, `"type": "action"`, "1m ago")
+
+	m.Update(teaSize(120, 12)) // too short: it scrolls
+	s = screen(m)
+	mustContain(t, s, "more lines")
+	if strings.Contains(s, `"type": "action"`) {
+		t.Fatalf("a short window shows it all:\n%s", s)
+	}
+	press(m, "pgdown", "pgdown")
+	mustContain(t, screen(m), `"type": "action"`)
+}
+
+// At 80×24 the install view is taller than the window: it scrolls (j/k a
+// line while the job cursor is off screen, then the cursor; pgdown/pgup a
+// window, the cursor following; home/end), its last line saying where it
+// is, and nothing is "in a taller window"; a failed step shows why.
+func TestInstallViewScrollsAndShowsWhyAStepFailed(t *testing.T) {
+	m := newTestModel(t, Options{})
+	m.Update(teaSize(80, 24))
+	feed(m, snapshot())
+	press(m, "enter")
+	v := m.top().(*installView)
+	m.Update(jobsMsg{gen: v.gen, jobs: jobs()})
+	feedInstallParts(m)
+	failed := &imsv1.Workflow{Id: "wf_3", Kind: imsv1.WorkflowKind_WORKFLOW_KIND_PROVISION, State: imsv1.WorkflowState_WORKFLOW_STATE_FAILED,
+		AppRevision: 3, CreateTime: timestamppb.New(clock.Add(-time.Minute)), Error: "step cache failed",
+		Steps: []*imsv1.WorkflowStep{
+			{Name: "db", Component: "db", Operation: "apply", State: imsv1.StepState_STEP_STATE_SUCCEEDED},
+			{Name: "cache", Component: "cache", Operation: "apply", State: imsv1.StepState_STEP_STATE_FAILED,
+				Error: "terraform apply: exit status 1: creating ElastiCache cluster: quota exceeded"},
+		}}
+	m.Update(workflowsMsg{gen: v.wfGen, newest: failed, deploy: failed})
+	s := screen(m)
+	mustNotContain(t, s, "taller window")
+	mustContain(t, s, "lines 1-20 of", "the jobs from line")
+	if strings.Contains(s, "job_bad") {
+		t.Fatalf("the jobs are below the first screen at 80×24:\n%s", s)
+	}
+	for range 30 {
+		if strings.Contains(screen(m), "ElastiCache") {
+			break
+		}
+		press(m, "j")
+	}
+	s = screen(m)
+	if !screenLine(s, "failed", "cache", "cache apply") || !strings.Contains(s, "terraform apply: exit status 1: creating ElastiCache cluster: quota") {
+		t.Fatalf("the failed step without its reason:\n%s", s)
+	}
+	if v.pos != 0 {
+		t.Fatalf("j moved the job cursor (%d) while its row was off screen", v.pos)
+	}
+	press(m, "pgdown", "pgdown", "pgdown")
+	s = screen(m)
+	mustContain(t, s, "job_run", "job_ok", "job_bad")
+	if v.pos != 2 {
+		t.Fatalf("pgdown at the end puts the cursor on the last job, pos %d", v.pos)
+	}
+	if cmd := press(m, "enter"); cmd == nil || m.top().(*logView).job.Id != "job_bad" {
+		t.Fatal("enter opens the job under the cursor")
+	}
+	press(m, "esc", "k")
+	if v.pos != 1 {
+		t.Fatalf("k on a visible cursor moves it: pos %d", v.pos)
+	}
+	press(m, "home")
+	mustContain(t, screen(m), "lines 1-20 of", "acme  ins_acme")
+	press(m, "end")
+	if v.pos != 2 || !strings.Contains(screen(m), "job_bad") {
+		t.Fatalf("end: pos %d\n%s", v.pos, screen(m))
+	}
+
+	// In a tall window it all fits: no scrolling, j moves the cursor.
+	m.Update(teaSize(80, 60))
+	press(m, "home", "j")
+	if v.pos != 1 || strings.Contains(screen(m), "lines 1-") {
+		t.Fatalf("a window the page fits: pos %d\n%s", v.pos, screen(m))
+	}
+}
+
+// Columns size to the window: at 200 columns a job's type and an audit
+// event's kind show whole; at 80 they are cut as before.
+func TestColumnsSizeToTheWindow(t *testing.T) {
+	m := newTestModel(t, Options{})
+	m.Update(teaSize(200, 24))
+	feed(m, snapshot())
+	press(m, ":", "jobs", "enter")
+	js := append(jobs(), &imsv1.Job{Id: "job_tf", InstallId: "ins_acme", ComponentType: "terraform", Operation: "apply",
+		State: imsv1.JobState_JOB_STATE_SUCCEEDED, CreateTime: jobs()[0].CreateTime, CreatedBy: "admin"})
+	m.Update(jobsMsg{gen: m.top().(*jobsView).gen, jobs: js})
+	if s := screen(m); !screenLine(s, "job_tf", "terraform apply ") {
+		t.Fatalf("terraform apply cut at 200 columns:\n%s", s)
+	}
+	press(m, ":", "audit", "enter")
+	m.Update(auditMsg{gen: m.top().(*auditView).gen, events: []*imsv1.AuditEvent{
+		{Chain: "ins_acme", Seq: 1, AtUnixNano: m.now.UnixNano(), Kind: "agent.permissions_changed", Actor: "agent:agt_acme", Subject: "agent:agt_acme"},
+	}})
+	if s := screen(m); !strings.Contains(s, "agent.permissions_changed ") {
+		t.Fatalf("agent.permissions_changed cut at 200 columns:\n%s", s)
+	}
+	m.Update(teaSize(80, 24))
+	if s := screen(m); !strings.Contains(s, "agent.permissions_chang…") {
+		t.Fatalf("at 80 columns the kind keeps its width:\n%s", s)
+	}
+}
+
+// failedInstall opens acme with its jobs, parts and a failed provision.
+func failedInstall(m *Model) {
+	press(m, "enter")
+	v := m.top().(*installView)
+	m.Update(jobsMsg{gen: v.gen, jobs: append(jobs(), &imsv1.Job{Id: "job_tf", InstallId: "ins_acme", ComponentType: "terraform", Operation: "apply",
+		State: imsv1.JobState_JOB_STATE_FAILED, CreateTime: jobs()[0].CreateTime, CreatedBy: "admin", Attempt: 1, MaxAttempts: 1})})
+	feedInstallParts(m)
+	failed := &imsv1.Workflow{Id: "wf_3", Kind: imsv1.WorkflowKind_WORKFLOW_KIND_PROVISION, State: imsv1.WorkflowState_WORKFLOW_STATE_FAILED,
+		AppRevision: 3, CreateTime: timestamppb.New(clock.Add(-time.Minute)), Error: "step cache failed",
+		Steps: []*imsv1.WorkflowStep{
+			{Name: "db", Component: "db", Operation: "apply", State: imsv1.StepState_STEP_STATE_SUCCEEDED},
+			{Name: "cache", Component: "cache", Operation: "apply", State: imsv1.StepState_STEP_STATE_FAILED, JobId: "job_tf",
+				Error: "terraform apply: exit status 1: creating ElastiCache cluster: quota exceeded"},
+		}}
+	m.Update(workflowsMsg{gen: v.wfGen, newest: failed, deploy: failed})
 }

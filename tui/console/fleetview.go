@@ -120,7 +120,21 @@ func (v *fleetView) View() string {
 		}
 		return lines([]string{"", "  loading installs…"})
 	}
-	cols := layout(fleetCols, w, 12, 40)
+	// The cells of the rows in the window, whose widest size the columns
+	// (only those rows: cheap at 10,000 installs).
+	first, last, pos := v.window(len(f.visible), h-1)
+	cells := make([]map[string]string, 0, last-first)
+	need := map[string]int{}
+	for i := first; i < last; i++ {
+		s := f.visible[i]
+		c := map[string]string{
+			"NAME": s.Install.Name, "STATE": installState(s), "HEALTH": healthState(s), "APP": s.AppName, "REV": revision(s), "AGENT": agentState(s),
+			"HEARTBEAT": heardText(v.now, s), "MODES": ModesText(s.Install.Agent.GetPermissions()), "DRIFT": dash, "JOBS": jobsCell(s),
+		}
+		widest(need, c)
+		cells = append(cells, c)
+	}
+	cols := layoutFit(fleetCols, w, 12, min(64, max(40, need["NAME"])), need)
 	hdr := map[string]string{}
 	for _, c := range cols {
 		hdr[c.name] = c.name
@@ -138,15 +152,10 @@ func (v *fleetView) View() string {
 		}
 		return lines(append(out, "", fmt.Sprintf("  no install matches /%s (esc clears the filter)", f.filter)))
 	}
-	first, last, pos := v.window(len(f.visible), h-1)
 	for i := first; i < last; i++ {
 		s := f.visible[i]
-		agent := agentState(s)
-		cells := map[string]string{
-			"NAME": s.Install.Name, "STATE": installState(s), "HEALTH": healthState(s), "APP": s.AppName, "REV": revision(s), "AGENT": agent,
-			"HEARTBEAT": heardText(v.now, s), "MODES": ModesText(s.Install.Agent.GetPermissions()), "DRIFT": dash, "JOBS": jobsCell(s),
-		}
-		line := row(cols, cells)
+		agent := cells[i-first]["AGENT"]
+		line := row(cols, cells[i-first])
 		switch {
 		case i == pos:
 			line = v.selectedLine(line, w)

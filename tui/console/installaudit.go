@@ -72,12 +72,18 @@ func (v *installView) auditLines(name string) []string {
 	if len(v.auEvents) == 0 {
 		return out
 	}
-	cols := layout(auditPanelCols, v.w-2, 12, 60)
-	for _, e := range v.auEvents {
-		out = append(out, "  "+row(cols, map[string]string{
+	cells := make([]map[string]string, len(v.auEvents))
+	need := map[string]int{}
+	for i, e := range v.auEvents {
+		cells[i] = map[string]string{
 			"WHEN": ago(v.now, time.Unix(0, e.AtUnixNano)), "KIND": termtext.Clean(e.Kind, " "),
 			"ACTOR": termtext.Clean(e.Actor, " "), "SUBJECT": termtext.Clean(e.Subject, " "),
-		}))
+		}
+		widest(need, cells[i])
+	}
+	cols := layoutFit(auditPanelCols, v.w-2, 12, 60, need)
+	for _, c := range cells {
+		out = append(out, "  "+row(cols, c))
 	}
 	return out
 }

@@ -262,13 +262,25 @@ func (v *installView) parts(jobs []*imsv1.Job) []string {
 	default:
 		w := p.newest
 		out = append(out, fmt.Sprintf("  %s  %s  %s  rev %d  %s", w.Id, kindText(w.Kind), enumText(w.State, "WORKFLOW_STATE_"), w.AppRevision, ago(v.now, w.GetCreateTime().AsTime())))
+		stepErr := false
 		for _, s := range w.Steps {
 			what := s.Component
 			if what == "" {
 				what = s.Action
 			}
-			out = append(out, fmt.Sprintf("    %-10s %-16s %s %s", enumText(s.State, "STEP_STATE_"), s.Name, what, s.Operation))
+			line := fmt.Sprintf("    %-10s %-16s %s %s", enumText(s.State, "STEP_STATE_"), s.Name, what, s.Operation)
+			if s.Error != "" {
+				// Why it failed (or was skipped), under the step: the
+				// line keeps the window's width for the reason.
+				stepErr = true
+				out = append(out, st.bad.Render(line), "      "+st.bad.Render(termtext.Clean(s.Error, " ")))
+			} else {
+				out = append(out, line)
+			}
 			out = append(out, v.planLines(s, p.plans)...)
+		}
+		if w.Error != "" && !stepErr {
+			out = append(out, "    "+st.bad.Render(termtext.Clean(w.Error, " ")))
 		}
 	}
 

@@ -10,13 +10,16 @@ import (
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
 
-// installView is one install: its agent, inputs (secrets masked), the
-// sections later issues fill, and its jobs (a jobList, listed again when
-// the fleet says this install changed).
+// installView is one install: its agent, inputs (secrets masked), its
+// components, workflow, actions and audit panel, and its jobs (a jobList,
+// listed again when the fleet says this install changed). It is one page:
+// when the page is taller than the window, the keys that move the job
+// cursor scroll it too (see moveKey), and its last line says where it is.
 type installView struct {
 	jobList
 	installParts
 	auditPanel
+	pageOff int // the first line of the page shown, while it is scrolled
 }
 
 func newInstallView(e *env, id string) *installView {
@@ -30,19 +33,109 @@ func (v *installView) Init() tea.Cmd {
 
 func (v *installView) Title() string      { return v.installName(v.id) }
 func (v *installView) Hints() []Action    { return []Action{ActRunAction, ActBreakGlass, ActCancelJob} }
-func (v *installView) SetSize(w, h int)   { v.w, v.h = w, h; v.scroll() }
-func (v *installView) SetFilter(s string) { v.setFilter(s); v.scroll() }
+func (v *installView) SetSize(w, h int)   { v.w, v.h = w, h }
+func (v *installView) SetFilter(s string) { v.setFilter(s); v.pos, v.pageOff = 0, 0 }
 
-// scroll keeps the job table's window on its cursor; the table has the
-// lines the install's header leaves.
-func (v *installView) scroll() {
-	if s := v.fleet.byID[v.id]; s != nil {
-		v.jobList.scroll(v.h - len(v.header(s)) - 1)
+// page is the whole view, line by line, and the line of the first job row
+// (-1 without one).
+func (v *installView) page(s *imsv1.InstallStatus) (out []string, firstJob int) {
+	out = v.header(s)
+	out = append(out, v.st.accent.Render(fmt.Sprintf("JOBS (%d)", len(v.jobs))))
+	t := v.table(false, v.w, len(v.shown)+3) // every row
+	firstJob = -1
+	if v.loaded && len(v.shown) > 0 {
+		firstJob = len(out) + len(t) - len(v.shown)
 	}
+	return append(out, t...), firstJob
+}
+
+// scrolled reports whether a page of n lines needs scrolling, and how many
+// of its lines then show (the last line of the window says where it is).
+func (v *installView) scrolled(n int) (bool, int) {
+	if n <= v.h {
+		return false, n
+	}
+	return true, max(1, v.h-1)
+}
+
+// moveKey handles the keys that move: while the page fits the window they
+// move the job cursor, as in every list; while it does not, up and down
+// move the cursor when its row is on screen and scroll the page when it
+// is not (so the sections above the jobs read line by line), the page
+// keys scroll a window at a time and bring the cursor into view, and
+// home/end go to the page's start/end.
+func (v *installView) moveKey(msg tea.KeyPressMsg) bool {
+	s := v.fleet.byID[v.id]
+	if s == nil {
+		return false
+	}
+	doc, firstJob := v.page(s)
+	scroll, shown := v.scrolled(len(doc))
+	if !scroll {
+		v.pageOff = 0
+		return v.move(v.km, msg, len(v.shown), len(v.shown))
+	}
+	n := len(v.shown)
+	maxOff := len(doc) - shown
+	v.pageOff = max(0, min(v.pageOff, maxOff))
+	v.pos = max(0, min(v.pos, n-1))
+	row := func(i int) int { return firstJob + i }
+	visible := func(i int) bool { return firstJob >= 0 && row(i) >= v.pageOff && row(i) < v.pageOff+shown }
+	// follow puts the cursor on a job row in view, if any is.
+	follow := func() {
+		if firstJob < 0 {
+			return
+		}
+		lo, hi := v.pageOff-firstJob, v.pageOff+shown-1-firstJob
+		if lo > n-1 || hi < 0 {
+			return
+		}
+		v.pos = max(max(lo, 0), min(v.pos, min(hi, n-1)))
+	}
+	// show scrolls so that the cursor's row is in view.
+	show := func() {
+		if r := row(v.pos); r < v.pageOff {
+			v.pageOff = r
+		} else if r >= v.pageOff+shown {
+			v.pageOff = r - shown + 1
+		}
+	}
+	step := max(1, shown-1)
+	switch {
+	case v.km.Is(msg, ActDown):
+		if visible(v.pos) && v.pos < n-1 {
+			v.pos++
+			show()
+		} else if v.pageOff < maxOff {
+			v.pageOff++
+		}
+	case v.km.Is(msg, ActUp):
+		if visible(v.pos) && v.pos > 0 {
+			v.pos--
+			show()
+		} else if v.pageOff > 0 {
+			v.pageOff--
+		}
+	case v.km.Is(msg, ActPageDown):
+		if v.pageOff == maxOff && n > 0 {
+			v.pos = n - 1
+		}
+		v.pageOff = min(maxOff, v.pageOff+step)
+		follow()
+	case v.km.Is(msg, ActPageUp):
+		v.pageOff = max(0, v.pageOff-step)
+		follow()
+	case v.km.Is(msg, ActTop):
+		v.pageOff, v.pos = 0, 0
+	case v.km.Is(msg, ActBottom):
+		v.pageOff, v.pos = maxOff, max(0, n-1)
+	default:
+		return false
+	}
+	return true
 }
 
 func (v *installView) Update(msg tea.Msg) tea.Cmd {
-	defer v.scroll()
 	switch msg := msg.(type) {
 	case fleetChangedMsg:
 		for _, r := range msg.resps {
@@ -56,6 +149,9 @@ func (v *installView) Update(msg tea.Msg) tea.Cmd {
 		}
 		return nil
 	case tea.KeyPressMsg:
+		if v.moveKey(msg) {
+			return nil
+		}
 		if cmd, ok := v.update(msg); ok {
 			return cmd
 		}
@@ -74,6 +170,9 @@ func (v *installView) Update(msg tea.Msg) tea.Cmd {
 		return cmd
 	}
 	cmd, _ := v.update(msg)
+	if _, ok := msg.(jobsMsg); ok && v.loaded {
+		v.pos = max(0, min(v.pos, len(v.shown)-1))
+	}
 	return cmd
 }
 
@@ -82,10 +181,18 @@ func (v *installView) View() string {
 	if s == nil {
 		return lines([]string{"", "  this install is not in the fleet (any more); esc goes back"})
 	}
-	out := v.header(s)
-	rest := v.h - len(out)
-	out = append(out, v.st.accent.Render(fmt.Sprintf("JOBS (%d)", len(v.jobs))))
-	return lines(append(out, v.table(false, v.w, rest-1)...))
+	doc, firstJob := v.page(s)
+	scroll, shown := v.scrolled(len(doc))
+	if !scroll {
+		return lines(doc)
+	}
+	off := max(0, min(v.pageOff, len(doc)-shown)) // the page may have shrunk since
+	out := append([]string(nil), doc[off:off+shown]...)
+	where := fmt.Sprintf("  lines %d-%d of %d", off+1, off+shown, len(doc))
+	if firstJob >= off+shown {
+		where += fmt.Sprintf(", the jobs from line %d", firstJob+1)
+	}
+	return lines(append(out, v.st.muted.Render(where+"; j/k, pgup/pgdown scroll, home/end")))
 }
 
 // header is what the view shows above the job table.
@@ -125,23 +232,7 @@ func (v *installView) header(s *imsv1.InstallStatus) []string {
 		}
 		out = append(out, "  "+k+" = "+val)
 	}
-	// The job table keeps at least minJobRows rows: the sections give way
-	// (their end cut, saying so) in a short window, and the audit panel's
-	// events before them (its heading stays).
-	const minJobRows = 5
-	parts := v.parts(v.jobs)
-	audit := v.auditLines(in.Name)
-	events := audit[1:]
-	room := v.h - len(out) - 2 - minJobRows - 2
-	if len(parts) > room {
-		cut := len(parts) - max(0, room-1)
-		parts = append(parts[:max(0, room-1)], st.muted.Render(fmt.Sprintf("  … %d more lines in a taller window", cut)))
-		events = nil
-	} else if len(events) > room-len(parts) {
-		events = events[:room-len(parts)]
-	}
-	out = append(out, parts...)
-	out = append(out, audit[0])
-	out = append(out, events...)
+	out = append(out, v.parts(v.jobs)...)
+	out = append(out, v.auditLines(in.Name)...)
 	return append(out, "")
 }

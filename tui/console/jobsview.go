@@ -120,7 +120,11 @@ func (v *jobList) table(withInstall bool, w, h int) []string {
 	if !withInstall {
 		cols = append([]column{cols[0]}, cols[2:]...)
 	}
-	cols = layout(cols, w, 12, 34)
+	need := map[string]int{}
+	for _, j := range v.shown {
+		widest(need, map[string]string{"JOB": j.Id, "INSTALL": v.installName(j.InstallId), "TYPE": j.ComponentType + " " + j.Operation, "BY": j.CreatedBy})
+	}
+	cols = layoutFit(cols, w, 12, 34, need)
 	hdr := map[string]string{}
 	for _, c := range cols {
 		hdr[c.name] = c.name

@@ -68,8 +68,9 @@ type confirmation struct {
 	details []string
 	yes     func() tea.Cmd
 	// typed, when set, must be typed out (the install's name) instead of
-	// answering y: an action under a break-glass grant.
-	typed string
+	// answering y: a break_glass job. mistyped is the last wrong answer,
+	// shown while the question is asked again.
+	typed, mistyped string
 }
 
 // Model is the console's Bubble Tea model: the root around a stack of
@@ -515,23 +516,25 @@ func (m *Model) confirmScript(install, script string) tea.Cmd {
 		m.setStatus(true, "no action run: the script is empty")
 		return nil
 	}
+	mode := "maintenance"
+	g := m.liveGrant(m.fleet.idOf(install))
+	if g != nil {
+		mode = "break_glass"
+	}
 	details := []string{
 		"Runs the script with sh -e in a fresh work dir on the install's agent,",
 		"as an `action` apply job (time limit 1 h), and follows its log.",
 		"Needs permission mode: maintenance (refused while the customer has it off).",
 	}
-	if w := m.maintenanceWarning(install); w != "" {
-		details = append(details, m.st.warn.Render(w))
-	}
-	if g := m.liveGrant(m.fleet.idOf(install)); g != nil {
+	if g != nil {
 		details[2] = m.st.warn.Render(fmt.Sprintf("Runs UNDER BREAK-GLASS grant %s (role %s, approved by %s): permission mode break_glass.", g.Id, g.Role, g.DecidedBy))
-		m.confirm = &confirmation{title: fmt.Sprintf("run `%s` on %s under break-glass", script, install), details: details, typed: install,
-			yes: func() tea.Cmd {
-				m.actionGen = m.nextGen()
-				return runAction(m.ctx, m.conn.Client, m.actionGen, install, script, "break_glass")
-			}}
-		m.input.SetValue("")
-		return m.input.Focus()
+	}
+	details = append(details, m.modeLines(install, mode, g)...)
+	if g != nil {
+		return m.askTyped(fmt.Sprintf("run `%s` on %s under break-glass", script, install), details, install, func() tea.Cmd {
+			m.actionGen = m.nextGen()
+			return runAction(m.ctx, m.conn.Client, m.actionGen, install, script, "break_glass")
+		})
 	}
 	return m.ask(fmt.Sprintf("run `%s` on %s", script, install), details, func() tea.Cmd {
 		m.actionGen = m.nextGen()
@@ -539,23 +542,31 @@ func (m *Model) confirmScript(install, script string) tea.Cmd {
 	})
 }
 
-// maintenanceWarning says, when the install's agent last reported
-// maintenance off or every job disabled, that the script will be refused.
-func (m *Model) maintenanceWarning(install string) string {
-	for _, s := range m.fleet.byID {
-		if s.Install.Name != install {
-			continue
-		}
-		p := s.Install.Agent.GetPermissions()
-		switch {
-		case p == nil:
-		case p.DisabledAll:
-			return "The customer has disabled all jobs: the agent will refuse it."
-		case !p.Maintenance:
-			return "The customer has maintenance turned off: the agent will refuse it."
-		}
+// modeLines are the confirmation's lines about the permission the job
+// needs: the customer's modes as the install's agent last reported them,
+// then, in the warning colour, why the agent will refuse the job, when it
+// will (the mode off, every job disabled, or a break_glass job without a
+// live grant, which is grant).
+func (e *env) modeLines(install, mode string, grant *imsv1.BreakGlassGrant) []string {
+	var p *imsv1.Permissions
+	if s := e.fleet.byID[e.fleet.idOf(install)]; s != nil {
+		p = s.Install.Agent.GetPermissions()
 	}
-	return ""
+	if p == nil {
+		return []string{e.st.muted.Render("The customer's modes: not reported by an agent yet (the agent decides when the job comes).")}
+	}
+	out := []string{"The customer's modes, as the agent last reported them: " + ModesText(p) + e.st.muted.Render("  (P M D B: provision, maintenance, deprovision, break_glass)")}
+	on := map[string]bool{"provision": p.Provision, "maintenance": p.Maintenance, "deprovision": p.Deprovision, "break_glass": p.BreakGlass}
+	switch {
+	case p.DisabledAll:
+		out = append(out, e.st.warn.Render("The customer has disabled all jobs: the agent will refuse it."))
+	case !on[mode]:
+		out = append(out, e.st.warn.Render("The customer has "+mode+" turned off: the agent will refuse it."))
+	}
+	if mode == "break_glass" && grant == nil {
+		out = append(out, e.st.warn.Render("You hold no live break-glass grant on "+install+": the agent will refuse it (b on the install requests one)."))
+	}
+	return out
 }
 
 func (m *Model) confirmCancel(job *imsv1.Job) tea.Cmd {
@@ -579,6 +590,18 @@ func (m *Model) ask(title string, details []string, yes func() tea.Cmd) tea.Cmd 
 	m.confirm = &confirmation{title: title, details: details, yes: yes}
 	return nil
 }
+
+// askTyped shows title and details and runs yes once typed (the install's
+// name) is typed out; a mistyped answer asks again.
+func (m *Model) askTyped(title string, details []string, typed string, yes func() tea.Cmd) tea.Cmd {
+	m.confirm = &confirmation{title: title, details: details, yes: yes, typed: typed}
+	m.input.SetValue("")
+	return m.input.Focus()
+}
+
+// grant is the operator's live break-glass grant on the install with
+// this id, or nil.
+func (m *Model) grant(installID string) *imsv1.BreakGlassGrant { return m.liveGrant(installID) }
 
 // View renders the screen. It formats what Update prepared and does no I/O.
 func (m *Model) View() tea.View {
@@ -729,12 +752,20 @@ func (m *Model) confirmBody(h int) []string {
 		out = append(out, "  "+d)
 	}
 	if m.confirm.typed != "" {
-		return append(out, "", "  Type the install's name ("+m.confirm.typed+") and press enter; esc aborts.")
+		out = append(out, "", "  Type the install's name ("+m.confirm.typed+") and press enter; esc aborts.")
+		if m.confirm.mistyped != "" {
+			out = append(out, "  "+m.st.bad.Render(fmt.Sprintf("You typed %q, not the install's name %q: type it again.", m.confirm.mistyped, m.confirm.typed)))
+		}
+		return out
 	}
 	return append(out, "", "  y: yes   n/esc: no")
 }
 
 func (m *Model) scriptBody(h int) []string {
+	mode := "  Needs permission mode: maintenance (refused while the customer has it off)."
+	if g := m.liveGrant(m.fleet.idOf(m.scriptFor)); g != nil {
+		mode = m.st.warn.Render(fmt.Sprintf("  Runs UNDER BREAK-GLASS grant %s: permission mode break_glass; you type the install's name to confirm.", g.Id))
+	}
 	return []string{
 		"",
 		m.st.title.Render("Run an action on " + m.scriptFor),
@@ -742,7 +773,7 @@ func (m *Model) scriptBody(h int) []string {
 		"  Type a shell script and press enter; you confirm before it runs.",
 		"  It runs with sh -e in a fresh work dir on the install's agent, as an",
 		"  `action` apply job (time limit 1 h); its log opens and follows.",
-		"  Needs permission mode: maintenance (refused while the customer has it off).",
+		mode,
 		"  The app's own actions (actions/*.toml of its config) are in the list",
 		"  before this one: esc goes back to them.",
 	}

@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -102,6 +103,12 @@ type nav interface {
 	// dangerous action goes through it, its key marked dangerous in the
 	// key map so that read-only mode leaves it unbound.
 	ask(title string, details []string, yes func() tea.Cmd) tea.Cmd
+	// askTyped is ask for a break_glass job: it runs yes once the
+	// install's name (typed) is typed out, and asks again when mistyped.
+	askTyped(title string, details []string, typed string, yes func() tea.Cmd) tea.Cmd
+	// grant is the operator's live break-glass grant on the install with
+	// this id, or nil.
+	grant(installID string) *imsv1.BreakGlassGrant
 }
 
 // env is what every view shares (soft-serve's common.Common): the
@@ -225,6 +232,58 @@ func layout(cols []column, w, flexMin, flexMax int) []column {
 		out = append(out, c)
 	}
 	return out
+}
+
+// layoutFit is layout for rows whose widest cells (need, by column) are
+// known: the room a wide window leaves goes first to the flexible column,
+// up to its widest cell, then to the fixed columns whose cells are wider
+// than their width (in the order they are kept), then to the flexible
+// column again, up to max. So nothing that fits is cut: at 200 columns
+// "terraform apply" and "agent.permissions_changed" show whole.
+func layoutFit(cols []column, w, flexMin, flexMax int, need map[string]int) []column {
+	out := layout(cols, w, flexMin, flexMax)
+	flex := -1
+	spare := w - len(out) // as layout: one column to spare
+	for i, c := range out {
+		if slices.ContainsFunc(cols, func(o column) bool { return o.name == c.name && o.width == 0 }) {
+			flex = i
+			spare -= flexMin
+			continue
+		}
+		spare -= c.width
+	}
+	give := func(i, upTo int) {
+		if g := min(upTo-out[i].width, spare); g > 0 {
+			out[i].width += g
+			spare -= g
+		}
+	}
+	if flex >= 0 {
+		out[flex].width = flexMin
+		give(flex, min(need[out[flex].name], flexMax))
+	}
+	order := make([]int, len(out))
+	for i := range out {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return out[order[a]].prio < out[order[b]].prio })
+	for _, i := range order {
+		if i != flex {
+			give(i, need[out[i].name])
+		}
+	}
+	if flex >= 0 {
+		give(flex, flexMax)
+		out[flex].width = max(1, out[flex].width)
+	}
+	return out
+}
+
+// widest records in need each cell's width, where it is the widest yet.
+func widest(need map[string]int, cells map[string]string) {
+	for k, c := range cells {
+		need[k] = max(need[k], ansi.StringWidth(c))
+	}
 }
 
 func row(cols []column, cells map[string]string) string {

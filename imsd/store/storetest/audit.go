@@ -96,14 +96,14 @@ func testAuditEvents(t *testing.T, e *env) {
 	ok(t, err)
 	_, err = e.s.ApproveWorkflow(ctx, "wf-2", "ci", nil, at(37*time.Minute))
 	ok(t, err)
-	_, err = e.s.RequestWorkflowCancel(ctx, "wf-2", "wrong plan", at(38*time.Minute))
+	_, err = e.s.RequestWorkflowCancel(ctx, "wf-2", "wrong plan", "ops", at(38*time.Minute))
 	ok(t, err)
 	e.enqueue("job-5", inst, at(39*time.Minute))
-	_, err = e.s.RequestCancel(ctx, "job-5", "not needed", at(39*time.Minute))
+	_, err = e.s.RequestCancel(ctx, "job-5", "not needed", "ops", at(39*time.Minute))
 	ok(t, err)
 	_, _, err = e.s.EnqueueAssigned(ctx, newJob("job-6", inst, at(39*time.Minute)), "ag-1", at(41*time.Minute))
 	ok(t, err)
-	_, err = e.s.RequestCancel(ctx, "job-6", "stop", at(40*time.Minute))
+	_, err = e.s.RequestCancel(ctx, "job-6", "stop", "ops", at(40*time.Minute))
 	ok(t, err)
 	_, _, err = e.s.PutPluginType(ctx, store.PluginType{Type: "greeting", Version: "1.0.0", Protocol: "1.1", Description: "{}", RegisteredAt: T0, RegisteredBy: "ci"})
 	ok(t, err)
@@ -123,6 +123,10 @@ func testAuditEvents(t *testing.T, e *env) {
 	for _, ev := range evs {
 		if ev.Kind == "job.acked" {
 			equal(t, "acked token", ev.Data["token"], fmt.Sprint(j.FencingToken))
+		}
+		switch ev.Kind {
+		case "job.cancelled", "job.cancel_requested", "workflow.cancel_requested":
+			equal(t, ev.Kind+" actor", ev.Actor, "ops") // who asked, not empty
 		}
 		if ev.Kind == "job.refused" && ev.Subject == "job:job-2" {
 			equal(t, "refused state", ev.Data["state"], "refused")

@@ -134,12 +134,12 @@ func testCancel(t *testing.T, e *env) {
 
 	t.Run("queued", func(t *testing.T) {
 		e.enqueue("job-q", inst, T0)
-		got, err := e.s.RequestCancel(ctx, "job-q", "operator changed their mind", at(time.Minute))
+		got, err := e.s.RequestCancel(ctx, "job-q", "operator changed their mind", "ops", at(time.Minute))
 		ok(t, err)
 		equal(t, "state", got.State, store.JobCancelled)
 		equal(t, "ended", got.EndedAt, at(time.Minute))
 		equal(t, "error", got.Error, "operator changed their mind")
-		again, err := e.s.RequestCancel(ctx, "job-q", "again", at(2*time.Minute))
+		again, err := e.s.RequestCancel(ctx, "job-q", "again", "ops", at(2*time.Minute))
 		ok(t, err)
 		equal(t, "cancelled as is", again.EndedAt, at(time.Minute))
 		equal(t, "cancelled as is", again.Error, "operator changed their mind")
@@ -149,7 +149,7 @@ func testCancel(t *testing.T, e *env) {
 		c := e.claimOne(inst, "ag-1", at(time.Minute))
 		err := e.s.AckJob(ctx, "job-r", writer(c), at(2*time.Minute), at(time.Minute))
 		ok(t, err)
-		got, err := e.s.RequestCancel(ctx, "job-r", "stop", at(time.Minute))
+		got, err := e.s.RequestCancel(ctx, "job-r", "stop", "ops", at(time.Minute))
 		ok(t, err)
 		equal(t, "state", got.State, store.JobRunning)
 		equal(t, "cancel requested", got.CancelRequested, true)
@@ -162,7 +162,7 @@ func testCancel(t *testing.T, e *env) {
 	t.Run("running, agent gone", func(t *testing.T) {
 		e.enqueue("job-g", inst, at(2*time.Second))
 		e.claimOne(inst, "ag-1", at(time.Minute))
-		_, err := e.s.RequestCancel(ctx, "job-g", "stop", at(time.Minute))
+		_, err := e.s.RequestCancel(ctx, "job-g", "stop", "ops", at(time.Minute))
 		ok(t, err)
 		changed, err := e.s.ExpireLeases(ctx, at(3*time.Minute))
 		ok(t, err)
@@ -175,11 +175,11 @@ func testCancel(t *testing.T, e *env) {
 		c := e.claimOne(inst, "ag-1", at(time.Minute))
 		_, err := e.s.FinishJob(ctx, "job-s", writer(c), store.Result{State: store.JobSucceeded}, at(time.Minute))
 		ok(t, err)
-		_, err = e.s.RequestCancel(ctx, "job-s", "late", at(2*time.Minute))
+		_, err = e.s.RequestCancel(ctx, "job-s", "late", "ops", at(2*time.Minute))
 		wantErr(t, err, errs.Conflict, "job job-s already succeeded")
 	})
 	t.Run("unknown", func(t *testing.T) {
-		_, err := e.s.RequestCancel(ctx, "nope", "", at(time.Minute))
+		_, err := e.s.RequestCancel(ctx, "nope", "", "ops", at(time.Minute))
 		wantErr(t, err, errs.NotFound)
 	})
 }

@@ -69,7 +69,7 @@ func testModes(t *testing.T, e *env) {
 		}
 	}
 	equal(t, "after sweep", e.job(j.ID).State, store.JobRefused)
-	_, err = e.s.RequestCancel(ctx, j.ID, "", at(time.Hour))
+	_, err = e.s.RequestCancel(ctx, j.ID, "", "ops", at(time.Hour))
 	wantErr(t, err, errs.Conflict, "refused")
 	list, _, err := e.s.ListJobs(ctx, store.JobFilter{InstallID: inst, States: []store.JobState{store.JobRefused}})
 	ok(t, err)

@@ -125,7 +125,7 @@ func testWorkflowLifecycle(t *testing.T, e *env) {
 
 	wf, err = e.s.RetryStep(ctx, "wf-1", "b", at(6*time.Minute))
 	wantErr(t, err, errs.Conflict, "workflow wf-2 of the same install came after wf-1")
-	_, err = e.s.RequestWorkflowCancel(ctx, "wf-2", "superseded", at(6*time.Minute))
+	_, err = e.s.RequestWorkflowCancel(ctx, "wf-2", "superseded", "ops", at(6*time.Minute))
 	ok(t, err)
 	wf2, steps2 := e.getWorkflow("wf-2")
 	equal(t, "wf-2 state", wf2.State, store.WorkflowCancelled)
@@ -201,7 +201,7 @@ func testWorkflowApproveCancel(t *testing.T, e *env) {
 	equal(t, "approved by", wf.ApprovedBy, "alice")
 
 	// Cancel a running workflow: it is marked; no step starts any more.
-	wf, err = e.s.RequestWorkflowCancel(ctx, "wf-a", "wrong plan", at(3*time.Minute))
+	wf, err = e.s.RequestWorkflowCancel(ctx, "wf-a", "wrong plan", "ops", at(3*time.Minute))
 	ok(t, err)
 	equal(t, "still running", wf.State, store.WorkflowRunning)
 	equal(t, "cancel requested", wf.CancelRequested, true)
@@ -212,12 +212,12 @@ func testWorkflowApproveCancel(t *testing.T, e *env) {
 	wantErr(t, err, errs.Conflict)
 	_, err = e.s.EndWorkflow(ctx, "wf-a", store.WorkflowCancelled, "cancelled: wrong plan", store.InstallFailed, 0, at(4*time.Minute))
 	ok(t, err)
-	_, err = e.s.RequestWorkflowCancel(ctx, "wf-a", "", at(5*time.Minute))
+	_, err = e.s.RequestWorkflowCancel(ctx, "wf-a", "", "ops", at(5*time.Minute))
 	ok(t, err) // cancelling a cancelled workflow is harmless
 	e.workflow("wf-c", ins, "update", at(2*time.Second))
 	_, err = e.s.EndWorkflow(ctx, "wf-c", store.WorkflowSucceeded, "", "", 0, at(5*time.Minute))
 	ok(t, err)
-	_, err = e.s.RequestWorkflowCancel(ctx, "wf-c", "", at(5*time.Minute))
+	_, err = e.s.RequestWorkflowCancel(ctx, "wf-c", "", "ops", at(5*time.Minute))
 	wantErr(t, err, errs.Conflict, "already succeeded")
 
 	// UpdateInstall keeps settings and inputs.
