@@ -34,6 +34,9 @@ type fakeIMS struct {
 	streams chan *fakeStream
 	// key signs assignments (sign); startFake makes it.
 	key ed25519.PrivateKey
+	// agent is the agent assignments are signed for ("" is agt_1, the
+	// agent startFake enrols).
+	agent string
 	// enrollKey is the public key Enroll returns; enrolls counts calls.
 	enrollKey []byte
 	enrolls   atomic.Int32
@@ -258,6 +261,13 @@ func (f *fakeIMS) assign(id string, token int64, install string) *agentv1.Connec
 	return &agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Assignment{Assignment: as}}
 }
 
+func (f *fakeIMS) agentID() string {
+	if f.agent == "" {
+		return "agt_1"
+	}
+	return f.agent
+}
+
 // sign signs as with key as imsd does, valid until expires.
 func (f *fakeIMS) sign(as *agentv1.JobAssignment, key ed25519.PrivateKey, expires time.Time) {
 	d, err := agentproto.ConfigDigest(as.GetConfig().AsMap())
@@ -265,7 +275,7 @@ func (f *fakeIMS) sign(as *agentv1.JobAssignment, key ed25519.PrivateKey, expire
 		panic(err)
 	}
 	c := agentproto.JobClaims{
-		KeyID: agentproto.KeyID(key.Public().(ed25519.PublicKey)), InstallID: as.InstallId, JobID: as.JobId, Attempt: int64(as.Attempt),
+		KeyID: agentproto.KeyID(key.Public().(ed25519.PublicKey)), InstallID: as.InstallId, AgentID: f.agentID(), JobID: as.JobId, Attempt: int64(as.Attempt),
 		FencingToken: as.FencingToken, Mode: as.Mode, Component: as.Component, ComponentType: as.ComponentType, Operation: as.Operation, TimeoutSeconds: as.TimeoutSeconds,
 		ConfigDigest: d, Expires: expires, ApprovedPlanDigest: as.ApprovedPlanDigest,
 	}

@@ -79,6 +79,14 @@ func TestAgentRefusesUnverifiedAssignments(t *testing.T) {
 			as.InstallId = "ins_other"
 			f.sign(as, f.key, time.Now().Add(time.Minute))
 		}, `for install "ins_other"`},
+		// A copy of what imsd signed for another agent of the same
+		// install (a path attacker relaying both agents' streams) is
+		// refused before any ack: the signature names the agent.
+		{"signed for another agent of the install", func(f *fakeIMS, as *agentv1.JobAssignment) {
+			f.agent = "agt_2"
+			f.sign(as, f.key, time.Now().Add(time.Minute))
+			f.agent = ""
+		}, "does not match"},
 		{"unknown key", func(f *fakeIMS, as *agentv1.JobAssignment) { f.sign(as, otherKey, time.Now().Add(time.Minute)) }, "unknown key"},
 		{"another key under imsd's key id", func(f *fakeIMS, as *agentv1.JobAssignment) {
 			f.sign(as, otherKey, time.Now().Add(time.Minute))

@@ -104,7 +104,7 @@ func (c *conn) deliver(j store.Job) {
 			return // the lease expires and the sweeper requeues the job
 		}
 		c.track(j.ID, j.FencingToken)
-		a, err := c.svc.assignment(c.ctx, j, c.agent.InstallID)
+		a, err := c.svc.assignment(c.ctx, j, c.agent.InstallID, c.agent.ID)
 		if err != nil {
 			c.logger().ErrorContext(c.ctx, "encode assignment", "job", j.ID, "err", err)
 			return
@@ -179,7 +179,7 @@ func (c *conn) claim(ctx context.Context, force bool) error {
 		}
 		for _, j := range jobs {
 			c.track(j.ID, j.FencingToken)
-			a, err := c.svc.assignment(ctx, j, c.agent.InstallID)
+			a, err := c.svc.assignment(ctx, j, c.agent.InstallID, c.agent.ID)
 			if err != nil {
 				c.logger().ErrorContext(ctx, "encode assignment", "job", j.ID, "err", err)
 				continue
@@ -208,11 +208,11 @@ func (c *conn) picked(j store.Job) {
 }
 
 // assignment is the message that hands job j to an agent, signed with
-// imsd's key (agentproto.JobClaims). Its config travels as raw field
+// imsd's key for agentID (agentproto.JobClaims). Its config travels as raw field
 // bytes (configField). The signature stays valid for a lease and its
 // grace from now: no longer than imsd waits for the ack before it may
 // hand the job out again.
-func (s *Service) assignment(ctx context.Context, j store.Job, installID string) (*agentv1.JobAssignment, error) {
+func (s *Service) assignment(ctx context.Context, j store.Job, installID, agentID string) (*agentv1.JobAssignment, error) {
 	field, digest, err := configField(j.Config)
 	if err != nil {
 		return nil, err
@@ -236,7 +236,7 @@ func (s *Service) assignment(ctx context.Context, j store.Job, installID string)
 		ApprovedPlanDigest: j.ApprovedPlanDigest,
 	}
 	claims := agentproto.JobClaims{
-		InstallID: installID, JobID: j.ID, Attempt: int64(a.Attempt), FencingToken: j.FencingToken,
+		InstallID: installID, AgentID: agentID, JobID: j.ID, Attempt: int64(a.Attempt), FencingToken: j.FencingToken,
 		Mode: a.Mode, Component: a.Component,
 		ComponentType: j.ComponentType, Operation: j.Operation, TimeoutSeconds: a.TimeoutSeconds,
 		ConfigDigest: digest, Expires: s.now().Add(s.cfg.LeaseDuration + s.cfg.LeaseGrace),

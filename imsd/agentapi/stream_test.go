@@ -268,7 +268,7 @@ func TestSignedAssignmentAndRefusalReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	d, _ := agentproto.ConfigDigest(got.GetConfig().AsMap())
-	c := agentproto.JobClaims{KeyID: sig.KeyId, InstallID: "ins_1", JobID: "job_1", Attempt: 1, FencingToken: as.FencingToken,
+	c := agentproto.JobClaims{KeyID: sig.KeyId, InstallID: "ins_1", AgentID: e.agent, JobID: "job_1", Attempt: 1, FencingToken: as.FencingToken,
 		Mode: got.Mode, Component: got.Component, ComponentType: "action", Operation: "apply", TimeoutSeconds: 60, ConfigDigest: d, Expires: time.UnixMilli(sig.ExpireUnixMs)}
 	if err := agentproto.VerifyJob(map[string]ed25519.PublicKey{sig.KeyId: e.svc.cfg.SigningKey.Public}, &c, sig.Signature, e.clk.Now()); err != nil {
 		t.Fatalf("the assignment's signature: %v", err)
