@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -37,6 +38,19 @@ type tamperProxy struct {
 	seen map[string]*agentv1.JobAssignment
 	// inject feeds each install's current stream.
 	inject map[string]chan *agentv1.ConnectResponse
+	// agents holds each agent's current stream (by agent id, from its
+	// hello) and the install it belongs to.
+	agents map[string]proxiedAgent
+	// copyAcross, when set, sends a copy of every assignment passed down
+	// to each other agent of the same install too.
+	copyAcross bool
+	// acks records every ack passed up: agent id → job ids.
+	acks map[string][]string
+}
+
+type proxiedAgent struct {
+	install string
+	inject  chan *agentv1.ConnectResponse
 }
 
 func startTamperProxy(t *testing.T, imsURL string) *tamperProxy {
@@ -44,6 +58,7 @@ func startTamperProxy(t *testing.T, imsURL string) *tamperProxy {
 	p := &tamperProxy{
 		up:   agentv1connect.NewAgentServiceClient(agent.DefaultHTTPClient(), imsURL),
 		seen: map[string]*agentv1.JobAssignment{}, inject: map[string]chan *agentv1.ConnectResponse{},
+		agents: map[string]proxiedAgent{}, acks: map[string][]string{},
 	}
 	mux := http.NewServeMux()
 	mux.Handle(agentv1connect.NewAgentServiceHandler(p))
@@ -78,12 +93,23 @@ func (p *tamperProxy) Connect(ctx context.Context, st *connect.BidiStream[agentv
 		return err
 	}
 	// Up: the agent's messages as they are.
+	hello := make(chan string, 1)
 	go func() {
 		defer cancel()
+		agentID := ""
 		for {
 			m, err := st.Receive()
 			if err != nil {
 				return
+			}
+			if h := m.GetHello(); h != nil && agentID == "" {
+				agentID = h.AgentId
+				hello <- agentID
+			}
+			if a := m.GetAck(); a != nil {
+				p.mu.Lock()
+				p.acks[agentID] = append(p.acks[agentID], a.JobId)
+				p.mu.Unlock()
 			}
 			if up.Send(m) != nil {
 				return
@@ -105,7 +131,7 @@ func (p *tamperProxy) Connect(ctx context.Context, st *connect.BidiStream[agentv
 			}
 		}
 	}()
-	install := ""
+	install, agentID := "", ""
 	inject := make(chan *agentv1.ConnectResponse, 10)
 	send := func(m *agentv1.ConnectResponse) error { return st.Send(m) }
 	for {
@@ -119,8 +145,13 @@ func (p *tamperProxy) Connect(ctx context.Context, st *connect.BidiStream[agentv
 		case m := <-downs:
 			if w := m.GetWelcome(); w != nil {
 				install = w.InstallId
+				select {
+				case agentID = <-hello:
+				default:
+				}
 				p.mu.Lock()
 				p.inject[install] = inject
+				p.agents[agentID] = proxiedAgent{install: install, inject: inject}
 				p.mu.Unlock()
 			}
 			as := m.GetAssignment()
@@ -133,7 +164,16 @@ func (p *tamperProxy) Connect(ctx context.Context, st *connect.BidiStream[agentv
 			p.mu.Lock()
 			p.seen[as.JobId] = proto.Clone(as).(*agentv1.JobAssignment)
 			rewrite := p.rewrite
+			var others []chan *agentv1.ConnectResponse
+			for id, a := range p.agents {
+				if p.copyAcross && id != agentID && a.install == install {
+					others = append(others, a.inject)
+				}
+			}
 			p.mu.Unlock()
+			for _, o := range others {
+				o <- &agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Assignment{Assignment: proto.Clone(as).(*agentv1.JobAssignment)}}
+			}
 			out := []*agentv1.JobAssignment{as}
 			if rewrite != nil {
 				out = rewrite(install, as)
@@ -268,4 +308,61 @@ func TestTamperProbes(t *testing.T) {
 			t.Fatalf("job ended %v attempt %d (%s), want attempt 2 to succeed", end.State, end.Attempt, end.Error)
 		}
 	})
+}
+
+// A man in the middle relaying two agents of one install copies every
+// assignment imsd gives one agent to the other. The copy is refused by the
+// agent it was not signed for, before any ack (the signature names the
+// agent), and the job runs once, on the agent imsd chose.
+func TestAssignmentCopiedToAnotherAgentNeverRuns(t *testing.T) {
+	skipShort(t)
+	ims := cluster.StartIMS(t, fast)
+	px := startTamperProxy(t, ims.URL())
+	c := ims.Admin()
+	_, tokA := cluster.NewInstall(t, c, "shop", "acme")
+	agA := cluster.StartAgent(t, px.url, tokA, filepath.Join(t.TempDir(), "a"))
+	waitConnected(t, ims, "acme")
+	tokB, err := c.CreateEnrollmentToken(context.Background(), connect.NewRequest(&imsv1.CreateEnrollmentTokenRequest{Install: "acme"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	agB := cluster.StartAgent(t, px.url, tokB.Msg.EnrollmentToken.Token, filepath.Join(t.TempDir(), "b"))
+	cluster.Eventually(t, 30*time.Second, "both agents connected through the proxy", func() bool {
+		px.mu.Lock()
+		defer px.mu.Unlock()
+		return len(px.agents) == 2
+	})
+	px.mu.Lock()
+	px.copyAcross = true
+	px.mu.Unlock()
+
+	job := enqueue(t, c, "acme", `echo "ran on $(hostname) pid $$"`, 60)
+	lines, end := follow(t, c, job.Id)
+	if end.State != imsv1.JobState_JOB_STATE_SUCCEEDED || end.Attempt != 1 {
+		t.Fatalf("job ended %v attempt %d (%s), want attempt 1 to succeed", end.State, end.Attempt, end.Error)
+	}
+	runs := 0
+	for _, l := range lines {
+		if strings.HasPrefix(l.Text, "ran on ") {
+			runs++
+		}
+	}
+	if runs != 1 {
+		t.Fatalf("the script ran %d times (logs %v), want once", runs, lines)
+	}
+	// One agent refused the copy, saying why.
+	cluster.Eventually(t, 20*time.Second, "an agent's refusal of the copy", func() bool {
+		return agentRefused(agA, job.Id, "does not match") || agentRefused(agB, job.Id, "does not match")
+	})
+	px.mu.Lock()
+	defer px.mu.Unlock()
+	acked := 0
+	for _, jobs := range px.acks {
+		if slices.Contains(jobs, job.Id) {
+			acked++
+		}
+	}
+	if acked != 1 {
+		t.Fatalf("%d agents acked the job (acks %v), want 1: the copy must be refused before an ack", acked, px.acks)
+	}
 }
