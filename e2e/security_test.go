@@ -13,6 +13,7 @@ import (
 	"github.com/byoc-dev/byoc/agentd/agent"
 	"github.com/byoc-dev/byoc/agentd/identity"
 	"github.com/byoc-dev/byoc/e2e/cluster"
+	"github.com/byoc-dev/byoc/rpc/agentchannel"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1/agentv1connect"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
@@ -106,10 +107,22 @@ func TestForgedAgentSignatureIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Someone without the agent's key opens a channel in its name.
 	forged := ed25519.Sign(other, m.GetChallenge().Nonce)
-	st.Send(&agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Hello{Hello: &agentv1.Hello{AgentId: a.ID, Signature: forged, Capacity: 1}}})
-	_, err = st.Receive()
+	_, err = agentchannel.Dial(st, m.GetChallenge(), other, a.ID, nil, &agentv1.Hello{AgentId: a.ID, Signature: forged, Capacity: 1})
 	wantCode(t, err, connect.CodeUnauthenticated, "bad signature")
+
+	// A hello in the clear (an agent from before the channel, or a proxy
+	// replaying one) is refused, saying what to do.
+	st2 := a.Client.Connect(context.Background())
+	defer st2.CloseRequest()
+	st2.Send(nil)
+	if _, err := st2.Receive(); err != nil {
+		t.Fatal(err)
+	}
+	st2.Send(&agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Hello{Hello: &agentv1.Hello{AgentId: a.ID, Capacity: 1}}})
+	_, err = st2.Receive()
+	wantCode(t, err, connect.CodeFailedPrecondition, "encrypted channel")
 }
 
 func TestViewerCannotChangeAnything(t *testing.T) {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/byoc-dev/byoc/agentd/identity"
 	"github.com/byoc-dev/byoc/internal/auditchain"
+	"github.com/byoc-dev/byoc/rpc/agentchannel"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1/agentv1connect"
@@ -34,6 +35,12 @@ type fakeIMS struct {
 	streams chan *fakeStream
 	// key signs assignments (sign); startFake makes it.
 	key ed25519.PrivateKey
+	// agentKey is the public key of the agent startFakeIn starts (the
+	// key it registered).
+	agentKey atomic.Value
+	// chanKey, if set, is the key imsd's side of the channel is bound to
+	// (default key).
+	chanKey ed25519.PrivateKey
 	// agent is the agent assignments are signed for ("" is agt_1, the
 	// agent startFake enrols).
 	agent string
@@ -91,17 +98,17 @@ type fakeStream struct {
 	done chan struct{}
 }
 
-func (f *fakeIMS) Connect(ctx context.Context, st *connect.BidiStream[agentv1.ConnectRequest, agentv1.ConnectResponse]) error {
-	if err := st.Send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Challenge{Challenge: &agentv1.Challenge{Nonce: []byte("n")}}}); err != nil {
-		return err
-	}
-	hello, err := st.Receive()
+func (f *fakeIMS) Connect(ctx context.Context, plain *connect.BidiStream[agentv1.ConnectRequest, agentv1.ConnectResponse]) error {
+	st, hello, err := agentchannel.Serve(plain, f.channelKey(), []byte("n"), func(string) ed25519.PublicKey {
+		k, _ := f.agentKey.Load().(ed25519.PublicKey)
+		return k
+	})
 	if err != nil {
 		return err
 	}
-	sent := hello.GetHello().GetAuditSeq()
+	sent := hello.GetAuditSeq()
 	if f.onHello != nil {
-		f.onHello(hello.GetHello())
+		f.onHello(hello)
 	}
 	if err := st.Send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Welcome{Welcome: f.welcome}}); err != nil {
 		return err
@@ -233,6 +240,9 @@ func startFakeIn(t *testing.T, f *fakeIMS, rr Runner, dir string, logw io.Writer
 			t.Fatal(err)
 		}
 	}
+	if id, err := identity.Load(dir); err == nil {
+		f.agentKey.Store(id.PrivateKey.Public().(ed25519.PublicKey))
+	}
 	if logw == nil {
 		logw = io.Discard
 	}
@@ -259,6 +269,13 @@ func (f *fakeIMS) assign(id string, token int64, install string) *agentv1.Connec
 	}
 	f.sign(as, f.key, time.Now().Add(time.Minute))
 	return &agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Assignment{Assignment: as}}
+}
+
+func (f *fakeIMS) channelKey() ed25519.PrivateKey {
+	if f.chanKey != nil {
+		return f.chanKey
+	}
+	return f.key
 }
 
 func (f *fakeIMS) agentID() string {

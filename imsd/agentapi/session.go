@@ -15,11 +15,13 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/byoc-dev/byoc/imsd/auth"
 	"github.com/byoc-dev/byoc/imsd/dispatch"
 	"github.com/byoc-dev/byoc/imsd/errs"
 	"github.com/byoc-dev/byoc/imsd/store"
+	"github.com/byoc-dev/byoc/rpc/agentchannel"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 )
@@ -50,7 +52,13 @@ func (s *Service) Serve(ctx context.Context, st Stream) error {
 	if err != nil {
 		return err
 	}
-	return c.run(ctx)
+	err = c.run(ctx)
+	if errors.Is(err, agentchannel.ErrChannel) {
+		// Something on the path altered, replayed, reordered, copied or
+		// forged a message: a security event, not a network blip.
+		c.logger().ErrorContext(ctx, "the agent's stream carried a message that is not the agent's (tampered with on the path); stream ended", "err", err)
+	}
+	return err
 }
 
 // open runs the stream up to the welcome: challenge, hello, signature
@@ -62,7 +70,9 @@ func (s *Service) Serve(ctx context.Context, st Stream) error {
 //go:noinline
 func (s *Service) open(ctx context.Context, st Stream) (*conn, error) {
 	nonce := auth.NewNonce()
-	if err := st.Send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Challenge{Challenge: &agentv1.Challenge{Nonce: nonce}}}); err != nil {
+	key := s.cfg.SigningKey
+	if err := st.Send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Challenge{Challenge: &agentv1.Challenge{
+		Nonce: nonce, PublicKey: key.Public, KeyChain: s.chain}}}); err != nil {
 		return nil, err
 	}
 	m, err := st.Receive(s.cfg.HelloTimeout)
@@ -72,27 +82,48 @@ func (s *Service) open(ctx context.Context, st Stream) (*conn, error) {
 		}
 		return nil, ignoreEOF(err)
 	}
-	hello := m.GetHello()
-	if hello == nil {
-		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("hello: the first message on the stream must be a hello"))
+	if m.GetHello() != nil {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("hello: in the clear; this imsd talks to agents only over the encrypted channel (channel_hello): upgrade agentd"))
 	}
-	// Database work and signature checks grow a goroutine's stack, and the
-	// stream's own goroutine then sits idle for days with whatever stack
-	// it has: they run on a short-lived goroutine (as does the welcome).
+	ch := m.GetChannelHello()
+	if ch == nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("hello: the first message on the stream must be a channel_hello"))
+	}
+	// Database work, the handshake and signature checks grow a goroutine's
+	// stack, and the stream's own goroutine then sits idle for days with
+	// whatever stack it has: they run on a short-lived goroutine (as does
+	// the welcome).
 	var agent store.Agent
 	var verified bool
+	var accept []byte
+	var channel *agentchannel.Channel
+	var herr error
+	hello := &agentv1.Hello{}
 	err = onOwnStack(func() error {
 		var err error
-		agent, err = s.store.GetAgent(ctx, hello.AgentId)
-		verified = err == nil && agentproto.VerifyChallenge(agent.PublicKey, agent.ID, nonce, hello.Signature)
-		return err
+		agent, err = s.store.GetAgent(ctx, ch.AgentId)
+		if err != nil {
+			return err
+		}
+		var raw []byte
+		raw, accept, channel, herr = agentchannel.AcceptChannel(key.Private, agent.ID, agent.PublicKey, nonce, ch.Noise)
+		verified = herr == nil && proto.Unmarshal(raw, hello) == nil && hello.AgentId == agent.ID &&
+			agentproto.VerifyChallenge(agent.PublicKey, agent.ID, nonce, hello.Signature)
+		return nil
 	})
 	if err != nil && !errs.Is(err, errs.NotFound) {
 		return nil, s.err(ctx, err)
 	}
 	if !verified {
-		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("hello: unknown agent or bad signature; enrol again with a new enrolment token"))
+		if errors.Is(herr, agentchannel.ErrChannel) {
+			s.log.WarnContext(ctx, "agent hello refused", "agent", ch.AgentId, "err", herr)
+		}
+		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("hello: unknown agent or bad signature (the channel handshake or the challenge signature does not verify under the agent's enrolled key); enrol again with a new enrolment token"))
 	}
+	if err := st.Send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_ChannelAccept{ChannelAccept: accept}}); err != nil {
+		return nil, err
+	}
+	st = &sealedStream{Stream: st, ch: channel}
 	if a, ok := st.(interface{ authenticated() }); ok {
 		a.authenticated()
 	}
