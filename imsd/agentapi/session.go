@@ -295,6 +295,9 @@ func (c *conn) welcomeLocked(ctx context.Context, hello *agentv1.Hello) error {
 	}}}); err != nil {
 		return err
 	}
+	if err := c.sendHeadCheckpoint(ctx); err != nil {
+		return err
+	}
 	if err := c.sendAudit(ctx); err != nil {
 		return err
 	}

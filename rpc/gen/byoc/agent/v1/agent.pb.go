@@ -2753,8 +2753,13 @@ func (x *DecideBreakGlassResponse) GetGrant() *BreakGlassGrant {
 // order (internal/auditchain.Record: the agent checks every link before it
 // keeps them).
 type AuditRecords struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Records       []*AuditRecord         `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Records []*AuditRecord         `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	// checkpoint is imsd's signature of the install chain's head as of the
+	// last of records (or, with no records, of the head the agent already
+	// holds): the agent keeps it beside its copy, and agentd audit verify
+	// refuses a record no checkpoint covers.
+	Checkpoint    *AuditCheckpoint `protobuf:"bytes,2,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2796,6 +2801,84 @@ func (x *AuditRecords) GetRecords() []*AuditRecord {
 	return nil
 }
 
+func (x *AuditRecords) GetCheckpoint() *AuditCheckpoint {
+	if x != nil {
+		return x.Checkpoint
+	}
+	return nil
+}
+
+// AuditCheckpoint is imsd's Ed25519 signature over an install chain's
+// record seq and its hash (agentproto.AuditCheckpointMessage); by the
+// chain's links it covers every record up to seq.
+type AuditCheckpoint struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           int64                  `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Hash          string                 `protobuf:"bytes,2,opt,name=hash,proto3" json:"hash,omitempty"`
+	KeyId         string                 `protobuf:"bytes,3,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	Signature     []byte                 `protobuf:"bytes,4,opt,name=signature,proto3" json:"signature,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditCheckpoint) Reset() {
+	*x = AuditCheckpoint{}
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditCheckpoint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditCheckpoint) ProtoMessage() {}
+
+func (x *AuditCheckpoint) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditCheckpoint.ProtoReflect.Descriptor instead.
+func (*AuditCheckpoint) Descriptor() ([]byte, []int) {
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *AuditCheckpoint) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *AuditCheckpoint) GetHash() string {
+	if x != nil {
+		return x.Hash
+	}
+	return ""
+}
+
+func (x *AuditCheckpoint) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+func (x *AuditCheckpoint) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
 // AuditRecord is one audit record as imsd stores it; its hash covers every
 // other field (internal/auditchain says how).
 type AuditRecord struct {
@@ -2817,7 +2900,7 @@ type AuditRecord struct {
 
 func (x *AuditRecord) Reset() {
 	*x = AuditRecord{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[32]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2829,7 +2912,7 @@ func (x *AuditRecord) String() string {
 func (*AuditRecord) ProtoMessage() {}
 
 func (x *AuditRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[32]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2842,7 +2925,7 @@ func (x *AuditRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
 func (*AuditRecord) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *AuditRecord) GetChain() string {
@@ -2926,7 +3009,7 @@ type ListAuditRecordsRequest struct {
 
 func (x *ListAuditRecordsRequest) Reset() {
 	*x = ListAuditRecordsRequest{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[33]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2938,7 +3021,7 @@ func (x *ListAuditRecordsRequest) String() string {
 func (*ListAuditRecordsRequest) ProtoMessage() {}
 
 func (x *ListAuditRecordsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[33]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2951,7 +3034,7 @@ func (x *ListAuditRecordsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRecordsRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRecordsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListAuditRecordsRequest) GetAgentId() string {
@@ -2998,7 +3081,7 @@ type ListAuditRecordsResponse struct {
 
 func (x *ListAuditRecordsResponse) Reset() {
 	*x = ListAuditRecordsResponse{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[34]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3010,7 +3093,7 @@ func (x *ListAuditRecordsResponse) String() string {
 func (*ListAuditRecordsResponse) ProtoMessage() {}
 
 func (x *ListAuditRecordsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[34]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3023,7 +3106,7 @@ func (x *ListAuditRecordsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRecordsResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditRecordsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListAuditRecordsResponse) GetRecords() []*AuditRecord {
@@ -3259,9 +3342,17 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\tstatement\x18\x02 \x01(\fR\tstatement\x12\x1c\n" +
 	"\tsignature\x18\x03 \x01(\fR\tsignature\"P\n" +
 	"\x18DecideBreakGlassResponse\x124\n" +
-	"\x05grant\x18\x01 \x01(\v2\x1e.byoc.agent.v1.BreakGlassGrantR\x05grant\"D\n" +
+	"\x05grant\x18\x01 \x01(\v2\x1e.byoc.agent.v1.BreakGlassGrantR\x05grant\"\x84\x01\n" +
 	"\fAuditRecords\x124\n" +
-	"\arecords\x18\x01 \x03(\v2\x1a.byoc.agent.v1.AuditRecordR\arecords\"\xc5\x01\n" +
+	"\arecords\x18\x01 \x03(\v2\x1a.byoc.agent.v1.AuditRecordR\arecords\x12>\n" +
+	"\n" +
+	"checkpoint\x18\x02 \x01(\v2\x1e.byoc.agent.v1.AuditCheckpointR\n" +
+	"checkpoint\"l\n" +
+	"\x0fAuditCheckpoint\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12\x12\n" +
+	"\x04hash\x18\x02 \x01(\tR\x04hash\x12\x15\n" +
+	"\x06key_id\x18\x03 \x01(\tR\x05keyId\x12\x1c\n" +
+	"\tsignature\x18\x04 \x01(\fR\tsignature\"\xc5\x01\n" +
 	"\vAuditRecord\x12\x14\n" +
 	"\x05chain\x18\x01 \x01(\tR\x05chain\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x03R\x03seq\x12\x0e\n" +
@@ -3309,7 +3400,7 @@ func file_byoc_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_byoc_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_byoc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_byoc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_byoc_agent_v1_agent_proto_goTypes = []any{
 	(Outcome)(0),                     // 0: byoc.agent.v1.Outcome
 	(*EnrollRequest)(nil),            // 1: byoc.agent.v1.EnrollRequest
@@ -3344,16 +3435,17 @@ var file_byoc_agent_v1_agent_proto_goTypes = []any{
 	(*DecideBreakGlassRequest)(nil),  // 30: byoc.agent.v1.DecideBreakGlassRequest
 	(*DecideBreakGlassResponse)(nil), // 31: byoc.agent.v1.DecideBreakGlassResponse
 	(*AuditRecords)(nil),             // 32: byoc.agent.v1.AuditRecords
-	(*AuditRecord)(nil),              // 33: byoc.agent.v1.AuditRecord
-	(*ListAuditRecordsRequest)(nil),  // 34: byoc.agent.v1.ListAuditRecordsRequest
-	(*ListAuditRecordsResponse)(nil), // 35: byoc.agent.v1.ListAuditRecordsResponse
-	nil,                              // 36: byoc.agent.v1.StackReport.InputsEntry
-	nil,                              // 37: byoc.agent.v1.StackReport.OutputsEntry
-	nil,                              // 38: byoc.agent.v1.JobResult.OutputsEntry
-	nil,                              // 39: byoc.agent.v1.JobAssignment.InputsEntry
-	(*timestamppb.Timestamp)(nil),    // 40: google.protobuf.Timestamp
-	(*structpb.Value)(nil),           // 41: google.protobuf.Value
-	(*structpb.Struct)(nil),          // 42: google.protobuf.Struct
+	(*AuditCheckpoint)(nil),          // 33: byoc.agent.v1.AuditCheckpoint
+	(*AuditRecord)(nil),              // 34: byoc.agent.v1.AuditRecord
+	(*ListAuditRecordsRequest)(nil),  // 35: byoc.agent.v1.ListAuditRecordsRequest
+	(*ListAuditRecordsResponse)(nil), // 36: byoc.agent.v1.ListAuditRecordsResponse
+	nil,                              // 37: byoc.agent.v1.StackReport.InputsEntry
+	nil,                              // 38: byoc.agent.v1.StackReport.OutputsEntry
+	nil,                              // 39: byoc.agent.v1.JobResult.OutputsEntry
+	nil,                              // 40: byoc.agent.v1.JobAssignment.InputsEntry
+	(*timestamppb.Timestamp)(nil),    // 41: google.protobuf.Timestamp
+	(*structpb.Value)(nil),           // 42: google.protobuf.Value
+	(*structpb.Struct)(nil),          // 43: google.protobuf.Struct
 }
 var file_byoc_agent_v1_agent_proto_depIdxs = []int32{
 	3,  // 0: byoc.agent.v1.EnrollResponse.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
@@ -3375,50 +3467,51 @@ var file_byoc_agent_v1_agent_proto_depIdxs = []int32{
 	8,  // 16: byoc.agent.v1.Hello.running:type_name -> byoc.agent.v1.RunningJob
 	11, // 17: byoc.agent.v1.Hello.permissions:type_name -> byoc.agent.v1.Permissions
 	10, // 18: byoc.agent.v1.Hello.stack:type_name -> byoc.agent.v1.StackReport
-	36, // 19: byoc.agent.v1.StackReport.inputs:type_name -> byoc.agent.v1.StackReport.InputsEntry
-	37, // 20: byoc.agent.v1.StackReport.outputs:type_name -> byoc.agent.v1.StackReport.OutputsEntry
-	40, // 21: byoc.agent.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
+	37, // 19: byoc.agent.v1.StackReport.inputs:type_name -> byoc.agent.v1.StackReport.InputsEntry
+	38, // 20: byoc.agent.v1.StackReport.outputs:type_name -> byoc.agent.v1.StackReport.OutputsEntry
+	41, // 21: byoc.agent.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
 	3,  // 22: byoc.agent.v1.Welcome.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
 	8,  // 23: byoc.agent.v1.Heartbeat.running:type_name -> byoc.agent.v1.RunningJob
 	11, // 24: byoc.agent.v1.Heartbeat.permissions:type_name -> byoc.agent.v1.Permissions
-	40, // 25: byoc.agent.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	41, // 25: byoc.agent.v1.LogLine.time:type_name -> google.protobuf.Timestamp
 	16, // 26: byoc.agent.v1.JobLogs.lines:type_name -> byoc.agent.v1.LogLine
 	0,  // 27: byoc.agent.v1.JobResult.outcome:type_name -> byoc.agent.v1.Outcome
-	38, // 28: byoc.agent.v1.JobResult.outputs:type_name -> byoc.agent.v1.JobResult.OutputsEntry
+	39, // 28: byoc.agent.v1.JobResult.outputs:type_name -> byoc.agent.v1.JobResult.OutputsEntry
 	20, // 29: byoc.agent.v1.JobResult.planned_changes:type_name -> byoc.agent.v1.PlannedChange
 	19, // 30: byoc.agent.v1.JobResult.policy_findings:type_name -> byoc.agent.v1.PolicyFinding
-	41, // 31: byoc.agent.v1.PlannedChange.before:type_name -> google.protobuf.Value
-	41, // 32: byoc.agent.v1.PlannedChange.after:type_name -> google.protobuf.Value
-	42, // 33: byoc.agent.v1.JobAssignment.config:type_name -> google.protobuf.Struct
-	39, // 34: byoc.agent.v1.JobAssignment.inputs:type_name -> byoc.agent.v1.JobAssignment.InputsEntry
+	42, // 31: byoc.agent.v1.PlannedChange.before:type_name -> google.protobuf.Value
+	42, // 32: byoc.agent.v1.PlannedChange.after:type_name -> google.protobuf.Value
+	43, // 33: byoc.agent.v1.JobAssignment.config:type_name -> google.protobuf.Struct
+	40, // 34: byoc.agent.v1.JobAssignment.inputs:type_name -> byoc.agent.v1.JobAssignment.InputsEntry
 	23, // 35: byoc.agent.v1.JobAssignment.signature:type_name -> byoc.agent.v1.JobSignature
 	22, // 36: byoc.agent.v1.JobAssignment.registry_grant:type_name -> byoc.agent.v1.RegistryGrant
-	40, // 37: byoc.agent.v1.ListBreakGlassRequest.time:type_name -> google.protobuf.Timestamp
+	41, // 37: byoc.agent.v1.ListBreakGlassRequest.time:type_name -> google.protobuf.Timestamp
 	29, // 38: byoc.agent.v1.ListBreakGlassResponse.grants:type_name -> byoc.agent.v1.BreakGlassGrant
-	40, // 39: byoc.agent.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
-	40, // 40: byoc.agent.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
-	40, // 41: byoc.agent.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
-	40, // 42: byoc.agent.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
-	40, // 43: byoc.agent.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
+	41, // 39: byoc.agent.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
+	41, // 40: byoc.agent.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
+	41, // 41: byoc.agent.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
+	41, // 42: byoc.agent.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
+	41, // 43: byoc.agent.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
 	29, // 44: byoc.agent.v1.DecideBreakGlassResponse.grant:type_name -> byoc.agent.v1.BreakGlassGrant
-	33, // 45: byoc.agent.v1.AuditRecords.records:type_name -> byoc.agent.v1.AuditRecord
-	40, // 46: byoc.agent.v1.ListAuditRecordsRequest.time:type_name -> google.protobuf.Timestamp
-	33, // 47: byoc.agent.v1.ListAuditRecordsResponse.records:type_name -> byoc.agent.v1.AuditRecord
-	1,  // 48: byoc.agent.v1.AgentService.Enroll:input_type -> byoc.agent.v1.EnrollRequest
-	4,  // 49: byoc.agent.v1.AgentService.Connect:input_type -> byoc.agent.v1.ConnectRequest
-	27, // 50: byoc.agent.v1.AgentService.ListBreakGlass:input_type -> byoc.agent.v1.ListBreakGlassRequest
-	30, // 51: byoc.agent.v1.AgentService.DecideBreakGlass:input_type -> byoc.agent.v1.DecideBreakGlassRequest
-	34, // 52: byoc.agent.v1.AgentService.ListAuditRecords:input_type -> byoc.agent.v1.ListAuditRecordsRequest
-	2,  // 53: byoc.agent.v1.AgentService.Enroll:output_type -> byoc.agent.v1.EnrollResponse
-	5,  // 54: byoc.agent.v1.AgentService.Connect:output_type -> byoc.agent.v1.ConnectResponse
-	28, // 55: byoc.agent.v1.AgentService.ListBreakGlass:output_type -> byoc.agent.v1.ListBreakGlassResponse
-	31, // 56: byoc.agent.v1.AgentService.DecideBreakGlass:output_type -> byoc.agent.v1.DecideBreakGlassResponse
-	35, // 57: byoc.agent.v1.AgentService.ListAuditRecords:output_type -> byoc.agent.v1.ListAuditRecordsResponse
-	53, // [53:58] is the sub-list for method output_type
-	48, // [48:53] is the sub-list for method input_type
-	48, // [48:48] is the sub-list for extension type_name
-	48, // [48:48] is the sub-list for extension extendee
-	0,  // [0:48] is the sub-list for field type_name
+	34, // 45: byoc.agent.v1.AuditRecords.records:type_name -> byoc.agent.v1.AuditRecord
+	33, // 46: byoc.agent.v1.AuditRecords.checkpoint:type_name -> byoc.agent.v1.AuditCheckpoint
+	41, // 47: byoc.agent.v1.ListAuditRecordsRequest.time:type_name -> google.protobuf.Timestamp
+	34, // 48: byoc.agent.v1.ListAuditRecordsResponse.records:type_name -> byoc.agent.v1.AuditRecord
+	1,  // 49: byoc.agent.v1.AgentService.Enroll:input_type -> byoc.agent.v1.EnrollRequest
+	4,  // 50: byoc.agent.v1.AgentService.Connect:input_type -> byoc.agent.v1.ConnectRequest
+	27, // 51: byoc.agent.v1.AgentService.ListBreakGlass:input_type -> byoc.agent.v1.ListBreakGlassRequest
+	30, // 52: byoc.agent.v1.AgentService.DecideBreakGlass:input_type -> byoc.agent.v1.DecideBreakGlassRequest
+	35, // 53: byoc.agent.v1.AgentService.ListAuditRecords:input_type -> byoc.agent.v1.ListAuditRecordsRequest
+	2,  // 54: byoc.agent.v1.AgentService.Enroll:output_type -> byoc.agent.v1.EnrollResponse
+	5,  // 55: byoc.agent.v1.AgentService.Connect:output_type -> byoc.agent.v1.ConnectResponse
+	28, // 56: byoc.agent.v1.AgentService.ListBreakGlass:output_type -> byoc.agent.v1.ListBreakGlassResponse
+	31, // 57: byoc.agent.v1.AgentService.DecideBreakGlass:output_type -> byoc.agent.v1.DecideBreakGlassResponse
+	36, // 58: byoc.agent.v1.AgentService.ListAuditRecords:output_type -> byoc.agent.v1.ListAuditRecordsResponse
+	54, // [54:59] is the sub-list for method output_type
+	49, // [49:54] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_byoc_agent_v1_agent_proto_init() }
@@ -3453,7 +3546,7 @@ func file_byoc_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byoc_agent_v1_agent_proto_rawDesc), len(file_byoc_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   39,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
