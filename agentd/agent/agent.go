@@ -469,7 +469,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		if errors.Is(err, errWrongInstall) {
 			a.log.Error("refusing the server's jobs", "err", err)
 		}
-		if connect.CodeOf(err) == connect.CodeUnauthenticated {
+		if errors.Is(err, errIdentityRefused) {
 			// Retrying cannot fix a revoked or unknown identity.
 			a.stopAll("agent identity refused")
 			return fmt.Errorf("imsd refused this agent's identity (%w); to enrol again, move %s away and start agentd with a new --enroll-token (byoc install token INSTALL)", err, filepath.Join(a.cfg.StateDir, identity.FileName))
@@ -484,7 +484,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			// their leases run out, and re-attach them.
 			delay = rand.N(hb + 1)
 		}
-		if errors.Is(err, errUntrustedIMSD) {
+		if errors.Is(err, errUntrustedIMSD) || errors.Is(err, errUnsignedRefusal) {
 			a.log.Error("refusing the server at imsd's URL: it does not hold a key this agent trusts; taking no job from it; reconnecting", "err", err, "in", delay.Round(time.Millisecond))
 		} else if errors.Is(err, agentchannel.ErrChannel) {
 			// Something on the path altered, replayed, reordered, copied

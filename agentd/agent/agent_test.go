@@ -41,6 +41,8 @@ type fakeIMS struct {
 	// chanKey, if set, is the key imsd's side of the channel is bound to
 	// (default key).
 	chanKey ed25519.PrivateKey
+	// refuse, if set, answers every channel hello with its error.
+	refuse func(nonce []byte, agentID string) error
 	// agent is the agent assignments are signed for ("" is agt_1, the
 	// agent startFake enrols).
 	agent string
@@ -99,6 +101,18 @@ type fakeStream struct {
 }
 
 func (f *fakeIMS) Connect(ctx context.Context, plain *connect.BidiStream[agentv1.ConnectRequest, agentv1.ConnectResponse]) error {
+	if f.refuse != nil {
+		// Challenge, then refuse the channel hello.
+		if err := plain.Send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Challenge{Challenge: &agentv1.Challenge{
+			Nonce: []byte("n"), PublicKey: f.channelKey().Public().(ed25519.PublicKey)}}}); err != nil {
+			return err
+		}
+		m, err := plain.Receive()
+		if err != nil {
+			return err
+		}
+		return f.refuse([]byte("n"), m.GetChannelHello().GetAgentId())
+	}
 	st, hello, err := agentchannel.Serve(plain, f.channelKey(), []byte("n"), func(string) ed25519.PublicKey {
 		k, _ := f.agentKey.Load().(ed25519.PublicKey)
 		return k

@@ -81,7 +81,7 @@ func (a *Agent) session(ctx context.Context) error {
 		Stack:       a.cfg.Stack,
 	})
 	if err != nil {
-		return err
+		return a.helloRefusal(err, ch)
 	}
 	m, err = sst.Receive()
 	if err != nil {

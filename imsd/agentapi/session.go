@@ -111,14 +111,22 @@ func (s *Service) open(ctx context.Context, st Stream) (*conn, error) {
 			agentproto.VerifyChallenge(agent.PublicKey, agent.ID, nonce, hello.Signature)
 		return nil
 	})
-	if err != nil && !errs.Is(err, errs.NotFound) {
+	if errs.Is(err, errs.NotFound) {
+		// No such agent: the one answer that stops an agent for good, so
+		// it is signed for this stream and that agent id (a path attacker
+		// who alters the id gets a refusal the agent does not take).
+		e := connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("hello: unknown agent %q; enrol again with a new enrolment token", ch.AgentId))
+		e.Meta().Set(agentproto.HelloRefusalHeader, agentproto.SignHelloRefusal(key.Private, nonce, ch.AgentId))
+		return nil, e
+	}
+	if err != nil {
 		return nil, s.err(ctx, err)
 	}
 	if !verified {
 		if errors.Is(herr, agentchannel.ErrChannel) {
 			s.log.WarnContext(ctx, "agent hello refused", "agent", ch.AgentId, "err", herr)
 		}
-		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("hello: unknown agent or bad signature (the channel handshake or the challenge signature does not verify under the agent's enrolled key); enrol again with a new enrolment token"))
+		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("hello: bad signature: the channel handshake or the challenge signature does not verify under the agent's enrolled key"))
 	}
 	if err := st.Send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_ChannelAccept{ChannelAccept: accept}}); err != nil {
 		return nil, err

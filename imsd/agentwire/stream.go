@@ -249,12 +249,16 @@ func (c *conn) endStream(herr error) {
 		Message string `json:"message,omitempty"`
 	}
 	var end struct {
-		Error *wireError `json:"error,omitempty"`
+		Error    *wireError          `json:"error,omitempty"`
+		Metadata map[string][]string `json:"metadata,omitempty"`
 	}
 	if herr != nil {
 		var ce *connect.Error
 		if errors.As(herr, &ce) {
 			end.Error = &wireError{ce.Code().String(), ce.Message()}
+			if len(ce.Meta()) > 0 {
+				end.Metadata = ce.Meta()
+			}
 		} else {
 			end.Error = &wireError{connect.CodeUnknown.String(), herr.Error()}
 		}
