@@ -9,8 +9,11 @@ import (
 	"fmt"
 	"time"
 
+	"connectrpc.com/connect"
+
 	"github.com/byoc-dev/byoc/imsd/dispatch"
 	"github.com/byoc-dev/byoc/imsd/store"
+	"github.com/byoc-dev/byoc/rpc/agentchannel"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 )
@@ -134,7 +137,11 @@ func (c *conn) send(m *agentv1.ConnectResponse) error {
 	if c.dead {
 		return errors.New("stream closed")
 	}
-	return c.st.Send(m)
+	sealed, err := agentchannel.SealResponse(c.ch, m)
+	if err != nil {
+		return connect.NewError(connect.CodeInternal, err)
+	}
+	return c.st.Send(sealed)
 }
 
 // sendNow is send for a goroutine other than the stream's own: the message
