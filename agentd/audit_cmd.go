@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"flag"
 	"fmt"
 	"io"
@@ -25,9 +26,11 @@ import (
 const auditUsage = `usage: agentd audit [--state-dir DIR] verify|compare
 
   verify    check the agent's copy of its install's audit chain
-            (STATE/audit/install.jsonl) and its own journal
-            (STATE/audit/agent.jsonl); name the first record changed,
-            removed or inserted
+            (STATE/audit/install.jsonl), imsd's signed checkpoints of it
+            (STATE/audit/install.checkpoints.jsonl) and the agent's own
+            journal (STATE/audit/agent.jsonl); name the first record
+            changed, removed or inserted, and the first that imsd never
+            signed
   compare   fetch imsd's chain of the install (a call signed with the
             agent's key) and name the first record where it and the
             agent's copy disagree
@@ -66,6 +69,9 @@ func auditCmd(ctx context.Context, args []string, stdout, stderr io.Writer, now 
 	}
 	if words[0] == "verify" {
 		bad := verifyFile(stdout, copyPath, id.InstallID, local)
+		if !bad && len(local) > 0 {
+			bad = verifyCheckpoints(stdout, filepath.Join(auditlog.Dir(dir), auditlog.CheckpointFile), id, local)
+		}
 		journalPath := filepath.Join(auditlog.Dir(dir), auditlog.AgentFile)
 		journal, err := auditlog.ReadFile(journalPath)
 		if err != nil {
@@ -125,6 +131,29 @@ func verifyFile(w io.Writer, path, chain string, rs []auditchain.Record) bool {
 	}
 	last := rs[len(rs)-1]
 	fmt.Fprintf(w, "%s: %d records, intact (last: record %d, hash %s)\n", path, len(rs), last.Seq, last.Hash)
+	return false
+}
+
+// verifyCheckpoints checks that imsd's signed checkpoints cover every
+// record of the copy (a record that links but that imsd never vouched
+// for was added by someone else), prints what it finds and reports
+// whether it found a problem.
+func verifyCheckpoints(w io.Writer, path string, id identity.Identity, rs []auditchain.Record) bool {
+	cps, err := auditlog.ReadCheckpoints(path)
+	if err != nil {
+		fmt.Fprintf(w, "%s: %v\n", path, err)
+		return true
+	}
+	keys := make(map[string]ed25519.PublicKey, len(id.IMSDKeys))
+	for _, k := range id.IMSDKeys {
+		keys[agentproto.KeyID(k)] = k
+	}
+	signed, err := auditlog.CheckCheckpoints(rs, cps, id.InstallID, keys)
+	if err != nil {
+		fmt.Fprintf(w, "%s: %v\n", path, err)
+		return true
+	}
+	fmt.Fprintf(w, "%s: every record signed by imsd (checkpoint of record %d)\n", path, signed)
 	return false
 }
 

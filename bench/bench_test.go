@@ -32,6 +32,7 @@ import (
 	"github.com/byoc-dev/byoc/agentd/identity"
 	"github.com/byoc-dev/byoc/e2e/cluster"
 	"github.com/byoc-dev/byoc/imsd/store/pgtest"
+	"github.com/byoc-dev/byoc/rpc/agentchannel"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1/agentv1connect"
@@ -58,7 +59,10 @@ func startIMS(b *testing.B, databaseURL string) *imsProc { return startIMSDebug(
 // when BYOC_BENCH_PPROF does not.
 func startIMSDebug(b *testing.B, databaseURL string, withDebug bool) *imsProc {
 	b.Helper()
-	args := []string{"--log-level", "warn", "--heartbeat", "10s", "--lease", "60s"}
+	// The bench agents send no heartbeats, and imsd cuts a stream silent
+	// for three heartbeat intervals: 30s keeps the first agents of a
+	// 10,000-agent fleet connected while the last ones connect.
+	args := []string{"--log-level", "warn", "--heartbeat", "30s", "--lease", "60s"}
 	if databaseURL != "" {
 		args = append(args, "--database-url", databaseURL)
 	}
@@ -213,13 +217,24 @@ func fleet(b *testing.B, p *imsProc, n int, picked func(string, time.Time)) []*b
 	if err, _ := failed.Load().(error); err != nil {
 		b.Fatal(err)
 	}
+	// Connect them as a fleet reconnecting after an imsd restart would,
+	// its jittered backoff spreading the storm: here at most connectMax
+	// handshakes in flight at once. The time it takes is printed.
+	const connectMax = 200
 	ready := make(chan struct{}, n)
-	for _, a := range agents {
-		go a.run(b, ready)
-	}
+	slots := make(chan struct{}, connectMax)
+	start := time.Now()
+	go func() {
+		for _, a := range agents {
+			slots <- struct{}{}
+			go a.run(b, ready)
+		}
+	}()
 	for range n {
 		<-ready
+		<-slots
 	}
+	fmt.Printf("%d agents connected (stream, hello and welcome) in %s, %d at a time [%s]\n", n, time.Since(start).Round(time.Millisecond), connectMax, machine())
 	b.Cleanup(func() {
 		for _, a := range agents {
 			a.cancel()
@@ -231,21 +246,27 @@ func fleet(b *testing.B, p *imsProc, n int, picked func(string, time.Time)) []*b
 func (a *benchAgent) run(b *testing.B, ready chan<- struct{}) {
 	ctx, cancel := context.WithCancel(context.Background())
 	a.cancel = cancel
-	st := a.client.Connect(ctx)
-	st.Send(nil)
-	m, err := st.Receive()
+	raw := a.client.Connect(ctx)
+	raw.Send(nil)
+	m, err := raw.Receive()
 	if err != nil {
 		b.Error(err)
 		ready <- struct{}{}
 		return
 	}
-	st.Send(&agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Hello{Hello: &agentv1.Hello{
+	// As agentd does: the encrypted channel's handshake carries the hello.
+	st, err := agentchannel.Dial(raw, m.GetChallenge(), a.key, a.id, nil, &agentv1.Hello{
 		AgentId: a.id, Signature: agentproto.SignChallenge(a.key, a.id, m.GetChallenge().Nonce), Capacity: 4,
 		// BYOC_BENCH_AUDIT_COPY=1: ask for the install's audit records as
 		// agentd does (imsd then reads them before answering each ack and
 		// after each result); the agents here only receive them.
 		AuditCopy: os.Getenv("BYOC_BENCH_AUDIT_COPY") == "1",
-	}}})
+	})
+	if err != nil {
+		b.Error(err)
+		ready <- struct{}{}
+		return
+	}
 	if _, err := st.Receive(); err != nil {
 		b.Error(err)
 	}

@@ -36,7 +36,7 @@ func BenchmarkJobSignature(b *testing.B) {
 				b.Fatal(err)
 			}
 			return agentproto.JobClaims{
-				KeyID: agentproto.KeyID(pub), InstallID: "ins_abcdefghijklmnop", JobID: "job_0123456789abcdefghijklmn",
+				KeyID: agentproto.KeyID(pub), InstallID: "ins_abcdefghijklmnop", AgentID: "agt_abcdefghijklmnop", JobID: "job_0123456789abcdefghijklmn",
 				Attempt: 1, FencingToken: 1 << 40, ComponentType: "action", Operation: "apply", TimeoutSeconds: 3600,
 				ConfigDigest: d, Expires: time.Now().Add(time.Hour),
 			}

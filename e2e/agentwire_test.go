@@ -18,6 +18,7 @@ import (
 	"github.com/byoc-dev/byoc/agentd/identity"
 	"github.com/byoc-dev/byoc/e2e/cluster"
 	"github.com/byoc-dev/byoc/imsd/auth"
+	"github.com/byoc-dev/byoc/rpc/agentchannel"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1/agentv1connect"
@@ -58,10 +59,13 @@ func TestAgentStreamSameOnEveryPath(t *testing.T) {
 				if err != nil {
 					t.Fatalf("challenge: %v", err)
 				}
-				st.Send(&agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Hello{Hello: &agentv1.Hello{
+				cs, err := agentchannel.Dial(st, m.GetChallenge(), key, er.Msg.AgentId, nil, &agentv1.Hello{
 					AgentId: er.Msg.AgentId, Signature: sign(m.GetChallenge().Nonce), Capacity: 2,
-				}}})
-				m, err = st.Receive()
+				})
+				if err != nil {
+					return st, err
+				}
+				m, err = cs.Receive()
 				if err == nil && m.GetWelcome() == nil {
 					t.Fatalf("expected a welcome, got %v", m)
 				}
@@ -229,8 +233,18 @@ func TestHelloSizeLimitOnEveryPath(t *testing.T) {
 				for range running {
 					h.Running = append(h.Running, &agentv1.RunningJob{JobId: auth.NewSortableID("job_", time.Now()), FencingToken: 1 << 40})
 				}
-				st.Send(&agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Hello{Hello: h}})
-				_, err = st.Receive()
+				if len(host) > 255 {
+					// Past what a handshake message carries: sent as one
+					// by hand, to see imsd's limit.
+					st.Send(&agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_ChannelHello{ChannelHello: &agentv1.ChannelHello{AgentId: h.AgentId, Noise: []byte(host)}}})
+					_, err = st.Receive()
+					return err
+				}
+				cs, err := agentchannel.Dial(st, m.GetChallenge(), key, er.Msg.AgentId, nil, h)
+				if err != nil {
+					return err
+				}
+				_, err = cs.Receive()
 				return err
 			}
 			// Random, so that gzip cannot shrink it under the limit.

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -194,9 +195,25 @@ func agentCopyTamper(t *testing.T, ims *cluster.IMS, cli *cluster.CLI, st *store
 		}
 		return string(out)
 	}
-	if out := agentd(0, "verify"); !strings.Contains(out, fmt.Sprintf("%d records, intact", len(rs))) {
+	if out := agentd(0, "verify"); !strings.Contains(out, fmt.Sprintf("%d records, intact", len(rs))) ||
+		!strings.Contains(out, fmt.Sprintf("every record signed by imsd (checkpoint of record %d)", len(rs))) {
 		t.Fatalf("agentd audit verify:\n%s", out)
 	}
+	// A record forged into the agent's copy (by whoever can write the
+	// agent's disk, or, before the channel, a man in the middle) that
+	// links correctly: verify names it at once, as no checkpoint of imsd
+	// covers it.
+	orig, err := os.ReadFile(copyPath)
+	must(t, err)
+	last := rs[len(rs)-1]
+	forged := auditchain.Next(&last, auditchain.Record{Chain: in.Id, At: last.At + 1, Kind: "job.acked", Actor: "agent:forged", Subject: last.Subject, Data: "{}"})
+	line, err := json.Marshal(forged)
+	must(t, err)
+	must(t, os.WriteFile(copyPath, append(slices.Clone(orig), append(line, '\n')...), 0o600))
+	if out, want := agentd(1, "verify"), fmt.Sprintf("record %d and those after it carry no signature of imsd (records up to %d do)", forged.Seq, last.Seq); !strings.Contains(out, want) {
+		t.Fatalf("agentd audit verify of a forged record that links, want %q:\n%s", want, out)
+	}
+	must(t, os.WriteFile(copyPath, orig, 0o600))
 	if out := agentd(0, "compare"); !strings.Contains(out, "they agree on every record") {
 		t.Fatalf("agentd audit compare:\n%s", out)
 	}

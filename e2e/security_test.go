@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"crypto/ed25519"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +14,8 @@ import (
 	"github.com/byoc-dev/byoc/agentd/agent"
 	"github.com/byoc-dev/byoc/agentd/identity"
 	"github.com/byoc-dev/byoc/e2e/cluster"
+	"github.com/byoc-dev/byoc/rpc/agentchannel"
+	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1/agentv1connect"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
@@ -106,10 +109,40 @@ func TestForgedAgentSignatureIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Someone without the agent's key opens a channel in its name.
 	forged := ed25519.Sign(other, m.GetChallenge().Nonce)
-	st.Send(&agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Hello{Hello: &agentv1.Hello{AgentId: a.ID, Signature: forged, Capacity: 1}}})
-	_, err = st.Receive()
+	_, err = agentchannel.Dial(st, m.GetChallenge(), other, a.ID, nil, &agentv1.Hello{AgentId: a.ID, Signature: forged, Capacity: 1})
 	wantCode(t, err, connect.CodeUnauthenticated, "bad signature")
+
+	// A hello in the clear (an agent from before the channel, or a proxy
+	// replaying one) is refused, saying what to do.
+	st2 := a.Client.Connect(context.Background())
+	defer st2.CloseRequest()
+	st2.Send(nil)
+	if _, err := st2.Receive(); err != nil {
+		t.Fatal(err)
+	}
+	st2.Send(&agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Hello{Hello: &agentv1.Hello{AgentId: a.ID, Capacity: 1}}})
+	_, err = st2.Receive()
+	wantCode(t, err, connect.CodeFailedPrecondition, "encrypted channel")
+
+	// An agent id imsd does not know: refused, and the refusal is signed
+	// by imsd for this stream and that id (the one answer that stops an
+	// agent for good, so a path attacker cannot forge it).
+	st3 := a.Client.Connect(context.Background())
+	defer st3.CloseRequest()
+	st3.Send(nil)
+	m3, err := st3.Receive()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := m3.GetChallenge()
+	_, err = agentchannel.Dial(st3, ch, a.Key, "agt_nobody", nil, &agentv1.Hello{AgentId: "agt_nobody", Capacity: 1})
+	wantCode(t, err, connect.CodeUnauthenticated, "unknown agent")
+	var ce *connect.Error
+	if !errors.As(err, &ce) || !agentproto.VerifyHelloRefusal(ch.PublicKey, ch.Nonce, "agt_nobody", ce.Meta().Get(agentproto.HelloRefusalHeader)) {
+		t.Fatalf("the refusal of an unknown agent is not signed by imsd for this stream: %v (meta %v)", err, ce.Meta())
+	}
 }
 
 func TestViewerCannotChangeAnything(t *testing.T) {

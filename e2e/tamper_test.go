@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"net/http"
@@ -21,29 +22,44 @@ import (
 )
 
 // tamperProxy stands between real agentd processes and the real imsd, as
-// a man in the middle would: it passes every message on, lets a test
-// rewrite, hold or drop each assignment on its way down, and inject
-// messages into the stream of an install's agent.
+// a man in the middle would (a proxy, a load balancer or a TLS terminator
+// in front of imsd): it relays every message of the agent protocol, and
+// on command alters, drops, holds, reorders, replays or copies imsd's
+// messages to another agent, forges messages of its own, and answers a
+// channel hello with an earlier stream's answer. It sees what such a
+// party sees: the challenge, the agent id of each channel hello, and
+// sealed bytes.
 type tamperProxy struct {
 	agentv1connect.UnimplementedAgentServiceHandler
 	up  agentv1connect.AgentServiceClient
 	url string
 
 	mu sync.Mutex
-	// rewrite, when set, returns what to send the agent of install in
-	// place of as (nothing drops it). It may block (hold it).
-	rewrite func(install string, as *agentv1.JobAssignment) []*agentv1.JobAssignment
-	// seen holds every assignment passed down, by job id.
-	seen map[string]*agentv1.JobAssignment
-	// inject feeds each install's current stream.
-	inject map[string]chan *agentv1.ConnectResponse
+	// down, when set, returns what to send agent in place of m, a sealed
+	// message imsd sent it (nothing drops it). It runs on the stream's
+	// goroutine.
+	down func(agent string, m *agentv1.ConnectResponse) []*agentv1.ConnectResponse
+	// accept, when set, returns what to send agent in place of imsd's
+	// answer to its channel hello.
+	accept func(agent string, m *agentv1.ConnectResponse) []*agentv1.ConnectResponse
+	// streams holds each agent's current stream.
+	streams map[string]*proxiedStream
+	// history holds, by agent, every stream's messages from imsd.
+	history map[string][][]*agentv1.ConnectResponse
+	// wire is every message relayed, either way, marshalled.
+	wire bytes.Buffer
+}
+
+type proxiedStream struct {
+	inject chan *agentv1.ConnectResponse
+	cancel context.CancelFunc
 }
 
 func startTamperProxy(t *testing.T, imsURL string) *tamperProxy {
 	t.Helper()
 	p := &tamperProxy{
-		up:   agentv1connect.NewAgentServiceClient(agent.DefaultHTTPClient(), imsURL),
-		seen: map[string]*agentv1.JobAssignment{}, inject: map[string]chan *agentv1.ConnectResponse{},
+		up:      agentv1connect.NewAgentServiceClient(agent.DefaultHTTPClient(), imsURL),
+		streams: map[string]*proxiedStream{}, history: map[string][][]*agentv1.ConnectResponse{},
 	}
 	mux := http.NewServeMux()
 	mux.Handle(agentv1connect.NewAgentServiceHandler(p))
@@ -69,6 +85,13 @@ func (p *tamperProxy) Enroll(ctx context.Context, req *connect.Request[agentv1.E
 	return connect.NewResponse(r.Msg), nil
 }
 
+func (p *tamperProxy) see(m proto.Message) {
+	b, _ := proto.Marshal(m)
+	p.mu.Lock()
+	p.wire.Write(b)
+	p.mu.Unlock()
+}
+
 func (p *tamperProxy) Connect(ctx context.Context, st *connect.BidiStream[agentv1.ConnectRequest, agentv1.ConnectResponse]) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -77,13 +100,22 @@ func (p *tamperProxy) Connect(ctx context.Context, st *connect.BidiStream[agentv
 	if err := up.Send(nil); err != nil {
 		return err
 	}
-	// Up: the agent's messages as they are.
+	// Up: the agent's messages as they are; the agent id of its channel
+	// hello names the stream.
+	hello := make(chan string, 1)
 	go func() {
 		defer cancel()
 		for {
 			m, err := st.Receive()
 			if err != nil {
 				return
+			}
+			p.see(m)
+			if h := m.GetChannelHello(); h != nil {
+				select {
+				case hello <- h.AgentId:
+				default:
+				}
 			}
 			if up.Send(m) != nil {
 				return
@@ -105,41 +137,54 @@ func (p *tamperProxy) Connect(ctx context.Context, st *connect.BidiStream[agentv
 			}
 		}
 	}()
-	install := ""
-	inject := make(chan *agentv1.ConnectResponse, 10)
-	send := func(m *agentv1.ConnectResponse) error { return st.Send(m) }
+	agentID := ""
+	ps := &proxiedStream{inject: make(chan *agentv1.ConnectResponse, 10), cancel: cancel}
+	var history []*agentv1.ConnectResponse
+	defer func() {
+		if agentID != "" {
+			p.mu.Lock()
+			p.history[agentID] = append(p.history[agentID], history)
+			if p.streams[agentID] == ps {
+				delete(p.streams, agentID)
+			}
+			p.mu.Unlock()
+		}
+	}()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case m := <-inject:
-			if err := send(m); err != nil {
+		case m := <-ps.inject:
+			if err := st.Send(m); err != nil {
 				return err
 			}
 		case m := <-downs:
-			if w := m.GetWelcome(); w != nil {
-				install = w.InstallId
+			p.see(m)
+			if m.GetChallenge() == nil && agentID == "" {
+				select {
+				case agentID = <-hello:
+				case <-ctx.Done():
+					return nil
+				}
 				p.mu.Lock()
-				p.inject[install] = inject
+				p.streams[agentID] = ps
 				p.mu.Unlock()
 			}
-			as := m.GetAssignment()
-			if as == nil {
-				if err := send(m); err != nil {
-					return err
-				}
-				continue
-			}
+			history = append(history, m)
 			p.mu.Lock()
-			p.seen[as.JobId] = proto.Clone(as).(*agentv1.JobAssignment)
-			rewrite := p.rewrite
-			p.mu.Unlock()
-			out := []*agentv1.JobAssignment{as}
-			if rewrite != nil {
-				out = rewrite(install, as)
+			hook := p.down
+			if m.GetChannelAccept() != nil {
+				hook = p.accept
+			} else if m.GetSealed() == nil {
+				hook = nil
 			}
-			for _, a := range out {
-				if err := send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Assignment{Assignment: a}}); err != nil {
+			p.mu.Unlock()
+			out := []*agentv1.ConnectResponse{m}
+			if hook != nil {
+				out = hook(agentID, m)
+			}
+			for _, o := range out {
+				if err := st.Send(o); err != nil {
 					return err
 				}
 			}
@@ -147,125 +192,288 @@ func (p *tamperProxy) Connect(ctx context.Context, st *connect.BidiStream[agentv
 	}
 }
 
-// injectInto sends as to the agent of install (its id), on its current
-// stream.
-func (p *tamperProxy) injectInto(t *testing.T, install string, as *agentv1.JobAssignment) {
-	t.Helper()
+func (p *tamperProxy) setDown(f func(agent string, m *agentv1.ConnectResponse) []*agentv1.ConnectResponse) {
 	p.mu.Lock()
-	ch := p.inject[install]
-	p.mu.Unlock()
-	if ch == nil {
-		t.Fatalf("no stream of install %s through the proxy", install)
-	}
-	ch <- &agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Assignment{Assignment: proto.Clone(as).(*agentv1.JobAssignment)}}
-}
-
-func (p *tamperProxy) setRewrite(f func(install string, as *agentv1.JobAssignment) []*agentv1.JobAssignment) {
-	p.mu.Lock()
-	p.rewrite = f
+	p.down = f
 	p.mu.Unlock()
 }
 
-// wantAgentError waits for an ERROR line of the agent refusing job for
-// reason.
-func wantAgentError(t *testing.T, p *cluster.AgentProc, job, reason string) {
-	t.Helper()
-	cluster.Eventually(t, 20*time.Second, "the agent's refusal of "+job, func() bool { return agentRefused(p, job, reason) })
+// once makes a down hook that tampers with the first sealed message for
+// any agent (through f) and passes everything else; the agent it hit is
+// sent on the returned channel.
+func (p *tamperProxy) once(f func(agent string, m *agentv1.ConnectResponse) []*agentv1.ConnectResponse) <-chan string {
+	hit := make(chan string, 1)
+	done := false
+	p.setDown(func(agent string, m *agentv1.ConnectResponse) []*agentv1.ConnectResponse {
+		if done {
+			return []*agentv1.ConnectResponse{m}
+		}
+		done = true
+		hit <- agent
+		return f(agent, m)
+	})
+	return hit
 }
 
-// agentRefused reports whether the agent logged its refusal of job for
-// reason.
-func agentRefused(p *cluster.AgentProc, job, reason string) bool {
-	for _, l := range strings.Split(p.Output(), "\n") {
-		if strings.Contains(l, `level=ERROR msg="refusing an assignment"`) && strings.Contains(l, "job="+job) && strings.Contains(l, reason) {
+// injectInto sends m to agent on its current stream, waiting for the
+// agent to have one (it may be reconnecting).
+func (p *tamperProxy) injectInto(t *testing.T, agentID string, m *agentv1.ConnectResponse) {
+	t.Helper()
+	cluster.Eventually(t, 20*time.Second, "a stream of agent "+agentID+" through the proxy", func() bool {
+		p.mu.Lock()
+		ps := p.streams[agentID]
+		p.mu.Unlock()
+		if ps == nil {
+			return false
+		}
+		select {
+		case ps.inject <- m:
 			return true
+		default:
+			return false
+		}
+	})
+}
+
+// kick ends agent's current stream (it reconnects).
+func (p *tamperProxy) kick(agentID string) {
+	p.mu.Lock()
+	ps := p.streams[agentID]
+	p.mu.Unlock()
+	if ps != nil {
+		ps.cancel()
+	}
+}
+
+func (p *tamperProxy) agentIDs() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var ids []string
+	for id := range p.streams {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// refusedLine is the ERROR line of an agent whose stream carried a
+// message that was not imsd's.
+const refusedLine = `level=ERROR msg="the stream to imsd carried a message that is not imsd's`
+
+// channelRefusals counts an agent's refusals for reason so far.
+func channelRefusals(p *cluster.AgentProc, reason string) int {
+	n := 0
+	for _, l := range strings.Split(p.Output(), "\n") {
+		if strings.Contains(l, refusedLine) && strings.Contains(l, reason) {
+			n++
 		}
 	}
-	return false
+	return n
 }
 
 // Tamper probes with real processes, through a man in the middle between
-// agentd and imsd: an assignment altered in flight, replayed twice,
-// replayed to a second install, or delivered after its expiry is refused
-// by the agent (an ERROR line); where imsd gave the agent that token, the
-// job ends failed with the agent's reason. Nothing of it runs.
+// two agents of one install and imsd. It reads nothing of a job; every
+// message it alters, copies to the other agent, forges, replays or
+// reorders, and an earlier stream's answer to a channel hello (a
+// replayed welcome), ends the stream at the agent with an ERROR line
+// saying so; the agent reconnects, and every job runs exactly once.
 func TestTamperProbes(t *testing.T) {
 	skipShort(t)
 	ims := cluster.StartIMS(t, fast)
 	px := startTamperProxy(t, ims.URL())
-	insA, tokA := cluster.NewInstall(t, ims.Admin(), "shop", "acme")
-	insB, tokB := cluster.NewInstall(t, ims.Admin(), "shop", "beta")
-	agA := cluster.StartAgent(t, px.url, tokA, filepath.Join(t.TempDir(), "a"))
-	agB := cluster.StartAgent(t, px.url, tokB, filepath.Join(t.TempDir(), "b"))
+	c := ims.Admin()
+	_, tokA := cluster.NewInstall(t, c, "shop", "acme")
+	procs := map[string]*cluster.AgentProc{}
+	procA := cluster.StartAgent(t, px.url, tokA, filepath.Join(t.TempDir(), "a"))
 	waitConnected(t, ims, "acme")
-	waitConnected(t, ims, "beta")
-
-	t.Run("altered in flight", func(t *testing.T) {
-		px.setRewrite(func(_ string, as *agentv1.JobAssignment) []*agentv1.JobAssignment {
-			if as.Config != nil { // what a man in the middle would run
-				as.Config = actionConfig(t, "echo TAMPERED")
-			}
-			return []*agentv1.JobAssignment{as}
-		})
-		defer px.setRewrite(nil)
-		job := enqueue(t, ims.Admin(), "acme", `echo original`, 60)
-		lines, end := follow(t, ims.Admin(), job.Id)
-		if end.State != imsv1.JobState_JOB_STATE_REFUSED || !strings.HasPrefix(end.Error, "refused: ") || !strings.Contains(end.Error, "does not match") {
-			t.Fatalf("job ended %v (%q), want failed with the agent's refusal", end.State, end.Error)
-		}
-		if len(lines) != 0 {
-			t.Fatalf("the altered job ran: %v", lines)
-		}
-		wantAgentError(t, agA, job.Id, "does not match")
-	})
-
-	// A job that ran, to replay.
-	job := enqueue(t, ims.Admin(), "acme", `echo once`, 60)
-	if _, end := follow(t, ims.Admin(), job.Id); end.State != imsv1.JobState_JOB_STATE_SUCCEEDED {
-		t.Fatalf("job ended %v (%s)", end.State, end.Error)
+	tokB, err := c.CreateEnrollmentToken(context.Background(), connect.NewRequest(&imsv1.CreateEnrollmentTokenRequest{Install: "acme"}))
+	if err != nil {
+		t.Fatal(err)
 	}
-	px.mu.Lock()
-	ran := px.seen[job.Id]
-	px.mu.Unlock()
-
-	t.Run("replayed twice", func(t *testing.T) {
-		// The agent ignores a copy of an attempt it still holds (a resend
-		// after a reconnect looks the same), and it holds one until imsd's
-		// answer to its result arrives, which may come after the job reads
-		// succeeded: replay until it no longer holds it.
-		for deadline := time.Now().Add(20 * time.Second); ; {
-			px.injectInto(t, insA.Id, ran)
-			if agentRefused(agA, job.Id, "already run") || time.Now().After(deadline) {
-				break
+	procB := cluster.StartAgent(t, px.url, tokB.Msg.EnrollmentToken.Token, filepath.Join(t.TempDir(), "b"))
+	cluster.Eventually(t, 30*time.Second, "both agents connected through the proxy", func() bool { return len(px.agentIDs()) == 2 })
+	for _, p := range []*cluster.AgentProc{procA, procB} {
+		cluster.Eventually(t, 10*time.Second, "the agent's id in its log", func() bool {
+			for _, id := range px.agentIDs() {
+				if strings.Contains(p.Output(), "agent="+id) {
+					procs[id] = p
+					return true
+				}
 			}
-			time.Sleep(200 * time.Millisecond)
-		}
-		wantAgentError(t, agA, job.Id, "already run")
-	})
-	t.Run("replayed to a second install", func(t *testing.T) {
-		px.injectInto(t, insB.Id, ran)
-		wantAgentError(t, agB, job.Id, `for install \"`)
-	})
-	t.Run("expired", func(t *testing.T) {
-		// Hold the first attempt past its signature's expiry (a lease and
-		// its grace), then deliver it; imsd meanwhile hands out attempt 2.
-		held := make(chan *agentv1.JobAssignment, 1)
-		px.setRewrite(func(_ string, as *agentv1.JobAssignment) []*agentv1.JobAssignment {
-			if as.Attempt == 1 {
-				held <- as
-				return nil
-			}
-			return []*agentv1.JobAssignment{as}
+			return false
 		})
-		defer px.setRewrite(nil)
-		job := enqueue(t, ims.Admin(), "acme", `echo late`, 60)
-		first := <-held
-		wait := time.Until(time.UnixMilli(first.GetSignature().GetExpireUnixMs())) + 100*time.Millisecond
-		time.Sleep(wait) // the signature's own expiry: nothing to poll
-		px.injectInto(t, insA.Id, first)
-		wantAgentError(t, agA, job.Id, "expired")
-		if _, end := follow(t, ims.Admin(), job.Id); end.State != imsv1.JobState_JOB_STATE_SUCCEEDED || end.Attempt != 2 {
-			t.Fatalf("job ended %v attempt %d (%s), want attempt 2 to succeed", end.State, end.Attempt, end.Error)
+	}
+	other := func(id string) string {
+		for o := range procs {
+			if o != id {
+				return o
+			}
+		}
+		return ""
+	}
+	// runsOnce runs a job and checks it succeeded with its script run once.
+	runsOnce := func(t *testing.T, marker string) {
+		t.Helper()
+		job := enqueue(t, c, "acme", `echo "`+marker+`"`, 60)
+		lines, end := follow(t, c, job.Id)
+		if end.State != imsv1.JobState_JOB_STATE_SUCCEEDED {
+			t.Fatalf("job ended %v (%s)", end.State, end.Error)
+		}
+		runs := 0
+		for _, l := range lines {
+			if l.Text == marker {
+				runs++
+			}
+		}
+		if runs != 1 {
+			t.Fatalf("the script ran %d times (logs %v), want once", runs, lines)
+		}
+	}
+	// wantRefusal waits for agent's next refusal for reason.
+	wantRefusal := func(t *testing.T, id string, before int, reason string) {
+		t.Helper()
+		cluster.Eventually(t, 20*time.Second, "agent "+id+"'s refusal ("+reason+")", func() bool {
+			return channelRefusals(procs[id], reason) > before
+		})
+	}
+	counts := func(reason string) map[string]int {
+		m := map[string]int{}
+		for id, p := range procs {
+			m[id] = channelRefusals(p, reason)
+		}
+		return m
+	}
+	const notOpen = "does not open"
+
+	t.Run("reads nothing", func(t *testing.T) {
+		marker := "config-and-output-marker-7f3a9c"
+		runsOnce(t, marker)
+		px.mu.Lock()
+		seen := bytes.Contains(px.wire.Bytes(), []byte(marker))
+		px.mu.Unlock()
+		if seen {
+			t.Fatal("the proxy read a job's config or output")
 		}
 	})
+	t.Run("altered in flight", func(t *testing.T) {
+		before := counts(notOpen)
+		hit := px.once(func(_ string, m *agentv1.ConnectResponse) []*agentv1.ConnectResponse {
+			b := bytes.Clone(m.GetSealed())
+			b[len(b)/2] ^= 1
+			return []*agentv1.ConnectResponse{{Msg: &agentv1.ConnectResponse_Sealed{Sealed: b}}}
+		})
+		defer px.setDown(nil)
+		runsOnce(t, "altered")
+		id := <-hit
+		wantRefusal(t, id, before[id], notOpen)
+	})
+	t.Run("copied to the other agent of the install", func(t *testing.T) {
+		before := counts(notOpen)
+		copied := make(chan *agentv1.ConnectResponse, 1)
+		hit := px.once(func(id string, m *agentv1.ConnectResponse) []*agentv1.ConnectResponse {
+			copied <- proto.CloneOf(m)
+			return []*agentv1.ConnectResponse{m}
+		})
+		defer px.setDown(nil)
+		runsOnce(t, "copied")
+		id := other(<-hit)
+		px.injectInto(t, id, <-copied)
+		wantRefusal(t, id, before[id], notOpen)
+	})
+	t.Run("forged answers", func(t *testing.T) {
+		// A renewal of a lease and an answer to a write, forged: refused
+		// before they are read.
+		const clear = "in the clear"
+		before := counts(clear)
+		a, b := other(""), ""
+		b = other(a)
+		px.injectInto(t, a, &agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Renewed{Renewed: &agentv1.LeasesRenewed{HeartbeatSeq: 1, JobIds: []string{"job_x"}}}})
+		px.injectInto(t, b, &agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Accepted{Accepted: &agentv1.WriteAccepted{WriteId: 1}}})
+		wantRefusal(t, a, before[a], clear)
+		wantRefusal(t, b, before[b], clear)
+		runsOnce(t, "after forged answers")
+	})
+	t.Run("replayed", func(t *testing.T) {
+		before := counts(notOpen)
+		hit := px.once(func(_ string, m *agentv1.ConnectResponse) []*agentv1.ConnectResponse {
+			return []*agentv1.ConnectResponse{m, m}
+		})
+		defer px.setDown(nil)
+		runsOnce(t, "replayed")
+		id := <-hit
+		wantRefusal(t, id, before[id], notOpen)
+	})
+	t.Run("reordered", func(t *testing.T) {
+		// The second message to the agent that runs the job (after its
+		// assignment) is held and sent after the third.
+		before := counts(notOpen)
+		var held *agentv1.ConnectResponse
+		target, n := "", 0
+		hit := make(chan string, 1)
+		px.setDown(func(id string, m *agentv1.ConnectResponse) []*agentv1.ConnectResponse {
+			if target == "" {
+				target = id
+			}
+			if id != target || n > 2 {
+				return []*agentv1.ConnectResponse{m}
+			}
+			n++
+			switch n {
+			case 2:
+				held = m
+				return nil
+			case 3:
+				hit <- id
+				return []*agentv1.ConnectResponse{m, held}
+			}
+			return []*agentv1.ConnectResponse{m}
+		})
+		defer px.setDown(nil)
+		runsOnce(t, "reordered")
+		id := <-hit
+		wantRefusal(t, id, before[id], notOpen)
+	})
+	t.Run("replayed welcome", func(t *testing.T) {
+		// An agent reconnects; the proxy answers its channel hello with
+		// imsd's answer and the sealed welcome of its previous stream.
+		const reason = "answer to the handshake does not verify"
+		id := ""
+		var streams [][]*agentv1.ConnectResponse
+		px.mu.Lock()
+		for a, h := range px.history {
+			if len(h) > 0 {
+				id, streams = a, h
+			}
+		}
+		px.mu.Unlock()
+		if id == "" {
+			t.Fatal("no earlier stream of an agent recorded")
+		}
+		before := channelRefusals(procs[id], reason)
+		old := streams[len(streams)-1]
+		var replay []*agentv1.ConnectResponse
+		for _, m := range old {
+			if m.GetChallenge() == nil {
+				replay = append(replay, m)
+			}
+		}
+		var once sync.Once
+		px.mu.Lock()
+		px.accept = func(agent string, m *agentv1.ConnectResponse) []*agentv1.ConnectResponse {
+			out := []*agentv1.ConnectResponse{m}
+			if agent == id {
+				once.Do(func() { out = replay })
+			}
+			return out
+		}
+		px.mu.Unlock()
+		defer func() { px.mu.Lock(); px.accept = nil; px.mu.Unlock() }()
+		px.kick(id)
+		wantRefusal(t, id, before, reason)
+		runsOnce(t, "after a replayed welcome")
+	})
+	if t.Failed() {
+		for id, p := range procs {
+			t.Logf("agent %s:\n%s", id, p.Output())
+		}
+	}
 }

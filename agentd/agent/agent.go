@@ -31,6 +31,7 @@ import (
 	"github.com/byoc-dev/byoc/agentd/auditlog"
 	"github.com/byoc-dev/byoc/agentd/identity"
 	"github.com/byoc-dev/byoc/internal/backoff"
+	"github.com/byoc-dev/byoc/rpc/agentchannel"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1/agentv1connect"
@@ -477,7 +478,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		if errors.Is(err, errWrongInstall) {
 			a.log.Error("refusing the server's jobs", "err", err)
 		}
-		if connect.CodeOf(err) == connect.CodeUnauthenticated {
+		if errors.Is(err, errIdentityRefused) {
 			// Retrying cannot fix a revoked or unknown identity.
 			a.stopAll("agent identity refused")
 			return fmt.Errorf("imsd refused this agent's identity (%w); to enrol again, move %s away and start agentd with a new --enroll-token (byoc install token INSTALL)", err, filepath.Join(a.cfg.StateDir, identity.FileName))
@@ -492,7 +493,13 @@ func (a *Agent) Run(ctx context.Context) error {
 			// their leases run out, and re-attach them.
 			delay = rand.N(hb + 1)
 		}
-		if connect.CodeOf(err) == connect.CodeAborted && strings.Contains(err.Error(), "identity") {
+		if errors.Is(err, errUntrustedIMSD) || errors.Is(err, errUnsignedRefusal) {
+			a.log.Error("refusing the server at imsd's URL: it does not hold a key this agent trusts; taking no job from it; reconnecting", "err", err, "in", delay.Round(time.Millisecond))
+		} else if errors.Is(err, agentchannel.ErrChannel) {
+			// Something on the path altered, replayed, reordered, copied
+			// or forged a message: a security event, not a network blip.
+			a.log.Error("the stream to imsd carried a message that is not imsd's (tampered with on the path); reconnecting", "err", err, "in", delay.Round(time.Millisecond))
+		} else if connect.CodeOf(err) == connect.CodeAborted && strings.Contains(err.Error(), "identity") {
 			a.log.Error("stream to imsd ended; reconnecting", "err", err, "in", delay.Round(time.Millisecond))
 		} else {
 			a.log.Warn("stream to imsd ended; reconnecting", "err", err, "in", delay.Round(time.Millisecond))

@@ -21,6 +21,7 @@ import (
 
 	"github.com/byoc-dev/byoc/agentd/identity"
 	"github.com/byoc-dev/byoc/internal/auditchain"
+	"github.com/byoc-dev/byoc/rpc/agentchannel"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1/agentv1connect"
@@ -34,6 +35,17 @@ type fakeIMS struct {
 	streams chan *fakeStream
 	// key signs assignments (sign); startFake makes it.
 	key ed25519.PrivateKey
+	// agentKey is the public key of the agent startFakeIn starts (the
+	// key it registered).
+	agentKey atomic.Value
+	// chanKey, if set, is the key imsd's side of the channel is bound to
+	// (default key).
+	chanKey ed25519.PrivateKey
+	// refuse, if set, answers every channel hello with its error.
+	refuse func(nonce []byte, agentID string) error
+	// agent is the agent assignments are signed for ("" is agt_1, the
+	// agent startFake enrols).
+	agent string
 	// enrollKey is the public key Enroll returns; enrolls counts calls.
 	enrollKey []byte
 	enrolls   atomic.Int32
@@ -88,17 +100,29 @@ type fakeStream struct {
 	done chan struct{}
 }
 
-func (f *fakeIMS) Connect(ctx context.Context, st *connect.BidiStream[agentv1.ConnectRequest, agentv1.ConnectResponse]) error {
-	if err := st.Send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Challenge{Challenge: &agentv1.Challenge{Nonce: []byte("n")}}}); err != nil {
-		return err
+func (f *fakeIMS) Connect(ctx context.Context, plain *connect.BidiStream[agentv1.ConnectRequest, agentv1.ConnectResponse]) error {
+	if f.refuse != nil {
+		// Challenge, then refuse the channel hello.
+		if err := plain.Send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Challenge{Challenge: &agentv1.Challenge{
+			Nonce: []byte("n"), PublicKey: f.channelKey().Public().(ed25519.PublicKey)}}}); err != nil {
+			return err
+		}
+		m, err := plain.Receive()
+		if err != nil {
+			return err
+		}
+		return f.refuse([]byte("n"), m.GetChannelHello().GetAgentId())
 	}
-	hello, err := st.Receive()
+	st, hello, err := agentchannel.Serve(plain, f.channelKey(), []byte("n"), func(string) ed25519.PublicKey {
+		k, _ := f.agentKey.Load().(ed25519.PublicKey)
+		return k
+	})
 	if err != nil {
 		return err
 	}
-	sent := hello.GetHello().GetAuditSeq()
+	sent := hello.GetAuditSeq()
 	if f.onHello != nil {
-		f.onHello(hello.GetHello())
+		f.onHello(hello)
 	}
 	if err := st.Send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Welcome{Welcome: f.welcome}}); err != nil {
 		return err
@@ -230,6 +254,9 @@ func startFakeIn(t *testing.T, f *fakeIMS, rr Runner, dir string, logw io.Writer
 			t.Fatal(err)
 		}
 	}
+	if id, err := identity.Load(dir); err == nil {
+		f.agentKey.Store(id.PrivateKey.Public().(ed25519.PublicKey))
+	}
 	if logw == nil {
 		logw = io.Discard
 	}
@@ -258,6 +285,20 @@ func (f *fakeIMS) assign(id string, token int64, install string) *agentv1.Connec
 	return &agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Assignment{Assignment: as}}
 }
 
+func (f *fakeIMS) channelKey() ed25519.PrivateKey {
+	if f.chanKey != nil {
+		return f.chanKey
+	}
+	return f.key
+}
+
+func (f *fakeIMS) agentID() string {
+	if f.agent == "" {
+		return "agt_1"
+	}
+	return f.agent
+}
+
 // sign signs as with key as imsd does, valid until expires.
 func (f *fakeIMS) sign(as *agentv1.JobAssignment, key ed25519.PrivateKey, expires time.Time) {
 	d, err := agentproto.ConfigDigest(as.GetConfig().AsMap())
@@ -265,7 +306,7 @@ func (f *fakeIMS) sign(as *agentv1.JobAssignment, key ed25519.PrivateKey, expire
 		panic(err)
 	}
 	c := agentproto.JobClaims{
-		KeyID: agentproto.KeyID(key.Public().(ed25519.PublicKey)), InstallID: as.InstallId, JobID: as.JobId, Attempt: int64(as.Attempt),
+		KeyID: agentproto.KeyID(key.Public().(ed25519.PublicKey)), InstallID: as.InstallId, AgentID: f.agentID(), JobID: as.JobId, Attempt: int64(as.Attempt),
 		FencingToken: as.FencingToken, Mode: as.Mode, Component: as.Component, ComponentType: as.ComponentType, Operation: as.Operation, TimeoutSeconds: as.TimeoutSeconds,
 		ConfigDigest: d, Expires: expires, ApprovedPlanDigest: as.ApprovedPlanDigest,
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/byoc-dev/byoc/agentd/auditlog"
 	"github.com/byoc-dev/byoc/internal/auditchain"
+	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 )
 
@@ -35,7 +36,11 @@ func (a *Agent) takeAudit(m *agentv1.AuditRecords, ss *sessionState) {
 		rs[i] = auditchain.Record{Chain: r.Chain, Seq: r.Seq, At: r.At, Kind: r.Kind, Actor: r.Actor,
 			Subject: r.Subject, Data: r.Data, Prev: r.Prev, Hash: r.Hash}
 	}
-	if err := a.auditCopy.AppendCopy(rs); err != nil {
+	err := a.auditCopy.AppendCopy(rs)
+	if err == nil && m.Checkpoint != nil {
+		err = a.keepCheckpoint(m.Checkpoint)
+	}
+	if err != nil {
 		a.mu.Lock()
 		a.auditErr = err
 		a.mu.Unlock()
@@ -45,6 +50,21 @@ func (a *Agent) takeAudit(m *agentv1.AuditRecords, ss *sessionState) {
 			a.note("audit.copy_failed", "install:"+a.id.InstallID, map[string]string{"error": err.Error()})
 		}
 	}
+}
+
+// keepCheckpoint keeps imsd's signature of the copy's head beside the copy
+// (auditlog.CheckpointFile) once it checks: a key the agent trusts, over
+// the record the copy holds last.
+func (a *Agent) keepCheckpoint(cp *agentv1.AuditCheckpoint) error {
+	seq, hash := a.auditCopy.Head()
+	if cp.Seq != seq || cp.Hash != hash {
+		return fmt.Errorf("imsd's checkpoint names record %d (hash %.12s…), the copy's last is %d (%.12s…)", cp.Seq, cp.Hash, seq, hash)
+	}
+	if !agentproto.VerifyAuditCheckpoint(a.keys, cp.KeyId, a.id.InstallID, cp.Seq, cp.Hash, cp.Signature) {
+		return fmt.Errorf("imsd's checkpoint of record %d is not signed by a key this agent trusts", cp.Seq)
+	}
+	return auditlog.AppendCheckpoint(filepath.Join(auditlog.Dir(a.cfg.StateDir), auditlog.CheckpointFile),
+		auditlog.Checkpoint{Seq: cp.Seq, Hash: cp.Hash, KeyID: cp.KeyId, Signature: cp.Signature})
 }
 
 // ackRecorded returns nil when the agent's copy of the chain holds imsd's

@@ -154,7 +154,9 @@ var errReplayed = errors.New("already run")
 // check returns why the agent must refuse as, or nil: it must name the
 // agent's own install (a server merely answering at imsd's URL could
 // otherwise run anything in this install's sandbox) and carry imsd's
-// valid, unexpired signature over exactly what it says (agentproto). It
+// valid, unexpired signature over exactly what it says, made for this
+// agent (agentproto: the signed bytes name the agent, so a copy of
+// another agent's assignment fails as a bad signature). It
 // returns the config decoded, which the run then uses.
 func (a *Agent) check(as *agentv1.JobAssignment, now time.Time) (map[string]any, error) {
 	if as.InstallId != a.id.InstallID {
@@ -167,7 +169,7 @@ func (a *Agent) check(as *agentv1.JobAssignment, now time.Time) (map[string]any,
 	}
 	sig := as.GetSignature()
 	c := agentproto.JobClaims{
-		KeyID: sig.GetKeyId(), InstallID: as.InstallId, JobID: as.JobId, Attempt: int64(as.Attempt),
+		KeyID: sig.GetKeyId(), InstallID: as.InstallId, AgentID: a.id.AgentID, JobID: as.JobId, Attempt: int64(as.Attempt),
 		FencingToken: as.FencingToken, Mode: as.Mode, Component: as.Component,
 		ComponentType: as.ComponentType, Operation: as.Operation, TimeoutSeconds: as.TimeoutSeconds,
 		ConfigDigest: digest, Expires: time.UnixMilli(sig.GetExpireUnixMs()),

@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/byoc-dev/byoc/rpc/agentchannel"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 )
@@ -66,7 +67,7 @@ func (a *Agent) session(ctx context.Context) error {
 	running, held := a.leases()
 	helloAt := a.now()
 	auditSeq, _ := a.auditCopy.Head()
-	if err := st.Send(&agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Hello{Hello: &agentv1.Hello{
+	sst, err := a.openChannel(st, ch, &agentv1.Hello{
 		AgentId:     a.id.AgentID,
 		Signature:   agentproto.SignChallenge(a.id.PrivateKey, a.id.AgentID, ch.Nonce),
 		Capacity:    int32(a.cfg.Capacity),
@@ -78,10 +79,11 @@ func (a *Agent) session(ctx context.Context) error {
 		AuditCopy:   true,
 		AuditSeq:    auditSeq,
 		Stack:       a.cfg.Stack,
-	}}}); err != nil {
-		return fmt.Errorf("send hello: %w", err)
+	})
+	if err != nil {
+		return a.helloRefusal(err, ch)
 	}
-	m, err = st.Receive()
+	m, err = sst.Receive()
 	if err != nil {
 		return fmt.Errorf("read welcome: %w", err)
 	}
@@ -118,7 +120,7 @@ func (a *Agent) session(ctx context.Context) error {
 	recvErr := make(chan error, 1)
 	go func() {
 		for {
-			m, err := st.Receive()
+			m, err := sst.Receive()
 			if err != nil {
 				recvErr <- err
 				return
@@ -135,7 +137,7 @@ func (a *Agent) session(ctx context.Context) error {
 	defer hb.Stop()
 	ss := &sessionState{writes: make(map[uint64]writeRef), beats: make(map[uint64]heartbeatRef)}
 	var flushC <-chan time.Time
-	if err := a.flush(st, ss); err != nil {
+	if err := a.flush(sst, ss); err != nil {
 		return err
 	}
 	for {
@@ -151,16 +153,16 @@ func (a *Agent) session(ctx context.Context) error {
 			if oldest, ok := ss.oldestBeat(); ok && a.elapsedSince(oldest) > a.deadAfter() {
 				return fmt.Errorf("imsd has not answered a heartbeat for %s", a.elapsedSince(oldest).Round(time.Millisecond))
 			}
-			if err := a.heartbeatNow(st, ss); err != nil {
+			if err := a.heartbeatNow(sst, ss); err != nil {
 				return err
 			}
 		case <-a.permKick:
 			// The customer changed their permissions: tell imsd now.
-			if err := a.heartbeatNow(st, ss); err != nil {
+			if err := a.heartbeatNow(sst, ss); err != nil {
 				return err
 			}
 		case <-a.kick:
-			if err := a.flush(st, ss); err != nil {
+			if err := a.flush(sst, ss); err != nil {
 				return err
 			}
 		case <-a.logKick:
@@ -169,14 +171,14 @@ func (a *Agent) session(ctx context.Context) error {
 			}
 		case <-flushC:
 			flushC = nil
-			if err := a.flush(st, ss); err != nil {
+			if err := a.flush(sst, ss); err != nil {
 				return err
 			}
 		case m := <-in:
 			if err := a.handle(ctx, m, ss); err != nil {
 				return err
 			}
-			if err := a.flush(st, ss); err != nil {
+			if err := a.flush(sst, ss); err != nil {
 				return err
 			}
 		}
@@ -185,7 +187,7 @@ func (a *Agent) session(ctx context.Context) error {
 
 // heartbeatNow sends a heartbeat naming the jobs held and the customer's
 // permission state.
-func (a *Agent) heartbeatNow(st *clientStream, ss *sessionState) error {
+func (a *Agent) heartbeatNow(st *agentchannel.AgentStream, ss *sessionState) error {
 	perms := a.permissionsProto()
 	running, tokens := a.leases()
 	ss.nextBeat++
@@ -360,7 +362,7 @@ func (a *Agent) resetInFlight() {
 
 // flush sends every write not yet in flight: acks first, then log batches,
 // then results whose lines are all confirmed.
-func (a *Agent) flush(st *clientStream, ss *sessionState) error {
+func (a *Agent) flush(st *agentchannel.AgentStream, ss *sessionState) error {
 	var out []*agentv1.ConnectRequest
 	now := a.now()
 	a.mu.Lock()

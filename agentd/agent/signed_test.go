@@ -5,12 +5,15 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"github.com/byoc-dev/byoc/internal/syncbuf"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/byoc-dev/byoc/agentd/identity"
@@ -79,6 +82,14 @@ func TestAgentRefusesUnverifiedAssignments(t *testing.T) {
 			as.InstallId = "ins_other"
 			f.sign(as, f.key, time.Now().Add(time.Minute))
 		}, `for install "ins_other"`},
+		// A copy of what imsd signed for another agent of the same
+		// install (a path attacker relaying both agents' streams) is
+		// refused before any ack: the signature names the agent.
+		{"signed for another agent of the install", func(f *fakeIMS, as *agentv1.JobAssignment) {
+			f.agent = "agt_2"
+			f.sign(as, f.key, time.Now().Add(time.Minute))
+			f.agent = ""
+		}, "does not match"},
 		{"unknown key", func(f *fakeIMS, as *agentv1.JobAssignment) { f.sign(as, otherKey, time.Now().Add(time.Minute)) }, "unknown key"},
 		// A config past the limits imsd checks at enqueue (agentproto)
 		// is refused naming where, whoever sent it.
@@ -358,4 +369,79 @@ func FuzzSeenLine(f *testing.F) {
 		}
 		parseSeen(line)
 	})
+}
+
+// An unauthenticated answer to the hello stops the agent only when imsd
+// signed it for this stream and this agent: one forged on the path (no
+// signature, or one for another agent id) is logged at ERROR and the
+// agent connects again.
+func TestAgentStopsOnlyOnASignedRefusal(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		meta func(f *fakeIMS, nonce []byte, id string) string
+		stop bool
+	}{
+		{"unsigned", func(*fakeIMS, []byte, string) string { return "" }, false},
+		{"signed for another agent", func(f *fakeIMS, n []byte, _ string) string {
+			return agentproto.SignHelloRefusal(f.key, n, "agt_other")
+		}, false},
+		{"signed by another key", func(f *fakeIMS, n []byte, id string) string {
+			_, k, _ := ed25519.GenerateKey(nil)
+			return agentproto.SignHelloRefusal(k, n, id)
+		}, false},
+		{"signed by imsd", func(f *fakeIMS, n []byte, id string) string { return agentproto.SignHelloRefusal(f.key, n, id) }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, key, _ := ed25519.GenerateKey(nil)
+			f := &fakeIMS{key: key}
+			var hellos atomic.Int32
+			f.refuse = func(n []byte, id string) error {
+				hellos.Add(1)
+				e := connect.NewError(connect.CodeUnauthenticated, errors.New("hello: unknown agent"))
+				if v := tc.meta(f, n, id); v != "" {
+					e.Meta().Set(agentproto.HelloRefusalHeader, v)
+				}
+				return e
+			}
+			url := serveFake(t, f)
+			dir := t.TempDir()
+			k, _ := identity.NewKey()
+			if err := identity.Save(dir, identity.Identity{AgentID: "agt_1", InstallID: "ins_1", IMSURL: url, PrivateKey: k,
+				IMSDKeys: []ed25519.PublicKey{key.Public().(ed25519.PublicKey)}}); err != nil {
+				t.Fatal(err)
+			}
+			logs := &syncbuf.Buffer{}
+			a, err := New(context.Background(), Config{IMSURL: url, StateDir: dir, Runner: &runRecorder{}, Logger: slog.New(slog.NewTextHandler(logs, nil)),
+				BackoffMin: 5 * time.Millisecond, BackoffMax: 10 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- a.Run(ctx) }()
+			if tc.stop {
+				select {
+				case err := <-done:
+					if err == nil || !strings.Contains(err.Error(), "refused this agent's identity") {
+						t.Fatalf("Run: %v", err)
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatal("the agent did not stop on imsd's signed refusal")
+				}
+				return
+			}
+			eventually(t, "three hellos", func() bool { return hellos.Load() >= 3 })
+			select {
+			case err := <-done:
+				t.Fatalf("the agent stopped on a refusal imsd did not sign: %v", err)
+			default:
+			}
+			if l := logs.String(); !strings.Contains(l, "level=ERROR") || !strings.Contains(l, "without imsd's signature") {
+				t.Fatalf("no ERROR line for the unsigned refusal:\n%s", l)
+			}
+			cancel()
+			<-done
+		})
+	}
 }

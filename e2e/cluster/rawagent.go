@@ -11,6 +11,7 @@ import (
 
 	"github.com/byoc-dev/byoc/agentd/agent"
 	"github.com/byoc-dev/byoc/agentd/identity"
+	"github.com/byoc-dev/byoc/rpc/agentchannel"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1/agentv1connect"
@@ -24,8 +25,13 @@ type RawAgent struct {
 	Key    ed25519.PrivateKey
 	Client agentv1connect.AgentServiceClient
 	Stream *connect.BidiStreamForClient[agentv1.ConnectRequest, agentv1.ConnectResponse]
-	cancel context.CancelFunc
-	nextID uint64
+	// Chan is the stream's encrypted channel, once Connect opened it.
+	Chan *agentchannel.AgentStream
+	// IMSDKey is imsd's key from the enrolment, the one the channel must
+	// be bound to.
+	IMSDKey ed25519.PublicKey
+	cancel  context.CancelFunc
+	nextID  uint64
 }
 
 // EnrollRaw enrols a raw agent with token.
@@ -46,7 +52,7 @@ func EnrollRaw(tb testing.TB, url, token string) *RawAgent {
 	// As agentd does: the stream gets a connection of its own, which
 	// imsd's agent-wire server takes.
 	hc.CloseIdleConnections()
-	return &RawAgent{ID: resp.Msg.AgentId, Key: key, Client: c}
+	return &RawAgent{ID: resp.Msg.AgentId, Key: key, Client: c, IMSDKey: resp.Msg.ImsdPublicKey}
 }
 
 // Connect opens a stream, answers the challenge and returns the welcome.
@@ -64,12 +70,19 @@ func (r *RawAgent) Connect(tb testing.TB, capacity int32, running ...*agentv1.Ru
 	if err != nil {
 		tb.Fatalf("receive challenge: %v", err)
 	}
-	if err := r.Stream.Send(&agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Hello{Hello: &agentv1.Hello{
-		AgentId: r.ID, Signature: agentproto.SignChallenge(r.Key, r.ID, m.GetChallenge().GetNonce()), Capacity: capacity, Running: running,
-	}}}); err != nil {
-		tb.Fatalf("send hello: %v", err)
+	ch := m.GetChallenge()
+	r.Chan, err = agentchannel.Dial(r.Stream, ch, r.Key, r.ID, func(k ed25519.PublicKey) error {
+		if !k.Equal(r.IMSDKey) {
+			return fmt.Errorf("imsd offered key %s, enrolled with %s", agentproto.KeyID(k), agentproto.KeyID(r.IMSDKey))
+		}
+		return nil
+	}, &agentv1.Hello{
+		AgentId: r.ID, Signature: agentproto.SignChallenge(r.Key, r.ID, ch.GetNonce()), Capacity: capacity, Running: running,
+	})
+	if err != nil {
+		tb.Fatalf("open the channel: %v", err)
 	}
-	m, err = r.Stream.Receive()
+	m, err = r.Chan.Receive()
 	if err != nil {
 		tb.Fatalf("receive welcome: %v", err)
 	}
@@ -99,7 +112,7 @@ func (r *RawAgent) Send(tb testing.TB, m *agentv1.ConnectRequest) uint64 {
 	case *agentv1.ConnectRequest_Result:
 		x.Result.WriteId = r.nextID
 	}
-	if err := r.Stream.Send(m); err != nil {
+	if err := r.Chan.Send(m); err != nil {
 		tb.Fatalf("send: %v", err)
 	}
 	return r.nextID
@@ -114,7 +127,7 @@ func (r *RawAgent) Next(tb testing.TB, timeout time.Duration) (*agentv1.ConnectR
 	}
 	ch := make(chan res, 1)
 	go func() {
-		m, err := r.Stream.Receive()
+		m, err := r.Chan.Receive()
 		ch <- res{m, err}
 	}()
 	select {

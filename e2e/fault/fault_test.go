@@ -1,8 +1,9 @@
 // Package fault runs real imsd and agentd processes through fault
 // schedules (kill -9 of imsd or an agent, SIGSTOP/SIGCONT, network cuts
-// through a proxy, restarts at random points; one and two agents per
-// install; SQLite and PostgreSQL) and checks the spine's promise that a
-// job never runs twice at once, and that no accepted job is lost.
+// through a proxy, a hostile proxy altering imsd's messages, restarts at
+// random points; one and two agents per install; SQLite and PostgreSQL)
+// and checks the spine's promise that a job never runs twice at once,
+// and that no accepted job is lost.
 //
 // Every job reports its start, a beat every 200ms and its end to a
 // recorder in the test, which stamps them with one clock. A fixed set of
@@ -17,6 +18,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -132,8 +134,9 @@ func TestNetworkCutMovesTheJobOnlyOnceStopped(t *testing.T) {
 }
 
 // fixedSeeds run in every `make test`: each covers a different mix (the
-// seed chooses the database, one or two agents, and the faults).
-var fixedSeeds = []uint64{1, 2, 3, 4}
+// seed chooses the database, one or two agents, and the faults); 57 is
+// three hostile proxies in a row, on two agents.
+var fixedSeeds = []uint64{1, 2, 3, 4, 57}
 
 func TestRandomSchedules(t *testing.T) {
 	skipShort(t)
@@ -155,6 +158,10 @@ func TestRandomSchedules(t *testing.T) {
 // runSchedule builds a world and a fault schedule from seed and runs it.
 func runSchedule(t *testing.T, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	// hostile turns some network drops into a hostile proxy, from a
+	// generator of its own so that every other draw of a seed's schedule
+	// is what it was before the fault existed.
+	hostile := rand.New(rand.NewPCG(seed, 0x686f7374696c65))
 	db, dbName := "", "sqlite"
 	if seed%2 == 0 {
 		db, dbName = pgtest.Start(t), "postgres"
@@ -189,6 +196,11 @@ func runSchedule(t *testing.T, seed uint64) {
 			kinds = append(kinds, "blackhole")
 			w.cut(a, netBlackhole, d(500*time.Millisecond, lease+grace+3*time.Second))
 		case 4:
+			if hostile.IntN(2) == 0 {
+				kinds = append(kinds, "hostile-proxy")
+				w.cut(a, netHostile, d(500*time.Millisecond, 2*lease))
+				break
+			}
 			kinds = append(kinds, "drop")
 			w.cut(a, netDrop, d(500*time.Millisecond, 2*lease))
 		}
@@ -199,4 +211,18 @@ func runSchedule(t *testing.T, seed uint64) {
 	}
 	t.Logf("seed %d faults: %s", seed, strings.Join(kinds, ", "))
 	w.check()
+	if slices.Contains(kinds, "hostile-proxy") {
+		// The altered messages were refused: by the channel (an ERROR
+		// line), or by HTTP/2 where the byte was framing.
+		refused, ended := 0, 0
+		for _, a := range w.agents {
+			out := a.proc.Output()
+			refused += strings.Count(out, "carried a message that is not imsd's")
+			ended += strings.Count(out, "stream to imsd ended")
+		}
+		t.Logf("seed %d: the agents refused %d altered messages on the channel; %d streams ended otherwise", seed, refused, ended)
+		if refused+ended == 0 {
+			t.Error("a hostile proxy altered imsd's messages and no agent's stream ended")
+		}
+	}
 }

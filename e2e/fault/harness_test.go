@@ -147,6 +147,12 @@ const (
 	netPass      netMode = iota
 	netBlackhole         // connections stay open; nothing gets through
 	netDrop              // connections are closed; new ones are closed at once
+	// netHostile relays, but alters what imsd sends the agent: a bit of
+	// the last byte of every read is flipped, as a tampering proxy would
+	// alter a message. The agent's channel refuses it (or HTTP/2 does,
+	// where the byte is framing), the stream ends, and the agent
+	// reconnects into the same proxy until the fault ends.
+	netHostile
 )
 
 // proxy stands between an agent and imsd.
@@ -193,12 +199,13 @@ func (p *proxy) serve() {
 		p.mu.Lock()
 		p.conns[c], p.conns[s] = struct{}{}, struct{}{}
 		p.mu.Unlock()
-		go p.pipe(s, c)
-		go p.pipe(c, s)
+		go p.pipe(s, c, false)
+		go p.pipe(c, s, true)
 	}
 }
 
-func (p *proxy) pipe(dst, src net.Conn) {
+// pipe copies src to dst; down is imsd's side to the agent's.
+func (p *proxy) pipe(dst, src net.Conn, down bool) {
 	defer func() {
 		dst.Close()
 		src.Close()
@@ -213,7 +220,10 @@ func (p *proxy) pipe(dst, src net.Conn) {
 		p.mu.Lock()
 		mode := p.mode
 		p.mu.Unlock()
-		if n > 0 && mode == netPass {
+		if n > 0 && mode == netHostile && down {
+			buf[n-1] ^= 0x20
+		}
+		if n > 0 && (mode == netPass || mode == netHostile) {
 			if _, err := dst.Write(buf[:n]); err != nil {
 				return
 			}
@@ -358,7 +368,7 @@ func (w *world) killAgent(a *agentSlot, down time.Duration) {
 }
 
 func (w *world) cut(a *agentSlot, m netMode, d time.Duration) {
-	what := map[netMode]string{netBlackhole: "blackhole", netDrop: "drop"}[m]
+	what := map[netMode]string{netBlackhole: "blackhole", netDrop: "drop", netHostile: "hostile proxy"}[m]
 	w.logf("network of %s: %s for %s", a.name, what, d)
 	a.proxy.set(m)
 	time.Sleep(d)

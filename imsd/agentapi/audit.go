@@ -32,7 +32,9 @@ func (c *conn) sendAudit(ctx context.Context) error {
 		if len(rs) == 0 {
 			return nil
 		}
-		if err := c.send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Audit{Audit: &agentv1.AuditRecords{Records: auditRecords(rs)}}}); err != nil {
+		last := rs[len(rs)-1]
+		if err := c.send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Audit{Audit: &agentv1.AuditRecords{
+			Records: auditRecords(rs), Checkpoint: c.svc.checkpoint(last.Chain, last.Seq, last.Hash)}}}); err != nil {
 			return err
 		}
 		c.auditSeq = rs[len(rs)-1].Seq
@@ -40,6 +42,31 @@ func (c *conn) sendAudit(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// sendHeadCheckpoint signs, at the welcome, the head the agent's copy
+// already holds (Hello.audit_seq), so that records it kept just before it
+// last stopped, before their checkpoint, are covered too.
+func (c *conn) sendHeadCheckpoint(ctx context.Context) error {
+	if !c.auditCopy || c.auditSeq <= 0 {
+		return nil
+	}
+	rs, err := c.svc.store.AuditRecordsAfter(ctx, c.agent.InstallID, c.auditSeq-1, 1)
+	if err != nil {
+		return c.svc.err(ctx, err)
+	}
+	if len(rs) == 0 || rs[0].Seq != c.auditSeq {
+		return nil // the agent holds more than imsd: its copy is its to check
+	}
+	r := rs[0]
+	return c.send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Audit{Audit: &agentv1.AuditRecords{
+		Checkpoint: c.svc.checkpoint(r.Chain, r.Seq, r.Hash)}}})
+}
+
+// checkpoint signs chain's record seq with imsd's key.
+func (s *Service) checkpoint(chain string, seq int64, hash string) *agentv1.AuditCheckpoint {
+	k := s.cfg.SigningKey
+	return &agentv1.AuditCheckpoint{Seq: seq, Hash: hash, KeyId: k.ID, Signature: agentproto.SignAuditCheckpoint(k.Private, chain, seq, hash)}
 }
 
 func auditRecords(rs []auditchain.Record) []*agentv1.AuditRecord {

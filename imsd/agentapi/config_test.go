@@ -66,7 +66,7 @@ func agentVerifies(t *testing.T, s *Service, a *agentv1.JobAssignment) error {
 	}
 	sig := a.GetSignature()
 	c := agentproto.JobClaims{
-		KeyID: sig.GetKeyId(), InstallID: a.InstallId, JobID: a.JobId, Attempt: int64(a.Attempt), FencingToken: a.FencingToken,
+		KeyID: sig.GetKeyId(), InstallID: a.InstallId, AgentID: "agt_1", JobID: a.JobId, Attempt: int64(a.Attempt), FencingToken: a.FencingToken,
 		Mode: a.Mode, Component: a.Component, ComponentType: a.ComponentType, Operation: a.Operation, TimeoutSeconds: a.TimeoutSeconds,
 		ConfigDigest: d, Expires: time.UnixMilli(sig.GetExpireUnixMs()),
 	}
@@ -94,7 +94,7 @@ func TestAssignmentConfigOnTheWire(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		a, err := svc.assignment(context.Background(), store.Job{ID: "j1", FencingToken: 7, Attempt: 1, ComponentType: "action", Component: "web", Operation: "apply", Config: []byte(in), Timeout: time.Minute}, "in1")
+		a, err := svc.assignment(context.Background(), store.Job{ID: "j1", FencingToken: 7, Attempt: 1, ComponentType: "action", Component: "web", Operation: "apply", Config: []byte(in), Timeout: time.Minute}, "in1", "agt_1")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -136,7 +136,7 @@ func TestAssignmentConfigOnTheWire(t *testing.T) {
 			t.Errorf("%q: over JSON the agent refuses imsd's signature: %v", in, err)
 		}
 	}
-	if _, err := svc.assignment(context.Background(), store.Job{Config: []byte(`{"a":`)}, ""); err == nil || !strings.Contains(err.Error(), "job config") {
+	if _, err := svc.assignment(context.Background(), store.Job{Config: []byte(`{"a":`)}, "", ""); err == nil || !strings.Contains(err.Error(), "job config") {
 		t.Errorf("truncated config: got %v, want an error naming the job config", err)
 	}
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/byoc-dev/byoc/imsd/dispatch"
 	"github.com/byoc-dev/byoc/imsd/store"
+	"github.com/byoc-dev/byoc/rpc/agentchannel"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 )
@@ -30,6 +31,10 @@ type chanStream struct {
 	in     chan *agentv1.ConnectRequest
 	out    chan *agentv1.ConnectResponse
 	closed chan struct{}
+	// agent is the agent's end of the channel once open: what the test
+	// puts in in is sealed on its way to imsd, and next opens what imsd
+	// sent.
+	agent *agentchannel.Channel
 }
 
 func newChanStream() *chanStream {
@@ -47,6 +52,9 @@ func (c *chanStream) Receive(limit time.Duration) (*agentv1.ConnectRequest, erro
 	}
 	select {
 	case m := <-c.in:
+		if c.agent != nil && m.GetSealed() == nil {
+			return agentchannel.SealRequest(c.agent, m)
+		}
 		return m, nil
 	case <-c.closed:
 		return nil, io.EOF
@@ -60,6 +68,13 @@ func (c *chanStream) next(t *testing.T) *agentv1.ConnectResponse {
 	t.Helper()
 	select {
 	case m := <-c.out:
+		if c.agent != nil && m.GetSealed() != nil {
+			o, err := agentchannel.OpenResponse(c.agent, m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return o
+		}
 		return m
 	case <-time.After(5 * time.Second):
 		t.Fatal("imsd sent nothing")
@@ -139,9 +154,9 @@ func (e *streamEnv) open(t *testing.T, instance string, running ...*agentv1.Runn
 	if ch == nil {
 		t.Fatal("imsd did not open with a challenge")
 	}
-	cs.in <- &agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Hello{Hello: &agentv1.Hello{
+	e.hello(t, cs, ch, &agentv1.Hello{
 		AgentId: e.agent, Signature: agentproto.SignChallenge(e.key, e.agent, ch.Nonce), Capacity: 2, Instance: instance, Running: running,
-	}}}
+	})
 	t.Cleanup(func() {
 		select {
 		case <-cs.closed:
@@ -150,6 +165,31 @@ func (e *streamEnv) open(t *testing.T, instance string, running ...*agentv1.Runn
 		}
 	})
 	return cs, done
+}
+
+// hello opens the channel on cs as the agent does, with hello as the
+// handshake's payload.
+func (e *streamEnv) hello(t *testing.T, cs *chanStream, ch *agentv1.Challenge, hello *agentv1.Hello) {
+	t.Helper()
+	b, err := proto.Marshal(hello)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, hs, err := agentchannel.OpenChannel(e.key, e.agent, ch.PublicKey, ch.Nonce, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs.in <- &agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_ChannelHello{ChannelHello: &agentv1.ChannelHello{AgentId: e.agent, Noise: msg}}}
+	m := cs.next(t)
+	accept := m.GetChannelAccept()
+	if accept == nil {
+		t.Fatalf("imsd answered the channel hello with %v", m)
+	}
+	c, err := hs.Finish(accept)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs.agent = c
 }
 
 // Every lease deadline imsd stores is the lease plus the grace from the
@@ -268,7 +308,7 @@ func TestSignedAssignmentAndRefusalReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	d, _ := agentproto.ConfigDigest(got.GetConfig().AsMap())
-	c := agentproto.JobClaims{KeyID: sig.KeyId, InstallID: "ins_1", JobID: "job_1", Attempt: 1, FencingToken: as.FencingToken,
+	c := agentproto.JobClaims{KeyID: sig.KeyId, InstallID: "ins_1", AgentID: e.agent, JobID: "job_1", Attempt: 1, FencingToken: as.FencingToken,
 		Mode: got.Mode, Component: got.Component, ComponentType: "action", Operation: "apply", TimeoutSeconds: 60, ConfigDigest: d, Expires: time.UnixMilli(sig.ExpireUnixMs)}
 	if err := agentproto.VerifyJob(map[string]ed25519.PublicKey{sig.KeyId: e.svc.cfg.SigningKey.Public}, &c, sig.Signature, e.clk.Now()); err != nil {
 		t.Fatalf("the assignment's signature: %v", err)

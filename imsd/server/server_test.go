@@ -109,7 +109,15 @@ func TestLargestHelloFits(t *testing.T) {
 	for range 1000 {
 		h.Running = append(h.Running, &agentv1.RunningJob{JobId: auth.NewSortableID("job_", time.Now()), FencingToken: 1<<63 - 1})
 	}
-	n := proto.Size(&agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Hello{Hello: h}})
+	// It travels as the payload of the channel's first handshake message
+	// (an ephemeral key, the agent's static key and two tags: 96 bytes),
+	// which Noise bounds to 65535 bytes.
+	payload := proto.Size(h)
+	if payload+96 > 65535 {
+		t.Fatalf("the largest hello is %d bytes: more than a Noise handshake message carries", payload)
+	}
+	n := proto.Size(&agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_ChannelHello{ChannelHello: &agentv1.ChannelHello{
+		AgentId: h.AgentId, Noise: make([]byte, payload+96)}}})
 	t.Logf("largest hello: %d bytes; limit %d", n, agentHelloMax)
 	if n > agentHelloMax*3/4 {
 		t.Fatalf("the largest hello is %d bytes: too near the limit of %d", n, agentHelloMax)

@@ -18,10 +18,15 @@ import (
 // as 8 bytes big-endian (two's complement), the config digest as its 32
 // bytes. The format is simple enough to check in a few lines of any
 // language (docs/design/signed-jobs.md).
+//
+// v2 adds the agent's id after the install's: an assignment is signed
+// for one agent, so a copy handed to another agent of the same install
+// (by anyone on the path) does not verify there. Its per-agent replay
+// record could not catch that copy: it has never seen it.
 
 // jobContext binds a job signature to its purpose and version, so that no
 // other signature of the key (a future message kind) can pass for it.
-const jobContext = "byoc job signature v1\x00"
+const jobContext = "byoc job signature v2\x00"
 
 // KeyIDLen is the length of a key id in hex digits (128 bits).
 const KeyIDLen = 32
@@ -37,8 +42,11 @@ func KeyID(pub ed25519.PublicKey) string {
 // JobClaims is what imsd signs for one assignment.
 type JobClaims struct {
 	// KeyID names the key that signs (KeyID of its public key).
-	KeyID        string
-	InstallID    string
+	KeyID     string
+	InstallID string
+	// AgentID is the agent the assignment is for: the verifier puts its
+	// own id here, never one the assignment carries.
+	AgentID      string
 	JobID        string
 	Attempt      int64
 	FencingToken int64
@@ -86,7 +94,7 @@ const grantContext = "\x00registry grant"
 func (c *JobClaims) Message() []byte {
 	b := make([]byte, 0, 256)
 	b = append(b, jobContext...)
-	for _, s := range []string{c.KeyID, c.InstallID, c.JobID} {
+	for _, s := range []string{c.KeyID, c.InstallID, c.AgentID, c.JobID} {
 		b = appendString(b, s)
 	}
 	b = binary.BigEndian.AppendUint64(b, uint64(c.Attempt))
@@ -135,7 +143,9 @@ var (
 // VerifyJob checks sig, made by the key c.KeyID names, over c: keys maps
 // the key ids the verifier trusts to their public keys. It refuses an
 // expired signature (now after c.Expires); the caller checks that
-// c.InstallID is its own and that the job was not run before.
+// c.InstallID is its own, sets c.AgentID to its own id (so an assignment
+// signed for another agent fails here as a bad signature) and checks that
+// the job was not run before.
 func VerifyJob(keys map[string]ed25519.PublicKey, c *JobClaims, sig []byte, now time.Time) error {
 	if len(sig) == 0 {
 		return ErrUnsigned

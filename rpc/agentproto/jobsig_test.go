@@ -21,7 +21,7 @@ func testClaims(t *testing.T, pub ed25519.PublicKey) JobClaims {
 		t.Fatal(err)
 	}
 	return JobClaims{
-		KeyID: KeyID(pub), InstallID: "ins_1", JobID: "job_1", Attempt: 2, FencingToken: 77,
+		KeyID: KeyID(pub), InstallID: "ins_1", AgentID: "agt_1", JobID: "job_1", Attempt: 2, FencingToken: 77,
 		Mode: "provision", Component: "web", ComponentType: "action", Operation: "apply", TimeoutSeconds: 600,
 		ConfigDigest: d, Expires: t0.Add(time.Minute),
 	}
@@ -123,6 +123,25 @@ func TestJobMessageBoundaries(t *testing.T) {
 	d := JobClaims{ComponentType: "action", Operation: "apply"}
 	if string(c.Message()) == string(d.Message()) {
 		t.Fatal("shifting bytes between type and operation gives the same message")
+	}
+}
+
+// The agent's id is signed after the install's (format v2): the same
+// assignment signed for agent A does not verify as agent B's.
+func TestJobSignatureNamesTheAgent(t *testing.T) {
+	pub, key, _ := ed25519.GenerateKey(nil)
+	keys := map[string]ed25519.PublicKey{KeyID(pub): pub}
+	c := testClaims(t, pub)
+	sig := SignJob(key, &c)
+	b := c
+	b.AgentID = "agt_2"
+	if err := VerifyJob(keys, &b, sig, t0); !errors.Is(err, ErrBadSignature) {
+		t.Fatalf("agent A's assignment verified for agent B: %v", err)
+	}
+	want := "byoc job signature v2\x00" + "\x00\x00\x00\x01k" + "\x00\x00\x00\x02in" + "\x00\x00\x00\x03agt" + "\x00\x00\x00\x01j"
+	m := JobClaims{KeyID: "k", InstallID: "in", AgentID: "agt", JobID: "j"}
+	if got := string(m.Message()); !strings.HasPrefix(got, want) {
+		t.Fatalf("message starts %q, want %q", got[:len(want)], want)
 	}
 }
 

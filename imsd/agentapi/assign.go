@@ -1,0 +1,261 @@
+package agentapi
+
+// Handing jobs to a connected agent: claiming, delivering and cancelling
+// assignments within its capacity.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/byoc-dev/byoc/imsd/dispatch"
+	"github.com/byoc-dev/byoc/imsd/store"
+	"github.com/byoc-dev/byoc/rpc/agentchannel"
+	"github.com/byoc-dev/byoc/rpc/agentproto"
+	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
+)
+
+// wake is the hub's Wake handler: it starts the claim goroutine unless one
+// is running, which then claims again for a wake that came meanwhile.
+func (c *conn) wake() {
+	c.wakePending.Store(true)
+	if !c.claiming.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		for {
+			for c.wakePending.Swap(false) {
+				c.mu.Lock()
+				err := c.claim(c.ctx, false)
+				if !c.dead {
+					// Not the stream's goroutine: send the assignments now.
+					if ferr := c.st.Flush(); err == nil {
+						err = ferr
+					}
+				}
+				c.mu.Unlock()
+				if err != nil {
+					c.logger().DebugContext(c.ctx, "claim after wake-up", "err", err)
+				}
+			}
+			c.claiming.Store(false)
+			// A wake between the last Swap and the Store above found the
+			// flag still set and returned; pick it up here.
+			if !c.wakePending.Load() || !c.claiming.CompareAndSwap(false, true) {
+				return
+			}
+		}
+	}()
+}
+
+// reserve is the hub's Reserve handler: it takes a free slot, if any.
+func (c *conn) reserve() bool {
+	for {
+		n := c.free.Load()
+		if n <= 0 {
+			return false
+		}
+		if c.free.CompareAndSwap(n, n-1) {
+			return true
+		}
+	}
+}
+
+// takeSlots takes every free slot for a claim and returns how many; the
+// claim gives back what it does not use.
+func (c *conn) takeSlots() int {
+	for {
+		n := c.free.Load()
+		if n <= 0 {
+			return 0
+		}
+		if c.free.CompareAndSwap(n, 0) {
+			return int(n)
+		}
+	}
+}
+
+// track records a job in flight; the map is made on the first job, so an
+// agent that never ran one does not hold it.
+func (c *conn) track(jobID string, token int64) {
+	if c.inflight == nil {
+		c.inflight = make(map[string]int64)
+	}
+	c.inflight[jobID] = token
+}
+
+// drop forgets a job in flight and frees its slot.
+func (c *conn) drop(jobID string) {
+	if _, ok := c.inflight[jobID]; ok {
+		delete(c.inflight, jobID)
+		c.free.Add(1)
+	}
+}
+
+// deliver is the hub's Deliver handler: it sends a job handed over at
+// enqueue, in the slot reserve took. It returns at once; the send waits
+// for the stream's lock on a goroutine of its own, so the enqueue's
+// answer does not wait for this agent's writes.
+func (c *conn) deliver(j store.Job) {
+	go func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.dead {
+			return // the lease expires and the sweeper requeues the job
+		}
+		c.track(j.ID, j.FencingToken)
+		a, err := c.svc.assignment(c.ctx, j, c.agent.InstallID, c.agent.ID)
+		if err != nil {
+			c.logger().ErrorContext(c.ctx, "encode assignment", "job", j.ID, "err", err)
+			return
+		}
+		if err := c.sendNow(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Assignment{Assignment: a}}); err != nil {
+			c.logger().DebugContext(c.ctx, "send assignment", "job", j.ID, "err", err)
+			return
+		}
+		c.picked(j)
+	}()
+}
+
+// cancel is the hub's Cancel handler.
+func (c *conn) cancel(req dispatch.CancelRequest) {
+	go func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if _, ok := c.inflight[req.JobID]; ok {
+			if err := c.sendNow(cancelMsg(req.JobID, req.Reason)); err != nil {
+				c.logger().WarnContext(c.ctx, "send cancel", "job", req.JobID, "err", err)
+			}
+		}
+	}()
+}
+
+func (c *conn) send(m *agentv1.ConnectResponse) error {
+	if c.dead {
+		return errors.New("stream closed")
+	}
+	sealed, err := agentchannel.SealResponse(c.ch, m)
+	if err != nil {
+		return connect.NewError(connect.CodeInternal, err)
+	}
+	return c.st.Send(sealed)
+}
+
+// sendNow is send for a goroutine other than the stream's own: the message
+// leaves at once, with whatever was pending before it.
+func (c *conn) sendNow(m *agentv1.ConnectResponse) error {
+	if err := c.send(m); err != nil {
+		return err
+	}
+	return c.st.Flush()
+}
+
+// claim hands out queued jobs of the install up to the agent's free
+// capacity. With force unset it first asks the hub whether anything may be
+// queued, which saves a database round trip after most finished jobs.
+// c.mu is held.
+func (c *conn) claim(ctx context.Context, force bool) error {
+	s := c.svc
+	for {
+		if c.dead {
+			return nil
+		}
+		free := c.takeSlots()
+		if free <= 0 {
+			return nil
+		}
+		if !s.hub.TakeQueued(c.agent.InstallID) && !force {
+			c.free.Add(int32(free))
+			return nil
+		}
+		now := s.now()
+		jobs, err := s.store.ClaimJobs(ctx, c.agent.InstallID, store.Writer{AgentID: c.agent.ID}, free, s.reclaimAfter(now), now)
+		c.free.Add(int32(free - len(jobs)))
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			c.logger().ErrorContext(ctx, "claim jobs", "err", err)
+			return nil // the next wake or heartbeat tries again
+		}
+		if len(jobs) > 0 {
+			s.hub.FleetChanged()
+		}
+		for _, j := range jobs {
+			c.track(j.ID, j.FencingToken)
+			a, err := c.svc.assignment(ctx, j, c.agent.InstallID, c.agent.ID)
+			if err != nil {
+				c.logger().ErrorContext(ctx, "encode assignment", "job", j.ID, "err", err)
+				continue
+			}
+			if err := c.send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Assignment{Assignment: a}}); err != nil {
+				return err
+			}
+			c.picked(j)
+		}
+		if len(jobs) < free {
+			return nil
+		}
+		// The queue may hold more than this agent can take: let the
+		// install's other agents look too.
+		s.hub.Wake(c.agent.InstallID)
+		force = false
+	}
+}
+
+// picked records the pickup latency of a first attempt sent to the agent:
+// enqueue to assignment sent.
+func (c *conn) picked(j store.Job) {
+	if j.Attempt == 1 && !j.CreatedAt.IsZero() {
+		c.svc.obs.Picked(c.svc.now().Sub(j.CreatedAt))
+	}
+}
+
+// assignment is the message that hands job j to an agent, signed with
+// imsd's key for agentID (agentproto.JobClaims). Its config travels as raw field
+// bytes (configField). The signature stays valid for a lease and its
+// grace from now: no longer than imsd waits for the ack before it may
+// hand the job out again.
+func (s *Service) assignment(ctx context.Context, j store.Job, installID, agentID string) (*agentv1.JobAssignment, error) {
+	field, digest, err := configField(j.Config)
+	if err != nil {
+		return nil, err
+	}
+	grant, grantClaims, err := s.grant(ctx, j, installID)
+	if err != nil {
+		return nil, fmt.Errorf("registry grant: %w", err)
+	}
+	a := &agentv1.JobAssignment{
+		JobId:          j.ID,
+		FencingToken:   j.FencingToken,
+		Attempt:        int32(j.Attempt),
+		ComponentType:  j.ComponentType,
+		Operation:      j.Operation,
+		TimeoutSeconds: int64(j.Timeout / time.Second),
+		InstallId:      installID,
+		Mode:           string(j.Mode),
+		Component:      j.Component,
+		RegistryGrant:  grant,
+
+		ApprovedPlanDigest: j.ApprovedPlanDigest,
+	}
+	claims := agentproto.JobClaims{
+		InstallID: installID, AgentID: agentID, JobID: j.ID, Attempt: int64(a.Attempt), FencingToken: j.FencingToken,
+		Mode: a.Mode, Component: a.Component,
+		ComponentType: j.ComponentType, Operation: j.Operation, TimeoutSeconds: a.TimeoutSeconds,
+		ConfigDigest: digest, Expires: s.now().Add(s.cfg.LeaseDuration + s.cfg.LeaseGrace),
+		Grant:              grantClaims,
+		ApprovedPlanDigest: j.ApprovedPlanDigest,
+	}
+	sig := s.cfg.SigningKey.Sign(&claims)
+	a.Signature = &agentv1.JobSignature{KeyId: claims.KeyID, ExpireUnixMs: claims.Expires.UnixMilli(), Signature: sig}
+	a.ProtoReflect().SetUnknown(field)
+	return a, nil
+}
+
+func cancelMsg(jobID, reason string) *agentv1.ConnectResponse {
+	return &agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Cancel{Cancel: &agentv1.JobCancel{JobId: jobID, Reason: reason}}}
+}

@@ -1,0 +1,124 @@
+package agentapi
+
+// Checking a job result's outcome, plan digest, planned changes and policy
+// findings.
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/byoc-dev/byoc/imsd/store"
+	"github.com/byoc-dev/byoc/rpc/agentproto"
+	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
+)
+
+var outcomes = map[agentv1.Outcome]store.JobState{
+	agentv1.Outcome_OUTCOME_SUCCEEDED: store.JobSucceeded,
+	agentv1.Outcome_OUTCOME_FAILED:    store.JobFailed,
+	agentv1.Outcome_OUTCOME_CANCELLED: store.JobCancelled,
+	agentv1.Outcome_OUTCOME_TIMED_OUT: store.JobTimedOut,
+	agentv1.Outcome_OUTCOME_REFUSED:   store.JobRefused,
+}
+
+// checkPlanDigest refuses a result whose plan digest is malformed or,
+// when it carries the plan's changes, is not theirs: an approval binds
+// the digest, so it must be the digest of what the operator is shown.
+func checkPlanDigest(r *agentv1.JobResult) error {
+	if r.PlanDigest == "" {
+		return nil
+	}
+	if _, ok := agentproto.PlanDigestHex(r.PlanDigest); !ok {
+		return fmt.Errorf("result.plan_digest: %q is not sha256: and 64 lowercase hex digits", r.PlanDigest)
+	}
+	if len(r.PlannedChanges) == 0 {
+		return nil // an approved apply reports the digest of its fresh plan only
+	}
+	in := make([]agentproto.PlanChange, len(r.PlannedChanges))
+	for i, c := range r.PlannedChanges {
+		in[i] = agentproto.PlanChange{Address: c.Address, Action: c.Action, Summary: c.Summary}
+		if c.Before != nil {
+			in[i].Before = c.Before.AsInterface()
+		}
+		if c.After != nil {
+			in[i].After = c.After.AsInterface()
+		}
+	}
+	d, err := agentproto.PlanDigest(in)
+	if err != nil {
+		return fmt.Errorf("result.planned_changes: %w", err)
+	}
+	if d != r.PlanDigest {
+		return fmt.Errorf("result.plan_digest: %s is not the digest of the result's planned_changes (%s)", r.PlanDigest, d)
+	}
+	return nil
+}
+
+// MaxPlannedChanges bounds the planned changes stored with a job; beyond
+// it, one more change says how many were left out.
+const MaxPlannedChanges = 1000
+
+// plannedChanges converts a result's planned changes for the store.
+func plannedChanges(in []*agentv1.PlannedChange) ([]store.PlannedChange, error) {
+	var out []store.PlannedChange
+	for i, c := range in {
+		if i == MaxPlannedChanges {
+			out = append(out, store.PlannedChange{Address: "(more)", Action: "update",
+				Summary: fmt.Sprintf("%d more changes were not stored", len(in)-i)})
+			break
+		}
+		p := store.PlannedChange{Address: c.Address, Action: c.Action, Summary: c.Summary}
+		for _, v := range []struct {
+			name string
+			in   *structpb.Value
+			out  *json.RawMessage
+		}{{"before", c.Before, &p.Before}, {"after", c.After, &p.After}} {
+			if v.in == nil {
+				continue
+			}
+			b, err := v.in.MarshalJSON()
+			if err != nil {
+				return nil, fmt.Errorf("result.planned_changes[%d].%s: %w", i, v.name, err)
+			}
+			*v.out = b
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// MaxPolicyFindings bounds the policy findings stored with a job; beyond
+// it, one more warning says how many were left out.
+const MaxPolicyFindings = 1000
+
+// policyFindings checks and converts a result's policy findings for the
+// store.
+func policyFindings(in []*agentv1.PolicyFinding) ([]store.PolicyFinding, error) {
+	var out []store.PolicyFinding
+	for i, f := range in {
+		if i == MaxPolicyFindings {
+			out = append(out, store.PolicyFinding{Policy: "(more)", Source: "customer", Level: "warn",
+				Message: fmt.Sprintf("%d more policy findings were not stored", len(in)-i)})
+			break
+		}
+		switch {
+		case f.Level != "deny" && f.Level != "warn":
+			return nil, fmt.Errorf("result.policy_findings[%d].level: must be deny or warn, got %q", i, f.Level)
+		case f.Source != "vendor" && f.Source != "customer":
+			return nil, fmt.Errorf("result.policy_findings[%d].source: must be vendor or customer, got %q", i, f.Source)
+		}
+		msg, pol := f.Message, f.Policy
+		if len(msg) > MaxLogLineBytes {
+			msg = msg[:MaxLogLineBytes]
+		}
+		if len(pol) > 1024 {
+			pol = pol[:1024]
+		}
+		// A cut may split a character; proto strings must be UTF-8.
+		out = append(out, store.PolicyFinding{Policy: strings.ToValidUTF8(pol, "\uFFFD"), Source: f.Source, Level: f.Level,
+			Message: strings.ToValidUTF8(msg, "\uFFFD")})
+	}
+	return out, nil
+}

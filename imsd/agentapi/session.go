@@ -1,0 +1,418 @@
+package agentapi
+
+// An agent's session: authentication at the hello, the welcome, the
+// session's loop and its end, and what a heartbeat reports.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/byoc-dev/byoc/imsd/auth"
+	"github.com/byoc-dev/byoc/imsd/dispatch"
+	"github.com/byoc-dev/byoc/imsd/errs"
+	"github.com/byoc-dev/byoc/imsd/store"
+	"github.com/byoc-dev/byoc/rpc/agentchannel"
+	"github.com/byoc-dev/byoc/rpc/agentproto"
+	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
+)
+
+// Connect runs one agent stream served by connect-go (the gRPC protocol,
+// gRPC-Web, and Connect clients whose connection was not routed to the
+// agent-wire server) through Serve.
+func (s *Service) Connect(ctx context.Context, st *stream) error {
+	body := bodyFrom(ctx)
+	if body == nil {
+		// Without the body there is no way to end a read blocked on a
+		// silent agent: the hello timeout and the idle cut-off need it.
+		return connect.NewError(connect.CodeInternal, errors.New("agent stream handler mounted without agentapi.KeepBody"))
+	}
+	json := strings.Contains(st.RequestHeader().Get("Content-Type"), "json")
+	return s.Serve(ctx, &bidiStream{st: st, body: body, json: json})
+}
+
+// Serve runs one agent stream until the agent goes away, a newer stream of
+// the same agent replaces it, or the agent breaks the protocol. ctx ends
+// when the stream does.
+func (s *Service) Serve(ctx context.Context, st Stream) error {
+	c, err := s.open(ctx, st)
+	if c == nil {
+		return err
+	}
+	defer s.close(ctx, c)
+	if err != nil {
+		return err
+	}
+	err = c.run(ctx)
+	c.tampered(ctx, err)
+	return err
+}
+
+// tampered logs, if err ended a stream that carried a message that was
+// not the agent's (agentchannel.ErrChannel): something on the path
+// altered, replayed, reordered, copied or forged one; a security event,
+// not a network blip. A function of its own, not inlined, to keep Serve's
+// frame small: it is under every idle stream's goroutine, whose stack
+// must stay small enough to shrink to 4 KiB (BenchmarkIdleAgentMemory).
+//
+//go:noinline
+func (c *conn) tampered(ctx context.Context, err error) {
+	if !errors.Is(err, agentchannel.ErrChannel) {
+		return
+	}
+	c.logger().ErrorContext(ctx, "the agent's stream carried a message that is not the agent's (tampered with on the path); stream ended", "err", err)
+}
+
+// open runs the stream up to the welcome: challenge, hello, signature
+// check, registration with the hub, re-attached jobs. It returns a nil
+// conn if the stream ended before registration; otherwise close must
+// follow. It is kept apart from run, so that the stack an idle stream
+// waits on holds only run's small frame.
+//
+//go:noinline
+func (s *Service) open(ctx context.Context, st Stream) (*conn, error) {
+	nonce := auth.NewNonce()
+	key := s.cfg.SigningKey
+	if err := st.Send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Challenge{Challenge: &agentv1.Challenge{
+		Nonce: nonce, PublicKey: key.Public, KeyChain: s.chain}}}); err != nil {
+		return nil, err
+	}
+	m, err := st.Receive(s.cfg.HelloTimeout)
+	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("hello: none within %s", s.cfg.HelloTimeout))
+		}
+		return nil, ignoreEOF(err)
+	}
+	if m.GetHello() != nil {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("hello: in the clear; this imsd talks to agents only over the encrypted channel (channel_hello): upgrade agentd"))
+	}
+	ch := m.GetChannelHello()
+	if ch == nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("hello: the first message on the stream must be a channel_hello"))
+	}
+	// Database work, the handshake and signature checks grow a goroutine's
+	// stack, and the stream's own goroutine then sits idle for days with
+	// whatever stack it has: they run on a short-lived goroutine (as does
+	// the welcome).
+	var agent store.Agent
+	var verified bool
+	var accept []byte
+	var channel *agentchannel.Channel
+	var herr error
+	hello := &agentv1.Hello{}
+	err = onOwnStack(func() error {
+		var err error
+		agent, err = s.store.GetAgent(ctx, ch.AgentId)
+		if err != nil {
+			return err
+		}
+		var raw []byte
+		raw, accept, channel, herr = agentchannel.AcceptChannel(key.Private, agent.ID, agent.PublicKey, nonce, ch.Noise)
+		verified = herr == nil && proto.Unmarshal(raw, hello) == nil && hello.AgentId == agent.ID &&
+			agentproto.VerifyChallenge(agent.PublicKey, agent.ID, nonce, hello.Signature)
+		return nil
+	})
+	if errs.Is(err, errs.NotFound) {
+		// No such agent: the one answer that stops an agent for good, so
+		// it is signed for this stream and that agent id (a path attacker
+		// who alters the id gets a refusal the agent does not take).
+		e := connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("hello: unknown agent %q; enrol again with a new enrolment token", ch.AgentId))
+		e.Meta().Set(agentproto.HelloRefusalHeader, agentproto.SignHelloRefusal(key.Private, nonce, ch.AgentId))
+		return nil, e
+	}
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	if !verified {
+		if errors.Is(herr, agentchannel.ErrChannel) {
+			s.log.WarnContext(ctx, "agent hello refused", "agent", ch.AgentId, "err", herr)
+		}
+		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("hello: bad signature: the channel handshake or the challenge signature does not verify under the agent's enrolled key"))
+	}
+	if err := st.Send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_ChannelAccept{ChannelAccept: accept}}); err != nil {
+		return nil, err
+	}
+	if a, ok := st.(interface{ authenticated() }); ok {
+		a.authenticated()
+	}
+	if hello.Capacity < 1 || hello.Capacity > 1000 {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("hello.capacity: must be between 1 and 1000, got %d", hello.Capacity))
+	}
+	if len(hello.Instance) > 64 || len(hello.Hostname) > 255 {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("hello.instance or hello.hostname: too long (64 and 255 bytes at most)"))
+	}
+	if err := s.checkInstance(ctx, agent, hello); err != nil {
+		return nil, err
+	}
+
+	c := &conn{
+		svc:      s,
+		st:       st,
+		ch:       channel,
+		agent:    agent,
+		capacity: int(hello.Capacity),
+		// What is stored now: a reconnecting agent whose permissions did
+		// not change costs no write.
+		perms:     agent.Permissions,
+		auditCopy: hello.AuditCopy,
+		auditSeq:  hello.AuditSeq,
+	}
+	c.ctx = ctx
+	c.sess = s.hub.Register(agent.ID, agent.InstallID, dispatch.Handlers{
+		Wake:     c.wake,
+		Cancel:   c.cancel,
+		Replaced: func() { c.replaced.Store(true) },
+		Reserve:  c.reserve,
+		Release:  func() { c.free.Add(1) },
+		Deliver:  c.deliver,
+	})
+	s.obs.Connected(1)
+	return c, c.welcome(ctx, hello)
+}
+
+// close unregisters a stream that open registered.
+func (s *Service) close(ctx context.Context, c *conn) {
+	s.hub.Unregister(c.sess)
+	if c.lastHeard.After(c.lastSeen) {
+		// The stream has ended, and its context with it; the write is
+		// still owed, bounded on its own.
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		if err := s.store.TouchAgent(wctx, c.agent.ID, c.lastHeard); err != nil {
+			c.logger().WarnContext(ctx, "touch agent at disconnect", "err", err)
+		}
+		cancel()
+	}
+	c.mu.Lock()
+	c.dead = true // no send after the handler returns
+	c.mu.Unlock()
+	s.obs.Connected(-1)
+	c.logger().InfoContext(ctx, "agent disconnected")
+}
+
+// run reads the stream after the welcome. From here the stream's own
+// goroutine reads it, so an idle agent costs imsd one goroutine (plus, on
+// the connect-go path, the HTTP/2 connection's own). Wake-ups and
+// cancellations arrive through the hub's handlers. An agent silent for
+// three heartbeats is cut off by the stream's Receive limit; on the
+// connect-go path a dead connection is also found by HTTP/2 pings.
+func (c *conn) run(ctx context.Context) error {
+	idleLimit := 3 * c.svc.cfg.HeartbeatInterval
+	for {
+		m, err := c.st.Receive(idleLimit)
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				return connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("no message from the agent for %s", idleLimit))
+			}
+			return ignoreEOF(err)
+		}
+		if m, err = agentchannel.OpenRequest(c.ch, m); err != nil {
+			// Altered, replayed, reordered, copied or in the clear.
+			return connect.NewError(connect.CodeInvalidArgument, err)
+		}
+		if c.replaced.Load() {
+			return connect.NewError(connect.CodeAborted, errors.New("replaced by a newer stream of the same agent"))
+		}
+		c.mu.Lock()
+		err = c.handle(ctx, m)
+		c.mu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// conn is the state of one authenticated agent stream. mu guards the
+// fields below it and serialises sends on the stream.
+type conn struct {
+	svc *Service
+	// st is the stream; ch the channel every message on it is sealed
+	// with (send seals, run opens: not a wrapper of st, so that the idle
+	// goroutine blocked in st.Receive has one frame less on its stack).
+	st       Stream
+	ch       *agentchannel.Channel
+	ctx      context.Context
+	agent    store.Agent
+	sess     *dispatch.Session
+	capacity int
+
+	replaced atomic.Bool
+	// claiming and wakePending run at most one claim goroutine per stream.
+	claiming, wakePending atomic.Bool
+	// free counts the job slots neither in flight nor reserved: capacity
+	// less len(inflight) less the slots taken by a claim running now or
+	// reserved for a job handed over at enqueue (dispatch.Hub.Reserve).
+	// It is zero until the welcome; changes to inflight adjust it.
+	free atomic.Int32
+
+	mu       sync.Mutex
+	dead     bool
+	inflight map[string]int64 // job id -> fencing token
+	// perms is the permission state last recorded for this agent (nil:
+	// none yet on this stream).
+	perms    *store.Permissions
+	lastSeen time.Time
+	// lastHeard is when the agent's last hello or heartbeat arrived; only
+	// the stream's own goroutine (handle, close) reads or writes it.
+	lastHeard time.Time
+	// lastForced is when the queue was last read without a hub mark.
+	lastForced time.Time
+	// auditCopy is set when the agent keeps a copy of its install's audit
+	// chain (Hello.audit_copy); auditSeq is the last record sent to it
+	// (or that it held at its hello). audit.go.
+	auditCopy bool
+	auditSeq  int64
+	// lastAudit is when a heartbeat last sent the agent its records;
+	// auditDirty is set when a result added records since.
+	lastAudit  time.Time
+	auditDirty bool
+}
+
+// welcome re-attaches the jobs the agent says it runs, answers the hello and
+// hands out what is queued. It runs on a short-lived goroutine: the database
+// work grows a goroutine's stack, and the stream's own goroutine then sits
+// idle for days with whatever stack it has.
+func (c *conn) welcome(ctx context.Context, hello *agentv1.Hello) error {
+	return onOwnStack(func() error {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.welcomeLocked(ctx, hello)
+	})
+}
+
+// onOwnStack runs f on a goroutine of its own and waits for it, so that
+// the stack f grows is not the caller's.
+func onOwnStack(f func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	return <-done
+}
+
+func (c *conn) welcomeLocked(ctx context.Context, hello *agentv1.Hello) error {
+	s := c.svc
+	now := s.now()
+	renewed, lost, err := s.store.RenewLeases(ctx, c.agent.ID, leases(hello.Running), s.reclaimAfter(now))
+	if err != nil {
+		return s.err(ctx, err)
+	}
+	tokens := make(map[string]int64, len(hello.Running))
+	for _, r := range hello.Running {
+		tokens[r.JobId] = r.FencingToken
+	}
+	for _, id := range renewed {
+		c.track(id, tokens[id])
+	}
+	c.free.Add(int32(c.capacity - len(c.inflight)))
+	if err := c.send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Welcome{Welcome: &agentv1.Welcome{
+		InstallId:           c.agent.InstallID,
+		HeartbeatIntervalMs: s.cfg.HeartbeatInterval.Milliseconds(),
+		LeaseDurationMs:     s.cfg.LeaseDuration.Milliseconds(),
+		Reattached:          renewed,
+		Lost:                lost,
+		KeyChain:            s.chain,
+	}}}); err != nil {
+		return err
+	}
+	if err := c.sendHeadCheckpoint(ctx); err != nil {
+		return err
+	}
+	if err := c.sendAudit(ctx); err != nil {
+		return err
+	}
+	// A job cancelled while its agent was away learns of it now.
+	for _, id := range renewed {
+		if j, err := s.store.GetJob(ctx, id); err == nil && j.CancelRequested {
+			if err := c.send(cancelMsg(id, j.CancelReason)); err != nil {
+				return err
+			}
+		}
+	}
+	c.logger().InfoContext(ctx, "agent connected", "reattached", len(renewed), "lost", len(lost))
+	c.touch(ctx, now)
+	c.reportPermissions(ctx, hello.Permissions, now)
+	c.reportStack(ctx, hello.Stack, now)
+	c.lastForced = now
+	return c.claim(ctx, true)
+}
+
+// logger is the service's logger with the agent's attributes. It is made
+// at each (rare) use rather than kept: an idle stream need not hold it.
+func (c *conn) logger() *slog.Logger {
+	return c.svc.log.With("agent", c.agent.ID, "install", c.agent.InstallID)
+}
+
+func (c *conn) touch(ctx context.Context, now time.Time) {
+	c.lastHeard = now
+	// Touch at most once per lease duration: last-seen is for people, the
+	// lease deadline is what the protocol relies on. While the stream is
+	// live people are shown "connected", not this time; close records the
+	// last message's, so an agent that went away shows when it was heard.
+	if now.Sub(c.lastSeen) < c.svc.cfg.LeaseDuration {
+		return
+	}
+	if err := c.svc.store.TouchAgent(ctx, c.agent.ID, now); err != nil {
+		c.logger().WarnContext(ctx, "touch agent", "err", err)
+		return
+	}
+	c.lastSeen = now
+}
+
+// reportPermissions records the permission state the agent reported, when
+// it differs from what is recorded (read with the agent at the hello,
+// then what this stream wrote).
+// imsd only shows it; it never decides a job by it, the agent does. An
+// agent that reports none (an older agentd) leaves it as it was. c.mu is
+// held.
+func (c *conn) reportPermissions(ctx context.Context, p *agentv1.Permissions, now time.Time) {
+	if p == nil {
+		return
+	}
+	sp := store.Permissions{Provision: p.Provision, Maintenance: p.Maintenance, Deprovision: p.Deprovision,
+		BreakGlass: p.BreakGlass, DisabledAll: p.DisabledAll}
+	if p.ChangeTime != nil {
+		sp.ChangedAt = p.ChangeTime.AsTime()
+	}
+	if c.perms != nil && c.perms.Equal(sp) {
+		return
+	}
+	if err := c.svc.store.SetAgentPermissions(ctx, c.agent.ID, sp, now); err != nil {
+		c.logger().WarnContext(ctx, "record permissions", "err", err)
+		return
+	}
+	if c.perms != nil || p.ChangeTime != nil {
+		c.logger().InfoContext(ctx, "customer changed permissions", "provision", sp.Provision, "maintenance", sp.Maintenance,
+			"deprovision", sp.Deprovision, "break_glass", sp.BreakGlass, "disabled_all", sp.DisabledAll)
+	}
+	c.perms = &sp
+	c.svc.hub.FleetChanged()
+}
+
+// reportStack records what the agent reported of its install stack in its
+// hello, when it differs from what is recorded (a reconnect with the same
+// stack costs no write). An agent without a stack reports none and leaves
+// the record as it was. c.mu is held.
+func (c *conn) reportStack(ctx context.Context, p *agentv1.StackReport, now time.Time) {
+	if p == nil {
+		return
+	}
+	r := store.StackReport{Format: p.Format, Stack: p.Stack, Inputs: p.Inputs, Outputs: p.Outputs}
+	if c.agent.Stack != nil && c.agent.Stack.Equal(r) {
+		return
+	}
+	if err := c.svc.store.SetAgentStack(ctx, c.agent.ID, r, now); err != nil {
+		c.logger().WarnContext(ctx, "record install stack", "err", err)
+		return
+	}
+	c.logger().InfoContext(ctx, "agent reported its install stack", "format", r.Format, "stack", r.Stack, "inputs", len(r.Inputs))
+	c.agent.Stack = &r
+	c.svc.hub.FleetChanged()
+}
