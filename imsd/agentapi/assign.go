@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -109,7 +110,9 @@ func (c *conn) deliver(j store.Job) {
 		c.track(j.ID, j.FencingToken)
 		a, err := c.svc.assignment(c.ctx, j, c.agent.InstallID, c.agent.ID)
 		if err != nil {
-			c.logger().ErrorContext(c.ctx, "encode assignment", "job", j.ID, "err", err)
+			if c.unsendable(c.ctx, j, err) {
+				c.svc.hub.Wake(c.agent.InstallID) // the slot is free again
+			}
 			return
 		}
 		if err := c.sendNow(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Assignment{Assignment: a}}); err != nil {
@@ -188,7 +191,7 @@ func (c *conn) claim(ctx context.Context, force bool) error {
 			c.track(j.ID, j.FencingToken)
 			a, err := c.svc.assignment(ctx, j, c.agent.InstallID, c.agent.ID)
 			if err != nil {
-				c.logger().ErrorContext(ctx, "encode assignment", "job", j.ID, "err", err)
+				c.unsendable(ctx, j, err)
 				continue
 			}
 			if err := c.send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Assignment{Assignment: a}}); err != nil {
@@ -222,7 +225,7 @@ func (c *conn) picked(j store.Job) {
 func (s *Service) assignment(ctx context.Context, j store.Job, installID, agentID string) (*agentv1.JobAssignment, error) {
 	field, digest, err := configField(j.Config)
 	if err != nil {
-		return nil, err
+		return nil, &unsendableError{err}
 	}
 	grant, grantClaims, err := s.grant(ctx, j, installID)
 	if err != nil {
@@ -254,6 +257,53 @@ func (s *Service) assignment(ctx context.Context, j store.Job, installID, agentI
 	a.Signature = &agentv1.JobSignature{KeyId: claims.KeyID, ExpireUnixMs: claims.Expires.UnixMilli(), Signature: sig}
 	a.ProtoReflect().SetUnknown(field)
 	return a, nil
+}
+
+// An unsendableError is why imsd cannot build a job's assignment at all,
+// whichever agent asks: its stored config does not decode, or breaks the
+// job config limits (agentproto's ConfigError names the limit and the
+// value's path). Such a config can only have been stored before enqueue
+// checked the limits, or written to the database by hand.
+type unsendableError struct{ err error }
+
+func (e *unsendableError) Error() string { return e.err.Error() }
+func (e *unsendableError) Unwrap() error { return e.err }
+
+// unsendable handles job j, claimed for this agent, whose assignment could
+// not be built (err). A job no agent could be sent (unsendableError) fails
+// at once with err as its reason, audited with imsd as the actor, and
+// nothing reaches the agent: waiting for its lease to expire would fail it
+// later as "never acknowledged", and a retry would fail the same way.
+// Any other error (a registry grant not issued) leaves the job to its
+// lease, as before. It reports whether j's slot is free again. c.mu is
+// held.
+func (c *conn) unsendable(ctx context.Context, j store.Job, err error) bool {
+	var ue *unsendableError
+	if !errors.As(err, &ue) {
+		c.logger().ErrorContext(ctx, "encode assignment", "job", j.ID, "err", err)
+		return false
+	}
+	s := c.svc
+	msg := "imsd cannot send this job to an agent: " + err.Error()
+	if len(msg) > MaxLogLineBytes {
+		msg = msg[:MaxLogLineBytes]
+	}
+	c.logger().ErrorContext(ctx, "job failed: its assignment cannot be built", "job", j.ID, "err", err)
+	changed, ferr := s.store.FinishJob(ctx, j.ID, store.Writer{AgentID: c.agent.ID, FencingToken: j.FencingToken},
+		store.Result{State: store.JobFailed, ExitCode: -1, Error: strings.ToValidUTF8(msg, "\uFFFD"), ByIMSD: true}, s.now())
+	if ferr != nil {
+		// The job stays claimed: its lease expires and the sweeper ends it.
+		c.logger().ErrorContext(ctx, "fail unsendable job", "job", j.ID, "err", ferr)
+		return false
+	}
+	c.drop(j.ID)
+	if changed {
+		s.obs.Finished(store.JobFailed)
+		s.hub.NotifyLog(j.ID)
+		s.hub.FleetChanged()
+	}
+	c.auditDirty = true
+	return true
 }
 
 func cancelMsg(jobID, reason string) *agentv1.ConnectResponse {

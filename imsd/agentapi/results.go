@@ -5,6 +5,7 @@ package agentapi
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -60,7 +61,12 @@ func checkPlanDigest(r *agentv1.JobResult) error {
 // it, one more change says how many were left out.
 const MaxPlannedChanges = 1000
 
-// plannedChanges converts a result's planned changes for the store.
+// plannedChanges converts a result's planned changes for the store. A
+// before or after value nested past the limit a plan digest enforces
+// (agentproto.CheckPlanValue) is left out, and the change's summary says
+// which and why, as a job's get does for such a value already stored: a
+// result without a digest is not checked by checkPlanDigest, and a value
+// that deep would otherwise be stored and shown to no one.
 func plannedChanges(in []*agentv1.PlannedChange) ([]store.PlannedChange, error) {
 	var out []store.PlannedChange
 	for i, c := range in {
@@ -76,6 +82,15 @@ func plannedChanges(in []*agentv1.PlannedChange) ([]store.PlannedChange, error) 
 			out  *json.RawMessage
 		}{{"before", c.Before, &p.Before}, {"after", c.After, &p.After}} {
 			if v.in == nil {
+				continue
+			}
+			if err := agentproto.CheckPlanValue(v.in.AsInterface()); err != nil {
+				where := err.Error()
+				if ce, ok := errors.AsType[*agentproto.ConfigError](err); ok {
+					where = v.name + ce.Path + ": " + ce.Problem
+				}
+				note := "imsd did not store the " + v.name + " value of this change: " + where
+				p.Summary = strings.TrimPrefix(p.Summary+"; "+note, "; ")
 				continue
 			}
 			b, err := v.in.MarshalJSON()

@@ -89,7 +89,13 @@ func (s *Store) FinishJob(ctx context.Context, jobID string, w Writer, r Result,
 			// the customer's permission state): a kind of its own.
 			kind = "job.refused"
 		}
-		if err := s.auditAgentJob(ctx, tx, w.AgentID, jobID, kind, now, data); err != nil {
+		if r.ByIMSD {
+			data["agent"] = w.AgentID
+			err = s.Audit(ctx, tx, AuditEvent{Chain: install, At: now, Kind: kind, Actor: "imsd", Subject: "job:" + jobID, Data: data})
+		} else {
+			err = s.auditAgentJob(ctx, tx, w.AgentID, jobID, kind, now, data)
+		}
+		if err != nil {
 			return err
 		}
 		if op == "drift" {

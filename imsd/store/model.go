@@ -311,6 +311,11 @@ type Result struct {
 	// Build, set for a succeeded build job of the vendor install, is
 	// recorded with the finish (BuildFromOutputs).
 	Build *Build
+	// ByIMSD is set when imsd ends the job itself, in its agent's stead:
+	// an assignment it could not build (a stored config past the job
+	// config limits). The audit record's actor is then imsd, not the
+	// agent, whose lease the write still needs.
+	ByIMSD bool
 }
 
 // LogLine is one line of a job's log. (Attempt, Seq) is unique per job, so

@@ -66,6 +66,19 @@ func PlanDigest(changes []PlanChange) (string, error) {
 	return PlanDigestPrefix + hex.EncodeToString(h.Sum(nil)), nil
 }
 
+// CheckPlanValue says whether v, a planned change's before or after value
+// as PlanChange holds it, is within the limit PlanDigest enforces: only
+// the depth (MaxConfigDepth below the value itself). It returns a
+// *ConfigError naming the path from the value's top, or nil. imsd stores
+// planned changes that carry no digest only within it too.
+func CheckPlanValue(v any) error {
+	w := configWalker{plan: true}
+	if err := w.value(v, 0); err != nil {
+		return toConfigError(err)
+	}
+	return nil
+}
+
 // PlanDigestHex returns the hex digits of a plan digest, the name of its
 // artifact directory, and whether d is a well-formed digest.
 func PlanDigestHex(d string) (string, bool) {

@@ -99,3 +99,23 @@ func TestJobSignatureApprovedPlanDigest(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// CheckPlanValue bounds a planned change's value exactly where PlanDigest
+// does, with the path from the value's top.
+func TestCheckPlanValueIsPlanDigestsDepthLimit(t *testing.T) {
+	for _, n := range []int{0, 1, MaxConfigDepth - 1, MaxConfigDepth, MaxConfigDepth + 1, 3 * MaxConfigDepth} {
+		v := nested(n)
+		err := CheckPlanValue(v)
+		_, derr := PlanDigest([]PlanChange{{Address: "x", Action: "update", After: v}})
+		if (err == nil) != (n <= MaxConfigDepth) || (err == nil) != (derr == nil) {
+			t.Errorf("%d levels: CheckPlanValue %v, PlanDigest %v; want both to refuse only past %d", n, err, derr, MaxConfigDepth)
+		}
+		var ce *ConfigError
+		if err != nil && (!errors.As(err, &ce) || !strings.HasPrefix(ce.Path, ".a.a") || ce.Problem != "nested deeper than 100 levels (the limit is 100)") {
+			t.Errorf("%d levels: %#v, want a ConfigError with the path and the limit", n, err)
+		}
+	}
+	if err := CheckPlanValue([]any{"x", 1.0, map[string]any{"k": nil}}); err != nil {
+		t.Errorf("a shallow list: %v", err)
+	}
+}

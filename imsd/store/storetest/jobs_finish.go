@@ -79,6 +79,28 @@ func testAckAndFinish(t *testing.T, e *env) {
 	equal(t, "no planned changes", len(failed.PlannedChanges), 0)
 	_, err = e.s.FinishJob(ctx, "nope", w, res, at(5*time.Minute))
 	wantErr(t, err, errs.NotFound)
+
+	// imsd failing a job in its agent's stead (an assignment it could not
+	// build) still needs the agent's lease, and audits itself as actor.
+	e.enqueue("job-3", inst, T0)
+	j3 := e.claimOne(inst, "ag-1", at(time.Minute))
+	byIMSD := store.Result{State: store.JobFailed, ExitCode: -1, Error: "imsd cannot send this job", ByIMSD: true}
+	_, err = e.s.FinishJob(ctx, "job-3", store.Writer{AgentID: "ag-1", FencingToken: j3.FencingToken + 1}, byIMSD, at(2*time.Minute))
+	wantErr(t, err, errs.Conflict)
+	changed, err = e.s.FinishJob(ctx, "job-3", writer(j3), byIMSD, at(2*time.Minute))
+	ok(t, err)
+	equal(t, "changed", changed, true)
+	equal(t, "imsd failed state", e.job("job-3").State, store.JobFailed)
+	rs, err := e.s.AuditRecords(ctx, inst)
+	ok(t, err)
+	last := rs[len(rs)-1]
+	equal(t, "audit kind", last.Kind, "job.finished")
+	equal(t, "audit actor", last.Actor, "imsd")
+	equal(t, "audit subject", last.Subject, "job:job-3")
+	var data map[string]string
+	ok(t, json.Unmarshal([]byte(last.Data), &data))
+	equal(t, "audit agent", data["agent"], "ag-1")
+	equal(t, "audit error", data["error"], "imsd cannot send this job")
 }
 
 func testFencing(t *testing.T, e *env) {
