@@ -115,10 +115,10 @@ func TestChannelRefusesTampering(t *testing.T) {
 	wantRefused("altered", p.agent, m)
 
 	p = fresh()
-	m1, m2 := seal(p.imsd, "one"), seal(p.imsd, "two")
+	_, m2 := seal(p.imsd, "one"), seal(p.imsd, "two")
 	wantRefused("reordered", p.agent, m2)
 	p = fresh()
-	m1 = seal(p.imsd, "one")
+	m1 := seal(p.imsd, "one")
 	if _, err := p.agent.Open(m1); err != nil {
 		t.Fatal(err)
 	}
