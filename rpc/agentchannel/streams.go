@@ -19,13 +19,33 @@ import (
 // other end (a proxy forging one), refused.
 var ErrUnsealed = fmt.Errorf("%w: a message in the clear after the handshake (every message must be sealed)", ErrChannel)
 
-// SealRequest seals m for imsd.
-func SealRequest(c *Channel, m *agentv1.ConnectRequest) (*agentv1.ConnectRequest, error) {
+// seal marshals m and seals it.
+func seal(c *Channel, m proto.Message) ([]byte, error) {
 	b, err := proto.Marshal(m)
 	if err != nil {
 		return nil, err
 	}
-	s, err := c.Seal(b)
+	return c.Seal(b)
+}
+
+// open opens sealed (ErrUnsealed when there is none) into into.
+func open(c *Channel, sealed []byte, into proto.Message) error {
+	if sealed == nil {
+		return ErrUnsealed
+	}
+	b, err := c.Open(sealed)
+	if err != nil {
+		return err
+	}
+	if err := proto.Unmarshal(b, into); err != nil {
+		return fmt.Errorf("%w: %w", ErrChannel, err)
+	}
+	return nil
+}
+
+// SealRequest seals m for imsd.
+func SealRequest(c *Channel, m *agentv1.ConnectRequest) (*agentv1.ConnectRequest, error) {
+	s, err := seal(c, m)
 	if err != nil {
 		return nil, err
 	}
@@ -35,17 +55,9 @@ func SealRequest(c *Channel, m *agentv1.ConnectRequest) (*agentv1.ConnectRequest
 // OpenRequest opens a message from the agent: a heartbeat, ack, logs or
 // result.
 func OpenRequest(c *Channel, m *agentv1.ConnectRequest) (*agentv1.ConnectRequest, error) {
-	sealed := m.GetSealed()
-	if sealed == nil {
-		return nil, ErrUnsealed
-	}
-	b, err := c.Open(sealed)
-	if err != nil {
-		return nil, err
-	}
 	var in agentv1.ConnectRequest
-	if err := proto.Unmarshal(b, &in); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrChannel, err)
+	if err := open(c, m.GetSealed(), &in); err != nil {
+		return nil, err
 	}
 	switch in.Msg.(type) {
 	case *agentv1.ConnectRequest_Heartbeat, *agentv1.ConnectRequest_Ack, *agentv1.ConnectRequest_Logs, *agentv1.ConnectRequest_Result:
@@ -56,11 +68,7 @@ func OpenRequest(c *Channel, m *agentv1.ConnectRequest) (*agentv1.ConnectRequest
 
 // SealResponse seals m for the agent.
 func SealResponse(c *Channel, m *agentv1.ConnectResponse) (*agentv1.ConnectResponse, error) {
-	b, err := proto.Marshal(m)
-	if err != nil {
-		return nil, err
-	}
-	s, err := c.Seal(b)
+	s, err := seal(c, m)
 	if err != nil {
 		return nil, err
 	}
@@ -70,17 +78,9 @@ func SealResponse(c *Channel, m *agentv1.ConnectResponse) (*agentv1.ConnectRespo
 // OpenResponse opens a message from imsd: anything but a handshake
 // message.
 func OpenResponse(c *Channel, m *agentv1.ConnectResponse) (*agentv1.ConnectResponse, error) {
-	sealed := m.GetSealed()
-	if sealed == nil {
-		return nil, ErrUnsealed
-	}
-	b, err := c.Open(sealed)
-	if err != nil {
-		return nil, err
-	}
 	var out agentv1.ConnectResponse
-	if err := proto.Unmarshal(b, &out); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrChannel, err)
+	if err := open(c, m.GetSealed(), &out); err != nil {
+		return nil, err
 	}
 	switch out.Msg.(type) {
 	case nil, *agentv1.ConnectResponse_Sealed, *agentv1.ConnectResponse_ChannelAccept, *agentv1.ConnectResponse_Challenge:
