@@ -125,3 +125,48 @@ func TestMountsMaskHidden(t *testing.T) {
 		})
 	}
 }
+
+// A path named through a symbolic link whose target is absolute (as a
+// provider mirror under a symlinked cache folder is) is shown at the
+// name it was given, by both builders.
+func TestMountsFollowSymlinkedPaths(t *testing.T) {
+	root := t.TempDir()
+	real := filepath.Join(root, "real")
+	if err := os.Mkdir(real, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(real, "provider"), []byte("mirror"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(root, "cache", "mirror")
+	if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	work := t.TempDir()
+	m := Mounts{Writable: []string{work}, ReadOnly: []string{link}, Chdir: work, UnshareUser: true, TmpReadOnly: true}
+	argv := []string{"/bin/cat", filepath.Join(link, "provider")}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := NamespaceCommand(self, m, argv, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmds := map[string]*exec.Cmd{"namespaces": ns}
+	if bwrap, err := exec.LookPath("bwrap"); err == nil {
+		cmds["bubblewrap"] = exec.Command(bwrap, append(append(m.BwrapArgs(), "--"), argv...)...)
+	}
+	for name, cmd := range cmds {
+		t.Run(name, func(t *testing.T) {
+			var out bytes.Buffer
+			cmd.Stdout, cmd.Stderr, cmd.Env = &out, &out, []string{}
+			if err := cmd.Run(); err != nil || out.String() != "mirror" {
+				t.Fatalf("reading through %s: %v: %q", link, err, out.String())
+			}
+		})
+	}
+}

@@ -163,6 +163,19 @@ func InitMain(args []string) int {
 // bubblewrap does: a tmpfs root holding only bind mounts of what is
 // allowed, a new /dev, /proc and /tmp, read-only where it may be.
 func buildRoot(m Mounts, ops []mountOp) error {
+	// A bind's source is resolved while the host's root is still the
+	// root: a symbolic link with an absolute target (a provider mirror
+	// path that links elsewhere, say) would resolve against the new root
+	// under /oldroot and not be found. The sandbox still shows it at the
+	// path it was named by.
+	for i, o := range ops {
+		if o.Kind != opBind && o.Kind != opROBind {
+			continue
+		}
+		if r, err := filepath.EvalSymlinks(o.source()); err == nil {
+			ops[i].Src = r
+		}
+	}
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
 	}
