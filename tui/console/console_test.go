@@ -552,6 +552,12 @@ func TestGoldens(t *testing.T) {
 			grantActions(m)
 			press(m, "down", "enter", "acm", "enter")
 		},
+		"yaml": func(m *Model) { press(m, "y") },
+		"describe-job": func(m *Model) {
+			press(m, ":", "jobs", "enter")
+			m.Update(jobsMsg{gen: m.top().(*jobsView).gen, jobs: jobs()})
+			press(m, "down", "d")
+		},
 		"offline": func(m *Model) {
 			m.Update(fleetMsg{gen: m.fleetGen, events: []fleetEvent{{err: connect.NewError(connect.CodeUnavailable, errors.New("connection refused")), retryIn: 8 * time.Second}}})
 		},
@@ -774,6 +780,7 @@ func (n *fakeNav) askTyped(title string, _ []string, typed string, _ func() tea.
 	return nil
 }
 func (n *fakeNav) grant(string) *imsv1.BreakGlassGrant { return nil }
+func (n *fakeNav) copyID(string, string) tea.Cmd       { return nil }
 
 // TestViewsWorkAlone drives views as components, without the console
 // around them: sized, fed, keyed, and asking a fake nav for what is not
@@ -1578,4 +1585,67 @@ func failedInstall(m *Model) {
 				Error: "terraform apply: exit status 1: creating ElastiCache cluster: quota exceeded"},
 		}}
 	m.Update(workflowsMsg{gen: v.wfGen, newest: failed, deploy: failed})
+}
+
+// d, y and J on a row open it as imsd returned it: described one field a
+// line, as YAML and as JSON with protojson's camelCase keys; the list
+// keys scroll it, d/y/J switch, esc goes back; c copies its id (OSC 52).
+// Every list view offers them.
+func TestDescribeAndYAMLOfTheRowUnderTheCursor(t *testing.T) {
+	m := newTestModel(t, Options{})
+	m.Update(teaSize(120, 60))
+	feed(m, snapshot())
+	press(m, "y")
+	ov, ok := m.top().(*objectView)
+	if !ok {
+		t.Fatalf("y opens the row as YAML, top is %T", m.top())
+	}
+	s := screen(m)
+	mustContain(t, s, "install acme (yaml)", "Install acme (ins_acme)", "install:", "  name: acme", "appRevision:")
+	mustNotContain(t, s, "app_revision")
+	press(m, "J")
+	mustContain(t, screen(m), `"install": {`, `"name": "acme",`)
+	press(m, "d")
+	mustContain(t, screen(m), "install.name:", "acme")
+	m.Update(teaSize(120, 8))
+	mustContain(t, screen(m), "more lines")
+	first := ov.off
+	press(m, "pgdown")
+	if ov.off == first {
+		t.Fatal("pgdown does not scroll the object")
+	}
+	press(m, "esc")
+	if _, ok := m.top().(*fleetView); !ok {
+		t.Fatalf("esc goes back to the list, top is %T", m.top())
+	}
+	m.Update(teaSize(120, 60))
+
+	cmd := press(m, "c")
+	mustContain(t, screen(m), "copied install id ins_acme to the clipboard (OSC 52)")
+	if cmd == nil {
+		t.Fatal("c returns the clipboard command")
+	}
+
+	press(m, ":", "jobs", "enter")
+	m.Update(jobsMsg{gen: m.top().(*jobsView).gen, jobs: jobs()})
+	press(m, "d")
+	mustContain(t, screen(m), "job "+jobs()[0].Id+" (describe)", "installId:")
+	press(m, "esc")
+
+	auditEvents(m)
+	press(m, "y")
+	mustContain(t, screen(m), "audit event acme #8 (yaml)", "kind: job.cancel_requested", "actor: ops")
+	press(m, "esc")
+
+	press(m, ":", "installs", "enter", "enter")
+	m.Update(jobsMsg{gen: m.top().(*installView).gen, jobs: jobs()})
+	press(m, "y")
+	mustContain(t, screen(m), "job "+jobs()[0].Id+" (yaml)")
+	press(m, "esc")
+	press(m, "a")
+	m.Update(actionsMsg{gen: m.top().(*actionsView).gen, revision: 3, actions: []*imsv1.Action{{Name: "migrate", Mode: "maintenance"}}})
+	press(m, "y")
+	mustContain(t, screen(m), "action migrate (yaml)", "mode: maintenance")
+	press(m, "esc", "down", "y")
+	mustContain(t, screen(m), "no row under the cursor")
 }

@@ -412,6 +412,27 @@ func (m *Model) key(msg tea.KeyPressMsg) tea.Cmd {
 		}
 		return nil
 	}
+	if sv, ok := m.top().(selectable); ok {
+		f, isObj := map[Action]objectFormat{ActDescribe: fmtDescribe, ActYAML: fmtYAML, ActJSON: fmtJSON}, false
+		for act, format := range f {
+			if m.km.Is(msg, act) {
+				isObj = true
+				if sel := sv.Selected(); sel.obj != nil {
+					return m.push(newObjectView(m.env, sel, format))
+				}
+			}
+		}
+		if m.km.Is(msg, ActCopyID) {
+			if sel := sv.Selected(); sel.id != "" {
+				return m.copyID(sel.kind, sel.id)
+			}
+			isObj = true
+		}
+		if isObj {
+			m.setStatus(true, "no row under the cursor")
+			return nil
+		}
+	}
 	return m.top().Update(msg)
 }
 
@@ -583,6 +604,13 @@ func (m *Model) confirmCancel(job *imsv1.Job) tea.Cmd {
 			m.cancelGen = m.nextGen()
 			return cancelJob(m.ctx, m.conn.Client, m.cancelGen, job.Id)
 		})
+}
+
+// copyID puts id on the clipboard with OSC 52 (the terminal, not a
+// clipboard library, does it; over ssh too where the terminal allows it).
+func (m *Model) copyID(kind, id string) tea.Cmd {
+	m.setStatus(false, "copied %s id %s to the clipboard (OSC 52)", kind, id)
+	return tea.SetClipboard(id)
 }
 
 // ask shows title and details and runs yes if the answer is y.

@@ -109,6 +109,8 @@ type nav interface {
 	// grant is the operator's live break-glass grant on the install with
 	// this id, or nil.
 	grant(installID string) *imsv1.BreakGlassGrant
+	// copyID puts id on the clipboard (OSC 52) and says so.
+	copyID(kind, id string) tea.Cmd
 }
 
 // env is what every view shares (soft-serve's common.Common): the
