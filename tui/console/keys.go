@@ -71,7 +71,7 @@ var keyDefaults = []struct {
 	dangerous bool
 }{
 	{ActHelp, "global", []string{"?"}, "show or hide this help", false},
-	{ActCommand, "global", []string{":"}, "command line (" + rootViewNames(" ") + " :ctx NAME :q)", false},
+	{ActCommand, "global", []string{":"}, "command line (" + rootViewNames(" ") + " :ctx [NAME] :q)", false},
 	{ActFilter, "global", []string{"/"}, "filter rows (text, or key=value on labels); search in logs", false},
 	{ActBack, "global", []string{"esc"}, "back one level / clear filter", false},
 	{ActOpen, "global", []string{"enter"}, "drill down into the selected row", false},

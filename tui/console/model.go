@@ -42,6 +42,10 @@ type Options struct {
 	// LogLines and LogBytes bound the memory of a log view (defaults
 	// 20,000 lines and 32 MiB).
 	LogLines, LogBytes int
+	// Contexts lists the CLI config's contexts, for :ctx (nil when the
+	// console was started with --server). It reads a file: Update calls
+	// it only in a command.
+	Contexts func() ([]ContextInfo, error)
 	// NoWatch skips the fleet watch (tests feed fleetMsg themselves).
 	NoWatch bool
 }
@@ -495,24 +499,37 @@ func (m *Model) command(line string) tea.Cmd {
 	switch f[0] {
 	case "q", "quit":
 		return tea.Quit
-	case "ctx", "context":
-		if len(f) != 2 {
-			m.setStatus(true, ":ctx needs one context name, as in :ctx prod (byoc context list shows them)")
+	case "ctx", "context", "contexts":
+		if len(f) > 2 {
+			m.setStatus(true, ":ctx takes one context name, as in :ctx prod, or none to list them")
 			return nil
 		}
-		if m.opts.Dial == nil {
+		if len(f) == 2 {
+			return m.switchContext(f[1])
+		}
+		if m.opts.Contexts == nil {
 			m.setStatus(true, ":ctx is not available: the console was started with --server")
 			return nil
 		}
-		name, dial, ctx := f[1], m.opts.Dial, m.ctx
-		m.setStatus(false, "connecting to context %s…", name)
-		return func() tea.Msg {
-			c, err := dial(ctx, name)
-			return ctxMsg{conn: c, err: err}
-		}
+		return m.reset(newContextsView(m.env))
 	}
-	m.setStatus(true, "unknown command :%s; try %s, :ctx NAME or :q", f[0], rootViewNames(", "))
+	m.setStatus(true, "unknown command :%s; try %s, :ctx [NAME] or :q", f[0], rootViewNames(", "))
 	return nil
+}
+
+// switchContext connects to the CLI context name in a command; ctxMsg
+// brings the connection.
+func (m *Model) switchContext(name string) tea.Cmd {
+	if m.opts.Dial == nil {
+		m.setStatus(true, ":ctx is not available: the console was started with --server")
+		return nil
+	}
+	dial, ctx := m.opts.Dial, m.ctx
+	m.setStatus(false, "connecting to context %s…", name)
+	return func() tea.Msg {
+		c, err := dial(ctx, name)
+		return ctxMsg{conn: c, err: err}
+	}
 }
 
 // startAction opens the install's actions, the ad-hoc script last.
