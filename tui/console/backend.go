@@ -1,7 +1,10 @@
 package console
 
 import (
+	"bufio"
 	"context"
+	"os"
+	"path/filepath"
 	"time"
 
 	tea "charm.land/bubbletea/v2"
@@ -345,4 +348,43 @@ func listGrants(ctx context.Context, c imsv1connect.OperatorServiceClient) func(
 		}
 		return r.Msg.Grants, nil
 	}
+}
+
+// saveLog writes lines to dir/name (dir "" is the working directory)
+// through a temporary file renamed over it, so a failed save leaves no
+// half-written file, and returns the file's absolute path.
+func saveLog(dir, name string, lines []string) (string, error) {
+	if dir == "" {
+		dir = "."
+	}
+	path, err := filepath.Abs(filepath.Join(dir, name))
+	if err != nil {
+		return "", err
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), "."+name+".*")
+	if err != nil {
+		return path, err
+	}
+	w := bufio.NewWriter(f)
+	for _, l := range lines {
+		w.WriteString(l)
+		w.WriteByte('\n')
+	}
+	err = w.Flush()
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(f.Name(), 0o644)
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+	}
+	return path, err
 }

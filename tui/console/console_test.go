@@ -526,6 +526,13 @@ func TestGoldens(t *testing.T) {
 			})}}})
 			press(m, "w", "t")
 		},
+		"logs-saved": func(m *Model) {
+			lv := newLogView(m.env, jobs()[0])
+			m.push(lv)
+			m.Update(logMsg{gen: lv.gen, chunks: []logChunk{{lines: logLines(1, 40, func(i int) string { return fmt.Sprintf("step %d", i) })}}})
+			press(m, "ctrl+s") // the command, not run here, would write the file
+			m.Update(savedLogMsg{gen: lv.saveGen, path: "/var/log/byoc/" + lv.job.Id + "-1.log", n: 40})
+		},
 		"help":    func(m *Model) { press(m, "?") },
 		"confirm": func(m *Model) { press(m, "a", "enter", "./migrate.sh --dry-run", "enter") },
 		"script":  func(m *Model) { press(m, "a", "enter") },
@@ -1811,4 +1818,49 @@ func runCmd(cmd tea.Cmd, want func(tea.Msg) bool) tea.Msg {
 		}
 	}
 	return nil
+}
+
+// ctrl+s in a log writes the lines held to JOB-ATTEMPT.log under
+// $BYOC_LOG_DIR, whole (a temporary file renamed), and the status line
+// names the path; a directory it cannot write says so. c copies the job's
+// id with OSC 52 (bubbletea's SetClipboard) and says so.
+func TestSaveLogAndCopyID(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("BYOC_LOG_DIR", dir)
+	m := newTestModel(t, Options{})
+	m.Update(teaSize(200, 24))
+	feed(m, snapshot())
+	j := jobs()[0]
+	j.Attempt = 2
+	lv := newLogView(m.env, j)
+	m.push(lv)
+	m.Update(logMsg{gen: lv.gen, chunks: []logChunk{{lines: logLines(1, 5, func(i int) string { return fmt.Sprintf("step %d", i) })}}})
+	cmd := press(m, "ctrl+s")
+	if cmd == nil {
+		t.Fatal("ctrl+s returns the command that writes the file")
+	}
+	msg := runCmd(cmd, func(msg tea.Msg) bool { _, ok := msg.(savedLogMsg); return ok })
+	m.Update(msg)
+	path := filepath.Join(dir, j.Id+"-2.log")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "step 1\nstep 2\nstep 3\nstep 4\nstep 5\n"; string(b) != want {
+		t.Fatalf("%s holds %q, want %q", path, b, want)
+	}
+	mustContain(t, screen(m), "saved 5 lines to "+path)
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Fatalf("the save left %d files in %s, want just the log", len(ents), dir)
+	}
+
+	t.Setenv("BYOC_LOG_DIR", filepath.Join(dir, "missing"))
+	m.Update(runCmd(press(m, "ctrl+s"), func(msg tea.Msg) bool { _, ok := msg.(savedLogMsg); return ok }))
+	mustContain(t, screen(m), "log not saved:", "missing")
+
+	cmd = press(m, "c")
+	mustContain(t, screen(m), "copied job id "+j.Id+" to the clipboard (OSC 52)")
+	if got := runCmd(cmd, func(tea.Msg) bool { return true }); fmt.Sprintf("%v", got) != j.Id {
+		t.Fatalf("c sends %v to the clipboard, want %s", got, j.Id)
+	}
 }

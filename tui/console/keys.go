@@ -93,6 +93,7 @@ var keyDefaults = []struct {
 	{ActPrevMatch, "logs", []string{"N"}, "previous search match", false},
 	{ActWrap, "logs", []string{"w"}, "wrap long lines on/off", false},
 	{ActTimestamps, "logs", []string{"t"}, "timestamps on/off", false},
+	{ActSaveLog, "logs", []string{"ctrl+s"}, "save the log held so far to JOB-ATTEMPT.log ($BYOC_LOG_DIR, or .)", false},
 	{ActRunAction, "fleet, install", []string{"a"}, "run an action on the install (asks first)", true},
 	{ActBreakGlass, "install", []string{"b"}, "request break-glass on the install (role, reason, duration)", true},
 	{ActCancelJob, "install, jobs, logs", []string{"x"}, "cancel the job (asks first)", true},

@@ -60,3 +60,6 @@ func (v *actionsView) Selected() selection {
 	}
 	return selection{}
 }
+
+// Selected is the log's job.
+func (v *logView) Selected() selection { return selection{v.job, "job", v.job.Id, v.job.Id} }
