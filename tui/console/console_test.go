@@ -1788,6 +1788,8 @@ func TestCtxListsContextsAndEnterSwitches(t *testing.T) {
 	if !screenLine(s, "*", "prod", "https://ims.example.com") || !screenLine(s, "staging", "https://staging.example.com") {
 		t.Fatalf(":ctx lists the contexts, current starred:\n%s", s)
 	}
+	press(m, "y")
+	mustContain(t, screen(m), "a context is not an object imsd holds")
 	press(m, "down")
 	cmd = press(m, "enter")
 	mustContain(t, screen(m), "connecting to context staging")

@@ -421,8 +421,13 @@ func (m *Model) key(msg tea.KeyPressMsg) tea.Cmd {
 		for act, format := range f {
 			if m.km.Is(msg, act) {
 				isObj = true
-				if sel := sv.Selected(); sel.obj != nil {
+				sel := sv.Selected()
+				if sel.obj != nil {
 					return m.push(newObjectView(m.env, sel, format))
+				}
+				if sel.id != "" {
+					m.setStatus(true, "a %s is not an object imsd holds: nothing to describe", sel.kind)
+					return nil
 				}
 			}
 		}
