@@ -680,7 +680,7 @@ func TestKeyScopesCoverHints(t *testing.T) {
 	for _, d := range keyDefaults {
 		scopes[d.act] = d.scope
 	}
-	for name, v := range map[string]hinted{"fleet": &fleetView{}, "install": &installView{}, "jobs": &jobsView{}, "logs": &logView{}} {
+	for name, v := range map[string]hinted{"fleet": &fleetView{}, "install": &installView{}, "jobs": &jobsView{}, "logs": &logView{}, "lists": &objectView{}} {
 		for _, a := range v.Hints() {
 			if !scopesOverlap(scopes[a], name) {
 				t.Errorf("the %s view offers %s, whose scope is %q", name, a, scopes[a])
