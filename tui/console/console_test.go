@@ -1722,18 +1722,33 @@ func TestResourceCommands(t *testing.T) {
 	steps := openTable(t, m, []*imsv1.WorkflowStep{
 		{Name: "db", Component: "db", Operation: "apply", State: imsv1.StepState_STEP_STATE_SUCCEEDED, JobId: "job_db", Attempts: 1},
 		{Name: "cache", Component: "cache", Operation: "apply", State: imsv1.StepState_STEP_STATE_FAILED, JobId: "job_tf", Attempts: 3, Error: "terraform apply exited 1"},
+		{Name: "web", Component: "web", Operation: "apply", State: imsv1.StepState_STEP_STATE_PENDING, Needs: []string{"cache"}},
 	})
 	s = screen(m)
 	mustContain(t, s, "workflows › workflow wf_prov1")
 	if !screenLine(s, "cache", "apply", "failed", "3", "job_tf", "terraform apply exited 1") {
 		t.Fatalf("step row:\n%s", s)
 	}
-	press(m, "down", "enter")
-	mustContain(t, screen(m), "step wf_prov1/cache (describe)", "jobId:", "job_tf")
+	press(m, "down", "down", "enter")
+	mustContain(t, screen(m), "step wf_prov1/web (describe)", "state:", "STEP_STATE_PENDING")
 	press(m, "esc")
 	if m.top() != view(steps) {
 		t.Fatalf("esc goes back to the steps, top is %T", m.top())
 	}
+	// enter on a step with a job reads the job, then opens its log.
+	press(m, "up", "enter")
+	m.Update(jobMsg{gen: m.gen - 1, job: job("job_stale", "acme", imsv1.JobState_JOB_STATE_FAILED, 0)})
+	if m.top() != view(steps) {
+		t.Fatalf("a stale job read opened %T", m.top())
+	}
+	m.Update(jobMsg{gen: m.gen, job: job("job_tf", "acme", imsv1.JobState_JOB_STATE_FAILED, 0)})
+	mustContain(t, screen(m), "workflow wf_prov1 › job_tf › logs")
+	press(m, "esc", "enter")
+	m.Update(jobMsg{gen: m.gen, err: connect.NewError(connect.CodeNotFound, errors.New("job job_tf not found"))})
+	mustContain(t, screen(m), "job not read: job job_tf not found")
+	press(m, "down", "y")
+	mustContain(t, screen(m), "step wf_prov1/web (yaml)")
+	press(m, "esc")
 
 	press(m, ":", "apps", "enter")
 	openTable(t, m, []*imsv1.App{{Id: "app_shop", Name: "shop", Description: "the demo shop"}, {Id: "app_billing", Name: "billing"}})

@@ -37,7 +37,7 @@ func newWorkflowsView(e *env) view {
 				"BY": orDash(w.CreatedBy), "ERROR": orDash(w.Error)}
 		},
 		sel: func(e *env, w *imsv1.Workflow) selection { return selection{w, "workflow", w.Id, w.Id} },
-		open: func(e *env, w *imsv1.Workflow) tea.Cmd {
+		open: func(_ context.Context, e *env, w *imsv1.Workflow) tea.Cmd {
 			return e.nav.push(newStepsView(e, w))
 		},
 	})
@@ -68,9 +68,11 @@ func stepCounts(w *imsv1.Workflow) string {
 }
 
 // newStepsView lists a workflow's steps, read again (GetWorkflow) when the
-// fleet changes, so they move as they run; enter describes a step.
+// fleet changes, so they move as they run; enter on a step with a job
+// reads the job (GetJob) and opens its log, on one without describes it.
 func newStepsView(e *env, w *imsv1.Workflow) view {
 	id := w.Id
+	jobGen := 0 // of the job read that enter started
 	return newTableView(e, tableSpec[*imsv1.WorkflowStep]{
 		title: "workflow " + id, refresh: true, empty: "the workflow has no steps",
 		cols: []column{{"STEP", 14, 0}, {"COMPONENT", 12, 2}, {"OPERATION", 10, 3}, {"STATE", 12, 1}, {"TRIES", 5, 5}, {"JOB", 14, 4}, {"ERROR", 0, 6}},
@@ -92,6 +94,25 @@ func newStepsView(e *env, w *imsv1.Workflow) view {
 		sel: func(e *env, s *imsv1.WorkflowStep) selection {
 			return selection{s, "step", id + "/" + s.Name, orDash(s.JobId)}
 		},
+		open: func(ctx context.Context, e *env, s *imsv1.WorkflowStep) tea.Cmd {
+			if s.JobId == "" {
+				return e.nav.push(newObjectView(e, selection{s, "step", id + "/" + s.Name, id + "/" + s.Name}, fmtDescribe))
+			}
+			jobGen = e.nextGen()
+			return getJob(ctx, e.conn.Client, jobGen, s.JobId)
+		},
+		other: func(e *env, msg tea.Msg) tea.Cmd {
+			m, ok := msg.(jobMsg)
+			if !ok || m.gen != jobGen || jobGen == 0 {
+				return nil
+			}
+			jobGen = 0
+			if m.err != nil {
+				e.nav.setStatus(true, "job not read: %s", errText(m.err))
+				return nil
+			}
+			return e.nav.push(newLogView(e, m.job))
+		},
 	})
 }
 
@@ -106,7 +127,7 @@ func newAppsView(e *env) view {
 			return map[string]string{"NAME": a.Name, "ID": a.Id, "CREATED": tsAgo(e, a.CreateTime, a.CreateTime != nil), "DESCRIPTION": orDash(a.Description)}
 		},
 		sel: func(e *env, a *imsv1.App) selection { return selection{a, "app", a.Name, a.Id} },
-		open: func(e *env, a *imsv1.App) tea.Cmd {
+		open: func(_ context.Context, e *env, a *imsv1.App) tea.Cmd {
 			return e.nav.push(newRevisionsView(e, a))
 		},
 	})
@@ -171,6 +192,6 @@ func newContextsView(e *env) view {
 			return map[string]string{"CURRENT": cur, "NAME": c.Name, "SERVER": c.Server}
 		},
 		sel:  func(e *env, c ContextInfo) selection { return selection{nil, "context", c.Name, c.Name} },
-		open: func(e *env, c ContextInfo) tea.Cmd { return e.nav.switchContext(c.Name) },
+		open: func(_ context.Context, e *env, c ContextInfo) tea.Cmd { return e.nav.switchContext(c.Name) },
 	})
 }

@@ -42,8 +42,11 @@ type tableSpec[T any] struct {
 	cells func(e *env, r T) map[string]string
 	// sel is the row as an object (for d, y, J and c).
 	sel func(e *env, r T) selection
-	// open is what enter on a row does; nil describes it.
-	open func(e *env, r T) tea.Cmd
+	// open is what enter on a row does (ctx ends when the view closes);
+	// nil describes it.
+	open func(ctx context.Context, e *env, r T) tea.Cmd
+	// other handles the answers to what open asked for.
+	other func(e *env, msg tea.Msg) tea.Cmd
 	// refresh lists again when the fleet changes (workflows, grants).
 	refresh bool
 	// empty is what an empty list says.
@@ -159,6 +162,10 @@ func (v *tableView[T]) Update(msg tea.Msg) tea.Cmd {
 		if v.spec.refresh && len(msg.resps) > 0 {
 			return v.load()
 		}
+	default:
+		if v.spec.other != nil {
+			return v.spec.other(v.env, msg)
+		}
 	case tea.KeyPressMsg:
 		if v.move(v.km, msg, len(v.shown), v.page()) {
 			return nil
@@ -168,7 +175,7 @@ func (v *tableView[T]) Update(msg tea.Msg) tea.Cmd {
 			switch {
 			case !ok:
 			case v.spec.open != nil:
-				return v.spec.open(v.env, r)
+				return v.spec.open(v.ctx, v.env, r)
 			default:
 				if s := v.spec.sel(v.env, r); s.obj != nil {
 					return v.nav.push(newObjectView(v.env, s, fmtDescribe))
