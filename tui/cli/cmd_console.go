@@ -45,6 +45,17 @@ In a script, run a command instead: byoc --help lists them (byoc install list, b
 			}
 			return &console.Conn{Context: c.target.context, Server: c.target.server, Client: c.OperatorServiceClient}, nil
 		}
+		opts.Contexts = func() ([]console.ContextInfo, error) {
+			cfg, err := loadConfig(path)
+			if err != nil {
+				return nil, err
+			}
+			out := make([]console.ContextInfo, 0, len(cfg.Contexts))
+			for _, c := range cfg.Contexts {
+				out = append(out, console.ContextInfo{Name: c.Name, Server: c.Server, Current: c.Name == cfg.CurrentContext})
+			}
+			return out, nil
+		}
 	}
 	m, err := console.New(ctx, opts)
 	if err != nil {

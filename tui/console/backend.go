@@ -1,7 +1,10 @@
 package console
 
 import (
+	"bufio"
 	"context"
+	"os"
+	"path/filepath"
 	"time"
 
 	tea "charm.land/bubbletea/v2"
@@ -292,4 +295,96 @@ func listAudit(ctx context.Context, c imsv1connect.OperatorServiceClient, gen in
 		}
 		return auditMsg{gen: gen, events: r.Msg.Events}
 	}
+}
+
+// The `:` lists (resources.go). Each returns the call, which a tableView
+// runs in its command.
+
+func fetchWorkflows(ctx context.Context, c imsv1connect.OperatorServiceClient, install string) func() ([]*imsv1.Workflow, error) {
+	return func() ([]*imsv1.Workflow, error) {
+		r, err := c.ListWorkflows(ctx, connect.NewRequest(&imsv1.ListWorkflowsRequest{Install: install, PageSize: 200}))
+		if err != nil {
+			return nil, err
+		}
+		return r.Msg.Workflows, nil
+	}
+}
+
+func getWorkflow(ctx context.Context, c imsv1connect.OperatorServiceClient, id string) func() (*imsv1.Workflow, error) {
+	return func() (*imsv1.Workflow, error) {
+		r, err := c.GetWorkflow(ctx, connect.NewRequest(&imsv1.GetWorkflowRequest{Id: id}))
+		if err != nil {
+			return nil, err
+		}
+		return r.Msg.Workflow, nil
+	}
+}
+
+func listApps(ctx context.Context, c imsv1connect.OperatorServiceClient) func() ([]*imsv1.App, error) {
+	return func() ([]*imsv1.App, error) {
+		r, err := c.ListApps(ctx, connect.NewRequest(&imsv1.ListAppsRequest{}))
+		if err != nil {
+			return nil, err
+		}
+		return r.Msg.Apps, nil
+	}
+}
+
+func listRevisions(ctx context.Context, c imsv1connect.OperatorServiceClient, app string) func() ([]*imsv1.AppRevision, error) {
+	return func() ([]*imsv1.AppRevision, error) {
+		r, err := c.ListAppRevisions(ctx, connect.NewRequest(&imsv1.ListAppRevisionsRequest{App: app}))
+		if err != nil {
+			return nil, err
+		}
+		return r.Msg.Revisions, nil
+	}
+}
+
+func listGrants(ctx context.Context, c imsv1connect.OperatorServiceClient) func() ([]*imsv1.BreakGlassGrant, error) {
+	return func() ([]*imsv1.BreakGlassGrant, error) {
+		r, err := c.ListBreakGlassGrants(ctx, connect.NewRequest(&imsv1.ListBreakGlassGrantsRequest{}))
+		if err != nil {
+			return nil, err
+		}
+		return r.Msg.Grants, nil
+	}
+}
+
+// saveLog writes lines to dir/name (dir "" is the working directory)
+// through a temporary file renamed over it, so a failed save leaves no
+// half-written file, and returns the file's absolute path.
+func saveLog(dir, name string, lines []string) (string, error) {
+	if dir == "" {
+		dir = "."
+	}
+	path, err := filepath.Abs(filepath.Join(dir, name))
+	if err != nil {
+		return "", err
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), "."+name+".*")
+	if err != nil {
+		return path, err
+	}
+	w := bufio.NewWriter(f)
+	for _, l := range lines {
+		w.WriteString(l)
+		w.WriteByte('\n')
+	}
+	err = w.Flush()
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(f.Name(), 0o644)
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+	}
+	return path, err
 }

@@ -397,8 +397,8 @@ func TestCommandLine(t *testing.T) {
 	mustContain(t, screen(m), "loading audit events")
 	press(m, ":", "bogus", "enter")
 	mustContain(t, screen(m), "unknown command :bogus")
-	press(m, ":", "ctx", "enter")
-	mustContain(t, screen(m), ":ctx needs one context name")
+	press(m, ":", "ctx a b", "enter")
+	mustContain(t, screen(m), ":ctx takes one context name")
 	press(m, ":", "ctx staging", "enter")
 	mustContain(t, screen(m), "started with --server")
 	press(m, ":", "installs", "enter")
@@ -526,6 +526,13 @@ func TestGoldens(t *testing.T) {
 			})}}})
 			press(m, "w", "t")
 		},
+		"logs-saved": func(m *Model) {
+			lv := newLogView(m.env, jobs()[0])
+			m.push(lv)
+			m.Update(logMsg{gen: lv.gen, chunks: []logChunk{{lines: logLines(1, 40, func(i int) string { return fmt.Sprintf("step %d", i) })}}})
+			press(m, "ctrl+s") // the command, not run here, would write the file
+			m.Update(savedLogMsg{gen: lv.saveGen, path: "/var/log/byoc/" + lv.job.Id + "-1.log", n: 40})
+		},
 		"help":    func(m *Model) { press(m, "?") },
 		"confirm": func(m *Model) { press(m, "a", "enter", "./migrate.sh --dry-run", "enter") },
 		"script":  func(m *Model) { press(m, "a", "enter") },
@@ -551,6 +558,33 @@ func TestGoldens(t *testing.T) {
 		"confirm-breakglass": func(m *Model) {
 			grantActions(m)
 			press(m, "down", "enter", "acm", "enter")
+		},
+		"yaml": func(m *Model) { press(m, "y") },
+		"workflows": func(m *Model) {
+			press(m, ":", "workflows", "enter")
+			v := m.top().(*tableView[*imsv1.Workflow])
+			m.Update(tableMsg[*imsv1.Workflow]{gen: v.gen, rows: workflowsFixture()})
+		},
+		"apps": func(m *Model) {
+			press(m, ":", "apps", "enter")
+			v := m.top().(*tableView[*imsv1.App])
+			m.Update(tableMsg[*imsv1.App]{gen: v.gen, rows: []*imsv1.App{{Id: "app_shop", Name: "shop", Description: "the demo shop"}, {Id: "app_billing", Name: "billing"}}})
+		},
+		"breakglass": func(m *Model) {
+			press(m, ":", "breakglass", "enter")
+			v := m.top().(*tableView[*imsv1.BreakGlassGrant])
+			m.Update(tableMsg[*imsv1.BreakGlassGrant]{gen: v.gen, rows: []*imsv1.BreakGlassGrant{liveGrant(time.Hour)}})
+		},
+		"ctx": func(m *Model) {
+			m.opts.Contexts = func() ([]ContextInfo, error) { return nil, nil }
+			press(m, ":", "ctx", "enter")
+			v := m.top().(*tableView[ContextInfo])
+			m.Update(tableMsg[ContextInfo]{gen: v.gen, rows: []ContextInfo{{Name: "prod", Server: "https://ims.example.com", Current: true}, {Name: "staging", Server: "https://staging.example.com"}}})
+		},
+		"describe-job": func(m *Model) {
+			press(m, ":", "jobs", "enter")
+			m.Update(jobsMsg{gen: m.top().(*jobsView).gen, jobs: jobs()})
+			press(m, "down", "d")
 		},
 		"offline": func(m *Model) {
 			m.Update(fleetMsg{gen: m.fleetGen, events: []fleetEvent{{err: connect.NewError(connect.CodeUnavailable, errors.New("connection refused")), retryIn: 8 * time.Second}}})
@@ -646,7 +680,7 @@ func TestKeyScopesCoverHints(t *testing.T) {
 	for _, d := range keyDefaults {
 		scopes[d.act] = d.scope
 	}
-	for name, v := range map[string]hinted{"fleet": &fleetView{}, "install": &installView{}, "jobs": &jobsView{}, "logs": &logView{}} {
+	for name, v := range map[string]hinted{"fleet": &fleetView{}, "install": &installView{}, "jobs": &jobsView{}, "logs": &logView{}, "lists": &objectView{}} {
 		for _, a := range v.Hints() {
 			if !scopesOverlap(scopes[a], name) {
 				t.Errorf("the %s view offers %s, whose scope is %q", name, a, scopes[a])
@@ -774,6 +808,8 @@ func (n *fakeNav) askTyped(title string, _ []string, typed string, _ func() tea.
 	return nil
 }
 func (n *fakeNav) grant(string) *imsv1.BreakGlassGrant { return nil }
+func (n *fakeNav) switchContext(string) tea.Cmd        { return nil }
+func (n *fakeNav) copyID(string, string) tea.Cmd       { return nil }
 
 // TestViewsWorkAlone drives views as components, without the console
 // around them: sized, fed, keyed, and asking a fake nav for what is not
@@ -1578,4 +1614,270 @@ func failedInstall(m *Model) {
 				Error: "terraform apply: exit status 1: creating ElastiCache cluster: quota exceeded"},
 		}}
 	m.Update(workflowsMsg{gen: v.wfGen, newest: failed, deploy: failed})
+}
+
+// d, y and J on a row open it as imsd returned it: described one field a
+// line, as YAML and as JSON with protojson's camelCase keys; the list
+// keys scroll it, d/y/J switch, esc goes back; c copies its id (OSC 52).
+// Every list view offers them.
+func TestDescribeAndYAMLOfTheRowUnderTheCursor(t *testing.T) {
+	m := newTestModel(t, Options{})
+	m.Update(teaSize(120, 60))
+	feed(m, snapshot())
+	press(m, "y")
+	ov, ok := m.top().(*objectView)
+	if !ok {
+		t.Fatalf("y opens the row as YAML, top is %T", m.top())
+	}
+	s := screen(m)
+	mustContain(t, s, "install acme (yaml)", "Install acme (ins_acme)", "install:", "  name: acme", "appRevision:")
+	mustNotContain(t, s, "app_revision")
+	press(m, "J")
+	mustContain(t, screen(m), `"install": {`, `"name": "acme",`)
+	press(m, "d")
+	mustContain(t, screen(m), "install.name:", "acme")
+	m.Update(teaSize(120, 8))
+	mustContain(t, screen(m), "more lines")
+	first := ov.off
+	press(m, "pgdown")
+	if ov.off == first {
+		t.Fatal("pgdown does not scroll the object")
+	}
+	press(m, "esc")
+	if _, ok := m.top().(*fleetView); !ok {
+		t.Fatalf("esc goes back to the list, top is %T", m.top())
+	}
+	m.Update(teaSize(120, 60))
+
+	cmd := press(m, "c")
+	mustContain(t, screen(m), "copied install id ins_acme to the clipboard (OSC 52)")
+	if cmd == nil {
+		t.Fatal("c returns the clipboard command")
+	}
+
+	press(m, ":", "jobs", "enter")
+	m.Update(jobsMsg{gen: m.top().(*jobsView).gen, jobs: jobs()})
+	press(m, "d")
+	mustContain(t, screen(m), "job "+jobs()[0].Id+" (describe)", "installId:")
+	press(m, "esc")
+
+	auditEvents(m)
+	press(m, "y")
+	mustContain(t, screen(m), "audit event acme #8 (yaml)", "kind: job.cancel_requested", "actor: ops")
+	press(m, "esc")
+
+	press(m, ":", "installs", "enter", "enter")
+	m.Update(jobsMsg{gen: m.top().(*installView).gen, jobs: jobs()})
+	press(m, "y")
+	mustContain(t, screen(m), "job "+jobs()[0].Id+" (yaml)")
+	press(m, "esc")
+	press(m, "a")
+	m.Update(actionsMsg{gen: m.top().(*actionsView).gen, revision: 3, actions: []*imsv1.Action{{Name: "migrate", Mode: "maintenance"}}})
+	press(m, "y")
+	mustContain(t, screen(m), "action migrate (yaml)", "mode: maintenance")
+	press(m, "esc", "down", "y")
+	mustContain(t, screen(m), "no row under the cursor")
+}
+
+func workflowsFixture() []*imsv1.Workflow {
+	return []*imsv1.Workflow{
+		{Id: "wf_prov1", InstallId: "ins_acme", InstallName: "acme", Kind: imsv1.WorkflowKind_WORKFLOW_KIND_PROVISION, State: imsv1.WorkflowState_WORKFLOW_STATE_FAILED,
+			CreatedBy: "ops", CreateTime: timestamppb.New(clock.Add(-10 * time.Minute)), Error: "step cache failed: terraform apply exited 1",
+			StepCounts: map[string]int32{"succeeded": 1, "failed": 1}},
+		{Id: "wf_act2", InstallId: "ins_globex", InstallName: "globex", Kind: imsv1.WorkflowKind_WORKFLOW_KIND_ACTION, State: imsv1.WorkflowState_WORKFLOW_STATE_SUCCEEDED,
+			CreatedBy: "ci", CreateTime: timestamppb.New(clock.Add(-2 * time.Hour)), StepCounts: map[string]int32{"succeeded": 1}},
+	}
+}
+
+// openTable feeds the table view on top its listing.
+func openTable[T any](t *testing.T, m *Model, rows []T) *tableView[T] {
+	t.Helper()
+	v, ok := m.top().(*tableView[T])
+	if !ok {
+		t.Fatalf("top is %T, want a table of %T", m.top(), rows)
+	}
+	m.Update(tableMsg[T]{gen: v.gen, rows: rows})
+	return v
+}
+
+// :workflows, :apps and :breakglass list what the CLI lists; enter on a
+// workflow opens its steps, on an app its revisions; every row has d/y.
+// A listing of an older generation is dropped.
+func TestResourceCommands(t *testing.T) {
+	m := newTestModel(t, Options{})
+	m.Update(teaSize(160, 24))
+	feed(m, snapshot())
+	press(m, ":", "workflows", "enter")
+	mustContain(t, screen(m), "loading workflows")
+	v := openTable(t, m, workflowsFixture())
+	m.Update(tableMsg[*imsv1.Workflow]{gen: v.gen - 1, rows: nil, err: errors.New("stale")})
+	s := screen(m)
+	if !screenLine(s, "wf_prov1", "acme", "provision", "failed", "1/2 done", "10m ago", "ops", "step cache failed") {
+		t.Fatalf("workflow row:\n%s", s)
+	}
+	mustContain(t, s, "wf_act2", "globex")
+	press(m, "/", "globex", "enter")
+	mustNotContain(t, screen(m), "wf_prov1")
+	press(m, "esc", "enter")
+	steps := openTable(t, m, []*imsv1.WorkflowStep{
+		{Name: "db", Component: "db", Operation: "apply", State: imsv1.StepState_STEP_STATE_SUCCEEDED, JobId: "job_db", Attempts: 1},
+		{Name: "cache", Component: "cache", Operation: "apply", State: imsv1.StepState_STEP_STATE_FAILED, JobId: "job_tf", Attempts: 3, Error: "terraform apply exited 1"},
+		{Name: "web", Component: "web", Operation: "apply", State: imsv1.StepState_STEP_STATE_PENDING, Needs: []string{"cache"}},
+	})
+	s = screen(m)
+	mustContain(t, s, "workflows › workflow wf_prov1")
+	if !screenLine(s, "cache", "apply", "failed", "3", "job_tf", "terraform apply exited 1") {
+		t.Fatalf("step row:\n%s", s)
+	}
+	press(m, "down", "down", "enter")
+	mustContain(t, screen(m), "step wf_prov1/web (describe)", "state:", "STEP_STATE_PENDING")
+	press(m, "esc")
+	if m.top() != view(steps) {
+		t.Fatalf("esc goes back to the steps, top is %T", m.top())
+	}
+	// enter on a step with a job reads the job, then opens its log.
+	press(m, "up", "enter")
+	m.Update(jobMsg{gen: m.gen - 1, job: job("job_stale", "acme", imsv1.JobState_JOB_STATE_FAILED, 0)})
+	if m.top() != view(steps) {
+		t.Fatalf("a stale job read opened %T", m.top())
+	}
+	m.Update(jobMsg{gen: m.gen, job: job("job_tf", "acme", imsv1.JobState_JOB_STATE_FAILED, 0)})
+	mustContain(t, screen(m), "workflow wf_prov1 › job_tf › logs")
+	press(m, "esc", "enter")
+	m.Update(jobMsg{gen: m.gen, err: connect.NewError(connect.CodeNotFound, errors.New("job job_tf not found"))})
+	mustContain(t, screen(m), "job not read: job job_tf not found")
+	press(m, "down", "y")
+	mustContain(t, screen(m), "step wf_prov1/web (yaml)")
+	press(m, "esc")
+
+	press(m, ":", "apps", "enter")
+	openTable(t, m, []*imsv1.App{{Id: "app_shop", Name: "shop", Description: "the demo shop"}, {Id: "app_billing", Name: "billing"}})
+	mustContain(t, screen(m), "shop", "app_shop", "the demo shop", "billing")
+	press(m, "enter")
+	openTable(t, m, []*imsv1.AppRevision{{AppId: "app_shop", Number: 3, Version: "1.4.0", CreatedBy: "ci", Digest: "sha256:ab12", Components: []string{"db", "cache", "web"}}})
+	s = screen(m)
+	mustContain(t, s, "apps › shop revisions")
+	if !screenLine(s, "3", "1.4.0", "ci", "sha256:ab12", "db, cache, web") {
+		t.Fatalf("revision row:\n%s", s)
+	}
+	press(m, "y")
+	mustContain(t, screen(m), "revision shop@3 (yaml)", "version: 1.4.0", "components:")
+
+	press(m, ":", "breakglass", "enter")
+	g := liveGrant(time.Hour)
+	openTable(t, m, []*imsv1.BreakGlassGrant{g})
+	s = screen(m)
+	mustContain(t, s, "break-glass grants", g.Id, g.Role)
+	press(m, "d")
+	mustContain(t, screen(m), "grant "+g.Id+" (describe)", "role:")
+
+	press(m, ":", "apps", "enter")
+	v2 := m.top().(*tableView[*imsv1.App])
+	m.Update(tableMsg[*imsv1.App]{gen: v2.gen, err: connect.NewError(connect.CodePermissionDenied, errors.New("viewer tokens cannot list apps"))})
+	mustContain(t, screen(m), "apps not listed: viewer tokens cannot list apps")
+}
+
+// :ctx with no name lists the CLI config's contexts (the current one
+// starred); enter switches to the one under the cursor, as :ctx NAME.
+func TestCtxListsContextsAndEnterSwitches(t *testing.T) {
+	m := newTestModel(t, Options{})
+	press(m, ":", "ctx", "enter")
+	mustContain(t, screen(m), ":ctx is not available: the console was started with --server")
+
+	var dialled string
+	m = newTestModel(t, Options{
+		Contexts: func() ([]ContextInfo, error) {
+			return []ContextInfo{{Name: "prod", Server: "https://ims.example.com", Current: true}, {Name: "staging", Server: "https://staging.example.com"}}, nil
+		},
+		Dial: func(_ contextT, name string) (*Conn, error) {
+			dialled = name
+			return &Conn{Context: name, Server: "https://staging.example.com", Client: nil}, nil
+		},
+	})
+	m.Update(teaSize(100, 24))
+	feed(m, snapshot())
+	press(m, ":", "ctx")
+	cmd := press(m, "enter")
+	m.Update(runCmd(cmd, func(msg tea.Msg) bool { _, ok := msg.(tableMsg[ContextInfo]); return ok }))
+	s := screen(m)
+	if !screenLine(s, "*", "prod", "https://ims.example.com") || !screenLine(s, "staging", "https://staging.example.com") {
+		t.Fatalf(":ctx lists the contexts, current starred:\n%s", s)
+	}
+	press(m, "y")
+	mustContain(t, screen(m), "a context is not an object imsd holds")
+	press(m, "down")
+	cmd = press(m, "enter")
+	mustContain(t, screen(m), "connecting to context staging")
+	msg := runCmd(cmd, func(msg tea.Msg) bool { _, ok := msg.(ctxMsg); return ok })
+	if dialled != "staging" {
+		t.Fatalf("enter dials %q, want staging", dialled)
+	}
+	m.opts.NoWatch = true
+	m.Update(msg)
+	mustContain(t, screen(m), "switched to context staging")
+}
+
+// runCmd runs cmd (and the commands a batch holds) until one returns a
+// message want accepts; it runs no ticks (they would wait).
+func runCmd(cmd tea.Cmd, want func(tea.Msg) bool) tea.Msg {
+	if cmd == nil {
+		return nil
+	}
+	msg := cmd()
+	if want(msg) {
+		return msg
+	}
+	if b, ok := msg.(tea.BatchMsg); ok {
+		for _, c := range b {
+			if m := runCmd(c, want); m != nil {
+				return m
+			}
+		}
+	}
+	return nil
+}
+
+// ctrl+s in a log writes the lines held to JOB-ATTEMPT.log under
+// $BYOC_LOG_DIR, whole (a temporary file renamed), and the status line
+// names the path; a directory it cannot write says so. c copies the job's
+// id with OSC 52 (bubbletea's SetClipboard) and says so.
+func TestSaveLogAndCopyID(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("BYOC_LOG_DIR", dir)
+	m := newTestModel(t, Options{})
+	m.Update(teaSize(200, 24))
+	feed(m, snapshot())
+	j := jobs()[0]
+	j.Attempt = 2
+	lv := newLogView(m.env, j)
+	m.push(lv)
+	m.Update(logMsg{gen: lv.gen, chunks: []logChunk{{lines: logLines(1, 5, func(i int) string { return fmt.Sprintf("step %d", i) })}}})
+	cmd := press(m, "ctrl+s")
+	if cmd == nil {
+		t.Fatal("ctrl+s returns the command that writes the file")
+	}
+	msg := runCmd(cmd, func(msg tea.Msg) bool { _, ok := msg.(savedLogMsg); return ok })
+	m.Update(msg)
+	path := filepath.Join(dir, j.Id+"-2.log")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "step 1\nstep 2\nstep 3\nstep 4\nstep 5\n"; string(b) != want {
+		t.Fatalf("%s holds %q, want %q", path, b, want)
+	}
+	mustContain(t, screen(m), "saved 5 lines to "+path)
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Fatalf("the save left %d files in %s, want just the log", len(ents), dir)
+	}
+
+	t.Setenv("BYOC_LOG_DIR", filepath.Join(dir, "missing"))
+	m.Update(runCmd(press(m, "ctrl+s"), func(msg tea.Msg) bool { _, ok := msg.(savedLogMsg); return ok }))
+	mustContain(t, screen(m), "log not saved:", "missing")
+
+	cmd = press(m, "c")
+	mustContain(t, screen(m), "copied job id "+j.Id+" to the clipboard (OSC 52)")
+	if got := runCmd(cmd, func(tea.Msg) bool { return true }); fmt.Sprintf("%v", got) != j.Id {
+		t.Fatalf("c sends %v to the clipboard, want %s", got, j.Id)
+	}
 }

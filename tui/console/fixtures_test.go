@@ -129,6 +129,7 @@ var named = map[string]tea.Key{
 	"enter": {Code: tea.KeyEnter}, "esc": {Code: tea.KeyEscape}, "up": {Code: tea.KeyUp}, "down": {Code: tea.KeyDown},
 	"pgup": {Code: tea.KeyPgUp}, "pgdown": {Code: tea.KeyPgDown}, "home": {Code: tea.KeyHome}, "end": {Code: tea.KeyEnd},
 	"backspace": {Code: tea.KeyBackspace}, "ctrl+c": {Code: 'c', Mod: tea.ModCtrl},
+	"ctrl+s": {Code: 's', Mod: tea.ModCtrl},
 }
 
 func keyMsgs(k string) []tea.Msg {

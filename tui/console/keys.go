@@ -37,6 +37,11 @@ const (
 	ActRunAction  Action = "run_action"
 	ActCancelJob  Action = "cancel_job"
 	ActBreakGlass Action = "break_glass"
+	ActDescribe   Action = "describe"
+	ActYAML       Action = "yaml"
+	ActJSON       Action = "json"
+	ActCopyID     Action = "copy_id"
+	ActSaveLog    Action = "save_log"
 )
 
 // binding is one action's keys and help.
@@ -54,6 +59,7 @@ var shortHelp = map[Action]string{
 	ActHelp: "help", ActFilter: "filter", ActCommand: "cmd", ActOpen: "open", ActBack: "back",
 	ActSort: "sort", ActRunAction: "action", ActBreakGlass: "break-glass", ActCancelJob: "cancel", ActFollow: "follow",
 	ActWrap: "wrap", ActTimestamps: "time", ActNextMatch: "next",
+	ActDescribe: "describe", ActYAML: "yaml", ActJSON: "json", ActCopyID: "copy id", ActSaveLog: "save",
 }
 
 // keyDefaults lists every action in help order with its default keys.
@@ -65,7 +71,7 @@ var keyDefaults = []struct {
 	dangerous bool
 }{
 	{ActHelp, "global", []string{"?"}, "show or hide this help", false},
-	{ActCommand, "global", []string{":"}, "command line (" + rootViewNames(" ") + " :ctx NAME :q)", false},
+	{ActCommand, "global", []string{":"}, "command line (" + rootViewNames(" ") + " :ctx [NAME] :q)", false},
 	{ActFilter, "global", []string{"/"}, "filter rows (text, or key=value on labels); search in logs", false},
 	{ActBack, "global", []string{"esc"}, "back one level / clear filter", false},
 	{ActOpen, "global", []string{"enter"}, "drill down into the selected row", false},
@@ -76,6 +82,10 @@ var keyDefaults = []struct {
 	{ActPageDown, "lists", []string{"pgdown", "ctrl+f", "space"}, "page down", false},
 	{ActTop, "lists", []string{"home", "g"}, "jump to the start", false},
 	{ActBottom, "lists", []string{"end", "G"}, "jump to the end", false},
+	{ActDescribe, "lists", []string{"d"}, "describe the row under the cursor (every field, one per line)", false},
+	{ActYAML, "lists", []string{"y"}, "the row under the cursor as YAML, as imsd returns it", false},
+	{ActJSON, "lists", []string{"J"}, "the row under the cursor as JSON, as imsd returns it", false},
+	{ActCopyID, "lists", []string{"c"}, "copy the row's id to the clipboard (OSC 52)", false},
 	{ActSort, "fleet", []string{"s"}, "sort by the next column", false},
 	{ActReverse, "fleet", []string{"S"}, "reverse the sort order", false},
 	{ActFollow, "logs", []string{"f"}, "follow / pause", false},
@@ -83,6 +93,7 @@ var keyDefaults = []struct {
 	{ActPrevMatch, "logs", []string{"N"}, "previous search match", false},
 	{ActWrap, "logs", []string{"w"}, "wrap long lines on/off", false},
 	{ActTimestamps, "logs", []string{"t"}, "timestamps on/off", false},
+	{ActSaveLog, "logs", []string{"ctrl+s"}, "save the log held so far to JOB-ATTEMPT.log ($BYOC_LOG_DIR, or .)", false},
 	{ActRunAction, "fleet, install", []string{"a"}, "run an action on the install (asks first)", true},
 	{ActBreakGlass, "install", []string{"b"}, "request break-glass on the install (role, reason, duration)", true},
 	{ActCancelJob, "install, jobs, logs", []string{"x"}, "cancel the job (asks first)", true},

@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 
 	tea "charm.land/bubbletea/v2"
@@ -34,6 +35,7 @@ type logView struct {
 	r            *ring
 
 	jobGen   int
+	saveGen  int
 	olderGen int
 	newerGen int
 	fetching bool // a page back is in flight
@@ -138,7 +140,7 @@ func (v *logView) wait() tea.Cmd {
 }
 
 func (v *logView) Hints() []Action {
-	return []Action{ActFollow, ActWrap, ActTimestamps, ActNextMatch, ActCancelJob}
+	return []Action{ActFollow, ActWrap, ActTimestamps, ActNextMatch, ActSaveLog, ActCancelJob}
 }
 
 // jobChanged reads the job again when the fleet says its install changed
@@ -164,6 +166,19 @@ func (v *logView) Update(msg tea.Msg) tea.Cmd {
 		return v.key(msg)
 	case fleetChangedMsg:
 		return v.jobChanged(msg.resps)
+	case savedLogMsg:
+		if msg.gen != v.saveGen {
+			return nil
+		}
+		switch {
+		case msg.err != nil:
+			v.nav.setStatus(true, "log not saved: %v", msg.err)
+		case v.hasOlder():
+			v.nav.setStatus(false, "saved %s to %s (earlier lines are not held: byoc job logs %s has them all)", plural(msg.n, "line"), msg.path, v.job.Id)
+		default:
+			v.nav.setStatus(false, "saved %s to %s", plural(msg.n, "line"), msg.path)
+		}
+		return nil
 	case logMsg:
 		if msg.gen != v.gen {
 			return nil
@@ -297,8 +312,35 @@ func (v *logView) key(msg tea.KeyPressMsg) tea.Cmd {
 		v.findMatch(-1)
 	case v.km.Is(msg, ActCancelJob):
 		return v.nav.confirmCancel(v.job)
+	case v.km.Is(msg, ActSaveLog):
+		return v.save()
 	}
 	return nil
+}
+
+// savedLogMsg answers a save of the log (ctrl+s).
+type savedLogMsg struct {
+	gen  int
+	path string
+	n    int
+	err  error
+}
+
+// save writes the lines held to JOB-ATTEMPT.log in $BYOC_LOG_DIR (or the
+// working directory) in a command: Update only copies the lines' texts
+// (strings, so not their bytes).
+func (v *logView) save() tea.Cmd {
+	texts := make([]string, v.r.Len())
+	for i := range texts {
+		texts[i] = v.r.At(i).text
+	}
+	v.saveGen = v.nextGen()
+	gen, name := v.saveGen, fmt.Sprintf("%s-%d.log", v.job.Id, max(1, v.job.Attempt))
+	v.nav.setStatus(false, "saving %s…", plural(len(texts), "line"))
+	return func() tea.Msg {
+		path, err := saveLog(os.Getenv("BYOC_LOG_DIR"), name, texts)
+		return savedLogMsg{gen: gen, path: path, n: len(texts), err: err}
+	}
 }
 
 // pageSize is how many lines one page back or forward reads: at most half

@@ -42,6 +42,10 @@ type Options struct {
 	// LogLines and LogBytes bound the memory of a log view (defaults
 	// 20,000 lines and 32 MiB).
 	LogLines, LogBytes int
+	// Contexts lists the CLI config's contexts, for :ctx (nil when the
+	// console was started with --server). It reads a file: Update calls
+	// it only in a command.
+	Contexts func() ([]ContextInfo, error)
 	// NoWatch skips the fleet watch (tests feed fleetMsg themselves).
 	NoWatch bool
 }
@@ -412,6 +416,32 @@ func (m *Model) key(msg tea.KeyPressMsg) tea.Cmd {
 		}
 		return nil
 	}
+	if sv, ok := m.top().(selectable); ok {
+		f, isObj := map[Action]objectFormat{ActDescribe: fmtDescribe, ActYAML: fmtYAML, ActJSON: fmtJSON}, false
+		for act, format := range f {
+			if m.km.Is(msg, act) {
+				isObj = true
+				sel := sv.Selected()
+				if sel.obj != nil {
+					return m.push(newObjectView(m.env, sel, format))
+				}
+				if sel.id != "" {
+					m.setStatus(true, "a %s is not an object imsd holds: nothing to describe", sel.kind)
+					return nil
+				}
+			}
+		}
+		if m.km.Is(msg, ActCopyID) {
+			if sel := sv.Selected(); sel.id != "" {
+				return m.copyID(sel.kind, sel.id)
+			}
+			isObj = true
+		}
+		if isObj {
+			m.setStatus(true, "no row under the cursor")
+			return nil
+		}
+	}
 	return m.top().Update(msg)
 }
 
@@ -474,24 +504,37 @@ func (m *Model) command(line string) tea.Cmd {
 	switch f[0] {
 	case "q", "quit":
 		return tea.Quit
-	case "ctx", "context":
-		if len(f) != 2 {
-			m.setStatus(true, ":ctx needs one context name, as in :ctx prod (byoc context list shows them)")
+	case "ctx", "context", "contexts":
+		if len(f) > 2 {
+			m.setStatus(true, ":ctx takes one context name, as in :ctx prod, or none to list them")
 			return nil
 		}
-		if m.opts.Dial == nil {
+		if len(f) == 2 {
+			return m.switchContext(f[1])
+		}
+		if m.opts.Contexts == nil {
 			m.setStatus(true, ":ctx is not available: the console was started with --server")
 			return nil
 		}
-		name, dial, ctx := f[1], m.opts.Dial, m.ctx
-		m.setStatus(false, "connecting to context %s…", name)
-		return func() tea.Msg {
-			c, err := dial(ctx, name)
-			return ctxMsg{conn: c, err: err}
-		}
+		return m.reset(newContextsView(m.env))
 	}
-	m.setStatus(true, "unknown command :%s; try %s, :ctx NAME or :q", f[0], rootViewNames(", "))
+	m.setStatus(true, "unknown command :%s; try %s, :ctx [NAME] or :q", f[0], rootViewNames(", "))
 	return nil
+}
+
+// switchContext connects to the CLI context name in a command; ctxMsg
+// brings the connection.
+func (m *Model) switchContext(name string) tea.Cmd {
+	if m.opts.Dial == nil {
+		m.setStatus(true, ":ctx is not available: the console was started with --server")
+		return nil
+	}
+	dial, ctx := m.opts.Dial, m.ctx
+	m.setStatus(false, "connecting to context %s…", name)
+	return func() tea.Msg {
+		c, err := dial(ctx, name)
+		return ctxMsg{conn: c, err: err}
+	}
 }
 
 // startAction opens the install's actions, the ad-hoc script last.
@@ -583,6 +626,13 @@ func (m *Model) confirmCancel(job *imsv1.Job) tea.Cmd {
 			m.cancelGen = m.nextGen()
 			return cancelJob(m.ctx, m.conn.Client, m.cancelGen, job.Id)
 		})
+}
+
+// copyID puts id on the clipboard with OSC 52 (the terminal, not a
+// clipboard library, does it; over ssh too where the terminal allows it).
+func (m *Model) copyID(kind, id string) tea.Cmd {
+	m.setStatus(false, "copied %s id %s to the clipboard (OSC 52)", kind, id)
+	return tea.SetClipboard(id)
 }
 
 // ask shows title and details and runs yes if the answer is y.

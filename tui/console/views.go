@@ -73,6 +73,9 @@ var rootViews = []rootView{
 	{[]string{"installs", "install", "fleet"}, func(e *env) view { return newFleetView(e) }},
 	{[]string{"jobs", "job"}, func(e *env) view { return newJobsView(e) }},
 	{[]string{"audit"}, func(e *env) view { return newAuditView(e) }},
+	{[]string{"workflows", "workflow", "wf"}, newWorkflowsView},
+	{[]string{"apps", "app"}, newAppsView},
+	{[]string{"breakglass", "grants", "bg"}, newGrantsView},
 }
 
 // rootViewNames is the `:` commands of rootViews, as ":installs :jobs :audit".
@@ -109,6 +112,10 @@ type nav interface {
 	// grant is the operator's live break-glass grant on the install with
 	// this id, or nil.
 	grant(installID string) *imsv1.BreakGlassGrant
+	// copyID puts id on the clipboard (OSC 52) and says so.
+	copyID(kind, id string) tea.Cmd
+	// switchContext connects to the CLI context name (:ctx NAME).
+	switchContext(name string) tea.Cmd
 }
 
 // env is what every view shares (soft-serve's common.Common): the
