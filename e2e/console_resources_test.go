@@ -66,9 +66,9 @@ func TestConsoleResourcesDescribeAndSaveLog(t *testing.T) {
 	term.Keys("Enter")
 	term.WaitText("Confirm: run")
 	term.Keys("y")
-	s := term.WaitText("› logs", "saved-2", "succeeded (exit 0)")
+	term.WaitText("› logs", "saved-2", "succeeded (exit 0)")
 	term.Keys("C-s")
-	s = term.WaitText("saved ", logDir)
+	s := term.WaitText("saved ", logDir)
 	ents, err := os.ReadDir(logDir)
 	if err != nil || len(ents) != 1 || !strings.HasSuffix(ents[0].Name(), "-1.log") {
 		t.Fatalf("the log dir holds %v (%v), want one JOB-1.log\n%s", ents, err, s)
