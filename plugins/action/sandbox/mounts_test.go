@@ -32,20 +32,7 @@ func TestMountsHideTheRest(t *testing.T) {
 	script := `cat "$1" || echo ABSENT; ls "$2" || echo NOSTATE; echo x > "$2" || echo NOWRITE; echo y > "$3" || echo READONLY; cat "$3"; echo; echo ok > "$4/out"; id -u; ls /proc | grep -c '^[0-9]'`
 	m := Mounts{Writable: []string{work}, ReadOnly: []string{ro}, Chdir: work, UnshareUser: true, TmpReadOnly: true}
 	argv := []string{"/bin/sh", "-c", script, "sh", secret, secretDir, ro, work}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns, err := NamespaceCommand(self, m, argv, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmds := map[string]*exec.Cmd{"namespaces": ns}
-	if bwrap, err := exec.LookPath("bwrap"); err == nil {
-		cmds["bubblewrap"] = exec.Command(bwrap, append(append(m.BwrapArgs(), "--"), argv...)...)
-	} else {
-		t.Log("bubblewrap not installed; testing the namespace sandbox only")
-	}
+	cmds := sandboxCommands(t, m, argv)
 	for name, cmd := range cmds {
 		t.Run(name, func(t *testing.T) {
 			var out bytes.Buffer
@@ -95,18 +82,7 @@ func TestMountsMaskHidden(t *testing.T) {
 		UnshareUser: true, TmpReadOnly: true}
 	script := `cat "$1" 2>&1; echo "[$(cat "$2" 2>/dev/null)]"; ls "$3"; echo ok > "$4/f"; echo done`
 	argv := []string{"/bin/sh", "-c", script, "sh", identity, secrets, state, comp}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns, err := NamespaceCommand(self, m, argv, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmds := map[string]*exec.Cmd{"namespaces": ns}
-	if bwrap, err := exec.LookPath("bwrap"); err == nil {
-		cmds["bubblewrap"] = exec.Command(bwrap, append(append(m.BwrapArgs(), "--"), argv...)...)
-	}
+	cmds := sandboxCommands(t, m, argv)
 	for name, cmd := range cmds {
 		t.Run(name, func(t *testing.T) {
 			var out bytes.Buffer
@@ -148,6 +124,23 @@ func TestMountsFollowSymlinkedPaths(t *testing.T) {
 	work := t.TempDir()
 	m := Mounts{Writable: []string{work}, ReadOnly: []string{link}, Chdir: work, UnshareUser: true, TmpReadOnly: true}
 	argv := []string{"/bin/cat", filepath.Join(link, "provider")}
+	cmds := sandboxCommands(t, m, argv)
+	for name, cmd := range cmds {
+		t.Run(name, func(t *testing.T) {
+			var out bytes.Buffer
+			cmd.Stdout, cmd.Stderr, cmd.Env = &out, &out, []string{}
+			if err := cmd.Run(); err != nil || out.String() != "mirror" {
+				t.Fatalf("reading through %s: %v: %q", link, err, out.String())
+			}
+		})
+	}
+}
+
+// sandboxCommands is argv in the sandbox m describes, built by each
+// builder this machine has: the namespace init always, bubblewrap when
+// installed.
+func sandboxCommands(t *testing.T, m Mounts, argv []string) map[string]*exec.Cmd {
+	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -159,14 +152,8 @@ func TestMountsFollowSymlinkedPaths(t *testing.T) {
 	cmds := map[string]*exec.Cmd{"namespaces": ns}
 	if bwrap, err := exec.LookPath("bwrap"); err == nil {
 		cmds["bubblewrap"] = exec.Command(bwrap, append(append(m.BwrapArgs(), "--"), argv...)...)
+	} else {
+		t.Log("bubblewrap not installed; testing the namespace sandbox only")
 	}
-	for name, cmd := range cmds {
-		t.Run(name, func(t *testing.T) {
-			var out bytes.Buffer
-			cmd.Stdout, cmd.Stderr, cmd.Env = &out, &out, []string{}
-			if err := cmd.Run(); err != nil || out.String() != "mirror" {
-				t.Fatalf("reading through %s: %v: %q", link, err, out.String())
-			}
-		})
-	}
+	return cmds
 }
