@@ -512,7 +512,7 @@ func BenchmarkIdleAgentMemory(b *testing.B) {
 				fmt.Printf("  of which goroutine stacks %.1f KiB/agent, %.1f goroutines/agent\n", perStack/1024, perG)
 				b.ReportMetric(perRSS/1024, "rss-KiB/agent")
 				b.ReportMetric(perHeap/1024, "heap-KiB/agent")
-				fmt.Printf("memory per idle agent, %d agents: RSS %.1f KiB, heap %.1f KiB (imsd RSS %d MiB; target 32 KB) [%s]\n",
+				fmt.Printf("memory per idle agent, %d agents: RSS %.1f KiB, heap %.1f KiB (imsd RSS %d MiB; target 16 KiB) [%s]\n",
 					n, perRSS/1024, perHeap/1024, rss>>20, machine())
 			}
 		})
