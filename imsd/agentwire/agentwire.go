@@ -64,7 +64,8 @@ const (
 	// Server.FirstMessageMaxBytes).
 	defaultFirstMessageMax = 64 << 10
 	// finishDiscardMax bounds what the end of a connection reads and
-	// drops while it waits for the client to close.
+	// drops while it waits for the client to close (or the advertised
+	// receive window, when larger: what the client may have in flight).
 	finishDiscardMax = 64 << 10
 	defaultWindow    = 65535 // RFC 9113 initial windows
 	maxWindow        = 1<<31 - 1

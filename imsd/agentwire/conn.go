@@ -175,9 +175,18 @@ func (c *conn) finishConn() {
 	}
 	c.rmu.Lock()
 	c.nc.SetReadDeadline(time.Now().Add(time.Second))
-	// Bounded in bytes too: a flooding client gets no more reads.
+	// Bounded in bytes too: a flooding client gets no more reads. A
+	// client that broke no rule may have up to the window we advertised
+	// in flight (an oversized first message, say); closing with that
+	// unread would reset the connection before it reads our error, so
+	// then read that much. After a connection error (a flood, a protocol
+	// violation) only finishDiscardMax.
+	limit := finishDiscardMax
+	if code == uint32(errNo) {
+		limit = max(limit, c.recvWindow)
+	}
 	var discard [512]byte
-	for n := 0; n < finishDiscardMax; {
+	for n := 0; n < limit; {
 		m, err := c.nc.Read(discard[:])
 		if err != nil {
 			break
