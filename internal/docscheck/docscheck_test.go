@@ -12,28 +12,20 @@ import (
 // repoRoot is the repository this package lives in.
 const repoRoot = "../.."
 
-// TestLinks checks that every relative link of README.md,
+// TestDocs checks that every relative link of README.md,
 // ARCHITECTURE.md, plugins/README.md and docs/**/*.md resolves, anchors
-// included.
-func TestLinks(t *testing.T) {
-	problems, err := CheckLinks(repoRoot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range problems {
-		t.Error(p)
-	}
-}
-
-// TestPageLengths checks that no page is over 600 lines, and the README
-// not over 300.
-func TestPageLengths(t *testing.T) {
-	problems, err := CheckLengths(repoRoot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range problems {
-		t.Error(p)
+// included, and that no page is over 600 lines (the README over 300).
+func TestDocs(t *testing.T) {
+	for name, check := range map[string]func(string) ([]Problem, error){"links": CheckLinks, "lengths": CheckLengths} {
+		t.Run(name, func(t *testing.T) {
+			problems, err := check(repoRoot)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range problems {
+				t.Error(p)
+			}
+		})
 	}
 }
 
