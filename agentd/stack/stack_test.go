@@ -31,6 +31,21 @@ const (
 	licenseARN = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:acme-SecretLicenseKeyValue"
 )
 
+// clockedStack is a CloudFormation stack whose agent may assume role,
+// with the fake's and the stack's clocks on one settable clock at
+// 2026-11-27 12:00 UTC.
+func clockedStack(t *testing.T, role string) (*awsfake.AWS, *clock, *stack.Stack) {
+	t.Helper()
+	fake := awsfake.New(t)
+	fake.AddRole(role, agentKey)
+	fake.PutSecret(licenseARN, "LK-1")
+	clk := &clock{t: time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)}
+	fake.Now = clk.Now
+	s := cfnStack(t, fake, nil)
+	s.Now = clk.Now
+	return fake, clk, s
+}
+
 // cfnStack writes a CloudFormation stack config pointing at the fake and
 // opens it with the agent's own credentials in the environment.
 func cfnStack(t *testing.T, fake *awsfake.AWS, edit func(*stackconfig.Config)) *stack.Stack {
@@ -238,13 +253,7 @@ func readWith(t *testing.T, fake *awsfake.AWS, creds stack.Credentials) error {
 func TestBreakGlassCredentialsEndWithTheGrant(t *testing.T) {
 	for _, left := range []time.Duration{2 * time.Minute, 14*time.Minute + 59*time.Second, 15 * time.Minute, 15*time.Minute + time.Second, 20 * time.Minute} {
 		t.Run(left.String(), func(t *testing.T) {
-			fake := awsfake.New(t)
-			fake.AddRole(bgARN, agentKey)
-			fake.PutSecret(licenseARN, "LK-1")
-			clk := &clock{t: time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)}
-			fake.Now = clk.Now
-			s := cfnStack(t, fake, nil)
-			s.Now = clk.Now
+			fake, clk, s := clockedStack(t, bgARN)
 			start := clk.Now()
 			until := start.Add(left)
 
@@ -318,13 +327,7 @@ func TestBreakGlassNeedsALiveGrant(t *testing.T) {
 // stack.JobGrace, by the same session policy, though STS gives at least
 // 15 minutes.
 func TestJobCredentialsEndWithTheTimeLimit(t *testing.T) {
-	fake := awsfake.New(t)
-	fake.AddRole(provARN, agentKey)
-	fake.PutSecret(licenseARN, "LK-1")
-	clk := &clock{t: time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)}
-	fake.Now = clk.Now
-	s := cfnStack(t, fake, nil)
-	s.Now = clk.Now
+	fake, clk, s := clockedStack(t, provARN)
 	creds, err := s.Assume(context.Background(), "provision", "", "j", 2*time.Minute, time.Time{})
 	if err != nil {
 		t.Fatal(err)
@@ -349,13 +352,7 @@ func TestJobCredentialsEndWithTheTimeLimit(t *testing.T) {
 // active sessions" puts. Credentials issued before it stop working at
 // once; the role assumed afterwards works.
 func TestRevokeOlderSessions(t *testing.T) {
-	fake := awsfake.New(t)
-	fake.AddRole(bgARN, agentKey)
-	fake.PutSecret(licenseARN, "LK-1")
-	clk := &clock{t: time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)}
-	fake.Now = clk.Now
-	s := cfnStack(t, fake, nil)
-	s.Now = clk.Now
+	fake, clk, s := clockedStack(t, bgARN)
 	old, err := s.Assume(context.Background(), "break_glass", "admin", "j1", time.Hour, clk.Now().Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)
