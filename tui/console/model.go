@@ -102,7 +102,12 @@ type Model struct {
 	scriptFor   string // install the action script is for
 	confirm     *confirmation
 	help        bool
-	hints       help.Model     // the footer's key hints
+	hints       help.Model // the footer's key hints
+	footerKM    *KeyMap    // footerLine was rendered for these keys and actions
+	footerActs  []Action
+	footerLine  string
+	titleKey    titleKey // titleLine was rendered for this
+	titleLine   string
 	helpPage    viewport.Model // the help screen, scrolled with up/down
 	status      string
 	statusIsErr bool
@@ -690,6 +695,33 @@ func (m *Model) Render() string {
 }
 
 func (m *Model) headerLines() []string {
+	n := -1 // no snapshot yet
+	if m.fleet.loaded {
+		n = len(m.fleet.byID)
+	}
+	// The title changes with the server and the number of installs only:
+	// kept, like the footer, rather than styled again at every frame.
+	if k := (titleKey{m.conn, m.opts.ReadOnly, n}); k != m.titleKey || m.titleLine == "" {
+		m.titleKey, m.titleLine = k, m.title(n)
+	}
+	title := m.titleLine
+	out := append([]string{title}, m.banners()...)
+	var crumbs []string
+	for _, v := range m.stack {
+		crumbs = append(crumbs, v.Title())
+	}
+	out = append(out, m.st.accent.Render(strings.Join(crumbs, " › ")))
+	return out
+}
+
+// titleKey is what the header's first line depends on.
+type titleKey struct {
+	conn     *Conn
+	readOnly bool
+	installs int // -1 before the first snapshot
+}
+
+func (m *Model) title(n int) string {
 	where := "no server"
 	if m.conn != nil {
 		where = m.conn.Server
@@ -701,17 +733,14 @@ func (m *Model) headerLines() []string {
 	if m.opts.ReadOnly {
 		title += " " + m.st.warn.Render("[read-only]")
 	}
-	if m.fleet.loaded {
-		n := len(m.fleet.byID)
-		title += m.st.muted.Render(fmt.Sprintf("  %d install%s", n, map[bool]string{true: "", false: "s"}[n == 1]))
+	if n >= 0 {
+		plural := "s"
+		if n == 1 {
+			plural = ""
+		}
+		title += m.st.muted.Render(fmt.Sprintf("  %d install%s", n, plural))
 	}
-	out := append([]string{title}, m.banners()...)
-	var crumbs []string
-	for _, v := range m.stack {
-		crumbs = append(crumbs, v.Title())
-	}
-	out = append(out, m.st.accent.Render(strings.Join(crumbs, " › ")))
-	return out
+	return title
 }
 
 // banners are the header's lines between the title and the breadcrumbs,
@@ -772,8 +801,15 @@ func (m *Model) footer() string {
 	if h, ok := m.top().(hinted); ok {
 		acts = append(acts, h.Hints()...)
 	}
-	// No width: the footer is cut like every line, by fit.
-	return m.hints.ShortHelpView(m.km.ShortHelp(acts))
+	// No width: the footer is cut like every line, by fit. The hints
+	// change only with the view on top, so the rendered line is kept
+	// (rendering it at each of 100 updates a second was a tenth of the
+	// console's CPU in Fleet10k).
+	if m.footerKM != m.km || !slices.Equal(m.footerActs, acts) {
+		m.footerKM, m.footerActs = m.km, acts
+		m.footerLine = m.hints.ShortHelpView(m.km.ShortHelp(acts))
+	}
+	return m.footerLine
 }
 
 // helpLines is the help screen's text at the window's width (cut as fit
