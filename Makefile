@@ -190,11 +190,11 @@ bench-image: bench-tools ## Only the image sync benchmark (byoc's copy, skopeo, 
 
 .PHONY: demo
 demo: build-progress ## Build (showing progress), start imsd (SQLite) and an enrolled agent in the background, run a job, follow its logs.
-	@scripts/demo.sh start
+	@BYOC_DEMO_DIR=$(DEMO) BYOC_DEMO_BIN=$(BIN) scripts/demo.sh start
 
 .PHONY: demo-stop
 demo-stop: ## Stop what `make demo` started.
-	@scripts/demo.sh stop
+	@BYOC_DEMO_DIR=$(DEMO) BYOC_DEMO_BIN=$(BIN) scripts/demo.sh stop
 
 .PHONY: clean
 clean: ## Remove build output and demo state.

@@ -8,8 +8,9 @@
 # Works with or without a terminal.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-demo="$root/.demo"
-bin="$root/bin"
+# make passes DEMO and BIN (make demo DEMO=/tmp/d BIN=/tmp/b moves both).
+demo="${BYOC_DEMO_DIR:-$root/.demo}"
+bin="${BYOC_DEMO_BIN:-$root/bin}"
 addr="${BYOC_DEMO_ADDR:-127.0.0.1:7070}"
 url="http://$addr"
 reg_addr="${BYOC_DEMO_REGISTRY_ADDR:-127.0.0.1:7071}"
@@ -93,7 +94,11 @@ YAML
 
   echo "==> starting the build agent (agentd --role build: the only writer of the vendor registry)"
   btoken="$(byoc build agent-token -o json | sed -n 's/.*"token": *"\([^"]*\)".*/\1/p' | head -n1)"
-  nohup "$bin/agentd" --role build --ims "$url" --enroll-token "$btoken" --state-dir "$demo/build-agent" >"$demo/agentd-build.log" 2>&1 &
+  # Its plugins run in a sandbox that shows no host path unless named:
+  # the demo image's OCI layout is read from $demo/oci.
+  mkdir -p "$demo/oci"
+  nohup "$bin/agentd" --role build --ims "$url" --enroll-token "$btoken" --state-dir "$demo/build-agent" \
+    --sandbox-read-only "$demo/oci" >"$demo/agentd-build.log" 2>&1 &
   echo $! >"$demo/agentd-build.pid"
 
   echo "==> packing the demo image into an OCI layout, then syncing it into the vendor registry"
@@ -142,14 +147,14 @@ imsd and the agent are running in the background (logs in $demo).
 Try, with BYOC_CONFIG=$BYOC_CONFIG (or add the context to your own config):
 
   export BYOC_CONFIG=$BYOC_CONFIG
-  bin/byoc install list
-  bin/byoc job list
-  bin/byoc build list
-  bin/byoc install images acme
-  bin/byoc action run acme --follow -- 'uname -a; df -h .'
-  bin/byoc job logs <JOB> --follow
-  bin/agentd preflight --stack-config $demo/stack-acme/stack.json --state-dir $demo/stack-acme/state
-  bin/agentd support-bundle -o $demo/bundle.tar.gz --stack-config $demo/stack-acme/stack.json --state-dir $demo/stack-acme/state
+  $bin/byoc install list
+  $bin/byoc job list
+  $bin/byoc build list
+  $bin/byoc install images acme
+  $bin/byoc action run acme --follow -- 'uname -a; df -h .'
+  $bin/byoc job logs <JOB> --follow
+  $bin/agentd preflight --stack-config $demo/stack-acme/stack.json --state-dir $demo/stack-acme/state
+  $bin/agentd support-bundle -o $demo/bundle.tar.gz --stack-config $demo/stack-acme/stack.json --state-dir $demo/stack-acme/state
   curl -s $url/metrics | grep byoc_
 
 Stop them with: make demo-stop

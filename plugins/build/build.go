@@ -15,7 +15,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -182,6 +185,9 @@ func (p *Plugin) sync(ctx context.Context, req *sdk.ApplyRequest, cfg config, ds
 	if err != nil {
 		return ocispec.Descriptor{}, err
 	}
+	if err := checkLayoutSource(cfg.source, ref); err != nil {
+		return ocispec.Descriptor{}, err
+	}
 	src, err := ocicopy.Open(ctx, ref.Registry, ref.Repository, ocicopy.CredentialsFromEnv(req.Env, SourceCredentialsPrefix))
 	if err != nil {
 		return ocispec.Descriptor{}, fmt.Errorf("source %s: %w", cfg.source, err)
@@ -258,4 +264,21 @@ func (p *Plugin) pack(ctx context.Context, req *sdk.ApplyRequest, cfg config, ds
 		return ocispec.Descriptor{}, fmt.Errorf("push %s to the vendor registry: %w", cfg.source, err)
 	}
 	return root, nil
+}
+
+// checkLayoutSource refuses a source in an OCI layout the plugin cannot
+// see, before opening it would make an empty one and report only that
+// the tag was not found. The plugin runs in the agent's sandbox, which
+// shows no host path the customer (here: the vendor, on its build
+// agent) did not name.
+func checkLayoutSource(source string, ref ocicopy.Reference) error {
+	if !ref.Registry.IsLayout() {
+		return nil
+	}
+	dir := filepath.Join(ref.Registry.LayoutRoot, filepath.FromSlash(ref.Repository))
+	if _, err := os.Stat(filepath.Join(dir, "index.json")); err != nil {
+		return fmt.Errorf("source %s: no OCI layout at %s (%v): it does not exist, or it is not visible in the plugin's sandbox: start the build agent with --sandbox-read-only %s",
+			source, dir, errors.Unwrap(err), ref.Registry.LayoutRoot)
+	}
+	return nil
 }
