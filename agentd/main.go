@@ -249,6 +249,7 @@ func run(ctx context.Context, args []string) int {
 		insecureNoSandbox    bool
 		sandboxReadOnly      multiFlag
 		sandboxWritable      multiFlag
+		egressOpts           egressFlags
 	)
 	fs.StringVar(&role, "role", "install", "`install` (an install's agent) or build (the vendor's build agent, the only writer of the vendor registry; enrol it with a token from byoc build agent-token)")
 	fs.StringVar(&ims, "ims", os.Getenv("BYOC_IMS_URL"), "imsd `URL`; also $BYOC_IMS_URL")
@@ -270,6 +271,7 @@ func run(ctx context.Context, args []string) int {
 	fs.BoolVar(&insecureNoSandbox, "insecure-no-sandbox", false, "run plugins WITHOUT a sandbox: vendor code can then read and write everything the agent can, its identity and your controls included; never in production")
 	fs.Var(&sandboxReadOnly, "sandbox-read-only", "host `path` every plugin may read in its sandbox, such as a chart directory or an OCI layout named by path in development (repeatable)")
 	fs.Var(&sandboxWritable, "sandbox-writable", "host `directory` every plugin may write in its sandbox, such as where a plugin of yours keeps files outside the agent (repeatable); never the agent's state directory")
+	egressOpts.register(fs)
 	showVersion := fs.Bool("version", false, "print the version, commit and build date, and exit")
 	if code, done := flaghelp.Parse(fs, args, os.Stdout); done {
 		return code
@@ -403,6 +405,19 @@ func run(ctx context.Context, args []string) int {
 		log.Warn("vendor code sandbox OFF (--insecure-no-sandbox)")
 	} else {
 		log.Info("vendor code sandbox", "isolation", loader.Sandbox.Isolation, "detail", loader.Sandbox.Detail)
+	}
+	// The endpoints the customer configured the agent with stay
+	// reachable for plugins even on this machine's loopback.
+	if loader.Egress, err = egressOpts.build(ctx, append([]string{ims, installRegistry}, kubeconfigServers(kubeconfig)...)); err != nil {
+		fmt.Fprintf(os.Stderr, "agentd: %v\n", err)
+		return 2
+	}
+	if w := egressWarning(loader.Egress.Network); w != "" && !insecureNoSandbox {
+		fmt.Fprintln(os.Stderr, w)
+		log.Warn("vendor code network is the HOST's (--sandbox-network=host)")
+	}
+	if !insecureNoSandbox {
+		log.Info("vendor code network", "network", loader.DescribeNetwork())
 	}
 	for _, f := range []struct {
 		name  string

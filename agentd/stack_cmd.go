@@ -78,7 +78,9 @@ func enrolled(stateDir string) bool {
 
 const preflightUsage = `usage: agentd preflight [--stack-config FILE] [--state-dir DIR] [--ims URL]
                         [--bundled-plugins PATH] [--role install|build]
-                        [--kubeconfig FILE]
+                        [--kubeconfig FILE] [--install-registry LOCATION]
+                        [--sandbox MODE] [--insecure-no-sandbox]
+                        [--sandbox-network proxy|none|host] [--sandbox-egress-* ...]
 
 Checks what the install's agent needs: egress to imsd, the clock against
 imsd's, each enabled permission mode's role assumable (an STS AssumeRole
@@ -86,8 +88,9 @@ per role), the customer's inputs and secrets readable, the install's
 registry reachable, byoc-plugins (the built-in types too heavy for
 agentd's own process) beside agentd and safe to run, the Kubernetes API
 server (GET /version, through byoc-plugins as a helm job reaches it) when
-the app has helm components or a kubeconfig is given, and free disk space
-in the state dir. Prints a table
+the app has helm components or a kubeconfig is given, the vendor code
+sandbox and its network (give the same sandbox flags as the agent), and
+free disk space in the state dir. Prints a table
 with a fix for each failure; exits 1 if any check failed. The install
 stack runs it before the agent enrols.
 `
@@ -104,6 +107,9 @@ func preflightCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	sandboxMode := fs.String("sandbox", os.Getenv(sandboxEnv), "the sandbox `mode` the agent runs with: auto, bubblewrap or namespaces")
 	insecure := fs.Bool("insecure-no-sandbox", false, "the agent runs with --insecure-no-sandbox")
 	kubeconfig := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "`file`: the kubeconfig agentd is given (also $KUBECONFIG)")
+	installRegistry := fs.String("install-registry", os.Getenv("BYOC_INSTALL_REGISTRY"), "the install registry `location` agentd is given")
+	var egressOpts egressFlags
+	egressOpts.register(fs)
 	if code, done := flaghelp.Parse(fs, args, stdout); done {
 		return code
 	}
@@ -130,6 +136,25 @@ func preflightCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			return "", "", false, err
 		}
 		return string(sb.Isolation), sb.Describe(), sb.Isolation == pluginhost.IsolationNone, nil
+	}
+	o.Network = func(ctx context.Context) (string, bool, error) {
+		ims := *ims
+		if ims == "" && st != nil {
+			ims = st.Config.IMS
+		}
+		eg, err := egressOpts.build(ctx, append([]string{ims, *installRegistry}, kubeconfigServers(*kubeconfig)...))
+		if err != nil {
+			return "", false, err
+		}
+		if *insecure {
+			return "host network (--insecure-no-sandbox)", true, nil
+		}
+		sb, err := probeSandbox(ctx, *sandboxMode, false)
+		if err != nil {
+			return "", false, err
+		}
+		l := &pluginhost.Loader{Sandbox: sb, Egress: eg}
+		return l.DescribeNetwork(), eg.Network == pluginhost.NetworkHost, nil
 	}
 	o.InCluster = os.Getenv("KUBERNETES_SERVICE_HOST") != ""
 	if *kubeconfig != "" {

@@ -6,11 +6,15 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -76,6 +80,30 @@ func probeScript(state, secrets string, more ...string) string {
 	b.WriteString(`[ -n "$DATA" ] && echo "WALKUP $(ls -a "$DATA/../.." 2>&1 | tr '\n' ' ')"` + "\n")
 	b.WriteString("echo PROBES DONE\n")
 	return b.String()
+}
+
+// netProbe is what hostile code runs against the network: a service on
+// the host's loopback at addr (standing for the instance metadata
+// service and the agent's local services), directly and through the
+// sandbox's proxy, and the metadata service itself through the proxy.
+// Each line says what it got.
+func netProbe(addr string) string {
+	return fmt.Sprintf(`echo "NET direct $(curl -sS -m 10 --noproxy '*' http://%[1]s/ 2>&1 || echo UNREACHABLE)"
+echo "NET via-proxy $(env -u NO_PROXY -u no_proxy curl -sS -m 10 -x "$HTTP_PROXY" http://%[1]s/ 2>&1)"
+echo "NET metadata $(curl -sS -m 10 http://169.254.169.254/latest/meta-data/iam/security-credentials/ 2>&1)"
+`, addr)
+}
+
+// imdsStandIn serves, on the host's loopback, what vendor code must
+// never get; it counts the requests it answered.
+func imdsStandIn(t *testing.T) (string, *atomic.Int64) {
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.Add(1)
+		io.WriteString(w, "IMDS-ROLE-CREDENTIALS")
+	}))
+	t.Cleanup(srv.Close)
+	return srv.Listener.Addr().String(), &n
 }
 
 // Vendor code of every kind the agent runs (a Terraform module's
@@ -146,7 +174,8 @@ func hostileVendorCode(t *testing.T, mode, mirror string) {
 	if err != nil || dg == nil {
 		t.Fatalf("agentd module push: %v\n%s", err, out)
 	}
-	probe := probeScript(stateDir, secrets)
+	imds, imdsHits := imdsStandIn(t)
+	probe := probeScript(stateDir, secrets) + netProbe(imds)
 	token := cli.PushApp(map[string]string{
 		"app.toml": "name = \"hostile\"\n",
 		"components/tf.toml": `type = "terraform"
@@ -213,7 +242,29 @@ vars = { probe = ` + tomlString(probe) + ` }
 		}
 		return strings.Join(lines, "\n")
 	}
+	var checkFiles func(t *testing.T, who, log string, withMore bool)
 	check := func(t *testing.T, who, log string, withMore bool) {
+		t.Helper()
+		checkFiles(t, who, log, withMore)
+		if strings.Contains(log, "IMDS-ROLE-CREDENTIALS") || imdsHits.Load() != 0 {
+			t.Errorf("%s reached the host's loopback service (%d requests):\n%s", who, imdsHits.Load(), log)
+		}
+		if !strings.Contains(log, "NET direct curl: (7) Failed to connect to 127.0.0.1") {
+			t.Errorf("%s: the direct connection to the host's loopback did not fail to connect:\n%s", who, log)
+		}
+		if who == "action step" {
+			return // a step without network has no proxy either
+		}
+		for _, w := range []string{"NET via-proxy byoc egress proxy: connection to " + imds + " refused by the sandbox's egress policy (always denied: loopback (127.0.0.0/8))",
+			"NET metadata byoc egress proxy: connection to 169.254.169.254:80 refused by the sandbox's egress policy (always denied: instance metadata service (169.254.169.254))",
+			"[agentd] egress: connection refused: " + imds + ": always denied: loopback (127.0.0.0/8)",
+			"[agentd] egress: 2 connections refused"} {
+			if !strings.Contains(log, w) {
+				t.Errorf("%s: the log lacks %q:\n%s", who, w, log)
+			}
+		}
+	}
+	checkFiles = func(t *testing.T, who, log string, withMore bool) {
 		t.Helper()
 		if !strings.Contains(log, "PROBES DONE") {
 			t.Fatalf("%s: the probes did not run:\n%s", who, log)
@@ -257,7 +308,7 @@ vars = { probe = ` + tomlString(probe) + ` }
 	}
 
 	t.Run("action step", func(t *testing.T) {
-		job := enqueue(t, c, "acme", probeScript(stateDir, secrets, more...), 120)
+		job := enqueue(t, c, "acme", probeScript(stateDir, secrets, more...)+netProbe(imds), 120)
 		_, end := follow(t, c, job.Id)
 		if end.State != imsv1.JobState_JOB_STATE_SUCCEEDED {
 			t.Fatalf("job ended %v: %s", end.State, end.Error)
@@ -278,7 +329,7 @@ vars = { probe = ` + tomlString(probe) + ` }
 			"paths":   paths,
 			"write":   []any{filepath.Join(stateDir, "permissions.json"), filepath.Join(stateDir, "breakglass.json")},
 			"sockets": socks,
-			"script":  probeScript(stateDir, secrets, more...),
+			"script":  probeScript(stateDir, secrets, more...) + netProbe(imds),
 		})
 		if err != nil {
 			t.Fatal(err)

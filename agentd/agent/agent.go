@@ -268,6 +268,11 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	if err := a.openAudit(); err != nil {
 		return nil, err
 	}
+	if j, ok := cfg.Runner.(interface {
+		SetJournal(func(kind, subject string, data map[string]string))
+	}); ok {
+		j.SetJournal(a.note)
+	}
 	return a, nil
 }
 

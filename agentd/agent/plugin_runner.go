@@ -16,6 +16,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/byoc-dev/byoc/agentd/egress"
 	"github.com/byoc-dev/byoc/agentd/pluginhost"
 	"github.com/byoc-dev/byoc/agentd/redact"
 	"github.com/byoc-dev/byoc/agentd/secrets"
@@ -118,6 +119,10 @@ type PluginRunner struct {
 	// directory the sandbox shows, such as /etc.
 	SandboxHidden []string
 
+	// journal, when set (SetJournal: the agent does), records events of
+	// the agent's own in its audit journal: a job's refused egress.
+	journal func(kind, subject string, data map[string]string)
+
 	// mu guards active and lock, and is held through a workspace sweep.
 	mu sync.Mutex
 	// active holds the workspaces of the jobs running now.
@@ -125,6 +130,17 @@ type PluginRunner struct {
 	// lock is WorkRoot's lock file, held once a sweep took it.
 	lock *os.File
 }
+
+// SetJournal makes the runner record events of its own (a job's refused
+// connections) in the agent's journal through note.
+func (r *PluginRunner) SetJournal(note func(kind, subject string, data map[string]string)) {
+	r.journal = note
+}
+
+// EgressRefusedKind is the journal record of a job whose plugin's
+// connections the egress proxy refused: one per job, when its plugin
+// ends, summing them all up.
+const EgressRefusedKind = "egress.refused"
 
 // registryWriters are the component types that write into the install
 // registry (they sync artifacts into it); the others only read it.
@@ -594,6 +610,9 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 			env[k] = v
 		}
 	}
+	// The proxy the sandbox's network leads to, for the plugin and every
+	// operation (terraform, its providers, helm, an action's steps).
+	maps.Copy(env, r.Loader.EgressEnv())
 	if r.Kubeconfig != "" && job.ComponentType == KubeconfigType {
 		env["KUBECONFIG"] = r.Kubeconfig
 	} else if job.ComponentType == KubeconfigType {
@@ -612,7 +631,12 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 	output := func(source, text string) { log(StreamSystem, "[plugin "+source+"] "+text) }
 	writable, readOnly, hidden := r.sandboxPaths(job.ComponentType, stateDir)
 	opts := pluginhost.StartOptions{WorkDir: work, Env: env, Output: output,
-		Writable: writable, ReadOnly: readOnly, Hidden: hidden}
+		Writable: writable, ReadOnly: readOnly, Hidden: hidden,
+		// Each distinct refused destination once; the plugin's end sums
+		// them all up, in the log and the agent's journal.
+		OnEgressDenied: func(d egress.Denial) {
+			log(StreamSystem, "[agentd] egress: connection refused: "+d.String())
+		}}
 	if job.ComponentType == "action" {
 		// The action type runs its steps under cgroup limits; inside the
 		// plugin's sandbox it can only use a cgroup the agent delegates.
@@ -622,7 +646,16 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 	if err != nil {
 		return fail("%v", err) // "start plugin TYPE: …"
 	}
-	defer inst.Kill()
+	defer func() {
+		inst.Kill()
+		if s := inst.EgressRefused(); s != "" {
+			log(StreamSystem, "[agentd] egress: "+s)
+			if r.journal != nil {
+				r.journal(EgressRefusedKind, job.ID, map[string]string{"attempt": fmt.Sprint(job.Attempt),
+					"component": job.Component, "type": job.ComponentType, "refused": s})
+			}
+		}
+	}()
 	d := inst.Description()
 	sandboxed := "no sandbox"
 	if sb := r.Loader.Sandbox; sb != nil {

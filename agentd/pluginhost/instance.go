@@ -36,6 +36,9 @@ type Instance struct {
 	cgroup *sandbox.Delegated
 	// sandbox is where the plugin runs; nil for none.
 	sandbox *Sandbox
+	// proxy is the plugin's egress proxy (NetworkProxy), stopped by
+	// Kill once the plugin is gone.
+	proxy *proxyRun
 	// out takes what the plugin prints outside the protocol; writers are
 	// its line splitters, flushed by Kill.
 	out     *output
@@ -135,6 +138,16 @@ func (i *Instance) callError(ctx context.Context, what string, err error) error 
 	return fmt.Errorf("plugin %s exited during %s: %s", i.typ, what, i.exitStatus())
 }
 
+// EgressRefused says in one line how many connections the plugin's
+// egress proxy refused and to where; empty when none (or no proxy).
+// Complete once Kill returned.
+func (i *Instance) EgressRefused() string {
+	if i.proxy == nil {
+		return ""
+	}
+	return i.proxy.denials.Summary(10)
+}
+
 // exited reports whether the plugin process has ended.
 func (i *Instance) exited() bool {
 	return i.client.Exited() || (i.pgid > 0 && processExited(i.pgid))
@@ -186,6 +199,7 @@ func (i *Instance) Kill() {
 			w.flush()
 		}
 		i.out.close()
+		i.proxy.stop()
 		os.RemoveAll(i.sockDir)
 		if i.cgroup != nil {
 			if err := i.cgroup.Remove(); err != nil {

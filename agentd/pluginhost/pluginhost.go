@@ -40,6 +40,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -53,6 +54,7 @@ import (
 
 	"github.com/hashicorp/go-plugin"
 
+	"github.com/byoc-dev/byoc/agentd/egress"
 	"github.com/byoc-dev/byoc/plugins/action/sandbox"
 	"github.com/byoc-dev/byoc/plugins/sdk"
 )
@@ -116,6 +118,11 @@ type Loader struct {
 	// file system; agentd always sets it, and sets IsolationNone only
 	// when the customer says --insecure-no-sandbox.
 	Sandbox *Sandbox
+	// Egress is a sandboxed plugin's network: by default (nil) a network
+	// namespace of its own whose only way out is an egress proxy the
+	// agent serves, refusing loopback, link-local and the cloud's
+	// credential endpoints.
+	Egress *Egress
 
 	// sums caches the checksum of each verified binary by file identity.
 	sumsMu sync.Mutex
@@ -165,6 +172,10 @@ type StartOptions struct {
 	// When no cgroup can be delegated here the plugin is told why
 	// (sandbox.CgroupEnv) and its steps run without limits, saying so.
 	DelegateCgroup string
+	// OnEgressDenied, when set, is told of the first refused connection
+	// to each distinct destination (NetworkProxy), from the proxy's
+	// goroutines; Instance.EgressRefused sums them all up.
+	OnEgressDenied func(egress.Denial)
 }
 
 // Start launches a plugin for type typ and completes the handshake.
@@ -206,12 +217,30 @@ func (l *Loader) Start(ctx context.Context, typ string, opt StartOptions) (*Inst
 			cgroupEnv = cg.Version
 		}
 	}
+	var px *proxyRun
 	if l.sandboxed() {
 		m := pluginMounts(opt.WorkDir, sockDir, opt)
+		m.Network = l.network() == NetworkHost
 		if cg != nil {
 			cg.Apply(&m)
 		}
-		if cmd, err = l.Sandbox.command(exe, m, cmd.Args[1:]); err != nil {
+		if l.network() == NetworkProxy {
+			px, m.Egress, err = l.startProxy(sockDir, opt.OnEgressDenied)
+		}
+		if err == nil {
+			cmd, err = l.Sandbox.command(exe, m, cmd.Args[1:])
+		}
+		if err == nil {
+			// The child has its own copies once started; exe is closed
+			// above.
+			defer func() {
+				for _, f := range cmd.ExtraFiles[1:] {
+					f.Close()
+				}
+			}()
+		}
+		if err != nil {
+			px.stop()
 			os.RemoveAll(sockDir)
 			if cg != nil {
 				_ = cg.Remove()
@@ -220,6 +249,19 @@ func (l *Loader) Start(ctx context.Context, typ string, opt StartOptions) (*Inst
 		}
 	}
 	cmd.Dir = opt.WorkDir
+	if env := l.EgressEnv(); env != nil {
+		// Unless the caller put them there already (agentd's runner
+		// does, for the operations too).
+		opt.Env = maps.Clone(opt.Env)
+		if opt.Env == nil {
+			opt.Env = map[string]string{}
+		}
+		for k, v := range env {
+			if _, ok := opt.Env[k]; !ok {
+				opt.Env[k] = v
+			}
+		}
+	}
 	cmd.Env = append(pluginEnv(opt), plugin.EnvUnixSocketDir+"="+sockDir)
 	if l.sandboxed() {
 		cmd.Env = append(cmd.Env, sandbox.NestedEnv+"="+string(l.Sandbox.Isolation))
@@ -268,7 +310,7 @@ func (l *Loader) Start(ctx context.Context, typ string, opt StartOptions) (*Inst
 	if cgroupEnv != "" && cg == nil {
 		logger.Warn("no cgroup for the plugin's step limits", "why", strings.TrimPrefix(cgroupEnv, "not delegated: "))
 	}
-	inst := &Instance{typ: typ, client: client, cmd: cmd, logger: logger, sockDir: sockDir, sandbox: l.Sandbox, cgroup: cg,
+	inst := &Instance{typ: typ, client: client, cmd: cmd, logger: logger, sockDir: sockDir, sandbox: l.Sandbox, cgroup: cg, proxy: px,
 		out: out, writers: []*lineWriter{stdout, stderr, rawErr}}
 
 	rpc, err := dial(client)

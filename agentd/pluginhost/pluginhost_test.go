@@ -121,6 +121,9 @@ func newLoader(tb testing.TB) *pluginhost.Loader {
 		Builtins: []string{"action"},
 		Logger:   testLogger(),
 		Sandbox:  testSandbox(tb, os.Getenv("BYOC_TEST_SANDBOX")),
+		// BYOC_TEST_SANDBOX_NETWORK=host|none|proxy (default proxy)
+		// measures the launch cost of the sandbox's network.
+		Egress: &pluginhost.Egress{Network: pluginhost.Network(os.Getenv("BYOC_TEST_SANDBOX_NETWORK"))},
 	}
 }
 

@@ -38,8 +38,9 @@ type Sandbox struct {
 	Isolation Isolation
 	// Bwrap is bubblewrap's path (IsolationBubblewrap).
 	Bwrap string
-	// InitExe serves sandbox.InitArg (IsolationNamespaces): the agent's
-	// own binary.
+	// InitExe serves sandbox.InitArg: the namespace sandbox's init
+	// (IsolationNamespaces) and, under bubblewrap, the egress relay
+	// (NetworkProxy). The agent's own binary.
 	InitExe string
 	// Detail says what was found: bubblewrap's version, or why the
 	// better isolations are not in use.
@@ -72,6 +73,7 @@ func ProbeSandbox(ctx context.Context, opt SandboxOptions) (*Sandbox, error) {
 	if opt.Mode == "" || opt.Mode == "auto" || opt.Mode == "bubblewrap" {
 		s, err := probeBwrap(ctx, opt.Bwrap)
 		if err == nil {
+			s.InitExe = opt.InitExe
 			return s, nil
 		}
 		why = append(why, err.Error())
@@ -133,7 +135,7 @@ func (s *Sandbox) Describe() string {
 		return "NONE (--insecure-no-sandbox): vendor code can read and write everything the agent can, its identity and the customer's controls included"
 	}
 	return fmt.Sprintf("%s (%s): each plugin and all it starts see only the system directories (read-only), their job's workspace, "+
-		"their component's state directory and what their type needs; the agent's state, secrets file and other plugins do not exist there; network allowed", s.Isolation, s.Detail)
+		"their component's state directory and what their type needs; the agent's state, secrets file and other plugins do not exist there", s.Isolation, s.Detail)
 }
 
 // pluginMounts is the file system of a plugin working in work with its
@@ -151,7 +153,6 @@ func pluginMounts(work, sockDir string, opt StartOptions) sandbox.Mounts {
 		ReadOnly:    ro,
 		Chdir:       work,
 		Hostname:    "byoc-plugin",
-		Network:     true,
 		UnshareUser: true,
 		TmpReadOnly: true,
 		Hidden:      opt.Hidden,
@@ -171,6 +172,25 @@ func (s *Sandbox) command(exe *os.File, m sandbox.Mounts, args []string) (*exec.
 	var cmd *exec.Cmd
 	switch s.Isolation {
 	case IsolationBubblewrap:
+		if m.Egress != nil {
+			// bubblewrap built the network namespace; the agent's own
+			// binary (descriptor 4) runs the relay in it and the plugin
+			// as its child.
+			if s.InitExe == "" {
+				return nil, errors.New("the egress relay needs the agent's own binary (Sandbox.InitExe)")
+			}
+			self, err := os.Open(s.InitExe)
+			if err != nil {
+				return nil, fmt.Errorf("egress relay: %w", err)
+			}
+			if inner, err = sandbox.RelayCommand(4, *m.Egress, inner, 1); err != nil {
+				self.Close()
+				return nil, err
+			}
+			cmd = exec.Command(s.Bwrap, append(append(m.BwrapArgs(), "--"), inner...)...)
+			cmd.ExtraFiles = []*os.File{exe, self}
+			return cmd, nil
+		}
 		cmd = exec.Command(s.Bwrap, append(append(m.BwrapArgs(), "--"), inner...)...)
 	case IsolationNamespaces:
 		var err error

@@ -3,13 +3,19 @@ package pluginhost_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/byoc-dev/byoc/agentd/egress"
 	"github.com/byoc-dev/byoc/agentd/pluginhost"
 	"github.com/byoc-dev/byoc/plugins/sdk"
 )
@@ -235,4 +241,166 @@ func jobCgroups(t *testing.T, label string) []string {
 		}
 	}
 	return found
+}
+
+// hostAddr is a non-loopback address of this machine, or "" when it has
+// none.
+func hostAddr(t *testing.T) string {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() && !n.IP.IsLinkLocalUnicast() {
+			return n.IP.String()
+		}
+	}
+	return ""
+}
+
+// countingServer serves HTTP on addr and counts the requests it got.
+func countingServer(t *testing.T, addr, body string) (string, *atomic.Int64) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n atomic.Int64
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.Add(1)
+		io.WriteString(w, body)
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return ln.Addr().String(), &n
+}
+
+// In each sandbox, vendor code (a pinned third-party plugin's shell, and
+// an action step with network) reaches a service on the host's loopback
+// (standing for the instance metadata service and the agent's local
+// services) neither directly nor through the proxy, by HTTP or SOCKS5,
+// while a destination the policy allows works through the proxy only.
+// Each refusal reaches OnEgressDenied with the destination and the rule.
+func TestSandboxEgress(t *testing.T) {
+	for _, mode := range []string{"bubblewrap", "namespaces"} {
+		t.Run(mode, func(t *testing.T) {
+			secretAddr, secretHits := countingServer(t, "127.0.0.1:0", "instance-role-credentials")
+			allowedHost := hostAddr(t)
+			l := newLoader(t)
+			l.Sandbox = testSandbox(t, mode)
+			l.Egress = &pluginhost.Egress{}
+			if allowedHost == "" {
+				// No other address here: the proxy's dialer stands in
+				// for the world, sending 192.0.2.1 to a loopback server.
+				allowedHost = "192.0.2.1"
+				worldAddr, _ := countingServer(t, "127.0.0.1:0", "hello-world")
+				l.Egress.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+					if strings.HasPrefix(addr, "192.0.2.1:") {
+						addr = worldAddr
+					}
+					return (&net.Dialer{}).DialContext(ctx, network, addr)
+				}
+			}
+			worldAddr, worldHits := countingServer(t, allowedHost+":0", "hello-world")
+			if l.Egress.Dial != nil {
+				_, port, _ := net.SplitHostPort(worldAddr)
+				worldAddr = "192.0.2.1:" + port
+			}
+			var mu sync.Mutex
+			var denied []egress.Denial
+			dir, sum := install(t, testkit(t), "testkit")
+			l.Dirs, l.Pins = []string{dir}, map[string]string{"testkit": sum}
+			work := t.TempDir()
+			kit, err := l.Start(t.Context(), "testkit", pluginhost.StartOptions{WorkDir: work, OnEgressDenied: func(d egress.Denial) {
+				mu.Lock()
+				denied = append(denied, d)
+				mu.Unlock()
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(kit.Kill)
+			px := l.EgressEnv()["HTTP_PROXY"]
+			script := fmt.Sprintf(`S=%s W=%s P=%s
+c() { curl -sS -m 10 "$@" 2>&1; echo " [exit $?]"; }
+echo "env: $HTTPS_PROXY $ALL_PROXY"
+echo "direct-secret: $(c --noproxy '*' http://$S/)"
+echo "proxy-secret: $(env -u NO_PROXY -u no_proxy curl -sS -m 10 -x $P http://$S/ 2>&1; echo " [exit $?]")"
+echo "connect-secret: $(env -u NO_PROXY -u no_proxy curl -sS -m 10 -p -x $P http://$S/ 2>&1; echo " [exit $?]")"
+echo "socks-secret: $(c --socks5-hostname ${P#http://} http://$S/)"
+echo "metadata: $(c http://169.254.169.254/latest/meta-data/iam/security-credentials/)"
+echo "metadata6: $(c 'http://[fd00:ec2::254]/latest/api/token')"
+echo "direct-world: $(c --noproxy '*' http://$W/)"
+echo "proxy-world: $(c http://$W/)"
+echo "socks-world: $(c --socks5-hostname ${P#http://} http://$W/)"
+echo done`, secretAddr, worldAddr, px)
+			res, logs := run(t, kit, work, map[string]any{"mode": "sh", "script": script}, nil)
+			out := strings.Join(stdout(logs), "\n")
+			if res.Error != "" || !strings.Contains(out, "done") {
+				t.Fatalf("result %+v:\n%s", res, out)
+			}
+			line := func(k string) string {
+				for _, l := range strings.Split(out, "\n") {
+					if v, ok := strings.CutPrefix(l, k+": "); ok {
+						return v
+					}
+				}
+				return ""
+			}
+			for _, k := range []string{"direct-secret", "proxy-secret", "connect-secret", "socks-secret", "metadata", "metadata6", "direct-world"} {
+				if v := line(k); strings.Contains(v, "instance-role-credentials") || strings.Contains(v, "hello-world") || strings.HasSuffix(v, "[exit 0]") && !strings.Contains(v, "refused by the sandbox's egress policy") {
+					t.Errorf("%s reached: %q", k, v)
+				}
+			}
+			for _, k := range []string{"proxy-secret", "metadata", "metadata6"} {
+				if v := line(k); !strings.Contains(v, "refused by the sandbox's egress policy") {
+					t.Errorf("%s: %q, want the proxy's refusal", k, v)
+				}
+			}
+			for _, k := range []string{"proxy-world", "socks-world"} {
+				if v := line(k); v != "hello-world [exit 0]" {
+					t.Errorf("%s: %q, want hello-world", k, v)
+				}
+			}
+			if !strings.Contains(line("env"), "127.0.0.1:") {
+				t.Errorf("no proxy in the plugin's environment: %q", line("env"))
+			}
+			if n := secretHits.Load(); n != 0 {
+				t.Errorf("the host's loopback service was reached %d times", n)
+			}
+			if n := worldHits.Load(); n < 2 {
+				t.Errorf("the allowed destination was reached %d times, want 2", n)
+			}
+
+			// An action step with network shares the plugin's namespace
+			// and, with the job's environment, its proxy.
+			inst, err := l.Start(t.Context(), "action", pluginhost.StartOptions{WorkDir: work})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(inst.Kill)
+			step := fmt.Sprintf(`curl -sS -m 10 http://%s/ ; echo; curl -sS -m 10 http://%s/ || echo loopback-unreachable; env -u NO_PROXY -u no_proxy curl -sS -m 10 -x "$HTTP_PROXY" http://%[2]s/; echo`, worldAddr, secretAddr)
+			res, logs = run(t, inst, work, map[string]any{"sandbox": map[string]any{"network": true}, "steps": []any{map[string]any{"name": "net", "script": step}}}, l.EgressEnv())
+			all := allText(logs)
+			if res.Error != "" || !strings.Contains(all, "hello-world") || !strings.Contains(all, "loopback-unreachable") || !strings.Contains(all, "refused by the sandbox's egress policy") || strings.Contains(all, "instance-role-credentials") {
+				t.Errorf("action step: %+v\n%s", res, all)
+			}
+
+			kit.Kill()
+			mu.Lock()
+			defer mu.Unlock()
+			var got []string
+			for _, d := range denied {
+				got = append(got, d.String())
+			}
+			for _, w := range []string{secretAddr + ": always denied: loopback (127.0.0.0/8)", "169.254.169.254:80: always denied: instance metadata service (169.254.169.254)",
+				"[fd00:ec2::254]:80: always denied: instance metadata service (fd00:ec2::254)"} {
+				if !slices.Contains(got, w) {
+					t.Errorf("denials lack %q: %q", w, got)
+				}
+			}
+			if s := kit.EgressRefused(); !strings.Contains(s, "connections refused") {
+				t.Errorf("EgressRefused = %q", s)
+			}
+		})
+	}
 }

@@ -70,6 +70,10 @@ type Options struct {
 	// (pluginhost.ProbeSandbox) and says which; insecure reports that
 	// the customer turned it off (agentd --insecure-no-sandbox).
 	Sandbox func(context.Context) (isolation, detail string, insecure bool, err error)
+	// Network, if set, says what network vendor code has in the sandbox
+	// (agentd --sandbox-network and the egress flags); host reports the
+	// machine's own network (--sandbox-network=host).
+	Network func(context.Context) (detail string, host bool, err error)
 	// Kubeconfig is agentd's --kubeconfig (or $KUBECONFIG); InCluster
 	// says the agent runs in a Kubernetes pod (KUBERNETES_SERVICE_HOST).
 	Kubeconfig string
@@ -112,6 +116,9 @@ func Run(ctx context.Context, o Options) []Result {
 	if o.Sandbox != nil {
 		out = append(out, checkSandbox(ctx, o))
 	}
+	if o.Network != nil {
+		out = append(out, checkNetwork(ctx, o))
+	}
 	if r, ok := checkKubernetes(ctx, o); ok {
 		out = append(out, r)
 	}
@@ -132,6 +139,23 @@ func checkSandbox(ctx context.Context, o Options) Result {
 		r.Status, r.Detail = Off, iso+": "+detail
 	default:
 		r.Status, r.Detail = Pass, iso+": "+detail
+	}
+	return r
+}
+
+// checkNetwork says what vendor code's network is: off when it is the
+// machine's own.
+func checkNetwork(ctx context.Context, o Options) Result {
+	r := Result{Check: "vendor code network"}
+	detail, host, err := o.Network(ctx)
+	switch {
+	case err != nil:
+		r.Status, r.Detail, r.Fix = Fail, err.Error(), "fix the --sandbox-network and --sandbox-egress-* flags"
+	case host:
+		r.Status, r.Detail = Off, detail
+		r.Fix = "drop --sandbox-network=host: vendor code then reaches the network only through the agent's egress proxy"
+	default:
+		r.Status, r.Detail = Pass, detail
 	}
 	return r
 }

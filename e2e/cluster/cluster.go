@@ -27,6 +27,7 @@ import (
 
 	"github.com/byoc-dev/byoc/agentd/agent"
 	"github.com/byoc-dev/byoc/imsd/server"
+	"github.com/byoc-dev/byoc/internal/ocicopy/ocitest"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1/imsv1connect"
 )
@@ -296,6 +297,11 @@ func StartAgent(tb testing.TB, url, token, stateDir string, extra ...string) *Ag
 	tb.Helper()
 	bin := filepath.Join(Binaries(tb), "agentd")
 	args := append([]string{"--ims", url, "--state-dir", stateDir, "--log-level", "debug"}, extra...)
+	// The test's registries are on this machine's loopback, which the
+	// plugins' sandbox reaches only where the customer says so.
+	for _, h := range ocitest.Hosts() {
+		args = append(args, "--insecure-sandbox-egress-allow", h)
+	}
 	if token != "" {
 		args = append(args, "--enroll-token", token)
 	}

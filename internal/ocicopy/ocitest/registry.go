@@ -66,6 +66,21 @@ func Need(tb testing.TB) {
 	}
 }
 
+var (
+	hostsMu sync.Mutex
+	hosts   []string
+)
+
+// Hosts are the addresses (127.0.0.1:PORT) of every registry this
+// process started: an agent started by a test lets its plugins' sandbox
+// reach them (agentd --insecure-sandbox-egress-allow), as a customer
+// would for a registry on the agent's own machine.
+func Hosts() []string {
+	hostsMu.Lock()
+	defer hostsMu.Unlock()
+	return append([]string(nil), hosts...)
+}
+
 // StartRegistry starts a registry; it is stopped at the end of the test.
 func StartRegistry(tb testing.TB, opts RegistryOptions) *Registry {
 	tb.Helper()
@@ -73,6 +88,9 @@ func StartRegistry(tb testing.TB, opts RegistryOptions) *Registry {
 	dir := tb.TempDir()
 	port := freePort(tb)
 	r := &Registry{Host: fmt.Sprintf("127.0.0.1:%d", port), Dir: dir, tb: tb, config: filepath.Join(dir, "config.yml")}
+	hostsMu.Lock()
+	hosts = append(hosts, r.Host)
+	hostsMu.Unlock()
 	secret := make([]byte, 16)
 	rand.Read(secret)
 	var cfg strings.Builder

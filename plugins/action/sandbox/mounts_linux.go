@@ -24,8 +24,14 @@ type Mounts struct {
 	// Hostname is the sandbox's host name (its own UTS namespace).
 	Hostname string
 	// Network keeps the host's network; otherwise the process has a
-	// network namespace of its own with nothing in it.
+	// network namespace of its own with nothing in it but its loopback
+	// (and Egress's relay on it).
 	Network bool
+	// Egress, when set (and Network is not), is the relay to the
+	// agent's egress proxy: the sandbox's only way out. The namespace
+	// init runs it itself; with bubblewrap the caller wraps its command
+	// in RelayCommand.
+	Egress *Relay `json:"egress,omitempty"`
 	// UnshareUser gives the sandbox a user namespace of its own, mapping
 	// UID and GID (the agent's, or 1000 when the agent is root: an
 	// unprivileged user inside, so that nothing it executes gains

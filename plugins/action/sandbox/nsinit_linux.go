@@ -30,6 +30,17 @@ type initSpec struct {
 	// Files is how many descriptors from 3 on the command inherits (a
 	// verified binary executed as /proc/self/fd/3).
 	Files int `json:"files"`
+	// Relay, when set, is started before the command: Mounts.Egress in
+	// a namespace sandbox, or the whole job of a relay in a sandbox
+	// bubblewrap built (RelayOnly: no file system, no user namespace,
+	// the command runs as the relay's child).
+	Relay     *Relay `json:"relay,omitempty"`
+	RelayOnly bool   `json:"relay_only,omitempty"`
+}
+
+func jsonSpec(s initSpec) (string, error) {
+	b, err := json.Marshal(s)
+	return string(b), err
 }
 
 // NamespaceCommand returns the command that runs argv in a sandbox of
@@ -43,11 +54,14 @@ type initSpec struct {
 // 4, …; the caller sets them as the returned command's ExtraFiles.
 // Go cannot run code between clone and exec, hence the second program.
 func NamespaceCommand(exe string, m Mounts, argv []string, files int) (*exec.Cmd, error) {
-	spec, err := json.Marshal(initSpec{Mounts: m, Ops: m.ops(), Argv: argv, Files: files})
+	if m.Egress != nil && m.Network {
+		return nil, errors.New("sandbox: an egress relay needs a network namespace of its own (Network false)")
+	}
+	spec, err := jsonSpec(initSpec{Mounts: m, Ops: m.ops(), Argv: argv, Files: files, Relay: m.Egress})
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(exe, InitArg, string(spec))
+	cmd := exec.Command(exe, InitArg, spec)
 	flags := uintptr(syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS)
 	if !m.Network {
 		flags |= syscall.CLONE_NEWNET
@@ -101,12 +115,27 @@ func InitMain(args []string) int {
 		fmt.Fprintf(os.Stderr, "byoc sandbox-init: bad spec: %v\n", err)
 		return 125
 	}
+	if spec.RelayOnly {
+		return relayMain(spec)
+	}
 	// Mounts, pivot_root and the chdir apply to this thread's view; keep
 	// the work on one thread until the command starts.
 	runtime.LockOSThread()
 	if err := buildRoot(spec.Mounts, spec.Ops); err != nil {
 		fmt.Fprintf(os.Stderr, "byoc sandbox-init: %v\n", err)
 		return 125
+	}
+	if spec.Relay != nil {
+		// The namespace's own loopback, down until now, carries the
+		// relay; nothing else is there.
+		if err := loopbackUp(); err != nil {
+			fmt.Fprintf(os.Stderr, "byoc sandbox-init: %v\n", err)
+			return 125
+		}
+		if err := startRelay(*spec.Relay); err != nil {
+			fmt.Fprintf(os.Stderr, "byoc sandbox-init: %v\n", err)
+			return 125
+		}
 	}
 	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
@@ -130,15 +159,39 @@ func InitMain(args []string) int {
 		fmt.Fprintf(os.Stderr, "byoc sandbox-init: start %s: %v\n", spec.Argv[0], err)
 		return 127
 	}
-	child := cmd.Process.Pid
+	return waitChild(cmd.Process.Pid, sigs)
+}
+
+// relayMain serves a relay in a sandbox someone else built: it starts
+// the relay, then the command as its child, and waits for it.
+func relayMain(spec initSpec) int {
+	if spec.Relay == nil {
+		fmt.Fprintln(os.Stderr, "byoc sandbox-init: relay spec without a relay")
+		return 125
+	}
+	if err := startRelay(*spec.Relay); err != nil {
+		fmt.Fprintf(os.Stderr, "byoc sandbox-init: %v\n", err)
+		return 125
+	}
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	p, err := relayChild(spec)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "byoc sandbox-init: start %s: %v\n", spec.Argv[0], err)
+		return 127
+	}
+	return waitChild(p.Pid, sigs)
+}
+
+// waitChild passes sigs on to child and reaps every process that ends
+// (as a namespace's init, this process inherits every orphan) until
+// child does; it returns child's status the way a shell reports it.
+func waitChild(child int, sigs chan os.Signal) int {
 	go func() {
 		for s := range sigs {
 			_ = syscall.Kill(child, s.(syscall.Signal))
 		}
 	}()
-	// As the namespace's init this process inherits every orphan: reap
-	// them all, and end with the command. Everything else in the
-	// namespace dies with this process.
 	for {
 		var ws syscall.WaitStatus
 		pid, err := syscall.Wait4(-1, &ws, 0, nil)

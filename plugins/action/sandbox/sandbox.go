@@ -205,6 +205,9 @@ func (s *Sandbox) Describe(p Policy) string {
 	net := "no network"
 	if p.Network {
 		net = "host network (the action asks for it)"
+		if os.Getenv(NestedEnv) != "" {
+			net = "the plugin sandbox's network (the action asks for it)"
+		}
 	}
 	switch s.level {
 	case LevelBubblewrap:

@@ -1,0 +1,182 @@
+// Package egress is the agent's egress proxy for vendor code: each
+// plugin sandbox has a network namespace of its own whose only way out is
+// a relay to a Proxy the agent serves outside the sandbox (HTTP CONNECT,
+// plain HTTP forwarding and SOCKS5 on one socket). The proxy resolves
+// names itself, checks every address it would connect to against a
+// Policy and dials exactly the address it checked, so a name that
+// resolves to the instance metadata service or the machine's loopback is
+// refused however it is spelled.
+package egress
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// alwaysDenied are the destinations vendor code never reaches, whatever
+// the customer allows (but for an exact Exception): the machine's own
+// services and the cloud's credential endpoints.
+var alwaysDenied = []struct {
+	prefix netip.Prefix
+	rule   string
+}{
+	{netip.MustParsePrefix("169.254.169.254/32"), "instance metadata service (169.254.169.254)"},
+	{netip.MustParsePrefix("169.254.170.2/32"), "container credentials endpoint (169.254.170.2)"},
+	{netip.MustParsePrefix("169.254.170.23/32"), "EKS pod identity endpoint (169.254.170.23)"},
+	{netip.MustParsePrefix("fd00:ec2::254/128"), "instance metadata service (fd00:ec2::254)"},
+	{netip.MustParsePrefix("fd00:ec2::23/128"), "EKS pod identity endpoint (fd00:ec2::23)"},
+	{netip.MustParsePrefix("100.100.100.200/32"), "instance metadata service (100.100.100.200)"},
+	{netip.MustParsePrefix("127.0.0.0/8"), "loopback (127.0.0.0/8)"},
+	{netip.MustParsePrefix("::1/128"), "loopback (::1)"},
+	{netip.MustParsePrefix("169.254.0.0/16"), "link-local (169.254.0.0/16)"},
+	{netip.MustParsePrefix("fe80::/10"), "link-local (fe80::/10)"},
+	{netip.MustParsePrefix("0.0.0.0/8"), "unspecified (0.0.0.0/8)"},
+	{netip.MustParsePrefix("::/128"), "unspecified (::)"},
+	{netip.MustParsePrefix("224.0.0.0/4"), "multicast (224.0.0.0/4)"},
+	{netip.MustParsePrefix("ff00::/8"), "multicast (ff00::/8)"},
+	{netip.MustParsePrefix("255.255.255.255/32"), "broadcast (255.255.255.255)"},
+}
+
+// embedded4 are IPv6 prefixes that carry an IPv4 address in their last
+// 32 bits (IPv4-compatible and NAT64): checked as that IPv4 address too.
+// IPv4-mapped addresses (::ffff:a.b.c.d) are unmapped before any check.
+var embedded4 = []netip.Prefix{
+	netip.MustParsePrefix("::/96"),
+	netip.MustParsePrefix("64:ff9b::/96"),
+	netip.MustParsePrefix("64:ff9b:1::/48"),
+}
+
+// Policy says where vendor code may connect. The zero Policy allows
+// every destination but the always-denied ones.
+type Policy struct {
+	// Deny are more destinations refused (agentd --sandbox-egress-deny).
+	Deny []netip.Prefix
+	// Allow, when not empty, are the only destinations allowed (agentd
+	// --sandbox-egress-allow); they cannot re-open an always-denied one.
+	Allow []netip.Prefix
+	// Ports, when not empty, are the only ports allowed (agentd
+	// --sandbox-egress-port).
+	Ports []uint16
+	// Exceptions are exact addresses allowed although always denied:
+	// the endpoints the agent itself was configured with (its imsd, the
+	// install registry, the cluster's API server) and those the customer
+	// names with agentd --insecure-sandbox-egress-allow. They pass Deny,
+	// Allow and Ports too.
+	Exceptions []netip.AddrPort
+}
+
+// Check says whether a connection to ap is allowed and, when not, which
+// rule refuses it.
+func (p *Policy) Check(ap netip.AddrPort) (ok bool, rule string) {
+	addr := ap.Addr().WithZone("")
+	if addr.Is4In6() {
+		addr = addr.Unmap()
+	}
+	ap = netip.AddrPortFrom(addr, ap.Port())
+	if p != nil && slices.Contains(p.Exceptions, ap) {
+		return true, ""
+	}
+	if !addr.IsValid() {
+		return false, "not an address"
+	}
+	if r := denied(addr); r != "" {
+		return false, r
+	}
+	if addr.Is6() {
+		for _, e := range embedded4 {
+			if e.Contains(addr) {
+				b := addr.As16()
+				v4 := netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]})
+				if r := denied(v4); r != "" {
+					return false, r + " embedded in " + e.String()
+				}
+			}
+		}
+	}
+	if p == nil {
+		return true, ""
+	}
+	for _, d := range p.Deny {
+		if d.Contains(addr) {
+			return false, "--sandbox-egress-deny " + d.String()
+		}
+	}
+	if len(p.Allow) > 0 && !slices.ContainsFunc(p.Allow, func(a netip.Prefix) bool { return a.Contains(addr) }) {
+		return false, "not in --sandbox-egress-allow"
+	}
+	if len(p.Ports) > 0 && !slices.Contains(p.Ports, ap.Port()) {
+		return false, "port not in --sandbox-egress-port"
+	}
+	return true, ""
+}
+
+func denied(a netip.Addr) string {
+	for _, d := range alwaysDenied {
+		if d.prefix.Contains(a) {
+			return "always denied: " + d.rule
+		}
+	}
+	// What the table may miss: every other loopback, link-local,
+	// multicast or unspecified form.
+	switch {
+	case a.IsLoopback():
+		return "always denied: loopback"
+	case a.IsLinkLocalUnicast(), a.IsLinkLocalMulticast():
+		return "always denied: link-local"
+	case a.IsMulticast(), a.IsInterfaceLocalMulticast():
+		return "always denied: multicast"
+	case a.IsUnspecified():
+		return "always denied: unspecified"
+	}
+	return ""
+}
+
+// ParsePrefix reads a customer's CIDR (or a single address) for Deny or
+// Allow. flag names the flag in errors.
+func ParsePrefix(flag, s string) (netip.Prefix, error) {
+	s = strings.TrimSpace(s)
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return netip.Prefix{}, fmt.Errorf("%s %q: not a CIDR such as 10.0.0.0/8 or fd00::/8: %v", flag, s, err)
+		}
+		if p.Addr().Is4In6() {
+			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+		}
+		return p.Masked(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("%s %q: not a CIDR or an address: %v", flag, s, err)
+	}
+	a = a.Unmap()
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+// ParsePort reads a port for Ports.
+func ParsePort(flag, s string) (uint16, error) {
+	n, err := strconv.ParseUint(strings.TrimSpace(s), 10, 16)
+	if err != nil || n == 0 {
+		return 0, fmt.Errorf("%s %q: not a port (1-65535)", flag, s)
+	}
+	return uint16(n), nil
+}
+
+// ParseException reads an exact ADDRESS:PORT for Exceptions.
+func ParseException(flag, s string) (netip.AddrPort, error) {
+	ap, err := netip.ParseAddrPort(strings.TrimSpace(s))
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("%s %q: want an address and port such as 127.0.0.1:5000 or [::1]:5000: %v", flag, s, err)
+	}
+	if ap.Port() == 0 {
+		return netip.AddrPort{}, fmt.Errorf("%s %q: port 0", flag, s)
+	}
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), nil
+}
+
+// ErrDenied is wrapped by the errors of refused connections.
+var ErrDenied = errors.New("refused by the sandbox's egress policy")
