@@ -48,9 +48,11 @@ mkdir -p "$demo"
 
 custody=""
 registry_flags=()
+egress_flags=()
 if command -v docker-registry >/dev/null 2>&1; then
   custody=1
   registry_flags=(--registry-url "http://$reg_addr")
+  egress_flags=(--insecure-sandbox-egress-allow "$reg_addr")
 else
   echo "(docker-registry is not installed: skipping the vendor registry and the image component; apt-get install docker-registry)"
 fi
@@ -94,11 +96,13 @@ YAML
 
   echo "==> starting the build agent (agentd --role build: the only writer of the vendor registry)"
   btoken="$(byoc build agent-token -o json | sed -n 's/.*"token": *"\([^"]*\)".*/\1/p' | head -n1)"
-  # Its plugins run in a sandbox that shows no host path unless named:
-  # the demo image's OCI layout is read from $demo/oci.
+  # Its plugins run in a sandbox that shows no host path unless named
+  # (the demo image's OCI layout is read from $demo/oci) and reaches no
+  # loopback address unless named: the vendor registry runs on this
+  # machine's loopback here, as it never would in production.
   mkdir -p "$demo/oci"
   nohup "$bin/agentd" --role build --ims "$url" --enroll-token "$btoken" --state-dir "$demo/build-agent" \
-    --sandbox-read-only "$demo/oci" >"$demo/agentd-build.log" 2>&1 &
+    --sandbox-read-only "$demo/oci" "${egress_flags[@]}" >"$demo/agentd-build.log" 2>&1 &
   echo $! >"$demo/agentd-build.pid"
 
   echo "==> packing the demo image into an OCI layout, then syncing it into the vendor registry"
@@ -124,7 +128,8 @@ echo "==> writing acme's local install stack to $demo/stack-acme and starting ag
 # agentd.sh runs agentd's preflight, then agentd (state in stack-acme/state).
 byoc install stack acme --format local -o "$demo/stack-acme" --ims-url "$url" >/dev/null
 (umask 077 && printf '%s\n' "$token" >"$demo/stack-acme/enroll.token")
-AGENTD="$bin/agentd" nohup "$demo/stack-acme/agentd.sh" >"$demo/agentd.log" 2>&1 &
+# (The image type pulls from the vendor registry on this machine's loopback.)
+AGENTD="$bin/agentd" nohup "$demo/stack-acme/agentd.sh" "${egress_flags[@]}" >"$demo/agentd.log" 2>&1 &
 echo $! >"$demo/agentd.pid"
 for _ in $(seq 100); do
   if byoc install get acme -o json 2>/dev/null | grep -q '"connected": *true'; then break; fi
