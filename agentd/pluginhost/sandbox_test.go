@@ -401,6 +401,18 @@ echo done`, secretAddr, worldAddr, px)
 			if s := kit.EgressRefused(); !strings.Contains(s, "connections refused") {
 				t.Errorf("EgressRefused = %q", s)
 			}
+
+			// --sandbox-network none: no proxy, no way out.
+			l.Egress = &pluginhost.Egress{Network: pluginhost.NetworkNone}
+			none, err := l.Start(t.Context(), "testkit", pluginhost.StartOptions{WorkDir: work})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(none.Kill)
+			res, logs = run(t, none, work, map[string]any{"mode": "sh", "script": fmt.Sprintf(`echo "proxy=$HTTP_PROXY"; curl -sS -m 10 http://%s/ 2>&1; curl -sS -m 10 -x %s http://%[1]s/ 2>&1; echo done`, worldAddr, px)}, nil)
+			if out := strings.Join(stdout(logs), "\n"); !strings.Contains(out, "proxy=\n") || strings.Contains(out, "hello-world") || !strings.Contains(out, "done") {
+				t.Errorf("network none: %+v\n%s", res, out)
+			}
 		})
 	}
 }
