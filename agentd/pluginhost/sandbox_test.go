@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -287,7 +288,11 @@ func TestSandboxEgress(t *testing.T) {
 			allowedHost := hostAddr(t)
 			l := newLoader(t)
 			l.Sandbox = testSandbox(t, mode)
-			l.Egress = &pluginhost.Egress{}
+			// An endpoint the agent was configured with, on the host's
+			// loopback (a development registry, a kind cluster's API
+			// server): an exception, forwarded into the sandbox.
+			configuredAddr, configuredHits := countingServer(t, "127.0.0.1:0", "configured-endpoint")
+			l.Egress = &pluginhost.Egress{Policy: egress.Policy{Exceptions: []netip.AddrPort{netip.MustParseAddrPort(configuredAddr)}}}
 			if allowedHost == "" {
 				// No other address here: the proxy's dialer stands in
 				// for the world, sending 192.0.2.1 to a loopback server.
@@ -320,7 +325,7 @@ func TestSandboxEgress(t *testing.T) {
 			}
 			t.Cleanup(kit.Kill)
 			px := l.EgressEnv()["HTTP_PROXY"]
-			script := fmt.Sprintf(`S=%s W=%s P=%s
+			script := fmt.Sprintf(`S=%s W=%s P=%s C=%s
 c() { curl -sS -m 10 "$@" 2>&1; echo " [exit $?]"; }
 echo "env: $HTTPS_PROXY $ALL_PROXY"
 echo "direct-secret: $(c --noproxy '*' http://$S/)"
@@ -332,7 +337,8 @@ echo "metadata6: $(c 'http://[fd00:ec2::254]/latest/api/token')"
 echo "direct-world: $(c --noproxy '*' http://$W/)"
 echo "proxy-world: $(c http://$W/)"
 echo "socks-world: $(c --socks5-hostname ${P#http://} http://$W/)"
-echo done`, secretAddr, worldAddr, px)
+echo "configured: $(c http://$C/)"
+echo done`, secretAddr, worldAddr, px, configuredAddr)
 			res, logs := run(t, kit, work, map[string]any{"mode": "sh", "script": script}, nil)
 			out := strings.Join(stdout(logs), "\n")
 			if res.Error != "" || !strings.Contains(out, "done") {
@@ -360,6 +366,9 @@ echo done`, secretAddr, worldAddr, px)
 				if v := line(k); v != "hello-world [exit 0]" {
 					t.Errorf("%s: %q, want hello-world", k, v)
 				}
+			}
+			if v := line("configured"); v != "configured-endpoint [exit 0]" || configuredHits.Load() != 1 {
+				t.Errorf("configured endpoint: %q (%d requests), want it reached directly", v, configuredHits.Load())
 			}
 			if !strings.Contains(line("env"), "127.0.0.1:") {
 				t.Errorf("no proxy in the plugin's environment: %q", line("env"))
