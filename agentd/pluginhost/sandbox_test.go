@@ -18,6 +18,7 @@ import (
 
 	"github.com/byoc-dev/byoc/agentd/egress"
 	"github.com/byoc-dev/byoc/agentd/pluginhost"
+	"github.com/byoc-dev/byoc/plugins/action/sandbox"
 	"github.com/byoc-dev/byoc/plugins/sdk"
 )
 
@@ -293,6 +294,10 @@ func TestSandboxEgress(t *testing.T) {
 			// server): an exception, forwarded into the sandbox.
 			configuredAddr, configuredHits := countingServer(t, "127.0.0.1:0", "configured-endpoint")
 			l.Egress = &pluginhost.Egress{Policy: egress.Policy{Exceptions: []netip.AddrPort{netip.MustParseAddrPort(configuredAddr)}}}
+			// The built-in action type runs its relay itself (under
+			// bubblewrap); the pinned third-party testkit gets the
+			// agent's binary as its relay.
+			l.OwnRelay = true
 			if allowedHost == "" {
 				// No other address here: the proxy's dialer stands in
 				// for the world, sending 192.0.2.1 to a loopback server.
@@ -387,10 +392,10 @@ echo done`, secretAddr, worldAddr, px, configuredAddr)
 				t.Fatal(err)
 			}
 			t.Cleanup(inst.Kill)
-			step := fmt.Sprintf(`curl -sS -m 10 http://%s/ ; echo; curl -sS -m 10 http://%s/ || echo loopback-unreachable; env -u NO_PROXY -u no_proxy curl -sS -m 10 -x "$HTTP_PROXY" http://%[2]s/; echo`, worldAddr, secretAddr)
+			step := fmt.Sprintf(`curl -sS -m 10 http://%s/ ; echo; curl -sS -m 10 http://%s/ || echo loopback-unreachable; env -u NO_PROXY -u no_proxy curl -sS -m 10 -x "$HTTP_PROXY" http://%[2]s/; echo; curl -sS -m 10 http://%s/; echo; echo "relay-env=$%s"`, worldAddr, secretAddr, configuredAddr, sandbox.RelayEnv)
 			res, logs = run(t, inst, work, map[string]any{"sandbox": map[string]any{"network": true}, "steps": []any{map[string]any{"name": "net", "script": step}}}, l.EgressEnv())
 			all := allText(logs)
-			if res.Error != "" || !strings.Contains(all, "hello-world") || !strings.Contains(all, "loopback-unreachable") || !strings.Contains(all, "refused by the sandbox's egress policy") || strings.Contains(all, "instance-role-credentials") {
+			if res.Error != "" || !strings.Contains(all, "hello-world") || !strings.Contains(all, "loopback-unreachable") || !strings.Contains(all, "configured-endpoint") || !strings.Contains(all, "relay-env=\n") || !strings.Contains(all, "refused by the sandbox's egress policy") || strings.Contains(all, "instance-role-credentials") {
 				t.Errorf("action step: %+v\n%s", res, all)
 			}
 
