@@ -159,6 +159,12 @@ func servePlugin(args []string) int {
 		fmt.Fprintf(os.Stderr, "agentd plugin: name a built-in type: %s\n", strings.Join(builtinNames(), ", "))
 		return 2
 	}
+	// Under bubblewrap the agent may ask its own plugin binaries to
+	// run the sandbox's egress relay themselves.
+	if err := sandbox.StartRelayFromEnv(); err != nil {
+		fmt.Fprintf(os.Stderr, "egress relay: %v\n", err)
+		return 125
+	}
 	sdk.ServeArgs(builtins[args[0]](), args[1:])
 	return 0
 }
@@ -395,6 +401,7 @@ func run(ctx context.Context, args []string) int {
 	loader.Dirs = pluginDirs
 	loader.Pins = pinMap
 	loader.Logger = log
+	loader.OwnRelay = true
 	if loader.Sandbox, err = probeSandbox(ctx, sandboxMode, insecureNoSandbox); err != nil {
 		fmt.Fprintf(os.Stderr, "agentd: %v\n", err)
 		return 1

@@ -375,6 +375,15 @@ vars = { probe = ` + tomlString(probe) + ` }
 	if _, err := c.CancelJob(ctx, connect.NewRequest(&imsv1.CancelJobRequest{Id: hold.Id, Reason: "the probes are done"})); err != nil {
 		t.Fatal(err)
 	}
+	// The agent's own journal has one summary per job whose connections
+	// were refused, naming the destination and the rule.
+	journal, err := os.ReadFile(filepath.Join(stateDir, "audit", "agent.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := bytes.Count(journal, []byte(`"egress.refused"`)); n < 2 || !bytes.Contains(journal, []byte(imds+": always denied: loopback")) {
+		t.Errorf("the agent's journal has %d egress.refused records, or none naming %s:\n%s", n, imds, journal)
+	}
 	after, err := os.ReadFile(identity)
 	if err != nil || !bytes.Equal(before, after) {
 		t.Errorf("the agent's identity changed or vanished: %v", err)

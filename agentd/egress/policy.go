@@ -42,13 +42,17 @@ var alwaysDenied = []struct {
 }
 
 // embedded4 are IPv6 prefixes that carry an IPv4 address in their last
-// 32 bits (IPv4-compatible and NAT64): checked as that IPv4 address too.
-// IPv4-mapped addresses (::ffff:a.b.c.d) are unmapped before any check.
+// 32 bits (IPv4-compatible, IPv4-translated and NAT64): checked as that
+// IPv4 address too. IPv4-mapped addresses (::ffff:a.b.c.d) are unmapped
+// before any check; 6to4 (2002:AABB:CCDD::/48) carries one in bits 16-47.
 var embedded4 = []netip.Prefix{
 	netip.MustParsePrefix("::/96"),
+	netip.MustParsePrefix("::ffff:0:0:0/96"),
 	netip.MustParsePrefix("64:ff9b::/96"),
 	netip.MustParsePrefix("64:ff9b:1::/48"),
 }
+
+var sixToFour = netip.MustParsePrefix("2002::/16")
 
 // Policy says where vendor code may connect. The zero Policy allows
 // every destination but the always-denied ones.
@@ -87,6 +91,12 @@ func (p *Policy) Check(ap netip.AddrPort) (ok bool, rule string) {
 		return false, r
 	}
 	if addr.Is6() {
+		if sixToFour.Contains(addr) {
+			b := addr.As16()
+			if r := denied(netip.AddrFrom4([4]byte{b[2], b[3], b[4], b[5]})); r != "" {
+				return false, r + " embedded in " + sixToFour.String()
+			}
+		}
 		for _, e := range embedded4 {
 			if e.Contains(addr) {
 				b := addr.As16()

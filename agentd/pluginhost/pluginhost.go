@@ -35,6 +35,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -123,6 +124,12 @@ type Loader struct {
 	// agent serves, refusing loopback, link-local and the cloud's
 	// credential endpoints.
 	Egress *Egress
+	// OwnRelay says the agent's own plugin binaries (built-in and
+	// bundled types) run the sandbox's egress relay themselves when
+	// sandbox.RelayEnv asks (sandbox.StartRelayFromEnv), which under
+	// bubblewrap saves starting the agent's binary as a relay before
+	// each of them; a third-party plugin always gets that relay.
+	OwnRelay bool
 
 	// sums caches the checksum of each verified binary by file identity.
 	sumsMu sync.Mutex
@@ -218,6 +225,7 @@ func (l *Loader) Start(ctx context.Context, typ string, opt StartOptions) (*Inst
 		}
 	}
 	var px *proxyRun
+	relayEnv := ""
 	if l.sandboxed() {
 		m := pluginMounts(opt.WorkDir, sockDir, opt)
 		m.Network = l.network() == NetworkHost
@@ -226,6 +234,11 @@ func (l *Loader) Start(ctx context.Context, typ string, opt StartOptions) (*Inst
 		}
 		if l.network() == NetworkProxy {
 			px, m.Egress, err = l.startProxy(sockDir, opt.OnEgressDenied)
+		}
+		if err == nil && m.Egress != nil && l.OwnRelay && !external && l.Sandbox.Isolation == IsolationBubblewrap {
+			var b []byte
+			b, err = json.Marshal(m.Egress)
+			relayEnv, m.Egress = string(b), nil
 		}
 		if err == nil {
 			cmd, err = l.Sandbox.command(exe, m, cmd.Args[1:])
@@ -268,6 +281,9 @@ func (l *Loader) Start(ctx context.Context, typ string, opt StartOptions) (*Inst
 	}
 	if cgroupEnv != "" {
 		cmd.Env = append(cmd.Env, sandbox.CgroupEnv+"="+cgroupEnv)
+	}
+	if relayEnv != "" {
+		cmd.Env = append(cmd.Env, sandbox.RelayEnv+"="+relayEnv)
 	}
 	cmd.SysProcAttr = pluginProcAttr(cmd.SysProcAttr)
 	if cg != nil {

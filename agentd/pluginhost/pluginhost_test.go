@@ -40,6 +40,11 @@ func TestMain(m *testing.M) {
 			fmt.Fprintf(os.Stderr, "no built-in type %q\n", os.Args[2])
 			os.Exit(2)
 		}
+		// As agentd's own plugin binaries do (Loader.OwnRelay).
+		if err := sandbox.StartRelayFromEnv(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(125)
+		}
 		sdk.ServeArgs(p, os.Args[3:])
 	}
 	if len(os.Args) > 1 && os.Args[1] == sandbox.InitArg {
@@ -123,7 +128,8 @@ func newLoader(tb testing.TB) *pluginhost.Loader {
 		Sandbox:  testSandbox(tb, os.Getenv("BYOC_TEST_SANDBOX")),
 		// BYOC_TEST_SANDBOX_NETWORK=host|none|proxy (default proxy)
 		// measures the launch cost of the sandbox's network.
-		Egress: &pluginhost.Egress{Network: pluginhost.Network(os.Getenv("BYOC_TEST_SANDBOX_NETWORK"))},
+		Egress:   &pluginhost.Egress{Network: pluginhost.Network(os.Getenv("BYOC_TEST_SANDBOX_NETWORK"))},
+		OwnRelay: true, // as agentd
 	}
 }
 

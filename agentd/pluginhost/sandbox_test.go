@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/byoc-dev/byoc/agentd/egress"
 	"github.com/byoc-dev/byoc/agentd/pluginhost"
+	"github.com/byoc-dev/byoc/plugins/action/sandbox"
 	"github.com/byoc-dev/byoc/plugins/sdk"
 )
 
@@ -287,7 +289,15 @@ func TestSandboxEgress(t *testing.T) {
 			allowedHost := hostAddr(t)
 			l := newLoader(t)
 			l.Sandbox = testSandbox(t, mode)
-			l.Egress = &pluginhost.Egress{}
+			// An endpoint the agent was configured with, on the host's
+			// loopback (a development registry, a kind cluster's API
+			// server): an exception, forwarded into the sandbox.
+			configuredAddr, configuredHits := countingServer(t, "127.0.0.1:0", "configured-endpoint")
+			l.Egress = &pluginhost.Egress{Policy: egress.Policy{Exceptions: []netip.AddrPort{netip.MustParseAddrPort(configuredAddr)}}}
+			// The built-in action type runs its relay itself (under
+			// bubblewrap); the pinned third-party testkit gets the
+			// agent's binary as its relay.
+			l.OwnRelay = true
 			if allowedHost == "" {
 				// No other address here: the proxy's dialer stands in
 				// for the world, sending 192.0.2.1 to a loopback server.
@@ -320,7 +330,7 @@ func TestSandboxEgress(t *testing.T) {
 			}
 			t.Cleanup(kit.Kill)
 			px := l.EgressEnv()["HTTP_PROXY"]
-			script := fmt.Sprintf(`S=%s W=%s P=%s
+			script := fmt.Sprintf(`S=%s W=%s P=%s C=%s
 c() { curl -sS -m 10 "$@" 2>&1; echo " [exit $?]"; }
 echo "env: $HTTPS_PROXY $ALL_PROXY"
 echo "direct-secret: $(c --noproxy '*' http://$S/)"
@@ -332,7 +342,8 @@ echo "metadata6: $(c 'http://[fd00:ec2::254]/latest/api/token')"
 echo "direct-world: $(c --noproxy '*' http://$W/)"
 echo "proxy-world: $(c http://$W/)"
 echo "socks-world: $(c --socks5-hostname ${P#http://} http://$W/)"
-echo done`, secretAddr, worldAddr, px)
+echo "configured: $(c http://$C/)"
+echo done`, secretAddr, worldAddr, px, configuredAddr)
 			res, logs := run(t, kit, work, map[string]any{"mode": "sh", "script": script}, nil)
 			out := strings.Join(stdout(logs), "\n")
 			if res.Error != "" || !strings.Contains(out, "done") {
@@ -361,6 +372,9 @@ echo done`, secretAddr, worldAddr, px)
 					t.Errorf("%s: %q, want hello-world", k, v)
 				}
 			}
+			if v := line("configured"); v != "configured-endpoint [exit 0]" || configuredHits.Load() != 1 {
+				t.Errorf("configured endpoint: %q (%d requests), want it reached directly", v, configuredHits.Load())
+			}
 			if !strings.Contains(line("env"), "127.0.0.1:") {
 				t.Errorf("no proxy in the plugin's environment: %q", line("env"))
 			}
@@ -378,10 +392,10 @@ echo done`, secretAddr, worldAddr, px)
 				t.Fatal(err)
 			}
 			t.Cleanup(inst.Kill)
-			step := fmt.Sprintf(`curl -sS -m 10 http://%s/ ; echo; curl -sS -m 10 http://%s/ || echo loopback-unreachable; env -u NO_PROXY -u no_proxy curl -sS -m 10 -x "$HTTP_PROXY" http://%[2]s/; echo`, worldAddr, secretAddr)
+			step := fmt.Sprintf(`curl -sS -m 10 http://%s/ ; echo; curl -sS -m 10 http://%s/ || echo loopback-unreachable; env -u NO_PROXY -u no_proxy curl -sS -m 10 -x "$HTTP_PROXY" http://%[2]s/; echo; curl -sS -m 10 http://%s/; echo; echo "relay-env=$%s"`, worldAddr, secretAddr, configuredAddr, sandbox.RelayEnv)
 			res, logs = run(t, inst, work, map[string]any{"sandbox": map[string]any{"network": true}, "steps": []any{map[string]any{"name": "net", "script": step}}}, l.EgressEnv())
 			all := allText(logs)
-			if res.Error != "" || !strings.Contains(all, "hello-world") || !strings.Contains(all, "loopback-unreachable") || !strings.Contains(all, "refused by the sandbox's egress policy") || strings.Contains(all, "instance-role-credentials") {
+			if res.Error != "" || !strings.Contains(all, "hello-world") || !strings.Contains(all, "loopback-unreachable") || !strings.Contains(all, "configured-endpoint") || !strings.Contains(all, "relay-env=\n") || !strings.Contains(all, "refused by the sandbox's egress policy") || strings.Contains(all, "instance-role-credentials") {
 				t.Errorf("action step: %+v\n%s", res, all)
 			}
 
@@ -400,6 +414,18 @@ echo done`, secretAddr, worldAddr, px)
 			}
 			if s := kit.EgressRefused(); !strings.Contains(s, "connections refused") {
 				t.Errorf("EgressRefused = %q", s)
+			}
+
+			// --sandbox-network none: no proxy, no way out.
+			l.Egress = &pluginhost.Egress{Network: pluginhost.NetworkNone}
+			none, err := l.Start(t.Context(), "testkit", pluginhost.StartOptions{WorkDir: work})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(none.Kill)
+			res, logs = run(t, none, work, map[string]any{"mode": "sh", "script": fmt.Sprintf(`echo "proxy=$HTTP_PROXY"; curl -sS -m 10 http://%s/ 2>&1; curl -sS -m 10 -x %s http://%[1]s/ 2>&1; echo done`, worldAddr, px)}, nil)
+			if out := strings.Join(stdout(logs), "\n"); !strings.Contains(out, "proxy=\n") || strings.Contains(out, "hello-world") || !strings.Contains(out, "done") {
+				t.Errorf("network none: %+v\n%s", res, out)
 			}
 		})
 	}

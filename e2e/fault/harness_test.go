@@ -272,6 +272,13 @@ type world struct {
 	start   time.Time
 }
 
+// agentFlags are the agents' flags: the jobs' steps report to the
+// recorder on this machine's loopback, which the plugin sandbox's network
+// reaches only where the agent says so.
+func (w *world) agentFlags() []string {
+	return []string{"--capacity", "4", "--insecure-sandbox-egress-allow", strings.TrimSuffix(strings.TrimPrefix(w.rec.url, "http://"), "/r")}
+}
+
 // newWorld starts imsd (SQLite, or PostgreSQL when pg) and n agents of
 // one install, each behind its own proxy.
 func newWorld(t *testing.T, databaseURL string, agents int) *world {
@@ -288,7 +295,7 @@ func newWorld(t *testing.T, databaseURL string, agents int) *world {
 			token = r.Msg.EnrollmentToken.Token
 		}
 		a := &agentSlot{name: fmt.Sprintf("agent%d", i+1), stateDir: filepath.Join(t.TempDir(), "agent"), proxy: startProxy(t, w.ims.Addr)}
-		a.proc = cluster.StartAgent(t, a.proxy.url(), token, a.stateDir, "--capacity", "4")
+		a.proc = cluster.StartAgent(t, a.proxy.url(), token, a.stateDir, w.agentFlags()...)
 		w.agents = append(w.agents, a)
 	}
 	w.waitAgents()
@@ -363,7 +370,7 @@ func (w *world) killAgent(a *agentSlot, down time.Duration) {
 	w.logf("kill -9 %s; down for %s", a.name, down)
 	a.proc.Kill()
 	time.Sleep(down)
-	a.proc = cluster.StartAgent(w.t, a.proxy.url(), "", a.stateDir, "--capacity", "4")
+	a.proc = cluster.StartAgent(w.t, a.proxy.url(), "", a.stateDir, w.agentFlags()...)
 	w.logf("%s restarted", a.name)
 }
 

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -48,6 +49,28 @@ func RelayCommand(exeFD int, r Relay, argv []string, files int) ([]string, error
 		return nil, err
 	}
 	return []string{"/proc/self/fd/" + strconv.Itoa(exeFD), InitArg, spec}, nil
+}
+
+// RelayEnv carries a Relay (JSON) to a plugin binary of the agent's own
+// (agentd, byoc-plugins) that runs it itself: under bubblewrap, that
+// saves starting one more process per plugin. The relay is no security
+// boundary (the plugin may use the socket directly), so the plugin
+// process may serve it.
+const RelayEnv = "BYOC_EGRESS_RELAY"
+
+// StartRelayFromEnv starts the relay RelayEnv describes, if any, and
+// removes the variable so that nothing the plugin starts sees it.
+func StartRelayFromEnv() error {
+	v, ok := os.LookupEnv(RelayEnv)
+	if !ok {
+		return nil
+	}
+	os.Unsetenv(RelayEnv)
+	var r Relay
+	if err := json.Unmarshal([]byte(v), &r); err != nil {
+		return fmt.Errorf("%s: %w", RelayEnv, err)
+	}
+	return startRelay(r)
 }
 
 // loopbackUp brings up the loopback interface of a new network

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/byoc-dev/byoc/internal/buildinfo"
+	"github.com/byoc-dev/byoc/plugins/action/sandbox"
 	"github.com/byoc-dev/byoc/plugins/helm"
 	"github.com/byoc-dev/byoc/plugins/image"
 	"github.com/byoc-dev/byoc/plugins/sdk"
@@ -63,6 +64,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || types[args[0]] == nil {
 		fmt.Fprintf(stderr, "usage: byoc-plugins TYPE (agentd runs this for a job of type TYPE)\ntypes: %s\n", strings.Join(names(), ", "))
 		return 2
+	}
+	// Under bubblewrap the agent may ask its own plugin binaries to
+	// run the sandbox's egress relay themselves.
+	if err := sandbox.StartRelayFromEnv(); err != nil {
+		fmt.Fprintf(stderr, "egress relay: %v\n", err)
+		return 125
 	}
 	sdk.ServeArgs(types[args[0]](), args[1:])
 	return 0
