@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -128,6 +129,15 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 			<-sem
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+				// Out of descriptors (the agent's, not the sandbox's):
+				// wait for some to close rather than stop serving.
+				select {
+				case <-time.After(50 * time.Millisecond):
+				case <-ctx.Done():
+				}
 				continue
 			}
 			break
