@@ -157,7 +157,7 @@ func (s *Store) EnqueueJobs(ctx context.Context, jobs []NewJob) ([]Job, error) {
 		return nil, err
 	}
 	var out []Job
-	err = s.write(ctx, "enqueue jobs", func(tx *txn) error {
+	err = s.writeMany(ctx, "enqueue jobs", func(tx *txn) error {
 		out, err = s.insertNewJobs(ctx, tx, jobs, configs)
 		return err
 	})

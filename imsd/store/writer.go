@@ -36,6 +36,9 @@ type txn struct {
 	// records are the audit records of this batch's successful writes,
 	// chained, inserted just before the batch commits (SQLite only).
 	records []auditchain.Record
+	// pgb, on PostgreSQL's group commit, collects the audit records and
+	// wake-ups of the batch's writes for its end (pgwriter.go).
+	pgb *pgBatch
 }
 
 // stmt returns q prepared within the transaction, or nil to run it as is.
@@ -123,6 +126,9 @@ func (s *Store) writeTx(ctx context.Context, op string, one bool, fn func(tx *tx
 	fn = s.withAudit(fn)
 	if s.gc != nil {
 		return s.gc.write(ctx, op, one, fn)
+	}
+	if s.pgc != nil && one {
+		return s.pgc.write(ctx, op, one, fn)
 	}
 	tx, err := s.w.BeginTxx(ctx, nil)
 	if err != nil {
