@@ -390,6 +390,10 @@ func BenchmarkPickupLatency(b *testing.B) {
 // per job from 32 concurrent enqueuers ("single"), and EnqueueJobs calls
 // of 100 jobs from 4 enqueuers ("batch", how a fleet-wide run enqueues).
 // BYOC_BENCH_ENQUEUE=single or batch runs one of them.
+//
+// BYOC_BENCH_POSTGRES_URL names an empty PostgreSQL database to use
+// instead of a new one from pgtest: bench/river passes one on the server
+// River ran on (make bench-river).
 func BenchmarkDispatchThroughput(b *testing.B) {
 	agents, jobs := 1000, 50000
 	if n, err := strconv.Atoi(os.Getenv("BYOC_BENCH_JOBS")); err == nil {
@@ -404,7 +408,7 @@ func BenchmarkDispatchThroughput(b *testing.B) {
 			b.Run(name+"/"+mode, func(b *testing.B) {
 				dsn := ""
 				if name == "postgres" {
-					dsn = pgtest.Start(b)
+					dsn = benchPostgres(b)
 				}
 				p := startIMS(b, dsn)
 				var picked atomic.Int64
@@ -484,6 +488,15 @@ func BenchmarkDispatchThroughput(b *testing.B) {
 			})
 		}
 	}
+}
+
+// benchPostgres returns BYOC_BENCH_POSTGRES_URL, else a new database from
+// pgtest.
+func benchPostgres(b *testing.B) string {
+	if u := os.Getenv("BYOC_BENCH_POSTGRES_URL"); u != "" {
+		return u
+	}
+	return pgtest.Start(b)
 }
 
 // BenchmarkIdleAgentMemory connects idle agents and divides imsd's RSS and
