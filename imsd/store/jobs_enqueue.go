@@ -190,6 +190,13 @@ func checkNewJobs(jobs []NewJob) ([]string, error) {
 // insertNewJobs inserts a checked batch in tx and returns the jobs as
 // stored.
 func (s *Store) insertNewJobs(ctx context.Context, tx *txn, jobs []NewJob, configs []string) ([]Job, error) {
+	if tx.pgb != nil && len(jobs) > 1 {
+		// PostgreSQL's group commit: one INSERT (pgfast.go), else job
+		// by job below, to name the one that failed.
+		if out, handled, err := s.insertNewJobsPG(ctx, tx, jobs, configs); handled {
+			return out, err
+		}
+	}
 	out := make([]Job, len(jobs))
 	for i, n := range jobs {
 		j, err := s.insertNew(ctx, tx, n, configs[i])

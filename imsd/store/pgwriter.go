@@ -65,13 +65,16 @@ func startPGGroupCommit(s *Store) *pgGroupCommit {
 }
 
 func (g *pgGroupCommit) write(ctx context.Context, op string, one bool, fn func(tx *txn) error) error {
-	r := &writeReq{ctx: ctx, op: op, fn: fn, one: one, err: make(chan error, 1)}
+	return g.send(&writeReq{ctx: ctx, op: op, fn: fn, one: one, err: make(chan error, 1)})
+}
+
+func (g *pgGroupCommit) send(r *writeReq) error {
 	select {
 	case g.reqs <- r:
-	case <-ctx.Done():
-		return fmt.Errorf("%s: %w", op, ctx.Err())
+	case <-r.ctx.Done():
+		return fmt.Errorf("%s: %w", r.op, r.ctx.Err())
 	case <-g.quit:
-		return fmt.Errorf("%s: %w", op, errClosed)
+		return fmt.Errorf("%s: %w", r.op, errClosed)
 	}
 	return <-r.err
 }
@@ -147,6 +150,24 @@ func (g *pgGroupCommit) try(batch []*writeReq, mayRetry bool) (again []*writeReq
 	}
 	b := &pgBatch{}
 	t := &txn{tx: tx, ctx: ctx, pgb: b}
+	if !mayRetry {
+		for _, r := range batch {
+			if r.pre != nil {
+				r.pre.disabled = true
+			}
+		}
+	}
+	if err := g.pres(t, batch); err != nil {
+		// Run them again without the shared statements: each write's own
+		// function then meets (and reports) what failed.
+		tx.Rollback() //nolint:errcheck
+		for _, r := range batch {
+			if r.pre != nil && !retryable(err) {
+				r.pre.disabled = true
+			}
+		}
+		return batch, true
+	}
 	done := make([]*writeReq, 0, len(batch))
 	for i, r := range batch {
 		if err := r.ctx.Err(); err != nil {
@@ -154,7 +175,11 @@ func (g *pgGroupCommit) try(batch []*writeReq, mayRetry bool) (again []*writeReq
 			continue
 		}
 		na, nn := len(b.audit), len(b.notes)
-		ferr := r.fn(t)
+		fn := r.fn
+		if r.pre != nil && r.pre.ok {
+			fn = r.pre.after
+		}
+		ferr := fn(t)
 		if ferr == nil {
 			done = append(done, r)
 			continue
@@ -165,7 +190,7 @@ func (g *pgGroupCommit) try(batch []*writeReq, mayRetry bool) (again []*writeReq
 			return append(done, batch[i:]...), true
 		}
 		var e *errs.Error
-		if r.one && errors.As(ferr, &e) && g.alive(ctx, tx) {
+		if r.one && errors.As(ferr, &e) && (r.pre == nil || !r.pre.ok) && g.alive(ctx, tx) {
 			// A refusal that changed nothing: the others go on.
 			r.err <- wrap(r.op, ferr)
 			continue

@@ -186,6 +186,9 @@ type writeReq struct {
 	fn  func(tx *txn) error
 	// one marks a writeOne write: it runs without a savepoint.
 	one bool
+	// pre, on PostgreSQL, is the usual case of an ack or a finish, run
+	// for the whole batch in one statement (pgfast.go).
+	pre *pgPre
 	// err is sent exactly once; buffered so the writer never waits.
 	err chan error
 	// pending is the answer kept until the batch commits.
