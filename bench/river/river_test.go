@@ -12,6 +12,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -77,11 +79,17 @@ func BenchmarkRiverVsByoc(b *testing.B) {
 	var ratios []float64
 	for range b.N {
 		for round := 1; round <= rounds; round++ {
-			rr, rcpu := runRiver(b, pgtest.Start(b), jobs)
-			br, bcpu, line := runByoc(b, bench, pgtest.Start(b), jobs)
+			dsn := pgtest.Start(b)
+			pg := watchBackends(dsn)
+			rr, rcpu := runRiver(b, dsn, jobs)
+			rpg := pg.stop() / float64(jobs)
+			dsn = pgtest.Start(b)
+			pg = watchBackends(dsn)
+			br, bcpu, line := runByoc(b, bench, dsn, jobs)
+			bpg := pg.stop() / float64(jobs)
 			ratios = append(ratios, br/rr)
-			fmt.Printf("round %d: River %.0f jobs/s, %.0f µs CPU per job (its process: inserts and workers); byoc %.0f jobs/s, %.0f µs CPU per job (imsd and load generator); byoc/River %.3f [load average %s]\n",
-				round, rr, rcpu, br, bcpu, br/rr, loadAverage())
+			fmt.Printf("round %d: River %.0f jobs/s, CPU per job %.0f µs in its process (inserts and workers) + %.0f µs in PostgreSQL; byoc %.0f jobs/s, CPU per job %.0f µs in imsd and the load generator + %.0f µs in PostgreSQL; byoc/River %.3f [load average %s]\n",
+				round, rr, rcpu, rpg, br, bcpu, bpg, br/rr, loadAverage())
 			fmt.Printf("  byoc: %s\n", line)
 		}
 	}
@@ -226,6 +234,75 @@ func runByoc(b *testing.B, bench, dsn string, jobs int) (rate, cpuPerJob float64
 	}
 	b.Fatalf("byoc's DispatchThroughput printed no figure:\n%s", out.Bytes())
 	return 0, 0, ""
+}
+
+// backends sums the CPU time of the PostgreSQL backends serving one
+// database (their command line names it), sampled every 100 ms while a
+// run goes, so that backends that end before the run does still count.
+type backends struct {
+	stopc chan struct{}
+	done  chan float64
+}
+
+func watchBackends(dsn string) *backends {
+	u, err := url.Parse(dsn)
+	db := ""
+	if err == nil {
+		db = strings.TrimPrefix(u.Path, "/")
+	}
+	w := &backends{stopc: make(chan struct{}), done: make(chan float64, 1)}
+	go func() {
+		last := map[string]int64{} // pid: ticks
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		sample := func() {
+			ds, _ := os.ReadDir("/proc")
+			for _, d := range ds {
+				pid := d.Name()
+				if pid[0] < '0' || pid[0] > '9' {
+					continue
+				}
+				cmd, err := os.ReadFile("/proc/" + pid + "/cmdline")
+				if err != nil || !bytes.HasPrefix(cmd, []byte("postgres: ")) || !bytes.Contains(cmd, []byte(" "+db+" ")) {
+					continue
+				}
+				stat, err := os.ReadFile("/proc/" + pid + "/stat")
+				if err != nil {
+					continue
+				}
+				// The fields after the command's closing parenthesis:
+				// utime and stime are the 12th and 13th.
+				f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+				if len(f) < 13 {
+					continue
+				}
+				ut, _ := strconv.ParseInt(f[11], 10, 64)
+				st, _ := strconv.ParseInt(f[12], 10, 64)
+				last[pid] = ut + st
+			}
+		}
+		for {
+			select {
+			case <-tick.C:
+				sample()
+			case <-w.stopc:
+				sample()
+				var sum int64
+				for _, t := range last {
+					sum += t
+				}
+				w.done <- float64(sum) * 1e6 / 100 // clock ticks (100 Hz) to µs
+				return
+			}
+		}
+	}()
+	return w
+}
+
+// stop ends the sampling and returns the backends' CPU time in µs.
+func (w *backends) stop() float64 {
+	close(w.stopc)
+	return <-w.done
 }
 
 func selfCPU() time.Duration {
