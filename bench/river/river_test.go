@@ -3,7 +3,7 @@
 // of River and of byoc's DispatchThroughput benchmark alternate, and each
 // pair prints both rates and their ratio. It is a module of its own so
 // that River never enters byoc's go.mod (make bench-river;
-// docs/performance.md, "PostgreSQL dispatch against River").
+// docs/performance-postgres.md).
 package river
 
 import (
@@ -37,7 +37,7 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// River's settings: its fastest (docs/performance.md says the same).
+// River's settings: its fastest (docs/performance-postgres.md says the same).
 const (
 	riverWorkers    = 100                 // MaxWorkers of the default queue
 	riverCooldown   = time.Millisecond    // FetchCooldown, River's minimum

@@ -7,7 +7,7 @@ import (
 )
 
 // The job hot path's statements on PostgreSQL, one per batch instead of
-// one per write (docs/performance.md, "PostgreSQL dispatch"): the usual
+// one per write (docs/performance-postgres.md): the usual
 // ack and the usual finish of every write in a group-commit batch are one
 // UPDATE ... FROM unnest(...) each, and an EnqueueJobs is one INSERT ...
 // SELECT FROM unnest(...). What the one statement does not cover (a

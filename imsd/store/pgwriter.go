@@ -20,8 +20,8 @@ import (
 // free run in one transaction, and their audit records and wake-ups go in
 // a few statements at its end. Before it, each such write was a
 // transaction of its own, and its audit flush four statements more: about
-// 17 round trips and 3 transactions per dispatched job (docs/performance.md,
-// "PostgreSQL dispatch").
+// 17 round trips and 3 transactions per dispatched job
+// (docs/performance-postgres.md).
 //
 // Writes that PostgreSQL refuses midway abort the whole transaction (it
 // has no statement-level rollback without a savepoint, which costs two
