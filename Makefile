@@ -99,6 +99,8 @@ lint: ## gofmt, go vet, staticcheck and buf lint.
 	$(GO) vet ./...
 	$(TOOL) staticcheck ./...
 	$(TOOL) buf lint
+	@# bench/river is a module of its own (River stays out of go.mod): vetted here too.
+	cd bench/river && $(GO) vet ./... && $(GO) tool -modfile=../../tools/go.mod staticcheck ./...
 
 .PHONY: test-short
 test-short: ## Fast tier: go test -short -race.
@@ -187,6 +189,11 @@ bench-tools: ## Install the image benchmark's peers at pinned versions (crane v0
 .PHONY: bench-image
 bench-image: bench-tools ## Only the image sync benchmark (byoc's copy, skopeo, crane, oras; registry to registry on loopback).
 	$(GO) test -run '^$$' -bench ImageSync -benchtime 1x -timeout 30m ./bench/imagesync/
+
+# River's own module (bench/river/go.mod) keeps it out of byoc's go.mod.
+.PHONY: bench-river
+bench-river: ## byoc's PostgreSQL dispatch against River v0.51.1 on one throwaway PostgreSQL, alternating rounds (BYOC_RIVER_ROUNDS, 3; BYOC_BENCH_JOBS, 50,000); prints both and byoc/River.
+	cd bench/river && $(GO) test -run '^$$' -bench RiverVsByoc -benchtime 1x -timeout 60m .
 
 .PHONY: demo
 demo: build-progress ## Build (showing progress), start imsd (SQLite) and an enrolled agent in the background, run a job, follow its logs.

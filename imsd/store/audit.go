@@ -76,6 +76,15 @@ func (s *Store) withAudit(fn func(tx *txn) error) func(tx *txn) error {
 		if len(tx.audit) == 0 {
 			return nil
 		}
+		if tx.pgb != nil {
+			// PostgreSQL's group commit: chained and inserted at the
+			// batch's end (pgGroupCommit.flush).
+			for _, ev := range tx.audit {
+				tx.pgb.audit = append(tx.pgb.audit, ev.rec)
+			}
+			tx.audit = tx.audit[:0]
+			return nil
+		}
 		if tx.g != nil {
 			// SQLite: chained now, inserted at the batch's commit.
 			err := s.chainAudit(tx)

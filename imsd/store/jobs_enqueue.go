@@ -157,7 +157,7 @@ func (s *Store) EnqueueJobs(ctx context.Context, jobs []NewJob) ([]Job, error) {
 		return nil, err
 	}
 	var out []Job
-	err = s.write(ctx, "enqueue jobs", func(tx *txn) error {
+	err = s.writeMany(ctx, "enqueue jobs", func(tx *txn) error {
 		out, err = s.insertNewJobs(ctx, tx, jobs, configs)
 		return err
 	})
@@ -190,6 +190,13 @@ func checkNewJobs(jobs []NewJob) ([]string, error) {
 // insertNewJobs inserts a checked batch in tx and returns the jobs as
 // stored.
 func (s *Store) insertNewJobs(ctx context.Context, tx *txn, jobs []NewJob, configs []string) ([]Job, error) {
+	if tx.pgb != nil && len(jobs) > 1 {
+		// PostgreSQL's group commit: one INSERT (pgfast.go), else job
+		// by job below, to name the one that failed.
+		if out, handled, err := s.insertNewJobsPG(ctx, tx, jobs, configs); handled {
+			return out, err
+		}
+	}
 	out := make([]Job, len(jobs))
 	for i, n := range jobs {
 		j, err := s.insertNew(ctx, tx, n, configs[i])

@@ -41,7 +41,8 @@ func (s *Store) FinishJob(ctx context.Context, jobID string, w Writer, r Result,
 		// Two changes: the job and its build.
 		write = s.write
 	}
-	err = write(ctx, "finish job", func(tx *txn) error {
+	fn := func(tx *txn) error {
+		changed = false // PostgreSQL's group commit may run it again
 		// The usual case, one statement: the holder finishes its job. It
 		// returns what the bookkeeping below needs, so a job that is no
 		// drift check and no build costs no further statement.
@@ -75,47 +76,66 @@ func (s *Store) FinishJob(ctx context.Context, jobID string, w Writer, r Result,
 			install, typ, op = j.InstallID, j.ComponentType, j.Operation
 		}
 		changed = true
-		data := map[string]string{"state": string(r.State), "exit_code": strconv.Itoa(r.ExitCode)}
-		if r.Error != "" {
-			data["error"] = truncate(r.Error, 512)
+		return s.finished(ctx, tx, jobID, w, r, plan, install, typ, op, now)
+	}
+	if s.pgc != nil && r.Build == nil {
+		p := &pgPre{finish: true, jobID: jobID, w: w, now: nanos(now), state: string(r.State), exitCode: r.ExitCode, errMsg: r.Error,
+			outputs: encodeMap(r.Outputs), plan: plan, policy: policy, planDigest: r.PlanDigest}
+		p.after = func(tx *txn) error {
+			changed = true
+			return s.finished(ctx, tx, jobID, w, r, plan, p.install, p.typ, p.op, now)
 		}
-		if r.PlanDigest != "" {
-			data["plan_digest"] = r.PlanDigest
-		}
-		policyAudit(data, r.PolicyFindings)
-		kind := "job.finished"
-		if r.State == JobRefused {
-			// The agent refused the job (its check of the assignment, or
-			// the customer's permission state): a kind of its own.
-			kind = "job.refused"
-		}
-		if r.ByIMSD {
-			data["agent"] = w.AgentID
-			err = s.Audit(ctx, tx, AuditEvent{Chain: install, At: now, Kind: kind, Actor: "imsd", Subject: "job:" + jobID, Data: data})
-		} else {
-			err = s.auditAgentJob(ctx, tx, w.AgentID, jobID, kind, now, data)
-		}
-		if err != nil {
+		err = s.writePre(ctx, "finish job", p, fn)
+	} else {
+		err = write(ctx, "finish job", fn)
+	}
+	return changed && err == nil, err
+}
+
+// finished is the bookkeeping of a job that FinishJob has just ended: its
+// audit event, its drift record or build, and the wake-up of its log's
+// followers. install, typ and op are the job's.
+func (s *Store) finished(ctx context.Context, tx *txn, jobID string, w Writer, r Result, plan, install, typ, op string, now time.Time) error {
+	var err error
+	data := map[string]string{"state": string(r.State), "exit_code": strconv.Itoa(r.ExitCode)}
+	if r.Error != "" {
+		data["error"] = truncate(r.Error, 512)
+	}
+	if r.PlanDigest != "" {
+		data["plan_digest"] = r.PlanDigest
+	}
+	policyAudit(data, r.PolicyFindings)
+	kind := "job.finished"
+	if r.State == JobRefused {
+		// The agent refused the job (its check of the assignment, or
+		// the customer's permission state): a kind of its own.
+		kind = "job.refused"
+	}
+	if r.ByIMSD {
+		data["agent"] = w.AgentID
+		err = s.Audit(ctx, tx, AuditEvent{Chain: install, At: now, Kind: kind, Actor: "imsd", Subject: "job:" + jobID, Data: data})
+	} else {
+		err = s.auditAgentJob(ctx, tx, w.AgentID, jobID, kind, now, data)
+	}
+	if err != nil {
+		return err
+	}
+	if op == "drift" {
+		if err := s.recordDrift(ctx, tx, jobID, r, plan, now); err != nil {
 			return err
 		}
-		if op == "drift" {
-			if err := s.recordDrift(ctx, tx, jobID, r, plan, now); err != nil {
+	}
+	if r.Build != nil && r.State == JobSucceeded {
+		// Only the build agent's build jobs make builds.
+		if install == VendorInstallID && typ == BuildType {
+			b := *r.Build
+			b.ID, b.CreatedAt = jobID, now
+			if err := s.recordBuild(ctx, tx, b); err != nil {
 				return err
 			}
 		}
-		if r.Build != nil && r.State == JobSucceeded {
-			// Only the build agent's build jobs make builds.
-			if install == VendorInstallID && typ == BuildType {
-				b := *r.Build
-				b.ID, b.CreatedAt = jobID, now
-				if err := s.recordBuild(ctx, tx, b); err != nil {
-					return err
-				}
-			}
-		}
-		return s.notifyLogs(ctx, tx, jobID)
-	})
-	return changed && err == nil, err
+	}
+	return s.notifyLogs(ctx, tx, jobID)
 }
 
 // encodePlan stores planned changes as a JSON array; none as "".

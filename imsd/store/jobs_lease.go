@@ -99,7 +99,7 @@ func (s *Store) AckJob(ctx context.Context, jobID string, w Writer, leaseUntil, 
 	if err := requireTime("now", now); err != nil {
 		return err
 	}
-	return s.writeOne(ctx, "ack job", func(tx *txn) error {
+	fn := func(tx *txn) error {
 		// The usual case, one statement: the holder acks an assigned job.
 		ok, err := s.tryExec(ctx, tx, `UPDATE jobs SET state = 'running', started_at = ?, lease_deadline = ?
 			WHERE id = ? AND agent_id = ? AND agent_id <> '' AND fencing_token = ? AND state = 'assigned'`,
@@ -130,7 +130,11 @@ func (s *Store) AckJob(ctx context.Context, jobID string, w Writer, leaseUntil, 
 		default:
 			return errs.E(errs.Conflict, "job %s already ended", jobID)
 		}
-	})
+	}
+	if s.pgc != nil {
+		return s.writePre(ctx, "ack job", s.ackPre(ctx, jobID, w, leaseUntil, now), fn)
+	}
+	return s.writeOne(ctx, "ack job", fn)
 }
 
 // ackData is a job.acked record's data: the fencing token the agent acked

@@ -29,6 +29,11 @@ func (s *Store) notify(ctx context.Context, tx *txn, channel, payload string) er
 	if !s.postgres() {
 		return nil
 	}
+	if tx.pgb != nil {
+		// Sent with the batch's others at its end.
+		tx.pgb.notes = append(tx.pgb.notes, [2]string{channel, payload})
+		return nil
+	}
 	_, err := tx.ExecContext(ctx, `SELECT pg_notify($1, $2)`, channel, payload)
 	return err
 }

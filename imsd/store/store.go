@@ -51,9 +51,12 @@ type Store struct {
 	// alongside it), with its queries kept prepared. On PostgreSQL it
 	// wraps the same pool as w.
 	r *reader
-	// gc is the group-commit writer on SQLite; nil on PostgreSQL, where
-	// every write has a transaction of its own.
+	// gc is the group-commit writer on SQLite; nil on PostgreSQL.
 	gc *groupCommit
+	// pgc is the group commit of the job hot path's writes on PostgreSQL
+	// (pgwriter.go), where every other write has a transaction of its
+	// own; nil on SQLite.
+	pgc *pgGroupCommit
 	// pg is the parsed PostgreSQL config, used by Listen for its dedicated
 	// connection. Nil on SQLite.
 	pg *pgx.ConnConfig
@@ -151,7 +154,9 @@ func openPostgres(ctx context.Context, dsn string) (*Store, error) {
 		return nil, fmt.Errorf("open postgres: %w", err)
 	}
 	x := sqlx.NewDb(db, "pgx")
-	return &Store{dialect: DialectPostgres, w: x, r: newReader(x, false), pg: cfg}, nil
+	s := &Store{dialect: DialectPostgres, w: x, r: newReader(x, false), pg: cfg}
+	s.pgc = startPGGroupCommit(s)
+	return s, nil
 }
 
 // Close closes the database pools. Writes already queued are run first;
@@ -159,6 +164,9 @@ func openPostgres(ctx context.Context, dsn string) (*Store, error) {
 func (s *Store) Close() error {
 	if s.gc != nil {
 		s.gc.stop()
+	}
+	if s.pgc != nil {
+		s.pgc.stop()
 	}
 	err := s.r.Close(s.r.db != s.w)
 	return errors.Join(err, s.w.Close())

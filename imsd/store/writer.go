@@ -36,6 +36,9 @@ type txn struct {
 	// records are the audit records of this batch's successful writes,
 	// chained, inserted just before the batch commits (SQLite only).
 	records []auditchain.Record
+	// pgb, on PostgreSQL's group commit, collects the audit records and
+	// wake-ups of the batch's writes for its end (pgwriter.go).
+	pgb *pgBatch
 }
 
 // stmt returns q prepared within the transaction, or nil to run it as is.
@@ -124,6 +127,9 @@ func (s *Store) writeTx(ctx context.Context, op string, one bool, fn func(tx *tx
 	if s.gc != nil {
 		return s.gc.write(ctx, op, one, fn)
 	}
+	if s.pgc != nil && one {
+		return s.pgc.write(ctx, op, one, fn)
+	}
 	tx, err := s.w.BeginTxx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("%s: %w", op, err)
@@ -180,6 +186,9 @@ type writeReq struct {
 	fn  func(tx *txn) error
 	// one marks a writeOne write: it runs without a savepoint.
 	one bool
+	// pre, on PostgreSQL, is the usual case of an ack or a finish, run
+	// for the whole batch in one statement (pgfast.go).
+	pre *pgPre
 	// err is sent exactly once; buffered so the writer never waits.
 	err chan error
 	// pending is the answer kept until the batch commits.

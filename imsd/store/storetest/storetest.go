@@ -49,6 +49,7 @@ func Run(t *testing.T, open OpenFunc) {
 		{"EnqueueJobs", testEnqueueJobs},
 		{"EnqueueKeys", testEnqueueKeys},
 		{"EnqueueKeysConcurrent", testEnqueueKeysConcurrent},
+		{"BatchedRefusals", testBatchedRefusals},
 		{"ClaimOrder", testClaimOrder},
 		{"ClaimExclusive", testClaimExclusive},
 		{"AckAndFinish", testAckAndFinish},

@@ -1,0 +1,327 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jmoiron/sqlx"
+
+	"github.com/byoc-dev/byoc/imsd/errs"
+	"github.com/byoc-dev/byoc/internal/auditchain"
+)
+
+// pgGroupCommit is the PostgreSQL group commit: the writes of the job hot
+// path (every writeOne, and EnqueueJobs) that are waiting when a lane is
+// free run in one transaction, and their audit records and wake-ups go in
+// a few statements at its end. Before it, each such write was a
+// transaction of its own, and its audit flush four statements more: about
+// 17 round trips and 3 transactions per dispatched job
+// (docs/performance-postgres.md).
+//
+// Writes that PostgreSQL refuses midway abort the whole transaction (it
+// has no statement-level rollback without a savepoint, which costs two
+// round trips per write): then the batch is rolled back, the failed
+// write answered, and the others run again in a new transaction. So a
+// batched write function must be safe to run again after a rollback: it
+// may assign what it found to its caller's variables, never append to
+// them. writeOne's and EnqueueJobs's functions are.
+//
+// A transaction-scoped advisory lock per audit chain, taken at the end in
+// chain order after every row lock, orders the appends with other writes
+// and other replicas (as flushAudit does for a write of its own); a
+// deadlock or serialization failure runs the batch again.
+type pgGroupCommit struct {
+	s    *Store
+	db   *sqlx.DB
+	reqs chan *writeReq
+	quit chan struct{}
+	wg   sync.WaitGroup
+	once sync.Once
+}
+
+// pgLanes is how many batches one imsd runs on PostgreSQL at once: while
+// one waits for a round trip, the next gathers and runs.
+const pgLanes = 2
+
+// pgMaxBatch caps the writes of one PostgreSQL batch.
+const pgMaxBatch = 256
+
+// pgRetries is how often a batch runs again after a deadlock or a
+// serialization failure before its writes get the error.
+const pgRetries = 5
+
+func startPGGroupCommit(s *Store) *pgGroupCommit {
+	g := &pgGroupCommit{s: s, db: s.w, reqs: make(chan *writeReq), quit: make(chan struct{})}
+	for range pgLanes {
+		g.wg.Add(1)
+		go g.run()
+	}
+	return g
+}
+
+func (g *pgGroupCommit) write(ctx context.Context, op string, one bool, fn func(tx *txn) error) error {
+	return g.send(&writeReq{ctx: ctx, op: op, fn: fn, one: one, err: make(chan error, 1)})
+}
+
+func (g *pgGroupCommit) send(r *writeReq) error {
+	select {
+	case g.reqs <- r:
+	case <-r.ctx.Done():
+		return fmt.Errorf("%s: %w", r.op, r.ctx.Err())
+	case <-g.quit:
+		return fmt.Errorf("%s: %w", r.op, errClosed)
+	}
+	return <-r.err
+}
+
+// stop runs the writes already taken, then stops the lanes.
+func (g *pgGroupCommit) stop() {
+	g.once.Do(func() { close(g.quit) })
+	g.wg.Wait()
+}
+
+func (g *pgGroupCommit) run() {
+	defer g.wg.Done()
+	batch := make([]*writeReq, 0, pgMaxBatch)
+	for {
+		select {
+		case r := <-g.reqs:
+			batch = append(batch[:0], r)
+		case <-g.quit:
+			for {
+				batch = g.gather(batch[:0])
+				if len(batch) == 0 {
+					return
+				}
+				g.runBatch(batch)
+			}
+		}
+		g.runBatch(g.gather(batch))
+	}
+}
+
+func (g *pgGroupCommit) gather(batch []*writeReq) []*writeReq {
+	for len(batch) < pgMaxBatch {
+		select {
+		case r := <-g.reqs:
+			batch = append(batch, r)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+// runBatch runs batch until every write is answered.
+func (g *pgGroupCommit) runBatch(batch []*writeReq) {
+	retries := 0
+	for len(batch) > 0 {
+		again, retry := g.try(batch, retries < pgRetries)
+		if retry {
+			retries++
+		}
+		batch = again
+	}
+}
+
+// pgBatch is what the writes of one PostgreSQL batch queued for its end.
+type pgBatch struct {
+	audit []auditchain.Record // unchained: seq, prev and hash are set at the end
+	notes [][2]string         // channel, payload
+}
+
+// try runs batch in one transaction and answers the writes it can. It
+// returns the writes to run again, in a new transaction, and whether
+// that is for a deadlock or serialization failure (retry) rather than a
+// write that failed and was answered.
+func (g *pgGroupCommit) try(batch []*writeReq, mayRetry bool) (again []*writeReq, retry bool) {
+	ctx := context.Background()
+	tx, err := g.db.BeginTxx(ctx, nil)
+	if err != nil {
+		for _, r := range batch {
+			r.err <- fmt.Errorf("%s: %w", r.op, err)
+		}
+		return nil, false
+	}
+	b := &pgBatch{}
+	t := &txn{tx: tx, ctx: ctx, pgb: b}
+	if !mayRetry {
+		for _, r := range batch {
+			if r.pre != nil {
+				r.pre.disabled = true
+			}
+		}
+	}
+	if err := g.pres(t, batch); err != nil {
+		// Run them again without the shared statements: each write's own
+		// function then meets (and reports) what failed.
+		tx.Rollback() //nolint:errcheck
+		for _, r := range batch {
+			if r.pre != nil && !retryable(err) {
+				r.pre.disabled = true
+			}
+		}
+		return batch, true
+	}
+	done := make([]*writeReq, 0, len(batch))
+	for i, r := range batch {
+		if err := r.ctx.Err(); err != nil {
+			r.err <- fmt.Errorf("%s: %w", r.op, err)
+			continue
+		}
+		na, nn := len(b.audit), len(b.notes)
+		fn := r.fn
+		if r.pre != nil && r.pre.ok {
+			fn = r.pre.after
+		}
+		ferr := fn(t)
+		if ferr == nil {
+			done = append(done, r)
+			continue
+		}
+		b.audit, b.notes = b.audit[:na], b.notes[:nn]
+		if mayRetry && retryable(ferr) {
+			tx.Rollback() //nolint:errcheck
+			return append(done, batch[i:]...), true
+		}
+		var e *errs.Error
+		if r.one && errors.As(ferr, &e) && (r.pre == nil || !r.pre.ok) && g.alive(ctx, tx) {
+			// A refusal that changed nothing: the others go on.
+			r.err <- wrap(r.op, ferr)
+			continue
+		}
+		// PostgreSQL aborted the transaction, or the write may have left
+		// a change behind: undo the batch and run the others again.
+		tx.Rollback() //nolint:errcheck
+		r.err <- wrap(r.op, ferr)
+		return append(done, batch[i+1:]...), false
+	}
+	if len(done) == 0 {
+		tx.Rollback() //nolint:errcheck
+		return nil, false
+	}
+	err = g.flush(t, b)
+	if err == nil {
+		err = tx.Commit()
+	} else {
+		tx.Rollback() //nolint:errcheck
+	}
+	if err != nil && mayRetry && retryable(err) {
+		return done, true
+	}
+	for _, r := range done {
+		if err != nil {
+			r.err <- fmt.Errorf("%s: commit: %w", r.op, err)
+		} else {
+			r.err <- nil
+		}
+	}
+	return nil, false
+}
+
+// alive reports whether tx can still run statements: PostgreSQL refuses
+// every statement after one failed, until the transaction ends.
+func (g *pgGroupCommit) alive(ctx context.Context, tx *sqlx.Tx) bool {
+	_, err := tx.ExecContext(ctx, `SELECT 1`)
+	return err == nil
+}
+
+// retryable reports whether err is a deadlock or a serialization failure,
+// which PostgreSQL asks the client to answer by running the transaction
+// again.
+func retryable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001")
+}
+
+// flush appends the batch's audit records to their chains and sends its
+// wake-ups: three statements for the records (lock the chains, read their
+// heads, insert every record) and one for the wake-ups, whatever the
+// batch's size.
+func (g *pgGroupCommit) flush(t *txn, b *pgBatch) error {
+	ctx := t.ctx
+	if len(b.audit) > 0 {
+		chains := make([]string, 0, 8)
+		for _, r := range b.audit {
+			chains = append(chains, r.Chain)
+		}
+		slices.SortFunc(chains, strings.Compare)
+		chains = slices.Compact(chains)
+		// In chain order, as flushAudit locks them: a function scan
+		// returns the array's elements in order.
+		if _, err := t.tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(7355608, hashtext(c)) FROM unnest($1::TEXT[]) AS c`, chains); err != nil {
+			return fmt.Errorf("audit: lock %d chains: %w", len(chains), err)
+		}
+		rows, err := t.tx.QueryContext(ctx, `SELECT c, h.seq, h.hash FROM unnest($1::TEXT[]) AS c
+			LEFT JOIN LATERAL (SELECT seq, hash FROM audit_events WHERE chain = c ORDER BY seq DESC LIMIT 1) h ON TRUE`, chains)
+		if err != nil {
+			return fmt.Errorf("audit: read %d chain heads: %w", len(chains), err)
+		}
+		heads := make(map[string]*auditchain.Record, len(chains))
+		for rows.Next() {
+			var c string
+			var seq *int64
+			var hash *string
+			if err := rows.Scan(&c, &seq, &hash); err != nil {
+				rows.Close()
+				return fmt.Errorf("audit: read chain heads: %w", err)
+			}
+			if seq != nil && hash != nil {
+				heads[c] = &auditchain.Record{Seq: *seq, Hash: *hash}
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("audit: read chain heads: %w", err)
+		}
+		n := len(b.audit)
+		cols := struct {
+			chain, kind, actor, subject, data, prev, hash []string
+			seq, at                                       []int64
+		}{make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n),
+			make([]int64, n), make([]int64, n)}
+		for i, ev := range b.audit {
+			r := auditchain.Next(heads[ev.Chain], ev)
+			heads[ev.Chain] = &r
+			cols.chain[i], cols.seq[i], cols.at[i], cols.kind[i], cols.actor[i] = r.Chain, r.Seq, r.At, r.Kind, r.Actor
+			cols.subject[i], cols.data[i], cols.prev[i], cols.hash[i] = r.Subject, r.Data, r.Prev, r.Hash
+		}
+		if _, err := t.tx.ExecContext(ctx, `INSERT INTO audit_events (chain, seq, at, kind, actor, subject, data, prev, hash)
+			SELECT * FROM unnest($1::TEXT[], $2::BIGINT[], $3::BIGINT[], $4::TEXT[], $5::TEXT[], $6::TEXT[], $7::TEXT[], $8::TEXT[], $9::TEXT[])`,
+			cols.chain, cols.seq, cols.at, cols.kind, cols.actor, cols.subject, cols.data, cols.prev, cols.hash); err != nil {
+			return fmt.Errorf("audit: append %d records: %w", n, err)
+		}
+	}
+	if len(b.notes) > 0 {
+		slices.SortFunc(b.notes, func(x, y [2]string) int {
+			if c := strings.Compare(x[0], y[0]); c != 0 {
+				return c
+			}
+			return strings.Compare(x[1], y[1])
+		})
+		b.notes = slices.Compact(b.notes)
+		chs, ps := make([]string, len(b.notes)), make([]string, len(b.notes))
+		for i, nt := range b.notes {
+			chs[i], ps[i] = nt[0], nt[1]
+		}
+		if _, err := t.tx.ExecContext(ctx, `SELECT pg_notify(c, p) FROM unnest($1::TEXT[], $2::TEXT[]) AS u(c, p)`, chs, ps); err != nil {
+			return fmt.Errorf("notify %d: %w", len(chs), err)
+		}
+	}
+	return nil
+}
+
+// writeMany is write for a write function that may change several rows
+// and is safe to run again after a rollback (see pgGroupCommit): on
+// PostgreSQL it joins the group commit, on SQLite it is write.
+func (s *Store) writeMany(ctx context.Context, op string, fn func(tx *txn) error) error {
+	if s.pgc != nil {
+		return s.pgc.write(ctx, op, false, s.withAudit(fn))
+	}
+	return s.write(ctx, op, fn)
+}
