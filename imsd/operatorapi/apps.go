@@ -30,6 +30,9 @@ func (s *Service) CreateApp(ctx context.Context, req *connect.Request[imsv1.Crea
 // ListApps lists every app.
 func (s *Service) ListApps(ctx context.Context, _ *connect.Request[imsv1.ListAppsRequest]) (*connect.Response[imsv1.ListAppsResponse], error) {
 	apps, err := s.store.ListApps(ctx)
+	if err == nil {
+		apps, err = s.visibleApps(ctx, apps)
+	}
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}

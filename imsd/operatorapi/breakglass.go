@@ -128,9 +128,16 @@ func (s *Service) ListBreakGlassGrants(ctx context.Context, req *connect.Request
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}
+	v, err := s.readView(ctx)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
 	now := s.now()
 	out := &imsv1.ListBreakGlassGrantsResponse{}
 	for _, g := range gs {
+		if !v.visible(g.InstallID) {
+			continue
+		}
 		name, ok := names[g.InstallID]
 		if !ok {
 			if in, err := s.store.GetInstall(ctx, g.InstallID); err == nil {

@@ -10,19 +10,36 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/byoc-dev/byoc/imsd/access"
 	"github.com/byoc-dev/byoc/imsd/store"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
 
-func roleToProto(r store.Role) imsv1.Role {
-	switch r {
-	case store.RoleAdmin:
-		return imsv1.Role_ROLE_ADMIN
-	case store.RoleViewer:
-		return imsv1.Role_ROLE_VIEWER
+var rolesToProto = map[access.Role]imsv1.Role{
+	access.Admin: imsv1.Role_ROLE_ADMIN, access.Viewer: imsv1.Role_ROLE_VIEWER,
+	access.Operator: imsv1.Role_ROLE_OPERATOR, access.Support: imsv1.Role_ROLE_SUPPORT,
+}
+
+func roleToProto(r access.Role) imsv1.Role { return rolesToProto[r] }
+
+// roleFromProto returns the role r names.
+func roleFromProto(r imsv1.Role) (access.Role, bool) {
+	for k, v := range rolesToProto {
+		if v == r {
+			return k, true
+		}
 	}
-	return imsv1.Role_ROLE_UNSPECIFIED
+	return "", false
+}
+
+func grantToProto(g access.Grant) *imsv1.RoleGrant {
+	return &imsv1.RoleGrant{Role: roleToProto(g.Role), Scope: g.Scope.String(), Source: g.Source}
+}
+
+func apiTokenToProto(t store.APIToken) *imsv1.ApiToken {
+	return &imsv1.ApiToken{Id: t.ID, Name: t.Name, Grant: &imsv1.RoleGrant{Role: roleToProto(access.Role(t.Role)), Scope: t.Scope, Source: "token " + t.Name},
+		CreateTime: ts(t.CreatedAt), ExpireTime: ts(t.ExpiresAt), LastUsedTime: ts(t.LastUsedAt), CreatedBy: t.CreatedBy}
 }
 
 func appToProto(a store.App) *imsv1.App {

@@ -70,9 +70,16 @@ func (s *Service) ListInstalls(ctx context.Context, req *connect.Request[imsv1.L
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}
+	v, err := s.readView(ctx)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
 	out := &imsv1.ListInstallsResponse{}
 	mask := s.inputMasker()
 	for _, in := range ins {
+		if !v.visible(in.ID) {
+			continue
+		}
 		out.Installs = append(out.Installs, s.installToProtoMasked(ctx, in, mask))
 	}
 	return connect.NewResponse(out), nil

@@ -376,8 +376,15 @@ func (s *Service) ListJobs(ctx context.Context, req *connect.Request[imsv1.ListJ
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}
+	v, err := s.readView(ctx)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
 	out := &imsv1.ListJobsResponse{NextPageToken: next}
 	for _, j := range jobs {
+		if !v.visible(j.InstallID) {
+			continue // a scoped caller's page may hold fewer jobs
+		}
 		out.Jobs = append(out.Jobs, s.jobToProto(ctx, j))
 	}
 	return connect.NewResponse(out), nil

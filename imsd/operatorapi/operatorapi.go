@@ -62,6 +62,8 @@ type Config struct {
 	// SigningKeyID is the id of imsd's job signing key, which every
 	// enrolment token carries (auth.NewEnrollToken).
 	SigningKeyID string
+	// Login is the single sign-on settings byoc login reads.
+	Login LoginConfig
 }
 
 // Service implements imsv1connect.OperatorServiceHandler.

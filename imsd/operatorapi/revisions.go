@@ -14,6 +14,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/byoc-dev/byoc/imsd/access"
 	"github.com/byoc-dev/byoc/imsd/auth"
 	"github.com/byoc-dev/byoc/imsd/errs"
 	"github.com/byoc-dev/byoc/imsd/store"
@@ -60,6 +61,12 @@ func (s *Service) PushAppRevision(ctx context.Context, req *connect.Request[imsv
 		return nil, configError(err)
 	}
 	a, err := s.store.GetApp(ctx, app.Metadata.Name)
+	if err == nil {
+		err = s.requireApp(ctx, "push revisions of", access.Deploy, a.Name)
+	} else if errs.Is(err, errs.NotFound) {
+		// A first push creates the app: vendor-wide.
+		err = s.requireApp(ctx, "push a new app", access.Deploy, "")
+	}
 	if errs.Is(err, errs.NotFound) {
 		a = store.App{ID: auth.NewID("app_"), Name: app.Metadata.Name, Description: app.Metadata.Description, CreatedAt: s.now()}
 		if err = s.store.CreateApp(ctx, a); errs.Is(err, errs.AlreadyExists) {

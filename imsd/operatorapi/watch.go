@@ -87,9 +87,16 @@ func (s *Service) fleet(ctx context.Context, appID string) (map[string]*imsv1.In
 	for _, a := range apps {
 		appNames[a.ID] = a.Name
 	}
+	v, err := s.readView(ctx)
+	if err != nil {
+		return nil, err
+	}
 	out := make(map[string]*imsv1.InstallStatus, len(fs.Installs))
 	mask := s.inputMasker()
 	for _, in := range fs.Installs {
+		if !v.visible(in.ID) {
+			continue
+		}
 		p := &imsv1.Install{Id: in.ID, AppId: in.AppID, Name: in.Name, Inputs: mask.inputs(ctx, in), CreateTime: ts(in.CreatedAt),
 			State: string(in.State), AppRevision: in.AppRevision, Settings: settingsToProto(in.Settings)}
 		p.Agent = s.agentStatus(fs.Agents[in.ID])

@@ -312,7 +312,7 @@ func (s *Server) bootstrap(ctx context.Context) error {
 	if n > 0 {
 		return nil
 	}
-	secret, _, err := operatorapi.CreateToken(ctx, s.store, "admin", store.RoleAdmin, s.cfg.Now())
+	secret, _, err := operatorapi.CreateToken(ctx, s.store, store.APIToken{Name: "admin", Role: store.RoleAdmin, CreatedBy: "imsd:first-start"}, s.cfg.Now())
 	if err != nil {
 		return err
 	}
@@ -340,7 +340,7 @@ func (s *Server) newHTTPServer() *http.Server {
 
 	mux := http.NewServeMux()
 	op := operatorapi.New(s.store, s.hub, operatorapi.Config{BreakGlassRequestTTL: cfg.BreakGlassRequestTTL, HeartbeatInterval: cfg.HeartbeatInterval, LeaseDuration: cfg.LeaseDuration, LeaseGrace: cfg.LeaseGrace, Engine: s.engine, SigningKeyID: s.key.ID}, cfg.Now, s.log)
-	authn := operatorapi.NewAuthenticator(s.store, cfg.Now)
+	authn := operatorapi.NewAuthenticator(s.store, cfg.Now, nil, s.log)
 	opPath, opHandler := imsv1connect.NewOperatorServiceHandler(op,
 		connect.WithInterceptors(authn, operatorapi.NewAuditor(s.store, cfg.Now)),
 		connect.WithReadMaxBytes(4<<20),

@@ -18,50 +18,120 @@ import (
 	"github.com/byoc-dev/byoc/schema/app/diag"
 )
 
-// CreateAPIToken stores an operator token. hash is the SHA-256 of its secret.
+// CreateAPIToken stores an operator token. hash is the SHA-256 of its
+// secret. A name may be reused only once its token is revoked.
 func (s *Store) CreateAPIToken(ctx context.Context, t APIToken, hash string) error {
 	switch {
 	case t.ID == "":
 		return errs.Field("id", "required")
 	case t.Name == "":
 		return errs.Field("name", "required")
-	case t.Role != RoleAdmin && t.Role != RoleViewer:
-		return errs.Field("role", "must be %q or %q, not %q", RoleAdmin, RoleViewer, t.Role)
+	case !validRole(t.Role):
+		return errs.Field("role", "must be %q, %q, %q or %q, not %q", RoleViewer, RoleOperator, RoleSupport, RoleAdmin, t.Role)
 	case hash == "":
 		return errs.Field("hash", "required")
 	}
 	return s.write(ctx, "create api token", func(tx *txn) error {
-		_, err := tx.ExecContext(ctx, s.bind(`INSERT INTO api_tokens (id, name, role, hash, created_at) VALUES (?, ?, ?, ?, ?)`),
-			t.ID, t.Name, string(t.Role), hash, nanos(t.CreatedAt))
+		var n int
+		if err := tx.GetContext(ctx, &n, s.bind(`SELECT COUNT(*) FROM api_tokens WHERE name = ? AND revoked_at = 0`), t.Name); err != nil {
+			return err
+		}
+		if n > 0 {
+			return errs.E(errs.AlreadyExists, "an api token named %q exists; revoke it first or pick another name", t.Name)
+		}
+		_, err := tx.ExecContext(ctx, s.bind(`INSERT INTO api_tokens (id, name, role, hash, created_at, scope, expires_at, created_by) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`),
+			t.ID, t.Name, string(t.Role), hash, nanos(t.CreatedAt), t.Scope, nanos(t.ExpiresAt), t.CreatedBy)
 		if isUnique(err) {
 			return errs.E(errs.AlreadyExists, "api token %q already exists", t.ID)
 		}
 		if err != nil {
 			return err
 		}
-		return s.Audit(ctx, tx, AuditEvent{Chain: VendorChain, At: t.CreatedAt, Kind: "token.created", Subject: "token:" + t.Name,
-			Data: map[string]string{"id": t.ID, "role": string(t.Role)}})
+		data := map[string]string{"id": t.ID, "role": string(t.Role), "scope": t.Scope}
+		if !t.ExpiresAt.IsZero() {
+			data["expires_at"] = t.ExpiresAt.UTC().Format(time.RFC3339)
+		}
+		return s.Audit(ctx, tx, AuditEvent{Chain: VendorChain, At: t.CreatedAt, Kind: "token.created", Actor: t.CreatedBy, Subject: "token:" + t.Name, Data: data})
 	})
 }
 
-type apiTokenRow struct {
-	ID        string `db:"id"`
-	Name      string `db:"name"`
-	Role      string `db:"role"`
-	CreatedAt int64  `db:"created_at"`
+func validRole(r Role) bool {
+	return r == RoleAdmin || r == RoleViewer || r == RoleOperator || r == RoleSupport
 }
 
-// APITokenByHash returns the unrevoked token whose secret hashes to hash.
+type apiTokenRow struct {
+	ID         string `db:"id"`
+	Name       string `db:"name"`
+	Role       string `db:"role"`
+	CreatedAt  int64  `db:"created_at"`
+	Scope      string `db:"scope"`
+	ExpiresAt  int64  `db:"expires_at"`
+	LastUsedAt int64  `db:"last_used_at"`
+	CreatedBy  string `db:"created_by"`
+}
+
+func (r apiTokenRow) token() APIToken {
+	return APIToken{ID: r.ID, Name: r.Name, Role: Role(r.Role), CreatedAt: fromNanos(r.CreatedAt), Scope: r.Scope,
+		ExpiresAt: fromNanos(r.ExpiresAt), LastUsedAt: fromNanos(r.LastUsedAt), CreatedBy: r.CreatedBy}
+}
+
+const apiTokenCols = `id, name, role, created_at, scope, expires_at, last_used_at, created_by`
+
+// APITokenByHash returns the unrevoked token whose secret hashes to hash
+// (expired or not: the caller says which).
 func (s *Store) APITokenByHash(ctx context.Context, hash string) (APIToken, error) {
 	var r apiTokenRow
-	err := s.r.GetContext(ctx, &r, s.bind(`SELECT id, name, role, created_at FROM api_tokens WHERE hash = ? AND revoked_at = 0`), hash)
+	err := s.r.GetContext(ctx, &r, s.bind(`SELECT `+apiTokenCols+` FROM api_tokens WHERE hash = ? AND revoked_at = 0`), hash)
 	if errors.Is(err, sql.ErrNoRows) {
 		return APIToken{}, errs.E(errs.NotFound, "api token not found")
 	}
 	if err != nil {
 		return APIToken{}, fmt.Errorf("api token by hash: %w", err)
 	}
-	return APIToken{ID: r.ID, Name: r.Name, Role: Role(r.Role), CreatedAt: fromNanos(r.CreatedAt)}, nil
+	return r.token(), nil
+}
+
+// ListAPITokens returns the unrevoked tokens by name.
+func (s *Store) ListAPITokens(ctx context.Context) ([]APIToken, error) {
+	var rows []apiTokenRow
+	if err := s.r.SelectContext(ctx, &rows, `SELECT `+apiTokenCols+` FROM api_tokens WHERE revoked_at = 0 ORDER BY name, id`); err != nil {
+		return nil, fmt.Errorf("list api tokens: %w", err)
+	}
+	out := make([]APIToken, len(rows))
+	for i, r := range rows {
+		out[i] = r.token()
+	}
+	return out, nil
+}
+
+// RevokeAPIToken revokes the unrevoked token with id or name idOrName,
+// recording by whom, and returns it.
+func (s *Store) RevokeAPIToken(ctx context.Context, idOrName, by string, at time.Time) (APIToken, error) {
+	var tok APIToken
+	err := s.write(ctx, "revoke api token", func(tx *txn) error {
+		var rows []apiTokenRow
+		if err := tx.SelectContext(ctx, &rows, s.bind(`SELECT `+apiTokenCols+` FROM api_tokens WHERE (id = ? OR name = ?) AND revoked_at = 0`), idOrName, idOrName); err != nil {
+			return err
+		}
+		if len(rows) == 0 {
+			return errs.E(errs.NotFound, "no unrevoked api token with id or name %q (byoc token list)", idOrName)
+		}
+		tok = rows[0].token()
+		if _, err := tx.ExecContext(ctx, s.bind(`UPDATE api_tokens SET revoked_at = ? WHERE id = ?`), nanos(at), tok.ID); err != nil {
+			return err
+		}
+		return s.Audit(ctx, tx, AuditEvent{Chain: VendorChain, At: at, Kind: "token.revoked", Actor: by, Subject: "token:" + tok.Name,
+			Data: map[string]string{"id": tok.ID, "role": string(tok.Role), "scope": tok.Scope}})
+	})
+	return tok, err
+}
+
+// TouchAPIToken records that the token was used at at.
+func (s *Store) TouchAPIToken(ctx context.Context, id string, at time.Time) error {
+	return s.write(ctx, "touch api token", func(tx *txn) error {
+		_, err := tx.ExecContext(ctx, s.bind(`UPDATE api_tokens SET last_used_at = ? WHERE id = ? AND last_used_at < ?`), nanos(at), id, nanos(at))
+		return err
+	})
 }
 
 // CountAPITokens returns how many unrevoked operator tokens exist, so imsd

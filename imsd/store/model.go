@@ -11,8 +11,10 @@ type Role string
 
 // The roles.
 const (
-	RoleAdmin  Role = "admin"
-	RoleViewer Role = "viewer"
+	RoleAdmin    Role = "admin"
+	RoleViewer   Role = "viewer"
+	RoleOperator Role = "operator"
+	RoleSupport  Role = "support"
 )
 
 // JobState is where a job is in its life.
@@ -87,6 +89,16 @@ type APIToken struct {
 	Name      string
 	Role      Role
 	CreatedAt time.Time
+	// Scope is what the role is granted on: "" (everything),
+	// install:NAME, app:NAME or selector:SELECTOR (access.ParseScope).
+	Scope string
+	// ExpiresAt is when the token stops working; zero: never.
+	ExpiresAt time.Time
+	// LastUsedAt is when the token was last used (updated at most about
+	// once a minute); zero: never.
+	LastUsedAt time.Time
+	// CreatedBy is the actor that created the token.
+	CreatedBy string
 }
 
 // App is a vendor application. The config format arrives in a later issue;
