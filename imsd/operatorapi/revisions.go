@@ -61,11 +61,16 @@ func (s *Service) PushAppRevision(ctx context.Context, req *connect.Request[imsv
 		return nil, configError(err)
 	}
 	a, err := s.store.GetApp(ctx, app.Metadata.Name)
-	if err == nil {
-		err = s.requireApp(ctx, "push revisions of", access.Deploy, a.Name)
-	} else if errs.Is(err, errs.NotFound) {
+	switch {
+	case err == nil:
+		if err := s.requireApp(ctx, "push revisions of", access.Deploy, a.Name); err != nil {
+			return nil, s.err(ctx, err)
+		}
+	case errs.Is(err, errs.NotFound):
 		// A first push creates the app: vendor-wide.
-		err = s.requireApp(ctx, "push a new app", access.Deploy, "")
+		if err := s.requireApp(ctx, "push a new app", access.Deploy, ""); err != nil {
+			return nil, s.err(ctx, err)
+		}
 	}
 	if errs.Is(err, errs.NotFound) {
 		a = store.App{ID: auth.NewID("app_"), Name: app.Metadata.Name, Description: app.Metadata.Description, CreatedAt: s.now()}
