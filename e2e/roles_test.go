@@ -32,8 +32,8 @@ description = "Read logs."
 [config]
 steps = [{ name = "a", script = "echo a" }]
 `,
-	"actions/use.toml": "description = \"Uses.\"\n[[step]]\nname = \"use\"\nscript = \"echo use\"\n",
-	"actions/debug.toml": "description = \"Debugs.\"\nmode = \"break_glass\"\n[[step]]\nname = \"debug\"\nscript = \"echo debug\"\n",
+	"actions/use.toml":     "description = \"Uses.\"\n[[step]]\nname = \"use\"\nscript = \"echo use\"\n",
+	"actions/debug.toml":   "description = \"Debugs.\"\nmode = \"break_glass\"\n[[step]]\nname = \"debug\"\nscript = \"echo debug\"\n",
 	"installs/acme.toml":   "",
 	"installs/globex.toml": "",
 }
