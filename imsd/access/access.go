@@ -262,8 +262,9 @@ func (p Principal) Anywhere(perm Perm) bool {
 	return false
 }
 
-// Refusal explains why the principal may not do perm on t: who it is,
-// the roles it holds and where, and which roles the call needs.
+// Refusal explains why the principal may not do what (a verb phrase
+// that takes the target as its object, such as "start workflows on") on
+// t: who it is, the roles it holds and where, and the roles it needs.
 func (p Principal) Refusal(what string, perm Perm, t Target) string {
 	var held []string
 	for _, g := range p.Grants {
@@ -277,6 +278,11 @@ func (p Principal) Refusal(what string, perm Perm, t Target) string {
 	for _, r := range RolesAllowing(perm) {
 		need = append(need, string(r))
 	}
-	return fmt.Sprintf("%s %s holds %s, which does not allow %s (%s) on %s; that needs role %s there",
-		p.Kind, p.Name, h, what, perm, t.Describe(), strings.Join(need, " or "))
+	msg := fmt.Sprintf("permission denied: %s %s holds %s, so may not %s", p.Kind, p.Name, h, what)
+	where := "every install"
+	if t.Install != "" || t.App != "" {
+		msg += " " + t.Describe()
+		where = t.Describe()
+	}
+	return msg + fmt.Sprintf(": that needs the %s permission, which role %s has, granted on %s", perm, strings.Join(need, " or "), where)
 }

@@ -88,7 +88,7 @@ func (s *Service) StartActionRun(ctx context.Context, req *connect.Request[imsv1
 	if a.PermissionMode() != string(store.ModeBreakGlass) {
 		// Debug (a support role) runs break_glass actions only; any
 		// other action is a change and needs deploy.
-		if err := s.require(ctx, "run action "+a.Name+" (mode "+a.PermissionMode()+"; only break_glass actions are debug actions)", access.Deploy, in.Name); err != nil {
+		if err := s.require(ctx, "run action "+a.Name+" (mode "+a.PermissionMode()+", not a break_glass debug action) on", access.Deploy, in.Name); err != nil {
 			return nil, s.err(ctx, err)
 		}
 	}

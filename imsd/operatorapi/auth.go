@@ -120,6 +120,13 @@ func (a *Authenticator) lookup(ctx context.Context, hash string) (store.APIToken
 
 var _ connect.Interceptor = (*Authenticator)(nil)
 
+// Forget drops every cached token, so a revoked one is looked up again.
+func (a *Authenticator) Forget() {
+	a.mu.Lock()
+	clear(a.cache)
+	a.mu.Unlock()
+}
+
 // authenticate returns who presented the Authorization header.
 func (a *Authenticator) authenticate(ctx context.Context, header string) (access.Principal, error) {
 	secret, ok := strings.CutPrefix(header, "Bearer ")

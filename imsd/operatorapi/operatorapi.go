@@ -76,7 +76,14 @@ type Service struct {
 	log   *slog.Logger
 	// sensitive caches which inputs are sensitive, per app (sensitive.go).
 	sensitive sensitiveNames
+	// tokenRevoked drops the Authenticator's cache on this replica
+	// (OnTokenRevoked); other replicas' caches expire within seconds.
+	tokenRevoked func()
 }
+
+// OnTokenRevoked calls f after every token revocation, so a revoked
+// token stops working on this replica at once.
+func (s *Service) OnTokenRevoked(f func()) { s.tokenRevoked = f }
 
 // New returns the operator service.
 func New(st *store.Store, hub *dispatch.Hub, cfg Config, now func() time.Time, log *slog.Logger) *Service {

@@ -3,6 +3,7 @@ package operatorapi
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -67,7 +68,7 @@ func (s *Service) CheckAccess(ctx context.Context, req *connect.Request[imsv1.Ch
 	if g, ok := p.Can(perm, t); ok {
 		out.Allowed, out.Grant = true, grantToProto(g)
 	} else {
-		out.Reason = p.Refusal(m.Verb, perm, t)
+		out.Reason = strings.TrimPrefix(p.Refusal(m.Verb, perm, t), "permission denied: ")
 	}
 	return connect.NewResponse(out), nil
 }
@@ -169,6 +170,9 @@ func (s *Service) RevokeApiToken(ctx context.Context, req *connect.Request[imsv1
 	tok, err := s.store.RevokeAPIToken(ctx, req.Msg.IdOrName, by, s.now())
 	if err != nil {
 		return nil, s.err(ctx, err)
+	}
+	if s.tokenRevoked != nil {
+		s.tokenRevoked()
 	}
 	s.log.InfoContext(ctx, "api token revoked", "token", tok.ID, "name", tok.Name, "by", by)
 	return connect.NewResponse(&imsv1.RevokeApiTokenResponse{Token: apiTokenToProto(tok)}), nil

@@ -418,7 +418,7 @@ func (s *Service) PlanInstall(ctx context.Context, req *connect.Request[imsv1.Pl
 	if m.Live {
 		// A live plan runs plugins in the customer's account: not for a
 		// read-only role, though a graph-only plan is.
-		if err := s.require(ctx, "plan live (it runs plan jobs on the install's agent)", access.Deploy, m.Install); err != nil {
+		if err := s.require(ctx, "run a live plan (plan jobs on the agent) of", access.Deploy, m.Install); err != nil {
 			return nil, s.err(ctx, err)
 		}
 	}

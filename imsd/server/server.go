@@ -341,6 +341,7 @@ func (s *Server) newHTTPServer() *http.Server {
 	mux := http.NewServeMux()
 	op := operatorapi.New(s.store, s.hub, operatorapi.Config{BreakGlassRequestTTL: cfg.BreakGlassRequestTTL, HeartbeatInterval: cfg.HeartbeatInterval, LeaseDuration: cfg.LeaseDuration, LeaseGrace: cfg.LeaseGrace, Engine: s.engine, SigningKeyID: s.key.ID}, cfg.Now, s.log)
 	authn := operatorapi.NewAuthenticator(s.store, cfg.Now, nil, s.log)
+	op.OnTokenRevoked(authn.Forget)
 	opPath, opHandler := imsv1connect.NewOperatorServiceHandler(op,
 		connect.WithInterceptors(authn, operatorapi.NewAuditor(s.store, cfg.Now)),
 		connect.WithReadMaxBytes(4<<20),

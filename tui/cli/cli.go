@@ -237,6 +237,8 @@ exits with the job's own exit code.`,
 	root.AddCommand(
 		a.contextCommand(),
 		a.whoamiCommand(),
+		a.authCommand(),
+		a.tokenCommand(),
 		a.appCommand(),
 		a.installCommand(),
 		a.workflowCommand(),
