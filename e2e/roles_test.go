@@ -34,8 +34,8 @@ steps = [{ name = "a", script = "echo a" }]
 `,
 	"actions/use.toml":     "description = \"Uses.\"\n[[step]]\nname = \"use\"\nscript = \"echo use\"\n",
 	"actions/debug.toml":   "description = \"Debugs.\"\nmode = \"break_glass\"\n[[step]]\nname = \"debug\"\nscript = \"echo debug\"\n",
-	"installs/acme.toml":   "",
-	"installs/globex.toml": "",
+	"installs/acme.toml":   "[labels]\ncustomer = \"acme\"\nenv = \"prod\"\n",
+	"installs/globex.toml": "[labels]\ncustomer = \"globex\"\nenv = \"prod\"\n",
 }
 
 // rpcAccess is what each RPC of OperatorService needs, written out here
@@ -51,7 +51,7 @@ var rpcAccess = map[string]string{
 	"CreateApp": "deploy@all", "ListApps": "read@any", "GetApp": "read@app", "PushAppRevision": "deploy@any",
 	"ListAppRevisions": "read@app", "DiffAppRevisions": "read@app",
 	"CreateInstall": "deploy@app", "ListInstalls": "read@any", "GetInstall": "read@install", "ListInstallDrift": "read@install",
-	"WatchInstalls": "read@any", "CreateEnrollmentToken": "deploy@install", "UpdateInstall": "deploy@install", "PlanInstall": "read@install",
+	"WatchInstalls": "read@any", "CreateEnrollmentToken": "deploy@install", "UpdateInstall": "deploy@install", "LabelInstall": "manage@install", "PlanInstall": "read@install",
 	"StartWorkflow": "deploy@install", "ListWorkflows": "read@install", "GetWorkflow": "read@install", "ApproveWorkflow": "deploy@install",
 	"CancelWorkflow": "deploy@install", "RetryWorkflowStep": "deploy@install",
 	"EnqueueJob": "deploy@install", "EnqueueJobs": "deploy@install", "ListJobs": "read@install", "GetJob": "read@install",
@@ -211,7 +211,8 @@ func (f *roleFixture) call(ctx context.Context, token string, md protoreflect.Me
 // Every RPC of OperatorService, enumerated from its descriptor (so an RPC
 // added later is called too, and fails here until rpcAccess says what it
 // needs), is called by a token of every role (enumerated from the Role
-// enum), granted on everything and on install acme only, against install
+// enum), granted on everything, on install acme only and on the installs
+// labelled customer=acme (acme), against install
 // acme and install globex. A call the role table does not allow is
 // refused with permission_denied naming the role and the install; one it
 // allows is not refused.
@@ -241,15 +242,19 @@ func TestEveryRPCEveryRole(t *testing.T) {
 		}
 		return 0
 	})
-	for _, scoped := range []bool{true, false} {
+	for _, scope := range []string{"install", "selector", "all"} {
 		for _, role := range roles {
 			rname := strings.ToLower(strings.TrimPrefix(role.String(), "ROLE_"))
-			tname := rname + "-all"
-			install := ""
-			if scoped {
-				tname, install = rname+"-acme", "acme"
+			tname := rname + "-" + scope
+			req := &imsv1.CreateApiTokenRequest{Name: tname, Role: role}
+			switch scope {
+			case "install":
+				req.Install = "acme"
+			case "selector":
+				req.Selector = "customer=acme"
 			}
-			tok, err := f.admin.CreateApiToken(ctx, connect.NewRequest(&imsv1.CreateApiTokenRequest{Name: tname, Role: role, Install: install}))
+			scoped := scope != "all"
+			tok, err := f.admin.CreateApiToken(ctx, connect.NewRequest(req))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -301,15 +306,16 @@ func allowedBy(spec string, role imsv1.Role, scoped bool, target string) bool {
 	panic("bad spec " + spec)
 }
 
-// A support engineer scoped to one customer sees only that customer's
+// A support engineer scoped to one customer (a label selector grant,
+// customer=acme) sees only that customer's
 // installs in lists, the fleet view and the audit, may request
 // break-glass and run a debug action there, and may not run an ordinary
 // action (deploy). Every mutating RPC on another install is refused in
-// TestEveryRPCEveryRole (support-acme).
+// TestEveryRPCEveryRole (support-install, support-selector).
 func TestSupportScopedToOneCustomer(t *testing.T) {
 	f := startRolesFixture(t)
 	ctx := context.Background()
-	sup := f.token(t, "sup-acme", imsv1.Role_ROLE_SUPPORT, "acme", "")
+	sup := f.token(t, "sup-acme", imsv1.Role_ROLE_SUPPORT, "", "customer=acme")
 
 	ins, err := sup.ListInstalls(ctx, connect.NewRequest(&imsv1.ListInstallsRequest{}))
 	if err != nil {
@@ -396,7 +402,7 @@ func TestSupportScopedToOneCustomer(t *testing.T) {
 	wantCode(t, err, connect.CodePermissionDenied, "support")
 
 	who, err := sup.WhoAmI(ctx, connect.NewRequest(&imsv1.WhoAmIRequest{}))
-	if err != nil || len(who.Msg.Grants) != 1 || who.Msg.Grants[0].Scope != "install:acme" || who.Msg.Grants[0].Source != "token sup-acme" {
+	if err != nil || len(who.Msg.Grants) != 1 || who.Msg.Grants[0].Scope != "selector:customer=acme" || who.Msg.Grants[0].Source != "token sup-acme" {
 		t.Fatalf("WhoAmI: %v %v", who, err)
 	}
 	can, err := sup.CheckAccess(ctx, connect.NewRequest(&imsv1.CheckAccessRequest{Verb: "provision", Install: "acme"}))

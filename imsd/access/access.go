@@ -8,9 +8,12 @@ package access
 
 import (
 	"fmt"
+
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/byoc-dev/byoc/internal/labels"
 )
 
 // Role is a set of permissions.
@@ -97,10 +100,17 @@ type Matcher interface {
 	String() string
 }
 
-// ParseSelector parses a label selector (key=value, key!=value,
-// key in (a,b), ...).
-var ParseSelector = func(s string) (Matcher, error) {
-	return nil, fmt.Errorf("label selectors are not supported by this build")
+// ParseSelector parses a label selector, kubectl's syntax (env=prod,
+// tier!=free, region in (eu,us), customer).
+func ParseSelector(s string) (Matcher, error) {
+	sel, err := labels.Parse(s)
+	if err != nil {
+		return nil, err
+	}
+	if sel.Empty() {
+		return nil, fmt.Errorf("is empty: it would match every install; grant on everything instead")
+	}
+	return sel, nil
 }
 
 // Scope is what a grant covers: everything, one install or app by name,

@@ -54,7 +54,8 @@ func (s *Service) installToProto(ctx context.Context, in store.Install) *imsv1.I
 // an answer, which share mask.
 func (s *Service) installToProtoMasked(ctx context.Context, in store.Install, mask *inputMasker) *imsv1.Install {
 	p := &imsv1.Install{Id: in.ID, AppId: in.AppID, Name: in.Name, Inputs: mask.inputs(ctx, in), CreateTime: ts(in.CreatedAt),
-		State: string(in.State), AppRevision: in.AppRevision, Settings: settingsToProto(in.Settings), Health: healthToProto(in.Health)}
+		State: string(in.State), AppRevision: in.AppRevision, Settings: settingsToProto(in.Settings), Health: healthToProto(in.Health),
+		Labels: in.Labels}
 	agents, err := s.store.AgentsForInstall(ctx, in.ID)
 	if err != nil {
 		return p

@@ -9,6 +9,7 @@ import (
 	"github.com/byoc-dev/byoc/imsd/auth"
 	"github.com/byoc-dev/byoc/imsd/errs"
 	"github.com/byoc-dev/byoc/imsd/store"
+	"github.com/byoc-dev/byoc/internal/labels"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
 
@@ -24,6 +25,9 @@ func (s *Service) CreateInstall(ctx context.Context, req *connect.Request[imsv1.
 	if err := checkInputs("inputs", m.Inputs); err != nil {
 		return nil, s.err(ctx, err)
 	}
+	if err := labels.Validate(m.Labels); err != nil {
+		return nil, s.err(ctx, errs.Field("labels", "%v", err))
+	}
 	life, err := ttl("enrollment_token_ttl_seconds", m.EnrollmentTokenTtlSeconds)
 	if err != nil {
 		return nil, s.err(ctx, err)
@@ -36,7 +40,7 @@ func (s *Service) CreateInstall(ctx context.Context, req *connect.Request[imsv1.
 		return nil, s.err(ctx, err)
 	}
 	now := s.now()
-	in := store.Install{ID: auth.NewID("ins_"), AppID: app.ID, Name: m.Name, Inputs: m.Inputs, CreatedAt: now}
+	in := store.Install{ID: auth.NewID("ins_"), AppID: app.ID, Name: m.Name, Inputs: m.Inputs, Labels: m.Labels, CreatedAt: now}
 	if in.Inputs == nil {
 		in.Inputs = map[string]string{}
 	}
@@ -55,6 +59,10 @@ func (s *Service) CreateInstall(ctx context.Context, req *connect.Request[imsv1.
 
 // ListInstalls lists installs, optionally of one app.
 func (s *Service) ListInstalls(ctx context.Context, req *connect.Request[imsv1.ListInstallsRequest]) (*connect.Response[imsv1.ListInstallsResponse], error) {
+	sel, err := parseSelector("selector", req.Msg.Selector)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
 	appID := ""
 	if req.Msg.App != "" {
 		app, err := s.store.GetApp(ctx, req.Msg.App)
@@ -70,6 +78,7 @@ func (s *Service) ListInstalls(ctx context.Context, req *connect.Request[imsv1.L
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}
+	ins = matchInstalls(ins, sel)
 	v, err := s.readView(ctx)
 	if err != nil {
 		return nil, s.err(ctx, err)

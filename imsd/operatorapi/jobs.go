@@ -372,6 +372,10 @@ func (s *Service) ListJobs(ctx context.Context, req *connect.Request[imsv1.ListJ
 		}
 		f.InstallID = in.ID
 	}
+	var err error
+	if f.InstallIDs, err = s.selectedInstalls(ctx, "selector", m.Selector); err != nil {
+		return nil, s.err(ctx, err)
+	}
 	jobs, next, err := s.store.ListJobs(ctx, f)
 	if err != nil {
 		return nil, s.err(ctx, err)

@@ -88,10 +88,12 @@ var rules = map[string]rule{
 	imsv1connect.OperatorServiceListInstallDriftProcedure:      r(access.Read, onInstall, "install", "read"),
 	imsv1connect.OperatorServiceWatchInstallsProcedure:         r(access.Read, onAnywhere, "", "watch installs"),
 	imsv1connect.OperatorServiceCreateEnrollmentTokenProcedure: r(access.Deploy, onInstall, "install", "issue enrolment tokens for"),
-	imsv1connect.OperatorServiceUpdateInstallProcedure:         r(access.Deploy, onInstall, "install", "update"),
-	imsv1connect.OperatorServicePlanInstallProcedure:           r(access.Read, onInstall, "install", "plan"),
-	imsv1connect.OperatorServiceGetInstallStackProcedure:       r(access.Read, onInstall, "install", "read the stack of"),
-	imsv1connect.OperatorServiceListInstallImagesProcedure:     r(access.Read, onInstall, "install", "read"),
+	// Labels decide which selector grants cover an install: admins only.
+	imsv1connect.OperatorServiceLabelInstallProcedure:      r(access.Manage, onInstall, "install", "relabel"),
+	imsv1connect.OperatorServiceUpdateInstallProcedure:     r(access.Deploy, onInstall, "install", "update"),
+	imsv1connect.OperatorServicePlanInstallProcedure:       r(access.Read, onInstall, "install", "plan"),
+	imsv1connect.OperatorServiceGetInstallStackProcedure:   r(access.Read, onInstall, "install", "read the stack of"),
+	imsv1connect.OperatorServiceListInstallImagesProcedure: r(access.Read, onInstall, "install", "read"),
 
 	imsv1connect.OperatorServiceStartWorkflowProcedure:     r(access.Deploy, onInstall, "install", "start workflows on"),
 	imsv1connect.OperatorServiceListWorkflowsProcedure:     r(access.Read, onInstallOrList, "install", "read"),
@@ -161,7 +163,7 @@ func installTarget(ctx context.Context, st *store.Store, in store.Install) (acce
 }
 
 // installLabels returns an install's labels.
-func installLabels(in store.Install) map[string]string { return nil }
+func installLabels(in store.Install) map[string]string { return in.Labels }
 
 // denied is the error of a refused call.
 func denied(p access.Principal, verb string, perm access.Perm, t access.Target) error {

@@ -9,11 +9,16 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/byoc-dev/byoc/imsd/errs"
+	"github.com/byoc-dev/byoc/internal/labels"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
 
 // from what this stream sent before.
 func (s *Service) WatchInstalls(ctx context.Context, req *connect.Request[imsv1.WatchInstallsRequest], out *connect.ServerStream[imsv1.WatchInstallsResponse]) error {
+	sel, err := parseSelector("selector", req.Msg.Selector)
+	if err != nil {
+		return s.err(ctx, err)
+	}
 	appID := ""
 	if req.Msg.App != "" {
 		app, err := s.store.GetApp(ctx, req.Msg.App)
@@ -29,7 +34,7 @@ func (s *Service) WatchInstalls(ctx context.Context, req *connect.Request[imsv1.
 	for {
 		signal := s.hub.FleetSignal()
 		read := time.Now()
-		cur, err := s.fleet(ctx, appID)
+		cur, err := s.fleet(ctx, appID, sel)
 		if err != nil {
 			return s.err(ctx, err)
 		}
@@ -74,7 +79,7 @@ func (s *Service) WatchInstalls(ctx context.Context, req *connect.Request[imsv1.
 }
 
 // fleet reads every install's status, keyed by install id.
-func (s *Service) fleet(ctx context.Context, appID string) (map[string]*imsv1.InstallStatus, error) {
+func (s *Service) fleet(ctx context.Context, appID string, sel labels.Selector) (map[string]*imsv1.InstallStatus, error) {
 	fs, err := s.store.Fleet(ctx, appID)
 	if err != nil {
 		return nil, err
@@ -93,12 +98,12 @@ func (s *Service) fleet(ctx context.Context, appID string) (map[string]*imsv1.In
 	}
 	out := make(map[string]*imsv1.InstallStatus, len(fs.Installs))
 	mask := s.inputMasker()
-	for _, in := range fs.Installs {
+	for _, in := range matchInstalls(fs.Installs, sel) {
 		if !v.visible(in.ID) {
 			continue
 		}
 		p := &imsv1.Install{Id: in.ID, AppId: in.AppID, Name: in.Name, Inputs: mask.inputs(ctx, in), CreateTime: ts(in.CreatedAt),
-			State: string(in.State), AppRevision: in.AppRevision, Settings: settingsToProto(in.Settings)}
+			State: string(in.State), AppRevision: in.AppRevision, Settings: settingsToProto(in.Settings), Labels: in.Labels}
 		p.Agent = s.agentStatus(fs.Agents[in.ID])
 		out[in.ID] = &imsv1.InstallStatus{
 			Install: p, AppName: appNames[in.AppID],
