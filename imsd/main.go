@@ -54,6 +54,7 @@ func run(ctx context.Context, args []string) int {
 	fs.StringVar(&cfg.RegistryService, "registry-service", "", "the vendor registry's auth.token.service `name` (default byoc-registry)")
 	fs.StringVar(&cfg.RegistryKeyDir, "registry-key-dir", "", "`directory` of the registry token key and certificate (registry-token.key, registry-token.crt: the registry's rootcertbundle), created at the first start; default DATA-DIR")
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "log `level`: debug, info, warn, error")
+	fs.StringVar(&cfg.SSOConfigFile, "sso-config", "", "single sign-on config `file` (TOML: issuer, client_id, scopes, groups_claim, [[group]] name/role/install/app/selector); see docs/operator/operators-and-roles.md")
 	fs.StringVar(&cfg.DebugAddr, "debug-addr", "", "serve Go's /debug/pprof on this loopback `address` (off by default)")
 	agentWire := fs.String("agentwire", "on", "`on`: serve plaintext agent streams with imsd's own small HTTP/2 server; off: with the standard stack, like every other request")
 	showVersion := fs.Bool("version", false, "print the version, commit and build date, and exit")

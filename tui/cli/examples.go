@@ -21,6 +21,8 @@ var examples = map[string]string{
 	"byoc token create": `  byoc token create --name ci-deploy --role operator --selector env=staging --expires 30d
   byoc token create --name acme-support --role support --install acme
   byoc token create --name dashboards --role viewer`,
+	"byoc login": `  byoc login --server https://imsd.example.com --context prod   # opens a loopback port; sign in in the browser
+  byoc login --device                   # a terminal without a browser: enter the printed code anywhere`,
 	"byoc token list": `  byoc token list
   byoc token list -o json`,
 	"byoc token revoke": `  byoc token revoke ci-deploy
