@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"errors"
+	"io"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -412,5 +414,29 @@ func TestSupportScopedToOneCustomer(t *testing.T) {
 	can, err = sup.CheckAccess(ctx, connect.NewRequest(&imsv1.CheckAccessRequest{Verb: "break-glass", Install: "acme"}))
 	if err != nil || !can.Msg.Allowed {
 		t.Fatalf("can-i break-glass acme: %v %v", can, err)
+	}
+}
+
+// /metrics carries a series per install: byoc_install_info with its app
+// and labels (label_KEY), and its jobs and agent by install name, so
+// alerts and dashboards can route and group by install label.
+func TestMetricsCarryInstallLabels(t *testing.T) {
+	f := startRolesFixture(t)
+	res, err := http.Get(f.ims.URL() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	m := string(b)
+	for _, want := range []string{
+		`byoc_install_info{app="shop",install="acme",label_customer="acme",label_env="prod"} 1`,
+		`byoc_install_info{app="shop",install="globex",label_customer="globex",label_env="prod"} 1`,
+		`byoc_install_jobs{install="acme",state="queued"}`,
+		`byoc_install_agent_online{install="globex"} 0`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
 	}
 }

@@ -360,6 +360,9 @@ func (s *Server) newHTTPServer() *http.Server {
 		return n
 	})
 
+	s.reg.MustRegister(&installMetrics{store: s.store, log: s.log, online: func(a store.Agent) bool {
+		return s.hub.Connected(a.ID) || (!a.LastSeenAt.IsZero() && cfg.Now().Sub(a.LastSeenAt) < 3*cfg.HeartbeatInterval)
+	}})
 	mux := http.NewServeMux()
 	op := operatorapi.New(s.store, s.hub, operatorapi.Config{BreakGlassRequestTTL: cfg.BreakGlassRequestTTL, HeartbeatInterval: cfg.HeartbeatInterval, LeaseDuration: cfg.LeaseDuration, LeaseGrace: cfg.LeaseGrace, Engine: s.engine, SigningKeyID: s.key.ID, Login: s.login}, cfg.Now, s.log)
 	var idv operatorapi.IDTokenVerifier
