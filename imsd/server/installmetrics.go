@@ -90,4 +90,3 @@ func (m *installMetrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(installOnlineDesc, prometheus.GaugeValue, online, in.Name)
 	}
 }
-
