@@ -10,11 +10,14 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
 	"github.com/byoc-dev/byoc/imsd/auth"
+	"github.com/byoc-dev/byoc/imsd/operatorapi"
 	"github.com/byoc-dev/byoc/imsd/server"
+	"github.com/byoc-dev/byoc/imsd/store"
 	"github.com/byoc-dev/byoc/internal/buildinfo"
 	"github.com/byoc-dev/byoc/internal/flaghelp"
 )
@@ -28,6 +31,9 @@ func main() {
 func run(ctx context.Context, args []string) int {
 	if len(args) > 0 && args[0] == "keys" {
 		return keys(args[1:])
+	}
+	if len(args) > 0 && args[0] == "token" {
+		return token(ctx, args[1:])
 	}
 	fs := flag.NewFlagSet("imsd", flag.ContinueOnError)
 	var cfg server.Config
@@ -48,6 +54,7 @@ func run(ctx context.Context, args []string) int {
 	fs.StringVar(&cfg.RegistryService, "registry-service", "", "the vendor registry's auth.token.service `name` (default byoc-registry)")
 	fs.StringVar(&cfg.RegistryKeyDir, "registry-key-dir", "", "`directory` of the registry token key and certificate (registry-token.key, registry-token.crt: the registry's rootcertbundle), created at the first start; default DATA-DIR")
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "log `level`: debug, info, warn, error")
+	fs.StringVar(&cfg.SSOConfigFile, "sso-config", "", "single sign-on config `file` (TOML: issuer, client_id, scopes, groups_claim, [[group]] name/role/install/app/selector); see docs/operator/operators-and-roles.md")
 	fs.StringVar(&cfg.DebugAddr, "debug-addr", "", "serve Go's /debug/pprof on this loopback `address` (off by default)")
 	agentWire := fs.String("agentwire", "on", "`on`: serve plaintext agent streams with imsd's own small HTTP/2 server; off: with the standard stack, like every other request")
 	showVersion := fs.Bool("version", false, "print the version, commit and build date, and exit")
@@ -109,5 +116,60 @@ func keys(args []string) int {
 	}
 	fmt.Printf("rotated the job signing key %s: %s -> %s (endorsed in %s)\n", path, old.ID, next.ID, auth.ChainFile(path))
 	fmt.Println("restart imsd (every replica, each given the new key file and its .chain) to sign with the new key; agents learn it at their next connection")
+	return 0
+}
+
+// token runs `imsd token create --admin` on the server's host: it opens
+// imsd's database directly (no API token needed) and mints an admin
+// token, to recover a lost one or to make the first one on a replica that
+// did not write it. The token is audited like any other, created by
+// host:HOSTNAME.
+func token(ctx context.Context, args []string) int {
+	if len(args) == 0 || args[0] != "create" {
+		fmt.Fprintln(os.Stderr, "usage: imsd token create --admin [--name NAME] [--data-dir DIR | --database-url URL]")
+		return 2
+	}
+	fs := flag.NewFlagSet("imsd token create", flag.ContinueOnError)
+	admin := fs.Bool("admin", false, "create an admin token on everything (required: the only kind this command makes)")
+	name := fs.String("name", "", "the token's `name` (default admin-recovery-YYYYMMDD-HHMMSS)")
+	dataDir := fs.String("data-dir", "", "imsd's data `directory` (its SQLite database)")
+	dbURL := fs.String("database-url", os.Getenv("BYOC_DATABASE_URL"), "PostgreSQL `URL` instead of SQLite; also $BYOC_DATABASE_URL")
+	if code, done := flaghelp.Parse(fs, args[1:], os.Stdout); done {
+		return code
+	}
+	if !*admin {
+		fmt.Fprintln(os.Stderr, "imsd token create: pass --admin (other tokens are made with byoc token create)")
+		return 2
+	}
+	if (*dataDir == "") == (*dbURL == "") {
+		fmt.Fprintln(os.Stderr, "imsd token create: give exactly one of --data-dir and --database-url")
+		return 2
+	}
+	now := time.Now()
+	if *name == "" {
+		*name = "admin-recovery-" + now.UTC().Format("20060102-150405")
+	}
+	dsn := *dbURL
+	if dsn == "" {
+		dsn = filepath.Join(*dataDir, "imsd.db")
+		if _, err := os.Stat(dsn); err != nil {
+			fmt.Fprintf(os.Stderr, "imsd token create: no imsd database in %s: %v\n", *dataDir, err)
+			return 1
+		}
+	}
+	st, err := store.Open(ctx, dsn)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "imsd token create: %v\n", err)
+		return 1
+	}
+	defer st.Close()
+	host, _ := os.Hostname()
+	secret, tok, err := operatorapi.CreateToken(ctx, st, store.APIToken{Name: *name, Role: store.RoleAdmin, CreatedBy: "host:" + host}, now)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "imsd token create: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(os.Stderr, "created admin token %s (%s); the secret below is shown once\n", tok.Name, tok.ID)
+	fmt.Println(secret)
 	return 0
 }

@@ -47,7 +47,7 @@ func TestKeysRotate(t *testing.T) {
 // imsd --help (and keys rotate --help) exit 0: asking for help is not a
 // mistake (issue 33, item 17).
 func TestHelpExitsZero(t *testing.T) {
-	for _, args := range [][]string{{"--help"}, {"-h"}, {"keys", "rotate", "--help"}} {
+	for _, args := range [][]string{{"--help"}, {"-h"}, {"keys", "rotate", "--help"}, {"token", "create", "--help"}} {
 		if got := run(context.Background(), args); got != 0 {
 			t.Errorf("imsd %v: exit %d, want 0", args, got)
 		}

@@ -153,6 +153,8 @@ type Options struct {
 	BreakGlassRequestTTL time.Duration
 	// RegistryURL is imsd's --registry-url (the vendor registry).
 	RegistryURL string
+	// SSOConfigFile is imsd's --sso-config.
+	SSOConfigFile string
 }
 
 // StartIMS starts imsd and stops it at cleanup.
@@ -180,6 +182,7 @@ func StartIMS(tb testing.TB, o Options) *IMS {
 		SigningKeyFile:       o.SigningKeyFile,
 		BreakGlassRequestTTL: o.BreakGlassRequestTTL,
 		RegistryURL:          o.RegistryURL,
+		SSOConfigFile:        o.SSOConfigFile,
 	}
 	ims := &IMS{DataDir: o.DataDir, cfg: cfg}
 	ims.start(tb)

@@ -11,6 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/byoc-dev/byoc/imsd/access"
 	"github.com/byoc-dev/byoc/imsd/errs"
 	"github.com/byoc-dev/byoc/imsd/store"
 	"github.com/byoc-dev/byoc/imsd/workflow"
@@ -83,6 +84,13 @@ func (s *Service) StartActionRun(ctx context.Context, req *connect.Request[imsv1
 	a, rev, err := e.InstallAction(ctx, in, m.Action)
 	if err != nil {
 		return nil, s.err(ctx, err)
+	}
+	if a.PermissionMode() != string(store.ModeBreakGlass) {
+		// Debug (a support role) runs break_glass actions only; any
+		// other action is a change and needs deploy.
+		if err := s.require(ctx, "run action "+a.Name+" (mode "+a.PermissionMode()+", not a break_glass debug action) on", access.Deploy, in.Name); err != nil {
+			return nil, s.err(ctx, err)
+		}
 	}
 	by := callerFrom(ctx).Name
 	reason := cmp.Or(m.Reason, "action "+a.Name+" run by "+by)

@@ -11,15 +11,16 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/byoc-dev/byoc/imsd/access"
 	"github.com/byoc-dev/byoc/imsd/errs"
 	"github.com/byoc-dev/byoc/imsd/store"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
 
 // Auditor is a Connect interceptor that records every operator call that
-// may change something (every procedure not in readOnly, and a live
-// PlanInstall) before it runs:
-// an "operator.call" event with the token's name and role, in the chain
+// may change something (every procedure whose rule needs more than
+// read, and a live PlanInstall) before it runs, after the Authenticator
+// allowed it: an "operator.call" event with the caller and its grants, in the chain
 // of the install the request names (its top-level "install" field), else
 // the vendor-wide chain. When the event cannot be written the call is
 // refused and nothing happens (Vault's rule). The store adds events with
@@ -64,24 +65,24 @@ func (a *Auditor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connec
 	}
 }
 
-// readOnlyCall reports whether a call changes nothing: its procedure is
-// read-only and, for PlanInstall, the plan is not live (a live plan
-// enqueues plan jobs on the agent and issues registry grants for them).
-func readOnlyCall(procedure string, msg any) bool {
-	if p, ok := msg.(*imsv1.PlanInstallRequest); ok && p.GetLive() {
-		return false
-	}
-	return readOnly[procedure]
-}
-
 func (a *Auditor) record(ctx context.Context, procedure string, msg any) error {
-	if readOnlyCall(procedure, msg) {
+	if !mutating(procedure, msg) {
 		return nil
 	}
-	tok := callerFrom(ctx)
+	p := callerFrom(ctx)
 	chain := store.VendorChain
-	data := map[string]string{"procedure": procedure, "role": string(tok.Role), "token_id": tok.ID}
-	if p, ok := msg.(*imsv1.PlanInstallRequest); ok && p.GetLive() {
+	var roles []string
+	for _, g := range p.Grants {
+		roles = append(roles, g.String())
+	}
+	data := map[string]string{"procedure": procedure, "roles": strings.Join(roles, "; ")}
+	if len(p.Grants) == 1 {
+		data["role"] = string(p.Grants[0].Role)
+	}
+	if p.Kind == "token" {
+		data["token_id"] = p.ID
+	}
+	if pl, ok := msg.(*imsv1.PlanInstallRequest); ok && pl.GetLive() {
 		data["live"] = "true"
 	}
 	if name := installField(msg); name != "" {
@@ -90,7 +91,7 @@ func (a *Auditor) record(ctx context.Context, procedure string, msg any) error {
 			chain = id
 		}
 	}
-	ev := store.AuditEvent{Chain: chain, At: a.now(), Kind: "operator.call", Actor: "token:" + tok.Name,
+	ev := store.AuditEvent{Chain: chain, At: a.now(), Kind: "operator.call", Actor: p.Actor(),
 		Subject: procedure[strings.LastIndex(procedure, "/")+1:], Data: data}
 	if err := a.store.RecordAudit(ctx, ev); err != nil {
 		return connect.NewError(connect.CodeUnavailable, errors.New("cannot write the audit record of this call, so it was not run; try again"))
@@ -139,6 +140,9 @@ func (s *Service) ListAuditEvents(ctx context.Context, req *connect.Request[imsv
 		}
 		f.Chain, f.OneChain = id, true
 	case m.Vendor:
+		if p := callerFrom(ctx); !p.Everywhere(access.Read) {
+			return nil, s.err(ctx, errs.E(errs.PermissionDenied, "%s", p.Refusal("read the vendor-wide audit chain", access.Read, access.Target{})))
+		}
 		f.Chain, f.OneChain = store.VendorChain, true
 	}
 	if m.NewestFirst && m.PageToken != "" {
@@ -159,10 +163,17 @@ func (s *Service) ListAuditEvents(ctx context.Context, req *connect.Request[imsv
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}
-	out := &imsv1.ListAuditEventsResponse{Events: make([]*imsv1.AuditEvent, len(evs))}
-	for i, r := range evs {
-		out.Events[i] = &imsv1.AuditEvent{Chain: r.Chain, Seq: r.Seq, AtUnixNano: r.At, Kind: r.Kind, Actor: r.Actor,
-			Subject: r.Subject, Data: r.Data, Prev: r.Prev, Hash: r.Hash}
+	v, err := s.readView(ctx)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	out := &imsv1.ListAuditEventsResponse{Events: make([]*imsv1.AuditEvent, 0, len(evs))}
+	for _, r := range evs {
+		if !v.all && (r.Chain == store.VendorChain || !v.visible(r.Chain)) {
+			continue // a scoped caller sees its installs' chains only
+		}
+		out.Events = append(out.Events, &imsv1.AuditEvent{Chain: r.Chain, Seq: r.Seq, AtUnixNano: r.At, Kind: r.Kind, Actor: r.Actor,
+			Subject: r.Subject, Data: r.Data, Prev: r.Prev, Hash: r.Hash})
 	}
 	if len(evs) == f.Limit && !f.NewestFirst {
 		last := evs[len(evs)-1]

@@ -3,76 +3,69 @@ package operatorapi
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
 
 	"connectrpc.com/connect"
-	"connectrpc.com/grpcreflect"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/byoc-dev/byoc/imsd/access"
 	"github.com/byoc-dev/byoc/imsd/auth"
 	"github.com/byoc-dev/byoc/imsd/errs"
+	"github.com/byoc-dev/byoc/imsd/rpcerr"
 	"github.com/byoc-dev/byoc/imsd/store"
-	"github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1/imsv1connect"
 )
-
-// readOnly lists the procedures a viewer may call. Everything else needs an
-// admin: a procedure added later is admin-only until listed here.
-var readOnly = map[string]bool{
-	imsv1connect.OperatorServiceWhoAmIProcedure:           true,
-	imsv1connect.OperatorServiceListAppsProcedure:         true,
-	imsv1connect.OperatorServiceGetAppProcedure:           true,
-	imsv1connect.OperatorServiceListAppRevisionsProcedure: true,
-	imsv1connect.OperatorServiceDiffAppRevisionsProcedure: true,
-	imsv1connect.OperatorServiceListInstallsProcedure:     true,
-	imsv1connect.OperatorServiceGetInstallProcedure:       true,
-	imsv1connect.OperatorServiceListInstallDriftProcedure: true,
-	imsv1connect.OperatorServiceWatchInstallsProcedure:    true,
-	imsv1connect.OperatorServiceListJobsProcedure:         true,
-	imsv1connect.OperatorServiceGetJobProcedure:           true,
-	imsv1connect.OperatorServiceStreamJobLogsProcedure:    true,
-	imsv1connect.OperatorServicePlanInstallProcedure:      true,
-	imsv1connect.OperatorServiceListWorkflowsProcedure:    true,
-	imsv1connect.OperatorServiceGetWorkflowProcedure:      true,
-	imsv1connect.OperatorServiceListPluginTypesProcedure:  true,
-	imsv1connect.OperatorServiceGetPluginTypeProcedure:    true,
-	imsv1connect.OperatorServiceListActionsProcedure:      true,
-	imsv1connect.OperatorServiceListActionRunsProcedure:   true,
-	imsv1connect.OperatorServiceGetActionRunProcedure:     true,
-
-	// Break-glass: the requests' states and what a request may ask for.
-	imsv1connect.OperatorServiceListBreakGlassGrantsProcedure: true,
-	imsv1connect.OperatorServiceGetBreakGlassPolicyProcedure:  true,
-	// Server reflection describes the API to any token holder.
-	"/" + grpcreflect.ReflectV1ServiceName + "/ServerReflectionInfo":      true,
-	"/" + grpcreflect.ReflectV1AlphaServiceName + "/ServerReflectionInfo": true,
-	imsv1connect.OperatorServiceListAuditEventsProcedure:                  true,
-	// Builds and what installs run, by digest.
-	imsv1connect.OperatorServiceListBuildsProcedure:        true,
-	imsv1connect.OperatorServiceListInstallImagesProcedure: true,
-	// The install's app revision files and the signing key id, which
-	// byoc install stack builds the customer's stack from.
-	imsv1connect.OperatorServiceGetInstallStackProcedure: true,
-}
 
 type callerKey struct{}
 
-// callerFrom returns the token that authenticated the call.
-func callerFrom(ctx context.Context) store.APIToken {
-	t, _ := ctx.Value(callerKey{}).(store.APIToken)
-	return t
+// callerFrom returns who made the call.
+func callerFrom(ctx context.Context) access.Principal {
+	p, _ := ctx.Value(callerKey{}).(access.Principal)
+	return p
+}
+
+// WithCaller returns ctx carrying p as the caller, for tests and for
+// code that calls the service directly.
+func WithCaller(ctx context.Context, p access.Principal) context.Context {
+	return context.WithValue(ctx, callerKey{}, p)
+}
+
+// TokenPrincipal is the principal of an API token: its one grant.
+func TokenPrincipal(t store.APIToken) (access.Principal, error) {
+	sc, err := access.ParseScope(t.Scope)
+	if err != nil {
+		return access.Principal{}, fmt.Errorf("token %s: %w", t.Name, err)
+	}
+	return access.Principal{Kind: "token", ID: t.ID, Name: t.Name, Expires: t.ExpiresAt,
+		Grants: []access.Grant{{Role: access.Role(t.Role), Scope: sc, Source: "token " + t.Name}}}, nil
+}
+
+// IDTokenVerifier turns a single sign-on ID token into a principal with
+// the grants imsd's config maps its groups to.
+type IDTokenVerifier interface {
+	Principal(ctx context.Context, rawIDToken string) (access.Principal, error)
 }
 
 // tokenCacheTTL bounds how long a looked-up token is trusted without
 // asking the database again.
 const tokenCacheTTL = 5 * time.Second
 
-// Authenticator is a Connect interceptor that checks the bearer token and
-// the caller's role on every operator call, unary and streaming. Tokens are
-// cached for a few seconds, so a busy client costs no query per call.
+// touchEvery is how stale a token's last use may get in the database.
+const touchEvery = time.Minute
+
+// Authenticator is a Connect interceptor that checks the bearer token (an
+// API token or, with single sign-on, an ID token) and the caller's role
+// grants against the procedure's rule (rules.go) on every operator call,
+// unary and streaming. Tokens are cached for a few seconds, so a busy
+// client costs no query per call.
 type Authenticator struct {
 	store *store.Store
 	now   func() time.Time
+	sso   IDTokenVerifier
+	log   *slog.Logger
 
 	mu    sync.Mutex
 	cache map[string]cachedToken
@@ -80,59 +73,115 @@ type Authenticator struct {
 
 type cachedToken struct {
 	tok     store.APIToken
+	p       access.Principal
 	expires time.Time
 }
 
-// NewAuthenticator returns an Authenticator over st.
-func NewAuthenticator(st *store.Store, now func() time.Time) *Authenticator {
-	return &Authenticator{store: st, now: now, cache: make(map[string]cachedToken)}
+// NewAuthenticator returns an Authenticator over st; sso may be nil (no
+// single sign-on).
+func NewAuthenticator(st *store.Store, now func() time.Time, sso IDTokenVerifier, log *slog.Logger) *Authenticator {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Authenticator{store: st, now: now, sso: sso, log: log, cache: make(map[string]cachedToken)}
 }
 
-func (a *Authenticator) lookup(ctx context.Context, hash string) (store.APIToken, error) {
+func (a *Authenticator) lookup(ctx context.Context, hash string) (store.APIToken, access.Principal, error) {
 	now := a.now()
 	a.mu.Lock()
 	c, ok := a.cache[hash]
 	a.mu.Unlock()
 	if ok && now.Before(c.expires) {
-		return c.tok, nil
+		return c.tok, c.p, nil
 	}
 	tok, err := a.store.APITokenByHash(ctx, hash)
 	if err != nil {
-		return tok, err
+		return tok, access.Principal{}, err
+	}
+	p, err := TokenPrincipal(tok)
+	if err != nil {
+		return tok, p, err
+	}
+	if now.Sub(tok.LastUsedAt) >= touchEvery {
+		if err := a.store.TouchAPIToken(ctx, tok.ID, now); err != nil {
+			a.log.WarnContext(ctx, "cannot record an api token's last use", "token", tok.Name, "err", err)
+		} else {
+			tok.LastUsedAt = now
+		}
 	}
 	a.mu.Lock()
 	if len(a.cache) > 10000 {
 		clear(a.cache) // crude bound; tokens are few
 	}
-	a.cache[hash] = cachedToken{tok: tok, expires: now.Add(tokenCacheTTL)}
+	a.cache[hash] = cachedToken{tok: tok, p: p, expires: now.Add(tokenCacheTTL)}
 	a.mu.Unlock()
-	return tok, nil
+	return tok, p, nil
 }
 
 var _ connect.Interceptor = (*Authenticator)(nil)
 
-func (a *Authenticator) authorize(ctx context.Context, procedure string, header string) (context.Context, error) {
+// Forget drops every cached token, so a revoked one is looked up again.
+func (a *Authenticator) Forget() {
+	a.mu.Lock()
+	clear(a.cache)
+	a.mu.Unlock()
+}
+
+// authenticate returns who presented the Authorization header.
+func (a *Authenticator) authenticate(ctx context.Context, header string) (access.Principal, error) {
 	secret, ok := strings.CutPrefix(header, "Bearer ")
 	if !ok || secret == "" {
-		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("missing bearer token: pass --token or add a context with `byoc context add`"))
+		return access.Principal{}, connect.NewError(connect.CodeUnauthenticated, errors.New("missing bearer token: pass --token, run byoc login, or add a context with `byoc context add`"))
 	}
-	tok, err := a.lookup(ctx, auth.Hash(secret))
+	if !strings.HasPrefix(secret, auth.APITokenPrefix) && strings.Count(secret, ".") == 2 {
+		if a.sso == nil {
+			return access.Principal{}, connect.NewError(connect.CodeUnauthenticated, errors.New("an ID token was presented, but single sign-on is off on this imsd"))
+		}
+		p, err := a.sso.Principal(ctx, secret)
+		if err != nil {
+			return p, connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("single sign-on: %w; run byoc login again", err))
+		}
+		return p, nil
+	}
+	tok, p, err := a.lookup(ctx, auth.Hash(secret))
 	if errs.Is(err, errs.NotFound) {
-		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("unknown or revoked API token"))
+		return p, connect.NewError(connect.CodeUnauthenticated, errors.New("unknown or revoked API token"))
 	}
 	if err != nil {
-		return nil, connect.NewError(connect.CodeUnavailable, errors.New("cannot check the API token now; try again"))
+		a.log.ErrorContext(ctx, "cannot check an api token", "err", err)
+		return p, connect.NewError(connect.CodeUnavailable, errors.New("cannot check the API token now; try again"))
 	}
-	if tok.Role != store.RoleAdmin && !readOnly[procedure] {
-		return nil, connect.NewError(connect.CodePermissionDenied, errors.New("token "+tok.Name+" has role "+string(tok.Role)+", which may only read; this call needs an admin token"))
+	if !tok.ExpiresAt.IsZero() && !a.now().Before(tok.ExpiresAt) {
+		return p, connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("API token %s expired at %s", tok.Name, tok.ExpiresAt.UTC().Format(time.RFC3339)))
 	}
-	return context.WithValue(ctx, callerKey{}, tok), nil
+	return p, nil
+}
+
+// authorize authenticates the caller (unless the procedure is public)
+// and, when msg is known, applies the procedure's rule.
+func (a *Authenticator) authorize(ctx context.Context, procedure, header string, msg proto.Message, checkRule bool) (context.Context, error) {
+	ru, ok := rules[procedure]
+	if ok && ru.on == onPublic {
+		return ctx, nil
+	}
+	p, err := a.authenticate(ctx, header)
+	if err != nil {
+		return nil, err
+	}
+	ctx = WithCaller(ctx, p)
+	if checkRule {
+		if err := check(ctx, a.store, p, procedure, msg); err != nil {
+			return nil, rpcerr.ToConnect(ctx, a.log, err)
+		}
+	}
+	return ctx, nil
 }
 
 // WrapUnary implements connect.Interceptor.
 func (a *Authenticator) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		ctx, err := a.authorize(ctx, req.Spec().Procedure, req.Header().Get("Authorization"))
+		msg, _ := req.Any().(proto.Message)
+		ctx, err := a.authorize(ctx, req.Spec().Procedure, req.Header().Get("Authorization"), msg, true)
 		if err != nil {
 			return nil, err
 		}
@@ -145,13 +194,38 @@ func (a *Authenticator) WrapStreamingClient(next connect.StreamingClientFunc) co
 	return next
 }
 
-// WrapStreamingHandler implements connect.Interceptor.
+// WrapStreamingHandler implements connect.Interceptor. The caller is
+// authenticated when the stream opens; the rule is applied to the first
+// request message as the handler receives it, before it acts on it.
 func (a *Authenticator) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		ctx, err := a.authorize(ctx, conn.Spec().Procedure, conn.RequestHeader().Get("Authorization"))
+		procedure := conn.Spec().Procedure
+		ctx, err := a.authorize(ctx, procedure, conn.RequestHeader().Get("Authorization"), nil, false)
 		if err != nil {
 			return err
 		}
-		return next(ctx, conn)
+		if ru, ok := rules[procedure]; ok && (ru.on == onPublic || ru.on == onSelf) {
+			return next(ctx, conn)
+		}
+		return next(ctx, &checkedConn{StreamingHandlerConn: conn, ctx: ctx, a: a, procedure: procedure})
 	}
+}
+
+// checkedConn applies the procedure's rule to each received message.
+type checkedConn struct {
+	connect.StreamingHandlerConn
+	ctx       context.Context
+	a         *Authenticator
+	procedure string
+}
+
+func (c *checkedConn) Receive(m any) error {
+	if err := c.StreamingHandlerConn.Receive(m); err != nil {
+		return err
+	}
+	msg, _ := m.(proto.Message)
+	if err := check(c.ctx, c.a.store, callerFrom(c.ctx), c.procedure, msg); err != nil {
+		return rpcerr.ToConnect(c.ctx, c.a.log, err)
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package operatorapi
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"time"
 
@@ -124,13 +125,27 @@ func (s *Service) ListBreakGlassGrants(ctx context.Context, req *connect.Request
 		}
 		installID, names[in.ID] = in.ID, in.Name
 	}
+	selected, err := s.selectedInstalls(ctx, "selector", req.Msg.Selector)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
 	gs, err := s.store.ListBreakGlassGrants(ctx, installID)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	if selected != nil {
+		gs = slices.DeleteFunc(gs, func(g store.BreakGlassGrant) bool { return !slices.Contains(selected, g.InstallID) })
+	}
+	v, err := s.readView(ctx)
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}
 	now := s.now()
 	out := &imsv1.ListBreakGlassGrantsResponse{}
 	for _, g := range gs {
+		if !v.visible(g.InstallID) {
+			continue
+		}
 		name, ok := names[g.InstallID]
 		if !ok {
 			if in, err := s.store.GetInstall(ctx, g.InstallID); err == nil {

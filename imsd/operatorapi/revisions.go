@@ -14,6 +14,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/byoc-dev/byoc/imsd/access"
 	"github.com/byoc-dev/byoc/imsd/auth"
 	"github.com/byoc-dev/byoc/imsd/errs"
 	"github.com/byoc-dev/byoc/imsd/store"
@@ -60,6 +61,17 @@ func (s *Service) PushAppRevision(ctx context.Context, req *connect.Request[imsv
 		return nil, configError(err)
 	}
 	a, err := s.store.GetApp(ctx, app.Metadata.Name)
+	switch {
+	case err == nil:
+		if err := s.requireApp(ctx, "push revisions of", access.Deploy, a.Name); err != nil {
+			return nil, s.err(ctx, err)
+		}
+	case errs.Is(err, errs.NotFound):
+		// A first push creates the app: vendor-wide.
+		if err := s.requireApp(ctx, "push a new app", access.Deploy, ""); err != nil {
+			return nil, s.err(ctx, err)
+		}
+	}
 	if errs.Is(err, errs.NotFound) {
 		a = store.App{ID: auth.NewID("app_"), Name: app.Metadata.Name, Description: app.Metadata.Description, CreatedAt: s.now()}
 		if err = s.store.CreateApp(ctx, a); errs.Is(err, errs.AlreadyExists) {
@@ -165,7 +177,7 @@ func (s *Service) applyInstallFiles(ctx context.Context, a store.App, app, prev 
 		switch {
 		case errs.Is(err, errs.NotFound):
 			now := s.now()
-			in = store.Install{ID: auth.NewID("ins_"), AppID: a.ID, Name: f.Name, Inputs: inputs, CreatedAt: now, Settings: settings}
+			in = store.Install{ID: auth.NewID("ins_"), AppID: a.ID, Name: f.Name, Inputs: inputs, Labels: f.Labels, CreatedAt: now, Settings: settings}
 			secret, hash := auth.NewEnrollToken(s.cfg.SigningKeyID)
 			et := store.EnrollmentToken{Hash: hash, InstallID: in.ID, ExpiresAt: now.Add(DefaultEnrollTokenTTL), CreatedAt: now}
 			if err := s.store.CreateInstall(ctx, in, et); err != nil {
@@ -187,12 +199,22 @@ func (s *Service) applyInstallFiles(ctx context.Context, a store.App, app, prev 
 			mergedInputs, mergedSettings := mergeInstallFile(in, before, inputs, settings)
 			masked := func(name string) bool { return !known || sensitive[name] }
 			ia.Changes = installChanges(in, mergedInputs, mergedSettings, masked)
+			mergedLabels := mergeLabels(in.Labels, before, f.Labels)
+			labelChanges := labelChanges(in.Labels, mergedLabels)
+			ia.Changes = append(ia.Changes, labelChanges...)
 			if len(ia.Changes) == 0 {
 				ia.Op = "unchanged"
 				break
 			}
-			if in, err = s.store.UpdateInstall(ctx, in.ID, mergedInputs, mergedSettings, s.now()); err != nil {
-				return nil, fmt.Errorf("%s: %w", file, err)
+			if len(ia.Changes) > len(labelChanges) {
+				if in, err = s.store.UpdateInstall(ctx, in.ID, mergedInputs, mergedSettings, s.now()); err != nil {
+					return nil, fmt.Errorf("%s: %w", file, err)
+				}
+			}
+			if len(labelChanges) > 0 {
+				if in, err = s.store.SetInstallLabels(ctx, in.ID, mergedLabels, "token:"+callerFrom(ctx).Name, s.now()); err != nil {
+					return nil, fmt.Errorf("%s: %w", file, err)
+				}
 			}
 			ia.Op = "changed"
 			s.hub.FleetChanged()
@@ -257,6 +279,45 @@ func mergeInstallFile(in store.Install, before *config.InstallFile, inputs map[s
 		out.RequireApproval = nil
 	}
 	return merged, out
+}
+
+// mergeLabels is an install's labels cur with its file's labels applied:
+// the file wins for each label it names, a label the same install's file
+// in the previous revision (before, nil for none) named and this one no
+// longer does is removed, and labels set with byoc install label stay.
+func mergeLabels(cur map[string]string, before *config.InstallFile, file map[string]string) map[string]string {
+	out := maps.Clone(cur)
+	if out == nil {
+		out = map[string]string{}
+	}
+	if before != nil {
+		for k := range before.Labels {
+			if _, still := file[k]; !still {
+				delete(out, k)
+			}
+		}
+	}
+	maps.Copy(out, file)
+	return out
+}
+
+// labelChanges describes the change from labels a to b, one line per
+// label, in key order.
+func labelChanges(a, b map[string]string) []string {
+	var out []string
+	for _, k := range unionKeys(a, b) {
+		old, had := a[k]
+		nw, has := b[k]
+		switch {
+		case had && has && old != nw:
+			out = append(out, fmt.Sprintf("labels.%s: %q → %q", k, old, nw))
+		case had && !has:
+			out = append(out, fmt.Sprintf("labels.%s: %q → unset", k, old))
+		case !had && has:
+			out = append(out, fmt.Sprintf("labels.%s: unset → %q", k, nw))
+		}
+	}
+	return out
 }
 
 // installChanges describes what changes from install in to inputs and

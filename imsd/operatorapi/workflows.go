@@ -14,6 +14,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/byoc-dev/byoc/imsd/access"
 	"github.com/byoc-dev/byoc/imsd/auth"
 	"github.com/byoc-dev/byoc/imsd/dispatch"
 	"github.com/byoc-dev/byoc/imsd/errs"
@@ -175,12 +176,23 @@ func (s *Service) ListWorkflows(ctx context.Context, req *connect.Request[imsv1.
 		}
 		f.InstallID = in.ID
 	}
+	var err error
+	if f.InstallIDs, err = s.selectedInstalls(ctx, "selector", m.Selector); err != nil {
+		return nil, s.err(ctx, err)
+	}
 	wfs, err := s.store.ListWorkflows(ctx, f)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	v, err := s.readView(ctx)
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}
 	out := &imsv1.ListWorkflowsResponse{}
 	for _, wf := range wfs {
+		if !v.visible(wf.InstallID) {
+			continue
+		}
 		out.Workflows = append(out.Workflows, s.workflowToProto(ctx, wf, nil))
 	}
 	return connect.NewResponse(out), nil
@@ -407,10 +419,12 @@ func (s *Service) PlanInstall(ctx context.Context, req *connect.Request[imsv1.Pl
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}
-	if m.Live && callerFrom(ctx).Role != store.RoleAdmin {
+	if m.Live {
 		// A live plan runs plugins in the customer's account: not for a
-		// read-only token, though a graph-only plan is.
-		return nil, s.err(ctx, errs.E(errs.PermissionDenied, "a live plan runs plan jobs on the install's agent and needs an admin token"))
+		// read-only role, though a graph-only plan is.
+		if err := s.require(ctx, "run a live plan (plan jobs on the agent) of", access.Deploy, m.Install); err != nil {
+			return nil, s.err(ctx, err)
+		}
 	}
 	if m.AppRevision < 0 {
 		return nil, s.err(ctx, errs.Field("app_revision", "must be a revision number, or 0 for the latest"))

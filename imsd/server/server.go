@@ -34,6 +34,7 @@ import (
 	"github.com/byoc-dev/byoc/imsd/operatorapi"
 	"github.com/byoc-dev/byoc/imsd/registry"
 	"github.com/byoc-dev/byoc/imsd/schedule"
+	"github.com/byoc-dev/byoc/imsd/sso"
 	"github.com/byoc-dev/byoc/imsd/store"
 	"github.com/byoc-dev/byoc/imsd/workflow"
 	"github.com/byoc-dev/byoc/internal/atomicfile"
@@ -102,6 +103,9 @@ type Config struct {
 	// registry's rootcertbundle), created at the first start; default
 	// DataDir.
 	RegistryKeyDir string
+	// SSOConfigFile is the single sign-on config (sso.Config, TOML);
+	// empty: no single sign-on, API tokens only.
+	SSOConfigFile string
 
 	Logger *slog.Logger
 	Now    func() time.Time
@@ -173,7 +177,11 @@ const agentHelloMax = 64 << 10
 
 // Server is a running imsd.
 type Server struct {
-	cfg   Config
+	cfg Config
+	// sso verifies single sign-on ID tokens (nil: off); login is what
+	// byoc login reads.
+	sso   *sso.Verifier
+	login operatorapi.LoginConfig
 	store *store.Store
 	hub   *dispatch.Hub
 	// key signs every job handed out; chain endorses it (its rotations).
@@ -220,11 +228,25 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	var (
+		ssoV  *sso.Verifier
+		login operatorapi.LoginConfig
+	)
+	if cfg.SSOConfigFile != "" {
+		sc, err := sso.Load(cfg.SSOConfigFile)
+		if err != nil {
+			return nil, fmt.Errorf("--sso-config: %w", err)
+		}
+		if ssoV, err = sso.NewVerifier(sc, cfg.Now); err != nil {
+			return nil, fmt.Errorf("--sso-config: %w", err)
+		}
+		login = operatorapi.LoginConfig{Issuer: sc.Issuer, ClientID: sc.ClientID, Scopes: sc.Scopes}
+	}
 	st, err := store.Open(ctx, dsn)
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	s := &Server{cfg: cfg, store: st, hub: dispatch.NewHub(), key: key, chain: chain, log: cfg.Logger}
+	s := &Server{cfg: cfg, store: st, hub: dispatch.NewHub(), key: key, chain: chain, log: cfg.Logger, sso: ssoV, login: login}
 	if dir := cmp.Or(cfg.RegistryKeyDir, cfg.DataDir); dir != "" {
 		if s.tokens, err = registry.LoadOrCreateSigner(dir, cfg.RegistryService); err != nil {
 			st.Close()
@@ -312,7 +334,7 @@ func (s *Server) bootstrap(ctx context.Context) error {
 	if n > 0 {
 		return nil
 	}
-	secret, _, err := operatorapi.CreateToken(ctx, s.store, "admin", store.RoleAdmin, s.cfg.Now())
+	secret, _, err := operatorapi.CreateToken(ctx, s.store, store.APIToken{Name: "admin", Role: store.RoleAdmin, CreatedBy: "imsd:first-start"}, s.cfg.Now())
 	if err != nil {
 		return err
 	}
@@ -338,9 +360,17 @@ func (s *Server) newHTTPServer() *http.Server {
 		return n
 	})
 
+	s.reg.MustRegister(&installMetrics{store: s.store, log: s.log, online: func(a store.Agent) bool {
+		return s.hub.Connected(a.ID) || (!a.LastSeenAt.IsZero() && cfg.Now().Sub(a.LastSeenAt) < 3*cfg.HeartbeatInterval)
+	}})
 	mux := http.NewServeMux()
-	op := operatorapi.New(s.store, s.hub, operatorapi.Config{BreakGlassRequestTTL: cfg.BreakGlassRequestTTL, HeartbeatInterval: cfg.HeartbeatInterval, LeaseDuration: cfg.LeaseDuration, LeaseGrace: cfg.LeaseGrace, Engine: s.engine, SigningKeyID: s.key.ID}, cfg.Now, s.log)
-	authn := operatorapi.NewAuthenticator(s.store, cfg.Now)
+	op := operatorapi.New(s.store, s.hub, operatorapi.Config{BreakGlassRequestTTL: cfg.BreakGlassRequestTTL, HeartbeatInterval: cfg.HeartbeatInterval, LeaseDuration: cfg.LeaseDuration, LeaseGrace: cfg.LeaseGrace, Engine: s.engine, SigningKeyID: s.key.ID, Login: s.login}, cfg.Now, s.log)
+	var idv operatorapi.IDTokenVerifier
+	if s.sso != nil {
+		idv = s.sso
+	}
+	authn := operatorapi.NewAuthenticator(s.store, cfg.Now, idv, s.log)
+	op.OnTokenRevoked(authn.Forget)
 	opPath, opHandler := imsv1connect.NewOperatorServiceHandler(op,
 		connect.WithInterceptors(authn, operatorapi.NewAuditor(s.store, cfg.Now)),
 		connect.WithReadMaxBytes(4<<20),

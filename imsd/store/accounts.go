@@ -15,53 +15,124 @@ import (
 	"time"
 
 	"github.com/byoc-dev/byoc/imsd/errs"
+	"github.com/byoc-dev/byoc/internal/labels"
 	"github.com/byoc-dev/byoc/schema/app/diag"
 )
 
-// CreateAPIToken stores an operator token. hash is the SHA-256 of its secret.
+// CreateAPIToken stores an operator token. hash is the SHA-256 of its
+// secret. A name may be reused only once its token is revoked.
 func (s *Store) CreateAPIToken(ctx context.Context, t APIToken, hash string) error {
 	switch {
 	case t.ID == "":
 		return errs.Field("id", "required")
 	case t.Name == "":
 		return errs.Field("name", "required")
-	case t.Role != RoleAdmin && t.Role != RoleViewer:
-		return errs.Field("role", "must be %q or %q, not %q", RoleAdmin, RoleViewer, t.Role)
+	case !validRole(t.Role):
+		return errs.Field("role", "must be %q, %q, %q or %q, not %q", RoleViewer, RoleOperator, RoleSupport, RoleAdmin, t.Role)
 	case hash == "":
 		return errs.Field("hash", "required")
 	}
 	return s.write(ctx, "create api token", func(tx *txn) error {
-		_, err := tx.ExecContext(ctx, s.bind(`INSERT INTO api_tokens (id, name, role, hash, created_at) VALUES (?, ?, ?, ?, ?)`),
-			t.ID, t.Name, string(t.Role), hash, nanos(t.CreatedAt))
+		var n int
+		if err := tx.GetContext(ctx, &n, s.bind(`SELECT COUNT(*) FROM api_tokens WHERE name = ? AND revoked_at = 0`), t.Name); err != nil {
+			return err
+		}
+		if n > 0 {
+			return errs.E(errs.AlreadyExists, "an api token named %q exists; revoke it first or pick another name", t.Name)
+		}
+		_, err := tx.ExecContext(ctx, s.bind(`INSERT INTO api_tokens (id, name, role, hash, created_at, scope, expires_at, created_by) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`),
+			t.ID, t.Name, string(t.Role), hash, nanos(t.CreatedAt), t.Scope, nanos(t.ExpiresAt), t.CreatedBy)
 		if isUnique(err) {
 			return errs.E(errs.AlreadyExists, "api token %q already exists", t.ID)
 		}
 		if err != nil {
 			return err
 		}
-		return s.Audit(ctx, tx, AuditEvent{Chain: VendorChain, At: t.CreatedAt, Kind: "token.created", Subject: "token:" + t.Name,
-			Data: map[string]string{"id": t.ID, "role": string(t.Role)}})
+		data := map[string]string{"id": t.ID, "role": string(t.Role), "scope": t.Scope}
+		if !t.ExpiresAt.IsZero() {
+			data["expires_at"] = t.ExpiresAt.UTC().Format(time.RFC3339)
+		}
+		return s.Audit(ctx, tx, AuditEvent{Chain: VendorChain, At: t.CreatedAt, Kind: "token.created", Actor: t.CreatedBy, Subject: "token:" + t.Name, Data: data})
 	})
 }
 
-type apiTokenRow struct {
-	ID        string `db:"id"`
-	Name      string `db:"name"`
-	Role      string `db:"role"`
-	CreatedAt int64  `db:"created_at"`
+func validRole(r Role) bool {
+	return r == RoleAdmin || r == RoleViewer || r == RoleOperator || r == RoleSupport
 }
 
-// APITokenByHash returns the unrevoked token whose secret hashes to hash.
+type apiTokenRow struct {
+	ID         string `db:"id"`
+	Name       string `db:"name"`
+	Role       string `db:"role"`
+	CreatedAt  int64  `db:"created_at"`
+	Scope      string `db:"scope"`
+	ExpiresAt  int64  `db:"expires_at"`
+	LastUsedAt int64  `db:"last_used_at"`
+	CreatedBy  string `db:"created_by"`
+}
+
+func (r apiTokenRow) token() APIToken {
+	return APIToken{ID: r.ID, Name: r.Name, Role: Role(r.Role), CreatedAt: fromNanos(r.CreatedAt), Scope: r.Scope,
+		ExpiresAt: fromNanos(r.ExpiresAt), LastUsedAt: fromNanos(r.LastUsedAt), CreatedBy: r.CreatedBy}
+}
+
+const apiTokenCols = `id, name, role, created_at, scope, expires_at, last_used_at, created_by`
+
+// APITokenByHash returns the unrevoked token whose secret hashes to hash
+// (expired or not: the caller says which).
 func (s *Store) APITokenByHash(ctx context.Context, hash string) (APIToken, error) {
 	var r apiTokenRow
-	err := s.r.GetContext(ctx, &r, s.bind(`SELECT id, name, role, created_at FROM api_tokens WHERE hash = ? AND revoked_at = 0`), hash)
+	err := s.r.GetContext(ctx, &r, s.bind(`SELECT `+apiTokenCols+` FROM api_tokens WHERE hash = ? AND revoked_at = 0`), hash)
 	if errors.Is(err, sql.ErrNoRows) {
 		return APIToken{}, errs.E(errs.NotFound, "api token not found")
 	}
 	if err != nil {
 		return APIToken{}, fmt.Errorf("api token by hash: %w", err)
 	}
-	return APIToken{ID: r.ID, Name: r.Name, Role: Role(r.Role), CreatedAt: fromNanos(r.CreatedAt)}, nil
+	return r.token(), nil
+}
+
+// ListAPITokens returns the unrevoked tokens by name.
+func (s *Store) ListAPITokens(ctx context.Context) ([]APIToken, error) {
+	var rows []apiTokenRow
+	if err := s.r.SelectContext(ctx, &rows, `SELECT `+apiTokenCols+` FROM api_tokens WHERE revoked_at = 0 ORDER BY name, id`); err != nil {
+		return nil, fmt.Errorf("list api tokens: %w", err)
+	}
+	out := make([]APIToken, len(rows))
+	for i, r := range rows {
+		out[i] = r.token()
+	}
+	return out, nil
+}
+
+// RevokeAPIToken revokes the unrevoked token with id or name idOrName,
+// recording by whom, and returns it.
+func (s *Store) RevokeAPIToken(ctx context.Context, idOrName, by string, at time.Time) (APIToken, error) {
+	var tok APIToken
+	err := s.write(ctx, "revoke api token", func(tx *txn) error {
+		var rows []apiTokenRow
+		if err := tx.SelectContext(ctx, &rows, s.bind(`SELECT `+apiTokenCols+` FROM api_tokens WHERE (id = ? OR name = ?) AND revoked_at = 0`), idOrName, idOrName); err != nil {
+			return err
+		}
+		if len(rows) == 0 {
+			return errs.E(errs.NotFound, "no unrevoked api token with id or name %q (byoc token list)", idOrName)
+		}
+		tok = rows[0].token()
+		if _, err := tx.ExecContext(ctx, s.bind(`UPDATE api_tokens SET revoked_at = ? WHERE id = ?`), nanos(at), tok.ID); err != nil {
+			return err
+		}
+		return s.Audit(ctx, tx, AuditEvent{Chain: VendorChain, At: at, Kind: "token.revoked", Actor: by, Subject: "token:" + tok.Name,
+			Data: map[string]string{"id": tok.ID, "role": string(tok.Role), "scope": tok.Scope}})
+	})
+	return tok, err
+}
+
+// TouchAPIToken records that the token was used at at.
+func (s *Store) TouchAPIToken(ctx context.Context, id string, at time.Time) error {
+	return s.write(ctx, "touch api token", func(tx *txn) error {
+		_, err := tx.ExecContext(ctx, s.bind(`UPDATE api_tokens SET last_used_at = ? WHERE id = ? AND last_used_at < ?`), nanos(at), id, nanos(at))
+		return err
+	})
 }
 
 // CountAPITokens returns how many unrevoked operator tokens exist, so imsd
@@ -147,9 +218,10 @@ type installRow struct {
 	HealthAt    int64  `db:"health_at"`
 	HealthError string `db:"health_error"`
 	HealthWF    string `db:"health_workflow_id"`
+	Labels      string `db:"labels"`
 }
 
-const installCols = `id, app_id, name, inputs, created_at, state, app_revision, settings, health, health_at, health_error, health_workflow_id`
+const installCols = `id, app_id, name, inputs, created_at, state, app_revision, settings, health, health_at, health_error, health_workflow_id, labels`
 
 func (r installRow) install() (Install, error) {
 	in, err := decodeMap(r.Inputs)
@@ -160,7 +232,11 @@ func (r installRow) install() (Install, error) {
 	if err := json.Unmarshal([]byte(r.Settings), &st); err != nil {
 		return Install{}, fmt.Errorf("install %s settings: %w", r.ID, err)
 	}
-	return Install{ID: r.ID, AppID: r.AppID, Name: r.Name, Inputs: in, CreatedAt: fromNanos(r.CreatedAt),
+	lb, err := decodeMap(r.Labels)
+	if err != nil {
+		return Install{}, fmt.Errorf("install %s labels: %w", r.ID, err)
+	}
+	return Install{ID: r.ID, AppID: r.AppID, Name: r.Name, Inputs: in, Labels: lb, CreatedAt: fromNanos(r.CreatedAt),
 		State: InstallState(r.State), AppRevision: r.AppRevision, Settings: st,
 		Health: InstallHealth{State: HealthState(r.Health), At: fromNanos(r.HealthAt), Error: r.HealthError, WorkflowID: r.HealthWF}}, nil
 }
@@ -190,6 +266,9 @@ func (s *Store) CreateInstall(ctx context.Context, in Install, tok EnrollmentTok
 	case tok.InstallID != "" && tok.InstallID != in.ID:
 		return errs.Field("enrollment_token.install_id", "is %q, want the new install %q", tok.InstallID, in.ID)
 	}
+	if err := labels.Validate(in.Labels); err != nil {
+		return errs.Field("labels", "%v", err)
+	}
 	tok.InstallID = in.ID
 	if err := validateEnrollmentToken(tok); err != nil {
 		return err
@@ -207,8 +286,8 @@ func (s *Store) CreateInstall(ctx context.Context, in Install, tok EnrollmentTok
 		if err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, s.bind(`INSERT INTO installs (id, app_id, name, inputs, created_at, settings) VALUES (?, ?, ?, ?, ?, ?)`),
-			in.ID, in.AppID, in.Name, encodeMap(in.Inputs), nanos(in.CreatedAt), string(settings))
+		_, err = tx.ExecContext(ctx, s.bind(`INSERT INTO installs (id, app_id, name, inputs, created_at, settings, labels) VALUES (?, ?, ?, ?, ?, ?, ?)`),
+			in.ID, in.AppID, in.Name, encodeMap(in.Inputs), nanos(in.CreatedAt), string(settings), encodeMap(in.Labels))
 		if isUnique(err) {
 			return errs.E(errs.AlreadyExists, "install %q already exists", in.Name)
 		}
@@ -216,7 +295,7 @@ func (s *Store) CreateInstall(ctx context.Context, in Install, tok EnrollmentTok
 			return err
 		}
 		if err := s.Audit(ctx, tx, AuditEvent{Chain: in.ID, At: in.CreatedAt, Kind: "install.created", Subject: "install:" + in.Name,
-			Data: map[string]string{"app_id": in.AppID, "inputs": strings.Join(slices.Sorted(maps.Keys(in.Inputs)), ",")}}); err != nil {
+			Data: createdData(in)}); err != nil {
 			return err
 		}
 		return s.insertEnrollmentToken(ctx, tx, tok)
@@ -560,4 +639,50 @@ func (s *Store) updateAgent(ctx context.Context, op, id string, then func(*txn) 
 		}
 		return nil
 	})
+}
+
+func createdData(in Install) map[string]string {
+	d := map[string]string{"app_id": in.AppID, "inputs": strings.Join(slices.Sorted(maps.Keys(in.Inputs)), ",")}
+	if len(in.Labels) > 0 {
+		d["labels"] = labels.Format(in.Labels)
+	}
+	return d
+}
+
+// SetInstallLabels replaces the labels of install id (an id, not a name)
+// with lbls, each key and value checked as Kubernetes checks them, and
+// records install.labeled (the labels before and after) with actor. An
+// unchanged set changes nothing and records nothing.
+func (s *Store) SetInstallLabels(ctx context.Context, id string, lbls map[string]string, actor string, now time.Time) (Install, error) {
+	if err := labels.Validate(lbls); err != nil {
+		return Install{}, errs.Field("labels", "%v", err)
+	}
+	var out Install
+	err := s.write(ctx, "set install labels", func(tx *txn) error {
+		var before string
+		err := tx.GetContext(ctx, &before, s.bind(`SELECT labels FROM installs WHERE id = ?`), id)
+		if errors.Is(err, sql.ErrNoRows) {
+			return errs.E(errs.NotFound, "install %q not found", id)
+		}
+		if err != nil {
+			return err
+		}
+		var r installRow
+		if err := tx.GetContext(ctx, &r, s.bind(`UPDATE installs SET labels = ? WHERE id = ? RETURNING `+installCols), encodeMap(lbls), id); err != nil {
+			return err
+		}
+		if out, err = r.install(); err != nil {
+			return err
+		}
+		if before == r.Labels {
+			return nil
+		}
+		old, err := decodeMap(before)
+		if err != nil {
+			return err
+		}
+		return s.Audit(ctx, tx, AuditEvent{Chain: out.ID, At: now, Kind: "install.labeled", Actor: actor, Subject: "install:" + out.Name,
+			Data: map[string]string{"before": labels.Format(old), "after": labels.Format(lbls)}})
+	})
+	return out, err
 }

@@ -11,8 +11,10 @@ type Role string
 
 // The roles.
 const (
-	RoleAdmin  Role = "admin"
-	RoleViewer Role = "viewer"
+	RoleAdmin    Role = "admin"
+	RoleViewer   Role = "viewer"
+	RoleOperator Role = "operator"
+	RoleSupport  Role = "support"
 )
 
 // JobState is where a job is in its life.
@@ -87,6 +89,16 @@ type APIToken struct {
 	Name      string
 	Role      Role
 	CreatedAt time.Time
+	// Scope is what the role is granted on: "" (everything),
+	// install:NAME, app:NAME or selector:SELECTOR (access.ParseScope).
+	Scope string
+	// ExpiresAt is when the token stops working; zero: never.
+	ExpiresAt time.Time
+	// LastUsedAt is when the token was last used (updated at most about
+	// once a minute); zero: never.
+	LastUsedAt time.Time
+	// CreatedBy is the actor that created the token.
+	CreatedBy string
 }
 
 // App is a vendor application. The config format arrives in a later issue;
@@ -100,10 +112,13 @@ type App struct {
 
 // Install is one instance of an app in one customer account.
 type Install struct {
-	ID        string
-	AppID     string
-	Name      string
-	Inputs    map[string]string
+	ID     string
+	AppID  string
+	Name   string
+	Inputs map[string]string
+	// Labels are key=value pairs (Kubernetes' syntax) that selectors pick
+	// installs by (internal/labels).
+	Labels    map[string]string
 	CreatedAt time.Time
 	// State is where the install is in its lifecycle; workflows move it.
 	State InstallState
@@ -331,7 +346,10 @@ type LogLine struct {
 // JobFilter selects jobs for ListJobs.
 type JobFilter struct {
 	InstallID string
-	States    []JobState
+	// InstallIDs, when not nil, keeps only the jobs of these installs (an
+	// empty list keeps none): what a label selector picked.
+	InstallIDs []string
+	States     []JobState
 	// Limit is at most 1000; 0 means 100.
 	Limit int
 	// Cursor continues a listing; it is the NextCursor of the previous page.

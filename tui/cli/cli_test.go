@@ -1087,9 +1087,22 @@ func TestLogsAndWorkflowByInstallName(t *testing.T) {
 		r.stdout != "an hour ago\n==> [agentd] failed: disk full\n" {
 		t.Fatalf("logs acme --component db: asked for %v\nstdout:\n%s\nstderr:\n%s", got[len(got)-1], r.stdout, r.stderr)
 	}
+	// --since: every job that ran in the window, oldest first, each
+	// named; lines older than the window left out.
 	r = mustRun(t, "logs", "acme", "--since", "10m")
-	if got := f.logRequestsCopy(); got[len(got)-1].GetJobId() != "job_3" || r.stdout != "==> [agentd] failed: disk full\n" {
-		t.Fatalf("logs acme --since 10m: asked for %v\nstdout:\n%s", got[len(got)-1], r.stdout)
+	if got := f.logRequestsCopy(); got[len(got)-1].GetJobId() != "job_3" || got[len(got)-2].GetJobId() != "job_2" ||
+		r.stdout != "==> [agentd] failed: disk full\n==> [agentd] failed: disk full\n" ||
+		!regexp.MustCompile(`(?s)job job_2 .*job job_3 `).MatchString(r.stderr) {
+		t.Fatalf("logs acme --since 10m: asked for %v\nstdout:\n%s\nstderr:\n%s", got, r.stdout, r.stderr)
+	}
+	// A job that ended before the window is left out.
+	f.mu.Lock()
+	f.listJobs[1].EndTime = timestamppb.New(now.Add(-2 * time.Hour))
+	f.mu.Unlock()
+	n := len(f.logRequestsCopy())
+	r = mustRun(t, "logs", "acme", "--since", "10m")
+	if got := f.logRequestsCopy(); len(got) != n+1 || got[n].GetJobId() != "job_3" || strings.Contains(r.stderr, "job_2") {
+		t.Fatalf("logs acme --since 10m with job_2 ended 2h ago: asked for %v\nstderr:\n%s", got[n:], r.stderr)
 	}
 	if r := byoc(t, "logs", "acme", "--component", "cache"); r.code != exitError || !strings.Contains(r.stderr, `install acme has no job of component "cache"`) {
 		t.Fatalf("logs of a component with no job: %d %s", r.code, r.stderr)

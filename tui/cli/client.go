@@ -50,11 +50,15 @@ func (a *app) resolveTarget() (*target, error) {
 		}
 	}
 	t := &target{server: a.server, token: a.token}
+	var session *ConfigContext
 	use := func(cc *ConfigContext) {
 		t.server = cc.Server
 		t.context = cc.Name
 		if t.token == "" {
 			t.token = cc.Token
+		}
+		if t.token == "" && cc.Session != nil {
+			session = cc
 		}
 	}
 	switch {
@@ -75,6 +79,11 @@ func (a *app) resolveTarget() (*target, error) {
 	}
 	if err := checkServerURL(t.server); err != nil {
 		return nil, &usageError{msg: err.Error()}
+	}
+	if session != nil {
+		if t.token, err = a.sessionToken(context.Background(), path, cfg, session); err != nil {
+			return nil, err
+		}
 	}
 	if t.token == "" {
 		return nil, &usageError{msg: fmt.Sprintf("no token for %s; pass --token or add a context for it with: byoc context add NAME --server %s --token TOKEN", t.server, t.server)}

@@ -2,45 +2,12 @@ package cli
 
 import (
 	"fmt"
-	"strings"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
-
-func (a *app) whoamiCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "whoami",
-		Short: "Show which server and token you are using",
-		Args:  noArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.connect()
-			if err != nil {
-				return err
-			}
-			res, err := c.WhoAmI(cmd.Context(), connect.NewRequest(&imsv1.WhoAmIRequest{}))
-			if err != nil {
-				return c.wrap(err)
-			}
-			if a.jsonOutput() {
-				return writeJSON(a.stdout, res.Msg)
-			}
-			f := newFields(a.stdout)
-			f.add("Server", c.target.server)
-			f.add("Context", c.target.context)
-			f.add("Token name", res.Msg.GetName())
-			f.add("Token ID", res.Msg.GetTokenId())
-			f.add("Role", roleName(res.Msg.GetRole()))
-			return f.flush()
-		},
-	}
-}
-
-func roleName(r imsv1.Role) string {
-	return strings.ToLower(strings.TrimPrefix(r.String(), "ROLE_"))
-}
 
 func (a *app) appCommand() *cobra.Command {
 	return group("app", "Create, validate, push and inspect apps",

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,12 +23,14 @@ func (a *app) logsCommand() *cobra.Command {
 	lf := logFormat{}
 	cmd := &cobra.Command{
 		Use:   "logs INSTALL [--component C] [--since DURATION] [-f]",
-		Short: "Print the log of an install's latest job (or its component's)",
+		Short: "Print the log of an install's jobs: the latest, or every job of the last DURATION (or its component's)",
 		Long: `Print the log lines of the newest job of an install, or with --component
 of the newest job of that component (a workflow step's, a drift check's),
 as byoc job logs JOB prints them. A line on standard error names the job
-first. With --since, only the lines of the last DURATION. With --follow,
-keep streaming until the job ends and exit with its exit code.`,
+first. With --since, the lines of the last DURATION of every job of the
+install (or component) that ran in that time, oldest job first, each
+named first. With --follow, then keep streaming the newest job until it
+ends and exit with its exit code.`,
 		Example: `  byoc logs acme
   byoc logs acme --component db -f
   byoc logs acme --since 10m --timestamps`,
@@ -41,6 +44,9 @@ keep streaming until the job ends and exit with its exit code.`,
 				return err
 			}
 			ctx := cmd.Context()
+			if since > 0 {
+				return a.logsSince(ctx, c, args[0], component, since, follow, lf)
+			}
 			job, err := a.latestJob(ctx, c, args[0], component)
 			if err != nil {
 				return err
@@ -75,6 +81,60 @@ keep streaming until the job ends and exit with its exit code.`,
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "stream new lines until the job ends, then exit with its exit code")
 	lf.flags(cmd)
 	return cmd
+}
+
+// logsSince prints the lines of the last since of every job of install
+// (of component, when set) that ran then: created before now and not
+// ended before now-since, oldest first; with follow, it then follows the
+// newest of them.
+func (a *app) logsSince(ctx context.Context, c *client, install, component string, since time.Duration, follow bool, lf logFormat) error {
+	from := a.now().Add(-since)
+	var jobs []*imsv1.Job
+	token := ""
+	for range latestJobPages {
+		res, err := c.ListJobs(ctx, connect.NewRequest(&imsv1.ListJobsRequest{Install: install, PageSize: maxPageSize, PageToken: token}))
+		if err != nil {
+			return c.wrap(err)
+		}
+		older := false
+		for _, j := range res.Msg.GetJobs() {
+			if component != "" && j.GetComponent() != component {
+				continue
+			}
+			if j.GetEndTime() != nil && j.GetEndTime().AsTime().Before(from) {
+				older = older || j.GetCreateTime().AsTime().Before(from)
+				continue
+			}
+			jobs = append(jobs, j)
+		}
+		token = res.Msg.GetNextPageToken()
+		if token == "" || older || len(res.Msg.GetJobs()) == 0 {
+			break
+		}
+	}
+	if len(jobs) == 0 {
+		what := "install " + install
+		if component != "" {
+			what += " component " + component
+		}
+		return fmt.Errorf("%s has no job that ran in the last %s (byoc job list --install %s lists them)", what, since, install)
+	}
+	slices.Reverse(jobs) // oldest first
+	for i, job := range jobs {
+		what := "job " + job.GetId() + " (" + cmp.Or(job.GetComponent()+": ", "") + job.GetComponentType() + " " + job.GetOperation() + ")"
+		if job.GetComponent() == "" {
+			what = "job " + job.GetId() + " (" + job.GetComponentType() + " " + job.GetOperation() + ")"
+		}
+		fmt.Fprintf(a.stderr, "==> %s, %s, created %s\n", what, stateName(job.GetState()), ago(a.now(), job.GetCreateTime()))
+		p := &logPrinter{w: a.stdout, format: lf, clean: a.terminal(a.stdout), json: a.jsonOutput(), since: from}
+		if follow && i == len(jobs)-1 {
+			return a.followJobWith(ctx, c, job.GetId(), p)
+		}
+		if _, err := a.streamLogs(ctx, c, job.GetId(), false, p); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // latestJobPages bounds how far back latestJob looks for a component's

@@ -69,7 +69,11 @@ in a local stack.`,
 			if err != nil {
 				return fmt.Errorf("app %s revision %d: %w", res.Msg.GetApp(), res.Msg.GetAppRevision(), err)
 			}
-			o := stack.Options{App: appCfg, Install: res.Msg.GetInstall(), IMS: imsURL, IMSKeyID: res.Msg.GetSigningKeyId(),
+			in, err := c.GetInstall(cmd.Context(), connect.NewRequest(&imsv1.GetInstallRequest{IdOrName: res.Msg.GetInstall()}))
+			if err != nil {
+				return c.wrap(err)
+			}
+			o := stack.Options{App: appCfg, Install: res.Msg.GetInstall(), Labels: in.Msg.GetInstall().GetLabels(), IMS: imsURL, IMSKeyID: res.Msg.GetSigningKeyId(),
 				AgentURL: agentURL, AgentSHA256: agentSum, PluginsURL: pluginsURL, PluginsSHA256: pluginsSum, Params: kv}
 			if o.IMS == "" {
 				o.IMS = c.target.server

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"github.com/byoc-dev/byoc/internal/atomicfile"
 )
@@ -29,6 +30,21 @@ type ConfigContext struct {
 	Name   string `json:"name"`
 	Server string `json:"server"`
 	Token  string `json:"token"`
+	// Session is a single sign-on session from byoc login, used when
+	// Token is empty.
+	Session *Session `json:"session,omitempty"`
+}
+
+// Session is what byoc login keeps: the ID token imsd verifies, and how
+// to refresh it before it expires.
+type Session struct {
+	IDToken      string    `json:"idToken"`
+	Expiry       time.Time `json:"expiry"`
+	RefreshToken string    `json:"refreshToken,omitempty"`
+	Issuer       string    `json:"issuer"`
+	ClientID     string    `json:"clientId"`
+	TokenURL     string    `json:"tokenUrl"`
+	User         string    `json:"user,omitempty"`
 }
 
 // Context returns the context called name, or nil.

@@ -12,6 +12,21 @@ var examples = map[string]string{
 
 	"byoc whoami": `  byoc whoami
   byoc whoami --context prod -o json`,
+	"byoc auth whoami": `  byoc auth whoami                      # who you are, your roles and where they come from
+  byoc auth whoami -o json`,
+	"byoc auth can-i": `  byoc auth can-i provision acme        # exits 0 when allowed, 1 when not
+  byoc auth can-i break-glass acme
+  byoc auth can-i deploy --app shop
+  byoc auth can-i manage                # tokens, plugin types, builds`,
+	"byoc token create": `  byoc token create --name ci-deploy --role operator --selector env=staging --expires 30d
+  byoc token create --name acme-support --role support --install acme
+  byoc token create --name dashboards --role viewer`,
+	"byoc login": `  byoc login --server https://imsd.example.com --context prod   # opens a loopback port; sign in in the browser
+  byoc login --device                   # a terminal without a browser: enter the printed code anywhere`,
+	"byoc token list": `  byoc token list
+  byoc token list -o json`,
+	"byoc token revoke": `  byoc token revoke ci-deploy
+  byoc token revoke tok_wnxcaxmavubt6o56`,
 
 	"byoc context current": `  byoc context current
   byoc context current -o json`,

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
+	"github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1/imsv1connect"
 )
 
 // updating reports whether -update was given. The flag itself is defined
@@ -90,6 +92,31 @@ func TestFilterSubstringAndKeyValue(t *testing.T) {
 	s = screen(m)
 	mustContain(t, s, "globex")
 	mustNotContain(t, s, "acme")
+}
+
+// A filter that is a label selector matches labels, and fields or inputs
+// where no label has the key; one that does not parse is words.
+func TestFilterLabelSelector(t *testing.T) {
+	m := newTestModel(t, Options{})
+	feed(m, snapshot())
+	for _, tc := range []struct {
+		filter    string
+		want, not []string
+	}{
+		{"ring=canary", []string{"acme", "1 of 4"}, []string{"globex", "umbrella"}},
+		{"ring!=canary", []string{"globex", "initech", "umbrella", "3 of 4"}, []string{"acme"}},
+		{"ring in (canary,prod),!legacy", []string{"acme", "globex", "2 of 4"}, []string{"umbrella", "initech"}},
+		{"ring,state=failed", []string{"globex", "1 of 4"}, []string{"acme"}},
+		{"example.com/team=a", []string{"acme", "1 of 4"}, []string{"globex"}},
+		{"example.com/team", []string{"no install matches"}, nil}, // no operator: a word
+		{"legacy", []string{"no install matches"}, nil},           // a word, not a selector: no name holds it
+		{"ring=prod umbrella", []string{"umbrella", "1 of 4"}, []string{"globex"}},
+	} {
+		press(m, "esc", "/", tc.filter, "enter")
+		s := screen(m)
+		mustContain(t, s, tc.want...)
+		mustNotContain(t, s, tc.not...)
+	}
 }
 
 func TestSortCyclesColumnsAndKeepsSelection(t *testing.T) {
@@ -356,6 +383,28 @@ func TestReadOnlyLeavesDangerousKeysUnbound(t *testing.T) {
 	mustContain(t, screen(rw), "run an action on the install", "cancel the job")
 }
 
+// A viewer's console binds none of the dangerous keys, a support
+// engineer's keeps run-action and break-glass but not cancel.
+func TestRolesHideKeys(t *testing.T) {
+	viewer := newTestModel(t, Options{Denied: []Action{ActRunAction, ActCancelJob, ActBreakGlass}})
+	feed(viewer, snapshot())
+	press(viewer, "a")
+	if _, ok := viewer.top().(*actionsView); ok || viewer.mode != inputNone {
+		t.Fatal("a started an action for a viewer")
+	}
+	viewer.Update(teaSize(100, 60))
+	press(viewer, "?")
+	mustNotContain(t, screen(viewer), "run an action", "cancel the job", "request break-glass")
+
+	sup := newTestModel(t, Options{Denied: []Action{ActCancelJob}})
+	sup.Update(teaSize(100, 60))
+	feed(sup, snapshot())
+	press(sup, "?")
+	s := screen(sup)
+	mustContain(t, s, "run an action on the install", "request break-glass")
+	mustNotContain(t, s, "cancel the job")
+}
+
 func TestActionAsksThenRuns(t *testing.T) {
 	m := newTestModel(t, Options{})
 	feed(m, snapshot())
@@ -496,6 +545,9 @@ func TestGoldens(t *testing.T) {
 		"fleet-filtered": func(m *Model) {
 			press(m, "/", "region=eu-west-1", "enter")
 		},
+		"fleet-selector": func(m *Model) {
+			press(m, "/", "ring in (canary,prod),!legacy", "enter")
+		},
 		"install": func(m *Model) {
 			press(m, "enter")
 			m.Update(jobsMsg{gen: m.top().(*installView).gen, jobs: jobs()})
@@ -590,10 +642,18 @@ func TestGoldens(t *testing.T) {
 			m.Update(fleetMsg{gen: m.fleetGen, events: []fleetEvent{{err: connect.NewError(connect.CodeUnavailable, errors.New("connection refused")), retryIn: 8 * time.Second}}})
 		},
 	}
+	// A support engineer signed in with single sign-on: the header says
+	// who, and the keys of what the roles allow nowhere are gone.
+	support := Options{Denied: []Action{ActCancelJob},
+		Conn: &Conn{Context: "prod", Server: "https://ims.example.com", Identity: "ann@vendor.example (support on installs with labels customer=acme)",
+			Client: imsv1connect.NewOperatorServiceClient(http.DefaultClient, "http://127.0.0.1:1")}}
+	viewOpts := map[string]Options{"fleet-signed-in": support, "help-support": support}
+	views["fleet-signed-in"] = func(m *Model) {}
+	views["help-support"] = func(m *Model) { press(m, "?") }
 	for name, setup := range views {
 		for _, w := range []int{40, 80, 120, 200} {
 			t.Run(fmt.Sprintf("%s-%d", name, w), func(t *testing.T) {
-				m := newTestModel(t, Options{})
+				m := newTestModel(t, viewOpts[name])
 				m.Update(teaSize(w, 24))
 				feed(m, snapshot())
 				setup(m)

@@ -109,6 +109,13 @@ type KeyMap struct {
 // name → keys). In read-only mode dangerous actions get no keys at all. An
 // unknown action name or a key bound twice is an error naming it.
 func NewKeyMap(overrides map[string][]string, readOnly bool) (*KeyMap, error) {
+	return newKeyMap(overrides, func(Action) bool { return readOnly })
+}
+
+// newKeyMap is NewKeyMap with the dangerous actions for which unbind
+// says true left without keys (read-only mode, or roles that allow them
+// nowhere).
+func newKeyMap(overrides map[string][]string, unbind func(Action) bool) (*KeyMap, error) {
 	km := &KeyMap{by: map[Action]*binding{}}
 	known := map[Action]bool{}
 	for _, d := range keyDefaults {
@@ -125,7 +132,7 @@ func NewKeyMap(overrides map[string][]string, readOnly bool) (*KeyMap, error) {
 		if o, ok := overrides[string(d.act)]; ok {
 			keys = o
 		}
-		if d.dangerous && readOnly {
+		if d.dangerous && unbind(d.act) {
 			keys = nil
 		}
 		for _, k := range keys {

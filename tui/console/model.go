@@ -36,6 +36,9 @@ type Options struct {
 	Dial func(ctx context.Context, name string) (*Conn, error)
 	// ReadOnly leaves every dangerous action unbound.
 	ReadOnly bool
+	// Denied are the actions the caller's roles allow on no install
+	// (byoc auth whoami): unbound, as in read-only mode.
+	Denied   []Action
 	Settings Settings
 	// Now is the clock (for "last heartbeat 3s ago"); nil means time.Now.
 	Now func() time.Time
@@ -119,7 +122,7 @@ type Model struct {
 
 // New returns a console model for opts.
 func New(ctx context.Context, opts Options) (*Model, error) {
-	km, err := NewKeyMap(opts.Settings.Keys, opts.ReadOnly)
+	km, err := newKeyMap(opts.Settings.Keys, func(d Action) bool { return opts.ReadOnly || slices.Contains(opts.Denied, d) })
 	if err != nil {
 		return nil, err
 	}
@@ -730,6 +733,9 @@ func (m *Model) title(n int) string {
 		}
 	}
 	title := m.st.title.Render("byoc") + " " + where
+	if m.conn != nil && m.conn.Identity != "" {
+		title += " as " + m.conn.Identity
+	}
 	if m.opts.ReadOnly {
 		title += " " + m.st.warn.Render("[read-only]")
 	}

@@ -4,6 +4,7 @@ package storetest
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,6 +36,39 @@ func testAPITokens(t *testing.T, e *env) {
 	if errors.As(err, &fe); fe.Field != "role" {
 		t.Fatalf("field = %q, want role", fe.Field)
 	}
+
+	// Scoped, expiring tokens; names are unique among unrevoked tokens;
+	// revoking (by name) is audited with its actor; last use is recorded.
+	exp := T0.Add(30 * 24 * time.Hour)
+	ok(t, e.s.CreateAPIToken(ctx, store.APIToken{ID: "tok-5", Name: "ci-deploy", Role: store.RoleOperator, Scope: "app:vault",
+		ExpiresAt: exp, CreatedBy: "token:ci", CreatedAt: T0}, "h5"))
+	wantErr(t, e.s.CreateAPIToken(ctx, store.APIToken{ID: "tok-6", Name: "ci-deploy", Role: store.RoleSupport, CreatedAt: T0}, "h6"), errs.AlreadyExists)
+	ok(t, e.s.TouchAPIToken(ctx, "tok-5", T0.Add(time.Minute)))
+	toks, err := e.s.ListAPITokens(ctx)
+	ok(t, err)
+	equal(t, "tokens", len(toks), 3)
+	want5 := store.APIToken{ID: "tok-5", Name: "ci-deploy", Role: store.RoleOperator, Scope: "app:vault", ExpiresAt: exp,
+		LastUsedAt: T0.Add(time.Minute), CreatedBy: "token:ci", CreatedAt: T0}
+	if toks[1] != want5 {
+		t.Fatalf("ListAPITokens[1] = %+v, want %+v", toks[1], want5)
+	}
+	rev, err := e.s.RevokeAPIToken(ctx, "ci-deploy", "user:ann@example.com", T0.Add(time.Hour))
+	ok(t, err)
+	equal(t, "revoked", rev.ID, "tok-5")
+	_, err = e.s.APITokenByHash(ctx, "h5")
+	wantErr(t, err, errs.NotFound)
+	_, err = e.s.RevokeAPIToken(ctx, "ci-deploy", "x", T0)
+	wantErr(t, err, errs.NotFound)
+	ok(t, e.s.CreateAPIToken(ctx, store.APIToken{ID: "tok-7", Name: "ci-deploy", Role: store.RoleSupport, CreatedAt: T0}, "h7"))
+	evs, err := e.s.ListAuditEvents(ctx, store.AuditFilter{Chain: store.VendorChain, OneChain: true})
+	ok(t, err)
+	var kinds []string
+	for _, ev := range evs {
+		if ev.Subject == "token:ci-deploy" {
+			kinds = append(kinds, ev.Kind+" by "+ev.Actor)
+		}
+	}
+	equal(t, "token audit", strings.Join(kinds, "; "), "token.created by token:ci; token.revoked by user:ann@example.com; token.created by ")
 }
 
 func testApps(t *testing.T, e *env) {

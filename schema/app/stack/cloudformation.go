@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -57,6 +59,9 @@ func CloudFormation(o Options) ([]byte, error) {
 	}
 	tags := func(extra ...string) []any {
 		t := []any{map[string]any{"Key": "byoc:install", "Value": o.Install}}
+		for _, k := range slices.Sorted(maps.Keys(o.Labels)) {
+			t = append(t, map[string]any{"Key": labelTagPrefix + k, "Value": o.Labels[k]})
+		}
 		for i := 0; i+1 < len(extra); i += 2 {
 			t = append(t, map[string]any{"Key": extra[i], "Value": extra[i+1]})
 		}

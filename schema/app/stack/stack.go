@@ -27,6 +27,10 @@ type Options struct {
 	App *config.App
 	// Install is the install's name.
 	Install string
+	// Labels are the install's labels: every resource that takes tags is
+	// tagged byoc:label:KEY=VALUE with each, besides byoc:install, so the
+	// customer's bill and inventory group by them.
+	Labels map[string]string
 	// IMS is imsd's URL as the agent reaches it.
 	IMS string
 	// IMSKeyID is the fingerprint of imsd's job signing key.
@@ -100,12 +104,20 @@ func Parameters(app *config.App) []Parameter {
 }
 
 // check refuses options a stack cannot be made from.
+// labelTagPrefix starts the tag key of an install label.
+const labelTagPrefix = "byoc:label:"
+
 func (o Options) check() error {
 	if o.App == nil {
 		return fmt.Errorf("no app config")
 	}
 	if !installRE.MatchString(o.Install) {
 		return fmt.Errorf("install %q: want lowercase letters, digits and - (at most 60)", o.Install)
+	}
+	for k, v := range o.Labels {
+		if len(labelTagPrefix)+len(k) > 128 || len(v) > 256 {
+			return fmt.Errorf("label %s: too long for a cloud tag (key at most %d bytes, value 256)", k, 128-len(labelTagPrefix))
+		}
 	}
 	if !strings.HasPrefix(o.IMS, "http://") && !strings.HasPrefix(o.IMS, "https://") {
 		return fmt.Errorf("imsd URL %q: want http:// or https://", o.IMS)

@@ -205,6 +205,47 @@ func TestCloudFormationExample(t *testing.T) {
 // TestCloudFormationStackConfig substitutes the user data as
 // CloudFormation would (parameters, ARNs) and checks that the stack
 // config it writes is one the agent reads.
+// Every resource that takes tags carries the install's name and labels.
+func TestCloudFormationTagsInstallLabels(t *testing.T) {
+	o := exampleOptions(t)
+	o.Labels = map[string]string{"customer": "acme", "example.com/tier": "gold"}
+	tmpl, err := CloudFormation(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Resources map[string]struct {
+			Properties struct {
+				Tags []struct{ Key, Value string }
+			}
+		}
+	}
+	if err := json.Unmarshal(tmpl, &doc); err != nil {
+		t.Fatal(err)
+	}
+	tagged := 0
+	for name, r := range doc.Resources {
+		if r.Properties.Tags == nil {
+			continue
+		}
+		tagged++
+		got := map[string]string{}
+		for _, tg := range r.Properties.Tags {
+			got[tg.Key] = tg.Value
+		}
+		if got["byoc:install"] != o.Install || got["byoc:label:customer"] != "acme" || got["byoc:label:example.com/tier"] != "gold" {
+			t.Errorf("%s tags: %v", name, got)
+		}
+	}
+	if tagged < 5 {
+		t.Fatalf("only %d resources carry tags", tagged)
+	}
+	o.Labels = map[string]string{strings.Repeat("k", 120): "v"}
+	if _, err := CloudFormation(o); err == nil || !strings.Contains(err.Error(), "too long for a cloud tag") {
+		t.Fatalf("an over-long label key: %v", err)
+	}
+}
+
 func TestCloudFormationStackConfig(t *testing.T) {
 	tmpl, err := CloudFormation(exampleOptions(t))
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/byoc-dev/byoc/internal/labels"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	"github.com/byoc-dev/byoc/schema/app/config"
 	"github.com/byoc-dev/byoc/schema/app/cron"
@@ -766,6 +767,14 @@ func (v *validator) install(file string, in *config.InstallFile) {
 		v.errf(file, "parallelism", "", "must be between 1 and 64, got %d", in.Parallelism)
 	}
 	v.inputValues(file, "inputs", in.Inputs, true)
+	for _, k := range sortedKeys(in.Labels) {
+		key := diag.Join("labels", k)
+		if err := labels.ValidateKey(k); err != nil {
+			v.errf(file, key, "", "%v", err)
+		} else if err := labels.ValidateValue(k, in.Labels[k]); err != nil {
+			v.errf(file, key, "", "%v", err)
+		}
+	}
 	names := v.components
 	if v.a.Sandbox != nil {
 		names = append(slices.Clone(names), "sandbox")

@@ -35,9 +35,21 @@ const (
 const (
 	// OperatorServiceWhoAmIProcedure is the fully-qualified name of the OperatorService's WhoAmI RPC.
 	OperatorServiceWhoAmIProcedure = "/byoc.ims.v1.OperatorService/WhoAmI"
+	// OperatorServiceCheckAccessProcedure is the fully-qualified name of the OperatorService's
+	// CheckAccess RPC.
+	OperatorServiceCheckAccessProcedure = "/byoc.ims.v1.OperatorService/CheckAccess"
 	// OperatorServiceCreateApiTokenProcedure is the fully-qualified name of the OperatorService's
 	// CreateApiToken RPC.
 	OperatorServiceCreateApiTokenProcedure = "/byoc.ims.v1.OperatorService/CreateApiToken"
+	// OperatorServiceListApiTokensProcedure is the fully-qualified name of the OperatorService's
+	// ListApiTokens RPC.
+	OperatorServiceListApiTokensProcedure = "/byoc.ims.v1.OperatorService/ListApiTokens"
+	// OperatorServiceRevokeApiTokenProcedure is the fully-qualified name of the OperatorService's
+	// RevokeApiToken RPC.
+	OperatorServiceRevokeApiTokenProcedure = "/byoc.ims.v1.OperatorService/RevokeApiToken"
+	// OperatorServiceGetLoginConfigProcedure is the fully-qualified name of the OperatorService's
+	// GetLoginConfig RPC.
+	OperatorServiceGetLoginConfigProcedure = "/byoc.ims.v1.OperatorService/GetLoginConfig"
 	// OperatorServiceCreateAppProcedure is the fully-qualified name of the OperatorService's CreateApp
 	// RPC.
 	OperatorServiceCreateAppProcedure = "/byoc.ims.v1.OperatorService/CreateApp"
@@ -73,6 +85,9 @@ const (
 	// OperatorServiceCreateEnrollmentTokenProcedure is the fully-qualified name of the
 	// OperatorService's CreateEnrollmentToken RPC.
 	OperatorServiceCreateEnrollmentTokenProcedure = "/byoc.ims.v1.OperatorService/CreateEnrollmentToken"
+	// OperatorServiceLabelInstallProcedure is the fully-qualified name of the OperatorService's
+	// LabelInstall RPC.
+	OperatorServiceLabelInstallProcedure = "/byoc.ims.v1.OperatorService/LabelInstall"
 	// OperatorServiceUpdateInstallProcedure is the fully-qualified name of the OperatorService's
 	// UpdateInstall RPC.
 	OperatorServiceUpdateInstallProcedure = "/byoc.ims.v1.OperatorService/UpdateInstall"
@@ -169,10 +184,23 @@ const (
 
 // OperatorServiceClient is a client for the byoc.ims.v1.OperatorService service.
 type OperatorServiceClient interface {
-	// WhoAmI describes the token the caller presented.
+	// WhoAmI describes the caller: its token or signed-in identity and its
+	// role grants, with where each comes from.
 	WhoAmI(context.Context, *connect.Request[v1.WhoAmIRequest]) (*connect.Response[v1.WhoAmIResponse], error)
-	// CreateApiToken mints a new operator token (admin only).
+	// CheckAccess says whether the caller may do a verb (provision, deploy,
+	// break-glass, ...) on an install, an app or everything, and by which
+	// grant. It never fails for lack of a role.
+	CheckAccess(context.Context, *connect.Request[v1.CheckAccessRequest]) (*connect.Response[v1.CheckAccessResponse], error)
+	// CreateApiToken mints a named operator token with one role grant
+	// (admin on everything only). The secret is shown once.
 	CreateApiToken(context.Context, *connect.Request[v1.CreateApiTokenRequest]) (*connect.Response[v1.CreateApiTokenResponse], error)
+	// ListApiTokens lists the unrevoked tokens with their last use.
+	ListApiTokens(context.Context, *connect.Request[v1.ListApiTokensRequest]) (*connect.Response[v1.ListApiTokensResponse], error)
+	// RevokeApiToken revokes a token by id or name; it stops working at once.
+	RevokeApiToken(context.Context, *connect.Request[v1.RevokeApiTokenRequest]) (*connect.Response[v1.RevokeApiTokenResponse], error)
+	// GetLoginConfig returns imsd's single sign-on settings (issuer, client
+	// id, scopes) for byoc login. It needs no credentials.
+	GetLoginConfig(context.Context, *connect.Request[v1.GetLoginConfigRequest]) (*connect.Response[v1.GetLoginConfigResponse], error)
 	CreateApp(context.Context, *connect.Request[v1.CreateAppRequest]) (*connect.Response[v1.CreateAppResponse], error)
 	ListApps(context.Context, *connect.Request[v1.ListAppsRequest]) (*connect.Response[v1.ListAppsResponse], error)
 	GetApp(context.Context, *connect.Request[v1.GetAppRequest]) (*connect.Response[v1.GetAppResponse], error)
@@ -203,6 +231,9 @@ type OperatorServiceClient interface {
 	// CreateEnrollmentToken issues a fresh single-use enrolment token for an
 	// install, for example to replace its agent.
 	CreateEnrollmentToken(context.Context, *connect.Request[v1.CreateEnrollmentTokenRequest]) (*connect.Response[v1.CreateEnrollmentTokenResponse], error)
+	// LabelInstall sets and removes an install's labels, as kubectl label
+	// does: changing a label's value needs overwrite.
+	LabelInstall(context.Context, *connect.Request[v1.LabelInstallRequest]) (*connect.Response[v1.LabelInstallResponse], error)
 	// UpdateInstall changes an install's inputs and settings and, with
 	// deploy, queues an update workflow that applies them.
 	UpdateInstall(context.Context, *connect.Request[v1.UpdateInstallRequest]) (*connect.Response[v1.UpdateInstallResponse], error)
@@ -325,10 +356,34 @@ func NewOperatorServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(operatorServiceMethods.ByName("WhoAmI")),
 			connect.WithClientOptions(opts...),
 		),
+		checkAccess: connect.NewClient[v1.CheckAccessRequest, v1.CheckAccessResponse](
+			httpClient,
+			baseURL+OperatorServiceCheckAccessProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("CheckAccess")),
+			connect.WithClientOptions(opts...),
+		),
 		createApiToken: connect.NewClient[v1.CreateApiTokenRequest, v1.CreateApiTokenResponse](
 			httpClient,
 			baseURL+OperatorServiceCreateApiTokenProcedure,
 			connect.WithSchema(operatorServiceMethods.ByName("CreateApiToken")),
+			connect.WithClientOptions(opts...),
+		),
+		listApiTokens: connect.NewClient[v1.ListApiTokensRequest, v1.ListApiTokensResponse](
+			httpClient,
+			baseURL+OperatorServiceListApiTokensProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("ListApiTokens")),
+			connect.WithClientOptions(opts...),
+		),
+		revokeApiToken: connect.NewClient[v1.RevokeApiTokenRequest, v1.RevokeApiTokenResponse](
+			httpClient,
+			baseURL+OperatorServiceRevokeApiTokenProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("RevokeApiToken")),
+			connect.WithClientOptions(opts...),
+		),
+		getLoginConfig: connect.NewClient[v1.GetLoginConfigRequest, v1.GetLoginConfigResponse](
+			httpClient,
+			baseURL+OperatorServiceGetLoginConfigProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("GetLoginConfig")),
 			connect.WithClientOptions(opts...),
 		),
 		createApp: connect.NewClient[v1.CreateAppRequest, v1.CreateAppResponse](
@@ -401,6 +456,12 @@ func NewOperatorServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			httpClient,
 			baseURL+OperatorServiceCreateEnrollmentTokenProcedure,
 			connect.WithSchema(operatorServiceMethods.ByName("CreateEnrollmentToken")),
+			connect.WithClientOptions(opts...),
+		),
+		labelInstall: connect.NewClient[v1.LabelInstallRequest, v1.LabelInstallResponse](
+			httpClient,
+			baseURL+OperatorServiceLabelInstallProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("LabelInstall")),
 			connect.WithClientOptions(opts...),
 		),
 		updateInstall: connect.NewClient[v1.UpdateInstallRequest, v1.UpdateInstallResponse](
@@ -595,7 +656,11 @@ func NewOperatorServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 // operatorServiceClient implements OperatorServiceClient.
 type operatorServiceClient struct {
 	whoAmI                *connect.Client[v1.WhoAmIRequest, v1.WhoAmIResponse]
+	checkAccess           *connect.Client[v1.CheckAccessRequest, v1.CheckAccessResponse]
 	createApiToken        *connect.Client[v1.CreateApiTokenRequest, v1.CreateApiTokenResponse]
+	listApiTokens         *connect.Client[v1.ListApiTokensRequest, v1.ListApiTokensResponse]
+	revokeApiToken        *connect.Client[v1.RevokeApiTokenRequest, v1.RevokeApiTokenResponse]
+	getLoginConfig        *connect.Client[v1.GetLoginConfigRequest, v1.GetLoginConfigResponse]
 	createApp             *connect.Client[v1.CreateAppRequest, v1.CreateAppResponse]
 	listApps              *connect.Client[v1.ListAppsRequest, v1.ListAppsResponse]
 	getApp                *connect.Client[v1.GetAppRequest, v1.GetAppResponse]
@@ -608,6 +673,7 @@ type operatorServiceClient struct {
 	listInstallDrift      *connect.Client[v1.ListInstallDriftRequest, v1.ListInstallDriftResponse]
 	watchInstalls         *connect.Client[v1.WatchInstallsRequest, v1.WatchInstallsResponse]
 	createEnrollmentToken *connect.Client[v1.CreateEnrollmentTokenRequest, v1.CreateEnrollmentTokenResponse]
+	labelInstall          *connect.Client[v1.LabelInstallRequest, v1.LabelInstallResponse]
 	updateInstall         *connect.Client[v1.UpdateInstallRequest, v1.UpdateInstallResponse]
 	planInstall           *connect.Client[v1.PlanInstallRequest, v1.PlanInstallResponse]
 	startWorkflow         *connect.Client[v1.StartWorkflowRequest, v1.StartWorkflowResponse]
@@ -646,9 +712,29 @@ func (c *operatorServiceClient) WhoAmI(ctx context.Context, req *connect.Request
 	return c.whoAmI.CallUnary(ctx, req)
 }
 
+// CheckAccess calls byoc.ims.v1.OperatorService.CheckAccess.
+func (c *operatorServiceClient) CheckAccess(ctx context.Context, req *connect.Request[v1.CheckAccessRequest]) (*connect.Response[v1.CheckAccessResponse], error) {
+	return c.checkAccess.CallUnary(ctx, req)
+}
+
 // CreateApiToken calls byoc.ims.v1.OperatorService.CreateApiToken.
 func (c *operatorServiceClient) CreateApiToken(ctx context.Context, req *connect.Request[v1.CreateApiTokenRequest]) (*connect.Response[v1.CreateApiTokenResponse], error) {
 	return c.createApiToken.CallUnary(ctx, req)
+}
+
+// ListApiTokens calls byoc.ims.v1.OperatorService.ListApiTokens.
+func (c *operatorServiceClient) ListApiTokens(ctx context.Context, req *connect.Request[v1.ListApiTokensRequest]) (*connect.Response[v1.ListApiTokensResponse], error) {
+	return c.listApiTokens.CallUnary(ctx, req)
+}
+
+// RevokeApiToken calls byoc.ims.v1.OperatorService.RevokeApiToken.
+func (c *operatorServiceClient) RevokeApiToken(ctx context.Context, req *connect.Request[v1.RevokeApiTokenRequest]) (*connect.Response[v1.RevokeApiTokenResponse], error) {
+	return c.revokeApiToken.CallUnary(ctx, req)
+}
+
+// GetLoginConfig calls byoc.ims.v1.OperatorService.GetLoginConfig.
+func (c *operatorServiceClient) GetLoginConfig(ctx context.Context, req *connect.Request[v1.GetLoginConfigRequest]) (*connect.Response[v1.GetLoginConfigResponse], error) {
+	return c.getLoginConfig.CallUnary(ctx, req)
 }
 
 // CreateApp calls byoc.ims.v1.OperatorService.CreateApp.
@@ -709,6 +795,11 @@ func (c *operatorServiceClient) WatchInstalls(ctx context.Context, req *connect.
 // CreateEnrollmentToken calls byoc.ims.v1.OperatorService.CreateEnrollmentToken.
 func (c *operatorServiceClient) CreateEnrollmentToken(ctx context.Context, req *connect.Request[v1.CreateEnrollmentTokenRequest]) (*connect.Response[v1.CreateEnrollmentTokenResponse], error) {
 	return c.createEnrollmentToken.CallUnary(ctx, req)
+}
+
+// LabelInstall calls byoc.ims.v1.OperatorService.LabelInstall.
+func (c *operatorServiceClient) LabelInstall(ctx context.Context, req *connect.Request[v1.LabelInstallRequest]) (*connect.Response[v1.LabelInstallResponse], error) {
+	return c.labelInstall.CallUnary(ctx, req)
 }
 
 // UpdateInstall calls byoc.ims.v1.OperatorService.UpdateInstall.
@@ -868,10 +959,23 @@ func (c *operatorServiceClient) ListInstallImages(ctx context.Context, req *conn
 
 // OperatorServiceHandler is an implementation of the byoc.ims.v1.OperatorService service.
 type OperatorServiceHandler interface {
-	// WhoAmI describes the token the caller presented.
+	// WhoAmI describes the caller: its token or signed-in identity and its
+	// role grants, with where each comes from.
 	WhoAmI(context.Context, *connect.Request[v1.WhoAmIRequest]) (*connect.Response[v1.WhoAmIResponse], error)
-	// CreateApiToken mints a new operator token (admin only).
+	// CheckAccess says whether the caller may do a verb (provision, deploy,
+	// break-glass, ...) on an install, an app or everything, and by which
+	// grant. It never fails for lack of a role.
+	CheckAccess(context.Context, *connect.Request[v1.CheckAccessRequest]) (*connect.Response[v1.CheckAccessResponse], error)
+	// CreateApiToken mints a named operator token with one role grant
+	// (admin on everything only). The secret is shown once.
 	CreateApiToken(context.Context, *connect.Request[v1.CreateApiTokenRequest]) (*connect.Response[v1.CreateApiTokenResponse], error)
+	// ListApiTokens lists the unrevoked tokens with their last use.
+	ListApiTokens(context.Context, *connect.Request[v1.ListApiTokensRequest]) (*connect.Response[v1.ListApiTokensResponse], error)
+	// RevokeApiToken revokes a token by id or name; it stops working at once.
+	RevokeApiToken(context.Context, *connect.Request[v1.RevokeApiTokenRequest]) (*connect.Response[v1.RevokeApiTokenResponse], error)
+	// GetLoginConfig returns imsd's single sign-on settings (issuer, client
+	// id, scopes) for byoc login. It needs no credentials.
+	GetLoginConfig(context.Context, *connect.Request[v1.GetLoginConfigRequest]) (*connect.Response[v1.GetLoginConfigResponse], error)
 	CreateApp(context.Context, *connect.Request[v1.CreateAppRequest]) (*connect.Response[v1.CreateAppResponse], error)
 	ListApps(context.Context, *connect.Request[v1.ListAppsRequest]) (*connect.Response[v1.ListAppsResponse], error)
 	GetApp(context.Context, *connect.Request[v1.GetAppRequest]) (*connect.Response[v1.GetAppResponse], error)
@@ -902,6 +1006,9 @@ type OperatorServiceHandler interface {
 	// CreateEnrollmentToken issues a fresh single-use enrolment token for an
 	// install, for example to replace its agent.
 	CreateEnrollmentToken(context.Context, *connect.Request[v1.CreateEnrollmentTokenRequest]) (*connect.Response[v1.CreateEnrollmentTokenResponse], error)
+	// LabelInstall sets and removes an install's labels, as kubectl label
+	// does: changing a label's value needs overwrite.
+	LabelInstall(context.Context, *connect.Request[v1.LabelInstallRequest]) (*connect.Response[v1.LabelInstallResponse], error)
 	// UpdateInstall changes an install's inputs and settings and, with
 	// deploy, queues an update workflow that applies them.
 	UpdateInstall(context.Context, *connect.Request[v1.UpdateInstallRequest]) (*connect.Response[v1.UpdateInstallResponse], error)
@@ -1020,10 +1127,34 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 		connect.WithSchema(operatorServiceMethods.ByName("WhoAmI")),
 		connect.WithHandlerOptions(opts...),
 	)
+	operatorServiceCheckAccessHandler := connect.NewUnaryHandler(
+		OperatorServiceCheckAccessProcedure,
+		svc.CheckAccess,
+		connect.WithSchema(operatorServiceMethods.ByName("CheckAccess")),
+		connect.WithHandlerOptions(opts...),
+	)
 	operatorServiceCreateApiTokenHandler := connect.NewUnaryHandler(
 		OperatorServiceCreateApiTokenProcedure,
 		svc.CreateApiToken,
 		connect.WithSchema(operatorServiceMethods.ByName("CreateApiToken")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceListApiTokensHandler := connect.NewUnaryHandler(
+		OperatorServiceListApiTokensProcedure,
+		svc.ListApiTokens,
+		connect.WithSchema(operatorServiceMethods.ByName("ListApiTokens")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceRevokeApiTokenHandler := connect.NewUnaryHandler(
+		OperatorServiceRevokeApiTokenProcedure,
+		svc.RevokeApiToken,
+		connect.WithSchema(operatorServiceMethods.ByName("RevokeApiToken")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceGetLoginConfigHandler := connect.NewUnaryHandler(
+		OperatorServiceGetLoginConfigProcedure,
+		svc.GetLoginConfig,
+		connect.WithSchema(operatorServiceMethods.ByName("GetLoginConfig")),
 		connect.WithHandlerOptions(opts...),
 	)
 	operatorServiceCreateAppHandler := connect.NewUnaryHandler(
@@ -1096,6 +1227,12 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 		OperatorServiceCreateEnrollmentTokenProcedure,
 		svc.CreateEnrollmentToken,
 		connect.WithSchema(operatorServiceMethods.ByName("CreateEnrollmentToken")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceLabelInstallHandler := connect.NewUnaryHandler(
+		OperatorServiceLabelInstallProcedure,
+		svc.LabelInstall,
+		connect.WithSchema(operatorServiceMethods.ByName("LabelInstall")),
 		connect.WithHandlerOptions(opts...),
 	)
 	operatorServiceUpdateInstallHandler := connect.NewUnaryHandler(
@@ -1288,8 +1425,16 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 		switch r.URL.Path {
 		case OperatorServiceWhoAmIProcedure:
 			operatorServiceWhoAmIHandler.ServeHTTP(w, r)
+		case OperatorServiceCheckAccessProcedure:
+			operatorServiceCheckAccessHandler.ServeHTTP(w, r)
 		case OperatorServiceCreateApiTokenProcedure:
 			operatorServiceCreateApiTokenHandler.ServeHTTP(w, r)
+		case OperatorServiceListApiTokensProcedure:
+			operatorServiceListApiTokensHandler.ServeHTTP(w, r)
+		case OperatorServiceRevokeApiTokenProcedure:
+			operatorServiceRevokeApiTokenHandler.ServeHTTP(w, r)
+		case OperatorServiceGetLoginConfigProcedure:
+			operatorServiceGetLoginConfigHandler.ServeHTTP(w, r)
 		case OperatorServiceCreateAppProcedure:
 			operatorServiceCreateAppHandler.ServeHTTP(w, r)
 		case OperatorServiceListAppsProcedure:
@@ -1314,6 +1459,8 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 			operatorServiceWatchInstallsHandler.ServeHTTP(w, r)
 		case OperatorServiceCreateEnrollmentTokenProcedure:
 			operatorServiceCreateEnrollmentTokenHandler.ServeHTTP(w, r)
+		case OperatorServiceLabelInstallProcedure:
+			operatorServiceLabelInstallHandler.ServeHTTP(w, r)
 		case OperatorServiceUpdateInstallProcedure:
 			operatorServiceUpdateInstallHandler.ServeHTTP(w, r)
 		case OperatorServicePlanInstallProcedure:
@@ -1389,8 +1536,24 @@ func (UnimplementedOperatorServiceHandler) WhoAmI(context.Context, *connect.Requ
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.WhoAmI is not implemented"))
 }
 
+func (UnimplementedOperatorServiceHandler) CheckAccess(context.Context, *connect.Request[v1.CheckAccessRequest]) (*connect.Response[v1.CheckAccessResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.CheckAccess is not implemented"))
+}
+
 func (UnimplementedOperatorServiceHandler) CreateApiToken(context.Context, *connect.Request[v1.CreateApiTokenRequest]) (*connect.Response[v1.CreateApiTokenResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.CreateApiToken is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) ListApiTokens(context.Context, *connect.Request[v1.ListApiTokensRequest]) (*connect.Response[v1.ListApiTokensResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.ListApiTokens is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) RevokeApiToken(context.Context, *connect.Request[v1.RevokeApiTokenRequest]) (*connect.Response[v1.RevokeApiTokenResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.RevokeApiToken is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) GetLoginConfig(context.Context, *connect.Request[v1.GetLoginConfigRequest]) (*connect.Response[v1.GetLoginConfigResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.GetLoginConfig is not implemented"))
 }
 
 func (UnimplementedOperatorServiceHandler) CreateApp(context.Context, *connect.Request[v1.CreateAppRequest]) (*connect.Response[v1.CreateAppResponse], error) {
@@ -1439,6 +1602,10 @@ func (UnimplementedOperatorServiceHandler) WatchInstalls(context.Context, *conne
 
 func (UnimplementedOperatorServiceHandler) CreateEnrollmentToken(context.Context, *connect.Request[v1.CreateEnrollmentTokenRequest]) (*connect.Response[v1.CreateEnrollmentTokenResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.CreateEnrollmentToken is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) LabelInstall(context.Context, *connect.Request[v1.LabelInstallRequest]) (*connect.Response[v1.LabelInstallResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.LabelInstall is not implemented"))
 }
 
 func (UnimplementedOperatorServiceHandler) UpdateInstall(context.Context, *connect.Request[v1.UpdateInstallRequest]) (*connect.Response[v1.UpdateInstallResponse], error) {

@@ -1,0 +1,442 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/dynamicpb"
+
+	"github.com/byoc-dev/byoc/agentd/agent"
+	"github.com/byoc-dev/byoc/e2e/cluster"
+	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
+	"github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1/imsv1connect"
+)
+
+// rolesApp has two installs (acme and globex), a break-glass role, an
+// ordinary action (use) and a debug action (mode break_glass).
+var rolesApp = map[string]string{
+	"app.toml": "name = \"shop\"\n",
+	"break_glass.toml": `max_duration = "2h"
+[[role]]
+name = "debugger"
+description = "Read logs."
+`,
+	"components/a.toml": `type = "action"
+[config]
+steps = [{ name = "a", script = "echo a" }]
+`,
+	"actions/use.toml":     "description = \"Uses.\"\n[[step]]\nname = \"use\"\nscript = \"echo use\"\n",
+	"actions/debug.toml":   "description = \"Debugs.\"\nmode = \"break_glass\"\n[[step]]\nname = \"debug\"\nscript = \"echo debug\"\n",
+	"installs/acme.toml":   "[labels]\ncustomer = \"acme\"\nenv = \"prod\"\n",
+	"installs/globex.toml": "[labels]\ncustomer = \"globex\"\nenv = \"prod\"\n",
+}
+
+// rpcAccess is what each RPC of OperatorService needs, written out here
+// apart from imsd's own rules: PERMISSION@TARGET, where the target is
+// all (a grant on everything), any (a grant anywhere; lists are
+// filtered), app (the app; to read, one of its installs is enough) or
+// install (the install the request names, directly or through a job or
+// workflow id); self needs credentials only, public not even those. An
+// RPC missing here fails TestEveryRPCEveryRole.
+var rpcAccess = map[string]string{
+	"WhoAmI": "self", "CheckAccess": "self", "GetLoginConfig": "public",
+	"CreateApiToken": "manage@all", "ListApiTokens": "manage@all", "RevokeApiToken": "manage@all",
+	"CreateApp": "deploy@all", "ListApps": "read@any", "GetApp": "read@app", "PushAppRevision": "deploy@any",
+	"ListAppRevisions": "read@app", "DiffAppRevisions": "read@app",
+	"CreateInstall": "deploy@app", "ListInstalls": "read@any", "GetInstall": "read@install", "ListInstallDrift": "read@install",
+	"WatchInstalls": "read@any", "CreateEnrollmentToken": "deploy@install", "UpdateInstall": "deploy@install", "LabelInstall": "manage@install", "PlanInstall": "read@install",
+	"StartWorkflow": "deploy@install", "ListWorkflows": "read@install", "GetWorkflow": "read@install", "ApproveWorkflow": "deploy@install",
+	"CancelWorkflow": "deploy@install", "RetryWorkflowStep": "deploy@install",
+	"EnqueueJob": "deploy@install", "EnqueueJobs": "deploy@install", "ListJobs": "read@install", "GetJob": "read@install",
+	"StreamJobLogs": "read@install", "CancelJob": "deploy@install",
+	"RegisterPluginType": "manage@all", "ListPluginTypes": "read@any", "GetPluginType": "read@any", "RemovePluginType": "manage@all",
+	// The request runs action "use" (mode maintenance): deploy; a debug
+	// action is checked apart below.
+	"ListActions": "read@install", "StartActionRun": "deploy@install", "ListActionRuns": "read@install", "GetActionRun": "read@install",
+	"RequestBreakGlass": "break-glass@install", "ListBreakGlassGrants": "read@install", "GetBreakGlassPolicy": "read@install",
+	"ListAuditEvents": "read@install", "GetInstallStack": "read@install",
+	"CreateBuildAgentToken": "manage@all", "StartBuild": "manage@all", "ListBuilds": "read@any", "ListInstallImages": "read@install",
+}
+
+// rolePerms is the role table of docs/operator/operators-and-roles.md.
+var rolePerms = map[imsv1.Role][]string{
+	imsv1.Role_ROLE_VIEWER:   {"read"},
+	imsv1.Role_ROLE_OPERATOR: {"read", "deploy", "debug"},
+	imsv1.Role_ROLE_SUPPORT:  {"read", "debug", "break-glass"},
+	imsv1.Role_ROLE_ADMIN:    {"read", "deploy", "debug", "break-glass", "manage"},
+}
+
+type roleFixture struct {
+	ims   *cluster.IMS
+	admin imsv1connect.OperatorServiceClient
+	// per install: a job, a workflow and an action run
+	job, wf, run map[string]string
+}
+
+func startRolesFixture(t *testing.T) *roleFixture {
+	t.Helper()
+	ims := cluster.StartIMS(t, fast)
+	admin := ims.Admin()
+	ctx := context.Background()
+	var files []*imsv1.AppFile
+	for p, c := range rolesApp {
+		files = append(files, &imsv1.AppFile{Path: p, Content: []byte(c)})
+	}
+	if _, err := admin.PushAppRevision(ctx, connect.NewRequest(&imsv1.PushAppRevisionRequest{Files: files})); err != nil {
+		t.Fatal(err)
+	}
+	f := &roleFixture{ims: ims, admin: admin, job: map[string]string{}, wf: map[string]string{}, run: map[string]string{}}
+	for _, in := range []string{"acme", "globex"} {
+		wf, err := admin.StartWorkflow(ctx, connect.NewRequest(&imsv1.StartWorkflowRequest{Install: in, Kind: imsv1.WorkflowKind_WORKFLOW_KIND_PROVISION}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.wf[in] = wf.Msg.Workflow.Id
+		j, err := admin.EnqueueJob(ctx, connect.NewRequest(&imsv1.EnqueueJobRequest{Install: in, ComponentType: "action", Operation: "plan"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.job[in] = j.Msg.Job.Id
+		run, err := admin.StartActionRun(ctx, connect.NewRequest(&imsv1.StartActionRunRequest{Install: in, Action: "use"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.run[in] = run.Msg.Run.Id
+	}
+	return f
+}
+
+// token creates a token of role on scope ("" or install:NAME) and
+// returns its client.
+func (f *roleFixture) token(t *testing.T, name string, role imsv1.Role, install, selector string) imsv1connect.OperatorServiceClient {
+	t.Helper()
+	tok, err := f.admin.CreateApiToken(context.Background(), connect.NewRequest(&imsv1.CreateApiTokenRequest{Name: name, Role: role, Install: install, Selector: selector}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f.ims.Client(tok.Msg.Token)
+}
+
+// request fills md's request for target install in by field name.
+func (f *roleFixture) request(md protoreflect.MethodDescriptor, in string) proto.Message {
+	name := string(md.Name())
+	if name == "EnqueueJobs" {
+		return &imsv1.EnqueueJobsRequest{Jobs: []*imsv1.EnqueueJobRequest{{Install: in, ComponentType: "action", Operation: "plan"}}}
+	}
+	strs := map[string]string{"install": in, "app": "shop", "id_or_name": in, "job_id": f.job[in], "action": "use",
+		"reason": "roles test", "component_type": "action", "operation": "plan", "type": "action", "role": "debugger", "verb": "deploy"}
+	switch name {
+	case "GetApp":
+		strs["id_or_name"] = "shop"
+	case "RevokeApiToken":
+		strs["id_or_name"] = "no-such-token"
+	}
+	m := dynamicpb.NewMessage(md.Input())
+	fields := md.Input().Fields()
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		if fd.Cardinality() == protoreflect.Repeated {
+			continue
+		}
+		switch fd.Kind() {
+		case protoreflect.StringKind:
+			v := strs[string(fd.Name())]
+			if fd.Name() == "id" {
+				switch {
+				case strings.Contains(name, "ActionRun"):
+					v = f.run[in]
+				case strings.Contains(name, "Job"):
+					v = f.job[in]
+				default:
+					v = f.wf[in]
+				}
+			}
+			if v != "" {
+				m.Set(fd, protoreflect.ValueOfString(v))
+			}
+		case protoreflect.EnumKind:
+			if vals := fd.Enum().Values(); vals.Len() > 1 {
+				m.Set(fd, protoreflect.ValueOfEnum(vals.Get(1).Number()))
+			}
+		}
+	}
+	return m
+}
+
+// call calls md with req as client token and returns the error, if any,
+// the call (or its stream's first message) ended with.
+func (f *roleFixture) call(ctx context.Context, token string, md protoreflect.MethodDescriptor, req proto.Message) error {
+	c := connect.NewClient[dynamicpb.Message, dynamicpb.Message](agent.DefaultHTTPClient(),
+		f.ims.URL()+"/"+string(md.Parent().FullName())+"/"+string(md.Name()),
+		connect.WithSchema(md), connect.WithInterceptors(cluster.Bearer(token)),
+		connect.WithResponseInitializer(func(spec connect.Spec, msg any) error {
+			*msg.(*dynamicpb.Message) = *dynamicpb.NewMessage(spec.Schema.(protoreflect.MethodDescriptor).Output())
+			return nil
+		}))
+	dm := dynamicpb.NewMessage(md.Input())
+	b, err := proto.Marshal(req)
+	if err != nil {
+		return err
+	}
+	if err := proto.Unmarshal(b, dm); err != nil {
+		return err
+	}
+	if md.IsStreamingServer() {
+		sctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		st, err := c.CallServerStream(sctx, connect.NewRequest(dm))
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		if st.Receive() {
+			return nil
+		}
+		if err := st.Err(); err != nil && !errors.Is(sctx.Err(), context.DeadlineExceeded) {
+			return err
+		}
+		return nil
+	}
+	_, err = c.CallUnary(ctx, connect.NewRequest(dm))
+	return err
+}
+
+// Every RPC of OperatorService, enumerated from its descriptor (so an RPC
+// added later is called too, and fails here until rpcAccess says what it
+// needs), is called by a token of every role (enumerated from the Role
+// enum), granted on everything, on install acme only and on the installs
+// labelled customer=acme (acme), against install
+// acme and install globex. A call the role table does not allow is
+// refused with permission_denied naming the role and the install; one it
+// allows is not refused.
+func TestEveryRPCEveryRole(t *testing.T) {
+	f := startRolesFixture(t)
+	ctx := context.Background()
+	methods := imsv1.File_byoc_ims_v1_operator_proto.Services().ByName("OperatorService").Methods()
+	for i := range methods.Len() {
+		if _, ok := rpcAccess[string(methods.Get(i).Name())]; !ok {
+			t.Errorf("%s: not in rpcAccess; say what it needs", methods.Get(i).Name())
+		}
+	}
+	enum := imsv1.Role_ROLE_UNSPECIFIED.Descriptor().Values()
+	var roles []imsv1.Role
+	for i := range enum.Len() {
+		if r := imsv1.Role(enum.Get(i).Number()); r != imsv1.Role_ROLE_UNSPECIFIED {
+			roles = append(roles, r)
+		}
+	}
+	// Admins last: their writes must not hide anything from the others.
+	slices.SortStableFunc(roles, func(a, b imsv1.Role) int {
+		if a == imsv1.Role_ROLE_ADMIN {
+			return 1
+		}
+		if b == imsv1.Role_ROLE_ADMIN {
+			return -1
+		}
+		return 0
+	})
+	for _, scope := range []string{"install", "selector", "all"} {
+		for _, role := range roles {
+			rname := strings.ToLower(strings.TrimPrefix(role.String(), "ROLE_"))
+			tname := rname + "-" + scope
+			req := &imsv1.CreateApiTokenRequest{Name: tname, Role: role}
+			switch scope {
+			case "install":
+				req.Install = "acme"
+			case "selector":
+				req.Selector = "customer=acme"
+			}
+			scoped := scope != "all"
+			tok, err := f.admin.CreateApiToken(ctx, connect.NewRequest(req))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Run(tname, func(t *testing.T) {
+				for i := range methods.Len() {
+					md := methods.Get(i)
+					spec := rpcAccess[string(md.Name())]
+					for _, target := range []string{"acme", "globex"} {
+						want := allowedBy(spec, role, scoped, target)
+						err := f.call(ctx, tok.Msg.Token, md, f.request(md, target))
+						code := connect.CodeOf(err)
+						switch {
+						case !want && code != connect.CodePermissionDenied:
+							t.Errorf("%s on %s: got %v, want permission_denied", md.Name(), target, err)
+						case !want && !strings.Contains(err.Error(), rname):
+							t.Errorf("%s on %s: refusal does not name role %s: %v", md.Name(), target, rname, err)
+						case !want && strings.HasSuffix(spec, "@install") && !strings.Contains(err.Error(), "install "+target):
+							t.Errorf("%s on %s: refusal does not name the install: %v", md.Name(), target, err)
+						case want && err != nil && (code == connect.CodePermissionDenied || code == connect.CodeUnauthenticated):
+							t.Errorf("%s on %s: refused (%v), though %s allows it", md.Name(), target, err, spec)
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+// allowedBy reports whether a role, granted on everything or (scoped) on
+// install acme only, may call an RPC that needs spec on install target.
+func allowedBy(spec string, role imsv1.Role, scoped bool, target string) bool {
+	if spec == "self" || spec == "public" {
+		return true
+	}
+	perm, on, _ := strings.Cut(spec, "@")
+	if !slices.Contains(rolePerms[role], perm) {
+		return false
+	}
+	switch on {
+	case "all":
+		return !scoped
+	case "any":
+		return true
+	case "app":
+		return !scoped || perm == "read"
+	case "install":
+		return !scoped || target == "acme"
+	}
+	panic("bad spec " + spec)
+}
+
+// A support engineer scoped to one customer (a label selector grant,
+// customer=acme) sees only that customer's
+// installs in lists, the fleet view and the audit, may request
+// break-glass and run a debug action there, and may not run an ordinary
+// action (deploy). Every mutating RPC on another install is refused in
+// TestEveryRPCEveryRole (support-install, support-selector).
+func TestSupportScopedToOneCustomer(t *testing.T) {
+	f := startRolesFixture(t)
+	ctx := context.Background()
+	sup := f.token(t, "sup-acme", imsv1.Role_ROLE_SUPPORT, "", "customer=acme")
+
+	ins, err := sup.ListInstalls(ctx, connect.NewRequest(&imsv1.ListInstallsRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ins.Msg.Installs) != 1 || ins.Msg.Installs[0].Name != "acme" {
+		t.Fatalf("ListInstalls: %v, want acme only", ins.Msg.Installs)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	st, err := sup.WatchInstalls(wctx, connect.NewRequest(&imsv1.WatchInstallsRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Receive() {
+		t.Fatal(st.Err())
+	}
+	if fl := st.Msg().Installs; !st.Msg().Snapshot || len(fl) != 1 || fl[0].Install.Name != "acme" {
+		t.Fatalf("fleet view: %v, want acme only", fl)
+	}
+	cancel()
+	st.Close()
+	apps, err := sup.ListApps(ctx, connect.NewRequest(&imsv1.ListAppsRequest{}))
+	if err != nil || len(apps.Msg.Apps) != 1 {
+		t.Fatalf("ListApps: %v %v", apps, err)
+	}
+	jobs, err := sup.ListJobs(ctx, connect.NewRequest(&imsv1.ListJobsRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	acme, err := f.admin.GetInstall(ctx, connect.NewRequest(&imsv1.GetInstallRequest{IdOrName: "acme"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range jobs.Msg.Jobs {
+		if j.InstallId != acme.Msg.Install.Id {
+			t.Errorf("ListJobs shows job %s of install %s", j.Id, j.InstallId)
+		}
+	}
+	wfs, err := sup.ListWorkflows(ctx, connect.NewRequest(&imsv1.ListWorkflowsRequest{}))
+	if err != nil || len(wfs.Msg.Workflows) == 0 {
+		t.Fatalf("ListWorkflows: %v %v", wfs, err)
+	}
+	for _, w := range wfs.Msg.Workflows {
+		if w.InstallId != acme.Msg.Install.Id {
+			t.Errorf("ListWorkflows shows %s of %s", w.Id, w.InstallId)
+		}
+	}
+
+	// Break-glass on acme: requested; the debug action runs; an ordinary
+	// action does not.
+	bg, err := sup.RequestBreakGlass(ctx, connect.NewRequest(&imsv1.RequestBreakGlassRequest{Install: "acme", Role: "debugger", Reason: "customer ticket 42", DurationSeconds: 3600}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sup.StartActionRun(ctx, connect.NewRequest(&imsv1.StartActionRunRequest{Install: "acme", Action: "debug"})); err != nil {
+		t.Fatalf("support runs the debug action: %v", err)
+	}
+	_, err = sup.StartActionRun(ctx, connect.NewRequest(&imsv1.StartActionRunRequest{Install: "acme", Action: "use"}))
+	wantCode(t, err, connect.CodePermissionDenied, "support")
+	_, err = sup.RequestBreakGlass(ctx, connect.NewRequest(&imsv1.RequestBreakGlassRequest{Install: "globex", Role: "debugger", Reason: "x", DurationSeconds: 60}))
+	wantCode(t, err, connect.CodePermissionDenied, "install globex")
+	grants, err := sup.ListBreakGlassGrants(ctx, connect.NewRequest(&imsv1.ListBreakGlassGrantsRequest{}))
+	if err != nil || len(grants.Msg.Grants) != 1 || grants.Msg.Grants[0].Id != bg.Msg.Grant.Id {
+		t.Fatalf("ListBreakGlassGrants: %v %v", grants, err)
+	}
+
+	// The audit: acme's chain only, with the break-glass request in it;
+	// not the vendor chain, not globex's.
+	evs, err := sup.ListAuditEvents(ctx, connect.NewRequest(&imsv1.ListAuditEventsRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sawRequest := false
+	for _, e := range evs.Msg.Events {
+		if e.Chain != acme.Msg.Install.Id {
+			t.Errorf("audit shows chain %s: %s %s", e.Chain, e.Kind, e.Subject)
+		}
+		sawRequest = sawRequest || (e.Actor == "token:sup-acme" && e.Subject == "RequestBreakGlass")
+	}
+	if !sawRequest {
+		t.Errorf("acme's audit lacks the support engineer's break-glass request: %v", evs.Msg.Events)
+	}
+	_, err = sup.ListAuditEvents(ctx, connect.NewRequest(&imsv1.ListAuditEventsRequest{Vendor: true}))
+	wantCode(t, err, connect.CodePermissionDenied, "support")
+
+	who, err := sup.WhoAmI(ctx, connect.NewRequest(&imsv1.WhoAmIRequest{}))
+	if err != nil || len(who.Msg.Grants) != 1 || who.Msg.Grants[0].Scope != "selector:customer=acme" || who.Msg.Grants[0].Source != "token sup-acme" {
+		t.Fatalf("WhoAmI: %v %v", who, err)
+	}
+	can, err := sup.CheckAccess(ctx, connect.NewRequest(&imsv1.CheckAccessRequest{Verb: "provision", Install: "acme"}))
+	if err != nil || can.Msg.Allowed || !strings.Contains(can.Msg.Reason, "operator or admin") {
+		t.Fatalf("can-i provision acme: %v %v", can, err)
+	}
+	can, err = sup.CheckAccess(ctx, connect.NewRequest(&imsv1.CheckAccessRequest{Verb: "break-glass", Install: "acme"}))
+	if err != nil || !can.Msg.Allowed {
+		t.Fatalf("can-i break-glass acme: %v %v", can, err)
+	}
+}
+
+// /metrics carries a series per install: byoc_install_info with its app
+// and labels (label_KEY), and its jobs and agent by install name, so
+// alerts and dashboards can route and group by install label.
+func TestMetricsCarryInstallLabels(t *testing.T) {
+	f := startRolesFixture(t)
+	res, err := http.Get(f.ims.URL() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	m := string(b)
+	for _, want := range []string{
+		`byoc_install_info{app="shop",install="acme",label_customer="acme",label_env="prod"} 1`,
+		`byoc_install_info{app="shop",install="globex",label_customer="globex",label_env="prod"} 1`,
+		`byoc_install_jobs{install="acme",state="queued"}`,
+		`byoc_install_agent_online{install="globex"} 0`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}

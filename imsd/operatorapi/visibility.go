@@ -1,0 +1,96 @@
+package operatorapi
+
+import (
+	"context"
+
+	"github.com/byoc-dev/byoc/imsd/access"
+	"github.com/byoc-dev/byoc/imsd/errs"
+	"github.com/byoc-dev/byoc/imsd/store"
+)
+
+// require checks the caller may do perm on the install with id or name
+// idOrName; what names the call in the refusal.
+func (s *Service) require(ctx context.Context, what string, perm access.Perm, idOrName string) error {
+	return checkInstall(ctx, s.store, callerFrom(ctx), rule{perm: perm, verb: what}, idOrName)
+}
+
+// requireApp checks the caller may do perm on the app named app, or on
+// everything when app is "".
+func (s *Service) requireApp(ctx context.Context, what string, perm access.Perm, app string) error {
+	p := callerFrom(ctx)
+	t := access.Target{App: app}
+	if _, ok := p.Can(perm, t); ok {
+		return nil
+	}
+	return errs.E(errs.PermissionDenied, "%s", p.Refusal(what, perm, t))
+}
+
+// view says which installs the caller may read: every one, or those in
+// ids (by id) — what every list and the fleet view answer.
+type view struct {
+	all bool
+	ids map[string]bool
+}
+
+// visible reports whether the install with id installID may be seen.
+func (v view) visible(installID string) bool { return v.all || v.ids[installID] }
+
+// readView returns the installs the caller may read.
+func (s *Service) readView(ctx context.Context) (view, error) {
+	p := callerFrom(ctx)
+	if p.Everywhere(access.Read) {
+		return view{all: true}, nil
+	}
+	v := view{ids: map[string]bool{}}
+	if !p.Anywhere(access.Read) {
+		return v, nil
+	}
+	apps, err := s.store.ListApps(ctx)
+	if err != nil {
+		return v, err
+	}
+	names := make(map[string]string, len(apps))
+	for _, a := range apps {
+		names[a.ID] = a.Name
+	}
+	ins, err := s.store.ListInstalls(ctx, "")
+	if err != nil {
+		return v, err
+	}
+	for _, in := range ins {
+		if _, ok := p.Can(access.Read, access.Target{Install: in.Name, App: names[in.AppID], Labels: installLabels(in)}); ok {
+			v.ids[in.ID] = true
+		}
+	}
+	return v, nil
+}
+
+// visibleApps returns the apps the caller may see: those a grant covers,
+// and those with an install it may see.
+func (s *Service) visibleApps(ctx context.Context, apps []store.App) ([]store.App, error) {
+	p := callerFrom(ctx)
+	if p.Everywhere(access.Read) {
+		return apps, nil
+	}
+	v, err := s.readView(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ins, err := s.store.ListInstalls(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	has := map[string]bool{}
+	for _, in := range ins {
+		if v.visible(in.ID) {
+			has[in.AppID] = true
+		}
+	}
+	var out []store.App
+	for _, a := range apps {
+		if _, ok := p.Can(access.Read, access.Target{App: a.Name}); ok || has[a.ID] {
+			out = append(out, a)
+		}
+	}
+	return out, nil
+}
