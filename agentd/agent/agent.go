@@ -24,6 +24,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -137,6 +138,9 @@ type Agent struct {
 
 	// instance is this process's random id, sent in every hello.
 	instance string
+	// failedInRow counts the jobs that failed or timed out since the last
+	// that succeeded, for the condition imsd's health counts.
+	failedInRow atomic.Int32
 
 	mu sync.Mutex
 	// jobs holds the attempts the agent owns (keyed by job id): their

@@ -25,6 +25,7 @@ func (c *conn) handle(ctx context.Context, m *agentv1.ConnectRequest) error {
 	case *agentv1.ConnectRequest_Heartbeat:
 		c.touch(ctx, now)
 		c.reportPermissions(ctx, msg.Heartbeat.Permissions, now)
+		c.reportCondition(ctx, msg.Heartbeat.Condition, now)
 		renewed, lost, err := s.store.RenewLeases(ctx, c.agent.ID, leases(msg.Heartbeat.Running), s.reclaimAfter(now))
 		if err != nil {
 			return s.err(ctx, err)

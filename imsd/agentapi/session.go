@@ -337,9 +337,10 @@ func (c *conn) welcomeLocked(ctx context.Context, hello *agentv1.Hello) error {
 		}
 	}
 	c.logger().InfoContext(ctx, "agent connected", "reattached", len(renewed), "lost", len(lost))
-	c.touch(ctx, now)
+	c.connected(ctx, hello.Version, now)
 	c.reportPermissions(ctx, hello.Permissions, now)
 	c.reportStack(ctx, hello.Stack, now)
+	c.reportCondition(ctx, hello.Condition, now)
 	c.lastForced = now
 	return c.claim(ctx, true)
 }
@@ -364,6 +365,37 @@ func (c *conn) touch(ctx context.Context, now time.Time) {
 		return
 	}
 	c.lastSeen = now
+}
+
+// connected records the hello: when the agent was last seen and when its
+// stream began (the health grace period after a reconnect or an update
+// starts there), and its version, in one write.
+func (c *conn) connected(ctx context.Context, version string, now time.Time) {
+	c.lastHeard = now
+	if err := c.svc.store.AgentConnected(ctx, c.agent.ID, version, now); err != nil {
+		c.logger().WarnContext(ctx, "record agent connected", "err", err)
+		return
+	}
+	c.lastSeen = now
+}
+
+// reportCondition records the condition the agent reported (its disk, its
+// jobs failed in a row), when it differs from what is recorded. An agent
+// that reports none (an older agentd) leaves it as it was. c.mu is held.
+func (c *conn) reportCondition(ctx context.Context, p *agentv1.AgentCondition, now time.Time) {
+	if p == nil {
+		return
+	}
+	cond := store.AgentCondition{DiskUsedPercent: int(min(p.DiskUsedPercent, 100)), FailedInRow: int(min(p.FailedInRow, 1<<20))}
+	if o := c.agent.Condition; o != nil && o.DiskUsedPercent == cond.DiskUsedPercent && o.FailedInRow == cond.FailedInRow {
+		return
+	}
+	if err := c.svc.store.SetAgentCondition(ctx, c.agent.ID, cond, now); err != nil {
+		c.logger().WarnContext(ctx, "record agent condition", "err", err)
+		return
+	}
+	cond.ReportedAt = now
+	c.agent.Condition = &cond
 }
 
 // reportPermissions records the permission state the agent reported, when

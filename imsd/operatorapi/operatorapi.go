@@ -1098,6 +1098,7 @@ func (s *Service) agentStatus(agents []store.Agent) *imsv1.AgentStatus {
 	st := &imsv1.AgentStatus{
 		AgentId: a.ID, Connected: connected, LastSeenTime: ts(a.LastSeenAt),
 		Version: a.Version, Hostname: a.Hostname, EnrollTime: ts(a.EnrolledAt),
+		Health: string(a.Health), HealthTime: ts(healthSince(a)), HealthReason: a.HealthReason,
 	}
 	if !a.ConflictAt.IsZero() && s.now().Sub(a.ConflictAt) < ConflictShownFor {
 		st.IdentityConflict, st.IdentityConflictTime = a.Conflict, ts(a.ConflictAt)
@@ -1110,6 +1111,15 @@ func (s *Service) agentStatus(agents []store.Agent) *imsv1.AgentStatus {
 		st.Stack = &imsv1.StackReport{Format: r.Format, Stack: r.Stack, Inputs: r.Inputs, Outputs: r.Outputs, ReportTime: ts(r.ReportedAt)}
 	}
 	return st
+}
+
+// healthSince is when agent a entered its health: its enrolment until
+// the health sweeper first changed it.
+func healthSince(a store.Agent) time.Time {
+	if a.HealthSince.IsZero() {
+		return a.EnrolledAt
+	}
+	return a.HealthSince
 }
 
 // ConflictShownFor is how long after imsd last saw two processes share an

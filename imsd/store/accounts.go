@@ -435,7 +435,12 @@ type agentRow struct {
 	Permissions   string `db:"permissions"`
 	PermissionsAt int64  `db:"permissions_at"`
 	// Stack is JSON, "" for never reported.
-	Stack string `db:"stack"`
+	Stack          string `db:"stack"`
+	Health         string `db:"health"`
+	HealthSince    int64  `db:"health_since"`
+	HealthReason   string `db:"health_reason"`
+	ConnectedAt    int64  `db:"connected_at"`
+	AgentCondition string `db:"agent_condition"`
 }
 
 func (r agentRow) agent() Agent {
@@ -443,6 +448,8 @@ func (r agentRow) agent() Agent {
 		ID: r.ID, InstallID: r.InstallID, PublicKey: r.PublicKey, Hostname: r.Hostname, Version: r.Version,
 		EnrolledAt: fromNanos(r.EnrolledAt), LastSeenAt: fromNanos(r.LastSeenAt),
 		ConflictAt: fromNanos(r.ConflictAt), Conflict: r.Conflict, PermissionsAt: fromNanos(r.PermissionsAt),
+		Health: Health(r.Health), HealthSince: fromNanos(r.HealthSince), HealthReason: r.HealthReason,
+		ConnectedAt: fromNanos(r.ConnectedAt), Condition: decodeCondition(r.AgentCondition),
 	}
 	if r.Permissions != "" {
 		var p Permissions
@@ -461,7 +468,7 @@ func (r agentRow) agent() Agent {
 }
 
 const agentCols = `id, install_id, public_key, hostname, version, enrolled_at, last_seen_at, conflict_at, conflict,
-	permissions, permissions_at, stack`
+	permissions, permissions_at, stack, health, health_since, health_reason, connected_at, agent_condition`
 
 // SetAgentPermissions records the permission state agent id reported at
 // now. imsd calls it when the state differs from what it last recorded.

@@ -73,6 +73,8 @@ func Run(t *testing.T, open OpenFunc) {
 		{"Modes", testModes},
 		{"AgentPermissions", testAgentPermissions},
 		{"AgentStack", testAgentStack},
+		{"AgentHealth", testAgentHealth},
+		{"AlertOutbox", testAlertOutbox},
 		{"BreakGlass", testBreakGlass},
 		{"AuditEvents", testAuditEvents},
 		{"AuditAppendOnly", testAuditAppendOnly},

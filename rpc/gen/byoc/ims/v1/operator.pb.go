@@ -757,7 +757,14 @@ type AgentStatus struct {
 	Permissions *Permissions `protobuf:"bytes,9,opt,name=permissions,proto3" json:"permissions,omitempty"`
 	// stack is what the agent last reported of its install stack (unset:
 	// never, or it runs without one).
-	Stack         *StackReport `protobuf:"bytes,90,opt,name=stack,proto3" json:"stack,omitempty"`
+	Stack *StackReport `protobuf:"bytes,90,opt,name=stack,proto3" json:"stack,omitempty"`
+	// health is the agent's health as imsd's health sweeper last decided
+	// it: healthy, degraded or offline (empty from an imsd before health).
+	Health string `protobuf:"bytes,91,opt,name=health,proto3" json:"health,omitempty"`
+	// health_time is when the agent entered that health.
+	HealthTime *timestamppb.Timestamp `protobuf:"bytes,92,opt,name=health_time,json=healthTime,proto3" json:"health_time,omitempty"`
+	// health_reason says why it is degraded or offline.
+	HealthReason  string `protobuf:"bytes,93,opt,name=health_reason,json=healthReason,proto3" json:"health_reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -860,6 +867,27 @@ func (x *AgentStatus) GetStack() *StackReport {
 		return x.Stack
 	}
 	return nil
+}
+
+func (x *AgentStatus) GetHealth() string {
+	if x != nil {
+		return x.Health
+	}
+	return ""
+}
+
+func (x *AgentStatus) GetHealthTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.HealthTime
+	}
+	return nil
+}
+
+func (x *AgentStatus) GetHealthReason() string {
+	if x != nil {
+		return x.HealthReason
+	}
+	return ""
 }
 
 // StackReport is an install stack as its agent reports it: the
@@ -6061,7 +6089,7 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\n" +
 	"id_or_name\x18\x01 \x01(\tR\bidOrName\"4\n" +
 	"\x0eGetAppResponse\x12\"\n" +
-	"\x03app\x18\x01 \x01(\v2\x10.byoc.ims.v1.AppR\x03app\"\xe6\x03\n" +
+	"\x03app\x18\x01 \x01(\v2\x10.byoc.ims.v1.AppR\x03app\"\xe0\x04\n" +
 	"\vAgentStatus\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1c\n" +
 	"\tconnected\x18\x02 \x01(\bR\tconnected\x12@\n" +
@@ -6073,7 +6101,11 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x11identity_conflict\x18\a \x01(\tR\x10identityConflict\x12P\n" +
 	"\x16identity_conflict_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x14identityConflictTime\x12:\n" +
 	"\vpermissions\x18\t \x01(\v2\x18.byoc.ims.v1.PermissionsR\vpermissions\x12.\n" +
-	"\x05stack\x18Z \x01(\v2\x18.byoc.ims.v1.StackReportR\x05stack\"\xee\x02\n" +
+	"\x05stack\x18Z \x01(\v2\x18.byoc.ims.v1.StackReportR\x05stack\x12\x16\n" +
+	"\x06health\x18[ \x01(\tR\x06health\x12;\n" +
+	"\vhealth_time\x18\\ \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"healthTime\x12#\n" +
+	"\rhealth_reason\x18] \x01(\tR\fhealthReason\"\xee\x02\n" +
 	"\vStackReport\x12\x16\n" +
 	"\x06format\x18\x01 \x01(\tR\x06format\x12\x14\n" +
 	"\x05stack\x18\x02 \x01(\tR\x05stack\x12<\n" +
@@ -6717,188 +6749,189 @@ var file_byoc_ims_v1_operator_proto_depIdxs = []int32{
 	101, // 8: byoc.ims.v1.AgentStatus.identity_conflict_time:type_name -> google.protobuf.Timestamp
 	16,  // 9: byoc.ims.v1.AgentStatus.permissions:type_name -> byoc.ims.v1.Permissions
 	15,  // 10: byoc.ims.v1.AgentStatus.stack:type_name -> byoc.ims.v1.StackReport
-	94,  // 11: byoc.ims.v1.StackReport.inputs:type_name -> byoc.ims.v1.StackReport.InputsEntry
-	95,  // 12: byoc.ims.v1.StackReport.outputs:type_name -> byoc.ims.v1.StackReport.OutputsEntry
-	101, // 13: byoc.ims.v1.StackReport.report_time:type_name -> google.protobuf.Timestamp
-	101, // 14: byoc.ims.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
-	101, // 15: byoc.ims.v1.Permissions.report_time:type_name -> google.protobuf.Timestamp
-	96,  // 16: byoc.ims.v1.Install.inputs:type_name -> byoc.ims.v1.Install.InputsEntry
-	101, // 17: byoc.ims.v1.Install.create_time:type_name -> google.protobuf.Timestamp
-	14,  // 18: byoc.ims.v1.Install.agent:type_name -> byoc.ims.v1.AgentStatus
-	18,  // 19: byoc.ims.v1.Install.settings:type_name -> byoc.ims.v1.InstallSettings
-	102, // 20: byoc.ims.v1.Install.health:type_name -> byoc.ims.v1.InstallHealth
-	97,  // 21: byoc.ims.v1.InstallSettings.overrides:type_name -> byoc.ims.v1.InstallSettings.OverridesEntry
-	98,  // 22: byoc.ims.v1.CreateInstallRequest.inputs:type_name -> byoc.ims.v1.CreateInstallRequest.InputsEntry
-	17,  // 23: byoc.ims.v1.CreateInstallResponse.install:type_name -> byoc.ims.v1.Install
-	21,  // 24: byoc.ims.v1.CreateInstallResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	101, // 25: byoc.ims.v1.EnrollmentToken.expire_time:type_name -> google.protobuf.Timestamp
-	17,  // 26: byoc.ims.v1.ListInstallsResponse.installs:type_name -> byoc.ims.v1.Install
-	17,  // 27: byoc.ims.v1.GetInstallResponse.install:type_name -> byoc.ims.v1.Install
-	28,  // 28: byoc.ims.v1.ListInstallDriftResponse.components:type_name -> byoc.ims.v1.ComponentDrift
-	101, // 29: byoc.ims.v1.ComponentDrift.check_time:type_name -> google.protobuf.Timestamp
-	38,  // 30: byoc.ims.v1.ComponentDrift.changes:type_name -> byoc.ims.v1.PlannedChange
-	101, // 31: byoc.ims.v1.ComponentDrift.next_check_time:type_name -> google.protobuf.Timestamp
-	17,  // 32: byoc.ims.v1.InstallStatus.install:type_name -> byoc.ims.v1.Install
-	29,  // 33: byoc.ims.v1.WatchInstallsResponse.installs:type_name -> byoc.ims.v1.InstallStatus
-	99,  // 34: byoc.ims.v1.UpdateInstallRequest.set_inputs:type_name -> byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
-	17,  // 35: byoc.ims.v1.UpdateInstallResponse.install:type_name -> byoc.ims.v1.Install
-	103, // 36: byoc.ims.v1.UpdateInstallResponse.workflow:type_name -> byoc.ims.v1.Workflow
-	21,  // 37: byoc.ims.v1.CreateEnrollmentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	104, // 38: byoc.ims.v1.Job.config:type_name -> google.protobuf.Struct
-	1,   // 39: byoc.ims.v1.Job.state:type_name -> byoc.ims.v1.JobState
-	101, // 40: byoc.ims.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	101, // 41: byoc.ims.v1.Job.start_time:type_name -> google.protobuf.Timestamp
-	101, // 42: byoc.ims.v1.Job.end_time:type_name -> google.protobuf.Timestamp
-	101, // 43: byoc.ims.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
-	100, // 44: byoc.ims.v1.Job.outputs:type_name -> byoc.ims.v1.Job.OutputsEntry
-	38,  // 45: byoc.ims.v1.Job.planned_changes:type_name -> byoc.ims.v1.PlannedChange
-	37,  // 46: byoc.ims.v1.Job.policy_findings:type_name -> byoc.ims.v1.PolicyFinding
-	105, // 47: byoc.ims.v1.PlannedChange.before:type_name -> google.protobuf.Value
-	105, // 48: byoc.ims.v1.PlannedChange.after:type_name -> google.protobuf.Value
-	104, // 49: byoc.ims.v1.EnqueueJobRequest.config:type_name -> google.protobuf.Struct
-	36,  // 50: byoc.ims.v1.EnqueueJobResponse.job:type_name -> byoc.ims.v1.Job
-	39,  // 51: byoc.ims.v1.EnqueueJobsRequest.jobs:type_name -> byoc.ims.v1.EnqueueJobRequest
-	36,  // 52: byoc.ims.v1.EnqueueJobsResponse.jobs:type_name -> byoc.ims.v1.Job
-	1,   // 53: byoc.ims.v1.ListJobsRequest.states:type_name -> byoc.ims.v1.JobState
-	36,  // 54: byoc.ims.v1.ListJobsResponse.jobs:type_name -> byoc.ims.v1.Job
-	36,  // 55: byoc.ims.v1.GetJobResponse.job:type_name -> byoc.ims.v1.Job
-	101, // 56: byoc.ims.v1.LogLine.time:type_name -> google.protobuf.Timestamp
-	2,   // 57: byoc.ims.v1.LogLine.stream:type_name -> byoc.ims.v1.LogStream
-	47,  // 58: byoc.ims.v1.StreamJobLogsResponse.lines:type_name -> byoc.ims.v1.LogLine
-	36,  // 59: byoc.ims.v1.StreamJobLogsResponse.job:type_name -> byoc.ims.v1.Job
-	36,  // 60: byoc.ims.v1.CancelJobResponse.job:type_name -> byoc.ims.v1.Job
-	101, // 61: byoc.ims.v1.AppRevision.create_time:type_name -> google.protobuf.Timestamp
-	52,  // 62: byoc.ims.v1.PushAppRevisionRequest.files:type_name -> byoc.ims.v1.AppFile
-	7,   // 63: byoc.ims.v1.PushAppRevisionResponse.app:type_name -> byoc.ims.v1.App
-	53,  // 64: byoc.ims.v1.PushAppRevisionResponse.revision:type_name -> byoc.ims.v1.AppRevision
-	61,  // 65: byoc.ims.v1.PushAppRevisionResponse.changes:type_name -> byoc.ims.v1.ConfigChange
-	56,  // 66: byoc.ims.v1.PushAppRevisionResponse.installs:type_name -> byoc.ims.v1.InstallApplied
-	103, // 67: byoc.ims.v1.PushAppRevisionResponse.workflows:type_name -> byoc.ims.v1.Workflow
-	17,  // 68: byoc.ims.v1.InstallApplied.install:type_name -> byoc.ims.v1.Install
-	21,  // 69: byoc.ims.v1.InstallApplied.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	53,  // 70: byoc.ims.v1.ListAppRevisionsResponse.revisions:type_name -> byoc.ims.v1.AppRevision
-	61,  // 71: byoc.ims.v1.DiffAppRevisionsResponse.changes:type_name -> byoc.ims.v1.ConfigChange
-	62,  // 72: byoc.ims.v1.ConfigChange.values:type_name -> byoc.ims.v1.FieldChange
-	63,  // 73: byoc.ims.v1.ConfigDiagnostics.diagnostics:type_name -> byoc.ims.v1.ConfigDiagnostic
-	105, // 74: byoc.ims.v1.PluginType.config_schema:type_name -> google.protobuf.Value
-	105, // 75: byoc.ims.v1.PluginType.outputs_schema:type_name -> google.protobuf.Value
-	101, // 76: byoc.ims.v1.PluginType.register_time:type_name -> google.protobuf.Timestamp
-	65,  // 77: byoc.ims.v1.RegisterPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
-	65,  // 78: byoc.ims.v1.RegisterPluginTypeResponse.replaced:type_name -> byoc.ims.v1.PluginType
-	65,  // 79: byoc.ims.v1.ListPluginTypesResponse.plugin_types:type_name -> byoc.ims.v1.PluginType
-	65,  // 80: byoc.ims.v1.GetPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
-	78,  // 81: byoc.ims.v1.RequestBreakGlassResponse.grant:type_name -> byoc.ims.v1.BreakGlassGrant
-	78,  // 82: byoc.ims.v1.ListBreakGlassGrantsResponse.grants:type_name -> byoc.ims.v1.BreakGlassGrant
-	101, // 83: byoc.ims.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
-	101, // 84: byoc.ims.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
-	101, // 85: byoc.ims.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
-	101, // 86: byoc.ims.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
-	101, // 87: byoc.ims.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
-	81,  // 88: byoc.ims.v1.GetBreakGlassPolicyResponse.roles:type_name -> byoc.ims.v1.BreakGlassRole
-	52,  // 89: byoc.ims.v1.GetInstallStackResponse.files:type_name -> byoc.ims.v1.AppFile
-	101, // 90: byoc.ims.v1.Build.create_time:type_name -> google.protobuf.Timestamp
-	21,  // 91: byoc.ims.v1.CreateBuildAgentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	36,  // 92: byoc.ims.v1.StartBuildResponse.job:type_name -> byoc.ims.v1.Job
-	84,  // 93: byoc.ims.v1.ListBuildsResponse.builds:type_name -> byoc.ims.v1.Build
-	84,  // 94: byoc.ims.v1.InstallImage.build:type_name -> byoc.ims.v1.Build
-	101, // 95: byoc.ims.v1.InstallImage.copy_time:type_name -> google.protobuf.Timestamp
-	92,  // 96: byoc.ims.v1.ListInstallImagesResponse.images:type_name -> byoc.ims.v1.InstallImage
-	104, // 97: byoc.ims.v1.InstallSettings.OverridesEntry.value:type_name -> google.protobuf.Struct
-	3,   // 98: byoc.ims.v1.OperatorService.WhoAmI:input_type -> byoc.ims.v1.WhoAmIRequest
-	5,   // 99: byoc.ims.v1.OperatorService.CreateApiToken:input_type -> byoc.ims.v1.CreateApiTokenRequest
-	8,   // 100: byoc.ims.v1.OperatorService.CreateApp:input_type -> byoc.ims.v1.CreateAppRequest
-	10,  // 101: byoc.ims.v1.OperatorService.ListApps:input_type -> byoc.ims.v1.ListAppsRequest
-	12,  // 102: byoc.ims.v1.OperatorService.GetApp:input_type -> byoc.ims.v1.GetAppRequest
-	54,  // 103: byoc.ims.v1.OperatorService.PushAppRevision:input_type -> byoc.ims.v1.PushAppRevisionRequest
-	57,  // 104: byoc.ims.v1.OperatorService.ListAppRevisions:input_type -> byoc.ims.v1.ListAppRevisionsRequest
-	59,  // 105: byoc.ims.v1.OperatorService.DiffAppRevisions:input_type -> byoc.ims.v1.DiffAppRevisionsRequest
-	19,  // 106: byoc.ims.v1.OperatorService.CreateInstall:input_type -> byoc.ims.v1.CreateInstallRequest
-	22,  // 107: byoc.ims.v1.OperatorService.ListInstalls:input_type -> byoc.ims.v1.ListInstallsRequest
-	24,  // 108: byoc.ims.v1.OperatorService.GetInstall:input_type -> byoc.ims.v1.GetInstallRequest
-	26,  // 109: byoc.ims.v1.OperatorService.ListInstallDrift:input_type -> byoc.ims.v1.ListInstallDriftRequest
-	30,  // 110: byoc.ims.v1.OperatorService.WatchInstalls:input_type -> byoc.ims.v1.WatchInstallsRequest
-	34,  // 111: byoc.ims.v1.OperatorService.CreateEnrollmentToken:input_type -> byoc.ims.v1.CreateEnrollmentTokenRequest
-	32,  // 112: byoc.ims.v1.OperatorService.UpdateInstall:input_type -> byoc.ims.v1.UpdateInstallRequest
-	106, // 113: byoc.ims.v1.OperatorService.PlanInstall:input_type -> byoc.ims.v1.PlanInstallRequest
-	107, // 114: byoc.ims.v1.OperatorService.StartWorkflow:input_type -> byoc.ims.v1.StartWorkflowRequest
-	108, // 115: byoc.ims.v1.OperatorService.ListWorkflows:input_type -> byoc.ims.v1.ListWorkflowsRequest
-	109, // 116: byoc.ims.v1.OperatorService.GetWorkflow:input_type -> byoc.ims.v1.GetWorkflowRequest
-	110, // 117: byoc.ims.v1.OperatorService.ApproveWorkflow:input_type -> byoc.ims.v1.ApproveWorkflowRequest
-	111, // 118: byoc.ims.v1.OperatorService.CancelWorkflow:input_type -> byoc.ims.v1.CancelWorkflowRequest
-	112, // 119: byoc.ims.v1.OperatorService.RetryWorkflowStep:input_type -> byoc.ims.v1.RetryWorkflowStepRequest
-	39,  // 120: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
-	41,  // 121: byoc.ims.v1.OperatorService.EnqueueJobs:input_type -> byoc.ims.v1.EnqueueJobsRequest
-	43,  // 122: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
-	45,  // 123: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
-	48,  // 124: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
-	50,  // 125: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
-	66,  // 126: byoc.ims.v1.OperatorService.RegisterPluginType:input_type -> byoc.ims.v1.RegisterPluginTypeRequest
-	68,  // 127: byoc.ims.v1.OperatorService.ListPluginTypes:input_type -> byoc.ims.v1.ListPluginTypesRequest
-	70,  // 128: byoc.ims.v1.OperatorService.GetPluginType:input_type -> byoc.ims.v1.GetPluginTypeRequest
-	72,  // 129: byoc.ims.v1.OperatorService.RemovePluginType:input_type -> byoc.ims.v1.RemovePluginTypeRequest
-	113, // 130: byoc.ims.v1.OperatorService.ListActions:input_type -> byoc.ims.v1.ListActionsRequest
-	114, // 131: byoc.ims.v1.OperatorService.StartActionRun:input_type -> byoc.ims.v1.StartActionRunRequest
-	115, // 132: byoc.ims.v1.OperatorService.ListActionRuns:input_type -> byoc.ims.v1.ListActionRunsRequest
-	116, // 133: byoc.ims.v1.OperatorService.GetActionRun:input_type -> byoc.ims.v1.GetActionRunRequest
-	74,  // 134: byoc.ims.v1.OperatorService.RequestBreakGlass:input_type -> byoc.ims.v1.RequestBreakGlassRequest
-	76,  // 135: byoc.ims.v1.OperatorService.ListBreakGlassGrants:input_type -> byoc.ims.v1.ListBreakGlassGrantsRequest
-	79,  // 136: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:input_type -> byoc.ims.v1.GetBreakGlassPolicyRequest
-	117, // 137: byoc.ims.v1.OperatorService.ListAuditEvents:input_type -> byoc.ims.v1.ListAuditEventsRequest
-	82,  // 138: byoc.ims.v1.OperatorService.GetInstallStack:input_type -> byoc.ims.v1.GetInstallStackRequest
-	85,  // 139: byoc.ims.v1.OperatorService.CreateBuildAgentToken:input_type -> byoc.ims.v1.CreateBuildAgentTokenRequest
-	87,  // 140: byoc.ims.v1.OperatorService.StartBuild:input_type -> byoc.ims.v1.StartBuildRequest
-	89,  // 141: byoc.ims.v1.OperatorService.ListBuilds:input_type -> byoc.ims.v1.ListBuildsRequest
-	91,  // 142: byoc.ims.v1.OperatorService.ListInstallImages:input_type -> byoc.ims.v1.ListInstallImagesRequest
-	4,   // 143: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
-	6,   // 144: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
-	9,   // 145: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
-	11,  // 146: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
-	13,  // 147: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
-	55,  // 148: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
-	58,  // 149: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
-	60,  // 150: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
-	20,  // 151: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
-	23,  // 152: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
-	25,  // 153: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
-	27,  // 154: byoc.ims.v1.OperatorService.ListInstallDrift:output_type -> byoc.ims.v1.ListInstallDriftResponse
-	31,  // 155: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
-	35,  // 156: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
-	33,  // 157: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
-	118, // 158: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
-	119, // 159: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
-	120, // 160: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
-	121, // 161: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
-	122, // 162: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
-	123, // 163: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
-	124, // 164: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
-	40,  // 165: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
-	42,  // 166: byoc.ims.v1.OperatorService.EnqueueJobs:output_type -> byoc.ims.v1.EnqueueJobsResponse
-	44,  // 167: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
-	46,  // 168: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
-	49,  // 169: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
-	51,  // 170: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
-	67,  // 171: byoc.ims.v1.OperatorService.RegisterPluginType:output_type -> byoc.ims.v1.RegisterPluginTypeResponse
-	69,  // 172: byoc.ims.v1.OperatorService.ListPluginTypes:output_type -> byoc.ims.v1.ListPluginTypesResponse
-	71,  // 173: byoc.ims.v1.OperatorService.GetPluginType:output_type -> byoc.ims.v1.GetPluginTypeResponse
-	73,  // 174: byoc.ims.v1.OperatorService.RemovePluginType:output_type -> byoc.ims.v1.RemovePluginTypeResponse
-	125, // 175: byoc.ims.v1.OperatorService.ListActions:output_type -> byoc.ims.v1.ListActionsResponse
-	126, // 176: byoc.ims.v1.OperatorService.StartActionRun:output_type -> byoc.ims.v1.StartActionRunResponse
-	127, // 177: byoc.ims.v1.OperatorService.ListActionRuns:output_type -> byoc.ims.v1.ListActionRunsResponse
-	128, // 178: byoc.ims.v1.OperatorService.GetActionRun:output_type -> byoc.ims.v1.GetActionRunResponse
-	75,  // 179: byoc.ims.v1.OperatorService.RequestBreakGlass:output_type -> byoc.ims.v1.RequestBreakGlassResponse
-	77,  // 180: byoc.ims.v1.OperatorService.ListBreakGlassGrants:output_type -> byoc.ims.v1.ListBreakGlassGrantsResponse
-	80,  // 181: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:output_type -> byoc.ims.v1.GetBreakGlassPolicyResponse
-	129, // 182: byoc.ims.v1.OperatorService.ListAuditEvents:output_type -> byoc.ims.v1.ListAuditEventsResponse
-	83,  // 183: byoc.ims.v1.OperatorService.GetInstallStack:output_type -> byoc.ims.v1.GetInstallStackResponse
-	86,  // 184: byoc.ims.v1.OperatorService.CreateBuildAgentToken:output_type -> byoc.ims.v1.CreateBuildAgentTokenResponse
-	88,  // 185: byoc.ims.v1.OperatorService.StartBuild:output_type -> byoc.ims.v1.StartBuildResponse
-	90,  // 186: byoc.ims.v1.OperatorService.ListBuilds:output_type -> byoc.ims.v1.ListBuildsResponse
-	93,  // 187: byoc.ims.v1.OperatorService.ListInstallImages:output_type -> byoc.ims.v1.ListInstallImagesResponse
-	143, // [143:188] is the sub-list for method output_type
-	98,  // [98:143] is the sub-list for method input_type
-	98,  // [98:98] is the sub-list for extension type_name
-	98,  // [98:98] is the sub-list for extension extendee
-	0,   // [0:98] is the sub-list for field type_name
+	101, // 11: byoc.ims.v1.AgentStatus.health_time:type_name -> google.protobuf.Timestamp
+	94,  // 12: byoc.ims.v1.StackReport.inputs:type_name -> byoc.ims.v1.StackReport.InputsEntry
+	95,  // 13: byoc.ims.v1.StackReport.outputs:type_name -> byoc.ims.v1.StackReport.OutputsEntry
+	101, // 14: byoc.ims.v1.StackReport.report_time:type_name -> google.protobuf.Timestamp
+	101, // 15: byoc.ims.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
+	101, // 16: byoc.ims.v1.Permissions.report_time:type_name -> google.protobuf.Timestamp
+	96,  // 17: byoc.ims.v1.Install.inputs:type_name -> byoc.ims.v1.Install.InputsEntry
+	101, // 18: byoc.ims.v1.Install.create_time:type_name -> google.protobuf.Timestamp
+	14,  // 19: byoc.ims.v1.Install.agent:type_name -> byoc.ims.v1.AgentStatus
+	18,  // 20: byoc.ims.v1.Install.settings:type_name -> byoc.ims.v1.InstallSettings
+	102, // 21: byoc.ims.v1.Install.health:type_name -> byoc.ims.v1.InstallHealth
+	97,  // 22: byoc.ims.v1.InstallSettings.overrides:type_name -> byoc.ims.v1.InstallSettings.OverridesEntry
+	98,  // 23: byoc.ims.v1.CreateInstallRequest.inputs:type_name -> byoc.ims.v1.CreateInstallRequest.InputsEntry
+	17,  // 24: byoc.ims.v1.CreateInstallResponse.install:type_name -> byoc.ims.v1.Install
+	21,  // 25: byoc.ims.v1.CreateInstallResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
+	101, // 26: byoc.ims.v1.EnrollmentToken.expire_time:type_name -> google.protobuf.Timestamp
+	17,  // 27: byoc.ims.v1.ListInstallsResponse.installs:type_name -> byoc.ims.v1.Install
+	17,  // 28: byoc.ims.v1.GetInstallResponse.install:type_name -> byoc.ims.v1.Install
+	28,  // 29: byoc.ims.v1.ListInstallDriftResponse.components:type_name -> byoc.ims.v1.ComponentDrift
+	101, // 30: byoc.ims.v1.ComponentDrift.check_time:type_name -> google.protobuf.Timestamp
+	38,  // 31: byoc.ims.v1.ComponentDrift.changes:type_name -> byoc.ims.v1.PlannedChange
+	101, // 32: byoc.ims.v1.ComponentDrift.next_check_time:type_name -> google.protobuf.Timestamp
+	17,  // 33: byoc.ims.v1.InstallStatus.install:type_name -> byoc.ims.v1.Install
+	29,  // 34: byoc.ims.v1.WatchInstallsResponse.installs:type_name -> byoc.ims.v1.InstallStatus
+	99,  // 35: byoc.ims.v1.UpdateInstallRequest.set_inputs:type_name -> byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
+	17,  // 36: byoc.ims.v1.UpdateInstallResponse.install:type_name -> byoc.ims.v1.Install
+	103, // 37: byoc.ims.v1.UpdateInstallResponse.workflow:type_name -> byoc.ims.v1.Workflow
+	21,  // 38: byoc.ims.v1.CreateEnrollmentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
+	104, // 39: byoc.ims.v1.Job.config:type_name -> google.protobuf.Struct
+	1,   // 40: byoc.ims.v1.Job.state:type_name -> byoc.ims.v1.JobState
+	101, // 41: byoc.ims.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	101, // 42: byoc.ims.v1.Job.start_time:type_name -> google.protobuf.Timestamp
+	101, // 43: byoc.ims.v1.Job.end_time:type_name -> google.protobuf.Timestamp
+	101, // 44: byoc.ims.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
+	100, // 45: byoc.ims.v1.Job.outputs:type_name -> byoc.ims.v1.Job.OutputsEntry
+	38,  // 46: byoc.ims.v1.Job.planned_changes:type_name -> byoc.ims.v1.PlannedChange
+	37,  // 47: byoc.ims.v1.Job.policy_findings:type_name -> byoc.ims.v1.PolicyFinding
+	105, // 48: byoc.ims.v1.PlannedChange.before:type_name -> google.protobuf.Value
+	105, // 49: byoc.ims.v1.PlannedChange.after:type_name -> google.protobuf.Value
+	104, // 50: byoc.ims.v1.EnqueueJobRequest.config:type_name -> google.protobuf.Struct
+	36,  // 51: byoc.ims.v1.EnqueueJobResponse.job:type_name -> byoc.ims.v1.Job
+	39,  // 52: byoc.ims.v1.EnqueueJobsRequest.jobs:type_name -> byoc.ims.v1.EnqueueJobRequest
+	36,  // 53: byoc.ims.v1.EnqueueJobsResponse.jobs:type_name -> byoc.ims.v1.Job
+	1,   // 54: byoc.ims.v1.ListJobsRequest.states:type_name -> byoc.ims.v1.JobState
+	36,  // 55: byoc.ims.v1.ListJobsResponse.jobs:type_name -> byoc.ims.v1.Job
+	36,  // 56: byoc.ims.v1.GetJobResponse.job:type_name -> byoc.ims.v1.Job
+	101, // 57: byoc.ims.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	2,   // 58: byoc.ims.v1.LogLine.stream:type_name -> byoc.ims.v1.LogStream
+	47,  // 59: byoc.ims.v1.StreamJobLogsResponse.lines:type_name -> byoc.ims.v1.LogLine
+	36,  // 60: byoc.ims.v1.StreamJobLogsResponse.job:type_name -> byoc.ims.v1.Job
+	36,  // 61: byoc.ims.v1.CancelJobResponse.job:type_name -> byoc.ims.v1.Job
+	101, // 62: byoc.ims.v1.AppRevision.create_time:type_name -> google.protobuf.Timestamp
+	52,  // 63: byoc.ims.v1.PushAppRevisionRequest.files:type_name -> byoc.ims.v1.AppFile
+	7,   // 64: byoc.ims.v1.PushAppRevisionResponse.app:type_name -> byoc.ims.v1.App
+	53,  // 65: byoc.ims.v1.PushAppRevisionResponse.revision:type_name -> byoc.ims.v1.AppRevision
+	61,  // 66: byoc.ims.v1.PushAppRevisionResponse.changes:type_name -> byoc.ims.v1.ConfigChange
+	56,  // 67: byoc.ims.v1.PushAppRevisionResponse.installs:type_name -> byoc.ims.v1.InstallApplied
+	103, // 68: byoc.ims.v1.PushAppRevisionResponse.workflows:type_name -> byoc.ims.v1.Workflow
+	17,  // 69: byoc.ims.v1.InstallApplied.install:type_name -> byoc.ims.v1.Install
+	21,  // 70: byoc.ims.v1.InstallApplied.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
+	53,  // 71: byoc.ims.v1.ListAppRevisionsResponse.revisions:type_name -> byoc.ims.v1.AppRevision
+	61,  // 72: byoc.ims.v1.DiffAppRevisionsResponse.changes:type_name -> byoc.ims.v1.ConfigChange
+	62,  // 73: byoc.ims.v1.ConfigChange.values:type_name -> byoc.ims.v1.FieldChange
+	63,  // 74: byoc.ims.v1.ConfigDiagnostics.diagnostics:type_name -> byoc.ims.v1.ConfigDiagnostic
+	105, // 75: byoc.ims.v1.PluginType.config_schema:type_name -> google.protobuf.Value
+	105, // 76: byoc.ims.v1.PluginType.outputs_schema:type_name -> google.protobuf.Value
+	101, // 77: byoc.ims.v1.PluginType.register_time:type_name -> google.protobuf.Timestamp
+	65,  // 78: byoc.ims.v1.RegisterPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
+	65,  // 79: byoc.ims.v1.RegisterPluginTypeResponse.replaced:type_name -> byoc.ims.v1.PluginType
+	65,  // 80: byoc.ims.v1.ListPluginTypesResponse.plugin_types:type_name -> byoc.ims.v1.PluginType
+	65,  // 81: byoc.ims.v1.GetPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
+	78,  // 82: byoc.ims.v1.RequestBreakGlassResponse.grant:type_name -> byoc.ims.v1.BreakGlassGrant
+	78,  // 83: byoc.ims.v1.ListBreakGlassGrantsResponse.grants:type_name -> byoc.ims.v1.BreakGlassGrant
+	101, // 84: byoc.ims.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
+	101, // 85: byoc.ims.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
+	101, // 86: byoc.ims.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
+	101, // 87: byoc.ims.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
+	101, // 88: byoc.ims.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
+	81,  // 89: byoc.ims.v1.GetBreakGlassPolicyResponse.roles:type_name -> byoc.ims.v1.BreakGlassRole
+	52,  // 90: byoc.ims.v1.GetInstallStackResponse.files:type_name -> byoc.ims.v1.AppFile
+	101, // 91: byoc.ims.v1.Build.create_time:type_name -> google.protobuf.Timestamp
+	21,  // 92: byoc.ims.v1.CreateBuildAgentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
+	36,  // 93: byoc.ims.v1.StartBuildResponse.job:type_name -> byoc.ims.v1.Job
+	84,  // 94: byoc.ims.v1.ListBuildsResponse.builds:type_name -> byoc.ims.v1.Build
+	84,  // 95: byoc.ims.v1.InstallImage.build:type_name -> byoc.ims.v1.Build
+	101, // 96: byoc.ims.v1.InstallImage.copy_time:type_name -> google.protobuf.Timestamp
+	92,  // 97: byoc.ims.v1.ListInstallImagesResponse.images:type_name -> byoc.ims.v1.InstallImage
+	104, // 98: byoc.ims.v1.InstallSettings.OverridesEntry.value:type_name -> google.protobuf.Struct
+	3,   // 99: byoc.ims.v1.OperatorService.WhoAmI:input_type -> byoc.ims.v1.WhoAmIRequest
+	5,   // 100: byoc.ims.v1.OperatorService.CreateApiToken:input_type -> byoc.ims.v1.CreateApiTokenRequest
+	8,   // 101: byoc.ims.v1.OperatorService.CreateApp:input_type -> byoc.ims.v1.CreateAppRequest
+	10,  // 102: byoc.ims.v1.OperatorService.ListApps:input_type -> byoc.ims.v1.ListAppsRequest
+	12,  // 103: byoc.ims.v1.OperatorService.GetApp:input_type -> byoc.ims.v1.GetAppRequest
+	54,  // 104: byoc.ims.v1.OperatorService.PushAppRevision:input_type -> byoc.ims.v1.PushAppRevisionRequest
+	57,  // 105: byoc.ims.v1.OperatorService.ListAppRevisions:input_type -> byoc.ims.v1.ListAppRevisionsRequest
+	59,  // 106: byoc.ims.v1.OperatorService.DiffAppRevisions:input_type -> byoc.ims.v1.DiffAppRevisionsRequest
+	19,  // 107: byoc.ims.v1.OperatorService.CreateInstall:input_type -> byoc.ims.v1.CreateInstallRequest
+	22,  // 108: byoc.ims.v1.OperatorService.ListInstalls:input_type -> byoc.ims.v1.ListInstallsRequest
+	24,  // 109: byoc.ims.v1.OperatorService.GetInstall:input_type -> byoc.ims.v1.GetInstallRequest
+	26,  // 110: byoc.ims.v1.OperatorService.ListInstallDrift:input_type -> byoc.ims.v1.ListInstallDriftRequest
+	30,  // 111: byoc.ims.v1.OperatorService.WatchInstalls:input_type -> byoc.ims.v1.WatchInstallsRequest
+	34,  // 112: byoc.ims.v1.OperatorService.CreateEnrollmentToken:input_type -> byoc.ims.v1.CreateEnrollmentTokenRequest
+	32,  // 113: byoc.ims.v1.OperatorService.UpdateInstall:input_type -> byoc.ims.v1.UpdateInstallRequest
+	106, // 114: byoc.ims.v1.OperatorService.PlanInstall:input_type -> byoc.ims.v1.PlanInstallRequest
+	107, // 115: byoc.ims.v1.OperatorService.StartWorkflow:input_type -> byoc.ims.v1.StartWorkflowRequest
+	108, // 116: byoc.ims.v1.OperatorService.ListWorkflows:input_type -> byoc.ims.v1.ListWorkflowsRequest
+	109, // 117: byoc.ims.v1.OperatorService.GetWorkflow:input_type -> byoc.ims.v1.GetWorkflowRequest
+	110, // 118: byoc.ims.v1.OperatorService.ApproveWorkflow:input_type -> byoc.ims.v1.ApproveWorkflowRequest
+	111, // 119: byoc.ims.v1.OperatorService.CancelWorkflow:input_type -> byoc.ims.v1.CancelWorkflowRequest
+	112, // 120: byoc.ims.v1.OperatorService.RetryWorkflowStep:input_type -> byoc.ims.v1.RetryWorkflowStepRequest
+	39,  // 121: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
+	41,  // 122: byoc.ims.v1.OperatorService.EnqueueJobs:input_type -> byoc.ims.v1.EnqueueJobsRequest
+	43,  // 123: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
+	45,  // 124: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
+	48,  // 125: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
+	50,  // 126: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
+	66,  // 127: byoc.ims.v1.OperatorService.RegisterPluginType:input_type -> byoc.ims.v1.RegisterPluginTypeRequest
+	68,  // 128: byoc.ims.v1.OperatorService.ListPluginTypes:input_type -> byoc.ims.v1.ListPluginTypesRequest
+	70,  // 129: byoc.ims.v1.OperatorService.GetPluginType:input_type -> byoc.ims.v1.GetPluginTypeRequest
+	72,  // 130: byoc.ims.v1.OperatorService.RemovePluginType:input_type -> byoc.ims.v1.RemovePluginTypeRequest
+	113, // 131: byoc.ims.v1.OperatorService.ListActions:input_type -> byoc.ims.v1.ListActionsRequest
+	114, // 132: byoc.ims.v1.OperatorService.StartActionRun:input_type -> byoc.ims.v1.StartActionRunRequest
+	115, // 133: byoc.ims.v1.OperatorService.ListActionRuns:input_type -> byoc.ims.v1.ListActionRunsRequest
+	116, // 134: byoc.ims.v1.OperatorService.GetActionRun:input_type -> byoc.ims.v1.GetActionRunRequest
+	74,  // 135: byoc.ims.v1.OperatorService.RequestBreakGlass:input_type -> byoc.ims.v1.RequestBreakGlassRequest
+	76,  // 136: byoc.ims.v1.OperatorService.ListBreakGlassGrants:input_type -> byoc.ims.v1.ListBreakGlassGrantsRequest
+	79,  // 137: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:input_type -> byoc.ims.v1.GetBreakGlassPolicyRequest
+	117, // 138: byoc.ims.v1.OperatorService.ListAuditEvents:input_type -> byoc.ims.v1.ListAuditEventsRequest
+	82,  // 139: byoc.ims.v1.OperatorService.GetInstallStack:input_type -> byoc.ims.v1.GetInstallStackRequest
+	85,  // 140: byoc.ims.v1.OperatorService.CreateBuildAgentToken:input_type -> byoc.ims.v1.CreateBuildAgentTokenRequest
+	87,  // 141: byoc.ims.v1.OperatorService.StartBuild:input_type -> byoc.ims.v1.StartBuildRequest
+	89,  // 142: byoc.ims.v1.OperatorService.ListBuilds:input_type -> byoc.ims.v1.ListBuildsRequest
+	91,  // 143: byoc.ims.v1.OperatorService.ListInstallImages:input_type -> byoc.ims.v1.ListInstallImagesRequest
+	4,   // 144: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
+	6,   // 145: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
+	9,   // 146: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
+	11,  // 147: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
+	13,  // 148: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
+	55,  // 149: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
+	58,  // 150: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
+	60,  // 151: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
+	20,  // 152: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
+	23,  // 153: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
+	25,  // 154: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
+	27,  // 155: byoc.ims.v1.OperatorService.ListInstallDrift:output_type -> byoc.ims.v1.ListInstallDriftResponse
+	31,  // 156: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
+	35,  // 157: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
+	33,  // 158: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
+	118, // 159: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
+	119, // 160: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
+	120, // 161: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
+	121, // 162: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
+	122, // 163: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
+	123, // 164: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
+	124, // 165: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
+	40,  // 166: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
+	42,  // 167: byoc.ims.v1.OperatorService.EnqueueJobs:output_type -> byoc.ims.v1.EnqueueJobsResponse
+	44,  // 168: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
+	46,  // 169: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
+	49,  // 170: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
+	51,  // 171: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
+	67,  // 172: byoc.ims.v1.OperatorService.RegisterPluginType:output_type -> byoc.ims.v1.RegisterPluginTypeResponse
+	69,  // 173: byoc.ims.v1.OperatorService.ListPluginTypes:output_type -> byoc.ims.v1.ListPluginTypesResponse
+	71,  // 174: byoc.ims.v1.OperatorService.GetPluginType:output_type -> byoc.ims.v1.GetPluginTypeResponse
+	73,  // 175: byoc.ims.v1.OperatorService.RemovePluginType:output_type -> byoc.ims.v1.RemovePluginTypeResponse
+	125, // 176: byoc.ims.v1.OperatorService.ListActions:output_type -> byoc.ims.v1.ListActionsResponse
+	126, // 177: byoc.ims.v1.OperatorService.StartActionRun:output_type -> byoc.ims.v1.StartActionRunResponse
+	127, // 178: byoc.ims.v1.OperatorService.ListActionRuns:output_type -> byoc.ims.v1.ListActionRunsResponse
+	128, // 179: byoc.ims.v1.OperatorService.GetActionRun:output_type -> byoc.ims.v1.GetActionRunResponse
+	75,  // 180: byoc.ims.v1.OperatorService.RequestBreakGlass:output_type -> byoc.ims.v1.RequestBreakGlassResponse
+	77,  // 181: byoc.ims.v1.OperatorService.ListBreakGlassGrants:output_type -> byoc.ims.v1.ListBreakGlassGrantsResponse
+	80,  // 182: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:output_type -> byoc.ims.v1.GetBreakGlassPolicyResponse
+	129, // 183: byoc.ims.v1.OperatorService.ListAuditEvents:output_type -> byoc.ims.v1.ListAuditEventsResponse
+	83,  // 184: byoc.ims.v1.OperatorService.GetInstallStack:output_type -> byoc.ims.v1.GetInstallStackResponse
+	86,  // 185: byoc.ims.v1.OperatorService.CreateBuildAgentToken:output_type -> byoc.ims.v1.CreateBuildAgentTokenResponse
+	88,  // 186: byoc.ims.v1.OperatorService.StartBuild:output_type -> byoc.ims.v1.StartBuildResponse
+	90,  // 187: byoc.ims.v1.OperatorService.ListBuilds:output_type -> byoc.ims.v1.ListBuildsResponse
+	93,  // 188: byoc.ims.v1.OperatorService.ListInstallImages:output_type -> byoc.ims.v1.ListInstallImagesResponse
+	144, // [144:189] is the sub-list for method output_type
+	99,  // [99:144] is the sub-list for method input_type
+	99,  // [99:99] is the sub-list for extension type_name
+	99,  // [99:99] is the sub-list for extension extendee
+	0,   // [0:99] is the sub-list for field type_name
 }
 
 func init() { file_byoc_ims_v1_operator_proto_init() }
