@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,10 +27,11 @@ import (
 type Config struct {
 	// OfflineAfter: an agent not heard for this long is offline.
 	OfflineAfter time.Duration
-	// LateAfter: an agent not heard for this long is degraded
-	// (heartbeats late). imsd writes a connected agent's last-seen time
-	// once per lease, so this is at least a lease and two heartbeats.
-	LateAfter time.Duration
+	// LateFor: an agent whose heartbeat came late on a live stream
+	// (more than twice the interval after the one before) within this
+	// long is degraded (0: 5m). Silence is offline, not late: a silent
+	// agent is not paged as degraded first.
+	LateFor time.Duration
 	// Grace is how long after its enrolment and after each (re)connection
 	// (an update restarts the agent) an agent is not degraded.
 	Grace time.Duration
@@ -70,6 +72,9 @@ func (c *Config) defaults() {
 	if c.Interval == 0 {
 		c.Interval = 5 * time.Second
 	}
+	if c.LateFor == 0 {
+		c.LateFor = 5 * time.Minute
+	}
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = 20
 	}
@@ -108,8 +113,8 @@ func (c *Config) Decide(a store.AgentHealth, now, started time.Time) (store.Heal
 		return store.AgentHealthy, ""
 	}
 	var why []string
-	if silent >= c.LateAfter {
-		why = append(why, fmt.Sprintf("heartbeats late (none for more than %s)", c.LateAfter))
+	if !a.LateHeartbeatAt.IsZero() && now.Sub(a.LateHeartbeatAt) < c.LateFor {
+		why = append(why, fmt.Sprintf("heartbeats late (one within the last %s)", c.LateFor))
 	}
 	if cond := a.Condition; cond != nil {
 		if cond.FailedInRow >= c.FailedInRow {
@@ -182,7 +187,12 @@ type Monitor struct {
 
 	mu   sync.Mutex
 	last []store.AgentHealth
+	// sweeps counts the sweeps that ended, for tests.
+	sweeps atomic.Uint64
 }
+
+// Sweeps reports how many sweeps have ended (tests wait on it).
+func (m *Monitor) Sweeps() uint64 { return m.sweeps.Load() }
 
 // New returns a monitor; Run runs it.
 func New(st *store.Store, cfg Config) *Monitor {
@@ -217,6 +227,7 @@ func (m *Monitor) Run(ctx context.Context) {
 
 // Sweep decides every agent's health once, records changes and alerts.
 func (m *Monitor) Sweep(ctx context.Context) error {
+	defer m.sweeps.Add(1)
 	agents, err := m.store.ListAgentHealth(ctx)
 	if err != nil {
 		return err

@@ -107,7 +107,7 @@ func newFixture(t *testing.T) *fixture {
 	srv := httptest.NewServer(rcv)
 	t.Cleanup(srv.Close)
 	f := &fixture{t: t, ctx: ctx, st: st, clk: clk, rcv: rcv}
-	f.cfg = Config{OfflineAfter: 2 * time.Minute, LateAfter: 50 * time.Second, Grace: time.Minute,
+	f.cfg = Config{OfflineAfter: 2 * time.Minute, Grace: time.Minute,
 		AlertDelay: 30 * time.Second, AlertDedup: time.Hour, RetryMin: 10 * time.Second,
 		Sinks: []Sink{&Webhook{URL: srv.URL + "/hook", Secret: rcv.secret}, &Slack{URL: srv.URL + "/slack"}}, Now: clk.Now}
 	f.m = New(st, f.cfg)
@@ -313,14 +313,18 @@ func TestDegraded(t *testing.T) {
 	if h != store.AgentDegraded || why != "its last 4 jobs failed; disk 95% full" {
 		t.Fatalf("after the grace: %s (%s)", h, why)
 	}
+	if err := f.st.RecordLateHeartbeat(f.ctx, "ag-1", f.clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	f.touch("ag-1")
 	f.clk.Add(50 * time.Second)
 	f.step()
-	if _, why := f.health("ag-1"); why != "heartbeats late (none for more than 50s); its last 4 jobs failed; disk 95% full" {
+	if _, why := f.health("ag-1"); why != "heartbeats late (one within the last 5m0s); its last 4 jobs failed; disk 95% full" {
 		t.Fatalf("late too: %s", why)
 	}
 	f.wantAlerts("degraded", "ag-1:degraded")
 	// Worse within the window: offline is alerted (not a flap).
-	f.clk.Add(90 * time.Second)
+	f.clk.Add(80 * time.Second)
 	f.step()
 	if h, _ := f.health("ag-1"); h != store.AgentOffline {
 		t.Fatalf("silent: %s", h)

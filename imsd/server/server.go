@@ -128,8 +128,8 @@ type Config struct {
 	Now    func() time.Time
 }
 
-// lateAfter is when a connected agent's heartbeats count as late: imsd
-// writes its last-seen time once per lease, on a heartbeat.
+// lateAfter is how stale a connected agent's stored last-seen time may
+// be: imsd writes it once per lease, on a heartbeat.
 func (c *Config) lateAfter() time.Duration { return c.LeaseDuration + 2*c.HeartbeatInterval }
 
 func (c *Config) defaults() error {
@@ -327,7 +327,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.health = health.New(st, health.Config{
-		OfflineAfter: cfg.AgentOfflineAfter, LateAfter: cfg.lateAfter(), Grace: cfg.AgentHealthGrace,
+		OfflineAfter: cfg.AgentOfflineAfter, Grace: cfg.AgentHealthGrace,
 		AlertDelay: cfg.AlertDelay, AlertDedup: cfg.AlertDedup, Interval: cfg.HealthInterval, RetryMin: cfg.AlertRetryMin,
 		Sinks: sinks, OnChange: s.hub.FleetChanged, Now: cfg.Now, Log: s.log,
 	})
@@ -387,6 +387,10 @@ func SigningKeyPath(dataDir, keyFile string) string {
 
 // SigningKeyFileName is the job signing key's file in the data dir.
 const SigningKeyFileName = "signing.key"
+
+// HealthSweeps reports how many health sweeps this imsd has ended, for
+// tests that wait for one to have looked.
+func (s *Server) HealthSweeps() uint64 { return s.health.Sweeps() }
 
 // SigningKey returns imsd's job signing key.
 func (s *Server) SigningKey() auth.SigningKey { return s.key }

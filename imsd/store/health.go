@@ -56,8 +56,10 @@ type AgentHealth struct {
 	// LastSeenAt is zero until the agent first connected.
 	LastSeenAt  time.Time
 	ConnectedAt time.Time
-	Condition   *AgentCondition
-	Health      Health
+	// LateHeartbeatAt is when imsd last got a heartbeat of it late.
+	LateHeartbeatAt time.Time
+	Condition       *AgentCondition
+	Health          Health
 	HealthSince time.Time
 	Reason      string
 	// AlertedHealth is the health last alerted on (healthy before any
@@ -76,6 +78,7 @@ type agentHealthRow struct {
 	EnrolledAt         int64  `db:"enrolled_at"`
 	LastSeenAt         int64  `db:"last_seen_at"`
 	ConnectedAt        int64  `db:"connected_at"`
+	LateHeartbeatAt    int64  `db:"late_heartbeat_at"`
 	Condition          string `db:"agent_condition"`
 	Health             string `db:"health"`
 	HealthSince        int64  `db:"health_since"`
@@ -90,7 +93,7 @@ type agentHealthRow struct {
 func (s *Store) ListAgentHealth(ctx context.Context) ([]AgentHealth, error) {
 	var rows []agentHealthRow
 	err := s.r.SelectContext(ctx, &rows, `SELECT a.id, a.install_id, i.name AS install_name, a.version, a.enrolled_at, a.last_seen_at,
-		a.connected_at, a.agent_condition, a.health, a.health_since, a.health_reason, a.alerted_health, a.problem_alert_at,
+		a.connected_at, a.late_heartbeat_at, a.agent_condition, a.health, a.health_since, a.health_reason, a.alerted_health, a.problem_alert_at,
 		a.problem_alert_health FROM agents a JOIN installs i ON i.id = a.install_id ORDER BY a.id`)
 	if err != nil {
 		return nil, fmt.Errorf("list agent health: %w", err)
@@ -99,7 +102,7 @@ func (s *Store) ListAgentHealth(ctx context.Context) ([]AgentHealth, error) {
 	for i, r := range rows {
 		out[i] = AgentHealth{AgentID: r.ID, InstallID: r.InstallID, InstallName: r.InstallName, Version: r.Version,
 			EnrolledAt: fromNanos(r.EnrolledAt), LastSeenAt: fromNanos(r.LastSeenAt), ConnectedAt: fromNanos(r.ConnectedAt),
-			Condition: decodeCondition(r.Condition), Health: Health(r.Health), HealthSince: fromNanos(r.HealthSince), Reason: r.Reason,
+			LateHeartbeatAt: fromNanos(r.LateHeartbeatAt), Condition: decodeCondition(r.Condition), Health: Health(r.Health), HealthSince: fromNanos(r.HealthSince), Reason: r.Reason,
 			AlertedHealth: Health(r.AlertedHealth), ProblemAlertAt: fromNanos(r.ProblemAlertAt), ProblemAlertHealth: Health(r.ProblemAlertHealth)}
 	}
 	return out, nil
@@ -333,6 +336,15 @@ func (s *Store) AgentConnected(ctx context.Context, id, version string, now time
 	return s.updateAgent(ctx, "agent connected", id, nil, `UPDATE agents SET connected_at = ?,
 		last_seen_at = CASE WHEN last_seen_at < ? THEN ? ELSE last_seen_at END,
 		version = CASE WHEN ? = '' THEN version ELSE ? END WHERE id = ?`, nanos(now), nanos(now), nanos(now), version, version)
+}
+
+// RecordLateHeartbeat records that a heartbeat of agent id came late on a
+// live stream at now (later than twice the heartbeat interval).
+func (s *Store) RecordLateHeartbeat(ctx context.Context, id string, now time.Time) error {
+	if err := requireTime("now", now); err != nil {
+		return err
+	}
+	return s.updateAgent(ctx, "record late heartbeat", id, nil, `UPDATE agents SET late_heartbeat_at = ? WHERE id = ?`, nanos(now))
 }
 
 // SetAgentCondition records the condition agent id reported at now. imsd

@@ -46,7 +46,9 @@ func testAgentHealth(t *testing.T, e *env) {
 	ok(t, e.s.TouchAgent(ctx, "ag-1", at(10*time.Minute)))
 	ok(t, e.s.AgentConnected(ctx, "ag-1", "", at(4*time.Minute))) // late: last seen stays
 	ok(t, e.s.SetAgentCondition(ctx, "ag-1", store.AgentCondition{DiskUsedPercent: 93, FailedInRow: 2}, at(4*time.Minute)))
+	ok(t, e.s.RecordLateHeartbeat(ctx, "ag-1", at(5*time.Minute)))
 	a = e.agentHealth("ag-1")
+	equal(t, "late heartbeat at", a.LateHeartbeatAt, at(5*time.Minute))
 	equal(t, "version", a.Version, "v2")
 	equal(t, "connected at", a.ConnectedAt, at(4*time.Minute))
 	equal(t, "last seen", a.LastSeenAt, at(10*time.Minute))

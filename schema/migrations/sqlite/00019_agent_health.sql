@@ -1,6 +1,7 @@
 -- +goose Up
 -- An agent's health, decided by imsd's health sweeper from what is stored
--- here (last_seen_at, connected_at, the condition the agent reports):
+-- here (last_seen_at, connected_at, late heartbeats, the condition the
+-- agent reports):
 -- healthy, degraded or offline, since when, and why. Every replica may
 -- sweep; a change is a conditional write, so it is recorded once.
 ALTER TABLE agents ADD COLUMN health TEXT NOT NULL DEFAULT 'healthy'
@@ -10,8 +11,10 @@ ALTER TABLE agents ADD COLUMN health_reason TEXT NOT NULL DEFAULT '';
 -- When the agent's current (or last) stream said hello: the grace period
 -- after a reconnect or an update starts there.
 ALTER TABLE agents ADD COLUMN connected_at INTEGER NOT NULL DEFAULT 0;
--- The condition the agent last reported (JSON, '' for none).
+-- The condition the agent last reported (JSON, '' for none), and when
+-- imsd last got one of its heartbeats late on a live stream.
 ALTER TABLE agents ADD COLUMN agent_condition TEXT NOT NULL DEFAULT '';
+ALTER TABLE agents ADD COLUMN late_heartbeat_at INTEGER NOT NULL DEFAULT 0;
 -- Alerting: the health last alerted on (a recovery is alerted as
 -- 'healthy'), and the last alert of a problem (when, which health), for
 -- the de-duplication window.
@@ -43,6 +46,7 @@ DROP TABLE alert_outbox;
 ALTER TABLE agents DROP COLUMN problem_alert_health;
 ALTER TABLE agents DROP COLUMN problem_alert_at;
 ALTER TABLE agents DROP COLUMN alerted_health;
+ALTER TABLE agents DROP COLUMN late_heartbeat_at;
 ALTER TABLE agents DROP COLUMN agent_condition;
 ALTER TABLE agents DROP COLUMN connected_at;
 ALTER TABLE agents DROP COLUMN health_reason;
