@@ -60,8 +60,8 @@ type AgentHealth struct {
 	LateHeartbeatAt time.Time
 	Condition       *AgentCondition
 	Health          Health
-	HealthSince time.Time
-	Reason      string
+	HealthSince     time.Time
+	Reason          string
 	// AlertedHealth is the health last alerted on (healthy before any
 	// alert, and after a recovery's); ProblemAlertAt and
 	// ProblemAlertHealth are the last alert of a problem.
