@@ -151,6 +151,8 @@ type Agent struct {
 	live map[string]*jobRun
 	// keys are imsd's job signing keys by id (identity.IMSDKeys).
 	keys map[string]ed25519.PublicKey
+	// retired holds the ids of imsd's keys retired after a rotation.
+	retired map[string]bool
 	// seen records the attempts this agent accepted, to refuse replays
 	// (seen.go); it is only used on the session's goroutine.
 	seen *seenJobs
@@ -262,8 +264,14 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	a.id = id
 	a.log = a.log.With("agent", id.AgentID)
 	a.keys = make(map[string]ed25519.PublicKey, len(id.IMSDKeys))
+	a.retired = make(map[string]bool, len(id.RetiredIMSDKeys))
+	for _, r := range id.RetiredIMSDKeys {
+		a.retired[r] = true
+	}
 	for _, k := range id.IMSDKeys {
-		a.keys[agentproto.KeyID(k)] = k
+		if !a.retired[agentproto.KeyID(k)] {
+			a.keys[agentproto.KeyID(k)] = k
+		}
 	}
 	a.seen, err = openSeen(cfg.StateDir, cfg.Now())
 	if err != nil {
@@ -369,7 +377,7 @@ func enrolledKeys(wantKey string, pub []byte, chain []*agentv1.KeyEndorsement) (
 		return nil, mismatch
 	}
 	trusted := map[string]ed25519.PublicKey{wantKey: root}
-	if _, err := agentproto.ExtendKeys(trusted, endorsements(chain)); err != nil {
+	if _, err := agentproto.ExtendKeys(trusted, nil, endorsements(chain)); err != nil {
 		return nil, err
 	}
 	if _, ok := trusted[agentproto.KeyID(pub)]; !ok {
@@ -396,31 +404,46 @@ func endorsements(chain []*agentv1.KeyEndorsement) []agentproto.Endorsement {
 // learnKeys trusts the keys imsd's key chain endorses by a key the agent
 // trusts, and saves them with the identity. It runs on the session's
 // goroutine, as check does.
-func (a *Agent) learnKeys(chain []*agentv1.KeyEndorsement) {
-	if len(chain) == 0 {
+func (a *Agent) learnKeys(chain []*agentv1.KeyEndorsement, retirements []*agentv1.KeyRetirement) {
+	if len(chain) == 0 && len(retirements) == 0 {
 		return
 	}
-	keys := maps.Clone(a.keys)
-	added, err := agentproto.ExtendKeys(keys, endorsements(chain))
+	keys, retired := maps.Clone(a.keys), maps.Clone(a.retired)
+	added, err := agentproto.ExtendKeys(keys, retired, endorsements(chain))
 	if err != nil {
 		a.log.Error("imsd's key chain does not verify; its new keys are not trusted", "err", err)
 	}
-	if len(added) == 0 {
+	rs := make([]agentproto.Retirement, len(retirements))
+	for i, r := range retirements {
+		rs[i] = agentproto.Retirement{Signer: r.Signer, Key: r.Key, Signature: r.Signature}
+	}
+	removed, err := agentproto.RetireKeys(keys, retired, rs)
+	if err != nil {
+		a.log.Error("imsd's key retirements do not verify; no key is retired", "err", err)
+	}
+	if len(added) == 0 && len(removed) == 0 {
 		return
 	}
 	// a.id is left as it was loaded (other goroutines read it); only the
 	// saved copy and a.keys change.
 	id := a.id
 	id.IMSDKeys = slices.Collect(maps.Values(keys))
+	id.RetiredIMSDKeys = slices.Sorted(maps.Keys(retired))
 	if err := identity.Save(a.cfg.StateDir, id); err != nil {
-		a.log.Error("cannot save imsd's new signing key; not trusting it", "err", err)
+		a.log.Error("cannot save imsd's new signing keys; not changing which keys are trusted", "err", err)
 		return
 	}
-	a.keys = keys
+	a.keys, a.retired = keys, retired
 	for _, k := range added {
 		a.log.Info("trusting imsd's new job signing key, endorsed by a key this agent trusts", "key_id", agentproto.KeyID(k))
 	}
+	for _, k := range removed {
+		a.log.Warn("imsd retired its old job signing key; refusing it from now on", "key_id", agentproto.KeyID(k))
+	}
 }
+
+// keyIDs are the ids of imsd's keys the agent trusts, sorted.
+func (a *Agent) keyIDs() []string { return slices.Sorted(maps.Keys(a.keys)) }
 
 // fingerprint is a received key's id, or what is wrong with it.
 func fingerprint(pub []byte) string {

@@ -100,7 +100,7 @@ func (a *Agent) session(ctx context.Context) error {
 	if w.LeaseDurationMs <= 0 || w.HeartbeatIntervalMs <= 0 || w.HeartbeatIntervalMs >= w.LeaseDurationMs {
 		return fmt.Errorf("protocol: welcome: heartbeat interval %dms and lease %dms: want 0 < heartbeat < lease", w.HeartbeatIntervalMs, w.LeaseDurationMs)
 	}
-	a.learnKeys(w.KeyChain)
+	a.learnKeys(w.KeyChain, nil)
 	heartbeat := time.Duration(w.HeartbeatIntervalMs) * time.Millisecond
 	a.mu.Lock()
 	a.lease = time.Duration(w.LeaseDurationMs) * time.Millisecond

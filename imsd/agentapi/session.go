@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -83,7 +84,7 @@ func (s *Service) open(ctx context.Context, st Stream) (*conn, error) {
 	nonce := auth.NewNonce()
 	key := s.cfg.SigningKey
 	if err := st.Send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Challenge{Challenge: &agentv1.Challenge{
-		Nonce: nonce, PublicKey: key.Public, KeyChain: s.chain}}}); err != nil {
+		Nonce: nonce, PublicKey: key.Public, KeyChain: s.chain, RetiredKeys: s.retired}}}); err != nil {
 		return nil, err
 	}
 	m, err := st.Receive(s.cfg.HelloTimeout)
@@ -338,6 +339,7 @@ func (c *conn) welcomeLocked(ctx context.Context, hello *agentv1.Hello) error {
 	}
 	c.logger().InfoContext(ctx, "agent connected", "reattached", len(renewed), "lost", len(lost))
 	c.connected(ctx, hello.Version, now)
+	c.ackKey(ctx, hello.ImsdKeyIds, now)
 	c.reportPermissions(ctx, hello.Permissions, now)
 	c.reportStack(ctx, hello.Stack, now)
 	c.reportCondition(ctx, hello.Condition, now)
@@ -377,6 +379,21 @@ func (c *conn) connected(ctx context.Context, version string, now time.Time) {
 		return
 	}
 	c.lastSeen = now
+}
+
+// ackKey records that the agent trusts imsd's current signing key, when
+// its hello says so and that is news: imsd key retire waits for every
+// agent's acknowledgement of a rotation.
+func (c *conn) ackKey(ctx context.Context, ids []string, now time.Time) {
+	cur := c.svc.cfg.SigningKey.ID
+	if c.agent.AckedKeyID == cur || !slices.Contains(ids, cur) {
+		return
+	}
+	if err := c.svc.store.AckAgentKey(ctx, c.agent.ID, cur, now); err != nil {
+		c.logger().WarnContext(ctx, "record the agent's acknowledgement of imsd's key", "err", err)
+		return
+	}
+	c.agent.AckedKeyID = cur
 }
 
 // reportCondition records the condition the agent reported (its disk, its

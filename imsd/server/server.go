@@ -253,8 +253,9 @@ type Server struct {
 	store *store.Store
 	hub   *dispatch.Hub
 	// key signs every job handed out; chain endorses it (its rotations).
-	key   auth.SigningKey
-	chain []agentproto.Endorsement
+	key     auth.SigningKey
+	chain   []agentproto.Endorsement
+	retired []agentproto.Retirement
 	// tokens signs registry tokens (nil: no token server).
 	tokens *registry.Signer
 	// engine runs workflows.
@@ -298,11 +299,15 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	retired, err := auth.LoadRetirements(SigningKeyPath(cfg.DataDir, cfg.SigningKeyFile), key)
+	if err != nil {
+		return nil, err
+	}
 	st, err := store.Open(ctx, dsn)
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	s := &Server{cfg: cfg, store: st, hub: dispatch.NewHub(), key: key, chain: chain, log: cfg.Logger}
+	s := &Server{cfg: cfg, store: st, hub: dispatch.NewHub(), key: key, chain: chain, retired: retired, log: cfg.Logger}
 	if dir := cmp.Or(cfg.RegistryKeyDir, cfg.DataDir); dir != "" {
 		if s.tokens, err = registry.LoadOrCreateSigner(dir, cfg.RegistryService); err != nil {
 			st.Close()
@@ -453,6 +458,7 @@ func (s *Server) newHTTPServer() *http.Server {
 		HelloTimeout:      10 * time.Second,
 		SigningKey:        s.key,
 		KeyChain:          s.chain,
+		Retired:           s.retired,
 		Registry:          registryConfig(cfg),
 	}, cfg.Now, s.log, obs)
 	if s.tokens != nil {

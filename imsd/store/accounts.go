@@ -441,6 +441,8 @@ type agentRow struct {
 	HealthReason   string `db:"health_reason"`
 	ConnectedAt    int64  `db:"connected_at"`
 	AgentCondition string `db:"agent_condition"`
+	AckedKeyID     string `db:"imsd_key_id"`
+	AckedKeyAt     int64  `db:"imsd_key_acked_at"`
 }
 
 func (r agentRow) agent() Agent {
@@ -450,6 +452,7 @@ func (r agentRow) agent() Agent {
 		ConflictAt: fromNanos(r.ConflictAt), Conflict: r.Conflict, PermissionsAt: fromNanos(r.PermissionsAt),
 		Health: Health(r.Health), HealthSince: fromNanos(r.HealthSince), HealthReason: r.HealthReason,
 		ConnectedAt: fromNanos(r.ConnectedAt), Condition: decodeCondition(r.AgentCondition),
+		AckedKeyID: r.AckedKeyID, AckedKeyAt: fromNanos(r.AckedKeyAt),
 	}
 	if r.Permissions != "" {
 		var p Permissions
@@ -468,7 +471,8 @@ func (r agentRow) agent() Agent {
 }
 
 const agentCols = `id, install_id, public_key, hostname, version, enrolled_at, last_seen_at, conflict_at, conflict,
-	permissions, permissions_at, stack, health, health_since, health_reason, connected_at, agent_condition`
+	permissions, permissions_at, stack, health, health_since, health_reason, connected_at, agent_condition,
+	imsd_key_id, imsd_key_acked_at`
 
 // SetAgentPermissions records the permission state agent id reported at
 // now. imsd calls it when the state differs from what it last recorded.

@@ -360,3 +360,31 @@ func (s *Store) SetAgentCondition(ctx context.Context, id string, c AgentConditi
 	}
 	return s.updateAgent(ctx, "record agent condition", id, nil, `UPDATE agents SET agent_condition = ? WHERE id = ?`, string(b))
 }
+
+// AckAgentKey records that agent id acknowledged trusting imsd's signing
+// key keyID at now.
+func (s *Store) AckAgentKey(ctx context.Context, id, keyID string, now time.Time) error {
+	if err := requireTime("now", now); err != nil {
+		return err
+	}
+	return s.updateAgent(ctx, "acknowledge imsd key", id, nil, `UPDATE agents SET imsd_key_id = ?, imsd_key_acked_at = ? WHERE id = ?`, keyID, nanos(now))
+}
+
+// AgentsNotAcking lists the agents (id, install name, the key they last
+// acknowledged) that have not acknowledged imsd's key keyID, by agent id.
+func (s *Store) AgentsNotAcking(ctx context.Context, keyID string) ([]AgentKeyAck, error) {
+	var rows []AgentKeyAck
+	err := s.r.SelectContext(ctx, &rows, s.bind(`SELECT a.id, i.name AS install_name, a.imsd_key_id FROM agents a
+		JOIN installs i ON i.id = a.install_id WHERE a.imsd_key_id <> ? ORDER BY a.id`), keyID)
+	if err != nil {
+		return nil, fmt.Errorf("agents not acknowledging key %s: %w", keyID, err)
+	}
+	return rows, nil
+}
+
+// AgentKeyAck is an agent and the imsd key it last acknowledged.
+type AgentKeyAck struct {
+	AgentID     string `db:"id"`
+	InstallName string `db:"install_name"`
+	KeyID       string `db:"imsd_key_id"`
+}

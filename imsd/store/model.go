@@ -205,6 +205,10 @@ type Agent struct {
 	ConnectedAt time.Time
 	// Condition is what it last reported of its own condition (nil: never).
 	Condition *AgentCondition
+	// AckedKeyID is imsd's signing key the agent last acknowledged
+	// trusting, at AckedKeyAt ("": none yet).
+	AckedKeyID string
+	AckedKeyAt time.Time
 }
 
 // StackReport is what an agent reports of its install stack: the

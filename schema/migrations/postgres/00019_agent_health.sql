@@ -22,6 +22,11 @@ ALTER TABLE agents ADD COLUMN alerted_health TEXT NOT NULL DEFAULT 'healthy';
 ALTER TABLE agents ADD COLUMN problem_alert_at BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE agents ADD COLUMN problem_alert_health TEXT NOT NULL DEFAULT '';
 
+-- The id of imsd's signing key the agent last acknowledged trusting (its
+-- hello's imsd_key_ids), and when: imsd key retire waits for every agent.
+ALTER TABLE agents ADD COLUMN imsd_key_id TEXT NOT NULL DEFAULT '';
+ALTER TABLE agents ADD COLUMN imsd_key_acked_at BIGINT NOT NULL DEFAULT 0;
+
 -- Alerts waiting for delivery to a sink, durable across restarts: one row
 -- per alert and sink, written with the alert's decision; delivered_at is
 -- set once the sink took it, failed_at once imsd gave up.
@@ -43,6 +48,8 @@ CREATE INDEX alert_outbox_due ON alert_outbox (next_at) WHERE delivered_at = 0 A
 
 -- +goose Down
 DROP TABLE alert_outbox;
+ALTER TABLE agents DROP COLUMN imsd_key_acked_at;
+ALTER TABLE agents DROP COLUMN imsd_key_id;
 ALTER TABLE agents DROP COLUMN problem_alert_health;
 ALTER TABLE agents DROP COLUMN problem_alert_at;
 ALTER TABLE agents DROP COLUMN alerted_health;
