@@ -131,6 +131,14 @@ func (s *Service) open(ctx context.Context, st Stream) (*conn, error) {
 		e.Meta().Set(agentproto.HelloRefusalHeader, agentproto.SignHelloRefusal(key.Private, nonce, ch.AgentId))
 		return nil, e
 	}
+	if err == nil && !agent.RevokedAt.IsZero() {
+		// Revoked by the vendor: refused for good, signed like an
+		// unknown id's refusal.
+		s.log.WarnContext(ctx, "revoked agent refused", "agent", agent.ID, "install", agent.InstallID)
+		e := connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("hello: agent %q was revoked (%s); enrol a new agent with a new enrolment token", agent.ID, agent.RevokedReason))
+		e.Meta().Set(agentproto.HelloRefusalHeader, agentproto.SignHelloRefusal(key.Private, nonce, ch.AgentId))
+		return nil, e
+	}
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}

@@ -329,6 +329,31 @@ func (s *Service) CreateEnrollmentToken(ctx context.Context, req *connect.Reques
 	}), nil
 }
 
+// RevokeAgent revokes an install's agent (or all its agents): imsd
+// refuses it from now on, and ends its stream here.
+func (s *Service) RevokeAgent(ctx context.Context, req *connect.Request[imsv1.RevokeAgentRequest]) (*connect.Response[imsv1.RevokeAgentResponse], error) {
+	if req.Msg.Install == "" {
+		return nil, s.err(ctx, errs.Field("install", "is required"))
+	}
+	if len(req.Msg.Reason) > 512 {
+		return nil, s.err(ctx, errs.Field("reason", "is longer than 512 bytes"))
+	}
+	in, err := s.store.GetInstall(ctx, req.Msg.Install)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	ids, err := s.store.RevokeAgents(ctx, in.ID, req.Msg.AgentId, req.Msg.Reason, callerFrom(ctx).Name, s.now())
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	for _, id := range ids {
+		s.hub.Kick(id)
+		s.log.WarnContext(ctx, "agent revoked", "agent", id, "install", in.Name, "by", callerFrom(ctx).Name, "reason", req.Msg.Reason)
+	}
+	s.hub.FleetChanged()
+	return connect.NewResponse(&imsv1.RevokeAgentResponse{AgentIds: ids}), nil
+}
+
 var operations = map[string]bool{"plan": true, "apply": true, "destroy": true}
 
 // EnqueueJob queues one job for one install's agent.
@@ -1099,6 +1124,7 @@ func (s *Service) agentStatus(agents []store.Agent) *imsv1.AgentStatus {
 		AgentId: a.ID, Connected: connected, LastSeenTime: ts(a.LastSeenAt),
 		Version: a.Version, Hostname: a.Hostname, EnrollTime: ts(a.EnrolledAt),
 		Health: string(a.Health), HealthTime: ts(healthSince(a)), HealthReason: a.HealthReason,
+		RevokeTime: ts(a.RevokedAt), RevokeReason: a.RevokedReason,
 	}
 	if !a.ConflictAt.IsZero() && s.now().Sub(a.ConflictAt) < ConflictShownFor {
 		st.IdentityConflict, st.IdentityConflictTime = a.Conflict, ts(a.ConflictAt)

@@ -443,6 +443,8 @@ type agentRow struct {
 	AgentCondition string `db:"agent_condition"`
 	AckedKeyID     string `db:"imsd_key_id"`
 	AckedKeyAt     int64  `db:"imsd_key_acked_at"`
+	RevokedAt      int64  `db:"revoked_at"`
+	RevokedReason  string `db:"revoked_reason"`
 }
 
 func (r agentRow) agent() Agent {
@@ -453,6 +455,7 @@ func (r agentRow) agent() Agent {
 		Health: Health(r.Health), HealthSince: fromNanos(r.HealthSince), HealthReason: r.HealthReason,
 		ConnectedAt: fromNanos(r.ConnectedAt), Condition: decodeCondition(r.AgentCondition),
 		AckedKeyID: r.AckedKeyID, AckedKeyAt: fromNanos(r.AckedKeyAt),
+		RevokedAt: fromNanos(r.RevokedAt), RevokedReason: r.RevokedReason,
 	}
 	if r.Permissions != "" {
 		var p Permissions
@@ -472,7 +475,7 @@ func (r agentRow) agent() Agent {
 
 const agentCols = `id, install_id, public_key, hostname, version, enrolled_at, last_seen_at, conflict_at, conflict,
 	permissions, permissions_at, stack, health, health_since, health_reason, connected_at, agent_condition,
-	imsd_key_id, imsd_key_acked_at`
+	imsd_key_id, imsd_key_acked_at, revoked_at, revoked_reason`
 
 // SetAgentPermissions records the permission state agent id reported at
 // now. imsd calls it when the state differs from what it last recorded.

@@ -89,12 +89,12 @@ type agentHealthRow struct {
 }
 
 // ListAgentHealth reads every agent's health inputs and state, ordered by
-// agent id.
+// agent id; revoked agents are left out.
 func (s *Store) ListAgentHealth(ctx context.Context) ([]AgentHealth, error) {
 	var rows []agentHealthRow
 	err := s.r.SelectContext(ctx, &rows, `SELECT a.id, a.install_id, i.name AS install_name, a.version, a.enrolled_at, a.last_seen_at,
 		a.connected_at, a.late_heartbeat_at, a.agent_condition, a.health, a.health_since, a.health_reason, a.alerted_health, a.problem_alert_at,
-		a.problem_alert_health FROM agents a JOIN installs i ON i.id = a.install_id ORDER BY a.id`)
+		a.problem_alert_health FROM agents a JOIN installs i ON i.id = a.install_id WHERE a.revoked_at = 0 ORDER BY a.id`)
 	if err != nil {
 		return nil, fmt.Errorf("list agent health: %w", err)
 	}
@@ -371,11 +371,12 @@ func (s *Store) AckAgentKey(ctx context.Context, id, keyID string, now time.Time
 }
 
 // AgentsNotAcking lists the agents (id, install name, the key they last
-// acknowledged) that have not acknowledged imsd's key keyID, by agent id.
+// acknowledged) that have not acknowledged imsd's key keyID, by agent id;
+// revoked agents are left out.
 func (s *Store) AgentsNotAcking(ctx context.Context, keyID string) ([]AgentKeyAck, error) {
 	var rows []AgentKeyAck
 	err := s.r.SelectContext(ctx, &rows, s.bind(`SELECT a.id, i.name AS install_name, a.imsd_key_id FROM agents a
-		JOIN installs i ON i.id = a.install_id WHERE a.imsd_key_id <> ? ORDER BY a.id`), keyID)
+		JOIN installs i ON i.id = a.install_id WHERE a.imsd_key_id <> ? AND a.revoked_at = 0 ORDER BY a.id`), keyID)
 	if err != nil {
 		return nil, fmt.Errorf("agents not acknowledging key %s: %w", keyID, err)
 	}
@@ -387,4 +388,42 @@ type AgentKeyAck struct {
 	AgentID     string `db:"id"`
 	InstallName string `db:"install_name"`
 	KeyID       string `db:"imsd_key_id"`
+}
+
+// RevokeAgents revokes agent agentID of install installID, or every agent
+// of the install not revoked yet when agentID is empty, for reason, by
+// actor, at now: each is an audit event (agent.revoked) in the install's
+// chain. It returns the agents revoked; none is a NotFound error.
+func (s *Store) RevokeAgents(ctx context.Context, installID, agentID, reason, actor string, now time.Time) ([]string, error) {
+	if err := requireTime("now", now); err != nil {
+		return nil, err
+	}
+	var ids []string
+	err := s.write(ctx, "revoke agents", func(tx *txn) error {
+		ids = nil
+		if err := tx.SelectContext(ctx, &ids, s.bind(`SELECT id FROM agents WHERE install_id = ? AND (? = '' OR id = ?) AND revoked_at = 0 ORDER BY id`),
+			installID, agentID, agentID); err != nil {
+			return err
+		}
+		if len(ids) == 0 {
+			if agentID != "" {
+				return errs.E(errs.NotFound, "install %s has no agent %q that is not revoked already", installID, agentID)
+			}
+			return errs.E(errs.NotFound, "install %s has no agent that is not revoked already", installID)
+		}
+		for _, id := range ids {
+			if _, err := tx.ExecContext(ctx, s.bind(`UPDATE agents SET revoked_at = ?, revoked_reason = ? WHERE id = ?`), nanos(now), truncate(reason, 512), id); err != nil {
+				return err
+			}
+			if err := s.Audit(ctx, tx, AuditEvent{Chain: installID, At: now, Kind: "agent.revoked", Actor: actor, Subject: "agent:" + id,
+				Data: map[string]string{"reason": truncate(reason, 512)}}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return ids, nil
 }

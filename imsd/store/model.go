@@ -209,6 +209,10 @@ type Agent struct {
 	// trusting, at AckedKeyAt ("": none yet).
 	AckedKeyID string
 	AckedKeyAt time.Time
+	// RevokedAt is when the agent was revoked (zero: it is not), for
+	// RevokedReason.
+	RevokedAt     time.Time
+	RevokedReason string
 }
 
 // StackReport is what an agent reports of its install stack: the

@@ -285,6 +285,8 @@ func agentState(s *imsv1.AgentStatus) string {
 	switch {
 	case s == nil:
 		return "not enrolled"
+	case s.GetRevokeTime() != nil:
+		return "revoked"
 	case s.GetIdentityConflict() != "":
 		return "identity conflict"
 	case s.GetConnected() && s.GetPermissions().GetDisabledAll():
@@ -366,6 +368,9 @@ func (a *app) installGetCommand() *cobra.Command {
 			}
 			f.add("Agent", state)
 			if ag != nil {
+				if ag.GetRevokeTime() != nil {
+					f.add("Agent revoked", when(now, ag.GetRevokeTime())+": "+ag.GetRevokeReason())
+				}
 				f.add("Agent health", agentHealthText(now, ag))
 				f.add("Agent ID", ag.GetAgentId())
 				f.add("Agent version", ag.GetVersion())

@@ -230,6 +230,9 @@ func agentCell(s *imsv1.InstallStatus) string {
 	if st == "none" || st == "conflict" {
 		return st
 	}
+	if s.Install.Agent.GetRevokeTime() != nil {
+		return "revoked"
+	}
 	if h := s.Install.Agent.GetHealth(); h == "degraded" || h == "offline" {
 		return h
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/byoc-dev/byoc/imsd/errs"
 	"github.com/byoc-dev/byoc/imsd/store"
 )
 
@@ -197,4 +198,47 @@ func testAlertOutbox(t *testing.T, e *env) {
 			}
 		}
 	}
+}
+
+// testRevokeAgents: a revoked agent is refused from then on (the agent
+// shows it), audited, and left out of health and key acknowledgements.
+func testRevokeAgents(t *testing.T, e *env) {
+	ctx := e.ctx()
+	inst := e.install("acme")
+	e.agent(inst, "ag-1")
+	e.agent(inst, "ag-2")
+	ids, err := e.s.RevokeAgents(ctx, inst, "ag-1", "stolen disk", "alice", at(time.Hour))
+	ok(t, err)
+	equal(t, "revoked", strings.Join(ids, ","), "ag-1")
+	a, err := e.second().GetAgent(ctx, "ag-1")
+	ok(t, err)
+	if !a.RevokedAt.Equal(at(time.Hour)) || a.RevokedReason != "stolen disk" {
+		t.Fatalf("revoked agent = %+v", a)
+	}
+	_, err = e.s.RevokeAgents(ctx, inst, "ag-1", "again", "alice", at(2*time.Hour))
+	wantErr(t, err, errs.NotFound, "ag-1")
+	all, err := e.s.ListAgentHealth(ctx)
+	ok(t, err)
+	if len(all) != 1 || all[0].AgentID != "ag-2" {
+		t.Fatalf("health of %+v, want ag-2 only", all)
+	}
+	pending, err := e.s.AgentsNotAcking(ctx, "key-2")
+	ok(t, err)
+	if len(pending) != 1 || pending[0].AgentID != "ag-2" {
+		t.Fatalf("not acking: %+v", pending)
+	}
+	ok(t, e.s.AckAgentKey(ctx, "ag-2", "key-2", at(time.Hour)))
+	pending, err = e.s.AgentsNotAcking(ctx, "key-2")
+	ok(t, err)
+	equal(t, "not acking after the ack", len(pending), 0)
+	ids, err = e.s.RevokeAgents(ctx, inst, "", "all of them", "bob", at(3*time.Hour))
+	ok(t, err)
+	equal(t, "revoked all", strings.Join(ids, ","), "ag-2")
+	n := 0
+	for _, k := range e.kinds(inst) {
+		if k == "agent.revoked" {
+			n++
+		}
+	}
+	equal(t, "agent.revoked events", n, 2)
 }

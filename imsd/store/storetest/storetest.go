@@ -75,6 +75,7 @@ func Run(t *testing.T, open OpenFunc) {
 		{"AgentStack", testAgentStack},
 		{"AgentHealth", testAgentHealth},
 		{"AlertOutbox", testAlertOutbox},
+		{"RevokeAgents", testRevokeAgents},
 		{"BreakGlass", testBreakGlass},
 		{"AuditEvents", testAuditEvents},
 		{"AuditAppendOnly", testAuditAppendOnly},

@@ -27,6 +27,10 @@ ALTER TABLE agents ADD COLUMN problem_alert_health TEXT NOT NULL DEFAULT '';
 ALTER TABLE agents ADD COLUMN imsd_key_id TEXT NOT NULL DEFAULT '';
 ALTER TABLE agents ADD COLUMN imsd_key_acked_at INTEGER NOT NULL DEFAULT 0;
 
+-- A revoked agent (byoc agent revoke): refused from revoked_at on.
+ALTER TABLE agents ADD COLUMN revoked_at INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE agents ADD COLUMN revoked_reason TEXT NOT NULL DEFAULT '';
+
 -- Alerts waiting for delivery to a sink, durable across restarts: one row
 -- per alert and sink, written with the alert's decision; delivered_at is
 -- set once the sink took it, failed_at once imsd gave up.
@@ -48,6 +52,8 @@ CREATE INDEX alert_outbox_due ON alert_outbox (next_at) WHERE delivered_at = 0 A
 
 -- +goose Down
 DROP TABLE alert_outbox;
+ALTER TABLE agents DROP COLUMN revoked_reason;
+ALTER TABLE agents DROP COLUMN revoked_at;
 ALTER TABLE agents DROP COLUMN imsd_key_acked_at;
 ALTER TABLE agents DROP COLUMN imsd_key_id;
 ALTER TABLE agents DROP COLUMN problem_alert_health;

@@ -73,6 +73,9 @@ const (
 	// OperatorServiceCreateEnrollmentTokenProcedure is the fully-qualified name of the
 	// OperatorService's CreateEnrollmentToken RPC.
 	OperatorServiceCreateEnrollmentTokenProcedure = "/byoc.ims.v1.OperatorService/CreateEnrollmentToken"
+	// OperatorServiceRevokeAgentProcedure is the fully-qualified name of the OperatorService's
+	// RevokeAgent RPC.
+	OperatorServiceRevokeAgentProcedure = "/byoc.ims.v1.OperatorService/RevokeAgent"
 	// OperatorServiceUpdateInstallProcedure is the fully-qualified name of the OperatorService's
 	// UpdateInstall RPC.
 	OperatorServiceUpdateInstallProcedure = "/byoc.ims.v1.OperatorService/UpdateInstall"
@@ -203,6 +206,11 @@ type OperatorServiceClient interface {
 	// CreateEnrollmentToken issues a fresh single-use enrolment token for an
 	// install, for example to replace its agent.
 	CreateEnrollmentToken(context.Context, *connect.Request[v1.CreateEnrollmentTokenRequest]) (*connect.Response[v1.CreateEnrollmentTokenResponse], error)
+	// RevokeAgent refuses an install's agent from now on (a compromised
+	// agent): its stream on this imsd ends at its next message, and every
+	// hello after is answered with imsd's signed refusal, which stops the
+	// agent for good. Enrol a new agent with a new token.
+	RevokeAgent(context.Context, *connect.Request[v1.RevokeAgentRequest]) (*connect.Response[v1.RevokeAgentResponse], error)
 	// UpdateInstall changes an install's inputs and settings and, with
 	// deploy, queues an update workflow that applies them.
 	UpdateInstall(context.Context, *connect.Request[v1.UpdateInstallRequest]) (*connect.Response[v1.UpdateInstallResponse], error)
@@ -401,6 +409,12 @@ func NewOperatorServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			httpClient,
 			baseURL+OperatorServiceCreateEnrollmentTokenProcedure,
 			connect.WithSchema(operatorServiceMethods.ByName("CreateEnrollmentToken")),
+			connect.WithClientOptions(opts...),
+		),
+		revokeAgent: connect.NewClient[v1.RevokeAgentRequest, v1.RevokeAgentResponse](
+			httpClient,
+			baseURL+OperatorServiceRevokeAgentProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("RevokeAgent")),
 			connect.WithClientOptions(opts...),
 		),
 		updateInstall: connect.NewClient[v1.UpdateInstallRequest, v1.UpdateInstallResponse](
@@ -608,6 +622,7 @@ type operatorServiceClient struct {
 	listInstallDrift      *connect.Client[v1.ListInstallDriftRequest, v1.ListInstallDriftResponse]
 	watchInstalls         *connect.Client[v1.WatchInstallsRequest, v1.WatchInstallsResponse]
 	createEnrollmentToken *connect.Client[v1.CreateEnrollmentTokenRequest, v1.CreateEnrollmentTokenResponse]
+	revokeAgent           *connect.Client[v1.RevokeAgentRequest, v1.RevokeAgentResponse]
 	updateInstall         *connect.Client[v1.UpdateInstallRequest, v1.UpdateInstallResponse]
 	planInstall           *connect.Client[v1.PlanInstallRequest, v1.PlanInstallResponse]
 	startWorkflow         *connect.Client[v1.StartWorkflowRequest, v1.StartWorkflowResponse]
@@ -709,6 +724,11 @@ func (c *operatorServiceClient) WatchInstalls(ctx context.Context, req *connect.
 // CreateEnrollmentToken calls byoc.ims.v1.OperatorService.CreateEnrollmentToken.
 func (c *operatorServiceClient) CreateEnrollmentToken(ctx context.Context, req *connect.Request[v1.CreateEnrollmentTokenRequest]) (*connect.Response[v1.CreateEnrollmentTokenResponse], error) {
 	return c.createEnrollmentToken.CallUnary(ctx, req)
+}
+
+// RevokeAgent calls byoc.ims.v1.OperatorService.RevokeAgent.
+func (c *operatorServiceClient) RevokeAgent(ctx context.Context, req *connect.Request[v1.RevokeAgentRequest]) (*connect.Response[v1.RevokeAgentResponse], error) {
+	return c.revokeAgent.CallUnary(ctx, req)
 }
 
 // UpdateInstall calls byoc.ims.v1.OperatorService.UpdateInstall.
@@ -902,6 +922,11 @@ type OperatorServiceHandler interface {
 	// CreateEnrollmentToken issues a fresh single-use enrolment token for an
 	// install, for example to replace its agent.
 	CreateEnrollmentToken(context.Context, *connect.Request[v1.CreateEnrollmentTokenRequest]) (*connect.Response[v1.CreateEnrollmentTokenResponse], error)
+	// RevokeAgent refuses an install's agent from now on (a compromised
+	// agent): its stream on this imsd ends at its next message, and every
+	// hello after is answered with imsd's signed refusal, which stops the
+	// agent for good. Enrol a new agent with a new token.
+	RevokeAgent(context.Context, *connect.Request[v1.RevokeAgentRequest]) (*connect.Response[v1.RevokeAgentResponse], error)
 	// UpdateInstall changes an install's inputs and settings and, with
 	// deploy, queues an update workflow that applies them.
 	UpdateInstall(context.Context, *connect.Request[v1.UpdateInstallRequest]) (*connect.Response[v1.UpdateInstallResponse], error)
@@ -1096,6 +1121,12 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 		OperatorServiceCreateEnrollmentTokenProcedure,
 		svc.CreateEnrollmentToken,
 		connect.WithSchema(operatorServiceMethods.ByName("CreateEnrollmentToken")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceRevokeAgentHandler := connect.NewUnaryHandler(
+		OperatorServiceRevokeAgentProcedure,
+		svc.RevokeAgent,
+		connect.WithSchema(operatorServiceMethods.ByName("RevokeAgent")),
 		connect.WithHandlerOptions(opts...),
 	)
 	operatorServiceUpdateInstallHandler := connect.NewUnaryHandler(
@@ -1314,6 +1345,8 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 			operatorServiceWatchInstallsHandler.ServeHTTP(w, r)
 		case OperatorServiceCreateEnrollmentTokenProcedure:
 			operatorServiceCreateEnrollmentTokenHandler.ServeHTTP(w, r)
+		case OperatorServiceRevokeAgentProcedure:
+			operatorServiceRevokeAgentHandler.ServeHTTP(w, r)
 		case OperatorServiceUpdateInstallProcedure:
 			operatorServiceUpdateInstallHandler.ServeHTTP(w, r)
 		case OperatorServicePlanInstallProcedure:
@@ -1439,6 +1472,10 @@ func (UnimplementedOperatorServiceHandler) WatchInstalls(context.Context, *conne
 
 func (UnimplementedOperatorServiceHandler) CreateEnrollmentToken(context.Context, *connect.Request[v1.CreateEnrollmentTokenRequest]) (*connect.Response[v1.CreateEnrollmentTokenResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.CreateEnrollmentToken is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) RevokeAgent(context.Context, *connect.Request[v1.RevokeAgentRequest]) (*connect.Response[v1.RevokeAgentResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.RevokeAgent is not implemented"))
 }
 
 func (UnimplementedOperatorServiceHandler) UpdateInstall(context.Context, *connect.Request[v1.UpdateInstallRequest]) (*connect.Response[v1.UpdateInstallResponse], error) {
