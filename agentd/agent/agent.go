@@ -104,6 +104,10 @@ type Config struct {
 	HTTPClient *http.Client
 	// BackoffMin and BackoffMax bound the reconnect delay (100ms, 30s).
 	BackoffMin, BackoffMax time.Duration
+	// VersionBackoff is how long the agent waits after imsd refused its
+	// version (outside the version-skew window) before it asks again
+	// (default 30m): an update, not a retry, fixes it.
+	VersionBackoff time.Duration
 	// FlushInterval batches log lines (default 50ms).
 	FlushInterval time.Duration
 	// MaxBufferedLines bounds the lines a job keeps while imsd does not
@@ -211,6 +215,9 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	}
 	if cfg.BackoffMin == 0 {
 		cfg.BackoffMin = 100 * time.Millisecond
+	}
+	if cfg.VersionBackoff == 0 {
+		cfg.VersionBackoff = 30 * time.Minute
 	}
 	if cfg.BackoffMax == 0 {
 		cfg.BackoffMax = 30 * time.Second
@@ -510,6 +517,15 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.stopAll("agent identity refused")
 			return fmt.Errorf("imsd refused this agent's identity (%w); to enrol again, move %s away and start agentd with a new --enroll-token (byoc install token INSTALL)", err, filepath.Join(a.cfg.StateDir, identity.FileName))
 		}
+		if window, refused := versionRefused(err); refused {
+			a.log.Error("imsd does not serve this agentd version: update agentd (re-run the install stack with the vendor's current agent); asking again later",
+				"version", a.cfg.Version, "served", window, "in", a.cfg.VersionBackoff, "err", err)
+			if !backoff.Wait(ctx, a.cfg.VersionBackoff) {
+				a.stopAll("agent shutting down")
+				return nil
+			}
+			continue
+		}
 		if time.Since(start) > 10*time.Second {
 			retry.Reset()
 		}
@@ -536,6 +552,17 @@ func (a *Agent) Run(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// versionRefused reports whether err is imsd's refusal of the agent's
+// version, and the window of versions imsd serves.
+func versionRefused(err error) (string, bool) {
+	var ce *connect.Error
+	if !errors.As(err, &ce) || ce.Code() != connect.CodeFailedPrecondition {
+		return "", false
+	}
+	w := ce.Meta().Get(agentproto.VersionRefusalHeader)
+	return w, w != ""
 }
 
 func (a *Agent) stopAll(reason string) {

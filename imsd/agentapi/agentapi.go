@@ -52,6 +52,9 @@ type Config struct {
 	// Retired are the retirements of SigningKey's predecessors (imsd key
 	// retire); every challenge carries them.
 	Retired []agentproto.Retirement
+	// Version is imsd's own version: agents outside the version-skew
+	// window it serves (agentproto.AgentVersionServed) are refused.
+	Version string
 	// Registry, when set, is the vendor registry: image and build jobs
 	// carry a one-time grant for it (grants.go).
 	Registry *RegistryConfig

@@ -148,6 +148,14 @@ func (s *Service) open(ctx context.Context, st Stream) (*conn, error) {
 		}
 		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("hello: bad signature: the channel handshake or the challenge signature does not verify under the agent's enrolled key"))
 	}
+	if served, window := agentproto.AgentVersionServed(s.cfg.Version, hello.Version); !served {
+		// Outside the version-skew window: one clear answer; the agent
+		// backs off long instead of reconnecting at once.
+		s.log.WarnContext(ctx, "agent version refused", "agent", agent.ID, "install", agent.InstallID, "version", hello.Version, "served", window)
+		e := connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("hello: agentd %s is outside the agent versions imsd %s serves (%s): update agentd", hello.Version, s.cfg.Version, window))
+		e.Meta().Set(agentproto.VersionRefusalHeader, window)
+		return nil, e
+	}
 	if err := st.Send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_ChannelAccept{ChannelAccept: accept}}); err != nil {
 		return nil, err
 	}

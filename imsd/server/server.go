@@ -40,6 +40,7 @@ import (
 	"github.com/byoc-dev/byoc/imsd/store"
 	"github.com/byoc-dev/byoc/imsd/workflow"
 	"github.com/byoc-dev/byoc/internal/atomicfile"
+	"github.com/byoc-dev/byoc/internal/buildinfo"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1/agentv1connect"
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1/imsv1connect"
@@ -120,6 +121,9 @@ type Config struct {
 	AlertWebhookURL, AlertWebhookSecretFile string
 	// AlertSlackURLFile holds a Slack-compatible incoming webhook URL.
 	AlertSlackURLFile string
+	// Version is imsd's version for the agent version-skew window
+	// (default: this build's, buildinfo).
+	Version string
 	// HealthInterval is how often agents' health is swept and due alerts
 	// sent (default 5s); AlertRetryMin the first retry's delay (default 2s).
 	HealthInterval, AlertRetryMin time.Duration
@@ -459,6 +463,7 @@ func (s *Server) newHTTPServer() *http.Server {
 		SigningKey:        s.key,
 		KeyChain:          s.chain,
 		Retired:           s.retired,
+		Version:           cmp.Or(cfg.Version, buildinfo.Get().Short()),
 		Registry:          registryConfig(cfg),
 	}, cfg.Now, s.log, obs)
 	if s.tokens != nil {
