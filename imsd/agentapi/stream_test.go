@@ -2,8 +2,8 @@ package agentapi
 
 import (
 	"context"
-	"errors"
 	"crypto/ed25519"
+	"errors"
 	"fmt"
 	"github.com/byoc-dev/byoc/internal/syncbuf"
 	"io"
