@@ -268,8 +268,10 @@ type Server struct {
 	cron *schedule.Scheduler
 	// health sweeps agents' health and sends alerts.
 	health *health.Monitor
-	ln     net.Listener
-	http   *http.Server
+	// certs serves --tls-cert, reloaded when it changes (nil without TLS).
+	certs *certReloader
+	ln    net.Listener
+	http  *http.Server
 	// agentWire serves agent streams routed to it by the h2c listener
 	// (nil with AgentWireOff).
 	agentWire *agentwire.Server
@@ -329,6 +331,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.cron = schedule.New(st, s.engine, cfg.CronNow, s.log)
 	if cfg.CronInterval > 0 {
 		s.cron.Interval = cfg.CronInterval
+	}
+	if cfg.TLSCertFile != "" {
+		if s.certs, err = newCertReloader(cfg.TLSCertFile, cfg.TLSKeyFile, s.log); err != nil {
+			st.Close()
+			return nil, err
+		}
 	}
 	sinks, err := alertSinks(cfg)
 	if err != nil {
@@ -563,8 +571,10 @@ func (s *Server) Serve(ctx context.Context) error {
 	errc := make(chan error, 1)
 	var h2c *h2cListener
 	if s.cfg.TLSCertFile != "" {
-		s.http.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
-		go func() { errc <- s.http.ServeTLS(s.ln, s.cfg.TLSCertFile, s.cfg.TLSKeyFile) }()
+		// The certificate is read again when its files change
+		// (certReloader): a renewal needs no restart.
+		s.http.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: s.certs.GetCertificate}
+		go func() { errc <- s.http.ServeTLS(s.ln, "", "") }()
 	} else {
 		var err error
 		if h2c, err = newH2CListener(s.ln, s.http, h2cOptions{agent: s.agentWire, panics: &s.sniffPanics, log: s.log, testHookSniff: s.testHookSniff}); err != nil {
