@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -20,6 +22,7 @@ import (
 	"github.com/byoc-dev/byoc/imsd/store"
 	"github.com/byoc-dev/byoc/internal/buildinfo"
 	"github.com/byoc-dev/byoc/internal/flaghelp"
+	"github.com/byoc-dev/byoc/rpc/agentproto"
 )
 
 func main() {
@@ -29,8 +32,8 @@ func main() {
 }
 
 func run(ctx context.Context, args []string) int {
-	if len(args) > 0 && args[0] == "keys" {
-		return keys(args[1:])
+	if len(args) > 0 && (args[0] == "key" || args[0] == "keys") {
+		return keys(ctx, args[1:])
 	}
 	if len(args) > 0 && args[0] == "token" {
 		return token(ctx, args[1:])
@@ -53,6 +56,13 @@ func run(ctx context.Context, args []string) int {
 	fs.StringVar(&cfg.RegistryURL, "registry-url", "", "the vendor registry `URL` as agents reach it (http://HOST:PORT): image and build jobs carry one-time grants for it, exchanged at /v2/token; imsd is its token server")
 	fs.StringVar(&cfg.RegistryService, "registry-service", "", "the vendor registry's auth.token.service `name` (default byoc-registry)")
 	fs.StringVar(&cfg.RegistryKeyDir, "registry-key-dir", "", "`directory` of the registry token key and certificate (registry-token.key, registry-token.crt: the registry's rootcertbundle), created at the first start; default DATA-DIR")
+	fs.DurationVar(&cfg.AgentOfflineAfter, "agent-offline-after", 0, "an agent not heard for this `duration` is offline (default 2m; longer than a lease and two heartbeats)")
+	fs.DurationVar(&cfg.AgentHealthGrace, "agent-health-grace", 0, "how long after its enrolment and after each reconnection (an update) an agent is not counted degraded, `duration` (default 2m)")
+	fs.DurationVar(&cfg.AlertDelay, "alert-delay", 0, "how long an agent's health must hold before it is alerted, `duration` (default 1m)")
+	fs.DurationVar(&cfg.AlertDedup, "alert-dedup", 0, "de-duplication window: after an alert of a problem, the same agent's same or lesser problem is alerted again only after this `duration` (default 1h)")
+	fs.StringVar(&cfg.AlertWebhookURL, "alert-webhook", "", "`URL` that receives agent health alerts as JSON, signed (header Byoc-Signature, HMAC-SHA256) with --alert-webhook-secret-file's secret")
+	fs.StringVar(&cfg.AlertWebhookSecretFile, "alert-webhook-secret-file", "", "`file` holding the webhook's shared secret (at least 16 bytes)")
+	fs.StringVar(&cfg.AlertSlackURLFile, "alert-slack-webhook-file", "", "`file` holding a Slack-compatible incoming webhook URL that receives agent health alerts as text")
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "log `level`: debug, info, warn, error")
 	fs.StringVar(&cfg.SSOConfigFile, "sso-config", "", "single sign-on config `file` (TOML: issuer, client_id, scopes, groups_claim, [[group]] name/role/install/app/selector); see docs/operator/operators-and-roles.md")
 	fs.StringVar(&cfg.DebugAddr, "debug-addr", "", "serve Go's /debug/pprof on this loopback `address` (off by default)")
@@ -90,32 +100,128 @@ func run(ctx context.Context, args []string) int {
 	return 0
 }
 
-// keys runs `imsd keys rotate`: a new job signing key, endorsed by the
-// old one in the key chain beside it. Agents accept the new key through
-// that endorsement, which every welcome carries.
-func keys(args []string) int {
-	if len(args) == 0 || args[0] != "rotate" {
-		fmt.Fprintln(os.Stderr, "usage: imsd keys rotate [--data-dir DIR | --signing-key FILE]")
+// keys runs `imsd key rotate|retire|status` (also spelt `imsd keys`).
+// rotate makes a new job signing key, endorsed by the old one in the key
+// chain beside it: agents accept it through that endorsement, which
+// every challenge carries. retire signs, with the current key, the
+// retirement of every older one, once every agent has acknowledged the
+// current key (or with --force, after the overlap's deadline): agents
+// then refuse the old keys for good. Both are audited in the vendor's
+// chain when imsd's database is reachable.
+func keys(ctx context.Context, args []string) int {
+	const usage = "usage: imsd key rotate|retire|status [--data-dir DIR | --signing-key FILE] [--database-url URL] [--force]"
+	if len(args) == 0 || (args[0] != "rotate" && args[0] != "retire" && args[0] != "status") {
+		fmt.Fprintln(os.Stderr, usage)
 		return 2
 	}
-	fs := flag.NewFlagSet("imsd keys rotate", flag.ContinueOnError)
-	dataDir := fs.String("data-dir", "", "imsd's data `directory` (its signing.key)")
+	verb := args[0]
+	fs := flag.NewFlagSet("imsd key "+verb, flag.ContinueOnError)
+	dataDir := fs.String("data-dir", "", "imsd's data `directory` (its signing.key and SQLite database)")
 	keyFile := fs.String("signing-key", "", "the job signing key `file` imsd is given with --signing-key")
+	dbURL := fs.String("database-url", os.Getenv("BYOC_DATABASE_URL"), "imsd's PostgreSQL `URL`, for the audit event and (retire, status) the agents' acknowledgements; also $BYOC_DATABASE_URL")
+	force := new(bool)
+	if verb == "retire" {
+		force = fs.Bool("force", false, "retire even though some agents have not acknowledged the current key (after the overlap's deadline: they learn the new key and the retirement at their next connection)")
+	}
 	if code, done := flaghelp.Parse(fs, args[1:], os.Stdout); done {
 		return code
 	}
 	if (*dataDir == "") == (*keyFile == "") {
-		fmt.Fprintln(os.Stderr, "imsd keys rotate: give exactly one of --data-dir and --signing-key")
+		fmt.Fprintf(os.Stderr, "imsd key %s: give exactly one of --data-dir and --signing-key\n", verb)
 		return 2
 	}
 	path := server.SigningKeyPath(*dataDir, *keyFile)
-	old, next, err := auth.RotateSigningKey(path)
+	openStore := func() *store.Store {
+		dsn := *dbURL
+		if dsn == "" && *dataDir != "" {
+			dsn = filepath.Join(*dataDir, "imsd.db")
+			if _, err := os.Stat(dsn); err != nil {
+				return nil
+			}
+		}
+		if dsn == "" {
+			return nil
+		}
+		st, err := store.Open(ctx, dsn)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "imsd key %s: open imsd's database: %v\n", verb, err)
+			return nil
+		}
+		return st
+	}
+	audit := func(st *store.Store, kind string, data map[string]string) {
+		if st == nil {
+			fmt.Fprintf(os.Stderr, "imsd key %s: imsd's database is not reachable (give --data-dir or --database-url): this %s is not in the audit trail\n", verb, verb)
+			return
+		}
+		if err := st.RecordAudit(ctx, store.AuditEvent{Chain: store.VendorChain, At: time.Now(), Kind: kind, Actor: "imsd key " + verb,
+			Subject: "imsd-key:" + data["key"], Data: data}); err != nil {
+			fmt.Fprintf(os.Stderr, "imsd key %s: record the audit event: %v\n", verb, err)
+		}
+	}
+	switch verb {
+	case "rotate":
+		old, next, err := auth.RotateSigningKey(path)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "imsd key rotate: %v\n", err)
+			return 1
+		}
+		st := openStore()
+		audit(st, "imsd.key_rotated", map[string]string{"key": next.ID, "previous": old.ID})
+		if st != nil {
+			st.Close()
+		}
+		fmt.Printf("rotated the job signing key %s: %s -> %s (endorsed in %s)\n", path, old.ID, next.ID, auth.ChainFile(path))
+		fmt.Println("restart imsd (every replica, each given the new key file and its .chain) to sign with the new key; agents learn it at their next connection and trust both until imsd key retire")
+		return 0
+	}
+	key, err := auth.LoadSigningKey(path, false)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "imsd keys rotate: %v\n", err)
+		fmt.Fprintf(os.Stderr, "imsd key %s: %v\n", verb, err)
 		return 1
 	}
-	fmt.Printf("rotated the job signing key %s: %s -> %s (endorsed in %s)\n", path, old.ID, next.ID, auth.ChainFile(path))
-	fmt.Println("restart imsd (every replica, each given the new key file and its .chain) to sign with the new key; agents learn it at their next connection")
+	st := openStore()
+	if st == nil {
+		fmt.Fprintf(os.Stderr, "imsd key %s: cannot read imsd's database (give --data-dir with its imsd.db, or --database-url) to see which agents acknowledged key %s\n", verb, key.ID)
+		return 1
+	}
+	defer st.Close()
+	pending, err := st.AgentsNotAcking(ctx, key.ID)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "imsd key %s: %v\n", verb, err)
+		return 1
+	}
+	for _, a := range pending {
+		last := a.KeyID
+		if last == "" {
+			last = "none yet"
+		}
+		fmt.Printf("agent %s (install %s) has not acknowledged key %s (last acknowledged: %s)\n", a.AgentID, a.InstallName, key.ID, last)
+	}
+	if verb == "status" {
+		fmt.Printf("job signing key %s; %d agent(s) yet to acknowledge it\n", key.ID, len(pending))
+		return 0
+	}
+	if len(pending) > 0 && !*force {
+		fmt.Fprintf(os.Stderr, "imsd key retire: %d agent(s) have not acknowledged key %s yet; wait for them, or after your deadline retire anyway with --force\n", len(pending), key.ID)
+		return 1
+	}
+	_, retired, err := auth.RetireOldKeys(path)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "imsd key retire: %v\n", err)
+		return 1
+	}
+	if len(retired) == 0 {
+		fmt.Printf("no older key to retire: %s is imsd's only job signing key\n", key.ID)
+		return 0
+	}
+	ids := make([]string, len(retired))
+	for i, k := range retired {
+		ids[i] = agentproto.KeyID(k)
+	}
+	audit(st, "imsd.key_retired", map[string]string{"key": key.ID, "retired": strings.Join(ids, " "), "forced": strconv.FormatBool(len(pending) > 0)})
+	fmt.Printf("retired %s, signed by %s (in %s)\n", strings.Join(ids, ", "), key.ID, auth.RetiredFile(path))
+	fmt.Println("restart imsd (every replica, each given the key file, its .chain and its .retired) to send the retirement; agents refuse the retired keys from their next connection")
 	return 0
 }
 

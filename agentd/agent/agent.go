@@ -24,6 +24,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -103,6 +104,10 @@ type Config struct {
 	HTTPClient *http.Client
 	// BackoffMin and BackoffMax bound the reconnect delay (100ms, 30s).
 	BackoffMin, BackoffMax time.Duration
+	// VersionBackoff is how long the agent waits after imsd refused its
+	// version (outside the version-skew window) before it asks again
+	// (default 30m): an update, not a retry, fixes it.
+	VersionBackoff time.Duration
 	// FlushInterval batches log lines (default 50ms).
 	FlushInterval time.Duration
 	// MaxBufferedLines bounds the lines a job keeps while imsd does not
@@ -137,6 +142,9 @@ type Agent struct {
 
 	// instance is this process's random id, sent in every hello.
 	instance string
+	// failedInRow counts the jobs that failed or timed out since the last
+	// that succeeded, for the condition imsd's health counts.
+	failedInRow atomic.Int32
 
 	mu sync.Mutex
 	// jobs holds the attempts the agent owns (keyed by job id): their
@@ -147,6 +155,8 @@ type Agent struct {
 	live map[string]*jobRun
 	// keys are imsd's job signing keys by id (identity.IMSDKeys).
 	keys map[string]ed25519.PublicKey
+	// retired holds the ids of imsd's keys retired after a rotation.
+	retired map[string]bool
 	// seen records the attempts this agent accepted, to refuse replays
 	// (seen.go); it is only used on the session's goroutine.
 	seen *seenJobs
@@ -206,6 +216,9 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	if cfg.BackoffMin == 0 {
 		cfg.BackoffMin = 100 * time.Millisecond
 	}
+	if cfg.VersionBackoff == 0 {
+		cfg.VersionBackoff = 30 * time.Minute
+	}
 	if cfg.BackoffMax == 0 {
 		cfg.BackoffMax = 30 * time.Second
 	}
@@ -258,8 +271,14 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	a.id = id
 	a.log = a.log.With("agent", id.AgentID)
 	a.keys = make(map[string]ed25519.PublicKey, len(id.IMSDKeys))
+	a.retired = make(map[string]bool, len(id.RetiredIMSDKeys))
+	for _, r := range id.RetiredIMSDKeys {
+		a.retired[r] = true
+	}
 	for _, k := range id.IMSDKeys {
-		a.keys[agentproto.KeyID(k)] = k
+		if !a.retired[agentproto.KeyID(k)] {
+			a.keys[agentproto.KeyID(k)] = k
+		}
 	}
 	a.seen, err = openSeen(cfg.StateDir, cfg.Now())
 	if err != nil {
@@ -370,7 +389,7 @@ func enrolledKeys(wantKey string, pub []byte, chain []*agentv1.KeyEndorsement) (
 		return nil, mismatch
 	}
 	trusted := map[string]ed25519.PublicKey{wantKey: root}
-	if _, err := agentproto.ExtendKeys(trusted, endorsements(chain)); err != nil {
+	if _, err := agentproto.ExtendKeys(trusted, nil, endorsements(chain)); err != nil {
 		return nil, err
 	}
 	if _, ok := trusted[agentproto.KeyID(pub)]; !ok {
@@ -397,31 +416,46 @@ func endorsements(chain []*agentv1.KeyEndorsement) []agentproto.Endorsement {
 // learnKeys trusts the keys imsd's key chain endorses by a key the agent
 // trusts, and saves them with the identity. It runs on the session's
 // goroutine, as check does.
-func (a *Agent) learnKeys(chain []*agentv1.KeyEndorsement) {
-	if len(chain) == 0 {
+func (a *Agent) learnKeys(chain []*agentv1.KeyEndorsement, retirements []*agentv1.KeyRetirement) {
+	if len(chain) == 0 && len(retirements) == 0 {
 		return
 	}
-	keys := maps.Clone(a.keys)
-	added, err := agentproto.ExtendKeys(keys, endorsements(chain))
+	keys, retired := maps.Clone(a.keys), maps.Clone(a.retired)
+	added, err := agentproto.ExtendKeys(keys, retired, endorsements(chain))
 	if err != nil {
 		a.log.Error("imsd's key chain does not verify; its new keys are not trusted", "err", err)
 	}
-	if len(added) == 0 {
+	rs := make([]agentproto.Retirement, len(retirements))
+	for i, r := range retirements {
+		rs[i] = agentproto.Retirement{Signer: r.Signer, Key: r.Key, Signature: r.Signature}
+	}
+	removed, err := agentproto.RetireKeys(keys, retired, rs)
+	if err != nil {
+		a.log.Error("imsd's key retirements do not verify; no key is retired", "err", err)
+	}
+	if len(added) == 0 && len(removed) == 0 {
 		return
 	}
 	// a.id is left as it was loaded (other goroutines read it); only the
 	// saved copy and a.keys change.
 	id := a.id
 	id.IMSDKeys = slices.Collect(maps.Values(keys))
+	id.RetiredIMSDKeys = slices.Sorted(maps.Keys(retired))
 	if err := identity.Save(a.cfg.StateDir, id); err != nil {
-		a.log.Error("cannot save imsd's new signing key; not trusting it", "err", err)
+		a.log.Error("cannot save imsd's new signing keys; not changing which keys are trusted", "err", err)
 		return
 	}
-	a.keys = keys
+	a.keys, a.retired = keys, retired
 	for _, k := range added {
 		a.log.Info("trusting imsd's new job signing key, endorsed by a key this agent trusts", "key_id", agentproto.KeyID(k))
 	}
+	for _, k := range removed {
+		a.log.Warn("imsd retired its old job signing key; refusing it from now on", "key_id", agentproto.KeyID(k))
+	}
 }
+
+// keyIDs are the ids of imsd's keys the agent trusts, sorted.
+func (a *Agent) keyIDs() []string { return slices.Sorted(maps.Keys(a.keys)) }
 
 // fingerprint is a received key's id, or what is wrong with it.
 func fingerprint(pub []byte) string {
@@ -488,6 +522,15 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.stopAll("agent identity refused")
 			return fmt.Errorf("imsd refused this agent's identity (%w); to enrol again, move %s away and start agentd with a new --enroll-token (byoc install token INSTALL)", err, filepath.Join(a.cfg.StateDir, identity.FileName))
 		}
+		if window, refused := versionRefused(err); refused {
+			a.log.Error("imsd does not serve this agentd version: update agentd (re-run the install stack with the vendor's current agent); asking again later",
+				"version", a.cfg.Version, "served", window, "in", a.cfg.VersionBackoff, "err", err)
+			if !backoff.Wait(ctx, a.cfg.VersionBackoff) {
+				a.stopAll("agent shutting down")
+				return nil
+			}
+			continue
+		}
 		if time.Since(start) > 10*time.Second {
 			retry.Reset()
 		}
@@ -514,6 +557,17 @@ func (a *Agent) Run(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// versionRefused reports whether err is imsd's refusal of the agent's
+// version, and the window of versions imsd serves.
+func versionRefused(err error) (string, bool) {
+	var ce *connect.Error
+	if !errors.As(err, &ce) || ce.Code() != connect.CodeFailedPrecondition {
+		return "", false
+	}
+	w := ce.Meta().Get(agentproto.VersionRefusalHeader)
+	return w, w != ""
 }
 
 func (a *Agent) stopAll(reason string) {

@@ -376,6 +376,12 @@ func (a *Agent) finish(j *jobRun, out Outcome) {
 		args = append(args, "error", out.Error)
 	}
 	a.log.Info("job finished", args...)
+	switch out.Outcome {
+	case agentv1.Outcome_OUTCOME_SUCCEEDED:
+		a.failedInRow.Store(0)
+	case agentv1.Outcome_OUTCOME_FAILED, agentv1.Outcome_OUTCOME_TIMED_OUT:
+		a.failedInRow.Add(1)
+	}
 	a.mu.Lock()
 	if j.dropped > 0 {
 		j.nextSeq++

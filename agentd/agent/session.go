@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
@@ -79,6 +80,7 @@ func (a *Agent) session(ctx context.Context) error {
 		AuditCopy:   true,
 		AuditSeq:    auditSeq,
 		Stack:       a.cfg.Stack,
+		Condition:   a.condition(),
 	})
 	if err != nil {
 		return a.helloRefusal(err, ch)
@@ -98,7 +100,7 @@ func (a *Agent) session(ctx context.Context) error {
 	if w.LeaseDurationMs <= 0 || w.HeartbeatIntervalMs <= 0 || w.HeartbeatIntervalMs >= w.LeaseDurationMs {
 		return fmt.Errorf("protocol: welcome: heartbeat interval %dms and lease %dms: want 0 < heartbeat < lease", w.HeartbeatIntervalMs, w.LeaseDurationMs)
 	}
-	a.learnKeys(w.KeyChain)
+	a.learnKeys(w.KeyChain, nil)
 	heartbeat := time.Duration(w.HeartbeatIntervalMs) * time.Millisecond
 	a.mu.Lock()
 	a.lease = time.Duration(w.LeaseDurationMs) * time.Millisecond
@@ -195,7 +197,22 @@ func (a *Agent) heartbeatNow(st *agentchannel.AgentStream, ss *sessionState) err
 		ss.beats[ss.nextBeat] = heartbeatRef{sentAt: a.now(), tokens: tokens}
 	}
 	return st.Send(&agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Heartbeat{Heartbeat: &agentv1.Heartbeat{
-		Running: running, Seq: ss.nextBeat, Permissions: perms}}})
+		Running: running, Seq: ss.nextBeat, Permissions: perms, Condition: a.condition()}}})
+}
+
+// condition is the agent's own condition for imsd's health: how full the
+// state directory's file system is, and how many jobs failed in a row.
+func (a *Agent) condition() *agentv1.AgentCondition {
+	c := &agentv1.AgentCondition{FailedInRow: uint32(max(a.failedInRow.Load(), 0))}
+	var st syscall.Statfs_t
+	if a.cfg.StateDir != "" && syscall.Statfs(a.cfg.StateDir, &st) == nil {
+		// As df counts it: of the blocks an unprivileged user may use.
+		used := st.Blocks - st.Bfree
+		if total := used + st.Bavail; total > 0 {
+			c.DiskUsedPercent = uint32((used*100 + total - 1) / total)
+		}
+	}
+	return c
 }
 
 // sessionState is what one stream keeps about its writes and heartbeats

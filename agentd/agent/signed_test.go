@@ -445,3 +445,44 @@ func TestAgentStopsOnlyOnASignedRefusal(t *testing.T) {
 		})
 	}
 }
+
+// An agent outside the version-skew window imsd serves says so in one
+// line and backs off long (VersionBackoff), instead of reconnecting at
+// once forever.
+func TestVersionRefusedBacksOffLong(t *testing.T) {
+	_, key, _ := ed25519.GenerateKey(nil)
+	f := &fakeIMS{key: key}
+	var hellos atomic.Int32
+	f.refuse = func(n []byte, id string) error {
+		hellos.Add(1)
+		e := connect.NewError(connect.CodeFailedPrecondition, errors.New("hello: agentd v1.0.0 is outside the agent versions imsd v1.5.0 serves (>= v1.3.0, < v1.6.0): update agentd"))
+		e.Meta().Set(agentproto.VersionRefusalHeader, ">= v1.3.0, < v1.6.0")
+		return e
+	}
+	url := serveFake(t, f)
+	dir := t.TempDir()
+	k, _ := identity.NewKey()
+	if err := identity.Save(dir, identity.Identity{AgentID: "agt_1", InstallID: "ins_1", IMSURL: url, PrivateKey: k,
+		IMSDKeys: []ed25519.PublicKey{key.Public().(ed25519.PublicKey)}}); err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncbuf.Buffer{}
+	a, err := New(context.Background(), Config{IMSURL: url, StateDir: dir, Runner: &runRecorder{}, Logger: slog.New(slog.NewTextHandler(logs, nil)),
+		Version: "v1.0.0", BackoffMin: 5 * time.Millisecond, BackoffMax: 10 * time.Millisecond, VersionBackoff: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	const line = "imsd does not serve this agentd version"
+	eventually(t, "the refusal's line", func() bool { return strings.Contains(logs.String(), line) })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	l := logs.String()
+	if n := strings.Count(l, line); n != 1 || hellos.Load() != 1 || !strings.Contains(l, `served=">= v1.3.0, < v1.6.0"`) || !strings.Contains(l, "in=1h0m0s") {
+		t.Fatalf("%d hellos, %d lines:\n%s", hellos.Load(), n, l)
+	}
+}

@@ -29,6 +29,9 @@ type Identity struct {
 	// IMSDKeys are the public keys whose job signatures the agent
 	// accepts: imsd's signing key learnt at enrolment.
 	IMSDKeys []ed25519.PublicKey `json:"imsd_keys"`
+	// RetiredIMSDKeys are the ids of imsd's keys retired after a rotation
+	// (imsd key retire): never trusted again, whatever endorses them.
+	RetiredIMSDKeys []string `json:"retired_imsd_keys,omitempty"`
 }
 
 // ErrNoIMSDKey is returned by Load for an identity that holds no imsd

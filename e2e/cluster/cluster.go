@@ -155,6 +155,13 @@ type Options struct {
 	RegistryURL string
 	// SSOConfigFile is imsd's --sso-config.
 	SSOConfigFile string
+	// AgentOfflineAfter, AgentHealthGrace, AlertDelay, AlertDedup,
+	// AlertWebhookURL and AlertWebhookSecretFile are imsd's flags of the
+	// same names; HealthInterval and AlertRetryMin its health sweep's
+	// interval and first retry delay.
+	AgentOfflineAfter, AgentHealthGrace, AlertDelay, AlertDedup time.Duration
+	AlertWebhookURL, AlertWebhookSecretFile                     string
+	HealthInterval, AlertRetryMin                               time.Duration
 }
 
 // StartIMS starts imsd and stops it at cleanup.
@@ -183,6 +190,10 @@ func StartIMS(tb testing.TB, o Options) *IMS {
 		BreakGlassRequestTTL: o.BreakGlassRequestTTL,
 		RegistryURL:          o.RegistryURL,
 		SSOConfigFile:        o.SSOConfigFile,
+		AgentOfflineAfter:    o.AgentOfflineAfter, AgentHealthGrace: o.AgentHealthGrace,
+		AlertDelay: o.AlertDelay, AlertDedup: o.AlertDedup,
+		AlertWebhookURL: o.AlertWebhookURL, AlertWebhookSecretFile: o.AlertWebhookSecretFile,
+		HealthInterval: o.HealthInterval, AlertRetryMin: o.AlertRetryMin,
 	}
 	ims := &IMS{DataDir: o.DataDir, cfg: cfg}
 	ims.start(tb)

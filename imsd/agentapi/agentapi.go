@@ -49,6 +49,12 @@ type Config struct {
 	// KeyChain endorses SigningKey through its rotations
 	// (auth.RotateSigningKey); every welcome and enrolment carries it.
 	KeyChain []agentproto.Endorsement
+	// Retired are the retirements of SigningKey's predecessors (imsd key
+	// retire); every challenge carries them.
+	Retired []agentproto.Retirement
+	// Version is imsd's own version: agents outside the version-skew
+	// window it serves (agentproto.AgentVersionServed) are refused.
+	Version string
 	// Registry, when set, is the vendor registry: image and build jobs
 	// carry a one-time grant for it (grants.go).
 	Registry *RegistryConfig
@@ -72,8 +78,10 @@ type Service struct {
 	now   func() time.Time
 	log   *slog.Logger
 	obs   Observer
-	// chain is cfg.KeyChain as sent in welcomes and enrolments.
-	chain []*agentv1.KeyEndorsement
+	// chain is cfg.KeyChain as sent in welcomes and enrolments; retired
+	// cfg.Retired as sent in challenges.
+	chain   []*agentv1.KeyEndorsement
+	retired []*agentv1.KeyRetirement
 
 	// instances remembers, per agent, the processes seen holding its
 	// stream, to tell two processes sharing one identity (conflict.go).
@@ -90,7 +98,11 @@ func New(st *store.Store, hub *dispatch.Hub, cfg Config, now func() time.Time, l
 	for i, e := range cfg.KeyChain {
 		chain[i] = &agentv1.KeyEndorsement{SignerPublicKey: e.Signer, PublicKey: e.Key, Signature: e.Signature}
 	}
-	return &Service{store: st, hub: hub, cfg: cfg, now: now, log: log, obs: obs, chain: chain}
+	retired := make([]*agentv1.KeyRetirement, len(cfg.Retired))
+	for i, r := range cfg.Retired {
+		retired[i] = &agentv1.KeyRetirement{Signer: r.Signer, Key: r.Key, Signature: r.Signature}
+	}
+	return &Service{store: st, hub: hub, cfg: cfg, now: now, log: log, obs: obs, chain: chain, retired: retired}
 }
 
 // Enroll binds a new agent identity to the install of a single-use token.

@@ -23,8 +23,16 @@ func (c *conn) handle(ctx context.Context, m *agentv1.ConnectRequest) error {
 	now := s.now()
 	switch msg := m.Msg.(type) {
 	case *agentv1.ConnectRequest_Heartbeat:
+		if gap := now.Sub(c.lastHeard); !c.lastHeard.IsZero() && gap > 2*s.cfg.HeartbeatInterval+time.Second {
+			// Late on a live stream (a congested path, an overloaded
+			// agent): the agent counts degraded for a while.
+			if err := s.store.RecordLateHeartbeat(ctx, c.agent.ID, now); err != nil {
+				c.logger().WarnContext(ctx, "record late heartbeat", "err", err)
+			}
+		}
 		c.touch(ctx, now)
 		c.reportPermissions(ctx, msg.Heartbeat.Permissions, now)
+		c.reportCondition(ctx, msg.Heartbeat.Condition, now)
 		renewed, lost, err := s.store.RenewLeases(ctx, c.agent.ID, leases(msg.Heartbeat.Running), s.reclaimAfter(now))
 		if err != nil {
 			return s.err(ctx, err)

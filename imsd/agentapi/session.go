@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -83,7 +84,7 @@ func (s *Service) open(ctx context.Context, st Stream) (*conn, error) {
 	nonce := auth.NewNonce()
 	key := s.cfg.SigningKey
 	if err := st.Send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Challenge{Challenge: &agentv1.Challenge{
-		Nonce: nonce, PublicKey: key.Public, KeyChain: s.chain}}}); err != nil {
+		Nonce: nonce, PublicKey: key.Public, KeyChain: s.chain, RetiredKeys: s.retired}}}); err != nil {
 		return nil, err
 	}
 	m, err := st.Receive(s.cfg.HelloTimeout)
@@ -130,6 +131,14 @@ func (s *Service) open(ctx context.Context, st Stream) (*conn, error) {
 		e.Meta().Set(agentproto.HelloRefusalHeader, agentproto.SignHelloRefusal(key.Private, nonce, ch.AgentId))
 		return nil, e
 	}
+	if err == nil && !agent.RevokedAt.IsZero() {
+		// Revoked by the vendor: refused for good, signed like an
+		// unknown id's refusal.
+		s.log.WarnContext(ctx, "revoked agent refused", "agent", agent.ID, "install", agent.InstallID)
+		e := connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("hello: agent %q was revoked (%s); enrol a new agent with a new enrolment token", agent.ID, agent.RevokedReason))
+		e.Meta().Set(agentproto.HelloRefusalHeader, agentproto.SignHelloRefusal(key.Private, nonce, ch.AgentId))
+		return nil, e
+	}
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}
@@ -138,6 +147,14 @@ func (s *Service) open(ctx context.Context, st Stream) (*conn, error) {
 			s.log.WarnContext(ctx, "agent hello refused", "agent", ch.AgentId, "err", herr)
 		}
 		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("hello: bad signature: the channel handshake or the challenge signature does not verify under the agent's enrolled key"))
+	}
+	if served, window := agentproto.AgentVersionServed(s.cfg.Version, hello.Version); !served {
+		// Outside the version-skew window: one clear answer; the agent
+		// backs off long instead of reconnecting at once.
+		s.log.WarnContext(ctx, "agent version refused", "agent", agent.ID, "install", agent.InstallID, "version", hello.Version, "served", window)
+		e := connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("hello: agentd %s is outside the agent versions imsd %s serves (%s): update agentd", hello.Version, s.cfg.Version, window))
+		e.Meta().Set(agentproto.VersionRefusalHeader, window)
+		return nil, e
 	}
 	if err := st.Send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_ChannelAccept{ChannelAccept: accept}}); err != nil {
 		return nil, err
@@ -337,9 +354,11 @@ func (c *conn) welcomeLocked(ctx context.Context, hello *agentv1.Hello) error {
 		}
 	}
 	c.logger().InfoContext(ctx, "agent connected", "reattached", len(renewed), "lost", len(lost))
-	c.touch(ctx, now)
+	c.connected(ctx, hello.Version, now)
+	c.ackKey(ctx, hello.ImsdKeyIds, now)
 	c.reportPermissions(ctx, hello.Permissions, now)
 	c.reportStack(ctx, hello.Stack, now)
+	c.reportCondition(ctx, hello.Condition, now)
 	c.lastForced = now
 	return c.claim(ctx, true)
 }
@@ -364,6 +383,52 @@ func (c *conn) touch(ctx context.Context, now time.Time) {
 		return
 	}
 	c.lastSeen = now
+}
+
+// connected records the hello: when the agent was last seen and when its
+// stream began (the health grace period after a reconnect or an update
+// starts there), and its version, in one write.
+func (c *conn) connected(ctx context.Context, version string, now time.Time) {
+	c.lastHeard = now
+	if err := c.svc.store.AgentConnected(ctx, c.agent.ID, version, now); err != nil {
+		c.logger().WarnContext(ctx, "record agent connected", "err", err)
+		return
+	}
+	c.lastSeen = now
+}
+
+// ackKey records that the agent trusts imsd's current signing key, when
+// its hello says so and that is news: imsd key retire waits for every
+// agent's acknowledgement of a rotation.
+func (c *conn) ackKey(ctx context.Context, ids []string, now time.Time) {
+	cur := c.svc.cfg.SigningKey.ID
+	if c.agent.AckedKeyID == cur || !slices.Contains(ids, cur) {
+		return
+	}
+	if err := c.svc.store.AckAgentKey(ctx, c.agent.ID, cur, now); err != nil {
+		c.logger().WarnContext(ctx, "record the agent's acknowledgement of imsd's key", "err", err)
+		return
+	}
+	c.agent.AckedKeyID = cur
+}
+
+// reportCondition records the condition the agent reported (its disk, its
+// jobs failed in a row), when it differs from what is recorded. An agent
+// that reports none (an older agentd) leaves it as it was. c.mu is held.
+func (c *conn) reportCondition(ctx context.Context, p *agentv1.AgentCondition, now time.Time) {
+	if p == nil {
+		return
+	}
+	cond := store.AgentCondition{DiskUsedPercent: int(min(p.DiskUsedPercent, 100)), FailedInRow: int(min(p.FailedInRow, 1<<20))}
+	if o := c.agent.Condition; o != nil && o.DiskUsedPercent == cond.DiskUsedPercent && o.FailedInRow == cond.FailedInRow {
+		return
+	}
+	if err := c.svc.store.SetAgentCondition(ctx, c.agent.ID, cond, now); err != nil {
+		c.logger().WarnContext(ctx, "record agent condition", "err", err)
+		return
+	}
+	cond.ReportedAt = now
+	c.agent.Condition = &cond
 }
 
 // reportPermissions records the permission state the agent reported, when

@@ -3,6 +3,7 @@ package agentapi
 import (
 	"context"
 	"crypto/ed25519"
+	"errors"
 	"fmt"
 	"github.com/byoc-dev/byoc/internal/syncbuf"
 	"io"
@@ -376,5 +377,42 @@ func TestLastSeenAtDisconnectIsTheLastMessage(t *testing.T) {
 	}
 	if !a.LastSeenAt.Equal(last) {
 		t.Fatalf("after the stream ended, last seen = %s, want the last heartbeat's %s", a.LastSeenAt, last)
+	}
+}
+
+// An agent outside the version-skew window is refused after its hello
+// verified: failed_precondition, one line naming both versions and the
+// window, the window in Byoc-Version-Window; no channel is accepted.
+func TestAgentOutsideVersionWindowIsRefused(t *testing.T) {
+	e := newStreamEnv(t)
+	e.svc.cfg.Version = "v1.5.0"
+	for _, tc := range []struct {
+		version string
+		ok      bool
+	}{{"v1.4.2", true}, {"v1.2.0", false}, {"v2.0.0", false}, {"dev-abc", true}} {
+		cs := newChanStream()
+		done := make(chan error, 1)
+		go func() { done <- e.svc.Serve(context.Background(), cs) }()
+		ch := cs.next(t).GetChallenge()
+		b, _ := proto.Marshal(&agentv1.Hello{AgentId: e.agent, Signature: agentproto.SignChallenge(e.key, e.agent, ch.Nonce), Capacity: 1, Version: tc.version})
+		msg, _, err := agentchannel.OpenChannel(e.key, e.agent, ch.PublicKey, ch.Nonce, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs.in <- &agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_ChannelHello{ChannelHello: &agentv1.ChannelHello{AgentId: e.agent, Noise: msg}}}
+		if tc.ok {
+			if m := cs.next(t); m.GetChannelAccept() == nil {
+				t.Fatalf("%s: answered %v, want the channel accepted", tc.version, m)
+			}
+			close(cs.closed)
+			<-done
+			continue
+		}
+		err = <-done
+		var ce *connect.Error
+		if !errors.As(err, &ce) || ce.Code() != connect.CodeFailedPrecondition || ce.Meta().Get(agentproto.VersionRefusalHeader) != ">= v1.3.0, < v1.6.0" ||
+			!strings.Contains(err.Error(), "agentd "+tc.version+" is outside the agent versions imsd v1.5.0 serves (>= v1.3.0, < v1.6.0): update agentd") {
+			t.Fatalf("%s: %v", tc.version, err)
+		}
 	}
 }

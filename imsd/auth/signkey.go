@@ -174,3 +174,84 @@ func RotateSigningKey(keyFile string) (old, next SigningKey, err error) {
 	}
 	return old, next, nil
 }
+
+// RetiredFile is the file beside a signing key that holds the
+// retirements of its predecessors.
+func RetiredFile(keyFile string) string { return keyFile + ".retired" }
+
+// LoadRetirements reads the retirements beside keyFile (none if there
+// are none) and checks each: it verifies, and it does not retire key (a
+// replica given an old key file with a newer retirement file would sign
+// jobs every agent refuses).
+func LoadRetirements(keyFile string, key SigningKey) ([]agentproto.Retirement, error) {
+	path := RetiredFile(keyFile)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read key retirements: %w", err)
+	}
+	var entries []chainEntry
+	if err := json.Unmarshal(b, &entries); err != nil {
+		return nil, fmt.Errorf("key retirements %s: %w", path, err)
+	}
+	out := make([]agentproto.Retirement, len(entries))
+	for i, e := range entries {
+		out[i] = agentproto.Retirement{Signer: e.Signer, Key: e.Key, Signature: e.Signature}
+		if !out[i].Verify() {
+			return nil, fmt.Errorf("key retirements %s: entry %d does not verify", path, i)
+		}
+		if out[i].Key.Equal(key.Public) {
+			return nil, fmt.Errorf("key retirements %s retire this signing key %s: agents refuse it; give every replica the current key file", path, key.ID)
+		}
+	}
+	return out, nil
+}
+
+// RetireOldKeys writes a retirement, signed by keyFile's key, of every
+// older key in its chain that is not retired yet, and returns the keys it
+// retired (none when there is nothing to retire).
+func RetireOldKeys(keyFile string) (SigningKey, []ed25519.PublicKey, error) {
+	key, err := LoadSigningKey(keyFile, false)
+	if err != nil {
+		return key, nil, err
+	}
+	chain, err := LoadKeyChain(keyFile, key)
+	if err != nil {
+		return key, nil, err
+	}
+	rs, err := LoadRetirements(keyFile, key)
+	if err != nil {
+		return key, nil, err
+	}
+	done := map[string]bool{}
+	for _, r := range rs {
+		done[agentproto.KeyID(r.Key)] = true
+	}
+	var retired []ed25519.PublicKey
+	for _, e := range chain {
+		for _, k := range []ed25519.PublicKey{e.Signer, e.Key} {
+			if id := agentproto.KeyID(k); !k.Equal(key.Public) && !done[id] {
+				done[id] = true
+				rs = append(rs, agentproto.RetireKey(key.Private, k))
+				retired = append(retired, k)
+			}
+		}
+	}
+	if len(retired) == 0 {
+		return key, nil, nil
+	}
+	entries := make([]chainEntry, len(rs))
+	for i, r := range rs {
+		entries[i] = chainEntry{Signer: r.Signer, Key: r.Key, Signature: r.Signature}
+	}
+	b, err := json.MarshalIndent(entries, "", "  ")
+	if err != nil {
+		return key, nil, err
+	}
+	if err := atomicfile.Write(RetiredFile(keyFile), append(b, '\n'), 0o600); err != nil {
+		return key, nil, fmt.Errorf("write key retirements: %w", err)
+	}
+	return key, retired, nil
+}

@@ -111,6 +111,21 @@ func (h *Hub) Register(agentID, installID string, hs Handlers) *Session {
 	return s
 }
 
+// Kick ends agentID's session here (the agent was revoked): as with a
+// replacement, its stream ends at its next message. It reports whether
+// the agent had a session on this hub.
+func (h *Hub) Kick(agentID string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.byAgent[agentID]
+	if s == nil {
+		return false
+	}
+	h.removeLocked(s)
+	go s.Replaced()
+	return true
+}
+
 // Unregister removes s if it is still registered.
 func (h *Hub) Unregister(s *Session) {
 	h.mu.Lock()

@@ -81,6 +81,8 @@ func (s *Service) agentStatus(agents []store.Agent) *imsv1.AgentStatus {
 	st := &imsv1.AgentStatus{
 		AgentId: a.ID, Connected: connected, LastSeenTime: ts(a.LastSeenAt),
 		Version: a.Version, Hostname: a.Hostname, EnrollTime: ts(a.EnrolledAt),
+		Health: string(a.Health), HealthTime: ts(healthSince(a)), HealthReason: a.HealthReason,
+		RevokeTime: ts(a.RevokedAt), RevokeReason: a.RevokedReason,
 	}
 	if !a.ConflictAt.IsZero() && s.now().Sub(a.ConflictAt) < ConflictShownFor {
 		st.IdentityConflict, st.IdentityConflictTime = a.Conflict, ts(a.ConflictAt)
@@ -216,4 +218,13 @@ func ts(t time.Time) *timestamppb.Timestamp {
 		return nil
 	}
 	return timestamppb.New(t)
+}
+
+// healthSince is when agent a entered its health: its enrolment until
+// the health sweeper first changed it.
+func healthSince(a store.Agent) time.Time {
+	if a.HealthSince.IsZero() {
+		return a.EnrolledAt
+	}
+	return a.HealthSince
 }

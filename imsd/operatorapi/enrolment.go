@@ -35,3 +35,28 @@ func (s *Service) CreateEnrollmentToken(ctx context.Context, req *connect.Reques
 		EnrollmentToken: &imsv1.EnrollmentToken{Token: secret, ExpireTime: timestamppb.New(et.ExpiresAt)},
 	}), nil
 }
+
+// RevokeAgent revokes an install's agent (or all its agents): imsd
+// refuses it from now on, and ends its stream here.
+func (s *Service) RevokeAgent(ctx context.Context, req *connect.Request[imsv1.RevokeAgentRequest]) (*connect.Response[imsv1.RevokeAgentResponse], error) {
+	if req.Msg.Install == "" {
+		return nil, s.err(ctx, errs.Field("install", "is required"))
+	}
+	if len(req.Msg.Reason) > 512 {
+		return nil, s.err(ctx, errs.Field("reason", "is longer than 512 bytes"))
+	}
+	in, err := s.store.GetInstall(ctx, req.Msg.Install)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	ids, err := s.store.RevokeAgents(ctx, in.ID, req.Msg.AgentId, req.Msg.Reason, callerFrom(ctx).Name, s.now())
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	for _, id := range ids {
+		s.hub.Kick(id)
+		s.log.WarnContext(ctx, "agent revoked", "agent", id, "install", in.Name, "by", callerFrom(ctx).Name, "reason", req.Msg.Reason)
+	}
+	s.hub.FleetChanged()
+	return connect.NewResponse(&imsv1.RevokeAgentResponse{AgentIds: ids}), nil
+}

@@ -89,7 +89,9 @@ var rules = map[string]rule{
 	imsv1connect.OperatorServiceWatchInstallsProcedure:         r(access.Read, onAnywhere, "", "watch installs"),
 	imsv1connect.OperatorServiceCreateEnrollmentTokenProcedure: r(access.Deploy, onInstall, "install", "issue enrolment tokens for"),
 	// Labels decide which selector grants cover an install: admins only.
-	imsv1connect.OperatorServiceLabelInstallProcedure:      r(access.Manage, onInstall, "install", "relabel"),
+	imsv1connect.OperatorServiceLabelInstallProcedure: r(access.Manage, onInstall, "install", "relabel"),
+	// Cutting off an install's agent: admins only.
+	imsv1connect.OperatorServiceRevokeAgentProcedure:       r(access.Manage, onInstall, "install", "revoke the agent of"),
 	imsv1connect.OperatorServiceUpdateInstallProcedure:     r(access.Deploy, onInstall, "install", "update"),
 	imsv1connect.OperatorServicePlanInstallProcedure:       r(access.Read, onInstall, "install", "plan"),
 	imsv1connect.OperatorServiceGetInstallStackProcedure:   r(access.Read, onInstall, "install", "read the stack of"),

@@ -5,6 +5,7 @@
 package server
 
 import (
+	"bytes"
 	"cmp"
 	"compress/gzip"
 	"context"
@@ -16,6 +17,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sync"
@@ -31,6 +33,7 @@ import (
 	"github.com/byoc-dev/byoc/imsd/agentwire"
 	"github.com/byoc-dev/byoc/imsd/auth"
 	"github.com/byoc-dev/byoc/imsd/dispatch"
+	"github.com/byoc-dev/byoc/imsd/health"
 	"github.com/byoc-dev/byoc/imsd/operatorapi"
 	"github.com/byoc-dev/byoc/imsd/registry"
 	"github.com/byoc-dev/byoc/imsd/schedule"
@@ -38,6 +41,7 @@ import (
 	"github.com/byoc-dev/byoc/imsd/store"
 	"github.com/byoc-dev/byoc/imsd/workflow"
 	"github.com/byoc-dev/byoc/internal/atomicfile"
+	"github.com/byoc-dev/byoc/internal/buildinfo"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1/agentv1connect"
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1/imsv1connect"
@@ -107,9 +111,34 @@ type Config struct {
 	// empty: no single sign-on, API tokens only.
 	SSOConfigFile string
 
+	// AgentOfflineAfter: an agent imsd has not heard for this long is
+	// offline (default 2m; longer than a lease and two heartbeats).
+	AgentOfflineAfter time.Duration
+	// AgentHealthGrace is how long after its enrolment and after each
+	// reconnection an agent is not counted degraded (default 2m).
+	AgentHealthGrace time.Duration
+	// AlertDelay is how long a health must hold before it is alerted
+	// (default 1m); AlertDedup the de-duplication window (default 1h).
+	AlertDelay, AlertDedup time.Duration
+	// AlertWebhookURL receives alerts as JSON signed with the secret in
+	// AlertWebhookSecretFile (HMAC-SHA256, header Byoc-Signature).
+	AlertWebhookURL, AlertWebhookSecretFile string
+	// AlertSlackURLFile holds a Slack-compatible incoming webhook URL.
+	AlertSlackURLFile string
+	// Version is imsd's version for the agent version-skew window
+	// (default: this build's, buildinfo).
+	Version string
+	// HealthInterval is how often agents' health is swept and due alerts
+	// sent (default 5s); AlertRetryMin the first retry's delay (default 2s).
+	HealthInterval, AlertRetryMin time.Duration
+
 	Logger *slog.Logger
 	Now    func() time.Time
 }
+
+// lateAfter is how stale a connected agent's stored last-seen time may
+// be: imsd writes it once per lease, on a heartbeat.
+func (c *Config) lateAfter() time.Duration { return c.LeaseDuration + 2*c.HeartbeatInterval }
 
 func (c *Config) defaults() error {
 	if c.Addr == "" {
@@ -154,7 +183,58 @@ func (c *Config) defaults() error {
 	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
 		return errors.New("--tls-cert and --tls-key go together")
 	}
+	if c.AgentOfflineAfter == 0 {
+		c.AgentOfflineAfter = max(2*time.Minute, 2*c.lateAfter())
+	}
+	if c.AgentOfflineAfter <= c.lateAfter() {
+		return fmt.Errorf("--agent-offline-after %s must be longer than a lease and two heartbeats (%s): imsd records a connected agent's last heartbeat once per lease",
+			c.AgentOfflineAfter, c.lateAfter())
+	}
+	if c.AgentHealthGrace == 0 {
+		c.AgentHealthGrace = 2 * time.Minute
+	}
+	if c.AlertDelay == 0 {
+		c.AlertDelay = time.Minute
+	}
+	if c.AlertDedup == 0 {
+		c.AlertDedup = time.Hour
+	}
+	if (c.AlertWebhookURL == "") != (c.AlertWebhookSecretFile == "") {
+		return errors.New("--alert-webhook and --alert-webhook-secret-file go together")
+	}
 	return nil
+}
+
+// alertSinks reads the configured alert sinks.
+func alertSinks(c Config) ([]health.Sink, error) {
+	var sinks []health.Sink
+	client := &http.Client{Timeout: 10 * time.Second}
+	if c.AlertWebhookURL != "" {
+		if u, err := url.Parse(c.AlertWebhookURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("--alert-webhook %q: want an http:// or https:// URL", c.AlertWebhookURL)
+		}
+		secret, err := os.ReadFile(c.AlertWebhookSecretFile)
+		if err != nil {
+			return nil, fmt.Errorf("--alert-webhook-secret-file: %w", err)
+		}
+		secret = bytes.TrimSpace(secret)
+		if len(secret) < 16 {
+			return nil, fmt.Errorf("--alert-webhook-secret-file %s: the secret is %d bytes; want at least 16", c.AlertWebhookSecretFile, len(secret))
+		}
+		sinks = append(sinks, &health.Webhook{URL: c.AlertWebhookURL, Secret: secret, Client: client})
+	}
+	if c.AlertSlackURLFile != "" {
+		b, err := os.ReadFile(c.AlertSlackURLFile)
+		if err != nil {
+			return nil, fmt.Errorf("--alert-slack-webhook-file: %w", err)
+		}
+		raw := string(bytes.TrimSpace(b))
+		if u, err := url.Parse(raw); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("--alert-slack-webhook-file %s: want one http:// or https:// URL in it", c.AlertSlackURLFile)
+		}
+		sinks = append(sinks, &health.Slack{URL: raw, Client: client})
+	}
+	return sinks, nil
 }
 
 // MinLeaseGrace is the shortest --lease-grace: an agent's check of its
@@ -185,16 +265,21 @@ type Server struct {
 	store *store.Store
 	hub   *dispatch.Hub
 	// key signs every job handed out; chain endorses it (its rotations).
-	key   auth.SigningKey
-	chain []agentproto.Endorsement
+	key     auth.SigningKey
+	chain   []agentproto.Endorsement
+	retired []agentproto.Retirement
 	// tokens signs registry tokens (nil: no token server).
 	tokens *registry.Signer
 	// engine runs workflows.
 	engine *workflow.Engine
 	// cron fires the cron triggers of actions.
 	cron *schedule.Scheduler
-	ln   net.Listener
-	http *http.Server
+	// health sweeps agents' health and sends alerts.
+	health *health.Monitor
+	// certs serves --tls-cert, reloaded when it changes (nil without TLS).
+	certs *certReloader
+	ln    net.Listener
+	http  *http.Server
 	// agentWire serves agent streams routed to it by the h2c listener
 	// (nil with AgentWireOff).
 	agentWire *agentwire.Server
@@ -242,11 +327,15 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		login = operatorapi.LoginConfig{Issuer: sc.Issuer, ClientID: sc.ClientID, Scopes: sc.Scopes}
 	}
+	retired, err := auth.LoadRetirements(SigningKeyPath(cfg.DataDir, cfg.SigningKeyFile), key)
+	if err != nil {
+		return nil, err
+	}
 	st, err := store.Open(ctx, dsn)
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	s := &Server{cfg: cfg, store: st, hub: dispatch.NewHub(), key: key, chain: chain, log: cfg.Logger, sso: ssoV, login: login}
+	s := &Server{cfg: cfg, store: st, hub: dispatch.NewHub(), key: key, chain: chain, retired: retired, log: cfg.Logger, sso: ssoV, login: login}
 	if dir := cmp.Or(cfg.RegistryKeyDir, cfg.DataDir); dir != "" {
 		if s.tokens, err = registry.LoadOrCreateSigner(dir, cfg.RegistryService); err != nil {
 			st.Close()
@@ -265,6 +354,22 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.CronInterval > 0 {
 		s.cron.Interval = cfg.CronInterval
 	}
+	if cfg.TLSCertFile != "" {
+		if s.certs, err = newCertReloader(cfg.TLSCertFile, cfg.TLSKeyFile, s.log); err != nil {
+			st.Close()
+			return nil, err
+		}
+	}
+	sinks, err := alertSinks(cfg)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	s.health = health.New(st, health.Config{
+		OfflineAfter: cfg.AgentOfflineAfter, Grace: cfg.AgentHealthGrace,
+		AlertDelay: cfg.AlertDelay, AlertDedup: cfg.AlertDedup, Interval: cfg.HealthInterval, RetryMin: cfg.AlertRetryMin,
+		Sinks: sinks, OnChange: s.hub.FleetChanged, Now: cfg.Now, Log: s.log,
+	})
 	if err := s.bootstrap(ctx); err != nil {
 		st.Close()
 		return nil, err
@@ -322,6 +427,10 @@ func SigningKeyPath(dataDir, keyFile string) string {
 // SigningKeyFileName is the job signing key's file in the data dir.
 const SigningKeyFileName = "signing.key"
 
+// HealthSweeps reports how many health sweeps this imsd has ended, for
+// tests that wait for one to have looked.
+func (s *Server) HealthSweeps() uint64 { return s.health.Sweeps() }
+
 // SigningKey returns imsd's job signing key.
 func (s *Server) SigningKey() auth.SigningKey { return s.key }
 
@@ -363,6 +472,7 @@ func (s *Server) newHTTPServer() *http.Server {
 	s.reg.MustRegister(&installMetrics{store: s.store, log: s.log, online: func(a store.Agent) bool {
 		return s.hub.Connected(a.ID) || (!a.LastSeenAt.IsZero() && cfg.Now().Sub(a.LastSeenAt) < 3*cfg.HeartbeatInterval)
 	}})
+	s.reg.MustRegister(s.health)
 	mux := http.NewServeMux()
 	op := operatorapi.New(s.store, s.hub, operatorapi.Config{BreakGlassRequestTTL: cfg.BreakGlassRequestTTL, HeartbeatInterval: cfg.HeartbeatInterval, LeaseDuration: cfg.LeaseDuration, LeaseGrace: cfg.LeaseGrace, Engine: s.engine, SigningKeyID: s.key.ID, Login: s.login}, cfg.Now, s.log)
 	var idv operatorapi.IDTokenVerifier
@@ -390,6 +500,8 @@ func (s *Server) newHTTPServer() *http.Server {
 		HelloTimeout:      10 * time.Second,
 		SigningKey:        s.key,
 		KeyChain:          s.chain,
+		Retired:           s.retired,
+		Version:           cmp.Or(cfg.Version, buildinfo.Get().Short()),
 		Registry:          registryConfig(cfg),
 	}, cfg.Now, s.log, obs)
 	if s.tokens != nil {
@@ -475,8 +587,9 @@ func (s *Server) Hub() *dispatch.Hub { return s.hub }
 // Serve runs until ctx ends or Close is called; it then drains and returns.
 func (s *Server) Serve(ctx context.Context) error {
 	ctx, s.cancel = context.WithCancel(ctx)
-	s.wg.Add(4)
+	s.wg.Add(5)
 	go func() { defer s.wg.Done(); s.sweep(ctx) }()
+	go func() { defer s.wg.Done(); s.health.Run(ctx) }()
 	go func() { defer s.wg.Done(); s.engine.Run(ctx) }()
 	go func() { defer s.wg.Done(); s.cron.Run(ctx) }()
 	go func() {
@@ -488,8 +601,10 @@ func (s *Server) Serve(ctx context.Context) error {
 	errc := make(chan error, 1)
 	var h2c *h2cListener
 	if s.cfg.TLSCertFile != "" {
-		s.http.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
-		go func() { errc <- s.http.ServeTLS(s.ln, s.cfg.TLSCertFile, s.cfg.TLSKeyFile) }()
+		// The certificate is read again when its files change
+		// (certReloader): a renewal needs no restart.
+		s.http.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: s.certs.GetCertificate}
+		go func() { errc <- s.http.ServeTLS(s.ln, "", "") }()
 	} else {
 		var err error
 		if h2c, err = newH2CListener(s.ln, s.http, h2cOptions{agent: s.agentWire, panics: &s.sniffPanics, log: s.log, testHookSniff: s.testHookSniff}); err != nil {

@@ -172,3 +172,46 @@ func TestSigningKeyConfig(t *testing.T) {
 		t.Fatalf("a key file others can read: %v", err)
 	}
 }
+
+// Bad health and alert settings are refused at start, naming the flag.
+func TestAlertConfig(t *testing.T) {
+	dir := t.TempDir()
+	short := filepath.Join(dir, "short.secret")
+	good := filepath.Join(dir, "good.secret")
+	slackBad := filepath.Join(dir, "slack.url")
+	for f, b := range map[string]string{short: "tiny\n", good: "a secret of the vendor's\n", slackBad: "not a url\n"} {
+		if err := os.WriteFile(f, []byte(b), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{AgentOfflineAfter: 40 * time.Second}, "--agent-offline-after 40s must be longer than a lease and two heartbeats (50s)"},
+		{Config{AlertWebhookURL: "http://127.0.0.1:1/hook"}, "--alert-webhook and --alert-webhook-secret-file go together"},
+		{Config{AlertWebhookURL: "ftp://x/hook", AlertWebhookSecretFile: good}, `--alert-webhook "ftp://x/hook"`},
+		{Config{AlertWebhookURL: "http://127.0.0.1:1/hook", AlertWebhookSecretFile: short}, "the secret is 4 bytes; want at least 16"},
+		{Config{AlertWebhookURL: "http://127.0.0.1:1/hook", AlertWebhookSecretFile: filepath.Join(dir, "none")}, "--alert-webhook-secret-file"},
+		{Config{AlertSlackURLFile: slackBad}, "--alert-slack-webhook-file " + slackBad},
+	} {
+		tc.cfg.DataDir = dir
+		err := tc.cfg.defaults()
+		if err == nil {
+			_, err = alertSinks(tc.cfg)
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want %q", tc.cfg, err, tc.want)
+		}
+	}
+	c := Config{DataDir: dir, AlertWebhookURL: "https://hooks.example.com/byoc", AlertWebhookSecretFile: good}
+	if err := c.defaults(); err != nil {
+		t.Fatal(err)
+	}
+	if sinks, err := alertSinks(c); err != nil || len(sinks) != 1 || sinks[0].Name() != "webhook" {
+		t.Fatalf("sinks = %v, %v", sinks, err)
+	}
+	if c.AgentOfflineAfter != 2*time.Minute || c.AlertDelay != time.Minute || c.AlertDedup != time.Hour {
+		t.Fatalf("defaults: %+v", c)
+	}
+}

@@ -514,7 +514,16 @@ type agentRow struct {
 	Permissions   string `db:"permissions"`
 	PermissionsAt int64  `db:"permissions_at"`
 	// Stack is JSON, "" for never reported.
-	Stack string `db:"stack"`
+	Stack          string `db:"stack"`
+	Health         string `db:"health"`
+	HealthSince    int64  `db:"health_since"`
+	HealthReason   string `db:"health_reason"`
+	ConnectedAt    int64  `db:"connected_at"`
+	AgentCondition string `db:"agent_condition"`
+	AckedKeyID     string `db:"imsd_key_id"`
+	AckedKeyAt     int64  `db:"imsd_key_acked_at"`
+	RevokedAt      int64  `db:"revoked_at"`
+	RevokedReason  string `db:"revoked_reason"`
 }
 
 func (r agentRow) agent() Agent {
@@ -522,6 +531,10 @@ func (r agentRow) agent() Agent {
 		ID: r.ID, InstallID: r.InstallID, PublicKey: r.PublicKey, Hostname: r.Hostname, Version: r.Version,
 		EnrolledAt: fromNanos(r.EnrolledAt), LastSeenAt: fromNanos(r.LastSeenAt),
 		ConflictAt: fromNanos(r.ConflictAt), Conflict: r.Conflict, PermissionsAt: fromNanos(r.PermissionsAt),
+		Health: Health(r.Health), HealthSince: fromNanos(r.HealthSince), HealthReason: r.HealthReason,
+		ConnectedAt: fromNanos(r.ConnectedAt), Condition: decodeCondition(r.AgentCondition),
+		AckedKeyID: r.AckedKeyID, AckedKeyAt: fromNanos(r.AckedKeyAt),
+		RevokedAt: fromNanos(r.RevokedAt), RevokedReason: r.RevokedReason,
 	}
 	if r.Permissions != "" {
 		var p Permissions
@@ -540,7 +553,8 @@ func (r agentRow) agent() Agent {
 }
 
 const agentCols = `id, install_id, public_key, hostname, version, enrolled_at, last_seen_at, conflict_at, conflict,
-	permissions, permissions_at, stack`
+	permissions, permissions_at, stack, health, health_since, health_reason, connected_at, agent_condition,
+	imsd_key_id, imsd_key_acked_at, revoked_at, revoked_reason`
 
 // SetAgentPermissions records the permission state agent id reported at
 // now. imsd calls it when the state differs from what it last recorded.

@@ -211,6 +211,23 @@ type Agent struct {
 	// Stack is what the agent last reported of its install stack (nil:
 	// never, or it runs without one).
 	Stack *StackReport
+	// Health is the agent's health as the health sweeper last recorded
+	// it, since HealthSince (zero: since enrolment), for HealthReason.
+	Health       Health
+	HealthSince  time.Time
+	HealthReason string
+	// ConnectedAt is when its latest stream said hello (zero: never).
+	ConnectedAt time.Time
+	// Condition is what it last reported of its own condition (nil: never).
+	Condition *AgentCondition
+	// AckedKeyID is imsd's signing key the agent last acknowledged
+	// trusting, at AckedKeyAt ("": none yet).
+	AckedKeyID string
+	AckedKeyAt time.Time
+	// RevokedAt is when the agent was revoked (zero: it is not), for
+	// RevokedReason.
+	RevokedAt     time.Time
+	RevokedReason string
 }
 
 // StackReport is what an agent reports of its install stack: the

@@ -252,6 +252,7 @@ exits with the job's own exit code.`,
 		a.breakglassCommand(),
 		a.auditCommand(),
 		a.buildCommand(),
+		a.agentCommand(),
 	)
 	a.addSortFlags(root)
 	addExamples(root)

@@ -804,6 +804,20 @@ func TestLastSeenMeansWhatItSays(t *testing.T) {
 	}
 }
 
+// The agent's health shows with how long it has held: a column of
+// install list, a line of install get with since when and why.
+func TestAgentHealthShown(t *testing.T) {
+	setup(t)
+	r := mustRun(t, "install", "list")
+	if !lineHas(r.stdout, "AGENT HEALTH") || !lineHas(r.stdout, "shop-beta", "offline (3m)") || !lineHas(r.stdout, "shop-acme", " - ") {
+		t.Errorf("install list:\n%s", r.stdout)
+	}
+	r = mustRun(t, "install", "get", "shop-acme")
+	if !lineHas(r.stdout, "Agent health", "degraded since 10m ago (", "): disk 93% full") {
+		t.Errorf("install get:\n%s", r.stdout)
+	}
+}
+
 // lineHas reports whether one line of s holds every part.
 func lineHas(s string, parts ...string) bool {
 	for _, l := range strings.Split(s, "\n") {

@@ -123,9 +123,9 @@ func (a *app) installCreateCommand() *cobra.Command {
 
 // installHeader is the header of install tables.
 func (a *app) installHeader() []string {
-	h := []string{"NAME", "APP", "STATE", "HEALTH", "REVISION", "AGENT", "LAST SEEN", "CREATED"}
+	h := []string{"NAME", "APP", "STATE", "HEALTH", "REVISION", "AGENT", "AGENT HEALTH", "LAST SEEN", "CREATED"}
 	if a.wideOutput() {
-		h = []string{"NAME", "ID", "APP", "APP ID", "STATE", "HEALTH", "REVISION", "AGENT", "LAST SEEN", "CREATED"}
+		h = []string{"NAME", "ID", "APP", "APP ID", "STATE", "HEALTH", "REVISION", "AGENT", "AGENT HEALTH", "LAST SEEN", "CREATED"}
 	}
 	if a.showLabels || a.wideOutput() {
 		h = append(h, "LABELS")
@@ -138,7 +138,7 @@ func (a *app) installHeader() []string {
 func (a *app) installRow(ins *imsv1.Install, appNames map[string]string, now time.Time) []string {
 	app := cmp.Or(appNames[ins.GetAppId()], ins.GetAppId())
 	rest := []string{ins.GetState(), healthState(ins.GetHealth()), fmt.Sprint(ins.GetAppRevision()), agentState(ins.GetAgent()),
-		heard(now, ins.GetAgent()), ago(now, ins.GetCreateTime())}
+		agentHealth(now, ins.GetAgent()), heard(now, ins.GetAgent()), ago(now, ins.GetCreateTime())}
 	if a.showLabels || a.wideOutput() {
 		rest = append(rest, cmp.Or(labels.Format(ins.GetLabels()), "<none>"))
 	}
@@ -279,10 +279,36 @@ func healthText(now time.Time, h *imsv1.InstallHealth) string {
 	return s
 }
 
+// agentHealth is the agent's health for a table, with how long it has
+// held: "offline (12m)"; "-" when imsd says none.
+func agentHealth(now time.Time, s *imsv1.AgentStatus) string {
+	if s.GetHealth() == "" {
+		return "-"
+	}
+	if t := s.GetHealthTime(); t != nil {
+		return fmt.Sprintf("%s (%s)", s.GetHealth(), shortDuration(max(now.Sub(t.AsTime()), 0)))
+	}
+	return s.GetHealth()
+}
+
+// agentHealthText is the agent's health with since when and why.
+func agentHealthText(now time.Time, s *imsv1.AgentStatus) string {
+	if s.GetHealth() == "" {
+		return "unknown (imsd reports none)"
+	}
+	out := s.GetHealth() + " since " + when(now, s.GetHealthTime())
+	if r := s.GetHealthReason(); r != "" {
+		out += ": " + r
+	}
+	return out
+}
+
 func agentState(s *imsv1.AgentStatus) string {
 	switch {
 	case s == nil:
 		return "not enrolled"
+	case s.GetRevokeTime() != nil:
+		return "revoked"
 	case s.GetIdentityConflict() != "":
 		return "identity conflict"
 	case s.GetConnected() && s.GetPermissions().GetDisabledAll():
@@ -365,6 +391,10 @@ func (a *app) installGetCommand() *cobra.Command {
 			}
 			f.add("Agent", state)
 			if ag != nil {
+				if ag.GetRevokeTime() != nil {
+					f.add("Agent revoked", when(now, ag.GetRevokeTime())+": "+ag.GetRevokeReason())
+				}
+				f.add("Agent health", agentHealthText(now, ag))
 				f.add("Agent ID", ag.GetAgentId())
 				f.add("Agent version", ag.GetVersion())
 				f.add("Agent host", ag.GetHostname())

@@ -166,6 +166,7 @@ func (f *fakeOperator) GetInstall(ctx context.Context, req *connect.Request[imsv
 		Agent: &imsv1.AgentStatus{
 			AgentId: "agt_1", Connected: true, Version: "v0.1.0", Hostname: "ip-10-0-0-1",
 			LastSeenTime: timestamppb.New(time.Now().Add(-3 * time.Second)), EnrollTime: testTime,
+			Health: "degraded", HealthTime: timestamppb.New(time.Now().Add(-10 * time.Minute)), HealthReason: "disk 93% full",
 		},
 	}
 	f.mu.Lock()
@@ -346,7 +347,8 @@ func (f *fakeOperator) ListInstalls(ctx context.Context, req *connect.Request[im
 		{Id: "ins_1", AppId: "app_1", Name: "shop-acme", State: "active", AppRevision: 3, CreateTime: testTime,
 			Agent: &imsv1.AgentStatus{AgentId: "agt_1", Connected: true, LastSeenTime: timestamppb.New(time.Now().Add(-38 * time.Second))}},
 		{Id: "ins_2", AppId: "app_1", Name: "shop-beta", State: "active", AppRevision: 3, CreateTime: testTime,
-			Agent: &imsv1.AgentStatus{AgentId: "agt_2", LastSeenTime: timestamppb.New(time.Now().Add(-5 * time.Minute))}},
+			Agent: &imsv1.AgentStatus{AgentId: "agt_2", LastSeenTime: timestamppb.New(time.Now().Add(-5 * time.Minute)),
+				Health: "offline", HealthTime: timestamppb.New(time.Now().Add(-3 * time.Minute)), HealthReason: "no heartbeat for more than 2m0s"}},
 	}}), nil
 }
 

@@ -36,7 +36,7 @@ func TestFleetShowsEveryInstallAndUnknownFieldsAsDash(t *testing.T) {
 	mustContain(t, screen(m), "loading installs")
 	feed(m, snapshot())
 	s := screen(m)
-	mustContain(t, s, "4 installs", "acme", "globex", "initech", "online", "offline", "none", "now", "5m ago", "1 run 2 queued")
+	mustContain(t, s, "4 installs", "acme", "globex", "initech", "online", "offline", "degraded", "none", "now", "5m ago", "1 run 2 queued")
 	// initech has never been provisioned: no revision, health, agent or
 	// modes, each a dash.
 	for _, l := range strings.Split(s, "\n") {
@@ -591,6 +591,11 @@ func TestGoldens(t *testing.T) {
 		"audit":   func(m *Model) { press(m, ":", "audit", "enter") },
 		"install-failed": func(m *Model) {
 			failedInstall(m)
+		},
+		// An agent imsd's health sweeper found offline: since when, why.
+		"install-agent-offline": func(m *Model) {
+			press(m, "j", "enter")
+			m.Update(jobsMsg{gen: m.top().(*installView).gen})
 		},
 		"install-end": func(m *Model) {
 			failedInstall(m)

@@ -68,6 +68,12 @@ func snapshot() *imsv1.WatchInstallsResponse {
 	globex.Install.State, globex.Install.AppRevision = "failed", 2
 	globex.Install.Health = &imsv1.InstallHealth{State: "unhealthy", Error: "probe: exit status 3", CheckTime: timestamppb.New(clock.Add(-time.Minute))}
 	umbrella.Install.State, umbrella.Install.AppRevision = "deprovisioned", 1
+	// The agents' health as imsd decided it: one of each.
+	acme.Install.Agent.Health, acme.Install.Agent.HealthTime = "healthy", timestamppb.New(clock.Add(-time.Hour))
+	globex.Install.Agent.Health, globex.Install.Agent.HealthTime = "offline", timestamppb.New(clock.Add(-3*time.Minute))
+	globex.Install.Agent.HealthReason = "no heartbeat for more than 2m0s"
+	umbrella.Install.Agent.Health, umbrella.Install.Agent.HealthTime = "degraded", timestamppb.New(clock.Add(-10*time.Minute))
+	umbrella.Install.Agent.HealthReason = "disk 93% full"
 	initech := status("initech", "billing", "none", 0, 0, 1, nil)
 	initech.Install.State = "new"
 	// Labels: selectors in the / filter match them.

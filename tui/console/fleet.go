@@ -144,15 +144,17 @@ func compareBy(key string, a, b *imsv1.InstallStatus) int {
 }
 
 func agentRank(s *imsv1.InstallStatus) int {
-	switch agentState(s) {
+	switch agentCell(s) {
 	case "conflict":
 		return 0
 	case "offline":
 		return 0
-	case "none":
+	case "degraded":
 		return 1
+	case "none":
+		return 2
 	}
-	return 2
+	return 3
 }
 
 // installState is the install's lifecycle state (new, provisioning,
@@ -220,6 +222,37 @@ func agentState(s *imsv1.InstallStatus) string {
 		return "online"
 	}
 	return "offline"
+}
+
+// agentCell is the AGENT column: agentState (none, conflict, online,
+// offline), except that an agent imsd's health sweeper found degraded or
+// offline says so (the install view says since when and why).
+func agentCell(s *imsv1.InstallStatus) string {
+	st := agentState(s)
+	if st == "none" || st == "conflict" {
+		return st
+	}
+	if s.Install.Agent.GetRevokeTime() != nil {
+		return "revoked"
+	}
+	if h := s.Install.Agent.GetHealth(); h == "degraded" || h == "offline" {
+		return h
+	}
+	return st
+}
+
+// agentHealthText is the agent's health with since when, for the install
+// view; empty from an imsd that reports none.
+func agentHealthText(now time.Time, s *imsv1.InstallStatus) string {
+	a := s.Install.Agent
+	if a.GetHealth() == "" {
+		return ""
+	}
+	out := a.GetHealth()
+	if t := a.GetHealthTime(); t != nil {
+		out += " since " + ago(now, t.AsTime())
+	}
+	return out
 }
 
 // ModesText is an install's permission state as its agent last reported
@@ -337,7 +370,7 @@ func fieldIs(s *imsv1.InstallStatus, k, v string) bool {
 	case "app":
 		return strings.ToLower(s.AppName) == v
 	case "agent":
-		return agentState(s) == v
+		return agentState(s) == v || agentCell(s) == v
 	case "state":
 		return installState(s) == v
 	case "health":

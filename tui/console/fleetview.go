@@ -132,7 +132,7 @@ func (v *fleetView) View() string {
 	for i := first; i < last; i++ {
 		s := f.visible[i]
 		c := map[string]string{
-			"NAME": s.Install.Name, "STATE": installState(s), "HEALTH": healthState(s), "APP": s.AppName, "REV": revision(s), "AGENT": agentState(s),
+			"NAME": s.Install.Name, "STATE": installState(s), "HEALTH": healthState(s), "APP": s.AppName, "REV": revision(s), "AGENT": agentCell(s),
 			"HEARTBEAT": heardText(v.now, s), "MODES": ModesText(s.Install.Agent.GetPermissions()), "DRIFT": dash, "JOBS": jobsCell(s),
 		}
 		widest(need, c)
@@ -165,7 +165,7 @@ func (v *fleetView) View() string {
 			line = v.selectedLine(line, w)
 		case agent == "offline" || agent == "conflict" || s.Install.State == "failed" || s.Install.GetHealth().GetState() == "unhealthy":
 			line = v.st.bad.Render(line)
-		case disabledByCustomer(s):
+		case disabledByCustomer(s) || agent == "degraded":
 			line = v.st.warn.Render(line)
 		case agent == "none" || s.Install.State == "deprovisioned":
 			line = v.st.muted.Render(line)

@@ -205,6 +205,13 @@ func (v *installView) header(s *imsv1.InstallStatus) []string {
 		if disabledByCustomer(s) {
 			state += ", disabled by customer"
 		}
+		if h := agentHealthText(v.now, s); h != "" {
+			if a.Health == state {
+				state = h // "offline since 3m ago", not "offline, offline since"
+			} else {
+				state += ", " + h
+			}
+		}
 		agent = fmt.Sprintf("%s  %s  %s  last heard %s", state, a.AgentId, a.Hostname, heardText(v.now, s))
 		if a.Version != "" {
 			agent += "  v" + strings.TrimPrefix(a.Version, "v")
@@ -214,9 +221,11 @@ func (v *installView) header(s *imsv1.InstallStatus) []string {
 		st.title.Render(in.Name) + "  " + st.muted.Render(in.Id),
 		fmt.Sprintf("app %s   revision %s   state %s   health %s   modes %s   drift %s", s.AppName, revision(s), installState(s), healthState(s), ModesText(in.Agent.GetPermissions()), dash),
 		"agent " + agent,
-		"",
-		st.accent.Render("INPUTS"),
 	}
+	if r := in.Agent.GetHealthReason(); r != "" {
+		out = append(out, "agent "+in.Agent.GetHealth()+" because "+r)
+	}
+	out = append(out, "", st.accent.Render("INPUTS"))
 	if len(in.Inputs) == 0 {
 		out = append(out, "  (none)")
 	}

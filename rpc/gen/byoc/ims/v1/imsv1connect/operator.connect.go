@@ -88,6 +88,9 @@ const (
 	// OperatorServiceLabelInstallProcedure is the fully-qualified name of the OperatorService's
 	// LabelInstall RPC.
 	OperatorServiceLabelInstallProcedure = "/byoc.ims.v1.OperatorService/LabelInstall"
+	// OperatorServiceRevokeAgentProcedure is the fully-qualified name of the OperatorService's
+	// RevokeAgent RPC.
+	OperatorServiceRevokeAgentProcedure = "/byoc.ims.v1.OperatorService/RevokeAgent"
 	// OperatorServiceUpdateInstallProcedure is the fully-qualified name of the OperatorService's
 	// UpdateInstall RPC.
 	OperatorServiceUpdateInstallProcedure = "/byoc.ims.v1.OperatorService/UpdateInstall"
@@ -234,6 +237,11 @@ type OperatorServiceClient interface {
 	// LabelInstall sets and removes an install's labels, as kubectl label
 	// does: changing a label's value needs overwrite.
 	LabelInstall(context.Context, *connect.Request[v1.LabelInstallRequest]) (*connect.Response[v1.LabelInstallResponse], error)
+	// RevokeAgent refuses an install's agent from now on (a compromised
+	// agent): its stream on this imsd ends at its next message, and every
+	// hello after is answered with imsd's signed refusal, which stops the
+	// agent for good. Enrol a new agent with a new token.
+	RevokeAgent(context.Context, *connect.Request[v1.RevokeAgentRequest]) (*connect.Response[v1.RevokeAgentResponse], error)
 	// UpdateInstall changes an install's inputs and settings and, with
 	// deploy, queues an update workflow that applies them.
 	UpdateInstall(context.Context, *connect.Request[v1.UpdateInstallRequest]) (*connect.Response[v1.UpdateInstallResponse], error)
@@ -464,6 +472,12 @@ func NewOperatorServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(operatorServiceMethods.ByName("LabelInstall")),
 			connect.WithClientOptions(opts...),
 		),
+		revokeAgent: connect.NewClient[v1.RevokeAgentRequest, v1.RevokeAgentResponse](
+			httpClient,
+			baseURL+OperatorServiceRevokeAgentProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("RevokeAgent")),
+			connect.WithClientOptions(opts...),
+		),
 		updateInstall: connect.NewClient[v1.UpdateInstallRequest, v1.UpdateInstallResponse](
 			httpClient,
 			baseURL+OperatorServiceUpdateInstallProcedure,
@@ -674,6 +688,7 @@ type operatorServiceClient struct {
 	watchInstalls         *connect.Client[v1.WatchInstallsRequest, v1.WatchInstallsResponse]
 	createEnrollmentToken *connect.Client[v1.CreateEnrollmentTokenRequest, v1.CreateEnrollmentTokenResponse]
 	labelInstall          *connect.Client[v1.LabelInstallRequest, v1.LabelInstallResponse]
+	revokeAgent           *connect.Client[v1.RevokeAgentRequest, v1.RevokeAgentResponse]
 	updateInstall         *connect.Client[v1.UpdateInstallRequest, v1.UpdateInstallResponse]
 	planInstall           *connect.Client[v1.PlanInstallRequest, v1.PlanInstallResponse]
 	startWorkflow         *connect.Client[v1.StartWorkflowRequest, v1.StartWorkflowResponse]
@@ -800,6 +815,11 @@ func (c *operatorServiceClient) CreateEnrollmentToken(ctx context.Context, req *
 // LabelInstall calls byoc.ims.v1.OperatorService.LabelInstall.
 func (c *operatorServiceClient) LabelInstall(ctx context.Context, req *connect.Request[v1.LabelInstallRequest]) (*connect.Response[v1.LabelInstallResponse], error) {
 	return c.labelInstall.CallUnary(ctx, req)
+}
+
+// RevokeAgent calls byoc.ims.v1.OperatorService.RevokeAgent.
+func (c *operatorServiceClient) RevokeAgent(ctx context.Context, req *connect.Request[v1.RevokeAgentRequest]) (*connect.Response[v1.RevokeAgentResponse], error) {
+	return c.revokeAgent.CallUnary(ctx, req)
 }
 
 // UpdateInstall calls byoc.ims.v1.OperatorService.UpdateInstall.
@@ -1009,6 +1029,11 @@ type OperatorServiceHandler interface {
 	// LabelInstall sets and removes an install's labels, as kubectl label
 	// does: changing a label's value needs overwrite.
 	LabelInstall(context.Context, *connect.Request[v1.LabelInstallRequest]) (*connect.Response[v1.LabelInstallResponse], error)
+	// RevokeAgent refuses an install's agent from now on (a compromised
+	// agent): its stream on this imsd ends at its next message, and every
+	// hello after is answered with imsd's signed refusal, which stops the
+	// agent for good. Enrol a new agent with a new token.
+	RevokeAgent(context.Context, *connect.Request[v1.RevokeAgentRequest]) (*connect.Response[v1.RevokeAgentResponse], error)
 	// UpdateInstall changes an install's inputs and settings and, with
 	// deploy, queues an update workflow that applies them.
 	UpdateInstall(context.Context, *connect.Request[v1.UpdateInstallRequest]) (*connect.Response[v1.UpdateInstallResponse], error)
@@ -1233,6 +1258,12 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 		OperatorServiceLabelInstallProcedure,
 		svc.LabelInstall,
 		connect.WithSchema(operatorServiceMethods.ByName("LabelInstall")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceRevokeAgentHandler := connect.NewUnaryHandler(
+		OperatorServiceRevokeAgentProcedure,
+		svc.RevokeAgent,
+		connect.WithSchema(operatorServiceMethods.ByName("RevokeAgent")),
 		connect.WithHandlerOptions(opts...),
 	)
 	operatorServiceUpdateInstallHandler := connect.NewUnaryHandler(
@@ -1461,6 +1492,8 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 			operatorServiceCreateEnrollmentTokenHandler.ServeHTTP(w, r)
 		case OperatorServiceLabelInstallProcedure:
 			operatorServiceLabelInstallHandler.ServeHTTP(w, r)
+		case OperatorServiceRevokeAgentProcedure:
+			operatorServiceRevokeAgentHandler.ServeHTTP(w, r)
 		case OperatorServiceUpdateInstallProcedure:
 			operatorServiceUpdateInstallHandler.ServeHTTP(w, r)
 		case OperatorServicePlanInstallProcedure:
@@ -1606,6 +1639,10 @@ func (UnimplementedOperatorServiceHandler) CreateEnrollmentToken(context.Context
 
 func (UnimplementedOperatorServiceHandler) LabelInstall(context.Context, *connect.Request[v1.LabelInstallRequest]) (*connect.Response[v1.LabelInstallResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.LabelInstall is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) RevokeAgent(context.Context, *connect.Request[v1.RevokeAgentRequest]) (*connect.Response[v1.RevokeAgentResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.RevokeAgent is not implemented"))
 }
 
 func (UnimplementedOperatorServiceHandler) UpdateInstall(context.Context, *connect.Request[v1.UpdateInstallRequest]) (*connect.Response[v1.UpdateInstallResponse], error) {
