@@ -4075,7 +4075,15 @@ type DiffAppRevisionsRequest struct {
 	App   string                 `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
 	From  int64                  `protobuf:"varint,2,opt,name=from,proto3" json:"from,omitempty"`
 	// to is the newer revision; 0 means the latest.
-	To            int64 `protobuf:"varint,3,opt,name=to,proto3" json:"to,omitempty"`
+	To int64 `protobuf:"varint,3,opt,name=to,proto3" json:"to,omitempty"`
+	// installs also says, per install of the app, what changes in what it
+	// gets: each component's config with the install's overrides merged
+	// over it (unrendered), key by key, and each input's value (a sensitive
+	// one's masked).
+	Installs bool `protobuf:"varint,4,opt,name=installs,proto3" json:"installs,omitempty"`
+	// selector keeps the installs whose labels match a label selector (as
+	// in ListInstallsRequest); it implies installs.
+	Selector      string `protobuf:"bytes,5,opt,name=selector,proto3" json:"selector,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4131,11 +4139,31 @@ func (x *DiffAppRevisionsRequest) GetTo() int64 {
 	return 0
 }
 
+func (x *DiffAppRevisionsRequest) GetInstalls() bool {
+	if x != nil {
+		return x.Installs
+	}
+	return false
+}
+
+func (x *DiffAppRevisionsRequest) GetSelector() string {
+	if x != nil {
+		return x.Selector
+	}
+	return ""
+}
+
 type DiffAppRevisionsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Changes       []*ConfigChange        `protobuf:"bytes,1,rep,name=changes,proto3" json:"changes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Changes []*ConfigChange        `protobuf:"bytes,1,rep,name=changes,proto3" json:"changes,omitempty"`
+	// installs are the installs for which something changes, by name (with
+	// installs or selector).
+	Installs []*InstallConfigDiff `protobuf:"bytes,2,rep,name=installs,proto3" json:"installs,omitempty"`
+	// unchanged_installs counts the installs considered for which nothing
+	// changes.
+	UnchangedInstalls int32 `protobuf:"varint,3,opt,name=unchanged_installs,json=unchangedInstalls,proto3" json:"unchanged_installs,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *DiffAppRevisionsResponse) Reset() {
@@ -4175,6 +4203,75 @@ func (x *DiffAppRevisionsResponse) GetChanges() []*ConfigChange {
 	return nil
 }
 
+func (x *DiffAppRevisionsResponse) GetInstalls() []*InstallConfigDiff {
+	if x != nil {
+		return x.Installs
+	}
+	return nil
+}
+
+func (x *DiffAppRevisionsResponse) GetUnchangedInstalls() int32 {
+	if x != nil {
+		return x.UnchangedInstalls
+	}
+	return 0
+}
+
+// InstallConfigDiff is what changes for one install between two
+// revisions: kind component (fields are config keys) or input (field
+// value).
+type InstallConfigDiff struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Install       string                 `protobuf:"bytes,1,opt,name=install,proto3" json:"install,omitempty"`
+	Changes       []*ConfigChange        `protobuf:"bytes,2,rep,name=changes,proto3" json:"changes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InstallConfigDiff) Reset() {
+	*x = InstallConfigDiff{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InstallConfigDiff) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InstallConfigDiff) ProtoMessage() {}
+
+func (x *InstallConfigDiff) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InstallConfigDiff.ProtoReflect.Descriptor instead.
+func (*InstallConfigDiff) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *InstallConfigDiff) GetInstall() string {
+	if x != nil {
+		return x.Install
+	}
+	return ""
+}
+
+func (x *InstallConfigDiff) GetChanges() []*ConfigChange {
+	if x != nil {
+		return x.Changes
+	}
+	return nil
+}
+
 // ConfigChange is one difference between two app configs.
 type ConfigChange struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -4195,7 +4292,7 @@ type ConfigChange struct {
 
 func (x *ConfigChange) Reset() {
 	*x = ConfigChange{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[60]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4207,7 +4304,7 @@ func (x *ConfigChange) String() string {
 func (*ConfigChange) ProtoMessage() {}
 
 func (x *ConfigChange) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[60]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4220,7 +4317,7 @@ func (x *ConfigChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigChange.ProtoReflect.Descriptor instead.
 func (*ConfigChange) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{60}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ConfigChange) GetKind() string {
@@ -4272,7 +4369,7 @@ type FieldChange struct {
 
 func (x *FieldChange) Reset() {
 	*x = FieldChange{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[61]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4284,7 +4381,7 @@ func (x *FieldChange) String() string {
 func (*FieldChange) ProtoMessage() {}
 
 func (x *FieldChange) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[61]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4297,7 +4394,7 @@ func (x *FieldChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FieldChange.ProtoReflect.Descriptor instead.
 func (*FieldChange) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{61}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *FieldChange) GetField() string {
@@ -4335,7 +4432,7 @@ type ConfigDiagnostic struct {
 
 func (x *ConfigDiagnostic) Reset() {
 	*x = ConfigDiagnostic{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[62]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4347,7 +4444,7 @@ func (x *ConfigDiagnostic) String() string {
 func (*ConfigDiagnostic) ProtoMessage() {}
 
 func (x *ConfigDiagnostic) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[62]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4360,7 +4457,7 @@ func (x *ConfigDiagnostic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigDiagnostic.ProtoReflect.Descriptor instead.
 func (*ConfigDiagnostic) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{62}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ConfigDiagnostic) GetFile() string {
@@ -4408,7 +4505,7 @@ type ConfigDiagnostics struct {
 
 func (x *ConfigDiagnostics) Reset() {
 	*x = ConfigDiagnostics{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[63]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4420,7 +4517,7 @@ func (x *ConfigDiagnostics) String() string {
 func (*ConfigDiagnostics) ProtoMessage() {}
 
 func (x *ConfigDiagnostics) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[63]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4433,7 +4530,7 @@ func (x *ConfigDiagnostics) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigDiagnostics.ProtoReflect.Descriptor instead.
 func (*ConfigDiagnostics) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{63}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ConfigDiagnostics) GetDiagnostics() []*ConfigDiagnostic {
@@ -4465,7 +4562,7 @@ type PluginType struct {
 
 func (x *PluginType) Reset() {
 	*x = PluginType{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[64]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4477,7 +4574,7 @@ func (x *PluginType) String() string {
 func (*PluginType) ProtoMessage() {}
 
 func (x *PluginType) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[64]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4490,7 +4587,7 @@ func (x *PluginType) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginType.ProtoReflect.Descriptor instead.
 func (*PluginType) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{64}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *PluginType) GetType() string {
@@ -4566,7 +4663,7 @@ type RegisterPluginTypeRequest struct {
 
 func (x *RegisterPluginTypeRequest) Reset() {
 	*x = RegisterPluginTypeRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[65]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4578,7 +4675,7 @@ func (x *RegisterPluginTypeRequest) String() string {
 func (*RegisterPluginTypeRequest) ProtoMessage() {}
 
 func (x *RegisterPluginTypeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[65]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4591,7 +4688,7 @@ func (x *RegisterPluginTypeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterPluginTypeRequest.ProtoReflect.Descriptor instead.
 func (*RegisterPluginTypeRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{65}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *RegisterPluginTypeRequest) GetDescription() string {
@@ -4612,7 +4709,7 @@ type RegisterPluginTypeResponse struct {
 
 func (x *RegisterPluginTypeResponse) Reset() {
 	*x = RegisterPluginTypeResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[66]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4624,7 +4721,7 @@ func (x *RegisterPluginTypeResponse) String() string {
 func (*RegisterPluginTypeResponse) ProtoMessage() {}
 
 func (x *RegisterPluginTypeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[66]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4637,7 +4734,7 @@ func (x *RegisterPluginTypeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterPluginTypeResponse.ProtoReflect.Descriptor instead.
 func (*RegisterPluginTypeResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{66}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *RegisterPluginTypeResponse) GetPluginType() *PluginType {
@@ -4662,7 +4759,7 @@ type ListPluginTypesRequest struct {
 
 func (x *ListPluginTypesRequest) Reset() {
 	*x = ListPluginTypesRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[67]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4674,7 +4771,7 @@ func (x *ListPluginTypesRequest) String() string {
 func (*ListPluginTypesRequest) ProtoMessage() {}
 
 func (x *ListPluginTypesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[67]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4687,7 +4784,7 @@ func (x *ListPluginTypesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPluginTypesRequest.ProtoReflect.Descriptor instead.
 func (*ListPluginTypesRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{67}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{68}
 }
 
 type ListPluginTypesResponse struct {
@@ -4699,7 +4796,7 @@ type ListPluginTypesResponse struct {
 
 func (x *ListPluginTypesResponse) Reset() {
 	*x = ListPluginTypesResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[68]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4711,7 +4808,7 @@ func (x *ListPluginTypesResponse) String() string {
 func (*ListPluginTypesResponse) ProtoMessage() {}
 
 func (x *ListPluginTypesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[68]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4724,7 +4821,7 @@ func (x *ListPluginTypesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPluginTypesResponse.ProtoReflect.Descriptor instead.
 func (*ListPluginTypesResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{68}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ListPluginTypesResponse) GetPluginTypes() []*PluginType {
@@ -4743,7 +4840,7 @@ type GetPluginTypeRequest struct {
 
 func (x *GetPluginTypeRequest) Reset() {
 	*x = GetPluginTypeRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[69]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4755,7 +4852,7 @@ func (x *GetPluginTypeRequest) String() string {
 func (*GetPluginTypeRequest) ProtoMessage() {}
 
 func (x *GetPluginTypeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[69]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4768,7 +4865,7 @@ func (x *GetPluginTypeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPluginTypeRequest.ProtoReflect.Descriptor instead.
 func (*GetPluginTypeRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{69}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *GetPluginTypeRequest) GetType() string {
@@ -4787,7 +4884,7 @@ type GetPluginTypeResponse struct {
 
 func (x *GetPluginTypeResponse) Reset() {
 	*x = GetPluginTypeResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[70]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4799,7 +4896,7 @@ func (x *GetPluginTypeResponse) String() string {
 func (*GetPluginTypeResponse) ProtoMessage() {}
 
 func (x *GetPluginTypeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[70]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4812,7 +4909,7 @@ func (x *GetPluginTypeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPluginTypeResponse.ProtoReflect.Descriptor instead.
 func (*GetPluginTypeResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{70}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *GetPluginTypeResponse) GetPluginType() *PluginType {
@@ -4831,7 +4928,7 @@ type RemovePluginTypeRequest struct {
 
 func (x *RemovePluginTypeRequest) Reset() {
 	*x = RemovePluginTypeRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[71]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4843,7 +4940,7 @@ func (x *RemovePluginTypeRequest) String() string {
 func (*RemovePluginTypeRequest) ProtoMessage() {}
 
 func (x *RemovePluginTypeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[71]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4856,7 +4953,7 @@ func (x *RemovePluginTypeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePluginTypeRequest.ProtoReflect.Descriptor instead.
 func (*RemovePluginTypeRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{71}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *RemovePluginTypeRequest) GetType() string {
@@ -4874,7 +4971,7 @@ type RemovePluginTypeResponse struct {
 
 func (x *RemovePluginTypeResponse) Reset() {
 	*x = RemovePluginTypeResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[72]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4886,7 +4983,7 @@ func (x *RemovePluginTypeResponse) String() string {
 func (*RemovePluginTypeResponse) ProtoMessage() {}
 
 func (x *RemovePluginTypeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[72]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4899,7 +4996,7 @@ func (x *RemovePluginTypeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePluginTypeResponse.ProtoReflect.Descriptor instead.
 func (*RemovePluginTypeResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{72}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{73}
 }
 
 type RequestBreakGlassRequest struct {
@@ -4915,7 +5012,7 @@ type RequestBreakGlassRequest struct {
 
 func (x *RequestBreakGlassRequest) Reset() {
 	*x = RequestBreakGlassRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[73]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4927,7 +5024,7 @@ func (x *RequestBreakGlassRequest) String() string {
 func (*RequestBreakGlassRequest) ProtoMessage() {}
 
 func (x *RequestBreakGlassRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[73]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4940,7 +5037,7 @@ func (x *RequestBreakGlassRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestBreakGlassRequest.ProtoReflect.Descriptor instead.
 func (*RequestBreakGlassRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{73}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *RequestBreakGlassRequest) GetInstall() string {
@@ -4980,7 +5077,7 @@ type RequestBreakGlassResponse struct {
 
 func (x *RequestBreakGlassResponse) Reset() {
 	*x = RequestBreakGlassResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[74]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4992,7 +5089,7 @@ func (x *RequestBreakGlassResponse) String() string {
 func (*RequestBreakGlassResponse) ProtoMessage() {}
 
 func (x *RequestBreakGlassResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[74]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5005,7 +5102,7 @@ func (x *RequestBreakGlassResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestBreakGlassResponse.ProtoReflect.Descriptor instead.
 func (*RequestBreakGlassResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{74}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *RequestBreakGlassResponse) GetGrant() *BreakGlassGrant {
@@ -5028,7 +5125,7 @@ type ListBreakGlassGrantsRequest struct {
 
 func (x *ListBreakGlassGrantsRequest) Reset() {
 	*x = ListBreakGlassGrantsRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[75]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5040,7 +5137,7 @@ func (x *ListBreakGlassGrantsRequest) String() string {
 func (*ListBreakGlassGrantsRequest) ProtoMessage() {}
 
 func (x *ListBreakGlassGrantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[75]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5053,7 +5150,7 @@ func (x *ListBreakGlassGrantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBreakGlassGrantsRequest.ProtoReflect.Descriptor instead.
 func (*ListBreakGlassGrantsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{75}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *ListBreakGlassGrantsRequest) GetInstall() string {
@@ -5079,7 +5176,7 @@ type ListBreakGlassGrantsResponse struct {
 
 func (x *ListBreakGlassGrantsResponse) Reset() {
 	*x = ListBreakGlassGrantsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[76]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5091,7 +5188,7 @@ func (x *ListBreakGlassGrantsResponse) String() string {
 func (*ListBreakGlassGrantsResponse) ProtoMessage() {}
 
 func (x *ListBreakGlassGrantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[76]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5104,7 +5201,7 @@ func (x *ListBreakGlassGrantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBreakGlassGrantsResponse.ProtoReflect.Descriptor instead.
 func (*ListBreakGlassGrantsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{76}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *ListBreakGlassGrantsResponse) GetGrants() []*BreakGlassGrant {
@@ -5146,7 +5243,7 @@ type BreakGlassGrant struct {
 
 func (x *BreakGlassGrant) Reset() {
 	*x = BreakGlassGrant{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[77]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5158,7 +5255,7 @@ func (x *BreakGlassGrant) String() string {
 func (*BreakGlassGrant) ProtoMessage() {}
 
 func (x *BreakGlassGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[77]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5171,7 +5268,7 @@ func (x *BreakGlassGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BreakGlassGrant.ProtoReflect.Descriptor instead.
 func (*BreakGlassGrant) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{77}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *BreakGlassGrant) GetId() string {
@@ -5302,7 +5399,7 @@ type GetBreakGlassPolicyRequest struct {
 
 func (x *GetBreakGlassPolicyRequest) Reset() {
 	*x = GetBreakGlassPolicyRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[78]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5314,7 +5411,7 @@ func (x *GetBreakGlassPolicyRequest) String() string {
 func (*GetBreakGlassPolicyRequest) ProtoMessage() {}
 
 func (x *GetBreakGlassPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[78]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5327,7 +5424,7 @@ func (x *GetBreakGlassPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBreakGlassPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetBreakGlassPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{78}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *GetBreakGlassPolicyRequest) GetInstall() string {
@@ -5348,7 +5445,7 @@ type GetBreakGlassPolicyResponse struct {
 
 func (x *GetBreakGlassPolicyResponse) Reset() {
 	*x = GetBreakGlassPolicyResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[79]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5360,7 +5457,7 @@ func (x *GetBreakGlassPolicyResponse) String() string {
 func (*GetBreakGlassPolicyResponse) ProtoMessage() {}
 
 func (x *GetBreakGlassPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[79]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5373,7 +5470,7 @@ func (x *GetBreakGlassPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBreakGlassPolicyResponse.ProtoReflect.Descriptor instead.
 func (*GetBreakGlassPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{79}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *GetBreakGlassPolicyResponse) GetRoles() []*BreakGlassRole {
@@ -5408,7 +5505,7 @@ type BreakGlassRole struct {
 
 func (x *BreakGlassRole) Reset() {
 	*x = BreakGlassRole{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[80]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5420,7 +5517,7 @@ func (x *BreakGlassRole) String() string {
 func (*BreakGlassRole) ProtoMessage() {}
 
 func (x *BreakGlassRole) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[80]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5433,7 +5530,7 @@ func (x *BreakGlassRole) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BreakGlassRole.ProtoReflect.Descriptor instead.
 func (*BreakGlassRole) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{80}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *BreakGlassRole) GetName() string {
@@ -5459,7 +5556,7 @@ type GetInstallStackRequest struct {
 
 func (x *GetInstallStackRequest) Reset() {
 	*x = GetInstallStackRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[81]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5471,7 +5568,7 @@ func (x *GetInstallStackRequest) String() string {
 func (*GetInstallStackRequest) ProtoMessage() {}
 
 func (x *GetInstallStackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[81]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5484,7 +5581,7 @@ func (x *GetInstallStackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInstallStackRequest.ProtoReflect.Descriptor instead.
 func (*GetInstallStackRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{81}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *GetInstallStackRequest) GetInstall() string {
@@ -5509,7 +5606,7 @@ type GetInstallStackResponse struct {
 
 func (x *GetInstallStackResponse) Reset() {
 	*x = GetInstallStackResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[82]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5521,7 +5618,7 @@ func (x *GetInstallStackResponse) String() string {
 func (*GetInstallStackResponse) ProtoMessage() {}
 
 func (x *GetInstallStackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[82]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5534,7 +5631,7 @@ func (x *GetInstallStackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInstallStackResponse.ProtoReflect.Descriptor instead.
 func (*GetInstallStackResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{82}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *GetInstallStackResponse) GetInstall() string {
@@ -5599,7 +5696,7 @@ type Build struct {
 
 func (x *Build) Reset() {
 	*x = Build{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[83]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5611,7 +5708,7 @@ func (x *Build) String() string {
 func (*Build) ProtoMessage() {}
 
 func (x *Build) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[83]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5624,7 +5721,7 @@ func (x *Build) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Build.ProtoReflect.Descriptor instead.
 func (*Build) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{83}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *Build) GetId() string {
@@ -5700,7 +5797,7 @@ type CreateBuildAgentTokenRequest struct {
 
 func (x *CreateBuildAgentTokenRequest) Reset() {
 	*x = CreateBuildAgentTokenRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[84]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5712,7 +5809,7 @@ func (x *CreateBuildAgentTokenRequest) String() string {
 func (*CreateBuildAgentTokenRequest) ProtoMessage() {}
 
 func (x *CreateBuildAgentTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[84]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5725,7 +5822,7 @@ func (x *CreateBuildAgentTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateBuildAgentTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateBuildAgentTokenRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{84}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *CreateBuildAgentTokenRequest) GetTtlSeconds() int64 {
@@ -5744,7 +5841,7 @@ type CreateBuildAgentTokenResponse struct {
 
 func (x *CreateBuildAgentTokenResponse) Reset() {
 	*x = CreateBuildAgentTokenResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[85]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5756,7 +5853,7 @@ func (x *CreateBuildAgentTokenResponse) String() string {
 func (*CreateBuildAgentTokenResponse) ProtoMessage() {}
 
 func (x *CreateBuildAgentTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[85]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5769,7 +5866,7 @@ func (x *CreateBuildAgentTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateBuildAgentTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateBuildAgentTokenResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{85}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *CreateBuildAgentTokenResponse) GetEnrollmentToken() *EnrollmentToken {
@@ -5800,7 +5897,7 @@ type StartBuildRequest struct {
 
 func (x *StartBuildRequest) Reset() {
 	*x = StartBuildRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[86]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5812,7 +5909,7 @@ func (x *StartBuildRequest) String() string {
 func (*StartBuildRequest) ProtoMessage() {}
 
 func (x *StartBuildRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[86]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5825,7 +5922,7 @@ func (x *StartBuildRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartBuildRequest.ProtoReflect.Descriptor instead.
 func (*StartBuildRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{86}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *StartBuildRequest) GetKind() string {
@@ -5872,7 +5969,7 @@ type StartBuildResponse struct {
 
 func (x *StartBuildResponse) Reset() {
 	*x = StartBuildResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[87]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5884,7 +5981,7 @@ func (x *StartBuildResponse) String() string {
 func (*StartBuildResponse) ProtoMessage() {}
 
 func (x *StartBuildResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[87]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5897,7 +5994,7 @@ func (x *StartBuildResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartBuildResponse.ProtoReflect.Descriptor instead.
 func (*StartBuildResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{87}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *StartBuildResponse) GetJob() *Job {
@@ -5919,7 +6016,7 @@ type ListBuildsRequest struct {
 
 func (x *ListBuildsRequest) Reset() {
 	*x = ListBuildsRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[88]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5931,7 +6028,7 @@ func (x *ListBuildsRequest) String() string {
 func (*ListBuildsRequest) ProtoMessage() {}
 
 func (x *ListBuildsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[88]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5944,7 +6041,7 @@ func (x *ListBuildsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBuildsRequest.ProtoReflect.Descriptor instead.
 func (*ListBuildsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{88}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *ListBuildsRequest) GetRepository() string {
@@ -5971,7 +6068,7 @@ type ListBuildsResponse struct {
 
 func (x *ListBuildsResponse) Reset() {
 	*x = ListBuildsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[89]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5983,7 +6080,7 @@ func (x *ListBuildsResponse) String() string {
 func (*ListBuildsResponse) ProtoMessage() {}
 
 func (x *ListBuildsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[89]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5996,7 +6093,7 @@ func (x *ListBuildsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBuildsResponse.ProtoReflect.Descriptor instead.
 func (*ListBuildsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{89}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *ListBuildsResponse) GetBuilds() []*Build {
@@ -6015,7 +6112,7 @@ type ListInstallImagesRequest struct {
 
 func (x *ListInstallImagesRequest) Reset() {
 	*x = ListInstallImagesRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[90]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6027,7 +6124,7 @@ func (x *ListInstallImagesRequest) String() string {
 func (*ListInstallImagesRequest) ProtoMessage() {}
 
 func (x *ListInstallImagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[90]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6040,7 +6137,7 @@ func (x *ListInstallImagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInstallImagesRequest.ProtoReflect.Descriptor instead.
 func (*ListInstallImagesRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{90}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *ListInstallImagesRequest) GetInstall() string {
@@ -6076,7 +6173,7 @@ type InstallImage struct {
 
 func (x *InstallImage) Reset() {
 	*x = InstallImage{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[91]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6088,7 +6185,7 @@ func (x *InstallImage) String() string {
 func (*InstallImage) ProtoMessage() {}
 
 func (x *InstallImage) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[91]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6101,7 +6198,7 @@ func (x *InstallImage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstallImage.ProtoReflect.Descriptor instead.
 func (*InstallImage) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{91}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *InstallImage) GetComponent() string {
@@ -6169,7 +6266,7 @@ type ListInstallImagesResponse struct {
 
 func (x *ListInstallImagesResponse) Reset() {
 	*x = ListInstallImagesResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[92]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6181,7 +6278,7 @@ func (x *ListInstallImagesResponse) String() string {
 func (*ListInstallImagesResponse) ProtoMessage() {}
 
 func (x *ListInstallImagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[92]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6194,7 +6291,7 @@ func (x *ListInstallImagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInstallImagesResponse.ProtoReflect.Descriptor instead.
 func (*ListInstallImagesResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{92}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *ListInstallImagesResponse) GetImages() []*InstallImage {
@@ -6530,13 +6627,20 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x17ListAppRevisionsRequest\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\"R\n" +
 	"\x18ListAppRevisionsResponse\x126\n" +
-	"\trevisions\x18\x01 \x03(\v2\x18.byoc.ims.v1.AppRevisionR\trevisions\"O\n" +
+	"\trevisions\x18\x01 \x03(\v2\x18.byoc.ims.v1.AppRevisionR\trevisions\"\x87\x01\n" +
 	"\x17DiffAppRevisionsRequest\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\x03R\x04from\x12\x0e\n" +
-	"\x02to\x18\x03 \x01(\x03R\x02to\"O\n" +
+	"\x02to\x18\x03 \x01(\x03R\x02to\x12\x1a\n" +
+	"\binstalls\x18\x04 \x01(\bR\binstalls\x12\x1a\n" +
+	"\bselector\x18\x05 \x01(\tR\bselector\"\xba\x01\n" +
 	"\x18DiffAppRevisionsResponse\x123\n" +
-	"\achanges\x18\x01 \x03(\v2\x19.byoc.ims.v1.ConfigChangeR\achanges\"\x90\x01\n" +
+	"\achanges\x18\x01 \x03(\v2\x19.byoc.ims.v1.ConfigChangeR\achanges\x12:\n" +
+	"\binstalls\x18\x02 \x03(\v2\x1e.byoc.ims.v1.InstallConfigDiffR\binstalls\x12-\n" +
+	"\x12unchanged_installs\x18\x03 \x01(\x05R\x11unchangedInstalls\"b\n" +
+	"\x11InstallConfigDiff\x12\x18\n" +
+	"\ainstall\x18\x01 \x01(\tR\ainstall\x123\n" +
+	"\achanges\x18\x02 \x03(\v2\x19.byoc.ims.v1.ConfigChangeR\achanges\"\x90\x01\n" +
 	"\fConfigChange\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x0e\n" +
@@ -6772,7 +6876,7 @@ func file_byoc_ims_v1_operator_proto_rawDescGZIP() []byte {
 }
 
 var file_byoc_ims_v1_operator_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_byoc_ims_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 103)
+var file_byoc_ims_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 104)
 var file_byoc_ims_v1_operator_proto_goTypes = []any{
 	(Role)(0),                             // 0: byoc.ims.v1.Role
 	(JobState)(0),                         // 1: byoc.ims.v1.JobState
@@ -6837,279 +6941,282 @@ var file_byoc_ims_v1_operator_proto_goTypes = []any{
 	(*ListAppRevisionsResponse)(nil),      // 60: byoc.ims.v1.ListAppRevisionsResponse
 	(*DiffAppRevisionsRequest)(nil),       // 61: byoc.ims.v1.DiffAppRevisionsRequest
 	(*DiffAppRevisionsResponse)(nil),      // 62: byoc.ims.v1.DiffAppRevisionsResponse
-	(*ConfigChange)(nil),                  // 63: byoc.ims.v1.ConfigChange
-	(*FieldChange)(nil),                   // 64: byoc.ims.v1.FieldChange
-	(*ConfigDiagnostic)(nil),              // 65: byoc.ims.v1.ConfigDiagnostic
-	(*ConfigDiagnostics)(nil),             // 66: byoc.ims.v1.ConfigDiagnostics
-	(*PluginType)(nil),                    // 67: byoc.ims.v1.PluginType
-	(*RegisterPluginTypeRequest)(nil),     // 68: byoc.ims.v1.RegisterPluginTypeRequest
-	(*RegisterPluginTypeResponse)(nil),    // 69: byoc.ims.v1.RegisterPluginTypeResponse
-	(*ListPluginTypesRequest)(nil),        // 70: byoc.ims.v1.ListPluginTypesRequest
-	(*ListPluginTypesResponse)(nil),       // 71: byoc.ims.v1.ListPluginTypesResponse
-	(*GetPluginTypeRequest)(nil),          // 72: byoc.ims.v1.GetPluginTypeRequest
-	(*GetPluginTypeResponse)(nil),         // 73: byoc.ims.v1.GetPluginTypeResponse
-	(*RemovePluginTypeRequest)(nil),       // 74: byoc.ims.v1.RemovePluginTypeRequest
-	(*RemovePluginTypeResponse)(nil),      // 75: byoc.ims.v1.RemovePluginTypeResponse
-	(*RequestBreakGlassRequest)(nil),      // 76: byoc.ims.v1.RequestBreakGlassRequest
-	(*RequestBreakGlassResponse)(nil),     // 77: byoc.ims.v1.RequestBreakGlassResponse
-	(*ListBreakGlassGrantsRequest)(nil),   // 78: byoc.ims.v1.ListBreakGlassGrantsRequest
-	(*ListBreakGlassGrantsResponse)(nil),  // 79: byoc.ims.v1.ListBreakGlassGrantsResponse
-	(*BreakGlassGrant)(nil),               // 80: byoc.ims.v1.BreakGlassGrant
-	(*GetBreakGlassPolicyRequest)(nil),    // 81: byoc.ims.v1.GetBreakGlassPolicyRequest
-	(*GetBreakGlassPolicyResponse)(nil),   // 82: byoc.ims.v1.GetBreakGlassPolicyResponse
-	(*BreakGlassRole)(nil),                // 83: byoc.ims.v1.BreakGlassRole
-	(*GetInstallStackRequest)(nil),        // 84: byoc.ims.v1.GetInstallStackRequest
-	(*GetInstallStackResponse)(nil),       // 85: byoc.ims.v1.GetInstallStackResponse
-	(*Build)(nil),                         // 86: byoc.ims.v1.Build
-	(*CreateBuildAgentTokenRequest)(nil),  // 87: byoc.ims.v1.CreateBuildAgentTokenRequest
-	(*CreateBuildAgentTokenResponse)(nil), // 88: byoc.ims.v1.CreateBuildAgentTokenResponse
-	(*StartBuildRequest)(nil),             // 89: byoc.ims.v1.StartBuildRequest
-	(*StartBuildResponse)(nil),            // 90: byoc.ims.v1.StartBuildResponse
-	(*ListBuildsRequest)(nil),             // 91: byoc.ims.v1.ListBuildsRequest
-	(*ListBuildsResponse)(nil),            // 92: byoc.ims.v1.ListBuildsResponse
-	(*ListInstallImagesRequest)(nil),      // 93: byoc.ims.v1.ListInstallImagesRequest
-	(*InstallImage)(nil),                  // 94: byoc.ims.v1.InstallImage
-	(*ListInstallImagesResponse)(nil),     // 95: byoc.ims.v1.ListInstallImagesResponse
-	nil,                                   // 96: byoc.ims.v1.StackReport.InputsEntry
-	nil,                                   // 97: byoc.ims.v1.StackReport.OutputsEntry
-	nil,                                   // 98: byoc.ims.v1.Install.InputsEntry
-	nil,                                   // 99: byoc.ims.v1.Install.LabelsEntry
-	nil,                                   // 100: byoc.ims.v1.InstallSettings.OverridesEntry
-	nil,                                   // 101: byoc.ims.v1.CreateInstallRequest.InputsEntry
-	nil,                                   // 102: byoc.ims.v1.CreateInstallRequest.LabelsEntry
-	nil,                                   // 103: byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
-	nil,                                   // 104: byoc.ims.v1.LabelInstallRequest.SetEntry
-	nil,                                   // 105: byoc.ims.v1.Job.OutputsEntry
-	(*timestamppb.Timestamp)(nil),         // 106: google.protobuf.Timestamp
-	(*InstallHealth)(nil),                 // 107: byoc.ims.v1.InstallHealth
-	(*Workflow)(nil),                      // 108: byoc.ims.v1.Workflow
-	(*structpb.Struct)(nil),               // 109: google.protobuf.Struct
-	(*structpb.Value)(nil),                // 110: google.protobuf.Value
-	(*PlanInstallRequest)(nil),            // 111: byoc.ims.v1.PlanInstallRequest
-	(*StartWorkflowRequest)(nil),          // 112: byoc.ims.v1.StartWorkflowRequest
-	(*ListWorkflowsRequest)(nil),          // 113: byoc.ims.v1.ListWorkflowsRequest
-	(*GetWorkflowRequest)(nil),            // 114: byoc.ims.v1.GetWorkflowRequest
-	(*ApproveWorkflowRequest)(nil),        // 115: byoc.ims.v1.ApproveWorkflowRequest
-	(*CancelWorkflowRequest)(nil),         // 116: byoc.ims.v1.CancelWorkflowRequest
-	(*RetryWorkflowStepRequest)(nil),      // 117: byoc.ims.v1.RetryWorkflowStepRequest
-	(*ListActionsRequest)(nil),            // 118: byoc.ims.v1.ListActionsRequest
-	(*StartActionRunRequest)(nil),         // 119: byoc.ims.v1.StartActionRunRequest
-	(*ListActionRunsRequest)(nil),         // 120: byoc.ims.v1.ListActionRunsRequest
-	(*GetActionRunRequest)(nil),           // 121: byoc.ims.v1.GetActionRunRequest
-	(*ListAuditEventsRequest)(nil),        // 122: byoc.ims.v1.ListAuditEventsRequest
-	(*PlanInstallResponse)(nil),           // 123: byoc.ims.v1.PlanInstallResponse
-	(*StartWorkflowResponse)(nil),         // 124: byoc.ims.v1.StartWorkflowResponse
-	(*ListWorkflowsResponse)(nil),         // 125: byoc.ims.v1.ListWorkflowsResponse
-	(*GetWorkflowResponse)(nil),           // 126: byoc.ims.v1.GetWorkflowResponse
-	(*ApproveWorkflowResponse)(nil),       // 127: byoc.ims.v1.ApproveWorkflowResponse
-	(*CancelWorkflowResponse)(nil),        // 128: byoc.ims.v1.CancelWorkflowResponse
-	(*RetryWorkflowStepResponse)(nil),     // 129: byoc.ims.v1.RetryWorkflowStepResponse
-	(*ListActionsResponse)(nil),           // 130: byoc.ims.v1.ListActionsResponse
-	(*StartActionRunResponse)(nil),        // 131: byoc.ims.v1.StartActionRunResponse
-	(*ListActionRunsResponse)(nil),        // 132: byoc.ims.v1.ListActionRunsResponse
-	(*GetActionRunResponse)(nil),          // 133: byoc.ims.v1.GetActionRunResponse
-	(*ListAuditEventsResponse)(nil),       // 134: byoc.ims.v1.ListAuditEventsResponse
+	(*InstallConfigDiff)(nil),             // 63: byoc.ims.v1.InstallConfigDiff
+	(*ConfigChange)(nil),                  // 64: byoc.ims.v1.ConfigChange
+	(*FieldChange)(nil),                   // 65: byoc.ims.v1.FieldChange
+	(*ConfigDiagnostic)(nil),              // 66: byoc.ims.v1.ConfigDiagnostic
+	(*ConfigDiagnostics)(nil),             // 67: byoc.ims.v1.ConfigDiagnostics
+	(*PluginType)(nil),                    // 68: byoc.ims.v1.PluginType
+	(*RegisterPluginTypeRequest)(nil),     // 69: byoc.ims.v1.RegisterPluginTypeRequest
+	(*RegisterPluginTypeResponse)(nil),    // 70: byoc.ims.v1.RegisterPluginTypeResponse
+	(*ListPluginTypesRequest)(nil),        // 71: byoc.ims.v1.ListPluginTypesRequest
+	(*ListPluginTypesResponse)(nil),       // 72: byoc.ims.v1.ListPluginTypesResponse
+	(*GetPluginTypeRequest)(nil),          // 73: byoc.ims.v1.GetPluginTypeRequest
+	(*GetPluginTypeResponse)(nil),         // 74: byoc.ims.v1.GetPluginTypeResponse
+	(*RemovePluginTypeRequest)(nil),       // 75: byoc.ims.v1.RemovePluginTypeRequest
+	(*RemovePluginTypeResponse)(nil),      // 76: byoc.ims.v1.RemovePluginTypeResponse
+	(*RequestBreakGlassRequest)(nil),      // 77: byoc.ims.v1.RequestBreakGlassRequest
+	(*RequestBreakGlassResponse)(nil),     // 78: byoc.ims.v1.RequestBreakGlassResponse
+	(*ListBreakGlassGrantsRequest)(nil),   // 79: byoc.ims.v1.ListBreakGlassGrantsRequest
+	(*ListBreakGlassGrantsResponse)(nil),  // 80: byoc.ims.v1.ListBreakGlassGrantsResponse
+	(*BreakGlassGrant)(nil),               // 81: byoc.ims.v1.BreakGlassGrant
+	(*GetBreakGlassPolicyRequest)(nil),    // 82: byoc.ims.v1.GetBreakGlassPolicyRequest
+	(*GetBreakGlassPolicyResponse)(nil),   // 83: byoc.ims.v1.GetBreakGlassPolicyResponse
+	(*BreakGlassRole)(nil),                // 84: byoc.ims.v1.BreakGlassRole
+	(*GetInstallStackRequest)(nil),        // 85: byoc.ims.v1.GetInstallStackRequest
+	(*GetInstallStackResponse)(nil),       // 86: byoc.ims.v1.GetInstallStackResponse
+	(*Build)(nil),                         // 87: byoc.ims.v1.Build
+	(*CreateBuildAgentTokenRequest)(nil),  // 88: byoc.ims.v1.CreateBuildAgentTokenRequest
+	(*CreateBuildAgentTokenResponse)(nil), // 89: byoc.ims.v1.CreateBuildAgentTokenResponse
+	(*StartBuildRequest)(nil),             // 90: byoc.ims.v1.StartBuildRequest
+	(*StartBuildResponse)(nil),            // 91: byoc.ims.v1.StartBuildResponse
+	(*ListBuildsRequest)(nil),             // 92: byoc.ims.v1.ListBuildsRequest
+	(*ListBuildsResponse)(nil),            // 93: byoc.ims.v1.ListBuildsResponse
+	(*ListInstallImagesRequest)(nil),      // 94: byoc.ims.v1.ListInstallImagesRequest
+	(*InstallImage)(nil),                  // 95: byoc.ims.v1.InstallImage
+	(*ListInstallImagesResponse)(nil),     // 96: byoc.ims.v1.ListInstallImagesResponse
+	nil,                                   // 97: byoc.ims.v1.StackReport.InputsEntry
+	nil,                                   // 98: byoc.ims.v1.StackReport.OutputsEntry
+	nil,                                   // 99: byoc.ims.v1.Install.InputsEntry
+	nil,                                   // 100: byoc.ims.v1.Install.LabelsEntry
+	nil,                                   // 101: byoc.ims.v1.InstallSettings.OverridesEntry
+	nil,                                   // 102: byoc.ims.v1.CreateInstallRequest.InputsEntry
+	nil,                                   // 103: byoc.ims.v1.CreateInstallRequest.LabelsEntry
+	nil,                                   // 104: byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
+	nil,                                   // 105: byoc.ims.v1.LabelInstallRequest.SetEntry
+	nil,                                   // 106: byoc.ims.v1.Job.OutputsEntry
+	(*timestamppb.Timestamp)(nil),         // 107: google.protobuf.Timestamp
+	(*InstallHealth)(nil),                 // 108: byoc.ims.v1.InstallHealth
+	(*Workflow)(nil),                      // 109: byoc.ims.v1.Workflow
+	(*structpb.Struct)(nil),               // 110: google.protobuf.Struct
+	(*structpb.Value)(nil),                // 111: google.protobuf.Value
+	(*PlanInstallRequest)(nil),            // 112: byoc.ims.v1.PlanInstallRequest
+	(*StartWorkflowRequest)(nil),          // 113: byoc.ims.v1.StartWorkflowRequest
+	(*ListWorkflowsRequest)(nil),          // 114: byoc.ims.v1.ListWorkflowsRequest
+	(*GetWorkflowRequest)(nil),            // 115: byoc.ims.v1.GetWorkflowRequest
+	(*ApproveWorkflowRequest)(nil),        // 116: byoc.ims.v1.ApproveWorkflowRequest
+	(*CancelWorkflowRequest)(nil),         // 117: byoc.ims.v1.CancelWorkflowRequest
+	(*RetryWorkflowStepRequest)(nil),      // 118: byoc.ims.v1.RetryWorkflowStepRequest
+	(*ListActionsRequest)(nil),            // 119: byoc.ims.v1.ListActionsRequest
+	(*StartActionRunRequest)(nil),         // 120: byoc.ims.v1.StartActionRunRequest
+	(*ListActionRunsRequest)(nil),         // 121: byoc.ims.v1.ListActionRunsRequest
+	(*GetActionRunRequest)(nil),           // 122: byoc.ims.v1.GetActionRunRequest
+	(*ListAuditEventsRequest)(nil),        // 123: byoc.ims.v1.ListAuditEventsRequest
+	(*PlanInstallResponse)(nil),           // 124: byoc.ims.v1.PlanInstallResponse
+	(*StartWorkflowResponse)(nil),         // 125: byoc.ims.v1.StartWorkflowResponse
+	(*ListWorkflowsResponse)(nil),         // 126: byoc.ims.v1.ListWorkflowsResponse
+	(*GetWorkflowResponse)(nil),           // 127: byoc.ims.v1.GetWorkflowResponse
+	(*ApproveWorkflowResponse)(nil),       // 128: byoc.ims.v1.ApproveWorkflowResponse
+	(*CancelWorkflowResponse)(nil),        // 129: byoc.ims.v1.CancelWorkflowResponse
+	(*RetryWorkflowStepResponse)(nil),     // 130: byoc.ims.v1.RetryWorkflowStepResponse
+	(*ListActionsResponse)(nil),           // 131: byoc.ims.v1.ListActionsResponse
+	(*StartActionRunResponse)(nil),        // 132: byoc.ims.v1.StartActionRunResponse
+	(*ListActionRunsResponse)(nil),        // 133: byoc.ims.v1.ListActionRunsResponse
+	(*GetActionRunResponse)(nil),          // 134: byoc.ims.v1.GetActionRunResponse
+	(*ListAuditEventsResponse)(nil),       // 135: byoc.ims.v1.ListAuditEventsResponse
 }
 var file_byoc_ims_v1_operator_proto_depIdxs = []int32{
 	0,   // 0: byoc.ims.v1.WhoAmIResponse.role:type_name -> byoc.ims.v1.Role
 	0,   // 1: byoc.ims.v1.CreateApiTokenRequest.role:type_name -> byoc.ims.v1.Role
-	106, // 2: byoc.ims.v1.App.create_time:type_name -> google.protobuf.Timestamp
+	107, // 2: byoc.ims.v1.App.create_time:type_name -> google.protobuf.Timestamp
 	7,   // 3: byoc.ims.v1.CreateAppResponse.app:type_name -> byoc.ims.v1.App
 	7,   // 4: byoc.ims.v1.ListAppsResponse.apps:type_name -> byoc.ims.v1.App
 	7,   // 5: byoc.ims.v1.GetAppResponse.app:type_name -> byoc.ims.v1.App
-	106, // 6: byoc.ims.v1.AgentStatus.last_seen_time:type_name -> google.protobuf.Timestamp
-	106, // 7: byoc.ims.v1.AgentStatus.enroll_time:type_name -> google.protobuf.Timestamp
-	106, // 8: byoc.ims.v1.AgentStatus.identity_conflict_time:type_name -> google.protobuf.Timestamp
+	107, // 6: byoc.ims.v1.AgentStatus.last_seen_time:type_name -> google.protobuf.Timestamp
+	107, // 7: byoc.ims.v1.AgentStatus.enroll_time:type_name -> google.protobuf.Timestamp
+	107, // 8: byoc.ims.v1.AgentStatus.identity_conflict_time:type_name -> google.protobuf.Timestamp
 	16,  // 9: byoc.ims.v1.AgentStatus.permissions:type_name -> byoc.ims.v1.Permissions
 	15,  // 10: byoc.ims.v1.AgentStatus.stack:type_name -> byoc.ims.v1.StackReport
-	96,  // 11: byoc.ims.v1.StackReport.inputs:type_name -> byoc.ims.v1.StackReport.InputsEntry
-	97,  // 12: byoc.ims.v1.StackReport.outputs:type_name -> byoc.ims.v1.StackReport.OutputsEntry
-	106, // 13: byoc.ims.v1.StackReport.report_time:type_name -> google.protobuf.Timestamp
-	106, // 14: byoc.ims.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
-	106, // 15: byoc.ims.v1.Permissions.report_time:type_name -> google.protobuf.Timestamp
-	98,  // 16: byoc.ims.v1.Install.inputs:type_name -> byoc.ims.v1.Install.InputsEntry
-	106, // 17: byoc.ims.v1.Install.create_time:type_name -> google.protobuf.Timestamp
+	97,  // 11: byoc.ims.v1.StackReport.inputs:type_name -> byoc.ims.v1.StackReport.InputsEntry
+	98,  // 12: byoc.ims.v1.StackReport.outputs:type_name -> byoc.ims.v1.StackReport.OutputsEntry
+	107, // 13: byoc.ims.v1.StackReport.report_time:type_name -> google.protobuf.Timestamp
+	107, // 14: byoc.ims.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
+	107, // 15: byoc.ims.v1.Permissions.report_time:type_name -> google.protobuf.Timestamp
+	99,  // 16: byoc.ims.v1.Install.inputs:type_name -> byoc.ims.v1.Install.InputsEntry
+	107, // 17: byoc.ims.v1.Install.create_time:type_name -> google.protobuf.Timestamp
 	14,  // 18: byoc.ims.v1.Install.agent:type_name -> byoc.ims.v1.AgentStatus
 	18,  // 19: byoc.ims.v1.Install.settings:type_name -> byoc.ims.v1.InstallSettings
-	107, // 20: byoc.ims.v1.Install.health:type_name -> byoc.ims.v1.InstallHealth
-	99,  // 21: byoc.ims.v1.Install.labels:type_name -> byoc.ims.v1.Install.LabelsEntry
-	100, // 22: byoc.ims.v1.InstallSettings.overrides:type_name -> byoc.ims.v1.InstallSettings.OverridesEntry
-	101, // 23: byoc.ims.v1.CreateInstallRequest.inputs:type_name -> byoc.ims.v1.CreateInstallRequest.InputsEntry
-	102, // 24: byoc.ims.v1.CreateInstallRequest.labels:type_name -> byoc.ims.v1.CreateInstallRequest.LabelsEntry
+	108, // 20: byoc.ims.v1.Install.health:type_name -> byoc.ims.v1.InstallHealth
+	100, // 21: byoc.ims.v1.Install.labels:type_name -> byoc.ims.v1.Install.LabelsEntry
+	101, // 22: byoc.ims.v1.InstallSettings.overrides:type_name -> byoc.ims.v1.InstallSettings.OverridesEntry
+	102, // 23: byoc.ims.v1.CreateInstallRequest.inputs:type_name -> byoc.ims.v1.CreateInstallRequest.InputsEntry
+	103, // 24: byoc.ims.v1.CreateInstallRequest.labels:type_name -> byoc.ims.v1.CreateInstallRequest.LabelsEntry
 	17,  // 25: byoc.ims.v1.CreateInstallResponse.install:type_name -> byoc.ims.v1.Install
 	21,  // 26: byoc.ims.v1.CreateInstallResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	106, // 27: byoc.ims.v1.EnrollmentToken.expire_time:type_name -> google.protobuf.Timestamp
+	107, // 27: byoc.ims.v1.EnrollmentToken.expire_time:type_name -> google.protobuf.Timestamp
 	17,  // 28: byoc.ims.v1.ListInstallsResponse.installs:type_name -> byoc.ims.v1.Install
 	17,  // 29: byoc.ims.v1.GetInstallResponse.install:type_name -> byoc.ims.v1.Install
 	28,  // 30: byoc.ims.v1.ListInstallDriftResponse.components:type_name -> byoc.ims.v1.ComponentDrift
-	106, // 31: byoc.ims.v1.ComponentDrift.check_time:type_name -> google.protobuf.Timestamp
+	107, // 31: byoc.ims.v1.ComponentDrift.check_time:type_name -> google.protobuf.Timestamp
 	40,  // 32: byoc.ims.v1.ComponentDrift.changes:type_name -> byoc.ims.v1.PlannedChange
-	106, // 33: byoc.ims.v1.ComponentDrift.next_check_time:type_name -> google.protobuf.Timestamp
+	107, // 33: byoc.ims.v1.ComponentDrift.next_check_time:type_name -> google.protobuf.Timestamp
 	17,  // 34: byoc.ims.v1.InstallStatus.install:type_name -> byoc.ims.v1.Install
 	29,  // 35: byoc.ims.v1.WatchInstallsResponse.installs:type_name -> byoc.ims.v1.InstallStatus
-	103, // 36: byoc.ims.v1.UpdateInstallRequest.set_inputs:type_name -> byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
+	104, // 36: byoc.ims.v1.UpdateInstallRequest.set_inputs:type_name -> byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
 	17,  // 37: byoc.ims.v1.UpdateInstallResponse.install:type_name -> byoc.ims.v1.Install
-	108, // 38: byoc.ims.v1.UpdateInstallResponse.workflow:type_name -> byoc.ims.v1.Workflow
+	109, // 38: byoc.ims.v1.UpdateInstallResponse.workflow:type_name -> byoc.ims.v1.Workflow
 	21,  // 39: byoc.ims.v1.CreateEnrollmentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	104, // 40: byoc.ims.v1.LabelInstallRequest.set:type_name -> byoc.ims.v1.LabelInstallRequest.SetEntry
+	105, // 40: byoc.ims.v1.LabelInstallRequest.set:type_name -> byoc.ims.v1.LabelInstallRequest.SetEntry
 	17,  // 41: byoc.ims.v1.LabelInstallResponse.install:type_name -> byoc.ims.v1.Install
-	109, // 42: byoc.ims.v1.Job.config:type_name -> google.protobuf.Struct
+	110, // 42: byoc.ims.v1.Job.config:type_name -> google.protobuf.Struct
 	1,   // 43: byoc.ims.v1.Job.state:type_name -> byoc.ims.v1.JobState
-	106, // 44: byoc.ims.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	106, // 45: byoc.ims.v1.Job.start_time:type_name -> google.protobuf.Timestamp
-	106, // 46: byoc.ims.v1.Job.end_time:type_name -> google.protobuf.Timestamp
-	106, // 47: byoc.ims.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
-	105, // 48: byoc.ims.v1.Job.outputs:type_name -> byoc.ims.v1.Job.OutputsEntry
+	107, // 44: byoc.ims.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	107, // 45: byoc.ims.v1.Job.start_time:type_name -> google.protobuf.Timestamp
+	107, // 46: byoc.ims.v1.Job.end_time:type_name -> google.protobuf.Timestamp
+	107, // 47: byoc.ims.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
+	106, // 48: byoc.ims.v1.Job.outputs:type_name -> byoc.ims.v1.Job.OutputsEntry
 	40,  // 49: byoc.ims.v1.Job.planned_changes:type_name -> byoc.ims.v1.PlannedChange
 	39,  // 50: byoc.ims.v1.Job.policy_findings:type_name -> byoc.ims.v1.PolicyFinding
-	110, // 51: byoc.ims.v1.PlannedChange.before:type_name -> google.protobuf.Value
-	110, // 52: byoc.ims.v1.PlannedChange.after:type_name -> google.protobuf.Value
-	109, // 53: byoc.ims.v1.EnqueueJobRequest.config:type_name -> google.protobuf.Struct
+	111, // 51: byoc.ims.v1.PlannedChange.before:type_name -> google.protobuf.Value
+	111, // 52: byoc.ims.v1.PlannedChange.after:type_name -> google.protobuf.Value
+	110, // 53: byoc.ims.v1.EnqueueJobRequest.config:type_name -> google.protobuf.Struct
 	38,  // 54: byoc.ims.v1.EnqueueJobResponse.job:type_name -> byoc.ims.v1.Job
 	41,  // 55: byoc.ims.v1.EnqueueJobsRequest.jobs:type_name -> byoc.ims.v1.EnqueueJobRequest
 	38,  // 56: byoc.ims.v1.EnqueueJobsResponse.jobs:type_name -> byoc.ims.v1.Job
 	1,   // 57: byoc.ims.v1.ListJobsRequest.states:type_name -> byoc.ims.v1.JobState
 	38,  // 58: byoc.ims.v1.ListJobsResponse.jobs:type_name -> byoc.ims.v1.Job
 	38,  // 59: byoc.ims.v1.GetJobResponse.job:type_name -> byoc.ims.v1.Job
-	106, // 60: byoc.ims.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	107, // 60: byoc.ims.v1.LogLine.time:type_name -> google.protobuf.Timestamp
 	2,   // 61: byoc.ims.v1.LogLine.stream:type_name -> byoc.ims.v1.LogStream
 	49,  // 62: byoc.ims.v1.StreamJobLogsResponse.lines:type_name -> byoc.ims.v1.LogLine
 	38,  // 63: byoc.ims.v1.StreamJobLogsResponse.job:type_name -> byoc.ims.v1.Job
 	38,  // 64: byoc.ims.v1.CancelJobResponse.job:type_name -> byoc.ims.v1.Job
-	106, // 65: byoc.ims.v1.AppRevision.create_time:type_name -> google.protobuf.Timestamp
+	107, // 65: byoc.ims.v1.AppRevision.create_time:type_name -> google.protobuf.Timestamp
 	54,  // 66: byoc.ims.v1.PushAppRevisionRequest.files:type_name -> byoc.ims.v1.AppFile
 	7,   // 67: byoc.ims.v1.PushAppRevisionResponse.app:type_name -> byoc.ims.v1.App
 	55,  // 68: byoc.ims.v1.PushAppRevisionResponse.revision:type_name -> byoc.ims.v1.AppRevision
-	63,  // 69: byoc.ims.v1.PushAppRevisionResponse.changes:type_name -> byoc.ims.v1.ConfigChange
+	64,  // 69: byoc.ims.v1.PushAppRevisionResponse.changes:type_name -> byoc.ims.v1.ConfigChange
 	58,  // 70: byoc.ims.v1.PushAppRevisionResponse.installs:type_name -> byoc.ims.v1.InstallApplied
-	108, // 71: byoc.ims.v1.PushAppRevisionResponse.workflows:type_name -> byoc.ims.v1.Workflow
+	109, // 71: byoc.ims.v1.PushAppRevisionResponse.workflows:type_name -> byoc.ims.v1.Workflow
 	17,  // 72: byoc.ims.v1.InstallApplied.install:type_name -> byoc.ims.v1.Install
 	21,  // 73: byoc.ims.v1.InstallApplied.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
 	55,  // 74: byoc.ims.v1.ListAppRevisionsResponse.revisions:type_name -> byoc.ims.v1.AppRevision
-	63,  // 75: byoc.ims.v1.DiffAppRevisionsResponse.changes:type_name -> byoc.ims.v1.ConfigChange
-	64,  // 76: byoc.ims.v1.ConfigChange.values:type_name -> byoc.ims.v1.FieldChange
-	65,  // 77: byoc.ims.v1.ConfigDiagnostics.diagnostics:type_name -> byoc.ims.v1.ConfigDiagnostic
-	110, // 78: byoc.ims.v1.PluginType.config_schema:type_name -> google.protobuf.Value
-	110, // 79: byoc.ims.v1.PluginType.outputs_schema:type_name -> google.protobuf.Value
-	106, // 80: byoc.ims.v1.PluginType.register_time:type_name -> google.protobuf.Timestamp
-	67,  // 81: byoc.ims.v1.RegisterPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
-	67,  // 82: byoc.ims.v1.RegisterPluginTypeResponse.replaced:type_name -> byoc.ims.v1.PluginType
-	67,  // 83: byoc.ims.v1.ListPluginTypesResponse.plugin_types:type_name -> byoc.ims.v1.PluginType
-	67,  // 84: byoc.ims.v1.GetPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
-	80,  // 85: byoc.ims.v1.RequestBreakGlassResponse.grant:type_name -> byoc.ims.v1.BreakGlassGrant
-	80,  // 86: byoc.ims.v1.ListBreakGlassGrantsResponse.grants:type_name -> byoc.ims.v1.BreakGlassGrant
-	106, // 87: byoc.ims.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
-	106, // 88: byoc.ims.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
-	106, // 89: byoc.ims.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
-	106, // 90: byoc.ims.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
-	106, // 91: byoc.ims.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
-	83,  // 92: byoc.ims.v1.GetBreakGlassPolicyResponse.roles:type_name -> byoc.ims.v1.BreakGlassRole
-	54,  // 93: byoc.ims.v1.GetInstallStackResponse.files:type_name -> byoc.ims.v1.AppFile
-	106, // 94: byoc.ims.v1.Build.create_time:type_name -> google.protobuf.Timestamp
-	21,  // 95: byoc.ims.v1.CreateBuildAgentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	38,  // 96: byoc.ims.v1.StartBuildResponse.job:type_name -> byoc.ims.v1.Job
-	86,  // 97: byoc.ims.v1.ListBuildsResponse.builds:type_name -> byoc.ims.v1.Build
-	86,  // 98: byoc.ims.v1.InstallImage.build:type_name -> byoc.ims.v1.Build
-	106, // 99: byoc.ims.v1.InstallImage.copy_time:type_name -> google.protobuf.Timestamp
-	94,  // 100: byoc.ims.v1.ListInstallImagesResponse.images:type_name -> byoc.ims.v1.InstallImage
-	109, // 101: byoc.ims.v1.InstallSettings.OverridesEntry.value:type_name -> google.protobuf.Struct
-	3,   // 102: byoc.ims.v1.OperatorService.WhoAmI:input_type -> byoc.ims.v1.WhoAmIRequest
-	5,   // 103: byoc.ims.v1.OperatorService.CreateApiToken:input_type -> byoc.ims.v1.CreateApiTokenRequest
-	8,   // 104: byoc.ims.v1.OperatorService.CreateApp:input_type -> byoc.ims.v1.CreateAppRequest
-	10,  // 105: byoc.ims.v1.OperatorService.ListApps:input_type -> byoc.ims.v1.ListAppsRequest
-	12,  // 106: byoc.ims.v1.OperatorService.GetApp:input_type -> byoc.ims.v1.GetAppRequest
-	56,  // 107: byoc.ims.v1.OperatorService.PushAppRevision:input_type -> byoc.ims.v1.PushAppRevisionRequest
-	59,  // 108: byoc.ims.v1.OperatorService.ListAppRevisions:input_type -> byoc.ims.v1.ListAppRevisionsRequest
-	61,  // 109: byoc.ims.v1.OperatorService.DiffAppRevisions:input_type -> byoc.ims.v1.DiffAppRevisionsRequest
-	19,  // 110: byoc.ims.v1.OperatorService.CreateInstall:input_type -> byoc.ims.v1.CreateInstallRequest
-	22,  // 111: byoc.ims.v1.OperatorService.ListInstalls:input_type -> byoc.ims.v1.ListInstallsRequest
-	24,  // 112: byoc.ims.v1.OperatorService.GetInstall:input_type -> byoc.ims.v1.GetInstallRequest
-	26,  // 113: byoc.ims.v1.OperatorService.ListInstallDrift:input_type -> byoc.ims.v1.ListInstallDriftRequest
-	30,  // 114: byoc.ims.v1.OperatorService.WatchInstalls:input_type -> byoc.ims.v1.WatchInstallsRequest
-	34,  // 115: byoc.ims.v1.OperatorService.CreateEnrollmentToken:input_type -> byoc.ims.v1.CreateEnrollmentTokenRequest
-	36,  // 116: byoc.ims.v1.OperatorService.LabelInstall:input_type -> byoc.ims.v1.LabelInstallRequest
-	32,  // 117: byoc.ims.v1.OperatorService.UpdateInstall:input_type -> byoc.ims.v1.UpdateInstallRequest
-	111, // 118: byoc.ims.v1.OperatorService.PlanInstall:input_type -> byoc.ims.v1.PlanInstallRequest
-	112, // 119: byoc.ims.v1.OperatorService.StartWorkflow:input_type -> byoc.ims.v1.StartWorkflowRequest
-	113, // 120: byoc.ims.v1.OperatorService.ListWorkflows:input_type -> byoc.ims.v1.ListWorkflowsRequest
-	114, // 121: byoc.ims.v1.OperatorService.GetWorkflow:input_type -> byoc.ims.v1.GetWorkflowRequest
-	115, // 122: byoc.ims.v1.OperatorService.ApproveWorkflow:input_type -> byoc.ims.v1.ApproveWorkflowRequest
-	116, // 123: byoc.ims.v1.OperatorService.CancelWorkflow:input_type -> byoc.ims.v1.CancelWorkflowRequest
-	117, // 124: byoc.ims.v1.OperatorService.RetryWorkflowStep:input_type -> byoc.ims.v1.RetryWorkflowStepRequest
-	41,  // 125: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
-	43,  // 126: byoc.ims.v1.OperatorService.EnqueueJobs:input_type -> byoc.ims.v1.EnqueueJobsRequest
-	45,  // 127: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
-	47,  // 128: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
-	50,  // 129: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
-	52,  // 130: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
-	68,  // 131: byoc.ims.v1.OperatorService.RegisterPluginType:input_type -> byoc.ims.v1.RegisterPluginTypeRequest
-	70,  // 132: byoc.ims.v1.OperatorService.ListPluginTypes:input_type -> byoc.ims.v1.ListPluginTypesRequest
-	72,  // 133: byoc.ims.v1.OperatorService.GetPluginType:input_type -> byoc.ims.v1.GetPluginTypeRequest
-	74,  // 134: byoc.ims.v1.OperatorService.RemovePluginType:input_type -> byoc.ims.v1.RemovePluginTypeRequest
-	118, // 135: byoc.ims.v1.OperatorService.ListActions:input_type -> byoc.ims.v1.ListActionsRequest
-	119, // 136: byoc.ims.v1.OperatorService.StartActionRun:input_type -> byoc.ims.v1.StartActionRunRequest
-	120, // 137: byoc.ims.v1.OperatorService.ListActionRuns:input_type -> byoc.ims.v1.ListActionRunsRequest
-	121, // 138: byoc.ims.v1.OperatorService.GetActionRun:input_type -> byoc.ims.v1.GetActionRunRequest
-	76,  // 139: byoc.ims.v1.OperatorService.RequestBreakGlass:input_type -> byoc.ims.v1.RequestBreakGlassRequest
-	78,  // 140: byoc.ims.v1.OperatorService.ListBreakGlassGrants:input_type -> byoc.ims.v1.ListBreakGlassGrantsRequest
-	81,  // 141: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:input_type -> byoc.ims.v1.GetBreakGlassPolicyRequest
-	122, // 142: byoc.ims.v1.OperatorService.ListAuditEvents:input_type -> byoc.ims.v1.ListAuditEventsRequest
-	84,  // 143: byoc.ims.v1.OperatorService.GetInstallStack:input_type -> byoc.ims.v1.GetInstallStackRequest
-	87,  // 144: byoc.ims.v1.OperatorService.CreateBuildAgentToken:input_type -> byoc.ims.v1.CreateBuildAgentTokenRequest
-	89,  // 145: byoc.ims.v1.OperatorService.StartBuild:input_type -> byoc.ims.v1.StartBuildRequest
-	91,  // 146: byoc.ims.v1.OperatorService.ListBuilds:input_type -> byoc.ims.v1.ListBuildsRequest
-	93,  // 147: byoc.ims.v1.OperatorService.ListInstallImages:input_type -> byoc.ims.v1.ListInstallImagesRequest
-	4,   // 148: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
-	6,   // 149: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
-	9,   // 150: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
-	11,  // 151: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
-	13,  // 152: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
-	57,  // 153: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
-	60,  // 154: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
-	62,  // 155: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
-	20,  // 156: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
-	23,  // 157: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
-	25,  // 158: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
-	27,  // 159: byoc.ims.v1.OperatorService.ListInstallDrift:output_type -> byoc.ims.v1.ListInstallDriftResponse
-	31,  // 160: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
-	35,  // 161: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
-	37,  // 162: byoc.ims.v1.OperatorService.LabelInstall:output_type -> byoc.ims.v1.LabelInstallResponse
-	33,  // 163: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
-	123, // 164: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
-	124, // 165: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
-	125, // 166: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
-	126, // 167: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
-	127, // 168: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
-	128, // 169: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
-	129, // 170: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
-	42,  // 171: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
-	44,  // 172: byoc.ims.v1.OperatorService.EnqueueJobs:output_type -> byoc.ims.v1.EnqueueJobsResponse
-	46,  // 173: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
-	48,  // 174: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
-	51,  // 175: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
-	53,  // 176: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
-	69,  // 177: byoc.ims.v1.OperatorService.RegisterPluginType:output_type -> byoc.ims.v1.RegisterPluginTypeResponse
-	71,  // 178: byoc.ims.v1.OperatorService.ListPluginTypes:output_type -> byoc.ims.v1.ListPluginTypesResponse
-	73,  // 179: byoc.ims.v1.OperatorService.GetPluginType:output_type -> byoc.ims.v1.GetPluginTypeResponse
-	75,  // 180: byoc.ims.v1.OperatorService.RemovePluginType:output_type -> byoc.ims.v1.RemovePluginTypeResponse
-	130, // 181: byoc.ims.v1.OperatorService.ListActions:output_type -> byoc.ims.v1.ListActionsResponse
-	131, // 182: byoc.ims.v1.OperatorService.StartActionRun:output_type -> byoc.ims.v1.StartActionRunResponse
-	132, // 183: byoc.ims.v1.OperatorService.ListActionRuns:output_type -> byoc.ims.v1.ListActionRunsResponse
-	133, // 184: byoc.ims.v1.OperatorService.GetActionRun:output_type -> byoc.ims.v1.GetActionRunResponse
-	77,  // 185: byoc.ims.v1.OperatorService.RequestBreakGlass:output_type -> byoc.ims.v1.RequestBreakGlassResponse
-	79,  // 186: byoc.ims.v1.OperatorService.ListBreakGlassGrants:output_type -> byoc.ims.v1.ListBreakGlassGrantsResponse
-	82,  // 187: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:output_type -> byoc.ims.v1.GetBreakGlassPolicyResponse
-	134, // 188: byoc.ims.v1.OperatorService.ListAuditEvents:output_type -> byoc.ims.v1.ListAuditEventsResponse
-	85,  // 189: byoc.ims.v1.OperatorService.GetInstallStack:output_type -> byoc.ims.v1.GetInstallStackResponse
-	88,  // 190: byoc.ims.v1.OperatorService.CreateBuildAgentToken:output_type -> byoc.ims.v1.CreateBuildAgentTokenResponse
-	90,  // 191: byoc.ims.v1.OperatorService.StartBuild:output_type -> byoc.ims.v1.StartBuildResponse
-	92,  // 192: byoc.ims.v1.OperatorService.ListBuilds:output_type -> byoc.ims.v1.ListBuildsResponse
-	95,  // 193: byoc.ims.v1.OperatorService.ListInstallImages:output_type -> byoc.ims.v1.ListInstallImagesResponse
-	148, // [148:194] is the sub-list for method output_type
-	102, // [102:148] is the sub-list for method input_type
-	102, // [102:102] is the sub-list for extension type_name
-	102, // [102:102] is the sub-list for extension extendee
-	0,   // [0:102] is the sub-list for field type_name
+	64,  // 75: byoc.ims.v1.DiffAppRevisionsResponse.changes:type_name -> byoc.ims.v1.ConfigChange
+	63,  // 76: byoc.ims.v1.DiffAppRevisionsResponse.installs:type_name -> byoc.ims.v1.InstallConfigDiff
+	64,  // 77: byoc.ims.v1.InstallConfigDiff.changes:type_name -> byoc.ims.v1.ConfigChange
+	65,  // 78: byoc.ims.v1.ConfigChange.values:type_name -> byoc.ims.v1.FieldChange
+	66,  // 79: byoc.ims.v1.ConfigDiagnostics.diagnostics:type_name -> byoc.ims.v1.ConfigDiagnostic
+	111, // 80: byoc.ims.v1.PluginType.config_schema:type_name -> google.protobuf.Value
+	111, // 81: byoc.ims.v1.PluginType.outputs_schema:type_name -> google.protobuf.Value
+	107, // 82: byoc.ims.v1.PluginType.register_time:type_name -> google.protobuf.Timestamp
+	68,  // 83: byoc.ims.v1.RegisterPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
+	68,  // 84: byoc.ims.v1.RegisterPluginTypeResponse.replaced:type_name -> byoc.ims.v1.PluginType
+	68,  // 85: byoc.ims.v1.ListPluginTypesResponse.plugin_types:type_name -> byoc.ims.v1.PluginType
+	68,  // 86: byoc.ims.v1.GetPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
+	81,  // 87: byoc.ims.v1.RequestBreakGlassResponse.grant:type_name -> byoc.ims.v1.BreakGlassGrant
+	81,  // 88: byoc.ims.v1.ListBreakGlassGrantsResponse.grants:type_name -> byoc.ims.v1.BreakGlassGrant
+	107, // 89: byoc.ims.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
+	107, // 90: byoc.ims.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
+	107, // 91: byoc.ims.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
+	107, // 92: byoc.ims.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
+	107, // 93: byoc.ims.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
+	84,  // 94: byoc.ims.v1.GetBreakGlassPolicyResponse.roles:type_name -> byoc.ims.v1.BreakGlassRole
+	54,  // 95: byoc.ims.v1.GetInstallStackResponse.files:type_name -> byoc.ims.v1.AppFile
+	107, // 96: byoc.ims.v1.Build.create_time:type_name -> google.protobuf.Timestamp
+	21,  // 97: byoc.ims.v1.CreateBuildAgentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
+	38,  // 98: byoc.ims.v1.StartBuildResponse.job:type_name -> byoc.ims.v1.Job
+	87,  // 99: byoc.ims.v1.ListBuildsResponse.builds:type_name -> byoc.ims.v1.Build
+	87,  // 100: byoc.ims.v1.InstallImage.build:type_name -> byoc.ims.v1.Build
+	107, // 101: byoc.ims.v1.InstallImage.copy_time:type_name -> google.protobuf.Timestamp
+	95,  // 102: byoc.ims.v1.ListInstallImagesResponse.images:type_name -> byoc.ims.v1.InstallImage
+	110, // 103: byoc.ims.v1.InstallSettings.OverridesEntry.value:type_name -> google.protobuf.Struct
+	3,   // 104: byoc.ims.v1.OperatorService.WhoAmI:input_type -> byoc.ims.v1.WhoAmIRequest
+	5,   // 105: byoc.ims.v1.OperatorService.CreateApiToken:input_type -> byoc.ims.v1.CreateApiTokenRequest
+	8,   // 106: byoc.ims.v1.OperatorService.CreateApp:input_type -> byoc.ims.v1.CreateAppRequest
+	10,  // 107: byoc.ims.v1.OperatorService.ListApps:input_type -> byoc.ims.v1.ListAppsRequest
+	12,  // 108: byoc.ims.v1.OperatorService.GetApp:input_type -> byoc.ims.v1.GetAppRequest
+	56,  // 109: byoc.ims.v1.OperatorService.PushAppRevision:input_type -> byoc.ims.v1.PushAppRevisionRequest
+	59,  // 110: byoc.ims.v1.OperatorService.ListAppRevisions:input_type -> byoc.ims.v1.ListAppRevisionsRequest
+	61,  // 111: byoc.ims.v1.OperatorService.DiffAppRevisions:input_type -> byoc.ims.v1.DiffAppRevisionsRequest
+	19,  // 112: byoc.ims.v1.OperatorService.CreateInstall:input_type -> byoc.ims.v1.CreateInstallRequest
+	22,  // 113: byoc.ims.v1.OperatorService.ListInstalls:input_type -> byoc.ims.v1.ListInstallsRequest
+	24,  // 114: byoc.ims.v1.OperatorService.GetInstall:input_type -> byoc.ims.v1.GetInstallRequest
+	26,  // 115: byoc.ims.v1.OperatorService.ListInstallDrift:input_type -> byoc.ims.v1.ListInstallDriftRequest
+	30,  // 116: byoc.ims.v1.OperatorService.WatchInstalls:input_type -> byoc.ims.v1.WatchInstallsRequest
+	34,  // 117: byoc.ims.v1.OperatorService.CreateEnrollmentToken:input_type -> byoc.ims.v1.CreateEnrollmentTokenRequest
+	36,  // 118: byoc.ims.v1.OperatorService.LabelInstall:input_type -> byoc.ims.v1.LabelInstallRequest
+	32,  // 119: byoc.ims.v1.OperatorService.UpdateInstall:input_type -> byoc.ims.v1.UpdateInstallRequest
+	112, // 120: byoc.ims.v1.OperatorService.PlanInstall:input_type -> byoc.ims.v1.PlanInstallRequest
+	113, // 121: byoc.ims.v1.OperatorService.StartWorkflow:input_type -> byoc.ims.v1.StartWorkflowRequest
+	114, // 122: byoc.ims.v1.OperatorService.ListWorkflows:input_type -> byoc.ims.v1.ListWorkflowsRequest
+	115, // 123: byoc.ims.v1.OperatorService.GetWorkflow:input_type -> byoc.ims.v1.GetWorkflowRequest
+	116, // 124: byoc.ims.v1.OperatorService.ApproveWorkflow:input_type -> byoc.ims.v1.ApproveWorkflowRequest
+	117, // 125: byoc.ims.v1.OperatorService.CancelWorkflow:input_type -> byoc.ims.v1.CancelWorkflowRequest
+	118, // 126: byoc.ims.v1.OperatorService.RetryWorkflowStep:input_type -> byoc.ims.v1.RetryWorkflowStepRequest
+	41,  // 127: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
+	43,  // 128: byoc.ims.v1.OperatorService.EnqueueJobs:input_type -> byoc.ims.v1.EnqueueJobsRequest
+	45,  // 129: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
+	47,  // 130: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
+	50,  // 131: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
+	52,  // 132: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
+	69,  // 133: byoc.ims.v1.OperatorService.RegisterPluginType:input_type -> byoc.ims.v1.RegisterPluginTypeRequest
+	71,  // 134: byoc.ims.v1.OperatorService.ListPluginTypes:input_type -> byoc.ims.v1.ListPluginTypesRequest
+	73,  // 135: byoc.ims.v1.OperatorService.GetPluginType:input_type -> byoc.ims.v1.GetPluginTypeRequest
+	75,  // 136: byoc.ims.v1.OperatorService.RemovePluginType:input_type -> byoc.ims.v1.RemovePluginTypeRequest
+	119, // 137: byoc.ims.v1.OperatorService.ListActions:input_type -> byoc.ims.v1.ListActionsRequest
+	120, // 138: byoc.ims.v1.OperatorService.StartActionRun:input_type -> byoc.ims.v1.StartActionRunRequest
+	121, // 139: byoc.ims.v1.OperatorService.ListActionRuns:input_type -> byoc.ims.v1.ListActionRunsRequest
+	122, // 140: byoc.ims.v1.OperatorService.GetActionRun:input_type -> byoc.ims.v1.GetActionRunRequest
+	77,  // 141: byoc.ims.v1.OperatorService.RequestBreakGlass:input_type -> byoc.ims.v1.RequestBreakGlassRequest
+	79,  // 142: byoc.ims.v1.OperatorService.ListBreakGlassGrants:input_type -> byoc.ims.v1.ListBreakGlassGrantsRequest
+	82,  // 143: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:input_type -> byoc.ims.v1.GetBreakGlassPolicyRequest
+	123, // 144: byoc.ims.v1.OperatorService.ListAuditEvents:input_type -> byoc.ims.v1.ListAuditEventsRequest
+	85,  // 145: byoc.ims.v1.OperatorService.GetInstallStack:input_type -> byoc.ims.v1.GetInstallStackRequest
+	88,  // 146: byoc.ims.v1.OperatorService.CreateBuildAgentToken:input_type -> byoc.ims.v1.CreateBuildAgentTokenRequest
+	90,  // 147: byoc.ims.v1.OperatorService.StartBuild:input_type -> byoc.ims.v1.StartBuildRequest
+	92,  // 148: byoc.ims.v1.OperatorService.ListBuilds:input_type -> byoc.ims.v1.ListBuildsRequest
+	94,  // 149: byoc.ims.v1.OperatorService.ListInstallImages:input_type -> byoc.ims.v1.ListInstallImagesRequest
+	4,   // 150: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
+	6,   // 151: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
+	9,   // 152: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
+	11,  // 153: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
+	13,  // 154: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
+	57,  // 155: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
+	60,  // 156: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
+	62,  // 157: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
+	20,  // 158: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
+	23,  // 159: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
+	25,  // 160: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
+	27,  // 161: byoc.ims.v1.OperatorService.ListInstallDrift:output_type -> byoc.ims.v1.ListInstallDriftResponse
+	31,  // 162: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
+	35,  // 163: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
+	37,  // 164: byoc.ims.v1.OperatorService.LabelInstall:output_type -> byoc.ims.v1.LabelInstallResponse
+	33,  // 165: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
+	124, // 166: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
+	125, // 167: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
+	126, // 168: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
+	127, // 169: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
+	128, // 170: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
+	129, // 171: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
+	130, // 172: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
+	42,  // 173: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
+	44,  // 174: byoc.ims.v1.OperatorService.EnqueueJobs:output_type -> byoc.ims.v1.EnqueueJobsResponse
+	46,  // 175: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
+	48,  // 176: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
+	51,  // 177: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
+	53,  // 178: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
+	70,  // 179: byoc.ims.v1.OperatorService.RegisterPluginType:output_type -> byoc.ims.v1.RegisterPluginTypeResponse
+	72,  // 180: byoc.ims.v1.OperatorService.ListPluginTypes:output_type -> byoc.ims.v1.ListPluginTypesResponse
+	74,  // 181: byoc.ims.v1.OperatorService.GetPluginType:output_type -> byoc.ims.v1.GetPluginTypeResponse
+	76,  // 182: byoc.ims.v1.OperatorService.RemovePluginType:output_type -> byoc.ims.v1.RemovePluginTypeResponse
+	131, // 183: byoc.ims.v1.OperatorService.ListActions:output_type -> byoc.ims.v1.ListActionsResponse
+	132, // 184: byoc.ims.v1.OperatorService.StartActionRun:output_type -> byoc.ims.v1.StartActionRunResponse
+	133, // 185: byoc.ims.v1.OperatorService.ListActionRuns:output_type -> byoc.ims.v1.ListActionRunsResponse
+	134, // 186: byoc.ims.v1.OperatorService.GetActionRun:output_type -> byoc.ims.v1.GetActionRunResponse
+	78,  // 187: byoc.ims.v1.OperatorService.RequestBreakGlass:output_type -> byoc.ims.v1.RequestBreakGlassResponse
+	80,  // 188: byoc.ims.v1.OperatorService.ListBreakGlassGrants:output_type -> byoc.ims.v1.ListBreakGlassGrantsResponse
+	83,  // 189: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:output_type -> byoc.ims.v1.GetBreakGlassPolicyResponse
+	135, // 190: byoc.ims.v1.OperatorService.ListAuditEvents:output_type -> byoc.ims.v1.ListAuditEventsResponse
+	86,  // 191: byoc.ims.v1.OperatorService.GetInstallStack:output_type -> byoc.ims.v1.GetInstallStackResponse
+	89,  // 192: byoc.ims.v1.OperatorService.CreateBuildAgentToken:output_type -> byoc.ims.v1.CreateBuildAgentTokenResponse
+	91,  // 193: byoc.ims.v1.OperatorService.StartBuild:output_type -> byoc.ims.v1.StartBuildResponse
+	93,  // 194: byoc.ims.v1.OperatorService.ListBuilds:output_type -> byoc.ims.v1.ListBuildsResponse
+	96,  // 195: byoc.ims.v1.OperatorService.ListInstallImages:output_type -> byoc.ims.v1.ListInstallImagesResponse
+	150, // [150:196] is the sub-list for method output_type
+	104, // [104:150] is the sub-list for method input_type
+	104, // [104:104] is the sub-list for extension type_name
+	104, // [104:104] is the sub-list for extension extendee
+	0,   // [0:104] is the sub-list for field type_name
 }
 
 func init() { file_byoc_ims_v1_operator_proto_init() }
@@ -7128,7 +7235,7 @@ func file_byoc_ims_v1_operator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byoc_ims_v1_operator_proto_rawDesc), len(file_byoc_ims_v1_operator_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   103,
+			NumMessages:   104,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
