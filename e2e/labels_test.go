@@ -133,6 +133,10 @@ func runLabels(t *testing.T, opts cluster.Options) {
 	if len(wfs) == 0 {
 		t.Fatalf("workflow list -l tier=canary lists nothing:\n%s", wf)
 	}
+	plan := cli.Run(0, "install", "plan", "-l", "region=us")
+	if !strings.Contains(plan, "beta") || strings.Contains(plan, "acme") || strings.Contains(plan, "gamma") {
+		t.Fatalf("install plan -l region=us:\n%s", plan)
+	}
 	jobs := cli.Run(0, "job", "list", "-l", "tier=nobody", "-o", "json")
 	if strings.TrimSpace(jobs) != "[]" {
 		t.Fatalf("job list -l tier=nobody = %s", jobs)
