@@ -15,15 +15,25 @@ import (
 // heartbeat after the windows open claims it. The agent checks the
 // customer's window again by its own clock and refuses the job outside it.
 
-// windowsRefresh is how long a stream trusts the vendor's windows it
-// read: an app push that changes them takes effect within it.
-const windowsRefresh = time.Minute
+// A stream reads the vendor's windows (the install) again at most every
+// windowsRefresh, and only once the hub said the fleet changed (an app
+// push that changes an install says so), or at the latest after
+// windowsMaxAge (a change made through another replica): an idle agent
+// costs one read of its install every windowsMaxAge, and only while it
+// claims.
+const (
+	windowsRefresh = time.Minute
+	windowsMaxAge  = 10 * time.Minute
+)
 
 // windows is what a stream knows of its install's maintenance windows.
 type windows struct {
 	vendor, customer       *window.Schedule
 	vendorAt, customerAt   time.Time // when read; zero: read again
 	vendorErr, customerErr error
+	// fleet is the hub's fleet signal as it was when the vendor's
+	// windows were read: closed once something changed since.
+	fleet <-chan struct{}
 	// holding is set while the last claim passed over window-bound jobs
 	// (the windows were closed).
 	holding bool
@@ -34,7 +44,8 @@ type windows struct {
 // cannot be read. c.mu is held.
 func (c *conn) holdWindowBound(ctx context.Context, now time.Time) bool {
 	w := &c.win
-	if w.vendorAt.IsZero() || now.Sub(w.vendorAt) > windowsRefresh || now.Before(w.vendorAt) {
+	if age := now.Sub(w.vendorAt); w.vendorAt.IsZero() || age < 0 || age > windowsMaxAge || (age > windowsRefresh && fired(w.fleet)) {
+		w.fleet = c.svc.hub.FleetSignal()
 		in, err := c.svc.store.GetInstall(ctx, c.agent.InstallID)
 		if err == nil {
 			w.vendor, w.vendorErr = window.ParseSchedule(in.Settings.Windows)
@@ -62,4 +73,14 @@ func (c *conn) holdWindowBound(ctx context.Context, now time.Time) bool {
 		w.holding = !w.vendor.Contains(now) || !w.customer.Contains(now)
 	}
 	return w.holding
+}
+
+// fired says whether signal ch was closed.
+func fired(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
