@@ -151,6 +151,9 @@ func printPermissions(w io.Writer, dir string, st permissions.State) {
 		}
 		fmt.Fprintf(w, "Changed:    %s%s\n", st.ChangedAt.UTC().Format(time.RFC3339), by)
 	}
+	if len(st.Windows) > 0 {
+		fmt.Fprintf(w, "Windows:    %s (jobs of a release run only inside them; agentd window show)\n", strings.Join(st.Windows, "; "))
+	}
 }
 
 // verifyControls prints what the agent would make of each control file.

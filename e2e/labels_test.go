@@ -133,8 +133,57 @@ func runLabels(t *testing.T, opts cluster.Options) {
 	if len(wfs) == 0 {
 		t.Fatalf("workflow list -l tier=canary lists nothing:\n%s", wf)
 	}
+	plan := cli.Run(0, "install", "plan", "-l", "region=us")
+	if !strings.Contains(plan, "beta") || strings.Contains(plan, "acme") || strings.Contains(plan, "gamma") {
+		t.Fatalf("install plan -l region=us:\n%s", plan)
+	}
 	jobs := cli.Run(0, "job", "list", "-l", "tier=nobody", "-o", "json")
 	if strings.TrimSpace(jobs) != "[]" {
 		t.Fatalf("job list -l tier=nobody = %s", jobs)
+	}
+}
+
+// byoc app diff --installs / -l: per install, each component's config as
+// the install gets it (its installs/NAME.toml override merged over the
+// app's) and each input's value, old → new, a sensitive one masked.
+func TestAppDiffPerInstall(t *testing.T) {
+	ims := cluster.StartIMS(t, fast)
+	cli := cluster.NewCLI(t, ims)
+	files := map[string]string{
+		"app.toml":          "name = \"shop\"\n",
+		"inputs.toml":       "[[input]]\nname = \"size\"\ntype = \"number\"\ndefault = 1\n\n[[input]]\nname = \"token\"\nsensitive = true\n",
+		"components/a.toml": "type = \"action\"\n[config]\nsteps = [{ script = \"echo a\" }]\n",
+		"components/b.toml": "type = \"action\"\n[config]\nsteps = [{ script = \"echo b\" }]\n",
+		"installs/acme.toml": "[labels]\ntier = \"canary\"\n[inputs]\ntoken = \"s-1111\"\n" +
+			"[components.a.config]\nsteps = [{ script = \"echo acme\" }]\n",
+		"installs/beta.toml": "[labels]\ntier = \"prod\"\n[inputs]\nsize = 3\n",
+	}
+	p := cli.PushApp(files)
+	cluster.WriteApp(t, p.Dir, map[string]string{
+		"components/a.toml":  "type = \"action\"\n[config]\nsteps = [{ script = \"echo a2\" }]\n",
+		"components/b.toml":  "type = \"action\"\n[config]\nsteps = [{ script = \"echo b2\" }]\n",
+		"installs/acme.toml": strings.Replace(files["installs/acme.toml"], "s-1111", "s-2222", 1),
+	})
+	cli.Run(0, "app", "push", p.Dir)
+
+	out := cli.Run(0, "app", "diff", "shop", "1", "-l", "tier=canary")
+	for _, want := range []string{
+		"Per install: 1 changed, 0 unchanged.\ninstall acme:\n",
+		"  ~ component b: steps\n      steps: [{\"script\":\"echo b\"}] → [{\"script\":\"echo b2\"}]\n",
+		"  ~ input token: value\n      value: (sensitive) → (sensitive)\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("app diff -l tier=canary lacks %q:\n%s", want, out)
+		}
+	}
+	// acme overrides a's steps: a's change does not reach it.
+	_, per, _ := strings.Cut(out, "Per install:")
+	if strings.Contains(per, "component a:") || strings.Contains(out, "s-1111") || strings.Contains(out, "s-2222") || strings.Contains(out, "install beta") {
+		t.Errorf("app diff -l tier=canary:\n%s", out)
+	}
+	out = cli.Run(0, "app", "diff", "shop", "1", "--installs")
+	if !strings.Contains(out, "Per install: 2 changed, 0 unchanged.") ||
+		!strings.Contains(out, "install beta:\n  ~ component a: steps\n      steps: [{\"script\":\"echo a\"}] → [{\"script\":\"echo a2\"}]\n") {
+		t.Errorf("app diff --installs:\n%s", out)
 	}
 }

@@ -268,6 +268,7 @@ func (s *Service) newJob(ctx context.Context, m *imsv1.EnqueueJobRequest, encode
 		CreatedAt:     now,
 		CreatedBy:     callerFrom(ctx).Name,
 		Mode:          mode,
+		WindowBound:   m.WindowBound,
 	}, nil
 }
 
@@ -283,7 +284,9 @@ func (s *Service) enqueue(ctx context.Context, jobs []store.Job, batch bool, key
 	sessions := make([]*dispatch.Session, len(jobs))
 	for i, j := range jobs {
 		news[i].Job = j
-		if s.cfg.LeaseDuration <= 0 {
+		if s.cfg.LeaseDuration <= 0 || j.WindowBound {
+			// A window-bound job waits in the queue: its install's claim
+			// decides whether the maintenance windows are open.
 			continue
 		}
 		if sess := s.hub.Reserve(j.InstallID); sess != nil {

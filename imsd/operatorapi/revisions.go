@@ -163,7 +163,7 @@ func (s *Service) applyInstallFiles(ctx context.Context, a store.App, app, prev 
 		for k, v := range f.Inputs {
 			inputs[k] = config.InputText(v)
 		}
-		settings := store.InstallSettings{Parallelism: f.Parallelism, RequireApproval: f.RequireApproval, Source: file}
+		settings := store.InstallSettings{Parallelism: f.Parallelism, RequireApproval: f.RequireApproval, Source: file, Windows: f.Window}
 		for name, o := range f.Components {
 			if len(o.Config) > 0 {
 				if settings.Overrides == nil {
@@ -278,6 +278,12 @@ func mergeInstallFile(in store.Install, before *config.InstallFile, inputs map[s
 	case before != nil && before.RequireApproval != nil:
 		out.RequireApproval = nil
 	}
+	switch {
+	case len(settings.Windows) > 0:
+		out.Windows = settings.Windows
+	case before != nil && len(before.Window) > 0:
+		out.Windows = nil
+	}
 	return merged, out
 }
 
@@ -369,6 +375,15 @@ func installChanges(in store.Install, inputs map[string]string, settings store.I
 			out = append(out, fmt.Sprintf("components.%s.config: changed", c))
 		}
 	}
+	if !slices.Equal(in.Settings.Windows, settings.Windows) {
+		w := func(ws []string) string {
+			if len(ws) == 0 {
+				return "none"
+			}
+			return strconv.Quote(strings.Join(ws, "; "))
+		}
+		out = append(out, fmt.Sprintf("window: %s → %s", w(in.Settings.Windows), w(settings.Windows)))
+	}
 	if in.Settings.Source != settings.Source {
 		from := in.Settings.Source
 		if from == "" {
@@ -429,7 +444,59 @@ func (s *Service) DiffAppRevisions(ctx context.Context, req *connect.Request[ims
 	if err := errors.Join(err1, err2); err != nil {
 		return nil, s.err(ctx, fmt.Errorf("diff revisions %d and %d of app %s: a revision no longer passes validation; push a corrected config and diff against it: %w", from.Number, to.Number, a.Name, err))
 	}
-	return connect.NewResponse(&imsv1.DiffAppRevisionsResponse{Changes: changesToProto(diff.Apps(oldApp, newApp))}), nil
+	out := &imsv1.DiffAppRevisionsResponse{Changes: changesToProto(diff.Apps(oldApp, newApp))}
+	if m.Installs || m.Selector != "" {
+		sel, err := parseSelector("selector", m.Selector)
+		if err != nil {
+			return nil, s.err(ctx, err)
+		}
+		ins, err := s.store.ListInstalls(ctx, a.ID)
+		if err != nil {
+			return nil, s.err(ctx, err)
+		}
+		for _, in := range matchInstalls(ins, sel) {
+			if in.State == store.InstallDeprovisioned {
+				continue
+			}
+			cs := diff.Install(oldApp, newApp, installSide(in, oldApp), installSide(in, newApp))
+			if len(cs) == 0 {
+				out.UnchangedInstalls++
+				continue
+			}
+			out.Installs = append(out.Installs, &imsv1.InstallConfigDiff{Install: in.Name, Changes: changesToProto(cs)})
+		}
+	}
+	return connect.NewResponse(out), nil
+}
+
+// installSide is what install in brings to revision app: for an install
+// managed from installs/*.toml, its stored inputs with the revision's
+// file's over them and the file's overrides (none if the revision has no
+// file for it); for another, what is stored.
+func installSide(in store.Install, app *config.App) diff.InstallSide {
+	if in.Settings.Source == "" {
+		return diff.InstallSide{Inputs: in.Inputs, Overrides: in.Settings.Overrides}
+	}
+	side := diff.InstallSide{Inputs: maps.Clone(in.Inputs)}
+	f := installFile(app, in.Name)
+	if f == nil {
+		return side
+	}
+	if side.Inputs == nil {
+		side.Inputs = map[string]string{}
+	}
+	for k, v := range f.Inputs {
+		side.Inputs[k] = config.InputText(v)
+	}
+	for name, o := range f.Components {
+		if len(o.Config) > 0 {
+			if side.Overrides == nil {
+				side.Overrides = map[string]map[string]any{}
+			}
+			side.Overrides[name] = o.Config
+		}
+	}
+	return side
 }
 
 // revision reads revision n of app a (0: the latest); a missing one is

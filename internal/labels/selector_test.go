@@ -154,3 +154,24 @@ func TestValidateNamesTheKey(t *testing.T) {
 		t.Errorf("Validate long value = %v", err)
 	}
 }
+
+// Matching a selector against a fleet's labels, as ListInstalls does.
+func BenchmarkMatch10k(b *testing.B) {
+	sel := MustParse("tier in (canary,prod),region!=ap,!legacy")
+	fleet := make([]map[string]string, 10000)
+	for i := range fleet {
+		fleet[i] = map[string]string{"tier": []string{"canary", "prod", "dev"}[i%3], "region": []string{"eu", "us", "ap"}[i%3], "customer": "c"}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		n := 0
+		for _, l := range fleet {
+			if sel.Matches(l) {
+				n++
+			}
+		}
+		if n == 0 {
+			b.Fatal("none matched")
+		}
+	}
+}

@@ -271,23 +271,24 @@ would change first.`,
 func (a *app) installPlanCommand() *cobra.Command {
 	var inputs, unset []string
 	var rev int64
-	var kind, appName string
+	var kind, appName, selector string
 	var live bool
 	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "plan INSTALL... [--live [--timeout D]] [--app APP] [--revision N] [--input KEY=VALUE ...] [--unset KEY ...] [--kind update|provision|deprovision]",
+		Use:   "plan INSTALL... [--live [--timeout D]] [--app APP | -l SELECTOR] [--revision N] [--input KEY=VALUE ...] [--unset KEY ...] [--kind update|provision|deprovision]",
 		Short: "Show what a workflow would change in installs, and why; --live asks their agents for real plans",
 		Long: `Show the steps a workflow would run in an install and why, from the
 component graph alone (fast, nothing runs). With --live, each install's
 agent also makes a real plan of every component the workflow would apply
 (a plan job, through the usual dispatch, changing nothing), waited for up
 to --timeout, and the planned changes are shown per component; this needs
-an admin token. Several installs (or --app APP: every install of the app)
-are planned together and installs whose plans are identical are grouped:
+an admin token. Several installs (or --app APP: every install of the app;
+-l SELECTOR: every install whose labels match, of --app when given) are
+planned together and installs whose plans are identical are grouped:
 a dry run of a rollout across the fleet.`,
 		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 0 && appName == "" {
-				return usagef("name at least one INSTALL, or --app APP")
+			if len(args) == 0 && appName == "" && selector == "" {
+				return usagef("name at least one INSTALL, or --app APP, or -l SELECTOR")
 			}
 			return nil
 		},
@@ -308,15 +309,18 @@ a dry run of a rollout across the fleet.`,
 				return err
 			}
 			installs := args
-			if appName != "" {
-				res, err := c.ListInstalls(cmd.Context(), connect.NewRequest(&imsv1.ListInstallsRequest{App: appName}))
+			if appName != "" || selector != "" {
+				res, err := c.ListInstalls(cmd.Context(), connect.NewRequest(&imsv1.ListInstallsRequest{App: appName, Selector: selector}))
 				if err != nil {
-					return c.wrap(err)
+					return withFlags(c.wrap(err), fieldFlag{"selector", "--selector"})
 				}
 				for _, in := range res.Msg.GetInstalls() {
 					if !slices.Contains(installs, in.GetName()) {
 						installs = append(installs, in.GetName())
 					}
+				}
+				if len(installs) == 0 && selector != "" {
+					return fmt.Errorf("no install matches %s", selector)
 				}
 				if len(installs) == 0 {
 					return fmt.Errorf("app %s has no installs", appName)
@@ -370,6 +374,7 @@ a dry run of a rollout across the fleet.`,
 	cmd.Flags().BoolVar(&live, "live", false, "ask the installs' agents for real plans of the components (plan jobs)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "with --live, how long to wait for the agents' plans (default 2m)")
 	cmd.Flags().StringVar(&appName, "app", "", "plan every install of this app too")
+	selectorFlag(cmd, &selector, "installs (of --app when given): plan them too")
 	return cmd
 }
 

@@ -78,6 +78,7 @@ func snapshot() *imsv1.WatchInstallsResponse {
 	initech.Install.State = "new"
 	// Labels: selectors in the / filter match them.
 	acme.Install.Labels = map[string]string{"ring": "canary", "example.com/team": "a"}
+	acme.Install.Settings = &imsv1.InstallSettings{Windows: []string{"Sat 02:00-06:00 Europe/Berlin"}}
 	globex.Install.Labels = map[string]string{"ring": "prod"}
 	umbrella.Install.Labels = map[string]string{"ring": "prod", "legacy": ""}
 	return &imsv1.WatchInstallsResponse{Snapshot: true, Installs: []*imsv1.InstallStatus{

@@ -7,6 +7,7 @@ import (
 
 	tea "charm.land/bubbletea/v2"
 
+	"github.com/byoc-dev/byoc/internal/labels"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
 
@@ -225,6 +226,13 @@ func (v *installView) header(s *imsv1.InstallStatus) []string {
 	if r := in.Agent.GetHealthReason(); r != "" {
 		out = append(out, "agent "+in.Agent.GetHealth()+" because "+r)
 	}
+	// Labels and maintenance windows follow the name, when set.
+	if len(in.Labels) > 0 {
+		out[0] += "  labels " + labels.Format(in.Labels)
+	}
+	if w, c := in.Settings.GetWindows(), in.Agent.GetPermissions().GetWindows(); len(w) > 0 || len(c) > 0 {
+		out[0] += fmt.Sprintf("  windows vendor %s, customer %s", windowList(w), windowList(c))
+	}
 	out = append(out, "", st.accent.Render("INPUTS"))
 	if len(in.Inputs) == 0 {
 		out = append(out, "  (none)")
@@ -244,4 +252,12 @@ func (v *installView) header(s *imsv1.InstallStatus) []string {
 	out = append(out, v.parts(v.jobs)...)
 	out = append(out, v.auditLines(in.Name)...)
 	return append(out, "")
+}
+
+// windowList is maintenance windows for a line: "none" for none.
+func windowList(ws []string) string {
+	if len(ws) == 0 {
+		return "none"
+	}
+	return strings.Join(ws, "; ")
 }
