@@ -168,6 +168,20 @@ func (g *pgGroupCommit) try(batch []*writeReq, mayRetry bool) (again []*writeReq
 		}
 		return batch, true
 	}
+	// A refusal is answered only once the transaction has ended: the
+	// refused write may hold row locks (its SELECT ... FOR UPDATE), and a
+	// caller that went on at once would find its next claim skipping the
+	// still-locked row (storetest LeaseExpiryRequeues, 1 run in 10).
+	type answer struct {
+		r   *writeReq
+		err error
+	}
+	var refused []answer
+	defer func() {
+		for _, a := range refused {
+			a.r.err <- a.err
+		}
+	}()
 	done := make([]*writeReq, 0, len(batch))
 	for i, r := range batch {
 		if err := r.ctx.Err(); err != nil {
@@ -192,7 +206,7 @@ func (g *pgGroupCommit) try(batch []*writeReq, mayRetry bool) (again []*writeReq
 		var e *errs.Error
 		if r.one && errors.As(ferr, &e) && (r.pre == nil || !r.pre.ok) && g.alive(ctx, tx) {
 			// A refusal that changed nothing: the others go on.
-			r.err <- wrap(r.op, ferr)
+			refused = append(refused, answer{r, wrap(r.op, ferr)})
 			continue
 		}
 		// PostgreSQL aborted the transaction, or the write may have left
