@@ -43,7 +43,7 @@ const (
 )
 
 // azureParams are an Azure template's parameters beside Parameters'.
-var azureParams = []string{"EnrollmentToken", "AgentBinaryUrl", "AgentBinarySha256", "PluginsBinaryUrl", "PluginsBinarySha256",
+var azureParams = []string{"DeploymentTag", "EnrollmentToken", "AgentBinaryUrl", "AgentBinarySha256", "PluginsBinaryUrl", "PluginsBinarySha256",
 	"Location", "VmSize", "AdminUsername", "AdminSshPublicKey", "VnetMode", "VnetCidr", "ExistingSubnetId"}
 
 // expr is an ARM template language expression (without its brackets).
@@ -135,9 +135,9 @@ func DeployToAzureURL(templateURL string) string {
 // imsd's port out; a new VNet with a NAT gateway for egress, or an
 // existing subnet; Key Vault (RBAC) with the enrolment token and each
 // customer-provided input and secret, all secure parameters; and an
-// Azure Container Registry as the install registry. The VM's custom data
-// writes the stack config (internal/stackconfig, format azure) from the
-// deployment's values.
+// Azure Container Registry as the install registry. A CustomScript
+// extension, run again on every deployment, writes the stack config
+// (internal/stackconfig, format azure) from the deployment's values.
 func Azure(o Options) ([]byte, error) {
 	b, _, err := azureTemplate(o)
 	return b, err
@@ -481,7 +481,8 @@ func azureTemplate(o Options) ([]byte, map[string]any, error) {
 		"for i in $(seq 1 20); do",
 		"  if /usr/local/bin/agentd preflight --stack-config /etc/byoc/stack.json --state-dir /var/lib/agentd > /var/log/agentd-preflight.txt 2>&1; then",
 		"    systemctl daemon-reload",
-		"    systemctl enable --now agentd",
+		"    systemctl enable agentd",
+		"    systemctl restart agentd",
 		"    exit 0",
 		"  fi",
 		"  sleep 30",
@@ -489,10 +490,10 @@ func azureTemplate(o Options) ([]byte, map[string]any, error) {
 		"cat /var/log/agentd-preflight.txt",
 		"exit 1",
 		""}, "\n")
-	customData := []any{head}
-	customData = append(customData, download("agentd", "AgentBinaryUrl", "AgentBinarySha256")...)
-	customData = append(customData, download("byoc-plugins", "PluginsBinaryUrl", "PluginsBinarySha256")...)
-	customData = append(customData, config, expr("string("+armExpr(sc)+")"), tail)
+	script := []any{head}
+	script = append(script, download("agentd", "AgentBinaryUrl", "AgentBinarySha256")...)
+	script = append(script, download("byoc-plugins", "PluginsBinaryUrl", "PluginsBinarySha256")...)
+	script = append(script, config, expr("string("+armExpr(sc)+")"), tail)
 
 	vmDeps = append(vmDeps, "[resourceId('Microsoft.Network/networkInterfaces', '"+prefix+"-nic')]", bracket(registryID),
 		"[resourceId('Microsoft.KeyVault/vaults/secrets', variables('vaultName'), 'enrollment-token')]",
@@ -511,11 +512,23 @@ func azureTemplate(o Options) ([]byte, map[string]any, error) {
 				"imageReference": map[string]any{"publisher": azureImagePublisher, "offer": azureImageOffer, "sku": azureImageSKU, "version": "latest"},
 				"osDisk":         map[string]any{"createOption": "FromImage", "diskSizeGB": 30, "managedDisk": map[string]any{"storageAccountType": "StandardSSD_LRS"}}},
 			"osProfile": map[string]any{"computerName": truncate(prefix+"-agent", 64), "adminUsername": "[parameters('AdminUsername')]",
-				"customData": bracket(expr("base64(" + string(armConcat(customData...)) + ")")),
 				"linuxConfiguration": map[string]any{"disablePasswordAuthentication": true, "ssh": map[string]any{"publicKeys": []any{map[string]any{
 					"path": "[concat('/home/', parameters('AdminUsername'), '/.ssh/authorized_keys')]", "keyData": "[parameters('AdminSshPublicKey')]"}}}}},
 			"securityProfile": map[string]any{"securityType": "TrustedLaunch", "uefiSettings": map[string]any{"secureBootEnabled": true, "vTpmEnabled": true}},
 			"networkProfile":  map[string]any{"networkInterfaces": []any{map[string]any{"id": "[resourceId('Microsoft.Network/networkInterfaces', '" + prefix + "-nic')]"}}}}})
+
+	// The script runs as a CustomScript extension, not custom data: it
+	// runs again on every deployment (DeploymentTag), so a redeployment
+	// with a mode turned on or off rewrites the stack config and restarts
+	// agentd; a failed preflight fails the deployment with its output.
+	params["DeploymentTag"] = map[string]any{"type": "string", "defaultValue": "[utcNow()]",
+		"metadata": desc("Changes with every deployment (leave the default) so that the agent's VM rewrites its stack config.")}
+	res = append(res, map[string]any{"type": "Microsoft.Compute/virtualMachines/extensions", "apiVersion": apiCompute,
+		"name": prefix + "-agent/byoc-agent", "location": "[parameters('Location')]", "tags": tags,
+		"dependsOn": []any{"[resourceId('Microsoft.Compute/virtualMachines', '" + prefix + "-agent')]"},
+		"properties": map[string]any{"publisher": "Microsoft.Azure.Extensions", "type": "CustomScript", "typeHandlerVersion": "2.1",
+			"autoUpgradeMinorVersion": true, "forceUpdateTag": "[parameters('DeploymentTag')]",
+			"protectedSettings": map[string]any{"script": bracket(expr("base64(" + string(armConcat(script...)) + ")"))}}})
 
 	outs["AgentClientId"] = map[string]any{"type": "string", "value": "[reference(" + string(idID(agentID)) + ", '" + apiIdentities + "').clientId]"}
 	outs["RegistryLoginServer"] = map[string]any{"type": "string", "value": "[reference(" + string(registryID) + ", '" + apiRegistry + "').loginServer]"}

@@ -127,15 +127,19 @@ func TestAzureExample(t *testing.T) {
 					t.Errorf("the VM does not carry %s's identity only while it is on: %s", m, ids)
 				}
 			}
-			custom := r.Properties["osProfile"].(map[string]any)["customData"].(string)
-			for _, want := range []string{"sha256sum -c -", "/usr/local/bin/byoc-plugins", "agentd preflight --stack-config /etc/byoc/stack.json"} {
+		case "Microsoft.Compute/virtualMachines/extensions":
+			if r.Properties["forceUpdateTag"] != "[parameters('DeploymentTag')]" {
+				t.Errorf("the script does not run again on each deployment: %v", r.Properties["forceUpdateTag"])
+			}
+			custom := r.Properties["protectedSettings"].(map[string]any)["script"].(string)
+			for _, want := range []string{"sha256sum -c -", "/usr/local/bin/byoc-plugins", "agentd preflight --stack-config /etc/byoc/stack.json", "systemctl restart agentd"} {
 				if !strings.Contains(custom, want) {
-					t.Errorf("custom data lacks %q", want)
+					t.Errorf("the script lacks %q", want)
 				}
 			}
 			for _, p := range []string{"EnrollmentToken", "SecretLicenseKey"} {
 				if strings.Contains(custom, "parameters('"+p+"')") {
-					t.Errorf("custom data holds the value of %s", p)
+					t.Errorf("the script holds the value of %s", p)
 				}
 			}
 		}
