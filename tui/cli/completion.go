@@ -66,7 +66,7 @@ var flagValues = map[string]map[string][]string{
 	"byoc action run":     {"mode": {"provision", "maintenance", "deprovision", "break_glass"}},
 	"byoc install plan":   {"kind": {"update", "provision", "deprovision"}},
 	"byoc build package":  {"kind": {"helm", "terraform"}},
-	"byoc install stack":  {"format": {"cloudformation", "local"}},
+	"byoc install stack":  {"format": {"cloudformation", "azure", "local"}},
 	"byoc install update": {"require-approval": {"true", "false"}},
 }
 

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/byoc-dev/byoc/internal/stackconfig"
+	"github.com/byoc-dev/byoc/schema/app/config"
 )
 
 // An Azure install stack is an ARM template deployed into a resource
@@ -25,7 +26,6 @@ const ARMSchema = "https://schema.management.azure.com/schemas/2019-04-01/deploy
 // Built-in Azure role definitions the template assigns (their ids are
 // the same in every tenant).
 const (
-	roleContributor          = "b24988ac-6182-42a0-9e5e-1a1e5bab2c3c"
 	roleAcrPush              = "8311e382-0749-4cb8-b61a-304f252e45ec"
 	roleKeyVaultSecretsUser  = "4633458b-17de-408a-b874-0445c86b69e6"
 	apiIdentities            = "2023-01-31"
@@ -150,6 +150,9 @@ func azureTemplate(o Options) ([]byte, map[string]any, error) {
 		return nil, nil, err
 	}
 	app := o.App
+	if !app.Metadata.Supports(config.CloudAzure) {
+		return nil, nil, fmt.Errorf("app %s does not install on azure: add azure to app.toml clouds (and the modes' azure_roles to permissions.toml)", app.Metadata.Name)
+	}
 	def := func(name, fallback string) string {
 		if v, ok := o.Params[name]; ok {
 			return v
@@ -320,17 +323,27 @@ func azureTemplate(o Options) ([]byte, map[string]any, error) {
 	}
 
 	// A managed identity per permission mode, only while its parameter is
-	// true: Contributor on this resource group and AcrPush on the
-	// install registry.
-	modeIdentity := func(idName, enable, what string) expr {
+	// true: its azure_roles of permissions.toml (Contributor when it names
+	// none) on this resource group and AcrPush on the install registry.
+	modeIdentity := func(idName, enable, what string, roles []string) expr {
 		cond := "[parameters('" + enable + "')]"
 		res = append(res, map[string]any{"type": "Microsoft.ManagedIdentity/userAssignedIdentities", "apiVersion": apiIdentities,
 			"condition": cond, "name": idName, "location": "[parameters('Location')]", "tags": tags})
 		principal := "[reference(" + string(idID(idName)) + ", '" + apiIdentities + "').principalId]"
-		for _, ra := range []struct {
+		type assignment struct {
 			role, scopeName string
 			scope           expr
-		}{{roleContributor, "", expr("resourceGroup().id")}, {roleAcrPush, "registry", registryID}} {
+		}
+		var ras []assignment
+		if len(roles) == 0 {
+			roles = []string{"Contributor"}
+		}
+		for _, r := range roles {
+			id, _ := config.AzureRoleID(r) // validated
+			ras = append(ras, assignment{id, "", expr("resourceGroup().id")})
+		}
+		ras = append(ras, assignment{roleAcrPush, "registry", registryID})
+		for _, ra := range ras {
 			r := map[string]any{"type": "Microsoft.Authorization/roleAssignments", "apiVersion": apiRoleAssignments, "condition": cond,
 				"name":      "[guid(" + string(ra.scope) + ", " + string(idID(idName)) + ", '" + ra.role + "')]",
 				"dependsOn": []any{bracket(idID(idName))},
@@ -356,17 +369,25 @@ func azureTemplate(o Options) ([]byte, map[string]any, error) {
 	for _, m := range stackconfig.Modes {
 		idName := prefix + "-" + strings.ReplaceAll(m, "_", "-")
 		what := "the " + m + " permission mode"
-		if mr := modeRole(app.Permissions, m); mr != nil && mr.Description != "" {
-			what += ": " + mr.Description
+		var roles []string
+		if mr := modeRole(app.Permissions, m); mr != nil {
+			if mr.Description != "" {
+				what += ": " + mr.Description
+			}
+			roles = mr.AzureRoles
 		}
-		clientID := modeIdentity(idName, ModeParameter(m), what)
+		clientID := modeIdentity(idName, ModeParameter(m), what, roles)
 		modes[m] = map[string]any{"enabled": param(ModeParameter(m)), "client_id": clientID, "name": idName, "parameter": ModeParameter(m)}
 		outs[stackconfig.Pascal(m)+"ClientId"] = map[string]any{"type": "string", "value": bracket(clientID)}
 	}
 	bgRoles := map[string]any{}
 	for _, r := range app.BreakGlass.Roles {
 		idName := prefix + "-break-glass-" + strings.ReplaceAll(r.Name, "_", "-")
-		clientID := modeIdentity(idName, "EnableBreakGlass", "break-glass role "+r.Name+": "+r.Description)
+		var roles []string
+		if app.Permissions.BreakGlass != nil {
+			roles = app.Permissions.BreakGlass.AzureRoles
+		}
+		clientID := modeIdentity(idName, "EnableBreakGlass", "break-glass role "+r.Name+": "+r.Description, roles)
 		bgRoles[r.Name] = map[string]any{"enabled": param("EnableBreakGlass"), "client_id": clientID, "name": idName, "parameter": "EnableBreakGlass"}
 	}
 

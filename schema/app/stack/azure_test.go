@@ -12,6 +12,8 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/byoc-dev/byoc/internal/stackconfig"
+	"github.com/byoc-dev/byoc/schema/app/config"
+	"github.com/byoc-dev/byoc/schema/app/load"
 )
 
 // armSchema compiles testdata/arm/deploymentTemplate.subset.json (see
@@ -107,7 +109,7 @@ func TestAzureExample(t *testing.T) {
 				t.Errorf("role assignment %s scoped to %s", r.Name, r.Scope)
 			}
 			role := r.Properties["roleDefinitionId"].(string)
-			if strings.Contains(role, roleContributor) && r.Scope != "" {
+			if strings.Contains(role, config.AzureBuiltinRoles["Contributor"]) && r.Scope != "" {
 				t.Errorf("Contributor scoped to %s", r.Scope)
 			}
 			if r.Condition == "" && !strings.Contains(role, roleKeyVaultSecretsUser) {
@@ -255,6 +257,52 @@ func TestAzureUnknownParam(t *testing.T) {
 	}
 	if doc.Parameters["VmSize"]["defaultValue"] != "Standard_D2s_v5" || doc.Parameters["EnableBreakGlass"]["defaultValue"] != true {
 		t.Errorf("defaults %v %v", doc.Parameters["VmSize"], doc.Parameters["EnableBreakGlass"])
+	}
+}
+
+// TestAzureRoles: each mode's identity gets its azure_roles of
+// permissions.toml on the resource group; an app that does not list
+// azure gets no Azure stack, one that does not list aws no CloudFormation.
+func TestAzureRoles(t *testing.T) {
+	tmpl, err := Azure(exampleOptions(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc armTemplate
+	if err := json.Unmarshal(tmpl, &doc); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]string{}
+	for _, r := range doc.Resources {
+		if r.Type != "Microsoft.Authorization/roleAssignments" || r.Scope != "" {
+			continue
+		}
+		id := regexp.MustCompile(`userAssignedIdentities', '([a-z-]+)'`).FindStringSubmatch(r.Name)[1]
+		role := regexp.MustCompile(`'([0-9a-f-]{36})'\)\]$`).FindStringSubmatch(r.Properties["roleDefinitionId"].(string))[1]
+		got[id] = append(got[id], role)
+	}
+	roles := config.AzureBuiltinRoles
+	for id, want := range map[string][]string{
+		"byoc-acme-provision":   {roles["Contributor"]},
+		"byoc-acme-maintenance": {roles["Reader"], roles["Network Contributor"]},
+		"byoc-acme-break-glass": {roles["Contributor"]},
+	} {
+		if strings.Join(got[id], ",") != strings.Join(want, ",") {
+			t.Errorf("%s: roles %v, want %v", id, got[id], want)
+		}
+	}
+
+	appTOML := string(load.ExampleFiles()["app.toml"])
+	withClouds := func(c string) string { return strings.Replace(appTOML, `clouds = ["aws", "azure"]`, c, 1) }
+	awsOnly := exampleApp(t, map[string]string{"app.toml": withClouds(""), "permissions.toml": ""})
+	o := exampleOptions(t)
+	o.App = awsOnly
+	if _, err := Azure(o); err == nil || !strings.Contains(err.Error(), "add azure to app.toml clouds") {
+		t.Errorf("Azure of an aws-only app: %v", err)
+	}
+	o.App = exampleApp(t, map[string]string{"app.toml": withClouds(`clouds = ["azure"]`), "permissions.toml": ""})
+	if _, err := CloudFormation(o); err == nil || !strings.Contains(err.Error(), "add aws to app.toml clouds") {
+		t.Errorf("CloudFormation of an azure-only app: %v", err)
 	}
 }
 
