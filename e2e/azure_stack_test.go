@@ -33,7 +33,7 @@ func TestAzureStackAgent(t *testing.T) {
 	}
 	app["actions/whoami.toml"] = `[[step]]
 name = "whoami"
-script = "echo client=$ARM_CLIENT_ID >> $BYOC_OUTPUTS; echo token=$BYOC_AZURE_ACCESS_TOKEN >> $BYOC_OUTPUTS; echo rg=$BYOC_AZURE_RESOURCE_GROUP >> $BYOC_OUTPUTS"
+script = "echo client=$ARM_CLIENT_ID >> $BYOC_OUTPUTS; echo token=$BYOC_AZURE_ACCESS_TOKEN >> $BYOC_OUTPUTS; echo rg=$BYOC_AZURE_RESOURCE_GROUP >> $BYOC_OUTPUTS; echo endpoint=x$IDENTITY_ENDPOINT$IDENTITY_HEADER >> $BYOC_OUTPUTS"
 `
 	pushed := cli.PushApp(app)
 
@@ -104,10 +104,15 @@ script = "echo client=$ARM_CLIENT_ID >> $BYOC_OUTPUTS; echo token=$BYOC_AZURE_AC
 			t.Errorf("a token of %s was issued", tok.ClientID)
 		}
 	}
+	// The agent's own way to its identities (the token endpoint and its
+	// header secret) does not reach the job.
+	if !strings.Contains(out, "endpoint=x\n") && !strings.Contains(out, "endpoint=x ") && !strings.HasSuffix(strings.TrimSpace(out), "endpoint=x") {
+		t.Errorf("the job saw the agent's identity endpoint:\n%s", out)
+	}
 	if jobToken == "" || !strings.Contains(out, "client="+maintID) || !strings.Contains(out, "token=***") || !strings.Contains(out, "rg=byoc-acme") {
 		t.Fatalf("whoami (maintenance token %q):\n%s", jobToken, out)
 	}
-	for _, leak := range []string{jobToken, email, license} {
+	for _, leak := range []string{jobToken, email, license, fake.Header} {
 		if strings.Contains(out, leak) {
 			t.Errorf("a secret reached the operator: %q", leak)
 		}
