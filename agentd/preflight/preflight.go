@@ -311,8 +311,14 @@ func checkRoles(ctx context.Context, o Options) []Result {
 		if err != nil {
 			res.Status, res.Detail = Fail, err.Error()
 			res.Fix = fmt.Sprintf("check that the stack created %s (%s=true), that its trust policy names the agent's role, and that the agent's role may assume it", r.Name, r.Parameter)
+			if c.Format == stackconfig.FormatAzure {
+				res.Fix = fmt.Sprintf("check that the deployment created the managed identity %s (%s=true) and attached it to the agent's VM", r.Name, r.Parameter)
+			}
 		} else {
 			res.Status, res.Detail = Pass, "assumed "+arn+" (with a deny-all session policy)"
+			if c.Format == stackconfig.FormatAzure {
+				res.Detail = "got a token of " + arn + " (dropped)"
+			}
 		}
 		out = append(out, res)
 	}

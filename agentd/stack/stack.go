@@ -10,6 +10,10 @@
 // AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN) when set, else from the EC2
 // instance profile (IMDSv2); the SDK's whole default chain (config
 // files, SSO) is not linked, to keep agentd small.
+//
+// An Azure stack (format azure, azure.go) gives each mode a user-assigned
+// managed identity instead of a role, reached through azidentity, and
+// keeps its values in Key Vault (azsecrets).
 package stack
 
 import (
@@ -54,11 +58,17 @@ type Stack struct {
 	Secrets SecretsAPI
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
+
+	azure *azureState
 }
 
 // Open reads the stack config at path and, for a CloudFormation stack,
 // builds the AWS clients (region and endpoints from the config).
-func Open(path string) (*Stack, error) {
+func Open(path string) (*Stack, error) { return OpenWith(path, OpenOptions{}) }
+
+// OpenWith is Open with options; an Azure stack (format azure) gets its
+// managed identity and Key Vault clients.
+func OpenWith(path string, o OpenOptions) (*Stack, error) {
 	c, err := stackconfig.Read(path)
 	if err != nil {
 		return nil, err
@@ -76,6 +86,11 @@ func Open(path string) (*Stack, error) {
 				o.BaseEndpoint = aws.String(u)
 			}
 		})
+	}
+	if c.Format == stackconfig.FormatAzure {
+		if err := s.openAzure(o); err != nil {
+			return nil, fmt.Errorf("stack config %s: %w", path, err)
+		}
 	}
 	return s, nil
 }
@@ -122,6 +137,9 @@ func (s *Stack) read(ctx context.Context, src stackconfig.Source) (v string, ok 
 			return "", false, fmt.Errorf("read %s: it has no SecretString (a binary secret)", src)
 		}
 		return *out.SecretString, true, nil
+	case src.KeyVaultSecret != "":
+		v, err := s.readKeyVault(ctx, src)
+		return v, err == nil, err
 	case src.File != "":
 		p := s.path(src.File)
 		fi, err := os.Stat(p)
@@ -252,6 +270,9 @@ type RoleError struct {
 
 func (e *RoleError) Error() string {
 	where := "update the install stack with parameter " + e.Parameter + "=true"
+	if e.Format == stackconfig.FormatAzure {
+		where = "redeploy the install stack's ARM template (az deployment group create) with parameter " + e.Parameter + "=true"
+	}
 	if e.Format == stackconfig.FormatLocal {
 		where = "set modes." + e.Mode + ".enabled (parameter " + e.Parameter + ") to true in the local stack's stack.json and restart agentd"
 	}
@@ -364,6 +385,9 @@ func (s *Stack) Assume(ctx context.Context, mode, grantRole, jobID string, limit
 	if mode == "break_glass" && !until.After(now) {
 		return Credentials{}, &NoGrantError{Ended: until}
 	}
+	if s.Config.Format == stackconfig.FormatAzure {
+		return s.assumeAzure(ctx, mode, r)
+	}
 	if s.Config.Format == stackconfig.FormatLocal || r.ARN == "" {
 		return Credentials{}, nil
 	}
@@ -430,6 +454,14 @@ func (s *Stack) CheckRole(ctx context.Context, mode, grantRole string) (string, 
 	r, err := s.Role(mode, grantRole)
 	if err != nil {
 		return "", err
+	}
+	if s.Config.Format == stackconfig.FormatAzure {
+		// A token of the identity, dropped: Azure has no deny-all
+		// session policy, so it is never handed on.
+		if _, err := s.azureToken(ctx, r); err != nil {
+			return "", fmt.Errorf("get a token of the %s managed identity %s (client id %s): %w; check that the stack's %s is true and the identity is attached to the agent's VM", mode, r.Name, r.ClientID, azErr(err), r.Parameter)
+		}
+		return "managed identity " + r.ClientID, nil
 	}
 	if s.Config.Format == stackconfig.FormatLocal || r.ARN == "" {
 		return "", nil

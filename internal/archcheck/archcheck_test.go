@@ -219,6 +219,15 @@ var rules = []rule{
 		forbidden: heavy},
 	{name: "imsd and the tui link no AWS SDK (only agentd, in the customer's account, talks to AWS: imsd never holds cloud credentials)",
 		from: in("imsd", "tui"), forbidden: prefixes("github.com/aws")},
+	{name: "imsd and the tui link no Azure SDK (only agentd, in the customer's subscription, talks to Azure)",
+		from: in("imsd", "tui"), forbidden: prefixes("github.com/Azure/azure-sdk-for-go", "github.com/AzureAD")},
+	{name: "agentd links only azidentity and Key Vault's azsecrets of the Azure SDK (agentd/stack; every other call is made by a job with its mode's identity)",
+		from: in("agentd"), forbidden: func(dep string) bool {
+			return strings.HasPrefix(dep, "github.com/Azure/azure-sdk-for-go/sdk/") &&
+				!prefixes("github.com/Azure/azure-sdk-for-go/sdk/azcore", "github.com/Azure/azure-sdk-for-go/sdk/azidentity",
+					"github.com/Azure/azure-sdk-for-go/sdk/internal", "github.com/Azure/azure-sdk-for-go/sdk/security/keyvault/azsecrets",
+					"github.com/Azure/azure-sdk-for-go/sdk/security/keyvault/internal")(dep)
+		}},
 	{name: "agentd links only the sts and secretsmanager AWS service clients (agentd/stack; every other call is made by a job with its mode's role)",
 		from: in("agentd"), forbidden: func(dep string) bool {
 			return strings.HasPrefix(dep, "github.com/aws/aws-sdk-go-v2/service/") &&
@@ -227,7 +236,7 @@ var rules = []rule{
 	{name: "no binary links test helpers or the end-to-end harness",
 		from: in("imsd", "agentd", "tui"),
 		forbidden: func(dep string) bool {
-			return in("e2e", "bench", "imsd/store/pgtest", "imsd/store/storetest", "plugins/sdk/sdktest", "agentd/stack/awsfake", "internal/ocicopy/ocitest")(dep)
+			return in("e2e", "bench", "imsd/store/pgtest", "imsd/store/storetest", "plugins/sdk/sdktest", "agentd/stack/awsfake", "agentd/stack/azurefake", "internal/ocicopy/ocitest")(dep)
 		}},
 }
 
@@ -283,6 +292,9 @@ func TestImportRulesCatch(t *testing.T) {
 		{"imsd and the tui link no AWS", module + "/imsd/server", "github.com/aws/aws-sdk-go-v2/service/sts"},
 		{"agentd links only the sts", module + "/agentd/stack", "github.com/aws/aws-sdk-go-v2/service/s3"},
 		{"no binary links test", module + "/agentd", module + "/agentd/stack/awsfake"},
+		{"no binary links test", module + "/agentd", module + "/agentd/stack/azurefake"},
+		{"imsd and the tui link no Azure", module + "/tui/cli", "github.com/Azure/azure-sdk-for-go/sdk/azidentity"},
+		{"agentd links only azidentity", module + "/agentd/stack", "github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"},
 	} {
 		caught := false
 		for _, r := range rules {

@@ -30,6 +30,7 @@ const Version = 1
 const (
 	FormatCloudFormation = "cloudformation"
 	FormatLocal          = "local"
+	FormatAzure          = "azure"
 )
 
 // Modes are the permission modes, in the order they are shown.
@@ -38,7 +39,7 @@ var Modes = []string{"provision", "maintenance", "deprovision", "break_glass"}
 // Config is an install stack's description of itself for its agent.
 type Config struct {
 	Version int `json:"version"`
-	// Format is cloudformation or local.
+	// Format is cloudformation, azure or local.
 	Format string `json:"format"`
 	// Stack names the stack (the CloudFormation stack name, or the local
 	// stack's directory), for messages and the support bundle.
@@ -79,9 +80,30 @@ type Config struct {
 	// fails without a reachable cluster (a kubeconfig, or the in-cluster
 	// config of the agent's pod).
 	Kubernetes bool `json:"kubernetes,omitempty"`
-	// Endpoints override the AWS service endpoints (tests, VPC endpoints),
-	// by service: sts, secretsmanager.
+	// Endpoints override the service endpoints (tests, private
+	// endpoints), by service: sts, secretsmanager (cloudformation);
+	// keyvault (azure: the vault's URL as the agent reaches it).
 	Endpoints map[string]string `json:"endpoints,omitempty"`
+	// Azure is an Azure stack's account: required in format azure,
+	// refused in the others.
+	Azure *Azure `json:"azure,omitempty"`
+}
+
+// Azure is where an Azure install stack is and what the agent itself
+// uses there. Each permission mode's identity is a user-assigned managed
+// identity attached to the agent's VM (Role.ClientID).
+type Azure struct {
+	// TenantID and SubscriptionID are the customer's directory and
+	// subscription (GUIDs); ResourceGroup is the install's.
+	TenantID       string `json:"tenant_id"`
+	SubscriptionID string `json:"subscription_id"`
+	ResourceGroup  string `json:"resource_group"`
+	// AgentClientID is the client id of the agent's own user-assigned
+	// managed identity, which reads Key Vault (and nothing else).
+	AgentClientID string `json:"agent_client_id"`
+	// KeyVaultURL is the stack's Key Vault (https://NAME.vault.azure.net/),
+	// which holds the enrolment token, sensitive inputs and secrets.
+	KeyVaultURL string `json:"key_vault_url"`
 }
 
 // Role is the cloud role of a permission mode (or a break-glass role).
@@ -92,6 +114,9 @@ type Role struct {
 	// ARN is the IAM role the agent assumes for the mode's jobs (empty in
 	// a local stack, where jobs get no cloud credentials).
 	ARN string `json:"arn,omitempty"`
+	// ClientID is, in an Azure stack, the client id of the mode's
+	// user-assigned managed identity.
+	ClientID string `json:"client_id,omitempty"`
 	// Name is the role's name, for messages.
 	Name string `json:"name,omitempty"`
 	// Parameter is the stack parameter that turns the role on.
@@ -114,6 +139,9 @@ type Input struct {
 type Source struct {
 	// SecretARN is a Secrets Manager secret whose SecretString is the value.
 	SecretARN string `json:"secret_arn,omitempty"`
+	// KeyVaultSecret is the name of a secret in an Azure stack's Key
+	// Vault (its latest version is the value).
+	KeyVaultSecret string `json:"key_vault_secret,omitempty"`
 	// File is a local file holding the value (trailing newline removed),
 	// readable by its owner only.
 	File string `json:"file,omitempty"`
@@ -122,7 +150,7 @@ type Source struct {
 }
 
 // IsZero reports whether s names no place.
-func (s Source) IsZero() bool { return s.SecretARN == "" && s.File == "" }
+func (s Source) IsZero() bool { return s.SecretARN == "" && s.File == "" && s.KeyVaultSecret == "" }
 
 func (s Source) String() string {
 	switch {
@@ -130,6 +158,8 @@ func (s Source) String() string {
 		return "Secrets Manager secret " + s.SecretARN
 	case s.File != "":
 		return "file " + s.File
+	case s.KeyVaultSecret != "":
+		return "Key Vault secret " + s.KeyVaultSecret
 	}
 	return "nowhere"
 }
@@ -137,6 +167,11 @@ func (s Source) String() string {
 var (
 	nameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	arnRE  = regexp.MustCompile(`^arn:[a-z0-9-]+:[a-z0-9-]+:[a-z0-9-]*:[0-9]*:.+$`)
+	guidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+	// kvNameRE is a Key Vault secret's name.
+	kvNameRE = regexp.MustCompile(`^[0-9A-Za-z-]{1,127}$`)
+	// rgRE is a resource group's name.
+	rgRE = regexp.MustCompile(`^[-\w._()]{1,90}$`)
 )
 
 // Read reads and checks the file at path.
@@ -169,8 +204,11 @@ func (c *Config) Check() error {
 	if c.Version != Version {
 		return fmt.Errorf("version: %d, this agent reads version %d", c.Version, Version)
 	}
-	if c.Format != FormatCloudFormation && c.Format != FormatLocal {
-		return fmt.Errorf("format: %q, want %s or %s", c.Format, FormatCloudFormation, FormatLocal)
+	if c.Format != FormatCloudFormation && c.Format != FormatLocal && c.Format != FormatAzure {
+		return fmt.Errorf("format: %q, want %s, %s or %s", c.Format, FormatCloudFormation, FormatAzure, FormatLocal)
+	}
+	if err := c.checkAzure(); err != nil {
+		return err
 	}
 	if c.Install == "" {
 		return fmt.Errorf("install: is required")
@@ -178,7 +216,7 @@ func (c *Config) Check() error {
 	if !strings.HasPrefix(c.IMS, "http://") && !strings.HasPrefix(c.IMS, "https://") {
 		return fmt.Errorf("ims: %q is not an http(s) URL", c.IMS)
 	}
-	if err := c.EnrollToken.check("enroll_token"); err != nil {
+	if err := c.EnrollToken.check("enroll_token", c.Format); err != nil {
 		return err
 	}
 	for name, r := range c.Modes {
@@ -203,10 +241,10 @@ func (c *Config) Check() error {
 		case in.Value != nil && in.From != nil:
 			return fmt.Errorf("%s: set value or from, not both", key)
 		case in.From != nil:
-			if err := in.From.check(key + ".from"); err != nil {
+			if err := in.From.check(key+".from", c.Format); err != nil {
 				return err
 			}
-		case in.Sensitive && in.Value != nil && c.Format == FormatCloudFormation:
+		case in.Sensitive && in.Value != nil && c.Format != FormatLocal:
 			return fmt.Errorf("%s: a sensitive input is read from a secret, never held in the stack config", key)
 		}
 	}
@@ -214,12 +252,15 @@ func (c *Config) Check() error {
 		if !nameRE.MatchString(name) {
 			return fmt.Errorf("secrets.%s: not a name of letters, digits and _", name)
 		}
-		if err := s.check("secrets." + name); err != nil {
+		if err := s.check("secrets."+name, c.Format); err != nil {
 			return err
 		}
 	}
 	for svc, u := range c.Endpoints {
-		if svc != "sts" && svc != "secretsmanager" {
+		switch {
+		case c.Format == FormatAzure && svc != "keyvault":
+			return fmt.Errorf("endpoints.%s: unknown service of an azure stack (want keyvault)", svc)
+		case c.Format != FormatAzure && svc != "sts" && svc != "secretsmanager":
 			return fmt.Errorf("endpoints.%s: unknown service (want sts or secretsmanager)", svc)
 		}
 		if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
@@ -229,12 +270,51 @@ func (c *Config) Check() error {
 	return nil
 }
 
-func (s Source) check(key string) error {
+func (s Source) check(key, format string) error {
+	n := 0
+	for _, v := range []string{s.SecretARN, s.File, s.KeyVaultSecret} {
+		if v != "" {
+			n++
+		}
+	}
 	switch {
-	case s.SecretARN != "" && s.File != "":
-		return fmt.Errorf("%s: set secret_arn or file, not both", key)
+	case n > 1:
+		return fmt.Errorf("%s: set one of secret_arn, key_vault_secret or file", key)
 	case s.SecretARN != "" && !arnRE.MatchString(s.SecretARN):
 		return fmt.Errorf("%s.secret_arn: %q is not an ARN", key, s.SecretARN)
+	case s.SecretARN != "" && format == FormatAzure:
+		return fmt.Errorf("%s.secret_arn: an azure stack keeps its values in Key Vault (key_vault_secret)", key)
+	case s.KeyVaultSecret != "" && format != FormatAzure:
+		return fmt.Errorf("%s.key_vault_secret: only an azure stack has a Key Vault", key)
+	case s.KeyVaultSecret != "" && !kvNameRE.MatchString(s.KeyVaultSecret):
+		return fmt.Errorf("%s.key_vault_secret: %q is not a Key Vault secret name (letters, digits and -, at most 127)", key, s.KeyVaultSecret)
+	}
+	return nil
+}
+
+// checkAzure checks the azure block: required in an azure stack, refused
+// elsewhere.
+func (c *Config) checkAzure() error {
+	a := c.Azure
+	if c.Format != FormatAzure {
+		if a != nil {
+			return fmt.Errorf("azure: only a stack of format azure has it (this one is %s)", c.Format)
+		}
+		return nil
+	}
+	if a == nil {
+		return fmt.Errorf("azure: is required in an azure stack")
+	}
+	for _, f := range []struct{ key, v string }{{"tenant_id", a.TenantID}, {"subscription_id", a.SubscriptionID}, {"agent_client_id", a.AgentClientID}} {
+		if !guidRE.MatchString(f.v) {
+			return fmt.Errorf("azure.%s: %q is not a GUID", f.key, f.v)
+		}
+	}
+	if !rgRE.MatchString(a.ResourceGroup) {
+		return fmt.Errorf("azure.resource_group: %q is not a resource group name", a.ResourceGroup)
+	}
+	if !strings.HasPrefix(a.KeyVaultURL, "https://") {
+		return fmt.Errorf("azure.key_vault_url: %q is not an https URL", a.KeyVaultURL)
 	}
 	return nil
 }
@@ -245,6 +325,15 @@ func (r Role) check(key, format string) error {
 	}
 	if r.Enabled && format == FormatCloudFormation && !arnRE.MatchString(r.ARN) {
 		return fmt.Errorf("%s.arn: %q is not a role ARN", key, r.ARN)
+	}
+	if r.ARN != "" && format == FormatAzure {
+		return fmt.Errorf("%s.arn: an azure stack's roles are managed identities (client_id)", key)
+	}
+	if r.Enabled && format == FormatAzure && !guidRE.MatchString(r.ClientID) {
+		return fmt.Errorf("%s.client_id: %q is not a managed identity's client id (a GUID)", key, r.ClientID)
+	}
+	if r.ClientID != "" && format != FormatAzure {
+		return fmt.Errorf("%s.client_id: only an azure stack's roles are managed identities", key)
 	}
 	return nil
 }

@@ -138,3 +138,29 @@ func TestAppValidateSchemas(t *testing.T) {
 		t.Errorf("plugin register of a bad file: exit %d, %s", r.code, r.stderr)
 	}
 }
+
+// TestAppInitCloud: --cloud writes the example for one cloud, which
+// validates; gcp and unknown clouds are usage errors.
+func TestAppInitCloud(t *testing.T) {
+	t.Setenv("BYOC_CONFIG", filepath.Join(t.TempDir(), "config.json"))
+	for cloud, want := range map[string]struct{ has, hasNot string }{
+		"aws":   {"policies = ", "azure_roles"},
+		"azure": {"azure_roles = ", "policies = "},
+	} {
+		dir := filepath.Join(t.TempDir(), cloud)
+		mustRun(t, "app", "init", dir, "--cloud", cloud)
+		perms, _ := os.ReadFile(filepath.Join(dir, "permissions.toml"))
+		appTOML, _ := os.ReadFile(filepath.Join(dir, "app.toml"))
+		if !strings.Contains(string(perms), want.has) || strings.Contains(string(perms), want.hasNot) || !strings.Contains(string(appTOML), `clouds = ["`+cloud+`"]`) {
+			t.Errorf("--cloud %s:\n%s\n%s", cloud, appTOML, perms)
+		}
+		if r := mustRun(t, "app", "validate", dir); !strings.Contains(r.stdout, "is valid") {
+			t.Errorf("--cloud %s: validate:\n%s", cloud, r.stdout)
+		}
+	}
+	for _, c := range []string{"gcp", "ibm"} {
+		if r := byoc(t, "app", "init", filepath.Join(t.TempDir(), c), "--cloud", c); r.code != exitUsage || !strings.Contains(r.stderr, "--cloud") {
+			t.Errorf("--cloud %s: exit %d, stderr %q", c, r.code, r.stderr)
+		}
+	}
+}

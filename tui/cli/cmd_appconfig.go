@@ -87,12 +87,22 @@ checked.`,
 
 // appInitCommand writes the commented example app.
 func (a *app) appInitCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "init DIR",
+	var cloud string
+	cmd := &cobra.Command{
+		Use:   "init DIR [--cloud aws|azure]",
 		Short: "Write a commented example app config into DIR",
-		Args:  exactArgs("DIR"),
+		Long: `Write a commented example app config into DIR. Without --cloud it installs
+on every cloud byoc has an install stack for (app.toml clouds = ["aws",
+"azure"]), and permissions.toml gives each mode's AWS policies and Azure
+roles; --cloud aws or --cloud azure writes the example for that cloud alone.`,
+		Args: exactArgs("DIR"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			files, err := load.WriteExample(args[0])
+			if cloud != "" {
+				if _, err := load.ExampleFilesFor(cloud); err != nil {
+					return usagef("--cloud: %v", err)
+				}
+			}
+			files, err := load.WriteExampleFor(args[0], cloud)
 			if err != nil {
 				return err
 			}
@@ -104,6 +114,8 @@ func (a *app) appInitCommand() *cobra.Command {
 			return nil
 		},
 	}
+	cmd.Flags().StringVar(&cloud, "cloud", "", "write the example for one cloud: aws or azure (default: both)")
+	return cmd
 }
 
 // appPushCommand validates an app config and stores it as a revision.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
@@ -15,10 +16,10 @@ import (
 )
 
 func (a *app) installStackCommand() *cobra.Command {
-	var format, out, imsURL, agentURL, agentSum, pluginsURL, pluginsSum string
+	var format, out, imsURL, agentURL, agentSum, pluginsURL, pluginsSum, templateURL string
 	var params []string
 	cmd := &cobra.Command{
-		Use:   "stack INSTALL [--format cloudformation|local] [-o FILE] [--param NAME=VALUE ...]",
+		Use:   "stack INSTALL [--format cloudformation|azure|local] [-o FILE] [--param NAME=VALUE ...]",
 		Short: "Generate the install stack the customer runs in their own account",
 		Long: `Generate INSTALL's install stack from its app revision (the one it last
 applied, or the app's latest): the template the customer runs in their own
@@ -34,6 +35,16 @@ instance and the install's ECR repository. The enrolment token is never a
 parameter: the customer stores it (byoc install token INSTALL) in a Secrets
 Manager secret and gives its ARN.
 
+--format azure writes an ARM template (to -o FILE, or stdout) the customer
+deploys into a resource group of theirs (az deployment group create, or the
+portal's "Deploy to Azure" button: --template-url URL, where the template is
+served, prints its link): a managed identity per permission mode with
+Contributor on that resource group, while its parameter (EnableProvision,
+EnableMaintenance, EnableDeprovision, EnableBreakGlass, false by default)
+is true; the agent's VM (egress only), Key Vault holding the enrolment token
+and each input and secret (secure parameters), and an Azure Container
+Registry as the install registry.
+
 --format local writes a directory (-o DIR, default ./stack-INSTALL) with
 stack.json, secrets.env and agentd.sh, which runs agentd on this machine
 with the same permission toggles and customer inputs, for development.
@@ -42,8 +53,11 @@ with the same permission toggles and customer inputs, for development.
 in a local stack.`,
 		Args: exactArgs("INSTALL"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if format != "cloudformation" && format != "local" {
-				return usagef("--format %q: want cloudformation or local", format)
+			if format != "cloudformation" && format != "azure" && format != "local" {
+				return usagef("--format %q: want cloudformation, azure or local", format)
+			}
+			if templateURL != "" && (format != "azure" || !strings.HasPrefix(templateURL, "https://")) {
+				return usagef("--template-url %q: an https:// URL, with --format azure", templateURL)
 			}
 			kv, err := parseInputs(params)
 			if err != nil {
@@ -77,6 +91,29 @@ in a local stack.`,
 				AgentURL: agentURL, AgentSHA256: agentSum, PluginsURL: pluginsURL, PluginsSHA256: pluginsSum, Params: kv}
 			if o.IMS == "" {
 				o.IMS = c.target.server
+			}
+			if format == "azure" {
+				tmpl, err := stack.Azure(o)
+				if err != nil {
+					return usagef("%v", err)
+				}
+				if out == "" || out == "-" {
+					_, err = a.stdout.Write(tmpl)
+					return err
+				}
+				if err := os.WriteFile(out, tmpl, 0o644); err != nil {
+					return err
+				}
+				fmt.Fprintf(a.stdout, "wrote %s (install %s, app %s revision %d)\n", out, o.Install, res.Msg.GetApp(), res.Msg.GetAppRevision())
+				fmt.Fprintf(a.stdout, "the customer deploys it into a resource group of theirs (az prompts for the enrolment token, byoc install %s token, without echoing it):\n", o.Install)
+				fmt.Fprintf(a.stdout, "  az group create --name byoc-%s --location LOCATION\n", o.Install)
+				fmt.Fprintf(a.stdout, "  az deployment group create --resource-group byoc-%s --template-file %s --parameters AdminSshPublicKey=@$HOME/.ssh/id_ed25519.pub\n", o.Install, out)
+				if templateURL != "" {
+					fmt.Fprintf(a.stdout, "or with the Deploy to Azure button:\n  %s\n", stack.DeployToAzureURL(templateURL))
+				} else {
+					fmt.Fprintf(a.stdout, "or serve %s over HTTPS and give --template-url URL for its Deploy to Azure link\n", out)
+				}
+				return nil
 			}
 			if format == "cloudformation" {
 				tmpl, err := stack.CloudFormation(o)
@@ -125,7 +162,8 @@ in a local stack.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&format, "format", "cloudformation", "cloudformation or local")
+	cmd.Flags().StringVar(&format, "format", "cloudformation", "cloudformation, azure or local")
+	cmd.Flags().StringVar(&templateURL, "template-url", "", "with --format azure: the https `URL` the template will be served at, to print its Deploy to Azure link")
 	// Shadows the global --output/-o (text, wide, json): here it is where
 	// the stack goes.
 	cmd.Flags().StringVarP(&out, "output", "o", "", "file to write the template to (default stdout), or the local stack's directory (default ./stack-INSTALL)")

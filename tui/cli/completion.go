@@ -66,7 +66,8 @@ var flagValues = map[string]map[string][]string{
 	"byoc action run":     {"mode": {"provision", "maintenance", "deprovision", "break_glass"}},
 	"byoc install plan":   {"kind": {"update", "provision", "deprovision"}},
 	"byoc build package":  {"kind": {"helm", "terraform"}},
-	"byoc install stack":  {"format": {"cloudformation", "local"}},
+	"byoc install stack":  {"format": {"cloudformation", "azure", "local"}},
+	"byoc app init":       {"cloud": {"aws", "azure"}},
 	"byoc install update": {"require-approval": {"true", "false"}},
 }
 

@@ -52,8 +52,22 @@ func TestInstallStack(t *testing.T) {
 		t.Errorf("stack.json:\n%s", b)
 	}
 
+	azFile := filepath.Join(t.TempDir(), "azure.json")
+	r = mustRun(t, "install", "stack", "demo", "--format", "azure", "-o", azFile, "--template-url", "https://example.com/t/azure.json")
+	if b, err := os.ReadFile(azFile); err != nil || !strings.Contains(string(b), `"Microsoft.ManagedIdentity/userAssignedIdentities"`) || !strings.Contains(string(b), "kid123") {
+		t.Errorf("--format azure -o %s: %v", azFile, err)
+	}
+	for _, want := range []string{"az deployment group create --resource-group byoc-demo --template-file " + azFile,
+		"https://portal.azure.com/#create/Microsoft.Template/uri/https%3A%2F%2Fexample.com%2Ft%2Fazure.json"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+
 	for _, args := range [][]string{
 		{"install", "stack", "demo", "--format", "terraform"},
+		{"install", "stack", "demo", "--template-url", "https://example.com/t.json"},
+		{"install", "stack", "demo", "--format", "azure", "--template-url", "http://example.com/t.json"},
 		{"install", "stack", "demo", "--param", "EnableEverything=true"},
 		{"install", "stack", "demo", "--param", "novalue"},
 	} {

@@ -1,6 +1,7 @@
 package load
 
 import (
+	"bytes"
 	"embed"
 	"errors"
 	"fmt"
@@ -8,7 +9,11 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strings"
+
+	"github.com/byoc-dev/byoc/schema/app/config"
 )
 
 // example is the commented example app that `byoc app init` writes.
@@ -26,10 +31,39 @@ func ExampleFiles() map[string][]byte {
 	return files
 }
 
+// ExampleFilesFor returns the example app for one cloud (aws or azure):
+// app.toml's clouds lists only it, and permissions.toml keeps only its
+// keys. "" is the example as it is, for every cloud.
+func ExampleFilesFor(cloud string) (map[string][]byte, error) {
+	files := ExampleFiles()
+	var drop *regexp.Regexp
+	switch cloud {
+	case "":
+		return files, nil
+	case config.CloudAWS:
+		drop = regexp.MustCompile(`(?m)^azure_roles = .*\n`)
+	case config.CloudAzure:
+		drop = regexp.MustCompile(`(?m)^(policies|permissions_boundary|statements) = .*\n`)
+	case "gcp":
+		return nil, fmt.Errorf("gcp: Google Cloud install stacks are not built yet (known: %s)", strings.Join(config.Clouds, ", "))
+	default:
+		return nil, fmt.Errorf("%q is not a cloud byoc installs on (known: %s)", cloud, strings.Join(config.Clouds, ", "))
+	}
+	files["permissions.toml"] = drop.ReplaceAll(files["permissions.toml"], nil)
+	files["app.toml"] = bytes.Replace(files["app.toml"], []byte(`clouds = ["aws", "azure"]`), []byte(`clouds = ["`+cloud+`"]`), 1)
+	return files, nil
+}
+
 // WriteExample writes the example app into dir, creating it if needed. It
 // writes nothing if any of its files exists already.
-func WriteExample(dir string) ([]string, error) {
-	files := ExampleFiles()
+func WriteExample(dir string) ([]string, error) { return WriteExampleFor(dir, "") }
+
+// WriteExampleFor is WriteExample of ExampleFilesFor(cloud).
+func WriteExampleFor(dir, cloud string) ([]string, error) {
+	files, err := ExampleFilesFor(cloud)
+	if err != nil {
+		return nil, err
+	}
 	paths := slices.Sorted(maps.Keys(files))
 	for _, p := range paths {
 		if _, err := os.Lstat(filepath.Join(dir, p)); err == nil {

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/byoc-dev/byoc/internal/stackconfig"
+	"github.com/byoc-dev/byoc/schema/app/config"
 )
 
 // CloudFormation templates are JSON objects; these build their intrinsic
@@ -47,6 +48,9 @@ func CloudFormation(o Options) ([]byte, error) {
 		return nil, err
 	}
 	app := o.App
+	if !app.Metadata.Supports(config.CloudAWS) {
+		return nil, fmt.Errorf("app %s does not install on aws: add aws to app.toml clouds", app.Metadata.Name)
+	}
 	params := map[string]any{}
 	conds := map[string]any{}
 	res := map[string]any{}

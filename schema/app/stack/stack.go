@@ -2,8 +2,9 @@
 // config: the template the customer runs in their own account, which
 // creates the agent, a role per permission mode, the install's registry,
 // and holds the customer's inputs and secrets. Its parameters are the
-// customer's control panel. Two formats: CloudFormation (CloudFormation
-// generates the template, cloudformation.go) and local (a script and a
+// customer's control panel. Three formats: CloudFormation (CloudFormation
+// generates the template, cloudformation.go), Azure (an ARM template
+// deployed into a resource group, azure.go) and local (a script and a
 // stack config that run agentd on this machine, local.go).
 //
 // Both hand the agent an internal/stackconfig file; the generator is a
@@ -103,11 +104,14 @@ func Parameters(app *config.App) []Parameter {
 	return out
 }
 
-// check refuses options a stack cannot be made from.
 // labelTagPrefix starts the tag key of an install label.
 const labelTagPrefix = "byoc:label:"
 
-func (o Options) check() error {
+// check refuses options a stack cannot be made from.
+func (o Options) check() error { return o.checkWith(fixedParams) }
+
+// checkWith is check with a format's own fixed parameters.
+func (o Options) checkWith(fixed []string) error {
 	if o.App == nil {
 		return fmt.Errorf("no app config")
 	}
@@ -126,7 +130,7 @@ func (o Options) check() error {
 	for _, p := range Parameters(o.App) {
 		known[p.Name] = true
 	}
-	for _, p := range fixedParams {
+	for _, p := range fixed {
 		known[p] = true
 	}
 	for k := range o.Params {

@@ -112,6 +112,7 @@ func Check(a *config.App, ds *diag.List, opts Options) {
 	for _, ac := range a.Actions {
 		v.action(a.Source(ac), ac)
 	}
+	v.clouds()
 	v.permissions()
 	v.policies()
 	v.clusterPolicies()
@@ -595,6 +596,31 @@ func (v *validator) appFile(file, key, p string) {
 	}
 }
 
+// clouds checks app.toml's clouds.
+func (v *validator) clouds() {
+	seen := map[string]bool{}
+	for i, c := range v.a.Metadata.Clouds {
+		key := fmt.Sprintf("clouds[%d]", i)
+		switch {
+		case c == "gcp":
+			v.errf("app.toml", key, "", "gcp: Google Cloud install stacks are not built yet (known: %s)", strings.Join(config.Clouds, ", "))
+		case !slices.Contains(config.Clouds, c):
+			v.errf("app.toml", key, "", "%q is not a cloud byoc installs on (known: %s)", c, strings.Join(config.Clouds, ", "))
+		case seen[c]:
+			v.errf("app.toml", key, "", "%q is listed twice", c)
+		}
+		seen[c] = true
+	}
+}
+
+// cloudsText is how messages name app.toml's clouds.
+func (v *validator) cloudsText() string {
+	if len(v.a.Metadata.Clouds) == 0 {
+		return "app.toml lists no clouds, which means aws only"
+	}
+	return fmt.Sprintf("app.toml clouds = [%s]", strings.Join(v.a.Metadata.Clouds, ", "))
+}
+
 func (v *validator) permissions() {
 	p := v.a.Permissions
 	for _, m := range []struct {
@@ -603,6 +629,34 @@ func (v *validator) permissions() {
 	}{{"provision", p.Provision}, {"maintenance", p.Maintenance}, {"deprovision", p.Deprovision}, {"break_glass", p.BreakGlass}} {
 		if m.r == nil {
 			continue
+		}
+		const f = "permissions.toml"
+		aws := v.a.Metadata.Supports(config.CloudAWS)
+		for i, pol := range m.r.Policies {
+			key := fmt.Sprintf("%s.policies[%d]", m.key, i)
+			if _, azure := config.AzureRoleID(pol); azure {
+				v.errf(f, key, "an Azure role goes in "+m.key+".azure_roles", "%q is an Azure role written as an AWS policy", pol)
+			} else if !aws {
+				v.errf(f, key, "add aws to app.toml clouds, or remove it", "an AWS policy, but the app does not install on aws (%s)", v.cloudsText())
+			}
+		}
+		if !aws && m.r.PermissionsBoundary != "" {
+			v.errf(f, m.key+".permissions_boundary", "add aws to app.toml clouds, or remove it", "an AWS permissions boundary, but the app does not install on aws (%s)", v.cloudsText())
+		}
+		if !aws && len(m.r.Statements) > 0 {
+			v.errf(f, m.key+".statements", "add aws to app.toml clouds, or remove them", "AWS IAM statements, but the app does not install on aws (%s)", v.cloudsText())
+		}
+		for i, r := range m.r.AzureRoles {
+			key := fmt.Sprintf("%s.azure_roles[%d]", m.key, i)
+			_, ok := config.AzureRoleID(r)
+			switch {
+			case strings.HasPrefix(r, "arn:"):
+				v.errf(f, key, "an AWS policy goes in "+m.key+".policies", "%q is an AWS ARN written as an Azure role", r)
+			case !ok:
+				v.errf(f, key, "or give the role definition's GUID", "%q is not an Azure built-in role byoc knows (%s)", r, strings.Join(config.AzureRoleNames(), ", "))
+			case !v.a.Metadata.Supports(config.CloudAzure):
+				v.errf(f, key, "add azure to app.toml clouds, or remove it", "an Azure role, but the app does not install on azure (%s)", v.cloudsText())
+			}
 		}
 		for i, s := range m.r.Statements {
 			var doc map[string]any
