@@ -17,10 +17,10 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/byoc-dev/byoc/agentd/pluginhost"
-	"github.com/byoc-dev/byoc/agentd/redact"
-	"github.com/byoc-dev/byoc/agentd/secrets"
+	"github.com/byoc-dev/byoc/plugins/sdk/redact"
 	"github.com/byoc-dev/byoc/internal/stackconfig"
 	"github.com/byoc-dev/byoc/plugins/sdk"
+	"github.com/byoc-dev/byoc/plugins/sdk/jobconfig"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 )
@@ -228,7 +228,7 @@ func (r *PluginRunner) runOp(ctx context.Context, inst *pluginhost.Instance, job
 // SecretsKey is the top-level config key, for every component type, that
 // lists the secrets a job receives. The agent resolves and removes it
 // before the plugin sees the config.
-const SecretsKey = "secrets"
+const SecretsKey = jobconfig.SecretsKey
 
 // redactHold bounds how long a log line that ends like the start of a
 // secret is held back waiting for the next event of its stream.
@@ -243,7 +243,7 @@ func (r *PluginRunner) Run(ctx context.Context, job Job, rawLog func(int32, stri
 	secretValues = append(secretValues, r.Redact...)
 	// Values imsd marks sensitive (sensitive inputs) are redacted like
 	// secrets; the list never reaches the plugin.
-	config, sensitive, sensErr := takeSensitive(job.Config)
+	config, sensitive, sensErr := jobconfig.TakeSensitive(job.Config)
 	job.Config = config
 	// The job's role's credentials, asked for before anything starts; a
 	// mode without a role fails the job here.
@@ -297,27 +297,6 @@ func (r *PluginRunner) Run(ctx context.Context, job Job, rawLog func(int32, stri
 	return out
 }
 
-// redactValue redacts every string in a planned change's value.
-func redactValue(red *redact.Redactor, v *structpb.Value) *structpb.Value {
-	switch k := v.GetKind().(type) {
-	case *structpb.Value_StringValue:
-		return structpb.NewStringValue(red.String(k.StringValue))
-	case *structpb.Value_ListValue:
-		out := &structpb.ListValue{}
-		for _, e := range k.ListValue.GetValues() {
-			out.Values = append(out.Values, redactValue(red, e))
-		}
-		return structpb.NewListValue(out)
-	case *structpb.Value_StructValue:
-		out := &structpb.Struct{Fields: map[string]*structpb.Value{}}
-		for name, e := range k.StructValue.GetFields() {
-			out.Fields[red.String(name)] = redactValue(red, e)
-		}
-		return structpb.NewStructValue(out)
-	}
-	return v
-}
-
 // changedKeys lists the top-level keys whose values differ between two
 // objects, sorted; nil unless both are objects.
 func changedKeys(before, after any) []string {
@@ -344,165 +323,19 @@ func changedKeys(before, after any) []string {
 // SensitiveKey is the top-level config key that lists values to redact
 // from everything the job sends back (imsd puts the values of sensitive
 // inputs there). The agent removes it before the plugin sees the config.
-const SensitiveKey = "sensitive"
-
-// takeSensitive takes the "sensitive" list out of config.
-func takeSensitive(config map[string]any) (map[string]any, []string, error) {
-	raw, ok := config[SensitiveKey]
-	if !ok {
-		return config, nil, nil
-	}
-	rest := maps.Clone(config)
-	delete(rest, SensitiveKey)
-	list, ok := raw.([]any)
-	if !ok {
-		return rest, nil, fmt.Errorf("config.%s: must be a list of strings", SensitiveKey)
-	}
-	var out []string
-	for i, v := range list {
-		s, ok := v.(string)
-		if !ok {
-			return rest, out, fmt.Errorf("config.%s[%d]: must be a string", SensitiveKey, i)
-		}
-		out = append(out, s)
-	}
-	return rest, out, nil
-}
-
-// substituteSecrets replaces every {{ .secrets.NAME }} in the strings of a
-// config value with the secret's value; NAME must be one of env's.
-func substituteSecrets(path string, v any, env map[string]string) (any, error) {
-	switch v := v.(type) {
-	case string:
-		out, err := agentproto.ReplaceSecrets(v, func(n string) (string, bool) { s, ok := env[n]; return s, ok })
-		if err != nil {
-			return nil, fmt.Errorf("%s: %v (list it in config.%s)", path, err, SecretsKey)
-		}
-		return out, nil
-	case []any:
-		out := make([]any, len(v))
-		for i, e := range v {
-			var err error
-			if out[i], err = substituteSecrets(fmt.Sprintf("%s[%d]", path, i), e, env); err != nil {
-				return nil, err
-			}
-		}
-		return out, nil
-	case map[string]any:
-		out := make(map[string]any, len(v))
-		for k, e := range v {
-			var err error
-			if out[k], err = substituteSecrets(path+"."+k, e, env); err != nil {
-				return nil, err
-			}
-		}
-		return out, nil
-	}
-	return v, nil
-}
-
-// resolveSecrets takes the "secrets" list out of config and returns the
-// named secrets as environment variables, with every {{ .secrets.NAME }}
-// in the config's strings replaced by the value.
-func (r *PluginRunner) resolveSecrets(config map[string]any) (map[string]any, map[string]string, error) {
-	raw, ok := config[SecretsKey]
-	if !ok {
-		return config, nil, nil
-	}
-	rest := make(map[string]any, len(config))
-	for k, v := range config {
-		if k != SecretsKey {
-			rest[k] = v
-		}
-	}
-	list, ok := raw.([]any)
-	if !ok {
-		return nil, nil, fmt.Errorf("config.%s: must be a list of secret names", SecretsKey)
-	}
-	env := map[string]string{}
-	for i, item := range list {
-		name, ok := item.(string)
-		if !ok || !secrets.Name.MatchString(name) {
-			return nil, nil, fmt.Errorf("config.%s[%d]: must be a secret name of letters, digits and _", SecretsKey, i)
-		}
-		v, ok := r.Secrets[name]
-		if !ok {
-			return nil, nil, fmt.Errorf("config.%s[%d]: secret %q is not defined on this agent (its --secrets-file)", SecretsKey, i, name)
-		}
-		env[name] = v
-	}
-	out, err := substituteSecrets("config", rest, env)
-	if err != nil {
-		return nil, nil, err
-	}
-	return out.(map[string]any), env, nil
-}
+const SensitiveKey = jobconfig.SensitiveKey
 
 // CustomerInputsKey is the top-level config key that lists the
 // customer-provided inputs a job's config refers to.
-const CustomerInputsKey = "customer_inputs"
+const CustomerInputsKey = jobconfig.CustomerInputsKey
 
-// resolveInputs takes the "customer_inputs" list out of config and puts
-// each listed input's value (from the install stack) in place of its
-// {{ .inputs.NAME }} in the config's strings.
-func (r *PluginRunner) resolveInputs(config map[string]any) (map[string]any, error) {
-	raw, ok := config[CustomerInputsKey]
-	if !ok {
-		return config, nil
-	}
-	rest := maps.Clone(config)
-	delete(rest, CustomerInputsKey)
-	list, ok := raw.([]any)
-	if !ok {
-		return nil, fmt.Errorf("config.%s: must be a list of input names", CustomerInputsKey)
-	}
-	ours := map[string]bool{}
-	for i, item := range list {
-		name, ok := item.(string)
-		if !ok || !secrets.Name.MatchString(name) {
-			return nil, fmt.Errorf("config.%s[%d]: must be an input name of letters, digits and _", CustomerInputsKey, i)
-		}
-		if _, ok := r.Inputs[name]; !ok {
-			return nil, fmt.Errorf("customer input %q is not set in this install's stack (its parameter %s; an agent run without --stack-config has none)",
+// sources are what a job's config is filled in from (jobconfig).
+func (r *PluginRunner) sources() jobconfig.Sources {
+	return jobconfig.Sources{Secrets: r.Secrets, Inputs: r.Inputs, SecretsOrigin: "its --secrets-file",
+		MissingInput: func(name string) error {
+			return fmt.Errorf("customer input %q is not set in this install's stack (its parameter %s; an agent run without --stack-config has none)",
 				name, "Input"+stackconfig.Pascal(name))
-		}
-		ours[name] = true
-	}
-	var walk func(path string, v any) (any, error)
-	walk = func(path string, v any) (any, error) {
-		switch v := v.(type) {
-		case string:
-			out, err := agentproto.ReplaceInputs(v, func(n string) (string, bool) { s, ok := r.Inputs[n]; return s, ok }, func(n string) bool { return ours[n] })
-			if err != nil {
-				return nil, fmt.Errorf("%s: %v", path, err)
-			}
-			return out, nil
-		case []any:
-			out := make([]any, len(v))
-			for i, e := range v {
-				var err error
-				if out[i], err = walk(fmt.Sprintf("%s[%d]", path, i), e); err != nil {
-					return nil, err
-				}
-			}
-			return out, nil
-		case map[string]any:
-			out := make(map[string]any, len(v))
-			for k, e := range v {
-				var err error
-				if out[k], err = walk(path+"."+k, e); err != nil {
-					return nil, err
-				}
-			}
-			return out, nil
-		}
-		return v, nil
-	}
-	out, err := walk("config", rest)
-	if err != nil {
-		return nil, err
-	}
-	return out.(map[string]any), nil
+		}}
 }
 
 // run runs job; configErr, when set, fails it before anything starts;
@@ -516,16 +349,14 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 	if configErr != nil {
 		return fail("%v", configErr)
 	}
-	config, err := r.resolveInputs(job.Config)
+	// The customer's inputs are filled in, the vendor's policies taken
+	// out (their text is not the plugin's config) and the secrets
+	// resolved, as sdktest does (jobconfig).
+	prepared, err := jobconfig.Resolve(job.Config, r.sources())
 	if err != nil {
 		return fail("%v", err)
 	}
-	// The vendor's policies leave the config before secrets are
-	// resolved: their text is not the plugin's config.
-	config, vendorPolicies, err := takeVendorPolicies(config)
-	if err != nil {
-		return fail("%v", err)
-	}
+	config, secretEnv := prepared.Config, prepared.SecretEnv
 	var policies []sdk.PolicyModule
 	if slices.Contains(policyOps, job.Operation) {
 		// The customer's first: what a customer configured is evaluated
@@ -533,11 +364,9 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 		if policies, err = CustomerPolicies(r.PolicyDir); err != nil {
 			return fail("%v", err)
 		}
-		policies = append(policies, vendorPolicies...)
-	}
-	config, secretEnv, err := r.resolveSecrets(config)
-	if err != nil {
-		return fail("%v", err)
+		for _, p := range prepared.Policies {
+			policies = append(policies, sdk.PolicyModule{Name: p.Name, Source: sdk.PolicySourceVendor, Rego: p.Rego})
+		}
 	}
 	job.Config = config
 	work := filepath.Join(r.WorkRoot, fmt.Sprintf("%s-%d", job.ID, job.Attempt))
@@ -797,12 +626,10 @@ func redactedPlan(changes []sdk.PlannedChange, red *redact.Redactor) ([]*agentv1
 		pc := &agentv1.PlannedChange{Address: red.String(c.Address), Action: c.Action, Summary: red.String(c.Summary)}
 		// The values came from protobuf, so they convert back.
 		if c.Before != nil {
-			v, _ := structpb.NewValue(c.Before)
-			pc.Before = redactValue(red, v)
+			pc.Before, _ = structpb.NewValue(red.Value(c.Before))
 		}
 		if c.After != nil {
-			v, _ := structpb.NewValue(c.After)
-			pc.After = redactValue(red, v)
+			pc.After, _ = structpb.NewValue(red.Value(c.After))
 		}
 		out = append(out, pc)
 	}

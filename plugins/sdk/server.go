@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/byoc-dev/byoc/plugins/sdk/jobconfig"
 	pluginv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/plugin/v1"
 )
 
@@ -85,6 +86,12 @@ func describe(ctx context.Context, p Plugin, host ProtocolVersion) (d *Descripti
 		Protocol:         Protocol,
 		ProtocolVersions: []ProtocolVersion{Protocol},
 		Capabilities:     append([]string{}, capabilities(p)...),
+	}
+	// A schema declaring a key the agent takes out of every config would
+	// never see its value: refused here, so describe, the agent and
+	// sdktest all say so before any job runs.
+	if err := jobconfig.CheckSchema(r.ConfigSchema); err != nil {
+		return nil, fmt.Errorf("config schema: %w", err)
 	}
 	if r.EvaluatesPolicies {
 		d.Capabilities = append(d.Capabilities, CapPolicy)

@@ -27,12 +27,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -41,6 +43,8 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/byoc-dev/byoc/plugins/sdk"
+	"github.com/byoc-dev/byoc/plugins/sdk/jobconfig"
+	"github.com/byoc-dev/byoc/plugins/sdk/redact"
 )
 
 // Start serves p on an in-memory connection and returns a client for it
@@ -112,6 +116,17 @@ type Case struct {
 	// NoStateDir runs the steps without a state directory, as an agent of
 	// protocol 1.1 or a job of no component (an action run) would.
 	NoStateDir bool
+	// Secrets are the agent's secrets, by name (its --secrets-file). As
+	// on the agent, a step's config names those its job receives in a
+	// top-level "secrets" list; each is then an environment variable of
+	// the operation and replaces its {{ .secrets.NAME }} in the config's
+	// strings, and every value of Secrets is redacted (as "***") from the
+	// step's logs, outputs, error and planned changes.
+	Secrets map[string]string
+	// Inputs are the install stack's customer inputs, by name: a config's
+	// "customer_inputs" list names those whose {{ .inputs.NAME }} are
+	// filled in.
+	Inputs map[string]string
 }
 
 // Step is one job.
@@ -154,10 +169,18 @@ type Step struct {
 	Check Check
 }
 
-// Outcome is what one step produced.
+// Outcome is what one step produced, redacted as the agent redacts what
+// a job sends back.
 type Outcome struct {
 	Result *sdk.Result
-	Logs   []sdk.LogEvent
+	// Logs are the lines the plugin sent, then what it printed itself
+	// (fmt.Println, log.Print, os.Stderr) during the operation, as the
+	// agent logs it: "[plugin stdout] ..." on the system stream.
+	Logs []sdk.LogEvent
+	// Config is the config the plugin saw: the step's, through the
+	// agent's pipeline (reserved keys taken out, listed inputs and
+	// secrets filled in).
+	Config map[string]any
 	// WorkDir was the job's work directory. It is deleted once the step's
 	// checks have run, as the agent deletes it when the job ends.
 	WorkDir string
@@ -227,19 +250,60 @@ func Test(t testing.TB, p sdk.Plugin, c Case) {
 		if timeout == 0 {
 			timeout = time.Minute
 		}
+		out := &Outcome{WorkDir: work, StateDir: stateDir}
+		// The agent's config pipeline, its own code (jobconfig): the
+		// reserved keys out, inputs and secrets in.
+		prep, perr := jobconfig.Prepare(config, jobconfig.Sources{Secrets: c.Secrets, Inputs: c.Inputs, SecretsOrigin: "Case.Secrets"})
+		red := redactor(c.Secrets, prep.Sensitive)
+		var logMu sync.Mutex
+		stream := red.NewStream(redactHold, func(e redact.Event) {
+			logMu.Lock()
+			defer logMu.Unlock()
+			out.Logs = append(out.Logs, sdk.LogEvent{Stream: sdk.Stream(e.Stream), Text: e.Text})
+		})
+		logf := func(e sdk.LogEvent) { stream.Add(redact.Event{Stream: int32(e.Stream), Text: e.Text}) }
+		if perr != nil {
+			// The agent fails such a job before its plugin starts.
+			msg := red.String(perr.Error())
+			logf(sdk.LogEvent{Stream: sdk.StreamSystem, Text: "[agentd] " + msg})
+			stream.Flush()
+			out.Result = &sdk.Result{ExitCode: -1, Error: msg}
+			return out, nil
+		}
+		config, out.Config = prep.Config, prep.Config
+		for _, p := range prep.Policies {
+			policies = append(policies, sdk.PolicyModule{Name: p.Name, Source: sdk.PolicySourceVendor, Rego: p.Rego})
+		}
+		if len(prep.SecretEnv) > 0 {
+			env = maps.Clone(env)
+			if env == nil {
+				env = map[string]string{}
+			}
+			maps.Copy(env, prep.SecretEnv)
+		}
 		job := sdk.JobContext{JobID: fmt.Sprintf("job-%d", n), InstallID: c.InstallID, Attempt: 1, WorkDir: work,
 			StateDir: stateDir, Timeout: timeout, Component: c.Component, Mode: cmp.Or(mode, "maintenance"), Policies: policies}
-		v, err := client.Validate(t.Context(), config)
+		var v *sdk.ValidateResponse
+		err := captureOutput(logf, func() (err error) {
+			v, err = client.Validate(t.Context(), config)
+			return err
+		})
 		if err != nil {
 			t.Fatalf("%s: validate: %v", name, err)
 		}
 		if len(v.Diagnostics) > 0 {
+			for i := range v.Diagnostics {
+				v.Diagnostics[i].Message = red.String(v.Diagnostics[i].Message)
+			}
 			return nil, v.Diagnostics
 		}
 		ctx, cancel := context.WithTimeout(t.Context(), timeout)
 		defer cancel()
-		out := &Outcome{WorkDir: work, StateDir: stateDir}
-		logf := func(e sdk.LogEvent) { out.Logs = append(out.Logs, e) }
+		// What leaves the step is redacted, as what leaves the agent.
+		defer func() {
+			stream.Flush()
+			redactResult(red, out.Result)
+		}()
 		// plan runs a plan into a fresh plan dir and keeps its artifact
 		// under its digest, as the agent does.
 		plan := func() *sdk.Result {
@@ -250,7 +314,11 @@ func Test(t testing.TB, p sdk.Plugin, c Case) {
 					t.Fatalf("%s: plan dir: %v", name, err)
 				}
 			}
-			res, err := client.Run(ctx, sdk.OpPlan, &sdk.RunRequest{Job: pj, Config: config, Env: jobEnv(pj, sdk.OpPlan, c.Env, env)}, logf)
+			var res *sdk.Result
+			err := captureOutput(logf, func() (err error) {
+				res, err = client.Run(ctx, sdk.OpPlan, &sdk.RunRequest{Job: pj, Config: config, Env: jobEnv(pj, sdk.OpPlan, c.Env, env)}, logf)
+				return err
+			})
 			if err != nil {
 				t.Fatalf("%s: plan: %v", name, err)
 			}
@@ -258,6 +326,8 @@ func Test(t testing.TB, p sdk.Plugin, c Case) {
 				os.RemoveAll(pj.PlanDir)
 				return res
 			}
+			// The digest is of the plan as the agent sends it: redacted.
+			redactResult(red, res)
 			if out.PlanDigest, err = sdk.PlanDigestOf(res.PlannedChanges); err != nil {
 				t.Fatalf("%s: plan digest: %v", name, err)
 			}
@@ -291,7 +361,11 @@ func Test(t testing.TB, p sdk.Plugin, c Case) {
 			}
 			job.ApprovedPlanDigest, job.PlanDir = approved, out.PlanDir
 		}
-		res, err := client.Run(ctx, op, &sdk.RunRequest{Job: job, Config: config, Env: jobEnv(job, op, c.Env, env)}, logf)
+		var res *sdk.Result
+		err = captureOutput(logf, func() (err error) {
+			res, err = client.Run(ctx, op, &sdk.RunRequest{Job: job, Config: config, Env: jobEnv(job, op, c.Env, env)}, logf)
+			return err
+		})
 		if err != nil {
 			t.Fatalf("%s: %s: %v", name, op, err)
 		}
