@@ -7,6 +7,8 @@
 //	agentd --role build --ims URL --enroll-token T ...  the vendor's build agent (build jobs only)
 //	agentd plugin TYPE                                  serve a built-in component type (the loader runs this;
 //	                                                    the heavy ones are served by byoc-plugins beside agentd)
+//	agentd plugin --state-dir DIR pin TYPE SHA256|unpin TYPE|list
+//	                                                    the customer's plugin pins (read again by a running agent)
 //	agentd permissions --state-dir DIR show|enable MODE|disable MODE|disable-all|enable-all|verify|adopt|reset
 //	                                                    the customer's permission modes and kill switch
 //	agentd breakglass --state-dir DIR list|approve ID [--for D]|deny ID --reason R|revoke ID
@@ -123,6 +125,9 @@ func main() {
 		// The init of a plugin's namespace sandbox (pluginhost), started
 		// by the agent itself; not a command for people.
 		os.Exit(sandbox.InitMain(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "plugin" && isPinsCmd(os.Args[2:]) {
+		os.Exit(pinsCmd(os.Args[2:], os.Stdout, os.Stderr, time.Now()))
 	}
 	if len(os.Args) > 1 && os.Args[1] == "plugin" {
 		os.Exit(servePlugin(os.Args[2:]))
@@ -257,7 +262,7 @@ func run(ctx context.Context, args []string) int {
 	fs.IntVar(&capacity, "capacity", 4, "how many jobs run at once")
 	fs.Var(&pluginDirs, "plugin-dir", "`directory` searched for byoc-plugin-<type> binaries (repeatable)")
 	fs.StringVar(&bundledExe, "bundled-plugins", os.Getenv(bundledEnv), "`path` of "+bundle.Binary+", the companion binary serving the built-in types "+strings.Join(bundle.Types(), ", ")+"; default: "+bundle.Binary+" in the directory of agentd's own executable; also $"+bundledEnv)
-	fs.Var(&pins, "plugin-pin", "`type=sha256` pin for an external plugin (repeatable); unpinned plugins never run")
+	fs.Var(&pins, "plugin-pin", "`type=sha256` pin for an external plugin (repeatable); unpinned plugins never run. The customer's pin file (agentd plugin pin, read again without a restart) wins over it")
 	fs.StringVar(&secretsFile, "secrets-file", "", "customer-owned `file` of NAME=value secrets (mode 0600); jobs get those their config lists under \"secrets\", and every value is redacted from job logs, errors and outputs")
 	fs.StringVar(&kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "`file`: the kubeconfig of the cluster the helm type deploys to (also $KUBECONFIG); without one, the in-cluster config of the agent's pod")
 	fs.StringVar(&installRegistry, "install-registry", os.Getenv("BYOC_INSTALL_REGISTRY"), "the install registry `location` every image, chart and module is synced into before it runs: http(s)://HOST[:PORT][/PREFIX], HOST[:PORT][/PREFIX], or oci:DIR (an OCI image layout root); default oci:STATE-DIR/registry; also $BYOC_INSTALL_REGISTRY; credentials: the --secrets-file entries BYOC_INSTALL_REGISTRY_USERNAME, _PASSWORD, _TOKEN")
@@ -392,6 +397,9 @@ func run(ctx context.Context, args []string) int {
 	loader.Builtins = roleBuiltins(role)
 	loader.Dirs = pluginDirs
 	loader.Pins = pinMap
+	if stateDir != "" {
+		loader.PinWatcher = &pluginhost.PinWatcher{Path: filepath.Join(stateDir, pluginhost.PinFileName)}
+	}
 	loader.Logger = log
 	if loader.Sandbox, err = probeSandbox(ctx, sandboxMode, insecureNoSandbox); err != nil {
 		fmt.Fprintf(os.Stderr, "agentd: %v\n", err)
@@ -467,6 +475,7 @@ func run(ctx context.Context, args []string) int {
 		Logger:      log,
 		Role:        role,
 		Stack:       stackReport(st, stackValues),
+		PinWatcher:  loader.PinWatcher,
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "agentd: %v\n", err)

@@ -104,8 +104,13 @@ type Loader struct {
 	BundledHint string
 	// Dirs are searched in order for external plugins.
 	Dirs []string
-	// Pins maps an external type to the hex SHA-256 of its binary.
+	// Pins maps an external type to the hex SHA-256 of its binary
+	// (agentd --plugin-pin).
 	Pins map[string]string
+	// PinWatcher, if set, serves the customer's pin file (agentd plugin
+	// pin): read again whenever it changes, its pin for a type wins over
+	// Pins'.
+	PinWatcher *PinWatcher
 	// Logger receives go-plugin's messages and the plugins' stderr at debug
 	// level. Nil discards them.
 	Logger *slog.Logger
@@ -500,7 +505,10 @@ func (l *Loader) verify(typ, dir, path string) (*os.File, error) {
 	if err := checkDir(dir); err != nil {
 		return nil, err
 	}
-	want, pinned := l.Pins[typ]
+	want, pinned, err := l.pin(typ)
+	if err != nil {
+		return nil, fmt.Errorf("plugin %s: %w", typ, err)
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("open plugin: %w", err)
@@ -523,10 +531,12 @@ func (l *Loader) verify(typ, dir, path string) (*os.File, error) {
 		return nil, err
 	}
 	if !pinned {
-		return nil, fmt.Errorf("plugin %s is not pinned: add its sha256 to the agent's plugin pins after checking it (%s has sha256 %s)", typ, path, got)
+		return nil, fmt.Errorf("plugin %s is not pinned: %s has sha256 %s; check it is the binary you mean to run, then pin it: %s",
+			typ, path, got, l.pinHint(typ, got))
 	}
-	if !strings.EqualFold(strings.TrimSpace(want), got) {
-		return nil, fmt.Errorf("plugin %s: checksum mismatch: pinned %s, found %s", typ, strings.ToLower(strings.TrimSpace(want)), got)
+	if want != got {
+		return nil, fmt.Errorf("plugin %s: checksum mismatch: pinned %s, found %s (%s); if you replaced the binary on purpose, check it and re-pin it: %s",
+			typ, want, got, path, l.pinHint(typ, got))
 	}
 	ok = true
 	return f, nil

@@ -856,3 +856,56 @@ func TestBundledIsNotSearchedInPluginDirs(t *testing.T) {
 		t.Fatalf("error = %v", err)
 	}
 }
+
+// The customer's pin file is read again when it changes, so pinning,
+// re-pinning and unpinning need no restart, and each change is reported
+// (the agent records it in its journal). The errors say which command
+// pins what (issue 29: "checksum mismatch" named no flag).
+func TestPinFileReloaded(t *testing.T) {
+	dir, sum := install(t, testkit(t), "testkit")
+	pinPath := filepath.Join(t.TempDir(), pluginhost.PinFileName)
+	var changes []pluginhost.PinChange
+	l := newLoader(t)
+	l.Dirs = []string{dir}
+	l.PinWatcher = &pluginhost.PinWatcher{Path: pinPath, OnChange: func(c []pluginhost.PinChange) { changes = append(changes, c...) }}
+	start := func() error {
+		inst, err := l.Start(t.Context(), "testkit", pluginhost.StartOptions{WorkDir: t.TempDir()})
+		if err == nil {
+			inst.Kill()
+		}
+		return err
+	}
+	wantCmd := "agentd plugin pin testkit " + sum
+	if err := start(); err == nil || !strings.Contains(err.Error(), "is not pinned") || !strings.Contains(err.Error(), wantCmd) {
+		t.Fatalf("unpinned: %v, want it to name %q", err, wantCmd)
+	}
+	other := strings.Repeat("ab", 32)
+	write := func(pins map[string]pluginhost.Pin) {
+		t.Helper()
+		if err := pluginhost.WritePins(pinPath, pluginhost.PinFile{Pins: pins}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(map[string]pluginhost.Pin{"testkit": {SHA256: other, PinnedBy: "ops"}})
+	if err := start(); err == nil || !strings.Contains(err.Error(), "checksum mismatch: pinned "+other) || !strings.Contains(err.Error(), "re-pin it: "+wantCmd) {
+		t.Fatalf("mismatch: %v, want it to name %q", err, wantCmd)
+	}
+	write(map[string]pluginhost.Pin{"testkit": {SHA256: sum, PinnedBy: "ops"}})
+	if err := start(); err != nil {
+		t.Fatalf("re-pinned: %v", err)
+	}
+	write(map[string]pluginhost.Pin{})
+	if err := start(); err == nil || !strings.Contains(err.Error(), "is not pinned") {
+		t.Fatalf("unpinned again: %v", err)
+	}
+	want := []pluginhost.PinChange{{Type: "testkit", New: other, By: "ops"}, {Type: "testkit", Old: other, New: sum, By: "ops"}, {Type: "testkit", Old: sum}}
+	if !slices.Equal(changes, want) {
+		t.Errorf("changes = %+v, want %+v", changes, want)
+	}
+	if err := os.WriteFile(pinPath, []byte(`{"pins": {"testkit": {"sha256": "nope"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := start(); err == nil || !strings.Contains(err.Error(), "pins.testkit: sha256 \"nope\": want 64 lowercase hex digits") {
+		t.Fatalf("malformed pin file: %v", err)
+	}
+}
