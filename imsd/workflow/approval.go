@@ -76,11 +76,11 @@ func (e *Engine) planSteps(ctx context.Context, wf store.Workflow, steps []store
 			}
 			if j.State != store.JobSucceeded {
 				msg := fmt.Sprintf("plan of %s %s: %s", s.Name, strings.ReplaceAll(string(j.State), "_", " "), cmp.Or(j.Error, "job "+j.ID))
-				return false, e.end(ctx, wf, store.WorkflowFailed, msg)
+				return false, e.failPlan(ctx, wf, s, msg)
 			}
 			digest, err := JobPlanDigest(j)
 			if err != nil {
-				return false, e.end(ctx, wf, store.WorkflowFailed, fmt.Sprintf("plan of %s: %v", s.Name, err))
+				return false, e.failPlan(ctx, wf, s, fmt.Sprintf("plan of %s: %v", s.Name, err))
 			}
 			if _, err := e.st.SetStepPlan(ctx, wf.ID, s.Name, j.ID, digest, e.now()); err != nil {
 				return false, err
@@ -89,6 +89,16 @@ func (e *Engine) planSteps(ctx context.Context, wf store.Workflow, steps []store
 		}
 	}
 	return false, nil
+}
+
+// failPlan fails the step whose plan failed, then the workflow (whose
+// other pending steps end cancelled): the step shows failed and why, as
+// it would had its apply failed, and byoc workflow retry names it.
+func (e *Engine) failPlan(ctx context.Context, wf store.Workflow, s *store.Step, msg string) error {
+	if err := e.st.EndSteps(ctx, wf.ID, []string{s.Name}, store.StepFailed, msg, e.now()); err != nil {
+		return err
+	}
+	return e.end(ctx, wf, store.WorkflowFailed, msg)
 }
 
 // needsApproval reports whether a ready step may not start before an

@@ -488,6 +488,15 @@ func TestEnginePlanFailureFailsWorkflow(t *testing.T) {
 	if len(r.applied) != 0 {
 		t.Fatalf("applied %v", r.applied)
 	}
+	// The step whose plan failed shows failed, with why; the others were
+	// not run (issue 29: every step showed cancelled).
+	st := r.steps(id)
+	if st["b"].State != store.StepFailed || !strings.Contains(st["b"].Error, "plan of b failed: no credentials") {
+		t.Fatalf("step b %s (%q), want failed with the plan's error", st["b"].State, st["b"].Error)
+	}
+	if st["a"].State != store.StepCancelled {
+		t.Fatalf("step a %s, want cancelled", st["a"].State)
+	}
 }
 
 // Retrying a workflow whose plan failed plans again.
