@@ -44,10 +44,10 @@ type fakeOperator struct {
 	changes []*imsv1.ConfigChange
 	// grants are what ListBreakGlassGrants returns.
 	grants   []*imsv1.BreakGlassGrant
-	workflow *imsv1.Workflow            // returned by GetWorkflow
+	workflow *imsv1.Workflow // returned by GetWorkflow
 	// retried are the RetryWorkflowStep calls, as WORKFLOW/STEP.
 	retried []string
-	plan     *imsv1.PlanInstallResponse // returned by PlanInstall
+	plan    *imsv1.PlanInstallResponse // returned by PlanInstall
 	// listJobs, if set, is what ListJobs returns instead of two jobs.
 	listJobs []*imsv1.Job
 	// workflowList is what ListWorkflows returns (install "nope": not found).
