@@ -397,6 +397,17 @@ func run(ctx context.Context, args []string) int {
 	loader.Builtins = roleBuiltins(role)
 	loader.Dirs = pluginDirs
 	loader.Pins = pinMap
+	if v := os.Getenv(sdk.ReattachEnv); v != "" {
+		if loader.Reattach, err = sdk.ParseReattach(v); err != nil {
+			fmt.Fprintf(os.Stderr, "agentd: %v\n", err)
+			return 2
+		}
+		for typ, r := range loader.Reattach {
+			fmt.Fprintf(os.Stderr, "agentd: WARNING: %s: jobs of type %s call the plugin in debug mode at %s (pid %d): not pinned, not sandboxed; for development only\n",
+				sdk.ReattachEnv, typ, r.Addr.String, r.Pid)
+			log.Warn("plugin in debug mode", "type", typ, "addr", r.Addr.String, "pid", r.Pid)
+		}
+	}
 	if stateDir != "" {
 		loader.PinWatcher = &pluginhost.PinWatcher{Path: filepath.Join(stateDir, pluginhost.PinFileName)}
 	}

@@ -457,6 +457,9 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 	if sb := r.Loader.Sandbox; sb != nil {
 		sandboxed = "sandbox " + string(sb.Isolation)
 	}
+	if inst.Reattached() {
+		sandboxed = "DEBUG MODE: reattached through " + sdk.ReattachEnv + ", not pinned, no sandbox"
+	}
 	log(StreamSystem, fmt.Sprintf("[agentd] %s %s: attempt %d, plugin %s %s started in %s (pid group %d, protocol %s, %s)",
 		job.ComponentType, job.Operation, job.Attempt, d.Type, d.Version, time.Since(started).Round(time.Millisecond), inst.PGID(), d.Negotiated, sandboxed))
 	evaluates := d.Has(sdk.CapPolicy) && !d.Negotiated.Less(sdk.ProtocolVersion{Major: 1, Minor: 3})

@@ -107,6 +107,11 @@ type Loader struct {
 	// Pins maps an external type to the hex SHA-256 of its binary
 	// (agentd --plugin-pin).
 	Pins map[string]string
+	// Reattach names plugins served in debug mode outside the agent, by
+	// type (sdk.ReattachEnv): a job of such a type calls that process
+	// instead of starting one, unpinned and unsandboxed, and leaves it
+	// running. For development only.
+	Reattach map[string]sdk.ReattachInfo
 	// PinWatcher, if set, serves the customer's pin file (agentd plugin
 	// pin): read again whenever it changes, its pin for a type wins over
 	// Pins'.
@@ -177,6 +182,9 @@ type StartOptions struct {
 func (l *Loader) Start(ctx context.Context, typ string, opt StartOptions) (*Instance, error) {
 	if opt.WorkDir == "" {
 		return nil, fmt.Errorf("start plugin %s: work dir is required", typ)
+	}
+	if r, ok := l.Reattach[typ]; ok {
+		return l.reattach(ctx, typ, r, opt)
 	}
 	cmd, exe, external, err := l.command(typ)
 	if err != nil {
