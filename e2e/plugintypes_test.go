@@ -219,7 +219,7 @@ func TestPluginRegisterAndPush(t *testing.T) {
 	if out, err := reg.CombinedOutput(); err != nil || !strings.Contains(string(out), `Registered component type "localfile" version 0.1.0 (protocol 1.3).`) {
 		t.Fatalf("register: %v\n%s", err, out)
 	}
-	if out := run(0, "plugin", "list"); !strings.Contains(out, "localfile") || !strings.Contains(out, "destroy,drift,outputs_schema") || !strings.Contains(out, "action") {
+	if out := run(0, "plugin", "list"); !strings.Contains(out, "localfile") || !strings.Contains(out, "destroy,drift,plan_destroy,outputs_schema") || !strings.Contains(out, "action") {
 		t.Fatalf("plugin list:\n%s", out)
 	}
 	if out := run(0, "plugin", "get", "localfile", "-o", "json"); !strings.Contains(out, `"pattern": "^/"`) {

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -187,6 +188,9 @@ const InstallRegistryEnv = "BYOC_INSTALL_REGISTRY"
 // job.Kill) kills it at once.
 func (r *PluginRunner) runOp(ctx context.Context, inst *pluginhost.Instance, job Job, op string, req *sdk.RunRequest,
 	onLog func(sdk.LogEvent), log func(int32, string)) (*sdk.Result, error) {
+	if res, ok := hostDestroyPlan(inst, job, op); ok {
+		return res, nil
+	}
 	if r.CancelGrace <= 0 || !inst.CanInterrupt() {
 		return inst.Run(ctx, op, req, onLog)
 	}
@@ -223,6 +227,32 @@ func (r *PluginRunner) runOp(ctx context.Context, inst *pluginhost.Instance, job
 		}
 	}()
 	return inst.Run(runCtx, op, req, onLog)
+}
+
+// hostDestroyPlan is the plan of a destroy the agent makes itself for a
+// plugin that does not plan destroys (no sdk.CapPlanDestroy): one change
+// deleting the component, so that an operator approves a destroy by
+// name, never an empty plan. ok is false when the plugin plans it.
+func hostDestroyPlan(inst *pluginhost.Instance, job Job, op string) (*sdk.Result, bool) {
+	d := inst.Description()
+	if op != sdk.OpPlanDestroy || d.Has(sdk.CapPlanDestroy) {
+		return nil, false
+	}
+	if !d.Has(sdk.CapDestroy) {
+		return &sdk.Result{ExitCode: -1, Error: fmt.Sprintf("type %s cannot destroy (its capabilities: %s)", d.Type, strings.Join(d.Capabilities, ", "))}, true
+	}
+	address := cmp.Or(job.Component, job.ComponentType)
+	return &sdk.Result{Changes: "destroy " + address, PlannedChanges: []sdk.PlannedChange{{Address: address, Action: sdk.ActionDelete,
+		Summary: fmt.Sprintf("destroy component %s (type %s %s, which does not list what it removes)", address, d.Type, d.Version)}}}, true
+}
+
+// planOp is the plan operation that checks an approved plan before op:
+// the plan of a destroy before a destroy, else a plan.
+func planOp(op string) string {
+	if op == sdk.OpDestroy {
+		return sdk.OpPlanDestroy
+	}
+	return sdk.OpPlan
 }
 
 // SecretsKey is the top-level config key, for every component type, that
@@ -521,9 +551,10 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 	}
 	var out Outcome
 	switch {
-	case job.ApprovedPlanDigest != "" && job.Operation == sdk.OpApply:
+	case job.ApprovedPlanDigest != "" && (job.Operation == sdk.OpApply || job.Operation == sdk.OpDestroy):
 		// The operator approved a plan: plan again, in this job and under
-		// the same state-dir lock, and apply only if nothing changed.
+		// the same state-dir lock, and apply (or destroy) only if nothing
+		// changed.
 		fresh, ok, failed := r.replan(ctx, inst, job, jc, opEnv, plans, log, red)
 		if !ok {
 			return failed
@@ -532,8 +563,8 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 		jc.ApprovedPlanDigest = job.ApprovedPlanDigest
 		jc.PlanDir = plans.dir(job.ApprovedPlanDigest)
 	case job.ApprovedPlanDigest != "":
-		return fail("a %s job carries an approved plan digest; only an apply can", job.Operation)
-	case job.Operation == sdk.OpPlan && plans.root != "":
+		return fail("a %s job carries an approved plan digest; only an apply or a destroy can", job.Operation)
+	case sdk.IsPlan(job.Operation) && plans.root != "":
 		if jc.PlanDir, err = plans.fresh(job); err != nil {
 			return fail("plan directory: %v", err)
 		}
@@ -573,7 +604,7 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 	logChanges(job.Operation, res, log)
 	out.Outcome, out.ExitCode, out.Outputs = agentv1.Outcome_OUTCOME_SUCCEEDED, int32(res.ExitCode), res.Outputs
 	out.PolicyFindings, out.Drifted = findingsToProto(res.PolicyFindings), res.Drifted
-	if job.Operation == sdk.OpPlan || job.Operation == sdk.OpDrift || len(res.PlannedChanges) > 0 {
+	if sdk.IsPlan(job.Operation) || job.Operation == sdk.OpDrift || len(res.PlannedChanges) > 0 {
 		if out.PlannedChanges, out.PlanDigest, err = redactedPlan(res.PlannedChanges, red); err != nil {
 			plans.discard(jc.PlanDir)
 			return fail("%v", err)
@@ -591,7 +622,7 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 			out.Error = fmt.Sprintf("exit code %d", res.ExitCode)
 		}
 	}
-	if job.Operation == sdk.OpPlan {
+	if sdk.IsPlan(job.Operation) {
 		if out.Outcome != agentv1.Outcome_OUTCOME_SUCCEEDED {
 			plans.discard(jc.PlanDir)
 		} else if err := plans.keep(jc.PlanDir, out.PlanDigest); err != nil {
@@ -674,7 +705,11 @@ func (r *PluginRunner) replan(ctx context.Context, inst *pluginhost.Instance, jo
 	if _, valid := agentproto.PlanDigestHex(job.ApprovedPlanDigest); !valid {
 		return "", false, fail("approved plan digest %q: want sha256: and 64 lowercase hex digits", job.ApprovedPlanDigest)
 	}
-	log(StreamSystem, "[agentd] the operator approved plan "+job.ApprovedPlanDigest+"; planning again before applying")
+	verb, done, op := "applying", "applied", "apply"
+	if job.Operation == sdk.OpDestroy {
+		verb, done, op = "destroying", "destroyed", "destroy"
+	}
+	log(StreamSystem, "[agentd] the operator approved plan "+job.ApprovedPlanDigest+"; planning again before "+verb)
 	var err error
 	if plans.root != "" {
 		if jc.PlanDir, err = plans.fresh(job); err != nil {
@@ -685,8 +720,15 @@ func (r *PluginRunner) replan(ctx context.Context, inst *pluginhost.Instance, jo
 	if jc.PlanDir != "" {
 		planEnv["BYOC_PLAN_DIR"] = jc.PlanDir
 	}
-	res, err := inst.Run(ctx, sdk.OpPlan, &sdk.RunRequest{Job: jc, Config: job.Config, Env: planEnv},
-		func(e sdk.LogEvent) { log(int32(e.Stream), e.Text) })
+	var res *sdk.Result
+	var err2 error
+	if hp, ok := hostDestroyPlan(inst, job, planOp(job.Operation)); ok {
+		res = hp
+	} else {
+		res, err2 = inst.Run(ctx, planOp(job.Operation), &sdk.RunRequest{Job: jc, Config: job.Config, Env: planEnv},
+			func(e sdk.LogEvent) { log(int32(e.Stream), e.Text) })
+	}
+	err = err2
 	if err == nil && res.Error == "" && res.ExitCode != 0 {
 		res.Error = fmt.Sprintf("exit code %d", res.ExitCode)
 	}
@@ -698,20 +740,20 @@ func (r *PluginRunner) replan(ctx context.Context, inst *pluginhost.Instance, jo
 		if err == nil {
 			err = errors.New(res.Error)
 		}
-		return "", false, fail("plan before apply failed, nothing was applied: %v", err)
+		return "", false, fail("plan before %s failed, nothing was %s: %v", op, done, err)
 	}
-	logChanges(sdk.OpPlan, res, log)
+	logChanges(planOp(job.Operation), res, log)
 	changes, digest, err := redactedPlan(res.PlannedChanges, red)
 	if err != nil {
 		plans.discard(jc.PlanDir)
-		return "", false, fail("plan before apply: %v", err)
+		return "", false, fail("plan before %s: %v", op, err)
 	}
 	if digest != job.ApprovedPlanDigest {
 		if err := plans.keep(jc.PlanDir, digest); err != nil {
 			log(StreamSystem, "[agentd] keep the fresh plan's artifact: "+red.String(err.Error()))
 		}
-		out := fail("plan changed since approval: approved %s, the plan now is %s (%d changes); nothing was applied, approve the new plan to apply it",
-			job.ApprovedPlanDigest, digest, len(changes))
+		out := fail("plan changed since approval: approved %s, the plan now is %s (%d changes); nothing was %s, approve the new plan to %s it",
+			job.ApprovedPlanDigest, digest, len(changes), done, op)
 		out.PlannedChanges, out.PlanDigest = changes, digest
 		return digest, false, out
 	}

@@ -22,7 +22,7 @@ import (
 const VendorPoliciesKey = jobconfig.VendorPoliciesKey
 
 // policyOps are the operations whose plans policies check.
-var policyOps = []string{sdk.OpPlan, sdk.OpApply, sdk.OpDestroy}
+var policyOps = []string{sdk.OpPlan, sdk.OpApply, sdk.OpDestroy, sdk.OpPlanDestroy}
 
 // CustomerPolicies reads the customer's policies: every *.rego file in
 // dir (not below it), by name. They are read again for every job, so a

@@ -55,7 +55,7 @@ func (e *Engine) planSteps(ctx context.Context, wf store.Workflow, steps []store
 				continue
 			}
 			now := e.now()
-			j := store.Job{ID: auth.NewSortableID("job_", now), InstallID: wf.InstallID, ComponentType: s.ComponentType, Operation: OpPlan,
+			j := store.Job{ID: auth.NewSortableID("job_", now), InstallID: wf.InstallID, ComponentType: s.ComponentType, Operation: PlanOp(s.Operation),
 				Component: s.Component, Config: cfg, MaxAttempts: MaxJobAttempts, Timeout: s.Timeout, CreatedAt: now,
 				CreatedBy: "workflow " + wf.ID, Mode: StepMode(wf, s, sc.app)}
 			ok, err := e.st.StartStepPlan(ctx, wf.ID, s.Name, j, now)
@@ -183,9 +183,18 @@ func (e *Engine) PlanJobs(ctx context.Context, kind string, in store.Install, pl
 			continue
 		}
 		now := e.now()
-		out.Jobs[s.Name] = store.Job{ID: auth.NewSortableID("job_", now), InstallID: in.ID, ComponentType: s.ComponentType, Operation: OpPlan,
+		out.Jobs[s.Name] = store.Job{ID: auth.NewSortableID("job_", now), InstallID: in.ID, ComponentType: s.ComponentType, Operation: PlanOp(s.Operation),
 			Component: s.Component, Config: cfg, MaxAttempts: 1, Timeout: s.Timeout, CreatedAt: now,
 			CreatedBy: createdBy, Mode: StepMode(wf, s, sc.app)}
 	}
 	return out, nil
+}
+
+// PlanOp is the operation of the plan job of a step of operation op: the
+// plan of a destroy (OpPlanDestroy) for a destroy, else a plan.
+func PlanOp(op string) string {
+	if op == OpDestroy {
+		return OpPlanDestroy
+	}
+	return OpPlan
 }

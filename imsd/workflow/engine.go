@@ -540,7 +540,7 @@ func (e *Engine) startStep(ctx context.Context, wf store.Workflow, sc *stepConte
 	j := store.Job{ID: auth.NewSortableID("job_", now), InstallID: wf.InstallID, ComponentType: s.ComponentType, Operation: s.Operation,
 		Component: s.Component, Config: cfg, MaxAttempts: MaxJobAttempts, Timeout: s.Timeout, CreatedAt: now, CreatedBy: "workflow " + wf.ID,
 		Mode: StepMode(wf, s, sc.app)}
-	if s.Operation == OpApply {
+	if s.Operation == OpApply || s.Operation == OpDestroy {
 		j.ApprovedPlanDigest = s.ApprovedPlanDigest
 	}
 	ok, err = e.st.StartStep(ctx, wf.ID, s.Name, j, now)

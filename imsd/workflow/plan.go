@@ -51,6 +51,9 @@ const (
 	// OpPlan is the operation of the plan jobs of a workflow that requires
 	// approval (approval.go) and of a live plan.
 	OpPlan = "plan"
+	// OpPlanDestroy is the operation of the plan jobs of a destroy step
+	// (sdk.OpPlanDestroy): what the destroy would remove.
+	OpPlanDestroy = "plan-destroy"
 	// ActionType is the plugin type that runs actions/*.toml.
 	ActionType = "action"
 )

@@ -214,7 +214,17 @@ func (s *server) Plan(req *pluginv1.PlanRequest, stream grpc.ServerStreamingServ
 		},
 		func(ctx context.Context, log Logger) (*pluginv1.Result, error) {
 			return s.run(ctx, req, log, func(job JobContext, cfg map[string]any, env map[string]string, log Logger) (*pluginv1.Result, error) {
-				r, err := s.impl.Plan(ctx, &PlanRequest{Job: job, Config: cfg, Env: env, Log: log})
+				var r *PlanResponse
+				var err error
+				if req.GetJob().GetDestroy() {
+					dp, ok := s.impl.(DestroyPlanner)
+					if !ok {
+						return nil, status.Error(codes.Unimplemented, "the plugin does not plan destroys")
+					}
+					r, err = dp.PlanDestroy(ctx, &PlanRequest{Job: job, Config: cfg, Env: env, Log: log})
+				} else {
+					r, err = s.impl.Plan(ctx, &PlanRequest{Job: job, Config: cfg, Env: env, Log: log})
+				}
 				if r == nil {
 					return &pluginv1.Result{}, err
 				}

@@ -12,7 +12,14 @@ const (
 	OpApply   = "apply"
 	OpDestroy = "destroy"
 	OpDrift   = "drift"
+	// OpPlanDestroy is the plan of a destroy: what Destroy would remove,
+	// for an operator to approve (the Plan call with JobContext.Destroy
+	// set, served by a [DestroyPlanner]).
+	OpPlanDestroy = "plan-destroy"
 )
+
+// IsPlan reports whether op makes a plan: OpPlan or OpPlanDestroy.
+func IsPlan(op string) bool { return op == OpPlan || op == OpPlanDestroy }
 
 // Plugin is what every component type implements.
 //
@@ -42,6 +49,19 @@ type Destroyer interface {
 	Destroy(ctx context.Context, req *DestroyRequest) (*DestroyResponse, error)
 }
 
+// DestroyPlanner is a plugin that can say what its Destroy would remove,
+// without removing anything: with approval required, an operator
+// approves this plan before a deprovision runs, and the host plans
+// again right before Destroy and destroys only if the plan is the same
+// (as for applies). Report each object Destroy removes as a
+// PlannedChange with Action ActionDelete. Save what Destroy needs in
+// req.Job.PlanDir, like a Plan (Terraform: plan -destroy -out). Without
+// it the host plans a destroy as one change, "delete COMPONENT", which
+// names nothing it removes.
+type DestroyPlanner interface {
+	PlanDestroy(ctx context.Context, req *PlanRequest) (*PlanResponse, error)
+}
+
 // Drifter is a plugin that can tell whether a component still matches its
 // config without changing it.
 type Drifter interface {
@@ -62,6 +82,9 @@ func capabilities(p Plugin) []string {
 	}
 	if _, ok := p.(Drifter); ok {
 		caps = append(caps, CapDrift)
+	}
+	if _, ok := p.(DestroyPlanner); ok {
+		caps = append(caps, CapPlanDestroy)
 	}
 	if _, ok := p.(OutputsSchemaProvider); ok {
 		caps = append(caps, CapOutputsSchema)

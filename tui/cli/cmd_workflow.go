@@ -835,7 +835,7 @@ func stepsPlanning(wf *imsv1.Workflow) []string {
 		if s.GetPlanState() == "planning" {
 			out = append(out, s.GetName())
 		}
-		if s.GetComponent() != "" && s.GetOperation() == "apply" && s.GetState() == imsv1.StepState_STEP_STATE_PENDING {
+		if op := s.GetOperation(); s.GetComponent() != "" && (op == "apply" || op == "destroy") && s.GetState() == imsv1.StepState_STEP_STATE_PENDING {
 			applies = append(applies, s.GetName())
 		}
 	}

@@ -133,7 +133,8 @@ type Case struct {
 type Step struct {
 	// Name labels the step in failures; "step N (op)" if empty.
 	Name string
-	// Op is sdk.OpPlan, OpApply (the default), OpDestroy or OpDrift.
+	// Op is sdk.OpPlan, OpApply (the default), OpDestroy, OpDrift or
+	// OpPlanDestroy (the plan of a destroy, for a sdk.DestroyPlanner).
 	Op string
 	// Config is the component config.
 	Config map[string]any
@@ -150,8 +151,9 @@ type Step struct {
 	// Policies are the job's policies (JobContext.Policies), as the agent
 	// hands them: vendor and customer modules.
 	Policies []sdk.PolicyModule
-	// ApprovedPlan runs an apply step as the apply of the plan the case's
-	// last successful plan step made, approved by an operator: as the
+	// ApprovedPlan runs an apply (or destroy) step as the apply of the
+	// plan the case's last successful plan (or plan-destroy) step made,
+	// approved by an operator: as the
 	// agent does, the harness plans again first (in a fresh PlanDir) and
 	// calls Apply, with JobContext.ApprovedPlanDigest and PlanDir the
 	// approved plan's saved directory, only if the fresh plan has the
@@ -306,7 +308,7 @@ func Test(t testing.TB, p sdk.Plugin, c Case) {
 		}()
 		// plan runs a plan into a fresh plan dir and keeps its artifact
 		// under its digest, as the agent does.
-		plan := func() *sdk.Result {
+		plan := func(planOp string) *sdk.Result {
 			pj := job
 			if plans != "" {
 				pj.PlanDir = filepath.Join(plans, fmt.Sprintf("new-%s-1", job.JobID))
@@ -316,7 +318,7 @@ func Test(t testing.TB, p sdk.Plugin, c Case) {
 			}
 			var res *sdk.Result
 			err := captureOutput(logf, func() (err error) {
-				res, err = client.Run(ctx, sdk.OpPlan, &sdk.RunRequest{Job: pj, Config: config, Env: jobEnv(pj, sdk.OpPlan, c.Env, env)}, logf)
+				res, err = client.Run(ctx, planOp, &sdk.RunRequest{Job: pj, Config: config, Env: jobEnv(pj, planOp, c.Env, env)}, logf)
 				return err
 			})
 			if err != nil {
@@ -342,14 +344,18 @@ func Test(t testing.TB, p sdk.Plugin, c Case) {
 			return res
 		}
 		switch {
-		case op == sdk.OpPlan:
-			out.Result = plan()
+		case sdk.IsPlan(op):
+			out.Result = plan(op)
 			return out, nil
 		case approvedApply:
 			if approved == "" {
 				t.Fatalf("%s: ApprovedPlan, but no plan step succeeded before it", name)
 			}
-			fresh := plan()
+			planOp := sdk.OpPlan
+			if op == sdk.OpDestroy {
+				planOp = sdk.OpPlanDestroy
+			}
+			fresh := plan(planOp)
 			if fresh.Err() != nil || fresh.ExitCode != 0 {
 				out.Result = fresh
 				return out, nil
@@ -389,8 +395,8 @@ func Test(t testing.TB, p sdk.Plugin, c Case) {
 				t.Fatalf("%s: pre-config: %v", name, err)
 			}
 		}
-		if s.ApprovedPlan && op != sdk.OpApply {
-			t.Fatalf("%s: ApprovedPlan is for an apply step, not %s", name, op)
+		if s.ApprovedPlan && op != sdk.OpApply && op != sdk.OpDestroy {
+			t.Fatalf("%s: ApprovedPlan is for an apply or a destroy step, not %s", name, op)
 		}
 		out, diags := runJob(name, op, s.Config, s.Env, s.Timeout, s.Mode, s.Policies, s.ApprovedPlan)
 		if err := checkDiagnostics(diags, s.ExpectDiagnostics); err != nil {
@@ -413,7 +419,7 @@ func Test(t testing.TB, p sdk.Plugin, c Case) {
 			}
 		}
 		removeWorkDir(t, name, out)
-		if op == sdk.OpPlan && out.Result.Err() == nil {
+		if sdk.IsPlan(op) && out.Result.Err() == nil {
 			approved = out.PlanDigest
 		}
 		if op == sdk.OpApply && out.Result.Err() == nil {

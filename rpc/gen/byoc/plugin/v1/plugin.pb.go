@@ -133,7 +133,7 @@ type DescribeResponse struct {
 	// plugin leaves it unset.
 	Protocol *ProtocolVersion `protobuf:"bytes,5,opt,name=protocol,proto3" json:"protocol,omitempty"`
 	// capabilities names the optional operations the plugin implements:
-	// "destroy", "drift", "outputs_schema" (1.1), "policy" (1.3). A 1.0 plugin leaves it
+	// "destroy", "drift", "outputs_schema" (1.1), "policy" (1.3), "plan_destroy" (the Plan call takes JobContext.destroy). A 1.0 plugin leaves it
 	// empty and serves destroy.
 	Capabilities []string `protobuf:"bytes,6,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
 	// outputs_schema is a JSON Schema of the outputs map (1.1).
@@ -260,7 +260,11 @@ type JobContext struct {
 	// policies (1.3) are the rego modules the plan must pass before it is
 	// applied: the vendor's (from the app config, for this component's type)
 	// and the customer's (from the agent's own configuration).
-	Policies      []*PolicyModule `protobuf:"bytes,102,rep,name=policies,proto3" json:"policies,omitempty"`
+	Policies []*PolicyModule `protobuf:"bytes,102,rep,name=policies,proto3" json:"policies,omitempty"`
+	// destroy, on a Plan call, asks for the plan of a destroy: what Destroy
+	// would remove. Sent only to a plugin that announced the "plan_destroy"
+	// capability; the host plans a destroy itself for the others.
+	Destroy       bool `protobuf:"varint,103,opt,name=destroy,proto3" json:"destroy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -370,6 +374,13 @@ func (x *JobContext) GetPolicies() []*PolicyModule {
 		return x.Policies
 	}
 	return nil
+}
+
+func (x *JobContext) GetDestroy() bool {
+	if x != nil {
+		return x.Destroy
+	}
+	return false
 }
 
 // PolicyModule is one rego policy (1.3).
@@ -1478,7 +1489,7 @@ const file_byoc_plugin_v1_plugin_proto_rawDesc = "" +
 	"\rconfig_schema\x18\x04 \x01(\tR\fconfigSchema\x12;\n" +
 	"\bprotocol\x18\x05 \x01(\v2\x1f.byoc.plugin.v1.ProtocolVersionR\bprotocol\x12\"\n" +
 	"\fcapabilities\x18\x06 \x03(\tR\fcapabilities\x12%\n" +
-	"\x0eoutputs_schema\x18\a \x01(\tR\routputsSchema\"\xf6\x02\n" +
+	"\x0eoutputs_schema\x18\a \x01(\tR\routputsSchema\"\x90\x03\n" +
 	"\n" +
 	"JobContext\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1d\n" +
@@ -1492,7 +1503,8 @@ const file_byoc_plugin_v1_plugin_proto_rawDesc = "" +
 	"\x14approved_plan_digest\x18\b \x01(\tR\x12approvedPlanDigest\x12\x1c\n" +
 	"\tcomponent\x18d \x01(\tR\tcomponent\x12\x12\n" +
 	"\x04mode\x18e \x01(\tR\x04mode\x128\n" +
-	"\bpolicies\x18f \x03(\v2\x1c.byoc.plugin.v1.PolicyModuleR\bpolicies\"N\n" +
+	"\bpolicies\x18f \x03(\v2\x1c.byoc.plugin.v1.PolicyModuleR\bpolicies\x12\x18\n" +
+	"\adestroy\x18g \x01(\bR\adestroy\"N\n" +
 	"\fPolicyModule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06source\x18\x02 \x01(\tR\x06source\x12\x12\n" +
