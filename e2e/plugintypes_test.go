@@ -232,7 +232,7 @@ func TestPluginRegisterAndPush(t *testing.T) {
 	write("components/motd.toml", "type = \"localfile\"\n\n[config]\npath = \"etc/motd\"\ncontent = \"hello\"\nmod = \"0644\"\n")
 	out := run(1, "app", "push", dir)
 	for _, want := range []string{
-		`components/motd.toml:4: config.path: must match ^/`,
+		`components/motd.toml:4: config.path: is not in the required form (absolute path of the file) (must match the regular expression ^/)`,
 		`components/motd.toml:6: config.mod: unknown field (did you mean "mode"?)`,
 	} {
 		if !strings.Contains(out, want) {
@@ -245,7 +245,7 @@ func TestPluginRegisterAndPush(t *testing.T) {
 	if out := run(1, "app", "validate", dir); !strings.Contains(out, `no component type "localfile"`) || !strings.Contains(out, "--plugin-schema") {
 		t.Fatalf("validate without the schema:\n%s", out)
 	}
-	if out := run(1, "app", "validate", "--plugin-schema", schema, dir); !strings.Contains(out, `components/motd.toml:4: config.path: must match ^/`) {
+	if out := run(1, "app", "validate", "--plugin-schema", schema, dir); !strings.Contains(out, `components/motd.toml:4: config.path: is not in the required form (absolute path of the file) (must match the regular expression ^/)`) {
 		t.Fatalf("validate with the schema:\n%s", out)
 	}
 

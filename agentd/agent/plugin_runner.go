@@ -512,15 +512,21 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 		}
 		return fail("validate config: %v", err)
 	}
-	if len(v.Diagnostics) > 0 {
-		var b strings.Builder
-		for i, d := range v.Diagnostics {
-			if i > 0 {
-				b.WriteString("; ")
-			}
-			fmt.Fprintf(&b, "config.%s: %s", d.Field, d.Message)
+	// Warnings are said in the log; errors fail the job.
+	var errs []string
+	for _, d := range v.Diagnostics {
+		text := fmt.Sprintf("config.%s: %s", d.Field, d.Message)
+		if d.Hint != "" {
+			text += " (" + d.Hint + ")"
 		}
-		return fail("invalid %s config: %s", job.ComponentType, b.String())
+		if d.IsWarning() {
+			log(StreamSystem, "[agentd] warning: "+text)
+			continue
+		}
+		errs = append(errs, text)
+	}
+	if len(errs) > 0 {
+		return fail("invalid %s config: %s", job.ComponentType, strings.Join(errs, "; "))
 	}
 	// Secrets go to the operation only, never into the plugin process's
 	// own environment.

@@ -78,7 +78,7 @@ func (c *Client) Validate(ctx context.Context, config map[string]any) (*Validate
 	}
 	out := &ValidateResponse{}
 	for _, d := range r.GetDiagnostics() {
-		out.Diagnostics = append(out.Diagnostics, Diagnostic{Field: d.GetField(), Message: d.GetMessage()})
+		out.Diagnostics = append(out.Diagnostics, Diagnostic{Field: d.GetField(), Message: d.GetMessage(), Hint: d.GetHint(), Severity: d.GetSeverity()})
 	}
 	return out, nil
 }

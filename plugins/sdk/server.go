@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/byoc-dev/byoc/plugins/sdk/configschema"
 	"github.com/byoc-dev/byoc/plugins/sdk/jobconfig"
 	pluginv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/plugin/v1"
 )
@@ -158,20 +160,35 @@ func (s *server) Validate(ctx context.Context, req *pluginv1.ValidateRequest) (r
 	if err != nil {
 		return nil, err
 	}
-	if len(diags) == 0 {
-		r, err := s.impl.Validate(ctx, &ValidateRequest{Config: config})
-		if err != nil {
-			return nil, err
-		}
-		if r != nil {
-			diags = r.Diagnostics
+	// The plugin's own checks run even when the schema found errors, so
+	// an author sees every problem at once; a Validate that cannot cope
+	// with a config its schema refuses (an error or a panic) adds nothing
+	// to the schema's diagnostics then.
+	r, verr := s.validate(ctx, config)
+	switch {
+	case verr != nil && len(configschema.Errors(diags)) == 0:
+		return nil, verr
+	case verr == nil && r != nil:
+		// Where the schema found a field wrong, its word stands: a
+		// plugin checking the same in Validate would say it twice.
+		schemaErrs := configschema.Errors(diags)
+		for _, d := range r.Diagnostics {
+			if !slices.ContainsFunc(schemaErrs, func(e Diagnostic) bool { return e.Field == d.Field }) {
+				diags = append(diags, d)
+			}
 		}
 	}
 	out := &pluginv1.ValidateResponse{}
 	for _, d := range diags {
-		out.Diagnostics = append(out.Diagnostics, &pluginv1.Diagnostic{Field: d.Field, Message: d.Message})
+		out.Diagnostics = append(out.Diagnostics, &pluginv1.Diagnostic{Field: d.Field, Message: d.Message, Hint: d.Hint, Severity: d.Severity})
 	}
 	return out, nil
+}
+
+// validate calls the plugin's Validate, a panic made an error.
+func (s *server) validate(ctx context.Context, config map[string]any) (r *ValidateResponse, err error) {
+	defer recoverTo(&err, nil)
+	return s.impl.Validate(ctx, &ValidateRequest{Config: config})
 }
 
 // opRequest is what the plan, apply, destroy and drift requests share.
@@ -188,8 +205,8 @@ func (s *server) run(ctx context.Context, req opRequest, log Logger, fn func(Job
 	if err != nil {
 		return nil, err
 	}
-	if len(diags) > 0 {
-		return nil, DiagnosticsError(diags)
+	if errs := configschema.Errors(diags); len(errs) > 0 {
+		return nil, DiagnosticsError(errs)
 	}
 	return fn(jobFromProto(req.GetJob()), config, req.GetEnv(), log)
 }

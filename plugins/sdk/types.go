@@ -36,8 +36,11 @@ type Plugin interface {
 	// Describe says what the plugin is. The SDK adds the protocol version
 	// and the capabilities.
 	Describe(ctx context.Context, req *DescribeRequest) (*DescribeResponse, error)
-	// Validate checks a config beyond what its schema says; it is called
-	// only for configs the schema accepts.
+	// Validate checks a config beyond what its schema says. It is called
+	// even for a config the schema refuses, so that every problem is
+	// reported in one round: do not assume the schema's types (an error
+	// or a panic then only drops your diagnostics). Return warnings with
+	// Severity SeverityWarning: the agent logs them and runs the job.
 	Validate(ctx context.Context, req *ValidateRequest) (*ValidateResponse, error)
 	Plan(ctx context.Context, req *PlanRequest) (*PlanResponse, error)
 	Apply(ctx context.Context, req *ApplyRequest) (*ApplyResponse, error)

@@ -78,7 +78,7 @@ func Check(s *configschema.Schema) validate.ConfigCheck {
 			config = map[string]any{}
 		}
 		var out []validate.FieldProblem
-		for _, d := range s.ValidateWith(config, configschema.Options{Deferred: template.HasRefs}) {
+		for _, d := range configschema.Errors(s.ValidateWith(config, configschema.Options{Deferred: template.HasRefs})) {
 			out = append(out, validate.FieldProblem{Field: d.Field, Message: d.Message, Hint: d.Hint})
 		}
 		return out

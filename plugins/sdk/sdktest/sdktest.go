@@ -43,6 +43,7 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/byoc-dev/byoc/plugins/sdk"
+	"github.com/byoc-dev/byoc/plugins/sdk/configschema"
 	"github.com/byoc-dev/byoc/plugins/sdk/jobconfig"
 	"github.com/byoc-dev/byoc/plugins/sdk/redact"
 )
@@ -179,6 +180,8 @@ type Outcome struct {
 	// (fmt.Println, log.Print, os.Stderr) during the operation, as the
 	// agent logs it: "[plugin stdout] ..." on the system stream.
 	Logs []sdk.LogEvent
+	// Warnings are the warnings validation found (the step ran).
+	Warnings []sdk.Diagnostic
 	// Config is the config the plugin saw: the step's, through the
 	// agent's pipeline (reserved keys taken out, listed inputs and
 	// secrets filled in).
@@ -293,11 +296,16 @@ func Test(t testing.TB, p sdk.Plugin, c Case) {
 		if err != nil {
 			t.Fatalf("%s: validate: %v", name, err)
 		}
-		if len(v.Diagnostics) > 0 {
-			for i := range v.Diagnostics {
-				v.Diagnostics[i].Message = red.String(v.Diagnostics[i].Message)
-			}
-			return nil, v.Diagnostics
+		for i := range v.Diagnostics {
+			v.Diagnostics[i].Message = red.String(v.Diagnostics[i].Message)
+		}
+		if errs := configschema.Errors(v.Diagnostics); len(errs) > 0 {
+			return nil, errs
+		}
+		// Warnings let the job run, as on the agent, which logs them.
+		for _, d := range v.Diagnostics {
+			out.Warnings = append(out.Warnings, d)
+			logf(sdk.LogEvent{Stream: sdk.StreamSystem, Text: "[agentd] warning: config." + d.String()})
 		}
 		ctx, cancel := context.WithTimeout(t.Context(), timeout)
 		defer cancel()

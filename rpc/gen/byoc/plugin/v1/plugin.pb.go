@@ -568,8 +568,14 @@ func (x *ValidateRequest) GetConfig() *structpb.Struct {
 type Diagnostic struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// field is the path of the offending config field, such as "steps[0].script".
-	Field         string `protobuf:"bytes,1,opt,name=field,proto3" json:"field,omitempty"`
-	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Field   string `protobuf:"bytes,1,opt,name=field,proto3" json:"field,omitempty"`
+	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// hint says what would be right (the regular expression of a pattern).
+	Hint string `protobuf:"bytes,3,opt,name=hint,proto3" json:"hint,omitempty"`
+	// severity is "" (an error: the config is invalid) or "warning" (said,
+	// and the config is used). A host that does not know it treats every
+	// diagnostic as an error.
+	Severity      string `protobuf:"bytes,4,opt,name=severity,proto3" json:"severity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -614,6 +620,20 @@ func (x *Diagnostic) GetField() string {
 func (x *Diagnostic) GetMessage() string {
 	if x != nil {
 		return x.Message
+	}
+	return ""
+}
+
+func (x *Diagnostic) GetHint() string {
+	if x != nil {
+		return x.Hint
+	}
+	return ""
+}
+
+func (x *Diagnostic) GetSeverity() string {
+	if x != nil {
+		return x.Severity
 	}
 	return ""
 }
@@ -1515,11 +1535,13 @@ const file_byoc_plugin_v1_plugin_proto_rawDesc = "" +
 	"\x05level\x18\x03 \x01(\tR\x05level\x12\x18\n" +
 	"\amessage\x18\x04 \x01(\tR\amessage\"B\n" +
 	"\x0fValidateRequest\x12/\n" +
-	"\x06config\x18\x01 \x01(\v2\x17.google.protobuf.StructR\x06config\"<\n" +
+	"\x06config\x18\x01 \x01(\v2\x17.google.protobuf.StructR\x06config\"l\n" +
 	"\n" +
 	"Diagnostic\x12\x14\n" +
 	"\x05field\x18\x01 \x01(\tR\x05field\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"P\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12\x12\n" +
+	"\x04hint\x18\x03 \x01(\tR\x04hint\x12\x1a\n" +
+	"\bseverity\x18\x04 \x01(\tR\bseverity\"P\n" +
 	"\x10ValidateResponse\x12<\n" +
 	"\vdiagnostics\x18\x01 \x03(\v2\x1a.byoc.plugin.v1.DiagnosticR\vdiagnostics\"f\n" +
 	"\bLogEvent\x12.\n" +
