@@ -229,11 +229,15 @@ func TestPluginRegisterAndPush(t *testing.T) {
 	dir := t.TempDir()
 	write := func(p, content string) { cluster.WriteApp(t, dir, map[string]string{p: content}) }
 	write("app.toml", "name = \"notes\"\n")
-	write("components/motd.toml", "type = \"localfile\"\n\n[config]\npath = \"etc/motd\"\ncontent = \"hello\"\nmod = \"0644\"\n")
+	write("components/motd.toml", "type = \"localfile\"\n\n[config]\npath = \"etc/motd\"\ncontent = \"hello\"\nmod = \"0644\"\nowner = \"root\"\n")
 	out := run(1, "app", "push", dir)
 	for _, want := range []string{
 		`components/motd.toml:4: config.path: is not in the required form (absolute path of the file) (must match the regular expression ^/)`,
 		`components/motd.toml:6: config.mod: unknown field (did you mean "mode"?)`,
+		// issue 29 item 9: a stale registration is the usual cause.
+		`components/motd.toml:7: config.owner: unknown field (known fields: `,
+		`config: type localfile is registered as version 0.1.0 (`,
+		`whose schema has no such field; if the plugin has it now, that registration is stale (register the new version: byoc-plugin-localfile describe | byoc plugin register -)`,
 	} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("bad push, want %q in:\n%s", want, out)
