@@ -176,3 +176,26 @@ func TestDescribeRefusesReservedKey(t *testing.T) {
 		t.Errorf("negotiate: %v, want %q", err, want)
 	}
 }
+
+// NewLogger writes leveled, structured lines into the job's log, whose
+// level LogLevel reads back (issue 29: logging had no levels or fields).
+func TestNewLoggerLevels(t *testing.T) {
+	c := sdktest.Start(t, fake{apply: func(_ context.Context, req *sdk.ApplyRequest) (*sdk.ApplyResponse, error) {
+		log := sdk.NewLogger(req.Log, "fake")
+		log.Debug("starting", "step", 1)
+		log.Warn("disk low", "free", 3, "path", "/data")
+		return &sdk.ApplyResponse{}, nil
+	}})
+	_, logs := sdktest.Run(t, c, sdk.OpApply, &sdk.RunRequest{})
+	var got []string
+	for _, e := range logs {
+		got = append(got, sdk.LogLevel(e.Text)+" | "+e.Text)
+	}
+	want := []string{"debug | [DEBUG] fake: starting: step=1", "warn | [WARN]  fake: disk low: free=3 path=/data"}
+	if !slices.Equal(got, want) {
+		t.Errorf("lines:\n%q\nwant:\n%q", got, want)
+	}
+	if l := sdk.LogLevel("plain line"); l != "" {
+		t.Errorf("LogLevel of a plain line = %q", l)
+	}
+}
