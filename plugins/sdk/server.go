@@ -208,7 +208,11 @@ func (s *server) run(ctx context.Context, req opRequest, log Logger, fn func(Job
 	if errs := configschema.Errors(diags); len(errs) > 0 {
 		return nil, DiagnosticsError(errs)
 	}
-	return fn(jobFromProto(req.GetJob()), config, req.GetEnv(), log)
+	job, err := upgradeState(ctx, s.impl, jobFromProto(req.GetJob()), log)
+	if err != nil {
+		return nil, err
+	}
+	return fn(job, config, req.GetEnv(), log)
 }
 
 // DiagnosticsError joins diagnostics into one error: "invalid config:

@@ -97,6 +97,10 @@ func capabilities(p Plugin) []string {
 
 // JobContext tells a plugin which job it runs and where.
 type JobContext struct {
+	// StateVersion is, for a StateUpgrader, its StateVersion: what
+	// SaveState records (set by the SDK, not sent by the host).
+	StateVersion int
+
 	JobID     string
 	InstallID string
 	Attempt   int

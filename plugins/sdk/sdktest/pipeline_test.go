@@ -2,10 +2,13 @@ package sdktest_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log"
 	"os"
+	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -99,4 +102,60 @@ type reservedPlugin struct{ echo }
 
 func (*reservedPlugin) Describe(context.Context, *sdk.DescribeRequest) (*sdk.DescribeResponse, error) {
 	return &sdk.DescribeResponse{Type: "r", Version: "1", ConfigSchema: `{"type":"object","properties":{"secrets":{"type":"array"}}}`}, nil
+}
+
+// versioned keeps a counter as its state; version 1 kept it as a string
+// under "n", version 2 as a number under "count".
+type versioned struct{ echo }
+
+func (*versioned) Describe(context.Context, *sdk.DescribeRequest) (*sdk.DescribeResponse, error) {
+	return &sdk.DescribeResponse{Type: "versioned", Version: "2"}, nil
+}
+func (*versioned) StateVersion() int { return 2 }
+func (*versioned) UpgradeState(_ context.Context, req *sdk.UpgradeStateRequest) (*sdk.UpgradeStateResponse, error) {
+	var old struct {
+		N string `json:"n"`
+	}
+	if err := json.Unmarshal(req.State, &old); err != nil || req.Version != 1 {
+		return nil, fmt.Errorf("version %d: %v", req.Version, err)
+	}
+	n, err := strconv.Atoi(old.N)
+	if err != nil {
+		return nil, err
+	}
+	b, _ := json.Marshal(map[string]int{"count": n})
+	return &sdk.UpgradeStateResponse{State: b}, nil
+}
+func (*versioned) Apply(_ context.Context, req *sdk.ApplyRequest) (*sdk.ApplyResponse, error) {
+	var st struct {
+		Count int `json:"count"`
+	}
+	if _, err := sdk.LoadState(req.Job, &st); err != nil {
+		return nil, err
+	}
+	st.Count++
+	return &sdk.ApplyResponse{Outputs: map[string]string{"count": strconv.Itoa(st.Count)}}, sdk.SaveState(req.Job, st)
+}
+
+// The SDK keeps a plugin's state with its version and upgrades state
+// saved at an older version before the operation runs (build item 3).
+func TestStateUpgrade(t *testing.T) {
+	var dir string
+	msg := harness(t, &versioned{}, sdktest.Case{Steps: []sdktest.Step{
+		{Op: sdk.OpPlan, Config: map[string]any{}, Check: func(o *sdktest.Outcome) error {
+			dir = o.StateDir // a state saved by version 1 of the plugin
+			return os.WriteFile(filepath.Join(dir, sdk.StateFileName), []byte(`{"version":1,"state":{"n":"41"}}`), 0o600)
+		}},
+		{Config: map[string]any{}, Check: sdktest.All(sdktest.ExpectOutput("count", "42"),
+			sdktest.ExpectLog("upgrading the component's state from version 1 to 2"))},
+		{Config: map[string]any{}, Check: sdktest.All(sdktest.ExpectOutput("count", "43"),
+			sdktest.ExpectNoLog("upgrading"))},
+	}})
+	if msg != "" {
+		t.Fatal(msg)
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, sdk.StateFileName))
+	if string(b) != `{"version":2,"state":{"count":43}}` {
+		t.Errorf("saved state %s", b)
+	}
 }
