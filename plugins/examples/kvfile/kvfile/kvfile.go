@@ -39,6 +39,13 @@ const Schema = `{
       "propertyNames": {"pattern": "^[A-Z_][A-Z0-9_]*$", "description": "an upper-case variable name"},
       "additionalProperties": {"type": "string"}
     },
+    "secret_entries": {
+      "type": "object",
+      "sensitive": true,
+      "description": "entries whose values byoc masks in logs, plans, outputs and job configs",
+      "propertyNames": {"pattern": "^[A-Z_][A-Z0-9_]*$", "description": "an upper-case variable name"},
+      "additionalProperties": {"type": "string"}
+    },
     "mode": {"type": "string", "deprecated": true, "description": "the file is always 0600"}
   }
 }`
@@ -52,10 +59,12 @@ func (Plugin) Describe(context.Context, *sdk.DescribeRequest) (*sdk.DescribeResp
 // It runs even for a config the schema refuses, so it checks its types.
 func (Plugin) Validate(_ context.Context, req *sdk.ValidateRequest) (*sdk.ValidateResponse, error) {
 	var diags []sdk.Diagnostic
-	entries, _ := req.Config["entries"].(map[string]any)
-	for _, k := range slices.Sorted(maps.Keys(entries)) {
-		if v, ok := entries[k].(string); ok && strings.ContainsAny(v, "\r\n") {
-			diags = append(diags, sdk.Diagnostic{Field: "entries." + k, Message: "must be one line"})
+	for _, field := range []string{"entries", "secret_entries"} {
+		entries, _ := req.Config[field].(map[string]any)
+		for _, k := range slices.Sorted(maps.Keys(entries)) {
+			if v, ok := entries[k].(string); ok && strings.ContainsAny(v, "\r\n") {
+				diags = append(diags, sdk.Diagnostic{Field: field + "." + k, Message: "must be one line"})
+			}
 		}
 	}
 	return &sdk.ValidateResponse{Diagnostics: diags}, nil
@@ -99,9 +108,11 @@ func writeState(job sdk.JobContext, st state) error {
 func desired(config map[string]any) (string, map[string]string) {
 	path, _ := config["path"].(string)
 	out := map[string]string{}
-	entries, _ := config["entries"].(map[string]any)
-	for k, v := range entries {
-		out[k], _ = v.(string)
+	for _, field := range []string{"entries", "secret_entries"} {
+		entries, _ := config[field].(map[string]any)
+		for k, v := range entries {
+			out[k], _ = v.(string)
+		}
 	}
 	return path, out
 }
