@@ -50,10 +50,10 @@ type logView struct {
 	follow, wrap, stamps bool
 	// level, if set, hides lines below it (loglevel; a line without a
 	// level counts as info).
-	level string
-	top, sub             int // first shown row: line index in r and row within that line
-	query                string
-	match                int // line index of the current match, or -1
+	level    string
+	top, sub int // first shown row: line index in r and row within that line
+	query    string
+	match    int // line index of the current match, or -1
 }
 
 func newLogView(e *env, j *imsv1.Job) *logView {
