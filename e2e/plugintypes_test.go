@@ -10,10 +10,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
 	"github.com/byoc-dev/byoc/e2e/cluster"
+	"github.com/byoc-dev/byoc/imsd/store"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1/imsv1connect"
 )
@@ -261,5 +263,33 @@ func TestPluginRegisterAndPush(t *testing.T) {
 	run(0, "plugin", "remove", "localfile")
 	if out := run(0, "plugin", "list", "-o", "json"); strings.Contains(out, "localfile") {
 		t.Fatalf("list after remove:\n%s", out)
+	}
+}
+
+// A type registered before reserved config keys were refused, whose
+// schema declares one, fails every push that uses it, saying why and how
+// to fix it (issue 29 item 1: the agent took the key out silently).
+func TestRegisteredReservedKeyRefusedAtPush(t *testing.T) {
+	skipShort(t)
+	ctx := context.Background()
+	ims := cluster.StartIMS(t, fast)
+	cli := cluster.NewCLI(t, ims)
+	st, err := store.Open(ctx, filepath.Join(ims.DataDir, "imsd.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, _, err := st.PutPluginType(ctx, store.PluginType{Type: "old", Version: "0.9", Description: "{}", RegisteredAt: time.Now(),
+		ConfigSchema: `{"type":"object","properties":{"sensitive":{"type":"boolean"}}}`}); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cluster.WriteApp(t, dir, map[string]string{"app.toml": "name = \"notes\"\n", "components/c.toml": "type = \"old\"\n[config]\nsensitive = true\n"})
+	out := cli.Run(1, "app", "push", dir)
+	for _, want := range []string{`type old is registered (version 0.9) with a config schema that properties: "sensitive" is a reserved config key`,
+		"fix the plugin and register it again: byoc-plugin-old describe | byoc plugin register -"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("push lacks %q:\n%s", want, out)
+		}
 	}
 }

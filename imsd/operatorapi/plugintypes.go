@@ -13,6 +13,7 @@ import (
 	"github.com/byoc-dev/byoc/imsd/errs"
 	"github.com/byoc-dev/byoc/imsd/store"
 	"github.com/byoc-dev/byoc/plugins/sdk/configschema"
+	"github.com/byoc-dev/byoc/plugins/sdk/jobconfig"
 	"github.com/byoc-dev/byoc/plugins/typeschema"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 	"github.com/byoc-dev/byoc/schema/app/diag"
@@ -128,6 +129,15 @@ func (s *Service) configOptions(ctx context.Context) (validate.Options, error) {
 	for _, p := range types {
 		if check := checks[p.Type]; check != nil {
 			checks[p.Type] = staleHint(p, check)
+		}
+		// A registration from before reserved keys were refused: every
+		// config of the type says so, since the agent would take the key
+		// out and the plugin would never see it.
+		if err := jobconfig.CheckSchema(p.ConfigSchema); err != nil {
+			msg := fmt.Sprintf("type %s is registered (version %s) with a config schema that %v", p.Type, p.Version, err)
+			checks[p.Type] = func(map[string]any) []validate.FieldProblem {
+				return []validate.FieldProblem{{Message: msg, Hint: fmt.Sprintf("fix the plugin and register it again: byoc-plugin-%s describe | byoc plugin register -", p.Type)}}
+			}
 		}
 	}
 	return validate.Options{Types: checks, TypeHint: registerHint}, nil
