@@ -7,6 +7,8 @@
 //	agentd --role build --ims URL --enroll-token T ...  the vendor's build agent (build jobs only)
 //	agentd plugin TYPE                                  serve a built-in component type (the loader runs this;
 //	                                                    the heavy ones are served by byoc-plugins beside agentd)
+//	agentd plugin --state-dir DIR pin TYPE SHA256|unpin TYPE|list
+//	                                                    the customer's plugin pins (read again by a running agent)
 //	agentd permissions --state-dir DIR show|enable MODE|disable MODE|disable-all|enable-all|verify|adopt|reset
 //	                                                    the customer's permission modes and kill switch
 //	agentd window --state-dir DIR show|set WINDOW...|clear
@@ -125,6 +127,9 @@ func main() {
 		// The init of a plugin's namespace sandbox (pluginhost), started
 		// by the agent itself; not a command for people.
 		os.Exit(sandbox.InitMain(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "plugin" && isPinsCmd(os.Args[2:]) {
+		os.Exit(pinsCmd(os.Args[2:], os.Stdout, os.Stderr, time.Now()))
 	}
 	if len(os.Args) > 1 && os.Args[1] == "plugin" {
 		os.Exit(servePlugin(os.Args[2:]))
@@ -269,7 +274,7 @@ func run(ctx context.Context, args []string) int {
 	fs.IntVar(&capacity, "capacity", 4, "how many jobs run at once")
 	fs.Var(&pluginDirs, "plugin-dir", "`directory` searched for byoc-plugin-<type> binaries (repeatable)")
 	fs.StringVar(&bundledExe, "bundled-plugins", os.Getenv(bundledEnv), "`path` of "+bundle.Binary+", the companion binary serving the built-in types "+strings.Join(bundle.Types(), ", ")+"; default: "+bundle.Binary+" in the directory of agentd's own executable; also $"+bundledEnv)
-	fs.Var(&pins, "plugin-pin", "`type=sha256` pin for an external plugin (repeatable); unpinned plugins never run")
+	fs.Var(&pins, "plugin-pin", "`type=sha256` pin for an external plugin (repeatable); unpinned plugins never run. The customer's pin file (agentd plugin pin, read again without a restart) wins over it")
 	fs.StringVar(&secretsFile, "secrets-file", "", "customer-owned `file` of NAME=value secrets (mode 0600); jobs get those their config lists under \"secrets\", and every value is redacted from job logs, errors and outputs")
 	fs.StringVar(&kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "`file`: the kubeconfig of the cluster the helm type deploys to (also $KUBECONFIG); without one, the in-cluster config of the agent's pod")
 	fs.StringVar(&installRegistry, "install-registry", os.Getenv("BYOC_INSTALL_REGISTRY"), "the install registry `location` every image, chart and module is synced into before it runs: http(s)://HOST[:PORT][/PREFIX], HOST[:PORT][/PREFIX], or oci:DIR (an OCI image layout root); default oci:STATE-DIR/registry; also $BYOC_INSTALL_REGISTRY; credentials: the --secrets-file entries BYOC_INSTALL_REGISTRY_USERNAME, _PASSWORD, _TOKEN")
@@ -405,6 +410,20 @@ func run(ctx context.Context, args []string) int {
 	loader.Builtins = roleBuiltins(role)
 	loader.Dirs = pluginDirs
 	loader.Pins = pinMap
+	if v := os.Getenv(sdk.ReattachEnv); v != "" {
+		if loader.Reattach, err = sdk.ParseReattach(v); err != nil {
+			fmt.Fprintf(os.Stderr, "agentd: %v\n", err)
+			return 2
+		}
+		for typ, r := range loader.Reattach {
+			fmt.Fprintf(os.Stderr, "agentd: WARNING: %s: jobs of type %s call the plugin in debug mode at %s (pid %d): not pinned, not sandboxed; for development only\n",
+				sdk.ReattachEnv, typ, r.Addr.String, r.Pid)
+			log.Warn("plugin in debug mode", "type", typ, "addr", r.Addr.String, "pid", r.Pid)
+		}
+	}
+	if stateDir != "" {
+		loader.PinWatcher = &pluginhost.PinWatcher{Path: filepath.Join(stateDir, pluginhost.PinFileName)}
+	}
 	loader.Logger = log
 	loader.OwnRelay = true
 	if loader.Sandbox, err = probeSandbox(ctx, sandboxMode, insecureNoSandbox); err != nil {
@@ -497,6 +516,7 @@ func run(ctx context.Context, args []string) int {
 		Logger:      log,
 		Role:        role,
 		Stack:       stackReport(st, stackValues),
+		PinWatcher:  loader.PinWatcher,
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "agentd: %v\n", err)

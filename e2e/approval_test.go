@@ -200,6 +200,28 @@ func TestApprovalBindsThePlan(t *testing.T) {
 		!strings.Contains(strings.Join(approved, " "), "motd="+again.PlanDigest) || changed != first.PlanDigest+" -> "+again.PlanDigest {
 		t.Fatalf("audit: approvals %q, change %q", approved, changed)
 	}
+
+	// A deprovision is planned too (issue 29: it awaited approval of an
+	// empty plan): the plan names the file it removes, and the approved
+	// destroy is planned again before the plugin's Destroy runs.
+	permissions(t, agentState, "enable", "deprovision")
+	out = cli.Run(3, "install", "deprovision", "acme", "--yes", "--wait")
+	for _, want := range []string{"Plan of motd (localfile, step motd): planned sha256:", "Plan: 0 to create, 0 to update, 1 to delete, 0 to replace",
+		"  - " + target, "awaits approval of its plan"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("deprovision --wait lacks %q:\n%s", want, out)
+		}
+	}
+	if _, err := os.Stat(target); err != nil {
+		t.Fatalf("the destroy plan removed the file: %v", err)
+	}
+	deprov := workflowID.FindString(out)
+	if out := cli.Run(0, "workflow", "approve", deprov, "--wait"); !strings.Contains(out, "succeeded") {
+		t.Fatalf("approve the deprovision:\n%s", out)
+	}
+	if _, err := os.Stat(target); !os.IsNotExist(err) {
+		t.Fatalf("the approved destroy left the file: %v", err)
+	}
 }
 
 // byoc install plan --live asks each install's agent for a real plan and,

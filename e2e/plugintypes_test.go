@@ -10,10 +10,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
 	"github.com/byoc-dev/byoc/e2e/cluster"
+	"github.com/byoc-dev/byoc/imsd/store"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1/imsv1connect"
 )
@@ -219,7 +221,7 @@ func TestPluginRegisterAndPush(t *testing.T) {
 	if out, err := reg.CombinedOutput(); err != nil || !strings.Contains(string(out), `Registered component type "localfile" version 0.1.0 (protocol 1.3).`) {
 		t.Fatalf("register: %v\n%s", err, out)
 	}
-	if out := run(0, "plugin", "list"); !strings.Contains(out, "localfile") || !strings.Contains(out, "destroy,drift,outputs_schema") || !strings.Contains(out, "action") {
+	if out := run(0, "plugin", "list"); !strings.Contains(out, "localfile") || !strings.Contains(out, "destroy,drift,plan_destroy,outputs_schema") || !strings.Contains(out, "action") {
 		t.Fatalf("plugin list:\n%s", out)
 	}
 	if out := run(0, "plugin", "get", "localfile", "-o", "json"); !strings.Contains(out, `"pattern": "^/"`) {
@@ -229,11 +231,15 @@ func TestPluginRegisterAndPush(t *testing.T) {
 	dir := t.TempDir()
 	write := func(p, content string) { cluster.WriteApp(t, dir, map[string]string{p: content}) }
 	write("app.toml", "name = \"notes\"\n")
-	write("components/motd.toml", "type = \"localfile\"\n\n[config]\npath = \"etc/motd\"\ncontent = \"hello\"\nmod = \"0644\"\n")
+	write("components/motd.toml", "type = \"localfile\"\n\n[config]\npath = \"etc/motd\"\ncontent = \"hello\"\nmod = \"0644\"\nowner = \"root\"\n")
 	out := run(1, "app", "push", dir)
 	for _, want := range []string{
-		`components/motd.toml:4: config.path: must match ^/`,
+		`components/motd.toml:4: config.path: is not in the required form (absolute path of the file) (must match the regular expression ^/)`,
 		`components/motd.toml:6: config.mod: unknown field (did you mean "mode"?)`,
+		// issue 29 item 9: a stale registration is the usual cause.
+		`components/motd.toml:7: config.owner: unknown field (known fields: `,
+		`config: type localfile is registered as version 0.1.0 (`,
+		`whose schema has no such field; if the plugin has it now, that registration is stale (register the new version: byoc-plugin-localfile describe | byoc plugin register -)`,
 	} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("bad push, want %q in:\n%s", want, out)
@@ -245,7 +251,7 @@ func TestPluginRegisterAndPush(t *testing.T) {
 	if out := run(1, "app", "validate", dir); !strings.Contains(out, `no component type "localfile"`) || !strings.Contains(out, "--plugin-schema") {
 		t.Fatalf("validate without the schema:\n%s", out)
 	}
-	if out := run(1, "app", "validate", "--plugin-schema", schema, dir); !strings.Contains(out, `components/motd.toml:4: config.path: must match ^/`) {
+	if out := run(1, "app", "validate", "--plugin-schema", schema, dir); !strings.Contains(out, `components/motd.toml:4: config.path: is not in the required form (absolute path of the file) (must match the regular expression ^/)`) {
 		t.Fatalf("validate with the schema:\n%s", out)
 	}
 
@@ -257,5 +263,33 @@ func TestPluginRegisterAndPush(t *testing.T) {
 	run(0, "plugin", "remove", "localfile")
 	if out := run(0, "plugin", "list", "-o", "json"); strings.Contains(out, "localfile") {
 		t.Fatalf("list after remove:\n%s", out)
+	}
+}
+
+// A type registered before reserved config keys were refused, whose
+// schema declares one, fails every push that uses it, saying why and how
+// to fix it (issue 29 item 1: the agent took the key out silently).
+func TestRegisteredReservedKeyRefusedAtPush(t *testing.T) {
+	skipShort(t)
+	ctx := context.Background()
+	ims := cluster.StartIMS(t, fast)
+	cli := cluster.NewCLI(t, ims)
+	st, err := store.Open(ctx, filepath.Join(ims.DataDir, "imsd.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, _, err := st.PutPluginType(ctx, store.PluginType{Type: "old", Version: "0.9", Description: "{}", RegisteredAt: time.Now(),
+		ConfigSchema: `{"type":"object","properties":{"sensitive":{"type":"boolean"}}}`}); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cluster.WriteApp(t, dir, map[string]string{"app.toml": "name = \"notes\"\n", "components/c.toml": "type = \"old\"\n[config]\nsensitive = true\n"})
+	out := cli.Run(1, "app", "push", dir)
+	for _, want := range []string{`type old is registered (version 0.9) with a config schema that properties: "sensitive" is a reserved config key`,
+		"fix the plugin and register it again: byoc-plugin-old describe | byoc plugin register -"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("push lacks %q:\n%s", want, out)
+		}
 	}
 }

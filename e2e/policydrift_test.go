@@ -258,3 +258,42 @@ mode = "0644"
 		t.Errorf("job get of the check:\n%s", out)
 	}
 }
+
+// Drift on demand: byoc install drift --run checks the install's
+// components now, without a drift_schedule, waits, and lists the result
+// (issue 29 item 6: drift ran only on its schedule).
+func TestDriftOnDemand(t *testing.T) {
+	skipShort(t)
+	ims := cluster.StartIMS(t, fast)
+	cli := cluster.NewCLI(t, ims)
+	target := filepath.Join(t.TempDir(), "motd")
+	agentFlags := append(buildPlugin(t, cli, "localfile", filepath.Join(cluster.RepoRoot(), "plugins", "examples", "localfile"), true),
+		"--sandbox-writable", filepath.Dir(target))
+	token := cli.PushApp(map[string]string{
+		"app.toml":           "name = \"notes\"\n",
+		"installs/acme.toml": "",
+		"components/motd.toml": `type = "localfile"
+[config]
+path = "` + target + `"
+content = "hello\n"
+mode = "0644"
+`,
+	}).EnrollToken(t)
+	cluster.StartAgent(t, ims.URL(), token, t.TempDir(), agentFlags...)
+	if out := cli.Run(0, "install", "provision", "acme", "--wait"); !strings.Contains(out, "succeeded") {
+		t.Fatalf("provision:\n%s", out)
+	}
+	if out := cli.Run(0, "install", "drift", "acme", "--run"); !lineWith(out, "motd", "in_sync") {
+		t.Fatalf("drift --run of an unchanged file:\n%s", out)
+	}
+	if err := os.WriteFile(target, []byte("edited by hand\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := cli.Run(0, "install", "drift", "acme", "motd", "--run")
+	if !lineWith(out, "motd", "drifted", "1") || !strings.Contains(out, "motd differs from what was applied:") {
+		t.Fatalf("drift --run after an edit:\n%s", out)
+	}
+	if _, errOut, code := cli.Exec("install", "drift", "acme", "nope", "--run"); code == 0 || !strings.Contains(errOut, `runs no component "nope" (it runs: motd)`) {
+		t.Fatalf("drift --run of an unknown component: %d %s", code, errOut)
+	}
+}

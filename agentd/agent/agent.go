@@ -31,6 +31,7 @@ import (
 
 	"github.com/byoc-dev/byoc/agentd/auditlog"
 	"github.com/byoc-dev/byoc/agentd/identity"
+	"github.com/byoc-dev/byoc/agentd/pluginhost"
 	"github.com/byoc-dev/byoc/internal/backoff"
 	"github.com/byoc-dev/byoc/rpc/agentchannel"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
@@ -131,6 +132,11 @@ type Config struct {
 	// Role is "install" (default) or "build" (the vendor's build agent),
 	// sent at enrolment.
 	Role string
+	// PinWatcher, if set, is the customer's plugin pin file the loader
+	// reads (agentd plugin pin): the agent records every change it finds
+	// in its journal (plugin.pinned, plugin.unpinned), and the pins it
+	// holds at start.
+	PinWatcher *pluginhost.PinWatcher
 }
 
 // Agent is a running agentd.
@@ -295,7 +301,39 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	}); ok {
 		j.SetJournal(a.note)
 	}
+	if w := cfg.PinWatcher; w != nil {
+		w.OnChange = a.notePins
+		if _, err := w.Pins(); err != nil {
+			a.log.Error("the customer's plugin pin file is refused; no external plugin runs until it is fixed", "err", err)
+		}
+	}
 	return a, nil
+}
+
+// Journal record kinds of the customer's plugin pins.
+const (
+	KindPluginPinned   = "plugin.pinned"
+	KindPluginUnpinned = "plugin.unpinned"
+)
+
+// notePins records changes of the customer's plugin pins in the agent's
+// journal and its log.
+func (a *Agent) notePins(changes []pluginhost.PinChange) {
+	for _, c := range changes {
+		data := map[string]string{"sha256": c.New}
+		kind := KindPluginPinned
+		if c.New == "" {
+			kind, data = KindPluginUnpinned, map[string]string{}
+		}
+		if c.Old != "" {
+			data["previous"] = c.Old
+		}
+		if c.By != "" {
+			data["pinned_by"] = c.By
+		}
+		a.log.Info("plugin pin changed", "type", c.Type, "sha256", c.New, "previous", c.Old, "by", c.By)
+		a.note(kind, "plugin:"+c.Type, data)
+	}
 }
 
 // DefaultHTTPClient speaks HTTP/2 to imsd, with TLS for https:// URLs and

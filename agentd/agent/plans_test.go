@@ -135,10 +135,96 @@ func TestApprovedPlanIsReplanned(t *testing.T) {
 
 	for _, tc := range []struct{ op, digest, want string }{
 		{sdk.OpApply, "sha256:nothex", "approved plan digest"},
-		{sdk.OpDestroy, plan.PlanDigest, "only an apply can"},
+		{sdk.OpDrift, plan.PlanDigest, "only an apply or a destroy can"},
 	} {
 		if out, _ := run("job5", tc.op, tc.digest); out.Outcome != agentv1.Outcome_OUTCOME_FAILED || !strings.Contains(out.Error, tc.want) {
 			t.Errorf("%s with %q: %v %q, want an error with %q", tc.op, tc.digest, out.Outcome, out.Error, tc.want)
 		}
+	}
+}
+
+// destroyer is a planner that plans its destroys (sdk.DestroyPlanner):
+// it deletes STATE_DIR/applied, planning that from what the file holds.
+type destroyer struct{ planner }
+
+func (destroyer) Describe(context.Context, *sdk.DescribeRequest) (*sdk.DescribeResponse, error) {
+	return &sdk.DescribeResponse{Type: "destroyer", Version: "1"}, nil
+}
+func (destroyer) PlanDestroy(_ context.Context, req *sdk.PlanRequest) (*sdk.PlanResponse, error) {
+	b, err := os.ReadFile(filepath.Join(req.Job.StateDir, "applied"))
+	if err != nil {
+		return nil, err
+	}
+	return &sdk.PlanResponse{PlannedChanges: []sdk.PlannedChange{{Address: "file.applied", Action: sdk.ActionDelete,
+		Before: map[string]any{"text": string(b)}, Summary: "delete " + strings.TrimSpace(string(b))}}}, nil
+}
+func (destroyer) Destroy(_ context.Context, req *sdk.DestroyRequest) (*sdk.DestroyResponse, error) {
+	return &sdk.DestroyResponse{}, os.WriteFile(filepath.Join(req.Job.StateDir, "destroyed"), []byte(req.Job.ApprovedPlanDigest), 0o600)
+}
+
+// remover destroys but does not plan its destroys.
+type remover struct{ planner }
+
+func (remover) Describe(context.Context, *sdk.DescribeRequest) (*sdk.DescribeResponse, error) {
+	return &sdk.DescribeResponse{Type: "remover", Version: "2"}, nil
+}
+func (remover) Destroy(_ context.Context, req *sdk.DestroyRequest) (*sdk.DestroyResponse, error) {
+	return &sdk.DestroyResponse{}, os.WriteFile(filepath.Join(req.Job.StateDir, "destroyed"), []byte(req.Job.ApprovedPlanDigest), 0o600)
+}
+
+// A destroy is planned (plan-destroy) and, approved, planned again right
+// before Destroy, which runs only when the plan is the approved one
+// (issue 29: destroys were not planned). A plugin without the hook gets
+// the agent's plan: one change deleting the component.
+func TestApprovedDestroyIsReplanned(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stateRoot := t.TempDir()
+	r := &agent.PluginRunner{Loader: &pluginhost.Loader{SelfExe: self, Builtins: []string{"destroyer", "remover"}},
+		WorkRoot: t.TempDir(), StateRoot: stateRoot}
+	t.Cleanup(func() { r.Close() })
+	run := func(typ, id, op, approved string) (agent.Outcome, string) {
+		t.Helper()
+		var l logs
+		out := r.Run(t.Context(), agent.Job{ID: id, InstallID: "ins1", Attempt: 1, ComponentType: typ, Component: typ + "-files",
+			Operation: op, Config: map[string]any{}, Timeout: time.Minute, ApprovedPlanDigest: approved, Mode: "deprovision"},
+			func(stream int32, text string) { l.add(stream, text) })
+		return out, l.String()
+	}
+	run("destroyer", "job0", sdk.OpPlanDestroy, "") // makes the state dir
+	state := filepath.Join(stateRoot, "destroyer-files")
+	os.WriteFile(filepath.Join(state, "applied"), []byte("v1\n"), 0o600)
+	plan, log := run("destroyer", "job1", sdk.OpPlanDestroy, "")
+	if plan.Outcome != agentv1.Outcome_OUTCOME_SUCCEEDED || len(plan.PlannedChanges) != 1 || plan.PlannedChanges[0].Action != sdk.ActionDelete ||
+		plan.PlannedChanges[0].Summary != "delete v1" || !strings.HasPrefix(plan.PlanDigest, "sha256:") {
+		t.Fatalf("destroy plan: %v %s %v\n%s", plan.Outcome, plan.Error, plan.PlannedChanges, log)
+	}
+	// What is there changed since the approval: nothing is destroyed.
+	os.WriteFile(filepath.Join(state, "applied"), []byte("v2\n"), 0o600)
+	changed, log := run("destroyer", "job2", sdk.OpDestroy, plan.PlanDigest)
+	if changed.Outcome != agentv1.Outcome_OUTCOME_FAILED || !strings.Contains(changed.Error, "nothing was destroyed, approve the new plan to destroy it") {
+		t.Fatalf("changed destroy plan: %v %q\n%s", changed.Outcome, changed.Error, log)
+	}
+	if _, err := os.Stat(filepath.Join(state, "destroyed")); err == nil {
+		t.Fatal("destroyed despite a changed plan")
+	}
+	out, log := run("destroyer", "job3", sdk.OpDestroy, changed.PlanDigest)
+	if out.Outcome != agentv1.Outcome_OUTCOME_SUCCEEDED || !strings.Contains(log, "planning again before destroying") {
+		t.Fatalf("approved destroy: %v %q\n%s", out.Outcome, out.Error, log)
+	}
+	if b, _ := os.ReadFile(filepath.Join(state, "destroyed")); string(b) != changed.PlanDigest {
+		t.Fatalf("Destroy saw approved digest %q, want %q", b, changed.PlanDigest)
+	}
+
+	// No hook: the agent plans the component's deletion, the same each time.
+	hp, log := run("remover", "job4", sdk.OpPlanDestroy, "")
+	if hp.Outcome != agentv1.Outcome_OUTCOME_SUCCEEDED || len(hp.PlannedChanges) != 1 || hp.PlannedChanges[0].Address != "remover-files" ||
+		hp.PlannedChanges[0].Action != sdk.ActionDelete || !strings.Contains(hp.PlannedChanges[0].Summary, "does not list what it removes") {
+		t.Fatalf("host destroy plan: %v %q %v\n%s", hp.Outcome, hp.Error, hp.PlannedChanges, log)
+	}
+	if out, log := run("remover", "job5", sdk.OpDestroy, hp.PlanDigest); out.Outcome != agentv1.Outcome_OUTCOME_SUCCEEDED {
+		t.Fatalf("approved destroy without the hook: %v %q\n%s", out.Outcome, out.Error, log)
 	}
 }

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,10 +19,10 @@ import (
 
 	"github.com/byoc-dev/byoc/agentd/egress"
 	"github.com/byoc-dev/byoc/agentd/pluginhost"
-	"github.com/byoc-dev/byoc/agentd/redact"
-	"github.com/byoc-dev/byoc/agentd/secrets"
 	"github.com/byoc-dev/byoc/internal/stackconfig"
 	"github.com/byoc-dev/byoc/plugins/sdk"
+	"github.com/byoc-dev/byoc/plugins/sdk/jobconfig"
+	"github.com/byoc-dev/byoc/plugins/sdk/redact"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 )
@@ -203,6 +204,9 @@ const InstallRegistryEnv = "BYOC_INSTALL_REGISTRY"
 // job.Kill) kills it at once.
 func (r *PluginRunner) runOp(ctx context.Context, inst *pluginhost.Instance, job Job, op string, req *sdk.RunRequest,
 	onLog func(sdk.LogEvent), log func(int32, string)) (*sdk.Result, error) {
+	if res, ok := hostDestroyPlan(inst, job, op); ok {
+		return res, nil
+	}
 	if r.CancelGrace <= 0 || !inst.CanInterrupt() {
 		return inst.Run(ctx, op, req, onLog)
 	}
@@ -241,10 +245,36 @@ func (r *PluginRunner) runOp(ctx context.Context, inst *pluginhost.Instance, job
 	return inst.Run(runCtx, op, req, onLog)
 }
 
+// hostDestroyPlan is the plan of a destroy the agent makes itself for a
+// plugin that does not plan destroys (no sdk.CapPlanDestroy): one change
+// deleting the component, so that an operator approves a destroy by
+// name, never an empty plan. ok is false when the plugin plans it.
+func hostDestroyPlan(inst *pluginhost.Instance, job Job, op string) (*sdk.Result, bool) {
+	d := inst.Description()
+	if op != sdk.OpPlanDestroy || d.Has(sdk.CapPlanDestroy) {
+		return nil, false
+	}
+	if !d.Has(sdk.CapDestroy) {
+		return &sdk.Result{ExitCode: -1, Error: fmt.Sprintf("type %s cannot destroy (its capabilities: %s)", d.Type, strings.Join(d.Capabilities, ", "))}, true
+	}
+	address := cmp.Or(job.Component, job.ComponentType)
+	return &sdk.Result{Changes: "destroy " + address, PlannedChanges: []sdk.PlannedChange{{Address: address, Action: sdk.ActionDelete,
+		Summary: fmt.Sprintf("destroy component %s (type %s %s, which does not list what it removes)", address, d.Type, d.Version)}}}, true
+}
+
+// planOp is the plan operation that checks an approved plan before op:
+// the plan of a destroy before a destroy, else a plan.
+func planOp(op string) string {
+	if op == sdk.OpDestroy {
+		return sdk.OpPlanDestroy
+	}
+	return sdk.OpPlan
+}
+
 // SecretsKey is the top-level config key, for every component type, that
 // lists the secrets a job receives. The agent resolves and removes it
 // before the plugin sees the config.
-const SecretsKey = "secrets"
+const SecretsKey = jobconfig.SecretsKey
 
 // redactHold bounds how long a log line that ends like the start of a
 // secret is held back waiting for the next event of its stream.
@@ -259,7 +289,7 @@ func (r *PluginRunner) Run(ctx context.Context, job Job, rawLog func(int32, stri
 	secretValues = append(secretValues, r.Redact...)
 	// Values imsd marks sensitive (sensitive inputs) are redacted like
 	// secrets; the list never reaches the plugin.
-	config, sensitive, sensErr := takeSensitive(job.Config)
+	config, sensitive, sensErr := jobconfig.TakeSensitive(job.Config)
 	job.Config = config
 	// The job's role's credentials, asked for before anything starts; a
 	// mode without a role fails the job here.
@@ -313,27 +343,6 @@ func (r *PluginRunner) Run(ctx context.Context, job Job, rawLog func(int32, stri
 	return out
 }
 
-// redactValue redacts every string in a planned change's value.
-func redactValue(red *redact.Redactor, v *structpb.Value) *structpb.Value {
-	switch k := v.GetKind().(type) {
-	case *structpb.Value_StringValue:
-		return structpb.NewStringValue(red.String(k.StringValue))
-	case *structpb.Value_ListValue:
-		out := &structpb.ListValue{}
-		for _, e := range k.ListValue.GetValues() {
-			out.Values = append(out.Values, redactValue(red, e))
-		}
-		return structpb.NewListValue(out)
-	case *structpb.Value_StructValue:
-		out := &structpb.Struct{Fields: map[string]*structpb.Value{}}
-		for name, e := range k.StructValue.GetFields() {
-			out.Fields[red.String(name)] = redactValue(red, e)
-		}
-		return structpb.NewStructValue(out)
-	}
-	return v
-}
-
 // changedKeys lists the top-level keys whose values differ between two
 // objects, sorted; nil unless both are objects.
 func changedKeys(before, after any) []string {
@@ -360,165 +369,19 @@ func changedKeys(before, after any) []string {
 // SensitiveKey is the top-level config key that lists values to redact
 // from everything the job sends back (imsd puts the values of sensitive
 // inputs there). The agent removes it before the plugin sees the config.
-const SensitiveKey = "sensitive"
-
-// takeSensitive takes the "sensitive" list out of config.
-func takeSensitive(config map[string]any) (map[string]any, []string, error) {
-	raw, ok := config[SensitiveKey]
-	if !ok {
-		return config, nil, nil
-	}
-	rest := maps.Clone(config)
-	delete(rest, SensitiveKey)
-	list, ok := raw.([]any)
-	if !ok {
-		return rest, nil, fmt.Errorf("config.%s: must be a list of strings", SensitiveKey)
-	}
-	var out []string
-	for i, v := range list {
-		s, ok := v.(string)
-		if !ok {
-			return rest, out, fmt.Errorf("config.%s[%d]: must be a string", SensitiveKey, i)
-		}
-		out = append(out, s)
-	}
-	return rest, out, nil
-}
-
-// substituteSecrets replaces every {{ .secrets.NAME }} in the strings of a
-// config value with the secret's value; NAME must be one of env's.
-func substituteSecrets(path string, v any, env map[string]string) (any, error) {
-	switch v := v.(type) {
-	case string:
-		out, err := agentproto.ReplaceSecrets(v, func(n string) (string, bool) { s, ok := env[n]; return s, ok })
-		if err != nil {
-			return nil, fmt.Errorf("%s: %v (list it in config.%s)", path, err, SecretsKey)
-		}
-		return out, nil
-	case []any:
-		out := make([]any, len(v))
-		for i, e := range v {
-			var err error
-			if out[i], err = substituteSecrets(fmt.Sprintf("%s[%d]", path, i), e, env); err != nil {
-				return nil, err
-			}
-		}
-		return out, nil
-	case map[string]any:
-		out := make(map[string]any, len(v))
-		for k, e := range v {
-			var err error
-			if out[k], err = substituteSecrets(path+"."+k, e, env); err != nil {
-				return nil, err
-			}
-		}
-		return out, nil
-	}
-	return v, nil
-}
-
-// resolveSecrets takes the "secrets" list out of config and returns the
-// named secrets as environment variables, with every {{ .secrets.NAME }}
-// in the config's strings replaced by the value.
-func (r *PluginRunner) resolveSecrets(config map[string]any) (map[string]any, map[string]string, error) {
-	raw, ok := config[SecretsKey]
-	if !ok {
-		return config, nil, nil
-	}
-	rest := make(map[string]any, len(config))
-	for k, v := range config {
-		if k != SecretsKey {
-			rest[k] = v
-		}
-	}
-	list, ok := raw.([]any)
-	if !ok {
-		return nil, nil, fmt.Errorf("config.%s: must be a list of secret names", SecretsKey)
-	}
-	env := map[string]string{}
-	for i, item := range list {
-		name, ok := item.(string)
-		if !ok || !secrets.Name.MatchString(name) {
-			return nil, nil, fmt.Errorf("config.%s[%d]: must be a secret name of letters, digits and _", SecretsKey, i)
-		}
-		v, ok := r.Secrets[name]
-		if !ok {
-			return nil, nil, fmt.Errorf("config.%s[%d]: secret %q is not defined on this agent (its --secrets-file)", SecretsKey, i, name)
-		}
-		env[name] = v
-	}
-	out, err := substituteSecrets("config", rest, env)
-	if err != nil {
-		return nil, nil, err
-	}
-	return out.(map[string]any), env, nil
-}
+const SensitiveKey = jobconfig.SensitiveKey
 
 // CustomerInputsKey is the top-level config key that lists the
 // customer-provided inputs a job's config refers to.
-const CustomerInputsKey = "customer_inputs"
+const CustomerInputsKey = jobconfig.CustomerInputsKey
 
-// resolveInputs takes the "customer_inputs" list out of config and puts
-// each listed input's value (from the install stack) in place of its
-// {{ .inputs.NAME }} in the config's strings.
-func (r *PluginRunner) resolveInputs(config map[string]any) (map[string]any, error) {
-	raw, ok := config[CustomerInputsKey]
-	if !ok {
-		return config, nil
-	}
-	rest := maps.Clone(config)
-	delete(rest, CustomerInputsKey)
-	list, ok := raw.([]any)
-	if !ok {
-		return nil, fmt.Errorf("config.%s: must be a list of input names", CustomerInputsKey)
-	}
-	ours := map[string]bool{}
-	for i, item := range list {
-		name, ok := item.(string)
-		if !ok || !secrets.Name.MatchString(name) {
-			return nil, fmt.Errorf("config.%s[%d]: must be an input name of letters, digits and _", CustomerInputsKey, i)
-		}
-		if _, ok := r.Inputs[name]; !ok {
-			return nil, fmt.Errorf("customer input %q is not set in this install's stack (its parameter %s; an agent run without --stack-config has none)",
+// sources are what a job's config is filled in from (jobconfig).
+func (r *PluginRunner) sources() jobconfig.Sources {
+	return jobconfig.Sources{Secrets: r.Secrets, Inputs: r.Inputs, SecretsOrigin: "its --secrets-file",
+		MissingInput: func(name string) error {
+			return fmt.Errorf("customer input %q is not set in this install's stack (its parameter %s; an agent run without --stack-config has none)",
 				name, "Input"+stackconfig.Pascal(name))
-		}
-		ours[name] = true
-	}
-	var walk func(path string, v any) (any, error)
-	walk = func(path string, v any) (any, error) {
-		switch v := v.(type) {
-		case string:
-			out, err := agentproto.ReplaceInputs(v, func(n string) (string, bool) { s, ok := r.Inputs[n]; return s, ok }, func(n string) bool { return ours[n] })
-			if err != nil {
-				return nil, fmt.Errorf("%s: %v", path, err)
-			}
-			return out, nil
-		case []any:
-			out := make([]any, len(v))
-			for i, e := range v {
-				var err error
-				if out[i], err = walk(fmt.Sprintf("%s[%d]", path, i), e); err != nil {
-					return nil, err
-				}
-			}
-			return out, nil
-		case map[string]any:
-			out := make(map[string]any, len(v))
-			for k, e := range v {
-				var err error
-				if out[k], err = walk(path+"."+k, e); err != nil {
-					return nil, err
-				}
-			}
-			return out, nil
-		}
-		return v, nil
-	}
-	out, err := walk("config", rest)
-	if err != nil {
-		return nil, err
-	}
-	return out.(map[string]any), nil
+		}}
 }
 
 // run runs job; configErr, when set, fails it before anything starts;
@@ -532,16 +395,14 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 	if configErr != nil {
 		return fail("%v", configErr)
 	}
-	config, err := r.resolveInputs(job.Config)
+	// The customer's inputs are filled in, the vendor's policies taken
+	// out (their text is not the plugin's config) and the secrets
+	// resolved, as sdktest does (jobconfig).
+	prepared, err := jobconfig.Resolve(job.Config, r.sources())
 	if err != nil {
 		return fail("%v", err)
 	}
-	// The vendor's policies leave the config before secrets are
-	// resolved: their text is not the plugin's config.
-	config, vendorPolicies, err := takeVendorPolicies(config)
-	if err != nil {
-		return fail("%v", err)
-	}
+	config, secretEnv := prepared.Config, prepared.SecretEnv
 	var policies []sdk.PolicyModule
 	if slices.Contains(policyOps, job.Operation) {
 		// The customer's first: what a customer configured is evaluated
@@ -549,11 +410,9 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 		if policies, err = CustomerPolicies(r.PolicyDir); err != nil {
 			return fail("%v", err)
 		}
-		policies = append(policies, vendorPolicies...)
-	}
-	config, secretEnv, err := r.resolveSecrets(config)
-	if err != nil {
-		return fail("%v", err)
+		for _, p := range prepared.Policies {
+			policies = append(policies, sdk.PolicyModule{Name: p.Name, Source: sdk.PolicySourceVendor, Rego: p.Rego})
+		}
 	}
 	job.Config = config
 	work := filepath.Join(r.WorkRoot, fmt.Sprintf("%s-%d", job.ID, job.Attempt))
@@ -661,6 +520,9 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 	if sb := r.Loader.Sandbox; sb != nil {
 		sandboxed = "sandbox " + string(sb.Isolation)
 	}
+	if inst.Reattached() {
+		sandboxed = "DEBUG MODE: reattached through " + sdk.ReattachEnv + ", not pinned, no sandbox"
+	}
 	log(StreamSystem, fmt.Sprintf("[agentd] %s %s: attempt %d, plugin %s %s started in %s (pid group %d, protocol %s, %s)",
 		job.ComponentType, job.Operation, job.Attempt, d.Type, d.Version, time.Since(started).Round(time.Millisecond), inst.PGID(), d.Negotiated, sandboxed))
 	evaluates := d.Has(sdk.CapPolicy) && !d.Negotiated.Less(sdk.ProtocolVersion{Major: 1, Minor: 3})
@@ -683,15 +545,21 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 		}
 		return fail("validate config: %v", err)
 	}
-	if len(v.Diagnostics) > 0 {
-		var b strings.Builder
-		for i, d := range v.Diagnostics {
-			if i > 0 {
-				b.WriteString("; ")
-			}
-			fmt.Fprintf(&b, "config.%s: %s", d.Field, d.Message)
+	// Warnings are said in the log; errors fail the job.
+	var errs []string
+	for _, d := range v.Diagnostics {
+		text := fmt.Sprintf("config.%s: %s", d.Field, d.Message)
+		if d.Hint != "" {
+			text += " (" + d.Hint + ")"
 		}
-		return fail("invalid %s config: %s", job.ComponentType, b.String())
+		if d.IsWarning() {
+			log(StreamSystem, "[agentd] warning: "+text)
+			continue
+		}
+		errs = append(errs, text)
+	}
+	if len(errs) > 0 {
+		return fail("invalid %s config: %s", job.ComponentType, strings.Join(errs, "; "))
 	}
 	// Secrets go to the operation only, never into the plugin process's
 	// own environment.
@@ -722,9 +590,10 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 	}
 	var out Outcome
 	switch {
-	case job.ApprovedPlanDigest != "" && job.Operation == sdk.OpApply:
+	case job.ApprovedPlanDigest != "" && (job.Operation == sdk.OpApply || job.Operation == sdk.OpDestroy):
 		// The operator approved a plan: plan again, in this job and under
-		// the same state-dir lock, and apply only if nothing changed.
+		// the same state-dir lock, and apply (or destroy) only if nothing
+		// changed.
 		fresh, ok, failed := r.replan(ctx, inst, job, jc, opEnv, plans, log, red)
 		if !ok {
 			return failed
@@ -733,8 +602,8 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 		jc.ApprovedPlanDigest = job.ApprovedPlanDigest
 		jc.PlanDir = plans.dir(job.ApprovedPlanDigest)
 	case job.ApprovedPlanDigest != "":
-		return fail("a %s job carries an approved plan digest; only an apply can", job.Operation)
-	case job.Operation == sdk.OpPlan && plans.root != "":
+		return fail("a %s job carries an approved plan digest; only an apply or a destroy can", job.Operation)
+	case sdk.IsPlan(job.Operation) && plans.root != "":
 		if jc.PlanDir, err = plans.fresh(job); err != nil {
 			return fail("plan directory: %v", err)
 		}
@@ -774,7 +643,7 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 	logChanges(job.Operation, res, log)
 	out.Outcome, out.ExitCode, out.Outputs = agentv1.Outcome_OUTCOME_SUCCEEDED, int32(res.ExitCode), res.Outputs
 	out.PolicyFindings, out.Drifted = findingsToProto(res.PolicyFindings), res.Drifted
-	if job.Operation == sdk.OpPlan || job.Operation == sdk.OpDrift || len(res.PlannedChanges) > 0 {
+	if sdk.IsPlan(job.Operation) || job.Operation == sdk.OpDrift || len(res.PlannedChanges) > 0 {
 		if out.PlannedChanges, out.PlanDigest, err = redactedPlan(res.PlannedChanges, red); err != nil {
 			plans.discard(jc.PlanDir)
 			return fail("%v", err)
@@ -792,7 +661,7 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 			out.Error = fmt.Sprintf("exit code %d", res.ExitCode)
 		}
 	}
-	if job.Operation == sdk.OpPlan {
+	if sdk.IsPlan(job.Operation) {
 		if out.Outcome != agentv1.Outcome_OUTCOME_SUCCEEDED {
 			plans.discard(jc.PlanDir)
 		} else if err := plans.keep(jc.PlanDir, out.PlanDigest); err != nil {
@@ -830,12 +699,10 @@ func redactedPlan(changes []sdk.PlannedChange, red *redact.Redactor) ([]*agentv1
 		pc := &agentv1.PlannedChange{Address: red.String(c.Address), Action: c.Action, Summary: red.String(c.Summary)}
 		// The values came from protobuf, so they convert back.
 		if c.Before != nil {
-			v, _ := structpb.NewValue(c.Before)
-			pc.Before = redactValue(red, v)
+			pc.Before, _ = structpb.NewValue(red.Value(c.Before))
 		}
 		if c.After != nil {
-			v, _ := structpb.NewValue(c.After)
-			pc.After = redactValue(red, v)
+			pc.After, _ = structpb.NewValue(red.Value(c.After))
 		}
 		out = append(out, pc)
 	}
@@ -877,7 +744,11 @@ func (r *PluginRunner) replan(ctx context.Context, inst *pluginhost.Instance, jo
 	if _, valid := agentproto.PlanDigestHex(job.ApprovedPlanDigest); !valid {
 		return "", false, fail("approved plan digest %q: want sha256: and 64 lowercase hex digits", job.ApprovedPlanDigest)
 	}
-	log(StreamSystem, "[agentd] the operator approved plan "+job.ApprovedPlanDigest+"; planning again before applying")
+	verb, done, op := "applying", "applied", "apply"
+	if job.Operation == sdk.OpDestroy {
+		verb, done, op = "destroying", "destroyed", "destroy"
+	}
+	log(StreamSystem, "[agentd] the operator approved plan "+job.ApprovedPlanDigest+"; planning again before "+verb)
 	var err error
 	if plans.root != "" {
 		if jc.PlanDir, err = plans.fresh(job); err != nil {
@@ -888,8 +759,15 @@ func (r *PluginRunner) replan(ctx context.Context, inst *pluginhost.Instance, jo
 	if jc.PlanDir != "" {
 		planEnv["BYOC_PLAN_DIR"] = jc.PlanDir
 	}
-	res, err := inst.Run(ctx, sdk.OpPlan, &sdk.RunRequest{Job: jc, Config: job.Config, Env: planEnv},
-		func(e sdk.LogEvent) { log(int32(e.Stream), e.Text) })
+	var res *sdk.Result
+	var err2 error
+	if hp, ok := hostDestroyPlan(inst, job, planOp(job.Operation)); ok {
+		res = hp
+	} else {
+		res, err2 = inst.Run(ctx, planOp(job.Operation), &sdk.RunRequest{Job: jc, Config: job.Config, Env: planEnv},
+			func(e sdk.LogEvent) { log(int32(e.Stream), e.Text) })
+	}
+	err = err2
 	if err == nil && res.Error == "" && res.ExitCode != 0 {
 		res.Error = fmt.Sprintf("exit code %d", res.ExitCode)
 	}
@@ -901,20 +779,20 @@ func (r *PluginRunner) replan(ctx context.Context, inst *pluginhost.Instance, jo
 		if err == nil {
 			err = errors.New(res.Error)
 		}
-		return "", false, fail("plan before apply failed, nothing was applied: %v", err)
+		return "", false, fail("plan before %s failed, nothing was %s: %v", op, done, err)
 	}
-	logChanges(sdk.OpPlan, res, log)
+	logChanges(planOp(job.Operation), res, log)
 	changes, digest, err := redactedPlan(res.PlannedChanges, red)
 	if err != nil {
 		plans.discard(jc.PlanDir)
-		return "", false, fail("plan before apply: %v", err)
+		return "", false, fail("plan before %s: %v", op, err)
 	}
 	if digest != job.ApprovedPlanDigest {
 		if err := plans.keep(jc.PlanDir, digest); err != nil {
 			log(StreamSystem, "[agentd] keep the fresh plan's artifact: "+red.String(err.Error()))
 		}
-		out := fail("plan changed since approval: approved %s, the plan now is %s (%d changes); nothing was applied, approve the new plan to apply it",
-			job.ApprovedPlanDigest, digest, len(changes))
+		out := fail("plan changed since approval: approved %s, the plan now is %s (%d changes); nothing was %s, approve the new plan to %s it",
+			job.ApprovedPlanDigest, digest, len(changes), done, op)
 		out.PlannedChanges, out.PlanDigest = changes, digest
 		return digest, false, out
 	}

@@ -37,6 +37,12 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 2 && os.Args[1] == "plugin" && os.Args[2] == "planner" {
 		sdk.ServeArgs(planner{}, os.Args[3:])
 	}
+	if len(os.Args) > 2 && os.Args[1] == "plugin" && os.Args[2] == "destroyer" {
+		sdk.ServeArgs(destroyer{}, os.Args[3:])
+	}
+	if len(os.Args) > 2 && os.Args[1] == "plugin" && os.Args[2] == "remover" {
+		sdk.ServeArgs(remover{}, os.Args[3:])
+	}
 	if len(os.Args) > 1 && os.Args[1] == sandbox.InitArg {
 		os.Exit(sandbox.InitMain(os.Args[2:]))
 	}

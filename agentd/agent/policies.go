@@ -2,13 +2,13 @@ package agent
 
 import (
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/byoc-dev/byoc/plugins/sdk"
+	"github.com/byoc-dev/byoc/plugins/sdk/jobconfig"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 )
 
@@ -19,35 +19,10 @@ import (
 // imsd sent. The agent removes the key before the plugin sees the config
 // and hands the policies over as JobContext.Policies, source "vendor"
 // whatever the list says.
-const VendorPoliciesKey = "vendor_policies"
+const VendorPoliciesKey = jobconfig.VendorPoliciesKey
 
 // policyOps are the operations whose plans policies check.
-var policyOps = []string{sdk.OpPlan, sdk.OpApply, sdk.OpDestroy}
-
-// takeVendorPolicies takes the vendor's policies out of config.
-func takeVendorPolicies(config map[string]any) (map[string]any, []sdk.PolicyModule, error) {
-	raw, ok := config[VendorPoliciesKey]
-	if !ok {
-		return config, nil, nil
-	}
-	rest := maps.Clone(config)
-	delete(rest, VendorPoliciesKey)
-	list, ok := raw.([]any)
-	if !ok {
-		return rest, nil, fmt.Errorf("config.%s: must be a list of policies", VendorPoliciesKey)
-	}
-	var out []sdk.PolicyModule
-	for i, v := range list {
-		m, _ := v.(map[string]any)
-		name, _ := m["name"].(string)
-		text, ok := m["rego"].(string)
-		if name == "" || !ok {
-			return rest, nil, fmt.Errorf("config.%s[%d]: must be an object with a name and rego text", VendorPoliciesKey, i)
-		}
-		out = append(out, sdk.PolicyModule{Name: name, Source: sdk.PolicySourceVendor, Rego: text})
-	}
-	return rest, out, nil
-}
+var policyOps = []string{sdk.OpPlan, sdk.OpApply, sdk.OpDestroy, sdk.OpPlanDestroy}
 
 // CustomerPolicies reads the customer's policies: every *.rego file in
 // dir (not below it), by name. They are read again for every job, so a

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -49,7 +50,14 @@ type Instance struct {
 	synced int
 
 	killOnce sync.Once
+	// conn is the connection to a plugin served in debug mode
+	// (Loader.Reattach): Kill closes it and leaves the process running.
+	conn *grpc.ClientConn
 }
+
+// Reattached reports whether the instance is a plugin served in debug
+// mode outside the agent (Loader.Reattach).
+func (i *Instance) Reattached() bool { return i.conn != nil }
 
 // Type returns the component type the instance serves.
 func (i *Instance) Type() string { return i.typ }
@@ -99,7 +107,7 @@ func (i *Instance) Run(ctx context.Context, op string, req *sdk.RunRequest, onLo
 // line to its stdout and stderr after each Validate and operation, and
 // go-plugin forwards them in order behind the rest.
 func (i *Instance) syncOutput() {
-	if i.desc == nil || i.desc.Negotiated.Less(sdk.ProtocolVersion{Major: 1, Minor: 2}) {
+	if i.conn != nil || i.desc == nil || i.desc.Negotiated.Less(sdk.ProtocolVersion{Major: 1, Minor: 2}) {
 		return
 	}
 	i.syncMu.Lock()
@@ -150,6 +158,9 @@ func (i *Instance) EgressRefused() string {
 
 // exited reports whether the plugin process has ended.
 func (i *Instance) exited() bool {
+	if i.conn != nil {
+		return false // not the agent's process
+	}
 	return i.client.Exited() || (i.pgid > 0 && processExited(i.pgid))
 }
 
@@ -188,6 +199,10 @@ func (i *Instance) Interrupt() {
 // once and from several goroutines.
 func (i *Instance) Kill() {
 	i.killOnce.Do(func() {
+		if i.conn != nil {
+			_ = i.conn.Close()
+			return
+		}
 		if i.pgid > 0 {
 			i.killGroup()
 		}

@@ -107,8 +107,18 @@ type Loader struct {
 	BundledHint string
 	// Dirs are searched in order for external plugins.
 	Dirs []string
-	// Pins maps an external type to the hex SHA-256 of its binary.
+	// Pins maps an external type to the hex SHA-256 of its binary
+	// (agentd --plugin-pin).
 	Pins map[string]string
+	// Reattach names plugins served in debug mode outside the agent, by
+	// type (sdk.ReattachEnv): a job of such a type calls that process
+	// instead of starting one, unpinned and unsandboxed, and leaves it
+	// running. For development only.
+	Reattach map[string]sdk.ReattachInfo
+	// PinWatcher, if set, serves the customer's pin file (agentd plugin
+	// pin): read again whenever it changes, its pin for a type wins over
+	// Pins'.
+	PinWatcher *PinWatcher
 	// Logger receives go-plugin's messages and the plugins' stderr at debug
 	// level. Nil discards them.
 	Logger *slog.Logger
@@ -190,6 +200,9 @@ type StartOptions struct {
 func (l *Loader) Start(ctx context.Context, typ string, opt StartOptions) (*Instance, error) {
 	if opt.WorkDir == "" {
 		return nil, fmt.Errorf("start plugin %s: work dir is required", typ)
+	}
+	if r, ok := l.Reattach[typ]; ok {
+		return l.reattach(ctx, typ, r, opt)
 	}
 	cmd, exe, external, err := l.command(typ)
 	if err != nil {
@@ -558,7 +571,10 @@ func (l *Loader) verify(typ, dir, path string) (*os.File, error) {
 	if err := checkDir(dir); err != nil {
 		return nil, err
 	}
-	want, pinned := l.Pins[typ]
+	want, pinned, err := l.pin(typ)
+	if err != nil {
+		return nil, fmt.Errorf("plugin %s: %w", typ, err)
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("open plugin: %w", err)
@@ -581,10 +597,12 @@ func (l *Loader) verify(typ, dir, path string) (*os.File, error) {
 		return nil, err
 	}
 	if !pinned {
-		return nil, fmt.Errorf("plugin %s is not pinned: add its sha256 to the agent's plugin pins after checking it (%s has sha256 %s)", typ, path, got)
+		return nil, fmt.Errorf("plugin %s is not pinned: %s has sha256 %s; check it is the binary you mean to run, then pin it: %s",
+			typ, path, got, l.pinHint(typ, got))
 	}
-	if !strings.EqualFold(strings.TrimSpace(want), got) {
-		return nil, fmt.Errorf("plugin %s: checksum mismatch: pinned %s, found %s", typ, strings.ToLower(strings.TrimSpace(want)), got)
+	if want != got {
+		return nil, fmt.Errorf("plugin %s: checksum mismatch: pinned %s, found %s (%s); if you replaced the binary on purpose, check it and re-pin it: %s",
+			typ, want, got, path, l.pinHint(typ, got))
 	}
 	ok = true
 	return f, nil

@@ -1,6 +1,7 @@
 package pluginhost_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -863,5 +864,143 @@ func TestBundledIsNotSearchedInPluginDirs(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "which was not found at "+l.BundledExe) {
 		t.Fatalf("error = %v", err)
+	}
+}
+
+// The customer's pin file is read again when it changes, so pinning,
+// re-pinning and unpinning need no restart, and each change is reported
+// (the agent records it in its journal). The errors say which command
+// pins what (issue 29: "checksum mismatch" named no flag).
+func TestPinFileReloaded(t *testing.T) {
+	dir, sum := install(t, testkit(t), "testkit")
+	pinPath := filepath.Join(t.TempDir(), pluginhost.PinFileName)
+	var changes []pluginhost.PinChange
+	l := newLoader(t)
+	l.Dirs = []string{dir}
+	l.PinWatcher = &pluginhost.PinWatcher{Path: pinPath, OnChange: func(c []pluginhost.PinChange) { changes = append(changes, c...) }}
+	start := func() error {
+		inst, err := l.Start(t.Context(), "testkit", pluginhost.StartOptions{WorkDir: t.TempDir()})
+		if err == nil {
+			inst.Kill()
+		}
+		return err
+	}
+	wantCmd := "agentd plugin pin testkit " + sum
+	if err := start(); err == nil || !strings.Contains(err.Error(), "is not pinned") || !strings.Contains(err.Error(), wantCmd) {
+		t.Fatalf("unpinned: %v, want it to name %q", err, wantCmd)
+	}
+	other := strings.Repeat("ab", 32)
+	write := func(pins map[string]pluginhost.Pin) {
+		t.Helper()
+		if err := pluginhost.WritePins(pinPath, pluginhost.PinFile{Pins: pins}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(map[string]pluginhost.Pin{"testkit": {SHA256: other, PinnedBy: "ops"}})
+	if err := start(); err == nil || !strings.Contains(err.Error(), "checksum mismatch: pinned "+other) || !strings.Contains(err.Error(), "re-pin it: "+wantCmd) {
+		t.Fatalf("mismatch: %v, want it to name %q", err, wantCmd)
+	}
+	write(map[string]pluginhost.Pin{"testkit": {SHA256: sum, PinnedBy: "ops"}})
+	if err := start(); err != nil {
+		t.Fatalf("re-pinned: %v", err)
+	}
+	write(map[string]pluginhost.Pin{})
+	if err := start(); err == nil || !strings.Contains(err.Error(), "is not pinned") {
+		t.Fatalf("unpinned again: %v", err)
+	}
+	want := []pluginhost.PinChange{{Type: "testkit", New: other, By: "ops"}, {Type: "testkit", Old: other, New: sum, By: "ops"}, {Type: "testkit", Old: sum}}
+	if !slices.Equal(changes, want) {
+		t.Errorf("changes = %+v, want %+v", changes, want)
+	}
+	if err := os.WriteFile(pinPath, []byte(`{"pins": {"testkit": {"sha256": "nope"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := start(); err == nil || !strings.Contains(err.Error(), "pins.testkit: sha256 \"nope\": want 64 lowercase hex digits") {
+		t.Fatalf("malformed pin file: %v", err)
+	}
+}
+
+// A plugin served in debug mode, started outside the agent (as under
+// delve), is used by the loader through Loader.Reattach: jobs call it
+// over its socket, no pin needed, and it keeps running after each job
+// until its developer stops it (issue 29 item 3).
+func TestReattachToPluginInDebugMode(t *testing.T) {
+	cmd := exec.Command(testkit(t), "debug")
+	pipe, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	lines := make(chan string)
+	go func() {
+		sc := bufio.NewScanner(pipe)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	var value string
+	for value == "" {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				t.Fatalf("the plugin printed no %s line; stderr: %s", sdk.ReattachEnv, stderr.String())
+			}
+			if v, found := strings.CutPrefix(strings.TrimSpace(line), sdk.ReattachEnv+"="); found {
+				value = strings.Trim(v, "'")
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("no reattach line within 30s")
+		}
+	}
+	go func() {
+		for range lines {
+		}
+	}()
+	reattach, err := sdk.ParseReattach(value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reattach["testkit"].Pid != cmd.Process.Pid {
+		t.Fatalf("reattach %+v, want pid %d", reattach, cmd.Process.Pid)
+	}
+	l := newLoader(t)
+	l.Reattach = reattach // no Dirs, no pins: nothing is started
+	for i := range 2 {
+		inst, err := l.Start(t.Context(), "testkit", pluginhost.StartOptions{WorkDir: t.TempDir()})
+		if err != nil {
+			t.Fatalf("job %d: %v", i, err)
+		}
+		res, logs := run(t, inst, t.TempDir(), map[string]any{"mode": "ok"}, nil)
+		inst.Kill()
+		if res.Error != "" || res.Outputs["mode"] != "ok" || !slices.Contains(stdout(logs), "hello from testkit") {
+			t.Fatalf("job %d: result %+v, logs %+v", i, res, logs)
+		}
+	}
+	// Still running after two jobs: the developer stops it.
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatalf("the plugin in debug mode is gone after the jobs: %v", err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("stopped with Ctrl-C: %v; stderr: %s", err, stderr.String())
+	}
+	if _, err := l.Start(t.Context(), "testkit", pluginhost.StartOptions{WorkDir: t.TempDir()}); err == nil || !strings.Contains(err.Error(), "is the plugin still running in debug mode?") {
+		t.Fatalf("reattach to a stopped plugin: %v", err)
+	}
+}
+
+// A plugin binary run by hand says what it is and names describe,
+// instead of go-plugin's banner (issue 29 item 9).
+func TestPluginRunByHandNamesDescribe(t *testing.T) {
+	out, err := exec.Command(testkit(t)).CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), "is a byoc component plugin") ||
+		!strings.Contains(string(out), "testkit describe") || !strings.Contains(string(out), "testkit debug") {
+		t.Fatalf("exit %v, output:\n%s", err, out)
 	}
 }

@@ -45,10 +45,10 @@ import (
 	"github.com/byoc-dev/byoc/agentd/identity"
 	"github.com/byoc-dev/byoc/agentd/permissions"
 	"github.com/byoc-dev/byoc/agentd/preflight"
-	"github.com/byoc-dev/byoc/agentd/redact"
 	"github.com/byoc-dev/byoc/agentd/secrets"
 	"github.com/byoc-dev/byoc/agentd/stack"
 	"github.com/byoc-dev/byoc/internal/auditchain"
+	"github.com/byoc-dev/byoc/plugins/sdk/redact"
 )
 
 // Options says what goes into a bundle.

@@ -309,6 +309,13 @@ type AgentProc struct {
 // already holds an identity.
 func StartAgent(tb testing.TB, url, token, stateDir string, extra ...string) *AgentProc {
 	tb.Helper()
+	return StartAgentEnv(tb, nil, url, token, stateDir, extra...)
+}
+
+// StartAgentEnv is StartAgent with env (KEY=VALUE) added to agentd's
+// environment.
+func StartAgentEnv(tb testing.TB, env []string, url, token, stateDir string, extra ...string) *AgentProc {
+	tb.Helper()
 	bin := filepath.Join(Binaries(tb), "agentd")
 	args := append([]string{"--ims", url, "--state-dir", stateDir, "--log-level", "debug"}, extra...)
 	// The test's registries are on this machine's loopback, which the
@@ -322,7 +329,7 @@ func StartAgent(tb testing.TB, url, token, stateDir string, extra ...string) *Ag
 	cmd := exec.Command(bin, args...)
 	buf := &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = buf, buf
-	cmd.Env = append(os.Environ(), "AWS_SECRET_ACCESS_KEY=agent-secret-must-not-leak")
+	cmd.Env = append(append(os.Environ(), "AWS_SECRET_ACCESS_KEY=agent-secret-must-not-leak"), env...)
 	if err := cmd.Start(); err != nil {
 		tb.Fatalf("start agentd: %v", err)
 	}

@@ -4,12 +4,15 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 
 	"github.com/byoc-dev/byoc/imsd/errs"
 	"github.com/byoc-dev/byoc/imsd/store"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
+	"github.com/byoc-dev/byoc/schema/app/config"
 	"github.com/byoc-dev/byoc/schema/app/cron"
 )
 
@@ -35,8 +38,10 @@ func (s *Service) ListInstallDrift(ctx context.Context, req *connect.Request[ims
 		return nil, s.err(ctx, err)
 	}
 	runs := map[string]bool{}
+	deployedAt := map[string]time.Time{}
 	for _, d := range deployed {
 		runs[d.Name] = true
+		deployedAt[d.Name] = d.DeployedAt
 	}
 	// The schedules come from the revision the install runs.
 	schedules := map[string]string{}
@@ -76,11 +81,10 @@ func (s *Service) ListInstallDrift(ctx context.Context, req *connect.Request[ims
 		}
 		if spec := schedules[name]; spec != "" {
 			if sc, err := cron.Parse(spec); err == nil {
-				base := d.TickAt
-				if base.IsZero() {
-					base = s.now()
-				}
-				cd.NextCheckTime = tsOrNil(sc.Next(base))
+				// As the scheduler counts (schedule.DriftPass): from the
+				// last tick fired, else from the deploy; a tick due and
+				// not fired yet is the next check, fired by its next pass.
+				cd.NextCheckTime = tsOrNil(nextDriftCheck(sc, d.TickAt, deployedAt[name], s.now()))
 			}
 		}
 		out.Components = append(out.Components, cd)
@@ -90,4 +94,90 @@ func (s *Service) ListInstallDrift(ctx context.Context, req *connect.Request[ims
 
 func sortedKeys[V any](m map[string]V) []string {
 	return slices.Sorted(maps.Keys(m))
+}
+
+// CheckInstallDrift queues a drift check now for each named component the
+// install runs (every deployed one when none is named), beside the
+// schedules; the checks' results become the components' drift state.
+func (s *Service) CheckInstallDrift(ctx context.Context, req *connect.Request[imsv1.CheckInstallDriftRequest]) (*connect.Response[imsv1.CheckInstallDriftResponse], error) {
+	if req.Msg.Install == "" {
+		return nil, s.err(ctx, errs.Field("install", "is required"))
+	}
+	in, err := s.store.GetInstall(ctx, req.Msg.Install)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	eng, err := s.engine()
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	deployed, err := s.store.InstallComponents(ctx, in.ID)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	if len(deployed) == 0 {
+		return nil, s.err(ctx, errs.E(errs.Conflict, "install %s runs no component yet: nothing to check for drift", in.Name))
+	}
+	app, err := eng.App(ctx, in.AppID, in.AppRevision)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	comps := map[string]*config.Component{}
+	for _, c := range app.Components {
+		comps[c.Name] = c
+	}
+	if app.Sandbox != nil {
+		comps[app.Sandbox.Name] = app.Sandbox
+	}
+	byName := map[string]store.InstallComponent{}
+	for _, d := range deployed {
+		byName[d.Name] = d
+	}
+	names := req.Msg.Components
+	if len(names) == 0 {
+		names = sortedKeys(byName)
+	}
+	var jobs []store.Job
+	now := s.now()
+	for _, n := range names {
+		ic, ok := byName[n]
+		if !ok {
+			return nil, s.err(ctx, errs.Field("components", "install %s runs no component %q (it runs: %s)", in.Name, n, strings.Join(sortedKeys(byName), ", ")))
+		}
+		c := comps[n]
+		if c == nil {
+			c = &config.Component{Name: n, Type: ic.ComponentType}
+		}
+		j, err := eng.DriftJob(ctx, in, app, c, ic, now)
+		if err != nil {
+			return nil, s.err(ctx, err)
+		}
+		j.CreatedBy = callerFrom(ctx).Name
+		jobs = append(jobs, j)
+	}
+	queued, err := s.enqueue(ctx, jobs, true, nil)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	out := &imsv1.CheckInstallDriftResponse{}
+	for _, j := range queued {
+		out.Jobs = append(out.Jobs, jobFields(j))
+	}
+	return connect.NewResponse(out), nil
+}
+
+// nextDriftCheck is the tick of a component's next drift check, counted
+// as the scheduler counts (schedule.DriftPass): after the last tick fired
+// (tickAt), else after the deploy. A tick due but not fired yet is the
+// next check: the scheduler's next pass fires it. Counting from now
+// instead showed the tick after it (a tick off) until the first check.
+func nextDriftCheck(sc cron.Schedule, tickAt, deployedAt, now time.Time) time.Time {
+	base := tickAt
+	if base.IsZero() {
+		base = deployedAt
+	}
+	if base.IsZero() {
+		base = now
+	}
+	return sc.Next(base)
 }

@@ -23,7 +23,7 @@ import (
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
 
-var operations = map[string]bool{"plan": true, "apply": true, "destroy": true}
+var operations = map[string]bool{"plan": true, "apply": true, "destroy": true, "plan-destroy": true}
 
 // EnqueueJob queues one job for one install's agent.
 func (s *Service) EnqueueJob(ctx context.Context, req *connect.Request[imsv1.EnqueueJobRequest]) (*connect.Response[imsv1.EnqueueJobResponse], error) {
@@ -214,7 +214,7 @@ func (s *Service) newJob(ctx context.Context, m *imsv1.EnqueueJobRequest, encode
 		return store.Job{}, errs.Field("component_type", "%q is not a valid type name", m.ComponentType)
 	}
 	if !operations[m.Operation] {
-		return store.Job{}, errs.Field("operation", "must be plan, apply or destroy, got %q", m.Operation)
+		return store.Job{}, errs.Field("operation", "must be plan, apply, destroy or plan-destroy, got %q", m.Operation)
 	}
 	timeout := DefaultJobTimeout
 	switch {

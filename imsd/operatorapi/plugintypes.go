@@ -13,8 +13,10 @@ import (
 	"github.com/byoc-dev/byoc/imsd/errs"
 	"github.com/byoc-dev/byoc/imsd/store"
 	"github.com/byoc-dev/byoc/plugins/sdk/configschema"
+	"github.com/byoc-dev/byoc/plugins/sdk/jobconfig"
 	"github.com/byoc-dev/byoc/plugins/typeschema"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
+	"github.com/byoc-dev/byoc/schema/app/diag"
 	"github.com/byoc-dev/byoc/schema/app/validate"
 )
 
@@ -123,7 +125,47 @@ func (s *Service) configOptions(ctx context.Context) (validate.Options, error) {
 		}
 		registered[p.Type] = sch
 	}
-	return validate.Options{Types: typeschema.Types(registered), TypeHint: registerHint}, nil
+	checks := typeschema.Types(registered)
+	for _, p := range types {
+		if check := checks[p.Type]; check != nil {
+			checks[p.Type] = staleHint(p, check)
+		}
+		// A registration from before reserved keys were refused: every
+		// config of the type says so, since the agent would take the key
+		// out and the plugin would never see it.
+		if err := jobconfig.CheckSchema(p.ConfigSchema); err != nil {
+			msg := fmt.Sprintf("type %s is registered (version %s) with a config schema that %v", p.Type, p.Version, err)
+			checks[p.Type] = func(map[string]any) []validate.FieldProblem {
+				return []validate.FieldProblem{{Message: msg, Hint: fmt.Sprintf("fix the plugin and register it again: byoc-plugin-%s describe | byoc plugin register -", p.Type)}}
+			}
+		}
+	}
+	return validate.Options{Types: checks, TypeHint: registerHint}, nil
+}
+
+// staleHint adds to a registered type's check, when it finds an unknown
+// field, a problem that points at the registration: a plugin rebuilt with
+// a new field and not registered again is the usual cause.
+func staleHint(p store.PluginType, check validate.ConfigCheck) validate.ConfigCheck {
+	return func(config map[string]any) []validate.FieldProblem {
+		ps := check(config)
+		for _, fp := range ps {
+			// A typo of a known field is not about the registration.
+			name := fp.Field
+			if i := strings.LastIndexAny(fp.Field, ".]"); i >= 0 {
+				name = fp.Field[i+1:]
+			}
+			known, _ := strings.CutPrefix(fp.Hint, "known fields: ")
+			if fp.Message == "unknown field" && diag.DidYouMean(name, strings.Split(known, ", ")) == "" {
+				return append(ps, validate.FieldProblem{
+					Message: fmt.Sprintf("type %s is registered as version %s (%s), whose schema has no such field; if the plugin has it now, that registration is stale",
+						p.Type, p.Version, p.RegisteredAt.UTC().Format("2006-01-02 15:04 UTC")),
+					Hint: fmt.Sprintf("register the new version: byoc-plugin-%s describe | byoc plugin register -", p.Type),
+				})
+			}
+		}
+		return ps
+	}
 }
 
 // storedOptions reads stored revisions again: they were valid when pushed,

@@ -82,10 +82,12 @@ var rules = map[string]rule{
 	imsv1connect.OperatorServiceListAppRevisionsProcedure: r(access.Read, onApp, "app", "read"),
 	imsv1connect.OperatorServiceDiffAppRevisionsProcedure: r(access.Read, onApp, "app", "read"),
 
-	imsv1connect.OperatorServiceCreateInstallProcedure:         r(access.Deploy, onApp, "app", "create installs of"),
-	imsv1connect.OperatorServiceListInstallsProcedure:          r(access.Read, onAnywhere, "", "list installs"),
-	imsv1connect.OperatorServiceGetInstallProcedure:            r(access.Read, onInstall, "id_or_name", "read"),
-	imsv1connect.OperatorServiceListInstallDriftProcedure:      r(access.Read, onInstall, "install", "read"),
+	imsv1connect.OperatorServiceCreateInstallProcedure:    r(access.Deploy, onApp, "app", "create installs of"),
+	imsv1connect.OperatorServiceListInstallsProcedure:     r(access.Read, onAnywhere, "", "list installs"),
+	imsv1connect.OperatorServiceGetInstallProcedure:       r(access.Read, onInstall, "id_or_name", "read"),
+	imsv1connect.OperatorServiceListInstallDriftProcedure: r(access.Read, onInstall, "install", "read"),
+	// A drift check runs plans in the customer's account: deployers only.
+	imsv1connect.OperatorServiceCheckInstallDriftProcedure:     r(access.Deploy, onInstall, "install", "check the drift of"),
 	imsv1connect.OperatorServiceWatchInstallsProcedure:         r(access.Read, onAnywhere, "", "watch installs"),
 	imsv1connect.OperatorServiceCreateEnrollmentTokenProcedure: r(access.Deploy, onInstall, "install", "issue enrolment tokens for"),
 	// Labels decide which selector grants cover an install: admins only.

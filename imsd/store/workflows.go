@@ -115,7 +115,7 @@ type Step struct {
 // NeedsPlan reports whether a workflow that requires approval plans the
 // step before it asks for approval: a component's apply.
 func (st Step) NeedsPlan() bool {
-	return st.Component != "" && st.Operation == "apply"
+	return st.Component != "" && (st.Operation == "apply" || st.Operation == "destroy")
 }
 
 // InstallComponent is what is deployed of one component in one install.

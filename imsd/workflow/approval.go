@@ -55,7 +55,7 @@ func (e *Engine) planSteps(ctx context.Context, wf store.Workflow, steps []store
 				continue
 			}
 			now := e.now()
-			j := store.Job{ID: auth.NewSortableID("job_", now), InstallID: wf.InstallID, ComponentType: s.ComponentType, Operation: OpPlan,
+			j := store.Job{ID: auth.NewSortableID("job_", now), InstallID: wf.InstallID, ComponentType: s.ComponentType, Operation: PlanOp(s.Operation),
 				Component: s.Component, Config: cfg, MaxAttempts: MaxJobAttempts, Timeout: s.Timeout, CreatedAt: now,
 				CreatedBy: "workflow " + wf.ID, Mode: StepMode(wf, s, sc.app)}
 			ok, err := e.st.StartStepPlan(ctx, wf.ID, s.Name, j, now)
@@ -76,11 +76,11 @@ func (e *Engine) planSteps(ctx context.Context, wf store.Workflow, steps []store
 			}
 			if j.State != store.JobSucceeded {
 				msg := fmt.Sprintf("plan of %s %s: %s", s.Name, strings.ReplaceAll(string(j.State), "_", " "), cmp.Or(j.Error, "job "+j.ID))
-				return false, e.end(ctx, wf, store.WorkflowFailed, msg)
+				return false, e.failPlan(ctx, wf, s, msg)
 			}
 			digest, err := JobPlanDigest(j)
 			if err != nil {
-				return false, e.end(ctx, wf, store.WorkflowFailed, fmt.Sprintf("plan of %s: %v", s.Name, err))
+				return false, e.failPlan(ctx, wf, s, fmt.Sprintf("plan of %s: %v", s.Name, err))
 			}
 			if _, err := e.st.SetStepPlan(ctx, wf.ID, s.Name, j.ID, digest, e.now()); err != nil {
 				return false, err
@@ -89,6 +89,16 @@ func (e *Engine) planSteps(ctx context.Context, wf store.Workflow, steps []store
 		}
 	}
 	return false, nil
+}
+
+// failPlan fails the step whose plan failed, then the workflow (whose
+// other pending steps end cancelled): the step shows failed and why, as
+// it would had its apply failed, and byoc workflow retry names it.
+func (e *Engine) failPlan(ctx context.Context, wf store.Workflow, s *store.Step, msg string) error {
+	if err := e.st.EndSteps(ctx, wf.ID, []string{s.Name}, store.StepFailed, msg, e.now()); err != nil {
+		return err
+	}
+	return e.end(ctx, wf, store.WorkflowFailed, msg)
 }
 
 // needsApproval reports whether a ready step may not start before an
@@ -173,9 +183,18 @@ func (e *Engine) PlanJobs(ctx context.Context, kind string, in store.Install, pl
 			continue
 		}
 		now := e.now()
-		out.Jobs[s.Name] = store.Job{ID: auth.NewSortableID("job_", now), InstallID: in.ID, ComponentType: s.ComponentType, Operation: OpPlan,
+		out.Jobs[s.Name] = store.Job{ID: auth.NewSortableID("job_", now), InstallID: in.ID, ComponentType: s.ComponentType, Operation: PlanOp(s.Operation),
 			Component: s.Component, Config: cfg, MaxAttempts: 1, Timeout: s.Timeout, CreatedAt: now,
 			CreatedBy: createdBy, Mode: StepMode(wf, s, sc.app)}
 	}
 	return out, nil
+}
+
+// PlanOp is the operation of the plan job of a step of operation op: the
+// plan of a destroy (OpPlanDestroy) for a destroy, else a plan.
+func PlanOp(op string) string {
+	if op == OpDestroy {
+		return OpPlanDestroy
+	}
+	return OpPlan
 }

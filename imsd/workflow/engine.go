@@ -540,7 +540,7 @@ func (e *Engine) startStep(ctx context.Context, wf store.Workflow, sc *stepConte
 	j := store.Job{ID: auth.NewSortableID("job_", now), InstallID: wf.InstallID, ComponentType: s.ComponentType, Operation: s.Operation,
 		Component: s.Component, Config: cfg, MaxAttempts: MaxJobAttempts, Timeout: s.Timeout, CreatedAt: now, CreatedBy: "workflow " + wf.ID,
 		Mode: StepMode(wf, s, sc.app)}
-	if s.Operation == OpApply {
+	if s.Operation == OpApply || s.Operation == OpDestroy {
 		j.ApprovedPlanDigest = s.ApprovedPlanDigest
 	}
 	ok, err = e.st.StartStep(ctx, wf.ID, s.Name, j, now)
@@ -614,8 +614,19 @@ func jobConfig(sc *stepContext, s *store.Step) ([]byte, error) {
 	if customer = slices.Compact(slices.Sorted(slices.Values(customer))); len(customer) > 0 {
 		cfg[CustomerInputsKey] = customer
 	}
-	if len(sc.sensitive) > 0 {
-		cfg[SensitiveKey] = sc.sensitive
+	// Values of sensitive inputs, and of the fields the type's schema
+	// marks sensitive: the agent redacts them from everything the job
+	// sends back, and every read of the job's config masks them.
+	sensitive := slices.Clone(sc.sensitive)
+	if sch := sc.schemas[s.ComponentType]; sch != nil {
+		for _, v := range sch.Sensitive(cfg) {
+			if !strings.Contains(v, "{{") && !slices.Contains(sensitive, v) {
+				sensitive = append(sensitive, v)
+			}
+		}
+	}
+	if len(sensitive) > 0 {
+		cfg[SensitiveKey] = sensitive
 	}
 	if s.Component != "" && s.Action == "" && (s.Operation == OpApply || s.Operation == OpDestroy) {
 		if pols := vendorPolicies(sc.app, s.ComponentType); len(pols) > 0 {

@@ -147,8 +147,8 @@ func (r *rig) agentRound(wfID string) []string {
 		res := store.Result{State: store.JobSucceeded, Outputs: map[string]string{"x": "1", "y": "2"}}
 		changes, digest := r.planOf(name)
 		switch {
-		case j.Operation == OpPlan:
-			name += ":plan"
+		case j.Operation == OpPlan || j.Operation == OpPlanDestroy:
+			name += ":" + j.Operation
 			names[len(names)-1] = name
 			res = store.Result{State: store.JobSucceeded, PlannedChanges: changes, PlanDigest: digest}
 		case j.ApprovedPlanDigest != "":
@@ -469,6 +469,42 @@ func TestEngineApprovalBindsPlans(t *testing.T) {
 	}
 }
 
+// With approval required, a deprovision plans each destroy first (plan-
+// destroy jobs, issue 29: it awaited approval of an empty plan), the
+// approval binds their digests, and each destroy job carries its step's.
+func TestEngineDeprovisionPlansDestroys(t *testing.T) {
+	r := newRig(t, diamond(nil), store.InstallSettings{Parallelism: 4})
+	if wf := r.drive(r.queue(Provision, 1, false)); wf.State != store.WorkflowSucceeded {
+		t.Fatalf("provision %s (%s)", wf.State, wf.Error)
+	}
+	id := r.queue(Deprovision, 1, true)
+	if wf := r.drive(id); wf.State != store.WorkflowAwaitingApproval {
+		t.Fatalf("%s, want awaiting approval", wf.State)
+	}
+	if got := r.agentRound(id); !slices.Equal(got, []string{"a:plan-destroy", "b:plan-destroy", "c:plan-destroy", "d:plan-destroy"}) {
+		t.Fatalf("plans %v, want a plan of each destroy", got)
+	}
+	must(t, r.e.Advance(t.Context(), id))
+	st := r.steps(id)
+	seen := map[string]string{}
+	for _, n := range []string{"a", "b", "c", "d"} {
+		if st[n].PlanDigest == "" {
+			t.Fatalf("step %s has no plan digest", n)
+		}
+		seen[n] = st[n].PlanDigest
+	}
+	_, err := r.st.ApproveWorkflow(t.Context(), id, "alice", seen, r.now())
+	must(t, err)
+	if wf := r.drive(id); wf.State != store.WorkflowSucceeded {
+		t.Fatalf("deprovision %s (%s)", wf.State, wf.Error)
+	}
+	for n, d := range seen {
+		if r.applied[n] != d {
+			t.Errorf("destroy of %s carried %q, want the approved %q", n, r.applied[n], d)
+		}
+	}
+}
+
 // A plan that fails fails the workflow before anything is applied.
 func TestEnginePlanFailureFailsWorkflow(t *testing.T) {
 	r := newRig(t, diamond(nil), store.InstallSettings{Parallelism: 4})
@@ -487,6 +523,15 @@ func TestEnginePlanFailureFailsWorkflow(t *testing.T) {
 	}
 	if len(r.applied) != 0 {
 		t.Fatalf("applied %v", r.applied)
+	}
+	// The step whose plan failed shows failed, with why; the others were
+	// not run (issue 29: every step showed cancelled).
+	st := r.steps(id)
+	if st["b"].State != store.StepFailed || !strings.Contains(st["b"].Error, "plan of b failed: no credentials") {
+		t.Fatalf("step b %s (%q), want failed with the plan's error", st["b"].State, st["b"].Error)
+	}
+	if st["a"].State != store.StepCancelled {
+		t.Fatalf("step a %s, want cancelled", st["a"].State)
 	}
 }
 

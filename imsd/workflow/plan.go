@@ -25,6 +25,7 @@ import (
 	"github.com/byoc-dev/byoc/imsd/errs"
 	"github.com/byoc-dev/byoc/imsd/store"
 	"github.com/byoc-dev/byoc/plugins/sdk/configschema"
+	"github.com/byoc-dev/byoc/plugins/sdk/jobconfig"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	"github.com/byoc-dev/byoc/schema/app/config"
 	"github.com/byoc-dev/byoc/schema/app/diag"
@@ -50,22 +51,25 @@ const (
 	// OpPlan is the operation of the plan jobs of a workflow that requires
 	// approval (approval.go) and of a live plan.
 	OpPlan = "plan"
+	// OpPlanDestroy is the operation of the plan jobs of a destroy step
+	// (sdk.OpPlanDestroy): what the destroy would remove.
+	OpPlanDestroy = "plan-destroy"
 	// ActionType is the plugin type that runs actions/*.toml.
 	ActionType = "action"
 )
 
-// Reserved top-level keys of a job config: the agent takes them out
-// before the plugin sees the config.
+// Reserved top-level keys of a job config (plugins/sdk/jobconfig): the
+// agent takes them out before the plugin sees the config.
 const (
 	// SecretsKey lists the secrets ({{ .secrets.NAME }}) the job needs.
-	SecretsKey = "secrets"
+	SecretsKey = jobconfig.SecretsKey
 	// CustomerInputsKey lists the customer-provided inputs the job's config
 	// refers to ({{ .inputs.NAME }} left for the agent, which reads their
 	// values from the install stack).
-	CustomerInputsKey = "customer_inputs"
+	CustomerInputsKey = jobconfig.CustomerInputsKey
 	// SensitiveKey lists values the agent must redact from everything the
 	// job sends back (the values of sensitive inputs).
-	SensitiveKey = "sensitive"
+	SensitiveKey = jobconfig.SensitiveKey
 )
 
 const (

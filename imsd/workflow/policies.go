@@ -4,6 +4,7 @@ import (
 	"path"
 	"slices"
 
+	"github.com/byoc-dev/byoc/plugins/sdk/jobconfig"
 	"github.com/byoc-dev/byoc/schema/app/config"
 )
 
@@ -14,7 +15,7 @@ import (
 // agent gets exactly these; it removes the key before the plugin sees the
 // config and hands them over as vendor policies, evaluated apart from the
 // customer's own. imsd only carries them: it evaluates nothing.
-const VendorPoliciesKey = "vendor_policies"
+const VendorPoliciesKey = jobconfig.VendorPoliciesKey
 
 // vendorPolicies lists the rego policies of app that apply to component
 // type typ, in policies.toml's order. A policy with contents inline is

@@ -2,6 +2,7 @@ package workflow
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 
 	"github.com/byoc-dev/byoc/imsd/store"
@@ -101,5 +102,32 @@ steps = [{ script = "echo $ADMIN" }]
 	}
 	if got, _ := json.Marshal(cfg[CustomerInputsKey]); string(got) != `["admin_email"]` {
 		t.Errorf("customer_inputs = %s", got)
+	}
+}
+
+// A field the type's schema marks sensitive is listed for the agent to
+// redact (and for every read of the job's config to mask), like a
+// sensitive input's value (issue 29 item 5: only plans were masked).
+func TestSchemaSensitiveFieldsListed(t *testing.T) {
+	files := diamond(map[string]string{
+		"components/hello.toml": `type = "greeting"
+[config]
+name = "ada"
+api_key = "k-0123456789"
+`,
+	})
+	r := newRig(t, files, store.InstallSettings{Parallelism: 4})
+	ctx := t.Context()
+	_, _, err := r.st.PutPluginType(ctx, store.PluginType{Type: "greeting", Version: "1", Description: "{}", RegisteredAt: r.now(),
+		ConfigSchema: `{"type": "object", "properties": {"name": {"type": "string"}, "api_key": {"type": "string", "sensitive": true}}}`})
+	must(t, err)
+	id := r.queue(Provision, 1, false)
+	must(t, r.e.Advance(ctx, id))
+	j, err := r.st.GetJob(ctx, r.steps(id)["hello"].JobID)
+	must(t, err)
+	var cfg map[string]any
+	must(t, json.Unmarshal(j.Config, &cfg))
+	if got := fmt.Sprint(cfg[SensitiveKey]); got != "[k-0123456789]" {
+		t.Errorf("sensitive list %s, want the api_key's value", got)
 	}
 }

@@ -273,7 +273,7 @@ func TestImportRulesCatch(t *testing.T) {
 		{"agentd links no imsd", module + "/agentd/agent", module + "/imsd/auth"},
 		{"agentd links no TOML", module + "/agentd", "github.com/pelletier/go-toml/v2/unstable"},
 		{"agentd links no TOML", module + "/agentd", "github.com/BurntSushi/toml"},
-		{"the plugin SDK links nothing", module + "/plugins/sdk", module + "/agentd/redact"},
+		{"the plugin SDK links nothing", module + "/plugins/sdk", module + "/agentd/pluginhost"},
 		{"configschema imports only", module + "/plugins/sdk/configschema", "google.golang.org/protobuf/proto"},
 		{"configschema and typeschema", module + "/plugins/typeschema", "github.com/hashicorp/go-plugin"},
 		{"only imsd/store", module + "/schema", "modernc.org/sqlite"},

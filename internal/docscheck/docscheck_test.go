@@ -14,9 +14,10 @@ const repoRoot = "../.."
 
 // TestDocs checks that every relative link of README.md,
 // ARCHITECTURE.md, plugins/README.md and docs/**/*.md resolves, anchors
-// included, and that no page is over 600 lines (the README over 300).
+// included, that no page is over 600 lines (the README over 300), and
+// that every quoted code block is its file (CheckQuotes).
 func TestDocs(t *testing.T) {
-	for name, check := range map[string]func(string) ([]Problem, error){"links": CheckLinks, "lengths": CheckLengths} {
+	for name, check := range map[string]func(string) ([]Problem, error){"links": CheckLinks, "lengths": CheckLengths, "quotes": CheckQuotes} {
 		t.Run(name, func(t *testing.T) {
 			problems, err := check(repoRoot)
 			if err != nil {
@@ -201,5 +202,30 @@ func TestTreeCheck(t *testing.T) {
 		if got := tree.Check(Command{Text: "byoc x", Words: tc.words}); got != tc.want {
 			t.Errorf("Check(%v) = %q, want %q", tc.words, got, tc.want)
 		}
+	}
+}
+
+// CheckQuotes finds a quote that is not its file and an unquoted Go
+// example in docs/plugin-author.
+func TestCheckQuotesFindsStaleExamples(t *testing.T) {
+	root := t.TempDir()
+	write(t, root, "plugins/examples/x/main.go", "package main\n\nfunc main() {}\n")
+	write(t, root, "README.md", "# r\n")
+	write(t, root, "docs/plugin-author/guide.md", "# g\n\n<!-- quote: plugins/examples/x/main.go -->\n```go\npackage main\n\nfunc main() {}\n```\n\n"+
+		"<!-- quote: plugins/examples/x/main.go -->\n```go\npackage main\n```\n\n```go\nfmt.Println()\n```\n\n```sh\ngo test\n```\n")
+	problems, err := CheckQuotes(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range problems {
+		got = append(got, p.String())
+	}
+	want := []string{
+		"docs/plugin-author/guide.md:11: the block is not plugins/examples/x/main.go as it is now: copy the file into it again",
+		"docs/plugin-author/guide.md:15: a Go example here must quote a file CI compiles: put it in plugins/examples/ and mark the block with <!-- quote: PATH -->",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

@@ -78,7 +78,7 @@ func (c *Client) Validate(ctx context.Context, config map[string]any) (*Validate
 	}
 	out := &ValidateResponse{}
 	for _, d := range r.GetDiagnostics() {
-		out.Diagnostics = append(out.Diagnostics, Diagnostic{Field: d.GetField(), Message: d.GetMessage()})
+		out.Diagnostics = append(out.Diagnostics, Diagnostic{Field: d.GetField(), Message: d.GetMessage(), Hint: d.GetHint(), Severity: d.GetSeverity()})
 	}
 	return out, nil
 }
@@ -113,6 +113,8 @@ func (c *Client) supports(op string) error {
 	switch op {
 	case OpDestroy:
 		capName = CapDestroy
+	case OpPlanDestroy:
+		capName = CapPlanDestroy
 	case OpDrift:
 		capName = CapDrift
 		if d.Negotiated.Less(ProtocolVersion{1, 1}) {
@@ -136,9 +138,9 @@ func (c *Client) Run(ctx context.Context, op string, req *RunRequest, onLog func
 		req = &RunRequest{}
 	}
 	switch op {
-	case OpPlan, OpApply, OpDestroy, OpDrift:
+	case OpPlan, OpApply, OpDestroy, OpDrift, OpPlanDestroy:
 	default:
-		return nil, fmt.Errorf("unknown operation %q (want %s, %s, %s or %s)", op, OpPlan, OpApply, OpDestroy, OpDrift)
+		return nil, fmt.Errorf("unknown operation %q (want %s, %s, %s, %s or %s)", op, OpPlan, OpApply, OpDestroy, OpDrift, OpPlanDestroy)
 	}
 	if err := c.supports(op); err != nil {
 		return nil, err
@@ -152,7 +154,8 @@ func (c *Client) Run(ctx context.Context, op string, req *RunRequest, onLog func
 	defer cancel()
 	var res *Result
 	switch op {
-	case OpPlan:
+	case OpPlan, OpPlanDestroy:
+		job.Destroy = op == OpPlanDestroy
 		var s grpc.ServerStreamingClient[pluginv1.PlanResponse]
 		if s, err = c.rpc.Plan(ctx, &pluginv1.PlanRequest{Job: job, Config: cfg, Env: req.Env}); err == nil {
 			res, err = drain(op, s, onLog)

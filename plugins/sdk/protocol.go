@@ -68,6 +68,8 @@ const (
 	CapOutputsSchema = "outputs_schema"
 	// CapPolicy (1.3): the plugin evaluates the job's policies.
 	CapPolicy = "policy"
+	// CapPlanDestroy: the plugin plans destroys ([DestroyPlanner]).
+	CapPlanDestroy = "plan_destroy"
 )
 
 // IncompatibleError says that a plugin and its host speak different major

@@ -6,8 +6,13 @@ import "github.com/byoc-dev/byoc/plugins/sdk/configschema"
 // See package configschema for the part of JSON Schema it checks.
 type Schema = configschema.Schema
 
-// Diagnostic is one problem found in a config.
+// Diagnostic is one problem found in a config: an error, or with
+// Severity SeverityWarning a warning, which the agent logs and which lets
+// the job run.
 type Diagnostic = configschema.Diagnostic
+
+// SeverityWarning marks a Diagnostic as a warning.
+const SeverityWarning = configschema.SeverityWarning
 
 // CompileSchema compiles a JSON Schema document, refusing keywords the SDK
 // does not check with the JSON path of the first.

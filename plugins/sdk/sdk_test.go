@@ -152,3 +152,50 @@ func TestPrintDescription(t *testing.T) {
 		t.Errorf("description = %s", buf.String())
 	}
 }
+
+// reserved is a plugin whose schema declares a key the agent takes out of
+// every config.
+type reserved struct{ fake }
+
+func (reserved) Describe(context.Context, *sdk.DescribeRequest) (*sdk.DescribeResponse, error) {
+	return &sdk.DescribeResponse{Type: "reserved", Version: "1",
+		ConfigSchema: `{"type":"object","properties":{"name":{"type":"string"},"sensitive":{"type":"boolean"}}}`}, nil
+}
+
+// A schema declaring a reserved key is refused by describe and by the
+// plugin's Describe call, naming the key (issue 29: the agent stripped
+// such a field and redacted its value, and nothing said so).
+func TestDescribeRefusesReservedKey(t *testing.T) {
+	const want = `config schema: properties: "sensitive" is a reserved config key`
+	var buf bytes.Buffer
+	if err := sdk.PrintDescription(t.Context(), &buf, reserved{}); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("describe: %v, want %q", err, want)
+	}
+	c := sdktest.StartRaw(t, reserved{})
+	if _, err := c.Negotiate(t.Context()); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("negotiate: %v, want %q", err, want)
+	}
+}
+
+// NewLogger writes leveled, structured lines into the job's log, whose
+// level LogLevel reads back (issue 29: logging had no levels or fields).
+func TestNewLoggerLevels(t *testing.T) {
+	c := sdktest.Start(t, fake{apply: func(_ context.Context, req *sdk.ApplyRequest) (*sdk.ApplyResponse, error) {
+		log := sdk.NewLogger(req.Log, "fake")
+		log.Debug("starting", "step", 1)
+		log.Warn("disk low", "free", 3, "path", "/data")
+		return &sdk.ApplyResponse{}, nil
+	}})
+	_, logs := sdktest.Run(t, c, sdk.OpApply, &sdk.RunRequest{})
+	var got []string
+	for _, e := range logs {
+		got = append(got, sdk.LogLevel(e.Text)+" | "+e.Text)
+	}
+	want := []string{"debug | [DEBUG] fake: starting: step=1", "warn | [WARN]  fake: disk low: free=3 path=/data"}
+	if !slices.Equal(got, want) {
+		t.Errorf("lines:\n%q\nwant:\n%q", got, want)
+	}
+	if l := sdk.LogLevel("plain line"); l != "" {
+		t.Errorf("LogLevel of a plain line = %q", l)
+	}
+}

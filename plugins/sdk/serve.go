@@ -71,6 +71,18 @@ func ServeArgs(p Plugin, args []string) {
 		}
 		os.Exit(0)
 	}
+	if (len(args) > 0 && args[0] == "debug") || os.Getenv(DebugEnv) != "" {
+		os.Exit(serveDebug(p, os.Stdout))
+	}
+	if os.Getenv(Handshake.MagicCookieKey) != Handshake.MagicCookieValue {
+		// Run by hand, not by an agent: go-plugin's banner would say only
+		// that this is a plugin.
+		prog := os.Args[0]
+		if n := len(os.Args) - len(args); n > 1 && n <= len(os.Args) {
+			prog = strings.Join(os.Args[:n], " ") // agentd plugin action
+		}
+		os.Exit(directRunHint(os.Stderr, prog, args))
+	}
 	// The host interrupts an operation (protocol 1.3) with SIGINT to this
 	// process: every operation's context is cancelled with
 	// ErrInterrupted, and the host waits for the operations to return
@@ -152,4 +164,23 @@ func rawSchema(what, s string) (json.RawMessage, error) {
 		return nil, fmt.Errorf("%s schema: %w", what, err)
 	}
 	return json.RawMessage(s), nil
+}
+
+// directRunHint tells someone who ran the plugin by hand what it is and
+// what they can run, and returns the exit code (2 for an unknown
+// argument, else 1).
+func directRunHint(w io.Writer, prog string, args []string) int {
+	code := 1
+	if len(args) > 0 && args[0] != "-h" && args[0] != "--help" && args[0] != "help" {
+		fmt.Fprintf(w, "%s: unknown argument %q\n", prog, args[0])
+		code = 2
+	}
+	fmt.Fprintf(w, `%[1]s is a byoc component plugin: an agent starts it for each job, over go-plugin.
+By hand:
+  %[1]s describe   print its type, version, protocol and config schema as JSON
+                   (for byoc plugin register and byoc app validate --plugin-schema)
+  %[1]s debug      serve it outside any agent, for a debugger; prints the
+                   %[2]s value that has an agent use it
+`, prog, ReattachEnv)
+	return code
 }

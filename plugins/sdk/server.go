@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 
@@ -15,6 +16,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/byoc-dev/byoc/plugins/sdk/configschema"
+	"github.com/byoc-dev/byoc/plugins/sdk/jobconfig"
 	pluginv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/plugin/v1"
 )
 
@@ -86,6 +89,12 @@ func describe(ctx context.Context, p Plugin, host ProtocolVersion) (d *Descripti
 		ProtocolVersions: []ProtocolVersion{Protocol},
 		Capabilities:     append([]string{}, capabilities(p)...),
 	}
+	// A schema declaring a key the agent takes out of every config would
+	// never see its value: refused here, so describe, the agent and
+	// sdktest all say so before any job runs.
+	if err := jobconfig.CheckSchema(r.ConfigSchema); err != nil {
+		return nil, fmt.Errorf("config schema: %w", err)
+	}
 	if r.EvaluatesPolicies {
 		d.Capabilities = append(d.Capabilities, CapPolicy)
 	}
@@ -151,20 +160,35 @@ func (s *server) Validate(ctx context.Context, req *pluginv1.ValidateRequest) (r
 	if err != nil {
 		return nil, err
 	}
-	if len(diags) == 0 {
-		r, err := s.impl.Validate(ctx, &ValidateRequest{Config: config})
-		if err != nil {
-			return nil, err
-		}
-		if r != nil {
-			diags = r.Diagnostics
+	// The plugin's own checks run even when the schema found errors, so
+	// an author sees every problem at once; a Validate that cannot cope
+	// with a config its schema refuses (an error or a panic) adds nothing
+	// to the schema's diagnostics then.
+	r, verr := s.validate(ctx, config)
+	switch {
+	case verr != nil && len(configschema.Errors(diags)) == 0:
+		return nil, verr
+	case verr == nil && r != nil:
+		// Where the schema found a field wrong, its word stands: a
+		// plugin checking the same in Validate would say it twice.
+		schemaErrs := configschema.Errors(diags)
+		for _, d := range r.Diagnostics {
+			if !slices.ContainsFunc(schemaErrs, func(e Diagnostic) bool { return e.Field == d.Field }) {
+				diags = append(diags, d)
+			}
 		}
 	}
 	out := &pluginv1.ValidateResponse{}
 	for _, d := range diags {
-		out.Diagnostics = append(out.Diagnostics, &pluginv1.Diagnostic{Field: d.Field, Message: d.Message})
+		out.Diagnostics = append(out.Diagnostics, &pluginv1.Diagnostic{Field: d.Field, Message: d.Message, Hint: d.Hint, Severity: d.Severity})
 	}
 	return out, nil
+}
+
+// validate calls the plugin's Validate, a panic made an error.
+func (s *server) validate(ctx context.Context, config map[string]any) (r *ValidateResponse, err error) {
+	defer recoverTo(&err, nil)
+	return s.impl.Validate(ctx, &ValidateRequest{Config: config})
 }
 
 // opRequest is what the plan, apply, destroy and drift requests share.
@@ -181,10 +205,14 @@ func (s *server) run(ctx context.Context, req opRequest, log Logger, fn func(Job
 	if err != nil {
 		return nil, err
 	}
-	if len(diags) > 0 {
-		return nil, DiagnosticsError(diags)
+	if errs := configschema.Errors(diags); len(errs) > 0 {
+		return nil, DiagnosticsError(errs)
 	}
-	return fn(jobFromProto(req.GetJob()), config, req.GetEnv(), log)
+	job, err := upgradeState(ctx, s.impl, jobFromProto(req.GetJob()), log)
+	if err != nil {
+		return nil, err
+	}
+	return fn(job, config, req.GetEnv(), log)
 }
 
 // DiagnosticsError joins diagnostics into one error: "invalid config:
@@ -207,7 +235,17 @@ func (s *server) Plan(req *pluginv1.PlanRequest, stream grpc.ServerStreamingServ
 		},
 		func(ctx context.Context, log Logger) (*pluginv1.Result, error) {
 			return s.run(ctx, req, log, func(job JobContext, cfg map[string]any, env map[string]string, log Logger) (*pluginv1.Result, error) {
-				r, err := s.impl.Plan(ctx, &PlanRequest{Job: job, Config: cfg, Env: env, Log: log})
+				var r *PlanResponse
+				var err error
+				if req.GetJob().GetDestroy() {
+					dp, ok := s.impl.(DestroyPlanner)
+					if !ok {
+						return nil, status.Error(codes.Unimplemented, "the plugin does not plan destroys")
+					}
+					r, err = dp.PlanDestroy(ctx, &PlanRequest{Job: job, Config: cfg, Env: env, Log: log})
+				} else {
+					r, err = s.impl.Plan(ctx, &PlanRequest{Job: job, Config: cfg, Env: env, Log: log})
+				}
 				if r == nil {
 					return &pluginv1.Result{}, err
 				}

@@ -12,7 +12,14 @@ const (
 	OpApply   = "apply"
 	OpDestroy = "destroy"
 	OpDrift   = "drift"
+	// OpPlanDestroy is the plan of a destroy: what Destroy would remove,
+	// for an operator to approve (the Plan call with JobContext.Destroy
+	// set, served by a [DestroyPlanner]).
+	OpPlanDestroy = "plan-destroy"
 )
+
+// IsPlan reports whether op makes a plan: OpPlan or OpPlanDestroy.
+func IsPlan(op string) bool { return op == OpPlan || op == OpPlanDestroy }
 
 // Plugin is what every component type implements.
 //
@@ -29,8 +36,11 @@ type Plugin interface {
 	// Describe says what the plugin is. The SDK adds the protocol version
 	// and the capabilities.
 	Describe(ctx context.Context, req *DescribeRequest) (*DescribeResponse, error)
-	// Validate checks a config beyond what its schema says; it is called
-	// only for configs the schema accepts.
+	// Validate checks a config beyond what its schema says. It is called
+	// even for a config the schema refuses, so that every problem is
+	// reported in one round: do not assume the schema's types (an error
+	// or a panic then only drops your diagnostics). Return warnings with
+	// Severity SeverityWarning: the agent logs them and runs the job.
 	Validate(ctx context.Context, req *ValidateRequest) (*ValidateResponse, error)
 	Plan(ctx context.Context, req *PlanRequest) (*PlanResponse, error)
 	Apply(ctx context.Context, req *ApplyRequest) (*ApplyResponse, error)
@@ -40,6 +50,19 @@ type Plugin interface {
 // refuses a destroy job for a type without it.
 type Destroyer interface {
 	Destroy(ctx context.Context, req *DestroyRequest) (*DestroyResponse, error)
+}
+
+// DestroyPlanner is a plugin that can say what its Destroy would remove,
+// without removing anything: with approval required, an operator
+// approves this plan before a deprovision runs, and the host plans
+// again right before Destroy and destroys only if the plan is the same
+// (as for applies). Report each object Destroy removes as a
+// PlannedChange with Action ActionDelete. Save what Destroy needs in
+// req.Job.PlanDir, like a Plan (Terraform: plan -destroy -out). Without
+// it the host plans a destroy as one change, "delete COMPONENT", which
+// names nothing it removes.
+type DestroyPlanner interface {
+	PlanDestroy(ctx context.Context, req *PlanRequest) (*PlanResponse, error)
 }
 
 // Drifter is a plugin that can tell whether a component still matches its
@@ -63,6 +86,9 @@ func capabilities(p Plugin) []string {
 	if _, ok := p.(Drifter); ok {
 		caps = append(caps, CapDrift)
 	}
+	if _, ok := p.(DestroyPlanner); ok {
+		caps = append(caps, CapPlanDestroy)
+	}
 	if _, ok := p.(OutputsSchemaProvider); ok {
 		caps = append(caps, CapOutputsSchema)
 	}
@@ -71,6 +97,10 @@ func capabilities(p Plugin) []string {
 
 // JobContext tells a plugin which job it runs and where.
 type JobContext struct {
+	// StateVersion is, for a StateUpgrader, its StateVersion: what
+	// SaveState records (set by the SDK, not sent by the host).
+	StateVersion int
+
 	JobID     string
 	InstallID string
 	Attempt   int

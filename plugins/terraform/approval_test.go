@@ -68,3 +68,51 @@ func TestApprovedPlan(t *testing.T) {
 		t.Errorf("apply of a stale saved plan: %v, want Terraform's refusal", err)
 	}
 }
+
+// TestApprovedDestroyPlan: PlanDestroy saves terraform plan -destroy into
+// the plan dir and lists what it removes as deletes; Destroy with the
+// approval applies exactly that saved plan (issue 29: destroys were not
+// planned).
+func TestApprovedDestroyPlan(t *testing.T) {
+	env, _ := setup(t)
+	p := terraform.New()
+	state := t.TempDir()
+	site := t.TempDir()
+	job := func(id, planDir, approved string) sdk.JobContext {
+		return sdk.JobContext{JobID: id, InstallID: "i", Attempt: 1, WorkDir: t.TempDir(), StateDir: state, PlanDir: planDir, ApprovedPlanDigest: approved}
+	}
+	cfg := map[string]any{"module": moduleRef("site"), "vars": map[string]any{"name": "x", "dir": site}}
+	log := newLogger(`^$`)
+	if _, err := p.Apply(t.Context(), &sdk.ApplyRequest{Job: job("apply", "", ""), Config: cfg, Env: env, Log: log}); err != nil {
+		t.Fatalf("apply: %v\n%s", err, log.text())
+	}
+	planDir := filepath.Join(state, sdk.PlanDirName, "destroy")
+	if err := os.MkdirAll(planDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	pl, err := p.PlanDestroy(t.Context(), &sdk.PlanRequest{Job: job("plan-destroy", planDir, ""), Config: cfg, Env: env, Log: log})
+	if err != nil {
+		t.Fatalf("plan destroy: %v\n%s", err, log.text())
+	}
+	if len(pl.PlannedChanges) == 0 {
+		t.Fatal("the destroy plan lists nothing")
+	}
+	for _, c := range pl.PlannedChanges {
+		if c.Action != sdk.ActionDelete {
+			t.Errorf("planned %s %s in a destroy", c.Action, c.Address)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(planDir, terraform.PlanFile)); err != nil {
+		t.Fatalf("the destroy plan was not saved into the plan dir: %v", err)
+	}
+	d, _ := sdk.PlanDigest(pl.PlannedChanges)
+	if _, err := p.Destroy(t.Context(), &sdk.DestroyRequest{Job: job("destroy", planDir, d), Config: cfg, Env: env, Log: log}); err != nil {
+		t.Fatalf("destroy: %v\n%s", err, log.text())
+	}
+	if !strings.Contains(log.text(), "terraform: applying the approved plan "+d) {
+		t.Errorf("the log does not say the approved plan was applied:\n%s", log.text())
+	}
+	if _, err := os.Stat(filepath.Join(site, "index.html")); !os.IsNotExist(err) {
+		t.Errorf("the file is still there after the destroy: %v", err)
+	}
+}

@@ -258,6 +258,23 @@ func (r *run) gateAndApply(ctx context.Context, op string, pl *plan, unchanged s
 	return findings, r.apply(ctx, pl)
 }
 
+// PlanDestroy runs terraform plan -destroy to a saved plan file in the
+// plan directory and reports what it would remove: the plan an operator
+// approves before a deprovision, which Destroy then applies.
+func (p *Plugin) PlanDestroy(ctx context.Context, req *sdk.PlanRequest) (*sdk.PlanResponse, error) {
+	r, err := p.start(ctx, req.Job, req.Config, req.Env, req.Log)
+	if err != nil {
+		return nil, err
+	}
+	defer r.close()
+	pl, err := r.plan(ctx, planDestroy)
+	if err != nil {
+		return nil, err
+	}
+	findings, err := r.gate(ctx, sdk.OpDestroy, pl)
+	return &sdk.PlanResponse{Changes: pl.summary, PlannedChanges: pl.changes, PolicyFindings: findings}, err
+}
+
 // Destroy plans the destruction, checks it against policy, applies that
 // saved plan, and then removes the component's local state.
 func (p *Plugin) Destroy(ctx context.Context, req *sdk.DestroyRequest) (*sdk.DestroyResponse, error) {
@@ -266,7 +283,12 @@ func (p *Plugin) Destroy(ctx context.Context, req *sdk.DestroyRequest) (*sdk.Des
 		return nil, err
 	}
 	defer r.close()
-	pl, err := r.plan(ctx, planDestroy)
+	var pl *plan
+	if req.Job.ApprovedPlanDigest != "" && req.Job.PlanDir != "" {
+		pl, err = r.approvedPlan(ctx)
+	} else {
+		pl, err = r.plan(ctx, planDestroy)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -531,7 +553,7 @@ type plan struct {
 // terraform show -json.
 func (r *run) plan(ctx context.Context, mode planMode) (*plan, error) {
 	pl := &plan{file: filepath.Join(r.work, "tfplan")}
-	if mode == planNormal && r.job.PlanDir != "" {
+	if (mode == planNormal || mode == planDestroy) && r.job.PlanDir != "" {
 		// The agent keeps this directory under the plan's digest, so that
 		// an apply the operator approves applies exactly this file.
 		pl.file = filepath.Join(r.job.PlanDir, PlanFile)

@@ -36,6 +36,7 @@ import (
 	"github.com/byoc-dev/byoc/plugins/helm/helmschema"
 	"github.com/byoc-dev/byoc/plugins/image/imageschema"
 	"github.com/byoc-dev/byoc/plugins/sdk/configschema"
+	"github.com/byoc-dev/byoc/plugins/sdk/jobconfig"
 	"github.com/byoc-dev/byoc/plugins/terraform/tfschema"
 	"github.com/byoc-dev/byoc/schema/app/template"
 	"github.com/byoc-dev/byoc/schema/app/validate"
@@ -77,7 +78,7 @@ func Check(s *configschema.Schema) validate.ConfigCheck {
 			config = map[string]any{}
 		}
 		var out []validate.FieldProblem
-		for _, d := range s.ValidateWith(config, configschema.Options{Deferred: template.HasRefs}) {
+		for _, d := range configschema.Errors(s.ValidateWith(config, configschema.Options{Deferred: template.HasRefs})) {
 			out = append(out, validate.FieldProblem{Field: d.Field, Message: d.Message, Hint: d.Hint})
 		}
 		return out
@@ -208,6 +209,9 @@ func ParseDescription(b []byte) (Description, *configschema.Schema, error) {
 			return d, nil, fmt.Errorf("%s: %w", s.name, err)
 		}
 		if s.name == "config_schema" {
+			if err := jobconfig.CheckSchema(buf.String()); err != nil {
+				return d, nil, fmt.Errorf("%s: %w", s.name, err)
+			}
 			sch = compiled
 		}
 	}

@@ -221,6 +221,10 @@ func TestParseDescription(t *testing.T) {
 			`config_schema: schema at /properties/a: keyword "if" is not supported`},
 		{`{"type": "g", "version": "1", "protocol": "1.1", "outputs_schema": {"type": "thing"}}`, `outputs_schema: schema at the root: type: unknown type "thing"`},
 		{`{"type": "g", "version": "1", "protocol": "1.1"} {}`, "more than one JSON value"},
+		{`{"type": "g", "version": "1", "protocol": "1.1", "config_schema": {"properties": {"customer_inputs": {}}}}`,
+			`config_schema: properties: "customer_inputs" is a reserved config key`},
+		{`{"type": "g", "version": "1", "protocol": "1.1", "config_schema": {"allOf": [{"required": ["secrets"]}]}}`,
+			`config_schema: allOf[0].required: "secrets" is a reserved config key`},
 	} {
 		if _, _, err := typeschema.ParseDescription([]byte(tt.in)); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("ParseDescription(%s) = %v, want an error containing %q", tt.in, err, tt.want)

@@ -137,6 +137,27 @@ func TestAppValidateSchemas(t *testing.T) {
 	if r := byoc(t, "plugin", "register", bad); r.code != exitError || !strings.Contains(r.stderr, `keyword "if" is not supported`) {
 		t.Errorf("plugin register of a bad file: exit %d, %s", r.code, r.stderr)
 	}
+	// A deprecated field is a warning: said, and the config is valid
+	// (issue 29 item 7: diagnostics had no severity).
+	write("installs/acme.toml", "# no overrides\n") // its size = 3 is no string
+	dep := filepath.Join(t.TempDir(), "dep.json")
+	os.WriteFile(dep, []byte(`{"type": "greeting", "version": "1", "protocol": "1.1", "config_schema": {"type": "object",
+	  "properties": {"name": {"type": "string"}, "size": {"type": "string", "deprecated": true, "description": "set replicas instead"}}}}`), 0o644)
+	if r := byoc(t, "app", "validate", "--plugin-schema", dep, dir); r.code != 0 ||
+		!strings.Contains(r.stderr, "warning: components/hello.toml:3: config.size: is deprecated (set replicas instead)") {
+		t.Errorf("deprecated field: exit %d, stderr %q", r.code, r.stderr)
+	}
+	// A schema declaring a key the agent takes out of every config
+	// (issue 29: "sensitive" became "***" at run time) is refused by
+	// both, naming the key.
+	os.WriteFile(bad, []byte(`{"type": "g", "version": "1", "protocol": "1.1", "config_schema": {"type": "object", "properties": {"sensitive": {"type": "boolean"}}}}`), 0o644)
+	const reserved = `config_schema: properties: "sensitive" is a reserved config key`
+	if r := byoc(t, "app", "validate", "--plugin-schema", bad, dir); r.code != exitUsage || !strings.Contains(r.stderr, reserved) {
+		t.Errorf("--plugin-schema with a reserved key: exit %d, %s", r.code, r.stderr)
+	}
+	if r := byoc(t, "plugin", "register", bad); r.code != exitError || !strings.Contains(r.stderr, reserved) {
+		t.Errorf("plugin register with a reserved key: exit %d, %s", r.code, r.stderr)
+	}
 }
 
 // TestAppInitCloud: --cloud writes the example for one cloud, which

@@ -37,7 +37,7 @@ is rendered only at deploy time, so its type, format and bounds are not
 checked.`,
 		Args: exactArgs("DIR"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts, err := a.pluginSchemaTypes(pluginSchemas)
+			opts, registered, err := a.pluginSchemas(pluginSchemas)
 			if err != nil {
 				return err
 			}
@@ -56,9 +56,13 @@ checked.`,
 				return err
 			}
 			waves := app.Graph().Levels()
+			warnings := configWarnings(app, registered)
 			if a.jsonOutput() {
-				return writeJSONValue(a.stdout, map[string]any{"valid": true, "diagnostics": []any{}, "app": app.Metadata.Name,
-					"components": len(app.Components), "actions": len(app.Actions), "installs": len(app.Installs), "deployWaves": waves})
+				return writeJSONValue(a.stdout, map[string]any{"valid": true, "diagnostics": []any{}, "warnings": append([]string{}, warnings...),
+					"app": app.Metadata.Name, "components": len(app.Components), "actions": len(app.Actions), "installs": len(app.Installs), "deployWaves": waves})
+			}
+			for _, w := range warnings {
+				fmt.Fprintf(a.stderr, "warning: %s\n", w)
 			}
 			fmt.Fprintf(a.stdout, "The app config in %s is valid.\n", args[0])
 			f := newFields(a.stdout)

@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
@@ -12,14 +14,33 @@ import (
 
 // installDriftCommand lists the drift state of an install's components.
 func (a *app) installDriftCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "drift INSTALL",
-		Short: "List the drift state of an install's components (the latest drift check of each)",
-		Args:  exactArgs("INSTALL"),
+	var run bool
+	cmd := &cobra.Command{
+		Use:   "drift INSTALL [COMPONENT]... [--run]",
+		Short: "List the drift state of an install's components (the latest drift check of each); --run checks now",
+		Long: `List the drift state of an install's components: the latest drift check of
+each. Drift checks start on a component's drift_schedule (app config), or
+now with --run: a check of each COMPONENT named (every deployed component
+when none is), waited for, then the list. A check changes nothing; a type
+that cannot check drift reports a failed check saying so.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usagef("missing INSTALL")
+			}
+			if len(args) > 1 && !run {
+				return usagef("unexpected argument %q (components are named only with --run)", args[1])
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.connect()
 			if err != nil {
 				return err
+			}
+			if run {
+				if err := a.runDriftChecks(cmd.Context(), c, args[0], args[1:]); err != nil {
+					return err
+				}
 			}
 			res, err := c.ListInstallDrift(cmd.Context(), connect.NewRequest(&imsv1.ListInstallDriftRequest{Install: args[0]}))
 			if err != nil {
@@ -58,6 +79,37 @@ func (a *app) installDriftCommand() *cobra.Command {
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&run, "run", false, "check now (the named components, or every deployed one) and wait for the checks")
+	return cmd
+}
+
+// runDriftChecks queues drift checks of install's components (all when
+// none is named) and waits for them to end, saying so on stderr.
+func (a *app) runDriftChecks(ctx context.Context, c *client, install string, components []string) error {
+	res, err := c.CheckInstallDrift(ctx, connect.NewRequest(&imsv1.CheckInstallDriftRequest{Install: install, Components: components}))
+	if err != nil {
+		return c.wrap(err)
+	}
+	for _, j := range res.Msg.GetJobs() {
+		fmt.Fprintf(a.stderr, "Checking %s for drift (job %s)...\n", j.GetComponent(), j.GetId())
+	}
+	for _, j := range res.Msg.GetJobs() {
+		for {
+			got, err := c.GetJob(ctx, connect.NewRequest(&imsv1.GetJobRequest{Id: j.GetId()}))
+			if err != nil {
+				return c.wrap(err)
+			}
+			if got.Msg.GetJob().GetEndTime() != nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}
+	return nil
 }
 
 // driftSummary is an install's drift in one line for `install get`:

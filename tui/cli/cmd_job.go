@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/byoc-dev/byoc/internal/backoff"
+	"github.com/byoc-dev/byoc/plugins/sdk/loglevel"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 	"github.com/byoc-dev/byoc/tui/termtext"
 )
@@ -483,11 +484,27 @@ func (a *app) printJob(j *imsv1.Job, install string) error {
 type logFormat struct {
 	timestamps   bool
 	streamPrefix bool
+	// level, if set, leaves out lines below it (a plugin's leveled
+	// lines, sdk.NewLogger; a line without a level counts as info).
+	level string
 }
 
 func (lf *logFormat) flags(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&lf.timestamps, "timestamps", false, "prefix each line with its time")
 	cmd.Flags().BoolVar(&lf.streamPrefix, "stream-prefix", false, `mark each line with its stream ("out | ", "err | ")`)
+	cmd.Flags().StringVar(&lf.level, "level", "", "show only lines at `LEVEL` or above: "+strings.Join(loglevel.Levels, ", ")+
+		" (a plugin's leveled lines; others count as info)")
+	_ = cmd.RegisterFlagCompletionFunc("level", cobra.FixedCompletions(loglevel.Levels, cobra.ShellCompDirectiveNoFileComp))
+	prev := cmd.PreRunE
+	cmd.PreRunE = func(c *cobra.Command, args []string) error {
+		if lf.level != "" && loglevel.Rank(lf.level) < 0 {
+			return usagef("--level %q: want one of %s", lf.level, strings.Join(loglevel.Levels, ", "))
+		}
+		if prev != nil {
+			return prev(c, args)
+		}
+		return nil
+	}
 }
 
 // logPrinter prints log lines: system lines after "==> ", and, on request,
@@ -516,6 +533,9 @@ func (p *logPrinter) print(l *imsv1.LogLine) {
 	}
 	p.afterAttempt, p.afterSeq = l.GetAttempt(), l.GetSeq()
 	if !p.since.IsZero() && l.GetTime().AsTime().Before(p.since) {
+		return
+	}
+	if p.format.level != "" && !loglevel.AtLeast(l.GetText(), p.format.level) {
 		return
 	}
 	var b strings.Builder

@@ -14,6 +14,8 @@ import (
 	"github.com/byoc-dev/byoc/plugins/sdk/configschema"
 	"github.com/byoc-dev/byoc/plugins/typeschema"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
+	"github.com/byoc-dev/byoc/schema/app/config"
+	"github.com/byoc-dev/byoc/schema/app/template"
 	"github.com/byoc-dev/byoc/schema/app/validate"
 )
 
@@ -217,23 +219,66 @@ func (a *app) pluginRemoveCommand() *cobra.Command {
 // pluginSchemaTypes returns validator options for an offline check: the
 // built-in types and the types of the given describe files.
 func (a *app) pluginSchemaTypes(files []string) (validate.Options, error) {
+	opts, _, err := a.pluginSchemas(files)
+	return opts, err
+}
+
+// pluginSchemas is pluginSchemaTypes that also returns the third-party
+// types' compiled schemas, by type.
+func (a *app) pluginSchemas(files []string) (validate.Options, map[string]*configschema.Schema, error) {
 	registered := map[string]*configschema.Schema{}
 	for _, name := range files {
 		b, err := a.readDescribe(name)
 		if err != nil {
-			return validate.Options{}, err
+			return validate.Options{}, nil, err
 		}
 		d, s, err := typeschema.ParseDescription(b)
 		if err != nil {
-			return validate.Options{}, usagef("--plugin-schema %s: %v", name, err)
+			return validate.Options{}, nil, usagef("--plugin-schema %s: %v", name, err)
 		}
 		if typeschema.IsBuiltin(d.Type) {
-			return validate.Options{}, usagef("--plugin-schema %s: %q is a built-in type; its schema is known already", name, d.Type)
+			return validate.Options{}, nil, usagef("--plugin-schema %s: %q is a built-in type; its schema is known already", name, d.Type)
 		}
 		registered[d.Type] = s
 	}
 	return validate.Options{
 		Types:    typeschema.Types(registered),
 		TypeHint: "pass a third-party type's describe output with --plugin-schema FILE",
-	}, nil
+	}, registered, nil
+}
+
+// configWarnings lists what the components' type schemas warn about in
+// a valid app (a deprecated field), as "FILE:LINE: config.FIELD: message
+// (hint)"; registered are the third-party types' schemas.
+func configWarnings(app *config.App, registered map[string]*configschema.Schema) []string {
+	var out []string
+	for _, c := range app.Components {
+		s := registered[c.Type]
+		if src, ok := typeschema.BuiltinSchema(c.Type); ok {
+			s, _ = configschema.Compile(src)
+		}
+		if s == nil {
+			continue
+		}
+		file := "components/" + c.Name + ".toml"
+		for _, d := range s.ValidateWith(c.Config, configschema.Options{Deferred: template.HasRefs}) {
+			if !d.IsWarning() {
+				continue
+			}
+			key := "config"
+			if d.Field != "" {
+				key += "." + d.Field
+			}
+			line := file
+			if n := app.Line(file, key); n > 0 {
+				line += fmt.Sprintf(":%d", n)
+			}
+			w := fmt.Sprintf("%s: %s: %s", line, key, d.Message)
+			if d.Hint != "" {
+				w += " (" + d.Hint + ")"
+			}
+			out = append(out, w)
+		}
+	}
+	return out
 }

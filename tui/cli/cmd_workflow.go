@@ -841,7 +841,7 @@ func stepsPlanning(wf *imsv1.Workflow) []string {
 		if s.GetPlanState() == "planning" {
 			out = append(out, s.GetName())
 		}
-		if s.GetComponent() != "" && s.GetOperation() == "apply" && s.GetState() == imsv1.StepState_STEP_STATE_PENDING {
+		if op := s.GetOperation(); s.GetComponent() != "" && (op == "apply" || op == "destroy") && s.GetState() == imsv1.StepState_STEP_STATE_PENDING {
 			applies = append(applies, s.GetName())
 		}
 	}
@@ -949,13 +949,34 @@ func (a *app) workflowCancelCommand() *cobra.Command {
 func (a *app) workflowRetryCommand() *cobra.Command {
 	var wait bool
 	cmd := &cobra.Command{
-		Use:   "retry WORKFLOW STEP [--wait]",
+		Use:   "retry WORKFLOW [STEP] [--wait]",
 		Short: "Run a failed step again, and the steps that were skipped because of it",
-		Args:  exactArgs("WORKFLOW", "STEP"),
+		Long: `Run a failed step again, and the steps that were skipped because of it.
+Without STEP, the workflow's failed step is retried when it has exactly
+one; otherwise the failed steps are listed, to name one.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case len(args) == 0:
+				return usagef("missing WORKFLOW")
+			case len(args) > 2:
+				return usagef("unexpected argument %q", args[2])
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.connect()
 			if err != nil {
 				return err
+			}
+			if len(args) == 1 {
+				step, err := onlyFailedStep(cmd.Context(), c, args[0])
+				if err != nil {
+					return err
+				}
+				args = append(args, step)
+				if !a.jsonOutput() {
+					fmt.Fprintf(a.stdout, "Step %s is the workflow's only failed step.\n", step)
+				}
 			}
 			res, err := c.RetryWorkflowStep(cmd.Context(), connect.NewRequest(&imsv1.RetryWorkflowStepRequest{Id: args[0], Step: args[1]}))
 			if err != nil {
@@ -973,6 +994,41 @@ func (a *app) workflowRetryCommand() *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&wait, "wait", false, "follow the workflow until it ends (exit 1 unless it succeeds, 3 when it awaits approval)")
 	return cmd
+}
+
+// onlyFailedStep returns the name of workflow id's failed step when it
+// has exactly one; otherwise a usage error lists the failed steps (or,
+// with none, the steps that could be retried: cancelled or skipped).
+func onlyFailedStep(ctx context.Context, c *client, id string) (string, error) {
+	res, err := c.GetWorkflow(ctx, connect.NewRequest(&imsv1.GetWorkflowRequest{Id: id}))
+	if err != nil {
+		return "", c.wrap(err)
+	}
+	var failed, other []string
+	for _, s := range res.Msg.GetWorkflow().GetSteps() {
+		switch s.GetState() {
+		case imsv1.StepState_STEP_STATE_FAILED:
+			line := s.GetName()
+			if e := s.GetError(); e != "" {
+				line += " (" + firstLine(e) + ")"
+			}
+			failed = append(failed, line)
+		case imsv1.StepState_STEP_STATE_CANCELLED, imsv1.StepState_STEP_STATE_SKIPPED:
+			other = append(other, s.GetName()+" ("+stepStateName(s.GetState())+")")
+		}
+	}
+	switch {
+	case len(failed) == 1:
+		name, _, _ := strings.Cut(failed[0], " (")
+		return name, nil
+	case len(failed) > 1:
+		return "", usagef("workflow %s has %d failed steps; name the one to retry: byoc workflow retry %s STEP\n  %s",
+			id, len(failed), id, strings.Join(failed, "\n  "))
+	case len(other) > 0:
+		return "", usagef("workflow %s has no failed step; name the one to retry: byoc workflow retry %s STEP\n  %s",
+			id, id, strings.Join(other, "\n  "))
+	}
+	return "", usagef("workflow %s has no step to retry (none failed, was cancelled or skipped)", id)
 }
 
 // settingsText describes an install's settings for install get.
@@ -999,4 +1055,10 @@ func settingsText(s *imsv1.InstallSettings) string {
 		parts = append(parts, "managed from "+s.GetSource())
 	}
 	return strings.Join(parts, "; ")
+}
+
+// firstLine is s up to its first line break.
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
 }

@@ -128,6 +128,11 @@ func argKinds(cmd *cobra.Command) (kinds []resource, variadic bool) {
 	use, _, _ := strings.Cut(cmd.Use, "|")
 	found := false
 	for _, w := range strings.Fields(use)[1:] {
+		if inner := strings.Trim(w, "[]"); strings.HasPrefix(w, "[") && placeholders[inner] != noResource {
+			// An optional argument ("retry WORKFLOW [STEP]") completes too.
+			kinds, found = append(kinds, placeholders[inner]), true
+			continue
+		}
 		if strings.HasPrefix(w, "[") || strings.HasPrefix(w, "-") {
 			break
 		}

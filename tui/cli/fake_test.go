@@ -44,8 +44,10 @@ type fakeOperator struct {
 	changes []*imsv1.ConfigChange
 	// grants are what ListBreakGlassGrants returns.
 	grants   []*imsv1.BreakGlassGrant
-	workflow *imsv1.Workflow            // returned by GetWorkflow
-	plan     *imsv1.PlanInstallResponse // returned by PlanInstall
+	workflow *imsv1.Workflow // returned by GetWorkflow
+	// retried are the RetryWorkflowStep calls, as WORKFLOW/STEP.
+	retried []string
+	plan    *imsv1.PlanInstallResponse // returned by PlanInstall
 	// listJobs, if set, is what ListJobs returns instead of two jobs.
 	listJobs []*imsv1.Job
 	// workflowList is what ListWorkflows returns (install "nope": not found).
@@ -408,4 +410,14 @@ func (f *fakeOperator) ListWorkflows(ctx context.Context, req *connect.Request[i
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return connect.NewResponse(&imsv1.ListWorkflowsResponse{Workflows: f.workflowList}), nil
+}
+
+func (f *fakeOperator) RetryWorkflowStep(ctx context.Context, req *connect.Request[imsv1.RetryWorkflowStepRequest]) (*connect.Response[imsv1.RetryWorkflowStepResponse], error) {
+	if err := f.auth(req.Header()); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.retried = append(f.retried, req.Msg.GetId()+"/"+req.Msg.GetStep())
+	return connect.NewResponse(&imsv1.RetryWorkflowStepResponse{Workflow: f.workflow}), nil
 }

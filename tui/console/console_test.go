@@ -206,6 +206,30 @@ func TestLogViewKeys(t *testing.T) {
 	mustNotContain(t, screen(m), "12:00:02.183")
 }
 
+// L filters the log by level: a plugin's leveled lines (sdk.NewLogger)
+// at the level or above, a line without one counting as info (issue 29).
+func TestLogViewLevelFilter(t *testing.T) {
+	m := newTestModel(t, Options{})
+	feed(m, snapshot())
+	lv := newLogView(m.env, jobs()[0])
+	m.push(lv)
+	texts := []string{"[DEBUG] kv: starting: step=1", "plain line", "[WARN]  kv: disk low: free=3", "[ERROR] kv: failed"}
+	m.Update(logMsg{gen: lv.gen, chunks: []logChunk{{lines: logLines(1, 4, func(i int) string { return texts[i-1] })}}})
+	mustContain(t, screen(m), "kv: starting", "plain line", "disk low")
+	press(m, "L") // debug: all of them
+	mustContain(t, screen(m), "level ≥ debug", "kv: starting")
+	press(m, "L") // info
+	s := screen(m)
+	mustContain(t, s, "level ≥ info", "plain line", "disk low")
+	mustNotContain(t, s, "kv: starting")
+	press(m, "L") // warn
+	s = screen(m)
+	mustContain(t, s, "level ≥ warn", "disk low", "kv: failed")
+	mustNotContain(t, s, "plain line")
+	press(m, "L", "L") // error, then all again
+	mustContain(t, screen(m), "kv: starting", "plain line")
+}
+
 // Texts that stay true once a job has ended (issue 33, item 16): a failed
 // job's try is only its number (it is not retried), "1 line" is singular,
 // and the status after a cancel names no state that goes stale.

@@ -34,6 +34,7 @@ const (
 	ActPrevMatch  Action = "prev_match"
 	ActWrap       Action = "wrap"
 	ActTimestamps Action = "timestamps"
+	ActLogLevel   Action = "log_level"
 	ActRunAction  Action = "run_action"
 	ActCancelJob  Action = "cancel_job"
 	ActBreakGlass Action = "break_glass"
@@ -58,7 +59,7 @@ type binding struct {
 var shortHelp = map[Action]string{
 	ActHelp: "help", ActFilter: "filter", ActCommand: "cmd", ActOpen: "open", ActBack: "back",
 	ActSort: "sort", ActRunAction: "action", ActBreakGlass: "break-glass", ActCancelJob: "cancel", ActFollow: "follow",
-	ActWrap: "wrap", ActTimestamps: "time", ActNextMatch: "next",
+	ActWrap: "wrap", ActTimestamps: "time", ActNextMatch: "next", ActLogLevel: "level",
 	ActDescribe: "describe", ActYAML: "yaml", ActJSON: "json", ActCopyID: "copy id", ActSaveLog: "save",
 }
 
@@ -93,6 +94,7 @@ var keyDefaults = []struct {
 	{ActPrevMatch, "logs", []string{"N"}, "previous search match", false},
 	{ActWrap, "logs", []string{"w"}, "wrap long lines on/off", false},
 	{ActTimestamps, "logs", []string{"t"}, "timestamps on/off", false},
+	{ActLogLevel, "logs", []string{"L"}, "show only lines at a level or above, in turn: debug, info, warn, error, all (a plugin's leveled lines; others count as info)", false},
 	{ActSaveLog, "logs", []string{"ctrl+s"}, "save the log held so far to JOB-ATTEMPT.log ($BYOC_LOG_DIR, or .)", false},
 	{ActRunAction, "fleet, install", []string{"a"}, "run an action on the install (asks first)", true},
 	{ActBreakGlass, "install", []string{"b"}, "request break-glass on the install (role, reason, duration)", true},

@@ -8,6 +8,7 @@ import (
 
 	tea "charm.land/bubbletea/v2"
 
+	"github.com/byoc-dev/byoc/plugins/sdk/loglevel"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
 
@@ -47,9 +48,12 @@ type logView struct {
 	err      error
 
 	follow, wrap, stamps bool
-	top, sub             int // first shown row: line index in r and row within that line
-	query                string
-	match                int // line index of the current match, or -1
+	// level, if set, hides lines below it (loglevel; a line without a
+	// level counts as info).
+	level    string
+	top, sub int // first shown row: line index in r and row within that line
+	query    string
+	match    int // line index of the current match, or -1
 }
 
 func newLogView(e *env, j *imsv1.Job) *logView {
@@ -306,6 +310,9 @@ func (v *logView) key(msg tea.KeyPressMsg) tea.Cmd {
 	case v.km.Is(msg, ActTimestamps):
 		v.stamps = !v.stamps
 		v.sub = 0
+	case v.km.Is(msg, ActLogLevel):
+		next := map[string]string{"": "debug", "debug": "info", "info": "warn", "warn": "error", "error": ""}
+		v.level, v.sub = next[v.level], 0
 	case v.km.Is(msg, ActNextMatch):
 		v.findMatch(1)
 	case v.km.Is(msg, ActPrevMatch):
@@ -359,11 +366,14 @@ func (v *logView) prefixWidth() int {
 
 // rows is how many screen rows line i takes at width w.
 func (v *logView) rows(i, w int) int {
+	l := v.r.At(i)
+	if v.level != "" && !loglevel.AtLeast(l.text, v.level) {
+		return 0 // below the level shown
+	}
 	if !v.wrap {
 		return 1
 	}
 	tw := max(1, w-v.prefixWidth())
-	l := v.r.At(i)
 	if !l.ascii {
 		l.row(0, tw) // wide characters: count the rows the cuts make
 		return max(1, len(l.cuts))
@@ -517,6 +527,9 @@ func (v *logView) render(w, h int) []string {
 	}
 	if v.stamps {
 		flags = append(flags, "time")
+	}
+	if v.level != "" {
+		flags = append(flags, "level ≥ "+v.level)
 	}
 	info := fmt.Sprintf("%s · %s %s · %s · try %s · %s · %s",
 		v.installName(j.InstallId), j.ComponentType, j.Operation, state, tryText(j), plural(v.r.Len(), "line"), strings.Join(flags, " "))

@@ -31,7 +31,7 @@ func TestDescribeCommand(t *testing.T) {
 	if err := json.Unmarshal(out, &d); err != nil {
 		t.Fatalf("describe printed %s: %v", out, err)
 	}
-	if d.Type != "localfile" || d.Protocol != sdk.Protocol.String() || !slices.Equal(d.Capabilities, []string{"destroy", "drift", "outputs_schema"}) ||
+	if d.Type != "localfile" || d.Protocol != sdk.Protocol.String() || !slices.Equal(d.Capabilities, []string{"destroy", "drift", "plan_destroy", "outputs_schema"}) ||
 		d.ConfigSchema["required"] == nil || d.OutputsSchema["properties"] == nil {
 		t.Errorf("describe = %s", out)
 	}

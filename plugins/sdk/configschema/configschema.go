@@ -27,11 +27,15 @@ import (
 // configuration: type, enum, const, properties, required,
 // additionalProperties, items, min/maxItems, uniqueItems, min/maxLength,
 // pattern, minimum, maximum, exclusiveMinimum, exclusiveMaximum,
-// multipleOf, min/maxProperties, allOf, anyOf, oneOf, not, and $ref to
-// the schema's own $defs. Annotations (title, description, default,
-// examples, format, $comment, deprecated, readOnly, writeOnly) are
-// accepted and not checked. Any other keyword is refused when the schema
-// is compiled, so a schema never silently checks less than it says.
+// multipleOf, min/maxProperties, propertyNames, patternProperties,
+// dependentRequired, allOf, anyOf, oneOf, not, and $ref to the schema's
+// own $defs. Annotations (title, description, default, examples, format,
+// $comment, readOnly) are accepted and not checked; deprecated: true
+// makes a value a warning (a Diagnostic of SeverityWarning), and
+// sensitive: true (or writeOnly: true) marks a value secret
+// (Schema.Sensitive lists such values, for byoc to mask everywhere). Any
+// other keyword is refused when the schema is compiled, so a schema never
+// silently checks less than it says.
 //
 // The validator is the SDK's own rather than a general JSON Schema
 // library: every plugin process links it, and the libraries compile their
@@ -64,15 +68,38 @@ type node struct {
 	allOf, anyOf, oneOf          []*node
 	not                          *node
 	ref                          string
+	patternProps                 []patternProp
+	propertyNames                *node
+	dependentRequired            map[string][]string
+	// sensitive marks a secret value (sensitive or writeOnly); deprecated
+	// makes a value a warning; description is the annotation, for
+	// messages.
+	sensitive, deprecated bool
+	description           string
 
 	defs map[string]*node // only on the root
 	at   string           // where in the schema, for errors
 }
 
 var annotations = map[string]bool{
-	"$schema": true, "$id": true, "$comment": true, "title": true, "description": true, "default": true,
-	"examples": true, "format": true, "deprecated": true, "readOnly": true, "writeOnly": true,
+	"$schema": true, "$id": true, "$comment": true, "title": true, "default": true,
+	"examples": true, "format": true, "readOnly": true,
 }
+
+// patternProp is one entry of patternProperties.
+type patternProp struct {
+	re   *regexp.Regexp
+	node *node
+}
+
+// Severities of a Diagnostic.
+const (
+	// SeverityError (the zero value) makes a config invalid.
+	SeverityError = ""
+	// SeverityWarning is worth saying but lets the config through: a
+	// deprecated field, or what a plugin's Validate warns about.
+	SeverityWarning = "warning"
+)
 
 // A Diagnostic is one problem found in a config: the path of the
 // offending field and what is wrong with it.
@@ -81,8 +108,19 @@ type Diagnostic struct {
 	Field   string
 	Message string
 	// Hint, when set, says what would be right (the known fields, for an
-	// unknown one). It is not part of String.
+	// unknown one; the regular expression, for a value of the wrong form).
+	// It is not part of String.
 	Hint string
+	// Severity is SeverityError (empty) or SeverityWarning.
+	Severity string
+}
+
+// IsWarning reports whether d is a warning, not an error.
+func (d Diagnostic) IsWarning() bool { return d.Severity == SeverityWarning }
+
+// Errors returns the diagnostics that are errors, dropping warnings.
+func Errors(ds []Diagnostic) []Diagnostic {
+	return slices.DeleteFunc(slices.Clone(ds), Diagnostic.IsWarning)
 }
 
 // String returns "field: message".
@@ -174,8 +212,11 @@ func (n *node) all(seen map[*node]bool, out []*node) []*node {
 	}
 	seen[n] = true
 	out = append(out, n)
-	for _, sub := range slices.Concat(n.allOf, n.anyOf, n.oneOf, []*node{n.not, n.additional, n.items}) {
+	for _, sub := range slices.Concat(n.allOf, n.anyOf, n.oneOf, []*node{n.not, n.additional, n.items, n.propertyNames}) {
 		out = sub.all(seen, out)
+	}
+	for _, pp := range n.patternProps {
+		out = pp.node.all(seen, out)
 	}
 	for _, k := range slices.Sorted(maps.Keys(n.properties)) {
 		out = n.properties[k].all(seen, out)
@@ -359,6 +400,59 @@ func (c *compiler) compile(v any, at string) (*node, error) {
 			}
 			n.ref = s
 			c.refs = append(c.refs, struct{ ref, at string }{s, at})
+		case "patternProperties":
+			props, ok := val.(map[string]any)
+			if !ok {
+				return nil, bad(k, "an object of schemas by regular expression")
+			}
+			for _, re := range slices.Sorted(maps.Keys(props)) {
+				rx, err := regexp.Compile(re)
+				if err != nil {
+					return nil, fmt.Errorf("schema %s: patternProperties: %q: %w", ptr(at), re, err)
+				}
+				sub, err := c.compile(props[re], at+"/patternProperties/"+re)
+				if err != nil {
+					return nil, err
+				}
+				n.patternProps = append(n.patternProps, patternProp{re: rx, node: sub})
+			}
+		case "propertyNames":
+			n.propertyNames, err = c.compile(val, at+"/propertyNames")
+		case "dependentRequired":
+			deps, ok := val.(map[string]any)
+			if !ok {
+				return nil, bad(k, "an object of arrays of property names")
+			}
+			n.dependentRequired = map[string][]string{}
+			for name, l := range deps {
+				list, ok := l.([]any)
+				if !ok {
+					return nil, bad(k+"."+name, "an array of property names")
+				}
+				for _, e := range list {
+					s, ok := e.(string)
+					if !ok {
+						return nil, bad(k+"."+name, "an array of property names")
+					}
+					n.dependentRequired[name] = append(n.dependentRequired[name], s)
+				}
+			}
+		case "sensitive", "writeOnly", "deprecated":
+			b, ok := val.(bool)
+			if !ok {
+				return nil, bad(k, "a boolean")
+			}
+			if k == "deprecated" {
+				n.deprecated = b
+			} else {
+				n.sensitive = n.sensitive || b
+			}
+		case "description":
+			s, ok := val.(string)
+			if !ok {
+				return nil, bad(k, "a string")
+			}
+			n.description = s
 		case "$defs":
 			if at != "" {
 				return nil, fmt.Errorf("schema %s: $defs: only allowed at the root", ptr(at))
@@ -466,6 +560,13 @@ func (c *checker) check(n *node, v any, path []string, out *[]Diagnostic) {
 		}
 		return
 	}
+	if n.deprecated {
+		d := Diagnostic{Field: FieldPath(path), Message: "is deprecated", Severity: SeverityWarning}
+		if n.description != "" {
+			d.Hint = n.description
+		}
+		*out = append(*out, d)
+	}
 	if c.isDeferred(v) {
 		return
 	}
@@ -499,14 +600,43 @@ func (c *checker) check(n *node, v any, path []string, out *[]Diagnostic) {
 		slices.Sort(keys)
 		for _, k := range keys {
 			p := append(slices.Clone(path), k)
+			if n.propertyNames != nil {
+				var d []Diagnostic
+				c.check(n.propertyNames, k, nil, &d)
+				for _, e := range Errors(d) {
+					*out = append(*out, Diagnostic{Field: FieldPath(p), Message: "is not an allowed field name: " + e.Message, Hint: e.Hint})
+				}
+			}
+			if deps := n.dependentRequired[k]; len(deps) > 0 {
+				for _, dep := range deps {
+					if _, ok := x[dep]; !ok {
+						add(append(slices.Clone(path), dep), "is required when %s is set", k)
+					}
+				}
+			}
+			matched := false
+			for _, pp := range n.patternProps {
+				if pp.re.MatchString(k) {
+					matched = true
+					c.check(pp.node, x[k], p, out)
+				}
+			}
 			if sub, ok := n.properties[k]; ok {
 				c.check(sub, x[k], p, out)
-			} else if n.additional != nil {
+			} else if !matched && n.additional != nil {
 				if n.additional.always != nil && !*n.additional.always {
 					d := Diagnostic{Field: FieldPath(p), Message: "unknown field"}
+					var hints []string
 					if len(n.properties) > 0 {
-						d.Hint = "known fields: " + strings.Join(slices.Sorted(maps.Keys(n.properties)), ", ")
+						hints = append(hints, "known fields: "+strings.Join(slices.Sorted(maps.Keys(n.properties)), ", "))
 					}
+					for _, pp := range n.patternProps {
+						hints = append(hints, "or a name matching the regular expression "+pp.re.String())
+					}
+					if len(hints) > 0 && len(n.properties) == 0 {
+						hints[0] = strings.TrimPrefix(hints[0], "or ")
+					}
+					d.Hint = strings.Join(hints, " ")
 					*out = append(*out, d)
 				} else {
 					c.check(n.additional, x[k], p, out)
@@ -553,7 +683,13 @@ func (c *checker) check(n *node, v any, path []string, out *[]Diagnostic) {
 			add(path, "must be at most %d characters", *n.maxLength)
 		}
 		if n.pattern != nil && !n.pattern.MatchString(x) {
-			add(path, "must match %s", n.pattern)
+			// For people: what the field is, if the schema says; the
+			// regular expression is in the hint.
+			msg := "is not in the required form"
+			if n.description != "" {
+				msg += " (" + n.description + ")"
+			}
+			*out = append(*out, Diagnostic{Field: FieldPath(path), Message: msg, Hint: "must match the regular expression " + n.pattern.String()})
 		}
 	case float64:
 		if n.minimum != nil && x < *n.minimum {
@@ -592,7 +728,7 @@ func (c *checker) check(n *node, v any, path []string, out *[]Diagnostic) {
 	if n.not != nil && !held {
 		var d []Diagnostic
 		c.check(n.not, v, path, &d)
-		if len(d) == 0 {
+		if len(Errors(d)) == 0 {
 			add(path, "matches a form that is not allowed (not)")
 		}
 	}
@@ -604,7 +740,7 @@ func (c *checker) matches(alts []*node, v any) int {
 	for _, a := range alts {
 		var d []Diagnostic
 		c.check(a, v, nil, &d)
-		if len(d) == 0 {
+		if len(Errors(d)) == 0 {
 			count++
 		}
 	}
@@ -732,5 +868,83 @@ func (s *Schema) typesAt(n *node, loc []string, out *[]string, depth int) {
 	}
 	if _, err := strconv.Atoi(k); err == nil && n.items != nil {
 		s.typesAt(n.items, rest, out, depth+1)
+	}
+}
+
+// Sensitive returns the values in v (a config) that the schema marks
+// sensitive (sensitive: true or writeOnly: true), as the strings they
+// would be printed as: a string as it is, a number or boolean as JSON,
+// and every such leaf of an object or array marked sensitive. It follows
+// properties, patternProperties, additionalProperties, items, $ref and
+// every branch of allOf, anyOf and oneOf. byoc redacts these values from
+// everything a job sends back and masks them in every read of the job's
+// config.
+func (s *Schema) Sensitive(v any) []string {
+	if s == nil {
+		return nil
+	}
+	var out []string
+	s.sensitiveIn(s.root, v, &out, 0)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+func (s *Schema) sensitiveIn(n *node, v any, out *[]string, depth int) {
+	if n == nil || v == nil || depth > 64 {
+		return
+	}
+	if n.sensitive {
+		leaves(v, out)
+		return
+	}
+	if n.ref != "" {
+		s.sensitiveIn(s.root.defs[strings.TrimPrefix(n.ref, "#/$defs/")], v, out, depth+1)
+	}
+	for _, alts := range [][]*node{n.allOf, n.anyOf, n.oneOf} {
+		for _, a := range alts {
+			s.sensitiveIn(a, v, out, depth+1)
+		}
+	}
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			matched := false
+			for _, pp := range n.patternProps {
+				if pp.re.MatchString(k) {
+					matched = true
+					s.sensitiveIn(pp.node, e, out, depth+1)
+				}
+			}
+			if sub, ok := n.properties[k]; ok {
+				s.sensitiveIn(sub, e, out, depth+1)
+			} else if !matched {
+				s.sensitiveIn(n.additional, e, out, depth+1)
+			}
+		}
+	case []any:
+		for _, e := range x {
+			s.sensitiveIn(n.items, e, out, depth+1)
+		}
+	}
+}
+
+// leaves appends every scalar in v as text.
+func leaves(v any, out *[]string) {
+	switch x := v.(type) {
+	case nil:
+	case string:
+		if x != "" {
+			*out = append(*out, x)
+		}
+	case map[string]any:
+		for _, e := range x {
+			leaves(e, out)
+		}
+	case []any:
+		for _, e := range x {
+			leaves(e, out)
+		}
+	default:
+		*out = append(*out, jsonText(x))
 	}
 }

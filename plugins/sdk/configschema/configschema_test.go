@@ -2,6 +2,7 @@ package configschema_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -42,7 +43,7 @@ func TestValidateDeferred(t *testing.T) {
 			"nested": map[string]any{"n": "{{ .inputs.n }}"},
 		}, nil},
 		{"plain values are still checked", map[string]any{"port": "80", "debug": "yes", "mode": "slow", "name": "ABCD"},
-			[]string{"debug: got string, want boolean", "mode: must be one of", "name: must be at most 3", "name: must match", "port: got string, want integer"}},
+			[]string{"debug: got string, want boolean", "mode: must be one of", "name: must be at most 3", "name: is not in the required form", "port: got string, want integer"}},
 		{"a reference does not make a forbidden field allowed", map[string]any{"port": 1, "legacy": "{{ .inputs.x }}", "other": "{{ .inputs.y }}"},
 			[]string{"legacy: is not allowed", "other: unknown field"}},
 		{"a reference does not stand for a missing field", map[string]any{"debug": "{{ .inputs.debug }}"},
@@ -136,5 +137,53 @@ func TestTypesAt(t *testing.T) {
 		if got := strings.Join(s.TypesAt(tc.loc), " "); got != tc.want {
 			t.Errorf("TypesAt(%v) = %q, want %q", tc.loc, got, tc.want)
 		}
+	}
+}
+
+// The keywords authors asked for (issue 29 item 7): patternProperties,
+// propertyNames, dependentRequired; a value of the wrong form says so for
+// people, with the regular expression in the hint; deprecated is a
+// warning, not an error.
+func TestAuthorKeywordsAndMessages(t *testing.T) {
+	s, err := configschema.Compile(`{
+	  "type": "object",
+	  "properties": {
+	    "labels": {"type": "object", "propertyNames": {"pattern": "^[a-z]+$"}, "additionalProperties": {"type": "string"}},
+	    "env": {"type": "object", "patternProperties": {"^[A-Z_]+$": {"type": "string"}}, "additionalProperties": false},
+	    "tls": {"type": "boolean"}, "cert": {"type": "string"}, "key": {"type": "string", "sensitive": true},
+	    "path": {"type": "string", "pattern": "^/", "description": "absolute path of the file"},
+	    "old": {"type": "string", "deprecated": true, "description": "use path"}
+	  },
+	  "dependentRequired": {"tls": ["cert", "key"]}
+	}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := s.Validate(map[string]any{
+		"labels": map[string]any{"ok": "1", "Bad": "2"},
+		"env":    map[string]any{"HOME": "/x", "lower": "y", "PATH": 3},
+		"tls":    true, "cert": "c",
+		"path": "relative", "old": "x",
+	})
+	var got []string
+	for _, d := range ds {
+		got = append(got, d.String()+" | "+d.Hint+" | "+d.Severity)
+	}
+	want := []string{
+		"env.PATH: got integer, want string |  | ",
+		"env.lower: unknown field | a name matching the regular expression ^[A-Z_]+$ | ",
+		"key: is required when tls is set |  | ",
+		"labels.Bad: is not an allowed field name: is not in the required form | must match the regular expression ^[a-z]+$ | ",
+		"old: is deprecated | use path | warning",
+		"path: is not in the required form (absolute path of the file) | must match the regular expression ^/ | ",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("diagnostics:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if n := len(configschema.Errors(ds)); n != 5 {
+		t.Errorf("%d errors, want 5 (the warning is not one)", n)
+	}
+	if got := s.Sensitive(map[string]any{"key": "hunter22", "cert": "c", "tls": true}); !slices.Equal(got, []string{"hunter22"}) {
+		t.Errorf("sensitive values %q", got)
 	}
 }

@@ -27,12 +27,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -41,6 +43,9 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/byoc-dev/byoc/plugins/sdk"
+	"github.com/byoc-dev/byoc/plugins/sdk/configschema"
+	"github.com/byoc-dev/byoc/plugins/sdk/jobconfig"
+	"github.com/byoc-dev/byoc/plugins/sdk/redact"
 )
 
 // Start serves p on an in-memory connection and returns a client for it
@@ -112,13 +117,25 @@ type Case struct {
 	// NoStateDir runs the steps without a state directory, as an agent of
 	// protocol 1.1 or a job of no component (an action run) would.
 	NoStateDir bool
+	// Secrets are the agent's secrets, by name (its --secrets-file). As
+	// on the agent, a step's config names those its job receives in a
+	// top-level "secrets" list; each is then an environment variable of
+	// the operation and replaces its {{ .secrets.NAME }} in the config's
+	// strings, and every value of Secrets is redacted (as "***") from the
+	// step's logs, outputs, error and planned changes.
+	Secrets map[string]string
+	// Inputs are the install stack's customer inputs, by name: a config's
+	// "customer_inputs" list names those whose {{ .inputs.NAME }} are
+	// filled in.
+	Inputs map[string]string
 }
 
 // Step is one job.
 type Step struct {
 	// Name labels the step in failures; "step N (op)" if empty.
 	Name string
-	// Op is sdk.OpPlan, OpApply (the default), OpDestroy or OpDrift.
+	// Op is sdk.OpPlan, OpApply (the default), OpDestroy, OpDrift or
+	// OpPlanDestroy (the plan of a destroy, for a sdk.DestroyPlanner).
 	Op string
 	// Config is the component config.
 	Config map[string]any
@@ -135,8 +152,9 @@ type Step struct {
 	// Policies are the job's policies (JobContext.Policies), as the agent
 	// hands them: vendor and customer modules.
 	Policies []sdk.PolicyModule
-	// ApprovedPlan runs an apply step as the apply of the plan the case's
-	// last successful plan step made, approved by an operator: as the
+	// ApprovedPlan runs an apply (or destroy) step as the apply of the
+	// plan the case's last successful plan (or plan-destroy) step made,
+	// approved by an operator: as the
 	// agent does, the harness plans again first (in a fresh PlanDir) and
 	// calls Apply, with JobContext.ApprovedPlanDigest and PlanDir the
 	// approved plan's saved directory, only if the fresh plan has the
@@ -154,10 +172,20 @@ type Step struct {
 	Check Check
 }
 
-// Outcome is what one step produced.
+// Outcome is what one step produced, redacted as the agent redacts what
+// a job sends back.
 type Outcome struct {
 	Result *sdk.Result
-	Logs   []sdk.LogEvent
+	// Logs are the lines the plugin sent, then what it printed itself
+	// (fmt.Println, log.Print, os.Stderr) during the operation, as the
+	// agent logs it: "[plugin stdout] ..." on the system stream.
+	Logs []sdk.LogEvent
+	// Warnings are the warnings validation found (the step ran).
+	Warnings []sdk.Diagnostic
+	// Config is the config the plugin saw: the step's, through the
+	// agent's pipeline (reserved keys taken out, listed inputs and
+	// secrets filled in).
+	Config map[string]any
 	// WorkDir was the job's work directory. It is deleted once the step's
 	// checks have run, as the agent deletes it when the job ends.
 	WorkDir string
@@ -227,22 +255,68 @@ func Test(t testing.TB, p sdk.Plugin, c Case) {
 		if timeout == 0 {
 			timeout = time.Minute
 		}
+		out := &Outcome{WorkDir: work, StateDir: stateDir}
+		// The agent's config pipeline, its own code (jobconfig): the
+		// reserved keys out, inputs and secrets in.
+		prep, perr := jobconfig.Prepare(config, jobconfig.Sources{Secrets: c.Secrets, Inputs: c.Inputs, SecretsOrigin: "Case.Secrets"})
+		red := redactor(c.Secrets, prep.Sensitive)
+		var logMu sync.Mutex
+		stream := red.NewStream(redactHold, func(e redact.Event) {
+			logMu.Lock()
+			defer logMu.Unlock()
+			out.Logs = append(out.Logs, sdk.LogEvent{Stream: sdk.Stream(e.Stream), Text: e.Text})
+		})
+		logf := func(e sdk.LogEvent) { stream.Add(redact.Event{Stream: int32(e.Stream), Text: e.Text}) }
+		if perr != nil {
+			// The agent fails such a job before its plugin starts.
+			msg := red.String(perr.Error())
+			logf(sdk.LogEvent{Stream: sdk.StreamSystem, Text: "[agentd] " + msg})
+			stream.Flush()
+			out.Result = &sdk.Result{ExitCode: -1, Error: msg}
+			return out, nil
+		}
+		config, out.Config = prep.Config, prep.Config
+		for _, p := range prep.Policies {
+			policies = append(policies, sdk.PolicyModule{Name: p.Name, Source: sdk.PolicySourceVendor, Rego: p.Rego})
+		}
+		if len(prep.SecretEnv) > 0 {
+			env = maps.Clone(env)
+			if env == nil {
+				env = map[string]string{}
+			}
+			maps.Copy(env, prep.SecretEnv)
+		}
 		job := sdk.JobContext{JobID: fmt.Sprintf("job-%d", n), InstallID: c.InstallID, Attempt: 1, WorkDir: work,
 			StateDir: stateDir, Timeout: timeout, Component: c.Component, Mode: cmp.Or(mode, "maintenance"), Policies: policies}
-		v, err := client.Validate(t.Context(), config)
+		var v *sdk.ValidateResponse
+		err := captureOutput(logf, func() (err error) {
+			v, err = client.Validate(t.Context(), config)
+			return err
+		})
 		if err != nil {
 			t.Fatalf("%s: validate: %v", name, err)
 		}
-		if len(v.Diagnostics) > 0 {
-			return nil, v.Diagnostics
+		for i := range v.Diagnostics {
+			v.Diagnostics[i].Message = red.String(v.Diagnostics[i].Message)
+		}
+		if errs := configschema.Errors(v.Diagnostics); len(errs) > 0 {
+			return nil, errs
+		}
+		// Warnings let the job run, as on the agent, which logs them.
+		for _, d := range v.Diagnostics {
+			out.Warnings = append(out.Warnings, d)
+			logf(sdk.LogEvent{Stream: sdk.StreamSystem, Text: "[agentd] warning: config." + d.String()})
 		}
 		ctx, cancel := context.WithTimeout(t.Context(), timeout)
 		defer cancel()
-		out := &Outcome{WorkDir: work, StateDir: stateDir}
-		logf := func(e sdk.LogEvent) { out.Logs = append(out.Logs, e) }
+		// What leaves the step is redacted, as what leaves the agent.
+		defer func() {
+			stream.Flush()
+			redactResult(red, out.Result)
+		}()
 		// plan runs a plan into a fresh plan dir and keeps its artifact
 		// under its digest, as the agent does.
-		plan := func() *sdk.Result {
+		plan := func(planOp string) *sdk.Result {
 			pj := job
 			if plans != "" {
 				pj.PlanDir = filepath.Join(plans, fmt.Sprintf("new-%s-1", job.JobID))
@@ -250,7 +324,11 @@ func Test(t testing.TB, p sdk.Plugin, c Case) {
 					t.Fatalf("%s: plan dir: %v", name, err)
 				}
 			}
-			res, err := client.Run(ctx, sdk.OpPlan, &sdk.RunRequest{Job: pj, Config: config, Env: jobEnv(pj, sdk.OpPlan, c.Env, env)}, logf)
+			var res *sdk.Result
+			err := captureOutput(logf, func() (err error) {
+				res, err = client.Run(ctx, planOp, &sdk.RunRequest{Job: pj, Config: config, Env: jobEnv(pj, planOp, c.Env, env)}, logf)
+				return err
+			})
 			if err != nil {
 				t.Fatalf("%s: plan: %v", name, err)
 			}
@@ -258,6 +336,8 @@ func Test(t testing.TB, p sdk.Plugin, c Case) {
 				os.RemoveAll(pj.PlanDir)
 				return res
 			}
+			// The digest is of the plan as the agent sends it: redacted.
+			redactResult(red, res)
 			if out.PlanDigest, err = sdk.PlanDigestOf(res.PlannedChanges); err != nil {
 				t.Fatalf("%s: plan digest: %v", name, err)
 			}
@@ -272,14 +352,18 @@ func Test(t testing.TB, p sdk.Plugin, c Case) {
 			return res
 		}
 		switch {
-		case op == sdk.OpPlan:
-			out.Result = plan()
+		case sdk.IsPlan(op):
+			out.Result = plan(op)
 			return out, nil
 		case approvedApply:
 			if approved == "" {
 				t.Fatalf("%s: ApprovedPlan, but no plan step succeeded before it", name)
 			}
-			fresh := plan()
+			planOp := sdk.OpPlan
+			if op == sdk.OpDestroy {
+				planOp = sdk.OpPlanDestroy
+			}
+			fresh := plan(planOp)
 			if fresh.Err() != nil || fresh.ExitCode != 0 {
 				out.Result = fresh
 				return out, nil
@@ -291,7 +375,11 @@ func Test(t testing.TB, p sdk.Plugin, c Case) {
 			}
 			job.ApprovedPlanDigest, job.PlanDir = approved, out.PlanDir
 		}
-		res, err := client.Run(ctx, op, &sdk.RunRequest{Job: job, Config: config, Env: jobEnv(job, op, c.Env, env)}, logf)
+		var res *sdk.Result
+		err = captureOutput(logf, func() (err error) {
+			res, err = client.Run(ctx, op, &sdk.RunRequest{Job: job, Config: config, Env: jobEnv(job, op, c.Env, env)}, logf)
+			return err
+		})
 		if err != nil {
 			t.Fatalf("%s: %s: %v", name, op, err)
 		}
@@ -315,8 +403,8 @@ func Test(t testing.TB, p sdk.Plugin, c Case) {
 				t.Fatalf("%s: pre-config: %v", name, err)
 			}
 		}
-		if s.ApprovedPlan && op != sdk.OpApply {
-			t.Fatalf("%s: ApprovedPlan is for an apply step, not %s", name, op)
+		if s.ApprovedPlan && op != sdk.OpApply && op != sdk.OpDestroy {
+			t.Fatalf("%s: ApprovedPlan is for an apply or a destroy step, not %s", name, op)
 		}
 		out, diags := runJob(name, op, s.Config, s.Env, s.Timeout, s.Mode, s.Policies, s.ApprovedPlan)
 		if err := checkDiagnostics(diags, s.ExpectDiagnostics); err != nil {
@@ -339,7 +427,7 @@ func Test(t testing.TB, p sdk.Plugin, c Case) {
 			}
 		}
 		removeWorkDir(t, name, out)
-		if op == sdk.OpPlan && out.Result.Err() == nil {
+		if sdk.IsPlan(op) && out.Result.Err() == nil {
 			approved = out.PlanDigest
 		}
 		if op == sdk.OpApply && out.Result.Err() == nil {

@@ -325,6 +325,25 @@ func (Plugin) Drift(_ context.Context, req *sdk.DriftRequest) (*sdk.DriftRespons
 	return &sdk.DriftResponse{Drifted: true, Changes: d, PlannedChanges: []sdk.PlannedChange{ch}}, nil
 }
 
+// PlanDestroy says what Destroy would remove: the file the component's
+// last apply wrote (else the config's), or nothing when it is gone. With
+// approval required, an operator approves this before a deprovision.
+func (Plugin) PlanDestroy(_ context.Context, req *sdk.PlanRequest) (*sdk.PlanResponse, error) {
+	path, err := readState(req.Job)
+	if err != nil {
+		return nil, err
+	}
+	if path == "" {
+		path = parse(req.Config).path
+	}
+	before, ok := current(path)
+	if !ok {
+		return &sdk.PlanResponse{Changes: path + " is already gone"}, nil
+	}
+	return &sdk.PlanResponse{Changes: "remove " + path, PlannedChanges: []sdk.PlannedChange{{
+		Address: path, Action: sdk.ActionDelete, Before: before, Summary: "remove " + path}}}, nil
+}
+
 // Destroy removes the file the component's last apply wrote (else the
 // config's) and forgets it; a file already gone is not an error.
 func (Plugin) Destroy(_ context.Context, req *sdk.DestroyRequest) (*sdk.DestroyResponse, error) {

@@ -150,3 +150,21 @@ func TestApprovedPlan(t *testing.T) {
 		},
 	})
 }
+
+// A destroy is planned (the file it removes), and an approved destroy
+// runs only while that plan still holds.
+func TestApprovedDestroyPlan(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "motd")
+	cfg := map[string]any{"path": path, "content": "hello\n"}
+	sdktest.Test(t, localfile.New(), sdktest.Case{
+		Steps: []sdktest.Step{
+			{Config: cfg},
+			{Op: sdk.OpPlanDestroy, Config: cfg, Check: sdktest.ExpectPlannedChange(sdk.ActionDelete, path)},
+			{PreConfig: func() error { return os.WriteFile(path, []byte("changed\n"), 0o644) },
+				Op: sdk.OpDestroy, ApprovedPlan: true, Config: cfg,
+				ExpectError: regexp.MustCompile("plan changed since approval"), Check: fileIs(path, "changed\n")},
+			{Op: sdk.OpPlanDestroy, Config: cfg},
+			{Op: sdk.OpDestroy, ApprovedPlan: true, Config: cfg, Check: gone(path)},
+		},
+	})
+}

@@ -2337,6 +2337,105 @@ func (x *GetInstallResponse) GetInstall() *Install {
 	return nil
 }
 
+type CheckInstallDriftRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// install is the install's id or name.
+	Install string `protobuf:"bytes,1,opt,name=install,proto3" json:"install,omitempty"`
+	// components names the components to check; empty: every deployed one.
+	Components    []string `protobuf:"bytes,2,rep,name=components,proto3" json:"components,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckInstallDriftRequest) Reset() {
+	*x = CheckInstallDriftRequest{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckInstallDriftRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckInstallDriftRequest) ProtoMessage() {}
+
+func (x *CheckInstallDriftRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckInstallDriftRequest.ProtoReflect.Descriptor instead.
+func (*CheckInstallDriftRequest) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *CheckInstallDriftRequest) GetInstall() string {
+	if x != nil {
+		return x.Install
+	}
+	return ""
+}
+
+func (x *CheckInstallDriftRequest) GetComponents() []string {
+	if x != nil {
+		return x.Components
+	}
+	return nil
+}
+
+type CheckInstallDriftResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// jobs are the drift check jobs queued, one per component.
+	Jobs          []*Job `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckInstallDriftResponse) Reset() {
+	*x = CheckInstallDriftResponse{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckInstallDriftResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckInstallDriftResponse) ProtoMessage() {}
+
+func (x *CheckInstallDriftResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckInstallDriftResponse.ProtoReflect.Descriptor instead.
+func (*CheckInstallDriftResponse) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *CheckInstallDriftResponse) GetJobs() []*Job {
+	if x != nil {
+		return x.Jobs
+	}
+	return nil
+}
+
 type ListInstallDriftRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// install is the install's id or name.
@@ -2347,7 +2446,7 @@ type ListInstallDriftRequest struct {
 
 func (x *ListInstallDriftRequest) Reset() {
 	*x = ListInstallDriftRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[33]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2359,7 +2458,7 @@ func (x *ListInstallDriftRequest) String() string {
 func (*ListInstallDriftRequest) ProtoMessage() {}
 
 func (x *ListInstallDriftRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[33]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2372,7 +2471,7 @@ func (x *ListInstallDriftRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInstallDriftRequest.ProtoReflect.Descriptor instead.
 func (*ListInstallDriftRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{33}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListInstallDriftRequest) GetInstall() string {
@@ -2391,7 +2490,7 @@ type ListInstallDriftResponse struct {
 
 func (x *ListInstallDriftResponse) Reset() {
 	*x = ListInstallDriftResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[34]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2403,7 +2502,7 @@ func (x *ListInstallDriftResponse) String() string {
 func (*ListInstallDriftResponse) ProtoMessage() {}
 
 func (x *ListInstallDriftResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[34]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2416,7 +2515,7 @@ func (x *ListInstallDriftResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInstallDriftResponse.ProtoReflect.Descriptor instead.
 func (*ListInstallDriftResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{34}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListInstallDriftResponse) GetComponents() []*ComponentDrift {
@@ -2450,7 +2549,7 @@ type ComponentDrift struct {
 
 func (x *ComponentDrift) Reset() {
 	*x = ComponentDrift{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[35]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2462,7 +2561,7 @@ func (x *ComponentDrift) String() string {
 func (*ComponentDrift) ProtoMessage() {}
 
 func (x *ComponentDrift) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[35]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2475,7 +2574,7 @@ func (x *ComponentDrift) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ComponentDrift.ProtoReflect.Descriptor instead.
 func (*ComponentDrift) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{35}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ComponentDrift) GetComponent() string {
@@ -2549,7 +2648,7 @@ type InstallStatus struct {
 
 func (x *InstallStatus) Reset() {
 	*x = InstallStatus{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[36]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2561,7 +2660,7 @@ func (x *InstallStatus) String() string {
 func (*InstallStatus) ProtoMessage() {}
 
 func (x *InstallStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[36]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2574,7 +2673,7 @@ func (x *InstallStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstallStatus.ProtoReflect.Descriptor instead.
 func (*InstallStatus) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{36}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *InstallStatus) GetInstall() *Install {
@@ -2619,7 +2718,7 @@ type WatchInstallsRequest struct {
 
 func (x *WatchInstallsRequest) Reset() {
 	*x = WatchInstallsRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[37]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2631,7 +2730,7 @@ func (x *WatchInstallsRequest) String() string {
 func (*WatchInstallsRequest) ProtoMessage() {}
 
 func (x *WatchInstallsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[37]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2644,7 +2743,7 @@ func (x *WatchInstallsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchInstallsRequest.ProtoReflect.Descriptor instead.
 func (*WatchInstallsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{37}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *WatchInstallsRequest) GetApp() string {
@@ -2676,7 +2775,7 @@ type WatchInstallsResponse struct {
 
 func (x *WatchInstallsResponse) Reset() {
 	*x = WatchInstallsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[38]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2688,7 +2787,7 @@ func (x *WatchInstallsResponse) String() string {
 func (*WatchInstallsResponse) ProtoMessage() {}
 
 func (x *WatchInstallsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[38]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2701,7 +2800,7 @@ func (x *WatchInstallsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchInstallsResponse.ProtoReflect.Descriptor instead.
 func (*WatchInstallsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{38}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *WatchInstallsResponse) GetSnapshot() bool {
@@ -2740,7 +2839,7 @@ type RevokeAgentRequest struct {
 
 func (x *RevokeAgentRequest) Reset() {
 	*x = RevokeAgentRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[39]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2752,7 +2851,7 @@ func (x *RevokeAgentRequest) String() string {
 func (*RevokeAgentRequest) ProtoMessage() {}
 
 func (x *RevokeAgentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[39]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2765,7 +2864,7 @@ func (x *RevokeAgentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeAgentRequest.ProtoReflect.Descriptor instead.
 func (*RevokeAgentRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{39}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RevokeAgentRequest) GetInstall() string {
@@ -2799,7 +2898,7 @@ type RevokeAgentResponse struct {
 
 func (x *RevokeAgentResponse) Reset() {
 	*x = RevokeAgentResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[40]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2811,7 +2910,7 @@ func (x *RevokeAgentResponse) String() string {
 func (*RevokeAgentResponse) ProtoMessage() {}
 
 func (x *RevokeAgentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[40]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2824,7 +2923,7 @@ func (x *RevokeAgentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeAgentResponse.ProtoReflect.Descriptor instead.
 func (*RevokeAgentResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{40}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RevokeAgentResponse) GetAgentIds() []string {
@@ -2852,7 +2951,7 @@ type UpdateInstallRequest struct {
 
 func (x *UpdateInstallRequest) Reset() {
 	*x = UpdateInstallRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[41]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2864,7 +2963,7 @@ func (x *UpdateInstallRequest) String() string {
 func (*UpdateInstallRequest) ProtoMessage() {}
 
 func (x *UpdateInstallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[41]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2877,7 +2976,7 @@ func (x *UpdateInstallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateInstallRequest.ProtoReflect.Descriptor instead.
 func (*UpdateInstallRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{41}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *UpdateInstallRequest) GetInstall() string {
@@ -2933,7 +3032,7 @@ type UpdateInstallResponse struct {
 
 func (x *UpdateInstallResponse) Reset() {
 	*x = UpdateInstallResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[42]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2945,7 +3044,7 @@ func (x *UpdateInstallResponse) String() string {
 func (*UpdateInstallResponse) ProtoMessage() {}
 
 func (x *UpdateInstallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[42]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2958,7 +3057,7 @@ func (x *UpdateInstallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateInstallResponse.ProtoReflect.Descriptor instead.
 func (*UpdateInstallResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{42}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *UpdateInstallResponse) GetInstall() *Install {
@@ -2985,7 +3084,7 @@ type CreateEnrollmentTokenRequest struct {
 
 func (x *CreateEnrollmentTokenRequest) Reset() {
 	*x = CreateEnrollmentTokenRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[43]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2997,7 +3096,7 @@ func (x *CreateEnrollmentTokenRequest) String() string {
 func (*CreateEnrollmentTokenRequest) ProtoMessage() {}
 
 func (x *CreateEnrollmentTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[43]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3010,7 +3109,7 @@ func (x *CreateEnrollmentTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateEnrollmentTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateEnrollmentTokenRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{43}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *CreateEnrollmentTokenRequest) GetInstall() string {
@@ -3036,7 +3135,7 @@ type CreateEnrollmentTokenResponse struct {
 
 func (x *CreateEnrollmentTokenResponse) Reset() {
 	*x = CreateEnrollmentTokenResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[44]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3048,7 +3147,7 @@ func (x *CreateEnrollmentTokenResponse) String() string {
 func (*CreateEnrollmentTokenResponse) ProtoMessage() {}
 
 func (x *CreateEnrollmentTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[44]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3061,7 +3160,7 @@ func (x *CreateEnrollmentTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateEnrollmentTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateEnrollmentTokenResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{44}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *CreateEnrollmentTokenResponse) GetEnrollmentToken() *EnrollmentToken {
@@ -3087,7 +3186,7 @@ type LabelInstallRequest struct {
 
 func (x *LabelInstallRequest) Reset() {
 	*x = LabelInstallRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[45]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3099,7 +3198,7 @@ func (x *LabelInstallRequest) String() string {
 func (*LabelInstallRequest) ProtoMessage() {}
 
 func (x *LabelInstallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[45]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3112,7 +3211,7 @@ func (x *LabelInstallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LabelInstallRequest.ProtoReflect.Descriptor instead.
 func (*LabelInstallRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{45}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *LabelInstallRequest) GetInstall() string {
@@ -3152,7 +3251,7 @@ type LabelInstallResponse struct {
 
 func (x *LabelInstallResponse) Reset() {
 	*x = LabelInstallResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[46]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3164,7 +3263,7 @@ func (x *LabelInstallResponse) String() string {
 func (*LabelInstallResponse) ProtoMessage() {}
 
 func (x *LabelInstallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[46]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3177,7 +3276,7 @@ func (x *LabelInstallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LabelInstallResponse.ProtoReflect.Descriptor instead.
 func (*LabelInstallResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{46}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *LabelInstallResponse) GetInstall() *Install {
@@ -3247,7 +3346,7 @@ type Job struct {
 
 func (x *Job) Reset() {
 	*x = Job{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[47]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3259,7 +3358,7 @@ func (x *Job) String() string {
 func (*Job) ProtoMessage() {}
 
 func (x *Job) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[47]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3272,7 +3371,7 @@ func (x *Job) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Job.ProtoReflect.Descriptor instead.
 func (*Job) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{47}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *Job) GetId() string {
@@ -3481,7 +3580,7 @@ type PolicyFinding struct {
 
 func (x *PolicyFinding) Reset() {
 	*x = PolicyFinding{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[48]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3493,7 +3592,7 @@ func (x *PolicyFinding) String() string {
 func (*PolicyFinding) ProtoMessage() {}
 
 func (x *PolicyFinding) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[48]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3506,7 +3605,7 @@ func (x *PolicyFinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyFinding.ProtoReflect.Descriptor instead.
 func (*PolicyFinding) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{48}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *PolicyFinding) GetPolicy() string {
@@ -3555,7 +3654,7 @@ type PlannedChange struct {
 
 func (x *PlannedChange) Reset() {
 	*x = PlannedChange{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[49]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3567,7 +3666,7 @@ func (x *PlannedChange) String() string {
 func (*PlannedChange) ProtoMessage() {}
 
 func (x *PlannedChange) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[49]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3580,7 +3679,7 @@ func (x *PlannedChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlannedChange.ProtoReflect.Descriptor instead.
 func (*PlannedChange) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{49}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *PlannedChange) GetAddress() string {
@@ -3657,7 +3756,7 @@ type EnqueueJobRequest struct {
 
 func (x *EnqueueJobRequest) Reset() {
 	*x = EnqueueJobRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[50]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3669,7 +3768,7 @@ func (x *EnqueueJobRequest) String() string {
 func (*EnqueueJobRequest) ProtoMessage() {}
 
 func (x *EnqueueJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[50]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3682,7 +3781,7 @@ func (x *EnqueueJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueJobRequest.ProtoReflect.Descriptor instead.
 func (*EnqueueJobRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{50}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *EnqueueJobRequest) GetInstall() string {
@@ -3757,7 +3856,7 @@ type EnqueueJobResponse struct {
 
 func (x *EnqueueJobResponse) Reset() {
 	*x = EnqueueJobResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[51]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3769,7 +3868,7 @@ func (x *EnqueueJobResponse) String() string {
 func (*EnqueueJobResponse) ProtoMessage() {}
 
 func (x *EnqueueJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[51]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3782,7 +3881,7 @@ func (x *EnqueueJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueJobResponse.ProtoReflect.Descriptor instead.
 func (*EnqueueJobResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{51}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *EnqueueJobResponse) GetJob() *Job {
@@ -3804,7 +3903,7 @@ type EnqueueJobsRequest struct {
 
 func (x *EnqueueJobsRequest) Reset() {
 	*x = EnqueueJobsRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[52]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3816,7 +3915,7 @@ func (x *EnqueueJobsRequest) String() string {
 func (*EnqueueJobsRequest) ProtoMessage() {}
 
 func (x *EnqueueJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[52]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3829,7 +3928,7 @@ func (x *EnqueueJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueJobsRequest.ProtoReflect.Descriptor instead.
 func (*EnqueueJobsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{52}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *EnqueueJobsRequest) GetJobs() []*EnqueueJobRequest {
@@ -3856,7 +3955,7 @@ type EnqueueJobsResponse struct {
 
 func (x *EnqueueJobsResponse) Reset() {
 	*x = EnqueueJobsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[53]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3868,7 +3967,7 @@ func (x *EnqueueJobsResponse) String() string {
 func (*EnqueueJobsResponse) ProtoMessage() {}
 
 func (x *EnqueueJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[53]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3881,7 +3980,7 @@ func (x *EnqueueJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueJobsResponse.ProtoReflect.Descriptor instead.
 func (*EnqueueJobsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{53}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *EnqueueJobsResponse) GetJobs() []*Job {
@@ -3910,7 +4009,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[54]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3922,7 +4021,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[54]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3935,7 +4034,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{54}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ListJobsRequest) GetInstall() string {
@@ -3983,7 +4082,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[55]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3995,7 +4094,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[55]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4008,7 +4107,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{55}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -4034,7 +4133,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[56]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4046,7 +4145,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[56]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4059,7 +4158,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{56}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *GetJobRequest) GetId() string {
@@ -4078,7 +4177,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[57]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4090,7 +4189,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[57]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4103,7 +4202,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{57}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *GetJobResponse) GetJob() *Job {
@@ -4127,7 +4226,7 @@ type LogLine struct {
 
 func (x *LogLine) Reset() {
 	*x = LogLine{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[58]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4139,7 +4238,7 @@ func (x *LogLine) String() string {
 func (*LogLine) ProtoMessage() {}
 
 func (x *LogLine) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[58]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4152,7 +4251,7 @@ func (x *LogLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogLine.ProtoReflect.Descriptor instead.
 func (*LogLine) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{58}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *LogLine) GetAttempt() int32 {
@@ -4216,7 +4315,7 @@ type StreamJobLogsRequest struct {
 
 func (x *StreamJobLogsRequest) Reset() {
 	*x = StreamJobLogsRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[59]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4228,7 +4327,7 @@ func (x *StreamJobLogsRequest) String() string {
 func (*StreamJobLogsRequest) ProtoMessage() {}
 
 func (x *StreamJobLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[59]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4241,7 +4340,7 @@ func (x *StreamJobLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamJobLogsRequest.ProtoReflect.Descriptor instead.
 func (*StreamJobLogsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{59}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *StreamJobLogsRequest) GetJobId() string {
@@ -4311,7 +4410,7 @@ type StreamJobLogsResponse struct {
 
 func (x *StreamJobLogsResponse) Reset() {
 	*x = StreamJobLogsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[60]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4323,7 +4422,7 @@ func (x *StreamJobLogsResponse) String() string {
 func (*StreamJobLogsResponse) ProtoMessage() {}
 
 func (x *StreamJobLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[60]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4336,7 +4435,7 @@ func (x *StreamJobLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamJobLogsResponse.ProtoReflect.Descriptor instead.
 func (*StreamJobLogsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{60}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *StreamJobLogsResponse) GetLines() []*LogLine {
@@ -4363,7 +4462,7 @@ type CancelJobRequest struct {
 
 func (x *CancelJobRequest) Reset() {
 	*x = CancelJobRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[61]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4375,7 +4474,7 @@ func (x *CancelJobRequest) String() string {
 func (*CancelJobRequest) ProtoMessage() {}
 
 func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[61]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4388,7 +4487,7 @@ func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobRequest.ProtoReflect.Descriptor instead.
 func (*CancelJobRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{61}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *CancelJobRequest) GetId() string {
@@ -4414,7 +4513,7 @@ type CancelJobResponse struct {
 
 func (x *CancelJobResponse) Reset() {
 	*x = CancelJobResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[62]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4426,7 +4525,7 @@ func (x *CancelJobResponse) String() string {
 func (*CancelJobResponse) ProtoMessage() {}
 
 func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[62]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4439,7 +4538,7 @@ func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobResponse.ProtoReflect.Descriptor instead.
 func (*CancelJobResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{62}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *CancelJobResponse) GetJob() *Job {
@@ -4461,7 +4560,7 @@ type AppFile struct {
 
 func (x *AppFile) Reset() {
 	*x = AppFile{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[63]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4473,7 +4572,7 @@ func (x *AppFile) String() string {
 func (*AppFile) ProtoMessage() {}
 
 func (x *AppFile) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[63]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4486,7 +4585,7 @@ func (x *AppFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppFile.ProtoReflect.Descriptor instead.
 func (*AppFile) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{63}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *AppFile) GetPath() string {
@@ -4522,7 +4621,7 @@ type AppRevision struct {
 
 func (x *AppRevision) Reset() {
 	*x = AppRevision{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[64]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4534,7 +4633,7 @@ func (x *AppRevision) String() string {
 func (*AppRevision) ProtoMessage() {}
 
 func (x *AppRevision) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[64]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4547,7 +4646,7 @@ func (x *AppRevision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppRevision.ProtoReflect.Descriptor instead.
 func (*AppRevision) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{64}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *AppRevision) GetAppId() string {
@@ -4612,7 +4711,7 @@ type PushAppRevisionRequest struct {
 
 func (x *PushAppRevisionRequest) Reset() {
 	*x = PushAppRevisionRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[65]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4624,7 +4723,7 @@ func (x *PushAppRevisionRequest) String() string {
 func (*PushAppRevisionRequest) ProtoMessage() {}
 
 func (x *PushAppRevisionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[65]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4637,7 +4736,7 @@ func (x *PushAppRevisionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushAppRevisionRequest.ProtoReflect.Descriptor instead.
 func (*PushAppRevisionRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{65}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *PushAppRevisionRequest) GetFiles() []*AppFile {
@@ -4673,7 +4772,7 @@ type PushAppRevisionResponse struct {
 
 func (x *PushAppRevisionResponse) Reset() {
 	*x = PushAppRevisionResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[66]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4685,7 +4784,7 @@ func (x *PushAppRevisionResponse) String() string {
 func (*PushAppRevisionResponse) ProtoMessage() {}
 
 func (x *PushAppRevisionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[66]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4698,7 +4797,7 @@ func (x *PushAppRevisionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushAppRevisionResponse.ProtoReflect.Descriptor instead.
 func (*PushAppRevisionResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{66}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *PushAppRevisionResponse) GetApp() *App {
@@ -4764,7 +4863,7 @@ type InstallApplied struct {
 
 func (x *InstallApplied) Reset() {
 	*x = InstallApplied{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[67]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4776,7 +4875,7 @@ func (x *InstallApplied) String() string {
 func (*InstallApplied) ProtoMessage() {}
 
 func (x *InstallApplied) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[67]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4789,7 +4888,7 @@ func (x *InstallApplied) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstallApplied.ProtoReflect.Descriptor instead.
 func (*InstallApplied) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{67}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *InstallApplied) GetName() string {
@@ -4843,7 +4942,7 @@ type ListAppRevisionsRequest struct {
 
 func (x *ListAppRevisionsRequest) Reset() {
 	*x = ListAppRevisionsRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[68]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4855,7 +4954,7 @@ func (x *ListAppRevisionsRequest) String() string {
 func (*ListAppRevisionsRequest) ProtoMessage() {}
 
 func (x *ListAppRevisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[68]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4868,7 +4967,7 @@ func (x *ListAppRevisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAppRevisionsRequest.ProtoReflect.Descriptor instead.
 func (*ListAppRevisionsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{68}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ListAppRevisionsRequest) GetApp() string {
@@ -4887,7 +4986,7 @@ type ListAppRevisionsResponse struct {
 
 func (x *ListAppRevisionsResponse) Reset() {
 	*x = ListAppRevisionsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[69]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4899,7 +4998,7 @@ func (x *ListAppRevisionsResponse) String() string {
 func (*ListAppRevisionsResponse) ProtoMessage() {}
 
 func (x *ListAppRevisionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[69]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4912,7 +5011,7 @@ func (x *ListAppRevisionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAppRevisionsResponse.ProtoReflect.Descriptor instead.
 func (*ListAppRevisionsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{69}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ListAppRevisionsResponse) GetRevisions() []*AppRevision {
@@ -4942,7 +5041,7 @@ type DiffAppRevisionsRequest struct {
 
 func (x *DiffAppRevisionsRequest) Reset() {
 	*x = DiffAppRevisionsRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[70]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4954,7 +5053,7 @@ func (x *DiffAppRevisionsRequest) String() string {
 func (*DiffAppRevisionsRequest) ProtoMessage() {}
 
 func (x *DiffAppRevisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[70]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4967,7 +5066,7 @@ func (x *DiffAppRevisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffAppRevisionsRequest.ProtoReflect.Descriptor instead.
 func (*DiffAppRevisionsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{70}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *DiffAppRevisionsRequest) GetApp() string {
@@ -5020,7 +5119,7 @@ type DiffAppRevisionsResponse struct {
 
 func (x *DiffAppRevisionsResponse) Reset() {
 	*x = DiffAppRevisionsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[71]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5032,7 +5131,7 @@ func (x *DiffAppRevisionsResponse) String() string {
 func (*DiffAppRevisionsResponse) ProtoMessage() {}
 
 func (x *DiffAppRevisionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[71]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5045,7 +5144,7 @@ func (x *DiffAppRevisionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffAppRevisionsResponse.ProtoReflect.Descriptor instead.
 func (*DiffAppRevisionsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{71}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *DiffAppRevisionsResponse) GetChanges() []*ConfigChange {
@@ -5082,7 +5181,7 @@ type InstallConfigDiff struct {
 
 func (x *InstallConfigDiff) Reset() {
 	*x = InstallConfigDiff{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[72]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5094,7 +5193,7 @@ func (x *InstallConfigDiff) String() string {
 func (*InstallConfigDiff) ProtoMessage() {}
 
 func (x *InstallConfigDiff) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[72]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5107,7 +5206,7 @@ func (x *InstallConfigDiff) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstallConfigDiff.ProtoReflect.Descriptor instead.
 func (*InstallConfigDiff) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{72}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *InstallConfigDiff) GetInstall() string {
@@ -5144,7 +5243,7 @@ type ConfigChange struct {
 
 func (x *ConfigChange) Reset() {
 	*x = ConfigChange{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[73]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5156,7 +5255,7 @@ func (x *ConfigChange) String() string {
 func (*ConfigChange) ProtoMessage() {}
 
 func (x *ConfigChange) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[73]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5169,7 +5268,7 @@ func (x *ConfigChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigChange.ProtoReflect.Descriptor instead.
 func (*ConfigChange) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{73}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ConfigChange) GetKind() string {
@@ -5221,7 +5320,7 @@ type FieldChange struct {
 
 func (x *FieldChange) Reset() {
 	*x = FieldChange{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[74]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5233,7 +5332,7 @@ func (x *FieldChange) String() string {
 func (*FieldChange) ProtoMessage() {}
 
 func (x *FieldChange) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[74]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5246,7 +5345,7 @@ func (x *FieldChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FieldChange.ProtoReflect.Descriptor instead.
 func (*FieldChange) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{74}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *FieldChange) GetField() string {
@@ -5284,7 +5383,7 @@ type ConfigDiagnostic struct {
 
 func (x *ConfigDiagnostic) Reset() {
 	*x = ConfigDiagnostic{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[75]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5296,7 +5395,7 @@ func (x *ConfigDiagnostic) String() string {
 func (*ConfigDiagnostic) ProtoMessage() {}
 
 func (x *ConfigDiagnostic) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[75]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5309,7 +5408,7 @@ func (x *ConfigDiagnostic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigDiagnostic.ProtoReflect.Descriptor instead.
 func (*ConfigDiagnostic) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{75}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *ConfigDiagnostic) GetFile() string {
@@ -5357,7 +5456,7 @@ type ConfigDiagnostics struct {
 
 func (x *ConfigDiagnostics) Reset() {
 	*x = ConfigDiagnostics{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[76]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5369,7 +5468,7 @@ func (x *ConfigDiagnostics) String() string {
 func (*ConfigDiagnostics) ProtoMessage() {}
 
 func (x *ConfigDiagnostics) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[76]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5382,7 +5481,7 @@ func (x *ConfigDiagnostics) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigDiagnostics.ProtoReflect.Descriptor instead.
 func (*ConfigDiagnostics) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{76}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *ConfigDiagnostics) GetDiagnostics() []*ConfigDiagnostic {
@@ -5414,7 +5513,7 @@ type PluginType struct {
 
 func (x *PluginType) Reset() {
 	*x = PluginType{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[77]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5426,7 +5525,7 @@ func (x *PluginType) String() string {
 func (*PluginType) ProtoMessage() {}
 
 func (x *PluginType) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[77]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5439,7 +5538,7 @@ func (x *PluginType) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginType.ProtoReflect.Descriptor instead.
 func (*PluginType) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{77}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *PluginType) GetType() string {
@@ -5515,7 +5614,7 @@ type RegisterPluginTypeRequest struct {
 
 func (x *RegisterPluginTypeRequest) Reset() {
 	*x = RegisterPluginTypeRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[78]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5527,7 +5626,7 @@ func (x *RegisterPluginTypeRequest) String() string {
 func (*RegisterPluginTypeRequest) ProtoMessage() {}
 
 func (x *RegisterPluginTypeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[78]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5540,7 +5639,7 @@ func (x *RegisterPluginTypeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterPluginTypeRequest.ProtoReflect.Descriptor instead.
 func (*RegisterPluginTypeRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{78}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *RegisterPluginTypeRequest) GetDescription() string {
@@ -5561,7 +5660,7 @@ type RegisterPluginTypeResponse struct {
 
 func (x *RegisterPluginTypeResponse) Reset() {
 	*x = RegisterPluginTypeResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[79]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5573,7 +5672,7 @@ func (x *RegisterPluginTypeResponse) String() string {
 func (*RegisterPluginTypeResponse) ProtoMessage() {}
 
 func (x *RegisterPluginTypeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[79]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5586,7 +5685,7 @@ func (x *RegisterPluginTypeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterPluginTypeResponse.ProtoReflect.Descriptor instead.
 func (*RegisterPluginTypeResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{79}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *RegisterPluginTypeResponse) GetPluginType() *PluginType {
@@ -5611,7 +5710,7 @@ type ListPluginTypesRequest struct {
 
 func (x *ListPluginTypesRequest) Reset() {
 	*x = ListPluginTypesRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[80]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5623,7 +5722,7 @@ func (x *ListPluginTypesRequest) String() string {
 func (*ListPluginTypesRequest) ProtoMessage() {}
 
 func (x *ListPluginTypesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[80]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5636,7 +5735,7 @@ func (x *ListPluginTypesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPluginTypesRequest.ProtoReflect.Descriptor instead.
 func (*ListPluginTypesRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{80}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{82}
 }
 
 type ListPluginTypesResponse struct {
@@ -5648,7 +5747,7 @@ type ListPluginTypesResponse struct {
 
 func (x *ListPluginTypesResponse) Reset() {
 	*x = ListPluginTypesResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[81]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5660,7 +5759,7 @@ func (x *ListPluginTypesResponse) String() string {
 func (*ListPluginTypesResponse) ProtoMessage() {}
 
 func (x *ListPluginTypesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[81]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5673,7 +5772,7 @@ func (x *ListPluginTypesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPluginTypesResponse.ProtoReflect.Descriptor instead.
 func (*ListPluginTypesResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{81}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *ListPluginTypesResponse) GetPluginTypes() []*PluginType {
@@ -5692,7 +5791,7 @@ type GetPluginTypeRequest struct {
 
 func (x *GetPluginTypeRequest) Reset() {
 	*x = GetPluginTypeRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[82]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5704,7 +5803,7 @@ func (x *GetPluginTypeRequest) String() string {
 func (*GetPluginTypeRequest) ProtoMessage() {}
 
 func (x *GetPluginTypeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[82]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5717,7 +5816,7 @@ func (x *GetPluginTypeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPluginTypeRequest.ProtoReflect.Descriptor instead.
 func (*GetPluginTypeRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{82}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *GetPluginTypeRequest) GetType() string {
@@ -5736,7 +5835,7 @@ type GetPluginTypeResponse struct {
 
 func (x *GetPluginTypeResponse) Reset() {
 	*x = GetPluginTypeResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[83]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5748,7 +5847,7 @@ func (x *GetPluginTypeResponse) String() string {
 func (*GetPluginTypeResponse) ProtoMessage() {}
 
 func (x *GetPluginTypeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[83]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5761,7 +5860,7 @@ func (x *GetPluginTypeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPluginTypeResponse.ProtoReflect.Descriptor instead.
 func (*GetPluginTypeResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{83}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *GetPluginTypeResponse) GetPluginType() *PluginType {
@@ -5780,7 +5879,7 @@ type RemovePluginTypeRequest struct {
 
 func (x *RemovePluginTypeRequest) Reset() {
 	*x = RemovePluginTypeRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[84]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5792,7 +5891,7 @@ func (x *RemovePluginTypeRequest) String() string {
 func (*RemovePluginTypeRequest) ProtoMessage() {}
 
 func (x *RemovePluginTypeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[84]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5805,7 +5904,7 @@ func (x *RemovePluginTypeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePluginTypeRequest.ProtoReflect.Descriptor instead.
 func (*RemovePluginTypeRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{84}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *RemovePluginTypeRequest) GetType() string {
@@ -5823,7 +5922,7 @@ type RemovePluginTypeResponse struct {
 
 func (x *RemovePluginTypeResponse) Reset() {
 	*x = RemovePluginTypeResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[85]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5835,7 +5934,7 @@ func (x *RemovePluginTypeResponse) String() string {
 func (*RemovePluginTypeResponse) ProtoMessage() {}
 
 func (x *RemovePluginTypeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[85]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5848,7 +5947,7 @@ func (x *RemovePluginTypeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePluginTypeResponse.ProtoReflect.Descriptor instead.
 func (*RemovePluginTypeResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{85}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{87}
 }
 
 type RequestBreakGlassRequest struct {
@@ -5864,7 +5963,7 @@ type RequestBreakGlassRequest struct {
 
 func (x *RequestBreakGlassRequest) Reset() {
 	*x = RequestBreakGlassRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[86]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5876,7 +5975,7 @@ func (x *RequestBreakGlassRequest) String() string {
 func (*RequestBreakGlassRequest) ProtoMessage() {}
 
 func (x *RequestBreakGlassRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[86]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5889,7 +5988,7 @@ func (x *RequestBreakGlassRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestBreakGlassRequest.ProtoReflect.Descriptor instead.
 func (*RequestBreakGlassRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{86}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *RequestBreakGlassRequest) GetInstall() string {
@@ -5929,7 +6028,7 @@ type RequestBreakGlassResponse struct {
 
 func (x *RequestBreakGlassResponse) Reset() {
 	*x = RequestBreakGlassResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[87]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5941,7 +6040,7 @@ func (x *RequestBreakGlassResponse) String() string {
 func (*RequestBreakGlassResponse) ProtoMessage() {}
 
 func (x *RequestBreakGlassResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[87]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5954,7 +6053,7 @@ func (x *RequestBreakGlassResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestBreakGlassResponse.ProtoReflect.Descriptor instead.
 func (*RequestBreakGlassResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{87}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *RequestBreakGlassResponse) GetGrant() *BreakGlassGrant {
@@ -5977,7 +6076,7 @@ type ListBreakGlassGrantsRequest struct {
 
 func (x *ListBreakGlassGrantsRequest) Reset() {
 	*x = ListBreakGlassGrantsRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[88]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5989,7 +6088,7 @@ func (x *ListBreakGlassGrantsRequest) String() string {
 func (*ListBreakGlassGrantsRequest) ProtoMessage() {}
 
 func (x *ListBreakGlassGrantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[88]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6002,7 +6101,7 @@ func (x *ListBreakGlassGrantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBreakGlassGrantsRequest.ProtoReflect.Descriptor instead.
 func (*ListBreakGlassGrantsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{88}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *ListBreakGlassGrantsRequest) GetInstall() string {
@@ -6028,7 +6127,7 @@ type ListBreakGlassGrantsResponse struct {
 
 func (x *ListBreakGlassGrantsResponse) Reset() {
 	*x = ListBreakGlassGrantsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[89]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6040,7 +6139,7 @@ func (x *ListBreakGlassGrantsResponse) String() string {
 func (*ListBreakGlassGrantsResponse) ProtoMessage() {}
 
 func (x *ListBreakGlassGrantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[89]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6053,7 +6152,7 @@ func (x *ListBreakGlassGrantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBreakGlassGrantsResponse.ProtoReflect.Descriptor instead.
 func (*ListBreakGlassGrantsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{89}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *ListBreakGlassGrantsResponse) GetGrants() []*BreakGlassGrant {
@@ -6095,7 +6194,7 @@ type BreakGlassGrant struct {
 
 func (x *BreakGlassGrant) Reset() {
 	*x = BreakGlassGrant{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[90]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6107,7 +6206,7 @@ func (x *BreakGlassGrant) String() string {
 func (*BreakGlassGrant) ProtoMessage() {}
 
 func (x *BreakGlassGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[90]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6120,7 +6219,7 @@ func (x *BreakGlassGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BreakGlassGrant.ProtoReflect.Descriptor instead.
 func (*BreakGlassGrant) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{90}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *BreakGlassGrant) GetId() string {
@@ -6251,7 +6350,7 @@ type GetBreakGlassPolicyRequest struct {
 
 func (x *GetBreakGlassPolicyRequest) Reset() {
 	*x = GetBreakGlassPolicyRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[91]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6263,7 +6362,7 @@ func (x *GetBreakGlassPolicyRequest) String() string {
 func (*GetBreakGlassPolicyRequest) ProtoMessage() {}
 
 func (x *GetBreakGlassPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[91]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6276,7 +6375,7 @@ func (x *GetBreakGlassPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBreakGlassPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetBreakGlassPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{91}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *GetBreakGlassPolicyRequest) GetInstall() string {
@@ -6297,7 +6396,7 @@ type GetBreakGlassPolicyResponse struct {
 
 func (x *GetBreakGlassPolicyResponse) Reset() {
 	*x = GetBreakGlassPolicyResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[92]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6309,7 +6408,7 @@ func (x *GetBreakGlassPolicyResponse) String() string {
 func (*GetBreakGlassPolicyResponse) ProtoMessage() {}
 
 func (x *GetBreakGlassPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[92]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6322,7 +6421,7 @@ func (x *GetBreakGlassPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBreakGlassPolicyResponse.ProtoReflect.Descriptor instead.
 func (*GetBreakGlassPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{92}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *GetBreakGlassPolicyResponse) GetRoles() []*BreakGlassRole {
@@ -6357,7 +6456,7 @@ type BreakGlassRole struct {
 
 func (x *BreakGlassRole) Reset() {
 	*x = BreakGlassRole{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[93]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6369,7 +6468,7 @@ func (x *BreakGlassRole) String() string {
 func (*BreakGlassRole) ProtoMessage() {}
 
 func (x *BreakGlassRole) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[93]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6382,7 +6481,7 @@ func (x *BreakGlassRole) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BreakGlassRole.ProtoReflect.Descriptor instead.
 func (*BreakGlassRole) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{93}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *BreakGlassRole) GetName() string {
@@ -6408,7 +6507,7 @@ type GetInstallStackRequest struct {
 
 func (x *GetInstallStackRequest) Reset() {
 	*x = GetInstallStackRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[94]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6420,7 +6519,7 @@ func (x *GetInstallStackRequest) String() string {
 func (*GetInstallStackRequest) ProtoMessage() {}
 
 func (x *GetInstallStackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[94]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6433,7 +6532,7 @@ func (x *GetInstallStackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInstallStackRequest.ProtoReflect.Descriptor instead.
 func (*GetInstallStackRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{94}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *GetInstallStackRequest) GetInstall() string {
@@ -6458,7 +6557,7 @@ type GetInstallStackResponse struct {
 
 func (x *GetInstallStackResponse) Reset() {
 	*x = GetInstallStackResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[95]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6470,7 +6569,7 @@ func (x *GetInstallStackResponse) String() string {
 func (*GetInstallStackResponse) ProtoMessage() {}
 
 func (x *GetInstallStackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[95]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6483,7 +6582,7 @@ func (x *GetInstallStackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInstallStackResponse.ProtoReflect.Descriptor instead.
 func (*GetInstallStackResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{95}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *GetInstallStackResponse) GetInstall() string {
@@ -6548,7 +6647,7 @@ type Build struct {
 
 func (x *Build) Reset() {
 	*x = Build{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[96]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6560,7 +6659,7 @@ func (x *Build) String() string {
 func (*Build) ProtoMessage() {}
 
 func (x *Build) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[96]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6573,7 +6672,7 @@ func (x *Build) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Build.ProtoReflect.Descriptor instead.
 func (*Build) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{96}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *Build) GetId() string {
@@ -6649,7 +6748,7 @@ type CreateBuildAgentTokenRequest struct {
 
 func (x *CreateBuildAgentTokenRequest) Reset() {
 	*x = CreateBuildAgentTokenRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[97]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6661,7 +6760,7 @@ func (x *CreateBuildAgentTokenRequest) String() string {
 func (*CreateBuildAgentTokenRequest) ProtoMessage() {}
 
 func (x *CreateBuildAgentTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[97]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6674,7 +6773,7 @@ func (x *CreateBuildAgentTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateBuildAgentTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateBuildAgentTokenRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{97}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *CreateBuildAgentTokenRequest) GetTtlSeconds() int64 {
@@ -6693,7 +6792,7 @@ type CreateBuildAgentTokenResponse struct {
 
 func (x *CreateBuildAgentTokenResponse) Reset() {
 	*x = CreateBuildAgentTokenResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[98]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6705,7 +6804,7 @@ func (x *CreateBuildAgentTokenResponse) String() string {
 func (*CreateBuildAgentTokenResponse) ProtoMessage() {}
 
 func (x *CreateBuildAgentTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[98]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6718,7 +6817,7 @@ func (x *CreateBuildAgentTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateBuildAgentTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateBuildAgentTokenResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{98}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *CreateBuildAgentTokenResponse) GetEnrollmentToken() *EnrollmentToken {
@@ -6749,7 +6848,7 @@ type StartBuildRequest struct {
 
 func (x *StartBuildRequest) Reset() {
 	*x = StartBuildRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[99]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6761,7 +6860,7 @@ func (x *StartBuildRequest) String() string {
 func (*StartBuildRequest) ProtoMessage() {}
 
 func (x *StartBuildRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[99]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6774,7 +6873,7 @@ func (x *StartBuildRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartBuildRequest.ProtoReflect.Descriptor instead.
 func (*StartBuildRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{99}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *StartBuildRequest) GetKind() string {
@@ -6821,7 +6920,7 @@ type StartBuildResponse struct {
 
 func (x *StartBuildResponse) Reset() {
 	*x = StartBuildResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[100]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6833,7 +6932,7 @@ func (x *StartBuildResponse) String() string {
 func (*StartBuildResponse) ProtoMessage() {}
 
 func (x *StartBuildResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[100]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6846,7 +6945,7 @@ func (x *StartBuildResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartBuildResponse.ProtoReflect.Descriptor instead.
 func (*StartBuildResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{100}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *StartBuildResponse) GetJob() *Job {
@@ -6868,7 +6967,7 @@ type ListBuildsRequest struct {
 
 func (x *ListBuildsRequest) Reset() {
 	*x = ListBuildsRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[101]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6880,7 +6979,7 @@ func (x *ListBuildsRequest) String() string {
 func (*ListBuildsRequest) ProtoMessage() {}
 
 func (x *ListBuildsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[101]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6893,7 +6992,7 @@ func (x *ListBuildsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBuildsRequest.ProtoReflect.Descriptor instead.
 func (*ListBuildsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{101}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *ListBuildsRequest) GetRepository() string {
@@ -6920,7 +7019,7 @@ type ListBuildsResponse struct {
 
 func (x *ListBuildsResponse) Reset() {
 	*x = ListBuildsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[102]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6932,7 +7031,7 @@ func (x *ListBuildsResponse) String() string {
 func (*ListBuildsResponse) ProtoMessage() {}
 
 func (x *ListBuildsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[102]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6945,7 +7044,7 @@ func (x *ListBuildsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBuildsResponse.ProtoReflect.Descriptor instead.
 func (*ListBuildsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{102}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *ListBuildsResponse) GetBuilds() []*Build {
@@ -6964,7 +7063,7 @@ type ListInstallImagesRequest struct {
 
 func (x *ListInstallImagesRequest) Reset() {
 	*x = ListInstallImagesRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[103]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6976,7 +7075,7 @@ func (x *ListInstallImagesRequest) String() string {
 func (*ListInstallImagesRequest) ProtoMessage() {}
 
 func (x *ListInstallImagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[103]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6989,7 +7088,7 @@ func (x *ListInstallImagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInstallImagesRequest.ProtoReflect.Descriptor instead.
 func (*ListInstallImagesRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{103}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *ListInstallImagesRequest) GetInstall() string {
@@ -7025,7 +7124,7 @@ type InstallImage struct {
 
 func (x *InstallImage) Reset() {
 	*x = InstallImage{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[104]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7037,7 +7136,7 @@ func (x *InstallImage) String() string {
 func (*InstallImage) ProtoMessage() {}
 
 func (x *InstallImage) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[104]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7050,7 +7149,7 @@ func (x *InstallImage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstallImage.ProtoReflect.Descriptor instead.
 func (*InstallImage) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{104}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *InstallImage) GetComponent() string {
@@ -7118,7 +7217,7 @@ type ListInstallImagesResponse struct {
 
 func (x *ListInstallImagesResponse) Reset() {
 	*x = ListInstallImagesResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[105]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7130,7 +7229,7 @@ func (x *ListInstallImagesResponse) String() string {
 func (*ListInstallImagesResponse) ProtoMessage() {}
 
 func (x *ListInstallImagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[105]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7143,7 +7242,7 @@ func (x *ListInstallImagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInstallImagesResponse.ProtoReflect.Descriptor instead.
 func (*ListInstallImagesResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{105}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *ListInstallImagesResponse) GetImages() []*InstallImage {
@@ -7339,7 +7438,14 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\n" +
 	"id_or_name\x18\x01 \x01(\tR\bidOrName\"D\n" +
 	"\x12GetInstallResponse\x12.\n" +
-	"\ainstall\x18\x01 \x01(\v2\x14.byoc.ims.v1.InstallR\ainstall\"3\n" +
+	"\ainstall\x18\x01 \x01(\v2\x14.byoc.ims.v1.InstallR\ainstall\"T\n" +
+	"\x18CheckInstallDriftRequest\x12\x18\n" +
+	"\ainstall\x18\x01 \x01(\tR\ainstall\x12\x1e\n" +
+	"\n" +
+	"components\x18\x02 \x03(\tR\n" +
+	"components\"A\n" +
+	"\x19CheckInstallDriftResponse\x12$\n" +
+	"\x04jobs\x18\x01 \x03(\v2\x10.byoc.ims.v1.JobR\x04jobs\"3\n" +
 	"\x17ListInstallDriftRequest\x12\x18\n" +
 	"\ainstall\x18\x01 \x01(\tR\ainstall\"W\n" +
 	"\x18ListInstallDriftResponse\x12;\n" +
@@ -7729,7 +7835,7 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x16LOG_STREAM_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11LOG_STREAM_STDOUT\x10\x01\x12\x15\n" +
 	"\x11LOG_STREAM_STDERR\x10\x02\x12\x15\n" +
-	"\x11LOG_STREAM_SYSTEM\x10\x032\xb5#\n" +
+	"\x11LOG_STREAM_SYSTEM\x10\x032\x99$\n" +
 	"\x0fOperatorService\x12A\n" +
 	"\x06WhoAmI\x12\x1a.byoc.ims.v1.WhoAmIRequest\x1a\x1b.byoc.ims.v1.WhoAmIResponse\x12P\n" +
 	"\vCheckAccess\x12\x1f.byoc.ims.v1.CheckAccessRequest\x1a .byoc.ims.v1.CheckAccessResponse\x12Y\n" +
@@ -7747,7 +7853,8 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\fListInstalls\x12 .byoc.ims.v1.ListInstallsRequest\x1a!.byoc.ims.v1.ListInstallsResponse\x12M\n" +
 	"\n" +
 	"GetInstall\x12\x1e.byoc.ims.v1.GetInstallRequest\x1a\x1f.byoc.ims.v1.GetInstallResponse\x12_\n" +
-	"\x10ListInstallDrift\x12$.byoc.ims.v1.ListInstallDriftRequest\x1a%.byoc.ims.v1.ListInstallDriftResponse\x12X\n" +
+	"\x10ListInstallDrift\x12$.byoc.ims.v1.ListInstallDriftRequest\x1a%.byoc.ims.v1.ListInstallDriftResponse\x12b\n" +
+	"\x11CheckInstallDrift\x12%.byoc.ims.v1.CheckInstallDriftRequest\x1a&.byoc.ims.v1.CheckInstallDriftResponse\x12X\n" +
 	"\rWatchInstalls\x12!.byoc.ims.v1.WatchInstallsRequest\x1a\".byoc.ims.v1.WatchInstallsResponse0\x01\x12n\n" +
 	"\x15CreateEnrollmentToken\x12).byoc.ims.v1.CreateEnrollmentTokenRequest\x1a*.byoc.ims.v1.CreateEnrollmentTokenResponse\x12S\n" +
 	"\fLabelInstall\x12 .byoc.ims.v1.LabelInstallRequest\x1a!.byoc.ims.v1.LabelInstallResponse\x12P\n" +
@@ -7801,7 +7908,7 @@ func file_byoc_ims_v1_operator_proto_rawDescGZIP() []byte {
 }
 
 var file_byoc_ims_v1_operator_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_byoc_ims_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 116)
+var file_byoc_ims_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 118)
 var file_byoc_ims_v1_operator_proto_goTypes = []any{
 	(Role)(0),                             // 0: byoc.ims.v1.Role
 	(JobState)(0),                         // 1: byoc.ims.v1.JobState
@@ -7839,344 +7946,349 @@ var file_byoc_ims_v1_operator_proto_goTypes = []any{
 	(*ListInstallsResponse)(nil),          // 33: byoc.ims.v1.ListInstallsResponse
 	(*GetInstallRequest)(nil),             // 34: byoc.ims.v1.GetInstallRequest
 	(*GetInstallResponse)(nil),            // 35: byoc.ims.v1.GetInstallResponse
-	(*ListInstallDriftRequest)(nil),       // 36: byoc.ims.v1.ListInstallDriftRequest
-	(*ListInstallDriftResponse)(nil),      // 37: byoc.ims.v1.ListInstallDriftResponse
-	(*ComponentDrift)(nil),                // 38: byoc.ims.v1.ComponentDrift
-	(*InstallStatus)(nil),                 // 39: byoc.ims.v1.InstallStatus
-	(*WatchInstallsRequest)(nil),          // 40: byoc.ims.v1.WatchInstallsRequest
-	(*WatchInstallsResponse)(nil),         // 41: byoc.ims.v1.WatchInstallsResponse
-	(*RevokeAgentRequest)(nil),            // 42: byoc.ims.v1.RevokeAgentRequest
-	(*RevokeAgentResponse)(nil),           // 43: byoc.ims.v1.RevokeAgentResponse
-	(*UpdateInstallRequest)(nil),          // 44: byoc.ims.v1.UpdateInstallRequest
-	(*UpdateInstallResponse)(nil),         // 45: byoc.ims.v1.UpdateInstallResponse
-	(*CreateEnrollmentTokenRequest)(nil),  // 46: byoc.ims.v1.CreateEnrollmentTokenRequest
-	(*CreateEnrollmentTokenResponse)(nil), // 47: byoc.ims.v1.CreateEnrollmentTokenResponse
-	(*LabelInstallRequest)(nil),           // 48: byoc.ims.v1.LabelInstallRequest
-	(*LabelInstallResponse)(nil),          // 49: byoc.ims.v1.LabelInstallResponse
-	(*Job)(nil),                           // 50: byoc.ims.v1.Job
-	(*PolicyFinding)(nil),                 // 51: byoc.ims.v1.PolicyFinding
-	(*PlannedChange)(nil),                 // 52: byoc.ims.v1.PlannedChange
-	(*EnqueueJobRequest)(nil),             // 53: byoc.ims.v1.EnqueueJobRequest
-	(*EnqueueJobResponse)(nil),            // 54: byoc.ims.v1.EnqueueJobResponse
-	(*EnqueueJobsRequest)(nil),            // 55: byoc.ims.v1.EnqueueJobsRequest
-	(*EnqueueJobsResponse)(nil),           // 56: byoc.ims.v1.EnqueueJobsResponse
-	(*ListJobsRequest)(nil),               // 57: byoc.ims.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),              // 58: byoc.ims.v1.ListJobsResponse
-	(*GetJobRequest)(nil),                 // 59: byoc.ims.v1.GetJobRequest
-	(*GetJobResponse)(nil),                // 60: byoc.ims.v1.GetJobResponse
-	(*LogLine)(nil),                       // 61: byoc.ims.v1.LogLine
-	(*StreamJobLogsRequest)(nil),          // 62: byoc.ims.v1.StreamJobLogsRequest
-	(*StreamJobLogsResponse)(nil),         // 63: byoc.ims.v1.StreamJobLogsResponse
-	(*CancelJobRequest)(nil),              // 64: byoc.ims.v1.CancelJobRequest
-	(*CancelJobResponse)(nil),             // 65: byoc.ims.v1.CancelJobResponse
-	(*AppFile)(nil),                       // 66: byoc.ims.v1.AppFile
-	(*AppRevision)(nil),                   // 67: byoc.ims.v1.AppRevision
-	(*PushAppRevisionRequest)(nil),        // 68: byoc.ims.v1.PushAppRevisionRequest
-	(*PushAppRevisionResponse)(nil),       // 69: byoc.ims.v1.PushAppRevisionResponse
-	(*InstallApplied)(nil),                // 70: byoc.ims.v1.InstallApplied
-	(*ListAppRevisionsRequest)(nil),       // 71: byoc.ims.v1.ListAppRevisionsRequest
-	(*ListAppRevisionsResponse)(nil),      // 72: byoc.ims.v1.ListAppRevisionsResponse
-	(*DiffAppRevisionsRequest)(nil),       // 73: byoc.ims.v1.DiffAppRevisionsRequest
-	(*DiffAppRevisionsResponse)(nil),      // 74: byoc.ims.v1.DiffAppRevisionsResponse
-	(*InstallConfigDiff)(nil),             // 75: byoc.ims.v1.InstallConfigDiff
-	(*ConfigChange)(nil),                  // 76: byoc.ims.v1.ConfigChange
-	(*FieldChange)(nil),                   // 77: byoc.ims.v1.FieldChange
-	(*ConfigDiagnostic)(nil),              // 78: byoc.ims.v1.ConfigDiagnostic
-	(*ConfigDiagnostics)(nil),             // 79: byoc.ims.v1.ConfigDiagnostics
-	(*PluginType)(nil),                    // 80: byoc.ims.v1.PluginType
-	(*RegisterPluginTypeRequest)(nil),     // 81: byoc.ims.v1.RegisterPluginTypeRequest
-	(*RegisterPluginTypeResponse)(nil),    // 82: byoc.ims.v1.RegisterPluginTypeResponse
-	(*ListPluginTypesRequest)(nil),        // 83: byoc.ims.v1.ListPluginTypesRequest
-	(*ListPluginTypesResponse)(nil),       // 84: byoc.ims.v1.ListPluginTypesResponse
-	(*GetPluginTypeRequest)(nil),          // 85: byoc.ims.v1.GetPluginTypeRequest
-	(*GetPluginTypeResponse)(nil),         // 86: byoc.ims.v1.GetPluginTypeResponse
-	(*RemovePluginTypeRequest)(nil),       // 87: byoc.ims.v1.RemovePluginTypeRequest
-	(*RemovePluginTypeResponse)(nil),      // 88: byoc.ims.v1.RemovePluginTypeResponse
-	(*RequestBreakGlassRequest)(nil),      // 89: byoc.ims.v1.RequestBreakGlassRequest
-	(*RequestBreakGlassResponse)(nil),     // 90: byoc.ims.v1.RequestBreakGlassResponse
-	(*ListBreakGlassGrantsRequest)(nil),   // 91: byoc.ims.v1.ListBreakGlassGrantsRequest
-	(*ListBreakGlassGrantsResponse)(nil),  // 92: byoc.ims.v1.ListBreakGlassGrantsResponse
-	(*BreakGlassGrant)(nil),               // 93: byoc.ims.v1.BreakGlassGrant
-	(*GetBreakGlassPolicyRequest)(nil),    // 94: byoc.ims.v1.GetBreakGlassPolicyRequest
-	(*GetBreakGlassPolicyResponse)(nil),   // 95: byoc.ims.v1.GetBreakGlassPolicyResponse
-	(*BreakGlassRole)(nil),                // 96: byoc.ims.v1.BreakGlassRole
-	(*GetInstallStackRequest)(nil),        // 97: byoc.ims.v1.GetInstallStackRequest
-	(*GetInstallStackResponse)(nil),       // 98: byoc.ims.v1.GetInstallStackResponse
-	(*Build)(nil),                         // 99: byoc.ims.v1.Build
-	(*CreateBuildAgentTokenRequest)(nil),  // 100: byoc.ims.v1.CreateBuildAgentTokenRequest
-	(*CreateBuildAgentTokenResponse)(nil), // 101: byoc.ims.v1.CreateBuildAgentTokenResponse
-	(*StartBuildRequest)(nil),             // 102: byoc.ims.v1.StartBuildRequest
-	(*StartBuildResponse)(nil),            // 103: byoc.ims.v1.StartBuildResponse
-	(*ListBuildsRequest)(nil),             // 104: byoc.ims.v1.ListBuildsRequest
-	(*ListBuildsResponse)(nil),            // 105: byoc.ims.v1.ListBuildsResponse
-	(*ListInstallImagesRequest)(nil),      // 106: byoc.ims.v1.ListInstallImagesRequest
-	(*InstallImage)(nil),                  // 107: byoc.ims.v1.InstallImage
-	(*ListInstallImagesResponse)(nil),     // 108: byoc.ims.v1.ListInstallImagesResponse
-	nil,                                   // 109: byoc.ims.v1.StackReport.InputsEntry
-	nil,                                   // 110: byoc.ims.v1.StackReport.OutputsEntry
-	nil,                                   // 111: byoc.ims.v1.Install.InputsEntry
-	nil,                                   // 112: byoc.ims.v1.Install.LabelsEntry
-	nil,                                   // 113: byoc.ims.v1.InstallSettings.OverridesEntry
-	nil,                                   // 114: byoc.ims.v1.CreateInstallRequest.InputsEntry
-	nil,                                   // 115: byoc.ims.v1.CreateInstallRequest.LabelsEntry
-	nil,                                   // 116: byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
-	nil,                                   // 117: byoc.ims.v1.LabelInstallRequest.SetEntry
-	nil,                                   // 118: byoc.ims.v1.Job.OutputsEntry
-	(*timestamppb.Timestamp)(nil),         // 119: google.protobuf.Timestamp
-	(*InstallHealth)(nil),                 // 120: byoc.ims.v1.InstallHealth
-	(*Workflow)(nil),                      // 121: byoc.ims.v1.Workflow
-	(*structpb.Struct)(nil),               // 122: google.protobuf.Struct
-	(*structpb.Value)(nil),                // 123: google.protobuf.Value
-	(*PlanInstallRequest)(nil),            // 124: byoc.ims.v1.PlanInstallRequest
-	(*StartWorkflowRequest)(nil),          // 125: byoc.ims.v1.StartWorkflowRequest
-	(*ListWorkflowsRequest)(nil),          // 126: byoc.ims.v1.ListWorkflowsRequest
-	(*GetWorkflowRequest)(nil),            // 127: byoc.ims.v1.GetWorkflowRequest
-	(*ApproveWorkflowRequest)(nil),        // 128: byoc.ims.v1.ApproveWorkflowRequest
-	(*CancelWorkflowRequest)(nil),         // 129: byoc.ims.v1.CancelWorkflowRequest
-	(*RetryWorkflowStepRequest)(nil),      // 130: byoc.ims.v1.RetryWorkflowStepRequest
-	(*ListActionsRequest)(nil),            // 131: byoc.ims.v1.ListActionsRequest
-	(*StartActionRunRequest)(nil),         // 132: byoc.ims.v1.StartActionRunRequest
-	(*ListActionRunsRequest)(nil),         // 133: byoc.ims.v1.ListActionRunsRequest
-	(*GetActionRunRequest)(nil),           // 134: byoc.ims.v1.GetActionRunRequest
-	(*ListAuditEventsRequest)(nil),        // 135: byoc.ims.v1.ListAuditEventsRequest
-	(*PlanInstallResponse)(nil),           // 136: byoc.ims.v1.PlanInstallResponse
-	(*StartWorkflowResponse)(nil),         // 137: byoc.ims.v1.StartWorkflowResponse
-	(*ListWorkflowsResponse)(nil),         // 138: byoc.ims.v1.ListWorkflowsResponse
-	(*GetWorkflowResponse)(nil),           // 139: byoc.ims.v1.GetWorkflowResponse
-	(*ApproveWorkflowResponse)(nil),       // 140: byoc.ims.v1.ApproveWorkflowResponse
-	(*CancelWorkflowResponse)(nil),        // 141: byoc.ims.v1.CancelWorkflowResponse
-	(*RetryWorkflowStepResponse)(nil),     // 142: byoc.ims.v1.RetryWorkflowStepResponse
-	(*ListActionsResponse)(nil),           // 143: byoc.ims.v1.ListActionsResponse
-	(*StartActionRunResponse)(nil),        // 144: byoc.ims.v1.StartActionRunResponse
-	(*ListActionRunsResponse)(nil),        // 145: byoc.ims.v1.ListActionRunsResponse
-	(*GetActionRunResponse)(nil),          // 146: byoc.ims.v1.GetActionRunResponse
-	(*ListAuditEventsResponse)(nil),       // 147: byoc.ims.v1.ListAuditEventsResponse
+	(*CheckInstallDriftRequest)(nil),      // 36: byoc.ims.v1.CheckInstallDriftRequest
+	(*CheckInstallDriftResponse)(nil),     // 37: byoc.ims.v1.CheckInstallDriftResponse
+	(*ListInstallDriftRequest)(nil),       // 38: byoc.ims.v1.ListInstallDriftRequest
+	(*ListInstallDriftResponse)(nil),      // 39: byoc.ims.v1.ListInstallDriftResponse
+	(*ComponentDrift)(nil),                // 40: byoc.ims.v1.ComponentDrift
+	(*InstallStatus)(nil),                 // 41: byoc.ims.v1.InstallStatus
+	(*WatchInstallsRequest)(nil),          // 42: byoc.ims.v1.WatchInstallsRequest
+	(*WatchInstallsResponse)(nil),         // 43: byoc.ims.v1.WatchInstallsResponse
+	(*RevokeAgentRequest)(nil),            // 44: byoc.ims.v1.RevokeAgentRequest
+	(*RevokeAgentResponse)(nil),           // 45: byoc.ims.v1.RevokeAgentResponse
+	(*UpdateInstallRequest)(nil),          // 46: byoc.ims.v1.UpdateInstallRequest
+	(*UpdateInstallResponse)(nil),         // 47: byoc.ims.v1.UpdateInstallResponse
+	(*CreateEnrollmentTokenRequest)(nil),  // 48: byoc.ims.v1.CreateEnrollmentTokenRequest
+	(*CreateEnrollmentTokenResponse)(nil), // 49: byoc.ims.v1.CreateEnrollmentTokenResponse
+	(*LabelInstallRequest)(nil),           // 50: byoc.ims.v1.LabelInstallRequest
+	(*LabelInstallResponse)(nil),          // 51: byoc.ims.v1.LabelInstallResponse
+	(*Job)(nil),                           // 52: byoc.ims.v1.Job
+	(*PolicyFinding)(nil),                 // 53: byoc.ims.v1.PolicyFinding
+	(*PlannedChange)(nil),                 // 54: byoc.ims.v1.PlannedChange
+	(*EnqueueJobRequest)(nil),             // 55: byoc.ims.v1.EnqueueJobRequest
+	(*EnqueueJobResponse)(nil),            // 56: byoc.ims.v1.EnqueueJobResponse
+	(*EnqueueJobsRequest)(nil),            // 57: byoc.ims.v1.EnqueueJobsRequest
+	(*EnqueueJobsResponse)(nil),           // 58: byoc.ims.v1.EnqueueJobsResponse
+	(*ListJobsRequest)(nil),               // 59: byoc.ims.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),              // 60: byoc.ims.v1.ListJobsResponse
+	(*GetJobRequest)(nil),                 // 61: byoc.ims.v1.GetJobRequest
+	(*GetJobResponse)(nil),                // 62: byoc.ims.v1.GetJobResponse
+	(*LogLine)(nil),                       // 63: byoc.ims.v1.LogLine
+	(*StreamJobLogsRequest)(nil),          // 64: byoc.ims.v1.StreamJobLogsRequest
+	(*StreamJobLogsResponse)(nil),         // 65: byoc.ims.v1.StreamJobLogsResponse
+	(*CancelJobRequest)(nil),              // 66: byoc.ims.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),             // 67: byoc.ims.v1.CancelJobResponse
+	(*AppFile)(nil),                       // 68: byoc.ims.v1.AppFile
+	(*AppRevision)(nil),                   // 69: byoc.ims.v1.AppRevision
+	(*PushAppRevisionRequest)(nil),        // 70: byoc.ims.v1.PushAppRevisionRequest
+	(*PushAppRevisionResponse)(nil),       // 71: byoc.ims.v1.PushAppRevisionResponse
+	(*InstallApplied)(nil),                // 72: byoc.ims.v1.InstallApplied
+	(*ListAppRevisionsRequest)(nil),       // 73: byoc.ims.v1.ListAppRevisionsRequest
+	(*ListAppRevisionsResponse)(nil),      // 74: byoc.ims.v1.ListAppRevisionsResponse
+	(*DiffAppRevisionsRequest)(nil),       // 75: byoc.ims.v1.DiffAppRevisionsRequest
+	(*DiffAppRevisionsResponse)(nil),      // 76: byoc.ims.v1.DiffAppRevisionsResponse
+	(*InstallConfigDiff)(nil),             // 77: byoc.ims.v1.InstallConfigDiff
+	(*ConfigChange)(nil),                  // 78: byoc.ims.v1.ConfigChange
+	(*FieldChange)(nil),                   // 79: byoc.ims.v1.FieldChange
+	(*ConfigDiagnostic)(nil),              // 80: byoc.ims.v1.ConfigDiagnostic
+	(*ConfigDiagnostics)(nil),             // 81: byoc.ims.v1.ConfigDiagnostics
+	(*PluginType)(nil),                    // 82: byoc.ims.v1.PluginType
+	(*RegisterPluginTypeRequest)(nil),     // 83: byoc.ims.v1.RegisterPluginTypeRequest
+	(*RegisterPluginTypeResponse)(nil),    // 84: byoc.ims.v1.RegisterPluginTypeResponse
+	(*ListPluginTypesRequest)(nil),        // 85: byoc.ims.v1.ListPluginTypesRequest
+	(*ListPluginTypesResponse)(nil),       // 86: byoc.ims.v1.ListPluginTypesResponse
+	(*GetPluginTypeRequest)(nil),          // 87: byoc.ims.v1.GetPluginTypeRequest
+	(*GetPluginTypeResponse)(nil),         // 88: byoc.ims.v1.GetPluginTypeResponse
+	(*RemovePluginTypeRequest)(nil),       // 89: byoc.ims.v1.RemovePluginTypeRequest
+	(*RemovePluginTypeResponse)(nil),      // 90: byoc.ims.v1.RemovePluginTypeResponse
+	(*RequestBreakGlassRequest)(nil),      // 91: byoc.ims.v1.RequestBreakGlassRequest
+	(*RequestBreakGlassResponse)(nil),     // 92: byoc.ims.v1.RequestBreakGlassResponse
+	(*ListBreakGlassGrantsRequest)(nil),   // 93: byoc.ims.v1.ListBreakGlassGrantsRequest
+	(*ListBreakGlassGrantsResponse)(nil),  // 94: byoc.ims.v1.ListBreakGlassGrantsResponse
+	(*BreakGlassGrant)(nil),               // 95: byoc.ims.v1.BreakGlassGrant
+	(*GetBreakGlassPolicyRequest)(nil),    // 96: byoc.ims.v1.GetBreakGlassPolicyRequest
+	(*GetBreakGlassPolicyResponse)(nil),   // 97: byoc.ims.v1.GetBreakGlassPolicyResponse
+	(*BreakGlassRole)(nil),                // 98: byoc.ims.v1.BreakGlassRole
+	(*GetInstallStackRequest)(nil),        // 99: byoc.ims.v1.GetInstallStackRequest
+	(*GetInstallStackResponse)(nil),       // 100: byoc.ims.v1.GetInstallStackResponse
+	(*Build)(nil),                         // 101: byoc.ims.v1.Build
+	(*CreateBuildAgentTokenRequest)(nil),  // 102: byoc.ims.v1.CreateBuildAgentTokenRequest
+	(*CreateBuildAgentTokenResponse)(nil), // 103: byoc.ims.v1.CreateBuildAgentTokenResponse
+	(*StartBuildRequest)(nil),             // 104: byoc.ims.v1.StartBuildRequest
+	(*StartBuildResponse)(nil),            // 105: byoc.ims.v1.StartBuildResponse
+	(*ListBuildsRequest)(nil),             // 106: byoc.ims.v1.ListBuildsRequest
+	(*ListBuildsResponse)(nil),            // 107: byoc.ims.v1.ListBuildsResponse
+	(*ListInstallImagesRequest)(nil),      // 108: byoc.ims.v1.ListInstallImagesRequest
+	(*InstallImage)(nil),                  // 109: byoc.ims.v1.InstallImage
+	(*ListInstallImagesResponse)(nil),     // 110: byoc.ims.v1.ListInstallImagesResponse
+	nil,                                   // 111: byoc.ims.v1.StackReport.InputsEntry
+	nil,                                   // 112: byoc.ims.v1.StackReport.OutputsEntry
+	nil,                                   // 113: byoc.ims.v1.Install.InputsEntry
+	nil,                                   // 114: byoc.ims.v1.Install.LabelsEntry
+	nil,                                   // 115: byoc.ims.v1.InstallSettings.OverridesEntry
+	nil,                                   // 116: byoc.ims.v1.CreateInstallRequest.InputsEntry
+	nil,                                   // 117: byoc.ims.v1.CreateInstallRequest.LabelsEntry
+	nil,                                   // 118: byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
+	nil,                                   // 119: byoc.ims.v1.LabelInstallRequest.SetEntry
+	nil,                                   // 120: byoc.ims.v1.Job.OutputsEntry
+	(*timestamppb.Timestamp)(nil),         // 121: google.protobuf.Timestamp
+	(*InstallHealth)(nil),                 // 122: byoc.ims.v1.InstallHealth
+	(*Workflow)(nil),                      // 123: byoc.ims.v1.Workflow
+	(*structpb.Struct)(nil),               // 124: google.protobuf.Struct
+	(*structpb.Value)(nil),                // 125: google.protobuf.Value
+	(*PlanInstallRequest)(nil),            // 126: byoc.ims.v1.PlanInstallRequest
+	(*StartWorkflowRequest)(nil),          // 127: byoc.ims.v1.StartWorkflowRequest
+	(*ListWorkflowsRequest)(nil),          // 128: byoc.ims.v1.ListWorkflowsRequest
+	(*GetWorkflowRequest)(nil),            // 129: byoc.ims.v1.GetWorkflowRequest
+	(*ApproveWorkflowRequest)(nil),        // 130: byoc.ims.v1.ApproveWorkflowRequest
+	(*CancelWorkflowRequest)(nil),         // 131: byoc.ims.v1.CancelWorkflowRequest
+	(*RetryWorkflowStepRequest)(nil),      // 132: byoc.ims.v1.RetryWorkflowStepRequest
+	(*ListActionsRequest)(nil),            // 133: byoc.ims.v1.ListActionsRequest
+	(*StartActionRunRequest)(nil),         // 134: byoc.ims.v1.StartActionRunRequest
+	(*ListActionRunsRequest)(nil),         // 135: byoc.ims.v1.ListActionRunsRequest
+	(*GetActionRunRequest)(nil),           // 136: byoc.ims.v1.GetActionRunRequest
+	(*ListAuditEventsRequest)(nil),        // 137: byoc.ims.v1.ListAuditEventsRequest
+	(*PlanInstallResponse)(nil),           // 138: byoc.ims.v1.PlanInstallResponse
+	(*StartWorkflowResponse)(nil),         // 139: byoc.ims.v1.StartWorkflowResponse
+	(*ListWorkflowsResponse)(nil),         // 140: byoc.ims.v1.ListWorkflowsResponse
+	(*GetWorkflowResponse)(nil),           // 141: byoc.ims.v1.GetWorkflowResponse
+	(*ApproveWorkflowResponse)(nil),       // 142: byoc.ims.v1.ApproveWorkflowResponse
+	(*CancelWorkflowResponse)(nil),        // 143: byoc.ims.v1.CancelWorkflowResponse
+	(*RetryWorkflowStepResponse)(nil),     // 144: byoc.ims.v1.RetryWorkflowStepResponse
+	(*ListActionsResponse)(nil),           // 145: byoc.ims.v1.ListActionsResponse
+	(*StartActionRunResponse)(nil),        // 146: byoc.ims.v1.StartActionRunResponse
+	(*ListActionRunsResponse)(nil),        // 147: byoc.ims.v1.ListActionRunsResponse
+	(*GetActionRunResponse)(nil),          // 148: byoc.ims.v1.GetActionRunResponse
+	(*ListAuditEventsResponse)(nil),       // 149: byoc.ims.v1.ListAuditEventsResponse
 }
 var file_byoc_ims_v1_operator_proto_depIdxs = []int32{
 	0,   // 0: byoc.ims.v1.RoleGrant.role:type_name -> byoc.ims.v1.Role
 	0,   // 1: byoc.ims.v1.WhoAmIResponse.role:type_name -> byoc.ims.v1.Role
 	3,   // 2: byoc.ims.v1.WhoAmIResponse.grants:type_name -> byoc.ims.v1.RoleGrant
-	119, // 3: byoc.ims.v1.WhoAmIResponse.expire_time:type_name -> google.protobuf.Timestamp
+	121, // 3: byoc.ims.v1.WhoAmIResponse.expire_time:type_name -> google.protobuf.Timestamp
 	3,   // 4: byoc.ims.v1.CheckAccessResponse.grant:type_name -> byoc.ims.v1.RoleGrant
 	0,   // 5: byoc.ims.v1.CreateApiTokenRequest.role:type_name -> byoc.ims.v1.Role
 	10,  // 6: byoc.ims.v1.CreateApiTokenResponse.info:type_name -> byoc.ims.v1.ApiToken
 	3,   // 7: byoc.ims.v1.ApiToken.grant:type_name -> byoc.ims.v1.RoleGrant
-	119, // 8: byoc.ims.v1.ApiToken.create_time:type_name -> google.protobuf.Timestamp
-	119, // 9: byoc.ims.v1.ApiToken.expire_time:type_name -> google.protobuf.Timestamp
-	119, // 10: byoc.ims.v1.ApiToken.last_used_time:type_name -> google.protobuf.Timestamp
+	121, // 8: byoc.ims.v1.ApiToken.create_time:type_name -> google.protobuf.Timestamp
+	121, // 9: byoc.ims.v1.ApiToken.expire_time:type_name -> google.protobuf.Timestamp
+	121, // 10: byoc.ims.v1.ApiToken.last_used_time:type_name -> google.protobuf.Timestamp
 	10,  // 11: byoc.ims.v1.ListApiTokensResponse.tokens:type_name -> byoc.ims.v1.ApiToken
 	10,  // 12: byoc.ims.v1.RevokeApiTokenResponse.token:type_name -> byoc.ims.v1.ApiToken
-	119, // 13: byoc.ims.v1.App.create_time:type_name -> google.protobuf.Timestamp
+	121, // 13: byoc.ims.v1.App.create_time:type_name -> google.protobuf.Timestamp
 	17,  // 14: byoc.ims.v1.CreateAppResponse.app:type_name -> byoc.ims.v1.App
 	17,  // 15: byoc.ims.v1.ListAppsResponse.apps:type_name -> byoc.ims.v1.App
 	17,  // 16: byoc.ims.v1.GetAppResponse.app:type_name -> byoc.ims.v1.App
-	119, // 17: byoc.ims.v1.AgentStatus.last_seen_time:type_name -> google.protobuf.Timestamp
-	119, // 18: byoc.ims.v1.AgentStatus.enroll_time:type_name -> google.protobuf.Timestamp
-	119, // 19: byoc.ims.v1.AgentStatus.identity_conflict_time:type_name -> google.protobuf.Timestamp
+	121, // 17: byoc.ims.v1.AgentStatus.last_seen_time:type_name -> google.protobuf.Timestamp
+	121, // 18: byoc.ims.v1.AgentStatus.enroll_time:type_name -> google.protobuf.Timestamp
+	121, // 19: byoc.ims.v1.AgentStatus.identity_conflict_time:type_name -> google.protobuf.Timestamp
 	26,  // 20: byoc.ims.v1.AgentStatus.permissions:type_name -> byoc.ims.v1.Permissions
 	25,  // 21: byoc.ims.v1.AgentStatus.stack:type_name -> byoc.ims.v1.StackReport
-	119, // 22: byoc.ims.v1.AgentStatus.health_time:type_name -> google.protobuf.Timestamp
-	119, // 23: byoc.ims.v1.AgentStatus.revoke_time:type_name -> google.protobuf.Timestamp
-	109, // 24: byoc.ims.v1.StackReport.inputs:type_name -> byoc.ims.v1.StackReport.InputsEntry
-	110, // 25: byoc.ims.v1.StackReport.outputs:type_name -> byoc.ims.v1.StackReport.OutputsEntry
-	119, // 26: byoc.ims.v1.StackReport.report_time:type_name -> google.protobuf.Timestamp
-	119, // 27: byoc.ims.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
-	119, // 28: byoc.ims.v1.Permissions.report_time:type_name -> google.protobuf.Timestamp
-	111, // 29: byoc.ims.v1.Install.inputs:type_name -> byoc.ims.v1.Install.InputsEntry
-	119, // 30: byoc.ims.v1.Install.create_time:type_name -> google.protobuf.Timestamp
+	121, // 22: byoc.ims.v1.AgentStatus.health_time:type_name -> google.protobuf.Timestamp
+	121, // 23: byoc.ims.v1.AgentStatus.revoke_time:type_name -> google.protobuf.Timestamp
+	111, // 24: byoc.ims.v1.StackReport.inputs:type_name -> byoc.ims.v1.StackReport.InputsEntry
+	112, // 25: byoc.ims.v1.StackReport.outputs:type_name -> byoc.ims.v1.StackReport.OutputsEntry
+	121, // 26: byoc.ims.v1.StackReport.report_time:type_name -> google.protobuf.Timestamp
+	121, // 27: byoc.ims.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
+	121, // 28: byoc.ims.v1.Permissions.report_time:type_name -> google.protobuf.Timestamp
+	113, // 29: byoc.ims.v1.Install.inputs:type_name -> byoc.ims.v1.Install.InputsEntry
+	121, // 30: byoc.ims.v1.Install.create_time:type_name -> google.protobuf.Timestamp
 	24,  // 31: byoc.ims.v1.Install.agent:type_name -> byoc.ims.v1.AgentStatus
 	28,  // 32: byoc.ims.v1.Install.settings:type_name -> byoc.ims.v1.InstallSettings
-	120, // 33: byoc.ims.v1.Install.health:type_name -> byoc.ims.v1.InstallHealth
-	112, // 34: byoc.ims.v1.Install.labels:type_name -> byoc.ims.v1.Install.LabelsEntry
-	113, // 35: byoc.ims.v1.InstallSettings.overrides:type_name -> byoc.ims.v1.InstallSettings.OverridesEntry
-	114, // 36: byoc.ims.v1.CreateInstallRequest.inputs:type_name -> byoc.ims.v1.CreateInstallRequest.InputsEntry
-	115, // 37: byoc.ims.v1.CreateInstallRequest.labels:type_name -> byoc.ims.v1.CreateInstallRequest.LabelsEntry
+	122, // 33: byoc.ims.v1.Install.health:type_name -> byoc.ims.v1.InstallHealth
+	114, // 34: byoc.ims.v1.Install.labels:type_name -> byoc.ims.v1.Install.LabelsEntry
+	115, // 35: byoc.ims.v1.InstallSettings.overrides:type_name -> byoc.ims.v1.InstallSettings.OverridesEntry
+	116, // 36: byoc.ims.v1.CreateInstallRequest.inputs:type_name -> byoc.ims.v1.CreateInstallRequest.InputsEntry
+	117, // 37: byoc.ims.v1.CreateInstallRequest.labels:type_name -> byoc.ims.v1.CreateInstallRequest.LabelsEntry
 	27,  // 38: byoc.ims.v1.CreateInstallResponse.install:type_name -> byoc.ims.v1.Install
 	31,  // 39: byoc.ims.v1.CreateInstallResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	119, // 40: byoc.ims.v1.EnrollmentToken.expire_time:type_name -> google.protobuf.Timestamp
+	121, // 40: byoc.ims.v1.EnrollmentToken.expire_time:type_name -> google.protobuf.Timestamp
 	27,  // 41: byoc.ims.v1.ListInstallsResponse.installs:type_name -> byoc.ims.v1.Install
 	27,  // 42: byoc.ims.v1.GetInstallResponse.install:type_name -> byoc.ims.v1.Install
-	38,  // 43: byoc.ims.v1.ListInstallDriftResponse.components:type_name -> byoc.ims.v1.ComponentDrift
-	119, // 44: byoc.ims.v1.ComponentDrift.check_time:type_name -> google.protobuf.Timestamp
-	52,  // 45: byoc.ims.v1.ComponentDrift.changes:type_name -> byoc.ims.v1.PlannedChange
-	119, // 46: byoc.ims.v1.ComponentDrift.next_check_time:type_name -> google.protobuf.Timestamp
-	27,  // 47: byoc.ims.v1.InstallStatus.install:type_name -> byoc.ims.v1.Install
-	39,  // 48: byoc.ims.v1.WatchInstallsResponse.installs:type_name -> byoc.ims.v1.InstallStatus
-	116, // 49: byoc.ims.v1.UpdateInstallRequest.set_inputs:type_name -> byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
-	27,  // 50: byoc.ims.v1.UpdateInstallResponse.install:type_name -> byoc.ims.v1.Install
-	121, // 51: byoc.ims.v1.UpdateInstallResponse.workflow:type_name -> byoc.ims.v1.Workflow
-	31,  // 52: byoc.ims.v1.CreateEnrollmentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	117, // 53: byoc.ims.v1.LabelInstallRequest.set:type_name -> byoc.ims.v1.LabelInstallRequest.SetEntry
-	27,  // 54: byoc.ims.v1.LabelInstallResponse.install:type_name -> byoc.ims.v1.Install
-	122, // 55: byoc.ims.v1.Job.config:type_name -> google.protobuf.Struct
-	1,   // 56: byoc.ims.v1.Job.state:type_name -> byoc.ims.v1.JobState
-	119, // 57: byoc.ims.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	119, // 58: byoc.ims.v1.Job.start_time:type_name -> google.protobuf.Timestamp
-	119, // 59: byoc.ims.v1.Job.end_time:type_name -> google.protobuf.Timestamp
-	119, // 60: byoc.ims.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
-	118, // 61: byoc.ims.v1.Job.outputs:type_name -> byoc.ims.v1.Job.OutputsEntry
-	52,  // 62: byoc.ims.v1.Job.planned_changes:type_name -> byoc.ims.v1.PlannedChange
-	51,  // 63: byoc.ims.v1.Job.policy_findings:type_name -> byoc.ims.v1.PolicyFinding
-	123, // 64: byoc.ims.v1.PlannedChange.before:type_name -> google.protobuf.Value
-	123, // 65: byoc.ims.v1.PlannedChange.after:type_name -> google.protobuf.Value
-	122, // 66: byoc.ims.v1.EnqueueJobRequest.config:type_name -> google.protobuf.Struct
-	50,  // 67: byoc.ims.v1.EnqueueJobResponse.job:type_name -> byoc.ims.v1.Job
-	53,  // 68: byoc.ims.v1.EnqueueJobsRequest.jobs:type_name -> byoc.ims.v1.EnqueueJobRequest
-	50,  // 69: byoc.ims.v1.EnqueueJobsResponse.jobs:type_name -> byoc.ims.v1.Job
-	1,   // 70: byoc.ims.v1.ListJobsRequest.states:type_name -> byoc.ims.v1.JobState
-	50,  // 71: byoc.ims.v1.ListJobsResponse.jobs:type_name -> byoc.ims.v1.Job
-	50,  // 72: byoc.ims.v1.GetJobResponse.job:type_name -> byoc.ims.v1.Job
-	119, // 73: byoc.ims.v1.LogLine.time:type_name -> google.protobuf.Timestamp
-	2,   // 74: byoc.ims.v1.LogLine.stream:type_name -> byoc.ims.v1.LogStream
-	61,  // 75: byoc.ims.v1.StreamJobLogsResponse.lines:type_name -> byoc.ims.v1.LogLine
-	50,  // 76: byoc.ims.v1.StreamJobLogsResponse.job:type_name -> byoc.ims.v1.Job
-	50,  // 77: byoc.ims.v1.CancelJobResponse.job:type_name -> byoc.ims.v1.Job
-	119, // 78: byoc.ims.v1.AppRevision.create_time:type_name -> google.protobuf.Timestamp
-	66,  // 79: byoc.ims.v1.PushAppRevisionRequest.files:type_name -> byoc.ims.v1.AppFile
-	17,  // 80: byoc.ims.v1.PushAppRevisionResponse.app:type_name -> byoc.ims.v1.App
-	67,  // 81: byoc.ims.v1.PushAppRevisionResponse.revision:type_name -> byoc.ims.v1.AppRevision
-	76,  // 82: byoc.ims.v1.PushAppRevisionResponse.changes:type_name -> byoc.ims.v1.ConfigChange
-	70,  // 83: byoc.ims.v1.PushAppRevisionResponse.installs:type_name -> byoc.ims.v1.InstallApplied
-	121, // 84: byoc.ims.v1.PushAppRevisionResponse.workflows:type_name -> byoc.ims.v1.Workflow
-	27,  // 85: byoc.ims.v1.InstallApplied.install:type_name -> byoc.ims.v1.Install
-	31,  // 86: byoc.ims.v1.InstallApplied.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	67,  // 87: byoc.ims.v1.ListAppRevisionsResponse.revisions:type_name -> byoc.ims.v1.AppRevision
-	76,  // 88: byoc.ims.v1.DiffAppRevisionsResponse.changes:type_name -> byoc.ims.v1.ConfigChange
-	75,  // 89: byoc.ims.v1.DiffAppRevisionsResponse.installs:type_name -> byoc.ims.v1.InstallConfigDiff
-	76,  // 90: byoc.ims.v1.InstallConfigDiff.changes:type_name -> byoc.ims.v1.ConfigChange
-	77,  // 91: byoc.ims.v1.ConfigChange.values:type_name -> byoc.ims.v1.FieldChange
-	78,  // 92: byoc.ims.v1.ConfigDiagnostics.diagnostics:type_name -> byoc.ims.v1.ConfigDiagnostic
-	123, // 93: byoc.ims.v1.PluginType.config_schema:type_name -> google.protobuf.Value
-	123, // 94: byoc.ims.v1.PluginType.outputs_schema:type_name -> google.protobuf.Value
-	119, // 95: byoc.ims.v1.PluginType.register_time:type_name -> google.protobuf.Timestamp
-	80,  // 96: byoc.ims.v1.RegisterPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
-	80,  // 97: byoc.ims.v1.RegisterPluginTypeResponse.replaced:type_name -> byoc.ims.v1.PluginType
-	80,  // 98: byoc.ims.v1.ListPluginTypesResponse.plugin_types:type_name -> byoc.ims.v1.PluginType
-	80,  // 99: byoc.ims.v1.GetPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
-	93,  // 100: byoc.ims.v1.RequestBreakGlassResponse.grant:type_name -> byoc.ims.v1.BreakGlassGrant
-	93,  // 101: byoc.ims.v1.ListBreakGlassGrantsResponse.grants:type_name -> byoc.ims.v1.BreakGlassGrant
-	119, // 102: byoc.ims.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
-	119, // 103: byoc.ims.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
-	119, // 104: byoc.ims.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
-	119, // 105: byoc.ims.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
-	119, // 106: byoc.ims.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
-	96,  // 107: byoc.ims.v1.GetBreakGlassPolicyResponse.roles:type_name -> byoc.ims.v1.BreakGlassRole
-	66,  // 108: byoc.ims.v1.GetInstallStackResponse.files:type_name -> byoc.ims.v1.AppFile
-	119, // 109: byoc.ims.v1.Build.create_time:type_name -> google.protobuf.Timestamp
-	31,  // 110: byoc.ims.v1.CreateBuildAgentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	50,  // 111: byoc.ims.v1.StartBuildResponse.job:type_name -> byoc.ims.v1.Job
-	99,  // 112: byoc.ims.v1.ListBuildsResponse.builds:type_name -> byoc.ims.v1.Build
-	99,  // 113: byoc.ims.v1.InstallImage.build:type_name -> byoc.ims.v1.Build
-	119, // 114: byoc.ims.v1.InstallImage.copy_time:type_name -> google.protobuf.Timestamp
-	107, // 115: byoc.ims.v1.ListInstallImagesResponse.images:type_name -> byoc.ims.v1.InstallImage
-	122, // 116: byoc.ims.v1.InstallSettings.OverridesEntry.value:type_name -> google.protobuf.Struct
-	4,   // 117: byoc.ims.v1.OperatorService.WhoAmI:input_type -> byoc.ims.v1.WhoAmIRequest
-	6,   // 118: byoc.ims.v1.OperatorService.CheckAccess:input_type -> byoc.ims.v1.CheckAccessRequest
-	8,   // 119: byoc.ims.v1.OperatorService.CreateApiToken:input_type -> byoc.ims.v1.CreateApiTokenRequest
-	11,  // 120: byoc.ims.v1.OperatorService.ListApiTokens:input_type -> byoc.ims.v1.ListApiTokensRequest
-	13,  // 121: byoc.ims.v1.OperatorService.RevokeApiToken:input_type -> byoc.ims.v1.RevokeApiTokenRequest
-	15,  // 122: byoc.ims.v1.OperatorService.GetLoginConfig:input_type -> byoc.ims.v1.GetLoginConfigRequest
-	18,  // 123: byoc.ims.v1.OperatorService.CreateApp:input_type -> byoc.ims.v1.CreateAppRequest
-	20,  // 124: byoc.ims.v1.OperatorService.ListApps:input_type -> byoc.ims.v1.ListAppsRequest
-	22,  // 125: byoc.ims.v1.OperatorService.GetApp:input_type -> byoc.ims.v1.GetAppRequest
-	68,  // 126: byoc.ims.v1.OperatorService.PushAppRevision:input_type -> byoc.ims.v1.PushAppRevisionRequest
-	71,  // 127: byoc.ims.v1.OperatorService.ListAppRevisions:input_type -> byoc.ims.v1.ListAppRevisionsRequest
-	73,  // 128: byoc.ims.v1.OperatorService.DiffAppRevisions:input_type -> byoc.ims.v1.DiffAppRevisionsRequest
-	29,  // 129: byoc.ims.v1.OperatorService.CreateInstall:input_type -> byoc.ims.v1.CreateInstallRequest
-	32,  // 130: byoc.ims.v1.OperatorService.ListInstalls:input_type -> byoc.ims.v1.ListInstallsRequest
-	34,  // 131: byoc.ims.v1.OperatorService.GetInstall:input_type -> byoc.ims.v1.GetInstallRequest
-	36,  // 132: byoc.ims.v1.OperatorService.ListInstallDrift:input_type -> byoc.ims.v1.ListInstallDriftRequest
-	40,  // 133: byoc.ims.v1.OperatorService.WatchInstalls:input_type -> byoc.ims.v1.WatchInstallsRequest
-	46,  // 134: byoc.ims.v1.OperatorService.CreateEnrollmentToken:input_type -> byoc.ims.v1.CreateEnrollmentTokenRequest
-	48,  // 135: byoc.ims.v1.OperatorService.LabelInstall:input_type -> byoc.ims.v1.LabelInstallRequest
-	42,  // 136: byoc.ims.v1.OperatorService.RevokeAgent:input_type -> byoc.ims.v1.RevokeAgentRequest
-	44,  // 137: byoc.ims.v1.OperatorService.UpdateInstall:input_type -> byoc.ims.v1.UpdateInstallRequest
-	124, // 138: byoc.ims.v1.OperatorService.PlanInstall:input_type -> byoc.ims.v1.PlanInstallRequest
-	125, // 139: byoc.ims.v1.OperatorService.StartWorkflow:input_type -> byoc.ims.v1.StartWorkflowRequest
-	126, // 140: byoc.ims.v1.OperatorService.ListWorkflows:input_type -> byoc.ims.v1.ListWorkflowsRequest
-	127, // 141: byoc.ims.v1.OperatorService.GetWorkflow:input_type -> byoc.ims.v1.GetWorkflowRequest
-	128, // 142: byoc.ims.v1.OperatorService.ApproveWorkflow:input_type -> byoc.ims.v1.ApproveWorkflowRequest
-	129, // 143: byoc.ims.v1.OperatorService.CancelWorkflow:input_type -> byoc.ims.v1.CancelWorkflowRequest
-	130, // 144: byoc.ims.v1.OperatorService.RetryWorkflowStep:input_type -> byoc.ims.v1.RetryWorkflowStepRequest
-	53,  // 145: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
-	55,  // 146: byoc.ims.v1.OperatorService.EnqueueJobs:input_type -> byoc.ims.v1.EnqueueJobsRequest
-	57,  // 147: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
-	59,  // 148: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
-	62,  // 149: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
-	64,  // 150: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
-	81,  // 151: byoc.ims.v1.OperatorService.RegisterPluginType:input_type -> byoc.ims.v1.RegisterPluginTypeRequest
-	83,  // 152: byoc.ims.v1.OperatorService.ListPluginTypes:input_type -> byoc.ims.v1.ListPluginTypesRequest
-	85,  // 153: byoc.ims.v1.OperatorService.GetPluginType:input_type -> byoc.ims.v1.GetPluginTypeRequest
-	87,  // 154: byoc.ims.v1.OperatorService.RemovePluginType:input_type -> byoc.ims.v1.RemovePluginTypeRequest
-	131, // 155: byoc.ims.v1.OperatorService.ListActions:input_type -> byoc.ims.v1.ListActionsRequest
-	132, // 156: byoc.ims.v1.OperatorService.StartActionRun:input_type -> byoc.ims.v1.StartActionRunRequest
-	133, // 157: byoc.ims.v1.OperatorService.ListActionRuns:input_type -> byoc.ims.v1.ListActionRunsRequest
-	134, // 158: byoc.ims.v1.OperatorService.GetActionRun:input_type -> byoc.ims.v1.GetActionRunRequest
-	89,  // 159: byoc.ims.v1.OperatorService.RequestBreakGlass:input_type -> byoc.ims.v1.RequestBreakGlassRequest
-	91,  // 160: byoc.ims.v1.OperatorService.ListBreakGlassGrants:input_type -> byoc.ims.v1.ListBreakGlassGrantsRequest
-	94,  // 161: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:input_type -> byoc.ims.v1.GetBreakGlassPolicyRequest
-	135, // 162: byoc.ims.v1.OperatorService.ListAuditEvents:input_type -> byoc.ims.v1.ListAuditEventsRequest
-	97,  // 163: byoc.ims.v1.OperatorService.GetInstallStack:input_type -> byoc.ims.v1.GetInstallStackRequest
-	100, // 164: byoc.ims.v1.OperatorService.CreateBuildAgentToken:input_type -> byoc.ims.v1.CreateBuildAgentTokenRequest
-	102, // 165: byoc.ims.v1.OperatorService.StartBuild:input_type -> byoc.ims.v1.StartBuildRequest
-	104, // 166: byoc.ims.v1.OperatorService.ListBuilds:input_type -> byoc.ims.v1.ListBuildsRequest
-	106, // 167: byoc.ims.v1.OperatorService.ListInstallImages:input_type -> byoc.ims.v1.ListInstallImagesRequest
-	5,   // 168: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
-	7,   // 169: byoc.ims.v1.OperatorService.CheckAccess:output_type -> byoc.ims.v1.CheckAccessResponse
-	9,   // 170: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
-	12,  // 171: byoc.ims.v1.OperatorService.ListApiTokens:output_type -> byoc.ims.v1.ListApiTokensResponse
-	14,  // 172: byoc.ims.v1.OperatorService.RevokeApiToken:output_type -> byoc.ims.v1.RevokeApiTokenResponse
-	16,  // 173: byoc.ims.v1.OperatorService.GetLoginConfig:output_type -> byoc.ims.v1.GetLoginConfigResponse
-	19,  // 174: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
-	21,  // 175: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
-	23,  // 176: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
-	69,  // 177: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
-	72,  // 178: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
-	74,  // 179: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
-	30,  // 180: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
-	33,  // 181: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
-	35,  // 182: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
-	37,  // 183: byoc.ims.v1.OperatorService.ListInstallDrift:output_type -> byoc.ims.v1.ListInstallDriftResponse
-	41,  // 184: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
-	47,  // 185: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
-	49,  // 186: byoc.ims.v1.OperatorService.LabelInstall:output_type -> byoc.ims.v1.LabelInstallResponse
-	43,  // 187: byoc.ims.v1.OperatorService.RevokeAgent:output_type -> byoc.ims.v1.RevokeAgentResponse
-	45,  // 188: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
-	136, // 189: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
-	137, // 190: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
-	138, // 191: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
-	139, // 192: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
-	140, // 193: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
-	141, // 194: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
-	142, // 195: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
-	54,  // 196: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
-	56,  // 197: byoc.ims.v1.OperatorService.EnqueueJobs:output_type -> byoc.ims.v1.EnqueueJobsResponse
-	58,  // 198: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
-	60,  // 199: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
-	63,  // 200: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
-	65,  // 201: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
-	82,  // 202: byoc.ims.v1.OperatorService.RegisterPluginType:output_type -> byoc.ims.v1.RegisterPluginTypeResponse
-	84,  // 203: byoc.ims.v1.OperatorService.ListPluginTypes:output_type -> byoc.ims.v1.ListPluginTypesResponse
-	86,  // 204: byoc.ims.v1.OperatorService.GetPluginType:output_type -> byoc.ims.v1.GetPluginTypeResponse
-	88,  // 205: byoc.ims.v1.OperatorService.RemovePluginType:output_type -> byoc.ims.v1.RemovePluginTypeResponse
-	143, // 206: byoc.ims.v1.OperatorService.ListActions:output_type -> byoc.ims.v1.ListActionsResponse
-	144, // 207: byoc.ims.v1.OperatorService.StartActionRun:output_type -> byoc.ims.v1.StartActionRunResponse
-	145, // 208: byoc.ims.v1.OperatorService.ListActionRuns:output_type -> byoc.ims.v1.ListActionRunsResponse
-	146, // 209: byoc.ims.v1.OperatorService.GetActionRun:output_type -> byoc.ims.v1.GetActionRunResponse
-	90,  // 210: byoc.ims.v1.OperatorService.RequestBreakGlass:output_type -> byoc.ims.v1.RequestBreakGlassResponse
-	92,  // 211: byoc.ims.v1.OperatorService.ListBreakGlassGrants:output_type -> byoc.ims.v1.ListBreakGlassGrantsResponse
-	95,  // 212: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:output_type -> byoc.ims.v1.GetBreakGlassPolicyResponse
-	147, // 213: byoc.ims.v1.OperatorService.ListAuditEvents:output_type -> byoc.ims.v1.ListAuditEventsResponse
-	98,  // 214: byoc.ims.v1.OperatorService.GetInstallStack:output_type -> byoc.ims.v1.GetInstallStackResponse
-	101, // 215: byoc.ims.v1.OperatorService.CreateBuildAgentToken:output_type -> byoc.ims.v1.CreateBuildAgentTokenResponse
-	103, // 216: byoc.ims.v1.OperatorService.StartBuild:output_type -> byoc.ims.v1.StartBuildResponse
-	105, // 217: byoc.ims.v1.OperatorService.ListBuilds:output_type -> byoc.ims.v1.ListBuildsResponse
-	108, // 218: byoc.ims.v1.OperatorService.ListInstallImages:output_type -> byoc.ims.v1.ListInstallImagesResponse
-	168, // [168:219] is the sub-list for method output_type
-	117, // [117:168] is the sub-list for method input_type
-	117, // [117:117] is the sub-list for extension type_name
-	117, // [117:117] is the sub-list for extension extendee
-	0,   // [0:117] is the sub-list for field type_name
+	52,  // 43: byoc.ims.v1.CheckInstallDriftResponse.jobs:type_name -> byoc.ims.v1.Job
+	40,  // 44: byoc.ims.v1.ListInstallDriftResponse.components:type_name -> byoc.ims.v1.ComponentDrift
+	121, // 45: byoc.ims.v1.ComponentDrift.check_time:type_name -> google.protobuf.Timestamp
+	54,  // 46: byoc.ims.v1.ComponentDrift.changes:type_name -> byoc.ims.v1.PlannedChange
+	121, // 47: byoc.ims.v1.ComponentDrift.next_check_time:type_name -> google.protobuf.Timestamp
+	27,  // 48: byoc.ims.v1.InstallStatus.install:type_name -> byoc.ims.v1.Install
+	41,  // 49: byoc.ims.v1.WatchInstallsResponse.installs:type_name -> byoc.ims.v1.InstallStatus
+	118, // 50: byoc.ims.v1.UpdateInstallRequest.set_inputs:type_name -> byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
+	27,  // 51: byoc.ims.v1.UpdateInstallResponse.install:type_name -> byoc.ims.v1.Install
+	123, // 52: byoc.ims.v1.UpdateInstallResponse.workflow:type_name -> byoc.ims.v1.Workflow
+	31,  // 53: byoc.ims.v1.CreateEnrollmentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
+	119, // 54: byoc.ims.v1.LabelInstallRequest.set:type_name -> byoc.ims.v1.LabelInstallRequest.SetEntry
+	27,  // 55: byoc.ims.v1.LabelInstallResponse.install:type_name -> byoc.ims.v1.Install
+	124, // 56: byoc.ims.v1.Job.config:type_name -> google.protobuf.Struct
+	1,   // 57: byoc.ims.v1.Job.state:type_name -> byoc.ims.v1.JobState
+	121, // 58: byoc.ims.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	121, // 59: byoc.ims.v1.Job.start_time:type_name -> google.protobuf.Timestamp
+	121, // 60: byoc.ims.v1.Job.end_time:type_name -> google.protobuf.Timestamp
+	121, // 61: byoc.ims.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
+	120, // 62: byoc.ims.v1.Job.outputs:type_name -> byoc.ims.v1.Job.OutputsEntry
+	54,  // 63: byoc.ims.v1.Job.planned_changes:type_name -> byoc.ims.v1.PlannedChange
+	53,  // 64: byoc.ims.v1.Job.policy_findings:type_name -> byoc.ims.v1.PolicyFinding
+	125, // 65: byoc.ims.v1.PlannedChange.before:type_name -> google.protobuf.Value
+	125, // 66: byoc.ims.v1.PlannedChange.after:type_name -> google.protobuf.Value
+	124, // 67: byoc.ims.v1.EnqueueJobRequest.config:type_name -> google.protobuf.Struct
+	52,  // 68: byoc.ims.v1.EnqueueJobResponse.job:type_name -> byoc.ims.v1.Job
+	55,  // 69: byoc.ims.v1.EnqueueJobsRequest.jobs:type_name -> byoc.ims.v1.EnqueueJobRequest
+	52,  // 70: byoc.ims.v1.EnqueueJobsResponse.jobs:type_name -> byoc.ims.v1.Job
+	1,   // 71: byoc.ims.v1.ListJobsRequest.states:type_name -> byoc.ims.v1.JobState
+	52,  // 72: byoc.ims.v1.ListJobsResponse.jobs:type_name -> byoc.ims.v1.Job
+	52,  // 73: byoc.ims.v1.GetJobResponse.job:type_name -> byoc.ims.v1.Job
+	121, // 74: byoc.ims.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	2,   // 75: byoc.ims.v1.LogLine.stream:type_name -> byoc.ims.v1.LogStream
+	63,  // 76: byoc.ims.v1.StreamJobLogsResponse.lines:type_name -> byoc.ims.v1.LogLine
+	52,  // 77: byoc.ims.v1.StreamJobLogsResponse.job:type_name -> byoc.ims.v1.Job
+	52,  // 78: byoc.ims.v1.CancelJobResponse.job:type_name -> byoc.ims.v1.Job
+	121, // 79: byoc.ims.v1.AppRevision.create_time:type_name -> google.protobuf.Timestamp
+	68,  // 80: byoc.ims.v1.PushAppRevisionRequest.files:type_name -> byoc.ims.v1.AppFile
+	17,  // 81: byoc.ims.v1.PushAppRevisionResponse.app:type_name -> byoc.ims.v1.App
+	69,  // 82: byoc.ims.v1.PushAppRevisionResponse.revision:type_name -> byoc.ims.v1.AppRevision
+	78,  // 83: byoc.ims.v1.PushAppRevisionResponse.changes:type_name -> byoc.ims.v1.ConfigChange
+	72,  // 84: byoc.ims.v1.PushAppRevisionResponse.installs:type_name -> byoc.ims.v1.InstallApplied
+	123, // 85: byoc.ims.v1.PushAppRevisionResponse.workflows:type_name -> byoc.ims.v1.Workflow
+	27,  // 86: byoc.ims.v1.InstallApplied.install:type_name -> byoc.ims.v1.Install
+	31,  // 87: byoc.ims.v1.InstallApplied.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
+	69,  // 88: byoc.ims.v1.ListAppRevisionsResponse.revisions:type_name -> byoc.ims.v1.AppRevision
+	78,  // 89: byoc.ims.v1.DiffAppRevisionsResponse.changes:type_name -> byoc.ims.v1.ConfigChange
+	77,  // 90: byoc.ims.v1.DiffAppRevisionsResponse.installs:type_name -> byoc.ims.v1.InstallConfigDiff
+	78,  // 91: byoc.ims.v1.InstallConfigDiff.changes:type_name -> byoc.ims.v1.ConfigChange
+	79,  // 92: byoc.ims.v1.ConfigChange.values:type_name -> byoc.ims.v1.FieldChange
+	80,  // 93: byoc.ims.v1.ConfigDiagnostics.diagnostics:type_name -> byoc.ims.v1.ConfigDiagnostic
+	125, // 94: byoc.ims.v1.PluginType.config_schema:type_name -> google.protobuf.Value
+	125, // 95: byoc.ims.v1.PluginType.outputs_schema:type_name -> google.protobuf.Value
+	121, // 96: byoc.ims.v1.PluginType.register_time:type_name -> google.protobuf.Timestamp
+	82,  // 97: byoc.ims.v1.RegisterPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
+	82,  // 98: byoc.ims.v1.RegisterPluginTypeResponse.replaced:type_name -> byoc.ims.v1.PluginType
+	82,  // 99: byoc.ims.v1.ListPluginTypesResponse.plugin_types:type_name -> byoc.ims.v1.PluginType
+	82,  // 100: byoc.ims.v1.GetPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
+	95,  // 101: byoc.ims.v1.RequestBreakGlassResponse.grant:type_name -> byoc.ims.v1.BreakGlassGrant
+	95,  // 102: byoc.ims.v1.ListBreakGlassGrantsResponse.grants:type_name -> byoc.ims.v1.BreakGlassGrant
+	121, // 103: byoc.ims.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
+	121, // 104: byoc.ims.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
+	121, // 105: byoc.ims.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
+	121, // 106: byoc.ims.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
+	121, // 107: byoc.ims.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
+	98,  // 108: byoc.ims.v1.GetBreakGlassPolicyResponse.roles:type_name -> byoc.ims.v1.BreakGlassRole
+	68,  // 109: byoc.ims.v1.GetInstallStackResponse.files:type_name -> byoc.ims.v1.AppFile
+	121, // 110: byoc.ims.v1.Build.create_time:type_name -> google.protobuf.Timestamp
+	31,  // 111: byoc.ims.v1.CreateBuildAgentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
+	52,  // 112: byoc.ims.v1.StartBuildResponse.job:type_name -> byoc.ims.v1.Job
+	101, // 113: byoc.ims.v1.ListBuildsResponse.builds:type_name -> byoc.ims.v1.Build
+	101, // 114: byoc.ims.v1.InstallImage.build:type_name -> byoc.ims.v1.Build
+	121, // 115: byoc.ims.v1.InstallImage.copy_time:type_name -> google.protobuf.Timestamp
+	109, // 116: byoc.ims.v1.ListInstallImagesResponse.images:type_name -> byoc.ims.v1.InstallImage
+	124, // 117: byoc.ims.v1.InstallSettings.OverridesEntry.value:type_name -> google.protobuf.Struct
+	4,   // 118: byoc.ims.v1.OperatorService.WhoAmI:input_type -> byoc.ims.v1.WhoAmIRequest
+	6,   // 119: byoc.ims.v1.OperatorService.CheckAccess:input_type -> byoc.ims.v1.CheckAccessRequest
+	8,   // 120: byoc.ims.v1.OperatorService.CreateApiToken:input_type -> byoc.ims.v1.CreateApiTokenRequest
+	11,  // 121: byoc.ims.v1.OperatorService.ListApiTokens:input_type -> byoc.ims.v1.ListApiTokensRequest
+	13,  // 122: byoc.ims.v1.OperatorService.RevokeApiToken:input_type -> byoc.ims.v1.RevokeApiTokenRequest
+	15,  // 123: byoc.ims.v1.OperatorService.GetLoginConfig:input_type -> byoc.ims.v1.GetLoginConfigRequest
+	18,  // 124: byoc.ims.v1.OperatorService.CreateApp:input_type -> byoc.ims.v1.CreateAppRequest
+	20,  // 125: byoc.ims.v1.OperatorService.ListApps:input_type -> byoc.ims.v1.ListAppsRequest
+	22,  // 126: byoc.ims.v1.OperatorService.GetApp:input_type -> byoc.ims.v1.GetAppRequest
+	70,  // 127: byoc.ims.v1.OperatorService.PushAppRevision:input_type -> byoc.ims.v1.PushAppRevisionRequest
+	73,  // 128: byoc.ims.v1.OperatorService.ListAppRevisions:input_type -> byoc.ims.v1.ListAppRevisionsRequest
+	75,  // 129: byoc.ims.v1.OperatorService.DiffAppRevisions:input_type -> byoc.ims.v1.DiffAppRevisionsRequest
+	29,  // 130: byoc.ims.v1.OperatorService.CreateInstall:input_type -> byoc.ims.v1.CreateInstallRequest
+	32,  // 131: byoc.ims.v1.OperatorService.ListInstalls:input_type -> byoc.ims.v1.ListInstallsRequest
+	34,  // 132: byoc.ims.v1.OperatorService.GetInstall:input_type -> byoc.ims.v1.GetInstallRequest
+	38,  // 133: byoc.ims.v1.OperatorService.ListInstallDrift:input_type -> byoc.ims.v1.ListInstallDriftRequest
+	36,  // 134: byoc.ims.v1.OperatorService.CheckInstallDrift:input_type -> byoc.ims.v1.CheckInstallDriftRequest
+	42,  // 135: byoc.ims.v1.OperatorService.WatchInstalls:input_type -> byoc.ims.v1.WatchInstallsRequest
+	48,  // 136: byoc.ims.v1.OperatorService.CreateEnrollmentToken:input_type -> byoc.ims.v1.CreateEnrollmentTokenRequest
+	50,  // 137: byoc.ims.v1.OperatorService.LabelInstall:input_type -> byoc.ims.v1.LabelInstallRequest
+	44,  // 138: byoc.ims.v1.OperatorService.RevokeAgent:input_type -> byoc.ims.v1.RevokeAgentRequest
+	46,  // 139: byoc.ims.v1.OperatorService.UpdateInstall:input_type -> byoc.ims.v1.UpdateInstallRequest
+	126, // 140: byoc.ims.v1.OperatorService.PlanInstall:input_type -> byoc.ims.v1.PlanInstallRequest
+	127, // 141: byoc.ims.v1.OperatorService.StartWorkflow:input_type -> byoc.ims.v1.StartWorkflowRequest
+	128, // 142: byoc.ims.v1.OperatorService.ListWorkflows:input_type -> byoc.ims.v1.ListWorkflowsRequest
+	129, // 143: byoc.ims.v1.OperatorService.GetWorkflow:input_type -> byoc.ims.v1.GetWorkflowRequest
+	130, // 144: byoc.ims.v1.OperatorService.ApproveWorkflow:input_type -> byoc.ims.v1.ApproveWorkflowRequest
+	131, // 145: byoc.ims.v1.OperatorService.CancelWorkflow:input_type -> byoc.ims.v1.CancelWorkflowRequest
+	132, // 146: byoc.ims.v1.OperatorService.RetryWorkflowStep:input_type -> byoc.ims.v1.RetryWorkflowStepRequest
+	55,  // 147: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
+	57,  // 148: byoc.ims.v1.OperatorService.EnqueueJobs:input_type -> byoc.ims.v1.EnqueueJobsRequest
+	59,  // 149: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
+	61,  // 150: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
+	64,  // 151: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
+	66,  // 152: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
+	83,  // 153: byoc.ims.v1.OperatorService.RegisterPluginType:input_type -> byoc.ims.v1.RegisterPluginTypeRequest
+	85,  // 154: byoc.ims.v1.OperatorService.ListPluginTypes:input_type -> byoc.ims.v1.ListPluginTypesRequest
+	87,  // 155: byoc.ims.v1.OperatorService.GetPluginType:input_type -> byoc.ims.v1.GetPluginTypeRequest
+	89,  // 156: byoc.ims.v1.OperatorService.RemovePluginType:input_type -> byoc.ims.v1.RemovePluginTypeRequest
+	133, // 157: byoc.ims.v1.OperatorService.ListActions:input_type -> byoc.ims.v1.ListActionsRequest
+	134, // 158: byoc.ims.v1.OperatorService.StartActionRun:input_type -> byoc.ims.v1.StartActionRunRequest
+	135, // 159: byoc.ims.v1.OperatorService.ListActionRuns:input_type -> byoc.ims.v1.ListActionRunsRequest
+	136, // 160: byoc.ims.v1.OperatorService.GetActionRun:input_type -> byoc.ims.v1.GetActionRunRequest
+	91,  // 161: byoc.ims.v1.OperatorService.RequestBreakGlass:input_type -> byoc.ims.v1.RequestBreakGlassRequest
+	93,  // 162: byoc.ims.v1.OperatorService.ListBreakGlassGrants:input_type -> byoc.ims.v1.ListBreakGlassGrantsRequest
+	96,  // 163: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:input_type -> byoc.ims.v1.GetBreakGlassPolicyRequest
+	137, // 164: byoc.ims.v1.OperatorService.ListAuditEvents:input_type -> byoc.ims.v1.ListAuditEventsRequest
+	99,  // 165: byoc.ims.v1.OperatorService.GetInstallStack:input_type -> byoc.ims.v1.GetInstallStackRequest
+	102, // 166: byoc.ims.v1.OperatorService.CreateBuildAgentToken:input_type -> byoc.ims.v1.CreateBuildAgentTokenRequest
+	104, // 167: byoc.ims.v1.OperatorService.StartBuild:input_type -> byoc.ims.v1.StartBuildRequest
+	106, // 168: byoc.ims.v1.OperatorService.ListBuilds:input_type -> byoc.ims.v1.ListBuildsRequest
+	108, // 169: byoc.ims.v1.OperatorService.ListInstallImages:input_type -> byoc.ims.v1.ListInstallImagesRequest
+	5,   // 170: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
+	7,   // 171: byoc.ims.v1.OperatorService.CheckAccess:output_type -> byoc.ims.v1.CheckAccessResponse
+	9,   // 172: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
+	12,  // 173: byoc.ims.v1.OperatorService.ListApiTokens:output_type -> byoc.ims.v1.ListApiTokensResponse
+	14,  // 174: byoc.ims.v1.OperatorService.RevokeApiToken:output_type -> byoc.ims.v1.RevokeApiTokenResponse
+	16,  // 175: byoc.ims.v1.OperatorService.GetLoginConfig:output_type -> byoc.ims.v1.GetLoginConfigResponse
+	19,  // 176: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
+	21,  // 177: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
+	23,  // 178: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
+	71,  // 179: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
+	74,  // 180: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
+	76,  // 181: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
+	30,  // 182: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
+	33,  // 183: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
+	35,  // 184: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
+	39,  // 185: byoc.ims.v1.OperatorService.ListInstallDrift:output_type -> byoc.ims.v1.ListInstallDriftResponse
+	37,  // 186: byoc.ims.v1.OperatorService.CheckInstallDrift:output_type -> byoc.ims.v1.CheckInstallDriftResponse
+	43,  // 187: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
+	49,  // 188: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
+	51,  // 189: byoc.ims.v1.OperatorService.LabelInstall:output_type -> byoc.ims.v1.LabelInstallResponse
+	45,  // 190: byoc.ims.v1.OperatorService.RevokeAgent:output_type -> byoc.ims.v1.RevokeAgentResponse
+	47,  // 191: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
+	138, // 192: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
+	139, // 193: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
+	140, // 194: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
+	141, // 195: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
+	142, // 196: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
+	143, // 197: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
+	144, // 198: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
+	56,  // 199: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
+	58,  // 200: byoc.ims.v1.OperatorService.EnqueueJobs:output_type -> byoc.ims.v1.EnqueueJobsResponse
+	60,  // 201: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
+	62,  // 202: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
+	65,  // 203: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
+	67,  // 204: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
+	84,  // 205: byoc.ims.v1.OperatorService.RegisterPluginType:output_type -> byoc.ims.v1.RegisterPluginTypeResponse
+	86,  // 206: byoc.ims.v1.OperatorService.ListPluginTypes:output_type -> byoc.ims.v1.ListPluginTypesResponse
+	88,  // 207: byoc.ims.v1.OperatorService.GetPluginType:output_type -> byoc.ims.v1.GetPluginTypeResponse
+	90,  // 208: byoc.ims.v1.OperatorService.RemovePluginType:output_type -> byoc.ims.v1.RemovePluginTypeResponse
+	145, // 209: byoc.ims.v1.OperatorService.ListActions:output_type -> byoc.ims.v1.ListActionsResponse
+	146, // 210: byoc.ims.v1.OperatorService.StartActionRun:output_type -> byoc.ims.v1.StartActionRunResponse
+	147, // 211: byoc.ims.v1.OperatorService.ListActionRuns:output_type -> byoc.ims.v1.ListActionRunsResponse
+	148, // 212: byoc.ims.v1.OperatorService.GetActionRun:output_type -> byoc.ims.v1.GetActionRunResponse
+	92,  // 213: byoc.ims.v1.OperatorService.RequestBreakGlass:output_type -> byoc.ims.v1.RequestBreakGlassResponse
+	94,  // 214: byoc.ims.v1.OperatorService.ListBreakGlassGrants:output_type -> byoc.ims.v1.ListBreakGlassGrantsResponse
+	97,  // 215: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:output_type -> byoc.ims.v1.GetBreakGlassPolicyResponse
+	149, // 216: byoc.ims.v1.OperatorService.ListAuditEvents:output_type -> byoc.ims.v1.ListAuditEventsResponse
+	100, // 217: byoc.ims.v1.OperatorService.GetInstallStack:output_type -> byoc.ims.v1.GetInstallStackResponse
+	103, // 218: byoc.ims.v1.OperatorService.CreateBuildAgentToken:output_type -> byoc.ims.v1.CreateBuildAgentTokenResponse
+	105, // 219: byoc.ims.v1.OperatorService.StartBuild:output_type -> byoc.ims.v1.StartBuildResponse
+	107, // 220: byoc.ims.v1.OperatorService.ListBuilds:output_type -> byoc.ims.v1.ListBuildsResponse
+	110, // 221: byoc.ims.v1.OperatorService.ListInstallImages:output_type -> byoc.ims.v1.ListInstallImagesResponse
+	170, // [170:222] is the sub-list for method output_type
+	118, // [118:170] is the sub-list for method input_type
+	118, // [118:118] is the sub-list for extension type_name
+	118, // [118:118] is the sub-list for extension extendee
+	0,   // [0:118] is the sub-list for field type_name
 }
 
 func init() { file_byoc_ims_v1_operator_proto_init() }
@@ -8188,14 +8300,14 @@ func file_byoc_ims_v1_operator_proto_init() {
 	file_byoc_ims_v1_audit_proto_init()
 	file_byoc_ims_v1_workflow_proto_init()
 	file_byoc_ims_v1_operator_proto_msgTypes[25].OneofWrappers = []any{}
-	file_byoc_ims_v1_operator_proto_msgTypes[41].OneofWrappers = []any{}
+	file_byoc_ims_v1_operator_proto_msgTypes[43].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byoc_ims_v1_operator_proto_rawDesc), len(file_byoc_ims_v1_operator_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   116,
+			NumMessages:   118,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

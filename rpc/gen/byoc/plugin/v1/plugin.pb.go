@@ -133,7 +133,7 @@ type DescribeResponse struct {
 	// plugin leaves it unset.
 	Protocol *ProtocolVersion `protobuf:"bytes,5,opt,name=protocol,proto3" json:"protocol,omitempty"`
 	// capabilities names the optional operations the plugin implements:
-	// "destroy", "drift", "outputs_schema" (1.1), "policy" (1.3). A 1.0 plugin leaves it
+	// "destroy", "drift", "outputs_schema" (1.1), "policy" (1.3), "plan_destroy" (the Plan call takes JobContext.destroy). A 1.0 plugin leaves it
 	// empty and serves destroy.
 	Capabilities []string `protobuf:"bytes,6,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
 	// outputs_schema is a JSON Schema of the outputs map (1.1).
@@ -260,7 +260,11 @@ type JobContext struct {
 	// policies (1.3) are the rego modules the plan must pass before it is
 	// applied: the vendor's (from the app config, for this component's type)
 	// and the customer's (from the agent's own configuration).
-	Policies      []*PolicyModule `protobuf:"bytes,102,rep,name=policies,proto3" json:"policies,omitempty"`
+	Policies []*PolicyModule `protobuf:"bytes,102,rep,name=policies,proto3" json:"policies,omitempty"`
+	// destroy, on a Plan call, asks for the plan of a destroy: what Destroy
+	// would remove. Sent only to a plugin that announced the "plan_destroy"
+	// capability; the host plans a destroy itself for the others.
+	Destroy       bool `protobuf:"varint,103,opt,name=destroy,proto3" json:"destroy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -370,6 +374,13 @@ func (x *JobContext) GetPolicies() []*PolicyModule {
 		return x.Policies
 	}
 	return nil
+}
+
+func (x *JobContext) GetDestroy() bool {
+	if x != nil {
+		return x.Destroy
+	}
+	return false
 }
 
 // PolicyModule is one rego policy (1.3).
@@ -557,8 +568,14 @@ func (x *ValidateRequest) GetConfig() *structpb.Struct {
 type Diagnostic struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// field is the path of the offending config field, such as "steps[0].script".
-	Field         string `protobuf:"bytes,1,opt,name=field,proto3" json:"field,omitempty"`
-	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Field   string `protobuf:"bytes,1,opt,name=field,proto3" json:"field,omitempty"`
+	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// hint says what would be right (the regular expression of a pattern).
+	Hint string `protobuf:"bytes,3,opt,name=hint,proto3" json:"hint,omitempty"`
+	// severity is "" (an error: the config is invalid) or "warning" (said,
+	// and the config is used). A host that does not know it treats every
+	// diagnostic as an error.
+	Severity      string `protobuf:"bytes,4,opt,name=severity,proto3" json:"severity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -603,6 +620,20 @@ func (x *Diagnostic) GetField() string {
 func (x *Diagnostic) GetMessage() string {
 	if x != nil {
 		return x.Message
+	}
+	return ""
+}
+
+func (x *Diagnostic) GetHint() string {
+	if x != nil {
+		return x.Hint
+	}
+	return ""
+}
+
+func (x *Diagnostic) GetSeverity() string {
+	if x != nil {
+		return x.Severity
 	}
 	return ""
 }
@@ -1478,7 +1509,7 @@ const file_byoc_plugin_v1_plugin_proto_rawDesc = "" +
 	"\rconfig_schema\x18\x04 \x01(\tR\fconfigSchema\x12;\n" +
 	"\bprotocol\x18\x05 \x01(\v2\x1f.byoc.plugin.v1.ProtocolVersionR\bprotocol\x12\"\n" +
 	"\fcapabilities\x18\x06 \x03(\tR\fcapabilities\x12%\n" +
-	"\x0eoutputs_schema\x18\a \x01(\tR\routputsSchema\"\xf6\x02\n" +
+	"\x0eoutputs_schema\x18\a \x01(\tR\routputsSchema\"\x90\x03\n" +
 	"\n" +
 	"JobContext\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x1d\n" +
@@ -1492,7 +1523,8 @@ const file_byoc_plugin_v1_plugin_proto_rawDesc = "" +
 	"\x14approved_plan_digest\x18\b \x01(\tR\x12approvedPlanDigest\x12\x1c\n" +
 	"\tcomponent\x18d \x01(\tR\tcomponent\x12\x12\n" +
 	"\x04mode\x18e \x01(\tR\x04mode\x128\n" +
-	"\bpolicies\x18f \x03(\v2\x1c.byoc.plugin.v1.PolicyModuleR\bpolicies\"N\n" +
+	"\bpolicies\x18f \x03(\v2\x1c.byoc.plugin.v1.PolicyModuleR\bpolicies\x12\x18\n" +
+	"\adestroy\x18g \x01(\bR\adestroy\"N\n" +
 	"\fPolicyModule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06source\x18\x02 \x01(\tR\x06source\x12\x12\n" +
@@ -1503,11 +1535,13 @@ const file_byoc_plugin_v1_plugin_proto_rawDesc = "" +
 	"\x05level\x18\x03 \x01(\tR\x05level\x12\x18\n" +
 	"\amessage\x18\x04 \x01(\tR\amessage\"B\n" +
 	"\x0fValidateRequest\x12/\n" +
-	"\x06config\x18\x01 \x01(\v2\x17.google.protobuf.StructR\x06config\"<\n" +
+	"\x06config\x18\x01 \x01(\v2\x17.google.protobuf.StructR\x06config\"l\n" +
 	"\n" +
 	"Diagnostic\x12\x14\n" +
 	"\x05field\x18\x01 \x01(\tR\x05field\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"P\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12\x12\n" +
+	"\x04hint\x18\x03 \x01(\tR\x04hint\x12\x1a\n" +
+	"\bseverity\x18\x04 \x01(\tR\bseverity\"P\n" +
 	"\x10ValidateResponse\x12<\n" +
 	"\vdiagnostics\x18\x01 \x03(\v2\x1a.byoc.plugin.v1.DiagnosticR\vdiagnostics\"f\n" +
 	"\bLogEvent\x12.\n" +

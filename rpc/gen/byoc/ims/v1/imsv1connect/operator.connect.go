@@ -79,6 +79,9 @@ const (
 	// OperatorServiceListInstallDriftProcedure is the fully-qualified name of the OperatorService's
 	// ListInstallDrift RPC.
 	OperatorServiceListInstallDriftProcedure = "/byoc.ims.v1.OperatorService/ListInstallDrift"
+	// OperatorServiceCheckInstallDriftProcedure is the fully-qualified name of the OperatorService's
+	// CheckInstallDrift RPC.
+	OperatorServiceCheckInstallDriftProcedure = "/byoc.ims.v1.OperatorService/CheckInstallDrift"
 	// OperatorServiceWatchInstallsProcedure is the fully-qualified name of the OperatorService's
 	// WatchInstalls RPC.
 	OperatorServiceWatchInstallsProcedure = "/byoc.ims.v1.OperatorService/WatchInstalls"
@@ -227,6 +230,12 @@ type OperatorServiceClient interface {
 	// the latest drift check's result of each component that has a drift
 	// schedule or was checked.
 	ListInstallDrift(context.Context, *connect.Request[v1.ListInstallDriftRequest]) (*connect.Response[v1.ListInstallDriftResponse], error)
+	// CheckInstallDrift queues a drift check now for each named component
+	// the install runs (every deployed component when none is named),
+	// beside the drift schedules: its result is the component's drift
+	// state, as a scheduled check's. A component whose type cannot check
+	// drift gets a failed check saying so.
+	CheckInstallDrift(context.Context, *connect.Request[v1.CheckInstallDriftRequest]) (*connect.Response[v1.CheckInstallDriftResponse], error)
 	// WatchInstalls sends every install with its live status (agent, job
 	// counts) as a snapshot, then, as they happen, every install that changed.
 	// It is how the console stays current without polling each row.
@@ -452,6 +461,12 @@ func NewOperatorServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			httpClient,
 			baseURL+OperatorServiceListInstallDriftProcedure,
 			connect.WithSchema(operatorServiceMethods.ByName("ListInstallDrift")),
+			connect.WithClientOptions(opts...),
+		),
+		checkInstallDrift: connect.NewClient[v1.CheckInstallDriftRequest, v1.CheckInstallDriftResponse](
+			httpClient,
+			baseURL+OperatorServiceCheckInstallDriftProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("CheckInstallDrift")),
 			connect.WithClientOptions(opts...),
 		),
 		watchInstalls: connect.NewClient[v1.WatchInstallsRequest, v1.WatchInstallsResponse](
@@ -685,6 +700,7 @@ type operatorServiceClient struct {
 	listInstalls          *connect.Client[v1.ListInstallsRequest, v1.ListInstallsResponse]
 	getInstall            *connect.Client[v1.GetInstallRequest, v1.GetInstallResponse]
 	listInstallDrift      *connect.Client[v1.ListInstallDriftRequest, v1.ListInstallDriftResponse]
+	checkInstallDrift     *connect.Client[v1.CheckInstallDriftRequest, v1.CheckInstallDriftResponse]
 	watchInstalls         *connect.Client[v1.WatchInstallsRequest, v1.WatchInstallsResponse]
 	createEnrollmentToken *connect.Client[v1.CreateEnrollmentTokenRequest, v1.CreateEnrollmentTokenResponse]
 	labelInstall          *connect.Client[v1.LabelInstallRequest, v1.LabelInstallResponse]
@@ -800,6 +816,11 @@ func (c *operatorServiceClient) GetInstall(ctx context.Context, req *connect.Req
 // ListInstallDrift calls byoc.ims.v1.OperatorService.ListInstallDrift.
 func (c *operatorServiceClient) ListInstallDrift(ctx context.Context, req *connect.Request[v1.ListInstallDriftRequest]) (*connect.Response[v1.ListInstallDriftResponse], error) {
 	return c.listInstallDrift.CallUnary(ctx, req)
+}
+
+// CheckInstallDrift calls byoc.ims.v1.OperatorService.CheckInstallDrift.
+func (c *operatorServiceClient) CheckInstallDrift(ctx context.Context, req *connect.Request[v1.CheckInstallDriftRequest]) (*connect.Response[v1.CheckInstallDriftResponse], error) {
+	return c.checkInstallDrift.CallUnary(ctx, req)
 }
 
 // WatchInstalls calls byoc.ims.v1.OperatorService.WatchInstalls.
@@ -1019,6 +1040,12 @@ type OperatorServiceHandler interface {
 	// the latest drift check's result of each component that has a drift
 	// schedule or was checked.
 	ListInstallDrift(context.Context, *connect.Request[v1.ListInstallDriftRequest]) (*connect.Response[v1.ListInstallDriftResponse], error)
+	// CheckInstallDrift queues a drift check now for each named component
+	// the install runs (every deployed component when none is named),
+	// beside the drift schedules: its result is the component's drift
+	// state, as a scheduled check's. A component whose type cannot check
+	// drift gets a failed check saying so.
+	CheckInstallDrift(context.Context, *connect.Request[v1.CheckInstallDriftRequest]) (*connect.Response[v1.CheckInstallDriftResponse], error)
 	// WatchInstalls sends every install with its live status (agent, job
 	// counts) as a snapshot, then, as they happen, every install that changed.
 	// It is how the console stays current without polling each row.
@@ -1240,6 +1267,12 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 		OperatorServiceListInstallDriftProcedure,
 		svc.ListInstallDrift,
 		connect.WithSchema(operatorServiceMethods.ByName("ListInstallDrift")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceCheckInstallDriftHandler := connect.NewUnaryHandler(
+		OperatorServiceCheckInstallDriftProcedure,
+		svc.CheckInstallDrift,
+		connect.WithSchema(operatorServiceMethods.ByName("CheckInstallDrift")),
 		connect.WithHandlerOptions(opts...),
 	)
 	operatorServiceWatchInstallsHandler := connect.NewServerStreamHandler(
@@ -1486,6 +1519,8 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 			operatorServiceGetInstallHandler.ServeHTTP(w, r)
 		case OperatorServiceListInstallDriftProcedure:
 			operatorServiceListInstallDriftHandler.ServeHTTP(w, r)
+		case OperatorServiceCheckInstallDriftProcedure:
+			operatorServiceCheckInstallDriftHandler.ServeHTTP(w, r)
 		case OperatorServiceWatchInstallsProcedure:
 			operatorServiceWatchInstallsHandler.ServeHTTP(w, r)
 		case OperatorServiceCreateEnrollmentTokenProcedure:
@@ -1627,6 +1662,10 @@ func (UnimplementedOperatorServiceHandler) GetInstall(context.Context, *connect.
 
 func (UnimplementedOperatorServiceHandler) ListInstallDrift(context.Context, *connect.Request[v1.ListInstallDriftRequest]) (*connect.Response[v1.ListInstallDriftResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.ListInstallDrift is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) CheckInstallDrift(context.Context, *connect.Request[v1.CheckInstallDriftRequest]) (*connect.Response[v1.CheckInstallDriftResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.CheckInstallDrift is not implemented"))
 }
 
 func (UnimplementedOperatorServiceHandler) WatchInstalls(context.Context, *connect.Request[v1.WatchInstallsRequest], *connect.ServerStream[v1.WatchInstallsResponse]) error {

@@ -1,7 +1,7 @@
-// Package redact removes secret values from what the agent sends to imsd:
-// log lines, errors and outputs. It is the last step before anything of a
-// job leaves the agent, so it does not trust plugins to have redacted
-// anything themselves.
+// Package redact removes secret values from what a job sends back: log
+// lines, errors and outputs. The agent runs it as the last step before
+// anything of a job leaves it (and sdktest runs the same code), so it does
+// not trust plugins to have redacted anything themselves.
 //
 // A plugin may send one secret in pieces, in consecutive log events of one
 // stream (a chunk of output per event, or a long line split in two).
@@ -294,4 +294,27 @@ func (s *Stream) stopTimer() {
 		s.timer.Stop()
 		s.timer = nil
 	}
+}
+
+// Value redacts every string in a JSON-like value (a planned change's
+// values: strings, lists, objects, and their keys); other values are
+// returned as they are.
+func (r *Redactor) Value(v any) any {
+	switch v := v.(type) {
+	case string:
+		return r.String(v)
+	case []any:
+		out := make([]any, len(v))
+		for i, e := range v {
+			out[i] = r.Value(e)
+		}
+		return out
+	case map[string]any:
+		out := make(map[string]any, len(v))
+		for k, e := range v {
+			out[r.String(k)] = r.Value(e)
+		}
+		return out
+	}
+	return v
 }

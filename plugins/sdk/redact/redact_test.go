@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/byoc-dev/byoc/agentd/redact"
+	"github.com/byoc-dev/byoc/plugins/sdk/redact"
 )
 
 func TestString(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/byoc-dev/byoc/agentd/redact"
+	"github.com/byoc-dev/byoc/plugins/sdk/redact"
 )
 
 // A secret's base64 (whole, and inside longer base64 at every

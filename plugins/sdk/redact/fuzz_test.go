@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/byoc-dev/byoc/agentd/redact"
+	"github.com/byoc-dev/byoc/plugins/sdk/redact"
 )
 
 // FuzzStream cuts a text holding a secret, plain and in one of its

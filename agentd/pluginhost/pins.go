@@ -1,0 +1,214 @@
+package pluginhost
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/byoc-dev/byoc/internal/atomicfile"
+)
+
+// PinFileName is the customer's plugin pin file in the agent's state
+// directory, written by "agentd plugin pin|unpin" and read again by a
+// running agent whenever it changes.
+const PinFileName = "plugin-pins.json"
+
+// PinFile is the pin file's content: the SHA-256 each external type's
+// binary must have, with who pinned it and when.
+type PinFile struct {
+	Pins map[string]Pin `json:"pins"`
+}
+
+// Pin is one type's pin.
+type Pin struct {
+	SHA256   string    `json:"sha256"`
+	PinnedAt time.Time `json:"pinned_at,omitzero"`
+	PinnedBy string    `json:"pinned_by,omitempty"`
+	// Source is where the binary was when it was pinned (agentd plugin
+	// pin --file), for people.
+	Source string `json:"source,omitempty"`
+}
+
+var sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// CheckPin checks a pin's type name and checksum.
+func CheckPin(typ, sum string) error {
+	if !typeName.MatchString(typ) {
+		return fmt.Errorf("type %q: use lowercase letters, digits, _ and -", typ)
+	}
+	if !sha256Hex.MatchString(sum) {
+		return fmt.Errorf("sha256 %q: want 64 lowercase hex digits", sum)
+	}
+	return nil
+}
+
+// ReadPins reads the pin file at path; a missing file holds no pins. An
+// error names the file and what is wrong.
+func ReadPins(path string) (PinFile, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return PinFile{Pins: map[string]Pin{}}, nil
+	}
+	if err != nil {
+		return PinFile{}, fmt.Errorf("plugin pin file: %w", err)
+	}
+	var pf PinFile
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&pf); err != nil {
+		return PinFile{}, fmt.Errorf("plugin pin file %s: %w (write it with agentd plugin pin)", path, err)
+	}
+	if pf.Pins == nil {
+		pf.Pins = map[string]Pin{}
+	}
+	for _, typ := range slices.Sorted(maps.Keys(pf.Pins)) {
+		if err := CheckPin(typ, pf.Pins[typ].SHA256); err != nil {
+			return PinFile{}, fmt.Errorf("plugin pin file %s: pins.%s: %w", path, typ, err)
+		}
+	}
+	return pf, nil
+}
+
+// WritePins writes pf to path whole (a renamed temp file, 0600).
+func WritePins(path string, pf PinFile) error {
+	b, err := json.MarshalIndent(pf, "", "  ")
+	if err != nil {
+		return err
+	}
+	return atomicfile.Write(path, append(b, '\n'), 0o600)
+}
+
+// PinChange is one type's pin as a reload of the pin file found it
+// changed: Old or New is empty when the type was pinned or unpinned.
+type PinChange struct {
+	Type, Old, New string
+	// By is who the file says pinned it (New's PinnedBy).
+	By string
+}
+
+// PinWatcher serves the pins of a pin file, reading it again whenever
+// it changes (its size, times or inode), so a change applies to the next
+// plugin started without restarting the agent.
+type PinWatcher struct {
+	// Path is the pin file.
+	Path string
+	// OnChange, if set, is told each change a reload finds, including the
+	// first load's pins (Old empty); the agent records them in its
+	// journal.
+	OnChange func([]PinChange)
+
+	mu     sync.Mutex
+	stamp  pinStamp
+	loaded bool
+	pins   PinFile
+	err    error
+}
+
+type pinStamp struct {
+	size         int64
+	ino          uint64
+	mtime, ctime int64
+}
+
+func statPins(path string) (pinStamp, error) {
+	fi, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return pinStamp{}, nil
+	}
+	if err != nil {
+		return pinStamp{}, err
+	}
+	st := pinStamp{size: fi.Size(), mtime: fi.ModTime().UnixNano()}
+	if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
+		st.ino = sys.Ino
+		st.ctime = time.Unix(sys.Ctim.Unix()).UnixNano()
+	}
+	return st, nil
+}
+
+// Pins returns the pins by type (hex SHA-256), reading the file again if
+// it changed. A file that cannot be read or is malformed is an error, and
+// no external plugin runs until it is fixed.
+func (w *PinWatcher) Pins() (map[string]string, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	st, err := statPins(w.Path)
+	if err == nil && w.loaded && st == w.stamp {
+		return sums(w.pins), w.err
+	}
+	var pf PinFile
+	if err == nil {
+		pf, err = ReadPins(w.Path)
+	}
+	if err != nil {
+		w.stamp, w.loaded, w.err = st, true, err
+		return nil, err
+	}
+	changes := diffPins(w.pins, pf)
+	w.stamp, w.loaded, w.pins, w.err = st, true, pf, nil
+	if len(changes) > 0 && w.OnChange != nil {
+		w.OnChange(changes)
+	}
+	return sums(pf), nil
+}
+
+func sums(pf PinFile) map[string]string {
+	out := make(map[string]string, len(pf.Pins))
+	for t, p := range pf.Pins {
+		out[t] = p.SHA256
+	}
+	return out
+}
+
+func diffPins(old, new PinFile) []PinChange {
+	var out []PinChange
+	types := slices.Sorted(maps.Keys(old.Pins))
+	for t := range new.Pins {
+		if _, ok := old.Pins[t]; !ok {
+			types = append(types, t)
+		}
+	}
+	slices.Sort(types)
+	for _, t := range slices.Compact(types) {
+		o, n := old.Pins[t], new.Pins[t]
+		if o.SHA256 != n.SHA256 {
+			out = append(out, PinChange{Type: t, Old: o.SHA256, New: n.SHA256, By: n.PinnedBy})
+		}
+	}
+	return out
+}
+
+// pinHint says how to pin typ to sum, for an error.
+func (l *Loader) pinHint(typ, sum string) string {
+	if l.PinWatcher != nil {
+		return fmt.Sprintf("agentd plugin pin %s %s (the running agent reads %s again; no restart)", typ, sum, filepath.Base(l.PinWatcher.Path))
+	}
+	return fmt.Sprintf("--plugin-pin %s=%s", typ, sum)
+}
+
+// pin returns typ's pinned checksum: the pin file's if it pins typ, else
+// the --plugin-pin flag's.
+func (l *Loader) pin(typ string) (string, bool, error) {
+	if l.PinWatcher != nil {
+		pins, err := l.PinWatcher.Pins()
+		if err != nil {
+			return "", false, err
+		}
+		if s, ok := pins[typ]; ok {
+			return s, true, nil
+		}
+	}
+	s, ok := l.Pins[typ]
+	return strings.ToLower(strings.TrimSpace(s)), ok, nil
+}
