@@ -261,15 +261,21 @@ type agentSlot struct {
 }
 
 type world struct {
-	t       *testing.T
-	rec     *recorder
-	ims     *cluster.IMSProcess
-	c       imsv1connect.OperatorServiceClient
-	install string
-	agents  []*agentSlot
-	jobs    []string
-	events  []string // what the schedule did, for the failure message
-	start   time.Time
+	t   *testing.T
+	rec *recorder
+	ims *cluster.IMSProcess
+	// replicas, when set, are the imsd replicas of a replica world
+	// (newReplicaWorld; ims is the first), each reaching PostgreSQL
+	// through its own proxy (dbPaths), behind one balancer (lb).
+	replicas []*cluster.IMSProcess
+	dbPaths  []*proxy
+	lb       *cluster.Balancer
+	c        imsv1connect.OperatorServiceClient
+	install  string
+	agents   []*agentSlot
+	jobs     []string
+	events   []string // what the schedule did, for the failure message
+	start    time.Time
 }
 
 // newWorld starts imsd (SQLite, or PostgreSQL when pg) and n agents of
@@ -278,6 +284,16 @@ func newWorld(t *testing.T, databaseURL string, agents int) *world {
 	t.Helper()
 	w := &world{t: t, rec: startRecorder(t), ims: startIMSD(t, databaseURL), install: "acme", start: time.Now()}
 	w.c = w.ims.Client()
+	w.addAgents(w.ims.Addr, agents)
+	return w
+}
+
+// addAgents creates the install and starts n agents of it, each behind
+// its own proxy to target (imsd, or the replicas' balancer), and waits
+// until they are connected.
+func (w *world) addAgents(target string, agents int) {
+	t := w.t
+	t.Helper()
 	_, token := cluster.NewInstall(t, w.c, "shop", w.install)
 	for i := 0; i < agents; i++ {
 		if i > 0 {
@@ -287,12 +303,11 @@ func newWorld(t *testing.T, databaseURL string, agents int) *world {
 			}
 			token = r.Msg.EnrollmentToken.Token
 		}
-		a := &agentSlot{name: fmt.Sprintf("agent%d", i+1), stateDir: filepath.Join(t.TempDir(), "agent"), proxy: startProxy(t, w.ims.Addr)}
+		a := &agentSlot{name: fmt.Sprintf("agent%d", i+1), stateDir: filepath.Join(t.TempDir(), "agent"), proxy: startProxy(t, target)}
 		a.proc = cluster.StartAgent(t, a.proxy.url(), token, a.stateDir, "--capacity", "4")
 		w.agents = append(w.agents, a)
 	}
 	w.waitAgents()
-	return w
 }
 
 func (w *world) logf(format string, args ...any) {

@@ -225,6 +225,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
 	s := &Server{cfg: cfg, store: st, hub: dispatch.NewHub(), key: key, chain: chain, log: cfg.Logger}
+	s.forwardCancels()
 	if dir := cmp.Or(cfg.RegistryKeyDir, cfg.DataDir); dir != "" {
 		if s.tokens, err = registry.LoadOrCreateSigner(dir, cfg.RegistryService); err != nil {
 			st.Close()
@@ -445,8 +446,9 @@ func (s *Server) Hub() *dispatch.Hub { return s.hub }
 // Serve runs until ctx ends or Close is called; it then drains and returns.
 func (s *Server) Serve(ctx context.Context) error {
 	ctx, s.cancel = context.WithCancel(ctx)
-	s.wg.Add(4)
+	s.wg.Add(5)
 	go func() { defer s.wg.Done(); s.sweep(ctx) }()
+	go func() { defer s.wg.Done(); s.listenCancels(ctx) }()
 	go func() { defer s.wg.Done(); s.engine.Run(ctx) }()
 	go func() { defer s.wg.Done(); s.cron.Run(ctx) }()
 	go func() {
