@@ -27,8 +27,9 @@ type Balancer struct {
 	healthy []bool
 	next    int
 	conns   map[net.Conn]struct{}
-	// Routed counts the connections sent to each backend.
-	routed []int
+	// routed counts the connections sent to each backend; active those
+	// open now.
+	routed, active []int
 }
 
 // StartBalancer starts a balancer in front of backends (host:port) and
@@ -41,7 +42,7 @@ func StartBalancer(tb testing.TB, backends ...string) *Balancer {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &Balancer{ln: ln, backends: backends, stop: cancel, conns: map[net.Conn]struct{}{},
-		healthy: make([]bool, len(backends)), routed: make([]int, len(backends))}
+		healthy: make([]bool, len(backends)), routed: make([]int, len(backends)), active: make([]int, len(backends))}
 	for i := range b.healthy {
 		b.healthy[i] = true // until the first check says otherwise
 	}
@@ -78,6 +79,13 @@ func (b *Balancer) Routed() []int {
 	return append([]int(nil), b.routed...)
 }
 
+// Active returns how many relayed connections each backend has now.
+func (b *Balancer) Active() []int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]int(nil), b.active...)
+}
+
 // check marks each backend healthy when its /readyz answers 200.
 func (b *Balancer) check(ctx context.Context) {
 	c := &http.Client{Timeout: 500 * time.Millisecond, Transport: &http.Transport{DisableKeepAlives: true}}
@@ -108,23 +116,32 @@ func (b *Balancer) serve() {
 		if err != nil {
 			return
 		}
-		s := b.dial()
+		s, i := b.dial()
 		if s == nil {
 			c.Close()
 			continue
 		}
 		b.mu.Lock()
 		b.conns[c], b.conns[s] = struct{}{}, struct{}{}
+		b.active[i]++
 		b.mu.Unlock()
+		var once sync.Once
+		done := func() {
+			once.Do(func() {
+				b.mu.Lock()
+				b.active[i]--
+				b.mu.Unlock()
+			})
+		}
 		b.wg.Add(2)
-		go func() { defer b.wg.Done(); b.pipe(s, c) }()
-		go func() { defer b.wg.Done(); b.pipe(c, s) }()
+		go func() { defer b.wg.Done(); b.pipe(s, c); done() }()
+		go func() { defer b.wg.Done(); b.pipe(c, s); done() }()
 	}
 }
 
-// dial connects to the next healthy backend that accepts, round robin;
-// nil if none does.
-func (b *Balancer) dial() net.Conn {
+// dial connects to the next healthy backend that accepts, round robin,
+// and returns the connection and the backend's index; nil if none does.
+func (b *Balancer) dial() (net.Conn, int) {
 	for range len(b.backends) {
 		b.mu.Lock()
 		i := b.next
@@ -141,9 +158,9 @@ func (b *Balancer) dial() net.Conn {
 		b.mu.Lock()
 		b.routed[i]++
 		b.mu.Unlock()
-		return s
+		return s, i
 	}
-	return nil
+	return nil, -1
 }
 
 func (b *Balancer) pipe(dst, src net.Conn) {

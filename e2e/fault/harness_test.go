@@ -329,8 +329,15 @@ func (w *world) waitAgents() {
 // is down is retried until it is accepted.
 func (w *world) enqueue(beats int) {
 	w.t.Helper()
+	w.enqueueScript(fmt.Sprintf("%d beats", beats), w.rec.script(beats))
+}
+
+// enqueueScript queues one job running script (described as what),
+// retried as enqueue is.
+func (w *world) enqueueScript(what, script string) {
+	w.t.Helper()
 	cfg, err := structpb.NewStruct(map[string]any{
-		"steps":   []any{map[string]any{"name": "run", "script": w.rec.script(beats)}},
+		"steps":   []any{map[string]any{"name": "run", "script": script}},
 		"sandbox": map[string]any{"network": true},
 	})
 	if err != nil {
@@ -346,7 +353,7 @@ func (w *world) enqueue(beats int) {
 		cancel()
 		if err == nil {
 			w.jobs = append(w.jobs, r.Msg.Job.Id)
-			w.logf("enqueued %s (%d beats)", r.Msg.Job.Id, beats)
+			w.logf("enqueued %s (%s)", r.Msg.Job.Id, what)
 			return
 		}
 		if code := connect.CodeOf(err); time.Now().After(deadline) || code != connect.CodeUnavailable && code != connect.CodeUnknown && code != connect.CodeDeadlineExceeded {
