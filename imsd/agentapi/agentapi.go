@@ -52,6 +52,9 @@ type Config struct {
 	// Registry, when set, is the vendor registry: image and build jobs
 	// carry a one-time grant for it (grants.go).
 	Registry *RegistryConfig
+	// MaxHellos bounds the hellos served at once (admission.go; default
+	// DefaultMaxHellos).
+	MaxHellos int
 }
 
 // Observer receives events worth a metric. All methods must be cheap.
@@ -79,6 +82,8 @@ type Service struct {
 	// stream, to tell two processes sharing one identity (conflict.go).
 	instMu    sync.Mutex
 	instances map[string]*instanceRecord
+	// admit bounds the hellos served at once (admission.go).
+	admit *admission
 }
 
 // New returns the agent service.
@@ -90,7 +95,7 @@ func New(st *store.Store, hub *dispatch.Hub, cfg Config, now func() time.Time, l
 	for i, e := range cfg.KeyChain {
 		chain[i] = &agentv1.KeyEndorsement{SignerPublicKey: e.Signer, PublicKey: e.Key, Signature: e.Signature}
 	}
-	return &Service{store: st, hub: hub, cfg: cfg, now: now, log: log, obs: obs, chain: chain}
+	return &Service{store: st, hub: hub, cfg: cfg, now: now, log: log, obs: obs, chain: chain, admit: newAdmission(cfg.MaxHellos)}
 }
 
 // Enroll binds a new agent identity to the install of a single-use token.

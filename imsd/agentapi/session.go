@@ -79,7 +79,14 @@ func (c *conn) tampered(ctx context.Context, err error) {
 // waits on holds only run's small frame.
 //
 //go:noinline
-func (s *Service) open(ctx context.Context, st Stream) (*conn, error) {
+func (s *Service) open(ctx context.Context, st Stream) (_ *conn, err error) {
+	if ok, retry := s.admit.enter(s.now()); !ok {
+		e := connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("imsd is serving %d hellos already; try again within %s", cap(s.admit.slots), retry))
+		e.Meta().Set(agentproto.RetryAfterHeader, agentproto.FormatRetryAfter(retry))
+		return nil, e
+	}
+	var c *conn
+	defer func() { s.admit.leave(s.now(), c != nil && err == nil) }()
 	nonce := auth.NewNonce()
 	key := s.cfg.SigningKey
 	if err := st.Send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Challenge{Challenge: &agentv1.Challenge{
@@ -155,7 +162,7 @@ func (s *Service) open(ctx context.Context, st Stream) (*conn, error) {
 		return nil, err
 	}
 
-	c := &conn{
+	c = &conn{
 		svc:      s,
 		st:       st,
 		ch:       channel,

@@ -81,6 +81,10 @@ type Config struct {
 	// without a signal (default 2s): what resumes workflows after a
 	// restart and picks up other replicas' changes.
 	WorkflowInterval time.Duration
+	// MaxHellos bounds the agent hellos served at once; beyond it a
+	// stream is shed with a retry hint (agentapi/admission.go; default
+	// agentapi.DefaultMaxHellos).
+	MaxHellos int
 	// CronInterval is how often the cron triggers of actions are evaluated
 	// (default 10s): a tick fires up to this long after its time.
 	CronInterval time.Duration
@@ -362,7 +366,12 @@ func (s *Server) newHTTPServer() *http.Server {
 		SigningKey:        s.key,
 		KeyChain:          s.chain,
 		Registry:          registryConfig(cfg),
+		MaxHellos:         cfg.MaxHellos,
 	}, cfg.Now, s.log, obs)
+	s.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "byoc_agent_hellos_shed_total",
+		Help: "Agent streams ended before their hello because imsd was serving --max-hellos hellos already (the agent retries after the hint it got).",
+	}, func() float64 { return float64(ag.Shed()) }))
 	if s.tokens != nil {
 		// The vendor registry's token server (the Docker token
 		// specification): agents exchange their grants here.
