@@ -15,6 +15,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/byoc-dev/byoc/e2e/cluster"
 	"github.com/byoc-dev/byoc/internal/backoff"
 	"github.com/byoc-dev/byoc/rpc/agentchannel"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
@@ -37,10 +38,25 @@ func BenchmarkReconnectStorm(b *testing.B) {
 		n = v
 	}
 	for range b.N {
-		p := startIMS(b, "")
+		p := stormIMS(b, "")
 		agents := fleet(b, p, n, func(string, time.Time) {})
 		storm(b, p, agents)
 	}
+}
+
+// stormIMS is startIMS with BYOC_BENCH_MAX_HELLOS as imsd's --max-hellos
+// when set.
+func stormIMS(b *testing.B, databaseURL string) *imsProc {
+	b.Helper()
+	args := []string{"--log-level", "warn", "--heartbeat", "30s", "--lease", "60s"}
+	if databaseURL != "" {
+		args = append(args, "--database-url", databaseURL)
+	}
+	if v := os.Getenv("BYOC_BENCH_MAX_HELLOS"); v != "" {
+		args = append(args, "--max-hellos", v)
+	}
+	p := cluster.StartIMSProcess(b, os.Stderr, args...)
+	return &imsProc{IMSProcess: p, url: p.URL()}
 }
 
 // stormStats are what the agents of a storm saw.
@@ -179,11 +195,9 @@ func (a *benchAgent) reconnect(ctx context.Context, st *stormStats) {
 		}
 		delay := retry.Next()
 		var ce *connect.Error
-		if errors.As(err, &ce) && ce.Code() == connect.CodeResourceExhausted {
-			if hint, ok := agentproto.ParseRetryAfter(ce.Meta().Get(agentproto.RetryAfterHeader)); ok {
-				st.shed.Add(1)
-				delay = rand.N(min(hint, 30*time.Second) + 1)
-			}
+		if hint, ok := retryHint(err); ok {
+			st.shed.Add(1)
+			delay = rand.N(min(hint, 30*time.Second) + 1)
 		} else if errors.As(err, &ce) && ce.Code() == connect.CodeUnauthenticated {
 			st.gaveUp.Add(1) // agentd stops for good on a refused identity
 			return
@@ -196,27 +210,62 @@ func (a *benchAgent) reconnect(ctx context.Context, st *stormStats) {
 	}
 }
 
+// hello opens a stream on ctx and says hello (auditCopy: asking for the
+// install's audit records, as agentd does), and returns the stream once
+// welcomed.
+func (a *benchAgent) hello(ctx context.Context, auditCopy bool) (*agentchannel.AgentStream, error) {
+	raw := a.client.Connect(ctx)
+	if err := raw.Send(nil); err != nil {
+		return nil, err
+	}
+	m, err := raw.Receive()
+	if err != nil {
+		return nil, err
+	}
+	sst, err := agentchannel.Dial(raw, m.GetChallenge(), a.key, a.id, nil, &agentv1.Hello{
+		AgentId: a.id, Signature: agentproto.SignChallenge(a.key, a.id, m.GetChallenge().Nonce), Capacity: 4,
+		AuditCopy: auditCopy,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := sst.Receive(); err != nil {
+		return nil, err
+	}
+	return sst, nil
+}
+
+// helloAdmitted is hello, tried again after imsd's retry hint (as
+// agentd does) while imsd's admission control sheds the stream.
+func (a *benchAgent) helloAdmitted(ctx context.Context, auditCopy bool) (*agentchannel.AgentStream, error) {
+	for {
+		sst, err := a.hello(ctx, auditCopy)
+		hint, shed := retryHint(err)
+		if !shed {
+			return sst, err
+		}
+		if !backoff.Wait(ctx, rand.N(hint+1)) {
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// retryHint is the hint of a stream imsd shed, if err is one.
+func retryHint(err error) (time.Duration, bool) {
+	var ce *connect.Error
+	if !errors.As(err, &ce) || ce.Code() != connect.CodeResourceExhausted {
+		return 0, false
+	}
+	return agentproto.ParseRetryAfter(ce.Meta().Get(agentproto.RetryAfterHeader))
+}
+
 // session is one stream: challenge, hello, welcome (then welcomed is
 // called), and jobs finished at once, until the stream ends.
 func (a *benchAgent) session(ctx context.Context, welcomed func()) error {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	raw := a.client.Connect(sctx)
-	defer raw.CloseRequest()
-	if err := raw.Send(nil); err != nil {
-		return err
-	}
-	m, err := raw.Receive()
+	sst, err := a.hello(sctx, false)
 	if err != nil {
-		return err
-	}
-	sst, err := agentchannel.Dial(raw, m.GetChallenge(), a.key, a.id, nil, &agentv1.Hello{
-		AgentId: a.id, Signature: agentproto.SignChallenge(a.key, a.id, m.GetChallenge().Nonce), Capacity: 4,
-	})
-	if err != nil {
-		return err
-	}
-	if _, err := sst.Receive(); err != nil {
 		return err
 	}
 	welcomed()
