@@ -348,3 +348,29 @@ func TestReplicasCancelReachesAgentOnAnother(t *testing.T) {
 		}
 	}
 }
+
+// An agent connected to one replica is shown connected through every
+// other, all the time: the others know it from its last-seen time, which
+// its replica writes once per lease.
+func TestReplicasShowAnAgentConnectedElsewhere(t *testing.T) {
+	skipShort(t)
+	t.Parallel()
+	w := newReplicaWorld(t, 2, 1)
+	on := w.replicaWithAgent()
+	c := w.replicas[1-on].Client()
+	offline := 0
+	polls := 0
+	for end := time.Now().Add(3 * lease); time.Now().Before(end); polls++ {
+		r, err := c.GetInstall(context.Background(), connect.NewRequest(&imsv1.GetInstallRequest{IdOrName: w.install}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.Msg.Install.Agent.GetConnected() {
+			offline++
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if offline > 0 {
+		t.Errorf("imsd-%d showed the agent connected to imsd-%d offline in %d of %d polls over %s", 2-on, on+1, offline, polls, 3*lease)
+	}
+}

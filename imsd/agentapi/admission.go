@@ -17,13 +17,18 @@ import (
 //
 // The hint is the time imsd expects to need for the demand it just saw:
 // the hellos it shed in the last second (each an agent that will come
-// back) and those it is serving, over the rate at which it served hellos
-// in the second before, between minRetryHint and maxRetryHint. Agents
-// wait a random time up to it, so they come back spread over the time
-// imsd needs for them.
+// back) and those it is serving, over the rate at which it can serve
+// hellos, between minRetryHint and maxRetryHint. That rate is the larger
+// of what it served in the second before and what its slots serve at the
+// hellos' recent duration (MaxHellos ÷ the moving average of a hello's
+// time): the first counts what it did, the second what it could do when
+// fewer agents came than it could take. Agents wait a random time up to
+// the hint, so they come back spread over the time imsd needs for them.
 
-// DefaultMaxHellos is the default bound on hellos served at once.
-const DefaultMaxHellos = 64
+// DefaultMaxHellos is the default bound on hellos served at once: well
+// above what two cores need to stay busy (a hello waits on the database
+// more than it computes), well below what makes hellos time out.
+const DefaultMaxHellos = 256
 
 const (
 	minRetryHint = 500 * time.Millisecond
@@ -39,10 +44,12 @@ type admission struct {
 
 	mu sync.Mutex
 	// window is the start of the current one-second window; served and
-	// shedding count it; rate is the previous window's served count.
+	// shedW count it; rate is the previous window's served count.
 	window        time.Time
 	served, shedW int
 	rate          int
+	// took is the moving average of a served hello's time (0: none yet).
+	took time.Duration
 }
 
 func newAdmission(max int) *admission {
@@ -65,15 +72,18 @@ func (a *admission) enter(now time.Time) (ok bool, retry time.Duration) {
 	defer a.mu.Unlock()
 	a.roll(now)
 	a.shedW++
-	rate := max(a.rate, minHelloRate)
+	rate := float64(max(a.rate, minHelloRate))
+	if a.took > 0 {
+		rate = max(rate, float64(cap(a.slots))/a.took.Seconds())
+	}
 	demand := a.shedW + len(a.slots)
-	retry = time.Duration(float64(demand) / float64(rate) * float64(time.Second))
+	retry = time.Duration(float64(demand) / rate * float64(time.Second))
 	return false, min(max(retry, minRetryHint), maxRetryHint)
 }
 
-// leave gives the slot back; served says the hello got as far as the
-// welcome.
-func (a *admission) leave(now time.Time, served bool) {
+// leave gives the slot taken at start back; served says the hello got as
+// far as the welcome.
+func (a *admission) leave(start, now time.Time, served bool) {
 	<-a.slots
 	if !served {
 		return
@@ -81,6 +91,11 @@ func (a *admission) leave(now time.Time, served bool) {
 	a.mu.Lock()
 	a.roll(now)
 	a.served++
+	if d := now.Sub(start); a.took == 0 {
+		a.took = d
+	} else {
+		a.took += (d - a.took) / 16
+	}
 	a.mu.Unlock()
 }
 

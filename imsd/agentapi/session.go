@@ -80,13 +80,14 @@ func (c *conn) tampered(ctx context.Context, err error) {
 //
 //go:noinline
 func (s *Service) open(ctx context.Context, st Stream) (_ *conn, err error) {
-	if ok, retry := s.admit.enter(s.now()); !ok {
+	start := time.Now()
+	if ok, retry := s.admit.enter(start); !ok {
 		e := connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("imsd is serving %d hellos already; try again within %s", cap(s.admit.slots), retry))
 		e.Meta().Set(agentproto.RetryAfterHeader, agentproto.FormatRetryAfter(retry))
 		return nil, e
 	}
 	var c *conn
-	defer func() { s.admit.leave(s.now(), c != nil && err == nil) }()
+	defer func() { s.admit.leave(start, time.Now(), c != nil && err == nil) }()
 	nonce := auth.NewNonce()
 	key := s.cfg.SigningKey
 	if err := st.Send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Challenge{Challenge: &agentv1.Challenge{
