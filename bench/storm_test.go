@@ -84,14 +84,20 @@ func storm(b *testing.B, p *imsProc, agents []*benchAgent) {
 	started := time.Now()
 	p.Start()
 	ready := time.Now()
-	// Sample imsd's CPU and RSS while the storm lasts.
+	// Sample imsd's CPU and RSS while the storm lasts; the peak CPU is
+	// over windows of at least a second (a late tick can follow the one
+	// before by a millisecond).
 	var peakCPU float64
 	var peakRSS int64
 	sampleDone := make(chan struct{})
 	stopSample := make(chan struct{})
 	go func() {
 		defer close(sampleDone)
-		last, lastAt := p.cpu(b), time.Now()
+		type sample struct {
+			at  time.Time
+			cpu time.Duration
+		}
+		samples := []sample{{time.Now(), p.cpu(b)}}
 		t := time.NewTicker(250 * time.Millisecond)
 		defer t.Stop()
 		for {
@@ -100,10 +106,15 @@ func storm(b *testing.B, p *imsProc, agents []*benchAgent) {
 				return
 			case <-t.C:
 			}
-			cpu, at := p.cpu(b), time.Now()
-			peakCPU = max(peakCPU, float64(cpu-last)/float64(at.Sub(lastAt)))
+			now := sample{time.Now(), p.cpu(b)}
+			for i := len(samples) - 1; i >= 0; i-- {
+				if d := now.at.Sub(samples[i].at); d >= time.Second {
+					peakCPU = max(peakCPU, float64(now.cpu-samples[i].cpu)/float64(d))
+					break
+				}
+			}
+			samples = append(samples, now)
 			peakRSS = max(peakRSS, p.rss(b))
-			last, lastAt = cpu, at
 		}
 	}()
 	cpu0 := p.cpu(b)

@@ -32,7 +32,10 @@ const DefaultMaxHellos = 256
 
 const (
 	minRetryHint = 500 * time.Millisecond
-	maxRetryHint = 30 * time.Second
+	// maxRetryHint is low: a shed costs imsd little (no handshake), an
+	// agent waiting longer than needed costs the fleet time, and the
+	// hello's measured duration includes the agents' own part of it.
+	maxRetryHint = 10 * time.Second
 	// minHelloRate is the served rate assumed before one was measured,
 	// per second.
 	minHelloRate = 100
