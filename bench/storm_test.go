@@ -81,18 +81,26 @@ func storm(b *testing.B, p *imsProc, agents []*benchAgent) {
 	}
 	defer func() { cancel(); wg.Wait() }()
 	time.Sleep(down)
-	started := time.Now()
-	p.Start()
-	ready := time.Now()
-	// Sample imsd's CPU and RSS while the storm lasts; the peak CPU is
-	// over windows of at least a second (a late tick can follow the one
-	// before by a millisecond).
+	// Sample imsd's CPU and RSS from its start (Start returns only once
+	// /readyz answers, which in a storm is late) while the storm lasts;
+	// the peak CPU is over windows of at least a second (a late tick can
+	// follow the one before by a millisecond).
 	var peakCPU float64
 	var peakRSS int64
+	var cpu0 atomic.Int64
 	sampleDone := make(chan struct{})
 	stopSample := make(chan struct{})
+	killedPID := p.PID()
 	go func() {
 		defer close(sampleDone)
+		for p.PID() == killedPID {
+			select {
+			case <-stopSample:
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+		cpu0.Store(int64(p.cpu(b)))
 		type sample struct {
 			at  time.Time
 			cpu time.Duration
@@ -117,7 +125,9 @@ func storm(b *testing.B, p *imsProc, agents []*benchAgent) {
 			peakRSS = max(peakRSS, p.rss(b))
 		}
 	}()
-	cpu0 := p.cpu(b)
+	started := time.Now()
+	p.Start()
+	ready := time.Now()
 	// Jobs enqueued while the fleet comes back: each must finish.
 	const jobs = 500
 	c := p.client()
@@ -133,7 +143,7 @@ func storm(b *testing.B, p *imsProc, agents []*benchAgent) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	back := time.Now()
-	stormCPU := p.cpu(b) - cpu0
+	stormCPU := p.cpu(b) - time.Duration(cpu0.Load())
 	close(stopSample)
 	<-sampleDone
 	if got := st.welcomed.Load(); got < int64(n) {
