@@ -191,7 +191,10 @@ func (p *proxy) serve() {
 			c.Close()
 			continue
 		}
-		s, err := net.Dial("tcp", p.target)
+		p.mu.Lock()
+		target := p.target
+		p.mu.Unlock()
+		s, err := net.Dial("tcp", target)
 		if err != nil {
 			c.Close()
 			continue
@@ -232,6 +235,14 @@ func (p *proxy) pipe(dst, src net.Conn, down bool) {
 			return
 		}
 	}
+}
+
+// retarget sends new connections to target and closes the open ones.
+func (p *proxy) retarget(target string) {
+	p.mu.Lock()
+	p.target = target
+	p.mu.Unlock()
+	p.closeAll()
 }
 
 func (p *proxy) set(m netMode) {

@@ -36,8 +36,13 @@ import (
 // operator client goes through the balancer too, as the CLI would.
 func newReplicaWorld(t *testing.T, n, agents int, args ...string) *world {
 	t.Helper()
+	return newReplicaWorldOn(t, pgtest.Start(t), n, agents, args...)
+}
+
+// newReplicaWorldOn is newReplicaWorld on the database dsn.
+func newReplicaWorldOn(t *testing.T, dsn string, n, agents int, args ...string) *world {
+	t.Helper()
 	w := &world{t: t, rec: startRecorder(t), install: "acme", start: time.Now()}
-	dsn := pgtest.Start(t)
 	w.replicas = startReplicas(t, dsn, n, &w.dbPaths, args...)
 	w.ims = w.replicas[0]
 	var addrs []string
