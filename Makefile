@@ -110,6 +110,12 @@ test-short: ## Fast tier: go test -short -race.
 test-full: terraform-mirror kube-apiserver-ci ## Full tier: tests that start real servers (PostgreSQL, processes, terraform, kube-apiserver).
 	$(GO) test -count=1 -timeout 20m ./...
 
+# The replica tier runs inside test-full (e2e/fault, in parallel with the
+# rest); this target runs only it.
+.PHONY: test-replicas
+test-replicas: ## Only the replica tier: imsd replicas on one PostgreSQL behind a balancer, killed and cut off from the database (part of test-full).
+	$(GO) test -count=1 -timeout 15m -run 'Replica' ./e2e/fault
+
 .PHONY: terraform-mirror
 terraform-mirror: ## Build the Terraform provider mirror the terraform type's tests use (.cache/terraform-mirror; reused).
 	@scripts/terraform-mirror.sh >/dev/null

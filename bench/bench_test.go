@@ -32,8 +32,6 @@ import (
 	"github.com/byoc-dev/byoc/agentd/identity"
 	"github.com/byoc-dev/byoc/e2e/cluster"
 	"github.com/byoc-dev/byoc/imsd/store/pgtest"
-	"github.com/byoc-dev/byoc/rpc/agentchannel"
-	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1/agentv1connect"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
@@ -246,29 +244,16 @@ func fleet(b *testing.B, p *imsProc, n int, picked func(string, time.Time)) []*b
 func (a *benchAgent) run(b *testing.B, ready chan<- struct{}) {
 	ctx, cancel := context.WithCancel(context.Background())
 	a.cancel = cancel
-	raw := a.client.Connect(ctx)
-	raw.Send(nil)
-	m, err := raw.Receive()
+	// As agentd does: the encrypted channel's handshake carries the
+	// hello, tried again when imsd's admission control sheds it.
+	// BYOC_BENCH_AUDIT_COPY=1: ask for the install's audit records as
+	// agentd does (imsd then reads them before answering each ack and
+	// after each result); the agents here only receive them.
+	st, err := a.helloAdmitted(ctx, os.Getenv("BYOC_BENCH_AUDIT_COPY") == "1")
 	if err != nil {
 		b.Error(err)
 		ready <- struct{}{}
 		return
-	}
-	// As agentd does: the encrypted channel's handshake carries the hello.
-	st, err := agentchannel.Dial(raw, m.GetChallenge(), a.key, a.id, nil, &agentv1.Hello{
-		AgentId: a.id, Signature: agentproto.SignChallenge(a.key, a.id, m.GetChallenge().Nonce), Capacity: 4,
-		// BYOC_BENCH_AUDIT_COPY=1: ask for the install's audit records as
-		// agentd does (imsd then reads them before answering each ack and
-		// after each result); the agents here only receive them.
-		AuditCopy: os.Getenv("BYOC_BENCH_AUDIT_COPY") == "1",
-	})
-	if err != nil {
-		b.Error(err)
-		ready <- struct{}{}
-		return
-	}
-	if _, err := st.Receive(); err != nil {
-		b.Error(err)
 	}
 	ready <- struct{}{}
 	var wid uint64

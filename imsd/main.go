@@ -52,6 +52,7 @@ func run(ctx context.Context, args []string) int {
 	fs.DurationVar(&cfg.BreakGlassRequestTTL, "break-glass-request-ttl", 30*time.Minute, "how long a break-glass request waits for the customer's decision before it expires, `duration`")
 	fs.DurationVar(&cfg.LeaseGrace, "lease-grace", 0, "how long after a lease ends a job may be handed out again, `duration` (default 5s + a tenth of the lease; at least 4s): the agent stops a job itself when its lease ends")
 	fs.DurationVar(&cfg.HeartbeatInterval, "heartbeat", 0, "agent heartbeat `interval` (default 10s)")
+	fs.IntVar(&cfg.MaxHellos, "max-hellos", 0, "agent hellos served at once; beyond, a stream is shed with a retry hint the agent honours (default 1024)")
 	fs.DurationVar(&cfg.CronInterval, "cron-interval", 0, "how often action cron triggers are evaluated, `duration` (default 10s)")
 	fs.StringVar(&cfg.RegistryURL, "registry-url", "", "the vendor registry `URL` as agents reach it (http://HOST:PORT): image and build jobs carry one-time grants for it, exchanged at /v2/token; imsd is its token server")
 	fs.StringVar(&cfg.RegistryService, "registry-service", "", "the vendor registry's auth.token.service `name` (default byoc-registry)")

@@ -576,7 +576,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			retry.Reset()
 		}
 		// Full jitter: spread a fleet's reconnects after an imsd restart.
-		delay := retry.Next()
+		delay := retryDelay(err, retry, a.cfg.BackoffMax)
 		if hb, held := a.holding(); held && delay > hb {
 			// Jobs are held: come back within a heartbeat, long before
 			// their leases run out, and re-attach them.
@@ -588,6 +588,8 @@ func (a *Agent) Run(ctx context.Context) error {
 			// Something on the path altered, replayed, reordered, copied
 			// or forged a message: a security event, not a network blip.
 			a.log.Error("the stream to imsd carried a message that is not imsd's (tampered with on the path); reconnecting", "err", err, "in", delay.Round(time.Millisecond))
+		} else if _, shed := retryHint(err); shed {
+			a.log.Info("imsd is busy with other agents' hellos; reconnecting when it asked", "in", delay.Round(time.Millisecond))
 		} else if connect.CodeOf(err) == connect.CodeAborted && strings.Contains(err.Error(), "identity") {
 			a.log.Error("stream to imsd ended; reconnecting", "err", err, "in", delay.Round(time.Millisecond))
 		} else {
@@ -609,6 +611,33 @@ func versionRefused(err error) (string, bool) {
 	}
 	w := ce.Meta().Get(agentproto.VersionRefusalHeader)
 	return w, w != ""
+}
+
+// retryDelay is the wait before the next connection: the backoff's
+// next delay, or, when imsd shed the stream with a retry hint
+// (admission control, agentproto.RetryAfter), a uniform random time up
+// to the hint (at most max), so that a fleet told the same comes back
+// spread over the time imsd asked for.
+func retryDelay(err error, retry *backoff.Backoff, max time.Duration) time.Duration {
+	hint, ok := retryHint(err)
+	if !ok {
+		return retry.Next()
+	}
+	hint = min(hint, max)
+	if retry.Rand != nil {
+		return retry.Rand(hint)
+	}
+	return rand.N(hint + 1)
+}
+
+// retryHint is the retry hint of a stream imsd shed (resource_exhausted
+// with agentproto.RetryAfterHeader), if err is one.
+func retryHint(err error) (time.Duration, bool) {
+	var ce *connect.Error
+	if !errors.As(err, &ce) || ce.Code() != connect.CodeResourceExhausted {
+		return 0, false
+	}
+	return agentproto.ParseRetryAfter(ce.Meta().Get(agentproto.RetryAfterHeader))
 }
 
 func (a *Agent) stopAll(reason string) {

@@ -28,8 +28,11 @@ type IMSProcess struct {
 	DataDir string
 	// Token is the admin token the first start wrote.
 	Token string
-	args  []string
-	out   io.Writer
+	// tokenFile is where that token is written: --admin-token-file
+	// when args name one (replicas share one), else DATA-DIR/admin.token.
+	tokenFile string
+	args      []string
+	out       io.Writer
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -41,19 +44,38 @@ type IMSProcess struct {
 // writing its output to out (nil: discarded), and kills it at cleanup.
 func StartIMSProcess(tb testing.TB, out io.Writer, args ...string) *IMSProcess {
 	tb.Helper()
+	p := newIMSProcess(tb, out, args...)
+	p.Start()
+	p.readToken()
+	return p
+}
+
+// newIMSProcess prepares an imsd process (not started) and kills it at
+// cleanup.
+func newIMSProcess(tb testing.TB, out io.Writer, args ...string) *IMSProcess {
+	tb.Helper()
 	if out == nil {
 		out = io.Discard
 	}
 	p := &IMSProcess{tb: tb, Addr: FreeAddr(tb), DataDir: tb.TempDir(), out: out}
+	p.tokenFile = filepath.Join(p.DataDir, "admin.token")
+	for i, a := range args {
+		if a == "--admin-token-file" && i+1 < len(args) {
+			p.tokenFile = args[i+1]
+		}
+	}
 	p.args = append([]string{"--addr", p.Addr, "--data-dir", p.DataDir}, args...)
 	tb.Cleanup(p.Kill)
-	p.Start()
-	b, err := os.ReadFile(filepath.Join(p.DataDir, "admin.token"))
+	return p
+}
+
+func (p *IMSProcess) readToken() {
+	p.tb.Helper()
+	b, err := os.ReadFile(p.tokenFile)
 	if err != nil {
-		tb.Fatal(err)
+		p.tb.Fatal(err)
 	}
 	p.Token = strings.TrimSpace(string(b))
-	return p
 }
 
 // FreeAddr returns a loopback address with a port free a moment ago.
@@ -84,16 +106,7 @@ func (p *IMSProcess) Start() {
 	bin := filepath.Join(Binaries(p.tb), "imsd")
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		cmd := exec.Command(bin, p.args...)
-		cmd.Stdout, cmd.Stderr = p.out, p.out
-		if err := cmd.Start(); err != nil {
-			p.tb.Fatalf("start imsd: %v", err)
-		}
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
-		p.mu.Lock()
-		p.cmd, p.done = cmd, done
-		p.mu.Unlock()
+		done := p.launch(bin)
 		if p.waitReady(done) {
 			return
 		}
@@ -102,6 +115,22 @@ func (p *IMSProcess) Start() {
 		}
 		time.Sleep(100 * time.Millisecond) // a restart's port may still be held
 	}
+}
+
+// launch starts the process and returns the channel closed when it exits.
+func (p *IMSProcess) launch(bin string) chan struct{} {
+	p.tb.Helper()
+	cmd := exec.Command(bin, p.args...)
+	cmd.Stdout, cmd.Stderr = p.out, p.out
+	if err := cmd.Start(); err != nil {
+		p.tb.Fatalf("start imsd: %v", err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	p.mu.Lock()
+	p.cmd, p.done = cmd, done
+	p.mu.Unlock()
+	return done
 }
 
 // waitReady waits for /readyz; false if the process exited first.
@@ -113,7 +142,7 @@ func (p *IMSProcess) waitReady(done chan struct{}) bool {
 			return false
 		default:
 		}
-		if _, err := os.Stat(filepath.Join(p.DataDir, "admin.token")); err == nil {
+		if _, err := os.Stat(p.tokenFile); err == nil {
 			if r, err := c.Get(p.URL() + "/readyz"); err == nil {
 				r.Body.Close()
 				if r.StatusCode == http.StatusOK {

@@ -1,7 +1,9 @@
 // Package fault runs real imsd and agentd processes through fault
 // schedules (kill -9 of imsd or an agent, SIGSTOP/SIGCONT, network cuts
 // through a proxy, a hostile proxy altering imsd's messages, restarts at
-// random points; one and two agents per install; SQLite and PostgreSQL)
+// random points; one and two agents per install; SQLite and PostgreSQL;
+// two and three imsd replicas on PostgreSQL behind a balancer, one of
+// them killed or cut off from PostgreSQL: replicas_test.go)
 // and checks the spine's promise that a job never runs twice at once,
 // and that no accepted job is lost.
 //
@@ -150,28 +152,62 @@ func TestRandomSchedules(t *testing.T) {
 	for _, seed := range seeds {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			t.Parallel()
-			runSchedule(t, seed)
+			runSchedule(t, seed, 0)
 		})
 	}
 }
 
-// runSchedule builds a world and a fault schedule from seed and runs it.
-func runSchedule(t *testing.T, seed uint64) {
+// replicaSeeds run in every `make test` on a replica world (two or three
+// imsd replicas on PostgreSQL behind a balancer), whose schedules also
+// kill a replica and cut one off from PostgreSQL (28 and 45 do both).
+var replicaSeeds = []uint64{28, 45}
+
+func TestRandomReplicaSchedules(t *testing.T) {
+	skipShort(t)
+	seeds := replicaSeeds
+	if *onlySeed != 0 {
+		seeds = []uint64{*onlySeed}
+	}
+	for i := 0; i < *randomRuns; i++ {
+		seeds = append(seeds, uint64(time.Now().UnixNano())+uint64(i))
+	}
+	for _, seed := range seeds {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			t.Parallel()
+			runSchedule(t, seed, 2+int(seed%2))
+		})
+	}
+}
+
+// runSchedule builds a world and a fault schedule from seed and runs it:
+// a world of one imsd (SQLite or PostgreSQL), or, when replicas > 0, of
+// that many replicas on PostgreSQL, where "imsd-kill" kills one replica
+// and "pg-partition" cuts one off from PostgreSQL.
+func runSchedule(t *testing.T, seed uint64, replicas int) {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	// hostile turns some network drops into a hostile proxy, from a
 	// generator of its own so that every other draw of a seed's schedule
 	// is what it was before the fault existed.
 	hostile := rand.New(rand.NewPCG(seed, 0x686f7374696c65))
-	db, dbName := "", "sqlite"
-	if seed%2 == 0 {
+	db, dbName, test := "", "sqlite", "TestRandomSchedules"
+	if replicas > 0 {
+		dbName, test = fmt.Sprintf("%d replicas on postgres", replicas), "TestRandomReplicaSchedules"
+	} else if seed%2 == 0 {
 		db, dbName = pgtest.Start(t), "postgres"
 	}
 	agents := 1 + rng.IntN(2)
-	t.Logf("seed %d: %s, %d agent(s); replay with -run 'TestRandomSchedules/%d' -fault.seed=%d", seed, dbName, agents, seed, seed)
-	w := newWorld(t, db, agents)
+	t.Logf("seed %d: %s, %d agent(s); replay with -run '%s/%d' -fault.seed=%d", seed, dbName, agents, test, seed, seed)
+	var w *world
+	kinds := 5
+	if replicas > 0 {
+		w = newReplicaWorld(t, replicas, agents)
+		kinds = 6
+	} else {
+		w = newWorld(t, db, agents)
+	}
 	jobs := 3 + rng.IntN(2)
 	faults := 3
-	var kinds []string
+	var done []string
 	for i := 0; i < jobs+faults; i++ {
 		if i < jobs && (i == 0 || rng.IntN(2) == 0) || faults == 0 {
 			w.enqueue(10 + rng.IntN(30))
@@ -182,36 +218,44 @@ func runSchedule(t *testing.T, seed uint64) {
 		time.Sleep(time.Duration(rng.IntN(2000)) * time.Millisecond)
 		a := w.agents[rng.IntN(len(w.agents))]
 		d := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rng.Int64N(int64(hi-lo))) }
-		switch k := rng.IntN(5); k {
+		switch k := rng.IntN(kinds); k {
 		case 0:
-			kinds = append(kinds, "imsd-kill")
+			if replicas > 0 {
+				done = append(done, "replica-kill")
+				w.killReplica(rng.IntN(replicas), d(200*time.Millisecond, 2*lease))
+				break
+			}
+			done = append(done, "imsd-kill")
 			w.killIMS(d(200*time.Millisecond, 2*lease))
 		case 1:
-			kinds = append(kinds, "sigstop")
+			done = append(done, "sigstop")
 			w.stopAgent(a, d(500*time.Millisecond, lease+grace+3*time.Second))
 		case 2:
-			kinds = append(kinds, "agent-kill")
+			done = append(done, "agent-kill")
 			w.killAgent(a, d(200*time.Millisecond, 2*lease))
 		case 3:
-			kinds = append(kinds, "blackhole")
+			done = append(done, "blackhole")
 			w.cut(a, netBlackhole, d(500*time.Millisecond, lease+grace+3*time.Second))
 		case 4:
 			if hostile.IntN(2) == 0 {
-				kinds = append(kinds, "hostile-proxy")
+				done = append(done, "hostile-proxy")
 				w.cut(a, netHostile, d(500*time.Millisecond, 2*lease))
 				break
 			}
-			kinds = append(kinds, "drop")
+			done = append(done, "drop")
 			w.cut(a, netDrop, d(500*time.Millisecond, 2*lease))
+		case 5:
+			done = append(done, "pg-partition")
+			w.partition(rng.IntN(replicas), d(500*time.Millisecond, lease+grace+3*time.Second))
 		}
 	}
 	for jobs > 0 {
 		w.enqueue(10 + rng.IntN(30))
 		jobs--
 	}
-	t.Logf("seed %d faults: %s", seed, strings.Join(kinds, ", "))
+	t.Logf("seed %d faults: %s", seed, strings.Join(done, ", "))
 	w.check()
-	if slices.Contains(kinds, "hostile-proxy") {
+	if slices.Contains(done, "hostile-proxy") {
 		// The altered messages were refused: by the channel (an ERROR
 		// line), or by HTTP/2 where the byte was framing.
 		refused, ended := 0, 0

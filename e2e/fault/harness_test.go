@@ -191,7 +191,10 @@ func (p *proxy) serve() {
 			c.Close()
 			continue
 		}
-		s, err := net.Dial("tcp", p.target)
+		p.mu.Lock()
+		target := p.target
+		p.mu.Unlock()
+		s, err := net.Dial("tcp", target)
 		if err != nil {
 			c.Close()
 			continue
@@ -234,6 +237,14 @@ func (p *proxy) pipe(dst, src net.Conn, down bool) {
 	}
 }
 
+// retarget sends new connections to target and closes the open ones.
+func (p *proxy) retarget(target string) {
+	p.mu.Lock()
+	p.target = target
+	p.mu.Unlock()
+	p.closeAll()
+}
+
 func (p *proxy) set(m netMode) {
 	p.mu.Lock()
 	p.mode = m
@@ -261,15 +272,21 @@ type agentSlot struct {
 }
 
 type world struct {
-	t       *testing.T
-	rec     *recorder
-	ims     *cluster.IMSProcess
-	c       imsv1connect.OperatorServiceClient
-	install string
-	agents  []*agentSlot
-	jobs    []string
-	events  []string // what the schedule did, for the failure message
-	start   time.Time
+	t   *testing.T
+	rec *recorder
+	ims *cluster.IMSProcess
+	// replicas, when set, are the imsd replicas of a replica world
+	// (newReplicaWorld; ims is the first), each reaching PostgreSQL
+	// through its own proxy (dbPaths), behind one balancer (lb).
+	replicas []*cluster.IMSProcess
+	dbPaths  []*proxy
+	lb       *cluster.Balancer
+	c        imsv1connect.OperatorServiceClient
+	install  string
+	agents   []*agentSlot
+	jobs     []string
+	events   []string // what the schedule did, for the failure message
+	start    time.Time
 }
 
 // agentFlags are the agents' flags: the jobs' steps report to the
@@ -285,6 +302,16 @@ func newWorld(t *testing.T, databaseURL string, agents int) *world {
 	t.Helper()
 	w := &world{t: t, rec: startRecorder(t), ims: startIMSD(t, databaseURL), install: "acme", start: time.Now()}
 	w.c = w.ims.Client()
+	w.addAgents(w.ims.Addr, agents)
+	return w
+}
+
+// addAgents creates the install and starts n agents of it, each behind
+// its own proxy to target (imsd, or the replicas' balancer), and waits
+// until they are connected.
+func (w *world) addAgents(target string, agents int) {
+	t := w.t
+	t.Helper()
 	_, token := cluster.NewInstall(t, w.c, "shop", w.install)
 	for i := 0; i < agents; i++ {
 		if i > 0 {
@@ -294,12 +321,11 @@ func newWorld(t *testing.T, databaseURL string, agents int) *world {
 			}
 			token = r.Msg.EnrollmentToken.Token
 		}
-		a := &agentSlot{name: fmt.Sprintf("agent%d", i+1), stateDir: filepath.Join(t.TempDir(), "agent"), proxy: startProxy(t, w.ims.Addr)}
+		a := &agentSlot{name: fmt.Sprintf("agent%d", i+1), stateDir: filepath.Join(t.TempDir(), "agent"), proxy: startProxy(t, target)}
 		a.proc = cluster.StartAgent(t, a.proxy.url(), token, a.stateDir, w.agentFlags()...)
 		w.agents = append(w.agents, a)
 	}
 	w.waitAgents()
-	return w
 }
 
 func (w *world) logf(format string, args ...any) {
@@ -321,8 +347,15 @@ func (w *world) waitAgents() {
 // is down is retried until it is accepted.
 func (w *world) enqueue(beats int) {
 	w.t.Helper()
+	w.enqueueScript(fmt.Sprintf("%d beats", beats), w.rec.script(beats))
+}
+
+// enqueueScript queues one job running script (described as what),
+// retried as enqueue is.
+func (w *world) enqueueScript(what, script string) {
+	w.t.Helper()
 	cfg, err := structpb.NewStruct(map[string]any{
-		"steps":   []any{map[string]any{"name": "run", "script": w.rec.script(beats)}},
+		"steps":   []any{map[string]any{"name": "run", "script": script}},
 		"sandbox": map[string]any{"network": true},
 	})
 	if err != nil {
@@ -338,7 +371,7 @@ func (w *world) enqueue(beats int) {
 		cancel()
 		if err == nil {
 			w.jobs = append(w.jobs, r.Msg.Job.Id)
-			w.logf("enqueued %s (%d beats)", r.Msg.Job.Id, beats)
+			w.logf("enqueued %s (%s)", r.Msg.Job.Id, what)
 			return
 		}
 		if code := connect.CodeOf(err); time.Now().After(deadline) || code != connect.CodeUnavailable && code != connect.CodeUnknown && code != connect.CodeDeadlineExceeded {

@@ -58,6 +58,9 @@ type Config struct {
 	// Registry, when set, is the vendor registry: image and build jobs
 	// carry a one-time grant for it (grants.go).
 	Registry *RegistryConfig
+	// MaxHellos bounds the hellos served at once (admission.go; default
+	// DefaultMaxHellos).
+	MaxHellos int
 }
 
 // Observer receives events worth a metric. All methods must be cheap.
@@ -87,6 +90,8 @@ type Service struct {
 	// stream, to tell two processes sharing one identity (conflict.go).
 	instMu    sync.Mutex
 	instances map[string]*instanceRecord
+	// admit bounds the hellos served at once (admission.go).
+	admit *admission
 }
 
 // New returns the agent service.
@@ -102,7 +107,7 @@ func New(st *store.Store, hub *dispatch.Hub, cfg Config, now func() time.Time, l
 	for i, r := range cfg.Retired {
 		retired[i] = &agentv1.KeyRetirement{Signer: r.Signer, Key: r.Key, Signature: r.Signature}
 	}
-	return &Service{store: st, hub: hub, cfg: cfg, now: now, log: log, obs: obs, chain: chain, retired: retired}
+	return &Service{store: st, hub: hub, cfg: cfg, now: now, log: log, obs: obs, chain: chain, retired: retired, admit: newAdmission(cfg.MaxHellos)}
 }
 
 // Enroll binds a new agent identity to the install of a single-use token.

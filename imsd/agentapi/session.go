@@ -80,7 +80,15 @@ func (c *conn) tampered(ctx context.Context, err error) {
 // waits on holds only run's small frame.
 //
 //go:noinline
-func (s *Service) open(ctx context.Context, st Stream) (*conn, error) {
+func (s *Service) open(ctx context.Context, st Stream) (_ *conn, err error) {
+	start := time.Now()
+	if ok, retry := s.admit.enter(start); !ok {
+		e := connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("imsd is serving %d hellos already; try again within %s", cap(s.admit.slots), retry))
+		e.Meta().Set(agentproto.RetryAfterHeader, agentproto.FormatRetryAfter(retry))
+		return nil, e
+	}
+	var c *conn
+	defer func() { s.admit.leave(start, time.Now(), c != nil && err == nil) }()
 	nonce := auth.NewNonce()
 	key := s.cfg.SigningKey
 	if err := st.Send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Challenge{Challenge: &agentv1.Challenge{
@@ -172,7 +180,7 @@ func (s *Service) open(ctx context.Context, st Stream) (*conn, error) {
 		return nil, err
 	}
 
-	c := &conn{
+	c = &conn{
 		svc:      s,
 		st:       st,
 		ch:       channel,

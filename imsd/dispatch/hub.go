@@ -67,6 +67,9 @@ type Hub struct {
 	queued map[string]bool
 	// fleet is closed when any install's status may have changed.
 	fleet chan struct{}
+	// elsewhere passes on a cancellation for an agent not connected here
+	// (SetElsewhere; nil: none).
+	elsewhere func(agentID string, req CancelRequest)
 }
 
 // NewHub returns an empty hub.
@@ -209,9 +212,26 @@ func (h *Hub) Count() int {
 }
 
 // Cancel forwards a cancellation to agentID's session, if it is connected
-// here, and reports whether it was. An agent connected to another replica
-// learns of it at its next heartbeat.
+// here, and reports whether it was. Otherwise it passes it to the
+// function SetElsewhere set, which reaches the other replicas; an agent
+// that misses it learns of the cancellation at its next heartbeat.
 func (h *Hub) Cancel(agentID string, req CancelRequest) bool {
+	if h.CancelHere(agentID, req) {
+		return true
+	}
+	h.mu.Lock()
+	fn := h.elsewhere
+	h.mu.Unlock()
+	if fn != nil {
+		fn(agentID, req)
+	}
+	return false
+}
+
+// CancelHere forwards a cancellation to agentID's session if it is
+// connected here, and reports whether it was; it never passes it on (a
+// cancellation another replica sent).
+func (h *Hub) CancelHere(agentID string, req CancelRequest) bool {
 	h.mu.Lock()
 	s := h.byAgent[agentID]
 	h.mu.Unlock()
@@ -220,6 +240,15 @@ func (h *Hub) Cancel(agentID string, req CancelRequest) bool {
 	}
 	s.Cancel(req)
 	return true
+}
+
+// SetElsewhere sets what Cancel does with a cancellation for an agent
+// not connected here: with several replicas, pass it to the one that
+// holds the agent's stream. fn is called on Cancel's goroutine.
+func (h *Hub) SetElsewhere(fn func(agentID string, req CancelRequest)) {
+	h.mu.Lock()
+	h.elsewhere = fn
+	h.mu.Unlock()
 }
 
 // LogSignal returns a channel that is closed the next time job's log grows

@@ -235,6 +235,28 @@ func TestCancelReachesOnlyTheConnectedAgent(t *testing.T) {
 	}
 }
 
+// With several replicas, a cancellation for an agent not connected here
+// is passed on (SetElsewhere), and one passed on from elsewhere is only
+// delivered here (CancelHere), never passed on again.
+func TestCancelForAnAgentElsewhereIsPassedOnOnce(t *testing.T) {
+	h := NewHub()
+	f := newFake(1)
+	h.Register("agt_a", "ins_a", f.handlers())
+	var passed []string
+	h.SetElsewhere(func(agentID string, r CancelRequest) { passed = append(passed, agentID+"/"+r.JobID) })
+	h.Cancel("agt_a", CancelRequest{JobID: "job_1"})
+	h.Cancel("agt_b", CancelRequest{JobID: "job_2"})
+	if len(passed) != 1 || passed[0] != "agt_b/job_2" {
+		t.Fatalf("passed on %v; want only agt_b/job_2 (agt_a is connected here)", passed)
+	}
+	if h.CancelHere("agt_c", CancelRequest{JobID: "job_3"}) || len(passed) != 1 {
+		t.Fatalf("CancelHere for an agent not here: passed on %v; want it dropped", passed)
+	}
+	if !h.CancelHere("agt_a", CancelRequest{JobID: "job_4"}) || len(f.cancels) != 2 {
+		t.Fatalf("CancelHere for agt_a: its cancels %v; want job_1 and job_4", f.cancels)
+	}
+}
+
 func TestLogSignal(t *testing.T) {
 	h := NewHub()
 	ch1, ch2 := h.LogSignal("job_1"), h.LogSignal("job_1")

@@ -86,6 +86,10 @@ type Config struct {
 	// without a signal (default 2s): what resumes workflows after a
 	// restart and picks up other replicas' changes.
 	WorkflowInterval time.Duration
+	// MaxHellos bounds the agent hellos served at once; beyond it a
+	// stream is shed with a retry hint (agentapi/admission.go; default
+	// agentapi.DefaultMaxHellos).
+	MaxHellos int
 	// CronInterval is how often the cron triggers of actions are evaluated
 	// (default 10s): a tick fires up to this long after its time.
 	CronInterval time.Duration
@@ -336,6 +340,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
 	s := &Server{cfg: cfg, store: st, hub: dispatch.NewHub(), key: key, chain: chain, retired: retired, log: cfg.Logger, sso: ssoV, login: login}
+	s.forwardCancels()
 	if dir := cmp.Or(cfg.RegistryKeyDir, cfg.DataDir); dir != "" {
 		if s.tokens, err = registry.LoadOrCreateSigner(dir, cfg.RegistryService); err != nil {
 			st.Close()
@@ -470,7 +475,7 @@ func (s *Server) newHTTPServer() *http.Server {
 	})
 
 	s.reg.MustRegister(&installMetrics{store: s.store, log: s.log, online: func(a store.Agent) bool {
-		return s.hub.Connected(a.ID) || (!a.LastSeenAt.IsZero() && cfg.Now().Sub(a.LastSeenAt) < 3*cfg.HeartbeatInterval)
+		return s.hub.Connected(a.ID) || (!a.LastSeenAt.IsZero() && cfg.Now().Sub(a.LastSeenAt) < cfg.LeaseDuration+2*cfg.HeartbeatInterval)
 	}})
 	s.reg.MustRegister(s.health)
 	mux := http.NewServeMux()
@@ -503,7 +508,12 @@ func (s *Server) newHTTPServer() *http.Server {
 		Retired:           s.retired,
 		Version:           cmp.Or(cfg.Version, buildinfo.Get().Short()),
 		Registry:          registryConfig(cfg),
+		MaxHellos:         cfg.MaxHellos,
 	}, cfg.Now, s.log, obs)
+	s.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "byoc_agent_hellos_shed_total",
+		Help: "Agent streams ended before their hello because imsd was serving --max-hellos hellos already (the agent retries after the hint it got).",
+	}, func() float64 { return float64(ag.Shed()) }))
 	if s.tokens != nil {
 		// The vendor registry's token server (the Docker token
 		// specification): agents exchange their grants here.
@@ -590,6 +600,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	s.wg.Add(5)
 	go func() { defer s.wg.Done(); s.sweep(ctx) }()
 	go func() { defer s.wg.Done(); s.health.Run(ctx) }()
+	go func() { defer s.wg.Done(); s.listenCancels(ctx) }()
 	go func() { defer s.wg.Done(); s.engine.Run(ctx) }()
 	go func() { defer s.wg.Done(); s.cron.Run(ctx) }()
 	go func() {

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
@@ -1076,6 +1078,57 @@ func TestQueuedForOfflineAgent(t *testing.T) {
 	f.mu.Unlock()
 	if r := mustRun(t, "action", "run", "shop-acme", "--", "echo", "hi"); strings.Contains(r.stderr, "warning") {
 		t.Fatalf("action run to a connected agent warns: %s", r.stderr)
+	}
+}
+
+// --wait carries on through a few failed polls (the replica it talked to
+// died, or lost its database): it retries through the context's URL and
+// reports the end; a poll that fails for good still ends it with the
+// error.
+func TestWorkflowWaitSurvivesFailedPolls(t *testing.T) {
+	f, _ := setup(t)
+	defer func(p time.Duration) { followPoll = p }(followPoll)
+	followPoll = time.Millisecond
+	defer func(b time.Duration) { followRetryMin = b }(followRetryMin)
+	followRetryMin = time.Millisecond
+	step := func(st imsv1.StepState) []*imsv1.WorkflowStep {
+		return []*imsv1.WorkflowStep{{Name: "db", State: st, JobId: "job_s"}}
+	}
+	running := &imsv1.Workflow{Id: "wf_1", InstallId: "ins_1", InstallName: "acme", Kind: imsv1.WorkflowKind_WORKFLOW_KIND_PROVISION,
+		State: imsv1.WorkflowState_WORKFLOW_STATE_RUNNING, Steps: step(imsv1.StepState_STEP_STATE_RUNNING)}
+	done := &imsv1.Workflow{Id: "wf_1", InstallId: "ins_1", InstallName: "acme", Kind: imsv1.WorkflowKind_WORKFLOW_KIND_PROVISION,
+		State: imsv1.WorkflowState_WORKFLOW_STATE_SUCCEEDED, Steps: step(imsv1.StepState_STEP_STATE_SUCCEEDED)}
+	f.mu.Lock()
+	f.workflows = []*imsv1.Workflow{running, running, running, running, done}
+	f.workflowFail = func(call int) error {
+		switch call {
+		case 1:
+			return connect.NewError(connect.CodeUnavailable, errString("connection reset"))
+		case 2:
+			return connect.NewError(connect.CodeInternal, errString("internal error (ref x; see the imsd log)"))
+		}
+		return nil
+	}
+	f.mu.Unlock()
+	r := mustRun(t, "workflow", "get", "wf_1", "--wait")
+	if strings.Count(r.stdout, "running   db") != 1 || !strings.Contains(r.stdout, "Workflow wf_1 succeeded") || strings.Count(r.stderr, "retrying") != 2 {
+		t.Fatalf("a wait through two failed polls:\nstdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+	}
+
+	f.mu.Lock()
+	f.workflowCalls = 0
+	f.workflowFail = func(call int) error {
+		if call == 0 {
+			return nil
+		}
+		return connect.NewError(connect.CodeUnavailable, errString("connection refused"))
+	}
+	f.mu.Unlock()
+	defer func(d time.Duration) { followRetryFor = d }(followRetryFor)
+	followRetryFor = 50 * time.Millisecond
+	r = byoc(t, "workflow", "get", "wf_1", "--wait")
+	if r.code == 0 || !strings.Contains(r.stderr, "connection refused") {
+		t.Fatalf("a wait whose polls keep failing: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 	}
 }
 

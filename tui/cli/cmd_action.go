@@ -35,19 +35,29 @@ func (a *app) runNamedAction(ctx context.Context, install, action, reason string
 		return nil
 	}
 	if a.jsonOutput() {
-		for !workflowEnded(run.GetState()) {
+		out := newOutage(a.now)
+		for wait := followPoll; !workflowEnded(run.GetState()); {
 			select {
 			case <-ctx.Done():
 				return a.stoppedFollowing(run.GetId(), nil)
-			case <-time.After(followPoll):
+			case <-time.After(wait):
 			}
 			got, err := c.GetActionRun(ctx, connect.NewRequest(&imsv1.GetActionRunRequest{Id: run.GetId()}))
 			if ctx.Err() != nil {
 				return a.stoppedFollowing(run.GetId(), nil)
 			}
 			if err != nil {
-				return c.wrap(err)
+				// The replica answering may have died: carry on (outage.go).
+				d, retry := out.failed(ctx, err)
+				if !retry {
+					return c.wrap(err)
+				}
+				fmt.Fprintf(a.stderr, "==> %v; retrying in %s\n", c.wrap(err), d.Round(time.Millisecond))
+				wait = d
+				continue
 			}
+			out.ok()
+			wait = followPoll
 			run = got.Msg.GetRun()
 		}
 		if err := writeJSON(a.stdout, run); err != nil {

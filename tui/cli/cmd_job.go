@@ -659,8 +659,7 @@ func (a *app) followJob(ctx context.Context, c *client, jobID string, lf logForm
 
 // followJobWith is followJob printing with p.
 func (a *app) followJobWith(ctx context.Context, c *client, jobID string, p *logPrinter) error {
-	retry := backoff.New(250*time.Millisecond, 5*time.Second)
-	failures := 0
+	out := newOutage(a.now)
 	first := true
 	for {
 		job, err := a.streamLogs(ctx, c, jobID, true, p)
@@ -686,19 +685,21 @@ func (a *app) followJobWith(ctx context.Context, c *client, jobID string, p *log
 		if job != nil {
 			return a.jobEnded(job, p.afterSeq == 0)
 		}
+		d := time.Duration(0)
 		if err != nil {
 			// A first call that fails is a wrong server or job, not a
 			// broken stream: report it at once.
-			if (first && p.afterAttempt == 0) || !retryable(err) || failures >= 5 {
+			var retry bool
+			if d, retry = out.failed(ctx, err); (first && p.afterAttempt == 0) || !retry {
 				return err
 			}
-			failures++
 		} else {
-			failures = 0
+			// The stream ended cleanly (a server shutting down): at once.
+			out.ok()
 		}
 		first = false
 		fmt.Fprintf(a.stderr, "==> log stream interrupted; reconnecting\n")
-		backoff.Wait(ctx, retry.Next())
+		backoff.Wait(ctx, d)
 	}
 }
 

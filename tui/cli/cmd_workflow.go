@@ -15,6 +15,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
+	"github.com/byoc-dev/byoc/internal/backoff"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
 
@@ -684,14 +685,26 @@ func (a *app) follow(ctx context.Context, c *client, id string) error {
 	waiting := map[string]bool{}
 	var wf *imsv1.Workflow
 	var announced time.Time
+	out := newOutage(a.now)
 	for {
 		res, err := c.GetWorkflow(ctx, connect.NewRequest(&imsv1.GetWorkflowRequest{Id: id}))
 		if ctx.Err() != nil {
 			return a.stoppedFollowing(id, wf)
 		}
 		if err != nil {
-			return c.wrap(err)
+			// A first poll that fails is a wrong server or workflow;
+			// later, the replica answering may have died: carry on.
+			d, retry := out.failed(ctx, err)
+			if wf == nil || !retry {
+				return c.wrap(err)
+			}
+			fmt.Fprintf(a.stderr, "==> %v; retrying in %s\n", c.wrap(err), d.Round(time.Millisecond))
+			if !backoff.Wait(ctx, d) {
+				return a.stoppedFollowing(id, wf)
+			}
+			continue
 		}
+		out.ok()
 		wf = res.Msg.GetWorkflow()
 		for _, s := range wf.GetSteps() {
 			if seen[s.GetName()] == s.GetState() || a.jsonOutput() {

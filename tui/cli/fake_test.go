@@ -56,6 +56,9 @@ type fakeOperator struct {
 	// last one repeats), before workflow.
 	workflows     []*imsv1.Workflow
 	workflowCalls int
+	// workflowFail, if set, is the error the n-th GetWorkflow call
+	// (from 0) fails with instead (nil: it answers).
+	workflowFail func(call int) error
 	// agentFor, if set, is the agent GetInstall reports, given how many
 	// GetWorkflow calls were made.
 	agentFor func(workflowCalls int) *imsv1.AgentStatus
@@ -373,6 +376,12 @@ func (f *fakeOperator) GetWorkflow(ctx context.Context, req *connect.Request[ims
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.workflowFail != nil {
+		if err := f.workflowFail(f.workflowCalls); err != nil {
+			f.workflowCalls++
+			return nil, err
+		}
+	}
 	if len(f.workflows) > 0 {
 		wf := f.workflows[min(f.workflowCalls, len(f.workflows)-1)]
 		f.workflowCalls++

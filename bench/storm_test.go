@@ -1,0 +1,315 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/byoc-dev/byoc/e2e/cluster"
+	"github.com/byoc-dev/byoc/internal/backoff"
+	"github.com/byoc-dev/byoc/rpc/agentchannel"
+	"github.com/byoc-dev/byoc/rpc/agentproto"
+	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
+	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
+)
+
+// BenchmarkReconnectStorm connects 10,000 agents (BYOC_BENCH_AGENTS),
+// kills imsd (SIGKILL, as a crash) and starts it again two seconds
+// later, while every agent reconnects as agentd does: jittered
+// exponential backoff from 100ms to 30s, and imsd's retry hint when its
+// admission control sheds a hello. It prints how long until every agent
+// had a welcome again, imsd's peak CPU and RSS during the storm, the
+// hello rate it sustained, and how many hellos it shed; and checks that
+// no agent gave up and that 500 jobs enqueued during the storm all
+// finish. Target: all back within 30s on two cores.
+func BenchmarkReconnectStorm(b *testing.B) {
+	n := 10000
+	if v, err := strconv.Atoi(os.Getenv("BYOC_BENCH_AGENTS")); err == nil {
+		n = v
+	}
+	for range b.N {
+		p := stormIMS(b, "")
+		agents := fleet(b, p, n, func(string, time.Time) {})
+		storm(b, p, agents)
+	}
+}
+
+// stormIMS is startIMS with BYOC_BENCH_MAX_HELLOS as imsd's --max-hellos
+// when set.
+func stormIMS(b *testing.B, databaseURL string) *imsProc {
+	b.Helper()
+	args := []string{"--log-level", "warn", "--heartbeat", "30s", "--lease", "60s"}
+	if databaseURL != "" {
+		args = append(args, "--database-url", databaseURL)
+	}
+	if v := os.Getenv("BYOC_BENCH_MAX_HELLOS"); v != "" {
+		args = append(args, "--max-hellos", v)
+	}
+	p := cluster.StartIMSProcess(b, os.Stderr, args...)
+	return &imsProc{IMSProcess: p, url: p.URL()}
+}
+
+// stormStats are what the agents of a storm saw.
+type stormStats struct {
+	welcomed, shed, failed, gaveUp atomic.Int64
+	mu                             sync.Mutex
+	welcomes                       []time.Time
+}
+
+func storm(b *testing.B, p *imsProc, agents []*benchAgent) {
+	b.Helper()
+	n := len(agents)
+	const down = 2 * time.Second
+	p.Kill()
+	killed := time.Now()
+	var st stormStats
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for _, a := range agents {
+		wg.Add(1)
+		go func() { defer wg.Done(); a.reconnect(ctx, &st) }()
+	}
+	defer func() { cancel(); wg.Wait() }()
+	time.Sleep(down)
+	// Sample imsd's CPU and RSS from its start (Start returns only once
+	// /readyz answers, which in a storm is late) while the storm lasts;
+	// the peak CPU is over windows of at least a second (a late tick can
+	// follow the one before by a millisecond).
+	var peakCPU float64
+	var peakRSS int64
+	var cpu0 atomic.Int64
+	sampleDone := make(chan struct{})
+	stopSample := make(chan struct{})
+	killedPID := p.PID()
+	go func() {
+		defer close(sampleDone)
+		for p.PID() == killedPID {
+			select {
+			case <-stopSample:
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+		cpu0.Store(int64(p.cpu(b)))
+		type sample struct {
+			at  time.Time
+			cpu time.Duration
+		}
+		samples := []sample{{time.Now(), p.cpu(b)}}
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopSample:
+				return
+			case <-t.C:
+			}
+			now := sample{time.Now(), p.cpu(b)}
+			for i := len(samples) - 1; i >= 0; i-- {
+				if d := now.at.Sub(samples[i].at); d >= time.Second {
+					peakCPU = max(peakCPU, float64(now.cpu-samples[i].cpu)/float64(d))
+					break
+				}
+			}
+			samples = append(samples, now)
+			peakRSS = max(peakRSS, p.rss(b))
+		}
+	}()
+	started := time.Now()
+	p.Start()
+	ready := time.Now()
+	// Jobs enqueued while the fleet comes back: each must finish.
+	const jobs = 500
+	c := p.client()
+	reqs := make([]*imsv1.EnqueueJobRequest, 0, jobs)
+	for i := range jobs {
+		reqs = append(reqs, &imsv1.EnqueueJobRequest{Install: fmt.Sprintf("i%05d", (i*7919)%n), ComponentType: "action", Operation: "apply", Config: noop})
+	}
+	if _, err := c.EnqueueJobs(context.Background(), connect.NewRequest(&imsv1.EnqueueJobsRequest{Jobs: reqs})); err != nil {
+		b.Fatal(err)
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	for st.welcomed.Load() < int64(n) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	back := time.Now()
+	stormCPU := p.cpu(b) - time.Duration(cpu0.Load())
+	close(stopSample)
+	<-sampleDone
+	if got := st.welcomed.Load(); got < int64(n) {
+		b.Fatalf("only %d of %d agents back after 3 minutes", got, n)
+	}
+	// Every job enqueued during the storm finishes.
+	var left int
+	ok := func() bool {
+		r, err := c.ListJobs(context.Background(), connect.NewRequest(&imsv1.ListJobsRequest{
+			States: []imsv1.JobState{imsv1.JobState_JOB_STATE_QUEUED, imsv1.JobState_JOB_STATE_ASSIGNED, imsv1.JobState_JOB_STATE_RUNNING}, PageSize: 1000}))
+		if err != nil {
+			return false
+		}
+		left = len(r.Msg.Jobs)
+		return left == 0
+	}
+	for end := time.Now().Add(2 * time.Minute); !ok() && time.Now().Before(end); {
+		time.Sleep(50 * time.Millisecond)
+	}
+	r, err := c.ListJobs(context.Background(), connect.NewRequest(&imsv1.ListJobsRequest{States: []imsv1.JobState{imsv1.JobState_JOB_STATE_SUCCEEDED}, PageSize: 1000}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	succeeded := len(r.Msg.Jobs)
+	st.mu.Lock()
+	slices.SortFunc(st.welcomes, func(x, y time.Time) int { return x.Compare(y) })
+	peakRate := 0
+	for i, j := 0, 0; j < len(st.welcomes); j++ {
+		for st.welcomes[j].Sub(st.welcomes[i]) > time.Second {
+			i++
+		}
+		peakRate = max(peakRate, j-i+1)
+	}
+	first := st.welcomes[0]
+	st.mu.Unlock()
+	all := back.Sub(started)
+	fmt.Printf("reconnect storm, SQLite: %d agents back %s after imsd started (ready in %s; down %s; %s after the kill); first welcome %s after start; "+
+		"hellos %.0f/s on average from the first welcome, %d/s at the peak second; imsd peak CPU %.0f %% of a core (%.1f s of CPU in the storm), peak RSS %d MiB; "+
+		"hellos shed by admission control %d (imsd counter %.0f), other failed tries %d, agents that gave up %d; jobs enqueued during the storm %d, succeeded %d, unfinished %d (target: all back within 30s) [%s]\n",
+		n, all.Round(time.Millisecond), ready.Sub(started).Round(time.Millisecond), down, back.Sub(killed).Round(time.Millisecond), first.Sub(started).Round(time.Millisecond),
+		float64(n)/back.Sub(first).Seconds(), peakRate, 100*peakCPU, stormCPU.Seconds(), peakRSS>>20,
+		st.shed.Load(), p.metric(b, "byoc_agent_hellos_shed_total"), st.failed.Load(), st.gaveUp.Load(), jobs, succeeded, left, machine())
+	b.ReportMetric(all.Seconds(), "s-all-back")
+	b.ReportMetric(100*peakCPU, "peak-cpu-%")
+	b.ReportMetric(float64(peakRSS>>20), "peak-rss-MiB")
+	if st.gaveUp.Load() > 0 || left > 0 || succeeded < jobs {
+		b.Errorf("%d agents gave up; %d jobs unfinished, %d of %d succeeded", st.gaveUp.Load(), left, succeeded, jobs)
+	}
+}
+
+// reconnect holds the agent's stream as agentd does: on every end it
+// waits as agentd's Run does (retryDelay) and connects again, until ctx
+// ends. The first welcome it gets counts it as back.
+func (a *benchAgent) reconnect(ctx context.Context, st *stormStats) {
+	retry := backoff.New(100*time.Millisecond, 30*time.Second)
+	counted := false
+	for {
+		err := a.session(ctx, func() {
+			if !counted {
+				counted = true
+				st.welcomed.Add(1)
+				st.mu.Lock()
+				st.welcomes = append(st.welcomes, time.Now())
+				st.mu.Unlock()
+			}
+			retry.Reset()
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		delay := retry.Next()
+		var ce *connect.Error
+		if hint, ok := retryHint(err); ok {
+			st.shed.Add(1)
+			delay = rand.N(min(hint, 30*time.Second) + 1)
+		} else if errors.As(err, &ce) && ce.Code() == connect.CodeUnauthenticated {
+			st.gaveUp.Add(1) // agentd stops for good on a refused identity
+			return
+		} else {
+			st.failed.Add(1)
+		}
+		if !backoff.Wait(ctx, delay) {
+			return
+		}
+	}
+}
+
+// hello opens a stream on ctx and says hello (auditCopy: asking for the
+// install's audit records, as agentd does), and returns the stream once
+// welcomed.
+func (a *benchAgent) hello(ctx context.Context, auditCopy bool) (*agentchannel.AgentStream, error) {
+	raw := a.client.Connect(ctx)
+	if err := raw.Send(nil); err != nil {
+		return nil, err
+	}
+	m, err := raw.Receive()
+	if err != nil {
+		return nil, err
+	}
+	sst, err := agentchannel.Dial(raw, m.GetChallenge(), a.key, a.id, nil, &agentv1.Hello{
+		AgentId: a.id, Signature: agentproto.SignChallenge(a.key, a.id, m.GetChallenge().Nonce), Capacity: 4,
+		AuditCopy: auditCopy,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := sst.Receive(); err != nil {
+		return nil, err
+	}
+	return sst, nil
+}
+
+// helloAdmitted is hello, tried again after imsd's retry hint (as
+// agentd does) while imsd's admission control sheds the stream.
+func (a *benchAgent) helloAdmitted(ctx context.Context, auditCopy bool) (*agentchannel.AgentStream, error) {
+	for {
+		sst, err := a.hello(ctx, auditCopy)
+		hint, shed := retryHint(err)
+		if !shed {
+			return sst, err
+		}
+		if !backoff.Wait(ctx, rand.N(hint+1)) {
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// retryHint is the hint of a stream imsd shed, if err is one.
+func retryHint(err error) (time.Duration, bool) {
+	var ce *connect.Error
+	if !errors.As(err, &ce) || ce.Code() != connect.CodeResourceExhausted {
+		return 0, false
+	}
+	return agentproto.ParseRetryAfter(ce.Meta().Get(agentproto.RetryAfterHeader))
+}
+
+// session is one stream: challenge, hello, welcome (then welcomed is
+// called), and jobs finished at once, until the stream ends.
+func (a *benchAgent) session(ctx context.Context, welcomed func()) error {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sst, err := a.hello(sctx, false)
+	if err != nil {
+		return err
+	}
+	welcomed()
+	var wid uint64
+	acked := map[uint64]*agentv1.JobAssignment{}
+	for {
+		m, err := sst.Receive()
+		if err != nil {
+			return err
+		}
+		if acc := m.GetAccepted(); acc != nil {
+			if as, ok := acked[acc.WriteId]; ok {
+				delete(acked, acc.WriteId)
+				wid++
+				sst.Send(&agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Result{Result: &agentv1.JobResult{
+					WriteId: wid, JobId: as.JobId, FencingToken: as.FencingToken, Outcome: agentv1.Outcome_OUTCOME_SUCCEEDED}}})
+			}
+			continue
+		}
+		if as := m.GetAssignment(); as != nil {
+			wid++
+			acked[wid] = as
+			sst.Send(&agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Ack{Ack: &agentv1.JobAck{WriteId: wid, JobId: as.JobId, FencingToken: as.FencingToken}}})
+		}
+	}
+}

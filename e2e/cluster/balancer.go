@@ -1,0 +1,174 @@
+package cluster
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Balancer is a layer-4 (TCP) round-robin load balancer on loopback, as
+// a vendor puts in front of imsd replicas: each new connection goes to
+// the next backend that passed its last health check (GET /readyz every
+// 100ms) and accepts the dial; bytes are relayed untouched, so HTTP/2
+// (h2c) and the agents' end-to-end channel pass through. A backend that
+// dies takes its connections with it; their clients reconnect through
+// the balancer to a survivor.
+type Balancer struct {
+	ln       net.Listener
+	backends []string
+	stop     context.CancelFunc
+	wg       sync.WaitGroup
+
+	mu      sync.Mutex
+	healthy []bool
+	next    int
+	conns   map[net.Conn]struct{}
+	// routed counts the connections sent to each backend; active those
+	// open now.
+	routed, active []int
+}
+
+// StartBalancer starts a balancer in front of backends (host:port) and
+// stops it, cutting every connection, at cleanup.
+func StartBalancer(tb testing.TB, backends ...string) *Balancer {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	b := &Balancer{ln: ln, backends: backends, stop: cancel, conns: map[net.Conn]struct{}{},
+		healthy: make([]bool, len(backends)), routed: make([]int, len(backends)), active: make([]int, len(backends))}
+	for i := range b.healthy {
+		b.healthy[i] = true // until the first check says otherwise
+	}
+	b.wg.Add(2)
+	go func() { defer b.wg.Done(); b.serve() }()
+	go func() { defer b.wg.Done(); b.check(ctx) }()
+	tb.Cleanup(b.Close)
+	return b
+}
+
+// Addr is the balancer's listen address; URL its base URL.
+func (b *Balancer) Addr() string { return b.ln.Addr().String() }
+
+// URL is the balancer's base URL, what agentd --ims and the CLI name.
+func (b *Balancer) URL() string { return "http://" + b.Addr() }
+
+// Close stops accepting, cuts every relayed connection and waits for the
+// health checks to stop.
+func (b *Balancer) Close() {
+	b.stop()
+	b.ln.Close()
+	b.mu.Lock()
+	for c := range b.conns {
+		c.Close()
+	}
+	b.mu.Unlock()
+	b.wg.Wait()
+}
+
+// Routed returns how many connections went to each backend so far.
+func (b *Balancer) Routed() []int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]int(nil), b.routed...)
+}
+
+// Active returns how many relayed connections each backend has now.
+func (b *Balancer) Active() []int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]int(nil), b.active...)
+}
+
+// check marks each backend healthy when its /readyz answers 200.
+func (b *Balancer) check(ctx context.Context) {
+	c := &http.Client{Timeout: 500 * time.Millisecond, Transport: &http.Transport{DisableKeepAlives: true}}
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		for i, be := range b.backends {
+			ok := false
+			if r, err := c.Get("http://" + be + "/readyz"); err == nil {
+				ok = r.StatusCode == http.StatusOK
+				r.Body.Close()
+			}
+			b.mu.Lock()
+			b.healthy[i] = ok
+			b.mu.Unlock()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (b *Balancer) serve() {
+	for {
+		c, err := b.ln.Accept()
+		if err != nil {
+			return
+		}
+		s, i := b.dial()
+		if s == nil {
+			c.Close()
+			continue
+		}
+		b.mu.Lock()
+		b.conns[c], b.conns[s] = struct{}{}, struct{}{}
+		b.active[i]++
+		b.mu.Unlock()
+		var once sync.Once
+		done := func() {
+			once.Do(func() {
+				b.mu.Lock()
+				b.active[i]--
+				b.mu.Unlock()
+			})
+		}
+		b.wg.Add(2)
+		go func() { defer b.wg.Done(); b.pipe(s, c); done() }()
+		go func() { defer b.wg.Done(); b.pipe(c, s); done() }()
+	}
+}
+
+// dial connects to the next healthy backend that accepts, round robin,
+// and returns the connection and the backend's index; nil if none does.
+func (b *Balancer) dial() (net.Conn, int) {
+	for range len(b.backends) {
+		b.mu.Lock()
+		i := b.next
+		b.next = (b.next + 1) % len(b.backends)
+		ok := b.healthy[i]
+		b.mu.Unlock()
+		if !ok {
+			continue
+		}
+		s, err := net.DialTimeout("tcp", b.backends[i], time.Second)
+		if err != nil {
+			continue
+		}
+		b.mu.Lock()
+		b.routed[i]++
+		b.mu.Unlock()
+		return s, i
+	}
+	return nil, -1
+}
+
+func (b *Balancer) pipe(dst, src net.Conn) {
+	io.Copy(dst, src)
+	dst.Close()
+	src.Close()
+	b.mu.Lock()
+	delete(b.conns, dst)
+	delete(b.conns, src)
+	b.mu.Unlock()
+}

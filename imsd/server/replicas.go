@@ -1,0 +1,37 @@
+package server
+
+import (
+	"context"
+	"time"
+
+	"github.com/byoc-dev/byoc/imsd/dispatch"
+)
+
+// forwardCancels passes a cancellation for an agent connected to another
+// replica on through PostgreSQL (store.NotifyCancel), so that it reaches
+// the agent in milliseconds rather than at its next heartbeat. On SQLite
+// there is one imsd, and nothing to forward.
+func (s *Server) forwardCancels() {
+	if s.store.Dialect() != "postgres" {
+		return
+	}
+	s.hub.SetElsewhere(func(agentID string, req dispatch.CancelRequest) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := s.store.NotifyCancel(ctx, agentID, req.JobID, req.Reason); err != nil {
+			// The agent still learns of it at its next heartbeat.
+			s.log.Warn("pass a cancellation to the other replicas", "agent", agentID, "job", req.JobID, "err", err)
+		}
+	})
+}
+
+// listenCancels delivers the cancellations other replicas pass on to the
+// agents connected here, until ctx ends.
+func (s *Server) listenCancels(ctx context.Context) {
+	err := s.store.ListenCancels(ctx, func(agentID, jobID, reason string) {
+		s.hub.CancelHere(agentID, dispatch.CancelRequest{JobID: jobID, Reason: reason})
+	})
+	if err != nil && ctx.Err() == nil {
+		s.log.Error("listen for cancellations", "err", err)
+	}
+}

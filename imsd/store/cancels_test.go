@@ -1,0 +1,71 @@
+package store_test
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/byoc-dev/byoc/imsd/store"
+	"github.com/byoc-dev/byoc/imsd/store/pgtest"
+)
+
+// A cancellation one replica passes on (NotifyCancel) reaches every
+// other replica's ListenCancels, reason and all (a long one truncated);
+// on SQLite both do nothing.
+func TestCancelsReachOtherReplicas(t *testing.T) {
+	dsn := pgtest.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a, err := store.Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := store.Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	got := make(chan [3]string, 4)
+	done := make(chan error, 1)
+	go func() {
+		done <- b.ListenCancels(ctx, func(agent, job, reason string) { got <- [3]string{agent, job, reason} })
+	}()
+	long := strings.Repeat("r", 2000)
+	// LISTEN starts on its own connection: send until one arrives.
+	deadline := time.Now().Add(10 * time.Second)
+	var first [3]string
+	for first[0] == "" {
+		if time.Now().After(deadline) {
+			t.Fatal("no cancellation arrived within 10s")
+		}
+		if err := a.NotifyCancel(ctx, "agt_1", "job_1", long); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case first = <-got:
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if want := long[:1024] + "…"; first[0] != "agt_1" || first[1] != "job_1" || first[2] != want {
+		t.Fatalf("got agent %q, job %q, a reason of %d bytes; want agt_1, job_1, 1024 bytes and an ellipsis", first[0], first[1], len(first[2]))
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("ListenCancels after its context ended: %v", err)
+	}
+
+	s, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "x.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.NotifyCancel(context.Background(), "agt_1", "job_1", "x"); err != nil {
+		t.Fatalf("NotifyCancel on SQLite: %v", err)
+	}
+	if err := s.ListenCancels(context.Background(), func(string, string, string) { t.Error("a cancellation on SQLite") }); err != nil {
+		t.Fatalf("ListenCancels on SQLite: %v", err)
+	}
+}
