@@ -324,7 +324,7 @@ func mustStruct(m map[string]any) *structpb.Struct {
 // next returns the next message of the agent that is not a heartbeat.
 func (fs *fakeStream) next(t *testing.T) *agentv1.ConnectRequest {
 	t.Helper()
-	deadline := time.After(5 * time.Second)
+	deadline := time.After(20 * time.Second) // a liveness bound: -race on a loaded CI machine
 	for {
 		select {
 		case m := <-fs.up:
@@ -345,7 +345,7 @@ func (fs *fakeStream) next(t *testing.T) *agentv1.ConnectRequest {
 // message (seen by what it names) after all that handling did.
 func (fs *fakeStream) nextHeartbeat(t *testing.T) *agentv1.Heartbeat {
 	t.Helper()
-	deadline := time.After(5 * time.Second)
+	deadline := time.After(20 * time.Second) // a liveness bound: -race on a loaded CI machine
 	for {
 		select {
 		case m := <-fs.up:
