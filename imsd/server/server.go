@@ -597,7 +597,7 @@ func (s *Server) Hub() *dispatch.Hub { return s.hub }
 // Serve runs until ctx ends or Close is called; it then drains and returns.
 func (s *Server) Serve(ctx context.Context) error {
 	ctx, s.cancel = context.WithCancel(ctx)
-	s.wg.Add(5)
+	s.wg.Add(6)
 	go func() { defer s.wg.Done(); s.sweep(ctx) }()
 	go func() { defer s.wg.Done(); s.health.Run(ctx) }()
 	go func() { defer s.wg.Done(); s.listenCancels(ctx) }()
