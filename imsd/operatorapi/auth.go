@@ -34,6 +34,8 @@ var readOnly = map[string]bool{
 	imsv1connect.OperatorServicePlanInstallProcedure:      true,
 	imsv1connect.OperatorServiceListWorkflowsProcedure:    true,
 	imsv1connect.OperatorServiceGetWorkflowProcedure:      true,
+	imsv1connect.OperatorServiceListReleasesProcedure:     true,
+	imsv1connect.OperatorServiceGetReleaseProcedure:       true,
 	imsv1connect.OperatorServiceListPluginTypesProcedure:  true,
 	imsv1connect.OperatorServiceGetPluginTypeProcedure:    true,
 	imsv1connect.OperatorServiceListActionsProcedure:      true,

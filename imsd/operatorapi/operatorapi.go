@@ -26,6 +26,7 @@ import (
 	"github.com/byoc-dev/byoc/imsd/dispatch"
 	"github.com/byoc-dev/byoc/imsd/errs"
 	"github.com/byoc-dev/byoc/imsd/rpcerr"
+	"github.com/byoc-dev/byoc/imsd/release"
 	"github.com/byoc-dev/byoc/imsd/store"
 	"github.com/byoc-dev/byoc/imsd/workflow"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
@@ -74,6 +75,8 @@ type Config struct {
 	BreakGlassRequestTTL time.Duration
 	// Engine runs workflows; the service queues them and wakes it.
 	Engine *workflow.Engine
+	// Releases creates and rolls out releases.
+	Releases *release.Engine
 	// SigningKeyID is the id of imsd's job signing key, which every
 	// enrolment token carries (auth.NewEnrollToken).
 	SigningKeyID string
@@ -1224,7 +1227,7 @@ func jobFields(j store.Job) *imsv1.Job {
 		CreateTime: ts(j.CreatedAt), StartTime: ts(j.StartedAt), EndTime: ts(j.EndedAt),
 		LeaseExpireTime: ts(j.LeaseDeadline), CancelRequested: j.CancelRequested,
 		ExitCode: int32(j.ExitCode), Error: j.Error, Outputs: j.Outputs, CreatedBy: j.CreatedBy,
-		Mode: string(j.Mode), Component: j.Component,
+		Mode: string(j.Mode), Component: j.Component, ReleaseId: j.ReleaseID,
 	}
 }
 

@@ -45,12 +45,12 @@ func (s *Store) FinishJob(ctx context.Context, jobID string, w Writer, r Result,
 		// The usual case, one statement: the holder finishes its job. It
 		// returns what the bookkeeping below needs, so a job that is no
 		// drift check and no build costs no further statement.
-		var install, typ, op string
+		var install, typ, op, release string
 		err := tx.QueryRowContext(ctx, s.bind(`UPDATE jobs SET state = ?, ended_at = ?, exit_code = ?, error = ?, outputs = ?, plan = ?, policy = ?,
 			plan_digest = ?, lease_deadline = 0 WHERE id = ? AND agent_id = ? AND agent_id <> '' AND fencing_token = ? AND state IN ('assigned', 'running')
-			RETURNING install_id, component_type, operation`),
+			RETURNING install_id, component_type, operation, release_id`),
 			string(r.State), nanos(now), r.ExitCode, r.Error, encodeMap(r.Outputs), plan, policy, r.PlanDigest, jobID, w.AgentID, w.FencingToken).
-			Scan(&install, &typ, &op)
+			Scan(&install, &typ, &op, &release)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
@@ -72,7 +72,7 @@ func (s *Store) FinishJob(ctx context.Context, jobID string, w Writer, r Result,
 			if err != nil {
 				return err
 			}
-			install, typ, op = j.InstallID, j.ComponentType, j.Operation
+			install, typ, op, release = j.InstallID, j.ComponentType, j.Operation, j.ReleaseID
 		}
 		changed = true
 		data := map[string]string{"state": string(r.State), "exit_code": strconv.Itoa(r.ExitCode)}
@@ -81,6 +81,9 @@ func (s *Store) FinishJob(ctx context.Context, jobID string, w Writer, r Result,
 		}
 		if r.PlanDigest != "" {
 			data["plan_digest"] = r.PlanDigest
+		}
+		if release != "" {
+			data["release"] = release
 		}
 		policyAudit(data, r.PolicyFindings)
 		kind := "job.finished"

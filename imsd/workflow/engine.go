@@ -539,7 +539,7 @@ func (e *Engine) startStep(ctx context.Context, wf store.Workflow, sc *stepConte
 	now := e.now()
 	j := store.Job{ID: auth.NewSortableID("job_", now), InstallID: wf.InstallID, ComponentType: s.ComponentType, Operation: s.Operation,
 		Component: s.Component, Config: cfg, MaxAttempts: MaxJobAttempts, Timeout: s.Timeout, CreatedAt: now, CreatedBy: "workflow " + wf.ID,
-		Mode: StepMode(wf, s, sc.app)}
+		Mode: StepMode(wf, s, sc.app), ReleaseID: wf.ReleaseID}
 	if s.Operation == OpApply {
 		j.ApprovedPlanDigest = s.ApprovedPlanDigest
 	}

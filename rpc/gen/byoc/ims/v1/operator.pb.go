@@ -2250,8 +2250,10 @@ type Job struct {
 	// policy_findings are what the job's policies (the customer's on the
 	// agent, the vendor's from the app config) said of its plan.
 	PolicyFindings []*PolicyFinding `protobuf:"bytes,100,rep,name=policy_findings,json=policyFindings,proto3" json:"policy_findings,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// release_id is the release whose workflow made the job, if any.
+	ReleaseId     string `protobuf:"bytes,50,opt,name=release_id,json=releaseId,proto3" json:"release_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Job) Reset() {
@@ -2464,6 +2466,13 @@ func (x *Job) GetPolicyFindings() []*PolicyFinding {
 		return x.PolicyFindings
 	}
 	return nil
+}
+
+func (x *Job) GetReleaseId() string {
+	if x != nil {
+		return x.ReleaseId
+	}
+	return ""
 }
 
 // PolicyFinding is one message of a policy's deny or warn rule.
@@ -6031,7 +6040,7 @@ var File_byoc_ims_v1_operator_proto protoreflect.FileDescriptor
 
 const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\n" +
-	"\x1abyoc/ims/v1/operator.proto\x12\vbyoc.ims.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18byoc/ims/v1/action.proto\x1a\x17byoc/ims/v1/audit.proto\x1a\x1abyoc/ims/v1/workflow.proto\"\x0f\n" +
+	"\x1abyoc/ims/v1/operator.proto\x12\vbyoc.ims.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18byoc/ims/v1/action.proto\x1a\x17byoc/ims/v1/audit.proto\x1a\x19byoc/ims/v1/release.proto\x1a\x1abyoc/ims/v1/workflow.proto\"\x0f\n" +
 	"\rWhoAmIRequest\"f\n" +
 	"\x0eWhoAmIResponse\x12\x19\n" +
 	"\btoken_id\x18\x01 \x01(\tR\atokenId\x12\x12\n" +
@@ -6196,7 +6205,7 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\vttl_seconds\x18\x02 \x01(\x03R\n" +
 	"ttlSeconds\"h\n" +
 	"\x1dCreateEnrollmentTokenResponse\x12G\n" +
-	"\x10enrollment_token\x18\x01 \x01(\v2\x1c.byoc.ims.v1.EnrollmentTokenR\x0fenrollmentToken\"\xf7\b\n" +
+	"\x10enrollment_token\x18\x01 \x01(\v2\x1c.byoc.ims.v1.EnrollmentTokenR\x0fenrollmentToken\"\x96\t\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -6229,7 +6238,9 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\vplan_digest\x18( \x01(\tR\n" +
 	"planDigest\x120\n" +
 	"\x14approved_plan_digest\x18) \x01(\tR\x12approvedPlanDigest\x12C\n" +
-	"\x0fpolicy_findings\x18d \x03(\v2\x1a.byoc.ims.v1.PolicyFindingR\x0epolicyFindings\x1a:\n" +
+	"\x0fpolicy_findings\x18d \x03(\v2\x1a.byoc.ims.v1.PolicyFindingR\x0epolicyFindings\x12\x1d\n" +
+	"\n" +
+	"release_id\x182 \x01(\tR\treleaseId\x1a:\n" +
 	"\fOutputsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"o\n" +
@@ -6506,7 +6517,7 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x16LOG_STREAM_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11LOG_STREAM_STDOUT\x10\x01\x12\x15\n" +
 	"\x11LOG_STREAM_STDERR\x10\x02\x12\x15\n" +
-	"\x11LOG_STREAM_SYSTEM\x10\x032\xae\x1f\n" +
+	"\x11LOG_STREAM_SYSTEM\x10\x032\xbd%\n" +
 	"\x0fOperatorService\x12A\n" +
 	"\x06WhoAmI\x12\x1a.byoc.ims.v1.WhoAmIRequest\x1a\x1b.byoc.ims.v1.WhoAmIResponse\x12Y\n" +
 	"\x0eCreateApiToken\x12\".byoc.ims.v1.CreateApiTokenRequest\x1a#.byoc.ims.v1.CreateApiTokenResponse\x12J\n" +
@@ -6530,7 +6541,17 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\vGetWorkflow\x12\x1f.byoc.ims.v1.GetWorkflowRequest\x1a .byoc.ims.v1.GetWorkflowResponse\x12\\\n" +
 	"\x0fApproveWorkflow\x12#.byoc.ims.v1.ApproveWorkflowRequest\x1a$.byoc.ims.v1.ApproveWorkflowResponse\x12Y\n" +
 	"\x0eCancelWorkflow\x12\".byoc.ims.v1.CancelWorkflowRequest\x1a#.byoc.ims.v1.CancelWorkflowResponse\x12b\n" +
-	"\x11RetryWorkflowStep\x12%.byoc.ims.v1.RetryWorkflowStepRequest\x1a&.byoc.ims.v1.RetryWorkflowStepResponse\x12M\n" +
+	"\x11RetryWorkflowStep\x12%.byoc.ims.v1.RetryWorkflowStepRequest\x1a&.byoc.ims.v1.RetryWorkflowStepResponse\x12V\n" +
+	"\rCreateRelease\x12!.byoc.ims.v1.CreateReleaseRequest\x1a\".byoc.ims.v1.CreateReleaseResponse\x12S\n" +
+	"\fListReleases\x12 .byoc.ims.v1.ListReleasesRequest\x1a!.byoc.ims.v1.ListReleasesResponse\x12M\n" +
+	"\n" +
+	"GetRelease\x12\x1e.byoc.ims.v1.GetReleaseRequest\x1a\x1f.byoc.ims.v1.GetReleaseResponse\x12Y\n" +
+	"\x0eApproveRelease\x12\".byoc.ims.v1.ApproveReleaseRequest\x1a#.byoc.ims.v1.ApproveReleaseResponse\x12S\n" +
+	"\fPauseRelease\x12 .byoc.ims.v1.PauseReleaseRequest\x1a!.byoc.ims.v1.PauseReleaseResponse\x12V\n" +
+	"\rResumeRelease\x12!.byoc.ims.v1.ResumeReleaseRequest\x1a\".byoc.ims.v1.ResumeReleaseResponse\x12V\n" +
+	"\rCancelRelease\x12!.byoc.ims.v1.CancelReleaseRequest\x1a\".byoc.ims.v1.CancelReleaseResponse\x12S\n" +
+	"\fRetryRelease\x12 .byoc.ims.v1.RetryReleaseRequest\x1a!.byoc.ims.v1.RetryReleaseResponse\x12\\\n" +
+	"\x0fRollbackRelease\x12#.byoc.ims.v1.RollbackReleaseRequest\x1a$.byoc.ims.v1.RollbackReleaseResponse\x12M\n" +
 	"\n" +
 	"EnqueueJob\x12\x1e.byoc.ims.v1.EnqueueJobRequest\x1a\x1f.byoc.ims.v1.EnqueueJobResponse\x12P\n" +
 	"\vEnqueueJobs\x12\x1f.byoc.ims.v1.EnqueueJobsRequest\x1a .byoc.ims.v1.EnqueueJobsResponse\x12G\n" +
@@ -6687,23 +6708,41 @@ var file_byoc_ims_v1_operator_proto_goTypes = []any{
 	(*ApproveWorkflowRequest)(nil),        // 110: byoc.ims.v1.ApproveWorkflowRequest
 	(*CancelWorkflowRequest)(nil),         // 111: byoc.ims.v1.CancelWorkflowRequest
 	(*RetryWorkflowStepRequest)(nil),      // 112: byoc.ims.v1.RetryWorkflowStepRequest
-	(*ListActionsRequest)(nil),            // 113: byoc.ims.v1.ListActionsRequest
-	(*StartActionRunRequest)(nil),         // 114: byoc.ims.v1.StartActionRunRequest
-	(*ListActionRunsRequest)(nil),         // 115: byoc.ims.v1.ListActionRunsRequest
-	(*GetActionRunRequest)(nil),           // 116: byoc.ims.v1.GetActionRunRequest
-	(*ListAuditEventsRequest)(nil),        // 117: byoc.ims.v1.ListAuditEventsRequest
-	(*PlanInstallResponse)(nil),           // 118: byoc.ims.v1.PlanInstallResponse
-	(*StartWorkflowResponse)(nil),         // 119: byoc.ims.v1.StartWorkflowResponse
-	(*ListWorkflowsResponse)(nil),         // 120: byoc.ims.v1.ListWorkflowsResponse
-	(*GetWorkflowResponse)(nil),           // 121: byoc.ims.v1.GetWorkflowResponse
-	(*ApproveWorkflowResponse)(nil),       // 122: byoc.ims.v1.ApproveWorkflowResponse
-	(*CancelWorkflowResponse)(nil),        // 123: byoc.ims.v1.CancelWorkflowResponse
-	(*RetryWorkflowStepResponse)(nil),     // 124: byoc.ims.v1.RetryWorkflowStepResponse
-	(*ListActionsResponse)(nil),           // 125: byoc.ims.v1.ListActionsResponse
-	(*StartActionRunResponse)(nil),        // 126: byoc.ims.v1.StartActionRunResponse
-	(*ListActionRunsResponse)(nil),        // 127: byoc.ims.v1.ListActionRunsResponse
-	(*GetActionRunResponse)(nil),          // 128: byoc.ims.v1.GetActionRunResponse
-	(*ListAuditEventsResponse)(nil),       // 129: byoc.ims.v1.ListAuditEventsResponse
+	(*CreateReleaseRequest)(nil),          // 113: byoc.ims.v1.CreateReleaseRequest
+	(*ListReleasesRequest)(nil),           // 114: byoc.ims.v1.ListReleasesRequest
+	(*GetReleaseRequest)(nil),             // 115: byoc.ims.v1.GetReleaseRequest
+	(*ApproveReleaseRequest)(nil),         // 116: byoc.ims.v1.ApproveReleaseRequest
+	(*PauseReleaseRequest)(nil),           // 117: byoc.ims.v1.PauseReleaseRequest
+	(*ResumeReleaseRequest)(nil),          // 118: byoc.ims.v1.ResumeReleaseRequest
+	(*CancelReleaseRequest)(nil),          // 119: byoc.ims.v1.CancelReleaseRequest
+	(*RetryReleaseRequest)(nil),           // 120: byoc.ims.v1.RetryReleaseRequest
+	(*RollbackReleaseRequest)(nil),        // 121: byoc.ims.v1.RollbackReleaseRequest
+	(*ListActionsRequest)(nil),            // 122: byoc.ims.v1.ListActionsRequest
+	(*StartActionRunRequest)(nil),         // 123: byoc.ims.v1.StartActionRunRequest
+	(*ListActionRunsRequest)(nil),         // 124: byoc.ims.v1.ListActionRunsRequest
+	(*GetActionRunRequest)(nil),           // 125: byoc.ims.v1.GetActionRunRequest
+	(*ListAuditEventsRequest)(nil),        // 126: byoc.ims.v1.ListAuditEventsRequest
+	(*PlanInstallResponse)(nil),           // 127: byoc.ims.v1.PlanInstallResponse
+	(*StartWorkflowResponse)(nil),         // 128: byoc.ims.v1.StartWorkflowResponse
+	(*ListWorkflowsResponse)(nil),         // 129: byoc.ims.v1.ListWorkflowsResponse
+	(*GetWorkflowResponse)(nil),           // 130: byoc.ims.v1.GetWorkflowResponse
+	(*ApproveWorkflowResponse)(nil),       // 131: byoc.ims.v1.ApproveWorkflowResponse
+	(*CancelWorkflowResponse)(nil),        // 132: byoc.ims.v1.CancelWorkflowResponse
+	(*RetryWorkflowStepResponse)(nil),     // 133: byoc.ims.v1.RetryWorkflowStepResponse
+	(*CreateReleaseResponse)(nil),         // 134: byoc.ims.v1.CreateReleaseResponse
+	(*ListReleasesResponse)(nil),          // 135: byoc.ims.v1.ListReleasesResponse
+	(*GetReleaseResponse)(nil),            // 136: byoc.ims.v1.GetReleaseResponse
+	(*ApproveReleaseResponse)(nil),        // 137: byoc.ims.v1.ApproveReleaseResponse
+	(*PauseReleaseResponse)(nil),          // 138: byoc.ims.v1.PauseReleaseResponse
+	(*ResumeReleaseResponse)(nil),         // 139: byoc.ims.v1.ResumeReleaseResponse
+	(*CancelReleaseResponse)(nil),         // 140: byoc.ims.v1.CancelReleaseResponse
+	(*RetryReleaseResponse)(nil),          // 141: byoc.ims.v1.RetryReleaseResponse
+	(*RollbackReleaseResponse)(nil),       // 142: byoc.ims.v1.RollbackReleaseResponse
+	(*ListActionsResponse)(nil),           // 143: byoc.ims.v1.ListActionsResponse
+	(*StartActionRunResponse)(nil),        // 144: byoc.ims.v1.StartActionRunResponse
+	(*ListActionRunsResponse)(nil),        // 145: byoc.ims.v1.ListActionRunsResponse
+	(*GetActionRunResponse)(nil),          // 146: byoc.ims.v1.GetActionRunResponse
+	(*ListAuditEventsResponse)(nil),       // 147: byoc.ims.v1.ListAuditEventsResponse
 }
 var file_byoc_ims_v1_operator_proto_depIdxs = []int32{
 	0,   // 0: byoc.ims.v1.WhoAmIResponse.role:type_name -> byoc.ims.v1.Role
@@ -6826,76 +6865,94 @@ var file_byoc_ims_v1_operator_proto_depIdxs = []int32{
 	110, // 117: byoc.ims.v1.OperatorService.ApproveWorkflow:input_type -> byoc.ims.v1.ApproveWorkflowRequest
 	111, // 118: byoc.ims.v1.OperatorService.CancelWorkflow:input_type -> byoc.ims.v1.CancelWorkflowRequest
 	112, // 119: byoc.ims.v1.OperatorService.RetryWorkflowStep:input_type -> byoc.ims.v1.RetryWorkflowStepRequest
-	39,  // 120: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
-	41,  // 121: byoc.ims.v1.OperatorService.EnqueueJobs:input_type -> byoc.ims.v1.EnqueueJobsRequest
-	43,  // 122: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
-	45,  // 123: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
-	48,  // 124: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
-	50,  // 125: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
-	66,  // 126: byoc.ims.v1.OperatorService.RegisterPluginType:input_type -> byoc.ims.v1.RegisterPluginTypeRequest
-	68,  // 127: byoc.ims.v1.OperatorService.ListPluginTypes:input_type -> byoc.ims.v1.ListPluginTypesRequest
-	70,  // 128: byoc.ims.v1.OperatorService.GetPluginType:input_type -> byoc.ims.v1.GetPluginTypeRequest
-	72,  // 129: byoc.ims.v1.OperatorService.RemovePluginType:input_type -> byoc.ims.v1.RemovePluginTypeRequest
-	113, // 130: byoc.ims.v1.OperatorService.ListActions:input_type -> byoc.ims.v1.ListActionsRequest
-	114, // 131: byoc.ims.v1.OperatorService.StartActionRun:input_type -> byoc.ims.v1.StartActionRunRequest
-	115, // 132: byoc.ims.v1.OperatorService.ListActionRuns:input_type -> byoc.ims.v1.ListActionRunsRequest
-	116, // 133: byoc.ims.v1.OperatorService.GetActionRun:input_type -> byoc.ims.v1.GetActionRunRequest
-	74,  // 134: byoc.ims.v1.OperatorService.RequestBreakGlass:input_type -> byoc.ims.v1.RequestBreakGlassRequest
-	76,  // 135: byoc.ims.v1.OperatorService.ListBreakGlassGrants:input_type -> byoc.ims.v1.ListBreakGlassGrantsRequest
-	79,  // 136: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:input_type -> byoc.ims.v1.GetBreakGlassPolicyRequest
-	117, // 137: byoc.ims.v1.OperatorService.ListAuditEvents:input_type -> byoc.ims.v1.ListAuditEventsRequest
-	82,  // 138: byoc.ims.v1.OperatorService.GetInstallStack:input_type -> byoc.ims.v1.GetInstallStackRequest
-	85,  // 139: byoc.ims.v1.OperatorService.CreateBuildAgentToken:input_type -> byoc.ims.v1.CreateBuildAgentTokenRequest
-	87,  // 140: byoc.ims.v1.OperatorService.StartBuild:input_type -> byoc.ims.v1.StartBuildRequest
-	89,  // 141: byoc.ims.v1.OperatorService.ListBuilds:input_type -> byoc.ims.v1.ListBuildsRequest
-	91,  // 142: byoc.ims.v1.OperatorService.ListInstallImages:input_type -> byoc.ims.v1.ListInstallImagesRequest
-	4,   // 143: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
-	6,   // 144: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
-	9,   // 145: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
-	11,  // 146: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
-	13,  // 147: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
-	55,  // 148: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
-	58,  // 149: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
-	60,  // 150: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
-	20,  // 151: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
-	23,  // 152: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
-	25,  // 153: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
-	27,  // 154: byoc.ims.v1.OperatorService.ListInstallDrift:output_type -> byoc.ims.v1.ListInstallDriftResponse
-	31,  // 155: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
-	35,  // 156: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
-	33,  // 157: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
-	118, // 158: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
-	119, // 159: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
-	120, // 160: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
-	121, // 161: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
-	122, // 162: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
-	123, // 163: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
-	124, // 164: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
-	40,  // 165: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
-	42,  // 166: byoc.ims.v1.OperatorService.EnqueueJobs:output_type -> byoc.ims.v1.EnqueueJobsResponse
-	44,  // 167: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
-	46,  // 168: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
-	49,  // 169: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
-	51,  // 170: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
-	67,  // 171: byoc.ims.v1.OperatorService.RegisterPluginType:output_type -> byoc.ims.v1.RegisterPluginTypeResponse
-	69,  // 172: byoc.ims.v1.OperatorService.ListPluginTypes:output_type -> byoc.ims.v1.ListPluginTypesResponse
-	71,  // 173: byoc.ims.v1.OperatorService.GetPluginType:output_type -> byoc.ims.v1.GetPluginTypeResponse
-	73,  // 174: byoc.ims.v1.OperatorService.RemovePluginType:output_type -> byoc.ims.v1.RemovePluginTypeResponse
-	125, // 175: byoc.ims.v1.OperatorService.ListActions:output_type -> byoc.ims.v1.ListActionsResponse
-	126, // 176: byoc.ims.v1.OperatorService.StartActionRun:output_type -> byoc.ims.v1.StartActionRunResponse
-	127, // 177: byoc.ims.v1.OperatorService.ListActionRuns:output_type -> byoc.ims.v1.ListActionRunsResponse
-	128, // 178: byoc.ims.v1.OperatorService.GetActionRun:output_type -> byoc.ims.v1.GetActionRunResponse
-	75,  // 179: byoc.ims.v1.OperatorService.RequestBreakGlass:output_type -> byoc.ims.v1.RequestBreakGlassResponse
-	77,  // 180: byoc.ims.v1.OperatorService.ListBreakGlassGrants:output_type -> byoc.ims.v1.ListBreakGlassGrantsResponse
-	80,  // 181: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:output_type -> byoc.ims.v1.GetBreakGlassPolicyResponse
-	129, // 182: byoc.ims.v1.OperatorService.ListAuditEvents:output_type -> byoc.ims.v1.ListAuditEventsResponse
-	83,  // 183: byoc.ims.v1.OperatorService.GetInstallStack:output_type -> byoc.ims.v1.GetInstallStackResponse
-	86,  // 184: byoc.ims.v1.OperatorService.CreateBuildAgentToken:output_type -> byoc.ims.v1.CreateBuildAgentTokenResponse
-	88,  // 185: byoc.ims.v1.OperatorService.StartBuild:output_type -> byoc.ims.v1.StartBuildResponse
-	90,  // 186: byoc.ims.v1.OperatorService.ListBuilds:output_type -> byoc.ims.v1.ListBuildsResponse
-	93,  // 187: byoc.ims.v1.OperatorService.ListInstallImages:output_type -> byoc.ims.v1.ListInstallImagesResponse
-	143, // [143:188] is the sub-list for method output_type
-	98,  // [98:143] is the sub-list for method input_type
+	113, // 120: byoc.ims.v1.OperatorService.CreateRelease:input_type -> byoc.ims.v1.CreateReleaseRequest
+	114, // 121: byoc.ims.v1.OperatorService.ListReleases:input_type -> byoc.ims.v1.ListReleasesRequest
+	115, // 122: byoc.ims.v1.OperatorService.GetRelease:input_type -> byoc.ims.v1.GetReleaseRequest
+	116, // 123: byoc.ims.v1.OperatorService.ApproveRelease:input_type -> byoc.ims.v1.ApproveReleaseRequest
+	117, // 124: byoc.ims.v1.OperatorService.PauseRelease:input_type -> byoc.ims.v1.PauseReleaseRequest
+	118, // 125: byoc.ims.v1.OperatorService.ResumeRelease:input_type -> byoc.ims.v1.ResumeReleaseRequest
+	119, // 126: byoc.ims.v1.OperatorService.CancelRelease:input_type -> byoc.ims.v1.CancelReleaseRequest
+	120, // 127: byoc.ims.v1.OperatorService.RetryRelease:input_type -> byoc.ims.v1.RetryReleaseRequest
+	121, // 128: byoc.ims.v1.OperatorService.RollbackRelease:input_type -> byoc.ims.v1.RollbackReleaseRequest
+	39,  // 129: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
+	41,  // 130: byoc.ims.v1.OperatorService.EnqueueJobs:input_type -> byoc.ims.v1.EnqueueJobsRequest
+	43,  // 131: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
+	45,  // 132: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
+	48,  // 133: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
+	50,  // 134: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
+	66,  // 135: byoc.ims.v1.OperatorService.RegisterPluginType:input_type -> byoc.ims.v1.RegisterPluginTypeRequest
+	68,  // 136: byoc.ims.v1.OperatorService.ListPluginTypes:input_type -> byoc.ims.v1.ListPluginTypesRequest
+	70,  // 137: byoc.ims.v1.OperatorService.GetPluginType:input_type -> byoc.ims.v1.GetPluginTypeRequest
+	72,  // 138: byoc.ims.v1.OperatorService.RemovePluginType:input_type -> byoc.ims.v1.RemovePluginTypeRequest
+	122, // 139: byoc.ims.v1.OperatorService.ListActions:input_type -> byoc.ims.v1.ListActionsRequest
+	123, // 140: byoc.ims.v1.OperatorService.StartActionRun:input_type -> byoc.ims.v1.StartActionRunRequest
+	124, // 141: byoc.ims.v1.OperatorService.ListActionRuns:input_type -> byoc.ims.v1.ListActionRunsRequest
+	125, // 142: byoc.ims.v1.OperatorService.GetActionRun:input_type -> byoc.ims.v1.GetActionRunRequest
+	74,  // 143: byoc.ims.v1.OperatorService.RequestBreakGlass:input_type -> byoc.ims.v1.RequestBreakGlassRequest
+	76,  // 144: byoc.ims.v1.OperatorService.ListBreakGlassGrants:input_type -> byoc.ims.v1.ListBreakGlassGrantsRequest
+	79,  // 145: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:input_type -> byoc.ims.v1.GetBreakGlassPolicyRequest
+	126, // 146: byoc.ims.v1.OperatorService.ListAuditEvents:input_type -> byoc.ims.v1.ListAuditEventsRequest
+	82,  // 147: byoc.ims.v1.OperatorService.GetInstallStack:input_type -> byoc.ims.v1.GetInstallStackRequest
+	85,  // 148: byoc.ims.v1.OperatorService.CreateBuildAgentToken:input_type -> byoc.ims.v1.CreateBuildAgentTokenRequest
+	87,  // 149: byoc.ims.v1.OperatorService.StartBuild:input_type -> byoc.ims.v1.StartBuildRequest
+	89,  // 150: byoc.ims.v1.OperatorService.ListBuilds:input_type -> byoc.ims.v1.ListBuildsRequest
+	91,  // 151: byoc.ims.v1.OperatorService.ListInstallImages:input_type -> byoc.ims.v1.ListInstallImagesRequest
+	4,   // 152: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
+	6,   // 153: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
+	9,   // 154: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
+	11,  // 155: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
+	13,  // 156: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
+	55,  // 157: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
+	58,  // 158: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
+	60,  // 159: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
+	20,  // 160: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
+	23,  // 161: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
+	25,  // 162: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
+	27,  // 163: byoc.ims.v1.OperatorService.ListInstallDrift:output_type -> byoc.ims.v1.ListInstallDriftResponse
+	31,  // 164: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
+	35,  // 165: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
+	33,  // 166: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
+	127, // 167: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
+	128, // 168: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
+	129, // 169: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
+	130, // 170: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
+	131, // 171: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
+	132, // 172: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
+	133, // 173: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
+	134, // 174: byoc.ims.v1.OperatorService.CreateRelease:output_type -> byoc.ims.v1.CreateReleaseResponse
+	135, // 175: byoc.ims.v1.OperatorService.ListReleases:output_type -> byoc.ims.v1.ListReleasesResponse
+	136, // 176: byoc.ims.v1.OperatorService.GetRelease:output_type -> byoc.ims.v1.GetReleaseResponse
+	137, // 177: byoc.ims.v1.OperatorService.ApproveRelease:output_type -> byoc.ims.v1.ApproveReleaseResponse
+	138, // 178: byoc.ims.v1.OperatorService.PauseRelease:output_type -> byoc.ims.v1.PauseReleaseResponse
+	139, // 179: byoc.ims.v1.OperatorService.ResumeRelease:output_type -> byoc.ims.v1.ResumeReleaseResponse
+	140, // 180: byoc.ims.v1.OperatorService.CancelRelease:output_type -> byoc.ims.v1.CancelReleaseResponse
+	141, // 181: byoc.ims.v1.OperatorService.RetryRelease:output_type -> byoc.ims.v1.RetryReleaseResponse
+	142, // 182: byoc.ims.v1.OperatorService.RollbackRelease:output_type -> byoc.ims.v1.RollbackReleaseResponse
+	40,  // 183: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
+	42,  // 184: byoc.ims.v1.OperatorService.EnqueueJobs:output_type -> byoc.ims.v1.EnqueueJobsResponse
+	44,  // 185: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
+	46,  // 186: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
+	49,  // 187: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
+	51,  // 188: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
+	67,  // 189: byoc.ims.v1.OperatorService.RegisterPluginType:output_type -> byoc.ims.v1.RegisterPluginTypeResponse
+	69,  // 190: byoc.ims.v1.OperatorService.ListPluginTypes:output_type -> byoc.ims.v1.ListPluginTypesResponse
+	71,  // 191: byoc.ims.v1.OperatorService.GetPluginType:output_type -> byoc.ims.v1.GetPluginTypeResponse
+	73,  // 192: byoc.ims.v1.OperatorService.RemovePluginType:output_type -> byoc.ims.v1.RemovePluginTypeResponse
+	143, // 193: byoc.ims.v1.OperatorService.ListActions:output_type -> byoc.ims.v1.ListActionsResponse
+	144, // 194: byoc.ims.v1.OperatorService.StartActionRun:output_type -> byoc.ims.v1.StartActionRunResponse
+	145, // 195: byoc.ims.v1.OperatorService.ListActionRuns:output_type -> byoc.ims.v1.ListActionRunsResponse
+	146, // 196: byoc.ims.v1.OperatorService.GetActionRun:output_type -> byoc.ims.v1.GetActionRunResponse
+	75,  // 197: byoc.ims.v1.OperatorService.RequestBreakGlass:output_type -> byoc.ims.v1.RequestBreakGlassResponse
+	77,  // 198: byoc.ims.v1.OperatorService.ListBreakGlassGrants:output_type -> byoc.ims.v1.ListBreakGlassGrantsResponse
+	80,  // 199: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:output_type -> byoc.ims.v1.GetBreakGlassPolicyResponse
+	147, // 200: byoc.ims.v1.OperatorService.ListAuditEvents:output_type -> byoc.ims.v1.ListAuditEventsResponse
+	83,  // 201: byoc.ims.v1.OperatorService.GetInstallStack:output_type -> byoc.ims.v1.GetInstallStackResponse
+	86,  // 202: byoc.ims.v1.OperatorService.CreateBuildAgentToken:output_type -> byoc.ims.v1.CreateBuildAgentTokenResponse
+	88,  // 203: byoc.ims.v1.OperatorService.StartBuild:output_type -> byoc.ims.v1.StartBuildResponse
+	90,  // 204: byoc.ims.v1.OperatorService.ListBuilds:output_type -> byoc.ims.v1.ListBuildsResponse
+	93,  // 205: byoc.ims.v1.OperatorService.ListInstallImages:output_type -> byoc.ims.v1.ListInstallImagesResponse
+	152, // [152:206] is the sub-list for method output_type
+	98,  // [98:152] is the sub-list for method input_type
 	98,  // [98:98] is the sub-list for extension type_name
 	98,  // [98:98] is the sub-list for extension extendee
 	0,   // [0:98] is the sub-list for field type_name
@@ -6908,6 +6965,7 @@ func file_byoc_ims_v1_operator_proto_init() {
 	}
 	file_byoc_ims_v1_action_proto_init()
 	file_byoc_ims_v1_audit_proto_init()
+	file_byoc_ims_v1_release_proto_init()
 	file_byoc_ims_v1_workflow_proto_init()
 	file_byoc_ims_v1_operator_proto_msgTypes[15].OneofWrappers = []any{}
 	file_byoc_ims_v1_operator_proto_msgTypes[29].OneofWrappers = []any{}
