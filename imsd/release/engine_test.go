@@ -385,7 +385,10 @@ func TestReleaseApprovalAndCancel(t *testing.T) {
 	}
 	_, err = r.st.ChangeRelease(ctx, rel.ID, store.ReleaseApprove, "ops", "", r.now())
 	must(t, err)
-	r.settle(func() bool { got, _ := r.get(rel.ID); return got.State == store.ReleaseAwaitingApproval && got.CurrentWave == 1 })
+	r.settle(func() bool {
+		got, _ := r.get(rel.ID)
+		return got.State == store.ReleaseAwaitingApproval && got.CurrentWave == 1
+	})
 	got, ins = r.get(rel.ID)
 	if got.State != store.ReleaseAwaitingApproval || got.CurrentWave != 1 || ins[0].State != store.RISucceeded {
 		t.Fatalf("release %s at wave %d: %s, want the canary done and wave 2 awaiting approval", got.State, got.CurrentWave, states(ins))
