@@ -511,7 +511,10 @@ func (s *Store) RecordReleaseInstalls(ctx context.Context, id string, now time.T
 			State     string `db:"state"`
 			Error     string `db:"error"`
 		}
-		if err := tx.SelectContext(ctx, &rows, s.bind(`SELECT ri.install_id, w.state, w.error FROM release_installs ri
+		// A failed install says why in its first failed step's words.
+		if err := tx.SelectContext(ctx, &rows, s.bind(`SELECT ri.install_id, w.state, COALESCE((SELECT st.name || ': ' || st.error
+				FROM workflow_steps st WHERE st.workflow_id = w.id AND st.state = 'failed' AND st.error <> '' ORDER BY st.position LIMIT 1),
+				w.error) AS error FROM release_installs ri
 			JOIN workflows w ON w.id = ri.workflow_id WHERE ri.release_id = ? AND ri.state = 'running'
 			AND w.state IN ('succeeded', 'failed', 'cancelled')`), id); err != nil {
 			return err

@@ -369,13 +369,22 @@ func (a *app) followRelease(ctx context.Context, c *client, id string) error {
 			}
 		}
 		code, msg := -1, ""
+		// A halted or paused release stops starting installs; the running
+		// ones finish first, so the picture is whole when the wait ends.
+		settling := r.GetCounts()["running"] > 0
 		switch r.GetState() {
 		case imsv1.ReleaseState_RELEASE_STATE_AWAITING_APPROVAL:
 			code, msg = exitAwaitingApproval, fmt.Sprintf("Release %s awaits approval of wave %d: byoc release approve %s starts it.", id, r.GetCurrentWave()+1, id)
 		case imsv1.ReleaseState_RELEASE_STATE_HALTED:
+			if settling {
+				break
+			}
 			code, msg = exitHalted, fmt.Sprintf("Release %s halted: %s. Fix the cause, then byoc release retry %s (run the failed installs again) or byoc release resume %s (accept them and go on).",
 				id, r.GetError(), id, id)
 		case imsv1.ReleaseState_RELEASE_STATE_PAUSED:
+			if settling {
+				break
+			}
 			code, msg = exitHalted, fmt.Sprintf("Release %s is paused: byoc release resume %s goes on.", id, id)
 		case imsv1.ReleaseState_RELEASE_STATE_SUCCEEDED:
 			code, msg = exitOK, fmt.Sprintf("Release %s succeeded: %s.", id, releaseProgress(r.GetCounts()))
