@@ -2,6 +2,7 @@ package operatorapi
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"time"
 
@@ -124,9 +125,16 @@ func (s *Service) ListBreakGlassGrants(ctx context.Context, req *connect.Request
 		}
 		installID, names[in.ID] = in.ID, in.Name
 	}
+	selected, err := s.selectedInstalls(ctx, "selector", req.Msg.Selector)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
 	gs, err := s.store.ListBreakGlassGrants(ctx, installID)
 	if err != nil {
 		return nil, s.err(ctx, err)
+	}
+	if selected != nil {
+		gs = slices.DeleteFunc(gs, func(g store.BreakGlassGrant) bool { return !slices.Contains(selected, g.InstallID) })
 	}
 	now := s.now()
 	out := &imsv1.ListBreakGlassGrantsResponse{}

@@ -29,6 +29,7 @@ import (
 	"github.com/byoc-dev/byoc/imsd/rpcerr"
 	"github.com/byoc-dev/byoc/imsd/store"
 	"github.com/byoc-dev/byoc/imsd/workflow"
+	"github.com/byoc-dev/byoc/internal/labels"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1/imsv1connect"
@@ -242,6 +243,9 @@ func (s *Service) CreateInstall(ctx context.Context, req *connect.Request[imsv1.
 	if err := checkInputs("inputs", m.Inputs); err != nil {
 		return nil, s.err(ctx, err)
 	}
+	if err := labels.Validate(m.Labels); err != nil {
+		return nil, s.err(ctx, errs.Field("labels", "%v", err))
+	}
 	life, err := ttl("enrollment_token_ttl_seconds", m.EnrollmentTokenTtlSeconds)
 	if err != nil {
 		return nil, s.err(ctx, err)
@@ -254,7 +258,7 @@ func (s *Service) CreateInstall(ctx context.Context, req *connect.Request[imsv1.
 		return nil, s.err(ctx, err)
 	}
 	now := s.now()
-	in := store.Install{ID: auth.NewID("ins_"), AppID: app.ID, Name: m.Name, Inputs: m.Inputs, CreatedAt: now}
+	in := store.Install{ID: auth.NewID("ins_"), AppID: app.ID, Name: m.Name, Inputs: m.Inputs, Labels: m.Labels, CreatedAt: now}
 	if in.Inputs == nil {
 		in.Inputs = map[string]string{}
 	}
@@ -273,6 +277,10 @@ func (s *Service) CreateInstall(ctx context.Context, req *connect.Request[imsv1.
 
 // ListInstalls lists installs, optionally of one app.
 func (s *Service) ListInstalls(ctx context.Context, req *connect.Request[imsv1.ListInstallsRequest]) (*connect.Response[imsv1.ListInstallsResponse], error) {
+	sel, err := parseSelector("selector", req.Msg.Selector)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
 	appID := ""
 	if req.Msg.App != "" {
 		app, err := s.store.GetApp(ctx, req.Msg.App)
@@ -288,6 +296,7 @@ func (s *Service) ListInstalls(ctx context.Context, req *connect.Request[imsv1.L
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}
+	ins = matchInstalls(ins, sel)
 	out := &imsv1.ListInstallsResponse{}
 	mask := s.inputMasker()
 	for _, in := range ins {
@@ -681,6 +690,10 @@ func (s *Service) ListJobs(ctx context.Context, req *connect.Request[imsv1.ListJ
 		}
 		f.InstallID = in.ID
 	}
+	var err error
+	if f.InstallIDs, err = s.selectedInstalls(ctx, "selector", m.Selector); err != nil {
+		return nil, s.err(ctx, err)
+	}
 	jobs, next, err := s.store.ListJobs(ctx, f)
 	if err != nil {
 		return nil, s.err(ctx, err)
@@ -966,6 +979,10 @@ func linesToProto(lines []store.LogLine) []*imsv1.LogLine {
 // most every FleetCoalesce) and every FleetPoll, and sends only what differs
 // from what this stream sent before.
 func (s *Service) WatchInstalls(ctx context.Context, req *connect.Request[imsv1.WatchInstallsRequest], out *connect.ServerStream[imsv1.WatchInstallsResponse]) error {
+	sel, err := parseSelector("selector", req.Msg.Selector)
+	if err != nil {
+		return s.err(ctx, err)
+	}
 	appID := ""
 	if req.Msg.App != "" {
 		app, err := s.store.GetApp(ctx, req.Msg.App)
@@ -981,7 +998,7 @@ func (s *Service) WatchInstalls(ctx context.Context, req *connect.Request[imsv1.
 	for {
 		signal := s.hub.FleetSignal()
 		read := time.Now()
-		cur, err := s.fleet(ctx, appID)
+		cur, err := s.fleet(ctx, appID, sel)
 		if err != nil {
 			return s.err(ctx, err)
 		}
@@ -1026,7 +1043,7 @@ func (s *Service) WatchInstalls(ctx context.Context, req *connect.Request[imsv1.
 }
 
 // fleet reads every install's status, keyed by install id.
-func (s *Service) fleet(ctx context.Context, appID string) (map[string]*imsv1.InstallStatus, error) {
+func (s *Service) fleet(ctx context.Context, appID string, sel labels.Selector) (map[string]*imsv1.InstallStatus, error) {
 	fs, err := s.store.Fleet(ctx, appID)
 	if err != nil {
 		return nil, err
@@ -1041,9 +1058,9 @@ func (s *Service) fleet(ctx context.Context, appID string) (map[string]*imsv1.In
 	}
 	out := make(map[string]*imsv1.InstallStatus, len(fs.Installs))
 	mask := s.inputMasker()
-	for _, in := range fs.Installs {
+	for _, in := range matchInstalls(fs.Installs, sel) {
 		p := &imsv1.Install{Id: in.ID, AppId: in.AppID, Name: in.Name, Inputs: mask.inputs(ctx, in), CreateTime: ts(in.CreatedAt),
-			State: string(in.State), AppRevision: in.AppRevision, Settings: settingsToProto(in.Settings)}
+			State: string(in.State), AppRevision: in.AppRevision, Settings: settingsToProto(in.Settings), Labels: in.Labels}
 		p.Agent = s.agentStatus(fs.Agents[in.ID])
 		out[in.ID] = &imsv1.InstallStatus{
 			Install: p, AppName: appNames[in.AppID],
@@ -1075,7 +1092,8 @@ func (s *Service) installToProto(ctx context.Context, in store.Install) *imsv1.I
 // an answer, which share mask.
 func (s *Service) installToProtoMasked(ctx context.Context, in store.Install, mask *inputMasker) *imsv1.Install {
 	p := &imsv1.Install{Id: in.ID, AppId: in.AppID, Name: in.Name, Inputs: mask.inputs(ctx, in), CreateTime: ts(in.CreatedAt),
-		State: string(in.State), AppRevision: in.AppRevision, Settings: settingsToProto(in.Settings), Health: healthToProto(in.Health)}
+		State: string(in.State), AppRevision: in.AppRevision, Settings: settingsToProto(in.Settings), Health: healthToProto(in.Health),
+		Labels: in.Labels}
 	agents, err := s.store.AgentsForInstall(ctx, in.ID)
 	if err != nil {
 		return p

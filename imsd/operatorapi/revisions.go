@@ -165,7 +165,7 @@ func (s *Service) applyInstallFiles(ctx context.Context, a store.App, app, prev 
 		switch {
 		case errs.Is(err, errs.NotFound):
 			now := s.now()
-			in = store.Install{ID: auth.NewID("ins_"), AppID: a.ID, Name: f.Name, Inputs: inputs, CreatedAt: now, Settings: settings}
+			in = store.Install{ID: auth.NewID("ins_"), AppID: a.ID, Name: f.Name, Inputs: inputs, Labels: f.Labels, CreatedAt: now, Settings: settings}
 			secret, hash := auth.NewEnrollToken(s.cfg.SigningKeyID)
 			et := store.EnrollmentToken{Hash: hash, InstallID: in.ID, ExpiresAt: now.Add(DefaultEnrollTokenTTL), CreatedAt: now}
 			if err := s.store.CreateInstall(ctx, in, et); err != nil {
@@ -187,12 +187,22 @@ func (s *Service) applyInstallFiles(ctx context.Context, a store.App, app, prev 
 			mergedInputs, mergedSettings := mergeInstallFile(in, before, inputs, settings)
 			masked := func(name string) bool { return !known || sensitive[name] }
 			ia.Changes = installChanges(in, mergedInputs, mergedSettings, masked)
+			mergedLabels := mergeLabels(in.Labels, before, f.Labels)
+			labelChanges := labelChanges(in.Labels, mergedLabels)
+			ia.Changes = append(ia.Changes, labelChanges...)
 			if len(ia.Changes) == 0 {
 				ia.Op = "unchanged"
 				break
 			}
-			if in, err = s.store.UpdateInstall(ctx, in.ID, mergedInputs, mergedSettings, s.now()); err != nil {
-				return nil, fmt.Errorf("%s: %w", file, err)
+			if len(ia.Changes) > len(labelChanges) {
+				if in, err = s.store.UpdateInstall(ctx, in.ID, mergedInputs, mergedSettings, s.now()); err != nil {
+					return nil, fmt.Errorf("%s: %w", file, err)
+				}
+			}
+			if len(labelChanges) > 0 {
+				if in, err = s.store.SetInstallLabels(ctx, in.ID, mergedLabels, "token:"+callerFrom(ctx).Name, s.now()); err != nil {
+					return nil, fmt.Errorf("%s: %w", file, err)
+				}
 			}
 			ia.Op = "changed"
 			s.hub.FleetChanged()
@@ -257,6 +267,45 @@ func mergeInstallFile(in store.Install, before *config.InstallFile, inputs map[s
 		out.RequireApproval = nil
 	}
 	return merged, out
+}
+
+// mergeLabels is an install's labels cur with its file's labels applied:
+// the file wins for each label it names, a label the same install's file
+// in the previous revision (before, nil for none) named and this one no
+// longer does is removed, and labels set with byoc install label stay.
+func mergeLabels(cur map[string]string, before *config.InstallFile, file map[string]string) map[string]string {
+	out := maps.Clone(cur)
+	if out == nil {
+		out = map[string]string{}
+	}
+	if before != nil {
+		for k := range before.Labels {
+			if _, still := file[k]; !still {
+				delete(out, k)
+			}
+		}
+	}
+	maps.Copy(out, file)
+	return out
+}
+
+// labelChanges describes the change from labels a to b, one line per
+// label, in key order.
+func labelChanges(a, b map[string]string) []string {
+	var out []string
+	for _, k := range unionKeys(a, b) {
+		old, had := a[k]
+		nw, has := b[k]
+		switch {
+		case had && has && old != nw:
+			out = append(out, fmt.Sprintf("labels.%s: %q → %q", k, old, nw))
+		case had && !has:
+			out = append(out, fmt.Sprintf("labels.%s: %q → unset", k, old))
+		case !had && has:
+			out = append(out, fmt.Sprintf("labels.%s: unset → %q", k, nw))
+		}
+	}
+	return out
 }
 
 // installChanges describes what changes from install in to inputs and
@@ -368,7 +417,59 @@ func (s *Service) DiffAppRevisions(ctx context.Context, req *connect.Request[ims
 	if err := errors.Join(err1, err2); err != nil {
 		return nil, s.err(ctx, fmt.Errorf("diff revisions %d and %d of app %s: a revision no longer passes validation; push a corrected config and diff against it: %w", from.Number, to.Number, a.Name, err))
 	}
-	return connect.NewResponse(&imsv1.DiffAppRevisionsResponse{Changes: changesToProto(diff.Apps(oldApp, newApp))}), nil
+	out := &imsv1.DiffAppRevisionsResponse{Changes: changesToProto(diff.Apps(oldApp, newApp))}
+	if m.Installs || m.Selector != "" {
+		sel, err := parseSelector("selector", m.Selector)
+		if err != nil {
+			return nil, s.err(ctx, err)
+		}
+		ins, err := s.store.ListInstalls(ctx, a.ID)
+		if err != nil {
+			return nil, s.err(ctx, err)
+		}
+		for _, in := range matchInstalls(ins, sel) {
+			if in.State == store.InstallDeprovisioned {
+				continue
+			}
+			cs := diff.Install(oldApp, newApp, installSide(in, oldApp), installSide(in, newApp))
+			if len(cs) == 0 {
+				out.UnchangedInstalls++
+				continue
+			}
+			out.Installs = append(out.Installs, &imsv1.InstallConfigDiff{Install: in.Name, Changes: changesToProto(cs)})
+		}
+	}
+	return connect.NewResponse(out), nil
+}
+
+// installSide is what install in brings to revision app: for an install
+// managed from installs/*.toml, its stored inputs with the revision's
+// file's over them and the file's overrides (none if the revision has no
+// file for it); for another, what is stored.
+func installSide(in store.Install, app *config.App) diff.InstallSide {
+	if in.Settings.Source == "" {
+		return diff.InstallSide{Inputs: in.Inputs, Overrides: in.Settings.Overrides}
+	}
+	side := diff.InstallSide{Inputs: maps.Clone(in.Inputs)}
+	f := installFile(app, in.Name)
+	if f == nil {
+		return side
+	}
+	if side.Inputs == nil {
+		side.Inputs = map[string]string{}
+	}
+	for k, v := range f.Inputs {
+		side.Inputs[k] = config.InputText(v)
+	}
+	for name, o := range f.Components {
+		if len(o.Config) > 0 {
+			if side.Overrides == nil {
+				side.Overrides = map[string]map[string]any{}
+			}
+			side.Overrides[name] = o.Config
+		}
+	}
+	return side
 }
 
 // revision reads revision n of app a (0: the latest); a missing one is

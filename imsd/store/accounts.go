@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/byoc-dev/byoc/imsd/errs"
+	"github.com/byoc-dev/byoc/internal/labels"
 	"github.com/byoc-dev/byoc/schema/app/diag"
 )
 
@@ -147,9 +148,10 @@ type installRow struct {
 	HealthAt    int64  `db:"health_at"`
 	HealthError string `db:"health_error"`
 	HealthWF    string `db:"health_workflow_id"`
+	Labels      string `db:"labels"`
 }
 
-const installCols = `id, app_id, name, inputs, created_at, state, app_revision, settings, health, health_at, health_error, health_workflow_id`
+const installCols = `id, app_id, name, inputs, created_at, state, app_revision, settings, health, health_at, health_error, health_workflow_id, labels`
 
 func (r installRow) install() (Install, error) {
 	in, err := decodeMap(r.Inputs)
@@ -160,7 +162,11 @@ func (r installRow) install() (Install, error) {
 	if err := json.Unmarshal([]byte(r.Settings), &st); err != nil {
 		return Install{}, fmt.Errorf("install %s settings: %w", r.ID, err)
 	}
-	return Install{ID: r.ID, AppID: r.AppID, Name: r.Name, Inputs: in, CreatedAt: fromNanos(r.CreatedAt),
+	lb, err := decodeMap(r.Labels)
+	if err != nil {
+		return Install{}, fmt.Errorf("install %s labels: %w", r.ID, err)
+	}
+	return Install{ID: r.ID, AppID: r.AppID, Name: r.Name, Inputs: in, Labels: lb, CreatedAt: fromNanos(r.CreatedAt),
 		State: InstallState(r.State), AppRevision: r.AppRevision, Settings: st,
 		Health: InstallHealth{State: HealthState(r.Health), At: fromNanos(r.HealthAt), Error: r.HealthError, WorkflowID: r.HealthWF}}, nil
 }
@@ -190,6 +196,9 @@ func (s *Store) CreateInstall(ctx context.Context, in Install, tok EnrollmentTok
 	case tok.InstallID != "" && tok.InstallID != in.ID:
 		return errs.Field("enrollment_token.install_id", "is %q, want the new install %q", tok.InstallID, in.ID)
 	}
+	if err := labels.Validate(in.Labels); err != nil {
+		return errs.Field("labels", "%v", err)
+	}
 	tok.InstallID = in.ID
 	if err := validateEnrollmentToken(tok); err != nil {
 		return err
@@ -207,8 +216,8 @@ func (s *Store) CreateInstall(ctx context.Context, in Install, tok EnrollmentTok
 		if err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, s.bind(`INSERT INTO installs (id, app_id, name, inputs, created_at, settings) VALUES (?, ?, ?, ?, ?, ?)`),
-			in.ID, in.AppID, in.Name, encodeMap(in.Inputs), nanos(in.CreatedAt), string(settings))
+		_, err = tx.ExecContext(ctx, s.bind(`INSERT INTO installs (id, app_id, name, inputs, created_at, settings, labels) VALUES (?, ?, ?, ?, ?, ?, ?)`),
+			in.ID, in.AppID, in.Name, encodeMap(in.Inputs), nanos(in.CreatedAt), string(settings), encodeMap(in.Labels))
 		if isUnique(err) {
 			return errs.E(errs.AlreadyExists, "install %q already exists", in.Name)
 		}
@@ -216,7 +225,7 @@ func (s *Store) CreateInstall(ctx context.Context, in Install, tok EnrollmentTok
 			return err
 		}
 		if err := s.Audit(ctx, tx, AuditEvent{Chain: in.ID, At: in.CreatedAt, Kind: "install.created", Subject: "install:" + in.Name,
-			Data: map[string]string{"app_id": in.AppID, "inputs": strings.Join(slices.Sorted(maps.Keys(in.Inputs)), ",")}}); err != nil {
+			Data: createdData(in)}); err != nil {
 			return err
 		}
 		return s.insertEnrollmentToken(ctx, tx, tok)
@@ -560,4 +569,50 @@ func (s *Store) updateAgent(ctx context.Context, op, id string, then func(*txn) 
 		}
 		return nil
 	})
+}
+
+func createdData(in Install) map[string]string {
+	d := map[string]string{"app_id": in.AppID, "inputs": strings.Join(slices.Sorted(maps.Keys(in.Inputs)), ",")}
+	if len(in.Labels) > 0 {
+		d["labels"] = labels.Format(in.Labels)
+	}
+	return d
+}
+
+// SetInstallLabels replaces the labels of install id (an id, not a name)
+// with lbls, each key and value checked as Kubernetes checks them, and
+// records install.labeled (the labels before and after) with actor. An
+// unchanged set changes nothing and records nothing.
+func (s *Store) SetInstallLabels(ctx context.Context, id string, lbls map[string]string, actor string, now time.Time) (Install, error) {
+	if err := labels.Validate(lbls); err != nil {
+		return Install{}, errs.Field("labels", "%v", err)
+	}
+	var out Install
+	err := s.write(ctx, "set install labels", func(tx *txn) error {
+		var before string
+		err := tx.GetContext(ctx, &before, s.bind(`SELECT labels FROM installs WHERE id = ?`), id)
+		if errors.Is(err, sql.ErrNoRows) {
+			return errs.E(errs.NotFound, "install %q not found", id)
+		}
+		if err != nil {
+			return err
+		}
+		var r installRow
+		if err := tx.GetContext(ctx, &r, s.bind(`UPDATE installs SET labels = ? WHERE id = ? RETURNING `+installCols), encodeMap(lbls), id); err != nil {
+			return err
+		}
+		if out, err = r.install(); err != nil {
+			return err
+		}
+		if before == r.Labels {
+			return nil
+		}
+		old, err := decodeMap(before)
+		if err != nil {
+			return err
+		}
+		return s.Audit(ctx, tx, AuditEvent{Chain: out.ID, At: now, Kind: "install.labeled", Actor: actor, Subject: "install:" + out.Name,
+			Data: map[string]string{"before": labels.Format(old), "after": labels.Format(lbls)}})
+	})
+	return out, err
 }

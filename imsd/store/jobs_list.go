@@ -46,6 +46,15 @@ func (s *Store) ListJobs(ctx context.Context, f JobFilter) (jobs []Job, nextCurs
 		where = append(where, "install_id = ?")
 		args = append(args, f.InstallID)
 	}
+	if f.InstallIDs != nil {
+		if len(f.InstallIDs) == 0 {
+			return nil, "", nil
+		}
+		where = append(where, "install_id IN ("+placeholders(len(f.InstallIDs))+")")
+		for _, id := range f.InstallIDs {
+			args = append(args, id)
+		}
+	}
 	if len(f.States) > 0 {
 		for i, st := range f.States {
 			if !validState(st) {

@@ -100,10 +100,13 @@ type App struct {
 
 // Install is one instance of an app in one customer account.
 type Install struct {
-	ID        string
-	AppID     string
-	Name      string
-	Inputs    map[string]string
+	ID     string
+	AppID  string
+	Name   string
+	Inputs map[string]string
+	// Labels are key=value pairs (Kubernetes' syntax) that selectors pick
+	// installs by (internal/labels).
+	Labels    map[string]string
 	CreatedAt time.Time
 	// State is where the install is in its lifecycle; workflows move it.
 	State InstallState
@@ -333,7 +336,10 @@ type LogLine struct {
 // JobFilter selects jobs for ListJobs.
 type JobFilter struct {
 	InstallID string
-	States    []JobState
+	// InstallIDs, when not nil, keeps only the jobs of these installs (an
+	// empty list keeps none): what a label selector picked.
+	InstallIDs []string
+	States     []JobState
 	// Limit is at most 1000; 0 means 100.
 	Limit int
 	// Cursor continues a listing; it is the NextCursor of the previous page.

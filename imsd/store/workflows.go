@@ -325,6 +325,9 @@ func (s *Store) workflowSteps(ctx context.Context, id string) ([]Step, error) {
 // WorkflowFilter selects workflows for ListWorkflows.
 type WorkflowFilter struct {
 	InstallID string
+	// InstallIDs, when not nil, keeps only the workflows of these installs
+	// (an empty list keeps none): what a label selector picked.
+	InstallIDs []string
 	// Active keeps only workflows that have not ended.
 	Active bool
 	// Limit is at most 1000; 0 means 100.
@@ -341,12 +344,22 @@ func (s *Store) ListWorkflows(ctx context.Context, f WorkflowFilter) ([]Workflow
 		return nil, errs.Field("limit", "must be between 1 and 1000, got %d", limit)
 	}
 	q := `SELECT ` + workflowCols + ` FROM workflows WHERE (? = '' OR install_id = ?)`
+	args := []any{f.InstallID, f.InstallID}
+	if f.InstallIDs != nil {
+		if len(f.InstallIDs) == 0 {
+			return nil, nil
+		}
+		q += ` AND install_id IN (` + placeholders(len(f.InstallIDs)) + `)`
+		for _, id := range f.InstallIDs {
+			args = append(args, id)
+		}
+	}
 	if f.Active {
 		q += ` AND state IN ('queued', 'awaiting_approval', 'running')`
 	}
 	q += fmt.Sprintf(` ORDER BY created_at DESC, id DESC LIMIT %d`, limit)
 	var rows []workflowRow
-	if err := s.r.SelectContext(ctx, &rows, s.bind(q), f.InstallID, f.InstallID); err != nil {
+	if err := s.r.SelectContext(ctx, &rows, s.bind(q), args...); err != nil {
 		return nil, fmt.Errorf("list workflows: %w", err)
 	}
 	out := make([]Workflow, len(rows))

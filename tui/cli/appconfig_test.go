@@ -108,6 +108,22 @@ func TestAppValidateSchemas(t *testing.T) {
 	write("components/hello.toml", "type = \"greeting\"\nconfig.name = \"x\"\nconfig.size = \"{{ .inputs.size }}\"\n")
 	mustRun(t, "app", "validate", "--plugin-schema", describe, dir)
 
+	// An install's override is checked merged over the component's
+	// config, against the type's schema, at the override's line; what
+	// only the component's own config gets wrong is reported there once.
+	write("installs/acme.toml", "[components.hello.config]\nsize = \"big\"\n[components.job.config]\nstepz = []\n")
+	r = byoc(t, "app", "validate", "--plugin-schema", describe, dir)
+	want = []string{
+		"error: 2 problems in app config:",
+		`installs/acme.toml:2: components.hello.config.size: got string, want integer`,
+		`installs/acme.toml:4: components.job.config.stepz: unknown field (did you mean "steps"?)`,
+	}
+	if r.code != exitError || r.stderr != strings.Join(want, "\n  ")+"\n" {
+		t.Errorf("overrides: exit %d, stderr:\n%s\nwant:\n%s", r.code, r.stderr, strings.Join(want, "\n  "))
+	}
+	write("installs/acme.toml", "[components.hello.config]\nsize = 3\n")
+	mustRun(t, "app", "validate", "--plugin-schema", describe, dir)
+
 	bad := filepath.Join(t.TempDir(), "bad.json")
 	os.WriteFile(bad, []byte(`{"type": "action", "version": "1", "protocol": "1.1"}`), 0o644)
 	if r := byoc(t, "app", "validate", "--plugin-schema", bad, dir); r.code != exitUsage || !strings.Contains(r.stderr, `"action" is a built-in type`) {

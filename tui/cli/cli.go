@@ -88,6 +88,8 @@ type app struct {
 	format *outputFormat
 	// sortBy is a list command's --sort-by (sort.go).
 	sortBy string
+	// showLabels is install list's --show-labels: a LABELS column.
+	showLabels bool
 
 	// started is set once cobra has parsed and validated the command line
 	// and runs a command; errors before that are usage errors.

@@ -198,19 +198,26 @@ func (a *app) appRevisionsCommand() *cobra.Command {
 }
 
 func (a *app) appDiffCommand() *cobra.Command {
-	var detailed bool
+	var detailed, perInstall bool
+	var selector string
 	cmd := &cobra.Command{
-		Use:   "diff APP REV1 [REV2]",
+		Use:   "diff APP REV1 [REV2] [--installs | -l SELECTOR]",
 		Short: "Show what changed between two revisions of an app (REV2 defaults to the latest)",
 		Long: `Show what changed between two revisions of an app: per component, action,
 input, secret and install, each changed key with its old and new values
 (a sensitive input's are masked), and which script and policy files changed.
 REV2 defaults to the latest revision.
 
+With --installs (or -l SELECTOR, for the installs it matches), also what
+changes for each install: every component's config as the install gets
+it (its installs/NAME.toml overrides merged over the app's), key by key,
+old → new, and every input's value (a sensitive one masked).
+
 With --detailed-exitcode the exit code says whether there were changes,
 as terraform plan's does: 0 none, 2 some, 1 an error.`,
 		Example: `  byoc app diff shop 3           # revision 3 against the latest
-  byoc app diff shop 3 4 --detailed-exitcode || echo "changed or failed"`,
+  byoc app diff shop 3 4 --detailed-exitcode || echo "changed or failed"
+  byoc app diff shop 3 -l tier=canary   # and what changes for each canary install`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) < 2 || len(args) > 3 {
 				return usagef("want APP REV1 [REV2], got %d arguments", len(args))
@@ -230,21 +237,39 @@ as terraform plan's does: 0 none, 2 some, 1 an error.`,
 			if err != nil {
 				return err
 			}
-			res, err := c.DiffAppRevisions(cmd.Context(), connect.NewRequest(&imsv1.DiffAppRevisionsRequest{App: args[0], From: nums[0], To: nums[1]}))
+			res, err := c.DiffAppRevisions(cmd.Context(), connect.NewRequest(&imsv1.DiffAppRevisionsRequest{
+				App: args[0], From: nums[0], To: nums[1], Installs: perInstall, Selector: selector}))
 			if err != nil {
-				return c.wrap(err)
+				return withFlags(c.wrap(err), fieldFlag{"selector", "--selector"})
 			}
+			installs := perInstall || selector != ""
 			if a.jsonOutput() {
-				if err := writeJSONList(a.stdout, res.Msg.GetChanges()); err != nil || !detailed || len(res.Msg.GetChanges()) == 0 {
+				var err error
+				if installs {
+					err = writeJSON(a.stdout, res.Msg)
+				} else {
+					err = writeJSONList(a.stdout, res.Msg.GetChanges())
+				}
+				if err != nil || !detailed || len(res.Msg.GetChanges()) == 0 {
 					return err
 				}
 				return &exitCodeError{code: exitChanges}
 			}
 			if len(res.Msg.GetChanges()) == 0 {
 				fmt.Fprintln(a.stdout, "No changes.")
+			} else {
+				printChanges(a.stdout, res.Msg.GetChanges())
+			}
+			if installs {
+				fmt.Fprintf(a.stdout, "\nPer install: %d changed, %d unchanged.\n", len(res.Msg.GetInstalls()), res.Msg.GetUnchangedInstalls())
+				for _, in := range res.Msg.GetInstalls() {
+					fmt.Fprintf(a.stdout, "install %s:\n", in.GetInstall())
+					printChanges(a.stdout, in.GetChanges())
+				}
+			}
+			if len(res.Msg.GetChanges()) == 0 {
 				return nil
 			}
-			printChanges(a.stdout, res.Msg.GetChanges())
 			if detailed {
 				return &exitCodeError{code: exitChanges}
 			}
@@ -252,6 +277,8 @@ as terraform plan's does: 0 none, 2 some, 1 an error.`,
 		},
 	}
 	cmd.Flags().BoolVar(&detailed, "detailed-exitcode", false, "exit 0 when the revisions are the same, 2 when they differ, 1 on an error")
+	cmd.Flags().BoolVar(&perInstall, "installs", false, "also show what changes for each install (config per component with its overrides, inputs)")
+	selectorFlag(cmd, &selector, "installs (implies --installs)")
 	return cmd
 }
 

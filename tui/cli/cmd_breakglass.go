@@ -71,9 +71,9 @@ revoked. byoc breakglass list shows the state.`,
 }
 
 func (a *app) breakglassListCommand() *cobra.Command {
-	var install string
+	var install, selector string
 	c := &cobra.Command{
-		Use:   "list",
+		Use:   "list [--install INSTALL] [-l SELECTOR]",
 		Short: "List break-glass requests and grants: pending, approved (until when), denied, expired, revoked",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -81,9 +81,9 @@ func (a *app) breakglassListCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			res, err := c.ListBreakGlassGrants(cmd.Context(), connect.NewRequest(&imsv1.ListBreakGlassGrantsRequest{Install: install}))
+			res, err := c.ListBreakGlassGrants(cmd.Context(), connect.NewRequest(&imsv1.ListBreakGlassGrantsRequest{Install: install, Selector: selector}))
 			if err != nil {
-				return c.wrap(err)
+				return withFlags(c.wrap(err), fieldFlag{"selector", "--selector"})
 			}
 			if err := sortRows(a, res.Msg.GetGrants()); err != nil {
 				return err
@@ -116,5 +116,6 @@ func (a *app) breakglassListCommand() *cobra.Command {
 		},
 	}
 	c.Flags().StringVar(&install, "install", "", "only this install's")
+	selectorFlag(c, &selector, "grants of installs")
 	return c
 }

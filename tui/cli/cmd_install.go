@@ -3,6 +3,7 @@ package cli
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
+	"github.com/byoc-dev/byoc/internal/labels"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 	"github.com/byoc-dev/byoc/tui/console"
 )
@@ -20,6 +22,7 @@ func (a *app) installCommand() *cobra.Command {
 		a.installListCommand(),
 		a.installGetCommand(),
 		a.installTokenCommand(),
+		a.installLabelCommand(),
 		a.installProvisionCommand(),
 		a.installUpdateCommand(),
 		a.installPlanCommand(),
@@ -67,10 +70,10 @@ func (a *app) printEnrollment(c *client, install string, tok *imsv1.EnrollmentTo
 
 func (a *app) installCreateCommand() *cobra.Command {
 	var appName string
-	var inputs []string
+	var inputs, lbls []string
 	var ttl time.Duration
 	cmd := &cobra.Command{
-		Use:   "create NAME --app APP [--input KEY=VALUE ...] [--token-ttl 24h]",
+		Use:   "create NAME --app APP [--input KEY=VALUE ...] [--label KEY=VALUE ...] [--token-ttl 24h]",
 		Short: "Create an install of an app and print its agent's enrolment token",
 		Args:  exactArgs("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -82,6 +85,10 @@ func (a *app) installCreateCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			lc, err := labels.ParseChange(lbls)
+			if err != nil || len(lc.Remove) > 0 {
+				return usagef("--label: %v", cmp.Or(err, errors.New("takes KEY=VALUE")))
+			}
 			c, err := a.connect()
 			if err != nil {
 				return err
@@ -90,11 +97,12 @@ func (a *app) installCreateCommand() *cobra.Command {
 				App:                       appName,
 				Name:                      args[0],
 				Inputs:                    in,
+				Labels:                    lc.Set,
 				EnrollmentTokenTtlSeconds: secs,
 			}))
 			if err != nil {
 				return withFlags(c.wrap(err), fieldFlag{"inputs", "--input"}, fieldFlag{"app", "--app"},
-					fieldFlag{"enrollment_token_ttl_seconds", "--token-ttl"})
+					fieldFlag{"enrollment_token_ttl_seconds", "--token-ttl"}, fieldFlag{"labels", "--label"})
 			}
 			if a.jsonOutput() {
 				return writeJSON(a.stdout, res.Msg)
@@ -107,6 +115,7 @@ func (a *app) installCreateCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&appName, "app", "", "the app (name or id)")
 	cmd.Flags().StringArrayVar(&inputs, "input", nil, "an input as KEY=VALUE (repeatable)")
+	cmd.Flags().StringArrayVar(&lbls, "label", nil, "a label as KEY=VALUE (repeatable)")
 	cmd.Flags().DurationVar(&ttl, "token-ttl", 0, "enrolment token lifetime (default: the server's, 24h)")
 	_ = cmd.MarkFlagRequired("app")
 	return cmd
@@ -114,10 +123,14 @@ func (a *app) installCreateCommand() *cobra.Command {
 
 // installHeader is the header of install tables.
 func (a *app) installHeader() []string {
+	h := []string{"NAME", "APP", "STATE", "HEALTH", "REVISION", "AGENT", "LAST SEEN", "CREATED"}
 	if a.wideOutput() {
-		return []string{"NAME", "ID", "APP", "APP ID", "STATE", "HEALTH", "REVISION", "AGENT", "LAST SEEN", "CREATED"}
+		h = []string{"NAME", "ID", "APP", "APP ID", "STATE", "HEALTH", "REVISION", "AGENT", "LAST SEEN", "CREATED"}
 	}
-	return []string{"NAME", "APP", "STATE", "HEALTH", "REVISION", "AGENT", "LAST SEEN", "CREATED"}
+	if a.showLabels || a.wideOutput() {
+		h = append(h, "LABELS")
+	}
+	return h
 }
 
 // installRow is install ins's row of an install table; appNames maps app
@@ -126,6 +139,9 @@ func (a *app) installRow(ins *imsv1.Install, appNames map[string]string, now tim
 	app := cmp.Or(appNames[ins.GetAppId()], ins.GetAppId())
 	rest := []string{ins.GetState(), healthState(ins.GetHealth()), fmt.Sprint(ins.GetAppRevision()), agentState(ins.GetAgent()),
 		heard(now, ins.GetAgent()), ago(now, ins.GetCreateTime())}
+	if a.showLabels || a.wideOutput() {
+		rest = append(rest, cmp.Or(labels.Format(ins.GetLabels()), "<none>"))
+	}
 	if a.wideOutput() {
 		return append([]string{ins.GetName(), ins.GetId(), app, ins.GetAppId()}, rest...)
 	}
@@ -133,10 +149,10 @@ func (a *app) installRow(ins *imsv1.Install, appNames map[string]string, now tim
 }
 
 func (a *app) installListCommand() *cobra.Command {
-	var appName string
+	var appName, selector string
 	var watch bool
 	cmd := &cobra.Command{
-		Use:     "list [--app APP] [--watch]",
+		Use:     "list [--app APP] [-l SELECTOR] [--show-labels] [--watch]",
 		Aliases: []string{"ls"},
 		Short:   "List installs and whether their agents are connected",
 		Args:    noArgs,
@@ -146,11 +162,11 @@ func (a *app) installListCommand() *cobra.Command {
 				return err
 			}
 			if watch {
-				return a.watchInstalls(cmd.Context(), c, appName)
+				return a.watchInstalls(cmd.Context(), c, appName, selector)
 			}
-			res, err := c.ListInstalls(cmd.Context(), connect.NewRequest(&imsv1.ListInstallsRequest{App: appName}))
+			res, err := c.ListInstalls(cmd.Context(), connect.NewRequest(&imsv1.ListInstallsRequest{App: appName, Selector: selector}))
 			if err != nil {
-				return c.wrap(err)
+				return withFlags(c.wrap(err), fieldFlag{"selector", "--selector"})
 			}
 			if err := sortRows(a, res.Msg.GetInstalls()); err != nil {
 				return err
@@ -159,6 +175,10 @@ func (a *app) installListCommand() *cobra.Command {
 				return writeJSONList(a.stdout, res.Msg.GetInstalls())
 			}
 			if len(res.Msg.GetInstalls()) == 0 {
+				if selector != "" {
+					fmt.Fprintf(a.stderr, "No installs match %s.\n", selector)
+					return nil
+				}
 				fmt.Fprintln(a.stderr, "No installs; create one with: byoc install create NAME --app APP")
 				return nil
 			}
@@ -174,6 +194,8 @@ func (a *app) installListCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&appName, "app", "", "only installs of this app (name or id)")
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "after the list, print each install again as it changes (its agent, state, health) until Ctrl-C")
+	selectorFlag(cmd, &selector, "installs")
+	cmd.Flags().BoolVar(&a.showLabels, "show-labels", false, "add a LABELS column (-o wide has it too)")
 	return cmd
 }
 
@@ -327,6 +349,7 @@ func (a *app) installGetCommand() *cobra.Command {
 			}
 			f.add("Created", when(now, ins.GetCreateTime()))
 			f.add("Inputs", keyValues(ins.GetInputs()))
+			f.add("Labels", cmp.Or(labels.Format(ins.GetLabels()), "<none>"))
 			f.add("State", ins.GetState())
 			f.add("Health", healthText(now, ins.GetHealth()))
 			if ins.GetAppRevision() > 0 {

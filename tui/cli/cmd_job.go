@@ -292,12 +292,12 @@ func (a *app) jobRow(j *imsv1.Job, installNames map[string]string, now time.Time
 }
 
 func (a *app) jobListCommand() *cobra.Command {
-	var install string
+	var install, selector string
 	var watch bool
 	var states []string
 	var limit int
 	cmd := &cobra.Command{
-		Use:     "list [--install I] [--state queued,running,...] [--limit N] [--watch]",
+		Use:     "list [--install I] [-l SELECTOR] [--state queued,running,...] [--limit N] [--watch]",
 		Aliases: []string{"ls"},
 		Short:   "List jobs, newest first",
 		Args:    noArgs,
@@ -319,12 +319,13 @@ func (a *app) jobListCommand() *cobra.Command {
 				for len(jobs) < limit {
 					res, err := c.ListJobs(ctx, connect.NewRequest(&imsv1.ListJobsRequest{
 						Install:   install,
+						Selector:  selector,
 						States:    st,
 						PageSize:  int32(min(limit-len(jobs), maxPageSize)),
 						PageToken: token,
 					}))
 					if err != nil {
-						return nil, c.wrap(err)
+						return nil, withFlags(c.wrap(err), fieldFlag{"selector", "--selector"})
 					}
 					jobs = append(jobs, res.Msg.GetJobs()...)
 					token = res.Msg.GetNextPageToken()
@@ -367,6 +368,7 @@ func (a *app) jobListCommand() *cobra.Command {
 	f := cmd.Flags()
 	f.BoolVarP(&watch, "watch", "w", false, "after the list, print each job again as it changes (new jobs too) until Ctrl-C")
 	f.StringVar(&install, "install", "", "only jobs of this install (name or id)")
+	selectorFlag(cmd, &selector, "jobs of installs")
 	f.StringSliceVar(&states, "state", nil, "only jobs in these states (comma-separated or repeated)")
 	f.IntVar(&limit, "limit", 100, "list at most this many jobs")
 	return cmd

@@ -530,11 +530,11 @@ func (a *app) printPlanGroups(ctx context.Context, c *client, installs []string,
 }
 
 func (a *app) workflowListCommand() *cobra.Command {
-	var install string
+	var install, selector string
 	var active bool
 	var limit int32
 	cmd := &cobra.Command{
-		Use:     "list [--install INSTALL] [--active]",
+		Use:     "list [--install INSTALL] [-l SELECTOR] [--active]",
 		Aliases: []string{"ls"},
 		Short:   "List workflows, newest first",
 		Args:    noArgs,
@@ -543,9 +543,9 @@ func (a *app) workflowListCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			res, err := c.ListWorkflows(cmd.Context(), connect.NewRequest(&imsv1.ListWorkflowsRequest{Install: install, Active: active, PageSize: limit}))
+			res, err := c.ListWorkflows(cmd.Context(), connect.NewRequest(&imsv1.ListWorkflowsRequest{Install: install, Active: active, PageSize: limit, Selector: selector}))
 			if err != nil {
-				return c.wrap(err)
+				return withFlags(c.wrap(err), fieldFlag{"selector", "--selector"})
 			}
 			if err := sortRows(a, res.Msg.GetWorkflows()); err != nil {
 				return err
@@ -567,6 +567,7 @@ func (a *app) workflowListCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&install, "install", "", "only workflows of this install")
+	selectorFlag(cmd, &selector, "workflows of installs")
 	cmd.Flags().BoolVar(&active, "active", false, "only workflows that have not ended")
 	cmd.Flags().Int32Var(&limit, "limit", 0, "at most this many (default 100)")
 	return cmd

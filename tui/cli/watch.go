@@ -129,13 +129,13 @@ func (a *app) watchJobs(ctx context.Context, c *client, fetch func(context.Conte
 
 // watchInstalls prints the installs (of appName, if set) as WatchInstalls
 // sends them: all at first, then each as it changes.
-func (a *app) watchInstalls(ctx context.Context, c *client, appName string) error {
-	stream, err := c.WatchInstalls(ctx, connect.NewRequest(&imsv1.WatchInstallsRequest{App: appName}))
+func (a *app) watchInstalls(ctx context.Context, c *client, appName, selector string) error {
+	stream, err := c.WatchInstalls(ctx, connect.NewRequest(&imsv1.WatchInstallsRequest{App: appName, Selector: selector}))
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
-		return c.wrap(err)
+		return withFlags(c.wrap(err), fieldFlag{"selector", "--selector"})
 	}
 	defer stream.Close()
 	t := &watchTable{w: a.stdout}

@@ -92,6 +92,31 @@ func TestFilterSubstringAndKeyValue(t *testing.T) {
 	mustNotContain(t, s, "acme")
 }
 
+// A filter that is a label selector matches labels, and fields or inputs
+// where no label has the key; one that does not parse is words.
+func TestFilterLabelSelector(t *testing.T) {
+	m := newTestModel(t, Options{})
+	feed(m, snapshot())
+	for _, tc := range []struct {
+		filter    string
+		want, not []string
+	}{
+		{"ring=canary", []string{"acme", "1 of 4"}, []string{"globex", "umbrella"}},
+		{"ring!=canary", []string{"globex", "initech", "umbrella", "3 of 4"}, []string{"acme"}},
+		{"ring in (canary,prod),!legacy", []string{"acme", "globex", "2 of 4"}, []string{"umbrella", "initech"}},
+		{"ring,state=failed", []string{"globex", "1 of 4"}, []string{"acme"}},
+		{"example.com/team=a", []string{"acme", "1 of 4"}, []string{"globex"}},
+		{"example.com/team", []string{"no install matches"}, nil}, // no operator: a word
+		{"legacy", []string{"no install matches"}, nil},           // a word, not a selector: no name holds it
+		{"ring=prod umbrella", []string{"umbrella", "1 of 4"}, []string{"globex"}},
+	} {
+		press(m, "esc", "/", tc.filter, "enter")
+		s := screen(m)
+		mustContain(t, s, tc.want...)
+		mustNotContain(t, s, tc.not...)
+	}
+}
+
 func TestSortCyclesColumnsAndKeepsSelection(t *testing.T) {
 	m := newTestModel(t, Options{})
 	feed(m, snapshot())
@@ -495,6 +520,9 @@ func TestGoldens(t *testing.T) {
 		"fleet": func(m *Model) {},
 		"fleet-filtered": func(m *Model) {
 			press(m, "/", "region=eu-west-1", "enter")
+		},
+		"fleet-selector": func(m *Model) {
+			press(m, "/", "ring in (canary,prod),!legacy", "enter")
 		},
 		"install": func(m *Model) {
 			press(m, "enter")

@@ -70,6 +70,10 @@ func snapshot() *imsv1.WatchInstallsResponse {
 	umbrella.Install.State, umbrella.Install.AppRevision = "deprovisioned", 1
 	initech := status("initech", "billing", "none", 0, 0, 1, nil)
 	initech.Install.State = "new"
+	// Labels: selectors in the / filter match them.
+	acme.Install.Labels = map[string]string{"ring": "canary", "example.com/team": "a"}
+	globex.Install.Labels = map[string]string{"ring": "prod"}
+	umbrella.Install.Labels = map[string]string{"ring": "prod", "legacy": ""}
 	return &imsv1.WatchInstallsResponse{Snapshot: true, Installs: []*imsv1.InstallStatus{
 		acme, globex, initech, umbrella,
 	}}

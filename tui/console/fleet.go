@@ -2,11 +2,13 @@ package console
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/byoc-dev/byoc/internal/labels"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
 
@@ -266,20 +268,49 @@ func lastSeen(s *imsv1.InstallStatus) time.Time {
 	return time.Time{}
 }
 
-// refilter applies the filter: words separated by spaces must all match;
-// a word key=value matches a field (name, app, state, health, agent, id)
-// or an input of
-// that name exactly (inputs stand in for labels until installs have them;
-// masked inputs never match), any other word is a case-insensitive
-// substring of the name, app or id.
+// refilter applies the filter. A filter that is a label selector
+// (kubectl's syntax: "tier=canary,region in (eu,us),!legacy") matches the
+// install's labels, and where the install has no label of a key, its
+// field of that name (name, app, state, health, agent, id) or a
+// non-sensitive input. Any other filter is words separated by spaces that
+// must all match: a word key=value matches a label, field or input of
+// that name exactly, any other word is a case-insensitive substring of
+// the name, app or id.
 func (f *fleet) refilter() {
 	f.visible = f.visible[:0]
+	sel, isSel := filterSelector(f.filter)
 	terms := f.terms()
 	for _, s := range f.sorted {
-		if matches(s, terms) {
+		if isSel && sel.Matches(attributes(s)) || !isSel && matches(s, terms) {
 			f.visible = append(f.visible, s)
 		}
 	}
+}
+
+// filterSelector parses a filter as a label selector when it looks like
+// one (it holds '=', '!', '<', '>' or " in (") and parses; otherwise the
+// filter is words.
+func filterSelector(filter string) (labels.Selector, bool) {
+	if !labels.LooksLikeSelector(filter) {
+		return labels.Selector{}, false
+	}
+	sel, err := labels.Parse(filter)
+	return sel, err == nil
+}
+
+// attributes are what a selector filter matches an install by: its
+// labels, then for keys no label has, its fields and non-sensitive inputs.
+func attributes(s *imsv1.InstallStatus) map[string]string {
+	m := map[string]string{}
+	for k, v := range s.Install.Inputs {
+		if !sensitive(k) {
+			m[k] = v
+		}
+	}
+	m["name"], m["app"], m["id"] = s.Install.Name, s.AppName, s.Install.Id
+	m["state"], m["health"], m["agent"] = installState(s), healthState(s), agentState(s)
+	maps.Copy(m, s.Install.Labels)
+	return m
 }
 
 func matches(s *imsv1.InstallStatus, terms []string) bool {
@@ -313,6 +344,11 @@ func fieldIs(s *imsv1.InstallStatus, k, v string) bool {
 		return healthState(s) == v
 	case "id":
 		return strings.ToLower(s.Install.Id) == v
+	}
+	for lk, lv := range s.Install.Labels {
+		if strings.ToLower(lk) == k {
+			return strings.ToLower(lv) == v
+		}
 	}
 	for ik, iv := range s.Install.Inputs {
 		if strings.ToLower(ik) == k && !sensitive(ik) {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 
 	tea "charm.land/bubbletea/v2"
@@ -180,6 +181,26 @@ func filterJobs(e *env, jobs []*imsv1.Job, filter string) []*imsv1.Job {
 		return jobs
 	}
 	var out []*imsv1.Job
+	if sel, ok := filterSelector(filter); ok {
+		// A selector picks the jobs of the installs whose labels (or
+		// fields) match, and matches the job's own fields where no
+		// install attribute has the key.
+		for _, j := range jobs {
+			m := map[string]string{}
+			s := e.fleet.byID[j.InstallId]
+			if s != nil {
+				m = attributes(s)
+			}
+			m["state"], m["type"], m["component"], m["install"] = stateName(j.State), j.ComponentType, j.Component, e.installName(j.InstallId)
+			if s != nil {
+				maps.Copy(m, s.Install.Labels)
+			}
+			if sel.Matches(m) {
+				out = append(out, j)
+			}
+		}
+		return out
+	}
 	for _, j := range jobs {
 		hay := strings.ToLower(strings.Join([]string{j.Id, e.installName(j.InstallId), j.Component, stateName(j.State), j.ComponentType, j.Operation, j.CreatedBy}, " "))
 		ok := true

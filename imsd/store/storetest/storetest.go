@@ -41,6 +41,7 @@ func Run(t *testing.T, open OpenFunc) {
 		{"AppRevisions", testAppRevisions},
 		{"PluginTypes", testPluginTypes},
 		{"Installs", testInstalls},
+		{"InstallLabels", testInstallLabels},
 		{"Enroll", testEnroll},
 		{"EnrollConcurrent", testEnrollConcurrent},
 		{"Agents", testAgents},

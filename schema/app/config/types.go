@@ -172,6 +172,7 @@ type BreakGlassRole struct {
 type InstallFile struct {
 	Name            string                       `toml:"name" doc:"The install's name; defaults to the file name without .toml."`
 	Inputs          map[string]any               `toml:"inputs" doc:"Input values, by input name."`
+	Labels          map[string]string            `toml:"labels" doc:"Labels (key = \"value\", as Kubernetes writes label keys and values) that selectors pick the install by: byoc install list -l tier=canary."`
 	RequireApproval *bool                        `toml:"require_approval" doc:"Overrides install_defaults.require_approval."`
 	Parallelism     int                          `toml:"parallelism" doc:"Overrides install_defaults.parallelism."`
 	Components      map[string]ComponentOverride `toml:"components" doc:"Per-component overrides, by component name."`

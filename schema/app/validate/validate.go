@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/byoc-dev/byoc/internal/labels"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	"github.com/byoc-dev/byoc/schema/app/config"
 	"github.com/byoc-dev/byoc/schema/app/cron"
@@ -288,7 +289,7 @@ func (v *validator) component(file string, c *config.Component) {
 		if check, ok := v.types[c.Type]; !ok && !v.anyType {
 			v.errf(file, "type", v.unknownTypeHint(c.Type), "no component type %q", c.Type)
 		} else if check != nil {
-			v.configProblems(file, check(c.Config))
+			v.configProblems(file, "config", check(c.Config))
 		}
 	}
 	if c.Timeout < 0 || time.Duration(c.Timeout) > maxTimeout {
@@ -368,7 +369,7 @@ func (v *validator) unknownTypeHint(typ string) string {
 // An unknown field close to a known one says which it may mean, and then
 // the known field's "is required", the same typo's other half, is left
 // out.
-func (v *validator) configProblems(file string, ps []FieldProblem) {
+func (v *validator) configProblems(file, prefix string, ps []FieldProblem) {
 	meant := map[string]bool{}
 	for i, p := range ps {
 		known, ok := strings.CutPrefix(p.Hint, knownFieldsHint)
@@ -386,7 +387,7 @@ func (v *validator) configProblems(file string, ps []FieldProblem) {
 		if p.Message == "is required" && meant[p.Field] {
 			continue
 		}
-		key := "config"
+		key := prefix
 		switch {
 		case strings.HasPrefix(p.Field, "["):
 			key += p.Field
@@ -766,6 +767,14 @@ func (v *validator) install(file string, in *config.InstallFile) {
 		v.errf(file, "parallelism", "", "must be between 1 and 64, got %d", in.Parallelism)
 	}
 	v.inputValues(file, "inputs", in.Inputs, true)
+	for _, k := range sortedKeys(in.Labels) {
+		key := diag.Join("labels", k)
+		if err := labels.ValidateKey(k); err != nil {
+			v.errf(file, key, "", "%v", err)
+		} else if err := labels.ValidateValue(k, in.Labels[k]); err != nil {
+			v.errf(file, key, "", "%v", err)
+		}
+	}
 	names := v.components
 	if v.a.Sandbox != nil {
 		names = append(slices.Clone(names), "sandbox")
@@ -776,10 +785,46 @@ func (v *validator) install(file string, in *config.InstallFile) {
 			continue
 		}
 		v.configLimits(file, diag.Join("components", c)+".config", in.Components[c].Config)
+		v.overrideSchema(file, c, in.Components[c].Config)
 		template.EachString(diag.Join("components", c)+".config", in.Components[c].Config, func(key, s string) {
 			v.refs(file, key, s, c)
 		})
 	}
+}
+
+// overrideSchema checks component c's config with an install's override
+// merged over it against the component type's schema, and reports, in the
+// install's file at the override's keys, each problem the merge adds
+// (what is wrong with the component's own config is reported there).
+func (v *validator) overrideSchema(file, c string, over map[string]any) {
+	comp := v.a.Sandbox
+	if c != "sandbox" {
+		comp = nil
+		for _, x := range v.a.Components {
+			if x.Name == c {
+				comp = x
+			}
+		}
+	}
+	if comp == nil {
+		return
+	}
+	check := v.types[comp.Type]
+	if check == nil {
+		return
+	}
+	type problem struct{ field, msg string }
+	had := map[problem]bool{}
+	for _, p := range check(comp.Config) {
+		had[problem{p.Field, p.Message}] = true
+	}
+	var added []FieldProblem
+	for _, p := range check(template.Merge(comp.Config, over)) {
+		if !had[problem{p.Field, p.Message}] {
+			added = append(added, p)
+		}
+	}
+	v.configProblems(file, diag.Join("components", c)+".config", added)
 }
 
 func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }

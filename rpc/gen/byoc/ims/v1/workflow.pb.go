@@ -917,7 +917,10 @@ type ListWorkflowsRequest struct {
 	// active keeps only workflows that have not ended.
 	Active bool `protobuf:"varint,2,opt,name=active,proto3" json:"active,omitempty"`
 	// page_size defaults to 100 and is at most 1000.
-	PageSize      int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// selector keeps the workflows of installs whose labels match a label
+	// selector, as in ListInstallsRequest.
+	Selector      string `protobuf:"bytes,4,opt,name=selector,proto3" json:"selector,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -971,6 +974,13 @@ func (x *ListWorkflowsRequest) GetPageSize() int32 {
 		return x.PageSize
 	}
 	return 0
+}
+
+func (x *ListWorkflowsRequest) GetSelector() string {
+	if x != nil {
+		return x.Selector
+	}
+	return ""
 }
 
 type ListWorkflowsResponse struct {
@@ -1482,11 +1492,12 @@ const file_byoc_ims_v1_workflow_proto_rawDesc = "" +
 	"\fapp_revision\x18\x03 \x01(\x03R\vappRevision\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\"J\n" +
 	"\x15StartWorkflowResponse\x121\n" +
-	"\bworkflow\x18\x01 \x01(\v2\x15.byoc.ims.v1.WorkflowR\bworkflow\"e\n" +
+	"\bworkflow\x18\x01 \x01(\v2\x15.byoc.ims.v1.WorkflowR\bworkflow\"\x81\x01\n" +
 	"\x14ListWorkflowsRequest\x12\x18\n" +
 	"\ainstall\x18\x01 \x01(\tR\ainstall\x12\x16\n" +
 	"\x06active\x18\x02 \x01(\bR\x06active\x12\x1b\n" +
-	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\"L\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1a\n" +
+	"\bselector\x18\x04 \x01(\tR\bselector\"L\n" +
 	"\x15ListWorkflowsResponse\x123\n" +
 	"\tworkflows\x18\x01 \x03(\v2\x15.byoc.ims.v1.WorkflowR\tworkflows\"$\n" +
 	"\x12GetWorkflowRequest\x12\x0e\n" +

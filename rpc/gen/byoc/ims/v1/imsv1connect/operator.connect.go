@@ -73,6 +73,9 @@ const (
 	// OperatorServiceCreateEnrollmentTokenProcedure is the fully-qualified name of the
 	// OperatorService's CreateEnrollmentToken RPC.
 	OperatorServiceCreateEnrollmentTokenProcedure = "/byoc.ims.v1.OperatorService/CreateEnrollmentToken"
+	// OperatorServiceLabelInstallProcedure is the fully-qualified name of the OperatorService's
+	// LabelInstall RPC.
+	OperatorServiceLabelInstallProcedure = "/byoc.ims.v1.OperatorService/LabelInstall"
 	// OperatorServiceUpdateInstallProcedure is the fully-qualified name of the OperatorService's
 	// UpdateInstall RPC.
 	OperatorServiceUpdateInstallProcedure = "/byoc.ims.v1.OperatorService/UpdateInstall"
@@ -230,6 +233,9 @@ type OperatorServiceClient interface {
 	// CreateEnrollmentToken issues a fresh single-use enrolment token for an
 	// install, for example to replace its agent.
 	CreateEnrollmentToken(context.Context, *connect.Request[v1.CreateEnrollmentTokenRequest]) (*connect.Response[v1.CreateEnrollmentTokenResponse], error)
+	// LabelInstall sets and removes an install's labels, as kubectl label
+	// does: changing a label's value needs overwrite.
+	LabelInstall(context.Context, *connect.Request[v1.LabelInstallRequest]) (*connect.Response[v1.LabelInstallResponse], error)
 	// UpdateInstall changes an install's inputs and settings and, with
 	// deploy, queues an update workflow that applies them.
 	UpdateInstall(context.Context, *connect.Request[v1.UpdateInstallRequest]) (*connect.Response[v1.UpdateInstallResponse], error)
@@ -448,6 +454,12 @@ func NewOperatorServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			httpClient,
 			baseURL+OperatorServiceCreateEnrollmentTokenProcedure,
 			connect.WithSchema(operatorServiceMethods.ByName("CreateEnrollmentToken")),
+			connect.WithClientOptions(opts...),
+		),
+		labelInstall: connect.NewClient[v1.LabelInstallRequest, v1.LabelInstallResponse](
+			httpClient,
+			baseURL+OperatorServiceLabelInstallProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("LabelInstall")),
 			connect.WithClientOptions(opts...),
 		),
 		updateInstall: connect.NewClient[v1.UpdateInstallRequest, v1.UpdateInstallResponse](
@@ -709,6 +721,7 @@ type operatorServiceClient struct {
 	listInstallDrift      *connect.Client[v1.ListInstallDriftRequest, v1.ListInstallDriftResponse]
 	watchInstalls         *connect.Client[v1.WatchInstallsRequest, v1.WatchInstallsResponse]
 	createEnrollmentToken *connect.Client[v1.CreateEnrollmentTokenRequest, v1.CreateEnrollmentTokenResponse]
+	labelInstall          *connect.Client[v1.LabelInstallRequest, v1.LabelInstallResponse]
 	updateInstall         *connect.Client[v1.UpdateInstallRequest, v1.UpdateInstallResponse]
 	planInstall           *connect.Client[v1.PlanInstallRequest, v1.PlanInstallResponse]
 	startWorkflow         *connect.Client[v1.StartWorkflowRequest, v1.StartWorkflowResponse]
@@ -819,6 +832,11 @@ func (c *operatorServiceClient) WatchInstalls(ctx context.Context, req *connect.
 // CreateEnrollmentToken calls byoc.ims.v1.OperatorService.CreateEnrollmentToken.
 func (c *operatorServiceClient) CreateEnrollmentToken(ctx context.Context, req *connect.Request[v1.CreateEnrollmentTokenRequest]) (*connect.Response[v1.CreateEnrollmentTokenResponse], error) {
 	return c.createEnrollmentToken.CallUnary(ctx, req)
+}
+
+// LabelInstall calls byoc.ims.v1.OperatorService.LabelInstall.
+func (c *operatorServiceClient) LabelInstall(ctx context.Context, req *connect.Request[v1.LabelInstallRequest]) (*connect.Response[v1.LabelInstallResponse], error) {
+	return c.labelInstall.CallUnary(ctx, req)
 }
 
 // UpdateInstall calls byoc.ims.v1.OperatorService.UpdateInstall.
@@ -1057,6 +1075,9 @@ type OperatorServiceHandler interface {
 	// CreateEnrollmentToken issues a fresh single-use enrolment token for an
 	// install, for example to replace its agent.
 	CreateEnrollmentToken(context.Context, *connect.Request[v1.CreateEnrollmentTokenRequest]) (*connect.Response[v1.CreateEnrollmentTokenResponse], error)
+	// LabelInstall sets and removes an install's labels, as kubectl label
+	// does: changing a label's value needs overwrite.
+	LabelInstall(context.Context, *connect.Request[v1.LabelInstallRequest]) (*connect.Response[v1.LabelInstallResponse], error)
 	// UpdateInstall changes an install's inputs and settings and, with
 	// deploy, queues an update workflow that applies them.
 	UpdateInstall(context.Context, *connect.Request[v1.UpdateInstallRequest]) (*connect.Response[v1.UpdateInstallResponse], error)
@@ -1271,6 +1292,12 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 		OperatorServiceCreateEnrollmentTokenProcedure,
 		svc.CreateEnrollmentToken,
 		connect.WithSchema(operatorServiceMethods.ByName("CreateEnrollmentToken")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceLabelInstallHandler := connect.NewUnaryHandler(
+		OperatorServiceLabelInstallProcedure,
+		svc.LabelInstall,
+		connect.WithSchema(operatorServiceMethods.ByName("LabelInstall")),
 		connect.WithHandlerOptions(opts...),
 	)
 	operatorServiceUpdateInstallHandler := connect.NewUnaryHandler(
@@ -1543,6 +1570,8 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 			operatorServiceWatchInstallsHandler.ServeHTTP(w, r)
 		case OperatorServiceCreateEnrollmentTokenProcedure:
 			operatorServiceCreateEnrollmentTokenHandler.ServeHTTP(w, r)
+		case OperatorServiceLabelInstallProcedure:
+			operatorServiceLabelInstallHandler.ServeHTTP(w, r)
 		case OperatorServiceUpdateInstallProcedure:
 			operatorServiceUpdateInstallHandler.ServeHTTP(w, r)
 		case OperatorServicePlanInstallProcedure:
@@ -1686,6 +1715,10 @@ func (UnimplementedOperatorServiceHandler) WatchInstalls(context.Context, *conne
 
 func (UnimplementedOperatorServiceHandler) CreateEnrollmentToken(context.Context, *connect.Request[v1.CreateEnrollmentTokenRequest]) (*connect.Response[v1.CreateEnrollmentTokenResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.CreateEnrollmentToken is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) LabelInstall(context.Context, *connect.Request[v1.LabelInstallRequest]) (*connect.Response[v1.LabelInstallResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.LabelInstall is not implemented"))
 }
 
 func (UnimplementedOperatorServiceHandler) UpdateInstall(context.Context, *connect.Request[v1.UpdateInstallRequest]) (*connect.Response[v1.UpdateInstallResponse], error) {
