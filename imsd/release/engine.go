@@ -16,6 +16,7 @@ import (
 	"github.com/byoc-dev/byoc/imsd/errs"
 	"github.com/byoc-dev/byoc/imsd/store"
 	"github.com/byoc-dev/byoc/imsd/workflow"
+	"github.com/byoc-dev/byoc/internal/labels"
 )
 
 // Selection picks the installs of a release.
@@ -33,16 +34,27 @@ type Windows interface {
 	Open(ctx context.Context, in store.Install, now time.Time) (open bool, next time.Time, why string, err error)
 }
 
-// AllInstalls is the Selection without labels: every install of the
-// app, by name; a selector is refused.
-type AllInstalls struct{ Store *store.Store }
+// ByLabels is the Selection by label selector: the installs of the app
+// whose labels match, by name.
+type ByLabels struct{ Store *store.Store }
 
 // Installs implements Selection.
-func (a AllInstalls) Installs(ctx context.Context, appID, selector string) ([]store.Install, error) {
-	if selector != "" {
-		return nil, errs.Field("selector", "this imsd has no install labels to select by")
+func (a ByLabels) Installs(ctx context.Context, appID, selector string) ([]store.Install, error) {
+	sel, err := labels.Parse(selector)
+	if err != nil {
+		return nil, errs.Field("selector", "%v", err)
 	}
-	return a.Store.ListInstalls(ctx, appID)
+	all, err := a.Store.ListInstalls(ctx, appID)
+	if err != nil {
+		return nil, err
+	}
+	var out []store.Install
+	for _, in := range all {
+		if sel.Matches(in.Labels) {
+			out = append(out, in)
+		}
+	}
+	return out, nil
 }
 
 // startBatch is how many installs one write starts.
@@ -72,7 +84,7 @@ type Engine struct {
 // NewEngine returns an engine over st; wf plans installs and runs their
 // workflows; now is the release clock (maintenance windows, pauses).
 func NewEngine(st *store.Store, hub *dispatch.Hub, wf *workflow.Engine, now func() time.Time, log *slog.Logger) *Engine {
-	return &Engine{st: st, hub: hub, wf: wf, now: now, log: log, Interval: 2 * time.Second, Select: AllInstalls{st},
+	return &Engine{st: st, hub: hub, wf: wf, now: now, log: log, Interval: 2 * time.Second, Select: ByLabels{st},
 		kicked: map[string]bool{}, wake: make(chan struct{}, 1)}
 }
 

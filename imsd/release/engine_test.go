@@ -370,6 +370,32 @@ func TestReleaseWindowsPauseAndReplicas(t *testing.T) {
 	}
 }
 
+// A selector picks the installs by label; one that matches nothing, or
+// does not parse, is refused naming the field.
+func TestReleaseSelector(t *testing.T) {
+	r := newRig(t, 4)
+	ctx := t.Context()
+	for _, name := range []string{"in00", "in02"} {
+		_, err := r.st.SetInstallLabels(ctx, "ins_"+name, map[string]string{"tier": "canary"}, "ops", r.now())
+		must(t, err)
+	}
+	rev := r.push("v2")
+	rel, err := r.e.Create(ctx, CreateRequest{AppID: "app_1", Revision: rev, Selector: "tier!=canary", By: "ops"})
+	must(t, err)
+	_, ins := r.get(rel.ID)
+	if got := states(ins); got != "in01:0:pending in03:0:pending" {
+		t.Fatalf("selected %s, want in01 and in03", got)
+	}
+	if _, err := r.e.Create(ctx, CreateRequest{AppID: "app_1", Revision: rev, Selector: "tier=gold", By: "ops"}); err == nil ||
+		!strings.Contains(err.Error(), "selector tier=gold") {
+		t.Errorf("a selector matching nothing: %v", err)
+	}
+	if _, err := r.e.Create(ctx, CreateRequest{AppID: "app_1", Revision: rev, Selector: "tier in (", By: "ops"}); err == nil ||
+		!strings.Contains(err.Error(), "selector") {
+		t.Errorf("a bad selector: %v", err)
+	}
+}
+
 // A release that requires approval starts no wave before it is approved,
 // and a cancel ends what has not started.
 func TestReleaseApprovalAndCancel(t *testing.T) {
