@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -198,4 +199,56 @@ func stopAll(agents []*cluster.AgentProc) {
 		wg.Go(a.Stop)
 	}
 	wg.Wait()
+}
+
+// TestConsoleReleases drives the real byoc console in tmux against a
+// release halted by its canary's failure: :releases lists it, enter shows
+// its waves and the failed install with why, r asks and y resumes it,
+// after which the second wave runs.
+func TestConsoleReleases(t *testing.T) {
+	skipShort(t)
+	opts := fast
+	opts.WorkflowInterval = 200 * time.Millisecond
+	opts.ReleaseInterval = 100 * time.Millisecond
+	ims := cluster.StartIMS(t, opts)
+	c := ims.Admin()
+	cli := cluster.NewCLI(t, ims)
+	p := cli.PushApp(releaseApp(1))
+	for i, name := range []string{"acme", "beta"} {
+		inputs := map[string]string{}
+		if i == 0 {
+			inputs["fail"] = "yes"
+		}
+		res, err := c.CreateInstall(context.Background(), connect.NewRequest(&imsv1.CreateInstallRequest{App: "fleet", Name: name, Inputs: inputs}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cluster.StartAgent(t, ims.URL(), res.Msg.GetEnrollmentToken().GetToken(), t.TempDir())
+		cli.Run(0, "install", "provision", name, "--wait")
+	}
+	cluster.WriteApp(t, p.Dir, releaseApp(2))
+	cli.Run(0, "app", "push", p.Dir, "--no-deploy")
+	id := jsonField(t, cli.Run(0, "release", "create", "fleet", "--revision", "2", "--waves", "canary:1,100%", "-o", "json"), "id")
+	if _, _, code := cli.Exec("release", "get", id, "--wait"); code != 4 {
+		t.Fatalf("release get --wait exited %d, want 4 (halted)", code)
+	}
+
+	term := cluster.StartTerminal(t, 140, 32, []string{"BYOC_CONFIG=" + cli.Config}, filepath.Join(cluster.Binaries(t), "byoc"))
+	term.WaitFor("acme online", func(s string) bool { return lineWith(s, "acme", "online") })
+	term.Keys(":")
+	term.Type("releases")
+	term.Keys("Enter")
+	term.WaitFor("the release", func(s string) bool { return lineWith(s, id[:12], "fleet", "halted", "1/2 canary") })
+	term.Keys("Enter")
+	term.WaitFor("waves and the failure", func(s string) bool {
+		return lineWith(s, "1 canary", "0/1") && lineWith(s, "acme", "failed", "web: ")
+	})
+	term.Keys("r")
+	term.WaitText("Confirm: resume release " + id)
+	term.Keys("y")
+	term.WaitText("release " + id + " resumed")
+	term.WaitFor("the second wave done", func(s string) bool { return lineWith(s, "2 wave 2", "1/1") })
+	if r := getRelease(t, c, id); r.GetState() != imsv1.ReleaseState_RELEASE_STATE_FAILED || r.GetFailuresAccepted() != 1 {
+		t.Errorf("release %s, %d failures accepted; want failed (acme did not succeed) with 1 accepted", r.GetState(), r.GetFailuresAccepted())
+	}
 }

@@ -198,7 +198,8 @@ func (e *Engine) step(ctx context.Context, id string) (again bool, err error) {
 		return false, nil // paused, halted or awaiting approval: only recorded
 	}
 	if failures := count[store.RIFailed] - r.FailuresBase; failures > r.MaxFailures {
-		msg := fmt.Sprintf("%d installs failed, more than the %d tolerated (--max-failures %s)", failures, r.MaxFailures, cmp.Or(r.MaxFailuresSpec, "0"))
+		msg := fmt.Sprintf("%d %s failed, more than the %d tolerated (--max-failures %s)", failures, plural(failures, "install", "installs"),
+			r.MaxFailures, cmp.Or(r.MaxFailuresSpec, "0"))
 		if first := firstFailure(ins); first != "" {
 			msg += "; first: " + first
 		}
@@ -590,4 +591,11 @@ func (e *Engine) Rollback(ctx context.Context, id, reason, by string) (store.Rel
 	e.Kick(id)
 	e.Kick(r.ID)
 	return r, nil
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }

@@ -29,7 +29,7 @@ func releaseFixture() *imsv1.Release {
 		State: imsv1.ReleaseState_RELEASE_STATE_HALTED, CurrentWave: 1, MaxFailures: 1, MaxFailuresSpec: "5%", RespectWindows: true,
 		CreatedBy: "ops", CreateTime: timestamppb.New(clock.Add(-time.Hour)),
 		Error:    "2 installs failed, more than the 1 tolerated (--max-failures 5%); first: globex: web: exit status 1",
-		Waves: []*imsv1.ReleaseWave{{Name: "canary", Spec: "2", Size: 2}, {Name: "wave 2", Spec: "50%", Size: 4}, {Name: "wave 3", Spec: "100%", Size: 1}},
+		Waves:    []*imsv1.ReleaseWave{{Name: "canary", Spec: "2", Size: 2}, {Name: "wave 2", Spec: "50%", Size: 4}, {Name: "wave 3", Spec: "100%", Size: 1}},
 		Installs: ins, Counts: map[string]int32{}}
 	for _, in := range ins {
 		r.Counts[in.State]++
