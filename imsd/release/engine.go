@@ -110,12 +110,15 @@ const minSignalGap = 50 * time.Millisecond
 func (e *Engine) Run(ctx context.Context) {
 	t := time.NewTicker(e.Interval)
 	defer t.Stop()
+	// The signal is taken before each pass, so a change made during the
+	// pass (or the gap after it) is seen after it.
+	signal := e.hub.FleetSignal()
 	active := e.advanceAll(ctx)
 	var gap <-chan time.Time
 	for {
-		var signal <-chan struct{}
+		var sig <-chan struct{}
 		if active && gap == nil {
-			signal = e.hub.FleetSignal()
+			sig = signal
 		}
 		select {
 		case <-ctx.Done():
@@ -129,12 +132,14 @@ func (e *Engine) Run(ctx context.Context) {
 			for _, id := range ids {
 				e.advanceLogged(ctx, id)
 			}
-		case <-signal:
+		case <-sig:
+			signal = e.hub.FleetSignal()
 			active = e.advanceAll(ctx)
 			gap = time.After(minSignalGap)
 		case <-gap:
 			gap = nil
 		case <-t.C:
+			signal = e.hub.FleetSignal()
 			active = e.advanceAll(ctx)
 		}
 	}
