@@ -20,6 +20,7 @@ func TestHelpExitsZero(t *testing.T) {
 			return breakglassCmd(context.Background(), a, o, e, time.Now)
 		},
 		"permissions": func(a []string, o, e io.Writer) int { return permissionsCmd(a, o, e, now) },
+		"window":      func(a []string, o, e io.Writer) int { return windowCmd(a, o, e, now) },
 		"audit": func(a []string, o, e io.Writer) int {
 			return auditCmd(context.Background(), a, o, e, time.Now)
 		},

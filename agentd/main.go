@@ -9,6 +9,8 @@
 //	                                                    the heavy ones are served by byoc-plugins beside agentd)
 //	agentd permissions --state-dir DIR show|enable MODE|disable MODE|disable-all|enable-all|verify|adopt|reset
 //	                                                    the customer's permission modes and kill switch
+//	agentd window --state-dir DIR show|set WINDOW...|clear
+//	                                                    the customer's maintenance windows (jobs of a release)
 //	agentd breakglass --state-dir DIR list|approve ID [--for D]|deny ID --reason R|revoke ID
 //	                                                    the customer's decisions on break-glass requests
 //	agentd audit --state-dir DIR verify|compare         check the agent's copy of its install's audit chain,
@@ -129,6 +131,9 @@ func main() {
 	}
 	if len(os.Args) > 1 && os.Args[1] == "permissions" {
 		os.Exit(permissionsCmd(os.Args[2:], os.Stdout, os.Stderr, time.Now()))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "window" {
+		os.Exit(windowCmd(os.Args[2:], os.Stdout, os.Stderr, time.Now()))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

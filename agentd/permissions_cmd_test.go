@@ -39,7 +39,7 @@ func TestPermissionsCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := permissions.State{Provision: true, Deprovision: true, BreakGlass: true, DisabledAll: true, ChangedAt: now, ChangedBy: st.ChangedBy}
-	if st != want {
+	if !st.Equal(want) {
 		t.Fatalf("state %+v, want %+v", st, want)
 	}
 	run(0, "enable-all", "--state-dir", dir)

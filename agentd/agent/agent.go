@@ -53,6 +53,9 @@ type Job struct {
 	Timeout       time.Duration
 	// Mode is the permission mode the job needs; the agent checked it.
 	Mode string
+	// WindowBound is set for a job of a release; the agent checked that
+	// the customer's maintenance window is open.
+	WindowBound bool
 	// Component names the install's component the job is for; empty for
 	// a job of no component (an action run).
 	Component string

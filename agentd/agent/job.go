@@ -173,7 +173,7 @@ func (a *Agent) check(as *agentv1.JobAssignment, now time.Time) (map[string]any,
 		FencingToken: as.FencingToken, Mode: as.Mode, Component: as.Component,
 		ComponentType: as.ComponentType, Operation: as.Operation, TimeoutSeconds: as.TimeoutSeconds,
 		ConfigDigest: digest, Expires: time.UnixMilli(sig.GetExpireUnixMs()),
-		ApprovedPlanDigest: as.ApprovedPlanDigest,
+		ApprovedPlanDigest: as.ApprovedPlanDigest, WindowBound: as.WindowBound,
 	}
 	if g := as.GetRegistryGrant(); g != nil {
 		c.Grant = &agentproto.GrantClaims{ID: g.Id, Secret: g.Secret, Registry: g.Registry, Service: g.Service,
@@ -248,6 +248,7 @@ func (a *Agent) beginLocked(j *jobRun) {
 		ID: as.JobId, InstallID: as.InstallId, Attempt: as.Attempt,
 		ComponentType: as.ComponentType, Component: as.Component, Operation: as.Operation,
 		Config: config, Timeout: timeout, Mode: as.Mode, ApprovedPlanDigest: as.ApprovedPlanDigest, Kill: j.kill,
+		WindowBound: as.WindowBound,
 	}
 	if g := as.GetRegistryGrant(); g != nil {
 		job.Registry = func(ctx context.Context) (RegistryAccess, error) { return a.exchangeGrant(ctx, g) }
@@ -284,6 +285,16 @@ func (a *Agent) run(j *jobRun, job Job) {
 		// refusal is its result, written under its lease like any other.
 		if why := a.refusal(job.Mode); why != "" {
 			a.log.Warn("job refused", "job", j.id, "attempt", j.attempt, "mode", job.Mode, "why", why)
+			a.appendLog(j, StreamSystem, "[agentd] "+why)
+			a.finish(j, Outcome{Outcome: agentv1.Outcome_OUTCOME_REFUSED, ExitCode: -1, Error: why})
+			return
+		}
+		// A job of a release runs only inside the customer's maintenance
+		// window, by the agent's own clock, whatever imsd thought.
+		if why, data := a.windowRefusal(job.WindowBound); why != "" {
+			a.log.Warn("job refused outside the customer's maintenance window", "job", j.id, "attempt", j.attempt, "why", why)
+			data["attempt"], data["token"], data["reason"] = itoa(int64(j.attempt)), itoa(j.token), why
+			a.note("job.refused_window", "job:"+j.id, data)
 			a.appendLog(j, StreamSystem, "[agentd] "+why)
 			a.finish(j, Outcome{Outcome: agentv1.Outcome_OUTCOME_REFUSED, ExitCode: -1, Error: why})
 			return

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/byoc-dev/byoc/agentd/permissions"
+	"github.com/byoc-dev/byoc/internal/window"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 )
 
@@ -89,7 +91,7 @@ func (a *Agent) permissions() (permissions.State, error) {
 		err = serr
 	}
 	a.checkedLocked(permissions.FileName, gen, err, a.perm.err)
-	changed := !a.perm.loaded || st != a.perm.state || (err == nil) != (a.perm.err == nil)
+	changed := !a.perm.loaded || !st.Equal(a.perm.state) || (err == nil) != (a.perm.err == nil)
 	a.perm = permState{stamp: stamp, loaded: true, state: st, err: err}
 	if changed {
 		if err != nil && !permissions.IsRefused(err) { // a refusal was logged above
@@ -167,6 +169,34 @@ func (a *Agent) refusal(mode string) string {
 	return st.RefusalAt(mode, gs, a.now())
 }
 
+// windowRefusal says why a job may not run now because of the customer's
+// maintenance windows ("" when it may), with what the journal records of
+// it: only a window-bound job (a release's) is bound, and only while the
+// customer's windows are all closed by the agent's clock. Windows the
+// agent cannot read refuse it too.
+func (a *Agent) windowRefusal(bound bool) (string, map[string]string) {
+	if !bound {
+		return "", nil
+	}
+	st, err := a.permissions()
+	if err != nil {
+		return "", nil // every job is refused for that already
+	}
+	s, err := window.ParseSchedule(st.Windows)
+	if err != nil {
+		return "refused: the customer's maintenance windows cannot be read (agentd window show): " + err.Error(),
+			map[string]string{"windows": strings.Join(st.Windows, "; ")}
+	}
+	now := a.now()
+	if s.Contains(now) {
+		return "", nil
+	}
+	next := s.NextOpening(now)
+	return fmt.Sprintf("refused: outside the customer's maintenance window (%s); it opens next at %s (in %s)",
+			s, next.UTC().Format(time.RFC3339), next.Sub(now).Round(time.Minute)),
+		map[string]string{"windows": s.String(), "next_opening": next.UTC().Format(time.RFC3339)}
+}
+
 // permissionsProto is the state as hello and heartbeats report it. An
 // unreadable file reports everything off and disabled, as enforced.
 func (a *Agent) permissionsProto() *agentv1.Permissions {
@@ -178,7 +208,7 @@ func (a *Agent) permissionsProto() *agentv1.Permissions {
 		return &agentv1.Permissions{DisabledAll: true}
 	}
 	p := &agentv1.Permissions{Provision: st.Provision, Maintenance: st.Maintenance, Deprovision: st.Deprovision,
-		BreakGlass: st.BreakGlass, DisabledAll: st.DisabledAll}
+		BreakGlass: st.BreakGlass, DisabledAll: st.DisabledAll, Windows: st.Windows}
 	if !st.ChangedAt.IsZero() {
 		p.ChangeTime = timestamppb.New(st.ChangedAt)
 	}

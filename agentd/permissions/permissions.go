@@ -61,6 +61,17 @@ type State struct {
 	ChangedAt time.Time `json:"changed_at,omitzero"`
 	// ChangedBy is who changed it (the local user), for the customer.
 	ChangedBy string `json:"changed_by,omitempty"`
+	// Windows are the customer's maintenance windows (agentd window
+	// set), in internal/window's syntax: a job of a release (window-bound)
+	// is refused while none is open. None: no restriction.
+	Windows []string `json:"windows,omitempty"`
+}
+
+// Equal reports whether s and o say the same.
+func (s State) Equal(o State) bool {
+	return s.Provision == o.Provision && s.Maintenance == o.Maintenance && s.Deprovision == o.Deprovision &&
+		s.BreakGlass == o.BreakGlass && s.DisabledAll == o.DisabledAll && s.ChangedAt.Equal(o.ChangedAt) &&
+		s.ChangedBy == o.ChangedBy && slices.Equal(s.Windows, o.Windows)
 }
 
 // Default is the state before the customer changes anything, as Nuon's

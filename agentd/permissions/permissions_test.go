@@ -11,7 +11,7 @@ import (
 func TestDefaultsAndRefusals(t *testing.T) {
 	dir := t.TempDir()
 	s, err := Load(dir)
-	if err != nil || s != Default() {
+	if err != nil || !s.Equal(Default()) {
 		t.Fatalf("no file: %+v, %v; want the defaults", s, err)
 	}
 	if got := s.Short(); got != "P M D ·" {
@@ -66,7 +66,7 @@ func TestUpdate(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := State{BreakGlass: true, ChangedAt: now, ChangedBy: "alice"}
-	if s != want {
+	if !s.Equal(want) {
 		t.Fatalf("after flipping every mode at once: %+v, want %+v", s, want)
 	}
 	fi, err := os.Stat(Path(dir))

@@ -193,7 +193,7 @@ func TestRollbackAndRemovalAreRefused(t *testing.T) {
 	os.Remove(Path(dir))
 	_, _, err = LoadWith(dir, k, 3)
 	refused(t, err, "is missing, but this agent accepted its generation 3")
-	if st, gen, err := LoadWith(dir, k, 0); err != nil || gen != 0 || st != Default() {
+	if st, gen, err := LoadWith(dir, k, 0); err != nil || gen != 0 || !st.Equal(Default()) {
 		t.Fatalf("missing and never accepted: the defaults; %+v %d %v", st, gen, err)
 	}
 
@@ -270,7 +270,7 @@ func TestAdoptSignsOldFiles(t *testing.T) {
 // agent to enrol with; once enrolled with it, those files stay valid.
 func TestSignedBeforeEnrolment(t *testing.T) {
 	dir := t.TempDir()
-	if st, err := Load(dir); err != nil || st != Default() {
+	if st, err := Load(dir); err != nil || !st.Equal(Default()) {
 		t.Fatalf("fresh: %+v, %v", st, err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, identity.PendingFileName)); !os.IsNotExist(err) {
@@ -335,7 +335,7 @@ func FuzzOpenControlFile(f *testing.F) {
 			t.Fatal(err)
 		}
 		st2, gen2, err := open[State](k, "/state/"+FileName, again, 2)
-		if err != nil || st2 != st || gen2 != gen {
+		if err != nil || !st2.Equal(st) || gen2 != gen {
 			t.Fatalf("re-signed: %+v %d %v, want %+v %d", st2, gen2, err, st, gen)
 		}
 	})

@@ -175,7 +175,8 @@ func (c *conn) claim(ctx context.Context, force bool) error {
 			return nil
 		}
 		now := s.now()
-		jobs, err := s.store.ClaimJobs(ctx, c.agent.InstallID, store.Writer{AgentID: c.agent.ID}, free, s.reclaimAfter(now), now)
+		hold := c.holdWindowBound(ctx, now)
+		jobs, err := s.store.ClaimJobsHolding(ctx, c.agent.InstallID, store.Writer{AgentID: c.agent.ID}, free, s.reclaimAfter(now), now, hold)
 		c.free.Add(int32(free - len(jobs)))
 		if err != nil {
 			if ctx.Err() != nil {
@@ -242,6 +243,7 @@ func (s *Service) assignment(ctx context.Context, j store.Job, installID, agentI
 		Mode:           string(j.Mode),
 		Component:      j.Component,
 		RegistryGrant:  grant,
+		WindowBound:    j.WindowBound,
 
 		ApprovedPlanDigest: j.ApprovedPlanDigest,
 	}
@@ -252,6 +254,7 @@ func (s *Service) assignment(ctx context.Context, j store.Job, installID, agentI
 		ConfigDigest: digest, Expires: s.now().Add(s.cfg.LeaseDuration + s.cfg.LeaseGrace),
 		Grant:              grantClaims,
 		ApprovedPlanDigest: j.ApprovedPlanDigest,
+		WindowBound:        j.WindowBound,
 	}
 	sig := s.cfg.SigningKey.Sign(&claims)
 	a.Signature = &agentv1.JobSignature{KeyId: claims.KeyID, ExpireUnixMs: claims.Expires.UnixMilli(), Signature: sig}

@@ -73,6 +73,11 @@ func (c *conn) handle(ctx context.Context, m *agentv1.ConnectRequest) error {
 		if force {
 			c.lastForced = now
 		}
+		// Jobs held for a maintenance window are claimed at the first
+		// heartbeat after the windows open.
+		if c.win.holding && !c.holdWindowBound(ctx, now) {
+			force = true
+		}
 		return c.claim(ctx, force)
 	case *agentv1.ConnectRequest_Ack:
 		a := msg.Ack

@@ -259,7 +259,10 @@ type conn struct {
 	inflight map[string]int64 // job id -> fencing token
 	// perms is the permission state last recorded for this agent (nil:
 	// none yet on this stream).
-	perms    *store.Permissions
+	perms *store.Permissions
+	// win is the install's maintenance windows as this stream knows them
+	// (window.go).
+	win      windows
 	lastSeen time.Time
 	// lastHeard is when the agent's last hello or heartbeat arrived; only
 	// the stream's own goroutine (handle, close) reads or writes it.
@@ -377,7 +380,7 @@ func (c *conn) reportPermissions(ctx context.Context, p *agentv1.Permissions, no
 		return
 	}
 	sp := store.Permissions{Provision: p.Provision, Maintenance: p.Maintenance, Deprovision: p.Deprovision,
-		BreakGlass: p.BreakGlass, DisabledAll: p.DisabledAll}
+		BreakGlass: p.BreakGlass, DisabledAll: p.DisabledAll, Windows: p.Windows}
 	if p.ChangeTime != nil {
 		sp.ChangedAt = p.ChangeTime.AsTime()
 	}
@@ -393,6 +396,7 @@ func (c *conn) reportPermissions(ctx context.Context, p *agentv1.Permissions, no
 			"deprovision", sp.Deprovision, "break_glass", sp.BreakGlass, "disabled_all", sp.DisabledAll)
 	}
 	c.perms = &sp
+	c.win.customerAt = time.Time{} // read the customer's windows again
 	c.svc.hub.FleetChanged()
 }
 

@@ -586,6 +586,7 @@ func (s *Service) newJob(ctx context.Context, m *imsv1.EnqueueJobRequest, encode
 		CreatedAt:     now,
 		CreatedBy:     callerFrom(ctx).Name,
 		Mode:          mode,
+		WindowBound:   m.WindowBound,
 	}, nil
 }
 
@@ -601,7 +602,9 @@ func (s *Service) enqueue(ctx context.Context, jobs []store.Job, batch bool, key
 	sessions := make([]*dispatch.Session, len(jobs))
 	for i, j := range jobs {
 		news[i].Job = j
-		if s.cfg.LeaseDuration <= 0 {
+		if s.cfg.LeaseDuration <= 0 || j.WindowBound {
+			// A window-bound job waits in the queue: its install's claim
+			// decides whether the maintenance windows are open.
 			continue
 		}
 		if sess := s.hub.Reserve(j.InstallID); sess != nil {
@@ -1125,7 +1128,8 @@ func (s *Service) agentStatus(agents []store.Agent) *imsv1.AgentStatus {
 	}
 	if p := a.Permissions; p != nil {
 		st.Permissions = &imsv1.Permissions{Provision: p.Provision, Maintenance: p.Maintenance, Deprovision: p.Deprovision,
-			BreakGlass: p.BreakGlass, DisabledAll: p.DisabledAll, ChangeTime: ts(p.ChangedAt), ReportTime: ts(a.PermissionsAt)}
+			BreakGlass: p.BreakGlass, DisabledAll: p.DisabledAll, ChangeTime: ts(p.ChangedAt), ReportTime: ts(a.PermissionsAt),
+			Windows: p.Windows}
 	}
 	if r := a.Stack; r != nil {
 		st.Stack = &imsv1.StackReport{Format: r.Format, Stack: r.Stack, Inputs: r.Inputs, Outputs: r.Outputs, ReportTime: ts(r.ReportedAt)}
@@ -1245,7 +1249,7 @@ func jobFields(j store.Job) *imsv1.Job {
 		CreateTime: ts(j.CreatedAt), StartTime: ts(j.StartedAt), EndTime: ts(j.EndedAt),
 		LeaseExpireTime: ts(j.LeaseDeadline), CancelRequested: j.CancelRequested,
 		ExitCode: int32(j.ExitCode), Error: j.Error, Outputs: j.Outputs, CreatedBy: j.CreatedBy,
-		Mode: string(j.Mode), Component: j.Component, ReleaseId: j.ReleaseID,
+		Mode: string(j.Mode), Component: j.Component, ReleaseId: j.ReleaseID, WindowBound: j.WindowBound,
 	}
 }
 

@@ -151,7 +151,7 @@ func (s *Service) applyInstallFiles(ctx context.Context, a store.App, app, prev 
 		for k, v := range f.Inputs {
 			inputs[k] = config.InputText(v)
 		}
-		settings := store.InstallSettings{Parallelism: f.Parallelism, RequireApproval: f.RequireApproval, Source: file}
+		settings := store.InstallSettings{Parallelism: f.Parallelism, RequireApproval: f.RequireApproval, Source: file, Windows: f.Window}
 		for name, o := range f.Components {
 			if len(o.Config) > 0 {
 				if settings.Overrides == nil {
@@ -266,6 +266,12 @@ func mergeInstallFile(in store.Install, before *config.InstallFile, inputs map[s
 	case before != nil && before.RequireApproval != nil:
 		out.RequireApproval = nil
 	}
+	switch {
+	case len(settings.Windows) > 0:
+		out.Windows = settings.Windows
+	case before != nil && len(before.Window) > 0:
+		out.Windows = nil
+	}
 	return merged, out
 }
 
@@ -356,6 +362,15 @@ func installChanges(in store.Install, inputs map[string]string, settings store.I
 		if !sameJSON(in.Settings.Overrides[c], settings.Overrides[c]) {
 			out = append(out, fmt.Sprintf("components.%s.config: changed", c))
 		}
+	}
+	if !slices.Equal(in.Settings.Windows, settings.Windows) {
+		w := func(ws []string) string {
+			if len(ws) == 0 {
+				return "none"
+			}
+			return strconv.Quote(strings.Join(ws, "; "))
+		}
+		out = append(out, fmt.Sprintf("window: %s → %s", w(in.Settings.Windows), w(settings.Windows)))
 	}
 	if in.Settings.Source != settings.Source {
 		from := in.Settings.Source

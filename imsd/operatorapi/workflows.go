@@ -663,7 +663,8 @@ func (s *Service) workflowToProto(ctx context.Context, wf store.Workflow, steps 
 }
 
 func settingsToProto(st store.InstallSettings) *imsv1.InstallSettings {
-	p := &imsv1.InstallSettings{Parallelism: int32(st.Parallelism), RequireApproval: st.RequireApproval, Source: st.Source}
+	p := &imsv1.InstallSettings{Parallelism: int32(st.Parallelism), RequireApproval: st.RequireApproval, Source: st.Source,
+		Windows: st.Windows}
 	for name, o := range st.Overrides {
 		// An override stored before the job config limits (one an
 		// installs/*.toml of an older imsd set) may be nested deeper than

@@ -84,7 +84,7 @@ type Engine struct {
 // NewEngine returns an engine over st; wf plans installs and runs their
 // workflows; now is the release clock (maintenance windows, pauses).
 func NewEngine(st *store.Store, hub *dispatch.Hub, wf *workflow.Engine, now func() time.Time, log *slog.Logger) *Engine {
-	return &Engine{st: st, hub: hub, wf: wf, now: now, log: log, Interval: 2 * time.Second, Select: ByLabels{st},
+	return &Engine{st: st, hub: hub, wf: wf, now: now, log: log, Interval: 2 * time.Second, Select: ByLabels{st}, Windows: InstallWindows{st},
 		kicked: map[string]bool{}, wake: make(chan struct{}, 1)}
 }
 

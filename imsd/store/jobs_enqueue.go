@@ -76,10 +76,10 @@ func modeOf(j Job) Mode {
 
 func (s *Store) insertQueued(ctx context.Context, tx *txn, j Job, config string) error {
 	_, err := tx.ExecContext(ctx, s.bind(`INSERT INTO jobs (id, install_id, component_type, operation, config, state,
-		max_attempts, timeout_ns, created_at, created_by, mode, component, approved_plan_digest, release_id)
-		VALUES (?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?)`),
+		max_attempts, timeout_ns, created_at, created_by, mode, component, approved_plan_digest, release_id, window_bound)
+		VALUES (?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 		j.ID, j.InstallID, j.ComponentType, j.Operation, config, j.MaxAttempts, int64(j.Timeout), nanos(j.CreatedAt), j.CreatedBy, string(modeOf(j)),
-		j.Component, j.ApprovedPlanDigest, j.ReleaseID)
+		j.Component, j.ApprovedPlanDigest, j.ReleaseID, j.WindowBound)
 	if err != nil {
 		return insertError(j, err)
 	}
@@ -223,10 +223,10 @@ func (s *Store) insertNew(ctx context.Context, tx *txn, n NewJob, config string)
 			// statement journal an INSERT ... SELECT needs, which cost a
 			// third of the insert.
 			_, err := tx.ExecContext(ctx, s.bind(`INSERT INTO jobs (id, install_id, component_type, operation, config, state,
-				attempt, max_attempts, timeout_ns, fencing_token, agent_id, lease_deadline, created_at, created_by, mode, component)
-				VALUES (?, ?, ?, ?, ?, 'assigned', 1, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+				attempt, max_attempts, timeout_ns, fencing_token, agent_id, lease_deadline, created_at, created_by, mode, component, window_bound)
+				VALUES (?, ?, ?, ?, ?, 'assigned', 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 				j.ID, j.InstallID, j.ComponentType, j.Operation, config, j.MaxAttempts, int64(j.Timeout), token,
-				n.AgentID, nanos(n.LeaseUntil), nanos(j.CreatedAt), j.CreatedBy, string(j.Mode), j.Component)
+				n.AgentID, nanos(n.LeaseUntil), nanos(j.CreatedAt), j.CreatedBy, string(j.Mode), j.Component, j.WindowBound)
 			if err != nil {
 				return Job{}, insertError(j, err)
 			}

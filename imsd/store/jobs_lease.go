@@ -27,6 +27,17 @@ const TimeoutGrace = time.Minute
 // first. Concurrent claimers, in this process or in other replicas on the
 // same PostgreSQL, never get the same job.
 func (s *Store) ClaimJobs(ctx context.Context, installID string, w Writer, n int, leaseUntil, now time.Time) ([]Job, error) {
+	return s.ClaimJobsHolding(ctx, installID, w, n, leaseUntil, now, false)
+}
+
+// ClaimJobsHolding is ClaimJobs that, with holdWindowBound, passes over
+// window-bound jobs (they stay queued, in their order): what imsd does
+// while an install's maintenance windows are closed.
+func (s *Store) ClaimJobsHolding(ctx context.Context, installID string, w Writer, n int, leaseUntil, now time.Time, holdWindowBound bool) ([]Job, error) {
+	hold := ""
+	if holdWindowBound {
+		hold = " AND window_bound = FALSE"
+	}
 	if w.AgentID == "" {
 		return nil, errs.Field("agent_id", "required")
 	}
@@ -49,7 +60,7 @@ func (s *Store) ClaimJobs(ctx context.Context, installID string, w Writer, n int
 			rows, err = selectJobRows(ctx, tx, `UPDATE jobs SET state = 'assigned', attempt = attempt + 1, agent_id = $1,
 				lease_deadline = $2, started_at = 0, fencing_token = c.token
 				FROM (SELECT id, ($3::BIGINT[])[row_number() OVER (ORDER BY created_at, id)] AS token
-				      FROM (SELECT id, created_at FROM jobs WHERE install_id = $4 AND state = 'queued'
+				      FROM (SELECT id, created_at FROM jobs WHERE install_id = $4 AND state = 'queued'`+hold+`
 				            ORDER BY created_at, id LIMIT $5 FOR UPDATE SKIP LOCKED) q) c
 				WHERE jobs.id = c.id AND jobs.state = 'queued' RETURNING `+jobColsQualified,
 				w.AgentID, nanos(leaseUntil), tokens, installID, n)
@@ -71,7 +82,7 @@ func (s *Store) ClaimJobs(ctx context.Context, installID string, w Writer, n int
 		// jobs_install_created and read the install's whole history.
 		rows, err = selectJobRows(ctx, tx, `UPDATE jobs SET state = 'assigned', attempt = attempt + 1, agent_id = ?,
 			lease_deadline = ?, started_at = 0, fencing_token = max(1, random() & 9223372036854775807)
-			WHERE id IN (SELECT id FROM jobs INDEXED BY jobs_queued WHERE install_id = ? AND state = 'queued' ORDER BY created_at, id LIMIT `+strconv.Itoa(n)+`)
+			WHERE id IN (SELECT id FROM jobs INDEXED BY jobs_queued WHERE install_id = ? AND state = 'queued'`+hold+` ORDER BY created_at, id LIMIT `+strconv.Itoa(n)+`)
 			RETURNING `+jobCols, w.AgentID, nanos(leaseUntil), installID)
 		if err != nil {
 			return err

@@ -3,6 +3,7 @@ package store
 import (
 	"encoding/json"
 	"maps"
+	"slices"
 	"time"
 )
 
@@ -73,12 +74,16 @@ type Permissions struct {
 	DisabledAll bool `json:"disabled_all,omitempty"`
 	// ChangedAt is when the customer last changed it (zero: defaults).
 	ChangedAt time.Time `json:"changed_at,omitzero"`
+	// Windows are the customer's maintenance windows (agentd window set);
+	// imsd holds window-bound jobs while none is open.
+	Windows []string `json:"windows,omitempty"`
 }
 
 // Equal reports whether p and q say the same (times compared as instants).
 func (p Permissions) Equal(q Permissions) bool {
 	return p.Provision == q.Provision && p.Maintenance == q.Maintenance && p.Deprovision == q.Deprovision &&
-		p.BreakGlass == q.BreakGlass && p.DisabledAll == q.DisabledAll && p.ChangedAt.Equal(q.ChangedAt)
+		p.BreakGlass == q.BreakGlass && p.DisabledAll == q.DisabledAll && p.ChangedAt.Equal(q.ChangedAt) &&
+		slices.Equal(p.Windows, q.Windows)
 }
 
 // APIToken is an operator credential. Only the SHA-256 of its secret is stored.
@@ -162,6 +167,10 @@ type InstallSettings struct {
 	Overrides map[string]map[string]any `json:"overrides,omitempty"`
 	// Source is the installs/*.toml file the install is managed from, or "".
 	Source string `json:"source,omitempty"`
+	// Windows are the vendor's maintenance windows of the install
+	// (installs/NAME.toml window =, internal/window's syntax): imsd holds
+	// window-bound jobs while none is open. None: no restriction.
+	Windows []string `json:"windows,omitempty"`
 }
 
 // EnrollmentToken is a single-use, expiring credential that lets one agent
@@ -256,6 +265,11 @@ type Job struct {
 	// PlanDigest is the digest of the plan the job made, as its agent
 	// reported it (rpc/agentproto.PlanDigest).
 	PlanDigest string
+	// WindowBound marks a job (of a release) that may run only while the
+	// install's maintenance windows are open: imsd holds it until the
+	// vendor's and the customer's are (ClaimJobsHolding), and the agent
+	// refuses it outside the customer's. It is signed.
+	WindowBound bool
 	// ApprovedPlanDigest is, on the apply of an approved plan, the digest
 	// the approval bound: the agent applies only a fresh plan with it.
 	ApprovedPlanDigest string

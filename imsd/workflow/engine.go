@@ -539,7 +539,11 @@ func (e *Engine) startStep(ctx context.Context, wf store.Workflow, sc *stepConte
 	now := e.now()
 	j := store.Job{ID: auth.NewSortableID("job_", now), InstallID: wf.InstallID, ComponentType: s.ComponentType, Operation: s.Operation,
 		Component: s.Component, Config: cfg, MaxAttempts: MaxJobAttempts, Timeout: s.Timeout, CreatedAt: now, CreatedBy: "workflow " + wf.ID,
-		Mode: StepMode(wf, s, sc.app), ReleaseID: wf.ReleaseID}
+		Mode: StepMode(wf, s, sc.app), ReleaseID: wf.ReleaseID,
+		// A release's jobs run only inside the install's maintenance
+		// windows: imsd holds them, the agent refuses them outside the
+		// customer's.
+		WindowBound: wf.ReleaseID != ""}
 	if s.Operation == OpApply {
 		j.ApprovedPlanDigest = s.ApprovedPlanDigest
 	}

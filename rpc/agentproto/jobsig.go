@@ -77,7 +77,16 @@ type JobClaims struct {
 	// and no approved plan digest (a length-prefixed string) reads as a
 	// grant or the other way round.
 	Grant *GrantClaims
+	// WindowBound marks a job of a release, which the agent refuses
+	// outside the customer's maintenance window. It is signed last, and
+	// only when set (behind its own context string), so every other job
+	// signs the same bytes as before; a copy with the flag stripped does
+	// not verify.
+	WindowBound bool
 }
+
+// windowContext marks a window-bound job's message.
+const windowContext = "\x00window bound"
 
 // GrantClaims is a registry grant as a job signature covers it.
 type GrantClaims struct {
@@ -118,6 +127,9 @@ func (c *JobClaims) Message() []byte {
 			b = appendString(b, s)
 		}
 		b = binary.BigEndian.AppendUint64(b, uint64(g.Expires.UnixMilli()))
+	}
+	if c.WindowBound {
+		b = append(b, windowContext...)
 	}
 	return b
 }

@@ -54,6 +54,8 @@ func TestJobSignatureCoversEveryClaim(t *testing.T) {
 				tc.Expires = tc.Expires.Add(time.Millisecond)
 			case reflect.Pointer: // Grant: adding one (TestJobClaimsGrant changes its fields)
 				tc.Grant = &GrantClaims{ID: "g"}
+			case reflect.Bool:
+				v.SetBool(!v.Bool())
 			default:
 				t.Fatalf("field %s of kind %s: teach this test to change it", f.Name, f.Type.Kind())
 			}

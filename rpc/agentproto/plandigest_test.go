@@ -119,3 +119,28 @@ func TestCheckPlanValueIsPlanDigestsDepthLimit(t *testing.T) {
 		t.Errorf("a shallow list: %v", err)
 	}
 }
+
+// The window-bound flag is signed: stripped or added on the path, the
+// signature fails; a job without it signs the bytes it did before.
+func TestJobSignatureWindowBound(t *testing.T) {
+	pub, key, _ := ed25519.GenerateKey(nil)
+	keys := map[string]ed25519.PublicKey{KeyID(pub): pub}
+	c := testClaims(t, pub)
+	before := string(c.Message())
+	free := SignJob(key, &c)
+	c.WindowBound = true
+	if err := VerifyJob(keys, &c, free, t0); !errors.Is(err, ErrBadSignature) {
+		t.Fatalf("a signature without the flag verified a window-bound job: %v", err)
+	}
+	bound := SignJob(key, &c)
+	if err := VerifyJob(keys, &c, bound, t0); err != nil {
+		t.Fatal(err)
+	}
+	c.WindowBound = false
+	if err := VerifyJob(keys, &c, bound, t0); !errors.Is(err, ErrBadSignature) {
+		t.Fatalf("the flag stripped still verified: %v", err)
+	}
+	if string(c.Message()) != before {
+		t.Fatal("a job without the flag no longer signs the same bytes")
+	}
+}

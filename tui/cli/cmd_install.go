@@ -358,6 +358,9 @@ func (a *app) installGetCommand() *cobra.Command {
 			if st := settingsText(ins.GetSettings()); st != "" {
 				f.add("Settings", st)
 			}
+			for _, l := range windowsText(now, ins) {
+				f.add(l[0], l[1])
+			}
 			ag := ins.GetAgent()
 			state := agentState(ag)
 			if ag.GetConnected() || ag.GetLastSeenTime() != nil {

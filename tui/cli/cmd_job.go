@@ -26,7 +26,7 @@ func (a *app) actionCommand() *cobra.Command {
 func (a *app) actionRunCommand() *cobra.Command {
 	var timeout time.Duration
 	var maxAttempts int32
-	var follow, wait bool
+	var follow, wait, windowBound bool
 	var reason, mode string
 	lf := logFormat{}
 	cmd := &cobra.Command{
@@ -77,7 +77,7 @@ refused by the agent and never runs.`,
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.ArgsLenAtDash() < 0 {
-				if follow || cmd.Flags().Changed("timeout") || cmd.Flags().Changed("max-attempts") || cmd.Flags().Changed("mode") {
+				if follow || windowBound || cmd.Flags().Changed("timeout") || cmd.Flags().Changed("max-attempts") || cmd.Flags().Changed("mode") {
 					return usagef("--follow, --timeout, --max-attempts and --mode are for a script after --; a named action has its own timeout and mode (use --wait to follow it)")
 				}
 				return a.runNamedAction(cmd.Context(), args[0], args[1], reason, wait)
@@ -124,6 +124,7 @@ refused by the agent and never runs.`,
 					TimeoutSeconds: secs,
 					MaxAttempts:    maxAttempts,
 					Mode:           mode,
+					WindowBound:    windowBound,
 				}
 			}
 			if len(reqs) > 1 {
@@ -183,6 +184,7 @@ refused by the agent and never runs.`,
 	f.BoolVar(&wait, "wait", false, "named action: follow the run until it ends, print its outputs (exit 1 unless it succeeds)")
 	f.StringVar(&reason, "reason", "", "named action: why, recorded on the run")
 	f.StringVar(&mode, "mode", "maintenance", "script: the permission mode the job needs (provision, maintenance, deprovision, break_glass)")
+	f.BoolVar(&windowBound, "window-bound", false, "script: run it as a release's job: held by imsd until the install's maintenance windows (the vendor's and the customer's) are open, refused by the agent outside the customer's")
 	lf.flags(cmd)
 	return cmd
 }

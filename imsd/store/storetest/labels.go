@@ -91,3 +91,28 @@ func testInstallLabels(t *testing.T, e *env) {
 	ok(t, err)
 	equal(t, "workflows of no install", len(wfs), 0)
 }
+
+// A window-bound job is stored with its flag; a claim that holds them
+// passes it over (it stays queued in its place) and takes what comes
+// after; a claim that does not hold takes it.
+func testWindowBoundHold(t *testing.T, e *env) {
+	ctx := e.ctx()
+	in := e.install("acme")
+	e.agent(in, "ag-1")
+	bound := newJob("job-1", in, at(time.Second))
+	bound.WindowBound = true
+	ok(t, e.s.EnqueueJob(ctx, bound))
+	e.enqueue("job-2", in, at(2*time.Second))
+	equal(t, "stored flag", e.job("job-1").WindowBound, true)
+	equal(t, "ordinary job", e.job("job-2").WindowBound, false)
+	now := at(time.Minute)
+	jobs, err := e.s.ClaimJobsHolding(ctx, in, store.Writer{AgentID: "ag-1"}, 5, now.Add(time.Minute), now, true)
+	ok(t, err)
+	equal(t, "claimed while holding", strings.Join(ids(jobs), ","), "job-2")
+	equal(t, "held job", e.job("job-1").State, store.JobQueued)
+	jobs, err = e.s.ClaimJobsHolding(ctx, in, store.Writer{AgentID: "ag-1"}, 5, now.Add(time.Minute), now, false)
+	ok(t, err)
+	if len(jobs) != 1 || jobs[0].ID != "job-1" || !jobs[0].WindowBound {
+		t.Fatalf("claimed once the windows opened: %+v", jobs)
+	}
+}

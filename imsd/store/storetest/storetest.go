@@ -42,6 +42,7 @@ func Run(t *testing.T, open OpenFunc) {
 		{"PluginTypes", testPluginTypes},
 		{"Installs", testInstalls},
 		{"InstallLabels", testInstallLabels},
+		{"WindowBoundHold", testWindowBoundHold},
 		{"Enroll", testEnroll},
 		{"EnrollConcurrent", testEnrollConcurrent},
 		{"Agents", testAgents},

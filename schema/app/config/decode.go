@@ -58,6 +58,8 @@ func Fields(t reflect.Type) []Field {
 
 var textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
 
+var stringListType = reflect.TypeFor[StringList]()
+
 // decode stores v into rv, whose key path is path.
 func (d *decoder) decode(path string, v *value, rv reflect.Value) {
 	d.lines[path] = v.line
@@ -70,6 +72,10 @@ func (d *decoder) decode(path string, v *value, rv reflect.Value) {
 		if err := rv.Addr().Interface().(encoding.TextUnmarshaler).UnmarshalText([]byte(v.str)); err != nil {
 			d.errf(v.line, path, "", "%v", err)
 		}
+		return
+	}
+	if t == stringListType && v.kind == kString {
+		rv.Set(reflect.ValueOf(StringList{v.str}))
 		return
 	}
 	switch t.Kind() {

@@ -176,7 +176,11 @@ type InstallFile struct {
 	RequireApproval *bool                        `toml:"require_approval" doc:"Overrides install_defaults.require_approval."`
 	Parallelism     int                          `toml:"parallelism" doc:"Overrides install_defaults.parallelism."`
 	Components      map[string]ComponentOverride `toml:"components" doc:"Per-component overrides, by component name."`
+	Window          StringList                   `toml:"window" doc:"The vendor's maintenance windows of the install: a string or an array of strings, each DAYS HH:MM-HH:MM ZONE (\"Sat 02:00-06:00 Europe/Berlin\", \"Mon-Fri 22:00-02:00 UTC\"). imsd holds a release's jobs until one is open (and the customer's, set on the agent, too). Unset: no restriction."`
 }
+
+// StringList is a list of strings that may be written as one string.
+type StringList []string
 
 // ComponentOverride changes one component for one install.
 type ComponentOverride struct {

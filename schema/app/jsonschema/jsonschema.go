@@ -46,10 +46,14 @@ func Files() map[string][]byte {
 }
 
 var durationType = reflect.TypeFor[config.Duration]()
+var stringListType = reflect.TypeFor[config.StringList]()
 
 func schemaOf(t reflect.Type) map[string]any {
 	if t == durationType {
 		return map[string]any{"type": "string", "pattern": `^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`}
+	}
+	if t == stringListType {
+		return map[string]any{"oneOf": []any{map[string]any{"type": "string"}, map[string]any{"type": "array", "items": map[string]any{"type": "string"}}}}
 	}
 	switch t.Kind() {
 	case reflect.Pointer:

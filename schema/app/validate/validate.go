@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/byoc-dev/byoc/internal/labels"
+	"github.com/byoc-dev/byoc/internal/window"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	"github.com/byoc-dev/byoc/schema/app/config"
 	"github.com/byoc-dev/byoc/schema/app/cron"
@@ -767,6 +768,15 @@ func (v *validator) install(file string, in *config.InstallFile) {
 		v.errf(file, "parallelism", "", "must be between 1 and 64, got %d", in.Parallelism)
 	}
 	v.inputValues(file, "inputs", in.Inputs, true)
+	for i, w := range in.Window {
+		key := "window"
+		if len(in.Window) > 1 {
+			key = fmt.Sprintf("window[%d]", i)
+		}
+		if _, err := window.Parse(w); err != nil {
+			v.errf(file, key, "", "%v", err)
+		}
+	}
 	for _, k := range sortedKeys(in.Labels) {
 		key := diag.Join("labels", k)
 		if err := labels.ValidateKey(k); err != nil {

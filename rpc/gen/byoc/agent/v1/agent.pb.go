@@ -1087,7 +1087,10 @@ type Permissions struct {
 	DisabledAll bool `protobuf:"varint,5,opt,name=disabled_all,json=disabledAll,proto3" json:"disabled_all,omitempty"`
 	// change_time is when the customer last changed the state (unset: the
 	// defaults, never changed).
-	ChangeTime    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=change_time,json=changeTime,proto3" json:"change_time,omitempty"`
+	ChangeTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=change_time,json=changeTime,proto3" json:"change_time,omitempty"`
+	// windows are the customer's maintenance windows (agentd window set);
+	// none: no restriction.
+	Windows       []string `protobuf:"bytes,7,rep,name=windows,proto3" json:"windows,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1160,6 +1163,13 @@ func (x *Permissions) GetDisabledAll() bool {
 func (x *Permissions) GetChangeTime() *timestamppb.Timestamp {
 	if x != nil {
 		return x.ChangeTime
+	}
+	return nil
+}
+
+func (x *Permissions) GetWindows() []string {
+	if x != nil {
+		return x.Windows
 	}
 	return nil
 }
@@ -1903,6 +1913,10 @@ type JobAssignment struct {
 	// (build agent, type build) exactly the vendor registry repositories it
 	// needs; the job signature covers it (agentproto.JobClaims.Grant).
 	RegistryGrant *RegistryGrant `protobuf:"bytes,80,opt,name=registry_grant,json=registryGrant,proto3" json:"registry_grant,omitempty"`
+	// window_bound marks a job of a release: the agent refuses it while the
+	// customer's maintenance window (Permissions.windows) is closed, naming
+	// the window and its next opening. Signed (JobClaims.WindowBound).
+	WindowBound   bool `protobuf:"varint,81,opt,name=window_bound,json=windowBound,proto3" json:"window_bound,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2033,6 +2047,13 @@ func (x *JobAssignment) GetRegistryGrant() *RegistryGrant {
 		return x.RegistryGrant
 	}
 	return nil
+}
+
+func (x *JobAssignment) GetWindowBound() bool {
+	if x != nil {
+		return x.WindowBound
+	}
+	return false
 }
 
 // RegistryGrant is a one-time grant: the agent exchanges it once, within
@@ -3197,7 +3218,7 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a:\n" +
 	"\fOutputsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf0\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8a\x02\n" +
 	"\vPermissions\x12\x1c\n" +
 	"\tprovision\x18\x01 \x01(\bR\tprovision\x12 \n" +
 	"\vmaintenance\x18\x02 \x01(\bR\vmaintenance\x12 \n" +
@@ -3206,7 +3227,8 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"breakGlass\x12!\n" +
 	"\fdisabled_all\x18\x05 \x01(\bR\vdisabledAll\x12;\n" +
 	"\vchange_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"changeTime\"\xf8\x01\n" +
+	"changeTime\x12\x18\n" +
+	"\awindows\x18\a \x03(\tR\awindows\"\xf8\x01\n" +
 	"\aWelcome\x12\x1d\n" +
 	"\n" +
 	"install_id\x18\x01 \x01(\tR\tinstallId\x122\n" +
@@ -3265,7 +3287,7 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\x06action\x18\x02 \x01(\tR\x06action\x12.\n" +
 	"\x06before\x18\x03 \x01(\v2\x16.google.protobuf.ValueR\x06before\x12,\n" +
 	"\x05after\x18\x04 \x01(\v2\x16.google.protobuf.ValueR\x05after\x12\x18\n" +
-	"\asummary\x18\x05 \x01(\tR\asummary\"\x84\x05\n" +
+	"\asummary\x18\x05 \x01(\tR\asummary\"\xa7\x05\n" +
 	"\rJobAssignment\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12#\n" +
 	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\x12\x18\n" +
@@ -3282,7 +3304,8 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\tcomponent\x18\v \x01(\tR\tcomponent\x129\n" +
 	"\tsignature\x18\x0f \x01(\v2\x1b.byoc.agent.v1.JobSignatureR\tsignature\x120\n" +
 	"\x14approved_plan_digest\x18( \x01(\tR\x12approvedPlanDigest\x12C\n" +
-	"\x0eregistry_grant\x18P \x01(\v2\x1c.byoc.agent.v1.RegistryGrantR\rregistryGrant\x1a9\n" +
+	"\x0eregistry_grant\x18P \x01(\v2\x1c.byoc.agent.v1.RegistryGrantR\rregistryGrant\x12!\n" +
+	"\fwindow_bound\x18Q \x01(\bR\vwindowBound\x1a9\n" +
 	"\vInputsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xab\x01\n" +

@@ -956,7 +956,11 @@ type Permissions struct {
 	// change_time is when the customer last changed it (unset: defaults).
 	ChangeTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=change_time,json=changeTime,proto3" json:"change_time,omitempty"`
 	// report_time is when the agent last reported it.
-	ReportTime    *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=report_time,json=reportTime,proto3" json:"report_time,omitempty"`
+	ReportTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=report_time,json=reportTime,proto3" json:"report_time,omitempty"`
+	// windows are the customer's maintenance windows, set on the agent
+	// (agentd window set), such as "Sat 02:00-06:00 Europe/Berlin"; none:
+	// no restriction from the customer.
+	Windows       []string `protobuf:"bytes,8,rep,name=windows,proto3" json:"windows,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1036,6 +1040,13 @@ func (x *Permissions) GetChangeTime() *timestamppb.Timestamp {
 func (x *Permissions) GetReportTime() *timestamppb.Timestamp {
 	if x != nil {
 		return x.ReportTime
+	}
+	return nil
+}
+
+func (x *Permissions) GetWindows() []string {
+	if x != nil {
+		return x.Windows
 	}
 	return nil
 }
@@ -1182,7 +1193,11 @@ type InstallSettings struct {
 	// overrides are per-component config merged over the app's, by component.
 	Overrides map[string]*structpb.Struct `protobuf:"bytes,3,rep,name=overrides,proto3" json:"overrides,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// source is the installs/*.toml file the install is managed from.
-	Source        string `protobuf:"bytes,4,opt,name=source,proto3" json:"source,omitempty"`
+	Source string `protobuf:"bytes,4,opt,name=source,proto3" json:"source,omitempty"`
+	// windows are the vendor's maintenance windows of the install
+	// (installs/NAME.toml window =), such as "Sat 02:00-06:00
+	// Europe/Berlin"; none: no restriction from the vendor.
+	Windows       []string `protobuf:"bytes,5,rep,name=windows,proto3" json:"windows,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1243,6 +1258,13 @@ func (x *InstallSettings) GetSource() string {
 		return x.Source
 	}
 	return ""
+}
+
+func (x *InstallSettings) GetWindows() []string {
+	if x != nil {
+		return x.Windows
+	}
+	return nil
 }
 
 type CreateInstallRequest struct {
@@ -2408,7 +2430,13 @@ type Job struct {
 	// agent, the vendor's from the app config) said of its plan.
 	PolicyFindings []*PolicyFinding `protobuf:"bytes,100,rep,name=policy_findings,json=policyFindings,proto3" json:"policy_findings,omitempty"`
 	// release_id is the release whose workflow made the job, if any.
-	ReleaseId     string `protobuf:"bytes,50,opt,name=release_id,json=releaseId,proto3" json:"release_id,omitempty"`
+	ReleaseId string `protobuf:"bytes,50,opt,name=release_id,json=releaseId,proto3" json:"release_id,omitempty"`
+	// window_bound marks a job (of a release) that runs only while the
+	// install's maintenance windows are open: imsd holds it until the
+	// vendor's (InstallSettings.windows) and the customer's
+	// (Permissions.windows) are both open, and the agent refuses it outside
+	// the customer's. It is part of the job's signature.
+	WindowBound   bool `protobuf:"varint,42,opt,name=window_bound,json=windowBound,proto3" json:"window_bound,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2632,6 +2660,13 @@ func (x *Job) GetReleaseId() string {
 	return ""
 }
 
+func (x *Job) GetWindowBound() bool {
+	if x != nil {
+		return x.WindowBound
+	}
+	return false
+}
+
 // PolicyFinding is one message of a policy's deny or warn rule.
 type PolicyFinding struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2814,7 +2849,11 @@ type EnqueueJobRequest struct {
 	// mode is the permission mode the job needs: "maintenance" (the
 	// default), "provision", "deprovision" or "break_glass". The install's
 	// agent refuses the job unless the customer has that mode on.
-	Mode          string `protobuf:"bytes,8,opt,name=mode,proto3" json:"mode,omitempty"`
+	Mode string `protobuf:"bytes,8,opt,name=mode,proto3" json:"mode,omitempty"`
+	// window_bound enqueues the job as a release's is: held until the
+	// install's maintenance windows are open, refused by the agent outside
+	// the customer's (Job.window_bound).
+	WindowBound   bool `protobuf:"varint,9,opt,name=window_bound,json=windowBound,proto3" json:"window_bound,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2903,6 +2942,13 @@ func (x *EnqueueJobRequest) GetMode() string {
 		return x.Mode
 	}
 	return ""
+}
+
+func (x *EnqueueJobRequest) GetWindowBound() bool {
+	if x != nil {
+		return x.WindowBound
+	}
+	return false
 }
 
 type EnqueueJobResponse struct {
@@ -6369,7 +6415,7 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a:\n" +
 	"\fOutputsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xad\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc7\x02\n" +
 	"\vPermissions\x12\x1c\n" +
 	"\tprovision\x18\x01 \x01(\bR\tprovision\x12 \n" +
 	"\vmaintenance\x18\x02 \x01(\bR\vmaintenance\x12 \n" +
@@ -6380,7 +6426,8 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\vchange_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"changeTime\x12;\n" +
 	"\vreport_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"reportTime\"\xc2\x04\n" +
+	"reportTime\x12\x18\n" +
+	"\awindows\x18\b \x03(\tR\awindows\"\xc2\x04\n" +
 	"\aInstall\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x15\n" +
 	"\x06app_id\x18\x02 \x01(\tR\x05appId\x12\x12\n" +
@@ -6400,12 +6447,13 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb2\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xcc\x02\n" +
 	"\x0fInstallSettings\x12 \n" +
 	"\vparallelism\x18\x01 \x01(\x05R\vparallelism\x12.\n" +
 	"\x10require_approval\x18\x02 \x01(\bH\x00R\x0frequireApproval\x88\x01\x01\x12I\n" +
 	"\toverrides\x18\x03 \x03(\v2+.byoc.ims.v1.InstallSettings.OverridesEntryR\toverrides\x12\x16\n" +
-	"\x06source\x18\x04 \x01(\tR\x06source\x1aU\n" +
+	"\x06source\x18\x04 \x01(\tR\x06source\x12\x18\n" +
+	"\awindows\x18\x05 \x03(\tR\awindows\x1aU\n" +
 	"\x0eOverridesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12-\n" +
 	"\x05value\x18\x02 \x01(\v2\x17.google.protobuf.StructR\x05value:\x028\x01B\x13\n" +
@@ -6499,7 +6547,7 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"F\n" +
 	"\x14LabelInstallResponse\x12.\n" +
-	"\ainstall\x18\x01 \x01(\v2\x14.byoc.ims.v1.InstallR\ainstall\"\x96\t\n" +
+	"\ainstall\x18\x01 \x01(\v2\x14.byoc.ims.v1.InstallR\ainstall\"\xb9\t\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -6534,7 +6582,8 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x14approved_plan_digest\x18) \x01(\tR\x12approvedPlanDigest\x12C\n" +
 	"\x0fpolicy_findings\x18d \x03(\v2\x1a.byoc.ims.v1.PolicyFindingR\x0epolicyFindings\x12\x1d\n" +
 	"\n" +
-	"release_id\x182 \x01(\tR\treleaseId\x1a:\n" +
+	"release_id\x182 \x01(\tR\treleaseId\x12!\n" +
+	"\fwindow_bound\x18* \x01(\bR\vwindowBound\x1a:\n" +
 	"\fOutputsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"o\n" +
@@ -6548,7 +6597,7 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x06action\x18\x02 \x01(\tR\x06action\x12.\n" +
 	"\x06before\x18\x03 \x01(\v2\x16.google.protobuf.ValueR\x06before\x12,\n" +
 	"\x05after\x18\x04 \x01(\v2\x16.google.protobuf.ValueR\x05after\x12\x18\n" +
-	"\asummary\x18\x05 \x01(\tR\asummary\"\xac\x02\n" +
+	"\asummary\x18\x05 \x01(\tR\asummary\"\xcf\x02\n" +
 	"\x11EnqueueJobRequest\x12\x18\n" +
 	"\ainstall\x18\x01 \x01(\tR\ainstall\x12%\n" +
 	"\x0ecomponent_type\x18\x02 \x01(\tR\rcomponentType\x12\x1c\n" +
@@ -6557,7 +6606,8 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x0ftimeout_seconds\x18\x05 \x01(\x03R\x0etimeoutSeconds\x12!\n" +
 	"\fmax_attempts\x18\x06 \x01(\x05R\vmaxAttempts\x12'\n" +
 	"\x0fidempotency_key\x18\a \x01(\tR\x0eidempotencyKey\x12\x12\n" +
-	"\x04mode\x18\b \x01(\tR\x04mode\"8\n" +
+	"\x04mode\x18\b \x01(\tR\x04mode\x12!\n" +
+	"\fwindow_bound\x18\t \x01(\bR\vwindowBound\"8\n" +
 	"\x12EnqueueJobResponse\x12\"\n" +
 	"\x03job\x18\x01 \x01(\v2\x10.byoc.ims.v1.JobR\x03job\"q\n" +
 	"\x12EnqueueJobsRequest\x122\n" +
