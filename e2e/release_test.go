@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -250,5 +252,103 @@ func TestConsoleReleases(t *testing.T) {
 	term.WaitFor("the second wave done", func(s string) bool { return lineWith(s, "2 wave 2", "1/1") })
 	if r := getRelease(t, c, id); r.GetState() != imsv1.ReleaseState_RELEASE_STATE_FAILED || r.GetFailuresAccepted() != 1 {
 		t.Errorf("release %s, %d failures accepted; want failed (acme did not succeed) with 1 accepted", r.GetState(), r.GetFailuresAccepted())
+	}
+}
+
+// A release that respects windows, with real agents and imsd's clock
+// injected (no sleeps): an install outside the vendor's window
+// (installs/b.toml) and one outside the customer's (agentd window set)
+// wait, saying whose window and when it opens, while the rest deploy;
+// each is deployed once imsd's clock reaches its window, the customer's
+// also by the agent's own clock; the release then succeeds.
+func TestReleaseWaitsForWindows(t *testing.T) {
+	skipShort(t)
+	var offset atomic.Int64 // imsd's clock, ahead of the real one
+	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	opts := fast
+	opts.Now, opts.ReleaseNow = now, now
+	opts.WorkflowInterval = 200 * time.Millisecond
+	opts.ReleaseInterval = 100 * time.Millisecond
+	ims := cluster.StartIMS(t, opts)
+	c := ims.Admin()
+	ctx := context.Background()
+	cli := cluster.NewCLI(t, ims)
+	vendor := dailyWindow(6*time.Hour, 2*time.Hour)  // [6h, 8h) from now
+	customer := dailyWindow(-time.Hour, 2*time.Hour) // [-1h, 1h) from now, daily
+	files := releaseApp(1)
+	files["installs/b.toml"] = fmt.Sprintf("window = %q\n", vendor)
+	p := cli.PushApp(files)
+	cluster.StartAgent(t, ims.URL(), p.EnrollToken(t), t.TempDir())
+	stateDirs := map[string]string{}
+	for _, name := range []string{"a", "c"} {
+		res, err := c.CreateInstall(ctx, connect.NewRequest(&imsv1.CreateInstallRequest{App: "fleet", Name: name}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stateDirs[name] = t.TempDir()
+		cluster.StartAgent(t, ims.URL(), res.Msg.GetEnrollmentToken().GetToken(), stateDirs[name])
+	}
+	for _, name := range []string{"a", "b", "c"} {
+		cli.Run(0, "install", "provision", name, "--wait")
+	}
+	if out, err := exec.Command(filepath.Join(cluster.Binaries(t), "agentd"), "window", "--state-dir", stateDirs["c"], "set", customer).CombinedOutput(); err != nil {
+		t.Fatalf("agentd window set: %v\n%s", err, out)
+	}
+	cluster.Eventually(t, 30*time.Second, "imsd to learn the customer's window", func() bool {
+		r, err := c.GetInstall(ctx, connect.NewRequest(&imsv1.GetInstallRequest{IdOrName: "c"}))
+		return err == nil && len(r.Msg.Install.GetAgent().GetPermissions().GetWindows()) == 1
+	})
+	cluster.WriteApp(t, p.Dir, releaseApp(2))
+	cli.Run(0, "app", "push", p.Dir, "--no-deploy")
+
+	// imsd's clock 3 h ahead: a is open; b's vendor window opens in 3 h,
+	// c's customer window (by imsd's clock) tomorrow.
+	offset.Store(int64(3 * time.Hour))
+	id := jsonField(t, cli.Run(0, "release", "create", "fleet", "--revision", "2", "--respect-windows", "-o", "json"), "id")
+	state := func() map[string]*imsv1.ReleaseInstall {
+		out := map[string]*imsv1.ReleaseInstall{}
+		for _, in := range getRelease(t, c, id).GetInstalls() {
+			out[in.GetInstallName()] = in
+		}
+		return out
+	}
+	cluster.Eventually(t, 60*time.Second, "a deployed, b and c waiting", func() bool {
+		s := state()
+		return s["a"].GetState() == "succeeded" && s["b"].GetState() == "waiting" && s["c"].GetState() == "waiting"
+	})
+	s := state()
+	if why := s["b"].GetError(); !strings.Contains(why, "vendor's window "+vendor) {
+		t.Errorf("b waits because %q, want the vendor's window", why)
+	}
+	if why := s["c"].GetError(); !strings.Contains(why, "customer's window "+customer) {
+		t.Errorf("c waits because %q, want the customer's window", why)
+	}
+	if opens := s["b"].GetWindowOpenTime().AsTime(); opens.Sub(now()) < 2*time.Hour || opens.Sub(now()) > 4*time.Hour {
+		t.Errorf("b's window opens at %s, %s from imsd's now; want about 3 h", opens, opens.Sub(now()))
+	}
+	if out := cli.Run(0, "release", "get", id); !strings.Contains(out, "window opens") {
+		t.Errorf("release get does not say when the window opens:\n%s", out)
+	}
+
+	// In b's window: b deploys; c still waits.
+	offset.Store(int64(6*time.Hour + 30*time.Minute))
+	cluster.Eventually(t, 60*time.Second, "b deployed", func() bool { return state()["b"].GetState() == "succeeded" })
+	if st := state()["c"].GetState(); st != "waiting" {
+		t.Fatalf("c is %s outside the customer's window, want waiting", st)
+	}
+	// A day on, imsd's clock is in c's window (and the agent's, by its own
+	// clock, has been all along): c deploys and the release succeeds.
+	offset.Store(int64(24 * time.Hour))
+	if _, _, code := cli.Exec("release", "get", id, "--wait"); code != 0 {
+		t.Fatalf("release get --wait exited %d: %v", code, state())
+	}
+	jobs, err := c.ListJobs(ctx, connect.NewRequest(&imsv1.ListJobsRequest{Install: "c"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range jobs.Msg.GetJobs() {
+		if j.GetReleaseId() == id && (!j.GetWindowBound() || j.GetState() != imsv1.JobState_JOB_STATE_SUCCEEDED) {
+			t.Errorf("c's release job %s: window-bound %v, %s", j.GetId(), j.GetWindowBound(), j.GetState())
+		}
 	}
 }
