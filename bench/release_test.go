@@ -107,7 +107,7 @@ func provision(b *testing.B, c imsv1connect.OperatorServiceClient, agents []*ben
 		}()
 	}
 	wg.Wait()
-	deadline := time.Now().Add(10 * time.Minute)
+	deadline := time.Now().Add(30 * time.Minute)
 	for {
 		res, err := c.ListWorkflows(ctx, connect.NewRequest(&imsv1.ListWorkflowsRequest{Active: true, PageSize: 1}))
 		if err != nil {
@@ -117,7 +117,7 @@ func provision(b *testing.B, c imsv1connect.OperatorServiceClient, agents []*ben
 			return
 		}
 		if time.Now().After(deadline) {
-			b.Fatal("provisioning did not end in 10 minutes")
+			b.Fatal("provisioning did not end in 30 minutes")
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

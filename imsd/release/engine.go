@@ -101,8 +101,8 @@ func (e *Engine) Kick(id string) {
 
 // minSignalGap is the least time between two passes woken by the fleet
 // signal, which fires at every job change: a busy release is looked at
-// every 50 ms, not at every one of its jobs' changes.
-const minSignalGap = 50 * time.Millisecond
+// every 100 ms, not at every one of its jobs' changes.
+const minSignalGap = 100 * time.Millisecond
 
 // Run advances releases until ctx ends: those kicked, every unfinished one
 // when a job changes (a workflow of theirs may have ended), and every
@@ -188,16 +188,28 @@ func (e *Engine) step(ctx context.Context, id string) (again bool, err error) {
 	if n > 0 {
 		e.hub.FleetChanged()
 	}
-	r, ins, err := e.st.GetRelease(ctx, id)
+	// A pass reads the release and its counts per wave and state; it
+	// lists installs only when it has some to start (or cancel), so a
+	// release of 10,000 installs costs little while its workflows run.
+	r, err := e.st.GetReleaseOnly(ctx, id)
 	if err != nil || r.State.Terminal() {
 		return false, err
 	}
+	all, err := e.st.CountReleaseInstalls(ctx, []string{id})
+	if err != nil {
+		return false, err
+	}
+	byWave := all[id]
 	count := map[store.ReleaseInstallState]int{}
-	for _, in := range ins {
-		count[in.State]++
+	total := 0
+	for _, c := range byWave {
+		for st, k := range c {
+			count[st] += k
+			total += k
+		}
 	}
 	if r.CancelRequested {
-		return false, e.cancel(ctx, r, ins, count)
+		return false, e.cancel(ctx, r, count)
 	}
 	if r.State != store.ReleaseRunning {
 		return false, nil // paused, halted or awaiting approval: only recorded
@@ -205,8 +217,12 @@ func (e *Engine) step(ctx context.Context, id string) (again bool, err error) {
 	if failures := count[store.RIFailed] - r.FailuresBase; failures > r.MaxFailures {
 		msg := fmt.Sprintf("%d %s failed, more than the %d tolerated (--max-failures %s)", failures, plural(failures, "install", "installs"),
 			r.MaxFailures, cmp.Or(r.MaxFailuresSpec, "0"))
-		if first := firstFailure(ins); first != "" {
-			msg += "; first: " + first
+		failed, err := e.st.ReleaseInstallsIn(ctx, id, -1, store.RIFailed)
+		if err != nil {
+			return false, err
+		}
+		if len(failed) > 0 {
+			msg += "; first: " + failed[0].InstallName + ": " + failed[0].Error
 		}
 		ok, err := e.st.HaltRelease(ctx, id, msg, now)
 		if ok {
@@ -216,20 +232,8 @@ func (e *Engine) step(ctx context.Context, id string) (again bool, err error) {
 		return false, err
 	}
 	wave := r.CurrentWave
-	var todo []store.ReleaseInstall
-	running := 0
-	for _, in := range ins {
-		if in.Wave != wave {
-			continue
-		}
-		switch in.State {
-		case store.RIPending, store.RIWaiting:
-			todo = append(todo, in)
-		case store.RIRunning:
-			running++
-		}
-	}
-	if len(todo) > 0 {
+	wc := byWave[wave]
+	if wc[store.RIPending]+wc[store.RIWaiting] > 0 {
 		if r.RequireApproval && r.ApprovedWave < wave {
 			ok, err := e.st.AwaitReleaseApproval(ctx, id, wave, now)
 			if ok {
@@ -237,17 +241,20 @@ func (e *Engine) step(ctx context.Context, id string) (again bool, err error) {
 			}
 			return false, err
 		}
+		todo, err := e.st.ReleaseInstallsIn(ctx, id, wave, store.RIPending, store.RIWaiting)
+		if err != nil {
+			return false, err
+		}
 		started, err := e.start(ctx, r, todo, now)
 		if err != nil {
 			return false, err
 		}
-		running += started
 		if started > 0 {
 			e.hub.FleetChanged()
 		}
 		return false, nil
 	}
-	if running > 0 {
+	if wc[store.RIRunning] > 0 {
 		return false, nil
 	}
 	// The wave is done.
@@ -255,7 +262,7 @@ func (e *Engine) step(ctx context.Context, id string) (again bool, err error) {
 		state, msg := store.ReleaseSucceeded, ""
 		if bad := count[store.RIFailed] + count[store.RICancelled] + count[store.RISkipped]; bad > 0 {
 			state = store.ReleaseFailed
-			msg = fmt.Sprintf("%d of %d installs did not succeed (%d failed, %d cancelled, %d skipped)", bad, len(ins),
+			msg = fmt.Sprintf("%d of %d installs did not succeed (%d failed, %d cancelled, %d skipped)", bad, total,
 				count[store.RIFailed], count[store.RICancelled], count[store.RISkipped])
 		}
 		ok, err := e.st.EndRelease(ctx, id, state, msg, now)
@@ -283,16 +290,6 @@ func (e *Engine) step(ctx context.Context, id string) (again bool, err error) {
 		e.hub.FleetChanged()
 	}
 	return ok, err
-}
-
-// firstFailure is the first failed install and why, for a halt's reason.
-func firstFailure(ins []store.ReleaseInstall) string {
-	for _, in := range ins {
-		if in.State == store.RIFailed {
-			return in.InstallName + ": " + in.Error
-		}
-	}
-	return ""
 }
 
 // start starts the installs of todo whose windows are open (all when the
@@ -366,7 +363,7 @@ func (e *Engine) workflowFor(ctx context.Context, r store.Release, ri store.Rele
 
 // cancel cancels the running workflows of a release being cancelled and
 // ends it once none runs.
-func (e *Engine) cancel(ctx context.Context, r store.Release, ins []store.ReleaseInstall, count map[store.ReleaseInstallState]int) error {
+func (e *Engine) cancel(ctx context.Context, r store.Release, count map[store.ReleaseInstallState]int) error {
 	if count[store.RIRunning] == 0 {
 		ok, err := e.st.EndRelease(ctx, r.ID, store.ReleaseCancelled, cmp.Or(r.Error, "release cancelled"), e.now())
 		if ok {
@@ -374,10 +371,11 @@ func (e *Engine) cancel(ctx context.Context, r store.Release, ins []store.Releas
 		}
 		return err
 	}
-	for _, in := range ins {
-		if in.State != store.RIRunning {
-			continue
-		}
+	running, err := e.st.ReleaseInstallsIn(ctx, r.ID, -1, store.RIRunning)
+	if err != nil {
+		return err
+	}
+	for _, in := range running {
 		wf, _, err := e.st.GetWorkflow(ctx, in.WorkflowID)
 		if err != nil {
 			return err

@@ -328,6 +328,32 @@ func (s *Store) GetRelease(ctx context.Context, id string) (Release, []ReleaseIn
 	return r, out, nil
 }
 
+// ReleaseInstallsIn returns the installs of release id in wave (-1: any)
+// whose state is one of states, in wave order.
+func (s *Store) ReleaseInstallsIn(ctx context.Context, id string, wave int, states ...ReleaseInstallState) ([]ReleaseInstall, error) {
+	if len(states) == 0 {
+		return nil, errs.Field("states", "at least one state")
+	}
+	args := []any{id, wave, wave}
+	for _, st := range states {
+		args = append(args, string(st))
+	}
+	var rows []releaseInstallRow
+	if err := s.r.SelectContext(ctx, &rows, s.bind(`SELECT `+releaseInstallCols+` FROM release_installs ri
+		JOIN installs i ON i.id = ri.install_id WHERE ri.release_id = ? AND (? < 0 OR ri.wave = ?)
+		AND ri.state IN (`+placeholders(len(states))+`) ORDER BY ri.wave, ri.position`), args...); err != nil {
+		return nil, fmt.Errorf("release %s installs: %w", id, err)
+	}
+	out := make([]ReleaseInstall, len(rows))
+	for i, row := range rows {
+		out[i] = row.install()
+	}
+	return out, nil
+}
+
+// GetReleaseOnly returns release id without its installs.
+func (s *Store) GetReleaseOnly(ctx context.Context, id string) (Release, error) { return s.releaseOnly(ctx, id) }
+
 func (s *Store) releaseOnly(ctx context.Context, id string) (Release, error) {
 	var row releaseRow
 	err := s.r.GetContext(ctx, &row, s.bind(`SELECT `+releaseCols+` FROM releases WHERE id = ?`), id)
