@@ -352,7 +352,9 @@ func (s *Store) ReleaseInstallsIn(ctx context.Context, id string, wave int, stat
 }
 
 // GetReleaseOnly returns release id without its installs.
-func (s *Store) GetReleaseOnly(ctx context.Context, id string) (Release, error) { return s.releaseOnly(ctx, id) }
+func (s *Store) GetReleaseOnly(ctx context.Context, id string) (Release, error) {
+	return s.releaseOnly(ctx, id)
+}
 
 func (s *Store) releaseOnly(ctx context.Context, id string) (Release, error) {
 	var row releaseRow
