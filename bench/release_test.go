@@ -45,6 +45,10 @@ func BenchmarkRelease10k(b *testing.B) {
 				dsn = pgtest.Start(b)
 			}
 			p := startIMS(b, dsn)
+			// The release outlasts imsd's cut of silent streams (three
+			// heartbeats of 30 s): these agents heartbeat as agentd does.
+			fleetHeartbeat = 20 * time.Second
+			defer func() { fleetHeartbeat = 0 }()
 			var picked atomic.Int64
 			agents := fleet(b, p, n, func(string, time.Time) { picked.Add(1) })
 			c := p.client()
