@@ -170,7 +170,14 @@ type benchAgent struct {
 	client  agentv1connect.AgentServiceClient
 	picked  func(jobID string, at time.Time)
 	cancel  context.CancelFunc
+	// heartbeat, when set, is how often the agent sends a heartbeat (as
+	// agentd does): a benchmark longer than three of imsd's heartbeat
+	// intervals needs it, or imsd cuts the silent streams.
+	heartbeat time.Duration
 }
+
+// fleetHeartbeat is the heartbeat of the agents fleet makes (0: none).
+var fleetHeartbeat time.Duration
 
 // fleet creates n installs with one connected agent each.
 func fleet(b *testing.B, p *imsProc, n int, picked func(string, time.Time)) []*benchAgent {
@@ -208,7 +215,7 @@ func fleet(b *testing.B, p *imsProc, n int, picked func(string, time.Time)) []*b
 			// As agentd does after enrolling: the stream opens its own
 			// connection.
 			hc.CloseIdleConnections()
-			agents[i] = &benchAgent{id: er.Msg.AgentId, key: key, install: name, client: ac, picked: picked}
+			agents[i] = &benchAgent{id: er.Msg.AgentId, key: key, install: name, client: ac, picked: picked, heartbeat: fleetHeartbeat}
 		}()
 	}
 	wg.Wait()
@@ -256,6 +263,29 @@ func (a *benchAgent) run(b *testing.B, ready chan<- struct{}) {
 		return
 	}
 	ready <- struct{}{}
+	// Sends from this loop and the heartbeats are one at a time.
+	var mu sync.Mutex
+	send := func(m *agentv1.ConnectRequest) {
+		mu.Lock()
+		defer mu.Unlock()
+		st.Send(m)
+	}
+	if every := a.heartbeat; every > 0 {
+		go func() {
+			t := time.NewTicker(every)
+			defer t.Stop()
+			var seq uint64
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+					seq++
+					send(&agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Heartbeat{Heartbeat: &agentv1.Heartbeat{Seq: seq}}})
+				}
+			}
+		}()
+	}
 	var wid uint64
 	// As agentd does: a job starts (here: ends at once) only once imsd
 	// has accepted its ack, so the result follows the ack's answer.
@@ -272,7 +302,7 @@ func (a *benchAgent) run(b *testing.B, ready chan<- struct{}) {
 			}
 			delete(acked, acc.WriteId)
 			wid++
-			st.Send(&agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Result{Result: &agentv1.JobResult{
+			send(&agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Result{Result: &agentv1.JobResult{
 				WriteId: wid, JobId: as.JobId, FencingToken: as.FencingToken, Outcome: agentv1.Outcome_OUTCOME_SUCCEEDED,
 			}}})
 			continue
@@ -284,7 +314,7 @@ func (a *benchAgent) run(b *testing.B, ready chan<- struct{}) {
 		a.picked(as.JobId, time.Now())
 		wid++
 		acked[wid] = as
-		st.Send(&agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Ack{Ack: &agentv1.JobAck{WriteId: wid, JobId: as.JobId, FencingToken: as.FencingToken}}})
+		send(&agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Ack{Ack: &agentv1.JobAck{WriteId: wid, JobId: as.JobId, FencingToken: as.FencingToken}}})
 	}
 }
 

@@ -143,8 +143,12 @@ type Options struct {
 	// clock (default: the server's).
 	CronInterval time.Duration
 	CronNow      func() time.Time
-	Logger       *slog.Logger
-	Now          func() time.Time
+	// ReleaseInterval and ReleaseNow are the release engine's interval
+	// and clock (default: the server's).
+	ReleaseInterval time.Duration
+	ReleaseNow      func() time.Time
+	Logger          *slog.Logger
+	Now             func() time.Time
 	// AgentWireOff is imsd --agentwire=off.
 	AgentWireOff bool
 	// SigningKeyFile is imsd --signing-key (default: DATA-DIR/signing.key).
@@ -186,6 +190,7 @@ func StartIMS(tb testing.TB, o Options) *IMS {
 		LeaseDuration: o.LeaseDuration, HeartbeatInterval: o.HeartbeatInterval, SweepInterval: o.SweepInterval,
 		WorkflowInterval: o.WorkflowInterval, Logger: o.Logger, Now: o.Now,
 		CronInterval: o.CronInterval, CronNow: o.CronNow, AgentWireOff: o.AgentWireOff,
+		ReleaseInterval: o.ReleaseInterval, ReleaseNow: o.ReleaseNow,
 		SigningKeyFile:       o.SigningKeyFile,
 		BreakGlassRequestTTL: o.BreakGlassRequestTTL,
 		RegistryURL:          o.RegistryURL,

@@ -214,7 +214,7 @@ func jobFields(j store.Job) *imsv1.Job {
 		CreateTime: ts(j.CreatedAt), StartTime: ts(j.StartedAt), EndTime: ts(j.EndedAt),
 		LeaseExpireTime: ts(j.LeaseDeadline), CancelRequested: j.CancelRequested,
 		ExitCode: int32(j.ExitCode), Error: j.Error, Outputs: j.Outputs, CreatedBy: j.CreatedBy,
-		Mode: string(j.Mode), Component: j.Component, WindowBound: j.WindowBound,
+		Mode: string(j.Mode), Component: j.Component, ReleaseId: j.ReleaseID, WindowBound: j.WindowBound,
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/byoc-dev/byoc/imsd/dispatch"
 	"github.com/byoc-dev/byoc/imsd/errs"
+	"github.com/byoc-dev/byoc/imsd/release"
 	"github.com/byoc-dev/byoc/imsd/rpcerr"
 	"github.com/byoc-dev/byoc/imsd/store"
 	"github.com/byoc-dev/byoc/imsd/workflow"
@@ -59,6 +60,8 @@ type Config struct {
 	BreakGlassRequestTTL time.Duration
 	// Engine runs workflows; the service queues them and wakes it.
 	Engine *workflow.Engine
+	// Releases creates and rolls out releases.
+	Releases *release.Engine
 	// SigningKeyID is the id of imsd's job signing key, which every
 	// enrolment token carries (auth.NewEnrollToken).
 	SigningKeyID string

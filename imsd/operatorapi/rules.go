@@ -99,9 +99,20 @@ var rules = map[string]rule{
 	imsv1connect.OperatorServiceGetInstallStackProcedure:   r(access.Read, onInstall, "install", "read the stack of"),
 	imsv1connect.OperatorServiceListInstallImagesProcedure: r(access.Read, onInstall, "install", "read"),
 
-	imsv1connect.OperatorServiceStartWorkflowProcedure:     r(access.Deploy, onInstall, "install", "start workflows on"),
-	imsv1connect.OperatorServiceListWorkflowsProcedure:     r(access.Read, onInstallOrList, "install", "read"),
-	imsv1connect.OperatorServiceGetWorkflowProcedure:       r(access.Read, onWorkflow, "id", "read"),
+	imsv1connect.OperatorServiceStartWorkflowProcedure: r(access.Deploy, onInstall, "install", "start workflows on"),
+	imsv1connect.OperatorServiceListWorkflowsProcedure: r(access.Read, onInstallOrList, "install", "read"),
+	imsv1connect.OperatorServiceGetWorkflowProcedure:   r(access.Read, onWorkflow, "id", "read"),
+	// Releases roll out across the fleet and name its installs: a role
+	// on every install (an unscoped grant) is needed to see or drive one.
+	imsv1connect.OperatorServiceCreateReleaseProcedure:     r(access.Deploy, onEverything, "", "create releases"),
+	imsv1connect.OperatorServiceListReleasesProcedure:      r(access.Read, onEverything, "", "list releases"),
+	imsv1connect.OperatorServiceGetReleaseProcedure:        r(access.Read, onEverything, "", "read releases"),
+	imsv1connect.OperatorServiceApproveReleaseProcedure:    r(access.Deploy, onEverything, "", "approve releases"),
+	imsv1connect.OperatorServicePauseReleaseProcedure:      r(access.Deploy, onEverything, "", "pause releases"),
+	imsv1connect.OperatorServiceResumeReleaseProcedure:     r(access.Deploy, onEverything, "", "resume releases"),
+	imsv1connect.OperatorServiceCancelReleaseProcedure:     r(access.Deploy, onEverything, "", "cancel releases"),
+	imsv1connect.OperatorServiceRetryReleaseProcedure:      r(access.Deploy, onEverything, "", "retry releases"),
+	imsv1connect.OperatorServiceRollbackReleaseProcedure:   r(access.Deploy, onEverything, "", "roll back releases"),
 	imsv1connect.OperatorServiceApproveWorkflowProcedure:   r(access.Deploy, onWorkflow, "id", "approve workflows on"),
 	imsv1connect.OperatorServiceCancelWorkflowProcedure:    r(access.Deploy, onWorkflow, "id", "cancel workflows on"),
 	imsv1connect.OperatorServiceRetryWorkflowStepProcedure: r(access.Deploy, onWorkflow, "id", "retry workflow steps on"),

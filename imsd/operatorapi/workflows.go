@@ -656,7 +656,7 @@ func (s *Service) workflowToProto(ctx context.Context, wf store.Workflow, steps 
 	p := &imsv1.Workflow{Id: wf.ID, InstallId: wf.InstallID, Kind: kindsToProto[wf.Kind], State: workflowStatesToProto[wf.State],
 		AppRevision: wf.AppRevision, Reason: wf.Reason, Parallelism: int32(wf.Parallelism), RequireApproval: wf.RequireApproval,
 		CancelRequested: wf.CancelRequested, ApprovedBy: wf.ApprovedBy, ApproveTime: ts(wf.ApprovedAt), Error: wf.Error,
-		CreateTime: ts(wf.CreatedAt), CreatedBy: wf.CreatedBy, StartTime: ts(wf.StartedAt), EndTime: ts(wf.EndedAt)}
+		CreateTime: ts(wf.CreatedAt), CreatedBy: wf.CreatedBy, StartTime: ts(wf.StartedAt), EndTime: ts(wf.EndedAt), ReleaseId: wf.ReleaseID}
 	if in, err := s.store.GetInstall(ctx, wf.InstallID); err == nil {
 		p.InstallName = in.Name
 	}

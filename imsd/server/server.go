@@ -36,6 +36,7 @@ import (
 	"github.com/byoc-dev/byoc/imsd/health"
 	"github.com/byoc-dev/byoc/imsd/operatorapi"
 	"github.com/byoc-dev/byoc/imsd/registry"
+	"github.com/byoc-dev/byoc/imsd/release"
 	"github.com/byoc-dev/byoc/imsd/schedule"
 	"github.com/byoc-dev/byoc/imsd/sso"
 	"github.com/byoc-dev/byoc/imsd/store"
@@ -96,6 +97,14 @@ type Config struct {
 	// CronNow is the scheduler's clock (default Now); tests set it to run
 	// through schedule ticks without waiting for them.
 	CronNow func() time.Time
+	// ReleaseInterval is how often every unfinished release is looked at
+	// without a signal (default 2s): windows opening, pauses between
+	// waves ending, other replicas' changes.
+	ReleaseInterval time.Duration
+	// ReleaseNow is the release engine's clock (default Now): maintenance
+	// windows and pauses between waves; tests set it to open windows
+	// without waiting for them.
+	ReleaseNow func() time.Time
 	// BreakGlassRequestTTL is how long a break-glass request waits for
 	// the customer's decision before it expires (default 30m).
 	BreakGlassRequestTTL time.Duration
@@ -171,6 +180,9 @@ func (c *Config) defaults() error {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.ReleaseNow == nil {
+		c.ReleaseNow = c.Now
 	}
 	if c.CronNow == nil {
 		c.CronNow = c.Now
@@ -276,6 +288,8 @@ type Server struct {
 	tokens *registry.Signer
 	// engine runs workflows.
 	engine *workflow.Engine
+	// releases rolls releases out.
+	releases *release.Engine
 	// cron fires the cron triggers of actions.
 	cron *schedule.Scheduler
 	// health sweeps agents' health and sends alerts.
@@ -354,6 +368,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.engine = workflow.NewEngine(st, s.hub, cfg.Now, s.log)
 	if cfg.WorkflowInterval > 0 {
 		s.engine.Interval = cfg.WorkflowInterval
+	}
+	s.releases = release.NewEngine(st, s.hub, s.engine, cfg.ReleaseNow, s.log)
+	if cfg.ReleaseInterval > 0 {
+		s.releases.Interval = cfg.ReleaseInterval
 	}
 	s.cron = schedule.New(st, s.engine, cfg.CronNow, s.log)
 	if cfg.CronInterval > 0 {
@@ -479,7 +497,7 @@ func (s *Server) newHTTPServer() *http.Server {
 	}})
 	s.reg.MustRegister(s.health)
 	mux := http.NewServeMux()
-	op := operatorapi.New(s.store, s.hub, operatorapi.Config{BreakGlassRequestTTL: cfg.BreakGlassRequestTTL, HeartbeatInterval: cfg.HeartbeatInterval, LeaseDuration: cfg.LeaseDuration, LeaseGrace: cfg.LeaseGrace, Engine: s.engine, SigningKeyID: s.key.ID, Login: s.login}, cfg.Now, s.log)
+	op := operatorapi.New(s.store, s.hub, operatorapi.Config{BreakGlassRequestTTL: cfg.BreakGlassRequestTTL, HeartbeatInterval: cfg.HeartbeatInterval, LeaseDuration: cfg.LeaseDuration, LeaseGrace: cfg.LeaseGrace, Engine: s.engine, Releases: s.releases, SigningKeyID: s.key.ID, Login: s.login}, cfg.Now, s.log)
 	var idv operatorapi.IDTokenVerifier
 	if s.sso != nil {
 		idv = s.sso
@@ -597,18 +615,19 @@ func (s *Server) Hub() *dispatch.Hub { return s.hub }
 // Serve runs until ctx ends or Close is called; it then drains and returns.
 func (s *Server) Serve(ctx context.Context) error {
 	ctx, s.cancel = context.WithCancel(ctx)
-	s.wg.Add(6)
-	go func() { defer s.wg.Done(); s.sweep(ctx) }()
-	go func() { defer s.wg.Done(); s.health.Run(ctx) }()
-	go func() { defer s.wg.Done(); s.listenCancels(ctx) }()
-	go func() { defer s.wg.Done(); s.engine.Run(ctx) }()
-	go func() { defer s.wg.Done(); s.cron.Run(ctx) }()
-	go func() {
-		defer s.wg.Done()
+	// wg.Go, not Add(n): a loop added here is waited for without a count
+	// to keep in step (two merges once left one out of Add).
+	s.wg.Go(func() { s.sweep(ctx) })
+	s.wg.Go(func() { s.health.Run(ctx) })
+	s.wg.Go(func() { s.listenCancels(ctx) })
+	s.wg.Go(func() { s.engine.Run(ctx) })
+	s.wg.Go(func() { s.releases.Run(ctx) })
+	s.wg.Go(func() { s.cron.Run(ctx) })
+	s.wg.Go(func() {
 		if err := s.store.Listen(ctx, s.hub.Wake, s.hub.NotifyLog); err != nil && ctx.Err() == nil {
 			s.log.Error("listen for wake-ups", "err", err)
 		}
-	}()
+	})
 	errc := make(chan error, 1)
 	var h2c *h2cListener
 	if s.cfg.TLSCertFile != "" {

@@ -322,6 +322,9 @@ func eventFromRecord(r auditchain.Record) (AuditEvent, error) {
 // jobEvent is an event about job j in its install's chain.
 func jobEvent(j Job, kind, actor string, at time.Time, data map[string]string) AuditEvent {
 	d := map[string]string{"type": j.ComponentType, "operation": j.Operation, "mode": string(j.Mode)}
+	if j.ReleaseID != "" {
+		d["release"] = j.ReleaseID
+	}
 	maps.Copy(d, data)
 	return AuditEvent{Chain: j.InstallID, At: at, Kind: kind, Actor: actor, Subject: "job:" + j.ID, Data: d}
 }
@@ -340,7 +343,7 @@ func (s *Store) auditAgentJob(ctx context.Context, tx *txn, agentID, jobID, kind
 func (s *Store) auditClaims(ctx context.Context, tx *txn, installID, agentID string, rows []jobRow, now time.Time) error {
 	for _, r := range rows {
 		if err := s.Audit(ctx, tx, AuditEvent{Chain: installID, At: now, Kind: "job.assigned", Actor: "imsd", Subject: "job:" + r.ID,
-			Data: map[string]string{"agent": agentID, "attempt": strconv.Itoa(r.Attempt)}}); err != nil {
+			Data: claimData(agentID, r)}); err != nil {
 			return err
 		}
 	}
@@ -431,4 +434,13 @@ func (s *Store) AuditRecordsAfter(ctx context.Context, chain string, afterSeq in
 		return nil, fmt.Errorf("read audit chain %q after %d: %w", chain, afterSeq, err)
 	}
 	return out, nil
+}
+
+// claimData is the data of a job.assigned record.
+func claimData(agentID string, r jobRow) map[string]string {
+	d := map[string]string{"agent": agentID, "attempt": strconv.Itoa(r.Attempt)}
+	if r.ReleaseID != "" {
+		d["release"] = r.ReleaseID
+	}
+	return d
 }

@@ -45,12 +45,13 @@ type jobRow struct {
 	PlanDigest      string `db:"plan_digest"`
 	ApprovedPlan    string `db:"approved_plan_digest"`
 	Policy          string `db:"policy"`
+	ReleaseID       string `db:"release_id"`
 	WindowBound     bool   `db:"window_bound"`
 }
 
 const jobCols = `id, install_id, component_type, operation, config, state, attempt, max_attempts, timeout_ns,
 	fencing_token, agent_id, lease_deadline, cancel_requested, cancel_reason, created_at, started_at, ended_at,
-	exit_code, error, outputs, created_by, mode, component, plan, policy, plan_digest, approved_plan_digest, window_bound`
+	exit_code, error, outputs, created_by, mode, component, plan, policy, plan_digest, approved_plan_digest, release_id, window_bound`
 
 // jobColsQualified is jobCols prefixed with the table name, for statements
 // that join another relation with the same column names.
@@ -67,7 +68,7 @@ func (r *jobRow) dest() []any {
 	return []any{&r.ID, &r.InstallID, &r.ComponentType, &r.Operation, &r.Config, &r.State, &r.Attempt, &r.MaxAttempts,
 		&r.TimeoutNS, &r.FencingToken, &r.AgentID, &r.LeaseDeadline, &r.CancelRequested, &r.CancelReason, &r.CreatedAt,
 		&r.StartedAt, &r.EndedAt, &r.ExitCode, &r.Error, &r.Outputs, &r.CreatedBy, &r.Mode, &r.Component, &r.Plan, &r.Policy,
-		&r.PlanDigest, &r.ApprovedPlan, &r.WindowBound}
+		&r.PlanDigest, &r.ApprovedPlan, &r.ReleaseID, &r.WindowBound}
 }
 
 // getJobRow runs q, which returns jobCols, and scans its one row: the
@@ -121,6 +122,7 @@ func (r jobRow) job() (Job, error) {
 		CreatedAt: fromNanos(r.CreatedAt), StartedAt: fromNanos(r.StartedAt), EndedAt: fromNanos(r.EndedAt),
 		ExitCode: r.ExitCode, Error: r.Error, Outputs: out, CreatedBy: r.CreatedBy, Mode: Mode(r.Mode), Component: r.Component, WindowBound: r.WindowBound,
 		PlannedChanges: plan, PolicyFindings: findings, PlanDigest: r.PlanDigest, ApprovedPlanDigest: r.ApprovedPlan,
+		ReleaseID: r.ReleaseID,
 	}, nil
 }
 

@@ -76,10 +76,10 @@ func modeOf(j Job) Mode {
 
 func (s *Store) insertQueued(ctx context.Context, tx *txn, j Job, config string) error {
 	_, err := tx.ExecContext(ctx, s.bind(`INSERT INTO jobs (id, install_id, component_type, operation, config, state,
-		max_attempts, timeout_ns, created_at, created_by, mode, component, approved_plan_digest, window_bound)
-		VALUES (?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?)`),
+		max_attempts, timeout_ns, created_at, created_by, mode, component, approved_plan_digest, release_id, window_bound)
+		VALUES (?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 		j.ID, j.InstallID, j.ComponentType, j.Operation, config, j.MaxAttempts, int64(j.Timeout), nanos(j.CreatedAt), j.CreatedBy, string(modeOf(j)),
-		j.Component, j.ApprovedPlanDigest, j.WindowBound)
+		j.Component, j.ApprovedPlanDigest, j.ReleaseID, j.WindowBound)
 	if err != nil {
 		return insertError(j, err)
 	}

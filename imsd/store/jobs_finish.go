@@ -46,12 +46,12 @@ func (s *Store) FinishJob(ctx context.Context, jobID string, w Writer, r Result,
 		// The usual case, one statement: the holder finishes its job. It
 		// returns what the bookkeeping below needs, so a job that is no
 		// drift check and no build costs no further statement.
-		var install, typ, op string
+		var install, typ, op, release string
 		err := tx.QueryRowContext(ctx, s.bind(`UPDATE jobs SET state = ?, ended_at = ?, exit_code = ?, error = ?, outputs = ?, plan = ?, policy = ?,
 			plan_digest = ?, lease_deadline = 0 WHERE id = ? AND agent_id = ? AND agent_id <> '' AND fencing_token = ? AND state IN ('assigned', 'running')
-			RETURNING install_id, component_type, operation`),
+			RETURNING install_id, component_type, operation, release_id`),
 			string(r.State), nanos(now), r.ExitCode, r.Error, encodeMap(r.Outputs), plan, policy, r.PlanDigest, jobID, w.AgentID, w.FencingToken).
-			Scan(&install, &typ, &op)
+			Scan(&install, &typ, &op, &release)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
@@ -73,17 +73,17 @@ func (s *Store) FinishJob(ctx context.Context, jobID string, w Writer, r Result,
 			if err != nil {
 				return err
 			}
-			install, typ, op = j.InstallID, j.ComponentType, j.Operation
+			install, typ, op, release = j.InstallID, j.ComponentType, j.Operation, j.ReleaseID
 		}
 		changed = true
-		return s.finished(ctx, tx, jobID, w, r, plan, install, typ, op, now)
+		return s.finished(ctx, tx, jobID, w, r, plan, install, typ, op, release, now)
 	}
 	if s.pgc != nil && r.Build == nil {
 		p := &pgPre{finish: true, jobID: jobID, w: w, now: nanos(now), state: string(r.State), exitCode: r.ExitCode, errMsg: r.Error,
 			outputs: encodeMap(r.Outputs), plan: plan, policy: policy, planDigest: r.PlanDigest}
 		p.after = func(tx *txn) error {
 			changed = true
-			return s.finished(ctx, tx, jobID, w, r, plan, p.install, p.typ, p.op, now)
+			return s.finished(ctx, tx, jobID, w, r, plan, p.install, p.typ, p.op, p.release, now)
 		}
 		err = s.writePre(ctx, "finish job", p, fn)
 	} else {
@@ -94,8 +94,9 @@ func (s *Store) FinishJob(ctx context.Context, jobID string, w Writer, r Result,
 
 // finished is the bookkeeping of a job that FinishJob has just ended: its
 // audit event, its drift record or build, and the wake-up of its log's
-// followers. install, typ and op are the job's.
-func (s *Store) finished(ctx context.Context, tx *txn, jobID string, w Writer, r Result, plan, install, typ, op string, now time.Time) error {
+// followers. install, typ, op and release (its release, if any) are the
+// job's.
+func (s *Store) finished(ctx context.Context, tx *txn, jobID string, w Writer, r Result, plan, install, typ, op, release string, now time.Time) error {
 	var err error
 	data := map[string]string{"state": string(r.State), "exit_code": strconv.Itoa(r.ExitCode)}
 	if r.Error != "" {
@@ -103,6 +104,9 @@ func (s *Store) finished(ctx context.Context, tx *txn, jobID string, w Writer, r
 	}
 	if r.PlanDigest != "" {
 		data["plan_digest"] = r.PlanDigest
+	}
+	if release != "" {
+		data["release"] = release
 	}
 	policyAudit(data, r.PolicyFindings)
 	kind := "job.finished"

@@ -304,6 +304,8 @@ type Job struct {
 	ApprovedPlanDigest string
 	// PolicyFindings are what the job's policies said of its plan.
 	PolicyFindings []PolicyFinding
+	// ReleaseID is the release whose workflow made the job, if any.
+	ReleaseID string
 }
 
 // PolicyFinding is one message of a policy's deny or warn rule, as the

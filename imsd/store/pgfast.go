@@ -32,7 +32,7 @@ type pgPre struct {
 	// job's install, type and operation.
 	ok            bool
 	install, typ  string
-	op            string
+	op, release   string
 	after         func(tx *txn) error
 	disabled, dup bool
 }
@@ -49,7 +49,7 @@ const pgFinishSQL = `UPDATE jobs SET state = v.state, ended_at = v.now, exit_cod
 	FROM unnest($1::TEXT[], $2::TEXT[], $3::BIGINT[], $4::TEXT[], $5::BIGINT[], $6::INTEGER[], $7::TEXT[], $8::TEXT[], $9::TEXT[], $10::TEXT[], $11::TEXT[])
 		AS v(id, agent, token, state, now, exit_code, error, outputs, plan, policy, plan_digest)
 	WHERE jobs.id = v.id AND jobs.agent_id = v.agent AND jobs.agent_id <> '' AND jobs.fencing_token = v.token AND jobs.state IN ('assigned', 'running')
-	RETURNING jobs.id, jobs.install_id, jobs.component_type, jobs.operation`
+	RETURNING jobs.id, jobs.install_id, jobs.component_type, jobs.operation, jobs.release_id`
 
 // pres runs the usual case of the batch's acks and finishes, one
 // statement each, and marks the writes it covered.
@@ -127,13 +127,13 @@ func (g *pgGroupCommit) pres(t *txn, batch []*writeReq) error {
 		}
 		m := byID(fins)
 		for rows.Next() {
-			var id, install, typ, op string
-			if err := rows.Scan(&id, &install, &typ, &op); err != nil {
+			var id, install, typ, op, release string
+			if err := rows.Scan(&id, &install, &typ, &op, &release); err != nil {
 				rows.Close()
 				return fmt.Errorf("finish %d jobs: %w", n, err)
 			}
 			if p := m[id]; p != nil {
-				p.ok, p.install, p.typ, p.op = true, install, typ, op
+				p.ok, p.install, p.typ, p.op, p.release = true, install, typ, op, release
 			}
 		}
 		rows.Close()
@@ -171,6 +171,7 @@ func (s *Store) insertNewJobsPG(ctx context.Context, tx *txn, jobs []NewJob, con
 		make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	attempts, maxAttempts := make([]int32, n), make([]int32, n)
 	timeouts, tokens, leases, created := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	releases, windowBound := make([]string, n), make([]bool, n)
 	for i, nj := range jobs {
 		j := nj.Job
 		j.Config = []byte(configs[i])
@@ -195,15 +196,16 @@ func (s *Store) insertNewJobsPG(ctx context.Context, tx *txn, jobs []NewJob, con
 		ids[i], installs[i], types[i], ops[i], cfgs[i], states[i] = j.ID, j.InstallID, j.ComponentType, j.Operation, configs[i], string(j.State)
 		attempts[i], maxAttempts[i], timeouts[i], tokens[i], agents[i] = int32(j.Attempt), int32(j.MaxAttempts), int64(j.Timeout), j.FencingToken, j.AgentID
 		leases[i], created[i], bys[i], modes[i], comps[i] = nanos(j.LeaseDeadline), nanos(j.CreatedAt), j.CreatedBy, string(j.Mode), j.Component
+		releases[i], windowBound[i] = j.ReleaseID, j.WindowBound
 	}
 	if _, err := tx.ExecContext(ctx, `SAVEPOINT enqueue`); err != nil {
 		return nil, true, err
 	}
 	_, err = tx.ExecContext(ctx, `INSERT INTO jobs (id, install_id, component_type, operation, config, state, attempt, max_attempts, timeout_ns,
-			fencing_token, agent_id, lease_deadline, created_at, created_by, mode, component, approved_plan_digest)
+			fencing_token, agent_id, lease_deadline, created_at, created_by, mode, component, approved_plan_digest, release_id, window_bound)
 		SELECT * FROM unnest($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::TEXT[], $6::TEXT[], $7::INTEGER[], $8::INTEGER[], $9::BIGINT[],
-			$10::BIGINT[], $11::TEXT[], $12::BIGINT[], $13::BIGINT[], $14::TEXT[], $15::TEXT[], $16::TEXT[], $17::TEXT[])`,
-		ids, installs, types, ops, cfgs, states, attempts, maxAttempts, timeouts, tokens, agents, leases, created, bys, modes, comps, digests)
+			$10::BIGINT[], $11::TEXT[], $12::BIGINT[], $13::BIGINT[], $14::TEXT[], $15::TEXT[], $16::TEXT[], $17::TEXT[], $18::TEXT[], $19::BOOLEAN[])`,
+		ids, installs, types, ops, cfgs, states, attempts, maxAttempts, timeouts, tokens, agents, leases, created, bys, modes, comps, digests, releases, windowBound)
 	if err != nil {
 		if _, rerr := tx.ExecContext(ctx, `ROLLBACK TO SAVEPOINT enqueue`); rerr != nil {
 			return nil, true, fmt.Errorf("%w (and undoing it: %v)", err, rerr)

@@ -77,6 +77,9 @@ type Workflow struct {
 	CreatedBy       string
 	StartedAt       time.Time
 	EndedAt         time.Time
+	// ReleaseID is the release the workflow rolls out, if any: its jobs
+	// name it too.
+	ReleaseID string
 }
 
 // Step is one job of a workflow.
@@ -156,18 +159,19 @@ type workflowRow struct {
 	Action          string `db:"action"`
 	Trigger         string `db:"triggered_by"`
 	Mode            string `db:"mode"`
+	ReleaseID       string `db:"release_id"`
 }
 
 const workflowCols = `id, install_id, kind, state, app_revision, reason, inputs, parallelism, require_approval,
 	cancel_requested, cancel_reason, approved_by, approved_at, error, created_at, created_by, started_at, ended_at,
-	action, triggered_by, mode`
+	action, triggered_by, mode, release_id`
 
 func (r workflowRow) workflow() Workflow {
 	return Workflow{ID: r.ID, InstallID: r.InstallID, Kind: r.Kind, State: WorkflowState(r.State), AppRevision: r.AppRevision,
 		Reason: r.Reason, Inputs: []byte(r.Inputs), Parallelism: r.Parallelism, RequireApproval: r.RequireApproval,
 		CancelRequested: r.CancelRequested, CancelReason: r.CancelReason, ApprovedBy: r.ApprovedBy, ApprovedAt: fromNanos(r.ApprovedAt),
 		Error: r.Error, CreatedAt: fromNanos(r.CreatedAt), CreatedBy: r.CreatedBy, StartedAt: fromNanos(r.StartedAt), EndedAt: fromNanos(r.EndedAt),
-		Action: r.Action, Trigger: r.Trigger, Mode: r.Mode}
+		Action: r.Action, Trigger: r.Trigger, Mode: r.Mode, ReleaseID: r.ReleaseID}
 }
 
 type stepRow struct {
@@ -265,9 +269,10 @@ func (s *Store) insertWorkflow(ctx context.Context, tx *txn, wf Workflow) error 
 		inputs = "{}"
 	}
 	_, err := tx.ExecContext(ctx, s.bind(`INSERT INTO workflows (id, install_id, kind, state, app_revision, reason, inputs,
-		parallelism, require_approval, created_at, created_by, action, triggered_by, mode) VALUES (?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		parallelism, require_approval, created_at, created_by, action, triggered_by, mode, release_id)
+		VALUES (?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 		wf.ID, wf.InstallID, wf.Kind, wf.AppRevision, wf.Reason, inputs, wf.Parallelism, wf.RequireApproval, nanos(wf.CreatedAt), wf.CreatedBy,
-		wf.Action, wf.Trigger, wf.Mode)
+		wf.Action, wf.Trigger, wf.Mode, wf.ReleaseID)
 	switch {
 	case isUnique(err):
 		return errs.E(errs.AlreadyExists, "workflow %q already exists", wf.ID)
@@ -276,9 +281,13 @@ func (s *Store) insertWorkflow(ctx context.Context, tx *txn, wf Workflow) error 
 	case err != nil:
 		return err
 	}
+	data := map[string]string{"kind": wf.Kind, "action": wf.Action, "trigger": wf.Trigger, "mode": wf.Mode, "reason": truncate(wf.Reason, 512),
+		"app_revision": strconv.FormatInt(wf.AppRevision, 10)}
+	if wf.ReleaseID != "" {
+		data["release"] = wf.ReleaseID
+	}
 	return s.Audit(ctx, tx, AuditEvent{Chain: wf.InstallID, At: wf.CreatedAt, Kind: "workflow.created", Actor: wf.CreatedBy, Subject: "workflow:" + wf.ID,
-		Data: map[string]string{"kind": wf.Kind, "action": wf.Action, "trigger": wf.Trigger, "mode": wf.Mode, "reason": truncate(wf.Reason, 512),
-			"app_revision": strconv.FormatInt(wf.AppRevision, 10)}})
+		Data: data})
 }
 
 // GetWorkflow returns a workflow and its steps in plan order.

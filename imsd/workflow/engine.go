@@ -43,6 +43,9 @@ type Engine struct {
 	// without a signal (other replicas, lost signals). Set before Run.
 	Interval time.Duration
 
+	// nextFull is when Run may next look at every unfinished workflow.
+	nextFull time.Time
+
 	mu     sync.Mutex
 	kicked map[string]bool
 	wake   chan struct{}
@@ -82,7 +85,18 @@ func (e *Engine) Kick(id string) {
 func (e *Engine) Run(ctx context.Context) {
 	t := time.NewTicker(e.Interval)
 	defer t.Stop()
-	active := e.advanceAll(ctx, false)
+	// A full pass over every unfinished workflow is a safety net (other
+	// replicas, lost signals); with thousands of workflows running (a
+	// release's last wave) one takes seconds, and back to back they would
+	// starve the passes that signals and kicks start. So the next full
+	// pass waits at least five times as long as the last one took.
+	full := func() bool {
+		start := time.Now()
+		found := e.advanceAll(ctx, false)
+		e.nextFull = start.Add(max(e.Interval, 5*time.Since(start)))
+		return found
+	}
+	active := full()
 	for {
 		var signal <-chan struct{}
 		if active {
@@ -103,7 +117,9 @@ func (e *Engine) Run(ctx context.Context) {
 		case <-signal:
 			e.advanceAll(ctx, true)
 		case <-t.C:
-			active = e.advanceAll(ctx, false)
+			if !time.Now().Before(e.nextFull) {
+				active = full()
+			}
 		}
 	}
 }
@@ -539,7 +555,11 @@ func (e *Engine) startStep(ctx context.Context, wf store.Workflow, sc *stepConte
 	now := e.now()
 	j := store.Job{ID: auth.NewSortableID("job_", now), InstallID: wf.InstallID, ComponentType: s.ComponentType, Operation: s.Operation,
 		Component: s.Component, Config: cfg, MaxAttempts: MaxJobAttempts, Timeout: s.Timeout, CreatedAt: now, CreatedBy: "workflow " + wf.ID,
-		Mode: StepMode(wf, s, sc.app)}
+		Mode: StepMode(wf, s, sc.app), ReleaseID: wf.ReleaseID,
+		// A release's jobs run only inside the install's maintenance
+		// windows: imsd holds them, the agent refuses them outside the
+		// customer's.
+		WindowBound: wf.ReleaseID != ""}
 	if s.Operation == OpApply || s.Operation == OpDestroy {
 		j.ApprovedPlanDigest = s.ApprovedPlanDigest
 	}

@@ -34,6 +34,19 @@ var examples = map[string]string{
 	"byoc context remove": `  byoc context remove dev`,
 	"byoc context use":    `  byoc context use prod`,
 
+	"byoc release create": `  byoc release create shop --revision 7 --waves "canary:2,10%,50%,100%" --max-failures 5%
+  byoc release create shop --revision 7 --selector tier!=canary --respect-windows --pause-between 10m --wait`,
+	"byoc release list": `  byoc release list --active
+  byoc release list --app shop -o json`,
+	"byoc release get": `  byoc release get rel_0123
+  byoc release get rel_0123 --wait      # exit 0 succeeded, 1 failed, 3 awaits approval, 4 halted or paused`,
+	"byoc release approve":  `  byoc release approve rel_0123 --reason "canaries look good"`,
+	"byoc release pause":    `  byoc release pause rel_0123 --reason "error rate up"`,
+	"byoc release resume":   `  byoc release resume rel_0123 --reason "accepting the two failures" --wait`,
+	"byoc release cancel":   `  byoc release cancel rel_0123 --reason "wrong revision"`,
+	"byoc release retry":    `  byoc release retry rel_0123 --reason "disk quota raised" --wait`,
+	"byoc release rollback": `  byoc release rollback rel_0123 --reason "checkout errors" --wait`,
+
 	"byoc app create": `  byoc app create shop --description "the shop"`,
 	"byoc app get": `  byoc app get shop
   byoc app get shop -o jsonpath='{.id}'`,

@@ -391,3 +391,49 @@ func saveLog(dir, name string, lines []string) (string, error) {
 	}
 	return path, err
 }
+
+func listReleases(ctx context.Context, c imsv1connect.OperatorServiceClient) func() ([]*imsv1.Release, error) {
+	return func() ([]*imsv1.Release, error) {
+		r, err := c.ListReleases(ctx, connect.NewRequest(&imsv1.ListReleasesRequest{PageSize: 200}))
+		if err != nil {
+			return nil, err
+		}
+		return r.Msg.Releases, nil
+	}
+}
+
+func getRelease(ctx context.Context, c imsv1connect.OperatorServiceClient, id string) func() (*imsv1.Release, error) {
+	return func() (*imsv1.Release, error) {
+		r, err := c.GetRelease(ctx, connect.NewRequest(&imsv1.GetReleaseRequest{Id: id}))
+		if err != nil {
+			return nil, err
+		}
+		return r.Msg.Release, nil
+	}
+}
+
+// changeRelease pauses, resumes or cancels release id.
+func changeRelease(ctx context.Context, c imsv1connect.OperatorServiceClient, verb, id string) func() (*imsv1.Release, error) {
+	reason := "from the console"
+	return func() (*imsv1.Release, error) {
+		switch verb {
+		case "pause":
+			r, err := c.PauseRelease(ctx, connect.NewRequest(&imsv1.PauseReleaseRequest{Id: id, Reason: reason}))
+			if err != nil {
+				return nil, err
+			}
+			return r.Msg.Release, nil
+		case "resume":
+			r, err := c.ResumeRelease(ctx, connect.NewRequest(&imsv1.ResumeReleaseRequest{Id: id, Reason: reason}))
+			if err != nil {
+				return nil, err
+			}
+			return r.Msg.Release, nil
+		}
+		r, err := c.CancelRelease(ctx, connect.NewRequest(&imsv1.CancelReleaseRequest{Id: id, Reason: reason}))
+		if err != nil {
+			return nil, err
+		}
+		return r.Msg.Release, nil
+	}
+}

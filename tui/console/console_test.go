@@ -646,6 +646,12 @@ func TestGoldens(t *testing.T) {
 			v := m.top().(*tableView[*imsv1.Workflow])
 			m.Update(tableMsg[*imsv1.Workflow]{gen: v.gen, rows: workflowsFixture()})
 		},
+		"releases": func(m *Model) {
+			press(m, ":", "releases", "enter")
+			v := m.top().(*tableView[*imsv1.Release])
+			m.Update(tableMsg[*imsv1.Release]{gen: v.gen, rows: []*imsv1.Release{releaseFixture()}})
+		},
+		"release": func(m *Model) { openRelease(m) },
 		"apps": func(m *Model) {
 			press(m, ":", "apps", "enter")
 			v := m.top().(*tableView[*imsv1.App])
@@ -851,9 +857,9 @@ func TestHelpScrolls(t *testing.T) {
 	for i := 0; i < 100; i++ {
 		press(m, "j")
 	}
-	mustContain(t, screen(m), "cancel the job")
+	mustContain(t, screen(m), "cancel the release")
 	press(m, "k")
-	mustNotContain(t, screen(m), "cancel the job")
+	mustNotContain(t, screen(m), "cancel the release")
 	press(m, "?")
 	mustContain(t, screen(m), "loading installs")
 }

@@ -43,6 +43,10 @@ const (
 	ActJSON       Action = "json"
 	ActCopyID     Action = "copy_id"
 	ActSaveLog    Action = "save_log"
+	// The release view's: pause, resume and cancel the release.
+	ActPauseRelease  Action = "pause_release"
+	ActResumeRelease Action = "resume_release"
+	ActCancelRelease Action = "cancel_release"
 )
 
 // binding is one action's keys and help.
@@ -61,6 +65,7 @@ var shortHelp = map[Action]string{
 	ActSort: "sort", ActRunAction: "action", ActBreakGlass: "break-glass", ActCancelJob: "cancel", ActFollow: "follow",
 	ActWrap: "wrap", ActTimestamps: "time", ActNextMatch: "next", ActLogLevel: "level",
 	ActDescribe: "describe", ActYAML: "yaml", ActJSON: "json", ActCopyID: "copy id", ActSaveLog: "save",
+	ActPauseRelease: "pause", ActResumeRelease: "resume", ActCancelRelease: "cancel",
 }
 
 // keyDefaults lists every action in help order with its default keys.
@@ -99,6 +104,9 @@ var keyDefaults = []struct {
 	{ActRunAction, "fleet, install", []string{"a"}, "run an action on the install (asks first)", true},
 	{ActBreakGlass, "install", []string{"b"}, "request break-glass on the install (role, reason, duration)", true},
 	{ActCancelJob, "install, jobs, logs", []string{"x"}, "cancel the job (asks first)", true},
+	{ActPauseRelease, "release", []string{"p"}, "pause the release (asks first)", true},
+	{ActResumeRelease, "release", []string{"r"}, "resume the paused or halted release (asks first)", true},
+	{ActCancelRelease, "release", []string{"X"}, "cancel the release (asks first)", true},
 }
 
 // KeyMap is the console's key bindings.

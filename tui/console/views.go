@@ -74,6 +74,7 @@ var rootViews = []rootView{
 	{[]string{"jobs", "job"}, func(e *env) view { return newJobsView(e) }},
 	{[]string{"audit"}, func(e *env) view { return newAuditView(e) }},
 	{[]string{"workflows", "workflow", "wf"}, newWorkflowsView},
+	{[]string{"releases", "release", "rel"}, newReleasesView},
 	{[]string{"apps", "app"}, newAppsView},
 	{[]string{"breakglass", "grants", "bg"}, newGrantsView},
 }

@@ -115,4 +115,14 @@ func testWindowBoundHold(t *testing.T, e *env) {
 	if len(jobs) != 1 || jobs[0].ID != "job-1" || !jobs[0].WindowBound {
 		t.Fatalf("claimed once the windows opened: %+v", jobs)
 	}
+
+	// A batch enqueue keeps the flag and the release too (PostgreSQL's
+	// one-statement insert once dropped both).
+	b1, b2 := newJob("job-3", in, at(3*time.Second)), newJob("job-4", in, at(4*time.Second))
+	b1.WindowBound, b1.ReleaseID = true, "rel-1"
+	_, err = e.s.EnqueueJobs(ctx, []store.NewJob{{Job: b1}, {Job: b2}})
+	ok(t, err)
+	equal(t, "batch-enqueued flag", e.job("job-3").WindowBound, true)
+	equal(t, "batch-enqueued release", e.job("job-3").ReleaseID, "rel-1")
+	equal(t, "batch-enqueued ordinary job", e.job("job-4").WindowBound, false)
 }

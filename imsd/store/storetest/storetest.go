@@ -71,6 +71,7 @@ func Run(t *testing.T, open OpenFunc) {
 		{"Listen", testListen},
 		{"WorkflowLifecycle", testWorkflowLifecycle},
 		{"WorkflowApproveCancel", testWorkflowApproveCancel},
+		{"Releases", testReleases},
 		{"TriggerTicks", testTriggerTicks},
 		{"ActionRunsAndHealth", testActionRunsAndHealth},
 		{"Modes", testModes},

@@ -3334,6 +3334,8 @@ type Job struct {
 	// policy_findings are what the job's policies (the customer's on the
 	// agent, the vendor's from the app config) said of its plan.
 	PolicyFindings []*PolicyFinding `protobuf:"bytes,100,rep,name=policy_findings,json=policyFindings,proto3" json:"policy_findings,omitempty"`
+	// release_id is the release whose workflow made the job, if any.
+	ReleaseId string `protobuf:"bytes,50,opt,name=release_id,json=releaseId,proto3" json:"release_id,omitempty"`
 	// window_bound marks a job (of a release) that runs only while the
 	// install's maintenance windows are open: imsd holds it until the
 	// vendor's (InstallSettings.windows) and the customer's
@@ -3554,6 +3556,13 @@ func (x *Job) GetPolicyFindings() []*PolicyFinding {
 		return x.PolicyFindings
 	}
 	return nil
+}
+
+func (x *Job) GetReleaseId() string {
+	if x != nil {
+		return x.ReleaseId
+	}
+	return ""
 }
 
 func (x *Job) GetWindowBound() bool {
@@ -7256,7 +7265,7 @@ var File_byoc_ims_v1_operator_proto protoreflect.FileDescriptor
 
 const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\n" +
-	"\x1abyoc/ims/v1/operator.proto\x12\vbyoc.ims.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18byoc/ims/v1/action.proto\x1a\x17byoc/ims/v1/audit.proto\x1a\x1abyoc/ims/v1/workflow.proto\"`\n" +
+	"\x1abyoc/ims/v1/operator.proto\x12\vbyoc.ims.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18byoc/ims/v1/action.proto\x1a\x17byoc/ims/v1/audit.proto\x1a\x19byoc/ims/v1/release.proto\x1a\x1abyoc/ims/v1/workflow.proto\"`\n" +
 	"\tRoleGrant\x12%\n" +
 	"\x04role\x18\x01 \x01(\x0e2\x11.byoc.ims.v1.RoleR\x04role\x12\x14\n" +
 	"\x05scope\x18\x02 \x01(\tR\x05scope\x12\x16\n" +
@@ -7512,7 +7521,7 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"F\n" +
 	"\x14LabelInstallResponse\x12.\n" +
-	"\ainstall\x18\x01 \x01(\v2\x14.byoc.ims.v1.InstallR\ainstall\"\x9a\t\n" +
+	"\ainstall\x18\x01 \x01(\v2\x14.byoc.ims.v1.InstallR\ainstall\"\xb9\t\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -7545,7 +7554,9 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\vplan_digest\x18( \x01(\tR\n" +
 	"planDigest\x120\n" +
 	"\x14approved_plan_digest\x18) \x01(\tR\x12approvedPlanDigest\x12C\n" +
-	"\x0fpolicy_findings\x18d \x03(\v2\x1a.byoc.ims.v1.PolicyFindingR\x0epolicyFindings\x12!\n" +
+	"\x0fpolicy_findings\x18d \x03(\v2\x1a.byoc.ims.v1.PolicyFindingR\x0epolicyFindings\x12\x1d\n" +
+	"\n" +
+	"release_id\x182 \x01(\tR\treleaseId\x12!\n" +
 	"\fwindow_bound\x18* \x01(\bR\vwindowBound\x1a:\n" +
 	"\fOutputsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
@@ -7835,7 +7846,7 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x16LOG_STREAM_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11LOG_STREAM_STDOUT\x10\x01\x12\x15\n" +
 	"\x11LOG_STREAM_STDERR\x10\x02\x12\x15\n" +
-	"\x11LOG_STREAM_SYSTEM\x10\x032\x99$\n" +
+	"\x11LOG_STREAM_SYSTEM\x10\x032\xa8*\n" +
 	"\x0fOperatorService\x12A\n" +
 	"\x06WhoAmI\x12\x1a.byoc.ims.v1.WhoAmIRequest\x1a\x1b.byoc.ims.v1.WhoAmIResponse\x12P\n" +
 	"\vCheckAccess\x12\x1f.byoc.ims.v1.CheckAccessRequest\x1a .byoc.ims.v1.CheckAccessResponse\x12Y\n" +
@@ -7866,7 +7877,17 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\vGetWorkflow\x12\x1f.byoc.ims.v1.GetWorkflowRequest\x1a .byoc.ims.v1.GetWorkflowResponse\x12\\\n" +
 	"\x0fApproveWorkflow\x12#.byoc.ims.v1.ApproveWorkflowRequest\x1a$.byoc.ims.v1.ApproveWorkflowResponse\x12Y\n" +
 	"\x0eCancelWorkflow\x12\".byoc.ims.v1.CancelWorkflowRequest\x1a#.byoc.ims.v1.CancelWorkflowResponse\x12b\n" +
-	"\x11RetryWorkflowStep\x12%.byoc.ims.v1.RetryWorkflowStepRequest\x1a&.byoc.ims.v1.RetryWorkflowStepResponse\x12M\n" +
+	"\x11RetryWorkflowStep\x12%.byoc.ims.v1.RetryWorkflowStepRequest\x1a&.byoc.ims.v1.RetryWorkflowStepResponse\x12V\n" +
+	"\rCreateRelease\x12!.byoc.ims.v1.CreateReleaseRequest\x1a\".byoc.ims.v1.CreateReleaseResponse\x12S\n" +
+	"\fListReleases\x12 .byoc.ims.v1.ListReleasesRequest\x1a!.byoc.ims.v1.ListReleasesResponse\x12M\n" +
+	"\n" +
+	"GetRelease\x12\x1e.byoc.ims.v1.GetReleaseRequest\x1a\x1f.byoc.ims.v1.GetReleaseResponse\x12Y\n" +
+	"\x0eApproveRelease\x12\".byoc.ims.v1.ApproveReleaseRequest\x1a#.byoc.ims.v1.ApproveReleaseResponse\x12S\n" +
+	"\fPauseRelease\x12 .byoc.ims.v1.PauseReleaseRequest\x1a!.byoc.ims.v1.PauseReleaseResponse\x12V\n" +
+	"\rResumeRelease\x12!.byoc.ims.v1.ResumeReleaseRequest\x1a\".byoc.ims.v1.ResumeReleaseResponse\x12V\n" +
+	"\rCancelRelease\x12!.byoc.ims.v1.CancelReleaseRequest\x1a\".byoc.ims.v1.CancelReleaseResponse\x12S\n" +
+	"\fRetryRelease\x12 .byoc.ims.v1.RetryReleaseRequest\x1a!.byoc.ims.v1.RetryReleaseResponse\x12\\\n" +
+	"\x0fRollbackRelease\x12#.byoc.ims.v1.RollbackReleaseRequest\x1a$.byoc.ims.v1.RollbackReleaseResponse\x12M\n" +
 	"\n" +
 	"EnqueueJob\x12\x1e.byoc.ims.v1.EnqueueJobRequest\x1a\x1f.byoc.ims.v1.EnqueueJobResponse\x12P\n" +
 	"\vEnqueueJobs\x12\x1f.byoc.ims.v1.EnqueueJobsRequest\x1a .byoc.ims.v1.EnqueueJobsResponse\x12G\n" +
@@ -8043,23 +8064,41 @@ var file_byoc_ims_v1_operator_proto_goTypes = []any{
 	(*ApproveWorkflowRequest)(nil),        // 130: byoc.ims.v1.ApproveWorkflowRequest
 	(*CancelWorkflowRequest)(nil),         // 131: byoc.ims.v1.CancelWorkflowRequest
 	(*RetryWorkflowStepRequest)(nil),      // 132: byoc.ims.v1.RetryWorkflowStepRequest
-	(*ListActionsRequest)(nil),            // 133: byoc.ims.v1.ListActionsRequest
-	(*StartActionRunRequest)(nil),         // 134: byoc.ims.v1.StartActionRunRequest
-	(*ListActionRunsRequest)(nil),         // 135: byoc.ims.v1.ListActionRunsRequest
-	(*GetActionRunRequest)(nil),           // 136: byoc.ims.v1.GetActionRunRequest
-	(*ListAuditEventsRequest)(nil),        // 137: byoc.ims.v1.ListAuditEventsRequest
-	(*PlanInstallResponse)(nil),           // 138: byoc.ims.v1.PlanInstallResponse
-	(*StartWorkflowResponse)(nil),         // 139: byoc.ims.v1.StartWorkflowResponse
-	(*ListWorkflowsResponse)(nil),         // 140: byoc.ims.v1.ListWorkflowsResponse
-	(*GetWorkflowResponse)(nil),           // 141: byoc.ims.v1.GetWorkflowResponse
-	(*ApproveWorkflowResponse)(nil),       // 142: byoc.ims.v1.ApproveWorkflowResponse
-	(*CancelWorkflowResponse)(nil),        // 143: byoc.ims.v1.CancelWorkflowResponse
-	(*RetryWorkflowStepResponse)(nil),     // 144: byoc.ims.v1.RetryWorkflowStepResponse
-	(*ListActionsResponse)(nil),           // 145: byoc.ims.v1.ListActionsResponse
-	(*StartActionRunResponse)(nil),        // 146: byoc.ims.v1.StartActionRunResponse
-	(*ListActionRunsResponse)(nil),        // 147: byoc.ims.v1.ListActionRunsResponse
-	(*GetActionRunResponse)(nil),          // 148: byoc.ims.v1.GetActionRunResponse
-	(*ListAuditEventsResponse)(nil),       // 149: byoc.ims.v1.ListAuditEventsResponse
+	(*CreateReleaseRequest)(nil),          // 133: byoc.ims.v1.CreateReleaseRequest
+	(*ListReleasesRequest)(nil),           // 134: byoc.ims.v1.ListReleasesRequest
+	(*GetReleaseRequest)(nil),             // 135: byoc.ims.v1.GetReleaseRequest
+	(*ApproveReleaseRequest)(nil),         // 136: byoc.ims.v1.ApproveReleaseRequest
+	(*PauseReleaseRequest)(nil),           // 137: byoc.ims.v1.PauseReleaseRequest
+	(*ResumeReleaseRequest)(nil),          // 138: byoc.ims.v1.ResumeReleaseRequest
+	(*CancelReleaseRequest)(nil),          // 139: byoc.ims.v1.CancelReleaseRequest
+	(*RetryReleaseRequest)(nil),           // 140: byoc.ims.v1.RetryReleaseRequest
+	(*RollbackReleaseRequest)(nil),        // 141: byoc.ims.v1.RollbackReleaseRequest
+	(*ListActionsRequest)(nil),            // 142: byoc.ims.v1.ListActionsRequest
+	(*StartActionRunRequest)(nil),         // 143: byoc.ims.v1.StartActionRunRequest
+	(*ListActionRunsRequest)(nil),         // 144: byoc.ims.v1.ListActionRunsRequest
+	(*GetActionRunRequest)(nil),           // 145: byoc.ims.v1.GetActionRunRequest
+	(*ListAuditEventsRequest)(nil),        // 146: byoc.ims.v1.ListAuditEventsRequest
+	(*PlanInstallResponse)(nil),           // 147: byoc.ims.v1.PlanInstallResponse
+	(*StartWorkflowResponse)(nil),         // 148: byoc.ims.v1.StartWorkflowResponse
+	(*ListWorkflowsResponse)(nil),         // 149: byoc.ims.v1.ListWorkflowsResponse
+	(*GetWorkflowResponse)(nil),           // 150: byoc.ims.v1.GetWorkflowResponse
+	(*ApproveWorkflowResponse)(nil),       // 151: byoc.ims.v1.ApproveWorkflowResponse
+	(*CancelWorkflowResponse)(nil),        // 152: byoc.ims.v1.CancelWorkflowResponse
+	(*RetryWorkflowStepResponse)(nil),     // 153: byoc.ims.v1.RetryWorkflowStepResponse
+	(*CreateReleaseResponse)(nil),         // 154: byoc.ims.v1.CreateReleaseResponse
+	(*ListReleasesResponse)(nil),          // 155: byoc.ims.v1.ListReleasesResponse
+	(*GetReleaseResponse)(nil),            // 156: byoc.ims.v1.GetReleaseResponse
+	(*ApproveReleaseResponse)(nil),        // 157: byoc.ims.v1.ApproveReleaseResponse
+	(*PauseReleaseResponse)(nil),          // 158: byoc.ims.v1.PauseReleaseResponse
+	(*ResumeReleaseResponse)(nil),         // 159: byoc.ims.v1.ResumeReleaseResponse
+	(*CancelReleaseResponse)(nil),         // 160: byoc.ims.v1.CancelReleaseResponse
+	(*RetryReleaseResponse)(nil),          // 161: byoc.ims.v1.RetryReleaseResponse
+	(*RollbackReleaseResponse)(nil),       // 162: byoc.ims.v1.RollbackReleaseResponse
+	(*ListActionsResponse)(nil),           // 163: byoc.ims.v1.ListActionsResponse
+	(*StartActionRunResponse)(nil),        // 164: byoc.ims.v1.StartActionRunResponse
+	(*ListActionRunsResponse)(nil),        // 165: byoc.ims.v1.ListActionRunsResponse
+	(*GetActionRunResponse)(nil),          // 166: byoc.ims.v1.GetActionRunResponse
+	(*ListAuditEventsResponse)(nil),       // 167: byoc.ims.v1.ListAuditEventsResponse
 }
 var file_byoc_ims_v1_operator_proto_depIdxs = []int32{
 	0,   // 0: byoc.ims.v1.RoleGrant.role:type_name -> byoc.ims.v1.Role
@@ -8209,83 +8248,101 @@ var file_byoc_ims_v1_operator_proto_depIdxs = []int32{
 	130, // 144: byoc.ims.v1.OperatorService.ApproveWorkflow:input_type -> byoc.ims.v1.ApproveWorkflowRequest
 	131, // 145: byoc.ims.v1.OperatorService.CancelWorkflow:input_type -> byoc.ims.v1.CancelWorkflowRequest
 	132, // 146: byoc.ims.v1.OperatorService.RetryWorkflowStep:input_type -> byoc.ims.v1.RetryWorkflowStepRequest
-	55,  // 147: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
-	57,  // 148: byoc.ims.v1.OperatorService.EnqueueJobs:input_type -> byoc.ims.v1.EnqueueJobsRequest
-	59,  // 149: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
-	61,  // 150: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
-	64,  // 151: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
-	66,  // 152: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
-	83,  // 153: byoc.ims.v1.OperatorService.RegisterPluginType:input_type -> byoc.ims.v1.RegisterPluginTypeRequest
-	85,  // 154: byoc.ims.v1.OperatorService.ListPluginTypes:input_type -> byoc.ims.v1.ListPluginTypesRequest
-	87,  // 155: byoc.ims.v1.OperatorService.GetPluginType:input_type -> byoc.ims.v1.GetPluginTypeRequest
-	89,  // 156: byoc.ims.v1.OperatorService.RemovePluginType:input_type -> byoc.ims.v1.RemovePluginTypeRequest
-	133, // 157: byoc.ims.v1.OperatorService.ListActions:input_type -> byoc.ims.v1.ListActionsRequest
-	134, // 158: byoc.ims.v1.OperatorService.StartActionRun:input_type -> byoc.ims.v1.StartActionRunRequest
-	135, // 159: byoc.ims.v1.OperatorService.ListActionRuns:input_type -> byoc.ims.v1.ListActionRunsRequest
-	136, // 160: byoc.ims.v1.OperatorService.GetActionRun:input_type -> byoc.ims.v1.GetActionRunRequest
-	91,  // 161: byoc.ims.v1.OperatorService.RequestBreakGlass:input_type -> byoc.ims.v1.RequestBreakGlassRequest
-	93,  // 162: byoc.ims.v1.OperatorService.ListBreakGlassGrants:input_type -> byoc.ims.v1.ListBreakGlassGrantsRequest
-	96,  // 163: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:input_type -> byoc.ims.v1.GetBreakGlassPolicyRequest
-	137, // 164: byoc.ims.v1.OperatorService.ListAuditEvents:input_type -> byoc.ims.v1.ListAuditEventsRequest
-	99,  // 165: byoc.ims.v1.OperatorService.GetInstallStack:input_type -> byoc.ims.v1.GetInstallStackRequest
-	102, // 166: byoc.ims.v1.OperatorService.CreateBuildAgentToken:input_type -> byoc.ims.v1.CreateBuildAgentTokenRequest
-	104, // 167: byoc.ims.v1.OperatorService.StartBuild:input_type -> byoc.ims.v1.StartBuildRequest
-	106, // 168: byoc.ims.v1.OperatorService.ListBuilds:input_type -> byoc.ims.v1.ListBuildsRequest
-	108, // 169: byoc.ims.v1.OperatorService.ListInstallImages:input_type -> byoc.ims.v1.ListInstallImagesRequest
-	5,   // 170: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
-	7,   // 171: byoc.ims.v1.OperatorService.CheckAccess:output_type -> byoc.ims.v1.CheckAccessResponse
-	9,   // 172: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
-	12,  // 173: byoc.ims.v1.OperatorService.ListApiTokens:output_type -> byoc.ims.v1.ListApiTokensResponse
-	14,  // 174: byoc.ims.v1.OperatorService.RevokeApiToken:output_type -> byoc.ims.v1.RevokeApiTokenResponse
-	16,  // 175: byoc.ims.v1.OperatorService.GetLoginConfig:output_type -> byoc.ims.v1.GetLoginConfigResponse
-	19,  // 176: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
-	21,  // 177: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
-	23,  // 178: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
-	71,  // 179: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
-	74,  // 180: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
-	76,  // 181: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
-	30,  // 182: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
-	33,  // 183: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
-	35,  // 184: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
-	39,  // 185: byoc.ims.v1.OperatorService.ListInstallDrift:output_type -> byoc.ims.v1.ListInstallDriftResponse
-	37,  // 186: byoc.ims.v1.OperatorService.CheckInstallDrift:output_type -> byoc.ims.v1.CheckInstallDriftResponse
-	43,  // 187: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
-	49,  // 188: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
-	51,  // 189: byoc.ims.v1.OperatorService.LabelInstall:output_type -> byoc.ims.v1.LabelInstallResponse
-	45,  // 190: byoc.ims.v1.OperatorService.RevokeAgent:output_type -> byoc.ims.v1.RevokeAgentResponse
-	47,  // 191: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
-	138, // 192: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
-	139, // 193: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
-	140, // 194: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
-	141, // 195: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
-	142, // 196: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
-	143, // 197: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
-	144, // 198: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
-	56,  // 199: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
-	58,  // 200: byoc.ims.v1.OperatorService.EnqueueJobs:output_type -> byoc.ims.v1.EnqueueJobsResponse
-	60,  // 201: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
-	62,  // 202: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
-	65,  // 203: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
-	67,  // 204: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
-	84,  // 205: byoc.ims.v1.OperatorService.RegisterPluginType:output_type -> byoc.ims.v1.RegisterPluginTypeResponse
-	86,  // 206: byoc.ims.v1.OperatorService.ListPluginTypes:output_type -> byoc.ims.v1.ListPluginTypesResponse
-	88,  // 207: byoc.ims.v1.OperatorService.GetPluginType:output_type -> byoc.ims.v1.GetPluginTypeResponse
-	90,  // 208: byoc.ims.v1.OperatorService.RemovePluginType:output_type -> byoc.ims.v1.RemovePluginTypeResponse
-	145, // 209: byoc.ims.v1.OperatorService.ListActions:output_type -> byoc.ims.v1.ListActionsResponse
-	146, // 210: byoc.ims.v1.OperatorService.StartActionRun:output_type -> byoc.ims.v1.StartActionRunResponse
-	147, // 211: byoc.ims.v1.OperatorService.ListActionRuns:output_type -> byoc.ims.v1.ListActionRunsResponse
-	148, // 212: byoc.ims.v1.OperatorService.GetActionRun:output_type -> byoc.ims.v1.GetActionRunResponse
-	92,  // 213: byoc.ims.v1.OperatorService.RequestBreakGlass:output_type -> byoc.ims.v1.RequestBreakGlassResponse
-	94,  // 214: byoc.ims.v1.OperatorService.ListBreakGlassGrants:output_type -> byoc.ims.v1.ListBreakGlassGrantsResponse
-	97,  // 215: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:output_type -> byoc.ims.v1.GetBreakGlassPolicyResponse
-	149, // 216: byoc.ims.v1.OperatorService.ListAuditEvents:output_type -> byoc.ims.v1.ListAuditEventsResponse
-	100, // 217: byoc.ims.v1.OperatorService.GetInstallStack:output_type -> byoc.ims.v1.GetInstallStackResponse
-	103, // 218: byoc.ims.v1.OperatorService.CreateBuildAgentToken:output_type -> byoc.ims.v1.CreateBuildAgentTokenResponse
-	105, // 219: byoc.ims.v1.OperatorService.StartBuild:output_type -> byoc.ims.v1.StartBuildResponse
-	107, // 220: byoc.ims.v1.OperatorService.ListBuilds:output_type -> byoc.ims.v1.ListBuildsResponse
-	110, // 221: byoc.ims.v1.OperatorService.ListInstallImages:output_type -> byoc.ims.v1.ListInstallImagesResponse
-	170, // [170:222] is the sub-list for method output_type
-	118, // [118:170] is the sub-list for method input_type
+	133, // 147: byoc.ims.v1.OperatorService.CreateRelease:input_type -> byoc.ims.v1.CreateReleaseRequest
+	134, // 148: byoc.ims.v1.OperatorService.ListReleases:input_type -> byoc.ims.v1.ListReleasesRequest
+	135, // 149: byoc.ims.v1.OperatorService.GetRelease:input_type -> byoc.ims.v1.GetReleaseRequest
+	136, // 150: byoc.ims.v1.OperatorService.ApproveRelease:input_type -> byoc.ims.v1.ApproveReleaseRequest
+	137, // 151: byoc.ims.v1.OperatorService.PauseRelease:input_type -> byoc.ims.v1.PauseReleaseRequest
+	138, // 152: byoc.ims.v1.OperatorService.ResumeRelease:input_type -> byoc.ims.v1.ResumeReleaseRequest
+	139, // 153: byoc.ims.v1.OperatorService.CancelRelease:input_type -> byoc.ims.v1.CancelReleaseRequest
+	140, // 154: byoc.ims.v1.OperatorService.RetryRelease:input_type -> byoc.ims.v1.RetryReleaseRequest
+	141, // 155: byoc.ims.v1.OperatorService.RollbackRelease:input_type -> byoc.ims.v1.RollbackReleaseRequest
+	55,  // 156: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
+	57,  // 157: byoc.ims.v1.OperatorService.EnqueueJobs:input_type -> byoc.ims.v1.EnqueueJobsRequest
+	59,  // 158: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
+	61,  // 159: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
+	64,  // 160: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
+	66,  // 161: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
+	83,  // 162: byoc.ims.v1.OperatorService.RegisterPluginType:input_type -> byoc.ims.v1.RegisterPluginTypeRequest
+	85,  // 163: byoc.ims.v1.OperatorService.ListPluginTypes:input_type -> byoc.ims.v1.ListPluginTypesRequest
+	87,  // 164: byoc.ims.v1.OperatorService.GetPluginType:input_type -> byoc.ims.v1.GetPluginTypeRequest
+	89,  // 165: byoc.ims.v1.OperatorService.RemovePluginType:input_type -> byoc.ims.v1.RemovePluginTypeRequest
+	142, // 166: byoc.ims.v1.OperatorService.ListActions:input_type -> byoc.ims.v1.ListActionsRequest
+	143, // 167: byoc.ims.v1.OperatorService.StartActionRun:input_type -> byoc.ims.v1.StartActionRunRequest
+	144, // 168: byoc.ims.v1.OperatorService.ListActionRuns:input_type -> byoc.ims.v1.ListActionRunsRequest
+	145, // 169: byoc.ims.v1.OperatorService.GetActionRun:input_type -> byoc.ims.v1.GetActionRunRequest
+	91,  // 170: byoc.ims.v1.OperatorService.RequestBreakGlass:input_type -> byoc.ims.v1.RequestBreakGlassRequest
+	93,  // 171: byoc.ims.v1.OperatorService.ListBreakGlassGrants:input_type -> byoc.ims.v1.ListBreakGlassGrantsRequest
+	96,  // 172: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:input_type -> byoc.ims.v1.GetBreakGlassPolicyRequest
+	146, // 173: byoc.ims.v1.OperatorService.ListAuditEvents:input_type -> byoc.ims.v1.ListAuditEventsRequest
+	99,  // 174: byoc.ims.v1.OperatorService.GetInstallStack:input_type -> byoc.ims.v1.GetInstallStackRequest
+	102, // 175: byoc.ims.v1.OperatorService.CreateBuildAgentToken:input_type -> byoc.ims.v1.CreateBuildAgentTokenRequest
+	104, // 176: byoc.ims.v1.OperatorService.StartBuild:input_type -> byoc.ims.v1.StartBuildRequest
+	106, // 177: byoc.ims.v1.OperatorService.ListBuilds:input_type -> byoc.ims.v1.ListBuildsRequest
+	108, // 178: byoc.ims.v1.OperatorService.ListInstallImages:input_type -> byoc.ims.v1.ListInstallImagesRequest
+	5,   // 179: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
+	7,   // 180: byoc.ims.v1.OperatorService.CheckAccess:output_type -> byoc.ims.v1.CheckAccessResponse
+	9,   // 181: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
+	12,  // 182: byoc.ims.v1.OperatorService.ListApiTokens:output_type -> byoc.ims.v1.ListApiTokensResponse
+	14,  // 183: byoc.ims.v1.OperatorService.RevokeApiToken:output_type -> byoc.ims.v1.RevokeApiTokenResponse
+	16,  // 184: byoc.ims.v1.OperatorService.GetLoginConfig:output_type -> byoc.ims.v1.GetLoginConfigResponse
+	19,  // 185: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
+	21,  // 186: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
+	23,  // 187: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
+	71,  // 188: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
+	74,  // 189: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
+	76,  // 190: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
+	30,  // 191: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
+	33,  // 192: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
+	35,  // 193: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
+	39,  // 194: byoc.ims.v1.OperatorService.ListInstallDrift:output_type -> byoc.ims.v1.ListInstallDriftResponse
+	37,  // 195: byoc.ims.v1.OperatorService.CheckInstallDrift:output_type -> byoc.ims.v1.CheckInstallDriftResponse
+	43,  // 196: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
+	49,  // 197: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
+	51,  // 198: byoc.ims.v1.OperatorService.LabelInstall:output_type -> byoc.ims.v1.LabelInstallResponse
+	45,  // 199: byoc.ims.v1.OperatorService.RevokeAgent:output_type -> byoc.ims.v1.RevokeAgentResponse
+	47,  // 200: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
+	147, // 201: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
+	148, // 202: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
+	149, // 203: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
+	150, // 204: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
+	151, // 205: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
+	152, // 206: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
+	153, // 207: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
+	154, // 208: byoc.ims.v1.OperatorService.CreateRelease:output_type -> byoc.ims.v1.CreateReleaseResponse
+	155, // 209: byoc.ims.v1.OperatorService.ListReleases:output_type -> byoc.ims.v1.ListReleasesResponse
+	156, // 210: byoc.ims.v1.OperatorService.GetRelease:output_type -> byoc.ims.v1.GetReleaseResponse
+	157, // 211: byoc.ims.v1.OperatorService.ApproveRelease:output_type -> byoc.ims.v1.ApproveReleaseResponse
+	158, // 212: byoc.ims.v1.OperatorService.PauseRelease:output_type -> byoc.ims.v1.PauseReleaseResponse
+	159, // 213: byoc.ims.v1.OperatorService.ResumeRelease:output_type -> byoc.ims.v1.ResumeReleaseResponse
+	160, // 214: byoc.ims.v1.OperatorService.CancelRelease:output_type -> byoc.ims.v1.CancelReleaseResponse
+	161, // 215: byoc.ims.v1.OperatorService.RetryRelease:output_type -> byoc.ims.v1.RetryReleaseResponse
+	162, // 216: byoc.ims.v1.OperatorService.RollbackRelease:output_type -> byoc.ims.v1.RollbackReleaseResponse
+	56,  // 217: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
+	58,  // 218: byoc.ims.v1.OperatorService.EnqueueJobs:output_type -> byoc.ims.v1.EnqueueJobsResponse
+	60,  // 219: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
+	62,  // 220: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
+	65,  // 221: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
+	67,  // 222: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
+	84,  // 223: byoc.ims.v1.OperatorService.RegisterPluginType:output_type -> byoc.ims.v1.RegisterPluginTypeResponse
+	86,  // 224: byoc.ims.v1.OperatorService.ListPluginTypes:output_type -> byoc.ims.v1.ListPluginTypesResponse
+	88,  // 225: byoc.ims.v1.OperatorService.GetPluginType:output_type -> byoc.ims.v1.GetPluginTypeResponse
+	90,  // 226: byoc.ims.v1.OperatorService.RemovePluginType:output_type -> byoc.ims.v1.RemovePluginTypeResponse
+	163, // 227: byoc.ims.v1.OperatorService.ListActions:output_type -> byoc.ims.v1.ListActionsResponse
+	164, // 228: byoc.ims.v1.OperatorService.StartActionRun:output_type -> byoc.ims.v1.StartActionRunResponse
+	165, // 229: byoc.ims.v1.OperatorService.ListActionRuns:output_type -> byoc.ims.v1.ListActionRunsResponse
+	166, // 230: byoc.ims.v1.OperatorService.GetActionRun:output_type -> byoc.ims.v1.GetActionRunResponse
+	92,  // 231: byoc.ims.v1.OperatorService.RequestBreakGlass:output_type -> byoc.ims.v1.RequestBreakGlassResponse
+	94,  // 232: byoc.ims.v1.OperatorService.ListBreakGlassGrants:output_type -> byoc.ims.v1.ListBreakGlassGrantsResponse
+	97,  // 233: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:output_type -> byoc.ims.v1.GetBreakGlassPolicyResponse
+	167, // 234: byoc.ims.v1.OperatorService.ListAuditEvents:output_type -> byoc.ims.v1.ListAuditEventsResponse
+	100, // 235: byoc.ims.v1.OperatorService.GetInstallStack:output_type -> byoc.ims.v1.GetInstallStackResponse
+	103, // 236: byoc.ims.v1.OperatorService.CreateBuildAgentToken:output_type -> byoc.ims.v1.CreateBuildAgentTokenResponse
+	105, // 237: byoc.ims.v1.OperatorService.StartBuild:output_type -> byoc.ims.v1.StartBuildResponse
+	107, // 238: byoc.ims.v1.OperatorService.ListBuilds:output_type -> byoc.ims.v1.ListBuildsResponse
+	110, // 239: byoc.ims.v1.OperatorService.ListInstallImages:output_type -> byoc.ims.v1.ListInstallImagesResponse
+	179, // [179:240] is the sub-list for method output_type
+	118, // [118:179] is the sub-list for method input_type
 	118, // [118:118] is the sub-list for extension type_name
 	118, // [118:118] is the sub-list for extension extendee
 	0,   // [0:118] is the sub-list for field type_name
@@ -8298,6 +8355,7 @@ func file_byoc_ims_v1_operator_proto_init() {
 	}
 	file_byoc_ims_v1_action_proto_init()
 	file_byoc_ims_v1_audit_proto_init()
+	file_byoc_ims_v1_release_proto_init()
 	file_byoc_ims_v1_workflow_proto_init()
 	file_byoc_ims_v1_operator_proto_msgTypes[25].OneofWrappers = []any{}
 	file_byoc_ims_v1_operator_proto_msgTypes[43].OneofWrappers = []any{}

@@ -442,7 +442,9 @@ type Workflow struct {
 	// step_counts counts steps by state name ("succeeded": 3).
 	StepCounts map[string]int32 `protobuf:"bytes,18,rep,name=step_counts,json=stepCounts,proto3" json:"step_counts,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	// install_name is the install's name, for display.
-	InstallName   string `protobuf:"bytes,19,opt,name=install_name,json=installName,proto3" json:"install_name,omitempty"`
+	InstallName string `protobuf:"bytes,19,opt,name=install_name,json=installName,proto3" json:"install_name,omitempty"`
+	// release_id is the release the workflow rolls out, if any.
+	ReleaseId     string `protobuf:"bytes,30,opt,name=release_id,json=releaseId,proto3" json:"release_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -606,6 +608,13 @@ func (x *Workflow) GetStepCounts() map[string]int32 {
 func (x *Workflow) GetInstallName() string {
 	if x != nil {
 		return x.InstallName
+	}
+	return ""
+}
+
+func (x *Workflow) GetReleaseId() string {
+	if x != nil {
+		return x.ReleaseId
 	}
 	return ""
 }
@@ -1426,7 +1435,7 @@ const file_byoc_ims_v1_workflow_proto_rawDesc = "" +
 	"planDigest\x120\n" +
 	"\x14approved_plan_digest\x18+ \x01(\tR\x12approvedPlanDigest\x12\x1d\n" +
 	"\n" +
-	"plan_error\x18, \x01(\tR\tplanError\"\xec\x06\n" +
+	"plan_error\x18, \x01(\tR\tplanError\"\x8b\a\n" +
 	"\bWorkflow\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -1453,7 +1462,9 @@ const file_byoc_ims_v1_workflow_proto_rawDesc = "" +
 	"\x05steps\x18\x11 \x03(\v2\x19.byoc.ims.v1.WorkflowStepR\x05steps\x12F\n" +
 	"\vstep_counts\x18\x12 \x03(\v2%.byoc.ims.v1.Workflow.StepCountsEntryR\n" +
 	"stepCounts\x12!\n" +
-	"\finstall_name\x18\x13 \x01(\tR\vinstallName\x1a=\n" +
+	"\finstall_name\x18\x13 \x01(\tR\vinstallName\x12\x1d\n" +
+	"\n" +
+	"release_id\x18\x1e \x01(\tR\treleaseId\x1a=\n" +
 	"\x0fStepCountsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\xed\x02\n" +

@@ -118,6 +118,33 @@ const (
 	// OperatorServiceRetryWorkflowStepProcedure is the fully-qualified name of the OperatorService's
 	// RetryWorkflowStep RPC.
 	OperatorServiceRetryWorkflowStepProcedure = "/byoc.ims.v1.OperatorService/RetryWorkflowStep"
+	// OperatorServiceCreateReleaseProcedure is the fully-qualified name of the OperatorService's
+	// CreateRelease RPC.
+	OperatorServiceCreateReleaseProcedure = "/byoc.ims.v1.OperatorService/CreateRelease"
+	// OperatorServiceListReleasesProcedure is the fully-qualified name of the OperatorService's
+	// ListReleases RPC.
+	OperatorServiceListReleasesProcedure = "/byoc.ims.v1.OperatorService/ListReleases"
+	// OperatorServiceGetReleaseProcedure is the fully-qualified name of the OperatorService's
+	// GetRelease RPC.
+	OperatorServiceGetReleaseProcedure = "/byoc.ims.v1.OperatorService/GetRelease"
+	// OperatorServiceApproveReleaseProcedure is the fully-qualified name of the OperatorService's
+	// ApproveRelease RPC.
+	OperatorServiceApproveReleaseProcedure = "/byoc.ims.v1.OperatorService/ApproveRelease"
+	// OperatorServicePauseReleaseProcedure is the fully-qualified name of the OperatorService's
+	// PauseRelease RPC.
+	OperatorServicePauseReleaseProcedure = "/byoc.ims.v1.OperatorService/PauseRelease"
+	// OperatorServiceResumeReleaseProcedure is the fully-qualified name of the OperatorService's
+	// ResumeRelease RPC.
+	OperatorServiceResumeReleaseProcedure = "/byoc.ims.v1.OperatorService/ResumeRelease"
+	// OperatorServiceCancelReleaseProcedure is the fully-qualified name of the OperatorService's
+	// CancelRelease RPC.
+	OperatorServiceCancelReleaseProcedure = "/byoc.ims.v1.OperatorService/CancelRelease"
+	// OperatorServiceRetryReleaseProcedure is the fully-qualified name of the OperatorService's
+	// RetryRelease RPC.
+	OperatorServiceRetryReleaseProcedure = "/byoc.ims.v1.OperatorService/RetryRelease"
+	// OperatorServiceRollbackReleaseProcedure is the fully-qualified name of the OperatorService's
+	// RollbackRelease RPC.
+	OperatorServiceRollbackReleaseProcedure = "/byoc.ims.v1.OperatorService/RollbackRelease"
 	// OperatorServiceEnqueueJobProcedure is the fully-qualified name of the OperatorService's
 	// EnqueueJob RPC.
 	OperatorServiceEnqueueJobProcedure = "/byoc.ims.v1.OperatorService/EnqueueJob"
@@ -271,6 +298,26 @@ type OperatorServiceClient interface {
 	// RetryWorkflowStep runs a failed step again, and the steps that were
 	// skipped because of it.
 	RetryWorkflowStep(context.Context, *connect.Request[v1.RetryWorkflowStepRequest]) (*connect.Response[v1.RetryWorkflowStepResponse], error)
+	// CreateRelease plans every selected install of an app for a revision
+	// and rolls it out in waves (a release).
+	CreateRelease(context.Context, *connect.Request[v1.CreateReleaseRequest]) (*connect.Response[v1.CreateReleaseResponse], error)
+	ListReleases(context.Context, *connect.Request[v1.ListReleasesRequest]) (*connect.Response[v1.ListReleasesResponse], error)
+	// GetRelease returns a release with its waves and installs.
+	GetRelease(context.Context, *connect.Request[v1.GetReleaseRequest]) (*connect.Response[v1.GetReleaseResponse], error)
+	// ApproveRelease lets a release that awaits approval start its wave.
+	ApproveRelease(context.Context, *connect.Request[v1.ApproveReleaseRequest]) (*connect.Response[v1.ApproveReleaseResponse], error)
+	// PauseRelease stops a release from starting more installs.
+	PauseRelease(context.Context, *connect.Request[v1.PauseReleaseRequest]) (*connect.Response[v1.PauseReleaseResponse], error)
+	// ResumeRelease runs a paused or halted release again; the failures
+	// that halted it are accepted.
+	ResumeRelease(context.Context, *connect.Request[v1.ResumeReleaseRequest]) (*connect.Response[v1.ResumeReleaseResponse], error)
+	// CancelRelease ends what has not started and cancels what runs.
+	CancelRelease(context.Context, *connect.Request[v1.CancelReleaseRequest]) (*connect.Response[v1.CancelReleaseResponse], error)
+	// RetryRelease runs a release's failed and cancelled installs again.
+	RetryRelease(context.Context, *connect.Request[v1.RetryReleaseRequest]) (*connect.Response[v1.RetryReleaseResponse], error)
+	// RollbackRelease creates a release that re-deploys each install the
+	// release touched to its previous revision, in reverse wave order.
+	RollbackRelease(context.Context, *connect.Request[v1.RollbackReleaseRequest]) (*connect.Response[v1.RollbackReleaseResponse], error)
 	// EnqueueJob queues one job for one install's agent. With an
 	// idempotency_key, a retry of the same request returns the job the first
 	// call created instead of queuing another (see EnqueueJobRequest).
@@ -541,6 +588,60 @@ func NewOperatorServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(operatorServiceMethods.ByName("RetryWorkflowStep")),
 			connect.WithClientOptions(opts...),
 		),
+		createRelease: connect.NewClient[v1.CreateReleaseRequest, v1.CreateReleaseResponse](
+			httpClient,
+			baseURL+OperatorServiceCreateReleaseProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("CreateRelease")),
+			connect.WithClientOptions(opts...),
+		),
+		listReleases: connect.NewClient[v1.ListReleasesRequest, v1.ListReleasesResponse](
+			httpClient,
+			baseURL+OperatorServiceListReleasesProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("ListReleases")),
+			connect.WithClientOptions(opts...),
+		),
+		getRelease: connect.NewClient[v1.GetReleaseRequest, v1.GetReleaseResponse](
+			httpClient,
+			baseURL+OperatorServiceGetReleaseProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("GetRelease")),
+			connect.WithClientOptions(opts...),
+		),
+		approveRelease: connect.NewClient[v1.ApproveReleaseRequest, v1.ApproveReleaseResponse](
+			httpClient,
+			baseURL+OperatorServiceApproveReleaseProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("ApproveRelease")),
+			connect.WithClientOptions(opts...),
+		),
+		pauseRelease: connect.NewClient[v1.PauseReleaseRequest, v1.PauseReleaseResponse](
+			httpClient,
+			baseURL+OperatorServicePauseReleaseProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("PauseRelease")),
+			connect.WithClientOptions(opts...),
+		),
+		resumeRelease: connect.NewClient[v1.ResumeReleaseRequest, v1.ResumeReleaseResponse](
+			httpClient,
+			baseURL+OperatorServiceResumeReleaseProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("ResumeRelease")),
+			connect.WithClientOptions(opts...),
+		),
+		cancelRelease: connect.NewClient[v1.CancelReleaseRequest, v1.CancelReleaseResponse](
+			httpClient,
+			baseURL+OperatorServiceCancelReleaseProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("CancelRelease")),
+			connect.WithClientOptions(opts...),
+		),
+		retryRelease: connect.NewClient[v1.RetryReleaseRequest, v1.RetryReleaseResponse](
+			httpClient,
+			baseURL+OperatorServiceRetryReleaseProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("RetryRelease")),
+			connect.WithClientOptions(opts...),
+		),
+		rollbackRelease: connect.NewClient[v1.RollbackReleaseRequest, v1.RollbackReleaseResponse](
+			httpClient,
+			baseURL+OperatorServiceRollbackReleaseProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("RollbackRelease")),
+			connect.WithClientOptions(opts...),
+		),
 		enqueueJob: connect.NewClient[v1.EnqueueJobRequest, v1.EnqueueJobResponse](
 			httpClient,
 			baseURL+OperatorServiceEnqueueJobProcedure,
@@ -713,6 +814,15 @@ type operatorServiceClient struct {
 	approveWorkflow       *connect.Client[v1.ApproveWorkflowRequest, v1.ApproveWorkflowResponse]
 	cancelWorkflow        *connect.Client[v1.CancelWorkflowRequest, v1.CancelWorkflowResponse]
 	retryWorkflowStep     *connect.Client[v1.RetryWorkflowStepRequest, v1.RetryWorkflowStepResponse]
+	createRelease         *connect.Client[v1.CreateReleaseRequest, v1.CreateReleaseResponse]
+	listReleases          *connect.Client[v1.ListReleasesRequest, v1.ListReleasesResponse]
+	getRelease            *connect.Client[v1.GetReleaseRequest, v1.GetReleaseResponse]
+	approveRelease        *connect.Client[v1.ApproveReleaseRequest, v1.ApproveReleaseResponse]
+	pauseRelease          *connect.Client[v1.PauseReleaseRequest, v1.PauseReleaseResponse]
+	resumeRelease         *connect.Client[v1.ResumeReleaseRequest, v1.ResumeReleaseResponse]
+	cancelRelease         *connect.Client[v1.CancelReleaseRequest, v1.CancelReleaseResponse]
+	retryRelease          *connect.Client[v1.RetryReleaseRequest, v1.RetryReleaseResponse]
+	rollbackRelease       *connect.Client[v1.RollbackReleaseRequest, v1.RollbackReleaseResponse]
 	enqueueJob            *connect.Client[v1.EnqueueJobRequest, v1.EnqueueJobResponse]
 	enqueueJobs           *connect.Client[v1.EnqueueJobsRequest, v1.EnqueueJobsResponse]
 	listJobs              *connect.Client[v1.ListJobsRequest, v1.ListJobsResponse]
@@ -881,6 +991,51 @@ func (c *operatorServiceClient) CancelWorkflow(ctx context.Context, req *connect
 // RetryWorkflowStep calls byoc.ims.v1.OperatorService.RetryWorkflowStep.
 func (c *operatorServiceClient) RetryWorkflowStep(ctx context.Context, req *connect.Request[v1.RetryWorkflowStepRequest]) (*connect.Response[v1.RetryWorkflowStepResponse], error) {
 	return c.retryWorkflowStep.CallUnary(ctx, req)
+}
+
+// CreateRelease calls byoc.ims.v1.OperatorService.CreateRelease.
+func (c *operatorServiceClient) CreateRelease(ctx context.Context, req *connect.Request[v1.CreateReleaseRequest]) (*connect.Response[v1.CreateReleaseResponse], error) {
+	return c.createRelease.CallUnary(ctx, req)
+}
+
+// ListReleases calls byoc.ims.v1.OperatorService.ListReleases.
+func (c *operatorServiceClient) ListReleases(ctx context.Context, req *connect.Request[v1.ListReleasesRequest]) (*connect.Response[v1.ListReleasesResponse], error) {
+	return c.listReleases.CallUnary(ctx, req)
+}
+
+// GetRelease calls byoc.ims.v1.OperatorService.GetRelease.
+func (c *operatorServiceClient) GetRelease(ctx context.Context, req *connect.Request[v1.GetReleaseRequest]) (*connect.Response[v1.GetReleaseResponse], error) {
+	return c.getRelease.CallUnary(ctx, req)
+}
+
+// ApproveRelease calls byoc.ims.v1.OperatorService.ApproveRelease.
+func (c *operatorServiceClient) ApproveRelease(ctx context.Context, req *connect.Request[v1.ApproveReleaseRequest]) (*connect.Response[v1.ApproveReleaseResponse], error) {
+	return c.approveRelease.CallUnary(ctx, req)
+}
+
+// PauseRelease calls byoc.ims.v1.OperatorService.PauseRelease.
+func (c *operatorServiceClient) PauseRelease(ctx context.Context, req *connect.Request[v1.PauseReleaseRequest]) (*connect.Response[v1.PauseReleaseResponse], error) {
+	return c.pauseRelease.CallUnary(ctx, req)
+}
+
+// ResumeRelease calls byoc.ims.v1.OperatorService.ResumeRelease.
+func (c *operatorServiceClient) ResumeRelease(ctx context.Context, req *connect.Request[v1.ResumeReleaseRequest]) (*connect.Response[v1.ResumeReleaseResponse], error) {
+	return c.resumeRelease.CallUnary(ctx, req)
+}
+
+// CancelRelease calls byoc.ims.v1.OperatorService.CancelRelease.
+func (c *operatorServiceClient) CancelRelease(ctx context.Context, req *connect.Request[v1.CancelReleaseRequest]) (*connect.Response[v1.CancelReleaseResponse], error) {
+	return c.cancelRelease.CallUnary(ctx, req)
+}
+
+// RetryRelease calls byoc.ims.v1.OperatorService.RetryRelease.
+func (c *operatorServiceClient) RetryRelease(ctx context.Context, req *connect.Request[v1.RetryReleaseRequest]) (*connect.Response[v1.RetryReleaseResponse], error) {
+	return c.retryRelease.CallUnary(ctx, req)
+}
+
+// RollbackRelease calls byoc.ims.v1.OperatorService.RollbackRelease.
+func (c *operatorServiceClient) RollbackRelease(ctx context.Context, req *connect.Request[v1.RollbackReleaseRequest]) (*connect.Response[v1.RollbackReleaseResponse], error) {
+	return c.rollbackRelease.CallUnary(ctx, req)
 }
 
 // EnqueueJob calls byoc.ims.v1.OperatorService.EnqueueJob.
@@ -1081,6 +1236,26 @@ type OperatorServiceHandler interface {
 	// RetryWorkflowStep runs a failed step again, and the steps that were
 	// skipped because of it.
 	RetryWorkflowStep(context.Context, *connect.Request[v1.RetryWorkflowStepRequest]) (*connect.Response[v1.RetryWorkflowStepResponse], error)
+	// CreateRelease plans every selected install of an app for a revision
+	// and rolls it out in waves (a release).
+	CreateRelease(context.Context, *connect.Request[v1.CreateReleaseRequest]) (*connect.Response[v1.CreateReleaseResponse], error)
+	ListReleases(context.Context, *connect.Request[v1.ListReleasesRequest]) (*connect.Response[v1.ListReleasesResponse], error)
+	// GetRelease returns a release with its waves and installs.
+	GetRelease(context.Context, *connect.Request[v1.GetReleaseRequest]) (*connect.Response[v1.GetReleaseResponse], error)
+	// ApproveRelease lets a release that awaits approval start its wave.
+	ApproveRelease(context.Context, *connect.Request[v1.ApproveReleaseRequest]) (*connect.Response[v1.ApproveReleaseResponse], error)
+	// PauseRelease stops a release from starting more installs.
+	PauseRelease(context.Context, *connect.Request[v1.PauseReleaseRequest]) (*connect.Response[v1.PauseReleaseResponse], error)
+	// ResumeRelease runs a paused or halted release again; the failures
+	// that halted it are accepted.
+	ResumeRelease(context.Context, *connect.Request[v1.ResumeReleaseRequest]) (*connect.Response[v1.ResumeReleaseResponse], error)
+	// CancelRelease ends what has not started and cancels what runs.
+	CancelRelease(context.Context, *connect.Request[v1.CancelReleaseRequest]) (*connect.Response[v1.CancelReleaseResponse], error)
+	// RetryRelease runs a release's failed and cancelled installs again.
+	RetryRelease(context.Context, *connect.Request[v1.RetryReleaseRequest]) (*connect.Response[v1.RetryReleaseResponse], error)
+	// RollbackRelease creates a release that re-deploys each install the
+	// release touched to its previous revision, in reverse wave order.
+	RollbackRelease(context.Context, *connect.Request[v1.RollbackReleaseRequest]) (*connect.Response[v1.RollbackReleaseResponse], error)
 	// EnqueueJob queues one job for one install's agent. With an
 	// idempotency_key, a retry of the same request returns the job the first
 	// call created instead of queuing another (see EnqueueJobRequest).
@@ -1347,6 +1522,60 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 		connect.WithSchema(operatorServiceMethods.ByName("RetryWorkflowStep")),
 		connect.WithHandlerOptions(opts...),
 	)
+	operatorServiceCreateReleaseHandler := connect.NewUnaryHandler(
+		OperatorServiceCreateReleaseProcedure,
+		svc.CreateRelease,
+		connect.WithSchema(operatorServiceMethods.ByName("CreateRelease")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceListReleasesHandler := connect.NewUnaryHandler(
+		OperatorServiceListReleasesProcedure,
+		svc.ListReleases,
+		connect.WithSchema(operatorServiceMethods.ByName("ListReleases")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceGetReleaseHandler := connect.NewUnaryHandler(
+		OperatorServiceGetReleaseProcedure,
+		svc.GetRelease,
+		connect.WithSchema(operatorServiceMethods.ByName("GetRelease")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceApproveReleaseHandler := connect.NewUnaryHandler(
+		OperatorServiceApproveReleaseProcedure,
+		svc.ApproveRelease,
+		connect.WithSchema(operatorServiceMethods.ByName("ApproveRelease")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServicePauseReleaseHandler := connect.NewUnaryHandler(
+		OperatorServicePauseReleaseProcedure,
+		svc.PauseRelease,
+		connect.WithSchema(operatorServiceMethods.ByName("PauseRelease")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceResumeReleaseHandler := connect.NewUnaryHandler(
+		OperatorServiceResumeReleaseProcedure,
+		svc.ResumeRelease,
+		connect.WithSchema(operatorServiceMethods.ByName("ResumeRelease")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceCancelReleaseHandler := connect.NewUnaryHandler(
+		OperatorServiceCancelReleaseProcedure,
+		svc.CancelRelease,
+		connect.WithSchema(operatorServiceMethods.ByName("CancelRelease")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceRetryReleaseHandler := connect.NewUnaryHandler(
+		OperatorServiceRetryReleaseProcedure,
+		svc.RetryRelease,
+		connect.WithSchema(operatorServiceMethods.ByName("RetryRelease")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceRollbackReleaseHandler := connect.NewUnaryHandler(
+		OperatorServiceRollbackReleaseProcedure,
+		svc.RollbackRelease,
+		connect.WithSchema(operatorServiceMethods.ByName("RollbackRelease")),
+		connect.WithHandlerOptions(opts...),
+	)
 	operatorServiceEnqueueJobHandler := connect.NewUnaryHandler(
 		OperatorServiceEnqueueJobProcedure,
 		svc.EnqueueJob,
@@ -1545,6 +1774,24 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 			operatorServiceCancelWorkflowHandler.ServeHTTP(w, r)
 		case OperatorServiceRetryWorkflowStepProcedure:
 			operatorServiceRetryWorkflowStepHandler.ServeHTTP(w, r)
+		case OperatorServiceCreateReleaseProcedure:
+			operatorServiceCreateReleaseHandler.ServeHTTP(w, r)
+		case OperatorServiceListReleasesProcedure:
+			operatorServiceListReleasesHandler.ServeHTTP(w, r)
+		case OperatorServiceGetReleaseProcedure:
+			operatorServiceGetReleaseHandler.ServeHTTP(w, r)
+		case OperatorServiceApproveReleaseProcedure:
+			operatorServiceApproveReleaseHandler.ServeHTTP(w, r)
+		case OperatorServicePauseReleaseProcedure:
+			operatorServicePauseReleaseHandler.ServeHTTP(w, r)
+		case OperatorServiceResumeReleaseProcedure:
+			operatorServiceResumeReleaseHandler.ServeHTTP(w, r)
+		case OperatorServiceCancelReleaseProcedure:
+			operatorServiceCancelReleaseHandler.ServeHTTP(w, r)
+		case OperatorServiceRetryReleaseProcedure:
+			operatorServiceRetryReleaseHandler.ServeHTTP(w, r)
+		case OperatorServiceRollbackReleaseProcedure:
+			operatorServiceRollbackReleaseHandler.ServeHTTP(w, r)
 		case OperatorServiceEnqueueJobProcedure:
 			operatorServiceEnqueueJobHandler.ServeHTTP(w, r)
 		case OperatorServiceEnqueueJobsProcedure:
@@ -1714,6 +1961,42 @@ func (UnimplementedOperatorServiceHandler) CancelWorkflow(context.Context, *conn
 
 func (UnimplementedOperatorServiceHandler) RetryWorkflowStep(context.Context, *connect.Request[v1.RetryWorkflowStepRequest]) (*connect.Response[v1.RetryWorkflowStepResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.RetryWorkflowStep is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) CreateRelease(context.Context, *connect.Request[v1.CreateReleaseRequest]) (*connect.Response[v1.CreateReleaseResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.CreateRelease is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) ListReleases(context.Context, *connect.Request[v1.ListReleasesRequest]) (*connect.Response[v1.ListReleasesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.ListReleases is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) GetRelease(context.Context, *connect.Request[v1.GetReleaseRequest]) (*connect.Response[v1.GetReleaseResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.GetRelease is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) ApproveRelease(context.Context, *connect.Request[v1.ApproveReleaseRequest]) (*connect.Response[v1.ApproveReleaseResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.ApproveRelease is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) PauseRelease(context.Context, *connect.Request[v1.PauseReleaseRequest]) (*connect.Response[v1.PauseReleaseResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.PauseRelease is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) ResumeRelease(context.Context, *connect.Request[v1.ResumeReleaseRequest]) (*connect.Response[v1.ResumeReleaseResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.ResumeRelease is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) CancelRelease(context.Context, *connect.Request[v1.CancelReleaseRequest]) (*connect.Response[v1.CancelReleaseResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.CancelRelease is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) RetryRelease(context.Context, *connect.Request[v1.RetryReleaseRequest]) (*connect.Response[v1.RetryReleaseResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.RetryRelease is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) RollbackRelease(context.Context, *connect.Request[v1.RollbackReleaseRequest]) (*connect.Response[v1.RollbackReleaseResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.RollbackRelease is not implemented"))
 }
 
 func (UnimplementedOperatorServiceHandler) EnqueueJob(context.Context, *connect.Request[v1.EnqueueJobRequest]) (*connect.Response[v1.EnqueueJobResponse], error) {
