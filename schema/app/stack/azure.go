@@ -164,7 +164,13 @@ func azureTemplate(o Options) ([]byte, map[string]any, error) {
 	vars := map[string]any{}
 	var res []any
 	outs := map[string]any{}
+	// Every resource carries the install and its labels (the billing
+	// unit). Azure refuses / in a tag's name, which a label key's prefix
+	// has: it becomes _.
 	tags := map[string]any{"byoc-install": o.Install}
+	for k, v := range o.Labels {
+		tags[azureLabelTag(k)] = v
+	}
 
 	strParam := func(name, fallback, d string) {
 		p := map[string]any{"type": "string", "metadata": desc(d)}
@@ -576,3 +582,6 @@ func azureTemplate(o Options) ([]byte, map[string]any, error) {
 	}
 	return buf.Bytes(), sc, nil
 }
+
+// azureLabelTag is the tag name of install label k on Azure.
+func azureLabelTag(k string) string { return "byoc-label-" + strings.ReplaceAll(k, "/", "_") }

@@ -313,3 +313,43 @@ func TestKeyVaultSecretName(t *testing.T) {
 		}
 	}
 }
+
+// TestAzureTagsInstallLabels: every resource of the ARM template carries
+// the install and its labels, with a label key's / (which Azure refuses
+// in tag names) as _.
+func TestAzureTagsInstallLabels(t *testing.T) {
+	o := exampleOptions(t)
+	o.Labels = map[string]string{"customer": "acme", "example.com/tier": "gold"}
+	tmpl, err := Azure(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Resources []struct {
+			Type string
+			Name string
+			Tags map[string]string
+		}
+	}
+	if err := json.Unmarshal(tmpl, &doc); err != nil {
+		t.Fatal(err)
+	}
+	tagged := 0
+	for _, r := range doc.Resources {
+		if r.Tags == nil {
+			continue
+		}
+		tagged++
+		if r.Tags["byoc-install"] != o.Install || r.Tags["byoc-label-customer"] != "acme" || r.Tags["byoc-label-example.com_tier"] != "gold" {
+			t.Errorf("%s %s tags: %v", r.Type, r.Name, r.Tags)
+		}
+		for k := range r.Tags {
+			if strings.ContainsAny(k, "<>%&\\?/") {
+				t.Errorf("%s: tag name %q has a character Azure refuses", r.Name, k)
+			}
+		}
+	}
+	if tagged < 5 {
+		t.Fatalf("only %d resources tagged", tagged)
+	}
+}
