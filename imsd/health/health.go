@@ -162,18 +162,21 @@ func later(a, b time.Time) time.Time {
 type AlertBody struct {
 	// ID names the alert; a receiver that sees it twice (a retry whose
 	// answer was lost) drops the second.
-	ID          string `json:"id"`
-	Kind        string `json:"kind"`
-	Install     string `json:"install"`
-	InstallID   string `json:"install_id"`
-	AgentID     string `json:"agent_id"`
-	Health      string `json:"health"`
-	Previous    string `json:"previous"`
-	Reason      string `json:"reason,omitempty"`
-	Since       string `json:"since"`
-	Time        string `json:"time"`
-	Recovered   bool   `json:"recovered"`
-	Description string `json:"description"`
+	ID        string `json:"id"`
+	Kind      string `json:"kind"`
+	Install   string `json:"install"`
+	InstallID string `json:"install_id"`
+	// Labels are the install's labels, for routing (customer=acme to
+	// that customer's on-call).
+	Labels      map[string]string `json:"labels,omitempty"`
+	AgentID     string            `json:"agent_id"`
+	Health      string            `json:"health"`
+	Previous    string            `json:"previous"`
+	Reason      string            `json:"reason,omitempty"`
+	Since       string            `json:"since"`
+	Time        string            `json:"time"`
+	Recovered   bool              `json:"recovered"`
+	Description string            `json:"description"`
 }
 
 // Monitor sweeps health, records alerts and delivers them.
@@ -259,7 +262,7 @@ func (m *Monitor) Sweep(ctx context.Context) error {
 			continue
 		}
 		body := AlertBody{ID: fmt.Sprintf("al-%s-%d", a.AgentID, now.UnixNano()), Kind: "agent.health", Install: a.InstallName,
-			InstallID: a.InstallID, AgentID: a.AgentID, Health: string(al), Previous: string(a.AlertedHealth), Reason: a.Reason,
+			InstallID: a.InstallID, Labels: a.InstallLabels, AgentID: a.AgentID, Health: string(al), Previous: string(a.AlertedHealth), Reason: a.Reason,
 			Since: a.HealthSince.UTC().Format(time.RFC3339), Time: now.UTC().Format(time.RFC3339), Recovered: al == store.AgentHealthy}
 		body.Description = describe(body)
 		b, err := json.Marshal(body)

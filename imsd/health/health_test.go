@@ -120,7 +120,8 @@ func newFixture(t *testing.T) *fixture {
 func (f *fixture) enrol(install, agent string) {
 	f.t.Helper()
 	tok := store.EnrollmentToken{Hash: "h-" + agent, ExpiresAt: t0.Add(time.Hour), CreatedAt: t0}
-	if err := f.st.CreateInstall(f.ctx, store.Install{ID: "inst-" + install, AppID: "app-1", Name: install, CreatedAt: t0}, tok); err != nil {
+	in := store.Install{ID: "inst-" + install, AppID: "app-1", Name: install, CreatedAt: t0, Labels: map[string]string{"customer": install}}
+	if err := f.st.CreateInstall(f.ctx, in, tok); err != nil {
 		f.t.Fatal(err)
 	}
 	if _, err := f.st.Enroll(f.ctx, "h-"+agent, store.Agent{ID: agent, PublicKey: []byte("k")}, f.clk.Now()); err != nil {
@@ -197,6 +198,13 @@ func TestOfflineAlertOnceAndRecovery(t *testing.T) {
 	f.wantAlerts("after the delay", "ag-1:offline")
 	if len(f.rcv.slack) != 1 || !strings.Contains(f.rcv.slack[0], "agent ag-1 of install acme is offline") {
 		t.Fatalf("slack = %q", f.rcv.slack)
+	}
+	// The webhook's body carries the install's labels, to route on.
+	f.rcv.mu.Lock()
+	labels := f.rcv.got[0].Labels
+	f.rcv.mu.Unlock()
+	if labels["customer"] != "acme" {
+		t.Fatalf("the alert's labels = %v, want customer=acme", labels)
 	}
 
 	// It comes back: healthy at once, the recovery after the delay.

@@ -51,8 +51,11 @@ type AgentHealth struct {
 	AgentID     string `db:"id"`
 	InstallID   string `db:"install_id"`
 	InstallName string `db:"install_name"`
-	Version     string `db:"version"`
-	EnrolledAt  time.Time
+	// InstallLabels are the install's labels, which alerts carry so that
+	// a receiver can route them.
+	InstallLabels map[string]string
+	Version       string `db:"version"`
+	EnrolledAt    time.Time
 	// LastSeenAt is zero until the agent first connected.
 	LastSeenAt  time.Time
 	ConnectedAt time.Time
@@ -95,7 +98,7 @@ func (s *Store) ListAgentHealth(ctx context.Context) ([]AgentHealth, error) {
 	// sqlx's reflection was most of the cost (BenchmarkSweep10k).
 	rows, err := s.r.QueryContext(ctx, `SELECT a.id, a.install_id, i.name, a.version, a.enrolled_at, a.last_seen_at,
 		a.connected_at, a.late_heartbeat_at, a.agent_condition, a.health, a.health_since, a.health_reason, a.alerted_health, a.problem_alert_at,
-		a.problem_alert_health FROM agents a JOIN installs i ON i.id = a.install_id WHERE a.revoked_at = 0 ORDER BY a.id`)
+		a.problem_alert_health, i.labels FROM agents a JOIN installs i ON i.id = a.install_id WHERE a.revoked_at = 0 ORDER BY a.id`)
 	if err != nil {
 		return nil, fmt.Errorf("list agent health: %w", err)
 	}
@@ -103,11 +106,16 @@ func (s *Store) ListAgentHealth(ctx context.Context) ([]AgentHealth, error) {
 	var out []AgentHealth
 	for rows.Next() {
 		var r agentHealthRow
+		var lb string
 		if err := rows.Scan(&r.ID, &r.InstallID, &r.InstallName, &r.Version, &r.EnrolledAt, &r.LastSeenAt, &r.ConnectedAt, &r.LateHeartbeatAt,
-			&r.Condition, &r.Health, &r.HealthSince, &r.Reason, &r.AlertedHealth, &r.ProblemAlertAt, &r.ProblemAlertHealth); err != nil {
+			&r.Condition, &r.Health, &r.HealthSince, &r.Reason, &r.AlertedHealth, &r.ProblemAlertAt, &r.ProblemAlertHealth, &lb); err != nil {
 			return nil, fmt.Errorf("list agent health: %w", err)
 		}
-		out = append(out, AgentHealth{AgentID: r.ID, InstallID: r.InstallID, InstallName: r.InstallName, Version: r.Version,
+		labels, err := decodeMap(lb)
+		if err != nil {
+			return nil, fmt.Errorf("list agent health: install %s labels: %w", r.InstallID, err)
+		}
+		out = append(out, AgentHealth{AgentID: r.ID, InstallID: r.InstallID, InstallName: r.InstallName, InstallLabels: labels, Version: r.Version,
 			EnrolledAt: fromNanos(r.EnrolledAt), LastSeenAt: fromNanos(r.LastSeenAt), ConnectedAt: fromNanos(r.ConnectedAt),
 			LateHeartbeatAt: fromNanos(r.LateHeartbeatAt), Condition: decodeCondition(r.Condition), Health: Health(r.Health),
 			HealthSince: fromNanos(r.HealthSince), Reason: r.Reason, AlertedHealth: Health(r.AlertedHealth),
