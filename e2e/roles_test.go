@@ -65,6 +65,11 @@ var rpcAccess = map[string]string{
 	"RequestBreakGlass": "break-glass@install", "ListBreakGlassGrants": "read@install", "GetBreakGlassPolicy": "read@install",
 	"ListAuditEvents": "read@install", "GetInstallStack": "read@install",
 	"CreateBuildAgentToken": "manage@all", "StartBuild": "manage@all", "ListBuilds": "read@any", "ListInstallImages": "read@install",
+	// A release spans the fleet and names its installs: a grant on
+	// everything.
+	"CreateRelease": "deploy@all", "ListReleases": "read@all", "GetRelease": "read@all", "ApproveRelease": "deploy@all",
+	"PauseRelease": "deploy@all", "ResumeRelease": "deploy@all", "CancelRelease": "deploy@all", "RetryRelease": "deploy@all",
+	"RollbackRelease": "deploy@all",
 }
 
 // rolePerms is the role table of docs/operator/operators-and-roles.md.
