@@ -49,8 +49,7 @@ func (f *fleet) apply(resps []*imsv1.WatchInstallsResponse) {
 			old := f.byID[s.Install.Id]
 			f.byID[s.Install.Id] = s
 			if !full {
-				f.remove(old)
-				f.insert(s)
+				f.change(old, s)
 			}
 		}
 		for _, id := range r.RemovedInstallIds {
@@ -78,6 +77,55 @@ func (f *fleet) search(rows []*imsv1.InstallStatus, s *imsv1.InstallStatus) int 
 	return sort.Search(len(rows), func(i int) bool { return !f.less(rows[i], s) })
 }
 
+// change puts s where old was. Most changes leave a row where it sorts
+// (a heartbeat, a job count): the row is then replaced in place, which
+// spares moving every row after it twice (at 10,000 installs and 100
+// updates/s, that moving was a tenth of the console's CPU).
+func (f *fleet) change(old, s *imsv1.InstallStatus) {
+	if old == nil {
+		f.insert(s)
+		return
+	}
+	terms := f.terms()
+	wasVisible, visible := matches(old, terms), matches(s, terms)
+	if !f.replaceIn(f.sorted, old, s) {
+		f.sorted = f.removeFrom(f.sorted, old)
+		f.sorted = slices.Insert(f.sorted, f.search(f.sorted, s), s)
+	}
+	switch {
+	case wasVisible && visible:
+		if !f.replaceIn(f.visible, old, s) {
+			f.visible = f.removeFrom(f.visible, old)
+			f.visible = slices.Insert(f.visible, f.search(f.visible, s), s)
+		}
+	case wasVisible:
+		f.visible = f.removeFrom(f.visible, old)
+	case visible:
+		f.visible = slices.Insert(f.visible, f.search(f.visible, s), s)
+	}
+}
+
+// replaceIn replaces old with s in rows when s sorts where old stood.
+func (f *fleet) replaceIn(rows []*imsv1.InstallStatus, old, s *imsv1.InstallStatus) bool {
+	i := f.search(rows, old)
+	if i >= len(rows) || rows[i] != old {
+		return false
+	}
+	if (i > 0 && !f.less(rows[i-1], s)) || (i+1 < len(rows) && !f.less(s, rows[i+1])) {
+		return false
+	}
+	rows[i] = s
+	return true
+}
+
+// removeFrom takes old (the status as it was sorted) out of rows.
+func (f *fleet) removeFrom(rows []*imsv1.InstallStatus, old *imsv1.InstallStatus) []*imsv1.InstallStatus {
+	if i := f.search(rows, old); i < len(rows) && rows[i] == old {
+		return slices.Delete(rows, i, i+1)
+	}
+	return rows
+}
+
 func (f *fleet) insert(s *imsv1.InstallStatus) {
 	f.sorted = slices.Insert(f.sorted, f.search(f.sorted, s), s)
 	if matches(s, f.terms()) {
@@ -90,12 +138,8 @@ func (f *fleet) remove(old *imsv1.InstallStatus) {
 	if old == nil {
 		return
 	}
-	if i := f.search(f.sorted, old); i < len(f.sorted) && f.sorted[i] == old {
-		f.sorted = slices.Delete(f.sorted, i, i+1)
-	}
-	if i := f.search(f.visible, old); i < len(f.visible) && f.visible[i] == old {
-		f.visible = slices.Delete(f.visible, i, i+1)
-	}
+	f.sorted = f.removeFrom(f.sorted, old)
+	f.visible = f.removeFrom(f.visible, old)
 }
 
 func (f *fleet) terms() []string { return strings.Fields(strings.ToLower(f.filter)) }
