@@ -715,7 +715,7 @@ func (a *app) follow(ctx context.Context, c *client, id string) error {
 				continue
 			}
 			if s.GetState() == imsv1.StepState_STEP_STATE_RUNNING && s.GetJobId() != "" {
-				if why := a.queuedOffline(ctx, c, wf, s.GetJobId()); why != "" {
+				if why, _ := a.queuedOffline(ctx, c, wf, s.GetJobId()); why != "" {
 					fmt.Fprintf(a.stdout, "  %-9s %s (job %s): %s; it runs when the agent connects\n", "queued", s.GetName(), s.GetJobId(), why)
 					waiting[s.GetName()] = true
 					continue
@@ -735,7 +735,10 @@ func (a *app) follow(ctx context.Context, c *client, id string) error {
 			if !waiting[s.GetName()] || s.GetState() != imsv1.StepState_STEP_STATE_RUNNING {
 				continue
 			}
-			if a.queuedOffline(ctx, c, wf, s.GetJobId()) == "" {
+			// Only what imsd said moves a waiting step on: a call that
+			// failed (the Ctrl-C that stops this loop cancels them) says
+			// nothing.
+			if why, known := a.queuedOffline(ctx, c, wf, s.GetJobId()); known && why == "" {
 				delete(waiting, s.GetName())
 				fmt.Fprintf(a.stdout, "  %-9s %s (job %s)\n", "running", s.GetName(), s.GetJobId())
 			}
@@ -792,33 +795,43 @@ func (a *app) follow(ctx context.Context, c *client, id string) error {
 // queuedOffline says why job waits, when it is queued and the install's
 // agent is offline or not enrolled: a step "running" on imsd's side is
 // then only waiting. Empty when the job left the queue, the agent is
-// connected, or imsd cannot say.
-func (a *app) queuedOffline(ctx context.Context, c *client, wf *imsv1.Workflow, jobID string) string {
+// connected, or imsd cannot say; known is false when it could not say.
+func (a *app) queuedOffline(ctx context.Context, c *client, wf *imsv1.Workflow, jobID string) (why string, known bool) {
 	j, err := c.GetJob(ctx, connect.NewRequest(&imsv1.GetJobRequest{Id: jobID}))
-	if err != nil || j.Msg.GetJob().GetState() != imsv1.JobState_JOB_STATE_QUEUED {
-		return ""
+	if err != nil {
+		return "", false
 	}
-	return a.agentOffline(ctx, c, cmp.Or(wf.GetInstallName(), wf.GetInstallId()))
+	if j.Msg.GetJob().GetState() != imsv1.JobState_JOB_STATE_QUEUED {
+		return "", true
+	}
+	why, err = a.agentOfflineErr(ctx, c, cmp.Or(wf.GetInstallName(), wf.GetInstallId()))
+	return why, err == nil
 }
 
 // agentOffline says that install's agent is offline (and since when) or
 // not enrolled; empty when it is connected or imsd cannot say.
 func (a *app) agentOffline(ctx context.Context, c *client, install string) string {
+	why, _ := a.agentOfflineErr(ctx, c, install)
+	return why
+}
+
+// agentOfflineErr is agentOffline with the error of asking imsd.
+func (a *app) agentOfflineErr(ctx context.Context, c *client, install string) (string, error) {
 	res, err := c.GetInstall(ctx, connect.NewRequest(&imsv1.GetInstallRequest{IdOrName: install}))
 	if err != nil {
-		return ""
+		return "", err
 	}
 	in := res.Msg.GetInstall()
 	ag := in.GetAgent()
 	switch {
 	case ag == nil || ag.GetAgentId() == "":
-		return fmt.Sprintf("install %s has no agent enrolled yet (byoc install token %s makes its enrolment token)", in.GetName(), in.GetName())
+		return fmt.Sprintf("install %s has no agent enrolled yet (byoc install token %s makes its enrolment token)", in.GetName(), in.GetName()), nil
 	case ag.GetConnected():
-		return ""
+		return "", nil
 	case ag.GetLastSeenTime() == nil:
-		return fmt.Sprintf("the agent of install %s is offline (never seen)", in.GetName())
+		return fmt.Sprintf("the agent of install %s is offline (never seen)", in.GetName()), nil
 	default:
-		return fmt.Sprintf("the agent of install %s is offline (last seen %s)", in.GetName(), ago(a.now(), ag.GetLastSeenTime()))
+		return fmt.Sprintf("the agent of install %s is offline (last seen %s)", in.GetName(), ago(a.now(), ag.GetLastSeenTime())), nil
 	}
 }
 
