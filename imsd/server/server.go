@@ -493,7 +493,7 @@ func (s *Server) newHTTPServer() *http.Server {
 	})
 
 	s.reg.MustRegister(&installMetrics{store: s.store, log: s.log, online: func(a store.Agent) bool {
-		return s.hub.Connected(a.ID) || (!a.LastSeenAt.IsZero() && cfg.Now().Sub(a.LastSeenAt) < cfg.LeaseDuration+2*cfg.HeartbeatInterval)
+		return s.hub.Connected(a.ID) || (!a.LastSeenAt.IsZero() && cfg.Now().Sub(a.LastSeenAt) < cfg.LeaseDuration+3*cfg.HeartbeatInterval)
 	}})
 	s.reg.MustRegister(s.health)
 	mux := http.NewServeMux()
