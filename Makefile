@@ -145,7 +145,9 @@ FUZZ_TARGETS := \
 	./imsd/agentwire:FuzzSniff \
 	./imsd/agentwire:FuzzServeConn \
 	./plugins/sdk/configschema:FuzzSchema \
-	./agentd/redact:FuzzStream \
+	./plugins/sdk/redact:FuzzStream \
+	./internal/labels:FuzzParse \
+	./internal/window:FuzzParse \
 	./schema/app/config:FuzzDecode \
 	./schema/app/load:FuzzParse \
 	./schema/app/cron:FuzzScheduleAgainstRobfig \
