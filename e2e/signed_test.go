@@ -111,6 +111,19 @@ func TestJobSignedByAnUnknownKeyIsRefused(t *testing.T) {
 	o := fast
 	o.DataDir, o.Addr, o.SigningKeyFile = dir, addr, keyFile
 	ims = cluster.StartIMS(t, o)
+	// The stopped imsd recorded the stream's end: the agent shows gone at
+	// once, not for the last-seen window after its last message.
+	notConnected := func(when string) {
+		t.Helper()
+		r, err := ims.Admin().GetInstall(context.Background(), connect.NewRequest(&imsv1.GetInstallRequest{IdOrName: "acme"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Msg.Install.Agent != nil && r.Msg.Install.Agent.Connected {
+			t.Fatalf("%s: the agent shows connected to an imsd whose key it does not trust", when)
+		}
+	}
+	notConnected("at once after the restart")
 	job := enqueue(t, ims.Admin(), "acme", `echo must not run`, 60)
 	// Two refusals: the agent tried again and refused again.
 	cluster.Eventually(t, 20*time.Second, "the agent's ERROR lines", func() bool {
@@ -119,13 +132,7 @@ func TestJobSignedByAnUnknownKeyIsRefused(t *testing.T) {
 	if !strings.Contains(p.Output(), "which this agent does not trust") {
 		t.Fatalf("the agent's refusal does not say why:\n%s", p.Output())
 	}
-	r, err := ims.Admin().GetInstall(context.Background(), connect.NewRequest(&imsv1.GetInstallRequest{IdOrName: "acme"}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.Msg.Install.Agent != nil && r.Msg.Install.Agent.Connected {
-		t.Fatal("the agent is connected to an imsd whose key it does not trust")
-	}
+	notConnected("after two refusals")
 	j, err := ims.Admin().GetJob(context.Background(), connect.NewRequest(&imsv1.GetJobRequest{Id: job.Id}))
 	if err != nil {
 		t.Fatal(err)

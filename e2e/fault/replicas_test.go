@@ -378,4 +378,16 @@ func TestReplicasShowAnAgentConnectedElsewhere(t *testing.T) {
 	if offline > 0 {
 		t.Errorf("imsd-%d showed the agent connected to imsd-%d offline in %d of %d polls over %s", 2-on, on+1, offline, polls, 3*lease)
 	}
+	// The agent stops: imsd-on records the stream's end, and the other
+	// replica shows it gone well within the last-seen window it would
+	// otherwise wait out (a lease and three heartbeats).
+	w.agents[0].proc.Stop()
+	stopped := time.Now()
+	cluster.Eventually(t, lease+3*heartbeat, "the other replica to show the stopped agent offline", func() bool {
+		r, err := c.GetInstall(context.Background(), connect.NewRequest(&imsv1.GetInstallRequest{IdOrName: w.install}))
+		return err == nil && !r.Msg.Install.Agent.GetConnected()
+	})
+	if took := time.Since(stopped); took > lease/2 {
+		t.Errorf("imsd-%d showed the stopped agent offline only after %s (lease %s)", 2-on, took.Round(time.Millisecond), lease)
+	}
 }

@@ -92,6 +92,22 @@ type Service struct {
 	instances map[string]*instanceRecord
 	// admit bounds the hellos served at once (admission.go).
 	admit *admission
+	// streams counts the streams being served (Drain).
+	streams sync.WaitGroup
+}
+
+// Drain waits until every stream being served has ended (its end
+// recorded) or ctx ends, and reports whether they all did. The server
+// calls it after cutting the connections, before closing the store.
+func (s *Service) Drain(ctx context.Context) bool {
+	done := make(chan struct{})
+	go func() { s.streams.Wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // New returns the agent service.

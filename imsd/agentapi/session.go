@@ -45,6 +45,8 @@ func (s *Service) Connect(ctx context.Context, st *stream) error {
 // the same agent replaces it, or the agent breaks the protocol. ctx ends
 // when the stream does.
 func (s *Service) Serve(ctx context.Context, st Stream) error {
+	s.streams.Add(1)
+	defer s.streams.Done()
 	c, err := s.open(ctx, st)
 	if c == nil {
 		return err
@@ -208,15 +210,22 @@ func (s *Service) open(ctx context.Context, st Stream) (_ *conn, err error) {
 // close unregisters a stream that open registered.
 func (s *Service) close(ctx context.Context, c *conn) {
 	s.hub.Unregister(c.sess)
-	if c.lastHeard.After(c.lastSeen) {
-		// The stream has ended, and its context with it; the write is
-		// still owed, bounded on its own.
-		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	// The stream has ended, and its context with it; the writes are
+	// still owed, bounded on their own.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	switch {
+	case !c.helloAt.IsZero():
+		// Other replicas show the agent gone from now on (unless it has
+		// said hello to one of them since).
+		if err := s.store.AgentDisconnected(wctx, c.agent.ID, c.helloAt, c.lastHeard, s.now()); err != nil {
+			c.logger().WarnContext(ctx, "record agent disconnected", "err", err)
+		}
+	case c.lastHeard.After(c.lastSeen):
 		if err := s.store.TouchAgent(wctx, c.agent.ID, c.lastHeard); err != nil {
 			c.logger().WarnContext(ctx, "touch agent at disconnect", "err", err)
 		}
-		cancel()
 	}
+	cancel()
 	c.mu.Lock()
 	c.dead = true // no send after the handler returns
 	c.mu.Unlock()
@@ -289,6 +298,9 @@ type conn struct {
 	// (window.go).
 	win      windows
 	lastSeen time.Time
+	// helloAt is the hello's time as recorded (AgentConnected; zero if
+	// that write failed): close records the stream's end against it.
+	helloAt time.Time
 	// lastHeard is when the agent's last hello or heartbeat arrived; only
 	// the stream's own goroutine (handle, close) reads or writes it.
 	lastHeard time.Time
@@ -405,7 +417,7 @@ func (c *conn) connected(ctx context.Context, version string, now time.Time) {
 		c.logger().WarnContext(ctx, "record agent connected", "err", err)
 		return
 	}
-	c.lastSeen = now
+	c.lastSeen, c.helloAt = now, now
 }
 
 // ackKey records that the agent trusts imsd's current signing key, when

@@ -66,23 +66,28 @@ func (s *Service) installToProtoMasked(ctx context.Context, in store.Install, ma
 
 // agentStatus describes an install's agent: the connected one, or else the
 // newest. It is nil when no agent has enrolled.
+// online reports whether agent a is connected at now: to this replica, or
+// to another (store.Agent.StreamMayBeOpen), within a lease and three
+// heartbeats of its last-seen: a replica writes last-seen at the first
+// message a lease after its last write, and a loaded database may take a
+// heartbeat or two more to commit it.
+func (s *Service) online(a store.Agent, now time.Time) bool {
+	return s.hub.Connected(a.ID) || a.StreamMayBeOpen(now, s.cfg.LeaseDuration+3*s.cfg.HeartbeatInterval)
+}
+
 func (s *Service) agentStatus(agents []store.Agent) *imsv1.AgentStatus {
 	if len(agents) == 0 {
 		return nil
 	}
+	now := s.now()
 	a := agents[0]
 	for _, b := range agents {
-		if s.hub.Connected(b.ID) {
+		if s.online(b, now) {
 			a = b
 			break
 		}
 	}
-	// Connected to another replica: its stream writes last-seen at the
-	// first message a lease after the last write, so it is at most a
-	// lease and a heartbeat old (agentapi's touch); two heartbeats more
-	// for the write itself on a loaded database (one was short once in
-	// 230 polls of TestReplicasShowAnAgentConnectedElsewhere in CI).
-	connected := s.hub.Connected(a.ID) || (!a.LastSeenAt.IsZero() && s.now().Sub(a.LastSeenAt) < s.cfg.LeaseDuration+3*s.cfg.HeartbeatInterval)
+	connected := s.online(a, now)
 	st := &imsv1.AgentStatus{
 		AgentId: a.ID, Connected: connected, LastSeenTime: ts(a.LastSeenAt),
 		Version: a.Version, Hostname: a.Hostname, EnrollTime: ts(a.EnrolledAt),

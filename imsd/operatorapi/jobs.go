@@ -505,9 +505,8 @@ func (s *Service) pendingWhy(ctx context.Context, j store.Job) string {
 	if len(agents) == 0 {
 		return fmt.Sprintf("no agent has enrolled for install %s yet: run agentd with the install's enrolment token (`byoc install token`)", j.InstallID)
 	}
-	stale := 3 * s.cfg.HeartbeatInterval
 	for _, a := range agents {
-		if s.hub.Connected(a.ID) || (!a.LastSeenAt.IsZero() && now.Sub(a.LastSeenAt) < stale) {
+		if s.online(a, now) {
 			ahead, _, err := s.store.ListJobs(ctx, store.JobFilter{InstallID: j.InstallID, States: []store.JobState{store.JobAssigned, store.JobRunning}, Limit: 1000})
 			if err == nil && len(ahead) > 0 {
 				return fmt.Sprintf("agent %s is connected and busy with %d job(s); this job starts when one ends", a.ID, len(ahead))

@@ -578,14 +578,13 @@ func (s *Service) livePlan(ctx context.Context, kind string, in store.Install, p
 }
 
 // offlineAgents is an error naming the install's agents and since when
-// they are offline when none of them is connected (to this replica, or
-// seen by another within three heartbeats, as pendingWhy judges), else
+// they are offline when none of them is connected (online), else
 // nil.
 func (s *Service) offlineAgents(in store.Install, agents []store.Agent) error {
 	now := s.now()
 	var why []string
 	for _, a := range agents {
-		if s.hub.Connected(a.ID) || (!a.LastSeenAt.IsZero() && now.Sub(a.LastSeenAt) < 3*s.cfg.HeartbeatInterval) {
+		if s.online(a, now) {
 			return nil
 		}
 		if a.LastSeenAt.IsZero() {

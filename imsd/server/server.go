@@ -301,6 +301,9 @@ type Server struct {
 	// agentWire serves agent streams routed to it by the h2c listener
 	// (nil with AgentWireOff).
 	agentWire *agentwire.Server
+	// agents serves the agent streams; Serve drains them before closing
+	// the store, so each records its end.
+	agents *agentapi.Service
 	// sniffPanics counts panics contained in the h2c listener's sniff;
 	// testHookSniff is handed to it (tests make it panic).
 	sniffPanics   atomic.Uint64
@@ -493,7 +496,8 @@ func (s *Server) newHTTPServer() *http.Server {
 	})
 
 	s.reg.MustRegister(&installMetrics{store: s.store, log: s.log, online: func(a store.Agent) bool {
-		return s.hub.Connected(a.ID) || (!a.LastSeenAt.IsZero() && cfg.Now().Sub(a.LastSeenAt) < cfg.LeaseDuration+3*cfg.HeartbeatInterval)
+		// As the operator API's online.
+		return s.hub.Connected(a.ID) || a.StreamMayBeOpen(cfg.Now(), cfg.LeaseDuration+3*cfg.HeartbeatInterval)
 	}})
 	s.reg.MustRegister(s.health)
 	mux := http.NewServeMux()
@@ -528,6 +532,7 @@ func (s *Server) newHTTPServer() *http.Server {
 		Registry:          registryConfig(cfg),
 		MaxHellos:         cfg.MaxHellos,
 	}, cfg.Now, s.log, obs)
+	s.agents = ag
 	s.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "byoc_agent_hellos_shed_total",
 		Help: "Agent streams ended before their hello because imsd was serving --max-hellos hellos already (the agent retries after the hint it got).",
@@ -672,6 +677,14 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 	s.cancel()
 	s.wg.Wait()
+	// The cut streams record their ends (other replicas then show those
+	// agents gone at once, not after the last-seen window), each write
+	// bounded.
+	dctx, dcancel := context.WithTimeout(context.Background(), 6*time.Second)
+	defer dcancel()
+	if !s.agents.Drain(dctx) {
+		s.log.Warn("agent streams still ending at shutdown; their agents show connected until their last-seen is old")
+	}
 	if cerr := s.store.Close(); err == nil && !errors.Is(err, http.ErrServerClosed) {
 		err = cerr
 	}

@@ -519,6 +519,7 @@ type agentRow struct {
 	HealthSince    int64  `db:"health_since"`
 	HealthReason   string `db:"health_reason"`
 	ConnectedAt    int64  `db:"connected_at"`
+	DisconnectedAt int64  `db:"disconnected_at"`
 	AgentCondition string `db:"agent_condition"`
 	AckedKeyID     string `db:"imsd_key_id"`
 	AckedKeyAt     int64  `db:"imsd_key_acked_at"`
@@ -532,7 +533,7 @@ func (r agentRow) agent() Agent {
 		EnrolledAt: fromNanos(r.EnrolledAt), LastSeenAt: fromNanos(r.LastSeenAt),
 		ConflictAt: fromNanos(r.ConflictAt), Conflict: r.Conflict, PermissionsAt: fromNanos(r.PermissionsAt),
 		Health: Health(r.Health), HealthSince: fromNanos(r.HealthSince), HealthReason: r.HealthReason,
-		ConnectedAt: fromNanos(r.ConnectedAt), Condition: decodeCondition(r.AgentCondition),
+		ConnectedAt: fromNanos(r.ConnectedAt), DisconnectedAt: fromNanos(r.DisconnectedAt), Condition: decodeCondition(r.AgentCondition),
 		AckedKeyID: r.AckedKeyID, AckedKeyAt: fromNanos(r.AckedKeyAt),
 		RevokedAt: fromNanos(r.RevokedAt), RevokedReason: r.RevokedReason,
 	}
@@ -553,7 +554,7 @@ func (r agentRow) agent() Agent {
 }
 
 const agentCols = `id, install_id, public_key, hostname, version, enrolled_at, last_seen_at, conflict_at, conflict,
-	permissions, permissions_at, stack, health, health_since, health_reason, connected_at, agent_condition,
+	permissions, permissions_at, stack, health, health_since, health_reason, connected_at, disconnected_at, agent_condition,
 	imsd_key_id, imsd_key_acked_at, revoked_at, revoked_reason`
 
 // SetAgentPermissions records the permission state agent id reported at

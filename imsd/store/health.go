@@ -352,9 +352,27 @@ func (s *Store) AgentConnected(ctx context.Context, id, version string, now time
 	if err := requireTime("now", now); err != nil {
 		return err
 	}
-	return s.updateAgent(ctx, "agent connected", id, nil, `UPDATE agents SET connected_at = ?,
+	return s.updateAgent(ctx, "agent connected", id, nil, `UPDATE agents SET connected_at = ?, disconnected_at = 0,
 		last_seen_at = CASE WHEN last_seen_at < ? THEN ? ELSE last_seen_at END,
 		version = CASE WHEN ? = '' THEN version ELSE ? END WHERE id = ?`, nanos(now), nanos(now), nanos(now), version, version)
+}
+
+// AgentDisconnected records that agent id's stream, whose hello was
+// recorded at connectedAt (AgentConnected), ended at now, the agent last
+// heard at lastHeard (last-seen never moves backwards). The end is
+// recorded only while no later hello was: an agent that already said
+// hello to another replica stays connected there.
+func (s *Store) AgentDisconnected(ctx context.Context, id string, connectedAt, lastHeard, now time.Time) error {
+	if err := requireTime("now", now); err != nil {
+		return err
+	}
+	if err := requireTime("connected at", connectedAt); err != nil {
+		return err
+	}
+	return s.updateAgent(ctx, "agent disconnected", id, nil, `UPDATE agents SET
+		disconnected_at = CASE WHEN connected_at = ? THEN ? ELSE disconnected_at END,
+		last_seen_at = CASE WHEN last_seen_at < ? THEN ? ELSE last_seen_at END WHERE id = ?`,
+		nanos(connectedAt), nanos(now), nanos(lastHeard), nanos(lastHeard))
 }
 
 // RecordLateHeartbeat records that a heartbeat of agent id came late on a

@@ -205,6 +205,10 @@ type Agent struct {
 	EnrolledAt time.Time
 	// LastSeenAt is zero until the agent first connects.
 	LastSeenAt time.Time
+	// DisconnectedAt is when the replica holding the agent's last stream
+	// recorded its end; zero while a stream is open (or its replica died
+	// before it could say).
+	DisconnectedAt time.Time
 	// ConflictAt is when imsd last saw two processes share this agent's
 	// identity (zero: never), and Conflict what it saw.
 	ConflictAt time.Time
@@ -394,4 +398,14 @@ type ExpiredJob struct {
 	Job Job
 	// Requeued is true when the job went back to the queue for another attempt.
 	Requeued bool
+}
+
+// StreamMayBeOpen reports whether agent a's stream may be open on some
+// replica at now: no replica recorded the end of the stream its last
+// hello began, and it was heard within window. A replica writes last-seen
+// at least once a lease while a stream lives (window is a lease and a few
+// heartbeats); the window alone closes a stream whose replica died
+// before it could record the end.
+func (a Agent) StreamMayBeOpen(now time.Time, window time.Duration) bool {
+	return a.DisconnectedAt.IsZero() && !a.LastSeenAt.IsZero() && now.Sub(a.LastSeenAt) < window
 }

@@ -242,3 +242,59 @@ func testRevokeAgents(t *testing.T, e *env) {
 	}
 	equal(t, "agent.revoked events", n, 2)
 }
+
+// testAgentDisconnected: a stream's end is recorded against its own
+// hello, so the replica an agent left cannot mark it gone once it has
+// said hello to another, whichever write lands first; StreamMayBeOpen
+// follows.
+func testAgentDisconnected(t *testing.T, e *env) {
+	ctx := e.ctx()
+	inst := e.install("acme")
+	e.agent(inst, "ag-1")
+	get := func() store.Agent {
+		t.Helper()
+		a, err := e.s.GetAgent(ctx, "ag-1")
+		ok(t, err)
+		return a
+	}
+	window := time.Minute
+	if get().StreamMayBeOpen(at(time.Minute), window) {
+		t.Fatal("an agent never connected may have a stream open")
+	}
+	// Replica A: hello at 1m, heard at 1m30s, its stream ends at 2m.
+	ok(t, e.s.AgentConnected(ctx, "ag-1", "v1", at(time.Minute)))
+	if !get().StreamMayBeOpen(at(90*time.Second), window) {
+		t.Fatal("a stream just opened is not shown open")
+	}
+	ok(t, e.s.AgentDisconnected(ctx, "ag-1", at(time.Minute), at(90*time.Second), at(2*time.Minute)))
+	a := get()
+	equal(t, "disconnected at", a.DisconnectedAt, at(2*time.Minute))
+	equal(t, "last seen at the end", a.LastSeenAt, at(90*time.Second))
+	if a.StreamMayBeOpen(at(2*time.Minute), window) {
+		t.Fatal("a stream whose end was recorded is shown open, within the last-seen window")
+	}
+
+	// The agent moves: hello at replica B at 3m, then replica A, which
+	// held the stream of the hello at 2m30s, records its end late.
+	ok(t, e.s.AgentConnected(ctx, "ag-1", "", at(150*time.Second)))
+	ok(t, e.s.AgentConnected(ctx, "ag-1", "", at(3*time.Minute)))
+	ok(t, e.s.AgentDisconnected(ctx, "ag-1", at(150*time.Second), at(170*time.Second), at(200*time.Second)))
+	a = get()
+	if !a.DisconnectedAt.IsZero() || !a.StreamMayBeOpen(at(200*time.Second), window) {
+		t.Fatalf("the replica the agent left marked it gone: disconnected at %v", a.DisconnectedAt)
+	}
+	equal(t, "last seen never backwards", a.LastSeenAt, at(3*time.Minute))
+
+	// The other order: A records the end first, then B's hello (stamped
+	// earlier by B's clock) opens it again.
+	ok(t, e.s.AgentDisconnected(ctx, "ag-1", at(3*time.Minute), at(3*time.Minute), at(5*time.Minute)))
+	ok(t, e.s.AgentConnected(ctx, "ag-1", "", at(4*time.Minute)))
+	if !get().StreamMayBeOpen(at(4*time.Minute), window) {
+		t.Fatal("a hello after a recorded end is not shown open")
+	}
+	// A replica that died without recording the end: the window closes it.
+	if get().StreamMayBeOpen(at(4*time.Minute+window), window) {
+		t.Fatal("a stream silent for the whole window is shown open")
+	}
+	wantErr(t, e.s.AgentDisconnected(ctx, "ag-9", at(time.Minute), at(time.Minute), at(time.Minute)), errs.NotFound)
+}

@@ -78,6 +78,7 @@ func Run(t *testing.T, open OpenFunc) {
 		{"AgentPermissions", testAgentPermissions},
 		{"AgentStack", testAgentStack},
 		{"AgentHealth", testAgentHealth},
+		{"AgentDisconnected", testAgentDisconnected},
 		{"AlertOutbox", testAlertOutbox},
 		{"RevokeAgents", testRevokeAgents},
 		{"BreakGlass", testBreakGlass},
