@@ -101,7 +101,10 @@ func (e *Engine) Kick(id string) {
 
 // minSignalGap is the least time between two passes woken by the fleet
 // signal, which fires at every job change: a busy release is looked at
-// every 100 ms, not at every one of its jobs' changes.
+// every 100 ms, not at every one of its jobs' changes; and at most a
+// fifth of the time (a pass over a wave of thousands of running installs
+// takes tens of milliseconds), so the passes leave the machine to the
+// workflows they wait for.
 const minSignalGap = 100 * time.Millisecond
 
 // Run advances releases until ctx ends: those kicked, every unfinished one
@@ -134,8 +137,9 @@ func (e *Engine) Run(ctx context.Context) {
 			}
 		case <-sig:
 			signal = e.hub.FleetSignal()
+			start := time.Now()
 			active = e.advanceAll(ctx)
-			gap = time.After(minSignalGap)
+			gap = time.After(min(max(minSignalGap, 4*time.Since(start)), 2*time.Second))
 		case <-gap:
 			gap = nil
 		case <-t.C:

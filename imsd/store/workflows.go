@@ -343,8 +343,15 @@ func (s *Store) ListWorkflows(ctx context.Context, f WorkflowFilter) ([]Workflow
 	case limit < 0 || limit > 1000:
 		return nil, errs.Field("limit", "must be between 1 and 1000, got %d", limit)
 	}
-	q := `SELECT ` + workflowCols + ` FROM workflows WHERE (? = '' OR install_id = ?)`
-	args := []any{f.InstallID, f.InstallID}
+	// The install's condition only when there is one: SQLite cannot use
+	// workflows_install for "(? = '' OR install_id = ?)", and a scan of
+	// every workflow at each workflow's end made a release quadratic.
+	q := `SELECT ` + workflowCols + ` FROM workflows WHERE 1 = 1`
+	var args []any
+	if f.InstallID != "" {
+		q += ` AND install_id = ?`
+		args = append(args, f.InstallID)
+	}
 	if f.InstallIDs != nil {
 		if len(f.InstallIDs) == 0 {
 			return nil, nil

@@ -96,11 +96,19 @@ func (e *Engine) Run(ctx context.Context) {
 		e.nextFull = start.Add(max(e.Interval, 5*time.Since(start)))
 		return found
 	}
+	sig := e.hub.FleetSignal()
 	active := full()
+	// A pass woken by the signal reads every running step whose job
+	// ended; with thousands running, back to back they would take the
+	// whole machine. The next one waits four times as long as the last
+	// took (nothing for a small fleet's passes of microseconds; a few
+	// tens of milliseconds in a release's last wave): the signal's
+	// channel is taken before the pass, so no change is missed.
+	var gap <-chan time.Time
 	for {
 		var signal <-chan struct{}
-		if active {
-			signal = e.hub.FleetSignal()
+		if active && gap == nil {
+			signal = sig
 		}
 		select {
 		case <-ctx.Done():
@@ -115,9 +123,17 @@ func (e *Engine) Run(ctx context.Context) {
 				e.advanceLogged(ctx, id)
 			}
 		case <-signal:
+			sig = e.hub.FleetSignal()
+			start := time.Now()
 			e.advanceAll(ctx, true)
+			if d := 4 * time.Since(start); d > time.Millisecond {
+				gap = time.After(min(d, time.Second))
+			}
+		case <-gap:
+			gap = nil
 		case <-t.C:
 			if !time.Now().Before(e.nextFull) {
+				sig = e.hub.FleetSignal()
 				active = full()
 			}
 		}

@@ -6,7 +6,13 @@
 -- replicas show the agent connected while this is 0 and last_seen_at is
 -- recent; a replica that died without recording the end leaves only the
 -- last-seen window to close.
-ALTER TABLE agents ADD COLUMN disconnected_at INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE agents ADD COLUMN disconnected_at BIGINT NOT NULL DEFAULT 0;
+
+-- A release's installs by state (and wave): what its engine records at
+-- each pass (the running ones) and what its counts read, without a visit
+-- of every install's row.
+CREATE INDEX release_installs_state ON release_installs (release_id, state, wave);
 
 -- +goose Down
+DROP INDEX release_installs_state;
 ALTER TABLE agents DROP COLUMN disconnected_at;
