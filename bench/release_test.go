@@ -74,9 +74,14 @@ func BenchmarkRelease10k(b *testing.B) {
 				waves := followRelease(b, c, res.Msg.GetRelease().GetId(), start)
 				total := time.Since(start)
 				cpu := p.cpu(b) - cpu0
-				verdict := "within"
-				if total > releaseTarget {
+				// The target is SQLite's; PostgreSQL's figure is printed.
+				verdict := "printed; the target is SQLite's"
+				switch {
+				case name != "sqlite":
+				case total > releaseTarget:
 					verdict = "OVER"
+				default:
+					verdict = "within"
 				}
 				fmt.Printf("release/%s: %d installs, waves 1%%,10%%,100%%: %s (target %s on two cores on SQLite: %s) [%s]\n",
 					name, n, total.Round(time.Millisecond), releaseTarget, verdict, machine())
