@@ -55,6 +55,9 @@ func stormIMS(b *testing.B, databaseURL string) *imsProc {
 	if v := os.Getenv("BYOC_BENCH_MAX_HELLOS"); v != "" {
 		args = append(args, "--max-hellos", v)
 	}
+	if v := os.Getenv("BYOC_BENCH_PPROF"); v != "" {
+		args = append(args, "--debug-addr", v) // profile imsd during the storm
+	}
 	p := cluster.StartIMSProcess(b, os.Stderr, args...)
 	return &imsProc{IMSProcess: p, url: p.URL()}
 }

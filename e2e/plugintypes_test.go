@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -291,5 +292,47 @@ func TestRegisteredReservedKeyRefusedAtPush(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Fatalf("push lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// A field the registered type's schema marks deprecated is a warning of
+// imsd's check at push: the push succeeds, says it, and the revision
+// keeps it for app revisions and the console (issue 29: warnings as a
+// diagnostic severity; the CLI's own check at push knows no registered
+// type, so only imsd can find it).
+func TestPushWarnsOfDeprecatedFields(t *testing.T) {
+	skipShort(t)
+	ims := cluster.StartIMS(t, fast)
+	cli := cluster.NewCLI(t, ims)
+	describe := strings.Replace(greetingDescribe, `"replicas": {"type": "integer", "minimum": 1}`,
+		`"replicas": {"type": "integer", "minimum": 1}, "size": {"type": "integer", "deprecated": true, "description": "set replicas instead"}`, 1)
+	reg := cli.Cmd("plugin", "register", "-")
+	reg.Stdin = strings.NewReader(describe)
+	if out, err := reg.CombinedOutput(); err != nil {
+		t.Fatalf("register: %v\n%s", err, out)
+	}
+	dir := t.TempDir()
+	cluster.WriteApp(t, dir, map[string]string{
+		"app.toml":           "name = \"hello\"\n",
+		"components/hi.toml": "type = \"greeting\"\n\n[config]\nname = \"x\"\nsize = 3\n",
+		"components/ok.toml": "type = \"greeting\"\n\n[config]\nname = \"y\"\n",
+	})
+	const want = "components/hi.toml:5: config.size: is deprecated (set replicas instead)"
+	out := cli.Run(0, "app", "push", "--no-deploy", dir)
+	if !strings.Contains(out, "warning: "+want) || !strings.Contains(out, `Pushed app "hello" revision 1`) {
+		t.Fatalf("push:\n%s", out)
+	}
+	if strings.Count(out, "warning: ") != 1 {
+		t.Fatalf("push warned of more than the deprecated field:\n%s", out)
+	}
+	if out := cli.Run(0, "app", "revisions", "hello"); !regexp.MustCompile(`(?m)^1 .* 1\s*$`).MatchString(out) {
+		t.Fatalf("app revisions shows no warning count:\n%s", out)
+	}
+	res, err := ims.Admin().ListAppRevisions(context.Background(), connect.NewRequest(&imsv1.ListAppRevisionsRequest{App: "hello"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := res.Msg.Revisions[0].Warnings; len(w) != 1 || w[0] != want {
+		t.Fatalf("stored warnings = %q, want [%q]", w, want)
 	}
 }

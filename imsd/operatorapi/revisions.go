@@ -83,7 +83,7 @@ func (s *Service) PushAppRevision(ctx context.Context, req *connect.Request[imsv
 	}
 	rev, created, err := s.store.CreateAppRevision(ctx, store.AppRevision{
 		AppID: a.ID, Digest: config.Digest(files), Version: app.Metadata.Version, Files: files,
-		CreatedAt: s.now(), CreatedBy: callerFrom(ctx).Name,
+		CreatedAt: s.now(), CreatedBy: callerFrom(ctx).Name, Warnings: warningTexts(app.Warnings),
 	})
 	if err != nil {
 		return nil, s.err(ctx, err)
@@ -536,7 +536,7 @@ func configError(err error) error {
 
 func revisionToProto(r store.AppRevision, app *config.App) *imsv1.AppRevision {
 	out := &imsv1.AppRevision{AppId: r.AppID, Number: r.Number, Digest: r.Digest, Version: r.Version,
-		CreateTime: timestamppb.New(r.CreatedAt), CreatedBy: r.CreatedBy}
+		CreateTime: timestamppb.New(r.CreatedAt), CreatedBy: r.CreatedBy, Warnings: r.Warnings}
 	if app != nil {
 		out.Components = app.Graph().Order()
 	}
@@ -569,4 +569,15 @@ func sameJSON(a, b any) bool {
 	x, err1 := json.Marshal(a)
 	y, err2 := json.Marshal(b)
 	return err1 == nil && err2 == nil && string(x) == string(y)
+}
+
+// warningTexts are a config's warnings as AppRevision.warnings states
+// them ("file:line: key: message (hint)").
+func warningTexts(ds []diag.Diagnostic) []string {
+	var out []string
+	for _, d := range ds {
+		d.Severity = "" // the field says what it is
+		out = append(out, d.String())
+	}
+	return out
 }

@@ -22,6 +22,9 @@ type AppRevision struct {
 	Files     map[string][]byte
 	CreatedAt time.Time
 	CreatedBy string
+	// Warnings are what imsd's check of the files found worth saying
+	// that let them through ("file:line: key: message"), in order.
+	Warnings []string
 }
 
 type revisionRow struct {
@@ -32,11 +35,18 @@ type revisionRow struct {
 	Files     []byte `db:"files"`
 	CreatedAt int64  `db:"created_at"`
 	CreatedBy string `db:"created_by"`
+	// Warnings is a JSON array, '' for none.
+	Warnings string `db:"warnings"`
 }
 
 func (r revisionRow) revision(withFiles bool) (AppRevision, error) {
 	rev := AppRevision{AppID: r.AppID, Number: r.Number, Digest: r.Digest, Version: r.Version,
 		CreatedAt: fromNanos(r.CreatedAt), CreatedBy: r.CreatedBy}
+	if r.Warnings != "" {
+		if err := json.Unmarshal([]byte(r.Warnings), &rev.Warnings); err != nil {
+			return AppRevision{}, fmt.Errorf("app %s revision %d warnings: %w", r.AppID, r.Number, err)
+		}
+	}
 	if withFiles {
 		if err := json.Unmarshal(r.Files, &rev.Files); err != nil {
 			return AppRevision{}, fmt.Errorf("app %s revision %d files: %w", r.AppID, r.Number, err)
@@ -65,6 +75,14 @@ func (s *Store) CreateAppRevision(ctx context.Context, rev AppRevision) (out App
 	if err != nil {
 		return AppRevision{}, false, fmt.Errorf("create app revision: %w", err)
 	}
+	warnings := ""
+	if len(rev.Warnings) > 0 {
+		b, err := json.Marshal(rev.Warnings)
+		if err != nil {
+			return AppRevision{}, false, fmt.Errorf("create app revision: %w", err)
+		}
+		warnings = string(b)
+	}
 	err = s.write(ctx, "create app revision", func(tx *txn) error {
 		// Lock the app row on PostgreSQL so concurrent pushes number
 		// their revisions one after the other.
@@ -77,7 +95,7 @@ func (s *Store) CreateAppRevision(ctx context.Context, rev AppRevision) (out App
 			return err
 		}
 		var last revisionRow
-		err = tx.GetContext(ctx, &last, s.bind(`SELECT app_id, number, digest, version, created_at, created_by
+		err = tx.GetContext(ctx, &last, s.bind(`SELECT app_id, number, digest, version, created_at, created_by, warnings
 			FROM app_revisions WHERE app_id = ? ORDER BY number DESC LIMIT 1`), rev.AppID)
 		switch {
 		case err == nil && last.Digest == rev.Digest:
@@ -90,8 +108,8 @@ func (s *Store) CreateAppRevision(ctx context.Context, rev AppRevision) (out App
 		out = rev
 		out.Number = last.Number + 1
 		created = true
-		_, err = tx.ExecContext(ctx, s.bind(`INSERT INTO app_revisions (app_id, number, digest, version, files, created_at, created_by)
-			VALUES (?, ?, ?, ?, ?, ?, ?)`), rev.AppID, out.Number, rev.Digest, rev.Version, files, nanos(rev.CreatedAt), rev.CreatedBy)
+		_, err = tx.ExecContext(ctx, s.bind(`INSERT INTO app_revisions (app_id, number, digest, version, files, created_at, created_by, warnings)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`), rev.AppID, out.Number, rev.Digest, rev.Version, files, nanos(rev.CreatedAt), rev.CreatedBy, warnings)
 		if err != nil {
 			return err
 		}
@@ -108,7 +126,7 @@ func (s *Store) CreateAppRevision(ctx context.Context, rev AppRevision) (out App
 // their files.
 func (s *Store) ListAppRevisions(ctx context.Context, appID string) ([]AppRevision, error) {
 	var rows []revisionRow
-	if err := s.r.SelectContext(ctx, &rows, s.bind(`SELECT app_id, number, digest, version, created_at, created_by
+	if err := s.r.SelectContext(ctx, &rows, s.bind(`SELECT app_id, number, digest, version, created_at, created_by, warnings
 		FROM app_revisions WHERE app_id = ? ORDER BY number DESC`), appID); err != nil {
 		return nil, fmt.Errorf("list app revisions: %w", err)
 	}
@@ -125,10 +143,10 @@ func (s *Store) GetAppRevision(ctx context.Context, appID string, number int64) 
 	var r revisionRow
 	var err error
 	if number == 0 {
-		err = s.r.GetContext(ctx, &r, s.bind(`SELECT app_id, number, digest, version, files, created_at, created_by
+		err = s.r.GetContext(ctx, &r, s.bind(`SELECT app_id, number, digest, version, files, created_at, created_by, warnings
 			FROM app_revisions WHERE app_id = ? ORDER BY number DESC LIMIT 1`), appID)
 	} else {
-		err = s.r.GetContext(ctx, &r, s.bind(`SELECT app_id, number, digest, version, files, created_at, created_by
+		err = s.r.GetContext(ctx, &r, s.bind(`SELECT app_id, number, digest, version, files, created_at, created_by, warnings
 			FROM app_revisions WHERE app_id = ? AND number = ?`), appID, number)
 	}
 	if errors.Is(err, sql.ErrNoRows) {

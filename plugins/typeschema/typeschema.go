@@ -78,8 +78,8 @@ func Check(s *configschema.Schema) validate.ConfigCheck {
 			config = map[string]any{}
 		}
 		var out []validate.FieldProblem
-		for _, d := range configschema.Errors(s.ValidateWith(config, configschema.Options{Deferred: template.HasRefs})) {
-			out = append(out, validate.FieldProblem{Field: d.Field, Message: d.Message, Hint: d.Hint})
+		for _, d := range s.ValidateWith(config, configschema.Options{Deferred: template.HasRefs}) {
+			out = append(out, validate.FieldProblem{Field: d.Field, Message: d.Message, Hint: d.Hint, Warning: d.IsWarning()})
 		}
 		return out
 	}

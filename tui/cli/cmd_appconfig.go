@@ -37,7 +37,7 @@ is rendered only at deploy time, so its type, format and bounds are not
 checked.`,
 		Args: exactArgs("DIR"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts, registered, err := a.pluginSchemas(pluginSchemas)
+			opts, _, err := a.pluginSchemas(pluginSchemas)
 			if err != nil {
 				return err
 			}
@@ -56,13 +56,12 @@ checked.`,
 				return err
 			}
 			waves := app.Graph().Levels()
-			warnings := configWarnings(app, registered)
 			if a.jsonOutput() {
-				return writeJSONValue(a.stdout, map[string]any{"valid": true, "diagnostics": []any{}, "warnings": append([]string{}, warnings...),
+				return writeJSONValue(a.stdout, map[string]any{"valid": true, "diagnostics": []any{}, "warnings": append([]diag.Diagnostic{}, app.Warnings...),
 					"app": app.Metadata.Name, "components": len(app.Components), "actions": len(app.Actions), "installs": len(app.Installs), "deployWaves": waves})
 			}
-			for _, w := range warnings {
-				fmt.Fprintf(a.stderr, "warning: %s\n", w)
+			for _, w := range app.Warnings {
+				fmt.Fprintln(a.stderr, w.String())
 			}
 			fmt.Fprintf(a.stdout, "The app config in %s is valid.\n", args[0])
 			f := newFields(a.stdout)
@@ -154,6 +153,8 @@ rendered config changed, and what is downstream of them.`,
 			} else if err != nil {
 				return err
 			}
+			// imsd checks again, knowing every registered type: its
+			// warnings (with these) come back in the revision.
 			c, err := a.connect()
 			if err != nil {
 				return err
@@ -170,6 +171,9 @@ rendered config changed, and what is downstream of them.`,
 				return writeJSON(a.stdout, res.Msg)
 			}
 			rev := res.Msg.GetRevision()
+			for _, w := range rev.GetWarnings() {
+				fmt.Fprintf(a.stderr, "warning: %s\n", w)
+			}
 			if !res.Msg.GetCreated() {
 				fmt.Fprintf(a.stdout, "App %q is unchanged: revision %d has the same files.\n", res.Msg.GetApp().GetName(), rev.GetNumber())
 			} else {
@@ -204,9 +208,9 @@ func (a *app) appRevisionsCommand() *cobra.Command {
 			if a.jsonOutput() {
 				return writeJSONList(a.stdout, res.Msg.GetRevisions())
 			}
-			t := newTable(a.stdout, "REVISION", "VERSION", "DIGEST", "PUSHED", "BY")
+			t := newTable(a.stdout, "REVISION", "VERSION", "DIGEST", "PUSHED", "BY", "WARNINGS")
 			for _, r := range res.Msg.GetRevisions() {
-				t.row(fmt.Sprint(r.GetNumber()), r.GetVersion(), shortDigest(r.GetDigest()), ago(a.now(), r.GetCreateTime()), r.GetCreatedBy())
+				t.row(fmt.Sprint(r.GetNumber()), r.GetVersion(), shortDigest(r.GetDigest()), ago(a.now(), r.GetCreateTime()), r.GetCreatedBy(), fmt.Sprint(len(r.GetWarnings())))
 			}
 			return t.flush()
 		},

@@ -14,8 +14,6 @@ import (
 	"github.com/byoc-dev/byoc/plugins/sdk/configschema"
 	"github.com/byoc-dev/byoc/plugins/typeschema"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
-	"github.com/byoc-dev/byoc/schema/app/config"
-	"github.com/byoc-dev/byoc/schema/app/template"
 	"github.com/byoc-dev/byoc/schema/app/validate"
 )
 
@@ -245,40 +243,4 @@ func (a *app) pluginSchemas(files []string) (validate.Options, map[string]*confi
 		Types:    typeschema.Types(registered),
 		TypeHint: "pass a third-party type's describe output with --plugin-schema FILE",
 	}, registered, nil
-}
-
-// configWarnings lists what the components' type schemas warn about in
-// a valid app (a deprecated field), as "FILE:LINE: config.FIELD: message
-// (hint)"; registered are the third-party types' schemas.
-func configWarnings(app *config.App, registered map[string]*configschema.Schema) []string {
-	var out []string
-	for _, c := range app.Components {
-		s := registered[c.Type]
-		if src, ok := typeschema.BuiltinSchema(c.Type); ok {
-			s, _ = configschema.Compile(src)
-		}
-		if s == nil {
-			continue
-		}
-		file := "components/" + c.Name + ".toml"
-		for _, d := range s.ValidateWith(c.Config, configschema.Options{Deferred: template.HasRefs}) {
-			if !d.IsWarning() {
-				continue
-			}
-			key := "config"
-			if d.Field != "" {
-				key += "." + d.Field
-			}
-			line := file
-			if n := app.Line(file, key); n > 0 {
-				line += fmt.Sprintf(":%d", n)
-			}
-			w := fmt.Sprintf("%s: %s: %s", line, key, d.Message)
-			if d.Hint != "" {
-				w += " (" + d.Hint + ")"
-			}
-			out = append(out, w)
-		}
-	}
-	return out
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -421,4 +422,12 @@ func (f *fleet) idOf(name string) string {
 		}
 	}
 	return ""
+}
+
+// countOrDash is n, or a dash for none.
+func countOrDash(n int) string {
+	if n == 0 {
+		return dash
+	}
+	return strconv.Itoa(n)
 }

@@ -1849,14 +1849,15 @@ func TestResourceCommands(t *testing.T) {
 	openTable(t, m, []*imsv1.App{{Id: "app_shop", Name: "shop", Description: "the demo shop"}, {Id: "app_billing", Name: "billing"}})
 	mustContain(t, screen(m), "shop", "app_shop", "the demo shop", "billing")
 	press(m, "enter")
-	openTable(t, m, []*imsv1.AppRevision{{AppId: "app_shop", Number: 3, Version: "1.4.0", CreatedBy: "ci", Digest: "sha256:ab12", Components: []string{"db", "cache", "web"}}})
+	openTable(t, m, []*imsv1.AppRevision{{AppId: "app_shop", Number: 3, Version: "1.4.0", CreatedBy: "ci", Digest: "sha256:ab12", Components: []string{"db", "cache", "web"},
+		Warnings: []string{"components/web.toml:5: config.size: is deprecated (set replicas instead)"}}})
 	s = screen(m)
-	mustContain(t, s, "apps › shop revisions")
-	if !screenLine(s, "3", "1.4.0", "ci", "sha256:ab12", "db, cache, web") {
+	mustContain(t, s, "apps › shop revisions", "WARNINGS")
+	if !screenLine(s, "3", "1.4.0", "ci", "1", "sha256:ab12", "db, cache, web") {
 		t.Fatalf("revision row:\n%s", s)
 	}
 	press(m, "y")
-	mustContain(t, screen(m), "revision shop@3 (yaml)", "version: 1.4.0", "components:")
+	mustContain(t, screen(m), "revision shop@3 (yaml)", "version: 1.4.0", "components:", "config.size: is deprecated")
 
 	press(m, ":", "breakglass", "enter")
 	g := liveGrant(time.Hour)

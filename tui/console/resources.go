@@ -137,13 +137,14 @@ func newRevisionsView(e *env, a *imsv1.App) view {
 	name := a.Name
 	return newTableView(e, tableSpec[*imsv1.AppRevision]{
 		title: name + " revisions", empty: "no revisions yet (byoc app push)",
-		cols: []column{{"REVISION", 8, 0}, {"VERSION", 10, 1}, {"PUSHED", 9, 2}, {"BY", 10, 3}, {"DIGEST", 14, 5}, {"COMPONENTS", 0, 4}},
+		// WARNINGS counts what imsd's check said at push (d shows them).
+		cols: []column{{"REVISION", 8, 0}, {"VERSION", 10, 1}, {"PUSHED", 9, 2}, {"BY", 10, 3}, {"WARNINGS", 8, 2}, {"DIGEST", 14, 5}, {"COMPONENTS", 0, 4}},
 		load: func(ctx context.Context, e *env) func() ([]*imsv1.AppRevision, error) {
 			return listRevisions(ctx, e.conn.Client, name)
 		},
 		cells: func(e *env, r *imsv1.AppRevision) map[string]string {
 			return map[string]string{"REVISION": fmt.Sprint(r.Number), "VERSION": orDash(r.Version), "PUSHED": tsAgo(e, r.CreateTime, r.CreateTime != nil),
-				"BY": orDash(r.CreatedBy), "DIGEST": orDash(r.Digest), "COMPONENTS": orDash(strings.Join(r.Components, ", "))}
+				"BY": orDash(r.CreatedBy), "WARNINGS": countOrDash(len(r.Warnings)), "DIGEST": orDash(r.Digest), "COMPONENTS": orDash(strings.Join(r.Components, ", "))}
 		},
 		sel: func(e *env, r *imsv1.AppRevision) selection {
 			return selection{r, "revision", fmt.Sprintf("%s@%d", name, r.Number), fmt.Sprint(r.Number)}

@@ -57,6 +57,10 @@ type App struct {
 	BreakGlass      BreakGlass
 	Installs        []*InstallFile // sorted by name
 
+	// Warnings are what the checks found worth saying that lets the
+	// config through (load.Parse sets them).
+	Warnings []diag.Diagnostic
+
 	// Files holds every file of the config (TOML and the scripts and
 	// policies they name), by slash-separated path: what a revision stores.
 	Files map[string][]byte

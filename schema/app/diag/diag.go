@@ -21,10 +21,23 @@ type Diagnostic struct {
 	Key     string `json:"key,omitempty"`
 	Message string `json:"message"`
 	Hint    string `json:"hint,omitempty"`
+	// Severity is "" for an error, SeverityWarning for what is worth
+	// saying but lets the config through (a deprecated field).
+	Severity string `json:"severity,omitempty"`
 }
+
+// SeverityWarning marks a Diagnostic as a warning: shown by app validate,
+// app push and the console, and not a reason to refuse the config.
+const SeverityWarning = "warning"
+
+// IsWarning reports whether d is a warning.
+func (d Diagnostic) IsWarning() bool { return d.Severity == SeverityWarning }
 
 func (d Diagnostic) String() string {
 	var b strings.Builder
+	if d.IsWarning() {
+		b.WriteString("warning: ")
+	}
 	b.WriteString(d.File)
 	if d.Line > 0 {
 		fmt.Fprintf(&b, ":%d", d.Line)
@@ -78,22 +91,37 @@ func (l *List) Addf(file string, line int, key, hint, format string, args ...any
 	l.Add(Diagnostic{File: file, Line: line, Key: key, Message: fmt.Sprintf(format, args...), Hint: hint})
 }
 
-// Err returns the collected diagnostics as an *Error, sorted by file (in
-// Rank order) and line with duplicates removed, or nil when there are none.
+// Err returns the collected errors (warnings left out) as an *Error,
+// sorted by file (in Rank order) and line with duplicates removed, or nil
+// when there are none.
 func (l *List) Err() error {
-	if len(l.list) == 0 {
+	out := l.sorted(false)
+	if len(out) == 0 {
 		return nil
+	}
+	return &Error{Diagnostics: out}
+}
+
+// Warnings returns the collected warnings, sorted as Err sorts.
+func (l *List) Warnings() []Diagnostic { return l.sorted(true) }
+
+// sorted is the warnings (or the errors), by file (in Rank order) and
+// line, duplicates removed.
+func (l *List) sorted(warnings bool) []Diagnostic {
+	var out []Diagnostic
+	for _, d := range l.list {
+		if d.IsWarning() == warnings {
+			out = append(out, d)
+		}
 	}
 	rank := l.Rank
 	if rank == nil {
 		rank = func(string) int { return 0 }
 	}
-	out := slices.Clone(l.list)
 	slices.SortStableFunc(out, func(a, b Diagnostic) int {
 		return cmp.Or(cmp.Compare(rank(a.File), rank(b.File)), cmp.Compare(a.File, b.File), cmp.Compare(a.Line, b.Line))
 	})
-	out = slices.Compact(out)
-	return &Error{Diagnostics: out}
+	return slices.Compact(out)
 }
 
 // Join appends key to the key path path ("a.b" and "c" make "a.b.c").

@@ -47,3 +47,28 @@ func TestDidYouMean(t *testing.T) {
 		t.Errorf("QuoteList = %s", got)
 	}
 }
+
+// Warnings are not errors: a list of warnings alone is no error, and
+// each kind comes back sorted apart from the other.
+func TestWarningsAreNotErrors(t *testing.T) {
+	l := &List{}
+	w := Diagnostic{File: "components/b.toml", Line: 4, Key: "config.size", Message: "is deprecated", Hint: "set replicas instead", Severity: SeverityWarning}
+	l.Add(w)
+	l.Add(Diagnostic{File: "components/a.toml", Line: 9, Message: "is deprecated", Severity: SeverityWarning})
+	l.Add(w)
+	if err := l.Err(); err != nil {
+		t.Fatalf("warnings alone: %v", err)
+	}
+	l.Addf("app.toml", 1, "name", "", "is required")
+	var e *Error
+	if err := l.Err(); !errors.As(err, &e) || len(e.Diagnostics) != 1 || e.Diagnostics[0].IsWarning() {
+		t.Fatalf("errors = %v, want the one error", err)
+	}
+	ws := l.Warnings()
+	if len(ws) != 2 || ws[0].File != "components/a.toml" || !ws[1].IsWarning() {
+		t.Fatalf("warnings = %+v", ws)
+	}
+	if got, want := ws[1].String(), "warning: components/b.toml:4: config.size: is deprecated (set replicas instead)"; got != want {
+		t.Fatalf("String() = %q, want %q", got, want)
+	}
+}

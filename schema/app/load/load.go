@@ -87,5 +87,6 @@ func Parse(files map[string][]byte, opts validate.Options) (*config.App, error) 
 	if err := ds.Err(); err != nil {
 		return nil, err
 	}
+	a.Warnings = ds.Warnings()
 	return a, nil
 }

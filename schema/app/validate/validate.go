@@ -61,6 +61,9 @@ type FieldProblem struct {
 	Message string
 	// Hint says what would be right, if known.
 	Hint string
+	// Warning marks what is worth saying but lets the config through
+	// (a field the type's schema marks deprecated).
+	Warning bool
 }
 
 // BuiltinTypes are the component types every agent has, without checks of
@@ -400,7 +403,11 @@ func (v *validator) configProblems(file, prefix string, ps []FieldProblem) {
 		if line == 0 {
 			line = v.a.Line(file, "type")
 		}
-		v.ds.Addf(file, line, key, p.Hint, "%s", p.Message)
+		d := diag.Diagnostic{File: file, Line: line, Key: key, Message: p.Message, Hint: p.Hint}
+		if p.Warning {
+			d.Severity = diag.SeverityWarning
+		}
+		v.ds.Add(d)
 	}
 }
 

@@ -4623,7 +4623,11 @@ type AppRevision struct {
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	CreatedBy  string                 `protobuf:"bytes,6,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
 	// components are the component names, sandbox included, in deploy order.
-	Components    []string `protobuf:"bytes,7,rep,name=components,proto3" json:"components,omitempty"`
+	Components []string `protobuf:"bytes,7,rep,name=components,proto3" json:"components,omitempty"`
+	// warnings are what imsd's check of the files found worth saying that
+	// let them through, as "file:line: key: message (hint)": a field its
+	// type's schema marks deprecated.
+	Warnings      []string `protobuf:"bytes,8,rep,name=warnings,proto3" json:"warnings,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4703,6 +4707,13 @@ func (x *AppRevision) GetCreatedBy() string {
 func (x *AppRevision) GetComponents() []string {
 	if x != nil {
 		return x.Components
+	}
+	return nil
+}
+
+func (x *AppRevision) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
 	}
 	return nil
 }
@@ -7629,7 +7640,7 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x03job\x18\x01 \x01(\v2\x10.byoc.ims.v1.JobR\x03job\"7\n" +
 	"\aAppFile\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x18\n" +
-	"\acontent\x18\x02 \x01(\fR\acontent\"\xea\x01\n" +
+	"\acontent\x18\x02 \x01(\fR\acontent\"\x86\x02\n" +
 	"\vAppRevision\x12\x15\n" +
 	"\x06app_id\x18\x01 \x01(\tR\x05appId\x12\x16\n" +
 	"\x06number\x18\x02 \x01(\x03R\x06number\x12\x16\n" +
@@ -7641,7 +7652,8 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"created_by\x18\x06 \x01(\tR\tcreatedBy\x12\x1e\n" +
 	"\n" +
 	"components\x18\a \x03(\tR\n" +
-	"components\"a\n" +
+	"components\x12\x1a\n" +
+	"\bwarnings\x18\b \x03(\tR\bwarnings\"a\n" +
 	"\x16PushAppRevisionRequest\x12*\n" +
 	"\x05files\x18\x01 \x03(\v2\x14.byoc.ims.v1.AppFileR\x05files\x12\x1b\n" +
 	"\tno_deploy\x18\x02 \x01(\bR\bnoDeploy\"\xb0\x02\n" +
