@@ -69,6 +69,10 @@ type Job struct {
 	// plugin is given a grace to stop (a lost lease, a newer attempt, the
 	// agent stopping); nil: only the context says so.
 	Kill <-chan struct{}
+	// Lease says how long the agent's own lease on the attempt has left
+	// (negative once it ran out); the runner tells the plugin
+	// (pluginhost.StartOptions.Lease). Nil: no lease to tell.
+	Lease func() time.Duration
 	// Registry, set for a job that carried a registry grant, exchanges
 	// the grant (once) for the vendor registry access its plugin gets.
 	Registry func(context.Context) (RegistryAccess, error)

@@ -249,6 +249,11 @@ func (a *Agent) beginLocked(j *jobRun) {
 		ComponentType: as.ComponentType, Component: as.Component, Operation: as.Operation,
 		Config: config, Timeout: timeout, Mode: as.Mode, ApprovedPlanDigest: as.ApprovedPlanDigest, Kill: j.kill,
 		WindowBound: as.WindowBound,
+		Lease: func() time.Duration {
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			return -a.elapsedSince(j.leaseUntil)
+		},
 	}
 	if g := as.GetRegistryGrant(); g != nil {
 		job.Registry = func(ctx context.Context) (RegistryAccess, error) { return a.exchangeGrant(ctx, g) }

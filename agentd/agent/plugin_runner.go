@@ -491,6 +491,9 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 	writable, readOnly, hidden := r.sandboxPaths(job.ComponentType, stateDir)
 	opts := pluginhost.StartOptions{WorkDir: work, Env: env, Output: output,
 		Writable: writable, ReadOnly: readOnly, Hidden: hidden,
+		// The plugin waits for a frozen agent as long as the agent's
+		// lease on the job lasts, and stops its work then.
+		Lease: job.Lease,
 		// Each distinct refused destination once; the plugin's end sums
 		// them all up, in the log and the agent's journal.
 		OnEgressDenied: func(d egress.Denial) {

@@ -40,6 +40,9 @@ type Instance struct {
 	// proxy is the plugin's egress proxy (NetworkProxy), stopped by
 	// Kill once the plugin is gone.
 	proxy *proxyRun
+	// lease keeps the plugin's lease file (StartOptions.Lease), or is
+	// nil; stopped by Kill.
+	lease *leaseKeeper
 	// out takes what the plugin prints outside the protocol; writers are
 	// its line splitters, flushed by Kill.
 	out     *output
@@ -215,6 +218,7 @@ func (i *Instance) Kill() {
 		}
 		i.out.close()
 		i.proxy.stop()
+		i.lease.end()
 		os.RemoveAll(i.sockDir)
 		if i.cgroup != nil {
 			if err := i.cgroup.Remove(); err != nil {

@@ -193,6 +193,14 @@ type StartOptions struct {
 	// to each distinct destination (NetworkProxy), from the proxy's
 	// goroutines; Instance.EgressRefused sums them all up.
 	OnEgressDenied func(egress.Denial)
+	// Lease, when set, says how long the agent's lease on the job the
+	// plugin works for has left (negative once it ran out). The plugin
+	// is told its end through a file in its socket directory
+	// (sdk.HostLeaseEnv), kept up to date until Kill: a plugin of the
+	// SDK then waits for an agent that stopped answering (frozen) until
+	// the lease ends, and stops its operations then, instead of after
+	// the SDK's keepalive of two seconds.
+	Lease func() time.Duration
 }
 
 // Start launches a plugin for type typ and completes the handshake.
@@ -227,6 +235,13 @@ func (l *Loader) Start(ctx context.Context, typ string, opt StartOptions) (*Inst
 	sockDir, err := newSocketDir()
 	if err != nil {
 		return nil, fmt.Errorf("start plugin %s: socket dir: %w", typ, err)
+	}
+	var lease *leaseKeeper
+	if opt.Lease != nil {
+		if lease, err = startLease(sockDir, opt.Lease); err != nil {
+			os.RemoveAll(sockDir)
+			return nil, fmt.Errorf("start plugin %s: %w", typ, err)
+		}
 	}
 	var cg *sandbox.Delegated
 	cgroupEnv := ""
@@ -267,6 +282,7 @@ func (l *Loader) Start(ctx context.Context, typ string, opt StartOptions) (*Inst
 		}
 		if err != nil {
 			px.stop()
+			lease.end()
 			os.RemoveAll(sockDir)
 			if cg != nil {
 				_ = cg.Remove()
@@ -298,12 +314,16 @@ func (l *Loader) Start(ctx context.Context, typ string, opt StartOptions) (*Inst
 	if relayEnv != "" {
 		cmd.Env = append(cmd.Env, sandbox.RelayEnv+"="+relayEnv)
 	}
+	if lease != nil {
+		cmd.Env = append(cmd.Env, sdk.HostLeaseEnv+"="+lease.path)
+	}
 	cmd.SysProcAttr = pluginProcAttr(cmd.SysProcAttr)
 	if cg != nil {
 		// In v2 the plugin starts in its delegated cgroup's leaf: the
 		// kernel puts it there at clone, before it runs anything.
 		leaf, err := cg.LeafFD()
 		if err != nil {
+			lease.end()
 			os.RemoveAll(sockDir)
 			_ = cg.Remove()
 			return nil, fmt.Errorf("start plugin %s: %w", typ, err)
@@ -339,7 +359,7 @@ func (l *Loader) Start(ctx context.Context, typ string, opt StartOptions) (*Inst
 	if cgroupEnv != "" && cg == nil {
 		logger.Warn("no cgroup for the plugin's step limits", "why", strings.TrimPrefix(cgroupEnv, "not delegated: "))
 	}
-	inst := &Instance{typ: typ, client: client, cmd: cmd, logger: logger, sockDir: sockDir, sandbox: l.Sandbox, cgroup: cg, proxy: px,
+	inst := &Instance{typ: typ, client: client, cmd: cmd, logger: logger, sockDir: sockDir, sandbox: l.Sandbox, cgroup: cg, proxy: px, lease: lease,
 		out: out, writers: []*lineWriter{stdout, stderr, rawErr}}
 
 	rpc, err := dial(client)

@@ -291,19 +291,15 @@ type world struct {
 
 // agentFlags are the agents' flags: the jobs' steps report to the
 // recorder on this machine's loopback, which the plugin sandbox's network
-// reaches only where the agent says so.
+// (the egress proxy, agentd's default) reaches only where the agent says
+// so. BYOC_FAULT_SANDBOX_NETWORK=host runs them on the machine's network
+// instead (--sandbox-network host), to tell a fault of the proxy from
+// one of the spine.
 func (w *world) agentFlags() []string {
-	// The harness's agents use the machine's network: with the egress
-	// proxy, an agent frozen for about two seconds (SIGSTOP) loses a
-	// running plugin's connection ("plugin action: apply: ... EOF"),
-	// seed 2 every time; an open bug of the sandbox's network (issue
-	// 34), reproduced with BYOC_FAULT_SANDBOX_NETWORK=proxy. What the
-	// harness checks (leases, attempts, nothing lost) does not depend on
-	// it; e2e/hostile_test.go and pluginhost's tests cover the proxy.
-	if os.Getenv("BYOC_FAULT_SANDBOX_NETWORK") == "proxy" {
-		return []string{"--capacity", "4", "--insecure-sandbox-egress-allow", strings.TrimSuffix(strings.TrimPrefix(w.rec.url, "http://"), "/r")}
+	if os.Getenv("BYOC_FAULT_SANDBOX_NETWORK") == "host" {
+		return []string{"--capacity", "4", "--sandbox-network", "host"}
 	}
-	return []string{"--capacity", "4", "--sandbox-network", "host"}
+	return []string{"--capacity", "4", "--insecure-sandbox-egress-allow", strings.TrimSuffix(strings.TrimPrefix(w.rec.url, "http://"), "/r")}
 }
 
 // newWorld starts imsd (SQLite, or PostgreSQL when pg) and n agents of

@@ -2,7 +2,11 @@ package sdk_test
 
 import (
 	"context"
+	"errors"
 	"net"
+	"os"
+	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -62,6 +66,41 @@ func TestKeepaliveStopsWorkForAFrozenHost(t *testing.T) {
 	if err := (&sdk.GRPCPlugin{Impl: impl}).GRPCServer(nil, srv); err != nil {
 		t.Fatal(err)
 	}
+	client, f := serveBehindFreezer(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	go func() { _, _ = client.Run(ctx, sdk.OpApply, &sdk.RunRequest{}, nil) }()
+	select {
+	case <-started:
+	case <-ctx.Done():
+		t.Fatal("apply never started")
+	}
+	// Working normally, the plugin keeps going past several keepalives.
+	time.Sleep(3 * (sdk.KeepaliveTime + sdk.KeepaliveTimeout))
+	select {
+	case <-stopped:
+		t.Fatal("the plugin stopped its work while its host was answering")
+	default:
+	}
+	f.mu.Lock()
+	f.frozen = true
+	f.mu.Unlock()
+	frozeAt := time.Now()
+	select {
+	case at := <-stopped:
+		if d := at.Sub(frozeAt); d > 4*(sdk.KeepaliveTime+sdk.KeepaliveTimeout) {
+			t.Fatalf("the plugin stopped %s after its host froze", d)
+		}
+		t.Logf("stopped %s after the host froze", at.Sub(frozeAt).Round(time.Millisecond))
+	case <-time.After(20 * time.Second):
+		t.Fatal("the plugin kept working for a frozen host")
+	}
+}
+
+// serveBehindFreezer serves srv on loopback and returns a client that
+// reaches it through a freezer.
+func serveBehindFreezer(t *testing.T, srv *grpc.Server) (*sdk.Client, *freezer) {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -107,7 +146,70 @@ func TestKeepaliveStopsWorkForAFrozenHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	client := sdk.NewClient(conn)
+	return sdk.NewClient(conn), f
+}
+
+// writeLease replaces the lease file at path with a deadline d from now,
+// as agentd does (a new file renamed over it).
+func writeLease(t *testing.T, path string, d time.Duration) time.Time {
+	t.Helper()
+	at := time.Now().Add(d)
+	tmp := path + ".new"
+	if err := os.WriteFile(tmp, []byte(strconv.FormatInt(at.UnixMilli(), 10)+"\n"), 0o600); err != nil {
+		t.Error(err) // also called from the renewing goroutine
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Error(err)
+	}
+	return at
+}
+
+// TestHostLeaseOutlastsAFreeze: a plugin whose host keeps a lease file
+// (sdk.HostLeaseEnv) keeps working for a host frozen well past the
+// keepalive, as long as the lease lasts, and stops its work with
+// sdk.ErrHostLeaseLost once the lease has run out (issue 34: an agent
+// frozen two seconds lost its jobs to the keepalive).
+func TestHostLeaseOutlastsAFreeze(t *testing.T) {
+	const lease = 1500 * time.Millisecond
+	path := filepath.Join(t.TempDir(), "lease")
+	writeLease(t, path, lease)
+	started := make(chan struct{})
+	type stop struct {
+		at    time.Time
+		cause error
+	}
+	stopped := make(chan stop, 1)
+	impl := fake{apply: func(ctx context.Context, _ *sdk.ApplyRequest) (*sdk.ApplyResponse, error) {
+		close(started)
+		<-ctx.Done()
+		stopped <- stop{time.Now(), context.Cause(ctx)}
+		return nil, ctx.Err()
+	}}
+	srv, stopWatch, err := sdk.ServeForTest(impl, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stopWatch)
+	client, f := serveBehindFreezer(t, srv)
+
+	// The lease is renewed, as imsd would while the agent's heartbeats
+	// got through, until renewing is closed.
+	renewing, renewed := make(chan struct{}), make(chan time.Time)
+	go func() {
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		last := time.Now().Add(lease)
+		for {
+			select {
+			case <-renewing:
+				renewed <- last
+				return
+			case <-tick.C:
+				last = writeLease(t, path, lease)
+			}
+		}
+	}()
+
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	go func() { _, _ = client.Run(ctx, sdk.OpApply, &sdk.RunRequest{}, nil) }()
@@ -116,24 +218,31 @@ func TestKeepaliveStopsWorkForAFrozenHost(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("apply never started")
 	}
-	// Working normally, the plugin keeps going past several keepalives.
-	time.Sleep(3 * (sdk.KeepaliveTime + sdk.KeepaliveTimeout))
-	select {
-	case <-stopped:
-		t.Fatal("the plugin stopped its work while its host was answering")
-	default:
-	}
 	f.mu.Lock()
 	f.frozen = true
 	f.mu.Unlock()
-	frozeAt := time.Now()
+	// Frozen twice as long as the keepalive would have waited.
+	time.Sleep(2 * (sdk.KeepaliveTime + sdk.KeepaliveTimeout))
 	select {
-	case at := <-stopped:
-		if d := at.Sub(frozeAt); d > 4*(sdk.KeepaliveTime+sdk.KeepaliveTimeout) {
-			t.Fatalf("the plugin stopped %s after its host froze", d)
+	case s := <-stopped:
+		t.Fatalf("the plugin stopped its work (%v) for a host frozen inside its lease", s.cause)
+	default:
+	}
+	close(renewing)
+	deadline := <-renewed
+	select {
+	case s := <-stopped:
+		if !errors.Is(s.cause, sdk.ErrHostLeaseLost) {
+			t.Fatalf("the operation's cause is %v, want sdk.ErrHostLeaseLost", s.cause)
 		}
-		t.Logf("stopped %s after the host froze", at.Sub(frozeAt).Round(time.Millisecond))
-	case <-time.After(20 * time.Second):
-		t.Fatal("the plugin kept working for a frozen host")
+		// A running agent stops the job itself at the lease's end; the
+		// plugin waits sdk.HostLeaseSlack more. The file holds
+		// milliseconds; the watch polls a tenth of a second.
+		if late := s.at.Sub(deadline); late < sdk.HostLeaseSlack-time.Millisecond || late > sdk.HostLeaseSlack+time.Second {
+			t.Fatalf("the plugin stopped %s after its host's lease ended; want %s and a poll", late, sdk.HostLeaseSlack)
+		}
+		t.Logf("stopped %s after the lease ended", s.at.Sub(deadline).Round(time.Millisecond))
+	case <-time.After(lease + 10*time.Second):
+		t.Fatal("the plugin kept working past its frozen host's lease")
 	}
 }

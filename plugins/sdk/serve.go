@@ -94,12 +94,31 @@ func ServeArgs(p Plugin, args []string) {
 		<-sigs
 		close(interrupted)
 	}()
+	leasePath := os.Getenv(HostLeaseEnv)
+	os.Unsetenv(HostLeaseEnv) // nothing the plugin starts needs it
+	gp, newServer, stop := serving(p, interrupted, leasePath)
+	defer stop()
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig: Handshake,
-		Plugins:         plugin.PluginSet{PluginName: &GRPCPlugin{Impl: p, stdioSync: true, interrupted: interrupted}},
-		GRPCServer:      NewGRPCServer,
+		Plugins:         plugin.PluginSet{PluginName: gp},
+		GRPCServer:      newServer,
 	})
 	os.Exit(0)
+}
+
+// serving is what Serve serves: p, its operations cancelled when the
+// host interrupts them or when the host's lease in the file at leasePath
+// (HostLeaseEnv) runs out. A host that keeps a lease file is waited for
+// while it holds the lease, frozen or not; without one, the keepalive
+// (NewGRPCServer) bounds how long a silent host is waited for. stop ends
+// the lease's watch.
+func serving(p Plugin, interrupted <-chan struct{}, leasePath string) (*GRPCPlugin, func([]grpc.ServerOption) *grpc.Server, func()) {
+	lease := watchHostLease(leasePath)
+	newServer := NewGRPCServer
+	if lease != nil {
+		newServer = func(opts []grpc.ServerOption) *grpc.Server { return grpc.NewServer(opts...) }
+	}
+	return &GRPCPlugin{Impl: p, stdioSync: true, interrupted: interrupted, hostLost: lease.Lost()}, newServer, lease.Stop
 }
 
 // ErrInterrupted is the cause of an operation's context when the host
@@ -110,13 +129,16 @@ func ServeArgs(p Plugin, args []string) {
 var ErrInterrupted = errors.New("interrupted by the agent")
 
 // Keepalive bounds how long a plugin keeps working for a host that has
-// stopped answering: the plugin pings the host after KeepaliveTime without
-// hearing from it and drops the connection, cancelling every operation in
-// flight, when KeepaliveTimeout more passes without an answer. An agent
-// frozen (SIGSTOP, a stalled VM) cannot stop its plugin itself, and imsd
-// may then hand the job to another agent once its lease and grace have
-// passed: the plugin stops on its own first. Keep well inside imsd's
-// --lease-grace.
+// stopped answering, when the host keeps no lease file (HostLeaseEnv: an
+// agent older than that, a Validate outside any job): the plugin pings
+// the host after KeepaliveTime without hearing from it and drops the
+// connection, cancelling every operation in flight, when KeepaliveTimeout
+// more passes without an answer. An agent frozen (SIGSTOP, a stalled VM)
+// cannot stop its plugin itself, and imsd may then hand the job to
+// another agent once its lease and grace have passed: the plugin stops on
+// its own first. Keep well inside imsd's --lease-grace. With a lease
+// file the plugin serves without it and waits out a freeze inside the
+// lease.
 const (
 	KeepaliveTime    = time.Second
 	KeepaliveTimeout = time.Second

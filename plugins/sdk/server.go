@@ -34,6 +34,9 @@ type GRPCPlugin struct {
 	// interrupted is closed when the host interrupts the plugin (Serve's
 	// SIGINT handler); nil: never.
 	interrupted <-chan struct{}
+	// hostLost is closed when the host's lease on the job ran out
+	// (HostLeaseEnv); nil: never.
+	hostLost <-chan struct{}
 }
 
 var _ plugin.GRPCPlugin = (*GRPCPlugin)(nil)
@@ -46,6 +49,7 @@ func (p *GRPCPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
 	srv := newServer(p.Impl)
 	srv.stdioSync = p.stdioSync
 	srv.interrupted = p.interrupted
+	srv.hostLost = p.hostLost
 	pluginv1.RegisterComponentPluginServiceServer(s, srv)
 	return nil
 }
@@ -63,6 +67,8 @@ type server struct {
 	stdioSync bool
 	// interrupted: closed when the host interrupts the operations.
 	interrupted <-chan struct{}
+	// hostLost: closed when the host's lease on the job ran out.
+	hostLost <-chan struct{}
 
 	// The config schema is compiled once, on first use.
 	schemaOnce sync.Once
@@ -342,13 +348,15 @@ func serveOp[R any](
 	log := &streamLogger{send: func(e *pluginv1.LogEvent) error { return stream.Send(wrapLog(e)) }}
 	ctx, cancel := context.WithCancelCause(stream.Context())
 	defer cancel(nil)
-	if s.interrupted != nil {
+	if s.interrupted != nil || s.hostLost != nil {
 		stop := make(chan struct{})
 		defer close(stop)
 		go func() {
 			select {
 			case <-s.interrupted:
 				cancel(ErrInterrupted)
+			case <-s.hostLost:
+				cancel(ErrHostLeaseLost)
 			case <-stop:
 			}
 		}()

@@ -1,0 +1,97 @@
+package pluginhost
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+)
+
+// leaseFile is the file in a plugin's socket directory (which its
+// sandbox shows) where the agent keeps the end of its lease on the job
+// (StartOptions.Lease, sdk.HostLeaseEnv).
+const leaseFile = "lease"
+
+// leaseEvery is how often the agent brings the lease file up to date; a
+// renewal moves the lease's end by a heartbeat or more.
+const leaseEvery = 100 * time.Millisecond
+
+// leaseJitter is how far a deadline may move before it is written again.
+const leaseJitter = 10 // milliseconds
+
+// leaseKeeper keeps a plugin's lease file.
+type leaseKeeper struct {
+	path string
+	left func() time.Duration
+	last int64
+	stop chan struct{}
+	done chan struct{}
+}
+
+// startLease writes the lease file in dir, as left says now, and keeps
+// it up to date until stop. The deadline is written on the wall clock
+// (Unix milliseconds); left follows the agent's own rule (the longer of
+// the monotonic and the wall clock's elapsed time counts), so each write
+// is at most as late as the agent's own deadline.
+func startLease(dir string, left func() time.Duration) (*leaseKeeper, error) {
+	k := &leaseKeeper{path: filepath.Join(dir, leaseFile), left: left, stop: make(chan struct{}), done: make(chan struct{})}
+	if err := k.write(time.Now()); err != nil {
+		return nil, fmt.Errorf("lease file: %w", err)
+	}
+	go k.keep()
+	return k, nil
+}
+
+func (k *leaseKeeper) keep() {
+	defer close(k.done)
+	t := time.NewTicker(leaseEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-k.stop:
+			return
+		case now := <-t.C:
+			// A failed write leaves the last lease in force, which only
+			// ends the plugin's work early.
+			_ = k.write(now)
+		}
+	}
+}
+
+// write replaces the file whole (a new file renamed over it), so that
+// the plugin never reads half a number; nothing the plugin put in the
+// directory is followed or written through.
+func (k *leaseKeeper) write(now time.Time) error {
+	ms := now.Round(0).Add(k.left()).UnixMilli()
+	if d := ms - k.last; d > -leaseJitter && d < leaseJitter {
+		// The same deadline, give or take the clocks' reading.
+		return nil
+	}
+	f, err := os.CreateTemp(filepath.Dir(k.path), ".lease-*")
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(strconv.FormatInt(ms, 10) + "\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), k.path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return err
+	}
+	k.last = ms
+	return nil
+}
+
+// end stops keeping the file; safe on nil.
+func (k *leaseKeeper) end() {
+	if k == nil {
+		return
+	}
+	close(k.stop)
+	<-k.done
+}

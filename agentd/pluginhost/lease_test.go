@@ -1,0 +1,51 @@
+package pluginhost
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// The lease file follows the agent's lease: written before the plugin
+// starts, rewritten (whole) when a renewal moves the lease's end, left
+// alone once the keeper ends.
+func TestLeaseFileFollowsTheLease(t *testing.T) {
+	dir := t.TempDir()
+	var left atomic.Int64
+	left.Store(int64(30 * time.Second))
+	k, err := startLease(dir, func() time.Duration { return time.Duration(left.Load()) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func() time.Time {
+		b, err := os.ReadFile(filepath.Join(dir, leaseFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		if err != nil {
+			t.Fatalf("lease file %q: %v", b, err)
+		}
+		return time.UnixMilli(ms)
+	}
+	if d := time.Until(read()); d < 29*time.Second || d > 30*time.Second {
+		t.Fatalf("lease file says the lease ends in %s; want 30s", d)
+	}
+	left.Store(int64(-time.Second)) // ran out
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Until(read()) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the lease file was not brought up to date")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	k.end()
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 1 {
+		t.Fatalf("the directory holds %d files; want the lease file only", len(ents))
+	}
+}
