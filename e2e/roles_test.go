@@ -445,3 +445,61 @@ func TestMetricsCarryInstallLabels(t *testing.T) {
 		}
 	}
 }
+
+// A call refused for want of a role leaves an operator.refused audit
+// event naming the actor, the procedure, the install it targeted and why,
+// in that install's chain, and byoc audit list shows it; a refusal the
+// handler makes (a support engineer running an ordinary action) is
+// recorded too. A client retrying a refused call in a loop leaves a
+// bounded number of records (TestRefusalRecordsAreRateLimited covers the
+// bound's arithmetic).
+func TestRefusedCallsAreAudited(t *testing.T) {
+	f := startRolesFixture(t)
+	ctx := context.Background()
+	viewer := f.token(t, "viewer-acme", imsv1.Role_ROLE_VIEWER, "acme", "")
+	_, err := viewer.EnqueueJob(ctx, connect.NewRequest(&imsv1.EnqueueJobRequest{Install: "globex", ComponentType: "action", Operation: "plan"}))
+	wantCode(t, err, connect.CodePermissionDenied, "install globex")
+	sup := f.token(t, "sup-acme", imsv1.Role_ROLE_SUPPORT, "", "customer=acme")
+	_, err = sup.StartActionRun(ctx, connect.NewRequest(&imsv1.StartActionRunRequest{Install: "acme", Action: "use"}))
+	wantCode(t, err, connect.CodePermissionDenied, "support")
+
+	refused := func(install string) []*imsv1.AuditEvent {
+		t.Helper()
+		evs, err := f.admin.ListAuditEvents(ctx, connect.NewRequest(&imsv1.ListAuditEventsRequest{Install: install}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []*imsv1.AuditEvent
+		for _, e := range evs.Msg.Events {
+			if e.Kind == "operator.refused" {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	evs := refused("globex")
+	if len(evs) != 1 || evs[0].Actor != "token:viewer-acme" || evs[0].Subject != "EnqueueJob" ||
+		!strings.Contains(evs[0].Data, `"install":"globex"`) || !strings.Contains(evs[0].Data, "may not enqueue jobs on install globex") ||
+		!strings.Contains(evs[0].Data, "viewer on install acme") {
+		t.Fatalf("globex's refusals: %v", evs)
+	}
+	evs = refused("acme")
+	if len(evs) != 1 || evs[0].Actor != "token:sup-acme" || evs[0].Subject != "StartActionRun" || !strings.Contains(evs[0].Data, `"install":"acme"`) {
+		t.Fatalf("acme's refusals: %v", evs)
+	}
+
+	cli := cluster.NewCLI(t, f.ims)
+	out := cli.Run(0, "audit", "list", "--install", "globex")
+	if !strings.Contains(out, "operator.refused") || !strings.Contains(out, "token:viewer-acme") || !strings.Contains(out, "EnqueueJob") {
+		t.Errorf("byoc audit list --install globex:\n%s", out)
+	}
+
+	// A flood of refusals: the burst is recorded, the rest counted.
+	for range 3 * 10 {
+		_, err := viewer.CancelJob(ctx, connect.NewRequest(&imsv1.CancelJobRequest{Id: f.job["globex"]}))
+		wantCode(t, err, connect.CodePermissionDenied, "install globex")
+	}
+	if n := len(refused("globex")); n > 10 {
+		t.Errorf("%d refusal records after a flood of 30 refusals; want at most the burst, 10", n)
+	}
+}

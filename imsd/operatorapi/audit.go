@@ -141,7 +141,7 @@ func (s *Service) ListAuditEvents(ctx context.Context, req *connect.Request[imsv
 		f.Chain, f.OneChain = id, true
 	case m.Vendor:
 		if p := callerFrom(ctx); !p.Everywhere(access.Read) {
-			return nil, s.err(ctx, errs.E(errs.PermissionDenied, "%s", p.Refusal("read the vendor-wide audit chain", access.Read, access.Target{})))
+			return nil, s.err(ctx, denied(p, "read the vendor-wide audit chain", access.Read, access.Target{}))
 		}
 		f.Chain, f.OneChain = store.VendorChain, true
 	}

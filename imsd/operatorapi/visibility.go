@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/byoc-dev/byoc/imsd/access"
-	"github.com/byoc-dev/byoc/imsd/errs"
 	"github.com/byoc-dev/byoc/imsd/store"
 )
 
@@ -22,7 +21,7 @@ func (s *Service) requireApp(ctx context.Context, what string, perm access.Perm,
 	if _, ok := p.Can(perm, t); ok {
 		return nil
 	}
-	return errs.E(errs.PermissionDenied, "%s", p.Refusal(what, perm, t))
+	return denied(p, what, perm, t)
 }
 
 // view says which installs the caller may read: every one, or those in
