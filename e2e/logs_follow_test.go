@@ -59,9 +59,6 @@ func TestLogsFollowsNewJobsOfTheInstall(t *testing.T) {
 	cli := cluster.NewCLI(t, ims)
 	pushed := cli.PushApp(followApp)
 	cluster.StartAgent(t, ims.URL(), pushed.EnrollToken(t), t.TempDir())
-	if out := cli.Run(0, "install", "provision", "acme", "--wait"); !strings.Contains(out, "succeeded: 2/2 done") {
-		t.Fatalf("provision:\n%s", out)
-	}
 
 	start := func(args ...string) (*exec.Cmd, *lockedBuffer, *lockedBuffer) {
 		cmd := cli.Cmd(args...)
@@ -78,8 +75,6 @@ func TestLogsFollowsNewJobsOfTheInstall(t *testing.T) {
 		})
 		return cmd, stdout, stderr
 	}
-	all, allOut, allErr := start("logs", "acme", "-f")
-	db, dbOut, dbErr := start("logs", "acme", "--component", "db", "-f")
 	waitLine := func(what string, out, errOut *lockedBuffer, re string) {
 		t.Helper()
 		rx := regexp.MustCompile(re)
@@ -91,7 +86,18 @@ func TestLogsFollowsNewJobsOfTheInstall(t *testing.T) {
 			time.Sleep(20 * time.Millisecond) // polling a process's output
 		}
 	}
+	// Before the install has a job: the follower waits for the first,
+	// then streams every job of the provision.
+	all, allOut, allErr := start("logs", "acme", "-f")
+	waitLine("logs -f before any job (stderr)", allErr, allOut, `install acme has no jobs yet.*waiting for one to start`)
+	if out := cli.Run(0, "install", "provision", "acme", "--wait"); !strings.Contains(out, "succeeded: 2/2 done") {
+		t.Fatalf("provision:\n%s", out)
+	}
+	waitLine("logs -f", allOut, allErr, `(?m)^\[db job_\w+\] db run 1$`)
+	waitLine("logs -f", allOut, allErr, `(?m)^\[web job_\w+\] web up$`)
+
 	// The newest job of db, from the start.
+	db, dbOut, dbErr := start("logs", "acme", "--component", "db", "-f")
 	waitLine("logs --component db", dbOut, dbErr, `(?m)^\[db job_\w+\] db run 1$`)
 
 	// A job with no component: the install's follower streams it, db's

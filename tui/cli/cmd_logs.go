@@ -3,6 +3,7 @@ package cli
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -57,6 +58,11 @@ byoc job logs JOB --follow.`,
 				return a.logsSince(ctx, c, args[0], component, since, follow, lf)
 			}
 			job, err := a.latestJob(ctx, c, args[0], component)
+			if nj := (*noJobError)(nil); follow && errors.As(err, &nj) {
+				// Nothing to show yet: follow the jobs to come.
+				fmt.Fprintf(a.stderr, "==> %v; waiting for one to start\n", err)
+				return a.followInstall(ctx, c, args[0], component, nil, nil, lf, time.Time{})
+			}
 			if err != nil {
 				return err
 			}
@@ -282,6 +288,11 @@ func jobWhat(j *imsv1.Job) string {
 	return "job " + j.GetId() + " (" + j.GetComponentType() + " " + j.GetOperation() + ")"
 }
 
+// noJobError is latestJob's error when the install has no job to show.
+type noJobError struct{ msg string }
+
+func (e *noJobError) Error() string { return e.msg }
+
 // latestJobPages bounds how far back latestJob looks for a component's
 // job (pages of maxPageSize jobs, newest first).
 const latestJobPages = 5
@@ -310,10 +321,10 @@ func (a *app) latestJob(ctx context.Context, c *client, install, component strin
 		}
 	}
 	if component != "" {
-		return nil, fmt.Errorf("install %s has no job of component %q among its newest %d (byoc job list --install %s lists them)",
-			install, component, latestJobPages*maxPageSize, install)
+		return nil, &noJobError{fmt.Sprintf("install %s has no job of component %q among its newest %d (byoc job list --install %s lists them)",
+			install, component, latestJobPages*maxPageSize, install)}
 	}
-	return nil, fmt.Errorf("install %s has no jobs yet (byoc install provision %s starts its first)", install, install)
+	return nil, &noJobError{fmt.Sprintf("install %s has no jobs yet (byoc install provision %s starts its first)", install, install)}
 }
 
 // workflowID resolves byoc workflow get's argument: a workflow id as it
