@@ -96,8 +96,11 @@ func TestLogsFollowsNewJobsOfTheInstall(t *testing.T) {
 	waitLine("logs -f", allOut, allErr, `(?m)^\[db job_\w+\] db run 1$`)
 	waitLine("logs -f", allOut, allErr, `(?m)^\[web job_\w+\] web up$`)
 
-	// The newest job of db, from the start.
+	// The newest job of db, from the start; in JSON, each line names its
+	// job and component.
 	db, dbOut, dbErr := start("logs", "acme", "--component", "db", "-f")
+	js, jsOut, jsErr := start("logs", "acme", "--component", "db", "-f", "-o", "json")
+	waitLine("logs --component db -f -o json", jsOut, jsErr, `"component":"db".*"jobId":"job_\w+".*"text":"db run 1`)
 	waitLine("logs --component db", dbOut, dbErr, `(?m)^\[db job_\w+\] db run 1$`)
 
 	// A job with no component: the install's follower streams it, db's
@@ -128,7 +131,7 @@ func TestLogsFollowsNewJobsOfTheInstall(t *testing.T) {
 		t.Errorf("logs --component db: stderr does not name the new job or how it ended:\n%s", dbErr)
 	}
 
-	for name, cmd := range map[string]*exec.Cmd{"logs -f": all, "logs --component db -f": db} {
+	for name, cmd := range map[string]*exec.Cmd{"logs -f": all, "logs --component db -f": db, "logs -o json": js} {
 		cmd.Process.Signal(os.Interrupt)
 		err := cmd.Wait()
 		var ee *exec.ExitError
