@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"slices"
@@ -443,5 +444,193 @@ func TestMetricsCarryInstallLabels(t *testing.T) {
 		if !strings.Contains(m, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
+	}
+}
+
+// A call refused for want of a role leaves an operator.refused audit
+// event naming the actor, the procedure, the install it targeted and why,
+// in that install's chain, and byoc audit list shows it; a refusal the
+// handler makes (a support engineer running an ordinary action) is
+// recorded too. A client retrying a refused call in a loop leaves a
+// bounded number of records (TestRefusalRecordsAreRateLimited covers the
+// bound's arithmetic).
+func TestRefusedCallsAreAudited(t *testing.T) {
+	f := startRolesFixture(t)
+	ctx := context.Background()
+	viewer := f.token(t, "viewer-acme", imsv1.Role_ROLE_VIEWER, "acme", "")
+	_, err := viewer.EnqueueJob(ctx, connect.NewRequest(&imsv1.EnqueueJobRequest{Install: "globex", ComponentType: "action", Operation: "plan"}))
+	wantCode(t, err, connect.CodePermissionDenied, "install globex")
+	sup := f.token(t, "sup-acme", imsv1.Role_ROLE_SUPPORT, "", "customer=acme")
+	_, err = sup.StartActionRun(ctx, connect.NewRequest(&imsv1.StartActionRunRequest{Install: "acme", Action: "use"}))
+	wantCode(t, err, connect.CodePermissionDenied, "support")
+
+	refused := func(install string) []*imsv1.AuditEvent {
+		t.Helper()
+		evs, err := f.admin.ListAuditEvents(ctx, connect.NewRequest(&imsv1.ListAuditEventsRequest{Install: install}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []*imsv1.AuditEvent
+		for _, e := range evs.Msg.Events {
+			if e.Kind == "operator.refused" {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	evs := refused("globex")
+	if len(evs) != 1 || evs[0].Actor != "token:viewer-acme" || evs[0].Subject != "EnqueueJob" ||
+		!strings.Contains(evs[0].Data, `"install":"globex"`) || !strings.Contains(evs[0].Data, "may not enqueue jobs on install globex") ||
+		!strings.Contains(evs[0].Data, "viewer on install acme") {
+		t.Fatalf("globex's refusals: %v", evs)
+	}
+	evs = refused("acme")
+	if len(evs) != 1 || evs[0].Actor != "token:sup-acme" || evs[0].Subject != "StartActionRun" || !strings.Contains(evs[0].Data, `"install":"acme"`) {
+		t.Fatalf("acme's refusals: %v", evs)
+	}
+
+	cli := cluster.NewCLI(t, f.ims)
+	out := cli.Run(0, "audit", "list", "--install", "globex")
+	if !strings.Contains(out, "operator.refused") || !strings.Contains(out, "token:viewer-acme") || !strings.Contains(out, "EnqueueJob") {
+		t.Errorf("byoc audit list --install globex:\n%s", out)
+	}
+
+	// A flood of refusals: the burst is recorded, the rest counted.
+	for range 3 * 10 {
+		_, err := viewer.CancelJob(ctx, connect.NewRequest(&imsv1.CancelJobRequest{Id: f.job["globex"]}))
+		wantCode(t, err, connect.CodePermissionDenied, "install globex")
+	}
+	if n := len(refused("globex")); n > 10 {
+		t.Errorf("%d refusal records after a flood of 30 refusals; want at most the burst, 10", n)
+	}
+}
+
+// A caller scoped to a few installs among many gets full pages: the
+// store query reads only its installs' jobs, workflows and audit chains,
+// so a page of N holds N (not the few of N that were theirs) and every
+// job and record of theirs comes back exactly once across the pages.
+func TestScopedCallerGetsFullPages(t *testing.T) {
+	ims := cluster.StartIMS(t, fast)
+	admin := ims.Admin()
+	ctx := context.Background()
+	files := []*imsv1.AppFile{
+		{Path: "app.toml", Content: []byte("name = \"shop\"\n")},
+		{Path: "components/a.toml", Content: []byte("type = \"action\"\n[config]\nsteps = [{ name = \"a\", script = \"true\" }]\n")},
+	}
+	mine := map[string]bool{"i03": true, "i07": true, "i10": true}
+	var names []string
+	for i := range 12 {
+		name := fmt.Sprintf("i%02d", i)
+		names = append(names, name)
+		customer := "other"
+		if mine[name] {
+			customer = "acme"
+		}
+		files = append(files, &imsv1.AppFile{Path: "installs/" + name + ".toml", Content: []byte("[labels]\ncustomer = \"" + customer + "\"\n")})
+	}
+	if _, err := admin.PushAppRevision(ctx, connect.NewRequest(&imsv1.PushAppRevisionRequest{Files: files})); err != nil {
+		t.Fatal(err)
+	}
+	myJobs, myChains := map[string]bool{}, map[string]bool{}
+	for _, name := range names {
+		if _, err := admin.StartWorkflow(ctx, connect.NewRequest(&imsv1.StartWorkflowRequest{Install: name, Kind: imsv1.WorkflowKind_WORKFLOW_KIND_PROVISION})); err != nil {
+			t.Fatal(err)
+		}
+		// The workflow's engine adds jobs of its own as it goes: the test
+		// knows these two, and checks the others by their install.
+		for range 2 {
+			j, err := admin.EnqueueJob(ctx, connect.NewRequest(&imsv1.EnqueueJobRequest{Install: name, ComponentType: "action", Operation: "plan"}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if mine[name] {
+				myJobs[j.Msg.Job.Id] = true
+				myChains[j.Msg.Job.InstallId] = true
+			}
+		}
+	}
+	tok, err := admin.CreateApiToken(ctx, connect.NewRequest(&imsv1.CreateApiTokenRequest{Name: "acme-viewer", Role: imsv1.Role_ROLE_VIEWER, Selector: "customer=acme"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := ims.Client(tok.Msg.Token)
+
+	// Jobs, 2 a page: full pages of the jobs of acme's installs.
+	seen := map[string]bool{}
+	token := ""
+	for page := 0; ; page++ {
+		if page > 100 {
+			t.Fatal("more than 100 pages")
+		}
+		res, err := c.ListJobs(ctx, connect.NewRequest(&imsv1.ListJobsRequest{PageSize: 2, PageToken: token}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		token = res.Msg.NextPageToken
+		if token != "" && len(res.Msg.Jobs) != 2 {
+			t.Errorf("jobs page %d: %d jobs and a next page; want 2", page, len(res.Msg.Jobs))
+		}
+		for _, j := range res.Msg.Jobs {
+			if !myChains[j.InstallId] || seen[j.Id] {
+				t.Errorf("jobs page %d: job %s of %s (acme's: %v, seen before: %v)", page, j.Id, j.InstallId, myChains[j.InstallId], seen[j.Id])
+			}
+			seen[j.Id] = true
+		}
+		if token == "" {
+			break
+		}
+	}
+	for id := range myJobs {
+		if !seen[id] {
+			t.Errorf("no page held acme's job %s", id)
+		}
+	}
+
+	// Workflows, 2 a page: 2 of acme's.
+	wfs, err := c.ListWorkflows(ctx, connect.NewRequest(&imsv1.ListWorkflowsRequest{PageSize: 2}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(wfs.Msg.Workflows) != 2 {
+		t.Errorf("ListWorkflows page_size 2: %d workflows, want 2", len(wfs.Msg.Workflows))
+	}
+
+	// Audit, 5 a page: full pages of acme's installs' chains, each
+	// record once, all of them.
+	want := 0
+	for id := range myChains {
+		evs, err := admin.ListAuditEvents(ctx, connect.NewRequest(&imsv1.ListAuditEventsRequest{Install: id}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want += len(evs.Msg.Events)
+	}
+	records := map[string]bool{}
+	token = ""
+	for page := 0; ; page++ {
+		if page > 100 {
+			t.Fatal("more than 100 audit pages")
+		}
+		res, err := c.ListAuditEvents(ctx, connect.NewRequest(&imsv1.ListAuditEventsRequest{Limit: 5, PageToken: token}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		token = res.Msg.NextPageToken
+		if token != "" && len(res.Msg.Events) != 5 {
+			t.Errorf("audit page %d: %d events and a next page; want 5", page, len(res.Msg.Events))
+		}
+		for _, e := range res.Msg.Events {
+			key := fmt.Sprintf("%s/%d", e.Chain, e.Seq)
+			if !myChains[e.Chain] || records[key] {
+				t.Errorf("audit page %d: record %s (acme's: %v, seen before: %v)", page, key, myChains[e.Chain], records[key])
+			}
+			records[key] = true
+		}
+		if token == "" {
+			break
+		}
+	}
+	if len(records) < want { // the engine may have added more since
+		t.Errorf("audit pages held %d of acme's %d records", len(records), want)
 	}
 }

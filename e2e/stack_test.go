@@ -207,6 +207,8 @@ script = "echo key=$AWS_ACCESS_KEY_ID >> $BYOC_OUTPUTS; echo secret=$AWS_SECRET_
 		Secrets:   map[string]stackconfig.Source{"license_key": *src(licenseARN, "SecretLicenseKey")},
 		Outputs:   map[string]string{"RegistryUri": "123456789012.dkr.ecr.eu-west-1.amazonaws.com/byoc/acme"},
 		Endpoints: map[string]string{"sts": fake.STS.URL, "secretsmanager": fake.SecretsManager.URL},
+		// As the CloudFormation stack writes them (stackconfig.SessionTags).
+		SessionTags: map[string]string{"byoc:install": "acme", "byoc:label:customer": "acme"},
 	}
 	b, _ := json.Marshal(cfg)
 	path := filepath.Join(t.TempDir(), "stack.json")
@@ -233,6 +235,11 @@ script = "echo key=$AWS_ACCESS_KEY_ID >> $BYOC_OUTPUTS; echo secret=$AWS_SECRET_
 		t.Fatalf("STS issued %d credentials, want 2 (one per job):\n%s", len(issued), out)
 	}
 	last := issued[1]
+	for _, is := range issued {
+		if is.Tags["byoc:install"] != "acme" || is.Tags["byoc:label:customer"] != "acme" {
+			t.Errorf("a job's session carries tags %v, want the install's", is.Tags)
+		}
+	}
 	if !strings.Contains(out, "key="+last.AccessKeyID) || !strings.Contains(out, "secret=***") || !strings.Contains(out, "role="+maintARN) {
 		t.Fatalf("whoami:\n%s", out)
 	}

@@ -20,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -31,6 +32,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials/ec2rolecreds"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sts"
+	ststypes "github.com/aws/aws-sdk-go-v2/service/sts/types"
 	"github.com/aws/smithy-go"
 
 	"github.com/byoc-dev/byoc/agentd/secrets"
@@ -442,8 +444,19 @@ func (s *Stack) assume(ctx context.Context, r stackconfig.Role, jobID string, d 
 	}
 	return s.STS.AssumeRole(ctx, &sts.AssumeRoleInput{
 		RoleArn: aws.String(r.ARN), RoleSessionName: aws.String(name), DurationSeconds: aws.Int32(int32(d / time.Second)),
-		Policy: aws.String(policy),
+		Policy: aws.String(policy), Tags: s.sessionTags(),
 	})
+}
+
+// sessionTags are the stack config's session tags (the install's name
+// and labels) for AssumeRole, by key; nil when it has none (a stack
+// whose roles' trust policies do not allow sts:TagSession).
+func (s *Stack) sessionTags() []ststypes.Tag {
+	var out []ststypes.Tag
+	for _, k := range slices.Sorted(maps.Keys(s.Config.SessionTags)) {
+		out = append(out, ststypes.Tag{Key: aws.String(k), Value: aws.String(s.Config.SessionTags[k])})
+	}
+	return out
 }
 
 // CheckRole assumes the role of mode (grantRole: a break-glass grant's

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -373,5 +375,71 @@ func TestRevokeOlderSessions(t *testing.T) {
 	}
 	if err := readWith(t, fake, fresh); err != nil {
 		t.Errorf("a session newer than the revocation: %v", err)
+	}
+}
+
+// A stack config's session tags (the install's name and labels) go with
+// every AssumeRole, a job's and preflight's, through the real STS client:
+// the fake receives them as STS would. Without them, none are sent.
+func TestAssumeRolePassesSessionTags(t *testing.T) {
+	fake := awsfake.New(t)
+	fake.AddRole(provARN, agentKey)
+	tags, left := stackconfig.SessionTags("acme", map[string]string{"customer": "acme", "env": "prod", "example.com/" + strings.Repeat("x", 120): "long"})
+	if len(left) != 1 {
+		t.Fatalf("SessionTags left out %v, want the label whose tag key is over 128 characters", left)
+	}
+	s := cfnStack(t, fake, func(c *stackconfig.Config) { c.SessionTags = tags })
+	ctx := context.Background()
+	if _, err := s.Assume(ctx, "provision", "", "job_1", 10*time.Minute, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CheckRole(ctx, "provision", ""); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"byoc:install": "acme", "byoc:label:customer": "acme", "byoc:label:env": "prod"}
+	for i, is := range fake.Issued() {
+		if !maps.Equal(is.Tags, want) {
+			t.Errorf("AssumeRole %d: session tags %v, want %v", i, is.Tags, want)
+		}
+	}
+
+	plain := cfnStack(t, fake, nil)
+	if _, err := plain.Assume(ctx, "provision", "", "job_2", 10*time.Minute, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if is := fake.Issued(); is[len(is)-1].Tags != nil {
+		t.Errorf("a stack config without session_tags sent tags %v", is[len(is)-1].Tags)
+	}
+}
+
+// A stack config with session tags AWS would refuse is refused when
+// read, naming the key.
+func TestSessionTagsAreChecked(t *testing.T) {
+	base := func() stackconfig.Config {
+		return stackconfig.Config{Version: stackconfig.Version, Format: stackconfig.FormatCloudFormation, Install: "acme", IMS: "https://ims.example.com",
+			EnrollToken: stackconfig.Source{SecretARN: "arn:aws:secretsmanager:eu-west-1:123456789012:secret:t", Parameter: "EnrollmentTokenSecretArn"}}
+	}
+	many := map[string]string{}
+	for i := range 51 {
+		many[fmt.Sprintf("k%d", i)] = "v"
+	}
+	for name, tc := range map[string]struct {
+		tags map[string]string
+		want string
+	}{
+		"too many":   {many, "51 tags, AWS allows at most 50"},
+		"long key":   {map[string]string{strings.Repeat("k", 129): "v"}, "1 to 128 characters"},
+		"long value": {map[string]string{"k": strings.Repeat("v", 257)}, "at most 256 characters"},
+		"charset":    {map[string]string{"k": "a;b"}, `value of "k": only letters`},
+		"aws prefix": {map[string]string{"aws:x": "v"}, "the aws: prefix"},
+		"case":       {map[string]string{"Env": "a", "env": "b"}, "differ only in case"},
+	} {
+		c := base()
+		c.SessionTags = tc.tags
+		b, _ := json.Marshal(c)
+		_, err := stackconfig.Parse(b)
+		if err == nil || !strings.Contains(err.Error(), "session_tags: ") || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want session_tags: ...%s", name, err, tc.want)
+		}
 	}
 }

@@ -69,6 +69,9 @@ type Authenticator struct {
 
 	mu    sync.Mutex
 	cache map[string]cachedToken
+
+	// refused writes the audit records of refused calls (refusals.go).
+	refused *refusals
 }
 
 type cachedToken struct {
@@ -83,7 +86,8 @@ func NewAuthenticator(st *store.Store, now func() time.Time, sso IDTokenVerifier
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Authenticator{store: st, now: now, sso: sso, log: log, cache: make(map[string]cachedToken)}
+	return &Authenticator{store: st, now: now, sso: sso, log: log, cache: make(map[string]cachedToken),
+		refused: &refusals{store: st, now: now, log: log, actors: map[string]*actorRefusals{}}}
 }
 
 func (a *Authenticator) lookup(ctx context.Context, hash string) (store.APIToken, access.Principal, error) {
@@ -170,11 +174,42 @@ func (a *Authenticator) authorize(ctx context.Context, procedure, header string,
 	}
 	ctx = WithCaller(ctx, p)
 	if checkRule {
-		if err := check(ctx, a.store, p, procedure, msg); err != nil {
-			return nil, rpcerr.ToConnect(ctx, a.log, err)
+		if err := a.checkRule(ctx, p, procedure, msg); err != nil {
+			return nil, err
 		}
 	}
 	return ctx, nil
+}
+
+// checkRule applies the procedure's rule and records a refusal.
+func (a *Authenticator) checkRule(ctx context.Context, p access.Principal, procedure string, msg proto.Message) error {
+	err := check(ctx, a.store, p, procedure, msg)
+	if err == nil {
+		return nil
+	}
+	cerr := rpcerr.ToConnect(ctx, a.log, err)
+	if errs.Is(err, errs.PermissionDenied) {
+		var t *access.Target
+		if r := (*refusalError)(nil); errors.As(err, &r) {
+			t = &r.target
+		}
+		a.refused.record(ctx, p, procedure, msg, t, cerr)
+	}
+	return cerr
+}
+
+// refusedByHandler records a refusal the handler of a call made (a rule
+// the request alone could not decide), if it made one.
+func (a *Authenticator) refusedByHandler(ctx context.Context, note *refusalNote, procedure string, msg any, err error) {
+	if connect.CodeOf(err) != connect.CodePermissionDenied {
+		return
+	}
+	note.mu.Lock()
+	t := note.target
+	note.mu.Unlock()
+	if t != nil {
+		a.refused.record(ctx, callerFrom(ctx), procedure, msg, t, err)
+	}
 }
 
 // WrapUnary implements connect.Interceptor.
@@ -185,7 +220,13 @@ func (a *Authenticator) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		if err != nil {
 			return nil, err
 		}
-		return next(ctx, req)
+		note := &refusalNote{}
+		ctx = context.WithValue(ctx, refusalNoteKey{}, note)
+		res, err := next(ctx, req)
+		if err != nil {
+			a.refusedByHandler(ctx, note, req.Spec().Procedure, msg, err)
+		}
+		return res, err
 	}
 }
 
@@ -207,7 +248,14 @@ func (a *Authenticator) WrapStreamingHandler(next connect.StreamingHandlerFunc) 
 		if ru, ok := rules[procedure]; ok && (ru.on == onPublic || ru.on == onSelf) {
 			return next(ctx, conn)
 		}
-		return next(ctx, &checkedConn{StreamingHandlerConn: conn, ctx: ctx, a: a, procedure: procedure})
+		note := &refusalNote{}
+		ctx = context.WithValue(ctx, refusalNoteKey{}, note)
+		cc := &checkedConn{StreamingHandlerConn: conn, ctx: ctx, a: a, procedure: procedure}
+		err = next(ctx, cc)
+		if err != nil && !cc.refused {
+			a.refusedByHandler(ctx, note, procedure, cc.msg, err)
+		}
+		return err
 	}
 }
 
@@ -217,6 +265,10 @@ type checkedConn struct {
 	ctx       context.Context
 	a         *Authenticator
 	procedure string
+	// msg is the last message received; refused says the rule refused
+	// it (and the refusal is recorded).
+	msg     proto.Message
+	refused bool
 }
 
 func (c *checkedConn) Receive(m any) error {
@@ -224,8 +276,10 @@ func (c *checkedConn) Receive(m any) error {
 		return err
 	}
 	msg, _ := m.(proto.Message)
-	if err := check(c.ctx, c.a.store, callerFrom(c.ctx), c.procedure, msg); err != nil {
-		return rpcerr.ToConnect(c.ctx, c.a.log, err)
+	c.msg = msg
+	if err := c.a.checkRule(c.ctx, callerFrom(c.ctx), c.procedure, msg); err != nil {
+		c.refused = true
+		return err
 	}
 	return nil
 }

@@ -375,11 +375,7 @@ func (s *Service) ListJobs(ctx context.Context, req *connect.Request[imsv1.ListJ
 		}
 		f.InstallID = in.ID
 	}
-	var err error
-	if f.InstallIDs, err = s.selectedInstalls(ctx, "selector", m.Selector); err != nil {
-		return nil, s.err(ctx, err)
-	}
-	jobs, next, err := s.store.ListJobs(ctx, f)
+	selected, err := s.selectedInstalls(ctx, "selector", m.Selector)
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}
@@ -387,10 +383,17 @@ func (s *Service) ListJobs(ctx context.Context, req *connect.Request[imsv1.ListJ
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}
+	// The query reads only the installs the caller may see, so a scoped
+	// caller's pages are full.
+	f.InstallIDs = v.restrict(selected)
+	jobs, next, err := s.store.ListJobs(ctx, f)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
 	out := &imsv1.ListJobsResponse{NextPageToken: next}
 	for _, j := range jobs {
 		if !v.visible(j.InstallID) {
-			continue // a scoped caller's page may hold fewer jobs
+			continue // past maxQueryIDs, a page may hold fewer jobs
 		}
 		out.Jobs = append(out.Jobs, s.jobToProto(ctx, j))
 	}

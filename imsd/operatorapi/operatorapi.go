@@ -105,7 +105,10 @@ func New(st *store.Store, hub *dispatch.Hub, cfg Config, now func() time.Time, l
 	return &Service{store: st, hub: hub, cfg: cfg, now: now, log: log}
 }
 
-func (s *Service) err(ctx context.Context, err error) error { return rpcerr.ToConnect(ctx, s.log, err) }
+func (s *Service) err(ctx context.Context, err error) error {
+	noteRefusal(ctx, err)
+	return rpcerr.ToConnect(ctx, s.log, err)
+}
 
 var (
 	nameRE     = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)

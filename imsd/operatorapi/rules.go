@@ -180,9 +180,11 @@ func installTarget(ctx context.Context, st *store.Store, in store.Install) (acce
 // installLabels returns an install's labels.
 func installLabels(in store.Install) map[string]string { return in.Labels }
 
-// denied is the error of a refused call.
+// denied is the error of a refused call: a permission_denied *errs.Error
+// that also carries the target, for the refusal's audit record
+// (refusals.go).
 func denied(p access.Principal, verb string, perm access.Perm, t access.Target) error {
-	return errs.E(errs.PermissionDenied, "%s", p.Refusal(verb, perm, t))
+	return &refusalError{err: errs.E(errs.PermissionDenied, "%s", p.Refusal(verb, perm, t)), target: t}
 }
 
 // check applies the procedure's rule to a call by p with request msg.

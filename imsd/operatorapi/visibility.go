@@ -2,9 +2,9 @@ package operatorapi
 
 import (
 	"context"
+	"slices"
 
 	"github.com/byoc-dev/byoc/imsd/access"
-	"github.com/byoc-dev/byoc/imsd/errs"
 	"github.com/byoc-dev/byoc/imsd/store"
 )
 
@@ -22,7 +22,7 @@ func (s *Service) requireApp(ctx context.Context, what string, perm access.Perm,
 	if _, ok := p.Can(perm, t); ok {
 		return nil
 	}
-	return errs.E(errs.PermissionDenied, "%s", p.Refusal(what, perm, t))
+	return denied(p, what, perm, t)
 }
 
 // view says which installs the caller may read: every one, or those in
@@ -34,6 +34,36 @@ type view struct {
 
 // visible reports whether the install with id installID may be seen.
 func (v view) visible(installID string) bool { return v.all || v.ids[installID] }
+
+// maxQueryIDs is the most install ids a list puts into its store query
+// (restrict); a caller who may see more (a broad selector grant over a
+// large fleet) has its lists filtered after the page is read, so its
+// pages may come back short, though every page token still leads on.
+const maxQueryIDs = 5000
+
+// restrict narrows selected (install ids a request's selector picked;
+// nil: no selector) to the installs v shows, for a store query: nil
+// when neither narrows (or v holds too many ids to put in a query), else
+// the ids (empty: none).
+func (v view) restrict(selected []string) []string {
+	if v.all || len(v.ids) > maxQueryIDs {
+		return selected
+	}
+	out := []string{}
+	if selected == nil {
+		for id := range v.ids {
+			out = append(out, id)
+		}
+		slices.Sort(out)
+		return out
+	}
+	for _, id := range selected {
+		if v.ids[id] {
+			out = append(out, id)
+		}
+	}
+	return out
+}
 
 // readView returns the installs the caller may read.
 func (s *Service) readView(ctx context.Context) (view, error) {

@@ -176,15 +176,16 @@ func (s *Service) ListWorkflows(ctx context.Context, req *connect.Request[imsv1.
 		}
 		f.InstallID = in.ID
 	}
-	var err error
-	if f.InstallIDs, err = s.selectedInstalls(ctx, "selector", m.Selector); err != nil {
-		return nil, s.err(ctx, err)
-	}
-	wfs, err := s.store.ListWorkflows(ctx, f)
+	selected, err := s.selectedInstalls(ctx, "selector", m.Selector)
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}
 	v, err := s.readView(ctx)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	f.InstallIDs = v.restrict(selected)
+	wfs, err := s.store.ListWorkflows(ctx, f)
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}

@@ -225,6 +225,8 @@ type AuditFilter struct {
 	// OneChain is set; otherwise every chain.
 	Chain    string
 	OneChain bool
+	// Chains, when not nil, keeps only these chains (empty: none).
+	Chains []string
 	// Since keeps events at or after it.
 	Since time.Time
 	// After keeps the records after (AfterChain, AfterSeq), in the
@@ -263,6 +265,15 @@ func (s *Store) ListAuditRecords(ctx context.Context, f AuditFilter) ([]auditcha
 	if f.OneChain {
 		q += ` AND chain = ?`
 		args = append(args, f.Chain)
+	}
+	if f.Chains != nil {
+		if len(f.Chains) == 0 {
+			return nil, nil
+		}
+		q += ` AND chain IN (` + placeholders(len(f.Chains)) + `)`
+		for _, c := range f.Chains {
+			args = append(args, c)
+		}
 	}
 	if f.After {
 		q += ` AND (chain > ? OR (chain = ? AND seq > ?))`

@@ -17,6 +17,7 @@ package stackconfig
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
@@ -87,6 +88,90 @@ type Config struct {
 	// Azure is an Azure stack's account: required in format azure,
 	// refused in the others.
 	Azure *Azure `json:"azure,omitempty"`
+	// SessionTags are the STS session tags the agent passes on every
+	// AssumeRole of a cloudformation stack (the install's name and
+	// labels, as the stack's resources are tagged), so the customer's
+	// CloudTrail and IAM conditions (aws:PrincipalTag) see which install
+	// a job's session is for. A stack writes it only when its roles'
+	// trust policies allow sts:TagSession; without it, no tags are sent.
+	// At most MaxSessionTags, within AWS's key and value limits.
+	SessionTags map[string]string `json:"session_tags,omitempty"`
+}
+
+// AWS's limits on session tags (STS AssumeRole Tags).
+const (
+	MaxSessionTags        = 50
+	MaxSessionTagKeyLen   = 128
+	MaxSessionTagValueLen = 256
+)
+
+// tagRE is the characters AWS allows in a tag key or value: letters,
+// digits, spaces and _ . : / = + - @.
+var tagRE = regexp.MustCompile(`^[\p{L}\p{Z}\p{N}_.:/=+\-@]*$`)
+
+// SessionTags returns the session tags of install with labels: byoc:install
+// and byoc:label:KEY for each label, by key, leaving out what AWS would
+// refuse (a key over 128 characters or with other characters, a value
+// over 256) and, past 50 tags, the labels last by key. left names the
+// labels left out.
+func SessionTags(install string, labels map[string]string) (tags map[string]string, left []string) {
+	tags = map[string]string{"byoc:install": install}
+	keys := make([]string, 0, len(labels))
+	for k := range labels {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		key, v := "byoc:label:"+k, labels[k]
+		if len(tags) >= MaxSessionTags || checkTag(key, v) != nil {
+			left = append(left, k)
+			continue
+		}
+		tags[key] = v
+	}
+	return tags, left
+}
+
+// checkTag reports why AWS would refuse a session tag.
+func checkTag(k, v string) error {
+	switch {
+	case k == "" || len(k) > MaxSessionTagKeyLen:
+		return fmt.Errorf("key %q: 1 to %d characters", k, MaxSessionTagKeyLen)
+	case strings.HasPrefix(strings.ToLower(k), "aws:"):
+		return fmt.Errorf("key %q: the aws: prefix is AWS's", k)
+	case !tagRE.MatchString(k):
+		return fmt.Errorf("key %q: only letters, digits, spaces and _ . : / = + - @", k)
+	case len(v) > MaxSessionTagValueLen:
+		return fmt.Errorf("value of %q: at most %d characters", k, MaxSessionTagValueLen)
+	case !tagRE.MatchString(v):
+		return fmt.Errorf("value of %q: only letters, digits, spaces and _ . : / = + - @", k)
+	}
+	return nil
+}
+
+// checkSessionTags reports the first session tag AWS would refuse.
+func (c *Config) checkSessionTags() error {
+	if len(c.SessionTags) == 0 {
+		return nil
+	}
+	if c.Format != FormatCloudFormation {
+		return fmt.Errorf("session_tags: only a cloudformation stack passes session tags (this one is %s)", c.Format)
+	}
+	if len(c.SessionTags) > MaxSessionTags {
+		return fmt.Errorf("session_tags: %d tags, AWS allows at most %d", len(c.SessionTags), MaxSessionTags)
+	}
+	lower := map[string]string{}
+	for _, k := range slices.Sorted(maps.Keys(c.SessionTags)) {
+		if err := checkTag(k, c.SessionTags[k]); err != nil {
+			return fmt.Errorf("session_tags: %w", err)
+		}
+		// STS treats tag keys case-insensitively.
+		if prev, ok := lower[strings.ToLower(k)]; ok {
+			return fmt.Errorf("session_tags: keys %q and %q differ only in case, which AWS refuses", prev, k)
+		}
+		lower[strings.ToLower(k)] = k
+	}
+	return nil
 }
 
 // Azure is where an Azure install stack is and what the agent itself
@@ -208,6 +293,9 @@ func (c *Config) Check() error {
 		return fmt.Errorf("format: %q, want %s, %s or %s", c.Format, FormatCloudFormation, FormatAzure, FormatLocal)
 	}
 	if err := c.checkAzure(); err != nil {
+		return err
+	}
+	if err := c.checkSessionTags(); err != nil {
 		return err
 	}
 	if c.Install == "" {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	tea "charm.land/bubbletea/v2"
@@ -33,14 +32,13 @@ In a script, run a command instead: byoc --help lists them (byoc install list, b
 	if err != nil {
 		return err
 	}
-	identity, denied, err := consoleIdentity(ctx, c)
+	identity, access, err := consoleIdentity(ctx, c)
 	if err != nil {
 		return err
 	}
 	opts := console.Options{
-		Conn:     &console.Conn{Context: c.target.context, Server: c.target.server, Client: c.OperatorServiceClient, Identity: identity},
+		Conn:     &console.Conn{Context: c.target.context, Server: c.target.server, Client: c.OperatorServiceClient, Identity: identity, Access: access},
 		ReadOnly: a.readOnly,
-		Denied:   denied,
 		Settings: settings,
 	}
 	if a.server == "" {
@@ -52,11 +50,11 @@ In a script, run a command instead: byoc --help lists them (byoc install list, b
 			if err != nil {
 				return nil, err
 			}
-			identity, _, err := consoleIdentity(ctx, c)
+			identity, access, err := consoleIdentity(ctx, c)
 			if err != nil {
 				return nil, err
 			}
-			return &console.Conn{Context: c.target.context, Server: c.target.server, Client: c.OperatorServiceClient, Identity: identity}, nil
+			return &console.Conn{Context: c.target.context, Server: c.target.server, Client: c.OperatorServiceClient, Identity: identity, Access: access}, nil
 		}
 		opts.Contexts = func() ([]console.ContextInfo, error) {
 			cfg, err := loadConfig(path)
@@ -82,33 +80,18 @@ In a script, run a command instead: byoc --help lists them (byoc install list, b
 	return err
 }
 
-// consoleActions are the roles that allow each of the console's
-// dangerous actions somewhere (docs/operator/operators-and-roles.md).
-var consoleActions = map[console.Action][]imsv1.Role{
-	console.ActRunAction:  {imsv1.Role_ROLE_OPERATOR, imsv1.Role_ROLE_SUPPORT, imsv1.Role_ROLE_ADMIN},
-	console.ActCancelJob:  {imsv1.Role_ROLE_OPERATOR, imsv1.Role_ROLE_ADMIN},
-	console.ActBreakGlass: {imsv1.Role_ROLE_SUPPORT, imsv1.Role_ROLE_ADMIN},
-}
-
 // consoleIdentity says who the console is signed in as ("ann@example.com
-// (support on installs with labels customer=acme)") and which dangerous
-// actions no grant of the caller allows anywhere.
-func consoleIdentity(ctx context.Context, c *client) (string, []console.Action, error) {
+// (support on installs with labels customer=acme)") and where the
+// caller's grants allow the console's dangerous actions (the console
+// binds their keys on those installs' rows only).
+func consoleIdentity(ctx context.Context, c *client) (string, *console.Access, error) {
 	who, err := c.WhoAmI(ctx, connect.NewRequest(&imsv1.WhoAmIRequest{}))
 	if err != nil {
 		return "", nil, c.wrap(err)
 	}
-	held := map[imsv1.Role]bool{}
 	var roles []string
 	for _, g := range who.Msg.GetGrants() {
-		held[g.GetRole()] = true
 		roles = append(roles, roleName(g.GetRole())+" on "+scopeText(g.GetScope()))
-	}
-	var denied []console.Action
-	for _, act := range []console.Action{console.ActRunAction, console.ActCancelJob, console.ActBreakGlass} {
-		if !slices.ContainsFunc(consoleActions[act], func(r imsv1.Role) bool { return held[r] }) {
-			denied = append(denied, act)
-		}
 	}
 	id := who.Msg.GetName()
 	if who.Msg.GetKind() == "token" {
@@ -117,5 +100,5 @@ func consoleIdentity(ctx context.Context, c *client) (string, []console.Action, 
 	if len(roles) == 0 {
 		roles = []string{"no role"}
 	}
-	return id + " (" + strings.Join(roles, ", ") + ")", denied, nil
+	return id + " (" + strings.Join(roles, ", ") + ")", console.NewAccess(who.Msg.GetGrants()), nil
 }

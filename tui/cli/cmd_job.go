@@ -3,10 +3,12 @@ package cli
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -525,6 +527,50 @@ type logPrinter struct {
 	// since, if set, leaves out lines written before it (byoc logs
 	// --since).
 	since time.Time
+	// prefix starts every line (byoc logs -f, which interleaves the
+	// lines of several jobs); in JSON, job and component are added to
+	// each line's object instead.
+	prefix         string
+	job, component string
+	// mu, if set, is held while a line is written, for printers
+	// sharing one output.
+	mu *sync.Mutex
+}
+
+// write writes a printed line, under p.mu if set.
+func (p *logPrinter) write(line string) {
+	if p.mu != nil {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+	}
+	io.WriteString(p.w, line)
+}
+
+// writeJSONLine writes a line as JSON, with the job and component when
+// the printer names them.
+func (p *logPrinter) writeJSONLine(l *imsv1.LogLine) {
+	b, err := marshalJSON(l)
+	if err != nil {
+		return
+	}
+	if p.job != "" {
+		var m map[string]json.RawMessage
+		if json.Unmarshal(b, &m) != nil {
+			return
+		}
+		m["jobId"], _ = json.Marshal(p.job)
+		if p.component != "" {
+			m["component"], _ = json.Marshal(p.component)
+		}
+		if b, err = json.Marshal(m); err != nil {
+			return
+		}
+	}
+	if p.mu != nil {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+	}
+	writeDocument(p.w, l, b)
 }
 
 func (p *logPrinter) print(l *imsv1.LogLine) {
@@ -540,9 +586,10 @@ func (p *logPrinter) print(l *imsv1.LogLine) {
 	}
 	var b strings.Builder
 	if p.lastAttempt != 0 && l.GetAttempt() != p.lastAttempt {
-		fmt.Fprintf(&b, "==> attempt %d\n", l.GetAttempt())
+		fmt.Fprintf(&b, "%s==> attempt %d\n", p.prefix, l.GetAttempt())
 	}
 	p.lastAttempt = l.GetAttempt()
+	b.WriteString(p.prefix)
 	if p.format.timestamps {
 		b.WriteString(l.GetTime().AsTime().Local().Format("2006-01-02T15:04:05.000Z07:00"))
 		b.WriteByte(' ')
@@ -562,10 +609,7 @@ func (p *logPrinter) print(l *imsv1.LogLine) {
 	if p.json {
 		// One object a line (JSON Lines), so that a follow can be read as
 		// it comes; the text is exact, as in a pipe.
-		b, err := marshalJSON(l)
-		if err == nil {
-			writeDocument(p.w, l, b)
-		}
+		p.writeJSONLine(l)
 		return
 	}
 	text := strings.TrimSuffix(l.GetText(), "\n")
@@ -574,7 +618,7 @@ func (p *logPrinter) print(l *imsv1.LogLine) {
 	}
 	b.WriteString(text)
 	b.WriteByte('\n')
-	io.WriteString(p.w, b.String())
+	p.write(b.String())
 }
 
 func (a *app) jobLogsCommand() *cobra.Command {
@@ -659,18 +703,32 @@ func (a *app) followJob(ctx context.Context, c *client, jobID string, lf logForm
 
 // followJobWith is followJob printing with p.
 func (a *app) followJobWith(ctx context.Context, c *client, jobID string, p *logPrinter) error {
+	job, err := a.followJobLines(ctx, c, jobID, p)
+	if ctx.Err() != nil {
+		at := "before its first log line"
+		if p.afterSeq > 0 {
+			at = fmt.Sprintf("after log line %d of attempt %d", p.afterSeq, p.afterAttempt)
+		}
+		fmt.Fprintf(a.stderr, "Stopped following job %s %s; it keeps running (resume with: byoc job logs %s --follow; cancel it with: byoc job cancel %s).\n",
+			jobID, at, jobID, jobID)
+		return &exitCodeError{code: exitInterrupted}
+	}
+	if err != nil {
+		return err
+	}
+	return a.jobEnded(job, p.afterSeq == 0)
+}
+
+// followJobLines streams a job's log lines with p until the job ends,
+// reconnecting after a broken stream, and returns the ended job; or
+// the error that stopped it (ctx's when ctx ended).
+func (a *app) followJobLines(ctx context.Context, c *client, jobID string, p *logPrinter) (*imsv1.Job, error) {
 	out := newOutage(a.now)
 	first := true
 	for {
 		job, err := a.streamLogs(ctx, c, jobID, true, p)
 		if ctx.Err() != nil {
-			at := "before its first log line"
-			if p.afterSeq > 0 {
-				at = fmt.Sprintf("after log line %d of attempt %d", p.afterSeq, p.afterAttempt)
-			}
-			fmt.Fprintf(a.stderr, "Stopped following job %s %s; it keeps running (resume with: byoc job logs %s --follow; cancel it with: byoc job cancel %s).\n",
-				jobID, at, jobID, jobID)
-			return &exitCodeError{code: exitInterrupted}
+			return nil, ctx.Err()
 		}
 		if job == nil && err == nil {
 			// The stream ended without the final job, as when a server
@@ -683,7 +741,7 @@ func (a *app) followJobWith(ctx context.Context, c *client, jobID string, p *log
 			}
 		}
 		if job != nil {
-			return a.jobEnded(job, p.afterSeq == 0)
+			return job, nil
 		}
 		d := time.Duration(0)
 		if err != nil {
@@ -691,16 +749,25 @@ func (a *app) followJobWith(ctx context.Context, c *client, jobID string, p *log
 			// broken stream: report it at once.
 			var retry bool
 			if d, retry = out.failed(ctx, err); (first && p.afterAttempt == 0) || !retry {
-				return err
+				return nil, err
 			}
 		} else {
 			// The stream ended cleanly (a server shutting down): at once.
 			out.ok()
 		}
 		first = false
-		fmt.Fprintf(a.stderr, "==> log stream interrupted; reconnecting\n")
+		p.note(a.stderr, "==> log stream interrupted; reconnecting\n")
 		backoff.Wait(ctx, d)
 	}
+}
+
+// note writes text to w (standard error) under p.mu if set, prefixed.
+func (p *logPrinter) note(w io.Writer, text string) {
+	if p.mu != nil {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+	}
+	io.WriteString(w, p.prefix+text)
 }
 
 func retryable(err error) bool {

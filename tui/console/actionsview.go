@@ -181,3 +181,6 @@ func (v *actionsView) View() string {
 	}
 	return lines(out)
 }
+
+// rowInstall is the install whose actions are listed.
+func (v *actionsView) rowInstall() *imsv1.InstallStatus { return v.install }

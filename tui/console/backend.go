@@ -25,6 +25,10 @@ type Conn struct {
 	// Identity says who the console is signed in as and with which
 	// roles (the header shows it); empty: not shown.
 	Identity string
+	// Access is where the caller's grants allow the dangerous actions:
+	// their keys are shown and bound on the rows of those installs only
+	// (nil: everywhere, imsd refusing what it must).
+	Access *Access
 }
 
 // The async results. Every one carries the generation of the request that

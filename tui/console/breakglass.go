@@ -242,7 +242,8 @@ func (m *Model) grantsUpdate(msg tea.Msg) (cmd tea.Cmd, ok bool) {
 // startBreakGlass asks for a break-glass request's role (chosen from the
 // app's), reason (typed) and duration (chosen), in turn, then sends it.
 func (m *Model) startBreakGlass(install *imsv1.InstallStatus) tea.Cmd {
-	if install == nil || m.opts.ReadOnly || slices.Contains(m.opts.Denied, ActBreakGlass) || m.conn == nil {
+	if install == nil || m.opts.ReadOnly || slices.Contains(m.opts.Denied, ActBreakGlass) || m.conn == nil ||
+		(m.conn.Access != nil && !m.conn.Access.Allows(ActBreakGlass, install)) {
 		return nil
 	}
 	m.bg.install, m.bg.role, m.bg.reason, m.bg.pos = install.Install.Name, "", "", 0

@@ -678,12 +678,16 @@ func TestGoldens(t *testing.T) {
 		},
 	}
 	// A support engineer signed in with single sign-on: the header says
-	// who, and the keys of what the roles allow nowhere are gone.
-	support := Options{Denied: []Action{ActCancelJob},
-		Conn: &Conn{Context: "prod", Server: "https://ims.example.com", Identity: "ann@vendor.example (support on installs with labels customer=acme)",
+	// who, and the keys are those the role allows on the selected row's
+	// install: on acme (ring=canary) run-action and break-glass, on
+	// globex none.
+	support := Options{
+		Conn: &Conn{Context: "prod", Server: "https://ims.example.com", Identity: "ann@vendor.example (support on installs with labels ring=canary)",
+			Access: NewAccess([]*imsv1.RoleGrant{{Role: imsv1.Role_ROLE_SUPPORT, Scope: "selector:ring=canary"}}),
 			Client: imsv1connect.NewOperatorServiceClient(http.DefaultClient, "http://127.0.0.1:1")}}
-	viewOpts := map[string]Options{"fleet-signed-in": support, "help-support": support}
+	viewOpts := map[string]Options{"fleet-signed-in": support, "fleet-signed-in-other-row": support, "help-support": support}
 	views["fleet-signed-in"] = func(m *Model) {}
+	views["fleet-signed-in-other-row"] = func(m *Model) { press(m, "down") }
 	views["help-support"] = func(m *Model) { press(m, "?") }
 	for name, setup := range views {
 		for _, w := range []int{40, 80, 120, 200} {

@@ -118,6 +118,11 @@ type Model struct {
 	// bg is the break-glass state: the grants of the install looked at,
 	// the request being typed (breakglass.go).
 	bg bgState
+
+	// keysDenied are the dangerous actions km leaves unbound: read-only
+	// mode, Options.Denied, and those the connection's Access allows not
+	// on the selected row's install (refreshKeys).
+	keysDenied []Action
 }
 
 // New returns a console model for opts.
@@ -149,8 +154,72 @@ func New(ctx context.Context, opts Options) (*Model, error) {
 		now: opts.Now(), fleet: newFleet()}, w: 80, h: 24, input: in, hints: hints}
 	m.nav = m
 	m.stack = []view{newFleetView(m.env)}
+	if err := m.bindKeys(m.deniedHere()); err != nil {
+		return nil, err
+	}
 	m.resize()
 	return m, nil
+}
+
+// deniedHere returns the dangerous actions the console leaves unbound
+// now: all in read-only mode; else Options.Denied and those the
+// connection's grants do not allow on the install of the row under the
+// cursor (or, with no such row, on any install).
+func (m *Model) deniedHere() []Action {
+	var out []Action
+	in := m.rowInstall()
+	for _, d := range keyDefaults {
+		if !d.dangerous {
+			continue
+		}
+		if m.opts.ReadOnly || slices.Contains(m.opts.Denied, d.act) || (m.conn != nil && m.conn.Access != nil && !m.conn.Access.Allows(d.act, in)) {
+			out = append(out, d.act)
+		}
+	}
+	return out
+}
+
+// refreshKeys rebinds the keys when what the caller may do on the
+// selected row changed: another row, another view, another context.
+func (m *Model) refreshKeys() {
+	if denied := m.deniedHere(); !slices.Equal(denied, m.keysDenied) {
+		m.bindKeys(denied) // the same settings built the first key map
+	}
+}
+
+// bindKeys binds the keys, leaving the dangerous actions in denied
+// unbound.
+func (m *Model) bindKeys(denied []Action) error {
+	km, err := newKeyMap(m.opts.Settings.Keys, func(d Action) bool { return slices.Contains(denied, d) })
+	if err != nil {
+		return err
+	}
+	m.km, m.keysDenied = km, denied
+	return nil
+}
+
+// rowInstall is the install the top view's selected row belongs to: the
+// install itself, or a job's; the install of an install's own views
+// (actions); nil when none.
+func (m *Model) rowInstall() *imsv1.InstallStatus {
+	if len(m.stack) == 0 {
+		return nil
+	}
+	v := m.top()
+	if iv, ok := v.(interface{ rowInstall() *imsv1.InstallStatus }); ok {
+		return iv.rowInstall()
+	}
+	sv, ok := v.(selectable)
+	if !ok {
+		return nil
+	}
+	switch o := sv.Selected().obj.(type) {
+	case *imsv1.InstallStatus:
+		return o
+	case *imsv1.Job:
+		return m.fleet.byID[o.GetInstallId()]
+	}
+	return nil
 }
 
 // Init starts the fleet watch and the clock.
@@ -238,7 +307,8 @@ func (m *Model) bodyHeight() int {
 // Update handles one message. It never waits on I/O.
 func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	cmd := m.update(msg)
-	m.resize() // the window, or the banners above the body, may have changed
+	m.refreshKeys() // the row, the view or the context may have changed
+	m.resize()      // the window, or the banners above the body, may have changed
 	return m, cmd
 }
 

@@ -76,6 +76,8 @@ type Issued struct {
 	IssuedAt time.Time
 	// Policy is the session policy AssumeRole was given ("": none).
 	Policy string
+	// Tags are the session tags AssumeRole was given, by key (nil: none).
+	Tags   map[string]string
 	policy *policy
 }
 
@@ -251,6 +253,11 @@ func (a *AWS) serveSTS(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		}
+		tags, terr := sessionTags(form)
+		if terr != "" {
+			fail(400, "ValidationError", terr)
+			return
+		}
 		a.mu.Lock()
 		ok := a.roles[arn][c.AccessKeyID]
 		a.mu.Unlock()
@@ -260,7 +267,7 @@ func (a *AWS) serveSTS(w http.ResponseWriter, r *http.Request) {
 		}
 		is := Issued{RoleARN: arn, SessionName: name, AccessKeyID: "ASIA" + random(8), SecretAccessKey: random(20), SessionToken: "FQoG" + random(48),
 			Expiration: a.now().Add(time.Duration(secs) * time.Second).UTC().Truncate(time.Second), Duration: time.Duration(secs) * time.Second,
-			IssuedAt: a.now().UTC(), Policy: doc, policy: pol}
+			IssuedAt: a.now().UTC(), Policy: doc, Tags: tags, policy: pol}
 		a.mu.Lock()
 		a.issued = append(a.issued, is)
 		a.mu.Unlock()
@@ -287,6 +294,42 @@ func (a *AWS) serveSTS(w http.ResponseWriter, r *http.Request) {
 	xml.NewEncoder(w).Encode(result) //nolint:errcheck // test server
 	fmt.Fprintf(w, `<ResponseMetadata><RequestId>%s</RequestId></ResponseMetadata></%sResponse>`, random(8), c.Action)
 }
+
+// sessionTags reads AssumeRole's Tags.member.N.Key and .Value and
+// checks them as STS does: at most 50, keys of 1 to 128 characters and
+// values of at most 256, of letters, digits, spaces and _ . : / = + - @,
+// no key twice (case-insensitively). It returns the tags, or why STS
+// would refuse them.
+func sessionTags(form url.Values) (map[string]string, string) {
+	var tags map[string]string
+	seen := map[string]bool{}
+	for i := 1; ; i++ {
+		k, ok := form["Tags.member."+strconv.Itoa(i)+".Key"]
+		if !ok {
+			break
+		}
+		if i > 50 {
+			return nil, "1 validation error detected: Value at 'tags' failed to satisfy constraint: Member must have length less than or equal to 50"
+		}
+		key, v := k[0], form.Get("Tags.member."+strconv.Itoa(i)+".Value")
+		switch {
+		case len(key) < 1 || len(key) > 128 || !tagChars.MatchString(key):
+			return nil, fmt.Sprintf("1 validation error detected: Value '%s' at 'tags.%d.member.key' failed to satisfy constraint: Member must have length less than or equal to 128 and satisfy regular expression pattern: [\\p{L}\\p{Z}\\p{N}_.:/=+\\-@]+", key, i)
+		case len(v) > 256 || !tagChars.MatchString(v):
+			return nil, fmt.Sprintf("1 validation error detected: Value '%s' at 'tags.%d.member.value' failed to satisfy constraint: Member must have length less than or equal to 256", v, i)
+		case seen[strings.ToLower(key)]:
+			return nil, "Duplicate tag keys found. Please note that Tag keys are case insensitive."
+		}
+		seen[strings.ToLower(key)] = true
+		if tags == nil {
+			tags = map[string]string{}
+		}
+		tags[key] = v
+	}
+	return tags, ""
+}
+
+var tagChars = regexp.MustCompile(`^[\p{L}\p{Z}\p{N}_.:/=+\-@]*$`)
 
 func cmpOr(a, b string) string {
 	if a != "" {

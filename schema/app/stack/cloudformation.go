@@ -265,7 +265,9 @@ func CloudFormation(o Options) ([]byte, error) {
 		name := stackconfig.Pascal(m) + "Role"
 		cond := stackconfig.Pascal(m) + "Enabled"
 		props := map[string]any{
-			"AssumeRolePolicyDocument": policyDoc(map[string]any{"Effect": "Allow", "Action": "sts:AssumeRole",
+			// sts:TagSession: the agent passes the install's session tags
+			// (the stack config's session_tags).
+			"AssumeRolePolicyDocument": policyDoc(map[string]any{"Effect": "Allow", "Action": []any{"sts:AssumeRole", "sts:TagSession"},
 				"Principal": map[string]any{"AWS": getAtt("AgentRole", "Arn")}}),
 			"MaxSessionDuration": 43200,
 			"Policies":           []any{registryAccess},
@@ -303,7 +305,9 @@ func CloudFormation(o Options) ([]byte, error) {
 		name := "BreakGlass" + stackconfig.Pascal(r.Name) + "Role"
 		props := map[string]any{
 			"Description": truncate("byoc install "+o.Install+": break-glass role "+r.Name+": "+r.Description, 1000),
-			"AssumeRolePolicyDocument": policyDoc(map[string]any{"Effect": "Allow", "Action": "sts:AssumeRole",
+			// sts:TagSession: the agent passes the install's session tags
+			// (the stack config's session_tags).
+			"AssumeRolePolicyDocument": policyDoc(map[string]any{"Effect": "Allow", "Action": []any{"sts:AssumeRole", "sts:TagSession"},
 				"Principal": map[string]any{"AWS": getAtt("AgentRole", "Arn")}}),
 			"MaxSessionDuration": 43200,
 			"Policies":           []any{registryAccess},
@@ -323,6 +327,11 @@ func CloudFormation(o Options) ([]byte, error) {
 		"PolicyDocument": policyDoc(map[string]any{"Effect": "Allow", "Action": []any{"sts:AssumeRole", "sts:TagSession"},
 			"Resource": assumable})}}
 
+	// The install's name and labels, as STS session tags of every role
+	// the agent assumes (the mode roles' trust policies allow
+	// sts:TagSession); labels AWS would refuse as tags are left out.
+	sessionTags, _ := stackconfig.SessionTags(o.Install, o.Labels)
+
 	// The stack config the agent reads, written by the user data. Only
 	// ARNs, names and switches go in it, never a secret's value.
 	sc := map[string]any{
@@ -330,6 +339,7 @@ func CloudFormation(o Options) ([]byte, error) {
 		"format":       stackconfig.FormatCloudFormation,
 		"stack":        "${AWS::StackName}",
 		"install":      o.Install,
+		"session_tags": sessionTags,
 		"ims":          o.IMS,
 		"ims_key_id":   o.IMSKeyID,
 		"region":       "${AWS::Region}",

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -247,7 +248,9 @@ func TestCloudFormationTagsInstallLabels(t *testing.T) {
 }
 
 func TestCloudFormationStackConfig(t *testing.T) {
-	tmpl, err := CloudFormation(exampleOptions(t))
+	o := exampleOptions(t)
+	o.Labels = map[string]string{"customer": "acme", "example.com/tier": "gold"}
+	tmpl, err := CloudFormation(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,6 +262,7 @@ func TestCloudFormationStackConfig(t *testing.T) {
 						Sub []json.RawMessage `json:"Fn::Sub"`
 					} `json:"Fn::Base64"`
 				}
+				AssumeRolePolicyDocument any
 			}
 		}
 	}
@@ -296,6 +300,14 @@ func TestCloudFormationStackConfig(t *testing.T) {
 	}
 	if !c.Modes["provision"].Enabled || c.Modes["break_glass"].Enabled || c.Modes["provision"].Parameter != "EnableProvision" {
 		t.Errorf("modes: %+v", c.Modes)
+	}
+	// The install's name and labels as session tags, which the mode
+	// roles' trust policies let the agent pass (sts:TagSession).
+	if want := map[string]string{"byoc:install": "acme", "byoc:label:customer": "acme", "byoc:label:example.com/tier": "gold"}; !maps.Equal(c.SessionTags, want) {
+		t.Errorf("session_tags: %v, want %v", c.SessionTags, want)
+	}
+	if trust := jsonText(doc.Resources["ProvisionRole"].Properties.AssumeRolePolicyDocument); !strings.Contains(trust, "sts:TagSession") {
+		t.Errorf("ProvisionRole's trust policy does not allow sts:TagSession: %s", trust)
 	}
 	if c.EnrollToken.SecretARN == "" || c.Inputs["admin_email"].From == nil || c.Secrets["license_key"].SecretARN == "" {
 		t.Errorf("sources: %+v %+v %+v", c.EnrollToken, c.Inputs, c.Secrets)
