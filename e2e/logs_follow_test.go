@@ -1,14 +1,12 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os"
 	"os/exec"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/byoc-dev/byoc/e2e/cluster"
+	"github.com/byoc-dev/byoc/internal/syncbuf"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
 
@@ -27,24 +26,6 @@ var followApp = map[string]string{
 	"components/db.toml":  "type = \"action\"\n[config]\nsteps = [{ name = \"db\", script = \"echo db run {{ .inputs.n }}\" }]\n",
 	"components/web.toml": "type = \"action\"\n[config]\nsteps = [{ name = \"web\", script = \"echo web up\" }]\n",
 	"installs/acme.toml":  "",
-}
-
-// lockedBuffer collects a process's output as it writes it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // byoc logs INSTALL -f follows the install, not one job: jobs that start
@@ -60,9 +41,9 @@ func TestLogsFollowsNewJobsOfTheInstall(t *testing.T) {
 	pushed := cli.PushApp(followApp)
 	cluster.StartAgent(t, ims.URL(), pushed.EnrollToken(t), t.TempDir())
 
-	start := func(args ...string) (*exec.Cmd, *lockedBuffer, *lockedBuffer) {
+	start := func(args ...string) (*exec.Cmd, *syncbuf.Buffer, *syncbuf.Buffer) {
 		cmd := cli.Cmd(args...)
-		stdout, stderr := &lockedBuffer{}, &lockedBuffer{}
+		stdout, stderr := &syncbuf.Buffer{}, &syncbuf.Buffer{}
 		cmd.Stdout, cmd.Stderr = stdout, stderr
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -75,7 +56,7 @@ func TestLogsFollowsNewJobsOfTheInstall(t *testing.T) {
 		})
 		return cmd, stdout, stderr
 	}
-	waitLine := func(what string, out, errOut *lockedBuffer, re string) {
+	waitLine := func(what string, out, errOut *syncbuf.Buffer, re string) {
 		t.Helper()
 		rx := regexp.MustCompile(re)
 		deadline := time.Now().Add(30 * time.Second)
