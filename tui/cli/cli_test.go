@@ -665,27 +665,6 @@ func TestUnreachableServer(t *testing.T) {
 	}
 }
 
-func TestShortDuration(t *testing.T) {
-	tests := []struct {
-		d    time.Duration
-		want string
-	}{
-		{0, "0s"},
-		{3 * time.Second, "3s"},
-		{90 * time.Second, "1m30s"},
-		{5 * time.Minute, "5m"},
-		{42*time.Minute + 10*time.Second, "42m"},
-		{2*time.Hour + 5*time.Minute, "2h5m"},
-		{50 * time.Hour, "2d2h"},
-		{300 * time.Hour, "12d"},
-	}
-	for _, tt := range tests {
-		if got := shortDuration(tt.d); got != tt.want {
-			t.Errorf("shortDuration(%v) = %q, want %q", tt.d, got, tt.want)
-		}
-	}
-}
-
 // byoc --help documents the exit codes, awaiting approval's among them.
 func TestHelpListsExitCodes(t *testing.T) {
 	useConfig(t)

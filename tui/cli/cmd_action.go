@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
+	"github.com/byoc-dev/byoc/internal/reltime"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
 
@@ -201,7 +202,7 @@ func (a *app) actionRunsCommand() *cobra.Command {
 			for _, r := range runs {
 				took := ""
 				if r.GetStartTime() != nil && r.GetEndTime() != nil {
-					took = shortDuration(r.GetEndTime().AsTime().Sub(r.GetStartTime().AsTime()))
+					took = reltime.Duration(r.GetEndTime().AsTime().Sub(r.GetStartTime().AsTime()))
 				}
 				outs := outputsSummary(r.GetOutputs(), 60)
 				if r.GetError() != "" && outs == "" {

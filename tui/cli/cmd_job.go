@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/byoc-dev/byoc/internal/backoff"
+	"github.com/byoc-dev/byoc/internal/reltime"
 	"github.com/byoc-dev/byoc/plugins/sdk/loglevel"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 	"github.com/byoc-dev/byoc/tui/termtext"
@@ -719,7 +720,7 @@ func retryable(err error) bool {
 func (a *app) jobEnded(j *imsv1.Job, noLines bool) error {
 	took := ""
 	if j.GetStartTime() != nil && j.GetEndTime() != nil {
-		took = " in " + shortDuration(j.GetEndTime().AsTime().Sub(j.GetStartTime().AsTime()))
+		took = " in " + reltime.Duration(j.GetEndTime().AsTime().Sub(j.GetStartTime().AsTime()))
 	}
 	if j.GetState() == imsv1.JobState_JOB_STATE_SUCCEEDED {
 		fmt.Fprintf(a.stderr, "==> job %s succeeded%s\n", j.GetId(), took)

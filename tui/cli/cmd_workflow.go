@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/byoc-dev/byoc/internal/backoff"
+	"github.com/byoc-dev/byoc/internal/reltime"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
 
@@ -619,7 +620,7 @@ func (a *app) printWorkflow(wf *imsv1.Workflow) error {
 			if s.GetEndTime() != nil {
 				end = s.GetEndTime().AsTime()
 			}
-			took = shortDuration(end.Sub(s.GetStartTime().AsTime()))
+			took = reltime.Duration(end.Sub(s.GetStartTime().AsTime()))
 		}
 		why := s.GetReason()
 		if s.GetError() != "" {
