@@ -280,14 +280,14 @@ func (a *app) jobHeader() []string {
 	return header
 }
 
-// jobRow is job j's row of a job table; installNames maps install ids to
-// names.
-func (a *app) jobRow(j *imsv1.Job, installNames map[string]string, now time.Time) []string {
+// jobRow is job j's row of a job table; installName is its install's
+// name.
+func (a *app) jobRow(j *imsv1.Job, installName string, now time.Time) []string {
 	exit := ""
 	if isTerminal(j.GetState()) && !refused(j) {
 		exit = fmt.Sprint(j.GetExitCode())
 	}
-	row := []string{j.GetId(), cmp.Or(installNames[j.GetInstallId()], j.GetInstallId()), cmp.Or(j.GetComponent(), "-"), j.GetComponentType(), j.GetOperation(), stateName(j.GetState()),
+	row := []string{j.GetId(), installName, cmp.Or(j.GetComponent(), "-"), j.GetComponentType(), j.GetOperation(), stateName(j.GetState()),
 		attemptText(j), ago(now, j.GetCreateTime()), exit}
 	if a.wideOutput() {
 		row = slices.Insert(row, 2, j.GetInstallId())
@@ -342,35 +342,18 @@ func (a *app) jobListCommand() *cobra.Command {
 				}
 				return jobs, nil
 			}
-			if watch {
-				return a.watchJobs(cmd.Context(), c, fetch)
-			}
-			jobs, err := fetch(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if err := sortRows(a, jobs); err != nil {
-				return err
-			}
-			if a.jsonOutput() {
-				return writeJSONList(a.stdout, jobs)
-			}
-			if len(jobs) == 0 {
-				fmt.Fprintln(a.stderr, "No jobs.")
-				return nil
-			}
 			// Tables name the install; its id is in -o wide and -o json.
-			installNames := a.installNames(cmd.Context(), c)
-			now := a.now()
-			t := newTable(a.stdout, a.jobHeader()...)
-			for _, j := range jobs {
-				t.row(a.jobRow(j, installNames, now)...)
-			}
-			return t.flush()
+			installs := &names{list: func(ctx context.Context) map[string]string { return a.installNames(ctx, c) }}
+			return runList(cmd.Context(), a, watch, listing[*imsv1.Job]{
+				noun: "jobs", empty: "No jobs.", fetch: fetch, id: (*imsv1.Job).GetId, header: a.jobHeader(),
+				row: func(ctx context.Context, now time.Time, j *imsv1.Job) []string {
+					return a.jobRow(j, installs.of(ctx, j.GetInstallId()), now)
+				},
+			})
 		},
 	}
 	f := cmd.Flags()
-	f.BoolVarP(&watch, "watch", "w", false, "after the list, print each job again as it changes (new jobs too) until Ctrl-C")
+	watchFlag(cmd, &watch, "each job again as it changes (new jobs too)")
 	f.StringVar(&install, "install", "", "only jobs of this install (name or id)")
 	selectorFlag(cmd, &selector, "jobs of installs")
 	f.StringSliceVar(&states, "state", nil, "only jobs in these states (comma-separated or repeated)")

@@ -159,10 +159,10 @@ func printPlanGroupsOf(w io.Writer, r *imsv1.Release) {
 
 func (a *app) releaseListCommand() *cobra.Command {
 	var appName string
-	var active bool
+	var active, watch bool
 	var limit int32
 	cmd := &cobra.Command{
-		Use:     "list [--app APP] [--active]",
+		Use:     "list [--app APP] [--active] [--watch]",
 		Aliases: []string{"ls"},
 		Short:   "List releases, newest first",
 		Args:    noArgs,
@@ -171,33 +171,28 @@ func (a *app) releaseListCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			res, err := c.ListReleases(cmd.Context(), connect.NewRequest(&imsv1.ListReleasesRequest{App: appName, Active: active, PageSize: limit}))
-			if err != nil {
-				return c.wrap(err)
-			}
-			rs := res.Msg.GetReleases()
-			if err := sortRows(a, rs); err != nil {
-				return err
-			}
-			if a.jsonOutput() {
-				return writeJSONList(a.stdout, rs)
-			}
-			if len(rs) == 0 {
-				fmt.Fprintln(a.stderr, "No releases; start one with: byoc release create APP --revision N --waves canary:1,100%")
-				return nil
-			}
-			now := a.now()
-			t := newTable(a.stdout, "ID", "APP", "REVISION", "STATE", "WAVE", "PROGRESS", "CREATED")
-			for _, r := range rs {
-				t.row(r.GetId(), r.GetAppName(), revisionText(r), releaseStateName(r.GetState()), waveText(r),
-					releaseProgress(r.GetCounts()), ago(now, r.GetCreateTime()))
-			}
-			return t.flush()
+			return runList(cmd.Context(), a, watch, listing[*imsv1.Release]{
+				noun: "releases", empty: "No releases; start one with: byoc release create APP --revision N --waves canary:1,100%", gone: endedIf(active),
+				fetch: func(ctx context.Context) ([]*imsv1.Release, error) {
+					res, err := c.ListReleases(ctx, connect.NewRequest(&imsv1.ListReleasesRequest{App: appName, Active: active, PageSize: limit}))
+					if err != nil {
+						return nil, c.wrap(err)
+					}
+					return res.Msg.GetReleases(), nil
+				},
+				id:     (*imsv1.Release).GetId,
+				header: []string{"ID", "APP", "REVISION", "STATE", "WAVE", "PROGRESS", "CREATED"},
+				row: func(_ context.Context, now time.Time, r *imsv1.Release) []string {
+					return []string{r.GetId(), r.GetAppName(), revisionText(r), releaseStateName(r.GetState()), waveText(r),
+						releaseProgress(r.GetCounts()), ago(now, r.GetCreateTime())}
+				},
+			})
 		},
 	}
 	cmd.Flags().StringVar(&appName, "app", "", "only releases of this app")
 	cmd.Flags().BoolVar(&active, "active", false, "only releases that have not ended")
 	cmd.Flags().Int32Var(&limit, "limit", 0, "at most this many (default 100)")
+	watchFlag(cmd, &watch, "each release again as it changes (its wave, its progress; new ones too)")
 	return cmd
 }
 

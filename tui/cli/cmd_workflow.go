@@ -538,10 +538,10 @@ func (a *app) printPlanGroups(ctx context.Context, c *client, installs []string,
 
 func (a *app) workflowListCommand() *cobra.Command {
 	var install, selector string
-	var active bool
+	var active, watch bool
 	var limit int32
 	cmd := &cobra.Command{
-		Use:     "list [--install INSTALL] [-l SELECTOR] [--active]",
+		Use:     "list [--install INSTALL] [-l SELECTOR] [--active] [--watch]",
 		Aliases: []string{"ls"},
 		Short:   "List workflows, newest first",
 		Args:    noArgs,
@@ -550,33 +550,29 @@ func (a *app) workflowListCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			res, err := c.ListWorkflows(cmd.Context(), connect.NewRequest(&imsv1.ListWorkflowsRequest{Install: install, Active: active, PageSize: limit, Selector: selector}))
-			if err != nil {
-				return withFlags(c.wrap(err), fieldFlag{"selector", "--selector"})
-			}
-			if err := sortRows(a, res.Msg.GetWorkflows()); err != nil {
-				return err
-			}
-			if a.jsonOutput() {
-				return writeJSONList(a.stdout, res.Msg.GetWorkflows())
-			}
-			if len(res.Msg.GetWorkflows()) == 0 {
-				fmt.Fprintln(a.stderr, "No workflows; start one with: byoc install provision INSTALL")
-				return nil
-			}
-			now := a.now()
-			t := newTable(a.stdout, "ID", "INSTALL", "KIND", "STATE", "REVISION", "CREATED", "REASON")
-			for _, wf := range res.Msg.GetWorkflows() {
-				t.row(wf.GetId(), cmp.Or(wf.GetInstallName(), wf.GetInstallId()), kindName(wf.GetKind()), workflowStateName(wf.GetState()),
-					strconv.FormatInt(wf.GetAppRevision(), 10), ago(now, wf.GetCreateTime()), wf.GetReason())
-			}
-			return t.flush()
+			return runList(cmd.Context(), a, watch, listing[*imsv1.Workflow]{
+				noun: "workflows", empty: "No workflows; start one with: byoc install provision INSTALL", gone: endedIf(active),
+				fetch: func(ctx context.Context) ([]*imsv1.Workflow, error) {
+					res, err := c.ListWorkflows(ctx, connect.NewRequest(&imsv1.ListWorkflowsRequest{Install: install, Active: active, PageSize: limit, Selector: selector}))
+					if err != nil {
+						return nil, withFlags(c.wrap(err), fieldFlag{"selector", "--selector"})
+					}
+					return res.Msg.GetWorkflows(), nil
+				},
+				id:     (*imsv1.Workflow).GetId,
+				header: []string{"ID", "INSTALL", "KIND", "STATE", "REVISION", "CREATED", "REASON"},
+				row: func(_ context.Context, now time.Time, wf *imsv1.Workflow) []string {
+					return []string{wf.GetId(), cmp.Or(wf.GetInstallName(), wf.GetInstallId()), kindName(wf.GetKind()), workflowStateName(wf.GetState()),
+						strconv.FormatInt(wf.GetAppRevision(), 10), ago(now, wf.GetCreateTime()), wf.GetReason()}
+				},
+			})
 		},
 	}
 	cmd.Flags().StringVar(&install, "install", "", "only workflows of this install")
 	selectorFlag(cmd, &selector, "workflows of installs")
 	cmd.Flags().BoolVar(&active, "active", false, "only workflows that have not ended")
 	cmd.Flags().Int32Var(&limit, "limit", 0, "at most this many (default 100)")
+	watchFlag(cmd, &watch, "each workflow again as it changes (new ones too; under --active, one that ends as ended)")
 	return cmd
 }
 

@@ -37,6 +37,7 @@ var examples = map[string]string{
 	"byoc release create": `  byoc release create shop --revision 7 --waves "canary:2,10%,50%,100%" --max-failures 5%
   byoc release create shop --revision 7 --selector tier!=canary --respect-windows --pause-between 10m --wait`,
 	"byoc release list": `  byoc release list --active
+  byoc release list --active --watch    # each release again as its waves move; an ended one as ended
   byoc release list --app shop -o json`,
 	"byoc release get": `  byoc release get rel_0123
   byoc release get rel_0123 --wait      # exit 0 succeeded, 1 failed, 3 awaits approval, 4 halted or paused`,
@@ -91,6 +92,7 @@ var examples = map[string]string{
 	"byoc workflow get": `  byoc workflow get wf_01hx...
   byoc workflow get wf_01hx... --wait       # follow it until it ends`,
 	"byoc workflow list": `  byoc workflow list --install shop-acme
+  byoc workflow list --active -w        # then each workflow again as it changes
   byoc workflow list --active -o name`,
 	"byoc workflow retry": `  byoc workflow retry wf_01hx... db --wait`,
 
@@ -114,7 +116,8 @@ var examples = map[string]string{
   byoc plugin register greeting.json`,
 	"byoc plugin remove": `  byoc plugin remove greeting`,
 
-	"byoc breakglass list":    `  byoc breakglass list --install shop-acme`,
+	"byoc breakglass list": `  byoc breakglass list --install shop-acme
+  byoc breakglass list --install shop-acme --watch   # see the customer approve or deny`,
 	"byoc breakglass request": `  byoc breakglass request shop-acme --role admin --reason "INC-123: disk full" --for 1h`,
 
 	"byoc audit export": `  byoc audit export --install shop-acme --file shop-acme.audit.jsonl

@@ -12,6 +12,7 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1/imsv1connect"
@@ -127,11 +128,11 @@ func serveFake(t *testing.T, h imsv1connect.OperatorServiceHandler) string {
 	return srv.URL
 }
 
-// startWatch runs byoc args against a watchFake until the returned stop
+// startWatch runs byoc args against a fake server until the returned stop
 // is called (as Ctrl-C would), and returns its output and exit code.
-func startWatch(t *testing.T, w *watchFake, args ...string) (out *notifyBuffer, stop func() int) {
+func startWatch(t *testing.T, h imsv1connect.OperatorServiceHandler, args ...string) (out *notifyBuffer, stop func() int) {
 	t.Helper()
-	serveFake(t, w)
+	serveFake(t, h)
 	out = &notifyBuffer{written: make(chan struct{}, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	code := make(chan int, 1)
@@ -225,5 +226,203 @@ func TestInstallListWatch(t *testing.T) {
 	}
 	if s := out.String(); strings.Count(s, "shop-acme ") != 2 || strings.Count(s, "shop-beta ") != 3 {
 		t.Errorf("want acme printed twice (first, removed), beta three times (first, connected, removed):\n%s", s)
+	}
+}
+
+// listFake serves lists a test changes while a watch polls them.
+type listFake struct {
+	*fakeOperator
+	rowsMu    sync.Mutex
+	workflows []*imsv1.Workflow
+	releases  []*imsv1.Release
+	grants    []*imsv1.BreakGlassGrant
+	tokens    []*imsv1.ApiToken
+	apps      []*imsv1.App
+	builds    []*imsv1.Build
+	runs      []*imsv1.ActionRun
+}
+
+// set changes the fake's rows under its lock.
+func (f *listFake) set(change func()) {
+	f.rowsMu.Lock()
+	defer f.rowsMu.Unlock()
+	change()
+}
+
+func clones[M proto.Message](ms []M) []M {
+	out := make([]M, len(ms))
+	for i, m := range ms {
+		out[i] = proto.Clone(m).(M)
+	}
+	return out
+}
+
+func (f *listFake) ListWorkflows(ctx context.Context, req *connect.Request[imsv1.ListWorkflowsRequest]) (*connect.Response[imsv1.ListWorkflowsResponse], error) {
+	f.rowsMu.Lock()
+	defer f.rowsMu.Unlock()
+	var out []*imsv1.Workflow
+	for _, wf := range clones(f.workflows) {
+		if !req.Msg.GetActive() || !workflowEnded(wf.GetState()) {
+			out = append(out, wf)
+		}
+	}
+	return connect.NewResponse(&imsv1.ListWorkflowsResponse{Workflows: out}), nil
+}
+
+func (f *listFake) ListReleases(ctx context.Context, req *connect.Request[imsv1.ListReleasesRequest]) (*connect.Response[imsv1.ListReleasesResponse], error) {
+	f.rowsMu.Lock()
+	defer f.rowsMu.Unlock()
+	return connect.NewResponse(&imsv1.ListReleasesResponse{Releases: clones(f.releases)}), nil
+}
+
+func (f *listFake) ListBreakGlassGrants(ctx context.Context, req *connect.Request[imsv1.ListBreakGlassGrantsRequest]) (*connect.Response[imsv1.ListBreakGlassGrantsResponse], error) {
+	f.rowsMu.Lock()
+	defer f.rowsMu.Unlock()
+	return connect.NewResponse(&imsv1.ListBreakGlassGrantsResponse{Grants: clones(f.grants)}), nil
+}
+
+func (f *listFake) ListApiTokens(ctx context.Context, req *connect.Request[imsv1.ListApiTokensRequest]) (*connect.Response[imsv1.ListApiTokensResponse], error) {
+	f.rowsMu.Lock()
+	defer f.rowsMu.Unlock()
+	return connect.NewResponse(&imsv1.ListApiTokensResponse{Tokens: clones(f.tokens)}), nil
+}
+
+func (f *listFake) ListApps(ctx context.Context, req *connect.Request[imsv1.ListAppsRequest]) (*connect.Response[imsv1.ListAppsResponse], error) {
+	f.rowsMu.Lock()
+	defer f.rowsMu.Unlock()
+	return connect.NewResponse(&imsv1.ListAppsResponse{Apps: clones(f.apps)}), nil
+}
+
+func (f *listFake) ListBuilds(ctx context.Context, req *connect.Request[imsv1.ListBuildsRequest]) (*connect.Response[imsv1.ListBuildsResponse], error) {
+	f.rowsMu.Lock()
+	defer f.rowsMu.Unlock()
+	return connect.NewResponse(&imsv1.ListBuildsResponse{Builds: clones(f.builds)}), nil
+}
+
+func (f *listFake) ListActionRuns(ctx context.Context, req *connect.Request[imsv1.ListActionRunsRequest]) (*connect.Response[imsv1.ListActionRunsResponse], error) {
+	f.rowsMu.Lock()
+	defer f.rowsMu.Unlock()
+	return connect.NewResponse(&imsv1.ListActionRunsResponse{Runs: clones(f.runs)}), nil
+}
+
+// Every list that can change under an operator takes --watch (-w), as
+// job list does: the table, then each row that changes or appears, in
+// the same columns; one that leaves an --active list (it ended), or a
+// revoked token, printed once more as such; Ctrl-C ends it with exit 0.
+func TestListWatch(t *testing.T) {
+	defer func(lo, hi time.Duration) { watchPollMin, watchPollMax = lo, hi }(watchPollMin, watchPollMax)
+	watchPollMin, watchPollMax = time.Millisecond, 5*time.Millisecond
+	const (
+		running   = imsv1.WorkflowState_WORKFLOW_STATE_RUNNING
+		succeeded = imsv1.WorkflowState_WORKFLOW_STATE_SUCCEEDED
+	)
+	for _, c := range []struct {
+		args          []string
+		start, change func(f *listFake)
+		first, then   []string // a line of the first table, a line printed after the change
+		unchanged     string   // a row that must be printed once only
+	}{
+		{
+			args: []string{"workflow", "list", "--active", "--watch"},
+			start: func(f *listFake) {
+				f.workflows = []*imsv1.Workflow{{Id: "wf_1", InstallName: "shop-acme", State: running}, {Id: "wf_2", InstallName: "shop-beta", State: running}}
+			},
+			change:    func(f *listFake) { f.workflows[0].State = succeeded },
+			first:     []string{"wf_1", "shop-acme", "running"},
+			then:      []string{"wf_1", "shop-acme", "ended"},
+			unchanged: "wf_2 ",
+		},
+		{
+			args: []string{"workflow", "list", "-w"},
+			start: func(f *listFake) {
+				f.workflows = []*imsv1.Workflow{{Id: "wf_1", InstallName: "shop-acme", State: running}, {Id: "wf_2", InstallName: "shop-beta", State: running}}
+			},
+			change:    func(f *listFake) { f.workflows[0].State = succeeded },
+			first:     []string{"wf_1", "running"},
+			then:      []string{"wf_1", "succeeded"},
+			unchanged: "wf_2 ",
+		},
+		{
+			args: []string{"release", "list", "--watch"},
+			start: func(f *listFake) {
+				f.releases = []*imsv1.Release{{Id: "rel_1", AppName: "shop", AppRevision: 3, State: imsv1.ReleaseState_RELEASE_STATE_RUNNING}, {Id: "rel_0", AppName: "shop", State: imsv1.ReleaseState_RELEASE_STATE_SUCCEEDED}}
+			},
+			change:    func(f *listFake) { f.releases[0].State = imsv1.ReleaseState_RELEASE_STATE_HALTED },
+			first:     []string{"rel_1", "shop", "running"},
+			then:      []string{"rel_1", "shop", "halted"},
+			unchanged: "rel_0 ",
+		},
+		{
+			args: []string{"breakglass", "list", "--watch"},
+			start: func(f *listFake) {
+				f.grants = []*imsv1.BreakGlassGrant{{Id: "bg_1", InstallName: "shop-acme", Role: "admin", State: "pending", RequestExpireTime: timestamppb.New(time.Now().Add(time.Hour))},
+					{Id: "bg_0", InstallName: "shop-acme", Role: "admin", State: "denied"}}
+			},
+			change: func(f *listFake) {
+				f.grants[0].State, f.grants[0].DecidedBy, f.grants[0].ExpireTime = "approved", "alice", timestamppb.New(time.Now().Add(time.Hour))
+			},
+			first:     []string{"bg_1", "pending", "request expires in"},
+			then:      []string{"bg_1", "approved", "alice"},
+			unchanged: "bg_0 ",
+		},
+		{
+			args: []string{"token", "list", "--watch"},
+			start: func(f *listFake) {
+				f.tokens = []*imsv1.ApiToken{{Id: "tok_1", Name: "ci"}, {Id: "tok_2", Name: "ops"}}
+			},
+			change:    func(f *listFake) { f.tokens = f.tokens[1:] },
+			first:     []string{"ci", "tok_1", "never"},
+			then:      []string{"ci", "tok_1", "revoked"},
+			unchanged: "ops ",
+		},
+		{
+			args:      []string{"app", "list", "--watch"},
+			start:     func(f *listFake) { f.apps = []*imsv1.App{{Id: "app_1", Name: "shop"}} },
+			change:    func(f *listFake) { f.apps = append(f.apps, &imsv1.App{Id: "app_2", Name: "blog"}) },
+			first:     []string{"shop", "app_1"},
+			then:      []string{"blog", "app_2"},
+			unchanged: "shop ",
+		},
+		{
+			args: []string{"build", "list", "--watch"},
+			start: func(f *listFake) {
+				f.builds = []*imsv1.Build{{Id: "b_1", Repository: "api", Digest: "sha256:aa", Kind: "image"}}
+			},
+			change: func(f *listFake) {
+				f.builds = append(f.builds, &imsv1.Build{Id: "b_2", Repository: "web", Digest: "sha256:bb", Kind: "image"})
+			},
+			first:     []string{"api@sha256:aa", "image"},
+			then:      []string{"web@sha256:bb", "image"},
+			unchanged: "api@sha256:aa ",
+		},
+		{
+			args: []string{"action", "runs", "shop-acme", "--watch"},
+			start: func(f *listFake) {
+				f.runs = []*imsv1.ActionRun{{Id: "run_1", Action: "migrate", State: running}, {Id: "run_0", Action: "migrate", State: succeeded}}
+			},
+			change:    func(f *listFake) { f.runs[0].State = succeeded },
+			first:     []string{"run_1", "migrate", "running"},
+			then:      []string{"run_1", "migrate", "succeeded"},
+			unchanged: "run_0 ",
+		},
+	} {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			f := &listFake{fakeOperator: &fakeOperator{}}
+			f.set(func() { c.start(f) })
+			out, stop := startWatch(t, f, c.args...)
+			out.waitFor(t, "the first table", func(s string) bool { return lineHas(s, c.first...) })
+			f.set(func() { c.change(f) })
+			out.waitFor(t, "the change", func(s string) bool { return lineHas(s, c.then...) })
+			if code := stop(); code != 0 {
+				t.Errorf("Ctrl-C ended the watch with exit %d, want 0", code)
+			}
+			s := out.String()
+			if n := strings.Count(s, c.unchanged); n != 1 {
+				t.Errorf("an unchanged row (%q) was printed %d times:\n%s", c.unchanged, n, s)
+			}
+			if lines := strings.Split(s, "\n"); len(lines) < 3 || strings.ToUpper(lines[0]) != lines[0] || strings.Count(s, lines[0]) != 1 {
+				t.Errorf("want the header once, first:\n%s", s)
+			}
+		})
 	}
 }
