@@ -96,8 +96,9 @@ func chainName(c string) string {
 func (a *app) auditListCommand() *cobra.Command {
 	var scope auditScope
 	var since string
+	var watch bool
 	cmd := &cobra.Command{
-		Use:   "list",
+		Use:   "list [--install INSTALL | --vendor] [--since T] [--watch]",
 		Short: "List audit events, by chain then sequence number",
 		Long: `List audit events: every install's chain and the vendor-wide one, or only
 --install's or --vendor's. With -o json, each event as byoc audit export
@@ -111,6 +112,9 @@ writes it (the fields the hash covers, and the hash).`,
 			if err != nil {
 				return err
 			}
+			if watch {
+				return a.watchAudit(cmd, scope, t0)
+			}
 			rs, err := a.fetchAudit(cmd, scope, t0)
 			if err != nil {
 				return err
@@ -121,16 +125,81 @@ writes it (the fields the hash covers, and the hash).`,
 				}
 				return writeJSONValue(a.stdout, rs)
 			}
-			t := newTable(a.stdout, "TIME", "CHAIN", "SEQ", "KIND", "ACTOR", "SUBJECT", "DATA")
+			t := newTable(a.stdout, auditHeader...)
 			for _, r := range rs {
-				t.row(time.Unix(0, r.At).UTC().Format(time.RFC3339), chainName(r.Chain), strconv.FormatInt(r.Seq, 10), r.Kind, r.Actor, r.Subject, r.Data)
+				t.row(auditRow(r)...)
 			}
 			return t.flush()
 		},
 	}
 	scope.flags(cmd)
 	cmd.Flags().StringVar(&since, "since", "", "only events at or after this time (RFC 3339) or this long ago (24h)")
+	watchFlag(cmd, &watch, "each new event as it is recorded")
 	return cmd
+}
+
+var auditHeader = []string{"TIME", "CHAIN", "SEQ", "KIND", "ACTOR", "SUBJECT", "DATA"}
+
+func auditRow(r auditchain.Record) []string {
+	return []string{time.Unix(0, r.At).UTC().Format(time.RFC3339), chainName(r.Chain), strconv.FormatInt(r.Seq, 10), r.Kind, r.Actor, r.Subject, r.Data}
+}
+
+// auditOverlap is how far back each poll of audit list --watch asks again
+// (and drops what it printed): an event recorded a little late, with a
+// time before the newest one seen (another replica's clock), still shows.
+const auditOverlap = time.Minute
+
+// watchAudit prints the events since since, then each new one as imsd
+// records it (events are never changed, only appended), polling until
+// Ctrl-C.
+func (a *app) watchAudit(cmd *cobra.Command, scope auditScope, since time.Time) error {
+	printed := map[string]int64{} // chain/seq → its time, for those within auditOverlap of the newest
+	t := &watchTable{w: a.stdout}
+	return poll(cmd.Context(), func(first bool) (bool, error) {
+		rs, err := a.fetchAudit(cmd, scope, since)
+		if err != nil {
+			return false, err
+		}
+		var rows [][]string
+		fresh := 0
+		newest := since.UnixNano()
+		for _, r := range rs {
+			newest = max(newest, r.At)
+			key := r.Chain + "/" + strconv.FormatInt(r.Seq, 10)
+			if _, ok := printed[key]; ok {
+				continue
+			}
+			printed[key] = r.At
+			fresh++
+			if a.jsonOutput() {
+				if err := writeJSONValue(a.stdout, r); err != nil {
+					return false, err
+				}
+				continue
+			}
+			if len(t.widths) == 0 && len(rows) == 0 {
+				rows = append(rows, auditHeader)
+			}
+			rows = append(rows, auditRow(r))
+		}
+		if len(rows) > 0 {
+			if err := t.print(rows...); err != nil {
+				return false, err
+			}
+		}
+		if first && len(printed) == 0 {
+			fmt.Fprintln(a.stderr, "No audit events yet; watching for new ones (Ctrl-C ends).")
+		}
+		if newest > 0 {
+			since = time.Unix(0, newest).Add(-auditOverlap)
+		}
+		for k, at := range printed {
+			if at < since.UnixNano() {
+				delete(printed, k)
+			}
+		}
+		return fresh > 0, nil
+	})
 }
 
 func (a *app) auditVerifyCommand() *cobra.Command {

@@ -123,6 +123,7 @@ var examples = map[string]string{
 	"byoc audit export": `  byoc audit export --install shop-acme --file shop-acme.audit.jsonl
   byoc audit export --vendor --file vendor.audit.jsonl`,
 	"byoc audit list": `  byoc audit list --install shop-acme --since 24h
+  byoc audit list --since 10m --watch   # then each new event as it is recorded
   byoc audit list --vendor -o json`,
 	"byoc audit verify": `  byoc audit verify                     # every chain, read from imsd
   byoc audit verify --file shop-acme.audit.jsonl`,

@@ -116,21 +116,17 @@ func runList[T proto.Message](ctx context.Context, a *app, watch bool, l listing
 	seen := map[string]string{} // row id → its JSON when last printed
 	last := map[string]T{}      // row id → the row last fetched
 	t := &watchTable{w: a.stdout}
-	delay := watchPollMin
-	for first := true; ; first = false {
+	return poll(ctx, func(first bool) (bool, error) {
 		rows, err := l.fetch(ctx)
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
+			return false, err
 		}
 		var changed, gone []T
 		in := map[string]bool{}
 		for _, m := range rows {
 			b, err := marshalJSON(m)
 			if err != nil {
-				return err
+				return false, err
 			}
 			id := l.id(m)
 			in[id], last[id] = true, m
@@ -149,14 +145,14 @@ func runList[T proto.Message](ctx context.Context, a *app, watch bool, l listing
 			}
 		}
 		if err := sortRows(a, changed); err != nil {
-			return err
+			return false, err
 		}
 		slices.SortFunc(gone, func(x, y T) int { return strings.Compare(l.id(x), l.id(y)) })
 		switch {
 		case a.jsonOutput():
 			for _, m := range changed {
 				if err := writeJSON(a.stdout, m); err != nil {
-					return err
+					return false, err
 				}
 			}
 		case first && len(changed) == 0:
@@ -178,10 +174,27 @@ func runList[T proto.Message](ctx context.Context, a *app, watch bool, l listing
 				out = append(out, row)
 			}
 			if err := t.print(out...); err != nil {
-				return err
+				return false, err
 			}
 		}
-		if len(changed)+len(gone) > 0 {
+		return len(changed)+len(gone) > 0, nil
+	})
+}
+
+// poll calls check until ctx ends (exit 0: Ctrl-C ends a watch) or it
+// fails: again after watchPollMin when it saw a change, backing off to
+// watchPollMax while it sees none.
+func poll(ctx context.Context, check func(first bool) (changed bool, err error)) error {
+	delay := watchPollMin
+	for first := true; ; first = false {
+		changed, err := check(first)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if changed {
 			delay = watchPollMin
 		} else {
 			delay = min(2*delay, watchPollMax)

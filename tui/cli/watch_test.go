@@ -240,6 +240,7 @@ type listFake struct {
 	apps      []*imsv1.App
 	builds    []*imsv1.Build
 	runs      []*imsv1.ActionRun
+	audit     []*imsv1.AuditEvent
 }
 
 // set changes the fake's rows under its lock.
@@ -303,6 +304,18 @@ func (f *listFake) ListActionRuns(ctx context.Context, req *connect.Request[imsv
 	f.rowsMu.Lock()
 	defer f.rowsMu.Unlock()
 	return connect.NewResponse(&imsv1.ListActionRunsResponse{Runs: clones(f.runs)}), nil
+}
+
+func (f *listFake) ListAuditEvents(ctx context.Context, req *connect.Request[imsv1.ListAuditEventsRequest]) (*connect.Response[imsv1.ListAuditEventsResponse], error) {
+	f.rowsMu.Lock()
+	defer f.rowsMu.Unlock()
+	var out []*imsv1.AuditEvent
+	for _, e := range clones(f.audit) {
+		if e.GetAtUnixNano() >= req.Msg.GetSinceUnixNano() {
+			out = append(out, e)
+		}
+	}
+	return connect.NewResponse(&imsv1.ListAuditEventsResponse{Events: out}), nil
 }
 
 // Every list that can change under an operator takes --watch (-w), as
@@ -394,6 +407,20 @@ func TestListWatch(t *testing.T) {
 			first:     []string{"api@sha256:aa", "image"},
 			then:      []string{"web@sha256:bb", "image"},
 			unchanged: "api@sha256:aa ",
+		},
+		{
+			// Events are only appended; one recorded late, with a time
+			// before the newest seen (another replica's clock), shows too.
+			args: []string{"audit", "list", "--watch"},
+			start: func(f *listFake) {
+				f.audit = []*imsv1.AuditEvent{{Chain: "ins_1", Seq: 1, AtUnixNano: testTime.AsTime().UnixNano(), Kind: "install.created", Actor: "alice"}}
+			},
+			change: func(f *listFake) {
+				f.audit = append(f.audit, &imsv1.AuditEvent{Chain: "", Seq: 7, AtUnixNano: testTime.AsTime().Add(-30 * time.Second).UnixNano(), Kind: "token.created", Actor: "bob"})
+			},
+			first:     []string{"ins_1", "1", "install.created", "alice"},
+			then:      []string{"vendor", "7", "token.created", "bob"},
+			unchanged: "install.created",
 		},
 		{
 			args: []string{"action", "runs", "shop-acme", "--watch"},
