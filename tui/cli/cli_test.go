@@ -445,7 +445,7 @@ func TestWorkflowGetJSONCarriesPlans(t *testing.T) {
 	}
 
 	r = mustRun(t, "workflow", "get", "wf_1")
-	for _, want := range []string{"+ aws_s3_bucket.logs", "Policy: 0 denied, 1 warnings", "warn [vendor] policies/tags.rego: bucket lacks a cost tag",
+	for _, want := range []string{"+ aws_s3_bucket.logs", "Policy: 0 denied, 1 warning\n", "warn [vendor] policies/tags.rego: bucket lacks a cost tag",
 		"deny [customer] /etc/byoc/policy/public.rego: public service"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("workflow get lacks %q:\n%s", want, r.stdout)

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/byoc-dev/byoc/internal/auditchain"
+	"github.com/byoc-dev/byoc/internal/plural"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
 
@@ -237,7 +238,7 @@ verify.`,
 					continue
 				}
 				last := chain[len(chain)-1]
-				fmt.Fprintf(a.stdout, "chain %s: %d records verified, last %d hash %s\n", name, len(chain), last.Seq, last.Hash)
+				fmt.Fprintf(a.stdout, "chain %s: %s verified, last %d hash %s\n", name, plural.Count(len(chain), "record"), last.Seq, last.Hash)
 			}
 			if len(rs) == 0 {
 				fmt.Fprintln(a.stdout, "no audit events")
@@ -345,7 +346,7 @@ it without imsd: byoc audit verify --file, or a few lines of any language
 				if err := f.Close(); err != nil {
 					return fmt.Errorf("write %s: %w", file, err)
 				}
-				fmt.Fprintf(a.stderr, "Wrote %d records to %s.\n", len(rs), file)
+				fmt.Fprintf(a.stderr, "Wrote %s to %s.\n", plural.Count(len(rs), "record"), file)
 			}
 			return nil
 		},

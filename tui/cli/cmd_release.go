@@ -11,6 +11,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
+	"github.com/byoc-dev/byoc/internal/plural"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
 
@@ -103,8 +104,8 @@ optionally named ("canary:2"); it must end with every install (100%).`,
 			if a.jsonOutput() {
 				return writeJSON(a.stdout, r)
 			}
-			fmt.Fprintf(a.stdout, "Release %s of %s revision %d: %d installs in %d waves (%s).\n", r.GetId(), r.GetAppName(), r.GetAppRevision(),
-				sumCounts(r.GetCounts()), len(r.GetWaves()), waveSummary(r))
+			fmt.Fprintf(a.stdout, "Release %s of %s revision %d: %s in %s (%s).\n", r.GetId(), r.GetAppName(), r.GetAppRevision(),
+				plural.Count(int(sumCounts(r.GetCounts())), "install"), plural.Count(len(r.GetWaves()), "wave"), waveSummary(r))
 			printPlanGroupsOf(a.stdout, r)
 			fmt.Fprintf(a.stdout, "Follow it with: byoc release get %s --wait\n", r.GetId())
 			return nil
@@ -144,7 +145,7 @@ func printPlanGroupsOf(w io.Writer, r *imsv1.Release) {
 	if len(r.GetPlanGroups()) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "%d distinct plans:\n", len(r.GetPlanGroups()))
+	fmt.Fprintf(w, "%s:\n", plural.Count(len(r.GetPlanGroups()), "distinct plan"))
 	for i, g := range r.GetPlanGroups() {
 		what := strings.Join(g.GetSteps(), "; ")
 		switch {
@@ -153,7 +154,7 @@ func printPlanGroupsOf(w io.Writer, r *imsv1.Release) {
 		case what == "":
 			what = "no changes"
 		}
-		fmt.Fprintf(w, "  %d. %d installs: %s\n", i+1, g.GetInstalls(), what)
+		fmt.Fprintf(w, "  %d. %s: %s\n", i+1, plural.Count(int(g.GetInstalls()), "install"), what)
 	}
 }
 
@@ -342,7 +343,7 @@ func (a *app) followRelease(ctx context.Context, c *client, id string) error {
 			if r.GetCurrentWave() != wave && int(r.GetCurrentWave()) < len(r.GetWaves()) {
 				wave = r.GetCurrentWave()
 				w := r.GetWaves()[wave]
-				fmt.Fprintf(a.stdout, "wave %d/%d %s: %d installs\n", wave+1, len(r.GetWaves()), w.GetName(), w.GetSize())
+				fmt.Fprintf(a.stdout, "wave %d/%d %s: %s\n", wave+1, len(r.GetWaves()), w.GetName(), plural.Count(int(w.GetSize()), "install"))
 			}
 			for _, in := range r.GetInstalls() {
 				key := in.GetState() + in.GetError()
@@ -478,8 +479,8 @@ release get.`,
 			if a.jsonOutput() {
 				return writeJSON(a.stdout, r)
 			}
-			fmt.Fprintf(a.stdout, "Rollback %s of release %s: %d installs in %d waves (%s).\n", r.GetId(), args[0], sumCounts(r.GetCounts()),
-				len(r.GetWaves()), waveSummary(r))
+			fmt.Fprintf(a.stdout, "Rollback %s of release %s: %s in %s (%s).\n", r.GetId(), args[0], plural.Count(int(sumCounts(r.GetCounts())), "install"),
+				plural.Count(len(r.GetWaves()), "wave"), waveSummary(r))
 			fmt.Fprintf(a.stdout, "Follow it with: byoc release get %s --wait\n", r.GetId())
 			return nil
 		},

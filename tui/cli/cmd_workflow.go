@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/byoc-dev/byoc/internal/backoff"
+	"github.com/byoc-dev/byoc/internal/plural"
 	"github.com/byoc-dev/byoc/internal/reltime"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
@@ -415,7 +416,7 @@ func failedPlansError(plans []*imsv1.PlanInstallResponse) error {
 // for a live plan, each component's planned changes.
 func (a *app) printInstallPlan(ctx context.Context, c *client, install string, p *imsv1.PlanInstallResponse) error {
 	if len(p.GetSteps()) == 0 {
-		fmt.Fprintf(a.stdout, "No changes: install %s matches app revision %d (%d components unchanged).\n", install, p.GetAppRevision(), len(p.GetUnchanged()))
+		fmt.Fprintf(a.stdout, "No changes: install %s matches app revision %d (%s unchanged).\n", install, p.GetAppRevision(), plural.Count(len(p.GetUnchanged()), "component"))
 		return nil
 	}
 	fmt.Fprintf(a.stdout, "Plan (%s) of install %s to app revision %d:\n\n", kindName(p.GetKind()), install, p.GetAppRevision())
@@ -449,7 +450,7 @@ func (a *app) printPlanSteps(p *imsv1.PlanInstallResponse) error {
 	if err := t.flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(a.stdout, "\n%d steps; %d components unchanged", len(p.GetSteps()), len(p.GetUnchanged()))
+	fmt.Fprintf(a.stdout, "\n%s; %s unchanged", plural.Count(len(p.GetSteps()), "step"), plural.Count(len(p.GetUnchanged()), "component"))
 	if len(p.GetUnchanged()) > 0 && len(p.GetUnchanged()) <= 10 {
 		fmt.Fprintf(a.stdout, " (%s)", strings.Join(p.GetUnchanged(), ", "))
 	}
@@ -519,9 +520,9 @@ func (a *app) printPlanGroups(ctx context.Context, c *client, installs []string,
 			return err
 		}
 	} else {
-		fmt.Fprintf(a.stdout, "%d installs, %d distinct plans.\n", len(installs)-len(failed), len(groups))
+		fmt.Fprintf(a.stdout, "%s, %s.\n", plural.Count(len(installs)-len(failed), "install"), plural.Count(len(groups), "distinct plan"))
 		for i, g := range groups {
-			fmt.Fprintf(a.stdout, "\n=== Plan %d of %d: %d installs: %s\n\n", i+1, len(groups), len(g.Installs), strings.Join(g.Installs, ", "))
+			fmt.Fprintf(a.stdout, "\n=== Plan %d of %d: %s: %s\n\n", i+1, len(groups), plural.Count(len(g.Installs), "install"), strings.Join(g.Installs, ", "))
 			if err := a.printInstallPlan(ctx, c, g.Installs[0], g.Plan); err != nil {
 				return err
 			}
@@ -758,8 +759,8 @@ func (a *app) follow(ctx context.Context, c *client, id string) error {
 				break
 			}
 			printStepPlans(a.stdout, stepPlans(ctx, c, wf.GetSteps()))
-			fmt.Fprintf(a.stdout, "\nWorkflow %s awaits approval of its plan (%d steps): byoc workflow get %s shows it; byoc workflow approve %s runs it.\n",
-				wf.GetId(), len(wf.GetSteps()), wf.GetId(), wf.GetId())
+			fmt.Fprintf(a.stdout, "\nWorkflow %s awaits approval of its plan (%s): byoc workflow get %s shows it; byoc workflow approve %s runs it.\n",
+				wf.GetId(), plural.Count(len(wf.GetSteps()), "step"), wf.GetId(), wf.GetId())
 			return &exitCodeError{code: exitAwaitingApproval}
 		case workflowEnded(wf.GetState()):
 			if a.jsonOutput() {
@@ -923,7 +924,7 @@ func (a *app) workflowApproveCommand() *cobra.Command {
 				return c.wrap(err)
 			}
 			if !a.jsonOutput() && len(shown) > 0 {
-				fmt.Fprintf(a.stdout, "Approved %d plans of workflow %s:\n%s\n", len(shown), args[0], strings.Join(shown, "\n"))
+				fmt.Fprintf(a.stdout, "Approved %s of workflow %s:\n%s\n", plural.Count(len(shown), "plan"), args[0], strings.Join(shown, "\n"))
 			}
 			if wait {
 				return a.follow(cmd.Context(), c, args[0])

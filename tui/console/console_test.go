@@ -241,6 +241,8 @@ func TestJobTextsStayTrue(t *testing.T) {
 	m.push(lv)
 	m.Update(logMsg{gen: lv.gen, chunks: []logChunk{{lines: logLines(1, 1, func(int) string { return "boom" })}}})
 	mustContain(t, screen(m), "· try 1 · 1 line ·")
+	press(m, "/", "nothing", "enter")
+	mustContain(t, screen(m), "/nothing: no match in the 1 line held")
 
 	m.cancelGen = 7
 	m.Update(cancelledMsg{gen: 7, job: jobs()[0]})
