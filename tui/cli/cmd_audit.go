@@ -2,10 +2,12 @@ package cli
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -126,9 +128,10 @@ writes it (the fields the hash covers, and the hash).`,
 				}
 				return writeJSONValue(a.stdout, rs)
 			}
-			t := newTable(a.stdout, auditHeader...)
+			installs := a.chainNames()
+			t := newTable(a.stdout, a.auditHeader()...)
 			for _, r := range rs {
-				t.row(auditRow(r)...)
+				t.row(a.auditRow(cmd.Context(), installs, r)...)
 			}
 			return t.flush()
 		},
@@ -139,10 +142,37 @@ writes it (the fields the hash covers, and the hash).`,
 	return cmd
 }
 
-var auditHeader = []string{"TIME", "CHAIN", "SEQ", "KIND", "ACTOR", "SUBJECT", "DATA"}
+// auditHeader is the header of audit list's table: CHAIN names the
+// install (its id under -o wide), or says vendor.
+func (a *app) auditHeader() []string {
+	h := []string{"TIME", "CHAIN", "SEQ", "KIND", "ACTOR", "SUBJECT", "DATA"}
+	if a.wideOutput() {
+		h = slices.Insert(h, 2, "CHAIN ID")
+	}
+	return h
+}
 
-func auditRow(r auditchain.Record) []string {
-	return []string{time.Unix(0, r.At).UTC().Format(time.RFC3339), chainName(r.Chain), strconv.FormatInt(r.Seq, 10), r.Kind, r.Actor, r.Subject, r.Data}
+// chainNames looks up the names of the installs audit chains are about.
+func (a *app) chainNames() *names {
+	return &names{list: func(ctx context.Context) map[string]string {
+		c, err := a.connect()
+		if err != nil {
+			return map[string]string{}
+		}
+		return a.installNames(ctx, c)
+	}}
+}
+
+func (a *app) auditRow(ctx context.Context, installs *names, r auditchain.Record) []string {
+	name := "vendor"
+	if r.Chain != "" {
+		name = installs.of(ctx, r.Chain)
+	}
+	row := []string{time.Unix(0, r.At).UTC().Format(time.RFC3339), name, strconv.FormatInt(r.Seq, 10), r.Kind, r.Actor, r.Subject, r.Data}
+	if a.wideOutput() {
+		row = slices.Insert(row, 2, r.Chain)
+	}
+	return row
 }
 
 // auditOverlap is how far back each poll of audit list --watch asks again
@@ -155,6 +185,7 @@ const auditOverlap = time.Minute
 // Ctrl-C.
 func (a *app) watchAudit(cmd *cobra.Command, scope auditScope, since time.Time) error {
 	printed := map[string]int64{} // chain/seq → its time, for those within auditOverlap of the newest
+	installs := a.chainNames()
 	t := &watchTable{w: a.stdout}
 	return poll(cmd.Context(), func(first bool) (bool, error) {
 		rs, err := a.fetchAudit(cmd, scope, since)
@@ -179,9 +210,9 @@ func (a *app) watchAudit(cmd *cobra.Command, scope auditScope, since time.Time) 
 				continue
 			}
 			if len(t.widths) == 0 && len(rows) == 0 {
-				rows = append(rows, auditHeader)
+				rows = append(rows, a.auditHeader())
 			}
-			rows = append(rows, auditRow(r))
+			rows = append(rows, a.auditRow(cmd.Context(), installs, r))
 		}
 		if len(rows) > 0 {
 			if err := t.print(rows...); err != nil {

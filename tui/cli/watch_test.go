@@ -418,7 +418,7 @@ func TestListWatch(t *testing.T) {
 			change: func(f *listFake) {
 				f.audit = append(f.audit, &imsv1.AuditEvent{Chain: "", Seq: 7, AtUnixNano: testTime.AsTime().Add(-30 * time.Second).UnixNano(), Kind: "token.created", Actor: "bob"})
 			},
-			first:     []string{"ins_1", "1", "install.created", "alice"},
+			first:     []string{"shop-acme", "1", "install.created", "alice"},
 			then:      []string{"vendor", "7", "token.created", "bob"},
 			unchanged: "install.created",
 		},
@@ -451,5 +451,22 @@ func TestListWatch(t *testing.T) {
 				t.Errorf("want the header once, first:\n%s", s)
 			}
 		})
+	}
+}
+
+// audit list's CHAIN names the install (item 12 of issue 33: ids where
+// names belong); -o wide adds its id; the vendor's chain says vendor.
+func TestAuditListNamesTheChain(t *testing.T) {
+	f := &listFake{fakeOperator: &fakeOperator{}}
+	at := testTime.AsTime().UnixNano()
+	f.audit = []*imsv1.AuditEvent{{Chain: "ins_1", Seq: 1, AtUnixNano: at, Kind: "install.created"}, {Chain: "", Seq: 1, AtUnixNano: at, Kind: "token.created"}}
+	serveFake(t, f)
+	out := mustRun(t, "audit", "list").stdout
+	if !lineHas(out, "shop-acme", "install.created") || lineHas(out, "ins_1") || !lineHas(out, "vendor", "token.created") {
+		t.Errorf("audit list:\n%s", out)
+	}
+	out = mustRun(t, "audit", "list", "-o", "wide").stdout
+	if !lineHas(out, "CHAIN", "CHAIN ID") || !lineHas(out, "shop-acme", "ins_1", "install.created") {
+		t.Errorf("audit list -o wide:\n%s", out)
 	}
 }
