@@ -1206,3 +1206,20 @@ func TestNamesWhereIDsWere(t *testing.T) {
 		t.Fatalf("job get -o wide:\n%s", r.stdout)
 	}
 }
+
+// job get, logs and cancel take a job id; given something else (an
+// install's name, as people type) the "not found" says where to go:
+// byoc logs and job list --install (issue 33, item 6).
+func TestJobNotFoundPointsToLogs(t *testing.T) {
+	setup(t)
+	for _, args := range [][]string{{"job", "get", "demo"}} {
+		r := byoc(t, args...)
+		if r.code != exitError || !strings.Contains(r.stderr, "byoc logs demo") || !strings.Contains(r.stderr, "byoc job list --install demo") {
+			t.Errorf("byoc %s: exit %d\n%s", strings.Join(args, " "), r.code, r.stderr)
+		}
+	}
+	// A job id that is not there is only not found.
+	if r := byoc(t, "job", "get", "job_9"); r.code != exitError || strings.Contains(r.stderr, "byoc logs") {
+		t.Errorf("job get job_9: exit %d\n%s", r.code, r.stderr)
+	}
+}

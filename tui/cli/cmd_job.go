@@ -382,7 +382,7 @@ func (a *app) jobGetCommand() *cobra.Command {
 			}
 			res, err := c.GetJob(cmd.Context(), connect.NewRequest(&imsv1.GetJobRequest{Id: args[0]}))
 			if err != nil {
-				return c.wrap(err)
+				return notAJob(c.wrap(err), args[0])
 			}
 			j := res.Msg.GetJob()
 			if a.jsonOutput() {
@@ -578,12 +578,12 @@ code.`,
 				return err
 			}
 			if follow {
-				return a.followJob(cmd.Context(), c, args[0], lf)
+				return notAJob(a.followJob(cmd.Context(), c, args[0], lf), args[0])
 			}
 			p := &logPrinter{w: a.stdout, format: lf, clean: a.terminal(a.stdout), json: a.jsonOutput()}
 			job, err := a.streamLogs(cmd.Context(), c, args[0], false, p)
 			if err != nil || p.afterSeq > 0 {
-				return err
+				return notAJob(err, args[0])
 			}
 			// No line at all: say why when the job never started, rather
 			// than print nothing.
@@ -748,7 +748,7 @@ func (a *app) jobCancelCommand() *cobra.Command {
 			}
 			res, err := c.CancelJob(cmd.Context(), connect.NewRequest(&imsv1.CancelJobRequest{Id: args[0], Reason: reason}))
 			if err != nil {
-				return c.wrap(err)
+				return notAJob(c.wrap(err), args[0])
 			}
 			j := res.Msg.GetJob()
 			if a.jsonOutput() {
