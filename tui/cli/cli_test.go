@@ -1012,6 +1012,35 @@ func TestLivePlanFailedExitsNonZero(t *testing.T) {
 	}
 }
 
+// install plan --detailed-exitcode exits as terraform plan's does: 2 when
+// some install has a step to run, 0 when none has, 1 when a plan failed
+// (issue 33: --detailed-exitcode on plans and diffs).
+func TestInstallPlanDetailedExitcode(t *testing.T) {
+	f, _ := setup(t)
+	if r := byoc(t, "install", "plan", "acme", "--detailed-exitcode"); r.code != exitChanges || !strings.Contains(r.stdout, "2 steps") {
+		t.Fatalf("plan with steps: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	if r := byoc(t, "install", "plan", "acme"); r.code != 0 {
+		t.Fatalf("plan with steps, without the flag: exit %d", r.code)
+	}
+	if r := byoc(t, "install", "plan", "acme", "shop-beta", "--detailed-exitcode"); r.code != exitChanges {
+		t.Fatalf("plan of two installs with steps: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	f.mu.Lock()
+	f.plan = &imsv1.PlanInstallResponse{Kind: imsv1.WorkflowKind_WORKFLOW_KIND_UPDATE, AppRevision: 3, Unchanged: []string{"db"}}
+	f.mu.Unlock()
+	if r := byoc(t, "install", "plan", "acme", "--detailed-exitcode"); r.code != 0 || !strings.Contains(r.stdout, "No changes") {
+		t.Fatalf("plan without steps: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	f.mu.Lock()
+	f.plan = &imsv1.PlanInstallResponse{Kind: imsv1.WorkflowKind_WORKFLOW_KIND_UPDATE, AppRevision: 3, Steps: []*imsv1.WorkflowStep{
+		{Name: "db", ComponentType: "terraform", Operation: "apply", PlanState: "failed", PlanJobId: "job_db"}}}
+	f.mu.Unlock()
+	if r := byoc(t, "install", "plan", "acme", "--live", "--detailed-exitcode"); r.code != exitError {
+		t.Fatalf("plan that failed: exit %d, want 1", r.code)
+	}
+}
+
 // Following a workflow whose step's job is queued while the install's
 // agent is offline says so, not "running"; "running" follows once the
 // agent is back. A script queued for an offline agent warns on stderr

@@ -275,10 +275,10 @@ func (a *app) installPlanCommand() *cobra.Command {
 	var inputs, unset []string
 	var rev int64
 	var kind, appName, selector string
-	var live bool
+	var live, detailed bool
 	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "plan INSTALL... [--live [--timeout D]] [--app APP | -l SELECTOR] [--revision N] [--input KEY=VALUE ...] [--unset KEY ...] [--kind update|provision|deprovision]",
+		Use:   "plan INSTALL... [--live [--timeout D]] [--app APP | -l SELECTOR] [--revision N] [--input KEY=VALUE ...] [--unset KEY ...] [--kind update|provision|deprovision] [--detailed-exitcode]",
 		Short: "Show what a workflow would change in installs, and why; --live asks their agents for real plans",
 		Long: `Show the steps a workflow would run in an install and why, from the
 component graph alone (fast, nothing runs). With --live, each install's
@@ -288,7 +288,12 @@ to --timeout, and the planned changes are shown per component; this needs
 an admin token. Several installs (or --app APP: every install of the app;
 -l SELECTOR: every install whose labels match, of --app when given) are
 planned together and installs whose plans are identical are grouped:
-a dry run of a rollout across the fleet.`,
+a dry run of a rollout across the fleet.
+
+With --detailed-exitcode the exit code says whether there is anything to
+do, as terraform plan -detailed-exitcode does: 0 no install has a step to
+run, 2 some install has, 1 an error (an install or a component that could
+not be planned).`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 && appName == "" && selector == "" {
 				return usagef("name at least one INSTALL, or --app APP, or -l SELECTOR")
@@ -362,14 +367,15 @@ a dry run of a rollout across the fleet.`,
 				} else if err := a.printInstallPlan(cmd.Context(), c, installs[0], plans[0]); err != nil {
 					return err
 				}
-				return failedPlansError(plans)
+				return planVerdict(plans, detailed)
 			}
 			if err := a.printPlanGroups(cmd.Context(), c, installs, plans, errs); err != nil {
 				return err
 			}
-			return failedPlansError(plans)
+			return planVerdict(plans, detailed)
 		},
 	}
+	cmd.Flags().BoolVar(&detailed, "detailed-exitcode", false, "exit 0 when no install has a step to run, 2 when some has, 1 on an error")
 	cmd.Flags().StringArrayVar(&inputs, "input", nil, "plan as if this input were set (repeatable)")
 	cmd.Flags().StringArrayVar(&unset, "unset", nil, "plan as if this input were removed (repeatable)")
 	cmd.Flags().Int64Var(&rev, "revision", 0, "app revision to plan for (default: the latest)")
@@ -385,6 +391,21 @@ a dry run of a rollout across the fleet.`,
 // request's input fields.
 var inputFlags = []fieldFlag{{"set_inputs", "--input"}, {"unset_inputs", "--unset"},
 	{"app_revision", "--revision"}, {"parallelism", "--parallelism"}}
+
+// planVerdict is install plan's exit: failedPlansError's, else with
+// detailed (--detailed-exitcode) exitChanges when some install has a step
+// to run.
+func planVerdict(plans []*imsv1.PlanInstallResponse, detailed bool) error {
+	if err := failedPlansError(plans); err != nil || !detailed {
+		return err
+	}
+	for _, p := range plans {
+		if len(p.GetSteps()) > 0 {
+			return &exitCodeError{code: exitChanges}
+		}
+	}
+	return nil
+}
 
 // failedPlansError is a live plan's verdict when some component's plan
 // failed or timed out: exit 1, as when an install could not be planned,

@@ -77,7 +77,8 @@ var examples = map[string]string{
   byoc install list --sort-by .agent.lastSeenTime`,
 	"byoc install plan": `  byoc install plan shop-acme                       # the steps a provision would run, and why
   byoc install plan shop-acme --input size=l        # what an input change would redeploy
-  byoc install plan --app shop --revision 4 --live  # real plans from every install's agent`,
+  byoc install plan --app shop --revision 4 --live  # real plans from every install's agent
+  byoc install plan shop-acme --detailed-exitcode   # exit 0 nothing to do, 2 steps to run, 1 an error`,
 	"byoc install provision": `  byoc install provision shop-acme --wait
   byoc install provision shop-acme --revision 3`,
 	"byoc install stack": `  byoc install stack shop-acme -o stack.yaml
