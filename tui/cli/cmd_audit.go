@@ -260,9 +260,18 @@ verify.`,
 			if err != nil {
 				return err
 			}
+			var installs *names // an export is checked without imsd: ids only
+			if file == "" {
+				installs = a.chainNames()
+			}
 			bad := 0
 			for _, chain := range splitChains(rs) {
 				name := chainName(chain[0].Chain)
+				if id := chain[0].Chain; installs != nil && id != "" {
+					if n := installs.of(cmd.Context(), id); n != id {
+						name = n + " (" + id + ")"
+					}
+				}
 				if p := auditchain.Verify(chain); p != nil {
 					bad++
 					fmt.Fprintf(a.stdout, "chain %s: NOT VERIFIED: record %d %s (%s)\n", name, p.Seq, p.What, p.Detail)

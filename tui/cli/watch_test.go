@@ -469,4 +469,8 @@ func TestAuditListNamesTheChain(t *testing.T) {
 	if !lineHas(out, "CHAIN", "CHAIN ID") || !lineHas(out, "shop-acme", "ins_1", "install.created") {
 		t.Errorf("audit list -o wide:\n%s", out)
 	}
+	// verify names it too (the fake's records are not hashed: not verified).
+	if r := byoc(t, "audit", "verify"); !strings.Contains(r.stdout, "chain shop-acme (ins_1): NOT VERIFIED") || !strings.Contains(r.stdout, "chain vendor: NOT VERIFIED") {
+		t.Errorf("audit verify: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
 }
