@@ -250,6 +250,13 @@ func (f *listFake) set(change func()) {
 	change()
 }
 
+// rows is a copy of the fake's rows *ms, read under its lock.
+func rows[M proto.Message](f *listFake, ms *[]M) []M {
+	f.rowsMu.Lock()
+	defer f.rowsMu.Unlock()
+	return clones(*ms)
+}
+
 func clones[M proto.Message](ms []M) []M {
 	out := make([]M, len(ms))
 	for i, m := range ms {
@@ -271,39 +278,27 @@ func (f *listFake) ListWorkflows(ctx context.Context, req *connect.Request[imsv1
 }
 
 func (f *listFake) ListReleases(ctx context.Context, req *connect.Request[imsv1.ListReleasesRequest]) (*connect.Response[imsv1.ListReleasesResponse], error) {
-	f.rowsMu.Lock()
-	defer f.rowsMu.Unlock()
-	return connect.NewResponse(&imsv1.ListReleasesResponse{Releases: clones(f.releases)}), nil
+	return connect.NewResponse(&imsv1.ListReleasesResponse{Releases: rows(f, &f.releases)}), nil
 }
 
 func (f *listFake) ListBreakGlassGrants(ctx context.Context, req *connect.Request[imsv1.ListBreakGlassGrantsRequest]) (*connect.Response[imsv1.ListBreakGlassGrantsResponse], error) {
-	f.rowsMu.Lock()
-	defer f.rowsMu.Unlock()
-	return connect.NewResponse(&imsv1.ListBreakGlassGrantsResponse{Grants: clones(f.grants)}), nil
+	return connect.NewResponse(&imsv1.ListBreakGlassGrantsResponse{Grants: rows(f, &f.grants)}), nil
 }
 
 func (f *listFake) ListApiTokens(ctx context.Context, req *connect.Request[imsv1.ListApiTokensRequest]) (*connect.Response[imsv1.ListApiTokensResponse], error) {
-	f.rowsMu.Lock()
-	defer f.rowsMu.Unlock()
-	return connect.NewResponse(&imsv1.ListApiTokensResponse{Tokens: clones(f.tokens)}), nil
+	return connect.NewResponse(&imsv1.ListApiTokensResponse{Tokens: rows(f, &f.tokens)}), nil
 }
 
 func (f *listFake) ListApps(ctx context.Context, req *connect.Request[imsv1.ListAppsRequest]) (*connect.Response[imsv1.ListAppsResponse], error) {
-	f.rowsMu.Lock()
-	defer f.rowsMu.Unlock()
-	return connect.NewResponse(&imsv1.ListAppsResponse{Apps: clones(f.apps)}), nil
+	return connect.NewResponse(&imsv1.ListAppsResponse{Apps: rows(f, &f.apps)}), nil
 }
 
 func (f *listFake) ListBuilds(ctx context.Context, req *connect.Request[imsv1.ListBuildsRequest]) (*connect.Response[imsv1.ListBuildsResponse], error) {
-	f.rowsMu.Lock()
-	defer f.rowsMu.Unlock()
-	return connect.NewResponse(&imsv1.ListBuildsResponse{Builds: clones(f.builds)}), nil
+	return connect.NewResponse(&imsv1.ListBuildsResponse{Builds: rows(f, &f.builds)}), nil
 }
 
 func (f *listFake) ListActionRuns(ctx context.Context, req *connect.Request[imsv1.ListActionRunsRequest]) (*connect.Response[imsv1.ListActionRunsResponse], error) {
-	f.rowsMu.Lock()
-	defer f.rowsMu.Unlock()
-	return connect.NewResponse(&imsv1.ListActionRunsResponse{Runs: clones(f.runs)}), nil
+	return connect.NewResponse(&imsv1.ListActionRunsResponse{Runs: rows(f, &f.runs)}), nil
 }
 
 func (f *listFake) ListAuditEvents(ctx context.Context, req *connect.Request[imsv1.ListAuditEventsRequest]) (*connect.Response[imsv1.ListAuditEventsResponse], error) {
