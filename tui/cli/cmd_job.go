@@ -346,6 +346,13 @@ func (a *app) jobListCommand() *cobra.Command {
 			installs := &names{list: func(ctx context.Context) map[string]string { return a.installNames(ctx, c) }}
 			return runList(cmd.Context(), a, watch, listing[*imsv1.Job]{
 				noun: "jobs", empty: "No jobs.", fetch: fetch, id: (*imsv1.Job).GetId, header: a.jobHeader(),
+				get: func(ctx context.Context, id string) (*imsv1.Job, error) {
+					res, err := c.GetJob(ctx, connect.NewRequest(&imsv1.GetJobRequest{Id: id}))
+					if err != nil {
+						return nil, c.wrap(err)
+					}
+					return res.Msg.GetJob(), nil
+				},
 				row: func(ctx context.Context, now time.Time, j *imsv1.Job) []string {
 					return a.jobRow(j, installs.of(ctx, j.GetInstallId()), now)
 				},
@@ -353,7 +360,7 @@ func (a *app) jobListCommand() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	watchFlag(cmd, &watch, "each job again as it changes (new jobs too)")
+	watchFlag(cmd, &watch, "each job again as it changes (new jobs too; one that leaves --state in its new state)")
 	f.StringVar(&install, "install", "", "only jobs of this install (name or id)")
 	selectorFlag(cmd, &selector, "jobs of installs")
 	f.StringSliceVar(&states, "state", nil, "only jobs in these states (comma-separated or repeated)")

@@ -173,13 +173,20 @@ func (a *app) releaseListCommand() *cobra.Command {
 				return err
 			}
 			return runList(cmd.Context(), a, watch, listing[*imsv1.Release]{
-				noun: "releases", empty: "No releases; start one with: byoc release create APP --revision N --waves canary:1,100%", gone: endedIf(active),
+				noun: "releases", empty: "No releases; start one with: byoc release create APP --revision N --waves canary:1,100%",
 				fetch: func(ctx context.Context) ([]*imsv1.Release, error) {
 					res, err := c.ListReleases(ctx, connect.NewRequest(&imsv1.ListReleasesRequest{App: appName, Active: active, PageSize: limit}))
 					if err != nil {
 						return nil, c.wrap(err)
 					}
 					return res.Msg.GetReleases(), nil
+				},
+				get: func(ctx context.Context, id string) (*imsv1.Release, error) {
+					res, err := c.GetRelease(ctx, connect.NewRequest(&imsv1.GetReleaseRequest{Id: id}))
+					if err != nil {
+						return nil, c.wrap(err)
+					}
+					return res.Msg.GetRelease(), nil
 				},
 				id:     (*imsv1.Release).GetId,
 				header: []string{"ID", "APP", "REVISION", "STATE", "WAVE", "PROGRESS", "CREATED"},

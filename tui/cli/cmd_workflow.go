@@ -573,13 +573,20 @@ func (a *app) workflowListCommand() *cobra.Command {
 				return err
 			}
 			return runList(cmd.Context(), a, watch, listing[*imsv1.Workflow]{
-				noun: "workflows", empty: "No workflows; start one with: byoc install provision INSTALL", gone: endedIf(active),
+				noun: "workflows", empty: "No workflows; start one with: byoc install provision INSTALL",
 				fetch: func(ctx context.Context) ([]*imsv1.Workflow, error) {
 					res, err := c.ListWorkflows(ctx, connect.NewRequest(&imsv1.ListWorkflowsRequest{Install: install, Active: active, PageSize: limit, Selector: selector}))
 					if err != nil {
 						return nil, withFlags(c.wrap(err), fieldFlag{"selector", "--selector"})
 					}
 					return res.Msg.GetWorkflows(), nil
+				},
+				get: func(ctx context.Context, id string) (*imsv1.Workflow, error) {
+					res, err := c.GetWorkflow(ctx, connect.NewRequest(&imsv1.GetWorkflowRequest{Id: id}))
+					if err != nil {
+						return nil, c.wrap(err)
+					}
+					return res.Msg.GetWorkflow(), nil
 				},
 				id:     (*imsv1.Workflow).GetId,
 				header: []string{"ID", "INSTALL", "KIND", "STATE", "REVISION", "CREATED", "REASON"},
@@ -594,7 +601,7 @@ func (a *app) workflowListCommand() *cobra.Command {
 	selectorFlag(cmd, &selector, "workflows of installs")
 	cmd.Flags().BoolVar(&active, "active", false, "only workflows that have not ended")
 	cmd.Flags().Int32Var(&limit, "limit", 0, "at most this many (default 100)")
-	watchFlag(cmd, &watch, "each workflow again as it changes (new ones too; under --active, one that ends as ended)")
+	watchFlag(cmd, &watch, "each workflow again as it changes (new ones too; under --active, one that ends as it ended)")
 	return cmd
 }
 

@@ -80,10 +80,17 @@ type listing[T proto.Message] struct {
 	// row is m's row; ctx is for looking up names (an install's, an
 	// app's) the row shows.
 	row func(ctx context.Context, now time.Time, m T) []string
+	// get, if set, reads one row by id: a watched row that leaves the list
+	// (a workflow that ended under --active, a job that left --state) is
+	// read again and printed as it is now, if it changed; one that is not
+	// found any more is printed as gone says, else "removed". Rows that
+	// leave under --limit as newer ones come are read too, and not printed
+	// again, being unchanged.
+	get func(ctx context.Context, id string) (T, error)
 	// gone, if set, is what the STATE column (or goneColumn) says of a
-	// watched row that leaves the list: "ended" under --active. Unset,
-	// such a row is not printed again (under --limit, older rows leave as
-	// new ones come).
+	// watched row that leaves the list and get cannot read: "revoked" for
+	// a token (only unrevoked ones are listed). Unset, and get unset, such
+	// a row is not printed again.
 	gone, goneColumn string
 }
 
@@ -136,12 +143,29 @@ func runList[T proto.Message](ctx context.Context, a *app, watch bool, l listing
 			}
 		}
 		for id, m := range last {
-			if !in[id] {
-				delete(seen, id)
-				delete(last, id)
+			if in[id] {
+				continue
+			}
+			before := seen[id]
+			delete(seen, id)
+			delete(last, id)
+			if l.get == nil {
 				if l.gone != "" {
 					gone = append(gone, m)
 				}
+				continue
+			}
+			switch now, err := l.get(ctx, id); {
+			case err == nil:
+				if b, err := marshalJSON(now); err != nil || string(b) != before {
+					changed = append(changed, now)
+				}
+			case connect.CodeOf(err) == connect.CodeNotFound:
+				gone = append(gone, m)
+			case ctx.Err() != nil:
+				return false, nil
+			default:
+				return false, err
 			}
 		}
 		if err := sortRows(a, changed); err != nil {
@@ -169,7 +193,7 @@ func runList[T proto.Message](ctx context.Context, a *app, watch bool, l listing
 			for _, m := range gone {
 				row := l.row(ctx, now, m)
 				if i := slices.Index(l.header, cmp.Or(l.goneColumn, "STATE")); i >= 0 {
-					row[i] = l.gone
+					row[i] = cmp.Or(l.gone, "removed")
 				}
 				out = append(out, row)
 			}
@@ -205,15 +229,6 @@ func poll(ctx context.Context, check func(first bool) (changed bool, err error))
 		case <-time.After(delay):
 		}
 	}
-}
-
-// endedIf is the gone of a list that --active (active) limits to what has
-// not ended: a row that leaves it ended.
-func endedIf(active bool) string {
-	if active {
-		return "ended"
-	}
-	return ""
 }
 
 // watchFlag gives a list command its --watch (-w); what says what is

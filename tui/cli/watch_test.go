@@ -5,6 +5,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -241,6 +242,7 @@ type listFake struct {
 	builds    []*imsv1.Build
 	runs      []*imsv1.ActionRun
 	audit     []*imsv1.AuditEvent
+	jobs      []*imsv1.Job
 }
 
 // set changes the fake's rows under its lock.
@@ -275,6 +277,36 @@ func (f *listFake) ListWorkflows(ctx context.Context, req *connect.Request[imsv1
 		}
 	}
 	return connect.NewResponse(&imsv1.ListWorkflowsResponse{Workflows: out}), nil
+}
+
+// GetWorkflow reads one of the fake's workflows, as a watch reads one
+// that left its list.
+func (f *listFake) GetWorkflow(ctx context.Context, req *connect.Request[imsv1.GetWorkflowRequest]) (*connect.Response[imsv1.GetWorkflowResponse], error) {
+	for _, wf := range rows(f, &f.workflows) {
+		if wf.GetId() == req.Msg.GetId() {
+			return connect.NewResponse(&imsv1.GetWorkflowResponse{Workflow: wf}), nil
+		}
+	}
+	return nil, connect.NewError(connect.CodeNotFound, errString("no workflow "+req.Msg.GetId()))
+}
+
+func (f *listFake) ListJobs(ctx context.Context, req *connect.Request[imsv1.ListJobsRequest]) (*connect.Response[imsv1.ListJobsResponse], error) {
+	var out []*imsv1.Job
+	for _, j := range rows(f, &f.jobs) {
+		if len(req.Msg.GetStates()) == 0 || slices.Contains(req.Msg.GetStates(), j.GetState()) {
+			out = append(out, j)
+		}
+	}
+	return connect.NewResponse(&imsv1.ListJobsResponse{Jobs: out}), nil
+}
+
+func (f *listFake) GetJob(ctx context.Context, req *connect.Request[imsv1.GetJobRequest]) (*connect.Response[imsv1.GetJobResponse], error) {
+	for _, j := range rows(f, &f.jobs) {
+		if j.GetId() == req.Msg.GetId() {
+			return connect.NewResponse(&imsv1.GetJobResponse{Job: j}), nil
+		}
+	}
+	return nil, connect.NewError(connect.CodeNotFound, errString("no job "+req.Msg.GetId()))
 }
 
 func (f *listFake) ListReleases(ctx context.Context, req *connect.Request[imsv1.ListReleasesRequest]) (*connect.Response[imsv1.ListReleasesResponse], error) {
@@ -328,6 +360,7 @@ func TestListWatch(t *testing.T) {
 		args          []string
 		start, change func(f *listFake)
 		first, then   []string // a line of the first table, a line printed after the change
+		also          []string // another line printed after the change, if set
 		unchanged     string   // a row that must be printed once only
 	}{
 		{
@@ -335,10 +368,28 @@ func TestListWatch(t *testing.T) {
 			start: func(f *listFake) {
 				f.workflows = []*imsv1.Workflow{{Id: "wf_1", InstallName: "shop-acme", State: running}, {Id: "wf_2", InstallName: "shop-beta", State: running}}
 			},
-			change:    func(f *listFake) { f.workflows[0].State = succeeded },
+			// wf_1 ends, leaving the --active list: read again, it shows
+			// how it ended; wf_2 is deleted: removed.
+			change: func(f *listFake) {
+				f.workflows[0].State = succeeded
+				f.workflows = f.workflows[:1]
+			},
 			first:     []string{"wf_1", "shop-acme", "running"},
-			then:      []string{"wf_1", "shop-acme", "ended"},
-			unchanged: "wf_2 ",
+			then:      []string{"wf_1", "shop-acme", "succeeded"},
+			also:      []string{"wf_2", "shop-beta", "removed"},
+			unchanged: "wf_2   shop-beta   unspecified   running",
+		},
+		{
+			// A job that leaves --state shows its new state.
+			args: []string{"job", "list", "--state", "running", "--watch"},
+			start: func(f *listFake) {
+				f.jobs = []*imsv1.Job{{Id: "job_1", InstallId: "ins_1", ComponentType: "helm", Operation: "apply", State: imsv1.JobState_JOB_STATE_RUNNING},
+					{Id: "job_2", InstallId: "ins_1", ComponentType: "helm", Operation: "apply", State: imsv1.JobState_JOB_STATE_RUNNING}}
+			},
+			change:    func(f *listFake) { f.jobs[0].State, f.jobs[0].ExitCode = imsv1.JobState_JOB_STATE_FAILED, 3 },
+			first:     []string{"job_1", "shop-acme", "running"},
+			then:      []string{"job_1", "shop-acme", "failed", "3"},
+			unchanged: "job_2 ",
 		},
 		{
 			args: []string{"workflow", "list", "-w"},
@@ -434,7 +485,7 @@ func TestListWatch(t *testing.T) {
 			out, stop := startWatch(t, f, c.args...)
 			out.waitFor(t, "the first table", func(s string) bool { return lineHas(s, c.first...) })
 			f.set(func() { c.change(f) })
-			out.waitFor(t, "the change", func(s string) bool { return lineHas(s, c.then...) })
+			out.waitFor(t, "the change", func(s string) bool { return lineHas(s, c.then...) && (c.also == nil || lineHas(s, c.also...)) })
 			if code := stop(); code != 0 {
 				t.Errorf("Ctrl-C ended the watch with exit %d, want 0", code)
 			}
