@@ -18,6 +18,7 @@ import (
 	"github.com/byoc-dev/byoc/agentd/auditlog"
 	"github.com/byoc-dev/byoc/agentd/identity"
 	"github.com/byoc-dev/byoc/internal/auditchain"
+	"github.com/byoc-dev/byoc/internal/plural"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1/agentv1connect"
@@ -95,7 +96,7 @@ func auditCmd(ctx context.Context, args []string, stdout, stderr io.Writer, now 
 		fmt.Fprintf(stderr, "agentd audit compare: read imsd's chain of install %s from %s: %v\n", id.InstallID, *ims, err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "the agent's copy (%s): %d records; imsd's chain of install %s: %d records\n", copyPath, len(local), id.InstallID, len(remote))
+	fmt.Fprintf(stdout, "the agent's copy (%s): %s; imsd's chain of install %s: %s\n", copyPath, plural.Count(len(local), "record"), id.InstallID, plural.Count(len(remote), "record"))
 	if d := auditlog.Compare(local, remote); d != nil {
 		fmt.Fprintf(stdout, "DISAGREE at record %d: %s: %s\n", d.Seq, d.What, d.Detail)
 		if p := auditchain.Verify(remote); p != nil {
@@ -130,7 +131,7 @@ func verifyFile(w io.Writer, path, chain string, rs []auditchain.Record) bool {
 		return true
 	}
 	last := rs[len(rs)-1]
-	fmt.Fprintf(w, "%s: %d records, intact (last: record %d, hash %s)\n", path, len(rs), last.Seq, last.Hash)
+	fmt.Fprintf(w, "%s: %s, intact (last: record %d, hash %s)\n", path, plural.Count(len(rs), "record"), last.Seq, last.Hash)
 	return false
 }
 

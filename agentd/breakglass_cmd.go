@@ -16,6 +16,7 @@ import (
 	"github.com/byoc-dev/byoc/agentd/agent"
 	"github.com/byoc-dev/byoc/agentd/identity"
 	"github.com/byoc-dev/byoc/agentd/permissions"
+	"github.com/byoc-dev/byoc/internal/reltime"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1/agentv1connect"
@@ -159,21 +160,21 @@ func (c *bgClient) list(ctx context.Context) int {
 		state, by, until := g.State, g.DecidedBy, ""
 		switch state {
 		case "pending":
-			until = "asks " + (time.Duration(g.DurationSeconds) * time.Second).String() + "; request expires " + g.RequestExpireTime.AsTime().Local().Format(time.TimeOnly)
+			until = "asks " + reltime.Duration(time.Duration(g.DurationSeconds)*time.Second) + "; request expires " + reltime.Since(now, g.RequestExpireTime.AsTime())
 		case "approved", "expired", "revoked":
-			if g.ExpireTime != nil {
-				until = g.ExpireTime.AsTime().Local().Format(time.DateTime)
-			}
+			until = untilText(state, now, stamp(g.ExpireTime), stamp(g.RevokeTime))
 		}
 		// This agent's own record decides what it enforces.
 		if l, ok := local.Find(g.Id); ok {
-			state, by, until = localState(*l, now), l.ApprovedBy, l.ExpiresAt.Local().Format(time.DateTime)
+			state, by = localState(*l, now), l.ApprovedBy
+			until = untilText(state, now, l.ExpiresAt, l.RevokedAt)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", g.Id, state, g.Role, g.RequestedBy, oneLine(g.Reason), by, until)
 	}
 	for _, l := range local.Grants {
 		if !seen[l.ID] {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.ID, localState(l, now), l.Role, l.RequestedBy, oneLine(l.Reason), l.ApprovedBy, l.ExpiresAt.Local().Format(time.DateTime))
+			state := localState(l, now)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.ID, state, l.Role, l.RequestedBy, oneLine(l.Reason), l.ApprovedBy, untilText(state, now, l.ExpiresAt, l.RevokedAt))
 		}
 	}
 	tw.Flush()
@@ -182,6 +183,33 @@ func (c *bgClient) list(ctx context.Context) int {
 		return 1
 	}
 	return 0
+}
+
+// untilText is the UNTIL of a decided grant, as byoc breakglass list
+// shows it: "in 54m" while live, "ended 5m ago" once expired, "revoked 2m
+// ago" once revoked; never the end a revoked grant no longer has.
+func untilText(state string, now, expires, revoked time.Time) string {
+	switch state {
+	case "approved":
+		if !now.Before(expires) {
+			// imsd may not have heard yet that it ended.
+			return "ended " + reltime.Since(now, expires)
+		}
+		return reltime.Since(now, expires)
+	case "expired":
+		return strings.TrimSpace("ended " + reltime.Since(now, expires))
+	case "revoked":
+		return strings.TrimSpace("revoked " + reltime.Since(now, revoked))
+	}
+	return ""
+}
+
+// stamp is ts as a time, the zero time when unset.
+func stamp(ts *timestamppb.Timestamp) time.Time {
+	if ts == nil {
+		return time.Time{}
+	}
+	return ts.AsTime()
 }
 
 func localState(g permissions.Grant, now time.Time) string {

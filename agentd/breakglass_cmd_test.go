@@ -4,13 +4,20 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"github.com/byoc-dev/byoc/agentd/identity"
 	"github.com/byoc-dev/byoc/agentd/permissions"
+	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
+	"github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1/agentv1connect"
 )
 
 // agentd breakglass: usage errors say what is wrong (exit 2); with imsd
@@ -88,5 +95,83 @@ func TestBreakglassCommand(t *testing.T) {
 	}
 	if out := run(1, "revoke", "bg_2", "--state-dir", dir); !strings.Contains(out, "breakglass.json is not signed") {
 		t.Fatalf("revoke of a hand-written grant: %s", out)
+	}
+}
+
+// listImsd is an imsd that answers ListBreakGlass with fixed grants.
+type listImsd struct {
+	agentv1connect.UnimplementedAgentServiceHandler
+	grants []*agentv1.BreakGlassGrant
+}
+
+func (s *listImsd) ListBreakGlass(context.Context, *connect.Request[agentv1.ListBreakGlassRequest]) (*connect.Response[agentv1.ListBreakGlassResponse], error) {
+	return connect.NewResponse(&agentv1.ListBreakGlassResponse{Grants: s.grants}), nil
+}
+
+// agentd breakglass list: UNTIL says what holds now, as byoc breakglass
+// list does: a live grant "in 54m", a revoked one "revoked 2m ago" (never
+// its original end, still in the future), an expired one "ended 5m ago";
+// whether imsd or this agent's own record knows it.
+func TestBreakglassListUntil(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	ts := func(d time.Duration) *timestamppb.Timestamp { return timestamppb.New(now.Add(d)) }
+	srv := &listImsd{grants: []*agentv1.BreakGlassGrant{
+		{Id: "bg_pend", State: "pending", Role: "r", DurationSeconds: 3600, RequestExpireTime: ts(12 * time.Minute)},
+		{Id: "bg_live", State: "approved", Role: "r", ExpireTime: ts(54 * time.Minute)},
+		{Id: "bg_rrev", State: "revoked", Role: "r", ExpireTime: ts(6*time.Minute + 54*time.Second), RevokeTime: ts(-2 * time.Minute)},
+		{Id: "bg_rexp", State: "expired", Role: "r", ExpireTime: ts(-5 * time.Minute)},
+		{Id: "bg_late", State: "approved", Role: "r", ExpireTime: ts(-time.Minute)},
+		// imsd not told yet of the revocation this agent made.
+		{Id: "bg_lrev", State: "approved", Role: "r", ExpireTime: ts(7 * time.Minute)},
+	}}
+	mux := http.NewServeMux()
+	mux.Handle(agentv1connect.NewAgentServiceHandler(srv))
+	hs := httptest.NewUnstartedServer(mux)
+	hs.Config.Protocols = new(http.Protocols)
+	hs.Config.Protocols.SetUnencryptedHTTP2(true) // the agent's client speaks h2c
+	hs.Start()
+	t.Cleanup(hs.Close)
+
+	key, err := identity.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	imsdKey, _, _ := ed25519.GenerateKey(nil)
+	if err := identity.Save(dir, identity.Identity{AgentID: "agt_1", InstallID: "ins_1", IMSURL: hs.URL, PrivateKey: key,
+		IMSDKeys: []ed25519.PublicKey{imsdKey}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := permissions.UpdateGrants(dir, func(gs *permissions.Grants) error {
+		gs.Grants = append(gs.Grants,
+			permissions.Grant{ID: "bg_lrev", Role: "r", RequestedBy: "ops", ApprovedBy: "alice", ApprovedAt: now.Add(-time.Hour),
+				ExpiresAt: now.Add(7 * time.Minute), RevokedAt: now.Add(-3 * time.Minute), RevokedBy: "alice"},
+			permissions.Grant{ID: "bg_lexp", Role: "r", RequestedBy: "ops", ApprovedBy: "alice", ApprovedAt: now.Add(-time.Hour),
+				ExpiresAt: now.Add(-10 * time.Minute)})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	if code := breakglassCmd(context.Background(), []string{"list", "--state-dir", dir}, &out, &errOut, func() time.Time { return now }); code != 0 {
+		t.Fatalf("list: exit %d\n%s%s", code, out.String(), errOut.String())
+	}
+	for _, want := range [][]string{
+		{"bg_pend", "pending", "asks 1h; request expires in 12m"},
+		{"bg_live", "approved", "in 54m"},
+		{"bg_rrev", "revoked", "revoked 2m ago"},
+		{"bg_rexp", "expired", "ended 5m ago"},
+		{"bg_late", "approved", "ended 1m ago"},
+		{"bg_lrev", "revoked", "revoked 3m ago"},
+		{"bg_lexp", "expired", "ended 10m ago"},
+	} {
+		if !lineHas(out.String(), want...) {
+			t.Errorf("no line with %q in:\n%s", want, out.String())
+		}
+	}
+	for _, id := range []string{"bg_rrev", "bg_lrev"} {
+		if lineHas(out.String(), id, "in ") || lineHas(out.String(), id, "2026-") {
+			t.Errorf("revoked grant %s shows an end still to come:\n%s", id, out.String())
+		}
 	}
 }

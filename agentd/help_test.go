@@ -65,8 +65,9 @@ func captureStdout(t *testing.T, f func() int) int {
 	code := f()
 	os.Stdout = old
 	w.Close()
-	if out := <-done; !strings.Contains(out, "-state-dir") {
-		t.Errorf("stdout %q, want the flags", out)
+	// The commands too: a customer's admin finds agentd breakglass here.
+	if out := <-done; !strings.Contains(out, "-state-dir") || !strings.Contains(out, "\n  breakglass ") || !strings.Contains(out, "\n  permissions ") {
+		t.Errorf("stdout %q, want the commands and the flags", out)
 	}
 	return code
 }

@@ -245,8 +245,30 @@ type multiFlag []string
 func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
+// agentdUsage heads agentd --help: the commands a customer's admin runs
+// beside the agent, which the flags alone do not show.
+const agentdUsage = `usage: agentd [flags]          run the agent (enrol once, then serve)
+       agentd COMMAND --help   a command's own usage
+
+commands (most take --state-dir DIR, the agent's state directory):
+  permissions      the customer's permission modes and kill switch
+  window           the customer's maintenance windows
+  breakglass       decide the vendor's break-glass requests
+  plugin           pin, unpin and list plugins (agentd plugin pin|unpin|list)
+  audit            verify the agent's copy of the audit chain; compare it with imsd's
+  module push      put a Terraform module or Helm chart into the install registry
+  preflight        check what the install needs; exit 1 on a failure
+  support-bundle   collect a redacted bundle for the vendor's support
+
+flags:
+`
+
 func run(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("agentd", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), agentdUsage)
+		fs.PrintDefaults()
+	}
 	var (
 		ims, token, stateDir string
 		capacity             int
@@ -297,7 +319,7 @@ func run(ctx context.Context, args []string) int {
 		return 0
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "agentd: unexpected argument %q\n", fs.Arg(0))
+		fmt.Fprintf(os.Stderr, "agentd: unknown command %q (agentd --help lists the commands)\n", fs.Arg(0))
 		return 2
 	}
 	if role != "install" && role != "build" {

@@ -39,7 +39,7 @@ func TestAppPushRevisionsAndDiff(t *testing.T) {
 		}
 		os.WriteFile(filepath.Join(dir, p), []byte(strings.Replace(string(b), from, to, 1)), 0o644)
 	}
-	edit("components/api.toml", `chart = "charts/api@sha256:e504`, `chart = "charts/api@sha256:f504`)
+	edit("components/api.toml", `chart = "charts/api@sha256:`, `chart = "charts/api2@sha256:`)
 	out := run(0, "app", "push", dir)
 	if !strings.Contains(out, "revision 2") || !strings.Contains(out, "~ component api: config.chart") {
 		t.Fatalf("second push:\n%s", out)
@@ -62,8 +62,8 @@ func TestAppPushRevisionsAndDiff(t *testing.T) {
 		t.Fatalf("revisions: %v\n%s", err, out)
 	}
 	// Each changed key with its old and new values; --detailed-exitcode exits 2 on changes.
-	if out := run(2, "app", "diff", "acme-analytics", "1", "2", "--detailed-exitcode"); !strings.HasPrefix(strings.TrimSpace(out), "~ component api: config.chart\n      config.chart: \"charts/api@sha256:e504") ||
-		!strings.Contains(out, `→ "charts/api@sha256:f504`) || strings.Count(out, "\n") != 2 {
+	if out := run(2, "app", "diff", "acme-analytics", "1", "2", "--detailed-exitcode"); !strings.HasPrefix(strings.TrimSpace(out), "~ component api: config.chart\n      config.chart: \"charts/api@sha256:") ||
+		!strings.Contains(out, `→ "charts/api2@sha256:`) || strings.Count(out, "\n") != 2 {
 		t.Fatalf("diff 1 2:\n%s", out)
 	}
 	if out := run(0, "app", "diff", "acme-analytics", "2"); strings.TrimSpace(out) != "No changes." {

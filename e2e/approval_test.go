@@ -121,7 +121,7 @@ func TestApprovalBindsThePlan(t *testing.T) {
 	// (create) is no longer what an apply would do (update).
 	os.WriteFile(target, []byte("intruder\n"), 0o600)
 	out = cli.Run(0, "workflow", "approve", id)
-	if !strings.Contains(out, "Approved 1 plans of workflow "+id) || !strings.Contains(out, "motd: "+first.PlanDigest[:19]+" (1 to create)") {
+	if !strings.Contains(out, "Approved 1 plan of workflow "+id) || !strings.Contains(out, "motd: "+first.PlanDigest[:19]+" (1 to create)") {
 		t.Fatalf("approve:\n%s", out)
 	}
 	var again *imsv1.WorkflowStep
@@ -278,7 +278,7 @@ func TestLivePlanGroupsInstalls(t *testing.T) {
 	if took := time.Since(start); took > 30*time.Second {
 		t.Errorf("a live plan with an offline agent took %s (the timeout is 60s)", took)
 	}
-	for _, want := range []string{"1 installs, 1 distinct plans.", "Plan of motd (localfile, step motd): planned sha256:",
+	for _, want := range []string{"1 install, 1 distinct plan.\n", "Plan of motd (localfile, step motd): planned sha256:",
 		"Not planned: solo: ", "agent agt_", " of install solo is offline since ", "(byoc install plan solo without --live)", "1 of 2 installs could not be planned"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("live plan with an offline agent lacks %q:\n%s", want, out)
@@ -288,7 +288,7 @@ func TestLivePlanGroupsInstalls(t *testing.T) {
 		t.Fatalf("jobs of solo after a live plan with its agent offline: %v %v", jobs, err)
 	}
 	out = cli.Run(0, "install", "plan", "--live", "--app", "notes", "--kind", "provision", "--timeout", "60s")
-	for _, want := range []string{"3 installs, 2 distinct plans.", "=== Plan 1 of 2: 2 installs: acme, beta", "=== Plan 2 of 2: 1 installs: gamma",
+	for _, want := range []string{"3 installs, 2 distinct plans.", "=== Plan 1 of 2: 2 installs: acme, beta", "=== Plan 2 of 2: 1 install: gamma\n",
 		`      sha256 = "` + sum("hello\n") + `"`, `      sha256 = "` + sum("howdy\n") + `"`, "Plan of motd (localfile, step motd): planned sha256:"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("live plan lacks %q:\n%s", want, out)

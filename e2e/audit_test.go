@@ -61,11 +61,11 @@ func runAuditTamper(t *testing.T, opts cluster.Options, dsn string) {
 	}
 	// install.created, then per job operator.call and job.queued.
 	out := cli.Run(0, "audit", "verify", "--install", "acme")
-	if !strings.Contains(out, "chain "+in.Id+": 7 records verified") {
+	if !strings.Contains(out, "chain acme ("+in.Id+"): 7 records verified") {
 		t.Fatalf("verify:\n%s", out)
 	}
 	out = cli.Run(0, "audit", "verify")
-	if !strings.Contains(out, "chain vendor:") || !strings.Contains(out, "chain "+in.Id) {
+	if !strings.Contains(out, "chain vendor:") || !strings.Contains(out, "chain acme ("+in.Id+")") {
 		t.Fatalf("verify of every chain:\n%s", out)
 	}
 	list := cli.Run(0, "audit", "list", "--install", "acme")

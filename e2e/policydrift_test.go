@@ -99,7 +99,7 @@ contents = "package byoc.examples.maintenance\ndeny := set()\n"
 	jobs := cli.Run(0, "job", "list", "--install", "acme", "-o", "json")
 	id := jobIDOf(t, jobs, "apply")
 	out := cli.Run(0, "job", "get", id)
-	for _, want := range []string{"Policy: 0 denied, 1 warnings", "warn [vendor] policies/count.rego: 1 changes in provision mode"} {
+	for _, want := range []string{"Policy: 0 denied, 1 warning\n", "warn [vendor] policies/count.rego: 1 changes in provision mode"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("job get lacks %q:\n%s", want, out)
 		}
@@ -120,7 +120,7 @@ contents = "package byoc.examples.maintenance\ndeny := set()\n"
 	for _, want := range []string{
 		"State:", "failed",
 		"denied by policy: maintenance mode: aws_s3_bucket.logs would be deleted (delete)",
-		"Policy: 1 denied, 1 warnings",
+		"Policy: 1 denied, 1 warning\n",
 		"deny [customer] " + maint + ": maintenance mode: aws_s3_bucket.logs would be deleted",
 		"warn [vendor] policies/count.rego: 1 changes in maintenance mode",
 	} {

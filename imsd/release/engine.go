@@ -17,6 +17,7 @@ import (
 	"github.com/byoc-dev/byoc/imsd/store"
 	"github.com/byoc-dev/byoc/imsd/workflow"
 	"github.com/byoc-dev/byoc/internal/labels"
+	"github.com/byoc-dev/byoc/internal/plural"
 )
 
 // Selection picks the installs of a release.
@@ -219,7 +220,7 @@ func (e *Engine) step(ctx context.Context, id string) (again bool, err error) {
 		return false, nil // paused, halted or awaiting approval: only recorded
 	}
 	if failures := count[store.RIFailed] - r.FailuresBase; failures > r.MaxFailures {
-		msg := fmt.Sprintf("%d %s failed, more than the %d tolerated (--max-failures %s)", failures, plural(failures, "install", "installs"),
+		msg := fmt.Sprintf("%s failed, more than the %d tolerated (--max-failures %s)", plural.Count(failures, "install"),
 			r.MaxFailures, cmp.Or(r.MaxFailuresSpec, "0"))
 		failed, err := e.st.ReleaseInstallsIn(ctx, id, -1, store.RIFailed)
 		if err != nil {
@@ -598,11 +599,4 @@ func (e *Engine) Rollback(ctx context.Context, id, reason, by string) (store.Rel
 	e.Kick(id)
 	e.Kick(r.ID)
 	return r, nil
-}
-
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
 }

@@ -26,8 +26,8 @@ const (
 	exitOK    = 0
 	exitError = 1
 	exitUsage = 2
-	// exitChanges ends a diff given --detailed-exitcode that found
-	// changes, as terraform plan -detailed-exitcode does.
+	// exitChanges ends a diff or a plan given --detailed-exitcode that
+	// found changes, as terraform plan -detailed-exitcode does.
 	exitChanges = 2
 	// exitAwaitingApproval ends a --wait whose workflow stopped to await
 	// the approval of its plan: not finished, and not failed.

@@ -445,7 +445,7 @@ func TestWorkflowGetJSONCarriesPlans(t *testing.T) {
 	}
 
 	r = mustRun(t, "workflow", "get", "wf_1")
-	for _, want := range []string{"+ aws_s3_bucket.logs", "Policy: 0 denied, 1 warnings", "warn [vendor] policies/tags.rego: bucket lacks a cost tag",
+	for _, want := range []string{"+ aws_s3_bucket.logs", "Policy: 0 denied, 1 warning\n", "warn [vendor] policies/tags.rego: bucket lacks a cost tag",
 		"deny [customer] /etc/byoc/policy/public.rego: public service"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("workflow get lacks %q:\n%s", want, r.stdout)
@@ -661,27 +661,6 @@ func TestUnreachableServer(t *testing.T) {
 			if !strings.Contains(r.stderr, want) {
 				t.Errorf("%v: stderr %q lacks %q", args, r.stderr, want)
 			}
-		}
-	}
-}
-
-func TestShortDuration(t *testing.T) {
-	tests := []struct {
-		d    time.Duration
-		want string
-	}{
-		{0, "0s"},
-		{3 * time.Second, "3s"},
-		{90 * time.Second, "1m30s"},
-		{5 * time.Minute, "5m"},
-		{42*time.Minute + 10*time.Second, "42m"},
-		{2*time.Hour + 5*time.Minute, "2h5m"},
-		{50 * time.Hour, "2d2h"},
-		{300 * time.Hour, "12d"},
-	}
-	for _, tt := range tests {
-		if got := shortDuration(tt.d); got != tt.want {
-			t.Errorf("shortDuration(%v) = %q, want %q", tt.d, got, tt.want)
 		}
 	}
 }
@@ -1033,6 +1012,35 @@ func TestLivePlanFailedExitsNonZero(t *testing.T) {
 	}
 }
 
+// install plan --detailed-exitcode exits as terraform plan's does: 2 when
+// some install has a step to run, 0 when none has, 1 when a plan failed
+// (issue 33: --detailed-exitcode on plans and diffs).
+func TestInstallPlanDetailedExitcode(t *testing.T) {
+	f, _ := setup(t)
+	if r := byoc(t, "install", "plan", "acme", "--detailed-exitcode"); r.code != exitChanges || !strings.Contains(r.stdout, "2 steps") {
+		t.Fatalf("plan with steps: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	if r := byoc(t, "install", "plan", "acme"); r.code != 0 {
+		t.Fatalf("plan with steps, without the flag: exit %d", r.code)
+	}
+	if r := byoc(t, "install", "plan", "acme", "shop-beta", "--detailed-exitcode"); r.code != exitChanges {
+		t.Fatalf("plan of two installs with steps: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	f.mu.Lock()
+	f.plan = &imsv1.PlanInstallResponse{Kind: imsv1.WorkflowKind_WORKFLOW_KIND_UPDATE, AppRevision: 3, Unchanged: []string{"db"}}
+	f.mu.Unlock()
+	if r := byoc(t, "install", "plan", "acme", "--detailed-exitcode"); r.code != 0 || !strings.Contains(r.stdout, "No changes") {
+		t.Fatalf("plan without steps: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	f.mu.Lock()
+	f.plan = &imsv1.PlanInstallResponse{Kind: imsv1.WorkflowKind_WORKFLOW_KIND_UPDATE, AppRevision: 3, Steps: []*imsv1.WorkflowStep{
+		{Name: "db", ComponentType: "terraform", Operation: "apply", PlanState: "failed", PlanJobId: "job_db"}}}
+	f.mu.Unlock()
+	if r := byoc(t, "install", "plan", "acme", "--live", "--detailed-exitcode"); r.code != exitError {
+		t.Fatalf("plan that failed: exit %d, want 1", r.code)
+	}
+}
+
 // Following a workflow whose step's job is queued while the install's
 // agent is offline says so, not "running"; "running" follows once the
 // agent is back. A script queued for an offline agent warns on stderr
@@ -1225,5 +1233,22 @@ func TestNamesWhereIDsWere(t *testing.T) {
 	}
 	if r := mustRun(t, "job", "get", "job_1", "-o", "wide"); !regexp.MustCompile(`(?m)^Install ID: +ins_1$`).MatchString(r.stdout) {
 		t.Fatalf("job get -o wide:\n%s", r.stdout)
+	}
+}
+
+// job get, logs and cancel take a job id; given something else (an
+// install's name, as people type) the "not found" says where to go:
+// byoc logs and job list --install (issue 33, item 6).
+func TestJobNotFoundPointsToLogs(t *testing.T) {
+	setup(t)
+	for _, args := range [][]string{{"job", "get", "demo"}} {
+		r := byoc(t, args...)
+		if r.code != exitError || !strings.Contains(r.stderr, "byoc logs demo") || !strings.Contains(r.stderr, "byoc job list --install demo") {
+			t.Errorf("byoc %s: exit %d\n%s", strings.Join(args, " "), r.code, r.stderr)
+		}
+	}
+	// A job id that is not there is only not found.
+	if r := byoc(t, "job", "get", "job_9"); r.code != exitError || strings.Contains(r.stderr, "byoc logs") {
+		t.Errorf("job get job_9: exit %d\n%s", r.code, r.stderr)
 	}
 }

@@ -191,6 +191,9 @@ type rpcError struct {
 	// flags names, by request field, the flag that set it, so that the
 	// server's message names what the user typed (withFlags).
 	flags []fieldFlag
+	// hint, if set, is a line printed after the server's message: what
+	// the user may have meant (notAJob).
+	hint string
 }
 
 // fieldFlag is a request field and the flag a command sets it from.
@@ -203,6 +206,17 @@ func withFlags(err error, flags ...fieldFlag) error {
 	var re *rpcError
 	if errors.As(err, &re) {
 		re.flags = append(re.flags, flags...)
+	}
+	return err
+}
+
+// notAJob adds to a job command's "job not found" what to run when arg is
+// not a job id at all: people type the install's name (byoc job logs
+// demo), which byoc logs and job list --install take.
+func notAJob(err error, arg string) error {
+	var re *rpcError
+	if errors.As(err, &re) && connect.CodeOf(err) == connect.CodeNotFound && !strings.HasPrefix(arg, "job_") {
+		re.hint = fmt.Sprintf("Job ids start with job_. For an install's jobs: byoc logs %s (its latest logs), byoc job list --install %[1]s.", shellQuote(arg))
 	}
 	return err
 }
@@ -261,6 +275,9 @@ func (a *app) describe(err error) string {
 	msg := flagNames(ce.Message(), re.flags)
 	if msg == "" {
 		msg = ce.Code().String()
+	}
+	if re.hint != "" {
+		msg += "\n" + re.hint
 	}
 	var ne net.Error
 	switch ce.Code() {

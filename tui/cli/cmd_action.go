@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
+	"github.com/byoc-dev/byoc/internal/reltime"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
 
@@ -168,9 +169,10 @@ func cut(s string, width int) string {
 
 func (a *app) actionRunsCommand() *cobra.Command {
 	var action string
+	var watch bool
 	var limit int32
 	cmd := &cobra.Command{
-		Use:   "runs INSTALL [--action NAME] [--limit N]",
+		Use:   "runs INSTALL [--action NAME] [--limit N] [--watch]",
 		Short: "List an install's action runs, newest first, with their outputs",
 		Args:  exactArgs("INSTALL"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -181,38 +183,33 @@ func (a *app) actionRunsCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			res, err := c.ListActionRuns(cmd.Context(), connect.NewRequest(&imsv1.ListActionRunsRequest{Install: args[0], Action: action, PageSize: limit}))
-			if err != nil {
-				return c.wrap(err)
-			}
-			runs := res.Msg.GetRuns()
-			if err := sortRows(a, runs); err != nil {
-				return err
-			}
-			if a.jsonOutput() {
-				return writeJSONList(a.stdout, runs)
-			}
-			if len(runs) == 0 {
-				fmt.Fprintf(a.stderr, "No action runs; start one with: byoc action run %s ACTION\n", args[0])
-				return nil
-			}
-			now := a.now()
-			t := newTable(a.stdout, "ID", "ACTION", "TRIGGER", "STATE", "STARTED", "TOOK", "OUTPUTS")
-			for _, r := range runs {
-				took := ""
-				if r.GetStartTime() != nil && r.GetEndTime() != nil {
-					took = shortDuration(r.GetEndTime().AsTime().Sub(r.GetStartTime().AsTime()))
-				}
-				outs := outputsSummary(r.GetOutputs(), 60)
-				if r.GetError() != "" && outs == "" {
-					outs = cut("error: "+r.GetError(), 60)
-				}
-				t.row(r.GetId(), r.GetAction(), r.GetTrigger(), workflowStateName(r.GetState()), ago(now, r.GetStartTime()), took, outs)
-			}
-			return t.flush()
+			return runList(cmd.Context(), a, watch, listing[*imsv1.ActionRun]{
+				noun: "action runs", empty: fmt.Sprintf("No action runs; start one with: byoc action run %s ACTION", args[0]),
+				fetch: func(ctx context.Context) ([]*imsv1.ActionRun, error) {
+					res, err := c.ListActionRuns(ctx, connect.NewRequest(&imsv1.ListActionRunsRequest{Install: args[0], Action: action, PageSize: limit}))
+					if err != nil {
+						return nil, c.wrap(err)
+					}
+					return res.Msg.GetRuns(), nil
+				},
+				id:     (*imsv1.ActionRun).GetId,
+				header: []string{"ID", "ACTION", "TRIGGER", "STATE", "STARTED", "TOOK", "OUTPUTS"},
+				row: func(_ context.Context, now time.Time, r *imsv1.ActionRun) []string {
+					took := ""
+					if r.GetStartTime() != nil && r.GetEndTime() != nil {
+						took = reltime.Duration(r.GetEndTime().AsTime().Sub(r.GetStartTime().AsTime()))
+					}
+					outs := outputsSummary(r.GetOutputs(), 60)
+					if r.GetError() != "" && outs == "" {
+						outs = cut("error: "+r.GetError(), 60)
+					}
+					return []string{r.GetId(), r.GetAction(), r.GetTrigger(), workflowStateName(r.GetState()), ago(now, r.GetStartTime()), took, outs}
+				},
+			})
 		},
 	}
 	cmd.Flags().StringVar(&action, "action", "", "only the runs of this action")
+	watchFlag(cmd, &watch, "each run again as it changes (new runs too)")
 	cmd.Flags().Int32Var(&limit, "limit", 0, "at most this many (default 100)")
 	return cmd
 }

@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"context"
 	"fmt"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
@@ -52,8 +54,9 @@ func (a *app) appCreateCommand() *cobra.Command {
 }
 
 func (a *app) appListCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:     "list",
+	var watch bool
+	cmd := &cobra.Command{
+		Use:     "list [--watch]",
 		Aliases: []string{"ls"},
 		Short:   "List apps",
 		Args:    noArgs,
@@ -62,28 +65,25 @@ func (a *app) appListCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			res, err := c.ListApps(cmd.Context(), connect.NewRequest(&imsv1.ListAppsRequest{}))
-			if err != nil {
-				return c.wrap(err)
-			}
-			if err := sortRows(a, res.Msg.GetApps()); err != nil {
-				return err
-			}
-			if a.jsonOutput() {
-				return writeJSONList(a.stdout, res.Msg.GetApps())
-			}
-			if len(res.Msg.GetApps()) == 0 {
-				fmt.Fprintln(a.stderr, "No apps; create one with: byoc app create NAME")
-				return nil
-			}
-			now := a.now()
-			t := newTable(a.stdout, "NAME", "ID", "CREATED", "DESCRIPTION")
-			for _, app := range res.Msg.GetApps() {
-				t.row(app.GetName(), app.GetId(), ago(now, app.GetCreateTime()), app.GetDescription())
-			}
-			return t.flush()
+			return runList(cmd.Context(), a, watch, listing[*imsv1.App]{
+				noun: "apps", empty: "No apps; create one with: byoc app create NAME",
+				fetch: func(ctx context.Context) ([]*imsv1.App, error) {
+					res, err := c.ListApps(ctx, connect.NewRequest(&imsv1.ListAppsRequest{}))
+					if err != nil {
+						return nil, c.wrap(err)
+					}
+					return res.Msg.GetApps(), nil
+				},
+				id:     (*imsv1.App).GetId,
+				header: []string{"NAME", "ID", "CREATED", "DESCRIPTION"},
+				row: func(_ context.Context, now time.Time, app *imsv1.App) []string {
+					return []string{app.GetName(), app.GetId(), ago(now, app.GetCreateTime()), app.GetDescription()}
+				},
+			})
 		},
 	}
+	watchFlag(cmd, &watch, "each app again as it changes (new apps too)")
+	return cmd
 }
 
 func (a *app) appGetCommand() *cobra.Command {

@@ -2,10 +2,12 @@ package cli
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/byoc-dev/byoc/internal/auditchain"
+	"github.com/byoc-dev/byoc/internal/plural"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
 
@@ -96,8 +99,9 @@ func chainName(c string) string {
 func (a *app) auditListCommand() *cobra.Command {
 	var scope auditScope
 	var since string
+	var watch bool
 	cmd := &cobra.Command{
-		Use:   "list",
+		Use:   "list [--install INSTALL | --vendor] [--since T] [--watch]",
 		Short: "List audit events, by chain then sequence number",
 		Long: `List audit events: every install's chain and the vendor-wide one, or only
 --install's or --vendor's. With -o json, each event as byoc audit export
@@ -111,6 +115,9 @@ writes it (the fields the hash covers, and the hash).`,
 			if err != nil {
 				return err
 			}
+			if watch {
+				return a.watchAudit(cmd, scope, t0)
+			}
 			rs, err := a.fetchAudit(cmd, scope, t0)
 			if err != nil {
 				return err
@@ -121,16 +128,110 @@ writes it (the fields the hash covers, and the hash).`,
 				}
 				return writeJSONValue(a.stdout, rs)
 			}
-			t := newTable(a.stdout, "TIME", "CHAIN", "SEQ", "KIND", "ACTOR", "SUBJECT", "DATA")
+			installs := a.chainNames()
+			t := newTable(a.stdout, a.auditHeader()...)
 			for _, r := range rs {
-				t.row(time.Unix(0, r.At).UTC().Format(time.RFC3339), chainName(r.Chain), strconv.FormatInt(r.Seq, 10), r.Kind, r.Actor, r.Subject, r.Data)
+				t.row(a.auditRow(cmd.Context(), installs, r)...)
 			}
 			return t.flush()
 		},
 	}
 	scope.flags(cmd)
 	cmd.Flags().StringVar(&since, "since", "", "only events at or after this time (RFC 3339) or this long ago (24h)")
+	watchFlag(cmd, &watch, "each new event as it is recorded")
 	return cmd
+}
+
+// auditHeader is the header of audit list's table: CHAIN names the
+// install (its id under -o wide), or says vendor.
+func (a *app) auditHeader() []string {
+	h := []string{"TIME", "CHAIN", "SEQ", "KIND", "ACTOR", "SUBJECT", "DATA"}
+	if a.wideOutput() {
+		h = slices.Insert(h, 2, "CHAIN ID")
+	}
+	return h
+}
+
+// chainNames looks up the names of the installs audit chains are about.
+func (a *app) chainNames() *names {
+	return &names{list: func(ctx context.Context) map[string]string {
+		c, err := a.connect()
+		if err != nil {
+			return map[string]string{}
+		}
+		return a.installNames(ctx, c)
+	}}
+}
+
+func (a *app) auditRow(ctx context.Context, installs *names, r auditchain.Record) []string {
+	name := "vendor"
+	if r.Chain != "" {
+		name = installs.of(ctx, r.Chain)
+	}
+	row := []string{time.Unix(0, r.At).UTC().Format(time.RFC3339), name, strconv.FormatInt(r.Seq, 10), r.Kind, r.Actor, r.Subject, r.Data}
+	if a.wideOutput() {
+		row = slices.Insert(row, 2, r.Chain)
+	}
+	return row
+}
+
+// auditOverlap is how far back each poll of audit list --watch asks again
+// (and drops what it printed): an event recorded a little late, with a
+// time before the newest one seen (another replica's clock), still shows.
+const auditOverlap = time.Minute
+
+// watchAudit prints the events since since, then each new one as imsd
+// records it (events are never changed, only appended), polling until
+// Ctrl-C.
+func (a *app) watchAudit(cmd *cobra.Command, scope auditScope, since time.Time) error {
+	printed := map[string]int64{} // chain/seq → its time, for those within auditOverlap of the newest
+	installs := a.chainNames()
+	t := &watchTable{w: a.stdout}
+	return poll(cmd.Context(), func(first bool) (bool, error) {
+		rs, err := a.fetchAudit(cmd, scope, since)
+		if err != nil {
+			return false, err
+		}
+		var rows [][]string
+		fresh := 0
+		newest := since.UnixNano()
+		for _, r := range rs {
+			newest = max(newest, r.At)
+			key := r.Chain + "/" + strconv.FormatInt(r.Seq, 10)
+			if _, ok := printed[key]; ok {
+				continue
+			}
+			printed[key] = r.At
+			fresh++
+			if a.jsonOutput() {
+				if err := writeJSONValue(a.stdout, r); err != nil {
+					return false, err
+				}
+				continue
+			}
+			if len(t.widths) == 0 && len(rows) == 0 {
+				rows = append(rows, a.auditHeader())
+			}
+			rows = append(rows, a.auditRow(cmd.Context(), installs, r))
+		}
+		if len(rows) > 0 {
+			if err := t.print(rows...); err != nil {
+				return false, err
+			}
+		}
+		if first && len(printed) == 0 {
+			fmt.Fprintln(a.stderr, "No audit events yet; watching for new ones (Ctrl-C ends).")
+		}
+		if newest > 0 {
+			since = time.Unix(0, newest).Add(-auditOverlap)
+		}
+		for k, at := range printed {
+			if at < since.UnixNano() {
+				delete(printed, k)
+			}
+		}
+		return fresh > 0, nil
+	})
 }
 
 func (a *app) auditVerifyCommand() *cobra.Command {
@@ -159,16 +260,25 @@ verify.`,
 			if err != nil {
 				return err
 			}
+			var installs *names // an export is checked without imsd: ids only
+			if file == "" {
+				installs = a.chainNames()
+			}
 			bad := 0
 			for _, chain := range splitChains(rs) {
 				name := chainName(chain[0].Chain)
+				if id := chain[0].Chain; installs != nil && id != "" {
+					if n := installs.of(cmd.Context(), id); n != id {
+						name = n + " (" + id + ")"
+					}
+				}
 				if p := auditchain.Verify(chain); p != nil {
 					bad++
 					fmt.Fprintf(a.stdout, "chain %s: NOT VERIFIED: record %d %s (%s)\n", name, p.Seq, p.What, p.Detail)
 					continue
 				}
 				last := chain[len(chain)-1]
-				fmt.Fprintf(a.stdout, "chain %s: %d records verified, last %d hash %s\n", name, len(chain), last.Seq, last.Hash)
+				fmt.Fprintf(a.stdout, "chain %s: %s verified, last %d hash %s\n", name, plural.Count(len(chain), "record"), last.Seq, last.Hash)
 			}
 			if len(rs) == 0 {
 				fmt.Fprintln(a.stdout, "no audit events")
@@ -276,7 +386,7 @@ it without imsd: byoc audit verify --file, or a few lines of any language
 				if err := f.Close(); err != nil {
 					return fmt.Errorf("write %s: %w", file, err)
 				}
-				fmt.Fprintf(a.stderr, "Wrote %d records to %s.\n", len(rs), file)
+				fmt.Fprintf(a.stderr, "Wrote %s to %s.\n", plural.Count(len(rs), "record"), file)
 			}
 			return nil
 		},

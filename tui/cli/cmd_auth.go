@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -230,8 +231,9 @@ plugin types and builds).`,
 }
 
 func (a *app) tokenListCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "list",
+	var watch bool
+	cmd := &cobra.Command{
+		Use:   "list [--watch]",
 		Short: "List the unrevoked API tokens with their grant, expiry and last use",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -239,29 +241,34 @@ func (a *app) tokenListCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			res, err := c.ListApiTokens(cmd.Context(), connect.NewRequest(&imsv1.ListApiTokensRequest{}))
-			if err != nil {
-				return c.wrap(err)
-			}
-			if a.jsonOutput() {
-				return writeJSONList(a.stdout, res.Msg.GetTokens())
-			}
-			now := a.now()
-			t := newTable(a.stdout, "NAME", "ID", "ROLE", "SCOPE", "CREATED", "EXPIRES", "LAST USED", "CREATED BY")
-			for _, tok := range res.Msg.GetTokens() {
-				exp, used := "never", "never"
-				if tok.GetExpireTime() != nil {
-					exp = ago(now, tok.GetExpireTime())
-				}
-				if tok.GetLastUsedTime() != nil {
-					used = ago(now, tok.GetLastUsedTime())
-				}
-				t.row(tok.GetName(), tok.GetId(), roleName(tok.GetGrant().GetRole()), scopeText(tok.GetGrant().GetScope()),
-					ago(now, tok.GetCreateTime()), exp, used, tok.GetCreatedBy())
-			}
-			return t.flush()
+			return runList(cmd.Context(), a, watch, listing[*imsv1.ApiToken]{
+				// Only unrevoked tokens are listed: one that leaves was revoked.
+				noun: "tokens", gone: "revoked", goneColumn: "EXPIRES",
+				fetch: func(ctx context.Context) ([]*imsv1.ApiToken, error) {
+					res, err := c.ListApiTokens(ctx, connect.NewRequest(&imsv1.ListApiTokensRequest{}))
+					if err != nil {
+						return nil, c.wrap(err)
+					}
+					return res.Msg.GetTokens(), nil
+				},
+				id:     (*imsv1.ApiToken).GetId,
+				header: []string{"NAME", "ID", "ROLE", "SCOPE", "CREATED", "EXPIRES", "LAST USED", "CREATED BY"},
+				row: func(_ context.Context, now time.Time, tok *imsv1.ApiToken) []string {
+					exp, used := "never", "never"
+					if tok.GetExpireTime() != nil {
+						exp = ago(now, tok.GetExpireTime())
+					}
+					if tok.GetLastUsedTime() != nil {
+						used = ago(now, tok.GetLastUsedTime())
+					}
+					return []string{tok.GetName(), tok.GetId(), roleName(tok.GetGrant().GetRole()), scopeText(tok.GetGrant().GetScope()),
+						ago(now, tok.GetCreateTime()), exp, used, tok.GetCreatedBy()}
+				},
+			})
 		},
 	}
+	watchFlag(cmd, &watch, "each token again as it changes (its last use; new ones too; a revoked one as revoked)")
+	return cmd
 }
 
 func (a *app) tokenRevokeCommand() *cobra.Command {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"time"
@@ -72,8 +73,9 @@ revoked. byoc breakglass list shows the state.`,
 
 func (a *app) breakglassListCommand() *cobra.Command {
 	var install, selector string
+	var watch bool
 	c := &cobra.Command{
-		Use:   "list [--install INSTALL] [-l SELECTOR]",
+		Use:   "list [--install INSTALL] [-l SELECTOR] [--watch]",
 		Short: "List break-glass requests and grants: pending, approved (until when), denied, expired, revoked",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -81,41 +83,44 @@ func (a *app) breakglassListCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			res, err := c.ListBreakGlassGrants(cmd.Context(), connect.NewRequest(&imsv1.ListBreakGlassGrantsRequest{Install: install, Selector: selector}))
-			if err != nil {
-				return withFlags(c.wrap(err), fieldFlag{"selector", "--selector"})
-			}
-			if err := sortRows(a, res.Msg.GetGrants()); err != nil {
-				return err
-			}
-			if a.jsonOutput() {
-				return writeJSONList(a.stdout, res.Msg.GetGrants())
-			}
-			now := a.now()
-			t := newTable(a.stdout, "ID", "INSTALL", "ROLE", "STATE", "UNTIL", "REQUESTED BY", "REASON", "DECIDED BY", "WHY")
-			for _, g := range res.Msg.GetGrants() {
-				until := ""
-				switch g.GetState() {
-				case "pending":
-					until = "request expires " + ago(now, g.GetRequestExpireTime())
-				case "approved", "expired":
-					// An approved grant's end may have passed before imsd heard so.
-					if until = ago(now, g.GetExpireTime()); g.GetExpireTime() != nil && !now.Before(g.GetExpireTime().AsTime()) {
-						until = "ended " + until
+			return runList(cmd.Context(), a, watch, listing[*imsv1.BreakGlassGrant]{
+				noun: "break-glass requests",
+				fetch: func(ctx context.Context) ([]*imsv1.BreakGlassGrant, error) {
+					res, err := c.ListBreakGlassGrants(ctx, connect.NewRequest(&imsv1.ListBreakGlassGrantsRequest{Install: install, Selector: selector}))
+					if err != nil {
+						return nil, withFlags(c.wrap(err), fieldFlag{"selector", "--selector"})
 					}
-				case "revoked":
-					until = strings.TrimSpace("revoked " + ago(now, g.GetRevokeTime()))
-				}
-				by := g.GetDecidedBy()
-				if g.GetRevokedBy() != "" {
-					by = strings.TrimPrefix(by+", revoked by "+g.GetRevokedBy(), ", ")
-				}
-				t.row(g.GetId(), g.GetInstallName(), g.GetRole(), g.GetState(), until, g.GetRequestedBy(), g.GetReason(), by, g.GetDecisionReason())
-			}
-			return t.flush()
+					return res.Msg.GetGrants(), nil
+				},
+				id:     (*imsv1.BreakGlassGrant).GetId,
+				header: []string{"ID", "INSTALL", "ROLE", "STATE", "UNTIL", "REQUESTED BY", "REASON", "DECIDED BY", "WHY"},
+				row:    grantRow,
+			})
 		},
 	}
 	c.Flags().StringVar(&install, "install", "", "only this install's")
 	selectorFlag(c, &selector, "grants of installs")
+	watchFlag(c, &watch, "each request again as it changes (approved, denied, expired, revoked; new ones too)")
 	return c
+}
+
+// grantRow is g's row of byoc breakglass list.
+func grantRow(_ context.Context, now time.Time, g *imsv1.BreakGlassGrant) []string {
+	until := ""
+	switch g.GetState() {
+	case "pending":
+		until = "request expires " + ago(now, g.GetRequestExpireTime())
+	case "approved", "expired":
+		// An approved grant's end may have passed before imsd heard so.
+		if until = ago(now, g.GetExpireTime()); g.GetExpireTime() != nil && !now.Before(g.GetExpireTime().AsTime()) {
+			until = "ended " + until
+		}
+	case "revoked":
+		until = strings.TrimSpace("revoked " + ago(now, g.GetRevokeTime()))
+	}
+	by := g.GetDecidedBy()
+	if g.GetRevokedBy() != "" {
+		by = strings.TrimPrefix(by+", revoked by "+g.GetRevokedBy(), ", ")
+	}
+	return []string{g.GetId(), g.GetInstallName(), g.GetRole(), g.GetState(), until, g.GetRequestedBy(), g.GetReason(), by, g.GetDecisionReason()}
 }

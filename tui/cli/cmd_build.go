@@ -212,9 +212,10 @@ func (a *app) startBuild(ctx context.Context, req *imsv1.StartBuildRequest, wait
 
 func (a *app) buildListCommand() *cobra.Command {
 	var repo string
+	var watch bool
 	var limit int32
 	cmd := &cobra.Command{
-		Use:   "list [--repo REPOSITORY]",
+		Use:   "list [--repo REPOSITORY] [--watch]",
 		Short: "List builds, newest first",
 		Args:  exactArgs(),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -222,34 +223,34 @@ func (a *app) buildListCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			res, err := c.ListBuilds(cmd.Context(), connect.NewRequest(&imsv1.ListBuildsRequest{Repository: repo, Limit: limit}))
-			if err != nil {
-				return c.wrap(err)
-			}
-			if err := sortRows(a, res.Msg.GetBuilds()); err != nil {
-				return err
-			}
-			if a.jsonOutput() {
-				return writeJSONList(a.stdout, res.Msg.GetBuilds())
-			}
-			now := a.now()
 			header := []string{"REFERENCE", "KIND", "SOURCE", "SIZE", "BUILT"}
 			if a.wideOutput() {
 				header = append(header, "SOURCE DIGEST", "MEDIA TYPE", "JOB")
 			}
-			t := newTable(a.stdout, header...)
-			for _, b := range res.Msg.GetBuilds() {
-				row := []string{b.GetRepository() + "@" + b.GetDigest(), b.GetKind(), b.GetSource(), fmt.Sprint(b.GetSize()), ago(now, b.GetCreateTime())}
-				if a.wideOutput() {
-					row = append(row, b.GetSourceDigest(), b.GetMediaType(), b.GetId())
-				}
-				t.row(row...)
-			}
-			return t.flush()
+			return runList(cmd.Context(), a, watch, listing[*imsv1.Build]{
+				noun: "builds",
+				fetch: func(ctx context.Context) ([]*imsv1.Build, error) {
+					res, err := c.ListBuilds(ctx, connect.NewRequest(&imsv1.ListBuildsRequest{Repository: repo, Limit: limit}))
+					if err != nil {
+						return nil, c.wrap(err)
+					}
+					return res.Msg.GetBuilds(), nil
+				},
+				id:     (*imsv1.Build).GetId,
+				header: header,
+				row: func(_ context.Context, now time.Time, b *imsv1.Build) []string {
+					row := []string{b.GetRepository() + "@" + b.GetDigest(), b.GetKind(), b.GetSource(), fmt.Sprint(b.GetSize()), ago(now, b.GetCreateTime())}
+					if a.wideOutput() {
+						row = append(row, b.GetSourceDigest(), b.GetMediaType(), b.GetId())
+					}
+					return row
+				},
+			})
 		},
 	}
 	cmd.Flags().StringVar(&repo, "repo", "", "only this vendor repository")
 	cmd.Flags().Int32Var(&limit, "limit", 100, "at most this many (up to 1000)")
+	watchFlag(cmd, &watch, "each new build")
 	return cmd
 }
 

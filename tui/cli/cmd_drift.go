@@ -9,6 +9,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
+	"github.com/byoc-dev/byoc/internal/plural"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
 
@@ -140,7 +141,7 @@ func printPolicy(w io.Writer, fs []*imsv1.PolicyFinding) {
 			deny++
 		}
 	}
-	fmt.Fprintf(w, "\nPolicy: %d denied, %d warnings\n", deny, len(fs)-deny)
+	fmt.Fprintf(w, "\nPolicy: %d denied, %s\n", deny, plural.Count(len(fs)-deny, "warning"))
 	for _, f := range fs {
 		fmt.Fprintf(w, "  %-4s [%s] %s: %s\n", f.GetLevel(), f.GetSource(), planText(f.GetPolicy()), planText(f.GetMessage()))
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/byoc-dev/byoc/internal/labels"
+	"github.com/byoc-dev/byoc/internal/reltime"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 	"github.com/byoc-dev/byoc/tui/console"
 )
@@ -286,7 +287,7 @@ func agentHealth(now time.Time, s *imsv1.AgentStatus) string {
 		return "-"
 	}
 	if t := s.GetHealthTime(); t != nil {
-		return fmt.Sprintf("%s (%s)", s.GetHealth(), shortDuration(max(now.Sub(t.AsTime()), 0)))
+		return fmt.Sprintf("%s (%s)", s.GetHealth(), reltime.Duration(max(now.Sub(t.AsTime()), 0)))
 	}
 	return s.GetHealth()
 }

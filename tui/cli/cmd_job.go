@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/byoc-dev/byoc/internal/backoff"
+	"github.com/byoc-dev/byoc/internal/reltime"
 	"github.com/byoc-dev/byoc/plugins/sdk/loglevel"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 	"github.com/byoc-dev/byoc/tui/termtext"
@@ -281,14 +282,14 @@ func (a *app) jobHeader() []string {
 	return header
 }
 
-// jobRow is job j's row of a job table; installNames maps install ids to
-// names.
-func (a *app) jobRow(j *imsv1.Job, installNames map[string]string, now time.Time) []string {
+// jobRow is job j's row of a job table; installName is its install's
+// name.
+func (a *app) jobRow(j *imsv1.Job, installName string, now time.Time) []string {
 	exit := ""
 	if isTerminal(j.GetState()) && !refused(j) {
 		exit = fmt.Sprint(j.GetExitCode())
 	}
-	row := []string{j.GetId(), cmp.Or(installNames[j.GetInstallId()], j.GetInstallId()), cmp.Or(j.GetComponent(), "-"), j.GetComponentType(), j.GetOperation(), stateName(j.GetState()),
+	row := []string{j.GetId(), installName, cmp.Or(j.GetComponent(), "-"), j.GetComponentType(), j.GetOperation(), stateName(j.GetState()),
 		attemptText(j), ago(now, j.GetCreateTime()), exit}
 	if a.wideOutput() {
 		row = slices.Insert(row, 2, j.GetInstallId())
@@ -343,35 +344,25 @@ func (a *app) jobListCommand() *cobra.Command {
 				}
 				return jobs, nil
 			}
-			if watch {
-				return a.watchJobs(cmd.Context(), c, fetch)
-			}
-			jobs, err := fetch(cmd.Context())
-			if err != nil {
-				return err
-			}
-			if err := sortRows(a, jobs); err != nil {
-				return err
-			}
-			if a.jsonOutput() {
-				return writeJSONList(a.stdout, jobs)
-			}
-			if len(jobs) == 0 {
-				fmt.Fprintln(a.stderr, "No jobs.")
-				return nil
-			}
 			// Tables name the install; its id is in -o wide and -o json.
-			installNames := a.installNames(cmd.Context(), c)
-			now := a.now()
-			t := newTable(a.stdout, a.jobHeader()...)
-			for _, j := range jobs {
-				t.row(a.jobRow(j, installNames, now)...)
-			}
-			return t.flush()
+			installs := &names{list: func(ctx context.Context) map[string]string { return a.installNames(ctx, c) }}
+			return runList(cmd.Context(), a, watch, listing[*imsv1.Job]{
+				noun: "jobs", empty: "No jobs.", fetch: fetch, id: (*imsv1.Job).GetId, header: a.jobHeader(),
+				get: func(ctx context.Context, id string) (*imsv1.Job, error) {
+					res, err := c.GetJob(ctx, connect.NewRequest(&imsv1.GetJobRequest{Id: id}))
+					if err != nil {
+						return nil, c.wrap(err)
+					}
+					return res.Msg.GetJob(), nil
+				},
+				row: func(ctx context.Context, now time.Time, j *imsv1.Job) []string {
+					return a.jobRow(j, installs.of(ctx, j.GetInstallId()), now)
+				},
+			})
 		},
 	}
 	f := cmd.Flags()
-	f.BoolVarP(&watch, "watch", "w", false, "after the list, print each job again as it changes (new jobs too) until Ctrl-C")
+	watchFlag(cmd, &watch, "each job again as it changes (new jobs too; one that leaves --state in its new state)")
 	f.StringVar(&install, "install", "", "only jobs of this install (name or id)")
 	selectorFlag(cmd, &selector, "jobs of installs")
 	f.StringSliceVar(&states, "state", nil, "only jobs in these states (comma-separated or repeated)")
@@ -400,7 +391,7 @@ func (a *app) jobGetCommand() *cobra.Command {
 			}
 			res, err := c.GetJob(cmd.Context(), connect.NewRequest(&imsv1.GetJobRequest{Id: args[0]}))
 			if err != nil {
-				return c.wrap(err)
+				return notAJob(c.wrap(err), args[0])
 			}
 			j := res.Msg.GetJob()
 			if a.jsonOutput() {
@@ -638,12 +629,12 @@ code.`,
 				return err
 			}
 			if follow {
-				return a.followJob(cmd.Context(), c, args[0], lf)
+				return notAJob(a.followJob(cmd.Context(), c, args[0], lf), args[0])
 			}
 			p := &logPrinter{w: a.stdout, format: lf, clean: a.terminal(a.stdout), json: a.jsonOutput()}
 			job, err := a.streamLogs(cmd.Context(), c, args[0], false, p)
 			if err != nil || p.afterSeq > 0 {
-				return err
+				return notAJob(err, args[0])
 			}
 			// No line at all: say why when the job never started, rather
 			// than print nothing.
@@ -786,7 +777,7 @@ func retryable(err error) bool {
 func (a *app) jobEnded(j *imsv1.Job, noLines bool) error {
 	took := ""
 	if j.GetStartTime() != nil && j.GetEndTime() != nil {
-		took = " in " + shortDuration(j.GetEndTime().AsTime().Sub(j.GetStartTime().AsTime()))
+		took = " in " + reltime.Duration(j.GetEndTime().AsTime().Sub(j.GetStartTime().AsTime()))
 	}
 	if j.GetState() == imsv1.JobState_JOB_STATE_SUCCEEDED {
 		fmt.Fprintf(a.stderr, "==> job %s succeeded%s\n", j.GetId(), took)
@@ -831,7 +822,7 @@ func (a *app) jobCancelCommand() *cobra.Command {
 			}
 			res, err := c.CancelJob(cmd.Context(), connect.NewRequest(&imsv1.CancelJobRequest{Id: args[0], Reason: reason}))
 			if err != nil {
-				return c.wrap(err)
+				return notAJob(c.wrap(err), args[0])
 			}
 			j := res.Msg.GetJob()
 			if a.jsonOutput() {

@@ -11,6 +11,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
+	"github.com/byoc-dev/byoc/internal/plural"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
 
@@ -103,8 +104,8 @@ optionally named ("canary:2"); it must end with every install (100%).`,
 			if a.jsonOutput() {
 				return writeJSON(a.stdout, r)
 			}
-			fmt.Fprintf(a.stdout, "Release %s of %s revision %d: %d installs in %d waves (%s).\n", r.GetId(), r.GetAppName(), r.GetAppRevision(),
-				sumCounts(r.GetCounts()), len(r.GetWaves()), waveSummary(r))
+			fmt.Fprintf(a.stdout, "Release %s of %s revision %d: %s in %s (%s).\n", r.GetId(), r.GetAppName(), r.GetAppRevision(),
+				plural.Count(int(sumCounts(r.GetCounts())), "install"), plural.Count(len(r.GetWaves()), "wave"), waveSummary(r))
 			printPlanGroupsOf(a.stdout, r)
 			fmt.Fprintf(a.stdout, "Follow it with: byoc release get %s --wait\n", r.GetId())
 			return nil
@@ -144,7 +145,7 @@ func printPlanGroupsOf(w io.Writer, r *imsv1.Release) {
 	if len(r.GetPlanGroups()) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "%d distinct plans:\n", len(r.GetPlanGroups()))
+	fmt.Fprintf(w, "%s:\n", plural.Count(len(r.GetPlanGroups()), "distinct plan"))
 	for i, g := range r.GetPlanGroups() {
 		what := strings.Join(g.GetSteps(), "; ")
 		switch {
@@ -153,16 +154,16 @@ func printPlanGroupsOf(w io.Writer, r *imsv1.Release) {
 		case what == "":
 			what = "no changes"
 		}
-		fmt.Fprintf(w, "  %d. %d installs: %s\n", i+1, g.GetInstalls(), what)
+		fmt.Fprintf(w, "  %d. %s: %s\n", i+1, plural.Count(int(g.GetInstalls()), "install"), what)
 	}
 }
 
 func (a *app) releaseListCommand() *cobra.Command {
 	var appName string
-	var active bool
+	var active, watch bool
 	var limit int32
 	cmd := &cobra.Command{
-		Use:     "list [--app APP] [--active]",
+		Use:     "list [--app APP] [--active] [--watch]",
 		Aliases: []string{"ls"},
 		Short:   "List releases, newest first",
 		Args:    noArgs,
@@ -171,33 +172,35 @@ func (a *app) releaseListCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			res, err := c.ListReleases(cmd.Context(), connect.NewRequest(&imsv1.ListReleasesRequest{App: appName, Active: active, PageSize: limit}))
-			if err != nil {
-				return c.wrap(err)
-			}
-			rs := res.Msg.GetReleases()
-			if err := sortRows(a, rs); err != nil {
-				return err
-			}
-			if a.jsonOutput() {
-				return writeJSONList(a.stdout, rs)
-			}
-			if len(rs) == 0 {
-				fmt.Fprintln(a.stderr, "No releases; start one with: byoc release create APP --revision N --waves canary:1,100%")
-				return nil
-			}
-			now := a.now()
-			t := newTable(a.stdout, "ID", "APP", "REVISION", "STATE", "WAVE", "PROGRESS", "CREATED")
-			for _, r := range rs {
-				t.row(r.GetId(), r.GetAppName(), revisionText(r), releaseStateName(r.GetState()), waveText(r),
-					releaseProgress(r.GetCounts()), ago(now, r.GetCreateTime()))
-			}
-			return t.flush()
+			return runList(cmd.Context(), a, watch, listing[*imsv1.Release]{
+				noun: "releases", empty: "No releases; start one with: byoc release create APP --revision N --waves canary:1,100%",
+				fetch: func(ctx context.Context) ([]*imsv1.Release, error) {
+					res, err := c.ListReleases(ctx, connect.NewRequest(&imsv1.ListReleasesRequest{App: appName, Active: active, PageSize: limit}))
+					if err != nil {
+						return nil, c.wrap(err)
+					}
+					return res.Msg.GetReleases(), nil
+				},
+				get: func(ctx context.Context, id string) (*imsv1.Release, error) {
+					res, err := c.GetRelease(ctx, connect.NewRequest(&imsv1.GetReleaseRequest{Id: id}))
+					if err != nil {
+						return nil, c.wrap(err)
+					}
+					return res.Msg.GetRelease(), nil
+				},
+				id:     (*imsv1.Release).GetId,
+				header: []string{"ID", "APP", "REVISION", "STATE", "WAVE", "PROGRESS", "CREATED"},
+				row: func(_ context.Context, now time.Time, r *imsv1.Release) []string {
+					return []string{r.GetId(), r.GetAppName(), revisionText(r), releaseStateName(r.GetState()), waveText(r),
+						releaseProgress(r.GetCounts()), ago(now, r.GetCreateTime())}
+				},
+			})
 		},
 	}
 	cmd.Flags().StringVar(&appName, "app", "", "only releases of this app")
 	cmd.Flags().BoolVar(&active, "active", false, "only releases that have not ended")
 	cmd.Flags().Int32Var(&limit, "limit", 0, "at most this many (default 100)")
+	watchFlag(cmd, &watch, "each release again as it changes (its wave, its progress; new ones too)")
 	return cmd
 }
 
@@ -347,7 +350,7 @@ func (a *app) followRelease(ctx context.Context, c *client, id string) error {
 			if r.GetCurrentWave() != wave && int(r.GetCurrentWave()) < len(r.GetWaves()) {
 				wave = r.GetCurrentWave()
 				w := r.GetWaves()[wave]
-				fmt.Fprintf(a.stdout, "wave %d/%d %s: %d installs\n", wave+1, len(r.GetWaves()), w.GetName(), w.GetSize())
+				fmt.Fprintf(a.stdout, "wave %d/%d %s: %s\n", wave+1, len(r.GetWaves()), w.GetName(), plural.Count(int(w.GetSize()), "install"))
 			}
 			for _, in := range r.GetInstalls() {
 				key := in.GetState() + in.GetError()
@@ -483,8 +486,8 @@ release get.`,
 			if a.jsonOutput() {
 				return writeJSON(a.stdout, r)
 			}
-			fmt.Fprintf(a.stdout, "Rollback %s of release %s: %d installs in %d waves (%s).\n", r.GetId(), args[0], sumCounts(r.GetCounts()),
-				len(r.GetWaves()), waveSummary(r))
+			fmt.Fprintf(a.stdout, "Rollback %s of release %s: %s in %s (%s).\n", r.GetId(), args[0], plural.Count(int(sumCounts(r.GetCounts())), "install"),
+				plural.Count(len(r.GetWaves()), "wave"), waveSummary(r))
 			fmt.Fprintf(a.stdout, "Follow it with: byoc release get %s --wait\n", r.GetId())
 			return nil
 		},

@@ -16,6 +16,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/byoc-dev/byoc/internal/backoff"
+	"github.com/byoc-dev/byoc/internal/plural"
+	"github.com/byoc-dev/byoc/internal/reltime"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
 
@@ -273,10 +275,10 @@ func (a *app) installPlanCommand() *cobra.Command {
 	var inputs, unset []string
 	var rev int64
 	var kind, appName, selector string
-	var live bool
+	var live, detailed bool
 	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "plan INSTALL... [--live [--timeout D]] [--app APP | -l SELECTOR] [--revision N] [--input KEY=VALUE ...] [--unset KEY ...] [--kind update|provision|deprovision]",
+		Use:   "plan INSTALL... [--live [--timeout D]] [--app APP | -l SELECTOR] [--revision N] [--input KEY=VALUE ...] [--unset KEY ...] [--kind update|provision|deprovision] [--detailed-exitcode]",
 		Short: "Show what a workflow would change in installs, and why; --live asks their agents for real plans",
 		Long: `Show the steps a workflow would run in an install and why, from the
 component graph alone (fast, nothing runs). With --live, each install's
@@ -286,7 +288,12 @@ to --timeout, and the planned changes are shown per component; this needs
 an admin token. Several installs (or --app APP: every install of the app;
 -l SELECTOR: every install whose labels match, of --app when given) are
 planned together and installs whose plans are identical are grouped:
-a dry run of a rollout across the fleet.`,
+a dry run of a rollout across the fleet.
+
+With --detailed-exitcode the exit code says whether there is anything to
+do, as terraform plan -detailed-exitcode does: 0 no install has a step to
+run, 2 some install has, 1 an error (an install or a component that could
+not be planned).`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 && appName == "" && selector == "" {
 				return usagef("name at least one INSTALL, or --app APP, or -l SELECTOR")
@@ -360,14 +367,15 @@ a dry run of a rollout across the fleet.`,
 				} else if err := a.printInstallPlan(cmd.Context(), c, installs[0], plans[0]); err != nil {
 					return err
 				}
-				return failedPlansError(plans)
+				return planVerdict(plans, detailed)
 			}
 			if err := a.printPlanGroups(cmd.Context(), c, installs, plans, errs); err != nil {
 				return err
 			}
-			return failedPlansError(plans)
+			return planVerdict(plans, detailed)
 		},
 	}
+	cmd.Flags().BoolVar(&detailed, "detailed-exitcode", false, "exit 0 when no install has a step to run, 2 when some has, 1 on an error")
 	cmd.Flags().StringArrayVar(&inputs, "input", nil, "plan as if this input were set (repeatable)")
 	cmd.Flags().StringArrayVar(&unset, "unset", nil, "plan as if this input were removed (repeatable)")
 	cmd.Flags().Int64Var(&rev, "revision", 0, "app revision to plan for (default: the latest)")
@@ -383,6 +391,21 @@ a dry run of a rollout across the fleet.`,
 // request's input fields.
 var inputFlags = []fieldFlag{{"set_inputs", "--input"}, {"unset_inputs", "--unset"},
 	{"app_revision", "--revision"}, {"parallelism", "--parallelism"}}
+
+// planVerdict is install plan's exit: failedPlansError's, else with
+// detailed (--detailed-exitcode) exitChanges when some install has a step
+// to run.
+func planVerdict(plans []*imsv1.PlanInstallResponse, detailed bool) error {
+	if err := failedPlansError(plans); err != nil || !detailed {
+		return err
+	}
+	for _, p := range plans {
+		if len(p.GetSteps()) > 0 {
+			return &exitCodeError{code: exitChanges}
+		}
+	}
+	return nil
+}
 
 // failedPlansError is a live plan's verdict when some component's plan
 // failed or timed out: exit 1, as when an install could not be planned,
@@ -414,7 +437,7 @@ func failedPlansError(plans []*imsv1.PlanInstallResponse) error {
 // for a live plan, each component's planned changes.
 func (a *app) printInstallPlan(ctx context.Context, c *client, install string, p *imsv1.PlanInstallResponse) error {
 	if len(p.GetSteps()) == 0 {
-		fmt.Fprintf(a.stdout, "No changes: install %s matches app revision %d (%d components unchanged).\n", install, p.GetAppRevision(), len(p.GetUnchanged()))
+		fmt.Fprintf(a.stdout, "No changes: install %s matches app revision %d (%s unchanged).\n", install, p.GetAppRevision(), plural.Count(len(p.GetUnchanged()), "component"))
 		return nil
 	}
 	fmt.Fprintf(a.stdout, "Plan (%s) of install %s to app revision %d:\n\n", kindName(p.GetKind()), install, p.GetAppRevision())
@@ -448,7 +471,7 @@ func (a *app) printPlanSteps(p *imsv1.PlanInstallResponse) error {
 	if err := t.flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(a.stdout, "\n%d steps; %d components unchanged", len(p.GetSteps()), len(p.GetUnchanged()))
+	fmt.Fprintf(a.stdout, "\n%s; %s unchanged", plural.Count(len(p.GetSteps()), "step"), plural.Count(len(p.GetUnchanged()), "component"))
 	if len(p.GetUnchanged()) > 0 && len(p.GetUnchanged()) <= 10 {
 		fmt.Fprintf(a.stdout, " (%s)", strings.Join(p.GetUnchanged(), ", "))
 	}
@@ -518,9 +541,9 @@ func (a *app) printPlanGroups(ctx context.Context, c *client, installs []string,
 			return err
 		}
 	} else {
-		fmt.Fprintf(a.stdout, "%d installs, %d distinct plans.\n", len(installs)-len(failed), len(groups))
+		fmt.Fprintf(a.stdout, "%s, %s.\n", plural.Count(len(installs)-len(failed), "install"), plural.Count(len(groups), "distinct plan"))
 		for i, g := range groups {
-			fmt.Fprintf(a.stdout, "\n=== Plan %d of %d: %d installs: %s\n\n", i+1, len(groups), len(g.Installs), strings.Join(g.Installs, ", "))
+			fmt.Fprintf(a.stdout, "\n=== Plan %d of %d: %s: %s\n\n", i+1, len(groups), plural.Count(len(g.Installs), "install"), strings.Join(g.Installs, ", "))
 			if err := a.printInstallPlan(ctx, c, g.Installs[0], g.Plan); err != nil {
 				return err
 			}
@@ -537,10 +560,10 @@ func (a *app) printPlanGroups(ctx context.Context, c *client, installs []string,
 
 func (a *app) workflowListCommand() *cobra.Command {
 	var install, selector string
-	var active bool
+	var active, watch bool
 	var limit int32
 	cmd := &cobra.Command{
-		Use:     "list [--install INSTALL] [-l SELECTOR] [--active]",
+		Use:     "list [--install INSTALL] [-l SELECTOR] [--active] [--watch]",
 		Aliases: []string{"ls"},
 		Short:   "List workflows, newest first",
 		Args:    noArgs,
@@ -549,33 +572,36 @@ func (a *app) workflowListCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			res, err := c.ListWorkflows(cmd.Context(), connect.NewRequest(&imsv1.ListWorkflowsRequest{Install: install, Active: active, PageSize: limit, Selector: selector}))
-			if err != nil {
-				return withFlags(c.wrap(err), fieldFlag{"selector", "--selector"})
-			}
-			if err := sortRows(a, res.Msg.GetWorkflows()); err != nil {
-				return err
-			}
-			if a.jsonOutput() {
-				return writeJSONList(a.stdout, res.Msg.GetWorkflows())
-			}
-			if len(res.Msg.GetWorkflows()) == 0 {
-				fmt.Fprintln(a.stderr, "No workflows; start one with: byoc install provision INSTALL")
-				return nil
-			}
-			now := a.now()
-			t := newTable(a.stdout, "ID", "INSTALL", "KIND", "STATE", "REVISION", "CREATED", "REASON")
-			for _, wf := range res.Msg.GetWorkflows() {
-				t.row(wf.GetId(), cmp.Or(wf.GetInstallName(), wf.GetInstallId()), kindName(wf.GetKind()), workflowStateName(wf.GetState()),
-					strconv.FormatInt(wf.GetAppRevision(), 10), ago(now, wf.GetCreateTime()), wf.GetReason())
-			}
-			return t.flush()
+			return runList(cmd.Context(), a, watch, listing[*imsv1.Workflow]{
+				noun: "workflows", empty: "No workflows; start one with: byoc install provision INSTALL",
+				fetch: func(ctx context.Context) ([]*imsv1.Workflow, error) {
+					res, err := c.ListWorkflows(ctx, connect.NewRequest(&imsv1.ListWorkflowsRequest{Install: install, Active: active, PageSize: limit, Selector: selector}))
+					if err != nil {
+						return nil, withFlags(c.wrap(err), fieldFlag{"selector", "--selector"})
+					}
+					return res.Msg.GetWorkflows(), nil
+				},
+				get: func(ctx context.Context, id string) (*imsv1.Workflow, error) {
+					res, err := c.GetWorkflow(ctx, connect.NewRequest(&imsv1.GetWorkflowRequest{Id: id}))
+					if err != nil {
+						return nil, c.wrap(err)
+					}
+					return res.Msg.GetWorkflow(), nil
+				},
+				id:     (*imsv1.Workflow).GetId,
+				header: []string{"ID", "INSTALL", "KIND", "STATE", "REVISION", "CREATED", "REASON"},
+				row: func(_ context.Context, now time.Time, wf *imsv1.Workflow) []string {
+					return []string{wf.GetId(), cmp.Or(wf.GetInstallName(), wf.GetInstallId()), kindName(wf.GetKind()), workflowStateName(wf.GetState()),
+						strconv.FormatInt(wf.GetAppRevision(), 10), ago(now, wf.GetCreateTime()), wf.GetReason()}
+				},
+			})
 		},
 	}
 	cmd.Flags().StringVar(&install, "install", "", "only workflows of this install")
 	selectorFlag(cmd, &selector, "workflows of installs")
 	cmd.Flags().BoolVar(&active, "active", false, "only workflows that have not ended")
 	cmd.Flags().Int32Var(&limit, "limit", 0, "at most this many (default 100)")
+	watchFlag(cmd, &watch, "each workflow again as it changes (new ones too; under --active, one that ends as it ended)")
 	return cmd
 }
 
@@ -619,7 +645,7 @@ func (a *app) printWorkflow(wf *imsv1.Workflow) error {
 			if s.GetEndTime() != nil {
 				end = s.GetEndTime().AsTime()
 			}
-			took = shortDuration(end.Sub(s.GetStartTime().AsTime()))
+			took = reltime.Duration(end.Sub(s.GetStartTime().AsTime()))
 		}
 		why := s.GetReason()
 		if s.GetError() != "" {
@@ -761,8 +787,8 @@ func (a *app) follow(ctx context.Context, c *client, id string) error {
 				break
 			}
 			printStepPlans(a.stdout, stepPlans(ctx, c, wf.GetSteps()))
-			fmt.Fprintf(a.stdout, "\nWorkflow %s awaits approval of its plan (%d steps): byoc workflow get %s shows it; byoc workflow approve %s runs it.\n",
-				wf.GetId(), len(wf.GetSteps()), wf.GetId(), wf.GetId())
+			fmt.Fprintf(a.stdout, "\nWorkflow %s awaits approval of its plan (%s): byoc workflow get %s shows it; byoc workflow approve %s runs it.\n",
+				wf.GetId(), plural.Count(len(wf.GetSteps()), "step"), wf.GetId(), wf.GetId())
 			return &exitCodeError{code: exitAwaitingApproval}
 		case workflowEnded(wf.GetState()):
 			if a.jsonOutput() {
@@ -926,7 +952,7 @@ func (a *app) workflowApproveCommand() *cobra.Command {
 				return c.wrap(err)
 			}
 			if !a.jsonOutput() && len(shown) > 0 {
-				fmt.Fprintf(a.stdout, "Approved %d plans of workflow %s:\n%s\n", len(shown), args[0], strings.Join(shown, "\n"))
+				fmt.Fprintf(a.stdout, "Approved %s of workflow %s:\n%s\n", plural.Count(len(shown), "plan"), args[0], strings.Join(shown, "\n"))
 			}
 			if wait {
 				return a.follow(cmd.Context(), c, args[0])

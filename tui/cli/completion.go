@@ -34,6 +34,9 @@ const (
 	revisionRes // revisions of the app named by the first argument (or --app), or of the install's app
 	roleRes     // break-glass roles of the install named by the first argument
 	contextRes  // contexts of the config file (no server asked)
+	releaseRes  // release ids, newest first
+	tokenRes    // API token names
+	pluginRes   // registered component types
 )
 
 // argResources are the commands whose NAME argument names an existing
@@ -44,13 +47,17 @@ var argResources = map[string]resource{
 	"byoc app get":        appRes,
 	"byoc context use":    contextRes,
 	"byoc context remove": contextRes,
+	"byoc install label":  installRes,
+	"byoc token revoke":   tokenRes,
+	"byoc plugin get":     pluginRes,
+	"byoc plugin remove":  pluginRes,
 }
 
 // placeholders map the argument placeholders of a command's Use line to
 // what they name.
 var placeholders = map[string]resource{
 	"INSTALL": installRes, "INSTALL...": installRes, "APP": appRes, "JOB": jobRes, "ACTION": actionRes,
-	"WORKFLOW": workflowRes, "STEP": stepRes, "REV1": revisionRes,
+	"WORKFLOW": workflowRes, "STEP": stepRes, "REV1": revisionRes, "RELEASE": releaseRes, "WORKFLOW|INSTALL": workflowRes,
 }
 
 // flagResources are the flags that name a resource, on any command.
@@ -235,6 +242,34 @@ func (a *app) complete(cmd *cobra.Command, kind resource, args []string, toCompl
 		}
 		for _, r := range res.Msg.GetRevisions() {
 			add(strconv.FormatInt(r.GetNumber(), 10), r.GetVersion(), ago(a.now(), r.GetCreateTime()))
+		}
+	case releaseRes:
+		res, err := c.ListReleases(ctx, connect.NewRequest(&imsv1.ListReleasesRequest{PageSize: 100}))
+		if err != nil {
+			return nil, dir
+		}
+		for _, r := range res.Msg.GetReleases() {
+			add(r.GetId(), r.GetAppName(), revisionText(r), releaseStateName(r.GetState()))
+		}
+	case tokenRes:
+		res, err := c.ListApiTokens(ctx, connect.NewRequest(&imsv1.ListApiTokensRequest{}))
+		if err != nil {
+			return nil, dir
+		}
+		for _, tok := range res.Msg.GetTokens() {
+			add(tok.GetName(), roleName(tok.GetGrant().GetRole()), scopeText(tok.GetGrant().GetScope()))
+		}
+	case pluginRes:
+		res, err := c.ListPluginTypes(ctx, connect.NewRequest(&imsv1.ListPluginTypesRequest{}))
+		if err != nil {
+			return nil, dir
+		}
+		for _, p := range res.Msg.GetPluginTypes() {
+			if p.GetBuiltin() {
+				add(p.GetType(), "built-in")
+			} else {
+				add(p.GetType(), p.GetVersion())
+			}
 		}
 	case roleRes:
 		if len(args) == 0 {

@@ -46,6 +46,24 @@ func (f completeFake) GetBreakGlassPolicy(ctx context.Context, req *connect.Requ
 	}}), nil
 }
 
+func (f completeFake) ListReleases(ctx context.Context, req *connect.Request[imsv1.ListReleasesRequest]) (*connect.Response[imsv1.ListReleasesResponse], error) {
+	return connect.NewResponse(&imsv1.ListReleasesResponse{Releases: []*imsv1.Release{
+		{Id: "rel_2", AppName: "shop", AppRevision: 12, State: imsv1.ReleaseState_RELEASE_STATE_RUNNING},
+	}}), nil
+}
+
+func (f completeFake) ListApiTokens(ctx context.Context, req *connect.Request[imsv1.ListApiTokensRequest]) (*connect.Response[imsv1.ListApiTokensResponse], error) {
+	return connect.NewResponse(&imsv1.ListApiTokensResponse{Tokens: []*imsv1.ApiToken{
+		{Id: "tok_1", Name: "ci-deploy", Grant: &imsv1.RoleGrant{Role: imsv1.Role_ROLE_OPERATOR}},
+	}}), nil
+}
+
+func (f completeFake) ListPluginTypes(ctx context.Context, req *connect.Request[imsv1.ListPluginTypesRequest]) (*connect.Response[imsv1.ListPluginTypesResponse], error) {
+	return connect.NewResponse(&imsv1.ListPluginTypesResponse{PluginTypes: []*imsv1.PluginType{
+		{Type: "helm", Builtin: true}, {Type: "s3bucket", Version: "1.2.0"},
+	}}), nil
+}
+
 // Completion of the resources and flag values item 11 found missing:
 // workflow ids, steps, --revision, --role, and the fixed values of
 // --state, --mode, --kind, --format, -o and --sort-by; --context from the
@@ -78,6 +96,12 @@ func TestCompletionOfWorkflowsRevisionsRolesAndValues(t *testing.T) {
 		{[]string{"install", "list", "--sort-by", ""}, []string{".agent.lastSeenTime", ".name"}, nil},
 		{[]string{"--context", ""}, []string{"test\thttp://127.0.0.1:"}, nil},
 		{[]string{"context", "use", ""}, []string{"test"}, nil},
+		{[]string{"release", "get", ""}, []string{"rel_2\tshop 12 running"}, nil},
+		{[]string{"release", "approve", ""}, []string{"rel_2"}, nil},
+		{[]string{"release", "rollback", ""}, []string{"rel_2"}, nil},
+		{[]string{"token", "revoke", ""}, []string{"ci-deploy\toperator"}, nil},
+		{[]string{"plugin", "get", ""}, []string{"helm\tbuilt-in", "s3bucket\t1.2.0"}, nil},
+		{[]string{"install", "label", ""}, []string{"shop-acme"}, nil},
 	} {
 		r := mustRun(t, append([]string{"__complete"}, tc.args...)...)
 		for _, w := range tc.want {

@@ -37,6 +37,7 @@ var examples = map[string]string{
 	"byoc release create": `  byoc release create shop --revision 7 --waves "canary:2,10%,50%,100%" --max-failures 5%
   byoc release create shop --revision 7 --selector tier!=canary --respect-windows --pause-between 10m --wait`,
 	"byoc release list": `  byoc release list --active
+  byoc release list --active --watch    # each release again as its waves move; an ended one as ended
   byoc release list --app shop -o json`,
 	"byoc release get": `  byoc release get rel_0123
   byoc release get rel_0123 --wait      # exit 0 succeeded, 1 failed, 3 awaits approval, 4 halted or paused`,
@@ -76,7 +77,8 @@ var examples = map[string]string{
   byoc install list --sort-by .agent.lastSeenTime`,
 	"byoc install plan": `  byoc install plan shop-acme                       # the steps a provision would run, and why
   byoc install plan shop-acme --input size=l        # what an input change would redeploy
-  byoc install plan --app shop --revision 4 --live  # real plans from every install's agent`,
+  byoc install plan --app shop --revision 4 --live  # real plans from every install's agent
+  byoc install plan shop-acme --detailed-exitcode   # exit 0 nothing to do, 2 steps to run, 1 an error`,
 	"byoc install provision": `  byoc install provision shop-acme --wait
   byoc install provision shop-acme --revision 3`,
 	"byoc install stack": `  byoc install stack shop-acme -o stack.yaml
@@ -91,6 +93,7 @@ var examples = map[string]string{
 	"byoc workflow get": `  byoc workflow get wf_01hx...
   byoc workflow get wf_01hx... --wait       # follow it until it ends`,
 	"byoc workflow list": `  byoc workflow list --install shop-acme
+  byoc workflow list --active -w        # then each workflow again as it changes
   byoc workflow list --active -o name`,
 	"byoc workflow retry": `  byoc workflow retry wf_01hx... db --wait`,
 
@@ -114,12 +117,14 @@ var examples = map[string]string{
   byoc plugin register greeting.json`,
 	"byoc plugin remove": `  byoc plugin remove greeting`,
 
-	"byoc breakglass list":    `  byoc breakglass list --install shop-acme`,
+	"byoc breakglass list": `  byoc breakglass list --install shop-acme
+  byoc breakglass list --install shop-acme --watch   # see the customer approve or deny`,
 	"byoc breakglass request": `  byoc breakglass request shop-acme --role admin --reason "INC-123: disk full" --for 1h`,
 
 	"byoc audit export": `  byoc audit export --install shop-acme --file shop-acme.audit.jsonl
   byoc audit export --vendor --file vendor.audit.jsonl`,
 	"byoc audit list": `  byoc audit list --install shop-acme --since 24h
+  byoc audit list --since 10m --watch   # then each new event as it is recorded
   byoc audit list --vendor -o json`,
 	"byoc audit verify": `  byoc audit verify                     # every chain, read from imsd
   byoc audit verify --file shop-acme.audit.jsonl`,

@@ -15,6 +15,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/byoc-dev/byoc/internal/reltime"
 )
 
 // jsonOptions renders messages for scripts: every field present (so that a
@@ -243,11 +245,7 @@ func ago(now time.Time, ts *timestamppb.Timestamp) string {
 	if ts == nil {
 		return ""
 	}
-	d := now.Sub(ts.AsTime())
-	if d < 0 {
-		return "in " + shortDuration(-d)
-	}
-	return shortDuration(d) + " ago"
+	return reltime.Since(now, ts.AsTime())
 }
 
 // when renders a timestamp as "3s ago (2025-01-02T15:04:05Z)".
@@ -256,35 +254,6 @@ func when(now time.Time, ts *timestamppb.Timestamp) string {
 		return ""
 	}
 	return fmt.Sprintf("%s (%s)", ago(now, ts), ts.AsTime().Local().Format(time.RFC3339))
-}
-
-// shortDuration renders d with one or two units: 45s, 3m10s, 2h5m, 3d4h.
-func shortDuration(d time.Duration) string {
-	d = d.Round(time.Second)
-	switch {
-	case d < time.Minute:
-		return fmt.Sprintf("%ds", int(d.Seconds()))
-	case d < 10*time.Minute:
-		m, s := int(d.Minutes()), int(d.Seconds())%60
-		if s == 0 {
-			return fmt.Sprintf("%dm", m)
-		}
-		return fmt.Sprintf("%dm%ds", m, s)
-	case d < time.Hour:
-		return fmt.Sprintf("%dm", int(d.Minutes()))
-	case d < 24*time.Hour:
-		h, m := int(d.Hours()), int(d.Minutes())%60
-		if m == 0 {
-			return fmt.Sprintf("%dh", h)
-		}
-		return fmt.Sprintf("%dh%dm", h, m)
-	default:
-		days, h := int(d.Hours())/24, int(d.Hours())%24
-		if h == 0 || days >= 10 {
-			return fmt.Sprintf("%dd", days)
-		}
-		return fmt.Sprintf("%dd%dh", days, h)
-	}
 }
 
 // keyValues renders a map as "k=v, k=v" in key order.

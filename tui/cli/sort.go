@@ -35,6 +35,8 @@ var sortableCommands = map[string]protoreflect.MessageDescriptor{
 	"byoc breakglass list": (&imsv1.BreakGlassGrant{}).ProtoReflect().Descriptor(),
 	"byoc build list":      (&imsv1.Build{}).ProtoReflect().Descriptor(),
 	"byoc plugin list":     (&imsv1.PluginType{}).ProtoReflect().Descriptor(),
+	"byoc release list":    (&imsv1.Release{}).ProtoReflect().Descriptor(),
+	"byoc token list":      (&imsv1.ApiToken{}).ProtoReflect().Descriptor(),
 }
 
 // addSortFlags gives each of sortableCommands under cmd its --sort-by

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -9,18 +10,20 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/proto"
 
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
 
-// --watch (-w) on job list and install list, as kubectl's: the list, then
-// each row again whenever it changes, until Ctrl-C, which ends the watch
-// with exit 0 (watching has no result to lose). In a table the later rows
-// keep the columns of the first; under -o json, yaml, name, ... each
-// object is printed on its own, one document after another. Installs come
-// from imsd's WatchInstalls stream (what the console uses); jobs have no
-// stream, so the list is polled: every watchPollMin while something
-// changes, backing off to watchPollMax while nothing does.
+// --watch (-w) on the list commands, as kubectl's: the list, then each row
+// again whenever it changes, until Ctrl-C, which ends the watch with exit
+// 0 (watching has no result to lose). In a table the later rows keep the
+// columns of the first; under -o json, yaml, name, ... each object is
+// printed on its own, one document after another. Installs come from
+// imsd's WatchInstalls stream (what the console uses); the other lists
+// (runList) have no stream and are polled: every watchPollMin while
+// something changes, backing off to watchPollMax while nothing does.
 
 var (
 	watchPollMin = time.Second
@@ -61,60 +64,161 @@ func (t *watchTable) print(rows ...[]string) error {
 	return err
 }
 
-// watchJobs prints the jobs fetch returns, then each new or changed one,
-// polling until ctx ends.
-func (a *app) watchJobs(ctx context.Context, c *client, fetch func(context.Context) ([]*imsv1.Job, error)) error {
-	seen := map[string]string{} // job id → its JSON when last printed
-	t := &watchTable{w: a.stdout}
-	var installNames map[string]string
-	delay := watchPollMin
-	for first := true; ; first = false {
-		jobs, err := fetch(ctx)
+// listing is what a list command shows: how to fetch its rows and how to
+// print them in a table. runList prints it once, or with --watch, then
+// each row again as it changes.
+type listing[T proto.Message] struct {
+	// noun names the rows in the plural ("jobs"), for "No jobs yet;
+	// watching for new ones".
+	noun string
+	// empty is what an empty list says, without --watch ("No jobs."); ""
+	// prints the header alone.
+	empty  string
+	fetch  func(ctx context.Context) ([]T, error)
+	id     func(T) string
+	header []string
+	// row is m's row; ctx is for looking up names (an install's, an
+	// app's) the row shows.
+	row func(ctx context.Context, now time.Time, m T) []string
+	// get, if set, reads one row by id: a watched row that leaves the list
+	// (a workflow that ended under --active, a job that left --state) is
+	// read again and printed as it is now, if it changed; one that is not
+	// found any more is printed as gone says, else "removed". Rows that
+	// leave under --limit as newer ones come are read too, and not printed
+	// again, being unchanged.
+	get func(ctx context.Context, id string) (T, error)
+	// gone, if set, is what the STATE column (or goneColumn) says of a
+	// watched row that leaves the list and get cannot read: "revoked" for
+	// a token (only unrevoked ones are listed). Unset, and get unset, such
+	// a row is not printed again.
+	gone, goneColumn string
+}
+
+// runList prints l: all its rows, or with watch, then each new or changed
+// row (compared by its -o json object, so a CREATED "3s ago" that ages is
+// no change), polling until ctx ends.
+func runList[T proto.Message](ctx context.Context, a *app, watch bool, l listing[T]) error {
+	if !watch {
+		rows, err := l.fetch(ctx)
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
 			return err
 		}
-		var changed []*imsv1.Job
-		for _, j := range jobs {
-			b, err := marshalJSON(j)
+		if err := sortRows(a, rows); err != nil {
+			return err
+		}
+		if a.jsonOutput() {
+			return writeJSONList(a.stdout, rows)
+		}
+		if len(rows) == 0 && l.empty != "" {
+			fmt.Fprintln(a.stderr, l.empty)
+			return nil
+		}
+		now := a.now()
+		t := newTable(a.stdout, l.header...)
+		for _, m := range rows {
+			t.row(l.row(ctx, now, m)...)
+		}
+		return t.flush()
+	}
+	seen := map[string]string{} // row id → its JSON when last printed
+	last := map[string]T{}      // row id → the row last fetched
+	t := &watchTable{w: a.stdout}
+	return poll(ctx, func(first bool) (bool, error) {
+		rows, err := l.fetch(ctx)
+		if err != nil {
+			return false, err
+		}
+		var changed, gone []T
+		in := map[string]bool{}
+		for _, m := range rows {
+			b, err := marshalJSON(m)
 			if err != nil {
-				return err
+				return false, err
 			}
-			if seen[j.GetId()] != string(b) {
-				seen[j.GetId()] = string(b)
-				changed = append(changed, j)
+			id := l.id(m)
+			in[id], last[id] = true, m
+			if seen[id] != string(b) {
+				seen[id] = string(b)
+				changed = append(changed, m)
+			}
+		}
+		for id, m := range last {
+			if in[id] {
+				continue
+			}
+			before := seen[id]
+			delete(seen, id)
+			delete(last, id)
+			if l.get == nil {
+				if l.gone != "" {
+					gone = append(gone, m)
+				}
+				continue
+			}
+			switch now, err := l.get(ctx, id); {
+			case err == nil:
+				if b, err := marshalJSON(now); err != nil || string(b) != before {
+					changed = append(changed, now)
+				}
+			case connect.CodeOf(err) == connect.CodeNotFound:
+				gone = append(gone, m)
+			case ctx.Err() != nil:
+				return false, nil
+			default:
+				return false, err
 			}
 		}
 		if err := sortRows(a, changed); err != nil {
-			return err
+			return false, err
 		}
+		slices.SortFunc(gone, func(x, y T) int { return strings.Compare(l.id(x), l.id(y)) })
 		switch {
 		case a.jsonOutput():
-			for _, j := range changed {
-				if err := writeJSON(a.stdout, j); err != nil {
-					return err
+			for _, m := range changed {
+				if err := writeJSON(a.stdout, m); err != nil {
+					return false, err
 				}
 			}
 		case first && len(changed) == 0:
-			fmt.Fprintln(a.stderr, "No jobs yet; watching for new ones (Ctrl-C ends).")
-		case len(changed) > 0:
-			rows := [][]string{}
+			fmt.Fprintf(a.stderr, "No %s yet; watching for new ones (Ctrl-C ends).\n", l.noun)
+		case len(changed)+len(gone) > 0:
+			var out [][]string
 			if len(t.widths) == 0 {
-				rows = append(rows, a.jobHeader())
+				out = append(out, l.header)
 			}
-			for _, j := range changed {
-				if _, ok := installNames[j.GetInstallId()]; !ok {
-					installNames = a.installNames(ctx, c) // a new install
+			now := a.now()
+			for _, m := range changed {
+				out = append(out, l.row(ctx, now, m))
+			}
+			for _, m := range gone {
+				row := l.row(ctx, now, m)
+				if i := slices.Index(l.header, cmp.Or(l.goneColumn, "STATE")); i >= 0 {
+					row[i] = cmp.Or(l.gone, "removed")
 				}
-				rows = append(rows, a.jobRow(j, installNames, a.now()))
+				out = append(out, row)
 			}
-			if err := t.print(rows...); err != nil {
-				return err
+			if err := t.print(out...); err != nil {
+				return false, err
 			}
 		}
-		if len(changed) > 0 {
+		return len(changed)+len(gone) > 0, nil
+	})
+}
+
+// poll calls check until ctx ends (exit 0: Ctrl-C ends a watch) or it
+// fails: again after watchPollMin when it saw a change, backing off to
+// watchPollMax while it sees none.
+func poll(ctx context.Context, check func(first bool) (changed bool, err error)) error {
+	delay := watchPollMin
+	for first := true; ; first = false {
+		changed, err := check(first)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if changed {
 			delay = watchPollMin
 		} else {
 			delay = min(2*delay, watchPollMax)
@@ -125,6 +229,30 @@ func (a *app) watchJobs(ctx context.Context, c *client, fetch func(context.Conte
 		case <-time.After(delay):
 		}
 	}
+}
+
+// watchFlag gives a list command its --watch (-w); what says what is
+// printed again: "each job again as it changes (new jobs too)".
+func watchFlag(cmd *cobra.Command, watch *bool, what string) {
+	cmd.Flags().BoolVarP(watch, "watch", "w", false, "after the list, print "+what+" until Ctrl-C")
+}
+
+// names looks names up by id through list, again only when an id is new:
+// the install or app names a table shows in place of ids.
+type names struct {
+	list func(ctx context.Context) map[string]string
+	m    map[string]string
+}
+
+// of is id's name, or id when there is none.
+func (n *names) of(ctx context.Context, id string) string {
+	if _, ok := n.m[id]; !ok && id != "" {
+		n.m = n.list(ctx)
+		if _, ok := n.m[id]; !ok {
+			n.m[id] = "" // an install deleted since: no second look-up
+		}
+	}
+	return cmp.Or(n.m[id], id)
 }
 
 // watchInstalls prints the installs (of appName, if set) as WatchInstalls

@@ -5,6 +5,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1/imsv1connect"
@@ -127,11 +129,11 @@ func serveFake(t *testing.T, h imsv1connect.OperatorServiceHandler) string {
 	return srv.URL
 }
 
-// startWatch runs byoc args against a watchFake until the returned stop
+// startWatch runs byoc args against a fake server until the returned stop
 // is called (as Ctrl-C would), and returns its output and exit code.
-func startWatch(t *testing.T, w *watchFake, args ...string) (out *notifyBuffer, stop func() int) {
+func startWatch(t *testing.T, h imsv1connect.OperatorServiceHandler, args ...string) (out *notifyBuffer, stop func() int) {
 	t.Helper()
-	serveFake(t, w)
+	serveFake(t, h)
 	out = &notifyBuffer{written: make(chan struct{}, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	code := make(chan int, 1)
@@ -225,5 +227,296 @@ func TestInstallListWatch(t *testing.T) {
 	}
 	if s := out.String(); strings.Count(s, "shop-acme ") != 2 || strings.Count(s, "shop-beta ") != 3 {
 		t.Errorf("want acme printed twice (first, removed), beta three times (first, connected, removed):\n%s", s)
+	}
+}
+
+// listFake serves lists a test changes while a watch polls them.
+type listFake struct {
+	*fakeOperator
+	rowsMu    sync.Mutex
+	workflows []*imsv1.Workflow
+	releases  []*imsv1.Release
+	grants    []*imsv1.BreakGlassGrant
+	tokens    []*imsv1.ApiToken
+	apps      []*imsv1.App
+	builds    []*imsv1.Build
+	runs      []*imsv1.ActionRun
+	audit     []*imsv1.AuditEvent
+	jobs      []*imsv1.Job
+}
+
+// set changes the fake's rows under its lock.
+func (f *listFake) set(change func()) {
+	f.rowsMu.Lock()
+	defer f.rowsMu.Unlock()
+	change()
+}
+
+// rows is a copy of the fake's rows *ms, read under its lock.
+func rows[M proto.Message](f *listFake, ms *[]M) []M {
+	f.rowsMu.Lock()
+	defer f.rowsMu.Unlock()
+	return clones(*ms)
+}
+
+func clones[M proto.Message](ms []M) []M {
+	out := make([]M, len(ms))
+	for i, m := range ms {
+		out[i] = proto.Clone(m).(M)
+	}
+	return out
+}
+
+func (f *listFake) ListWorkflows(ctx context.Context, req *connect.Request[imsv1.ListWorkflowsRequest]) (*connect.Response[imsv1.ListWorkflowsResponse], error) {
+	f.rowsMu.Lock()
+	defer f.rowsMu.Unlock()
+	var out []*imsv1.Workflow
+	for _, wf := range clones(f.workflows) {
+		if !req.Msg.GetActive() || !workflowEnded(wf.GetState()) {
+			out = append(out, wf)
+		}
+	}
+	return connect.NewResponse(&imsv1.ListWorkflowsResponse{Workflows: out}), nil
+}
+
+// GetWorkflow reads one of the fake's workflows, as a watch reads one
+// that left its list.
+func (f *listFake) GetWorkflow(ctx context.Context, req *connect.Request[imsv1.GetWorkflowRequest]) (*connect.Response[imsv1.GetWorkflowResponse], error) {
+	for _, wf := range rows(f, &f.workflows) {
+		if wf.GetId() == req.Msg.GetId() {
+			return connect.NewResponse(&imsv1.GetWorkflowResponse{Workflow: wf}), nil
+		}
+	}
+	return nil, connect.NewError(connect.CodeNotFound, errString("no workflow "+req.Msg.GetId()))
+}
+
+func (f *listFake) ListJobs(ctx context.Context, req *connect.Request[imsv1.ListJobsRequest]) (*connect.Response[imsv1.ListJobsResponse], error) {
+	var out []*imsv1.Job
+	for _, j := range rows(f, &f.jobs) {
+		if len(req.Msg.GetStates()) == 0 || slices.Contains(req.Msg.GetStates(), j.GetState()) {
+			out = append(out, j)
+		}
+	}
+	return connect.NewResponse(&imsv1.ListJobsResponse{Jobs: out}), nil
+}
+
+func (f *listFake) GetJob(ctx context.Context, req *connect.Request[imsv1.GetJobRequest]) (*connect.Response[imsv1.GetJobResponse], error) {
+	for _, j := range rows(f, &f.jobs) {
+		if j.GetId() == req.Msg.GetId() {
+			return connect.NewResponse(&imsv1.GetJobResponse{Job: j}), nil
+		}
+	}
+	return nil, connect.NewError(connect.CodeNotFound, errString("no job "+req.Msg.GetId()))
+}
+
+func (f *listFake) ListReleases(ctx context.Context, req *connect.Request[imsv1.ListReleasesRequest]) (*connect.Response[imsv1.ListReleasesResponse], error) {
+	return connect.NewResponse(&imsv1.ListReleasesResponse{Releases: rows(f, &f.releases)}), nil
+}
+
+func (f *listFake) ListBreakGlassGrants(ctx context.Context, req *connect.Request[imsv1.ListBreakGlassGrantsRequest]) (*connect.Response[imsv1.ListBreakGlassGrantsResponse], error) {
+	return connect.NewResponse(&imsv1.ListBreakGlassGrantsResponse{Grants: rows(f, &f.grants)}), nil
+}
+
+func (f *listFake) ListApiTokens(ctx context.Context, req *connect.Request[imsv1.ListApiTokensRequest]) (*connect.Response[imsv1.ListApiTokensResponse], error) {
+	return connect.NewResponse(&imsv1.ListApiTokensResponse{Tokens: rows(f, &f.tokens)}), nil
+}
+
+func (f *listFake) ListApps(ctx context.Context, req *connect.Request[imsv1.ListAppsRequest]) (*connect.Response[imsv1.ListAppsResponse], error) {
+	return connect.NewResponse(&imsv1.ListAppsResponse{Apps: rows(f, &f.apps)}), nil
+}
+
+func (f *listFake) ListBuilds(ctx context.Context, req *connect.Request[imsv1.ListBuildsRequest]) (*connect.Response[imsv1.ListBuildsResponse], error) {
+	return connect.NewResponse(&imsv1.ListBuildsResponse{Builds: rows(f, &f.builds)}), nil
+}
+
+func (f *listFake) ListActionRuns(ctx context.Context, req *connect.Request[imsv1.ListActionRunsRequest]) (*connect.Response[imsv1.ListActionRunsResponse], error) {
+	return connect.NewResponse(&imsv1.ListActionRunsResponse{Runs: rows(f, &f.runs)}), nil
+}
+
+func (f *listFake) ListAuditEvents(ctx context.Context, req *connect.Request[imsv1.ListAuditEventsRequest]) (*connect.Response[imsv1.ListAuditEventsResponse], error) {
+	f.rowsMu.Lock()
+	defer f.rowsMu.Unlock()
+	var out []*imsv1.AuditEvent
+	for _, e := range clones(f.audit) {
+		if e.GetAtUnixNano() >= req.Msg.GetSinceUnixNano() {
+			out = append(out, e)
+		}
+	}
+	return connect.NewResponse(&imsv1.ListAuditEventsResponse{Events: out}), nil
+}
+
+// Every list that can change under an operator takes --watch (-w), as
+// job list does: the table, then each row that changes or appears, in
+// the same columns; one that leaves an --active list (it ended), or a
+// revoked token, printed once more as such; Ctrl-C ends it with exit 0.
+func TestListWatch(t *testing.T) {
+	defer func(lo, hi time.Duration) { watchPollMin, watchPollMax = lo, hi }(watchPollMin, watchPollMax)
+	watchPollMin, watchPollMax = time.Millisecond, 5*time.Millisecond
+	const (
+		running   = imsv1.WorkflowState_WORKFLOW_STATE_RUNNING
+		succeeded = imsv1.WorkflowState_WORKFLOW_STATE_SUCCEEDED
+	)
+	for _, c := range []struct {
+		args          []string
+		start, change func(f *listFake)
+		first, then   []string // a line of the first table, a line printed after the change
+		also          []string // another line printed after the change, if set
+		unchanged     string   // a row that must be printed once only
+	}{
+		{
+			args: []string{"workflow", "list", "--active", "--watch"},
+			start: func(f *listFake) {
+				f.workflows = []*imsv1.Workflow{{Id: "wf_1", InstallName: "shop-acme", State: running}, {Id: "wf_2", InstallName: "shop-beta", State: running}}
+			},
+			// wf_1 ends, leaving the --active list: read again, it shows
+			// how it ended; wf_2 is deleted: removed.
+			change: func(f *listFake) {
+				f.workflows[0].State = succeeded
+				f.workflows = f.workflows[:1]
+			},
+			first:     []string{"wf_1", "shop-acme", "running"},
+			then:      []string{"wf_1", "shop-acme", "succeeded"},
+			also:      []string{"wf_2", "shop-beta", "removed"},
+			unchanged: "wf_2   shop-beta   unspecified   running",
+		},
+		{
+			// A job that leaves --state shows its new state.
+			args: []string{"job", "list", "--state", "running", "--watch"},
+			start: func(f *listFake) {
+				f.jobs = []*imsv1.Job{{Id: "job_1", InstallId: "ins_1", ComponentType: "helm", Operation: "apply", State: imsv1.JobState_JOB_STATE_RUNNING},
+					{Id: "job_2", InstallId: "ins_1", ComponentType: "helm", Operation: "apply", State: imsv1.JobState_JOB_STATE_RUNNING}}
+			},
+			change:    func(f *listFake) { f.jobs[0].State, f.jobs[0].ExitCode = imsv1.JobState_JOB_STATE_FAILED, 3 },
+			first:     []string{"job_1", "shop-acme", "running"},
+			then:      []string{"job_1", "shop-acme", "failed", "3"},
+			unchanged: "job_2 ",
+		},
+		{
+			args: []string{"workflow", "list", "-w"},
+			start: func(f *listFake) {
+				f.workflows = []*imsv1.Workflow{{Id: "wf_1", InstallName: "shop-acme", State: running}, {Id: "wf_2", InstallName: "shop-beta", State: running}}
+			},
+			change:    func(f *listFake) { f.workflows[0].State = succeeded },
+			first:     []string{"wf_1", "running"},
+			then:      []string{"wf_1", "succeeded"},
+			unchanged: "wf_2 ",
+		},
+		{
+			args: []string{"release", "list", "--watch"},
+			start: func(f *listFake) {
+				f.releases = []*imsv1.Release{{Id: "rel_1", AppName: "shop", AppRevision: 3, State: imsv1.ReleaseState_RELEASE_STATE_RUNNING}, {Id: "rel_0", AppName: "shop", State: imsv1.ReleaseState_RELEASE_STATE_SUCCEEDED}}
+			},
+			change:    func(f *listFake) { f.releases[0].State = imsv1.ReleaseState_RELEASE_STATE_HALTED },
+			first:     []string{"rel_1", "shop", "running"},
+			then:      []string{"rel_1", "shop", "halted"},
+			unchanged: "rel_0 ",
+		},
+		{
+			args: []string{"breakglass", "list", "--watch"},
+			start: func(f *listFake) {
+				f.grants = []*imsv1.BreakGlassGrant{{Id: "bg_1", InstallName: "shop-acme", Role: "admin", State: "pending", RequestExpireTime: timestamppb.New(time.Now().Add(time.Hour))},
+					{Id: "bg_0", InstallName: "shop-acme", Role: "admin", State: "denied"}}
+			},
+			change: func(f *listFake) {
+				f.grants[0].State, f.grants[0].DecidedBy, f.grants[0].ExpireTime = "approved", "alice", timestamppb.New(time.Now().Add(time.Hour))
+			},
+			first:     []string{"bg_1", "pending", "request expires in"},
+			then:      []string{"bg_1", "approved", "alice"},
+			unchanged: "bg_0 ",
+		},
+		{
+			args: []string{"token", "list", "--watch"},
+			start: func(f *listFake) {
+				f.tokens = []*imsv1.ApiToken{{Id: "tok_1", Name: "ci"}, {Id: "tok_2", Name: "ops"}}
+			},
+			change:    func(f *listFake) { f.tokens = f.tokens[1:] },
+			first:     []string{"ci", "tok_1", "never"},
+			then:      []string{"ci", "tok_1", "revoked"},
+			unchanged: "ops ",
+		},
+		{
+			args:      []string{"app", "list", "--watch"},
+			start:     func(f *listFake) { f.apps = []*imsv1.App{{Id: "app_1", Name: "shop"}} },
+			change:    func(f *listFake) { f.apps = append(f.apps, &imsv1.App{Id: "app_2", Name: "blog"}) },
+			first:     []string{"shop", "app_1"},
+			then:      []string{"blog", "app_2"},
+			unchanged: "shop ",
+		},
+		{
+			args: []string{"build", "list", "--watch"},
+			start: func(f *listFake) {
+				f.builds = []*imsv1.Build{{Id: "b_1", Repository: "api", Digest: "sha256:aa", Kind: "image"}}
+			},
+			change: func(f *listFake) {
+				f.builds = append(f.builds, &imsv1.Build{Id: "b_2", Repository: "web", Digest: "sha256:bb", Kind: "image"})
+			},
+			first:     []string{"api@sha256:aa", "image"},
+			then:      []string{"web@sha256:bb", "image"},
+			unchanged: "api@sha256:aa ",
+		},
+		{
+			// Events are only appended; one recorded late, with a time
+			// before the newest seen (another replica's clock), shows too.
+			args: []string{"audit", "list", "--watch"},
+			start: func(f *listFake) {
+				f.audit = []*imsv1.AuditEvent{{Chain: "ins_1", Seq: 1, AtUnixNano: testTime.AsTime().UnixNano(), Kind: "install.created", Actor: "alice"}}
+			},
+			change: func(f *listFake) {
+				f.audit = append(f.audit, &imsv1.AuditEvent{Chain: "", Seq: 7, AtUnixNano: testTime.AsTime().Add(-30 * time.Second).UnixNano(), Kind: "token.created", Actor: "bob"})
+			},
+			first:     []string{"shop-acme", "1", "install.created", "alice"},
+			then:      []string{"vendor", "7", "token.created", "bob"},
+			unchanged: "install.created",
+		},
+		{
+			args: []string{"action", "runs", "shop-acme", "--watch"},
+			start: func(f *listFake) {
+				f.runs = []*imsv1.ActionRun{{Id: "run_1", Action: "migrate", State: running}, {Id: "run_0", Action: "migrate", State: succeeded}}
+			},
+			change:    func(f *listFake) { f.runs[0].State = succeeded },
+			first:     []string{"run_1", "migrate", "running"},
+			then:      []string{"run_1", "migrate", "succeeded"},
+			unchanged: "run_0 ",
+		},
+	} {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			f := &listFake{fakeOperator: &fakeOperator{}}
+			f.set(func() { c.start(f) })
+			out, stop := startWatch(t, f, c.args...)
+			out.waitFor(t, "the first table", func(s string) bool { return lineHas(s, c.first...) })
+			f.set(func() { c.change(f) })
+			out.waitFor(t, "the change", func(s string) bool { return lineHas(s, c.then...) && (c.also == nil || lineHas(s, c.also...)) })
+			if code := stop(); code != 0 {
+				t.Errorf("Ctrl-C ended the watch with exit %d, want 0", code)
+			}
+			s := out.String()
+			if n := strings.Count(s, c.unchanged); n != 1 {
+				t.Errorf("an unchanged row (%q) was printed %d times:\n%s", c.unchanged, n, s)
+			}
+			if lines := strings.Split(s, "\n"); len(lines) < 3 || strings.ToUpper(lines[0]) != lines[0] || strings.Count(s, lines[0]) != 1 {
+				t.Errorf("want the header once, first:\n%s", s)
+			}
+		})
+	}
+}
+
+// audit list's CHAIN names the install (item 12 of issue 33: ids where
+// names belong); -o wide adds its id; the vendor's chain says vendor.
+func TestAuditListNamesTheChain(t *testing.T) {
+	f := &listFake{fakeOperator: &fakeOperator{}}
+	at := testTime.AsTime().UnixNano()
+	f.audit = []*imsv1.AuditEvent{{Chain: "ins_1", Seq: 1, AtUnixNano: at, Kind: "install.created"}, {Chain: "", Seq: 1, AtUnixNano: at, Kind: "token.created"}}
+	serveFake(t, f)
+	out := mustRun(t, "audit", "list").stdout
+	if !lineHas(out, "shop-acme", "install.created") || lineHas(out, "ins_1") || !lineHas(out, "vendor", "token.created") {
+		t.Errorf("audit list:\n%s", out)
+	}
+	out = mustRun(t, "audit", "list", "-o", "wide").stdout
+	if !lineHas(out, "CHAIN", "CHAIN ID") || !lineHas(out, "shop-acme", "ins_1", "install.created") {
+		t.Errorf("audit list -o wide:\n%s", out)
+	}
+	// verify names it too (the fake's records are not hashed: not verified).
+	if r := byoc(t, "audit", "verify"); !strings.Contains(r.stdout, "chain shop-acme (ins_1): NOT VERIFIED") || !strings.Contains(r.stdout, "chain vendor: NOT VERIFIED") {
+		t.Errorf("audit verify: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }

@@ -241,6 +241,8 @@ func TestJobTextsStayTrue(t *testing.T) {
 	m.push(lv)
 	m.Update(logMsg{gen: lv.gen, chunks: []logChunk{{lines: logLines(1, 1, func(int) string { return "boom" })}}})
 	mustContain(t, screen(m), "· try 1 · 1 line ·")
+	press(m, "/", "nothing", "enter")
+	mustContain(t, screen(m), "/nothing: no match in the 1 line held")
 
 	m.cancelGen = 7
 	m.Update(cancelledMsg{gen: 7, job: jobs()[0]})
@@ -1865,9 +1867,17 @@ func TestResourceCommands(t *testing.T) {
 
 	press(m, ":", "breakglass", "enter")
 	g := liveGrant(time.Hour)
-	openTable(t, m, []*imsv1.BreakGlassGrant{g})
+	// A grant that ended or was revoked shows when, never a countdown.
+	late := liveGrant(-5 * time.Minute)
+	late.Id = "bg_late"
+	revoked := liveGrant(7 * time.Minute)
+	revoked.Id, revoked.State, revoked.RevokeTime = "bg_rev", "revoked", timestamppb.New(clock.Add(-2*time.Minute))
+	openTable(t, m, []*imsv1.BreakGlassGrant{g, late, revoked})
 	s = screen(m)
 	mustContain(t, s, "break-glass grants", g.Id, g.Role)
+	if !screenLine(s, "bg_1", "in 1:00:00") || !screenLine(s, "bg_late", "ended 5m ago") || !screenLine(s, "bg_rev", "revoked 2m ago") {
+		t.Fatalf("grant ENDS:\n%s", s)
+	}
 	press(m, "d")
 	mustContain(t, screen(m), "grant "+g.Id+" (describe)", "role:")
 

@@ -247,14 +247,6 @@ func tryText(j *imsv1.Job) string {
 	return fmt.Sprintf("%d/%d", j.Attempt, j.MaxAttempts)
 }
 
-// plural is "1 line", "2 lines".
-func plural(n int, word string) string {
-	if n == 1 {
-		return "1 " + word
-	}
-	return fmt.Sprintf("%d %ss", n, word)
-}
-
 func terminal(s imsv1.JobState) bool {
 	switch s {
 	case imsv1.JobState_JOB_STATE_SUCCEEDED, imsv1.JobState_JOB_STATE_FAILED,

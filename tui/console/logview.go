@@ -8,6 +8,7 @@ import (
 
 	tea "charm.land/bubbletea/v2"
 
+	"github.com/byoc-dev/byoc/internal/plural"
 	"github.com/byoc-dev/byoc/plugins/sdk/loglevel"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
@@ -178,9 +179,9 @@ func (v *logView) Update(msg tea.Msg) tea.Cmd {
 		case msg.err != nil:
 			v.nav.setStatus(true, "log not saved: %v", msg.err)
 		case v.hasOlder():
-			v.nav.setStatus(false, "saved %s to %s (earlier lines are not held: byoc job logs %s has them all)", plural(msg.n, "line"), msg.path, v.job.Id)
+			v.nav.setStatus(false, "saved %s to %s (earlier lines are not held: byoc job logs %s has them all)", plural.Count(msg.n, "line"), msg.path, v.job.Id)
 		default:
-			v.nav.setStatus(false, "saved %s to %s", plural(msg.n, "line"), msg.path)
+			v.nav.setStatus(false, "saved %s to %s", plural.Count(msg.n, "line"), msg.path)
 		}
 		return nil
 	case logMsg:
@@ -343,7 +344,7 @@ func (v *logView) save() tea.Cmd {
 	}
 	v.saveGen = v.nextGen()
 	gen, name := v.saveGen, fmt.Sprintf("%s-%d.log", v.job.Id, max(1, v.job.Attempt))
-	v.nav.setStatus(false, "saving %s…", plural(len(texts), "line"))
+	v.nav.setStatus(false, "saving %s…", plural.Count(len(texts), "line"))
 	return func() tea.Msg {
 		path, err := saveLog(os.Getenv("BYOC_LOG_DIR"), name, texts)
 		return savedLogMsg{gen: gen, path: path, n: len(texts), err: err}
@@ -492,7 +493,7 @@ func (v *logView) findMatch(dir int) {
 			return
 		}
 	}
-	v.nav.setStatus(true, "/%s: no match in the %d lines held", v.query, n)
+	v.nav.setStatus(true, "/%s: no match in the %s held", v.query, plural.Count(n, "line"))
 }
 
 func (v *logView) countBefore(end int, q string) int {
@@ -532,7 +533,7 @@ func (v *logView) render(w, h int) []string {
 		flags = append(flags, "level ≥ "+v.level)
 	}
 	info := fmt.Sprintf("%s · %s %s · %s · try %s · %s · %s",
-		v.installName(j.InstallId), j.ComponentType, j.Operation, state, tryText(j), plural(v.r.Len(), "line"), strings.Join(flags, " "))
+		v.installName(j.InstallId), j.ComponentType, j.Operation, state, tryText(j), plural.Count(v.r.Len(), "line"), strings.Join(flags, " "))
 	if v.query != "" {
 		info += " · /" + v.query
 	}

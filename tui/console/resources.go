@@ -160,15 +160,34 @@ func newGrantsView(e *env) view {
 			return listGrants(ctx, e.conn.Client)
 		},
 		cells: func(e *env, g *imsv1.BreakGlassGrant) map[string]string {
-			ends := dash
-			if g.State == "approved" && g.ExpireTime != nil {
-				ends = "in " + countdown(g.ExpireTime.AsTime().Sub(e.now))
-			}
 			return map[string]string{"ID": g.Id, "INSTALL": orDash(g.InstallName), "ROLE": g.Role, "STATE": g.State,
-				"BY": orDash(g.RequestedBy), "DECIDED BY": orDash(g.DecidedBy), "ENDS": ends, "REASON": orDash(g.Reason)}
+				"BY": orDash(g.RequestedBy), "DECIDED BY": orDash(g.DecidedBy), "ENDS": grantEnds(e.now, g), "REASON": orDash(g.Reason)}
 		},
 		sel: func(e *env, g *imsv1.BreakGlassGrant) selection { return selection{g, "grant", g.Id, g.Id} },
 	})
+}
+
+// grantEnds is the ENDS of :breakglass, as byoc breakglass list's UNTIL:
+// "in 59:00" while live, "ended 5m ago" once past (imsd may not have
+// marked it expired yet), "revoked 2m ago"; never a countdown for a grant
+// that no longer runs.
+func grantEnds(now time.Time, g *imsv1.BreakGlassGrant) string {
+	switch g.State {
+	case "approved", "expired":
+		if g.ExpireTime == nil {
+			return dash
+		}
+		if d := g.ExpireTime.AsTime().Sub(now); d > 0 && g.State == "approved" {
+			return "in " + countdown(d)
+		}
+		return "ended " + ago(now, g.ExpireTime.AsTime())
+	case "revoked":
+		if g.RevokeTime == nil {
+			return "revoked"
+		}
+		return "revoked " + ago(now, g.RevokeTime.AsTime())
+	}
+	return dash
 }
 
 // ContextInfo is one context of the CLI's config, for :ctx.

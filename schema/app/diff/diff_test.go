@@ -23,7 +23,7 @@ func TestDiff(t *testing.T) {
 		}
 		files[p] = []byte(strings.Replace(s, from, to, 1))
 	}
-	edit("components/api.toml", `chart = "charts/api@sha256:e504`, `chart = "charts/api@sha256:f504`)
+	edit("components/api.toml", `chart = "charts/api@sha256:`, `chart = "charts/api2@sha256:`)
 	edit("components/db.toml", `type = "terraform"`, "type = \"terraform\"\ntimeout = \"1h\"")
 	delete(files, "components/web.toml")
 	files["components/worker.toml"] = []byte("type = \"image\"\n[config]\nimage = \"w:1\"\n")

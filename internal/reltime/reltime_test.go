@@ -1,0 +1,44 @@
+package reltime
+
+import (
+	"testing"
+	"time"
+)
+
+func TestDuration(t *testing.T) {
+	tests := []struct {
+		d    time.Duration
+		want string
+	}{
+		{0, "0s"},
+		{3 * time.Second, "3s"},
+		{90 * time.Second, "1m30s"},
+		{5 * time.Minute, "5m"},
+		{42*time.Minute + 10*time.Second, "42m"},
+		{2*time.Hour + 5*time.Minute, "2h5m"},
+		{50 * time.Hour, "2d2h"},
+		{300 * time.Hour, "12d"},
+	}
+	for _, tt := range tests {
+		if got := Duration(tt.d); got != tt.want {
+			t.Errorf("Duration(%v) = %q, want %q", tt.d, got, tt.want)
+		}
+	}
+}
+
+func TestSince(t *testing.T) {
+	now := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	for _, tt := range []struct {
+		t    time.Time
+		want string
+	}{
+		{time.Time{}, ""},
+		{now.Add(6*time.Minute + 54*time.Second), "in 6m54s"},
+		{now.Add(-2 * time.Minute), "2m ago"},
+		{now, "0s ago"},
+	} {
+		if got := Since(now, tt.t); got != tt.want {
+			t.Errorf("Since(%v) = %q, want %q", tt.t, got, tt.want)
+		}
+	}
+}
