@@ -60,6 +60,30 @@ func runLabels(t *testing.T, opts cluster.Options) {
 		t.Fatalf("bad key: exit %d, stderr %q", code, e)
 	}
 
+	// audit list -l: the chains of the installs the selector picks (each
+	// install's chain starts with its creation), named in the CHAIN
+	// column; no vendor chain.
+	chains := func(args ...string) map[string]bool {
+		t.Helper()
+		out := cli.Run(0, append([]string{"audit", "list"}, args...)...)
+		seen := map[string]bool{}
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n")[1:] {
+			if f := strings.Fields(line); len(f) > 1 {
+				seen[f[1]] = true
+			}
+		}
+		return seen
+	}
+	if got := chains("-l", "region=eu"); len(got) != 2 || !got["acme"] || !got["gamma"] {
+		t.Errorf("audit list -l region=eu chains = %v, want acme and gamma", got)
+	}
+	if got := chains(); !got["vendor"] || !got["beta"] {
+		t.Errorf("audit list chains = %v, want every chain", got)
+	}
+	if _, e, code := cli.Exec("audit", "list", "-l", "tier=x", "--vendor"); code != 2 || !strings.Contains(e, "without --install or --vendor") {
+		t.Errorf("audit list -l with --vendor: exit %d, stderr %q", code, e)
+	}
+
 	// byoc install label: kubectl's semantics.
 	out := cli.Run(0, "install", "label", "acme", "team=payments", "region-")
 	if !strings.Contains(out, "install/acme labeled: team=payments,tier=canary") {

@@ -122,6 +122,13 @@ func (s *Service) ListAuditEvents(ctx context.Context, req *connect.Request[imsv
 	if m.Install != "" && m.Vendor {
 		return nil, s.err(ctx, errs.Field("vendor", "give install or vendor, not both"))
 	}
+	if m.Selector != "" && (m.Install != "" || m.Vendor) {
+		return nil, s.err(ctx, errs.Field("selector", "selects installs' chains: give it without install or vendor"))
+	}
+	selected, err := s.selectedInstalls(ctx, "selector", m.Selector)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
 	if m.Limit < 0 {
 		return nil, s.err(ctx, errs.Field("limit", "must not be negative, got %d", m.Limit))
 	}
@@ -166,7 +173,7 @@ func (s *Service) ListAuditEvents(ctx context.Context, req *connect.Request[imsv
 	if !f.OneChain {
 		// A scoped caller reads its installs' chains only, in the query,
 		// so its pages are full.
-		f.Chains = v.restrict(nil)
+		f.Chains = v.restrict(selected)
 	}
 	evs, err := s.store.ListAuditRecords(ctx, f)
 	if err != nil {

@@ -32,6 +32,9 @@ func (a *app) auditCommand() *cobra.Command {
 type auditScope struct {
 	install string
 	vendor  bool
+	// selector picks the chains of the installs it matches (audit list's
+	// -l).
+	selector string
 }
 
 func (s *auditScope) flags(cmd *cobra.Command) {
@@ -43,6 +46,9 @@ func (s *auditScope) check() error {
 	if s.install != "" && s.vendor {
 		return usagef("give --install or --vendor, not both")
 	}
+	if s.selector != "" && (s.install != "" || s.vendor) {
+		return usagef("-l selects installs' chains: give it without --install or --vendor")
+	}
 	return nil
 }
 
@@ -53,7 +59,7 @@ func (a *app) fetchAudit(cmd *cobra.Command, s auditScope, since time.Time) ([]a
 	if err != nil {
 		return nil, err
 	}
-	req := &imsv1.ListAuditEventsRequest{Install: s.install, Vendor: s.vendor}
+	req := &imsv1.ListAuditEventsRequest{Install: s.install, Vendor: s.vendor, Selector: s.selector}
 	if !since.IsZero() {
 		req.SinceUnixNano = since.UnixNano()
 	}
@@ -61,7 +67,7 @@ func (a *app) fetchAudit(cmd *cobra.Command, s auditScope, since time.Time) ([]a
 	for {
 		res, err := c.ListAuditEvents(cmd.Context(), connect.NewRequest(req))
 		if err != nil {
-			return nil, c.wrap(err)
+			return nil, withFlags(c.wrap(err), fieldFlag{"selector", "--selector"})
 		}
 		for _, e := range res.Msg.GetEvents() {
 			out = append(out, auditchain.Record{Chain: e.GetChain(), Seq: e.GetSeq(), At: e.GetAtUnixNano(), Kind: e.GetKind(),
@@ -101,11 +107,12 @@ func (a *app) auditListCommand() *cobra.Command {
 	var since string
 	var watch bool
 	cmd := &cobra.Command{
-		Use:   "list [--install INSTALL | --vendor] [--since T] [--watch]",
+		Use:   "list [--install INSTALL | --vendor | -l SELECTOR] [--since T] [--watch]",
 		Short: "List audit events, by chain then sequence number",
 		Long: `List audit events: every install's chain and the vendor-wide one, or only
---install's or --vendor's. With -o json, each event as byoc audit export
-writes it (the fields the hash covers, and the hash).`,
+--install's or --vendor's, or the chains of the installs -l selects. With
+-o json, each event as byoc audit export writes it (the fields the hash
+covers, and the hash).`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := scope.check(); err != nil {
@@ -137,6 +144,7 @@ writes it (the fields the hash covers, and the hash).`,
 		},
 	}
 	scope.flags(cmd)
+	selectorFlag(cmd, &scope.selector, "the chains of installs")
 	cmd.Flags().StringVar(&since, "since", "", "only events at or after this time (RFC 3339) or this long ago (24h)")
 	watchFlag(cmd, &watch, "each new event as it is recorded")
 	return cmd

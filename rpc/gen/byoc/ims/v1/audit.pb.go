@@ -156,7 +156,11 @@ type ListAuditEventsRequest struct {
 	PageToken string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	// newest_first returns the newest events of the selection first, up
 	// to limit, for a live view (the console's :audit); no pages.
-	NewestFirst   bool `protobuf:"varint,6,opt,name=newest_first,json=newestFirst,proto3" json:"newest_first,omitempty"`
+	NewestFirst bool `protobuf:"varint,6,opt,name=newest_first,json=newestFirst,proto3" json:"newest_first,omitempty"`
+	// selector keeps the chains of the installs whose labels match a label
+	// selector (tier=canary,region!=eu), as -l on every list; not with
+	// install or vendor.
+	Selector      string `protobuf:"bytes,7,opt,name=selector,proto3" json:"selector,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -233,6 +237,13 @@ func (x *ListAuditEventsRequest) GetNewestFirst() bool {
 	return false
 }
 
+func (x *ListAuditEventsRequest) GetSelector() string {
+	if x != nil {
+		return x.Selector
+	}
+	return ""
+}
+
 type ListAuditEventsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// events by chain, then seq.
@@ -303,7 +314,7 @@ const file_byoc_ims_v1_audit_proto_rawDesc = "" +
 	"\asubject\x18\x06 \x01(\tR\asubject\x12\x12\n" +
 	"\x04data\x18\a \x01(\tR\x04data\x12\x12\n" +
 	"\x04prev\x18\b \x01(\tR\x04prev\x12\x12\n" +
-	"\x04hash\x18\t \x01(\tR\x04hash\"\xca\x01\n" +
+	"\x04hash\x18\t \x01(\tR\x04hash\"\xe6\x01\n" +
 	"\x16ListAuditEventsRequest\x12\x18\n" +
 	"\ainstall\x18\x01 \x01(\tR\ainstall\x12\x16\n" +
 	"\x06vendor\x18\x02 \x01(\bR\x06vendor\x12&\n" +
@@ -311,7 +322,8 @@ const file_byoc_ims_v1_audit_proto_rawDesc = "" +
 	"\x05limit\x18\x04 \x01(\x05R\x05limit\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x05 \x01(\tR\tpageToken\x12!\n" +
-	"\fnewest_first\x18\x06 \x01(\bR\vnewestFirst\"r\n" +
+	"\fnewest_first\x18\x06 \x01(\bR\vnewestFirst\x12\x1a\n" +
+	"\bselector\x18\a \x01(\tR\bselector\"r\n" +
 	"\x17ListAuditEventsResponse\x12/\n" +
 	"\x06events\x18\x01 \x03(\v2\x17.byoc.ims.v1.AuditEventR\x06events\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageTokenB\x9f\x01\n" +
