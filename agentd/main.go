@@ -15,6 +15,8 @@
 //	                                                    the customer's maintenance windows (jobs of a release)
 //	agentd breakglass --state-dir DIR list|approve ID [--for D]|deny ID --reason R|revoke ID
 //	                                                    the customer's decisions on break-glass requests
+//	agentd identity --state-dir DIR show|rotate [--wait D]
+//	                                                    the agent's own key, and its rotation without re-enrolment
 //	agentd audit --state-dir DIR verify|compare         check the agent's copy of its install's audit chain,
 //	                                                    and compare it with imsd's
 //	agentd module push --state-dir DIR MODULE_DIR REPO:TAG
@@ -144,6 +146,9 @@ func main() {
 	defer stop()
 	if len(os.Args) > 1 && os.Args[1] == "breakglass" {
 		os.Exit(breakglassCmd(ctx, os.Args[2:], os.Stdout, os.Stderr, time.Now))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "identity" {
+		os.Exit(identityCmd(ctx, os.Args[2:], os.Stdout, os.Stderr, time.Now))
 	}
 	if len(os.Args) > 1 && os.Args[1] == "audit" {
 		os.Exit(auditCmd(ctx, os.Args[2:], os.Stdout, os.Stderr, time.Now))

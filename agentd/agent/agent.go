@@ -199,6 +199,17 @@ type Agent struct {
 	// mu, is why the copy last failed to take imsd's records.
 	auditCopy, journal *auditlog.Log
 	auditErr           error
+
+	// keyMu guards self, the agent's identity as saved with its key now
+	// (a.id holds the parts that never change, and no key), and rot, the
+	// rotation of its key under way (rotate.go). rotErr is the last
+	// rotation file refused (the watcher's goroutine only); rotKick asks
+	// the session to reconnect for a rotation.
+	keyMu   sync.Mutex
+	self    identity.Identity
+	rot     *identity.Rotation
+	rotErr  error
+	rotKick chan struct{}
 }
 
 // New loads the agent's identity from the state dir, enrolling first if
@@ -255,6 +266,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		kick:        make(chan struct{}, 1),
 		logKick:     make(chan struct{}, 1),
 		permKick:    make(chan struct{}, 1),
+		rotKick:     make(chan struct{}, 1),
 		stateCh:     make(chan struct{}),
 	}
 	id, err := identity.Load(cfg.StateDir)
@@ -277,7 +289,11 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	default:
 		return nil, fmt.Errorf("load identity: %w", err)
 	}
+	a.self = id
+	// a.id is read without a lock: it holds no key, which a rotation
+	// replaces (a.self, under keyMu).
 	a.id = id
+	a.id.PrivateKey = nil
 	a.log = a.log.With("agent", id.AgentID)
 	a.keys = make(map[string]ed25519.PublicKey, len(id.IMSDKeys))
 	a.retired = make(map[string]bool, len(id.RetiredIMSDKeys))
@@ -289,6 +305,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 			a.keys[agentproto.KeyID(k)] = k
 		}
 	}
+	a.takeRotation() // a rotation under way is announced in the first hello
 	a.seen, err = openSeen(cfg.StateDir, cfg.Now())
 	if err != nil {
 		return nil, err
@@ -479,13 +496,18 @@ func (a *Agent) learnKeys(chain []*agentv1.KeyEndorsement, retirements []*agentv
 	}
 	// a.id is left as it was loaded (other goroutines read it); only the
 	// saved copy and a.keys change.
-	id := a.id
+	a.keyMu.Lock()
+	id := a.self
+	a.keyMu.Unlock()
 	id.IMSDKeys = slices.Collect(maps.Values(keys))
 	id.RetiredIMSDKeys = slices.Sorted(maps.Keys(retired))
 	if err := identity.Save(a.cfg.StateDir, id); err != nil {
 		a.log.Error("cannot save imsd's new signing keys; not changing which keys are trusted", "err", err)
 		return
 	}
+	a.keyMu.Lock()
+	a.self.IMSDKeys, a.self.RetiredIMSDKeys = id.IMSDKeys, id.RetiredIMSDKeys
+	a.keyMu.Unlock()
 	a.keys, a.retired = keys, retired
 	for _, k := range added {
 		a.log.Info("trusting imsd's new job signing key, endorsed by a key this agent trusts", "key_id", agentproto.KeyID(k))
@@ -493,6 +515,12 @@ func (a *Agent) learnKeys(chain []*agentv1.KeyEndorsement, retirements []*agentv
 	for _, k := range removed {
 		a.log.Warn("imsd retired its old job signing key; refusing it from now on", "key_id", agentproto.KeyID(k))
 	}
+}
+
+// trustedKeys are imsd's keys the agent trusts and the ids of those
+// retired, as identity.json holds them (the session's goroutine).
+func (a *Agent) trustedKeys() ([]ed25519.PublicKey, []string) {
+	return slices.Collect(maps.Values(a.keys)), slices.Sorted(maps.Keys(a.retired))
 }
 
 // keyIDs are the ids of imsd's keys the agent trusts, sorted.
@@ -554,6 +582,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			a.stopAll("agent shutting down")
 			return nil
+		}
+		if errors.Is(err, errReconnect) {
+			// A step of the agent's key rotation: reconnect at once.
+			retry.Reset()
+			continue
 		}
 		if errors.Is(err, errWrongInstall) {
 			a.log.Error("refusing the server's jobs", "err", err)

@@ -80,6 +80,7 @@ func Run(t *testing.T, open OpenFunc) {
 		{"AgentHealth", testAgentHealth},
 		{"AlertOutbox", testAlertOutbox},
 		{"RevokeAgents", testRevokeAgents},
+		{"AgentKeyRotation", testAgentKeyRotation},
 		{"BreakGlass", testBreakGlass},
 		{"AuditEvents", testAuditEvents},
 		{"AuditAppendOnly", testAuditAppendOnly},
