@@ -15,8 +15,8 @@
 //	                                                    the customer's maintenance windows (jobs of a release)
 //	agentd breakglass --state-dir DIR list|approve ID [--for D]|deny ID --reason R|revoke ID
 //	                                                    the customer's decisions on break-glass requests
-//	agentd identity --state-dir DIR show|rotate [--wait D]
-//	                                                    the agent's own key, and its rotation without re-enrolment
+//	agentd identity --state-dir DIR show|rotate [--wait D]|revoke --yes [--reason R]
+//	                                                    the agent's own key: rotate it without re-enrolment, or revoke the agent for good
 //	agentd audit --state-dir DIR verify|compare         check the agent's copy of its install's audit chain,
 //	                                                    and compare it with imsd's
 //	agentd module push --state-dir DIR MODULE_DIR REPO:TAG

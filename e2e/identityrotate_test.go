@@ -137,3 +137,44 @@ func hasLine(lines []*imsv1.LogLine, s string) bool {
 	}
 	return false
 }
+
+// agentd identity revoke, on the customer's side, of a live agent: imsd
+// is told (signed with the agent's key), refuses the agent and audits it
+// with the customer as actor; the agent stops; it does not start again on
+// its state dir, whose keys are erased.
+func TestCustomerRevokesAgent(t *testing.T) {
+	skipShort(t)
+	ims := cluster.StartIMS(t, fast)
+	_, token := cluster.NewInstall(t, ims.Admin(), "shop", "acme")
+	state := filepath.Join(t.TempDir(), "agent")
+	ag := cluster.StartAgent(t, ims.URL(), token, state)
+	waitConnected(t, ims, "acme")
+	agentd := filepath.Join(cluster.Binaries(t), "agentd")
+	// Final, so it asks for --yes.
+	if out, err := exec.Command(agentd, "identity", "--state-dir", state, "revoke").CombinedOutput(); err == nil || !strings.Contains(string(out), "pass --yes") {
+		t.Fatalf("agentd identity revoke without --yes: %v\n%s", err, out)
+	}
+	out, err := exec.Command(agentd, "identity", "--state-dir", state, "revoke", "--yes", "--reason", "contract ended").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "imsd refuses it from now on") {
+		t.Fatalf("agentd identity revoke: %v\n%s", err, out)
+	}
+	cluster.Eventually(t, 30*time.Second, "the revoked agent to stop", ag.Exited)
+	if o := ag.Output(); !strings.Contains(o, "revoked") {
+		t.Fatalf("agentd's output:\n%s", o)
+	}
+	cli := cluster.NewCLI(t, ims)
+	if out := cli.Run(0, "install", "get", "acme"); !lineWith(out, "Agent revoked", "revoked by the customer: contract ended") {
+		t.Fatalf("byoc install get:\n%s", out)
+	}
+	if out := cli.Run(0, "audit", "list", "--install", "acme"); !lineWith(out, "agent.revoked", "customer:") {
+		t.Fatalf("byoc audit list:\n%s", out)
+	}
+	// It never starts again on this state dir.
+	again := exec.Command(agentd, "--ims", ims.URL(), "--state-dir", state)
+	if out, err := again.CombinedOutput(); err == nil || !strings.Contains(string(out), "revoked by the customer") || !strings.Contains(string(out), "enrol a new agent") {
+		t.Fatalf("agentd on the revoked state dir: %v\n%s", err, out)
+	}
+	if out, err := exec.Command(agentd, "identity", "--state-dir", state, "revoke", "--yes").CombinedOutput(); err != nil || !strings.Contains(string(out), "Already revoked") {
+		t.Fatalf("a second revoke: %v\n%s", err, out)
+	}
+}

@@ -568,20 +568,23 @@ func (a *Agent) setConnected(v bool) {
 // Run holds the stream to imsd until ctx ends, reconnecting with jittered
 // exponential backoff. Jobs keep running across reconnects. When ctx ends,
 // running jobs are stopped; their leases run out and imsd hands them out again.
-func (a *Agent) Run(ctx context.Context) error {
+func (a *Agent) Run(parent context.Context) error {
 	defer a.wg.Wait()
+	// ctx also ends when the customer revokes the agent (revoke.go), with
+	// the revocation as its cause.
+	ctx, revoked := context.WithCancelCause(parent)
+	defer revoked(nil)
 	wctx, stopWatch := context.WithCancel(context.Background())
 	defer stopWatch()
 	go a.watchLeases(wctx)
-	go a.watchPermissions(wctx)
+	go a.watchPermissions(wctx, revoked)
 	retry := backoff.New(a.cfg.BackoffMin, a.cfg.BackoffMax)
 	for {
 		start := time.Now()
 		err := a.session(ctx)
 		a.setConnected(false)
 		if ctx.Err() != nil {
-			a.stopAll("agent shutting down")
-			return nil
+			return a.stopped(ctx)
 		}
 		if errors.Is(err, errReconnect) {
 			// A step of the agent's key rotation: reconnect at once.
@@ -600,8 +603,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.log.Error("imsd does not serve this agentd version: update agentd (re-run the install stack with the vendor's current agent); asking again later",
 				"version", a.cfg.Version, "served", window, "in", a.cfg.VersionBackoff, "err", err)
 			if !backoff.Wait(ctx, a.cfg.VersionBackoff) {
-				a.stopAll("agent shutting down")
-				return nil
+				return a.stopped(ctx)
 			}
 			continue
 		}
@@ -629,10 +631,22 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.log.Warn("stream to imsd ended; reconnecting", "err", err, "in", delay.Round(time.Millisecond))
 		}
 		if !backoff.Wait(ctx, delay) {
-			a.stopAll("agent shutting down")
-			return nil
+			return a.stopped(ctx)
 		}
 	}
+}
+
+// stopped stops every job once Run's ctx ended, and returns what Run
+// returns: nil when the agent is shutting down, the revocation when the
+// customer revoked it.
+func (a *Agent) stopped(ctx context.Context) error {
+	if cause := context.Cause(ctx); errors.Is(cause, identity.ErrRevoked) {
+		a.stopAll("the customer revoked this agent")
+		a.log.Error("the customer revoked this agent; stopping", "err", cause)
+		return cause
+	}
+	a.stopAll("agent shutting down")
+	return nil
 }
 
 // versionRefused reports whether err is imsd's refusal of the agent's

@@ -227,7 +227,7 @@ func (a *Agent) permissionsProto() *agentv1.Permissions {
 
 // watchPermissions looks at the permission file every poll until ctx
 // ends, and cancels the running jobs it no longer allows.
-func (a *Agent) watchPermissions(ctx context.Context) {
+func (a *Agent) watchPermissions(ctx context.Context, revoked context.CancelCauseFunc) {
 	t := time.NewTicker(a.cfg.PermissionsPoll)
 	defer t.Stop()
 	for {
@@ -235,6 +235,9 @@ func (a *Agent) watchPermissions(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if a.watchRevoked(revoked) {
+			return
 		}
 		if a.takeRotation() {
 			a.kickRotation()

@@ -1,9 +1,14 @@
 package agent
 
 import (
+	"context"
 	"crypto/ed25519"
+	"errors"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -99,5 +104,57 @@ func TestRotationWaitsForIMSDThenCompletes(t *testing.T) {
 	}
 	if kinds[KindKeyRotationPending] != 1 || kinds[KindKeyRotated] != 1 {
 		t.Fatalf("journal: %v", kinds)
+	}
+}
+
+// The customer's revocation (identity.Revoke) while the agent runs a job:
+// within a look at the state dir the job is stopped and Run returns the
+// revocation; a new agent on the state dir does not start.
+func TestRevokedAgentStops(t *testing.T) {
+	dir := t.TempDir()
+	f := &fakeIMS{}
+	url := serveFake(t, f)
+	key, _ := identity.NewKey()
+	if err := identity.Save(dir, identity.Identity{AgentID: "agt_1", InstallID: "ins_1", IMSURL: url, PrivateKey: key,
+		IMSDKeys: []ed25519.PublicKey{f.key.Public().(ed25519.PublicKey)}}); err != nil {
+		t.Fatal(err)
+	}
+	f.agentKey.Store(key.Public().(ed25519.PublicKey))
+	rr := &runRecorder{release: make(chan struct{})}
+	cfg := Config{IMSURL: url, StateDir: dir, Runner: rr, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		BackoffMin: 20 * time.Millisecond, BackoffMax: 50 * time.Millisecond, FlushInterval: 5 * time.Millisecond, PermissionsPoll: 20 * time.Millisecond}
+	a, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.Run(context.Background()) }()
+	fs := <-f.streams
+	fs.down <- f.assign("job_1", 1, "ins_1")
+	ack := fs.next(t).GetAck()
+	fs.down <- &agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Accepted{Accepted: &agentv1.WriteAccepted{WriteId: ack.GetWriteId()}}}
+	eventually(t, "the job to start", func() bool { s, _ := rr.get(); return len(s) == 1 })
+	if err := identity.Revoke(dir, identity.Revocation{At: time.Now(), By: "alice", Reason: "contract ended"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, identity.ErrRevoked) || !strings.Contains(err.Error(), "contract ended") {
+			t.Fatalf("Run returned %v, want the revocation", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the revoked agent runs on")
+	}
+	if _, stopped := rr.get(); len(stopped) != 1 {
+		t.Fatalf("stopped jobs: %v", stopped)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, identity.FileName)); strings.Contains(string(b), `"private_key": "`) {
+		t.Fatalf("the key is left in identity.json:\n%s", b)
+	}
+	if _, err := New(context.Background(), cfg); !errors.Is(err, identity.ErrRevoked) {
+		t.Fatalf("a new agent on the revoked state dir: %v", err)
+	}
+	if _, err := permissions.Load(dir); !errors.Is(err, identity.ErrRevoked) {
+		t.Fatalf("the customer's commands after the revocation: %v", err)
 	}
 }

@@ -59,6 +59,11 @@ func NewKey() (ed25519.PrivateKey, error) {
 
 // Load reads the identity from dir.
 func Load(dir string) (Identity, error) {
+	if r, err := Revoked(dir); err != nil {
+		return Identity{}, err
+	} else if r != nil {
+		return Identity{}, RevokedError(dir, r)
+	}
 	b, err := os.ReadFile(filepath.Join(dir, FileName))
 	if errors.Is(err, os.ErrNotExist) {
 		return Identity{}, ErrNotEnrolled
@@ -297,3 +302,81 @@ func (id Identity) Rotated(r Rotation, now time.Time) Identity {
 
 // KeyIDOf is the id (agentproto.KeyID) of k's public key.
 func KeyIDOf(k ed25519.PrivateKey) string { return agentproto.KeyID(k.Public().(ed25519.PublicKey)) }
+
+// Revocation by the customer (agentd identity revoke): the customer ends
+// the vendor's access through this agent for good. RevokedFileName
+// records it; the agent's key is then erased from identity.json (and the
+// next key of a rotation under way, and a pre-enrolment key, removed), so
+// nothing on this machine can speak for the agent again. A running agent
+// stops within a second; no agent starts on this state dir again: the way
+// back is a new agent, enrolled with a new enrolment token, in a new
+// state dir.
+
+// RevokedFileName records the customer's revocation in the state dir.
+const RevokedFileName = "revoked.json"
+
+// Revocation is the customer's revocation of their agent.
+type Revocation struct {
+	At     time.Time `json:"at"`
+	By     string    `json:"by,omitempty"`
+	Reason string    `json:"reason,omitempty"`
+	// IMSDTold says whether imsd acknowledged it (the vendor then sees
+	// the agent as revoked, not offline).
+	IMSDTold bool `json:"imsd_told"`
+}
+
+// ErrRevoked is returned by Load for an agent its customer revoked.
+var ErrRevoked = errors.New("revoked by the customer")
+
+// Revoked returns the customer's revocation of the agent of dir, nil for
+// none.
+func Revoked(dir string) (*Revocation, error) {
+	path := filepath.Join(dir, RevokedFileName)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var r Revocation
+	if err := json.Unmarshal(b, &r); err != nil {
+		// Unreadable, it still says revoked: never read as "not revoked".
+		return &Revocation{Reason: fmt.Sprintf("(%s unreadable: %v)", path, err)}, nil
+	}
+	return &r, nil
+}
+
+// Revoke records r in dir (0600, atomically) and erases every private key
+// of the agent in dir. It is final.
+func Revoke(dir string, r Revocation) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := atomicfile.Write(filepath.Join(dir, RevokedFileName), append(b, '\n'), 0o600); err != nil {
+		return err
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, FileName))
+	if err == nil {
+		var id Identity
+		if json.Unmarshal(raw, &id) == nil {
+			id.PrivateKey = nil
+			if err := Save(dir, id); err != nil {
+				return fmt.Errorf("erase the agent's key: %w", err)
+			}
+		}
+	}
+	for _, f := range []string{RotationFileName, PendingFileName} {
+		if err := os.Remove(filepath.Join(dir, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("erase %s: %w", f, err)
+		}
+	}
+	return nil
+}
+
+// RevokedError says who revoked the agent of dir, when and why.
+func RevokedError(dir string, r *Revocation) error {
+	return fmt.Errorf("%w (%s at %s, %q; see %s): this agent never connects again; to give the vendor access again, enrol a new agent with a new enrolment token in a new state dir",
+		ErrRevoked, r.By, r.At.UTC().Format(time.RFC3339), r.Reason, filepath.Join(dir, RevokedFileName))
+}

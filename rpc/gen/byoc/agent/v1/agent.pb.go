@@ -3388,6 +3388,123 @@ func (x *ListAuditRecordsResponse) GetRecords() []*AuditRecord {
 	return nil
 }
 
+// RevokeSelfRequest: signature is the agent's Ed25519 signature of
+// "byoc agent self revocation v1\0", then agent_id, by and reason (each
+// preceded by its length, 4 bytes big-endian) and time's Unix nanoseconds
+// (8 bytes big-endian).
+type RevokeSelfRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	AgentId string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	Time    *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
+	// by is the customer's user who revoked; reason why (at most 512 bytes).
+	By            string `protobuf:"bytes,3,opt,name=by,proto3" json:"by,omitempty"`
+	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	Signature     []byte `protobuf:"bytes,5,opt,name=signature,proto3" json:"signature,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeSelfRequest) Reset() {
+	*x = RevokeSelfRequest{}
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeSelfRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeSelfRequest) ProtoMessage() {}
+
+func (x *RevokeSelfRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeSelfRequest.ProtoReflect.Descriptor instead.
+func (*RevokeSelfRequest) Descriptor() ([]byte, []int) {
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *RevokeSelfRequest) GetAgentId() string {
+	if x != nil {
+		return x.AgentId
+	}
+	return ""
+}
+
+func (x *RevokeSelfRequest) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *RevokeSelfRequest) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+func (x *RevokeSelfRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *RevokeSelfRequest) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
+type RevokeSelfResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeSelfResponse) Reset() {
+	*x = RevokeSelfResponse{}
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeSelfResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeSelfResponse) ProtoMessage() {}
+
+func (x *RevokeSelfResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeSelfResponse.ProtoReflect.Descriptor instead.
+func (*RevokeSelfResponse) Descriptor() ([]byte, []int) {
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{40}
+}
+
 var File_byoc_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_byoc_agent_v1_agent_proto_rawDesc = "" +
@@ -3663,20 +3780,29 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\tafter_seq\x18\x04 \x01(\x03R\bafterSeq\x12\x14\n" +
 	"\x05limit\x18\x05 \x01(\x05R\x05limit\"P\n" +
 	"\x18ListAuditRecordsResponse\x124\n" +
-	"\arecords\x18\x01 \x03(\v2\x1a.byoc.agent.v1.AuditRecordR\arecords*\x90\x01\n" +
+	"\arecords\x18\x01 \x03(\v2\x1a.byoc.agent.v1.AuditRecordR\arecords\"\xa4\x01\n" +
+	"\x11RevokeSelfRequest\x12\x19\n" +
+	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12.\n" +
+	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x0e\n" +
+	"\x02by\x18\x03 \x01(\tR\x02by\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x1c\n" +
+	"\tsignature\x18\x05 \x01(\fR\tsignature\"\x14\n" +
+	"\x12RevokeSelfResponse*\x90\x01\n" +
 	"\aOutcome\x12\x17\n" +
 	"\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11OUTCOME_SUCCEEDED\x10\x01\x12\x12\n" +
 	"\x0eOUTCOME_FAILED\x10\x02\x12\x15\n" +
 	"\x11OUTCOME_CANCELLED\x10\x03\x12\x15\n" +
 	"\x11OUTCOME_TIMED_OUT\x10\x04\x12\x13\n" +
-	"\x0fOUTCOME_REFUSED\x10\x052\xcc\x03\n" +
+	"\x0fOUTCOME_REFUSED\x10\x052\x9f\x04\n" +
 	"\fAgentService\x12E\n" +
 	"\x06Enroll\x12\x1c.byoc.agent.v1.EnrollRequest\x1a\x1d.byoc.agent.v1.EnrollResponse\x12L\n" +
 	"\aConnect\x12\x1d.byoc.agent.v1.ConnectRequest\x1a\x1e.byoc.agent.v1.ConnectResponse(\x010\x01\x12]\n" +
 	"\x0eListBreakGlass\x12$.byoc.agent.v1.ListBreakGlassRequest\x1a%.byoc.agent.v1.ListBreakGlassResponse\x12c\n" +
 	"\x10DecideBreakGlass\x12&.byoc.agent.v1.DecideBreakGlassRequest\x1a'.byoc.agent.v1.DecideBreakGlassResponse\x12c\n" +
-	"\x10ListAuditRecords\x12&.byoc.agent.v1.ListAuditRecordsRequest\x1a'.byoc.agent.v1.ListAuditRecordsResponseB\xad\x01\n" +
+	"\x10ListAuditRecords\x12&.byoc.agent.v1.ListAuditRecordsRequest\x1a'.byoc.agent.v1.ListAuditRecordsResponse\x12Q\n" +
+	"\n" +
+	"RevokeSelf\x12 .byoc.agent.v1.RevokeSelfRequest\x1a!.byoc.agent.v1.RevokeSelfResponseB\xad\x01\n" +
 	"\x11com.byoc.agent.v1B\n" +
 	"AgentProtoP\x01Z6github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1;agentv1\xa2\x02\x03BAX\xaa\x02\rByoc.Agent.V1\xca\x02\rByoc\\Agent\\V1\xe2\x02\x19Byoc\\Agent\\V1\\GPBMetadata\xea\x02\x0fByoc::Agent::V1b\x06proto3"
 
@@ -3693,7 +3819,7 @@ func file_byoc_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_byoc_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_byoc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_byoc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_byoc_agent_v1_agent_proto_goTypes = []any{
 	(Outcome)(0),                     // 0: byoc.agent.v1.Outcome
 	(*EnrollRequest)(nil),            // 1: byoc.agent.v1.EnrollRequest
@@ -3735,13 +3861,15 @@ var file_byoc_agent_v1_agent_proto_goTypes = []any{
 	(*AuditRecord)(nil),              // 37: byoc.agent.v1.AuditRecord
 	(*ListAuditRecordsRequest)(nil),  // 38: byoc.agent.v1.ListAuditRecordsRequest
 	(*ListAuditRecordsResponse)(nil), // 39: byoc.agent.v1.ListAuditRecordsResponse
-	nil,                              // 40: byoc.agent.v1.StackReport.InputsEntry
-	nil,                              // 41: byoc.agent.v1.StackReport.OutputsEntry
-	nil,                              // 42: byoc.agent.v1.JobResult.OutputsEntry
-	nil,                              // 43: byoc.agent.v1.JobAssignment.InputsEntry
-	(*timestamppb.Timestamp)(nil),    // 44: google.protobuf.Timestamp
-	(*structpb.Value)(nil),           // 45: google.protobuf.Value
-	(*structpb.Struct)(nil),          // 46: google.protobuf.Struct
+	(*RevokeSelfRequest)(nil),        // 40: byoc.agent.v1.RevokeSelfRequest
+	(*RevokeSelfResponse)(nil),       // 41: byoc.agent.v1.RevokeSelfResponse
+	nil,                              // 42: byoc.agent.v1.StackReport.InputsEntry
+	nil,                              // 43: byoc.agent.v1.StackReport.OutputsEntry
+	nil,                              // 44: byoc.agent.v1.JobResult.OutputsEntry
+	nil,                              // 45: byoc.agent.v1.JobAssignment.InputsEntry
+	(*timestamppb.Timestamp)(nil),    // 46: google.protobuf.Timestamp
+	(*structpb.Value)(nil),           // 47: google.protobuf.Value
+	(*structpb.Struct)(nil),          // 48: google.protobuf.Struct
 }
 var file_byoc_agent_v1_agent_proto_depIdxs = []int32{
 	3,  // 0: byoc.agent.v1.EnrollResponse.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
@@ -3766,52 +3894,55 @@ var file_byoc_agent_v1_agent_proto_depIdxs = []int32{
 	13, // 19: byoc.agent.v1.Hello.stack:type_name -> byoc.agent.v1.StackReport
 	12, // 20: byoc.agent.v1.Hello.condition:type_name -> byoc.agent.v1.AgentCondition
 	11, // 21: byoc.agent.v1.Hello.next_key:type_name -> byoc.agent.v1.AgentKeyRotation
-	40, // 22: byoc.agent.v1.StackReport.inputs:type_name -> byoc.agent.v1.StackReport.InputsEntry
-	41, // 23: byoc.agent.v1.StackReport.outputs:type_name -> byoc.agent.v1.StackReport.OutputsEntry
-	44, // 24: byoc.agent.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
+	42, // 22: byoc.agent.v1.StackReport.inputs:type_name -> byoc.agent.v1.StackReport.InputsEntry
+	43, // 23: byoc.agent.v1.StackReport.outputs:type_name -> byoc.agent.v1.StackReport.OutputsEntry
+	46, // 24: byoc.agent.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
 	3,  // 25: byoc.agent.v1.Welcome.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
 	9,  // 26: byoc.agent.v1.Heartbeat.running:type_name -> byoc.agent.v1.RunningJob
 	14, // 27: byoc.agent.v1.Heartbeat.permissions:type_name -> byoc.agent.v1.Permissions
 	12, // 28: byoc.agent.v1.Heartbeat.condition:type_name -> byoc.agent.v1.AgentCondition
-	44, // 29: byoc.agent.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	46, // 29: byoc.agent.v1.LogLine.time:type_name -> google.protobuf.Timestamp
 	19, // 30: byoc.agent.v1.JobLogs.lines:type_name -> byoc.agent.v1.LogLine
 	0,  // 31: byoc.agent.v1.JobResult.outcome:type_name -> byoc.agent.v1.Outcome
-	42, // 32: byoc.agent.v1.JobResult.outputs:type_name -> byoc.agent.v1.JobResult.OutputsEntry
+	44, // 32: byoc.agent.v1.JobResult.outputs:type_name -> byoc.agent.v1.JobResult.OutputsEntry
 	23, // 33: byoc.agent.v1.JobResult.planned_changes:type_name -> byoc.agent.v1.PlannedChange
 	22, // 34: byoc.agent.v1.JobResult.policy_findings:type_name -> byoc.agent.v1.PolicyFinding
-	45, // 35: byoc.agent.v1.PlannedChange.before:type_name -> google.protobuf.Value
-	45, // 36: byoc.agent.v1.PlannedChange.after:type_name -> google.protobuf.Value
-	46, // 37: byoc.agent.v1.JobAssignment.config:type_name -> google.protobuf.Struct
-	43, // 38: byoc.agent.v1.JobAssignment.inputs:type_name -> byoc.agent.v1.JobAssignment.InputsEntry
+	47, // 35: byoc.agent.v1.PlannedChange.before:type_name -> google.protobuf.Value
+	47, // 36: byoc.agent.v1.PlannedChange.after:type_name -> google.protobuf.Value
+	48, // 37: byoc.agent.v1.JobAssignment.config:type_name -> google.protobuf.Struct
+	45, // 38: byoc.agent.v1.JobAssignment.inputs:type_name -> byoc.agent.v1.JobAssignment.InputsEntry
 	26, // 39: byoc.agent.v1.JobAssignment.signature:type_name -> byoc.agent.v1.JobSignature
 	25, // 40: byoc.agent.v1.JobAssignment.registry_grant:type_name -> byoc.agent.v1.RegistryGrant
-	44, // 41: byoc.agent.v1.ListBreakGlassRequest.time:type_name -> google.protobuf.Timestamp
+	46, // 41: byoc.agent.v1.ListBreakGlassRequest.time:type_name -> google.protobuf.Timestamp
 	32, // 42: byoc.agent.v1.ListBreakGlassResponse.grants:type_name -> byoc.agent.v1.BreakGlassGrant
-	44, // 43: byoc.agent.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
-	44, // 44: byoc.agent.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
-	44, // 45: byoc.agent.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
-	44, // 46: byoc.agent.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
-	44, // 47: byoc.agent.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
+	46, // 43: byoc.agent.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
+	46, // 44: byoc.agent.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
+	46, // 45: byoc.agent.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
+	46, // 46: byoc.agent.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
+	46, // 47: byoc.agent.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
 	32, // 48: byoc.agent.v1.DecideBreakGlassResponse.grant:type_name -> byoc.agent.v1.BreakGlassGrant
 	37, // 49: byoc.agent.v1.AuditRecords.records:type_name -> byoc.agent.v1.AuditRecord
 	36, // 50: byoc.agent.v1.AuditRecords.checkpoint:type_name -> byoc.agent.v1.AuditCheckpoint
-	44, // 51: byoc.agent.v1.ListAuditRecordsRequest.time:type_name -> google.protobuf.Timestamp
+	46, // 51: byoc.agent.v1.ListAuditRecordsRequest.time:type_name -> google.protobuf.Timestamp
 	37, // 52: byoc.agent.v1.ListAuditRecordsResponse.records:type_name -> byoc.agent.v1.AuditRecord
-	1,  // 53: byoc.agent.v1.AgentService.Enroll:input_type -> byoc.agent.v1.EnrollRequest
-	4,  // 54: byoc.agent.v1.AgentService.Connect:input_type -> byoc.agent.v1.ConnectRequest
-	30, // 55: byoc.agent.v1.AgentService.ListBreakGlass:input_type -> byoc.agent.v1.ListBreakGlassRequest
-	33, // 56: byoc.agent.v1.AgentService.DecideBreakGlass:input_type -> byoc.agent.v1.DecideBreakGlassRequest
-	38, // 57: byoc.agent.v1.AgentService.ListAuditRecords:input_type -> byoc.agent.v1.ListAuditRecordsRequest
-	2,  // 58: byoc.agent.v1.AgentService.Enroll:output_type -> byoc.agent.v1.EnrollResponse
-	5,  // 59: byoc.agent.v1.AgentService.Connect:output_type -> byoc.agent.v1.ConnectResponse
-	31, // 60: byoc.agent.v1.AgentService.ListBreakGlass:output_type -> byoc.agent.v1.ListBreakGlassResponse
-	34, // 61: byoc.agent.v1.AgentService.DecideBreakGlass:output_type -> byoc.agent.v1.DecideBreakGlassResponse
-	39, // 62: byoc.agent.v1.AgentService.ListAuditRecords:output_type -> byoc.agent.v1.ListAuditRecordsResponse
-	58, // [58:63] is the sub-list for method output_type
-	53, // [53:58] is the sub-list for method input_type
-	53, // [53:53] is the sub-list for extension type_name
-	53, // [53:53] is the sub-list for extension extendee
-	0,  // [0:53] is the sub-list for field type_name
+	46, // 53: byoc.agent.v1.RevokeSelfRequest.time:type_name -> google.protobuf.Timestamp
+	1,  // 54: byoc.agent.v1.AgentService.Enroll:input_type -> byoc.agent.v1.EnrollRequest
+	4,  // 55: byoc.agent.v1.AgentService.Connect:input_type -> byoc.agent.v1.ConnectRequest
+	30, // 56: byoc.agent.v1.AgentService.ListBreakGlass:input_type -> byoc.agent.v1.ListBreakGlassRequest
+	33, // 57: byoc.agent.v1.AgentService.DecideBreakGlass:input_type -> byoc.agent.v1.DecideBreakGlassRequest
+	38, // 58: byoc.agent.v1.AgentService.ListAuditRecords:input_type -> byoc.agent.v1.ListAuditRecordsRequest
+	40, // 59: byoc.agent.v1.AgentService.RevokeSelf:input_type -> byoc.agent.v1.RevokeSelfRequest
+	2,  // 60: byoc.agent.v1.AgentService.Enroll:output_type -> byoc.agent.v1.EnrollResponse
+	5,  // 61: byoc.agent.v1.AgentService.Connect:output_type -> byoc.agent.v1.ConnectResponse
+	31, // 62: byoc.agent.v1.AgentService.ListBreakGlass:output_type -> byoc.agent.v1.ListBreakGlassResponse
+	34, // 63: byoc.agent.v1.AgentService.DecideBreakGlass:output_type -> byoc.agent.v1.DecideBreakGlassResponse
+	39, // 64: byoc.agent.v1.AgentService.ListAuditRecords:output_type -> byoc.agent.v1.ListAuditRecordsResponse
+	41, // 65: byoc.agent.v1.AgentService.RevokeSelf:output_type -> byoc.agent.v1.RevokeSelfResponse
+	60, // [60:66] is the sub-list for method output_type
+	54, // [54:60] is the sub-list for method input_type
+	54, // [54:54] is the sub-list for extension type_name
+	54, // [54:54] is the sub-list for extension extendee
+	0,  // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_byoc_agent_v1_agent_proto_init() }
@@ -3846,7 +3977,7 @@ func file_byoc_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byoc_agent_v1_agent_proto_rawDesc), len(file_byoc_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   43,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
