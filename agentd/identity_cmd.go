@@ -51,6 +51,7 @@ authenticates it to imsd and signs the customer's control files
                        If imsd cannot be reached the revocation still holds
                        here (the vendor then sees the agent offline).
 
+The agent can also rotate on its own schedule (agentd --rotate-key-every).
 A rotation never goes backwards: stopped at any step, the agent starts
 with the old or the new key and every control file verifies; it completes
 when imsd can be reached. See docs/customer/control-files.md.

@@ -260,6 +260,7 @@ func run(ctx context.Context, args []string) int {
 		installRegistry      string
 		tfProviders          string
 		cancelGrace          time.Duration
+		rotateKeyEvery       time.Duration
 		policyDir            string
 		kubeconfig           string
 		stackPath            string
@@ -284,6 +285,7 @@ func run(ctx context.Context, args []string) int {
 	fs.StringVar(&kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "`file`: the kubeconfig of the cluster the helm type deploys to (also $KUBECONFIG); without one, the in-cluster config of the agent's pod")
 	fs.StringVar(&installRegistry, "install-registry", os.Getenv("BYOC_INSTALL_REGISTRY"), "the install registry `location` every image, chart and module is synced into before it runs: http(s)://HOST[:PORT][/PREFIX], HOST[:PORT][/PREFIX], or oci:DIR (an OCI image layout root); default oci:STATE-DIR/registry; also $BYOC_INSTALL_REGISTRY; credentials: the --secrets-file entries BYOC_INSTALL_REGISTRY_USERNAME, _PASSWORD, _TOKEN")
 	fs.StringVar(&tfProviders, "terraform-providers", "", "Terraform provider filesystem mirror `directory`: the terraform type installs providers from it only, never from a registry")
+	fs.DurationVar(&rotateKeyEvery, "rotate-key-every", 0, "rotate the agent's own key (agentd identity rotate) once it is this `old`, such as 2160h; 0: only when you run agentd identity rotate")
 	fs.DurationVar(&cancelGrace, "cancel-grace", time.Minute, "how long a cancelled or timed-out job's plugin may take to stop once interrupted (Terraform saves its state and releases its lock) before it is killed; 0 kills at once")
 	fs.StringVar(&policyDir, "policy-dir", "", "customer-owned `directory` of rego policies (*.rego; it and they not writable by group or others); every plan, apply and destroy must pass them, whatever the app config's policies say")
 	fs.StringVar(&stackPath, "stack-config", os.Getenv("BYOC_STACK_CONFIG"), "the install stack's config `file` (its imsd URL, enrolment token, a role per permission mode, the customer's inputs and secrets); also $BYOC_STACK_CONFIG")
@@ -512,16 +514,17 @@ func run(ctx context.Context, args []string) int {
 		}
 	}
 	a, err := agent.New(ctx, agent.Config{
-		IMSURL:      ims,
-		EnrollToken: token,
-		StateDir:    stateDir,
-		Capacity:    capacity,
-		Runner:      runner,
-		Version:     buildinfo.Get().Short(),
-		Logger:      log,
-		Role:        role,
-		Stack:       stackReport(st, stackValues),
-		PinWatcher:  loader.PinWatcher,
+		IMSURL:         ims,
+		EnrollToken:    token,
+		StateDir:       stateDir,
+		Capacity:       capacity,
+		Runner:         runner,
+		Version:        buildinfo.Get().Short(),
+		Logger:         log,
+		Role:           role,
+		Stack:          stackReport(st, stackValues),
+		PinWatcher:     loader.PinWatcher,
+		RotateKeyEvery: rotateKeyEvery,
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "agentd: %v\n", err)

@@ -137,6 +137,12 @@ type Config struct {
 	// in its journal (plugin.pinned, plugin.unpinned), and the pins it
 	// holds at start.
 	PinWatcher *pluginhost.PinWatcher
+	// RotateKeyEvery, if set, starts a rotation of the agent's own key
+	// (rotate.go) once the key is this old: since its last rotation, or
+	// for a key never rotated since it was made at enrolment, or, when
+	// the identity does not say (enrolled by an older agentd), since the
+	// agent started.
+	RotateKeyEvery time.Duration
 }
 
 // Agent is a running agentd.
@@ -151,6 +157,9 @@ type Agent struct {
 
 	// instance is this process's random id, sent in every hello.
 	instance string
+	// startedAt is when New ran (the key's age when identity.json does
+	// not say).
+	startedAt time.Time
 	// failedInRow counts the jobs that failed or timed out since the last
 	// that succeeded, for the condition imsd's health counts.
 	failedInRow atomic.Int32
@@ -263,6 +272,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		live:        make(map[string]*jobRun),
 		refusals:    make(map[refusalKey]*refusal),
 		instance:    newInstanceID(),
+		startedAt:   cfg.Now(),
 		kick:        make(chan struct{}, 1),
 		logKick:     make(chan struct{}, 1),
 		permKick:    make(chan struct{}, 1),
@@ -414,7 +424,7 @@ func (a *Agent) enroll(ctx context.Context) (identity.Identity, error) {
 		return identity.Identity{}, fmt.Errorf("enrol with %s: %w: a server in the middle, or a token of another imsd; not enrolled", a.cfg.IMSURL, err)
 	}
 	id := identity.Identity{AgentID: resp.Msg.AgentId, InstallID: resp.Msg.InstallId, IMSURL: a.cfg.IMSURL, PrivateKey: key,
-		IMSDKeys: keys}
+		IMSDKeys: keys, KeyCreatedAt: a.now().UTC().Truncate(time.Second)}
 	if err := identity.Save(a.cfg.StateDir, id); err != nil {
 		return identity.Identity{}, fmt.Errorf("save identity: %w", err)
 	}

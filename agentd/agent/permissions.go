@@ -239,6 +239,7 @@ func (a *Agent) watchPermissions(ctx context.Context, revoked context.CancelCaus
 		if a.watchRevoked(revoked) {
 			return
 		}
+		a.scheduleRotation()
 		if a.takeRotation() {
 			a.kickRotation()
 		}

@@ -12,6 +12,7 @@ package agent
 // both keys check the control files.
 
 import (
+	"cmp"
 	"crypto/ed25519"
 	"errors"
 	"os"
@@ -87,6 +88,26 @@ func (a *Agent) takeRotation() bool {
 	a.note(KindKeyRotationPending, "agent:"+a.id.AgentID, map[string]string{"key_id": identity.KeyIDOf(self.PrivateKey),
 		"next_key_id": agentproto.KeyID(r.Public()), "started_by": r.StartedBy})
 	return true
+}
+
+// scheduleRotation starts a rotation (as agentd identity rotate does) once
+// the agent's key is Config.RotateKeyEvery old and none is under way.
+func (a *Agent) scheduleRotation() {
+	if a.cfg.RotateKeyEvery <= 0 || a.rotation() != nil {
+		return
+	}
+	a.keyMu.Lock()
+	since := cmp.Or(a.self.KeyRotatedAt, a.self.KeyCreatedAt)
+	a.keyMu.Unlock()
+	if since.IsZero() {
+		since = a.startedAt
+	}
+	if a.now().Sub(since) < a.cfg.RotateKeyEvery {
+		return
+	}
+	if _, err := identity.BeginRotation(a.cfg.StateDir, a.now(), "agentd --rotate-key-every"); err != nil && !errors.Is(err, identity.ErrRotationPending) {
+		a.log.Error("cannot start the scheduled rotation of the agent's key", "err", err)
+	}
 }
 
 // nextKeyHello is what the hello says of the rotation under way.

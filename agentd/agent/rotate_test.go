@@ -158,3 +158,51 @@ func TestRevokedAgentStops(t *testing.T) {
 		t.Fatalf("the customer's commands after the revocation: %v", err)
 	}
 }
+
+// --rotate-key-every: once the key is that old (by the agent's clock,
+// from when it was made), the agent starts a rotation itself and
+// completes it as for agentd identity rotate; the new key's age counts
+// from the rotation.
+func TestScheduledRotation(t *testing.T) {
+	dir := t.TempDir()
+	f := &fakeIMS{}
+	f.welcomeFor = func(h *agentv1.Hello) *agentv1.Welcome {
+		w := &agentv1.Welcome{InstallId: "ins_1", HeartbeatIntervalMs: 100, LeaseDurationMs: 600}
+		if nk := h.GetNextKey(); nk != nil {
+			w.NextKeyId = agentproto.KeyID(nk.PublicKey)
+			f.agentKey.Store(ed25519.PublicKey(nk.PublicKey))
+		}
+		return w
+	}
+	url := serveFake(t, f)
+	var now atomic.Int64
+	t0 := time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC)
+	now.Store(t0.UnixNano())
+	clock := func() time.Time { return time.Unix(0, now.Load()) }
+	key, _ := identity.NewKey()
+	if err := identity.Save(dir, identity.Identity{AgentID: "agt_1", InstallID: "ins_1", IMSURL: url, PrivateKey: key,
+		IMSDKeys: []ed25519.PublicKey{f.key.Public().(ed25519.PublicKey)}, KeyCreatedAt: t0.Add(-time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	f.agentKey.Store(key.Public().(ed25519.PublicKey))
+	a, err := New(context.Background(), Config{IMSURL: url, StateDir: dir, Runner: &runRecorder{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		BackoffMin: 20 * time.Millisecond, BackoffMax: 50 * time.Millisecond, PermissionsPoll: 10 * time.Millisecond, Now: clock,
+		RotateKeyEvery: 2 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	<-f.streams
+	if a.rotation() != nil || !a.privateKey().Equal(key) {
+		t.Fatal("a rotation started before the key was two hours old")
+	}
+	now.Store(t0.Add(time.Hour + time.Minute).UnixNano())
+	eventually(t, "the scheduled rotation to complete", func() bool { return !a.privateKey().Equal(key) && a.rotation() == nil })
+	id, err := identity.Load(dir)
+	if err != nil || id.PrivateKey.Equal(key) || !id.KeyRotatedAt.Equal(t0.Add(time.Hour+time.Minute)) || id.KeyCreatedAt.IsZero() {
+		t.Fatalf("identity after the scheduled rotation: rotated %v, created %v, %v", id.KeyRotatedAt, id.KeyCreatedAt, err)
+	}
+}
