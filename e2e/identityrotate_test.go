@@ -78,6 +78,9 @@ func TestAgentIdentityRotate(t *testing.T) {
 		t.Fatalf("byoc audit list:\n%s", out)
 	}
 	waitConnected(t, ims, "acme")
+	if out := cli.Run(0, "install", "get", "acme"); !lineWith(out, "Agent key", identity.KeyIDOf(cur.PrivateKey), "rotated") {
+		t.Fatalf("byoc install get:\n%s", out)
+	}
 
 	// The control files verify with the new key, as the customer left them.
 	if out := permissions(t, state, "verify"); strings.Contains(out, "refused") {
