@@ -315,7 +315,6 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 			a.keys[agentproto.KeyID(k)] = k
 		}
 	}
-	a.takeRotation() // a rotation under way is announced in the first hello
 	a.seen, err = openSeen(cfg.StateDir, cfg.Now())
 	if err != nil {
 		return nil, err
@@ -323,6 +322,9 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	if err := a.openAudit(); err != nil {
 		return nil, err
 	}
+	// A rotation under way (one stopped by a crash too) is announced in
+	// the first hello; it journals, so it follows openAudit.
+	a.takeRotation()
 	if j, ok := cfg.Runner.(interface {
 		SetJournal(func(kind, subject string, data map[string]string))
 	}); ok {

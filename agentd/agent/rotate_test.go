@@ -206,3 +206,80 @@ func TestScheduledRotation(t *testing.T) {
 		t.Fatalf("identity after the scheduled rotation: rotated %v, created %v, %v", id.KeyRotatedAt, id.KeyCreatedAt, err)
 	}
 }
+
+// A rotation under way when the agent starts (stopped by a crash after
+// imsd recorded it, say: a control file already re-signed with the next
+// key) is taken up at once: the control file verifies meanwhile, and the
+// rotation completes at the first connection.
+func TestRotationUnderWayAtStart(t *testing.T) {
+	dir := t.TempDir()
+	f := &fakeIMS{}
+	f.welcomeFor = func(h *agentv1.Hello) *agentv1.Welcome {
+		w := &agentv1.Welcome{InstallId: "ins_1", HeartbeatIntervalMs: 100, LeaseDurationMs: 600}
+		if nk := h.GetNextKey(); nk != nil {
+			w.NextKeyId = agentproto.KeyID(nk.PublicKey)
+			f.agentKey.Store(ed25519.PublicKey(nk.PublicKey))
+		}
+		return w
+	}
+	url := serveFake(t, f)
+	key, _ := identity.NewKey()
+	id := identity.Identity{AgentID: "agt_1", InstallID: "ins_1", IMSURL: url, PrivateKey: key, IMSDKeys: []ed25519.PublicKey{f.key.Public().(ed25519.PublicKey)}}
+	if err := identity.Save(dir, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := permissions.Update(dir, time.Now(), "alice", func(s *permissions.State) { s.Provision = false }); err != nil {
+		t.Fatal(err)
+	}
+	r, err := identity.BeginRotation(dir, time.Now(), "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The crash: the control file re-signed with the next key, identity.json
+	// not yet saved with it (the commit, then the two files put back as
+	// they were before its last steps).
+	idBytes, err := os.ReadFile(filepath.Join(dir, identity.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rotBytes, err := os.ReadFile(filepath.Join(dir, identity.RotationFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, resigned, err := permissions.CommitRotation(dir, id, r, time.Now()); err != nil || len(resigned) != 1 {
+		t.Fatalf("commit: %v %v", resigned, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, identity.FileName), idBytes, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, identity.RotationFileName), rotBytes, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := permissions.LoadWith(dir, permissions.KeyOf(id), 0); err == nil {
+		t.Fatal("the permission file is not signed with the next key")
+	}
+	f.agentKey.Store(key.Public().(ed25519.PublicKey))
+	a, err := New(context.Background(), Config{IMSURL: url, StateDir: dir, Runner: &runRecorder{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		BackoffMin: 20 * time.Millisecond, BackoffMax: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.rotation() == nil {
+		t.Fatal("the rotation under way is not taken up at start")
+	}
+	if got, err := a.permissions(); err != nil || got.Provision {
+		t.Fatalf("the permissions signed with the next key: %+v, %v", got, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	eventually(t, "the rotation to complete", func() bool { return a.privateKey().Equal(r.PrivateKey) && a.rotation() == nil })
+	cur, err := identity.Load(dir)
+	if err != nil || !cur.PrivateKey.Equal(r.PrivateKey) {
+		t.Fatalf("identity: %v", err)
+	}
+	if got, _, err := permissions.LoadWith(dir, permissions.KeyOf(cur), 0); err != nil || got.Provision {
+		t.Fatalf("permissions with the new key alone: %+v, %v", got, err)
+	}
+}

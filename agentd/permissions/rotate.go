@@ -124,3 +124,4 @@ func CommitRotation(dir string, id identity.Identity, r identity.Rotation, now t
 	}
 	return next, resigned, nil
 }
+
