@@ -60,8 +60,13 @@ func (s *Service) rotateAgentKey(ctx context.Context, a *store.Agent, underNext 
 				"previous_key_id", agentproto.KeyID(prev), "key_id", agentproto.KeyID(cur))
 		}
 		a.PublicKey, a.NextPublicKey, a.KeyRotatedAt = cur, nil, now
+	}
+	if next == nil {
 		return "", nil
 	}
+	// A next key announced under the key the hello used (after a
+	// promotion, the agent's new key: a second rotation started before
+	// the first completed).
 	r := agentproto.AgentKeyRotation{AgentID: a.ID, Current: a.PublicKey, Next: next.PublicKey, Endorsement: next.Endorsement, Proof: next.Proof}
 	if !r.Verify() {
 		s.log.WarnContext(ctx, "the agent's hello announces a next key whose endorsement does not verify; not recorded", "agent", a.ID, "install", a.InstallID)

@@ -76,15 +76,18 @@ func TestAgentKeyRotationThroughHello(t *testing.T) {
 		t.Fatal("the old key is refused before the agent switched")
 	}
 	end(cs, done)
-	// The first hello under the next key makes it the agent's key.
+	// The first hello under the next key makes it the agent's key; the
+	// rotation after it, announced in the same hello, is recorded too.
 	e.key = next
-	cs, done = stream(helloWith(nil))
-	if w := cs.next(t).GetWelcome(); w == nil {
-		t.Fatal("the next key is refused")
+	_, third, _ := ed25519.GenerateKey(nil)
+	r2 := agentproto.RotateAgentKey(e.agent, next, third)
+	cs, done = stream(helloWith(&agentv1.AgentKeyRotation{PublicKey: r2.Next, Endorsement: r2.Endorsement, Proof: r2.Proof}))
+	if w := cs.next(t).GetWelcome(); w == nil || w.NextKeyId != agentproto.KeyID(r2.Next) {
+		t.Fatalf("welcome of the first hello under the next key, announcing another: %v", w)
 	}
 	end(cs, done)
 	a, err = e.st.GetAgent(ctx, e.agent)
-	if err != nil || !r.Next.Equal(ed25519.PublicKey(a.PublicKey)) || len(a.NextPublicKey) != 0 || a.KeyRotatedAt.IsZero() {
+	if err != nil || !r.Next.Equal(ed25519.PublicKey(a.PublicKey)) || !r2.Next.Equal(ed25519.PublicKey(a.NextPublicKey)) || a.KeyRotatedAt.IsZero() {
 		t.Fatalf("after the switch: %+v, %v", a, err)
 	}
 	// The old key is refused from then on.
