@@ -7,6 +7,7 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/byoc-dev/byoc/rpc/agentchannel"
 
@@ -112,4 +113,51 @@ func protoMarshal(m *agentv1.Hello) ([]byte, error) { return proto.Marshal(m) }
 
 func agentchannelOpen(k ed25519.PrivateKey, agentID string, ch *agentv1.Challenge, hello []byte) ([]byte, *agentchannel.AgentHandshake, error) {
 	return agentchannel.OpenChannel(k, agentID, ch.PublicKey, ch.Nonce, hello)
+}
+
+// RevokeSelf: only the agent's own signature revokes it (the customer's
+// agentd identity revoke); the revocation names the customer; a second
+// call changes nothing; the agent's hellos are refused from then on.
+func TestRevokeSelf(t *testing.T) {
+	e := newStreamEnv(t)
+	ctx := context.Background()
+	at := e.clk.Now()
+	req := func(k ed25519.PrivateKey) *connect.Request[agentv1.RevokeSelfRequest] {
+		return connect.NewRequest(&agentv1.RevokeSelfRequest{AgentId: e.agent, Time: timestamppb.New(at), By: "alice", Reason: "contract ended",
+			Signature: agentproto.SignRevokeSelf(k, e.agent, "alice", "contract ended", at)})
+	}
+	_, evil, _ := ed25519.GenerateKey(nil)
+	if _, err := e.svc.RevokeSelf(ctx, req(evil)); connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Fatalf("a revocation signed by another key: %v", err)
+	}
+	forged := req(e.key)
+	forged.Msg.Reason = "changed on the way"
+	if _, err := e.svc.RevokeSelf(ctx, forged); connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Fatalf("a revocation changed after signing: %v", err)
+	}
+	if a, _ := e.st.GetAgent(ctx, e.agent); !a.RevokedAt.IsZero() {
+		t.Fatal("revoked by a bad call")
+	}
+	for range 2 {
+		if _, err := e.svc.RevokeSelf(ctx, req(e.key)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, err := e.st.GetAgent(ctx, e.agent)
+	if err != nil || a.RevokedAt.IsZero() || a.RevokedReason != "revoked by the customer: contract ended" {
+		t.Fatalf("after RevokeSelf: %+v, %v", a, err)
+	}
+	cs := newChanStream()
+	done := make(chan error, 1)
+	go func() { done <- e.svc.Serve(ctx, cs) }()
+	ch := cs.next(t).GetChallenge()
+	b, _ := proto.Marshal(&agentv1.Hello{AgentId: e.agent, Signature: agentproto.SignChallenge(e.key, e.agent, ch.Nonce), Capacity: 1})
+	msg, _, err := agentchannel.OpenChannel(e.key, e.agent, ch.PublicKey, ch.Nonce, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs.in <- &agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_ChannelHello{ChannelHello: &agentv1.ChannelHello{AgentId: e.agent, Noise: msg}}}
+	if err := <-done; connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Fatalf("a hello of the revoked agent: %v", err)
+	}
 }
