@@ -124,4 +124,3 @@ func CommitRotation(dir string, id identity.Identity, r identity.Rotation, now t
 	}
 	return next, resigned, nil
 }
-
