@@ -25,6 +25,9 @@ func TestHelpExitsZero(t *testing.T) {
 		"audit": func(a []string, o, e io.Writer) int {
 			return auditCmd(context.Background(), a, o, e, time.Now)
 		},
+		"identity": func(a []string, o, e io.Writer) int {
+			return identityCmd(context.Background(), a, o, e, time.Now)
+		},
 		"module":         func(a []string, o, e io.Writer) int { return moduleCmd(context.Background(), a, o, e) },
 		"preflight":      func(a []string, o, e io.Writer) int { return preflightCmd(context.Background(), a, o, e) },
 		"support-bundle": func(a []string, o, e io.Writer) int { return supportBundleCmd(context.Background(), a, o, e) },

@@ -15,6 +15,8 @@
 //	                                                    the customer's maintenance windows (jobs of a release)
 //	agentd breakglass --state-dir DIR list|approve ID [--for D]|deny ID --reason R|revoke ID
 //	                                                    the customer's decisions on break-glass requests
+//	agentd identity --state-dir DIR show|rotate [--wait D]|revoke --yes [--reason R]
+//	                                                    the agent's own key: rotate it without re-enrolment, or revoke the agent for good
 //	agentd audit --state-dir DIR verify|compare         check the agent's copy of its install's audit chain,
 //	                                                    and compare it with imsd's
 //	agentd module push --state-dir DIR MODULE_DIR REPO:TAG
@@ -144,6 +146,9 @@ func main() {
 	defer stop()
 	if len(os.Args) > 1 && os.Args[1] == "breakglass" {
 		os.Exit(breakglassCmd(ctx, os.Args[2:], os.Stdout, os.Stderr, time.Now))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "identity" {
+		os.Exit(identityCmd(ctx, os.Args[2:], os.Stdout, os.Stderr, time.Now))
 	}
 	if len(os.Args) > 1 && os.Args[1] == "audit" {
 		os.Exit(auditCmd(ctx, os.Args[2:], os.Stdout, os.Stderr, time.Now))
@@ -277,6 +282,7 @@ func run(ctx context.Context, args []string) int {
 		installRegistry      string
 		tfProviders          string
 		cancelGrace          time.Duration
+		rotateKeyEvery       time.Duration
 		policyDir            string
 		kubeconfig           string
 		stackPath            string
@@ -301,6 +307,7 @@ func run(ctx context.Context, args []string) int {
 	fs.StringVar(&kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "`file`: the kubeconfig of the cluster the helm type deploys to (also $KUBECONFIG); without one, the in-cluster config of the agent's pod")
 	fs.StringVar(&installRegistry, "install-registry", os.Getenv("BYOC_INSTALL_REGISTRY"), "the install registry `location` every image, chart and module is synced into before it runs: http(s)://HOST[:PORT][/PREFIX], HOST[:PORT][/PREFIX], or oci:DIR (an OCI image layout root); default oci:STATE-DIR/registry; also $BYOC_INSTALL_REGISTRY; credentials: the --secrets-file entries BYOC_INSTALL_REGISTRY_USERNAME, _PASSWORD, _TOKEN")
 	fs.StringVar(&tfProviders, "terraform-providers", "", "Terraform provider filesystem mirror `directory`: the terraform type installs providers from it only, never from a registry")
+	fs.DurationVar(&rotateKeyEvery, "rotate-key-every", 0, "rotate the agent's own key (agentd identity rotate) once it is this `old`, such as 2160h; 0: only when you run agentd identity rotate")
 	fs.DurationVar(&cancelGrace, "cancel-grace", time.Minute, "how long a cancelled or timed-out job's plugin may take to stop once interrupted (Terraform saves its state and releases its lock) before it is killed; 0 kills at once")
 	fs.StringVar(&policyDir, "policy-dir", "", "customer-owned `directory` of rego policies (*.rego; it and they not writable by group or others); every plan, apply and destroy must pass them, whatever the app config's policies say")
 	fs.StringVar(&stackPath, "stack-config", os.Getenv("BYOC_STACK_CONFIG"), "the install stack's config `file` (its imsd URL, enrolment token, a role per permission mode, the customer's inputs and secrets); also $BYOC_STACK_CONFIG")
@@ -529,16 +536,17 @@ func run(ctx context.Context, args []string) int {
 		}
 	}
 	a, err := agent.New(ctx, agent.Config{
-		IMSURL:      ims,
-		EnrollToken: token,
-		StateDir:    stateDir,
-		Capacity:    capacity,
-		Runner:      runner,
-		Version:     buildinfo.Get().Short(),
-		Logger:      log,
-		Role:        role,
-		Stack:       stackReport(st, stackValues),
-		PinWatcher:  loader.PinWatcher,
+		IMSURL:         ims,
+		EnrollToken:    token,
+		StateDir:       stateDir,
+		Capacity:       capacity,
+		Runner:         runner,
+		Version:        buildinfo.Get().Short(),
+		Logger:         log,
+		Role:           role,
+		Stack:          stackReport(st, stackValues),
+		PinWatcher:     loader.PinWatcher,
+		RotateKeyEvery: rotateKeyEvery,
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "agentd: %v\n", err)

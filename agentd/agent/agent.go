@@ -141,6 +141,12 @@ type Config struct {
 	// in its journal (plugin.pinned, plugin.unpinned), and the pins it
 	// holds at start.
 	PinWatcher *pluginhost.PinWatcher
+	// RotateKeyEvery, if set, starts a rotation of the agent's own key
+	// (rotate.go) once the key is this old: since its last rotation, or
+	// for a key never rotated since it was made at enrolment, or, when
+	// the identity does not say (enrolled by an older agentd), since the
+	// agent started.
+	RotateKeyEvery time.Duration
 }
 
 // Agent is a running agentd.
@@ -155,6 +161,9 @@ type Agent struct {
 
 	// instance is this process's random id, sent in every hello.
 	instance string
+	// startedAt is when New ran (the key's age when identity.json does
+	// not say).
+	startedAt time.Time
 	// failedInRow counts the jobs that failed or timed out since the last
 	// that succeeded, for the condition imsd's health counts.
 	failedInRow atomic.Int32
@@ -203,6 +212,17 @@ type Agent struct {
 	// mu, is why the copy last failed to take imsd's records.
 	auditCopy, journal *auditlog.Log
 	auditErr           error
+
+	// keyMu guards self, the agent's identity as saved with its key now
+	// (a.id holds the parts that never change, and no key), and rot, the
+	// rotation of its key under way (rotate.go). rotErr is the last
+	// rotation file refused (the watcher's goroutine only); rotKick asks
+	// the session to reconnect for a rotation.
+	keyMu   sync.Mutex
+	self    identity.Identity
+	rot     *identity.Rotation
+	rotErr  error
+	rotKick chan struct{}
 }
 
 // New loads the agent's identity from the state dir, enrolling first if
@@ -256,9 +276,11 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		live:        make(map[string]*jobRun),
 		refusals:    make(map[refusalKey]*refusal),
 		instance:    newInstanceID(),
+		startedAt:   cfg.Now(),
 		kick:        make(chan struct{}, 1),
 		logKick:     make(chan struct{}, 1),
 		permKick:    make(chan struct{}, 1),
+		rotKick:     make(chan struct{}, 1),
 		stateCh:     make(chan struct{}),
 	}
 	id, err := identity.Load(cfg.StateDir)
@@ -281,7 +303,11 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	default:
 		return nil, fmt.Errorf("load identity: %w", err)
 	}
+	a.self = id
+	// a.id is read without a lock: it holds no key, which a rotation
+	// replaces (a.self, under keyMu).
 	a.id = id
+	a.id.PrivateKey = nil
 	a.log = a.log.With("agent", id.AgentID)
 	a.keys = make(map[string]ed25519.PublicKey, len(id.IMSDKeys))
 	a.retired = make(map[string]bool, len(id.RetiredIMSDKeys))
@@ -300,6 +326,9 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	if err := a.openAudit(); err != nil {
 		return nil, err
 	}
+	// A rotation under way (one stopped by a crash too) is announced in
+	// the first hello; it journals, so it follows openAudit.
+	a.takeRotation()
 	if j, ok := cfg.Runner.(interface {
 		SetJournal(func(kind, subject string, data map[string]string))
 	}); ok {
@@ -401,7 +430,7 @@ func (a *Agent) enroll(ctx context.Context) (identity.Identity, error) {
 		return identity.Identity{}, fmt.Errorf("enrol with %s: %w: a server in the middle, or a token of another imsd; not enrolled", a.cfg.IMSURL, err)
 	}
 	id := identity.Identity{AgentID: resp.Msg.AgentId, InstallID: resp.Msg.InstallId, IMSURL: a.cfg.IMSURL, PrivateKey: key,
-		IMSDKeys: keys}
+		IMSDKeys: keys, KeyCreatedAt: a.now().UTC().Truncate(time.Second)}
 	if err := identity.Save(a.cfg.StateDir, id); err != nil {
 		return identity.Identity{}, fmt.Errorf("save identity: %w", err)
 	}
@@ -483,13 +512,18 @@ func (a *Agent) learnKeys(chain []*agentv1.KeyEndorsement, retirements []*agentv
 	}
 	// a.id is left as it was loaded (other goroutines read it); only the
 	// saved copy and a.keys change.
-	id := a.id
+	a.keyMu.Lock()
+	id := a.self
+	a.keyMu.Unlock()
 	id.IMSDKeys = slices.Collect(maps.Values(keys))
 	id.RetiredIMSDKeys = slices.Sorted(maps.Keys(retired))
 	if err := identity.Save(a.cfg.StateDir, id); err != nil {
 		a.log.Error("cannot save imsd's new signing keys; not changing which keys are trusted", "err", err)
 		return
 	}
+	a.keyMu.Lock()
+	a.self.IMSDKeys, a.self.RetiredIMSDKeys = id.IMSDKeys, id.RetiredIMSDKeys
+	a.keyMu.Unlock()
 	a.keys, a.retired = keys, retired
 	for _, k := range added {
 		a.log.Info("trusting imsd's new job signing key, endorsed by a key this agent trusts", "key_id", agentproto.KeyID(k))
@@ -497,6 +531,12 @@ func (a *Agent) learnKeys(chain []*agentv1.KeyEndorsement, retirements []*agentv
 	for _, k := range removed {
 		a.log.Warn("imsd retired its old job signing key; refusing it from now on", "key_id", agentproto.KeyID(k))
 	}
+}
+
+// trustedKeys are imsd's keys the agent trusts and the ids of those
+// retired, as identity.json holds them (the session's goroutine).
+func (a *Agent) trustedKeys() ([]ed25519.PublicKey, []string) {
+	return slices.Collect(maps.Values(a.keys)), slices.Sorted(maps.Keys(a.retired))
 }
 
 // keyIDs are the ids of imsd's keys the agent trusts, sorted.
@@ -544,20 +584,28 @@ func (a *Agent) setConnected(v bool) {
 // Run holds the stream to imsd until ctx ends, reconnecting with jittered
 // exponential backoff. Jobs keep running across reconnects. When ctx ends,
 // running jobs are stopped; their leases run out and imsd hands them out again.
-func (a *Agent) Run(ctx context.Context) error {
+func (a *Agent) Run(parent context.Context) error {
 	defer a.wg.Wait()
+	// ctx also ends when the customer revokes the agent (revoke.go), with
+	// the revocation as its cause.
+	ctx, revoked := context.WithCancelCause(parent)
+	defer revoked(nil)
 	wctx, stopWatch := context.WithCancel(context.Background())
 	defer stopWatch()
 	go a.watchLeases(wctx)
-	go a.watchPermissions(wctx)
+	go a.watchPermissions(wctx, revoked)
 	retry := backoff.New(a.cfg.BackoffMin, a.cfg.BackoffMax)
 	for {
 		start := time.Now()
 		err := a.session(ctx)
 		a.setConnected(false)
 		if ctx.Err() != nil {
-			a.stopAll("agent shutting down")
-			return nil
+			return a.stopped(ctx)
+		}
+		if errors.Is(err, errReconnect) {
+			// A step of the agent's key rotation: reconnect at once.
+			retry.Reset()
+			continue
 		}
 		if errors.Is(err, errWrongInstall) {
 			a.log.Error("refusing the server's jobs", "err", err)
@@ -571,8 +619,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.log.Error("imsd does not serve this agentd version: update agentd (re-run the install stack with the vendor's current agent); asking again later",
 				"version", a.cfg.Version, "served", window, "in", a.cfg.VersionBackoff, "err", err)
 			if !backoff.Wait(ctx, a.cfg.VersionBackoff) {
-				a.stopAll("agent shutting down")
-				return nil
+				return a.stopped(ctx)
 			}
 			continue
 		}
@@ -600,10 +647,22 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.log.Warn("stream to imsd ended; reconnecting", "err", err, "in", delay.Round(time.Millisecond))
 		}
 		if !backoff.Wait(ctx, delay) {
-			a.stopAll("agent shutting down")
-			return nil
+			return a.stopped(ctx)
 		}
 	}
+}
+
+// stopped stops every job once Run's ctx ended, and returns what Run
+// returns: nil when the agent is shutting down, the revocation when the
+// customer revoked it.
+func (a *Agent) stopped(ctx context.Context) error {
+	if cause := context.Cause(ctx); errors.Is(cause, identity.ErrRevoked) {
+		a.stopAll("the customer revoked this agent")
+		a.log.Error("the customer revoked this agent; stopping", "err", cause)
+		return cause
+	}
+	a.stopAll("agent shutting down")
+	return nil
 }
 
 // versionRefused reports whether err is imsd's refusal of the agent's

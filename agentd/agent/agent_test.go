@@ -59,6 +59,8 @@ type fakeIMS struct {
 	noAudit bool
 	// onHello, if set, sees every hello.
 	onHello func(*agentv1.Hello)
+	// welcomeFor, if set, makes the welcome for a hello (default welcome).
+	welcomeFor func(*agentv1.Hello) *agentv1.Welcome
 }
 
 // record appends an event to the fake's chain.
@@ -124,7 +126,11 @@ func (f *fakeIMS) Connect(ctx context.Context, plain *connect.BidiStream[agentv1
 	if f.onHello != nil {
 		f.onHello(hello)
 	}
-	if err := st.Send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Welcome{Welcome: f.welcome}}); err != nil {
+	w := f.welcome
+	if f.welcomeFor != nil {
+		w = f.welcomeFor(hello)
+	}
+	if err := st.Send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Welcome{Welcome: w}}); err != nil {
 		return err
 	}
 	fs := &fakeStream{up: make(chan *agentv1.ConnectRequest, 100), down: make(chan *agentv1.ConnectResponse, 100), done: make(chan struct{})}

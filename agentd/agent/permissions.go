@@ -44,7 +44,17 @@ type permState struct {
 }
 
 // controlKey is the key the agent checks its control files with.
-func (a *Agent) controlKey() permissions.Key { return permissions.KeyOf(a.id) }
+// While a rotation of the agent's key is under way, a file signed with
+// the next key verifies too (permissions.CommitRotation).
+func (a *Agent) controlKey() permissions.Key {
+	a.keyMu.Lock()
+	defer a.keyMu.Unlock()
+	k := permissions.KeyOf(a.self)
+	if a.rot != nil {
+		k.Next = a.rot.Public()
+	}
+	return k
+}
 
 // acceptedLocked returns the newest accepted generation of control file
 // name, reading the journal's records at the first call. permMu is held.
@@ -217,7 +227,7 @@ func (a *Agent) permissionsProto() *agentv1.Permissions {
 
 // watchPermissions looks at the permission file every poll until ctx
 // ends, and cancels the running jobs it no longer allows.
-func (a *Agent) watchPermissions(ctx context.Context) {
+func (a *Agent) watchPermissions(ctx context.Context, revoked context.CancelCauseFunc) {
 	t := time.NewTicker(a.cfg.PermissionsPoll)
 	defer t.Stop()
 	for {
@@ -225,6 +235,13 @@ func (a *Agent) watchPermissions(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if a.watchRevoked(revoked) {
+			return
+		}
+		a.scheduleRotation()
+		if a.takeRotation() {
+			a.kickRotation()
 		}
 		a.enforcePermissions()
 	}

@@ -65,7 +65,7 @@ func (a *Agent) exchangeGrant(ctx context.Context, g *agentv1.RegistryGrant) (Re
 	if err != nil {
 		return RegistryAccess{}, err
 	}
-	req.SetBasicAuth(a.id.AgentID, agentproto.GrantExchangePassword(a.id.PrivateKey, a.id.AgentID, g.GetId(), g.GetSecret(), a.cfg.Now()))
+	req.SetBasicAuth(a.id.AgentID, agentproto.GrantExchangePassword(a.privateKey(), a.id.AgentID, g.GetId(), g.GetSecret(), a.cfg.Now()))
 	resp, err := a.tokenClient.Do(req)
 	if err != nil {
 		return RegistryAccess{}, fmt.Errorf("exchange grant %s with imsd: %w", g.GetId(), err)

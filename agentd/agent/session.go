@@ -70,7 +70,7 @@ func (a *Agent) session(ctx context.Context) error {
 	auditSeq, _ := a.auditCopy.Head()
 	sst, err := a.openChannel(st, ch, &agentv1.Hello{
 		AgentId:     a.id.AgentID,
-		Signature:   agentproto.SignChallenge(a.id.PrivateKey, a.id.AgentID, ch.Nonce),
+		Signature:   agentproto.SignChallenge(a.privateKey(), a.id.AgentID, ch.Nonce),
 		Capacity:    int32(a.cfg.Capacity),
 		Running:     running,
 		Version:     a.cfg.Version,
@@ -81,6 +81,7 @@ func (a *Agent) session(ctx context.Context) error {
 		AuditSeq:    auditSeq,
 		Stack:       a.cfg.Stack,
 		Condition:   a.condition(),
+		NextKey:     a.nextKeyHello(),
 	})
 	if err != nil {
 		return a.helloRefusal(err, ch)
@@ -101,6 +102,11 @@ func (a *Agent) session(ctx context.Context) error {
 		return fmt.Errorf("protocol: welcome: heartbeat interval %dms and lease %dms: want 0 < heartbeat < lease", w.HeartbeatIntervalMs, w.LeaseDurationMs)
 	}
 	a.learnKeys(w.KeyChain, nil)
+	if r := a.rotation(); r != nil {
+		if err := a.commitRotation(r, w.NextKeyId); err != nil {
+			return err
+		}
+	}
 	heartbeat := time.Duration(w.HeartbeatIntervalMs) * time.Millisecond
 	a.mu.Lock()
 	a.lease = time.Duration(w.LeaseDurationMs) * time.Millisecond
@@ -158,6 +164,8 @@ func (a *Agent) session(ctx context.Context) error {
 			if err := a.heartbeatNow(sst, ss); err != nil {
 				return err
 			}
+		case <-a.rotKick:
+			return errReconnect
 		case <-a.permKick:
 			// The customer changed their permissions: tell imsd now.
 			if err := a.heartbeatNow(sst, ss); err != nil {

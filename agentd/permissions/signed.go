@@ -49,6 +49,10 @@ type Key struct {
 	AgentID, InstallID string
 	Public             ed25519.PublicKey
 	Private            ed25519.PrivateKey
+	// Next is the agent's next key while a rotation of its key is under
+	// way (identity.Rotation): a file signed with it verifies too, so
+	// that a rotation stopped at any step leaves every file verifying.
+	Next ed25519.PublicKey
 }
 
 // KeyOf is the Key of an agent's identity.
@@ -179,8 +183,12 @@ func open[T any](k Key, path string, b []byte, minGen uint64) (T, uint64, error)
 		return refuse(e.Generation, "names install %s but no agent", e.InstallID)
 	case len(k.Public) != ed25519.PublicKeySize:
 		return refuse(e.Generation, "cannot be checked: this agent has no key")
-	case e.KeyID != KeyID(k.Public):
+	case e.KeyID != KeyID(k.Public) && (len(k.Next) != ed25519.PublicKeySize || e.KeyID != KeyID(k.Next)):
 		return refuse(e.Generation, "was signed with key %s, not this agent's key %s", e.KeyID, KeyID(k.Public))
+	}
+	pub := k.Public
+	if e.KeyID != KeyID(k.Public) {
+		pub = k.Next
 	}
 	var v T
 	if err := strictJSON(e.Content, &v); err != nil {
@@ -191,7 +199,7 @@ func open[T any](k Key, path string, b []byte, minGen uint64) (T, uint64, error)
 		return refuse(e.Generation, "content: %v", err)
 	}
 	e.Content = canon
-	if !ed25519.Verify(k.Public, e.signedMessage(), e.Signature) {
+	if !ed25519.Verify(pub, e.signedMessage(), e.Signature) {
 		return refuse(e.Generation, "was changed after it was signed: its signature does not verify")
 	}
 	if e.Generation < minGen {
@@ -308,7 +316,17 @@ func dirKey(dir string, create bool) (k Key, ok bool, err error) {
 	if err != nil {
 		return Key{}, false, fmt.Errorf("the key that signs the customer's control files: %w", err)
 	}
-	return KeyOf(id), true, nil
+	k = KeyOf(id)
+	if id.AgentID != "" {
+		r, err := identity.PendingRotation(dir, id)
+		if err != nil {
+			return Key{}, false, fmt.Errorf("the agent's key rotation: %w", err)
+		}
+		if r != nil {
+			k.Next = r.Public()
+		}
+	}
+	return k, true, nil
 }
 
 // dirAccepted is the newest generation of file name accepted by the agent

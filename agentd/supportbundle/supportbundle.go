@@ -130,6 +130,10 @@ func Write(ctx context.Context, w io.Writer, o Options) ([]string, error) {
 	}
 	if idErr == nil {
 		values = append(values, string(id.PrivateKey), base64.StdEncoding.EncodeToString(id.PrivateKey), base64.StdEncoding.EncodeToString(id.PrivateKey.Seed()))
+		// The next key of a rotation under way is as secret.
+		if r, err := identity.PendingRotation(o.StateDir, id); err == nil && r != nil {
+			values = append(values, string(r.PrivateKey), base64.StdEncoding.EncodeToString(r.PrivateKey), base64.StdEncoding.EncodeToString(r.PrivateKey.Seed()))
+		}
 	}
 	values = slices.DeleteFunc(values, func(v string) bool { return len(v) < 4 })
 	red := redact.New(values...)

@@ -2,6 +2,7 @@ package agentapi
 
 import (
 	"context"
+	"crypto/ed25519"
 	"time"
 
 	"connectrpc.com/connect"
@@ -94,7 +95,7 @@ func (s *Service) ListAuditRecords(ctx context.Context, req *connect.Request[age
 		return nil, s.err(ctx, errs.E(errs.Unauthenticated, "the call's time is %s from imsd's clock: check the agent's clock", d.Round(time.Second)))
 	}
 	a, err := s.store.GetAgent(ctx, m.AgentId)
-	if err != nil || !agentproto.VerifyListAudit(a.PublicKey, m.AgentId, at, m.Signature) {
+	if err != nil || !verifiesWith(a, func(k ed25519.PublicKey) bool { return agentproto.VerifyListAudit(k, m.AgentId, at, m.Signature) }) {
 		return nil, s.err(ctx, errs.E(errs.Unauthenticated, "the call is not signed by agent %s", m.AgentId))
 	}
 	rs, err := s.store.AuditRecordsAfter(ctx, a.InstallID, m.AfterSeq, int(m.Limit))

@@ -2,6 +2,7 @@ package agentapi
 
 import (
 	"context"
+	"crypto/ed25519"
 	"time"
 
 	"connectrpc.com/connect"
@@ -30,7 +31,7 @@ func (s *Service) ListBreakGlass(ctx context.Context, req *connect.Request[agent
 		return nil, s.err(ctx, errs.E(errs.Unauthenticated, "the call's time is %s from imsd's clock: check the agent's clock", d.Round(time.Second)))
 	}
 	a, err := s.store.GetAgent(ctx, m.AgentId)
-	if err != nil || !agentproto.VerifyListBreakGlass(a.PublicKey, m.AgentId, at, m.Signature) {
+	if err != nil || !verifiesWith(a, func(k ed25519.PublicKey) bool { return agentproto.VerifyListBreakGlass(k, m.AgentId, at, m.Signature) }) {
 		return nil, s.err(ctx, errs.E(errs.Unauthenticated, "the call is not signed by agent %s", m.AgentId))
 	}
 	gs, err := s.store.ListBreakGlassGrants(ctx, a.InstallID)
@@ -54,7 +55,12 @@ func (s *Service) DecideBreakGlass(ctx context.Context, req *connect.Request[age
 	if err != nil {
 		return nil, s.err(ctx, errs.E(errs.Unauthenticated, "the decision is not signed by agent %s", m.AgentId))
 	}
-	d, err := agentproto.VerifyBreakGlassDecision(a.PublicKey, m.Statement, m.Signature)
+	var d agentproto.BreakGlassDecision
+	for _, k := range agentKeys(a) {
+		if d, err = agentproto.VerifyBreakGlassDecision(k, m.Statement, m.Signature); err == nil {
+			break
+		}
+	}
 	if err != nil {
 		return nil, s.err(ctx, errs.E(errs.Unauthenticated, "%v", err))
 	}

@@ -2,6 +2,7 @@ package agentapi
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -115,7 +116,7 @@ func (s *Service) Authorize(ctx context.Context, user, password string, scopes [
 	now := s.now()
 	// Checked before anything is written: without the agent's key, a
 	// request costs imsd no write (not even a refusal's audit record).
-	if !ex.Verify(a.PublicKey, a.ID) {
+	if !verifiesWith(a, func(k ed25519.PublicKey) bool { return ex.Verify(k, a.ID) }) {
 		s.log.WarnContext(ctx, "registry grant exchange not signed by the agent's key", "agent", a.ID, "grant", ex.GrantID)
 		return "", nil, 0, errors.Join(registry.ErrDenied, errors.New("the exchange is not signed by the agent's key"))
 	}

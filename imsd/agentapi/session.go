@@ -116,7 +116,7 @@ func (s *Service) open(ctx context.Context, st Stream) (_ *conn, err error) {
 	// whatever stack it has: they run on a short-lived goroutine (as does
 	// the welcome).
 	var agent store.Agent
-	var verified bool
+	var verified, underNext bool
 	var accept []byte
 	var channel *agentchannel.Channel
 	var herr error
@@ -127,10 +127,15 @@ func (s *Service) open(ctx context.Context, st Stream) (_ *conn, err error) {
 		if err != nil {
 			return err
 		}
+		// While a rotation of the agent's key is under way, either key
+		// opens the channel (agentkey.go).
+		keys := agentKeys(agent)
 		var raw []byte
-		raw, accept, channel, herr = agentchannel.AcceptChannel(key.Private, agent.ID, agent.PublicKey, nonce, ch.Noise)
+		var matched int
+		raw, accept, channel, matched, herr = agentchannel.AcceptChannelKeys(key.Private, agent.ID, keys, nonce, ch.Noise)
 		verified = herr == nil && proto.Unmarshal(raw, hello) == nil && hello.AgentId == agent.ID &&
-			agentproto.VerifyChallenge(agent.PublicKey, agent.ID, nonce, hello.Signature)
+			agentproto.VerifyChallenge(keys[matched], agent.ID, nonce, hello.Signature)
+		underNext = verified && matched == 1
 		return nil
 	})
 	if errs.Is(err, errs.NotFound) {
@@ -165,6 +170,16 @@ func (s *Service) open(ctx context.Context, st Stream) (_ *conn, err error) {
 		e := connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("hello: agentd %s is outside the agent versions imsd %s serves (%s): update agentd", hello.Version, s.cfg.Version, window))
 		e.Meta().Set(agentproto.VersionRefusalHeader, window)
 		return nil, e
+	}
+	var nextKeyID string
+	if underNext || hello.NextKey != nil {
+		if err := onOwnStack(func() error {
+			var err error
+			nextKeyID, err = s.rotateAgentKey(ctx, &agent, underNext, hello.NextKey)
+			return err
+		}); err != nil {
+			return nil, s.err(ctx, err)
+		}
 	}
 	if err := st.Send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_ChannelAccept{ChannelAccept: accept}}); err != nil {
 		return nil, err
@@ -204,7 +219,7 @@ func (s *Service) open(ctx context.Context, st Stream) (_ *conn, err error) {
 		Deliver:  c.deliver,
 	})
 	s.obs.Connected(1)
-	return c, c.welcome(ctx, hello)
+	return c, c.welcome(ctx, hello, nextKeyID)
 }
 
 // close unregisters a stream that open registered.
@@ -321,11 +336,11 @@ type conn struct {
 // hands out what is queued. It runs on a short-lived goroutine: the database
 // work grows a goroutine's stack, and the stream's own goroutine then sits
 // idle for days with whatever stack it has.
-func (c *conn) welcome(ctx context.Context, hello *agentv1.Hello) error {
+func (c *conn) welcome(ctx context.Context, hello *agentv1.Hello, nextKeyID string) error {
 	return onOwnStack(func() error {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		return c.welcomeLocked(ctx, hello)
+		return c.welcomeLocked(ctx, hello, nextKeyID)
 	})
 }
 
@@ -337,7 +352,7 @@ func onOwnStack(f func() error) error {
 	return <-done
 }
 
-func (c *conn) welcomeLocked(ctx context.Context, hello *agentv1.Hello) error {
+func (c *conn) welcomeLocked(ctx context.Context, hello *agentv1.Hello, nextKeyID string) error {
 	s := c.svc
 	now := s.now()
 	renewed, lost, err := s.store.RenewLeases(ctx, c.agent.ID, leases(hello.Running), s.reclaimAfter(now))
@@ -359,6 +374,7 @@ func (c *conn) welcomeLocked(ctx context.Context, hello *agentv1.Hello) error {
 		Reattached:          renewed,
 		Lost:                lost,
 		KeyChain:            s.chain,
+		NextKeyId:           nextKeyID,
 	}}}); err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package operatorapi
 
 import (
 	"context"
+	"crypto/ed25519"
 	"fmt"
 	"strings"
 	"time"
@@ -93,6 +94,13 @@ func (s *Service) agentStatus(agents []store.Agent) *imsv1.AgentStatus {
 		Version: a.Version, Hostname: a.Hostname, EnrollTime: ts(a.EnrolledAt),
 		Health: string(a.Health), HealthTime: ts(healthSince(a)), HealthReason: a.HealthReason,
 		RevokeTime: ts(a.RevokedAt), RevokeReason: a.RevokedReason,
+		KeyRotateTime: ts(a.KeyRotatedAt),
+	}
+	if len(a.PublicKey) == ed25519.PublicKeySize {
+		st.KeyId = agentproto.KeyID(a.PublicKey)
+	}
+	if len(a.NextPublicKey) == ed25519.PublicKeySize {
+		st.NextKeyId = agentproto.KeyID(a.NextPublicKey)
 	}
 	if !a.ConflictAt.IsZero() && s.now().Sub(a.ConflictAt) < ConflictShownFor {
 		st.IdentityConflict, st.IdentityConflictTime = a.Conflict, ts(a.ConflictAt)

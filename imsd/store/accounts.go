@@ -525,6 +525,8 @@ type agentRow struct {
 	AckedKeyAt     int64  `db:"imsd_key_acked_at"`
 	RevokedAt      int64  `db:"revoked_at"`
 	RevokedReason  string `db:"revoked_reason"`
+	NextPublicKey  []byte `db:"next_public_key"`
+	KeyRotatedAt   int64  `db:"key_rotated_at"`
 }
 
 func (r agentRow) agent() Agent {
@@ -536,6 +538,10 @@ func (r agentRow) agent() Agent {
 		ConnectedAt: fromNanos(r.ConnectedAt), DisconnectedAt: fromNanos(r.DisconnectedAt), Condition: decodeCondition(r.AgentCondition),
 		AckedKeyID: r.AckedKeyID, AckedKeyAt: fromNanos(r.AckedKeyAt),
 		RevokedAt: fromNanos(r.RevokedAt), RevokedReason: r.RevokedReason,
+		KeyRotatedAt: fromNanos(r.KeyRotatedAt),
+	}
+	if len(r.NextPublicKey) > 0 {
+		a.NextPublicKey = r.NextPublicKey
 	}
 	if r.Permissions != "" {
 		var p Permissions
@@ -555,7 +561,7 @@ func (r agentRow) agent() Agent {
 
 const agentCols = `id, install_id, public_key, hostname, version, enrolled_at, last_seen_at, conflict_at, conflict,
 	permissions, permissions_at, stack, health, health_since, health_reason, connected_at, disconnected_at, agent_condition,
-	imsd_key_id, imsd_key_acked_at, revoked_at, revoked_reason`
+	imsd_key_id, imsd_key_acked_at, revoked_at, revoked_reason, next_public_key, key_rotated_at`
 
 // SetAgentPermissions records the permission state agent id reported at
 // now. imsd calls it when the state differs from what it last recorded.
@@ -633,6 +639,60 @@ func (s *Store) TouchAgent(ctx context.Context, id string, now time.Time) error 
 	// the agent's next stream may have touched it later.
 	return s.updateAgent(ctx, "touch agent", id, nil, `UPDATE agents SET last_seen_at = CASE
 		WHEN last_seen_at IS NULL OR last_seen_at < ? THEN ? ELSE last_seen_at END WHERE id = ?`, nanos(now), nanos(now))
+}
+
+// SetAgentNextKey records next as the next key of agent id, whose current
+// key is cur, announced in a hello its current key authenticated (agentd
+// identity rotate), at now: imsd accepts either key until the agent's
+// first hello under next (PromoteAgentKey). Audited
+// agent.key_rotation_started with the key ids given (ids as the caller
+// names keys) and the endorsement. Nothing is written when next is the
+// next key already, or when cur is no longer the agent's key.
+func (s *Store) SetAgentNextKey(ctx context.Context, id string, cur, next []byte, curID, nextID, endorsement string, now time.Time) error {
+	if err := requireTime("now", now); err != nil {
+		return err
+	}
+	return s.writeOne(ctx, "record the agent's next key", func(tx *txn) error {
+		res, err := tx.ExecContext(ctx, s.bind(`UPDATE agents SET next_public_key = ? WHERE id = ? AND public_key = ? AND next_public_key <> ?`),
+			next, id, cur, next)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			return err
+		}
+		return s.auditAgent(ctx, tx, id, "agent.key_rotation_started", now, map[string]string{"key_id": curID, "next_key_id": nextID, "endorsement": endorsement})
+	})
+}
+
+// PromoteAgentKey makes next, the next key of agent id (SetAgentNextKey),
+// its key at now, after a hello under it: from then on the old key is
+// refused. Audited agent.key_rotated. It reports whether it promoted
+// (false: next is not the agent's next key, say another replica promoted
+// it first).
+func (s *Store) PromoteAgentKey(ctx context.Context, id string, next []byte, prevID, nextID string, now time.Time) (bool, error) {
+	if err := requireTime("now", now); err != nil {
+		return false, err
+	}
+	var done bool
+	err := s.writeOne(ctx, "promote the agent's next key", func(tx *txn) error {
+		done = false
+		empty := `x''`
+		if s.postgres() {
+			empty = `''::bytea`
+		}
+		res, err := tx.ExecContext(ctx, s.bind(`UPDATE agents SET public_key = next_public_key, next_public_key = `+empty+`, key_rotated_at = ?
+			WHERE id = ? AND next_public_key = ?`), nanos(now), id, next)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			return err
+		}
+		done = true
+		return s.auditAgent(ctx, tx, id, "agent.key_rotated", now, map[string]string{"previous_key_id": prevID, "key_id": nextID})
+	})
+	return done, err
 }
 
 // updateAgent runs one UPDATE of agent id's row (the query ends in

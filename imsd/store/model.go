@@ -241,6 +241,12 @@ type Agent struct {
 	// RevokedReason.
 	RevokedAt     time.Time
 	RevokedReason string
+	// NextPublicKey is the agent's next key while a rotation of its own
+	// key is under way (nil: none): accepted beside PublicKey until the
+	// agent's first hello under it. KeyRotatedAt is when its last
+	// rotation completed (zero: never).
+	NextPublicKey []byte
+	KeyRotatedAt  time.Time
 }
 
 // StackReport is what an agent reports of its install stack: the

@@ -184,33 +184,48 @@ func (h *AgentHandshake) Finish(accept []byte) (*Channel, error) {
 // registered key is agentKey. It returns the agent's hello (the
 // handshake's payload), imsd's answer to send, and imsd's channel.
 func AcceptChannel(imsdKey ed25519.PrivateKey, agentID string, agentKey ed25519.PublicKey, nonce, msg []byte) (hello, accept []byte, ch *Channel, err error) {
+	hello, accept, ch, _, err = AcceptChannelKeys(imsdKey, agentID, []ed25519.PublicKey{agentKey}, nonce, msg)
+	return hello, accept, ch, err
+}
+
+// AcceptChannelKeys is AcceptChannel for an agent that may hold either
+// of agentKeys (its key and, while a rotation of it is under way, its
+// next key); matched is the index of the key the agent used.
+func AcceptChannelKeys(imsdKey ed25519.PrivateKey, agentID string, agentKeys []ed25519.PublicKey, nonce, msg []byte) (hello, accept []byte, ch *Channel, matched int, err error) {
 	static, err := x25519Key(imsdKey)
 	if err != nil {
-		return nil, nil, nil, err
-	}
-	want, err := X25519Public(agentKey)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("the agent's registered key: %w", err)
+		return nil, nil, nil, 0, err
 	}
 	hs, err := noise.NewHandshakeState(noise.Config{
 		CipherSuite: channelSuite, Random: rand.Reader, Pattern: noise.HandshakeIK, Initiator: false,
 		Prologue: channelPrologue(nonce, agentID, agentproto.KeyID(imsdKey.Public().(ed25519.PublicKey))), StaticKeypair: static,
 	})
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, 0, err
 	}
 	hello, _, _, err = hs.ReadMessage(nil, msg)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("%w: the agent's handshake message does not verify (not for this stream or imsd's key)", ErrChannel)
+		return nil, nil, nil, 0, fmt.Errorf("%w: the agent's handshake message does not verify (not for this stream or imsd's key)", ErrChannel)
 	}
-	if !bytes.Equal(hs.PeerStatic(), want) {
-		return nil, nil, nil, fmt.Errorf("%w: the agent's key is not the one agent %s registered at enrolment", ErrChannel, agentID)
+	matched = -1
+	for i, k := range agentKeys {
+		want, err := X25519Public(k)
+		if err != nil {
+			return nil, nil, nil, 0, fmt.Errorf("the agent's registered key: %w", err)
+		}
+		if bytes.Equal(hs.PeerStatic(), want) {
+			matched = i
+			break
+		}
+	}
+	if matched < 0 {
+		return nil, nil, nil, 0, fmt.Errorf("%w: the agent's key is not the one agent %s registered at enrolment", ErrChannel, agentID)
 	}
 	accept, toIMSD, toAgent, err := hs.WriteMessage(nil, nil)
 	if err != nil || toIMSD == nil {
-		return nil, nil, nil, fmt.Errorf("channel handshake: %v", err)
+		return nil, nil, nil, 0, fmt.Errorf("channel handshake: %v", err)
 	}
-	return hello, accept, &Channel{send: toAgent, recv: toIMSD}, nil
+	return hello, accept, &Channel{send: toAgent, recv: toIMSD}, matched, nil
 }
 
 // sealedLen is what Seal makes of n bytes (tests).

@@ -402,6 +402,9 @@ func (a *app) installGetCommand() *cobra.Command {
 				f.add("Agent ID", ag.GetAgentId())
 				f.add("Agent version", ag.GetVersion())
 				f.add("Agent host", ag.GetHostname())
+				if k := agentKeyText(now, ag); k != "" {
+					f.add("Agent key", k)
+				}
 				if c := ag.GetIdentityConflict(); c != "" {
 					f.add("Agent warning", c)
 				}
@@ -462,4 +465,20 @@ func (a *app) installTokenCommand() *cobra.Command {
 	}
 	cmd.Flags().DurationVar(&ttl, "ttl", 0, "token lifetime (default: the server's, 24h)")
 	return cmd
+}
+
+// agentKeyText is the agent's own key as install get shows it: its id,
+// when it last rotated, and a rotation under way.
+func agentKeyText(now time.Time, ag *imsv1.AgentStatus) string {
+	k := ag.GetKeyId()
+	if k == "" {
+		return ""
+	}
+	if ag.GetKeyRotateTime() != nil {
+		k += ", rotated " + when(now, ag.GetKeyRotateTime())
+	}
+	if n := ag.GetNextKeyId(); n != "" {
+		k += ", rotation under way to " + n
+	}
+	return k
 }

@@ -298,3 +298,50 @@ func testAgentDisconnected(t *testing.T, e *env) {
 	}
 	wantErr(t, e.s.AgentDisconnected(ctx, "ag-9", at(time.Minute), at(time.Minute), at(time.Minute)), errs.NotFound)
 }
+
+// testAgentKeyRotation: an agent's next key is recorded only against its
+// current key, once; promoting it makes it the key (the old one gone),
+// once across replicas; both steps are audited.
+func testAgentKeyRotation(t *testing.T, e *env) {
+	ctx := e.ctx()
+	inst := e.install("acme")
+	e.agent(inst, "ag-1")
+	cur, next := []byte("key-ag-1"), []byte("key-ag-1-next")
+	// Against a key that is not the agent's: nothing.
+	ok(t, e.s.SetAgentNextKey(ctx, "ag-1", []byte("other"), next, "k0", "k1", "sig", at(time.Hour)))
+	a, err := e.s.GetAgent(ctx, "ag-1")
+	ok(t, err)
+	equal(t, "next key after a stale hello", len(a.NextPublicKey), 0)
+	ok(t, e.s.SetAgentNextKey(ctx, "ag-1", cur, next, "k0", "k1", "sig", at(time.Hour)))
+	ok(t, e.s.SetAgentNextKey(ctx, "ag-1", cur, next, "k0", "k1", "sig", at(time.Hour))) // again: no second event
+	a, err = e.second().GetAgent(ctx, "ag-1")
+	ok(t, err)
+	equal(t, "next key", string(a.NextPublicKey), string(next))
+	equal(t, "key before promotion", string(a.PublicKey), string(cur))
+	// A promotion of a key that is not the next one does nothing.
+	done, err := e.s.PromoteAgentKey(ctx, "ag-1", []byte("other"), "k0", "kx", at(2*time.Hour))
+	ok(t, err)
+	equal(t, "promoted another key", done, false)
+	done, err = e.s.PromoteAgentKey(ctx, "ag-1", next, "k0", "k1", at(2*time.Hour))
+	ok(t, err)
+	equal(t, "promoted", done, true)
+	done, err = e.second().PromoteAgentKey(ctx, "ag-1", next, "k0", "k1", at(2*time.Hour))
+	ok(t, err)
+	equal(t, "promoted twice", done, false)
+	a, err = e.s.GetAgent(ctx, "ag-1")
+	ok(t, err)
+	if string(a.PublicKey) != string(next) || len(a.NextPublicKey) != 0 || !a.KeyRotatedAt.Equal(at(2*time.Hour)) {
+		t.Fatalf("after the promotion: key %q, next %q, rotated at %v", a.PublicKey, a.NextPublicKey, a.KeyRotatedAt)
+	}
+	started, rotated := 0, 0
+	for _, k := range e.kinds(inst) {
+		switch k {
+		case "agent.key_rotation_started":
+			started++
+		case "agent.key_rotated":
+			rotated++
+		}
+	}
+	equal(t, "agent.key_rotation_started events", started, 1)
+	equal(t, "agent.key_rotated events", rotated, 1)
+}

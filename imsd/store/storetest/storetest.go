@@ -81,6 +81,7 @@ func Run(t *testing.T, open OpenFunc) {
 		{"AgentDisconnected", testAgentDisconnected},
 		{"AlertOutbox", testAlertOutbox},
 		{"RevokeAgents", testRevokeAgents},
+		{"AgentKeyRotation", testAgentKeyRotation},
 		{"BreakGlass", testBreakGlass},
 		{"AuditEvents", testAuditEvents},
 		{"AuditAppendOnly", testAuditAppendOnly},

@@ -970,7 +970,13 @@ type Hello struct {
 	// imsd_key_ids are the ids of imsd's keys the agent trusts, after the
 	// challenge's key chain and retirements: its acknowledgement of a
 	// rotation, which imsd key retire waits for.
-	ImsdKeyIds    []string `protobuf:"bytes,92,rep,name=imsd_key_ids,json=imsdKeyIds,proto3" json:"imsd_key_ids,omitempty"`
+	ImsdKeyIds []string `protobuf:"bytes,92,rep,name=imsd_key_ids,json=imsdKeyIds,proto3" json:"imsd_key_ids,omitempty"`
+	// next_key is the agent's next key while a rotation of its own key is
+	// under way (agentd identity rotate), endorsed by the key this hello is
+	// authenticated with. imsd records it beside the current key and says
+	// so in the welcome (next_key_id); the agent then switches to it, and
+	// imsd refuses the old key from the agent's first hello under the new.
+	NextKey       *AgentKeyRotation `protobuf:"bytes,93,opt,name=next_key,json=nextKey,proto3" json:"next_key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1096,6 +1102,78 @@ func (x *Hello) GetImsdKeyIds() []string {
 	return nil
 }
 
+func (x *Hello) GetNextKey() *AgentKeyRotation {
+	if x != nil {
+		return x.NextKey
+	}
+	return nil
+}
+
+// AgentKeyRotation introduces an agent's next Ed25519 key (32 bytes):
+// endorsement is the current key's signature, proof the next key's, each
+// of its context string ("byoc agent key endorsement v1\0", "byoc agent
+// key possession v1\0"), the agent id's length (4 bytes, big-endian) and
+// bytes, the current key and the next key.
+type AgentKeyRotation struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PublicKey     []byte                 `protobuf:"bytes,1,opt,name=public_key,json=publicKey,proto3" json:"public_key,omitempty"`
+	Endorsement   []byte                 `protobuf:"bytes,2,opt,name=endorsement,proto3" json:"endorsement,omitempty"`
+	Proof         []byte                 `protobuf:"bytes,3,opt,name=proof,proto3" json:"proof,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentKeyRotation) Reset() {
+	*x = AgentKeyRotation{}
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentKeyRotation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentKeyRotation) ProtoMessage() {}
+
+func (x *AgentKeyRotation) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentKeyRotation.ProtoReflect.Descriptor instead.
+func (*AgentKeyRotation) Descriptor() ([]byte, []int) {
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *AgentKeyRotation) GetPublicKey() []byte {
+	if x != nil {
+		return x.PublicKey
+	}
+	return nil
+}
+
+func (x *AgentKeyRotation) GetEndorsement() []byte {
+	if x != nil {
+		return x.Endorsement
+	}
+	return nil
+}
+
+func (x *AgentKeyRotation) GetProof() []byte {
+	if x != nil {
+		return x.Proof
+	}
+	return nil
+}
+
 // AgentCondition is what an agent reports of its own condition, cheaply,
 // with its hello and every heartbeat: imsd counts it into the agent's
 // health (degraded when the disk is nearly full or jobs keep failing).
@@ -1113,7 +1191,7 @@ type AgentCondition struct {
 
 func (x *AgentCondition) Reset() {
 	*x = AgentCondition{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1125,7 +1203,7 @@ func (x *AgentCondition) String() string {
 func (*AgentCondition) ProtoMessage() {}
 
 func (x *AgentCondition) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1138,7 +1216,7 @@ func (x *AgentCondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentCondition.ProtoReflect.Descriptor instead.
 func (*AgentCondition) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AgentCondition) GetDiskUsedPercent() uint32 {
@@ -1171,7 +1249,7 @@ type StackReport struct {
 
 func (x *StackReport) Reset() {
 	*x = StackReport{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1183,7 +1261,7 @@ func (x *StackReport) String() string {
 func (*StackReport) ProtoMessage() {}
 
 func (x *StackReport) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1196,7 +1274,7 @@ func (x *StackReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StackReport.ProtoReflect.Descriptor instead.
 func (*StackReport) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *StackReport) GetFormat() string {
@@ -1250,7 +1328,7 @@ type Permissions struct {
 
 func (x *Permissions) Reset() {
 	*x = Permissions{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1262,7 +1340,7 @@ func (x *Permissions) String() string {
 func (*Permissions) ProtoMessage() {}
 
 func (x *Permissions) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1275,7 +1353,7 @@ func (x *Permissions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Permissions.ProtoReflect.Descriptor instead.
 func (*Permissions) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Permissions) GetProvision() bool {
@@ -1338,14 +1416,17 @@ type Welcome struct {
 	Lost       []string `protobuf:"bytes,5,rep,name=lost,proto3" json:"lost,omitempty"`
 	// key_chain is every rotation of imsd's signing key, in order; an agent
 	// trusts a new key only through an endorsement by a key it trusts.
-	KeyChain      []*KeyEndorsement `protobuf:"bytes,6,rep,name=key_chain,json=keyChain,proto3" json:"key_chain,omitempty"`
+	KeyChain []*KeyEndorsement `protobuf:"bytes,6,rep,name=key_chain,json=keyChain,proto3" json:"key_chain,omitempty"`
+	// next_key_id is the id of the agent's next key imsd recorded from the
+	// hello's next_key ("" for none): the agent completes its rotation on it.
+	NextKeyId     string `protobuf:"bytes,7,opt,name=next_key_id,json=nextKeyId,proto3" json:"next_key_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Welcome) Reset() {
 	*x = Welcome{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1357,7 +1438,7 @@ func (x *Welcome) String() string {
 func (*Welcome) ProtoMessage() {}
 
 func (x *Welcome) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1370,7 +1451,7 @@ func (x *Welcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Welcome.ProtoReflect.Descriptor instead.
 func (*Welcome) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Welcome) GetInstallId() string {
@@ -1415,6 +1496,13 @@ func (x *Welcome) GetKeyChain() []*KeyEndorsement {
 	return nil
 }
 
+func (x *Welcome) GetNextKeyId() string {
+	if x != nil {
+		return x.NextKeyId
+	}
+	return ""
+}
+
 // Heartbeat renews the leases of the jobs the agent runs. imsd answers a
 // heartbeat that names jobs with LeasesRenewed, echoing seq.
 type Heartbeat struct {
@@ -1433,7 +1521,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1445,7 +1533,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1458,7 +1546,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Heartbeat) GetRunning() []*RunningJob {
@@ -1505,7 +1593,7 @@ type LeasesRenewed struct {
 
 func (x *LeasesRenewed) Reset() {
 	*x = LeasesRenewed{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1517,7 +1605,7 @@ func (x *LeasesRenewed) String() string {
 func (*LeasesRenewed) ProtoMessage() {}
 
 func (x *LeasesRenewed) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1530,7 +1618,7 @@ func (x *LeasesRenewed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeasesRenewed.ProtoReflect.Descriptor instead.
 func (*LeasesRenewed) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *LeasesRenewed) GetHeartbeatSeq() uint64 {
@@ -1558,7 +1646,7 @@ type JobAck struct {
 
 func (x *JobAck) Reset() {
 	*x = JobAck{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1570,7 +1658,7 @@ func (x *JobAck) String() string {
 func (*JobAck) ProtoMessage() {}
 
 func (x *JobAck) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1583,7 +1671,7 @@ func (x *JobAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobAck.ProtoReflect.Descriptor instead.
 func (*JobAck) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *JobAck) GetWriteId() uint64 {
@@ -1620,7 +1708,7 @@ type LogLine struct {
 
 func (x *LogLine) Reset() {
 	*x = LogLine{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1632,7 +1720,7 @@ func (x *LogLine) String() string {
 func (*LogLine) ProtoMessage() {}
 
 func (x *LogLine) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1645,7 +1733,7 @@ func (x *LogLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogLine.ProtoReflect.Descriptor instead.
 func (*LogLine) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *LogLine) GetSeq() int64 {
@@ -1688,7 +1776,7 @@ type JobLogs struct {
 
 func (x *JobLogs) Reset() {
 	*x = JobLogs{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1700,7 +1788,7 @@ func (x *JobLogs) String() string {
 func (*JobLogs) ProtoMessage() {}
 
 func (x *JobLogs) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1713,7 +1801,7 @@ func (x *JobLogs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobLogs.ProtoReflect.Descriptor instead.
 func (*JobLogs) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *JobLogs) GetWriteId() uint64 {
@@ -1776,7 +1864,7 @@ type JobResult struct {
 
 func (x *JobResult) Reset() {
 	*x = JobResult{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1788,7 +1876,7 @@ func (x *JobResult) String() string {
 func (*JobResult) ProtoMessage() {}
 
 func (x *JobResult) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1801,7 +1889,7 @@ func (x *JobResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobResult.ProtoReflect.Descriptor instead.
 func (*JobResult) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *JobResult) GetWriteId() uint64 {
@@ -1905,7 +1993,7 @@ type PolicyFinding struct {
 
 func (x *PolicyFinding) Reset() {
 	*x = PolicyFinding{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1917,7 +2005,7 @@ func (x *PolicyFinding) String() string {
 func (*PolicyFinding) ProtoMessage() {}
 
 func (x *PolicyFinding) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1930,7 +2018,7 @@ func (x *PolicyFinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyFinding.ProtoReflect.Descriptor instead.
 func (*PolicyFinding) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PolicyFinding) GetPolicy() string {
@@ -1979,7 +2067,7 @@ type PlannedChange struct {
 
 func (x *PlannedChange) Reset() {
 	*x = PlannedChange{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1991,7 +2079,7 @@ func (x *PlannedChange) String() string {
 func (*PlannedChange) ProtoMessage() {}
 
 func (x *PlannedChange) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2004,7 +2092,7 @@ func (x *PlannedChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlannedChange.ProtoReflect.Descriptor instead.
 func (*PlannedChange) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PlannedChange) GetAddress() string {
@@ -2086,7 +2174,7 @@ type JobAssignment struct {
 
 func (x *JobAssignment) Reset() {
 	*x = JobAssignment{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2098,7 +2186,7 @@ func (x *JobAssignment) String() string {
 func (*JobAssignment) ProtoMessage() {}
 
 func (x *JobAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2111,7 +2199,7 @@ func (x *JobAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobAssignment.ProtoReflect.Descriptor instead.
 func (*JobAssignment) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *JobAssignment) GetJobId() string {
@@ -2243,7 +2331,7 @@ type RegistryGrant struct {
 
 func (x *RegistryGrant) Reset() {
 	*x = RegistryGrant{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2255,7 +2343,7 @@ func (x *RegistryGrant) String() string {
 func (*RegistryGrant) ProtoMessage() {}
 
 func (x *RegistryGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2268,7 +2356,7 @@ func (x *RegistryGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryGrant.ProtoReflect.Descriptor instead.
 func (*RegistryGrant) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RegistryGrant) GetId() string {
@@ -2330,7 +2418,7 @@ type JobSignature struct {
 
 func (x *JobSignature) Reset() {
 	*x = JobSignature{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2342,7 +2430,7 @@ func (x *JobSignature) String() string {
 func (*JobSignature) ProtoMessage() {}
 
 func (x *JobSignature) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2355,7 +2443,7 @@ func (x *JobSignature) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobSignature.ProtoReflect.Descriptor instead.
 func (*JobSignature) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *JobSignature) GetKeyId() string {
@@ -2389,7 +2477,7 @@ type JobCancel struct {
 
 func (x *JobCancel) Reset() {
 	*x = JobCancel{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2401,7 +2489,7 @@ func (x *JobCancel) String() string {
 func (*JobCancel) ProtoMessage() {}
 
 func (x *JobCancel) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2414,7 +2502,7 @@ func (x *JobCancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobCancel.ProtoReflect.Descriptor instead.
 func (*JobCancel) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *JobCancel) GetJobId() string {
@@ -2440,7 +2528,7 @@ type WriteAccepted struct {
 
 func (x *WriteAccepted) Reset() {
 	*x = WriteAccepted{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2452,7 +2540,7 @@ func (x *WriteAccepted) String() string {
 func (*WriteAccepted) ProtoMessage() {}
 
 func (x *WriteAccepted) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2465,7 +2553,7 @@ func (x *WriteAccepted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteAccepted.ProtoReflect.Descriptor instead.
 func (*WriteAccepted) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *WriteAccepted) GetWriteId() uint64 {
@@ -2490,7 +2578,7 @@ type WriteRejected struct {
 
 func (x *WriteRejected) Reset() {
 	*x = WriteRejected{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2502,7 +2590,7 @@ func (x *WriteRejected) String() string {
 func (*WriteRejected) ProtoMessage() {}
 
 func (x *WriteRejected) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2515,7 +2603,7 @@ func (x *WriteRejected) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteRejected.ProtoReflect.Descriptor instead.
 func (*WriteRejected) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *WriteRejected) GetWriteId() uint64 {
@@ -2560,7 +2648,7 @@ type ListBreakGlassRequest struct {
 
 func (x *ListBreakGlassRequest) Reset() {
 	*x = ListBreakGlassRequest{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2572,7 +2660,7 @@ func (x *ListBreakGlassRequest) String() string {
 func (*ListBreakGlassRequest) ProtoMessage() {}
 
 func (x *ListBreakGlassRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2585,7 +2673,7 @@ func (x *ListBreakGlassRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBreakGlassRequest.ProtoReflect.Descriptor instead.
 func (*ListBreakGlassRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListBreakGlassRequest) GetAgentId() string {
@@ -2618,7 +2706,7 @@ type ListBreakGlassResponse struct {
 
 func (x *ListBreakGlassResponse) Reset() {
 	*x = ListBreakGlassResponse{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2630,7 +2718,7 @@ func (x *ListBreakGlassResponse) String() string {
 func (*ListBreakGlassResponse) ProtoMessage() {}
 
 func (x *ListBreakGlassResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2643,7 +2731,7 @@ func (x *ListBreakGlassResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBreakGlassResponse.ProtoReflect.Descriptor instead.
 func (*ListBreakGlassResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListBreakGlassResponse) GetGrants() []*BreakGlassGrant {
@@ -2687,7 +2775,7 @@ type BreakGlassGrant struct {
 
 func (x *BreakGlassGrant) Reset() {
 	*x = BreakGlassGrant{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2699,7 +2787,7 @@ func (x *BreakGlassGrant) String() string {
 func (*BreakGlassGrant) ProtoMessage() {}
 
 func (x *BreakGlassGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2712,7 +2800,7 @@ func (x *BreakGlassGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BreakGlassGrant.ProtoReflect.Descriptor instead.
 func (*BreakGlassGrant) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *BreakGlassGrant) GetId() string {
@@ -2840,7 +2928,7 @@ type DecideBreakGlassRequest struct {
 
 func (x *DecideBreakGlassRequest) Reset() {
 	*x = DecideBreakGlassRequest{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2852,7 +2940,7 @@ func (x *DecideBreakGlassRequest) String() string {
 func (*DecideBreakGlassRequest) ProtoMessage() {}
 
 func (x *DecideBreakGlassRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2865,7 +2953,7 @@ func (x *DecideBreakGlassRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideBreakGlassRequest.ProtoReflect.Descriptor instead.
 func (*DecideBreakGlassRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DecideBreakGlassRequest) GetAgentId() string {
@@ -2898,7 +2986,7 @@ type DecideBreakGlassResponse struct {
 
 func (x *DecideBreakGlassResponse) Reset() {
 	*x = DecideBreakGlassResponse{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[32]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2910,7 +2998,7 @@ func (x *DecideBreakGlassResponse) String() string {
 func (*DecideBreakGlassResponse) ProtoMessage() {}
 
 func (x *DecideBreakGlassResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[32]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2923,7 +3011,7 @@ func (x *DecideBreakGlassResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideBreakGlassResponse.ProtoReflect.Descriptor instead.
 func (*DecideBreakGlassResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DecideBreakGlassResponse) GetGrant() *BreakGlassGrant {
@@ -2950,7 +3038,7 @@ type AuditRecords struct {
 
 func (x *AuditRecords) Reset() {
 	*x = AuditRecords{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[33]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2962,7 +3050,7 @@ func (x *AuditRecords) String() string {
 func (*AuditRecords) ProtoMessage() {}
 
 func (x *AuditRecords) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[33]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2975,7 +3063,7 @@ func (x *AuditRecords) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecords.ProtoReflect.Descriptor instead.
 func (*AuditRecords) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *AuditRecords) GetRecords() []*AuditRecord {
@@ -3007,7 +3095,7 @@ type AuditCheckpoint struct {
 
 func (x *AuditCheckpoint) Reset() {
 	*x = AuditCheckpoint{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[34]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3019,7 +3107,7 @@ func (x *AuditCheckpoint) String() string {
 func (*AuditCheckpoint) ProtoMessage() {}
 
 func (x *AuditCheckpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[34]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3032,7 +3120,7 @@ func (x *AuditCheckpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditCheckpoint.ProtoReflect.Descriptor instead.
 func (*AuditCheckpoint) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *AuditCheckpoint) GetSeq() int64 {
@@ -3084,7 +3172,7 @@ type AuditRecord struct {
 
 func (x *AuditRecord) Reset() {
 	*x = AuditRecord{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[35]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3096,7 +3184,7 @@ func (x *AuditRecord) String() string {
 func (*AuditRecord) ProtoMessage() {}
 
 func (x *AuditRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[35]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3109,7 +3197,7 @@ func (x *AuditRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
 func (*AuditRecord) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *AuditRecord) GetChain() string {
@@ -3193,7 +3281,7 @@ type ListAuditRecordsRequest struct {
 
 func (x *ListAuditRecordsRequest) Reset() {
 	*x = ListAuditRecordsRequest{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[36]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3205,7 +3293,7 @@ func (x *ListAuditRecordsRequest) String() string {
 func (*ListAuditRecordsRequest) ProtoMessage() {}
 
 func (x *ListAuditRecordsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[36]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3218,7 +3306,7 @@ func (x *ListAuditRecordsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRecordsRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRecordsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{36}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListAuditRecordsRequest) GetAgentId() string {
@@ -3265,7 +3353,7 @@ type ListAuditRecordsResponse struct {
 
 func (x *ListAuditRecordsResponse) Reset() {
 	*x = ListAuditRecordsResponse{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[37]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3277,7 +3365,7 @@ func (x *ListAuditRecordsResponse) String() string {
 func (*ListAuditRecordsResponse) ProtoMessage() {}
 
 func (x *ListAuditRecordsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[37]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3290,7 +3378,7 @@ func (x *ListAuditRecordsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRecordsResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditRecordsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{37}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListAuditRecordsResponse) GetRecords() []*AuditRecord {
@@ -3298,6 +3386,123 @@ func (x *ListAuditRecordsResponse) GetRecords() []*AuditRecord {
 		return x.Records
 	}
 	return nil
+}
+
+// RevokeSelfRequest: signature is the agent's Ed25519 signature of
+// "byoc agent self revocation v1\0", then agent_id, by and reason (each
+// preceded by its length, 4 bytes big-endian) and time's Unix nanoseconds
+// (8 bytes big-endian).
+type RevokeSelfRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	AgentId string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	Time    *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
+	// by is the customer's user who revoked; reason why (at most 512 bytes).
+	By            string `protobuf:"bytes,3,opt,name=by,proto3" json:"by,omitempty"`
+	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	Signature     []byte `protobuf:"bytes,5,opt,name=signature,proto3" json:"signature,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeSelfRequest) Reset() {
+	*x = RevokeSelfRequest{}
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeSelfRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeSelfRequest) ProtoMessage() {}
+
+func (x *RevokeSelfRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeSelfRequest.ProtoReflect.Descriptor instead.
+func (*RevokeSelfRequest) Descriptor() ([]byte, []int) {
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *RevokeSelfRequest) GetAgentId() string {
+	if x != nil {
+		return x.AgentId
+	}
+	return ""
+}
+
+func (x *RevokeSelfRequest) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *RevokeSelfRequest) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+func (x *RevokeSelfRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *RevokeSelfRequest) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
+type RevokeSelfResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeSelfResponse) Reset() {
+	*x = RevokeSelfResponse{}
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeSelfResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeSelfResponse) ProtoMessage() {}
+
+func (x *RevokeSelfResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeSelfResponse.ProtoReflect.Descriptor instead.
+func (*RevokeSelfResponse) Descriptor() ([]byte, []int) {
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{40}
 }
 
 var File_byoc_agent_v1_agent_proto protoreflect.FileDescriptor
@@ -3362,7 +3567,7 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"RunningJob\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12#\n" +
-	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\"\xee\x03\n" +
+	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\"\xaa\x04\n" +
 	"\x05Hello\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1c\n" +
 	"\tsignature\x18\x02 \x01(\fR\tsignature\x12\x1a\n" +
@@ -3378,7 +3583,13 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\x05stack\x18Z \x01(\v2\x1a.byoc.agent.v1.StackReportR\x05stack\x12;\n" +
 	"\tcondition\x18[ \x01(\v2\x1d.byoc.agent.v1.AgentConditionR\tcondition\x12 \n" +
 	"\fimsd_key_ids\x18\\ \x03(\tR\n" +
-	"imsdKeyIds\"`\n" +
+	"imsdKeyIds\x12:\n" +
+	"\bnext_key\x18] \x01(\v2\x1f.byoc.agent.v1.AgentKeyRotationR\anextKey\"i\n" +
+	"\x10AgentKeyRotation\x12\x1d\n" +
+	"\n" +
+	"public_key\x18\x01 \x01(\fR\tpublicKey\x12 \n" +
+	"\vendorsement\x18\x02 \x01(\fR\vendorsement\x12\x14\n" +
+	"\x05proof\x18\x03 \x01(\fR\x05proof\"`\n" +
 	"\x0eAgentCondition\x12*\n" +
 	"\x11disk_used_percent\x18\x01 \x01(\rR\x0fdiskUsedPercent\x12\"\n" +
 	"\rfailed_in_row\x18\x02 \x01(\rR\vfailedInRow\"\xb5\x02\n" +
@@ -3402,7 +3613,7 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\fdisabled_all\x18\x05 \x01(\bR\vdisabledAll\x12;\n" +
 	"\vchange_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"changeTime\x12\x18\n" +
-	"\awindows\x18\a \x03(\tR\awindows\"\xf8\x01\n" +
+	"\awindows\x18\a \x03(\tR\awindows\"\x98\x02\n" +
 	"\aWelcome\x12\x1d\n" +
 	"\n" +
 	"install_id\x18\x01 \x01(\tR\tinstallId\x122\n" +
@@ -3412,7 +3623,8 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"reattached\x18\x04 \x03(\tR\n" +
 	"reattached\x12\x12\n" +
 	"\x04lost\x18\x05 \x03(\tR\x04lost\x12:\n" +
-	"\tkey_chain\x18\x06 \x03(\v2\x1d.byoc.agent.v1.KeyEndorsementR\bkeyChain\"\xcd\x01\n" +
+	"\tkey_chain\x18\x06 \x03(\v2\x1d.byoc.agent.v1.KeyEndorsementR\bkeyChain\x12\x1e\n" +
+	"\vnext_key_id\x18\a \x01(\tR\tnextKeyId\"\xcd\x01\n" +
 	"\tHeartbeat\x123\n" +
 	"\arunning\x18\x01 \x03(\v2\x19.byoc.agent.v1.RunningJobR\arunning\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12<\n" +
@@ -3568,20 +3780,29 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\tafter_seq\x18\x04 \x01(\x03R\bafterSeq\x12\x14\n" +
 	"\x05limit\x18\x05 \x01(\x05R\x05limit\"P\n" +
 	"\x18ListAuditRecordsResponse\x124\n" +
-	"\arecords\x18\x01 \x03(\v2\x1a.byoc.agent.v1.AuditRecordR\arecords*\x90\x01\n" +
+	"\arecords\x18\x01 \x03(\v2\x1a.byoc.agent.v1.AuditRecordR\arecords\"\xa4\x01\n" +
+	"\x11RevokeSelfRequest\x12\x19\n" +
+	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12.\n" +
+	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x0e\n" +
+	"\x02by\x18\x03 \x01(\tR\x02by\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x1c\n" +
+	"\tsignature\x18\x05 \x01(\fR\tsignature\"\x14\n" +
+	"\x12RevokeSelfResponse*\x90\x01\n" +
 	"\aOutcome\x12\x17\n" +
 	"\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11OUTCOME_SUCCEEDED\x10\x01\x12\x12\n" +
 	"\x0eOUTCOME_FAILED\x10\x02\x12\x15\n" +
 	"\x11OUTCOME_CANCELLED\x10\x03\x12\x15\n" +
 	"\x11OUTCOME_TIMED_OUT\x10\x04\x12\x13\n" +
-	"\x0fOUTCOME_REFUSED\x10\x052\xcc\x03\n" +
+	"\x0fOUTCOME_REFUSED\x10\x052\x9f\x04\n" +
 	"\fAgentService\x12E\n" +
 	"\x06Enroll\x12\x1c.byoc.agent.v1.EnrollRequest\x1a\x1d.byoc.agent.v1.EnrollResponse\x12L\n" +
 	"\aConnect\x12\x1d.byoc.agent.v1.ConnectRequest\x1a\x1e.byoc.agent.v1.ConnectResponse(\x010\x01\x12]\n" +
 	"\x0eListBreakGlass\x12$.byoc.agent.v1.ListBreakGlassRequest\x1a%.byoc.agent.v1.ListBreakGlassResponse\x12c\n" +
 	"\x10DecideBreakGlass\x12&.byoc.agent.v1.DecideBreakGlassRequest\x1a'.byoc.agent.v1.DecideBreakGlassResponse\x12c\n" +
-	"\x10ListAuditRecords\x12&.byoc.agent.v1.ListAuditRecordsRequest\x1a'.byoc.agent.v1.ListAuditRecordsResponseB\xad\x01\n" +
+	"\x10ListAuditRecords\x12&.byoc.agent.v1.ListAuditRecordsRequest\x1a'.byoc.agent.v1.ListAuditRecordsResponse\x12Q\n" +
+	"\n" +
+	"RevokeSelf\x12 .byoc.agent.v1.RevokeSelfRequest\x1a!.byoc.agent.v1.RevokeSelfResponseB\xad\x01\n" +
 	"\x11com.byoc.agent.v1B\n" +
 	"AgentProtoP\x01Z6github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1;agentv1\xa2\x02\x03BAX\xaa\x02\rByoc.Agent.V1\xca\x02\rByoc\\Agent\\V1\xe2\x02\x19Byoc\\Agent\\V1\\GPBMetadata\xea\x02\x0fByoc::Agent::V1b\x06proto3"
 
@@ -3598,7 +3819,7 @@ func file_byoc_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_byoc_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_byoc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_byoc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_byoc_agent_v1_agent_proto_goTypes = []any{
 	(Outcome)(0),                     // 0: byoc.agent.v1.Outcome
 	(*EnrollRequest)(nil),            // 1: byoc.agent.v1.EnrollRequest
@@ -3611,110 +3832,117 @@ var file_byoc_agent_v1_agent_proto_goTypes = []any{
 	(*ChannelHello)(nil),             // 8: byoc.agent.v1.ChannelHello
 	(*RunningJob)(nil),               // 9: byoc.agent.v1.RunningJob
 	(*Hello)(nil),                    // 10: byoc.agent.v1.Hello
-	(*AgentCondition)(nil),           // 11: byoc.agent.v1.AgentCondition
-	(*StackReport)(nil),              // 12: byoc.agent.v1.StackReport
-	(*Permissions)(nil),              // 13: byoc.agent.v1.Permissions
-	(*Welcome)(nil),                  // 14: byoc.agent.v1.Welcome
-	(*Heartbeat)(nil),                // 15: byoc.agent.v1.Heartbeat
-	(*LeasesRenewed)(nil),            // 16: byoc.agent.v1.LeasesRenewed
-	(*JobAck)(nil),                   // 17: byoc.agent.v1.JobAck
-	(*LogLine)(nil),                  // 18: byoc.agent.v1.LogLine
-	(*JobLogs)(nil),                  // 19: byoc.agent.v1.JobLogs
-	(*JobResult)(nil),                // 20: byoc.agent.v1.JobResult
-	(*PolicyFinding)(nil),            // 21: byoc.agent.v1.PolicyFinding
-	(*PlannedChange)(nil),            // 22: byoc.agent.v1.PlannedChange
-	(*JobAssignment)(nil),            // 23: byoc.agent.v1.JobAssignment
-	(*RegistryGrant)(nil),            // 24: byoc.agent.v1.RegistryGrant
-	(*JobSignature)(nil),             // 25: byoc.agent.v1.JobSignature
-	(*JobCancel)(nil),                // 26: byoc.agent.v1.JobCancel
-	(*WriteAccepted)(nil),            // 27: byoc.agent.v1.WriteAccepted
-	(*WriteRejected)(nil),            // 28: byoc.agent.v1.WriteRejected
-	(*ListBreakGlassRequest)(nil),    // 29: byoc.agent.v1.ListBreakGlassRequest
-	(*ListBreakGlassResponse)(nil),   // 30: byoc.agent.v1.ListBreakGlassResponse
-	(*BreakGlassGrant)(nil),          // 31: byoc.agent.v1.BreakGlassGrant
-	(*DecideBreakGlassRequest)(nil),  // 32: byoc.agent.v1.DecideBreakGlassRequest
-	(*DecideBreakGlassResponse)(nil), // 33: byoc.agent.v1.DecideBreakGlassResponse
-	(*AuditRecords)(nil),             // 34: byoc.agent.v1.AuditRecords
-	(*AuditCheckpoint)(nil),          // 35: byoc.agent.v1.AuditCheckpoint
-	(*AuditRecord)(nil),              // 36: byoc.agent.v1.AuditRecord
-	(*ListAuditRecordsRequest)(nil),  // 37: byoc.agent.v1.ListAuditRecordsRequest
-	(*ListAuditRecordsResponse)(nil), // 38: byoc.agent.v1.ListAuditRecordsResponse
-	nil,                              // 39: byoc.agent.v1.StackReport.InputsEntry
-	nil,                              // 40: byoc.agent.v1.StackReport.OutputsEntry
-	nil,                              // 41: byoc.agent.v1.JobResult.OutputsEntry
-	nil,                              // 42: byoc.agent.v1.JobAssignment.InputsEntry
-	(*timestamppb.Timestamp)(nil),    // 43: google.protobuf.Timestamp
-	(*structpb.Value)(nil),           // 44: google.protobuf.Value
-	(*structpb.Struct)(nil),          // 45: google.protobuf.Struct
+	(*AgentKeyRotation)(nil),         // 11: byoc.agent.v1.AgentKeyRotation
+	(*AgentCondition)(nil),           // 12: byoc.agent.v1.AgentCondition
+	(*StackReport)(nil),              // 13: byoc.agent.v1.StackReport
+	(*Permissions)(nil),              // 14: byoc.agent.v1.Permissions
+	(*Welcome)(nil),                  // 15: byoc.agent.v1.Welcome
+	(*Heartbeat)(nil),                // 16: byoc.agent.v1.Heartbeat
+	(*LeasesRenewed)(nil),            // 17: byoc.agent.v1.LeasesRenewed
+	(*JobAck)(nil),                   // 18: byoc.agent.v1.JobAck
+	(*LogLine)(nil),                  // 19: byoc.agent.v1.LogLine
+	(*JobLogs)(nil),                  // 20: byoc.agent.v1.JobLogs
+	(*JobResult)(nil),                // 21: byoc.agent.v1.JobResult
+	(*PolicyFinding)(nil),            // 22: byoc.agent.v1.PolicyFinding
+	(*PlannedChange)(nil),            // 23: byoc.agent.v1.PlannedChange
+	(*JobAssignment)(nil),            // 24: byoc.agent.v1.JobAssignment
+	(*RegistryGrant)(nil),            // 25: byoc.agent.v1.RegistryGrant
+	(*JobSignature)(nil),             // 26: byoc.agent.v1.JobSignature
+	(*JobCancel)(nil),                // 27: byoc.agent.v1.JobCancel
+	(*WriteAccepted)(nil),            // 28: byoc.agent.v1.WriteAccepted
+	(*WriteRejected)(nil),            // 29: byoc.agent.v1.WriteRejected
+	(*ListBreakGlassRequest)(nil),    // 30: byoc.agent.v1.ListBreakGlassRequest
+	(*ListBreakGlassResponse)(nil),   // 31: byoc.agent.v1.ListBreakGlassResponse
+	(*BreakGlassGrant)(nil),          // 32: byoc.agent.v1.BreakGlassGrant
+	(*DecideBreakGlassRequest)(nil),  // 33: byoc.agent.v1.DecideBreakGlassRequest
+	(*DecideBreakGlassResponse)(nil), // 34: byoc.agent.v1.DecideBreakGlassResponse
+	(*AuditRecords)(nil),             // 35: byoc.agent.v1.AuditRecords
+	(*AuditCheckpoint)(nil),          // 36: byoc.agent.v1.AuditCheckpoint
+	(*AuditRecord)(nil),              // 37: byoc.agent.v1.AuditRecord
+	(*ListAuditRecordsRequest)(nil),  // 38: byoc.agent.v1.ListAuditRecordsRequest
+	(*ListAuditRecordsResponse)(nil), // 39: byoc.agent.v1.ListAuditRecordsResponse
+	(*RevokeSelfRequest)(nil),        // 40: byoc.agent.v1.RevokeSelfRequest
+	(*RevokeSelfResponse)(nil),       // 41: byoc.agent.v1.RevokeSelfResponse
+	nil,                              // 42: byoc.agent.v1.StackReport.InputsEntry
+	nil,                              // 43: byoc.agent.v1.StackReport.OutputsEntry
+	nil,                              // 44: byoc.agent.v1.JobResult.OutputsEntry
+	nil,                              // 45: byoc.agent.v1.JobAssignment.InputsEntry
+	(*timestamppb.Timestamp)(nil),    // 46: google.protobuf.Timestamp
+	(*structpb.Value)(nil),           // 47: google.protobuf.Value
+	(*structpb.Struct)(nil),          // 48: google.protobuf.Struct
 }
 var file_byoc_agent_v1_agent_proto_depIdxs = []int32{
 	3,  // 0: byoc.agent.v1.EnrollResponse.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
 	10, // 1: byoc.agent.v1.ConnectRequest.hello:type_name -> byoc.agent.v1.Hello
-	15, // 2: byoc.agent.v1.ConnectRequest.heartbeat:type_name -> byoc.agent.v1.Heartbeat
-	17, // 3: byoc.agent.v1.ConnectRequest.ack:type_name -> byoc.agent.v1.JobAck
-	19, // 4: byoc.agent.v1.ConnectRequest.logs:type_name -> byoc.agent.v1.JobLogs
-	20, // 5: byoc.agent.v1.ConnectRequest.result:type_name -> byoc.agent.v1.JobResult
+	16, // 2: byoc.agent.v1.ConnectRequest.heartbeat:type_name -> byoc.agent.v1.Heartbeat
+	18, // 3: byoc.agent.v1.ConnectRequest.ack:type_name -> byoc.agent.v1.JobAck
+	20, // 4: byoc.agent.v1.ConnectRequest.logs:type_name -> byoc.agent.v1.JobLogs
+	21, // 5: byoc.agent.v1.ConnectRequest.result:type_name -> byoc.agent.v1.JobResult
 	8,  // 6: byoc.agent.v1.ConnectRequest.channel_hello:type_name -> byoc.agent.v1.ChannelHello
 	6,  // 7: byoc.agent.v1.ConnectResponse.challenge:type_name -> byoc.agent.v1.Challenge
-	14, // 8: byoc.agent.v1.ConnectResponse.welcome:type_name -> byoc.agent.v1.Welcome
-	23, // 9: byoc.agent.v1.ConnectResponse.assignment:type_name -> byoc.agent.v1.JobAssignment
-	26, // 10: byoc.agent.v1.ConnectResponse.cancel:type_name -> byoc.agent.v1.JobCancel
-	27, // 11: byoc.agent.v1.ConnectResponse.accepted:type_name -> byoc.agent.v1.WriteAccepted
-	28, // 12: byoc.agent.v1.ConnectResponse.rejected:type_name -> byoc.agent.v1.WriteRejected
-	16, // 13: byoc.agent.v1.ConnectResponse.renewed:type_name -> byoc.agent.v1.LeasesRenewed
-	34, // 14: byoc.agent.v1.ConnectResponse.audit:type_name -> byoc.agent.v1.AuditRecords
+	15, // 8: byoc.agent.v1.ConnectResponse.welcome:type_name -> byoc.agent.v1.Welcome
+	24, // 9: byoc.agent.v1.ConnectResponse.assignment:type_name -> byoc.agent.v1.JobAssignment
+	27, // 10: byoc.agent.v1.ConnectResponse.cancel:type_name -> byoc.agent.v1.JobCancel
+	28, // 11: byoc.agent.v1.ConnectResponse.accepted:type_name -> byoc.agent.v1.WriteAccepted
+	29, // 12: byoc.agent.v1.ConnectResponse.rejected:type_name -> byoc.agent.v1.WriteRejected
+	17, // 13: byoc.agent.v1.ConnectResponse.renewed:type_name -> byoc.agent.v1.LeasesRenewed
+	35, // 14: byoc.agent.v1.ConnectResponse.audit:type_name -> byoc.agent.v1.AuditRecords
 	3,  // 15: byoc.agent.v1.Challenge.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
 	7,  // 16: byoc.agent.v1.Challenge.retired_keys:type_name -> byoc.agent.v1.KeyRetirement
 	9,  // 17: byoc.agent.v1.Hello.running:type_name -> byoc.agent.v1.RunningJob
-	13, // 18: byoc.agent.v1.Hello.permissions:type_name -> byoc.agent.v1.Permissions
-	12, // 19: byoc.agent.v1.Hello.stack:type_name -> byoc.agent.v1.StackReport
-	11, // 20: byoc.agent.v1.Hello.condition:type_name -> byoc.agent.v1.AgentCondition
-	39, // 21: byoc.agent.v1.StackReport.inputs:type_name -> byoc.agent.v1.StackReport.InputsEntry
-	40, // 22: byoc.agent.v1.StackReport.outputs:type_name -> byoc.agent.v1.StackReport.OutputsEntry
-	43, // 23: byoc.agent.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
-	3,  // 24: byoc.agent.v1.Welcome.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
-	9,  // 25: byoc.agent.v1.Heartbeat.running:type_name -> byoc.agent.v1.RunningJob
-	13, // 26: byoc.agent.v1.Heartbeat.permissions:type_name -> byoc.agent.v1.Permissions
-	11, // 27: byoc.agent.v1.Heartbeat.condition:type_name -> byoc.agent.v1.AgentCondition
-	43, // 28: byoc.agent.v1.LogLine.time:type_name -> google.protobuf.Timestamp
-	18, // 29: byoc.agent.v1.JobLogs.lines:type_name -> byoc.agent.v1.LogLine
-	0,  // 30: byoc.agent.v1.JobResult.outcome:type_name -> byoc.agent.v1.Outcome
-	41, // 31: byoc.agent.v1.JobResult.outputs:type_name -> byoc.agent.v1.JobResult.OutputsEntry
-	22, // 32: byoc.agent.v1.JobResult.planned_changes:type_name -> byoc.agent.v1.PlannedChange
-	21, // 33: byoc.agent.v1.JobResult.policy_findings:type_name -> byoc.agent.v1.PolicyFinding
-	44, // 34: byoc.agent.v1.PlannedChange.before:type_name -> google.protobuf.Value
-	44, // 35: byoc.agent.v1.PlannedChange.after:type_name -> google.protobuf.Value
-	45, // 36: byoc.agent.v1.JobAssignment.config:type_name -> google.protobuf.Struct
-	42, // 37: byoc.agent.v1.JobAssignment.inputs:type_name -> byoc.agent.v1.JobAssignment.InputsEntry
-	25, // 38: byoc.agent.v1.JobAssignment.signature:type_name -> byoc.agent.v1.JobSignature
-	24, // 39: byoc.agent.v1.JobAssignment.registry_grant:type_name -> byoc.agent.v1.RegistryGrant
-	43, // 40: byoc.agent.v1.ListBreakGlassRequest.time:type_name -> google.protobuf.Timestamp
-	31, // 41: byoc.agent.v1.ListBreakGlassResponse.grants:type_name -> byoc.agent.v1.BreakGlassGrant
-	43, // 42: byoc.agent.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
-	43, // 43: byoc.agent.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
-	43, // 44: byoc.agent.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
-	43, // 45: byoc.agent.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
-	43, // 46: byoc.agent.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
-	31, // 47: byoc.agent.v1.DecideBreakGlassResponse.grant:type_name -> byoc.agent.v1.BreakGlassGrant
-	36, // 48: byoc.agent.v1.AuditRecords.records:type_name -> byoc.agent.v1.AuditRecord
-	35, // 49: byoc.agent.v1.AuditRecords.checkpoint:type_name -> byoc.agent.v1.AuditCheckpoint
-	43, // 50: byoc.agent.v1.ListAuditRecordsRequest.time:type_name -> google.protobuf.Timestamp
-	36, // 51: byoc.agent.v1.ListAuditRecordsResponse.records:type_name -> byoc.agent.v1.AuditRecord
-	1,  // 52: byoc.agent.v1.AgentService.Enroll:input_type -> byoc.agent.v1.EnrollRequest
-	4,  // 53: byoc.agent.v1.AgentService.Connect:input_type -> byoc.agent.v1.ConnectRequest
-	29, // 54: byoc.agent.v1.AgentService.ListBreakGlass:input_type -> byoc.agent.v1.ListBreakGlassRequest
-	32, // 55: byoc.agent.v1.AgentService.DecideBreakGlass:input_type -> byoc.agent.v1.DecideBreakGlassRequest
-	37, // 56: byoc.agent.v1.AgentService.ListAuditRecords:input_type -> byoc.agent.v1.ListAuditRecordsRequest
-	2,  // 57: byoc.agent.v1.AgentService.Enroll:output_type -> byoc.agent.v1.EnrollResponse
-	5,  // 58: byoc.agent.v1.AgentService.Connect:output_type -> byoc.agent.v1.ConnectResponse
-	30, // 59: byoc.agent.v1.AgentService.ListBreakGlass:output_type -> byoc.agent.v1.ListBreakGlassResponse
-	33, // 60: byoc.agent.v1.AgentService.DecideBreakGlass:output_type -> byoc.agent.v1.DecideBreakGlassResponse
-	38, // 61: byoc.agent.v1.AgentService.ListAuditRecords:output_type -> byoc.agent.v1.ListAuditRecordsResponse
-	57, // [57:62] is the sub-list for method output_type
-	52, // [52:57] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	14, // 18: byoc.agent.v1.Hello.permissions:type_name -> byoc.agent.v1.Permissions
+	13, // 19: byoc.agent.v1.Hello.stack:type_name -> byoc.agent.v1.StackReport
+	12, // 20: byoc.agent.v1.Hello.condition:type_name -> byoc.agent.v1.AgentCondition
+	11, // 21: byoc.agent.v1.Hello.next_key:type_name -> byoc.agent.v1.AgentKeyRotation
+	42, // 22: byoc.agent.v1.StackReport.inputs:type_name -> byoc.agent.v1.StackReport.InputsEntry
+	43, // 23: byoc.agent.v1.StackReport.outputs:type_name -> byoc.agent.v1.StackReport.OutputsEntry
+	46, // 24: byoc.agent.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
+	3,  // 25: byoc.agent.v1.Welcome.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
+	9,  // 26: byoc.agent.v1.Heartbeat.running:type_name -> byoc.agent.v1.RunningJob
+	14, // 27: byoc.agent.v1.Heartbeat.permissions:type_name -> byoc.agent.v1.Permissions
+	12, // 28: byoc.agent.v1.Heartbeat.condition:type_name -> byoc.agent.v1.AgentCondition
+	46, // 29: byoc.agent.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	19, // 30: byoc.agent.v1.JobLogs.lines:type_name -> byoc.agent.v1.LogLine
+	0,  // 31: byoc.agent.v1.JobResult.outcome:type_name -> byoc.agent.v1.Outcome
+	44, // 32: byoc.agent.v1.JobResult.outputs:type_name -> byoc.agent.v1.JobResult.OutputsEntry
+	23, // 33: byoc.agent.v1.JobResult.planned_changes:type_name -> byoc.agent.v1.PlannedChange
+	22, // 34: byoc.agent.v1.JobResult.policy_findings:type_name -> byoc.agent.v1.PolicyFinding
+	47, // 35: byoc.agent.v1.PlannedChange.before:type_name -> google.protobuf.Value
+	47, // 36: byoc.agent.v1.PlannedChange.after:type_name -> google.protobuf.Value
+	48, // 37: byoc.agent.v1.JobAssignment.config:type_name -> google.protobuf.Struct
+	45, // 38: byoc.agent.v1.JobAssignment.inputs:type_name -> byoc.agent.v1.JobAssignment.InputsEntry
+	26, // 39: byoc.agent.v1.JobAssignment.signature:type_name -> byoc.agent.v1.JobSignature
+	25, // 40: byoc.agent.v1.JobAssignment.registry_grant:type_name -> byoc.agent.v1.RegistryGrant
+	46, // 41: byoc.agent.v1.ListBreakGlassRequest.time:type_name -> google.protobuf.Timestamp
+	32, // 42: byoc.agent.v1.ListBreakGlassResponse.grants:type_name -> byoc.agent.v1.BreakGlassGrant
+	46, // 43: byoc.agent.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
+	46, // 44: byoc.agent.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
+	46, // 45: byoc.agent.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
+	46, // 46: byoc.agent.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
+	46, // 47: byoc.agent.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
+	32, // 48: byoc.agent.v1.DecideBreakGlassResponse.grant:type_name -> byoc.agent.v1.BreakGlassGrant
+	37, // 49: byoc.agent.v1.AuditRecords.records:type_name -> byoc.agent.v1.AuditRecord
+	36, // 50: byoc.agent.v1.AuditRecords.checkpoint:type_name -> byoc.agent.v1.AuditCheckpoint
+	46, // 51: byoc.agent.v1.ListAuditRecordsRequest.time:type_name -> google.protobuf.Timestamp
+	37, // 52: byoc.agent.v1.ListAuditRecordsResponse.records:type_name -> byoc.agent.v1.AuditRecord
+	46, // 53: byoc.agent.v1.RevokeSelfRequest.time:type_name -> google.protobuf.Timestamp
+	1,  // 54: byoc.agent.v1.AgentService.Enroll:input_type -> byoc.agent.v1.EnrollRequest
+	4,  // 55: byoc.agent.v1.AgentService.Connect:input_type -> byoc.agent.v1.ConnectRequest
+	30, // 56: byoc.agent.v1.AgentService.ListBreakGlass:input_type -> byoc.agent.v1.ListBreakGlassRequest
+	33, // 57: byoc.agent.v1.AgentService.DecideBreakGlass:input_type -> byoc.agent.v1.DecideBreakGlassRequest
+	38, // 58: byoc.agent.v1.AgentService.ListAuditRecords:input_type -> byoc.agent.v1.ListAuditRecordsRequest
+	40, // 59: byoc.agent.v1.AgentService.RevokeSelf:input_type -> byoc.agent.v1.RevokeSelfRequest
+	2,  // 60: byoc.agent.v1.AgentService.Enroll:output_type -> byoc.agent.v1.EnrollResponse
+	5,  // 61: byoc.agent.v1.AgentService.Connect:output_type -> byoc.agent.v1.ConnectResponse
+	31, // 62: byoc.agent.v1.AgentService.ListBreakGlass:output_type -> byoc.agent.v1.ListBreakGlassResponse
+	34, // 63: byoc.agent.v1.AgentService.DecideBreakGlass:output_type -> byoc.agent.v1.DecideBreakGlassResponse
+	39, // 64: byoc.agent.v1.AgentService.ListAuditRecords:output_type -> byoc.agent.v1.ListAuditRecordsResponse
+	41, // 65: byoc.agent.v1.AgentService.RevokeSelf:output_type -> byoc.agent.v1.RevokeSelfResponse
+	60, // [60:66] is the sub-list for method output_type
+	54, // [54:60] is the sub-list for method input_type
+	54, // [54:54] is the sub-list for extension type_name
+	54, // [54:54] is the sub-list for extension extendee
+	0,  // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_byoc_agent_v1_agent_proto_init() }
@@ -3749,7 +3977,7 @@ func file_byoc_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byoc_agent_v1_agent_proto_rawDesc), len(file_byoc_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   42,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

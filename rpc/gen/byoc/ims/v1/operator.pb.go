@@ -1418,8 +1418,15 @@ type AgentStatus struct {
 	HealthReason string `protobuf:"bytes,93,opt,name=health_reason,json=healthReason,proto3" json:"health_reason,omitempty"`
 	// revoke_time is set once the agent was revoked (byoc agent revoke):
 	// imsd refuses it from then on; revoke_reason says why.
-	RevokeTime    *timestamppb.Timestamp `protobuf:"bytes,94,opt,name=revoke_time,json=revokeTime,proto3" json:"revoke_time,omitempty"`
-	RevokeReason  string                 `protobuf:"bytes,95,opt,name=revoke_reason,json=revokeReason,proto3" json:"revoke_reason,omitempty"`
+	RevokeTime   *timestamppb.Timestamp `protobuf:"bytes,94,opt,name=revoke_time,json=revokeTime,proto3" json:"revoke_time,omitempty"`
+	RevokeReason string                 `protobuf:"bytes,95,opt,name=revoke_reason,json=revokeReason,proto3" json:"revoke_reason,omitempty"`
+	// key_id is the id of the agent's own key (the first 16 bytes of its
+	// SHA-256, hex); key_rotate_time when its last rotation completed
+	// (agentd identity rotate; unset: never); next_key_id the key a
+	// rotation under way announced ("" for none).
+	KeyId         string                 `protobuf:"bytes,96,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	KeyRotateTime *timestamppb.Timestamp `protobuf:"bytes,97,opt,name=key_rotate_time,json=keyRotateTime,proto3" json:"key_rotate_time,omitempty"`
+	NextKeyId     string                 `protobuf:"bytes,98,opt,name=next_key_id,json=nextKeyId,proto3" json:"next_key_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1555,6 +1562,27 @@ func (x *AgentStatus) GetRevokeTime() *timestamppb.Timestamp {
 func (x *AgentStatus) GetRevokeReason() string {
 	if x != nil {
 		return x.RevokeReason
+	}
+	return ""
+}
+
+func (x *AgentStatus) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+func (x *AgentStatus) GetKeyRotateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.KeyRotateTime
+	}
+	return nil
+}
+
+func (x *AgentStatus) GetNextKeyId() string {
+	if x != nil {
+		return x.NextKeyId
 	}
 	return ""
 }
@@ -7355,7 +7383,7 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\n" +
 	"id_or_name\x18\x01 \x01(\tR\bidOrName\"4\n" +
 	"\x0eGetAppResponse\x12\"\n" +
-	"\x03app\x18\x01 \x01(\v2\x10.byoc.ims.v1.AppR\x03app\"\xc2\x05\n" +
+	"\x03app\x18\x01 \x01(\v2\x10.byoc.ims.v1.AppR\x03app\"\xbd\x06\n" +
 	"\vAgentStatus\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1c\n" +
 	"\tconnected\x18\x02 \x01(\bR\tconnected\x12@\n" +
@@ -7374,7 +7402,10 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\rhealth_reason\x18] \x01(\tR\fhealthReason\x12;\n" +
 	"\vrevoke_time\x18^ \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"revokeTime\x12#\n" +
-	"\rrevoke_reason\x18_ \x01(\tR\frevokeReason\"\xee\x02\n" +
+	"\rrevoke_reason\x18_ \x01(\tR\frevokeReason\x12\x15\n" +
+	"\x06key_id\x18` \x01(\tR\x05keyId\x12B\n" +
+	"\x0fkey_rotate_time\x18a \x01(\v2\x1a.google.protobuf.TimestampR\rkeyRotateTime\x12\x1e\n" +
+	"\vnext_key_id\x18b \x01(\tR\tnextKeyId\"\xee\x02\n" +
 	"\vStackReport\x12\x16\n" +
 	"\x06format\x18\x01 \x01(\tR\x06format\x12\x14\n" +
 	"\x05stack\x18\x02 \x01(\tR\x05stack\x12<\n" +
@@ -8137,227 +8168,228 @@ var file_byoc_ims_v1_operator_proto_depIdxs = []int32{
 	25,  // 21: byoc.ims.v1.AgentStatus.stack:type_name -> byoc.ims.v1.StackReport
 	121, // 22: byoc.ims.v1.AgentStatus.health_time:type_name -> google.protobuf.Timestamp
 	121, // 23: byoc.ims.v1.AgentStatus.revoke_time:type_name -> google.protobuf.Timestamp
-	111, // 24: byoc.ims.v1.StackReport.inputs:type_name -> byoc.ims.v1.StackReport.InputsEntry
-	112, // 25: byoc.ims.v1.StackReport.outputs:type_name -> byoc.ims.v1.StackReport.OutputsEntry
-	121, // 26: byoc.ims.v1.StackReport.report_time:type_name -> google.protobuf.Timestamp
-	121, // 27: byoc.ims.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
-	121, // 28: byoc.ims.v1.Permissions.report_time:type_name -> google.protobuf.Timestamp
-	113, // 29: byoc.ims.v1.Install.inputs:type_name -> byoc.ims.v1.Install.InputsEntry
-	121, // 30: byoc.ims.v1.Install.create_time:type_name -> google.protobuf.Timestamp
-	24,  // 31: byoc.ims.v1.Install.agent:type_name -> byoc.ims.v1.AgentStatus
-	28,  // 32: byoc.ims.v1.Install.settings:type_name -> byoc.ims.v1.InstallSettings
-	122, // 33: byoc.ims.v1.Install.health:type_name -> byoc.ims.v1.InstallHealth
-	114, // 34: byoc.ims.v1.Install.labels:type_name -> byoc.ims.v1.Install.LabelsEntry
-	115, // 35: byoc.ims.v1.InstallSettings.overrides:type_name -> byoc.ims.v1.InstallSettings.OverridesEntry
-	116, // 36: byoc.ims.v1.CreateInstallRequest.inputs:type_name -> byoc.ims.v1.CreateInstallRequest.InputsEntry
-	117, // 37: byoc.ims.v1.CreateInstallRequest.labels:type_name -> byoc.ims.v1.CreateInstallRequest.LabelsEntry
-	27,  // 38: byoc.ims.v1.CreateInstallResponse.install:type_name -> byoc.ims.v1.Install
-	31,  // 39: byoc.ims.v1.CreateInstallResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	121, // 40: byoc.ims.v1.EnrollmentToken.expire_time:type_name -> google.protobuf.Timestamp
-	27,  // 41: byoc.ims.v1.ListInstallsResponse.installs:type_name -> byoc.ims.v1.Install
-	27,  // 42: byoc.ims.v1.GetInstallResponse.install:type_name -> byoc.ims.v1.Install
-	52,  // 43: byoc.ims.v1.CheckInstallDriftResponse.jobs:type_name -> byoc.ims.v1.Job
-	40,  // 44: byoc.ims.v1.ListInstallDriftResponse.components:type_name -> byoc.ims.v1.ComponentDrift
-	121, // 45: byoc.ims.v1.ComponentDrift.check_time:type_name -> google.protobuf.Timestamp
-	54,  // 46: byoc.ims.v1.ComponentDrift.changes:type_name -> byoc.ims.v1.PlannedChange
-	121, // 47: byoc.ims.v1.ComponentDrift.next_check_time:type_name -> google.protobuf.Timestamp
-	27,  // 48: byoc.ims.v1.InstallStatus.install:type_name -> byoc.ims.v1.Install
-	41,  // 49: byoc.ims.v1.WatchInstallsResponse.installs:type_name -> byoc.ims.v1.InstallStatus
-	118, // 50: byoc.ims.v1.UpdateInstallRequest.set_inputs:type_name -> byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
-	27,  // 51: byoc.ims.v1.UpdateInstallResponse.install:type_name -> byoc.ims.v1.Install
-	123, // 52: byoc.ims.v1.UpdateInstallResponse.workflow:type_name -> byoc.ims.v1.Workflow
-	31,  // 53: byoc.ims.v1.CreateEnrollmentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	119, // 54: byoc.ims.v1.LabelInstallRequest.set:type_name -> byoc.ims.v1.LabelInstallRequest.SetEntry
-	27,  // 55: byoc.ims.v1.LabelInstallResponse.install:type_name -> byoc.ims.v1.Install
-	124, // 56: byoc.ims.v1.Job.config:type_name -> google.protobuf.Struct
-	1,   // 57: byoc.ims.v1.Job.state:type_name -> byoc.ims.v1.JobState
-	121, // 58: byoc.ims.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	121, // 59: byoc.ims.v1.Job.start_time:type_name -> google.protobuf.Timestamp
-	121, // 60: byoc.ims.v1.Job.end_time:type_name -> google.protobuf.Timestamp
-	121, // 61: byoc.ims.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
-	120, // 62: byoc.ims.v1.Job.outputs:type_name -> byoc.ims.v1.Job.OutputsEntry
-	54,  // 63: byoc.ims.v1.Job.planned_changes:type_name -> byoc.ims.v1.PlannedChange
-	53,  // 64: byoc.ims.v1.Job.policy_findings:type_name -> byoc.ims.v1.PolicyFinding
-	125, // 65: byoc.ims.v1.PlannedChange.before:type_name -> google.protobuf.Value
-	125, // 66: byoc.ims.v1.PlannedChange.after:type_name -> google.protobuf.Value
-	124, // 67: byoc.ims.v1.EnqueueJobRequest.config:type_name -> google.protobuf.Struct
-	52,  // 68: byoc.ims.v1.EnqueueJobResponse.job:type_name -> byoc.ims.v1.Job
-	55,  // 69: byoc.ims.v1.EnqueueJobsRequest.jobs:type_name -> byoc.ims.v1.EnqueueJobRequest
-	52,  // 70: byoc.ims.v1.EnqueueJobsResponse.jobs:type_name -> byoc.ims.v1.Job
-	1,   // 71: byoc.ims.v1.ListJobsRequest.states:type_name -> byoc.ims.v1.JobState
-	52,  // 72: byoc.ims.v1.ListJobsResponse.jobs:type_name -> byoc.ims.v1.Job
-	52,  // 73: byoc.ims.v1.GetJobResponse.job:type_name -> byoc.ims.v1.Job
-	121, // 74: byoc.ims.v1.LogLine.time:type_name -> google.protobuf.Timestamp
-	2,   // 75: byoc.ims.v1.LogLine.stream:type_name -> byoc.ims.v1.LogStream
-	63,  // 76: byoc.ims.v1.StreamJobLogsResponse.lines:type_name -> byoc.ims.v1.LogLine
-	52,  // 77: byoc.ims.v1.StreamJobLogsResponse.job:type_name -> byoc.ims.v1.Job
-	52,  // 78: byoc.ims.v1.CancelJobResponse.job:type_name -> byoc.ims.v1.Job
-	121, // 79: byoc.ims.v1.AppRevision.create_time:type_name -> google.protobuf.Timestamp
-	68,  // 80: byoc.ims.v1.PushAppRevisionRequest.files:type_name -> byoc.ims.v1.AppFile
-	17,  // 81: byoc.ims.v1.PushAppRevisionResponse.app:type_name -> byoc.ims.v1.App
-	69,  // 82: byoc.ims.v1.PushAppRevisionResponse.revision:type_name -> byoc.ims.v1.AppRevision
-	78,  // 83: byoc.ims.v1.PushAppRevisionResponse.changes:type_name -> byoc.ims.v1.ConfigChange
-	72,  // 84: byoc.ims.v1.PushAppRevisionResponse.installs:type_name -> byoc.ims.v1.InstallApplied
-	123, // 85: byoc.ims.v1.PushAppRevisionResponse.workflows:type_name -> byoc.ims.v1.Workflow
-	27,  // 86: byoc.ims.v1.InstallApplied.install:type_name -> byoc.ims.v1.Install
-	31,  // 87: byoc.ims.v1.InstallApplied.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	69,  // 88: byoc.ims.v1.ListAppRevisionsResponse.revisions:type_name -> byoc.ims.v1.AppRevision
-	78,  // 89: byoc.ims.v1.DiffAppRevisionsResponse.changes:type_name -> byoc.ims.v1.ConfigChange
-	77,  // 90: byoc.ims.v1.DiffAppRevisionsResponse.installs:type_name -> byoc.ims.v1.InstallConfigDiff
-	78,  // 91: byoc.ims.v1.InstallConfigDiff.changes:type_name -> byoc.ims.v1.ConfigChange
-	79,  // 92: byoc.ims.v1.ConfigChange.values:type_name -> byoc.ims.v1.FieldChange
-	80,  // 93: byoc.ims.v1.ConfigDiagnostics.diagnostics:type_name -> byoc.ims.v1.ConfigDiagnostic
-	125, // 94: byoc.ims.v1.PluginType.config_schema:type_name -> google.protobuf.Value
-	125, // 95: byoc.ims.v1.PluginType.outputs_schema:type_name -> google.protobuf.Value
-	121, // 96: byoc.ims.v1.PluginType.register_time:type_name -> google.protobuf.Timestamp
-	82,  // 97: byoc.ims.v1.RegisterPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
-	82,  // 98: byoc.ims.v1.RegisterPluginTypeResponse.replaced:type_name -> byoc.ims.v1.PluginType
-	82,  // 99: byoc.ims.v1.ListPluginTypesResponse.plugin_types:type_name -> byoc.ims.v1.PluginType
-	82,  // 100: byoc.ims.v1.GetPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
-	95,  // 101: byoc.ims.v1.RequestBreakGlassResponse.grant:type_name -> byoc.ims.v1.BreakGlassGrant
-	95,  // 102: byoc.ims.v1.ListBreakGlassGrantsResponse.grants:type_name -> byoc.ims.v1.BreakGlassGrant
-	121, // 103: byoc.ims.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
-	121, // 104: byoc.ims.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
-	121, // 105: byoc.ims.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
-	121, // 106: byoc.ims.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
-	121, // 107: byoc.ims.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
-	98,  // 108: byoc.ims.v1.GetBreakGlassPolicyResponse.roles:type_name -> byoc.ims.v1.BreakGlassRole
-	68,  // 109: byoc.ims.v1.GetInstallStackResponse.files:type_name -> byoc.ims.v1.AppFile
-	121, // 110: byoc.ims.v1.Build.create_time:type_name -> google.protobuf.Timestamp
-	31,  // 111: byoc.ims.v1.CreateBuildAgentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	52,  // 112: byoc.ims.v1.StartBuildResponse.job:type_name -> byoc.ims.v1.Job
-	101, // 113: byoc.ims.v1.ListBuildsResponse.builds:type_name -> byoc.ims.v1.Build
-	101, // 114: byoc.ims.v1.InstallImage.build:type_name -> byoc.ims.v1.Build
-	121, // 115: byoc.ims.v1.InstallImage.copy_time:type_name -> google.protobuf.Timestamp
-	109, // 116: byoc.ims.v1.ListInstallImagesResponse.images:type_name -> byoc.ims.v1.InstallImage
-	124, // 117: byoc.ims.v1.InstallSettings.OverridesEntry.value:type_name -> google.protobuf.Struct
-	4,   // 118: byoc.ims.v1.OperatorService.WhoAmI:input_type -> byoc.ims.v1.WhoAmIRequest
-	6,   // 119: byoc.ims.v1.OperatorService.CheckAccess:input_type -> byoc.ims.v1.CheckAccessRequest
-	8,   // 120: byoc.ims.v1.OperatorService.CreateApiToken:input_type -> byoc.ims.v1.CreateApiTokenRequest
-	11,  // 121: byoc.ims.v1.OperatorService.ListApiTokens:input_type -> byoc.ims.v1.ListApiTokensRequest
-	13,  // 122: byoc.ims.v1.OperatorService.RevokeApiToken:input_type -> byoc.ims.v1.RevokeApiTokenRequest
-	15,  // 123: byoc.ims.v1.OperatorService.GetLoginConfig:input_type -> byoc.ims.v1.GetLoginConfigRequest
-	18,  // 124: byoc.ims.v1.OperatorService.CreateApp:input_type -> byoc.ims.v1.CreateAppRequest
-	20,  // 125: byoc.ims.v1.OperatorService.ListApps:input_type -> byoc.ims.v1.ListAppsRequest
-	22,  // 126: byoc.ims.v1.OperatorService.GetApp:input_type -> byoc.ims.v1.GetAppRequest
-	70,  // 127: byoc.ims.v1.OperatorService.PushAppRevision:input_type -> byoc.ims.v1.PushAppRevisionRequest
-	73,  // 128: byoc.ims.v1.OperatorService.ListAppRevisions:input_type -> byoc.ims.v1.ListAppRevisionsRequest
-	75,  // 129: byoc.ims.v1.OperatorService.DiffAppRevisions:input_type -> byoc.ims.v1.DiffAppRevisionsRequest
-	29,  // 130: byoc.ims.v1.OperatorService.CreateInstall:input_type -> byoc.ims.v1.CreateInstallRequest
-	32,  // 131: byoc.ims.v1.OperatorService.ListInstalls:input_type -> byoc.ims.v1.ListInstallsRequest
-	34,  // 132: byoc.ims.v1.OperatorService.GetInstall:input_type -> byoc.ims.v1.GetInstallRequest
-	38,  // 133: byoc.ims.v1.OperatorService.ListInstallDrift:input_type -> byoc.ims.v1.ListInstallDriftRequest
-	36,  // 134: byoc.ims.v1.OperatorService.CheckInstallDrift:input_type -> byoc.ims.v1.CheckInstallDriftRequest
-	42,  // 135: byoc.ims.v1.OperatorService.WatchInstalls:input_type -> byoc.ims.v1.WatchInstallsRequest
-	48,  // 136: byoc.ims.v1.OperatorService.CreateEnrollmentToken:input_type -> byoc.ims.v1.CreateEnrollmentTokenRequest
-	50,  // 137: byoc.ims.v1.OperatorService.LabelInstall:input_type -> byoc.ims.v1.LabelInstallRequest
-	44,  // 138: byoc.ims.v1.OperatorService.RevokeAgent:input_type -> byoc.ims.v1.RevokeAgentRequest
-	46,  // 139: byoc.ims.v1.OperatorService.UpdateInstall:input_type -> byoc.ims.v1.UpdateInstallRequest
-	126, // 140: byoc.ims.v1.OperatorService.PlanInstall:input_type -> byoc.ims.v1.PlanInstallRequest
-	127, // 141: byoc.ims.v1.OperatorService.StartWorkflow:input_type -> byoc.ims.v1.StartWorkflowRequest
-	128, // 142: byoc.ims.v1.OperatorService.ListWorkflows:input_type -> byoc.ims.v1.ListWorkflowsRequest
-	129, // 143: byoc.ims.v1.OperatorService.GetWorkflow:input_type -> byoc.ims.v1.GetWorkflowRequest
-	130, // 144: byoc.ims.v1.OperatorService.ApproveWorkflow:input_type -> byoc.ims.v1.ApproveWorkflowRequest
-	131, // 145: byoc.ims.v1.OperatorService.CancelWorkflow:input_type -> byoc.ims.v1.CancelWorkflowRequest
-	132, // 146: byoc.ims.v1.OperatorService.RetryWorkflowStep:input_type -> byoc.ims.v1.RetryWorkflowStepRequest
-	133, // 147: byoc.ims.v1.OperatorService.CreateRelease:input_type -> byoc.ims.v1.CreateReleaseRequest
-	134, // 148: byoc.ims.v1.OperatorService.ListReleases:input_type -> byoc.ims.v1.ListReleasesRequest
-	135, // 149: byoc.ims.v1.OperatorService.GetRelease:input_type -> byoc.ims.v1.GetReleaseRequest
-	136, // 150: byoc.ims.v1.OperatorService.ApproveRelease:input_type -> byoc.ims.v1.ApproveReleaseRequest
-	137, // 151: byoc.ims.v1.OperatorService.PauseRelease:input_type -> byoc.ims.v1.PauseReleaseRequest
-	138, // 152: byoc.ims.v1.OperatorService.ResumeRelease:input_type -> byoc.ims.v1.ResumeReleaseRequest
-	139, // 153: byoc.ims.v1.OperatorService.CancelRelease:input_type -> byoc.ims.v1.CancelReleaseRequest
-	140, // 154: byoc.ims.v1.OperatorService.RetryRelease:input_type -> byoc.ims.v1.RetryReleaseRequest
-	141, // 155: byoc.ims.v1.OperatorService.RollbackRelease:input_type -> byoc.ims.v1.RollbackReleaseRequest
-	55,  // 156: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
-	57,  // 157: byoc.ims.v1.OperatorService.EnqueueJobs:input_type -> byoc.ims.v1.EnqueueJobsRequest
-	59,  // 158: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
-	61,  // 159: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
-	64,  // 160: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
-	66,  // 161: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
-	83,  // 162: byoc.ims.v1.OperatorService.RegisterPluginType:input_type -> byoc.ims.v1.RegisterPluginTypeRequest
-	85,  // 163: byoc.ims.v1.OperatorService.ListPluginTypes:input_type -> byoc.ims.v1.ListPluginTypesRequest
-	87,  // 164: byoc.ims.v1.OperatorService.GetPluginType:input_type -> byoc.ims.v1.GetPluginTypeRequest
-	89,  // 165: byoc.ims.v1.OperatorService.RemovePluginType:input_type -> byoc.ims.v1.RemovePluginTypeRequest
-	142, // 166: byoc.ims.v1.OperatorService.ListActions:input_type -> byoc.ims.v1.ListActionsRequest
-	143, // 167: byoc.ims.v1.OperatorService.StartActionRun:input_type -> byoc.ims.v1.StartActionRunRequest
-	144, // 168: byoc.ims.v1.OperatorService.ListActionRuns:input_type -> byoc.ims.v1.ListActionRunsRequest
-	145, // 169: byoc.ims.v1.OperatorService.GetActionRun:input_type -> byoc.ims.v1.GetActionRunRequest
-	91,  // 170: byoc.ims.v1.OperatorService.RequestBreakGlass:input_type -> byoc.ims.v1.RequestBreakGlassRequest
-	93,  // 171: byoc.ims.v1.OperatorService.ListBreakGlassGrants:input_type -> byoc.ims.v1.ListBreakGlassGrantsRequest
-	96,  // 172: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:input_type -> byoc.ims.v1.GetBreakGlassPolicyRequest
-	146, // 173: byoc.ims.v1.OperatorService.ListAuditEvents:input_type -> byoc.ims.v1.ListAuditEventsRequest
-	99,  // 174: byoc.ims.v1.OperatorService.GetInstallStack:input_type -> byoc.ims.v1.GetInstallStackRequest
-	102, // 175: byoc.ims.v1.OperatorService.CreateBuildAgentToken:input_type -> byoc.ims.v1.CreateBuildAgentTokenRequest
-	104, // 176: byoc.ims.v1.OperatorService.StartBuild:input_type -> byoc.ims.v1.StartBuildRequest
-	106, // 177: byoc.ims.v1.OperatorService.ListBuilds:input_type -> byoc.ims.v1.ListBuildsRequest
-	108, // 178: byoc.ims.v1.OperatorService.ListInstallImages:input_type -> byoc.ims.v1.ListInstallImagesRequest
-	5,   // 179: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
-	7,   // 180: byoc.ims.v1.OperatorService.CheckAccess:output_type -> byoc.ims.v1.CheckAccessResponse
-	9,   // 181: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
-	12,  // 182: byoc.ims.v1.OperatorService.ListApiTokens:output_type -> byoc.ims.v1.ListApiTokensResponse
-	14,  // 183: byoc.ims.v1.OperatorService.RevokeApiToken:output_type -> byoc.ims.v1.RevokeApiTokenResponse
-	16,  // 184: byoc.ims.v1.OperatorService.GetLoginConfig:output_type -> byoc.ims.v1.GetLoginConfigResponse
-	19,  // 185: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
-	21,  // 186: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
-	23,  // 187: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
-	71,  // 188: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
-	74,  // 189: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
-	76,  // 190: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
-	30,  // 191: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
-	33,  // 192: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
-	35,  // 193: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
-	39,  // 194: byoc.ims.v1.OperatorService.ListInstallDrift:output_type -> byoc.ims.v1.ListInstallDriftResponse
-	37,  // 195: byoc.ims.v1.OperatorService.CheckInstallDrift:output_type -> byoc.ims.v1.CheckInstallDriftResponse
-	43,  // 196: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
-	49,  // 197: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
-	51,  // 198: byoc.ims.v1.OperatorService.LabelInstall:output_type -> byoc.ims.v1.LabelInstallResponse
-	45,  // 199: byoc.ims.v1.OperatorService.RevokeAgent:output_type -> byoc.ims.v1.RevokeAgentResponse
-	47,  // 200: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
-	147, // 201: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
-	148, // 202: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
-	149, // 203: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
-	150, // 204: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
-	151, // 205: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
-	152, // 206: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
-	153, // 207: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
-	154, // 208: byoc.ims.v1.OperatorService.CreateRelease:output_type -> byoc.ims.v1.CreateReleaseResponse
-	155, // 209: byoc.ims.v1.OperatorService.ListReleases:output_type -> byoc.ims.v1.ListReleasesResponse
-	156, // 210: byoc.ims.v1.OperatorService.GetRelease:output_type -> byoc.ims.v1.GetReleaseResponse
-	157, // 211: byoc.ims.v1.OperatorService.ApproveRelease:output_type -> byoc.ims.v1.ApproveReleaseResponse
-	158, // 212: byoc.ims.v1.OperatorService.PauseRelease:output_type -> byoc.ims.v1.PauseReleaseResponse
-	159, // 213: byoc.ims.v1.OperatorService.ResumeRelease:output_type -> byoc.ims.v1.ResumeReleaseResponse
-	160, // 214: byoc.ims.v1.OperatorService.CancelRelease:output_type -> byoc.ims.v1.CancelReleaseResponse
-	161, // 215: byoc.ims.v1.OperatorService.RetryRelease:output_type -> byoc.ims.v1.RetryReleaseResponse
-	162, // 216: byoc.ims.v1.OperatorService.RollbackRelease:output_type -> byoc.ims.v1.RollbackReleaseResponse
-	56,  // 217: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
-	58,  // 218: byoc.ims.v1.OperatorService.EnqueueJobs:output_type -> byoc.ims.v1.EnqueueJobsResponse
-	60,  // 219: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
-	62,  // 220: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
-	65,  // 221: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
-	67,  // 222: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
-	84,  // 223: byoc.ims.v1.OperatorService.RegisterPluginType:output_type -> byoc.ims.v1.RegisterPluginTypeResponse
-	86,  // 224: byoc.ims.v1.OperatorService.ListPluginTypes:output_type -> byoc.ims.v1.ListPluginTypesResponse
-	88,  // 225: byoc.ims.v1.OperatorService.GetPluginType:output_type -> byoc.ims.v1.GetPluginTypeResponse
-	90,  // 226: byoc.ims.v1.OperatorService.RemovePluginType:output_type -> byoc.ims.v1.RemovePluginTypeResponse
-	163, // 227: byoc.ims.v1.OperatorService.ListActions:output_type -> byoc.ims.v1.ListActionsResponse
-	164, // 228: byoc.ims.v1.OperatorService.StartActionRun:output_type -> byoc.ims.v1.StartActionRunResponse
-	165, // 229: byoc.ims.v1.OperatorService.ListActionRuns:output_type -> byoc.ims.v1.ListActionRunsResponse
-	166, // 230: byoc.ims.v1.OperatorService.GetActionRun:output_type -> byoc.ims.v1.GetActionRunResponse
-	92,  // 231: byoc.ims.v1.OperatorService.RequestBreakGlass:output_type -> byoc.ims.v1.RequestBreakGlassResponse
-	94,  // 232: byoc.ims.v1.OperatorService.ListBreakGlassGrants:output_type -> byoc.ims.v1.ListBreakGlassGrantsResponse
-	97,  // 233: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:output_type -> byoc.ims.v1.GetBreakGlassPolicyResponse
-	167, // 234: byoc.ims.v1.OperatorService.ListAuditEvents:output_type -> byoc.ims.v1.ListAuditEventsResponse
-	100, // 235: byoc.ims.v1.OperatorService.GetInstallStack:output_type -> byoc.ims.v1.GetInstallStackResponse
-	103, // 236: byoc.ims.v1.OperatorService.CreateBuildAgentToken:output_type -> byoc.ims.v1.CreateBuildAgentTokenResponse
-	105, // 237: byoc.ims.v1.OperatorService.StartBuild:output_type -> byoc.ims.v1.StartBuildResponse
-	107, // 238: byoc.ims.v1.OperatorService.ListBuilds:output_type -> byoc.ims.v1.ListBuildsResponse
-	110, // 239: byoc.ims.v1.OperatorService.ListInstallImages:output_type -> byoc.ims.v1.ListInstallImagesResponse
-	179, // [179:240] is the sub-list for method output_type
-	118, // [118:179] is the sub-list for method input_type
-	118, // [118:118] is the sub-list for extension type_name
-	118, // [118:118] is the sub-list for extension extendee
-	0,   // [0:118] is the sub-list for field type_name
+	121, // 24: byoc.ims.v1.AgentStatus.key_rotate_time:type_name -> google.protobuf.Timestamp
+	111, // 25: byoc.ims.v1.StackReport.inputs:type_name -> byoc.ims.v1.StackReport.InputsEntry
+	112, // 26: byoc.ims.v1.StackReport.outputs:type_name -> byoc.ims.v1.StackReport.OutputsEntry
+	121, // 27: byoc.ims.v1.StackReport.report_time:type_name -> google.protobuf.Timestamp
+	121, // 28: byoc.ims.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
+	121, // 29: byoc.ims.v1.Permissions.report_time:type_name -> google.protobuf.Timestamp
+	113, // 30: byoc.ims.v1.Install.inputs:type_name -> byoc.ims.v1.Install.InputsEntry
+	121, // 31: byoc.ims.v1.Install.create_time:type_name -> google.protobuf.Timestamp
+	24,  // 32: byoc.ims.v1.Install.agent:type_name -> byoc.ims.v1.AgentStatus
+	28,  // 33: byoc.ims.v1.Install.settings:type_name -> byoc.ims.v1.InstallSettings
+	122, // 34: byoc.ims.v1.Install.health:type_name -> byoc.ims.v1.InstallHealth
+	114, // 35: byoc.ims.v1.Install.labels:type_name -> byoc.ims.v1.Install.LabelsEntry
+	115, // 36: byoc.ims.v1.InstallSettings.overrides:type_name -> byoc.ims.v1.InstallSettings.OverridesEntry
+	116, // 37: byoc.ims.v1.CreateInstallRequest.inputs:type_name -> byoc.ims.v1.CreateInstallRequest.InputsEntry
+	117, // 38: byoc.ims.v1.CreateInstallRequest.labels:type_name -> byoc.ims.v1.CreateInstallRequest.LabelsEntry
+	27,  // 39: byoc.ims.v1.CreateInstallResponse.install:type_name -> byoc.ims.v1.Install
+	31,  // 40: byoc.ims.v1.CreateInstallResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
+	121, // 41: byoc.ims.v1.EnrollmentToken.expire_time:type_name -> google.protobuf.Timestamp
+	27,  // 42: byoc.ims.v1.ListInstallsResponse.installs:type_name -> byoc.ims.v1.Install
+	27,  // 43: byoc.ims.v1.GetInstallResponse.install:type_name -> byoc.ims.v1.Install
+	52,  // 44: byoc.ims.v1.CheckInstallDriftResponse.jobs:type_name -> byoc.ims.v1.Job
+	40,  // 45: byoc.ims.v1.ListInstallDriftResponse.components:type_name -> byoc.ims.v1.ComponentDrift
+	121, // 46: byoc.ims.v1.ComponentDrift.check_time:type_name -> google.protobuf.Timestamp
+	54,  // 47: byoc.ims.v1.ComponentDrift.changes:type_name -> byoc.ims.v1.PlannedChange
+	121, // 48: byoc.ims.v1.ComponentDrift.next_check_time:type_name -> google.protobuf.Timestamp
+	27,  // 49: byoc.ims.v1.InstallStatus.install:type_name -> byoc.ims.v1.Install
+	41,  // 50: byoc.ims.v1.WatchInstallsResponse.installs:type_name -> byoc.ims.v1.InstallStatus
+	118, // 51: byoc.ims.v1.UpdateInstallRequest.set_inputs:type_name -> byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
+	27,  // 52: byoc.ims.v1.UpdateInstallResponse.install:type_name -> byoc.ims.v1.Install
+	123, // 53: byoc.ims.v1.UpdateInstallResponse.workflow:type_name -> byoc.ims.v1.Workflow
+	31,  // 54: byoc.ims.v1.CreateEnrollmentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
+	119, // 55: byoc.ims.v1.LabelInstallRequest.set:type_name -> byoc.ims.v1.LabelInstallRequest.SetEntry
+	27,  // 56: byoc.ims.v1.LabelInstallResponse.install:type_name -> byoc.ims.v1.Install
+	124, // 57: byoc.ims.v1.Job.config:type_name -> google.protobuf.Struct
+	1,   // 58: byoc.ims.v1.Job.state:type_name -> byoc.ims.v1.JobState
+	121, // 59: byoc.ims.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	121, // 60: byoc.ims.v1.Job.start_time:type_name -> google.protobuf.Timestamp
+	121, // 61: byoc.ims.v1.Job.end_time:type_name -> google.protobuf.Timestamp
+	121, // 62: byoc.ims.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
+	120, // 63: byoc.ims.v1.Job.outputs:type_name -> byoc.ims.v1.Job.OutputsEntry
+	54,  // 64: byoc.ims.v1.Job.planned_changes:type_name -> byoc.ims.v1.PlannedChange
+	53,  // 65: byoc.ims.v1.Job.policy_findings:type_name -> byoc.ims.v1.PolicyFinding
+	125, // 66: byoc.ims.v1.PlannedChange.before:type_name -> google.protobuf.Value
+	125, // 67: byoc.ims.v1.PlannedChange.after:type_name -> google.protobuf.Value
+	124, // 68: byoc.ims.v1.EnqueueJobRequest.config:type_name -> google.protobuf.Struct
+	52,  // 69: byoc.ims.v1.EnqueueJobResponse.job:type_name -> byoc.ims.v1.Job
+	55,  // 70: byoc.ims.v1.EnqueueJobsRequest.jobs:type_name -> byoc.ims.v1.EnqueueJobRequest
+	52,  // 71: byoc.ims.v1.EnqueueJobsResponse.jobs:type_name -> byoc.ims.v1.Job
+	1,   // 72: byoc.ims.v1.ListJobsRequest.states:type_name -> byoc.ims.v1.JobState
+	52,  // 73: byoc.ims.v1.ListJobsResponse.jobs:type_name -> byoc.ims.v1.Job
+	52,  // 74: byoc.ims.v1.GetJobResponse.job:type_name -> byoc.ims.v1.Job
+	121, // 75: byoc.ims.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	2,   // 76: byoc.ims.v1.LogLine.stream:type_name -> byoc.ims.v1.LogStream
+	63,  // 77: byoc.ims.v1.StreamJobLogsResponse.lines:type_name -> byoc.ims.v1.LogLine
+	52,  // 78: byoc.ims.v1.StreamJobLogsResponse.job:type_name -> byoc.ims.v1.Job
+	52,  // 79: byoc.ims.v1.CancelJobResponse.job:type_name -> byoc.ims.v1.Job
+	121, // 80: byoc.ims.v1.AppRevision.create_time:type_name -> google.protobuf.Timestamp
+	68,  // 81: byoc.ims.v1.PushAppRevisionRequest.files:type_name -> byoc.ims.v1.AppFile
+	17,  // 82: byoc.ims.v1.PushAppRevisionResponse.app:type_name -> byoc.ims.v1.App
+	69,  // 83: byoc.ims.v1.PushAppRevisionResponse.revision:type_name -> byoc.ims.v1.AppRevision
+	78,  // 84: byoc.ims.v1.PushAppRevisionResponse.changes:type_name -> byoc.ims.v1.ConfigChange
+	72,  // 85: byoc.ims.v1.PushAppRevisionResponse.installs:type_name -> byoc.ims.v1.InstallApplied
+	123, // 86: byoc.ims.v1.PushAppRevisionResponse.workflows:type_name -> byoc.ims.v1.Workflow
+	27,  // 87: byoc.ims.v1.InstallApplied.install:type_name -> byoc.ims.v1.Install
+	31,  // 88: byoc.ims.v1.InstallApplied.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
+	69,  // 89: byoc.ims.v1.ListAppRevisionsResponse.revisions:type_name -> byoc.ims.v1.AppRevision
+	78,  // 90: byoc.ims.v1.DiffAppRevisionsResponse.changes:type_name -> byoc.ims.v1.ConfigChange
+	77,  // 91: byoc.ims.v1.DiffAppRevisionsResponse.installs:type_name -> byoc.ims.v1.InstallConfigDiff
+	78,  // 92: byoc.ims.v1.InstallConfigDiff.changes:type_name -> byoc.ims.v1.ConfigChange
+	79,  // 93: byoc.ims.v1.ConfigChange.values:type_name -> byoc.ims.v1.FieldChange
+	80,  // 94: byoc.ims.v1.ConfigDiagnostics.diagnostics:type_name -> byoc.ims.v1.ConfigDiagnostic
+	125, // 95: byoc.ims.v1.PluginType.config_schema:type_name -> google.protobuf.Value
+	125, // 96: byoc.ims.v1.PluginType.outputs_schema:type_name -> google.protobuf.Value
+	121, // 97: byoc.ims.v1.PluginType.register_time:type_name -> google.protobuf.Timestamp
+	82,  // 98: byoc.ims.v1.RegisterPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
+	82,  // 99: byoc.ims.v1.RegisterPluginTypeResponse.replaced:type_name -> byoc.ims.v1.PluginType
+	82,  // 100: byoc.ims.v1.ListPluginTypesResponse.plugin_types:type_name -> byoc.ims.v1.PluginType
+	82,  // 101: byoc.ims.v1.GetPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
+	95,  // 102: byoc.ims.v1.RequestBreakGlassResponse.grant:type_name -> byoc.ims.v1.BreakGlassGrant
+	95,  // 103: byoc.ims.v1.ListBreakGlassGrantsResponse.grants:type_name -> byoc.ims.v1.BreakGlassGrant
+	121, // 104: byoc.ims.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
+	121, // 105: byoc.ims.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
+	121, // 106: byoc.ims.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
+	121, // 107: byoc.ims.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
+	121, // 108: byoc.ims.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
+	98,  // 109: byoc.ims.v1.GetBreakGlassPolicyResponse.roles:type_name -> byoc.ims.v1.BreakGlassRole
+	68,  // 110: byoc.ims.v1.GetInstallStackResponse.files:type_name -> byoc.ims.v1.AppFile
+	121, // 111: byoc.ims.v1.Build.create_time:type_name -> google.protobuf.Timestamp
+	31,  // 112: byoc.ims.v1.CreateBuildAgentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
+	52,  // 113: byoc.ims.v1.StartBuildResponse.job:type_name -> byoc.ims.v1.Job
+	101, // 114: byoc.ims.v1.ListBuildsResponse.builds:type_name -> byoc.ims.v1.Build
+	101, // 115: byoc.ims.v1.InstallImage.build:type_name -> byoc.ims.v1.Build
+	121, // 116: byoc.ims.v1.InstallImage.copy_time:type_name -> google.protobuf.Timestamp
+	109, // 117: byoc.ims.v1.ListInstallImagesResponse.images:type_name -> byoc.ims.v1.InstallImage
+	124, // 118: byoc.ims.v1.InstallSettings.OverridesEntry.value:type_name -> google.protobuf.Struct
+	4,   // 119: byoc.ims.v1.OperatorService.WhoAmI:input_type -> byoc.ims.v1.WhoAmIRequest
+	6,   // 120: byoc.ims.v1.OperatorService.CheckAccess:input_type -> byoc.ims.v1.CheckAccessRequest
+	8,   // 121: byoc.ims.v1.OperatorService.CreateApiToken:input_type -> byoc.ims.v1.CreateApiTokenRequest
+	11,  // 122: byoc.ims.v1.OperatorService.ListApiTokens:input_type -> byoc.ims.v1.ListApiTokensRequest
+	13,  // 123: byoc.ims.v1.OperatorService.RevokeApiToken:input_type -> byoc.ims.v1.RevokeApiTokenRequest
+	15,  // 124: byoc.ims.v1.OperatorService.GetLoginConfig:input_type -> byoc.ims.v1.GetLoginConfigRequest
+	18,  // 125: byoc.ims.v1.OperatorService.CreateApp:input_type -> byoc.ims.v1.CreateAppRequest
+	20,  // 126: byoc.ims.v1.OperatorService.ListApps:input_type -> byoc.ims.v1.ListAppsRequest
+	22,  // 127: byoc.ims.v1.OperatorService.GetApp:input_type -> byoc.ims.v1.GetAppRequest
+	70,  // 128: byoc.ims.v1.OperatorService.PushAppRevision:input_type -> byoc.ims.v1.PushAppRevisionRequest
+	73,  // 129: byoc.ims.v1.OperatorService.ListAppRevisions:input_type -> byoc.ims.v1.ListAppRevisionsRequest
+	75,  // 130: byoc.ims.v1.OperatorService.DiffAppRevisions:input_type -> byoc.ims.v1.DiffAppRevisionsRequest
+	29,  // 131: byoc.ims.v1.OperatorService.CreateInstall:input_type -> byoc.ims.v1.CreateInstallRequest
+	32,  // 132: byoc.ims.v1.OperatorService.ListInstalls:input_type -> byoc.ims.v1.ListInstallsRequest
+	34,  // 133: byoc.ims.v1.OperatorService.GetInstall:input_type -> byoc.ims.v1.GetInstallRequest
+	38,  // 134: byoc.ims.v1.OperatorService.ListInstallDrift:input_type -> byoc.ims.v1.ListInstallDriftRequest
+	36,  // 135: byoc.ims.v1.OperatorService.CheckInstallDrift:input_type -> byoc.ims.v1.CheckInstallDriftRequest
+	42,  // 136: byoc.ims.v1.OperatorService.WatchInstalls:input_type -> byoc.ims.v1.WatchInstallsRequest
+	48,  // 137: byoc.ims.v1.OperatorService.CreateEnrollmentToken:input_type -> byoc.ims.v1.CreateEnrollmentTokenRequest
+	50,  // 138: byoc.ims.v1.OperatorService.LabelInstall:input_type -> byoc.ims.v1.LabelInstallRequest
+	44,  // 139: byoc.ims.v1.OperatorService.RevokeAgent:input_type -> byoc.ims.v1.RevokeAgentRequest
+	46,  // 140: byoc.ims.v1.OperatorService.UpdateInstall:input_type -> byoc.ims.v1.UpdateInstallRequest
+	126, // 141: byoc.ims.v1.OperatorService.PlanInstall:input_type -> byoc.ims.v1.PlanInstallRequest
+	127, // 142: byoc.ims.v1.OperatorService.StartWorkflow:input_type -> byoc.ims.v1.StartWorkflowRequest
+	128, // 143: byoc.ims.v1.OperatorService.ListWorkflows:input_type -> byoc.ims.v1.ListWorkflowsRequest
+	129, // 144: byoc.ims.v1.OperatorService.GetWorkflow:input_type -> byoc.ims.v1.GetWorkflowRequest
+	130, // 145: byoc.ims.v1.OperatorService.ApproveWorkflow:input_type -> byoc.ims.v1.ApproveWorkflowRequest
+	131, // 146: byoc.ims.v1.OperatorService.CancelWorkflow:input_type -> byoc.ims.v1.CancelWorkflowRequest
+	132, // 147: byoc.ims.v1.OperatorService.RetryWorkflowStep:input_type -> byoc.ims.v1.RetryWorkflowStepRequest
+	133, // 148: byoc.ims.v1.OperatorService.CreateRelease:input_type -> byoc.ims.v1.CreateReleaseRequest
+	134, // 149: byoc.ims.v1.OperatorService.ListReleases:input_type -> byoc.ims.v1.ListReleasesRequest
+	135, // 150: byoc.ims.v1.OperatorService.GetRelease:input_type -> byoc.ims.v1.GetReleaseRequest
+	136, // 151: byoc.ims.v1.OperatorService.ApproveRelease:input_type -> byoc.ims.v1.ApproveReleaseRequest
+	137, // 152: byoc.ims.v1.OperatorService.PauseRelease:input_type -> byoc.ims.v1.PauseReleaseRequest
+	138, // 153: byoc.ims.v1.OperatorService.ResumeRelease:input_type -> byoc.ims.v1.ResumeReleaseRequest
+	139, // 154: byoc.ims.v1.OperatorService.CancelRelease:input_type -> byoc.ims.v1.CancelReleaseRequest
+	140, // 155: byoc.ims.v1.OperatorService.RetryRelease:input_type -> byoc.ims.v1.RetryReleaseRequest
+	141, // 156: byoc.ims.v1.OperatorService.RollbackRelease:input_type -> byoc.ims.v1.RollbackReleaseRequest
+	55,  // 157: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
+	57,  // 158: byoc.ims.v1.OperatorService.EnqueueJobs:input_type -> byoc.ims.v1.EnqueueJobsRequest
+	59,  // 159: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
+	61,  // 160: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
+	64,  // 161: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
+	66,  // 162: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
+	83,  // 163: byoc.ims.v1.OperatorService.RegisterPluginType:input_type -> byoc.ims.v1.RegisterPluginTypeRequest
+	85,  // 164: byoc.ims.v1.OperatorService.ListPluginTypes:input_type -> byoc.ims.v1.ListPluginTypesRequest
+	87,  // 165: byoc.ims.v1.OperatorService.GetPluginType:input_type -> byoc.ims.v1.GetPluginTypeRequest
+	89,  // 166: byoc.ims.v1.OperatorService.RemovePluginType:input_type -> byoc.ims.v1.RemovePluginTypeRequest
+	142, // 167: byoc.ims.v1.OperatorService.ListActions:input_type -> byoc.ims.v1.ListActionsRequest
+	143, // 168: byoc.ims.v1.OperatorService.StartActionRun:input_type -> byoc.ims.v1.StartActionRunRequest
+	144, // 169: byoc.ims.v1.OperatorService.ListActionRuns:input_type -> byoc.ims.v1.ListActionRunsRequest
+	145, // 170: byoc.ims.v1.OperatorService.GetActionRun:input_type -> byoc.ims.v1.GetActionRunRequest
+	91,  // 171: byoc.ims.v1.OperatorService.RequestBreakGlass:input_type -> byoc.ims.v1.RequestBreakGlassRequest
+	93,  // 172: byoc.ims.v1.OperatorService.ListBreakGlassGrants:input_type -> byoc.ims.v1.ListBreakGlassGrantsRequest
+	96,  // 173: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:input_type -> byoc.ims.v1.GetBreakGlassPolicyRequest
+	146, // 174: byoc.ims.v1.OperatorService.ListAuditEvents:input_type -> byoc.ims.v1.ListAuditEventsRequest
+	99,  // 175: byoc.ims.v1.OperatorService.GetInstallStack:input_type -> byoc.ims.v1.GetInstallStackRequest
+	102, // 176: byoc.ims.v1.OperatorService.CreateBuildAgentToken:input_type -> byoc.ims.v1.CreateBuildAgentTokenRequest
+	104, // 177: byoc.ims.v1.OperatorService.StartBuild:input_type -> byoc.ims.v1.StartBuildRequest
+	106, // 178: byoc.ims.v1.OperatorService.ListBuilds:input_type -> byoc.ims.v1.ListBuildsRequest
+	108, // 179: byoc.ims.v1.OperatorService.ListInstallImages:input_type -> byoc.ims.v1.ListInstallImagesRequest
+	5,   // 180: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
+	7,   // 181: byoc.ims.v1.OperatorService.CheckAccess:output_type -> byoc.ims.v1.CheckAccessResponse
+	9,   // 182: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
+	12,  // 183: byoc.ims.v1.OperatorService.ListApiTokens:output_type -> byoc.ims.v1.ListApiTokensResponse
+	14,  // 184: byoc.ims.v1.OperatorService.RevokeApiToken:output_type -> byoc.ims.v1.RevokeApiTokenResponse
+	16,  // 185: byoc.ims.v1.OperatorService.GetLoginConfig:output_type -> byoc.ims.v1.GetLoginConfigResponse
+	19,  // 186: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
+	21,  // 187: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
+	23,  // 188: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
+	71,  // 189: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
+	74,  // 190: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
+	76,  // 191: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
+	30,  // 192: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
+	33,  // 193: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
+	35,  // 194: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
+	39,  // 195: byoc.ims.v1.OperatorService.ListInstallDrift:output_type -> byoc.ims.v1.ListInstallDriftResponse
+	37,  // 196: byoc.ims.v1.OperatorService.CheckInstallDrift:output_type -> byoc.ims.v1.CheckInstallDriftResponse
+	43,  // 197: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
+	49,  // 198: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
+	51,  // 199: byoc.ims.v1.OperatorService.LabelInstall:output_type -> byoc.ims.v1.LabelInstallResponse
+	45,  // 200: byoc.ims.v1.OperatorService.RevokeAgent:output_type -> byoc.ims.v1.RevokeAgentResponse
+	47,  // 201: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
+	147, // 202: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
+	148, // 203: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
+	149, // 204: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
+	150, // 205: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
+	151, // 206: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
+	152, // 207: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
+	153, // 208: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
+	154, // 209: byoc.ims.v1.OperatorService.CreateRelease:output_type -> byoc.ims.v1.CreateReleaseResponse
+	155, // 210: byoc.ims.v1.OperatorService.ListReleases:output_type -> byoc.ims.v1.ListReleasesResponse
+	156, // 211: byoc.ims.v1.OperatorService.GetRelease:output_type -> byoc.ims.v1.GetReleaseResponse
+	157, // 212: byoc.ims.v1.OperatorService.ApproveRelease:output_type -> byoc.ims.v1.ApproveReleaseResponse
+	158, // 213: byoc.ims.v1.OperatorService.PauseRelease:output_type -> byoc.ims.v1.PauseReleaseResponse
+	159, // 214: byoc.ims.v1.OperatorService.ResumeRelease:output_type -> byoc.ims.v1.ResumeReleaseResponse
+	160, // 215: byoc.ims.v1.OperatorService.CancelRelease:output_type -> byoc.ims.v1.CancelReleaseResponse
+	161, // 216: byoc.ims.v1.OperatorService.RetryRelease:output_type -> byoc.ims.v1.RetryReleaseResponse
+	162, // 217: byoc.ims.v1.OperatorService.RollbackRelease:output_type -> byoc.ims.v1.RollbackReleaseResponse
+	56,  // 218: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
+	58,  // 219: byoc.ims.v1.OperatorService.EnqueueJobs:output_type -> byoc.ims.v1.EnqueueJobsResponse
+	60,  // 220: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
+	62,  // 221: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
+	65,  // 222: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
+	67,  // 223: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
+	84,  // 224: byoc.ims.v1.OperatorService.RegisterPluginType:output_type -> byoc.ims.v1.RegisterPluginTypeResponse
+	86,  // 225: byoc.ims.v1.OperatorService.ListPluginTypes:output_type -> byoc.ims.v1.ListPluginTypesResponse
+	88,  // 226: byoc.ims.v1.OperatorService.GetPluginType:output_type -> byoc.ims.v1.GetPluginTypeResponse
+	90,  // 227: byoc.ims.v1.OperatorService.RemovePluginType:output_type -> byoc.ims.v1.RemovePluginTypeResponse
+	163, // 228: byoc.ims.v1.OperatorService.ListActions:output_type -> byoc.ims.v1.ListActionsResponse
+	164, // 229: byoc.ims.v1.OperatorService.StartActionRun:output_type -> byoc.ims.v1.StartActionRunResponse
+	165, // 230: byoc.ims.v1.OperatorService.ListActionRuns:output_type -> byoc.ims.v1.ListActionRunsResponse
+	166, // 231: byoc.ims.v1.OperatorService.GetActionRun:output_type -> byoc.ims.v1.GetActionRunResponse
+	92,  // 232: byoc.ims.v1.OperatorService.RequestBreakGlass:output_type -> byoc.ims.v1.RequestBreakGlassResponse
+	94,  // 233: byoc.ims.v1.OperatorService.ListBreakGlassGrants:output_type -> byoc.ims.v1.ListBreakGlassGrantsResponse
+	97,  // 234: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:output_type -> byoc.ims.v1.GetBreakGlassPolicyResponse
+	167, // 235: byoc.ims.v1.OperatorService.ListAuditEvents:output_type -> byoc.ims.v1.ListAuditEventsResponse
+	100, // 236: byoc.ims.v1.OperatorService.GetInstallStack:output_type -> byoc.ims.v1.GetInstallStackResponse
+	103, // 237: byoc.ims.v1.OperatorService.CreateBuildAgentToken:output_type -> byoc.ims.v1.CreateBuildAgentTokenResponse
+	105, // 238: byoc.ims.v1.OperatorService.StartBuild:output_type -> byoc.ims.v1.StartBuildResponse
+	107, // 239: byoc.ims.v1.OperatorService.ListBuilds:output_type -> byoc.ims.v1.ListBuildsResponse
+	110, // 240: byoc.ims.v1.OperatorService.ListInstallImages:output_type -> byoc.ims.v1.ListInstallImagesResponse
+	180, // [180:241] is the sub-list for method output_type
+	119, // [119:180] is the sub-list for method input_type
+	119, // [119:119] is the sub-list for extension type_name
+	119, // [119:119] is the sub-list for extension extendee
+	0,   // [0:119] is the sub-list for field type_name
 }
 
 func init() { file_byoc_ims_v1_operator_proto_init() }

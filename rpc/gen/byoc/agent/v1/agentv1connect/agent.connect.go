@@ -46,6 +46,8 @@ const (
 	// AgentServiceListAuditRecordsProcedure is the fully-qualified name of the AgentService's
 	// ListAuditRecords RPC.
 	AgentServiceListAuditRecordsProcedure = "/byoc.agent.v1.AgentService/ListAuditRecords"
+	// AgentServiceRevokeSelfProcedure is the fully-qualified name of the AgentService's RevokeSelf RPC.
+	AgentServiceRevokeSelfProcedure = "/byoc.agent.v1.AgentService/RevokeSelf"
 )
 
 // AgentServiceClient is a client for the byoc.agent.v1.AgentService service.
@@ -71,6 +73,11 @@ type AgentServiceClient interface {
 	// install, as imsd stores them, for agentd audit compare. The call is
 	// signed with the agent's key.
 	ListAuditRecords(context.Context, *connect.Request[v1.ListAuditRecordsRequest]) (*connect.Response[v1.ListAuditRecordsResponse], error)
+	// RevokeSelf is the customer's revocation of their agent (agentd
+	// identity revoke): imsd refuses the agent from then on, as after byoc
+	// agent revoke, ends its stream, and audits agent.revoked with the
+	// customer as the actor. The call is signed with the agent's key.
+	RevokeSelf(context.Context, *connect.Request[v1.RevokeSelfRequest]) (*connect.Response[v1.RevokeSelfResponse], error)
 }
 
 // NewAgentServiceClient constructs a client for the byoc.agent.v1.AgentService service. By default,
@@ -114,6 +121,12 @@ func NewAgentServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(agentServiceMethods.ByName("ListAuditRecords")),
 			connect.WithClientOptions(opts...),
 		),
+		revokeSelf: connect.NewClient[v1.RevokeSelfRequest, v1.RevokeSelfResponse](
+			httpClient,
+			baseURL+AgentServiceRevokeSelfProcedure,
+			connect.WithSchema(agentServiceMethods.ByName("RevokeSelf")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -124,6 +137,7 @@ type agentServiceClient struct {
 	listBreakGlass   *connect.Client[v1.ListBreakGlassRequest, v1.ListBreakGlassResponse]
 	decideBreakGlass *connect.Client[v1.DecideBreakGlassRequest, v1.DecideBreakGlassResponse]
 	listAuditRecords *connect.Client[v1.ListAuditRecordsRequest, v1.ListAuditRecordsResponse]
+	revokeSelf       *connect.Client[v1.RevokeSelfRequest, v1.RevokeSelfResponse]
 }
 
 // Enroll calls byoc.agent.v1.AgentService.Enroll.
@@ -151,6 +165,11 @@ func (c *agentServiceClient) ListAuditRecords(ctx context.Context, req *connect.
 	return c.listAuditRecords.CallUnary(ctx, req)
 }
 
+// RevokeSelf calls byoc.agent.v1.AgentService.RevokeSelf.
+func (c *agentServiceClient) RevokeSelf(ctx context.Context, req *connect.Request[v1.RevokeSelfRequest]) (*connect.Response[v1.RevokeSelfResponse], error) {
+	return c.revokeSelf.CallUnary(ctx, req)
+}
+
 // AgentServiceHandler is an implementation of the byoc.agent.v1.AgentService service.
 type AgentServiceHandler interface {
 	// Enroll trades a single-use enrolment token and the agent's public key
@@ -174,6 +193,11 @@ type AgentServiceHandler interface {
 	// install, as imsd stores them, for agentd audit compare. The call is
 	// signed with the agent's key.
 	ListAuditRecords(context.Context, *connect.Request[v1.ListAuditRecordsRequest]) (*connect.Response[v1.ListAuditRecordsResponse], error)
+	// RevokeSelf is the customer's revocation of their agent (agentd
+	// identity revoke): imsd refuses the agent from then on, as after byoc
+	// agent revoke, ends its stream, and audits agent.revoked with the
+	// customer as the actor. The call is signed with the agent's key.
+	RevokeSelf(context.Context, *connect.Request[v1.RevokeSelfRequest]) (*connect.Response[v1.RevokeSelfResponse], error)
 }
 
 // NewAgentServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -213,6 +237,12 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(agentServiceMethods.ByName("ListAuditRecords")),
 		connect.WithHandlerOptions(opts...),
 	)
+	agentServiceRevokeSelfHandler := connect.NewUnaryHandler(
+		AgentServiceRevokeSelfProcedure,
+		svc.RevokeSelf,
+		connect.WithSchema(agentServiceMethods.ByName("RevokeSelf")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/byoc.agent.v1.AgentService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AgentServiceEnrollProcedure:
@@ -225,6 +255,8 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 			agentServiceDecideBreakGlassHandler.ServeHTTP(w, r)
 		case AgentServiceListAuditRecordsProcedure:
 			agentServiceListAuditRecordsHandler.ServeHTTP(w, r)
+		case AgentServiceRevokeSelfProcedure:
+			agentServiceRevokeSelfHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -252,4 +284,8 @@ func (UnimplementedAgentServiceHandler) DecideBreakGlass(context.Context, *conne
 
 func (UnimplementedAgentServiceHandler) ListAuditRecords(context.Context, *connect.Request[v1.ListAuditRecordsRequest]) (*connect.Response[v1.ListAuditRecordsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.agent.v1.AgentService.ListAuditRecords is not implemented"))
+}
+
+func (UnimplementedAgentServiceHandler) RevokeSelf(context.Context, *connect.Request[v1.RevokeSelfRequest]) (*connect.Response[v1.RevokeSelfResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.agent.v1.AgentService.RevokeSelf is not implemented"))
 }
