@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"flag"
@@ -9,7 +10,9 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -30,13 +33,25 @@ over a --plugin-pin flag for the same type.
   pin TYPE --file PATH       pin TYPE to the checksum of the binary at PATH
                              (check it is the binary you mean to run)
   unpin TYPE                 remove TYPE's pin: its plugin no longer runs
+  install REF                install a plugin release (byoc plugin publish)
+                             from the vendor registry: REF is
+                             oci://HOST/REPOSITORY@sha256:HEX. It is copied
+                             into the install registry (--install-registry,
+                             default oci:DIR/registry) by digest with its
+                             signature, read back from there, its signature
+                             checked against imsd's keys (the ones pinned at
+                             enrolment) and every blob against its digest;
+                             then its binary for this machine (--platform)
+                             is installed under DIR/plugins and pinned. An
+                             upgrade is an install of the new digest: the
+                             running agent uses it for the next job.
 
 Without a word after "plugin" that is one of these, "agentd plugin TYPE"
 serves a built-in type (the agent runs that itself).
 `
 
 // pinsCommands are the words after "agentd plugin" that manage pins.
-var pinsCommands = []string{"pin", "unpin", "list"}
+var pinsCommands = []string{"pin", "unpin", "list", "install"}
 
 // isPinsCmd reports whether "agentd plugin ARGS" manages pins: its first
 // word that is no flag or flag value is one of pinsCommands, or it asks
@@ -46,7 +61,7 @@ func isPinsCmd(args []string) bool {
 		switch a := args[i]; {
 		case a == "-h" || a == "-help" || a == "--help":
 			return true
-		case a == "--state-dir" || a == "-state-dir" || a == "--file" || a == "-file":
+		case slices.Contains([]string{"state-dir", "file", "install-registry", "platform"}, strings.TrimLeft(a, "-")):
 			i++
 		case len(a) > 0 && a[0] == '-':
 		default:
@@ -63,6 +78,8 @@ func pinsCmd(args []string, stdout, stderr io.Writer, now time.Time) int {
 	fs.Usage = func() { fmt.Fprint(fs.Output(), pinsUsage) }
 	stateDir := fs.String("state-dir", os.Getenv("BYOC_STATE_DIR"), "the agent's state `directory`; also $BYOC_STATE_DIR")
 	file := fs.String("file", "", "pin to the SHA-256 of the binary at `PATH`")
+	registry := fs.String("install-registry", os.Getenv("BYOC_INSTALL_REGISTRY"), "install: the install registry `location`; default oci:STATE/registry")
+	platform := fs.String("platform", runtime.GOOS+"/"+runtime.GOARCH, "install: the binary's `OS/ARCH`")
 	words, code := parseWords(fs, args, stdout)
 	if words == nil {
 		return code
@@ -73,6 +90,13 @@ func pinsCmd(args []string, stdout, stderr io.Writer, now time.Time) int {
 		return code
 	}
 	path := filepath.Join(dir, pluginhost.PinFileName)
+	if cmd == "install" {
+		if len(rest) != 1 {
+			fmt.Fprintf(stderr, "agentd plugin install: want REF (oci://HOST/REPOSITORY@sha256:HEX)\n")
+			return 2
+		}
+		return installCmd(context.Background(), dir, *registry, *platform, rest[0], stdout, stderr, now)
+	}
 	pf, err := pluginhost.ReadPins(path)
 	if err != nil && cmd != "pin" && cmd != "unpin" {
 		fmt.Fprintf(stderr, "agentd plugin %s: %v\n", cmd, err)

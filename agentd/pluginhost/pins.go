@@ -36,8 +36,20 @@ type Pin struct {
 	PinnedAt time.Time `json:"pinned_at,omitzero"`
 	PinnedBy string    `json:"pinned_by,omitempty"`
 	// Source is where the binary was when it was pinned (agentd plugin
-	// pin --file), for people.
+	// pin --file), for people; for an installed release, the vendor
+	// registry's reference it was copied from.
 	Source string `json:"source,omitempty"`
+	// Installed is the binary's path when "agentd plugin install" put
+	// it in the state directory's plugins directory: the agent runs that
+	// file for the type, not one in --plugin-dir.
+	Installed string `json:"installed,omitempty"`
+	// OCI is the release's reference in the install registry, by
+	// digest, that the binary was verified and installed from; Version
+	// its version and SignedBy the id of the imsd key whose signature
+	// was verified.
+	OCI      string `json:"oci,omitempty"`
+	Version  string `json:"version,omitempty"`
+	SignedBy string `json:"signed_by,omitempty"`
 }
 
 var sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
@@ -76,6 +88,9 @@ func ReadPins(path string) (PinFile, error) {
 		if err := CheckPin(typ, pf.Pins[typ].SHA256); err != nil {
 			return PinFile{}, fmt.Errorf("plugin pin file %s: pins.%s: %w", path, typ, err)
 		}
+		if in := pf.Pins[typ].Installed; in != "" && (!filepath.IsAbs(in) || filepath.Base(in) != BinaryPrefix+typ) {
+			return PinFile{}, fmt.Errorf("plugin pin file %s: pins.%s.installed: %q is not an absolute path to a file named %s", path, typ, in, BinaryPrefix+typ)
+		}
 	}
 	return pf, nil
 }
@@ -93,6 +108,9 @@ func WritePins(path string, pf PinFile) error {
 // changed: Old or New is empty when the type was pinned or unpinned.
 type PinChange struct {
 	Type, Old, New string
+	// OCI and Version are the new pin's release, when it was installed
+	// from one (agentd plugin install).
+	OCI, Version string
 	// By is who the file says pinned it (New's PinnedBy).
 	By string
 }
@@ -141,11 +159,23 @@ func statPins(path string) (pinStamp, error) {
 // it changed. A file that cannot be read or is malformed is an error, and
 // no external plugin runs until it is fixed.
 func (w *PinWatcher) Pins() (map[string]string, error) {
+	pf, err := w.File()
+	if err != nil {
+		return nil, err
+	}
+	return sums(pf), nil
+}
+
+// File is Pins with each pin whole.
+func (w *PinWatcher) File() (PinFile, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	st, err := statPins(w.Path)
 	if err == nil && w.loaded && st == w.stamp {
-		return sums(w.pins), w.err
+		if w.err != nil {
+			return PinFile{}, w.err
+		}
+		return w.pins, nil
 	}
 	var pf PinFile
 	if err == nil {
@@ -153,14 +183,14 @@ func (w *PinWatcher) Pins() (map[string]string, error) {
 	}
 	if err != nil {
 		w.stamp, w.loaded, w.err = st, true, err
-		return nil, err
+		return PinFile{}, err
 	}
 	changes := diffPins(w.pins, pf)
 	w.stamp, w.loaded, w.pins, w.err = st, true, pf, nil
 	if len(changes) > 0 && w.OnChange != nil {
 		w.OnChange(changes)
 	}
-	return sums(pf), nil
+	return pf, nil
 }
 
 func sums(pf PinFile) map[string]string {
@@ -183,7 +213,7 @@ func diffPins(old, new PinFile) []PinChange {
 	for _, t := range slices.Compact(types) {
 		o, n := old.Pins[t], new.Pins[t]
 		if o.SHA256 != n.SHA256 {
-			out = append(out, PinChange{Type: t, Old: o.SHA256, New: n.SHA256, By: n.PinnedBy})
+			out = append(out, PinChange{Type: t, Old: o.SHA256, New: n.SHA256, By: n.PinnedBy, OCI: n.OCI, Version: n.Version})
 		}
 	}
 	return out
@@ -200,15 +230,23 @@ func (l *Loader) pinHint(typ, sum string) string {
 // pin returns typ's pinned checksum: the pin file's if it pins typ, else
 // the --plugin-pin flag's.
 func (l *Loader) pin(typ string) (string, bool, error) {
-	if l.PinWatcher != nil {
-		pins, err := l.PinWatcher.Pins()
-		if err != nil {
-			return "", false, err
-		}
-		if s, ok := pins[typ]; ok {
-			return s, true, nil
-		}
+	p, ok, err := l.filePin(typ)
+	if err != nil || ok {
+		return p.SHA256, ok, err
 	}
 	s, ok := l.Pins[typ]
 	return strings.ToLower(strings.TrimSpace(s)), ok, nil
+}
+
+// filePin returns typ's pin in the pin file, if it has one.
+func (l *Loader) filePin(typ string) (Pin, bool, error) {
+	if l.PinWatcher == nil {
+		return Pin{}, false, nil
+	}
+	pf, err := l.PinWatcher.File()
+	if err != nil {
+		return Pin{}, false, err
+	}
+	p, ok := pf.Pins[typ]
+	return p, ok, nil
 }

@@ -32,6 +32,7 @@
 package pluginhost
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -468,7 +469,10 @@ func (l *Loader) command(typ string) (cmd *exec.Cmd, exe *os.File, external bool
 		}
 		return fdCommand(f, l.BundledExe, typ), f, false, nil
 	}
-	dir, path, err := l.find(typ)
+	dir, path, err := l.installed(typ)
+	if err == nil && path == "" {
+		dir, path, err = l.find(typ)
+	}
 	if err != nil {
 		return nil, nil, false, err
 	}
@@ -541,6 +545,23 @@ func (l *Loader) openCompanion(what string) (*os.File, error) {
 		return nil, fmt.Errorf("%s bundled in %s: %w", what, name, err)
 	}
 	return f, nil
+}
+
+// installed returns the binary "agentd plugin install" installed for
+// typ, as its pin names it; path is empty when typ's pin names none.
+func (l *Loader) installed(typ string) (dir, path string, err error) {
+	p, ok, err := l.filePin(typ)
+	if err != nil {
+		return "", "", fmt.Errorf("plugin %s: %w", typ, err)
+	}
+	if !ok || p.Installed == "" {
+		return "", "", nil
+	}
+	if _, err := os.Lstat(p.Installed); err != nil {
+		return "", "", fmt.Errorf("plugin %s %s: its installed binary %s: %w; install it again: agentd plugin install %s",
+			typ, p.Version, p.Installed, err, cmp.Or(p.Source, p.OCI))
+	}
+	return filepath.Dir(p.Installed), p.Installed, nil
 }
 
 // find locates the binary of external type typ in the plugin dirs.
@@ -630,6 +651,15 @@ func checkBinary(path string, f *os.File) error {
 // plugins present in the plugin dirs, sorted and without duplicates.
 func (l *Loader) KnownTypes() []string {
 	types := append(slices.Clone(l.Builtins), l.Bundled...)
+	if l.PinWatcher != nil {
+		if pf, err := l.PinWatcher.File(); err == nil {
+			for t, p := range pf.Pins {
+				if p.Installed != "" {
+					types = append(types, t)
+				}
+			}
+		}
+	}
 	for _, dir := range l.Dirs {
 		entries, err := os.ReadDir(dir)
 		if err != nil {
