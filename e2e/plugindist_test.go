@@ -1,0 +1,155 @@
+package e2e
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/byoc-dev/byoc/agentd/auditlog"
+	"github.com/byoc-dev/byoc/e2e/cluster"
+	"github.com/byoc-dev/byoc/imsd/server"
+	"github.com/byoc-dev/byoc/internal/ocicopy/ocitest"
+	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
+)
+
+// buildGreetingVersion builds the greeting example as version v.
+func buildGreetingVersion(t *testing.T, v string) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "byoc-plugin-greeting")
+	build := exec.Command("go", "build", "-ldflags", "-X main.version="+v, "-o", bin, ".")
+	build.Dir = filepath.Join(cluster.RepoRoot(), "plugins", "examples", "greeting")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the greeting example: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// greetingPlan enqueues a greeting plan on install, waits for it to end
+// and returns it with its log.
+func greetingPlan(t *testing.T, ims *cluster.IMS, install string) (*imsv1.Job, string) {
+	t.Helper()
+	c := ims.Admin()
+	ctx := context.Background()
+	cfg, _ := structpb.NewStruct(map[string]any{"name": "ada"})
+	res, err := c.EnqueueJob(ctx, connect.NewRequest(&imsv1.EnqueueJobRequest{Install: install, ComponentType: "greeting", Operation: "plan", Config: cfg}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var job *imsv1.Job
+	cluster.Eventually(t, 30*time.Second, "the plan to end", func() bool {
+		got, err := c.GetJob(ctx, connect.NewRequest(&imsv1.GetJobRequest{Id: res.Msg.Job.Id}))
+		job = got.Msg.GetJob()
+		return err == nil && job.GetEndTime() != nil
+	})
+	var lines []string
+	for _, l := range cluster.Logs(t, c, job.Id) {
+		lines = append(lines, l.Text)
+	}
+	return job, strings.Join(lines, "\n")
+}
+
+// A plugin published to the vendor registry with byoc plugin publish
+// (signed with imsd's key) is registered from the release, installed on
+// a running agent with agentd plugin install (through the install
+// registry, verified, pinned), runs the agent's next job of its type;
+// the next release replaces it without restarting agentd; a release
+// signed by another key is refused and changes nothing (issue 29).
+func TestPluginPublishedInstalledUpgraded(t *testing.T) {
+	skipShort(t)
+	ocitest.Need(t)
+	ims := cluster.StartIMS(t, fast)
+	cli := cluster.NewCLI(t, ims)
+	vendor := ocitest.StartRegistry(t, ocitest.RegistryOptions{})
+	key := filepath.Join(ims.DataDir, server.SigningKeyFileName)
+	repo := vendor.Host + "/plugins/greeting"
+
+	publish := func(v, keyFile string) string {
+		t.Helper()
+		out := cli.Run(0, "plugin", "publish", buildGreetingVersion(t, v), "--name", "greeting", "--version", v,
+			"--to", repo, "--signing-key", keyFile, "-o", "json")
+		var r struct {
+			Reference string `json:"reference"`
+			Digest    string `json:"digest"`
+		}
+		if err := json.Unmarshal([]byte(out), &r); err != nil || !strings.HasPrefix(r.Reference, "oci://"+repo+"@sha256:") {
+			t.Fatalf("publish %s: %v\n%s", v, err, out)
+		}
+		return r.Reference
+	}
+	ref1 := publish("0.1.0", key)
+	if out := cli.Run(0, "plugin", "register", ref1); !strings.Contains(out, `Registered component type "greeting" version 0.1.0`) ||
+		!strings.Contains(out, "from release "+strings.SplitN(ref1, "@", 2)[1]) {
+		t.Fatalf("register from the release: %s", out)
+	}
+
+	_, token := cluster.NewInstall(t, ims.Admin(), "shop", "acme")
+	state := filepath.Join(t.TempDir(), "agent")
+	cluster.StartAgent(t, ims.URL(), token, state)
+	waitConnected(t, ims, "acme")
+	agentd := filepath.Join(cluster.Binaries(t), "agentd")
+	install := func(ref string) (string, error) {
+		out, err := exec.Command(agentd, "plugin", "--state-dir", state, "install", ref).CombinedOutput()
+		return string(out), err
+	}
+
+	if out, err := install(ref1); err != nil || !strings.Contains(out, "installed greeting 0.1.0") {
+		t.Fatalf("agentd plugin install 0.1.0: %v\n%s", err, out)
+	}
+	job, log := greetingPlan(t, ims, "acme")
+	if job.GetState() != imsv1.JobState_JOB_STATE_SUCCEEDED || !strings.Contains(log, "plugin greeting 0.1.0 started") {
+		t.Fatalf("plan with 0.1.0: %s %q\n%s", job.GetState(), job.GetError(), log)
+	}
+
+	ref2 := publish("0.2.0", key)
+	if out, err := install(ref2); err != nil || !strings.Contains(out, "installed greeting 0.2.0") {
+		t.Fatalf("agentd plugin install 0.2.0: %v\n%s", err, out)
+	}
+	job, log = greetingPlan(t, ims, "acme")
+	if job.GetState() != imsv1.JobState_JOB_STATE_SUCCEEDED || !strings.Contains(log, "plugin greeting 0.2.0 started") {
+		t.Fatalf("plan after the upgrade (same agentd): %s %q\n%s", job.GetState(), job.GetError(), log)
+	}
+
+	// A release signed by a key that is not imsd's.
+	_, other, _ := ed25519.GenerateKey(rand.Reader)
+	der, _ := x509.MarshalPKCS8PrivateKey(other)
+	otherFile := filepath.Join(t.TempDir(), "other.key")
+	if err := os.WriteFile(otherFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ref3 := publish("0.3.0", otherFile)
+	if out, err := install(ref3); err == nil || !strings.Contains(out, "refused: plugin greeting 0.3.0") ||
+		!strings.Contains(out, "no signature by a trusted key") {
+		t.Fatalf("agentd plugin install of a release signed by another key: %v\n%s", err, out)
+	}
+	job, log = greetingPlan(t, ims, "acme")
+	if job.GetState() != imsv1.JobState_JOB_STATE_SUCCEEDED || !strings.Contains(log, "plugin greeting 0.2.0 started") {
+		t.Fatalf("plan after the refusal: %s %q\n%s", job.GetState(), job.GetError(), log)
+	}
+
+	// The running agent recorded both installs in its journal.
+	rs, err := auditlog.ReadFile(filepath.Join(auditlog.Dir(state), auditlog.AgentFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pinned []string
+	for _, r := range rs {
+		if r.Kind == "plugin.pinned" && r.Subject == "plugin:greeting" {
+			pinned = append(pinned, r.Data)
+		}
+	}
+	if len(pinned) != 2 || !strings.Contains(pinned[0], "0.1.0") || !strings.Contains(pinned[1], "0.2.0") || !strings.Contains(pinned[1], strings.SplitN(ref2, "@", 2)[1]) {
+		t.Fatalf("the agent's journal of greeting's pins: %q", pinned)
+	}
+}
