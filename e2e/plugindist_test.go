@@ -153,3 +153,52 @@ func TestPluginPublishedInstalledUpgraded(t *testing.T) {
 		t.Fatalf("the agent's journal of greeting's pins: %q", pinned)
 	}
 }
+
+// The custody path of a plugin release: published (signed with imsd's
+// key) to the vendor's source registry, synced into the vendor registry
+// by the build agent (byoc build sync, recorded as a build), deployed
+// into the install registry by an image component with the deploy's
+// one-time grant (lineage in byoc install images), and installed from
+// there by agentd plugin install, which copies nothing and verifies the
+// signature that travelled with it as a referrer; the agent's next job
+// of the type runs it (issue 29).
+func TestPluginReleaseThroughCustody(t *testing.T) {
+	skipShort(t)
+	c := startCustody(t)
+	key := filepath.Join(c.ims.DataDir, server.SigningKeyFileName)
+	out := c.cli.Run(0, "plugin", "publish", buildGreetingVersion(t, "0.1.0"), "--name", "greeting", "--version", "0.1.0",
+		"--to", c.source.Host+"/plugins/greeting", "--signing-key", key, "-o", "json")
+	var rel struct{ Reference, Digest string }
+	if err := json.Unmarshal([]byte(out), &rel); err != nil || rel.Digest == "" {
+		t.Fatalf("publish: %v\n%s", err, out)
+	}
+	b := c.build(t, "plugins/greeting@"+rel.Digest, "plugins/greeting")
+	if b.Digest != rel.Digest {
+		t.Fatalf("build %s, want the release's digest %s", b.Digest, rel.Digest)
+	}
+	c.cli.Run(0, "plugin", "register", rel.Reference)
+
+	installReg := ocitest.StartRegistry(t, ocitest.RegistryOptions{})
+	pushed := c.cli.PushApp(shopApp("plugins/greeting@" + b.Digest))
+	state := filepath.Join(t.TempDir(), "agent")
+	cluster.StartAgent(t, c.ims.URL(), pushed.EnrollToken(t), state, "--install-registry", "http://"+installReg.Host)
+	waitConnected(t, c.ims, "acme")
+	if wf := runWorkflow(t, c, imsv1.WorkflowKind_WORKFLOW_KIND_PROVISION); wf.State != imsv1.WorkflowState_WORKFLOW_STATE_SUCCEEDED {
+		t.Fatalf("provision ended %v:\n%s", wf.State, c.cli.Run(-1, "workflow", "get", wf.Id))
+	}
+	if out := c.cli.Run(0, "install", "images", "acme"); !strings.Contains(out, "vendor   plugins/greeting@"+b.Digest) ||
+		!strings.Contains(out, "install  "+installReg.Host+"/plugins/greeting@"+b.Digest) {
+		t.Fatalf("install images:\n%s", out)
+	}
+
+	ref := "oci://" + installReg.Host + "/plugins/greeting@" + b.Digest
+	res, err := exec.Command(filepath.Join(cluster.Binaries(t), "agentd"), "plugin", "--state-dir", state,
+		"--install-registry", "http://"+installReg.Host, "install", ref).CombinedOutput()
+	if err != nil || !strings.Contains(string(res), "installed greeting 0.1.0 ("+b.Digest) || !strings.Contains(string(res), "verified") {
+		t.Fatalf("agentd plugin install from the install registry: %v\n%s", err, res)
+	}
+	job, log := greetingPlan(t, c.ims, "acme")
+	if job.GetState() != imsv1.JobState_JOB_STATE_SUCCEEDED || !strings.Contains(log, "plugin greeting 0.1.0 started") {
+		t.Fatalf("plan: %s %q\n%s", job.GetState(), job.GetError(), log)
+	}
+}
