@@ -46,13 +46,19 @@ func InstallBinary(root, typ string, bin []byte) (path, sum string, err error) {
 	if err := writeSynced(filepath.Join(tmp, BinaryPrefix+typ), bin, 0o755); err != nil {
 		return "", "", fmt.Errorf("install plugin %s: %w", typ, err)
 	}
-	// A directory left with other content (a crash half-way through an
-	// older version of this code, or a hand edit) is replaced.
-	if err := os.RemoveAll(final); err != nil {
-		return "", "", fmt.Errorf("install plugin %s: %w", typ, err)
-	}
 	if err := os.Rename(tmp, final); err != nil {
-		return "", "", fmt.Errorf("install plugin %s: %w", typ, err)
+		// There is a directory already: another install of the same
+		// content got there first, or something else is there (a hand
+		// edit), which is replaced.
+		if b, rerr := os.ReadFile(path); rerr == nil && sha256.Sum256(b) == h {
+			return path, sum, nil
+		}
+		if err := os.RemoveAll(final); err != nil {
+			return "", "", fmt.Errorf("install plugin %s: %w", typ, err)
+		}
+		if err := os.Rename(tmp, final); err != nil {
+			return "", "", fmt.Errorf("install plugin %s: %w", typ, err)
+		}
 	}
 	if err := syncDir(root); err != nil {
 		return "", "", fmt.Errorf("install plugin %s: %w", typ, err)
