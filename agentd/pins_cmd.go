@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/byoc-dev/byoc/agentd/pluginhost"
+	"github.com/byoc-dev/byoc/internal/plugindist"
 )
 
 const pinsUsage = `usage: agentd plugin [--state-dir DIR] pin|unpin|list ...
@@ -32,6 +34,11 @@ over a --plugin-pin flag for the same type.
   pin TYPE SHA256            pin TYPE to a checksum
   pin TYPE --file PATH       pin TYPE to the checksum of the binary at PATH
                              (check it is the binary you mean to run)
+  pin TYPE --release REF     pin TYPE to a plugin release by digest
+                             (oci://HOST/REPOSITORY@sha256:HEX): the first
+                             job that needs TYPE reads REPOSITORY@sha256:HEX
+                             from the install registry, checks it as install
+                             does, installs it and completes the pin
   unpin TYPE                 remove TYPE's pin: its plugin no longer runs
   install REF                install a plugin release (byoc plugin publish)
                              from the vendor registry: REF is
@@ -61,7 +68,7 @@ func isPinsCmd(args []string) bool {
 		switch a := args[i]; {
 		case a == "-h" || a == "-help" || a == "--help":
 			return true
-		case slices.Contains([]string{"state-dir", "file", "install-registry", "platform"}, strings.TrimLeft(a, "-")):
+		case slices.Contains([]string{"state-dir", "file", "install-registry", "platform", "release"}, strings.TrimLeft(a, "-")):
 			i++
 		case len(a) > 0 && a[0] == '-':
 		default:
@@ -78,6 +85,7 @@ func pinsCmd(args []string, stdout, stderr io.Writer, now time.Time) int {
 	fs.Usage = func() { fmt.Fprint(fs.Output(), pinsUsage) }
 	stateDir := fs.String("state-dir", os.Getenv("BYOC_STATE_DIR"), "the agent's state `directory`; also $BYOC_STATE_DIR")
 	file := fs.String("file", "", "pin to the SHA-256 of the binary at `PATH`")
+	release := fs.String("release", "", "pin to the plugin release `REF` (oci://HOST/REPOSITORY@sha256:HEX)")
 	registry := fs.String("install-registry", os.Getenv("BYOC_INSTALL_REGISTRY"), "install: the install registry `location`; default oci:STATE/registry")
 	platform := fs.String("platform", runtime.GOOS+"/"+runtime.GOARCH, "install: the binary's `OS/ARCH`")
 	words, code := parseWords(fs, args, stdout)
@@ -126,16 +134,43 @@ func pinsCmd(args []string, stdout, stderr io.Writer, now time.Time) int {
 			if !p.PinnedAt.IsZero() {
 				at = p.PinnedAt.UTC().Format(time.RFC3339)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t, p.SHA256, at, p.PinnedBy, p.Source)
+			sum := p.SHA256
+			if sum == "" {
+				sum = "(release: the next job installs it)"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t, sum, at, p.PinnedBy, cmp.Or(p.Source, p.OCI))
 		}
 		tw.Flush()
 		return 0
 	case "pin":
 		var typ, sum, source string
 		switch {
-		case len(rest) == 2 && *file == "":
+		case len(rest) == 1 && *release != "" && *file == "":
+			typ = rest[0]
+			ref, err := plugindist.ParseRef(*release)
+			if err != nil {
+				fmt.Fprintf(stderr, "agentd plugin pin: --release: %v\n", err)
+				return 2
+			}
+			if err := pluginhost.CheckPin(typ, strings.Repeat("0", 64)); err != nil {
+				fmt.Fprintf(stderr, "agentd plugin pin: %v\n", err)
+				return 2
+			}
+			old := pf.Pins[typ]
+			pf.Pins[typ] = pluginhost.Pin{OCI: ref.String(), PinnedAt: now.UTC(), PinnedBy: whoami()}
+			if err := pluginhost.WritePins(path, pf); err != nil {
+				fmt.Fprintf(stderr, "agentd plugin pin: %v\n", err)
+				return 1
+			}
+			fmt.Fprintf(stdout, "pinned %s to release %s", typ, ref)
+			if old.OCI != "" || old.SHA256 != "" {
+				fmt.Fprintf(stdout, " (was %s)", cmp.Or(old.OCI, old.SHA256))
+			}
+			fmt.Fprintf(stdout, "; the next job of type %s installs it from the install registry\n", typ)
+			return 0
+		case len(rest) == 2 && *file == "" && *release == "":
 			typ, sum = rest[0], rest[1]
-		case len(rest) == 1 && *file != "":
+		case len(rest) == 1 && *file != "" && *release == "":
 			typ = rest[0]
 			if source, err = filepath.Abs(*file); err == nil {
 				sum, err = fileSHA256(source)
@@ -145,7 +180,7 @@ func pinsCmd(args []string, stdout, stderr io.Writer, now time.Time) int {
 				return 1
 			}
 		default:
-			fmt.Fprintf(stderr, "agentd plugin pin: want TYPE SHA256, or TYPE --file PATH\n")
+			fmt.Fprintf(stderr, "agentd plugin pin: want TYPE SHA256, TYPE --file PATH, or TYPE --release REF\n")
 			return 2
 		}
 		if err := pluginhost.CheckPin(typ, sum); err != nil {

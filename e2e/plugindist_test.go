@@ -138,6 +138,36 @@ func TestPluginPublishedInstalledUpgraded(t *testing.T) {
 		t.Fatalf("plan after the refusal: %s %q\n%s", job.GetState(), job.GetError(), log)
 	}
 
+	// A release pinned in the pin file (not installed) is installed from
+	// the install registry by the next job that needs it: back to 0.1.0,
+	// whose binary the upgrade removed.
+	pin := func(ref string) string {
+		out, err := exec.Command(agentd, "plugin", "--state-dir", state, "pin", "greeting", "--release", ref).CombinedOutput()
+		if err != nil {
+			t.Fatalf("agentd plugin pin --release %s: %v\n%s", ref, err, out)
+		}
+		return string(out)
+	}
+	installReg := "oci:" + filepath.Join(state, "registry", "plugins", "greeting") + "@"
+	if out := pin(installReg + strings.SplitN(ref1, "@", 2)[1]); !strings.Contains(out, "the next job of type greeting installs it") {
+		t.Fatalf("pin --release: %s", out)
+	}
+	job, log = greetingPlan(t, ims, "acme")
+	if job.GetState() != imsv1.JobState_JOB_STATE_SUCCEEDED || !strings.Contains(log, "plugin greeting 0.1.0 started") {
+		t.Fatalf("plan after pinning the 0.1.0 release: %s %q\n%s", job.GetState(), job.GetError(), log)
+	}
+	// Pinned to the release signed by another key (the refused install
+	// left it in the install registry): the job fails saying why.
+	pin(installReg + strings.SplitN(ref3, "@", 2)[1])
+	job, _ = greetingPlan(t, ims, "acme")
+	if job.GetState() != imsv1.JobState_JOB_STATE_FAILED || !strings.Contains(job.GetError(), "plugin greeting: install its pinned release") ||
+		!strings.Contains(job.GetError(), "refused: plugin greeting 0.3.0") || !strings.Contains(job.GetError(), "no signature by a trusted key") {
+		t.Fatalf("plan pinned to a release signed by another key: %s %q", job.GetState(), job.GetError())
+	}
+	if entries, _ := os.ReadDir(filepath.Join(state, "plugins")); len(entries) != 1 {
+		t.Fatalf("installed after the refusal: %v", entries)
+	}
+
 	// The running agent recorded both installs in its journal.
 	rs, err := auditlog.ReadFile(filepath.Join(auditlog.Dir(state), auditlog.AgentFile))
 	if err != nil {
@@ -149,7 +179,7 @@ func TestPluginPublishedInstalledUpgraded(t *testing.T) {
 			pinned = append(pinned, r.Data)
 		}
 	}
-	if len(pinned) != 2 || !strings.Contains(pinned[0], "0.1.0") || !strings.Contains(pinned[1], "0.2.0") || !strings.Contains(pinned[1], strings.SplitN(ref2, "@", 2)[1]) {
+	if len(pinned) < 4 || !strings.Contains(pinned[0], "0.1.0") || !strings.Contains(pinned[1], "0.2.0") || !strings.Contains(pinned[1], strings.SplitN(ref2, "@", 2)[1]) {
 		t.Fatalf("the agent's journal of greeting's pins: %q", pinned)
 	}
 }

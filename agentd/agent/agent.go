@@ -322,7 +322,7 @@ func (a *Agent) notePins(changes []pluginhost.PinChange) {
 	for _, c := range changes {
 		data := map[string]string{"sha256": c.New}
 		kind := KindPluginPinned
-		if c.New == "" {
+		if c.New == "" && c.OCI == "" {
 			kind, data = KindPluginUnpinned, map[string]string{}
 		}
 		if c.Old != "" {

@@ -85,7 +85,13 @@ func ReadPins(path string) (PinFile, error) {
 		pf.Pins = map[string]Pin{}
 	}
 	for _, typ := range slices.Sorted(maps.Keys(pf.Pins)) {
-		if err := CheckPin(typ, pf.Pins[typ].SHA256); err != nil {
+		if p := pf.Pins[typ]; p.SHA256 == "" && p.OCI != "" {
+			// A pinned release not fetched yet: its binary's checksum is
+			// the release's to say.
+			if !typeName.MatchString(typ) {
+				return PinFile{}, fmt.Errorf("plugin pin file %s: pins.%s: type %q: use lowercase letters, digits, _ and -", path, typ, typ)
+			}
+		} else if err := CheckPin(typ, pf.Pins[typ].SHA256); err != nil {
 			return PinFile{}, fmt.Errorf("plugin pin file %s: pins.%s: %w", path, typ, err)
 		}
 		if in := pf.Pins[typ].Installed; in != "" && (!filepath.IsAbs(in) || filepath.Base(in) != BinaryPrefix+typ) {
@@ -212,7 +218,7 @@ func diffPins(old, new PinFile) []PinChange {
 	slices.Sort(types)
 	for _, t := range slices.Compact(types) {
 		o, n := old.Pins[t], new.Pins[t]
-		if o.SHA256 != n.SHA256 {
+		if o.SHA256 != n.SHA256 || o.OCI != n.OCI {
 			out = append(out, PinChange{Type: t, Old: o.SHA256, New: n.SHA256, By: n.PinnedBy, OCI: n.OCI, Version: n.Version})
 		}
 	}

@@ -120,6 +120,11 @@ type Loader struct {
 	// pin): read again whenever it changes, its pin for a type wins over
 	// Pins'.
 	PinWatcher *PinWatcher
+	// Fetch, if set, installs the release a pin names (Pin.OCI) when its
+	// binary is not installed yet (agentd plugin pin TYPE --release),
+	// verified, and returns the pin completed with the installed binary
+	// (Pin.Installed) and its checksum; it writes that pin to the file.
+	Fetch func(ctx context.Context, typ string, pin Pin) (Pin, error)
 	// Logger receives go-plugin's messages and the plugins' stderr at debug
 	// level. Nil discards them.
 	Logger *slog.Logger
@@ -205,7 +210,7 @@ func (l *Loader) Start(ctx context.Context, typ string, opt StartOptions) (*Inst
 	if r, ok := l.Reattach[typ]; ok {
 		return l.reattach(ctx, typ, r, opt)
 	}
-	cmd, exe, external, err := l.command(typ)
+	cmd, exe, external, err := l.command(ctx, typ)
 	if err != nil {
 		return nil, fmt.Errorf("start plugin %s: %w", typ, err)
 	}
@@ -439,7 +444,7 @@ func pluginEnv(opt StartOptions) []string {
 // type it also returns the opened binary: the command executes that open
 // file, so the bytes that run are the bytes that were checked, even if the
 // file is replaced in between. external reports a third-party plugin.
-func (l *Loader) command(typ string) (cmd *exec.Cmd, exe *os.File, external bool, err error) {
+func (l *Loader) command(ctx context.Context, typ string) (cmd *exec.Cmd, exe *os.File, external bool, err error) {
 	if !typeName.MatchString(typ) {
 		return nil, nil, false, fmt.Errorf("invalid component type %q", typ)
 	}
@@ -469,7 +474,7 @@ func (l *Loader) command(typ string) (cmd *exec.Cmd, exe *os.File, external bool
 		}
 		return fdCommand(f, l.BundledExe, typ), f, false, nil
 	}
-	dir, path, err := l.installed(typ)
+	dir, path, err := l.installed(ctx, typ)
 	if err == nil && path == "" {
 		dir, path, err = l.find(typ)
 	}
@@ -548,20 +553,33 @@ func (l *Loader) openCompanion(what string) (*os.File, error) {
 }
 
 // installed returns the binary "agentd plugin install" installed for
-// typ, as its pin names it; path is empty when typ's pin names none.
-func (l *Loader) installed(typ string) (dir, path string, err error) {
+// typ, as its pin names it, fetching the release the pin names first if
+// it is not installed (Fetch); path is empty when typ's pin names
+// neither.
+func (l *Loader) installed(ctx context.Context, typ string) (dir, path string, err error) {
 	p, ok, err := l.filePin(typ)
 	if err != nil {
 		return "", "", fmt.Errorf("plugin %s: %w", typ, err)
 	}
-	if !ok || p.Installed == "" {
+	if !ok || (p.Installed == "" && p.OCI == "") {
 		return "", "", nil
 	}
-	if _, err := os.Lstat(p.Installed); err != nil {
-		return "", "", fmt.Errorf("plugin %s %s: its installed binary %s: %w; install it again: agentd plugin install %s",
-			typ, p.Version, p.Installed, err, cmp.Or(p.Source, p.OCI))
+	if p.Installed != "" {
+		if _, err := os.Lstat(p.Installed); err == nil {
+			return filepath.Dir(p.Installed), p.Installed, nil
+		} else if p.OCI == "" || l.Fetch == nil {
+			return "", "", fmt.Errorf("plugin %s %s: its installed binary %s: %w; install it again: agentd plugin install %s",
+				typ, p.Version, p.Installed, err, cmp.Or(p.Source, p.OCI))
+		}
 	}
-	return filepath.Dir(p.Installed), p.Installed, nil
+	if l.Fetch == nil {
+		return "", "", fmt.Errorf("plugin %s: its pinned release %s is not installed, and this agent fetches none: agentd plugin install %s", typ, p.OCI, p.OCI)
+	}
+	np, err := l.Fetch(ctx, typ, p)
+	if err != nil {
+		return "", "", fmt.Errorf("plugin %s: install its pinned release %s: %w", typ, p.OCI, err)
+	}
+	return filepath.Dir(np.Installed), np.Installed, nil
 }
 
 // find locates the binary of external type typ in the plugin dirs.
