@@ -105,6 +105,14 @@ func pinsCmd(args []string, stdout, stderr io.Writer, now time.Time) int {
 		}
 		return installCmd(context.Background(), dir, *registry, *platform, rest[0], stdout, stderr, now)
 	}
+	if cmd == "pin" || cmd == "unpin" {
+		unlock, err := pluginhost.LockPins(path)
+		if err != nil {
+			fmt.Fprintf(stderr, "agentd plugin %s: %v\n", cmd, err)
+			return 1
+		}
+		defer unlock()
+	}
 	pf, err := pluginhost.ReadPins(path)
 	if err != nil && cmd != "pin" && cmd != "unpin" {
 		fmt.Fprintf(stderr, "agentd plugin %s: %v\n", cmd, err)

@@ -79,21 +79,27 @@ func (ri *releaseInstaller) install(ctx context.Context, repository string, dg d
 	if err != nil {
 		return installed{}, err
 	}
-	pinPath := filepath.Join(ri.stateDir, pluginhost.PinFileName)
-	pf, err := pluginhost.ReadPins(pinPath)
-	if err != nil {
-		return installed{}, fmt.Errorf("%w; fix or remove it, then install again", err)
-	}
-	old := pf.Pins[m.Type]
 	pin := pluginhost.Pin{SHA256: sum, PinnedAt: ri.now().UTC(), PinnedBy: ri.by, Source: source,
 		Installed: path, OCI: at.String(), Version: m.Version, SignedBy: keyID}
-	if typ != "" {
-		// A release the customer pinned, now fetched: who pinned it and
-		// when stay the customer's.
-		pin.PinnedAt, pin.PinnedBy = old.PinnedAt, old.PinnedBy
-	}
-	pf.Pins[m.Type] = pin
-	if err := pluginhost.WritePins(pinPath, pf); err != nil {
+	var old pluginhost.Pin
+	err = pluginhost.UpdatePins(filepath.Join(ri.stateDir, pluginhost.PinFileName), func(pf *pluginhost.PinFile, rerr error) error {
+		if rerr != nil {
+			return fmt.Errorf("%w; fix or remove it, then install again", rerr)
+		}
+		old = pf.Pins[m.Type]
+		if typ != "" {
+			// A release the customer pinned, now fetched: the pin must
+			// still name it, and who pinned it and when stay the
+			// customer's.
+			if old.OCI != source {
+				return fmt.Errorf("the pin of %s changed while its release %s was installed; the next job uses the new pin", typ, source)
+			}
+			pin.PinnedAt, pin.PinnedBy, pin.OCI = old.PinnedAt, old.PinnedBy, old.OCI
+		}
+		pf.Pins[m.Type] = pin
+		return nil
+	})
+	if err != nil {
 		return installed{}, err
 	}
 	if err := pluginhost.PruneInstalled(root, m.Type, path); err != nil {

@@ -239,12 +239,41 @@ func TestPluginInstallFromVendorRegistry(t *testing.T) {
 		t.Fatalf("run after the refusals: %q, %v", v, err)
 	}
 
+	// A release pinned in the file is installed by the loader when a
+	// job needs it (agentd: Loader.Fetch), from the install registry.
+	ri := &releaseInstaller{stateDir: state, registry: ocicopy.Registry{LayoutRoot: filepath.Join(state, "registry")},
+		platform: runtime.GOOS + "/" + runtime.GOARCH, by: "agentd", now: func() time.Time { return now }}
+	l.Fetch = ri.fetch
+	var out2, errOut2 bytes.Buffer
+	rel1 := "oci:" + filepath.Join(state, "registry", "plugins", "greeting") + "@" + md1.Digest.String()
+	if code := pinsCmd([]string{"--state-dir", state, "pin", "greeting", "--release", rel1}, &out2, &errOut2, now); code != 0 {
+		t.Fatalf("pin --release: %d %s", code, errOut2.String())
+	}
+	if v, err := run(); err != nil || v != "0.1.0" {
+		t.Fatalf("run of the pinned release: %q, %v", v, err)
+	}
+	pf, _ = pluginhost.ReadPins(filepath.Join(state, pluginhost.PinFileName))
+	if p := pf.Pins["greeting"]; p.SHA256 != sha(bin1) || p.OCI != rel1 || p.Version != "0.1.0" || p.PinnedBy == "agentd" {
+		t.Fatalf("the completed pin: %+v", p)
+	}
+	// A completion for a pin the customer changed meanwhile writes
+	// nothing.
+	pinned, _ = os.ReadFile(filepath.Join(state, pluginhost.PinFileName))
+	// (the same release named another way, as a pin written meanwhile)
+	stale := "oci:" + filepath.Join(state, "registry", "plugins", "greeting") + ":0.1.0@" + md1.Digest.String()
+	if _, err := ri.fetch(ctx, "greeting", pluginhost.Pin{OCI: stale}); err == nil || !strings.Contains(err.Error(), "the pin of greeting changed while its release") {
+		t.Fatalf("fetch of a stale pin: %v", err)
+	}
+	if after, _ := os.ReadFile(filepath.Join(state, pluginhost.PinFileName)); !bytes.Equal(after, pinned) {
+		t.Fatalf("a stale fetch changed the pin file:\n%s", after)
+	}
+
 	// The installed file changed on disk: its pin refuses it.
-	installed := filepath.Join(state, "plugins", "greeting-"+sha(bin2), "byoc-plugin-greeting")
-	if err := os.WriteFile(installed, bin1, 0o755); err != nil {
+	installedBin := filepath.Join(state, "plugins", "greeting-"+sha(bin1), "byoc-plugin-greeting")
+	if err := os.WriteFile(installedBin, bin2, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := run(); err == nil || !strings.Contains(err.Error(), "plugin greeting: checksum mismatch: pinned "+sha(bin2)+", found "+sha(bin1)) {
+	if _, err := run(); err == nil || !strings.Contains(err.Error(), "plugin greeting: checksum mismatch: pinned "+sha(bin1)+", found "+sha(bin2)) {
 		t.Fatalf("run of a changed installed binary: %v", err)
 	}
 }

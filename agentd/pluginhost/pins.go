@@ -256,3 +256,38 @@ func (l *Loader) filePin(typ string) (Pin, bool, error) {
 	p, ok := pf.Pins[typ]
 	return p, ok, nil
 }
+
+// LockPins takes the pin file's exclusive lock (path.lock) and returns
+// its release: whoever changes the file holds it from reading to
+// writing, so that the customer's agentd plugin commands and the agent
+// completing a pinned release never undo each other.
+func LockPins(path string) (unlock func(), err error) {
+	lock, err := os.OpenFile(path+".lock", os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("plugin pin file lock: %w", err)
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("plugin pin file lock: %w", err)
+	}
+	return func() { lock.Close() }, nil
+}
+
+// UpdatePins changes the pin file at path under its lock: it reads the
+// file, calls change (with the read's error, the file then empty) and
+// writes the result unless change fails.
+func UpdatePins(path string, change func(pf *PinFile, readErr error) error) error {
+	unlock, err := LockPins(path)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	pf, rerr := ReadPins(path)
+	if rerr != nil {
+		pf = PinFile{Pins: map[string]Pin{}}
+	}
+	if err := change(&pf, rerr); err != nil {
+		return err
+	}
+	return WritePins(path, pf)
+}
