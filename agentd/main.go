@@ -37,6 +37,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -452,6 +453,14 @@ func run(ctx context.Context, args []string) int {
 	}
 	if stateDir != "" {
 		loader.PinWatcher = &pluginhost.PinWatcher{Path: filepath.Join(stateDir, pluginhost.PinFileName)}
+		if reg, err := ocicopy.ParseRegistry(installRegistry); err == nil {
+			// A release pinned with agentd plugin pin TYPE --release is
+			// fetched from the install registry by the first job that
+			// needs it.
+			ri := &releaseInstaller{stateDir: stateDir, registry: reg, creds: ocicopy.CredentialsFromEnv(secretMap, "BYOC_INSTALL_REGISTRY"),
+				platform: runtime.GOOS + "/" + runtime.GOARCH, by: "agentd", now: time.Now}
+			loader.Fetch = ri.fetch
+		}
 	}
 	loader.Logger = log
 	loader.OwnRelay = true

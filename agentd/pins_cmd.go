@@ -1,6 +1,8 @@
 package main
 
 import (
+	"cmp"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"flag"
@@ -9,11 +11,14 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/byoc-dev/byoc/agentd/pluginhost"
+	"github.com/byoc-dev/byoc/internal/plugindist"
 )
 
 const pinsUsage = `usage: agentd plugin [--state-dir DIR] pin|unpin|list ...
@@ -29,14 +34,31 @@ over a --plugin-pin flag for the same type.
   pin TYPE SHA256            pin TYPE to a checksum
   pin TYPE --file PATH       pin TYPE to the checksum of the binary at PATH
                              (check it is the binary you mean to run)
+  pin TYPE --release REF     pin TYPE to a plugin release by digest
+                             (oci://HOST/REPOSITORY@sha256:HEX): the first
+                             job that needs TYPE reads REPOSITORY@sha256:HEX
+                             from the install registry, checks it as install
+                             does, installs it and completes the pin
   unpin TYPE                 remove TYPE's pin: its plugin no longer runs
+  install REF                install a plugin release (byoc plugin publish)
+                             from the vendor registry: REF is
+                             oci://HOST/REPOSITORY@sha256:HEX. It is copied
+                             into the install registry (--install-registry,
+                             default oci:DIR/registry) by digest with its
+                             signature, read back from there, its signature
+                             checked against imsd's keys (the ones pinned at
+                             enrolment) and every blob against its digest;
+                             then its binary for this machine (--platform)
+                             is installed under DIR/plugins and pinned. An
+                             upgrade is an install of the new digest: the
+                             running agent uses it for the next job.
 
 Without a word after "plugin" that is one of these, "agentd plugin TYPE"
 serves a built-in type (the agent runs that itself).
 `
 
 // pinsCommands are the words after "agentd plugin" that manage pins.
-var pinsCommands = []string{"pin", "unpin", "list"}
+var pinsCommands = []string{"pin", "unpin", "list", "install"}
 
 // isPinsCmd reports whether "agentd plugin ARGS" manages pins: its first
 // word that is no flag or flag value is one of pinsCommands, or it asks
@@ -46,7 +68,7 @@ func isPinsCmd(args []string) bool {
 		switch a := args[i]; {
 		case a == "-h" || a == "-help" || a == "--help":
 			return true
-		case a == "--state-dir" || a == "-state-dir" || a == "--file" || a == "-file":
+		case slices.Contains([]string{"state-dir", "file", "install-registry", "platform", "release"}, strings.TrimLeft(a, "-")):
 			i++
 		case len(a) > 0 && a[0] == '-':
 		default:
@@ -63,6 +85,9 @@ func pinsCmd(args []string, stdout, stderr io.Writer, now time.Time) int {
 	fs.Usage = func() { fmt.Fprint(fs.Output(), pinsUsage) }
 	stateDir := fs.String("state-dir", os.Getenv("BYOC_STATE_DIR"), "the agent's state `directory`; also $BYOC_STATE_DIR")
 	file := fs.String("file", "", "pin to the SHA-256 of the binary at `PATH`")
+	release := fs.String("release", "", "pin to the plugin release `REF` (oci://HOST/REPOSITORY@sha256:HEX)")
+	registry := fs.String("install-registry", os.Getenv("BYOC_INSTALL_REGISTRY"), "install: the install registry `location`; default oci:STATE/registry")
+	platform := fs.String("platform", runtime.GOOS+"/"+runtime.GOARCH, "install: the binary's `OS/ARCH`")
 	words, code := parseWords(fs, args, stdout)
 	if words == nil {
 		return code
@@ -73,6 +98,21 @@ func pinsCmd(args []string, stdout, stderr io.Writer, now time.Time) int {
 		return code
 	}
 	path := filepath.Join(dir, pluginhost.PinFileName)
+	if cmd == "install" {
+		if len(rest) != 1 {
+			fmt.Fprintf(stderr, "agentd plugin install: want REF (oci://HOST/REPOSITORY@sha256:HEX)\n")
+			return 2
+		}
+		return installCmd(context.Background(), dir, *registry, *platform, rest[0], stdout, stderr, now)
+	}
+	if cmd == "pin" || cmd == "unpin" {
+		unlock, err := pluginhost.LockPins(path)
+		if err != nil {
+			fmt.Fprintf(stderr, "agentd plugin %s: %v\n", cmd, err)
+			return 1
+		}
+		defer unlock()
+	}
 	pf, err := pluginhost.ReadPins(path)
 	if err != nil && cmd != "pin" && cmd != "unpin" {
 		fmt.Fprintf(stderr, "agentd plugin %s: %v\n", cmd, err)
@@ -102,16 +142,43 @@ func pinsCmd(args []string, stdout, stderr io.Writer, now time.Time) int {
 			if !p.PinnedAt.IsZero() {
 				at = p.PinnedAt.UTC().Format(time.RFC3339)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t, p.SHA256, at, p.PinnedBy, p.Source)
+			sum := p.SHA256
+			if sum == "" {
+				sum = "(release: the next job installs it)"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t, sum, at, p.PinnedBy, cmp.Or(p.Source, p.OCI))
 		}
 		tw.Flush()
 		return 0
 	case "pin":
 		var typ, sum, source string
 		switch {
-		case len(rest) == 2 && *file == "":
+		case len(rest) == 1 && *release != "" && *file == "":
+			typ = rest[0]
+			ref, err := plugindist.ParseRef(*release)
+			if err != nil {
+				fmt.Fprintf(stderr, "agentd plugin pin: --release: %v\n", err)
+				return 2
+			}
+			if err := pluginhost.CheckPin(typ, strings.Repeat("0", 64)); err != nil {
+				fmt.Fprintf(stderr, "agentd plugin pin: %v\n", err)
+				return 2
+			}
+			old := pf.Pins[typ]
+			pf.Pins[typ] = pluginhost.Pin{OCI: ref.String(), PinnedAt: now.UTC(), PinnedBy: whoami()}
+			if err := pluginhost.WritePins(path, pf); err != nil {
+				fmt.Fprintf(stderr, "agentd plugin pin: %v\n", err)
+				return 1
+			}
+			fmt.Fprintf(stdout, "pinned %s to release %s", typ, ref)
+			if old.OCI != "" || old.SHA256 != "" {
+				fmt.Fprintf(stdout, " (was %s)", cmp.Or(old.OCI, old.SHA256))
+			}
+			fmt.Fprintf(stdout, "; the next job of type %s installs it from the install registry\n", typ)
+			return 0
+		case len(rest) == 2 && *file == "" && *release == "":
 			typ, sum = rest[0], rest[1]
-		case len(rest) == 1 && *file != "":
+		case len(rest) == 1 && *file != "" && *release == "":
 			typ = rest[0]
 			if source, err = filepath.Abs(*file); err == nil {
 				sum, err = fileSHA256(source)
@@ -121,7 +188,7 @@ func pinsCmd(args []string, stdout, stderr io.Writer, now time.Time) int {
 				return 1
 			}
 		default:
-			fmt.Fprintf(stderr, "agentd plugin pin: want TYPE SHA256, or TYPE --file PATH\n")
+			fmt.Fprintf(stderr, "agentd plugin pin: want TYPE SHA256, TYPE --file PATH, or TYPE --release REF\n")
 			return 2
 		}
 		if err := pluginhost.CheckPin(typ, sum); err != nil {

@@ -355,7 +355,7 @@ func (a *Agent) notePins(changes []pluginhost.PinChange) {
 	for _, c := range changes {
 		data := map[string]string{"sha256": c.New}
 		kind := KindPluginPinned
-		if c.New == "" {
+		if c.New == "" && c.OCI == "" {
 			kind, data = KindPluginUnpinned, map[string]string{}
 		}
 		if c.Old != "" {
@@ -364,7 +364,10 @@ func (a *Agent) notePins(changes []pluginhost.PinChange) {
 		if c.By != "" {
 			data["pinned_by"] = c.By
 		}
-		a.log.Info("plugin pin changed", "type", c.Type, "sha256", c.New, "previous", c.Old, "by", c.By)
+		if c.OCI != "" {
+			data["oci"], data["version"] = c.OCI, c.Version
+		}
+		a.log.Info("plugin pin changed", "type", c.Type, "sha256", c.New, "previous", c.Old, "by", c.By, "oci", c.OCI, "version", c.Version)
 		a.note(kind, "plugin:"+c.Type, data)
 	}
 }

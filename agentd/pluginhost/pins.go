@@ -36,8 +36,20 @@ type Pin struct {
 	PinnedAt time.Time `json:"pinned_at,omitzero"`
 	PinnedBy string    `json:"pinned_by,omitempty"`
 	// Source is where the binary was when it was pinned (agentd plugin
-	// pin --file), for people.
+	// pin --file), for people; for an installed release, the vendor
+	// registry's reference it was copied from.
 	Source string `json:"source,omitempty"`
+	// Installed is the binary's path when "agentd plugin install" put
+	// it in the state directory's plugins directory: the agent runs that
+	// file for the type, not one in --plugin-dir.
+	Installed string `json:"installed,omitempty"`
+	// OCI is the release's reference in the install registry, by
+	// digest, that the binary was verified and installed from; Version
+	// its version and SignedBy the id of the imsd key whose signature
+	// was verified.
+	OCI      string `json:"oci,omitempty"`
+	Version  string `json:"version,omitempty"`
+	SignedBy string `json:"signed_by,omitempty"`
 }
 
 var sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
@@ -73,8 +85,17 @@ func ReadPins(path string) (PinFile, error) {
 		pf.Pins = map[string]Pin{}
 	}
 	for _, typ := range slices.Sorted(maps.Keys(pf.Pins)) {
-		if err := CheckPin(typ, pf.Pins[typ].SHA256); err != nil {
+		if p := pf.Pins[typ]; p.SHA256 == "" && p.OCI != "" {
+			// A pinned release not fetched yet: its binary's checksum is
+			// the release's to say.
+			if !typeName.MatchString(typ) {
+				return PinFile{}, fmt.Errorf("plugin pin file %s: pins.%s: type %q: use lowercase letters, digits, _ and -", path, typ, typ)
+			}
+		} else if err := CheckPin(typ, pf.Pins[typ].SHA256); err != nil {
 			return PinFile{}, fmt.Errorf("plugin pin file %s: pins.%s: %w", path, typ, err)
+		}
+		if in := pf.Pins[typ].Installed; in != "" && (!filepath.IsAbs(in) || filepath.Base(in) != BinaryPrefix+typ) {
+			return PinFile{}, fmt.Errorf("plugin pin file %s: pins.%s.installed: %q is not an absolute path to a file named %s", path, typ, in, BinaryPrefix+typ)
 		}
 	}
 	return pf, nil
@@ -93,6 +114,9 @@ func WritePins(path string, pf PinFile) error {
 // changed: Old or New is empty when the type was pinned or unpinned.
 type PinChange struct {
 	Type, Old, New string
+	// OCI and Version are the new pin's release, when it was installed
+	// from one (agentd plugin install).
+	OCI, Version string
 	// By is who the file says pinned it (New's PinnedBy).
 	By string
 }
@@ -141,11 +165,23 @@ func statPins(path string) (pinStamp, error) {
 // it changed. A file that cannot be read or is malformed is an error, and
 // no external plugin runs until it is fixed.
 func (w *PinWatcher) Pins() (map[string]string, error) {
+	pf, err := w.File()
+	if err != nil {
+		return nil, err
+	}
+	return sums(pf), nil
+}
+
+// File is Pins with each pin whole.
+func (w *PinWatcher) File() (PinFile, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	st, err := statPins(w.Path)
 	if err == nil && w.loaded && st == w.stamp {
-		return sums(w.pins), w.err
+		if w.err != nil {
+			return PinFile{}, w.err
+		}
+		return w.pins, nil
 	}
 	var pf PinFile
 	if err == nil {
@@ -153,14 +189,14 @@ func (w *PinWatcher) Pins() (map[string]string, error) {
 	}
 	if err != nil {
 		w.stamp, w.loaded, w.err = st, true, err
-		return nil, err
+		return PinFile{}, err
 	}
 	changes := diffPins(w.pins, pf)
 	w.stamp, w.loaded, w.pins, w.err = st, true, pf, nil
 	if len(changes) > 0 && w.OnChange != nil {
 		w.OnChange(changes)
 	}
-	return sums(pf), nil
+	return pf, nil
 }
 
 func sums(pf PinFile) map[string]string {
@@ -182,8 +218,8 @@ func diffPins(old, new PinFile) []PinChange {
 	slices.Sort(types)
 	for _, t := range slices.Compact(types) {
 		o, n := old.Pins[t], new.Pins[t]
-		if o.SHA256 != n.SHA256 {
-			out = append(out, PinChange{Type: t, Old: o.SHA256, New: n.SHA256, By: n.PinnedBy})
+		if o.SHA256 != n.SHA256 || o.OCI != n.OCI {
+			out = append(out, PinChange{Type: t, Old: o.SHA256, New: n.SHA256, By: n.PinnedBy, OCI: n.OCI, Version: n.Version})
 		}
 	}
 	return out
@@ -200,15 +236,58 @@ func (l *Loader) pinHint(typ, sum string) string {
 // pin returns typ's pinned checksum: the pin file's if it pins typ, else
 // the --plugin-pin flag's.
 func (l *Loader) pin(typ string) (string, bool, error) {
-	if l.PinWatcher != nil {
-		pins, err := l.PinWatcher.Pins()
-		if err != nil {
-			return "", false, err
-		}
-		if s, ok := pins[typ]; ok {
-			return s, true, nil
-		}
+	p, ok, err := l.filePin(typ)
+	if err != nil || ok {
+		return p.SHA256, ok, err
 	}
 	s, ok := l.Pins[typ]
 	return strings.ToLower(strings.TrimSpace(s)), ok, nil
+}
+
+// filePin returns typ's pin in the pin file, if it has one.
+func (l *Loader) filePin(typ string) (Pin, bool, error) {
+	if l.PinWatcher == nil {
+		return Pin{}, false, nil
+	}
+	pf, err := l.PinWatcher.File()
+	if err != nil {
+		return Pin{}, false, err
+	}
+	p, ok := pf.Pins[typ]
+	return p, ok, nil
+}
+
+// LockPins takes the pin file's exclusive lock (path.lock) and returns
+// its release: whoever changes the file holds it from reading to
+// writing, so that the customer's agentd plugin commands and the agent
+// completing a pinned release never undo each other.
+func LockPins(path string) (unlock func(), err error) {
+	lock, err := os.OpenFile(path+".lock", os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("plugin pin file lock: %w", err)
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("plugin pin file lock: %w", err)
+	}
+	return func() { lock.Close() }, nil
+}
+
+// UpdatePins changes the pin file at path under its lock: it reads the
+// file, calls change (with the read's error, the file then empty) and
+// writes the result unless change fails.
+func UpdatePins(path string, change func(pf *PinFile, readErr error) error) error {
+	unlock, err := LockPins(path)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	pf, rerr := ReadPins(path)
+	if rerr != nil {
+		pf = PinFile{Pins: map[string]Pin{}}
+	}
+	if err := change(&pf, rerr); err != nil {
+		return err
+	}
+	return WritePins(path, pf)
 }

@@ -32,6 +32,7 @@
 package pluginhost
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -119,6 +120,11 @@ type Loader struct {
 	// pin): read again whenever it changes, its pin for a type wins over
 	// Pins'.
 	PinWatcher *PinWatcher
+	// Fetch, if set, installs the release a pin names (Pin.OCI) when its
+	// binary is not installed yet (agentd plugin pin TYPE --release),
+	// verified, and returns the pin completed with the installed binary
+	// (Pin.Installed) and its checksum; it writes that pin to the file.
+	Fetch func(ctx context.Context, typ string, pin Pin) (Pin, error)
 	// Logger receives go-plugin's messages and the plugins' stderr at debug
 	// level. Nil discards them.
 	Logger *slog.Logger
@@ -212,7 +218,7 @@ func (l *Loader) Start(ctx context.Context, typ string, opt StartOptions) (*Inst
 	if r, ok := l.Reattach[typ]; ok {
 		return l.reattach(ctx, typ, r, opt)
 	}
-	cmd, exe, external, err := l.command(typ)
+	cmd, exe, external, err := l.command(ctx, typ)
 	if err != nil {
 		return nil, fmt.Errorf("start plugin %s: %w", typ, err)
 	}
@@ -458,7 +464,7 @@ func pluginEnv(opt StartOptions) []string {
 // type it also returns the opened binary: the command executes that open
 // file, so the bytes that run are the bytes that were checked, even if the
 // file is replaced in between. external reports a third-party plugin.
-func (l *Loader) command(typ string) (cmd *exec.Cmd, exe *os.File, external bool, err error) {
+func (l *Loader) command(ctx context.Context, typ string) (cmd *exec.Cmd, exe *os.File, external bool, err error) {
 	if !typeName.MatchString(typ) {
 		return nil, nil, false, fmt.Errorf("invalid component type %q", typ)
 	}
@@ -488,7 +494,10 @@ func (l *Loader) command(typ string) (cmd *exec.Cmd, exe *os.File, external bool
 		}
 		return fdCommand(f, l.BundledExe, typ), f, false, nil
 	}
-	dir, path, err := l.find(typ)
+	dir, path, err := l.installed(ctx, typ)
+	if err == nil && path == "" {
+		dir, path, err = l.find(typ)
+	}
 	if err != nil {
 		return nil, nil, false, err
 	}
@@ -561,6 +570,36 @@ func (l *Loader) openCompanion(what string) (*os.File, error) {
 		return nil, fmt.Errorf("%s bundled in %s: %w", what, name, err)
 	}
 	return f, nil
+}
+
+// installed returns the binary "agentd plugin install" installed for
+// typ, as its pin names it, fetching the release the pin names first if
+// it is not installed (Fetch); path is empty when typ's pin names
+// neither.
+func (l *Loader) installed(ctx context.Context, typ string) (dir, path string, err error) {
+	p, ok, err := l.filePin(typ)
+	if err != nil {
+		return "", "", fmt.Errorf("plugin %s: %w", typ, err)
+	}
+	if !ok || (p.Installed == "" && p.OCI == "") {
+		return "", "", nil
+	}
+	if p.Installed != "" {
+		if _, err := os.Lstat(p.Installed); err == nil {
+			return filepath.Dir(p.Installed), p.Installed, nil
+		} else if p.OCI == "" || l.Fetch == nil {
+			return "", "", fmt.Errorf("plugin %s %s: its installed binary %s: %w; install it again: agentd plugin install %s",
+				typ, p.Version, p.Installed, err, cmp.Or(p.Source, p.OCI))
+		}
+	}
+	if l.Fetch == nil {
+		return "", "", fmt.Errorf("plugin %s: its pinned release %s is not installed, and this agent fetches none: agentd plugin install %s", typ, p.OCI, p.OCI)
+	}
+	np, err := l.Fetch(ctx, typ, p)
+	if err != nil {
+		return "", "", fmt.Errorf("plugin %s: install its pinned release %s: %w", typ, p.OCI, err)
+	}
+	return filepath.Dir(np.Installed), np.Installed, nil
 }
 
 // find locates the binary of external type typ in the plugin dirs.
@@ -650,6 +689,15 @@ func checkBinary(path string, f *os.File) error {
 // plugins present in the plugin dirs, sorted and without duplicates.
 func (l *Loader) KnownTypes() []string {
 	types := append(slices.Clone(l.Builtins), l.Bundled...)
+	if l.PinWatcher != nil {
+		if pf, err := l.PinWatcher.File(); err == nil {
+			for t, p := range pf.Pins {
+				if p.Installed != "" {
+					types = append(types, t)
+				}
+			}
+		}
+	}
 	for _, dir := range l.Dirs {
 		entries, err := os.ReadDir(dir)
 		if err != nil {

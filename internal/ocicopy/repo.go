@@ -260,3 +260,15 @@ func newTransport() *http.Transport {
 		ReadBufferSize:        256 << 10,
 	}
 }
+
+// Referrers lists the manifests whose subject is desc (OCI 1.1: the
+// referrers API, or its tag schema, or a layout's own record): at most
+// max, else an error saying there are more.
+func (r *Repo) Referrers(ctx context.Context, desc ocispec.Descriptor, max int) ([]ocispec.Descriptor, error) {
+	out, err := r.referrers(ctx, desc, max)
+	var tm *tooManyReferrers
+	if errors.As(err, &tm) {
+		return nil, fmt.Errorf("%s: %s has more than %d referrers", r.name, desc.Digest, max)
+	}
+	return out, err
+}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/byoc-dev/byoc/internal/plugindist"
 	"github.com/byoc-dev/byoc/plugins/sdk/configschema"
 	"github.com/byoc-dev/byoc/plugins/typeschema"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
@@ -19,6 +20,7 @@ import (
 
 func (a *app) pluginCommand() *cobra.Command {
 	return group("plugin", "Register third-party component types and show the types pushes accept",
+		a.pluginPublishCommand(),
 		a.pluginRegisterCommand(),
 		a.pluginListCommand(),
 		a.pluginGetCommand(),
@@ -53,8 +55,8 @@ func (a *app) readDescribe(name string) ([]byte, error) {
 
 func (a *app) pluginRegisterCommand() *cobra.Command {
 	return &cobra.Command{
-		Use:   "register FILE",
-		Short: "Register a third-party component type from its plugin's describe output (FILE, or - for stdin)",
+		Use:   "register FILE|oci://REF",
+		Short: "Register a third-party component type from its plugin's describe output (FILE, - for stdin, or a published release)",
 		Long: `Register the component type a plugin serves, so that imsd checks the config
 of that type's components against the plugin's config schema when an app is
 pushed. FILE holds what the plugin prints when run as
@@ -62,13 +64,28 @@ pushed. FILE holds what the plugin prints when run as
 
   byoc-plugin-greeting describe | byoc plugin register -
 
+or, for a release published with byoc plugin publish, its reference by
+digest: the describe output is read from the release (checked against its
+digest), with the vendor registry's credentials from
+$BYOC_VENDOR_REGISTRY_USERNAME and _PASSWORD, or _TOKEN:
+
+  byoc plugin register oci://127.0.0.1:5000/plugins/greeting@sha256:...
+
 Registering a type again replaces its earlier registration (imsd keeps the
 latest description). A schema the byoc SDK cannot check, or the name of a
 built-in type, is refused. Needs an admin token.`,
 		Args: exactArgs("FILE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			b, err := a.readDescribe(args[0])
-			if err != nil {
+			var b []byte
+			var err error
+			from := ""
+			if strings.HasPrefix(args[0], "oci:") {
+				var m *plugindist.Manifest
+				if b, m, err = a.readReleaseDescribe(cmd.Context(), args[0]); err != nil {
+					return err
+				}
+				from = fmt.Sprintf(" from release %s", m.Descriptor.Digest)
+			} else if b, err = a.readDescribe(args[0]); err != nil {
 				return err
 			}
 			// The same check as imsd's, to fail before connecting.
@@ -90,7 +107,7 @@ built-in type, is refused. Needs an admin token.`,
 			if a.jsonOutput() {
 				return writeJSON(a.stdout, res.Msg)
 			}
-			msg := fmt.Sprintf("Registered component type %q version %s (protocol %s)", d.Type, d.Version, d.Protocol)
+			msg := fmt.Sprintf("Registered component type %q version %s (protocol %s)%s", d.Type, d.Version, d.Protocol, from)
 			if r := res.Msg.GetReplaced(); r != nil {
 				msg += fmt.Sprintf(", replacing version %s", r.GetVersion())
 			}

@@ -113,8 +113,12 @@ var examples = map[string]string{
 
 	"byoc plugin get":  `  byoc plugin get greeting -o json`,
 	"byoc plugin list": `  byoc plugin list`,
+	"byoc plugin publish": `  byoc plugin publish ./byoc-plugin-greeting --name greeting --version 0.2.0 \
+      --to registry.example.com/acme/greeting --signing-key /var/lib/imsd/signing.key
+  byoc plugin publish ./dist --name greeting --version 0.2.0 --to oci:./out/greeting --signing-key signing.key -o json`,
 	"byoc plugin register": `  byoc-plugin-greeting describe | byoc plugin register -
-  byoc plugin register greeting.json`,
+  byoc plugin register greeting.json
+  byoc plugin register oci://registry.example.com/acme/greeting@sha256:9a4c...`,
 	"byoc plugin remove": `  byoc plugin remove greeting`,
 
 	"byoc breakglass list": `  byoc breakglass list --install shop-acme

@@ -16,11 +16,15 @@ import (
 
 type greeting struct{}
 
+// version is the release's version; a release build sets it:
+// go build -ldflags "-X main.version=0.2.0".
+var version = "0.1.0"
+
 // Describe names the type and declares the JSON Schema of its config. The
 // SDK checks every config against it before Validate, Plan or Apply see
 // it, and reports each problem with the path of its field.
 func (greeting) Describe(context.Context, *sdk.DescribeRequest) (*sdk.DescribeResponse, error) {
-	return &sdk.DescribeResponse{Type: "greeting", Version: "0.1.0", ConfigSchema: `{
+	return &sdk.DescribeResponse{Type: "greeting", Version: version, ConfigSchema: `{
 	  "type": "object",
 	  "required": ["name"],
 	  "additionalProperties": false,
