@@ -174,7 +174,9 @@ func runList[T proto.Message](ctx context.Context, a *app, watch bool, l listing
 		slices.SortFunc(gone, func(x, y T) int { return strings.Compare(l.id(x), l.id(y)) })
 		switch {
 		case a.jsonOutput():
-			for _, m := range changed {
+			// As kubectl get -w -o json: a row that left the list is
+			// printed once more, as it was last seen.
+			for _, m := range append(changed, gone...) {
 				if err := writeJSON(a.stdout, m); err != nil {
 					return false, err
 				}

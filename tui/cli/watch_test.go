@@ -520,3 +520,22 @@ func TestAuditListNamesTheChain(t *testing.T) {
 		t.Errorf("audit verify: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
+
+// Under -o json a row that leaves the list is printed once more, as it
+// was last seen, as kubectl get -w -o json does (a table says "removed").
+func TestListWatchJSONPrintsRemovedRows(t *testing.T) {
+	defer func(lo, hi time.Duration) { watchPollMin, watchPollMax = lo, hi }(watchPollMin, watchPollMax)
+	watchPollMin, watchPollMax = time.Millisecond, 5*time.Millisecond
+	f := &listFake{fakeOperator: &fakeOperator{}}
+	f.set(func() { f.tokens = []*imsv1.ApiToken{{Id: "tok_1", Name: "ci"}, {Id: "tok_2", Name: "ops"}} })
+	out, stop := startWatch(t, f, "token", "list", "--watch", "-o", "json")
+	out.waitFor(t, "the first objects", func(s string) bool { return strings.Count(s, `"tok_2"`) == 1 && strings.Count(s, `"tok_1"`) == 1 })
+	f.set(func() { f.tokens = f.tokens[1:] })
+	out.waitFor(t, "the removed row again", func(s string) bool { return strings.Count(s, `"tok_1"`) == 2 })
+	if code := stop(); code != 0 {
+		t.Errorf("Ctrl-C ended the watch with exit %d, want 0", code)
+	}
+	if n := strings.Count(out.String(), `"tok_2"`); n != 1 {
+		t.Errorf("the unchanged row was printed %d times:\n%s", n, out.String())
+	}
+}
