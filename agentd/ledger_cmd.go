@@ -10,7 +10,11 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"connectrpc.com/connect"
+
+	"github.com/byoc-dev/byoc/agentd/agent"
 	"github.com/byoc-dev/byoc/agentd/ledger"
+	"github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1/agentv1connect"
 )
 
 const egressUsage = `usage: agentd egress [--state-dir DIR] [--since WHEN] [--json] list|stats
@@ -123,4 +127,23 @@ func cmpOr(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// commandClient is an AgentService client for a command (agentd
+// breakglass, audit compare, identity revoke) whose calls are recorded in
+// the egress ledger under dir beside the running agent's; done writes
+// them. Without a ledger (it cannot be opened) the calls go unrecorded,
+// said on stderr.
+func commandClient(dir, installID, ims string, stderr io.Writer) (agentv1connect.AgentServiceClient, func()) {
+	url := strings.TrimRight(ims, "/")
+	l, err := ledger.Open(dir, ledger.Options{Install: installID, NoRotate: true})
+	if err != nil {
+		fmt.Fprintf(stderr, "agentd: warning: this call goes unrecorded in the egress ledger: %v\n", err)
+		return agentv1connect.NewAgentServiceClient(agent.DefaultHTTPClient(), url), func() {}
+	}
+	return agentv1connect.NewAgentServiceClient(agent.DefaultHTTPClient(), url, connect.WithInterceptors(agent.LedgerInterceptor(l))), func() {
+		if err := l.Close(); err != nil {
+			fmt.Fprintf(stderr, "agentd: warning: egress ledger: %v\n", err)
+		}
+	}
 }

@@ -108,6 +108,10 @@ type Options struct {
 	Install string
 	// Now is the clock (time.Now).
 	Now func() time.Time
+	// NoRotate leaves rotation to the agent: for a short-lived command
+	// (agentd breakglass, audit compare, identity revoke) that appends
+	// beside a running agent.
+	NoRotate bool
 }
 
 // Ledger is the agent's open ledger. Its methods may be called from
@@ -129,6 +133,9 @@ type Ledger struct {
 
 	f    *os.File
 	size int64
+	// newline starts the next append with a newline (NoRotate, after a
+	// torn line).
+	newline bool
 	stop chan struct{}
 	exit chan struct{}
 }
@@ -162,7 +169,9 @@ func Open(stateDir string, opts Options) (*Ledger, error) {
 // line.
 func (l *Ledger) openFile() error {
 	path := filepath.Join(l.dir, File)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	// O_APPEND: a command appends beside the running agent, each batch
+	// in one write.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		return fmt.Errorf("egress ledger: %w", err)
 	}
@@ -179,7 +188,11 @@ func (l *Ledger) openFile() error {
 			f.Close()
 			return fmt.Errorf("egress ledger %s: %w", path, err)
 		}
-		if i := bytes.LastIndexByte(b, '\n'); i < len(b)-1 {
+		if i := bytes.LastIndexByte(b, '\n'); i < len(b)-1 && l.opts.NoRotate {
+			// Beside a running agent, whose write this may be: no cut;
+			// the first append starts a line of its own.
+			l.newline = true
+		} else if i < len(b)-1 {
 			// A torn last line (or a line longer than the window, which
 			// the ledger never writes): cut off.
 			end = from + int64(i) + 1
@@ -188,10 +201,6 @@ func (l *Ledger) openFile() error {
 				return fmt.Errorf("egress ledger %s: cut off a torn last line: %w", path, err)
 			}
 		}
-	}
-	if _, err := f.Seek(end, io.SeekStart); err != nil {
-		f.Close()
-		return fmt.Errorf("egress ledger %s: %w", path, err)
 	}
 	l.f, l.size = f, end
 	return nil
@@ -353,10 +362,14 @@ func (l *Ledger) write(b []byte) error {
 			return err
 		}
 	}
-	if l.size > 0 && l.size+int64(len(b)) > l.opts.MaxBytes {
+	if !l.opts.NoRotate && l.size > 0 && l.size+int64(len(b)) > l.opts.MaxBytes {
 		if err := l.rotate(); err != nil {
 			return err
 		}
+	}
+	if l.newline {
+		b = append([]byte{'\n'}, b...)
+		l.newline = false
 	}
 	n, err := l.f.Write(b)
 	l.size += int64(n)
@@ -440,6 +453,10 @@ func Read(stateDir string, since time.Time) ([]Entry, error) {
 			i := bytes.IndexByte(b[n:], '\n')
 			if i < 0 {
 				break // torn
+			}
+			if i == 0 {
+				n++ // an empty line: a command's append after a torn line
+				continue
 			}
 			var e Entry
 			if err := json.Unmarshal(b[n:n+i], &e); err != nil {
