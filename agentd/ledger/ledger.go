@@ -136,8 +136,8 @@ type Ledger struct {
 	// newline starts the next append with a newline (NoRotate, after a
 	// torn line).
 	newline bool
-	stop chan struct{}
-	exit chan struct{}
+	stop    chan struct{}
+	exit    chan struct{}
 }
 
 // fsync is replaced by tests.
