@@ -104,8 +104,8 @@ func TestWhatLeavesIsListed(t *testing.T) {
 	sort.Strings(missing)
 	sort.Strings(stale)
 	for _, m := range missing {
-		t.Errorf("%s leaves the customer's account but is not on the list: add a row \"| `%s` | what it is | when it is sent |\" to the table of its message in %s (docs/customer/what-leaves-your-account.md), saying what it carries and whether it can hold customer data",
-			m, strings.Fields(m)[0], whatLeavesDoc)
+		t.Errorf("%s leaves the customer's account but is not on the list: add a row \"| `%s` | what it is | customer data? |\" to the table of its message in docs/customer/what-leaves-your-account.md, saying what it carries and whether it can hold the customer's data",
+			m, strings.Fields(m)[0])
 	}
 	for _, s := range stale {
 		t.Errorf("%s: %s is listed but no message the agent sends has it any more: remove its row", whatLeavesDoc, s)
