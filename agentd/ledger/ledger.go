@@ -34,6 +34,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/byoc-dev/byoc/internal/atomicfile"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 )
 
@@ -140,8 +141,11 @@ type Ledger struct {
 	exit    chan struct{}
 }
 
-// fsync is replaced by tests.
-var fsync = (*os.File).Sync
+// fsync and syncDir are replaced by tests.
+var (
+	fsync   = (*os.File).Sync
+	syncDir = atomicfile.SyncDir
+)
 
 // Open opens (creating it, 0600 in a 0700 dir) the ledger under
 // stateDir and starts its writer. Close stops it.
@@ -169,11 +173,21 @@ func Open(stateDir string, opts Options) (*Ledger, error) {
 // line.
 func (l *Ledger) openFile() error {
 	path := filepath.Join(l.dir, File)
+	_, err := os.Lstat(path)
+	created := errors.Is(err, fs.ErrNotExist)
 	// O_APPEND: a command appends beside the running agent, each batch
 	// in one write.
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		return fmt.Errorf("egress ledger: %w", err)
+	}
+	// A new file made durable in its directory (as the audit journal's):
+	// entries synced into a file whose entry a power cut loses are lost.
+	if created {
+		if err := syncDir(l.dir); err != nil {
+			f.Close()
+			return fmt.Errorf("egress ledger %s: %w", path, err)
+		}
 	}
 	fi, err := f.Stat()
 	if err != nil {
@@ -340,13 +354,16 @@ func (l *Ledger) writeBatch() {
 		batch = append(batch, append(b, '\n'))
 	}
 	var err error
+	lost := false
 	if len(batch) > 0 {
-		err = l.write(bytes.Join(batch, nil))
+		lost, err = l.write(bytes.Join(batch, nil))
 	}
 	l.mu.Lock()
 	if err != nil {
 		l.err = err
-		l.dropped += len(batch)
+		if lost {
+			l.dropped += len(batch)
+		}
 	} else if len(batch) > 0 {
 		l.err = nil
 	}
@@ -355,16 +372,18 @@ func (l *Ledger) writeBatch() {
 	l.mu.Unlock()
 }
 
-// write appends b, rotating first when the file is full.
-func (l *Ledger) write(b []byte) error {
+// write appends b, rotating first when the file is full. lost reports
+// that b is not in the file (a sync error leaves it there, maybe not
+// durable).
+func (l *Ledger) write(b []byte) (lost bool, err error) {
 	if l.f == nil {
 		if err := l.openFile(); err != nil {
-			return err
+			return true, err
 		}
 	}
 	if !l.opts.NoRotate && l.size > 0 && l.size+int64(len(b)) > l.opts.MaxBytes {
 		if err := l.rotate(); err != nil {
-			return err
+			return true, err
 		}
 	}
 	if l.newline {
@@ -374,12 +393,16 @@ func (l *Ledger) write(b []byte) error {
 	n, err := l.f.Write(b)
 	l.size += int64(n)
 	if err != nil {
-		return fmt.Errorf("egress ledger: %w", err)
+		if n > 0 {
+			// A partial line: the next append starts a line of its own.
+			l.newline = true
+		}
+		return true, fmt.Errorf("egress ledger: %w", err)
 	}
 	if err := fsync(l.f); err != nil {
-		return fmt.Errorf("egress ledger: sync: %w", err)
+		return false, fmt.Errorf("egress ledger: sync: %w", err)
 	}
-	return nil
+	return false, nil
 }
 
 // rotate moves the current file to OldFile and starts a new one.

@@ -204,3 +204,43 @@ func BenchmarkRecord(b *testing.B) {
 		l.Tap(m, plain)
 	}
 }
+
+// Entries the disk did not take are counted, and a "dropped" entry says
+// how many once it takes them again; Flush reports the error.
+func TestDroppedEntriesAreCounted(t *testing.T) {
+	dir := t.TempDir()
+	l, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.RecordBytes("heartbeat", "", []byte("a"))
+	if err := l.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// The file stops taking writes: closed under the writer.
+	l.f.Close()
+	l.RecordBytes("heartbeat", "", []byte("b"))
+	l.RecordBytes("heartbeat", "", []byte("c"))
+	if err := l.Flush(); err == nil {
+		t.Fatal("Flush after a failed write: no error")
+	}
+	l.f = nil // the next write opens the file again
+	l.RecordBytes("heartbeat", "", []byte("d"))
+	if err := l.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	es, err := Read(dir, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	dropped := 0
+	for _, e := range es {
+		kinds = append(kinds, e.Kind)
+		dropped += e.Count
+	}
+	if len(es) != 3 || dropped != 2 {
+		t.Fatalf("entries %v (dropped %d), want heartbeat, then d with a dropped entry counting 2", kinds, dropped)
+	}
+}
