@@ -14,7 +14,6 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/byoc-dev/byoc/agentd/agent"
 	"github.com/byoc-dev/byoc/agentd/auditlog"
 	"github.com/byoc-dev/byoc/agentd/identity"
 	"github.com/byoc-dev/byoc/internal/auditchain"
@@ -88,7 +87,8 @@ func auditCmd(ctx context.Context, args []string, stdout, stderr io.Writer, now 
 	if *ims == "" {
 		*ims = id.IMSURL
 	}
-	client := agentv1connect.NewAgentServiceClient(agent.DefaultHTTPClient(), strings.TrimRight(*ims, "/"))
+	client, done := commandClient(dir, id.InstallID, *ims, stderr)
+	defer done()
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	remote, err := fetchChain(ctx, client, id, now)

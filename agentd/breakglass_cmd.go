@@ -13,7 +13,6 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/byoc-dev/byoc/agentd/agent"
 	"github.com/byoc-dev/byoc/agentd/identity"
 	"github.com/byoc-dev/byoc/agentd/permissions"
 	"github.com/byoc-dev/byoc/internal/reltime"
@@ -77,8 +76,9 @@ func breakglassCmd(ctx context.Context, args []string, stdout, stderr io.Writer,
 	if *ims == "" {
 		*ims = id.IMSURL
 	}
-	c := &bgClient{id: id, dir: dir, now: now, stdout: stdout, stderr: stderr,
-		client: agentv1connect.NewAgentServiceClient(agent.DefaultHTTPClient(), strings.TrimRight(*ims, "/"))}
+	client, done := commandClient(dir, id.InstallID, *ims, stderr)
+	defer done()
+	c := &bgClient{id: id, dir: dir, now: now, stdout: stdout, stderr: stderr, client: client}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	switch cmd {

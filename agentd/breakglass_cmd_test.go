@@ -174,4 +174,9 @@ func TestBreakglassListUntil(t *testing.T) {
 			t.Errorf("revoked grant %s shows an end still to come:\n%s", id, out.String())
 		}
 	}
+	// The call is in the egress ledger, beside the running agent's.
+	out.Reset()
+	if code := egressCmd([]string{"list", "--state-dir", dir}, &out, &errOut, time.Now); code != 0 || !lineHas(out.String(), "list_break_glass") {
+		t.Fatalf("agentd egress list: exit %d, want the list_break_glass call:\n%s%s", code, out.String(), errOut.String())
+	}
 }

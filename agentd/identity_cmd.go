@@ -14,11 +14,9 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/byoc-dev/byoc/agentd/agent"
 	"github.com/byoc-dev/byoc/agentd/identity"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
-	"github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1/agentv1connect"
 )
 
 const identityUsage = `usage: agentd identity [--state-dir DIR] [--ims URL] COMMAND
@@ -178,8 +176,10 @@ func identityRevoke(ctx context.Context, stateDir, ims, reason string, yes bool,
 	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	t := now()
-	_, terr := agentv1connect.NewAgentServiceClient(agent.DefaultHTTPClient(), strings.TrimRight(ims, "/")).RevokeSelf(cctx, connect.NewRequest(&agentv1.RevokeSelfRequest{
+	client, done := commandClient(dir, id.InstallID, ims, stderr)
+	_, terr := client.RevokeSelf(cctx, connect.NewRequest(&agentv1.RevokeSelfRequest{
 		AgentId: id.AgentID, Time: timestamppb.New(t), By: by, Reason: reason, Signature: agentproto.SignRevokeSelf(id.PrivateKey, id.AgentID, by, reason, t)}))
+	done()
 	rev.IMSDTold = terr == nil
 	if err := identity.Revoke(dir, rev); err != nil {
 		fmt.Fprintf(stderr, "agentd identity revoke: %v\n", err)

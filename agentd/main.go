@@ -45,6 +45,7 @@ import (
 	"time"
 
 	"github.com/byoc-dev/byoc/agentd/agent"
+	"github.com/byoc-dev/byoc/agentd/ledger"
 	"github.com/byoc-dev/byoc/agentd/pluginhost"
 	"github.com/byoc-dev/byoc/agentd/secrets"
 	"github.com/byoc-dev/byoc/agentd/stack"
@@ -154,6 +155,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "audit" {
 		os.Exit(auditCmd(ctx, os.Args[2:], os.Stdout, os.Stderr, time.Now))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "egress" {
+		os.Exit(egressCmd(os.Args[2:], os.Stdout, os.Stderr, time.Now))
+	}
 	if len(os.Args) > 1 && os.Args[1] == "module" {
 		os.Exit(moduleCmd(ctx, os.Args[2:], os.Stdout, os.Stderr))
 	}
@@ -262,6 +266,7 @@ commands (most take --state-dir DIR, the agent's state directory):
   breakglass       decide the vendor's break-glass requests
   plugin           pin, unpin and list plugins (agentd plugin pin|unpin|list)
   audit            verify the agent's copy of the audit chain; compare it with imsd's
+  egress           list and sum what the agent sent to imsd (agentd egress list|stats)
   module push      put a Terraform module or Helm chart into the install registry
   preflight        check what the install needs; exit 1 on a failure
   support-bundle   collect a redacted bundle for the vendor's support
@@ -318,6 +323,8 @@ func run(ctx context.Context, args []string) int {
 	fs.Var(&sandboxReadOnly, "sandbox-read-only", "host `path` every plugin may read in its sandbox, such as a chart directory or an OCI layout named by path in development (repeatable)")
 	fs.Var(&sandboxWritable, "sandbox-writable", "host `directory` every plugin may write in its sandbox, such as where a plugin of yours keeps files outside the agent (repeatable); never the agent's state directory")
 	egressOpts.register(fs)
+	ledgerContent := fs.String("egress-ledger-content", "", "what the egress ledger (agentd egress list) keeps in full besides each message's kind, size and hash: `logs`, outputs, or logs,outputs (the job log lines and the job outputs sent to imsd); default none")
+	ledgerMax := fs.Int64("egress-ledger-max-bytes", ledger.DefaultMaxBytes, "size in `bytes` at which the egress ledger's file rotates (the ledger keeps up to twice this)")
 	showVersion := fs.Bool("version", false, "print the version, commit and build date, and exit")
 	if code, done := flaghelp.Parse(fs, args, os.Stdout); done {
 		return code
@@ -544,6 +551,19 @@ func run(ctx context.Context, args []string) int {
 			log.Warn("sweep leftovers at start", "err", err)
 		}
 	}
+	content, err := ledger.ParseContent(*ledgerContent)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "agentd: %v\n", err)
+		return 2
+	}
+	var led *ledger.Ledger
+	if stateDir != "" {
+		if led, err = ledger.Open(stateDir, ledger.Options{MaxBytes: *ledgerMax, Content: content}); err != nil {
+			fmt.Fprintf(os.Stderr, "agentd: %v\n", err)
+			return 1
+		}
+		defer led.Close()
+	}
 	a, err := agent.New(ctx, agent.Config{
 		IMSURL:         ims,
 		EnrollToken:    token,
@@ -556,6 +576,7 @@ func run(ctx context.Context, args []string) int {
 		Stack:          stackReport(st, stackValues),
 		PinWatcher:     loader.PinWatcher,
 		RotateKeyEvery: rotateKeyEvery,
+		Ledger:         led,
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "agentd: %v\n", err)

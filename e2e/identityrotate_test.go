@@ -165,6 +165,11 @@ func TestCustomerRevokesAgent(t *testing.T) {
 	if o := ag.Output(); !strings.Contains(o, "revoked") {
 		t.Fatalf("agentd's output:\n%s", o)
 	}
+	// The customer's call, made by the command's own process, is in
+	// the egress ledger beside the agent's messages.
+	if out, err := exec.Command(agentd, "egress", "--state-dir", state, "list").CombinedOutput(); err != nil || !lineWith(string(out), "revoke_self") || !lineWith(string(out), "hello") {
+		t.Fatalf("agentd egress list: %v\n%s", err, out)
+	}
 	cli := cluster.NewCLI(t, ims)
 	if out := cli.Run(0, "install", "get", "acme"); !lineWith(out, "Agent revoked", "revoked by the customer: contract ended") {
 		t.Fatalf("byoc install get:\n%s", out)

@@ -31,6 +31,7 @@ import (
 
 	"github.com/byoc-dev/byoc/agentd/auditlog"
 	"github.com/byoc-dev/byoc/agentd/identity"
+	"github.com/byoc-dev/byoc/agentd/ledger"
 	"github.com/byoc-dev/byoc/agentd/pluginhost"
 	"github.com/byoc-dev/byoc/internal/backoff"
 	"github.com/byoc-dev/byoc/rpc/agentchannel"
@@ -141,6 +142,10 @@ type Config struct {
 	// in its journal (plugin.pinned, plugin.unpinned), and the pins it
 	// holds at start.
 	PinWatcher *pluginhost.PinWatcher
+	// Ledger, if set, records every message the agent sends to imsd (the
+	// stream's through the channel's tap, the calls' through an
+	// interceptor): agentd egress list|stats.
+	Ledger *ledger.Ledger
 	// RotateKeyEvery, if set, starts a rotation of the agent's own key
 	// (rotate.go) once the key is this old: since its last rotation, or
 	// for a key never rotated since it was made at enrolment, or, when
@@ -269,7 +274,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	}
 	a := &Agent{
 		cfg:         cfg,
-		client:      agentv1connect.NewAgentServiceClient(cfg.HTTPClient, strings.TrimRight(cfg.IMSURL, "/")),
+		client:      agentv1connect.NewAgentServiceClient(cfg.HTTPClient, strings.TrimRight(cfg.IMSURL, "/"), ledgerInterceptor(cfg.Ledger)...),
 		log:         cfg.Logger,
 		tokenClient: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()},
 		jobs:        make(map[string]*jobRun),
@@ -304,6 +309,9 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		return nil, fmt.Errorf("load identity: %w", err)
 	}
 	a.self = id
+	if cfg.Ledger != nil {
+		cfg.Ledger.SetInstall(id.InstallID)
+	}
 	// a.id is read without a lock: it holds no key, which a rotation
 	// replaces (a.self, under keyMu).
 	a.id = id

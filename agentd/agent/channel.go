@@ -52,11 +52,15 @@ func (a *Agent) helloRefusal(err error, ch *agentv1.Challenge) error {
 func (a *Agent) openChannel(st *clientStream, ch *agentv1.Challenge, hello *agentv1.Hello) (*agentchannel.AgentStream, error) {
 	a.learnKeys(ch.KeyChain, ch.RetiredKeys)
 	hello.ImsdKeyIds = a.keyIDs()
-	return agentchannel.Dial(st, ch, a.privateKey(), a.id.AgentID, func(imsdKey ed25519.PublicKey) error {
+	var tap agentchannel.Tap
+	if a.cfg.Ledger != nil {
+		tap = a.cfg.Ledger.Tap
+	}
+	return agentchannel.DialTap(st, ch, a.privateKey(), a.id.AgentID, func(imsdKey ed25519.PublicKey) error {
 		if k, ok := a.keys[agentproto.KeyID(imsdKey)]; !ok || !k.Equal(imsdKey) {
 			return fmt.Errorf("%w: the server at %s offered key %s, which this agent does not trust (neither the key it enrolled with nor one endorsed by it)",
 				errUntrustedIMSD, a.cfg.IMSURL, agentproto.KeyID(imsdKey))
 		}
 		return nil
-	}, hello)
+	}, hello, tap)
 }

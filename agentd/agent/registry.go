@@ -50,7 +50,7 @@ const exchangeTimeout = 30 * time.Second
 // imsd's token endpoint (the Docker token specification), signing the
 // exchange with the agent's key. It is called once, right before the
 // job's plugin runs; a grant exchanged before is refused by imsd.
-func (a *Agent) exchangeGrant(ctx context.Context, g *agentv1.RegistryGrant) (RegistryAccess, error) {
+func (a *Agent) exchangeGrant(ctx context.Context, jobID string, g *agentv1.RegistryGrant) (RegistryAccess, error) {
 	reg, err := url.Parse(g.GetRegistry())
 	if err != nil || reg.Host == "" || (reg.Scheme != "http" && reg.Scheme != "https") {
 		return RegistryAccess{}, fmt.Errorf("grant %s: registry %q is not http://HOST:PORT or https://HOST", g.GetId(), g.GetRegistry())
@@ -66,6 +66,11 @@ func (a *Agent) exchangeGrant(ctx context.Context, g *agentv1.RegistryGrant) (Re
 		return RegistryAccess{}, err
 	}
 	req.SetBasicAuth(a.id.AgentID, agentproto.GrantExchangePassword(a.privateKey(), a.id.AgentID, g.GetId(), g.GetSecret(), a.cfg.Now()))
+	if a.cfg.Ledger != nil {
+		// What leaves: the query (service, scopes) and the Authorization
+		// header (agent id, grant id, signature).
+		a.cfg.Ledger.RecordBytes("registry_token", jobID, []byte(req.URL.RawQuery+"\n"+req.Header.Get("Authorization")))
+	}
 	resp, err := a.tokenClient.Do(req)
 	if err != nil {
 		return RegistryAccess{}, fmt.Errorf("exchange grant %s with imsd: %w", g.GetId(), err)

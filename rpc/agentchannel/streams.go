@@ -99,16 +99,30 @@ type ClientStream interface {
 // AgentStream is the agent's end once the channel is open. Send is for
 // one goroutine at a time, Receive for one (another) goroutine.
 type AgentStream struct {
-	st ClientStream
-	ch *Channel
+	st  ClientStream
+	ch  *Channel
+	tap Tap
 }
 
+// Tap sees every message the agent sends on the channel, the hello
+// included, with its marshalled form (what is sealed), before it is
+// sent: the one place all of them pass (the agent's egress ledger,
+// agentd/ledger). It must not keep plain or change m.
+type Tap func(m *agentv1.ConnectRequest, plain []byte)
+
 func (s *AgentStream) Send(m *agentv1.ConnectRequest) error {
-	out, err := SealRequest(s.ch, m)
+	b, err := proto.Marshal(m)
 	if err != nil {
 		return err
 	}
-	return s.st.Send(out)
+	if s.tap != nil {
+		s.tap(m, b)
+	}
+	sealed, err := s.ch.Seal(b)
+	if err != nil {
+		return err
+	}
+	return s.st.Send(&agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Sealed{Sealed: sealed}})
 }
 
 func (s *AgentStream) Receive() (*agentv1.ConnectResponse, error) {
@@ -124,6 +138,12 @@ func (s *AgentStream) Receive() (*agentv1.ConnectResponse, error) {
 // one the agent trusts (nil trusts any: test agents only); hello travels
 // as the handshake's payload, readable only by the holder of that key.
 func Dial(st ClientStream, ch *agentv1.Challenge, agentKey ed25519.PrivateKey, agentID string, trust func(ed25519.PublicKey) error, hello *agentv1.Hello) (*AgentStream, error) {
+	return DialTap(st, ch, agentKey, agentID, trust, hello, nil)
+}
+
+// DialTap is Dial with a Tap (nil: none) that sees the hello and every
+// message sent after it.
+func DialTap(st ClientStream, ch *agentv1.Challenge, agentKey ed25519.PrivateKey, agentID string, trust func(ed25519.PublicKey) error, hello *agentv1.Hello, tap Tap) (*AgentStream, error) {
 	imsdKey := ed25519.PublicKey(ch.GetPublicKey())
 	if trust != nil {
 		if err := trust(imsdKey); err != nil {
@@ -133,6 +153,9 @@ func Dial(st ClientStream, ch *agentv1.Challenge, agentKey ed25519.PrivateKey, a
 	b, err := proto.Marshal(hello)
 	if err != nil {
 		return nil, err
+	}
+	if tap != nil {
+		tap(&agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Hello{Hello: hello}}, b)
 	}
 	msg, hs, err := OpenChannel(agentKey, agentID, imsdKey, ch.GetNonce(), b)
 	if err != nil {
@@ -154,7 +177,7 @@ func Dial(st ClientStream, ch *agentv1.Challenge, agentKey ed25519.PrivateKey, a
 	if err != nil {
 		return nil, err
 	}
-	return &AgentStream{st: st, ch: c}, nil
+	return &AgentStream{st: st, ch: c, tap: tap}, nil
 }
 
 // ServerStream is imsd's end of a stream as a test imsd holds it
