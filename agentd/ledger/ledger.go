@@ -349,6 +349,7 @@ func (l *Ledger) writeBatch() {
 	l.gen++
 	gen := l.gen
 	l.mu.Unlock()
+	entries := len(batch)
 	if dropped > 0 {
 		b, _ := json.Marshal(Entry{Time: l.opts.Now(), Kind: "dropped", Count: dropped})
 		batch = append(batch, append(b, '\n'))
@@ -362,7 +363,9 @@ func (l *Ledger) writeBatch() {
 	if err != nil {
 		l.err = err
 		if lost {
-			l.dropped += len(batch)
+			// The entries and the count the marker carried, not the
+			// marker itself: a lost marker must not shrink the count.
+			l.dropped += entries + dropped
 		}
 	} else if len(batch) > 0 {
 		l.err = nil
