@@ -74,7 +74,7 @@ var flagValues = map[string]map[string][]string{
 	"byoc install plan":   {"kind": {"update", "provision", "deprovision"}},
 	"byoc build package":  {"kind": {"helm", "terraform"}},
 	"byoc install stack":  {"format": {"cloudformation", "azure", "local"}},
-	"byoc app init":       {"cloud": {"aws", "azure"}},
+	"byoc app init":       {"cloud": {"aws", "azure", "gcp"}},
 	"byoc install update": {"require-approval": {"true", "false"}},
 }
 
