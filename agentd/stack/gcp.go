@@ -61,10 +61,10 @@ func (s *Stack) openGCP(o OpenOptions) error {
 	g := &gcpState{}
 	var err error
 	if g.creds, err = iamcredentials.NewService(ctx, opts("iamcredentials")...); err != nil {
-		return fmt.Errorf("IAM Credentials client: %w", err)
+		return fmt.Errorf("the IAM Credentials client: %w", err)
 	}
 	if g.secrets, err = secretmanager.NewService(ctx, opts("secretmanager")...); err != nil {
-		return fmt.Errorf("Secret Manager client: %w", err)
+		return fmt.Errorf("the Secret Manager client: %w", err)
 	}
 	s.gcp = g
 	return nil
