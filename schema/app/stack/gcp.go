@@ -67,15 +67,20 @@ func GCPSecretID(install, variable string) string {
 	return "byoc-" + install + "-" + strings.ReplaceAll(variable, "_", "-")
 }
 
+// gcpShort shortens s to at most n characters, ending with a hash of
+// the whole when it was longer.
+func gcpShort(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	sum := sha256.Sum256([]byte(s))
+	return strings.TrimRight(s[:n-5], "-") + "-" + hex.EncodeToString(sum[:])[:4]
+}
+
 // gcpAccountID is a service account id (6 to 30 characters): byoc-
 // INSTALL-SUFFIX, shortened with a hash of the whole when too long.
 func gcpAccountID(install, suffix string) string {
-	id := "byoc-" + install + "-" + suffix
-	if len(id) <= 30 {
-		return id
-	}
-	sum := sha256.Sum256([]byte(id))
-	return strings.TrimRight(id[:25], "-") + "-" + hex.EncodeToString(sum[:])[:4]
+	return gcpShort("byoc-"+install+"-"+suffix, 30)
 }
 
 var gcpLabelRE = regexp.MustCompile(`[^a-z0-9_-]`)
@@ -211,7 +216,9 @@ func GCP(o Options) ([]byte, error) {
 		}
 		w("}\n\n")
 	}
-	prefix := "byoc-" + o.Install
+	// Compute Engine names are at most 63 characters: the longest
+	// suffix is 11 (-allow-out, -deny-out).
+	prefix := gcpShort("byoc-"+o.Install, 50)
 	labels := map[string]any{"byoc-install": gcpLabel(o.Install)}
 	for k, v := range o.Labels {
 		labels[gcpLabel("byoc-label-"+k)] = gcpLabel(v)

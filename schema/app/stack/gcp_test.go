@@ -306,3 +306,31 @@ func TestGCPTerraform(t *testing.T) {
 		t.Error("no deny-all ingress rule, or imsd's port is not allowed out")
 	}
 }
+
+// TestGCPNames: a long install's names stay within Google Cloud's
+// limits (service account ids 6 to 30, Compute Engine names 63) and
+// differ by mode.
+func TestGCPNames(t *testing.T) {
+	o := exampleOptions(t)
+	o.Install = strings.Repeat("a", 30) + "-" + strings.Repeat("b", 29)
+	tf, err := GCP(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := parseTF(t, tf)
+	seen := map[string]bool{}
+	for k, r := range c.resources {
+		if a, ok := r.Body.Attributes["account_id"]; ok {
+			v, _ := a.Expr.Value(nil)
+			id := v.AsString()
+			if len(id) < 6 || len(id) > 30 || seen[id] || strings.HasSuffix(id, "-") {
+				t.Errorf("%s: account id %q", k, id)
+			}
+			seen[id] = true
+		}
+	}
+	v := c.evalLocal(t, "prefix", map[string]cty.Value{"project_id": cty.StringVal("acme-prod-1")})
+	if n := len(v.AsString()) + len("-allow-out"); n > 63 {
+		t.Errorf("prefix %q makes names of %d characters", v.AsString(), n)
+	}
+}
