@@ -314,10 +314,16 @@ func checkRoles(ctx context.Context, o Options) []Result {
 			if c.Format == stackconfig.FormatAzure {
 				res.Fix = fmt.Sprintf("check that the deployment created the managed identity %s (%s=true) and attached it to the agent's VM", r.Name, r.Parameter)
 			}
+			if c.Format == stackconfig.FormatGCP {
+				res.Fix = fmt.Sprintf("check that the deployment created the service account %s (variable %s = true) and granted the agent's service account %s roles/iam.serviceAccountTokenCreator on it, and that the IAM Credentials API (iamcredentials.googleapis.com) is enabled in the project", r.ServiceAccount, r.Parameter, c.GCP.AgentServiceAccount)
+			}
 		} else {
 			res.Status, res.Detail = Pass, "assumed "+arn+" (with a deny-all session policy)"
 			if c.Format == stackconfig.FormatAzure {
 				res.Detail = "got a token of " + arn + " (dropped)"
+			}
+			if c.Format == stackconfig.FormatGCP {
+				res.Detail = "impersonated " + arn + " (a one-minute token, dropped)"
 			}
 		}
 		out = append(out, res)
@@ -353,6 +359,9 @@ func checkValues(ctx context.Context, o Options) []Result {
 	if err != nil {
 		r.Status, r.Detail = Fail, err.Error()
 		r.Fix = "check the stack's secrets exist and the agent's role may read them (secretsmanager:GetSecretValue)"
+		if c := o.Stack.Config; c.Format == stackconfig.FormatGCP {
+			r.Fix = "check the stack's Secret Manager secrets exist in project " + c.GCP.Project + " with a version, and that " + c.GCP.AgentServiceAccount + " has roles/secretmanager.secretAccessor on them"
+		}
 	} else {
 		r.Status, r.Detail = Pass, fmt.Sprintf("%d of %d inputs set, %d of %d secrets set", len(v.Inputs), len(o.Stack.Config.Inputs), len(v.Secrets), len(o.Stack.Config.Secrets))
 	}

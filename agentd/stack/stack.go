@@ -13,11 +13,15 @@
 //
 // An Azure stack (format azure, azure.go) gives each mode a user-assigned
 // managed identity instead of a role, reached through azidentity, and
-// keeps its values in Key Vault (azsecrets).
+// keeps its values in Key Vault (azsecrets). A Google Cloud stack
+// (format gcp, gcp.go) gives each mode a service account that the agent
+// impersonates through the IAM Credentials API, and keeps its values in
+// Secret Manager (google.golang.org/api's clients).
 package stack
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"maps"
@@ -62,6 +66,7 @@ type Stack struct {
 	Now func() time.Time
 
 	azure *azureState
+	gcp   *gcpState
 }
 
 // Open reads the stack config at path and, for a CloudFormation stack,
@@ -91,6 +96,11 @@ func OpenWith(path string, o OpenOptions) (*Stack, error) {
 	}
 	if c.Format == stackconfig.FormatAzure {
 		if err := s.openAzure(o); err != nil {
+			return nil, fmt.Errorf("stack config %s: %w", path, err)
+		}
+	}
+	if c.Format == stackconfig.FormatGCP {
+		if err := s.openGCP(o); err != nil {
 			return nil, fmt.Errorf("stack config %s: %w", path, err)
 		}
 	}
@@ -141,6 +151,9 @@ func (s *Stack) read(ctx context.Context, src stackconfig.Source) (v string, ok 
 		return *out.SecretString, true, nil
 	case src.KeyVaultSecret != "":
 		v, err := s.readKeyVault(ctx, src)
+		return v, err == nil, err
+	case src.GCPSecret != "":
+		v, err := s.readGCPSecret(ctx, src)
 		return v, err == nil, err
 	case src.File != "":
 		p := s.path(src.File)
@@ -253,6 +266,17 @@ func (s *Stack) Values(ctx context.Context) (Values, error) {
 	return out, nil
 }
 
+// decodeB64 decodes a Google API's base64 bytes field.
+func decodeB64(s string) (string, error) {
+	b, err := base64.StdEncoding.DecodeString(s)
+	if err != nil {
+		if b, err = base64.URLEncoding.DecodeString(s); err != nil {
+			return "", fmt.Errorf("payload is not base64: %w", err)
+		}
+	}
+	return string(b), nil
+}
+
 func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
@@ -274,6 +298,9 @@ func (e *RoleError) Error() string {
 	where := "update the install stack with parameter " + e.Parameter + "=true"
 	if e.Format == stackconfig.FormatAzure {
 		where = "redeploy the install stack's ARM template (az deployment group create) with parameter " + e.Parameter + "=true"
+	}
+	if e.Format == stackconfig.FormatGCP {
+		where = "apply the install stack's Terraform configuration again (its Infrastructure Manager deployment) with variable " + e.Parameter + " = true"
 	}
 	if e.Format == stackconfig.FormatLocal {
 		where = "set modes." + e.Mode + ".enabled (parameter " + e.Parameter + ") to true in the local stack's stack.json and restart agentd"
@@ -390,7 +417,7 @@ func (s *Stack) Assume(ctx context.Context, mode, grantRole, jobID string, limit
 	if s.Config.Format == stackconfig.FormatAzure {
 		return s.assumeAzure(ctx, mode, r)
 	}
-	if s.Config.Format == stackconfig.FormatLocal || r.ARN == "" {
+	if s.Config.Format == stackconfig.FormatLocal || r.ARN == "" && s.Config.Format != stackconfig.FormatGCP {
 		return Credentials{}, nil
 	}
 	if limit <= 0 {
@@ -399,6 +426,9 @@ func (s *Stack) Assume(ctx context.Context, mode, grantRole, jobID string, limit
 	end := now.Add(limit + JobGrace)
 	if mode == "break_glass" && until.Before(end) {
 		end = until
+	}
+	if s.Config.Format == stackconfig.FormatGCP {
+		return s.assumeGCP(ctx, mode, r, now, end)
 	}
 	d := max(MinSession, min(end.Sub(now), MaxSession))
 	out, err := s.assume(ctx, r, jobID, d, SessionPolicy(end))
@@ -475,6 +505,14 @@ func (s *Stack) CheckRole(ctx context.Context, mode, grantRole string) (string, 
 			return "", fmt.Errorf("get a token of the %s managed identity %s (client id %s): %w; check that the stack's %s is true and the identity is attached to the agent's VM", mode, r.Name, r.ClientID, azErr(err), r.Parameter)
 		}
 		return "managed identity " + r.ClientID, nil
+	}
+	if s.Config.Format == stackconfig.FormatGCP {
+		// A token of the account, dropped: Google has no deny-all
+		// session policy, so it is never handed on; it lasts a minute.
+		if _, err := s.gcpToken(ctx, r, time.Minute); err != nil {
+			return "", gcpRoleErr(mode, r, err)
+		}
+		return "service account " + r.ServiceAccount, nil
 	}
 	if s.Config.Format == stackconfig.FormatLocal || r.ARN == "" {
 		return "", nil

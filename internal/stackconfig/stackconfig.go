@@ -32,6 +32,7 @@ const (
 	FormatCloudFormation = "cloudformation"
 	FormatLocal          = "local"
 	FormatAzure          = "azure"
+	FormatGCP            = "gcp"
 )
 
 // Modes are the permission modes, in the order they are shown.
@@ -40,7 +41,7 @@ var Modes = []string{"provision", "maintenance", "deprovision", "break_glass"}
 // Config is an install stack's description of itself for its agent.
 type Config struct {
 	Version int `json:"version"`
-	// Format is cloudformation, azure or local.
+	// Format is cloudformation, azure, gcp or local.
 	Format string `json:"format"`
 	// Stack names the stack (the CloudFormation stack name, or the local
 	// stack's directory), for messages and the support bundle.
@@ -83,11 +84,15 @@ type Config struct {
 	Kubernetes bool `json:"kubernetes,omitempty"`
 	// Endpoints override the service endpoints (tests, private
 	// endpoints), by service: sts, secretsmanager (cloudformation);
-	// keyvault (azure: the vault's URL as the agent reaches it).
+	// keyvault (azure: the vault's URL as the agent reaches it);
+	// iamcredentials, secretmanager (gcp: the APIs' base URLs).
 	Endpoints map[string]string `json:"endpoints,omitempty"`
 	// Azure is an Azure stack's account: required in format azure,
 	// refused in the others.
 	Azure *Azure `json:"azure,omitempty"`
+	// GCP is a Google Cloud stack's project: required in format gcp,
+	// refused in the others.
+	GCP *GCP `json:"gcp,omitempty"`
 	// SessionTags are the STS session tags the agent passes on every
 	// AssumeRole of a cloudformation stack (the install's name and
 	// labels, as the stack's resources are tagged), so the customer's
@@ -191,6 +196,21 @@ type Azure struct {
 	KeyVaultURL string `json:"key_vault_url"`
 }
 
+// GCP is where a Google Cloud install stack is and what the agent
+// itself runs as there. Each permission mode's identity is a service
+// account (Role.ServiceAccount) that the agent's own service account may
+// impersonate (roles/iam.serviceAccountTokenCreator on it, and nothing
+// else): the agent gets a short-lived token of it per job through the
+// IAM Credentials API.
+type GCP struct {
+	// Project is the install's project id; Region its region.
+	Project string `json:"project"`
+	Region  string `json:"region,omitempty"`
+	// AgentServiceAccount is the email of the agent VM's own service
+	// account, which reads Secret Manager and impersonates the modes'.
+	AgentServiceAccount string `json:"agent_service_account"`
+}
+
 // Role is the cloud role of a permission mode (or a break-glass role).
 type Role struct {
 	// Enabled is the stack parameter's value: a disabled mode has no
@@ -202,6 +222,9 @@ type Role struct {
 	// ClientID is, in an Azure stack, the client id of the mode's
 	// user-assigned managed identity.
 	ClientID string `json:"client_id,omitempty"`
+	// ServiceAccount is, in a Google Cloud stack, the email of the mode's
+	// service account, which the agent impersonates.
+	ServiceAccount string `json:"service_account,omitempty"`
 	// Name is the role's name, for messages.
 	Name string `json:"name,omitempty"`
 	// Parameter is the stack parameter that turns the role on.
@@ -227,6 +250,9 @@ type Source struct {
 	// KeyVaultSecret is the name of a secret in an Azure stack's Key
 	// Vault (its latest version is the value).
 	KeyVaultSecret string `json:"key_vault_secret,omitempty"`
+	// GCPSecret is the id of a Secret Manager secret in a Google Cloud
+	// stack's project (its latest version is the value).
+	GCPSecret string `json:"gcp_secret,omitempty"`
 	// File is a local file holding the value (trailing newline removed),
 	// readable by its owner only.
 	File string `json:"file,omitempty"`
@@ -235,7 +261,9 @@ type Source struct {
 }
 
 // IsZero reports whether s names no place.
-func (s Source) IsZero() bool { return s.SecretARN == "" && s.File == "" && s.KeyVaultSecret == "" }
+func (s Source) IsZero() bool {
+	return s.SecretARN == "" && s.File == "" && s.KeyVaultSecret == "" && s.GCPSecret == ""
+}
 
 func (s Source) String() string {
 	switch {
@@ -245,6 +273,8 @@ func (s Source) String() string {
 		return "file " + s.File
 	case s.KeyVaultSecret != "":
 		return "Key Vault secret " + s.KeyVaultSecret
+	case s.GCPSecret != "":
+		return "Secret Manager secret " + s.GCPSecret
 	}
 	return "nowhere"
 }
@@ -257,6 +287,12 @@ var (
 	kvNameRE = regexp.MustCompile(`^[0-9A-Za-z-]{1,127}$`)
 	// rgRE is a resource group's name.
 	rgRE = regexp.MustCompile(`^[-\w._()]{1,90}$`)
+	// gcpProjectRE is a Google Cloud project id; gcpSecretRE a Secret
+	// Manager secret id; gcpSARE a service account's email.
+	gcpProjectRE = regexp.MustCompile(`^[a-z][-a-z0-9]{4,28}[a-z0-9]$`)
+	gcpSecretRE  = regexp.MustCompile(`^[A-Za-z0-9_-]{1,255}$`)
+	gcpSARE      = regexp.MustCompile(`^[a-z][-a-z0-9]{4,28}[a-z0-9]@[a-z][-a-z0-9.:]*\.iam\.gserviceaccount\.com$`)
+	gcpRegionRE  = regexp.MustCompile(`^[a-z]+-[a-z]+[0-9]+$`)
 )
 
 // Read reads and checks the file at path.
@@ -289,10 +325,13 @@ func (c *Config) Check() error {
 	if c.Version != Version {
 		return fmt.Errorf("version: %d, this agent reads version %d", c.Version, Version)
 	}
-	if c.Format != FormatCloudFormation && c.Format != FormatLocal && c.Format != FormatAzure {
-		return fmt.Errorf("format: %q, want %s, %s or %s", c.Format, FormatCloudFormation, FormatAzure, FormatLocal)
+	if c.Format != FormatCloudFormation && c.Format != FormatLocal && c.Format != FormatAzure && c.Format != FormatGCP {
+		return fmt.Errorf("format: %q, want %s, %s, %s or %s", c.Format, FormatCloudFormation, FormatAzure, FormatGCP, FormatLocal)
 	}
 	if err := c.checkAzure(); err != nil {
+		return err
+	}
+	if err := c.checkGCP(); err != nil {
 		return err
 	}
 	if err := c.checkSessionTags(); err != nil {
@@ -348,7 +387,9 @@ func (c *Config) Check() error {
 		switch {
 		case c.Format == FormatAzure && svc != "keyvault":
 			return fmt.Errorf("endpoints.%s: unknown service of an azure stack (want keyvault)", svc)
-		case c.Format != FormatAzure && svc != "sts" && svc != "secretsmanager":
+		case c.Format == FormatGCP && svc != "iamcredentials" && svc != "secretmanager":
+			return fmt.Errorf("endpoints.%s: unknown service of a gcp stack (want iamcredentials or secretmanager)", svc)
+		case c.Format != FormatAzure && c.Format != FormatGCP && svc != "sts" && svc != "secretsmanager":
 			return fmt.Errorf("endpoints.%s: unknown service (want sts or secretsmanager)", svc)
 		}
 		if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
@@ -360,18 +401,24 @@ func (c *Config) Check() error {
 
 func (s Source) check(key, format string) error {
 	n := 0
-	for _, v := range []string{s.SecretARN, s.File, s.KeyVaultSecret} {
+	for _, v := range []string{s.SecretARN, s.File, s.KeyVaultSecret, s.GCPSecret} {
 		if v != "" {
 			n++
 		}
 	}
 	switch {
 	case n > 1:
-		return fmt.Errorf("%s: set one of secret_arn, key_vault_secret or file", key)
+		return fmt.Errorf("%s: set one of secret_arn, key_vault_secret, gcp_secret or file", key)
 	case s.SecretARN != "" && !arnRE.MatchString(s.SecretARN):
 		return fmt.Errorf("%s.secret_arn: %q is not an ARN", key, s.SecretARN)
 	case s.SecretARN != "" && format == FormatAzure:
 		return fmt.Errorf("%s.secret_arn: an azure stack keeps its values in Key Vault (key_vault_secret)", key)
+	case s.SecretARN != "" && format == FormatGCP:
+		return fmt.Errorf("%s.secret_arn: a gcp stack keeps its values in Secret Manager (gcp_secret)", key)
+	case s.GCPSecret != "" && format != FormatGCP:
+		return fmt.Errorf("%s.gcp_secret: only a gcp stack has Google Secret Manager", key)
+	case s.GCPSecret != "" && !gcpSecretRE.MatchString(s.GCPSecret):
+		return fmt.Errorf("%s.gcp_secret: %q is not a Secret Manager secret id (letters, digits, _ and -, at most 255)", key, s.GCPSecret)
 	case s.KeyVaultSecret != "" && format != FormatAzure:
 		return fmt.Errorf("%s.key_vault_secret: only an azure stack has a Key Vault", key)
 	case s.KeyVaultSecret != "" && !kvNameRE.MatchString(s.KeyVaultSecret):
@@ -407,6 +454,31 @@ func (c *Config) checkAzure() error {
 	return nil
 }
 
+// checkGCP checks the gcp block: required in a gcp stack, refused
+// elsewhere.
+func (c *Config) checkGCP() error {
+	g := c.GCP
+	if c.Format != FormatGCP {
+		if g != nil {
+			return fmt.Errorf("gcp: only a stack of format gcp has it (this one is %s)", c.Format)
+		}
+		return nil
+	}
+	if g == nil {
+		return fmt.Errorf("gcp: is required in a gcp stack")
+	}
+	if !gcpProjectRE.MatchString(g.Project) {
+		return fmt.Errorf("gcp.project: %q is not a project id (6 to 30 lowercase letters, digits and -)", g.Project)
+	}
+	if g.Region != "" && !gcpRegionRE.MatchString(g.Region) {
+		return fmt.Errorf("gcp.region: %q is not a region (like europe-west1)", g.Region)
+	}
+	if !gcpSARE.MatchString(g.AgentServiceAccount) {
+		return fmt.Errorf("gcp.agent_service_account: %q is not a service account's email (NAME@PROJECT.iam.gserviceaccount.com)", g.AgentServiceAccount)
+	}
+	return nil
+}
+
 func (r Role) check(key, format string) error {
 	if r.Parameter == "" {
 		return fmt.Errorf("%s.parameter: is required (the stack parameter that turns the role on)", key)
@@ -422,6 +494,15 @@ func (r Role) check(key, format string) error {
 	}
 	if r.ClientID != "" && format != FormatAzure {
 		return fmt.Errorf("%s.client_id: only an azure stack's roles are managed identities", key)
+	}
+	if r.ARN != "" && format == FormatGCP {
+		return fmt.Errorf("%s.arn: a gcp stack's roles are service accounts (service_account)", key)
+	}
+	if r.Enabled && format == FormatGCP && !gcpSARE.MatchString(r.ServiceAccount) {
+		return fmt.Errorf("%s.service_account: %q is not a service account's email (NAME@PROJECT.iam.gserviceaccount.com)", key, r.ServiceAccount)
+	}
+	if r.ServiceAccount != "" && format != FormatGCP {
+		return fmt.Errorf("%s.service_account: only a gcp stack's roles are service accounts", key)
 	}
 	return nil
 }

@@ -27,7 +27,7 @@ func TestParse(t *testing.T) {
 		{`"arn":"arn:aws:iam::123456789012:role/p"`, `"arn":""`, "modes.provision.arn"},
 		{`"parameter":"EnableProvision"`, `"parameter":""`, "modes.provision.parameter"},
 		{`"sensitive":true,"from"`, `"sensitive":true,"value":"x","from"`, "inputs.admin_email: set value or from"},
-		{`secret:tok"`, `secret:tok","file":"t"`, "enroll_token: set one of secret_arn, key_vault_secret or file"},
+		{`secret:tok"`, `secret:tok","file":"t"`, "enroll_token: set one of secret_arn, key_vault_secret, gcp_secret or file"},
 		{`"install":"acme"`, `"install":"acme","instal":"x"`, `unknown field "instal"`},
 	} {
 		_, err := Parse([]byte(strings.Replace(valid, tc.from, tc.to, 1)))
@@ -87,5 +87,45 @@ func TestPascal(t *testing.T) {
 		if got := Pascal(in); got != want {
 			t.Errorf("Pascal(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+const validGCP = `{"version":1,"format":"gcp","install":"acme","ims":"https://ims.example.com",
+ "gcp":{"project":"acme-prod-1","region":"europe-west1","agent_service_account":"acme-agent@acme-prod-1.iam.gserviceaccount.com"},
+ "enroll_token":{"gcp_secret":"acme-enrollment-token"},
+ "modes":{"provision":{"enabled":true,"service_account":"acme-provision@acme-prod-1.iam.gserviceaccount.com","parameter":"enable_provision"},
+          "break_glass":{"enabled":false,"parameter":"enable_break_glass"}},
+ "secrets":{"license_key":{"gcp_secret":"acme-secret-license-key"}},
+ "endpoints":{"iamcredentials":"https://127.0.0.1:8443/","secretmanager":"https://127.0.0.1:8443/"}}`
+
+func TestParseGCP(t *testing.T) {
+	c, err := Parse([]byte(validGCP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.GCP.Project != "acme-prod-1" || c.Modes["provision"].ServiceAccount != "acme-provision@acme-prod-1.iam.gserviceaccount.com" {
+		t.Errorf("parsed %+v", c)
+	}
+	for _, tc := range []struct{ from, to, want string }{
+		{`"project":"acme-prod-1"`, `"project":"Acme"`, "gcp.project"},
+		{`"region":"europe-west1"`, `"region":"europe west"`, "gcp.region"},
+		{`"agent_service_account":"acme-agent@acme-prod-1.iam.gserviceaccount.com"`, `"agent_service_account":"agent@example.com"`, "gcp.agent_service_account"},
+		{`"service_account":"acme-provision@acme-prod-1.iam.gserviceaccount.com"`, `"service_account":""`, "modes.provision.service_account"},
+		{`"service_account":"acme-provision@acme-prod-1.iam.gserviceaccount.com"`, `"arn":"arn:aws:iam::123456789012:role/p"`, "modes.provision.arn: a gcp stack"},
+		{`{"gcp_secret":"acme-enrollment-token"}`, `{"key_vault_secret":"tok"}`, "enroll_token.key_vault_secret: only an azure stack"},
+		{`"gcp_secret":"acme-secret-license-key"`, `"gcp_secret":"a/b"`, "secrets.license_key.gcp_secret"},
+		{`"endpoints":{"iamcredentials"`, `"endpoints":{"sts"`, "endpoints.sts: unknown service of a gcp stack"},
+		{`"format":"gcp"`, `"format":"local"`, "gcp: only a stack of format gcp"},
+	} {
+		_, err := Parse([]byte(strings.Replace(validGCP, tc.from, tc.to, 1)))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s → %s: %v, want an error with %q", tc.from, tc.to, err, tc.want)
+		}
+	}
+	if _, err := Parse([]byte(strings.Replace(valid, `{"secret_arn":"arn:aws:secretsmanager:eu-west-1:123456789012:secret:tok"}`, `{"gcp_secret":"tok"}`, 1))); err == nil || !strings.Contains(err.Error(), "enroll_token.gcp_secret: only a gcp stack") {
+		t.Errorf("gcp_secret in cloudformation: %v", err)
+	}
+	if _, err := Parse([]byte(strings.Replace(validGCP, `"gcp":{`, `"gcpx":{`, 1))); err == nil || !strings.Contains(err.Error(), `unknown field "gcpx"`) {
+		t.Errorf("gcpx: %v", err)
 	}
 }

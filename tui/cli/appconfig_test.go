@@ -161,12 +161,13 @@ func TestAppValidateSchemas(t *testing.T) {
 }
 
 // TestAppInitCloud: --cloud writes the example for one cloud, which
-// validates; gcp and unknown clouds are usage errors.
+// validates; unknown clouds are usage errors.
 func TestAppInitCloud(t *testing.T) {
 	t.Setenv("BYOC_CONFIG", filepath.Join(t.TempDir(), "config.json"))
 	for cloud, want := range map[string]struct{ has, hasNot string }{
-		"aws":   {"policies = ", "azure_roles"},
+		"aws":   {"policies = ", "_roles"},
 		"azure": {"azure_roles = ", "policies = "},
+		"gcp":   {"gcp_roles = ", "policies = "},
 	} {
 		dir := filepath.Join(t.TempDir(), cloud)
 		mustRun(t, "app", "init", dir, "--cloud", cloud)
@@ -179,7 +180,7 @@ func TestAppInitCloud(t *testing.T) {
 			t.Errorf("--cloud %s: validate:\n%s", cloud, r.stdout)
 		}
 	}
-	for _, c := range []string{"gcp", "ibm"} {
+	for _, c := range []string{"ibm"} {
 		if r := byoc(t, "app", "init", filepath.Join(t.TempDir(), c), "--cloud", c); r.code != exitUsage || !strings.Contains(r.stderr, "--cloud") {
 			t.Errorf("--cloud %s: exit %d, stderr %q", c, r.code, r.stderr)
 		}

@@ -92,12 +92,13 @@ checked.`,
 func (a *app) appInitCommand() *cobra.Command {
 	var cloud string
 	cmd := &cobra.Command{
-		Use:   "init DIR [--cloud aws|azure]",
+		Use:   "init DIR [--cloud aws|azure|gcp]",
 		Short: "Write a commented example app config into DIR",
 		Long: `Write a commented example app config into DIR. Without --cloud it installs
 on every cloud byoc has an install stack for (app.toml clouds = ["aws",
-"azure"]), and permissions.toml gives each mode's AWS policies and Azure
-roles; --cloud aws or --cloud azure writes the example for that cloud alone.`,
+"azure", "gcp"]), and permissions.toml gives each mode's AWS policies,
+Azure roles and Google Cloud roles; --cloud aws, azure or gcp writes the
+example for that cloud alone.`,
 		Args: exactArgs("DIR"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cloud != "" {

@@ -19,7 +19,7 @@ func (a *app) installStackCommand() *cobra.Command {
 	var format, out, imsURL, agentURL, agentSum, pluginsURL, pluginsSum, templateURL string
 	var params []string
 	cmd := &cobra.Command{
-		Use:   "stack INSTALL [--format cloudformation|azure|local] [-o FILE] [--param NAME=VALUE ...]",
+		Use:   "stack INSTALL [--format cloudformation|azure|gcp|local] [-o FILE] [--param NAME=VALUE ...]",
 		Short: "Generate the install stack the customer runs in their own account",
 		Long: `Generate INSTALL's install stack from its app revision (the one it last
 applied, or the app's latest): the template the customer runs in their own
@@ -45,6 +45,18 @@ is true; the agent's VM (egress only), Key Vault holding the enrolment token
 and each input and secret (secure parameters), and an Azure Container
 Registry as the install registry.
 
+--format gcp writes a Terraform configuration (DIR/main.tf; -o DIR, default
+./stack-INSTALL-gcp) the customer applies in a project of theirs with
+Infrastructure Manager (gcloud infra-manager deployments apply) or
+terraform: a service account per permission mode with the mode's gcp_roles
+on that project while its variable (enable_provision, enable_maintenance,
+enable_deprovision, enable_break_glass, false by default) is true, which
+the agent impersonates per job; the agent's VM (no external address,
+egress only), Secret Manager holding the enrolment token and each input
+and secret (sensitive variables), and an Artifact Registry repository as
+the install registry. --param takes the same names as the other formats
+(EnableBreakGlass=true sets enable_break_glass's default).
+
 --format local writes a directory (-o DIR, default ./stack-INSTALL) with
 stack.json, secrets.env and agentd.sh, which runs agentd on this machine
 with the same permission toggles and customer inputs, for development.
@@ -53,8 +65,8 @@ with the same permission toggles and customer inputs, for development.
 in a local stack.`,
 		Args: exactArgs("INSTALL"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if format != "cloudformation" && format != "azure" && format != "local" {
-				return usagef("--format %q: want cloudformation, azure or local", format)
+			if format != "cloudformation" && format != "azure" && format != "gcp" && format != "local" {
+				return usagef("--format %q: want cloudformation, azure, gcp or local", format)
 			}
 			if templateURL != "" && (format != "azure" || !strings.HasPrefix(templateURL, "https://")) {
 				return usagef("--template-url %q: an https:// URL, with --format azure", templateURL)
@@ -115,6 +127,27 @@ in a local stack.`,
 				}
 				return nil
 			}
+			if format == "gcp" {
+				tf, err := stack.GCP(o)
+				if err != nil {
+					return usagef("%v", err)
+				}
+				dir := out
+				if dir == "" {
+					dir = "stack-" + o.Install + "-gcp"
+				}
+				if err := os.MkdirAll(dir, 0o755); err != nil {
+					return err
+				}
+				if err := os.WriteFile(filepath.Join(dir, "main.tf"), tf, 0o644); err != nil {
+					return err
+				}
+				fmt.Fprintf(a.stdout, "wrote %s/main.tf (install %s, app %s revision %d)\n", dir, o.Install, res.Msg.GetApp(), res.Msg.GetAppRevision())
+				fmt.Fprintf(a.stdout, "the customer writes inputs.tfvars, readable only by them (chmod 600), with project_id = \"PROJECT\" and enrollment_token = \"TOKEN\" (byoc install %s token), and applies it in that project:\n", o.Install)
+				fmt.Fprintf(a.stdout, "  gcloud infra-manager deployments apply projects/PROJECT/locations/REGION/deployments/byoc-%s --service-account=projects/PROJECT/serviceAccounts/DEPLOYER_EMAIL --local-source=%s --inputs-file=inputs.tfvars\n", o.Install, dir)
+				fmt.Fprintf(a.stdout, "or: terraform -chdir=%s init && terraform -chdir=%s apply -var-file=$PWD/inputs.tfvars\n", dir, dir)
+				return nil
+			}
 			if format == "cloudformation" {
 				tmpl, err := stack.CloudFormation(o)
 				if err != nil {
@@ -162,11 +195,11 @@ in a local stack.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&format, "format", "cloudformation", "cloudformation, azure or local")
+	cmd.Flags().StringVar(&format, "format", "cloudformation", "cloudformation, azure, gcp or local")
 	cmd.Flags().StringVar(&templateURL, "template-url", "", "with --format azure: the https `URL` the template will be served at, to print its Deploy to Azure link")
 	// Shadows the global --output/-o (text, wide, json): here it is where
 	// the stack goes.
-	cmd.Flags().StringVarP(&out, "output", "o", "", "file to write the template to (default stdout), or the local stack's directory (default ./stack-INSTALL)")
+	cmd.Flags().StringVarP(&out, "output", "o", "", "file to write the template to (default stdout), or the local stack's directory (default ./stack-INSTALL), or the gcp stack's (default ./stack-INSTALL-gcp)")
 	cmd.Flags().StringArrayVar(&params, "param", nil, "a stack parameter, NAME=VALUE (repeatable)")
 	cmd.Flags().StringVar(&imsURL, "ims-url", "", "imsd's URL as the agent reaches it (default: this context's server)")
 	cmd.Flags().StringVar(&agentURL, "agent-url", "", "HTTPS URL the stack's instance downloads agentd (linux/amd64) from")

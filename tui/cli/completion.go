@@ -73,8 +73,8 @@ var flagValues = map[string]map[string][]string{
 	"byoc action run":     {"mode": {"provision", "maintenance", "deprovision", "break_glass"}},
 	"byoc install plan":   {"kind": {"update", "provision", "deprovision"}},
 	"byoc build package":  {"kind": {"helm", "terraform"}},
-	"byoc install stack":  {"format": {"cloudformation", "azure", "local"}},
-	"byoc app init":       {"cloud": {"aws", "azure"}},
+	"byoc install stack":  {"format": {"cloudformation", "azure", "gcp", "local"}},
+	"byoc app init":       {"cloud": {"aws", "azure", "gcp"}},
 	"byoc install update": {"require-approval": {"true", "false"}},
 }
 

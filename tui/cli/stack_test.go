@@ -64,8 +64,19 @@ func TestInstallStack(t *testing.T) {
 		}
 	}
 
+	gcpDir := filepath.Join(t.TempDir(), "gcp")
+	r = mustRun(t, "install", "stack", "demo", "--format", "gcp", "-o", gcpDir, "--param", "EnableBreakGlass=true")
+	if b, err := os.ReadFile(filepath.Join(gcpDir, "main.tf")); err != nil || !strings.Contains(string(b), `resource "google_service_account" "mode_provision"`) ||
+		!strings.Contains(string(b), "kid123") || !strings.Contains(string(b), "variable \"enable_break_glass\" {\n  type        = bool\n  description = \"Whether the break_glass permission mode has a role: false removes it, and the agent fails every break_glass job naming this parameter.\"\n  default     = true") {
+		t.Errorf("--format gcp -o %s: %v\n%s", gcpDir, err, b)
+	}
+	if !strings.Contains(r.stdout, "gcloud infra-manager deployments apply projects/PROJECT/locations/REGION/deployments/byoc-demo") || !strings.Contains(r.stdout, "--local-source="+gcpDir) {
+		t.Errorf("output: %s", r.stdout)
+	}
+
 	for _, args := range [][]string{
 		{"install", "stack", "demo", "--format", "terraform"},
+		{"install", "stack", "demo", "--format", "gcp", "--param", "EnableEverything=true"},
 		{"install", "stack", "demo", "--template-url", "https://example.com/t.json"},
 		{"install", "stack", "demo", "--format", "azure", "--template-url", "http://example.com/t.json"},
 		{"install", "stack", "demo", "--param", "EnableEverything=true"},

@@ -10,10 +10,11 @@ import (
 const (
 	CloudAWS   = "aws"
 	CloudAzure = "azure"
+	CloudGCP   = "gcp"
 )
 
 // Clouds lists the clouds with an install stack.
-var Clouds = []string{CloudAWS, CloudAzure}
+var Clouds = []string{CloudAWS, CloudAzure, CloudGCP}
 
 // Supports reports whether the app installs on cloud: app.toml's clouds
 // lists it, or it lists none and cloud is aws.
@@ -51,6 +52,17 @@ func AzureRoleNames() []string {
 	sort.Strings(out)
 	return out
 }
+
+// gcpRoleRE is a Google Cloud IAM role: a predefined or basic role
+// (roles/NAME) or a custom one (projects/P/roles/NAME,
+// organizations/N/roles/NAME).
+var gcpRoleRE = regexp.MustCompile(`^(roles|projects/[a-z][-a-z0-9]{4,28}[a-z0-9]/roles|organizations/[0-9]+/roles)/[A-Za-z0-9_.]{3,64}$`)
+
+// IsGCPRole reports whether role is written as a Google Cloud IAM role.
+func IsGCPRole(role string) bool { return gcpRoleRE.MatchString(role) }
+
+// GCPDefaultRole is a mode's role when gcp_roles names none.
+const GCPDefaultRole = "roles/editor"
 
 var guidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
 

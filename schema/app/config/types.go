@@ -21,7 +21,7 @@ type Metadata struct {
 	Description     string          `toml:"description" doc:"What the app is, in a sentence."`
 	Version         string          `toml:"version" doc:"The vendor's version of this config, shown beside revisions (for example \"2.3.0\")."`
 	InstallDefaults InstallDefaults `toml:"install_defaults" doc:"Settings every install starts with; installs/*.toml may override them."`
-	Clouds          []string        `toml:"clouds" doc:"The clouds the app installs on, each with its install stack: aws (CloudFormation), azure (an ARM template). Empty means aws. permissions.toml's AWS keys need aws, its azure_roles azure."`
+	Clouds          []string        `toml:"clouds" doc:"The clouds the app installs on, each with its install stack: aws (CloudFormation), azure (an ARM template), gcp (a Terraform configuration for Infrastructure Manager). Empty means aws. permissions.toml's AWS keys need aws, its azure_roles azure, its gcp_roles gcp."`
 }
 
 // InstallDefaults are the settings an install gets unless it says otherwise.
@@ -128,6 +128,7 @@ type ModeRole struct {
 	PermissionsBoundary string   `toml:"permissions_boundary" doc:"A permissions boundary the role cannot exceed."`
 	Statements          []string `toml:"statements" doc:"Inline policy documents (JSON), each a complete policy."`
 	AzureRoles          []string `toml:"azure_roles" doc:"Azure: the roles the mode's managed identity gets on the install's resource group, as built-in role names (\"Contributor\", \"Network Contributor\", ...) or role definition GUIDs; empty: Contributor."`
+	GCPRoles            []string `toml:"gcp_roles" doc:"Google Cloud: the IAM roles the mode's service account gets on the install's project, as predefined roles (\"roles/compute.admin\", ...) or custom ones (\"projects/P/roles/NAME\"); empty: roles/editor."`
 }
 
 // PoliciesFile is policies.toml: rules every plan must pass before it is applied.

@@ -31,7 +31,7 @@ func ExampleFiles() map[string][]byte {
 	return files
 }
 
-// ExampleFilesFor returns the example app for one cloud (aws or azure):
+// ExampleFilesFor returns the example app for one cloud (aws, azure or gcp):
 // app.toml's clouds lists only it, and permissions.toml keeps only its
 // keys. "" is the example as it is, for every cloud.
 func ExampleFilesFor(cloud string) (map[string][]byte, error) {
@@ -41,16 +41,16 @@ func ExampleFilesFor(cloud string) (map[string][]byte, error) {
 	case "":
 		return files, nil
 	case config.CloudAWS:
-		drop = regexp.MustCompile(`(?m)^azure_roles = .*\n`)
+		drop = regexp.MustCompile(`(?m)^(azure_roles|gcp_roles) = .*\n`)
 	case config.CloudAzure:
-		drop = regexp.MustCompile(`(?m)^(policies|permissions_boundary|statements) = .*\n`)
-	case "gcp":
-		return nil, fmt.Errorf("gcp: Google Cloud install stacks are not built yet (known: %s)", strings.Join(config.Clouds, ", "))
+		drop = regexp.MustCompile(`(?m)^(policies|permissions_boundary|statements|gcp_roles) = .*\n`)
+	case config.CloudGCP:
+		drop = regexp.MustCompile(`(?m)^(policies|permissions_boundary|statements|azure_roles) = .*\n`)
 	default:
 		return nil, fmt.Errorf("%q is not a cloud byoc installs on (known: %s)", cloud, strings.Join(config.Clouds, ", "))
 	}
 	files["permissions.toml"] = drop.ReplaceAll(files["permissions.toml"], nil)
-	files["app.toml"] = bytes.Replace(files["app.toml"], []byte(`clouds = ["aws", "azure"]`), []byte(`clouds = ["`+cloud+`"]`), 1)
+	files["app.toml"] = bytes.Replace(files["app.toml"], []byte(`clouds = ["aws", "azure", "gcp"]`), []byte(`clouds = ["`+cloud+`"]`), 1)
 	return files, nil
 }
 

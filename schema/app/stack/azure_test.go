@@ -293,7 +293,7 @@ func TestAzureRoles(t *testing.T) {
 	}
 
 	appTOML := string(load.ExampleFiles()["app.toml"])
-	withClouds := func(c string) string { return strings.Replace(appTOML, `clouds = ["aws", "azure"]`, c, 1) }
+	withClouds := func(c string) string { return strings.Replace(appTOML, `clouds = ["aws", "azure", "gcp"]`, c, 1) }
 	awsOnly := exampleApp(t, map[string]string{"app.toml": withClouds(""), "permissions.toml": ""})
 	o := exampleOptions(t)
 	o.App = awsOnly

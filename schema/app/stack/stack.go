@@ -2,10 +2,11 @@
 // config: the template the customer runs in their own account, which
 // creates the agent, a role per permission mode, the install's registry,
 // and holds the customer's inputs and secrets. Its parameters are the
-// customer's control panel. Three formats: CloudFormation (CloudFormation
+// customer's control panel. Four formats: CloudFormation (CloudFormation
 // generates the template, cloudformation.go), Azure (an ARM template
-// deployed into a resource group, azure.go) and local (a script and a
-// stack config that run agentd on this machine, local.go).
+// deployed into a resource group, azure.go), Google Cloud (a Terraform
+// configuration for Infrastructure Manager, gcp.go) and local (a script
+// and a stack config that run agentd on this machine, local.go).
 //
 // Both hand the agent an internal/stackconfig file; the generator is a
 // pure function of the app config and Options.

@@ -609,8 +609,6 @@ func (v *validator) clouds() {
 	for i, c := range v.a.Metadata.Clouds {
 		key := fmt.Sprintf("clouds[%d]", i)
 		switch {
-		case c == "gcp":
-			v.errf("app.toml", key, "", "gcp: Google Cloud install stacks are not built yet (known: %s)", strings.Join(config.Clouds, ", "))
 		case !slices.Contains(config.Clouds, c):
 			v.errf("app.toml", key, "", "%q is not a cloud byoc installs on (known: %s)", c, strings.Join(config.Clouds, ", "))
 		case seen[c]:
@@ -643,6 +641,8 @@ func (v *validator) permissions() {
 			key := fmt.Sprintf("%s.policies[%d]", m.key, i)
 			if _, azure := config.AzureRoleID(pol); azure {
 				v.errf(f, key, "an Azure role goes in "+m.key+".azure_roles", "%q is an Azure role written as an AWS policy", pol)
+			} else if config.IsGCPRole(pol) {
+				v.errf(f, key, "a Google Cloud role goes in "+m.key+".gcp_roles", "%q is a Google Cloud role written as an AWS policy", pol)
 			} else if !aws {
 				v.errf(f, key, "add aws to app.toml clouds, or remove it", "an AWS policy, but the app does not install on aws (%s)", v.cloudsText())
 			}
@@ -659,10 +659,26 @@ func (v *validator) permissions() {
 			switch {
 			case strings.HasPrefix(r, "arn:"):
 				v.errf(f, key, "an AWS policy goes in "+m.key+".policies", "%q is an AWS ARN written as an Azure role", r)
+			case config.IsGCPRole(r):
+				v.errf(f, key, "a Google Cloud role goes in "+m.key+".gcp_roles", "%q is a Google Cloud role written as an Azure role", r)
 			case !ok:
 				v.errf(f, key, "or give the role definition's GUID", "%q is not an Azure built-in role byoc knows (%s)", r, strings.Join(config.AzureRoleNames(), ", "))
 			case !v.a.Metadata.Supports(config.CloudAzure):
 				v.errf(f, key, "add azure to app.toml clouds, or remove it", "an Azure role, but the app does not install on azure (%s)", v.cloudsText())
+			}
+		}
+		for i, r := range m.r.GCPRoles {
+			key := fmt.Sprintf("%s.gcp_roles[%d]", m.key, i)
+			_, azure := config.AzureRoleID(r)
+			switch {
+			case strings.HasPrefix(r, "arn:"):
+				v.errf(f, key, "an AWS policy goes in "+m.key+".policies", "%q is an AWS ARN written as a Google Cloud role", r)
+			case azure:
+				v.errf(f, key, "an Azure role goes in "+m.key+".azure_roles", "%q is an Azure role written as a Google Cloud role", r)
+			case !config.IsGCPRole(r):
+				v.errf(f, key, "a predefined role such as \"roles/compute.admin\", or a custom one, \"projects/PROJECT/roles/NAME\"", "%q is not a Google Cloud IAM role", r)
+			case !v.a.Metadata.Supports(config.CloudGCP):
+				v.errf(f, key, "add gcp to app.toml clouds, or remove it", "a Google Cloud role, but the app does not install on gcp (%s)", v.cloudsText())
 			}
 		}
 		for i, s := range m.r.Statements {
