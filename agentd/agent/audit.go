@@ -96,3 +96,8 @@ func (a *Agent) note(kind, subject string, data map[string]string) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// Note appends an event the agent's own commands recorded while it was
+// not running (such as an update applied, refused or rolled back:
+// agentd update) to its journal.
+func (a *Agent) Note(kind, subject string, data map[string]string) { a.note(kind, subject, data) }
