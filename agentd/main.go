@@ -585,6 +585,13 @@ func run(ctx context.Context, args []string) int {
 			a.Note(n.Kind, n.Subject, n.Data)
 		}
 	}
+	if stateDir != "" {
+		go func() {
+			if err := watchUpdate(ctx, stateDir, buildinfo.Get().Short(), time.Second, a.Drain, log); err != nil {
+				log.Error("agent update", "err", err)
+			}
+		}()
+	}
 	if pendingUpdate != nil {
 		go func() {
 			if err := confirmUpdate(ctx, stateDir, pendingUpdate, a.WaitConnected, a.Note, log); err != nil {

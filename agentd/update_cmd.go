@@ -48,9 +48,11 @@ enforces it (imsd cannot).
                        (imsd's keys the agent holds) and every digest,
                        check it against the policy, and swap the binaries
                        beside agentd (new files beside, then renamed; the
-                       old ones kept as *.prev). The agent runs the new
-                       version from its next start; restart it
-                       (systemctl restart agentd). If the new version does
+                       old ones kept as *.prev). A running agent drains
+                       (its running jobs finish and are reported; it takes
+                       no new ones) and runs the new version in its place;
+                       one not running runs it from its next start. If the
+                       new version does
                        not reconnect to imsd within --confirm-within, or
                        starts more than 3 times without doing so, it
                        puts the old binaries back and runs them.
@@ -448,6 +450,7 @@ func (u *updater) apply(ctx context.Context, refArg string) error {
 	}
 	fmt.Fprintf(u.stdout, "agent release %s (%s) verified: signed by imsd key %s; allowed by the update policy (%s)\n", m.Version, m.Descriptor.Digest, keyID, st.Update)
 	fmt.Fprintf(u.stdout, "swapped agentd and %s in %s: %s -> %s (the old ones kept as *.prev)\n", bundle.Binary, dir, from, m.Version)
-	fmt.Fprintf(u.stdout, "restart the agent (systemctl restart agentd): %s must reconnect within %s, or it rolls back to %s\n", m.Version, u.confirmWithin, from)
+	fmt.Fprintf(u.stdout, "a running agent drains (its running jobs finish; it takes no new ones) and runs %s in its place; one not running runs it from its next start\n", m.Version)
+	fmt.Fprintf(u.stdout, "%s must reconnect within %s of its first start, or the agent rolls back to %s\n", m.Version, u.confirmWithin, from)
 	return nil
 }

@@ -131,3 +131,32 @@ func confirmUpdate(ctx context.Context, dir string, s *updateState, waitConnecte
 	log.Info("agent update confirmed", "from", s.From, "to", s.To)
 	return nil
 }
+
+// watchUpdate runs in the agent of version: once agentd update apply has
+// swapped the binaries of an update from this version (seen in the state
+// dir, polled every interval), the agent drains (drain: its jobs end and
+// their results are written back; it takes no new ones) and executes the
+// new agentd in its place, with the same arguments. It returns when ctx
+// ends, or with the error of a failed exec.
+func watchUpdate(ctx context.Context, dir, version string, interval time.Duration, drain func(context.Context, time.Duration) error, log *slog.Logger) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		s, err := loadUpdateState(dir)
+		if err != nil || s == nil || s.From != version || s.Starts > 0 {
+			continue
+		}
+		log.Info("agent update applied: draining (running jobs finish, no new ones), then running the new version", "from", s.From, "to", s.To)
+		if err := drain(ctx, 100*time.Millisecond); err != nil {
+			return nil
+		}
+		args := append([]string{filepath.Join(s.Dir, "agentd")}, os.Args[1:]...)
+		log.Info("agent update: drained; running the new version", "to", s.To, "path", args[0])
+		return fmt.Errorf("run the new agentd %s: %w", s.To, execAgent(args[0], args))
+	}
+}

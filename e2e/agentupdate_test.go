@@ -53,8 +53,9 @@ func copyFile(t *testing.T, from, to string) {
 // customer's policy allows (issue 27): a release signed by another key,
 // a version the pin or range forbids, and an automatic update under a
 // manual policy are refused and journalled, nothing swapped; an allowed
-// release is swapped in, and after the supervisor's restart the new
-// version reconnects and confirms it; a bad release (imsd refuses its
+// release is swapped in while a job runs: the agent drains (the job
+// ends, once) and runs the new version in its place, which reconnects
+// and confirms it; a bad release (imsd refuses its
 // version, so it never reconnects) is rolled back by the agent alone to
 // the version before, which reconnects.
 func TestAgentUpdatesItself(t *testing.T) {
@@ -127,10 +128,6 @@ func TestAgentUpdatesItself(t *testing.T) {
 		}
 		return strings.Fields(string(out))[1]
 	}
-	restart := func() {
-		agent.Stop()
-		agent = cluster.StartAgentBin(t, filepath.Join(bin, "agentd"), nil, ims.URL(), "", state)
-	}
 	journal := func() string {
 		rs, _ := auditlog.ReadFile(filepath.Join(auditlog.Dir(state), auditlog.AgentFile))
 		var kinds []string
@@ -163,14 +160,36 @@ func TestAgentUpdatesItself(t *testing.T) {
 	if out := update(0, "policy", "--allow", ">=1.4 <2"); !strings.Contains(out, "versions >=1.4 <2") {
 		t.Fatalf("policy: %s", out)
 	}
+	// A job running across the update: the agent drains (the job ends
+	// and is reported), then runs v1.5.0 in its place; the job ran once.
+	c := ims.Admin()
+	job := enqueue(t, c, "acme", `sleep 6; echo ran-once`, 60)
+	cluster.WaitJob(t, c, job.Id, 30*time.Second, imsv1.JobState_JOB_STATE_RUNNING)
+	pid := agent.Cmd.Process.Pid
 	if out := update(0, "apply", "--auto", v150); !strings.Contains(out, "v1.4.0 -> v1.5.0") {
 		t.Fatalf("apply: %s", out)
 	}
 	if running() != "v1.5.0" {
 		t.Fatal("not swapped")
 	}
-	restart()
+	if r, err := c.GetJob(context.Background(), connect.NewRequest(&imsv1.GetJobRequest{Id: job.Id})); err != nil || r.Msg.Job.State != imsv1.JobState_JOB_STATE_RUNNING {
+		t.Fatalf("the job ended before the update was applied (lengthen it): %v", err)
+	}
+	done := cluster.WaitJob(t, c, job.Id, 30*time.Second, imsv1.JobState_JOB_STATE_SUCCEEDED, imsv1.JobState_JOB_STATE_FAILED)
+	if done.State != imsv1.JobState_JOB_STATE_SUCCEEDED || done.GetAttempt() != 1 {
+		t.Fatalf("the job across the update: %v, attempt %d", done.State, done.GetAttempt())
+	}
+	var ran int
+	for _, l := range cluster.Logs(t, c, job.Id) {
+		ran += strings.Count(l.Text, "ran-once")
+	}
+	if ran != 1 {
+		t.Fatalf("the job's log says ran-once %d times", ran)
+	}
 	reports("v1.5.0")
+	if agent.Exited() || agent.Cmd.Process.Pid != pid || !strings.Contains(agent.Output(), "drained; running the new version") {
+		t.Fatalf("the agent did not run v1.5.0 in its own place:\n%s", agent.Output())
+	}
 	cluster.Eventually(t, 30*time.Second, "the update to be confirmed", func() bool {
 		_, err := os.Stat(filepath.Join(state, "update.json"))
 		return os.IsNotExist(err) && strings.Contains(journal(), "agent_update_confirmed")
@@ -187,7 +206,6 @@ func TestAgentUpdatesItself(t *testing.T) {
 	if out := update(0, "apply", "--confirm-within", "5s", v160); !strings.Contains(out, "v1.5.0 -> v1.6.0") {
 		t.Fatalf("apply v1.6.0: %s", out)
 	}
-	restart()
 	cluster.Eventually(t, 60*time.Second, "the rollback to v1.5.0", func() bool {
 		return strings.HasSuffix(journal(), "agent_update_applied,agent_update_rolled_back")
 	})
