@@ -182,8 +182,9 @@ func TestAgentUpdate(t *testing.T) {
 
 	// 1.6.0 never reconnects: rolled back at the deadline, 1.5.0 run.
 	var execed []string
+	realExec := execAgent
 	execAgent = func(path string, args []string) error { execed = append(execed, path); return nil }
-	t.Cleanup(func() { execAgent = nil })
+	t.Cleanup(func() { execAgent = realExec })
 	v160 := publish("1.6.0", imsdKey)
 	if code, out := apply(v160, "1.5.0", true); code != 0 {
 		t.Fatalf("apply 1.6.0: %s", out)
