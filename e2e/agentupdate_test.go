@@ -51,8 +51,8 @@ func copyFile(t *testing.T, from, to string) {
 
 // An agent updates itself through the install registry as its
 // customer's policy allows (issue 27): a release signed by another key,
-// a version the pin or range forbids, and an automatic update under a
-// manual policy are refused and journalled, nothing swapped; an allowed
+// a version the pin forbids, an automatic update under a manual policy
+// and one outside the policy's window are refused and journalled, nothing swapped; an allowed
 // release is swapped in while a job runs: the agent drains (the job
 // ends, once) and runs the new version in its place, which reconnects
 // and confirms it; a bad release (imsd refuses its
@@ -156,8 +156,13 @@ func TestAgentUpdatesItself(t *testing.T) {
 		t.Fatal("a refused update swapped agentd")
 	}
 
-	// Allowed: swapped, confirmed by the new version once reconnected.
-	if out := update(0, "policy", "--allow", ">=1.4 <2"); !strings.Contains(out, "versions >=1.4 <2") {
+	// A window closed now (tomorrow's day only) refuses, one open allows.
+	tomorrow := time.Now().UTC().Add(24 * time.Hour).Weekday().String()[:3]
+	update(0, "policy", "--allow", ">=1.4 <2", "--window", tomorrow+" 00:00-24:00 UTC")
+	if out := update(1, "apply", "--auto", v150); !strings.Contains(out, "is closed; it next opens") {
+		t.Fatalf("closed window: %s", out)
+	}
+	if out := update(0, "policy", "--window", "daily 00:00-24:00 UTC"); !strings.Contains(out, "versions >=1.4 <2, in the window daily 00:00-24:00 UTC") {
 		t.Fatalf("policy: %s", out)
 	}
 	// A job running across the update: the agent drains (the job ends
@@ -194,7 +199,7 @@ func TestAgentUpdatesItself(t *testing.T) {
 		_, err := os.Stat(filepath.Join(state, "update.json"))
 		return os.IsNotExist(err) && strings.Contains(journal(), "agent_update_confirmed")
 	})
-	if j := journal(); j != "agent_update_refused,agent_update_refused,agent_update_refused,agent_update_applied,agent_update_confirmed" {
+	if j := journal(); j != "agent_update_refused,agent_update_refused,agent_update_refused,agent_update_refused,agent_update_applied,agent_update_confirmed" {
 		t.Fatalf("journal: %s", j)
 	}
 	if _, err := os.Stat(filepath.Join(bin, "agentd.prev")); !os.IsNotExist(err) {
