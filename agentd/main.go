@@ -17,6 +17,8 @@
 //	                                                    the customer's decisions on break-glass requests
 //	agentd identity --state-dir DIR show|rotate [--wait D]|revoke --yes [--reason R]
 //	                                                    the agent's own key: rotate it without re-enrolment, or revoke the agent for good
+//	agentd update --state-dir DIR policy [--manual|--pin V|--allow R] [--window W]|apply REF|status
+//	                                                    the customer's update policy; apply a signed agent release (rolls back on its own)
 //	agentd audit --state-dir DIR verify|compare         check the agent's copy of its install's audit chain,
 //	                                                    and compare it with imsd's
 //	agentd module push --state-dir DIR MODULE_DIR REPO:TAG
@@ -158,6 +160,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "egress" {
 		os.Exit(egressCmd(os.Args[2:], os.Stdout, os.Stderr, time.Now))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "update" {
+		os.Exit(updateCmd(ctx, os.Args[2:], os.Stdout, os.Stderr, time.Now))
+	}
 	if len(os.Args) > 1 && os.Args[1] == "module" {
 		os.Exit(moduleCmd(ctx, os.Args[2:], os.Stdout, os.Stderr))
 	}
@@ -265,6 +270,7 @@ commands (most take --state-dir DIR, the agent's state directory):
   window           the customer's maintenance windows
   breakglass       decide the vendor's break-glass requests
   plugin           pin, unpin and list plugins (agentd plugin pin|unpin|list)
+  update           the agent's update policy; apply a signed agent release
   audit            verify the agent's copy of the audit chain; compare it with imsd's
   egress           list and sum what the agent sent to imsd (agentd egress list|stats)
   module push      put a Terraform module or Helm chart into the install registry
@@ -564,6 +570,15 @@ func run(ctx context.Context, args []string) int {
 		}
 		defer led.Close()
 	}
+	// An agent update in progress: this start counts, and the update is
+	// confirmed once the agent reconnects, else rolled back.
+	var pendingUpdate *updateState
+	if stateDir != "" {
+		if pendingUpdate, err = updateAtStart(stateDir, buildinfo.Get().Short(), time.Now(), log); err != nil {
+			fmt.Fprintf(os.Stderr, "agentd: agent update: %v\n", err)
+			return 1
+		}
+	}
 	a, err := agent.New(ctx, agent.Config{
 		IMSURL:         ims,
 		EnrollToken:    token,
@@ -581,6 +596,29 @@ func run(ctx context.Context, args []string) int {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "agentd: %v\n", err)
 		return 1
+	}
+	if stateDir != "" {
+		notes, err := takeUpdateNotes(stateDir)
+		if err != nil {
+			log.Error("agent update notes", "err", err)
+		}
+		for _, n := range notes {
+			a.Note(n.Kind, n.Subject, n.Data)
+		}
+	}
+	if stateDir != "" {
+		go func() {
+			if err := watchUpdate(ctx, stateDir, buildinfo.Get().Short(), time.Second, a.Drain, log); err != nil {
+				log.Error("agent update", "err", err)
+			}
+		}()
+	}
+	if pendingUpdate != nil {
+		go func() {
+			if err := confirmUpdate(ctx, stateDir, pendingUpdate, a.WaitConnected, a.Note, log); err != nil {
+				log.Error("agent update", "err", err)
+			}
+		}()
 	}
 	if err := a.Run(ctx); err != nil {
 		fmt.Fprintf(os.Stderr, "agentd: %v\n", err)

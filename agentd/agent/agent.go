@@ -180,6 +180,9 @@ type Agent struct {
 	// live holds, per job, the last attempt whose plugin has not exited
 	// yet, including attempts given up and still stopping.
 	live map[string]*jobRun
+	// draining is set once the agent holds no job and takes none more
+	// (Drain): an update replaces the process next.
+	draining bool
 	// keys are imsd's job signing keys by id (identity.IMSDKeys).
 	keys map[string]ed25519.PublicKey
 	// retired holds the ids of imsd's keys retired after a rotation.

@@ -1,9 +1,11 @@
 package agent
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"github.com/byoc-dev/byoc/agentd/auditlog"
 	"github.com/byoc-dev/byoc/internal/auditchain"
@@ -96,3 +98,33 @@ func (a *Agent) note(kind, subject string, data map[string]string) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// Note appends an event the agent's own commands recorded while it was
+// not running (such as an update applied, refused or rolled back:
+// agentd update) to its journal.
+func (a *Agent) Note(kind, subject string, data map[string]string) { a.note(kind, subject, data) }
+
+// Drain waits until the agent holds no job (every attempt ended and its
+// result written back, every plugin exited), then stops it taking any
+// more: an assignment after that is neither acked nor started, so its
+// lease runs out and imsd hands it out again. An update's swap of the
+// process follows (agentd update). It polls every interval until ctx
+// ends.
+func (a *Agent) Drain(ctx context.Context, interval time.Duration) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		a.mu.Lock()
+		if len(a.jobs) == 0 && len(a.live) == 0 {
+			a.draining = true
+			a.mu.Unlock()
+			return nil
+		}
+		a.mu.Unlock()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}

@@ -100,6 +100,15 @@ type jobRun struct {
 // before its ack can leave, so it is never accepted twice, restarts
 // included.
 func (a *Agent) assign(ctx context.Context, as *agentv1.JobAssignment) {
+	a.mu.Lock()
+	draining := a.draining
+	a.mu.Unlock()
+	if draining {
+		// Neither acked nor started: its lease runs out and imsd hands
+		// it out again, to the agent's next version.
+		a.log.Info("draining for an update: leaving the assignment to its lease", "job", as.JobId, "attempt", as.Attempt)
+		return
+	}
 	now := a.now()
 	config, err := a.check(as, now)
 	a.mu.Lock()

@@ -65,13 +65,16 @@ type State struct {
 	// set), in internal/window's syntax: a job of a release (window-bound)
 	// is refused while none is open. None: no restriction.
 	Windows []string `json:"windows,omitempty"`
+	// Update is the customer's update policy for the agent itself
+	// (agentd update policy); the zero value is manual.
+	Update UpdatePolicy `json:"update,omitzero"`
 }
 
 // Equal reports whether s and o say the same.
 func (s State) Equal(o State) bool {
 	return s.Provision == o.Provision && s.Maintenance == o.Maintenance && s.Deprovision == o.Deprovision &&
 		s.BreakGlass == o.BreakGlass && s.DisabledAll == o.DisabledAll && s.ChangedAt.Equal(o.ChangedAt) &&
-		s.ChangedBy == o.ChangedBy && slices.Equal(s.Windows, o.Windows)
+		s.ChangedBy == o.ChangedBy && slices.Equal(s.Windows, o.Windows) && s.Update == o.Update
 }
 
 // Default is the state before the customer changes anything, as Nuon's

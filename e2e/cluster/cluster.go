@@ -166,6 +166,9 @@ type Options struct {
 	AgentOfflineAfter, AgentHealthGrace, AlertDelay, AlertDedup time.Duration
 	AlertWebhookURL, AlertWebhookSecretFile                     string
 	HealthInterval, AlertRetryMin                               time.Duration
+	// Version is imsd's version for the agent version-skew window
+	// (default: this build's).
+	Version string
 }
 
 // StartIMS starts imsd and stops it at cleanup.
@@ -192,6 +195,7 @@ func StartIMS(tb testing.TB, o Options) *IMS {
 		CronInterval: o.CronInterval, CronNow: o.CronNow, AgentWireOff: o.AgentWireOff,
 		ReleaseInterval: o.ReleaseInterval, ReleaseNow: o.ReleaseNow,
 		SigningKeyFile:       o.SigningKeyFile,
+		Version:              o.Version,
 		BreakGlassRequestTTL: o.BreakGlassRequestTTL,
 		RegistryURL:          o.RegistryURL,
 		SSOConfigFile:        o.SSOConfigFile,
@@ -321,7 +325,13 @@ func StartAgent(tb testing.TB, url, token, stateDir string, extra ...string) *Ag
 // environment.
 func StartAgentEnv(tb testing.TB, env []string, url, token, stateDir string, extra ...string) *AgentProc {
 	tb.Helper()
-	bin := filepath.Join(Binaries(tb), "agentd")
+	return StartAgentBin(tb, filepath.Join(Binaries(tb), "agentd"), env, url, token, stateDir, extra...)
+}
+
+// StartAgentBin is StartAgentEnv running the agentd at bin, such as a
+// copy the test owns (an agent that updates itself swaps it).
+func StartAgentBin(tb testing.TB, bin string, env []string, url, token, stateDir string, extra ...string) *AgentProc {
+	tb.Helper()
 	args := append([]string{"--ims", url, "--state-dir", stateDir, "--log-level", "debug"}, extra...)
 	// The test's registries are on this machine's loopback, which the
 	// plugins' sandbox reaches only where the customer says so.

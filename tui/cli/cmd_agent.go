@@ -12,7 +12,7 @@ import (
 
 // agentCommand groups what the vendor does to an install's agent itself.
 func (a *app) agentCommand() *cobra.Command {
-	return group("agent", "Act on an install's agent (revoke a compromised one)", a.agentRevokeCommand())
+	return group("agent", "Act on an install's agent (revoke a compromised one) and publish agent releases", a.agentRevokeCommand(), a.agentPublishCommand())
 }
 
 func (a *app) agentRevokeCommand() *cobra.Command {

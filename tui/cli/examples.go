@@ -67,7 +67,9 @@ var examples = map[string]string{
 	"byoc install deprovision": `  byoc install deprovision shop-acme --dry-run   # what would be destroyed
   byoc install deprovision shop-acme --yes --wait`,
 	"byoc install drift": `  byoc install drift shop-acme`,
-	"byoc agent revoke":  `  byoc agent revoke shop-acme --reason "agent host compromised"`,
+	"byoc agent publish": `  byoc agent publish ./dist --version 1.5.0 --to registry.example.com/byoc/agent --signing-key /var/lib/imsd/signing.key
+  byoc agent publish ./dist --version 1.5.0 --to oci:./out/agent --signing-key signing.key -o json`,
+	"byoc agent revoke": `  byoc agent revoke shop-acme --reason "agent host compromised"`,
 	"byoc install get": `  byoc install get shop-acme
   byoc install get shop-acme -o go-template='{{.agent.connected}}'`,
 	"byoc install images": `  byoc install images shop-acme`,

@@ -1,0 +1,456 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/byoc-dev/byoc/agentd/identity"
+	"github.com/byoc-dev/byoc/agentd/permissions"
+	"github.com/byoc-dev/byoc/internal/atomicfile"
+	"github.com/byoc-dev/byoc/internal/buildinfo"
+	"github.com/byoc-dev/byoc/internal/ocicopy"
+	"github.com/byoc-dev/byoc/internal/plugindist"
+	"github.com/byoc-dev/byoc/internal/window"
+	"github.com/byoc-dev/byoc/plugins/bundle"
+)
+
+const updateUsage = `usage: agentd update [--state-dir DIR] policy [--manual | --pin VERSION | --allow RANGE] [--window WINDOW | --no-window]
+       agentd update [--state-dir DIR] apply [--auto] [--install-dir DIR] [--install-registry REG] oci://HOST/REPOSITORY@sha256:...
+       agentd update [--state-dir DIR] status
+
+Updates of the agent itself (agentd and byoc-plugins), as the customer
+allows them. The policy is kept in DIR/permissions.json, signed like the
+permission modes: only this command changes it, and the agent alone
+enforces it (imsd cannot).
+
+  policy               with no flag, print the policy; else replace it:
+    --manual           (the default) only "agentd update apply", run by
+                       you, updates the agent, to any signed version
+    --pin VERSION      only VERSION, such as 1.4.2, is ever applied
+    --allow RANGE      versions in RANGE, such as ">=1.4 <2", are applied
+    --window WINDOW    and only while WINDOW is open, such as
+                       "Sun 03:00-05:00 Europe/Berlin" (UTC without a zone)
+  apply REF            copy the agent release REF (byoc agent publish)
+                       into the install registry, verify its signature
+                       (imsd's keys the agent holds) and every digest,
+                       check it against the policy, and swap the binaries
+                       beside agentd (new files beside, then renamed; the
+                       old ones kept as *.prev). A running agent drains
+                       (its running jobs finish and are reported; it takes
+                       no new ones) and runs the new version in its place;
+                       one not running runs it from its next start. If the
+                       new version does
+                       not reconnect to imsd within --confirm-within, or
+                       starts more than 3 times without doing so, it
+                       puts the old binaries back and runs them.
+    --auto             apply as an automatic update (a scheduled job of
+                       yours): a manual policy refuses it
+  status               print the update in progress, if any
+
+Every update applied, refused, confirmed or rolled back is written to the
+agent's journal (agentd audit) at its next start. See
+docs/customer/agent-updates.md.
+`
+
+// updateStateFile is the update in progress, in the state dir.
+const updateStateFile = "update.json"
+
+// updateNotesFile holds the journal entries of agentd update, which the
+// agent writes to its journal at its next start (one writer per journal).
+const updateNotesFile = "update-notes.jsonl"
+
+// maxUpdateStarts is how many starts a new version has to reconnect
+// before the agent rolls back.
+const maxUpdateStarts = 3
+
+// updateState is an update in progress (updateStateFile).
+type updateState struct {
+	From    string `json:"from"`
+	To      string `json:"to"`
+	Release string `json:"release"`
+	// Dir holds agentd and byoc-plugins; the old ones are DIR/NAME.prev.
+	Dir       string    `json:"dir"`
+	AppliedAt time.Time `json:"applied_at"`
+	AppliedBy string    `json:"applied_by"`
+	// ConfirmWithin is how long the new version has, from its first
+	// start, to reconnect and pass its self-check.
+	ConfirmWithin time.Duration `json:"confirm_within"`
+	// Starts counts the new version's starts; FirstStart is the first.
+	Starts     int       `json:"starts"`
+	FirstStart time.Time `json:"first_start,omitzero"`
+}
+
+// updateNote is one journal entry of agentd update.
+type updateNote struct {
+	Kind    string            `json:"kind"`
+	Subject string            `json:"subject"`
+	Data    map[string]string `json:"data"`
+}
+
+// addUpdateNote appends n to the state dir's notes.
+func addUpdateNote(dir string, n updateNote) error {
+	b, err := json.Marshal(n)
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, updateNotesFile), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(append(b, '\n')); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// takeUpdateNotes reads and removes the state dir's notes.
+func takeUpdateNotes(dir string) ([]updateNote, error) {
+	// Renamed first, so that a note added meanwhile goes to a new file.
+	path := filepath.Join(dir, updateNotesFile+".taking")
+	if err := os.Rename(filepath.Join(dir, updateNotesFile), path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []updateNote
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		var n updateNote
+		if json.Unmarshal(sc.Bytes(), &n) == nil && n.Kind != "" {
+			out = append(out, n)
+		}
+	}
+	return out, os.Remove(path)
+}
+
+func loadUpdateState(dir string) (*updateState, error) {
+	b, err := os.ReadFile(filepath.Join(dir, updateStateFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var s updateState
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, updateStateFile), err)
+	}
+	return &s, nil
+}
+
+func saveUpdateState(dir string, s *updateState) error {
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
+	return atomicfile.Write(filepath.Join(dir, updateStateFile), append(b, '\n'), 0o600)
+}
+
+// updateCmd runs "agentd update ...".
+func updateCmd(ctx context.Context, args []string, stdout, stderr io.Writer, now func() time.Time) int {
+	fs := flag.NewFlagSet("agentd update", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), updateUsage) }
+	stateDir := fs.String("state-dir", os.Getenv("BYOC_STATE_DIR"), "the agent's state `directory`; also $BYOC_STATE_DIR")
+	manual := fs.Bool("manual", false, "policy: only agentd update apply, run by the customer, updates the agent")
+	pin := fs.String("pin", "", "policy: the only `version` ever applied")
+	allow := fs.String("allow", "", "policy: the `range` of versions applied, such as \">=1.4 <2\"")
+	win := fs.String("window", "", "policy: apply only while this `window` is open, such as \"Sun 03:00-05:00 UTC\"")
+	noWindow := fs.Bool("no-window", false, "policy: remove the window")
+	auto := fs.Bool("auto", false, "apply: an automatic update, which a manual policy refuses")
+	installDir := fs.String("install-dir", "", "apply: the `directory` of agentd and byoc-plugins; default: that of this agentd")
+	registry := fs.String("install-registry", os.Getenv("BYOC_INSTALL_REGISTRY"), "apply: the install registry `location`; default oci:STATE-DIR/registry")
+	confirmWithin := fs.Duration("confirm-within", 2*time.Minute, "apply: how long the new version has to reconnect and pass its self-check before the agent rolls back")
+	words, code := parseWords(fs, args, stdout)
+	if words == nil {
+		return code
+	}
+	cmd, rest := words[0], words[1:]
+	dir, code := stateDirArg("agentd update", *stateDir, stderr)
+	if code != 0 {
+		return code
+	}
+	switch cmd {
+	case "policy":
+		if len(rest) != 0 {
+			fmt.Fprintln(stderr, "agentd update policy: takes flags only")
+			return 2
+		}
+		return updatePolicyCmd(dir, *manual, *pin, *allow, *win, *noWindow, stdout, stderr, now())
+	case "apply":
+		if len(rest) != 1 {
+			fmt.Fprintln(stderr, "agentd update apply: give the release: oci://HOST/REPOSITORY@sha256:...")
+			return 2
+		}
+		u := &updater{stateDir: dir, installDir: *installDir, registry: *registry, auto: *auto, confirmWithin: *confirmWithin,
+			platform: runtime.GOOS + "/" + runtime.GOARCH, now: now, stdout: stdout}
+		if err := u.apply(ctx, rest[0]); err != nil {
+			fmt.Fprintf(stderr, "agentd update apply: %v\n", err)
+			return 1
+		}
+		return 0
+	case "status":
+		s, err := loadUpdateState(dir)
+		if err != nil {
+			fmt.Fprintf(stderr, "agentd update status: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "This agentd: %s\n", buildinfo.Get().Short())
+		if s == nil {
+			fmt.Fprintln(stdout, "No update in progress.")
+			return 0
+		}
+		fmt.Fprintf(stdout, "Update in progress: %s -> %s (%s), applied %s by %s in %s; started %d time(s); confirmed once it reconnects within %s of its first start\n",
+			s.From, s.To, s.Release, s.AppliedAt.UTC().Format(time.RFC3339), s.AppliedBy, s.Dir, s.Starts, s.ConfirmWithin)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "agentd update: unknown command %q\n\n%s", cmd, updateUsage)
+		return 2
+	}
+}
+
+func updatePolicyCmd(dir string, manual bool, pin, allow, win string, noWindow bool, stdout, stderr io.Writer, now time.Time) int {
+	set := 0
+	for _, b := range []bool{manual, pin != "", allow != ""} {
+		if b {
+			set++
+		}
+	}
+	if set > 1 {
+		fmt.Fprintln(stderr, "agentd update policy: give one of --manual, --pin and --allow")
+		return 2
+	}
+	if win != "" && noWindow {
+		fmt.Fprintln(stderr, "agentd update policy: give --window or --no-window, not both")
+		return 2
+	}
+	var st permissions.State
+	var err error
+	if set == 0 && win == "" && !noWindow {
+		st, err = permissions.Load(dir)
+	} else {
+		if win != "" {
+			if win, err = permissions.NormalizeWindow(win); err != nil {
+				fmt.Fprintf(stderr, "agentd update policy: --window: %v\n", err)
+				return 2
+			}
+		}
+		var p permissions.UpdatePolicy
+		if st, err = permissions.Load(dir); err == nil {
+			p = st.Update
+			if set == 1 {
+				p.Pin, p.Allow = pin, allow
+			}
+			if win != "" {
+				p.Window = win
+			} else if noWindow {
+				p.Window = ""
+			}
+			if err := p.Check(); err != nil {
+				fmt.Fprintf(stderr, "agentd update policy: %v\n", err)
+				return 2
+			}
+			st, err = permissions.Update(dir, now, whoami(), func(s *permissions.State) { s.Update = p })
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "agentd update policy: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "Update policy of the agent in %s: %s\n", dir, st.Update)
+	fmt.Fprintf(stdout, "This agentd: %s\n", buildinfo.Get().Short())
+	if st.Update.Window != "" {
+		if s, err := window.ParseSchedule([]string{st.Update.Window}); err == nil {
+			if s.Contains(now) {
+				fmt.Fprintf(stdout, "Window: open now, until %s\n", s.CloseAfter(now).UTC().Format(time.RFC3339))
+			} else {
+				fmt.Fprintf(stdout, "Window: closed now; next opens %s\n", s.NextOpening(now).UTC().Format(time.RFC3339))
+			}
+		}
+	}
+	return 0
+}
+
+// updater applies an agent release.
+type updater struct {
+	stateDir, installDir, registry string
+	auto                           bool
+	confirmWithin                  time.Duration
+	platform                       string
+	now                            func() time.Time
+	stdout                         io.Writer
+	// version is the running agentd's; empty: buildinfo's.
+	version string
+}
+
+// refuse records a refusal for the agent's journal and returns it.
+func (u *updater) refuse(ref string, err error) error {
+	if nerr := addUpdateNote(u.stateDir, updateNote{Kind: "agent_update_refused", Subject: ref,
+		Data: map[string]string{"reason": err.Error(), "by": whoami()}}); nerr != nil {
+		return fmt.Errorf("%w (and recording the refusal failed: %v)", err, nerr)
+	}
+	return err
+}
+
+func (u *updater) apply(ctx context.Context, refArg string) error {
+	from := u.version
+	if from == "" {
+		from = buildinfo.Get().Short()
+	}
+	id, err := identity.Load(u.stateDir)
+	if err != nil {
+		return fmt.Errorf("the agent's identity holds the imsd keys a release's signature is checked with: %w", err)
+	}
+	st, err := permissions.Load(u.stateDir)
+	if err != nil {
+		return fmt.Errorf("the update policy: %w", err)
+	}
+	if cur, err := loadUpdateState(u.stateDir); err != nil {
+		return err
+	} else if cur != nil {
+		return fmt.Errorf("an update to %s (%s) is in progress: start the agent, and it confirms or rolls back that one first (agentd update status)", cur.To, cur.Release)
+	}
+	ref, err := plugindist.ParseRef(refArg)
+	if err != nil {
+		return err
+	}
+	if u.registry == "" {
+		u.registry = "oci:" + filepath.Join(u.stateDir, "registry")
+	}
+	reg, err := ocicopy.ParseRegistry(u.registry)
+	if err != nil {
+		return fmt.Errorf("--install-registry: %w", err)
+	}
+	creds := credsFromEnv("BYOC_INSTALL_REGISTRY")
+	// Custody: vendor registry -> install registry, by digest, with the
+	// signatures; everything after reads the install registry only.
+	if ref.Registry != reg {
+		src, err := ocicopy.Open(ctx, ref.Registry, ref.Repository, credsFromEnv("BYOC_VENDOR_REGISTRY"))
+		if err != nil {
+			return err
+		}
+		defer src.Close()
+		dst, err := ocicopy.Open(ctx, reg, ref.Repository, creds)
+		if err != nil {
+			return err
+		}
+		defer dst.Close()
+		if _, err := ocicopy.Copy(ctx, src, dst, ref.Digest, ocicopy.Options{}); err != nil {
+			return fmt.Errorf("copy %s into the install registry %s: %w", refArg, reg, err)
+		}
+	}
+	repo, err := ocicopy.Open(ctx, reg, ref.Repository, creds)
+	if err != nil {
+		return err
+	}
+	defer repo.Close()
+	at := ocicopy.Reference{Registry: reg, Repository: ref.Repository, Digest: ref.Digest}.String()
+	m, err := plugindist.ReadAgent(ctx, repo, ref.Digest)
+	if err != nil {
+		return u.refuse(at, fmt.Errorf("refused: %w", err))
+	}
+	keyID, err := plugindist.Verify(ctx, repo, m, id.IMSDKeys)
+	if err != nil {
+		return u.refuse(at, fmt.Errorf("refused: agent release %w", err))
+	}
+	if r := st.Update.Refusal(m.Version, u.now(), !u.auto); r != "" {
+		return u.refuse(at, fmt.Errorf("agent %s: %s", m.Version, r))
+	}
+	bins := map[string][]byte{}
+	for _, f := range plugindist.AgentFiles {
+		if bins[f], err = plugindist.FetchBinary(ctx, repo, m, plugindist.AgentKey(u.platform, f)); err != nil {
+			return u.refuse(at, fmt.Errorf("refused: %w", err))
+		}
+	}
+	dir := u.installDir
+	if dir == "" {
+		self, err := os.Executable()
+		if err == nil {
+			self, err = filepath.EvalSymlinks(self)
+		}
+		if err != nil {
+			return fmt.Errorf("find agentd's own executable (give --install-dir): %w", err)
+		}
+		dir = filepath.Dir(self)
+	}
+	names := map[string]string{"agentd": "agentd", "byoc-plugins": bundle.Binary}
+	for _, f := range plugindist.AgentFiles {
+		if _, err := os.Stat(filepath.Join(dir, names[f])); err != nil {
+			return fmt.Errorf("--install-dir %s: %w (it must hold agentd and %s)", dir, err, bundle.Binary)
+		}
+	}
+	// New files beside the old ones, each checked by running it.
+	staged := map[string]string{}
+	defer func() {
+		for _, p := range staged {
+			os.Remove(p)
+		}
+	}()
+	for _, f := range plugindist.AgentFiles {
+		p := filepath.Join(dir, "."+names[f]+".new")
+		if err := atomicfile.Write(p, bins[f], 0o755); err != nil {
+			return err
+		}
+		staged[f] = p
+		out, err := exec.CommandContext(ctx, p, "--version").Output()
+		if err != nil || !strings.Contains(string(out), " "+m.Version+" ") {
+			return u.refuse(at, fmt.Errorf("refused: the release's %s does not run here or is not version %s (%s --version: %q, %v)", f, m.Version, f, strings.TrimSpace(string(out)), err))
+		}
+	}
+	for _, f := range plugindist.AgentFiles {
+		cur, prev := filepath.Join(dir, names[f]), filepath.Join(dir, names[f]+".prev")
+		if err := os.Remove(prev); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		if err := os.Link(cur, prev); err != nil {
+			return fmt.Errorf("keep the old %s: %w", f, err)
+		}
+	}
+	s := &updateState{From: from, To: m.Version, Release: at, Dir: dir, AppliedAt: u.now().UTC(), AppliedBy: whoami(), ConfirmWithin: u.confirmWithin}
+	if err := saveUpdateState(u.stateDir, s); err != nil {
+		return err
+	}
+	// byoc-plugins first: a crash between the renames leaves agentd
+	// old, which rolls back at its start (the state file says so).
+	for _, f := range []string{"byoc-plugins", "agentd"} {
+		if err := os.Rename(staged[f], filepath.Join(dir, names[f])); err != nil {
+			return fmt.Errorf("swap %s: %w (start agentd: it rolls back)", f, err)
+		}
+		delete(staged, f)
+	}
+	if err := atomicfile.SyncDir(dir); err != nil {
+		return err
+	}
+	if err := addUpdateNote(u.stateDir, updateNote{Kind: "agent_update_applied", Subject: at,
+		Data: map[string]string{"from": from, "to": m.Version, "signed_by": keyID, "by": s.AppliedBy, "dir": dir}}); err != nil {
+		return err
+	}
+	fmt.Fprintf(u.stdout, "agent release %s (%s) verified: signed by imsd key %s; allowed by the update policy (%s)\n", m.Version, m.Descriptor.Digest, keyID, st.Update)
+	fmt.Fprintf(u.stdout, "swapped agentd and %s in %s: %s -> %s (the old ones kept as *.prev)\n", bundle.Binary, dir, from, m.Version)
+	fmt.Fprintf(u.stdout, "a running agent drains (its running jobs finish; it takes no new ones) and runs %s in its place; one not running runs it from its next start\n", m.Version)
+	fmt.Fprintf(u.stdout, "%s must reconnect within %s of its first start, or the agent rolls back to %s\n", m.Version, u.confirmWithin, from)
+	return nil
+}

@@ -1,0 +1,229 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/byoc-dev/byoc/agentd/identity"
+	"github.com/byoc-dev/byoc/internal/ocicopy"
+	"github.com/byoc-dev/byoc/internal/ocicopy/ocitest"
+	"github.com/byoc-dev/byoc/internal/plugindist"
+	"github.com/byoc-dev/byoc/plugins/bundle"
+)
+
+// fakeBinary is a program that prints its version as agentd and
+// byoc-plugins do (agentd 1.5.0 (...)).
+func fakeBinary(name, v string) []byte {
+	return []byte("#!/bin/sh\necho '" + name + " " + v + " (test build)'\n")
+}
+
+// The whole of agentd update against a real registry: a release that is
+// unsigned, signed by a key the agent does not trust, or forbidden by the
+// policy (pin, range, manual for an automatic update, closed window) is
+// refused and noted for the journal, nothing swapped; an allowed one is
+// copied into the install registry, verified and swapped (old binaries
+// kept); the new version confirms it once connected; a new version that
+// does not reconnect by the deadline, or crash-loops, is rolled back to
+// the old binaries, which are executed in its place.
+func TestAgentUpdate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a registry")
+	}
+	ctx := t.Context()
+	vendor := ocitest.StartRegistry(t, ocitest.RegistryOptions{})
+	reg, err := ocicopy.ParseRegistry(vendor.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo, err := ocicopy.Open(ctx, reg, "byoc/agent", ocicopy.Credentials{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer repo.Close()
+	imsdPub, imsdKey, _ := ed25519.GenerateKey(rand.Reader)
+	_, otherKey, _ := ed25519.GenerateKey(rand.Reader)
+	plat := runtime.GOOS + "/" + runtime.GOARCH
+	publish := func(v string, key ed25519.PrivateKey) string {
+		md, err := plugindist.PushAgent(ctx, repo, v, plugindist.AgentRelease{Version: v, Binaries: map[string]map[string][]byte{
+			plat: {"agentd": fakeBinary("agentd", v), "byoc-plugins": fakeBinary(bundle.Binary, v)}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if key != nil {
+			if _, err := plugindist.Sign(ctx, repo, md, plugindist.AgentType, v, key); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return "oci://" + vendor.Host + "/byoc/agent@" + md.Digest.String()
+	}
+
+	state, bin := t.TempDir(), t.TempDir()
+	agentKey, _ := identity.NewKey()
+	if err := identity.Save(state, identity.Identity{AgentID: "agt_test", PrivateKey: agentKey, IMSDKeys: []ed25519.PublicKey{imsdPub}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"agentd", bundle.Binary} {
+		if err := os.WriteFile(filepath.Join(bin, f), fakeBinary(f, "1.4.0"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sunday := time.Date(2026, 11, 29, 4, 0, 0, 0, time.UTC)
+	now := sunday
+	clock := func() time.Time { return now }
+	running := func(f string) string {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(bin, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Fields(string(b))[3]
+	}
+	notes := func() string {
+		t.Helper()
+		ns, err := takeUpdateNotes(state)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s []string
+		for _, n := range ns {
+			s = append(s, n.Kind+" "+n.Data["reason"])
+		}
+		return strings.Join(s, "\n")
+	}
+	cmd := func(args ...string) (int, string) {
+		var out bytes.Buffer
+		code := updateCmd(ctx, append([]string{"--state-dir", state}, args...), &out, &out, clock)
+		return code, out.String()
+	}
+	apply := func(ref, from string, auto bool) (int, string) {
+		var out bytes.Buffer
+		u := &updater{stateDir: state, installDir: bin, auto: auto, confirmWithin: time.Minute, platform: plat, now: clock, stdout: &out, version: from}
+		if err := u.apply(ctx, ref); err != nil {
+			return 1, err.Error()
+		}
+		return 0, out.String()
+	}
+	refuses := func(ref string, auto bool, want string) {
+		t.Helper()
+		if code, out := apply(ref, "1.4.0", auto); code == 0 || !strings.Contains(out, want) {
+			t.Fatalf("apply %s: %d %s; want refused: %s", ref, code, out, want)
+		}
+		if n := notes(); !strings.HasPrefix(n, "agent_update_refused ") || !strings.Contains(n, want) {
+			t.Fatalf("notes: %q", n)
+		}
+		if running("agentd") != "1.4.0" || running(bundle.Binary) != "1.4.0" {
+			t.Fatal("a refused update swapped the binaries")
+		}
+	}
+
+	v150 := publish("1.5.0", imsdKey)
+	refuses(publish("1.5.1", nil), false, "no signature by a trusted key")
+	refuses(publish("1.5.2", otherKey), false, "(not trusted)")
+	if code, out := cmd("policy", "--pin", "1.4.0"); code != 0 || !strings.Contains(out, "pinned to 1.4.0") {
+		t.Fatalf("policy --pin: %d %s", code, out)
+	}
+	refuses(v150, false, "pins version 1.4.0")
+	if code, out := cmd("policy", "--manual"); code != 0 || !strings.Contains(out, ": manual") {
+		t.Fatalf("policy --manual: %d %s", code, out)
+	}
+	refuses(v150, true, "the update policy is manual")
+	if code, out := cmd("policy", "--allow", ">=1.4 <2", "--window", "Sun 03:00-05:00"); code != 0 ||
+		!strings.Contains(out, "versions >=1.4 <2, in the window Sun 03:00-05:00 UTC") || !strings.Contains(out, "Window: open now") {
+		t.Fatalf("policy --allow --window: %d %s", code, out)
+	}
+	if code, out := cmd("policy"); code != 0 || !strings.Contains(out, "versions >=1.4 <2, in the window Sun 03:00-05:00 UTC") {
+		t.Fatalf("policy: %d %s", code, out)
+	}
+	refuses(publish("2.0.0", imsdKey), true, "allows versions >=1.4 <2")
+	now = sunday.Add(24 * time.Hour)
+	refuses(v150, true, "window Sun 03:00-05:00 UTC is closed")
+	now = sunday
+
+	// Applied: swapped, old kept; the new version confirms once connected.
+	if code, out := apply(v150, "1.4.0", true); code != 0 || !strings.Contains(out, "1.4.0 -> 1.5.0") {
+		t.Fatalf("apply: %d %s", code, out)
+	}
+	if running("agentd") != "1.5.0" || running(bundle.Binary) != "1.5.0" || running("agentd.prev") != "1.4.0" {
+		t.Fatal("not swapped")
+	}
+	if n := notes(); !strings.HasPrefix(n, "agent_update_applied") {
+		t.Fatalf("notes: %q", n)
+	}
+	if code, out := apply(v150, "1.5.0", true); code == 0 || !strings.Contains(out, "in progress") {
+		t.Fatalf("a second apply during an update: %d %s", code, out)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	s, err := updateAtStart(state, "1.5.0", now, log)
+	if err != nil || s == nil || s.Starts != 1 {
+		t.Fatalf("at start: %+v %v", s, err)
+	}
+	var noted []string
+	note := func(kind, _ string, _ map[string]string) { noted = append(noted, kind) }
+	connected := func(context.Context) error { return nil }
+	if err := confirmUpdate(ctx, state, s, connected, note, log); err != nil || strings.Join(noted, ",") != "agent_update_confirmed" {
+		t.Fatalf("confirm: %v %v", err, noted)
+	}
+	if _, err := os.Stat(filepath.Join(bin, "agentd.prev")); !os.IsNotExist(err) {
+		t.Fatalf("old binaries kept after the confirmation: %v", err)
+	}
+	if s, err := updateAtStart(state, "1.5.0", now, log); s != nil || err != nil {
+		t.Fatalf("a start after the confirmation: %+v %v", s, err)
+	}
+
+	// 1.6.0 never reconnects: rolled back at the deadline, 1.5.0 run.
+	var execed []string
+	realExec := execAgent
+	execAgent = func(path string, args []string) error { execed = append(execed, path); return nil }
+	t.Cleanup(func() { execAgent = realExec })
+	v160 := publish("1.6.0", imsdKey)
+	if code, out := apply(v160, "1.5.0", true); code != 0 {
+		t.Fatalf("apply 1.6.0: %s", out)
+	}
+	notes()
+	if s, err = updateAtStart(state, "1.6.0", now, log); err != nil || s == nil {
+		t.Fatalf("1.6.0 at start: %v", err)
+	}
+	never := func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }
+	s.FirstStart = time.Now().Add(-s.ConfirmWithin + 50*time.Millisecond)
+	if err := confirmUpdate(ctx, state, s, never, note, log); err == nil || len(execed) != 1 || execed[0] != filepath.Join(bin, "agentd") {
+		t.Fatalf("rollback: %v, executed %v", err, execed)
+	}
+	if running("agentd") != "1.5.0" || running(bundle.Binary) != "1.5.0" {
+		t.Fatal("not rolled back")
+	}
+	if n := notes(); !strings.Contains(n, "agent_update_rolled_back did not reconnect within 1m0s") {
+		t.Fatalf("notes: %q", n)
+	}
+
+	// 1.6.0 crash-loops: rolled back at its fourth start.
+	if code, out := apply(v160, "1.5.0", true); code != 0 {
+		t.Fatalf("apply 1.6.0 again: %s", out)
+	}
+	for i := 1; i <= maxUpdateStarts; i++ {
+		if s, err := updateAtStart(state, "1.6.0", now, log); err != nil || s == nil || s.Starts != i {
+			t.Fatalf("start %d: %+v %v", i, s, err)
+		}
+	}
+	if _, err := updateAtStart(state, "1.6.0", now, log); err == nil || len(execed) != 2 {
+		t.Fatalf("fourth start: %v %v", err, execed)
+	}
+	if running("agentd") != "1.5.0" {
+		t.Fatal("not rolled back after the crash loop")
+	}
+	if n := notes(); !strings.Contains(n, "started 3 times without reconnecting") {
+		t.Fatalf("notes: %q", n)
+	}
+	if code, out := cmd("status"); code != 0 || !strings.Contains(out, "No update in progress") {
+		t.Fatalf("status: %s", out)
+	}
+}

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/byoc-dev/byoc/internal/atomicfile"
+	"github.com/byoc-dev/byoc/plugins/bundle"
+)
+
+// An update applied by agentd update apply is confirmed or rolled back by
+// the agent itself: at its start (updateAtStart), the new version counts
+// its starts and checks byoc-plugins beside it; once started, it must
+// reconnect to imsd before the deadline (confirmUpdate). Too many starts
+// (a crash loop), a failed check or a missed deadline put the old
+// binaries back (*.prev, renamed over the new ones) and re-execute the
+// old agentd with the same arguments (syscall.Exec), before any job was
+// taken: jobs come only over the connection the new version never had.
+
+// execAgent replaces the process with path (syscall.Exec); tests replace it.
+var execAgent = func(path string, args []string) error { return syscall.Exec(path, args, os.Environ()) }
+
+// updateFiles are the files an update swaps, by their names in its Dir.
+func updateFiles() []string { return []string{"agentd", bundle.Binary} }
+
+// restoreUpdate renames the old binaries (*.prev) back over the new ones
+// and removes the update's state, leaving a journal note saying why.
+func restoreUpdate(dir string, s *updateState, reason string) error {
+	for _, f := range []string{"agentd", bundle.Binary} {
+		prev := filepath.Join(s.Dir, f+".prev")
+		if err := os.Rename(prev, filepath.Join(s.Dir, f)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("roll back %s: %w", f, err)
+		}
+	}
+	if err := atomicfile.SyncDir(s.Dir); err != nil {
+		return err
+	}
+	if err := addUpdateNote(dir, updateNote{Kind: "agent_update_rolled_back", Subject: s.Release,
+		Data: map[string]string{"from": s.From, "to": s.To, "reason": reason, "starts": strconv.Itoa(s.Starts)}}); err != nil {
+		return err
+	}
+	if err := os.Remove(filepath.Join(dir, updateStateFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return atomicfile.SyncDir(dir)
+}
+
+// rollBack restores the old binaries and runs the old agentd in place of
+// this process. It returns only on failure.
+func rollBack(dir string, s *updateState, reason string, log *slog.Logger) error {
+	log.Error("the agent update failed; rolling back", "from", s.To, "to", s.From, "reason", reason)
+	if err := restoreUpdate(dir, s, reason); err != nil {
+		return err
+	}
+	args := append([]string{filepath.Join(s.Dir, "agentd")}, os.Args[1:]...)
+	return fmt.Errorf("run the restored agentd %s: %w", s.From, execAgent(args[0], args))
+}
+
+// updateAtStart checks the update in progress in state dir dir, if any,
+// as agentd version starts. It returns the update the agent must confirm
+// by reconnecting (nil: none). An update this version is not the new
+// version of (the swap did not finish) is undone at once.
+func updateAtStart(dir, version string, now time.Time, log *slog.Logger) (*updateState, error) {
+	s, err := loadUpdateState(dir)
+	if err != nil || s == nil {
+		return nil, err
+	}
+	if version != s.To {
+		reason := fmt.Sprintf("agentd started as version %s, not %s: the swap did not finish", version, s.To)
+		log.Warn("undoing an unfinished agent update", "reason", reason)
+		return nil, restoreUpdate(dir, s, reason)
+	}
+	s.Starts++
+	if s.FirstStart.IsZero() {
+		s.FirstStart = now.UTC()
+	}
+	switch {
+	case s.Starts > maxUpdateStarts:
+		return nil, rollBack(dir, s, fmt.Sprintf("started %d times without reconnecting (a crash loop)", s.Starts-1), log)
+	case !now.Before(s.FirstStart.Add(s.ConfirmWithin)):
+		return nil, rollBack(dir, s, fmt.Sprintf("did not reconnect within %s of its first start", s.ConfirmWithin), log)
+	}
+	// The self-check that needs no imsd: byoc-plugins beside it is the
+	// release's.
+	out, err := exec.Command(filepath.Join(s.Dir, bundle.Binary), "--version").Output()
+	if err != nil || !strings.Contains(string(out), " "+s.To+" ") {
+		return nil, rollBack(dir, s, fmt.Sprintf("self-check: %s --version: %q, %v; want version %s", bundle.Binary, strings.TrimSpace(string(out)), err, s.To), log)
+	}
+	if err := saveUpdateState(dir, s); err != nil {
+		return nil, err
+	}
+	log.Info("agent update: confirming once connected to imsd", "from", s.From, "to", s.To,
+		"deadline", s.FirstStart.Add(s.ConfirmWithin).Format(time.RFC3339), "start", s.Starts)
+	return s, nil
+}
+
+// confirmUpdate waits for the agent to connect (waitConnected) before
+// the update's deadline: it then confirms the update (the old binaries
+// and the state removed, a journal note). Past the deadline it rolls
+// back. When ctx ends first (the agent stops), it does neither: the next
+// start counts.
+func confirmUpdate(ctx context.Context, dir string, s *updateState, waitConnected func(context.Context) error,
+	note func(kind, subject string, data map[string]string), log *slog.Logger) error {
+	dctx, cancel := context.WithDeadline(ctx, s.FirstStart.Add(s.ConfirmWithin))
+	defer cancel()
+	if err := waitConnected(dctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return rollBack(dir, s, fmt.Sprintf("did not reconnect within %s of its first start", s.ConfirmWithin), log)
+	}
+	for _, f := range updateFiles() {
+		if err := os.Remove(filepath.Join(s.Dir, f+".prev")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	if err := os.Remove(filepath.Join(dir, updateStateFile)); err != nil {
+		return err
+	}
+	note("agent_update_confirmed", s.Release, map[string]string{"from": s.From, "to": s.To, "starts": strconv.Itoa(s.Starts)})
+	log.Info("agent update confirmed", "from", s.From, "to", s.To)
+	return nil
+}
+
+// watchUpdate runs in the agent of version: once agentd update apply has
+// swapped the binaries of an update from this version (seen in the state
+// dir, polled every interval), the agent drains (drain: its jobs end and
+// their results are written back; it takes no new ones) and executes the
+// new agentd in its place, with the same arguments. It returns when ctx
+// ends, or with the error of a failed exec.
+func watchUpdate(ctx context.Context, dir, version string, interval time.Duration, drain func(context.Context, time.Duration) error, log *slog.Logger) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		s, err := loadUpdateState(dir)
+		if err != nil || s == nil || s.From != version || s.Starts > 0 {
+			continue
+		}
+		log.Info("agent update applied: draining (running jobs finish, no new ones), then running the new version", "from", s.From, "to", s.To)
+		if err := drain(ctx, 100*time.Millisecond); err != nil {
+			return nil
+		}
+		args := append([]string{filepath.Join(s.Dir, "agentd")}, os.Args[1:]...)
+		log.Info("agent update: drained; running the new version", "to", s.To, "path", args[0])
+		return fmt.Errorf("run the new agentd %s: %w", s.To, execAgent(args[0], args))
+	}
+}
