@@ -12,11 +12,15 @@ import (
 	"github.com/byoc-dev/byoc/plugins/sdk/jobconfig"
 )
 
+// ImportMode is the permission mode of an import job: like a drift
+// check, it changes nothing but reads the customer's infrastructure, as a
+// day-2 job does.
+const ImportMode = store.ModeMaintenance
+
 // ImportJob builds the import job of component name of install in
 // (byoc component import): the component's config rendered as a
 // provision would render it now, with the import id in the reserved key
-// jobconfig.ImportIDKey for the agent, in the provision's permission
-// mode; and what the job makes the install's component once it succeeds
+// jobconfig.ImportIDKey for the agent, in ImportMode; and what the job makes the install's component once it succeeds
 // (the config and digest an apply of it would record). The component
 // must be in the install's app revision and not deployed.
 func (e *Engine) ImportJob(ctx context.Context, in store.Install, name, importID, createdBy string) (store.Job, store.ComponentImport, error) {
@@ -66,7 +70,7 @@ func (e *Engine) ImportJob(ctx context.Context, in store.Install, name, importID
 	}
 	now := e.now()
 	j := store.Job{ID: auth.NewSortableID("job_", now), InstallID: in.ID, ComponentType: step.ComponentType, Operation: store.OpImport,
-		Component: name, MaxAttempts: 1, Timeout: step.Timeout, CreatedAt: now, CreatedBy: createdBy, Mode: StepMode(wf, step, sc.app),
+		Component: name, MaxAttempts: 1, Timeout: step.Timeout, CreatedAt: now, CreatedBy: createdBy, Mode: ImportMode,
 		State: store.JobQueued}
 	// The config recorded once the import succeeds is the config without
 	// the import id, as an apply's.
