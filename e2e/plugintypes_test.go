@@ -219,7 +219,7 @@ func TestPluginRegisterAndPush(t *testing.T) {
 	// Registered from stdin, as in the docs: describe | byoc plugin register -.
 	reg := cli.Cmd("plugin", "register", "-")
 	reg.Stdin = bytes.NewReader(describe)
-	if out, err := reg.CombinedOutput(); err != nil || !strings.Contains(string(out), `Registered component type "localfile" version 0.1.0 (protocol 1.3).`) {
+	if out, err := reg.CombinedOutput(); err != nil || !strings.Contains(string(out), `Registered component type "localfile" version 0.1.0 (protocol 1.4).`) {
 		t.Fatalf("register: %v\n%s", err, out)
 	}
 	if out := run(0, "plugin", "list"); !strings.Contains(out, "localfile") || !strings.Contains(out, "destroy,drift,plan_destroy,outputs_schema") || !strings.Contains(out, "action") {

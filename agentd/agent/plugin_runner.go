@@ -403,6 +403,14 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 		return fail("%v", err)
 	}
 	config, secretEnv := prepared.Config, prepared.SecretEnv
+	switch {
+	case job.Operation == sdk.OpImport && prepared.ImportID == "":
+		return fail("an import job carries no import id (config.%s)", jobconfig.ImportIDKey)
+	case job.Operation != sdk.OpImport && prepared.ImportID != "":
+		return fail("a %s job carries an import id; only an import can", job.Operation)
+	case job.Operation == sdk.OpImport && job.Component == "":
+		return fail("an import job needs a component: the imported resource becomes its state")
+	}
 	var policies []sdk.PolicyModule
 	if slices.Contains(policyOps, job.Operation) {
 		// The customer's first: what a customer configured is evaluated
@@ -617,9 +625,12 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 	if jc.ApprovedPlanDigest != "" {
 		opEnv["BYOC_APPROVED_PLAN_DIGEST"] = jc.ApprovedPlanDigest
 	}
-	res, err := r.runOp(ctx, inst, job, job.Operation, &sdk.RunRequest{Job: jc, Config: job.Config, Env: opEnv},
+	if job.Operation == sdk.OpImport {
+		log(StreamSystem, fmt.Sprintf("[agentd] importing %q as component %s (type %s)", prepared.ImportID, job.Component, job.ComponentType))
+	}
+	res, err := r.runOp(ctx, inst, job, job.Operation, &sdk.RunRequest{Job: jc, Config: job.Config, Env: opEnv, ImportID: prepared.ImportID},
 		func(e sdk.LogEvent) { log(int32(e.Stream), e.Text) }, log)
-	if job.Operation == sdk.OpApply || job.Operation == sdk.OpDestroy {
+	if job.Operation == sdk.OpApply || job.Operation == sdk.OpDestroy || job.Operation == sdk.OpImport {
 		// The component's state moved on (or may have): every saved plan
 		// of it is stale.
 		if err := plans.clear(); err != nil {

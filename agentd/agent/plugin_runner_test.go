@@ -40,6 +40,9 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 2 && os.Args[1] == "plugin" && os.Args[2] == "destroyer" {
 		sdk.ServeArgs(destroyer{}, os.Args[3:])
 	}
+	if len(os.Args) > 2 && os.Args[1] == "plugin" && os.Args[2] == "importer" {
+		sdk.ServeArgs(importer{}, os.Args[3:])
+	}
 	if len(os.Args) > 2 && os.Args[1] == "plugin" && os.Args[2] == "remover" {
 		sdk.ServeArgs(remover{}, os.Args[3:])
 	}

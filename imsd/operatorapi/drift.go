@@ -181,3 +181,37 @@ func nextDriftCheck(sc cron.Schedule, tickAt, deployedAt, now time.Time) time.Ti
 	}
 	return sc.Next(base)
 }
+
+// ImportComponent queues the import job of a component the install does
+// not run yet (workflow.Engine.ImportJob); once it succeeds the store
+// records the component as deployed and audits it.
+func (s *Service) ImportComponent(ctx context.Context, req *connect.Request[imsv1.ImportComponentRequest]) (*connect.Response[imsv1.ImportComponentResponse], error) {
+	m := req.Msg
+	switch {
+	case m.Install == "":
+		return nil, s.err(ctx, errs.Field("install", "is required"))
+	case m.Component == "":
+		return nil, s.err(ctx, errs.Field("component", "is required"))
+	case strings.TrimSpace(m.ImportId) == "":
+		return nil, s.err(ctx, errs.Field("import_id", "is required: it names the existing resource, in the form the component's type defines"))
+	case len(m.ImportId) > 4096:
+		return nil, s.err(ctx, errs.Field("import_id", "is %d bytes; at most 4096 are allowed", len(m.ImportId)))
+	}
+	in, err := s.store.GetInstall(ctx, m.Install)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	eng, err := s.engine()
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	j, imp, err := eng.ImportJob(ctx, in, m.Component, m.ImportId, callerFrom(ctx).Name)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	if err := s.store.EnqueueImport(ctx, j, imp); err != nil {
+		return nil, s.err(ctx, err)
+	}
+	s.hub.Wake(j.InstallID)
+	return connect.NewResponse(&imsv1.ImportComponentResponse{Job: jobFields(j)}), nil
+}

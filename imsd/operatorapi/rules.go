@@ -88,6 +88,7 @@ var rules = map[string]rule{
 	imsv1connect.OperatorServiceListInstallDriftProcedure: r(access.Read, onInstall, "install", "read"),
 	// A drift check runs plans in the customer's account: deployers only.
 	imsv1connect.OperatorServiceCheckInstallDriftProcedure:     r(access.Deploy, onInstall, "install", "check the drift of"),
+	imsv1connect.OperatorServiceImportComponentProcedure:       r(access.Deploy, onInstall, "install", "import a component into"),
 	imsv1connect.OperatorServiceWatchInstallsProcedure:         r(access.Read, onAnywhere, "", "watch installs"),
 	imsv1connect.OperatorServiceCreateEnrollmentTokenProcedure: r(access.Deploy, onInstall, "install", "issue enrolment tokens for"),
 	// Labels decide which selector grants cover an install: admins only.

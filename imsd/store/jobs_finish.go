@@ -129,6 +129,11 @@ func (s *Store) finished(ctx context.Context, tx *txn, jobID string, w Writer, r
 			return err
 		}
 	}
+	if op == OpImport && r.State == JobSucceeded {
+		if err := s.recordImport(ctx, tx, jobID, r, now); err != nil {
+			return err
+		}
+	}
 	if r.Build != nil && r.State == JobSucceeded {
 		// Only the build agent's build jobs make builds.
 		if install == VendorInstallID && typ == BuildType {

@@ -18,6 +18,7 @@ import (
 	"github.com/byoc-dev/byoc/imsd/errs"
 	"github.com/byoc-dev/byoc/imsd/store"
 	"github.com/byoc-dev/byoc/plugins/sdk/configschema"
+	"github.com/byoc-dev/byoc/plugins/sdk/jobconfig"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	"github.com/byoc-dev/byoc/schema/app/config"
 	"github.com/byoc-dev/byoc/schema/app/load"
@@ -475,10 +476,32 @@ func (e *Engine) finish(ctx context.Context, wf store.Workflow, s *store.Step, j
 
 // deployed is the install component a succeeded deploy leaves.
 func (e *Engine) deployed(ctx context.Context, wf store.Workflow, s *store.Step, j store.Job) (store.InstallComponent, error) {
+	canon, digest, err := deployedConfig(s, j)
+	if err != nil {
+		return store.InstallComponent{}, err
+	}
+	d := store.InstallComponent{InstallID: wf.InstallID, Name: s.Component, ComponentType: s.ComponentType, Digest: digest,
+		Config: canon, Outputs: j.Outputs, AppRevision: wf.AppRevision, WorkflowID: wf.ID, JobID: j.ID, DeployedAt: e.now()}
+	in, err := e.st.GetInstall(ctx, wf.InstallID)
+	if err != nil {
+		return d, err
+	}
+	app, err := e.app(ctx, in.AppID, wf.AppRevision)
+	if err != nil {
+		return d, err
+	}
+	d.Needs = app.Graph().Deps(s.Component)
+	return d, nil
+}
+
+// deployedConfig is the config a deploy of step s by job j records, and
+// its digest: the job's, less the keys imsd added for the agent.
+func deployedConfig(s *store.Step, j store.Job) ([]byte, string, error) {
 	var cfg map[string]any
 	if err := json.Unmarshal(j.Config, &cfg); err != nil {
-		return store.InstallComponent{}, fmt.Errorf("job %s config: %w", j.ID, err)
+		return nil, "", fmt.Errorf("job %s config: %w", j.ID, err)
 	}
+	delete(cfg, jobconfig.ImportIDKey)
 	delete(cfg, SensitiveKey)
 	delete(cfg, CustomerInputsKey)
 	delete(cfg, VendorPoliciesKey)
@@ -495,18 +518,7 @@ func (e *Engine) deployed(ctx context.Context, wf store.Workflow, s *store.Step,
 		}
 	}
 	canon, digest := Canonical(cfg)
-	d := store.InstallComponent{InstallID: wf.InstallID, Name: s.Component, ComponentType: s.ComponentType, Digest: digest,
-		Config: canon, Outputs: j.Outputs, AppRevision: wf.AppRevision, WorkflowID: wf.ID, JobID: j.ID, DeployedAt: e.now()}
-	in, err := e.st.GetInstall(ctx, wf.InstallID)
-	if err != nil {
-		return d, err
-	}
-	app, err := e.app(ctx, in.AppID, wf.AppRevision)
-	if err != nil {
-		return d, err
-	}
-	d.Needs = app.Graph().Deps(s.Component)
-	return d, nil
+	return canon, digest, nil
 }
 
 // stepContext is what rendering steps needs, read once per pass: the

@@ -115,6 +115,11 @@ func (c *Client) supports(op string) error {
 		capName = CapDestroy
 	case OpPlanDestroy:
 		capName = CapPlanDestroy
+	case OpImport:
+		capName = CapImport
+		if d.Negotiated.Less(ProtocolVersion{1, 4}) {
+			return &UnsupportedError{Type: d.Type, Op: op + fmt.Sprintf(" (protocol %s has no import; it needs 1.4)", d.Negotiated), Capabilities: d.Capabilities}
+		}
 	case OpDrift:
 		capName = CapDrift
 		if d.Negotiated.Less(ProtocolVersion{1, 1}) {
@@ -139,8 +144,12 @@ func (c *Client) Run(ctx context.Context, op string, req *RunRequest, onLog func
 	}
 	switch op {
 	case OpPlan, OpApply, OpDestroy, OpDrift, OpPlanDestroy:
+	case OpImport:
+		if strings.TrimSpace(req.ImportID) == "" {
+			return nil, errors.New("import: no import id (it names the existing resource to adopt)")
+		}
 	default:
-		return nil, fmt.Errorf("unknown operation %q (want %s, %s, %s, %s or %s)", op, OpPlan, OpApply, OpDestroy, OpDrift, OpPlanDestroy)
+		return nil, fmt.Errorf("unknown operation %q (want %s, %s, %s, %s, %s or %s)", op, OpPlan, OpApply, OpDestroy, OpDrift, OpPlanDestroy, OpImport)
 	}
 	if err := c.supports(op); err != nil {
 		return nil, err
@@ -173,6 +182,11 @@ func (c *Client) Run(ctx context.Context, op string, req *RunRequest, onLog func
 	case OpDrift:
 		var s grpc.ServerStreamingClient[pluginv1.DriftResponse]
 		if s, err = c.rpc.Drift(ctx, &pluginv1.DriftRequest{Job: job, Config: cfg, Env: req.Env}); err == nil {
+			res, err = drain(op, s, onLog)
+		}
+	case OpImport:
+		var s grpc.ServerStreamingClient[pluginv1.ImportResponse]
+		if s, err = c.rpc.Import(ctx, &pluginv1.ImportRequest{Job: job, Config: cfg, Env: req.Env, ImportId: req.ImportID}); err == nil {
 			res, err = drain(op, s, onLog)
 		}
 	}

@@ -18,7 +18,7 @@ type ProtocolVersion struct {
 
 // Protocol is the protocol version this SDK speaks, as a plugin and as a
 // host. See rpc/byoc/plugin/v1/plugin.proto for what each minor added.
-var Protocol = ProtocolVersion{Major: 1, Minor: 3}
+var Protocol = ProtocolVersion{Major: 1, Minor: 4}
 
 // ProtocolMajor is the major version of [Protocol]; it is go-plugin's
 // handshake version.
@@ -70,6 +70,8 @@ const (
 	CapPolicy = "policy"
 	// CapPlanDestroy: the plugin plans destroys ([DestroyPlanner]).
 	CapPlanDestroy = "plan_destroy"
+	// CapImport (1.4): the plugin adopts existing resources ([Importer]).
+	CapImport = "import"
 )
 
 // IncompatibleError says that a plugin and its host speak different major

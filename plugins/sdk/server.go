@@ -335,6 +335,40 @@ func (s *server) Drift(req *pluginv1.DriftRequest, stream grpc.ServerStreamingSe
 		})
 }
 
+func (s *server) Import(req *pluginv1.ImportRequest, stream grpc.ServerStreamingServer[pluginv1.ImportResponse]) error {
+	im, ok := s.impl.(Importer)
+	if !ok {
+		return status.Error(codes.Unimplemented, "this plugin does not implement import")
+	}
+	return serveOp(s, stream,
+		func(l *pluginv1.LogEvent) *pluginv1.ImportResponse {
+			return &pluginv1.ImportResponse{Event: &pluginv1.ImportResponse_Log{Log: l}}
+		},
+		func(r *pluginv1.Result) *pluginv1.ImportResponse {
+			return &pluginv1.ImportResponse{Event: &pluginv1.ImportResponse_Result{Result: r}}
+		},
+		func(ctx context.Context, log Logger) (*pluginv1.Result, error) {
+			return s.run(ctx, req, log, func(job JobContext, cfg map[string]any, env map[string]string, log Logger) (*pluginv1.Result, error) {
+				id := req.GetImportId()
+				if strings.TrimSpace(id) == "" {
+					return nil, errors.New("import: no import id (it names the existing resource to adopt)")
+				}
+				r, err := im.Import(ctx, &ImportRequest{Job: job, Config: cfg, Env: env, ID: id, Log: log})
+				if r == nil {
+					return &pluginv1.Result{}, err
+				}
+				if err == nil && r.ExitCode == 0 && r.State != nil {
+					// What Import found becomes the component's state,
+					// whole, at the plugin's state version.
+					if serr := SaveState(job, r.State); serr != nil {
+						err = fmt.Errorf("import: %w", serr)
+					}
+				}
+				return &pluginv1.Result{ExitCode: int32(r.ExitCode), Outputs: r.Outputs}, err
+			})
+		})
+}
+
 // serveOp runs one streaming operation: it hands fn a Logger that sends log
 // events on stream, then sends the final result built from fn's return.
 // A panic in fn fails the operation; its stack trace goes to the log.

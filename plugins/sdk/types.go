@@ -16,6 +16,9 @@ const (
 	// for an operator to approve (the Plan call with JobContext.Destroy
 	// set, served by a [DestroyPlanner]).
 	OpPlanDestroy = "plan-destroy"
+	// OpImport adopts an existing resource as the component's state
+	// (protocol 1.4, served by an [Importer]).
+	OpImport = "import"
 )
 
 // IsPlan reports whether op makes a plan: OpPlan or OpPlanDestroy.
@@ -30,8 +33,8 @@ func IsPlan(op string) bool { return op == OpPlan || op == OpPlanDestroy }
 // becomes 1. A panic is reported as a failed operation.
 //
 // Optional capabilities are separate interfaces, found at run time by type
-// assertion and announced to the host in Describe: [Destroyer], [Drifter],
-// [OutputsSchemaProvider].
+// assertion and announced to the host in Describe: [Destroyer],
+// [DestroyPlanner], [Drifter], [Importer], [OutputsSchemaProvider].
 type Plugin interface {
 	// Describe says what the plugin is. The SDK adds the protocol version
 	// and the capabilities.
@@ -71,6 +74,20 @@ type Drifter interface {
 	Drift(ctx context.Context, req *DriftRequest) (*DriftResponse, error)
 }
 
+// Importer is a plugin that can adopt a resource that already exists
+// (made by hand, or by another tool) as the component's state, like
+// terraform import. req.ID names the resource in a form the type
+// defines and documents (a path, "ADDR=ID" pairs, ...). Import changes
+// nothing outside the state directory: it reads the resource, keeps
+// what later operations need (return it as State, or save it yourself),
+// and returns the outputs an apply would. After it, the component counts
+// as deployed, and the next Plan must show no change when the resource
+// matches the config, else the changes that would make it match. The
+// host refuses an import job for a type without it.
+type Importer interface {
+	Import(ctx context.Context, req *ImportRequest) (*ImportResponse, error)
+}
+
 // OutputsSchemaProvider is a plugin that declares the JSON Schema of the
 // outputs Apply returns.
 type OutputsSchemaProvider interface {
@@ -91,6 +108,9 @@ func capabilities(p Plugin) []string {
 	}
 	if _, ok := p.(OutputsSchemaProvider); ok {
 		caps = append(caps, CapOutputsSchema)
+	}
+	if _, ok := p.(Importer); ok {
+		caps = append(caps, CapImport)
 	}
 	return caps
 }
@@ -308,6 +328,28 @@ type DriftResponse struct {
 	PlannedChanges []PlannedChange
 }
 
+// ImportRequest asks a plugin to adopt an existing resource.
+type ImportRequest struct {
+	Job    JobContext
+	Config map[string]any
+	Env    map[string]string
+	// ID names the resource to adopt, in the type's own form; never
+	// empty (the host refuses an import without one).
+	ID  string
+	Log Logger
+}
+
+// ImportResponse is the outcome of an import.
+type ImportResponse struct {
+	ExitCode int
+	Outputs  map[string]string
+	// State, when not nil, is kept as the component's state (SaveState,
+	// with the plugin's state version) once Import succeeds; a plugin
+	// that keeps its state otherwise (Terraform's own state file) leaves
+	// it nil.
+	State any
+}
+
 // OutputsSchemaRequest asks for the schema of a plugin's outputs.
 type OutputsSchemaRequest struct{}
 
@@ -321,6 +363,8 @@ type RunRequest struct {
 	Job    JobContext
 	Config map[string]any
 	Env    map[string]string
+	// ImportID names the resource an OpImport adopts.
+	ImportID string
 }
 
 // Result is the final outcome of plan, apply or destroy as the host sees it.

@@ -324,6 +324,56 @@ func (p *Plugin) Drift(ctx context.Context, req *sdk.DriftRequest) (*sdk.DriftRe
 	return &sdk.DriftResponse{Drifted: len(pl.changes) > 0, Changes: pl.summary, PlannedChanges: pl.changes}, nil
 }
 
+// Import adopts existing objects into the component's Terraform state,
+// one `terraform import ADDR ID` per pair of the import id
+// "ADDR=ID[,ADDR=ID]..." (the address of a resource of the module, the
+// provider's id of the object), then refreshes the state so the
+// outputs are those of what was imported. It changes no object.
+func (p *Plugin) Import(ctx context.Context, req *sdk.ImportRequest) (*sdk.ImportResponse, error) {
+	pairs, err := parseImportID(req.ID)
+	if err != nil {
+		return nil, err
+	}
+	r, err := p.start(ctx, req.Job, req.Config, req.Env, req.Log)
+	if err != nil {
+		return nil, err
+	}
+	defer r.close()
+	for _, pr := range pairs {
+		r.log.System(fmt.Sprintf("terraform: importing %s as %s", pr[1], pr[0]))
+		if err := r.locked(ctx, "import "+pr[0], func() error {
+			return r.tf.Import(ctx, pr[0], pr[1], tfexec.VarFile(r.varFile))
+		}); err != nil {
+			return nil, err
+		}
+	}
+	if err := r.locked(ctx, "refresh", func() error { return r.tf.Refresh(ctx, tfexec.VarFile(r.varFile)) }); err != nil {
+		return nil, err
+	}
+	outputs, err := r.outputs(ctx)
+	return &sdk.ImportResponse{Outputs: outputs}, err
+}
+
+// parseImportID reads "ADDR=ID[,ADDR=ID]...": pairs of a resource
+// address and the provider's id of the object.
+func parseImportID(s string) ([][2]string, error) {
+	var out [][2]string
+	seen := map[string]bool{}
+	for i, part := range strings.Split(s, ",") {
+		addr, id, ok := strings.Cut(strings.TrimSpace(part), "=")
+		addr, id = strings.TrimSpace(addr), strings.TrimSpace(id)
+		switch {
+		case !ok || addr == "" || id == "":
+			return nil, fmt.Errorf("import id: pair %d %q: want ADDR=ID (a resource address of the module and the object's id), pairs separated by commas", i+1, part)
+		case seen[addr]:
+			return nil, fmt.Errorf("import id: %s is named twice", addr)
+		}
+		seen[addr] = true
+		out = append(out, [2]string{addr, id})
+	}
+	return out, nil
+}
+
 // env looks name up in the operation's environment, then the process's.
 func (p *Plugin) env(opEnv map[string]string, name string) string {
 	if v, ok := opEnv[name]; ok {

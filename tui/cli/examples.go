@@ -28,6 +28,9 @@ var examples = map[string]string{
 	"byoc token revoke": `  byoc token revoke ci-deploy
   byoc token revoke tok_wnxcaxmavubt6o56`,
 
+	"byoc component import": `  byoc component import acme settings /etc/shop/app.env   # kvfile: the file's path
+  byoc component import acme network 'aws_vpc.main=vpc-0a1b2c'`,
+
 	"byoc context current": `  byoc context current
   byoc context current -o json`,
 	"byoc context list":   `  byoc context list`,

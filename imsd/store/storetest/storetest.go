@@ -93,6 +93,7 @@ func Run(t *testing.T, open OpenFunc) {
 		{"AuditRecordsAfter", testAuditRecordsAfter},
 		{"PolicyFindings", testPolicyFindings},
 		{"Drift", testDrift},
+		{"ComponentImport", testComponentImport},
 		{"BuildAgentRole", testBuildAgentRole},
 		{"Builds", testBuilds},
 		{"RegistryGrants", testRegistryGrants},

@@ -37,10 +37,13 @@ const (
 	SensitiveKey = "sensitive"
 	// VendorPoliciesKey carries the vendor's policies for the job's type.
 	VendorPoliciesKey = "vendor_policies"
+	// ImportIDKey carries, in an import job, the id of the existing
+	// resource the plugin adopts (sdk.ImportRequest.ID).
+	ImportIDKey = "import_id"
 )
 
 // ReservedKeys are the reserved top-level keys, sorted.
-var ReservedKeys = []string{CustomerInputsKey, SecretsKey, SensitiveKey, VendorPoliciesKey}
+var ReservedKeys = []string{CustomerInputsKey, ImportIDKey, SecretsKey, SensitiveKey, VendorPoliciesKey}
 
 // IsReserved reports whether key is a reserved top-level config key.
 func IsReserved(key string) bool { return slices.Contains(ReservedKeys, key) }
@@ -67,6 +70,8 @@ func describeKey(k string) string {
 		return "the list of values it redacts"
 	case VendorPoliciesKey:
 		return "the vendor's policies"
+	case ImportIDKey:
+		return "the id an import job adopts"
 	}
 	return "it"
 }
@@ -170,6 +175,9 @@ type Prepared struct {
 	Sensitive []string
 	// Policies are the vendor's policies the config carried.
 	Policies []Policy
+	// ImportID is the id of the resource an import job adopts, as the
+	// config carried it; empty for every other job.
+	ImportID string
 }
 
 // Prepare runs the whole pipeline, in the agent's order: TakeSensitive,
@@ -196,11 +204,30 @@ func Resolve(config map[string]any, src Sources) (Prepared, error) {
 	if err != nil {
 		return Prepared{}, err
 	}
+	config, importID, err := TakeImportID(config)
+	if err != nil {
+		return Prepared{}, err
+	}
 	config, env, err := ResolveSecrets(config, src)
 	if err != nil {
 		return Prepared{}, err
 	}
-	return Prepared{Config: config, SecretEnv: env, Policies: policies}, nil
+	return Prepared{Config: config, SecretEnv: env, Policies: policies, ImportID: importID}, nil
+}
+
+// TakeImportID takes an import job's import id out of config.
+func TakeImportID(config map[string]any) (map[string]any, string, error) {
+	raw, ok := config[ImportIDKey]
+	if !ok {
+		return config, "", nil
+	}
+	rest := maps.Clone(config)
+	delete(rest, ImportIDKey)
+	id, ok := raw.(string)
+	if !ok || strings.TrimSpace(id) == "" {
+		return rest, "", fmt.Errorf("config.%s: must be a non-empty string (the id of the resource to import)", ImportIDKey)
+	}
+	return rest, id, nil
 }
 
 // TakeSensitive takes the "sensitive" list out of config. The values

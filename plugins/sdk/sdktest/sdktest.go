@@ -134,9 +134,14 @@ type Case struct {
 type Step struct {
 	// Name labels the step in failures; "step N (op)" if empty.
 	Name string
-	// Op is sdk.OpPlan, OpApply (the default), OpDestroy, OpDrift or
-	// OpPlanDestroy (the plan of a destroy, for a sdk.DestroyPlanner).
+	// Op is sdk.OpPlan, OpApply (the default), OpDestroy, OpDrift,
+	// OpPlanDestroy (the plan of a destroy, for a sdk.DestroyPlanner) or
+	// OpImport (for a sdk.Importer; set ImportID).
 	Op string
+	// ImportID names the existing resource an OpImport step adopts. A
+	// successful import counts as an apply: the case destroys what it
+	// imported at the end unless SkipDestroy.
+	ImportID string
 	// Config is the component config.
 	Config map[string]any
 	// Env is added to the case's environment for this step.
@@ -245,7 +250,7 @@ func Test(t testing.TB, p sdk.Plugin, c Case) {
 	if stateDir != "" {
 		plans = filepath.Join(stateDir, sdk.PlanDirName)
 	}
-	runJob := func(name, op string, config map[string]any, env map[string]string, timeout time.Duration, mode string, policies []sdk.PolicyModule, approvedApply bool) (*Outcome, []sdk.Diagnostic) {
+	runJob := func(name, op string, config map[string]any, env map[string]string, timeout time.Duration, mode string, policies []sdk.PolicyModule, approvedApply bool, importID string) (*Outcome, []sdk.Diagnostic) {
 		t.Helper()
 		n++
 		work := filepath.Join(t.TempDir(), fmt.Sprintf("job-%d-1", n))
@@ -377,13 +382,13 @@ func Test(t testing.TB, p sdk.Plugin, c Case) {
 		}
 		var res *sdk.Result
 		err = captureOutput(logf, func() (err error) {
-			res, err = client.Run(ctx, op, &sdk.RunRequest{Job: job, Config: config, Env: jobEnv(job, op, c.Env, env)}, logf)
+			res, err = client.Run(ctx, op, &sdk.RunRequest{Job: job, Config: config, Env: jobEnv(job, op, c.Env, env), ImportID: importID}, logf)
 			return err
 		})
 		if err != nil {
 			t.Fatalf("%s: %s: %v", name, op, err)
 		}
-		if plans != "" && (op == sdk.OpApply || op == sdk.OpDestroy) {
+		if plans != "" && (op == sdk.OpApply || op == sdk.OpDestroy || op == sdk.OpImport) {
 			os.RemoveAll(plans) // stale now, as on the agent
 		}
 		out.Result = res
@@ -406,7 +411,10 @@ func Test(t testing.TB, p sdk.Plugin, c Case) {
 		if s.ApprovedPlan && op != sdk.OpApply && op != sdk.OpDestroy {
 			t.Fatalf("%s: ApprovedPlan is for an apply or a destroy step, not %s", name, op)
 		}
-		out, diags := runJob(name, op, s.Config, s.Env, s.Timeout, s.Mode, s.Policies, s.ApprovedPlan)
+		if (op == sdk.OpImport) != (s.ImportID != "") {
+			t.Fatalf("%s: ImportID is for an import step, and an import step needs one", name)
+		}
+		out, diags := runJob(name, op, s.Config, s.Env, s.Timeout, s.Mode, s.Policies, s.ApprovedPlan, s.ImportID)
 		if err := checkDiagnostics(diags, s.ExpectDiagnostics); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -430,7 +438,7 @@ func Test(t testing.TB, p sdk.Plugin, c Case) {
 		if sdk.IsPlan(op) && out.Result.Err() == nil {
 			approved = out.PlanDigest
 		}
-		if op == sdk.OpApply && out.Result.Err() == nil {
+		if (op == sdk.OpApply || op == sdk.OpImport) && out.Result.Err() == nil {
 			applied, didApply = s.Config, true
 		}
 		if op == sdk.OpDestroy && out.Result.Err() == nil {
@@ -440,7 +448,7 @@ func Test(t testing.TB, p sdk.Plugin, c Case) {
 	if c.SkipDestroy || !didApply || !desc.Has(sdk.CapDestroy) {
 		return
 	}
-	out, diags := runJob("final destroy", sdk.OpDestroy, applied, nil, 0, "deprovision", nil, false)
+	out, diags := runJob("final destroy", sdk.OpDestroy, applied, nil, 0, "deprovision", nil, false, "")
 	if len(diags) > 0 {
 		t.Fatalf("final destroy: %v", sdk.DiagnosticsError(diags))
 	}
@@ -634,6 +642,21 @@ func ExpectPlannedChange(action, address string) Check {
 			got = append(got, c.Action+" "+c.Address)
 		}
 		return fmt.Errorf("no planned change %s %s; planned: %q", action, address, got)
+	}
+}
+
+// ExpectNoPlannedChanges checks that a plan or drift check found nothing
+// to change (after an import of a resource that matches its config, say).
+func ExpectNoPlannedChanges() Check {
+	return func(o *Outcome) error {
+		if len(o.Result.PlannedChanges) > 0 {
+			var got []string
+			for _, c := range o.Result.PlannedChanges {
+				got = append(got, c.Action+" "+c.Address)
+			}
+			return fmt.Errorf("planned changes %q, want none", got)
+		}
+		return nil
 	}
 }
 

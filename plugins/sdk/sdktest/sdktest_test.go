@@ -271,3 +271,54 @@ func TestHarnessApprovedPlan(t *testing.T) {
 		t.Fatal(msg)
 	}
 }
+
+// adopter imports the resource named by its import id into its versioned
+// state (ImportResponse.State); Plan compares the config's "name" with it.
+type adopter struct{ saver }
+
+func (adopter) StateVersion() int { return 2 }
+func (adopter) UpgradeState(_ context.Context, req *sdk.UpgradeStateRequest) (*sdk.UpgradeStateResponse, error) {
+	return &sdk.UpgradeStateResponse{State: req.State}, nil
+}
+func (adopter) Plan(_ context.Context, req *sdk.PlanRequest) (*sdk.PlanResponse, error) {
+	var st struct{ Name string }
+	if _, err := sdk.LoadState(req.Job, &st); err != nil {
+		return nil, err
+	}
+	if st.Name == req.Config["name"] {
+		return &sdk.PlanResponse{}, nil
+	}
+	return &sdk.PlanResponse{PlannedChanges: []sdk.PlannedChange{{Address: "thing", Action: sdk.ActionUpdate}}}, nil
+}
+func (adopter) Import(_ context.Context, req *sdk.ImportRequest) (*sdk.ImportResponse, error) {
+	if req.ID == "missing" {
+		return nil, errors.New("no thing named missing")
+	}
+	return &sdk.ImportResponse{Outputs: map[string]string{"id": req.ID}, State: map[string]string{"Name": req.ID}}, nil
+}
+
+// An import step adopts a resource: the SDK keeps the State Import
+// returns at the plugin's state version, and the next plan sees it; a
+// plugin without Importer is refused by the host, naming its type.
+func TestHarnessImport(t *testing.T) {
+	cfg := map[string]any{"name": "web"}
+	msg := harness(t, adopter{}, sdktest.Case{SkipDestroy: true, Steps: []sdktest.Step{
+		{Op: sdk.OpImport, ImportID: "missing", Config: cfg, ExpectError: regexp.MustCompile("no thing named missing")},
+		{Op: sdk.OpPlan, Config: cfg, Check: sdktest.ExpectPlannedChange(sdk.ActionUpdate, "thing")},
+		{Op: sdk.OpImport, ImportID: "web", Config: cfg, Check: sdktest.All(sdktest.ExpectOutput("id", "web"), func(o *sdktest.Outcome) error {
+			b, err := os.ReadFile(filepath.Join(o.StateDir, sdk.StateFileName))
+			if err != nil || string(b) != `{"version":2,"state":{"Name":"web"}}` {
+				return fmt.Errorf("state file %s (%v)", b, err)
+			}
+			return nil
+		})},
+		{Op: sdk.OpPlan, Config: cfg, Check: sdktest.ExpectNoPlannedChanges()},
+	}})
+	if msg != "" {
+		t.Fatal(msg)
+	}
+	msg = harness(t, saver{}, sdktest.Case{Steps: []sdktest.Step{{Op: sdk.OpImport, ImportID: "web", Config: cfg}}})
+	if !strings.Contains(msg, `component type "saver" does not implement import`) {
+		t.Errorf("import without Importer: harness said %q", msg)
+	}
+}

@@ -5,7 +5,9 @@
 // Plan lists one change per key and saves the file it would write in the
 // plan directory; Apply writes exactly that file when an operator approved
 // the plan; Drift compares the file with what was applied; PlanDestroy
-// and Destroy remove it.
+// and Destroy remove it. Import adopts a file that already exists (its
+// import id is the file's path): the next plan shows what differs from
+// the config, nothing if the file matches.
 package kvfile
 
 import (
@@ -259,4 +261,27 @@ func (Plugin) Destroy(_ context.Context, req *sdk.DestroyRequest) (*sdk.DestroyR
 	}
 	req.Log.System("removed " + path)
 	return &sdk.DestroyResponse{}, writeState(req.Job, state{})
+}
+
+// Import adopts the existing file req.ID (an absolute path, the config's
+// path) as the component: it keeps the file's entries as the state, as
+// if an apply had written them, and changes nothing.
+func (Plugin) Import(_ context.Context, req *sdk.ImportRequest) (*sdk.ImportResponse, error) {
+	path, want := desired(req.Config)
+	switch {
+	case !filepath.IsAbs(req.ID):
+		return nil, fmt.Errorf("import id %q: want the absolute path of the file", req.ID)
+	case filepath.Clean(req.ID) != filepath.Clean(path):
+		return nil, fmt.Errorf("import id %q is not the config's path %q", req.ID, path)
+	}
+	have, exists, err := parse(path)
+	if err != nil {
+		return nil, err
+	}
+	if !exists {
+		return nil, fmt.Errorf("import %s: no such file", path)
+	}
+	cs := changes(have, want)
+	req.Log.Stdout(fmt.Sprintf("imported %s: %d keys, %d differ from the config", path, len(have), len(cs)))
+	return &sdk.ImportResponse{Outputs: map[string]string{"path": path}}, writeState(req.Job, state{Path: path, Entries: have})
 }

@@ -133,7 +133,7 @@ type DescribeResponse struct {
 	// plugin leaves it unset.
 	Protocol *ProtocolVersion `protobuf:"bytes,5,opt,name=protocol,proto3" json:"protocol,omitempty"`
 	// capabilities names the optional operations the plugin implements:
-	// "destroy", "drift", "outputs_schema" (1.1), "policy" (1.3), "plan_destroy" (the Plan call takes JobContext.destroy). A 1.0 plugin leaves it
+	// "destroy", "drift", "outputs_schema" (1.1), "policy" (1.3), "plan_destroy" (the Plan call takes JobContext.destroy), "import" (1.4). A 1.0 plugin leaves it
 	// empty and serves destroy.
 	Capabilities []string `protobuf:"bytes,6,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
 	// outputs_schema is a JSON Schema of the outputs map (1.1).
@@ -1492,6 +1492,158 @@ func (*DriftResponse_Log) isDriftResponse_Event() {}
 
 func (*DriftResponse_Result) isDriftResponse_Event() {}
 
+type ImportRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Job    *JobContext            `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Config *structpb.Struct       `protobuf:"bytes,2,opt,name=config,proto3" json:"config,omitempty"`
+	Env    map[string]string      `protobuf:"bytes,3,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// import_id names the existing resource to adopt, in a form the type
+	// defines (a path, "ADDR=ID" pairs, ...).
+	ImportId      string `protobuf:"bytes,4,opt,name=import_id,json=importId,proto3" json:"import_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportRequest) Reset() {
+	*x = ImportRequest{}
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportRequest) ProtoMessage() {}
+
+func (x *ImportRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportRequest.ProtoReflect.Descriptor instead.
+func (*ImportRequest) Descriptor() ([]byte, []int) {
+	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ImportRequest) GetJob() *JobContext {
+	if x != nil {
+		return x.Job
+	}
+	return nil
+}
+
+func (x *ImportRequest) GetConfig() *structpb.Struct {
+	if x != nil {
+		return x.Config
+	}
+	return nil
+}
+
+func (x *ImportRequest) GetEnv() map[string]string {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
+func (x *ImportRequest) GetImportId() string {
+	if x != nil {
+		return x.ImportId
+	}
+	return ""
+}
+
+type ImportResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Event:
+	//
+	//	*ImportResponse_Log
+	//	*ImportResponse_Result
+	Event         isImportResponse_Event `protobuf_oneof:"event"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportResponse) Reset() {
+	*x = ImportResponse{}
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportResponse) ProtoMessage() {}
+
+func (x *ImportResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_plugin_v1_plugin_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportResponse.ProtoReflect.Descriptor instead.
+func (*ImportResponse) Descriptor() ([]byte, []int) {
+	return file_byoc_plugin_v1_plugin_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ImportResponse) GetEvent() isImportResponse_Event {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+func (x *ImportResponse) GetLog() *LogEvent {
+	if x != nil {
+		if x, ok := x.Event.(*ImportResponse_Log); ok {
+			return x.Log
+		}
+	}
+	return nil
+}
+
+func (x *ImportResponse) GetResult() *Result {
+	if x != nil {
+		if x, ok := x.Event.(*ImportResponse_Result); ok {
+			return x.Result
+		}
+	}
+	return nil
+}
+
+type isImportResponse_Event interface {
+	isImportResponse_Event()
+}
+
+type ImportResponse_Log struct {
+	Log *LogEvent `protobuf:"bytes,1,opt,name=log,proto3,oneof"`
+}
+
+type ImportResponse_Result struct {
+	Result *Result `protobuf:"bytes,2,opt,name=result,proto3,oneof"`
+}
+
+func (*ImportResponse_Log) isImportResponse_Event() {}
+
+func (*ImportResponse_Result) isImportResponse_Event() {}
+
 var File_byoc_plugin_v1_plugin_proto protoreflect.FileDescriptor
 
 const file_byoc_plugin_v1_plugin_proto_rawDesc = "" +
@@ -1608,14 +1760,27 @@ const file_byoc_plugin_v1_plugin_proto_rawDesc = "" +
 	"\rDriftResponse\x12,\n" +
 	"\x03log\x18\x01 \x01(\v2\x18.byoc.plugin.v1.LogEventH\x00R\x03log\x120\n" +
 	"\x06result\x18\x02 \x01(\v2\x16.byoc.plugin.v1.ResultH\x00R\x06resultB\a\n" +
-	"\x05event2\xd9\x03\n" +
+	"\x05event\"\xfd\x01\n" +
+	"\rImportRequest\x12,\n" +
+	"\x03job\x18\x01 \x01(\v2\x1a.byoc.plugin.v1.JobContextR\x03job\x12/\n" +
+	"\x06config\x18\x02 \x01(\v2\x17.google.protobuf.StructR\x06config\x128\n" +
+	"\x03env\x18\x03 \x03(\v2&.byoc.plugin.v1.ImportRequest.EnvEntryR\x03env\x12\x1b\n" +
+	"\timport_id\x18\x04 \x01(\tR\bimportId\x1a6\n" +
+	"\bEnvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"y\n" +
+	"\x0eImportResponse\x12,\n" +
+	"\x03log\x18\x01 \x01(\v2\x18.byoc.plugin.v1.LogEventH\x00R\x03log\x120\n" +
+	"\x06result\x18\x02 \x01(\v2\x16.byoc.plugin.v1.ResultH\x00R\x06resultB\a\n" +
+	"\x05event2\xa4\x04\n" +
 	"\x16ComponentPluginService\x12M\n" +
 	"\bDescribe\x12\x1f.byoc.plugin.v1.DescribeRequest\x1a .byoc.plugin.v1.DescribeResponse\x12M\n" +
 	"\bValidate\x12\x1f.byoc.plugin.v1.ValidateRequest\x1a .byoc.plugin.v1.ValidateResponse\x12C\n" +
 	"\x04Plan\x12\x1b.byoc.plugin.v1.PlanRequest\x1a\x1c.byoc.plugin.v1.PlanResponse0\x01\x12F\n" +
 	"\x05Apply\x12\x1c.byoc.plugin.v1.ApplyRequest\x1a\x1d.byoc.plugin.v1.ApplyResponse0\x01\x12L\n" +
 	"\aDestroy\x12\x1e.byoc.plugin.v1.DestroyRequest\x1a\x1f.byoc.plugin.v1.DestroyResponse0\x01\x12F\n" +
-	"\x05Drift\x12\x1c.byoc.plugin.v1.DriftRequest\x1a\x1d.byoc.plugin.v1.DriftResponse0\x01B\xb5\x01\n" +
+	"\x05Drift\x12\x1c.byoc.plugin.v1.DriftRequest\x1a\x1d.byoc.plugin.v1.DriftResponse0\x01\x12I\n" +
+	"\x06Import\x12\x1d.byoc.plugin.v1.ImportRequest\x1a\x1e.byoc.plugin.v1.ImportResponse0\x01B\xb5\x01\n" +
 	"\x12com.byoc.plugin.v1B\vPluginProtoP\x01Z8github.com/byoc-dev/byoc/rpc/gen/byoc/plugin/v1;pluginv1\xa2\x02\x03BPX\xaa\x02\x0eByoc.Plugin.V1\xca\x02\x0eByoc\\Plugin\\V1\xe2\x02\x1aByoc\\Plugin\\V1\\GPBMetadata\xea\x02\x10Byoc::Plugin::V1b\x06proto3"
 
 var (
@@ -1630,7 +1795,7 @@ func file_byoc_plugin_v1_plugin_proto_rawDescGZIP() []byte {
 	return file_byoc_plugin_v1_plugin_proto_rawDescData
 }
 
-var file_byoc_plugin_v1_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_byoc_plugin_v1_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_byoc_plugin_v1_plugin_proto_goTypes = []any{
 	(*ProtocolVersion)(nil),       // 0: byoc.plugin.v1.ProtocolVersion
 	(*DescribeRequest)(nil),       // 1: byoc.plugin.v1.DescribeRequest
@@ -1652,64 +1817,74 @@ var file_byoc_plugin_v1_plugin_proto_goTypes = []any{
 	(*DestroyResponse)(nil),       // 17: byoc.plugin.v1.DestroyResponse
 	(*DriftRequest)(nil),          // 18: byoc.plugin.v1.DriftRequest
 	(*DriftResponse)(nil),         // 19: byoc.plugin.v1.DriftResponse
-	nil,                           // 20: byoc.plugin.v1.Result.OutputsEntry
-	nil,                           // 21: byoc.plugin.v1.PlanRequest.EnvEntry
-	nil,                           // 22: byoc.plugin.v1.ApplyRequest.EnvEntry
-	nil,                           // 23: byoc.plugin.v1.DestroyRequest.EnvEntry
-	nil,                           // 24: byoc.plugin.v1.DriftRequest.EnvEntry
-	(*structpb.Struct)(nil),       // 25: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
-	(*structpb.Value)(nil),        // 27: google.protobuf.Value
+	(*ImportRequest)(nil),         // 20: byoc.plugin.v1.ImportRequest
+	(*ImportResponse)(nil),        // 21: byoc.plugin.v1.ImportResponse
+	nil,                           // 22: byoc.plugin.v1.Result.OutputsEntry
+	nil,                           // 23: byoc.plugin.v1.PlanRequest.EnvEntry
+	nil,                           // 24: byoc.plugin.v1.ApplyRequest.EnvEntry
+	nil,                           // 25: byoc.plugin.v1.DestroyRequest.EnvEntry
+	nil,                           // 26: byoc.plugin.v1.DriftRequest.EnvEntry
+	nil,                           // 27: byoc.plugin.v1.ImportRequest.EnvEntry
+	(*structpb.Struct)(nil),       // 28: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
+	(*structpb.Value)(nil),        // 30: google.protobuf.Value
 }
 var file_byoc_plugin_v1_plugin_proto_depIdxs = []int32{
 	0,  // 0: byoc.plugin.v1.DescribeRequest.host_protocol:type_name -> byoc.plugin.v1.ProtocolVersion
 	0,  // 1: byoc.plugin.v1.DescribeResponse.protocol:type_name -> byoc.plugin.v1.ProtocolVersion
 	4,  // 2: byoc.plugin.v1.JobContext.policies:type_name -> byoc.plugin.v1.PolicyModule
-	25, // 3: byoc.plugin.v1.ValidateRequest.config:type_name -> google.protobuf.Struct
+	28, // 3: byoc.plugin.v1.ValidateRequest.config:type_name -> google.protobuf.Struct
 	7,  // 4: byoc.plugin.v1.ValidateResponse.diagnostics:type_name -> byoc.plugin.v1.Diagnostic
-	26, // 5: byoc.plugin.v1.LogEvent.time:type_name -> google.protobuf.Timestamp
-	20, // 6: byoc.plugin.v1.Result.outputs:type_name -> byoc.plugin.v1.Result.OutputsEntry
+	29, // 5: byoc.plugin.v1.LogEvent.time:type_name -> google.protobuf.Timestamp
+	22, // 6: byoc.plugin.v1.Result.outputs:type_name -> byoc.plugin.v1.Result.OutputsEntry
 	11, // 7: byoc.plugin.v1.Result.planned_changes:type_name -> byoc.plugin.v1.PlannedChange
 	5,  // 8: byoc.plugin.v1.Result.policy_findings:type_name -> byoc.plugin.v1.PolicyFinding
-	27, // 9: byoc.plugin.v1.PlannedChange.before:type_name -> google.protobuf.Value
-	27, // 10: byoc.plugin.v1.PlannedChange.after:type_name -> google.protobuf.Value
+	30, // 9: byoc.plugin.v1.PlannedChange.before:type_name -> google.protobuf.Value
+	30, // 10: byoc.plugin.v1.PlannedChange.after:type_name -> google.protobuf.Value
 	3,  // 11: byoc.plugin.v1.PlanRequest.job:type_name -> byoc.plugin.v1.JobContext
-	25, // 12: byoc.plugin.v1.PlanRequest.config:type_name -> google.protobuf.Struct
-	21, // 13: byoc.plugin.v1.PlanRequest.env:type_name -> byoc.plugin.v1.PlanRequest.EnvEntry
+	28, // 12: byoc.plugin.v1.PlanRequest.config:type_name -> google.protobuf.Struct
+	23, // 13: byoc.plugin.v1.PlanRequest.env:type_name -> byoc.plugin.v1.PlanRequest.EnvEntry
 	9,  // 14: byoc.plugin.v1.PlanResponse.log:type_name -> byoc.plugin.v1.LogEvent
 	10, // 15: byoc.plugin.v1.PlanResponse.result:type_name -> byoc.plugin.v1.Result
 	3,  // 16: byoc.plugin.v1.ApplyRequest.job:type_name -> byoc.plugin.v1.JobContext
-	25, // 17: byoc.plugin.v1.ApplyRequest.config:type_name -> google.protobuf.Struct
-	22, // 18: byoc.plugin.v1.ApplyRequest.env:type_name -> byoc.plugin.v1.ApplyRequest.EnvEntry
+	28, // 17: byoc.plugin.v1.ApplyRequest.config:type_name -> google.protobuf.Struct
+	24, // 18: byoc.plugin.v1.ApplyRequest.env:type_name -> byoc.plugin.v1.ApplyRequest.EnvEntry
 	9,  // 19: byoc.plugin.v1.ApplyResponse.log:type_name -> byoc.plugin.v1.LogEvent
 	10, // 20: byoc.plugin.v1.ApplyResponse.result:type_name -> byoc.plugin.v1.Result
 	3,  // 21: byoc.plugin.v1.DestroyRequest.job:type_name -> byoc.plugin.v1.JobContext
-	25, // 22: byoc.plugin.v1.DestroyRequest.config:type_name -> google.protobuf.Struct
-	23, // 23: byoc.plugin.v1.DestroyRequest.env:type_name -> byoc.plugin.v1.DestroyRequest.EnvEntry
+	28, // 22: byoc.plugin.v1.DestroyRequest.config:type_name -> google.protobuf.Struct
+	25, // 23: byoc.plugin.v1.DestroyRequest.env:type_name -> byoc.plugin.v1.DestroyRequest.EnvEntry
 	9,  // 24: byoc.plugin.v1.DestroyResponse.log:type_name -> byoc.plugin.v1.LogEvent
 	10, // 25: byoc.plugin.v1.DestroyResponse.result:type_name -> byoc.plugin.v1.Result
 	3,  // 26: byoc.plugin.v1.DriftRequest.job:type_name -> byoc.plugin.v1.JobContext
-	25, // 27: byoc.plugin.v1.DriftRequest.config:type_name -> google.protobuf.Struct
-	24, // 28: byoc.plugin.v1.DriftRequest.env:type_name -> byoc.plugin.v1.DriftRequest.EnvEntry
+	28, // 27: byoc.plugin.v1.DriftRequest.config:type_name -> google.protobuf.Struct
+	26, // 28: byoc.plugin.v1.DriftRequest.env:type_name -> byoc.plugin.v1.DriftRequest.EnvEntry
 	9,  // 29: byoc.plugin.v1.DriftResponse.log:type_name -> byoc.plugin.v1.LogEvent
 	10, // 30: byoc.plugin.v1.DriftResponse.result:type_name -> byoc.plugin.v1.Result
-	1,  // 31: byoc.plugin.v1.ComponentPluginService.Describe:input_type -> byoc.plugin.v1.DescribeRequest
-	6,  // 32: byoc.plugin.v1.ComponentPluginService.Validate:input_type -> byoc.plugin.v1.ValidateRequest
-	12, // 33: byoc.plugin.v1.ComponentPluginService.Plan:input_type -> byoc.plugin.v1.PlanRequest
-	14, // 34: byoc.plugin.v1.ComponentPluginService.Apply:input_type -> byoc.plugin.v1.ApplyRequest
-	16, // 35: byoc.plugin.v1.ComponentPluginService.Destroy:input_type -> byoc.plugin.v1.DestroyRequest
-	18, // 36: byoc.plugin.v1.ComponentPluginService.Drift:input_type -> byoc.plugin.v1.DriftRequest
-	2,  // 37: byoc.plugin.v1.ComponentPluginService.Describe:output_type -> byoc.plugin.v1.DescribeResponse
-	8,  // 38: byoc.plugin.v1.ComponentPluginService.Validate:output_type -> byoc.plugin.v1.ValidateResponse
-	13, // 39: byoc.plugin.v1.ComponentPluginService.Plan:output_type -> byoc.plugin.v1.PlanResponse
-	15, // 40: byoc.plugin.v1.ComponentPluginService.Apply:output_type -> byoc.plugin.v1.ApplyResponse
-	17, // 41: byoc.plugin.v1.ComponentPluginService.Destroy:output_type -> byoc.plugin.v1.DestroyResponse
-	19, // 42: byoc.plugin.v1.ComponentPluginService.Drift:output_type -> byoc.plugin.v1.DriftResponse
-	37, // [37:43] is the sub-list for method output_type
-	31, // [31:37] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	3,  // 31: byoc.plugin.v1.ImportRequest.job:type_name -> byoc.plugin.v1.JobContext
+	28, // 32: byoc.plugin.v1.ImportRequest.config:type_name -> google.protobuf.Struct
+	27, // 33: byoc.plugin.v1.ImportRequest.env:type_name -> byoc.plugin.v1.ImportRequest.EnvEntry
+	9,  // 34: byoc.plugin.v1.ImportResponse.log:type_name -> byoc.plugin.v1.LogEvent
+	10, // 35: byoc.plugin.v1.ImportResponse.result:type_name -> byoc.plugin.v1.Result
+	1,  // 36: byoc.plugin.v1.ComponentPluginService.Describe:input_type -> byoc.plugin.v1.DescribeRequest
+	6,  // 37: byoc.plugin.v1.ComponentPluginService.Validate:input_type -> byoc.plugin.v1.ValidateRequest
+	12, // 38: byoc.plugin.v1.ComponentPluginService.Plan:input_type -> byoc.plugin.v1.PlanRequest
+	14, // 39: byoc.plugin.v1.ComponentPluginService.Apply:input_type -> byoc.plugin.v1.ApplyRequest
+	16, // 40: byoc.plugin.v1.ComponentPluginService.Destroy:input_type -> byoc.plugin.v1.DestroyRequest
+	18, // 41: byoc.plugin.v1.ComponentPluginService.Drift:input_type -> byoc.plugin.v1.DriftRequest
+	20, // 42: byoc.plugin.v1.ComponentPluginService.Import:input_type -> byoc.plugin.v1.ImportRequest
+	2,  // 43: byoc.plugin.v1.ComponentPluginService.Describe:output_type -> byoc.plugin.v1.DescribeResponse
+	8,  // 44: byoc.plugin.v1.ComponentPluginService.Validate:output_type -> byoc.plugin.v1.ValidateResponse
+	13, // 45: byoc.plugin.v1.ComponentPluginService.Plan:output_type -> byoc.plugin.v1.PlanResponse
+	15, // 46: byoc.plugin.v1.ComponentPluginService.Apply:output_type -> byoc.plugin.v1.ApplyResponse
+	17, // 47: byoc.plugin.v1.ComponentPluginService.Destroy:output_type -> byoc.plugin.v1.DestroyResponse
+	19, // 48: byoc.plugin.v1.ComponentPluginService.Drift:output_type -> byoc.plugin.v1.DriftResponse
+	21, // 49: byoc.plugin.v1.ComponentPluginService.Import:output_type -> byoc.plugin.v1.ImportResponse
+	43, // [43:50] is the sub-list for method output_type
+	36, // [36:43] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_byoc_plugin_v1_plugin_proto_init() }
@@ -1733,13 +1908,17 @@ func file_byoc_plugin_v1_plugin_proto_init() {
 		(*DriftResponse_Log)(nil),
 		(*DriftResponse_Result)(nil),
 	}
+	file_byoc_plugin_v1_plugin_proto_msgTypes[21].OneofWrappers = []any{
+		(*ImportResponse_Log)(nil),
+		(*ImportResponse_Result)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byoc_plugin_v1_plugin_proto_rawDesc), len(file_byoc_plugin_v1_plugin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   25,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -25,6 +25,7 @@ const (
 	ComponentPluginService_Apply_FullMethodName    = "/byoc.plugin.v1.ComponentPluginService/Apply"
 	ComponentPluginService_Destroy_FullMethodName  = "/byoc.plugin.v1.ComponentPluginService/Destroy"
 	ComponentPluginService_Drift_FullMethodName    = "/byoc.plugin.v1.ComponentPluginService/Drift"
+	ComponentPluginService_Import_FullMethodName   = "/byoc.plugin.v1.ComponentPluginService/Import"
 )
 
 // ComponentPluginServiceClient is the client API for ComponentPluginService service.
@@ -62,6 +63,8 @@ const (
 //	     may interrupt an operation with SIGINT to the plugin process,
 //	     which cancels the operation's context (sdk.ErrInterrupted), and
 //	     waits a grace for it to return before it kills the plugin.
+//	1.4  Import and the capability "import": adopt an existing resource
+//	     into the component's state by an id the type defines.
 type ComponentPluginServiceClient interface {
 	Describe(ctx context.Context, in *DescribeRequest, opts ...grpc.CallOption) (*DescribeResponse, error)
 	Validate(ctx context.Context, in *ValidateRequest, opts ...grpc.CallOption) (*ValidateResponse, error)
@@ -71,6 +74,10 @@ type ComponentPluginServiceClient interface {
 	Destroy(ctx context.Context, in *DestroyRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[DestroyResponse], error)
 	// Drift (1.1) is served only by plugins with the "drift" capability.
 	Drift(ctx context.Context, in *DriftRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[DriftResponse], error)
+	// Import (1.4) is served only by plugins with the "import" capability:
+	// it adopts an existing resource, named by import_id, as the component's
+	// state, so that the next plan shows no change if it matches the config.
+	Import(ctx context.Context, in *ImportRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ImportResponse], error)
 }
 
 type componentPluginServiceClient struct {
@@ -177,6 +184,25 @@ func (c *componentPluginServiceClient) Drift(ctx context.Context, in *DriftReque
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ComponentPluginService_DriftClient = grpc.ServerStreamingClient[DriftResponse]
 
+func (c *componentPluginServiceClient) Import(ctx context.Context, in *ImportRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ImportResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ComponentPluginService_ServiceDesc.Streams[4], ComponentPluginService_Import_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ImportRequest, ImportResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ComponentPluginService_ImportClient = grpc.ServerStreamingClient[ImportResponse]
+
 // ComponentPluginServiceServer is the server API for ComponentPluginService service.
 // All implementations must embed UnimplementedComponentPluginServiceServer
 // for forward compatibility.
@@ -212,6 +238,8 @@ type ComponentPluginService_DriftClient = grpc.ServerStreamingClient[DriftRespon
 //	     may interrupt an operation with SIGINT to the plugin process,
 //	     which cancels the operation's context (sdk.ErrInterrupted), and
 //	     waits a grace for it to return before it kills the plugin.
+//	1.4  Import and the capability "import": adopt an existing resource
+//	     into the component's state by an id the type defines.
 type ComponentPluginServiceServer interface {
 	Describe(context.Context, *DescribeRequest) (*DescribeResponse, error)
 	Validate(context.Context, *ValidateRequest) (*ValidateResponse, error)
@@ -221,6 +249,10 @@ type ComponentPluginServiceServer interface {
 	Destroy(*DestroyRequest, grpc.ServerStreamingServer[DestroyResponse]) error
 	// Drift (1.1) is served only by plugins with the "drift" capability.
 	Drift(*DriftRequest, grpc.ServerStreamingServer[DriftResponse]) error
+	// Import (1.4) is served only by plugins with the "import" capability:
+	// it adopts an existing resource, named by import_id, as the component's
+	// state, so that the next plan shows no change if it matches the config.
+	Import(*ImportRequest, grpc.ServerStreamingServer[ImportResponse]) error
 	mustEmbedUnimplementedComponentPluginServiceServer()
 }
 
@@ -248,6 +280,9 @@ func (UnimplementedComponentPluginServiceServer) Destroy(*DestroyRequest, grpc.S
 }
 func (UnimplementedComponentPluginServiceServer) Drift(*DriftRequest, grpc.ServerStreamingServer[DriftResponse]) error {
 	return status.Errorf(codes.Unimplemented, "method Drift not implemented")
+}
+func (UnimplementedComponentPluginServiceServer) Import(*ImportRequest, grpc.ServerStreamingServer[ImportResponse]) error {
+	return status.Errorf(codes.Unimplemented, "method Import not implemented")
 }
 func (UnimplementedComponentPluginServiceServer) mustEmbedUnimplementedComponentPluginServiceServer() {
 }
@@ -351,6 +386,17 @@ func _ComponentPluginService_Drift_Handler(srv interface{}, stream grpc.ServerSt
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ComponentPluginService_DriftServer = grpc.ServerStreamingServer[DriftResponse]
 
+func _ComponentPluginService_Import_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ImportRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ComponentPluginServiceServer).Import(m, &grpc.GenericServerStream[ImportRequest, ImportResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ComponentPluginService_ImportServer = grpc.ServerStreamingServer[ImportResponse]
+
 // ComponentPluginService_ServiceDesc is the grpc.ServiceDesc for ComponentPluginService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -386,6 +432,11 @@ var ComponentPluginService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Drift",
 			Handler:       _ComponentPluginService_Drift_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "Import",
+			Handler:       _ComponentPluginService_Import_Handler,
 			ServerStreams: true,
 		},
 	},

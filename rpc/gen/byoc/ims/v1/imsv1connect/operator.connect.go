@@ -82,6 +82,9 @@ const (
 	// OperatorServiceCheckInstallDriftProcedure is the fully-qualified name of the OperatorService's
 	// CheckInstallDrift RPC.
 	OperatorServiceCheckInstallDriftProcedure = "/byoc.ims.v1.OperatorService/CheckInstallDrift"
+	// OperatorServiceImportComponentProcedure is the fully-qualified name of the OperatorService's
+	// ImportComponent RPC.
+	OperatorServiceImportComponentProcedure = "/byoc.ims.v1.OperatorService/ImportComponent"
 	// OperatorServiceWatchInstallsProcedure is the fully-qualified name of the OperatorService's
 	// WatchInstalls RPC.
 	OperatorServiceWatchInstallsProcedure = "/byoc.ims.v1.OperatorService/WatchInstalls"
@@ -263,6 +266,15 @@ type OperatorServiceClient interface {
 	// state, as a scheduled check's. A component whose type cannot check
 	// drift gets a failed check saying so.
 	CheckInstallDrift(context.Context, *connect.Request[v1.CheckInstallDriftRequest]) (*connect.Response[v1.CheckInstallDriftResponse], error)
+	// ImportComponent queues an import job: the install's agent adopts an
+	// existing resource, named by import_id in the form the component's
+	// type defines, as the component's state (a type with the plugin
+	// capability "import"; the agent fails the job for any other, naming
+	// the type). The component must be in the install's app revision and
+	// not deployed yet. When the job succeeds imsd records the component as
+	// deployed with the rendered config and the job's outputs, as an apply
+	// would, and audits it (component.imported).
+	ImportComponent(context.Context, *connect.Request[v1.ImportComponentRequest]) (*connect.Response[v1.ImportComponentResponse], error)
 	// WatchInstalls sends every install with its live status (agent, job
 	// counts) as a snapshot, then, as they happen, every install that changed.
 	// It is how the console stays current without polling each row.
@@ -514,6 +526,12 @@ func NewOperatorServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			httpClient,
 			baseURL+OperatorServiceCheckInstallDriftProcedure,
 			connect.WithSchema(operatorServiceMethods.ByName("CheckInstallDrift")),
+			connect.WithClientOptions(opts...),
+		),
+		importComponent: connect.NewClient[v1.ImportComponentRequest, v1.ImportComponentResponse](
+			httpClient,
+			baseURL+OperatorServiceImportComponentProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("ImportComponent")),
 			connect.WithClientOptions(opts...),
 		),
 		watchInstalls: connect.NewClient[v1.WatchInstallsRequest, v1.WatchInstallsResponse](
@@ -802,6 +820,7 @@ type operatorServiceClient struct {
 	getInstall            *connect.Client[v1.GetInstallRequest, v1.GetInstallResponse]
 	listInstallDrift      *connect.Client[v1.ListInstallDriftRequest, v1.ListInstallDriftResponse]
 	checkInstallDrift     *connect.Client[v1.CheckInstallDriftRequest, v1.CheckInstallDriftResponse]
+	importComponent       *connect.Client[v1.ImportComponentRequest, v1.ImportComponentResponse]
 	watchInstalls         *connect.Client[v1.WatchInstallsRequest, v1.WatchInstallsResponse]
 	createEnrollmentToken *connect.Client[v1.CreateEnrollmentTokenRequest, v1.CreateEnrollmentTokenResponse]
 	labelInstall          *connect.Client[v1.LabelInstallRequest, v1.LabelInstallResponse]
@@ -931,6 +950,11 @@ func (c *operatorServiceClient) ListInstallDrift(ctx context.Context, req *conne
 // CheckInstallDrift calls byoc.ims.v1.OperatorService.CheckInstallDrift.
 func (c *operatorServiceClient) CheckInstallDrift(ctx context.Context, req *connect.Request[v1.CheckInstallDriftRequest]) (*connect.Response[v1.CheckInstallDriftResponse], error) {
 	return c.checkInstallDrift.CallUnary(ctx, req)
+}
+
+// ImportComponent calls byoc.ims.v1.OperatorService.ImportComponent.
+func (c *operatorServiceClient) ImportComponent(ctx context.Context, req *connect.Request[v1.ImportComponentRequest]) (*connect.Response[v1.ImportComponentResponse], error) {
+	return c.importComponent.CallUnary(ctx, req)
 }
 
 // WatchInstalls calls byoc.ims.v1.OperatorService.WatchInstalls.
@@ -1201,6 +1225,15 @@ type OperatorServiceHandler interface {
 	// state, as a scheduled check's. A component whose type cannot check
 	// drift gets a failed check saying so.
 	CheckInstallDrift(context.Context, *connect.Request[v1.CheckInstallDriftRequest]) (*connect.Response[v1.CheckInstallDriftResponse], error)
+	// ImportComponent queues an import job: the install's agent adopts an
+	// existing resource, named by import_id in the form the component's
+	// type defines, as the component's state (a type with the plugin
+	// capability "import"; the agent fails the job for any other, naming
+	// the type). The component must be in the install's app revision and
+	// not deployed yet. When the job succeeds imsd records the component as
+	// deployed with the rendered config and the job's outputs, as an apply
+	// would, and audits it (component.imported).
+	ImportComponent(context.Context, *connect.Request[v1.ImportComponentRequest]) (*connect.Response[v1.ImportComponentResponse], error)
 	// WatchInstalls sends every install with its live status (agent, job
 	// counts) as a snapshot, then, as they happen, every install that changed.
 	// It is how the console stays current without polling each row.
@@ -1448,6 +1481,12 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 		OperatorServiceCheckInstallDriftProcedure,
 		svc.CheckInstallDrift,
 		connect.WithSchema(operatorServiceMethods.ByName("CheckInstallDrift")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceImportComponentHandler := connect.NewUnaryHandler(
+		OperatorServiceImportComponentProcedure,
+		svc.ImportComponent,
+		connect.WithSchema(operatorServiceMethods.ByName("ImportComponent")),
 		connect.WithHandlerOptions(opts...),
 	)
 	operatorServiceWatchInstallsHandler := connect.NewServerStreamHandler(
@@ -1750,6 +1789,8 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 			operatorServiceListInstallDriftHandler.ServeHTTP(w, r)
 		case OperatorServiceCheckInstallDriftProcedure:
 			operatorServiceCheckInstallDriftHandler.ServeHTTP(w, r)
+		case OperatorServiceImportComponentProcedure:
+			operatorServiceImportComponentHandler.ServeHTTP(w, r)
 		case OperatorServiceWatchInstallsProcedure:
 			operatorServiceWatchInstallsHandler.ServeHTTP(w, r)
 		case OperatorServiceCreateEnrollmentTokenProcedure:
@@ -1913,6 +1954,10 @@ func (UnimplementedOperatorServiceHandler) ListInstallDrift(context.Context, *co
 
 func (UnimplementedOperatorServiceHandler) CheckInstallDrift(context.Context, *connect.Request[v1.CheckInstallDriftRequest]) (*connect.Response[v1.CheckInstallDriftResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.CheckInstallDrift is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) ImportComponent(context.Context, *connect.Request[v1.ImportComponentRequest]) (*connect.Response[v1.ImportComponentResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.ImportComponent is not implemented"))
 }
 
 func (UnimplementedOperatorServiceHandler) WatchInstalls(context.Context, *connect.Request[v1.WatchInstallsRequest], *connect.ServerStream[v1.WatchInstallsResponse]) error {
