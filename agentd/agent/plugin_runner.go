@@ -423,6 +423,11 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 		}
 	}
 	job.Config = config
+	// The customer's supply-chain policy, before anything of the job's
+	// plugin runs.
+	if err := r.checkSupplyChain(ctx, job, config, log); err != nil {
+		return fail("%v", err)
+	}
 	work := filepath.Join(r.WorkRoot, fmt.Sprintf("%s-%d", job.ID, job.Attempt))
 	// In use from here, before it exists, so a sweep never takes it.
 	r.enter(work)

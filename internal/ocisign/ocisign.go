@@ -6,10 +6,10 @@
 // and the signing key's id (agentproto.KeyID).
 //
 // Plugin and agent releases (internal/plugindist) sign their type and
-// version. Artifacts the build agent syncs or packages sign the type
-// ArtifactType(kind) ("artifact:image", "artifact:helm",
-// "artifact:terraform") and an empty version; no plugin type contains a
-// colon, so neither signature stands for the other.
+// version. Artifacts the build agent syncs or packages (images, charts,
+// modules) sign the type ArtifactType and an empty version; a plugin
+// release's signature always has a version, so neither stands for the
+// other.
 package ocisign
 
 import (
@@ -51,9 +51,10 @@ const (
 	MaxSignatures = 64
 )
 
-// ArtifactType is the signed type of an artifact of kind (image, helm,
-// terraform) that the build agent synced or packaged.
-func ArtifactType(kind string) string { return "artifact:" + kind }
+// ArtifactType is the signed type of an artifact the build agent synced
+// or packaged; its signed version is empty. The digest alone says what
+// it is.
+const ArtifactType = "artifact:oci"
 
 // SignedMessage is what a signature signs: the bytes
 // "byoc plugin signature v1\0", then the type, the version and the
