@@ -27,6 +27,9 @@ const (
 	KindSupplyChainVerified = "supply_chain.verified"
 )
 
+// BuildType is the build agent's component type (plugins/build).
+const BuildType = "build"
+
 // RuleRequireSignature names the rule in refusals.
 const RuleRequireSignature = "require-signature"
 
@@ -181,4 +184,42 @@ func verifyArtifact(ctx context.Context, art artifactRef, trusted []ed25519.Publ
 		return "", fmt.Errorf("the registry answered digest %s", desc.Digest)
 	}
 	return ocisign.Verify(ctx, repo, desc, ocisign.ArtifactType, "", "the artifact", trusted)
+}
+
+// signBuild signs the artifact a successful build job put into the
+// vendor registry (its outputs repository and digest) with ArtifactKey,
+// as an ocisign referrer, and adds the key's id to the outputs
+// (signed_by). Without ArtifactKey it does nothing.
+func (r *PluginRunner) signBuild(ctx context.Context, job Job, outputs map[string]string, log func(int32, string)) error {
+	if r.ArtifactKey == nil || job.ComponentType != BuildType || job.Operation != sdk.OpApply {
+		return nil
+	}
+	repoName, dg := outputs["repository"], digest.Digest(outputs["digest"])
+	if !ocicopy.ValidRepository(repoName) || dg.Validate() != nil {
+		return fmt.Errorf("sign the build: its outputs name no repository and digest (%q, %q)", repoName, dg)
+	}
+	env := job.registryEnv
+	if env[VendorRegistryEnv] == "" {
+		return errors.New("sign the build: the job carried no vendor registry grant")
+	}
+	repo, err := ocicopy.Open(ctx, ocicopy.Registry{Host: env[VendorRegistryEnv], PlainHTTP: env[VendorPlainHTTPEnv] == "1"},
+		repoName, ocicopy.Credentials{AccessToken: env[VendorTokenEnv]})
+	if err != nil {
+		return fmt.Errorf("sign the build: %w", err)
+	}
+	defer repo.Close()
+	desc, err := repo.Resolve(ctx, dg.String())
+	if err != nil {
+		return fmt.Errorf("sign the build %s@%s: %w", repoName, dg, err)
+	}
+	if desc.Digest != dg {
+		return fmt.Errorf("sign the build %s@%s: the registry answered digest %s", repoName, dg, desc.Digest)
+	}
+	sig, err := ocisign.Sign(ctx, repo, desc, ocisign.ArtifactType, "", r.ArtifactKey)
+	if err != nil {
+		return fmt.Errorf("sign the build %s@%s: %w", repoName, dg, err)
+	}
+	outputs["signed_by"] = sig.KeyID
+	log(StreamSystem, fmt.Sprintf("[agentd] signed %s@%s with key %s", repoName, dg, sig.KeyID))
+	return nil
 }

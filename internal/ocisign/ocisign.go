@@ -15,12 +15,15 @@ package ocisign
 import (
 	"context"
 	"crypto/ed25519"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 
@@ -180,4 +183,26 @@ func readSignature(ctx context.Context, repo *ocicopy.Repo, d ocispec.Descriptor
 		return Signature{}, err
 	}
 	return sig, nil
+}
+
+// ReadPrivateKey reads an Ed25519 private key in PKCS#8 PEM, the format
+// of imsd's job signing key (imsd --signing-key).
+func ReadPrivateKey(path string) (ed25519.PrivateKey, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	blk, _ := pem.Decode(b)
+	if blk == nil {
+		return nil, fmt.Errorf("%s: no PEM block (want a PKCS#8 Ed25519 private key, such as imsd's signing key)", path)
+	}
+	k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	key, ok := k.(ed25519.PrivateKey)
+	if !ok {
+		return nil, fmt.Errorf("%s: a %T, not an Ed25519 key", path, k)
+	}
+	return key, nil
 }
