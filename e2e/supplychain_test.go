@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -19,14 +20,17 @@ import (
 )
 
 // TestSupplyChainRequireSignature: the build agent signs what it syncs
-// (agentd --role build --artifact-signing-key, here imsd's job signing
+// and packages (an image, a Terraform module) (agentd --role build
+// --artifact-signing-key, here imsd's job signing
 // key); the install's customer requires signatures (agentd policy
 // supply-chain --require-signature, in the agent's signed
 // permissions.json, which imsd has no way to write). The signed image is
 // verified and deployed, its signature carried into the install
 // registry; the same kind of image pushed to the vendor registry
 // unsigned, or signed by another key, is refused before its plugin runs
-// (an image deploy has no separate plan; its apply is refused): the
+// (an image deploy has no separate plan; its apply is refused), and so is
+// a module put into the install registry by hand, at the terraform
+// component's plan: the
 // job's error names the artifact, its digest and the rule, the agent's
 // journal records it, and the install registry never gets it.
 func TestSupplyChainRequireSignature(t *testing.T) {
@@ -35,6 +39,18 @@ func TestSupplyChainRequireSignature(t *testing.T) {
 	ctx := context.Background()
 	pushImage(t, repo(t, c.source.Host, "library/hello", ""), "1.0", 1, 32<<10)
 	b1 := c.build(t, "library/hello:1.0", "hello")
+	// A Terraform module packaged (and signed) by the build agent, which
+	// an image component brings into the install registry, with its
+	// signature, for the terraform component that runs it.
+	mod := filepath.Join(t.TempDir(), "network")
+	cluster.WriteApp(t, mod, map[string]string{"main.tf": "resource \"terraform_data\" \"n\" {}\n"})
+	bmod := printedBuild(t, c.cli.Run(0, "build", "package", mod, "--kind", "terraform", "--repo", "modules/network", "--wait", "-o", "json"))
+	app := func(web, module string) map[string]string {
+		a := shopApp(web)
+		a["components/netmod.toml"] = "type = \"image\"\n[config]\nsource = \"modules/network@" + bmod.Digest + "\"\n"
+		a["components/net.toml"] = "type = \"terraform\"\ndependencies = [\"netmod\"]\n[config]\nmodule = \"" + module + "\"\n"
+		return a
+	}
 
 	// Unsigned and foreign-signed images, put into the vendor registry
 	// behind the build agent's back.
@@ -47,7 +63,7 @@ func TestSupplyChainRequireSignature(t *testing.T) {
 	}
 
 	installReg := ocitest.StartRegistry(t, ocitest.RegistryOptions{})
-	pushed := c.cli.PushApp(shopApp("hello@" + b1.Digest))
+	pushed := c.cli.PushApp(app("hello@"+b1.Digest, "modules/network@"+bmod.Digest))
 	state := filepath.Join(t.TempDir(), "agent")
 	cluster.StartAgent(t, c.ims.URL(), pushed.EnrollToken(t), state, "--install-registry", "http://"+installReg.Host)
 	waitConnected(t, c.ims, "acme")
@@ -79,11 +95,30 @@ func TestSupplyChainRequireSignature(t *testing.T) {
 		t.Fatalf("the signature did not travel into the install registry: %v", err)
 	}
 
-	for _, bad := range []struct{ name, digest, want string }{
-		{"unsigned", unsigned.Digest.String(), "it has no signature"},
-		{"foreign", foreign.Digest.String(), "(not trusted)"},
+	md, err := repo(t, installReg.Host, "modules/network", "").Resolve(ctx, bmod.Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ocisign.Verify(ctx, repo(t, installReg.Host, "modules/network", ""), md, ocisign.ArtifactType, "", "module", []ed25519.PublicKey{imsdPub}); err != nil {
+		t.Fatalf("the module's signature did not travel into the install registry: %v", err)
+	}
+
+	// An unsigned module put into the install registry by hand.
+	mod2 := filepath.Join(t.TempDir(), "network2")
+	cluster.WriteApp(t, mod2, map[string]string{"main.tf": "resource \"terraform_data\" \"m\" {}\n"})
+	out, err := exec.Command(filepath.Join(cluster.Binaries(t), "agentd"), "module", "push", "--state-dir", state,
+		"--install-registry", "http://"+installReg.Host, mod2, "modules/byhand:0.1.0").CombinedOutput()
+	byHand := regexp.MustCompile(`(sha256:[0-9a-f]{64})`).FindString(string(out))
+	if err != nil || byHand == "" {
+		t.Fatalf("agentd module push: %v\n%s", err, out)
+	}
+
+	for _, bad := range []struct{ name, web, module, artifact, digest, want string }{
+		{"unsigned", "rogue@" + unsigned.Digest.String(), "modules/network@" + bmod.Digest, "rogue@" + unsigned.Digest.String(), unsigned.Digest.String(), "it has no signature"},
+		{"foreign", "rogue@" + foreign.Digest.String(), "modules/network@" + bmod.Digest, "rogue@" + foreign.Digest.String(), foreign.Digest.String(), "(not trusted)"},
+		{"module", "hello@" + b1.Digest, "modules/byhand@" + byHand, "modules/byhand@" + byHand, byHand, "it has no signature"},
 	} {
-		c.cli.PushApp(shopApp("rogue@" + bad.digest))
+		c.cli.PushApp(app(bad.web, bad.module))
 		wf := runWorkflow(t, c, imsv1.WorkflowKind_WORKFLOW_KIND_UPDATE)
 		if wf.State != imsv1.WorkflowState_WORKFLOW_STATE_FAILED {
 			t.Fatalf("%s: the deploy ended %v", bad.name, wf.State)
@@ -101,12 +136,12 @@ func TestSupplyChainRequireSignature(t *testing.T) {
 		if failed == nil {
 			t.Fatalf("%s: no failed job names %s", bad.name, bad.digest)
 		}
-		for _, w := range []string{"rule require-signature", "rogue@" + bad.digest, bad.want, "refused before the plugin ran"} {
+		for _, w := range []string{"rule require-signature", bad.artifact, bad.want, "refused before the plugin ran"} {
 			if !strings.Contains(failed.Error, w) {
 				t.Fatalf("%s: the job's error %q lacks %q", bad.name, failed.Error, w)
 			}
 		}
-		if _, err := repo(t, installReg.Host, "rogue", "").Resolve(ctx, bad.digest); err == nil {
+		if _, err := repo(t, installReg.Host, "rogue", "").Resolve(ctx, bad.digest); bad.name != "module" && err == nil {
 			t.Fatalf("%s: the install registry holds the refused artifact", bad.name)
 		}
 	}
@@ -120,7 +155,7 @@ func TestSupplyChainRequireSignature(t *testing.T) {
 			kinds = append(kinds, r.Kind)
 		}
 	}
-	if got := strings.Join(kinds, ","); !strings.Contains(got, "supply_chain.verified") || strings.Count(got, "supply_chain.refused") < 2 {
+	if got := strings.Join(kinds, ","); !strings.Contains(got, "supply_chain.verified") || strings.Count(got, "supply_chain.refused") < 3 {
 		t.Fatalf("journal: %s", got)
 	}
 }
