@@ -32,7 +32,8 @@ import (
 // a module put into the install registry by hand, at the terraform
 // component's plan: the
 // job's error names the artifact, its digest and the rule, the agent's
-// journal records it, and the install registry never gets it.
+// journal records it, and the install registry never gets it. Under
+// --mode warn the unsigned image is deployed and the warning journalled.
 func TestSupplyChainRequireSignature(t *testing.T) {
 	skipShort(t)
 	c := startCustodyBuild(t, fast, "--artifact-signing-key", "IMSD-SIGNING-KEY")
@@ -145,6 +146,18 @@ func TestSupplyChainRequireSignature(t *testing.T) {
 			t.Fatalf("%s: the install registry holds the refused artifact", bad.name)
 		}
 	}
+	// Mode warn: the unsigned image is deployed, with a warning in the
+	// job's log and the agent's journal.
+	if out := policy("--mode", "warn"); !strings.Contains(out, "otherwise warn") {
+		t.Fatalf("policy --mode warn: %s", out)
+	}
+	c.cli.PushApp(app("rogue@"+unsigned.Digest.String(), "modules/network@"+bmod.Digest))
+	if wf := runWorkflow(t, c, imsv1.WorkflowKind_WORKFLOW_KIND_UPDATE); wf.State != imsv1.WorkflowState_WORKFLOW_STATE_SUCCEEDED {
+		t.Fatalf("deploy under mode warn ended %v:\n%s", wf.State, c.cli.Run(-1, "workflow", "get", wf.Id))
+	}
+	if _, err := repo(t, installReg.Host, "rogue", "").Resolve(ctx, unsigned.Digest.String()); err != nil {
+		t.Fatalf("mode warn: the install registry lacks the deployed image: %v", err)
+	}
 	rs, err := auditlog.ReadFile(filepath.Join(auditlog.Dir(state), auditlog.AgentFile))
 	if err != nil {
 		t.Fatal(err)
@@ -155,7 +168,8 @@ func TestSupplyChainRequireSignature(t *testing.T) {
 			kinds = append(kinds, r.Kind)
 		}
 	}
-	if got := strings.Join(kinds, ","); !strings.Contains(got, "supply_chain.verified") || strings.Count(got, "supply_chain.refused") < 3 {
+	if got := strings.Join(kinds, ","); !strings.Contains(got, "supply_chain.verified") || strings.Count(got, "supply_chain.refused") < 3 ||
+		!strings.Contains(got, "supply_chain.warned") {
 		t.Fatalf("journal: %s", got)
 	}
 }
