@@ -68,8 +68,8 @@ type artifactRef struct {
 // job's config: an image's source (in the vendor registry, or a full
 // reference), a chart's or a module's reference (in the install
 // registry, or an OCI layout). ok is false for a job that deploys none
-// (another type, a chart_dir or module_dir for development, plain
-// manifests).
+// (another type); a chart_dir, module_dir or plain manifests, which
+// carry no signature, are an error.
 func (r *PluginRunner) supplyChainArtifact(job Job, config map[string]any) (artifactRef, bool, error) {
 	field := map[string]string{"image": "source", "helm": "chart", "terraform": "module"}[job.ComponentType]
 	if field == "" {
@@ -77,6 +77,15 @@ func (r *PluginRunner) supplyChainArtifact(job Job, config map[string]any) (arti
 	}
 	s, _ := config[field].(string)
 	if s == "" {
+		// A source with no digest (a directory on the agent, plain
+		// manifests) carries no signature: under the policy it is
+		// refused, or the policy could be sidestepped by the config.
+		for _, f := range []string{"chart_dir", "manifests", "manifests_base64", "module_dir"} {
+			if v, ok := config[f]; ok && v != nil && v != "" {
+				return artifactRef{field: f, ref: "config." + f}, false,
+					fmt.Errorf("config.%s deploys no artifact by digest, so nothing of it can carry a signature", f)
+			}
+		}
 		return artifactRef{}, false, nil
 	}
 	a := artifactRef{field: field, ref: s}
@@ -158,6 +167,9 @@ func (r *PluginRunner) checkSupplyChain(ctx context.Context, job Job, config map
 	}
 	msg := fmt.Sprintf("supply-chain policy (rule %s): component %s artifact %s (digest %s): %v",
 		RuleRequireSignature, job.Component, art.ref, art.digest, err)
+	if art.digest == "" {
+		msg = fmt.Sprintf("supply-chain policy (rule %s): component %s: %v", RuleRequireSignature, job.Component, err)
+	}
 	data := map[string]string{"rule": RuleRequireSignature, "artifact": art.ref, "digest": art.digest.String(),
 		"component": job.Component, "reason": err.Error()}
 	if p.Warn() {

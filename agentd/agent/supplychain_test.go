@@ -97,6 +97,14 @@ func TestSupplyChainSignAndEnforce(t *testing.T) {
 			}
 		}
 	}
+	// A source with no digest cannot be signed: refused, or the config
+	// could sidestep the policy.
+	for _, c := range []struct{ typ, field string }{{"helm", "manifests"}, {"helm", "chart_dir"}, {"terraform", "module_dir"}} {
+		err := r.checkSupplyChain(ctx, job(c.typ, c.field, ""), map[string]any{c.field: "x"}, log)
+		if err == nil || !strings.Contains(err.Error(), "rule require-signature") || !strings.Contains(err.Error(), "config."+c.field+" deploys no artifact by digest") {
+			t.Fatalf("%s %s: %v", c.typ, c.field, err)
+		}
+	}
 	// Mode warn: logged and journalled, and the job runs.
 	policy.Mode = permissions.SupplyChainWarn
 	journal, logs = nil, nil
