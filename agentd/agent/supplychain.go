@@ -137,7 +137,9 @@ func (r *PluginRunner) supplyChainArtifact(job Job, config map[string]any) (arti
 // artifact, its digest and the rule, and is journalled; in mode warn the
 // same is logged and journalled and the job runs.
 func (r *PluginRunner) checkSupplyChain(ctx context.Context, job Job, config map[string]any, log func(int32, string)) error {
-	if job.SupplyChain == nil || (!sdk.IsPlan(job.Operation) && job.Operation != sdk.OpApply) {
+	// Only what deploys: a destroy (and its plan), a drift check and an
+	// import of what is already there stay possible.
+	if job.SupplyChain == nil || (job.Operation != sdk.OpPlan && job.Operation != sdk.OpApply) {
 		return nil
 	}
 	p, trusted, err := job.SupplyChain()

@@ -105,6 +105,14 @@ func TestSupplyChainSignAndEnforce(t *testing.T) {
 			t.Fatalf("%s %s: %v", c.typ, c.field, err)
 		}
 	}
+	// Destroying an unsigned component stays possible.
+	for _, op := range []string{sdk.OpPlanDestroy, sdk.OpDestroy, sdk.OpDrift} {
+		j := job("image", "source", unsigned)
+		j.Operation = op
+		if err := r.checkSupplyChain(ctx, j, map[string]any{"source": "acme/web@" + unsigned}, log); err != nil {
+			t.Fatalf("%s: %v", op, err)
+		}
+	}
 	// Mode warn: logged and journalled, and the job runs.
 	policy.Mode = permissions.SupplyChainWarn
 	journal, logs = nil, nil
