@@ -54,6 +54,7 @@ import (
 	"github.com/byoc-dev/byoc/internal/buildinfo"
 	"github.com/byoc-dev/byoc/internal/flaghelp"
 	"github.com/byoc-dev/byoc/internal/ocicopy"
+	"github.com/byoc-dev/byoc/internal/ocisign"
 	"github.com/byoc-dev/byoc/plugins/action"
 	"github.com/byoc-dev/byoc/plugins/action/sandbox"
 	"github.com/byoc-dev/byoc/plugins/build"
@@ -91,6 +92,20 @@ func probeSandbox(ctx context.Context, mode string, insecure bool) (*pluginhost.
 // where they lie inside a directory the sandbox shows (/etc, say): the
 // state directory, the secrets file, the policy dir, the install stack's
 // config and the files it reads values from.
+// absPaths makes the non-empty paths absolute.
+func absPaths(paths ...string) []string {
+	var out []string
+	for _, p := range paths {
+		if p == "" {
+			continue
+		}
+		if abs, err := filepath.Abs(p); err == nil {
+			out = append(out, abs)
+		}
+	}
+	return out
+}
+
 func agentPaths(stateDir, secretsFile, policyDir string, st *stack.Stack) []string {
 	var paths []string
 	add := func(p, rel string) {
@@ -162,6 +177,9 @@ func main() {
 	}
 	if len(os.Args) > 1 && os.Args[1] == "update" {
 		os.Exit(updateCmd(ctx, os.Args[2:], os.Stdout, os.Stderr, time.Now))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "policy" {
+		os.Exit(policyCmd(os.Args[2:], os.Stdout, os.Stderr, time.Now))
 	}
 	if len(os.Args) > 1 && os.Args[1] == "module" {
 		os.Exit(moduleCmd(ctx, os.Args[2:], os.Stdout, os.Stderr))
@@ -271,6 +289,7 @@ commands (most take --state-dir DIR, the agent's state directory):
   breakglass       decide the vendor's break-glass requests
   plugin           pin, unpin and list plugins (agentd plugin pin|unpin|list)
   update           the agent's update policy; apply a signed agent release
+  policy           the customer's supply-chain policy (agentd policy supply-chain)
   audit            verify the agent's copy of the audit chain; compare it with imsd's
   egress           list and sum what the agent sent to imsd (agentd egress list|stats)
   module push      put a Terraform module or Helm chart into the install registry
@@ -306,6 +325,7 @@ func run(ctx context.Context, args []string) int {
 		sandboxReadOnly      multiFlag
 		sandboxWritable      multiFlag
 		egressOpts           egressFlags
+		artifactSigningKey   string
 	)
 	fs.StringVar(&role, "role", "install", "`install` (an install's agent) or build (the vendor's build agent, the only writer of the vendor registry; enrol it with a token from byoc build agent-token)")
 	fs.StringVar(&ims, "ims", os.Getenv("BYOC_IMS_URL"), "imsd `URL`; also $BYOC_IMS_URL")
@@ -328,6 +348,7 @@ func run(ctx context.Context, args []string) int {
 	fs.BoolVar(&insecureNoSandbox, "insecure-no-sandbox", false, "run plugins WITHOUT a sandbox: vendor code can then read and write everything the agent can, its identity and your controls included; never in production")
 	fs.Var(&sandboxReadOnly, "sandbox-read-only", "host `path` every plugin may read in its sandbox, such as a chart directory or an OCI layout named by path in development (repeatable)")
 	fs.Var(&sandboxWritable, "sandbox-writable", "host `directory` every plugin may write in its sandbox, such as where a plugin of yours keeps files outside the agent (repeatable); never the agent's state directory")
+	fs.StringVar(&artifactSigningKey, "artifact-signing-key", "", "build agent: the Ed25519 key `file` (PKCS#8 PEM, such as imsd's --signing-key) every synced or packaged artifact is signed with in the vendor registry, so that install agents' supply-chain policy can verify it")
 	egressOpts.register(fs)
 	ledgerContent := fs.String("egress-ledger-content", "", "what the egress ledger (agentd egress list) keeps in full besides each message's kind, size and hash: `logs`, outputs, or logs,outputs (the job log lines and the job outputs sent to imsd); default none")
 	ledgerMax := fs.Int64("egress-ledger-max-bytes", ledger.DefaultMaxBytes, "size in `bytes` at which the egress ledger's file rotates (the ledger keeps up to twice this)")
@@ -534,11 +555,20 @@ func run(ctx context.Context, args []string) int {
 	runner := &agent.PluginRunner{Loader: loader, WorkRoot: filepath.Join(stateDir, "jobs"),
 		StateRoot: filepath.Join(stateDir, "components"), LogRoot: filepath.Join(stateDir, "logs"), Secrets: secretMap, Logger: log,
 		PolicyDir: policyDir, InstallRegistry: installRegistry, PluginEnv: pluginEnv, CancelGrace: cancelGrace, Kubeconfig: kubeconfig,
-		SandboxReadOnly: sandboxReadOnly, SandboxWritable: sandboxWritable, SandboxHidden: agentPaths(stateDir, secretsFile, policyDir, st)}
+		SandboxReadOnly: sandboxReadOnly, SandboxWritable: sandboxWritable, SandboxHidden: append(agentPaths(stateDir, secretsFile, policyDir, st), absPaths(artifactSigningKey)...)}
 	if role == "build" {
 		// The build agent's credentials to read private sources: the
 		// secrets BYOC_SOURCE_REGISTRY_USERNAME, _PASSWORD, _TOKEN.
 		runner.OperationSecretsPrefix = build.SourceCredentialsPrefix
+		if artifactSigningKey != "" {
+			if runner.ArtifactKey, err = ocisign.ReadPrivateKey(artifactSigningKey); err != nil {
+				fmt.Fprintf(os.Stderr, "agentd: --artifact-signing-key: %v\n", err)
+				return 2
+			}
+		}
+	} else if artifactSigningKey != "" {
+		fmt.Fprintln(os.Stderr, "agentd: --artifact-signing-key is for the build agent (--role build)")
+		return 2
 	}
 	if st != nil {
 		runner.Credentials = stackCredentials(st, stateDir, time.Now)

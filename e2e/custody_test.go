@@ -59,6 +59,14 @@ func startCustody(t *testing.T) *custody {
 // address, registry URL and clock are set here).
 func startCustodyWith(t *testing.T, o cluster.Options) *custody {
 	t.Helper()
+	return startCustodyBuild(t, o)
+}
+
+// startCustodyBuild is startCustodyWith with buildArgs added to the
+// build agent's command line; "IMSD-SIGNING-KEY" in one stands for
+// imsd's job signing key file.
+func startCustodyBuild(t *testing.T, o cluster.Options, buildArgs ...string) *custody {
+	t.Helper()
 	ocitest.Need(t)
 	// The registry reads its token certificate at start, and imsd needs
 	// the registry's URL at start: imsd's address and key come first.
@@ -81,8 +89,11 @@ func startCustodyWith(t *testing.T, o cluster.Options) *custody {
 		t.Fatalf("build agent token: %v %+v", err, tok)
 	}
 	c.layouts = t.TempDir()
-	cluster.StartAgent(t, ims.URL(), tok.EnrollmentToken.Token, filepath.Join(t.TempDir(), "build-agent"), "--role", "build",
-		"--sandbox-read-only", c.layouts)
+	args := []string{"--role", "build", "--sandbox-read-only", c.layouts}
+	for _, a := range buildArgs {
+		args = append(args, strings.ReplaceAll(a, "IMSD-SIGNING-KEY", filepath.Join(dataDir, "signing.key")))
+	}
+	cluster.StartAgent(t, ims.URL(), tok.EnrollmentToken.Token, filepath.Join(t.TempDir(), "build-agent"), args...)
 	waitConnected(t, ims, "_vendor")
 	return c
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/byoc-dev/byoc/agentd/auditlog"
 	"github.com/byoc-dev/byoc/agentd/identity"
 	"github.com/byoc-dev/byoc/agentd/ledger"
+	"github.com/byoc-dev/byoc/agentd/permissions"
 	"github.com/byoc-dev/byoc/agentd/pluginhost"
 	"github.com/byoc-dev/byoc/internal/backoff"
 	"github.com/byoc-dev/byoc/rpc/agentchannel"
@@ -47,6 +48,10 @@ type Runner interface {
 
 // Job is an assignment as the runner sees it.
 type Job struct {
+	// SupplyChain, when set, returns the customer's supply-chain policy
+	// and the keys it trusts (supplychain.go); the runner checks it
+	// before a plan or apply of an image, helm or terraform component.
+	SupplyChain   func() (permissions.SupplyChainPolicy, []ed25519.PublicKey, error)
 	ID            string
 	InstallID     string
 	Attempt       int32

@@ -267,6 +267,7 @@ func (a *Agent) beginLocked(j *jobRun) {
 	if g := as.GetRegistryGrant(); g != nil {
 		job.Registry = func(ctx context.Context) (RegistryAccess, error) { return a.exchangeGrant(ctx, j.id, g) }
 	}
+	job.SupplyChain = a.supplyChain
 	a.wg.Add(1)
 	go a.run(j, job)
 }

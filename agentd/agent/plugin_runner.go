@@ -3,6 +3,7 @@ package agent
 import (
 	"cmp"
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -58,6 +59,10 @@ type PluginRunner struct {
 	// _PASSWORD and _TOKEN, which every operation gets in its
 	// environment (redacted like every secret).
 	InstallRegistry string
+	// ArtifactKey, on the build agent (agentd --artifact-signing-key),
+	// signs every artifact a build job syncs or packages, in the vendor
+	// registry (internal/ocisign), after the job succeeded.
+	ArtifactKey ed25519.PrivateKey
 	// Inputs are the customer-provided inputs the install stack holds, by
 	// name. A job's config lists those it refers to under
 	// "customer_inputs"; the agent puts each value in place of its
@@ -423,6 +428,11 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 		}
 	}
 	job.Config = config
+	// The customer's supply-chain policy, before anything of the job's
+	// plugin runs.
+	if err := r.checkSupplyChain(ctx, job, config, log); err != nil {
+		return fail("%v", err)
+	}
 	work := filepath.Join(r.WorkRoot, fmt.Sprintf("%s-%d", job.ID, job.Attempt))
 	// In use from here, before it exists, so a sweep never takes it.
 	r.enter(work)
@@ -673,6 +683,17 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 		out.Error = res.Error
 		if out.Error == "" {
 			out.Error = fmt.Sprintf("exit code %d", res.ExitCode)
+		}
+	}
+	if out.Outcome == agentv1.Outcome_OUTCOME_SUCCEEDED {
+		// A build is signed in the vendor registry before it counts as
+		// done: an unsigned one would be refused by installs that
+		// require signatures.
+		if out.Outputs == nil {
+			out.Outputs = map[string]string{}
+		}
+		if err := r.signBuild(ctx, job, out.Outputs, log); err != nil {
+			return fail("%v", err)
 		}
 	}
 	if sdk.IsPlan(job.Operation) {

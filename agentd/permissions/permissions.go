@@ -68,13 +68,17 @@ type State struct {
 	// Update is the customer's update policy for the agent itself
 	// (agentd update policy); the zero value is manual.
 	Update UpdatePolicy `json:"update,omitzero"`
+	// SupplyChain is the customer's supply-chain policy (agentd policy
+	// supply-chain); the zero value requires nothing.
+	SupplyChain SupplyChainPolicy `json:"supply_chain,omitzero"`
 }
 
 // Equal reports whether s and o say the same.
 func (s State) Equal(o State) bool {
 	return s.Provision == o.Provision && s.Maintenance == o.Maintenance && s.Deprovision == o.Deprovision &&
 		s.BreakGlass == o.BreakGlass && s.DisabledAll == o.DisabledAll && s.ChangedAt.Equal(o.ChangedAt) &&
-		s.ChangedBy == o.ChangedBy && slices.Equal(s.Windows, o.Windows) && s.Update == o.Update
+		s.ChangedBy == o.ChangedBy && slices.Equal(s.Windows, o.Windows) && s.Update == o.Update &&
+		s.SupplyChain.Equal(o.SupplyChain)
 }
 
 // Default is the state before the customer changes anything, as Nuon's

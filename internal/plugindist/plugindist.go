@@ -7,7 +7,7 @@
 // whose config is the plugin's describe output (DescribeMediaType) and
 // whose layers are its binaries, one per OS/architecture
 // (BinaryMediaType, the platform in AnnotationPlatform). Its signature is
-// a second manifest (SignatureArtifactType) whose subject is the
+// a second manifest (SignatureArtifactType, internal/ocisign) whose subject is the
 // release, so it travels with it in every copy that copies referrers
 // (internal/ocicopy does by default): an Ed25519 signature, by imsd's
 // job signing key, of the release's type, version and manifest digest
@@ -19,8 +19,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
-	"encoding/base64"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -35,7 +33,7 @@ import (
 	"oras.land/oras-go/v2/content"
 
 	"github.com/byoc-dev/byoc/internal/ocicopy"
-	"github.com/byoc-dev/byoc/rpc/agentproto"
+	"github.com/byoc-dev/byoc/internal/ocisign"
 )
 
 // Media and artifact types of a plugin release and its signature.
@@ -43,8 +41,8 @@ const (
 	ArtifactType          = "application/vnd.byoc.plugin.v1"
 	DescribeMediaType     = "application/vnd.byoc.plugin.describe.v1+json"
 	BinaryMediaType       = "application/vnd.byoc.plugin.binary.v1"
-	SignatureArtifactType = "application/vnd.byoc.plugin.signature.v1"
-	SignatureMediaType    = "application/vnd.byoc.plugin.signature.v1+json"
+	SignatureArtifactType = ocisign.SignatureArtifactType
+	SignatureMediaType    = ocisign.SignatureMediaType
 	// AnnotationPlatform is a binary layer's OS/architecture (linux/amd64).
 	AnnotationPlatform = "dev.byoc.plugin.platform"
 	// AnnotationType and AnnotationVersion are the release's type and
@@ -55,11 +53,9 @@ const (
 
 // Limits on what is read from a registry.
 const (
-	maxManifestBytes  = 1 << 20
-	maxDescribeBytes  = 1 << 20
-	maxSignatureBytes = 64 << 10
-	maxBinaryBytes    = 1 << 30
-	maxSignatures     = 64
+	maxManifestBytes = 1 << 20
+	maxDescribeBytes = 1 << 20
+	maxBinaryBytes   = 1 << 30
 )
 
 var (
@@ -172,54 +168,18 @@ func pushBlob(ctx context.Context, repo *ocicopy.Repo, d ocispec.Descriptor, b [
 	return repo.Push(ctx, d, bytes.NewReader(b))
 }
 
-// SignedMessage is what a release's signature signs: the bytes
-// "byoc plugin signature v1\0", then the type, the version and the
-// manifest digest, each a 4-byte big-endian length and the bytes. No
-// job signature starts that way, so neither can stand for the other.
+// SignedMessage is what a release's signature signs (ocisign.SignedMessage).
 func SignedMessage(typ, version string, manifest digest.Digest) []byte {
-	m := []byte("byoc plugin signature v1\x00")
-	for _, s := range []string{typ, version, manifest.String()} {
-		m = binary.BigEndian.AppendUint32(m, uint32(len(s)))
-		m = append(m, s...)
-	}
-	return m
+	return ocisign.SignedMessage(typ, version, manifest)
 }
 
-// Signature is the signature manifest's one layer.
-type Signature struct {
-	Type     string `json:"type"`
-	Version  string `json:"version"`
-	Manifest string `json:"manifest"`
-	// KeyID is agentproto.KeyID of the signing key.
-	KeyID string `json:"key_id"`
-	// Signature is base64 Ed25519(key, SignedMessage).
-	Signature string `json:"signature"`
-}
+// Signature is the signature manifest's one layer (ocisign.Signature).
+type Signature = ocisign.Signature
 
 // Sign pushes a signature of the release md (of type typ, version
-// version) by key, as a referrer of md.
+// version) by key, as a referrer of md (ocisign.Sign).
 func Sign(ctx context.Context, repo *ocicopy.Repo, md ocispec.Descriptor, typ, version string, key ed25519.PrivateKey) (Signature, error) {
-	pub := key.Public().(ed25519.PublicKey)
-	sig := Signature{Type: typ, Version: version, Manifest: md.Digest.String(), KeyID: agentproto.KeyID(pub),
-		Signature: base64.StdEncoding.EncodeToString(ed25519.Sign(key, SignedMessage(typ, version, md.Digest)))}
-	b, err := json.Marshal(sig)
-	if err != nil {
-		return Signature{}, err
-	}
-	ld := content.NewDescriptorFromBytes(SignatureMediaType, b)
-	if err := pushBlob(ctx, repo, ld, b); err != nil {
-		return Signature{}, fmt.Errorf("push the signature: %w", err)
-	}
-	subject := ocispec.Descriptor{MediaType: md.MediaType, Digest: md.Digest, Size: md.Size}
-	if _, err := oras.PackManifest(ctx, repo, oras.PackManifestVersion1_1, SignatureArtifactType, oras.PackManifestOptions{
-		Subject: &subject,
-		Layers:  []ocispec.Descriptor{ld},
-		ManifestAnnotations: map[string]string{ocispec.AnnotationCreated: "1970-01-01T00:00:00Z",
-			"dev.byoc.plugin.signature.key_id": sig.KeyID},
-	}); err != nil {
-		return Signature{}, fmt.Errorf("push the signature manifest: %w", err)
-	}
-	return sig, nil
+	return ocisign.Sign(ctx, repo, md, typ, version, key)
 }
 
 // Manifest is a release's manifest as read and checked by Read.
@@ -293,73 +253,13 @@ func Read(ctx context.Context, repo *ocicopy.Repo, dg digest.Digest) (*Manifest,
 
 // ErrUnsigned is wrapped by Verify's error for a release with no
 // signature by a trusted key.
-var ErrUnsigned = errors.New("no signature by a trusted key")
+var ErrUnsigned = ocisign.ErrUnsigned
 
 // Verify finds a signature of m by one of trusted among its referrers in
 // repo and returns the signing key's id. A release with none is refused
 // (ErrUnsigned), naming the keys its signatures were made with.
 func Verify(ctx context.Context, repo *ocicopy.Repo, m *Manifest, trusted []ed25519.PublicKey) (string, error) {
-	refs, err := repo.Referrers(ctx, m.Descriptor, maxSignatures)
-	if err != nil {
-		return "", fmt.Errorf("plugin %s %s: list its signatures: %w", m.Type, m.Version, err)
-	}
-	keys := map[string]ed25519.PublicKey{}
-	for _, k := range trusted {
-		keys[agentproto.KeyID(k)] = k
-	}
-	var seen []string
-	for _, r := range refs {
-		if r.ArtifactType != SignatureArtifactType || r.Size > maxManifestBytes {
-			continue
-		}
-		sig, err := readSignature(ctx, repo, r)
-		if err != nil {
-			seen = append(seen, fmt.Sprintf("%s (%v)", r.Digest, err))
-			continue
-		}
-		k, ok := keys[sig.KeyID]
-		if !ok {
-			seen = append(seen, "key "+sig.KeyID+" (not trusted)")
-			continue
-		}
-		raw, err := base64.StdEncoding.DecodeString(sig.Signature)
-		if err != nil || sig.Type != m.Type || sig.Version != m.Version || sig.Manifest != m.Descriptor.Digest.String() ||
-			!ed25519.Verify(k, SignedMessage(m.Type, m.Version, m.Descriptor.Digest), raw) {
-			seen = append(seen, "key "+sig.KeyID+" (the signature does not match the release)")
-			continue
-		}
-		return sig.KeyID, nil
-	}
-	ids := slices.Sorted(maps.Keys(keys))
-	found := "it has no signature"
-	if len(seen) > 0 {
-		found = "its signatures: " + strings.Join(seen, "; ")
-	}
-	return "", fmt.Errorf("plugin %s %s (%s): %w (trusted: imsd keys %s); %s",
-		m.Type, m.Version, m.Descriptor.Digest, ErrUnsigned, strings.Join(ids, ", "), found)
-}
-
-func readSignature(ctx context.Context, repo *ocicopy.Repo, d ocispec.Descriptor) (Signature, error) {
-	b, err := content.FetchAll(ctx, repo, d)
-	if err != nil {
-		return Signature{}, err
-	}
-	var m ocispec.Manifest
-	if err := json.Unmarshal(b, &m); err != nil {
-		return Signature{}, err
-	}
-	if len(m.Layers) != 1 || m.Layers[0].MediaType != SignatureMediaType || m.Layers[0].Size > maxSignatureBytes {
-		return Signature{}, errors.New("not one signature layer")
-	}
-	sb, err := content.FetchAll(ctx, repo, m.Layers[0])
-	if err != nil {
-		return Signature{}, err
-	}
-	var sig Signature
-	if err := json.Unmarshal(sb, &sig); err != nil {
-		return Signature{}, err
-	}
-	return sig, nil
+	return ocisign.Verify(ctx, repo, m.Descriptor, m.Type, m.Version, "plugin "+m.Type+" "+m.Version, trusted)
 }
 
 // FetchBinary reads the release's binary for platform p, checked against

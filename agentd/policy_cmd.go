@@ -1,0 +1,120 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/byoc-dev/byoc/agentd/identity"
+	"github.com/byoc-dev/byoc/agentd/permissions"
+	"github.com/byoc-dev/byoc/rpc/agentproto"
+)
+
+const policyUsage = `usage: agentd policy --state-dir DIR supply-chain [--require-signature|--no-require-signature] [--mode refuse|warn] [--key FILE]... [--no-keys]
+
+The customer's supply-chain policy, kept in permissions.json (signed like
+the permission modes; imsd cannot change it). With no flags it is shown.
+
+Under --require-signature the agent checks, before every plan and apply of
+an image, helm or terraform component, that the artifact's digest carries
+a signature by imsd's keys the agent pinned at enrolment (or a --key); in
+mode refuse (the default) a job without one fails before its plugin runs,
+in mode warn it is logged and audited and runs.
+
+flags:
+`
+
+// keyFiles is a repeatable --key.
+type keyFiles []string
+
+func (k *keyFiles) String() string     { return strings.Join(*k, ",") }
+func (k *keyFiles) Set(v string) error { *k = append(*k, v); return nil }
+
+// policyCmd runs "agentd policy ...".
+func policyCmd(args []string, stdout, stderr io.Writer, now func() time.Time) int {
+	fs := flag.NewFlagSet("agentd policy", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), policyUsage); fs.PrintDefaults() }
+	stateDir := fs.String("state-dir", os.Getenv("BYOC_STATE_DIR"), "the agent's state `directory`; also $BYOC_STATE_DIR")
+	require := fs.Bool("require-signature", false, "require a trusted signature on every image, chart and module deployed")
+	noRequire := fs.Bool("no-require-signature", false, "require none")
+	mode := fs.String("mode", "", "what an unsigned artifact gets: refuse (the job fails) or warn (logged and audited; the job runs)")
+	var keys keyFiles
+	fs.Var(&keys, "key", "a further trusted Ed25519 public key `file` (PEM PUBLIC KEY or base64); repeatable; replaces the keys set before")
+	noKeys := fs.Bool("no-keys", false, "trust imsd's pinned keys only")
+	words, code := parseWords(fs, args, stdout)
+	if words == nil {
+		return code
+	}
+	if len(words) != 1 || words[0] != "supply-chain" {
+		fmt.Fprintf(stderr, "agentd policy: unknown command %q; the one policy is supply-chain\n", strings.Join(words, " "))
+		return 2
+	}
+	dir, code := stateDirArg("agentd policy", *stateDir, stderr)
+	if code != 0 {
+		return code
+	}
+	if *require && *noRequire {
+		fmt.Fprintln(stderr, "agentd policy supply-chain: give --require-signature or --no-require-signature, not both")
+		return 2
+	}
+	if len(keys) > 0 && *noKeys {
+		fmt.Fprintln(stderr, "agentd policy supply-chain: give --key or --no-keys, not both")
+		return 2
+	}
+	st, err := permissions.Load(dir)
+	if err != nil {
+		fmt.Fprintf(stderr, "agentd policy supply-chain: %v\n", err)
+		return 1
+	}
+	if *require || *noRequire || *mode != "" || len(keys) > 0 || *noKeys {
+		p := st.SupplyChain
+		if *require || *noRequire {
+			p.RequireSignature = *require
+		}
+		if *mode != "" {
+			p.Mode = *mode
+		}
+		if *noKeys {
+			p.Keys = nil
+		}
+		if len(keys) > 0 {
+			p.Keys = nil
+			for _, f := range keys {
+				b, err := os.ReadFile(f)
+				if err != nil {
+					fmt.Fprintf(stderr, "agentd policy supply-chain: --key: %v\n", err)
+					return 2
+				}
+				k, err := permissions.ParsePublicKey(b)
+				if err != nil {
+					fmt.Fprintf(stderr, "agentd policy supply-chain: --key %s: %v\n", f, err)
+					return 2
+				}
+				p.Keys = append(p.Keys, k)
+			}
+		}
+		if err := p.Check(); err != nil {
+			fmt.Fprintf(stderr, "agentd policy supply-chain: --%v\n", err)
+			return 2
+		}
+		if st, err = permissions.Update(dir, now(), whoami(), func(s *permissions.State) { s.SupplyChain = p }); err != nil {
+			fmt.Fprintf(stderr, "agentd policy supply-chain: %v\n", err)
+			return 1
+		}
+	}
+	fmt.Fprintf(stdout, "Supply-chain policy of the agent in %s: %s\n", dir, st.SupplyChain)
+	if id, err := identity.Load(dir); err == nil {
+		for _, k := range id.IMSDKeys {
+			fmt.Fprintf(stdout, "  trusted: imsd key %s (pinned at enrolment)\n", agentproto.KeyID(k))
+		}
+	}
+	extra, _ := st.SupplyChain.PublicKeys()
+	for _, k := range extra {
+		fmt.Fprintf(stdout, "  trusted: key %s (--key)\n", agentproto.KeyID(k))
+	}
+	return 0
+}

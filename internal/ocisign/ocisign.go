@@ -1,0 +1,208 @@
+// Package ocisign is byoc's one signature of an OCI artifact: a second
+// manifest whose subject is the signed manifest (an OCI 1.1 referrer),
+// so it travels with the artifact in every copy that carries referrers
+// (internal/ocicopy does by default), holding one JSON layer: an Ed25519
+// signature of a type, a version and the manifest digest (SignedMessage)
+// and the signing key's id (agentproto.KeyID).
+//
+// Plugin and agent releases (internal/plugindist) sign their type and
+// version. Artifacts the build agent syncs or packages (images, charts,
+// modules) sign the type ArtifactType and an empty version; a plugin
+// release's signature always has a version, so neither stands for the
+// other.
+package ocisign
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"oras.land/oras-go/v2"
+	"oras.land/oras-go/v2/content"
+
+	"github.com/byoc-dev/byoc/internal/ocicopy"
+	"github.com/byoc-dev/byoc/rpc/agentproto"
+)
+
+// The signature manifest's artifact type and its layer's media type (the
+// names date from plugin releases, the first signed artifacts; every
+// signature uses them).
+const (
+	SignatureArtifactType = "application/vnd.byoc.plugin.signature.v1"
+	SignatureMediaType    = "application/vnd.byoc.plugin.signature.v1+json"
+	// AnnotationKeyID is the signing key's id, on the signature manifest.
+	AnnotationKeyID = "dev.byoc.plugin.signature.key_id"
+)
+
+// Limits on what is read from a registry.
+const (
+	maxManifestBytes  = 1 << 20
+	maxSignatureBytes = 64 << 10
+	// MaxSignatures bounds the referrers listed per artifact.
+	MaxSignatures = 64
+)
+
+// ArtifactType is the signed type of an artifact the build agent synced
+// or packaged; its signed version is empty. The digest alone says what
+// it is.
+const ArtifactType = "artifact:oci"
+
+// SignedMessage is what a signature signs: the bytes
+// "byoc plugin signature v1\0", then the type, the version and the
+// manifest digest, each a 4-byte big-endian length and the bytes. No
+// job signature starts that way, so neither can stand for the other.
+func SignedMessage(typ, version string, manifest digest.Digest) []byte {
+	m := []byte("byoc plugin signature v1\x00")
+	for _, s := range []string{typ, version, manifest.String()} {
+		m = binary.BigEndian.AppendUint32(m, uint32(len(s)))
+		m = append(m, s...)
+	}
+	return m
+}
+
+// Signature is the signature manifest's one layer.
+type Signature struct {
+	Type     string `json:"type"`
+	Version  string `json:"version"`
+	Manifest string `json:"manifest"`
+	// KeyID is agentproto.KeyID of the signing key.
+	KeyID string `json:"key_id"`
+	// Signature is base64 Ed25519(key, SignedMessage).
+	Signature string `json:"signature"`
+}
+
+// Sign pushes a signature of the manifest md (as type typ, version
+// version) by key, as a referrer of md. Signing twice with the same key
+// gives the same manifest.
+func Sign(ctx context.Context, repo *ocicopy.Repo, md ocispec.Descriptor, typ, version string, key ed25519.PrivateKey) (Signature, error) {
+	pub := key.Public().(ed25519.PublicKey)
+	sig := Signature{Type: typ, Version: version, Manifest: md.Digest.String(), KeyID: agentproto.KeyID(pub),
+		Signature: base64.StdEncoding.EncodeToString(ed25519.Sign(key, SignedMessage(typ, version, md.Digest)))}
+	b, err := json.Marshal(sig)
+	if err != nil {
+		return Signature{}, err
+	}
+	ld := content.NewDescriptorFromBytes(SignatureMediaType, b)
+	if ok, err := repo.Exists(ctx, ld); err != nil {
+		return Signature{}, fmt.Errorf("push the signature: %w", err)
+	} else if !ok {
+		if err := repo.Push(ctx, ld, strings.NewReader(string(b))); err != nil {
+			return Signature{}, fmt.Errorf("push the signature: %w", err)
+		}
+	}
+	subject := ocispec.Descriptor{MediaType: md.MediaType, Digest: md.Digest, Size: md.Size}
+	if _, err := oras.PackManifest(ctx, repo, oras.PackManifestVersion1_1, SignatureArtifactType, oras.PackManifestOptions{
+		Subject: &subject,
+		Layers:  []ocispec.Descriptor{ld},
+		ManifestAnnotations: map[string]string{ocispec.AnnotationCreated: "1970-01-01T00:00:00Z",
+			AnnotationKeyID: sig.KeyID},
+	}); err != nil {
+		return Signature{}, fmt.Errorf("push the signature manifest: %w", err)
+	}
+	return sig, nil
+}
+
+// ErrUnsigned is wrapped by Verify's error for an artifact with no
+// signature by a trusted key.
+var ErrUnsigned = errors.New("no signature by a trusted key")
+
+// Verify finds a signature of md (as type typ, version version) by one
+// of trusted among its referrers in repo and returns the signing key's
+// id. An artifact with none is refused (ErrUnsigned), naming what its
+// signatures were made with; what names it in the error.
+func Verify(ctx context.Context, repo *ocicopy.Repo, md ocispec.Descriptor, typ, version, what string, trusted []ed25519.PublicKey) (string, error) {
+	refs, err := repo.Referrers(ctx, md, MaxSignatures)
+	if err != nil {
+		return "", fmt.Errorf("%s: list its signatures: %w", what, err)
+	}
+	keys := map[string]ed25519.PublicKey{}
+	for _, k := range trusted {
+		keys[agentproto.KeyID(k)] = k
+	}
+	var seen []string
+	for _, r := range refs {
+		if r.ArtifactType != SignatureArtifactType || r.Size > maxManifestBytes {
+			continue
+		}
+		sig, err := readSignature(ctx, repo, r)
+		if err != nil {
+			seen = append(seen, fmt.Sprintf("%s (%v)", r.Digest, err))
+			continue
+		}
+		k, ok := keys[sig.KeyID]
+		if !ok {
+			seen = append(seen, "key "+sig.KeyID+" (not trusted)")
+			continue
+		}
+		raw, err := base64.StdEncoding.DecodeString(sig.Signature)
+		if err != nil || sig.Type != typ || sig.Version != version || sig.Manifest != md.Digest.String() ||
+			!ed25519.Verify(k, SignedMessage(typ, version, md.Digest), raw) {
+			seen = append(seen, "key "+sig.KeyID+" (the signature does not match the artifact)")
+			continue
+		}
+		return sig.KeyID, nil
+	}
+	ids := slices.Sorted(maps.Keys(keys))
+	found := "it has no signature"
+	if len(seen) > 0 {
+		found = "its signatures: " + strings.Join(seen, "; ")
+	}
+	return "", fmt.Errorf("%s (%s): %w (trusted: keys %s); %s", what, md.Digest, ErrUnsigned, strings.Join(ids, ", "), found)
+}
+
+func readSignature(ctx context.Context, repo *ocicopy.Repo, d ocispec.Descriptor) (Signature, error) {
+	b, err := content.FetchAll(ctx, repo, d)
+	if err != nil {
+		return Signature{}, err
+	}
+	var m ocispec.Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return Signature{}, err
+	}
+	if len(m.Layers) != 1 || m.Layers[0].MediaType != SignatureMediaType || m.Layers[0].Size > maxSignatureBytes {
+		return Signature{}, errors.New("not one signature layer")
+	}
+	sb, err := content.FetchAll(ctx, repo, m.Layers[0])
+	if err != nil {
+		return Signature{}, err
+	}
+	var sig Signature
+	if err := json.Unmarshal(sb, &sig); err != nil {
+		return Signature{}, err
+	}
+	return sig, nil
+}
+
+// ReadPrivateKey reads an Ed25519 private key in PKCS#8 PEM, the format
+// of imsd's job signing key (imsd --signing-key).
+func ReadPrivateKey(path string) (ed25519.PrivateKey, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	blk, _ := pem.Decode(b)
+	if blk == nil {
+		return nil, fmt.Errorf("%s: no PEM block (want a PKCS#8 Ed25519 private key, such as imsd's signing key)", path)
+	}
+	k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	key, ok := k.(ed25519.PrivateKey)
+	if !ok {
+		return nil, fmt.Errorf("%s: a %T, not an Ed25519 key", path, k)
+	}
+	return key, nil
+}
