@@ -586,6 +586,10 @@ func (v *validator) action(file string, ac *config.Action) {
 // migrate.
 const maxDebugTimeout = time.Hour
 
+// debugReserved are the flags of byoc debug itself, which a debug
+// command's arguments cannot be named (--NAME would be byoc's).
+var debugReserved = []string{"context", "help", "output", "reason", "server", "token"}
+
 func (v *validator) debug(file string, d *config.DebugCommand) {
 	if !identRE.MatchString(d.Name) {
 		v.errf(file, "name", identHint+"; without name, the file name is used", "%q is not a valid debug command name", d.Name)
@@ -602,6 +606,8 @@ func (v *validator) debug(file string, d *config.DebugCommand) {
 		at := func(k string) string { return fmt.Sprintf("arg[%d].%s", i, k) }
 		if !identRE.MatchString(a.Name) {
 			v.errf(file, at("name"), identHint, "%q is not a valid argument name", a.Name)
+		} else if slices.Contains(debugReserved, a.Name) {
+			v.errf(file, at("name"), "choose another name", "%q is a flag of byoc debug itself (%s are)", a.Name, strings.Join(debugReserved, ", "))
 		} else if seen[a.Name] {
 			v.errf(file, at("name"), "argument names must be unique within a debug command", "argument %q is defined twice", a.Name)
 		}
