@@ -136,7 +136,7 @@ var rules = map[string]rule{
 	// Debug commands read: support and operators run them, viewers not.
 	imsv1connect.OperatorServiceListDebugCommandsProcedure: r(access.Read, onInstall, "install", "read"),
 	imsv1connect.OperatorServiceRunDebugCommandProcedure:   r(access.Debug, onInstall, "install", "run debug commands on"),
-	imsv1connect.OperatorServiceGetActionRunProcedure:   r(access.Read, onWorkflow, "id", "read"),
+	imsv1connect.OperatorServiceGetActionRunProcedure:      r(access.Read, onWorkflow, "id", "read"),
 
 	imsv1connect.OperatorServiceRequestBreakGlassProcedure:    r(access.BreakGlass, onInstall, "install", "request break-glass on"),
 	imsv1connect.OperatorServiceListBreakGlassGrantsProcedure: r(access.Read, onInstallOrList, "install", "read"),
