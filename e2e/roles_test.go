@@ -37,6 +37,7 @@ steps = [{ name = "a", script = "echo a" }]
 `,
 	"actions/use.toml":     "description = \"Uses.\"\n[[step]]\nname = \"use\"\nscript = \"echo use\"\n",
 	"actions/debug.toml":   "description = \"Debugs.\"\nmode = \"break_glass\"\n[[step]]\nname = \"debug\"\nscript = \"echo debug\"\n",
+	"debug/peek.toml":      "description = \"Peeks.\"\nscript = \"echo peek\"\n",
 	"installs/acme.toml":   "[labels]\ncustomer = \"acme\"\nenv = \"prod\"\n",
 	"installs/globex.toml": "[labels]\ncustomer = \"globex\"\nenv = \"prod\"\n",
 }
@@ -63,6 +64,8 @@ var rpcAccess = map[string]string{
 	// The request runs action "use" (mode maintenance): deploy; a debug
 	// action is checked apart below.
 	"ListActions": "read@install", "StartActionRun": "deploy@install", "ListActionRuns": "read@install", "GetActionRun": "read@install",
+	// Debug commands only read: support runs them as operators do.
+	"ListDebugCommands": "read@install", "RunDebugCommand": "debug@install",
 	"RequestBreakGlass": "break-glass@install", "ListBreakGlassGrants": "read@install", "GetBreakGlassPolicy": "read@install",
 	"ListAuditEvents": "read@install", "GetInstallStack": "read@install",
 	"CreateBuildAgentToken": "manage@all", "StartBuild": "manage@all", "ListBuilds": "read@any", "ListInstallImages": "read@install",
@@ -139,7 +142,8 @@ func (f *roleFixture) request(md protoreflect.MethodDescriptor, in string) proto
 		return &imsv1.EnqueueJobsRequest{Jobs: []*imsv1.EnqueueJobRequest{{Install: in, ComponentType: "action", Operation: "plan"}}}
 	}
 	strs := map[string]string{"install": in, "app": "shop", "id_or_name": in, "job_id": f.job[in], "action": "use",
-		"reason": "roles test", "component_type": "action", "operation": "plan", "type": "action", "role": "debugger", "verb": "deploy"}
+		"reason": "roles test", "component_type": "action", "operation": "plan", "type": "action", "role": "debugger", "verb": "deploy",
+		"command": "peek"}
 	switch name {
 	case "GetApp":
 		strs["id_or_name"] = "shop"

@@ -133,7 +133,10 @@ var rules = map[string]rule{
 	imsv1connect.OperatorServiceListActionsProcedure:    r(access.Read, onInstall, "install", "read"),
 	imsv1connect.OperatorServiceStartActionRunProcedure: r(access.Debug, onInstall, "install", "run actions on"),
 	imsv1connect.OperatorServiceListActionRunsProcedure: r(access.Read, onInstall, "install", "read"),
-	imsv1connect.OperatorServiceGetActionRunProcedure:   r(access.Read, onWorkflow, "id", "read"),
+	// Debug commands read: support and operators run them, viewers not.
+	imsv1connect.OperatorServiceListDebugCommandsProcedure: r(access.Read, onInstall, "install", "read"),
+	imsv1connect.OperatorServiceRunDebugCommandProcedure:   r(access.Debug, onInstall, "install", "run debug commands on"),
+	imsv1connect.OperatorServiceGetActionRunProcedure:      r(access.Read, onWorkflow, "id", "read"),
 
 	imsv1connect.OperatorServiceRequestBreakGlassProcedure:    r(access.BreakGlass, onInstall, "install", "request break-glass on"),
 	imsv1connect.OperatorServiceListBreakGlassGrantsProcedure: r(access.Read, onInstallOrList, "install", "read"),

@@ -26,14 +26,14 @@ import (
 // The files of an app directory, in the order they are read.
 var fileOrder = []string{
 	"app.toml", "inputs.toml", "secrets.toml", "sandbox.toml", "permissions.toml",
-	"policies.toml", "break_glass.toml", "components/", "actions/", "installs/",
+	"policies.toml", "break_glass.toml", "components/", "actions/", "debug/", "installs/",
 }
 
 // topLevel are the single files an app directory may hold.
 var topLevel = []string{"app.toml", "inputs.toml", "secrets.toml", "sandbox.toml", "permissions.toml", "policies.toml", "break_glass.toml"}
 
 // dirs are the folders of one-file-per-item TOML files.
-var dirs = []string{"components", "actions", "installs"}
+var dirs = []string{"components", "actions", "debug", "installs"}
 
 // MaxFileBytes caps each file of an app config.
 const MaxFileBytes = 1 << 20
@@ -50,8 +50,9 @@ type App struct {
 	// manifests, named ClusterPoliciesName, after the sandbox and before
 	// every other component. Decode makes it; no file declares it.
 	ClusterPolicies *Component
-	Components      []*Component // sorted by name
-	Actions         []*Action    // sorted by name
+	Components      []*Component    // sorted by name
+	Actions         []*Action       // sorted by name
+	DebugCommands   []*DebugCommand // sorted by name (debug/*.toml)
 	Permissions     Permissions
 	Policies        PoliciesFile
 	BreakGlass      BreakGlass
@@ -117,14 +118,14 @@ func Decode(files map[string][]byte, ds *diag.List) *App {
 		case dir == "":
 			hint := diag.DidYouMean(base, topLevel)
 			if hint == "" {
-				hint = "an app directory holds " + strings.Join(topLevel, ", ") + " and the folders components/, actions/ and installs/"
+				hint = "an app directory holds " + strings.Join(topLevel, ", ") + " and the folders components/, actions/, debug/ and installs/"
 			}
 			ds.Addf(p, 0, "", hint, "is not a file byoc reads")
 		default:
 			top, _, _ := strings.Cut(dir, "/")
 			hint := diag.DidYouMean(top, dirs)
 			if hint == "" {
-				hint = "TOML files go in components/, actions/ or installs/, one level deep"
+				hint = "TOML files go in components/, actions/, debug/ or installs/, one level deep"
 			}
 			ds.Addf(p, 0, "", hint, "is not in a folder byoc reads")
 		}
@@ -159,6 +160,7 @@ func Decode(files map[string][]byte, ds *diag.List) *App {
 	decodeFile("break_glass.toml", &a.BreakGlass)
 	a.Components = loadDir(a, ds, files, "components", "component", decodeFile, func(c *Component) *string { return &c.Name })
 	a.Actions = loadDir(a, ds, files, "actions", "action", decodeFile, func(c *Action) *string { return &c.Name })
+	a.DebugCommands = loadDir(a, ds, files, "debug", "debug command", decodeFile, func(c *DebugCommand) *string { return &c.Name })
 	a.Installs = loadDir(a, ds, files, "installs", "install", decodeFile, func(c *InstallFile) *string { return &c.Name })
 	a.Graph()
 	return a

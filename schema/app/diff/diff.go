@@ -21,7 +21,7 @@ import (
 
 // A Change is one difference between two app configs.
 type Change struct {
-	// Kind is component, action, input, secret, install, or a file's
+	// Kind is component, action, debug (a debug command), input, secret, install, or a file's
 	// section (app, permissions, policies, break_glass).
 	Kind string `json:"kind"`
 	Name string `json:"name"`
@@ -97,6 +97,7 @@ func Apps(old, new *config.App) []Change {
 	}
 	named("component", componentsByName(old), componentsByName(new))
 	named("action", byName(old.Actions, func(a *config.Action) string { return a.Name }), byName(new.Actions, func(a *config.Action) string { return a.Name }))
+	named("debug", byName(old.DebugCommands, func(d *config.DebugCommand) string { return d.Name }), byName(new.DebugCommands, func(d *config.DebugCommand) string { return d.Name }))
 	named("input", byName(old.Inputs.Inputs, func(i config.Input) string { return i.Name }), byName(new.Inputs.Inputs, func(i config.Input) string { return i.Name }))
 	named("secret", byName(old.Secrets.Secrets, func(s config.Secret) string { return s.Name }), byName(new.Secrets.Secrets, func(s config.Secret) string { return s.Name }))
 	named("install", byName(old.Installs, func(i *config.InstallFile) string { return i.Name }), byName(new.Installs, func(i *config.InstallFile) string { return i.Name }))

@@ -30,6 +30,7 @@ func TestDiff(t *testing.T) {
 	edit("scripts/migrate.sh", "migrating", "Migrating")
 	edit("app.toml", `version = "0.1.0"`, `version = "0.2.0"`)
 	edit("inputs.toml", "max = 3650", "max = 365")
+	files["debug/logs.toml"] = []byte("script = \"echo\"\n")
 	newApp, err := load.Parse(files, validate.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -43,6 +44,7 @@ func TestDiff(t *testing.T) {
 		"changed component db: timeout",
 		"removed component web",
 		"added component worker",
+		"added debug logs",
 		"changed input retention_days: max",
 		"changed app app: version",
 		"changed file scripts/migrate.sh",

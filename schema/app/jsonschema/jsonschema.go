@@ -24,6 +24,7 @@ func Files() map[string][]byte {
 		{"secrets.schema.json", "byoc secrets.toml", "secrets.toml", reflect.TypeFor[config.SecretsFile]()},
 		{"component.schema.json", "byoc components/*.toml and sandbox.toml", "components/*.toml, sandbox.toml", reflect.TypeFor[config.Component]()},
 		{"action.schema.json", "byoc actions/*.toml", "actions/*.toml", reflect.TypeFor[config.Action]()},
+		{"debug.schema.json", "byoc debug/*.toml", "debug/*.toml", reflect.TypeFor[config.DebugCommand]()},
 		{"permissions.schema.json", "byoc permissions.toml", "permissions.toml", reflect.TypeFor[config.Permissions]()},
 		{"policies.schema.json", "byoc policies.toml", "policies.toml", reflect.TypeFor[config.PoliciesFile]()},
 		{"break_glass.schema.json", "byoc break_glass.toml", "break_glass.toml", reflect.TypeFor[config.BreakGlass]()},

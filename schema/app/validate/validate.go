@@ -115,6 +115,9 @@ func Check(a *config.App, ds *diag.List, opts Options) {
 	for _, ac := range a.Actions {
 		v.action(a.Source(ac), ac)
 	}
+	for _, d := range a.DebugCommands {
+		v.debug(a.Source(d), d)
+	}
 	v.clouds()
 	v.permissions()
 	v.policies()
@@ -576,6 +579,70 @@ func (v *validator) action(file string, ac *config.Action) {
 	}
 	if ac.HealthCheck && !hasCron {
 		v.errf(file, "health_check", "add [[trigger]] type = \"cron\" schedule = \"*/5 * * * *\"", "a health check needs a cron trigger to run on")
+	}
+}
+
+// maxDebugTimeout caps a debug command's timeout: it reads, it does not
+// migrate.
+const maxDebugTimeout = time.Hour
+
+// debugReserved are the flags of byoc debug itself, which a debug
+// command's arguments cannot be named (--NAME would be byoc's).
+var debugReserved = []string{"context", "help", "output", "reason", "server", "token"}
+
+func (v *validator) debug(file string, d *config.DebugCommand) {
+	if !identRE.MatchString(d.Name) {
+		v.errf(file, "name", identHint+"; without name, the file name is used", "%q is not a valid debug command name", d.Name)
+	}
+	if d.Timeout < 0 || time.Duration(d.Timeout) > maxDebugTimeout {
+		v.errf(file, "timeout", "", "must be between 0 and 1h, got %s", d.Timeout)
+	}
+	if d.Script != "" && strings.TrimSpace(d.Script) == "" {
+		v.errf(file, "script", "add script = \"...\", reading its arguments as $ARG_NAME", "a debug command needs a script")
+	}
+	comps := v.a.DebugComponents()
+	seen := map[string]bool{}
+	for i, a := range d.Args {
+		at := func(k string) string { return fmt.Sprintf("arg[%d].%s", i, k) }
+		if !identRE.MatchString(a.Name) {
+			v.errf(file, at("name"), identHint, "%q is not a valid argument name", a.Name)
+		} else if slices.Contains(debugReserved, a.Name) {
+			v.errf(file, at("name"), "choose another name", "%q is a flag of byoc debug itself (%s are)", a.Name, strings.Join(debugReserved, ", "))
+		} else if seen[a.Name] {
+			v.errf(file, at("name"), "argument names must be unique within a debug command", "argument %q is defined twice", a.Name)
+		}
+		seen[a.Name] = true
+		typ := cmp.Or(a.Type, "string")
+		if a.Pattern != "" {
+			if typ != "string" {
+				v.errf(file, at("pattern"), "remove it, or set type = \"string\"", "only a string argument has a pattern")
+			} else if _, err := regexp.Compile(a.Pattern); err != nil {
+				v.errf(file, at("pattern"), "", "%q is not a regular expression: %v", a.Pattern, err)
+			}
+		}
+		if (a.Min != nil || a.Max != nil) && typ != "int" {
+			key := "max"
+			if a.Min != nil {
+				key = "min"
+			}
+			v.errf(file, at(key), "remove it, or set type = \"int\"", "only an int argument has bounds")
+		}
+		if a.Min != nil && a.Max != nil && *a.Min > *a.Max {
+			v.errf(file, at("min"), "", "min %d is more than max %d", *a.Min, *a.Max)
+		}
+		switch {
+		case typ == "enum" && len(a.Values) == 0:
+			v.errf(file, at("type"), "add values = [\"a\", \"b\"]", "an enum argument needs values")
+		case typ != "enum" && len(a.Values) > 0:
+			v.errf(file, at("values"), "remove them, or set type = \"enum\"", "only an enum argument has values")
+		}
+		if a.Required && a.Default != "" {
+			v.errf(file, at("default"), "keep one of them", "a required argument has no default")
+		} else if a.Default != "" {
+			if err := a.Check(a.Default, comps); err != nil {
+				v.errf(file, at("default"), "", "the default %v", err)
+			}
+		}
 	}
 }
 

@@ -7409,6 +7409,431 @@ func (x *ListInstallImagesResponse) GetImages() []*InstallImage {
 	return nil
 }
 
+type ListDebugCommandsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// install is the install's id or name.
+	Install       string `protobuf:"bytes,1,opt,name=install,proto3" json:"install,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDebugCommandsRequest) Reset() {
+	*x = ListDebugCommandsRequest{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[110]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDebugCommandsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDebugCommandsRequest) ProtoMessage() {}
+
+func (x *ListDebugCommandsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[110]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDebugCommandsRequest.ProtoReflect.Descriptor instead.
+func (*ListDebugCommandsRequest) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{110}
+}
+
+func (x *ListDebugCommandsRequest) GetInstall() string {
+	if x != nil {
+		return x.Install
+	}
+	return ""
+}
+
+type ListDebugCommandsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// app_revision is the revision the commands come from.
+	AppRevision int64           `protobuf:"varint,1,opt,name=app_revision,json=appRevision,proto3" json:"app_revision,omitempty"`
+	Commands    []*DebugCommand `protobuf:"bytes,2,rep,name=commands,proto3" json:"commands,omitempty"`
+	// components are the names a component argument accepts.
+	Components    []string `protobuf:"bytes,3,rep,name=components,proto3" json:"components,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDebugCommandsResponse) Reset() {
+	*x = ListDebugCommandsResponse{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[111]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDebugCommandsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDebugCommandsResponse) ProtoMessage() {}
+
+func (x *ListDebugCommandsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[111]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDebugCommandsResponse.ProtoReflect.Descriptor instead.
+func (*ListDebugCommandsResponse) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{111}
+}
+
+func (x *ListDebugCommandsResponse) GetAppRevision() int64 {
+	if x != nil {
+		return x.AppRevision
+	}
+	return 0
+}
+
+func (x *ListDebugCommandsResponse) GetCommands() []*DebugCommand {
+	if x != nil {
+		return x.Commands
+	}
+	return nil
+}
+
+func (x *ListDebugCommandsResponse) GetComponents() []string {
+	if x != nil {
+		return x.Components
+	}
+	return nil
+}
+
+// DebugCommand is a debug command an app declares (debug/*.toml).
+type DebugCommand struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Name        string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Description string                 `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	// args are the arguments, in the order positional arguments fill them.
+	Args           []*DebugArg `protobuf:"bytes,3,rep,name=args,proto3" json:"args,omitempty"`
+	TimeoutSeconds int64       `protobuf:"varint,4,opt,name=timeout_seconds,json=timeoutSeconds,proto3" json:"timeout_seconds,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *DebugCommand) Reset() {
+	*x = DebugCommand{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[112]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DebugCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DebugCommand) ProtoMessage() {}
+
+func (x *DebugCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[112]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DebugCommand.ProtoReflect.Descriptor instead.
+func (*DebugCommand) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{112}
+}
+
+func (x *DebugCommand) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DebugCommand) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *DebugCommand) GetArgs() []*DebugArg {
+	if x != nil {
+		return x.Args
+	}
+	return nil
+}
+
+func (x *DebugCommand) GetTimeoutSeconds() int64 {
+	if x != nil {
+		return x.TimeoutSeconds
+	}
+	return 0
+}
+
+// DebugArg is the declared shape of one argument of a debug command.
+type DebugArg struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Name        string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Description string                 `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	// type is string, int, enum, duration or component.
+	Type string `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
+	// pattern is, for a string, the RE2 expression it must match in full.
+	Pattern string `protobuf:"bytes,4,opt,name=pattern,proto3" json:"pattern,omitempty"`
+	// min and max bound an int.
+	Min *int64 `protobuf:"varint,5,opt,name=min,proto3,oneof" json:"min,omitempty"`
+	Max *int64 `protobuf:"varint,6,opt,name=max,proto3,oneof" json:"max,omitempty"`
+	// values are an enum's allowed values.
+	Values        []string `protobuf:"bytes,7,rep,name=values,proto3" json:"values,omitempty"`
+	Required      bool     `protobuf:"varint,8,opt,name=required,proto3" json:"required,omitempty"`
+	DefaultValue  string   `protobuf:"bytes,9,opt,name=default_value,json=defaultValue,proto3" json:"default_value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DebugArg) Reset() {
+	*x = DebugArg{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[113]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DebugArg) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DebugArg) ProtoMessage() {}
+
+func (x *DebugArg) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[113]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DebugArg.ProtoReflect.Descriptor instead.
+func (*DebugArg) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{113}
+}
+
+func (x *DebugArg) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DebugArg) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *DebugArg) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *DebugArg) GetPattern() string {
+	if x != nil {
+		return x.Pattern
+	}
+	return ""
+}
+
+func (x *DebugArg) GetMin() int64 {
+	if x != nil && x.Min != nil {
+		return *x.Min
+	}
+	return 0
+}
+
+func (x *DebugArg) GetMax() int64 {
+	if x != nil && x.Max != nil {
+		return *x.Max
+	}
+	return 0
+}
+
+func (x *DebugArg) GetValues() []string {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
+func (x *DebugArg) GetRequired() bool {
+	if x != nil {
+		return x.Required
+	}
+	return false
+}
+
+func (x *DebugArg) GetDefaultValue() string {
+	if x != nil {
+		return x.DefaultValue
+	}
+	return ""
+}
+
+type RunDebugCommandRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// install is the install's id or name.
+	Install string `protobuf:"bytes,1,opt,name=install,proto3" json:"install,omitempty"`
+	// command is the debug command's name.
+	Command string `protobuf:"bytes,2,opt,name=command,proto3" json:"command,omitempty"`
+	// positional fill the command's arguments in their declared order.
+	Positional []string `protobuf:"bytes,3,rep,name=positional,proto3" json:"positional,omitempty"`
+	// args give arguments by name.
+	Args map[string]string `protobuf:"bytes,4,rep,name=args,proto3" json:"args,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// reason says why (recorded in the audit log).
+	Reason        string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunDebugCommandRequest) Reset() {
+	*x = RunDebugCommandRequest{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[114]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunDebugCommandRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunDebugCommandRequest) ProtoMessage() {}
+
+func (x *RunDebugCommandRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[114]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunDebugCommandRequest.ProtoReflect.Descriptor instead.
+func (*RunDebugCommandRequest) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{114}
+}
+
+func (x *RunDebugCommandRequest) GetInstall() string {
+	if x != nil {
+		return x.Install
+	}
+	return ""
+}
+
+func (x *RunDebugCommandRequest) GetCommand() string {
+	if x != nil {
+		return x.Command
+	}
+	return ""
+}
+
+func (x *RunDebugCommandRequest) GetPositional() []string {
+	if x != nil {
+		return x.Positional
+	}
+	return nil
+}
+
+func (x *RunDebugCommandRequest) GetArgs() map[string]string {
+	if x != nil {
+		return x.Args
+	}
+	return nil
+}
+
+func (x *RunDebugCommandRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type RunDebugCommandResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// job is the job queued; follow its logs with StreamJobLogs.
+	Job *Job `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	// args are every argument's value the job runs with (defaults filled in).
+	Args          map[string]string `protobuf:"bytes,2,rep,name=args,proto3" json:"args,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunDebugCommandResponse) Reset() {
+	*x = RunDebugCommandResponse{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[115]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunDebugCommandResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunDebugCommandResponse) ProtoMessage() {}
+
+func (x *RunDebugCommandResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[115]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunDebugCommandResponse.ProtoReflect.Descriptor instead.
+func (*RunDebugCommandResponse) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{115}
+}
+
+func (x *RunDebugCommandResponse) GetJob() *Job {
+	if x != nil {
+		return x.Job
+	}
+	return nil
+}
+
+func (x *RunDebugCommandResponse) GetArgs() map[string]string {
+	if x != nil {
+		return x.Args
+	}
+	return nil
+}
+
 var File_byoc_ims_v1_operator_proto protoreflect.FileDescriptor
 
 const file_byoc_ims_v1_operator_proto_rawDesc = "" +
@@ -7982,7 +8407,49 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\tcopy_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\bcopyTime\x12\x15\n" +
 	"\x06job_id\x18\b \x01(\tR\x05jobId\"N\n" +
 	"\x19ListInstallImagesResponse\x121\n" +
-	"\x06images\x18\x01 \x03(\v2\x19.byoc.ims.v1.InstallImageR\x06images*b\n" +
+	"\x06images\x18\x01 \x03(\v2\x19.byoc.ims.v1.InstallImageR\x06images\"4\n" +
+	"\x18ListDebugCommandsRequest\x12\x18\n" +
+	"\ainstall\x18\x01 \x01(\tR\ainstall\"\x95\x01\n" +
+	"\x19ListDebugCommandsResponse\x12!\n" +
+	"\fapp_revision\x18\x01 \x01(\x03R\vappRevision\x125\n" +
+	"\bcommands\x18\x02 \x03(\v2\x19.byoc.ims.v1.DebugCommandR\bcommands\x12\x1e\n" +
+	"\n" +
+	"components\x18\x03 \x03(\tR\n" +
+	"components\"\x98\x01\n" +
+	"\fDebugCommand\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription\x12)\n" +
+	"\x04args\x18\x03 \x03(\v2\x15.byoc.ims.v1.DebugArgR\x04args\x12'\n" +
+	"\x0ftimeout_seconds\x18\x04 \x01(\x03R\x0etimeoutSeconds\"\x85\x02\n" +
+	"\bDebugArg\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription\x12\x12\n" +
+	"\x04type\x18\x03 \x01(\tR\x04type\x12\x18\n" +
+	"\apattern\x18\x04 \x01(\tR\apattern\x12\x15\n" +
+	"\x03min\x18\x05 \x01(\x03H\x00R\x03min\x88\x01\x01\x12\x15\n" +
+	"\x03max\x18\x06 \x01(\x03H\x01R\x03max\x88\x01\x01\x12\x16\n" +
+	"\x06values\x18\a \x03(\tR\x06values\x12\x1a\n" +
+	"\brequired\x18\b \x01(\bR\brequired\x12#\n" +
+	"\rdefault_value\x18\t \x01(\tR\fdefaultValueB\x06\n" +
+	"\x04_minB\x06\n" +
+	"\x04_max\"\x80\x02\n" +
+	"\x16RunDebugCommandRequest\x12\x18\n" +
+	"\ainstall\x18\x01 \x01(\tR\ainstall\x12\x18\n" +
+	"\acommand\x18\x02 \x01(\tR\acommand\x12\x1e\n" +
+	"\n" +
+	"positional\x18\x03 \x03(\tR\n" +
+	"positional\x12A\n" +
+	"\x04args\x18\x04 \x03(\v2-.byoc.ims.v1.RunDebugCommandRequest.ArgsEntryR\x04args\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x1a7\n" +
+	"\tArgsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xba\x01\n" +
+	"\x17RunDebugCommandResponse\x12\"\n" +
+	"\x03job\x18\x01 \x01(\v2\x10.byoc.ims.v1.JobR\x03job\x12B\n" +
+	"\x04args\x18\x02 \x03(\v2..byoc.ims.v1.RunDebugCommandResponse.ArgsEntryR\x04args\x1a7\n" +
+	"\tArgsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*b\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -8004,7 +8471,7 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x16LOG_STREAM_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11LOG_STREAM_STDOUT\x10\x01\x12\x15\n" +
 	"\x11LOG_STREAM_STDERR\x10\x02\x12\x15\n" +
-	"\x11LOG_STREAM_SYSTEM\x10\x032\x86+\n" +
+	"\x11LOG_STREAM_SYSTEM\x10\x032\xc8,\n" +
 	"\x0fOperatorService\x12A\n" +
 	"\x06WhoAmI\x12\x1a.byoc.ims.v1.WhoAmIRequest\x1a\x1b.byoc.ims.v1.WhoAmIResponse\x12P\n" +
 	"\vCheckAccess\x12\x1f.byoc.ims.v1.CheckAccessRequest\x1a .byoc.ims.v1.CheckAccessResponse\x12Y\n" +
@@ -8059,7 +8526,9 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\rGetPluginType\x12!.byoc.ims.v1.GetPluginTypeRequest\x1a\".byoc.ims.v1.GetPluginTypeResponse\x12_\n" +
 	"\x10RemovePluginType\x12$.byoc.ims.v1.RemovePluginTypeRequest\x1a%.byoc.ims.v1.RemovePluginTypeResponse\x12P\n" +
 	"\vListActions\x12\x1f.byoc.ims.v1.ListActionsRequest\x1a .byoc.ims.v1.ListActionsResponse\x12Y\n" +
-	"\x0eStartActionRun\x12\".byoc.ims.v1.StartActionRunRequest\x1a#.byoc.ims.v1.StartActionRunResponse\x12Y\n" +
+	"\x0eStartActionRun\x12\".byoc.ims.v1.StartActionRunRequest\x1a#.byoc.ims.v1.StartActionRunResponse\x12b\n" +
+	"\x11ListDebugCommands\x12%.byoc.ims.v1.ListDebugCommandsRequest\x1a&.byoc.ims.v1.ListDebugCommandsResponse\x12\\\n" +
+	"\x0fRunDebugCommand\x12#.byoc.ims.v1.RunDebugCommandRequest\x1a$.byoc.ims.v1.RunDebugCommandResponse\x12Y\n" +
 	"\x0eListActionRuns\x12\".byoc.ims.v1.ListActionRunsRequest\x1a#.byoc.ims.v1.ListActionRunsResponse\x12S\n" +
 	"\fGetActionRun\x12 .byoc.ims.v1.GetActionRunRequest\x1a!.byoc.ims.v1.GetActionRunResponse\x12b\n" +
 	"\x11RequestBreakGlass\x12%.byoc.ims.v1.RequestBreakGlassRequest\x1a&.byoc.ims.v1.RequestBreakGlassResponse\x12k\n" +
@@ -8088,7 +8557,7 @@ func file_byoc_ims_v1_operator_proto_rawDescGZIP() []byte {
 }
 
 var file_byoc_ims_v1_operator_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_byoc_ims_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 120)
+var file_byoc_ims_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 128)
 var file_byoc_ims_v1_operator_proto_goTypes = []any{
 	(Role)(0),                             // 0: byoc.ims.v1.Role
 	(JobState)(0),                         // 1: byoc.ims.v1.JobState
@@ -8203,153 +8672,161 @@ var file_byoc_ims_v1_operator_proto_goTypes = []any{
 	(*ListInstallImagesRequest)(nil),      // 110: byoc.ims.v1.ListInstallImagesRequest
 	(*InstallImage)(nil),                  // 111: byoc.ims.v1.InstallImage
 	(*ListInstallImagesResponse)(nil),     // 112: byoc.ims.v1.ListInstallImagesResponse
-	nil,                                   // 113: byoc.ims.v1.StackReport.InputsEntry
-	nil,                                   // 114: byoc.ims.v1.StackReport.OutputsEntry
-	nil,                                   // 115: byoc.ims.v1.Install.InputsEntry
-	nil,                                   // 116: byoc.ims.v1.Install.LabelsEntry
-	nil,                                   // 117: byoc.ims.v1.InstallSettings.OverridesEntry
-	nil,                                   // 118: byoc.ims.v1.CreateInstallRequest.InputsEntry
-	nil,                                   // 119: byoc.ims.v1.CreateInstallRequest.LabelsEntry
-	nil,                                   // 120: byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
-	nil,                                   // 121: byoc.ims.v1.LabelInstallRequest.SetEntry
-	nil,                                   // 122: byoc.ims.v1.Job.OutputsEntry
-	(*timestamppb.Timestamp)(nil),         // 123: google.protobuf.Timestamp
-	(*InstallHealth)(nil),                 // 124: byoc.ims.v1.InstallHealth
-	(*Workflow)(nil),                      // 125: byoc.ims.v1.Workflow
-	(*structpb.Struct)(nil),               // 126: google.protobuf.Struct
-	(*structpb.Value)(nil),                // 127: google.protobuf.Value
-	(*PlanInstallRequest)(nil),            // 128: byoc.ims.v1.PlanInstallRequest
-	(*StartWorkflowRequest)(nil),          // 129: byoc.ims.v1.StartWorkflowRequest
-	(*ListWorkflowsRequest)(nil),          // 130: byoc.ims.v1.ListWorkflowsRequest
-	(*GetWorkflowRequest)(nil),            // 131: byoc.ims.v1.GetWorkflowRequest
-	(*ApproveWorkflowRequest)(nil),        // 132: byoc.ims.v1.ApproveWorkflowRequest
-	(*CancelWorkflowRequest)(nil),         // 133: byoc.ims.v1.CancelWorkflowRequest
-	(*RetryWorkflowStepRequest)(nil),      // 134: byoc.ims.v1.RetryWorkflowStepRequest
-	(*CreateReleaseRequest)(nil),          // 135: byoc.ims.v1.CreateReleaseRequest
-	(*ListReleasesRequest)(nil),           // 136: byoc.ims.v1.ListReleasesRequest
-	(*GetReleaseRequest)(nil),             // 137: byoc.ims.v1.GetReleaseRequest
-	(*ApproveReleaseRequest)(nil),         // 138: byoc.ims.v1.ApproveReleaseRequest
-	(*PauseReleaseRequest)(nil),           // 139: byoc.ims.v1.PauseReleaseRequest
-	(*ResumeReleaseRequest)(nil),          // 140: byoc.ims.v1.ResumeReleaseRequest
-	(*CancelReleaseRequest)(nil),          // 141: byoc.ims.v1.CancelReleaseRequest
-	(*RetryReleaseRequest)(nil),           // 142: byoc.ims.v1.RetryReleaseRequest
-	(*RollbackReleaseRequest)(nil),        // 143: byoc.ims.v1.RollbackReleaseRequest
-	(*ListActionsRequest)(nil),            // 144: byoc.ims.v1.ListActionsRequest
-	(*StartActionRunRequest)(nil),         // 145: byoc.ims.v1.StartActionRunRequest
-	(*ListActionRunsRequest)(nil),         // 146: byoc.ims.v1.ListActionRunsRequest
-	(*GetActionRunRequest)(nil),           // 147: byoc.ims.v1.GetActionRunRequest
-	(*ListAuditEventsRequest)(nil),        // 148: byoc.ims.v1.ListAuditEventsRequest
-	(*PlanInstallResponse)(nil),           // 149: byoc.ims.v1.PlanInstallResponse
-	(*StartWorkflowResponse)(nil),         // 150: byoc.ims.v1.StartWorkflowResponse
-	(*ListWorkflowsResponse)(nil),         // 151: byoc.ims.v1.ListWorkflowsResponse
-	(*GetWorkflowResponse)(nil),           // 152: byoc.ims.v1.GetWorkflowResponse
-	(*ApproveWorkflowResponse)(nil),       // 153: byoc.ims.v1.ApproveWorkflowResponse
-	(*CancelWorkflowResponse)(nil),        // 154: byoc.ims.v1.CancelWorkflowResponse
-	(*RetryWorkflowStepResponse)(nil),     // 155: byoc.ims.v1.RetryWorkflowStepResponse
-	(*CreateReleaseResponse)(nil),         // 156: byoc.ims.v1.CreateReleaseResponse
-	(*ListReleasesResponse)(nil),          // 157: byoc.ims.v1.ListReleasesResponse
-	(*GetReleaseResponse)(nil),            // 158: byoc.ims.v1.GetReleaseResponse
-	(*ApproveReleaseResponse)(nil),        // 159: byoc.ims.v1.ApproveReleaseResponse
-	(*PauseReleaseResponse)(nil),          // 160: byoc.ims.v1.PauseReleaseResponse
-	(*ResumeReleaseResponse)(nil),         // 161: byoc.ims.v1.ResumeReleaseResponse
-	(*CancelReleaseResponse)(nil),         // 162: byoc.ims.v1.CancelReleaseResponse
-	(*RetryReleaseResponse)(nil),          // 163: byoc.ims.v1.RetryReleaseResponse
-	(*RollbackReleaseResponse)(nil),       // 164: byoc.ims.v1.RollbackReleaseResponse
-	(*ListActionsResponse)(nil),           // 165: byoc.ims.v1.ListActionsResponse
-	(*StartActionRunResponse)(nil),        // 166: byoc.ims.v1.StartActionRunResponse
-	(*ListActionRunsResponse)(nil),        // 167: byoc.ims.v1.ListActionRunsResponse
-	(*GetActionRunResponse)(nil),          // 168: byoc.ims.v1.GetActionRunResponse
-	(*ListAuditEventsResponse)(nil),       // 169: byoc.ims.v1.ListAuditEventsResponse
+	(*ListDebugCommandsRequest)(nil),      // 113: byoc.ims.v1.ListDebugCommandsRequest
+	(*ListDebugCommandsResponse)(nil),     // 114: byoc.ims.v1.ListDebugCommandsResponse
+	(*DebugCommand)(nil),                  // 115: byoc.ims.v1.DebugCommand
+	(*DebugArg)(nil),                      // 116: byoc.ims.v1.DebugArg
+	(*RunDebugCommandRequest)(nil),        // 117: byoc.ims.v1.RunDebugCommandRequest
+	(*RunDebugCommandResponse)(nil),       // 118: byoc.ims.v1.RunDebugCommandResponse
+	nil,                                   // 119: byoc.ims.v1.StackReport.InputsEntry
+	nil,                                   // 120: byoc.ims.v1.StackReport.OutputsEntry
+	nil,                                   // 121: byoc.ims.v1.Install.InputsEntry
+	nil,                                   // 122: byoc.ims.v1.Install.LabelsEntry
+	nil,                                   // 123: byoc.ims.v1.InstallSettings.OverridesEntry
+	nil,                                   // 124: byoc.ims.v1.CreateInstallRequest.InputsEntry
+	nil,                                   // 125: byoc.ims.v1.CreateInstallRequest.LabelsEntry
+	nil,                                   // 126: byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
+	nil,                                   // 127: byoc.ims.v1.LabelInstallRequest.SetEntry
+	nil,                                   // 128: byoc.ims.v1.Job.OutputsEntry
+	nil,                                   // 129: byoc.ims.v1.RunDebugCommandRequest.ArgsEntry
+	nil,                                   // 130: byoc.ims.v1.RunDebugCommandResponse.ArgsEntry
+	(*timestamppb.Timestamp)(nil),         // 131: google.protobuf.Timestamp
+	(*InstallHealth)(nil),                 // 132: byoc.ims.v1.InstallHealth
+	(*Workflow)(nil),                      // 133: byoc.ims.v1.Workflow
+	(*structpb.Struct)(nil),               // 134: google.protobuf.Struct
+	(*structpb.Value)(nil),                // 135: google.protobuf.Value
+	(*PlanInstallRequest)(nil),            // 136: byoc.ims.v1.PlanInstallRequest
+	(*StartWorkflowRequest)(nil),          // 137: byoc.ims.v1.StartWorkflowRequest
+	(*ListWorkflowsRequest)(nil),          // 138: byoc.ims.v1.ListWorkflowsRequest
+	(*GetWorkflowRequest)(nil),            // 139: byoc.ims.v1.GetWorkflowRequest
+	(*ApproveWorkflowRequest)(nil),        // 140: byoc.ims.v1.ApproveWorkflowRequest
+	(*CancelWorkflowRequest)(nil),         // 141: byoc.ims.v1.CancelWorkflowRequest
+	(*RetryWorkflowStepRequest)(nil),      // 142: byoc.ims.v1.RetryWorkflowStepRequest
+	(*CreateReleaseRequest)(nil),          // 143: byoc.ims.v1.CreateReleaseRequest
+	(*ListReleasesRequest)(nil),           // 144: byoc.ims.v1.ListReleasesRequest
+	(*GetReleaseRequest)(nil),             // 145: byoc.ims.v1.GetReleaseRequest
+	(*ApproveReleaseRequest)(nil),         // 146: byoc.ims.v1.ApproveReleaseRequest
+	(*PauseReleaseRequest)(nil),           // 147: byoc.ims.v1.PauseReleaseRequest
+	(*ResumeReleaseRequest)(nil),          // 148: byoc.ims.v1.ResumeReleaseRequest
+	(*CancelReleaseRequest)(nil),          // 149: byoc.ims.v1.CancelReleaseRequest
+	(*RetryReleaseRequest)(nil),           // 150: byoc.ims.v1.RetryReleaseRequest
+	(*RollbackReleaseRequest)(nil),        // 151: byoc.ims.v1.RollbackReleaseRequest
+	(*ListActionsRequest)(nil),            // 152: byoc.ims.v1.ListActionsRequest
+	(*StartActionRunRequest)(nil),         // 153: byoc.ims.v1.StartActionRunRequest
+	(*ListActionRunsRequest)(nil),         // 154: byoc.ims.v1.ListActionRunsRequest
+	(*GetActionRunRequest)(nil),           // 155: byoc.ims.v1.GetActionRunRequest
+	(*ListAuditEventsRequest)(nil),        // 156: byoc.ims.v1.ListAuditEventsRequest
+	(*PlanInstallResponse)(nil),           // 157: byoc.ims.v1.PlanInstallResponse
+	(*StartWorkflowResponse)(nil),         // 158: byoc.ims.v1.StartWorkflowResponse
+	(*ListWorkflowsResponse)(nil),         // 159: byoc.ims.v1.ListWorkflowsResponse
+	(*GetWorkflowResponse)(nil),           // 160: byoc.ims.v1.GetWorkflowResponse
+	(*ApproveWorkflowResponse)(nil),       // 161: byoc.ims.v1.ApproveWorkflowResponse
+	(*CancelWorkflowResponse)(nil),        // 162: byoc.ims.v1.CancelWorkflowResponse
+	(*RetryWorkflowStepResponse)(nil),     // 163: byoc.ims.v1.RetryWorkflowStepResponse
+	(*CreateReleaseResponse)(nil),         // 164: byoc.ims.v1.CreateReleaseResponse
+	(*ListReleasesResponse)(nil),          // 165: byoc.ims.v1.ListReleasesResponse
+	(*GetReleaseResponse)(nil),            // 166: byoc.ims.v1.GetReleaseResponse
+	(*ApproveReleaseResponse)(nil),        // 167: byoc.ims.v1.ApproveReleaseResponse
+	(*PauseReleaseResponse)(nil),          // 168: byoc.ims.v1.PauseReleaseResponse
+	(*ResumeReleaseResponse)(nil),         // 169: byoc.ims.v1.ResumeReleaseResponse
+	(*CancelReleaseResponse)(nil),         // 170: byoc.ims.v1.CancelReleaseResponse
+	(*RetryReleaseResponse)(nil),          // 171: byoc.ims.v1.RetryReleaseResponse
+	(*RollbackReleaseResponse)(nil),       // 172: byoc.ims.v1.RollbackReleaseResponse
+	(*ListActionsResponse)(nil),           // 173: byoc.ims.v1.ListActionsResponse
+	(*StartActionRunResponse)(nil),        // 174: byoc.ims.v1.StartActionRunResponse
+	(*ListActionRunsResponse)(nil),        // 175: byoc.ims.v1.ListActionRunsResponse
+	(*GetActionRunResponse)(nil),          // 176: byoc.ims.v1.GetActionRunResponse
+	(*ListAuditEventsResponse)(nil),       // 177: byoc.ims.v1.ListAuditEventsResponse
 }
 var file_byoc_ims_v1_operator_proto_depIdxs = []int32{
 	0,   // 0: byoc.ims.v1.RoleGrant.role:type_name -> byoc.ims.v1.Role
 	0,   // 1: byoc.ims.v1.WhoAmIResponse.role:type_name -> byoc.ims.v1.Role
 	3,   // 2: byoc.ims.v1.WhoAmIResponse.grants:type_name -> byoc.ims.v1.RoleGrant
-	123, // 3: byoc.ims.v1.WhoAmIResponse.expire_time:type_name -> google.protobuf.Timestamp
+	131, // 3: byoc.ims.v1.WhoAmIResponse.expire_time:type_name -> google.protobuf.Timestamp
 	3,   // 4: byoc.ims.v1.CheckAccessResponse.grant:type_name -> byoc.ims.v1.RoleGrant
 	0,   // 5: byoc.ims.v1.CreateApiTokenRequest.role:type_name -> byoc.ims.v1.Role
 	10,  // 6: byoc.ims.v1.CreateApiTokenResponse.info:type_name -> byoc.ims.v1.ApiToken
 	3,   // 7: byoc.ims.v1.ApiToken.grant:type_name -> byoc.ims.v1.RoleGrant
-	123, // 8: byoc.ims.v1.ApiToken.create_time:type_name -> google.protobuf.Timestamp
-	123, // 9: byoc.ims.v1.ApiToken.expire_time:type_name -> google.protobuf.Timestamp
-	123, // 10: byoc.ims.v1.ApiToken.last_used_time:type_name -> google.protobuf.Timestamp
+	131, // 8: byoc.ims.v1.ApiToken.create_time:type_name -> google.protobuf.Timestamp
+	131, // 9: byoc.ims.v1.ApiToken.expire_time:type_name -> google.protobuf.Timestamp
+	131, // 10: byoc.ims.v1.ApiToken.last_used_time:type_name -> google.protobuf.Timestamp
 	10,  // 11: byoc.ims.v1.ListApiTokensResponse.tokens:type_name -> byoc.ims.v1.ApiToken
 	10,  // 12: byoc.ims.v1.RevokeApiTokenResponse.token:type_name -> byoc.ims.v1.ApiToken
-	123, // 13: byoc.ims.v1.App.create_time:type_name -> google.protobuf.Timestamp
+	131, // 13: byoc.ims.v1.App.create_time:type_name -> google.protobuf.Timestamp
 	17,  // 14: byoc.ims.v1.CreateAppResponse.app:type_name -> byoc.ims.v1.App
 	17,  // 15: byoc.ims.v1.ListAppsResponse.apps:type_name -> byoc.ims.v1.App
 	17,  // 16: byoc.ims.v1.GetAppResponse.app:type_name -> byoc.ims.v1.App
-	123, // 17: byoc.ims.v1.AgentStatus.last_seen_time:type_name -> google.protobuf.Timestamp
-	123, // 18: byoc.ims.v1.AgentStatus.enroll_time:type_name -> google.protobuf.Timestamp
-	123, // 19: byoc.ims.v1.AgentStatus.identity_conflict_time:type_name -> google.protobuf.Timestamp
+	131, // 17: byoc.ims.v1.AgentStatus.last_seen_time:type_name -> google.protobuf.Timestamp
+	131, // 18: byoc.ims.v1.AgentStatus.enroll_time:type_name -> google.protobuf.Timestamp
+	131, // 19: byoc.ims.v1.AgentStatus.identity_conflict_time:type_name -> google.protobuf.Timestamp
 	26,  // 20: byoc.ims.v1.AgentStatus.permissions:type_name -> byoc.ims.v1.Permissions
 	25,  // 21: byoc.ims.v1.AgentStatus.stack:type_name -> byoc.ims.v1.StackReport
-	123, // 22: byoc.ims.v1.AgentStatus.health_time:type_name -> google.protobuf.Timestamp
-	123, // 23: byoc.ims.v1.AgentStatus.revoke_time:type_name -> google.protobuf.Timestamp
-	123, // 24: byoc.ims.v1.AgentStatus.key_rotate_time:type_name -> google.protobuf.Timestamp
-	113, // 25: byoc.ims.v1.StackReport.inputs:type_name -> byoc.ims.v1.StackReport.InputsEntry
-	114, // 26: byoc.ims.v1.StackReport.outputs:type_name -> byoc.ims.v1.StackReport.OutputsEntry
-	123, // 27: byoc.ims.v1.StackReport.report_time:type_name -> google.protobuf.Timestamp
-	123, // 28: byoc.ims.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
-	123, // 29: byoc.ims.v1.Permissions.report_time:type_name -> google.protobuf.Timestamp
-	115, // 30: byoc.ims.v1.Install.inputs:type_name -> byoc.ims.v1.Install.InputsEntry
-	123, // 31: byoc.ims.v1.Install.create_time:type_name -> google.protobuf.Timestamp
+	131, // 22: byoc.ims.v1.AgentStatus.health_time:type_name -> google.protobuf.Timestamp
+	131, // 23: byoc.ims.v1.AgentStatus.revoke_time:type_name -> google.protobuf.Timestamp
+	131, // 24: byoc.ims.v1.AgentStatus.key_rotate_time:type_name -> google.protobuf.Timestamp
+	119, // 25: byoc.ims.v1.StackReport.inputs:type_name -> byoc.ims.v1.StackReport.InputsEntry
+	120, // 26: byoc.ims.v1.StackReport.outputs:type_name -> byoc.ims.v1.StackReport.OutputsEntry
+	131, // 27: byoc.ims.v1.StackReport.report_time:type_name -> google.protobuf.Timestamp
+	131, // 28: byoc.ims.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
+	131, // 29: byoc.ims.v1.Permissions.report_time:type_name -> google.protobuf.Timestamp
+	121, // 30: byoc.ims.v1.Install.inputs:type_name -> byoc.ims.v1.Install.InputsEntry
+	131, // 31: byoc.ims.v1.Install.create_time:type_name -> google.protobuf.Timestamp
 	24,  // 32: byoc.ims.v1.Install.agent:type_name -> byoc.ims.v1.AgentStatus
 	28,  // 33: byoc.ims.v1.Install.settings:type_name -> byoc.ims.v1.InstallSettings
-	124, // 34: byoc.ims.v1.Install.health:type_name -> byoc.ims.v1.InstallHealth
-	116, // 35: byoc.ims.v1.Install.labels:type_name -> byoc.ims.v1.Install.LabelsEntry
-	117, // 36: byoc.ims.v1.InstallSettings.overrides:type_name -> byoc.ims.v1.InstallSettings.OverridesEntry
-	118, // 37: byoc.ims.v1.CreateInstallRequest.inputs:type_name -> byoc.ims.v1.CreateInstallRequest.InputsEntry
-	119, // 38: byoc.ims.v1.CreateInstallRequest.labels:type_name -> byoc.ims.v1.CreateInstallRequest.LabelsEntry
+	132, // 34: byoc.ims.v1.Install.health:type_name -> byoc.ims.v1.InstallHealth
+	122, // 35: byoc.ims.v1.Install.labels:type_name -> byoc.ims.v1.Install.LabelsEntry
+	123, // 36: byoc.ims.v1.InstallSettings.overrides:type_name -> byoc.ims.v1.InstallSettings.OverridesEntry
+	124, // 37: byoc.ims.v1.CreateInstallRequest.inputs:type_name -> byoc.ims.v1.CreateInstallRequest.InputsEntry
+	125, // 38: byoc.ims.v1.CreateInstallRequest.labels:type_name -> byoc.ims.v1.CreateInstallRequest.LabelsEntry
 	27,  // 39: byoc.ims.v1.CreateInstallResponse.install:type_name -> byoc.ims.v1.Install
 	31,  // 40: byoc.ims.v1.CreateInstallResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	123, // 41: byoc.ims.v1.EnrollmentToken.expire_time:type_name -> google.protobuf.Timestamp
+	131, // 41: byoc.ims.v1.EnrollmentToken.expire_time:type_name -> google.protobuf.Timestamp
 	27,  // 42: byoc.ims.v1.ListInstallsResponse.installs:type_name -> byoc.ims.v1.Install
 	27,  // 43: byoc.ims.v1.GetInstallResponse.install:type_name -> byoc.ims.v1.Install
 	54,  // 44: byoc.ims.v1.CheckInstallDriftResponse.jobs:type_name -> byoc.ims.v1.Job
 	54,  // 45: byoc.ims.v1.ImportComponentResponse.job:type_name -> byoc.ims.v1.Job
 	42,  // 46: byoc.ims.v1.ListInstallDriftResponse.components:type_name -> byoc.ims.v1.ComponentDrift
-	123, // 47: byoc.ims.v1.ComponentDrift.check_time:type_name -> google.protobuf.Timestamp
+	131, // 47: byoc.ims.v1.ComponentDrift.check_time:type_name -> google.protobuf.Timestamp
 	56,  // 48: byoc.ims.v1.ComponentDrift.changes:type_name -> byoc.ims.v1.PlannedChange
-	123, // 49: byoc.ims.v1.ComponentDrift.next_check_time:type_name -> google.protobuf.Timestamp
+	131, // 49: byoc.ims.v1.ComponentDrift.next_check_time:type_name -> google.protobuf.Timestamp
 	27,  // 50: byoc.ims.v1.InstallStatus.install:type_name -> byoc.ims.v1.Install
 	43,  // 51: byoc.ims.v1.WatchInstallsResponse.installs:type_name -> byoc.ims.v1.InstallStatus
-	120, // 52: byoc.ims.v1.UpdateInstallRequest.set_inputs:type_name -> byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
+	126, // 52: byoc.ims.v1.UpdateInstallRequest.set_inputs:type_name -> byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
 	27,  // 53: byoc.ims.v1.UpdateInstallResponse.install:type_name -> byoc.ims.v1.Install
-	125, // 54: byoc.ims.v1.UpdateInstallResponse.workflow:type_name -> byoc.ims.v1.Workflow
+	133, // 54: byoc.ims.v1.UpdateInstallResponse.workflow:type_name -> byoc.ims.v1.Workflow
 	31,  // 55: byoc.ims.v1.CreateEnrollmentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	121, // 56: byoc.ims.v1.LabelInstallRequest.set:type_name -> byoc.ims.v1.LabelInstallRequest.SetEntry
+	127, // 56: byoc.ims.v1.LabelInstallRequest.set:type_name -> byoc.ims.v1.LabelInstallRequest.SetEntry
 	27,  // 57: byoc.ims.v1.LabelInstallResponse.install:type_name -> byoc.ims.v1.Install
-	126, // 58: byoc.ims.v1.Job.config:type_name -> google.protobuf.Struct
+	134, // 58: byoc.ims.v1.Job.config:type_name -> google.protobuf.Struct
 	1,   // 59: byoc.ims.v1.Job.state:type_name -> byoc.ims.v1.JobState
-	123, // 60: byoc.ims.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	123, // 61: byoc.ims.v1.Job.start_time:type_name -> google.protobuf.Timestamp
-	123, // 62: byoc.ims.v1.Job.end_time:type_name -> google.protobuf.Timestamp
-	123, // 63: byoc.ims.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
-	122, // 64: byoc.ims.v1.Job.outputs:type_name -> byoc.ims.v1.Job.OutputsEntry
+	131, // 60: byoc.ims.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	131, // 61: byoc.ims.v1.Job.start_time:type_name -> google.protobuf.Timestamp
+	131, // 62: byoc.ims.v1.Job.end_time:type_name -> google.protobuf.Timestamp
+	131, // 63: byoc.ims.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
+	128, // 64: byoc.ims.v1.Job.outputs:type_name -> byoc.ims.v1.Job.OutputsEntry
 	56,  // 65: byoc.ims.v1.Job.planned_changes:type_name -> byoc.ims.v1.PlannedChange
 	55,  // 66: byoc.ims.v1.Job.policy_findings:type_name -> byoc.ims.v1.PolicyFinding
-	127, // 67: byoc.ims.v1.PlannedChange.before:type_name -> google.protobuf.Value
-	127, // 68: byoc.ims.v1.PlannedChange.after:type_name -> google.protobuf.Value
-	126, // 69: byoc.ims.v1.EnqueueJobRequest.config:type_name -> google.protobuf.Struct
+	135, // 67: byoc.ims.v1.PlannedChange.before:type_name -> google.protobuf.Value
+	135, // 68: byoc.ims.v1.PlannedChange.after:type_name -> google.protobuf.Value
+	134, // 69: byoc.ims.v1.EnqueueJobRequest.config:type_name -> google.protobuf.Struct
 	54,  // 70: byoc.ims.v1.EnqueueJobResponse.job:type_name -> byoc.ims.v1.Job
 	57,  // 71: byoc.ims.v1.EnqueueJobsRequest.jobs:type_name -> byoc.ims.v1.EnqueueJobRequest
 	54,  // 72: byoc.ims.v1.EnqueueJobsResponse.jobs:type_name -> byoc.ims.v1.Job
 	1,   // 73: byoc.ims.v1.ListJobsRequest.states:type_name -> byoc.ims.v1.JobState
 	54,  // 74: byoc.ims.v1.ListJobsResponse.jobs:type_name -> byoc.ims.v1.Job
 	54,  // 75: byoc.ims.v1.GetJobResponse.job:type_name -> byoc.ims.v1.Job
-	123, // 76: byoc.ims.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	131, // 76: byoc.ims.v1.LogLine.time:type_name -> google.protobuf.Timestamp
 	2,   // 77: byoc.ims.v1.LogLine.stream:type_name -> byoc.ims.v1.LogStream
 	65,  // 78: byoc.ims.v1.StreamJobLogsResponse.lines:type_name -> byoc.ims.v1.LogLine
 	54,  // 79: byoc.ims.v1.StreamJobLogsResponse.job:type_name -> byoc.ims.v1.Job
 	54,  // 80: byoc.ims.v1.CancelJobResponse.job:type_name -> byoc.ims.v1.Job
-	123, // 81: byoc.ims.v1.AppRevision.create_time:type_name -> google.protobuf.Timestamp
+	131, // 81: byoc.ims.v1.AppRevision.create_time:type_name -> google.protobuf.Timestamp
 	70,  // 82: byoc.ims.v1.PushAppRevisionRequest.files:type_name -> byoc.ims.v1.AppFile
 	17,  // 83: byoc.ims.v1.PushAppRevisionResponse.app:type_name -> byoc.ims.v1.App
 	71,  // 84: byoc.ims.v1.PushAppRevisionResponse.revision:type_name -> byoc.ims.v1.AppRevision
 	80,  // 85: byoc.ims.v1.PushAppRevisionResponse.changes:type_name -> byoc.ims.v1.ConfigChange
 	74,  // 86: byoc.ims.v1.PushAppRevisionResponse.installs:type_name -> byoc.ims.v1.InstallApplied
-	125, // 87: byoc.ims.v1.PushAppRevisionResponse.workflows:type_name -> byoc.ims.v1.Workflow
+	133, // 87: byoc.ims.v1.PushAppRevisionResponse.workflows:type_name -> byoc.ims.v1.Workflow
 	27,  // 88: byoc.ims.v1.InstallApplied.install:type_name -> byoc.ims.v1.Install
 	31,  // 89: byoc.ims.v1.InstallApplied.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
 	71,  // 90: byoc.ims.v1.ListAppRevisionsResponse.revisions:type_name -> byoc.ims.v1.AppRevision
@@ -8358,159 +8835,168 @@ var file_byoc_ims_v1_operator_proto_depIdxs = []int32{
 	80,  // 93: byoc.ims.v1.InstallConfigDiff.changes:type_name -> byoc.ims.v1.ConfigChange
 	81,  // 94: byoc.ims.v1.ConfigChange.values:type_name -> byoc.ims.v1.FieldChange
 	82,  // 95: byoc.ims.v1.ConfigDiagnostics.diagnostics:type_name -> byoc.ims.v1.ConfigDiagnostic
-	127, // 96: byoc.ims.v1.PluginType.config_schema:type_name -> google.protobuf.Value
-	127, // 97: byoc.ims.v1.PluginType.outputs_schema:type_name -> google.protobuf.Value
-	123, // 98: byoc.ims.v1.PluginType.register_time:type_name -> google.protobuf.Timestamp
+	135, // 96: byoc.ims.v1.PluginType.config_schema:type_name -> google.protobuf.Value
+	135, // 97: byoc.ims.v1.PluginType.outputs_schema:type_name -> google.protobuf.Value
+	131, // 98: byoc.ims.v1.PluginType.register_time:type_name -> google.protobuf.Timestamp
 	84,  // 99: byoc.ims.v1.RegisterPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
 	84,  // 100: byoc.ims.v1.RegisterPluginTypeResponse.replaced:type_name -> byoc.ims.v1.PluginType
 	84,  // 101: byoc.ims.v1.ListPluginTypesResponse.plugin_types:type_name -> byoc.ims.v1.PluginType
 	84,  // 102: byoc.ims.v1.GetPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
 	97,  // 103: byoc.ims.v1.RequestBreakGlassResponse.grant:type_name -> byoc.ims.v1.BreakGlassGrant
 	97,  // 104: byoc.ims.v1.ListBreakGlassGrantsResponse.grants:type_name -> byoc.ims.v1.BreakGlassGrant
-	123, // 105: byoc.ims.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
-	123, // 106: byoc.ims.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
-	123, // 107: byoc.ims.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
-	123, // 108: byoc.ims.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
-	123, // 109: byoc.ims.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
+	131, // 105: byoc.ims.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
+	131, // 106: byoc.ims.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
+	131, // 107: byoc.ims.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
+	131, // 108: byoc.ims.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
+	131, // 109: byoc.ims.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
 	100, // 110: byoc.ims.v1.GetBreakGlassPolicyResponse.roles:type_name -> byoc.ims.v1.BreakGlassRole
 	70,  // 111: byoc.ims.v1.GetInstallStackResponse.files:type_name -> byoc.ims.v1.AppFile
-	123, // 112: byoc.ims.v1.Build.create_time:type_name -> google.protobuf.Timestamp
+	131, // 112: byoc.ims.v1.Build.create_time:type_name -> google.protobuf.Timestamp
 	31,  // 113: byoc.ims.v1.CreateBuildAgentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
 	54,  // 114: byoc.ims.v1.StartBuildResponse.job:type_name -> byoc.ims.v1.Job
 	103, // 115: byoc.ims.v1.ListBuildsResponse.builds:type_name -> byoc.ims.v1.Build
 	103, // 116: byoc.ims.v1.InstallImage.build:type_name -> byoc.ims.v1.Build
-	123, // 117: byoc.ims.v1.InstallImage.copy_time:type_name -> google.protobuf.Timestamp
+	131, // 117: byoc.ims.v1.InstallImage.copy_time:type_name -> google.protobuf.Timestamp
 	111, // 118: byoc.ims.v1.ListInstallImagesResponse.images:type_name -> byoc.ims.v1.InstallImage
-	126, // 119: byoc.ims.v1.InstallSettings.OverridesEntry.value:type_name -> google.protobuf.Struct
-	4,   // 120: byoc.ims.v1.OperatorService.WhoAmI:input_type -> byoc.ims.v1.WhoAmIRequest
-	6,   // 121: byoc.ims.v1.OperatorService.CheckAccess:input_type -> byoc.ims.v1.CheckAccessRequest
-	8,   // 122: byoc.ims.v1.OperatorService.CreateApiToken:input_type -> byoc.ims.v1.CreateApiTokenRequest
-	11,  // 123: byoc.ims.v1.OperatorService.ListApiTokens:input_type -> byoc.ims.v1.ListApiTokensRequest
-	13,  // 124: byoc.ims.v1.OperatorService.RevokeApiToken:input_type -> byoc.ims.v1.RevokeApiTokenRequest
-	15,  // 125: byoc.ims.v1.OperatorService.GetLoginConfig:input_type -> byoc.ims.v1.GetLoginConfigRequest
-	18,  // 126: byoc.ims.v1.OperatorService.CreateApp:input_type -> byoc.ims.v1.CreateAppRequest
-	20,  // 127: byoc.ims.v1.OperatorService.ListApps:input_type -> byoc.ims.v1.ListAppsRequest
-	22,  // 128: byoc.ims.v1.OperatorService.GetApp:input_type -> byoc.ims.v1.GetAppRequest
-	72,  // 129: byoc.ims.v1.OperatorService.PushAppRevision:input_type -> byoc.ims.v1.PushAppRevisionRequest
-	75,  // 130: byoc.ims.v1.OperatorService.ListAppRevisions:input_type -> byoc.ims.v1.ListAppRevisionsRequest
-	77,  // 131: byoc.ims.v1.OperatorService.DiffAppRevisions:input_type -> byoc.ims.v1.DiffAppRevisionsRequest
-	29,  // 132: byoc.ims.v1.OperatorService.CreateInstall:input_type -> byoc.ims.v1.CreateInstallRequest
-	32,  // 133: byoc.ims.v1.OperatorService.ListInstalls:input_type -> byoc.ims.v1.ListInstallsRequest
-	34,  // 134: byoc.ims.v1.OperatorService.GetInstall:input_type -> byoc.ims.v1.GetInstallRequest
-	40,  // 135: byoc.ims.v1.OperatorService.ListInstallDrift:input_type -> byoc.ims.v1.ListInstallDriftRequest
-	36,  // 136: byoc.ims.v1.OperatorService.CheckInstallDrift:input_type -> byoc.ims.v1.CheckInstallDriftRequest
-	38,  // 137: byoc.ims.v1.OperatorService.ImportComponent:input_type -> byoc.ims.v1.ImportComponentRequest
-	44,  // 138: byoc.ims.v1.OperatorService.WatchInstalls:input_type -> byoc.ims.v1.WatchInstallsRequest
-	50,  // 139: byoc.ims.v1.OperatorService.CreateEnrollmentToken:input_type -> byoc.ims.v1.CreateEnrollmentTokenRequest
-	52,  // 140: byoc.ims.v1.OperatorService.LabelInstall:input_type -> byoc.ims.v1.LabelInstallRequest
-	46,  // 141: byoc.ims.v1.OperatorService.RevokeAgent:input_type -> byoc.ims.v1.RevokeAgentRequest
-	48,  // 142: byoc.ims.v1.OperatorService.UpdateInstall:input_type -> byoc.ims.v1.UpdateInstallRequest
-	128, // 143: byoc.ims.v1.OperatorService.PlanInstall:input_type -> byoc.ims.v1.PlanInstallRequest
-	129, // 144: byoc.ims.v1.OperatorService.StartWorkflow:input_type -> byoc.ims.v1.StartWorkflowRequest
-	130, // 145: byoc.ims.v1.OperatorService.ListWorkflows:input_type -> byoc.ims.v1.ListWorkflowsRequest
-	131, // 146: byoc.ims.v1.OperatorService.GetWorkflow:input_type -> byoc.ims.v1.GetWorkflowRequest
-	132, // 147: byoc.ims.v1.OperatorService.ApproveWorkflow:input_type -> byoc.ims.v1.ApproveWorkflowRequest
-	133, // 148: byoc.ims.v1.OperatorService.CancelWorkflow:input_type -> byoc.ims.v1.CancelWorkflowRequest
-	134, // 149: byoc.ims.v1.OperatorService.RetryWorkflowStep:input_type -> byoc.ims.v1.RetryWorkflowStepRequest
-	135, // 150: byoc.ims.v1.OperatorService.CreateRelease:input_type -> byoc.ims.v1.CreateReleaseRequest
-	136, // 151: byoc.ims.v1.OperatorService.ListReleases:input_type -> byoc.ims.v1.ListReleasesRequest
-	137, // 152: byoc.ims.v1.OperatorService.GetRelease:input_type -> byoc.ims.v1.GetReleaseRequest
-	138, // 153: byoc.ims.v1.OperatorService.ApproveRelease:input_type -> byoc.ims.v1.ApproveReleaseRequest
-	139, // 154: byoc.ims.v1.OperatorService.PauseRelease:input_type -> byoc.ims.v1.PauseReleaseRequest
-	140, // 155: byoc.ims.v1.OperatorService.ResumeRelease:input_type -> byoc.ims.v1.ResumeReleaseRequest
-	141, // 156: byoc.ims.v1.OperatorService.CancelRelease:input_type -> byoc.ims.v1.CancelReleaseRequest
-	142, // 157: byoc.ims.v1.OperatorService.RetryRelease:input_type -> byoc.ims.v1.RetryReleaseRequest
-	143, // 158: byoc.ims.v1.OperatorService.RollbackRelease:input_type -> byoc.ims.v1.RollbackReleaseRequest
-	57,  // 159: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
-	59,  // 160: byoc.ims.v1.OperatorService.EnqueueJobs:input_type -> byoc.ims.v1.EnqueueJobsRequest
-	61,  // 161: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
-	63,  // 162: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
-	66,  // 163: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
-	68,  // 164: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
-	85,  // 165: byoc.ims.v1.OperatorService.RegisterPluginType:input_type -> byoc.ims.v1.RegisterPluginTypeRequest
-	87,  // 166: byoc.ims.v1.OperatorService.ListPluginTypes:input_type -> byoc.ims.v1.ListPluginTypesRequest
-	89,  // 167: byoc.ims.v1.OperatorService.GetPluginType:input_type -> byoc.ims.v1.GetPluginTypeRequest
-	91,  // 168: byoc.ims.v1.OperatorService.RemovePluginType:input_type -> byoc.ims.v1.RemovePluginTypeRequest
-	144, // 169: byoc.ims.v1.OperatorService.ListActions:input_type -> byoc.ims.v1.ListActionsRequest
-	145, // 170: byoc.ims.v1.OperatorService.StartActionRun:input_type -> byoc.ims.v1.StartActionRunRequest
-	146, // 171: byoc.ims.v1.OperatorService.ListActionRuns:input_type -> byoc.ims.v1.ListActionRunsRequest
-	147, // 172: byoc.ims.v1.OperatorService.GetActionRun:input_type -> byoc.ims.v1.GetActionRunRequest
-	93,  // 173: byoc.ims.v1.OperatorService.RequestBreakGlass:input_type -> byoc.ims.v1.RequestBreakGlassRequest
-	95,  // 174: byoc.ims.v1.OperatorService.ListBreakGlassGrants:input_type -> byoc.ims.v1.ListBreakGlassGrantsRequest
-	98,  // 175: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:input_type -> byoc.ims.v1.GetBreakGlassPolicyRequest
-	148, // 176: byoc.ims.v1.OperatorService.ListAuditEvents:input_type -> byoc.ims.v1.ListAuditEventsRequest
-	101, // 177: byoc.ims.v1.OperatorService.GetInstallStack:input_type -> byoc.ims.v1.GetInstallStackRequest
-	104, // 178: byoc.ims.v1.OperatorService.CreateBuildAgentToken:input_type -> byoc.ims.v1.CreateBuildAgentTokenRequest
-	106, // 179: byoc.ims.v1.OperatorService.StartBuild:input_type -> byoc.ims.v1.StartBuildRequest
-	108, // 180: byoc.ims.v1.OperatorService.ListBuilds:input_type -> byoc.ims.v1.ListBuildsRequest
-	110, // 181: byoc.ims.v1.OperatorService.ListInstallImages:input_type -> byoc.ims.v1.ListInstallImagesRequest
-	5,   // 182: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
-	7,   // 183: byoc.ims.v1.OperatorService.CheckAccess:output_type -> byoc.ims.v1.CheckAccessResponse
-	9,   // 184: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
-	12,  // 185: byoc.ims.v1.OperatorService.ListApiTokens:output_type -> byoc.ims.v1.ListApiTokensResponse
-	14,  // 186: byoc.ims.v1.OperatorService.RevokeApiToken:output_type -> byoc.ims.v1.RevokeApiTokenResponse
-	16,  // 187: byoc.ims.v1.OperatorService.GetLoginConfig:output_type -> byoc.ims.v1.GetLoginConfigResponse
-	19,  // 188: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
-	21,  // 189: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
-	23,  // 190: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
-	73,  // 191: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
-	76,  // 192: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
-	78,  // 193: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
-	30,  // 194: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
-	33,  // 195: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
-	35,  // 196: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
-	41,  // 197: byoc.ims.v1.OperatorService.ListInstallDrift:output_type -> byoc.ims.v1.ListInstallDriftResponse
-	37,  // 198: byoc.ims.v1.OperatorService.CheckInstallDrift:output_type -> byoc.ims.v1.CheckInstallDriftResponse
-	39,  // 199: byoc.ims.v1.OperatorService.ImportComponent:output_type -> byoc.ims.v1.ImportComponentResponse
-	45,  // 200: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
-	51,  // 201: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
-	53,  // 202: byoc.ims.v1.OperatorService.LabelInstall:output_type -> byoc.ims.v1.LabelInstallResponse
-	47,  // 203: byoc.ims.v1.OperatorService.RevokeAgent:output_type -> byoc.ims.v1.RevokeAgentResponse
-	49,  // 204: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
-	149, // 205: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
-	150, // 206: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
-	151, // 207: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
-	152, // 208: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
-	153, // 209: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
-	154, // 210: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
-	155, // 211: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
-	156, // 212: byoc.ims.v1.OperatorService.CreateRelease:output_type -> byoc.ims.v1.CreateReleaseResponse
-	157, // 213: byoc.ims.v1.OperatorService.ListReleases:output_type -> byoc.ims.v1.ListReleasesResponse
-	158, // 214: byoc.ims.v1.OperatorService.GetRelease:output_type -> byoc.ims.v1.GetReleaseResponse
-	159, // 215: byoc.ims.v1.OperatorService.ApproveRelease:output_type -> byoc.ims.v1.ApproveReleaseResponse
-	160, // 216: byoc.ims.v1.OperatorService.PauseRelease:output_type -> byoc.ims.v1.PauseReleaseResponse
-	161, // 217: byoc.ims.v1.OperatorService.ResumeRelease:output_type -> byoc.ims.v1.ResumeReleaseResponse
-	162, // 218: byoc.ims.v1.OperatorService.CancelRelease:output_type -> byoc.ims.v1.CancelReleaseResponse
-	163, // 219: byoc.ims.v1.OperatorService.RetryRelease:output_type -> byoc.ims.v1.RetryReleaseResponse
-	164, // 220: byoc.ims.v1.OperatorService.RollbackRelease:output_type -> byoc.ims.v1.RollbackReleaseResponse
-	58,  // 221: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
-	60,  // 222: byoc.ims.v1.OperatorService.EnqueueJobs:output_type -> byoc.ims.v1.EnqueueJobsResponse
-	62,  // 223: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
-	64,  // 224: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
-	67,  // 225: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
-	69,  // 226: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
-	86,  // 227: byoc.ims.v1.OperatorService.RegisterPluginType:output_type -> byoc.ims.v1.RegisterPluginTypeResponse
-	88,  // 228: byoc.ims.v1.OperatorService.ListPluginTypes:output_type -> byoc.ims.v1.ListPluginTypesResponse
-	90,  // 229: byoc.ims.v1.OperatorService.GetPluginType:output_type -> byoc.ims.v1.GetPluginTypeResponse
-	92,  // 230: byoc.ims.v1.OperatorService.RemovePluginType:output_type -> byoc.ims.v1.RemovePluginTypeResponse
-	165, // 231: byoc.ims.v1.OperatorService.ListActions:output_type -> byoc.ims.v1.ListActionsResponse
-	166, // 232: byoc.ims.v1.OperatorService.StartActionRun:output_type -> byoc.ims.v1.StartActionRunResponse
-	167, // 233: byoc.ims.v1.OperatorService.ListActionRuns:output_type -> byoc.ims.v1.ListActionRunsResponse
-	168, // 234: byoc.ims.v1.OperatorService.GetActionRun:output_type -> byoc.ims.v1.GetActionRunResponse
-	94,  // 235: byoc.ims.v1.OperatorService.RequestBreakGlass:output_type -> byoc.ims.v1.RequestBreakGlassResponse
-	96,  // 236: byoc.ims.v1.OperatorService.ListBreakGlassGrants:output_type -> byoc.ims.v1.ListBreakGlassGrantsResponse
-	99,  // 237: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:output_type -> byoc.ims.v1.GetBreakGlassPolicyResponse
-	169, // 238: byoc.ims.v1.OperatorService.ListAuditEvents:output_type -> byoc.ims.v1.ListAuditEventsResponse
-	102, // 239: byoc.ims.v1.OperatorService.GetInstallStack:output_type -> byoc.ims.v1.GetInstallStackResponse
-	105, // 240: byoc.ims.v1.OperatorService.CreateBuildAgentToken:output_type -> byoc.ims.v1.CreateBuildAgentTokenResponse
-	107, // 241: byoc.ims.v1.OperatorService.StartBuild:output_type -> byoc.ims.v1.StartBuildResponse
-	109, // 242: byoc.ims.v1.OperatorService.ListBuilds:output_type -> byoc.ims.v1.ListBuildsResponse
-	112, // 243: byoc.ims.v1.OperatorService.ListInstallImages:output_type -> byoc.ims.v1.ListInstallImagesResponse
-	182, // [182:244] is the sub-list for method output_type
-	120, // [120:182] is the sub-list for method input_type
-	120, // [120:120] is the sub-list for extension type_name
-	120, // [120:120] is the sub-list for extension extendee
-	0,   // [0:120] is the sub-list for field type_name
+	115, // 119: byoc.ims.v1.ListDebugCommandsResponse.commands:type_name -> byoc.ims.v1.DebugCommand
+	116, // 120: byoc.ims.v1.DebugCommand.args:type_name -> byoc.ims.v1.DebugArg
+	129, // 121: byoc.ims.v1.RunDebugCommandRequest.args:type_name -> byoc.ims.v1.RunDebugCommandRequest.ArgsEntry
+	54,  // 122: byoc.ims.v1.RunDebugCommandResponse.job:type_name -> byoc.ims.v1.Job
+	130, // 123: byoc.ims.v1.RunDebugCommandResponse.args:type_name -> byoc.ims.v1.RunDebugCommandResponse.ArgsEntry
+	134, // 124: byoc.ims.v1.InstallSettings.OverridesEntry.value:type_name -> google.protobuf.Struct
+	4,   // 125: byoc.ims.v1.OperatorService.WhoAmI:input_type -> byoc.ims.v1.WhoAmIRequest
+	6,   // 126: byoc.ims.v1.OperatorService.CheckAccess:input_type -> byoc.ims.v1.CheckAccessRequest
+	8,   // 127: byoc.ims.v1.OperatorService.CreateApiToken:input_type -> byoc.ims.v1.CreateApiTokenRequest
+	11,  // 128: byoc.ims.v1.OperatorService.ListApiTokens:input_type -> byoc.ims.v1.ListApiTokensRequest
+	13,  // 129: byoc.ims.v1.OperatorService.RevokeApiToken:input_type -> byoc.ims.v1.RevokeApiTokenRequest
+	15,  // 130: byoc.ims.v1.OperatorService.GetLoginConfig:input_type -> byoc.ims.v1.GetLoginConfigRequest
+	18,  // 131: byoc.ims.v1.OperatorService.CreateApp:input_type -> byoc.ims.v1.CreateAppRequest
+	20,  // 132: byoc.ims.v1.OperatorService.ListApps:input_type -> byoc.ims.v1.ListAppsRequest
+	22,  // 133: byoc.ims.v1.OperatorService.GetApp:input_type -> byoc.ims.v1.GetAppRequest
+	72,  // 134: byoc.ims.v1.OperatorService.PushAppRevision:input_type -> byoc.ims.v1.PushAppRevisionRequest
+	75,  // 135: byoc.ims.v1.OperatorService.ListAppRevisions:input_type -> byoc.ims.v1.ListAppRevisionsRequest
+	77,  // 136: byoc.ims.v1.OperatorService.DiffAppRevisions:input_type -> byoc.ims.v1.DiffAppRevisionsRequest
+	29,  // 137: byoc.ims.v1.OperatorService.CreateInstall:input_type -> byoc.ims.v1.CreateInstallRequest
+	32,  // 138: byoc.ims.v1.OperatorService.ListInstalls:input_type -> byoc.ims.v1.ListInstallsRequest
+	34,  // 139: byoc.ims.v1.OperatorService.GetInstall:input_type -> byoc.ims.v1.GetInstallRequest
+	40,  // 140: byoc.ims.v1.OperatorService.ListInstallDrift:input_type -> byoc.ims.v1.ListInstallDriftRequest
+	36,  // 141: byoc.ims.v1.OperatorService.CheckInstallDrift:input_type -> byoc.ims.v1.CheckInstallDriftRequest
+	38,  // 142: byoc.ims.v1.OperatorService.ImportComponent:input_type -> byoc.ims.v1.ImportComponentRequest
+	44,  // 143: byoc.ims.v1.OperatorService.WatchInstalls:input_type -> byoc.ims.v1.WatchInstallsRequest
+	50,  // 144: byoc.ims.v1.OperatorService.CreateEnrollmentToken:input_type -> byoc.ims.v1.CreateEnrollmentTokenRequest
+	52,  // 145: byoc.ims.v1.OperatorService.LabelInstall:input_type -> byoc.ims.v1.LabelInstallRequest
+	46,  // 146: byoc.ims.v1.OperatorService.RevokeAgent:input_type -> byoc.ims.v1.RevokeAgentRequest
+	48,  // 147: byoc.ims.v1.OperatorService.UpdateInstall:input_type -> byoc.ims.v1.UpdateInstallRequest
+	136, // 148: byoc.ims.v1.OperatorService.PlanInstall:input_type -> byoc.ims.v1.PlanInstallRequest
+	137, // 149: byoc.ims.v1.OperatorService.StartWorkflow:input_type -> byoc.ims.v1.StartWorkflowRequest
+	138, // 150: byoc.ims.v1.OperatorService.ListWorkflows:input_type -> byoc.ims.v1.ListWorkflowsRequest
+	139, // 151: byoc.ims.v1.OperatorService.GetWorkflow:input_type -> byoc.ims.v1.GetWorkflowRequest
+	140, // 152: byoc.ims.v1.OperatorService.ApproveWorkflow:input_type -> byoc.ims.v1.ApproveWorkflowRequest
+	141, // 153: byoc.ims.v1.OperatorService.CancelWorkflow:input_type -> byoc.ims.v1.CancelWorkflowRequest
+	142, // 154: byoc.ims.v1.OperatorService.RetryWorkflowStep:input_type -> byoc.ims.v1.RetryWorkflowStepRequest
+	143, // 155: byoc.ims.v1.OperatorService.CreateRelease:input_type -> byoc.ims.v1.CreateReleaseRequest
+	144, // 156: byoc.ims.v1.OperatorService.ListReleases:input_type -> byoc.ims.v1.ListReleasesRequest
+	145, // 157: byoc.ims.v1.OperatorService.GetRelease:input_type -> byoc.ims.v1.GetReleaseRequest
+	146, // 158: byoc.ims.v1.OperatorService.ApproveRelease:input_type -> byoc.ims.v1.ApproveReleaseRequest
+	147, // 159: byoc.ims.v1.OperatorService.PauseRelease:input_type -> byoc.ims.v1.PauseReleaseRequest
+	148, // 160: byoc.ims.v1.OperatorService.ResumeRelease:input_type -> byoc.ims.v1.ResumeReleaseRequest
+	149, // 161: byoc.ims.v1.OperatorService.CancelRelease:input_type -> byoc.ims.v1.CancelReleaseRequest
+	150, // 162: byoc.ims.v1.OperatorService.RetryRelease:input_type -> byoc.ims.v1.RetryReleaseRequest
+	151, // 163: byoc.ims.v1.OperatorService.RollbackRelease:input_type -> byoc.ims.v1.RollbackReleaseRequest
+	57,  // 164: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
+	59,  // 165: byoc.ims.v1.OperatorService.EnqueueJobs:input_type -> byoc.ims.v1.EnqueueJobsRequest
+	61,  // 166: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
+	63,  // 167: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
+	66,  // 168: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
+	68,  // 169: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
+	85,  // 170: byoc.ims.v1.OperatorService.RegisterPluginType:input_type -> byoc.ims.v1.RegisterPluginTypeRequest
+	87,  // 171: byoc.ims.v1.OperatorService.ListPluginTypes:input_type -> byoc.ims.v1.ListPluginTypesRequest
+	89,  // 172: byoc.ims.v1.OperatorService.GetPluginType:input_type -> byoc.ims.v1.GetPluginTypeRequest
+	91,  // 173: byoc.ims.v1.OperatorService.RemovePluginType:input_type -> byoc.ims.v1.RemovePluginTypeRequest
+	152, // 174: byoc.ims.v1.OperatorService.ListActions:input_type -> byoc.ims.v1.ListActionsRequest
+	153, // 175: byoc.ims.v1.OperatorService.StartActionRun:input_type -> byoc.ims.v1.StartActionRunRequest
+	113, // 176: byoc.ims.v1.OperatorService.ListDebugCommands:input_type -> byoc.ims.v1.ListDebugCommandsRequest
+	117, // 177: byoc.ims.v1.OperatorService.RunDebugCommand:input_type -> byoc.ims.v1.RunDebugCommandRequest
+	154, // 178: byoc.ims.v1.OperatorService.ListActionRuns:input_type -> byoc.ims.v1.ListActionRunsRequest
+	155, // 179: byoc.ims.v1.OperatorService.GetActionRun:input_type -> byoc.ims.v1.GetActionRunRequest
+	93,  // 180: byoc.ims.v1.OperatorService.RequestBreakGlass:input_type -> byoc.ims.v1.RequestBreakGlassRequest
+	95,  // 181: byoc.ims.v1.OperatorService.ListBreakGlassGrants:input_type -> byoc.ims.v1.ListBreakGlassGrantsRequest
+	98,  // 182: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:input_type -> byoc.ims.v1.GetBreakGlassPolicyRequest
+	156, // 183: byoc.ims.v1.OperatorService.ListAuditEvents:input_type -> byoc.ims.v1.ListAuditEventsRequest
+	101, // 184: byoc.ims.v1.OperatorService.GetInstallStack:input_type -> byoc.ims.v1.GetInstallStackRequest
+	104, // 185: byoc.ims.v1.OperatorService.CreateBuildAgentToken:input_type -> byoc.ims.v1.CreateBuildAgentTokenRequest
+	106, // 186: byoc.ims.v1.OperatorService.StartBuild:input_type -> byoc.ims.v1.StartBuildRequest
+	108, // 187: byoc.ims.v1.OperatorService.ListBuilds:input_type -> byoc.ims.v1.ListBuildsRequest
+	110, // 188: byoc.ims.v1.OperatorService.ListInstallImages:input_type -> byoc.ims.v1.ListInstallImagesRequest
+	5,   // 189: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
+	7,   // 190: byoc.ims.v1.OperatorService.CheckAccess:output_type -> byoc.ims.v1.CheckAccessResponse
+	9,   // 191: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
+	12,  // 192: byoc.ims.v1.OperatorService.ListApiTokens:output_type -> byoc.ims.v1.ListApiTokensResponse
+	14,  // 193: byoc.ims.v1.OperatorService.RevokeApiToken:output_type -> byoc.ims.v1.RevokeApiTokenResponse
+	16,  // 194: byoc.ims.v1.OperatorService.GetLoginConfig:output_type -> byoc.ims.v1.GetLoginConfigResponse
+	19,  // 195: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
+	21,  // 196: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
+	23,  // 197: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
+	73,  // 198: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
+	76,  // 199: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
+	78,  // 200: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
+	30,  // 201: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
+	33,  // 202: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
+	35,  // 203: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
+	41,  // 204: byoc.ims.v1.OperatorService.ListInstallDrift:output_type -> byoc.ims.v1.ListInstallDriftResponse
+	37,  // 205: byoc.ims.v1.OperatorService.CheckInstallDrift:output_type -> byoc.ims.v1.CheckInstallDriftResponse
+	39,  // 206: byoc.ims.v1.OperatorService.ImportComponent:output_type -> byoc.ims.v1.ImportComponentResponse
+	45,  // 207: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
+	51,  // 208: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
+	53,  // 209: byoc.ims.v1.OperatorService.LabelInstall:output_type -> byoc.ims.v1.LabelInstallResponse
+	47,  // 210: byoc.ims.v1.OperatorService.RevokeAgent:output_type -> byoc.ims.v1.RevokeAgentResponse
+	49,  // 211: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
+	157, // 212: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
+	158, // 213: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
+	159, // 214: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
+	160, // 215: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
+	161, // 216: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
+	162, // 217: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
+	163, // 218: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
+	164, // 219: byoc.ims.v1.OperatorService.CreateRelease:output_type -> byoc.ims.v1.CreateReleaseResponse
+	165, // 220: byoc.ims.v1.OperatorService.ListReleases:output_type -> byoc.ims.v1.ListReleasesResponse
+	166, // 221: byoc.ims.v1.OperatorService.GetRelease:output_type -> byoc.ims.v1.GetReleaseResponse
+	167, // 222: byoc.ims.v1.OperatorService.ApproveRelease:output_type -> byoc.ims.v1.ApproveReleaseResponse
+	168, // 223: byoc.ims.v1.OperatorService.PauseRelease:output_type -> byoc.ims.v1.PauseReleaseResponse
+	169, // 224: byoc.ims.v1.OperatorService.ResumeRelease:output_type -> byoc.ims.v1.ResumeReleaseResponse
+	170, // 225: byoc.ims.v1.OperatorService.CancelRelease:output_type -> byoc.ims.v1.CancelReleaseResponse
+	171, // 226: byoc.ims.v1.OperatorService.RetryRelease:output_type -> byoc.ims.v1.RetryReleaseResponse
+	172, // 227: byoc.ims.v1.OperatorService.RollbackRelease:output_type -> byoc.ims.v1.RollbackReleaseResponse
+	58,  // 228: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
+	60,  // 229: byoc.ims.v1.OperatorService.EnqueueJobs:output_type -> byoc.ims.v1.EnqueueJobsResponse
+	62,  // 230: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
+	64,  // 231: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
+	67,  // 232: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
+	69,  // 233: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
+	86,  // 234: byoc.ims.v1.OperatorService.RegisterPluginType:output_type -> byoc.ims.v1.RegisterPluginTypeResponse
+	88,  // 235: byoc.ims.v1.OperatorService.ListPluginTypes:output_type -> byoc.ims.v1.ListPluginTypesResponse
+	90,  // 236: byoc.ims.v1.OperatorService.GetPluginType:output_type -> byoc.ims.v1.GetPluginTypeResponse
+	92,  // 237: byoc.ims.v1.OperatorService.RemovePluginType:output_type -> byoc.ims.v1.RemovePluginTypeResponse
+	173, // 238: byoc.ims.v1.OperatorService.ListActions:output_type -> byoc.ims.v1.ListActionsResponse
+	174, // 239: byoc.ims.v1.OperatorService.StartActionRun:output_type -> byoc.ims.v1.StartActionRunResponse
+	114, // 240: byoc.ims.v1.OperatorService.ListDebugCommands:output_type -> byoc.ims.v1.ListDebugCommandsResponse
+	118, // 241: byoc.ims.v1.OperatorService.RunDebugCommand:output_type -> byoc.ims.v1.RunDebugCommandResponse
+	175, // 242: byoc.ims.v1.OperatorService.ListActionRuns:output_type -> byoc.ims.v1.ListActionRunsResponse
+	176, // 243: byoc.ims.v1.OperatorService.GetActionRun:output_type -> byoc.ims.v1.GetActionRunResponse
+	94,  // 244: byoc.ims.v1.OperatorService.RequestBreakGlass:output_type -> byoc.ims.v1.RequestBreakGlassResponse
+	96,  // 245: byoc.ims.v1.OperatorService.ListBreakGlassGrants:output_type -> byoc.ims.v1.ListBreakGlassGrantsResponse
+	99,  // 246: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:output_type -> byoc.ims.v1.GetBreakGlassPolicyResponse
+	177, // 247: byoc.ims.v1.OperatorService.ListAuditEvents:output_type -> byoc.ims.v1.ListAuditEventsResponse
+	102, // 248: byoc.ims.v1.OperatorService.GetInstallStack:output_type -> byoc.ims.v1.GetInstallStackResponse
+	105, // 249: byoc.ims.v1.OperatorService.CreateBuildAgentToken:output_type -> byoc.ims.v1.CreateBuildAgentTokenResponse
+	107, // 250: byoc.ims.v1.OperatorService.StartBuild:output_type -> byoc.ims.v1.StartBuildResponse
+	109, // 251: byoc.ims.v1.OperatorService.ListBuilds:output_type -> byoc.ims.v1.ListBuildsResponse
+	112, // 252: byoc.ims.v1.OperatorService.ListInstallImages:output_type -> byoc.ims.v1.ListInstallImagesResponse
+	189, // [189:253] is the sub-list for method output_type
+	125, // [125:189] is the sub-list for method input_type
+	125, // [125:125] is the sub-list for extension type_name
+	125, // [125:125] is the sub-list for extension extendee
+	0,   // [0:125] is the sub-list for field type_name
 }
 
 func init() { file_byoc_ims_v1_operator_proto_init() }
@@ -8524,13 +9010,14 @@ func file_byoc_ims_v1_operator_proto_init() {
 	file_byoc_ims_v1_workflow_proto_init()
 	file_byoc_ims_v1_operator_proto_msgTypes[25].OneofWrappers = []any{}
 	file_byoc_ims_v1_operator_proto_msgTypes[45].OneofWrappers = []any{}
+	file_byoc_ims_v1_operator_proto_msgTypes[113].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byoc_ims_v1_operator_proto_rawDesc), len(file_byoc_ims_v1_operator_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   120,
+			NumMessages:   128,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

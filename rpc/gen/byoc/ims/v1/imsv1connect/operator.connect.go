@@ -183,6 +183,12 @@ const (
 	// OperatorServiceStartActionRunProcedure is the fully-qualified name of the OperatorService's
 	// StartActionRun RPC.
 	OperatorServiceStartActionRunProcedure = "/byoc.ims.v1.OperatorService/StartActionRun"
+	// OperatorServiceListDebugCommandsProcedure is the fully-qualified name of the OperatorService's
+	// ListDebugCommands RPC.
+	OperatorServiceListDebugCommandsProcedure = "/byoc.ims.v1.OperatorService/ListDebugCommands"
+	// OperatorServiceRunDebugCommandProcedure is the fully-qualified name of the OperatorService's
+	// RunDebugCommand RPC.
+	OperatorServiceRunDebugCommandProcedure = "/byoc.ims.v1.OperatorService/RunDebugCommand"
 	// OperatorServiceListActionRunsProcedure is the fully-qualified name of the OperatorService's
 	// ListActionRuns RPC.
 	OperatorServiceListActionRunsProcedure = "/byoc.ims.v1.OperatorService/ListActionRuns"
@@ -372,6 +378,16 @@ type OperatorServiceClient interface {
 	// workflow running (one at a time, in order). An unknown action is
 	// refused with the closest name and the list.
 	StartActionRun(context.Context, *connect.Request[v1.StartActionRunRequest]) (*connect.Response[v1.StartActionRunResponse], error)
+	// ListDebugCommands lists the debug commands (debug/*.toml) of an
+	// install's app revision, with their arguments' shapes.
+	ListDebugCommands(context.Context, *connect.Request[v1.ListDebugCommandsRequest]) (*connect.Response[v1.ListDebugCommandsResponse], error)
+	// RunDebugCommand queues one run of a declared, read-only debug command
+	// as a job of the action type in the maintenance mode: no break-glass
+	// grant, and refused by the agent when the customer turned maintenance
+	// off. Its arguments are checked against their declared shapes (an
+	// undeclared or ill-typed one is refused, named) and reach the script
+	// only as environment variables (ARG_NAME). Audited as debug.run.
+	RunDebugCommand(context.Context, *connect.Request[v1.RunDebugCommandRequest]) (*connect.Response[v1.RunDebugCommandResponse], error)
 	// ListActionRuns lists an install's action runs, newest first, with
 	// their outputs.
 	ListActionRuns(context.Context, *connect.Request[v1.ListActionRunsRequest]) (*connect.Response[v1.ListActionRunsResponse], error)
@@ -732,6 +748,18 @@ func NewOperatorServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(operatorServiceMethods.ByName("StartActionRun")),
 			connect.WithClientOptions(opts...),
 		),
+		listDebugCommands: connect.NewClient[v1.ListDebugCommandsRequest, v1.ListDebugCommandsResponse](
+			httpClient,
+			baseURL+OperatorServiceListDebugCommandsProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("ListDebugCommands")),
+			connect.WithClientOptions(opts...),
+		),
+		runDebugCommand: connect.NewClient[v1.RunDebugCommandRequest, v1.RunDebugCommandResponse](
+			httpClient,
+			baseURL+OperatorServiceRunDebugCommandProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("RunDebugCommand")),
+			connect.WithClientOptions(opts...),
+		),
 		listActionRuns: connect.NewClient[v1.ListActionRunsRequest, v1.ListActionRunsResponse](
 			httpClient,
 			baseURL+OperatorServiceListActionRunsProcedure,
@@ -854,6 +882,8 @@ type operatorServiceClient struct {
 	removePluginType      *connect.Client[v1.RemovePluginTypeRequest, v1.RemovePluginTypeResponse]
 	listActions           *connect.Client[v1.ListActionsRequest, v1.ListActionsResponse]
 	startActionRun        *connect.Client[v1.StartActionRunRequest, v1.StartActionRunResponse]
+	listDebugCommands     *connect.Client[v1.ListDebugCommandsRequest, v1.ListDebugCommandsResponse]
+	runDebugCommand       *connect.Client[v1.RunDebugCommandRequest, v1.RunDebugCommandResponse]
 	listActionRuns        *connect.Client[v1.ListActionRunsRequest, v1.ListActionRunsResponse]
 	getActionRun          *connect.Client[v1.GetActionRunRequest, v1.GetActionRunResponse]
 	requestBreakGlass     *connect.Client[v1.RequestBreakGlassRequest, v1.RequestBreakGlassResponse]
@@ -1122,6 +1152,16 @@ func (c *operatorServiceClient) StartActionRun(ctx context.Context, req *connect
 	return c.startActionRun.CallUnary(ctx, req)
 }
 
+// ListDebugCommands calls byoc.ims.v1.OperatorService.ListDebugCommands.
+func (c *operatorServiceClient) ListDebugCommands(ctx context.Context, req *connect.Request[v1.ListDebugCommandsRequest]) (*connect.Response[v1.ListDebugCommandsResponse], error) {
+	return c.listDebugCommands.CallUnary(ctx, req)
+}
+
+// RunDebugCommand calls byoc.ims.v1.OperatorService.RunDebugCommand.
+func (c *operatorServiceClient) RunDebugCommand(ctx context.Context, req *connect.Request[v1.RunDebugCommandRequest]) (*connect.Response[v1.RunDebugCommandResponse], error) {
+	return c.runDebugCommand.CallUnary(ctx, req)
+}
+
 // ListActionRuns calls byoc.ims.v1.OperatorService.ListActionRuns.
 func (c *operatorServiceClient) ListActionRuns(ctx context.Context, req *connect.Request[v1.ListActionRunsRequest]) (*connect.Response[v1.ListActionRunsResponse], error) {
 	return c.listActionRuns.CallUnary(ctx, req)
@@ -1331,6 +1371,16 @@ type OperatorServiceHandler interface {
 	// workflow running (one at a time, in order). An unknown action is
 	// refused with the closest name and the list.
 	StartActionRun(context.Context, *connect.Request[v1.StartActionRunRequest]) (*connect.Response[v1.StartActionRunResponse], error)
+	// ListDebugCommands lists the debug commands (debug/*.toml) of an
+	// install's app revision, with their arguments' shapes.
+	ListDebugCommands(context.Context, *connect.Request[v1.ListDebugCommandsRequest]) (*connect.Response[v1.ListDebugCommandsResponse], error)
+	// RunDebugCommand queues one run of a declared, read-only debug command
+	// as a job of the action type in the maintenance mode: no break-glass
+	// grant, and refused by the agent when the customer turned maintenance
+	// off. Its arguments are checked against their declared shapes (an
+	// undeclared or ill-typed one is refused, named) and reach the script
+	// only as environment variables (ARG_NAME). Audited as debug.run.
+	RunDebugCommand(context.Context, *connect.Request[v1.RunDebugCommandRequest]) (*connect.Response[v1.RunDebugCommandResponse], error)
 	// ListActionRuns lists an install's action runs, newest first, with
 	// their outputs.
 	ListActionRuns(context.Context, *connect.Request[v1.ListActionRunsRequest]) (*connect.Response[v1.ListActionRunsResponse], error)
@@ -1687,6 +1737,18 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 		connect.WithSchema(operatorServiceMethods.ByName("StartActionRun")),
 		connect.WithHandlerOptions(opts...),
 	)
+	operatorServiceListDebugCommandsHandler := connect.NewUnaryHandler(
+		OperatorServiceListDebugCommandsProcedure,
+		svc.ListDebugCommands,
+		connect.WithSchema(operatorServiceMethods.ByName("ListDebugCommands")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceRunDebugCommandHandler := connect.NewUnaryHandler(
+		OperatorServiceRunDebugCommandProcedure,
+		svc.RunDebugCommand,
+		connect.WithSchema(operatorServiceMethods.ByName("RunDebugCommand")),
+		connect.WithHandlerOptions(opts...),
+	)
 	operatorServiceListActionRunsHandler := connect.NewUnaryHandler(
 		OperatorServiceListActionRunsProcedure,
 		svc.ListActionRuns,
@@ -1857,6 +1919,10 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 			operatorServiceListActionsHandler.ServeHTTP(w, r)
 		case OperatorServiceStartActionRunProcedure:
 			operatorServiceStartActionRunHandler.ServeHTTP(w, r)
+		case OperatorServiceListDebugCommandsProcedure:
+			operatorServiceListDebugCommandsHandler.ServeHTTP(w, r)
+		case OperatorServiceRunDebugCommandProcedure:
+			operatorServiceRunDebugCommandHandler.ServeHTTP(w, r)
 		case OperatorServiceListActionRunsProcedure:
 			operatorServiceListActionRunsHandler.ServeHTTP(w, r)
 		case OperatorServiceGetActionRunProcedure:
@@ -2090,6 +2156,14 @@ func (UnimplementedOperatorServiceHandler) ListActions(context.Context, *connect
 
 func (UnimplementedOperatorServiceHandler) StartActionRun(context.Context, *connect.Request[v1.StartActionRunRequest]) (*connect.Response[v1.StartActionRunResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.StartActionRun is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) ListDebugCommands(context.Context, *connect.Request[v1.ListDebugCommandsRequest]) (*connect.Response[v1.ListDebugCommandsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.ListDebugCommands is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) RunDebugCommand(context.Context, *connect.Request[v1.RunDebugCommandRequest]) (*connect.Response[v1.RunDebugCommandResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.RunDebugCommand is not implemented"))
 }
 
 func (UnimplementedOperatorServiceHandler) ListActionRuns(context.Context, *connect.Request[v1.ListActionRunsRequest]) (*connect.Response[v1.ListActionRunsResponse], error) {
