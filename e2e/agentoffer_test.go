@@ -59,6 +59,10 @@ func TestAgentAppliesUpdateOffers(t *testing.T) {
 		_, token := cluster.NewInstall(t, ims.Admin(), "shop-"+name, name)
 		state := filepath.Join(t.TempDir(), "agent")
 		ag := cluster.StartAgentBin(t, filepath.Join(bin, "agentd"), nil, ims.URL(), token, state)
+		cluster.Eventually(t, 60*time.Second, "agent "+name+" to connect", func() bool {
+			r, err := ims.Admin().GetInstall(context.Background(), connect.NewRequest(&imsv1.GetInstallRequest{IdOrName: name}))
+			return err == nil && r.Msg.Install.Agent.GetConnected()
+		})
 		if len(policy) > 0 {
 			cmd := exec.Command(filepath.Join(bin, "agentd"), append([]string{"update", "--state-dir", state, "policy"}, policy...)...)
 			if out, err := cmd.CombinedOutput(); err != nil {
