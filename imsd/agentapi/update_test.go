@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"crypto/ed25519"
 	"github.com/byoc-dev/byoc/imsd/store"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
