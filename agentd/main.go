@@ -60,6 +60,7 @@ import (
 	"github.com/byoc-dev/byoc/plugins/build"
 	"github.com/byoc-dev/byoc/plugins/bundle"
 	"github.com/byoc-dev/byoc/plugins/sdk"
+	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 )
 
 // builtins are the component types compiled into agentd. They load through
@@ -609,7 +610,16 @@ func run(ctx context.Context, args []string) int {
 			return 1
 		}
 	}
-	a, err := agent.New(ctx, agent.Config{
+	// An agent release imsd offers is applied as the customer's update
+	// policy allows (update_offer.go), in this process's context.
+	var a *agent.Agent
+	var onOffer func(context.Context, string, string)
+	if stateDir != "" {
+		onOffer = func(_ context.Context, offerID, release string) {
+			applyOffer(ctx, stateDir, offerID, release, a.Note, log)
+		}
+	}
+	a, err = agent.New(ctx, agent.Config{
 		IMSURL:         ims,
 		EnrollToken:    token,
 		StateDir:       stateDir,
@@ -622,6 +632,8 @@ func run(ctx context.Context, args []string) int {
 		PinWatcher:     loader.PinWatcher,
 		RotateKeyEvery: rotateKeyEvery,
 		Ledger:         led,
+		UpdateReport:   func() *agentv1.UpdateReport { return updateReport(stateDir) },
+		OnUpdateOffer:  onOffer,
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "agentd: %v\n", err)

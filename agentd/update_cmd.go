@@ -88,6 +88,8 @@ type updateState struct {
 	// ConfirmWithin is how long the new version has, from its first
 	// start, to reconnect and pass its self-check.
 	ConfirmWithin time.Duration `json:"confirm_within"`
+	// OfferID is the imsd offer applied ("" for one applied by hand).
+	OfferID string `json:"offer_id,omitempty"`
 	// Starts counts the new version's starts; FirstStart is the first.
 	Starts     int       `json:"starts"`
 	FirstStart time.Time `json:"first_start,omitzero"`
@@ -100,8 +102,51 @@ type updateNote struct {
 	Data    map[string]string `json:"data"`
 }
 
-// addUpdateNote appends n to the state dir's notes.
+// updateLastFile is the agent's latest update decision, which its hello
+// and heartbeats report to imsd (lastUpdate).
+const updateLastFile = "update-last.json"
+
+// lastUpdate is the latest update decision (updateLastFile).
+type lastUpdate struct {
+	// Kind is applied, refused, confirmed or rolled_back.
+	Kind    string    `json:"kind"`
+	Release string    `json:"release"`
+	OfferID string    `json:"offer_id,omitempty"`
+	Version string    `json:"version,omitempty"`
+	Reason  string    `json:"reason,omitempty"`
+	At      time.Time `json:"at"`
+}
+
+// saveLastUpdate records the decision note n as the latest.
+func saveLastUpdate(dir string, n updateNote) error {
+	l := lastUpdate{Kind: strings.TrimPrefix(n.Kind, "agent_update_"), Release: n.Subject, OfferID: n.Data["offer"],
+		Version: cmpOr(n.Data["to"], n.Data["version"]), Reason: n.Data["reason"], At: time.Now().UTC()}
+	b, err := json.Marshal(l)
+	if err != nil {
+		return err
+	}
+	return atomicfile.Write(filepath.Join(dir, updateLastFile), append(b, '\n'), 0o600)
+}
+
+// loadLastUpdate reads the latest decision (nil: none, or unreadable).
+func loadLastUpdate(dir string) *lastUpdate {
+	b, err := os.ReadFile(filepath.Join(dir, updateLastFile))
+	if err != nil {
+		return nil
+	}
+	var l lastUpdate
+	if json.Unmarshal(b, &l) != nil || l.Kind == "" {
+		return nil
+	}
+	return &l
+}
+
+// addUpdateNote appends n to the state dir's notes, and records it as
+// the latest decision.
 func addUpdateNote(dir string, n updateNote) error {
+	if err := saveLastUpdate(dir, n); err != nil {
+		return err
+	}
 	b, err := json.Marshal(n)
 	if err != nil {
 		return err
@@ -304,12 +349,25 @@ type updater struct {
 	stdout                         io.Writer
 	// version is the running agentd's; empty: buildinfo's.
 	version string
+	// offerID is the imsd offer being applied ("" for agentd update
+	// apply); by who decided ("" for the local user).
+	offerID, by string
+	// refusedVersion is the release's version once read, for a refusal.
+	refusedVersion string
+}
+
+// who is the update's actor for the journal.
+func (u *updater) who() string {
+	if u.by != "" {
+		return u.by
+	}
+	return whoami()
 }
 
 // refuse records a refusal for the agent's journal and returns it.
 func (u *updater) refuse(ref string, err error) error {
 	if nerr := addUpdateNote(u.stateDir, updateNote{Kind: "agent_update_refused", Subject: ref,
-		Data: map[string]string{"reason": err.Error(), "by": whoami()}}); nerr != nil {
+		Data: map[string]string{"reason": err.Error(), "by": u.who(), "offer": u.offerID, "version": u.refusedVersion}}); nerr != nil {
 		return fmt.Errorf("%w (and recording the refusal failed: %v)", err, nerr)
 	}
 	return err
@@ -372,6 +430,7 @@ func (u *updater) apply(ctx context.Context, refArg string) error {
 	if err != nil {
 		return u.refuse(at, fmt.Errorf("refused: %w", err))
 	}
+	u.refusedVersion = m.Version
 	keyID, err := plugindist.Verify(ctx, repo, m, id.IMSDKeys)
 	if err != nil {
 		return u.refuse(at, fmt.Errorf("refused: agent release %w", err))
@@ -429,7 +488,7 @@ func (u *updater) apply(ctx context.Context, refArg string) error {
 			return fmt.Errorf("keep the old %s: %w", f, err)
 		}
 	}
-	s := &updateState{From: from, To: m.Version, Release: at, Dir: dir, AppliedAt: u.now().UTC(), AppliedBy: whoami(), ConfirmWithin: u.confirmWithin}
+	s := &updateState{From: from, To: m.Version, Release: at, Dir: dir, AppliedAt: u.now().UTC(), AppliedBy: u.who(), ConfirmWithin: u.confirmWithin, OfferID: u.offerID}
 	if err := saveUpdateState(u.stateDir, s); err != nil {
 		return err
 	}
@@ -445,7 +504,7 @@ func (u *updater) apply(ctx context.Context, refArg string) error {
 		return err
 	}
 	if err := addUpdateNote(u.stateDir, updateNote{Kind: "agent_update_applied", Subject: at,
-		Data: map[string]string{"from": from, "to": m.Version, "signed_by": keyID, "by": s.AppliedBy, "dir": dir}}); err != nil {
+		Data: map[string]string{"from": from, "to": m.Version, "signed_by": keyID, "by": s.AppliedBy, "dir": dir, "offer": u.offerID}}); err != nil {
 		return err
 	}
 	fmt.Fprintf(u.stdout, "agent release %s (%s) verified: signed by imsd key %s; allowed by the update policy (%s)\n", m.Version, m.Descriptor.Digest, keyID, st.Update)

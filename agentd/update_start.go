@@ -46,7 +46,7 @@ func restoreUpdate(dir string, s *updateState, reason string) error {
 		return err
 	}
 	if err := addUpdateNote(dir, updateNote{Kind: "agent_update_rolled_back", Subject: s.Release,
-		Data: map[string]string{"from": s.From, "to": s.To, "reason": reason, "starts": strconv.Itoa(s.Starts)}}); err != nil {
+		Data: map[string]string{"from": s.From, "to": s.To, "reason": reason, "starts": strconv.Itoa(s.Starts), "offer": s.OfferID}}); err != nil {
 		return err
 	}
 	if err := os.Remove(filepath.Join(dir, updateStateFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -127,7 +127,11 @@ func confirmUpdate(ctx context.Context, dir string, s *updateState, waitConnecte
 	if err := os.Remove(filepath.Join(dir, updateStateFile)); err != nil {
 		return err
 	}
-	note("agent_update_confirmed", s.Release, map[string]string{"from": s.From, "to": s.To, "starts": strconv.Itoa(s.Starts)})
+	data := map[string]string{"from": s.From, "to": s.To, "starts": strconv.Itoa(s.Starts), "offer": s.OfferID}
+	if err := saveLastUpdate(dir, updateNote{Kind: "agent_update_confirmed", Subject: s.Release, Data: data}); err != nil {
+		log.Warn("record the agent update's confirmation for imsd", "err", err)
+	}
+	note("agent_update_confirmed", s.Release, data)
 	log.Info("agent update confirmed", "from", s.From, "to", s.To)
 	return nil
 }

@@ -157,6 +157,14 @@ type Config struct {
 	// the identity does not say (enrolled by an older agentd), since the
 	// agent started.
 	RotateKeyEvery time.Duration
+	// UpdateReport, if set, is the customer's update policy and the
+	// agent's latest update decision, for the hello and every heartbeat.
+	UpdateReport func() *agentv1.UpdateReport
+	// OnUpdateOffer, if set, is given each agent release imsd offers
+	// whose signature verifies (once per offer and process), in its own
+	// goroutine: it applies it as the customer's policy allows, and
+	// records the decision that the next report carries.
+	OnUpdateOffer func(ctx context.Context, offerID, release string)
 }
 
 // Agent is a running agentd.
@@ -188,6 +196,9 @@ type Agent struct {
 	// draining is set once the agent holds no job and takes none more
 	// (Drain): an update replaces the process next.
 	draining bool
+	// offers are the update offers handed to OnUpdateOffer (session
+	// goroutine only).
+	offers map[string]bool
 	// keys are imsd's job signing keys by id (identity.IMSDKeys).
 	keys map[string]ed25519.PublicKey
 	// retired holds the ids of imsd's keys retired after a rotation.

@@ -82,6 +82,7 @@ func (a *Agent) session(ctx context.Context) error {
 		Stack:       a.cfg.Stack,
 		Condition:   a.condition(),
 		NextKey:     a.nextKeyHello(),
+		Update:      a.updateReport(),
 	})
 	if err != nil {
 		return a.helloRefusal(err, ch)
@@ -205,7 +206,7 @@ func (a *Agent) heartbeatNow(st *agentchannel.AgentStream, ss *sessionState) err
 		ss.beats[ss.nextBeat] = heartbeatRef{sentAt: a.now(), tokens: tokens}
 	}
 	return st.Send(&agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Heartbeat{Heartbeat: &agentv1.Heartbeat{
-		Running: running, Seq: ss.nextBeat, Permissions: perms, Condition: a.condition()}}})
+		Running: running, Seq: ss.nextBeat, Permissions: perms, Condition: a.condition(), Update: a.updateReport()}}})
 }
 
 // condition is the agent's own condition for imsd's health: how full the
@@ -341,6 +342,8 @@ func (a *Agent) handle(ctx context.Context, m *agentv1.ConnectResponse, ss *sess
 			token = ref.job.token
 		}
 		a.abandon(r.JobId, token, "imsd refused a write ("+r.Code+": "+r.Message+")")
+	case *agentv1.ConnectResponse_UpdateOffer:
+		a.updateOffer(ctx, msg.UpdateOffer)
 	case *agentv1.ConnectResponse_Challenge, *agentv1.ConnectResponse_Welcome:
 		return errors.New("protocol: unexpected challenge or welcome mid-stream")
 	}

@@ -33,6 +33,10 @@ func (c *conn) handle(ctx context.Context, m *agentv1.ConnectRequest) error {
 		c.touch(ctx, now)
 		c.reportPermissions(ctx, msg.Heartbeat.Permissions, now)
 		c.reportCondition(ctx, msg.Heartbeat.Condition, now)
+		c.reportUpdate(ctx, msg.Heartbeat.Update, now)
+		if err := c.refreshOffer(ctx, now); err != nil {
+			return err
+		}
 		renewed, lost, err := s.store.RenewLeases(ctx, c.agent.ID, leases(msg.Heartbeat.Running), s.reclaimAfter(now))
 		if err != nil {
 			return s.err(ctx, err)

@@ -332,6 +332,10 @@ type conn struct {
 	// lastHeard is when the agent's last hello or heartbeat arrived; only
 	// the stream's own goroutine (handle, close) reads or writes it.
 	lastHeard time.Time
+	// offerSeen is the hub's offer count at the last read of the agent's
+	// offer, at offerReadAt (update.go).
+	offerSeen   int64
+	offerReadAt time.Time
 	// lastForced is when the queue was last read without a hub mark.
 	lastForced time.Time
 	// auditCopy is set when the agent keeps a copy of its install's audit
@@ -411,6 +415,11 @@ func (c *conn) welcomeLocked(ctx context.Context, hello *agentv1.Hello, nextKeyI
 	c.reportPermissions(ctx, hello.Permissions, now)
 	c.reportStack(ctx, hello.Stack, now)
 	c.reportCondition(ctx, hello.Condition, now)
+	c.reportUpdate(ctx, hello.Update, now)
+	c.offerSeen, c.offerReadAt = c.svc.hub.Offers(), now
+	if err := c.sendOffer(now); err != nil {
+		return err
+	}
 	c.lastForced = now
 	return c.claim(ctx, true)
 }

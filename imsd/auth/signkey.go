@@ -255,3 +255,9 @@ func RetireOldKeys(keyFile string) (SigningKey, []ed25519.PublicKey, error) {
 	}
 	return key, retired, nil
 }
+
+// SignOffer fills in c's key id and signs the agent update offer.
+func (k SigningKey) SignOffer(c *agentproto.UpdateOfferClaims) []byte {
+	c.KeyID = k.ID
+	return agentproto.SignUpdateOffer(k.Private, c)
+}

@@ -12,6 +12,7 @@ package dispatch
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/byoc-dev/byoc/imsd/store"
 )
@@ -70,7 +71,17 @@ type Hub struct {
 	// elsewhere passes on a cancellation for an agent not connected here
 	// (SetElsewhere; nil: none).
 	elsewhere func(agentID string, req CancelRequest)
+	// offers counts the agent update offers recorded through this imsd
+	// (OfferChanged): a stream reads its agent's offer again when it
+	// changed, and once a minute besides (for other replicas').
+	offers atomic.Int64
 }
+
+// OfferChanged says an agent update offer was recorded.
+func (h *Hub) OfferChanged() { h.offers.Add(1) }
+
+// Offers is the count OfferChanged raises.
+func (h *Hub) Offers() int64 { return h.offers.Load() }
 
 // NewHub returns an empty hub.
 func NewHub() *Hub {

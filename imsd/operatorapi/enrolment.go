@@ -2,6 +2,8 @@ package operatorapi
 
 import (
 	"context"
+	"crypto/rand"
+	"regexp"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -59,4 +61,31 @@ func (s *Service) RevokeAgent(ctx context.Context, req *connect.Request[imsv1.Re
 	}
 	s.hub.FleetChanged()
 	return connect.NewResponse(&imsv1.RevokeAgentResponse{AgentIds: ids}), nil
+}
+
+// releaseRef is an agent release's reference, by digest.
+var releaseRef = regexp.MustCompile(`^oci://[A-Za-z0-9.\-]+(:[0-9]+)?/[a-z0-9._/\-]+@sha256:[0-9a-f]{64}$`)
+
+// OfferAgentUpdate records an agent release offer for an install's
+// agents; their streams send it to them, signed (agentapi/update.go).
+func (s *Service) OfferAgentUpdate(ctx context.Context, req *connect.Request[imsv1.OfferAgentUpdateRequest]) (*connect.Response[imsv1.OfferAgentUpdateResponse], error) {
+	if req.Msg.Install == "" {
+		return nil, s.err(ctx, errs.Field("install", "is required"))
+	}
+	if !releaseRef.MatchString(req.Msg.Release) {
+		return nil, s.err(ctx, errs.Field("release", "%q is not an agent release: want oci://HOST/REPOSITORY@sha256:<64 hex digits> (byoc agent publish prints it)", req.Msg.Release))
+	}
+	in, err := s.store.GetInstall(ctx, req.Msg.Install)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	o := store.UpdateOffer{ID: "uo_" + rand.Text()[:16], Release: req.Msg.Release, OfferedAt: s.now()}
+	ids, err := s.store.OfferAgentUpdate(ctx, in.ID, o, callerFrom(ctx).Name)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	s.hub.OfferChanged()
+	s.hub.FleetChanged()
+	s.log.InfoContext(ctx, "agent update offered", "install", in.Name, "release", o.Release, "offer", o.ID, "by", callerFrom(ctx).Name)
+	return connect.NewResponse(&imsv1.OfferAgentUpdateResponse{AgentIds: ids, OfferId: o.ID}), nil
 }

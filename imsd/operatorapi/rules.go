@@ -94,7 +94,9 @@ var rules = map[string]rule{
 	// Labels decide which selector grants cover an install: admins only.
 	imsv1connect.OperatorServiceLabelInstallProcedure: r(access.Manage, onInstall, "install", "relabel"),
 	// Cutting off an install's agent: admins only.
-	imsv1connect.OperatorServiceRevokeAgentProcedure:       r(access.Manage, onInstall, "install", "revoke the agent of"),
+	imsv1connect.OperatorServiceRevokeAgentProcedure: r(access.Manage, onInstall, "install", "revoke the agent of"),
+	// Offering an agent release: deployers (the customer's policy decides).
+	imsv1connect.OperatorServiceOfferAgentUpdateProcedure:  r(access.Deploy, onInstall, "install", "offer agent updates to"),
 	imsv1connect.OperatorServiceUpdateInstallProcedure:     r(access.Deploy, onInstall, "install", "update"),
 	imsv1connect.OperatorServicePlanInstallProcedure:       r(access.Read, onInstall, "install", "plan"),
 	imsv1connect.OperatorServiceGetInstallStackProcedure:   r(access.Read, onInstall, "install", "read the stack of"),

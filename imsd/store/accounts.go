@@ -527,6 +527,9 @@ type agentRow struct {
 	RevokedReason  string `db:"revoked_reason"`
 	NextPublicKey  []byte `db:"next_public_key"`
 	KeyRotatedAt   int64  `db:"key_rotated_at"`
+	// UpdateReport and UpdateOffer are JSON, "" for none.
+	UpdateReport string `db:"update_report"`
+	UpdateOffer  string `db:"update_offer"`
 }
 
 func (r agentRow) agent() Agent {
@@ -550,6 +553,18 @@ func (r agentRow) agent() Agent {
 			a.Permissions = &p
 		}
 	}
+	if r.UpdateReport != "" {
+		var u AgentUpdate
+		if json.Unmarshal([]byte(r.UpdateReport), &u) == nil {
+			a.Update = &u
+		}
+	}
+	if r.UpdateOffer != "" {
+		var o UpdateOffer
+		if json.Unmarshal([]byte(r.UpdateOffer), &o) == nil {
+			a.UpdateOffer = &o
+		}
+	}
 	if r.Stack != "" {
 		var st StackReport
 		if json.Unmarshal([]byte(r.Stack), &st) == nil {
@@ -561,7 +576,7 @@ func (r agentRow) agent() Agent {
 
 const agentCols = `id, install_id, public_key, hostname, version, enrolled_at, last_seen_at, conflict_at, conflict,
 	permissions, permissions_at, stack, health, health_since, health_reason, connected_at, disconnected_at, agent_condition,
-	imsd_key_id, imsd_key_acked_at, revoked_at, revoked_reason, next_public_key, key_rotated_at`
+	imsd_key_id, imsd_key_acked_at, revoked_at, revoked_reason, next_public_key, key_rotated_at, update_report, update_offer`
 
 // SetAgentPermissions records the permission state agent id reported at
 // now. imsd calls it when the state differs from what it last recorded.
@@ -592,6 +607,65 @@ func (s *Store) SetAgentStack(ctx context.Context, id string, r StackReport, now
 	return s.updateAgent(ctx, "record agent stack", id, func(tx *txn) error {
 		return s.auditAgent(ctx, tx, id, "agent.stack_reported", now, map[string]string{"stack": string(b)})
 	}, `UPDATE agents SET stack = ? WHERE id = ?`, string(b))
+}
+
+// SetAgentUpdate records the update policy and latest update decision
+// agent id reported at now. imsd calls it when the report differs from
+// what it last recorded; a new decision is audited.
+func (s *Store) SetAgentUpdate(ctx context.Context, id string, u AgentUpdate, decided bool, now time.Time) error {
+	if err := requireTime("now", now); err != nil {
+		return err
+	}
+	u.ReportedAt = now.UTC()
+	b, err := json.Marshal(u)
+	if err != nil {
+		return err
+	}
+	return s.updateAgent(ctx, "record agent update report", id, func(tx *txn) error {
+		if !decided || u.LastKind == "" {
+			return nil
+		}
+		return s.auditAgent(ctx, tx, id, "agent.update_"+u.LastKind, now, map[string]string{
+			"release": u.LastRelease, "offer": u.LastOfferID, "version": u.LastVersion, "reason": u.LastReason})
+	}, `UPDATE agents SET update_report = ? WHERE id = ?`, string(b))
+}
+
+// OfferAgentUpdate records the agent release offer o for every agent of
+// install installID not revoked, audited as agent.update_offered with
+// actor as its actor, and returns their ids.
+func (s *Store) OfferAgentUpdate(ctx context.Context, installID string, o UpdateOffer, actor string) ([]string, error) {
+	if err := requireTime("offer time", o.OfferedAt); err != nil {
+		return nil, err
+	}
+	o.OfferedBy = actor
+	b, err := json.Marshal(o)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	err = s.write(ctx, "offer agent update", func(tx *txn) error {
+		ids = nil
+		if err := tx.SelectContext(ctx, &ids, s.bind(`SELECT id FROM agents WHERE install_id = ? AND revoked_at = 0 ORDER BY id`), installID); err != nil {
+			return err
+		}
+		if len(ids) == 0 {
+			return errs.E(errs.NotFound, "install %s has no agent that is not revoked", installID)
+		}
+		for _, id := range ids {
+			if _, err := tx.ExecContext(ctx, s.bind(`UPDATE agents SET update_offer = ? WHERE id = ?`), string(b), id); err != nil {
+				return err
+			}
+			if err := s.Audit(ctx, tx, AuditEvent{Chain: installID, At: o.OfferedAt, Kind: "agent.update_offered", Actor: actor, Subject: "agent:" + id,
+				Data: map[string]string{"release": o.Release, "offer": o.ID}}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return ids, nil
 }
 
 // GetAgent returns the agent with ID id.

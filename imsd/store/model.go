@@ -247,6 +247,66 @@ type Agent struct {
 	// rotation completed (zero: never).
 	NextPublicKey []byte
 	KeyRotatedAt  time.Time
+	// Update is the update policy and latest update decision the agent
+	// last reported (nil: never); UpdateOffer the agent release last
+	// offered to it (nil: none).
+	Update      *AgentUpdate
+	UpdateOffer *UpdateOffer
+}
+
+// AgentUpdate is an agent's update policy (kept and enforced by the
+// agent: agentd update policy) and its latest update decision.
+type AgentUpdate struct {
+	Mode   string `json:"mode"`
+	Pin    string `json:"pin,omitempty"`
+	Allow  string `json:"allow,omitempty"`
+	Window string `json:"window,omitempty"`
+	// LastKind is applied, refused, confirmed or rolled_back ("": none).
+	LastKind    string    `json:"last_kind,omitempty"`
+	LastRelease string    `json:"last_release,omitempty"`
+	LastOfferID string    `json:"last_offer_id,omitempty"`
+	LastVersion string    `json:"last_version,omitempty"`
+	LastReason  string    `json:"last_reason,omitempty"`
+	LastAt      time.Time `json:"last_at,omitzero"`
+	// ReportedAt is when imsd recorded it.
+	ReportedAt time.Time `json:"reported_at"`
+}
+
+// SameReport reports whether u and o say the same, their report times
+// aside; SameDecision whether their latest decisions are the same.
+func (u AgentUpdate) SameReport(o AgentUpdate) bool {
+	u.ReportedAt, o.ReportedAt = time.Time{}, time.Time{}
+	return u.Mode == o.Mode && u.Pin == o.Pin && u.Allow == o.Allow && u.Window == o.Window && u.SameDecision(o)
+}
+
+// SameDecision: see SameReport.
+func (u AgentUpdate) SameDecision(o AgentUpdate) bool {
+	return u.LastKind == o.LastKind && u.LastRelease == o.LastRelease && u.LastOfferID == o.LastOfferID &&
+		u.LastVersion == o.LastVersion && u.LastReason == o.LastReason && u.LastAt.Equal(o.LastAt)
+}
+
+// Summary is the policy in one short phrase, as install list shows it:
+// manual, "pin 1.4.2", ">=1.4 <2 Sun 03:00-05:00 UTC".
+func (u AgentUpdate) Summary() string {
+	s := "manual"
+	switch u.Mode {
+	case "pin":
+		s = "pin " + u.Pin
+	case "allow":
+		s = u.Allow
+	}
+	if u.Window != "" {
+		s += " " + u.Window
+	}
+	return s
+}
+
+// UpdateOffer is an agent release imsd offers an agent (byoc agent update).
+type UpdateOffer struct {
+	ID        string    `json:"id"`
+	Release   string    `json:"release"`
+	OfferedBy string    `json:"offered_by"`
+	OfferedAt time.Time `json:"offered_at"`
 }
 
 // StackReport is what an agent reports of its install stack: the

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
@@ -12,7 +13,7 @@ import (
 
 // agentCommand groups what the vendor does to an install's agent itself.
 func (a *app) agentCommand() *cobra.Command {
-	return group("agent", "Act on an install's agent (revoke a compromised one) and publish agent releases", a.agentRevokeCommand(), a.agentPublishCommand())
+	return group("agent", "Act on an install's agent (revoke a compromised one) and publish agent releases", a.agentRevokeCommand(), a.agentPublishCommand(), a.agentUpdateCommand())
 }
 
 func (a *app) agentRevokeCommand() *cobra.Command {
@@ -43,4 +44,130 @@ func (a *app) agentRevokeCommand() *cobra.Command {
 	cmd.Flags().StringVar(&reason, "reason", "", "why, for the audit trail")
 	_ = cmd.MarkFlagRequired("reason")
 	return cmd
+}
+
+func (a *app) agentUpdateCommand() *cobra.Command {
+	var release, selector string
+	cmd := &cobra.Command{
+		Use:   "update (INSTALL | -l SELECTOR) --release oci://HOST/REPOSITORY@sha256:...",
+		Short: "Offer an agent release to an install's agent; it applies it only as its customer's update policy allows",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if (len(args) == 1) == (selector != "") {
+				return &usageError{"byoc agent update: give an INSTALL or -l SELECTOR (not both)"}
+			}
+			c, err := a.connect()
+			if err != nil {
+				return err
+			}
+			installs := args
+			if selector != "" {
+				res, err := c.ListInstalls(cmd.Context(), connect.NewRequest(&imsv1.ListInstallsRequest{Selector: selector}))
+				if err != nil {
+					return withFlags(c.wrap(err), fieldFlag{"selector", "--selector"})
+				}
+				installs = nil
+				for _, in := range res.Msg.GetInstalls() {
+					if in.GetAgent() != nil {
+						installs = append(installs, in.GetName())
+					}
+				}
+				if len(installs) == 0 {
+					return fmt.Errorf("no install with an agent matches %s", selector)
+				}
+			}
+			var out []*imsv1.OfferAgentUpdateResponse
+			for _, in := range installs {
+				res, err := c.OfferAgentUpdate(cmd.Context(), connect.NewRequest(&imsv1.OfferAgentUpdateRequest{Install: in, Release: release}))
+				if err != nil {
+					return fmt.Errorf("install %s: %w", in, withFlags(c.wrap(err), fieldFlag{"release", "--release"}))
+				}
+				out = append(out, res.Msg)
+				if !a.jsonOutput() {
+					fmt.Fprintf(a.stdout, "Offered %s to agent %s of install %s (offer %s).\n", release, strings.Join(res.Msg.GetAgentIds(), ", "), in, res.Msg.GetOfferId())
+				}
+			}
+			if a.jsonOutput() {
+				return writeJSONList(a.stdout, out)
+			}
+			fmt.Fprintln(a.stdout, "Each agent applies it only if its customer's update policy allows (agentd update policy --allow, in its window), and reports what it did: byoc install get INSTALL")
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&release, "release", "", "the agent release, oci://HOST/REPOSITORY@sha256:... (byoc agent publish prints it)")
+	selectorFlag(cmd, &selector, "installs")
+	_ = cmd.MarkFlagRequired("release")
+	return cmd
+}
+
+// updatePolicyShort is an agent's update policy in a table cell: manual,
+// "pin 1.4.2", ">=1.4 <2 Sun 03:00-05:00 UTC"; "-" for never reported.
+func updatePolicyShort(u *imsv1.AgentUpdate) string {
+	if u == nil {
+		return "-"
+	}
+	s := "manual"
+	switch u.GetMode() {
+	case "pin":
+		s = "pin " + u.GetPin()
+	case "allow":
+		s = u.GetAllow()
+	}
+	if u.GetWindow() != "" {
+		s += " " + u.GetWindow()
+	}
+	return s
+}
+
+// updatePolicyText is an agent's update policy for install get.
+func updatePolicyText(u *imsv1.AgentUpdate) string {
+	if u == nil {
+		return "not reported (an agentd before update reports)"
+	}
+	var s string
+	switch u.GetMode() {
+	case "pin":
+		s = "pinned to " + u.GetPin() + " (offers of other versions are refused)"
+	case "allow":
+		s = "automatic, versions " + u.GetAllow()
+	default:
+		s = "manual (offers are refused; the customer applies updates by hand)"
+	}
+	if u.GetWindow() != "" {
+		s += ", in the window " + u.GetWindow()
+	}
+	return s + " (set by the customer: agentd update policy)"
+}
+
+// updateDecisionText is the agent's latest update decision, "" for none.
+func updateDecisionText(now time.Time, u *imsv1.AgentUpdate) string {
+	if u.GetLastKind() == "" {
+		return ""
+	}
+	s := strings.ReplaceAll(u.GetLastKind(), "_", " ")
+	if v := u.GetLastVersion(); v != "" {
+		s += " " + v
+	}
+	s += " (" + u.GetLastRelease() + ")"
+	if u.GetLastTime() != nil {
+		s += " " + ago(now, u.GetLastTime())
+	}
+	if r := u.GetLastReason(); r != "" {
+		s += ": " + r
+	}
+	return s
+}
+
+// updateOfferText is the release last offered to the agent and whether
+// it answered, "" for none.
+func updateOfferText(now time.Time, ag *imsv1.AgentStatus) string {
+	o := ag.GetUpdateOffer()
+	if o == nil {
+		return ""
+	}
+	s := fmt.Sprintf("%s (offer %s) by %s %s", o.GetRelease(), o.GetId(), o.GetOfferedBy(), ago(now, o.GetOfferTime()))
+	if u := ag.GetUpdate(); u.GetLastOfferId() == o.GetId() {
+		return s + ": " + strings.ReplaceAll(u.GetLastKind(), "_", " ")
+	}
+	return s + ": not answered yet"
 }

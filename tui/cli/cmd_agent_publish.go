@@ -92,7 +92,7 @@ It prints the release's reference by digest, for each customer's admin:
 				return err
 			}
 			fmt.Fprintf(a.stdout, "Published agent %s (%s), signed by imsd key %s:\n  %s\n", version, strings.Join(platforms, ", "), sig.KeyID, out)
-			fmt.Fprintf(a.stdout, "Each agent applies it as its customer's policy allows: agentd update apply %s\n", out)
+			fmt.Fprintf(a.stdout, "Offer it with byoc agent update INSTALL --release %s (or a customer applies it with agentd update apply); each agent takes it only as its customer's policy allows\n", out)
 			return nil
 		},
 	}

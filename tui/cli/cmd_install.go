@@ -126,7 +126,7 @@ func (a *app) installCreateCommand() *cobra.Command {
 func (a *app) installHeader() []string {
 	h := []string{"NAME", "APP", "STATE", "HEALTH", "REVISION", "AGENT", "AGENT HEALTH", "LAST SEEN", "CREATED"}
 	if a.wideOutput() {
-		h = []string{"NAME", "ID", "APP", "APP ID", "STATE", "HEALTH", "REVISION", "AGENT", "AGENT HEALTH", "LAST SEEN", "CREATED"}
+		h = []string{"NAME", "ID", "APP", "APP ID", "STATE", "HEALTH", "REVISION", "AGENT", "AGENT HEALTH", "LAST SEEN", "CREATED", "UPDATE"}
 	}
 	if a.showLabels || a.wideOutput() {
 		h = append(h, "LABELS")
@@ -140,6 +140,9 @@ func (a *app) installRow(ins *imsv1.Install, appNames map[string]string, now tim
 	app := cmp.Or(appNames[ins.GetAppId()], ins.GetAppId())
 	rest := []string{ins.GetState(), healthState(ins.GetHealth()), fmt.Sprint(ins.GetAppRevision()), agentState(ins.GetAgent()),
 		agentHealth(now, ins.GetAgent()), heard(now, ins.GetAgent()), ago(now, ins.GetCreateTime())}
+	if a.wideOutput() {
+		rest = append(rest, updatePolicyShort(ins.GetAgent().GetUpdate()))
+	}
 	if a.showLabels || a.wideOutput() {
 		rest = append(rest, cmp.Or(labels.Format(ins.GetLabels()), "<none>"))
 	}
@@ -409,6 +412,13 @@ func (a *app) installGetCommand() *cobra.Command {
 					f.add("Agent warning", c)
 				}
 				f.add("Permissions", permissionsText(now, ag.GetPermissions()))
+				f.add("Agent updates", updatePolicyText(ag.GetUpdate()))
+				if d := updateDecisionText(now, ag.GetUpdate()); d != "" {
+					f.add("Last agent update", d)
+				}
+				if o := updateOfferText(now, ag); o != "" {
+					f.add("Agent update offer", o)
+				}
 				if st := ag.GetStack(); st != nil {
 					f.add("Install stack", fmt.Sprintf("%s %s, reported %s", st.GetFormat(), st.GetStack(), ago(now, st.GetReportTime())))
 					// Sensitive ones the agent reports as "set", never by value.

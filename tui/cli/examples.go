@@ -72,6 +72,8 @@ var examples = map[string]string{
 	"byoc install drift": `  byoc install drift shop-acme`,
 	"byoc agent publish": `  byoc agent publish ./dist --version 1.5.0 --to registry.example.com/byoc/agent --signing-key /var/lib/imsd/signing.key
   byoc agent publish ./dist --version 1.5.0 --to oci:./out/agent --signing-key signing.key -o json`,
+	"byoc agent update": `  byoc agent update shop-acme --release oci://registry.example.com/byoc/agent@sha256:4f1c...
+  byoc agent update -l tier=canary --release oci://registry.example.com/byoc/agent@sha256:4f1c...`,
 	"byoc agent revoke": `  byoc agent revoke shop-acme --reason "agent host compromised"`,
 	"byoc install get": `  byoc install get shop-acme
   byoc install get shop-acme -o go-template='{{.agent.connected}}'`,

@@ -226,6 +226,16 @@ func (v *installView) header(s *imsv1.InstallStatus) []string {
 	if r := in.Agent.GetHealthReason(); r != "" {
 		out = append(out, "agent "+in.Agent.GetHealth()+" because "+r)
 	}
+	if u := in.Agent.GetUpdate(); u != nil {
+		line := "updates " + UpdatePolicyText(u)
+		if k := u.GetLastKind(); k != "" {
+			line += "   last " + strings.ReplaceAll(k, "_", " ") + " " + u.GetLastVersion()
+			if r := u.GetLastReason(); r != "" && k != "applied" && k != "confirmed" {
+				line += ": " + r
+			}
+		}
+		out = append(out, line)
+	}
 	// Labels and maintenance windows follow the name, when set.
 	if len(in.Labels) > 0 {
 		out[0] += "  labels " + labels.Format(in.Labels)
@@ -260,4 +270,20 @@ func windowList(ws []string) string {
 		return "none"
 	}
 	return strings.Join(ws, "; ")
+}
+
+// UpdatePolicyText is an agent's update policy in a few words: manual,
+// "pin 1.4.2", ">=1.4 <2 Sun 03:00-05:00 UTC".
+func UpdatePolicyText(u *imsv1.AgentUpdate) string {
+	s := "manual"
+	switch u.GetMode() {
+	case "pin":
+		s = "pin " + u.GetPin()
+	case "allow":
+		s = u.GetAllow()
+	}
+	if u.GetWindow() != "" {
+		s += " " + u.GetWindow()
+	}
+	return s
 }

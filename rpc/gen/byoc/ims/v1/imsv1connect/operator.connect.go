@@ -97,6 +97,9 @@ const (
 	// OperatorServiceRevokeAgentProcedure is the fully-qualified name of the OperatorService's
 	// RevokeAgent RPC.
 	OperatorServiceRevokeAgentProcedure = "/byoc.ims.v1.OperatorService/RevokeAgent"
+	// OperatorServiceOfferAgentUpdateProcedure is the fully-qualified name of the OperatorService's
+	// OfferAgentUpdate RPC.
+	OperatorServiceOfferAgentUpdateProcedure = "/byoc.ims.v1.OperatorService/OfferAgentUpdate"
 	// OperatorServiceUpdateInstallProcedure is the fully-qualified name of the OperatorService's
 	// UpdateInstall RPC.
 	OperatorServiceUpdateInstallProcedure = "/byoc.ims.v1.OperatorService/UpdateInstall"
@@ -296,6 +299,10 @@ type OperatorServiceClient interface {
 	// hello after is answered with imsd's signed refusal, which stops the
 	// agent for good. Enrol a new agent with a new token.
 	RevokeAgent(context.Context, *connect.Request[v1.RevokeAgentRequest]) (*connect.Response[v1.RevokeAgentResponse], error)
+	// OfferAgentUpdate offers an agent release (byoc agent publish) to an
+	// install's agents: imsd sends it, signed, to each; an agent applies
+	// it only as its customer's update policy allows, and reports back.
+	OfferAgentUpdate(context.Context, *connect.Request[v1.OfferAgentUpdateRequest]) (*connect.Response[v1.OfferAgentUpdateResponse], error)
 	// UpdateInstall changes an install's inputs and settings and, with
 	// deploy, queues an update workflow that applies them.
 	UpdateInstall(context.Context, *connect.Request[v1.UpdateInstallRequest]) (*connect.Response[v1.UpdateInstallResponse], error)
@@ -572,6 +579,12 @@ func NewOperatorServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			httpClient,
 			baseURL+OperatorServiceRevokeAgentProcedure,
 			connect.WithSchema(operatorServiceMethods.ByName("RevokeAgent")),
+			connect.WithClientOptions(opts...),
+		),
+		offerAgentUpdate: connect.NewClient[v1.OfferAgentUpdateRequest, v1.OfferAgentUpdateResponse](
+			httpClient,
+			baseURL+OperatorServiceOfferAgentUpdateProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("OfferAgentUpdate")),
 			connect.WithClientOptions(opts...),
 		),
 		updateInstall: connect.NewClient[v1.UpdateInstallRequest, v1.UpdateInstallResponse](
@@ -853,6 +866,7 @@ type operatorServiceClient struct {
 	createEnrollmentToken *connect.Client[v1.CreateEnrollmentTokenRequest, v1.CreateEnrollmentTokenResponse]
 	labelInstall          *connect.Client[v1.LabelInstallRequest, v1.LabelInstallResponse]
 	revokeAgent           *connect.Client[v1.RevokeAgentRequest, v1.RevokeAgentResponse]
+	offerAgentUpdate      *connect.Client[v1.OfferAgentUpdateRequest, v1.OfferAgentUpdateResponse]
 	updateInstall         *connect.Client[v1.UpdateInstallRequest, v1.UpdateInstallResponse]
 	planInstall           *connect.Client[v1.PlanInstallRequest, v1.PlanInstallResponse]
 	startWorkflow         *connect.Client[v1.StartWorkflowRequest, v1.StartWorkflowResponse]
@@ -1005,6 +1019,11 @@ func (c *operatorServiceClient) LabelInstall(ctx context.Context, req *connect.R
 // RevokeAgent calls byoc.ims.v1.OperatorService.RevokeAgent.
 func (c *operatorServiceClient) RevokeAgent(ctx context.Context, req *connect.Request[v1.RevokeAgentRequest]) (*connect.Response[v1.RevokeAgentResponse], error) {
 	return c.revokeAgent.CallUnary(ctx, req)
+}
+
+// OfferAgentUpdate calls byoc.ims.v1.OperatorService.OfferAgentUpdate.
+func (c *operatorServiceClient) OfferAgentUpdate(ctx context.Context, req *connect.Request[v1.OfferAgentUpdateRequest]) (*connect.Response[v1.OfferAgentUpdateResponse], error) {
+	return c.offerAgentUpdate.CallUnary(ctx, req)
 }
 
 // UpdateInstall calls byoc.ims.v1.OperatorService.UpdateInstall.
@@ -1289,6 +1308,10 @@ type OperatorServiceHandler interface {
 	// hello after is answered with imsd's signed refusal, which stops the
 	// agent for good. Enrol a new agent with a new token.
 	RevokeAgent(context.Context, *connect.Request[v1.RevokeAgentRequest]) (*connect.Response[v1.RevokeAgentResponse], error)
+	// OfferAgentUpdate offers an agent release (byoc agent publish) to an
+	// install's agents: imsd sends it, signed, to each; an agent applies
+	// it only as its customer's update policy allows, and reports back.
+	OfferAgentUpdate(context.Context, *connect.Request[v1.OfferAgentUpdateRequest]) (*connect.Response[v1.OfferAgentUpdateResponse], error)
 	// UpdateInstall changes an install's inputs and settings and, with
 	// deploy, queues an update workflow that applies them.
 	UpdateInstall(context.Context, *connect.Request[v1.UpdateInstallRequest]) (*connect.Response[v1.UpdateInstallResponse], error)
@@ -1561,6 +1584,12 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 		OperatorServiceRevokeAgentProcedure,
 		svc.RevokeAgent,
 		connect.WithSchema(operatorServiceMethods.ByName("RevokeAgent")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceOfferAgentUpdateHandler := connect.NewUnaryHandler(
+		OperatorServiceOfferAgentUpdateProcedure,
+		svc.OfferAgentUpdate,
+		connect.WithSchema(operatorServiceMethods.ByName("OfferAgentUpdate")),
 		connect.WithHandlerOptions(opts...),
 	)
 	operatorServiceUpdateInstallHandler := connect.NewUnaryHandler(
@@ -1861,6 +1890,8 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 			operatorServiceLabelInstallHandler.ServeHTTP(w, r)
 		case OperatorServiceRevokeAgentProcedure:
 			operatorServiceRevokeAgentHandler.ServeHTTP(w, r)
+		case OperatorServiceOfferAgentUpdateProcedure:
+			operatorServiceOfferAgentUpdateHandler.ServeHTTP(w, r)
 		case OperatorServiceUpdateInstallProcedure:
 			operatorServiceUpdateInstallHandler.ServeHTTP(w, r)
 		case OperatorServicePlanInstallProcedure:
@@ -2040,6 +2071,10 @@ func (UnimplementedOperatorServiceHandler) LabelInstall(context.Context, *connec
 
 func (UnimplementedOperatorServiceHandler) RevokeAgent(context.Context, *connect.Request[v1.RevokeAgentRequest]) (*connect.Response[v1.RevokeAgentResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.RevokeAgent is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) OfferAgentUpdate(context.Context, *connect.Request[v1.OfferAgentUpdateRequest]) (*connect.Response[v1.OfferAgentUpdateResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.OfferAgentUpdate is not implemented"))
 }
 
 func (UnimplementedOperatorServiceHandler) UpdateInstall(context.Context, *connect.Request[v1.UpdateInstallRequest]) (*connect.Response[v1.UpdateInstallResponse], error) {

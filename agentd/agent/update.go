@@ -1,0 +1,40 @@
+package agent
+
+import (
+	"context"
+	"time"
+
+	"github.com/byoc-dev/byoc/rpc/agentproto"
+	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
+)
+
+// updateReport is what the hello and heartbeats say of the agent's
+// updates (Config.UpdateReport; nil: nothing).
+func (a *Agent) updateReport() *agentv1.UpdateReport {
+	if a.cfg.UpdateReport == nil {
+		return nil
+	}
+	return a.cfg.UpdateReport()
+}
+
+// updateOffer checks an agent release imsd offers (signed for this agent
+// by a key it trusts) and hands it to Config.OnUpdateOffer, once per
+// offer. imsd sends an offer again until the agent's report answers it.
+// The decision is the customer's policy's, on this side.
+func (a *Agent) updateOffer(ctx context.Context, o *agentv1.UpdateOffer) {
+	if a.cfg.OnUpdateOffer == nil || a.offers[o.OfferId] {
+		return
+	}
+	c := agentproto.UpdateOfferClaims{KeyID: o.KeyId, InstallID: a.id.InstallID, AgentID: a.id.AgentID, OfferID: o.OfferId,
+		Release: o.Release, Expires: time.UnixMilli(o.ExpireUnixMs)}
+	if err := agentproto.VerifyUpdateOffer(a.keys, &c, o.Signature, a.now()); err != nil {
+		a.log.Error("ignoring an agent update offer", "offer", o.OfferId, "release", o.Release, "reason", err)
+		return
+	}
+	if a.offers == nil {
+		a.offers = map[string]bool{}
+	}
+	a.offers[o.OfferId] = true
+	a.log.Info("imsd offers an agent release", "offer", o.OfferId, "release", o.Release)
+	go a.cfg.OnUpdateOffer(ctx, o.OfferId, o.Release)
+}

@@ -1,0 +1,76 @@
+package agentapi
+
+import (
+	"context"
+	"crypto/ed25519"
+	"testing"
+	"time"
+
+	"github.com/byoc-dev/byoc/imsd/store"
+	"github.com/byoc-dev/byoc/rpc/agentproto"
+	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
+)
+
+// nextOffer skips messages other than an update offer (audit records).
+func nextOffer(t *testing.T, cs *chanStream) *agentv1.UpdateOffer {
+	t.Helper()
+	for {
+		m := cs.next(t)
+		if o := m.GetUpdateOffer(); o != nil {
+			return o
+		}
+		if m.GetAudit() == nil {
+			t.Fatalf("want an update offer, got %v", m)
+		}
+	}
+}
+
+// An offer recorded for the agent is sent, signed for it, after the
+// welcome and after heartbeats, until the agent's update report answers
+// it; the report is recorded.
+func TestUpdateOfferSentUntilAnswered(t *testing.T) {
+	e := newStreamEnv(t)
+	ctx := context.Background()
+	rel := "oci://r.example/byoc/agent@sha256:0123"
+	ids, err := e.st.OfferAgentUpdate(ctx, "ins_1", store.UpdateOffer{ID: "uo_1", Release: rel, OfferedAt: e.clk.Now()}, "alice")
+	if err != nil || len(ids) != 1 {
+		t.Fatal(ids, err)
+	}
+	cs, _ := e.open(t, "inst-a")
+	if cs.next(t).GetWelcome() == nil {
+		t.Fatal("want a welcome")
+	}
+	o := nextOffer(t, cs)
+	sk := e.svc.cfg.SigningKey
+	c := agentproto.UpdateOfferClaims{KeyID: o.KeyId, InstallID: "ins_1", AgentID: e.agent, OfferID: o.OfferId, Release: o.Release, Expires: time.UnixMilli(o.ExpireUnixMs)}
+	if err := agentproto.VerifyUpdateOffer(map[string]ed25519.PublicKey{sk.ID: sk.Public}, &c, o.Signature, e.clk.Now()); err != nil || o.Release != rel || o.OfferId != "uo_1" {
+		t.Fatalf("offer %v: %v", o, err)
+	}
+	// Not answered: offered again.
+	cs.in <- &agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Heartbeat{Heartbeat: &agentv1.Heartbeat{Seq: 1,
+		Update: &agentv1.UpdateReport{Mode: "manual"}}}}
+	nextOffer(t, cs)
+	// Answered: recorded, and no more offers.
+	cs.in <- &agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Heartbeat{Heartbeat: &agentv1.Heartbeat{Seq: 2,
+		Update: &agentv1.UpdateReport{Mode: "manual", Last: &agentv1.UpdateDecision{Kind: "refused", Release: rel, OfferId: "uo_1", Reason: "manual"}}}}}
+	cs.in <- &agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Heartbeat{Heartbeat: &agentv1.Heartbeat{Seq: 3,
+		Update: &agentv1.UpdateReport{Mode: "manual", Last: &agentv1.UpdateDecision{Kind: "refused", Release: rel, OfferId: "uo_1", Reason: "manual"}}}}}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		a, err := e.st.GetAgent(ctx, e.agent)
+		if err == nil && a.Update != nil && a.Update.LastKind == "refused" && a.Update.LastOfferID == "uo_1" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the report was not recorded: %+v", a.Update)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	select {
+	case m := <-cs.out:
+		if m.GetUpdateOffer() != nil {
+			t.Fatalf("offered again after the answer: %v", m)
+		}
+	case <-time.After(200 * time.Millisecond):
+	}
+}
