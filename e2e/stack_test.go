@@ -156,106 +156,83 @@ func TestLocalInstallStack(t *testing.T) {
 // token and the customer's inputs and secret come from Secrets Manager,
 // and each job runs with its mode's role, assumed through STS; both are
 // local fakes (agentd/stack/awsfake) reached by the real aws-sdk-go-v2
-// clients through the stack config's endpoints.
+// clients through the stack config's endpoints. A mode turned off fails
+// its jobs naming the stack parameter.
 func TestCloudFormationStackAgent(t *testing.T) {
-	skipShort(t)
 	const (
 		agentKey   = "AKIAE2EAGENTKEY01"
-		maintARN   = "arn:aws:iam::123456789012:role/acme-MaintenanceRole-X1"
-		tokenARN   = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:byoc/acme/enrollment"
-		teamARN    = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:acme-InputTeamValue"
-		emailARN   = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:acme-InputAdminEmailValue"
-		licenseARN = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:acme-SecretLicenseKeyValue"
-		email      = "ops+cfn@acme.example"
-		license    = "LIC-CFN-0042"
+		maintARN   = "arn:aws:iam::123456789012:role/demo-MaintenanceRole-X1"
+		provARN    = "arn:aws:iam::123456789012:role/demo-ProvisionRole-X2"
+		tokenARN   = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:byoc/demo/enrollment"
+		emailARN   = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:demo-InputAdminEmailValue"
+		licenseARN = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:demo-SecretLicenseKeyValue"
 	)
-	opts := fast
-	opts.WorkflowInterval = 200 * time.Millisecond
-	ims := cluster.StartIMS(t, opts)
-	cli := cluster.NewCLI(t, ims)
-	app := map[string]string{}
-	for k, v := range stackApp {
-		app[k] = v
-	}
-	app["actions/whoami.toml"] = `[[step]]
-name = "whoami"
-script = "echo key=$AWS_ACCESS_KEY_ID >> $BYOC_OUTPUTS; echo secret=$AWS_SECRET_ACCESS_KEY >> $BYOC_OUTPUTS; echo role=$BYOC_ROLE_ARN >> $BYOC_OUTPUTS"
-`
-	pushed := cli.PushApp(app)
-
-	fake := awsfake.New(t)
-	fake.PutSecret(tokenARN, pushed.EnrollToken(t))
-	fake.PutSecret(teamARN, "platform")
-	fake.PutSecret(emailARN, email)
-	fake.PutSecret(licenseARN, license)
-	fake.AddRole(maintARN, agentKey)
-	t.Setenv("AWS_ACCESS_KEY_ID", agentKey)
-
-	src := func(arn, param string) *stackconfig.Source {
-		return &stackconfig.Source{SecretARN: arn, Parameter: param}
-	}
-	cfg := stackconfig.Config{Version: 1, Format: "cloudformation", Stack: "acme-byoc", Install: "acme", IMS: ims.URL(), Region: "eu-west-1",
-		EnrollToken: *src(tokenARN, "EnrollmentTokenSecretArn"),
-		Modes: map[string]stackconfig.Role{
-			"maintenance": {Enabled: true, ARN: maintARN, Name: "MaintenanceRole", Parameter: "EnableMaintenance"},
-			"provision":   {Enabled: false, Name: "ProvisionRole", Parameter: "EnableProvision"},
+	var fake *awsfake.AWS
+	runCloudStack(t, cloudStack{
+		format: "cloudformation", cloud: "aws",
+		whoami: "echo key=$AWS_ACCESS_KEY_ID >> $BYOC_OUTPUTS; echo secret=$AWS_SECRET_ACCESS_KEY >> $BYOC_OUTPUTS; echo role=$BYOC_ROLE_ARN >> $BYOC_OUTPUTS",
+		setup: func(t *testing.T, ims, enrollToken, email, license string) *stackconfig.Config {
+			fake = awsfake.New(t)
+			fake.PutSecret(tokenARN, enrollToken)
+			fake.PutSecret(emailARN, email)
+			fake.PutSecret(licenseARN, license)
+			fake.AddRole(maintARN, agentKey)
+			fake.AddRole(provARN, agentKey)
+			t.Setenv("AWS_ACCESS_KEY_ID", agentKey)
+			src := func(arn, param string) *stackconfig.Source {
+				return &stackconfig.Source{SecretARN: arn, Parameter: param}
+			}
+			return &stackconfig.Config{Version: 1, Format: "cloudformation", Stack: "demo-byoc", Install: "demo", IMS: ims, Region: "eu-west-1",
+				EnrollToken: *src(tokenARN, "EnrollmentTokenSecretArn"),
+				Modes: map[string]stackconfig.Role{
+					"provision":   {Enabled: true, ARN: provARN, Name: "ProvisionRole", Parameter: "EnableProvision"},
+					"maintenance": {Enabled: true, ARN: maintARN, Name: "MaintenanceRole", Parameter: "EnableMaintenance"},
+					"deprovision": {Enabled: false, Name: "DeprovisionRole", Parameter: "EnableDeprovision"},
+				},
+				Inputs: map[string]stackconfig.Input{
+					"admin_email": {Sensitive: true, Parameter: "InputAdminEmail", From: src(emailARN, "InputAdminEmail")},
+				},
+				Secrets:   map[string]stackconfig.Source{"license_key": *src(licenseARN, "SecretLicenseKey")},
+				Outputs:   map[string]string{"RegistryUri": "123456789012.dkr.ecr.eu-west-1.amazonaws.com/byoc/demo"},
+				Endpoints: map[string]string{"sts": fake.STS.URL, "secretsmanager": fake.SecretsManager.URL},
+				// As the CloudFormation stack writes them (stackconfig.SessionTags).
+				SessionTags: map[string]string{"byoc:install": "demo", "byoc:label:customer": "acme"},
+			}
 		},
-		Inputs: map[string]stackconfig.Input{
-			"team":        {Parameter: "InputTeam", From: src(teamARN, "InputTeam")},
-			"admin_email": {Sensitive: true, Parameter: "InputAdminEmail", From: src(emailARN, "InputAdminEmail")},
+		checkReport: func(t *testing.T, st stackStatusJSON) {
+			if st.Agent.Stack.Outputs["RegistryUri"] == "" {
+				t.Errorf("reported outputs %v, want RegistryUri", st.Agent.Stack.Outputs)
+			}
 		},
-		Secrets:   map[string]stackconfig.Source{"license_key": *src(licenseARN, "SecretLicenseKey")},
-		Outputs:   map[string]string{"RegistryUri": "123456789012.dkr.ecr.eu-west-1.amazonaws.com/byoc/acme"},
-		Endpoints: map[string]string{"sts": fake.STS.URL, "secretsmanager": fake.SecretsManager.URL},
-		// As the CloudFormation stack writes them (stackconfig.SessionTags).
-		SessionTags: map[string]string{"byoc:install": "acme", "byoc:label:customer": "acme"},
-	}
-	b, _ := json.Marshal(cfg)
-	path := filepath.Join(t.TempDir(), "stack.json")
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	agent := cluster.StartAgent(t, ims.URL(), "", t.TempDir(), "--stack-config", path)
-
-	var st stackStatusJSON
-	cluster.Eventually(t, 20*time.Second, "the agent reports its stack", func() bool {
-		o, _, _ := cli.Exec("install", "get", "acme", "-o", "json")
-		return json.Unmarshal([]byte(o), &st) == nil && st.Agent.Stack.Format == "cloudformation"
+		issued: func() (ids []string) {
+			for _, is := range fake.Issued() {
+				ids = append(ids, is.RoleARN)
+			}
+			return ids
+		},
+		checkWhoami: func(t *testing.T, out string) []string {
+			issued := fake.Issued()
+			last := issued[len(issued)-1]
+			for _, is := range issued {
+				if is.Tags["byoc:install"] != "demo" || is.Tags["byoc:label:customer"] != "acme" {
+					t.Errorf("a job's session carries tags %v, want the install's", is.Tags)
+				}
+			}
+			if !strings.Contains(out, "key="+last.AccessKeyID) || !strings.Contains(out, "secret=***") || !strings.Contains(out, "role="+maintARN) {
+				t.Fatalf("whoami:\n%s", out)
+			}
+			// The agent's calls were signed with its own key; the job's
+			// session names the job.
+			for _, c := range fake.Calls() {
+				if c.AccessKeyID != agentKey {
+					t.Errorf("call %s.%s signed by %q", c.Service, c.Action, c.AccessKeyID)
+				}
+			}
+			if !strings.HasPrefix(last.SessionName, "byoc-job_") {
+				t.Errorf("session name %q", last.SessionName)
+			}
+			return []string{last.SecretAccessKey, last.SessionToken, agentKey, "agent-secret-must-not-leak"}
+		},
+		refusal: "update the install stack with parameter EnableMaintenance=true",
 	})
-	if st.Agent.Stack.Inputs["team"] != "platform" || st.Agent.Stack.Inputs["admin_email"] != "set" || st.Agent.Stack.Outputs["RegistryUri"] == "" {
-		t.Fatalf("reported %+v\n%s", st.Agent.Stack, agent.Output())
-	}
-	out := cli.Run(0, "action", "run", "acme", "hello", "--wait")
-	if !strings.Contains(out, "hello=platform/***/s") {
-		t.Fatalf("hello:\n%s", out)
-	}
-	out = cli.Run(0, "action", "run", "acme", "whoami", "--wait")
-	issued := fake.Issued()
-	if len(issued) != 2 {
-		t.Fatalf("STS issued %d credentials, want 2 (one per job):\n%s", len(issued), out)
-	}
-	last := issued[1]
-	for _, is := range issued {
-		if is.Tags["byoc:install"] != "acme" || is.Tags["byoc:label:customer"] != "acme" {
-			t.Errorf("a job's session carries tags %v, want the install's", is.Tags)
-		}
-	}
-	if !strings.Contains(out, "key="+last.AccessKeyID) || !strings.Contains(out, "secret=***") || !strings.Contains(out, "role="+maintARN) {
-		t.Fatalf("whoami:\n%s", out)
-	}
-	for _, leak := range []string{last.SecretAccessKey, last.SessionToken, agentKey, "agent-secret-must-not-leak", email, license} {
-		if strings.Contains(out, leak) {
-			t.Errorf("a secret reached the operator: %q", leak)
-		}
-	}
-	// The agent's calls were signed with its own key; the job's session
-	// names the job.
-	for _, c := range fake.Calls() {
-		if c.AccessKeyID != agentKey {
-			t.Errorf("call %s.%s signed by %q", c.Service, c.Action, c.AccessKeyID)
-		}
-	}
-	if !strings.HasPrefix(last.SessionName, "byoc-job_") {
-		t.Errorf("session name %q", last.SessionName)
-	}
 }

@@ -384,6 +384,7 @@ func (p *Plugin) env(opEnv map[string]string, name string) string {
 
 // run is one operation's Terraform working directory.
 type run struct {
+	azure    *azureTokenEndpoint // the job's Azure token endpoint (nil: not on Azure)
 	tf       *tfexec.Terraform
 	cfg      *config
 	job      sdk.JobContext
@@ -399,6 +400,7 @@ type run struct {
 }
 
 func (r *run) close() {
+	r.azure.Close()
 	r.out.Flush()
 	r.errOut.Flush()
 	os.RemoveAll(r.work)
@@ -468,6 +470,15 @@ func (p *Plugin) start(ctx context.Context, job sdk.JobContext, cfgMap map[strin
 		return nil, err
 	}
 	env := tfexec.CleanEnv(maps(opEnv))
+	// The azurerm provider cannot take the job's Azure token as it is:
+	// serve it as a managed identity endpoint (azuretoken.go).
+	var azEnv map[string]string
+	if r.azure, azEnv, err = startAzureTokenEndpoint(opEnv); err != nil {
+		return nil, err
+	}
+	for k, v := range azEnv {
+		env[k] = v
+	}
 	env["TF_CLI_CONFIG_FILE"] = cliConfig
 	env["CHECKPOINT_DISABLE"] = "1"
 	if err := r.tf.SetEnv(env); err != nil {
