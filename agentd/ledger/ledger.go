@@ -29,6 +29,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
@@ -120,6 +121,9 @@ type Options struct {
 type Ledger struct {
 	dir  string
 	opts Options
+	// failWrites makes every write fail as a full disk would (tests: set
+	// from another goroutine than the writer's, so atomic).
+	failWrites atomic.Bool
 
 	mu      sync.Mutex
 	queue   [][]byte
@@ -379,6 +383,9 @@ func (l *Ledger) writeBatch() {
 // that b is not in the file (a sync error leaves it there, maybe not
 // durable).
 func (l *Ledger) write(b []byte) (lost bool, err error) {
+	if l.failWrites.Load() {
+		return true, errors.New("egress ledger: the disk refused the write")
+	}
 	if l.f == nil {
 		if err := l.openFile(); err != nil {
 			return true, err

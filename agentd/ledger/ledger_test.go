@@ -217,14 +217,15 @@ func TestDroppedEntriesAreCounted(t *testing.T) {
 	if err := l.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	// The file stops taking writes: closed under the writer.
-	l.f.Close()
+	// The disk stops taking writes (closing the file under the writer
+	// raced with it).
+	l.failWrites.Store(true)
 	l.RecordBytes("heartbeat", "", []byte("b"))
 	l.RecordBytes("heartbeat", "", []byte("c"))
 	if err := l.Flush(); err == nil {
 		t.Fatal("Flush after a failed write: no error")
 	}
-	l.f = nil // the next write opens the file again
+	l.failWrites.Store(false)
 	l.RecordBytes("heartbeat", "", []byte("d"))
 	if err := l.Flush(); err != nil {
 		t.Fatal(err)
