@@ -194,9 +194,9 @@ func TestPluginInstallFromVendorRegistry(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct{ name, ref, want string }{
-		{"unsigned", refOf(unsigned), "refused: plugin greeting 0.3.0 (" + unsigned.Digest.String() + "): no signature by a trusted key (trusted: imsd keys " + agentproto.KeyID(imsdPub) + "); it has no signature"},
-		{"untrusted key", "oci://" + vendor.Host + "/plugins/other@" + foreign.Digest.String(), "no signature by a trusted key (trusted: imsd keys " + agentproto.KeyID(imsdPub) + "); its signatures: key " + agentproto.KeyID(otherKey.Public().(ed25519.PublicKey)) + " (not trusted)"},
-		{"moved signature", "oci://" + vendor.Host + "/plugins/other@" + moved.Digest.String(), "plugin greeting 0.3.0 (" + moved.Digest.String() + "): no signature by a trusted key (trusted: imsd keys " + agentproto.KeyID(imsdPub) + "); its signatures: key " + agentproto.KeyID(imsdPub) + " (the signature does not match the release)"},
+		{"unsigned", refOf(unsigned), "refused: plugin greeting 0.3.0 (" + unsigned.Digest.String() + "): no signature by a trusted key (trusted: keys " + agentproto.KeyID(imsdPub) + "); it has no signature"},
+		{"untrusted key", "oci://" + vendor.Host + "/plugins/other@" + foreign.Digest.String(), "no signature by a trusted key (trusted: keys " + agentproto.KeyID(imsdPub) + "); its signatures: key " + agentproto.KeyID(otherKey.Public().(ed25519.PublicKey)) + " (not trusted)"},
+		{"moved signature", "oci://" + vendor.Host + "/plugins/other@" + moved.Digest.String(), "plugin greeting 0.3.0 (" + moved.Digest.String() + "): no signature by a trusted key (trusted: keys " + agentproto.KeyID(imsdPub) + "); its signatures: key " + agentproto.KeyID(imsdPub) + " (the signature does not match the artifact)"},
 		{"no such digest", "oci://" + vendor.Host + "/plugins/greeting@sha256:" + strings.Repeat("0", 64), "copy oci://" + vendor.Host + "/plugins/greeting@sha256:" + strings.Repeat("0", 64) + " into the install registry"},
 		{"tag", "oci://" + vendor.Host + "/plugins/greeting:0.2.0", "names a tag only"},
 	} {
