@@ -16,6 +16,7 @@ import (
 	"github.com/byoc-dev/byoc/imsd/store"
 	"github.com/byoc-dev/byoc/imsd/workflow"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
+	"github.com/byoc-dev/byoc/schema/app/config"
 )
 
 func (s *Service) engine() (*workflow.Engine, error) {
@@ -25,20 +26,26 @@ func (s *Service) engine() (*workflow.Engine, error) {
 	return s.cfg.Engine, nil
 }
 
-// ListActions lists the actions of an install's app revision.
-func (s *Service) ListActions(ctx context.Context, req *connect.Request[imsv1.ListActionsRequest]) (*connect.Response[imsv1.ListActionsResponse], error) {
-	if req.Msg.Install == "" {
-		return nil, s.err(ctx, errs.Field("install", "is required"))
+// installApp is the app revision install (name or id) runs, and its
+// number: what ListActions and ListDebugCommands list from.
+func (s *Service) installApp(ctx context.Context, install string) (*config.App, int64, error) {
+	if install == "" {
+		return nil, 0, errs.Field("install", "is required")
 	}
 	e, err := s.engine()
 	if err != nil {
-		return nil, s.err(ctx, err)
+		return nil, 0, err
 	}
-	in, err := s.store.GetInstall(ctx, req.Msg.Install)
+	in, err := s.store.GetInstall(ctx, install)
 	if err != nil {
-		return nil, s.err(ctx, err)
+		return nil, 0, err
 	}
-	app, rev, err := e.InstallRevision(ctx, in)
+	return e.InstallRevision(ctx, in)
+}
+
+// ListActions lists the actions of an install's app revision.
+func (s *Service) ListActions(ctx context.Context, req *connect.Request[imsv1.ListActionsRequest]) (*connect.Response[imsv1.ListActionsResponse], error) {
+	app, rev, err := s.installApp(ctx, req.Msg.Install)
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}

@@ -17,18 +17,7 @@ import (
 
 // ListDebugCommands lists the debug commands of an install's app revision.
 func (s *Service) ListDebugCommands(ctx context.Context, req *connect.Request[imsv1.ListDebugCommandsRequest]) (*connect.Response[imsv1.ListDebugCommandsResponse], error) {
-	if req.Msg.Install == "" {
-		return nil, s.err(ctx, errs.Field("install", "is required"))
-	}
-	e, err := s.engine()
-	if err != nil {
-		return nil, s.err(ctx, err)
-	}
-	in, err := s.store.GetInstall(ctx, req.Msg.Install)
-	if err != nil {
-		return nil, s.err(ctx, err)
-	}
-	app, rev, err := e.InstallRevision(ctx, in)
+	app, rev, err := s.installApp(ctx, req.Msg.Install)
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}
