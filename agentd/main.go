@@ -55,6 +55,7 @@ import (
 	"github.com/byoc-dev/byoc/internal/flaghelp"
 	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/internal/ocisign"
+	"github.com/byoc-dev/byoc/internal/stackconfig"
 	"github.com/byoc-dev/byoc/plugins/action"
 	"github.com/byoc-dev/byoc/plugins/action/sandbox"
 	"github.com/byoc-dev/byoc/plugins/build"
@@ -453,6 +454,13 @@ func run(ctx context.Context, args []string) int {
 			fmt.Fprintf(os.Stderr, "agentd: %v\n", err)
 			return 1
 		}
+	}
+	if installRegistry == "" && st != nil && st.Config.Registry != "" &&
+		(st.Config.Format == stackconfig.FormatAzure || st.Config.Format == stackconfig.FormatGCP) {
+		// The stack's registry (an Azure Container Registry, an Artifact
+		// Registry repository): each job reaches it with its mode's
+		// identity (agentd/stack, internal/ocicopy's token exchange).
+		installRegistry = st.Config.Registry
 	}
 	if installRegistry == "" && stateDir != "" {
 		installRegistry = "oci:" + filepath.Join(stateDir, "registry")

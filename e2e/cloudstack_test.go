@@ -84,6 +84,10 @@ func runCloudStack(t *testing.T, c cloudStack) {
 	}
 	token := cluster.Pushed{Output: cli.Run(0, "app", "push", dir)}.EnrollToken(t)
 	state := t.TempDir()
+	// The sandbox's module is pushed into a local layout (agentd module
+	// push): the stack's own registry (the cloud's) is not reachable
+	// here, and custody through it is tested in agentd/stack.
+	localRegistry := "oci:" + filepath.Join(state, "registry")
 	agentd := filepath.Join(cluster.Binaries(t), "agentd")
 	if b, err := exec.Command(agentd, "module", "push", "--state-dir", state, filepath.Join(dir, "modules", "sandbox"), "modules/sandbox:0.1.0").CombinedOutput(); err != nil {
 		t.Fatalf("agentd module push: %v\n%s", err, b)
@@ -123,7 +127,7 @@ func runCloudStack(t *testing.T, c cloudStack) {
 		}
 		return path
 	}
-	agent := cluster.StartAgent(t, ims.URL(), "", state, "--stack-config", write(), "--terraform-providers", mirror)
+	agent := cluster.StartAgent(t, ims.URL(), "", state, "--stack-config", write(), "--terraform-providers", mirror, "--install-registry", localRegistry)
 
 	var st stackStatusJSON
 	cluster.Eventually(t, 20*time.Second, "the agent reports its stack", func() bool {
@@ -164,7 +168,7 @@ func runCloudStack(t *testing.T, c cloudStack) {
 	// parameter.
 	m := cfg.Modes["maintenance"]
 	cfg.Modes["maintenance"] = stackconfig.Role{Enabled: false, Name: m.Name, Parameter: m.Parameter}
-	cluster.StartAgent(t, ims.URL(), "", state, "--stack-config", write(), "--terraform-providers", mirror)
+	cluster.StartAgent(t, ims.URL(), "", state, "--stack-config", write(), "--terraform-providers", mirror, "--install-registry", localRegistry)
 	o, _, _ = cli.Exec("action", "run", "demo", "whoami", "--wait")
 	if !strings.Contains(o, m.Parameter) || !strings.Contains(o, "turned off in this install's stack") || !strings.Contains(o, c.refusal) {
 		t.Fatalf("action run with maintenance off (want %s and %q):\n%s", m.Parameter, c.refusal, o)
