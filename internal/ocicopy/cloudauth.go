@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 
+	"oras.land/oras-go/v2/registry"
 	"oras.land/oras-go/v2/registry/remote/auth"
 )
 
@@ -101,4 +102,59 @@ func ACRExchange(ctx context.Context, client *http.Client, reg Registry, tenant,
 		return "", fmt.Errorf("exchange the identity's Azure token at %s: the answer has no refresh_token", u)
 	}
 	return out.RefreshToken, nil
+}
+
+// CheckWritable checks that creds may push to repository in reg without
+// writing anything: it starts a blob upload (with a token for pull and
+// push, when the registry asks for one) and cancels it. An error says
+// what the registry answered.
+func CheckWritable(ctx context.Context, reg Registry, repository string, creds Credentials) error {
+	if reg.IsLayout() {
+		return nil
+	}
+	full := reg.repoPath(repository)
+	tr := newTransport()
+	defer tr.CloseIdleConnections()
+	c := authClient(reg, creds, &http.Client{Transport: tr})
+	scheme := "https"
+	if reg.PlainHTTP {
+		scheme = "http"
+	}
+	ctx = auth.AppendRepositoryScope(ctx, registry.Reference{Registry: reg.Host, Repository: full}, auth.ActionPull, auth.ActionPush)
+	u := scheme + "://" + reg.Host + "/v2/" + full + "/blobs/uploads/"
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return fmt.Errorf("start an upload to %s/%s: %w", reg.Host, full, err)
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		msg := strings.TrimSpace(string(body))
+		var e struct {
+			Errors []struct{ Code, Message string }
+		}
+		if json.Unmarshal(body, &e) == nil && len(e.Errors) > 0 {
+			msg = e.Errors[0].Code + ": " + e.Errors[0].Message
+		}
+		if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+			return fmt.Errorf("start an upload to %s/%s: HTTP %d %s (%s)", reg.Host, full, resp.StatusCode, msg, DeniedHint)
+		}
+		return fmt.Errorf("start an upload to %s/%s: HTTP %d %s", reg.Host, full, resp.StatusCode, msg)
+	}
+	// Cancel it: nothing stays behind (a registry that cannot cancel
+	// expires the upload).
+	if loc := resp.Header.Get("Location"); loc != "" {
+		if lu, err := req.URL.Parse(loc); err == nil {
+			if del, err := http.NewRequestWithContext(ctx, http.MethodDelete, lu.String(), nil); err == nil {
+				if r, err := c.Do(del); err == nil {
+					r.Body.Close()
+				}
+			}
+		}
+	}
+	return nil
 }

@@ -221,25 +221,30 @@ func Open(ctx context.Context, reg Registry, repository string, creds Credential
 	}
 	full := reg.repoPath(repository)
 	tr := newTransport()
-	hc := &http.Client{Transport: tr}
-	cred := auth.StaticCredential(reg.Host, auth.Credential{Username: creds.Username, Password: creds.Password, RefreshToken: creds.RefreshToken, AccessToken: creds.AccessToken})
-	if creds.AzureToken != "" {
-		cred = acrCredential(hc, reg, creds.AzureTenant, creds.AzureToken)
-	}
 	rr := &remote.Repository{
 		Reference: registry.Reference{Registry: reg.Host, Repository: full},
 		PlainHTTP: reg.PlainHTTP,
-		Client: &auth.Client{
-			Client:     hc,
-			Cache:      auth.NewCache(),
-			Credential: cred,
-			Header:     http.Header{"User-Agent": {"byoc-ocicopy"}},
-		},
+		Client:    authClient(reg, creds, &http.Client{Transport: tr}),
 		// The referrers tag schema's old index is left in place rather
 		// than deleted: registries without deletion refuse the delete.
 		SkipReferrersGC: true,
 	}
 	return &Repo{name: reg.Host + "/" + full, reg: reg, remote: rr, transport: tr}, nil
+}
+
+// authClient is the auth.Client of reg with creds: static credentials,
+// or an Azure token exchanged at the registry (cloudauth.go).
+func authClient(reg Registry, creds Credentials, hc *http.Client) *auth.Client {
+	cred := auth.StaticCredential(reg.Host, auth.Credential{Username: creds.Username, Password: creds.Password, RefreshToken: creds.RefreshToken, AccessToken: creds.AccessToken})
+	if creds.AzureToken != "" {
+		cred = acrCredential(hc, reg, creds.AzureTenant, creds.AzureToken)
+	}
+	return &auth.Client{
+		Client:     hc,
+		Cache:      auth.NewCache(),
+		Credential: cred,
+		Header:     http.Header{"User-Agent": {"byoc-ocicopy"}},
+	}
 }
 
 // Close closes the repository's idle connections. A Repo stays usable.
