@@ -32,6 +32,14 @@ type TokenProxy struct {
 
 	mu     sync.Mutex
 	tokens map[string]map[string][]string // token → repository → actions
+	logins []string
+}
+
+// Logins are the principals the realm issued tokens to, in order.
+func (p *TokenProxy) Logins() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.logins...)
 }
 
 // TokenProxyOptions configure StartTokenProxy.
@@ -91,6 +99,7 @@ func StartTokenProxy(tb testing.TB, o TokenProxyOptions) *TokenProxy {
 		tok := "fake-registry-" + hex.EncodeToString(b[:])
 		p.mu.Lock()
 		p.tokens[tok] = granted
+		p.logins = append(p.logins, who)
 		p.mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]any{"token": tok, "access_token": tok, "expires_in": 300})
@@ -126,6 +135,10 @@ func StartTokenProxy(tb testing.TB, o TokenProxyOptions) *TokenProxy {
 	p.Server = httptest.NewServer(p.Mux)
 	p.Host = strings.TrimPrefix(p.Server.URL, "http://")
 	tb.Cleanup(p.Server.Close)
+	// An agent a test starts lets its plugins reach it (Hosts).
+	hostsMu.Lock()
+	hosts = append(hosts, p.Host)
+	hostsMu.Unlock()
 	return p
 }
 
