@@ -55,6 +55,7 @@ import (
 	"github.com/byoc-dev/byoc/internal/flaghelp"
 	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/internal/ocisign"
+	"github.com/byoc-dev/byoc/internal/stackconfig"
 	"github.com/byoc-dev/byoc/plugins/action"
 	"github.com/byoc-dev/byoc/plugins/action/sandbox"
 	"github.com/byoc-dev/byoc/plugins/build"
@@ -338,7 +339,7 @@ func run(ctx context.Context, args []string) int {
 	fs.Var(&pins, "plugin-pin", "`type=sha256` pin for an external plugin (repeatable); unpinned plugins never run. The customer's pin file (agentd plugin pin, read again without a restart) wins over it")
 	fs.StringVar(&secretsFile, "secrets-file", "", "customer-owned `file` of NAME=value secrets (mode 0600); jobs get those their config lists under \"secrets\", and every value is redacted from job logs, errors and outputs")
 	fs.StringVar(&kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "`file`: the kubeconfig of the cluster the helm type deploys to (also $KUBECONFIG); without one, the in-cluster config of the agent's pod")
-	fs.StringVar(&installRegistry, "install-registry", os.Getenv("BYOC_INSTALL_REGISTRY"), "the install registry `location` every image, chart and module is synced into before it runs: http(s)://HOST[:PORT][/PREFIX], HOST[:PORT][/PREFIX], or oci:DIR (an OCI image layout root); default oci:STATE-DIR/registry; also $BYOC_INSTALL_REGISTRY; credentials: the --secrets-file entries BYOC_INSTALL_REGISTRY_USERNAME, _PASSWORD, _TOKEN")
+	fs.StringVar(&installRegistry, "install-registry", os.Getenv("BYOC_INSTALL_REGISTRY"), "the install registry `location` every image, chart and module is synced into before it runs: http(s)://HOST[:PORT][/PREFIX], HOST[:PORT][/PREFIX], or oci:DIR (an OCI image layout root); default: an azure or gcp --stack-config's registry (each job reaches it with its mode's identity), else oci:STATE-DIR/registry; also $BYOC_INSTALL_REGISTRY; credentials: the --secrets-file entries BYOC_INSTALL_REGISTRY_USERNAME, _PASSWORD, _TOKEN")
 	fs.StringVar(&tfProviders, "terraform-providers", "", "Terraform provider filesystem mirror `directory`: the terraform type installs providers from it only, never from a registry")
 	fs.DurationVar(&rotateKeyEvery, "rotate-key-every", 0, "rotate the agent's own key (agentd identity rotate) once it is this `old`, such as 2160h; 0: only when you run agentd identity rotate")
 	fs.DurationVar(&cancelGrace, "cancel-grace", time.Minute, "how long a cancelled or timed-out job's plugin may take to stop once interrupted (Terraform saves its state and releases its lock) before it is killed; 0 kills at once")
@@ -453,6 +454,13 @@ func run(ctx context.Context, args []string) int {
 			fmt.Fprintf(os.Stderr, "agentd: %v\n", err)
 			return 1
 		}
+	}
+	if installRegistry == "" && st != nil && st.Config.Registry != "" &&
+		(st.Config.Format == stackconfig.FormatAzure || st.Config.Format == stackconfig.FormatGCP) {
+		// The stack's registry (an Azure Container Registry, an Artifact
+		// Registry repository): each job reaches it with its mode's
+		// identity (agentd/stack, internal/ocicopy's token exchange).
+		installRegistry = st.Config.Registry
 	}
 	if installRegistry == "" && stateDir != "" {
 		installRegistry = "oci:" + filepath.Join(stateDir, "registry")

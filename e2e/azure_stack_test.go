@@ -85,5 +85,11 @@ func TestAzureStackAgent(t *testing.T) {
 			return []string{jobToken, fake.Header}
 		},
 		refusal: "az deployment group create",
+		registry: func(t *testing.T, backend string) (string, func() []string) {
+			acr := fake.StartRegistry(t, backend)
+			fake.GrantRegistry(provID, "AcrPush")
+			fake.GrantRegistry(maintID, "AcrPush")
+			return acr.Host, acr.Logins
+		},
 	})
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/byoc-dev/byoc/e2e/cluster"
+	"github.com/byoc-dev/byoc/internal/ocicopy/ocitest"
 	"github.com/byoc-dev/byoc/internal/stackconfig"
 )
 
@@ -41,6 +42,12 @@ type cloudStack struct {
 	// refusal is what a maintenance job says once the customer turned
 	// the mode off (besides the mode's parameter).
 	refusal string
+	// registry, when set, fronts backend (a docker-registry holding the
+	// sandbox's module) with the cloud's registry fake, each mode's
+	// identity allowed to push, and returns its host (the stack's
+	// registry, which the agent then uses as its install registry) and
+	// who the registry gave tokens to.
+	registry func(t *testing.T, backend string) (host string, logins func() []string)
 }
 
 // roleIdentity is who r's jobs run as.
@@ -84,12 +91,25 @@ func runCloudStack(t *testing.T, c cloudStack) {
 	}
 	token := cluster.Pushed{Output: cli.Run(0, "app", "push", dir)}.EnrollToken(t)
 	state := t.TempDir()
+	cfg := c.setup(t, ims.URL(), token, email, license)
+	// The sandbox's module is pushed into a local layout (agentd module
+	// push), or, for a cloud whose registry has a fake, into the
+	// docker-registry behind it (under the registry's path).
+	registryArgs := []string{"--install-registry", "oci:" + filepath.Join(state, "registry")}
+	var registryLogins func() []string
+	pushTo := registryArgs
+	if c.registry != nil {
+		backend := ocitest.StartRegistry(t, ocitest.RegistryOptions{})
+		cfg.Registry, registryLogins = c.registry(t, backend.Host)
+		_, prefix, _ := strings.Cut(cfg.Registry, "/")
+		pushTo = []string{"--install-registry", strings.TrimSuffix("http://"+backend.Host+"/"+prefix, "/")}
+		// The agent uses the stack's registry: no --install-registry.
+		registryArgs = nil
+	}
 	agentd := filepath.Join(cluster.Binaries(t), "agentd")
-	if b, err := exec.Command(agentd, "module", "push", "--state-dir", state, filepath.Join(dir, "modules", "sandbox"), "modules/sandbox:0.1.0").CombinedOutput(); err != nil {
+	if b, err := exec.Command(agentd, append([]string{"module", "push", "--state-dir", state}, append(pushTo, filepath.Join(dir, "modules", "sandbox"), "modules/sandbox:0.1.0")...)...).CombinedOutput(); err != nil {
 		t.Fatalf("agentd module push: %v\n%s", err, b)
 	}
-
-	cfg := c.setup(t, ims.URL(), token, email, license)
 
 	// The stack the customer deploys declares every parameter the agent
 	// names (in the config and in its errors).
@@ -123,7 +143,7 @@ func runCloudStack(t *testing.T, c cloudStack) {
 		}
 		return path
 	}
-	agent := cluster.StartAgent(t, ims.URL(), "", state, "--stack-config", write(), "--terraform-providers", mirror)
+	agent := cluster.StartAgent(t, ims.URL(), "", state, append([]string{"--stack-config", write(), "--terraform-providers", mirror}, registryArgs...)...)
 
 	var st stackStatusJSON
 	cluster.Eventually(t, 20*time.Second, "the agent reports its stack", func() bool {
@@ -143,6 +163,14 @@ func runCloudStack(t *testing.T, c cloudStack) {
 	}
 	if got := c.issued(); !slices.Contains(got, roleIdentity(cfg.Modes["provision"])) || slices.Contains(got, roleIdentity(cfg.Modes["maintenance"])) {
 		t.Fatalf("after provisioning the sandbox, tokens were issued of %v; want the provision mode's %s", got, roleIdentity(cfg.Modes["provision"]))
+	}
+	// The terraform type read the sandbox's module from the stack's
+	// registry with the provision mode's identity, through the cloud's
+	// token flow.
+	if registryLogins != nil {
+		if got := registryLogins(); len(got) == 0 || slices.ContainsFunc(got, func(who string) bool { return who != roleIdentity(cfg.Modes["provision"]) }) {
+			t.Fatalf("the install registry issued tokens to %v; want the provision mode's %s alone", got, roleIdentity(cfg.Modes["provision"]))
+		}
 	}
 
 	o := cli.Run(0, "action", "run", "demo", "whoami", "--wait")
@@ -164,7 +192,7 @@ func runCloudStack(t *testing.T, c cloudStack) {
 	// parameter.
 	m := cfg.Modes["maintenance"]
 	cfg.Modes["maintenance"] = stackconfig.Role{Enabled: false, Name: m.Name, Parameter: m.Parameter}
-	cluster.StartAgent(t, ims.URL(), "", state, "--stack-config", write(), "--terraform-providers", mirror)
+	cluster.StartAgent(t, ims.URL(), "", state, append([]string{"--stack-config", write(), "--terraform-providers", mirror}, registryArgs...)...)
 	o, _, _ = cli.Exec("action", "run", "demo", "whoami", "--wait")
 	if !strings.Contains(o, m.Parameter) || !strings.Contains(o, "turned off in this install's stack") || !strings.Contains(o, c.refusal) {
 		t.Fatalf("action run with maintenance off (want %s and %q):\n%s", m.Parameter, c.refusal, o)

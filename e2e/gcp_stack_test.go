@@ -90,5 +90,11 @@ func TestGCPStackAgent(t *testing.T) {
 			return []string{jobToken}
 		},
 		refusal: "enable_maintenance = true",
+		registry: func(t *testing.T, backend string) (string, func() []string) {
+			ar := fake.StartArtifactRegistry(t, backend)
+			fake.GrantArtifactRegistry(provSA, "roles/artifactregistry.writer")
+			fake.GrantArtifactRegistry(maintSA, "roles/artifactregistry.writer")
+			return ar.Host + "/acme-prod-1/byoc-demo", ar.Logins
+		},
 	})
 }

@@ -84,6 +84,9 @@ type Job struct {
 	Registry func(context.Context) (RegistryAccess, error)
 	// registryEnv is what Registry gave, for the operation's environment.
 	registryEnv map[string]string
+	// credEnv is the job's mode credentials' environment (which may
+	// carry the install registry's credentials on a cloud stack).
+	credEnv map[string]string
 }
 
 // Outcome is how a job ended.

@@ -428,6 +428,7 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 		}
 	}
 	job.Config = config
+	job.credEnv = credEnv
 	// The customer's supply-chain policy, before anything of the job's
 	// plugin runs.
 	if err := r.checkSupplyChain(ctx, job, config, log); err != nil {

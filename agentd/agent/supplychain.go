@@ -114,7 +114,7 @@ func (r *PluginRunner) supplyChainArtifact(job Job, config map[string]any) (arti
 		if err != nil {
 			return a, false, fmt.Errorf("install registry %q: %w", r.InstallRegistry, err)
 		}
-		a.reg, a.creds = reg, ocicopy.CredentialsFromEnv(r.Secrets, "BYOC_INSTALL_REGISTRY")
+		a.reg, a.creds = reg, r.installCreds(job)
 		return a, true, nil
 	}
 	ref, err := ocicopy.ParseReference(s)
@@ -125,7 +125,7 @@ func (r *PluginRunner) supplyChainArtifact(job Job, config map[string]any) (arti
 	if job.ComponentType == "image" {
 		a.creds = ocicopy.CredentialsFromEnv(r.Secrets, "BYOC_SOURCE_REGISTRY")
 	} else {
-		a.creds = ocicopy.CredentialsFromEnv(r.Secrets, "BYOC_INSTALL_REGISTRY")
+		a.creds = r.installCreds(job)
 	}
 	return a, true, nil
 }
@@ -236,4 +236,22 @@ func (r *PluginRunner) signBuild(ctx context.Context, job Job, outputs map[strin
 	outputs["signed_by"] = sig.KeyID
 	log(StreamSystem, fmt.Sprintf("[agentd] signed %s@%s with key %s", repoName, dg, sig.KeyID))
 	return nil
+}
+
+// installCreds are the install registry's credentials the job's plugin
+// gets: the secrets' BYOC_INSTALL_REGISTRY_*, overridden by the job's
+// mode credentials' (an Azure or Google Cloud stack's identity).
+func (r *PluginRunner) installCreds(job Job) ocicopy.Credentials {
+	env := map[string]string{}
+	for k, v := range r.Secrets {
+		if strings.HasPrefix(k, InstallRegistryEnv+"_") {
+			env[k] = v
+		}
+	}
+	for k, v := range job.credEnv {
+		if strings.HasPrefix(k, InstallRegistryEnv+"_") {
+			env[k] = v
+		}
+	}
+	return ocicopy.CredentialsFromEnv(env, InstallRegistryEnv)
 }

@@ -109,6 +109,7 @@ func Run(ctx context.Context, o Options) []Result {
 		out = append(out, checkRoles(ctx, o)...)
 		out = append(out, checkValues(ctx, o)...)
 		out = append(out, checkRegistry(ctx, o))
+		out = append(out, checkRegistryWritable(ctx, o)...)
 	}
 	if o.Bundled != nil {
 		out = append(out, checkBundled(ctx, o))
@@ -405,6 +406,37 @@ func checkRegistry(ctx context.Context, o Options) Result {
 	}
 	r.Status, r.Detail = Pass, fmt.Sprintf("%s answered %d", host, resp.StatusCode)
 	return r
+}
+
+// checkRegistryWritable checks, on an Azure or Google Cloud stack, that
+// each turned-on mode's identity may push to the install registry.
+func checkRegistryWritable(ctx context.Context, o Options) []Result {
+	c := o.Stack.Config
+	var out []Result
+	for _, m := range stackconfig.Modes {
+		r, ok := c.Modes[m]
+		if !ok || !r.Enabled {
+			continue
+		}
+		res := Result{Check: "registry writable by " + m}
+		detail, cloud, err := o.Stack.CheckRegistry(ctx, m)
+		if !cloud {
+			return nil
+		}
+		if err != nil {
+			res.Status, res.Detail = Fail, err.Error()
+			switch c.Format {
+			case stackconfig.FormatAzure:
+				res.Fix = fmt.Sprintf("give the managed identity %s AcrPush on the registry %s (the template does while %s is true; redeploy it if the role assignment was removed)", r.Name, c.Registry, r.Parameter)
+			case stackconfig.FormatGCP:
+				res.Fix = fmt.Sprintf("give the service account %s roles/artifactregistry.writer on the repository %s (the configuration does while %s = true; apply it again if the binding was removed)", r.ServiceAccount, c.Registry, r.Parameter)
+			}
+		} else {
+			res.Status, res.Detail = Pass, detail
+		}
+		out = append(out, res)
+	}
+	return out
 }
 
 func checkDisk(o Options) Result {

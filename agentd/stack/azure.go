@@ -17,6 +17,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
 	"github.com/Azure/azure-sdk-for-go/sdk/security/keyvault/azsecrets"
 
+	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/internal/stackconfig"
 )
 
@@ -137,8 +138,19 @@ func (s *Stack) assumeAzure(ctx context.Context, mode string, r stackconfig.Role
 		RoleARN: r.ClientID,
 		Expires: tok.ExpiresOn,
 	}
+	if s.Config.Registry != "" {
+		// The install registry (an Azure Container Registry) exchanges
+		// the same token for its own when a plugin first reaches it
+		// (internal/ocicopy); the mode's identity has AcrPush on it.
+		creds.Env[InstallRegistryEnv+ocicopy.EnvAzureToken] = tok.Token
+		creds.Env[InstallRegistryEnv+ocicopy.EnvAzureTenant] = a.TenantID
+	}
 	return creds, nil
 }
+
+// InstallRegistryEnv is the prefix of the install registry's credentials
+// in a job's environment (agentd/agent and the plugins read the same).
+const InstallRegistryEnv = "BYOC_INSTALL_REGISTRY"
 
 // azureToken gets an Azure Resource Manager token of r's identity.
 func (s *Stack) azureToken(ctx context.Context, r stackconfig.Role) (azcore.AccessToken, error) {

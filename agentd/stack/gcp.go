@@ -15,6 +15,7 @@ import (
 	"google.golang.org/api/option"
 	secretmanager "google.golang.org/api/secretmanager/v1"
 
+	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/internal/stackconfig"
 )
 
@@ -137,6 +138,12 @@ func (s *Stack) assumeGCP(ctx context.Context, mode string, r stackconfig.Role, 
 	}
 	if g.Region != "" {
 		env["GOOGLE_REGION"], env["CLOUDSDK_COMPUTE_REGION"] = g.Region, g.Region
+	}
+	if s.Config.Registry != "" {
+		// The install registry (Artifact Registry) takes the token as
+		// oauth2accesstoken's password; the mode's account needs
+		// roles/artifactregistry.writer on the repository.
+		env[InstallRegistryEnv+"_USERNAME"], env[InstallRegistryEnv+"_PASSWORD"] = ocicopy.GoogleUsername, out.AccessToken
 	}
 	return Credentials{Env: env, Secret: []string{out.AccessToken}, RoleARN: r.ServiceAccount, Expires: expires}, nil
 }

@@ -40,6 +40,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/byoc-dev/byoc/agentd/secrets"
+	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/internal/stackconfig"
 )
 
@@ -531,4 +532,33 @@ func awsErr(err error) error {
 		return fmt.Errorf("%s: %s", ae.ErrorCode(), ae.ErrorMessage())
 	}
 	return err
+}
+
+// PreflightRepository is the repository CheckRegistry starts (and
+// cancels) an upload to.
+const PreflightRepository = "byoc-preflight"
+
+// CheckRegistry checks, on an Azure or Google Cloud stack, that mode's
+// identity may push to the install registry, as the image, helm and
+// terraform types do: with the credentials a job of mode gets, it starts
+// an upload and cancels it (nothing is written). It returns what it
+// checked; ok is false for a stack whose registry takes no cloud
+// identity (AWS, local).
+func (s *Stack) CheckRegistry(ctx context.Context, mode string) (checked string, ok bool, err error) {
+	c := s.Config
+	if c.Registry == "" || (c.Format != stackconfig.FormatAzure && c.Format != stackconfig.FormatGCP) {
+		return "", false, nil
+	}
+	reg, err := ocicopy.ParseRegistry(c.Registry)
+	if err != nil {
+		return "", true, fmt.Errorf("the stack's registry %q: %w", c.Registry, err)
+	}
+	creds, err := s.Assume(ctx, mode, "", "preflight", time.Minute, time.Time{})
+	if err != nil {
+		return "", true, err
+	}
+	if err := ocicopy.CheckWritable(ctx, reg, PreflightRepository, ocicopy.CredentialsFromEnv(creds.Env, InstallRegistryEnv)); err != nil {
+		return "", true, err
+	}
+	return fmt.Sprintf("%s may push to %s (an upload started and cancelled)", creds.RoleARN, reg), true, nil
 }

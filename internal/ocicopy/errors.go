@@ -54,8 +54,16 @@ func sideError(side Side, r *Repo, what string, err error) error {
 	if unreachable(err) {
 		return &UnreachableError{Side: side, Registry: r.Registry().String(), Err: fmt.Errorf("%s %s: %w", what, r.Name(), err)}
 	}
+	var resp *errcode.ErrorResponse
+	if side == Destination && errors.As(err, &resp) && (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) {
+		return fmt.Errorf("%s %s: %w (%s)", what, r.Name(), err, DeniedHint)
+	}
 	return fmt.Errorf("%s %s: %w", what, r.Name(), err)
 }
+
+// DeniedHint explains a destination registry's 401 or 403.
+const DeniedHint = "the registry refused these credentials: on Azure the job's mode identity needs AcrPush on the install registry, " +
+	"on Google Cloud the mode's service account roles/artifactregistry.writer on its repository, elsewhere check BYOC_INSTALL_REGISTRY_USERNAME/_PASSWORD/_TOKEN"
 
 func unreachable(err error) bool {
 	var ne net.Error

@@ -27,16 +27,20 @@ import (
 // Credentials authenticate to a registry. Username and Password are sent
 // as Basic auth, or exchanged at the registry's token realm when it asks
 // for a bearer token (the Docker token flow); AccessToken is a bearer
-// token sent as is; RefreshToken is exchanged at the token realm. All
-// empty: anonymous.
+// token sent as is; RefreshToken is exchanged at the token realm.
+// AzureToken (an Entra access token, of AzureTenant) is exchanged at an
+// Azure Container Registry for its refresh token first (cloudauth.go);
+// it wins over the others. All empty: anonymous.
 type Credentials struct {
 	Username, Password, AccessToken, RefreshToken string
+	AzureToken, AzureTenant                       string
 }
 
-// CredentialsFromEnv reads PREFIX_USERNAME, PREFIX_PASSWORD and
-// PREFIX_TOKEN (an access token) from env.
+// CredentialsFromEnv reads PREFIX_USERNAME, PREFIX_PASSWORD, PREFIX_TOKEN
+// (an access token), PREFIX_AZURE_TOKEN and PREFIX_AZURE_TENANT from env.
 func CredentialsFromEnv(env map[string]string, prefix string) Credentials {
-	return Credentials{Username: env[prefix+"_USERNAME"], Password: env[prefix+"_PASSWORD"], AccessToken: env[prefix+"_TOKEN"]}
+	return Credentials{Username: env[prefix+"_USERNAME"], Password: env[prefix+"_PASSWORD"], AccessToken: env[prefix+"_TOKEN"],
+		AzureToken: env[prefix+EnvAzureToken], AzureTenant: env[prefix+EnvAzureTenant]}
 }
 
 // Repo is one repository, in a registry or an OCI image layout
@@ -220,17 +224,27 @@ func Open(ctx context.Context, reg Registry, repository string, creds Credential
 	rr := &remote.Repository{
 		Reference: registry.Reference{Registry: reg.Host, Repository: full},
 		PlainHTTP: reg.PlainHTTP,
-		Client: &auth.Client{
-			Client:     &http.Client{Transport: tr},
-			Cache:      auth.NewCache(),
-			Credential: auth.StaticCredential(reg.Host, auth.Credential{Username: creds.Username, Password: creds.Password, RefreshToken: creds.RefreshToken, AccessToken: creds.AccessToken}),
-			Header:     http.Header{"User-Agent": {"byoc-ocicopy"}},
-		},
+		Client:    authClient(reg, creds, &http.Client{Transport: tr}),
 		// The referrers tag schema's old index is left in place rather
 		// than deleted: registries without deletion refuse the delete.
 		SkipReferrersGC: true,
 	}
 	return &Repo{name: reg.Host + "/" + full, reg: reg, remote: rr, transport: tr}, nil
+}
+
+// authClient is the auth.Client of reg with creds: static credentials,
+// or an Azure token exchanged at the registry (cloudauth.go).
+func authClient(reg Registry, creds Credentials, hc *http.Client) *auth.Client {
+	cred := auth.StaticCredential(reg.Host, auth.Credential{Username: creds.Username, Password: creds.Password, RefreshToken: creds.RefreshToken, AccessToken: creds.AccessToken})
+	if creds.AzureToken != "" {
+		cred = acrCredential(hc, reg, creds.AzureTenant, creds.AzureToken)
+	}
+	return &auth.Client{
+		Client:     hc,
+		Cache:      auth.NewCache(),
+		Credential: cred,
+		Header:     http.Header{"User-Agent": {"byoc-ocicopy"}},
+	}
 }
 
 // Close closes the repository's idle connections. A Repo stays usable.

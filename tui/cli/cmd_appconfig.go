@@ -118,7 +118,7 @@ example for that cloud alone.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&cloud, "cloud", "", "write the example for one cloud: aws or azure (default: both)")
+	cmd.Flags().StringVar(&cloud, "cloud", "", "write the example for one cloud: aws, azure or gcp (default: all three)")
 	return cmd
 }
 

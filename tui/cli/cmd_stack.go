@@ -19,7 +19,7 @@ func (a *app) installStackCommand() *cobra.Command {
 	var format, out, imsURL, agentURL, agentSum, pluginsURL, pluginsSum, templateURL string
 	var params []string
 	cmd := &cobra.Command{
-		Use:   "stack INSTALL [--format cloudformation|azure|gcp|local] [-o FILE] [--param NAME=VALUE ...]",
+		Use:   "stack INSTALL [--format cloudformation|azure|bicep|gcp|local] [-o FILE] [--param NAME=VALUE ...]",
 		Short: "Generate the install stack the customer runs in their own account",
 		Long: `Generate INSTALL's install stack from its app revision (the one it last
 applied, or the app's latest): the template the customer runs in their own
@@ -43,7 +43,10 @@ Contributor on that resource group, while its parameter (EnableProvision,
 EnableMaintenance, EnableDeprovision, EnableBreakGlass, false by default)
 is true; the agent's VM (egress only), Key Vault holding the enrolment token
 and each input and secret (secure parameters), and an Azure Container
-Registry as the install registry.
+Registry as the install registry. With -o FILE it also writes the
+template's Bicep source beside it (FILE without .json, plus .bicep),
+translated from the same template so the two always agree; --format bicep
+writes the Bicep alone (to -o FILE, or stdout).
 
 --format gcp writes a Terraform configuration (DIR/main.tf; -o DIR, default
 ./stack-INSTALL-gcp) the customer applies in a project of theirs with
@@ -65,8 +68,8 @@ with the same permission toggles and customer inputs, for development.
 in a local stack.`,
 		Args: exactArgs("INSTALL"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if format != "cloudformation" && format != "azure" && format != "gcp" && format != "local" {
-				return usagef("--format %q: want cloudformation, azure, gcp or local", format)
+			if format != "cloudformation" && format != "azure" && format != "bicep" && format != "gcp" && format != "local" {
+				return usagef("--format %q: want cloudformation, azure, bicep, gcp or local", format)
 			}
 			if templateURL != "" && (format != "azure" || !strings.HasPrefix(templateURL, "https://")) {
 				return usagef("--template-url %q: an https:// URL, with --format azure", templateURL)
@@ -104,6 +107,22 @@ in a local stack.`,
 			if o.IMS == "" {
 				o.IMS = c.target.server
 			}
+			if format == "bicep" {
+				src, err := stack.Bicep(o)
+				if err != nil {
+					return usagef("%v", err)
+				}
+				if out == "" || out == "-" {
+					_, err = a.stdout.Write(src)
+					return err
+				}
+				if err := os.WriteFile(out, src, 0o644); err != nil {
+					return err
+				}
+				fmt.Fprintf(a.stdout, "wrote %s (install %s, app %s revision %d)\n", out, o.Install, res.Msg.GetApp(), res.Msg.GetAppRevision())
+				fmt.Fprintf(a.stdout, "the customer deploys it into a resource group of theirs:\n  az deployment group create --resource-group byoc-%s --template-file %s --parameters AdminSshPublicKey=@$HOME/.ssh/id_ed25519.pub\n", o.Install, out)
+				return nil
+			}
 			if format == "azure" {
 				tmpl, err := stack.Azure(o)
 				if err != nil {
@@ -113,10 +132,18 @@ in a local stack.`,
 					_, err = a.stdout.Write(tmpl)
 					return err
 				}
+				src, err := stack.ARMToBicep(tmpl)
+				if err != nil {
+					return fmt.Errorf("the template's Bicep source: %w", err)
+				}
+				bicepFile := strings.TrimSuffix(out, ".json") + ".bicep"
 				if err := os.WriteFile(out, tmpl, 0o644); err != nil {
 					return err
 				}
-				fmt.Fprintf(a.stdout, "wrote %s (install %s, app %s revision %d)\n", out, o.Install, res.Msg.GetApp(), res.Msg.GetAppRevision())
+				if err := os.WriteFile(bicepFile, src, 0o644); err != nil {
+					return err
+				}
+				fmt.Fprintf(a.stdout, "wrote %s and its Bicep source %s (install %s, app %s revision %d)\n", out, bicepFile, o.Install, res.Msg.GetApp(), res.Msg.GetAppRevision())
 				fmt.Fprintf(a.stdout, "the customer deploys it into a resource group of theirs (az prompts for the enrolment token, byoc install %s token, without echoing it):\n", o.Install)
 				fmt.Fprintf(a.stdout, "  az group create --name byoc-%s --location LOCATION\n", o.Install)
 				fmt.Fprintf(a.stdout, "  az deployment group create --resource-group byoc-%s --template-file %s --parameters AdminSshPublicKey=@$HOME/.ssh/id_ed25519.pub\n", o.Install, out)
@@ -195,11 +222,11 @@ in a local stack.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&format, "format", "cloudformation", "cloudformation, azure, gcp or local")
+	cmd.Flags().StringVar(&format, "format", "cloudformation", "cloudformation, azure, bicep, gcp or local")
 	cmd.Flags().StringVar(&templateURL, "template-url", "", "with --format azure: the https `URL` the template will be served at, to print its Deploy to Azure link")
 	// Shadows the global --output/-o (text, wide, json): here it is where
 	// the stack goes.
-	cmd.Flags().StringVarP(&out, "output", "o", "", "file to write the template to (default stdout), or the local stack's directory (default ./stack-INSTALL), or the gcp stack's (default ./stack-INSTALL-gcp)")
+	cmd.Flags().StringVarP(&out, "output", "o", "", "file to write the template to (default stdout; with azure, the Bicep source goes beside it), or the local stack's directory (default ./stack-INSTALL), or the gcp stack's (default ./stack-INSTALL-gcp)")
 	cmd.Flags().StringArrayVar(&params, "param", nil, "a stack parameter, NAME=VALUE (repeatable)")
 	cmd.Flags().StringVar(&imsURL, "ims-url", "", "imsd's URL as the agent reaches it (default: this context's server)")
 	cmd.Flags().StringVar(&agentURL, "agent-url", "", "HTTPS URL the stack's instance downloads agentd (linux/amd64) from")

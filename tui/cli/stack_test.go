@@ -57,6 +57,14 @@ func TestInstallStack(t *testing.T) {
 	if b, err := os.ReadFile(azFile); err != nil || !strings.Contains(string(b), `"Microsoft.ManagedIdentity/userAssignedIdentities"`) || !strings.Contains(string(b), "kid123") {
 		t.Errorf("--format azure -o %s: %v", azFile, err)
 	}
+	if b, err := os.ReadFile(strings.TrimSuffix(azFile, ".json") + ".bicep"); err != nil || !strings.Contains(string(b), "resource identity_agent 'Microsoft.ManagedIdentity/userAssignedIdentities@") {
+		t.Errorf("--format azure -o %s: no Bicep source beside it: %v", azFile, err)
+	}
+	bicepFile := filepath.Join(t.TempDir(), "stack.bicep")
+	mustRun(t, "install", "stack", "demo", "--format", "bicep", "-o", bicepFile)
+	if b, err := os.ReadFile(bicepFile); err != nil || !strings.Contains(string(b), "param EnableBreakGlass bool = false") {
+		t.Errorf("--format bicep -o %s: %v\n%s", bicepFile, err, b)
+	}
 	for _, want := range []string{"az deployment group create --resource-group byoc-demo --template-file " + azFile,
 		"https://portal.azure.com/#create/Microsoft.Template/uri/https%3A%2F%2Fexample.com%2Ft%2Fazure.json"} {
 		if !strings.Contains(r.stdout, want) {

@@ -11,6 +11,9 @@
 // token over plain HTTP; the real azidentity and azsecrets clients reach
 // it with Client()'s transport, which trusts its certificate.
 //
+// StartRegistry adds an Azure Container Registry's token exchange in
+// front of a real docker-registry (registry.go).
+//
 // It models what the agent relies on, not Azure: which user-assigned
 // identities are attached to the VM (a token for another is refused, as
 // IMDS refuses an identity it does not have), which identities Key Vault
@@ -60,6 +63,12 @@ type Azure struct {
 	secrets  map[string]string
 	issued   []Token
 	byToken  map[string]Token
+
+	// The registry (registry.go): refresh tokens by client id, each
+	// identity's actions, whose tokens were exchanged.
+	refresh       map[string]string
+	registryRoles map[string][]string
+	exchanged     []string
 }
 
 // Token is a token the endpoint issued.
@@ -72,7 +81,8 @@ type Token struct {
 func New(tb testing.TB) *Azure {
 	tb.Helper()
 	a := &Azure{Tenant: NewID(), Header: "hdr-" + NewID(), Lifetime: 24 * time.Hour,
-		attached: map[string]bool{}, readers: map[string]bool{}, secrets: map[string]string{}, byToken: map[string]Token{}}
+		attached: map[string]bool{}, readers: map[string]bool{}, secrets: map[string]string{}, byToken: map[string]Token{},
+		refresh: map[string]string{}, registryRoles: map[string][]string{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+TokenPath, a.serveToken)
 	mux.HandleFunc("GET /secrets/{name}/{version...}", a.serveSecret)

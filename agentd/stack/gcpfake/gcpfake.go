@@ -11,6 +11,9 @@
 // plain HTTP, as on a VM; the two APIs are one httptest TLS server whose
 // Client() trusts its certificate. Both bind loopback.
 //
+// StartArtifactRegistry adds Artifact Registry's token realm in front of
+// a real docker-registry (registry.go).
+//
 // It models what the agent relies on, not Google Cloud: the VM's service
 // account (its metadata token is the only one the VM gets), which
 // service accounts exist, which principals may impersonate which
@@ -55,6 +58,9 @@ type GCP struct {
 	secrets   map[string]string // projects/P/secrets/S
 	issued    []Token
 	byToken   map[string]Token
+	// registryRoles are each account's actions on the Artifact Registry
+	// (registry.go).
+	registryRoles map[string][]string
 }
 
 // Token is a token the fake issued.
@@ -72,7 +78,7 @@ type Token struct {
 func New(tb testing.TB, vmAccount string) *GCP {
 	tb.Helper()
 	g := &GCP{VMAccount: vmAccount, accounts: map[string]bool{vmAccount: true}, creators: map[[2]string]bool{},
-		accessors: map[string]bool{}, secrets: map[string]string{}, byToken: map[string]Token{}}
+		accessors: map[string]bool{}, secrets: map[string]string{}, byToken: map[string]Token{}, registryRoles: map[string][]string{}}
 	md := http.NewServeMux()
 	md.HandleFunc("GET /computeMetadata/v1/instance/service-accounts/default/token", g.serveMetadataToken)
 	g.Metadata = httptest.NewServer(md)
