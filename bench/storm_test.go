@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/byoc-dev/byoc/e2e/cluster"
+	"github.com/byoc-dev/byoc/imsd/store/pgtest"
 	"github.com/byoc-dev/byoc/internal/backoff"
 	"github.com/byoc-dev/byoc/rpc/agentchannel"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
@@ -33,21 +35,60 @@ import (
 // no agent gave up and that 500 jobs enqueued during the storm all
 // finish. Target: all back within 30s on two cores.
 func BenchmarkReconnectStorm(b *testing.B) {
-	n := 10000
-	if v, err := strconv.Atoi(os.Getenv("BYOC_BENCH_AGENTS")); err == nil {
-		n = v
-	}
+	n := stormAgents()
 	for range b.N {
 		p := stormIMS(b, "")
 		agents := fleet(b, p, n, func(string, time.Time) {})
-		storm(b, p, agents)
+		storm(b, "SQLite", []*imsProc{p}, agents)
 	}
 }
 
-// stormIMS is startIMS with BYOC_BENCH_MAX_HELLOS as imsd's --max-hellos
-// when set.
+// BenchmarkReconnectStormReplicas is BenchmarkReconnectStorm on a
+// PostgreSQL replica pair: two imsd processes on one PostgreSQL behind a
+// layer-4 balancer (cluster.Balancer, as a vendor runs them), the agents
+// spread across both by the balancer, both replicas killed at once and
+// started again two seconds later. CPU and RSS are the two replicas'
+// together; the PostgreSQL backends' are not counted.
+func BenchmarkReconnectStormReplicas(b *testing.B) {
+	n := stormAgents()
+	for range b.N {
+		dsn := pgtest.Start(b)
+		var dsns []string
+		for i := range 2 {
+			dsns = append(dsns, cluster.WithApplicationName(b, dsn, fmt.Sprintf("imsd-%d", i+1)))
+		}
+		ps := cluster.StartReplicas(b, dsns, func(int) io.Writer { return os.Stderr }, stormArgs("")...)
+		p1, p2 := &imsProc{IMSProcess: ps[0], url: ps[0].URL()}, &imsProc{IMSProcess: ps[1], url: ps[1].URL()}
+		lb := cluster.StartBalancer(b, p1.Addr, p2.Addr)
+		// Installs are made through one replica; the agents name the
+		// balancer, as agentd --ims does.
+		agents := fleet(b, &imsProc{IMSProcess: p1.IMSProcess, url: lb.URL()}, n, func(string, time.Time) {})
+		fmt.Printf("agents per replica before the storm: %v\n", lb.Active())
+		storm(b, "PostgreSQL replica pair", []*imsProc{p1, p2}, agents)
+		fmt.Printf("agents per replica after the storm: %v\n", lb.Active())
+	}
+}
+
+// stormAgents is the storm's fleet size: BYOC_BENCH_AGENTS, or 10,000.
+func stormAgents() int {
+	if v, err := strconv.Atoi(os.Getenv("BYOC_BENCH_AGENTS")); err == nil {
+		return v
+	}
+	return 10000
+}
+
+// stormIMS is startIMS with stormArgs.
 func stormIMS(b *testing.B, databaseURL string) *imsProc {
 	b.Helper()
+	p := cluster.StartIMSProcess(b, os.Stderr, stormArgs(databaseURL)...)
+	return &imsProc{IMSProcess: p, url: p.URL()}
+}
+
+// stormArgs are the storm's imsd flags: a long heartbeat and lease (the
+// bench agents send no heartbeats), BYOC_BENCH_MAX_HELLOS as
+// --max-hellos and BYOC_BENCH_PPROF as --debug-addr when set (one
+// process only: a replica pair would share the address).
+func stormArgs(databaseURL string) []string {
 	args := []string{"--log-level", "warn", "--heartbeat", "30s", "--lease", "60s"}
 	if databaseURL != "" {
 		args = append(args, "--database-url", databaseURL)
@@ -55,11 +96,10 @@ func stormIMS(b *testing.B, databaseURL string) *imsProc {
 	if v := os.Getenv("BYOC_BENCH_MAX_HELLOS"); v != "" {
 		args = append(args, "--max-hellos", v)
 	}
-	if v := os.Getenv("BYOC_BENCH_PPROF"); v != "" {
+	if v := os.Getenv("BYOC_BENCH_PPROF"); v != "" && databaseURL == "" {
 		args = append(args, "--debug-addr", v) // profile imsd during the storm
 	}
-	p := cluster.StartIMSProcess(b, os.Stderr, args...)
-	return &imsProc{IMSProcess: p, url: p.URL()}
+	return args
 }
 
 // stormStats are what the agents of a storm saw.
@@ -69,12 +109,39 @@ type stormStats struct {
 	welcomes                       []time.Time
 }
 
-func storm(b *testing.B, p *imsProc, agents []*benchAgent) {
+// storm kills every process of procs at once (SIGKILL, as a crash),
+// starts them again two seconds later while the agents reconnect, and
+// prints what label's storm took. CPU and RSS are the processes' sums.
+func storm(b *testing.B, label string, procs []*imsProc, agents []*benchAgent) {
 	b.Helper()
 	n := len(agents)
 	const down = 2 * time.Second
-	p.Kill()
+	killedPIDs := make([]int, len(procs))
+	for i, p := range procs {
+		killedPIDs[i] = p.PID()
+		p.Kill()
+	}
 	killed := time.Now()
+	cpu := func() (t time.Duration) {
+		for _, p := range procs {
+			t += p.cpu(b)
+		}
+		return t
+	}
+	rss := func() (m int64) {
+		for _, p := range procs {
+			m += p.rss(b)
+		}
+		return m
+	}
+	restarted := func() bool {
+		for i, p := range procs {
+			if p.PID() == killedPIDs[i] {
+				return false
+			}
+		}
+		return true
+	}
 	var st stormStats
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -93,22 +160,21 @@ func storm(b *testing.B, p *imsProc, agents []*benchAgent) {
 	var cpu0 atomic.Int64
 	sampleDone := make(chan struct{})
 	stopSample := make(chan struct{})
-	killedPID := p.PID()
 	go func() {
 		defer close(sampleDone)
-		for p.PID() == killedPID {
+		for !restarted() {
 			select {
 			case <-stopSample:
 				return
 			case <-time.After(time.Millisecond):
 			}
 		}
-		cpu0.Store(int64(p.cpu(b)))
+		cpu0.Store(int64(cpu()))
 		type sample struct {
 			at  time.Time
 			cpu time.Duration
 		}
-		samples := []sample{{time.Now(), p.cpu(b)}}
+		samples := []sample{{time.Now(), cpu()}}
 		t := time.NewTicker(250 * time.Millisecond)
 		defer t.Stop()
 		for {
@@ -117,7 +183,7 @@ func storm(b *testing.B, p *imsProc, agents []*benchAgent) {
 				return
 			case <-t.C:
 			}
-			now := sample{time.Now(), p.cpu(b)}
+			now := sample{time.Now(), cpu()}
 			for i := len(samples) - 1; i >= 0; i-- {
 				if d := now.at.Sub(samples[i].at); d >= time.Second {
 					peakCPU = max(peakCPU, float64(now.cpu-samples[i].cpu)/float64(d))
@@ -125,15 +191,23 @@ func storm(b *testing.B, p *imsProc, agents []*benchAgent) {
 				}
 			}
 			samples = append(samples, now)
-			peakRSS = max(peakRSS, p.rss(b))
+			peakRSS = max(peakRSS, rss())
 		}
 	}()
 	started := time.Now()
-	p.Start()
+	// Every process starts at once (Start returns once its /readyz
+	// answers); the first one here, the others beside it.
+	var starting sync.WaitGroup
+	for _, p := range procs[1:] {
+		starting.Add(1)
+		go func() { defer starting.Done(); p.Start() }()
+	}
+	procs[0].Start()
+	starting.Wait()
 	ready := time.Now()
 	// Jobs enqueued while the fleet comes back: each must finish.
 	const jobs = 500
-	c := p.client()
+	c := procs[0].client()
 	reqs := make([]*imsv1.EnqueueJobRequest, 0, jobs)
 	for i := range jobs {
 		reqs = append(reqs, &imsv1.EnqueueJobRequest{Install: fmt.Sprintf("i%05d", (i*7919)%n), ComponentType: "action", Operation: "apply", Config: noop})
@@ -146,7 +220,7 @@ func storm(b *testing.B, p *imsProc, agents []*benchAgent) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	back := time.Now()
-	stormCPU := p.cpu(b) - time.Duration(cpu0.Load())
+	stormCPU := cpu() - time.Duration(cpu0.Load())
 	close(stopSample)
 	<-sampleDone
 	if got := st.welcomed.Load(); got < int64(n) {
@@ -183,12 +257,16 @@ func storm(b *testing.B, p *imsProc, agents []*benchAgent) {
 	first := st.welcomes[0]
 	st.mu.Unlock()
 	all := back.Sub(started)
-	fmt.Printf("reconnect storm, SQLite: %d agents back %s after imsd started (ready in %s; down %s; %s after the kill); first welcome %s after start; "+
-		"hellos %.0f/s on average from the first welcome, %d/s at the peak second; imsd peak CPU %.0f %% of a core (%.1f s of CPU in the storm), peak RSS %d MiB; "+
+	var shedMetric float64
+	for _, p := range procs {
+		shedMetric += p.metric(b, "byoc_agent_hellos_shed_total")
+	}
+	fmt.Printf("reconnect storm, %s: %d agents back %s after imsd started (ready in %s; down %s; %s after the kill); first welcome %s after start; "+
+		"hellos %.0f/s on average from the first welcome, %d/s at the peak second; imsd (all replicas) peak CPU %.0f %% of a core (%.1f s of CPU in the storm), peak RSS %d MiB; "+
 		"hellos shed by admission control %d (imsd counter %.0f), other failed tries %d, agents that gave up %d; jobs enqueued during the storm %d, succeeded %d, unfinished %d (target: all back within 30s) [%s]\n",
-		n, all.Round(time.Millisecond), ready.Sub(started).Round(time.Millisecond), down, back.Sub(killed).Round(time.Millisecond), first.Sub(started).Round(time.Millisecond),
+		label, n, all.Round(time.Millisecond), ready.Sub(started).Round(time.Millisecond), down, back.Sub(killed).Round(time.Millisecond), first.Sub(started).Round(time.Millisecond),
 		float64(n)/back.Sub(first).Seconds(), peakRate, 100*peakCPU, stormCPU.Seconds(), peakRSS>>20,
-		st.shed.Load(), p.metric(b, "byoc_agent_hellos_shed_total"), st.failed.Load(), st.gaveUp.Load(), jobs, succeeded, left, machine())
+		st.shed.Load(), shedMetric, st.failed.Load(), st.gaveUp.Load(), jobs, succeeded, left, machine())
 	b.ReportMetric(all.Seconds(), "s-all-back")
 	b.ReportMetric(100*peakCPU, "peak-cpu-%")
 	b.ReportMetric(float64(peakRSS>>20), "peak-rss-MiB")
