@@ -310,6 +310,8 @@ func Describe(m *agentv1.ConnectRequest) (kind, job string, inner proto.Message)
 		return "result", v.Result.GetJobId(), v.Result
 	case *agentv1.ConnectRequest_ChannelHello:
 		return "channel_hello", "", v.ChannelHello
+	case *agentv1.ConnectRequest_Telemetry:
+		return "telemetry", "", v.Telemetry
 	}
 	return "other", "", m
 }

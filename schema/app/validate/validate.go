@@ -123,6 +123,7 @@ func Check(a *config.App, ds *diag.List, opts Options) {
 	v.policies()
 	v.clusterPolicies()
 	v.breakGlass()
+	v.telemetry()
 	for _, in := range a.Installs {
 		v.install(a.Source(in), in)
 	}
