@@ -182,6 +182,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "policy" {
 		os.Exit(policyCmd(os.Args[2:], os.Stdout, os.Stderr, time.Now))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "telemetry" {
+		os.Exit(telemetryCmd(os.Args[2:], os.Stdout, os.Stderr, time.Now))
+	}
 	if len(os.Args) > 1 && os.Args[1] == "module" {
 		os.Exit(moduleCmd(ctx, os.Args[2:], os.Stdout, os.Stderr))
 	}
@@ -291,6 +294,7 @@ commands (most take --state-dir DIR, the agent's state directory):
   plugin           pin, unpin and list plugins (agentd plugin pin|unpin|list)
   update           the agent's update policy; apply a signed agent release
   policy           the customer's supply-chain policy (agentd policy supply-chain)
+  telemetry        what of the app's metrics and logs the agent forwards (agentd telemetry show|set)
   audit            verify the agent's copy of the audit chain; compare it with imsd's
   egress           list and sum what the agent sent to imsd (agentd egress list|stats)
   module push      put a Terraform module or Helm chart into the install registry

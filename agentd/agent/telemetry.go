@@ -66,4 +66,3 @@ func (a *Agent) sendTelemetry(st interface {
 	b.DroppedSamples, b.DroppedLines = a.telemetry.Dropped()
 	return st.Send(&agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Telemetry{Telemetry: b}})
 }
-
