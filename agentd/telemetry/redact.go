@@ -47,7 +47,7 @@ func NewRules(s permissions.TelemetrySetting) (*Rules, error) {
 		alt = append(alt, regexp.QuoteMeta(f))
 	}
 	if len(alt) > 0 {
-		r.pairs = regexp.MustCompile(`(^|[\s,{;])("?)(` + strings.Join(alt, "|") + `)("?)([=:])\s*("(?:[^"\\]|\\.)*"|[^\s,;}]*)`)
+		r.pairs = regexp.MustCompile(`(^|[\s,{;])("?)(` + strings.Join(alt, "|") + `)("?)([=:]\s*)("(?:[^"\\]|\\.)*"|[^\s,;}]*)`)
 	}
 	r.drop, _ = s.DropPatterns()
 	return r, nil
