@@ -94,10 +94,10 @@ func TestRedactLine(t *testing.T) {
 	r := rules(t, permissions.TelemetrySetting{Mode: "metrics,logs", RedactFields: []string{"email", "token"}})
 	for in, want := range map[string]string{
 		`{"msg":"login","email":"a@example.com","user":{"token":"s3cr3t","id":4}}`: `{"email":"[redacted]","msg":"login","user":{"id":4,"token":"[redacted]"}}`,
-		`level=info msg="login" email=a@example.com token="x y" id=4`:               `level=info msg="login" email=[redacted] token=[redacted] id=4`,
-		`login for email: a@example.com, ok`:                                         `login for email: [redacted], ok`,
-		`no fields here; emails=3`:                                                   `no fields here; emails=3`,
-		`{"msg":"nothing to redact"}`:                                                `{"msg":"nothing to redact"}`,
+		`level=info msg="login" email=a@example.com token="x y" id=4`:              `level=info msg="login" email=[redacted] token=[redacted] id=4`,
+		`login for email: a@example.com, ok`:                                       `login for email: [redacted], ok`,
+		`no fields here; emails=3`:                                                 `no fields here; emails=3`,
+		`{"msg":"nothing to redact"}`:                                              `{"msg":"nothing to redact"}`,
 	} {
 		if got := r.Line(in); got != want {
 			t.Errorf("%s\n got %s\nwant %s", in, got, want)

@@ -56,7 +56,7 @@ type App struct {
 	Permissions     Permissions
 	Policies        PoliciesFile
 	BreakGlass      BreakGlass
-	Telemetry       Telemetry // telemetry.toml
+	Telemetry       Telemetry      // telemetry.toml
 	Installs        []*InstallFile // sorted by name
 
 	// Warnings are what the checks found worth saying that lets the
