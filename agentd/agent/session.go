@@ -177,6 +177,15 @@ func (a *Agent) session(ctx context.Context) error {
 				return err
 			}
 		case b := <-a.telemetry.Batches():
+			// A batch read under a setting imsd has not heard of yet
+			// follows the heartbeat that reports it.
+			select {
+			case <-a.permKick:
+				if err := a.heartbeatNow(sst, ss); err != nil {
+					return err
+				}
+			default:
+			}
 			if err := a.sendTelemetry(sst, b); err != nil {
 				return err
 			}
