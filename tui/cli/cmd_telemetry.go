@@ -109,11 +109,21 @@ install.`,
 }
 
 // promLabels writes labels as the Prometheus text format does, with the
-// source as a label of its own.
+// source as a label of its own (source, or telemetry_source when the
+// metric has a source label), sorted.
 func promLabels(source string, labels map[string]string) string {
-	parts := []string{"source=" + strconv.Quote(source)}
-	for _, k := range slices.Sorted(maps.Keys(labels)) {
-		parts = append(parts, k+"="+strconv.Quote(labels[k]))
+	all := maps.Clone(labels)
+	if all == nil {
+		all = map[string]string{}
+	}
+	key := "source"
+	if _, ok := all[key]; ok {
+		key = "telemetry_source"
+	}
+	all[key] = source
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(all)) {
+		parts = append(parts, k+"="+strconv.Quote(all[k]))
 	}
 	return "{" + strings.Join(parts, ",") + "}"
 }
