@@ -55,6 +55,7 @@ import (
 	"github.com/byoc-dev/byoc/internal/flaghelp"
 	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/internal/ocisign"
+	"github.com/byoc-dev/byoc/internal/stackconfig"
 	"github.com/byoc-dev/byoc/plugins/action"
 	"github.com/byoc-dev/byoc/plugins/action/sandbox"
 	"github.com/byoc-dev/byoc/plugins/build"
@@ -195,6 +196,23 @@ func main() {
 		os.Exit(supportBundleCmd(ctx, os.Args[2:], os.Stdout, os.Stderr))
 	}
 	os.Exit(run(ctx, os.Args[1:]))
+}
+
+// ledgerSettings are the egress ledger's settings: the stack config's e
+// (nil: none), unless the flag was given on the command line.
+func ledgerSettings(fs *flag.FlagSet, e *stackconfig.EgressLedger, content string, maxBytes int64) (string, int64) {
+	if e == nil {
+		return content, maxBytes
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if !given["egress-ledger-content"] {
+		content = e.Content
+	}
+	if !given["egress-ledger-max-bytes"] && e.MaxBytes > 0 {
+		maxBytes = e.MaxBytes
+	}
+	return content, maxBytes
 }
 
 func servePlugin(args []string) int {
@@ -591,6 +609,9 @@ func run(ctx context.Context, args []string) int {
 		if err != nil {
 			log.Warn("sweep leftovers at start", "err", err)
 		}
+	}
+	if st != nil {
+		*ledgerContent, *ledgerMax = ledgerSettings(fs, st.Config.EgressLedger, *ledgerContent, *ledgerMax)
 	}
 	content, err := ledger.ParseContent(*ledgerContent)
 	if err != nil {
