@@ -68,6 +68,9 @@ type Config struct {
 	// customer turned telemetry on.
 	Telemetry       *telemetry.Store
 	TelemetryConfig func(ctx context.Context, installID string) (*agentv1.TelemetryConfig, error)
+	// SensitiveEnv returns the values of a debug job's sensitive
+	// arguments, which imsd holds in memory only (workflow.SensitiveValues).
+	SensitiveEnv func(jobID string) (map[string]string, bool)
 }
 
 // Observer receives events worth a metric. All methods must be cheap.

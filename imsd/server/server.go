@@ -537,6 +537,7 @@ func (s *Server) newHTTPServer() *http.Server {
 		MaxHellos:         cfg.MaxHellos,
 		Telemetry:         s.telemetry,
 		TelemetryConfig:   s.telemetryConfig,
+		SensitiveEnv:      s.engine.Sensitive.Get,
 	}, cfg.Now, s.log, obs)
 	s.agents = ag
 	s.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{

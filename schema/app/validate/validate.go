@@ -637,6 +637,9 @@ func (v *validator) debug(file string, d *config.DebugCommand) {
 		case typ != "enum" && len(a.Values) > 0:
 			v.errf(file, at("values"), "remove them, or set type = \"enum\"", "only an enum argument has values")
 		}
+		if a.Sensitive && a.Default != "" {
+			v.errf(file, at("default"), "remove it: a secret is given at each run, never kept in the app config", "a sensitive argument has no default")
+		}
 		if a.Required && a.Default != "" {
 			v.errf(file, at("default"), "keep one of them", "a required argument has no default")
 		} else if a.Default != "" {

@@ -7924,9 +7924,12 @@ type DebugArg struct {
 	Min *int64 `protobuf:"varint,5,opt,name=min,proto3,oneof" json:"min,omitempty"`
 	Max *int64 `protobuf:"varint,6,opt,name=max,proto3,oneof" json:"max,omitempty"`
 	// values are an enum's allowed values.
-	Values        []string `protobuf:"bytes,7,rep,name=values,proto3" json:"values,omitempty"`
-	Required      bool     `protobuf:"varint,8,opt,name=required,proto3" json:"required,omitempty"`
-	DefaultValue  string   `protobuf:"bytes,9,opt,name=default_value,json=defaultValue,proto3" json:"default_value,omitempty"`
+	Values       []string `protobuf:"bytes,7,rep,name=values,proto3" json:"values,omitempty"`
+	Required     bool     `protobuf:"varint,8,opt,name=required,proto3" json:"required,omitempty"`
+	DefaultValue string   `protobuf:"bytes,9,opt,name=default_value,json=defaultValue,proto3" json:"default_value,omitempty"`
+	// sensitive marks a secret value: masked (***) in the audit record,
+	// the job's stored config and the answer; redacted from the output.
+	Sensitive     bool `protobuf:"varint,10,opt,name=sensitive,proto3" json:"sensitive,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -8022,6 +8025,13 @@ func (x *DebugArg) GetDefaultValue() string {
 		return x.DefaultValue
 	}
 	return ""
+}
+
+func (x *DebugArg) GetSensitive() bool {
+	if x != nil {
+		return x.Sensitive
+	}
+	return false
 }
 
 type RunDebugCommandRequest struct {
@@ -8775,7 +8785,7 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12)\n" +
 	"\x04args\x18\x03 \x03(\v2\x15.byoc.ims.v1.DebugArgR\x04args\x12'\n" +
-	"\x0ftimeout_seconds\x18\x04 \x01(\x03R\x0etimeoutSeconds\"\x85\x02\n" +
+	"\x0ftimeout_seconds\x18\x04 \x01(\x03R\x0etimeoutSeconds\"\xa3\x02\n" +
 	"\bDebugArg\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12\x12\n" +
@@ -8785,7 +8795,9 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x03max\x18\x06 \x01(\x03H\x01R\x03max\x88\x01\x01\x12\x16\n" +
 	"\x06values\x18\a \x03(\tR\x06values\x12\x1a\n" +
 	"\brequired\x18\b \x01(\bR\brequired\x12#\n" +
-	"\rdefault_value\x18\t \x01(\tR\fdefaultValueB\x06\n" +
+	"\rdefault_value\x18\t \x01(\tR\fdefaultValue\x12\x1c\n" +
+	"\tsensitive\x18\n" +
+	" \x01(\bR\tsensitiveB\x06\n" +
 	"\x04_minB\x06\n" +
 	"\x04_max\"\x80\x02\n" +
 	"\x16RunDebugCommandRequest\x12\x18\n" +
