@@ -101,8 +101,14 @@ func (a *Agent) permissions() (permissions.State, error) {
 		err = serr
 	}
 	a.checkedLocked(permissions.FileName, gen, err, a.perm.err)
-	if err == nil && a.perm.loaded && a.perm.err == nil && !st.Telemetry.Equal(a.perm.state.Telemetry) {
+	switch {
+	case err == nil && a.perm.loaded && a.perm.err == nil && !st.Telemetry.Equal(a.perm.state.Telemetry):
 		a.noteTelemetry(a.perm.state.Telemetry, st, gen)
+	case err == nil && !a.perm.loaded:
+		// Changed while the agent was not running: against the journal.
+		if last := a.journalledTelemetry(); !st.Telemetry.Equal(last) {
+			a.noteTelemetry(last, st, gen)
+		}
 	}
 	changed := !a.perm.loaded || !st.Equal(a.perm.state) || (err == nil) != (a.perm.err == nil)
 	a.perm = permState{stamp: stamp, loaded: true, state: st, err: err}

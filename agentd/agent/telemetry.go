@@ -1,8 +1,11 @@
 package agent
 
 import (
+	"encoding/json"
 	"strconv"
 	"strings"
+
+	"github.com/byoc-dev/byoc/agentd/auditlog"
 
 	"github.com/byoc-dev/byoc/agentd/permissions"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
@@ -38,8 +41,43 @@ func (a *Agent) noteTelemetry(old permissions.TelemetrySetting, st permissions.S
 	a.log.Info("customer changed the telemetry setting", "from", old.ModeName(), "to", t.String(), "by", st.ChangedBy)
 	a.note(KindTelemetryChanged, "install:"+a.id.InstallID, map[string]string{
 		"from": old.ModeName(), "mode": t.ModeName(), "redact_labels": strings.Join(t.RedactLabels, ","),
-		"redact_fields": strings.Join(t.RedactFields, ","), "drop_metrics": strings.Join(t.DropMetrics, " "),
+		"redact_fields": strings.Join(t.RedactFields, ","), "drop_metrics": strings.Join(t.DropMetrics, "\n"),
 		"changed_by": st.ChangedBy, "generation": strconv.FormatUint(gen, 10)})
+}
+
+// journalledTelemetry is the setting the journal's last
+// telemetry.changed record names (off when there is none).
+func (a *Agent) journalledTelemetry() permissions.TelemetrySetting {
+	if a.journal == nil {
+		return permissions.TelemetrySetting{}
+	}
+	rs, err := auditlog.ReadFile(a.journal.Path())
+	if err != nil {
+		return permissions.TelemetrySetting{}
+	}
+	for i := len(rs) - 1; i >= 0; i-- {
+		if rs[i].Kind != KindTelemetryChanged {
+			continue
+		}
+		var d map[string]string
+		if json.Unmarshal([]byte(rs[i].Data), &d) != nil {
+			break
+		}
+		t := permissions.TelemetrySetting{RedactLabels: split(d["redact_labels"], ","), RedactFields: split(d["redact_fields"], ","),
+			DropMetrics: split(d["drop_metrics"], "\n")}
+		if d["mode"] != permissions.TelemetryOff {
+			t.Mode = d["mode"]
+		}
+		return t
+	}
+	return permissions.TelemetrySetting{}
+}
+
+func split(s, sep string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, sep)
 }
 
 func telemetryProto(t permissions.TelemetrySetting) *agentv1.TelemetrySetting {
