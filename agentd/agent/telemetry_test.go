@@ -41,7 +41,9 @@ func TestTelemetryChangesAreJournalled(t *testing.T) {
 	dir := t.TempDir()
 	f := &fakeIMS{}
 	a, stop := startFakeIn(t, f, &runRecorder{}, dir, nil)
-	setPermissions(t, a, func(s *permissions.State) { s.Telemetry = permissions.TelemetrySetting{Mode: permissions.TelemetryMetrics} })
+	setPermissions(t, a, func(s *permissions.State) {
+		s.Telemetry = permissions.TelemetrySetting{Mode: permissions.TelemetryMetrics}
+	})
 	eventually(t, "the change journalled", func() bool { return strings.Join(telemetryChanges(t, dir), " ") == "off>metrics" })
 	stop()
 	if _, err := permissions.Update(dir, a.now(), "test", func(s *permissions.State) {
