@@ -9,7 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/byoc-dev/byoc/agentd/ledger"
 	"github.com/byoc-dev/byoc/agentd/pluginhost"
+	"github.com/byoc-dev/byoc/internal/stackconfig"
 )
 
 // The egress flags become the plugins' Egress; a bad value is an error
@@ -76,5 +78,33 @@ func TestEgressFlags(t *testing.T) {
 	host, err := parse("--sandbox-network", "host").build(t.Context(), nil)
 	if err != nil || !strings.Contains(egressWarning(host.Network), "WARNING: --sandbox-network=host") {
 		t.Errorf("host: %v %q", err, egressWarning(host.Network))
+	}
+}
+
+// The egress ledger's settings come from the stack config unless a flag
+// was given on the command line.
+func TestLedgerSettingsFromStackConfig(t *testing.T) {
+	stackLedger := &stackconfig.EgressLedger{Content: "logs", MaxBytes: 8 << 20}
+	for _, c := range []struct {
+		args        []string
+		e           *stackconfig.EgressLedger
+		wantContent string
+		wantMax     int64
+	}{
+		{nil, nil, "", ledger.DefaultMaxBytes},
+		{nil, stackLedger, "logs", 8 << 20},
+		{[]string{"--egress-ledger-content", "outputs"}, stackLedger, "outputs", 8 << 20},
+		{[]string{"--egress-ledger-content", "", "--egress-ledger-max-bytes", "2097152"}, stackLedger, "", 2 << 20},
+		{nil, &stackconfig.EgressLedger{Content: "outputs"}, "outputs", ledger.DefaultMaxBytes},
+	} {
+		fs := flag.NewFlagSet("agentd", flag.ContinueOnError)
+		content := fs.String("egress-ledger-content", "", "")
+		maxBytes := fs.Int64("egress-ledger-max-bytes", ledger.DefaultMaxBytes, "")
+		if err := fs.Parse(c.args); err != nil {
+			t.Fatal(err)
+		}
+		if gc, gm := ledgerSettings(fs, c.e, *content, *maxBytes); gc != c.wantContent || gm != c.wantMax {
+			t.Errorf("%v with %+v: %q %d, want %q %d", c.args, c.e, gc, gm, c.wantContent, c.wantMax)
+		}
 	}
 }

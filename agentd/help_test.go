@@ -29,6 +29,7 @@ func TestHelpExitsZero(t *testing.T) {
 			return identityCmd(context.Background(), a, o, e, time.Now)
 		},
 		"egress":         func(a []string, o, e io.Writer) int { return egressCmd(a, o, e, time.Now) },
+		"telemetry":      func(a []string, o, e io.Writer) int { return telemetryCmd(a, o, e, time.Now) },
 		"module":         func(a []string, o, e io.Writer) int { return moduleCmd(context.Background(), a, o, e) },
 		"preflight":      func(a []string, o, e io.Writer) int { return preflightCmd(context.Background(), a, o, e) },
 		"support-bundle": func(a []string, o, e io.Writer) int { return supportBundleCmd(context.Background(), a, o, e) },

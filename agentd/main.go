@@ -183,6 +183,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "policy" {
 		os.Exit(policyCmd(os.Args[2:], os.Stdout, os.Stderr, time.Now))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "telemetry" {
+		os.Exit(telemetryCmd(os.Args[2:], os.Stdout, os.Stderr, time.Now))
+	}
 	if len(os.Args) > 1 && os.Args[1] == "module" {
 		os.Exit(moduleCmd(ctx, os.Args[2:], os.Stdout, os.Stderr))
 	}
@@ -193,6 +196,23 @@ func main() {
 		os.Exit(supportBundleCmd(ctx, os.Args[2:], os.Stdout, os.Stderr))
 	}
 	os.Exit(run(ctx, os.Args[1:]))
+}
+
+// ledgerSettings are the egress ledger's settings: the stack config's e
+// (nil: none), unless the flag was given on the command line.
+func ledgerSettings(fs *flag.FlagSet, e *stackconfig.EgressLedger, content string, maxBytes int64) (string, int64) {
+	if e == nil {
+		return content, maxBytes
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if !given["egress-ledger-content"] {
+		content = e.Content
+	}
+	if !given["egress-ledger-max-bytes"] && e.MaxBytes > 0 {
+		maxBytes = e.MaxBytes
+	}
+	return content, maxBytes
 }
 
 func servePlugin(args []string) int {
@@ -292,6 +312,7 @@ commands (most take --state-dir DIR, the agent's state directory):
   plugin           pin, unpin and list plugins (agentd plugin pin|unpin|list)
   update           the agent's update policy; apply a signed agent release
   policy           the customer's supply-chain policy (agentd policy supply-chain)
+  telemetry        what of the app's metrics and logs the agent forwards (agentd telemetry show|set)
   audit            verify the agent's copy of the audit chain; compare it with imsd's
   egress           list and sum what the agent sent to imsd (agentd egress list|stats)
   module push      put a Terraform module or Helm chart into the install registry
@@ -595,6 +616,9 @@ func run(ctx context.Context, args []string) int {
 		if err != nil {
 			log.Warn("sweep leftovers at start", "err", err)
 		}
+	}
+	if st != nil {
+		*ledgerContent, *ledgerMax = ledgerSettings(fs, st.Config.EgressLedger, *ledgerContent, *ledgerMax)
 	}
 	content, err := ledger.ParseContent(*ledgerContent)
 	if err != nil {

@@ -66,6 +66,7 @@ var rpcAccess = map[string]string{
 	"ListActions": "read@install", "StartActionRun": "deploy@install", "ListActionRuns": "read@install", "GetActionRun": "read@install",
 	// Debug commands only read: support runs them as operators do.
 	"ListDebugCommands": "read@install", "RunDebugCommand": "debug@install",
+	"GetTelemetry":      "read@install",
 	"RequestBreakGlass": "break-glass@install", "ListBreakGlassGrants": "read@install", "GetBreakGlassPolicy": "read@install",
 	"ListAuditEvents": "read@install", "GetInstallStack": "read@install",
 	"CreateBuildAgentToken": "manage@all", "StartBuild": "manage@all", "ListBuilds": "read@any", "ListInstallImages": "read@install",

@@ -34,6 +34,7 @@ import (
 	"github.com/byoc-dev/byoc/agentd/ledger"
 	"github.com/byoc-dev/byoc/agentd/permissions"
 	"github.com/byoc-dev/byoc/agentd/pluginhost"
+	"github.com/byoc-dev/byoc/agentd/telemetry"
 	"github.com/byoc-dev/byoc/internal/backoff"
 	"github.com/byoc-dev/byoc/rpc/agentchannel"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
@@ -168,6 +169,9 @@ type Config struct {
 	// goroutine: it applies it as the customer's policy allows, and
 	// records the decision that the next report carries.
 	OnUpdateOffer func(ctx context.Context, offerID, release string)
+	// TelemetryTick is how often the app's telemetry sources are looked
+	// at (default 1s); a source is read at its own declared interval.
+	TelemetryTick time.Duration
 }
 
 // Agent is a running agentd.
@@ -250,6 +254,10 @@ type Agent struct {
 	rot     *identity.Rotation
 	rotErr  error
 	rotKick chan struct{}
+
+	// telemetry reads the app's declared telemetry sources as the
+	// customer's setting allows (telemetry.go).
+	telemetry *telemetry.Collector
 }
 
 // New loads the agent's identity from the state dir, enrolling first if
@@ -310,6 +318,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		rotKick:     make(chan struct{}, 1),
 		stateCh:     make(chan struct{}),
 	}
+	a.telemetry = &telemetry.Collector{Setting: a.telemetrySetting, Tick: cfg.TelemetryTick, Log: cfg.Logger, Now: cfg.Now}
 	id, err := identity.Load(cfg.StateDir)
 	switch {
 	case err == nil:
@@ -627,6 +636,7 @@ func (a *Agent) Run(parent context.Context) error {
 	defer stopWatch()
 	go a.watchLeases(wctx)
 	go a.watchPermissions(wctx, revoked)
+	go a.telemetry.Run(wctx)
 	retry := backoff.New(a.cfg.BackoffMin, a.cfg.BackoffMax)
 	for {
 		start := time.Now()

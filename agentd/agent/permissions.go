@@ -101,6 +101,15 @@ func (a *Agent) permissions() (permissions.State, error) {
 		err = serr
 	}
 	a.checkedLocked(permissions.FileName, gen, err, a.perm.err)
+	switch {
+	case err == nil && a.perm.loaded && a.perm.err == nil && !st.Telemetry.Equal(a.perm.state.Telemetry):
+		a.noteTelemetry(a.perm.state.Telemetry, st, gen)
+	case err == nil && !a.perm.loaded:
+		// Changed while the agent was not running: against the journal.
+		if last := a.journalledTelemetry(); !st.Telemetry.Equal(last) {
+			a.noteTelemetry(last, st, gen)
+		}
+	}
 	changed := !a.perm.loaded || !st.Equal(a.perm.state) || (err == nil) != (a.perm.err == nil)
 	a.perm = permState{stamp: stamp, loaded: true, state: st, err: err}
 	if changed {
@@ -218,7 +227,7 @@ func (a *Agent) permissionsProto() *agentv1.Permissions {
 		return &agentv1.Permissions{DisabledAll: true}
 	}
 	p := &agentv1.Permissions{Provision: st.Provision, Maintenance: st.Maintenance, Deprovision: st.Deprovision,
-		BreakGlass: st.BreakGlass, DisabledAll: st.DisabledAll, Windows: st.Windows}
+		BreakGlass: st.BreakGlass, DisabledAll: st.DisabledAll, Windows: st.Windows, Telemetry: telemetryProto(st.Telemetry)}
 	if !st.ChangedAt.IsZero() {
 		p.ChangeTime = timestamppb.New(st.ChangedAt)
 	}

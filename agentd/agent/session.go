@@ -176,6 +176,19 @@ func (a *Agent) session(ctx context.Context) error {
 			if err := a.flush(sst, ss); err != nil {
 				return err
 			}
+		case b := <-a.telemetry.Batches():
+			// A batch read under a setting imsd has not heard of yet
+			// follows the heartbeat that reports it.
+			select {
+			case <-a.permKick:
+				if err := a.heartbeatNow(sst, ss); err != nil {
+					return err
+				}
+			default:
+			}
+			if err := a.sendTelemetry(sst, b); err != nil {
+				return err
+			}
 		case <-a.logKick:
 			if flushC == nil {
 				flushC = time.After(a.cfg.FlushInterval)
@@ -251,6 +264,8 @@ func (a *Agent) handle(ctx context.Context, m *agentv1.ConnectResponse, ss *sess
 	switch msg := m.Msg.(type) {
 	case *agentv1.ConnectResponse_Audit:
 		a.takeAudit(msg.Audit, ss)
+	case *agentv1.ConnectResponse_TelemetryConfig:
+		a.takeTelemetryConfig(msg.TelemetryConfig)
 	case *agentv1.ConnectResponse_Assignment:
 		a.assign(ctx, msg.Assignment)
 	case *agentv1.ConnectResponse_Cancel:

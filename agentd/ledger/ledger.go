@@ -45,8 +45,11 @@ const (
 	OldFile = "ledger.1.jsonl"
 )
 
+// DirName is the ledger's folder in the agent's state dir.
+const DirName = "egress"
+
 // Dir is where the ledger lives under the agent's state dir.
-func Dir(stateDir string) string { return filepath.Join(stateDir, "egress") }
+func Dir(stateDir string) string { return filepath.Join(stateDir, DirName) }
 
 // DefaultMaxBytes is the size at which the ledger file rotates.
 const DefaultMaxBytes = 64 << 20
@@ -310,6 +313,8 @@ func Describe(m *agentv1.ConnectRequest) (kind, job string, inner proto.Message)
 		return "result", v.Result.GetJobId(), v.Result
 	case *agentv1.ConnectRequest_ChannelHello:
 		return "channel_hello", "", v.ChannelHello
+	case *agentv1.ConnectRequest_Telemetry:
+		return "telemetry", "", v.Telemetry
 	}
 	return "other", "", m
 }

@@ -71,6 +71,9 @@ type State struct {
 	// SupplyChain is the customer's supply-chain policy (agentd policy
 	// supply-chain); the zero value requires nothing.
 	SupplyChain SupplyChainPolicy `json:"supply_chain,omitzero"`
+	// Telemetry is the customer's telemetry setting (agentd telemetry
+	// set); the zero value is off.
+	Telemetry TelemetrySetting `json:"telemetry,omitzero"`
 }
 
 // Equal reports whether s and o say the same.
@@ -78,7 +81,7 @@ func (s State) Equal(o State) bool {
 	return s.Provision == o.Provision && s.Maintenance == o.Maintenance && s.Deprovision == o.Deprovision &&
 		s.BreakGlass == o.BreakGlass && s.DisabledAll == o.DisabledAll && s.ChangedAt.Equal(o.ChangedAt) &&
 		s.ChangedBy == o.ChangedBy && slices.Equal(s.Windows, o.Windows) && s.Update == o.Update &&
-		s.SupplyChain.Equal(o.SupplyChain)
+		s.SupplyChain.Equal(o.SupplyChain) && s.Telemetry.Equal(o.Telemetry)
 }
 
 // Default is the state before the customer changes anything, as Nuon's

@@ -3,7 +3,8 @@
 // version, its configuration with secrets removed (the stack config, the
 // identity without its private key), the newest jobs' local logs, the
 // preflight results, the customer's permission state and break-glass
-// grants, and the agent's local audit copy. Every file goes through the
+// grants, the agent's local audit copy, and its egress ledger (what it
+// sent imsd: agentd egress list). Every file goes through the
 // agent's redactor with every secret the agent knows (the customer's
 // secrets and sensitive inputs, the enrolment token, the agent's private
 // key), in plain, base64, URL-encoded and JSON-escaped forms, before it
@@ -43,6 +44,7 @@ import (
 	"time"
 
 	"github.com/byoc-dev/byoc/agentd/identity"
+	"github.com/byoc-dev/byoc/agentd/ledger"
 	"github.com/byoc-dev/byoc/agentd/permissions"
 	"github.com/byoc-dev/byoc/agentd/preflight"
 	"github.com/byoc-dev/byoc/agentd/secrets"
@@ -164,7 +166,9 @@ func Write(ctx context.Context, w io.Writer, o Options) ([]string, error) {
 		return put(name, []byte(clean), note)
 	}
 	write := func(name string, data []byte) error { return writeNote(name, data, "") }
-	copyFile := func(name, path string) error {
+	var copyNoted func(name, path, note string) error
+	copyFile := func(name, path string) error { return copyNoted(name, path, "") }
+	copyNoted = func(name, path, note string) error {
 		b, size, err := readTail(path, maxFile)
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil
@@ -174,11 +178,14 @@ func Write(ctx context.Context, w io.Writer, o Options) ([]string, error) {
 			return nil
 		}
 		if int64(len(b)) == size {
-			return write(name, b)
+			return writeNote(name, b, note)
 		}
 		cut := size - int64(len(b))
 		marker := fmt.Sprintf("[support-bundle: %s had %d bytes, more than the %d kept of a file: its first %d bytes are left out, its last %d follow]\n", path, size, maxFile, cut, len(b))
-		return writeNote(name, append([]byte(marker), b...), fmt.Sprintf("CUT: the original had %d bytes; the first %d left out (the newest %d kept, behind a marker line)", size, cut, len(b)))
+		if note != "" {
+			note += "; "
+		}
+		return writeNote(name, append([]byte(marker), b...), note+fmt.Sprintf("CUT: the original had %d bytes; the first %d left out (the newest %d kept, behind a marker line)", size, cut, len(b)))
 	}
 	copyAudit := func(name, path string) error {
 		fi, err := os.Stat(path)
@@ -236,8 +243,8 @@ func Write(ctx context.Context, w io.Writer, o Options) ([]string, error) {
 			return nil, err
 		}
 	}
-	// The newest jobs' logs and the local audit copy.
-	for _, dir := range []string{"logs", "audit"} {
+	// The newest jobs' logs, the local audit copy and the egress ledger.
+	for _, dir := range []string{"logs", "audit", ledger.DirName} {
 		entries, err := os.ReadDir(filepath.Join(o.StateDir, dir))
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			problems = append(problems, fmt.Sprintf("%s: %v", dir, err))
@@ -246,9 +253,12 @@ func Write(ctx context.Context, w io.Writer, o Options) ([]string, error) {
 			if e.Type().IsRegular() && !strings.HasPrefix(e.Name(), ".") {
 				name, path := dir+"/"+e.Name(), filepath.Join(o.StateDir, dir, e.Name())
 				var err error
-				if dir == "audit" {
+				switch dir {
+				case "audit":
 					err = copyAudit(name, path)
-				} else {
+				case ledger.DirName:
+					err = copyNoted(name, path, "the egress ledger (what the agent sent imsd, as agentd egress list shows it)")
+				default:
 					err = copyFile(name, path)
 				}
 				if err != nil {

@@ -86,6 +86,8 @@ func TestBundleLeaksNoSecret(t *testing.T) {
 	write(t, filepath.Join(state, "logs", "job_1-1.log"), "system\t"+strings.ReplaceAll(text, "\n", "\nstdout\t"))
 	write(t, filepath.Join(state, "audit", "install.jsonl"), `{"chain":"ins_1","seq":1,"kind":"job.log","data":`+string(jtext)+"}\n")
 	write(t, filepath.Join(state, "audit", "agent.jsonl"), `{"chain":"agent:agt_1","seq":1,"data":`+string(jtext)+"}\n")
+	// The egress ledger, with content the customer turned on.
+	write(t, filepath.Join(state, "egress", "ledger.jsonl"), `{"kind":"logs","job":"job_1","size":9,"content":`+string(jtext)+"}\n")
 	if _, err := permissions.Update(state, time.Now(), text, func(s *permissions.State) { s.Maintenance = false }); err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +128,7 @@ func TestBundleLeaksNoSecret(t *testing.T) {
 	}
 	files := untar(t, buf.Bytes())
 	for _, want := range []string{"version.txt", "config/identity.json", "config/stack.json", "permissions/permissions.json",
-		"permissions/breakglass.json", "preflight.txt", "preflight.json", "logs/job_1-1.log", "audit/install.jsonl", "audit/agent.jsonl", "agentd.log"} {
+		"permissions/breakglass.json", "preflight.txt", "preflight.json", "logs/job_1-1.log", "audit/install.jsonl", "audit/agent.jsonl", "egress/ledger.jsonl", "agentd.log"} {
 		if _, ok := files[want]; !ok {
 			t.Errorf("bundle lacks %s (has %v)", want, names)
 		}
@@ -152,6 +154,10 @@ func TestBundleLeaksNoSecret(t *testing.T) {
 			!strings.Contains(manifestLine(files, f), "sha256 ") {
 			t.Errorf("manifest of %s: %q", f, manifestLine(files, f))
 		}
+	}
+	if l := manifestLine(files, "egress/ledger.jsonl"); !strings.Contains(l, "the egress ledger") || !strings.Contains(l, "secrets masked") ||
+		!strings.Contains(files["egress/ledger.jsonl"], `"kind":"logs","job":"job_1"`) {
+		t.Errorf("egress ledger: manifest %q, file %s", l, files["egress/ledger.jsonl"])
 	}
 	// What is not secret stays readable.
 	if !strings.Contains(files["config/identity.json"], "agt_1") || !strings.Contains(files["logs/job_1-1.log"], "license_key plain: ***\n") {

@@ -18,6 +18,7 @@ import (
 	"github.com/byoc-dev/byoc/imsd/errs"
 	"github.com/byoc-dev/byoc/imsd/rpcerr"
 	"github.com/byoc-dev/byoc/imsd/store"
+	"github.com/byoc-dev/byoc/imsd/telemetry"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 )
@@ -61,6 +62,15 @@ type Config struct {
 	// MaxHellos bounds the hellos served at once (admission.go; default
 	// DefaultMaxHellos).
 	MaxHellos int
+	// Telemetry, when set, holds the app telemetry agents forward
+	// (telemetry.go); TelemetryConfig returns the app's telemetry
+	// declaration for an install (nil: none), sent to an agent whose
+	// customer turned telemetry on.
+	Telemetry       *telemetry.Store
+	TelemetryConfig func(ctx context.Context, installID string) (*agentv1.TelemetryConfig, error)
+	// SensitiveEnv returns the values of a debug job's sensitive
+	// arguments, which imsd holds in memory only (workflow.SensitiveValues).
+	SensitiveEnv func(jobID string) (map[string]string, bool)
 }
 
 // Observer receives events worth a metric. All methods must be cheap.

@@ -224,7 +224,17 @@ func (c *conn) picked(j store.Job) {
 // grace from now: no longer than imsd waits for the ack before it may
 // hand the job out again.
 func (s *Service) assignment(ctx context.Context, j store.Job, installID, agentID string) (*agentv1.JobAssignment, error) {
-	field, digest, err := configField(j.Config)
+	cfg, merged, err := withSensitive(j.ID, j.Config, s.cfg.SensitiveEnv)
+	if err != nil {
+		return nil, &unsendableError{err}
+	}
+	var field []byte
+	var digest [32]byte
+	if merged {
+		field, digest, err = configFieldUncached(cfg)
+	} else {
+		field, digest, err = configField(cfg)
+	}
 	if err != nil {
 		return nil, &unsendableError{err}
 	}

@@ -32,6 +32,9 @@ func (c *conn) handle(ctx context.Context, m *agentv1.ConnectRequest) error {
 		}
 		c.touch(ctx, now)
 		c.reportPermissions(ctx, msg.Heartbeat.Permissions, now)
+		if err := c.reportTelemetry(ctx, msg.Heartbeat.Permissions, now); err != nil {
+			return err
+		}
 		c.reportCondition(ctx, msg.Heartbeat.Condition, now)
 		c.reportUpdate(ctx, msg.Heartbeat.Update, now)
 		if err := c.refreshOffer(ctx, now); err != nil {
@@ -179,6 +182,8 @@ func (c *conn) handle(ctx context.Context, m *agentv1.ConnectRequest) error {
 		// (or ack): a read per result cost a third of a job's CPU.
 		c.auditDirty = true
 		return c.claim(ctx, false)
+	case *agentv1.ConnectRequest_Telemetry:
+		return c.takeTelemetry(msg.Telemetry, now)
 	case *agentv1.ConnectRequest_Hello:
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("hello: sent twice on one stream"))
 	default:

@@ -322,6 +322,9 @@ type conn struct {
 	// perms is the permission state last recorded for this agent (nil:
 	// none yet on this stream).
 	perms *store.Permissions
+	// tel is the telemetry setting this stream last saw and when it sent
+	// the app's telemetry declaration (telemetry.go).
+	tel telemetryState
 	// win is the install's maintenance windows as this stream knows them
 	// (window.go).
 	win      windows
@@ -413,6 +416,9 @@ func (c *conn) welcomeLocked(ctx context.Context, hello *agentv1.Hello, nextKeyI
 	c.connected(ctx, hello.Version, now)
 	c.ackKey(ctx, hello.ImsdKeyIds, now)
 	c.reportPermissions(ctx, hello.Permissions, now)
+	if err := c.reportTelemetry(ctx, hello.Permissions, now); err != nil {
+		return err
+	}
 	c.reportStack(ctx, hello.Stack, now)
 	c.reportCondition(ctx, hello.Condition, now)
 	c.reportUpdate(ctx, hello.Update, now)
@@ -504,6 +510,10 @@ func (c *conn) reportPermissions(ctx context.Context, p *agentv1.Permissions, no
 	}
 	sp := store.Permissions{Provision: p.Provision, Maintenance: p.Maintenance, Deprovision: p.Deprovision,
 		BreakGlass: p.BreakGlass, DisabledAll: p.DisabledAll, Windows: p.Windows}
+	if t := p.Telemetry; t != nil && t.Mode != "" && t.Mode != "off" {
+		sp.Telemetry = store.TelemetrySetting{Mode: truncate(t.Mode, 16), RedactLabels: bounded(t.RedactLabels), RedactFields: bounded(t.RedactFields),
+			DropMetrics: bounded(t.DropMetrics)}
+	}
 	if p.ChangeTime != nil {
 		sp.ChangedAt = p.ChangeTime.AsTime()
 	}

@@ -6,6 +6,7 @@ package agentapi
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync/atomic"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -51,6 +52,15 @@ func configField(b []byte) ([]byte, [32]byte, error) {
 	if last := lastConfig.Load(); last != nil && last.json == string(b) {
 		return last.field, last.digest, nil
 	}
+	field, digest, err := configFieldUncached(b)
+	if err == nil && len(b) <= maxCachedConfig {
+		lastConfig.Store(&encodedConfig{json: string(b), field: field, digest: digest})
+	}
+	return field, digest, err
+}
+
+// configFieldUncached is configField without its cache.
+func configFieldUncached(b []byte) ([]byte, [32]byte, error) {
 	cfg, digest, err := configStruct(b)
 	if err != nil {
 		return nil, digest, err
@@ -61,9 +71,6 @@ func configField(b []byte) ([]byte, [32]byte, error) {
 	}
 	field := protowire.AppendTag(nil, configFieldNumber, protowire.BytesType)
 	field = protowire.AppendBytes(field, enc)
-	if len(b) <= maxCachedConfig {
-		lastConfig.Store(&encodedConfig{json: string(b), field: field, digest: digest})
-	}
 	return field, digest, nil
 }
 
@@ -100,3 +107,60 @@ func decodeConfig(m *agentv1.ConnectResponse) error {
 	a.ProtoReflect().SetUnknown(nil)
 	return nil
 }
+
+// sensitiveEnvKey is workflow.SensitiveEnvKey (agentapi does not import
+// the workflow engine).
+const sensitiveEnvKey = "sensitive_env"
+
+// withSensitive returns job id's stored config b with the values of its
+// sensitive debug arguments put in, when it names any (sensitiveEnvKey):
+// each into the step's environment, and all under the "sensitive" key
+// for the agent to redact from everything the job sends back; the marker
+// key removed. get returns the values imsd holds in memory; a job whose
+// values are not held (a restart of imsd, or another replica queued it)
+// is unsendable. The config is then not cached (configField's cache).
+func withSensitive(id string, b []byte, get func(string) (map[string]string, bool)) ([]byte, bool, error) {
+	if !json.Valid(b) || !bytesContains(b, `"`+sensitiveEnvKey+`"`) {
+		return b, false, nil
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, false, fmt.Errorf("job config: %w", err)
+	}
+	names, ok := m[sensitiveEnvKey].([]any)
+	if !ok {
+		return b, false, nil
+	}
+	var vals map[string]string
+	if get != nil {
+		vals, ok = get(id)
+	}
+	if !ok {
+		return nil, false, fmt.Errorf("the values of its sensitive arguments are held only in the memory of the imsd that queued it, and this one has none (imsd restarted, or another replica queued it): run the debug command again")
+	}
+	delete(m, sensitiveEnvKey)
+	steps, _ := m["steps"].([]any)
+	if len(steps) != 1 {
+		return nil, false, fmt.Errorf("job config: a config with sensitive arguments has one step")
+	}
+	step, _ := steps[0].(map[string]any)
+	env, _ := step["env"].(map[string]any)
+	if env == nil {
+		return nil, false, fmt.Errorf("job config: steps[0].env: missing")
+	}
+	list, _ := m["sensitive"].([]any)
+	for _, n := range names {
+		name, _ := n.(string)
+		v, ok := vals[name]
+		if !ok {
+			return nil, false, fmt.Errorf("job config: sensitive argument %s: no value held", name)
+		}
+		env[name] = v
+		list = append(list, v)
+	}
+	m["sensitive"] = list
+	out, err := json.Marshal(m)
+	return out, true, err
+}
+
+func bytesContains(b []byte, s string) bool { return strings.Contains(string(b), s) }

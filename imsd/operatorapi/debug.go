@@ -33,7 +33,7 @@ func DebugCommandToProto(d *config.DebugCommand) *imsv1.DebugCommand {
 	p := &imsv1.DebugCommand{Name: d.Name, Description: d.Description, TimeoutSeconds: int64(time.Duration(d.Timeout) / time.Second)}
 	for _, a := range d.Args {
 		p.Args = append(p.Args, &imsv1.DebugArg{Name: a.Name, Description: a.Description, Type: cmp.Or(a.Type, "string"), Pattern: a.Pattern,
-			Min: a.Min, Max: a.Max, Values: a.Values, Required: a.Required, DefaultValue: a.Default})
+			Min: a.Min, Max: a.Max, Values: a.Values, Required: a.Required, DefaultValue: a.Default, Sensitive: a.Sensitive})
 	}
 	return p
 }
@@ -78,8 +78,13 @@ func (s *Service) RunDebugCommand(ctx context.Context, req *connect.Request[imsv
 	if err := s.store.RecordAudit(ctx, ev); err != nil {
 		return nil, s.err(ctx, errs.E(errs.Unavailable, "cannot write the audit record of this debug command, so it was not run; try again"))
 	}
+	if run.SensitiveEnv != nil {
+		// Held in memory only, before the job can be handed out.
+		e.Sensitive.Put(run.Job.ID, run.SensitiveEnv, s.now(), s.now().Add(run.Job.Timeout+time.Hour))
+	}
 	jobs, err := s.enqueue(ctx, []store.Job{run.Job}, false, nil)
 	if err != nil {
+		e.Sensitive.Drop(run.Job.ID)
 		return nil, s.err(ctx, err)
 	}
 	s.log.InfoContext(ctx, "debug command queued", "job", jobs[0].ID, "install", in.Name, "command", run.Command.Name, "by", p.Name)

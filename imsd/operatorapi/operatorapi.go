@@ -15,6 +15,7 @@ import (
 	"github.com/byoc-dev/byoc/imsd/release"
 	"github.com/byoc-dev/byoc/imsd/rpcerr"
 	"github.com/byoc-dev/byoc/imsd/store"
+	"github.com/byoc-dev/byoc/imsd/telemetry"
 	"github.com/byoc-dev/byoc/imsd/workflow"
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1/imsv1connect"
 	"github.com/byoc-dev/byoc/schema/app/config"
@@ -67,6 +68,8 @@ type Config struct {
 	SigningKeyID string
 	// Login is the single sign-on settings byoc login reads.
 	Login LoginConfig
+	// Telemetry holds the app telemetry agents forwarded (nil: none).
+	Telemetry *telemetry.Store
 }
 
 // Service implements imsv1connect.OperatorServiceHandler.

@@ -139,6 +139,8 @@ var rules = map[string]rule{
 	imsv1connect.OperatorServiceListDebugCommandsProcedure: r(access.Read, onInstall, "install", "read"),
 	imsv1connect.OperatorServiceRunDebugCommandProcedure:   r(access.Debug, onInstall, "install", "run debug commands on"),
 	imsv1connect.OperatorServiceGetActionRunProcedure:      r(access.Read, onWorkflow, "id", "read"),
+	// Forwarded telemetry reads what the customer allowed out: readers.
+	imsv1connect.OperatorServiceGetTelemetryProcedure: r(access.Read, onInstall, "install", "read telemetry of"),
 
 	imsv1connect.OperatorServiceRequestBreakGlassProcedure:    r(access.BreakGlass, onInstall, "install", "request break-glass on"),
 	imsv1connect.OperatorServiceListBreakGlassGrantsProcedure: r(access.Read, onInstallOrList, "install", "read"),

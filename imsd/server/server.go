@@ -40,6 +40,7 @@ import (
 	"github.com/byoc-dev/byoc/imsd/schedule"
 	"github.com/byoc-dev/byoc/imsd/sso"
 	"github.com/byoc-dev/byoc/imsd/store"
+	"github.com/byoc-dev/byoc/imsd/telemetry"
 	"github.com/byoc-dev/byoc/imsd/workflow"
 	"github.com/byoc-dev/byoc/internal/atomicfile"
 	"github.com/byoc-dev/byoc/internal/buildinfo"
@@ -290,6 +291,8 @@ type Server struct {
 	engine *workflow.Engine
 	// releases rolls releases out.
 	releases *release.Engine
+	// telemetry holds the app telemetry agents forward (in memory).
+	telemetry *telemetry.Store
 	// cron fires the cron triggers of actions.
 	cron *schedule.Scheduler
 	// health sweeps agents' health and sends alerts.
@@ -373,6 +376,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.engine.Interval = cfg.WorkflowInterval
 	}
 	s.releases = release.NewEngine(st, s.hub, s.engine, cfg.ReleaseNow, s.log)
+	s.telemetry = telemetry.New(telemetry.Config{})
 	if cfg.ReleaseInterval > 0 {
 		s.releases.Interval = cfg.ReleaseInterval
 	}
@@ -501,7 +505,7 @@ func (s *Server) newHTTPServer() *http.Server {
 	}})
 	s.reg.MustRegister(s.health)
 	mux := http.NewServeMux()
-	op := operatorapi.New(s.store, s.hub, operatorapi.Config{BreakGlassRequestTTL: cfg.BreakGlassRequestTTL, HeartbeatInterval: cfg.HeartbeatInterval, LeaseDuration: cfg.LeaseDuration, LeaseGrace: cfg.LeaseGrace, Engine: s.engine, Releases: s.releases, SigningKeyID: s.key.ID, Login: s.login}, cfg.Now, s.log)
+	op := operatorapi.New(s.store, s.hub, operatorapi.Config{BreakGlassRequestTTL: cfg.BreakGlassRequestTTL, HeartbeatInterval: cfg.HeartbeatInterval, LeaseDuration: cfg.LeaseDuration, LeaseGrace: cfg.LeaseGrace, Engine: s.engine, Releases: s.releases, SigningKeyID: s.key.ID, Login: s.login, Telemetry: s.telemetry}, cfg.Now, s.log)
 	var idv operatorapi.IDTokenVerifier
 	if s.sso != nil {
 		idv = s.sso
@@ -531,6 +535,9 @@ func (s *Server) newHTTPServer() *http.Server {
 		Version:           cmp.Or(cfg.Version, buildinfo.Get().Short()),
 		Registry:          registryConfig(cfg),
 		MaxHellos:         cfg.MaxHellos,
+		Telemetry:         s.telemetry,
+		TelemetryConfig:   s.telemetryConfig,
+		SensitiveEnv:      s.engine.Sensitive.Get,
 	}, cfg.Now, s.log, obs)
 	s.agents = ag
 	s.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{

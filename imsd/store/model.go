@@ -79,13 +79,32 @@ type Permissions struct {
 	// Windows are the customer's maintenance windows (agentd window set);
 	// imsd holds window-bound jobs while none is open.
 	Windows []string `json:"windows,omitempty"`
+	// Telemetry is the customer's telemetry setting (agentd telemetry
+	// set): what of the app's telemetry their agent forwards.
+	Telemetry TelemetrySetting `json:"telemetry,omitzero"`
+}
+
+// TelemetrySetting is the customer's telemetry setting as the agent
+// reported it; imsd cannot change it.
+type TelemetrySetting struct {
+	// Mode is off (""), metrics or metrics,logs.
+	Mode         string   `json:"mode,omitempty"`
+	RedactLabels []string `json:"redact_labels,omitempty"`
+	RedactFields []string `json:"redact_fields,omitempty"`
+	DropMetrics  []string `json:"drop_metrics,omitempty"`
+}
+
+// Equal reports whether t and o say the same.
+func (t TelemetrySetting) Equal(o TelemetrySetting) bool {
+	return t.Mode == o.Mode && slices.Equal(t.RedactLabels, o.RedactLabels) && slices.Equal(t.RedactFields, o.RedactFields) &&
+		slices.Equal(t.DropMetrics, o.DropMetrics)
 }
 
 // Equal reports whether p and q say the same (times compared as instants).
 func (p Permissions) Equal(q Permissions) bool {
 	return p.Provision == q.Provision && p.Maintenance == q.Maintenance && p.Deprovision == q.Deprovision &&
 		p.BreakGlass == q.BreakGlass && p.DisabledAll == q.DisabledAll && p.ChangedAt.Equal(q.ChangedAt) &&
-		slices.Equal(p.Windows, q.Windows)
+		slices.Equal(p.Windows, q.Windows) && p.Telemetry.Equal(q.Telemetry)
 }
 
 // APIToken is an operator credential. Only the SHA-256 of its secret is stored.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -26,8 +28,13 @@ const defaultDebugTimeout = 5 * time.Minute
 type DebugRun struct {
 	Job         store.Job
 	Command     *config.DebugCommand
-	Args        map[string]string // every argument's value, by name
+	Args        map[string]string // every argument's value, by name (sensitive ones "***")
 	AppRevision int64
+	// SensitiveEnv are the sensitive arguments' values by environment
+	// variable: never in Job.Config (which holds "***" and names them
+	// under SensitiveEnvKey); hold them with Engine.Sensitive before the
+	// job is queued.
+	SensitiveEnv map[string]string
 }
 
 // DebugJob builds the job of one run of debug command name (debug/*.toml)
@@ -65,14 +72,31 @@ func (e *Engine) DebugJob(ctx context.Context, in store.Install, name string, po
 		return DebugRun{}, err
 	}
 	step := map[string]any{"name": d.Name, "script": d.Script}
+	masked := d.Masked(vals)
+	var sensitive map[string]string
 	if len(vals) > 0 {
 		env := map[string]any{}
-		for k, v := range config.Env(vals) {
+		for k, v := range config.Env(masked) {
 			env[k] = v
 		}
 		step["env"] = env
 	}
 	cfg := map[string]any{"steps": []any{step}, "sandbox": map[string]any{"network": d.Network}}
+	for _, a := range d.Args {
+		if v, ok := vals[a.Name]; ok && a.Sensitive {
+			if sensitive == nil {
+				sensitive = map[string]string{}
+			}
+			sensitive[config.EnvName(a.Name)] = v
+		}
+	}
+	if sensitive != nil {
+		names := make([]any, 0, len(sensitive))
+		for _, k := range slices.Sorted(maps.Keys(sensitive)) {
+			names = append(names, k)
+		}
+		cfg[SensitiveEnvKey] = names
+	}
 	if err := agentproto.CheckConfig(cfg); err != nil {
 		return DebugRun{}, errs.Field("args", "%v", err)
 	}
@@ -84,5 +108,5 @@ func (e *Engine) DebugJob(ctx context.Context, in store.Install, name string, po
 	j := store.Job{ID: auth.NewSortableID("job_", now), InstallID: in.ID, ComponentType: ActionType, Operation: OpApply,
 		Config: b, MaxAttempts: 1, Timeout: timeoutOr(d.Timeout, defaultDebugTimeout), CreatedAt: now, CreatedBy: createdBy,
 		Mode: DebugMode, State: store.JobQueued}
-	return DebugRun{Job: j, Command: d, Args: vals, AppRevision: rev}, nil
+	return DebugRun{Job: j, Command: d, Args: masked, AppRevision: rev, SensitiveEnv: sensitive}, nil
 }

@@ -40,6 +40,8 @@ type Engine struct {
 	hub *dispatch.Hub
 	now func() time.Time
 	log *slog.Logger
+	// Sensitive holds debug jobs' sensitive argument values (sensitive.go).
+	Sensitive *SensitiveValues
 	// Interval is how often every unfinished workflow is looked at even
 	// without a signal (other replicas, lost signals). Set before Run.
 	Interval time.Duration
@@ -61,7 +63,7 @@ func (e *Engine) WakeInstall(id string) { e.hub.Wake(id) }
 
 // NewEngine returns an engine over st. hub signals job ends.
 func NewEngine(st *store.Store, hub *dispatch.Hub, now func() time.Time, log *slog.Logger) *Engine {
-	return &Engine{st: st, hub: hub, now: now, log: log, Interval: 2 * time.Second,
+	return &Engine{st: st, hub: hub, now: now, log: log, Interval: 2 * time.Second, Sensitive: &SensitiveValues{},
 		kicked: map[string]bool{}, wake: make(chan struct{}, 1), apps: appCache{m: map[string]*config.App{}}}
 }
 

@@ -101,6 +101,36 @@ type Config struct {
 	// trust policies allow sts:TagSession; without it, no tags are sent.
 	// At most MaxSessionTags, within AWS's key and value limits.
 	SessionTags map[string]string `json:"session_tags,omitempty"`
+	// EgressLedger sets the agent's egress ledger (agentd egress list)
+	// as its --egress-ledger-* flags do; a flag given on the command
+	// line wins.
+	EgressLedger *EgressLedger `json:"egress_ledger,omitempty"`
+}
+
+// EgressLedger is the egress ledger's settings in a stack config.
+type EgressLedger struct {
+	// Content is what the ledger keeps in full besides each message's
+	// kind, size and hash: logs, outputs or logs,outputs
+	// (--egress-ledger-content); "" keeps none.
+	Content string `json:"content,omitempty"`
+	// MaxBytes is the size at which its file rotates
+	// (--egress-ledger-max-bytes); 0 is the agent's default.
+	MaxBytes int64 `json:"max_bytes,omitempty"`
+}
+
+// check reports the first problem of e, naming its key.
+func (e *EgressLedger) check() error {
+	if e.Content != "" {
+		for w := range strings.SplitSeq(e.Content, ",") {
+			if w = strings.TrimSpace(w); w != "logs" && w != "outputs" {
+				return fmt.Errorf("egress_ledger.content: %q is not a content kind (want logs, outputs, or both comma-separated)", w)
+			}
+		}
+	}
+	if e.MaxBytes < 0 || (e.MaxBytes > 0 && e.MaxBytes < 1<<20) {
+		return fmt.Errorf("egress_ledger.max_bytes: %d; want at least 1 MiB (1048576), or 0 for the default", e.MaxBytes)
+	}
+	return nil
 }
 
 // AWS's limits on session tags (STS AssumeRole Tags).
@@ -395,6 +425,9 @@ func (c *Config) Check() error {
 		if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
 			return fmt.Errorf("endpoints.%s: %q is not an http(s) URL", svc, u)
 		}
+	}
+	if c.EgressLedger != nil {
+		return c.EgressLedger.check()
 	}
 	return nil
 }

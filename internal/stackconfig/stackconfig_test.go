@@ -19,6 +19,10 @@ func TestParse(t *testing.T) {
 	if !c.Modes["provision"].Enabled || c.Modes["break_glass"].Enabled {
 		t.Errorf("modes: %+v", c.Modes)
 	}
+	e, err := Parse([]byte(strings.Replace(valid, `"install":"acme"`, `"install":"acme","egress_ledger":{"content":"logs,outputs","max_bytes":8388608}`, 1)))
+	if err != nil || e.EgressLedger == nil || e.EgressLedger.Content != "logs,outputs" || e.EgressLedger.MaxBytes != 8<<20 {
+		t.Errorf("egress_ledger: %+v, %v", e.EgressLedger, err)
+	}
 	for _, tc := range []struct{ from, to, want string }{
 		{`"version":1`, `"version":2`, "version: 2"},
 		{`"format":"cloudformation"`, `"format":"terraform"`, "format:"},
@@ -29,6 +33,8 @@ func TestParse(t *testing.T) {
 		{`"sensitive":true,"from"`, `"sensitive":true,"value":"x","from"`, "inputs.admin_email: set value or from"},
 		{`secret:tok"`, `secret:tok","file":"t"`, "enroll_token: set one of secret_arn, key_vault_secret, gcp_secret or file"},
 		{`"install":"acme"`, `"install":"acme","instal":"x"`, `unknown field "instal"`},
+		{`"install":"acme"`, `"install":"acme","egress_ledger":{"content":"logs,secrets"}`, `egress_ledger.content: "secrets" is not a content kind`},
+		{`"install":"acme"`, `"install":"acme","egress_ledger":{"max_bytes":1000}`, `egress_ledger.max_bytes: 1000; want at least 1 MiB`},
 	} {
 		_, err := Parse([]byte(strings.Replace(valid, tc.from, tc.to, 1)))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -166,7 +166,7 @@ func debugCommandFromProto(p *imsv1.DebugCommand) *config.DebugCommand {
 	d := &config.DebugCommand{Name: p.GetName(), Description: p.GetDescription(), Timeout: config.Duration(time.Duration(p.GetTimeoutSeconds()) * time.Second)}
 	for _, a := range p.GetArgs() {
 		d.Args = append(d.Args, config.DebugArg{Name: a.GetName(), Description: a.GetDescription(), Type: a.GetType(), Pattern: a.GetPattern(),
-			Min: a.Min, Max: a.Max, Values: a.GetValues(), Required: a.GetRequired(), Default: a.GetDefaultValue()})
+			Min: a.Min, Max: a.Max, Values: a.GetValues(), Required: a.GetRequired(), Default: a.GetDefaultValue(), Sensitive: a.GetSensitive()})
 	}
 	return d
 }
@@ -208,6 +208,9 @@ func argShape(a *imsv1.DebugArg) string {
 		s += ", required"
 	case a.GetDefaultValue() != "":
 		s += ", default " + a.GetDefaultValue()
+	}
+	if a.GetSensitive() {
+		s += ", sensitive"
 	}
 	return s
 }

@@ -26,11 +26,11 @@ import (
 // The files of an app directory, in the order they are read.
 var fileOrder = []string{
 	"app.toml", "inputs.toml", "secrets.toml", "sandbox.toml", "permissions.toml",
-	"policies.toml", "break_glass.toml", "components/", "actions/", "debug/", "installs/",
+	"policies.toml", "break_glass.toml", "telemetry.toml", "components/", "actions/", "debug/", "installs/",
 }
 
 // topLevel are the single files an app directory may hold.
-var topLevel = []string{"app.toml", "inputs.toml", "secrets.toml", "sandbox.toml", "permissions.toml", "policies.toml", "break_glass.toml"}
+var topLevel = []string{"app.toml", "inputs.toml", "secrets.toml", "sandbox.toml", "permissions.toml", "policies.toml", "break_glass.toml", "telemetry.toml"}
 
 // dirs are the folders of one-file-per-item TOML files.
 var dirs = []string{"components", "actions", "debug", "installs"}
@@ -56,6 +56,7 @@ type App struct {
 	Permissions     Permissions
 	Policies        PoliciesFile
 	BreakGlass      BreakGlass
+	Telemetry       Telemetry      // telemetry.toml
 	Installs        []*InstallFile // sorted by name
 
 	// Warnings are what the checks found worth saying that lets the
@@ -158,6 +159,7 @@ func Decode(files map[string][]byte, ds *diag.List) *App {
 	decodeFile("policies.toml", &a.Policies)
 	a.ClusterPolicies = clusterPoliciesComponent(a.Policies.ClusterPolicies, files)
 	decodeFile("break_glass.toml", &a.BreakGlass)
+	decodeFile("telemetry.toml", &a.Telemetry)
 	a.Components = loadDir(a, ds, files, "components", "component", decodeFile, func(c *Component) *string { return &c.Name })
 	a.Actions = loadDir(a, ds, files, "actions", "action", decodeFile, func(c *Action) *string { return &c.Name })
 	a.DebugCommands = loadDir(a, ds, files, "debug", "debug command", decodeFile, func(c *DebugCommand) *string { return &c.Name })

@@ -35,6 +35,23 @@ type DebugArg struct {
 	Values      []string `toml:"values" doc:"For type enum: the allowed values."`
 	Required    bool     `toml:"required" doc:"Every run must give it. Cannot be combined with default."`
 	Default     string   `toml:"default" doc:"The value when a run gives none; must have the argument's shape."`
+	Sensitive   bool     `toml:"sensitive" doc:"The value is secret (a password, a token): it is masked (***) in the audit record and the job's stored config, reaches the script only in its environment, and is redacted from its output. Cannot have a default."`
+}
+
+// Redacted is what a sensitive argument's value reads as wherever it is
+// kept or shown (the audit record, the job's stored config, the answer).
+const Redacted = "***"
+
+// Masked returns values with every sensitive argument's value replaced
+// by Redacted.
+func (d *DebugCommand) Masked(values map[string]string) map[string]string {
+	out := maps.Clone(values)
+	for _, a := range d.Args {
+		if _, ok := out[a.Name]; ok && a.Sensitive {
+			out[a.Name] = Redacted
+		}
+	}
+	return out
 }
 
 // DebugArgMaxLen is the longest value a debug command's argument may have.

@@ -28,6 +28,7 @@ func Files() map[string][]byte {
 		{"permissions.schema.json", "byoc permissions.toml", "permissions.toml", reflect.TypeFor[config.Permissions]()},
 		{"policies.schema.json", "byoc policies.toml", "policies.toml", reflect.TypeFor[config.PoliciesFile]()},
 		{"break_glass.schema.json", "byoc break_glass.toml", "break_glass.toml", reflect.TypeFor[config.BreakGlass]()},
+		{"telemetry.schema.json", "byoc telemetry.toml", "telemetry.toml", reflect.TypeFor[config.Telemetry]()},
 		{"install.schema.json", "byoc installs/*.toml", "installs/*.toml", reflect.TypeFor[config.InstallFile]()},
 	}
 	out := map[string][]byte{}

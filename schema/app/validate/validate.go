@@ -123,6 +123,7 @@ func Check(a *config.App, ds *diag.List, opts Options) {
 	v.policies()
 	v.clusterPolicies()
 	v.breakGlass()
+	v.telemetry()
 	for _, in := range a.Installs {
 		v.install(a.Source(in), in)
 	}
@@ -635,6 +636,9 @@ func (v *validator) debug(file string, d *config.DebugCommand) {
 			v.errf(file, at("type"), "add values = [\"a\", \"b\"]", "an enum argument needs values")
 		case typ != "enum" && len(a.Values) > 0:
 			v.errf(file, at("values"), "remove them, or set type = \"enum\"", "only an enum argument has values")
+		}
+		if a.Sensitive && a.Default != "" {
+			v.errf(file, at("default"), "remove it: a secret is given at each run, never kept in the app config", "a sensitive argument has no default")
 		}
 		if a.Required && a.Default != "" {
 			v.errf(file, at("default"), "keep one of them", "a required argument has no default")

@@ -312,6 +312,7 @@ type ConnectRequest struct {
 	//	*ConnectRequest_Ack
 	//	*ConnectRequest_Logs
 	//	*ConnectRequest_Result
+	//	*ConnectRequest_Telemetry
 	//	*ConnectRequest_ChannelHello
 	//	*ConnectRequest_Sealed
 	Msg           isConnectRequest_Msg `protobuf_oneof:"msg"`
@@ -401,6 +402,15 @@ func (x *ConnectRequest) GetResult() *JobResult {
 	return nil
 }
 
+func (x *ConnectRequest) GetTelemetry() *TelemetryBatch {
+	if x != nil {
+		if x, ok := x.Msg.(*ConnectRequest_Telemetry); ok {
+			return x.Telemetry
+		}
+	}
+	return nil
+}
+
 func (x *ConnectRequest) GetChannelHello() *ChannelHello {
 	if x != nil {
 		if x, ok := x.Msg.(*ConnectRequest_ChannelHello); ok {
@@ -443,6 +453,13 @@ type ConnectRequest_Result struct {
 	Result *JobResult `protobuf:"bytes,5,opt,name=result,proto3,oneof"`
 }
 
+type ConnectRequest_Telemetry struct {
+	// telemetry is a batch of the app's metrics and log lines the agent
+	// forwards under the customer's telemetry setting (agentd telemetry),
+	// redacted on the agent's side. imsd does not answer it.
+	Telemetry *TelemetryBatch `protobuf:"bytes,40,opt,name=telemetry,proto3,oneof"`
+}
+
 type ConnectRequest_ChannelHello struct {
 	// channel_hello opens the encrypted channel (it carries the Hello);
 	// after it, every message of the stream is sealed.
@@ -465,6 +482,8 @@ func (*ConnectRequest_Logs) isConnectRequest_Msg() {}
 
 func (*ConnectRequest_Result) isConnectRequest_Msg() {}
 
+func (*ConnectRequest_Telemetry) isConnectRequest_Msg() {}
+
 func (*ConnectRequest_ChannelHello) isConnectRequest_Msg() {}
 
 func (*ConnectRequest_Sealed) isConnectRequest_Msg() {}
@@ -482,6 +501,7 @@ type ConnectResponse struct {
 	//	*ConnectResponse_Renewed
 	//	*ConnectResponse_Audit
 	//	*ConnectResponse_UpdateOffer
+	//	*ConnectResponse_TelemetryConfig
 	//	*ConnectResponse_ChannelAccept
 	//	*ConnectResponse_Sealed
 	Msg           isConnectResponse_Msg `protobuf_oneof:"msg"`
@@ -607,6 +627,15 @@ func (x *ConnectResponse) GetUpdateOffer() *UpdateOffer {
 	return nil
 }
 
+func (x *ConnectResponse) GetTelemetryConfig() *TelemetryConfig {
+	if x != nil {
+		if x, ok := x.Msg.(*ConnectResponse_TelemetryConfig); ok {
+			return x.TelemetryConfig
+		}
+	}
+	return nil
+}
+
 func (x *ConnectResponse) GetChannelAccept() []byte {
 	if x != nil {
 		if x, ok := x.Msg.(*ConnectResponse_ChannelAccept); ok {
@@ -669,6 +698,13 @@ type ConnectResponse_UpdateOffer struct {
 	UpdateOffer *UpdateOffer `protobuf:"bytes,31,opt,name=update_offer,json=updateOffer,proto3,oneof"`
 }
 
+type ConnectResponse_TelemetryConfig struct {
+	// telemetry_config is what the app declares for telemetry forwarding
+	// (telemetry.toml), sent to an agent whose customer turned telemetry
+	// on (Permissions.telemetry), and again when it changes.
+	TelemetryConfig *TelemetryConfig `protobuf:"bytes,40,opt,name=telemetry_config,json=telemetryConfig,proto3,oneof"`
+}
+
 type ConnectResponse_ChannelAccept struct {
 	// channel_accept is imsd's answer to ChannelHello: the second
 	// message of the Noise IK handshake. Every message after it is
@@ -699,6 +735,8 @@ func (*ConnectResponse_Renewed) isConnectResponse_Msg() {}
 func (*ConnectResponse_Audit) isConnectResponse_Msg() {}
 
 func (*ConnectResponse_UpdateOffer) isConnectResponse_Msg() {}
+
+func (*ConnectResponse_TelemetryConfig) isConnectResponse_Msg() {}
 
 func (*ConnectResponse_ChannelAccept) isConnectResponse_Msg() {}
 
@@ -1602,7 +1640,10 @@ type Permissions struct {
 	ChangeTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=change_time,json=changeTime,proto3" json:"change_time,omitempty"`
 	// windows are the customer's maintenance windows (agentd window set);
 	// none: no restriction.
-	Windows       []string `protobuf:"bytes,7,rep,name=windows,proto3" json:"windows,omitempty"`
+	Windows []string `protobuf:"bytes,7,rep,name=windows,proto3" json:"windows,omitempty"`
+	// telemetry is the customer's telemetry setting (agentd telemetry
+	// set); unset: off.
+	Telemetry     *TelemetrySetting `protobuf:"bytes,20,opt,name=telemetry,proto3" json:"telemetry,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1686,6 +1727,496 @@ func (x *Permissions) GetWindows() []string {
 	return nil
 }
 
+func (x *Permissions) GetTelemetry() *TelemetrySetting {
+	if x != nil {
+		return x.Telemetry
+	}
+	return nil
+}
+
+// TelemetrySetting is the customer's telemetry setting on the agent's
+// side (kept in the signed permissions.json; imsd cannot change it).
+type TelemetrySetting struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// mode is off, metrics or metrics,logs.
+	Mode string `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`
+	// redact_labels are the metric labels removed from every sample,
+	// redact_fields the log fields whose values are replaced by
+	// [redacted], drop_metrics the regular expressions of metric names
+	// never sent.
+	RedactLabels  []string `protobuf:"bytes,2,rep,name=redact_labels,json=redactLabels,proto3" json:"redact_labels,omitempty"`
+	RedactFields  []string `protobuf:"bytes,3,rep,name=redact_fields,json=redactFields,proto3" json:"redact_fields,omitempty"`
+	DropMetrics   []string `protobuf:"bytes,4,rep,name=drop_metrics,json=dropMetrics,proto3" json:"drop_metrics,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TelemetrySetting) Reset() {
+	*x = TelemetrySetting{}
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TelemetrySetting) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TelemetrySetting) ProtoMessage() {}
+
+func (x *TelemetrySetting) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TelemetrySetting.ProtoReflect.Descriptor instead.
+func (*TelemetrySetting) Descriptor() ([]byte, []int) {
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *TelemetrySetting) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *TelemetrySetting) GetRedactLabels() []string {
+	if x != nil {
+		return x.RedactLabels
+	}
+	return nil
+}
+
+func (x *TelemetrySetting) GetRedactFields() []string {
+	if x != nil {
+		return x.RedactFields
+	}
+	return nil
+}
+
+func (x *TelemetrySetting) GetDropMetrics() []string {
+	if x != nil {
+		return x.DropMetrics
+	}
+	return nil
+}
+
+// TelemetryConfig is an app's telemetry declaration (telemetry.toml) for
+// the install's app revision app_revision.
+type TelemetryConfig struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	AppRevision   int64                  `protobuf:"varint,1,opt,name=app_revision,json=appRevision,proto3" json:"app_revision,omitempty"`
+	Metrics       []*MetricsSource       `protobuf:"bytes,2,rep,name=metrics,proto3" json:"metrics,omitempty"`
+	Logs          []*LogSource           `protobuf:"bytes,3,rep,name=logs,proto3" json:"logs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TelemetryConfig) Reset() {
+	*x = TelemetryConfig{}
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TelemetryConfig) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TelemetryConfig) ProtoMessage() {}
+
+func (x *TelemetryConfig) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TelemetryConfig.ProtoReflect.Descriptor instead.
+func (*TelemetryConfig) Descriptor() ([]byte, []int) {
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *TelemetryConfig) GetAppRevision() int64 {
+	if x != nil {
+		return x.AppRevision
+	}
+	return 0
+}
+
+func (x *TelemetryConfig) GetMetrics() []*MetricsSource {
+	if x != nil {
+		return x.Metrics
+	}
+	return nil
+}
+
+func (x *TelemetryConfig) GetLogs() []*LogSource {
+	if x != nil {
+		return x.Logs
+	}
+	return nil
+}
+
+// MetricsSource is a Prometheus text-format endpoint in the customer's
+// environment the agent scrapes every interval_ms.
+type MetricsSource struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Url           string                 `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`
+	IntervalMs    int64                  `protobuf:"varint,3,opt,name=interval_ms,json=intervalMs,proto3" json:"interval_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetricsSource) Reset() {
+	*x = MetricsSource{}
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetricsSource) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetricsSource) ProtoMessage() {}
+
+func (x *MetricsSource) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetricsSource.ProtoReflect.Descriptor instead.
+func (*MetricsSource) Descriptor() ([]byte, []int) {
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *MetricsSource) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *MetricsSource) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *MetricsSource) GetIntervalMs() int64 {
+	if x != nil {
+		return x.IntervalMs
+	}
+	return 0
+}
+
+// LogSource is a set of files (a glob) in the agent's file system whose
+// new lines the agent reads every interval_ms.
+type LogSource struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	IntervalMs    int64                  `protobuf:"varint,3,opt,name=interval_ms,json=intervalMs,proto3" json:"interval_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogSource) Reset() {
+	*x = LogSource{}
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogSource) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogSource) ProtoMessage() {}
+
+func (x *LogSource) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogSource.ProtoReflect.Descriptor instead.
+func (*LogSource) Descriptor() ([]byte, []int) {
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *LogSource) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *LogSource) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *LogSource) GetIntervalMs() int64 {
+	if x != nil {
+		return x.IntervalMs
+	}
+	return 0
+}
+
+// TelemetryBatch is what the agent forwards at once: at most 2000
+// samples and 500 lines (imsd refuses more).
+type TelemetryBatch struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Samples []*MetricSample        `protobuf:"bytes,1,rep,name=samples,proto3" json:"samples,omitempty"`
+	Lines   []*TelemetryLine       `protobuf:"bytes,2,rep,name=lines,proto3" json:"lines,omitempty"`
+	// dropped_samples and dropped_lines count what the agent dropped since
+	// it started because its bounds were reached (not what the customer's
+	// rules drop).
+	DroppedSamples uint64 `protobuf:"varint,3,opt,name=dropped_samples,json=droppedSamples,proto3" json:"dropped_samples,omitempty"`
+	DroppedLines   uint64 `protobuf:"varint,4,opt,name=dropped_lines,json=droppedLines,proto3" json:"dropped_lines,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *TelemetryBatch) Reset() {
+	*x = TelemetryBatch{}
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TelemetryBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TelemetryBatch) ProtoMessage() {}
+
+func (x *TelemetryBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TelemetryBatch.ProtoReflect.Descriptor instead.
+func (*TelemetryBatch) Descriptor() ([]byte, []int) {
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *TelemetryBatch) GetSamples() []*MetricSample {
+	if x != nil {
+		return x.Samples
+	}
+	return nil
+}
+
+func (x *TelemetryBatch) GetLines() []*TelemetryLine {
+	if x != nil {
+		return x.Lines
+	}
+	return nil
+}
+
+func (x *TelemetryBatch) GetDroppedSamples() uint64 {
+	if x != nil {
+		return x.DroppedSamples
+	}
+	return 0
+}
+
+func (x *TelemetryBatch) GetDroppedLines() uint64 {
+	if x != nil {
+		return x.DroppedLines
+	}
+	return 0
+}
+
+// MetricSample is one sample of a scraped metric (a histogram or summary
+// as its _bucket, _sum and _count series, as in the text format).
+type MetricSample struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// source is the MetricsSource's name.
+	Source        string                 `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Labels        map[string]string      `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Value         float64                `protobuf:"fixed64,4,opt,name=value,proto3" json:"value,omitempty"`
+	Time          *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=time,proto3" json:"time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetricSample) Reset() {
+	*x = MetricSample{}
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetricSample) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetricSample) ProtoMessage() {}
+
+func (x *MetricSample) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetricSample.ProtoReflect.Descriptor instead.
+func (*MetricSample) Descriptor() ([]byte, []int) {
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *MetricSample) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *MetricSample) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *MetricSample) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *MetricSample) GetValue() float64 {
+	if x != nil {
+		return x.Value
+	}
+	return 0
+}
+
+func (x *MetricSample) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+// TelemetryLine is one log line of a LogSource.
+type TelemetryLine struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Source string                 `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	// file is the file's path, text the line (redacted).
+	File          string                 `protobuf:"bytes,2,opt,name=file,proto3" json:"file,omitempty"`
+	Text          string                 `protobuf:"bytes,3,opt,name=text,proto3" json:"text,omitempty"`
+	Time          *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=time,proto3" json:"time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TelemetryLine) Reset() {
+	*x = TelemetryLine{}
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TelemetryLine) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TelemetryLine) ProtoMessage() {}
+
+func (x *TelemetryLine) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TelemetryLine.ProtoReflect.Descriptor instead.
+func (*TelemetryLine) Descriptor() ([]byte, []int) {
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *TelemetryLine) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *TelemetryLine) GetFile() string {
+	if x != nil {
+		return x.File
+	}
+	return ""
+}
+
+func (x *TelemetryLine) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *TelemetryLine) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
 type Welcome struct {
 	state               protoimpl.MessageState `protogen:"open.v1"`
 	InstallId           string                 `protobuf:"bytes,1,opt,name=install_id,json=installId,proto3" json:"install_id,omitempty"`
@@ -1707,7 +2238,7 @@ type Welcome struct {
 
 func (x *Welcome) Reset() {
 	*x = Welcome{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1719,7 +2250,7 @@ func (x *Welcome) String() string {
 func (*Welcome) ProtoMessage() {}
 
 func (x *Welcome) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1732,7 +2263,7 @@ func (x *Welcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Welcome.ProtoReflect.Descriptor instead.
 func (*Welcome) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Welcome) GetInstallId() string {
@@ -1804,7 +2335,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1816,7 +2347,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1829,7 +2360,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Heartbeat) GetRunning() []*RunningJob {
@@ -1883,7 +2414,7 @@ type LeasesRenewed struct {
 
 func (x *LeasesRenewed) Reset() {
 	*x = LeasesRenewed{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1895,7 +2426,7 @@ func (x *LeasesRenewed) String() string {
 func (*LeasesRenewed) ProtoMessage() {}
 
 func (x *LeasesRenewed) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1908,7 +2439,7 @@ func (x *LeasesRenewed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeasesRenewed.ProtoReflect.Descriptor instead.
 func (*LeasesRenewed) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *LeasesRenewed) GetHeartbeatSeq() uint64 {
@@ -1936,7 +2467,7 @@ type JobAck struct {
 
 func (x *JobAck) Reset() {
 	*x = JobAck{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1948,7 +2479,7 @@ func (x *JobAck) String() string {
 func (*JobAck) ProtoMessage() {}
 
 func (x *JobAck) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1961,7 +2492,7 @@ func (x *JobAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobAck.ProtoReflect.Descriptor instead.
 func (*JobAck) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *JobAck) GetWriteId() uint64 {
@@ -1998,7 +2529,7 @@ type LogLine struct {
 
 func (x *LogLine) Reset() {
 	*x = LogLine{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2010,7 +2541,7 @@ func (x *LogLine) String() string {
 func (*LogLine) ProtoMessage() {}
 
 func (x *LogLine) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2023,7 +2554,7 @@ func (x *LogLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogLine.ProtoReflect.Descriptor instead.
 func (*LogLine) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *LogLine) GetSeq() int64 {
@@ -2066,7 +2597,7 @@ type JobLogs struct {
 
 func (x *JobLogs) Reset() {
 	*x = JobLogs{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2078,7 +2609,7 @@ func (x *JobLogs) String() string {
 func (*JobLogs) ProtoMessage() {}
 
 func (x *JobLogs) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2091,7 +2622,7 @@ func (x *JobLogs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobLogs.ProtoReflect.Descriptor instead.
 func (*JobLogs) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *JobLogs) GetWriteId() uint64 {
@@ -2154,7 +2685,7 @@ type JobResult struct {
 
 func (x *JobResult) Reset() {
 	*x = JobResult{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2166,7 +2697,7 @@ func (x *JobResult) String() string {
 func (*JobResult) ProtoMessage() {}
 
 func (x *JobResult) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2179,7 +2710,7 @@ func (x *JobResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobResult.ProtoReflect.Descriptor instead.
 func (*JobResult) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *JobResult) GetWriteId() uint64 {
@@ -2283,7 +2814,7 @@ type PolicyFinding struct {
 
 func (x *PolicyFinding) Reset() {
 	*x = PolicyFinding{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2295,7 +2826,7 @@ func (x *PolicyFinding) String() string {
 func (*PolicyFinding) ProtoMessage() {}
 
 func (x *PolicyFinding) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2308,7 +2839,7 @@ func (x *PolicyFinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyFinding.ProtoReflect.Descriptor instead.
 func (*PolicyFinding) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PolicyFinding) GetPolicy() string {
@@ -2357,7 +2888,7 @@ type PlannedChange struct {
 
 func (x *PlannedChange) Reset() {
 	*x = PlannedChange{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2369,7 +2900,7 @@ func (x *PlannedChange) String() string {
 func (*PlannedChange) ProtoMessage() {}
 
 func (x *PlannedChange) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2382,7 +2913,7 @@ func (x *PlannedChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlannedChange.ProtoReflect.Descriptor instead.
 func (*PlannedChange) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PlannedChange) GetAddress() string {
@@ -2464,7 +2995,7 @@ type JobAssignment struct {
 
 func (x *JobAssignment) Reset() {
 	*x = JobAssignment{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2476,7 +3007,7 @@ func (x *JobAssignment) String() string {
 func (*JobAssignment) ProtoMessage() {}
 
 func (x *JobAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2489,7 +3020,7 @@ func (x *JobAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobAssignment.ProtoReflect.Descriptor instead.
 func (*JobAssignment) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *JobAssignment) GetJobId() string {
@@ -2621,7 +3152,7 @@ type RegistryGrant struct {
 
 func (x *RegistryGrant) Reset() {
 	*x = RegistryGrant{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2633,7 +3164,7 @@ func (x *RegistryGrant) String() string {
 func (*RegistryGrant) ProtoMessage() {}
 
 func (x *RegistryGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2646,7 +3177,7 @@ func (x *RegistryGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryGrant.ProtoReflect.Descriptor instead.
 func (*RegistryGrant) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RegistryGrant) GetId() string {
@@ -2708,7 +3239,7 @@ type JobSignature struct {
 
 func (x *JobSignature) Reset() {
 	*x = JobSignature{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2720,7 +3251,7 @@ func (x *JobSignature) String() string {
 func (*JobSignature) ProtoMessage() {}
 
 func (x *JobSignature) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2733,7 +3264,7 @@ func (x *JobSignature) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobSignature.ProtoReflect.Descriptor instead.
 func (*JobSignature) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *JobSignature) GetKeyId() string {
@@ -2767,7 +3298,7 @@ type JobCancel struct {
 
 func (x *JobCancel) Reset() {
 	*x = JobCancel{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2779,7 +3310,7 @@ func (x *JobCancel) String() string {
 func (*JobCancel) ProtoMessage() {}
 
 func (x *JobCancel) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2792,7 +3323,7 @@ func (x *JobCancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobCancel.ProtoReflect.Descriptor instead.
 func (*JobCancel) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *JobCancel) GetJobId() string {
@@ -2818,7 +3349,7 @@ type WriteAccepted struct {
 
 func (x *WriteAccepted) Reset() {
 	*x = WriteAccepted{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2830,7 +3361,7 @@ func (x *WriteAccepted) String() string {
 func (*WriteAccepted) ProtoMessage() {}
 
 func (x *WriteAccepted) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2843,7 +3374,7 @@ func (x *WriteAccepted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteAccepted.ProtoReflect.Descriptor instead.
 func (*WriteAccepted) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *WriteAccepted) GetWriteId() uint64 {
@@ -2868,7 +3399,7 @@ type WriteRejected struct {
 
 func (x *WriteRejected) Reset() {
 	*x = WriteRejected{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2880,7 +3411,7 @@ func (x *WriteRejected) String() string {
 func (*WriteRejected) ProtoMessage() {}
 
 func (x *WriteRejected) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2893,7 +3424,7 @@ func (x *WriteRejected) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteRejected.ProtoReflect.Descriptor instead.
 func (*WriteRejected) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *WriteRejected) GetWriteId() uint64 {
@@ -2938,7 +3469,7 @@ type ListBreakGlassRequest struct {
 
 func (x *ListBreakGlassRequest) Reset() {
 	*x = ListBreakGlassRequest{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[32]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2950,7 +3481,7 @@ func (x *ListBreakGlassRequest) String() string {
 func (*ListBreakGlassRequest) ProtoMessage() {}
 
 func (x *ListBreakGlassRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[32]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2963,7 +3494,7 @@ func (x *ListBreakGlassRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBreakGlassRequest.ProtoReflect.Descriptor instead.
 func (*ListBreakGlassRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListBreakGlassRequest) GetAgentId() string {
@@ -2996,7 +3527,7 @@ type ListBreakGlassResponse struct {
 
 func (x *ListBreakGlassResponse) Reset() {
 	*x = ListBreakGlassResponse{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[33]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3008,7 +3539,7 @@ func (x *ListBreakGlassResponse) String() string {
 func (*ListBreakGlassResponse) ProtoMessage() {}
 
 func (x *ListBreakGlassResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[33]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3021,7 +3552,7 @@ func (x *ListBreakGlassResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBreakGlassResponse.ProtoReflect.Descriptor instead.
 func (*ListBreakGlassResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListBreakGlassResponse) GetGrants() []*BreakGlassGrant {
@@ -3065,7 +3596,7 @@ type BreakGlassGrant struct {
 
 func (x *BreakGlassGrant) Reset() {
 	*x = BreakGlassGrant{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[34]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3077,7 +3608,7 @@ func (x *BreakGlassGrant) String() string {
 func (*BreakGlassGrant) ProtoMessage() {}
 
 func (x *BreakGlassGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[34]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3090,7 +3621,7 @@ func (x *BreakGlassGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BreakGlassGrant.ProtoReflect.Descriptor instead.
 func (*BreakGlassGrant) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *BreakGlassGrant) GetId() string {
@@ -3218,7 +3749,7 @@ type DecideBreakGlassRequest struct {
 
 func (x *DecideBreakGlassRequest) Reset() {
 	*x = DecideBreakGlassRequest{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[35]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3230,7 +3761,7 @@ func (x *DecideBreakGlassRequest) String() string {
 func (*DecideBreakGlassRequest) ProtoMessage() {}
 
 func (x *DecideBreakGlassRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[35]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3243,7 +3774,7 @@ func (x *DecideBreakGlassRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideBreakGlassRequest.ProtoReflect.Descriptor instead.
 func (*DecideBreakGlassRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *DecideBreakGlassRequest) GetAgentId() string {
@@ -3276,7 +3807,7 @@ type DecideBreakGlassResponse struct {
 
 func (x *DecideBreakGlassResponse) Reset() {
 	*x = DecideBreakGlassResponse{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[36]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3288,7 +3819,7 @@ func (x *DecideBreakGlassResponse) String() string {
 func (*DecideBreakGlassResponse) ProtoMessage() {}
 
 func (x *DecideBreakGlassResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[36]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3301,7 +3832,7 @@ func (x *DecideBreakGlassResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideBreakGlassResponse.ProtoReflect.Descriptor instead.
 func (*DecideBreakGlassResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{36}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *DecideBreakGlassResponse) GetGrant() *BreakGlassGrant {
@@ -3328,7 +3859,7 @@ type AuditRecords struct {
 
 func (x *AuditRecords) Reset() {
 	*x = AuditRecords{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[37]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3340,7 +3871,7 @@ func (x *AuditRecords) String() string {
 func (*AuditRecords) ProtoMessage() {}
 
 func (x *AuditRecords) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[37]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3353,7 +3884,7 @@ func (x *AuditRecords) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecords.ProtoReflect.Descriptor instead.
 func (*AuditRecords) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{37}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *AuditRecords) GetRecords() []*AuditRecord {
@@ -3385,7 +3916,7 @@ type AuditCheckpoint struct {
 
 func (x *AuditCheckpoint) Reset() {
 	*x = AuditCheckpoint{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[38]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3397,7 +3928,7 @@ func (x *AuditCheckpoint) String() string {
 func (*AuditCheckpoint) ProtoMessage() {}
 
 func (x *AuditCheckpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[38]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3410,7 +3941,7 @@ func (x *AuditCheckpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditCheckpoint.ProtoReflect.Descriptor instead.
 func (*AuditCheckpoint) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{38}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *AuditCheckpoint) GetSeq() int64 {
@@ -3462,7 +3993,7 @@ type AuditRecord struct {
 
 func (x *AuditRecord) Reset() {
 	*x = AuditRecord{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[39]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3474,7 +4005,7 @@ func (x *AuditRecord) String() string {
 func (*AuditRecord) ProtoMessage() {}
 
 func (x *AuditRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[39]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3487,7 +4018,7 @@ func (x *AuditRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
 func (*AuditRecord) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{39}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *AuditRecord) GetChain() string {
@@ -3571,7 +4102,7 @@ type ListAuditRecordsRequest struct {
 
 func (x *ListAuditRecordsRequest) Reset() {
 	*x = ListAuditRecordsRequest{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[40]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3583,7 +4114,7 @@ func (x *ListAuditRecordsRequest) String() string {
 func (*ListAuditRecordsRequest) ProtoMessage() {}
 
 func (x *ListAuditRecordsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[40]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3596,7 +4127,7 @@ func (x *ListAuditRecordsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRecordsRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRecordsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{40}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListAuditRecordsRequest) GetAgentId() string {
@@ -3643,7 +4174,7 @@ type ListAuditRecordsResponse struct {
 
 func (x *ListAuditRecordsResponse) Reset() {
 	*x = ListAuditRecordsResponse{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[41]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3655,7 +4186,7 @@ func (x *ListAuditRecordsResponse) String() string {
 func (*ListAuditRecordsResponse) ProtoMessage() {}
 
 func (x *ListAuditRecordsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[41]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3668,7 +4199,7 @@ func (x *ListAuditRecordsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRecordsResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditRecordsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{41}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListAuditRecordsResponse) GetRecords() []*AuditRecord {
@@ -3696,7 +4227,7 @@ type RevokeSelfRequest struct {
 
 func (x *RevokeSelfRequest) Reset() {
 	*x = RevokeSelfRequest{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[42]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3708,7 +4239,7 @@ func (x *RevokeSelfRequest) String() string {
 func (*RevokeSelfRequest) ProtoMessage() {}
 
 func (x *RevokeSelfRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[42]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3721,7 +4252,7 @@ func (x *RevokeSelfRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeSelfRequest.ProtoReflect.Descriptor instead.
 func (*RevokeSelfRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{42}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RevokeSelfRequest) GetAgentId() string {
@@ -3767,7 +4298,7 @@ type RevokeSelfResponse struct {
 
 func (x *RevokeSelfResponse) Reset() {
 	*x = RevokeSelfResponse{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[43]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3779,7 +4310,7 @@ func (x *RevokeSelfResponse) String() string {
 func (*RevokeSelfResponse) ProtoMessage() {}
 
 func (x *RevokeSelfResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[43]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3792,7 +4323,7 @@ func (x *RevokeSelfResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeSelfResponse.ProtoReflect.Descriptor instead.
 func (*RevokeSelfResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{43}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{50}
 }
 
 var File_byoc_agent_v1_agent_proto protoreflect.FileDescriptor
@@ -3817,16 +4348,17 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\x11signer_public_key\x18\x01 \x01(\fR\x0fsignerPublicKey\x12\x1d\n" +
 	"\n" +
 	"public_key\x18\x02 \x01(\fR\tpublicKey\x12\x1c\n" +
-	"\tsignature\x18\x03 \x01(\fR\tsignature\"\xea\x02\n" +
+	"\tsignature\x18\x03 \x01(\fR\tsignature\"\xa9\x03\n" +
 	"\x0eConnectRequest\x12,\n" +
 	"\x05hello\x18\x01 \x01(\v2\x14.byoc.agent.v1.HelloH\x00R\x05hello\x128\n" +
 	"\theartbeat\x18\x02 \x01(\v2\x18.byoc.agent.v1.HeartbeatH\x00R\theartbeat\x12)\n" +
 	"\x03ack\x18\x03 \x01(\v2\x15.byoc.agent.v1.JobAckH\x00R\x03ack\x12,\n" +
 	"\x04logs\x18\x04 \x01(\v2\x16.byoc.agent.v1.JobLogsH\x00R\x04logs\x122\n" +
-	"\x06result\x18\x05 \x01(\v2\x18.byoc.agent.v1.JobResultH\x00R\x06result\x12B\n" +
+	"\x06result\x18\x05 \x01(\v2\x18.byoc.agent.v1.JobResultH\x00R\x06result\x12=\n" +
+	"\ttelemetry\x18( \x01(\v2\x1d.byoc.agent.v1.TelemetryBatchH\x00R\ttelemetry\x12B\n" +
 	"\rchannel_hello\x18\x14 \x01(\v2\x1b.byoc.agent.v1.ChannelHelloH\x00R\fchannelHello\x12\x18\n" +
 	"\x06sealed\x18\x15 \x01(\fH\x00R\x06sealedB\x05\n" +
-	"\x03msg\"\xe5\x04\n" +
+	"\x03msg\"\xb2\x05\n" +
 	"\x0fConnectResponse\x128\n" +
 	"\tchallenge\x18\x01 \x01(\v2\x18.byoc.agent.v1.ChallengeH\x00R\tchallenge\x122\n" +
 	"\awelcome\x18\x02 \x01(\v2\x16.byoc.agent.v1.WelcomeH\x00R\awelcome\x12>\n" +
@@ -3838,7 +4370,8 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\brejected\x18\x06 \x01(\v2\x1c.byoc.agent.v1.WriteRejectedH\x00R\brejected\x128\n" +
 	"\arenewed\x18\a \x01(\v2\x1c.byoc.agent.v1.LeasesRenewedH\x00R\arenewed\x123\n" +
 	"\x05audit\x18\x1e \x01(\v2\x1b.byoc.agent.v1.AuditRecordsH\x00R\x05audit\x12?\n" +
-	"\fupdate_offer\x18\x1f \x01(\v2\x1a.byoc.agent.v1.UpdateOfferH\x00R\vupdateOffer\x12'\n" +
+	"\fupdate_offer\x18\x1f \x01(\v2\x1a.byoc.agent.v1.UpdateOfferH\x00R\vupdateOffer\x12K\n" +
+	"\x10telemetry_config\x18( \x01(\v2\x1e.byoc.agent.v1.TelemetryConfigH\x00R\x0ftelemetryConfig\x12'\n" +
 	"\x0echannel_accept\x18\x14 \x01(\fH\x00R\rchannelAccept\x12\x18\n" +
 	"\x06sealed\x18\x15 \x01(\fH\x00R\x06sealedB\x05\n" +
 	"\x03msg\"\xbd\x01\n" +
@@ -3914,7 +4447,7 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a:\n" +
 	"\fOutputsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8a\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc9\x02\n" +
 	"\vPermissions\x12\x1c\n" +
 	"\tprovision\x18\x01 \x01(\bR\tprovision\x12 \n" +
 	"\vmaintenance\x18\x02 \x01(\bR\vmaintenance\x12 \n" +
@@ -3924,7 +4457,46 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\fdisabled_all\x18\x05 \x01(\bR\vdisabledAll\x12;\n" +
 	"\vchange_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"changeTime\x12\x18\n" +
-	"\awindows\x18\a \x03(\tR\awindows\"\x98\x02\n" +
+	"\awindows\x18\a \x03(\tR\awindows\x12=\n" +
+	"\ttelemetry\x18\x14 \x01(\v2\x1f.byoc.agent.v1.TelemetrySettingR\ttelemetry\"\x93\x01\n" +
+	"\x10TelemetrySetting\x12\x12\n" +
+	"\x04mode\x18\x01 \x01(\tR\x04mode\x12#\n" +
+	"\rredact_labels\x18\x02 \x03(\tR\fredactLabels\x12#\n" +
+	"\rredact_fields\x18\x03 \x03(\tR\fredactFields\x12!\n" +
+	"\fdrop_metrics\x18\x04 \x03(\tR\vdropMetrics\"\x9a\x01\n" +
+	"\x0fTelemetryConfig\x12!\n" +
+	"\fapp_revision\x18\x01 \x01(\x03R\vappRevision\x126\n" +
+	"\ametrics\x18\x02 \x03(\v2\x1c.byoc.agent.v1.MetricsSourceR\ametrics\x12,\n" +
+	"\x04logs\x18\x03 \x03(\v2\x18.byoc.agent.v1.LogSourceR\x04logs\"V\n" +
+	"\rMetricsSource\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
+	"\x03url\x18\x02 \x01(\tR\x03url\x12\x1f\n" +
+	"\vinterval_ms\x18\x03 \x01(\x03R\n" +
+	"intervalMs\"T\n" +
+	"\tLogSource\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1f\n" +
+	"\vinterval_ms\x18\x03 \x01(\x03R\n" +
+	"intervalMs\"\xc9\x01\n" +
+	"\x0eTelemetryBatch\x125\n" +
+	"\asamples\x18\x01 \x03(\v2\x1b.byoc.agent.v1.MetricSampleR\asamples\x122\n" +
+	"\x05lines\x18\x02 \x03(\v2\x1c.byoc.agent.v1.TelemetryLineR\x05lines\x12'\n" +
+	"\x0fdropped_samples\x18\x03 \x01(\x04R\x0edroppedSamples\x12#\n" +
+	"\rdropped_lines\x18\x04 \x01(\x04R\fdroppedLines\"\xfc\x01\n" +
+	"\fMetricSample\x12\x16\n" +
+	"\x06source\x18\x01 \x01(\tR\x06source\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12?\n" +
+	"\x06labels\x18\x03 \x03(\v2'.byoc.agent.v1.MetricSample.LabelsEntryR\x06labels\x12\x14\n" +
+	"\x05value\x18\x04 \x01(\x01R\x05value\x12.\n" +
+	"\x04time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x7f\n" +
+	"\rTelemetryLine\x12\x16\n" +
+	"\x06source\x18\x01 \x01(\tR\x06source\x12\x12\n" +
+	"\x04file\x18\x02 \x01(\tR\x04file\x12\x12\n" +
+	"\x04text\x18\x03 \x01(\tR\x04text\x12.\n" +
+	"\x04time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\x98\x02\n" +
 	"\aWelcome\x12\x1d\n" +
 	"\n" +
 	"install_id\x18\x01 \x01(\tR\tinstallId\x122\n" +
@@ -4131,7 +4703,7 @@ func file_byoc_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_byoc_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_byoc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
+var file_byoc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
 var file_byoc_agent_v1_agent_proto_goTypes = []any{
 	(Outcome)(0),                     // 0: byoc.agent.v1.Outcome
 	(*EnrollRequest)(nil),            // 1: byoc.agent.v1.EnrollRequest
@@ -4151,118 +4723,136 @@ var file_byoc_agent_v1_agent_proto_goTypes = []any{
 	(*AgentCondition)(nil),           // 15: byoc.agent.v1.AgentCondition
 	(*StackReport)(nil),              // 16: byoc.agent.v1.StackReport
 	(*Permissions)(nil),              // 17: byoc.agent.v1.Permissions
-	(*Welcome)(nil),                  // 18: byoc.agent.v1.Welcome
-	(*Heartbeat)(nil),                // 19: byoc.agent.v1.Heartbeat
-	(*LeasesRenewed)(nil),            // 20: byoc.agent.v1.LeasesRenewed
-	(*JobAck)(nil),                   // 21: byoc.agent.v1.JobAck
-	(*LogLine)(nil),                  // 22: byoc.agent.v1.LogLine
-	(*JobLogs)(nil),                  // 23: byoc.agent.v1.JobLogs
-	(*JobResult)(nil),                // 24: byoc.agent.v1.JobResult
-	(*PolicyFinding)(nil),            // 25: byoc.agent.v1.PolicyFinding
-	(*PlannedChange)(nil),            // 26: byoc.agent.v1.PlannedChange
-	(*JobAssignment)(nil),            // 27: byoc.agent.v1.JobAssignment
-	(*RegistryGrant)(nil),            // 28: byoc.agent.v1.RegistryGrant
-	(*JobSignature)(nil),             // 29: byoc.agent.v1.JobSignature
-	(*JobCancel)(nil),                // 30: byoc.agent.v1.JobCancel
-	(*WriteAccepted)(nil),            // 31: byoc.agent.v1.WriteAccepted
-	(*WriteRejected)(nil),            // 32: byoc.agent.v1.WriteRejected
-	(*ListBreakGlassRequest)(nil),    // 33: byoc.agent.v1.ListBreakGlassRequest
-	(*ListBreakGlassResponse)(nil),   // 34: byoc.agent.v1.ListBreakGlassResponse
-	(*BreakGlassGrant)(nil),          // 35: byoc.agent.v1.BreakGlassGrant
-	(*DecideBreakGlassRequest)(nil),  // 36: byoc.agent.v1.DecideBreakGlassRequest
-	(*DecideBreakGlassResponse)(nil), // 37: byoc.agent.v1.DecideBreakGlassResponse
-	(*AuditRecords)(nil),             // 38: byoc.agent.v1.AuditRecords
-	(*AuditCheckpoint)(nil),          // 39: byoc.agent.v1.AuditCheckpoint
-	(*AuditRecord)(nil),              // 40: byoc.agent.v1.AuditRecord
-	(*ListAuditRecordsRequest)(nil),  // 41: byoc.agent.v1.ListAuditRecordsRequest
-	(*ListAuditRecordsResponse)(nil), // 42: byoc.agent.v1.ListAuditRecordsResponse
-	(*RevokeSelfRequest)(nil),        // 43: byoc.agent.v1.RevokeSelfRequest
-	(*RevokeSelfResponse)(nil),       // 44: byoc.agent.v1.RevokeSelfResponse
-	nil,                              // 45: byoc.agent.v1.StackReport.InputsEntry
-	nil,                              // 46: byoc.agent.v1.StackReport.OutputsEntry
-	nil,                              // 47: byoc.agent.v1.JobResult.OutputsEntry
-	nil,                              // 48: byoc.agent.v1.JobAssignment.InputsEntry
-	(*timestamppb.Timestamp)(nil),    // 49: google.protobuf.Timestamp
-	(*structpb.Value)(nil),           // 50: google.protobuf.Value
-	(*structpb.Struct)(nil),          // 51: google.protobuf.Struct
+	(*TelemetrySetting)(nil),         // 18: byoc.agent.v1.TelemetrySetting
+	(*TelemetryConfig)(nil),          // 19: byoc.agent.v1.TelemetryConfig
+	(*MetricsSource)(nil),            // 20: byoc.agent.v1.MetricsSource
+	(*LogSource)(nil),                // 21: byoc.agent.v1.LogSource
+	(*TelemetryBatch)(nil),           // 22: byoc.agent.v1.TelemetryBatch
+	(*MetricSample)(nil),             // 23: byoc.agent.v1.MetricSample
+	(*TelemetryLine)(nil),            // 24: byoc.agent.v1.TelemetryLine
+	(*Welcome)(nil),                  // 25: byoc.agent.v1.Welcome
+	(*Heartbeat)(nil),                // 26: byoc.agent.v1.Heartbeat
+	(*LeasesRenewed)(nil),            // 27: byoc.agent.v1.LeasesRenewed
+	(*JobAck)(nil),                   // 28: byoc.agent.v1.JobAck
+	(*LogLine)(nil),                  // 29: byoc.agent.v1.LogLine
+	(*JobLogs)(nil),                  // 30: byoc.agent.v1.JobLogs
+	(*JobResult)(nil),                // 31: byoc.agent.v1.JobResult
+	(*PolicyFinding)(nil),            // 32: byoc.agent.v1.PolicyFinding
+	(*PlannedChange)(nil),            // 33: byoc.agent.v1.PlannedChange
+	(*JobAssignment)(nil),            // 34: byoc.agent.v1.JobAssignment
+	(*RegistryGrant)(nil),            // 35: byoc.agent.v1.RegistryGrant
+	(*JobSignature)(nil),             // 36: byoc.agent.v1.JobSignature
+	(*JobCancel)(nil),                // 37: byoc.agent.v1.JobCancel
+	(*WriteAccepted)(nil),            // 38: byoc.agent.v1.WriteAccepted
+	(*WriteRejected)(nil),            // 39: byoc.agent.v1.WriteRejected
+	(*ListBreakGlassRequest)(nil),    // 40: byoc.agent.v1.ListBreakGlassRequest
+	(*ListBreakGlassResponse)(nil),   // 41: byoc.agent.v1.ListBreakGlassResponse
+	(*BreakGlassGrant)(nil),          // 42: byoc.agent.v1.BreakGlassGrant
+	(*DecideBreakGlassRequest)(nil),  // 43: byoc.agent.v1.DecideBreakGlassRequest
+	(*DecideBreakGlassResponse)(nil), // 44: byoc.agent.v1.DecideBreakGlassResponse
+	(*AuditRecords)(nil),             // 45: byoc.agent.v1.AuditRecords
+	(*AuditCheckpoint)(nil),          // 46: byoc.agent.v1.AuditCheckpoint
+	(*AuditRecord)(nil),              // 47: byoc.agent.v1.AuditRecord
+	(*ListAuditRecordsRequest)(nil),  // 48: byoc.agent.v1.ListAuditRecordsRequest
+	(*ListAuditRecordsResponse)(nil), // 49: byoc.agent.v1.ListAuditRecordsResponse
+	(*RevokeSelfRequest)(nil),        // 50: byoc.agent.v1.RevokeSelfRequest
+	(*RevokeSelfResponse)(nil),       // 51: byoc.agent.v1.RevokeSelfResponse
+	nil,                              // 52: byoc.agent.v1.StackReport.InputsEntry
+	nil,                              // 53: byoc.agent.v1.StackReport.OutputsEntry
+	nil,                              // 54: byoc.agent.v1.MetricSample.LabelsEntry
+	nil,                              // 55: byoc.agent.v1.JobResult.OutputsEntry
+	nil,                              // 56: byoc.agent.v1.JobAssignment.InputsEntry
+	(*timestamppb.Timestamp)(nil),    // 57: google.protobuf.Timestamp
+	(*structpb.Value)(nil),           // 58: google.protobuf.Value
+	(*structpb.Struct)(nil),          // 59: google.protobuf.Struct
 }
 var file_byoc_agent_v1_agent_proto_depIdxs = []int32{
 	3,  // 0: byoc.agent.v1.EnrollResponse.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
 	10, // 1: byoc.agent.v1.ConnectRequest.hello:type_name -> byoc.agent.v1.Hello
-	19, // 2: byoc.agent.v1.ConnectRequest.heartbeat:type_name -> byoc.agent.v1.Heartbeat
-	21, // 3: byoc.agent.v1.ConnectRequest.ack:type_name -> byoc.agent.v1.JobAck
-	23, // 4: byoc.agent.v1.ConnectRequest.logs:type_name -> byoc.agent.v1.JobLogs
-	24, // 5: byoc.agent.v1.ConnectRequest.result:type_name -> byoc.agent.v1.JobResult
-	8,  // 6: byoc.agent.v1.ConnectRequest.channel_hello:type_name -> byoc.agent.v1.ChannelHello
-	6,  // 7: byoc.agent.v1.ConnectResponse.challenge:type_name -> byoc.agent.v1.Challenge
-	18, // 8: byoc.agent.v1.ConnectResponse.welcome:type_name -> byoc.agent.v1.Welcome
-	27, // 9: byoc.agent.v1.ConnectResponse.assignment:type_name -> byoc.agent.v1.JobAssignment
-	30, // 10: byoc.agent.v1.ConnectResponse.cancel:type_name -> byoc.agent.v1.JobCancel
-	31, // 11: byoc.agent.v1.ConnectResponse.accepted:type_name -> byoc.agent.v1.WriteAccepted
-	32, // 12: byoc.agent.v1.ConnectResponse.rejected:type_name -> byoc.agent.v1.WriteRejected
-	20, // 13: byoc.agent.v1.ConnectResponse.renewed:type_name -> byoc.agent.v1.LeasesRenewed
-	38, // 14: byoc.agent.v1.ConnectResponse.audit:type_name -> byoc.agent.v1.AuditRecords
-	13, // 15: byoc.agent.v1.ConnectResponse.update_offer:type_name -> byoc.agent.v1.UpdateOffer
-	3,  // 16: byoc.agent.v1.Challenge.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
-	7,  // 17: byoc.agent.v1.Challenge.retired_keys:type_name -> byoc.agent.v1.KeyRetirement
-	9,  // 18: byoc.agent.v1.Hello.running:type_name -> byoc.agent.v1.RunningJob
-	17, // 19: byoc.agent.v1.Hello.permissions:type_name -> byoc.agent.v1.Permissions
-	16, // 20: byoc.agent.v1.Hello.stack:type_name -> byoc.agent.v1.StackReport
-	15, // 21: byoc.agent.v1.Hello.condition:type_name -> byoc.agent.v1.AgentCondition
-	14, // 22: byoc.agent.v1.Hello.next_key:type_name -> byoc.agent.v1.AgentKeyRotation
-	11, // 23: byoc.agent.v1.Hello.update:type_name -> byoc.agent.v1.UpdateReport
-	12, // 24: byoc.agent.v1.UpdateReport.last:type_name -> byoc.agent.v1.UpdateDecision
-	49, // 25: byoc.agent.v1.UpdateDecision.time:type_name -> google.protobuf.Timestamp
-	45, // 26: byoc.agent.v1.StackReport.inputs:type_name -> byoc.agent.v1.StackReport.InputsEntry
-	46, // 27: byoc.agent.v1.StackReport.outputs:type_name -> byoc.agent.v1.StackReport.OutputsEntry
-	49, // 28: byoc.agent.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
-	3,  // 29: byoc.agent.v1.Welcome.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
-	9,  // 30: byoc.agent.v1.Heartbeat.running:type_name -> byoc.agent.v1.RunningJob
-	17, // 31: byoc.agent.v1.Heartbeat.permissions:type_name -> byoc.agent.v1.Permissions
-	15, // 32: byoc.agent.v1.Heartbeat.condition:type_name -> byoc.agent.v1.AgentCondition
-	11, // 33: byoc.agent.v1.Heartbeat.update:type_name -> byoc.agent.v1.UpdateReport
-	49, // 34: byoc.agent.v1.LogLine.time:type_name -> google.protobuf.Timestamp
-	22, // 35: byoc.agent.v1.JobLogs.lines:type_name -> byoc.agent.v1.LogLine
-	0,  // 36: byoc.agent.v1.JobResult.outcome:type_name -> byoc.agent.v1.Outcome
-	47, // 37: byoc.agent.v1.JobResult.outputs:type_name -> byoc.agent.v1.JobResult.OutputsEntry
-	26, // 38: byoc.agent.v1.JobResult.planned_changes:type_name -> byoc.agent.v1.PlannedChange
-	25, // 39: byoc.agent.v1.JobResult.policy_findings:type_name -> byoc.agent.v1.PolicyFinding
-	50, // 40: byoc.agent.v1.PlannedChange.before:type_name -> google.protobuf.Value
-	50, // 41: byoc.agent.v1.PlannedChange.after:type_name -> google.protobuf.Value
-	51, // 42: byoc.agent.v1.JobAssignment.config:type_name -> google.protobuf.Struct
-	48, // 43: byoc.agent.v1.JobAssignment.inputs:type_name -> byoc.agent.v1.JobAssignment.InputsEntry
-	29, // 44: byoc.agent.v1.JobAssignment.signature:type_name -> byoc.agent.v1.JobSignature
-	28, // 45: byoc.agent.v1.JobAssignment.registry_grant:type_name -> byoc.agent.v1.RegistryGrant
-	49, // 46: byoc.agent.v1.ListBreakGlassRequest.time:type_name -> google.protobuf.Timestamp
-	35, // 47: byoc.agent.v1.ListBreakGlassResponse.grants:type_name -> byoc.agent.v1.BreakGlassGrant
-	49, // 48: byoc.agent.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
-	49, // 49: byoc.agent.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
-	49, // 50: byoc.agent.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
-	49, // 51: byoc.agent.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
-	49, // 52: byoc.agent.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
-	35, // 53: byoc.agent.v1.DecideBreakGlassResponse.grant:type_name -> byoc.agent.v1.BreakGlassGrant
-	40, // 54: byoc.agent.v1.AuditRecords.records:type_name -> byoc.agent.v1.AuditRecord
-	39, // 55: byoc.agent.v1.AuditRecords.checkpoint:type_name -> byoc.agent.v1.AuditCheckpoint
-	49, // 56: byoc.agent.v1.ListAuditRecordsRequest.time:type_name -> google.protobuf.Timestamp
-	40, // 57: byoc.agent.v1.ListAuditRecordsResponse.records:type_name -> byoc.agent.v1.AuditRecord
-	49, // 58: byoc.agent.v1.RevokeSelfRequest.time:type_name -> google.protobuf.Timestamp
-	1,  // 59: byoc.agent.v1.AgentService.Enroll:input_type -> byoc.agent.v1.EnrollRequest
-	4,  // 60: byoc.agent.v1.AgentService.Connect:input_type -> byoc.agent.v1.ConnectRequest
-	33, // 61: byoc.agent.v1.AgentService.ListBreakGlass:input_type -> byoc.agent.v1.ListBreakGlassRequest
-	36, // 62: byoc.agent.v1.AgentService.DecideBreakGlass:input_type -> byoc.agent.v1.DecideBreakGlassRequest
-	41, // 63: byoc.agent.v1.AgentService.ListAuditRecords:input_type -> byoc.agent.v1.ListAuditRecordsRequest
-	43, // 64: byoc.agent.v1.AgentService.RevokeSelf:input_type -> byoc.agent.v1.RevokeSelfRequest
-	2,  // 65: byoc.agent.v1.AgentService.Enroll:output_type -> byoc.agent.v1.EnrollResponse
-	5,  // 66: byoc.agent.v1.AgentService.Connect:output_type -> byoc.agent.v1.ConnectResponse
-	34, // 67: byoc.agent.v1.AgentService.ListBreakGlass:output_type -> byoc.agent.v1.ListBreakGlassResponse
-	37, // 68: byoc.agent.v1.AgentService.DecideBreakGlass:output_type -> byoc.agent.v1.DecideBreakGlassResponse
-	42, // 69: byoc.agent.v1.AgentService.ListAuditRecords:output_type -> byoc.agent.v1.ListAuditRecordsResponse
-	44, // 70: byoc.agent.v1.AgentService.RevokeSelf:output_type -> byoc.agent.v1.RevokeSelfResponse
-	65, // [65:71] is the sub-list for method output_type
-	59, // [59:65] is the sub-list for method input_type
-	59, // [59:59] is the sub-list for extension type_name
-	59, // [59:59] is the sub-list for extension extendee
-	0,  // [0:59] is the sub-list for field type_name
+	26, // 2: byoc.agent.v1.ConnectRequest.heartbeat:type_name -> byoc.agent.v1.Heartbeat
+	28, // 3: byoc.agent.v1.ConnectRequest.ack:type_name -> byoc.agent.v1.JobAck
+	30, // 4: byoc.agent.v1.ConnectRequest.logs:type_name -> byoc.agent.v1.JobLogs
+	31, // 5: byoc.agent.v1.ConnectRequest.result:type_name -> byoc.agent.v1.JobResult
+	22, // 6: byoc.agent.v1.ConnectRequest.telemetry:type_name -> byoc.agent.v1.TelemetryBatch
+	8,  // 7: byoc.agent.v1.ConnectRequest.channel_hello:type_name -> byoc.agent.v1.ChannelHello
+	6,  // 8: byoc.agent.v1.ConnectResponse.challenge:type_name -> byoc.agent.v1.Challenge
+	25, // 9: byoc.agent.v1.ConnectResponse.welcome:type_name -> byoc.agent.v1.Welcome
+	34, // 10: byoc.agent.v1.ConnectResponse.assignment:type_name -> byoc.agent.v1.JobAssignment
+	37, // 11: byoc.agent.v1.ConnectResponse.cancel:type_name -> byoc.agent.v1.JobCancel
+	38, // 12: byoc.agent.v1.ConnectResponse.accepted:type_name -> byoc.agent.v1.WriteAccepted
+	39, // 13: byoc.agent.v1.ConnectResponse.rejected:type_name -> byoc.agent.v1.WriteRejected
+	27, // 14: byoc.agent.v1.ConnectResponse.renewed:type_name -> byoc.agent.v1.LeasesRenewed
+	45, // 15: byoc.agent.v1.ConnectResponse.audit:type_name -> byoc.agent.v1.AuditRecords
+	13, // 16: byoc.agent.v1.ConnectResponse.update_offer:type_name -> byoc.agent.v1.UpdateOffer
+	19, // 17: byoc.agent.v1.ConnectResponse.telemetry_config:type_name -> byoc.agent.v1.TelemetryConfig
+	3,  // 18: byoc.agent.v1.Challenge.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
+	7,  // 19: byoc.agent.v1.Challenge.retired_keys:type_name -> byoc.agent.v1.KeyRetirement
+	9,  // 20: byoc.agent.v1.Hello.running:type_name -> byoc.agent.v1.RunningJob
+	17, // 21: byoc.agent.v1.Hello.permissions:type_name -> byoc.agent.v1.Permissions
+	16, // 22: byoc.agent.v1.Hello.stack:type_name -> byoc.agent.v1.StackReport
+	15, // 23: byoc.agent.v1.Hello.condition:type_name -> byoc.agent.v1.AgentCondition
+	14, // 24: byoc.agent.v1.Hello.next_key:type_name -> byoc.agent.v1.AgentKeyRotation
+	11, // 25: byoc.agent.v1.Hello.update:type_name -> byoc.agent.v1.UpdateReport
+	12, // 26: byoc.agent.v1.UpdateReport.last:type_name -> byoc.agent.v1.UpdateDecision
+	57, // 27: byoc.agent.v1.UpdateDecision.time:type_name -> google.protobuf.Timestamp
+	52, // 28: byoc.agent.v1.StackReport.inputs:type_name -> byoc.agent.v1.StackReport.InputsEntry
+	53, // 29: byoc.agent.v1.StackReport.outputs:type_name -> byoc.agent.v1.StackReport.OutputsEntry
+	57, // 30: byoc.agent.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
+	18, // 31: byoc.agent.v1.Permissions.telemetry:type_name -> byoc.agent.v1.TelemetrySetting
+	20, // 32: byoc.agent.v1.TelemetryConfig.metrics:type_name -> byoc.agent.v1.MetricsSource
+	21, // 33: byoc.agent.v1.TelemetryConfig.logs:type_name -> byoc.agent.v1.LogSource
+	23, // 34: byoc.agent.v1.TelemetryBatch.samples:type_name -> byoc.agent.v1.MetricSample
+	24, // 35: byoc.agent.v1.TelemetryBatch.lines:type_name -> byoc.agent.v1.TelemetryLine
+	54, // 36: byoc.agent.v1.MetricSample.labels:type_name -> byoc.agent.v1.MetricSample.LabelsEntry
+	57, // 37: byoc.agent.v1.MetricSample.time:type_name -> google.protobuf.Timestamp
+	57, // 38: byoc.agent.v1.TelemetryLine.time:type_name -> google.protobuf.Timestamp
+	3,  // 39: byoc.agent.v1.Welcome.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
+	9,  // 40: byoc.agent.v1.Heartbeat.running:type_name -> byoc.agent.v1.RunningJob
+	17, // 41: byoc.agent.v1.Heartbeat.permissions:type_name -> byoc.agent.v1.Permissions
+	15, // 42: byoc.agent.v1.Heartbeat.condition:type_name -> byoc.agent.v1.AgentCondition
+	11, // 43: byoc.agent.v1.Heartbeat.update:type_name -> byoc.agent.v1.UpdateReport
+	57, // 44: byoc.agent.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	29, // 45: byoc.agent.v1.JobLogs.lines:type_name -> byoc.agent.v1.LogLine
+	0,  // 46: byoc.agent.v1.JobResult.outcome:type_name -> byoc.agent.v1.Outcome
+	55, // 47: byoc.agent.v1.JobResult.outputs:type_name -> byoc.agent.v1.JobResult.OutputsEntry
+	33, // 48: byoc.agent.v1.JobResult.planned_changes:type_name -> byoc.agent.v1.PlannedChange
+	32, // 49: byoc.agent.v1.JobResult.policy_findings:type_name -> byoc.agent.v1.PolicyFinding
+	58, // 50: byoc.agent.v1.PlannedChange.before:type_name -> google.protobuf.Value
+	58, // 51: byoc.agent.v1.PlannedChange.after:type_name -> google.protobuf.Value
+	59, // 52: byoc.agent.v1.JobAssignment.config:type_name -> google.protobuf.Struct
+	56, // 53: byoc.agent.v1.JobAssignment.inputs:type_name -> byoc.agent.v1.JobAssignment.InputsEntry
+	36, // 54: byoc.agent.v1.JobAssignment.signature:type_name -> byoc.agent.v1.JobSignature
+	35, // 55: byoc.agent.v1.JobAssignment.registry_grant:type_name -> byoc.agent.v1.RegistryGrant
+	57, // 56: byoc.agent.v1.ListBreakGlassRequest.time:type_name -> google.protobuf.Timestamp
+	42, // 57: byoc.agent.v1.ListBreakGlassResponse.grants:type_name -> byoc.agent.v1.BreakGlassGrant
+	57, // 58: byoc.agent.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
+	57, // 59: byoc.agent.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
+	57, // 60: byoc.agent.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
+	57, // 61: byoc.agent.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
+	57, // 62: byoc.agent.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
+	42, // 63: byoc.agent.v1.DecideBreakGlassResponse.grant:type_name -> byoc.agent.v1.BreakGlassGrant
+	47, // 64: byoc.agent.v1.AuditRecords.records:type_name -> byoc.agent.v1.AuditRecord
+	46, // 65: byoc.agent.v1.AuditRecords.checkpoint:type_name -> byoc.agent.v1.AuditCheckpoint
+	57, // 66: byoc.agent.v1.ListAuditRecordsRequest.time:type_name -> google.protobuf.Timestamp
+	47, // 67: byoc.agent.v1.ListAuditRecordsResponse.records:type_name -> byoc.agent.v1.AuditRecord
+	57, // 68: byoc.agent.v1.RevokeSelfRequest.time:type_name -> google.protobuf.Timestamp
+	1,  // 69: byoc.agent.v1.AgentService.Enroll:input_type -> byoc.agent.v1.EnrollRequest
+	4,  // 70: byoc.agent.v1.AgentService.Connect:input_type -> byoc.agent.v1.ConnectRequest
+	40, // 71: byoc.agent.v1.AgentService.ListBreakGlass:input_type -> byoc.agent.v1.ListBreakGlassRequest
+	43, // 72: byoc.agent.v1.AgentService.DecideBreakGlass:input_type -> byoc.agent.v1.DecideBreakGlassRequest
+	48, // 73: byoc.agent.v1.AgentService.ListAuditRecords:input_type -> byoc.agent.v1.ListAuditRecordsRequest
+	50, // 74: byoc.agent.v1.AgentService.RevokeSelf:input_type -> byoc.agent.v1.RevokeSelfRequest
+	2,  // 75: byoc.agent.v1.AgentService.Enroll:output_type -> byoc.agent.v1.EnrollResponse
+	5,  // 76: byoc.agent.v1.AgentService.Connect:output_type -> byoc.agent.v1.ConnectResponse
+	41, // 77: byoc.agent.v1.AgentService.ListBreakGlass:output_type -> byoc.agent.v1.ListBreakGlassResponse
+	44, // 78: byoc.agent.v1.AgentService.DecideBreakGlass:output_type -> byoc.agent.v1.DecideBreakGlassResponse
+	49, // 79: byoc.agent.v1.AgentService.ListAuditRecords:output_type -> byoc.agent.v1.ListAuditRecordsResponse
+	51, // 80: byoc.agent.v1.AgentService.RevokeSelf:output_type -> byoc.agent.v1.RevokeSelfResponse
+	75, // [75:81] is the sub-list for method output_type
+	69, // [69:75] is the sub-list for method input_type
+	69, // [69:69] is the sub-list for extension type_name
+	69, // [69:69] is the sub-list for extension extendee
+	0,  // [0:69] is the sub-list for field type_name
 }
 
 func init() { file_byoc_agent_v1_agent_proto_init() }
@@ -4276,6 +4866,7 @@ func file_byoc_agent_v1_agent_proto_init() {
 		(*ConnectRequest_Ack)(nil),
 		(*ConnectRequest_Logs)(nil),
 		(*ConnectRequest_Result)(nil),
+		(*ConnectRequest_Telemetry)(nil),
 		(*ConnectRequest_ChannelHello)(nil),
 		(*ConnectRequest_Sealed)(nil),
 	}
@@ -4289,6 +4880,7 @@ func file_byoc_agent_v1_agent_proto_init() {
 		(*ConnectResponse_Renewed)(nil),
 		(*ConnectResponse_Audit)(nil),
 		(*ConnectResponse_UpdateOffer)(nil),
+		(*ConnectResponse_TelemetryConfig)(nil),
 		(*ConnectResponse_ChannelAccept)(nil),
 		(*ConnectResponse_Sealed)(nil),
 	}
@@ -4298,7 +4890,7 @@ func file_byoc_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byoc_agent_v1_agent_proto_rawDesc), len(file_byoc_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   48,
+			NumMessages:   56,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

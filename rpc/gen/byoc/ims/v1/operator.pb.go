@@ -7924,9 +7924,12 @@ type DebugArg struct {
 	Min *int64 `protobuf:"varint,5,opt,name=min,proto3,oneof" json:"min,omitempty"`
 	Max *int64 `protobuf:"varint,6,opt,name=max,proto3,oneof" json:"max,omitempty"`
 	// values are an enum's allowed values.
-	Values        []string `protobuf:"bytes,7,rep,name=values,proto3" json:"values,omitempty"`
-	Required      bool     `protobuf:"varint,8,opt,name=required,proto3" json:"required,omitempty"`
-	DefaultValue  string   `protobuf:"bytes,9,opt,name=default_value,json=defaultValue,proto3" json:"default_value,omitempty"`
+	Values       []string `protobuf:"bytes,7,rep,name=values,proto3" json:"values,omitempty"`
+	Required     bool     `protobuf:"varint,8,opt,name=required,proto3" json:"required,omitempty"`
+	DefaultValue string   `protobuf:"bytes,9,opt,name=default_value,json=defaultValue,proto3" json:"default_value,omitempty"`
+	// sensitive marks a secret value: masked (***) in the audit record,
+	// the job's stored config and the answer; redacted from the output.
+	Sensitive     bool `protobuf:"varint,10,opt,name=sensitive,proto3" json:"sensitive,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -8022,6 +8025,13 @@ func (x *DebugArg) GetDefaultValue() string {
 		return x.DefaultValue
 	}
 	return ""
+}
+
+func (x *DebugArg) GetSensitive() bool {
+	if x != nil {
+		return x.Sensitive
+	}
+	return false
 }
 
 type RunDebugCommandRequest struct {
@@ -8163,7 +8173,7 @@ var File_byoc_ims_v1_operator_proto protoreflect.FileDescriptor
 
 const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\n" +
-	"\x1abyoc/ims/v1/operator.proto\x12\vbyoc.ims.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18byoc/ims/v1/action.proto\x1a\x17byoc/ims/v1/audit.proto\x1a\x19byoc/ims/v1/release.proto\x1a\x1abyoc/ims/v1/workflow.proto\"`\n" +
+	"\x1abyoc/ims/v1/operator.proto\x12\vbyoc.ims.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18byoc/ims/v1/action.proto\x1a\x17byoc/ims/v1/audit.proto\x1a\x19byoc/ims/v1/release.proto\x1a\x1bbyoc/ims/v1/telemetry.proto\x1a\x1abyoc/ims/v1/workflow.proto\"`\n" +
 	"\tRoleGrant\x12%\n" +
 	"\x04role\x18\x01 \x01(\x0e2\x11.byoc.ims.v1.RoleR\x04role\x12\x14\n" +
 	"\x05scope\x18\x02 \x01(\tR\x05scope\x12\x16\n" +
@@ -8775,7 +8785,7 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12)\n" +
 	"\x04args\x18\x03 \x03(\v2\x15.byoc.ims.v1.DebugArgR\x04args\x12'\n" +
-	"\x0ftimeout_seconds\x18\x04 \x01(\x03R\x0etimeoutSeconds\"\x85\x02\n" +
+	"\x0ftimeout_seconds\x18\x04 \x01(\x03R\x0etimeoutSeconds\"\xa3\x02\n" +
 	"\bDebugArg\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12\x12\n" +
@@ -8785,7 +8795,9 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x03max\x18\x06 \x01(\x03H\x01R\x03max\x88\x01\x01\x12\x16\n" +
 	"\x06values\x18\a \x03(\tR\x06values\x12\x1a\n" +
 	"\brequired\x18\b \x01(\bR\brequired\x12#\n" +
-	"\rdefault_value\x18\t \x01(\tR\fdefaultValueB\x06\n" +
+	"\rdefault_value\x18\t \x01(\tR\fdefaultValue\x12\x1c\n" +
+	"\tsensitive\x18\n" +
+	" \x01(\bR\tsensitiveB\x06\n" +
 	"\x04_minB\x06\n" +
 	"\x04_max\"\x80\x02\n" +
 	"\x16RunDebugCommandRequest\x12\x18\n" +
@@ -8826,7 +8838,7 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x16LOG_STREAM_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11LOG_STREAM_STDOUT\x10\x01\x12\x15\n" +
 	"\x11LOG_STREAM_STDERR\x10\x02\x12\x15\n" +
-	"\x11LOG_STREAM_SYSTEM\x10\x032\xa9-\n" +
+	"\x11LOG_STREAM_SYSTEM\x10\x032\xfe-\n" +
 	"\x0fOperatorService\x12A\n" +
 	"\x06WhoAmI\x12\x1a.byoc.ims.v1.WhoAmIRequest\x1a\x1b.byoc.ims.v1.WhoAmIResponse\x12P\n" +
 	"\vCheckAccess\x12\x1f.byoc.ims.v1.CheckAccessRequest\x1a .byoc.ims.v1.CheckAccessResponse\x12Y\n" +
@@ -8884,7 +8896,8 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\vListActions\x12\x1f.byoc.ims.v1.ListActionsRequest\x1a .byoc.ims.v1.ListActionsResponse\x12Y\n" +
 	"\x0eStartActionRun\x12\".byoc.ims.v1.StartActionRunRequest\x1a#.byoc.ims.v1.StartActionRunResponse\x12b\n" +
 	"\x11ListDebugCommands\x12%.byoc.ims.v1.ListDebugCommandsRequest\x1a&.byoc.ims.v1.ListDebugCommandsResponse\x12\\\n" +
-	"\x0fRunDebugCommand\x12#.byoc.ims.v1.RunDebugCommandRequest\x1a$.byoc.ims.v1.RunDebugCommandResponse\x12Y\n" +
+	"\x0fRunDebugCommand\x12#.byoc.ims.v1.RunDebugCommandRequest\x1a$.byoc.ims.v1.RunDebugCommandResponse\x12S\n" +
+	"\fGetTelemetry\x12 .byoc.ims.v1.GetTelemetryRequest\x1a!.byoc.ims.v1.GetTelemetryResponse\x12Y\n" +
 	"\x0eListActionRuns\x12\".byoc.ims.v1.ListActionRunsRequest\x1a#.byoc.ims.v1.ListActionRunsResponse\x12S\n" +
 	"\fGetActionRun\x12 .byoc.ims.v1.GetActionRunRequest\x1a!.byoc.ims.v1.GetActionRunResponse\x12b\n" +
 	"\x11RequestBreakGlass\x12%.byoc.ims.v1.RequestBreakGlassRequest\x1a&.byoc.ims.v1.RequestBreakGlassResponse\x12k\n" +
@@ -9073,30 +9086,32 @@ var file_byoc_ims_v1_operator_proto_goTypes = []any{
 	(*RollbackReleaseRequest)(nil),        // 155: byoc.ims.v1.RollbackReleaseRequest
 	(*ListActionsRequest)(nil),            // 156: byoc.ims.v1.ListActionsRequest
 	(*StartActionRunRequest)(nil),         // 157: byoc.ims.v1.StartActionRunRequest
-	(*ListActionRunsRequest)(nil),         // 158: byoc.ims.v1.ListActionRunsRequest
-	(*GetActionRunRequest)(nil),           // 159: byoc.ims.v1.GetActionRunRequest
-	(*ListAuditEventsRequest)(nil),        // 160: byoc.ims.v1.ListAuditEventsRequest
-	(*PlanInstallResponse)(nil),           // 161: byoc.ims.v1.PlanInstallResponse
-	(*StartWorkflowResponse)(nil),         // 162: byoc.ims.v1.StartWorkflowResponse
-	(*ListWorkflowsResponse)(nil),         // 163: byoc.ims.v1.ListWorkflowsResponse
-	(*GetWorkflowResponse)(nil),           // 164: byoc.ims.v1.GetWorkflowResponse
-	(*ApproveWorkflowResponse)(nil),       // 165: byoc.ims.v1.ApproveWorkflowResponse
-	(*CancelWorkflowResponse)(nil),        // 166: byoc.ims.v1.CancelWorkflowResponse
-	(*RetryWorkflowStepResponse)(nil),     // 167: byoc.ims.v1.RetryWorkflowStepResponse
-	(*CreateReleaseResponse)(nil),         // 168: byoc.ims.v1.CreateReleaseResponse
-	(*ListReleasesResponse)(nil),          // 169: byoc.ims.v1.ListReleasesResponse
-	(*GetReleaseResponse)(nil),            // 170: byoc.ims.v1.GetReleaseResponse
-	(*ApproveReleaseResponse)(nil),        // 171: byoc.ims.v1.ApproveReleaseResponse
-	(*PauseReleaseResponse)(nil),          // 172: byoc.ims.v1.PauseReleaseResponse
-	(*ResumeReleaseResponse)(nil),         // 173: byoc.ims.v1.ResumeReleaseResponse
-	(*CancelReleaseResponse)(nil),         // 174: byoc.ims.v1.CancelReleaseResponse
-	(*RetryReleaseResponse)(nil),          // 175: byoc.ims.v1.RetryReleaseResponse
-	(*RollbackReleaseResponse)(nil),       // 176: byoc.ims.v1.RollbackReleaseResponse
-	(*ListActionsResponse)(nil),           // 177: byoc.ims.v1.ListActionsResponse
-	(*StartActionRunResponse)(nil),        // 178: byoc.ims.v1.StartActionRunResponse
-	(*ListActionRunsResponse)(nil),        // 179: byoc.ims.v1.ListActionRunsResponse
-	(*GetActionRunResponse)(nil),          // 180: byoc.ims.v1.GetActionRunResponse
-	(*ListAuditEventsResponse)(nil),       // 181: byoc.ims.v1.ListAuditEventsResponse
+	(*GetTelemetryRequest)(nil),           // 158: byoc.ims.v1.GetTelemetryRequest
+	(*ListActionRunsRequest)(nil),         // 159: byoc.ims.v1.ListActionRunsRequest
+	(*GetActionRunRequest)(nil),           // 160: byoc.ims.v1.GetActionRunRequest
+	(*ListAuditEventsRequest)(nil),        // 161: byoc.ims.v1.ListAuditEventsRequest
+	(*PlanInstallResponse)(nil),           // 162: byoc.ims.v1.PlanInstallResponse
+	(*StartWorkflowResponse)(nil),         // 163: byoc.ims.v1.StartWorkflowResponse
+	(*ListWorkflowsResponse)(nil),         // 164: byoc.ims.v1.ListWorkflowsResponse
+	(*GetWorkflowResponse)(nil),           // 165: byoc.ims.v1.GetWorkflowResponse
+	(*ApproveWorkflowResponse)(nil),       // 166: byoc.ims.v1.ApproveWorkflowResponse
+	(*CancelWorkflowResponse)(nil),        // 167: byoc.ims.v1.CancelWorkflowResponse
+	(*RetryWorkflowStepResponse)(nil),     // 168: byoc.ims.v1.RetryWorkflowStepResponse
+	(*CreateReleaseResponse)(nil),         // 169: byoc.ims.v1.CreateReleaseResponse
+	(*ListReleasesResponse)(nil),          // 170: byoc.ims.v1.ListReleasesResponse
+	(*GetReleaseResponse)(nil),            // 171: byoc.ims.v1.GetReleaseResponse
+	(*ApproveReleaseResponse)(nil),        // 172: byoc.ims.v1.ApproveReleaseResponse
+	(*PauseReleaseResponse)(nil),          // 173: byoc.ims.v1.PauseReleaseResponse
+	(*ResumeReleaseResponse)(nil),         // 174: byoc.ims.v1.ResumeReleaseResponse
+	(*CancelReleaseResponse)(nil),         // 175: byoc.ims.v1.CancelReleaseResponse
+	(*RetryReleaseResponse)(nil),          // 176: byoc.ims.v1.RetryReleaseResponse
+	(*RollbackReleaseResponse)(nil),       // 177: byoc.ims.v1.RollbackReleaseResponse
+	(*ListActionsResponse)(nil),           // 178: byoc.ims.v1.ListActionsResponse
+	(*StartActionRunResponse)(nil),        // 179: byoc.ims.v1.StartActionRunResponse
+	(*GetTelemetryResponse)(nil),          // 180: byoc.ims.v1.GetTelemetryResponse
+	(*ListActionRunsResponse)(nil),        // 181: byoc.ims.v1.ListActionRunsResponse
+	(*GetActionRunResponse)(nil),          // 182: byoc.ims.v1.GetActionRunResponse
+	(*ListAuditEventsResponse)(nil),       // 183: byoc.ims.v1.ListAuditEventsResponse
 }
 var file_byoc_ims_v1_operator_proto_depIdxs = []int32{
 	0,   // 0: byoc.ims.v1.RoleGrant.role:type_name -> byoc.ims.v1.Role
@@ -9283,84 +9298,86 @@ var file_byoc_ims_v1_operator_proto_depIdxs = []int32{
 	157, // 181: byoc.ims.v1.OperatorService.StartActionRun:input_type -> byoc.ims.v1.StartActionRunRequest
 	117, // 182: byoc.ims.v1.OperatorService.ListDebugCommands:input_type -> byoc.ims.v1.ListDebugCommandsRequest
 	121, // 183: byoc.ims.v1.OperatorService.RunDebugCommand:input_type -> byoc.ims.v1.RunDebugCommandRequest
-	158, // 184: byoc.ims.v1.OperatorService.ListActionRuns:input_type -> byoc.ims.v1.ListActionRunsRequest
-	159, // 185: byoc.ims.v1.OperatorService.GetActionRun:input_type -> byoc.ims.v1.GetActionRunRequest
-	97,  // 186: byoc.ims.v1.OperatorService.RequestBreakGlass:input_type -> byoc.ims.v1.RequestBreakGlassRequest
-	99,  // 187: byoc.ims.v1.OperatorService.ListBreakGlassGrants:input_type -> byoc.ims.v1.ListBreakGlassGrantsRequest
-	102, // 188: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:input_type -> byoc.ims.v1.GetBreakGlassPolicyRequest
-	160, // 189: byoc.ims.v1.OperatorService.ListAuditEvents:input_type -> byoc.ims.v1.ListAuditEventsRequest
-	105, // 190: byoc.ims.v1.OperatorService.GetInstallStack:input_type -> byoc.ims.v1.GetInstallStackRequest
-	108, // 191: byoc.ims.v1.OperatorService.CreateBuildAgentToken:input_type -> byoc.ims.v1.CreateBuildAgentTokenRequest
-	110, // 192: byoc.ims.v1.OperatorService.StartBuild:input_type -> byoc.ims.v1.StartBuildRequest
-	112, // 193: byoc.ims.v1.OperatorService.ListBuilds:input_type -> byoc.ims.v1.ListBuildsRequest
-	114, // 194: byoc.ims.v1.OperatorService.ListInstallImages:input_type -> byoc.ims.v1.ListInstallImagesRequest
-	5,   // 195: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
-	7,   // 196: byoc.ims.v1.OperatorService.CheckAccess:output_type -> byoc.ims.v1.CheckAccessResponse
-	9,   // 197: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
-	12,  // 198: byoc.ims.v1.OperatorService.ListApiTokens:output_type -> byoc.ims.v1.ListApiTokensResponse
-	14,  // 199: byoc.ims.v1.OperatorService.RevokeApiToken:output_type -> byoc.ims.v1.RevokeApiTokenResponse
-	16,  // 200: byoc.ims.v1.OperatorService.GetLoginConfig:output_type -> byoc.ims.v1.GetLoginConfigResponse
-	19,  // 201: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
-	21,  // 202: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
-	23,  // 203: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
-	77,  // 204: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
-	80,  // 205: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
-	82,  // 206: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
-	32,  // 207: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
-	35,  // 208: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
-	37,  // 209: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
-	43,  // 210: byoc.ims.v1.OperatorService.ListInstallDrift:output_type -> byoc.ims.v1.ListInstallDriftResponse
-	39,  // 211: byoc.ims.v1.OperatorService.CheckInstallDrift:output_type -> byoc.ims.v1.CheckInstallDriftResponse
-	41,  // 212: byoc.ims.v1.OperatorService.ImportComponent:output_type -> byoc.ims.v1.ImportComponentResponse
-	47,  // 213: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
-	55,  // 214: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
-	57,  // 215: byoc.ims.v1.OperatorService.LabelInstall:output_type -> byoc.ims.v1.LabelInstallResponse
-	51,  // 216: byoc.ims.v1.OperatorService.RevokeAgent:output_type -> byoc.ims.v1.RevokeAgentResponse
-	50,  // 217: byoc.ims.v1.OperatorService.OfferAgentUpdate:output_type -> byoc.ims.v1.OfferAgentUpdateResponse
-	53,  // 218: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
-	161, // 219: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
-	162, // 220: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
-	163, // 221: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
-	164, // 222: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
-	165, // 223: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
-	166, // 224: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
-	167, // 225: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
-	168, // 226: byoc.ims.v1.OperatorService.CreateRelease:output_type -> byoc.ims.v1.CreateReleaseResponse
-	169, // 227: byoc.ims.v1.OperatorService.ListReleases:output_type -> byoc.ims.v1.ListReleasesResponse
-	170, // 228: byoc.ims.v1.OperatorService.GetRelease:output_type -> byoc.ims.v1.GetReleaseResponse
-	171, // 229: byoc.ims.v1.OperatorService.ApproveRelease:output_type -> byoc.ims.v1.ApproveReleaseResponse
-	172, // 230: byoc.ims.v1.OperatorService.PauseRelease:output_type -> byoc.ims.v1.PauseReleaseResponse
-	173, // 231: byoc.ims.v1.OperatorService.ResumeRelease:output_type -> byoc.ims.v1.ResumeReleaseResponse
-	174, // 232: byoc.ims.v1.OperatorService.CancelRelease:output_type -> byoc.ims.v1.CancelReleaseResponse
-	175, // 233: byoc.ims.v1.OperatorService.RetryRelease:output_type -> byoc.ims.v1.RetryReleaseResponse
-	176, // 234: byoc.ims.v1.OperatorService.RollbackRelease:output_type -> byoc.ims.v1.RollbackReleaseResponse
-	62,  // 235: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
-	64,  // 236: byoc.ims.v1.OperatorService.EnqueueJobs:output_type -> byoc.ims.v1.EnqueueJobsResponse
-	66,  // 237: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
-	68,  // 238: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
-	71,  // 239: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
-	73,  // 240: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
-	90,  // 241: byoc.ims.v1.OperatorService.RegisterPluginType:output_type -> byoc.ims.v1.RegisterPluginTypeResponse
-	92,  // 242: byoc.ims.v1.OperatorService.ListPluginTypes:output_type -> byoc.ims.v1.ListPluginTypesResponse
-	94,  // 243: byoc.ims.v1.OperatorService.GetPluginType:output_type -> byoc.ims.v1.GetPluginTypeResponse
-	96,  // 244: byoc.ims.v1.OperatorService.RemovePluginType:output_type -> byoc.ims.v1.RemovePluginTypeResponse
-	177, // 245: byoc.ims.v1.OperatorService.ListActions:output_type -> byoc.ims.v1.ListActionsResponse
-	178, // 246: byoc.ims.v1.OperatorService.StartActionRun:output_type -> byoc.ims.v1.StartActionRunResponse
-	118, // 247: byoc.ims.v1.OperatorService.ListDebugCommands:output_type -> byoc.ims.v1.ListDebugCommandsResponse
-	122, // 248: byoc.ims.v1.OperatorService.RunDebugCommand:output_type -> byoc.ims.v1.RunDebugCommandResponse
-	179, // 249: byoc.ims.v1.OperatorService.ListActionRuns:output_type -> byoc.ims.v1.ListActionRunsResponse
-	180, // 250: byoc.ims.v1.OperatorService.GetActionRun:output_type -> byoc.ims.v1.GetActionRunResponse
-	98,  // 251: byoc.ims.v1.OperatorService.RequestBreakGlass:output_type -> byoc.ims.v1.RequestBreakGlassResponse
-	100, // 252: byoc.ims.v1.OperatorService.ListBreakGlassGrants:output_type -> byoc.ims.v1.ListBreakGlassGrantsResponse
-	103, // 253: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:output_type -> byoc.ims.v1.GetBreakGlassPolicyResponse
-	181, // 254: byoc.ims.v1.OperatorService.ListAuditEvents:output_type -> byoc.ims.v1.ListAuditEventsResponse
-	106, // 255: byoc.ims.v1.OperatorService.GetInstallStack:output_type -> byoc.ims.v1.GetInstallStackResponse
-	109, // 256: byoc.ims.v1.OperatorService.CreateBuildAgentToken:output_type -> byoc.ims.v1.CreateBuildAgentTokenResponse
-	111, // 257: byoc.ims.v1.OperatorService.StartBuild:output_type -> byoc.ims.v1.StartBuildResponse
-	113, // 258: byoc.ims.v1.OperatorService.ListBuilds:output_type -> byoc.ims.v1.ListBuildsResponse
-	116, // 259: byoc.ims.v1.OperatorService.ListInstallImages:output_type -> byoc.ims.v1.ListInstallImagesResponse
-	195, // [195:260] is the sub-list for method output_type
-	130, // [130:195] is the sub-list for method input_type
+	158, // 184: byoc.ims.v1.OperatorService.GetTelemetry:input_type -> byoc.ims.v1.GetTelemetryRequest
+	159, // 185: byoc.ims.v1.OperatorService.ListActionRuns:input_type -> byoc.ims.v1.ListActionRunsRequest
+	160, // 186: byoc.ims.v1.OperatorService.GetActionRun:input_type -> byoc.ims.v1.GetActionRunRequest
+	97,  // 187: byoc.ims.v1.OperatorService.RequestBreakGlass:input_type -> byoc.ims.v1.RequestBreakGlassRequest
+	99,  // 188: byoc.ims.v1.OperatorService.ListBreakGlassGrants:input_type -> byoc.ims.v1.ListBreakGlassGrantsRequest
+	102, // 189: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:input_type -> byoc.ims.v1.GetBreakGlassPolicyRequest
+	161, // 190: byoc.ims.v1.OperatorService.ListAuditEvents:input_type -> byoc.ims.v1.ListAuditEventsRequest
+	105, // 191: byoc.ims.v1.OperatorService.GetInstallStack:input_type -> byoc.ims.v1.GetInstallStackRequest
+	108, // 192: byoc.ims.v1.OperatorService.CreateBuildAgentToken:input_type -> byoc.ims.v1.CreateBuildAgentTokenRequest
+	110, // 193: byoc.ims.v1.OperatorService.StartBuild:input_type -> byoc.ims.v1.StartBuildRequest
+	112, // 194: byoc.ims.v1.OperatorService.ListBuilds:input_type -> byoc.ims.v1.ListBuildsRequest
+	114, // 195: byoc.ims.v1.OperatorService.ListInstallImages:input_type -> byoc.ims.v1.ListInstallImagesRequest
+	5,   // 196: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
+	7,   // 197: byoc.ims.v1.OperatorService.CheckAccess:output_type -> byoc.ims.v1.CheckAccessResponse
+	9,   // 198: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
+	12,  // 199: byoc.ims.v1.OperatorService.ListApiTokens:output_type -> byoc.ims.v1.ListApiTokensResponse
+	14,  // 200: byoc.ims.v1.OperatorService.RevokeApiToken:output_type -> byoc.ims.v1.RevokeApiTokenResponse
+	16,  // 201: byoc.ims.v1.OperatorService.GetLoginConfig:output_type -> byoc.ims.v1.GetLoginConfigResponse
+	19,  // 202: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
+	21,  // 203: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
+	23,  // 204: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
+	77,  // 205: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
+	80,  // 206: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
+	82,  // 207: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
+	32,  // 208: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
+	35,  // 209: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
+	37,  // 210: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
+	43,  // 211: byoc.ims.v1.OperatorService.ListInstallDrift:output_type -> byoc.ims.v1.ListInstallDriftResponse
+	39,  // 212: byoc.ims.v1.OperatorService.CheckInstallDrift:output_type -> byoc.ims.v1.CheckInstallDriftResponse
+	41,  // 213: byoc.ims.v1.OperatorService.ImportComponent:output_type -> byoc.ims.v1.ImportComponentResponse
+	47,  // 214: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
+	55,  // 215: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
+	57,  // 216: byoc.ims.v1.OperatorService.LabelInstall:output_type -> byoc.ims.v1.LabelInstallResponse
+	51,  // 217: byoc.ims.v1.OperatorService.RevokeAgent:output_type -> byoc.ims.v1.RevokeAgentResponse
+	50,  // 218: byoc.ims.v1.OperatorService.OfferAgentUpdate:output_type -> byoc.ims.v1.OfferAgentUpdateResponse
+	53,  // 219: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
+	162, // 220: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
+	163, // 221: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
+	164, // 222: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
+	165, // 223: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
+	166, // 224: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
+	167, // 225: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
+	168, // 226: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
+	169, // 227: byoc.ims.v1.OperatorService.CreateRelease:output_type -> byoc.ims.v1.CreateReleaseResponse
+	170, // 228: byoc.ims.v1.OperatorService.ListReleases:output_type -> byoc.ims.v1.ListReleasesResponse
+	171, // 229: byoc.ims.v1.OperatorService.GetRelease:output_type -> byoc.ims.v1.GetReleaseResponse
+	172, // 230: byoc.ims.v1.OperatorService.ApproveRelease:output_type -> byoc.ims.v1.ApproveReleaseResponse
+	173, // 231: byoc.ims.v1.OperatorService.PauseRelease:output_type -> byoc.ims.v1.PauseReleaseResponse
+	174, // 232: byoc.ims.v1.OperatorService.ResumeRelease:output_type -> byoc.ims.v1.ResumeReleaseResponse
+	175, // 233: byoc.ims.v1.OperatorService.CancelRelease:output_type -> byoc.ims.v1.CancelReleaseResponse
+	176, // 234: byoc.ims.v1.OperatorService.RetryRelease:output_type -> byoc.ims.v1.RetryReleaseResponse
+	177, // 235: byoc.ims.v1.OperatorService.RollbackRelease:output_type -> byoc.ims.v1.RollbackReleaseResponse
+	62,  // 236: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
+	64,  // 237: byoc.ims.v1.OperatorService.EnqueueJobs:output_type -> byoc.ims.v1.EnqueueJobsResponse
+	66,  // 238: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
+	68,  // 239: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
+	71,  // 240: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
+	73,  // 241: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
+	90,  // 242: byoc.ims.v1.OperatorService.RegisterPluginType:output_type -> byoc.ims.v1.RegisterPluginTypeResponse
+	92,  // 243: byoc.ims.v1.OperatorService.ListPluginTypes:output_type -> byoc.ims.v1.ListPluginTypesResponse
+	94,  // 244: byoc.ims.v1.OperatorService.GetPluginType:output_type -> byoc.ims.v1.GetPluginTypeResponse
+	96,  // 245: byoc.ims.v1.OperatorService.RemovePluginType:output_type -> byoc.ims.v1.RemovePluginTypeResponse
+	178, // 246: byoc.ims.v1.OperatorService.ListActions:output_type -> byoc.ims.v1.ListActionsResponse
+	179, // 247: byoc.ims.v1.OperatorService.StartActionRun:output_type -> byoc.ims.v1.StartActionRunResponse
+	118, // 248: byoc.ims.v1.OperatorService.ListDebugCommands:output_type -> byoc.ims.v1.ListDebugCommandsResponse
+	122, // 249: byoc.ims.v1.OperatorService.RunDebugCommand:output_type -> byoc.ims.v1.RunDebugCommandResponse
+	180, // 250: byoc.ims.v1.OperatorService.GetTelemetry:output_type -> byoc.ims.v1.GetTelemetryResponse
+	181, // 251: byoc.ims.v1.OperatorService.ListActionRuns:output_type -> byoc.ims.v1.ListActionRunsResponse
+	182, // 252: byoc.ims.v1.OperatorService.GetActionRun:output_type -> byoc.ims.v1.GetActionRunResponse
+	98,  // 253: byoc.ims.v1.OperatorService.RequestBreakGlass:output_type -> byoc.ims.v1.RequestBreakGlassResponse
+	100, // 254: byoc.ims.v1.OperatorService.ListBreakGlassGrants:output_type -> byoc.ims.v1.ListBreakGlassGrantsResponse
+	103, // 255: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:output_type -> byoc.ims.v1.GetBreakGlassPolicyResponse
+	183, // 256: byoc.ims.v1.OperatorService.ListAuditEvents:output_type -> byoc.ims.v1.ListAuditEventsResponse
+	106, // 257: byoc.ims.v1.OperatorService.GetInstallStack:output_type -> byoc.ims.v1.GetInstallStackResponse
+	109, // 258: byoc.ims.v1.OperatorService.CreateBuildAgentToken:output_type -> byoc.ims.v1.CreateBuildAgentTokenResponse
+	111, // 259: byoc.ims.v1.OperatorService.StartBuild:output_type -> byoc.ims.v1.StartBuildResponse
+	113, // 260: byoc.ims.v1.OperatorService.ListBuilds:output_type -> byoc.ims.v1.ListBuildsResponse
+	116, // 261: byoc.ims.v1.OperatorService.ListInstallImages:output_type -> byoc.ims.v1.ListInstallImagesResponse
+	196, // [196:262] is the sub-list for method output_type
+	130, // [130:196] is the sub-list for method input_type
 	130, // [130:130] is the sub-list for extension type_name
 	130, // [130:130] is the sub-list for extension extendee
 	0,   // [0:130] is the sub-list for field type_name
@@ -9374,6 +9391,7 @@ func file_byoc_ims_v1_operator_proto_init() {
 	file_byoc_ims_v1_action_proto_init()
 	file_byoc_ims_v1_audit_proto_init()
 	file_byoc_ims_v1_release_proto_init()
+	file_byoc_ims_v1_telemetry_proto_init()
 	file_byoc_ims_v1_workflow_proto_init()
 	file_byoc_ims_v1_operator_proto_msgTypes[27].OneofWrappers = []any{}
 	file_byoc_ims_v1_operator_proto_msgTypes[49].OneofWrappers = []any{}

@@ -192,6 +192,9 @@ const (
 	// OperatorServiceRunDebugCommandProcedure is the fully-qualified name of the OperatorService's
 	// RunDebugCommand RPC.
 	OperatorServiceRunDebugCommandProcedure = "/byoc.ims.v1.OperatorService/RunDebugCommand"
+	// OperatorServiceGetTelemetryProcedure is the fully-qualified name of the OperatorService's
+	// GetTelemetry RPC.
+	OperatorServiceGetTelemetryProcedure = "/byoc.ims.v1.OperatorService/GetTelemetry"
 	// OperatorServiceListActionRunsProcedure is the fully-qualified name of the OperatorService's
 	// ListActionRuns RPC.
 	OperatorServiceListActionRunsProcedure = "/byoc.ims.v1.OperatorService/ListActionRuns"
@@ -395,6 +398,11 @@ type OperatorServiceClient interface {
 	// undeclared or ill-typed one is refused, named) and reach the script
 	// only as environment variables (ARG_NAME). Audited as debug.run.
 	RunDebugCommand(context.Context, *connect.Request[v1.RunDebugCommandRequest]) (*connect.Response[v1.RunDebugCommandResponse], error)
+	// GetTelemetry returns the metrics and log lines an install's agent
+	// forwarded under its customer's telemetry setting (agentd telemetry),
+	// as the imsd the agent is connected to holds them, in memory and
+	// bounded: the newest sample of each series, and the newest log lines.
+	GetTelemetry(context.Context, *connect.Request[v1.GetTelemetryRequest]) (*connect.Response[v1.GetTelemetryResponse], error)
 	// ListActionRuns lists an install's action runs, newest first, with
 	// their outputs.
 	ListActionRuns(context.Context, *connect.Request[v1.ListActionRunsRequest]) (*connect.Response[v1.ListActionRunsResponse], error)
@@ -773,6 +781,12 @@ func NewOperatorServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(operatorServiceMethods.ByName("RunDebugCommand")),
 			connect.WithClientOptions(opts...),
 		),
+		getTelemetry: connect.NewClient[v1.GetTelemetryRequest, v1.GetTelemetryResponse](
+			httpClient,
+			baseURL+OperatorServiceGetTelemetryProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("GetTelemetry")),
+			connect.WithClientOptions(opts...),
+		),
 		listActionRuns: connect.NewClient[v1.ListActionRunsRequest, v1.ListActionRunsResponse](
 			httpClient,
 			baseURL+OperatorServiceListActionRunsProcedure,
@@ -898,6 +912,7 @@ type operatorServiceClient struct {
 	startActionRun        *connect.Client[v1.StartActionRunRequest, v1.StartActionRunResponse]
 	listDebugCommands     *connect.Client[v1.ListDebugCommandsRequest, v1.ListDebugCommandsResponse]
 	runDebugCommand       *connect.Client[v1.RunDebugCommandRequest, v1.RunDebugCommandResponse]
+	getTelemetry          *connect.Client[v1.GetTelemetryRequest, v1.GetTelemetryResponse]
 	listActionRuns        *connect.Client[v1.ListActionRunsRequest, v1.ListActionRunsResponse]
 	getActionRun          *connect.Client[v1.GetActionRunRequest, v1.GetActionRunResponse]
 	requestBreakGlass     *connect.Client[v1.RequestBreakGlassRequest, v1.RequestBreakGlassResponse]
@@ -1181,6 +1196,11 @@ func (c *operatorServiceClient) RunDebugCommand(ctx context.Context, req *connec
 	return c.runDebugCommand.CallUnary(ctx, req)
 }
 
+// GetTelemetry calls byoc.ims.v1.OperatorService.GetTelemetry.
+func (c *operatorServiceClient) GetTelemetry(ctx context.Context, req *connect.Request[v1.GetTelemetryRequest]) (*connect.Response[v1.GetTelemetryResponse], error) {
+	return c.getTelemetry.CallUnary(ctx, req)
+}
+
 // ListActionRuns calls byoc.ims.v1.OperatorService.ListActionRuns.
 func (c *operatorServiceClient) ListActionRuns(ctx context.Context, req *connect.Request[v1.ListActionRunsRequest]) (*connect.Response[v1.ListActionRunsResponse], error) {
 	return c.listActionRuns.CallUnary(ctx, req)
@@ -1404,6 +1424,11 @@ type OperatorServiceHandler interface {
 	// undeclared or ill-typed one is refused, named) and reach the script
 	// only as environment variables (ARG_NAME). Audited as debug.run.
 	RunDebugCommand(context.Context, *connect.Request[v1.RunDebugCommandRequest]) (*connect.Response[v1.RunDebugCommandResponse], error)
+	// GetTelemetry returns the metrics and log lines an install's agent
+	// forwarded under its customer's telemetry setting (agentd telemetry),
+	// as the imsd the agent is connected to holds them, in memory and
+	// bounded: the newest sample of each series, and the newest log lines.
+	GetTelemetry(context.Context, *connect.Request[v1.GetTelemetryRequest]) (*connect.Response[v1.GetTelemetryResponse], error)
 	// ListActionRuns lists an install's action runs, newest first, with
 	// their outputs.
 	ListActionRuns(context.Context, *connect.Request[v1.ListActionRunsRequest]) (*connect.Response[v1.ListActionRunsResponse], error)
@@ -1778,6 +1803,12 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 		connect.WithSchema(operatorServiceMethods.ByName("RunDebugCommand")),
 		connect.WithHandlerOptions(opts...),
 	)
+	operatorServiceGetTelemetryHandler := connect.NewUnaryHandler(
+		OperatorServiceGetTelemetryProcedure,
+		svc.GetTelemetry,
+		connect.WithSchema(operatorServiceMethods.ByName("GetTelemetry")),
+		connect.WithHandlerOptions(opts...),
+	)
 	operatorServiceListActionRunsHandler := connect.NewUnaryHandler(
 		OperatorServiceListActionRunsProcedure,
 		svc.ListActionRuns,
@@ -1954,6 +1985,8 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 			operatorServiceListDebugCommandsHandler.ServeHTTP(w, r)
 		case OperatorServiceRunDebugCommandProcedure:
 			operatorServiceRunDebugCommandHandler.ServeHTTP(w, r)
+		case OperatorServiceGetTelemetryProcedure:
+			operatorServiceGetTelemetryHandler.ServeHTTP(w, r)
 		case OperatorServiceListActionRunsProcedure:
 			operatorServiceListActionRunsHandler.ServeHTTP(w, r)
 		case OperatorServiceGetActionRunProcedure:
@@ -2199,6 +2232,10 @@ func (UnimplementedOperatorServiceHandler) ListDebugCommands(context.Context, *c
 
 func (UnimplementedOperatorServiceHandler) RunDebugCommand(context.Context, *connect.Request[v1.RunDebugCommandRequest]) (*connect.Response[v1.RunDebugCommandResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.RunDebugCommand is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) GetTelemetry(context.Context, *connect.Request[v1.GetTelemetryRequest]) (*connect.Response[v1.GetTelemetryResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.GetTelemetry is not implemented"))
 }
 
 func (UnimplementedOperatorServiceHandler) ListActionRuns(context.Context, *connect.Request[v1.ListActionRunsRequest]) (*connect.Response[v1.ListActionRunsResponse], error) {

@@ -1,0 +1,106 @@
+package agent
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+
+	"github.com/byoc-dev/byoc/agentd/auditlog"
+
+	"github.com/byoc-dev/byoc/agentd/permissions"
+	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
+)
+
+// The app's telemetry (package telemetry) as the customer's setting
+// allows: imsd sends the app's declaration (telemetry.toml) once the
+// agent reports a setting that is not off (Permissions.telemetry); the
+// collector reads the sources, redacts on the agent's side, and its
+// batches go up the stream like any message, so the egress ledger
+// records them (kind telemetry). A change of the setting is recorded in
+// the agent's journal (telemetry.changed) and reported with the
+// permissions, which imsd's chain records (agent.permissions_changed).
+
+// KindTelemetryChanged is the journal record of a change of the
+// customer's telemetry setting.
+const KindTelemetryChanged = "telemetry.changed"
+
+// telemetrySetting is the customer's setting as the agent enforces it:
+// off while the permission file cannot be read or is refused.
+func (a *Agent) telemetrySetting() (permissions.TelemetrySetting, error) {
+	st, err := a.permissions()
+	if err != nil {
+		return permissions.TelemetrySetting{}, err
+	}
+	return st.Telemetry, nil
+}
+
+// noteTelemetry records a change of the setting in the journal. permMu
+// is held.
+func (a *Agent) noteTelemetry(old permissions.TelemetrySetting, st permissions.State, gen uint64) {
+	t := st.Telemetry
+	a.log.Info("customer changed the telemetry setting", "from", old.ModeName(), "to", t.String(), "by", st.ChangedBy)
+	a.note(KindTelemetryChanged, "install:"+a.id.InstallID, map[string]string{
+		"from": old.ModeName(), "mode": t.ModeName(), "redact_labels": strings.Join(t.RedactLabels, ","),
+		"redact_fields": strings.Join(t.RedactFields, ","), "drop_metrics": strings.Join(t.DropMetrics, "\n"),
+		"changed_by": st.ChangedBy, "generation": strconv.FormatUint(gen, 10)})
+}
+
+// journalledTelemetry is the setting the journal's last
+// telemetry.changed record names (off when there is none).
+func (a *Agent) journalledTelemetry() permissions.TelemetrySetting {
+	if a.journal == nil {
+		return permissions.TelemetrySetting{}
+	}
+	rs, err := auditlog.ReadFile(a.journal.Path())
+	if err != nil {
+		return permissions.TelemetrySetting{}
+	}
+	for i := len(rs) - 1; i >= 0; i-- {
+		if rs[i].Kind != KindTelemetryChanged {
+			continue
+		}
+		var d map[string]string
+		if json.Unmarshal([]byte(rs[i].Data), &d) != nil {
+			break
+		}
+		t := permissions.TelemetrySetting{RedactLabels: split(d["redact_labels"], ","), RedactFields: split(d["redact_fields"], ","),
+			DropMetrics: split(d["drop_metrics"], "\n")}
+		if d["mode"] != permissions.TelemetryOff {
+			t.Mode = d["mode"]
+		}
+		return t
+	}
+	return permissions.TelemetrySetting{}
+}
+
+func split(s, sep string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, sep)
+}
+
+func telemetryProto(t permissions.TelemetrySetting) *agentv1.TelemetrySetting {
+	if t.Equal(permissions.TelemetrySetting{}) {
+		return nil
+	}
+	return &agentv1.TelemetrySetting{Mode: t.ModeName(), RedactLabels: t.RedactLabels, RedactFields: t.RedactFields, DropMetrics: t.DropMetrics}
+}
+
+// takeTelemetryConfig takes the app's telemetry declaration imsd sent.
+func (a *Agent) takeTelemetryConfig(c *agentv1.TelemetryConfig) {
+	old := a.telemetry.Config()
+	a.telemetry.SetConfig(c)
+	if old == nil || old.AppRevision != c.AppRevision {
+		a.log.Info("the app's telemetry declaration", "app_revision", c.AppRevision, "metrics_sources", len(c.Metrics), "log_sources", len(c.Logs))
+	}
+}
+
+// sendTelemetry sends a batch, with the counts of what the collector
+// dropped so far.
+func (a *Agent) sendTelemetry(st interface {
+	Send(*agentv1.ConnectRequest) error
+}, b *agentv1.TelemetryBatch) error {
+	b.DroppedSamples, b.DroppedLines = a.telemetry.Dropped()
+	return st.Send(&agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Telemetry{Telemetry: b}})
+}
