@@ -100,6 +100,8 @@ var rules = map[string]rule{
 	imsv1connect.OperatorServiceUpdateInstallProcedure:     r(access.Deploy, onInstall, "install", "update"),
 	imsv1connect.OperatorServicePlanInstallProcedure:       r(access.Read, onInstall, "install", "plan"),
 	imsv1connect.OperatorServiceGetInstallStackProcedure:   r(access.Read, onInstall, "install", "read the stack of"),
+	imsv1connect.OperatorServiceCreateBundleProcedure:      r(access.Deploy, onInstall, "install", "create offline bundles for"),
+	imsv1connect.OperatorServiceSignBundleProcedure:        r(access.Deploy, onInstall, "install", "sign offline bundles for"),
 	imsv1connect.OperatorServiceListInstallImagesProcedure: r(access.Read, onInstall, "install", "read"),
 
 	imsv1connect.OperatorServiceStartWorkflowProcedure: r(access.Deploy, onInstall, "install", "start workflows on"),
