@@ -12,8 +12,8 @@ import (
 
 	"github.com/byoc-dev/byoc/imsd/auth"
 	"github.com/byoc-dev/byoc/imsd/dispatch"
-	"github.com/byoc-dev/byoc/imsd/registry"
 	"github.com/byoc-dev/byoc/imsd/errs"
+	"github.com/byoc-dev/byoc/imsd/registry"
 	"github.com/byoc-dev/byoc/imsd/release"
 	"github.com/byoc-dev/byoc/imsd/rpcerr"
 	"github.com/byoc-dev/byoc/imsd/store"
