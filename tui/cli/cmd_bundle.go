@@ -1,0 +1,238 @@
+package cli
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/opencontainers/go-digest"
+	"github.com/spf13/cobra"
+
+	"github.com/byoc-dev/byoc/internal/bundlefile"
+	"github.com/byoc-dev/byoc/internal/ocicopy"
+	"github.com/byoc-dev/byoc/rpc/agentproto"
+	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
+)
+
+func (a *app) bundleCommand() *cobra.Command {
+	return group("bundle", "Offline bundles for installs with no route to imsd",
+		a.bundleCreateCommand(),
+	)
+}
+
+// BundleJobsFile and BundleLayoutDir are where a bundle keeps its jobs
+// and its artifacts (an OCI image layout root: repository R is the
+// layout oci/R).
+const (
+	BundleJobsFile  = "jobs.json"
+	BundleLayoutDir = "oci"
+)
+
+func (a *app) bundleCreateCommand() *cobra.Command {
+	var revision int64
+	var install, out, vendorRegistry, haveFile string
+	var validFor time.Duration
+	cmd := &cobra.Command{
+		Use:   "create APP --install NAME [--revision N] -o FILE",
+		Short: "Pack an install's workflow and every artifact it needs into a signed offline bundle",
+		Long: `Pack everything install NAME needs to reach revision N of APP (default: the
+app's latest) into one file the customer imports with agentd bundle import,
+with no connection to imsd: the install's provision workflow (an update when
+imsd knows it runs components already) as jobs imsd signs for the install's
+agent, each with the steps it needs; every image, chart and module the jobs
+read, copied by digest from the vendor registry with its signatures and
+other referrers into an OCI image layout; and a manifest of every file's
+SHA-256, signed with imsd's job signing key. The agent checks the manifest
+against the keys it pinned at enrolment and every file against it before it
+writes anything.
+
+--have-digests FILE (what agentd bundle inventory printed on the install's
+side: one digest a line) leaves out every blob the install registry holds
+already, so an incremental bundle carries only what changed.`,
+		Args: exactArgs("APP"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if install == "" {
+				return usagef("--install NAME is required")
+			}
+			if out == "" {
+				return usagef("-o FILE is required")
+			}
+			have, err := readHaveDigests(haveFile)
+			if err != nil {
+				return err
+			}
+			c, err := a.connect()
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			res, err := c.CreateBundle(ctx, connect.NewRequest(&imsv1.CreateBundleRequest{App: args[0], Install: install, Revision: revision,
+				ValidSeconds: int64(validFor / time.Second)}))
+			if err != nil {
+				return c.wrap(err)
+			}
+			b := res.Msg
+			work, err := os.MkdirTemp(filepath.Dir(out), ".bundle-")
+			if err != nil {
+				return err
+			}
+			defer os.RemoveAll(work)
+			if err := os.WriteFile(filepath.Join(work, BundleJobsFile), b.GetJobsJson(), 0o644); err != nil {
+				return err
+			}
+			var jobs []agentproto.BundleJob
+			if err := json.Unmarshal(b.GetJobsJson(), &jobs); err != nil {
+				return fmt.Errorf("imsd's jobs: %w", err)
+			}
+			regLoc := vendorRegistry
+			if regLoc == "" {
+				regLoc = b.GetRegistry()
+			}
+			var st packStats
+			for _, j := range jobs {
+				if j.ComponentType != agentproto.ImageType || j.Operation == "destroy" {
+					continue
+				}
+				cfg, err := j.DecodeConfig()
+				if err != nil {
+					return err
+				}
+				src, _ := cfg[agentproto.ImageSourceKey].(string)
+				repo, dg, err := agentproto.ParseBuildRef(src)
+				if err != nil {
+					return fmt.Errorf("step %s: %w", j.Step, err)
+				}
+				if regLoc == "" {
+					return usagef("step %s reads %s from the vendor registry, and imsd names none: give --vendor-registry", j.Step, src)
+				}
+				reg, err := ocicopy.ParseRegistry(regLoc)
+				if err != nil {
+					return usagef("--vendor-registry: %v", err)
+				}
+				if err := packArtifact(cmd, reg, ocicopy.Credentials{AccessToken: b.GetRegistryToken()}, filepath.Join(work, BundleLayoutDir), repo, digest.Digest(dg), have, &st); err != nil {
+					return fmt.Errorf("step %s: %w", j.Step, err)
+				}
+			}
+			files, err := bundlefile.Scan(work)
+			if err != nil {
+				return err
+			}
+			m := bundlefile.Manifest{Format: bundlefile.Format, Kind: bundlefile.KindBundle, ID: b.GetBundleId(), InstallID: b.GetInstallId(),
+				AgentID: b.GetAgentId(), App: b.GetApp(), Install: b.GetInstall(), Revision: b.GetRevision(), WorkflowKind: b.GetWorkflowKind(),
+				Created: time.Now().UTC(), Files: files}
+			raw, err := json.MarshalIndent(m, "", "  ")
+			if err != nil {
+				return err
+			}
+			sig, err := c.SignBundle(ctx, connect.NewRequest(&imsv1.SignBundleRequest{Manifest: raw, JobsJson: b.GetJobsJson(), Install: b.GetInstallId()}))
+			if err != nil {
+				return c.wrap(err)
+			}
+			tmp := out + ".partial"
+			f, err := os.Create(tmp)
+			if err != nil {
+				return err
+			}
+			w := bufio.NewWriterSize(f, 1<<20)
+			err = bundlefile.Write(w, work, raw, bundlefile.Signature{KeyID: sig.Msg.GetKeyId(), Signature: sig.Msg.GetSignature()})
+			if err == nil {
+				err = w.Flush()
+			}
+			if err == nil {
+				err = f.Sync()
+			}
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err == nil {
+				err = os.Rename(tmp, out)
+			}
+			if err != nil {
+				os.Remove(tmp)
+				return err
+			}
+			fi, _ := os.Stat(out)
+			fmt.Fprintf(a.stdout, "wrote %s: bundle %s for install %s (agent %s), app %s revision %d, %s workflow of %d jobs, %d artifacts (%d blobs, %d bytes; %d blobs left out, held by the install already), %d bytes in all; signed by imsd key %s, valid until %s\n",
+				out, b.GetBundleId(), b.GetInstall(), b.GetAgentId(), b.GetApp(), b.GetRevision(), b.GetWorkflowKind(), len(jobs), st.artifacts,
+				st.blobs, st.blobBytes, st.skipped, fi.Size(), sig.Msg.GetKeyId(), time.UnixMilli(b.GetExpireUnixMs()).UTC().Format(time.RFC3339))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&install, "install", "", "the install the bundle is for (name or id)")
+	cmd.Flags().Int64Var(&revision, "revision", 0, "the app revision (default: the app's latest)")
+	cmd.Flags().StringVarP(&out, "output", "o", "", "the bundle `file` to write")
+	cmd.Flags().StringVar(&vendorRegistry, "vendor-registry", "", "the vendor registry `location` to copy artifacts from (default: the one imsd names)")
+	cmd.Flags().StringVar(&haveFile, "have-digests", "", "`file` of digests the install registry holds (agentd bundle inventory): their blobs are left out")
+	cmd.Flags().DurationVar(&validFor, "valid-for", 0, "how long the bundle's signatures stay valid (default 720h, at most 2160h)")
+	return cmd
+}
+
+type packStats struct {
+	artifacts, blobs, skipped int
+	blobBytes                 int64
+}
+
+// packArtifact copies repo@dg with its referrers from reg into the
+// layout root, leaving out the blobs in have.
+func packArtifact(cmd *cobra.Command, reg ocicopy.Registry, creds ocicopy.Credentials, root, repo string, dg digest.Digest, have map[digest.Digest]bool, st *packStats) error {
+	ctx := cmd.Context()
+	src, err := ocicopy.Open(ctx, reg, repo, creds)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	dst, err := ocicopy.Open(ctx, ocicopy.Registry{LayoutRoot: root}, repo, ocicopy.Credentials{})
+	if err != nil {
+		return err
+	}
+	defer dst.Close()
+	plan, err := ocicopy.PlanCopy(ctx, src, dst, dg, ocicopy.Options{})
+	if err != nil {
+		return err
+	}
+	for i := range plan.Nodes {
+		n := &plan.Nodes[i]
+		if !n.Manifest && have[n.Descriptor.Digest] && !n.Present {
+			n.Present = true
+			st.skipped++
+		}
+	}
+	res, err := plan.Apply(ctx, ocicopy.Options{})
+	if err != nil {
+		return err
+	}
+	st.artifacts++
+	st.blobs += res.BlobsCopied
+	st.blobBytes += res.BlobBytes
+	return nil
+}
+
+// readHaveDigests reads a file of digests, one a line (blank lines and
+// lines starting with # are skipped); "" reads none.
+func readHaveDigests(path string) (map[digest.Digest]bool, error) {
+	have := map[digest.Digest]bool{}
+	if path == "" {
+		return have, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, usagef("--have-digests: %v", err)
+	}
+	for i, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		d, err := digest.Parse(line)
+		if err != nil {
+			return nil, usagef("--have-digests %s:%d: %v", path, i+1, err)
+		}
+		have[d] = true
+	}
+	return have, nil
+}
