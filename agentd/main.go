@@ -540,7 +540,12 @@ func runAgent(ctx context.Context, args []string, offline *offlineFunc) int {
 	}
 	// The endpoints the customer configured the agent with stay
 	// reachable for plugins even on this machine's loopback.
-	if loader.Egress, err = egressOpts.build(ctx, append([]string{ims, installRegistry}, kubeconfigServers(kubeconfig)...)); err != nil {
+	endpoints := []string{ims, installRegistry}
+	if offline != nil {
+		// No connection to imsd: plugins get no route to it either.
+		endpoints = []string{installRegistry}
+	}
+	if loader.Egress, err = egressOpts.build(ctx, append(endpoints, kubeconfigServers(kubeconfig)...)); err != nil {
 		fmt.Fprintf(os.Stderr, "agentd: %v\n", err)
 		return 2
 	}

@@ -1,0 +1,189 @@
+package e2e
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/opencontainers/go-digest"
+
+	"github.com/byoc-dev/byoc/e2e/cluster"
+	"github.com/byoc-dev/byoc/internal/ocicopy"
+)
+
+// bundleApp is an image component and an action component that refers
+// to the image's digest (an output the agent renders from the bundle's
+// own earlier job).
+func bundleApp(web string) map[string]string {
+	app := shopApp(web)
+	app["components/db.toml"] = `type = "action"
+dependencies = ["web"]
+[config]
+steps = [{ name = "db", script = "echo url=pg-{{ .components.web.outputs.digest }} >> $BYOC_OUTPUTS" }]
+`
+	return app
+}
+
+// agentdBundle runs agentd bundle ARGS against the agent's state dir,
+// with imsd's URL a closed port (the agent never dials it anyway).
+func agentdBundle(t *testing.T, state string, args ...string) (string, int) {
+	t.Helper()
+	full := append([]string{"bundle", args[0], "--state-dir", state, "--ims", "http://127.0.0.1:1"}, args[1:]...)
+	cmd := exec.Command(filepath.Join(cluster.Binaries(t), "agentd"), full...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return out.String(), code
+}
+
+// tamper rewrites the tar at path into a copy with one byte of its
+// first blob larger than 1 KiB changed (same size), and returns the
+// copy's path and the blob's path in the tar.
+func tamper(t *testing.T, path string) (string, string) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	outPath := filepath.Join(t.TempDir(), "tampered.tar")
+	out, err := os.Create(outPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	tr, tw := tar.NewReader(f), tar.NewWriter(out)
+	changed := ""
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if changed == "" && strings.Contains(h.Name, "/blobs/sha256/") && len(b) > 1024 {
+			b[512] ^= 1
+			changed = h.Name
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if changed == "" {
+		t.Fatal("no blob to tamper with in the bundle")
+	}
+	return outPath, changed
+}
+
+// An install whose agent has no route to imsd is provisioned from a
+// bundle: byoc bundle create packs the workflow's jobs (signed by imsd
+// for the agent) and the image with its layers; a copy with one byte of
+// a layer changed is refused before anything is written, naming the
+// file; with imsd stopped, agentd bundle import verifies the real one,
+// loads the image into the install registry, runs the image job and the
+// action job (which renders the image's digest, an output of the same
+// bundle, on the agent); importing it again moves 0 blob bytes and runs
+// nothing twice.
+func TestBundleProvisionOffline(t *testing.T) {
+	skipShort(t)
+	ctx := context.Background()
+	c := startCustody(t)
+	src := repo(t, c.source.Host, "acme/web", "")
+	v1 := pushImage(t, src, "1.0", 1, 256<<10)
+	b1 := c.build(t, "acme/web:1.0", "web")
+	pushed := c.cli.PushApp(bundleApp("web@" + b1.Digest))
+	state := t.TempDir()
+	// Enrolled once (the keys it pins come from that), then offline.
+	ag := cluster.StartAgent(t, c.ims.URL(), pushed.EnrollToken(t), state)
+	waitConnected(t, c.ims, "acme")
+	ag.Stop()
+
+	dir := t.TempDir()
+	file := filepath.Join(dir, "bundle.tar")
+	out := c.cli.Run(0, "bundle", "create", "shop", "--install", "acme", "-o", file)
+	if !strings.Contains(out, "provision workflow of 2 jobs, 1 artifacts") {
+		t.Fatalf("bundle create printed:\n%s", out)
+	}
+
+	// No route to imsd from here on.
+	c.ims.Stop()
+	registryDir := filepath.Join(state, "registry")
+
+	bad, blob := tamper(t, file)
+	out, code := agentdBundle(t, state, "import", bad)
+	if code != 1 || !strings.Contains(out, blob+": sha256 ") || !strings.Contains(out, "does not match the signed manifest") || !strings.Contains(out, "nothing was written") {
+		t.Fatalf("tampered bundle: exit %d:\n%s", code, out)
+	}
+	if _, err := os.Stat(registryDir); !os.IsNotExist(err) {
+		t.Fatalf("the install registry was written for a tampered bundle: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(state, "bundles")); !os.IsNotExist(err) {
+		t.Fatalf("results were written for a tampered bundle: %v", err)
+	}
+
+	out, code = agentdBundle(t, state, "import", file)
+	if code != 0 || !strings.Contains(out, "1 loaded into the install registry") || !strings.Contains(out, "db ") {
+		t.Fatalf("import: exit %d:\n%s\nresults:\n%s", code, out, readResults(t, state))
+	}
+	for _, step := range []string{"web", "db"} {
+		if !strings.Contains(out, "  "+step+strings.Repeat(" ", 30-len(step))+" succeeded") {
+			t.Fatalf("step %s did not succeed:\n%s", step, out)
+		}
+	}
+	reg, _ := ocicopy.ParseRegistry("oci:" + registryDir)
+	dst, err := ocicopy.Open(ctx, reg, "web", ocicopy.Credentials{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if missing, err := ocicopy.Missing(ctx, dst, digest.Digest(v1.Digest), true); err != nil || len(missing) > 0 {
+		t.Fatalf("the install registry lacks part of %s: %v, %d missing", v1.Digest, err, len(missing))
+	}
+	dst.Close()
+	results := readResults(t, state)
+	if !strings.Contains(results, `"url": "pg-`+v1.Digest.String()+`"`) {
+		t.Fatalf("the db job did not render the web component's digest:\n%s", results)
+	}
+
+	// Again: nothing moves, nothing runs twice.
+	out, code = agentdBundle(t, state, "import", file)
+	if code != 0 || !strings.Contains(out, "0 blobs sent (0 blob bytes moved)") || strings.Count(out, "succeeded before") != 2 {
+		t.Fatalf("second import: exit %d:\n%s", code, out)
+	}
+}
+
+// readResults returns the one results.json under STATE/bundles.
+func readResults(t *testing.T, state string) string {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(state, "bundles", "*", "results.json"))
+	if err != nil || len(m) != 1 {
+		t.Fatalf("results files %v: %v", m, err)
+	}
+	b, err := os.ReadFile(m[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
