@@ -23,7 +23,8 @@ import (
 )
 
 const bundleUsage = `usage: agentd bundle import [agentd flags] FILE
-       agentd bundle inventory [--state-dir DIR | --install-registry LOCATION] [REPOSITORY ...]
+       agentd bundle export-results --state-dir DIR [--bundle ID] -o FILE
+       agentd bundle inventory [--state-dir DIR | --install-registry LOCATION]
 
 import runs an offline bundle (byoc bundle create) with no connection to
 imsd. Before anything is written it checks the bundle's manifest against
@@ -39,6 +40,12 @@ STATE-DIR/bundles/BUNDLE/results.json. Importing the same bundle again
 runs only the jobs that did not succeed (none again: a job is never run
 twice). It takes agentd's own flags (--state-dir, --install-registry,
 --stack-config, --secrets-file, --policy-dir, --sandbox ...), before FILE.
+
+export-results writes the results of a bundle's jobs (default: the bundle
+imported last) and the agent's audit journal into FILE, signed with the
+agent's own key: you can read both (tar -xOf FILE results.json) before the
+file leaves; byoc bundle import-results gives it to imsd, which checks the
+signature and that the journal continues what it had before.
 
 inventory prints the digest of every blob and manifest the install
 registry holds (one a line) under the repositories given (default: every
@@ -69,6 +76,8 @@ func bundleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}})
 	case "inventory":
 		return inventoryCmd(args[1:], stdout, stderr)
+	case "export-results":
+		return exportResultsCmd(args[1:], stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "agentd bundle: unknown command %q\n%s", args[0], bundleUsage)
 	return 2
@@ -76,11 +85,13 @@ func bundleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 
 // bundleResults is STATE-DIR/bundles/BUNDLE/results.json.
 type bundleResults struct {
-	Bundle    string      `json:"bundle"`
-	InstallID string      `json:"install_id"`
-	AgentID   string      `json:"agent_id"`
-	Revision  int64       `json:"revision"`
-	Jobs      []jobResult `json:"jobs"`
+	Bundle    string `json:"bundle"`
+	InstallID string `json:"install_id"`
+	AgentID   string `json:"agent_id"`
+	Revision  int64  `json:"revision"`
+	// WorkflowKind is the bundle's workflow's kind (provision, update).
+	WorkflowKind string      `json:"workflow_kind"`
+	Jobs         []jobResult `json:"jobs"`
 }
 
 type jobResult struct {
@@ -99,7 +110,7 @@ type jobResult struct {
 }
 
 // maxResultLogLines bounds the log lines a result keeps.
-const maxResultLogLines = 2000
+const maxResultLogLines = 500
 
 func importBundle(ctx context.Context, a *agent.Agent, runner *agent.PluginRunner, installRegistry, file string, stdout io.Writer) error {
 	if installRegistry == "" {
@@ -172,7 +183,12 @@ func importBundle(ctx context.Context, a *agent.Agent, runner *agent.PluginRunne
 	// The jobs, in order.
 	dir := filepath.Join(runner.StateRoot, "..", "bundles", m.ID)
 	resPath := filepath.Join(dir, "results.json")
-	res := bundleResults{Bundle: m.ID, InstallID: m.InstallID, AgentID: m.AgentID, Revision: m.Revision}
+	res := bundleResults{Bundle: m.ID, InstallID: m.InstallID, AgentID: m.AgentID, Revision: m.Revision, WorkflowKind: m.WorkflowKind}
+	// The bundle's jobs, signed by imsd, go back with the results: imsd
+	// records them from there.
+	if err := atomicfile.Write(filepath.Join(dir, "jobs.json"), b, 0o600); err != nil {
+		return fmt.Errorf("results: %w", err)
+	}
 	if b, err := os.ReadFile(resPath); err == nil {
 		if err := json.Unmarshal(b, &res); err != nil {
 			return fmt.Errorf("%s: %w", resPath, err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/byoc-dev/byoc/e2e/cluster"
 	"github.com/byoc-dev/byoc/internal/ocicopy"
+	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
 
 // bundleApp is an image component and an action component that refers
@@ -34,7 +35,11 @@ steps = [{ name = "db", script = "echo url=pg-{{ .components.web.outputs.digest 
 // with imsd's URL a closed port (the agent never dials it anyway).
 func agentdBundle(t *testing.T, state string, args ...string) (string, int) {
 	t.Helper()
-	full := append([]string{"bundle", args[0], "--state-dir", state, "--ims", "http://127.0.0.1:1"}, args[1:]...)
+	full := []string{"bundle", args[0], "--state-dir", state}
+	if args[0] == "import" {
+		full = append(full, "--ims", "http://127.0.0.1:1")
+	}
+	full = append(full, args[1:]...)
 	cmd := exec.Command(filepath.Join(cluster.Binaries(t), "agentd"), full...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -162,8 +167,7 @@ func TestBundleProvisionOffline(t *testing.T) {
 		t.Fatalf("the install registry lacks part of %s: %v, %d missing", v1.Digest, err, len(missing))
 	}
 	dst.Close()
-	results := readResults(t, state)
-	if !strings.Contains(results, `"url": "pg-`+v1.Digest.String()+`"`) {
+	if results := readResults(t, state); !strings.Contains(results, `"url": "pg-`+v1.Digest.String()+`"`) {
 		t.Fatalf("the db job did not render the web component's digest:\n%s", results)
 	}
 
@@ -172,6 +176,79 @@ func TestBundleProvisionOffline(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "0 blobs sent (0 blob bytes moved)") || strings.Count(out, "succeeded before") != 2 {
 		t.Fatalf("second import: exit %d:\n%s", code, out)
 	}
+
+	// The results go back: signed by the agent, its journal with them.
+	results := filepath.Join(dir, "results.tar")
+	if out, code = agentdBundle(t, state, "export-results", "-o", results); code != 0 {
+		t.Fatalf("export-results: exit %d:\n%s", code, out)
+	}
+	c.ims.Restart(t)
+	badRes, _ := tamperFile(t, results, "results.json", `"succeeded"`, `"succeedex"`)
+	if _, stderr, code := c.cli.Exec("bundle", "import-results", badRes); code == 0 || !strings.Contains(stderr, "results.json: sha256 ") || !strings.Contains(stderr, "nothing was recorded") {
+		t.Fatalf("tampered results: exit %d: %s", code, stderr)
+	}
+	out = c.cli.Run(0, "bundle", "import-results", results)
+	if !strings.Contains(out, "workflow wf_") || !strings.Contains(out, " succeeded, 2 jobs; the agent's journal verified") {
+		t.Fatalf("import-results printed:\n%s", out)
+	}
+	jobs := installJobs(t, c.ims.Admin())
+	if len(jobs) != 2 {
+		t.Fatalf("imsd lists %d jobs of the install, want the bundle's 2", len(jobs))
+	}
+	for _, j := range jobs {
+		if j.State != imsv1.JobState_JOB_STATE_SUCCEEDED {
+			t.Fatalf("job %s: %v", j.Id, j.State)
+		}
+	}
+	in := c.cli.Run(0, "install", "get", "acme", "-o", "json")
+	if !strings.Contains(in, `"state": "active"`) && !strings.Contains(in, "INSTALL_STATE_ACTIVE") {
+		t.Fatalf("install get after the results:\n%s", in)
+	}
+	if out = c.cli.Run(0, "bundle", "import-results", results); !strings.Contains(out, "were imported before") {
+		t.Fatalf("second import-results printed:\n%s", out)
+	}
+	if n := len(installJobs(t, c.ims.Admin())); n != 2 {
+		t.Fatalf("a replayed results file changed the jobs: %d", n)
+	}
+}
+
+// tamperFile rewrites the tar at path into a copy whose entry name has
+// old replaced by new (same length), returning the copy's path.
+func tamperFile(t *testing.T, path, name, old, new string) (string, string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(bytes.NewReader(b))
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	done := false
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, _ := io.ReadAll(tr)
+		if h.Name == name && bytes.Contains(c, []byte(old)) {
+			c = bytes.Replace(c, []byte(old), []byte(new), 1)
+			done = true
+		}
+		tw.WriteHeader(h)
+		tw.Write(c)
+	}
+	tw.Close()
+	if !done {
+		t.Fatalf("%s: no %q in %s", path, old, name)
+	}
+	out := filepath.Join(t.TempDir(), "tampered.tar")
+	if err := os.WriteFile(out, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return out, name
 }
 
 // readResults returns the one results.json under STATE/bundles.

@@ -75,3 +75,9 @@ func (e *Engine) BundlePlan(ctx context.Context, in store.Install, rev int64) (s
 	}
 	return kind, plan.Revision, out, nil
 }
+
+// BundleDeployed is the install component a succeeded deploy of an
+// offline bundle's step leaves, as Engine.finish records an online one.
+func (e *Engine) BundleDeployed(ctx context.Context, wf store.Workflow, s store.Step, j store.Job) (store.InstallComponent, error) {
+	return e.deployed(ctx, wf, &s, j)
+}

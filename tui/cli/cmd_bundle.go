@@ -1,9 +1,12 @@
 package cli
 
 import (
+	"archive/tar"
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,6 +25,7 @@ import (
 func (a *app) bundleCommand() *cobra.Command {
 	return group("bundle", "Offline bundles for installs with no route to imsd",
 		a.bundleCreateCommand(),
+		a.bundleImportResultsCommand(),
 	)
 }
 
@@ -235,4 +239,67 @@ func readHaveDigests(path string) (map[digest.Digest]bool, error) {
 		have[d] = true
 	}
 	return have, nil
+}
+
+func (a *app) bundleImportResultsCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "import-results FILE",
+		Short: "Give imsd the results an install's agent wrote after an offline bundle",
+		Long: `Send FILE (agentd bundle export-results on the install's side) to imsd, which
+checks the agent's signature, that the agent's audit journal in it verifies
+and continues the one imsd took before, that every job is one imsd signed for
+that agent and that every result is the one the journal recorded; then it
+records the bundle's workflow, its jobs and their results, what the install
+now runs and the audit events, so byoc install get, byoc job list and the
+console catch up. Importing the same file again changes nothing.`,
+		Args: exactArgs("FILE"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			b, err := os.ReadFile(args[0])
+			if err != nil {
+				return err
+			}
+			install, err := resultsInstall(b)
+			if err != nil {
+				return fmt.Errorf("%s: %w", args[0], err)
+			}
+			c, err := a.connect()
+			if err != nil {
+				return err
+			}
+			res, err := c.ImportBundleResults(cmd.Context(), connect.NewRequest(&imsv1.ImportBundleResultsRequest{Install: install, File: b}))
+			if err != nil {
+				return c.wrap(err)
+			}
+			r := res.Msg
+			if r.GetAlreadyImported() {
+				fmt.Fprintf(a.stdout, "results of bundle %s were imported before (workflow %s, %s); nothing changed\n", r.GetBundleId(), r.GetWorkflowId(), workflowStateWord(r.GetWorkflowState()))
+				return nil
+			}
+			fmt.Fprintf(a.stdout, "imported the results of bundle %s: workflow %s %s, %d jobs; the agent's journal verified (%d records, head %s)\n",
+				r.GetBundleId(), r.GetWorkflowId(), workflowStateWord(r.GetWorkflowState()), r.GetJobs(), r.GetJournalRecords(), r.GetJournalHash())
+			return nil
+		},
+	}
+}
+
+func workflowStateWord(s imsv1.WorkflowState) string {
+	return strings.ToLower(strings.TrimPrefix(s.String(), "WORKFLOW_STATE_"))
+}
+
+// resultsInstall reads the install id a results file's manifest names
+// (imsd checks the signature).
+func resultsInstall(b []byte) (string, error) {
+	tr := tar.NewReader(bytes.NewReader(b))
+	h, err := tr.Next()
+	if err != nil || h.Name != bundlefile.ManifestName {
+		return "", fmt.Errorf("not a results file: its first entry is not %s", bundlefile.ManifestName)
+	}
+	var m bundlefile.Manifest
+	if err := json.NewDecoder(io.LimitReader(tr, 16<<20)).Decode(&m); err != nil {
+		return "", fmt.Errorf("%s: %w", bundlefile.ManifestName, err)
+	}
+	if m.Kind != bundlefile.KindResults || m.InstallID == "" {
+		return "", fmt.Errorf("not a results file (kind %q)", m.Kind)
+	}
+	return m.InstallID, nil
 }

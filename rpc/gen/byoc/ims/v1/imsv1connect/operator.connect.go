@@ -219,6 +219,9 @@ const (
 	// OperatorServiceSignBundleProcedure is the fully-qualified name of the OperatorService's
 	// SignBundle RPC.
 	OperatorServiceSignBundleProcedure = "/byoc.ims.v1.OperatorService/SignBundle"
+	// OperatorServiceImportBundleResultsProcedure is the fully-qualified name of the OperatorService's
+	// ImportBundleResults RPC.
+	OperatorServiceImportBundleResultsProcedure = "/byoc.ims.v1.OperatorService/ImportBundleResults"
 	// OperatorServiceCreateBuildAgentTokenProcedure is the fully-qualified name of the
 	// OperatorService's CreateBuildAgentToken RPC.
 	OperatorServiceCreateBuildAgentTokenProcedure = "/byoc.ims.v1.OperatorService/CreateBuildAgentToken"
@@ -441,6 +444,14 @@ type OperatorServiceClient interface {
 	// once imsd has checked that the jobs file it lists (by SHA-256) is
 	// the one given and every job in it carries imsd's own signature.
 	SignBundle(context.Context, *connect.Request[v1.SignBundleRequest]) (*connect.Response[v1.SignBundleResponse], error)
+	// ImportBundleResults takes a results file an agent wrote after a
+	// bundle's import (agentd bundle export-results): imsd checks the
+	// agent's signature, that its audit journal verifies and continues the
+	// one imsd took before, and that every job's result is in it; then it
+	// records the bundle's workflow, its jobs and results, what the install
+	// now runs, and the audit events. A file imported before changes
+	// nothing (already_imported).
+	ImportBundleResults(context.Context, *connect.Request[v1.ImportBundleResultsRequest]) (*connect.Response[v1.ImportBundleResultsResponse], error)
 	// CreateBuildAgentToken issues a single-use enrolment token for the
 	// vendor's build agent (agentd --role build), creating the reserved
 	// install "_vendor" it belongs to on first use.
@@ -845,6 +856,12 @@ func NewOperatorServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(operatorServiceMethods.ByName("SignBundle")),
 			connect.WithClientOptions(opts...),
 		),
+		importBundleResults: connect.NewClient[v1.ImportBundleResultsRequest, v1.ImportBundleResultsResponse](
+			httpClient,
+			baseURL+OperatorServiceImportBundleResultsProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("ImportBundleResults")),
+			connect.WithClientOptions(opts...),
+		),
 		createBuildAgentToken: connect.NewClient[v1.CreateBuildAgentTokenRequest, v1.CreateBuildAgentTokenResponse](
 			httpClient,
 			baseURL+OperatorServiceCreateBuildAgentTokenProcedure,
@@ -937,6 +954,7 @@ type operatorServiceClient struct {
 	getInstallStack       *connect.Client[v1.GetInstallStackRequest, v1.GetInstallStackResponse]
 	createBundle          *connect.Client[v1.CreateBundleRequest, v1.CreateBundleResponse]
 	signBundle            *connect.Client[v1.SignBundleRequest, v1.SignBundleResponse]
+	importBundleResults   *connect.Client[v1.ImportBundleResultsRequest, v1.ImportBundleResultsResponse]
 	createBuildAgentToken *connect.Client[v1.CreateBuildAgentTokenRequest, v1.CreateBuildAgentTokenResponse]
 	startBuild            *connect.Client[v1.StartBuildRequest, v1.StartBuildResponse]
 	listBuilds            *connect.Client[v1.ListBuildsRequest, v1.ListBuildsResponse]
@@ -1258,6 +1276,11 @@ func (c *operatorServiceClient) SignBundle(ctx context.Context, req *connect.Req
 	return c.signBundle.CallUnary(ctx, req)
 }
 
+// ImportBundleResults calls byoc.ims.v1.OperatorService.ImportBundleResults.
+func (c *operatorServiceClient) ImportBundleResults(ctx context.Context, req *connect.Request[v1.ImportBundleResultsRequest]) (*connect.Response[v1.ImportBundleResultsResponse], error) {
+	return c.importBundleResults.CallUnary(ctx, req)
+}
+
 // CreateBuildAgentToken calls byoc.ims.v1.OperatorService.CreateBuildAgentToken.
 func (c *operatorServiceClient) CreateBuildAgentToken(ctx context.Context, req *connect.Request[v1.CreateBuildAgentTokenRequest]) (*connect.Response[v1.CreateBuildAgentTokenResponse], error) {
 	return c.createBuildAgentToken.CallUnary(ctx, req)
@@ -1486,6 +1509,14 @@ type OperatorServiceHandler interface {
 	// once imsd has checked that the jobs file it lists (by SHA-256) is
 	// the one given and every job in it carries imsd's own signature.
 	SignBundle(context.Context, *connect.Request[v1.SignBundleRequest]) (*connect.Response[v1.SignBundleResponse], error)
+	// ImportBundleResults takes a results file an agent wrote after a
+	// bundle's import (agentd bundle export-results): imsd checks the
+	// agent's signature, that its audit journal verifies and continues the
+	// one imsd took before, and that every job's result is in it; then it
+	// records the bundle's workflow, its jobs and results, what the install
+	// now runs, and the audit events. A file imported before changes
+	// nothing (already_imported).
+	ImportBundleResults(context.Context, *connect.Request[v1.ImportBundleResultsRequest]) (*connect.Response[v1.ImportBundleResultsResponse], error)
 	// CreateBuildAgentToken issues a single-use enrolment token for the
 	// vendor's build agent (agentd --role build), creating the reserved
 	// install "_vendor" it belongs to on first use.
@@ -1886,6 +1917,12 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 		connect.WithSchema(operatorServiceMethods.ByName("SignBundle")),
 		connect.WithHandlerOptions(opts...),
 	)
+	operatorServiceImportBundleResultsHandler := connect.NewUnaryHandler(
+		OperatorServiceImportBundleResultsProcedure,
+		svc.ImportBundleResults,
+		connect.WithSchema(operatorServiceMethods.ByName("ImportBundleResults")),
+		connect.WithHandlerOptions(opts...),
+	)
 	operatorServiceCreateBuildAgentTokenHandler := connect.NewUnaryHandler(
 		OperatorServiceCreateBuildAgentTokenProcedure,
 		svc.CreateBuildAgentToken,
@@ -2038,6 +2075,8 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 			operatorServiceCreateBundleHandler.ServeHTTP(w, r)
 		case OperatorServiceSignBundleProcedure:
 			operatorServiceSignBundleHandler.ServeHTTP(w, r)
+		case OperatorServiceImportBundleResultsProcedure:
+			operatorServiceImportBundleResultsHandler.ServeHTTP(w, r)
 		case OperatorServiceCreateBuildAgentTokenProcedure:
 			operatorServiceCreateBuildAgentTokenHandler.ServeHTTP(w, r)
 		case OperatorServiceStartBuildProcedure:
@@ -2305,6 +2344,10 @@ func (UnimplementedOperatorServiceHandler) CreateBundle(context.Context, *connec
 
 func (UnimplementedOperatorServiceHandler) SignBundle(context.Context, *connect.Request[v1.SignBundleRequest]) (*connect.Response[v1.SignBundleResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.SignBundle is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) ImportBundleResults(context.Context, *connect.Request[v1.ImportBundleResultsRequest]) (*connect.Response[v1.ImportBundleResultsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.ImportBundleResults is not implemented"))
 }
 
 func (UnimplementedOperatorServiceHandler) CreateBuildAgentToken(context.Context, *connect.Request[v1.CreateBuildAgentTokenRequest]) (*connect.Response[v1.CreateBuildAgentTokenResponse], error) {
