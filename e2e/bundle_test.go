@@ -4,17 +4,21 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/byoc-dev/byoc/e2e/cluster"
 	"github.com/byoc-dev/byoc/internal/ocicopy"
+	"github.com/byoc-dev/byoc/internal/ocicopy/ocitest"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
 
@@ -210,6 +214,50 @@ func TestBundleProvisionOffline(t *testing.T) {
 	if n := len(installJobs(t, c.ims.Admin())); n != 2 {
 		t.Fatalf("a replayed results file changed the jobs: %d", n)
 	}
+
+	// An incremental bundle: web becomes an index of the image the
+	// install runs and a new one; the install's inventory leaves out the
+	// blobs it holds, so only the new image's blobs travel and move.
+	arm, err := ocitest.Image(ctx, src, ocitest.ImageSpec{Seed: 7, Layers: []int64{128 << 10}, Platform: &ocispec.Platform{OS: "linux", Architecture: "arm64"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1.Platform = &ocispec.Platform{OS: "linux", Architecture: "amd64"}
+	v2, err := ocitest.Index(ctx, src, v1, arm)
+	if err == nil {
+		err = src.Tag(ctx, v2, "2.0")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	b2 := c.build(t, "acme/web:2.0", "web")
+	c.cli.PushApp(bundleApp("web@" + b2.Digest))
+	inv, code := agentdBundle(t, state, "inventory")
+	if code != 0 || !strings.Contains(inv, v1.Digest.String()) {
+		t.Fatalf("inventory: exit %d:\n%s", code, inv)
+	}
+	invFile := filepath.Join(dir, "have.txt")
+	if err := os.WriteFile(invFile, []byte(inv), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	file2 := filepath.Join(dir, "bundle2.tar")
+	out = c.cli.Run(0, "bundle", "create", "shop", "--install", "acme", "-o", file2, "--have-digests", invFile)
+	if !strings.Contains(out, "update workflow of 2 jobs, 1 artifacts (2 blobs") || !strings.Contains(out, "2 blobs left out") {
+		t.Fatalf("incremental bundle create printed:\n%s", out)
+	}
+	c.ims.Stop()
+	out, code = agentdBundle(t, state, "import", file2)
+	// The new image's layer and config, not the 256 KiB layer held.
+	if code != 0 || !strings.Contains(out, "2 blobs sent ("+strconv.FormatInt(128<<10+configSize(t, src, arm), 10)+" blob bytes moved), 2 blobs already there") {
+		t.Fatalf("incremental import: exit %d:\n%s", code, out)
+	}
+	if dst, err = ocicopy.Open(ctx, reg, "web", ocicopy.Credentials{}); err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	if missing, err := ocicopy.Missing(ctx, dst, digest.Digest(b2.Digest), true); err != nil || len(missing) > 0 {
+		t.Fatalf("the install registry lacks part of %s: %v, %d missing", b2.Digest, err, len(missing))
+	}
 }
 
 // tamperFile rewrites the tar at path into a copy whose entry name has
@@ -263,4 +311,19 @@ func readResults(t *testing.T, state string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// configSize is the size of image desc's config blob.
+func configSize(t *testing.T, r *ocicopy.Repo, desc ocispec.Descriptor) int64 {
+	t.Helper()
+	rc, err := r.Fetch(t.Context(), desc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	var m ocispec.Manifest
+	if err := json.NewDecoder(rc).Decode(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.Config.Size
 }
