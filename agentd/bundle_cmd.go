@@ -17,6 +17,7 @@ import (
 	"github.com/byoc-dev/byoc/agentd/agent"
 	"github.com/byoc-dev/byoc/internal/atomicfile"
 	"github.com/byoc-dev/byoc/internal/bundlefile"
+	"github.com/byoc-dev/byoc/internal/bundlefile/bundleload"
 	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
@@ -178,7 +179,7 @@ func importBundle(ctx context.Context, a *agent.Agent, runner *agent.PluginRunne
 		return err
 	}
 	fmt.Fprintf(stdout, "artifacts: %d loaded into the install registry %s: %d blobs sent (%d blob bytes moved), %d blobs already there\n",
-		st.artifacts, reg, st.blobsCopied, st.blobBytes, st.blobsSkipped)
+		st.Artifacts, reg, st.BlobsSent, st.BlobBytes, st.BlobsHeld)
 
 	// The jobs, in order.
 	dir := filepath.Join(runner.StateRoot, "..", "bundles", m.ID)
@@ -276,16 +277,11 @@ func outcomeWord(o agentv1.Outcome) string {
 	return strings.ToLower(strings.TrimPrefix(o.String(), "OUTCOME_"))
 }
 
-type loadStats struct {
-	artifacts, blobsCopied, blobsSkipped int
-	blobBytes                            int64
-}
-
 // loadArtifacts copies every artifact the image jobs read from the
 // bundle's layout root into the install registry, at the repository
 // each job syncs it to.
-func loadArtifacts(ctx context.Context, jobs []agentproto.BundleJob, layout string, reg ocicopy.Registry, creds ocicopy.Credentials) (loadStats, error) {
-	var st loadStats
+func loadArtifacts(ctx context.Context, jobs []agentproto.BundleJob, layout string, reg ocicopy.Registry, creds ocicopy.Credentials) (bundleload.LoadStats, error) {
+	var loads []bundleload.Load
 	for i := range jobs {
 		j := &jobs[i]
 		if j.ComponentType != agentproto.ImageType || j.Operation == "destroy" {
@@ -293,38 +289,20 @@ func loadArtifacts(ctx context.Context, jobs []agentproto.BundleJob, layout stri
 		}
 		cfg, err := j.DecodeConfig()
 		if err != nil {
-			return st, err
+			return bundleload.LoadStats{}, err
 		}
 		src, _ := cfg[agentproto.ImageSourceKey].(string)
 		repo, dg, err := agentproto.ParseBuildRef(src)
 		if err != nil {
-			return st, fmt.Errorf("step %s: %w", j.Step, err)
+			return bundleload.LoadStats{}, fmt.Errorf("step %s: %w", j.Step, err)
 		}
 		target := repo
 		if r, ok := cfg["repository"].(string); ok && r != "" {
 			target = r
 		}
-		s, err := ocicopy.Open(ctx, ocicopy.Registry{LayoutRoot: layout}, repo, ocicopy.Credentials{})
-		if err != nil {
-			return st, fmt.Errorf("step %s: bundle layout: %w", j.Step, err)
-		}
-		d, err := ocicopy.Open(ctx, reg, target, creds)
-		if err != nil {
-			s.Close()
-			return st, fmt.Errorf("step %s: install registry: %w", j.Step, err)
-		}
-		res, err := ocicopy.Copy(ctx, s, d, digest.Digest(dg), ocicopy.Options{})
-		s.Close()
-		d.Close()
-		if err != nil {
-			return st, fmt.Errorf("step %s: load %s into the install registry: %w", j.Step, src, err)
-		}
-		st.artifacts++
-		st.blobsCopied += res.BlobsCopied
-		st.blobsSkipped += res.BlobsSkipped
-		st.blobBytes += res.BlobBytes
+		loads = append(loads, bundleload.Load{Repository: repo, Target: target, Digest: digest.Digest(dg)})
 	}
-	return st, nil
+	return bundleload.LoadImages(ctx, ocicopy.Registry{LayoutRoot: layout}, reg, creds, loads)
 }
 
 // inventoryCmd prints the digests an oci: install registry holds.

@@ -33,6 +33,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/byoc-dev/byoc/internal/bundlefile"
+	"github.com/byoc-dev/byoc/internal/bundlefile/bundleload"
 	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/internal/ocicopy/ocitest"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
@@ -133,26 +134,11 @@ func importBundle(b *testing.B, path, staging string, pub ed25519.PublicKey, img
 	res.verify = time.Since(start)
 	start = time.Now()
 	layout := ocicopy.Registry{LayoutRoot: filepath.Join(staging, "oci")}
-	for _, im := range imgs {
-		s, err := ocicopy.Open(ctx, layout, im.repo, ocicopy.Credentials{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		d, err := ocicopy.Open(ctx, reg, im.repo, ocicopy.Credentials{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		r, err := ocicopy.Copy(ctx, s, d, im.root.Digest, ocicopy.Options{})
-		s.Close()
-		d.Close()
-		if err != nil {
-			b.Fatal(err)
-		}
-		res.blobBytes += r.BlobBytes
-		res.blobsSent += r.BlobsCopied
-		res.blobsHeld += r.BlobsSkipped
-		res.manifestsMoved += r.ManifestsCopied
+	st, err := bundleload.LoadImages(ctx, layout, reg, ocicopy.Credentials{}, loads(imgs))
+	if err != nil {
+		b.Fatal(err)
 	}
+	res.blobBytes, res.blobsSent, res.blobsHeld, res.manifestsMoved = st.BlobBytes, st.BlobsSent, st.BlobsHeld, st.ManifestsSent
 	res.load = time.Since(start)
 	return res
 }
@@ -182,6 +168,14 @@ func diskWrite(b *testing.B, dir string, size int64) float64 {
 	}
 	f.Close()
 	return float64(size) / time.Since(start).Seconds()
+}
+
+func loads(imgs []image) []bundleload.Load {
+	out := make([]bundleload.Load, len(imgs))
+	for i, im := range imgs {
+		out[i] = bundleload.Load{Repository: im.repo, Target: im.repo, Digest: im.root.Digest}
+	}
+	return out
 }
 
 func mbps(bytes int64, d time.Duration) float64 { return float64(bytes) / d.Seconds() / 1e6 }
