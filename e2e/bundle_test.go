@@ -4,6 +4,8 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"io"
 	"os"
@@ -13,6 +15,7 @@ import (
 	"strings"
 	"testing"
 
+	"connectrpc.com/connect"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
@@ -135,6 +138,17 @@ func TestBundleProvisionOffline(t *testing.T) {
 	out := c.cli.Run(0, "bundle", "create", "shop", "--install", "acme", "-o", file)
 	if !strings.Contains(out, "provision workflow of 2 jobs, 1 artifacts") {
 		t.Fatalf("bundle create printed:\n%s", out)
+	}
+
+	// imsd signs no manifest whose jobs it did not sign: a command changed
+	// in the jobs file is refused, naming the job.
+	jobsJSON := tarEntry(t, file, "jobs.json")
+	forged := bytes.Replace(jobsJSON, []byte("echo url=pg-"), []byte("echo url=PG-"), 1)
+	sum := sha256.Sum256(forged)
+	forgedMan, _ := json.Marshal(map[string]any{"install_id": tarManifestInstall(t, file), "files": []map[string]string{{"path": "jobs.json", "sha256": hex.EncodeToString(sum[:])}}})
+	_, err := c.ims.Admin().SignBundle(ctx, connect.NewRequest(&imsv1.SignBundleRequest{Install: "acme", Manifest: forgedMan, JobsJson: forged}))
+	if err == nil || !strings.Contains(err.Error(), "(step db) does not carry a valid signature of this imsd") {
+		t.Fatalf("SignBundle of forged jobs: %v", err)
 	}
 
 	// No route to imsd from here on.
@@ -326,4 +340,40 @@ func configSize(t *testing.T, r *ocicopy.Repo, desc ocispec.Descriptor) int64 {
 		t.Fatal(err)
 	}
 	return m.Config.Size
+}
+
+// tarEntry returns the content of entry name of the tar at path.
+func tarEntry(t *testing.T, path, name string) []byte {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			t.Fatalf("%s: no %s: %v", path, name, err)
+		}
+		if h.Name == name {
+			b, err := io.ReadAll(tr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		}
+	}
+}
+
+// tarManifestInstall is the install id of a bundle's manifest.
+func tarManifestInstall(t *testing.T, path string) string {
+	t.Helper()
+	var m struct {
+		InstallID string `json:"install_id"`
+	}
+	if err := json.Unmarshal(tarEntry(t, path, "manifest.json"), &m); err != nil {
+		t.Fatal(err)
+	}
+	return m.InstallID
 }
