@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -376,4 +377,91 @@ func tarManifestInstall(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return m.InstallID
+}
+
+// The example app's terraform part (a sandbox module on the local
+// provider, then the db module, which takes the sandbox's vpc_id) and an
+// action component that takes db's url, provisioned from a bundle with
+// imsd stopped: terraform installs its providers from the mirror, each
+// component's output reaches the next through the agent's rendering, and
+// the results carried back make the install active in imsd with both
+// modules deployed.
+func TestBundleTerraformOffline(t *testing.T) {
+	skipShort(t)
+	mirror := terraformMirror(t)
+	ims := cluster.StartIMS(t, fast)
+	cli := cluster.NewCLI(t, ims)
+	dir := t.TempDir()
+	cli.Run(0, "app", "init", dir)
+	for _, f := range []string{"components/api.toml", "components/cache.toml", "components/web.toml", "actions/migrate.toml", "actions/healthz.toml"} {
+		if err := os.Remove(filepath.Join(dir, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files := map[string]string{
+		"installs/demo.toml": `inputs = { domain = "demo.acme.example", tier = "large" }` + "\n",
+		"components/report.toml": `type = "action"
+dependencies = ["db"]
+[config]
+steps = [{ name = "report", script = "echo seen={{ .components.db.outputs.url }} >> $BYOC_OUTPUTS" }]
+`,
+	}
+	for p, c := range files {
+		if err := os.WriteFile(filepath.Join(dir, p), []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	appToml, _ := os.ReadFile(filepath.Join(dir, "app.toml"))
+	m := regexp.MustCompile(`(?m)^name = "([^"]+)"`).FindSubmatch(appToml)
+	if m == nil {
+		t.Fatalf("app.toml names no app:\n%s", appToml)
+	}
+	appName := string(m[1])
+	token := cluster.Pushed{Output: cli.Run(0, "app", "push", dir)}.EnrollToken(t)
+	state := t.TempDir()
+	agentd := filepath.Join(cluster.Binaries(t), "agentd")
+	for _, mod := range []string{"sandbox", "postgres"} {
+		if b, err := exec.Command(agentd, "module", "push", "--state-dir", state, filepath.Join(dir, "modules", mod), "modules/"+mod+":0.1.0").CombinedOutput(); err != nil {
+			t.Fatalf("agentd module push %s: %v\n%s", mod, err, b)
+		}
+	}
+	ag := cluster.StartAgent(t, ims.URL(), token, state)
+	waitConnected(t, ims, "demo")
+	ag.Stop()
+
+	file := filepath.Join(t.TempDir(), "bundle.tar")
+	if out := cli.Run(0, "bundle", "create", appName, "--install", "demo", "-o", file); !strings.Contains(out, "provision workflow of 3 jobs, 0 artifacts") {
+		t.Fatalf("bundle create printed:\n%s", out)
+	}
+	ims.Stop()
+	out, code := agentdBundle(t, state, "import", "--terraform-providers", mirror, file)
+	if code != 0 {
+		t.Fatalf("import: exit %d:\n%s\nresults:\n%s", code, out, readResults(t, state))
+	}
+	for _, step := range []string{"sandbox", "db", "report"} {
+		if !strings.Contains(out, "  "+step+strings.Repeat(" ", 30-len(step))+" succeeded") {
+			t.Fatalf("step %s did not succeed:\n%s", step, out)
+		}
+	}
+	res := readResults(t, state)
+	if !regexp.MustCompile(`"seen": "postgres://events@db\.vpc-[0-9a-f]{8}\.internal:5432/events\?size=large"`).MatchString(res) {
+		t.Fatalf("the report did not see db's url built from the sandbox's vpc_id:\n%s", res)
+	}
+
+	results := filepath.Join(t.TempDir(), "results.tar")
+	if out, code = agentdBundle(t, state, "export-results", "-o", results); code != 0 {
+		t.Fatalf("export-results: exit %d:\n%s", code, out)
+	}
+	ims.Restart(t)
+	if out = cli.Run(0, "bundle", "import-results", results); !strings.Contains(out, " succeeded, 3 jobs") {
+		t.Fatalf("import-results printed:\n%s", out)
+	}
+	if got := cli.Run(0, "install", "get", "demo"); !regexp.MustCompile(`State:\s+active`).MatchString(got) {
+		t.Fatalf("install get after the results:\n%s", got)
+	}
+	// What the install runs caught up: an update of the same revision
+	// plans nothing.
+	if got := cli.Run(0, "install", "plan", "demo"); !strings.Contains(got, "No changes: install demo matches app revision 1 (3 components unchanged)") {
+		t.Fatalf("install plan after the results:\n%s", got)
+	}
 }

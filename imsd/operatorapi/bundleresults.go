@@ -236,11 +236,27 @@ func (s *Service) importResults(ctx context.Context, m *imsv1.ImportBundleResult
 	}
 	ran := map[string]bool{}
 	failed := []string{}
+	// The jobs' configs as the agent ran them: output references filled
+	// in from the results before them, as imsd fills them in online.
+	outputs := map[string]map[string]string{}
+	lookup := func(comp, name string) (string, bool) {
+		v, ok := outputs[comp][name]
+		return v, ok
+	}
 	for _, r := range res.Jobs {
 		i := byJob[r.JobID]
 		j, st := jobs[i], steps[i]
+		config := j.Config
+		if rendered, err := agentproto.RenderOutputs(cfgs[i], lookup); err == nil {
+			if b, err := json.Marshal(rendered); err == nil {
+				config = b
+			}
+		}
+		if jobStates[r.Outcome] == store.JobSucceeded && j.Component != "" {
+			outputs[j.Component] = r.Outputs
+		}
 		sj := store.Job{ID: j.JobID, InstallID: in.ID, ComponentType: j.ComponentType, Operation: j.Operation, Component: j.Component,
-			Config: j.Config, MaxAttempts: 1, Timeout: st.Timeout, CreatedAt: now, CreatedBy: "bundle " + man.ID, Mode: store.Mode(j.Mode)}
+			Config: config, MaxAttempts: 1, Timeout: st.Timeout, CreatedAt: now, CreatedBy: "bundle " + man.ID, Mode: store.Mode(j.Mode)}
 		state := jobStates[r.Outcome]
 		if err := s.store.RecordOfflineStep(ctx, wf.ID, j.Step, sj, agent.ID, store.Result{State: state, ExitCode: int(r.ExitCode), Error: r.Error, Outputs: r.Outputs},
 			r.StartedAt, r.EndedAt); err != nil {
