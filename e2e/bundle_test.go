@@ -260,6 +260,11 @@ func TestBundleProvisionOffline(t *testing.T) {
 	if !strings.Contains(out, "update workflow of 2 jobs, 1 artifacts (2 blobs") || !strings.Contains(out, "2 blobs left out") {
 		t.Fatalf("incremental bundle create printed:\n%s", out)
 	}
+	// The same from the last results file instead of an inventory.
+	out = c.cli.Run(0, "bundle", "create", "shop", "--install", "acme", "-o", filepath.Join(dir, "bundle2b.tar"), "--since-results", results)
+	if !strings.Contains(out, "update workflow of 2 jobs, 1 artifacts (2 blobs") || !strings.Contains(out, "2 blobs left out") {
+		t.Fatalf("bundle create --since-results printed:\n%s", out)
+	}
 	c.ims.Stop()
 	out, code = agentdBundle(t, state, "import", file2)
 	// The new image's layer and config, not the 256 KiB layer held.

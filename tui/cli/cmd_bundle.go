@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -39,7 +40,7 @@ const (
 
 func (a *app) bundleCreateCommand() *cobra.Command {
 	var revision int64
-	var install, out, vendorRegistry, haveFile string
+	var install, out, vendorRegistry, haveFile, sinceResults string
 	var validFor time.Duration
 	cmd := &cobra.Command{
 		Use:   "create APP --install NAME [--revision N] -o FILE",
@@ -57,7 +58,9 @@ writes anything.
 
 --have-digests FILE (what agentd bundle inventory printed on the install's
 side: one digest a line) leaves out every blob the install registry holds
-already, so an incremental bundle carries only what changed.`,
+already, so an incremental bundle carries only what changed.
+--since-results FILE (the results file of the install's last bundle) leaves
+out every blob of the images that bundle's succeeded jobs loaded.`,
 		Args: exactArgs("APP"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if install == "" {
@@ -75,6 +78,12 @@ already, so an incremental bundle carries only what changed.`,
 				return err
 			}
 			ctx := cmd.Context()
+			var held []heldArtifact
+			if sinceResults != "" {
+				if held, err = resultsArtifacts(sinceResults); err != nil {
+					return usagef("--since-results: %v", err)
+				}
+			}
 			res, err := c.CreateBundle(ctx, connect.NewRequest(&imsv1.CreateBundleRequest{App: args[0], Install: install, Revision: revision,
 				ValidSeconds: int64(validFor / time.Second)}))
 			if err != nil {
@@ -96,6 +105,21 @@ already, so an incremental bundle carries only what changed.`,
 			regLoc := vendorRegistry
 			if regLoc == "" {
 				regLoc = b.GetRegistry()
+			}
+			if len(held) > 0 {
+				if regLoc == "" {
+					return usagef("--since-results: imsd names no vendor registry: give --vendor-registry")
+				}
+				reg, err := ocicopy.ParseRegistry(regLoc)
+				if err != nil {
+					return usagef("--vendor-registry: %v", err)
+				}
+				// Only the repositories the pull token covers: those this
+				// bundle reads.
+				held = slices.DeleteFunc(held, func(h heldArtifact) bool { return !slices.Contains(b.GetRepositories(), h.repo) })
+				if err := haveFromResults(cmd, reg, b.GetRegistryToken(), held, have); err != nil {
+					return err
+				}
 			}
 			var st packStats
 			for _, j := range jobs {
@@ -172,6 +196,7 @@ already, so an incremental bundle carries only what changed.`,
 	cmd.Flags().StringVarP(&out, "output", "o", "", "the bundle `file` to write")
 	cmd.Flags().StringVar(&vendorRegistry, "vendor-registry", "", "the vendor registry `location` to copy artifacts from (default: the one imsd names)")
 	cmd.Flags().StringVar(&haveFile, "have-digests", "", "`file` of digests the install registry holds (agentd bundle inventory): their blobs are left out")
+	cmd.Flags().StringVar(&sinceResults, "since-results", "", "a results `file` of the install's last bundle (agentd bundle export-results): the blobs of the images it loaded are left out")
 	cmd.Flags().DurationVar(&validFor, "valid-for", 0, "how long the bundle's signatures stay valid (default 720h, at most 2160h)")
 	return cmd
 }
@@ -302,4 +327,92 @@ func resultsInstall(b []byte) (string, error) {
 		return "", fmt.Errorf("not a results file (kind %q)", m.Kind)
 	}
 	return m.InstallID, nil
+}
+
+// heldArtifact is an image a bundle's succeeded job loaded: its vendor
+// repository and root digest.
+type heldArtifact struct {
+	repo string
+	root digest.Digest
+}
+
+// resultsArtifacts reads, from a results file, the images the bundle's
+// succeeded image jobs loaded. The file is not verified here (imsd does
+// that, byoc bundle import-results): it only leaves blobs out of the
+// next bundle, and an agent lacking one refuses that bundle's import.
+func resultsArtifacts(path string) ([]heldArtifact, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	files := map[string][]byte{}
+	tr := tar.NewReader(bytes.NewReader(b))
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if h.Name == "results.json" || h.Name == BundleJobsFile {
+			if files[h.Name], err = io.ReadAll(io.LimitReader(tr, 64<<20)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	var res struct {
+		Jobs []struct {
+			JobID   string            `json:"job_id"`
+			Outcome string            `json:"outcome"`
+			Outputs map[string]string `json:"outputs"`
+		} `json:"jobs"`
+	}
+	var jobs []agentproto.BundleJob
+	if err := json.Unmarshal(files["results.json"], &res); err != nil {
+		return nil, fmt.Errorf("%s: results.json: %w", path, err)
+	}
+	if err := json.Unmarshal(files[BundleJobsFile], &jobs); err != nil {
+		return nil, fmt.Errorf("%s: %s: %w", path, BundleJobsFile, err)
+	}
+	src := map[string]string{}
+	for _, j := range jobs {
+		if j.ComponentType == agentproto.ImageType {
+			if cfg, err := j.DecodeConfig(); err == nil {
+				s, _ := cfg[agentproto.ImageSourceKey].(string)
+				src[j.JobID] = s
+			}
+		}
+	}
+	var out []heldArtifact
+	for _, r := range res.Jobs {
+		if r.Outcome != "succeeded" || src[r.JobID] == "" {
+			continue
+		}
+		repo, dg, err := agentproto.ParseBuildRef(src[r.JobID])
+		if err == nil {
+			out = append(out, heldArtifact{repo, digest.Digest(dg)})
+		}
+	}
+	return out, nil
+}
+
+// haveFromResults adds to have every node of the held images' graphs (with
+// their referrers), read from the vendor registry.
+func haveFromResults(cmd *cobra.Command, reg ocicopy.Registry, token string, held []heldArtifact, have map[digest.Digest]bool) error {
+	for _, h := range held {
+		r, err := ocicopy.Open(cmd.Context(), reg, h.repo, ocicopy.Credentials{AccessToken: token})
+		if err != nil {
+			return err
+		}
+		nodes, _, err := ocicopy.Walk(cmd.Context(), r, h.root, true)
+		r.Close()
+		if err != nil {
+			return fmt.Errorf("--since-results: %s@%s: %w", h.repo, h.root, err)
+		}
+		for _, n := range nodes {
+			have[n.Descriptor.Digest] = true
+		}
+	}
+	return nil
 }
