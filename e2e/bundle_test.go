@@ -464,6 +464,26 @@ steps = [{ name = "report", script = "echo seen={{ .components.db.outputs.url }}
 	if got := cli.Run(0, "install", "get", "demo"); !regexp.MustCompile(`State:\s+active`).MatchString(got) {
 		t.Fatalf("install get after the results:\n%s", got)
 	}
+	// The jobs and their logs are imsd's now too.
+	jl, err := ims.Admin().ListJobs(context.Background(), connect.NewRequest(&imsv1.ListJobsRequest{Install: "demo"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sandboxJob string
+	for _, j := range jl.Msg.Jobs {
+		if j.State != imsv1.JobState_JOB_STATE_SUCCEEDED {
+			t.Fatalf("job %s (%s): %v", j.Id, j.Component, j.State)
+		}
+		if j.Component == "sandbox" {
+			sandboxJob = j.Id
+		}
+	}
+	if len(jl.Msg.Jobs) != 3 || sandboxJob == "" {
+		t.Fatalf("imsd lists %d jobs of the install, want the bundle's 3", len(jl.Msg.Jobs))
+	}
+	if log := strings.Join(cluster.Texts(cluster.Logs(t, ims.Admin(), sandboxJob)), "\n"); !strings.Contains(log, "Apply complete! Resources: 3 added") {
+		t.Fatalf("the sandbox job's log in imsd:\n%s", log)
+	}
 	// What the install runs caught up: an update of the same revision
 	// plans nothing.
 	if got := cli.Run(0, "install", "plan", "demo"); !strings.Contains(got, "No changes: install demo matches app revision 1 (3 components unchanged)") {

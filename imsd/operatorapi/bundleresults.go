@@ -258,8 +258,16 @@ func (s *Service) importResults(ctx context.Context, m *imsv1.ImportBundleResult
 		sj := store.Job{ID: j.JobID, InstallID: in.ID, ComponentType: j.ComponentType, Operation: j.Operation, Component: j.Component,
 			Config: config, MaxAttempts: 1, Timeout: st.Timeout, CreatedAt: now, CreatedBy: "bundle " + man.ID, Mode: store.Mode(j.Mode)}
 		state := jobStates[r.Outcome]
+		logs := make([]store.LogLine, len(r.Log))
+		for k, text := range r.Log {
+			stream := 1
+			if strings.HasPrefix(text, "[agentd] ") {
+				stream = 3
+			}
+			logs[k] = store.LogLine{Seq: int64(k + 1), Time: r.EndedAt, Stream: stream, Text: text}
+		}
 		if err := s.store.RecordOfflineStep(ctx, wf.ID, j.Step, sj, agent.ID, store.Result{State: state, ExitCode: int(r.ExitCode), Error: r.Error, Outputs: r.Outputs},
-			r.StartedAt, r.EndedAt); err != nil {
+			logs, r.StartedAt, r.EndedAt); err != nil {
 			return nil, err
 		}
 		stepState, msg := store.StepFailed, r.Error

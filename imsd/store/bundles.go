@@ -13,9 +13,9 @@ import (
 // workflow whose job agent agentID ran offline, from an offline bundle
 // (byoc bundle import-results): the step starts with job j, which ends at
 // once with result r, as the agent's, attempt 1, between started and
-// ended, with the usual audit events. The job is never queued for an
+// ended, with its log lines and the usual audit events. The job is never queued for an
 // agent to claim. A step no longer pending is a Conflict.
-func (s *Store) RecordOfflineStep(ctx context.Context, workflowID, name string, j Job, agentID string, r Result, started, ended time.Time) error {
+func (s *Store) RecordOfflineStep(ctx context.Context, workflowID, name string, j Job, agentID string, r Result, logs []LogLine, started, ended time.Time) error {
 	config, err := checkNewJob(j)
 	if err != nil {
 		return err
@@ -55,6 +55,9 @@ func (s *Store) RecordOfflineStep(ctx context.Context, workflowID, name string, 
 			return errs.E(errs.Conflict, "job %s is not queued", j.ID)
 		}
 		if err != nil {
+			return err
+		}
+		if err := s.insertLogs(ctx, tx, j.ID, 1, logs); err != nil {
 			return err
 		}
 		return s.finished(ctx, tx, j.ID, Writer{AgentID: agentID, FencingToken: 1}, r, "", install, typ, op, release, ended)
