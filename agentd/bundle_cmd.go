@@ -165,6 +165,14 @@ func importBundle(ctx context.Context, a *agent.Agent, runner *agent.PluginRunne
 			return fmt.Errorf("%s refused, nothing was written: %w", file, err)
 		}
 	}
+	// The customer's controls first: a bundle whose jobs they would
+	// refuse loads nothing either (each job is checked again before it
+	// runs).
+	for i := range jobs {
+		if why := a.Refusal(jobs[i].Mode); why != "" {
+			return fmt.Errorf("%s refused, nothing was written: step %s needs the %s mode: %s", file, jobs[i].Step, jobs[i].Mode, why)
+		}
+	}
 	fmt.Fprintf(stdout, "bundle %s verified (imsd's signature, %d files, %d jobs) in %s\n", m.ID, len(m.Files), len(jobs), verified.Round(time.Millisecond))
 
 	// The artifacts, into the install registry.

@@ -168,6 +168,24 @@ func TestBundleProvisionOffline(t *testing.T) {
 		t.Fatalf("results were written for a tampered bundle: %v", err)
 	}
 
+	// The customer's permission modes hold offline too: with provision
+	// off, nothing is loaded or run.
+	agentdCmd := func(args ...string) {
+		t.Helper()
+		if b, err := exec.Command(filepath.Join(cluster.Binaries(t), "agentd"), args...).CombinedOutput(); err != nil {
+			t.Fatalf("agentd %v: %v\n%s", args, err, b)
+		}
+	}
+	agentdCmd("permissions", "--state-dir", state, "disable", "provision")
+	out, code = agentdBundle(t, state, "import", file)
+	if code != 1 || !strings.Contains(out, "nothing was written: step web needs the provision mode: refused") {
+		t.Fatalf("import with provision off: exit %d:\n%s", code, out)
+	}
+	if _, err := os.Stat(registryDir); !os.IsNotExist(err) {
+		t.Fatalf("the install registry was written with provision off: %v", err)
+	}
+	agentdCmd("permissions", "--state-dir", state, "enable", "provision")
+
 	out, code = agentdBundle(t, state, "import", file)
 	if code != 0 || !strings.Contains(out, "1 loaded into the install registry") || !strings.Contains(out, "db ") {
 		t.Fatalf("import: exit %d:\n%s\nresults:\n%s", code, out, readResults(t, state))

@@ -57,6 +57,10 @@ func (a *Agent) CheckOffline(j *agentproto.BundleJob) error {
 	return err
 }
 
+// Refusal says why the customer's controls refuse a job of mode now ("":
+// they allow it), as they are checked right before a job runs.
+func (a *Agent) Refusal(mode string) string { return a.refusal(mode) }
+
 // RunOffline runs one bundle job to its end. An error is a refusal
 // before anything ran (a bad signature, a replay); a job the customer's
 // controls refuse ends with outcome REFUSED.
@@ -67,14 +71,11 @@ func (a *Agent) RunOffline(ctx context.Context, oj OfflineJob, logf func(stream 
 		return Outcome{}, err
 	}
 	config, _ := j.DecodeConfig()
+	data := map[string]string{"bundle": oj.Bundle, "step": j.Step, "mode": j.Mode, "type": j.ComponentType, "operation": j.Operation,
+		"component": j.Component, "key": j.KeyID}
 	if a.seen.has(j.JobID, j.Attempt) {
 		return Outcome{}, fmt.Errorf("job %s (step %s): %w", j.JobID, j.Step, ErrAlreadyRun)
 	}
-	if err := a.seen.add(j.JobID, j.Attempt, time.UnixMilli(j.ExpireUnixMs), a.now()); err != nil {
-		return Outcome{}, fmt.Errorf("cannot record job %s before running it: %w", j.JobID, err)
-	}
-	data := map[string]string{"bundle": oj.Bundle, "step": j.Step, "mode": j.Mode, "type": j.ComponentType, "operation": j.Operation,
-		"component": j.Component, "key": j.KeyID}
 	a.note(KindBundleJobStarted, "job:"+j.JobID, data)
 	finish := func(out Outcome) Outcome {
 		d := map[string]string{"bundle": oj.Bundle, "step": j.Step, "outcome": outcomeName(out.Outcome), "exit_code": itoa(int64(out.ExitCode))}
@@ -91,6 +92,11 @@ func (a *Agent) RunOffline(ctx context.Context, oj OfflineJob, logf func(stream 
 	if why, _ := a.windowRefusal(j.WindowBound); why != "" {
 		logf(StreamSystem, "[agentd] "+why)
 		return finish(Outcome{Outcome: agentv1.Outcome_OUTCOME_REFUSED, ExitCode: -1, Error: why}), nil
+	}
+	// Recorded only once it may run: a job the customer's controls
+	// refused runs at a later import of the same bundle, once allowed.
+	if err := a.seen.add(j.JobID, j.Attempt, time.UnixMilli(j.ExpireUnixMs), a.now()); err != nil {
+		return Outcome{}, fmt.Errorf("cannot record job %s before running it: %w", j.JobID, err)
 	}
 	if oj.Outputs != nil {
 		r, err := agentproto.RenderOutputs(config, oj.Outputs)
