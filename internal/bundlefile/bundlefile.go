@@ -28,6 +28,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -293,7 +294,9 @@ func extract(r io.Reader, dest string, f File) error {
 		return &Error{f.Path, err}
 	}
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(out, h), r)
+	bp := copyBufs.Get().(*[]byte)
+	n, err := io.CopyBuffer(io.MultiWriter(out, h), struct{ io.Reader }{r}, *bp)
+	copyBufs.Put(bp)
 	if cerr := out.Close(); err == nil {
 		err = cerr
 	}
@@ -308,6 +311,10 @@ func extract(r io.Reader, dest string, f File) error {
 	}
 	return nil
 }
+
+// copyBufs holds the buffers files are copied through: large reads and
+// writes, one buffer per file at a time.
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }}
 
 // validPath reports whether p is a clean relative slash path inside its
 // root, of no reserved name.
