@@ -32,6 +32,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -192,6 +193,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "preflight" {
 		os.Exit(preflightCmd(ctx, os.Args[2:], os.Stdout, os.Stderr))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "bundle" {
+		os.Exit(bundleCmd(ctx, os.Args[2:], os.Stdout, os.Stderr))
+	}
 	if len(os.Args) > 1 && os.Args[1] == "support-bundle" {
 		os.Exit(supportBundleCmd(ctx, os.Args[2:], os.Stdout, os.Stderr))
 	}
@@ -318,11 +322,23 @@ commands (most take --state-dir DIR, the agent's state directory):
   module push      put a Terraform module or Helm chart into the install registry
   preflight        check what the install needs; exit 1 on a failure
   support-bundle   collect a redacted bundle for the vendor's support
+  bundle           import an offline bundle from the vendor (agentd bundle import|inventory)
 
 flags:
 `
 
-func run(ctx context.Context, args []string) int {
+func run(ctx context.Context, args []string) int { return runAgent(ctx, args, nil) }
+
+// offlineFunc is a command that uses the agent as agentd's flags set it
+// up, without its stream to imsd (agentd bundle import): it is given the
+// agent, its job runner, the install registry and the command's
+// arguments (what the flags left).
+type offlineFunc struct {
+	name string
+	run  func(ctx context.Context, a *agent.Agent, runner *agent.PluginRunner, installRegistry string, args []string) int
+}
+
+func runAgent(ctx context.Context, args []string, offline *offlineFunc) int {
 	fs := flag.NewFlagSet("agentd", flag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), agentdUsage)
@@ -383,9 +399,21 @@ func run(ctx context.Context, args []string) int {
 		fmt.Println(buildinfo.Get().String("agentd"))
 		return 0
 	}
-	if fs.NArg() > 0 {
+	if fs.NArg() > 0 && offline == nil {
 		fmt.Fprintf(os.Stderr, "agentd: unknown command %q (agentd --help lists the commands)\n", fs.Arg(0))
 		return 2
+	}
+	if offline != nil {
+		if stateDir == "" {
+			fmt.Fprintf(os.Stderr, "agentd %s: --state-dir DIR is required (the enrolled agent's state directory)\n", offline.name)
+			return 2
+		}
+		if !enrolled(stateDir) {
+			fmt.Fprintf(os.Stderr, "agentd %s: %s holds no enrolled agent: a bundle's jobs are signed for this install's agent, which enrols once\n", offline.name, stateDir)
+			return 1
+		}
+		// Never dialled: the command runs with no connection to imsd.
+		ims, token = cmp.Or(ims, "http://imsd.offline.invalid"), ""
 	}
 	if role != "install" && role != "build" {
 		fmt.Fprintf(os.Stderr, "agentd: --role %q: want install or build\n", role)
@@ -541,7 +569,12 @@ func run(ctx context.Context, args []string) int {
 	}
 	// The endpoints the customer configured the agent with stay
 	// reachable for plugins even on this machine's loopback.
-	if loader.Egress, err = egressOpts.build(ctx, append([]string{ims, installRegistry}, kubeconfigServers(kubeconfig)...)); err != nil {
+	endpoints := []string{ims, installRegistry}
+	if offline != nil {
+		// No connection to imsd: plugins get no route to it either.
+		endpoints = []string{installRegistry}
+	}
+	if loader.Egress, err = egressOpts.build(ctx, append(endpoints, kubeconfigServers(kubeconfig)...)); err != nil {
 		fmt.Fprintf(os.Stderr, "agentd: %v\n", err)
 		return 2
 	}
@@ -608,7 +641,8 @@ func run(ctx context.Context, args []string) int {
 	defer runner.Close()
 	// A previous agentd killed mid-job left its workspaces, its plugins'
 	// socket dirs and its steps' cgroups; no job of this one runs yet.
-	if stateDir != "" {
+	// (Not for an offline command: the agent itself may be running.)
+	if stateDir != "" && offline == nil {
 		swept, err := runner.Sweep()
 		if !swept.Empty() {
 			log.Info("removed leftovers of a previous run", "workspaces", swept.Workspaces, "socket_dirs", swept.SocketDirs, "cgroups", swept.Cgroups)
@@ -636,7 +670,7 @@ func run(ctx context.Context, args []string) int {
 	// An agent update in progress: this start counts, and the update is
 	// confirmed once the agent reconnects, else rolled back.
 	var pendingUpdate *updateState
-	if stateDir != "" {
+	if stateDir != "" && offline == nil {
 		if pendingUpdate, err = updateAtStart(stateDir, buildinfo.Get().Short(), time.Now(), log); err != nil {
 			fmt.Fprintf(os.Stderr, "agentd: agent update: %v\n", err)
 			return 1
@@ -679,6 +713,9 @@ func run(ctx context.Context, args []string) int {
 		for _, n := range notes {
 			a.Note(n.Kind, n.Subject, n.Data)
 		}
+	}
+	if offline != nil {
+		return offline.run(ctx, a, runner, installRegistry, fs.Args())
 	}
 	if stateDir != "" {
 		go func() {

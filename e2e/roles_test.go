@@ -55,7 +55,7 @@ var rpcAccess = map[string]string{
 	"CreateApp": "deploy@all", "ListApps": "read@any", "GetApp": "read@app", "PushAppRevision": "deploy@any",
 	"ListAppRevisions": "read@app", "DiffAppRevisions": "read@app",
 	"CreateInstall": "deploy@app", "ListInstalls": "read@any", "GetInstall": "read@install", "ListInstallDrift": "read@install",
-	"WatchInstalls": "read@any", "CreateEnrollmentToken": "deploy@install", "UpdateInstall": "deploy@install", "LabelInstall": "manage@install", "RevokeAgent": "manage@install", "OfferAgentUpdate": "deploy@install", "CheckInstallDrift": "deploy@install", "ImportComponent": "deploy@install", "PlanInstall": "read@install",
+	"WatchInstalls": "read@any", "CreateEnrollmentToken": "deploy@install", "UpdateInstall": "deploy@install", "LabelInstall": "manage@install", "RevokeAgent": "manage@install", "OfferAgentUpdate": "deploy@install", "CheckInstallDrift": "deploy@install", "CreateBundle": "deploy@install", "SignBundle": "deploy@install", "ImportBundleResults": "deploy@install", "ImportComponent": "deploy@install", "PlanInstall": "read@install",
 	"StartWorkflow": "deploy@install", "ListWorkflows": "read@install", "GetWorkflow": "read@install", "ApproveWorkflow": "deploy@install",
 	"CancelWorkflow": "deploy@install", "RetryWorkflowStep": "deploy@install",
 	"EnqueueJob": "deploy@install", "EnqueueJobs": "deploy@install", "ListJobs": "read@install", "GetJob": "read@install",

@@ -10,8 +10,10 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/byoc-dev/byoc/imsd/auth"
 	"github.com/byoc-dev/byoc/imsd/dispatch"
 	"github.com/byoc-dev/byoc/imsd/errs"
+	"github.com/byoc-dev/byoc/imsd/registry"
 	"github.com/byoc-dev/byoc/imsd/release"
 	"github.com/byoc-dev/byoc/imsd/rpcerr"
 	"github.com/byoc-dev/byoc/imsd/store"
@@ -66,6 +68,14 @@ type Config struct {
 	// SigningKeyID is the id of imsd's job signing key, which every
 	// enrolment token carries (auth.NewEnrollToken).
 	SigningKeyID string
+	// SigningKey is imsd's job signing key, which signs offline bundles'
+	// jobs and manifests (bundles.go); zero: no bundles.
+	SigningKey auth.SigningKey
+	// RegistryURL is the vendor registry as agents reach it, and
+	// RegistryTokens signs its tokens (nil: none): byoc bundle create
+	// copies the bundle's artifacts from it.
+	RegistryURL    string
+	RegistryTokens *registry.Signer
 	// Login is the single sign-on settings byoc login reads.
 	Login LoginConfig
 	// Telemetry holds the app telemetry agents forwarded (nil: none).

@@ -505,7 +505,7 @@ func (s *Server) newHTTPServer() *http.Server {
 	}})
 	s.reg.MustRegister(s.health)
 	mux := http.NewServeMux()
-	op := operatorapi.New(s.store, s.hub, operatorapi.Config{BreakGlassRequestTTL: cfg.BreakGlassRequestTTL, HeartbeatInterval: cfg.HeartbeatInterval, LeaseDuration: cfg.LeaseDuration, LeaseGrace: cfg.LeaseGrace, Engine: s.engine, Releases: s.releases, SigningKeyID: s.key.ID, Login: s.login, Telemetry: s.telemetry}, cfg.Now, s.log)
+	op := operatorapi.New(s.store, s.hub, operatorapi.Config{BreakGlassRequestTTL: cfg.BreakGlassRequestTTL, HeartbeatInterval: cfg.HeartbeatInterval, LeaseDuration: cfg.LeaseDuration, LeaseGrace: cfg.LeaseGrace, Engine: s.engine, Releases: s.releases, SigningKeyID: s.key.ID, SigningKey: s.key, RegistryURL: cfg.RegistryURL, RegistryTokens: s.tokens, Login: s.login, Telemetry: s.telemetry}, cfg.Now, s.log)
 	var idv operatorapi.IDTokenVerifier
 	if s.sso != nil {
 		idv = s.sso

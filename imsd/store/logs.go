@@ -34,24 +34,32 @@ func (s *Store) AppendLogs(ctx context.Context, jobID string, w Writer, lines []
 		if len(lines) == 0 {
 			return nil
 		}
-		for c := range slices.Chunk(lines, logChunk) {
-			args := make([]any, 0, 6*len(c))
-			var b strings.Builder
-			b.WriteString(`INSERT INTO job_logs (job_id, attempt, seq, at, stream, text) VALUES `)
-			for i, l := range c {
-				if i > 0 {
-					b.WriteString(`, `)
-				}
-				b.WriteString(`(?, ?, ?, ?, ?, ?)`)
-				args = append(args, jobID, attempt, l.Seq, nanos(l.Time), l.Stream, cleanText(l.Text))
-			}
-			b.WriteString(` ON CONFLICT DO NOTHING`)
-			if _, err := tx.ExecContext(ctx, s.bind(b.String()), args...); err != nil {
-				return err
-			}
+		if err := s.insertLogs(ctx, tx, jobID, attempt, lines); err != nil {
+			return err
 		}
 		return s.notifyLogs(ctx, tx, jobID)
 	})
+}
+
+// insertLogs inserts lines of job jobID's attempt, skipping those stored.
+func (s *Store) insertLogs(ctx context.Context, tx *txn, jobID string, attempt int, lines []LogLine) error {
+	for c := range slices.Chunk(lines, logChunk) {
+		args := make([]any, 0, 6*len(c))
+		var b strings.Builder
+		b.WriteString(`INSERT INTO job_logs (job_id, attempt, seq, at, stream, text) VALUES `)
+		for i, l := range c {
+			if i > 0 {
+				b.WriteString(`, `)
+			}
+			b.WriteString(`(?, ?, ?, ?, ?, ?)`)
+			args = append(args, jobID, attempt, l.Seq, nanos(l.Time), l.Stream, cleanText(l.Text))
+		}
+		b.WriteString(` ON CONFLICT DO NOTHING`)
+		if _, err := tx.ExecContext(ctx, s.bind(b.String()), args...); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // heldAttempt returns the attempt of job jobID if w holds its lease, and

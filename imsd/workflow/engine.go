@@ -534,6 +534,8 @@ type stepContext struct {
 	// app is the workflow's app revision.
 	app     *config.App
 	schemas map[string]*configschema.Schema
+	// deferred: Renderer.Deferred (an offline bundle's workflow).
+	deferred map[string]bool
 }
 
 func (e *Engine) stepContext(ctx context.Context, wf store.Workflow) (*stepContext, error) {
@@ -615,7 +617,7 @@ func jobConfig(sc *stepContext, s *store.Step) ([]byte, error) {
 		return nil, fmt.Errorf("step config: %w", err)
 	}
 	r := &Renderer{InstallID: sc.in.ID, InstallName: sc.in.Name, Inputs: sc.inputs, Outputs: sc.outputs, Schemas: sc.schemas,
-		Customer: CustomerInputs(sc.app)}
+		Customer: CustomerInputs(sc.app), Deferred: sc.deferred}
 	var err error
 	switch {
 	case s.Action != "":

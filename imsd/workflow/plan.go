@@ -557,6 +557,11 @@ type Renderer struct {
 	// them from the install stack, so they stay references
 	// (agentproto.InputRef) and are collected.
 	Customer map[string]bool
+	// Deferred names the components (and "sandbox") whose outputs the
+	// agent renders: an offline bundle deploys them before the steps
+	// that refer to them, so their references stay
+	// (agentproto.OutputRef).
+	Deferred map[string]bool
 	secrets  map[string]bool
 	customer map[string]bool
 }
@@ -604,6 +609,9 @@ func (r *Renderer) Resolve(ref template.Ref) (any, error) {
 		name := ref.Name
 		if ref.Root == "sandbox" {
 			name = "sandbox"
+		}
+		if r.Deferred[name] {
+			return agentproto.OutputRef(name, ref.Output), nil
 		}
 		outs, ok := r.Outputs[name]
 		if !ok {

@@ -257,6 +257,7 @@ exits with the job's own exit code.`,
 		a.auditCommand(),
 		a.buildCommand(),
 		a.agentCommand(),
+		a.bundleCommand(),
 	)
 	a.addSortFlags(root)
 	addExamples(root)

@@ -91,6 +91,9 @@ var examples = map[string]string{
 	"byoc install stack": `  byoc install stack shop-acme -o stack.yaml
   byoc install stack shop-acme --format local --param EnableBreakGlass=false`,
 	"byoc install token": `  byoc install token shop-acme --ttl 1h`,
+	"byoc bundle create": `  byoc bundle create shop --install acme -o acme-r7.tar --revision 7
+  byoc bundle create shop --install acme -o acme-r8.tar --have-digests acme-inventory.txt   # only what the install lacks`,
+	"byoc bundle import-results": `  byoc bundle import-results acme-results.tar`,
 	"byoc install update": `  byoc install update shop-acme --input size=l --wait
   byoc install update shop-acme --unset size --no-deploy
   byoc install update shop-acme --require-approval true`,

@@ -216,6 +216,15 @@ const (
 	// OperatorServiceGetInstallStackProcedure is the fully-qualified name of the OperatorService's
 	// GetInstallStack RPC.
 	OperatorServiceGetInstallStackProcedure = "/byoc.ims.v1.OperatorService/GetInstallStack"
+	// OperatorServiceCreateBundleProcedure is the fully-qualified name of the OperatorService's
+	// CreateBundle RPC.
+	OperatorServiceCreateBundleProcedure = "/byoc.ims.v1.OperatorService/CreateBundle"
+	// OperatorServiceSignBundleProcedure is the fully-qualified name of the OperatorService's
+	// SignBundle RPC.
+	OperatorServiceSignBundleProcedure = "/byoc.ims.v1.OperatorService/SignBundle"
+	// OperatorServiceImportBundleResultsProcedure is the fully-qualified name of the OperatorService's
+	// ImportBundleResults RPC.
+	OperatorServiceImportBundleResultsProcedure = "/byoc.ims.v1.OperatorService/ImportBundleResults"
 	// OperatorServiceCreateBuildAgentTokenProcedure is the fully-qualified name of the
 	// OperatorService's CreateBuildAgentToken RPC.
 	OperatorServiceCreateBuildAgentTokenProcedure = "/byoc.ims.v1.OperatorService/CreateBuildAgentToken"
@@ -431,6 +440,26 @@ type OperatorServiceClient interface {
 	// it last applied, or the app's latest when it applied none) and the
 	// fingerprint of imsd's job signing key that enrolment tokens name.
 	GetInstallStack(context.Context, *connect.Request[v1.GetInstallStackRequest]) (*connect.Response[v1.GetInstallStackResponse], error)
+	// CreateBundle plans the install's provision (or update) workflow at an
+	// app revision for an offline bundle (byoc bundle create): every step
+	// as a job signed for the install's agent, as imsd signs assignments,
+	// valid until the bundle expires; references to outputs of components
+	// the same workflow deploys are left for the agent to render. It also
+	// returns the vendor registry and a short pull token for the
+	// repositories the jobs read, so the CLI can copy the artifacts.
+	CreateBundle(context.Context, *connect.Request[v1.CreateBundleRequest]) (*connect.Response[v1.CreateBundleResponse], error)
+	// SignBundle signs a bundle's manifest with imsd's job signing key,
+	// once imsd has checked that the jobs file it lists (by SHA-256) is
+	// the one given and every job in it carries imsd's own signature.
+	SignBundle(context.Context, *connect.Request[v1.SignBundleRequest]) (*connect.Response[v1.SignBundleResponse], error)
+	// ImportBundleResults takes a results file an agent wrote after a
+	// bundle's import (agentd bundle export-results): imsd checks the
+	// agent's signature, that its audit journal verifies and continues the
+	// one imsd took before, and that every job's result is in it; then it
+	// records the bundle's workflow, its jobs and results, what the install
+	// now runs, and the audit events. A file imported before changes
+	// nothing (already_imported).
+	ImportBundleResults(context.Context, *connect.Request[v1.ImportBundleResultsRequest]) (*connect.Response[v1.ImportBundleResultsResponse], error)
 	// CreateBuildAgentToken issues a single-use enrolment token for the
 	// vendor's build agent (agentd --role build), creating the reserved
 	// install "_vendor" it belongs to on first use.
@@ -829,6 +858,24 @@ func NewOperatorServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(operatorServiceMethods.ByName("GetInstallStack")),
 			connect.WithClientOptions(opts...),
 		),
+		createBundle: connect.NewClient[v1.CreateBundleRequest, v1.CreateBundleResponse](
+			httpClient,
+			baseURL+OperatorServiceCreateBundleProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("CreateBundle")),
+			connect.WithClientOptions(opts...),
+		),
+		signBundle: connect.NewClient[v1.SignBundleRequest, v1.SignBundleResponse](
+			httpClient,
+			baseURL+OperatorServiceSignBundleProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("SignBundle")),
+			connect.WithClientOptions(opts...),
+		),
+		importBundleResults: connect.NewClient[v1.ImportBundleResultsRequest, v1.ImportBundleResultsResponse](
+			httpClient,
+			baseURL+OperatorServiceImportBundleResultsProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("ImportBundleResults")),
+			connect.WithClientOptions(opts...),
+		),
 		createBuildAgentToken: connect.NewClient[v1.CreateBuildAgentTokenRequest, v1.CreateBuildAgentTokenResponse](
 			httpClient,
 			baseURL+OperatorServiceCreateBuildAgentTokenProcedure,
@@ -920,6 +967,9 @@ type operatorServiceClient struct {
 	getBreakGlassPolicy   *connect.Client[v1.GetBreakGlassPolicyRequest, v1.GetBreakGlassPolicyResponse]
 	listAuditEvents       *connect.Client[v1.ListAuditEventsRequest, v1.ListAuditEventsResponse]
 	getInstallStack       *connect.Client[v1.GetInstallStackRequest, v1.GetInstallStackResponse]
+	createBundle          *connect.Client[v1.CreateBundleRequest, v1.CreateBundleResponse]
+	signBundle            *connect.Client[v1.SignBundleRequest, v1.SignBundleResponse]
+	importBundleResults   *connect.Client[v1.ImportBundleResultsRequest, v1.ImportBundleResultsResponse]
 	createBuildAgentToken *connect.Client[v1.CreateBuildAgentTokenRequest, v1.CreateBuildAgentTokenResponse]
 	startBuild            *connect.Client[v1.StartBuildRequest, v1.StartBuildResponse]
 	listBuilds            *connect.Client[v1.ListBuildsRequest, v1.ListBuildsResponse]
@@ -1236,6 +1286,21 @@ func (c *operatorServiceClient) GetInstallStack(ctx context.Context, req *connec
 	return c.getInstallStack.CallUnary(ctx, req)
 }
 
+// CreateBundle calls byoc.ims.v1.OperatorService.CreateBundle.
+func (c *operatorServiceClient) CreateBundle(ctx context.Context, req *connect.Request[v1.CreateBundleRequest]) (*connect.Response[v1.CreateBundleResponse], error) {
+	return c.createBundle.CallUnary(ctx, req)
+}
+
+// SignBundle calls byoc.ims.v1.OperatorService.SignBundle.
+func (c *operatorServiceClient) SignBundle(ctx context.Context, req *connect.Request[v1.SignBundleRequest]) (*connect.Response[v1.SignBundleResponse], error) {
+	return c.signBundle.CallUnary(ctx, req)
+}
+
+// ImportBundleResults calls byoc.ims.v1.OperatorService.ImportBundleResults.
+func (c *operatorServiceClient) ImportBundleResults(ctx context.Context, req *connect.Request[v1.ImportBundleResultsRequest]) (*connect.Response[v1.ImportBundleResultsResponse], error) {
+	return c.importBundleResults.CallUnary(ctx, req)
+}
+
 // CreateBuildAgentToken calls byoc.ims.v1.OperatorService.CreateBuildAgentToken.
 func (c *operatorServiceClient) CreateBuildAgentToken(ctx context.Context, req *connect.Request[v1.CreateBuildAgentTokenRequest]) (*connect.Response[v1.CreateBuildAgentTokenResponse], error) {
 	return c.createBuildAgentToken.CallUnary(ctx, req)
@@ -1457,6 +1522,26 @@ type OperatorServiceHandler interface {
 	// it last applied, or the app's latest when it applied none) and the
 	// fingerprint of imsd's job signing key that enrolment tokens name.
 	GetInstallStack(context.Context, *connect.Request[v1.GetInstallStackRequest]) (*connect.Response[v1.GetInstallStackResponse], error)
+	// CreateBundle plans the install's provision (or update) workflow at an
+	// app revision for an offline bundle (byoc bundle create): every step
+	// as a job signed for the install's agent, as imsd signs assignments,
+	// valid until the bundle expires; references to outputs of components
+	// the same workflow deploys are left for the agent to render. It also
+	// returns the vendor registry and a short pull token for the
+	// repositories the jobs read, so the CLI can copy the artifacts.
+	CreateBundle(context.Context, *connect.Request[v1.CreateBundleRequest]) (*connect.Response[v1.CreateBundleResponse], error)
+	// SignBundle signs a bundle's manifest with imsd's job signing key,
+	// once imsd has checked that the jobs file it lists (by SHA-256) is
+	// the one given and every job in it carries imsd's own signature.
+	SignBundle(context.Context, *connect.Request[v1.SignBundleRequest]) (*connect.Response[v1.SignBundleResponse], error)
+	// ImportBundleResults takes a results file an agent wrote after a
+	// bundle's import (agentd bundle export-results): imsd checks the
+	// agent's signature, that its audit journal verifies and continues the
+	// one imsd took before, and that every job's result is in it; then it
+	// records the bundle's workflow, its jobs and results, what the install
+	// now runs, and the audit events. A file imported before changes
+	// nothing (already_imported).
+	ImportBundleResults(context.Context, *connect.Request[v1.ImportBundleResultsRequest]) (*connect.Response[v1.ImportBundleResultsResponse], error)
 	// CreateBuildAgentToken issues a single-use enrolment token for the
 	// vendor's build agent (agentd --role build), creating the reserved
 	// install "_vendor" it belongs to on first use.
@@ -1851,6 +1936,24 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 		connect.WithSchema(operatorServiceMethods.ByName("GetInstallStack")),
 		connect.WithHandlerOptions(opts...),
 	)
+	operatorServiceCreateBundleHandler := connect.NewUnaryHandler(
+		OperatorServiceCreateBundleProcedure,
+		svc.CreateBundle,
+		connect.WithSchema(operatorServiceMethods.ByName("CreateBundle")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceSignBundleHandler := connect.NewUnaryHandler(
+		OperatorServiceSignBundleProcedure,
+		svc.SignBundle,
+		connect.WithSchema(operatorServiceMethods.ByName("SignBundle")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceImportBundleResultsHandler := connect.NewUnaryHandler(
+		OperatorServiceImportBundleResultsProcedure,
+		svc.ImportBundleResults,
+		connect.WithSchema(operatorServiceMethods.ByName("ImportBundleResults")),
+		connect.WithHandlerOptions(opts...),
+	)
 	operatorServiceCreateBuildAgentTokenHandler := connect.NewUnaryHandler(
 		OperatorServiceCreateBuildAgentTokenProcedure,
 		svc.CreateBuildAgentToken,
@@ -2001,6 +2104,12 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 			operatorServiceListAuditEventsHandler.ServeHTTP(w, r)
 		case OperatorServiceGetInstallStackProcedure:
 			operatorServiceGetInstallStackHandler.ServeHTTP(w, r)
+		case OperatorServiceCreateBundleProcedure:
+			operatorServiceCreateBundleHandler.ServeHTTP(w, r)
+		case OperatorServiceSignBundleProcedure:
+			operatorServiceSignBundleHandler.ServeHTTP(w, r)
+		case OperatorServiceImportBundleResultsProcedure:
+			operatorServiceImportBundleResultsHandler.ServeHTTP(w, r)
 		case OperatorServiceCreateBuildAgentTokenProcedure:
 			operatorServiceCreateBuildAgentTokenHandler.ServeHTTP(w, r)
 		case OperatorServiceStartBuildProcedure:
@@ -2264,6 +2373,18 @@ func (UnimplementedOperatorServiceHandler) ListAuditEvents(context.Context, *con
 
 func (UnimplementedOperatorServiceHandler) GetInstallStack(context.Context, *connect.Request[v1.GetInstallStackRequest]) (*connect.Response[v1.GetInstallStackResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.GetInstallStack is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) CreateBundle(context.Context, *connect.Request[v1.CreateBundleRequest]) (*connect.Response[v1.CreateBundleResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.CreateBundle is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) SignBundle(context.Context, *connect.Request[v1.SignBundleRequest]) (*connect.Response[v1.SignBundleResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.SignBundle is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) ImportBundleResults(context.Context, *connect.Request[v1.ImportBundleResultsRequest]) (*connect.Response[v1.ImportBundleResultsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.ImportBundleResults is not implemented"))
 }
 
 func (UnimplementedOperatorServiceHandler) CreateBuildAgentToken(context.Context, *connect.Request[v1.CreateBuildAgentTokenRequest]) (*connect.Response[v1.CreateBuildAgentTokenResponse], error) {

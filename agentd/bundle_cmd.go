@@ -1,0 +1,364 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+
+	"github.com/byoc-dev/byoc/agentd/agent"
+	"github.com/byoc-dev/byoc/internal/atomicfile"
+	"github.com/byoc-dev/byoc/internal/bundlefile"
+	"github.com/byoc-dev/byoc/internal/bundlefile/bundleload"
+	"github.com/byoc-dev/byoc/internal/ocicopy"
+	"github.com/byoc-dev/byoc/rpc/agentproto"
+	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
+)
+
+const bundleUsage = `usage: agentd bundle import [agentd flags] FILE
+       agentd bundle export-results --state-dir DIR [--bundle ID] -o FILE
+       agentd bundle inventory [--state-dir DIR | --install-registry LOCATION]
+
+import runs an offline bundle (byoc bundle create) with no connection to
+imsd. Before anything is written it checks the bundle's manifest against
+imsd's keys this agent pinned at enrolment, every file of the bundle
+against the manifest, and every job's own signature (for this agent and
+install). Then it loads the bundle's artifacts into the install registry
+(blobs the registry holds already are not sent; it prints the blob bytes
+it moved) and runs the workflow's jobs in order, each through the checks
+an assigned job passes: the customer's permission modes, maintenance
+windows, policies and supply-chain policy, in the plugin sandbox. The
+audit records go into the agent's journal; the results into
+STATE-DIR/bundles/BUNDLE/results.json. Importing the same bundle again
+runs only the jobs that did not succeed (none again: a job is never run
+twice). It takes agentd's own flags (--state-dir, --install-registry,
+--stack-config, --secrets-file, --policy-dir, --sandbox ...), before FILE.
+
+export-results writes the results of a bundle's jobs (default: the bundle
+imported last) and the agent's audit journal into FILE, signed with the
+agent's own key: you can read both (tar -xOf FILE results.json) before the
+file leaves; byoc bundle import-results gives it to imsd, which checks the
+signature and that the journal continues what it had before.
+
+inventory prints the digest of every blob and manifest the install
+registry holds (one a line) under the repositories given (default: every
+repository of an oci: install registry), for byoc bundle create
+--have-digests: an incremental bundle then carries only what is missing.
+`
+
+func bundleCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(stdout, bundleUsage)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	switch args[0] {
+	case "import":
+		return runAgent(ctx, args[1:], &offlineFunc{name: "bundle import", run: func(ctx context.Context, a *agent.Agent, runner *agent.PluginRunner, reg string, rest []string) int {
+			if len(rest) != 1 {
+				fmt.Fprintf(stderr, "agentd bundle import: want one FILE after the flags, got %d arguments\n%s", len(rest), bundleUsage)
+				return 2
+			}
+			if err := importBundle(ctx, a, runner, reg, rest[0], stdout); err != nil {
+				fmt.Fprintf(stderr, "agentd bundle import: %v\n", err)
+				return 1
+			}
+			return 0
+		}})
+	case "inventory":
+		return inventoryCmd(args[1:], stdout, stderr)
+	case "export-results":
+		return exportResultsCmd(args[1:], stdout, stderr)
+	}
+	fmt.Fprintf(stderr, "agentd bundle: unknown command %q\n%s", args[0], bundleUsage)
+	return 2
+}
+
+// bundleResults is STATE-DIR/bundles/BUNDLE/results.json.
+type bundleResults struct {
+	Bundle    string `json:"bundle"`
+	InstallID string `json:"install_id"`
+	AgentID   string `json:"agent_id"`
+	Revision  int64  `json:"revision"`
+	// WorkflowKind is the bundle's workflow's kind (provision, update).
+	WorkflowKind string      `json:"workflow_kind"`
+	Jobs         []jobResult `json:"jobs"`
+}
+
+type jobResult struct {
+	JobID         string            `json:"job_id"`
+	Step          string            `json:"step"`
+	Component     string            `json:"component,omitempty"`
+	ComponentType string            `json:"component_type"`
+	Operation     string            `json:"operation"`
+	Outcome       string            `json:"outcome"`
+	ExitCode      int32             `json:"exit_code"`
+	Error         string            `json:"error,omitempty"`
+	Outputs       map[string]string `json:"outputs,omitempty"`
+	Log           []string          `json:"log,omitempty"`
+	StartedAt     time.Time         `json:"started_at"`
+	EndedAt       time.Time         `json:"ended_at"`
+}
+
+// maxResultLogLines bounds the log lines a result keeps.
+const maxResultLogLines = 500
+
+func importBundle(ctx context.Context, a *agent.Agent, runner *agent.PluginRunner, installRegistry, file string, stdout io.Writer) error {
+	if installRegistry == "" {
+		return errors.New("no install registry (--install-registry)")
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	abs, err := filepath.Abs(file)
+	if err != nil {
+		return err
+	}
+	// The bundle's files go beside it, never into the state directory:
+	// plugins read the artifacts from there, in their sandbox.
+	parent, err := os.MkdirTemp(filepath.Dir(abs), ".byoc-bundle-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(parent)
+	staging := filepath.Join(parent, "bundle")
+	keys := a.IMSDKeys()
+	start := time.Now()
+	m, _, err := bundlefile.Read(f, staging, func(raw []byte, m *bundlefile.Manifest, sig bundlefile.Signature) error {
+		if err := agentproto.VerifyBundleManifest(keys, sig.KeyID, raw, sig.Signature); err != nil {
+			return err
+		}
+		if m.Kind != bundlefile.KindBundle {
+			return fmt.Errorf("a %s file, not a bundle", m.Kind)
+		}
+		if m.InstallID != a.InstallID() || m.AgentID != a.ID() {
+			return fmt.Errorf("the bundle is for agent %s of install %s, and this is agent %s of install %s", m.AgentID, m.InstallID, a.ID(), a.InstallID())
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s refused, nothing was written: %w", file, err)
+	}
+	verified := time.Since(start)
+	b, err := os.ReadFile(filepath.Join(staging, "jobs.json"))
+	if err != nil {
+		return fmt.Errorf("%s refused, nothing was written: jobs.json: %w", file, err)
+	}
+	var jobs []agentproto.BundleJob
+	if err := json.Unmarshal(b, &jobs); err != nil {
+		return fmt.Errorf("%s refused, nothing was written: jobs.json: %w", file, err)
+	}
+	for i := range jobs {
+		if err := a.CheckOffline(&jobs[i]); err != nil {
+			return fmt.Errorf("%s refused, nothing was written: %w", file, err)
+		}
+	}
+	// The customer's controls first: a bundle whose jobs they would
+	// refuse loads nothing either (each job is checked again before it
+	// runs).
+	for i := range jobs {
+		if why := a.Refusal(jobs[i].Mode); why != "" {
+			return fmt.Errorf("%s refused, nothing was written: step %s needs the %s mode: %s", file, jobs[i].Step, jobs[i].Mode, why)
+		}
+	}
+	fmt.Fprintf(stdout, "bundle %s verified (imsd's signature, %d files, %d jobs) in %s\n", m.ID, len(m.Files), len(jobs), verified.Round(time.Millisecond))
+
+	// The artifacts, into the install registry.
+	layout := filepath.Join(staging, "oci")
+	reg, err := ocicopy.ParseRegistry(installRegistry)
+	if err != nil {
+		return err
+	}
+	creds := ocicopy.CredentialsFromEnv(runner.Secrets, "BYOC_INSTALL_REGISTRY")
+	st, err := loadArtifacts(ctx, jobs, layout, reg, creds)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "artifacts: %d loaded into the install registry %s: %d blobs sent (%d blob bytes moved), %d blobs already there\n",
+		st.Artifacts, reg, st.BlobsSent, st.BlobBytes, st.BlobsHeld)
+
+	// The jobs, in order.
+	dir := filepath.Join(runner.StateRoot, "..", "bundles", m.ID)
+	resPath := filepath.Join(dir, "results.json")
+	res := bundleResults{Bundle: m.ID, InstallID: m.InstallID, AgentID: m.AgentID, Revision: m.Revision, WorkflowKind: m.WorkflowKind}
+	// The bundle's jobs, signed by imsd, go back with the results: imsd
+	// records them from there.
+	if err := atomicfile.Write(filepath.Join(dir, "jobs.json"), b, 0o600); err != nil {
+		return fmt.Errorf("results: %w", err)
+	}
+	if b, err := os.ReadFile(resPath); err == nil {
+		if err := json.Unmarshal(b, &res); err != nil {
+			return fmt.Errorf("%s: %w", resPath, err)
+		}
+	}
+	done := map[string]*jobResult{}
+	for i := range res.Jobs {
+		done[res.Jobs[i].Step] = &res.Jobs[i]
+	}
+	outputs := func(comp, out string) (string, bool) {
+		for i := len(res.Jobs) - 1; i >= 0; i-- {
+			if r := res.Jobs[i]; r.Component == comp && r.Outcome == "succeeded" {
+				v, ok := r.Outputs[out]
+				return v, ok
+			}
+		}
+		return "", false
+	}
+	save := func() error {
+		b, err := json.MarshalIndent(res, "", "  ")
+		if err != nil {
+			return err
+		}
+		return atomicfile.Write(resPath, append(b, '\n'), 0o600)
+	}
+	runner.SandboxReadOnly = append(runner.SandboxReadOnly, staging)
+	failed := 0
+	for i := range jobs {
+		j := &jobs[i]
+		if r := done[j.Step]; r != nil && r.Outcome == "succeeded" {
+			fmt.Fprintf(stdout, "  %-30s succeeded before (job %s)\n", j.Step, j.JobID)
+			continue
+		}
+		if blocked := slices.IndexFunc(j.Needs, func(n string) bool { r := done[n]; return r == nil || r.Outcome != "succeeded" }); blocked >= 0 {
+			fmt.Fprintf(stdout, "  %-30s not run: %s did not succeed\n", j.Step, j.Needs[blocked])
+			failed++
+			continue
+		}
+		r := jobResult{JobID: j.JobID, Step: j.Step, Component: j.Component, ComponentType: j.ComponentType, Operation: j.Operation, StartedAt: time.Now().UTC()}
+		out, err := a.RunOffline(ctx, agent.OfflineJob{Bundle: m.ID, Job: j, Outputs: outputs, VendorRegistry: "oci:" + layout}, func(_ int32, text string) {
+			if len(r.Log) < maxResultLogLines {
+				r.Log = append(r.Log, text)
+			}
+		})
+		if errors.Is(err, agent.ErrAlreadyRun) {
+			fmt.Fprintf(stdout, "  %-30s not run: %v\n", j.Step, err)
+			failed++
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		r.EndedAt = time.Now().UTC()
+		r.Outcome, r.ExitCode, r.Error, r.Outputs = outcomeWord(out.Outcome), out.ExitCode, out.Error, out.Outputs
+		if prev := done[j.Step]; prev != nil {
+			*prev = r
+		} else {
+			res.Jobs = append(res.Jobs, r)
+			done[j.Step] = &res.Jobs[len(res.Jobs)-1]
+			// done's pointers into res.Jobs move when it grows.
+			for k := range res.Jobs {
+				done[res.Jobs[k].Step] = &res.Jobs[k]
+			}
+		}
+		if err := save(); err != nil {
+			return fmt.Errorf("results: %w", err)
+		}
+		line := fmt.Sprintf("  %-30s %s", j.Step, r.Outcome)
+		if r.Error != "" {
+			line += ": " + r.Error
+		}
+		fmt.Fprintln(stdout, line)
+		if r.Outcome != "succeeded" {
+			failed++
+		}
+	}
+	fmt.Fprintf(stdout, "results: %s\n", resPath)
+	if failed > 0 {
+		return fmt.Errorf("%d of %d steps did not succeed", failed, len(jobs))
+	}
+	return nil
+}
+
+func outcomeWord(o agentv1.Outcome) string {
+	return strings.ToLower(strings.TrimPrefix(o.String(), "OUTCOME_"))
+}
+
+// loadArtifacts copies every artifact the image jobs read from the
+// bundle's layout root into the install registry, at the repository
+// each job syncs it to.
+func loadArtifacts(ctx context.Context, jobs []agentproto.BundleJob, layout string, reg ocicopy.Registry, creds ocicopy.Credentials) (bundleload.LoadStats, error) {
+	var loads []bundleload.Load
+	for i := range jobs {
+		j := &jobs[i]
+		if j.ComponentType != agentproto.ImageType || j.Operation == "destroy" {
+			continue
+		}
+		cfg, err := j.DecodeConfig()
+		if err != nil {
+			return bundleload.LoadStats{}, err
+		}
+		src, _ := cfg[agentproto.ImageSourceKey].(string)
+		repo, dg, err := agentproto.ParseBuildRef(src)
+		if err != nil {
+			return bundleload.LoadStats{}, fmt.Errorf("step %s: %w", j.Step, err)
+		}
+		target := repo
+		if r, ok := cfg["repository"].(string); ok && r != "" {
+			target = r
+		}
+		loads = append(loads, bundleload.Load{Repository: repo, Target: target, Digest: digest.Digest(dg)})
+	}
+	return bundleload.LoadImages(ctx, ocicopy.Registry{LayoutRoot: layout}, reg, creds, loads)
+}
+
+// inventoryCmd prints the digests an oci: install registry holds.
+func inventoryCmd(args []string, stdout, stderr io.Writer) int {
+	var stateDir, registry string
+	for i := 0; i < len(args); i++ {
+		switch {
+		case args[i] == "--state-dir" && i+1 < len(args):
+			stateDir = args[i+1]
+			i++
+		case args[i] == "--install-registry" && i+1 < len(args):
+			registry = args[i+1]
+			i++
+		default:
+			fmt.Fprintf(stderr, "agentd bundle inventory: unexpected %q\n%s", args[i], bundleUsage)
+			return 2
+		}
+	}
+	if registry == "" && stateDir != "" {
+		registry = "oci:" + filepath.Join(stateDir, "registry")
+	}
+	reg, err := ocicopy.ParseRegistry(registry)
+	if err != nil {
+		fmt.Fprintf(stderr, "agentd bundle inventory: --install-registry: %v\n", err)
+		return 2
+	}
+	if !reg.IsLayout() {
+		fmt.Fprintf(stderr, "agentd bundle inventory: %s is a registry server: list an oci: install registry (a server's inventory is not supported yet)\n", reg)
+		return 2
+	}
+	seen := map[string]bool{}
+	err = filepath.WalkDir(reg.LayoutRoot, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() || filepath.Base(filepath.Dir(p)) != "sha256" || filepath.Base(filepath.Dir(filepath.Dir(p))) != "blobs" {
+			return nil
+		}
+		dg := "sha256:" + d.Name()
+		if !seen[dg] {
+			seen[dg] = true
+			fmt.Fprintln(stdout, dg)
+		}
+		return nil
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "agentd bundle inventory: %v\n", err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"bufio"
+	"crypto/ed25519"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/byoc-dev/byoc/agentd/auditlog"
+	"github.com/byoc-dev/byoc/agentd/identity"
+	"github.com/byoc-dev/byoc/internal/bundlefile"
+	"github.com/byoc-dev/byoc/rpc/agentproto"
+)
+
+// The files of a results file.
+const (
+	resultsFile = "results.json"
+	journalFile = "journal.jsonl"
+	jobsFile    = "jobs.json"
+)
+
+// exportResultsCmd runs agentd bundle export-results.
+func exportResultsCmd(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("agentd bundle export-results", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), bundleUsage) }
+	stateDir := fs.String("state-dir", os.Getenv("BYOC_STATE_DIR"), "the agent's state `directory`; also $BYOC_STATE_DIR")
+	bundle := fs.String("bundle", "", "the bundle `id` whose results to export (default: the bundle imported last)")
+	out := fs.String("o", "", "the results `file` to write")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *stateDir == "" || *out == "" || fs.NArg() > 0 {
+		fmt.Fprint(stderr, "agentd bundle export-results: --state-dir DIR and -o FILE are required\n"+bundleUsage)
+		return 2
+	}
+	if err := exportResults(*stateDir, *bundle, *out, stdout); err != nil {
+		fmt.Fprintf(stderr, "agentd bundle export-results: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func exportResults(stateDir, bundle, out string, stdout io.Writer) error {
+	id, err := identity.Load(stateDir)
+	if err != nil {
+		return err
+	}
+	root := filepath.Join(stateDir, "bundles")
+	if bundle == "" {
+		ents, err := os.ReadDir(root)
+		if err != nil {
+			return fmt.Errorf("no bundle was imported here: %w", err)
+		}
+		var newest time.Time
+		for _, e := range ents {
+			if fi, err := os.Stat(filepath.Join(root, e.Name(), resultsFile)); err == nil && fi.ModTime().After(newest) {
+				newest, bundle = fi.ModTime(), e.Name()
+			}
+		}
+		if bundle == "" {
+			return fmt.Errorf("no bundle results under %s", root)
+		}
+	}
+	res, err := os.ReadFile(filepath.Join(root, filepath.Base(bundle), resultsFile))
+	if err != nil {
+		return err
+	}
+	var r bundleResults
+	if err := json.Unmarshal(res, &r); err != nil {
+		return fmt.Errorf("%s: %w", resultsFile, err)
+	}
+	jobs, err := os.ReadFile(filepath.Join(root, filepath.Base(bundle), jobsFile))
+	if err != nil {
+		return err
+	}
+	journal, err := os.ReadFile(filepath.Join(auditlog.Dir(stateDir), auditlog.AgentFile))
+	if err != nil {
+		return fmt.Errorf("the agent's audit journal: %w", err)
+	}
+	work, err := os.MkdirTemp(filepath.Dir(out), ".results-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	for name, b := range map[string][]byte{resultsFile: res, journalFile: journal, jobsFile: jobs} {
+		if err := os.WriteFile(filepath.Join(work, name), b, 0o600); err != nil {
+			return err
+		}
+	}
+	files, err := bundlefile.Scan(work)
+	if err != nil {
+		return err
+	}
+	m := bundlefile.Manifest{Format: bundlefile.Format, Kind: bundlefile.KindResults, ID: r.Bundle, InstallID: id.InstallID, AgentID: id.AgentID,
+		Revision: r.Revision, Created: time.Now().UTC(), Files: files}
+	raw, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	pub := id.PrivateKey.Public().(ed25519.PublicKey)
+	sig := bundlefile.Signature{KeyID: agentproto.KeyID(pub), Signature: agentproto.SignBundleResults(id.PrivateKey, raw)}
+	tmp := out + ".partial"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(f)
+	err = bundlefile.Write(w, work, raw, sig)
+	if err == nil {
+		err = w.Flush()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, out)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	fmt.Fprintf(stdout, "wrote %s: results of bundle %s (%d jobs) and the agent's audit journal, signed by agent %s (key %s)\n",
+		out, r.Bundle, len(r.Jobs), id.AgentID, sig.KeyID)
+	return nil
+}

@@ -1,0 +1,510 @@
+package e2e
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/byoc-dev/byoc/e2e/cluster"
+	"github.com/byoc-dev/byoc/internal/ocicopy"
+	"github.com/byoc-dev/byoc/internal/ocicopy/ocitest"
+	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
+)
+
+// bundleApp is an image component and an action component that refers
+// to the image's digest (an output the agent renders from the bundle's
+// own earlier job).
+func bundleApp(web string) map[string]string {
+	app := shopApp(web)
+	app["components/db.toml"] = `type = "action"
+dependencies = ["web"]
+[config]
+steps = [{ name = "db", script = "echo url=pg-{{ .components.web.outputs.digest }} >> $BYOC_OUTPUTS" }]
+`
+	return app
+}
+
+// agentdBundle runs agentd bundle ARGS against the agent's state dir,
+// with imsd's URL a closed port (the agent never dials it anyway).
+func agentdBundle(t *testing.T, state string, args ...string) (string, int) {
+	t.Helper()
+	full := []string{"bundle", args[0], "--state-dir", state}
+	if args[0] == "import" {
+		full = append(full, "--ims", "http://127.0.0.1:1")
+	}
+	full = append(full, args[1:]...)
+	cmd := exec.Command(filepath.Join(cluster.Binaries(t), "agentd"), full...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return out.String(), code
+}
+
+// tamper rewrites the tar at path into a copy with one byte of its
+// first blob larger than 1 KiB changed (same size), and returns the
+// copy's path and the blob's path in the tar.
+func tamper(t *testing.T, path string) (string, string) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	outPath := filepath.Join(t.TempDir(), "tampered.tar")
+	out, err := os.Create(outPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	tr, tw := tar.NewReader(f), tar.NewWriter(out)
+	changed := ""
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if changed == "" && strings.Contains(h.Name, "/blobs/sha256/") && len(b) > 1024 {
+			b[512] ^= 1
+			changed = h.Name
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if changed == "" {
+		t.Fatal("no blob to tamper with in the bundle")
+	}
+	return outPath, changed
+}
+
+// An install whose agent has no route to imsd is provisioned from a
+// bundle: byoc bundle create packs the workflow's jobs (signed by imsd
+// for the agent) and the image with its layers; a copy with one byte of
+// a layer changed is refused before anything is written, naming the
+// file; with imsd stopped, agentd bundle import verifies the real one,
+// loads the image into the install registry, runs the image job and the
+// action job (which renders the image's digest, an output of the same
+// bundle, on the agent); importing it again moves 0 blob bytes and runs
+// nothing twice.
+func TestBundleProvisionOffline(t *testing.T) {
+	skipShort(t)
+	ctx := context.Background()
+	c := startCustody(t)
+	src := repo(t, c.source.Host, "acme/web", "")
+	v1 := pushImage(t, src, "1.0", 1, 256<<10)
+	b1 := c.build(t, "acme/web:1.0", "web")
+	pushed := c.cli.PushApp(bundleApp("web@" + b1.Digest))
+	state := t.TempDir()
+	// Enrolled once (the keys it pins come from that), then offline.
+	ag := cluster.StartAgent(t, c.ims.URL(), pushed.EnrollToken(t), state)
+	waitConnected(t, c.ims, "acme")
+	ag.Stop()
+
+	dir := t.TempDir()
+	file := filepath.Join(dir, "bundle.tar")
+	out := c.cli.Run(0, "bundle", "create", "shop", "--install", "acme", "-o", file)
+	if !strings.Contains(out, "provision workflow of 2 jobs, 1 artifacts") {
+		t.Fatalf("bundle create printed:\n%s", out)
+	}
+
+	// imsd signs no manifest whose jobs it did not sign: a command changed
+	// in the jobs file is refused, naming the job.
+	jobsJSON := tarEntry(t, file, "jobs.json")
+	forged := bytes.Replace(jobsJSON, []byte("echo url=pg-"), []byte("echo url=PG-"), 1)
+	sum := sha256.Sum256(forged)
+	forgedMan, _ := json.Marshal(map[string]any{"install_id": tarManifestInstall(t, file), "files": []map[string]string{{"path": "jobs.json", "sha256": hex.EncodeToString(sum[:])}}})
+	_, err := c.ims.Admin().SignBundle(ctx, connect.NewRequest(&imsv1.SignBundleRequest{Install: "acme", Manifest: forgedMan, JobsJson: forged}))
+	if err == nil || !strings.Contains(err.Error(), "(step db) does not carry a valid signature of this imsd") {
+		t.Fatalf("SignBundle of forged jobs: %v", err)
+	}
+
+	// No route to imsd from here on.
+	c.ims.Stop()
+	registryDir := filepath.Join(state, "registry")
+
+	bad, blob := tamper(t, file)
+	out, code := agentdBundle(t, state, "import", bad)
+	if code != 1 || !strings.Contains(out, blob+": sha256 ") || !strings.Contains(out, "does not match the signed manifest") || !strings.Contains(out, "nothing was written") {
+		t.Fatalf("tampered bundle: exit %d:\n%s", code, out)
+	}
+	if _, err := os.Stat(registryDir); !os.IsNotExist(err) {
+		t.Fatalf("the install registry was written for a tampered bundle: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(state, "bundles")); !os.IsNotExist(err) {
+		t.Fatalf("results were written for a tampered bundle: %v", err)
+	}
+
+	// The customer's permission modes hold offline too: with provision
+	// off, nothing is loaded or run.
+	agentdCmd := func(args ...string) {
+		t.Helper()
+		if b, err := exec.Command(filepath.Join(cluster.Binaries(t), "agentd"), args...).CombinedOutput(); err != nil {
+			t.Fatalf("agentd %v: %v\n%s", args, err, b)
+		}
+	}
+	agentdCmd("permissions", "--state-dir", state, "disable", "provision")
+	out, code = agentdBundle(t, state, "import", file)
+	if code != 1 || !strings.Contains(out, "nothing was written: step web needs the provision mode: refused") {
+		t.Fatalf("import with provision off: exit %d:\n%s", code, out)
+	}
+	if _, err := os.Stat(registryDir); !os.IsNotExist(err) {
+		t.Fatalf("the install registry was written with provision off: %v", err)
+	}
+	agentdCmd("permissions", "--state-dir", state, "enable", "provision")
+
+	out, code = agentdBundle(t, state, "import", file)
+	if code != 0 || !strings.Contains(out, "1 loaded into the install registry") || !strings.Contains(out, "db ") {
+		t.Fatalf("import: exit %d:\n%s\nresults:\n%s", code, out, readResults(t, state))
+	}
+	for _, step := range []string{"web", "db"} {
+		if !strings.Contains(out, "  "+step+strings.Repeat(" ", 30-len(step))+" succeeded") {
+			t.Fatalf("step %s did not succeed:\n%s", step, out)
+		}
+	}
+	reg, _ := ocicopy.ParseRegistry("oci:" + registryDir)
+	dst, err := ocicopy.Open(ctx, reg, "web", ocicopy.Credentials{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if missing, err := ocicopy.Missing(ctx, dst, digest.Digest(v1.Digest), true); err != nil || len(missing) > 0 {
+		t.Fatalf("the install registry lacks part of %s: %v, %d missing", v1.Digest, err, len(missing))
+	}
+	dst.Close()
+	if results := readResults(t, state); !strings.Contains(results, `"url": "pg-`+v1.Digest.String()+`"`) {
+		t.Fatalf("the db job did not render the web component's digest:\n%s", results)
+	}
+
+	// Again: nothing moves, nothing runs twice.
+	out, code = agentdBundle(t, state, "import", file)
+	if code != 0 || !strings.Contains(out, "0 blobs sent (0 blob bytes moved)") || strings.Count(out, "succeeded before") != 2 {
+		t.Fatalf("second import: exit %d:\n%s", code, out)
+	}
+
+	// The results go back: signed by the agent, its journal with them.
+	results := filepath.Join(dir, "results.tar")
+	if out, code = agentdBundle(t, state, "export-results", "-o", results); code != 0 {
+		t.Fatalf("export-results: exit %d:\n%s", code, out)
+	}
+	c.ims.Restart(t)
+	badRes, _ := tamperFile(t, results, "results.json", `"succeeded"`, `"succeedex"`)
+	if _, stderr, code := c.cli.Exec("bundle", "import-results", badRes); code == 0 || !strings.Contains(stderr, "results.json: sha256 ") || !strings.Contains(stderr, "nothing was recorded") {
+		t.Fatalf("tampered results: exit %d: %s", code, stderr)
+	}
+	out = c.cli.Run(0, "bundle", "import-results", results)
+	if !strings.Contains(out, "workflow wf_") || !strings.Contains(out, " succeeded, 2 jobs; the agent's journal verified") {
+		t.Fatalf("import-results printed:\n%s", out)
+	}
+	jobs := installJobs(t, c.ims.Admin())
+	if len(jobs) != 2 {
+		t.Fatalf("imsd lists %d jobs of the install, want the bundle's 2", len(jobs))
+	}
+	for _, j := range jobs {
+		if j.State != imsv1.JobState_JOB_STATE_SUCCEEDED {
+			t.Fatalf("job %s: %v", j.Id, j.State)
+		}
+	}
+	in := c.cli.Run(0, "install", "get", "acme", "-o", "json")
+	if !strings.Contains(in, `"state": "active"`) && !strings.Contains(in, "INSTALL_STATE_ACTIVE") {
+		t.Fatalf("install get after the results:\n%s", in)
+	}
+	if out = c.cli.Run(0, "bundle", "import-results", results); !strings.Contains(out, "were imported before") {
+		t.Fatalf("second import-results printed:\n%s", out)
+	}
+	if n := len(installJobs(t, c.ims.Admin())); n != 2 {
+		t.Fatalf("a replayed results file changed the jobs: %d", n)
+	}
+
+	// An incremental bundle: web becomes an index of the image the
+	// install runs and a new one; the install's inventory leaves out the
+	// blobs it holds, so only the new image's blobs travel and move.
+	arm, err := ocitest.Image(ctx, src, ocitest.ImageSpec{Seed: 7, Layers: []int64{128 << 10}, Platform: &ocispec.Platform{OS: "linux", Architecture: "arm64"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1.Platform = &ocispec.Platform{OS: "linux", Architecture: "amd64"}
+	v2, err := ocitest.Index(ctx, src, v1, arm)
+	if err == nil {
+		err = src.Tag(ctx, v2, "2.0")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	b2 := c.build(t, "acme/web:2.0", "web")
+	c.cli.PushApp(bundleApp("web@" + b2.Digest))
+	inv, code := agentdBundle(t, state, "inventory")
+	if code != 0 || !strings.Contains(inv, v1.Digest.String()) {
+		t.Fatalf("inventory: exit %d:\n%s", code, inv)
+	}
+	invFile := filepath.Join(dir, "have.txt")
+	if err := os.WriteFile(invFile, []byte(inv), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	file2 := filepath.Join(dir, "bundle2.tar")
+	out = c.cli.Run(0, "bundle", "create", "shop", "--install", "acme", "-o", file2, "--have-digests", invFile)
+	if !strings.Contains(out, "update workflow of 2 jobs, 1 artifacts (2 blobs") || !strings.Contains(out, "2 blobs left out") {
+		t.Fatalf("incremental bundle create printed:\n%s", out)
+	}
+	// The same from the last results file instead of an inventory.
+	out = c.cli.Run(0, "bundle", "create", "shop", "--install", "acme", "-o", filepath.Join(dir, "bundle2b.tar"), "--since-results", results)
+	if !strings.Contains(out, "update workflow of 2 jobs, 1 artifacts (2 blobs") || !strings.Contains(out, "2 blobs left out") {
+		t.Fatalf("bundle create --since-results printed:\n%s", out)
+	}
+	c.ims.Stop()
+	out, code = agentdBundle(t, state, "import", file2)
+	// The new image's layer and config, not the 256 KiB layer held.
+	if code != 0 || !strings.Contains(out, "2 blobs sent ("+strconv.FormatInt(128<<10+configSize(t, src, arm), 10)+" blob bytes moved), 2 blobs already there") {
+		t.Fatalf("incremental import: exit %d:\n%s", code, out)
+	}
+	if dst, err = ocicopy.Open(ctx, reg, "web", ocicopy.Credentials{}); err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	if missing, err := ocicopy.Missing(ctx, dst, digest.Digest(b2.Digest), true); err != nil || len(missing) > 0 {
+		t.Fatalf("the install registry lacks part of %s: %v, %d missing", b2.Digest, err, len(missing))
+	}
+}
+
+// tamperFile rewrites the tar at path into a copy whose entry name has
+// old replaced by new (same length), returning the copy's path.
+func tamperFile(t *testing.T, path, name, old, new string) (string, string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(bytes.NewReader(b))
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	done := false
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, _ := io.ReadAll(tr)
+		if h.Name == name && bytes.Contains(c, []byte(old)) {
+			c = bytes.Replace(c, []byte(old), []byte(new), 1)
+			done = true
+		}
+		tw.WriteHeader(h)
+		tw.Write(c)
+	}
+	tw.Close()
+	if !done {
+		t.Fatalf("%s: no %q in %s", path, old, name)
+	}
+	out := filepath.Join(t.TempDir(), "tampered.tar")
+	if err := os.WriteFile(out, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return out, name
+}
+
+// readResults returns the one results.json under STATE/bundles.
+func readResults(t *testing.T, state string) string {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(state, "bundles", "*", "results.json"))
+	if err != nil || len(m) != 1 {
+		t.Fatalf("results files %v: %v", m, err)
+	}
+	b, err := os.ReadFile(m[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// configSize is the size of image desc's config blob.
+func configSize(t *testing.T, r *ocicopy.Repo, desc ocispec.Descriptor) int64 {
+	t.Helper()
+	rc, err := r.Fetch(t.Context(), desc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	var m ocispec.Manifest
+	if err := json.NewDecoder(rc).Decode(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.Config.Size
+}
+
+// tarEntry returns the content of entry name of the tar at path.
+func tarEntry(t *testing.T, path, name string) []byte {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			t.Fatalf("%s: no %s: %v", path, name, err)
+		}
+		if h.Name == name {
+			b, err := io.ReadAll(tr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		}
+	}
+}
+
+// tarManifestInstall is the install id of a bundle's manifest.
+func tarManifestInstall(t *testing.T, path string) string {
+	t.Helper()
+	var m struct {
+		InstallID string `json:"install_id"`
+	}
+	if err := json.Unmarshal(tarEntry(t, path, "manifest.json"), &m); err != nil {
+		t.Fatal(err)
+	}
+	return m.InstallID
+}
+
+// The example app's terraform part (a sandbox module on the local
+// provider, then the db module, which takes the sandbox's vpc_id) and an
+// action component that takes db's url, provisioned from a bundle with
+// imsd stopped: terraform installs its providers from the mirror, each
+// component's output reaches the next through the agent's rendering, and
+// the results carried back make the install active in imsd with both
+// modules deployed.
+func TestBundleTerraformOffline(t *testing.T) {
+	skipShort(t)
+	mirror := terraformMirror(t)
+	ims := cluster.StartIMS(t, fast)
+	cli := cluster.NewCLI(t, ims)
+	dir := t.TempDir()
+	cli.Run(0, "app", "init", dir)
+	for _, f := range []string{"components/api.toml", "components/cache.toml", "components/web.toml", "actions/migrate.toml", "actions/healthz.toml"} {
+		if err := os.Remove(filepath.Join(dir, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files := map[string]string{
+		"installs/demo.toml": `inputs = { domain = "demo.acme.example", tier = "large" }` + "\n",
+		"components/report.toml": `type = "action"
+dependencies = ["db"]
+[config]
+steps = [{ name = "report", script = "echo seen={{ .components.db.outputs.url }} >> $BYOC_OUTPUTS" }]
+`,
+	}
+	for p, c := range files {
+		if err := os.WriteFile(filepath.Join(dir, p), []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	appToml, _ := os.ReadFile(filepath.Join(dir, "app.toml"))
+	m := regexp.MustCompile(`(?m)^name = "([^"]+)"`).FindSubmatch(appToml)
+	if m == nil {
+		t.Fatalf("app.toml names no app:\n%s", appToml)
+	}
+	appName := string(m[1])
+	token := cluster.Pushed{Output: cli.Run(0, "app", "push", dir)}.EnrollToken(t)
+	state := t.TempDir()
+	agentd := filepath.Join(cluster.Binaries(t), "agentd")
+	for _, mod := range []string{"sandbox", "postgres"} {
+		if b, err := exec.Command(agentd, "module", "push", "--state-dir", state, filepath.Join(dir, "modules", mod), "modules/"+mod+":0.1.0").CombinedOutput(); err != nil {
+			t.Fatalf("agentd module push %s: %v\n%s", mod, err, b)
+		}
+	}
+	ag := cluster.StartAgent(t, ims.URL(), token, state)
+	waitConnected(t, ims, "demo")
+	ag.Stop()
+
+	file := filepath.Join(t.TempDir(), "bundle.tar")
+	if out := cli.Run(0, "bundle", "create", appName, "--install", "demo", "-o", file); !strings.Contains(out, "provision workflow of 3 jobs, 0 artifacts") {
+		t.Fatalf("bundle create printed:\n%s", out)
+	}
+	ims.Stop()
+	out, code := agentdBundle(t, state, "import", "--terraform-providers", mirror, file)
+	if code != 0 {
+		t.Fatalf("import: exit %d:\n%s\nresults:\n%s", code, out, readResults(t, state))
+	}
+	for _, step := range []string{"sandbox", "db", "report"} {
+		if !strings.Contains(out, "  "+step+strings.Repeat(" ", 30-len(step))+" succeeded") {
+			t.Fatalf("step %s did not succeed:\n%s", step, out)
+		}
+	}
+	res := readResults(t, state)
+	if !regexp.MustCompile(`"seen": "postgres://events@db\.vpc-[0-9a-f]{8}\.internal:5432/events\?size=large"`).MatchString(res) {
+		t.Fatalf("the report did not see db's url built from the sandbox's vpc_id:\n%s", res)
+	}
+
+	results := filepath.Join(t.TempDir(), "results.tar")
+	if out, code = agentdBundle(t, state, "export-results", "-o", results); code != 0 {
+		t.Fatalf("export-results: exit %d:\n%s", code, out)
+	}
+	ims.Restart(t)
+	if out = cli.Run(0, "bundle", "import-results", results); !strings.Contains(out, " succeeded, 3 jobs") {
+		t.Fatalf("import-results printed:\n%s", out)
+	}
+	if got := cli.Run(0, "install", "get", "demo"); !regexp.MustCompile(`State:\s+active`).MatchString(got) {
+		t.Fatalf("install get after the results:\n%s", got)
+	}
+	// The jobs and their logs are imsd's now too.
+	jl, err := ims.Admin().ListJobs(context.Background(), connect.NewRequest(&imsv1.ListJobsRequest{Install: "demo"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sandboxJob string
+	for _, j := range jl.Msg.Jobs {
+		if j.State != imsv1.JobState_JOB_STATE_SUCCEEDED {
+			t.Fatalf("job %s (%s): %v", j.Id, j.Component, j.State)
+		}
+		if j.Component == "sandbox" {
+			sandboxJob = j.Id
+		}
+	}
+	if len(jl.Msg.Jobs) != 3 || sandboxJob == "" {
+		t.Fatalf("imsd lists %d jobs of the install, want the bundle's 3", len(jl.Msg.Jobs))
+	}
+	if log := strings.Join(cluster.Texts(cluster.Logs(t, ims.Admin(), sandboxJob)), "\n"); !strings.Contains(log, "Apply complete! Resources: 3 added") {
+		t.Fatalf("the sandbox job's log in imsd:\n%s", log)
+	}
+	// What the install runs caught up: an update of the same revision
+	// plans nothing.
+	if got := cli.Run(0, "install", "plan", "demo"); !strings.Contains(got, "No changes: install demo matches app revision 1 (3 components unchanged)") {
+		t.Fatalf("install plan after the results:\n%s", got)
+	}
+}

@@ -1,0 +1,372 @@
+package operatorapi
+
+import (
+	"bufio"
+	"bytes"
+	"cmp"
+	"context"
+	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/byoc-dev/byoc/imsd/errs"
+	"github.com/byoc-dev/byoc/imsd/store"
+	"github.com/byoc-dev/byoc/imsd/workflow"
+	"github.com/byoc-dev/byoc/internal/auditchain"
+	"github.com/byoc-dev/byoc/internal/bundlefile"
+	"github.com/byoc-dev/byoc/rpc/agentproto"
+	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
+)
+
+// The files of a results file (agentd bundle export-results).
+const (
+	resultsFileName = "results.json"
+	journalFileName = "journal.jsonl"
+)
+
+// kindResultsImported is the audit event of an imported results file; its
+// data holds the agent's journal head, which the next import must
+// continue.
+const kindResultsImported = "bundle.results_imported"
+
+// offlineResults is a results file's results.json.
+type offlineResults struct {
+	Bundle       string `json:"bundle"`
+	InstallID    string `json:"install_id"`
+	AgentID      string `json:"agent_id"`
+	Revision     int64  `json:"revision"`
+	WorkflowKind string `json:"workflow_kind"`
+	Jobs         []struct {
+		JobID     string            `json:"job_id"`
+		Step      string            `json:"step"`
+		Outcome   string            `json:"outcome"`
+		ExitCode  int32             `json:"exit_code"`
+		Error     string            `json:"error"`
+		Outputs   map[string]string `json:"outputs"`
+		Log       []string          `json:"log"`
+		StartedAt time.Time         `json:"started_at"`
+		EndedAt   time.Time         `json:"ended_at"`
+	} `json:"jobs"`
+}
+
+// jobStates maps the agent's outcome words to job states.
+var jobStates = map[string]store.JobState{"succeeded": store.JobSucceeded, "failed": store.JobFailed, "refused": store.JobRefused,
+	"cancelled": store.JobCancelled, "timed_out": store.JobTimedOut, "timed out": store.JobTimedOut}
+
+// ImportBundleResults implements byoc bundle import-results.
+func (s *Service) ImportBundleResults(ctx context.Context, req *connect.Request[imsv1.ImportBundleResultsRequest]) (*connect.Response[imsv1.ImportBundleResultsResponse], error) {
+	out, err := s.importResults(ctx, req.Msg)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (s *Service) importResults(ctx context.Context, m *imsv1.ImportBundleResultsRequest) (*imsv1.ImportBundleResultsResponse, error) {
+	e, err := s.engine()
+	if err != nil {
+		return nil, err
+	}
+	in, err := s.store.GetInstall(ctx, m.Install)
+	if err != nil {
+		return nil, err
+	}
+	tmp, err := os.MkdirTemp("", "byoc-results-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	var agent store.Agent
+	man, _, err := bundlefile.Read(bytes.NewReader(m.File), filepath.Join(tmp, "r"), func(raw []byte, man *bundlefile.Manifest, sig bundlefile.Signature) error {
+		if man.Kind != bundlefile.KindResults {
+			return fmt.Errorf("a %s file, not a results file (agentd bundle export-results)", man.Kind)
+		}
+		if man.InstallID != in.ID {
+			return fmt.Errorf("the results are of install %s, not %s (%s)", man.InstallID, in.Name, in.ID)
+		}
+		a, err := s.store.GetAgent(ctx, man.AgentID)
+		if err != nil {
+			return err
+		}
+		if a.InstallID != in.ID {
+			return fmt.Errorf("agent %s is not an agent of install %s", a.ID, in.Name)
+		}
+		for _, k := range [][]byte{a.PublicKey, a.NextPublicKey} {
+			if len(k) == ed25519.PublicKeySize && agentproto.VerifyBundleResults(k, raw, sig.Signature) {
+				agent = a
+				return nil
+			}
+		}
+		return fmt.Errorf("the signature is not agent %s's (tampered with, or signed by another key)", a.ID)
+	})
+	if err != nil {
+		return nil, errs.E(errs.Invalid, "results file refused, nothing was recorded: %v", err)
+	}
+	dir := filepath.Join(tmp, "r")
+	read := func(name string) ([]byte, error) {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			return nil, errs.E(errs.Invalid, "results file refused, nothing was recorded: %s: %v", name, err)
+		}
+		return b, nil
+	}
+	resB, err := read(resultsFileName)
+	if err != nil {
+		return nil, err
+	}
+	var res offlineResults
+	if err := json.Unmarshal(resB, &res); err != nil {
+		return nil, errs.E(errs.Invalid, "results file refused, nothing was recorded: %s: %v", resultsFileName, err)
+	}
+	if res.Bundle != man.ID || res.AgentID != agent.ID || res.InstallID != in.ID {
+		return nil, errs.E(errs.Invalid, "results file refused, nothing was recorded: %s names bundle %s of agent %s, the manifest %s of agent %s", resultsFileName, res.Bundle, res.AgentID, man.ID, agent.ID)
+	}
+	jobsB, err := read(BundleJobsFile)
+	if err != nil {
+		return nil, err
+	}
+	var jobs []agentproto.BundleJob
+	if err := json.Unmarshal(jobsB, &jobs); err != nil {
+		return nil, errs.E(errs.Invalid, "results file refused, nothing was recorded: %s: %v", BundleJobsFile, err)
+	}
+	// Only jobs imsd signed for this agent; expired signatures are fine:
+	// they ran before (the journal says when).
+	keys := map[string]ed25519.PublicKey{s.cfg.SigningKey.ID: s.cfg.SigningKey.Public}
+	cfgs := make([]map[string]any, len(jobs))
+	for i := range jobs {
+		j := &jobs[i]
+		cfg, err := j.DecodeConfig()
+		if err == nil {
+			var c agentproto.JobClaims
+			if c, err = j.Claims(agent.ID, cfg); err == nil {
+				err = agentproto.VerifyJob(keys, &c, j.Signature, time.UnixMilli(j.ExpireUnixMs))
+			}
+		}
+		if err != nil || j.InstallID != in.ID {
+			return nil, errs.E(errs.Invalid, "results file refused, nothing was recorded: %s: job %s (step %s) is not one this imsd signed for agent %s: %v", BundleJobsFile, j.JobID, j.Step, agent.ID, err)
+		}
+		cfgs[i] = cfg
+	}
+	// The agent's journal: whole, chained, and continuing what an
+	// earlier import took.
+	journal, err := read(journalFileName)
+	if err != nil {
+		return nil, err
+	}
+	records, err := parseJournal(journal, "agent:"+agent.ID)
+	if err != nil {
+		return nil, errs.E(errs.Invalid, "results file refused, nothing was recorded: %s: %v", journalFileName, err)
+	}
+	prevSeq, prevHash, err := s.lastJournalHead(ctx, in.ID, agent.ID)
+	if err != nil {
+		return nil, err
+	}
+	if prevSeq > 0 && (int64(len(records)) < prevSeq || records[prevSeq-1].Hash != prevHash) {
+		return nil, errs.E(errs.Invalid, "results file refused, nothing was recorded: %s: the agent's journal does not continue the one imported before (record %d had hash %s)", journalFileName, prevSeq, prevHash)
+	}
+	finished := map[string]map[string]string{}
+	for _, r := range records {
+		if r.Kind == "bundle.job.finished" {
+			var d map[string]string
+			if json.Unmarshal([]byte(r.Data), &d) == nil && d["bundle"] == man.ID {
+				finished[strings.TrimPrefix(r.Subject, "job:")] = d
+			}
+		}
+	}
+	byJob := map[string]int{}
+	for i, j := range jobs {
+		byJob[j.JobID] = i
+	}
+	for _, r := range res.Jobs {
+		i, ok := byJob[r.JobID]
+		if !ok || jobs[i].Step != r.Step {
+			return nil, errs.E(errs.Invalid, "results file refused, nothing was recorded: %s: job %s (step %s) is not a job of bundle %s", resultsFileName, r.JobID, r.Step, man.ID)
+		}
+		if _, ok := jobStates[r.Outcome]; !ok {
+			return nil, errs.E(errs.Invalid, "results file refused, nothing was recorded: %s: job %s: outcome %q", resultsFileName, r.JobID, r.Outcome)
+		}
+		d := finished[r.JobID]
+		if d == nil || d["outcome"] != strings.ReplaceAll(r.Outcome, "_", " ") {
+			return nil, errs.E(errs.Invalid, "results file refused, nothing was recorded: %s: job %s's result (%s) is not what the agent's journal recorded (%s)", resultsFileName, r.JobID, r.Outcome, d["outcome"])
+		}
+	}
+	head := records[len(records)-1]
+	out := &imsv1.ImportBundleResultsResponse{BundleId: man.ID, WorkflowId: "wf_" + strings.TrimPrefix(man.ID, "bdl_"), Jobs: int32(len(res.Jobs)),
+		JournalRecords: head.Seq, JournalHash: head.Hash}
+	if wf, _, err := s.store.GetWorkflow(ctx, out.WorkflowId); err == nil {
+		out.AlreadyImported, out.WorkflowState = true, workflowStatesToProto[wf.State]
+		return out, nil
+	} else if !errs.Is(err, errs.NotFound) {
+		return nil, err
+	}
+
+	// Record it as the online path would have: the workflow, each step's
+	// job and result, what the install runs, the install's state.
+	now := s.now()
+	kind := cmp.Or(res.WorkflowKind, workflow.Provision)
+	wf := store.Workflow{ID: out.WorkflowId, InstallID: in.ID, Kind: kind, AppRevision: res.Revision, Parallelism: 1, CreatedAt: now,
+		CreatedBy: "bundle " + man.ID, Reason: "offline bundle " + man.ID + " run by agent " + agent.ID}
+	if err := s.store.CreateWorkflow(ctx, wf); err != nil {
+		return nil, err
+	}
+	steps := make([]store.Step, len(jobs))
+	for i, j := range jobs {
+		steps[i] = store.Step{Name: j.Step, Component: j.Component, ComponentType: j.ComponentType, Operation: j.Operation, Needs: j.Needs,
+			Config: j.Config, Timeout: time.Duration(j.TimeoutSeconds) * time.Second, Reason: "offline bundle " + man.ID}
+		if j.Component == "" {
+			steps[i].Action = j.Step
+		}
+	}
+	ok, err := s.store.StartWorkflow(ctx, wf.ID, steps, store.WorkflowRunning, []byte("{}"), now)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, errs.E(errs.Conflict, "install %s has a workflow running or awaiting approval: let it end, then import the results again", in.Name)
+	}
+	ran := map[string]bool{}
+	failed := []string{}
+	// The jobs' configs as the agent ran them: output references filled
+	// in from the results before them, as imsd fills them in online.
+	outputs := map[string]map[string]string{}
+	lookup := func(comp, name string) (string, bool) {
+		v, ok := outputs[comp][name]
+		return v, ok
+	}
+	for _, r := range res.Jobs {
+		i := byJob[r.JobID]
+		j, st := jobs[i], steps[i]
+		config := j.Config
+		if rendered, err := agentproto.RenderOutputs(cfgs[i], lookup); err == nil {
+			if b, err := json.Marshal(rendered); err == nil {
+				config = b
+			}
+		}
+		if jobStates[r.Outcome] == store.JobSucceeded && j.Component != "" {
+			outputs[j.Component] = r.Outputs
+		}
+		sj := store.Job{ID: j.JobID, InstallID: in.ID, ComponentType: j.ComponentType, Operation: j.Operation, Component: j.Component,
+			Config: config, MaxAttempts: 1, Timeout: st.Timeout, CreatedAt: now, CreatedBy: "bundle " + man.ID, Mode: store.Mode(j.Mode)}
+		state := jobStates[r.Outcome]
+		logs := make([]store.LogLine, len(r.Log))
+		for k, text := range r.Log {
+			stream := 1
+			if strings.HasPrefix(text, "[agentd] ") {
+				stream = 3
+			}
+			logs[k] = store.LogLine{Seq: int64(k + 1), Time: r.EndedAt, Stream: stream, Text: text}
+		}
+		if err := s.store.RecordOfflineStep(ctx, wf.ID, j.Step, sj, agent.ID, store.Result{State: state, ExitCode: int(r.ExitCode), Error: r.Error, Outputs: r.Outputs},
+			logs, r.StartedAt, r.EndedAt); err != nil {
+			return nil, err
+		}
+		stepState, msg := store.StepFailed, r.Error
+		var deployed *store.InstallComponent
+		if state == store.JobSucceeded {
+			stepState, msg = store.StepSucceeded, ""
+			if j.Component != "" && j.Operation == workflow.OpApply {
+				sj.Outputs = r.Outputs
+				d, err := e.BundleDeployed(ctx, wf, st, sj)
+				if err != nil {
+					return nil, err
+				}
+				deployed = &d
+			}
+		} else {
+			failed = append(failed, j.Step+" "+string(state))
+		}
+		removed := ""
+		if state == store.JobSucceeded && j.Operation == workflow.OpDestroy {
+			removed = j.Component
+		}
+		if _, err := s.store.FinishStep(ctx, wf.ID, j.Step, j.JobID, stepState, msg, deployed, removed, r.EndedAt); err != nil {
+			return nil, err
+		}
+		ran[j.Step] = true
+	}
+	var notRun []string
+	for _, j := range jobs {
+		if !ran[j.Step] {
+			notRun = append(notRun, j.Step)
+		}
+	}
+	if len(notRun) > 0 {
+		if err := s.store.EndSteps(ctx, wf.ID, notRun, store.StepSkipped, "not run on the agent", now); err != nil {
+			return nil, err
+		}
+		failed = append(failed, notRun...)
+	}
+	state, installState, msg := store.WorkflowSucceeded, store.InstallActive, ""
+	if len(failed) > 0 {
+		state, installState, msg = store.WorkflowFailed, store.InstallFailed, "steps not succeeded: "+strings.Join(failed, ", ")
+	}
+	if _, err := s.store.EndWorkflow(ctx, wf.ID, state, msg, installState, res.Revision, now); err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(m.File)
+	if err := s.store.RecordAudit(ctx, store.AuditEvent{Chain: in.ID, At: now, Kind: kindResultsImported, Actor: "imsd", Subject: "bundle:" + man.ID,
+		Data: map[string]string{"agent": agent.ID, "workflow": wf.ID, "journal_seq": strconv.FormatInt(head.Seq, 10), "journal_hash": head.Hash,
+			"results_sha256": hex.EncodeToString(sum[:]), "jobs": strconv.Itoa(len(res.Jobs))}}); err != nil {
+		return nil, err
+	}
+	s.hub.FleetChanged()
+	out.WorkflowState = workflowStatesToProto[state]
+	return out, nil
+}
+
+// parseJournal reads an agent's journal (JSON lines of auditchain.Record)
+// and checks that it is one whole chain named chain.
+func parseJournal(b []byte, chain string) ([]auditchain.Record, error) {
+	var rs []auditchain.Record
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
+	for line := 1; sc.Scan(); line++ {
+		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
+			continue
+		}
+		var r auditchain.Record
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			return nil, fmt.Errorf("line %d: %w", line, err)
+		}
+		if r.Chain != chain {
+			return nil, fmt.Errorf("line %d: chain %q, want %q", line, r.Chain, chain)
+		}
+		rs = append(rs, r)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if len(rs) == 0 {
+		return nil, fmt.Errorf("no records")
+	}
+	if p := auditchain.Verify(rs); p != nil {
+		return nil, p
+	}
+	return rs, nil
+}
+
+// lastJournalHead is the agent's journal head the install's last imported
+// results file recorded (0, "": none).
+func (s *Service) lastJournalHead(ctx context.Context, installID, agentID string) (int64, string, error) {
+	evs, err := s.store.ListAuditEvents(ctx, store.AuditFilter{Chain: installID, OneChain: true})
+	if err != nil {
+		return 0, "", err
+	}
+	for _, ev := range slices.Backward(evs) {
+		if ev.Kind == kindResultsImported && ev.Data["agent"] == agentID {
+			seq, _ := strconv.ParseInt(ev.Data["journal_seq"], 10, 64)
+			return seq, ev.Data["journal_hash"], nil
+		}
+	}
+	return 0, "", nil
+}

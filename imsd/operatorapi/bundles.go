@@ -1,0 +1,214 @@
+package operatorapi
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/byoc-dev/byoc/imsd/auth"
+	"github.com/byoc-dev/byoc/imsd/errs"
+	"github.com/byoc-dev/byoc/imsd/registry"
+	"github.com/byoc-dev/byoc/rpc/agentproto"
+	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
+)
+
+// Offline bundles: imsd signs the jobs of an install's workflow for its
+// agent, and later the bundle's manifest; the CLI copies the artifacts
+// and packs the file (tui/cli bundle.go, internal/bundlefile).
+
+const (
+	defaultBundleValidity = 30 * 24 * time.Hour
+	maxBundleValidity     = 90 * 24 * time.Hour
+	// bundlePullTTL is how long the CLI's vendor registry pull token
+	// lives: enough to copy the artifacts.
+	bundlePullTTL = time.Hour
+	// maxBundleManifest bounds a manifest imsd signs.
+	maxBundleManifest = 2 << 20
+)
+
+// BundleJobsFile is a bundle's jobs file, as its manifest names it.
+const BundleJobsFile = "jobs.json"
+
+// CreateBundle implements byoc bundle create.
+func (s *Service) CreateBundle(ctx context.Context, req *connect.Request[imsv1.CreateBundleRequest]) (*connect.Response[imsv1.CreateBundleResponse], error) {
+	m := req.Msg
+	if s.cfg.SigningKey.Private == nil {
+		return nil, s.err(ctx, errs.E(errs.Unavailable, "this imsd has no job signing key loaded"))
+	}
+	valid := defaultBundleValidity
+	if m.ValidSeconds != 0 {
+		valid = time.Duration(m.ValidSeconds) * time.Second
+		if valid <= 0 || valid > maxBundleValidity {
+			return nil, s.err(ctx, errs.E(errs.Invalid, "valid_seconds: %d is outside 1 second to %s", m.ValidSeconds, maxBundleValidity))
+		}
+	}
+	e, err := s.engine()
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	in, err := s.store.GetInstall(ctx, m.Install)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	app, err := s.store.GetApp(ctx, in.AppID)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	if m.App != "" && m.App != app.Name && m.App != app.ID {
+		return nil, s.err(ctx, errs.E(errs.Invalid, "app: install %s is an install of app %s, not %s", in.Name, app.Name, m.App))
+	}
+	agents, err := s.store.AgentsForInstall(ctx, in.ID)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	agentID := ""
+	for _, a := range agents {
+		if a.RevokedAt.IsZero() && !a.Build {
+			agentID = a.ID
+			break
+		}
+	}
+	if agentID == "" {
+		return nil, s.err(ctx, errs.E(errs.Conflict, "install %s has no enrolled agent: a bundle's jobs are signed for the install's agent, so enrol it once (byoc install token %s) before creating a bundle", in.Name, in.Name))
+	}
+	kind, rev, steps, err := e.BundlePlan(ctx, in, m.Revision)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	now := s.now()
+	expires := now.Add(valid)
+	jobs := make([]agentproto.BundleJob, 0, len(steps))
+	var repos []string
+	for _, st := range steps {
+		var cfg map[string]any
+		if err := json.Unmarshal(st.Config, &cfg); err != nil {
+			return nil, s.err(ctx, fmt.Errorf("step %s config: %w", st.Step.Name, err))
+		}
+		digest, err := agentproto.ConfigDigest(cfg)
+		if err != nil {
+			return nil, s.err(ctx, fmt.Errorf("step %s config: %w", st.Step.Name, err))
+		}
+		j := agentproto.BundleJob{Step: st.Step.Name, Needs: st.Step.Needs, JobID: auth.NewSortableID("job_", now), InstallID: in.ID,
+			Attempt: 1, FencingToken: 1, Mode: string(st.Mode), Component: st.Step.Component, ComponentType: st.Step.ComponentType,
+			Operation: st.Step.Operation, TimeoutSeconds: int64(st.Step.Timeout / time.Second), Config: st.Config}
+		c := agentproto.JobClaims{InstallID: in.ID, AgentID: agentID, JobID: j.JobID, Attempt: j.Attempt, FencingToken: j.FencingToken,
+			Mode: j.Mode, Component: j.Component, ComponentType: j.ComponentType, Operation: j.Operation,
+			TimeoutSeconds: j.TimeoutSeconds, ConfigDigest: digest, Expires: expires}
+		j.Signature = s.cfg.SigningKey.Sign(&c)
+		j.KeyID, j.ExpireUnixMs = c.KeyID, c.Expires.UnixMilli()
+		jobs = append(jobs, j)
+		if st.Step.ComponentType == agentproto.ImageType && st.Step.Operation != "destroy" {
+			src, _ := cfg[agentproto.ImageSourceKey].(string)
+			if repo, _, err := agentproto.ParseBuildRef(src); err == nil && !slices.Contains(repos, repo) {
+				repos = append(repos, repo)
+			}
+		}
+	}
+	b, err := json.MarshalIndent(jobs, "", "  ")
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	out := &imsv1.CreateBundleResponse{BundleId: auth.NewSortableID("bdl_", now), InstallId: in.ID, AgentId: agentID, Revision: rev,
+		WorkflowKind: kind, JobsJson: append(b, '\n'), Repositories: repos, SigningKeyId: s.cfg.SigningKey.ID,
+		App: app.Name, Install: in.Name, ExpireUnixMs: expires.UnixMilli(), Registry: s.cfg.RegistryURL}
+	if s.cfg.RegistryTokens != nil && len(repos) > 0 {
+		scopes := make([]registry.Scope, 0, len(repos))
+		for _, r := range repos {
+			scopes = append(scopes, registry.Scope{Type: "repository", Name: r, Actions: []string{"pull"}})
+		}
+		tok, err := s.cfg.RegistryTokens.Mint("bundle:"+in.ID, scopes, now, bundlePullTTL)
+		if err != nil {
+			return nil, s.err(ctx, err)
+		}
+		out.RegistryToken = tok.Token
+	}
+	return connect.NewResponse(out), nil
+}
+
+// bundleManifest is what SignBundle reads of a manifest: the install and
+// agent it is for, and its files.
+type bundleManifest struct {
+	InstallID string `json:"install_id"`
+	Files     []struct {
+		Path   string `json:"path"`
+		SHA256 string `json:"sha256"`
+	} `json:"files"`
+}
+
+// SignBundle implements the signing of byoc bundle create's manifest.
+func (s *Service) SignBundle(ctx context.Context, req *connect.Request[imsv1.SignBundleRequest]) (*connect.Response[imsv1.SignBundleResponse], error) {
+	m := req.Msg
+	if s.cfg.SigningKey.Private == nil {
+		return nil, s.err(ctx, errs.E(errs.Unavailable, "this imsd has no job signing key loaded"))
+	}
+	if len(m.Manifest) > maxBundleManifest {
+		return nil, s.err(ctx, errs.E(errs.Invalid, "manifest: %d bytes, more than %d", len(m.Manifest), maxBundleManifest))
+	}
+	in, err := s.store.GetInstall(ctx, m.Install)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	var man bundleManifest
+	dec := json.NewDecoder(bytes.NewReader(m.Manifest))
+	if err := dec.Decode(&man); err != nil {
+		return nil, s.err(ctx, errs.E(errs.Invalid, "manifest: %v", err))
+	}
+	if man.InstallID != in.ID {
+		return nil, s.err(ctx, errs.E(errs.Invalid, "manifest: install_id %q is not install %s (%s)", man.InstallID, in.Name, in.ID))
+	}
+	sum := sha256.Sum256(m.JobsJson)
+	listed := false
+	for _, f := range man.Files {
+		if f.Path == BundleJobsFile {
+			if f.SHA256 != hex.EncodeToString(sum[:]) {
+				return nil, s.err(ctx, errs.E(errs.Invalid, "manifest: %s is listed with sha256 %s, and the jobs given have %x", BundleJobsFile, f.SHA256, sum))
+			}
+			listed = true
+		}
+	}
+	if !listed {
+		return nil, s.err(ctx, errs.E(errs.Invalid, "manifest: lists no %s", BundleJobsFile))
+	}
+	var jobs []agentproto.BundleJob
+	if err := json.Unmarshal(m.JobsJson, &jobs); err != nil {
+		return nil, s.err(ctx, errs.E(errs.Invalid, "jobs_json: %v", err))
+	}
+	// Only jobs imsd signed itself, for this install: a manifest signed
+	// here vouches for nothing imsd did not sign.
+	keys := map[string]ed25519.PublicKey{s.cfg.SigningKey.ID: s.cfg.SigningKey.Public}
+	agents, err := s.store.AgentsForInstall(ctx, in.ID)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	for i := range jobs {
+		j := &jobs[i]
+		if j.InstallID != in.ID {
+			return nil, s.err(ctx, errs.E(errs.Invalid, "jobs_json: job %s is for install %s, not %s", j.JobID, j.InstallID, in.ID))
+		}
+		cfg, err := j.DecodeConfig()
+		if err != nil {
+			return nil, s.err(ctx, errs.E(errs.Invalid, "jobs_json: %v", err))
+		}
+		ok := false
+		for _, a := range agents {
+			c, err := j.Claims(a.ID, cfg)
+			if err == nil && agentproto.VerifyJob(keys, &c, j.Signature, s.now()) == nil {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return nil, s.err(ctx, errs.E(errs.Invalid, "jobs_json: job %s (step %s) does not carry a valid signature of this imsd for an agent of install %s", j.JobID, j.Step, in.Name))
+		}
+	}
+	sig := agentproto.SignBundleManifest(s.cfg.SigningKey.Private, m.Manifest)
+	return connect.NewResponse(&imsv1.SignBundleResponse{KeyId: s.cfg.SigningKey.ID, Signature: sig}), nil
+}

@@ -1,0 +1,92 @@
+package bundlefile_test
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/byoc-dev/byoc/internal/bundlefile"
+	"github.com/byoc-dev/byoc/rpc/agentproto"
+)
+
+func pack(t *testing.T, key ed25519.PrivateKey) ([]byte, string) {
+	t.Helper()
+	dir := t.TempDir()
+	for p, s := range map[string]string{"jobs.json": "[]\n", "oci/acme/web/blobs/sha256/aa": strings.Repeat("layer", 1000), "oci/acme/web/index.json": "{}"} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, p), []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files, err := bundlefile.Scan(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := bundlefile.Manifest{Format: bundlefile.Format, Kind: bundlefile.KindBundle, ID: "bdl_1", InstallID: "ins_1", Files: files}
+	raw, _ := json.Marshal(m)
+	pub := key.Public().(ed25519.PublicKey)
+	var buf bytes.Buffer
+	if err := bundlefile.Write(&buf, dir, raw, bundlefile.Signature{KeyID: agentproto.KeyID(pub), Signature: agentproto.SignBundleManifest(key, raw)}); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes(), agentproto.KeyID(pub)
+}
+
+func verifier(pub ed25519.PublicKey) bundlefile.VerifyFunc {
+	return func(raw []byte, _ *bundlefile.Manifest, sig bundlefile.Signature) error {
+		return agentproto.VerifyBundleManifest(map[string]ed25519.PublicKey{agentproto.KeyID(pub): pub}, sig.KeyID, raw, sig.Signature)
+	}
+}
+
+func TestRoundTripAndTamper(t *testing.T) {
+	pub, key, _ := ed25519.GenerateKey(nil)
+	b, _ := pack(t, key)
+	dest := filepath.Join(t.TempDir(), "x")
+	m, _, err := bundlefile.Read(bytes.NewReader(b), dest, verifier(pub))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Files) != 3 {
+		t.Fatalf("files %v", m.Files)
+	}
+	if got, _ := os.ReadFile(filepath.Join(dest, "jobs.json")); string(got) != "[]\n" {
+		t.Fatalf("jobs.json %q", got)
+	}
+
+	// One byte of a layer changed: refused, naming the file, nothing left.
+	bad := bytes.Replace(b, []byte("layerlayer"), []byte("layerLayer"), 1)
+	dest2 := filepath.Join(t.TempDir(), "y")
+	_, _, err = bundlefile.Read(bytes.NewReader(bad), dest2, verifier(pub))
+	var be *bundlefile.Error
+	if !errors.As(err, &be) || be.Part != "oci/acme/web/blobs/sha256/aa" || !errors.Is(err, bundlefile.ErrTampered) {
+		t.Fatalf("tampered layer: %v", err)
+	}
+	if _, serr := os.Stat(dest2); !os.IsNotExist(serr) {
+		t.Fatalf("dest left behind after a refusal: %v", serr)
+	}
+
+	// Signed by another key: refused before any file is written.
+	_, other, _ := ed25519.GenerateKey(nil)
+	b3, _ := pack(t, other)
+	dest3 := filepath.Join(t.TempDir(), "z")
+	_, _, err = bundlefile.Read(bytes.NewReader(b3), dest3, verifier(pub))
+	if !errors.As(err, &be) || be.Part != bundlefile.SignatureName || !errors.Is(err, agentproto.ErrUnknownKey) {
+		t.Fatalf("other key: %v", err)
+	}
+	if _, serr := os.Stat(dest3); !os.IsNotExist(serr) {
+		t.Fatalf("dest written for an unsigned bundle: %v", serr)
+	}
+
+	// The manifest edited (the signature no longer matches).
+	bad4 := bytes.Replace(b, []byte(`"bdl_1"`), []byte(`"bdl_2"`), 1)
+	if _, _, err := bundlefile.Read(bytes.NewReader(bad4), filepath.Join(t.TempDir(), "w"), verifier(pub)); err == nil || !strings.Contains(err.Error(), "does not match the manifest") {
+		t.Fatalf("edited manifest: %v", err)
+	}
+}

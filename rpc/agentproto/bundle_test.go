@@ -1,0 +1,76 @@
+package agentproto
+
+import (
+	"crypto/ed25519"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestRenderOutputs(t *testing.T) {
+	outs := map[string]map[string]string{"db": {"url": "pg://x"}, "sandbox": {"vpc_id": "vpc-1"}}
+	lookup := func(c, o string) (string, bool) { v, ok := outs[c][o]; return v, ok }
+	cfg := map[string]any{
+		"a":     OutputRef("db", "url"),
+		"list":  []any{"vpc=" + OutputRef("sandbox", "vpc_id"), 3.0},
+		"keep":  "{{ .secrets.token }} {{ .inputs.size }}",
+		"tight": "{{.components.db.outputs.url}}",
+	}
+	got, err := RenderOutputs(cfg, lookup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := got.(map[string]any)
+	if m["a"] != "pg://x" || m["list"].([]any)[0] != "vpc=vpc-1" || m["list"].([]any)[1] != 3.0 || m["tight"] != "pg://x" {
+		t.Fatalf("rendered %v", m)
+	}
+	if m["keep"] != cfg["keep"] {
+		t.Fatalf("secret and input references must stay for the runner: %v", m["keep"])
+	}
+	if cfg["a"] != OutputRef("db", "url") {
+		t.Fatal("RenderOutputs changed its input")
+	}
+	_, err = RenderOutputs(map[string]any{"x": map[string]any{"y": OutputRef("db", "port")}}, lookup)
+	if err == nil || !strings.Contains(err.Error(), "x: y: output db.port is not known") {
+		t.Fatalf("unknown output: %v", err)
+	}
+}
+
+// A bundle job verifies for its agent only, and only with the config it
+// was signed over; a manifest signature is no job signature.
+func TestBundleJobVerify(t *testing.T) {
+	pub, key, _ := ed25519.GenerateKey(nil)
+	keys := map[string]ed25519.PublicKey{KeyID(pub): pub}
+	now := time.Now()
+	j := BundleJob{Step: "db", JobID: "job_1", InstallID: "ins_1", Attempt: 1, FencingToken: 1, Mode: "provision", Component: "db",
+		ComponentType: "action", Operation: "apply", TimeoutSeconds: 60, Config: []byte(`{"steps":[{"name":"a","script":"true"}]}`),
+		KeyID: KeyID(pub), ExpireUnixMs: now.Add(time.Hour).UnixMilli()}
+	cfg, _ := j.DecodeConfig()
+	c, err := j.Claims("agt_1", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.Signature = SignJob(key, &c)
+	if _, err := j.Verify(keys, "agt_1", now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.Verify(keys, "agt_2", now); !errors.Is(err, ErrBadSignature) {
+		t.Fatalf("another agent: %v", err)
+	}
+	j2 := j
+	j2.Config = []byte(`{"steps":[{"name":"a","script":"curl evil"}]}`)
+	if _, err := j2.Verify(keys, "agt_1", now); !errors.Is(err, ErrBadSignature) {
+		t.Fatalf("changed config: %v", err)
+	}
+	if _, err := j.Verify(keys, "agt_1", now.Add(2*time.Hour)); !errors.Is(err, ErrExpired) {
+		t.Fatalf("expired: %v", err)
+	}
+	manifest := []byte(`{"files":[]}`)
+	if err := VerifyBundleManifest(keys, KeyID(pub), manifest, SignBundleResults(key, manifest)); err == nil {
+		t.Fatal("a results signature passed for a manifest's")
+	}
+	if err := VerifyBundleManifest(keys, KeyID(pub), manifest, SignBundleManifest(key, manifest)); err != nil {
+		t.Fatal(err)
+	}
+}
