@@ -478,11 +478,15 @@ func BenchmarkDispatchThroughput(b *testing.B) {
 				}
 				b.ResetTimer()
 				var best float64
-				var imsCPU, genCPU time.Duration
+				var imsCPU, genCPU, pgCPU time.Duration
 				for range b.N {
 					picked.Store(0)
 					target.Store(int64(jobs))
 					start := time.Now()
+					var pg *pgtest.Backends
+					if dsn != "" {
+						pg = pgtest.WatchBackends(dsn)
+					}
 					cpu0, gen0 := p.cpu(b), selfCPU()
 					var wg sync.WaitGroup
 					var next atomic.Int64
@@ -526,17 +530,27 @@ func BenchmarkDispatchThroughput(b *testing.B) {
 						return err == nil && len(r.Msg.Jobs) == 0
 					})
 					rate := float64(jobs) / time.Since(start).Seconds()
+					ims, gen := p.cpu(b)-cpu0, selfCPU()-gen0
+					var pgc time.Duration
+					if pg != nil {
+						pgc = pg.Stop()
+					}
 					if rate > best {
 						best = rate
-						imsCPU, genCPU = p.cpu(b)-cpu0, selfCPU()-gen0
+						imsCPU, genCPU, pgCPU = ims, gen, pgc
 					}
 				}
 				b.StopTimer()
 				b.ReportMetric(best, "jobs/s")
 				perJob := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(jobs) }
 				b.ReportMetric(perJob(imsCPU), "imsd-cpu-µs/job")
-				fmt.Printf("dispatch throughput %s, %s enqueue: %d no-op jobs across %d agents, %d enqueuers of %d job(s) per call: %.0f jobs/s, enqueue to result stored (target on SQLite: 5000); CPU per job: imsd %.0f µs, load generator %.0f µs; load average %s [%s]\n",
-					name, mode, jobs, agents, enqueuers, per, best, perJob(imsCPU), perJob(genCPU), loadAverage(), machine())
+				pgPart := ""
+				if dsn != "" {
+					b.ReportMetric(perJob(pgCPU), "postgres-cpu-µs/job")
+					pgPart = fmt.Sprintf(", PostgreSQL %.0f µs", perJob(pgCPU))
+				}
+				fmt.Printf("dispatch throughput %s, %s enqueue: %d no-op jobs across %d agents, %d enqueuers of %d job(s) per call: %.0f jobs/s, enqueue to result stored (target on SQLite: 5000); CPU per job: imsd %.0f µs, load generator %.0f µs%s; load average %s [%s]\n",
+					name, mode, jobs, agents, enqueuers, per, best, perJob(imsCPU), perJob(genCPU), pgPart, loadAverage(), machine())
 			})
 		}
 	}
