@@ -110,6 +110,31 @@ func (p *imsProc) cpu(b *testing.B) time.Duration {
 	return time.Duration(ut+stime) * 10 * time.Millisecond
 }
 
+// runQueueWait returns how long the threads of process pid have waited
+// for a CPU while runnable (the second field of each thread's
+// /proc/PID/task/TID/schedstat): on a shared machine, the time a process
+// was ready to run and could not. pid 0 is this process. Threads that
+// have ended are not counted.
+func runQueueWait(pid int) time.Duration {
+	dir := "/proc/self/task"
+	if pid != 0 {
+		dir = fmt.Sprintf("/proc/%d/task", pid)
+	}
+	ts, _ := os.ReadDir(dir)
+	var sum time.Duration
+	for _, t := range ts {
+		b, err := os.ReadFile(dir + "/" + t.Name() + "/schedstat")
+		if err != nil {
+			continue
+		}
+		if f := strings.Fields(string(b)); len(f) >= 2 {
+			ns, _ := strconv.ParseInt(f[1], 10, 64)
+			sum += time.Duration(ns)
+		}
+	}
+	return sum
+}
+
 // selfCPU returns the CPU time this process (the load generator) has used.
 func selfCPU() time.Duration {
 	var ru syscall.Rusage
@@ -382,9 +407,12 @@ func BenchmarkPickupLatency(b *testing.B) {
 			b.ResetTimer()
 			var calls, lateness []time.Duration
 			var gcs0 float64
+			var start time.Time
+			var imsWait0, genWait0 time.Duration
 			for range b.N {
 				lat, calls, lateness = lat[:0], calls[:0], lateness[:0]
 				gcs0 = p.metric(b, "go_gc_duration_seconds_count")
+				start, imsWait0, genWait0 = time.Now(), runQueueWait(p.PID()), runQueueWait(0)
 				tick := time.NewTicker(time.Second / rate)
 				for i := range jobs {
 					tk := <-tick.C
@@ -418,6 +446,11 @@ func BenchmarkPickupLatency(b *testing.B) {
 				}
 			}
 			b.StopTimer()
+			// How much of the run imsd's and the load generator's threads
+			// spent runnable but waiting for a CPU: the machine's share of
+			// the tail.
+			elapsed := time.Since(start)
+			imsWait, genWait := runQueueWait(p.PID())-imsWait0, runQueueWait(0)-genWait0
 			gcs := p.metric(b, "go_gc_duration_seconds_count") - gcs0
 			maxPause := p.metric(b, `go_gc_duration_seconds{quantile="1"}`)
 			ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -430,9 +463,10 @@ func BenchmarkPickupLatency(b *testing.B) {
 			b.ReportMetric(ms(p99), "p99-ms")
 			b.ReportMetric(ms(p999), "p99.9-ms")
 			b.ReportMetric(ms(pmax), "max-ms")
-			fmt.Printf("pickup latency %s: %d agents, %d jobs at %d/s: p50 %.2f ms, p99 %.2f ms, p99.9 %.2f ms, max %.2f ms (target p99 < 5 ms); the enqueue call p99 %.2f ms, max %.2f ms; the ticker late p99 %.2f ms, max %.2f ms; imsd %.0f GCs, longest pause %.2f ms; load average %s [%s]\n",
+			fmt.Printf("pickup latency %s: %d agents, %d jobs at %d/s: p50 %.2f ms, p99 %.2f ms, p99.9 %.2f ms, max %.2f ms (target p99 < 5 ms); the enqueue call p99 %.2f ms, max %.2f ms; the ticker late p99 %.2f ms, max %.2f ms; imsd %.0f GCs, longest pause %.2f ms; waiting for a CPU while runnable: imsd's threads %.1f ms, the load generator's %.1f ms per second of run; load average %s [%s]\n",
 				name, agents, jobs, rate, ms(p50), ms(p99), ms(p999), ms(pmax), ms(q(calls, 0.99)), ms(q(calls, 1)),
-				ms(q(lateness, 0.99)), ms(q(lateness, 1)), gcs, maxPause*1000, loadAverage(), machine())
+				ms(q(lateness, 0.99)), ms(q(lateness, 1)), gcs, maxPause*1000,
+				ms(imsWait)/elapsed.Seconds(), ms(genWait)/elapsed.Seconds(), loadAverage(), machine())
 		})
 	}
 }
@@ -478,11 +512,15 @@ func BenchmarkDispatchThroughput(b *testing.B) {
 				}
 				b.ResetTimer()
 				var best float64
-				var imsCPU, genCPU time.Duration
+				var imsCPU, genCPU, pgCPU time.Duration
 				for range b.N {
 					picked.Store(0)
 					target.Store(int64(jobs))
 					start := time.Now()
+					var pg *pgtest.Backends
+					if dsn != "" {
+						pg = pgtest.WatchBackends(dsn)
+					}
 					cpu0, gen0 := p.cpu(b), selfCPU()
 					var wg sync.WaitGroup
 					var next atomic.Int64
@@ -526,17 +564,27 @@ func BenchmarkDispatchThroughput(b *testing.B) {
 						return err == nil && len(r.Msg.Jobs) == 0
 					})
 					rate := float64(jobs) / time.Since(start).Seconds()
+					ims, gen := p.cpu(b)-cpu0, selfCPU()-gen0
+					var pgc time.Duration
+					if pg != nil {
+						pgc = pg.Stop()
+					}
 					if rate > best {
 						best = rate
-						imsCPU, genCPU = p.cpu(b)-cpu0, selfCPU()-gen0
+						imsCPU, genCPU, pgCPU = ims, gen, pgc
 					}
 				}
 				b.StopTimer()
 				b.ReportMetric(best, "jobs/s")
 				perJob := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(jobs) }
 				b.ReportMetric(perJob(imsCPU), "imsd-cpu-µs/job")
-				fmt.Printf("dispatch throughput %s, %s enqueue: %d no-op jobs across %d agents, %d enqueuers of %d job(s) per call: %.0f jobs/s, enqueue to result stored (target on SQLite: 5000); CPU per job: imsd %.0f µs, load generator %.0f µs; load average %s [%s]\n",
-					name, mode, jobs, agents, enqueuers, per, best, perJob(imsCPU), perJob(genCPU), loadAverage(), machine())
+				pgPart := ""
+				if dsn != "" {
+					b.ReportMetric(perJob(pgCPU), "postgres-cpu-µs/job")
+					pgPart = fmt.Sprintf(", PostgreSQL %.0f µs", perJob(pgCPU))
+				}
+				fmt.Printf("dispatch throughput %s, %s enqueue: %d no-op jobs across %d agents, %d enqueuers of %d job(s) per call: %.0f jobs/s, enqueue to result stored (target on SQLite: 5000); CPU per job: imsd %.0f µs, load generator %.0f µs%s; load average %s [%s]\n",
+					name, mode, jobs, agents, enqueuers, per, best, perJob(imsCPU), perJob(genCPU), pgPart, loadAverage(), machine())
 			})
 		}
 	}
