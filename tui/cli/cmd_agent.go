@@ -13,7 +13,7 @@ import (
 
 // agentCommand groups what the vendor does to an install's agent itself.
 func (a *app) agentCommand() *cobra.Command {
-	return group("agent", "Act on an install's agent (revoke a compromised one) and publish agent releases", a.agentRevokeCommand(), a.agentPublishCommand(), a.agentUpdateCommand())
+	return group("agent", "Act on an install's agent (revoke a compromised one), publish agent releases, offer them and roll them out", a.agentRevokeCommand(), a.agentPublishCommand(), a.agentUpdateCommand(), a.agentRolloutCommand())
 }
 
 func (a *app) agentRevokeCommand() *cobra.Command {
