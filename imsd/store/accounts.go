@@ -625,8 +625,11 @@ func (s *Store) SetAgentUpdate(ctx context.Context, id string, u AgentUpdate, de
 		if !decided || u.LastKind == "" {
 			return nil
 		}
-		return s.auditAgent(ctx, tx, id, "agent.update_"+u.LastKind, now, map[string]string{
-			"release": u.LastRelease, "offer": u.LastOfferID, "version": u.LastVersion, "reason": u.LastReason})
+		data := map[string]string{"release": u.LastRelease, "offer": u.LastOfferID, "version": u.LastVersion, "reason": u.LastReason}
+		if u.LastCause != "" {
+			data["cause"] = u.LastCause
+		}
+		return s.auditAgent(ctx, tx, id, "agent.update_"+u.LastKind, now, data)
 	}, `UPDATE agents SET update_report = ? WHERE id = ?`, string(b))
 }
 
