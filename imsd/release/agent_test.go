@@ -83,6 +83,9 @@ func TestAgentRollout(t *testing.T) {
 	if got.State != store.ReleaseSucceeded {
 		t.Fatalf("rollout %s: %s", got.State, states(ins))
 	}
+	if _, err := r.e.Rollback(ctx, rel.ID, "", "ops"); err == nil || !strings.Contains(err.Error(), "roll the previous agent release out") {
+		t.Fatalf("rollback of an agent rollout: %v", err)
+	}
 	evs, err := r.st.ListAuditEvents(ctx, store.AuditFilter{})
 	must(t, err)
 	offered := map[string]int{}
@@ -150,4 +153,34 @@ func findOffer(t *testing.T, r *rig, id, name string) string {
 		}
 	}
 	return ""
+}
+
+// A rollout's bad requests are refused naming the field: canary and
+// waves together, a label key that is not one, a selector that picks
+// nothing, installs of two apps without --app.
+func TestAgentRolloutRefusals(t *testing.T) {
+	r := newRig(t, 2)
+	ctx := t.Context()
+	must(t, r.st.CreateApp(ctx, store.App{ID: "app_2", Name: "other", CreatedAt: r.now()}))
+	must(t, r.st.CreateInstall(ctx, store.Install{ID: "ins_x", AppID: "app_2", Name: "x", CreatedAt: r.now(), Inputs: map[string]string{}},
+		store.EnrollmentToken{Hash: "hx", ExpiresAt: r.now().Add(time.Hour), CreatedAt: r.now()}))
+	for _, c := range []struct {
+		req  AgentRolloutRequest
+		want string
+	}{
+		{AgentRolloutRequest{Release: goodRelease, AppID: "app_1", Canary: 1, Waves: "1,100%"}, "canary: give --canary or --waves"},
+		{AgentRolloutRequest{Release: goodRelease, AppID: "app_1", GroupBy: "not a key!"}, "group_by"},
+		{AgentRolloutRequest{Release: goodRelease, AppID: "app_1", Selector: "tier=none"}, "no install matches selector tier=none"},
+		{AgentRolloutRequest{Release: goodRelease}, "belong to 2 apps (app_1, app_2)"},
+	} {
+		if _, err := r.e.CreateAgentRollout(ctx, c.req); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want %q", c.req, err, c.want)
+		}
+	}
+	// With --app, the other app's install (no agent) is left out.
+	rel, err := r.e.CreateAgentRollout(ctx, AgentRolloutRequest{Release: goodRelease, AppID: "app_2", By: "ops"})
+	must(t, err)
+	if _, ins := r.get(rel.ID); states(ins) != "x:0:skipped" || !strings.Contains(ins[0].Error, "no agent") {
+		t.Fatalf("install without an agent: %s", states(ins))
+	}
 }

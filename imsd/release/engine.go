@@ -587,6 +587,9 @@ func (e *Engine) Rollback(ctx context.Context, id, reason, by string) (store.Rel
 	if err != nil {
 		return store.Release{}, err
 	}
+	if orig.IsAgentRollout() {
+		return store.Release{}, errs.E(errs.Conflict, "release %s is an agent rollout: there is no revision to go back to; roll the previous agent release out (byoc agent rollout create --release ...)", id)
+	}
 	if orig.RolledBackBy != "" {
 		return store.Release{}, errs.E(errs.Conflict, "release %s was already rolled back by %s", id, orig.RolledBackBy)
 	}
