@@ -5,7 +5,7 @@
 -- has to confirm the new version once it applied it. offer_id is the
 -- update offer a rollout made to an install's agents.
 ALTER TABLE releases ADD COLUMN agent_release TEXT NOT NULL DEFAULT '';
-ALTER TABLE releases ADD COLUMN confirm_within_ns INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE releases ADD COLUMN confirm_within_ns BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE release_installs ADD COLUMN offer_id TEXT NOT NULL DEFAULT '';
 
 -- +goose Down
