@@ -1,6 +1,7 @@
 package release
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -182,5 +183,28 @@ func TestAgentRolloutRefusals(t *testing.T) {
 	must(t, err)
 	if _, ins := r.get(rel.ID); states(ins) != "x:0:skipped" || !strings.Contains(ins[0].Error, "no agent") {
 		t.Fatalf("install without an agent: %s", states(ins))
+	}
+}
+
+// --group-by makes one wave per value of the label, after the canary;
+// installs without the label come last.
+func TestAgentRolloutGroupBy(t *testing.T) {
+	r := newRig(t, 5)
+	ctx := t.Context()
+	for name, region := range map[string]string{"in00": "us", "in01": "eu", "in02": "us", "in03": "eu"} {
+		_, err := r.st.SetInstallLabels(ctx, "ins_"+name, map[string]string{"region": region}, "ops", r.now())
+		must(t, err)
+	}
+	rel, err := r.e.CreateAgentRollout(ctx, AgentRolloutRequest{Release: goodRelease, Canary: 1, GroupBy: "region", By: "ops"})
+	must(t, err)
+	var got []string
+	for _, w := range rel.Waves {
+		got = append(got, fmt.Sprintf("%s:%d", w.Name, w.Size))
+	}
+	if strings.Join(got, ",") != "canary:1,region=eu:1,region=us:2,no region:1" {
+		t.Fatalf("waves %v", got)
+	}
+	if _, ins := r.get(rel.ID); states(ins) != "in01:0:pending in03:1:pending in00:2:pending in02:2:pending in04:3:pending" {
+		t.Fatalf("installs %s", states(ins))
 	}
 }
