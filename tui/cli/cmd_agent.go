@@ -148,6 +148,9 @@ func updateDecisionText(now time.Time, u *imsv1.AgentUpdate) string {
 	if v := u.GetLastVersion(); v != "" {
 		s += " " + v
 	}
+	if c := u.GetLastCause(); c != "" {
+		s += " [" + c + "]"
+	}
 	s += " (" + u.GetLastRelease() + ")"
 	if u.GetLastTime() != nil {
 		s += " " + ago(now, u.GetLastTime())
