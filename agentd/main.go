@@ -44,6 +44,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -678,12 +679,25 @@ func runAgent(ctx context.Context, args []string, offline *offlineFunc) int {
 	}
 	// An agent release imsd offers is applied as the customer's update
 	// policy allows (update_offer.go), in this process's context.
+	// One the customer's update window deferred is applied when the
+	// window opens (runDeferredOffers), after a restart too.
 	var a *agent.Agent
 	var onOffer func(context.Context, string, string)
+	startDeferred := func() {}
 	if stateDir != "" {
-		onOffer = func(_ context.Context, offerID, release string) {
+		var offerMu sync.Mutex
+		wake := make(chan struct{}, 1)
+		apply := func(_ context.Context, offerID, release string) {
+			offerMu.Lock()
+			defer offerMu.Unlock()
 			applyOffer(ctx, stateDir, offerID, release, a.Note, log)
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
 		}
+		onOffer = apply
+		startDeferred = func() { go runDeferredOffers(ctx, stateDir, wake, time.Now, apply, log) }
 	}
 	a, err = agent.New(ctx, agent.Config{
 		IMSURL:         ims,
@@ -723,6 +737,7 @@ func runAgent(ctx context.Context, args []string, offline *offlineFunc) int {
 				log.Error("agent update", "err", err)
 			}
 		}()
+		startDeferred()
 	}
 	if pendingUpdate != nil {
 		go func() {

@@ -108,8 +108,11 @@ const updateLastFile = "update-last.json"
 
 // lastUpdate is the latest update decision (updateLastFile).
 type lastUpdate struct {
-	// Kind is applied, refused, confirmed or rolled_back.
+	// Kind is applied, deferred, refused, failed, confirmed or
+	// rolled_back; Cause what refused, failed or rolled it back (policy,
+	// signature, download, self_check, window, crash_loop, reconnect).
 	Kind    string    `json:"kind"`
+	Cause   string    `json:"cause,omitempty"`
 	Release string    `json:"release"`
 	OfferID string    `json:"offer_id,omitempty"`
 	Version string    `json:"version,omitempty"`
@@ -120,7 +123,7 @@ type lastUpdate struct {
 // saveLastUpdate records the decision note n as the latest.
 func saveLastUpdate(dir string, n updateNote) error {
 	l := lastUpdate{Kind: strings.TrimPrefix(n.Kind, "agent_update_"), Release: n.Subject, OfferID: n.Data["offer"],
-		Version: cmpOr(n.Data["to"], n.Data["version"]), Reason: n.Data["reason"], At: time.Now().UTC()}
+		Version: cmpOr(n.Data["to"], n.Data["version"]), Reason: n.Data["reason"], Cause: n.Data["cause"], At: time.Now().UTC()}
 	b, err := json.Marshal(l)
 	if err != nil {
 		return err
@@ -364,11 +367,48 @@ func (u *updater) who() string {
 	return whoami()
 }
 
-// refuse records a refusal for the agent's journal and returns it.
-func (u *updater) refuse(ref string, err error) error {
-	if nerr := addUpdateNote(u.stateDir, updateNote{Kind: "agent_update_refused", Subject: ref,
-		Data: map[string]string{"reason": err.Error(), "by": u.who(), "offer": u.offerID, "version": u.refusedVersion}}); nerr != nil {
+// The causes of an update not applied: the customer's policy and the
+// release's signature refuse it; a download or self-check that fails
+// fails it.
+const (
+	causePolicy    = "policy"
+	causeSignature = "signature"
+	causeDownload  = "download"
+	causeSelfCheck = "self_check"
+)
+
+// refuse records an update not applied for cause (refused for the policy
+// and the signature, failed otherwise) in the agent's journal and
+// returns err.
+func (u *updater) refuse(ref, cause string, err error) error {
+	kind := "agent_update_failed"
+	if cause == causePolicy || cause == causeSignature {
+		kind = "agent_update_refused"
+	}
+	if nerr := addUpdateNote(u.stateDir, updateNote{Kind: kind, Subject: ref,
+		Data: map[string]string{"reason": err.Error(), "cause": cause, "by": u.who(), "offer": u.offerID, "version": u.refusedVersion}}); nerr != nil {
 		return fmt.Errorf("%w (and recording the refusal failed: %v)", err, nerr)
+	}
+	return err
+}
+
+// deferredError is an offer the customer's update window deferred: the
+// agent applies it at the window's next opening.
+type deferredError struct{ at time.Time }
+
+func (e deferredError) Error() string {
+	return "deferred to the update window's next opening, " + e.at.UTC().Format(time.RFC3339)
+}
+
+// deferTo records offer u.offerID of release ref (version) as deferred
+// to next, when the customer's window opens.
+func (u *updater) deferTo(ref, version, window string, next time.Time) error {
+	err := deferredError{at: next}
+	reason := fmt.Sprintf("the update window %s is closed; the agent applies %s when it next opens, %s", window, version, next.UTC().Format(time.RFC3339))
+	if nerr := addUpdateNote(u.stateDir, updateNote{Kind: "agent_update_deferred", Subject: ref,
+		Data: map[string]string{"reason": reason, "cause": "window", "by": u.who(), "offer": u.offerID, "version": version,
+			"applies_at": next.UTC().Format(time.RFC3339)}}); nerr != nil {
+		return fmt.Errorf("%w (and recording it failed: %v)", err, nerr)
 	}
 	return err
 }
@@ -417,7 +457,7 @@ func (u *updater) apply(ctx context.Context, refArg string) error {
 		}
 		defer dst.Close()
 		if _, err := ocicopy.Copy(ctx, src, dst, ref.Digest, ocicopy.Options{}); err != nil {
-			return fmt.Errorf("copy %s into the install registry %s: %w", refArg, reg, err)
+			return u.refuse(refArg, causeDownload, fmt.Errorf("copy %s into the install registry %s: %w", refArg, reg, err))
 		}
 	}
 	repo, err := ocicopy.Open(ctx, reg, ref.Repository, creds)
@@ -428,20 +468,25 @@ func (u *updater) apply(ctx context.Context, refArg string) error {
 	at := ocicopy.Reference{Registry: reg, Repository: ref.Repository, Digest: ref.Digest}.String()
 	m, err := plugindist.ReadAgent(ctx, repo, ref.Digest)
 	if err != nil {
-		return u.refuse(at, fmt.Errorf("refused: %w", err))
+		return u.refuse(at, causeDownload, fmt.Errorf("failed: %w", err))
 	}
 	u.refusedVersion = m.Version
 	keyID, err := plugindist.Verify(ctx, repo, m, id.IMSDKeys)
 	if err != nil {
-		return u.refuse(at, fmt.Errorf("refused: agent release %w", err))
+		return u.refuse(at, causeSignature, fmt.Errorf("refused: agent release %w", err))
 	}
 	if r := st.Update.Refusal(m.Version, u.now(), !u.auto); r != "" {
-		return u.refuse(at, fmt.Errorf("agent %s: %s", m.Version, r))
+		// Only the window refuses an offer it would allow at the
+		// window's next opening: not final, deferred to then.
+		if shut, next := st.Update.WindowShut(u.now()); shut && u.offerID != "" && !next.IsZero() && st.Update.Refusal(m.Version, next, !u.auto) == "" {
+			return u.deferTo(refArg, m.Version, st.Update.Window, next)
+		}
+		return u.refuse(at, causePolicy, fmt.Errorf("agent %s: %s", m.Version, r))
 	}
 	bins := map[string][]byte{}
 	for _, f := range plugindist.AgentFiles {
 		if bins[f], err = plugindist.FetchBinary(ctx, repo, m, plugindist.AgentKey(u.platform, f)); err != nil {
-			return u.refuse(at, fmt.Errorf("refused: %w", err))
+			return u.refuse(at, causeDownload, fmt.Errorf("failed: %w", err))
 		}
 	}
 	dir := u.installDir
@@ -476,7 +521,7 @@ func (u *updater) apply(ctx context.Context, refArg string) error {
 		staged[f] = p
 		out, err := exec.CommandContext(ctx, p, "--version").Output()
 		if err != nil || !strings.Contains(string(out), " "+m.Version+" ") {
-			return u.refuse(at, fmt.Errorf("refused: the release's %s does not run here or is not version %s (%s --version: %q, %v)", f, m.Version, f, strings.TrimSpace(string(out)), err))
+			return u.refuse(at, causeSelfCheck, fmt.Errorf("failed: the release's %s does not run here or is not version %s (%s --version: %q, %v)", f, m.Version, f, strings.TrimSpace(string(out)), err))
 		}
 	}
 	for _, f := range plugindist.AgentFiles {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -128,6 +129,26 @@ func TestAgentUpdate(t *testing.T) {
 
 	v150 := publish("1.5.0", imsdKey)
 	refuses(publish("1.5.1", nil), false, "no signature by a trusted key")
+	if l := loadLastUpdate(state); l == nil || l.Kind != "refused" || l.Cause != causeSignature {
+		t.Fatalf("unsigned: last %+v", l)
+	}
+	// A release whose binaries are not the version it says fails its
+	// self-check: failed (not refused), nothing swapped.
+	md, err := plugindist.PushAgent(ctx, repo, "1.5.3", plugindist.AgentRelease{Version: "1.5.3", Binaries: map[string]map[string][]byte{
+		plat: {"agentd": fakeBinary("agentd", "9.9.9"), "byoc-plugins": fakeBinary(bundle.Binary, "9.9.9")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plugindist.Sign(ctx, repo, md, plugindist.AgentType, "1.5.3", imsdKey); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := apply("oci://"+vendor.Host+"/byoc/agent@"+md.Digest.String(), "1.4.0", false); code == 0 || !strings.Contains(out, "is not version 1.5.3") {
+		t.Fatalf("self-check: %d %s", code, out)
+	}
+	if l := loadLastUpdate(state); l == nil || l.Kind != "failed" || l.Cause != causeSelfCheck || running("agentd") != "1.4.0" {
+		t.Fatalf("self-check: last %+v", l)
+	}
+	notes()
 	refuses(publish("1.5.2", otherKey), false, "(not trusted)")
 	if code, out := cmd("policy", "--pin", "1.4.0"); code != 0 || !strings.Contains(out, "pinned to 1.4.0") {
 		t.Fatalf("policy --pin: %d %s", code, out)
@@ -149,10 +170,54 @@ func TestAgentUpdate(t *testing.T) {
 	refuses(v150, true, "window Sun 03:00-05:00 UTC is closed")
 	now = sunday
 
-	// Applied: swapped, old kept; the new version confirms once connected.
-	if code, out := apply(v150, "1.4.0", true); code != 0 || !strings.Contains(out, "1.4.0 -> 1.5.0") {
-		t.Fatalf("apply: %d %s", code, out)
+	// An offer only the window refuses is deferred, not refused, and
+	// applied when the window next opens: here while the test runs (the
+	// clock 100 ms before Sunday 03:00).
+	offer := func(offerID, ref string) error {
+		var out bytes.Buffer
+		u := &updater{stateDir: state, installDir: bin, auto: true, confirmWithin: time.Minute, platform: plat, now: clock, stdout: &out,
+			version: "1.4.0", offerID: offerID, by: "imsd offer " + offerID}
+		if err := u.apply(ctx, ref); err != nil {
+			return err
+		}
+		if !strings.Contains(out.String(), "1.4.0 -> 1.5.0") {
+			t.Errorf("apply: %s", out.String())
+		}
+		return nil
 	}
+	now = sunday.Add(24 * time.Hour)
+	var de deferredError
+	if err := offer("uo_1", v150); !errors.As(err, &de) || !de.at.Equal(time.Date(2026, 12, 6, 3, 0, 0, 0, time.UTC)) {
+		t.Fatalf("offer outside the window: %v", err)
+	}
+	if l := loadLastUpdate(state); l == nil || l.Kind != "deferred" || l.Cause != "window" || l.OfferID != "uo_1" || l.Release != v150 ||
+		running("agentd") != "1.4.0" {
+		t.Fatalf("deferred: last %+v", l)
+	}
+	if n := notes(); !strings.HasPrefix(n, "agent_update_deferred the update window Sun 03:00-05:00 UTC is closed") {
+		t.Fatalf("notes: %q", n)
+	}
+	now = de.at.Add(-100 * time.Millisecond)
+	applied, stopped := make(chan error, 1), make(chan struct{})
+	dctx, stop := context.WithCancel(ctx)
+	go func() {
+		defer close(stopped)
+		runDeferredOffers(dctx, state, make(chan struct{}), clock, func(_ context.Context, offerID, ref string) {
+			now = de.at // the timer fired: the window is open
+			applied <- offer(offerID, ref)
+		}, slog.New(slog.DiscardHandler))
+	}()
+	select {
+	case err := <-applied:
+		if err != nil {
+			t.Fatalf("the deferred offer at the window's opening: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the deferred offer was not applied when the window opened")
+	}
+	stop()
+	<-stopped
+	now = sunday
 	if running("agentd") != "1.5.0" || running(bundle.Binary) != "1.5.0" || running("agentd.prev") != "1.4.0" {
 		t.Fatal("not swapped")
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -24,24 +25,29 @@ import (
 // reconnect, as agentd update apply's default.
 const offerConfirmWithin = 2 * time.Minute
 
-// applyOffer applies the offered release (or refuses it), writes the
-// decision to the journal at once (note) and leaves it for the report.
+// applyOffer applies the offered release (or refuses it, or defers it to
+// the customer's update window), writes the decision to the journal at
+// once (note) and leaves it for the report.
 func applyOffer(ctx context.Context, stateDir, offerID, release string, note func(kind, subject string, data map[string]string), log *slog.Logger) {
 	u := &updater{stateDir: stateDir, registry: os.Getenv("BYOC_INSTALL_REGISTRY"), auto: true, confirmWithin: offerConfirmWithin,
 		platform: runtime.GOOS + "/" + runtime.GOARCH, now: time.Now, stdout: io.Discard, offerID: offerID, by: "imsd offer " + offerID}
 	err := u.apply(ctx, release)
-	if err != nil {
+	var deferred deferredError
+	switch {
+	case errors.As(err, &deferred):
+		log.Info("agent update offer deferred to the customer's update window", "offer", offerID, "release", release, "at", deferred.at)
+	case err != nil:
 		log.Warn("agent update offer not applied", "offer", offerID, "release", release, "reason", err)
-		// A failure that is not a refusal (the registry unreachable, an
-		// update in progress) is reported as one all the same: imsd
+		// A failure recorded nowhere yet (an update in progress, the
+		// identity unreadable) is reported as failed all the same: imsd
 		// stops offering, and the operator offers again.
-		if l := loadLastUpdate(stateDir); l == nil || l.OfferID != offerID {
-			if nerr := addUpdateNote(stateDir, updateNote{Kind: "agent_update_refused", Subject: release,
-				Data: map[string]string{"reason": err.Error(), "by": u.who(), "offer": offerID, "version": u.refusedVersion}}); nerr != nil {
-				log.Error("record the refused agent update", "err", nerr)
+		if l := loadLastUpdate(stateDir); l == nil || l.OfferID != offerID || l.Kind == "deferred" {
+			if nerr := addUpdateNote(stateDir, updateNote{Kind: "agent_update_failed", Subject: release,
+				Data: map[string]string{"reason": err.Error(), "cause": "error", "by": u.who(), "offer": offerID, "version": u.refusedVersion}}); nerr != nil {
+				log.Error("record the failed agent update", "err", nerr)
 			}
 		}
-	} else {
+	default:
 		log.Info("agent update offer applied: draining, then running the new version", "offer", offerID, "release", release)
 	}
 	notes, terr := takeUpdateNotes(stateDir)
@@ -50,6 +56,45 @@ func applyOffer(ctx context.Context, stateDir, offerID, release string, note fun
 	}
 	for _, n := range notes {
 		note(n.Kind, n.Subject, n.Data)
+	}
+}
+
+// runDeferredOffers applies the offer the customer's update window
+// deferred (the latest decision, deferred: it survives a restart) when
+// the window next opens, as the policy then says, and again after each
+// offer this agent takes (wake). It returns when ctx ends.
+func runDeferredOffers(ctx context.Context, stateDir string, wake <-chan struct{}, now func() time.Time,
+	apply func(ctx context.Context, offerID, release string), log *slog.Logger) {
+	for {
+		var timer <-chan time.Time
+		l := loadLastUpdate(stateDir)
+		if l != nil && l.Kind == "deferred" && l.OfferID != "" {
+			at := now()
+			if st, err := permissions.Load(stateDir); err == nil {
+				if shut, next := st.Update.WindowShut(at); shut && !next.IsZero() {
+					at = next
+				}
+			}
+			log.Info("a deferred agent update applies when the update window opens", "offer", l.OfferID, "release", l.Release, "at", at.UTC())
+			t := time.NewTimer(at.Sub(now()))
+			timer = t.C
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-wake:
+				t.Stop()
+				continue
+			case <-timer:
+			}
+			apply(ctx, l.OfferID, l.Release)
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-wake:
+		}
 	}
 }
 
@@ -68,7 +113,7 @@ func updateReport(stateDir string) *agentv1.UpdateReport {
 	}
 	if l := loadLastUpdate(stateDir); l != nil {
 		r.Last = &agentv1.UpdateDecision{Kind: l.Kind, Release: l.Release, OfferId: l.OfferID, Version: l.Version, Reason: l.Reason,
-			Time: timestamppb.New(l.At)}
+			Time: timestamppb.New(l.At), Cause: l.Cause}
 	}
 	return r
 }

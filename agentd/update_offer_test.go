@@ -10,7 +10,8 @@ import (
 
 // The update report carries the policy and the latest decision; an offer
 // that cannot be applied is recorded as refused with its offer id (so
-// that imsd stops offering it), and journalled at once.
+// that imsd stops offering it), and journalled at once: failed, with its
+// cause, since no policy refused it.
 func TestUpdateReportAndOffer(t *testing.T) {
 	state := t.TempDir()
 	if r := updateReport(state); r.Mode != "manual" || r.Last != nil {
@@ -27,10 +28,10 @@ func TestUpdateReportAndOffer(t *testing.T) {
 	if r.Mode != "allow" || r.Allow != ">=1.4 <2" || r.Window != "Sun 03:00-05:00 UTC" {
 		t.Fatalf("policy report: %v", r)
 	}
-	if l := r.Last; l == nil || l.Kind != "refused" || l.OfferId != "uo_1" || !strings.Contains(l.Reason, "identity") {
+	if l := r.Last; l == nil || l.Kind != "failed" || l.Cause != "error" || l.OfferId != "uo_1" || !strings.Contains(l.Reason, "identity") {
 		t.Fatalf("last: %v", r.Last)
 	}
-	if strings.Join(noted, ",") != "agent_update_refused uo_1" {
+	if strings.Join(noted, ",") != "agent_update_failed uo_1" {
 		t.Fatalf("journalled: %v", noted)
 	}
 	if ns, _ := takeUpdateNotes(state); len(ns) != 0 {

@@ -35,7 +35,7 @@ func updateFiles() []string { return []string{"agentd", bundle.Binary} }
 
 // restoreUpdate renames the old binaries (*.prev) back over the new ones
 // and removes the update's state, leaving a journal note saying why.
-func restoreUpdate(dir string, s *updateState, reason string) error {
+func restoreUpdate(dir string, s *updateState, cause, reason string) error {
 	for _, f := range []string{"agentd", bundle.Binary} {
 		prev := filepath.Join(s.Dir, f+".prev")
 		if err := os.Rename(prev, filepath.Join(s.Dir, f)); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -46,7 +46,7 @@ func restoreUpdate(dir string, s *updateState, reason string) error {
 		return err
 	}
 	if err := addUpdateNote(dir, updateNote{Kind: "agent_update_rolled_back", Subject: s.Release,
-		Data: map[string]string{"from": s.From, "to": s.To, "reason": reason, "starts": strconv.Itoa(s.Starts), "offer": s.OfferID}}); err != nil {
+		Data: map[string]string{"from": s.From, "to": s.To, "reason": reason, "cause": cause, "starts": strconv.Itoa(s.Starts), "offer": s.OfferID}}); err != nil {
 		return err
 	}
 	if err := os.Remove(filepath.Join(dir, updateStateFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -57,9 +57,9 @@ func restoreUpdate(dir string, s *updateState, reason string) error {
 
 // rollBack restores the old binaries and runs the old agentd in place of
 // this process. It returns only on failure.
-func rollBack(dir string, s *updateState, reason string, log *slog.Logger) error {
+func rollBack(dir string, s *updateState, cause, reason string, log *slog.Logger) error {
 	log.Error("the agent update failed; rolling back", "from", s.To, "to", s.From, "reason", reason)
-	if err := restoreUpdate(dir, s, reason); err != nil {
+	if err := restoreUpdate(dir, s, cause, reason); err != nil {
 		return err
 	}
 	args := append([]string{filepath.Join(s.Dir, "agentd")}, os.Args[1:]...)
@@ -78,7 +78,7 @@ func updateAtStart(dir, version string, now time.Time, log *slog.Logger) (*updat
 	if version != s.To {
 		reason := fmt.Sprintf("agentd started as version %s, not %s: the swap did not finish", version, s.To)
 		log.Warn("undoing an unfinished agent update", "reason", reason)
-		return nil, restoreUpdate(dir, s, reason)
+		return nil, restoreUpdate(dir, s, "swap", reason)
 	}
 	s.Starts++
 	if s.FirstStart.IsZero() {
@@ -86,15 +86,15 @@ func updateAtStart(dir, version string, now time.Time, log *slog.Logger) (*updat
 	}
 	switch {
 	case s.Starts > maxUpdateStarts:
-		return nil, rollBack(dir, s, fmt.Sprintf("started %d times without reconnecting (a crash loop)", s.Starts-1), log)
+		return nil, rollBack(dir, s, "crash_loop", fmt.Sprintf("started %d times without reconnecting (a crash loop)", s.Starts-1), log)
 	case !now.Before(s.FirstStart.Add(s.ConfirmWithin)):
-		return nil, rollBack(dir, s, fmt.Sprintf("did not reconnect within %s of its first start", s.ConfirmWithin), log)
+		return nil, rollBack(dir, s, "reconnect", fmt.Sprintf("did not reconnect within %s of its first start", s.ConfirmWithin), log)
 	}
 	// The self-check that needs no imsd: byoc-plugins beside it is the
 	// release's.
 	out, err := exec.Command(filepath.Join(s.Dir, bundle.Binary), "--version").Output()
 	if err != nil || !strings.Contains(string(out), " "+s.To+" ") {
-		return nil, rollBack(dir, s, fmt.Sprintf("self-check: %s --version: %q, %v; want version %s", bundle.Binary, strings.TrimSpace(string(out)), err, s.To), log)
+		return nil, rollBack(dir, s, "self_check", fmt.Sprintf("self-check: %s --version: %q, %v; want version %s", bundle.Binary, strings.TrimSpace(string(out)), err, s.To), log)
 	}
 	if err := saveUpdateState(dir, s); err != nil {
 		return nil, err
@@ -117,7 +117,7 @@ func confirmUpdate(ctx context.Context, dir string, s *updateState, waitConnecte
 		if ctx.Err() != nil {
 			return nil
 		}
-		return rollBack(dir, s, fmt.Sprintf("did not reconnect within %s of its first start", s.ConfirmWithin), log)
+		return rollBack(dir, s, "reconnect", fmt.Sprintf("did not reconnect within %s of its first start", s.ConfirmWithin), log)
 	}
 	for _, f := range updateFiles() {
 		if err := os.Remove(filepath.Join(s.Dir, f+".prev")); err != nil && !errors.Is(err, fs.ErrNotExist) {

@@ -25,6 +25,10 @@ func TestVersionFromTheBuild(t *testing.T) {
 		if err != nil || !strings.HasPrefix(string(out), want) || strings.Count(string(out), "\n") != 1 {
 			t.Errorf("%s --version: %v\n%q\nwant a line starting %q", prog, err, out, want)
 		}
+		// imsd states the agent versions it serves (the skew window).
+		if prog == "imsd" && !strings.Contains(string(out), "; serves agentd ") {
+			t.Errorf("imsd --version does not state the agent versions it serves: %q", out)
+		}
 	}
 	ims := cluster.StartIMS(t, fast)
 	c := ims.Admin()

@@ -68,12 +68,12 @@ func run(ctx context.Context, args []string) int {
 	fs.StringVar(&cfg.SSOConfigFile, "sso-config", "", "single sign-on config `file` (TOML: issuer, client_id, scopes, groups_claim, [[group]] name/role/install/app/selector); see docs/operator/operators-and-roles.md")
 	fs.StringVar(&cfg.DebugAddr, "debug-addr", "", "serve Go's /debug/pprof on this loopback `address` (off by default)")
 	agentWire := fs.String("agentwire", "on", "`on`: serve plaintext agent streams with imsd's own small HTTP/2 server; off: with the standard stack, like every other request")
-	showVersion := fs.Bool("version", false, "print the version, commit and build date, and exit")
+	showVersion := fs.Bool("version", false, "print the version, commit and build date and the agentd versions this imsd serves (the version-skew window: its own minor version and the "+strconv.Itoa(agentproto.SkewMinors)+" before it; an agentd outside it is refused at its hello, in one line, and asks again only after a long back-off), and exit")
 	if code, done := flaghelp.Parse(fs, args, os.Stdout); done {
 		return code
 	}
 	if *showVersion {
-		fmt.Println(buildinfo.Get().String("imsd"))
+		fmt.Printf("%s; serves agentd %s\n", buildinfo.Get().String("imsd"), server.ServedAgentVersions())
 		return 0
 	}
 	switch *agentWire {

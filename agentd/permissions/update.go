@@ -125,3 +125,20 @@ func (p UpdatePolicy) Refusal(version string, now time.Time, byHand bool) string
 	}
 	return ""
 }
+
+// WindowShut reports whether the policy's window is shut at now, and
+// when it next opens (zero: never, or no window).
+func (p UpdatePolicy) WindowShut(now time.Time) (bool, time.Time) {
+	if p.Window == "" {
+		return false, time.Time{}
+	}
+	w, err := window.Parse(p.Window)
+	if err != nil {
+		return false, time.Time{}
+	}
+	s, err := window.ParseSchedule([]string{w.String()})
+	if err != nil || s.Contains(now) {
+		return false, time.Time{}
+	}
+	return true, s.NextOpening(now)
+}

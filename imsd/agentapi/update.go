@@ -33,7 +33,7 @@ func (c *conn) reportUpdate(ctx context.Context, p *agentv1.UpdateReport, now ti
 	u := store.AgentUpdate{Mode: p.Mode, Pin: p.Pin, Allow: p.Allow, Window: p.Window}
 	if l := p.Last; l != nil {
 		u.LastKind, u.LastRelease, u.LastOfferID, u.LastVersion = truncate(l.Kind, 32), truncate(l.Release, 512), truncate(l.OfferId, 64), truncate(l.Version, 64)
-		u.LastReason = truncate(l.Reason, 1024)
+		u.LastReason, u.LastCause = truncate(l.Reason, 1024), truncate(l.Cause, 32)
 		if l.Time != nil {
 			u.LastAt = l.Time.AsTime().UTC()
 		}

@@ -116,7 +116,7 @@ func (s *Service) agentStatus(agents []store.Agent) *imsv1.AgentStatus {
 	if u := a.Update; u != nil {
 		st.Update = &imsv1.AgentUpdate{Mode: u.Mode, Pin: u.Pin, Allow: u.Allow, Window: u.Window,
 			LastKind: u.LastKind, LastRelease: u.LastRelease, LastOfferId: u.LastOfferID, LastVersion: u.LastVersion,
-			LastReason: u.LastReason, LastTime: ts(u.LastAt), ReportTime: ts(u.ReportedAt)}
+			LastReason: u.LastReason, LastTime: ts(u.LastAt), ReportTime: ts(u.ReportedAt), LastCause: u.LastCause}
 	}
 	if o := a.UpdateOffer; o != nil {
 		st.UpdateOffer = &imsv1.AgentUpdateOffer{Id: o.ID, Release: o.Release, OfferedBy: o.OfferedBy, OfferTime: ts(o.OfferedAt)}

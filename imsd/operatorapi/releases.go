@@ -37,9 +37,14 @@ func (s *Service) CreateRelease(ctx context.Context, req *connect.Request[imsv1.
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}
+	if m.AgentRelease != "" {
+		return s.createAgentRollout(ctx, eng, m)
+	}
 	switch {
 	case m.App == "":
 		return nil, s.err(ctx, errs.Field("app", "is required"))
+	case m.Canary != 0 || m.GroupBy != "" || m.ConfirmWithinSeconds != 0:
+		return nil, s.err(ctx, errs.Field("agent_release", "canary, group_by and confirm_within_seconds are for agent rollouts, which name an agent_release"))
 	case m.AppRevision < 1:
 		return nil, s.err(ctx, errs.Field("app_revision", "is required (byoc app revisions lists them)"))
 	case m.PauseBetweenSeconds < 0:
@@ -66,6 +71,44 @@ func (s *Service) CreateRelease(ctx context.Context, req *connect.Request[imsv1.
 	return connect.NewResponse(&imsv1.CreateReleaseResponse{Release: p}), nil
 }
 
+// createAgentRollout is CreateRelease of an agent release.
+func (s *Service) createAgentRollout(ctx context.Context, eng *release.Engine, m *imsv1.CreateReleaseRequest) (*connect.Response[imsv1.CreateReleaseResponse], error) {
+	switch {
+	case !releaseRef.MatchString(m.AgentRelease):
+		return nil, s.err(ctx, errs.Field("agent_release", "%q is not an agent release: want oci://HOST/REPOSITORY@sha256:<64 hex digits> (byoc agent publish prints it)", m.AgentRelease))
+	case m.AppRevision != 0:
+		return nil, s.err(ctx, errs.Field("app_revision", "an agent rollout rolls out an agent release, not an app revision"))
+	case m.PauseBetweenSeconds != 0:
+		return nil, s.err(ctx, errs.Field("pause_between_seconds", "is for app releases"))
+	case m.ConfirmWithinSeconds < 0:
+		return nil, s.err(ctx, errs.Field("confirm_within_seconds", "must not be negative"))
+	case len(m.Waves) > 512:
+		return nil, s.err(ctx, errs.Field("waves", "is longer than 512 bytes"))
+	case len(m.Selector) > 512:
+		return nil, s.err(ctx, errs.Field("selector", "is longer than 512 bytes"))
+	}
+	appID := ""
+	if m.App != "" {
+		app, err := s.store.GetApp(ctx, m.App)
+		if err != nil {
+			return nil, s.err(ctx, err)
+		}
+		appID = app.ID
+	}
+	r, err := eng.CreateAgentRollout(ctx, release.AgentRolloutRequest{AppID: appID, Release: m.AgentRelease, Selector: m.Selector,
+		Waves: m.Waves, Canary: int(m.Canary), GroupBy: m.GroupBy, MaxFailures: m.MaxFailures,
+		ConfirmWithin: time.Duration(m.ConfirmWithinSeconds) * time.Second, RespectWindows: m.RespectWindows,
+		RequireApproval: m.RequireApproval, Reason: m.Reason, By: callerFrom(ctx).Name})
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	p, err := s.releaseProto(ctx, r.ID, false)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	return connect.NewResponse(&imsv1.CreateReleaseResponse{Release: p}), nil
+}
+
 // ListReleases lists releases, newest first.
 func (s *Service) ListReleases(ctx context.Context, req *connect.Request[imsv1.ListReleasesRequest]) (*connect.Response[imsv1.ListReleasesResponse], error) {
 	m := req.Msg
@@ -73,6 +116,14 @@ func (s *Service) ListReleases(ctx context.Context, req *connect.Request[imsv1.L
 		return nil, s.err(ctx, errs.Field("page_size", "must be between 0 and 1000"))
 	}
 	f := store.ReleaseFilter{Active: m.Active, Limit: int(m.PageSize)}
+	switch m.Kind {
+	case "":
+	case "agent", "app":
+		agent := m.Kind == "agent"
+		f.Agent = &agent
+	default:
+		return nil, s.err(ctx, errs.Field("kind", "want app or agent, got %q", m.Kind))
+	}
 	if m.App != "" {
 		app, err := s.store.GetApp(ctx, m.App)
 		if err != nil {
@@ -142,7 +193,7 @@ func (s *Service) releaseProto(ctx context.Context, id string, installs bool) (*
 		for i, in := range ins {
 			p.Installs[i] = &imsv1.ReleaseInstall{InstallId: in.InstallID, InstallName: in.InstallName, Wave: int32(in.Wave),
 				FromRevision: in.FromRevision, ToRevision: in.ToRevision, PlanGroup: int32(in.PlanGroup), State: string(in.State),
-				WorkflowId: in.WorkflowID, Error: in.Error, WindowOpenTime: ts(in.WindowOpensAt), StartTime: ts(in.StartedAt),
+				WorkflowId: in.WorkflowID, OfferId: in.OfferID, Error: in.Error, WindowOpenTime: ts(in.WindowOpensAt), StartTime: ts(in.StartedAt),
 				EndTime: ts(in.EndedAt)}
 		}
 	}
@@ -155,7 +206,11 @@ func releaseToProto(r store.Release, counts store.ReleaseCounts) *imsv1.Release 
 		MaxFailures: int32(r.MaxFailures), MaxFailuresSpec: r.MaxFailuresSpec, PauseBetweenSeconds: int64(r.PauseBetween / time.Second),
 		RespectWindows: r.RespectWindows, RequireApproval: r.RequireApproval, CancelRequested: r.CancelRequested, Reason: r.Reason,
 		Error: r.Error, CreateTime: ts(r.CreatedAt), CreatedBy: r.CreatedBy, EndTime: ts(r.EndedAt), Counts: map[string]int32{},
-		FailuresAccepted: int32(r.FailuresBase), WaveEndTime: ts(r.WaveEndedAt)}
+		FailuresAccepted: int32(r.FailuresBase), WaveEndTime: ts(r.WaveEndedAt), AgentRelease: r.AgentRelease,
+		ConfirmWithinSeconds: int64(r.ConfirmWithin / time.Second)}
+	if r.IsAgentRollout() {
+		p.Kind = "agent"
+	}
 	for i, w := range r.Waves {
 		wp := &imsv1.ReleaseWave{Name: w.Name, Spec: w.Spec, Size: int32(w.Size), Counts: map[string]int32{}}
 		for st, n := range counts[i] {

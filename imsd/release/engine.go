@@ -3,6 +3,7 @@ package release
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -186,19 +187,24 @@ func (e *Engine) Advance(ctx context.Context, id string) error {
 
 func (e *Engine) step(ctx context.Context, id string) (again bool, err error) {
 	now := e.now()
-	n, err := e.st.RecordReleaseInstalls(ctx, id, now)
-	if err != nil {
-		return false, err
-	}
-	if n > 0 {
-		e.hub.FleetChanged()
-	}
 	// A pass reads the release and its counts per wave and state; it
 	// lists installs only when it has some to start (or cancel), so a
 	// release of 10,000 installs costs little while its workflows run.
 	r, err := e.st.GetReleaseOnly(ctx, id)
 	if err != nil || r.State.Terminal() {
 		return false, err
+	}
+	var n int
+	if r.IsAgentRollout() {
+		n, err = e.st.RecordAgentRolloutInstalls(ctx, r, now)
+	} else {
+		n, err = e.st.RecordReleaseInstalls(ctx, id, now)
+	}
+	if err != nil {
+		return false, err
+	}
+	if n > 0 {
+		e.hub.FleetChanged()
 	}
 	all, err := e.st.CountReleaseInstalls(ctx, []string{id})
 	if err != nil {
@@ -219,9 +225,16 @@ func (e *Engine) step(ctx context.Context, id string) (again bool, err error) {
 	if r.State != store.ReleaseRunning {
 		return false, nil // paused, halted or awaiting approval: only recorded
 	}
-	if failures := count[store.RIFailed] - r.FailuresBase; failures > r.MaxFailures {
+	failures := count[store.RIFailed] - r.FailuresBase
+	// An agent rollout's first wave of several is its canary: one failure
+	// there halts it, whatever --max-failures tolerates.
+	canaryFailed := r.IsAgentRollout() && len(r.Waves) > 1 && r.CurrentWave == 0 && failures > 0
+	if failures > r.MaxFailures || canaryFailed {
 		msg := fmt.Sprintf("%s failed, more than the %d tolerated (--max-failures %s)", plural.Count(failures, "install"),
 			r.MaxFailures, cmp.Or(r.MaxFailuresSpec, "0"))
+		if failures <= r.MaxFailures {
+			msg = fmt.Sprintf("the canary wave (%s) failed: %s failed", r.Waves[0].Name, plural.Count(failures, "install"))
+		}
 		failed, err := e.st.ReleaseInstallsIn(ctx, id, -1, store.RIFailed)
 		if err != nil {
 			return false, err
@@ -301,6 +314,7 @@ func (e *Engine) step(ctx context.Context, id string) (again bool, err error) {
 // release does not respect windows) and marks the others waiting.
 func (e *Engine) start(ctx context.Context, r store.Release, todo []store.ReleaseInstall, now time.Time) (int, error) {
 	var starts []store.ReleaseStart
+	var offers []store.AgentRolloutStart
 	var waits []store.ReleaseWait
 	for _, ri := range todo {
 		in, err := e.st.GetInstall(ctx, ri.InstallID)
@@ -319,6 +333,10 @@ func (e *Engine) start(ctx context.Context, r store.Release, todo []store.Releas
 				continue
 			}
 		}
+		if r.IsAgentRollout() {
+			offers = append(offers, store.AgentRolloutStart{InstallID: in.ID, OfferID: "uo_" + rand.Text()[:16]})
+			continue
+		}
 		wf, err := e.workflowFor(ctx, r, ri, in, now)
 		if err != nil {
 			return 0, err
@@ -329,6 +347,16 @@ func (e *Engine) start(ctx context.Context, r store.Release, todo []store.Releas
 		return 0, err
 	}
 	total := 0
+	for chunk := range slices.Chunk(offers, startBatch) {
+		started, err := e.st.StartAgentRolloutInstalls(ctx, r.ID, r.CurrentWave, chunk, now)
+		if err != nil {
+			return total, err
+		}
+		total += len(started)
+	}
+	if len(offers) > 0 {
+		e.hub.OfferChanged()
+	}
 	for chunk := range slices.Chunk(starts, startBatch) {
 		started, err := e.st.StartReleaseInstalls(ctx, r.ID, r.CurrentWave, chunk, now)
 		if err != nil {
@@ -375,6 +403,11 @@ func (e *Engine) cancel(ctx context.Context, r store.Release, count map[store.Re
 			e.hub.FleetChanged()
 		}
 		return err
+	}
+	if r.IsAgentRollout() {
+		// An offer made is not taken back: its installs end as their
+		// agents confirm, fail, or miss the deadline.
+		return nil
 	}
 	running, err := e.st.ReleaseInstallsIn(ctx, r.ID, -1, store.RIRunning)
 	if err != nil {
@@ -553,6 +586,9 @@ func (e *Engine) Rollback(ctx context.Context, id, reason, by string) (store.Rel
 	orig, ins, err := e.st.GetRelease(ctx, id)
 	if err != nil {
 		return store.Release{}, err
+	}
+	if orig.IsAgentRollout() {
+		return store.Release{}, errs.E(errs.Conflict, "release %s is an agent rollout: there is no revision to go back to; roll the previous agent release out (byoc agent rollout create --release ...)", id)
 	}
 	if orig.RolledBackBy != "" {
 		return store.Release{}, errs.E(errs.Conflict, "release %s was already rolled back by %s", id, orig.RolledBackBy)

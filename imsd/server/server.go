@@ -275,6 +275,8 @@ const agentHelloMax = 64 << 10
 // Server is a running imsd.
 type Server struct {
 	cfg Config
+	// version is imsd's version, for the agent versions it serves.
+	version string
 	// sso verifies single sign-on ID tokens (nil: off); login is what
 	// byoc login reads.
 	sso   *sso.Verifier
@@ -540,6 +542,7 @@ func (s *Server) newHTTPServer() *http.Server {
 		SensitiveEnv:      s.engine.Sensitive.Get,
 	}, cfg.Now, s.log, obs)
 	s.agents = ag
+	s.version = cmp.Or(cfg.Version, buildinfo.Get().Short())
 	s.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "byoc_agent_hellos_shed_total",
 		Help: "Agent streams ended before their hello because imsd was serving --max-hellos hellos already (the agent retries after the hint it got).",
@@ -666,7 +669,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		}()
 		defer dbg.Close()
 	}
-	s.log.Info("imsd serving", "addr", s.Addr(), "database", s.store.Dialect())
+	s.log.Info("imsd serving", "addr", s.Addr(), "database", s.store.Dialect(), "agent_versions", servedText(s.version))
 	var err error
 	select {
 	case <-ctx.Done():
@@ -807,3 +810,15 @@ func reserveStack() byte {
 
 // stackIndex is a variable so the compiler keeps reserveStack's frame.
 var stackIndex = 0
+
+// servedText is the agent versions an imsd of version serves (the
+// version-skew window), as imsd --version and its start line say it.
+func servedText(version string) string {
+	if _, w := agentproto.AgentVersionServed(version, ""); w != "" {
+		return w
+	}
+	return "any (this imsd is not a release build)"
+}
+
+// ServedAgentVersions is servedText for imsd's own build.
+func ServedAgentVersions() string { return servedText(buildinfo.Get().Short()) }

@@ -625,8 +625,11 @@ func (s *Store) SetAgentUpdate(ctx context.Context, id string, u AgentUpdate, de
 		if !decided || u.LastKind == "" {
 			return nil
 		}
-		return s.auditAgent(ctx, tx, id, "agent.update_"+u.LastKind, now, map[string]string{
-			"release": u.LastRelease, "offer": u.LastOfferID, "version": u.LastVersion, "reason": u.LastReason})
+		data := map[string]string{"release": u.LastRelease, "offer": u.LastOfferID, "version": u.LastVersion, "reason": u.LastReason}
+		if u.LastCause != "" {
+			data["cause"] = u.LastCause
+		}
+		return s.auditAgent(ctx, tx, id, "agent.update_"+u.LastKind, now, data)
 	}, `UPDATE agents SET update_report = ? WHERE id = ?`, string(b))
 }
 
@@ -644,26 +647,34 @@ func (s *Store) OfferAgentUpdate(ctx context.Context, installID string, o Update
 	}
 	var ids []string
 	err = s.write(ctx, "offer agent update", func(tx *txn) error {
-		ids = nil
-		if err := tx.SelectContext(ctx, &ids, s.bind(`SELECT id FROM agents WHERE install_id = ? AND revoked_at = 0 ORDER BY id`), installID); err != nil {
-			return err
-		}
-		if len(ids) == 0 {
-			return errs.E(errs.NotFound, "install %s has no agent that is not revoked", installID)
-		}
-		for _, id := range ids {
-			if _, err := tx.ExecContext(ctx, s.bind(`UPDATE agents SET update_offer = ? WHERE id = ?`), string(b), id); err != nil {
-				return err
-			}
-			if err := s.Audit(ctx, tx, AuditEvent{Chain: installID, At: o.OfferedAt, Kind: "agent.update_offered", Actor: actor, Subject: "agent:" + id,
-				Data: map[string]string{"release": o.Release, "offer": o.ID}}); err != nil {
-				return err
-			}
-		}
-		return nil
+		var err error
+		ids, err = s.offerAgentUpdate(ctx, tx, installID, o, string(b), actor)
+		return err
 	})
 	if err != nil {
 		return nil, err
+	}
+	return ids, nil
+}
+
+// offerAgentUpdate records offer o (b, as JSON) for the agents of
+// installID not revoked, in tx, each audited as agent.update_offered.
+func (s *Store) offerAgentUpdate(ctx context.Context, tx *txn, installID string, o UpdateOffer, b, actor string) ([]string, error) {
+	var ids []string
+	if err := tx.SelectContext(ctx, &ids, s.bind(`SELECT id FROM agents WHERE install_id = ? AND revoked_at = 0 ORDER BY id`), installID); err != nil {
+		return nil, err
+	}
+	if len(ids) == 0 {
+		return nil, errs.E(errs.NotFound, "install %s has no agent that is not revoked", installID)
+	}
+	for _, id := range ids {
+		if _, err := tx.ExecContext(ctx, s.bind(`UPDATE agents SET update_offer = ? WHERE id = ?`), b, id); err != nil {
+			return nil, err
+		}
+		if err := s.Audit(ctx, tx, AuditEvent{Chain: installID, At: o.OfferedAt, Kind: "agent.update_offered", Actor: actor, Subject: "agent:" + id,
+			Data: map[string]string{"release": o.Release, "offer": o.ID}}); err != nil {
+			return nil, err
+		}
 	}
 	return ids, nil
 }

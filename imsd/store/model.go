@@ -280,8 +280,11 @@ type AgentUpdate struct {
 	Pin    string `json:"pin,omitempty"`
 	Allow  string `json:"allow,omitempty"`
 	Window string `json:"window,omitempty"`
-	// LastKind is applied, refused, confirmed or rolled_back ("": none).
+	// LastKind is applied, deferred, refused, failed, confirmed or
+	// rolled_back ("": none); LastCause what refused, failed, deferred or
+	// rolled it back (policy, signature, download, self_check, window, ...).
 	LastKind    string    `json:"last_kind,omitempty"`
+	LastCause   string    `json:"last_cause,omitempty"`
 	LastRelease string    `json:"last_release,omitempty"`
 	LastOfferID string    `json:"last_offer_id,omitempty"`
 	LastVersion string    `json:"last_version,omitempty"`
@@ -300,7 +303,7 @@ func (u AgentUpdate) SameReport(o AgentUpdate) bool {
 
 // SameDecision: see SameReport.
 func (u AgentUpdate) SameDecision(o AgentUpdate) bool {
-	return u.LastKind == o.LastKind && u.LastRelease == o.LastRelease && u.LastOfferID == o.LastOfferID &&
+	return u.LastKind == o.LastKind && u.LastCause == o.LastCause && u.LastRelease == o.LastRelease && u.LastOfferID == o.LastOfferID &&
 		u.LastVersion == o.LastVersion && u.LastReason == o.LastReason && u.LastAt.Equal(o.LastAt)
 }
 

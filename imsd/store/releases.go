@@ -104,7 +104,17 @@ type Release struct {
 	CreatedAt       time.Time
 	CreatedBy       string
 	EndedAt         time.Time
+	// AgentRelease makes the release an agent rollout: the agent release
+	// (oci://...@sha256:...) offered to each install's agents instead of
+	// an update workflow; ConfirmWithin is how long an install's agent
+	// has, from the offer (or from applying it, when its customer's
+	// window deferred it), to report the new version confirmed.
+	AgentRelease  string
+	ConfirmWithin time.Duration
 }
+
+// IsAgentRollout reports whether r rolls an agent release out.
+func (r Release) IsAgentRollout() bool { return r.AgentRelease != "" }
 
 // ReleaseInstall is one install of a release.
 type ReleaseInstall struct {
@@ -118,7 +128,10 @@ type ReleaseInstall struct {
 	PlanGroup    int
 	State        ReleaseInstallState
 	WorkflowID   string
-	Error        string
+	// OfferID is the update offer an agent rollout made to the install's
+	// agents.
+	OfferID string
+	Error   string
 	// WindowOpensAt is when a waiting install's window opens.
 	WindowOpensAt time.Time
 	StartedAt     time.Time
@@ -152,11 +165,13 @@ type releaseRow struct {
 	CreatedAt       int64  `db:"created_at"`
 	CreatedBy       string `db:"created_by"`
 	EndedAt         int64  `db:"ended_at"`
+	AgentRelease    string `db:"agent_release"`
+	ConfirmWithin   int64  `db:"confirm_within_ns"`
 }
 
 const releaseCols = `id, app_id, app_revision, kind, rollback_of, rolled_back_by, state, waves, selector, max_failures,
 	max_failures_spec, pause_between_ns, respect_windows, require_approval, current_wave, approved_wave, wave_started_at,
-	wave_ended_at, failures_base, cancel_requested, reason, error, plan_groups, created_at, created_by, ended_at`
+	wave_ended_at, failures_base, cancel_requested, reason, error, plan_groups, created_at, created_by, ended_at, agent_release, confirm_within_ns`
 
 func (r releaseRow) release() (Release, error) {
 	out := Release{ID: r.ID, AppID: r.AppID, AppRevision: r.AppRevision, Kind: r.Kind, RollbackOf: r.RollbackOf,
@@ -165,7 +180,7 @@ func (r releaseRow) release() (Release, error) {
 		RequireApproval: r.RequireApproval, CurrentWave: r.CurrentWave, ApprovedWave: r.ApprovedWave,
 		WaveStartedAt: fromNanos(r.WaveStartedAt), WaveEndedAt: fromNanos(r.WaveEndedAt), FailuresBase: r.FailuresBase,
 		CancelRequested: r.CancelRequested, Reason: r.Reason, Error: r.Error, CreatedAt: fromNanos(r.CreatedAt),
-		CreatedBy: r.CreatedBy, EndedAt: fromNanos(r.EndedAt)}
+		CreatedBy: r.CreatedBy, EndedAt: fromNanos(r.EndedAt), AgentRelease: r.AgentRelease, ConfirmWithin: time.Duration(r.ConfirmWithin)}
 	if err := json.Unmarshal([]byte(r.Waves), &out.Waves); err != nil {
 		return Release{}, fmt.Errorf("release %s waves: %w", r.ID, err)
 	}
@@ -186,6 +201,7 @@ type releaseInstallRow struct {
 	PlanGroup     int    `db:"plan_group"`
 	State         string `db:"state"`
 	WorkflowID    string `db:"workflow_id"`
+	OfferID       string `db:"offer_id"`
 	Error         string `db:"error"`
 	WindowOpensAt int64  `db:"window_opens_at"`
 	StartedAt     int64  `db:"started_at"`
@@ -195,12 +211,12 @@ type releaseInstallRow struct {
 func (r releaseInstallRow) install() ReleaseInstall {
 	return ReleaseInstall{ReleaseID: r.ReleaseID, InstallID: r.InstallID, InstallName: r.InstallName, Wave: r.Wave,
 		Position: r.Position, FromRevision: r.FromRevision, ToRevision: r.ToRevision, PlanGroup: r.PlanGroup,
-		State: ReleaseInstallState(r.State), WorkflowID: r.WorkflowID, Error: r.Error, WindowOpensAt: fromNanos(r.WindowOpensAt),
+		State: ReleaseInstallState(r.State), WorkflowID: r.WorkflowID, OfferID: r.OfferID, Error: r.Error, WindowOpensAt: fromNanos(r.WindowOpensAt),
 		StartedAt: fromNanos(r.StartedAt), EndedAt: fromNanos(r.EndedAt)}
 }
 
 const releaseInstallCols = `ri.release_id, ri.install_id, i.name AS install_name, ri.wave, ri.position, ri.from_revision,
-	ri.to_revision, ri.plan_group, ri.state, ri.workflow_id, ri.error, ri.window_opens_at, ri.started_at, ri.ended_at`
+	ri.to_revision, ri.plan_group, ri.state, ri.workflow_id, ri.offer_id, ri.error, ri.window_opens_at, ri.started_at, ri.ended_at`
 
 // releaseEvent is an audit event of release r, on the vendor's chain.
 func releaseEvent(id, kind, actor string, at time.Time, data map[string]string) AuditEvent {
@@ -236,10 +252,11 @@ func (s *Store) CreateRelease(ctx context.Context, r Release, installs []Release
 	return s.write(ctx, "create release", func(tx *txn) error {
 		_, err := tx.ExecContext(ctx, s.bind(`INSERT INTO releases (id, app_id, app_revision, kind, rollback_of, state, waves,
 			selector, max_failures, max_failures_spec, pause_between_ns, respect_windows, require_approval, wave_started_at,
-			reason, plan_groups, created_at, created_by) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+			reason, plan_groups, created_at, created_by, agent_release, confirm_within_ns)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 			r.ID, r.AppID, r.AppRevision, r.Kind, r.RollbackOf, string(r.State), string(waves), r.Selector, r.MaxFailures,
 			r.MaxFailuresSpec, int64(r.PauseBetween), r.RespectWindows, r.RequireApproval, nanos(r.CreatedAt), r.Reason,
-			string(groups), nanos(r.CreatedAt), r.CreatedBy)
+			string(groups), nanos(r.CreatedAt), r.CreatedBy, r.AgentRelease, int64(r.ConfirmWithin))
 		switch {
 		case isUnique(err):
 			return errs.E(errs.AlreadyExists, "release %q already exists", r.ID)
@@ -273,6 +290,10 @@ func (s *Store) CreateRelease(ctx context.Context, r Release, installs []Release
 			"reason": truncate(r.Reason, 512)}
 		if r.RollbackOf != "" {
 			data["rollback_of"] = r.RollbackOf
+		}
+		if r.AgentRelease != "" {
+			data["agent_release"] = r.AgentRelease
+			data["confirm_within"] = r.ConfirmWithin.String()
 		}
 		if err := s.Audit(ctx, tx, releaseEvent(r.ID, "release.created", r.CreatedBy, r.CreatedAt, data)); err != nil {
 			return err
@@ -373,6 +394,9 @@ type ReleaseFilter struct {
 	AppID string
 	// Active keeps only releases that have not ended.
 	Active bool
+	// Agent keeps only agent rollouts (true) or only app releases
+	// (false); nil keeps both.
+	Agent *bool
 	// Limit is at most 1000; 0 means 100.
 	Limit int
 }
@@ -389,6 +413,11 @@ func (s *Store) ListReleases(ctx context.Context, f ReleaseFilter) ([]Release, e
 	q := `SELECT ` + releaseCols + ` FROM releases WHERE (? = '' OR app_id = ?)`
 	if f.Active {
 		q += ` AND state IN ('running', 'awaiting_approval', 'paused', 'halted')`
+	}
+	if f.Agent != nil && *f.Agent {
+		q += ` AND agent_release <> ''`
+	} else if f.Agent != nil {
+		q += ` AND agent_release = ''`
 	}
 	q += fmt.Sprintf(` ORDER BY created_at DESC, id DESC LIMIT %d`, limit)
 	var rows []releaseRow
@@ -718,7 +747,7 @@ func (s *Store) ChangeRelease(ctx context.Context, id string, action ReleaseActi
 			if row.RolledBackBy != "" {
 				return errs.E(errs.Conflict, "release %s was rolled back by %s", id, row.RolledBackBy)
 			}
-			res, err := tx.ExecContext(ctx, s.bind(`UPDATE release_installs SET state = 'pending', error = '', ended_at = 0, workflow_id = ''
+			res, err := tx.ExecContext(ctx, s.bind(`UPDATE release_installs SET state = 'pending', error = '', ended_at = 0, workflow_id = '', offer_id = ''
 				WHERE release_id = ? AND state IN ('failed', 'cancelled')`), id)
 			if err != nil {
 				return err

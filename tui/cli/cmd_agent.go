@@ -13,7 +13,7 @@ import (
 
 // agentCommand groups what the vendor does to an install's agent itself.
 func (a *app) agentCommand() *cobra.Command {
-	return group("agent", "Act on an install's agent (revoke a compromised one) and publish agent releases", a.agentRevokeCommand(), a.agentPublishCommand(), a.agentUpdateCommand())
+	return group("agent", "Act on an install's agent (revoke a compromised one), publish agent releases, offer them and roll them out", a.agentRevokeCommand(), a.agentPublishCommand(), a.agentUpdateCommand(), a.agentRolloutCommand())
 }
 
 func (a *app) agentRevokeCommand() *cobra.Command {
@@ -147,6 +147,9 @@ func updateDecisionText(now time.Time, u *imsv1.AgentUpdate) string {
 	s := strings.ReplaceAll(u.GetLastKind(), "_", " ")
 	if v := u.GetLastVersion(); v != "" {
 		s += " " + v
+	}
+	if c := u.GetLastCause(); c != "" {
+		s += " [" + c + "]"
 	}
 	s += " (" + u.GetLastRelease() + ")"
 	if u.GetLastTime() != nil {

@@ -159,6 +159,11 @@ func printPlanGroupsOf(w io.Writer, r *imsv1.Release) {
 }
 
 func (a *app) releaseListCommand() *cobra.Command {
+	return a.releaseListOf("", "No releases; start one with: byoc release create APP --revision N --waves canary:1,100%")
+}
+
+// releaseListOf lists releases of kind ("app", "agent"; "" both).
+func (a *app) releaseListOf(kind, empty string) *cobra.Command {
 	var appName string
 	var active, watch bool
 	var limit int32
@@ -173,9 +178,9 @@ func (a *app) releaseListCommand() *cobra.Command {
 				return err
 			}
 			return runList(cmd.Context(), a, watch, listing[*imsv1.Release]{
-				noun: "releases", empty: "No releases; start one with: byoc release create APP --revision N --waves canary:1,100%",
+				noun: "releases", empty: empty,
 				fetch: func(ctx context.Context) ([]*imsv1.Release, error) {
-					res, err := c.ListReleases(ctx, connect.NewRequest(&imsv1.ListReleasesRequest{App: appName, Active: active, PageSize: limit}))
+					res, err := c.ListReleases(ctx, connect.NewRequest(&imsv1.ListReleasesRequest{App: appName, Active: active, PageSize: limit, Kind: kind}))
 					if err != nil {
 						return nil, c.wrap(err)
 					}
@@ -205,6 +210,9 @@ func (a *app) releaseListCommand() *cobra.Command {
 }
 
 func revisionText(r *imsv1.Release) string {
+	if r.GetAgentRelease() != "" {
+		return "agent " + shortRef(r.GetAgentRelease())
+	}
 	if r.GetKind() == "rollback" {
 		return "rollback of " + r.GetRollbackOf()
 	}
@@ -260,7 +268,12 @@ func (a *app) printRelease(r *imsv1.Release) error {
 	f := newFields(a.stdout)
 	f.add("ID", r.GetId())
 	f.add("App", r.GetAppName())
-	f.add("Revision", revisionText(r))
+	if r.GetAgentRelease() != "" {
+		f.add("Agent release", r.GetAgentRelease())
+		f.add("Confirm within", (time.Duration(r.GetConfirmWithinSeconds()) * time.Second).String())
+	} else {
+		f.add("Revision", revisionText(r))
+	}
 	state := releaseStateName(r.GetState())
 	if r.GetCancelRequested() && !releaseEnded(r.GetState()) {
 		state += " (cancelling)"
@@ -318,14 +331,21 @@ func (a *app) printRelease(r *imsv1.Release) error {
 		return nil
 	}
 	fmt.Fprintln(a.stdout)
-	t = newTable(a.stdout, "INSTALL", "WAVE", "STATE", "REVISION", "WORKFLOW", "WHY")
+	if r.GetAgentRelease() != "" {
+		t = newTable(a.stdout, "INSTALL", "WAVE", "STATE", "WHAT", "OFFER", "WHY")
+	} else {
+		t = newTable(a.stdout, "INSTALL", "WAVE", "STATE", "REVISION", "WORKFLOW", "WHY")
+	}
 	for _, in := range open {
 		why := in.GetError()
 		if in.GetState() == "waiting" && in.GetWindowOpenTime() != nil {
 			why = fmt.Sprintf("window opens %s (%s)", when(now, in.GetWindowOpenTime()), why)
 		}
-		t.row(in.GetInstallName(), strconv.Itoa(int(in.GetWave())+1), in.GetState(),
-			fmt.Sprintf("%d → %d", in.GetFromRevision(), in.GetToRevision()), in.GetWorkflowId(), why)
+		rev, wf := fmt.Sprintf("%d → %d", in.GetFromRevision(), in.GetToRevision()), in.GetWorkflowId()
+		if r.GetAgentRelease() != "" {
+			rev, wf = "agent", in.GetOfferId()
+		}
+		t.row(in.GetInstallName(), strconv.Itoa(int(in.GetWave())+1), in.GetState(), rev, wf, why)
 	}
 	return t.flush()
 }
@@ -361,6 +381,9 @@ func (a *app) followRelease(ctx context.Context, c *client, id string) error {
 				line := fmt.Sprintf("  %-9s %s", in.GetState(), in.GetInstallName())
 				if in.GetWorkflowId() != "" && in.GetState() == "running" {
 					line += " (workflow " + in.GetWorkflowId() + ")"
+				}
+				if in.GetOfferId() != "" && in.GetState() == "running" {
+					line += " (offer " + in.GetOfferId() + ")"
 				}
 				if in.GetState() == "waiting" && in.GetWindowOpenTime() != nil {
 					line += ": window opens " + when(a.now(), in.GetWindowOpenTime())

@@ -72,6 +72,16 @@ var examples = map[string]string{
 	"byoc install drift": `  byoc install drift shop-acme`,
 	"byoc agent publish": `  byoc agent publish ./dist --version 1.5.0 --to registry.example.com/byoc/agent --signing-key /var/lib/imsd/signing.key
   byoc agent publish ./dist --version 1.5.0 --to oci:./out/agent --signing-key signing.key -o json`,
+	"byoc agent rollout create": `  byoc agent rollout create --release oci://registry.example.com/byoc/agent@sha256:4f1c... --canary 1
+  byoc agent rollout create --release oci://registry.example.com/byoc/agent@sha256:4f1c... -l tier!=internal --canary 2 --group-by region --max-failures 5%
+  byoc agent rollout create --release oci://registry.example.com/byoc/agent@sha256:4f1c... --waves 1,10%,50%,100% --approve-each-wave --wait`,
+	"byoc agent rollout list":    `  byoc agent rollout list --active`,
+	"byoc agent rollout get":     `  byoc agent rollout get rel_0123 --wait`,
+	"byoc agent rollout approve": `  byoc agent rollout approve rel_0123 --reason "canary confirmed"`,
+	"byoc agent rollout pause":   `  byoc agent rollout pause rel_0123 --reason "agents slow to reconnect"`,
+	"byoc agent rollout resume":  `  byoc agent rollout resume rel_0123`,
+	"byoc agent rollout cancel":  `  byoc agent rollout cancel rel_0123 --reason "bad build"`,
+	"byoc agent rollout retry":   `  byoc agent rollout retry rel_0123 --reason "registry back"`,
 	"byoc agent update": `  byoc agent update shop-acme --release oci://registry.example.com/byoc/agent@sha256:4f1c...
   byoc agent update -l tier=canary --release oci://registry.example.com/byoc/agent@sha256:4f1c...`,
 	"byoc agent revoke": `  byoc agent revoke shop-acme --reason "agent host compromised"`,

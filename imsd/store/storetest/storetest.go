@@ -72,6 +72,7 @@ func Run(t *testing.T, open OpenFunc) {
 		{"WorkflowLifecycle", testWorkflowLifecycle},
 		{"WorkflowApproveCancel", testWorkflowApproveCancel},
 		{"Releases", testReleases},
+		{"AgentRollouts", testAgentRollouts},
 		{"TriggerTicks", testTriggerTicks},
 		{"ActionRunsAndHealth", testActionRunsAndHealth},
 		{"Modes", testModes},

@@ -1262,16 +1262,23 @@ func (x *UpdateReport) GetLast() *UpdateDecision {
 // UpdateDecision is one update decision of the agent.
 type UpdateDecision struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// kind is applied, refused, confirmed or rolled_back.
+	// kind is applied, deferred (to the customer's update window: the agent
+	// applies it when the window opens), refused (by the customer's policy
+	// or the release's signature), failed (its download or self-check),
+	// confirmed or rolled_back.
 	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
 	// release is the agent release (oci://...@sha256:...), offer_id the
 	// offer it answers ("" for one applied by hand), version the release's
 	// version when known, reason why it was refused or rolled back.
-	Release       string                 `protobuf:"bytes,2,opt,name=release,proto3" json:"release,omitempty"`
-	OfferId       string                 `protobuf:"bytes,3,opt,name=offer_id,json=offerId,proto3" json:"offer_id,omitempty"`
-	Version       string                 `protobuf:"bytes,4,opt,name=version,proto3" json:"version,omitempty"`
-	Reason        string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
-	Time          *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=time,proto3" json:"time,omitempty"`
+	Release string                 `protobuf:"bytes,2,opt,name=release,proto3" json:"release,omitempty"`
+	OfferId string                 `protobuf:"bytes,3,opt,name=offer_id,json=offerId,proto3" json:"offer_id,omitempty"`
+	Version string                 `protobuf:"bytes,4,opt,name=version,proto3" json:"version,omitempty"`
+	Reason  string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	Time    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=time,proto3" json:"time,omitempty"`
+	// cause is what refused, failed, deferred or rolled it back: policy,
+	// signature, download, self_check, window, crash_loop, reconnect or
+	// error ("" for an older agentd, or none).
+	Cause         string `protobuf:"bytes,7,opt,name=cause,proto3" json:"cause,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1346,6 +1353,13 @@ func (x *UpdateDecision) GetTime() *timestamppb.Timestamp {
 		return x.Time
 	}
 	return nil
+}
+
+func (x *UpdateDecision) GetCause() string {
+	if x != nil {
+		return x.Cause
+	}
+	return ""
 }
 
 // UpdateOffer is an agent release imsd offers the agent (byoc agent
@@ -4415,14 +4429,15 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\x03pin\x18\x02 \x01(\tR\x03pin\x12\x14\n" +
 	"\x05allow\x18\x03 \x01(\tR\x05allow\x12\x16\n" +
 	"\x06window\x18\x04 \x01(\tR\x06window\x121\n" +
-	"\x04last\x18\x05 \x01(\v2\x1d.byoc.agent.v1.UpdateDecisionR\x04last\"\xbb\x01\n" +
+	"\x04last\x18\x05 \x01(\v2\x1d.byoc.agent.v1.UpdateDecisionR\x04last\"\xd1\x01\n" +
 	"\x0eUpdateDecision\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x18\n" +
 	"\arelease\x18\x02 \x01(\tR\arelease\x12\x19\n" +
 	"\boffer_id\x18\x03 \x01(\tR\aofferId\x12\x18\n" +
 	"\aversion\x18\x04 \x01(\tR\aversion\x12\x16\n" +
 	"\x06reason\x18\x05 \x01(\tR\x06reason\x12.\n" +
-	"\x04time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\x9d\x01\n" +
+	"\x04time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x14\n" +
+	"\x05cause\x18\a \x01(\tR\x05cause\"\x9d\x01\n" +
 	"\vUpdateOffer\x12\x19\n" +
 	"\boffer_id\x18\x01 \x01(\tR\aofferId\x12\x18\n" +
 	"\arelease\x18\x02 \x01(\tR\arelease\x12\x15\n" +

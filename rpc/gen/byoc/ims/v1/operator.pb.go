@@ -1616,8 +1616,10 @@ type AgentUpdate struct {
 	Pin    string `protobuf:"bytes,2,opt,name=pin,proto3" json:"pin,omitempty"`
 	Allow  string `protobuf:"bytes,3,opt,name=allow,proto3" json:"allow,omitempty"`
 	Window string `protobuf:"bytes,4,opt,name=window,proto3" json:"window,omitempty"`
-	// last_kind is applied, refused, confirmed or rolled_back ("" for
-	// none); the others describe that decision.
+	// last_kind is applied, deferred, refused, failed, confirmed or
+	// rolled_back ("" for none); last_cause what refused, failed, deferred
+	// or rolled it back (policy, signature, download, self_check, window,
+	// crash_loop, reconnect, error); the others describe that decision.
 	LastKind      string                 `protobuf:"bytes,5,opt,name=last_kind,json=lastKind,proto3" json:"last_kind,omitempty"`
 	LastRelease   string                 `protobuf:"bytes,6,opt,name=last_release,json=lastRelease,proto3" json:"last_release,omitempty"`
 	LastOfferId   string                 `protobuf:"bytes,7,opt,name=last_offer_id,json=lastOfferId,proto3" json:"last_offer_id,omitempty"`
@@ -1625,6 +1627,7 @@ type AgentUpdate struct {
 	LastReason    string                 `protobuf:"bytes,9,opt,name=last_reason,json=lastReason,proto3" json:"last_reason,omitempty"`
 	LastTime      *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=last_time,json=lastTime,proto3" json:"last_time,omitempty"`
 	ReportTime    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=report_time,json=reportTime,proto3" json:"report_time,omitempty"`
+	LastCause     string                 `protobuf:"bytes,12,opt,name=last_cause,json=lastCause,proto3" json:"last_cause,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1734,6 +1737,13 @@ func (x *AgentUpdate) GetReportTime() *timestamppb.Timestamp {
 		return x.ReportTime
 	}
 	return nil
+}
+
+func (x *AgentUpdate) GetLastCause() string {
+	if x != nil {
+		return x.LastCause
+	}
+	return ""
 }
 
 // AgentUpdateOffer is an agent release offered to an agent.
@@ -8759,7 +8769,7 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x0fkey_rotate_time\x18a \x01(\v2\x1a.google.protobuf.TimestampR\rkeyRotateTime\x12\x1e\n" +
 	"\vnext_key_id\x18b \x01(\tR\tnextKeyId\x120\n" +
 	"\x06update\x18c \x01(\v2\x18.byoc.ims.v1.AgentUpdateR\x06update\x12@\n" +
-	"\fupdate_offer\x18d \x01(\v2\x1d.byoc.ims.v1.AgentUpdateOfferR\vupdateOffer\"\xff\x02\n" +
+	"\fupdate_offer\x18d \x01(\v2\x1d.byoc.ims.v1.AgentUpdateOfferR\vupdateOffer\"\x9e\x03\n" +
 	"\vAgentUpdate\x12\x12\n" +
 	"\x04mode\x18\x01 \x01(\tR\x04mode\x12\x10\n" +
 	"\x03pin\x18\x02 \x01(\tR\x03pin\x12\x14\n" +
@@ -8774,7 +8784,9 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\tlast_time\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\blastTime\x12;\n" +
 	"\vreport_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"reportTime\"\x96\x01\n" +
+	"reportTime\x12\x1d\n" +
+	"\n" +
+	"last_cause\x18\f \x01(\tR\tlastCause\"\x96\x01\n" +
 	"\x10AgentUpdateOffer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\arelease\x18\x02 \x01(\tR\arelease\x12\x1d\n" +

@@ -245,8 +245,11 @@ type ReleaseInstall struct {
 	WindowOpenTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=window_open_time,json=windowOpenTime,proto3" json:"window_open_time,omitempty"`
 	StartTime      *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
 	EndTime        *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// offer_id is the update offer an agent rollout made to the install's
+	// agents.
+	OfferId       string `protobuf:"bytes,13,opt,name=offer_id,json=offerId,proto3" json:"offer_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReleaseInstall) Reset() {
@@ -363,6 +366,13 @@ func (x *ReleaseInstall) GetEndTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *ReleaseInstall) GetOfferId() string {
+	if x != nil {
+		return x.OfferId
+	}
+	return ""
+}
+
 // Release is one app revision rolled out to many installs, in waves.
 type Release struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -372,7 +382,7 @@ type Release struct {
 	// app_revision is the revision rolled out; 0 for a rollback, whose
 	// installs each go back to their own previous revision.
 	AppRevision int64 `protobuf:"varint,4,opt,name=app_revision,json=appRevision,proto3" json:"app_revision,omitempty"`
-	// kind is release or rollback.
+	// kind is release, rollback or agent (an agent rollout).
 	Kind         string         `protobuf:"bytes,5,opt,name=kind,proto3" json:"kind,omitempty"`
 	RollbackOf   string         `protobuf:"bytes,6,opt,name=rollback_of,json=rollbackOf,proto3" json:"rollback_of,omitempty"`
 	RolledBackBy string         `protobuf:"bytes,7,opt,name=rolled_back_by,json=rolledBackBy,proto3" json:"rolled_back_by,omitempty"`
@@ -405,9 +415,16 @@ type Release struct {
 	FailuresAccepted int32 `protobuf:"varint,26,opt,name=failures_accepted,json=failuresAccepted,proto3" json:"failures_accepted,omitempty"`
 	// wave_end_time is when the current wave ended, while a pause between
 	// waves runs.
-	WaveEndTime   *timestamppb.Timestamp `protobuf:"bytes,27,opt,name=wave_end_time,json=waveEndTime,proto3" json:"wave_end_time,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	WaveEndTime *timestamppb.Timestamp `protobuf:"bytes,27,opt,name=wave_end_time,json=waveEndTime,proto3" json:"wave_end_time,omitempty"`
+	// agent_release makes the release an agent rollout (byoc agent rollout
+	// create): the agent release (oci://HOST/REPOSITORY@sha256:...) offered
+	// to each install's agents, wave by wave, instead of an app revision;
+	// confirm_within_seconds is how long each install's agent has to
+	// confirm the new version.
+	AgentRelease         string `protobuf:"bytes,28,opt,name=agent_release,json=agentRelease,proto3" json:"agent_release,omitempty"`
+	ConfirmWithinSeconds int64  `protobuf:"varint,29,opt,name=confirm_within_seconds,json=confirmWithinSeconds,proto3" json:"confirm_within_seconds,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *Release) Reset() {
@@ -629,6 +646,20 @@ func (x *Release) GetWaveEndTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Release) GetAgentRelease() string {
+	if x != nil {
+		return x.AgentRelease
+	}
+	return ""
+}
+
+func (x *Release) GetConfirmWithinSeconds() int64 {
+	if x != nil {
+		return x.ConfirmWithinSeconds
+	}
+	return 0
+}
+
 type CreateReleaseRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// app is the app's name or id.
@@ -646,8 +677,23 @@ type CreateReleaseRequest struct {
 	RespectWindows      bool   `protobuf:"varint,7,opt,name=respect_windows,json=respectWindows,proto3" json:"respect_windows,omitempty"`
 	RequireApproval     bool   `protobuf:"varint,8,opt,name=require_approval,json=requireApproval,proto3" json:"require_approval,omitempty"`
 	Reason              string `protobuf:"bytes,9,opt,name=reason,proto3" json:"reason,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// agent_release, instead of app_revision, makes an agent rollout: the
+	// agent release (oci://HOST/REPOSITORY@sha256:...) is offered to the
+	// agents of the selected installs, wave by wave; an install succeeds
+	// when its agent confirms the new version, fails when it refuses,
+	// fails to apply or rolls back the release, or does not confirm within
+	// confirm_within_seconds (default 600). app may then be empty: the one
+	// app of the selected installs. The first wave of several is the
+	// canary: a failure in it halts the rollout.
+	AgentRelease string `protobuf:"bytes,10,opt,name=agent_release,json=agentRelease,proto3" json:"agent_release,omitempty"`
+	// canary makes the waves "canary:N,100%" (with group_by: a canary wave,
+	// then one wave per value).
+	Canary int32 `protobuf:"varint,11,opt,name=canary,proto3" json:"canary,omitempty"`
+	// group_by makes one wave per value of this label (instead of waves).
+	GroupBy              string `protobuf:"bytes,12,opt,name=group_by,json=groupBy,proto3" json:"group_by,omitempty"`
+	ConfirmWithinSeconds int64  `protobuf:"varint,13,opt,name=confirm_within_seconds,json=confirmWithinSeconds,proto3" json:"confirm_within_seconds,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *CreateReleaseRequest) Reset() {
@@ -743,6 +789,34 @@ func (x *CreateReleaseRequest) GetReason() string {
 	return ""
 }
 
+func (x *CreateReleaseRequest) GetAgentRelease() string {
+	if x != nil {
+		return x.AgentRelease
+	}
+	return ""
+}
+
+func (x *CreateReleaseRequest) GetCanary() int32 {
+	if x != nil {
+		return x.Canary
+	}
+	return 0
+}
+
+func (x *CreateReleaseRequest) GetGroupBy() string {
+	if x != nil {
+		return x.GroupBy
+	}
+	return ""
+}
+
+func (x *CreateReleaseRequest) GetConfirmWithinSeconds() int64 {
+	if x != nil {
+		return x.ConfirmWithinSeconds
+	}
+	return 0
+}
+
 type CreateReleaseResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Release       *Release               `protobuf:"bytes,1,opt,name=release,proto3" json:"release,omitempty"`
@@ -790,9 +864,12 @@ func (x *CreateReleaseResponse) GetRelease() *Release {
 type ListReleasesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// app keeps only releases of this app (name or id).
-	App           string `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
-	Active        bool   `protobuf:"varint,2,opt,name=active,proto3" json:"active,omitempty"`
-	PageSize      int32  `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	App      string `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
+	Active   bool   `protobuf:"varint,2,opt,name=active,proto3" json:"active,omitempty"`
+	PageSize int32  `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// kind keeps only app releases ("app") or agent rollouts ("agent");
+	// empty: both.
+	Kind          string `protobuf:"bytes,4,opt,name=kind,proto3" json:"kind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -846,6 +923,13 @@ func (x *ListReleasesRequest) GetPageSize() int32 {
 		return x.PageSize
 	}
 	return 0
+}
+
+func (x *ListReleasesRequest) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
 }
 
 type ListReleasesResponse struct {
@@ -1573,7 +1657,7 @@ const file_byoc_ims_v1_release_proto_rawDesc = "" +
 	"\x10ReleasePlanGroup\x12\x14\n" +
 	"\x05steps\x18\x01 \x03(\tR\x05steps\x12\x1a\n" +
 	"\binstalls\x18\x02 \x01(\x05R\binstalls\x12\x14\n" +
-	"\x05error\x18\x03 \x01(\tR\x05error\"\xd0\x03\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\"\xeb\x03\n" +
 	"\x0eReleaseInstall\x12\x1d\n" +
 	"\n" +
 	"install_id\x18\x01 \x01(\tR\tinstallId\x12!\n" +
@@ -1592,7 +1676,8 @@ const file_byoc_ims_v1_release_proto_rawDesc = "" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\x0ewindowOpenTime\x129\n" +
 	"\n" +
 	"start_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
-	"\bend_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\"\x87\t\n" +
+	"\bend_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12\x19\n" +
+	"\boffer_id\x18\r \x01(\tR\aofferId\"\xe2\t\n" +
 	"\aRelease\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x15\n" +
 	"\x06app_id\x18\x02 \x01(\tR\x05appId\x12\x19\n" +
@@ -1625,10 +1710,12 @@ const file_byoc_ims_v1_release_proto_rawDesc = "" +
 	"\x06counts\x18\x18 \x03(\v2 .byoc.ims.v1.Release.CountsEntryR\x06counts\x127\n" +
 	"\binstalls\x18\x19 \x03(\v2\x1b.byoc.ims.v1.ReleaseInstallR\binstalls\x12+\n" +
 	"\x11failures_accepted\x18\x1a \x01(\x05R\x10failuresAccepted\x12>\n" +
-	"\rwave_end_time\x18\x1b \x01(\v2\x1a.google.protobuf.TimestampR\vwaveEndTime\x1a9\n" +
+	"\rwave_end_time\x18\x1b \x01(\v2\x1a.google.protobuf.TimestampR\vwaveEndTime\x12#\n" +
+	"\ragent_release\x18\x1c \x01(\tR\fagentRelease\x124\n" +
+	"\x16confirm_within_seconds\x18\x1d \x01(\x03R\x14confirmWithinSeconds\x1a9\n" +
 	"\vCountsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\xc0\x02\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\xce\x03\n" +
 	"\x14CreateReleaseRequest\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12!\n" +
 	"\fapp_revision\x18\x02 \x01(\x03R\vappRevision\x12\x14\n" +
@@ -1638,13 +1725,19 @@ const file_byoc_ims_v1_release_proto_rawDesc = "" +
 	"\x15pause_between_seconds\x18\x06 \x01(\x03R\x13pauseBetweenSeconds\x12'\n" +
 	"\x0frespect_windows\x18\a \x01(\bR\x0erespectWindows\x12)\n" +
 	"\x10require_approval\x18\b \x01(\bR\x0frequireApproval\x12\x16\n" +
-	"\x06reason\x18\t \x01(\tR\x06reason\"G\n" +
+	"\x06reason\x18\t \x01(\tR\x06reason\x12#\n" +
+	"\ragent_release\x18\n" +
+	" \x01(\tR\fagentRelease\x12\x16\n" +
+	"\x06canary\x18\v \x01(\x05R\x06canary\x12\x19\n" +
+	"\bgroup_by\x18\f \x01(\tR\agroupBy\x124\n" +
+	"\x16confirm_within_seconds\x18\r \x01(\x03R\x14confirmWithinSeconds\"G\n" +
 	"\x15CreateReleaseResponse\x12.\n" +
-	"\arelease\x18\x01 \x01(\v2\x14.byoc.ims.v1.ReleaseR\arelease\"\\\n" +
+	"\arelease\x18\x01 \x01(\v2\x14.byoc.ims.v1.ReleaseR\arelease\"p\n" +
 	"\x13ListReleasesRequest\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x16\n" +
 	"\x06active\x18\x02 \x01(\bR\x06active\x12\x1b\n" +
-	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\"H\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x12\n" +
+	"\x04kind\x18\x04 \x01(\tR\x04kind\"H\n" +
 	"\x14ListReleasesResponse\x120\n" +
 	"\breleases\x18\x01 \x03(\v2\x14.byoc.ims.v1.ReleaseR\breleases\"#\n" +
 	"\x11GetReleaseRequest\x12\x0e\n" +

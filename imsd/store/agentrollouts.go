@@ -1,0 +1,249 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/byoc-dev/byoc/imsd/errs"
+)
+
+// Agent rollouts are releases whose installs get an update offer (the
+// agent release) instead of an update workflow: an install is done when
+// its agents report the offer confirmed (the new version reconnected),
+// failed when one reports it refused, failed or rolled back, or when none
+// confirms within the rollout's ConfirmWithin.
+
+// AgentRolloutStart is an install of an agent rollout to offer the
+// release to, and the offer's id.
+type AgentRolloutStart struct {
+	InstallID string
+	OfferID   string
+}
+
+// StartAgentRolloutInstalls offers agent rollout id's release to the
+// agents of installs of its wave wave: each install still pending or
+// waiting moves to running with its offer, recorded for its agents (and
+// audited as agent.update_offered) in the same transaction, under the
+// same conditions as StartReleaseInstalls, so two replicas never offer
+// twice. An install with no agent that is not revoked fails, saying so.
+// started are the installs offered.
+func (s *Store) StartAgentRolloutInstalls(ctx context.Context, id string, wave int, starts []AgentRolloutStart, now time.Time) (started []string, err error) {
+	if err := requireTime("now", now); err != nil {
+		return nil, err
+	}
+	r, err := s.releaseOnly(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if !r.IsAgentRollout() {
+		return nil, errs.E(errs.Invalid, "release %s is not an agent rollout", id)
+	}
+	err = s.write(ctx, "start agent rollout installs", func(tx *txn) error {
+		started = started[:0]
+		for _, st := range starts {
+			if st.OfferID == "" {
+				return errs.Field("offer_id", "required (install %s)", st.InstallID)
+			}
+			res, err := tx.ExecContext(ctx, s.bind(`UPDATE release_installs SET state = 'running', offer_id = ?, started_at = ?,
+				window_opens_at = 0, error = '' WHERE release_id = ? AND install_id = ? AND wave = ? AND state IN ('pending', 'waiting')
+				AND EXISTS (SELECT 1 FROM releases WHERE id = ? AND state = 'running' AND current_wave = ? AND cancel_requested = ?
+					AND (require_approval = ? OR approved_wave >= current_wave))`),
+				st.OfferID, nanos(now), id, st.InstallID, wave, id, wave, false, false)
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil {
+				return err
+			} else if n == 0 {
+				continue
+			}
+			o := UpdateOffer{ID: st.OfferID, Release: r.AgentRelease, OfferedBy: "release " + id, OfferedAt: now.UTC()}
+			b, err := json.Marshal(o)
+			if err != nil {
+				return err
+			}
+			if _, err := s.offerAgentUpdate(ctx, tx, st.InstallID, o, string(b), o.OfferedBy); err != nil {
+				if !errs.Is(err, errs.NotFound) {
+					return err
+				}
+				if _, err := s.endAgentRolloutInstall(ctx, tx, id, st.InstallID, RIFailed, "no agent that is not revoked: nothing to offer the release to", now); err != nil {
+					return err
+				}
+			}
+			started = append(started, st.InstallID)
+		}
+		return nil
+	})
+	return started, err
+}
+
+// endAgentRolloutInstall ends running install installID of agent rollout
+// id in state with msg; a failure is audited (release.install_failed).
+// ended is false when the install was not running (another replica
+// ended it).
+func (s *Store) endAgentRolloutInstall(ctx context.Context, tx *txn, id, installID string, state ReleaseInstallState, msg string, now time.Time) (ended bool, err error) {
+	res, err := tx.ExecContext(ctx, s.bind(`UPDATE release_installs SET state = ?, error = ?, ended_at = ?
+		WHERE release_id = ? AND install_id = ? AND state = 'running'`), string(state), truncate(msg, 1024), nanos(now), id, installID)
+	if err != nil {
+		return false, err
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return false, err
+	}
+	if state != RIFailed {
+		return true, nil
+	}
+	return true, s.Audit(ctx, tx, releaseEvent(id, "release.install_failed", "imsd", now,
+		map[string]string{"install": installID, "error": truncate(msg, 512)}))
+}
+
+// agentRolloutFailed are the decisions that fail an install of an agent
+// rollout.
+var agentRolloutFailed = map[string]bool{"refused": true, "failed": true, "rolled_back": true}
+
+// RecordAgentRolloutInstalls records, for the running installs of agent
+// rollout r, what their agents reported of the rollout's offer (as of
+// now): succeeded once every agent of the install that is not revoked
+// confirmed it; failed when one refused it, failed to apply it or rolled
+// it back (its reason), or when none confirmed within r.ConfirmWithin of
+// the offer, or of applying it after its customer's window deferred it
+// (the offer is then withdrawn). An agent that deferred the offer to its
+// customer's window keeps the install running, saying so. It returns how
+// many installs it ended. Idempotent.
+//
+// The reports are read outside any write (one query over the running
+// installs and their agents), so a pass over a wave of thousands that
+// are still updating costs one read; only the changes are written, each
+// conditional on the install still running.
+func (s *Store) RecordAgentRolloutInstalls(ctx context.Context, r Release, now time.Time) (n int, err error) {
+	if !r.IsAgentRollout() {
+		return 0, errs.E(errs.Invalid, "release %s is not an agent rollout", r.ID)
+	}
+	var rows []struct {
+		InstallID string `db:"install_id"`
+		OfferID   string `db:"offer_id"`
+		StartedAt int64  `db:"started_at"`
+		Error     string `db:"error"`
+		AgentID   string `db:"agent_id"`
+		Report    string `db:"update_report"`
+	}
+	if err := s.r.SelectContext(ctx, &rows, s.bind(`SELECT ri.install_id, ri.offer_id, ri.started_at, ri.error,
+			COALESCE(a.id, '') AS agent_id, COALESCE(a.update_report, '') AS update_report
+		FROM release_installs ri LEFT JOIN agents a ON a.install_id = ri.install_id AND a.revoked_at = 0
+		WHERE ri.release_id = ? AND ri.state = 'running' ORDER BY ri.wave, ri.position, a.id`), r.ID); err != nil {
+		return 0, fmt.Errorf("agent rollout %s installs: %w", r.ID, err)
+	}
+	type change struct {
+		installID, offerID string
+		state              ReleaseInstallState
+		msg                string
+		withdraw           bool
+	}
+	var changes []change
+	for i := 0; i < len(rows); {
+		ri := rows[i]
+		j := i
+		for j < len(rows) && rows[j].InstallID == ri.InstallID {
+			j++
+		}
+		agents := rows[i:j]
+		i = j
+		state, msg := RIRunning, ""
+		confirmed, deferred, count := 0, "", 0
+		base := fromNanos(ri.StartedAt)
+		for _, a := range agents {
+			if a.AgentID == "" {
+				continue
+			}
+			count++
+			var u AgentUpdate
+			if a.Report == "" || json.Unmarshal([]byte(a.Report), &u) != nil || u.LastOfferID != ri.OfferID {
+				continue
+			}
+			switch {
+			case u.LastKind == "confirmed":
+				confirmed++
+			case agentRolloutFailed[u.LastKind]:
+				state, msg = RIFailed, fmt.Sprintf("agent %s %s it", a.AgentID, verbOf(u.LastKind))
+				if u.LastReason != "" {
+					msg += ": " + u.LastReason
+				}
+			case u.LastKind == "deferred":
+				deferred = u.LastReason
+			case u.LastKind == "applied" && u.LastAt.After(base):
+				base = u.LastAt
+			}
+		}
+		switch {
+		case state == RIFailed:
+		case count == 0:
+			state, msg = RIFailed, "no agent that is not revoked"
+		case confirmed == count:
+			state = RISucceeded
+		case deferred != "":
+			if msg = "deferred by the customer: " + deferred; truncate(msg, 1024) != ri.Error {
+				changes = append(changes, change{installID: ri.InstallID, state: RIRunning, msg: msg})
+			}
+			continue
+		case r.ConfirmWithin > 0 && !now.Before(base.Add(r.ConfirmWithin)):
+			state, msg = RIFailed, fmt.Sprintf("not confirmed within %s (the new version did not reconnect, or the agent did not answer the offer)", r.ConfirmWithin)
+			changes = append(changes, change{installID: ri.InstallID, offerID: ri.OfferID, state: state, msg: msg, withdraw: true})
+			continue
+		default:
+			continue
+		}
+		changes = append(changes, change{installID: ri.InstallID, state: state, msg: msg})
+	}
+	if len(changes) == 0 {
+		return 0, nil
+	}
+	err = s.write(ctx, "record agent rollout installs", func(tx *txn) error {
+		n = 0
+		for _, c := range changes {
+			if c.state == RIRunning {
+				if _, err := tx.ExecContext(ctx, s.bind(`UPDATE release_installs SET error = ? WHERE release_id = ? AND install_id = ?
+					AND state = 'running'`), truncate(c.msg, 1024), r.ID, c.installID); err != nil {
+					return err
+				}
+				continue
+			}
+			ended, err := s.endAgentRolloutInstall(ctx, tx, r.ID, c.installID, c.state, c.msg, now)
+			if err != nil || !ended {
+				return err
+			}
+			n++
+			if !c.withdraw {
+				continue
+			}
+			var offers []struct {
+				ID    string `db:"id"`
+				Offer string `db:"update_offer"`
+			}
+			if err := tx.SelectContext(ctx, &offers, s.bind(`SELECT id, update_offer FROM agents WHERE install_id = ?`), c.installID); err != nil {
+				return err
+			}
+			for _, a := range offers {
+				var o UpdateOffer
+				if json.Unmarshal([]byte(a.Offer), &o) == nil && o.ID == c.offerID {
+					if _, err := tx.ExecContext(ctx, s.bind(`UPDATE agents SET update_offer = '' WHERE id = ? AND update_offer = ?`), a.ID, a.Offer); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		return nil
+	})
+	return n, err
+}
+
+func verbOf(kind string) string {
+	switch kind {
+	case "rolled_back":
+		return "rolled back"
+	case "failed":
+		return "failed to apply"
+	}
+	return kind
+}

@@ -1,0 +1,106 @@
+package storetest
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/byoc-dev/byoc/imsd/store"
+)
+
+// An agent rollout's install is offered the release once, even when two
+// replicas start it at once, and the offer is recorded for its agents in
+// the same write; its agents' reports end it (confirmed: succeeded; a
+// refusal: failed with the reason, audited); an install whose agent does
+// not answer fails at the deadline and the offer is withdrawn; an install
+// with no agent fails at once.
+func testAgentRollouts(t *testing.T, e *env) {
+	ctx := e.ctx()
+	a, b, c := e.install("ar-a"), e.install("ar-b"), e.install("ar-c")
+	e.agent(a, "agent-ar-a")
+	e.agent(b, "agent-ar-b")
+	waves := []store.ReleaseWave{{Name: "canary", Spec: "1", Size: 1}, {Name: "rest", Spec: "100%", Size: 2}}
+	rows := []store.ReleaseInstall{{InstallID: a, Wave: 0, Position: 0}, {InstallID: b, Wave: 1, Position: 1}, {InstallID: c, Wave: 1, Position: 2}}
+	const ref = "oci://reg.example/byoc/agent@sha256:1111111111111111111111111111111111111111111111111111111111111111"
+	ok(t, e.s.CreateRelease(ctx, store.Release{ID: "ar-1", AppID: "app-1", Kind: "release", State: store.ReleaseRunning, Waves: waves,
+		MaxFailures: 5, AgentRelease: ref, ConfirmWithin: 10 * time.Minute, CreatedAt: T0, CreatedBy: "tok-admin"}, rows))
+	rel, err := e.s.GetReleaseOnly(ctx, "ar-1")
+	ok(t, err)
+	equal(t, "agent release", rel.AgentRelease, ref)
+	equal(t, "confirm within", rel.ConfirmWithin, 10*time.Minute)
+
+	// Two replicas offer the canary at once: one offer.
+	other := e.second()
+	var wg sync.WaitGroup
+	wins := make([]int, 2)
+	for i, s := range []*store.Store{e.s, other} {
+		wg.Go(func() {
+			got, err := s.StartAgentRolloutInstalls(ctx, "ar-1", 0, []store.AgentRolloutStart{{InstallID: a, OfferID: []string{"uo-x", "uo-y"}[i]}}, at(time.Minute))
+			ok(t, err)
+			wins[i] = len(got)
+		})
+	}
+	wg.Wait()
+	equal(t, "canary offers", wins[0]+wins[1], 1)
+	_, ins, err := e.s.GetRelease(ctx, "ar-1")
+	ok(t, err)
+	ag, err := e.s.GetAgent(ctx, "agent-ar-a")
+	ok(t, err)
+	if ag.UpdateOffer == nil || ag.UpdateOffer.ID != ins[0].OfferID || ag.UpdateOffer.Release != ref || ins[0].State != store.RIRunning {
+		t.Fatalf("canary: %+v, agent offer %+v", ins[0], ag.UpdateOffer)
+	}
+	// Not answered yet: running; confirmed: succeeded, once.
+	n, err := e.s.RecordAgentRolloutInstalls(ctx, rel, at(2*time.Minute))
+	ok(t, err)
+	equal(t, "nothing to record", n, 0)
+	ok(t, e.s.SetAgentUpdate(ctx, "agent-ar-a", store.AgentUpdate{Mode: "allow", LastKind: "confirmed", LastOfferID: ins[0].OfferID, LastAt: at(3 * time.Minute)}, true, at(3*time.Minute)))
+	n, err = e.s.RecordAgentRolloutInstalls(ctx, rel, at(3*time.Minute))
+	ok(t, err)
+	equal(t, "confirmed recorded", n, 1)
+	n, err = e.s.RecordAgentRolloutInstalls(ctx, rel, at(3*time.Minute))
+	ok(t, err)
+	equal(t, "recorded again", n, 0)
+
+	// The rest: b refuses it, c has no agent.
+	moved, err := e.s.StartNextWave(ctx, "ar-1", 0, "rest", 2, at(4*time.Minute))
+	ok(t, err)
+	equal(t, "next wave", moved, true)
+	started, err := e.s.StartAgentRolloutInstalls(ctx, "ar-1", 1, []store.AgentRolloutStart{{InstallID: b, OfferID: "uo-b"}, {InstallID: c, OfferID: "uo-c"}}, at(4*time.Minute))
+	ok(t, err)
+	equal(t, "rest offered", len(started), 2)
+	ok(t, e.s.SetAgentUpdate(ctx, "agent-ar-b", store.AgentUpdate{Mode: "manual", LastKind: "refused", LastCause: "policy", LastOfferID: "uo-b",
+		LastReason: "the update policy is manual", LastAt: at(5 * time.Minute)}, true, at(5*time.Minute)))
+	_, err = e.s.RecordAgentRolloutInstalls(ctx, rel, at(5*time.Minute))
+	ok(t, err)
+	_, ins, err = e.s.GetRelease(ctx, "ar-1")
+	ok(t, err)
+	equal(t, "refused", ins[1].State, store.RIFailed)
+	equal(t, "refused why", ins[1].Error, "agent agent-ar-b refused it: the update policy is manual")
+	equal(t, "no agent", ins[2].State, store.RIFailed)
+
+	// A silent agent: failed at the deadline, its offer withdrawn.
+	ok(t, e.s.CreateRelease(ctx, store.Release{ID: "ar-2", AppID: "app-1", Kind: "release", State: store.ReleaseRunning,
+		Waves: []store.ReleaseWave{{Name: "all", Spec: "100%", Size: 1}}, MaxFailures: 5, AgentRelease: ref, ConfirmWithin: time.Minute,
+		CreatedAt: at(6 * time.Minute), CreatedBy: "tok-admin"}, []store.ReleaseInstall{{InstallID: a}}))
+	rel2, err := e.s.GetReleaseOnly(ctx, "ar-2")
+	ok(t, err)
+	_, err = e.s.StartAgentRolloutInstalls(ctx, "ar-2", 0, []store.AgentRolloutStart{{InstallID: a, OfferID: "uo-late"}}, at(6*time.Minute))
+	ok(t, err)
+	n, err = e.s.RecordAgentRolloutInstalls(ctx, rel2, at(7*time.Minute))
+	ok(t, err)
+	equal(t, "timed out", n, 1)
+	ag, err = e.s.GetAgent(ctx, "agent-ar-a")
+	ok(t, err)
+	if ag.UpdateOffer != nil {
+		t.Fatalf("offer not withdrawn: %+v", ag.UpdateOffer)
+	}
+	evs, err := e.s.ListAuditEvents(ctx, store.AuditFilter{Chain: store.VendorChain, OneChain: true})
+	ok(t, err)
+	failed := 0
+	for _, ev := range evs {
+		if ev.Kind == "release.install_failed" {
+			failed++
+		}
+	}
+	equal(t, "install failures audited", failed, 3)
+}
