@@ -167,6 +167,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "breakglass" {
 		os.Exit(breakglassCmd(ctx, os.Args[2:], os.Stdout, os.Stderr, time.Now))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "session" {
+		os.Exit(sessionCmd(ctx, os.Args[2:], os.Stdout, os.Stderr, time.Now))
+	}
 	if len(os.Args) > 1 && os.Args[1] == "identity" {
 		os.Exit(identityCmd(ctx, os.Args[2:], os.Stdout, os.Stderr, time.Now))
 	}
@@ -288,6 +291,7 @@ commands (most take --state-dir DIR, the agent's state directory):
   permissions      the customer's permission modes and kill switch
   window           the customer's maintenance windows
   breakglass       decide the vendor's break-glass requests
+  session          the vendor's support sessions: list, watch, kill, play
   plugin           pin, unpin and list plugins (agentd plugin pin|unpin|list)
   update           the agent's update policy; apply a signed agent release
   policy           the customer's supply-chain policy (agentd policy supply-chain)
@@ -634,6 +638,7 @@ func run(ctx context.Context, args []string) int {
 		Ledger:         led,
 		UpdateReport:   func() *agentv1.UpdateReport { return updateReport(stateDir) },
 		OnUpdateOffer:  onOffer,
+		Shell:          shellConfig(role, runner),
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "agentd: %v\n", err)
@@ -667,4 +672,13 @@ func run(ctx context.Context, args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// shellConfig serves support shells on an install agent (the build
+// agent serves none).
+func shellConfig(role string, runner *agent.PluginRunner) agent.ShellConfig {
+	if role == "build" {
+		return agent.ShellConfig{}
+	}
+	return agent.ShellConfig{Start: runner.Shell}
 }

@@ -165,6 +165,9 @@ type Config struct {
 	// goroutine: it applies it as the customer's policy allows, and
 	// records the decision that the next report carries.
 	OnUpdateOffer func(ctx context.Context, offerID, release string)
+	// Shell serves support shells (shell.go); unset, every one is
+	// refused.
+	Shell ShellConfig
 }
 
 // Agent is a running agentd.
@@ -247,6 +250,13 @@ type Agent struct {
 	rot     *identity.Rotation
 	rotErr  error
 	rotKick chan struct{}
+
+	// shellMu guards shells, the support sessions running now (shell.go);
+	// shellOut carries their events to the session's goroutine, which
+	// alone sends on the stream.
+	shellMu  sync.Mutex
+	shells   map[string]*shellSession
+	shellOut chan *agentv1.ConnectRequest
 }
 
 // New loads the agent's identity from the state dir, enrolling first if
@@ -292,6 +302,8 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		cfg.PermissionsPoll = time.Second
 	}
 	a := &Agent{
+		shells:   make(map[string]*shellSession),
+		shellOut: make(chan *agentv1.ConnectRequest, 64),
 		cfg:         cfg,
 		client:      agentv1connect.NewAgentServiceClient(cfg.HTTPClient, strings.TrimRight(cfg.IMSURL, "/"), ledgerInterceptor(cfg.Ledger)...),
 		log:         cfg.Logger,

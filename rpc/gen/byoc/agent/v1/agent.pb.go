@@ -312,6 +312,7 @@ type ConnectRequest struct {
 	//	*ConnectRequest_Ack
 	//	*ConnectRequest_Logs
 	//	*ConnectRequest_Result
+	//	*ConnectRequest_Shell
 	//	*ConnectRequest_ChannelHello
 	//	*ConnectRequest_Sealed
 	Msg           isConnectRequest_Msg `protobuf_oneof:"msg"`
@@ -401,6 +402,15 @@ func (x *ConnectRequest) GetResult() *JobResult {
 	return nil
 }
 
+func (x *ConnectRequest) GetShell() *ShellEvent {
+	if x != nil {
+		if x, ok := x.Msg.(*ConnectRequest_Shell); ok {
+			return x.Shell
+		}
+	}
+	return nil
+}
+
 func (x *ConnectRequest) GetChannelHello() *ChannelHello {
 	if x != nil {
 		if x, ok := x.Msg.(*ConnectRequest_ChannelHello); ok {
@@ -443,6 +453,12 @@ type ConnectRequest_Result struct {
 	Result *JobResult `protobuf:"bytes,5,opt,name=result,proto3,oneof"`
 }
 
+type ConnectRequest_Shell struct {
+	// shell is what a support shell (ShellOpen) sends back: that it
+	// opened or was refused, its output, its end.
+	Shell *ShellEvent `protobuf:"bytes,40,opt,name=shell,proto3,oneof"`
+}
+
 type ConnectRequest_ChannelHello struct {
 	// channel_hello opens the encrypted channel (it carries the Hello);
 	// after it, every message of the stream is sealed.
@@ -465,6 +481,8 @@ func (*ConnectRequest_Logs) isConnectRequest_Msg() {}
 
 func (*ConnectRequest_Result) isConnectRequest_Msg() {}
 
+func (*ConnectRequest_Shell) isConnectRequest_Msg() {}
+
 func (*ConnectRequest_ChannelHello) isConnectRequest_Msg() {}
 
 func (*ConnectRequest_Sealed) isConnectRequest_Msg() {}
@@ -482,6 +500,8 @@ type ConnectResponse struct {
 	//	*ConnectResponse_Renewed
 	//	*ConnectResponse_Audit
 	//	*ConnectResponse_UpdateOffer
+	//	*ConnectResponse_ShellOpen
+	//	*ConnectResponse_ShellInput
 	//	*ConnectResponse_ChannelAccept
 	//	*ConnectResponse_Sealed
 	Msg           isConnectResponse_Msg `protobuf_oneof:"msg"`
@@ -607,6 +627,24 @@ func (x *ConnectResponse) GetUpdateOffer() *UpdateOffer {
 	return nil
 }
 
+func (x *ConnectResponse) GetShellOpen() *ShellOpen {
+	if x != nil {
+		if x, ok := x.Msg.(*ConnectResponse_ShellOpen); ok {
+			return x.ShellOpen
+		}
+	}
+	return nil
+}
+
+func (x *ConnectResponse) GetShellInput() *ShellInput {
+	if x != nil {
+		if x, ok := x.Msg.(*ConnectResponse_ShellInput); ok {
+			return x.ShellInput
+		}
+	}
+	return nil
+}
+
 func (x *ConnectResponse) GetChannelAccept() []byte {
 	if x != nil {
 		if x, ok := x.Msg.(*ConnectResponse_ChannelAccept); ok {
@@ -669,6 +707,19 @@ type ConnectResponse_UpdateOffer struct {
 	UpdateOffer *UpdateOffer `protobuf:"bytes,31,opt,name=update_offer,json=updateOffer,proto3,oneof"`
 }
 
+type ConnectResponse_ShellOpen struct {
+	// shell_open asks the agent for an interactive support shell (byoc
+	// support shell); the agent refuses it without a live break-glass
+	// grant the customer approved with --allow-sessions.
+	ShellOpen *ShellOpen `protobuf:"bytes,32,opt,name=shell_open,json=shellOpen,proto3,oneof"`
+}
+
+type ConnectResponse_ShellInput struct {
+	// shell_input is an open shell's keystrokes, terminal size and flow
+	// control credit, or its end.
+	ShellInput *ShellInput `protobuf:"bytes,33,opt,name=shell_input,json=shellInput,proto3,oneof"`
+}
+
 type ConnectResponse_ChannelAccept struct {
 	// channel_accept is imsd's answer to ChannelHello: the second
 	// message of the Noise IK handshake. Every message after it is
@@ -699,6 +750,10 @@ func (*ConnectResponse_Renewed) isConnectResponse_Msg() {}
 func (*ConnectResponse_Audit) isConnectResponse_Msg() {}
 
 func (*ConnectResponse_UpdateOffer) isConnectResponse_Msg() {}
+
+func (*ConnectResponse_ShellOpen) isConnectResponse_Msg() {}
+
+func (*ConnectResponse_ShellInput) isConnectResponse_Msg() {}
 
 func (*ConnectResponse_ChannelAccept) isConnectResponse_Msg() {}
 
@@ -3795,6 +3850,429 @@ func (*RevokeSelfResponse) Descriptor() ([]byte, []int) {
 	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{43}
 }
 
+// ShellOpen asks for a support shell: a PTY on the customer's side, in
+// the sandbox vendor code runs in, with the break-glass role's
+// credentials only. Limits: rpc/agentproto.CheckShellOpen.
+type ShellOpen struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// session_id is imsd's id of the session (ss_...).
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// operator is who opened it, as imsd authenticated them.
+	Operator string `protobuf:"bytes,2,opt,name=operator,proto3" json:"operator,omitempty"`
+	// component names the install's component the shell is for (its
+	// state directory is the shell's working directory); "" for none.
+	Component string `protobuf:"bytes,3,opt,name=component,proto3" json:"component,omitempty"`
+	// command is what runs in the PTY; empty: an interactive /bin/sh.
+	Command []string `protobuf:"bytes,4,rep,name=command,proto3" json:"command,omitempty"`
+	Rows    uint32   `protobuf:"varint,5,opt,name=rows,proto3" json:"rows,omitempty"`
+	Cols    uint32   `protobuf:"varint,6,opt,name=cols,proto3" json:"cols,omitempty"`
+	// term is the operator's TERM (xterm-256color by default).
+	Term string `protobuf:"bytes,7,opt,name=term,proto3" json:"term,omitempty"`
+	// window_bytes is how many output bytes the agent may send before
+	// imsd returns credit (ShellInput.credit_bytes).
+	WindowBytes   uint32 `protobuf:"varint,8,opt,name=window_bytes,json=windowBytes,proto3" json:"window_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShellOpen) Reset() {
+	*x = ShellOpen{}
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShellOpen) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShellOpen) ProtoMessage() {}
+
+func (x *ShellOpen) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShellOpen.ProtoReflect.Descriptor instead.
+func (*ShellOpen) Descriptor() ([]byte, []int) {
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *ShellOpen) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ShellOpen) GetOperator() string {
+	if x != nil {
+		return x.Operator
+	}
+	return ""
+}
+
+func (x *ShellOpen) GetComponent() string {
+	if x != nil {
+		return x.Component
+	}
+	return ""
+}
+
+func (x *ShellOpen) GetCommand() []string {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *ShellOpen) GetRows() uint32 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *ShellOpen) GetCols() uint32 {
+	if x != nil {
+		return x.Cols
+	}
+	return 0
+}
+
+func (x *ShellOpen) GetTerm() string {
+	if x != nil {
+		return x.Term
+	}
+	return ""
+}
+
+func (x *ShellOpen) GetWindowBytes() uint32 {
+	if x != nil {
+		return x.WindowBytes
+	}
+	return 0
+}
+
+// ShellInput is one message to an open shell: any of its fields.
+type ShellInput struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// data is the operator's keystrokes, passed to the PTY as they are
+	// (at most 32 KiB).
+	Data []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	// rows and cols, when both are set, resize the PTY.
+	Rows uint32 `protobuf:"varint,3,opt,name=rows,proto3" json:"rows,omitempty"`
+	Cols uint32 `protobuf:"varint,4,opt,name=cols,proto3" json:"cols,omitempty"`
+	// credit_bytes returns flow-control credit for output delivered.
+	CreditBytes uint32 `protobuf:"varint,5,opt,name=credit_bytes,json=creditBytes,proto3" json:"credit_bytes,omitempty"`
+	// close ends the shell (the operator left).
+	Close         bool `protobuf:"varint,6,opt,name=close,proto3" json:"close,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShellInput) Reset() {
+	*x = ShellInput{}
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShellInput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShellInput) ProtoMessage() {}
+
+func (x *ShellInput) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShellInput.ProtoReflect.Descriptor instead.
+func (*ShellInput) Descriptor() ([]byte, []int) {
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ShellInput) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ShellInput) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *ShellInput) GetRows() uint32 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *ShellInput) GetCols() uint32 {
+	if x != nil {
+		return x.Cols
+	}
+	return 0
+}
+
+func (x *ShellInput) GetCreditBytes() uint32 {
+	if x != nil {
+		return x.CreditBytes
+	}
+	return 0
+}
+
+func (x *ShellInput) GetClose() bool {
+	if x != nil {
+		return x.Close
+	}
+	return false
+}
+
+// ShellEvent is what the agent sends of one support shell.
+type ShellEvent struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// opened says the shell started, under which grant.
+	Opened *ShellOpened `protobuf:"bytes,2,opt,name=opened,proto3" json:"opened,omitempty"`
+	// output is the PTY's output (at most 32 KiB a message).
+	Output []byte `protobuf:"bytes,3,opt,name=output,proto3" json:"output,omitempty"`
+	// ended says the shell ended, or was refused (opened never sent).
+	Ended         *ShellEnded `protobuf:"bytes,4,opt,name=ended,proto3" json:"ended,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShellEvent) Reset() {
+	*x = ShellEvent{}
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShellEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShellEvent) ProtoMessage() {}
+
+func (x *ShellEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShellEvent.ProtoReflect.Descriptor instead.
+func (*ShellEvent) Descriptor() ([]byte, []int) {
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *ShellEvent) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ShellEvent) GetOpened() *ShellOpened {
+	if x != nil {
+		return x.Opened
+	}
+	return nil
+}
+
+func (x *ShellEvent) GetOutput() []byte {
+	if x != nil {
+		return x.Output
+	}
+	return nil
+}
+
+func (x *ShellEvent) GetEnded() *ShellEnded {
+	if x != nil {
+		return x.Ended
+	}
+	return nil
+}
+
+type ShellOpened struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	GrantId         string                 `protobuf:"bytes,1,opt,name=grant_id,json=grantId,proto3" json:"grant_id,omitempty"`
+	GrantExpireTime *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=grant_expire_time,json=grantExpireTime,proto3" json:"grant_expire_time,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ShellOpened) Reset() {
+	*x = ShellOpened{}
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShellOpened) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShellOpened) ProtoMessage() {}
+
+func (x *ShellOpened) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShellOpened.ProtoReflect.Descriptor instead.
+func (*ShellOpened) Descriptor() ([]byte, []int) {
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *ShellOpened) GetGrantId() string {
+	if x != nil {
+		return x.GrantId
+	}
+	return ""
+}
+
+func (x *ShellOpened) GetGrantExpireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.GrantExpireTime
+	}
+	return nil
+}
+
+type ShellEnded struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// reason says why it ended: the command exited, the grant was revoked
+	// or expired, the customer killed it, the operator left, or why it was
+	// refused.
+	Reason   string `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	Refused  bool   `protobuf:"varint,2,opt,name=refused,proto3" json:"refused,omitempty"`
+	ExitCode int32  `protobuf:"varint,3,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	// recording_sha256 is the SHA-256 (hex) of the session's asciicast
+	// recording as the customer keeps it (STATE/sessions/ID.cast),
+	// recording_bytes its size; the recording itself stays on the agent.
+	RecordingSha256 string `protobuf:"bytes,4,opt,name=recording_sha256,json=recordingSha256,proto3" json:"recording_sha256,omitempty"`
+	RecordingBytes  int64  `protobuf:"varint,5,opt,name=recording_bytes,json=recordingBytes,proto3" json:"recording_bytes,omitempty"`
+	OutputBytes     int64  `protobuf:"varint,6,opt,name=output_bytes,json=outputBytes,proto3" json:"output_bytes,omitempty"`
+	InputBytes      int64  `protobuf:"varint,7,opt,name=input_bytes,json=inputBytes,proto3" json:"input_bytes,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ShellEnded) Reset() {
+	*x = ShellEnded{}
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShellEnded) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShellEnded) ProtoMessage() {}
+
+func (x *ShellEnded) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShellEnded.ProtoReflect.Descriptor instead.
+func (*ShellEnded) Descriptor() ([]byte, []int) {
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *ShellEnded) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ShellEnded) GetRefused() bool {
+	if x != nil {
+		return x.Refused
+	}
+	return false
+}
+
+func (x *ShellEnded) GetExitCode() int32 {
+	if x != nil {
+		return x.ExitCode
+	}
+	return 0
+}
+
+func (x *ShellEnded) GetRecordingSha256() string {
+	if x != nil {
+		return x.RecordingSha256
+	}
+	return ""
+}
+
+func (x *ShellEnded) GetRecordingBytes() int64 {
+	if x != nil {
+		return x.RecordingBytes
+	}
+	return 0
+}
+
+func (x *ShellEnded) GetOutputBytes() int64 {
+	if x != nil {
+		return x.OutputBytes
+	}
+	return 0
+}
+
+func (x *ShellEnded) GetInputBytes() int64 {
+	if x != nil {
+		return x.InputBytes
+	}
+	return 0
+}
+
 var File_byoc_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_byoc_agent_v1_agent_proto_rawDesc = "" +
@@ -3817,16 +4295,17 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\x11signer_public_key\x18\x01 \x01(\fR\x0fsignerPublicKey\x12\x1d\n" +
 	"\n" +
 	"public_key\x18\x02 \x01(\fR\tpublicKey\x12\x1c\n" +
-	"\tsignature\x18\x03 \x01(\fR\tsignature\"\xea\x02\n" +
+	"\tsignature\x18\x03 \x01(\fR\tsignature\"\x9d\x03\n" +
 	"\x0eConnectRequest\x12,\n" +
 	"\x05hello\x18\x01 \x01(\v2\x14.byoc.agent.v1.HelloH\x00R\x05hello\x128\n" +
 	"\theartbeat\x18\x02 \x01(\v2\x18.byoc.agent.v1.HeartbeatH\x00R\theartbeat\x12)\n" +
 	"\x03ack\x18\x03 \x01(\v2\x15.byoc.agent.v1.JobAckH\x00R\x03ack\x12,\n" +
 	"\x04logs\x18\x04 \x01(\v2\x16.byoc.agent.v1.JobLogsH\x00R\x04logs\x122\n" +
-	"\x06result\x18\x05 \x01(\v2\x18.byoc.agent.v1.JobResultH\x00R\x06result\x12B\n" +
+	"\x06result\x18\x05 \x01(\v2\x18.byoc.agent.v1.JobResultH\x00R\x06result\x121\n" +
+	"\x05shell\x18( \x01(\v2\x19.byoc.agent.v1.ShellEventH\x00R\x05shell\x12B\n" +
 	"\rchannel_hello\x18\x14 \x01(\v2\x1b.byoc.agent.v1.ChannelHelloH\x00R\fchannelHello\x12\x18\n" +
 	"\x06sealed\x18\x15 \x01(\fH\x00R\x06sealedB\x05\n" +
-	"\x03msg\"\xe5\x04\n" +
+	"\x03msg\"\xde\x05\n" +
 	"\x0fConnectResponse\x128\n" +
 	"\tchallenge\x18\x01 \x01(\v2\x18.byoc.agent.v1.ChallengeH\x00R\tchallenge\x122\n" +
 	"\awelcome\x18\x02 \x01(\v2\x16.byoc.agent.v1.WelcomeH\x00R\awelcome\x12>\n" +
@@ -3838,7 +4317,11 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\brejected\x18\x06 \x01(\v2\x1c.byoc.agent.v1.WriteRejectedH\x00R\brejected\x128\n" +
 	"\arenewed\x18\a \x01(\v2\x1c.byoc.agent.v1.LeasesRenewedH\x00R\arenewed\x123\n" +
 	"\x05audit\x18\x1e \x01(\v2\x1b.byoc.agent.v1.AuditRecordsH\x00R\x05audit\x12?\n" +
-	"\fupdate_offer\x18\x1f \x01(\v2\x1a.byoc.agent.v1.UpdateOfferH\x00R\vupdateOffer\x12'\n" +
+	"\fupdate_offer\x18\x1f \x01(\v2\x1a.byoc.agent.v1.UpdateOfferH\x00R\vupdateOffer\x129\n" +
+	"\n" +
+	"shell_open\x18  \x01(\v2\x18.byoc.agent.v1.ShellOpenH\x00R\tshellOpen\x12<\n" +
+	"\vshell_input\x18! \x01(\v2\x19.byoc.agent.v1.ShellInputH\x00R\n" +
+	"shellInput\x12'\n" +
 	"\x0echannel_accept\x18\x14 \x01(\fH\x00R\rchannelAccept\x12\x18\n" +
 	"\x06sealed\x18\x15 \x01(\fH\x00R\x06sealedB\x05\n" +
 	"\x03msg\"\xbd\x01\n" +
@@ -4099,7 +4582,46 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\x02by\x18\x03 \x01(\tR\x02by\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x1c\n" +
 	"\tsignature\x18\x05 \x01(\fR\tsignature\"\x14\n" +
-	"\x12RevokeSelfResponse*\x90\x01\n" +
+	"\x12RevokeSelfResponse\"\xdd\x01\n" +
+	"\tShellOpen\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1a\n" +
+	"\boperator\x18\x02 \x01(\tR\boperator\x12\x1c\n" +
+	"\tcomponent\x18\x03 \x01(\tR\tcomponent\x12\x18\n" +
+	"\acommand\x18\x04 \x03(\tR\acommand\x12\x12\n" +
+	"\x04rows\x18\x05 \x01(\rR\x04rows\x12\x12\n" +
+	"\x04cols\x18\x06 \x01(\rR\x04cols\x12\x12\n" +
+	"\x04term\x18\a \x01(\tR\x04term\x12!\n" +
+	"\fwindow_bytes\x18\b \x01(\rR\vwindowBytes\"\xa0\x01\n" +
+	"\n" +
+	"ShellInput\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\x12\x12\n" +
+	"\x04rows\x18\x03 \x01(\rR\x04rows\x12\x12\n" +
+	"\x04cols\x18\x04 \x01(\rR\x04cols\x12!\n" +
+	"\fcredit_bytes\x18\x05 \x01(\rR\vcreditBytes\x12\x14\n" +
+	"\x05close\x18\x06 \x01(\bR\x05close\"\xa8\x01\n" +
+	"\n" +
+	"ShellEvent\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x122\n" +
+	"\x06opened\x18\x02 \x01(\v2\x1a.byoc.agent.v1.ShellOpenedR\x06opened\x12\x16\n" +
+	"\x06output\x18\x03 \x01(\fR\x06output\x12/\n" +
+	"\x05ended\x18\x04 \x01(\v2\x19.byoc.agent.v1.ShellEndedR\x05ended\"p\n" +
+	"\vShellOpened\x12\x19\n" +
+	"\bgrant_id\x18\x01 \x01(\tR\agrantId\x12F\n" +
+	"\x11grant_expire_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x0fgrantExpireTime\"\xf3\x01\n" +
+	"\n" +
+	"ShellEnded\x12\x16\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x18\n" +
+	"\arefused\x18\x02 \x01(\bR\arefused\x12\x1b\n" +
+	"\texit_code\x18\x03 \x01(\x05R\bexitCode\x12)\n" +
+	"\x10recording_sha256\x18\x04 \x01(\tR\x0frecordingSha256\x12'\n" +
+	"\x0frecording_bytes\x18\x05 \x01(\x03R\x0erecordingBytes\x12!\n" +
+	"\foutput_bytes\x18\x06 \x01(\x03R\voutputBytes\x12\x1f\n" +
+	"\vinput_bytes\x18\a \x01(\x03R\n" +
+	"inputBytes*\x90\x01\n" +
 	"\aOutcome\x12\x17\n" +
 	"\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11OUTCOME_SUCCEEDED\x10\x01\x12\x12\n" +
@@ -4131,7 +4653,7 @@ func file_byoc_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_byoc_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_byoc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
+var file_byoc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
 var file_byoc_agent_v1_agent_proto_goTypes = []any{
 	(Outcome)(0),                     // 0: byoc.agent.v1.Outcome
 	(*EnrollRequest)(nil),            // 1: byoc.agent.v1.EnrollRequest
@@ -4178,13 +4700,18 @@ var file_byoc_agent_v1_agent_proto_goTypes = []any{
 	(*ListAuditRecordsResponse)(nil), // 42: byoc.agent.v1.ListAuditRecordsResponse
 	(*RevokeSelfRequest)(nil),        // 43: byoc.agent.v1.RevokeSelfRequest
 	(*RevokeSelfResponse)(nil),       // 44: byoc.agent.v1.RevokeSelfResponse
-	nil,                              // 45: byoc.agent.v1.StackReport.InputsEntry
-	nil,                              // 46: byoc.agent.v1.StackReport.OutputsEntry
-	nil,                              // 47: byoc.agent.v1.JobResult.OutputsEntry
-	nil,                              // 48: byoc.agent.v1.JobAssignment.InputsEntry
-	(*timestamppb.Timestamp)(nil),    // 49: google.protobuf.Timestamp
-	(*structpb.Value)(nil),           // 50: google.protobuf.Value
-	(*structpb.Struct)(nil),          // 51: google.protobuf.Struct
+	(*ShellOpen)(nil),                // 45: byoc.agent.v1.ShellOpen
+	(*ShellInput)(nil),               // 46: byoc.agent.v1.ShellInput
+	(*ShellEvent)(nil),               // 47: byoc.agent.v1.ShellEvent
+	(*ShellOpened)(nil),              // 48: byoc.agent.v1.ShellOpened
+	(*ShellEnded)(nil),               // 49: byoc.agent.v1.ShellEnded
+	nil,                              // 50: byoc.agent.v1.StackReport.InputsEntry
+	nil,                              // 51: byoc.agent.v1.StackReport.OutputsEntry
+	nil,                              // 52: byoc.agent.v1.JobResult.OutputsEntry
+	nil,                              // 53: byoc.agent.v1.JobAssignment.InputsEntry
+	(*timestamppb.Timestamp)(nil),    // 54: google.protobuf.Timestamp
+	(*structpb.Value)(nil),           // 55: google.protobuf.Value
+	(*structpb.Struct)(nil),          // 56: google.protobuf.Struct
 }
 var file_byoc_agent_v1_agent_proto_depIdxs = []int32{
 	3,  // 0: byoc.agent.v1.EnrollResponse.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
@@ -4193,76 +4720,82 @@ var file_byoc_agent_v1_agent_proto_depIdxs = []int32{
 	21, // 3: byoc.agent.v1.ConnectRequest.ack:type_name -> byoc.agent.v1.JobAck
 	23, // 4: byoc.agent.v1.ConnectRequest.logs:type_name -> byoc.agent.v1.JobLogs
 	24, // 5: byoc.agent.v1.ConnectRequest.result:type_name -> byoc.agent.v1.JobResult
-	8,  // 6: byoc.agent.v1.ConnectRequest.channel_hello:type_name -> byoc.agent.v1.ChannelHello
-	6,  // 7: byoc.agent.v1.ConnectResponse.challenge:type_name -> byoc.agent.v1.Challenge
-	18, // 8: byoc.agent.v1.ConnectResponse.welcome:type_name -> byoc.agent.v1.Welcome
-	27, // 9: byoc.agent.v1.ConnectResponse.assignment:type_name -> byoc.agent.v1.JobAssignment
-	30, // 10: byoc.agent.v1.ConnectResponse.cancel:type_name -> byoc.agent.v1.JobCancel
-	31, // 11: byoc.agent.v1.ConnectResponse.accepted:type_name -> byoc.agent.v1.WriteAccepted
-	32, // 12: byoc.agent.v1.ConnectResponse.rejected:type_name -> byoc.agent.v1.WriteRejected
-	20, // 13: byoc.agent.v1.ConnectResponse.renewed:type_name -> byoc.agent.v1.LeasesRenewed
-	38, // 14: byoc.agent.v1.ConnectResponse.audit:type_name -> byoc.agent.v1.AuditRecords
-	13, // 15: byoc.agent.v1.ConnectResponse.update_offer:type_name -> byoc.agent.v1.UpdateOffer
-	3,  // 16: byoc.agent.v1.Challenge.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
-	7,  // 17: byoc.agent.v1.Challenge.retired_keys:type_name -> byoc.agent.v1.KeyRetirement
-	9,  // 18: byoc.agent.v1.Hello.running:type_name -> byoc.agent.v1.RunningJob
-	17, // 19: byoc.agent.v1.Hello.permissions:type_name -> byoc.agent.v1.Permissions
-	16, // 20: byoc.agent.v1.Hello.stack:type_name -> byoc.agent.v1.StackReport
-	15, // 21: byoc.agent.v1.Hello.condition:type_name -> byoc.agent.v1.AgentCondition
-	14, // 22: byoc.agent.v1.Hello.next_key:type_name -> byoc.agent.v1.AgentKeyRotation
-	11, // 23: byoc.agent.v1.Hello.update:type_name -> byoc.agent.v1.UpdateReport
-	12, // 24: byoc.agent.v1.UpdateReport.last:type_name -> byoc.agent.v1.UpdateDecision
-	49, // 25: byoc.agent.v1.UpdateDecision.time:type_name -> google.protobuf.Timestamp
-	45, // 26: byoc.agent.v1.StackReport.inputs:type_name -> byoc.agent.v1.StackReport.InputsEntry
-	46, // 27: byoc.agent.v1.StackReport.outputs:type_name -> byoc.agent.v1.StackReport.OutputsEntry
-	49, // 28: byoc.agent.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
-	3,  // 29: byoc.agent.v1.Welcome.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
-	9,  // 30: byoc.agent.v1.Heartbeat.running:type_name -> byoc.agent.v1.RunningJob
-	17, // 31: byoc.agent.v1.Heartbeat.permissions:type_name -> byoc.agent.v1.Permissions
-	15, // 32: byoc.agent.v1.Heartbeat.condition:type_name -> byoc.agent.v1.AgentCondition
-	11, // 33: byoc.agent.v1.Heartbeat.update:type_name -> byoc.agent.v1.UpdateReport
-	49, // 34: byoc.agent.v1.LogLine.time:type_name -> google.protobuf.Timestamp
-	22, // 35: byoc.agent.v1.JobLogs.lines:type_name -> byoc.agent.v1.LogLine
-	0,  // 36: byoc.agent.v1.JobResult.outcome:type_name -> byoc.agent.v1.Outcome
-	47, // 37: byoc.agent.v1.JobResult.outputs:type_name -> byoc.agent.v1.JobResult.OutputsEntry
-	26, // 38: byoc.agent.v1.JobResult.planned_changes:type_name -> byoc.agent.v1.PlannedChange
-	25, // 39: byoc.agent.v1.JobResult.policy_findings:type_name -> byoc.agent.v1.PolicyFinding
-	50, // 40: byoc.agent.v1.PlannedChange.before:type_name -> google.protobuf.Value
-	50, // 41: byoc.agent.v1.PlannedChange.after:type_name -> google.protobuf.Value
-	51, // 42: byoc.agent.v1.JobAssignment.config:type_name -> google.protobuf.Struct
-	48, // 43: byoc.agent.v1.JobAssignment.inputs:type_name -> byoc.agent.v1.JobAssignment.InputsEntry
-	29, // 44: byoc.agent.v1.JobAssignment.signature:type_name -> byoc.agent.v1.JobSignature
-	28, // 45: byoc.agent.v1.JobAssignment.registry_grant:type_name -> byoc.agent.v1.RegistryGrant
-	49, // 46: byoc.agent.v1.ListBreakGlassRequest.time:type_name -> google.protobuf.Timestamp
-	35, // 47: byoc.agent.v1.ListBreakGlassResponse.grants:type_name -> byoc.agent.v1.BreakGlassGrant
-	49, // 48: byoc.agent.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
-	49, // 49: byoc.agent.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
-	49, // 50: byoc.agent.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
-	49, // 51: byoc.agent.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
-	49, // 52: byoc.agent.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
-	35, // 53: byoc.agent.v1.DecideBreakGlassResponse.grant:type_name -> byoc.agent.v1.BreakGlassGrant
-	40, // 54: byoc.agent.v1.AuditRecords.records:type_name -> byoc.agent.v1.AuditRecord
-	39, // 55: byoc.agent.v1.AuditRecords.checkpoint:type_name -> byoc.agent.v1.AuditCheckpoint
-	49, // 56: byoc.agent.v1.ListAuditRecordsRequest.time:type_name -> google.protobuf.Timestamp
-	40, // 57: byoc.agent.v1.ListAuditRecordsResponse.records:type_name -> byoc.agent.v1.AuditRecord
-	49, // 58: byoc.agent.v1.RevokeSelfRequest.time:type_name -> google.protobuf.Timestamp
-	1,  // 59: byoc.agent.v1.AgentService.Enroll:input_type -> byoc.agent.v1.EnrollRequest
-	4,  // 60: byoc.agent.v1.AgentService.Connect:input_type -> byoc.agent.v1.ConnectRequest
-	33, // 61: byoc.agent.v1.AgentService.ListBreakGlass:input_type -> byoc.agent.v1.ListBreakGlassRequest
-	36, // 62: byoc.agent.v1.AgentService.DecideBreakGlass:input_type -> byoc.agent.v1.DecideBreakGlassRequest
-	41, // 63: byoc.agent.v1.AgentService.ListAuditRecords:input_type -> byoc.agent.v1.ListAuditRecordsRequest
-	43, // 64: byoc.agent.v1.AgentService.RevokeSelf:input_type -> byoc.agent.v1.RevokeSelfRequest
-	2,  // 65: byoc.agent.v1.AgentService.Enroll:output_type -> byoc.agent.v1.EnrollResponse
-	5,  // 66: byoc.agent.v1.AgentService.Connect:output_type -> byoc.agent.v1.ConnectResponse
-	34, // 67: byoc.agent.v1.AgentService.ListBreakGlass:output_type -> byoc.agent.v1.ListBreakGlassResponse
-	37, // 68: byoc.agent.v1.AgentService.DecideBreakGlass:output_type -> byoc.agent.v1.DecideBreakGlassResponse
-	42, // 69: byoc.agent.v1.AgentService.ListAuditRecords:output_type -> byoc.agent.v1.ListAuditRecordsResponse
-	44, // 70: byoc.agent.v1.AgentService.RevokeSelf:output_type -> byoc.agent.v1.RevokeSelfResponse
-	65, // [65:71] is the sub-list for method output_type
-	59, // [59:65] is the sub-list for method input_type
-	59, // [59:59] is the sub-list for extension type_name
-	59, // [59:59] is the sub-list for extension extendee
-	0,  // [0:59] is the sub-list for field type_name
+	47, // 6: byoc.agent.v1.ConnectRequest.shell:type_name -> byoc.agent.v1.ShellEvent
+	8,  // 7: byoc.agent.v1.ConnectRequest.channel_hello:type_name -> byoc.agent.v1.ChannelHello
+	6,  // 8: byoc.agent.v1.ConnectResponse.challenge:type_name -> byoc.agent.v1.Challenge
+	18, // 9: byoc.agent.v1.ConnectResponse.welcome:type_name -> byoc.agent.v1.Welcome
+	27, // 10: byoc.agent.v1.ConnectResponse.assignment:type_name -> byoc.agent.v1.JobAssignment
+	30, // 11: byoc.agent.v1.ConnectResponse.cancel:type_name -> byoc.agent.v1.JobCancel
+	31, // 12: byoc.agent.v1.ConnectResponse.accepted:type_name -> byoc.agent.v1.WriteAccepted
+	32, // 13: byoc.agent.v1.ConnectResponse.rejected:type_name -> byoc.agent.v1.WriteRejected
+	20, // 14: byoc.agent.v1.ConnectResponse.renewed:type_name -> byoc.agent.v1.LeasesRenewed
+	38, // 15: byoc.agent.v1.ConnectResponse.audit:type_name -> byoc.agent.v1.AuditRecords
+	13, // 16: byoc.agent.v1.ConnectResponse.update_offer:type_name -> byoc.agent.v1.UpdateOffer
+	45, // 17: byoc.agent.v1.ConnectResponse.shell_open:type_name -> byoc.agent.v1.ShellOpen
+	46, // 18: byoc.agent.v1.ConnectResponse.shell_input:type_name -> byoc.agent.v1.ShellInput
+	3,  // 19: byoc.agent.v1.Challenge.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
+	7,  // 20: byoc.agent.v1.Challenge.retired_keys:type_name -> byoc.agent.v1.KeyRetirement
+	9,  // 21: byoc.agent.v1.Hello.running:type_name -> byoc.agent.v1.RunningJob
+	17, // 22: byoc.agent.v1.Hello.permissions:type_name -> byoc.agent.v1.Permissions
+	16, // 23: byoc.agent.v1.Hello.stack:type_name -> byoc.agent.v1.StackReport
+	15, // 24: byoc.agent.v1.Hello.condition:type_name -> byoc.agent.v1.AgentCondition
+	14, // 25: byoc.agent.v1.Hello.next_key:type_name -> byoc.agent.v1.AgentKeyRotation
+	11, // 26: byoc.agent.v1.Hello.update:type_name -> byoc.agent.v1.UpdateReport
+	12, // 27: byoc.agent.v1.UpdateReport.last:type_name -> byoc.agent.v1.UpdateDecision
+	54, // 28: byoc.agent.v1.UpdateDecision.time:type_name -> google.protobuf.Timestamp
+	50, // 29: byoc.agent.v1.StackReport.inputs:type_name -> byoc.agent.v1.StackReport.InputsEntry
+	51, // 30: byoc.agent.v1.StackReport.outputs:type_name -> byoc.agent.v1.StackReport.OutputsEntry
+	54, // 31: byoc.agent.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
+	3,  // 32: byoc.agent.v1.Welcome.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
+	9,  // 33: byoc.agent.v1.Heartbeat.running:type_name -> byoc.agent.v1.RunningJob
+	17, // 34: byoc.agent.v1.Heartbeat.permissions:type_name -> byoc.agent.v1.Permissions
+	15, // 35: byoc.agent.v1.Heartbeat.condition:type_name -> byoc.agent.v1.AgentCondition
+	11, // 36: byoc.agent.v1.Heartbeat.update:type_name -> byoc.agent.v1.UpdateReport
+	54, // 37: byoc.agent.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	22, // 38: byoc.agent.v1.JobLogs.lines:type_name -> byoc.agent.v1.LogLine
+	0,  // 39: byoc.agent.v1.JobResult.outcome:type_name -> byoc.agent.v1.Outcome
+	52, // 40: byoc.agent.v1.JobResult.outputs:type_name -> byoc.agent.v1.JobResult.OutputsEntry
+	26, // 41: byoc.agent.v1.JobResult.planned_changes:type_name -> byoc.agent.v1.PlannedChange
+	25, // 42: byoc.agent.v1.JobResult.policy_findings:type_name -> byoc.agent.v1.PolicyFinding
+	55, // 43: byoc.agent.v1.PlannedChange.before:type_name -> google.protobuf.Value
+	55, // 44: byoc.agent.v1.PlannedChange.after:type_name -> google.protobuf.Value
+	56, // 45: byoc.agent.v1.JobAssignment.config:type_name -> google.protobuf.Struct
+	53, // 46: byoc.agent.v1.JobAssignment.inputs:type_name -> byoc.agent.v1.JobAssignment.InputsEntry
+	29, // 47: byoc.agent.v1.JobAssignment.signature:type_name -> byoc.agent.v1.JobSignature
+	28, // 48: byoc.agent.v1.JobAssignment.registry_grant:type_name -> byoc.agent.v1.RegistryGrant
+	54, // 49: byoc.agent.v1.ListBreakGlassRequest.time:type_name -> google.protobuf.Timestamp
+	35, // 50: byoc.agent.v1.ListBreakGlassResponse.grants:type_name -> byoc.agent.v1.BreakGlassGrant
+	54, // 51: byoc.agent.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
+	54, // 52: byoc.agent.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
+	54, // 53: byoc.agent.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
+	54, // 54: byoc.agent.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
+	54, // 55: byoc.agent.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
+	35, // 56: byoc.agent.v1.DecideBreakGlassResponse.grant:type_name -> byoc.agent.v1.BreakGlassGrant
+	40, // 57: byoc.agent.v1.AuditRecords.records:type_name -> byoc.agent.v1.AuditRecord
+	39, // 58: byoc.agent.v1.AuditRecords.checkpoint:type_name -> byoc.agent.v1.AuditCheckpoint
+	54, // 59: byoc.agent.v1.ListAuditRecordsRequest.time:type_name -> google.protobuf.Timestamp
+	40, // 60: byoc.agent.v1.ListAuditRecordsResponse.records:type_name -> byoc.agent.v1.AuditRecord
+	54, // 61: byoc.agent.v1.RevokeSelfRequest.time:type_name -> google.protobuf.Timestamp
+	48, // 62: byoc.agent.v1.ShellEvent.opened:type_name -> byoc.agent.v1.ShellOpened
+	49, // 63: byoc.agent.v1.ShellEvent.ended:type_name -> byoc.agent.v1.ShellEnded
+	54, // 64: byoc.agent.v1.ShellOpened.grant_expire_time:type_name -> google.protobuf.Timestamp
+	1,  // 65: byoc.agent.v1.AgentService.Enroll:input_type -> byoc.agent.v1.EnrollRequest
+	4,  // 66: byoc.agent.v1.AgentService.Connect:input_type -> byoc.agent.v1.ConnectRequest
+	33, // 67: byoc.agent.v1.AgentService.ListBreakGlass:input_type -> byoc.agent.v1.ListBreakGlassRequest
+	36, // 68: byoc.agent.v1.AgentService.DecideBreakGlass:input_type -> byoc.agent.v1.DecideBreakGlassRequest
+	41, // 69: byoc.agent.v1.AgentService.ListAuditRecords:input_type -> byoc.agent.v1.ListAuditRecordsRequest
+	43, // 70: byoc.agent.v1.AgentService.RevokeSelf:input_type -> byoc.agent.v1.RevokeSelfRequest
+	2,  // 71: byoc.agent.v1.AgentService.Enroll:output_type -> byoc.agent.v1.EnrollResponse
+	5,  // 72: byoc.agent.v1.AgentService.Connect:output_type -> byoc.agent.v1.ConnectResponse
+	34, // 73: byoc.agent.v1.AgentService.ListBreakGlass:output_type -> byoc.agent.v1.ListBreakGlassResponse
+	37, // 74: byoc.agent.v1.AgentService.DecideBreakGlass:output_type -> byoc.agent.v1.DecideBreakGlassResponse
+	42, // 75: byoc.agent.v1.AgentService.ListAuditRecords:output_type -> byoc.agent.v1.ListAuditRecordsResponse
+	44, // 76: byoc.agent.v1.AgentService.RevokeSelf:output_type -> byoc.agent.v1.RevokeSelfResponse
+	71, // [71:77] is the sub-list for method output_type
+	65, // [65:71] is the sub-list for method input_type
+	65, // [65:65] is the sub-list for extension type_name
+	65, // [65:65] is the sub-list for extension extendee
+	0,  // [0:65] is the sub-list for field type_name
 }
 
 func init() { file_byoc_agent_v1_agent_proto_init() }
@@ -4276,6 +4809,7 @@ func file_byoc_agent_v1_agent_proto_init() {
 		(*ConnectRequest_Ack)(nil),
 		(*ConnectRequest_Logs)(nil),
 		(*ConnectRequest_Result)(nil),
+		(*ConnectRequest_Shell)(nil),
 		(*ConnectRequest_ChannelHello)(nil),
 		(*ConnectRequest_Sealed)(nil),
 	}
@@ -4289,6 +4823,8 @@ func file_byoc_agent_v1_agent_proto_init() {
 		(*ConnectResponse_Renewed)(nil),
 		(*ConnectResponse_Audit)(nil),
 		(*ConnectResponse_UpdateOffer)(nil),
+		(*ConnectResponse_ShellOpen)(nil),
+		(*ConnectResponse_ShellInput)(nil),
 		(*ConnectResponse_ChannelAccept)(nil),
 		(*ConnectResponse_Sealed)(nil),
 	}
@@ -4298,7 +4834,7 @@ func file_byoc_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byoc_agent_v1_agent_proto_rawDesc), len(file_byoc_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   48,
+			NumMessages:   53,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -192,6 +192,9 @@ const (
 	// OperatorServiceRunDebugCommandProcedure is the fully-qualified name of the OperatorService's
 	// RunDebugCommand RPC.
 	OperatorServiceRunDebugCommandProcedure = "/byoc.ims.v1.OperatorService/RunDebugCommand"
+	// OperatorServiceSupportShellProcedure is the fully-qualified name of the OperatorService's
+	// SupportShell RPC.
+	OperatorServiceSupportShellProcedure = "/byoc.ims.v1.OperatorService/SupportShell"
 	// OperatorServiceListActionRunsProcedure is the fully-qualified name of the OperatorService's
 	// ListActionRuns RPC.
 	OperatorServiceListActionRunsProcedure = "/byoc.ims.v1.OperatorService/ListActionRuns"
@@ -395,6 +398,14 @@ type OperatorServiceClient interface {
 	// undeclared or ill-typed one is refused, named) and reach the script
 	// only as environment variables (ARG_NAME). Audited as debug.run.
 	RunDebugCommand(context.Context, *connect.Request[v1.RunDebugCommandRequest]) (*connect.Response[v1.RunDebugCommandResponse], error)
+	// SupportShell opens an interactive shell (a PTY) in an install through
+	// its agent's own outbound stream, under a live break-glass grant the
+	// customer approved with sessions allowed; the agent records it
+	// (asciicast v2) on the customer's side. The first message names the
+	// install and carries open; later ones carry input, resizes or close.
+	// Served by the imsd replica that holds the agent's stream. Audited as
+	// support.session.started and support.session.ended.
+	SupportShell(context.Context) *connect.BidiStreamForClient[v1.SupportShellRequest, v1.SupportShellResponse]
 	// ListActionRuns lists an install's action runs, newest first, with
 	// their outputs.
 	ListActionRuns(context.Context, *connect.Request[v1.ListActionRunsRequest]) (*connect.Response[v1.ListActionRunsResponse], error)
@@ -773,6 +784,12 @@ func NewOperatorServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(operatorServiceMethods.ByName("RunDebugCommand")),
 			connect.WithClientOptions(opts...),
 		),
+		supportShell: connect.NewClient[v1.SupportShellRequest, v1.SupportShellResponse](
+			httpClient,
+			baseURL+OperatorServiceSupportShellProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("SupportShell")),
+			connect.WithClientOptions(opts...),
+		),
 		listActionRuns: connect.NewClient[v1.ListActionRunsRequest, v1.ListActionRunsResponse](
 			httpClient,
 			baseURL+OperatorServiceListActionRunsProcedure,
@@ -898,6 +915,7 @@ type operatorServiceClient struct {
 	startActionRun        *connect.Client[v1.StartActionRunRequest, v1.StartActionRunResponse]
 	listDebugCommands     *connect.Client[v1.ListDebugCommandsRequest, v1.ListDebugCommandsResponse]
 	runDebugCommand       *connect.Client[v1.RunDebugCommandRequest, v1.RunDebugCommandResponse]
+	supportShell          *connect.Client[v1.SupportShellRequest, v1.SupportShellResponse]
 	listActionRuns        *connect.Client[v1.ListActionRunsRequest, v1.ListActionRunsResponse]
 	getActionRun          *connect.Client[v1.GetActionRunRequest, v1.GetActionRunResponse]
 	requestBreakGlass     *connect.Client[v1.RequestBreakGlassRequest, v1.RequestBreakGlassResponse]
@@ -1181,6 +1199,11 @@ func (c *operatorServiceClient) RunDebugCommand(ctx context.Context, req *connec
 	return c.runDebugCommand.CallUnary(ctx, req)
 }
 
+// SupportShell calls byoc.ims.v1.OperatorService.SupportShell.
+func (c *operatorServiceClient) SupportShell(ctx context.Context) *connect.BidiStreamForClient[v1.SupportShellRequest, v1.SupportShellResponse] {
+	return c.supportShell.CallBidiStream(ctx)
+}
+
 // ListActionRuns calls byoc.ims.v1.OperatorService.ListActionRuns.
 func (c *operatorServiceClient) ListActionRuns(ctx context.Context, req *connect.Request[v1.ListActionRunsRequest]) (*connect.Response[v1.ListActionRunsResponse], error) {
 	return c.listActionRuns.CallUnary(ctx, req)
@@ -1404,6 +1427,14 @@ type OperatorServiceHandler interface {
 	// undeclared or ill-typed one is refused, named) and reach the script
 	// only as environment variables (ARG_NAME). Audited as debug.run.
 	RunDebugCommand(context.Context, *connect.Request[v1.RunDebugCommandRequest]) (*connect.Response[v1.RunDebugCommandResponse], error)
+	// SupportShell opens an interactive shell (a PTY) in an install through
+	// its agent's own outbound stream, under a live break-glass grant the
+	// customer approved with sessions allowed; the agent records it
+	// (asciicast v2) on the customer's side. The first message names the
+	// install and carries open; later ones carry input, resizes or close.
+	// Served by the imsd replica that holds the agent's stream. Audited as
+	// support.session.started and support.session.ended.
+	SupportShell(context.Context, *connect.BidiStream[v1.SupportShellRequest, v1.SupportShellResponse]) error
 	// ListActionRuns lists an install's action runs, newest first, with
 	// their outputs.
 	ListActionRuns(context.Context, *connect.Request[v1.ListActionRunsRequest]) (*connect.Response[v1.ListActionRunsResponse], error)
@@ -1778,6 +1809,12 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 		connect.WithSchema(operatorServiceMethods.ByName("RunDebugCommand")),
 		connect.WithHandlerOptions(opts...),
 	)
+	operatorServiceSupportShellHandler := connect.NewBidiStreamHandler(
+		OperatorServiceSupportShellProcedure,
+		svc.SupportShell,
+		connect.WithSchema(operatorServiceMethods.ByName("SupportShell")),
+		connect.WithHandlerOptions(opts...),
+	)
 	operatorServiceListActionRunsHandler := connect.NewUnaryHandler(
 		OperatorServiceListActionRunsProcedure,
 		svc.ListActionRuns,
@@ -1954,6 +1991,8 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 			operatorServiceListDebugCommandsHandler.ServeHTTP(w, r)
 		case OperatorServiceRunDebugCommandProcedure:
 			operatorServiceRunDebugCommandHandler.ServeHTTP(w, r)
+		case OperatorServiceSupportShellProcedure:
+			operatorServiceSupportShellHandler.ServeHTTP(w, r)
 		case OperatorServiceListActionRunsProcedure:
 			operatorServiceListActionRunsHandler.ServeHTTP(w, r)
 		case OperatorServiceGetActionRunProcedure:
@@ -2199,6 +2238,10 @@ func (UnimplementedOperatorServiceHandler) ListDebugCommands(context.Context, *c
 
 func (UnimplementedOperatorServiceHandler) RunDebugCommand(context.Context, *connect.Request[v1.RunDebugCommandRequest]) (*connect.Response[v1.RunDebugCommandResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.RunDebugCommand is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) SupportShell(context.Context, *connect.BidiStream[v1.SupportShellRequest, v1.SupportShellResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.SupportShell is not implemented"))
 }
 
 func (UnimplementedOperatorServiceHandler) ListActionRuns(context.Context, *connect.Request[v1.ListActionRunsRequest]) (*connect.Response[v1.ListActionRunsResponse], error) {

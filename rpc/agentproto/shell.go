@@ -1,0 +1,120 @@
+package agentproto
+
+import (
+	"fmt"
+	"regexp"
+
+	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
+)
+
+// Limits on a support shell (ShellOpen, ShellInput, ShellEvent): what an
+// operator controls is bounded on imsd's side and again on the agent's.
+const (
+	// MaxShellData is the most bytes of keystrokes or output in one
+	// message.
+	MaxShellData = 32 << 10
+	// MaxShellWindow is the most output bytes an agent may have sent and
+	// not been given credit for; DefaultShellWindow is what imsd asks.
+	MaxShellWindow     = 1 << 20
+	DefaultShellWindow = 256 << 10
+	// MaxTerminalSide bounds a terminal's rows and columns.
+	MaxTerminalSide = 1000
+	// MaxShellArgs and MaxShellArgBytes bound the command, MaxShellCommand
+	// its bytes in all.
+	MaxShellArgs     = 64
+	MaxShellArgBytes = 4 << 10
+	MaxShellCommand  = 16 << 10
+)
+
+var (
+	shellTermRE      = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$`)
+	shellSessionRE   = regexp.MustCompile(`^ss_[a-z0-9]{8,40}$`)
+	shellComponentRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9_-]{0,62})$`)
+)
+
+// CheckTerminalSize checks a terminal size: both sides 1 to
+// MaxTerminalSide.
+func CheckTerminalSize(field string, rows, cols uint32) error {
+	if rows < 1 || rows > MaxTerminalSide || cols < 1 || cols > MaxTerminalSide {
+		return fmt.Errorf("%s: %dx%d: rows and cols must each be 1 to %d", field, rows, cols, MaxTerminalSide)
+	}
+	return nil
+}
+
+// CheckShellSessionID checks a session id (ss_ and 8 to 40 lower-case
+// letters or digits: it names the recording's file).
+func CheckShellSessionID(id string) error {
+	if !shellSessionRE.MatchString(id) {
+		return fmt.Errorf("session_id: %q is not a session id (ss_ and 8 to 40 lower-case letters or digits)", id)
+	}
+	return nil
+}
+
+// CheckShellOpen checks a ShellOpen against the limits.
+func CheckShellOpen(m *agentv1.ShellOpen) error {
+	if err := CheckShellSessionID(m.GetSessionId()); err != nil {
+		return err
+	}
+	if m.GetComponent() != "" && !shellComponentRE.MatchString(m.GetComponent()) {
+		return fmt.Errorf("component: %q is not a component name", m.GetComponent())
+	}
+	if len(m.GetOperator()) > 256 {
+		return fmt.Errorf("operator: %d bytes, at most 256", len(m.GetOperator()))
+	}
+	if err := CheckShellCommand(m.GetCommand()); err != nil {
+		return err
+	}
+	if err := CheckTerminalSize("size", m.GetRows(), m.GetCols()); err != nil {
+		return err
+	}
+	if m.GetTerm() != "" && !shellTermRE.MatchString(m.GetTerm()) {
+		return fmt.Errorf("term: %q is not a terminal type", m.GetTerm())
+	}
+	if w := m.GetWindowBytes(); w < MaxShellData || w > MaxShellWindow {
+		return fmt.Errorf("window_bytes: %d: must be %d to %d", w, MaxShellData, MaxShellWindow)
+	}
+	return nil
+}
+
+// CheckShellCommand checks a shell's command: at most MaxShellArgs
+// arguments of MaxShellArgBytes each, MaxShellCommand bytes in all, no NUL.
+func CheckShellCommand(cmd []string) error {
+	if len(cmd) > MaxShellArgs {
+		return fmt.Errorf("command: %d arguments, at most %d", len(cmd), MaxShellArgs)
+	}
+	total := 0
+	for i, a := range cmd {
+		if len(a) > MaxShellArgBytes {
+			return fmt.Errorf("command[%d]: %d bytes, at most %d", i, len(a), MaxShellArgBytes)
+		}
+		for j := 0; j < len(a); j++ {
+			if a[j] == 0 {
+				return fmt.Errorf("command[%d]: contains a NUL byte", i)
+			}
+		}
+		total += len(a)
+	}
+	if total > MaxShellCommand {
+		return fmt.Errorf("command: %d bytes, at most %d", total, MaxShellCommand)
+	}
+	if len(cmd) > 0 && cmd[0] == "" {
+		return fmt.Errorf("command[0]: empty")
+	}
+	return nil
+}
+
+// CheckShellInput checks a ShellInput against the limits.
+func CheckShellInput(m *agentv1.ShellInput) error {
+	if len(m.GetData()) > MaxShellData {
+		return fmt.Errorf("data: %d bytes, at most %d", len(m.GetData()), MaxShellData)
+	}
+	if m.GetRows() != 0 || m.GetCols() != 0 {
+		if err := CheckTerminalSize("resize", m.GetRows(), m.GetCols()); err != nil {
+			return err
+		}
+	}
+	if m.GetCreditBytes() > MaxShellWindow {
+		return fmt.Errorf("credit_bytes: %d, at most %d", m.GetCreditBytes(), MaxShellWindow)
+	}
+	return nil
+}
