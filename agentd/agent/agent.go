@@ -302,8 +302,8 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		cfg.PermissionsPoll = time.Second
 	}
 	a := &Agent{
-		shells:   make(map[string]*shellSession),
-		shellOut: make(chan *agentv1.ConnectRequest, 64),
+		shells:      make(map[string]*shellSession),
+		shellOut:    make(chan *agentv1.ConnectRequest, 64),
 		cfg:         cfg,
 		client:      agentv1connect.NewAgentServiceClient(cfg.HTTPClient, strings.TrimRight(cfg.IMSURL, "/"), ledgerInterceptor(cfg.Ledger)...),
 		log:         cfg.Logger,

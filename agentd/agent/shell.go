@@ -282,7 +282,7 @@ func (a *Agent) runShell(ctx context.Context, s *shellSession, cleanup func()) {
 				text, rest := sessionrec.Text(carry, buf[:n])
 				carry = rest
 				if text != "" {
-					s.spend(int64(len(text)))
+					s.spend(agentproto.ShellCost(len(text)))
 					outBytes += int64(len(text))
 					if rerr := s.rec.Event(a.now(), "o", text); rerr != nil {
 						s.end("ended: the customer's recording cannot be written: " + rerr.Error())

@@ -136,6 +136,18 @@ func (c *conn) cancel(req dispatch.CancelRequest) {
 	}()
 }
 
+// push is the hub's Push handler: a support shell's open or input,
+// sent now from the operator's call's goroutine.
+func (c *conn) push(msg any) error {
+	m, ok := msg.(*agentv1.ConnectResponse)
+	if !ok {
+		return fmt.Errorf("push: %T is not a ConnectResponse", msg)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sendNow(m)
+}
+
 func (c *conn) send(m *agentv1.ConnectResponse) error {
 	if c.dead {
 		return errors.New("stream closed")

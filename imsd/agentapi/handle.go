@@ -15,6 +15,7 @@ import (
 	"github.com/byoc-dev/byoc/imsd/errs"
 	"github.com/byoc-dev/byoc/imsd/rpcerr"
 	"github.com/byoc-dev/byoc/imsd/store"
+	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 )
 
@@ -179,6 +180,14 @@ func (c *conn) handle(ctx context.Context, m *agentv1.ConnectRequest) error {
 		// (or ack): a read per result cost a third of a job's CPU.
 		c.auditDirty = true
 		return c.claim(ctx, false)
+	case *agentv1.ConnectRequest_Shell:
+		// A support shell's event, for the operator's call that opened
+		// it (operatorapi.SupportShell); one nobody waits for is dropped.
+		if len(msg.Shell.Output) > agentproto.MaxShellData {
+			return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("shell.output: %d bytes, at most %d", len(msg.Shell.Output), agentproto.MaxShellData))
+		}
+		s.hub.ShellEvent(c.agent.ID, msg.Shell.SessionId, msg.Shell)
+		return nil
 	case *agentv1.ConnectRequest_Hello:
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("hello: sent twice on one stream"))
 	default:

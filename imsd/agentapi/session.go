@@ -229,6 +229,7 @@ func (s *Service) openCounted(ctx context.Context, st Stream) (_ *conn, err erro
 		Reserve:  c.reserve,
 		Release:  func() { c.free.Add(1) },
 		Deliver:  c.deliver,
+		Push:     c.push,
 	})
 	s.obs.Connected(1)
 	return c, c.welcome(ctx, hello, nextKeyID)

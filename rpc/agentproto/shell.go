@@ -118,3 +118,10 @@ func CheckShellInput(m *agentv1.ShellInput) error {
 	}
 	return nil
 }
+
+// MinShellCost is the least flow-control credit one output message
+// spends, however short: it bounds the messages in flight too.
+const MinShellCost = 256
+
+// ShellCost is the credit an output message of n bytes spends.
+func ShellCost(n int) int64 { return int64(max(n, MinShellCost)) }
