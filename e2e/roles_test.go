@@ -68,7 +68,7 @@ var rpcAccess = map[string]string{
 	"ListDebugCommands": "read@install", "RunDebugCommand": "debug@install",
 	// A support shell needs break-glass (support, admin) on the install,
 	// and on the agent's side a live grant that allows sessions.
-	"SupportShell": "break-glass@install",
+	"SupportShell":      "break-glass@install",
 	"RequestBreakGlass": "break-glass@install", "ListBreakGlassGrants": "read@install", "GetBreakGlassPolicy": "read@install",
 	"ListAuditEvents": "read@install", "GetInstallStack": "read@install",
 	"CreateBuildAgentToken": "manage@all", "StartBuild": "manage@all", "ListBuilds": "read@any", "ListInstallImages": "read@install",

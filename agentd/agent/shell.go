@@ -177,9 +177,21 @@ func (a *Agent) openShell(ctx context.Context, m *agentv1.ShellOpen) {
 	if term == "" {
 		term = "xterm-256color"
 	}
-	cmd, cleanup, err := a.cfg.Shell.Start(ctx, ShellSpec{ID: m.SessionId, InstallID: a.id.InstallID, Component: m.Component,
-		Argv: argv, Term: term, Role: g.Role})
+	ptmx, tty, err := pty.Open()
 	if err != nil {
+		a.shellRefuse(m.SessionId, "refused: open a terminal: "+err.Error())
+		return
+	}
+	defer tty.Close() // the shell holds its own copy once started
+	if err := pty.Setsize(ptmx, &pty.Winsize{Rows: uint16(m.Rows), Cols: uint16(m.Cols)}); err != nil {
+		ptmx.Close()
+		a.shellRefuse(m.SessionId, "refused: size the terminal: "+err.Error())
+		return
+	}
+	cmd, cleanup, err := a.cfg.Shell.Start(ctx, ShellSpec{ID: m.SessionId, InstallID: a.id.InstallID, Component: m.Component,
+		Argv: argv, Term: term, Role: g.Role, TTY: tty.Name()})
+	if err != nil {
+		ptmx.Close()
 		a.shellRefuse(m.SessionId, "refused: "+err.Error())
 		return
 	}
@@ -189,12 +201,21 @@ func (a *Agent) openShell(ctx context.Context, m *agentv1.ShellOpen) {
 		Title: fmt.Sprintf("byoc support session %s by %s", m.SessionId, m.Operator),
 		Env:   map[string]string{"TERM": term, "SHELL": argv[0]}}, start)
 	if err != nil {
+		ptmx.Close()
 		cleanup()
 		a.shellRefuse(m.SessionId, "refused: the customer's recording cannot be written: "+err.Error())
 		return
 	}
-	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: uint16(m.Rows), Cols: uint16(m.Cols)})
-	if err != nil {
+	// The shell leads a session of its own whose controlling terminal is
+	// the PTY: Ctrl-C reaches its foreground job through the line
+	// discipline.
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setsid, cmd.SysProcAttr.Setctty, cmd.SysProcAttr.Ctty = true, true, 0
+	if err := cmd.Start(); err != nil {
+		ptmx.Close()
 		rec.Close()
 		os.Remove(sessionrec.CastPath(dir, m.SessionId))
 		cleanup()

@@ -21,6 +21,8 @@ type ShellSpec struct {
 	Term string
 	// Role is the break-glass grant's role.
 	Role string
+	// TTY is the host path of the session's terminal (/dev/pts/N).
+	TTY string
 }
 
 // Shell builds a support shell's command for the agent's sessions
@@ -69,7 +71,7 @@ func (r *PluginRunner) Shell(ctx context.Context, spec ShellSpec) (*exec.Cmd, fu
 	}
 	w, ro, hidden := r.sandboxPaths("shell", "")
 	cmd, err := r.Loader.ShellCommand(spec.Argv, pluginhost.ShellOptions{Work: work,
-		Writable: append(slices.Clone(w), writable...), ReadOnly: ro, Hidden: hidden})
+		Writable: append(slices.Clone(w), writable...), ReadOnly: ro, Hidden: hidden, TTY: spec.TTY})
 	if err != nil {
 		cleanup()
 		return nil, nil, err

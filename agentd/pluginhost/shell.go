@@ -19,6 +19,10 @@ type ShellOptions struct {
 	// --sandbox-read-only paths); Hidden are the agent's own paths kept
 	// from it even inside a directory it sees.
 	Writable, ReadOnly, Hidden []string
+	// TTY is the host path of the session's terminal (/dev/pts/N): under
+	// bubblewrap the sandbox's /dev/pts holds it alone, at the same path,
+	// so that tty(1) names it (and no other terminal of the host).
+	TTY string
 }
 
 // ShellCommand returns the command that runs argv in the same sandbox
@@ -45,7 +49,11 @@ func (l *Loader) ShellCommand(argv []string, opt ShellOptions) (*exec.Cmd, error
 	}
 	switch s.Isolation {
 	case IsolationBubblewrap:
-		return exec.Command(s.Bwrap, append(append(m.BwrapArgs(), "--"), argv...)...), nil
+		args := m.BwrapArgs()
+		if opt.TTY != "" {
+			args = append(args, "--tmpfs", "/dev/pts", "--dev-bind", opt.TTY, opt.TTY, "--remount-ro", "/dev/pts")
+		}
+		return exec.Command(s.Bwrap, append(append(args, "--"), argv...)...), nil
 	case IsolationNamespaces:
 		return sandbox.NamespaceCommand(s.InitExe, m, argv, 0)
 	case IsolationNone:

@@ -52,18 +52,19 @@ func SealRequest(c *Channel, m *agentv1.ConnectRequest) (*agentv1.ConnectRequest
 	return &agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Sealed{Sealed: s}}, nil
 }
 
-// OpenRequest opens a message from the agent: a heartbeat, ack, logs or
-// result.
+// OpenRequest opens a message from the agent: a heartbeat, ack, logs,
+// result or support shell event.
 func OpenRequest(c *Channel, m *agentv1.ConnectRequest) (*agentv1.ConnectRequest, error) {
 	var in agentv1.ConnectRequest
 	if err := open(c, m.GetSealed(), &in); err != nil {
 		return nil, err
 	}
 	switch in.Msg.(type) {
-	case *agentv1.ConnectRequest_Heartbeat, *agentv1.ConnectRequest_Ack, *agentv1.ConnectRequest_Logs, *agentv1.ConnectRequest_Result:
+	case *agentv1.ConnectRequest_Heartbeat, *agentv1.ConnectRequest_Ack, *agentv1.ConnectRequest_Logs, *agentv1.ConnectRequest_Result,
+		*agentv1.ConnectRequest_Shell:
 		return &in, nil
 	}
-	return nil, fmt.Errorf("%w: a sealed message that is not a heartbeat, ack, logs or result", ErrChannel)
+	return nil, fmt.Errorf("%w: a sealed message that is not a heartbeat, ack, logs, result or shell event", ErrChannel)
 }
 
 // SealResponse seals m for the agent.

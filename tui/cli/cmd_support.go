@@ -150,4 +150,3 @@ func (a *app) supportShell(cmd *cobra.Command, install, component string, comman
 		}
 	}
 }
-
