@@ -145,7 +145,7 @@ func (a *Agent) sessionGrant() (permissions.Grant, string) {
 
 // openShell handles a ShellOpen: checks, then starts the session.
 func (a *Agent) openShell(ctx context.Context, m *agentv1.ShellOpen) {
-	if err := agentproto.CheckShellOpen(m); err != nil {
+	if err := checkShellOpen(m); err != nil {
 		id := m.GetSessionId()
 		if agentproto.CheckShellSessionID(id) != nil {
 			a.log.Warn("support session with a bad id refused", "err", err)
@@ -250,7 +250,7 @@ func (a *Agent) shellInput(m *agentv1.ShellInput) {
 	if s == nil {
 		return
 	}
-	if err := agentproto.CheckShellInput(m); err != nil {
+	if err := checkShellInput(m); err != nil {
 		s.end("ended: the operator's input broke the limits: " + err.Error())
 		return
 	}

@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -32,16 +31,14 @@ const shellRelayBuf = agentproto.DefaultShellWindow/agentproto.MinShellCost + 8
 // session it asked to close ended (its recording's hash, for the audit).
 const shellEndWait = 5 * time.Second
 
-var shellComponentRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9_-]{0,62})$`)
-var shellTermRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$`)
 
 // checkShellOpen checks what the operator controls of a session's start.
 func checkShellOpen(o *imsv1.SupportShellOpen) error {
 	if o == nil {
 		return errs.Field("open", "is required on the first message")
 	}
-	if o.Component != "" && !shellComponentRE.MatchString(o.Component) {
-		return errs.Field("open.component", "%q is not a component name", o.Component)
+	if err := agentproto.CheckShellComponent(o.Component); err != nil {
+		return errs.Field("open.component", "%s", strings.TrimPrefix(err.Error(), "component: "))
 	}
 	if err := agentproto.CheckShellCommand(o.Command); err != nil {
 		return errs.Field("open."+strings.SplitN(err.Error(), ":", 2)[0], "%s", strings.TrimSpace(strings.SplitN(err.Error(), ":", 2)[1]))
@@ -49,8 +46,8 @@ func checkShellOpen(o *imsv1.SupportShellOpen) error {
 	if err := agentproto.CheckTerminalSize("size", o.GetSize().GetRows(), o.GetSize().GetCols()); err != nil {
 		return errs.Field("open.size", "%s", strings.TrimPrefix(err.Error(), "size: "))
 	}
-	if o.Term != "" && !shellTermRE.MatchString(o.Term) {
-		return errs.Field("open.term", "%q is not a terminal type", o.Term)
+	if err := agentproto.CheckShellTerm(o.Term); err != nil {
+		return errs.Field("open.term", "%s", strings.TrimPrefix(err.Error(), "term: "))
 	}
 	return nil
 }

@@ -28,7 +28,9 @@ func TestSupportShellLimits(t *testing.T) {
 		{func(o *imsv1.SupportShellOpen) { o.Component = "API/../x" }, "open.component"},
 		{func(o *imsv1.SupportShellOpen) { o.Term = "a b" }, "open.term"},
 		{func(o *imsv1.SupportShellOpen) { o.Command = make([]string, 65) }, "open.command"},
-		{func(o *imsv1.SupportShellOpen) { o.Command = []string{strings.Repeat("x", agentproto.MaxShellArgBytes+1)} }, "open.command[0]"},
+		{func(o *imsv1.SupportShellOpen) {
+			o.Command = []string{strings.Repeat("x", agentproto.MaxShellArgBytes+1)}
+		}, "open.command[0]"},
 	} {
 		o := ok()
 		tt.change(o)

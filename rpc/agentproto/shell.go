@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"regexp"
 
-	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 )
 
 // Limits on a support shell (ShellOpen, ShellInput, ShellEvent): what an
@@ -32,6 +31,23 @@ var (
 	shellComponentRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9_-]{0,62})$`)
 )
 
+// CheckShellTerm checks a terminal type (TERM): letters, digits and
+// ._+-, at most 64.
+func CheckShellTerm(term string) error {
+	if term != "" && !shellTermRE.MatchString(term) {
+		return fmt.Errorf("term: %q is not a terminal type", term)
+	}
+	return nil
+}
+
+// CheckShellComponent checks a component name.
+func CheckShellComponent(name string) error {
+	if name != "" && !shellComponentRE.MatchString(name) {
+		return fmt.Errorf("component: %q is not a component name", name)
+	}
+	return nil
+}
+
 // CheckTerminalSize checks a terminal size: both sides 1 to
 // MaxTerminalSide.
 func CheckTerminalSize(field string, rows, cols uint32) error {
@@ -46,32 +62,6 @@ func CheckTerminalSize(field string, rows, cols uint32) error {
 func CheckShellSessionID(id string) error {
 	if !shellSessionRE.MatchString(id) {
 		return fmt.Errorf("session_id: %q is not a session id (ss_ and 8 to 40 lower-case letters or digits)", id)
-	}
-	return nil
-}
-
-// CheckShellOpen checks a ShellOpen against the limits.
-func CheckShellOpen(m *agentv1.ShellOpen) error {
-	if err := CheckShellSessionID(m.GetSessionId()); err != nil {
-		return err
-	}
-	if m.GetComponent() != "" && !shellComponentRE.MatchString(m.GetComponent()) {
-		return fmt.Errorf("component: %q is not a component name", m.GetComponent())
-	}
-	if len(m.GetOperator()) > 256 {
-		return fmt.Errorf("operator: %d bytes, at most 256", len(m.GetOperator()))
-	}
-	if err := CheckShellCommand(m.GetCommand()); err != nil {
-		return err
-	}
-	if err := CheckTerminalSize("size", m.GetRows(), m.GetCols()); err != nil {
-		return err
-	}
-	if m.GetTerm() != "" && !shellTermRE.MatchString(m.GetTerm()) {
-		return fmt.Errorf("term: %q is not a terminal type", m.GetTerm())
-	}
-	if w := m.GetWindowBytes(); w < MaxShellData || w > MaxShellWindow {
-		return fmt.Errorf("window_bytes: %d: must be %d to %d", w, MaxShellData, MaxShellWindow)
 	}
 	return nil
 }
@@ -99,22 +89,6 @@ func CheckShellCommand(cmd []string) error {
 	}
 	if len(cmd) > 0 && cmd[0] == "" {
 		return fmt.Errorf("command[0]: empty")
-	}
-	return nil
-}
-
-// CheckShellInput checks a ShellInput against the limits.
-func CheckShellInput(m *agentv1.ShellInput) error {
-	if len(m.GetData()) > MaxShellData {
-		return fmt.Errorf("data: %d bytes, at most %d", len(m.GetData()), MaxShellData)
-	}
-	if m.GetRows() != 0 || m.GetCols() != 0 {
-		if err := CheckTerminalSize("resize", m.GetRows(), m.GetCols()); err != nil {
-			return err
-		}
-	}
-	if m.GetCreditBytes() > MaxShellWindow {
-		return fmt.Errorf("credit_bytes: %d, at most %d", m.GetCreditBytes(), MaxShellWindow)
 	}
 	return nil
 }

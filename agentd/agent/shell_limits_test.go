@@ -1,4 +1,4 @@
-package agentproto_test
+package agent
 
 import (
 	"strings"
@@ -16,7 +16,7 @@ func okOpen() *agentv1.ShellOpen {
 // Everything the operator controls of a support shell is bounded, and a
 // refusal names the field.
 func TestShellLimits(t *testing.T) {
-	if err := agentproto.CheckShellOpen(okOpen()); err != nil {
+	if err := checkShellOpen(okOpen()); err != nil {
 		t.Fatal(err)
 	}
 	long := strings.Repeat("x", agentproto.MaxShellArgBytes+1)
@@ -45,7 +45,7 @@ func TestShellLimits(t *testing.T) {
 	} {
 		m := okOpen()
 		tt.change(m)
-		if err := agentproto.CheckShellOpen(m); err == nil || !strings.Contains(err.Error(), tt.want) {
+		if err := checkShellOpen(m); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("CheckShellOpen: %v, want %q", err, tt.want)
 		}
 	}
@@ -58,12 +58,12 @@ func TestShellLimits(t *testing.T) {
 		{&agentv1.ShellInput{Rows: 65535, Cols: 65535}, "resize"},
 		{&agentv1.ShellInput{CreditBytes: agentproto.MaxShellWindow + 1}, "credit_bytes"},
 	} {
-		if err := agentproto.CheckShellInput(tt.m); err == nil || !strings.Contains(err.Error(), tt.want) {
+		if err := checkShellInput(tt.m); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("CheckShellInput: %v, want %q", err, tt.want)
 		}
 	}
 	for _, ok := range []*agentv1.ShellInput{{Data: make([]byte, agentproto.MaxShellData)}, {Rows: 1000, Cols: 1}, {CreditBytes: 100}, {Close: true}} {
-		if err := agentproto.CheckShellInput(ok); err != nil {
+		if err := checkShellInput(ok); err != nil {
 			t.Errorf("CheckShellInput(%v): %v", ok, err)
 		}
 	}
