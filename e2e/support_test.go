@@ -241,7 +241,7 @@ func TestSupportShell(t *testing.T) {
 	n = s.waitOutput(n, regexp.MustCompile(`leak=none id=0\r\n`), 10*time.Second)
 	// Long output flows through the bounded window.
 	n = s.command(n, "seq 1 150000; echo seq-done")
-	n = s.waitOutput(n, regexp.MustCompile(`\r\n150000\r\nseq-done\r\n`), 60*time.Second)
+	s.waitOutput(n, regexp.MustCompile(`\r\n150000\r\nseq-done\r\n`), 60*time.Second)
 
 	// The customer sees it live.
 	list, code := agentdCmd(t, "session", "--state-dir", acme.StateDir, "list")

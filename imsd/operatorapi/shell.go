@@ -31,7 +31,6 @@ const shellRelayBuf = agentproto.DefaultShellWindow/agentproto.MinShellCost + 8
 // session it asked to close ended (its recording's hash, for the audit).
 const shellEndWait = 5 * time.Second
 
-
 // checkShellOpen checks what the operator controls of a session's start.
 func checkShellOpen(o *imsv1.SupportShellOpen) error {
 	if o == nil {

@@ -3,7 +3,6 @@ package agentproto
 import (
 	"fmt"
 	"regexp"
-
 )
 
 // Limits on a support shell (ShellOpen, ShellInput, ShellEvent): what an
