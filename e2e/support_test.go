@@ -346,3 +346,65 @@ func TestSupportShell(t *testing.T) {
 		t.Fatalf("agentd session list after the end:\n%s", list)
 	}
 }
+
+// screenLine reports whether screen has a line that is exactly line.
+func screenLine(screen, line string) bool {
+	for _, l := range strings.Split(screen, "\n") {
+		if strings.TrimRight(l, " ") == line {
+			return true
+		}
+	}
+	return false
+}
+
+// byoc support shell in a real terminal (tmux): raw mode, the grant's
+// banner, tty and stty size in the shell, a resize of the window
+// followed, Ctrl-C interrupting the foreground command, and exit ending
+// the session with the customer's recording's hash.
+func TestSupportShellTerminal(t *testing.T) {
+	skipShort(t)
+	ims, cli, acme, _ := startBreakGlass(t, fast)
+	grant := requestGrant(t, cli, "acme", "--reason", "INC-9", "--for", "1h")
+	if out, code := breakglass(t, acme.StateDir, "approve", grant, "--allow-sessions"); code != 0 {
+		t.Fatalf("approve: %s", out)
+	}
+	// Without a terminal: the command's output, and its exit code.
+	if out, errOut, code := cli.Exec("support", "shell", "acme", "--", "sh", "-c", "echo piped-$((6*7)); exit 3"); code != 3 || !strings.Contains(out, "piped-42") {
+		t.Fatalf("byoc support shell -- sh -c ...: exit %d\n%s%s", code, out, errOut)
+	}
+	term := cluster.StartTerminal(t, 100, 30, []string{"BYOC_CONFIG=" + filepath.Join(t.TempDir(), "config.json")},
+		filepath.Join(cluster.Binaries(t), "byoc"), "--server", ims.URL(), "--token", ims.AdminToken, "support", "shell", "acme")
+	term.WaitFor("the break-glass banner and the prompt", func(s string) bool {
+		flat := strings.ReplaceAll(s, "\n", "")
+		return strings.Contains(flat, "BREAK-GLASS support session") && strings.Contains(flat, "under grant "+grant) &&
+			regexp.MustCompile(`[0-9]s left`).MatchString(flat) && screenLine(s, "$")
+	})
+	term.Type("tty; stty size")
+	term.Keys("Enter")
+	term.WaitFor("a /dev/pts terminal of 30x100", func(s string) bool {
+		return regexp.MustCompile(`(?m)^/dev/pts/\d+ *$`).MatchString(s) && screenLine(s, "30 100")
+	})
+	term.Resize(120, 40)
+	term.Type("clear; stty size")
+	term.Keys("Enter")
+	term.WaitFor("stty size after the resize", func(s string) bool { return screenLine(s, "40 120") })
+	term.Type("sh -c 'echo sleep-started; exec sleep 60'")
+	term.Keys("Enter")
+	term.WaitFor("the foreground command", func(s string) bool { return screenLine(s, "sleep-started") })
+	term.Keys("C-c")
+	term.Type("echo after-$((20+22))")
+	term.Keys("Enter")
+	term.WaitFor("the command after Ctrl-C", func(s string) bool { return screenLine(s, "after-42") })
+	term.Type("exit")
+	term.Keys("Enter")
+	s := strings.ReplaceAll(term.WaitText("[byoc] session ss_", "exited"), "\n", "")
+	if !strings.Contains(s, "ended: the command exited") || !strings.Contains(s, "sha256 ") {
+		t.Fatalf("the session's end:\n%s", s)
+	}
+	cluster.Eventually(t, 10*time.Second, "byoc to exit", term.Dead)
+	id := regexp.MustCompile(`ss_[a-z0-9]+`).FindString(s)
+	m, err := sessionrec.ReadMeta(sessionrec.Dir(acme.StateDir), id)
+	if err != nil || !strings.Contains(s, m.SHA256) {
+		t.Fatalf("the customer's summary of %s: %+v %v; screen:\n%s", id, m, err, s)
+	}
+}

@@ -60,7 +60,7 @@ serves it from the replica that holds the agent's stream.`,
 
 func (a *app) supportShell(cmd *cobra.Command, install, component string, command []string) error {
 	ctx := cmd.Context()
-	c, err := a.connect()
+	c, err := a.connectStreams()
 	if err != nil {
 		return err
 	}
