@@ -241,13 +241,26 @@ func TestSupportShell(t *testing.T) {
 	n = s.waitOutput(n, regexp.MustCompile(`leak=none id=0\r\n`), 10*time.Second)
 	// Long output flows through the bounded window.
 	n = s.command(n, "seq 1 150000; echo seq-done")
-	s.waitOutput(n, regexp.MustCompile(`\r\n150000\r\nseq-done\r\n`), 60*time.Second)
+	seqAt := time.Now()
+	end := s.waitOutput(n, regexp.MustCompile(`\r\n150000\r\nseq-done\r\n`), 60*time.Second)
+	t.Logf("seq 1 150000: %d bytes of output in %s", end-n, time.Since(seqAt).Round(time.Millisecond))
 
 	// The customer sees it live.
 	list, code := agentdCmd(t, "session", "--state-dir", acme.StateDir, "list")
 	if code != 0 || !strings.Contains(list, s.id) || !strings.Contains(list, "running") || !strings.Contains(list, grant) {
 		t.Fatalf("agentd session list: %d\n%s", code, list)
 	}
+
+	// The customer follows it live: agentd session watch until it ends.
+	watch := exec.Command(filepath.Join(cluster.Binaries(t), "agentd"), "session", "--state-dir", acme.StateDir, "watch", s.id)
+	var watched bytes.Buffer
+	watch.Stdout, watch.Stderr = &watched, &watched
+	if err := watch.Start(); err != nil {
+		t.Fatal(err)
+	}
+	watchDone := make(chan error, 1)
+	go func() { watchDone <- watch.Wait() }()
+	t.Cleanup(func() { watch.Process.Kill() })
 
 	// A second session, killed by the customer.
 	k, err := openShell(t, c, "acme")
@@ -276,6 +289,15 @@ func TestSupportShell(t *testing.T) {
 	t.Logf("revocation to the operator's end of the session: %s", took)
 	if took > time.Second || !strings.Contains(e.Reason, "revoked") {
 		t.Fatalf("session ended %s after its grant's revocation (want within 1s): %q", took, e.Reason)
+	}
+
+	select {
+	case err := <-watchDone:
+		if err != nil || !strings.Contains(watched.String(), "seq-done") || !strings.Contains(watched.String(), "was revoked by") {
+			t.Fatalf("agentd session watch: %v\n%s", err, watched.String()[max(0, watched.Len()-500):])
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("agentd session watch did not end with the session")
 	}
 
 	// The recording: valid asciicast v2, its hash as reported, its output
