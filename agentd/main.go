@@ -327,6 +327,7 @@ func run(ctx context.Context, args []string) int {
 		bundledExe           string
 		sandboxMode          string
 		insecureNoSandbox    bool
+		recordingsToVendor   bool
 		sandboxReadOnly      multiFlag
 		sandboxWritable      multiFlag
 		egressOpts           egressFlags
@@ -350,6 +351,7 @@ func run(ctx context.Context, args []string) int {
 	fs.StringVar(&stackPath, "stack-config", os.Getenv("BYOC_STACK_CONFIG"), "the install stack's config `file` (its imsd URL, enrolment token, a role per permission mode, the customer's inputs and secrets); also $BYOC_STACK_CONFIG")
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "log `level`: debug, info, warn, error")
 	fs.StringVar(&sandboxMode, "sandbox", os.Getenv(sandboxEnv), "`mode` of the sandbox every plugin (all vendor code) runs in: auto (bubblewrap, else Linux namespaces), bubblewrap or namespaces; also $"+sandboxEnv)
+	fs.BoolVar(&recordingsToVendor, "session-recordings-to-vendor", false, "send the vendor (imsd) a copy of each support session's recording after it ends; off by default: the recording stays in STATE/sessions only")
 	fs.BoolVar(&insecureNoSandbox, "insecure-no-sandbox", false, "run plugins WITHOUT a sandbox: vendor code can then read and write everything the agent can, its identity and your controls included; never in production")
 	fs.Var(&sandboxReadOnly, "sandbox-read-only", "host `path` every plugin may read in its sandbox, such as a chart directory or an OCI layout named by path in development (repeatable)")
 	fs.Var(&sandboxWritable, "sandbox-writable", "host `directory` every plugin may write in its sandbox, such as where a plugin of yours keeps files outside the agent (repeatable); never the agent's state directory")
@@ -638,7 +640,7 @@ func run(ctx context.Context, args []string) int {
 		Ledger:         led,
 		UpdateReport:   func() *agentv1.UpdateReport { return updateReport(stateDir) },
 		OnUpdateOffer:  onOffer,
-		Shell:          shellConfig(role, runner),
+		Shell:          shellConfig(role, runner, recordingsToVendor),
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "agentd: %v\n", err)
@@ -676,9 +678,9 @@ func run(ctx context.Context, args []string) int {
 
 // shellConfig serves support shells on an install agent (the build
 // agent serves none).
-func shellConfig(role string, runner *agent.PluginRunner) agent.ShellConfig {
+func shellConfig(role string, runner *agent.PluginRunner, toVendor bool) agent.ShellConfig {
 	if role == "build" {
 		return agent.ShellConfig{}
 	}
-	return agent.ShellConfig{Start: runner.Shell}
+	return agent.ShellConfig{Start: runner.Shell, RecordingsToVendor: toVendor}
 }

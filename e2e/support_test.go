@@ -363,6 +363,12 @@ func TestSupportShell(t *testing.T) {
 	if !startedRec || !endedRec {
 		t.Fatalf("imsd's audit of session %s: started %v, ended with the recording's hash %v", s.id, startedRec, endedRec)
 	}
+	// By default the vendor keeps no copy of the recording.
+	for _, ev := range r.Msg.Events {
+		if ev.Kind == "support.session.recording_kept" {
+			t.Fatalf("imsd kept a recording the customer did not allow: %v", ev)
+		}
+	}
 	list, _ = agentdCmd(t, "session", "--state-dir", acme.StateDir, "list")
 	if !strings.Contains(list, "revoked") {
 		t.Fatalf("agentd session list after the end:\n%s", list)
@@ -386,6 +392,10 @@ func screenLine(screen, line string) bool {
 func TestSupportShellTerminal(t *testing.T) {
 	skipShort(t)
 	ims, cli, acme, _ := startBreakGlass(t, fast)
+	// This customer lets the vendor keep a copy of each recording.
+	acme.Stop()
+	acme = cluster.StartAgent(t, ims.URL(), "", acme.StateDir, "--session-recordings-to-vendor")
+	waitConnected(t, ims, "acme")
 	grant := requestGrant(t, cli, "acme", "--reason", "INC-9", "--for", "1h")
 	if out, code := breakglass(t, acme.StateDir, "approve", grant, "--allow-sessions"); code != 0 {
 		t.Fatalf("approve: %s", out)
@@ -416,7 +426,9 @@ func TestSupportShellTerminal(t *testing.T) {
 	term.Keys("C-c")
 	term.Type("echo after-$((20+22))")
 	term.Keys("Enter")
-	term.WaitFor("the command after Ctrl-C", func(s string) bool { return screenLine(s, "after-42") })
+	// (The prompt Ctrl-C brings may come before the typed-ahead command's
+	// output, on its line.)
+	term.WaitFor("the command after Ctrl-C", func(s string) bool { return regexp.MustCompile(`(?m)(^|\$ )after-42 *$`).MatchString(s) })
 	term.Type("exit")
 	term.Keys("Enter")
 	s := strings.ReplaceAll(term.WaitText("[byoc] session ss_", "exited"), "\n", "")
@@ -429,4 +441,27 @@ func TestSupportShellTerminal(t *testing.T) {
 	if err != nil || !strings.Contains(s, m.SHA256) {
 		t.Fatalf("the customer's summary of %s: %+v %v; screen:\n%s", id, m, err, s)
 	}
+	// imsd keeps the copy the customer allowed, with the same hash.
+	cluster.Eventually(t, 10*time.Second, "imsd to keep the recording", func() bool {
+		return len(sessionAudit(t, ims.Admin(), id, "support.session.recording_kept", m.SHA256)) == 1
+	})
+}
+
+// sessionAudit returns the install acme's audit records of kind about
+// session id whose recording_sha256 is sum.
+func sessionAudit(t *testing.T, c imsv1connect.OperatorServiceClient, id, kind, sum string) []*imsv1.AuditEvent {
+	t.Helper()
+	r, err := c.ListAuditEvents(context.Background(), connect.NewRequest(&imsv1.ListAuditEventsRequest{Install: "acme"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*imsv1.AuditEvent
+	for _, ev := range r.Msg.Events {
+		var d map[string]string
+		json.Unmarshal([]byte(ev.Data), &d)
+		if ev.Subject == id && ev.Kind == kind && d["recording_sha256"] == sum {
+			out = append(out, ev)
+		}
+	}
+	return out
 }

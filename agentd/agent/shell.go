@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -37,6 +38,10 @@ type ShellConfig struct {
 	// Start builds the shell's command (PluginRunner.Shell); nil: the
 	// agent refuses every session.
 	Start func(ctx context.Context, spec ShellSpec) (*exec.Cmd, func(), error)
+	// RecordingsToVendor sends imsd a copy of each session's recording
+	// after it ends (agentd --session-recordings-to-vendor): the
+	// customer's choice, off by default.
+	RecordingsToVendor bool
 }
 
 // shellSession is one running support shell.
@@ -58,8 +63,14 @@ type shellSession struct {
 	stopOnce   sync.Once
 	stop       chan struct{}
 	stopReason string
-	done       chan struct{}
+	// abort is closed when the session's output can go nowhere (the
+	// stream broke, the agent stops) or draining it took too long.
+	abortOnce sync.Once
+	abort     chan struct{}
+	done      chan struct{}
 }
+
+func (s *shellSession) abortNow() { s.abortOnce.Do(func() { close(s.abort) }) }
 
 func (s *shellSession) end(reason string) {
 	s.stopOnce.Do(func() {
@@ -89,7 +100,7 @@ func (s *shellSession) takeCredit() (int64, bool) {
 		}
 		select {
 		case <-s.creditCh:
-		case <-s.stop:
+		case <-s.abort:
 			return 0, false
 		}
 	}
@@ -224,7 +235,7 @@ func (a *Agent) openShell(ctx context.Context, m *agentv1.ShellOpen) {
 	}
 	s := &shellSession{id: m.SessionId, grantID: g.ID, expires: g.ExpiresAt, ptmx: ptmx, cmd: cmd, rec: rec,
 		input: make(chan *agentv1.ShellInput, shellInputQueue), credit: int64(m.WindowBytes), creditCh: make(chan struct{}, 1),
-		stop: make(chan struct{}), done: make(chan struct{}),
+		stop: make(chan struct{}), abort: make(chan struct{}), done: make(chan struct{}),
 		meta: sessionrec.Meta{ID: m.SessionId, Operator: m.Operator, Grant: g.ID, Component: m.Component, Command: m.Command,
 			Started: start.UTC(), PID: os.Getpid()}}
 	if err := sessionrec.WriteMeta(dir, s.meta); err != nil {
@@ -236,7 +247,7 @@ func (a *Agent) openShell(ctx context.Context, m *agentv1.ShellOpen) {
 	a.note("session.started", "session:"+s.id, map[string]string{"operator": m.Operator, "grant": g.ID, "role": g.Role,
 		"component": m.Component, "command": strings.Join(m.Command, " "), "recording": sessionrec.CastPath(dir, s.id)})
 	a.log.Info("support session started", "session", s.id, "operator", m.Operator, "grant", g.ID)
-	a.shellEvent(&agentv1.ShellEvent{SessionId: s.id, Opened: &agentv1.ShellOpened{GrantId: g.ID, GrantExpireTime: timestamppb.New(g.ExpiresAt)}}, s.stop)
+	a.shellEvent(&agentv1.ShellEvent{SessionId: s.id, Opened: &agentv1.ShellOpened{GrantId: g.ID, GrantExpireTime: timestamppb.New(g.ExpiresAt)}}, s.abort)
 	a.wg.Add(1)
 	go a.runShell(ctx, s, cleanup)
 }
@@ -276,6 +287,7 @@ func (a *Agent) endShells(reason string) {
 	a.shellMu.Lock()
 	for _, s := range a.shells {
 		s.end(reason)
+		s.abortNow()
 	}
 	a.shellMu.Unlock()
 }
@@ -309,7 +321,7 @@ func (a *Agent) runShell(ctx context.Context, s *shellSession, cleanup func()) {
 						s.end("ended: the customer's recording cannot be written: " + rerr.Error())
 						return
 					}
-					if !a.shellEvent(&agentv1.ShellEvent{SessionId: s.id, Output: []byte(text)}, s.stop) {
+					if !a.shellEvent(&agentv1.ShellEvent{SessionId: s.id, Output: []byte(text)}, s.abort) {
 						return
 					}
 				}
@@ -319,7 +331,7 @@ func (a *Agent) runShell(ctx context.Context, s *shellSession, cleanup func()) {
 					text := strings.ToValidUTF8(string(carry), "\uFFFD")
 					outBytes += int64(len(text))
 					s.rec.Event(a.now(), "o", text)
-					a.shellEvent(&agentv1.ShellEvent{SessionId: s.id, Output: []byte(text)}, s.stop)
+					a.shellEvent(&agentv1.ShellEvent{SessionId: s.id, Output: []byte(text)}, s.abort)
 				}
 				return
 			}
@@ -365,6 +377,7 @@ func (a *Agent) runShell(ctx context.Context, s *shellSession, cleanup func()) {
 			processDone = true
 		case <-ctx.Done():
 			s.end("ended: the agent is stopping")
+			s.abortNow()
 		case <-t.C:
 			if why := a.shellGrantEnded(s); why != "" {
 				s.end(why)
@@ -385,11 +398,13 @@ func (a *Agent) runShell(ctx context.Context, s *shellSession, cleanup func()) {
 		case <-time.After(5 * time.Second):
 		}
 	}
-	// The output still in the PTY, then nothing more.
+	// The output still in the PTY (the command's last words), unless it
+	// can go nowhere; then nothing more.
 	select {
 	case <-outDone:
-	case <-time.After(time.Second):
+	case <-time.After(2 * time.Second):
 	}
+	s.abortNow()
 	s.ptmx.Close()
 	<-outDone
 	wg.Wait()
@@ -424,7 +439,40 @@ func (a *Agent) runShell(ctx context.Context, s *shellSession, cleanup func()) {
 	select {
 	case a.shellOut <- &agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Shell{Shell: ev}}:
 	case <-time.After(5 * time.Second):
+		return
 	}
+	if a.cfg.Shell.RecordingsToVendor && rerr == nil {
+		a.sendRecording(s.id, sum)
+	}
+}
+
+// sendRecording sends imsd a copy of session id's recording, in pieces,
+// as the customer allowed (ShellConfig.RecordingsToVendor).
+func (a *Agent) sendRecording(id, sum string) {
+	f, err := os.Open(sessionrec.CastPath(sessionrec.Dir(a.cfg.StateDir), id))
+	if err != nil {
+		a.log.Warn("send a support session's recording", "session", id, "err", err)
+		return
+	}
+	defer f.Close()
+	buf := make([]byte, agentproto.MaxShellData)
+	var off int64
+	for {
+		n, err := io.ReadFull(f, buf)
+		last := err != nil
+		ev := &agentv1.ShellEvent{SessionId: id, Recording: append([]byte(nil), buf[:n]...), RecordingOffset: off, RecordingLast: last}
+		select {
+		case a.shellOut <- &agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Shell{Shell: ev}}:
+		case <-time.After(30 * time.Second):
+			a.log.Warn("send a support session's recording: the stream is gone", "session", id)
+			return
+		}
+		off += int64(n)
+		if last {
+			break
+		}
+	}
+	a.note("session.recording_sent", "session:"+id, map[string]string{"recording_sha256": sum, "recording_bytes": itoa(off)})
 }
 
 // shellGrantEnded says why s's grant no longer allows it ("" while it

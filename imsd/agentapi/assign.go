@@ -145,6 +145,11 @@ func (c *conn) push(msg any) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if o := m.GetShellOpen(); o != nil {
+		// The agent may send a copy of this session's recording after it
+		// ends (recording.go).
+		c.openedShell(o.SessionId)
+	}
 	return c.sendNow(m)
 }
 

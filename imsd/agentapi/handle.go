@@ -186,6 +186,9 @@ func (c *conn) handle(ctx context.Context, m *agentv1.ConnectRequest) error {
 		if len(msg.Shell.Output) > agentproto.MaxShellData {
 			return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("shell.output: %d bytes, at most %d", len(msg.Shell.Output), agentproto.MaxShellData))
 		}
+		if len(msg.Shell.Recording) > 0 || msg.Shell.RecordingLast {
+			return c.recordingPiece(ctx, msg.Shell)
+		}
 		s.hub.ShellEvent(c.agent.ID, msg.Shell.SessionId, msg.Shell)
 		return nil
 	case *agentv1.ConnectRequest_Hello:

@@ -348,6 +348,9 @@ type conn struct {
 	// auditDirty is set when a result added records since.
 	lastAudit  time.Time
 	auditDirty bool
+	// shells are the support sessions opened through this stream, and
+	// the recordings the agent is sending of them (recording.go).
+	shells map[string]*shellCopy
 }
 
 // welcome re-attaches the jobs the agent says it runs, answers the hello and

@@ -4060,9 +4060,16 @@ type ShellEvent struct {
 	// output is the PTY's output (at most 32 KiB a message).
 	Output []byte `protobuf:"bytes,3,opt,name=output,proto3" json:"output,omitempty"`
 	// ended says the shell ended, or was refused (opened never sent).
-	Ended         *ShellEnded `protobuf:"bytes,4,opt,name=ended,proto3" json:"ended,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Ended *ShellEnded `protobuf:"bytes,4,opt,name=ended,proto3" json:"ended,omitempty"`
+	// recording is a piece of the session's recording, after its end, at
+	// recording_offset; recording_last marks the last piece. Sent only
+	// when the customer allows imsd a copy (agentd
+	// --session-recordings-to-vendor; off by default).
+	Recording       []byte `protobuf:"bytes,5,opt,name=recording,proto3" json:"recording,omitempty"`
+	RecordingOffset int64  `protobuf:"varint,6,opt,name=recording_offset,json=recordingOffset,proto3" json:"recording_offset,omitempty"`
+	RecordingLast   bool   `protobuf:"varint,7,opt,name=recording_last,json=recordingLast,proto3" json:"recording_last,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ShellEvent) Reset() {
@@ -4121,6 +4128,27 @@ func (x *ShellEvent) GetEnded() *ShellEnded {
 		return x.Ended
 	}
 	return nil
+}
+
+func (x *ShellEvent) GetRecording() []byte {
+	if x != nil {
+		return x.Recording
+	}
+	return nil
+}
+
+func (x *ShellEvent) GetRecordingOffset() int64 {
+	if x != nil {
+		return x.RecordingOffset
+	}
+	return 0
+}
+
+func (x *ShellEvent) GetRecordingLast() bool {
+	if x != nil {
+		return x.RecordingLast
+	}
+	return false
 }
 
 type ShellOpened struct {
@@ -4601,14 +4629,17 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\x04rows\x18\x03 \x01(\rR\x04rows\x12\x12\n" +
 	"\x04cols\x18\x04 \x01(\rR\x04cols\x12!\n" +
 	"\fcredit_bytes\x18\x05 \x01(\rR\vcreditBytes\x12\x14\n" +
-	"\x05close\x18\x06 \x01(\bR\x05close\"\xa8\x01\n" +
+	"\x05close\x18\x06 \x01(\bR\x05close\"\x98\x02\n" +
 	"\n" +
 	"ShellEvent\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x122\n" +
 	"\x06opened\x18\x02 \x01(\v2\x1a.byoc.agent.v1.ShellOpenedR\x06opened\x12\x16\n" +
 	"\x06output\x18\x03 \x01(\fR\x06output\x12/\n" +
-	"\x05ended\x18\x04 \x01(\v2\x19.byoc.agent.v1.ShellEndedR\x05ended\"p\n" +
+	"\x05ended\x18\x04 \x01(\v2\x19.byoc.agent.v1.ShellEndedR\x05ended\x12\x1c\n" +
+	"\trecording\x18\x05 \x01(\fR\trecording\x12)\n" +
+	"\x10recording_offset\x18\x06 \x01(\x03R\x0frecordingOffset\x12%\n" +
+	"\x0erecording_last\x18\a \x01(\bR\rrecordingLast\"p\n" +
 	"\vShellOpened\x12\x19\n" +
 	"\bgrant_id\x18\x01 \x01(\tR\agrantId\x12F\n" +
 	"\x11grant_expire_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x0fgrantExpireTime\"\xf3\x01\n" +
