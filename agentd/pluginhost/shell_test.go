@@ -101,8 +101,9 @@ func TestShellCommandInSandbox(t *testing.T) {
 	}
 	// The foreground job says it started (from the process that becomes
 	// sleep), then ^C must end it.
+	wait(`\$ $`)
 	typ("sh -c 'echo sleep-started; exec sleep 60'\n")
-	wait(`\nsleep-started\r\n`)
+	wait(`sleep-started\r\n`) // (the typed line has sleep-started;)
 	typ("\x03")
 	typ("echo after-$((20+22))\n")
 	if out := wait(`after-42\r\n`); strings.Contains(out, "Cannot") {
