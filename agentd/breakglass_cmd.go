@@ -15,6 +15,7 @@ import (
 
 	"github.com/byoc-dev/byoc/agentd/identity"
 	"github.com/byoc-dev/byoc/agentd/permissions"
+	"github.com/byoc-dev/byoc/agentd/sessionrec"
 	"github.com/byoc-dev/byoc/internal/reltime"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
@@ -30,8 +31,12 @@ grant you approved is live by its own clock, and cancels them when it
 ends. imsd (the vendor) can neither make a grant nor extend one.
 
   list                     every request and grant, with its state
-  approve ID [--for D]     grant a pending request, for the duration asked
-                           or the shorter D (e.g. 30m)
+  approve ID [--for D] [--allow-sessions]
+                           grant a pending request, for the duration asked
+                           or the shorter D (e.g. 30m); --allow-sessions
+                           also lets the holder open interactive support
+                           sessions (byoc support shell), recorded here
+                           (agentd session); off by default
   deny ID --reason TEXT    refuse a pending request
   revoke ID [--reason T]   end an approved grant now; running break-glass
                            jobs are cancelled within a second, even if
@@ -47,6 +52,7 @@ func breakglassCmd(ctx context.Context, args []string, stdout, stderr io.Writer,
 	ims := fs.String("ims", os.Getenv("BYOC_IMS_URL"), "imsd `URL` (default: the one the agent enrolled with); also $BYOC_IMS_URL")
 	dur := fs.Duration("for", 0, "approve for this `duration` (at most what was asked)")
 	reason := fs.String("reason", "", "why (required to deny)")
+	allowSessions := fs.Bool("allow-sessions", false, "approve: also allow interactive support sessions under the grant")
 	words, code := parseWords(fs, args, stdout)
 	if words == nil {
 		return code
@@ -63,6 +69,10 @@ func breakglassCmd(ctx context.Context, args []string, stdout, stderr io.Writer,
 	}
 	if cmd == "deny" && strings.TrimSpace(*reason) == "" {
 		fmt.Fprintln(stderr, "agentd breakglass deny: --reason is required")
+		return 2
+	}
+	if *allowSessions && cmd != "approve" {
+		fmt.Fprintln(stderr, "agentd breakglass: --allow-sessions is for approve only")
 		return 2
 	}
 	if *dur < 0 || (*dur != 0 && cmd != "approve") {
@@ -85,7 +95,7 @@ func breakglassCmd(ctx context.Context, args []string, stdout, stderr io.Writer,
 	case "list":
 		return c.list(ctx)
 	case "approve":
-		return c.approve(ctx, rest[0], *dur)
+		return c.approve(ctx, rest[0], *dur, *allowSessions)
 	case "deny":
 		return c.deny(ctx, rest[0], *reason)
 	default:
@@ -230,7 +240,7 @@ func oneLine(s string) string {
 	return s
 }
 
-func (c *bgClient) approve(ctx context.Context, id string, d time.Duration) int {
+func (c *bgClient) approve(ctx context.Context, id string, d time.Duration, allowSessions bool) int {
 	g, err := c.find(ctx, id)
 	if err != nil {
 		return c.fail(err)
@@ -260,13 +270,16 @@ func (c *bgClient) approve(ctx context.Context, id string, d time.Duration) int 
 			return fmt.Errorf("break-glass grant %s is already recorded here", id)
 		}
 		gs.Grants = append(gs.Grants, permissions.Grant{ID: id, Role: g.Role, Reason: g.Reason, RequestedBy: g.RequestedBy,
-			ApprovedBy: by, ApprovedAt: now, ExpiresAt: dec.ExpiresAt})
+			ApprovedBy: by, ApprovedAt: now, ExpiresAt: dec.ExpiresAt, AllowSessions: allowSessions})
 		return nil
 	})
 	if err != nil {
 		return c.fail(fmt.Errorf("keep the grant in %s: %w (imsd shows it approved, but this agent will not honour it)", permissions.GrantsPath(c.dir), err))
 	}
 	fmt.Fprintf(c.stdout, "approved %s: role %s for %s, until %s, by %s\n", id, g.Role, d, dec.ExpiresAt.Local().Format(time.DateTime), by)
+	if allowSessions {
+		fmt.Fprintf(c.stdout, "support sessions allowed under %s: each is recorded in %s (agentd session list)\n", id, sessionrec.Dir(c.dir))
+	}
 	if st, err := permissions.Load(c.dir); err == nil && st.RefusalAt(string(permissions.BreakGlass), permissions.Grants{Grants: []permissions.Grant{{ExpiresAt: dec.ExpiresAt}}}, now) != "" {
 		fmt.Fprintf(c.stdout, "note: break_glass jobs are still refused: %s\n", st.Refusal(string(permissions.BreakGlass)))
 	}

@@ -28,6 +28,9 @@ func TestHelpExitsZero(t *testing.T) {
 		"identity": func(a []string, o, e io.Writer) int {
 			return identityCmd(context.Background(), a, o, e, time.Now)
 		},
+		"session": func(a []string, o, e io.Writer) int {
+			return sessionCmd(context.Background(), a, o, e, time.Now)
+		},
 		"egress":         func(a []string, o, e io.Writer) int { return egressCmd(a, o, e, time.Now) },
 		"telemetry":      func(a []string, o, e io.Writer) int { return telemetryCmd(a, o, e, time.Now) },
 		"module":         func(a []string, o, e io.Writer) int { return moduleCmd(context.Background(), a, o, e) },

@@ -170,6 +170,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "breakglass" {
 		os.Exit(breakglassCmd(ctx, os.Args[2:], os.Stdout, os.Stderr, time.Now))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "session" {
+		os.Exit(sessionCmd(ctx, os.Args[2:], os.Stdout, os.Stderr, time.Now))
+	}
 	if len(os.Args) > 1 && os.Args[1] == "identity" {
 		os.Exit(identityCmd(ctx, os.Args[2:], os.Stdout, os.Stderr, time.Now))
 	}
@@ -314,6 +317,7 @@ commands (most take --state-dir DIR, the agent's state directory):
   permissions      the customer's permission modes and kill switch
   window           the customer's maintenance windows
   breakglass       decide the vendor's break-glass requests
+  session          the vendor's support sessions: list, watch, kill, play
   plugin           pin, unpin and list plugins (agentd plugin pin|unpin|list)
   update           the agent's update policy; apply a signed agent release
   policy           the customer's supply-chain policy (agentd policy supply-chain)
@@ -362,6 +366,7 @@ func runAgent(ctx context.Context, args []string, offline *offlineFunc) int {
 		bundledExe           string
 		sandboxMode          string
 		insecureNoSandbox    bool
+		recordingsToVendor   bool
 		sandboxReadOnly      multiFlag
 		sandboxWritable      multiFlag
 		egressOpts           egressFlags
@@ -385,6 +390,7 @@ func runAgent(ctx context.Context, args []string, offline *offlineFunc) int {
 	fs.StringVar(&stackPath, "stack-config", os.Getenv("BYOC_STACK_CONFIG"), "the install stack's config `file` (its imsd URL, enrolment token, a role per permission mode, the customer's inputs and secrets); also $BYOC_STACK_CONFIG")
 	fs.TextVar(&level, "log-level", slog.LevelInfo, "log `level`: debug, info, warn, error")
 	fs.StringVar(&sandboxMode, "sandbox", os.Getenv(sandboxEnv), "`mode` of the sandbox every plugin (all vendor code) runs in: auto (bubblewrap, else Linux namespaces), bubblewrap or namespaces; also $"+sandboxEnv)
+	fs.BoolVar(&recordingsToVendor, "session-recordings-to-vendor", false, "send the vendor (imsd) a copy of each support session's recording after it ends; off by default: the recording stays in STATE/sessions only")
 	fs.BoolVar(&insecureNoSandbox, "insecure-no-sandbox", false, "run plugins WITHOUT a sandbox: vendor code can then read and write everything the agent can, its identity and your controls included; never in production")
 	fs.Var(&sandboxReadOnly, "sandbox-read-only", "host `path` every plugin may read in its sandbox, such as a chart directory or an OCI layout named by path in development (repeatable)")
 	fs.Var(&sandboxWritable, "sandbox-writable", "host `directory` every plugin may write in its sandbox, such as where a plugin of yours keeps files outside the agent (repeatable); never the agent's state directory")
@@ -714,6 +720,7 @@ func runAgent(ctx context.Context, args []string, offline *offlineFunc) int {
 		Ledger:         led,
 		UpdateReport:   func() *agentv1.UpdateReport { return updateReport(stateDir) },
 		OnUpdateOffer:  onOffer,
+		Shell:          shellConfig(role, runner, recordingsToVendor),
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "agentd: %v\n", err)
@@ -751,4 +758,13 @@ func runAgent(ctx context.Context, args []string, offline *offlineFunc) int {
 		return 1
 	}
 	return 0
+}
+
+// shellConfig serves support shells on an install agent (the build
+// agent serves none).
+func shellConfig(role string, runner *agent.PluginRunner, toVendor bool) agent.ShellConfig {
+	if role == "build" {
+		return agent.ShellConfig{}
+	}
+	return agent.ShellConfig{Start: runner.Shell, RecordingsToVendor: toVendor}
 }

@@ -67,6 +67,9 @@ var rpcAccess = map[string]string{
 	// Debug commands only read: support runs them as operators do.
 	"ListDebugCommands": "read@install", "RunDebugCommand": "debug@install",
 	"GetTelemetry":      "read@install",
+	// A support shell needs break-glass (support, admin) on the install,
+	// and on the agent's side a live grant that allows sessions.
+	"SupportShell":      "break-glass@install",
 	"RequestBreakGlass": "break-glass@install", "ListBreakGlassGrants": "read@install", "GetBreakGlassPolicy": "read@install",
 	"ListAuditEvents": "read@install", "GetInstallStack": "read@install",
 	"CreateBuildAgentToken": "manage@all", "StartBuild": "manage@all", "ListBuilds": "read@any", "ListInstallImages": "read@install",
@@ -200,6 +203,21 @@ func (f *roleFixture) call(ctx context.Context, token string, md protoreflect.Me
 	}
 	if err := proto.Unmarshal(b, dm); err != nil {
 		return err
+	}
+	if md.IsStreamingClient() {
+		// A bidi stream (SupportShell): its first message is checked.
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		st := c.CallBidiStream(sctx)
+		if err := st.Send(dm); err != nil && !errors.Is(err, io.EOF) {
+			return err
+		}
+		st.CloseRequest()
+		defer st.CloseResponse()
+		if _, err := st.Receive(); err != nil && !errors.Is(err, io.EOF) && !errors.Is(sctx.Err(), context.DeadlineExceeded) {
+			return err
+		}
+		return nil
 	}
 	if md.IsStreamingServer() {
 		sctx, cancel := context.WithTimeout(ctx, time.Second)

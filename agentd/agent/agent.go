@@ -172,6 +172,9 @@ type Config struct {
 	// TelemetryTick is how often the app's telemetry sources are looked
 	// at (default 1s); a source is read at its own declared interval.
 	TelemetryTick time.Duration
+	// Shell serves support shells (shell.go); unset, every one is
+	// refused.
+	Shell ShellConfig
 }
 
 // Agent is a running agentd.
@@ -258,6 +261,12 @@ type Agent struct {
 	// telemetry reads the app's declared telemetry sources as the
 	// customer's setting allows (telemetry.go).
 	telemetry *telemetry.Collector
+	// shellMu guards shells, the support sessions running now (shell.go);
+	// shellOut carries their events to the session's goroutine, which
+	// alone sends on the stream.
+	shellMu  sync.Mutex
+	shells   map[string]*shellSession
+	shellOut chan *agentv1.ConnectRequest
 }
 
 // New loads the agent's identity from the state dir, enrolling first if
@@ -303,6 +312,8 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		cfg.PermissionsPoll = time.Second
 	}
 	a := &Agent{
+		shells:      make(map[string]*shellSession),
+		shellOut:    make(chan *agentv1.ConnectRequest, 64),
 		cfg:         cfg,
 		client:      agentv1connect.NewAgentServiceClient(cfg.HTTPClient, strings.TrimRight(cfg.IMSURL, "/"), ledgerInterceptor(cfg.Ledger)...),
 		log:         cfg.Logger,

@@ -51,6 +51,8 @@ type clientStream = connect.BidiStreamForClient[agentv1.ConnectRequest, agentv1.
 func (a *Agent) session(ctx context.Context) error {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// Support shells live on the stream that opened them.
+	defer a.endShells("ended: the agent's stream to imsd broke")
 	st := a.client.Connect(sctx)
 	defer st.CloseRequest()
 	if err := st.Send(nil); err != nil {
@@ -167,6 +169,10 @@ func (a *Agent) session(ctx context.Context) error {
 			}
 		case <-a.rotKick:
 			return errReconnect
+		case m := <-a.shellOut:
+			if err := sst.Send(m); err != nil {
+				return err
+			}
 		case <-a.permKick:
 			// The customer changed their permissions: tell imsd now.
 			if err := a.heartbeatNow(sst, ss); err != nil {
@@ -359,6 +365,10 @@ func (a *Agent) handle(ctx context.Context, m *agentv1.ConnectResponse, ss *sess
 		a.abandon(r.JobId, token, "imsd refused a write ("+r.Code+": "+r.Message+")")
 	case *agentv1.ConnectResponse_UpdateOffer:
 		a.updateOffer(ctx, msg.UpdateOffer)
+	case *agentv1.ConnectResponse_ShellOpen:
+		go a.openShell(ctx, msg.ShellOpen)
+	case *agentv1.ConnectResponse_ShellInput:
+		a.shellInput(msg.ShellInput)
 	case *agentv1.ConnectResponse_Challenge, *agentv1.ConnectResponse_Welcome:
 		return errors.New("protocol: unexpected challenge or welcome mid-stream")
 	}

@@ -21,6 +21,10 @@ type Grant struct {
 	ApprovedBy  string    `json:"approved_by"`
 	ApprovedAt  time.Time `json:"approved_at"`
 	ExpiresAt   time.Time `json:"expires_at"`
+	// AllowSessions lets the grant's holder open interactive support
+	// sessions (byoc support shell; agentd breakglass approve
+	// --allow-sessions). Off by default.
+	AllowSessions bool `json:"allow_sessions,omitempty"`
 	// RevokedAt is set when the customer revoked the grant early.
 	RevokedAt    time.Time `json:"revoked_at,omitzero"`
 	RevokedBy    string    `json:"revoked_by,omitempty"`
@@ -116,4 +120,17 @@ func (s State) RefusalAt(m string, grants Grants, now time.Time) string {
 func isBreakGlass(m string) bool {
 	mode, err := ParseMode(m)
 	return err == nil && mode == BreakGlass
+}
+
+// LiveSessions returns the live grant that allows support sessions and
+// ends last at now, if any.
+func (gs Grants) LiveSessions(now time.Time) (Grant, bool) {
+	var best Grant
+	ok := false
+	for _, g := range gs.Grants {
+		if g.AllowSessions && g.LiveAt(now) && (!ok || g.ExpiresAt.After(best.ExpiresAt)) {
+			best, ok = g, true
+		}
+	}
+	return best, ok
 }

@@ -117,3 +117,9 @@ func (t *Terminal) Dead() bool {
 	t.tb.Helper()
 	return strings.TrimSpace(t.tmux("display-message", "-p", "-t", "main", "#{pane_dead}")) == "1"
 }
+
+// Resize resizes the terminal to w×h, as a user resizing their window.
+func (t *Terminal) Resize(w, h int) {
+	t.tb.Helper()
+	t.tmux("resize-window", "-t", "main", "-x", fmt.Sprint(w), "-y", fmt.Sprint(h))
+}

@@ -136,6 +136,23 @@ func (c *conn) cancel(req dispatch.CancelRequest) {
 	}()
 }
 
+// push is the hub's Push handler: a support shell's open or input,
+// sent now from the operator's call's goroutine.
+func (c *conn) push(msg any) error {
+	m, ok := msg.(*agentv1.ConnectResponse)
+	if !ok {
+		return fmt.Errorf("push: %T is not a ConnectResponse", msg)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if o := m.GetShellOpen(); o != nil {
+		// The agent may send a copy of this session's recording after it
+		// ends (recording.go).
+		c.openedShell(o.SessionId)
+	}
+	return c.sendNow(m)
+}
+
 func (c *conn) send(m *agentv1.ConnectResponse) error {
 	if c.dead {
 		return errors.New("stream closed")

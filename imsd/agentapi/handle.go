@@ -15,6 +15,7 @@ import (
 	"github.com/byoc-dev/byoc/imsd/errs"
 	"github.com/byoc-dev/byoc/imsd/rpcerr"
 	"github.com/byoc-dev/byoc/imsd/store"
+	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 )
 
@@ -184,6 +185,17 @@ func (c *conn) handle(ctx context.Context, m *agentv1.ConnectRequest) error {
 		return c.claim(ctx, false)
 	case *agentv1.ConnectRequest_Telemetry:
 		return c.takeTelemetry(msg.Telemetry, now)
+	case *agentv1.ConnectRequest_Shell:
+		// A support shell's event, for the operator's call that opened
+		// it (operatorapi.SupportShell); one nobody waits for is dropped.
+		if len(msg.Shell.Output) > agentproto.MaxShellData {
+			return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("shell.output: %d bytes, at most %d", len(msg.Shell.Output), agentproto.MaxShellData))
+		}
+		if len(msg.Shell.Recording) > 0 || msg.Shell.RecordingLast {
+			return c.recordingPiece(ctx, msg.Shell)
+		}
+		s.hub.ShellEvent(c.agent.ID, msg.Shell.SessionId, msg.Shell)
+		return nil
 	case *agentv1.ConnectRequest_Hello:
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("hello: sent twice on one stream"))
 	default:

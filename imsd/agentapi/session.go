@@ -229,6 +229,7 @@ func (s *Service) openCounted(ctx context.Context, st Stream) (_ *conn, err erro
 		Reserve:  c.reserve,
 		Release:  func() { c.free.Add(1) },
 		Deliver:  c.deliver,
+		Push:     c.push,
 	})
 	s.obs.Connected(1)
 	return c, c.welcome(ctx, hello, nextKeyID)
@@ -350,6 +351,9 @@ type conn struct {
 	// auditDirty is set when a result added records since.
 	lastAudit  time.Time
 	auditDirty bool
+	// shells are the support sessions opened through this stream, and
+	// the recordings the agent is sending of them (recording.go).
+	shells map[string]*shellCopy
 }
 
 // welcome re-attaches the jobs the agent says it runs, answers the hello and

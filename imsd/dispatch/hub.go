@@ -47,6 +47,10 @@ type Handlers struct {
 	// Reserve took. If the stream is gone by then, the job waits for its
 	// lease to expire, as any assignment lost on the way does.
 	Deliver func(store.Job)
+	// Push sends msg (an *agentv1.ConnectResponse: a support shell's
+	// open or input) on the stream now; it may block on the stream's
+	// writes, never on the hub.
+	Push func(msg any) error
 }
 
 // CancelRequest asks an agent to stop a job.
@@ -75,6 +79,8 @@ type Hub struct {
 	// (OfferChanged): a stream reads its agent's offer again when it
 	// changed, and once a minute besides (for other replicas').
 	offers atomic.Int64
+	// shells are the support shells' relays (shell.go).
+	shells shells
 }
 
 // OfferChanged says an agent update offer was recorded.
@@ -156,6 +162,7 @@ func (h *Hub) removeLocked(s *Session) {
 	}()
 	if h.byAgent[s.AgentID] == s {
 		delete(h.byAgent, s.AgentID)
+		h.shellsGone(s.AgentID)
 	}
 	if set := h.byInstall[s.InstallID]; set != nil {
 		delete(set, s)

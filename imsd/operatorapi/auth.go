@@ -269,6 +269,8 @@ type checkedConn struct {
 	// it (and the refusal is recorded).
 	msg     proto.Message
 	refused bool
+	// checked is set once a message passed the rule.
+	checked bool
 }
 
 func (c *checkedConn) Receive(m any) error {
@@ -277,6 +279,10 @@ func (c *checkedConn) Receive(m any) error {
 	}
 	msg, _ := m.(proto.Message)
 	c.msg = msg
+	if c.checked && rules[c.procedure].firstOnly {
+		return nil
+	}
+	c.checked = true
 	if err := c.a.checkRule(c.ctx, callerFrom(c.ctx), c.procedure, msg); err != nil {
 		c.refused = true
 		return err

@@ -53,6 +53,10 @@ type rule struct {
 	field string
 	// verb names the call in refusals.
 	verb string
+	// firstOnly applies the rule to a stream's first message only: the
+	// one that names the target (a support shell's open); the handler
+	// ignores the target field of later ones.
+	firstOnly bool
 }
 
 func r(perm access.Perm, on targetKind, field, verb string) rule {
@@ -144,6 +148,9 @@ var rules = map[string]rule{
 	imsv1connect.OperatorServiceGetActionRunProcedure:      r(access.Read, onWorkflow, "id", "read"),
 	// Forwarded telemetry reads what the customer allowed out: readers.
 	imsv1connect.OperatorServiceGetTelemetryProcedure: r(access.Read, onInstall, "install", "read telemetry of"),
+	// A support shell needs the break-glass permission (support, admin);
+	// the agent needs a live grant with sessions allowed besides.
+	imsv1connect.OperatorServiceSupportShellProcedure: {perm: access.BreakGlass, on: onInstall, field: "install", verb: "open support shells on", firstOnly: true},
 
 	imsv1connect.OperatorServiceRequestBreakGlassProcedure:    r(access.BreakGlass, onInstall, "install", "request break-glass on"),
 	imsv1connect.OperatorServiceListBreakGlassGrantsProcedure: r(access.Read, onInstallOrList, "install", "read"),

@@ -53,7 +53,7 @@ func SealRequest(c *Channel, m *agentv1.ConnectRequest) (*agentv1.ConnectRequest
 }
 
 // OpenRequest opens a message from the agent: a heartbeat, ack, logs,
-// result or telemetry batch.
+// result, telemetry batch or support shell event.
 func OpenRequest(c *Channel, m *agentv1.ConnectRequest) (*agentv1.ConnectRequest, error) {
 	var in agentv1.ConnectRequest
 	if err := open(c, m.GetSealed(), &in); err != nil {
@@ -61,10 +61,11 @@ func OpenRequest(c *Channel, m *agentv1.ConnectRequest) (*agentv1.ConnectRequest
 	}
 	switch in.Msg.(type) {
 	case *agentv1.ConnectRequest_Heartbeat, *agentv1.ConnectRequest_Ack, *agentv1.ConnectRequest_Logs, *agentv1.ConnectRequest_Result,
-		*agentv1.ConnectRequest_Telemetry:
+		*agentv1.ConnectRequest_Telemetry,
+		*agentv1.ConnectRequest_Shell:
 		return &in, nil
 	}
-	return nil, fmt.Errorf("%w: a sealed message that is not a heartbeat, ack, logs, result or telemetry", ErrChannel)
+	return nil, fmt.Errorf("%w: a sealed message that is not a heartbeat, ack, logs, result, telemetry or shell event", ErrChannel)
 }
 
 // SealResponse seals m for the agent.

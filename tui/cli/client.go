@@ -124,13 +124,29 @@ type client struct {
 
 // connect resolves the target and returns a client for it.
 func (a *app) connect() (*client, error) {
+	return a.connectWith(newHTTPClient())
+}
+
+// connectStreams is connect for a bidirectional stream (byoc support
+// shell): HTTP/2 only, unencrypted for http:// URLs (HTTP/1.1 cannot
+// carry one).
+func (a *app) connectStreams() (*client, error) {
+	hc := newHTTPClient()
+	var p http.Protocols
+	p.SetHTTP2(true)
+	p.SetUnencryptedHTTP2(true)
+	hc.Transport.(*http.Transport).Protocols = &p
+	return a.connectWith(hc)
+}
+
+func (a *app) connectWith(hc *http.Client) (*client, error) {
 	t, err := a.resolveTarget()
 	if err != nil {
 		return nil, err
 	}
 	return &client{
 		OperatorServiceClient: imsv1connect.NewOperatorServiceClient(
-			newHTTPClient(),
+			hc,
 			strings.TrimRight(t.server, "/"),
 			connect.WithInterceptors(bearer(t.token)),
 		),

@@ -313,6 +313,7 @@ type ConnectRequest struct {
 	//	*ConnectRequest_Logs
 	//	*ConnectRequest_Result
 	//	*ConnectRequest_Telemetry
+	//	*ConnectRequest_Shell
 	//	*ConnectRequest_ChannelHello
 	//	*ConnectRequest_Sealed
 	Msg           isConnectRequest_Msg `protobuf_oneof:"msg"`
@@ -411,6 +412,15 @@ func (x *ConnectRequest) GetTelemetry() *TelemetryBatch {
 	return nil
 }
 
+func (x *ConnectRequest) GetShell() *ShellEvent {
+	if x != nil {
+		if x, ok := x.Msg.(*ConnectRequest_Shell); ok {
+			return x.Shell
+		}
+	}
+	return nil
+}
+
 func (x *ConnectRequest) GetChannelHello() *ChannelHello {
 	if x != nil {
 		if x, ok := x.Msg.(*ConnectRequest_ChannelHello); ok {
@@ -460,6 +470,12 @@ type ConnectRequest_Telemetry struct {
 	Telemetry *TelemetryBatch `protobuf:"bytes,40,opt,name=telemetry,proto3,oneof"`
 }
 
+type ConnectRequest_Shell struct {
+	// shell is what a support shell (ShellOpen) sends back: that it
+	// opened or was refused, its output, its end.
+	Shell *ShellEvent `protobuf:"bytes,41,opt,name=shell,proto3,oneof"`
+}
+
 type ConnectRequest_ChannelHello struct {
 	// channel_hello opens the encrypted channel (it carries the Hello);
 	// after it, every message of the stream is sealed.
@@ -484,6 +500,8 @@ func (*ConnectRequest_Result) isConnectRequest_Msg() {}
 
 func (*ConnectRequest_Telemetry) isConnectRequest_Msg() {}
 
+func (*ConnectRequest_Shell) isConnectRequest_Msg() {}
+
 func (*ConnectRequest_ChannelHello) isConnectRequest_Msg() {}
 
 func (*ConnectRequest_Sealed) isConnectRequest_Msg() {}
@@ -502,6 +520,8 @@ type ConnectResponse struct {
 	//	*ConnectResponse_Audit
 	//	*ConnectResponse_UpdateOffer
 	//	*ConnectResponse_TelemetryConfig
+	//	*ConnectResponse_ShellOpen
+	//	*ConnectResponse_ShellInput
 	//	*ConnectResponse_ChannelAccept
 	//	*ConnectResponse_Sealed
 	Msg           isConnectResponse_Msg `protobuf_oneof:"msg"`
@@ -636,6 +656,24 @@ func (x *ConnectResponse) GetTelemetryConfig() *TelemetryConfig {
 	return nil
 }
 
+func (x *ConnectResponse) GetShellOpen() *ShellOpen {
+	if x != nil {
+		if x, ok := x.Msg.(*ConnectResponse_ShellOpen); ok {
+			return x.ShellOpen
+		}
+	}
+	return nil
+}
+
+func (x *ConnectResponse) GetShellInput() *ShellInput {
+	if x != nil {
+		if x, ok := x.Msg.(*ConnectResponse_ShellInput); ok {
+			return x.ShellInput
+		}
+	}
+	return nil
+}
+
 func (x *ConnectResponse) GetChannelAccept() []byte {
 	if x != nil {
 		if x, ok := x.Msg.(*ConnectResponse_ChannelAccept); ok {
@@ -705,6 +743,19 @@ type ConnectResponse_TelemetryConfig struct {
 	TelemetryConfig *TelemetryConfig `protobuf:"bytes,40,opt,name=telemetry_config,json=telemetryConfig,proto3,oneof"`
 }
 
+type ConnectResponse_ShellOpen struct {
+	// shell_open asks the agent for an interactive support shell (byoc
+	// support shell); the agent refuses it without a live break-glass
+	// grant the customer approved with --allow-sessions.
+	ShellOpen *ShellOpen `protobuf:"bytes,32,opt,name=shell_open,json=shellOpen,proto3,oneof"`
+}
+
+type ConnectResponse_ShellInput struct {
+	// shell_input is an open shell's keystrokes, terminal size and flow
+	// control credit, or its end.
+	ShellInput *ShellInput `protobuf:"bytes,33,opt,name=shell_input,json=shellInput,proto3,oneof"`
+}
+
 type ConnectResponse_ChannelAccept struct {
 	// channel_accept is imsd's answer to ChannelHello: the second
 	// message of the Noise IK handshake. Every message after it is
@@ -737,6 +788,10 @@ func (*ConnectResponse_Audit) isConnectResponse_Msg() {}
 func (*ConnectResponse_UpdateOffer) isConnectResponse_Msg() {}
 
 func (*ConnectResponse_TelemetryConfig) isConnectResponse_Msg() {}
+
+func (*ConnectResponse_ShellOpen) isConnectResponse_Msg() {}
+
+func (*ConnectResponse_ShellInput) isConnectResponse_Msg() {}
 
 func (*ConnectResponse_ChannelAccept) isConnectResponse_Msg() {}
 
@@ -4340,6 +4395,457 @@ func (*RevokeSelfResponse) Descriptor() ([]byte, []int) {
 	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{50}
 }
 
+// ShellOpen asks for a support shell: a PTY on the customer's side, in
+// the sandbox vendor code runs in, with the break-glass role's
+// credentials only. Limits: rpc/agentproto.CheckShellOpen.
+type ShellOpen struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// session_id is imsd's id of the session (ss_...).
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// operator is who opened it, as imsd authenticated them.
+	Operator string `protobuf:"bytes,2,opt,name=operator,proto3" json:"operator,omitempty"`
+	// component names the install's component the shell is for (its
+	// state directory is the shell's working directory); "" for none.
+	Component string `protobuf:"bytes,3,opt,name=component,proto3" json:"component,omitempty"`
+	// command is what runs in the PTY; empty: an interactive /bin/sh.
+	Command []string `protobuf:"bytes,4,rep,name=command,proto3" json:"command,omitempty"`
+	Rows    uint32   `protobuf:"varint,5,opt,name=rows,proto3" json:"rows,omitempty"`
+	Cols    uint32   `protobuf:"varint,6,opt,name=cols,proto3" json:"cols,omitempty"`
+	// term is the operator's TERM (xterm-256color by default).
+	Term string `protobuf:"bytes,7,opt,name=term,proto3" json:"term,omitempty"`
+	// window_bytes is how many output bytes the agent may send before
+	// imsd returns credit (ShellInput.credit_bytes).
+	WindowBytes   uint32 `protobuf:"varint,8,opt,name=window_bytes,json=windowBytes,proto3" json:"window_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShellOpen) Reset() {
+	*x = ShellOpen{}
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShellOpen) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShellOpen) ProtoMessage() {}
+
+func (x *ShellOpen) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShellOpen.ProtoReflect.Descriptor instead.
+func (*ShellOpen) Descriptor() ([]byte, []int) {
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *ShellOpen) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ShellOpen) GetOperator() string {
+	if x != nil {
+		return x.Operator
+	}
+	return ""
+}
+
+func (x *ShellOpen) GetComponent() string {
+	if x != nil {
+		return x.Component
+	}
+	return ""
+}
+
+func (x *ShellOpen) GetCommand() []string {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *ShellOpen) GetRows() uint32 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *ShellOpen) GetCols() uint32 {
+	if x != nil {
+		return x.Cols
+	}
+	return 0
+}
+
+func (x *ShellOpen) GetTerm() string {
+	if x != nil {
+		return x.Term
+	}
+	return ""
+}
+
+func (x *ShellOpen) GetWindowBytes() uint32 {
+	if x != nil {
+		return x.WindowBytes
+	}
+	return 0
+}
+
+// ShellInput is one message to an open shell: any of its fields.
+type ShellInput struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// data is the operator's keystrokes, passed to the PTY as they are
+	// (at most 32 KiB).
+	Data []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	// rows and cols, when both are set, resize the PTY.
+	Rows uint32 `protobuf:"varint,3,opt,name=rows,proto3" json:"rows,omitempty"`
+	Cols uint32 `protobuf:"varint,4,opt,name=cols,proto3" json:"cols,omitempty"`
+	// credit_bytes returns flow-control credit for output delivered.
+	CreditBytes uint32 `protobuf:"varint,5,opt,name=credit_bytes,json=creditBytes,proto3" json:"credit_bytes,omitempty"`
+	// close ends the shell (the operator left).
+	Close         bool `protobuf:"varint,6,opt,name=close,proto3" json:"close,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShellInput) Reset() {
+	*x = ShellInput{}
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShellInput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShellInput) ProtoMessage() {}
+
+func (x *ShellInput) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShellInput.ProtoReflect.Descriptor instead.
+func (*ShellInput) Descriptor() ([]byte, []int) {
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *ShellInput) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ShellInput) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *ShellInput) GetRows() uint32 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *ShellInput) GetCols() uint32 {
+	if x != nil {
+		return x.Cols
+	}
+	return 0
+}
+
+func (x *ShellInput) GetCreditBytes() uint32 {
+	if x != nil {
+		return x.CreditBytes
+	}
+	return 0
+}
+
+func (x *ShellInput) GetClose() bool {
+	if x != nil {
+		return x.Close
+	}
+	return false
+}
+
+// ShellEvent is what the agent sends of one support shell.
+type ShellEvent struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// opened says the shell started, under which grant.
+	Opened *ShellOpened `protobuf:"bytes,2,opt,name=opened,proto3" json:"opened,omitempty"`
+	// output is the PTY's output (at most 32 KiB a message).
+	Output []byte `protobuf:"bytes,3,opt,name=output,proto3" json:"output,omitempty"`
+	// ended says the shell ended, or was refused (opened never sent).
+	Ended *ShellEnded `protobuf:"bytes,4,opt,name=ended,proto3" json:"ended,omitempty"`
+	// recording is a piece of the session's recording, after its end, at
+	// recording_offset; recording_last marks the last piece. Sent only
+	// when the customer allows imsd a copy (agentd
+	// --session-recordings-to-vendor; off by default).
+	Recording       []byte `protobuf:"bytes,5,opt,name=recording,proto3" json:"recording,omitempty"`
+	RecordingOffset int64  `protobuf:"varint,6,opt,name=recording_offset,json=recordingOffset,proto3" json:"recording_offset,omitempty"`
+	RecordingLast   bool   `protobuf:"varint,7,opt,name=recording_last,json=recordingLast,proto3" json:"recording_last,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ShellEvent) Reset() {
+	*x = ShellEvent{}
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShellEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShellEvent) ProtoMessage() {}
+
+func (x *ShellEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShellEvent.ProtoReflect.Descriptor instead.
+func (*ShellEvent) Descriptor() ([]byte, []int) {
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *ShellEvent) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ShellEvent) GetOpened() *ShellOpened {
+	if x != nil {
+		return x.Opened
+	}
+	return nil
+}
+
+func (x *ShellEvent) GetOutput() []byte {
+	if x != nil {
+		return x.Output
+	}
+	return nil
+}
+
+func (x *ShellEvent) GetEnded() *ShellEnded {
+	if x != nil {
+		return x.Ended
+	}
+	return nil
+}
+
+func (x *ShellEvent) GetRecording() []byte {
+	if x != nil {
+		return x.Recording
+	}
+	return nil
+}
+
+func (x *ShellEvent) GetRecordingOffset() int64 {
+	if x != nil {
+		return x.RecordingOffset
+	}
+	return 0
+}
+
+func (x *ShellEvent) GetRecordingLast() bool {
+	if x != nil {
+		return x.RecordingLast
+	}
+	return false
+}
+
+type ShellOpened struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	GrantId         string                 `protobuf:"bytes,1,opt,name=grant_id,json=grantId,proto3" json:"grant_id,omitempty"`
+	GrantExpireTime *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=grant_expire_time,json=grantExpireTime,proto3" json:"grant_expire_time,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ShellOpened) Reset() {
+	*x = ShellOpened{}
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShellOpened) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShellOpened) ProtoMessage() {}
+
+func (x *ShellOpened) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShellOpened.ProtoReflect.Descriptor instead.
+func (*ShellOpened) Descriptor() ([]byte, []int) {
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *ShellOpened) GetGrantId() string {
+	if x != nil {
+		return x.GrantId
+	}
+	return ""
+}
+
+func (x *ShellOpened) GetGrantExpireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.GrantExpireTime
+	}
+	return nil
+}
+
+type ShellEnded struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// reason says why it ended: the command exited, the grant was revoked
+	// or expired, the customer killed it, the operator left, or why it was
+	// refused.
+	Reason   string `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	Refused  bool   `protobuf:"varint,2,opt,name=refused,proto3" json:"refused,omitempty"`
+	ExitCode int32  `protobuf:"varint,3,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	// recording_sha256 is the SHA-256 (hex) of the session's asciicast
+	// recording as the customer keeps it (STATE/sessions/ID.cast),
+	// recording_bytes its size; the recording itself stays on the agent.
+	RecordingSha256 string `protobuf:"bytes,4,opt,name=recording_sha256,json=recordingSha256,proto3" json:"recording_sha256,omitempty"`
+	RecordingBytes  int64  `protobuf:"varint,5,opt,name=recording_bytes,json=recordingBytes,proto3" json:"recording_bytes,omitempty"`
+	OutputBytes     int64  `protobuf:"varint,6,opt,name=output_bytes,json=outputBytes,proto3" json:"output_bytes,omitempty"`
+	InputBytes      int64  `protobuf:"varint,7,opt,name=input_bytes,json=inputBytes,proto3" json:"input_bytes,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ShellEnded) Reset() {
+	*x = ShellEnded{}
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShellEnded) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShellEnded) ProtoMessage() {}
+
+func (x *ShellEnded) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShellEnded.ProtoReflect.Descriptor instead.
+func (*ShellEnded) Descriptor() ([]byte, []int) {
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *ShellEnded) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ShellEnded) GetRefused() bool {
+	if x != nil {
+		return x.Refused
+	}
+	return false
+}
+
+func (x *ShellEnded) GetExitCode() int32 {
+	if x != nil {
+		return x.ExitCode
+	}
+	return 0
+}
+
+func (x *ShellEnded) GetRecordingSha256() string {
+	if x != nil {
+		return x.RecordingSha256
+	}
+	return ""
+}
+
+func (x *ShellEnded) GetRecordingBytes() int64 {
+	if x != nil {
+		return x.RecordingBytes
+	}
+	return 0
+}
+
+func (x *ShellEnded) GetOutputBytes() int64 {
+	if x != nil {
+		return x.OutputBytes
+	}
+	return 0
+}
+
+func (x *ShellEnded) GetInputBytes() int64 {
+	if x != nil {
+		return x.InputBytes
+	}
+	return 0
+}
+
 var File_byoc_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_byoc_agent_v1_agent_proto_rawDesc = "" +
@@ -4362,17 +4868,18 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\x11signer_public_key\x18\x01 \x01(\fR\x0fsignerPublicKey\x12\x1d\n" +
 	"\n" +
 	"public_key\x18\x02 \x01(\fR\tpublicKey\x12\x1c\n" +
-	"\tsignature\x18\x03 \x01(\fR\tsignature\"\xa9\x03\n" +
+	"\tsignature\x18\x03 \x01(\fR\tsignature\"\xdc\x03\n" +
 	"\x0eConnectRequest\x12,\n" +
 	"\x05hello\x18\x01 \x01(\v2\x14.byoc.agent.v1.HelloH\x00R\x05hello\x128\n" +
 	"\theartbeat\x18\x02 \x01(\v2\x18.byoc.agent.v1.HeartbeatH\x00R\theartbeat\x12)\n" +
 	"\x03ack\x18\x03 \x01(\v2\x15.byoc.agent.v1.JobAckH\x00R\x03ack\x12,\n" +
 	"\x04logs\x18\x04 \x01(\v2\x16.byoc.agent.v1.JobLogsH\x00R\x04logs\x122\n" +
 	"\x06result\x18\x05 \x01(\v2\x18.byoc.agent.v1.JobResultH\x00R\x06result\x12=\n" +
-	"\ttelemetry\x18( \x01(\v2\x1d.byoc.agent.v1.TelemetryBatchH\x00R\ttelemetry\x12B\n" +
+	"\ttelemetry\x18( \x01(\v2\x1d.byoc.agent.v1.TelemetryBatchH\x00R\ttelemetry\x121\n" +
+	"\x05shell\x18) \x01(\v2\x19.byoc.agent.v1.ShellEventH\x00R\x05shell\x12B\n" +
 	"\rchannel_hello\x18\x14 \x01(\v2\x1b.byoc.agent.v1.ChannelHelloH\x00R\fchannelHello\x12\x18\n" +
 	"\x06sealed\x18\x15 \x01(\fH\x00R\x06sealedB\x05\n" +
-	"\x03msg\"\xb2\x05\n" +
+	"\x03msg\"\xab\x06\n" +
 	"\x0fConnectResponse\x128\n" +
 	"\tchallenge\x18\x01 \x01(\v2\x18.byoc.agent.v1.ChallengeH\x00R\tchallenge\x122\n" +
 	"\awelcome\x18\x02 \x01(\v2\x16.byoc.agent.v1.WelcomeH\x00R\awelcome\x12>\n" +
@@ -4385,7 +4892,11 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\arenewed\x18\a \x01(\v2\x1c.byoc.agent.v1.LeasesRenewedH\x00R\arenewed\x123\n" +
 	"\x05audit\x18\x1e \x01(\v2\x1b.byoc.agent.v1.AuditRecordsH\x00R\x05audit\x12?\n" +
 	"\fupdate_offer\x18\x1f \x01(\v2\x1a.byoc.agent.v1.UpdateOfferH\x00R\vupdateOffer\x12K\n" +
-	"\x10telemetry_config\x18( \x01(\v2\x1e.byoc.agent.v1.TelemetryConfigH\x00R\x0ftelemetryConfig\x12'\n" +
+	"\x10telemetry_config\x18( \x01(\v2\x1e.byoc.agent.v1.TelemetryConfigH\x00R\x0ftelemetryConfig\x129\n" +
+	"\n" +
+	"shell_open\x18  \x01(\v2\x18.byoc.agent.v1.ShellOpenH\x00R\tshellOpen\x12<\n" +
+	"\vshell_input\x18! \x01(\v2\x19.byoc.agent.v1.ShellInputH\x00R\n" +
+	"shellInput\x12'\n" +
 	"\x0echannel_accept\x18\x14 \x01(\fH\x00R\rchannelAccept\x12\x18\n" +
 	"\x06sealed\x18\x15 \x01(\fH\x00R\x06sealedB\x05\n" +
 	"\x03msg\"\xbd\x01\n" +
@@ -4686,7 +5197,49 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\x02by\x18\x03 \x01(\tR\x02by\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x1c\n" +
 	"\tsignature\x18\x05 \x01(\fR\tsignature\"\x14\n" +
-	"\x12RevokeSelfResponse*\x90\x01\n" +
+	"\x12RevokeSelfResponse\"\xdd\x01\n" +
+	"\tShellOpen\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1a\n" +
+	"\boperator\x18\x02 \x01(\tR\boperator\x12\x1c\n" +
+	"\tcomponent\x18\x03 \x01(\tR\tcomponent\x12\x18\n" +
+	"\acommand\x18\x04 \x03(\tR\acommand\x12\x12\n" +
+	"\x04rows\x18\x05 \x01(\rR\x04rows\x12\x12\n" +
+	"\x04cols\x18\x06 \x01(\rR\x04cols\x12\x12\n" +
+	"\x04term\x18\a \x01(\tR\x04term\x12!\n" +
+	"\fwindow_bytes\x18\b \x01(\rR\vwindowBytes\"\xa0\x01\n" +
+	"\n" +
+	"ShellInput\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\x12\x12\n" +
+	"\x04rows\x18\x03 \x01(\rR\x04rows\x12\x12\n" +
+	"\x04cols\x18\x04 \x01(\rR\x04cols\x12!\n" +
+	"\fcredit_bytes\x18\x05 \x01(\rR\vcreditBytes\x12\x14\n" +
+	"\x05close\x18\x06 \x01(\bR\x05close\"\x98\x02\n" +
+	"\n" +
+	"ShellEvent\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x122\n" +
+	"\x06opened\x18\x02 \x01(\v2\x1a.byoc.agent.v1.ShellOpenedR\x06opened\x12\x16\n" +
+	"\x06output\x18\x03 \x01(\fR\x06output\x12/\n" +
+	"\x05ended\x18\x04 \x01(\v2\x19.byoc.agent.v1.ShellEndedR\x05ended\x12\x1c\n" +
+	"\trecording\x18\x05 \x01(\fR\trecording\x12)\n" +
+	"\x10recording_offset\x18\x06 \x01(\x03R\x0frecordingOffset\x12%\n" +
+	"\x0erecording_last\x18\a \x01(\bR\rrecordingLast\"p\n" +
+	"\vShellOpened\x12\x19\n" +
+	"\bgrant_id\x18\x01 \x01(\tR\agrantId\x12F\n" +
+	"\x11grant_expire_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x0fgrantExpireTime\"\xf3\x01\n" +
+	"\n" +
+	"ShellEnded\x12\x16\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x18\n" +
+	"\arefused\x18\x02 \x01(\bR\arefused\x12\x1b\n" +
+	"\texit_code\x18\x03 \x01(\x05R\bexitCode\x12)\n" +
+	"\x10recording_sha256\x18\x04 \x01(\tR\x0frecordingSha256\x12'\n" +
+	"\x0frecording_bytes\x18\x05 \x01(\x03R\x0erecordingBytes\x12!\n" +
+	"\foutput_bytes\x18\x06 \x01(\x03R\voutputBytes\x12\x1f\n" +
+	"\vinput_bytes\x18\a \x01(\x03R\n" +
+	"inputBytes*\x90\x01\n" +
 	"\aOutcome\x12\x17\n" +
 	"\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11OUTCOME_SUCCEEDED\x10\x01\x12\x12\n" +
@@ -4718,7 +5271,7 @@ func file_byoc_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_byoc_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_byoc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
+var file_byoc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
 var file_byoc_agent_v1_agent_proto_goTypes = []any{
 	(Outcome)(0),                     // 0: byoc.agent.v1.Outcome
 	(*EnrollRequest)(nil),            // 1: byoc.agent.v1.EnrollRequest
@@ -4772,14 +5325,19 @@ var file_byoc_agent_v1_agent_proto_goTypes = []any{
 	(*ListAuditRecordsResponse)(nil), // 49: byoc.agent.v1.ListAuditRecordsResponse
 	(*RevokeSelfRequest)(nil),        // 50: byoc.agent.v1.RevokeSelfRequest
 	(*RevokeSelfResponse)(nil),       // 51: byoc.agent.v1.RevokeSelfResponse
-	nil,                              // 52: byoc.agent.v1.StackReport.InputsEntry
-	nil,                              // 53: byoc.agent.v1.StackReport.OutputsEntry
-	nil,                              // 54: byoc.agent.v1.MetricSample.LabelsEntry
-	nil,                              // 55: byoc.agent.v1.JobResult.OutputsEntry
-	nil,                              // 56: byoc.agent.v1.JobAssignment.InputsEntry
-	(*timestamppb.Timestamp)(nil),    // 57: google.protobuf.Timestamp
-	(*structpb.Value)(nil),           // 58: google.protobuf.Value
-	(*structpb.Struct)(nil),          // 59: google.protobuf.Struct
+	(*ShellOpen)(nil),                // 52: byoc.agent.v1.ShellOpen
+	(*ShellInput)(nil),               // 53: byoc.agent.v1.ShellInput
+	(*ShellEvent)(nil),               // 54: byoc.agent.v1.ShellEvent
+	(*ShellOpened)(nil),              // 55: byoc.agent.v1.ShellOpened
+	(*ShellEnded)(nil),               // 56: byoc.agent.v1.ShellEnded
+	nil,                              // 57: byoc.agent.v1.StackReport.InputsEntry
+	nil,                              // 58: byoc.agent.v1.StackReport.OutputsEntry
+	nil,                              // 59: byoc.agent.v1.MetricSample.LabelsEntry
+	nil,                              // 60: byoc.agent.v1.JobResult.OutputsEntry
+	nil,                              // 61: byoc.agent.v1.JobAssignment.InputsEntry
+	(*timestamppb.Timestamp)(nil),    // 62: google.protobuf.Timestamp
+	(*structpb.Value)(nil),           // 63: google.protobuf.Value
+	(*structpb.Struct)(nil),          // 64: google.protobuf.Struct
 }
 var file_byoc_agent_v1_agent_proto_depIdxs = []int32{
 	3,  // 0: byoc.agent.v1.EnrollResponse.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
@@ -4789,85 +5347,91 @@ var file_byoc_agent_v1_agent_proto_depIdxs = []int32{
 	30, // 4: byoc.agent.v1.ConnectRequest.logs:type_name -> byoc.agent.v1.JobLogs
 	31, // 5: byoc.agent.v1.ConnectRequest.result:type_name -> byoc.agent.v1.JobResult
 	22, // 6: byoc.agent.v1.ConnectRequest.telemetry:type_name -> byoc.agent.v1.TelemetryBatch
-	8,  // 7: byoc.agent.v1.ConnectRequest.channel_hello:type_name -> byoc.agent.v1.ChannelHello
-	6,  // 8: byoc.agent.v1.ConnectResponse.challenge:type_name -> byoc.agent.v1.Challenge
-	25, // 9: byoc.agent.v1.ConnectResponse.welcome:type_name -> byoc.agent.v1.Welcome
-	34, // 10: byoc.agent.v1.ConnectResponse.assignment:type_name -> byoc.agent.v1.JobAssignment
-	37, // 11: byoc.agent.v1.ConnectResponse.cancel:type_name -> byoc.agent.v1.JobCancel
-	38, // 12: byoc.agent.v1.ConnectResponse.accepted:type_name -> byoc.agent.v1.WriteAccepted
-	39, // 13: byoc.agent.v1.ConnectResponse.rejected:type_name -> byoc.agent.v1.WriteRejected
-	27, // 14: byoc.agent.v1.ConnectResponse.renewed:type_name -> byoc.agent.v1.LeasesRenewed
-	45, // 15: byoc.agent.v1.ConnectResponse.audit:type_name -> byoc.agent.v1.AuditRecords
-	13, // 16: byoc.agent.v1.ConnectResponse.update_offer:type_name -> byoc.agent.v1.UpdateOffer
-	19, // 17: byoc.agent.v1.ConnectResponse.telemetry_config:type_name -> byoc.agent.v1.TelemetryConfig
-	3,  // 18: byoc.agent.v1.Challenge.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
-	7,  // 19: byoc.agent.v1.Challenge.retired_keys:type_name -> byoc.agent.v1.KeyRetirement
-	9,  // 20: byoc.agent.v1.Hello.running:type_name -> byoc.agent.v1.RunningJob
-	17, // 21: byoc.agent.v1.Hello.permissions:type_name -> byoc.agent.v1.Permissions
-	16, // 22: byoc.agent.v1.Hello.stack:type_name -> byoc.agent.v1.StackReport
-	15, // 23: byoc.agent.v1.Hello.condition:type_name -> byoc.agent.v1.AgentCondition
-	14, // 24: byoc.agent.v1.Hello.next_key:type_name -> byoc.agent.v1.AgentKeyRotation
-	11, // 25: byoc.agent.v1.Hello.update:type_name -> byoc.agent.v1.UpdateReport
-	12, // 26: byoc.agent.v1.UpdateReport.last:type_name -> byoc.agent.v1.UpdateDecision
-	57, // 27: byoc.agent.v1.UpdateDecision.time:type_name -> google.protobuf.Timestamp
-	52, // 28: byoc.agent.v1.StackReport.inputs:type_name -> byoc.agent.v1.StackReport.InputsEntry
-	53, // 29: byoc.agent.v1.StackReport.outputs:type_name -> byoc.agent.v1.StackReport.OutputsEntry
-	57, // 30: byoc.agent.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
-	18, // 31: byoc.agent.v1.Permissions.telemetry:type_name -> byoc.agent.v1.TelemetrySetting
-	20, // 32: byoc.agent.v1.TelemetryConfig.metrics:type_name -> byoc.agent.v1.MetricsSource
-	21, // 33: byoc.agent.v1.TelemetryConfig.logs:type_name -> byoc.agent.v1.LogSource
-	23, // 34: byoc.agent.v1.TelemetryBatch.samples:type_name -> byoc.agent.v1.MetricSample
-	24, // 35: byoc.agent.v1.TelemetryBatch.lines:type_name -> byoc.agent.v1.TelemetryLine
-	54, // 36: byoc.agent.v1.MetricSample.labels:type_name -> byoc.agent.v1.MetricSample.LabelsEntry
-	57, // 37: byoc.agent.v1.MetricSample.time:type_name -> google.protobuf.Timestamp
-	57, // 38: byoc.agent.v1.TelemetryLine.time:type_name -> google.protobuf.Timestamp
-	3,  // 39: byoc.agent.v1.Welcome.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
-	9,  // 40: byoc.agent.v1.Heartbeat.running:type_name -> byoc.agent.v1.RunningJob
-	17, // 41: byoc.agent.v1.Heartbeat.permissions:type_name -> byoc.agent.v1.Permissions
-	15, // 42: byoc.agent.v1.Heartbeat.condition:type_name -> byoc.agent.v1.AgentCondition
-	11, // 43: byoc.agent.v1.Heartbeat.update:type_name -> byoc.agent.v1.UpdateReport
-	57, // 44: byoc.agent.v1.LogLine.time:type_name -> google.protobuf.Timestamp
-	29, // 45: byoc.agent.v1.JobLogs.lines:type_name -> byoc.agent.v1.LogLine
-	0,  // 46: byoc.agent.v1.JobResult.outcome:type_name -> byoc.agent.v1.Outcome
-	55, // 47: byoc.agent.v1.JobResult.outputs:type_name -> byoc.agent.v1.JobResult.OutputsEntry
-	33, // 48: byoc.agent.v1.JobResult.planned_changes:type_name -> byoc.agent.v1.PlannedChange
-	32, // 49: byoc.agent.v1.JobResult.policy_findings:type_name -> byoc.agent.v1.PolicyFinding
-	58, // 50: byoc.agent.v1.PlannedChange.before:type_name -> google.protobuf.Value
-	58, // 51: byoc.agent.v1.PlannedChange.after:type_name -> google.protobuf.Value
-	59, // 52: byoc.agent.v1.JobAssignment.config:type_name -> google.protobuf.Struct
-	56, // 53: byoc.agent.v1.JobAssignment.inputs:type_name -> byoc.agent.v1.JobAssignment.InputsEntry
-	36, // 54: byoc.agent.v1.JobAssignment.signature:type_name -> byoc.agent.v1.JobSignature
-	35, // 55: byoc.agent.v1.JobAssignment.registry_grant:type_name -> byoc.agent.v1.RegistryGrant
-	57, // 56: byoc.agent.v1.ListBreakGlassRequest.time:type_name -> google.protobuf.Timestamp
-	42, // 57: byoc.agent.v1.ListBreakGlassResponse.grants:type_name -> byoc.agent.v1.BreakGlassGrant
-	57, // 58: byoc.agent.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
-	57, // 59: byoc.agent.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
-	57, // 60: byoc.agent.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
-	57, // 61: byoc.agent.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
-	57, // 62: byoc.agent.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
-	42, // 63: byoc.agent.v1.DecideBreakGlassResponse.grant:type_name -> byoc.agent.v1.BreakGlassGrant
-	47, // 64: byoc.agent.v1.AuditRecords.records:type_name -> byoc.agent.v1.AuditRecord
-	46, // 65: byoc.agent.v1.AuditRecords.checkpoint:type_name -> byoc.agent.v1.AuditCheckpoint
-	57, // 66: byoc.agent.v1.ListAuditRecordsRequest.time:type_name -> google.protobuf.Timestamp
-	47, // 67: byoc.agent.v1.ListAuditRecordsResponse.records:type_name -> byoc.agent.v1.AuditRecord
-	57, // 68: byoc.agent.v1.RevokeSelfRequest.time:type_name -> google.protobuf.Timestamp
-	1,  // 69: byoc.agent.v1.AgentService.Enroll:input_type -> byoc.agent.v1.EnrollRequest
-	4,  // 70: byoc.agent.v1.AgentService.Connect:input_type -> byoc.agent.v1.ConnectRequest
-	40, // 71: byoc.agent.v1.AgentService.ListBreakGlass:input_type -> byoc.agent.v1.ListBreakGlassRequest
-	43, // 72: byoc.agent.v1.AgentService.DecideBreakGlass:input_type -> byoc.agent.v1.DecideBreakGlassRequest
-	48, // 73: byoc.agent.v1.AgentService.ListAuditRecords:input_type -> byoc.agent.v1.ListAuditRecordsRequest
-	50, // 74: byoc.agent.v1.AgentService.RevokeSelf:input_type -> byoc.agent.v1.RevokeSelfRequest
-	2,  // 75: byoc.agent.v1.AgentService.Enroll:output_type -> byoc.agent.v1.EnrollResponse
-	5,  // 76: byoc.agent.v1.AgentService.Connect:output_type -> byoc.agent.v1.ConnectResponse
-	41, // 77: byoc.agent.v1.AgentService.ListBreakGlass:output_type -> byoc.agent.v1.ListBreakGlassResponse
-	44, // 78: byoc.agent.v1.AgentService.DecideBreakGlass:output_type -> byoc.agent.v1.DecideBreakGlassResponse
-	49, // 79: byoc.agent.v1.AgentService.ListAuditRecords:output_type -> byoc.agent.v1.ListAuditRecordsResponse
-	51, // 80: byoc.agent.v1.AgentService.RevokeSelf:output_type -> byoc.agent.v1.RevokeSelfResponse
-	75, // [75:81] is the sub-list for method output_type
-	69, // [69:75] is the sub-list for method input_type
-	69, // [69:69] is the sub-list for extension type_name
-	69, // [69:69] is the sub-list for extension extendee
-	0,  // [0:69] is the sub-list for field type_name
+	54, // 7: byoc.agent.v1.ConnectRequest.shell:type_name -> byoc.agent.v1.ShellEvent
+	8,  // 8: byoc.agent.v1.ConnectRequest.channel_hello:type_name -> byoc.agent.v1.ChannelHello
+	6,  // 9: byoc.agent.v1.ConnectResponse.challenge:type_name -> byoc.agent.v1.Challenge
+	25, // 10: byoc.agent.v1.ConnectResponse.welcome:type_name -> byoc.agent.v1.Welcome
+	34, // 11: byoc.agent.v1.ConnectResponse.assignment:type_name -> byoc.agent.v1.JobAssignment
+	37, // 12: byoc.agent.v1.ConnectResponse.cancel:type_name -> byoc.agent.v1.JobCancel
+	38, // 13: byoc.agent.v1.ConnectResponse.accepted:type_name -> byoc.agent.v1.WriteAccepted
+	39, // 14: byoc.agent.v1.ConnectResponse.rejected:type_name -> byoc.agent.v1.WriteRejected
+	27, // 15: byoc.agent.v1.ConnectResponse.renewed:type_name -> byoc.agent.v1.LeasesRenewed
+	45, // 16: byoc.agent.v1.ConnectResponse.audit:type_name -> byoc.agent.v1.AuditRecords
+	13, // 17: byoc.agent.v1.ConnectResponse.update_offer:type_name -> byoc.agent.v1.UpdateOffer
+	19, // 18: byoc.agent.v1.ConnectResponse.telemetry_config:type_name -> byoc.agent.v1.TelemetryConfig
+	52, // 19: byoc.agent.v1.ConnectResponse.shell_open:type_name -> byoc.agent.v1.ShellOpen
+	53, // 20: byoc.agent.v1.ConnectResponse.shell_input:type_name -> byoc.agent.v1.ShellInput
+	3,  // 21: byoc.agent.v1.Challenge.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
+	7,  // 22: byoc.agent.v1.Challenge.retired_keys:type_name -> byoc.agent.v1.KeyRetirement
+	9,  // 23: byoc.agent.v1.Hello.running:type_name -> byoc.agent.v1.RunningJob
+	17, // 24: byoc.agent.v1.Hello.permissions:type_name -> byoc.agent.v1.Permissions
+	16, // 25: byoc.agent.v1.Hello.stack:type_name -> byoc.agent.v1.StackReport
+	15, // 26: byoc.agent.v1.Hello.condition:type_name -> byoc.agent.v1.AgentCondition
+	14, // 27: byoc.agent.v1.Hello.next_key:type_name -> byoc.agent.v1.AgentKeyRotation
+	11, // 28: byoc.agent.v1.Hello.update:type_name -> byoc.agent.v1.UpdateReport
+	12, // 29: byoc.agent.v1.UpdateReport.last:type_name -> byoc.agent.v1.UpdateDecision
+	62, // 30: byoc.agent.v1.UpdateDecision.time:type_name -> google.protobuf.Timestamp
+	57, // 31: byoc.agent.v1.StackReport.inputs:type_name -> byoc.agent.v1.StackReport.InputsEntry
+	58, // 32: byoc.agent.v1.StackReport.outputs:type_name -> byoc.agent.v1.StackReport.OutputsEntry
+	62, // 33: byoc.agent.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
+	18, // 34: byoc.agent.v1.Permissions.telemetry:type_name -> byoc.agent.v1.TelemetrySetting
+	20, // 35: byoc.agent.v1.TelemetryConfig.metrics:type_name -> byoc.agent.v1.MetricsSource
+	21, // 36: byoc.agent.v1.TelemetryConfig.logs:type_name -> byoc.agent.v1.LogSource
+	23, // 37: byoc.agent.v1.TelemetryBatch.samples:type_name -> byoc.agent.v1.MetricSample
+	24, // 38: byoc.agent.v1.TelemetryBatch.lines:type_name -> byoc.agent.v1.TelemetryLine
+	59, // 39: byoc.agent.v1.MetricSample.labels:type_name -> byoc.agent.v1.MetricSample.LabelsEntry
+	62, // 40: byoc.agent.v1.MetricSample.time:type_name -> google.protobuf.Timestamp
+	62, // 41: byoc.agent.v1.TelemetryLine.time:type_name -> google.protobuf.Timestamp
+	3,  // 42: byoc.agent.v1.Welcome.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
+	9,  // 43: byoc.agent.v1.Heartbeat.running:type_name -> byoc.agent.v1.RunningJob
+	17, // 44: byoc.agent.v1.Heartbeat.permissions:type_name -> byoc.agent.v1.Permissions
+	15, // 45: byoc.agent.v1.Heartbeat.condition:type_name -> byoc.agent.v1.AgentCondition
+	11, // 46: byoc.agent.v1.Heartbeat.update:type_name -> byoc.agent.v1.UpdateReport
+	62, // 47: byoc.agent.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	29, // 48: byoc.agent.v1.JobLogs.lines:type_name -> byoc.agent.v1.LogLine
+	0,  // 49: byoc.agent.v1.JobResult.outcome:type_name -> byoc.agent.v1.Outcome
+	60, // 50: byoc.agent.v1.JobResult.outputs:type_name -> byoc.agent.v1.JobResult.OutputsEntry
+	33, // 51: byoc.agent.v1.JobResult.planned_changes:type_name -> byoc.agent.v1.PlannedChange
+	32, // 52: byoc.agent.v1.JobResult.policy_findings:type_name -> byoc.agent.v1.PolicyFinding
+	63, // 53: byoc.agent.v1.PlannedChange.before:type_name -> google.protobuf.Value
+	63, // 54: byoc.agent.v1.PlannedChange.after:type_name -> google.protobuf.Value
+	64, // 55: byoc.agent.v1.JobAssignment.config:type_name -> google.protobuf.Struct
+	61, // 56: byoc.agent.v1.JobAssignment.inputs:type_name -> byoc.agent.v1.JobAssignment.InputsEntry
+	36, // 57: byoc.agent.v1.JobAssignment.signature:type_name -> byoc.agent.v1.JobSignature
+	35, // 58: byoc.agent.v1.JobAssignment.registry_grant:type_name -> byoc.agent.v1.RegistryGrant
+	62, // 59: byoc.agent.v1.ListBreakGlassRequest.time:type_name -> google.protobuf.Timestamp
+	42, // 60: byoc.agent.v1.ListBreakGlassResponse.grants:type_name -> byoc.agent.v1.BreakGlassGrant
+	62, // 61: byoc.agent.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
+	62, // 62: byoc.agent.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
+	62, // 63: byoc.agent.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
+	62, // 64: byoc.agent.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
+	62, // 65: byoc.agent.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
+	42, // 66: byoc.agent.v1.DecideBreakGlassResponse.grant:type_name -> byoc.agent.v1.BreakGlassGrant
+	47, // 67: byoc.agent.v1.AuditRecords.records:type_name -> byoc.agent.v1.AuditRecord
+	46, // 68: byoc.agent.v1.AuditRecords.checkpoint:type_name -> byoc.agent.v1.AuditCheckpoint
+	62, // 69: byoc.agent.v1.ListAuditRecordsRequest.time:type_name -> google.protobuf.Timestamp
+	47, // 70: byoc.agent.v1.ListAuditRecordsResponse.records:type_name -> byoc.agent.v1.AuditRecord
+	62, // 71: byoc.agent.v1.RevokeSelfRequest.time:type_name -> google.protobuf.Timestamp
+	55, // 72: byoc.agent.v1.ShellEvent.opened:type_name -> byoc.agent.v1.ShellOpened
+	56, // 73: byoc.agent.v1.ShellEvent.ended:type_name -> byoc.agent.v1.ShellEnded
+	62, // 74: byoc.agent.v1.ShellOpened.grant_expire_time:type_name -> google.protobuf.Timestamp
+	1,  // 75: byoc.agent.v1.AgentService.Enroll:input_type -> byoc.agent.v1.EnrollRequest
+	4,  // 76: byoc.agent.v1.AgentService.Connect:input_type -> byoc.agent.v1.ConnectRequest
+	40, // 77: byoc.agent.v1.AgentService.ListBreakGlass:input_type -> byoc.agent.v1.ListBreakGlassRequest
+	43, // 78: byoc.agent.v1.AgentService.DecideBreakGlass:input_type -> byoc.agent.v1.DecideBreakGlassRequest
+	48, // 79: byoc.agent.v1.AgentService.ListAuditRecords:input_type -> byoc.agent.v1.ListAuditRecordsRequest
+	50, // 80: byoc.agent.v1.AgentService.RevokeSelf:input_type -> byoc.agent.v1.RevokeSelfRequest
+	2,  // 81: byoc.agent.v1.AgentService.Enroll:output_type -> byoc.agent.v1.EnrollResponse
+	5,  // 82: byoc.agent.v1.AgentService.Connect:output_type -> byoc.agent.v1.ConnectResponse
+	41, // 83: byoc.agent.v1.AgentService.ListBreakGlass:output_type -> byoc.agent.v1.ListBreakGlassResponse
+	44, // 84: byoc.agent.v1.AgentService.DecideBreakGlass:output_type -> byoc.agent.v1.DecideBreakGlassResponse
+	49, // 85: byoc.agent.v1.AgentService.ListAuditRecords:output_type -> byoc.agent.v1.ListAuditRecordsResponse
+	51, // 86: byoc.agent.v1.AgentService.RevokeSelf:output_type -> byoc.agent.v1.RevokeSelfResponse
+	81, // [81:87] is the sub-list for method output_type
+	75, // [75:81] is the sub-list for method input_type
+	75, // [75:75] is the sub-list for extension type_name
+	75, // [75:75] is the sub-list for extension extendee
+	0,  // [0:75] is the sub-list for field type_name
 }
 
 func init() { file_byoc_agent_v1_agent_proto_init() }
@@ -4882,6 +5446,7 @@ func file_byoc_agent_v1_agent_proto_init() {
 		(*ConnectRequest_Logs)(nil),
 		(*ConnectRequest_Result)(nil),
 		(*ConnectRequest_Telemetry)(nil),
+		(*ConnectRequest_Shell)(nil),
 		(*ConnectRequest_ChannelHello)(nil),
 		(*ConnectRequest_Sealed)(nil),
 	}
@@ -4896,6 +5461,8 @@ func file_byoc_agent_v1_agent_proto_init() {
 		(*ConnectResponse_Audit)(nil),
 		(*ConnectResponse_UpdateOffer)(nil),
 		(*ConnectResponse_TelemetryConfig)(nil),
+		(*ConnectResponse_ShellOpen)(nil),
+		(*ConnectResponse_ShellInput)(nil),
 		(*ConnectResponse_ChannelAccept)(nil),
 		(*ConnectResponse_Sealed)(nil),
 	}
@@ -4905,7 +5472,7 @@ func file_byoc_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byoc_agent_v1_agent_proto_rawDesc), len(file_byoc_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   56,
+			NumMessages:   61,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -195,6 +195,9 @@ const (
 	// OperatorServiceGetTelemetryProcedure is the fully-qualified name of the OperatorService's
 	// GetTelemetry RPC.
 	OperatorServiceGetTelemetryProcedure = "/byoc.ims.v1.OperatorService/GetTelemetry"
+	// OperatorServiceSupportShellProcedure is the fully-qualified name of the OperatorService's
+	// SupportShell RPC.
+	OperatorServiceSupportShellProcedure = "/byoc.ims.v1.OperatorService/SupportShell"
 	// OperatorServiceListActionRunsProcedure is the fully-qualified name of the OperatorService's
 	// ListActionRuns RPC.
 	OperatorServiceListActionRunsProcedure = "/byoc.ims.v1.OperatorService/ListActionRuns"
@@ -412,6 +415,14 @@ type OperatorServiceClient interface {
 	// as the imsd the agent is connected to holds them, in memory and
 	// bounded: the newest sample of each series, and the newest log lines.
 	GetTelemetry(context.Context, *connect.Request[v1.GetTelemetryRequest]) (*connect.Response[v1.GetTelemetryResponse], error)
+	// SupportShell opens an interactive shell (a PTY) in an install through
+	// its agent's own outbound stream, under a live break-glass grant the
+	// customer approved with sessions allowed; the agent records it
+	// (asciicast v2) on the customer's side. The first message names the
+	// install and carries open; later ones carry input, resizes or close.
+	// Served by the imsd replica that holds the agent's stream. Audited as
+	// support.session.started and support.session.ended.
+	SupportShell(context.Context) *connect.BidiStreamForClient[v1.SupportShellRequest, v1.SupportShellResponse]
 	// ListActionRuns lists an install's action runs, newest first, with
 	// their outputs.
 	ListActionRuns(context.Context, *connect.Request[v1.ListActionRunsRequest]) (*connect.Response[v1.ListActionRunsResponse], error)
@@ -816,6 +827,12 @@ func NewOperatorServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(operatorServiceMethods.ByName("GetTelemetry")),
 			connect.WithClientOptions(opts...),
 		),
+		supportShell: connect.NewClient[v1.SupportShellRequest, v1.SupportShellResponse](
+			httpClient,
+			baseURL+OperatorServiceSupportShellProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("SupportShell")),
+			connect.WithClientOptions(opts...),
+		),
 		listActionRuns: connect.NewClient[v1.ListActionRunsRequest, v1.ListActionRunsResponse](
 			httpClient,
 			baseURL+OperatorServiceListActionRunsProcedure,
@@ -960,6 +977,7 @@ type operatorServiceClient struct {
 	listDebugCommands     *connect.Client[v1.ListDebugCommandsRequest, v1.ListDebugCommandsResponse]
 	runDebugCommand       *connect.Client[v1.RunDebugCommandRequest, v1.RunDebugCommandResponse]
 	getTelemetry          *connect.Client[v1.GetTelemetryRequest, v1.GetTelemetryResponse]
+	supportShell          *connect.Client[v1.SupportShellRequest, v1.SupportShellResponse]
 	listActionRuns        *connect.Client[v1.ListActionRunsRequest, v1.ListActionRunsResponse]
 	getActionRun          *connect.Client[v1.GetActionRunRequest, v1.GetActionRunResponse]
 	requestBreakGlass     *connect.Client[v1.RequestBreakGlassRequest, v1.RequestBreakGlassResponse]
@@ -1251,6 +1269,11 @@ func (c *operatorServiceClient) GetTelemetry(ctx context.Context, req *connect.R
 	return c.getTelemetry.CallUnary(ctx, req)
 }
 
+// SupportShell calls byoc.ims.v1.OperatorService.SupportShell.
+func (c *operatorServiceClient) SupportShell(ctx context.Context) *connect.BidiStreamForClient[v1.SupportShellRequest, v1.SupportShellResponse] {
+	return c.supportShell.CallBidiStream(ctx)
+}
+
 // ListActionRuns calls byoc.ims.v1.OperatorService.ListActionRuns.
 func (c *operatorServiceClient) ListActionRuns(ctx context.Context, req *connect.Request[v1.ListActionRunsRequest]) (*connect.Response[v1.ListActionRunsResponse], error) {
 	return c.listActionRuns.CallUnary(ctx, req)
@@ -1494,6 +1517,14 @@ type OperatorServiceHandler interface {
 	// as the imsd the agent is connected to holds them, in memory and
 	// bounded: the newest sample of each series, and the newest log lines.
 	GetTelemetry(context.Context, *connect.Request[v1.GetTelemetryRequest]) (*connect.Response[v1.GetTelemetryResponse], error)
+	// SupportShell opens an interactive shell (a PTY) in an install through
+	// its agent's own outbound stream, under a live break-glass grant the
+	// customer approved with sessions allowed; the agent records it
+	// (asciicast v2) on the customer's side. The first message names the
+	// install and carries open; later ones carry input, resizes or close.
+	// Served by the imsd replica that holds the agent's stream. Audited as
+	// support.session.started and support.session.ended.
+	SupportShell(context.Context, *connect.BidiStream[v1.SupportShellRequest, v1.SupportShellResponse]) error
 	// ListActionRuns lists an install's action runs, newest first, with
 	// their outputs.
 	ListActionRuns(context.Context, *connect.Request[v1.ListActionRunsRequest]) (*connect.Response[v1.ListActionRunsResponse], error)
@@ -1894,6 +1925,12 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 		connect.WithSchema(operatorServiceMethods.ByName("GetTelemetry")),
 		connect.WithHandlerOptions(opts...),
 	)
+	operatorServiceSupportShellHandler := connect.NewBidiStreamHandler(
+		OperatorServiceSupportShellProcedure,
+		svc.SupportShell,
+		connect.WithSchema(operatorServiceMethods.ByName("SupportShell")),
+		connect.WithHandlerOptions(opts...),
+	)
 	operatorServiceListActionRunsHandler := connect.NewUnaryHandler(
 		OperatorServiceListActionRunsProcedure,
 		svc.ListActionRuns,
@@ -2090,6 +2127,8 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 			operatorServiceRunDebugCommandHandler.ServeHTTP(w, r)
 		case OperatorServiceGetTelemetryProcedure:
 			operatorServiceGetTelemetryHandler.ServeHTTP(w, r)
+		case OperatorServiceSupportShellProcedure:
+			operatorServiceSupportShellHandler.ServeHTTP(w, r)
 		case OperatorServiceListActionRunsProcedure:
 			operatorServiceListActionRunsHandler.ServeHTTP(w, r)
 		case OperatorServiceGetActionRunProcedure:
@@ -2345,6 +2384,10 @@ func (UnimplementedOperatorServiceHandler) RunDebugCommand(context.Context, *con
 
 func (UnimplementedOperatorServiceHandler) GetTelemetry(context.Context, *connect.Request[v1.GetTelemetryRequest]) (*connect.Response[v1.GetTelemetryResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.GetTelemetry is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) SupportShell(context.Context, *connect.BidiStream[v1.SupportShellRequest, v1.SupportShellResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.SupportShell is not implemented"))
 }
 
 func (UnimplementedOperatorServiceHandler) ListActionRuns(context.Context, *connect.Request[v1.ListActionRunsRequest]) (*connect.Response[v1.ListActionRunsResponse], error) {

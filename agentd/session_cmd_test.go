@@ -1,0 +1,70 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/byoc-dev/byoc/agentd/sessionrec"
+)
+
+// writeSession records a finished session in state dir dir.
+func writeSession(t *testing.T, dir, id string, out ...string) {
+	t.Helper()
+	sdir := sessionrec.Dir(dir)
+	start := time.Now().Add(-time.Minute)
+	w, err := sessionrec.Create(sdir, id, sessionrec.Header{Width: 80, Height: 24}, start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, o := range out {
+		w.Event(start.Add(time.Duration(i)*time.Millisecond), "o", o)
+		w.Event(start.Add(time.Duration(i)*time.Millisecond), "i", "x")
+	}
+	sum, size, err := w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sessionrec.WriteMeta(sdir, sessionrec.Meta{ID: id, Operator: "token:sup", Grant: "bg_1", Started: start,
+		Ended: start.Add(time.Second), Reason: "ended: the command exited", SHA256: sum, Size: size, OutputBytes: 12}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// agentd session list, play, watch and kill on a recorded session.
+func TestSessionCommands(t *testing.T) {
+	dir := t.TempDir()
+	run := func(args ...string) (string, string, int) {
+		var o, e bytes.Buffer
+		code := sessionCmd(context.Background(), append([]string{"--state-dir", dir}, args...), &o, &e, time.Now)
+		return o.String(), e.String(), code
+	}
+	if out, _, code := run("list"); code != 0 || !strings.Contains(out, "no support sessions") {
+		t.Fatalf("list of none: %d %s", code, out)
+	}
+	writeSession(t, dir, "ss_aaaaaaaa", "$ ", "héllo\r\n", "\x1b[0mbye\r\n")
+	out, _, code := run("list")
+	if code != 0 || !strings.Contains(out, "ss_aaaaaaaa") || !strings.Contains(out, "token:sup") || !strings.Contains(out, "bg_1") || !strings.Contains(out, "the command exited") {
+		t.Fatalf("list: %d\n%s", code, out)
+	}
+	if out, _, code := run("play", "--raw", "ss_aaaaaaaa"); code != 0 || out != "$ héllo\r\n\x1b[0mbye\r\n" {
+		t.Fatalf("play --raw: %d %q", code, out)
+	}
+	if out, _, code := run("play", "--speed", "1000", "ss_aaaaaaaa"); code != 0 || out != "$ héllo\r\n\x1b[0mbye\r\n" {
+		t.Fatalf("play --speed 1000: %d %q", code, out)
+	}
+	// watch of an ended session writes its output and the end, then stops.
+	if out, _, code := run("watch", "ss_aaaaaaaa"); code != 0 || !strings.HasPrefix(out, "$ héllo\r\n\x1b[0mbye\r\n") || !strings.Contains(out, "the command exited") {
+		t.Fatalf("watch: %d %q", code, out)
+	}
+	if _, errOut, code := run("kill", "ss_aaaaaaaa"); code != 1 || !strings.Contains(errOut, "already ended") {
+		t.Fatalf("kill of an ended session: %d %s", code, errOut)
+	}
+	for _, bad := range [][]string{{"play", "ss_nothere1"}, {"play", "../x"}, {"play", "--speed", "0", "ss_aaaaaaaa"}, {"watch"}, {"nope"}} {
+		if _, errOut, code := run(bad...); code == 0 || errOut == "" {
+			t.Errorf("%v: exit %d, %q", bad, code, errOut)
+		}
+	}
+}

@@ -1,0 +1,327 @@
+// Package sessionrec keeps the customer's record of support sessions in
+// the agent's state directory: each session's recording in asciicast v2
+// (STATE/sessions/ID.cast: a header line, then one [time, code, data]
+// event a line, "o" output, "i" input, "r" resize), written as the
+// session runs and synced when it ends, and its summary (ID.json). The
+// agentd session commands read them; a kill file (ID.kill) asks the
+// running agent to end a session.
+package sessionrec
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+)
+
+// DirName is the sessions directory inside the state directory.
+const DirName = "sessions"
+
+// Dir is the sessions directory of state dir state.
+func Dir(state string) string { return filepath.Join(state, DirName) }
+
+// CastPath, MetaPath and KillPath are session id's files in dir.
+func CastPath(dir, id string) string { return filepath.Join(dir, id+".cast") }
+func MetaPath(dir, id string) string { return filepath.Join(dir, id+".json") }
+func KillPath(dir, id string) string { return filepath.Join(dir, id+".kill") }
+
+// Header is an asciicast v2 header.
+type Header struct {
+	Version   int               `json:"version"`
+	Width     int               `json:"width"`
+	Height    int               `json:"height"`
+	Timestamp int64             `json:"timestamp"`
+	Title     string            `json:"title,omitempty"`
+	Env       map[string]string `json:"env,omitempty"`
+}
+
+// Event is one asciicast v2 event: seconds since the start, its code
+// ("o", "i" or "r") and its data.
+type Event struct {
+	Time float64
+	Code string
+	Data string
+}
+
+// Writer writes one recording as the session runs. It is safe for
+// concurrent use.
+type Writer struct {
+	mu     sync.Mutex
+	f      *os.File
+	w      *bufio.Writer
+	h      hash.Hash
+	n      int64
+	start  time.Time
+	last   float64
+	err    error
+	closed bool
+}
+
+// Create starts the recording of session id in dir (created 0700), with
+// h's header (version 2 and the timestamp are set here). The file is
+// new: an existing one is an error.
+func Create(dir, id string, h Header, start time.Time) (*Writer, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(CastPath(dir, id), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	w := &Writer{f: f, w: bufio.NewWriterSize(f, 32<<10), h: sha256.New(), start: start}
+	h.Version = 2
+	h.Timestamp = start.Unix()
+	b, err := json.Marshal(h)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	w.write(append(b, '\n'))
+	if err := w.flushLocked(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return w, nil
+}
+
+func (w *Writer) write(b []byte) {
+	if w.err != nil {
+		return
+	}
+	_, w.err = w.w.Write(b)
+	w.h.Write(b)
+	w.n += int64(len(b))
+}
+
+func (w *Writer) flushLocked() error {
+	if w.err == nil {
+		w.err = w.w.Flush()
+	}
+	return w.err
+}
+
+// Event records one event at t. Times never go back: an event at a time
+// before the last one's is recorded at the last one's. Data must be
+// valid UTF-8 (Text makes it so).
+func (w *Writer) Event(t time.Time, code, data string) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return errors.New("recording closed")
+	}
+	sec := float64(t.Sub(w.start).Microseconds()) / 1e6
+	if sec < w.last {
+		sec = w.last
+	}
+	w.last = sec
+	d, err := json.Marshal(data)
+	if err != nil {
+		return err
+	}
+	line := fmt.Appendf(nil, "[%.6f, %q, %s]\n", sec, code, d)
+	w.write(line)
+	// Written as it happens: agentd session watch follows the file.
+	return w.flushLocked()
+}
+
+// Close syncs and closes the recording and returns its SHA-256 (hex)
+// and size.
+func (w *Writer) Close() (string, int64, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	sum := hex.EncodeToString(w.h.Sum(nil))
+	if w.closed {
+		return sum, w.n, w.err
+	}
+	w.closed = true
+	err := w.flushLocked()
+	if serr := w.f.Sync(); err == nil {
+		err = serr
+	}
+	if cerr := w.f.Close(); err == nil {
+		err = cerr
+	}
+	return sum, w.n, err
+}
+
+// Text turns bytes of terminal output into valid UTF-8, as a recording
+// holds it: carry is the incomplete sequence at the end of the previous
+// chunk (prepended), and the returned carry is this chunk's; an invalid
+// byte becomes U+FFFD. What the operator receives is this text, so a
+// recording's output is byte for byte what they saw.
+func Text(carry, b []byte) (string, []byte) {
+	if len(carry) > 0 {
+		b = append(slices.Clone(carry), b...)
+	}
+	// Keep back an incomplete sequence at the end (at most 3 bytes).
+	cut := len(b)
+	for i := len(b) - 1; i >= 0 && i >= len(b)-3; i-- {
+		if utf8.RuneStart(b[i]) {
+			if !utf8.FullRune(b[i:]) {
+				cut = i
+			}
+			break
+		}
+	}
+	rest := slices.Clone(b[cut:])
+	b = b[:cut]
+	if utf8.Valid(b) {
+		return string(b), rest
+	}
+	return strings.ToValidUTF8(string(b), "\uFFFD"), rest
+}
+
+// Read reads a recording and checks it is valid asciicast v2: a header
+// of version 2 with a width, a height and a timestamp, then events with
+// times that never go back and codes o, i or r (and m, markers).
+func Read(r io.Reader) (Header, []Event, error) {
+	var h Header
+	var evs []Event
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	line := 0
+	last := 0.0
+	for sc.Scan() {
+		line++
+		b := sc.Bytes()
+		if line == 1 {
+			if err := json.Unmarshal(b, &h); err != nil {
+				return h, nil, fmt.Errorf("line 1: header: %w", err)
+			}
+			if h.Version != 2 || h.Width <= 0 || h.Height <= 0 || h.Timestamp <= 0 {
+				return h, nil, fmt.Errorf("line 1: header: want version 2, a width, a height and a timestamp, got %s", b)
+			}
+			continue
+		}
+		if len(b) == 0 {
+			continue
+		}
+		var raw []json.RawMessage
+		if err := json.Unmarshal(b, &raw); err != nil || len(raw) != 3 {
+			return h, nil, fmt.Errorf("line %d: an event is [time, code, data]: %s", line, b)
+		}
+		var e Event
+		if err := json.Unmarshal(raw[0], &e.Time); err != nil {
+			return h, nil, fmt.Errorf("line %d: time: %w", line, err)
+		}
+		if err := json.Unmarshal(raw[1], &e.Code); err != nil {
+			return h, nil, fmt.Errorf("line %d: code: %w", line, err)
+		}
+		if err := json.Unmarshal(raw[2], &e.Data); err != nil {
+			return h, nil, fmt.Errorf("line %d: data: %w", line, err)
+		}
+		switch e.Code {
+		case "o", "i", "r", "m":
+		default:
+			return h, nil, fmt.Errorf("line %d: code %q: want o, i, r or m", line, e.Code)
+		}
+		if e.Time < last {
+			return h, nil, fmt.Errorf("line %d: time %f goes back from %f", line, e.Time, last)
+		}
+		last = e.Time
+		evs = append(evs, e)
+	}
+	if err := sc.Err(); err != nil {
+		return h, nil, err
+	}
+	if line == 0 {
+		return h, nil, errors.New("empty recording: no header")
+	}
+	return h, evs, nil
+}
+
+// Meta is a session's summary (ID.json), written when it starts and
+// again when it ends.
+type Meta struct {
+	ID        string    `json:"id"`
+	Operator  string    `json:"operator"`
+	Grant     string    `json:"grant"`
+	Component string    `json:"component,omitempty"`
+	Command   []string  `json:"command,omitempty"`
+	Started   time.Time `json:"started"`
+	Ended     time.Time `json:"ended,omitzero"`
+	Reason    string    `json:"reason,omitempty"`
+	ExitCode  int       `json:"exit_code"`
+	// OutputBytes and InputBytes count the bytes the session relayed.
+	OutputBytes int64 `json:"output_bytes"`
+	InputBytes  int64 `json:"input_bytes"`
+	// SHA256 and Size are the closed recording's.
+	SHA256 string `json:"sha256,omitempty"`
+	Size   int64  `json:"size,omitempty"`
+	// PID is the agent's process id while the session runs.
+	PID int `json:"pid,omitempty"`
+}
+
+// WriteMeta writes m as dir/ID.json, atomically (0600).
+func WriteMeta(dir string, m Meta) error {
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(dir, "."+m.ID+".json.*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(append(b, '\n')); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), MetaPath(dir, m.ID))
+}
+
+// ReadMeta reads session id's summary.
+func ReadMeta(dir, id string) (Meta, error) {
+	var m Meta
+	b, err := os.ReadFile(MetaPath(dir, id))
+	if err != nil {
+		return m, err
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return m, fmt.Errorf("%s: %w", MetaPath(dir, id), err)
+	}
+	return m, nil
+}
+
+// List returns every session's summary in dir, oldest first.
+func List(dir string) ([]Meta, error) {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []Meta
+	for _, e := range ents {
+		id, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok || strings.HasPrefix(id, ".") {
+			continue
+		}
+		m, err := ReadMeta(dir, id)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	slices.SortFunc(out, func(a, b Meta) int { return a.Started.Compare(b.Started) })
+	return out, nil
+}
