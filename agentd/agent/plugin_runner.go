@@ -331,6 +331,11 @@ func (r *PluginRunner) Run(ctx context.Context, job Job, rawLog func(int32, stri
 	out := r.run(ctx, job, sensErr, credEnv, log, red, &verified)
 	// What the supply-chain policy verified goes to imsd with any
 	// outcome.
+	for i := range verified {
+		for j, f := range verified[i].Failed {
+			verified[i].Failed[j] = red.String(f)
+		}
+	}
 	out.Verifications = verified
 	stream.Flush()
 	out.Error = red.String(out.Error)

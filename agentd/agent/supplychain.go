@@ -26,6 +26,7 @@ import (
 	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/internal/ocisign"
 	"github.com/byoc-dev/byoc/plugins/sdk"
+	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 )
 
 // Journal record kinds of the customer's supply-chain policy.
@@ -170,6 +171,16 @@ type ArtifactVerification struct {
 	Verdict string
 	// Failed are the rules not met, each "RULE: why".
 	Failed []string
+}
+
+// verificationsToProto is what a job's result tells imsd of them.
+func verificationsToProto(vs []ArtifactVerification) []*agentv1.ArtifactVerification {
+	var out []*agentv1.ArtifactVerification
+	for _, v := range vs {
+		out = append(out, &agentv1.ArtifactVerification{Artifact: v.Artifact, Digest: v.Digest, KeyId: v.KeyID,
+			Attestations: v.Attestations, Verdict: v.Verdict, Failed: v.Failed})
+	}
+	return out
 }
 
 // checkSupplyChain enforces the customer's supply-chain policy on job
