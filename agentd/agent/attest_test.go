@@ -15,6 +15,8 @@ import (
 
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"oras.land/oras-go/v2"
+	"oras.land/oras-go/v2/content"
 
 	"github.com/byoc-dev/byoc/agentd/permissions"
 	"github.com/byoc-dev/byoc/internal/attest"
@@ -96,6 +98,22 @@ func TestSupplyChainAttestations(t *testing.T) {
 	out = build(withSBOM, map[string]any{"kind": "terraform", "source": "web", "archive": base64.StdEncoding.EncodeToString(archive)})
 	if out["attestations"] != attest.SLSAProvenanceV1+","+attest.SPDXPredicate {
 		t.Fatalf("attestations %q", out["attestations"])
+	}
+	// A synced image whose source carried an SBOM referrer (copied with
+	// it): the SBOM is attested.
+	synced := push(4)
+	cdx := `{"bomFormat":"CycloneDX","specVersion":"1.5"}`
+	layer := content.NewDescriptorFromBytes("application/vnd.cyclonedx+json", []byte(cdx))
+	if err := repo.Push(ctx, layer, strings.NewReader(cdx)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := oras.PackManifest(ctx, repo, oras.PackManifestVersion1_1, "application/vnd.cyclonedx+json", oras.PackManifestOptions{
+		Subject: &synced, Layers: []ocispec.Descriptor{layer}}); err != nil {
+		t.Fatal(err)
+	}
+	out = build(synced, map[string]any{"kind": "sync", "source": "src/web:2", "repository": "acme/web"})
+	if out["attestations"] != attest.SLSAProvenanceV1+","+attest.CycloneDXPredicate {
+		t.Fatalf("synced with an SBOM referrer: attestations %q", out["attestations"])
 	}
 	// The provenance says what was built, from what, by which job.
 	found, err := attest.Find(ctx, repo, withSBOM, []ed25519.PublicKey{pub})
