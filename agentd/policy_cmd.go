@@ -16,7 +16,7 @@ import (
 
 const policyUsage = `usage: agentd policy --state-dir DIR supply-chain [--require-signature|--no-require-signature] [--mode refuse|warn] [--key FILE]... [--no-keys]
     [--require-attestation slsa-provenance[:level>=N]|sbom]... [--no-require-attestations]
-    [--deny-vulnerabilities low|medium|high|critical|none]
+    [--deny-vulnerabilities low|medium|high|critical|none] [--warn-on RULE]... [--no-warn-on]
 
 The customer's supply-chain policy, kept in permissions.json (signed like
 the permission modes; imsd cannot change it). With no flags it is shown.
@@ -33,7 +33,8 @@ level>=N asks for SLSA Build level N, and the build agent's signed
 provenance is level 2) or an SBOM. --deny-vulnerabilities SEVERITY refuses
 an artifact whose attached vulnerability scan (cosign's vuln predicate,
 signed by a trusted key) lists one at or above SEVERITY, or that has no
-scan. The mode applies to every rule.
+scan. The mode applies to every rule; in mode refuse, --warn-on RULE
+makes one rule warn only.
 
 flags:
 `
@@ -59,6 +60,9 @@ func policyCmd(args []string, stdout, stderr io.Writer, now func() time.Time) in
 	var attests keyFiles
 	fs.Var(&attests, "require-attestation", "an attestation every artifact must carry: slsa-provenance, slsa-provenance:level>=N or sbom; repeatable; replaces the ones set before")
 	noAttests := fs.Bool("no-require-attestations", false, "require no attestation")
+	var warnOn keyFiles
+	fs.Var(&warnOn, "warn-on", "in mode refuse, only warn when this `rule` is not met: require-signature, require-attestation, \"require-attestation sbom\" or deny-vulnerabilities; repeatable; replaces the ones set before")
+	noWarnOn := fs.Bool("no-warn-on", false, "refuse on every rule (in mode refuse)")
 	denyVulns := fs.String("deny-vulnerabilities", "", "refuse an artifact whose signed vulnerability scan lists one of this `severity` or above (low, medium, high, critical), or that has none; none: no such rule")
 	words, code := parseWords(fs, args, stdout)
 	if words == nil {
@@ -80,6 +84,10 @@ func policyCmd(args []string, stdout, stderr io.Writer, now func() time.Time) in
 		fmt.Fprintln(stderr, "agentd policy supply-chain: give --key or --no-keys, not both")
 		return 2
 	}
+	if len(warnOn) > 0 && *noWarnOn {
+		fmt.Fprintln(stderr, "agentd policy supply-chain: give --warn-on or --no-warn-on, not both")
+		return 2
+	}
 	if len(attests) > 0 && *noAttests {
 		fmt.Fprintln(stderr, "agentd policy supply-chain: give --require-attestation or --no-require-attestations, not both")
 		return 2
@@ -89,8 +97,11 @@ func policyCmd(args []string, stdout, stderr io.Writer, now func() time.Time) in
 		fmt.Fprintf(stderr, "agentd policy supply-chain: %v\n", err)
 		return 1
 	}
-	if *require || *noRequire || *mode != "" || len(keys) > 0 || *noKeys || len(attests) > 0 || *noAttests || *denyVulns != "" {
+	if *require || *noRequire || *mode != "" || len(keys) > 0 || *noKeys || len(attests) > 0 || *noAttests || *denyVulns != "" || len(warnOn) > 0 || *noWarnOn {
 		p := st.SupplyChain
+		if len(warnOn) > 0 || *noWarnOn {
+			p.WarnOn = slices.Clone([]string(warnOn))
+		}
 		if len(attests) > 0 || *noAttests {
 			p.RequireAttestations = slices.Clone([]string(attests))
 		}

@@ -78,6 +78,16 @@ func TestPolicySupplyChain(t *testing.T) {
 			t.Fatalf("%s %s: %d %s", bad.flag, bad.value, code, out)
 		}
 	}
+	if code, out := cmd("supply-chain", "--mode", "refuse", "--warn-on", "require-attestation sbom", "--warn-on", "deny-vulnerabilities"); code != 0 ||
+		!strings.Contains(out, "otherwise refuse (warn only: require-attestation sbom, deny-vulnerabilities)") {
+		t.Fatalf("warn-on: %d %s", code, out)
+	}
+	if code, out := cmd("supply-chain", "--warn-on", "require-everything"); code != 2 || !strings.Contains(out, `--warn-on "require-everything": want require-signature`) {
+		t.Fatalf("bad warn-on: %d %s", code, out)
+	}
+	if code, out := cmd("supply-chain", "--no-warn-on"); code != 0 || strings.Contains(out, "warn only") {
+		t.Fatalf("no-warn-on: %d %s", code, out)
+	}
 	if code, out := cmd("supply-chain", "--no-require-attestations", "--deny-vulnerabilities", "none"); code != 0 || strings.Contains(out, "attestation") || strings.Contains(out, "vulnerabilities") {
 		t.Fatalf("dropped: %d %s", code, out)
 	}

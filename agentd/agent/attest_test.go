@@ -208,6 +208,14 @@ func TestSupplyChainAttestations(t *testing.T) {
 	if vs, err := check(plain); err != nil || vs[0].Verdict != VerdictWarned || len(vs[0].Failed) != 1 {
 		t.Fatalf("warn: %v %+v", err, vs)
 	}
+	// One rule warned about in mode refuse: the others still refuse.
+	policy = permissions.SupplyChainPolicy{RequireSignature: true, RequireAttestations: []string{"sbom"}, WarnOn: []string{"require-attestation sbom"}}
+	if vs, err := check(plain); err != nil || vs[0].Verdict != VerdictWarned || !strings.Contains(strings.Join(logs, "\n"), "warn-on require-attestation sbom: the job runs") {
+		t.Fatalf("warn-on: %v %+v", err, vs)
+	}
+	if vs, err := check(other); err == nil || vs[0].Verdict != VerdictRefused || !strings.Contains(err.Error(), "rule require-signature, require-attestation sbom") {
+		t.Fatalf("warn-on, unsigned: %v %+v", err, vs)
+	}
 	// The signature and attestations of plain are what ocisign and
 	// attest find: the key id matches the signature's.
 	if id, err := ocisign.Verify(ctx, repo, plain, ocisign.ArtifactType, "", "plain", []ed25519.PublicKey{pub}); err != nil || id != agentproto.KeyID(pub) {

@@ -43,7 +43,7 @@ const (
 const BuildType = "build"
 
 // RuleRequireSignature names the rule in refusals.
-const RuleRequireSignature = "require-signature"
+const RuleRequireSignature = permissions.RuleRequireSignature
 
 // supplyChain returns the customer's supply-chain policy and the keys it
 // trusts: imsd's keys the agent pinned, then the policy's own.
@@ -151,8 +151,8 @@ const (
 
 // Rule names in refusals, besides RuleRequireSignature.
 const (
-	RuleRequireAttestation  = "require-attestation"
-	RuleDenyVulnerabilities = "deny-vulnerabilities"
+	RuleRequireAttestation  = permissions.RuleRequireAttestation
+	RuleDenyVulnerabilities = permissions.RuleDenyVulnerabilities
 )
 
 // ArtifactVerification is what the agent verified of the artifact a job
@@ -248,9 +248,17 @@ func (r *PluginRunner) checkSupplyChain(ctx context.Context, job Job, config map
 	}
 	data := map[string]string{"rule": rules, "artifact": art.ref, "digest": art.digest.String(),
 		"component": job.Component, "reason": strings.Join(v.Failed, "; ")}
-	if p.Warn() {
+	warnOnly := true
+	for _, r := range failed {
+		warnOnly = warnOnly && p.WarnsOn(r)
+	}
+	if warnOnly {
 		v.Verdict = VerdictWarned
-		log(StreamSystem, "[agentd] warning: "+msg+"; mode warn: the job runs")
+		why := "mode warn"
+		if !p.Warn() {
+			why = "warn-on " + strings.Join(p.WarnOn, ", ")
+		}
+		log(StreamSystem, "[agentd] warning: "+msg+"; "+why+": the job runs")
 		note(KindSupplyChainWarned, data)
 		return []ArtifactVerification{v}, nil
 	}

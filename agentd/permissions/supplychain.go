@@ -45,6 +45,28 @@ type SupplyChainPolicy struct {
 	// predicate, signed by a trusted key) lists one at or above it is
 	// refused, and so is one with no scan.
 	DenyVulnerabilities string `json:"deny_vulnerabilities,omitempty"`
+	// WarnOn are rules only warned about in mode refuse: a rule name
+	// (require-signature, require-attestation, deny-vulnerabilities),
+	// or one attestation rule ("require-attestation sbom").
+	WarnOn []string `json:"warn_on,omitempty"`
+}
+
+// Rule names.
+const (
+	RuleRequireSignature    = "require-signature"
+	RuleRequireAttestation  = "require-attestation"
+	RuleDenyVulnerabilities = "deny-vulnerabilities"
+)
+
+// WarnsOn reports whether a failed rule (such as "require-attestation
+// sbom") is only warned about: in mode warn every one is, in mode refuse
+// those WarnOn names, by rule name or in full.
+func (p SupplyChainPolicy) WarnsOn(rule string) bool {
+	if p.Warn() {
+		return true
+	}
+	name, _, _ := strings.Cut(rule, " ")
+	return slices.Contains(p.WarnOn, rule) || slices.Contains(p.WarnOn, name)
 }
 
 // Attestation rules.
@@ -96,7 +118,8 @@ func (p SupplyChainPolicy) Active() bool {
 // Equal reports whether p and o say the same.
 func (p SupplyChainPolicy) Equal(o SupplyChainPolicy) bool {
 	return p.RequireSignature == o.RequireSignature && p.Mode == o.Mode && slices.Equal(p.Keys, o.Keys) &&
-		slices.Equal(p.RequireAttestations, o.RequireAttestations) && p.DenyVulnerabilities == o.DenyVulnerabilities
+		slices.Equal(p.RequireAttestations, o.RequireAttestations) && p.DenyVulnerabilities == o.DenyVulnerabilities &&
+		slices.Equal(p.WarnOn, o.WarnOn)
 }
 
 // Warn reports whether an unsigned artifact is only warned about.
@@ -110,6 +133,19 @@ func (p SupplyChainPolicy) Check() error {
 	for _, r := range p.RequireAttestations {
 		if _, err := ParseAttestationRule(r); err != nil {
 			return fmt.Errorf("require-attestation %w", err)
+		}
+	}
+	for _, w := range p.WarnOn {
+		name, arg, _ := strings.Cut(w, " ")
+		switch {
+		case name == RuleRequireSignature && arg == "", name == RuleDenyVulnerabilities && arg == "":
+		case name == RuleRequireAttestation && arg == "":
+		case name == RuleRequireAttestation:
+			if _, err := ParseAttestationRule(arg); err != nil {
+				return fmt.Errorf("warn-on %w", err)
+			}
+		default:
+			return fmt.Errorf("warn-on %q: want require-signature, require-attestation[ RULE] or deny-vulnerabilities", w)
 		}
 	}
 	if p.DenyVulnerabilities != "" && !slices.Contains(Severities, p.DenyVulnerabilities) {
@@ -155,7 +191,11 @@ func (p SupplyChainPolicy) String() string {
 	if p.DenyVulnerabilities != "" {
 		rules = append(rules, "vulnerabilities of severity "+p.DenyVulnerabilities+" or above denied")
 	}
-	return fmt.Sprintf("%s (by %s); otherwise %s", strings.Join(rules, ", "), keys, mode)
+	warn := ""
+	if len(p.WarnOn) > 0 && !p.Warn() {
+		warn = " (warn only: " + strings.Join(p.WarnOn, ", ") + ")"
+	}
+	return fmt.Sprintf("%s (by %s); otherwise %s%s", strings.Join(rules, ", "), keys, mode, warn)
 }
 
 // ParsePublicKey reads an Ed25519 public key from a file's content: a PEM
