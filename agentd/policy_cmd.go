@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -14,6 +15,8 @@ import (
 )
 
 const policyUsage = `usage: agentd policy --state-dir DIR supply-chain [--require-signature|--no-require-signature] [--mode refuse|warn] [--key FILE]... [--no-keys]
+    [--require-attestation slsa-provenance[:level>=N]|sbom]... [--no-require-attestations]
+    [--deny-vulnerabilities low|medium|high|critical|none] [--warn-on RULE]... [--no-warn-on]
 
 The customer's supply-chain policy, kept in permissions.json (signed like
 the permission modes; imsd cannot change it). With no flags it is shown.
@@ -23,6 +26,15 @@ an image, helm or terraform component, that the artifact's digest carries
 a signature by imsd's keys the agent pinned at enrolment (or a --key); in
 mode refuse (the default) a job without one fails before its plugin runs,
 in mode warn it is logged and audited and runs.
+
+--require-attestation requires an in-toto attestation attached to the
+artifact and signed by a trusted key: SLSA provenance (the build agent's;
+level>=N asks for SLSA Build level N, and the build agent's signed
+provenance is level 2) or an SBOM. --deny-vulnerabilities SEVERITY refuses
+an artifact whose attached vulnerability scan (cosign's vuln predicate,
+signed by a trusted key) lists one at or above SEVERITY, or that has no
+scan. The mode applies to every rule; in mode refuse, --warn-on RULE
+makes one rule warn only.
 
 flags:
 `
@@ -45,6 +57,13 @@ func policyCmd(args []string, stdout, stderr io.Writer, now func() time.Time) in
 	var keys keyFiles
 	fs.Var(&keys, "key", "a further trusted Ed25519 public key `file` (PEM PUBLIC KEY or base64); repeatable; replaces the keys set before")
 	noKeys := fs.Bool("no-keys", false, "trust imsd's pinned keys only")
+	var attests keyFiles
+	fs.Var(&attests, "require-attestation", "an attestation every artifact must carry: slsa-provenance, slsa-provenance:level>=N or sbom; repeatable; replaces the ones set before")
+	noAttests := fs.Bool("no-require-attestations", false, "require no attestation")
+	var warnOn keyFiles
+	fs.Var(&warnOn, "warn-on", "in mode refuse, only warn when this `rule` is not met: require-signature, require-attestation, \"require-attestation sbom\" or deny-vulnerabilities; repeatable; replaces the ones set before")
+	noWarnOn := fs.Bool("no-warn-on", false, "refuse on every rule (in mode refuse)")
+	denyVulns := fs.String("deny-vulnerabilities", "", "refuse an artifact whose signed vulnerability scan lists one of this `severity` or above (low, medium, high, critical), or that has none; none: no such rule")
 	words, code := parseWords(fs, args, stdout)
 	if words == nil {
 		return code
@@ -65,13 +84,34 @@ func policyCmd(args []string, stdout, stderr io.Writer, now func() time.Time) in
 		fmt.Fprintln(stderr, "agentd policy supply-chain: give --key or --no-keys, not both")
 		return 2
 	}
+	if len(warnOn) > 0 && *noWarnOn {
+		fmt.Fprintln(stderr, "agentd policy supply-chain: give --warn-on or --no-warn-on, not both")
+		return 2
+	}
+	if len(attests) > 0 && *noAttests {
+		fmt.Fprintln(stderr, "agentd policy supply-chain: give --require-attestation or --no-require-attestations, not both")
+		return 2
+	}
 	st, err := permissions.Load(dir)
 	if err != nil {
 		fmt.Fprintf(stderr, "agentd policy supply-chain: %v\n", err)
 		return 1
 	}
-	if *require || *noRequire || *mode != "" || len(keys) > 0 || *noKeys {
+	if *require || *noRequire || *mode != "" || len(keys) > 0 || *noKeys || len(attests) > 0 || *noAttests || *denyVulns != "" || len(warnOn) > 0 || *noWarnOn {
 		p := st.SupplyChain
+		if len(warnOn) > 0 || *noWarnOn {
+			p.WarnOn = slices.Clone([]string(warnOn))
+		}
+		if len(attests) > 0 || *noAttests {
+			p.RequireAttestations = slices.Clone([]string(attests))
+		}
+		switch *denyVulns {
+		case "":
+		case "none":
+			p.DenyVulnerabilities = ""
+		default:
+			p.DenyVulnerabilities = *denyVulns
+		}
 		if *require || *noRequire {
 			p.RequireSignature = *require
 		}

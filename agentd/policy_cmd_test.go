@@ -63,6 +63,34 @@ func TestPolicySupplyChain(t *testing.T) {
 	if code, out := cmd("supply-chain", "--key", keyFile); code != 2 || !strings.Contains(out, "--key "+keyFile) {
 		t.Fatalf("bad key: %d %s", code, out)
 	}
+	// Attestation and vulnerability rules.
+	if code, out := cmd("supply-chain", "--require-attestation", "slsa-provenance:level>=2", "--require-attestation", "sbom", "--deny-vulnerabilities", "critical"); code != 0 ||
+		!strings.Contains(out, "attestation slsa-provenance:level>=2 required, attestation sbom required, vulnerabilities of severity critical or above denied") {
+		t.Fatalf("attestations: %d %s", code, out)
+	}
+	for _, bad := range []struct{ flag, value, want string }{
+		{"--require-attestation", "slsa-provenance:level>=9", `--require-attestation "slsa-provenance:level>=9": the condition must be level>=N, N from 1 to 4`},
+		{"--require-attestation", "sbom:x", `sbom takes no condition`},
+		{"--require-attestation", "vex", `want slsa-provenance, slsa-provenance:level>=N or sbom`},
+		{"--deny-vulnerabilities", "awful", `--deny-vulnerabilities "awful": want one of low, medium, high, critical`},
+	} {
+		if code, out := cmd("supply-chain", bad.flag, bad.value); code != 2 || !strings.Contains(out, bad.want) {
+			t.Fatalf("%s %s: %d %s", bad.flag, bad.value, code, out)
+		}
+	}
+	if code, out := cmd("supply-chain", "--mode", "refuse", "--warn-on", "require-attestation sbom", "--warn-on", "deny-vulnerabilities"); code != 0 ||
+		!strings.Contains(out, "otherwise refuse (warn only: require-attestation sbom, deny-vulnerabilities)") {
+		t.Fatalf("warn-on: %d %s", code, out)
+	}
+	if code, out := cmd("supply-chain", "--warn-on", "require-everything"); code != 2 || !strings.Contains(out, `--warn-on "require-everything": want require-signature`) {
+		t.Fatalf("bad warn-on: %d %s", code, out)
+	}
+	if code, out := cmd("supply-chain", "--no-warn-on"); code != 0 || strings.Contains(out, "warn only") {
+		t.Fatalf("no-warn-on: %d %s", code, out)
+	}
+	if code, out := cmd("supply-chain", "--no-require-attestations", "--deny-vulnerabilities", "none"); code != 0 || strings.Contains(out, "attestation") || strings.Contains(out, "vulnerabilities") {
+		t.Fatalf("dropped: %d %s", code, out)
+	}
 	// The file is the customer's and signed: a hand edit is refused.
 	b, _ := os.ReadFile(filepath.Join(state, permissions.FileName))
 	os.WriteFile(filepath.Join(state, permissions.FileName), bytes.Replace(b, []byte(`"require_signature": true`), []byte(`"require_signature": false`), 1), 0o600)

@@ -1,9 +1,11 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"encoding/json"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -11,11 +13,16 @@ import (
 	"testing"
 
 	"connectrpc.com/connect"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"oras.land/oras-go/v2/content"
 
 	"github.com/byoc-dev/byoc/agentd/auditlog"
 	"github.com/byoc-dev/byoc/e2e/cluster"
+	"github.com/byoc-dev/byoc/internal/attest"
+	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/internal/ocicopy/ocitest"
 	"github.com/byoc-dev/byoc/internal/ocisign"
+	"github.com/byoc-dev/byoc/rpc/agentproto"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
 
@@ -46,10 +53,19 @@ func TestSupplyChainRequireSignature(t *testing.T) {
 	mod := filepath.Join(t.TempDir(), "network")
 	cluster.WriteApp(t, mod, map[string]string{"main.tf": "resource \"terraform_data\" \"n\" {}\n"})
 	bmod := printedBuild(t, c.cli.Run(0, "build", "package", mod, "--kind", "terraform", "--repo", "modules/network", "--wait", "-o", "json"))
-	app := func(web, module string) map[string]string {
+	// A Helm chart packaged (signed and attested) by the build agent,
+	// brought into the install registry the same way.
+	chart := filepath.Join(t.TempDir(), "api")
+	cluster.WriteApp(t, chart, map[string]string{"Chart.yaml": "apiVersion: v2\nname: api\nversion: 1.4.0\n", "templates/cm.yaml": "kind: ConfigMap\n"})
+	bchart := printedBuild(t, c.cli.Run(0, "build", "package", chart, "--kind", "helm", "--repo", "charts/api", "--wait", "-o", "json"))
+	app := func(web, module string, helmChart ...string) map[string]string {
 		a := shopApp(web)
 		a["components/netmod.toml"] = "type = \"image\"\n[config]\nsource = \"modules/network@" + bmod.Digest + "\"\n"
 		a["components/net.toml"] = "type = \"terraform\"\ndependencies = [\"netmod\"]\n[config]\nmodule = \"" + module + "\"\n"
+		a["components/chartimg.toml"] = "type = \"image\"\n[config]\nsource = \"charts/api@" + bchart.Digest + "\"\n"
+		if len(helmChart) > 0 {
+			a["components/api.toml"] = "type = \"helm\"\ndependencies = [\"chartimg\"]\n[config]\nrelease = \"api\"\nnamespace = \"shop\"\nchart = \"" + helmChart[0] + "\"\n"
+		}
 		return a
 	}
 
@@ -60,6 +76,17 @@ func TestSupplyChainRequireSignature(t *testing.T) {
 	foreign := pushImage(t, rogue, "f", 3, 32<<10)
 	_, otherKey, _ := ed25519.GenerateKey(rand.Reader)
 	if _, err := ocisign.Sign(ctx, rogue, foreign, ocisign.ArtifactType, "", otherKey); err != nil {
+		t.Fatal(err)
+	}
+	imsdKey, err := ocisign.ReadPrivateKey(filepath.Join(c.ims.DataDir, "signing.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	imsdPub := imsdKey.Public().(ed25519.PublicKey)
+	// Signed with the vendor's key, but not by the build agent: no
+	// provenance.
+	unattested := pushImage(t, rogue, "a", 4, 32<<10)
+	if _, err := ocisign.Sign(ctx, rogue, unattested, ocisign.ArtifactType, "", imsdKey); err != nil {
 		t.Fatal(err)
 	}
 
@@ -75,7 +102,8 @@ func TestSupplyChainRequireSignature(t *testing.T) {
 		}
 		return string(out)
 	}
-	if out := policy("--require-signature"); !strings.Contains(out, "signature required (by imsd's pinned keys); otherwise refuse") {
+	wantPolicy := "signature required, attestation slsa-provenance:level>=2 required (by imsd's pinned keys); otherwise refuse"
+	if out := policy("--require-signature", "--require-attestation", "slsa-provenance:level>=2"); !strings.Contains(out, wantPolicy) {
 		t.Fatalf("policy: %s", out)
 	}
 
@@ -87,11 +115,6 @@ func TestSupplyChainRequireSignature(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	imsdKey, err := ocisign.ReadPrivateKey(filepath.Join(c.ims.DataDir, "signing.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	imsdPub := imsdKey.Public().(ed25519.PublicKey)
 	if _, err := ocisign.Verify(ctx, inst, d, ocisign.ArtifactType, "", "hello", []ed25519.PublicKey{imsdPub}); err != nil {
 		t.Fatalf("the signature did not travel into the install registry: %v", err)
 	}
@@ -104,6 +127,30 @@ func TestSupplyChainRequireSignature(t *testing.T) {
 		t.Fatalf("the module's signature did not travel into the install registry: %v", err)
 	}
 
+	// The signatures and the build agent's provenance travelled into the
+	// install registry with the image, the module and the chart.
+	for _, a := range []struct{ name, digest string }{{"hello", b1.Digest}, {"modules/network", bmod.Digest}, {"charts/api", bchart.Digest}} {
+		r := repo(t, installReg.Host, a.name, "")
+		d, err := r.Resolve(ctx, a.digest)
+		if err != nil {
+			t.Fatalf("%s: %v", a.name, err)
+		}
+		if _, err := ocisign.Verify(ctx, r, d, ocisign.ArtifactType, "", a.name, []ed25519.PublicKey{imsdPub}); err != nil {
+			t.Fatalf("%s: the signature did not travel: %v", a.name, err)
+		}
+		found, err := attest.Find(ctx, r, d, []ed25519.PublicKey{imsdPub})
+		if err != nil || len(found.Has(attest.SLSAProvenanceV1)) != 1 {
+			t.Fatalf("%s: the provenance did not travel: %+v %v", a.name, found, err)
+		}
+	}
+	// imsd stored what the agent verified; byoc install images shows it.
+	if out := c.cli.Run(0, "install", "images", "acme"); !strings.Contains(out, "verified VERIFIED  signed by key "+agentproto.KeyID(imsdPub)+"; attested: slsa-provenance") {
+		t.Fatalf("install images:\n%s", out)
+	}
+	if out := c.cli.Run(0, "install", "images", "acme", "-o", "yaml"); !strings.Contains(out, "verdict: verified") || !strings.Contains(out, "https://slsa.dev/provenance/v1") {
+		t.Fatalf("install images -o yaml:\n%s", out)
+	}
+
 	// An unsigned module put into the install registry by hand.
 	mod2 := filepath.Join(t.TempDir(), "network2")
 	cluster.WriteApp(t, mod2, map[string]string{"main.tf": "resource \"terraform_data\" \"m\" {}\n"})
@@ -114,12 +161,45 @@ func TestSupplyChainRequireSignature(t *testing.T) {
 		t.Fatalf("agentd module push: %v\n%s", err, out)
 	}
 
-	for _, bad := range []struct{ name, web, module, artifact, digest, want string }{
-		{"unsigned", "rogue@" + unsigned.Digest.String(), "modules/network@" + bmod.Digest, "rogue@" + unsigned.Digest.String(), unsigned.Digest.String(), "it has no signature"},
-		{"foreign", "rogue@" + foreign.Digest.String(), "modules/network@" + bmod.Digest, "rogue@" + foreign.Digest.String(), foreign.Digest.String(), "(not trusted)"},
-		{"module", "hello@" + b1.Digest, "modules/byhand@" + byHand, "modules/byhand@" + byHand, byHand, "it has no signature"},
+	// Another module by hand, given the signed module's signature and
+	// provenance: the referrers copied, their subject swapped.
+	mod3 := filepath.Join(t.TempDir(), "network3")
+	cluster.WriteApp(t, mod3, map[string]string{"main.tf": "resource \"terraform_data\" \"s\" {}\n"})
+	out, err = exec.Command(filepath.Join(cluster.Binaries(t), "agentd"), "module", "push", "--state-dir", state,
+		"--install-registry", "http://"+installReg.Host, mod3, "modules/network:swapped").CombinedOutput()
+	swapped := regexp.MustCompile(`(sha256:[0-9a-f]{64})`).FindString(string(out))
+	if err != nil || swapped == "" {
+		t.Fatalf("agentd module push: %v\n%s", err, out)
+	}
+	swapRefs(t, repo(t, installReg.Host, "modules/network", ""), md, swapped)
+	// A chart by hand, unsigned, for a helm component.
+	chart2 := filepath.Join(t.TempDir(), "api2")
+	cluster.WriteApp(t, chart2, map[string]string{"Chart.yaml": "apiVersion: v2\nname: api2\nversion: 0.1.0\n"})
+	out, err = exec.Command(filepath.Join(cluster.Binaries(t), "agentd"), "module", "push", "--kind", "helm", "--state-dir", state,
+		"--install-registry", "http://"+installReg.Host, chart2, "charts/byhand:0.1.0").CombinedOutput()
+	byHandChart := regexp.MustCompile(`(sha256:[0-9a-f]{64})`).FindString(string(out))
+	if err != nil || byHandChart == "" {
+		t.Fatalf("agentd module push --kind helm: %v\n%s", err, out)
+	}
+
+	sig := "rule require-signature"
+	prov := "require-attestation slsa-provenance:level>=2"
+	for _, bad := range []struct {
+		name, web, module, chart, artifact, digest string
+		want                                       []string
+	}{
+		{"unsigned", "rogue@" + unsigned.Digest.String(), "modules/network@" + bmod.Digest, "", "rogue@" + unsigned.Digest.String(), unsigned.Digest.String(), []string{sig, prov, "it has no signature"}},
+		{"foreign", "rogue@" + foreign.Digest.String(), "modules/network@" + bmod.Digest, "", "rogue@" + foreign.Digest.String(), foreign.Digest.String(), []string{sig, "(not trusted)"}},
+		{"unattested", "rogue@" + unattested.Digest.String(), "modules/network@" + bmod.Digest, "", "rogue@" + unattested.Digest.String(), unattested.Digest.String(), []string{"rule " + prov, "no SLSA provenance signed by a trusted key"}},
+		{"module", "hello@" + b1.Digest, "modules/byhand@" + byHand, "", "modules/byhand@" + byHand, byHand, []string{sig, "it has no signature"}},
+		{"swapped", "hello@" + b1.Digest, "modules/network@" + swapped, "", "modules/network@" + swapped, swapped, []string{sig, prov, "the signature does not match the artifact", "its subject is not the artifact"}},
+		{"chart", "hello@" + b1.Digest, "modules/network@" + bmod.Digest, "charts/byhand@" + byHandChart, "charts/byhand@" + byHandChart, byHandChart, []string{sig, "it has no signature"}},
 	} {
-		c.cli.PushApp(app(bad.web, bad.module))
+		if bad.chart != "" {
+			c.cli.PushApp(app(bad.web, bad.module, bad.chart))
+		} else {
+			c.cli.PushApp(app(bad.web, bad.module))
+		}
 		wf := runWorkflow(t, c, imsv1.WorkflowKind_WORKFLOW_KIND_UPDATE)
 		if wf.State != imsv1.WorkflowState_WORKFLOW_STATE_FAILED {
 			t.Fatalf("%s: the deploy ended %v", bad.name, wf.State)
@@ -137,15 +217,39 @@ func TestSupplyChainRequireSignature(t *testing.T) {
 		if failed == nil {
 			t.Fatalf("%s: no failed job names %s", bad.name, bad.digest)
 		}
-		for _, w := range []string{"rule require-signature", bad.artifact, bad.want, "refused before the plugin ran"} {
+		for _, w := range append(bad.want, bad.artifact, "refused before the plugin ran") {
 			if !strings.Contains(failed.Error, w) {
 				t.Fatalf("%s: the job's error %q lacks %q", bad.name, failed.Error, w)
 			}
 		}
-		if _, err := repo(t, installReg.Host, "rogue", "").Resolve(ctx, bad.digest); bad.name != "module" && err == nil {
+		if _, err := repo(t, installReg.Host, "rogue", "").Resolve(ctx, bad.digest); strings.HasPrefix(bad.artifact, "rogue@") && err == nil {
 			t.Fatalf("%s: the install registry holds the refused artifact", bad.name)
 		}
 	}
+	// imsd's audit chain records each refusal with the rule.
+	evs, err := c.ims.Admin().ListAuditEvents(ctx, connect.NewRequest(&imsv1.ListAuditEventsRequest{Install: "acme", Limit: 5000}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	refusals := map[string]string{}
+	for _, e := range evs.Msg.Events {
+		var data map[string]string
+		if err := json.Unmarshal([]byte(e.Data), &data); err != nil {
+			t.Fatal(err)
+		}
+		if data["supply_chain"] == "refused" && strings.Contains(data["supply_chain_failed"], "require-") {
+			refusals[data["supply_chain_artifact"]] = data["supply_chain_failed"]
+		}
+	}
+	if len(refusals) < 6 {
+		t.Fatalf("imsd's chain records %d refused artifacts, want 6: %v", len(refusals), refusals)
+	}
+	// Nothing imsd did changed the policy: only the customer's command
+	// can (permissions.json is signed with the agent's key).
+	if out := policy(); !strings.Contains(out, wantPolicy) {
+		t.Fatalf("policy after the vendor's deploys: %s", out)
+	}
+
 	// Mode warn: the unsigned image is deployed, with a warning in the
 	// job's log and the agent's journal.
 	if out := policy("--mode", "warn"); !strings.Contains(out, "otherwise warn") {
@@ -171,5 +275,39 @@ func TestSupplyChainRequireSignature(t *testing.T) {
 	if got := strings.Join(kinds, ","); !strings.Contains(got, "supply_chain.verified") || strings.Count(got, "supply_chain.refused") < 3 ||
 		!strings.Contains(got, "supply_chain.warned") {
 		t.Fatalf("journal: %s", got)
+	}
+}
+
+// swapRefs copies the referrers of from (its signatures and
+// attestations) in r onto the manifest to, their subject swapped: a
+// registry's content changed behind the build agent's back.
+func swapRefs(t *testing.T, r *ocicopy.Repo, from ocispec.Descriptor, to string) {
+	t.Helper()
+	ctx := t.Context()
+	target, err := r.Resolve(ctx, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refs, err := r.Referrers(ctx, from, 64)
+	if err != nil || len(refs) < 2 {
+		t.Fatalf("referrers of %s: %v %v", from.Digest, refs, err)
+	}
+	for _, ref := range refs {
+		raw, err := content.FetchAll(ctx, r, ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m ocispec.Manifest
+		if err := json.Unmarshal(raw, &m); err != nil {
+			t.Fatal(err)
+		}
+		m.Subject = &ocispec.Descriptor{MediaType: target.MediaType, Digest: target.Digest, Size: target.Size}
+		b, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Push(ctx, content.NewDescriptorFromBytes(m.MediaType, b), bytes.NewReader(b)); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

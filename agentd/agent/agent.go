@@ -106,6 +106,9 @@ type Outcome struct {
 	PolicyFindings []*agentv1.PolicyFinding
 	// Drifted is a drift check's verdict.
 	Drifted bool
+	// Verifications are what the customer's supply-chain policy verified
+	// of the job's artifact before it ran.
+	Verifications []ArtifactVerification
 }
 
 // Config is everything the agent needs.

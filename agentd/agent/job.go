@@ -426,6 +426,7 @@ func (a *Agent) finish(j *jobRun, out Outcome) {
 		Error: out.Error, Outputs: out.Outputs, LastSeq: j.nextSeq, PlannedChanges: out.PlannedChanges,
 		PlanDigest:     out.PlanDigest,
 		PolicyFindings: out.PolicyFindings, Drifted: out.Drifted,
+		Verifications: verificationsToProto(out.Verifications),
 	}
 	a.mu.Unlock()
 	a.kickNow()

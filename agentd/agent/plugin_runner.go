@@ -327,7 +327,16 @@ func (r *PluginRunner) Run(ctx context.Context, job Job, rawLog func(int32, stri
 	defer jl.close(r.LogRoot)
 	stream := red.NewStream(redactHold, func(e redact.Event) { jl.write(e.Stream, e.Text); rawLog(e.Stream, e.Text) })
 	log := func(st int32, text string) { stream.Add(redact.Event{Stream: st, Text: text}) }
-	out := r.run(ctx, job, sensErr, credEnv, log, red)
+	var verified []ArtifactVerification
+	out := r.run(ctx, job, sensErr, credEnv, log, red, &verified)
+	// What the supply-chain policy verified goes to imsd with any
+	// outcome.
+	for i := range verified {
+		for j, f := range verified[i].Failed {
+			verified[i].Failed[j] = red.String(f)
+		}
+	}
+	out.Verifications = verified
 	stream.Flush()
 	out.Error = red.String(out.Error)
 	out.Outputs = red.Map(out.Outputs)
@@ -391,7 +400,10 @@ func (r *PluginRunner) sources() jobconfig.Sources {
 
 // run runs job; configErr, when set, fails it before anything starts;
 // credEnv goes to the operation's environment.
-func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEnv map[string]string, log func(int32, string), red *redact.Redactor) Outcome {
+// What the customer's supply-chain policy verified is put in
+// verifiedOut.
+func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEnv map[string]string, log func(int32, string), red *redact.Redactor, verifiedOut *[]ArtifactVerification) Outcome {
+	begun := time.Now().UTC()
 	fail := func(format string, args ...any) Outcome {
 		msg := red.String(fmt.Sprintf(format, args...))
 		log(StreamSystem, "[agentd] "+msg)
@@ -431,7 +443,9 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 	job.credEnv = credEnv
 	// The customer's supply-chain policy, before anything of the job's
 	// plugin runs.
-	if err := r.checkSupplyChain(ctx, job, config, log); err != nil {
+	verified, err := r.checkSupplyChain(ctx, job, config, log)
+	*verifiedOut = verified
+	if err != nil {
 		return fail("%v", err)
 	}
 	work := filepath.Join(r.WorkRoot, fmt.Sprintf("%s-%d", job.ID, job.Attempt))
@@ -693,7 +707,7 @@ func (r *PluginRunner) run(ctx context.Context, job Job, configErr error, credEn
 		if out.Outputs == nil {
 			out.Outputs = map[string]string{}
 		}
-		if err := r.signBuild(ctx, job, out.Outputs, log); err != nil {
+		if err := r.signBuild(ctx, job, out.Outputs, begun, log); err != nil {
 			return fail("%v", err)
 		}
 	}

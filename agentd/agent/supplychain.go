@@ -1,20 +1,32 @@
 package agent
 
 import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/ed25519"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
+	"path"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"oras.land/oras-go/v2/content"
 
 	"github.com/byoc-dev/byoc/agentd/permissions"
+	"github.com/byoc-dev/byoc/internal/attest"
 	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/internal/ocisign"
 	"github.com/byoc-dev/byoc/plugins/sdk"
+	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 )
 
 // Journal record kinds of the customer's supply-chain policy.
@@ -31,7 +43,7 @@ const (
 const BuildType = "build"
 
 // RuleRequireSignature names the rule in refusals.
-const RuleRequireSignature = "require-signature"
+const RuleRequireSignature = permissions.RuleRequireSignature
 
 // supplyChain returns the customer's supply-chain policy and the keys it
 // trusts: imsd's keys the agent pinned, then the policy's own.
@@ -130,81 +142,235 @@ func (r *PluginRunner) supplyChainArtifact(job Job, config map[string]any) (arti
 	return a, true, nil
 }
 
+// Verification verdicts.
+const (
+	VerdictVerified = "verified"
+	VerdictWarned   = "warned"
+	VerdictRefused  = "refused"
+)
+
+// Rule names in refusals, besides RuleRequireSignature.
+const (
+	RuleRequireAttestation  = permissions.RuleRequireAttestation
+	RuleDenyVulnerabilities = permissions.RuleDenyVulnerabilities
+)
+
+// ArtifactVerification is what the agent verified of the artifact a job
+// deploys before the job ran; it goes to imsd with the job's result.
+type ArtifactVerification struct {
+	Component string
+	// Artifact is the reference the job's config named; Digest its
+	// digest.
+	Artifact, Digest string
+	// KeyID is the trusted key whose signature verified; empty: none did.
+	KeyID string
+	// Attestations are the predicate types of the attestations that
+	// verified (signed by a trusted key, about the digest).
+	Attestations []string
+	// Verdict is VerdictVerified, VerdictWarned or VerdictRefused.
+	Verdict string
+	// Failed are the rules not met, each "RULE: why".
+	Failed []string
+}
+
+// verificationsToProto is what a job's result tells imsd of them.
+func verificationsToProto(vs []ArtifactVerification) []*agentv1.ArtifactVerification {
+	var out []*agentv1.ArtifactVerification
+	for _, v := range vs {
+		out = append(out, &agentv1.ArtifactVerification{Artifact: v.Artifact, Digest: v.Digest, KeyId: v.KeyID,
+			Attestations: v.Attestations, Verdict: v.Verdict, Failed: v.Failed})
+	}
+	return out
+}
+
 // checkSupplyChain enforces the customer's supply-chain policy on job
-// before its plugin starts: under require-signature, the artifact a plan
-// or apply of an image, helm or terraform component deploys must carry a
-// signature (internal/ocisign) by a trusted key. A refusal names the
-// artifact, its digest and the rule, and is journalled; in mode warn the
-// same is logged and journalled and the job runs.
-func (r *PluginRunner) checkSupplyChain(ctx context.Context, job Job, config map[string]any, log func(int32, string)) error {
+// before its plugin starts: the artifact a plan or apply of an image,
+// helm or terraform component deploys must carry what the policy asks: a
+// signature (internal/ocisign) by a trusted key (require-signature),
+// attestations signed by one (require-attestation: SLSA provenance, an
+// SBOM; internal/attest), and a vulnerability scan with nothing at or
+// above a severity (deny-vulnerabilities). A refusal names the artifact,
+// its digest and the rule, and is journalled; in mode warn the same is
+// logged and journalled and the job runs. It returns what it verified,
+// for imsd.
+func (r *PluginRunner) checkSupplyChain(ctx context.Context, job Job, config map[string]any, log func(int32, string)) ([]ArtifactVerification, error) {
 	// Only what deploys: a destroy (and its plan), a drift check and an
 	// import of what is already there stay possible.
 	if job.SupplyChain == nil || (job.Operation != sdk.OpPlan && job.Operation != sdk.OpApply) {
-		return nil
+		return nil, nil
 	}
 	p, trusted, err := job.SupplyChain()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if !p.RequireSignature {
-		return nil
+	if !p.Active() {
+		return nil, nil
 	}
 	art, ok, err := r.supplyChainArtifact(job, config)
 	if !ok && err == nil {
-		return nil
+		return nil, nil
 	}
 	note := func(kind string, data map[string]string) {
 		if r.journal != nil {
 			r.journal(kind, "job:"+job.ID, data)
 		}
 	}
-	if err == nil {
-		var keyID string
-		keyID, err = verifyArtifact(ctx, art, trusted)
-		if err == nil {
-			log(StreamSystem, fmt.Sprintf("[agentd] supply-chain policy: %s (%s) is signed by key %s", art.ref, art.digest, keyID))
-			note(KindSupplyChainVerified, map[string]string{"artifact": art.ref, "digest": art.digest.String(), "key_id": keyID, "component": job.Component})
-			return nil
+	v := ArtifactVerification{Component: job.Component, Artifact: art.ref, Digest: art.digest.String()}
+	var failed []string // rule names, in v.Failed's order
+	if err != nil {
+		rule := RuleRequireSignature
+		if !p.RequireSignature {
+			rule = RuleRequireAttestation
 		}
+		failed, v.Failed = []string{rule}, []string{rule + ": " + err.Error()}
+	} else {
+		failed, v.Failed = verifyAgainst(ctx, p, art, trusted, &v)
 	}
-	msg := fmt.Sprintf("supply-chain policy (rule %s): component %s artifact %s (digest %s): %v",
-		RuleRequireSignature, job.Component, art.ref, art.digest, err)
+	if len(failed) == 0 {
+		v.Verdict = VerdictVerified
+		what := "verified"
+		if v.KeyID != "" {
+			what = "signed by key " + v.KeyID
+		}
+		if len(v.Attestations) > 0 {
+			what += "; attested: " + strings.Join(v.Attestations, ", ")
+		}
+		log(StreamSystem, fmt.Sprintf("[agentd] supply-chain policy: %s (%s) is %s", art.ref, art.digest, what))
+		note(KindSupplyChainVerified, map[string]string{"artifact": art.ref, "digest": art.digest.String(), "key_id": v.KeyID,
+			"attestations": strings.Join(v.Attestations, ","), "component": job.Component})
+		return []ArtifactVerification{v}, nil
+	}
+	rules := strings.Join(failed, ", ")
+	msg := fmt.Sprintf("supply-chain policy (rule %s): component %s artifact %s (digest %s): %s",
+		rules, job.Component, art.ref, art.digest, strings.Join(v.Failed, "; "))
 	if art.digest == "" {
-		msg = fmt.Sprintf("supply-chain policy (rule %s): component %s: %v", RuleRequireSignature, job.Component, err)
+		msg = fmt.Sprintf("supply-chain policy (rule %s): component %s: %s", rules, job.Component, strings.Join(v.Failed, "; "))
 	}
-	data := map[string]string{"rule": RuleRequireSignature, "artifact": art.ref, "digest": art.digest.String(),
-		"component": job.Component, "reason": err.Error()}
-	if p.Warn() {
-		log(StreamSystem, "[agentd] warning: "+msg+"; mode warn: the job runs")
+	data := map[string]string{"rule": rules, "artifact": art.ref, "digest": art.digest.String(),
+		"component": job.Component, "reason": strings.Join(v.Failed, "; ")}
+	warnOnly := true
+	for _, r := range failed {
+		warnOnly = warnOnly && p.WarnsOn(r)
+	}
+	if warnOnly {
+		v.Verdict = VerdictWarned
+		why := "mode warn"
+		if !p.Warn() {
+			why = "warn-on " + strings.Join(p.WarnOn, ", ")
+		}
+		log(StreamSystem, "[agentd] warning: "+msg+"; "+why+": the job runs")
 		note(KindSupplyChainWarned, data)
-		return nil
+		return []ArtifactVerification{v}, nil
 	}
+	v.Verdict = VerdictRefused
 	note(KindSupplyChainRefused, data)
-	return errors.New(msg + "; refused before the plugin ran")
+	return []ArtifactVerification{v}, errors.New(msg + "; refused before the plugin ran")
 }
 
-// verifyArtifact checks art's signature in its registry.
-func verifyArtifact(ctx context.Context, art artifactRef, trusted []ed25519.PublicKey) (string, error) {
+// verifyAgainst checks art in its registry against each rule of p,
+// filling v's key id and attestations; it returns the rules not met and
+// why (v.Failed).
+func verifyAgainst(ctx context.Context, p permissions.SupplyChainPolicy, art artifactRef, trusted []ed25519.PublicKey, v *ArtifactVerification) (rules, why []string) {
+	fail := func(rule string, err error) {
+		rules = append(rules, rule)
+		why = append(why, rule+": "+err.Error())
+	}
+	firstRule := RuleRequireSignature
+	if !p.RequireSignature {
+		firstRule = RuleRequireAttestation
+		if len(p.RequireAttestations) == 0 {
+			firstRule = RuleDenyVulnerabilities
+		}
+	}
 	repo, err := ocicopy.Open(ctx, art.reg, art.repository, art.creds)
 	if err != nil {
-		return "", err
+		fail(firstRule, err)
+		return rules, why
 	}
 	defer repo.Close()
 	desc, err := repo.Resolve(ctx, art.digest.String())
+	if err == nil && desc.Digest != art.digest {
+		err = fmt.Errorf("the registry answered digest %s", desc.Digest)
+	}
 	if err != nil {
-		return "", err
+		fail(firstRule, err)
+		return rules, why
 	}
-	if desc.Digest != art.digest {
-		return "", fmt.Errorf("the registry answered digest %s", desc.Digest)
+	// The signature is looked for whatever the rules, for the report.
+	keyID, sigErr := ocisign.Verify(ctx, repo, desc, ocisign.ArtifactType, "", "the artifact", trusted)
+	v.KeyID = keyID
+	if sigErr != nil && p.RequireSignature {
+		fail(RuleRequireSignature, sigErr)
 	}
-	return ocisign.Verify(ctx, repo, desc, ocisign.ArtifactType, "", "the artifact", trusted)
+	found, err := attest.Find(ctx, repo, desc, trusted)
+	if err != nil {
+		if len(p.RequireAttestations) > 0 {
+			fail(RuleRequireAttestation, err)
+		}
+		if p.DenyVulnerabilities != "" {
+			fail(RuleDenyVulnerabilities, err)
+		}
+		return rules, why
+	}
+	v.Attestations = found.Types()
+	rejected := ""
+	if len(found.Rejected) > 0 {
+		rejected = " (attestations refused: " + strings.Join(found.Rejected, "; ") + ")"
+	}
+	for _, s := range p.RequireAttestations {
+		rule, err := permissions.ParseAttestationRule(s)
+		if err != nil {
+			fail(RuleRequireAttestation+" "+s, err)
+			continue
+		}
+		switch rule.Kind {
+		case permissions.AttestSBOM:
+			if len(found.Has(attest.SPDXPredicate, attest.CycloneDXPredicate)) == 0 {
+				fail(RuleRequireAttestation+" "+s, errors.New("no SBOM attestation signed by a trusted key"+rejected))
+			}
+		case permissions.AttestSLSAProvenance:
+			provs := found.Has(attest.SLSAProvenanceV1)
+			if len(provs) == 0 {
+				fail(RuleRequireAttestation+" "+s, errors.New("no SLSA provenance signed by a trusted key"+rejected))
+				continue
+			}
+			best := 0
+			for _, pv := range provs {
+				best = max(best, attest.ProvenanceLevel(pv))
+			}
+			if best < rule.MinLevel {
+				fail(RuleRequireAttestation+" "+s, fmt.Errorf("its provenance attests SLSA Build level %d", best))
+			}
+		}
+	}
+	if p.DenyVulnerabilities != "" {
+		scans := found.Has(attest.VulnPredicate)
+		if len(scans) == 0 {
+			fail(RuleDenyVulnerabilities+" "+p.DenyVulnerabilities, errors.New("no vulnerability scan attestation signed by a trusted key"+rejected))
+		}
+		for _, sc := range scans {
+			n, err := attest.CountAtLeast(sc.Statement.Predicate, p.DenyVulnerabilities)
+			if err == nil && n > 0 {
+				err = fmt.Errorf("its scan (signed by key %s) lists %d vulnerabilities of severity %s or above", sc.KeyID, n, p.DenyVulnerabilities)
+			}
+			if err != nil {
+				fail(RuleDenyVulnerabilities+" "+p.DenyVulnerabilities, err)
+				break
+			}
+		}
+	}
+	return rules, why
 }
 
 // signBuild signs the artifact a successful build job put into the
 // vendor registry (its outputs repository and digest) with ArtifactKey,
-// as an ocisign referrer, and adds the key's id to the outputs
-// (signed_by). Without ArtifactKey it does nothing.
-func (r *PluginRunner) signBuild(ctx context.Context, job Job, outputs map[string]string, log func(int32, string)) error {
+// as an ocisign referrer, and attests it (internal/attest, referrers
+// too): SLSA provenance of the sync or package, and an SBOM where the
+// source carried one (an SBOM referrer of a synced artifact, or an
+// SBOM file in a packaged directory). It adds the key's id (signed_by)
+// and the attestations' predicate types (attestations) to the outputs.
+// Without ArtifactKey it does nothing.
+func (r *PluginRunner) signBuild(ctx context.Context, job Job, outputs map[string]string, begun time.Time, log func(int32, string)) error {
 	if r.ArtifactKey == nil || job.ComponentType != BuildType || job.Operation != sdk.OpApply {
 		return nil
 	}
@@ -235,6 +401,34 @@ func (r *PluginRunner) signBuild(ctx context.Context, job Job, outputs map[strin
 	}
 	outputs["signed_by"] = sig.KeyID
 	log(StreamSystem, fmt.Sprintf("[agentd] signed %s@%s with key %s", repoName, dg, sig.KeyID))
+
+	statements := []attest.Statement{}
+	st, err := attest.NewStatement(repoName, dg, attest.SLSAProvenanceV1, provenance(job, outputs, sig.KeyID, begun, time.Now().UTC()))
+	if err != nil {
+		return fmt.Errorf("attest the build %s@%s: %w", repoName, dg, err)
+	}
+	statements = append(statements, st)
+	sbomType, sbom, from, err := buildSBOM(ctx, repo, desc, job.Config)
+	if err != nil {
+		return fmt.Errorf("attest the build %s@%s: its SBOM: %w", repoName, dg, err)
+	}
+	if sbom != nil {
+		st, err := attest.NewStatement(repoName, dg, sbomType, sbom)
+		if err != nil {
+			return fmt.Errorf("attest the build %s@%s: %w", repoName, dg, err)
+		}
+		statements = append(statements, st)
+		log(StreamSystem, fmt.Sprintf("[agentd] SBOM of %s@%s from %s", repoName, dg, from))
+	}
+	var types []string
+	for _, st := range statements {
+		if _, err := attest.Attach(ctx, repo, desc, st, r.ArtifactKey); err != nil {
+			return fmt.Errorf("attest the build %s@%s: %w", repoName, dg, err)
+		}
+		types = append(types, st.PredicateType)
+	}
+	outputs["attestations"] = strings.Join(types, ",")
+	log(StreamSystem, fmt.Sprintf("[agentd] attested %s@%s: %s", repoName, dg, strings.Join(types, ", ")))
 	return nil
 }
 
@@ -254,4 +448,120 @@ func (r *PluginRunner) installCreds(job Job) ocicopy.Credentials {
 		}
 	}
 	return ocicopy.CredentialsFromEnv(env, InstallRegistryEnv)
+}
+
+// BuilderID is the SLSA builder id of byoc's build agent; its version
+// names the key it signs with.
+const BuilderID = "https://byoc.dev/agentd/build-agent"
+
+// provenance is the SLSA provenance v1 of a build job: what it was asked
+// to build (kind, source, repository, tag), the source's digest it
+// resolved, the job's id and when it ran.
+func provenance(job Job, outputs map[string]string, keyID string, started, finished time.Time) attest.Provenance {
+	var p attest.Provenance
+	p.BuildDefinition.BuildType = attest.BuildType
+	ext := map[string]any{}
+	for _, k := range []string{"kind", "source", "repository", "tag"} {
+		if v, _ := job.Config[k].(string); v != "" {
+			ext[k] = v
+		}
+	}
+	p.BuildDefinition.ExternalParameters = ext
+	p.BuildDefinition.InternalParameters = map[string]any{"install": job.InstallID, "component": job.Component}
+	if src, sd := outputs["source"], digest.Digest(outputs["source_digest"]); sd.Validate() == nil {
+		p.BuildDefinition.ResolvedDependencies = []attest.ResourceDescriptor{{URI: src, Digest: map[string]string{sd.Algorithm().String(): sd.Encoded()}}}
+	}
+	p.RunDetails.Builder.ID = BuilderID
+	p.RunDetails.Builder.Version = map[string]string{"signing_key": keyID}
+	p.RunDetails.Metadata.InvocationID = fmt.Sprintf("%s/%d", job.ID, job.Attempt)
+	p.RunDetails.Metadata.StartedOn = started.Format(time.RFC3339)
+	p.RunDetails.Metadata.FinishedOn = finished.Format(time.RFC3339)
+	return p
+}
+
+// maxSBOMBytes bounds an SBOM the build agent attests.
+const maxSBOMBytes = 8 << 20
+
+// buildSBOM finds the SBOM a build's source carried: for a sync, an SBOM
+// referrer of the artifact (copied with it); for a package, an SBOM file
+// in the directory (the first by name). It returns its predicate type,
+// the document and where it came from; nil for none.
+func buildSBOM(ctx context.Context, repo *ocicopy.Repo, desc ocispec.Descriptor, config map[string]any) (string, json.RawMessage, string, error) {
+	if s, _ := config["archive"].(string); s != "" {
+		b, err := base64.StdEncoding.DecodeString(s)
+		if err != nil {
+			return "", nil, "", err
+		}
+		return sbomInArchive(b)
+	}
+	refs, err := repo.Referrers(ctx, desc, attest.MaxAttestations)
+	if err != nil {
+		return "", nil, "", err
+	}
+	for _, r := range refs {
+		t, ok := attest.SBOMPredicateOf(r.ArtifactType)
+		if !ok || r.Size > 1<<20 {
+			continue
+		}
+		b, err := content.FetchAll(ctx, repo, r)
+		if err != nil {
+			return "", nil, "", err
+		}
+		var m ocispec.Manifest
+		if err := json.Unmarshal(b, &m); err != nil || len(m.Layers) == 0 || m.Layers[0].Size > maxSBOMBytes {
+			continue
+		}
+		doc, err := content.FetchAll(ctx, repo, m.Layers[0])
+		if err != nil {
+			return "", nil, "", err
+		}
+		if !json.Valid(doc) {
+			return "", nil, "", fmt.Errorf("the SBOM referrer %s is not JSON", r.Digest)
+		}
+		return t, doc, "its referrer " + r.Digest.String(), nil
+	}
+	return "", nil, "", nil
+}
+
+// sbomInArchive finds an SBOM file in a gzipped tar.
+func sbomInArchive(archive []byte) (string, json.RawMessage, string, error) {
+	zr, err := gzip.NewReader(bytes.NewReader(archive))
+	if err != nil {
+		return "", nil, "", err
+	}
+	tr := tar.NewReader(zr)
+	type found struct {
+		name, typ string
+		doc       []byte
+	}
+	var all []found
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return "", nil, "", err
+		}
+		t, ok := attest.SBOMPredicateOf(path.Base(h.Name))
+		if !ok || h.Typeflag != tar.TypeReg {
+			continue
+		}
+		if h.Size > maxSBOMBytes {
+			return "", nil, "", fmt.Errorf("%s: %d bytes, more than %d", h.Name, h.Size, maxSBOMBytes)
+		}
+		b, err := io.ReadAll(io.LimitReader(tr, maxSBOMBytes))
+		if err != nil {
+			return "", nil, "", err
+		}
+		if !json.Valid(b) {
+			return "", nil, "", fmt.Errorf("%s is not JSON", h.Name)
+		}
+		all = append(all, found{h.Name, t, b})
+	}
+	if len(all) == 0 {
+		return "", nil, "", nil
+	}
+	slices.SortFunc(all, func(a, b found) int { return strings.Compare(a.name, b.name) })
+	return all[0].typ, all[0].doc, "the file " + all[0].name, nil
 }

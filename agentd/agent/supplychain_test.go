@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/byoc-dev/byoc/agentd/permissions"
 	"github.com/byoc-dev/byoc/internal/ocicopy"
@@ -52,7 +53,7 @@ func TestSupplyChainSignAndEnforce(t *testing.T) {
 	sign := func(dg string, k ed25519.PrivateKey) map[string]string {
 		r.ArtifactKey = k
 		out := map[string]string{"repository": "acme/web", "digest": dg}
-		if err := r.signBuild(ctx, Job{ComponentType: BuildType, Operation: sdk.OpApply, registryEnv: env}, out, log); err != nil {
+		if err := r.signBuild(ctx, Job{ComponentType: BuildType, Operation: sdk.OpApply, registryEnv: env}, out, time.Now(), log); err != nil {
 			t.Fatal(err)
 		}
 		return out
@@ -70,7 +71,8 @@ func TestSupplyChainSignAndEnforce(t *testing.T) {
 			}}
 	}
 	check := func(typ, field, dg string) error {
-		return r.checkSupplyChain(ctx, job(typ, field, dg), map[string]any{field: "acme/web@" + dg}, log)
+		_, err := r.checkSupplyChain(ctx, job(typ, field, dg), map[string]any{field: "acme/web@" + dg}, log)
+		return err
 	}
 	for _, c := range []struct{ typ, field string }{{"image", "source"}, {"terraform", "module"}, {"helm", "chart"}} {
 		journal = nil
@@ -100,7 +102,7 @@ func TestSupplyChainSignAndEnforce(t *testing.T) {
 	// A source with no digest cannot be signed: refused, or the config
 	// could sidestep the policy.
 	for _, c := range []struct{ typ, field string }{{"helm", "manifests"}, {"helm", "chart_dir"}, {"terraform", "module_dir"}} {
-		err := r.checkSupplyChain(ctx, job(c.typ, c.field, ""), map[string]any{c.field: "x"}, log)
+		_, err := r.checkSupplyChain(ctx, job(c.typ, c.field, ""), map[string]any{c.field: "x"}, log)
 		if err == nil || !strings.Contains(err.Error(), "rule require-signature") || !strings.Contains(err.Error(), "config."+c.field+" deploys no artifact by digest") {
 			t.Fatalf("%s %s: %v", c.typ, c.field, err)
 		}
@@ -109,7 +111,7 @@ func TestSupplyChainSignAndEnforce(t *testing.T) {
 	for _, op := range []string{sdk.OpPlanDestroy, sdk.OpDestroy, sdk.OpDrift} {
 		j := job("image", "source", unsigned)
 		j.Operation = op
-		if err := r.checkSupplyChain(ctx, j, map[string]any{"source": "acme/web@" + unsigned}, log); err != nil {
+		if _, err := r.checkSupplyChain(ctx, j, map[string]any{"source": "acme/web@" + unsigned}, log); err != nil {
 			t.Fatalf("%s: %v", op, err)
 		}
 	}
@@ -130,7 +132,7 @@ func TestSupplyChainSignAndEnforce(t *testing.T) {
 	}
 	// Other operations and types are not checked.
 	j := job("action", "source", unsigned)
-	if err := r.checkSupplyChain(ctx, j, map[string]any{}, log); err != nil {
+	if _, err := r.checkSupplyChain(ctx, j, map[string]any{}, log); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -34,11 +35,91 @@ type SupplyChainPolicy struct {
 	// Keys are further trusted Ed25519 public keys (base64 of the 32
 	// bytes), such as a vendor's own build signing key.
 	Keys []string `json:"keys,omitempty"`
+	// RequireAttestations are attestations every such artifact must
+	// carry, signed by a trusted key (internal/attest): "slsa-provenance"
+	// (optionally "slsa-provenance:level>=N", the SLSA Build level) or
+	// "sbom".
+	RequireAttestations []string `json:"require_attestations,omitempty"`
+	// DenyVulnerabilities is a severity (low, medium, high, critical):
+	// an artifact whose attached vulnerability scan (cosign's vuln
+	// predicate, signed by a trusted key) lists one at or above it is
+	// refused, and so is one with no scan.
+	DenyVulnerabilities string `json:"deny_vulnerabilities,omitempty"`
+	// WarnOn are rules only warned about in mode refuse: a rule name
+	// (require-signature, require-attestation, deny-vulnerabilities),
+	// or one attestation rule ("require-attestation sbom").
+	WarnOn []string `json:"warn_on,omitempty"`
+}
+
+// Rule names.
+const (
+	RuleRequireSignature    = "require-signature"
+	RuleRequireAttestation  = "require-attestation"
+	RuleDenyVulnerabilities = "deny-vulnerabilities"
+)
+
+// WarnsOn reports whether a failed rule (such as "require-attestation
+// sbom") is only warned about: in mode warn every one is, in mode refuse
+// those WarnOn names, by rule name or in full.
+func (p SupplyChainPolicy) WarnsOn(rule string) bool {
+	if p.Warn() {
+		return true
+	}
+	name, _, _ := strings.Cut(rule, " ")
+	return slices.Contains(p.WarnOn, rule) || slices.Contains(p.WarnOn, name)
+}
+
+// Attestation rules.
+const (
+	AttestSLSAProvenance = "slsa-provenance"
+	AttestSBOM           = "sbom"
+)
+
+// Severities a vulnerability rule names, least first.
+var Severities = []string{"low", "medium", "high", "critical"}
+
+// AttestationRule is one parsed RequireAttestations entry.
+type AttestationRule struct {
+	// Kind is AttestSLSAProvenance or AttestSBOM.
+	Kind string
+	// MinLevel is the least SLSA Build level (provenance); 0: any.
+	MinLevel int
+}
+
+// ParseAttestationRule reads "slsa-provenance", "slsa-provenance:level>=N"
+// (N 1 to 4) or "sbom".
+func ParseAttestationRule(s string) (AttestationRule, error) {
+	kind, cond, hasCond := strings.Cut(s, ":")
+	switch kind {
+	case AttestSBOM:
+		if hasCond {
+			return AttestationRule{}, fmt.Errorf("%q: sbom takes no condition", s)
+		}
+		return AttestationRule{Kind: kind}, nil
+	case AttestSLSAProvenance:
+		if !hasCond {
+			return AttestationRule{Kind: kind}, nil
+		}
+		n, ok := strings.CutPrefix(cond, "level>=")
+		lvl, err := strconv.Atoi(n)
+		if !ok || err != nil || lvl < 1 || lvl > 4 {
+			return AttestationRule{}, fmt.Errorf("%q: the condition must be level>=N, N from 1 to 4", s)
+		}
+		return AttestationRule{Kind: kind, MinLevel: lvl}, nil
+	}
+	return AttestationRule{}, fmt.Errorf("%q: want slsa-provenance, slsa-provenance:level>=N or sbom", s)
+}
+
+// Active reports whether the policy asks anything of an artifact.
+func (p SupplyChainPolicy) Active() bool {
+	return p.RequireSignature || len(p.RequireAttestations) > 0 || p.DenyVulnerabilities != ""
 }
 
 // Equal reports whether p and o say the same.
 func (p SupplyChainPolicy) Equal(o SupplyChainPolicy) bool {
-	return p.RequireSignature == o.RequireSignature && p.Mode == o.Mode && slices.Equal(p.Keys, o.Keys)
+	return p.RequireSignature == o.RequireSignature && p.Mode == o.Mode && slices.Equal(p.Keys, o.Keys) &&
+		slices.Equal(p.RequireAttestations, o.RequireAttestations) && p.DenyVulnerabilities == o.DenyVulnerabilities &&
+		slices.Equal(p.WarnOn, o.WarnOn)
 }
 
 // Warn reports whether an unsigned artifact is only warned about.
@@ -48,6 +129,27 @@ func (p SupplyChainPolicy) Warn() bool { return p.Mode == SupplyChainWarn }
 func (p SupplyChainPolicy) Check() error {
 	if p.Mode != "" && p.Mode != SupplyChainRefuse && p.Mode != SupplyChainWarn {
 		return fmt.Errorf("mode %q: want refuse or warn", p.Mode)
+	}
+	for _, r := range p.RequireAttestations {
+		if _, err := ParseAttestationRule(r); err != nil {
+			return fmt.Errorf("require-attestation %w", err)
+		}
+	}
+	for _, w := range p.WarnOn {
+		name, arg, _ := strings.Cut(w, " ")
+		switch {
+		case name == RuleRequireSignature && arg == "", name == RuleDenyVulnerabilities && arg == "":
+		case name == RuleRequireAttestation && arg == "":
+		case name == RuleRequireAttestation:
+			if _, err := ParseAttestationRule(arg); err != nil {
+				return fmt.Errorf("warn-on %w", err)
+			}
+		default:
+			return fmt.Errorf("warn-on %q: want require-signature, require-attestation[ RULE] or deny-vulnerabilities", w)
+		}
+	}
+	if p.DenyVulnerabilities != "" && !slices.Contains(Severities, p.DenyVulnerabilities) {
+		return fmt.Errorf("deny-vulnerabilities %q: want one of %s", p.DenyVulnerabilities, strings.Join(Severities, ", "))
 	}
 	_, err := p.PublicKeys()
 	return err
@@ -68,7 +170,7 @@ func (p SupplyChainPolicy) PublicKeys() ([]ed25519.PublicKey, error) {
 
 // String describes the policy in one line.
 func (p SupplyChainPolicy) String() string {
-	if !p.RequireSignature {
+	if !p.Active() {
 		return "no signature required"
 	}
 	mode := p.Mode
@@ -79,7 +181,21 @@ func (p SupplyChainPolicy) String() string {
 	if len(p.Keys) > 0 {
 		keys += fmt.Sprintf(" and %d further key(s)", len(p.Keys))
 	}
-	return fmt.Sprintf("signature required (by %s); otherwise %s", keys, mode)
+	var rules []string
+	if p.RequireSignature {
+		rules = append(rules, "signature required")
+	}
+	for _, a := range p.RequireAttestations {
+		rules = append(rules, "attestation "+a+" required")
+	}
+	if p.DenyVulnerabilities != "" {
+		rules = append(rules, "vulnerabilities of severity "+p.DenyVulnerabilities+" or above denied")
+	}
+	warn := ""
+	if len(p.WarnOn) > 0 && !p.Warn() {
+		warn = " (warn only: " + strings.Join(p.WarnOn, ", ") + ")"
+	}
+	return fmt.Sprintf("%s (by %s); otherwise %s%s", strings.Join(rules, ", "), keys, mode, warn)
 }
 
 // ParsePublicKey reads an Ed25519 public key from a file's content: a PEM

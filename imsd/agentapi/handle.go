@@ -149,8 +149,12 @@ func (c *conn) handle(ctx context.Context, m *agentv1.ConnectRequest) error {
 		if err != nil {
 			return connect.NewError(connect.CodeInvalidArgument, err)
 		}
+		verified, err := verifications(r.Verifications)
+		if err != nil {
+			return connect.NewError(connect.CodeInvalidArgument, err)
+		}
 		res := store.Result{State: state, ExitCode: int(r.ExitCode), Error: r.Error, Outputs: r.Outputs, PlannedChanges: plan,
-			PlanDigest: r.PlanDigest, PolicyFindings: findings, Drifted: r.Drifted}
+			PlanDigest: r.PlanDigest, PolicyFindings: findings, Drifted: r.Drifted, Verifications: verified}
 		if state == store.JobSucceeded && c.agent.InstallID == store.VendorInstallID && r.Outputs[store.BuildOutDigest] != "" {
 			// The build agent's result: the store records the build if
 			// the job is a build job.

@@ -137,3 +137,42 @@ func policyFindings(in []*agentv1.PolicyFinding) ([]store.PolicyFinding, error) 
 	}
 	return out, nil
 }
+
+// Bounds on a result's artifact verifications.
+const (
+	maxVerifications      = 16
+	maxVerificationItems  = 32
+	maxVerificationString = 2048
+)
+
+// verifications checks and converts a result's artifact verifications
+// (what the customer's supply-chain policy verified) for the store.
+func verifications(in []*agentv1.ArtifactVerification) ([]store.ArtifactVerification, error) {
+	if len(in) > maxVerifications {
+		return nil, fmt.Errorf("result.verifications: %d, at most %d", len(in), maxVerifications)
+	}
+	cut := func(s string) string {
+		if len(s) > maxVerificationString {
+			s = s[:maxVerificationString]
+		}
+		return strings.ToValidUTF8(s, "\uFFFD")
+	}
+	var out []store.ArtifactVerification
+	for i, v := range in {
+		if !store.ValidVerdict(v.Verdict) {
+			return nil, fmt.Errorf("result.verifications[%d].verdict: must be verified, warned or refused, got %q", i, v.Verdict)
+		}
+		if len(v.Attestations) > maxVerificationItems || len(v.Failed) > maxVerificationItems {
+			return nil, fmt.Errorf("result.verifications[%d]: at most %d attestations and %d failed rules", i, maxVerificationItems, maxVerificationItems)
+		}
+		sv := store.ArtifactVerification{Artifact: cut(v.Artifact), Digest: cut(v.Digest), KeyID: cut(v.KeyId), Verdict: v.Verdict}
+		for _, a := range v.Attestations {
+			sv.Attestations = append(sv.Attestations, cut(a))
+		}
+		for _, f := range v.Failed {
+			sv.Failed = append(sv.Failed, cut(f))
+		}
+		out = append(out, sv)
+	}
+	return out, nil
+}

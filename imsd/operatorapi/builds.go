@@ -139,6 +139,10 @@ func (s *Service) ListInstallImages(ctx context.Context, req *connect.Request[im
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}
+	verified, err := s.store.ArtifactVerifications(ctx, in.ID)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
 	out := &imsv1.ListInstallImagesResponse{}
 	for _, c := range comps {
 		if c.ComponentType != agentproto.ImageType {
@@ -149,6 +153,9 @@ func (s *Service) ListInstallImages(ctx context.Context, req *connect.Request[im
 		src, _ := cfg[agentproto.ImageSourceKey].(string)
 		im := &imsv1.InstallImage{Component: c.Name, VendorReference: src, JobId: c.JobID,
 			InstallReference: c.Outputs[ImageOutReference], InstallDigest: c.Outputs[ImageOutDigest]}
+		if v, ok := verified[c.Name]; ok {
+			im.Verification = verificationToProto(v)
+		}
 		if repo, digest, err := agentproto.ParseBuildRef(src); err == nil {
 			im.VendorDigest = digest
 			if b, err := s.store.BuildByDigest(ctx, repo, digest); err == nil {
@@ -165,4 +172,10 @@ func (s *Service) ListInstallImages(ctx context.Context, req *connect.Request[im
 		out.Images = append(out.Images, im)
 	}
 	return connect.NewResponse(out), nil
+}
+
+// verificationToProto is an agent's verification of an artifact.
+func verificationToProto(v store.ArtifactVerification) *imsv1.ArtifactVerification {
+	return &imsv1.ArtifactVerification{Artifact: v.Artifact, Digest: v.Digest, KeyId: v.KeyID, Attestations: v.Attestations,
+		Verdict: v.Verdict, Failed: v.Failed, JobId: v.JobID, VerifyTime: timestamppb.New(v.VerifiedAt)}
 }

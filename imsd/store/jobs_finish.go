@@ -109,6 +109,9 @@ func (s *Store) finished(ctx context.Context, tx *txn, jobID string, w Writer, r
 		data["release"] = release
 	}
 	policyAudit(data, r.PolicyFindings)
+	if err := s.recordVerifications(ctx, tx, jobID, install, r.Verifications, now, data); err != nil {
+		return err
+	}
 	kind := "job.finished"
 	if r.State == JobRefused {
 		// The agent refused the job (its check of the assignment, or

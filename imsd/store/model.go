@@ -448,6 +448,9 @@ type Result struct {
 	PolicyFindings []PolicyFinding
 	// Drifted is a drift check's verdict (ignored for other jobs).
 	Drifted bool
+	// Verifications are what the agent's supply-chain policy verified
+	// of the job's artifact (stored as its component's latest).
+	Verifications []ArtifactVerification
 	// Build, set for a succeeded build job of the vendor install, is
 	// recorded with the finish (BuildFromOutputs).
 	Build *Build

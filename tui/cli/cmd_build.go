@@ -259,7 +259,11 @@ func (a *app) installImagesCommand() *cobra.Command {
 		Use:   "images INSTALL",
 		Short: "List what an install's image components run, by digest, with their lineage",
 		Long: `For each image component of INSTALL: the chain source reference -> vendor
-digest (the build) -> install digest, and when each copy happened.`,
+digest (the build) -> install digest, and when each copy happened; and
+what the install's agent verified of it under the customer's supply-chain
+policy (agentd policy supply-chain): the key that signed it, the
+attestations found (SLSA provenance, SBOM, vulnerability scan) and the
+verdict. -o yaml shows each rule not met.`,
 		Args: exactArgs("INSTALL"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.connect()
@@ -302,10 +306,56 @@ digest (the build) -> install digest, and when each copy happened.`,
 				if d := im.GetInstallDigest(); d != "" && d != im.GetVendorDigest() {
 					fmt.Fprintf(a.stdout, "  WARNING  install digest %s differs from the vendor digest %s\n", d, im.GetVendorDigest())
 				}
+				fmt.Fprintf(a.stdout, "  verified %s\n", verifiedLine(now, im.GetVerification()))
 			}
 			return nil
 		},
 	}
+}
+
+// verifiedLine says in one line what an agent verified of an artifact.
+func verifiedLine(now time.Time, v *imsv1.ArtifactVerification) string {
+	if v == nil {
+		return "-  (the agent reported no supply-chain check: no policy)"
+	}
+	verdict := strings.ToUpper(v.GetVerdict())
+	var parts []string
+	if v.GetKeyId() != "" {
+		parts = append(parts, "signed by key "+v.GetKeyId())
+	} else {
+		parts = append(parts, "no trusted signature")
+	}
+	var att []string
+	for _, t := range v.GetAttestations() {
+		att = append(att, attestationName(t))
+	}
+	if len(att) > 0 {
+		parts = append(parts, "attested: "+strings.Join(att, ", "))
+	}
+	if n := len(v.GetFailed()); n > 0 {
+		rules := make([]string, 0, n)
+		for _, f := range v.GetFailed() {
+			rule, _, _ := strings.Cut(f, ": ")
+			rules = append(rules, rule)
+		}
+		parts = append(parts, "rules not met: "+strings.Join(rules, ", "))
+	}
+	return fmt.Sprintf("%s  %s  (%s by job %s)", verdict, strings.Join(parts, "; "), ago(now, v.GetVerifyTime()), dash(v.GetJobId()))
+}
+
+// attestationName is a short name of an in-toto predicate type.
+func attestationName(t string) string {
+	switch t {
+	case "https://slsa.dev/provenance/v1":
+		return "slsa-provenance"
+	case "https://spdx.dev/Document":
+		return "sbom (spdx)"
+	case "https://cyclonedx.org/bom":
+		return "sbom (cyclonedx)"
+	case "https://cosign.sigstore.dev/attestation/vuln/v1":
+		return "vulnerability scan"
+	}
+	return t
 }
 
 func dash(s string) string {

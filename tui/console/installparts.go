@@ -170,13 +170,34 @@ func listDrift(ctx context.Context, c imsv1connect.OperatorServiceClient, gen in
 	}
 }
 
+// imagesMsg answers listImages.
+type imagesMsg struct {
+	gen    int
+	images []*imsv1.InstallImage
+	err    error
+}
+
+func listImages(ctx context.Context, c imsv1connect.OperatorServiceClient, gen int, install string) tea.Cmd {
+	return func() tea.Msg {
+		r, err := c.ListInstallImages(ctx, connect.NewRequest(&imsv1.ListInstallImagesRequest{Install: install}))
+		if err != nil {
+			return imagesMsg{gen: gen, err: err}
+		}
+		return imagesMsg{gen: gen, images: r.Msg.Images}
+	}
+}
+
 // installParts is what the install view shows of its workflows, drift
 // and actions, with the generations of their requests.
 type installParts struct {
 	driftGen int
 	// drift is the components' drift state; the section is left out while
 	// there is none (or imsd could not say).
-	drift          []*imsv1.ComponentDrift
+	drift     []*imsv1.ComponentDrift
+	imagesGen int
+	// images are the image components with what the agent verified of
+	// each (the supply-chain policy); left out while there are none.
+	images         []*imsv1.InstallImage
 	wfGen, actGen  int
 	wfLoaded       bool
 	wfErr          error
@@ -249,6 +270,31 @@ func (v *installView) parts(jobs []*imsv1.Job) []string {
 				line = st.bad.Render(line)
 			case "failed":
 				line = st.bad.Render(line + "  " + termtext.Clean(d.Error, " "))
+			}
+			out = append(out, line)
+		}
+	}
+
+	if len(p.images) > 0 {
+		out = append(out, st.accent.Render("IMAGES")+"  "+st.muted.Render("VERIFIED: what the agent checked under the customer's supply-chain policy"))
+		for _, im := range p.images {
+			verified := "-"
+			vr := im.GetVerification()
+			if vr != nil {
+				verified = strings.ToUpper(termtext.Clean(vr.Verdict, " "))
+				if vr.KeyId != "" {
+					verified += " key " + termtext.Clean(vr.KeyId, " ")
+				}
+				if n := len(vr.Attestations); n > 0 {
+					verified += fmt.Sprintf(", %d attestations", n)
+				}
+			}
+			line := fmt.Sprintf("  %-16s %-24s %s", termtext.Clean(im.Component, " "), verified, termtext.Clean(cmp.Or(im.InstallReference, im.VendorReference), " "))
+			if vr != nil && vr.Verdict != "verified" {
+				line = st.bad.Render(line)
+				if len(vr.Failed) > 0 {
+					line += "  " + st.bad.Render(termtext.Clean(vr.Failed[0], " "))
+				}
 			}
 			out = append(out, line)
 		}
@@ -345,9 +391,9 @@ func kindText(k imsv1.WorkflowKind) string { return enumText(k, "WORKFLOW_KIND_"
 
 // loadParts asks for the workflows and actions again.
 func (v *installView) loadParts() tea.Cmd {
-	v.wfGen, v.actGen, v.driftGen = v.nextGen(), v.nextGen(), v.nextGen()
+	v.wfGen, v.actGen, v.driftGen, v.imagesGen = v.nextGen(), v.nextGen(), v.nextGen(), v.nextGen()
 	return tea.Batch(listWorkflows(v.ctx, v.conn.Client, v.wfGen, v.id), listActions(v.ctx, v.conn.Client, v.actGen, v.id),
-		listDrift(v.ctx, v.conn.Client, v.driftGen, v.id))
+		listDrift(v.ctx, v.conn.Client, v.driftGen, v.id), listImages(v.ctx, v.conn.Client, v.imagesGen, v.id))
 }
 
 // partsUpdate takes the answers to loadParts and reports whether msg was one.
@@ -364,6 +410,11 @@ func (v *installView) partsUpdate(msg tea.Msg) bool {
 	case driftMsg:
 		if msg.gen == v.driftGen && msg.err == nil {
 			v.drift = msg.drift
+		}
+		return true
+	case imagesMsg:
+		if msg.gen == v.imagesGen && msg.err == nil {
+			v.images = msg.images
 		}
 		return true
 	case actionsMsg:

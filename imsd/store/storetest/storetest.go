@@ -93,6 +93,7 @@ func Run(t *testing.T, open OpenFunc) {
 		{"AuditConcurrent", testAuditConcurrent},
 		{"AuditRecordsAfter", testAuditRecordsAfter},
 		{"PolicyFindings", testPolicyFindings},
+		{"ArtifactVerifications", testArtifactVerifications},
 		{"Drift", testDrift},
 		{"ComponentImport", testComponentImport},
 		{"BuildAgentRole", testBuildAgentRole},

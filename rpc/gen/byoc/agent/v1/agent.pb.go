@@ -2747,7 +2747,12 @@ type JobResult struct {
 	PolicyFindings []*PolicyFinding `protobuf:"bytes,100,rep,name=policy_findings,json=policyFindings,proto3" json:"policy_findings,omitempty"`
 	// drifted is a drift check's verdict: the component no longer matches
 	// what was applied.
-	Drifted       bool `protobuf:"varint,101,opt,name=drifted,proto3" json:"drifted,omitempty"`
+	Drifted bool `protobuf:"varint,101,opt,name=drifted,proto3" json:"drifted,omitempty"`
+	// verifications are what the customer's supply-chain policy (agentd
+	// policy supply-chain) verified of the artifact the job deploys, before
+	// it ran: one for a plan or apply of an image, helm or terraform
+	// component under a policy; none otherwise.
+	Verifications []*ArtifactVerification `protobuf:"bytes,102,rep,name=verifications,proto3" json:"verifications,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2866,6 +2871,105 @@ func (x *JobResult) GetDrifted() bool {
 	return false
 }
 
+func (x *JobResult) GetVerifications() []*ArtifactVerification {
+	if x != nil {
+		return x.Verifications
+	}
+	return nil
+}
+
+// ArtifactVerification is what the agent verified of one artifact.
+type ArtifactVerification struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// artifact is the reference the job's config names; digest its digest.
+	Artifact string `protobuf:"bytes,1,opt,name=artifact,proto3" json:"artifact,omitempty"`
+	Digest   string `protobuf:"bytes,2,opt,name=digest,proto3" json:"digest,omitempty"`
+	// key_id is the trusted key whose signature verified (empty: none).
+	KeyId string `protobuf:"bytes,3,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	// attestations are the predicate types of the attestations that
+	// verified (signed by a trusted key, about the digest).
+	Attestations []string `protobuf:"bytes,4,rep,name=attestations,proto3" json:"attestations,omitempty"`
+	// verdict is "verified", "warned" (a rule not met; mode warn, the job
+	// ran) or "refused" (the job did not run).
+	Verdict string `protobuf:"bytes,5,opt,name=verdict,proto3" json:"verdict,omitempty"`
+	// failed are the rules not met, each "RULE: why".
+	Failed        []string `protobuf:"bytes,6,rep,name=failed,proto3" json:"failed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ArtifactVerification) Reset() {
+	*x = ArtifactVerification{}
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ArtifactVerification) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ArtifactVerification) ProtoMessage() {}
+
+func (x *ArtifactVerification) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ArtifactVerification.ProtoReflect.Descriptor instead.
+func (*ArtifactVerification) Descriptor() ([]byte, []int) {
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ArtifactVerification) GetArtifact() string {
+	if x != nil {
+		return x.Artifact
+	}
+	return ""
+}
+
+func (x *ArtifactVerification) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+func (x *ArtifactVerification) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+func (x *ArtifactVerification) GetAttestations() []string {
+	if x != nil {
+		return x.Attestations
+	}
+	return nil
+}
+
+func (x *ArtifactVerification) GetVerdict() string {
+	if x != nil {
+		return x.Verdict
+	}
+	return ""
+}
+
+func (x *ArtifactVerification) GetFailed() []string {
+	if x != nil {
+		return x.Failed
+	}
+	return nil
+}
+
 // PolicyFinding is one message of a policy's deny or warn rule.
 type PolicyFinding struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2883,7 +2987,7 @@ type PolicyFinding struct {
 
 func (x *PolicyFinding) Reset() {
 	*x = PolicyFinding{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2895,7 +2999,7 @@ func (x *PolicyFinding) String() string {
 func (*PolicyFinding) ProtoMessage() {}
 
 func (x *PolicyFinding) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2908,7 +3012,7 @@ func (x *PolicyFinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyFinding.ProtoReflect.Descriptor instead.
 func (*PolicyFinding) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PolicyFinding) GetPolicy() string {
@@ -2957,7 +3061,7 @@ type PlannedChange struct {
 
 func (x *PlannedChange) Reset() {
 	*x = PlannedChange{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[32]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2969,7 +3073,7 @@ func (x *PlannedChange) String() string {
 func (*PlannedChange) ProtoMessage() {}
 
 func (x *PlannedChange) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[32]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2982,7 +3086,7 @@ func (x *PlannedChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlannedChange.ProtoReflect.Descriptor instead.
 func (*PlannedChange) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *PlannedChange) GetAddress() string {
@@ -3064,7 +3168,7 @@ type JobAssignment struct {
 
 func (x *JobAssignment) Reset() {
 	*x = JobAssignment{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[33]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3076,7 +3180,7 @@ func (x *JobAssignment) String() string {
 func (*JobAssignment) ProtoMessage() {}
 
 func (x *JobAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[33]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3089,7 +3193,7 @@ func (x *JobAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobAssignment.ProtoReflect.Descriptor instead.
 func (*JobAssignment) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *JobAssignment) GetJobId() string {
@@ -3221,7 +3325,7 @@ type RegistryGrant struct {
 
 func (x *RegistryGrant) Reset() {
 	*x = RegistryGrant{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[34]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3233,7 +3337,7 @@ func (x *RegistryGrant) String() string {
 func (*RegistryGrant) ProtoMessage() {}
 
 func (x *RegistryGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[34]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3246,7 +3350,7 @@ func (x *RegistryGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryGrant.ProtoReflect.Descriptor instead.
 func (*RegistryGrant) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RegistryGrant) GetId() string {
@@ -3308,7 +3412,7 @@ type JobSignature struct {
 
 func (x *JobSignature) Reset() {
 	*x = JobSignature{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[35]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3320,7 +3424,7 @@ func (x *JobSignature) String() string {
 func (*JobSignature) ProtoMessage() {}
 
 func (x *JobSignature) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[35]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3333,7 +3437,7 @@ func (x *JobSignature) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobSignature.ProtoReflect.Descriptor instead.
 func (*JobSignature) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *JobSignature) GetKeyId() string {
@@ -3367,7 +3471,7 @@ type JobCancel struct {
 
 func (x *JobCancel) Reset() {
 	*x = JobCancel{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[36]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3379,7 +3483,7 @@ func (x *JobCancel) String() string {
 func (*JobCancel) ProtoMessage() {}
 
 func (x *JobCancel) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[36]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3392,7 +3496,7 @@ func (x *JobCancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobCancel.ProtoReflect.Descriptor instead.
 func (*JobCancel) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{36}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *JobCancel) GetJobId() string {
@@ -3418,7 +3522,7 @@ type WriteAccepted struct {
 
 func (x *WriteAccepted) Reset() {
 	*x = WriteAccepted{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[37]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3430,7 +3534,7 @@ func (x *WriteAccepted) String() string {
 func (*WriteAccepted) ProtoMessage() {}
 
 func (x *WriteAccepted) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[37]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3443,7 +3547,7 @@ func (x *WriteAccepted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteAccepted.ProtoReflect.Descriptor instead.
 func (*WriteAccepted) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{37}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *WriteAccepted) GetWriteId() uint64 {
@@ -3468,7 +3572,7 @@ type WriteRejected struct {
 
 func (x *WriteRejected) Reset() {
 	*x = WriteRejected{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[38]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3480,7 +3584,7 @@ func (x *WriteRejected) String() string {
 func (*WriteRejected) ProtoMessage() {}
 
 func (x *WriteRejected) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[38]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3493,7 +3597,7 @@ func (x *WriteRejected) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteRejected.ProtoReflect.Descriptor instead.
 func (*WriteRejected) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{38}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *WriteRejected) GetWriteId() uint64 {
@@ -3538,7 +3642,7 @@ type ListBreakGlassRequest struct {
 
 func (x *ListBreakGlassRequest) Reset() {
 	*x = ListBreakGlassRequest{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[39]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3550,7 +3654,7 @@ func (x *ListBreakGlassRequest) String() string {
 func (*ListBreakGlassRequest) ProtoMessage() {}
 
 func (x *ListBreakGlassRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[39]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3563,7 +3667,7 @@ func (x *ListBreakGlassRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBreakGlassRequest.ProtoReflect.Descriptor instead.
 func (*ListBreakGlassRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{39}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListBreakGlassRequest) GetAgentId() string {
@@ -3596,7 +3700,7 @@ type ListBreakGlassResponse struct {
 
 func (x *ListBreakGlassResponse) Reset() {
 	*x = ListBreakGlassResponse{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[40]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3608,7 +3712,7 @@ func (x *ListBreakGlassResponse) String() string {
 func (*ListBreakGlassResponse) ProtoMessage() {}
 
 func (x *ListBreakGlassResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[40]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3621,7 +3725,7 @@ func (x *ListBreakGlassResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBreakGlassResponse.ProtoReflect.Descriptor instead.
 func (*ListBreakGlassResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{40}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListBreakGlassResponse) GetGrants() []*BreakGlassGrant {
@@ -3665,7 +3769,7 @@ type BreakGlassGrant struct {
 
 func (x *BreakGlassGrant) Reset() {
 	*x = BreakGlassGrant{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[41]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3677,7 +3781,7 @@ func (x *BreakGlassGrant) String() string {
 func (*BreakGlassGrant) ProtoMessage() {}
 
 func (x *BreakGlassGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[41]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3690,7 +3794,7 @@ func (x *BreakGlassGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BreakGlassGrant.ProtoReflect.Descriptor instead.
 func (*BreakGlassGrant) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{41}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *BreakGlassGrant) GetId() string {
@@ -3818,7 +3922,7 @@ type DecideBreakGlassRequest struct {
 
 func (x *DecideBreakGlassRequest) Reset() {
 	*x = DecideBreakGlassRequest{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[42]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3830,7 +3934,7 @@ func (x *DecideBreakGlassRequest) String() string {
 func (*DecideBreakGlassRequest) ProtoMessage() {}
 
 func (x *DecideBreakGlassRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[42]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3843,7 +3947,7 @@ func (x *DecideBreakGlassRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideBreakGlassRequest.ProtoReflect.Descriptor instead.
 func (*DecideBreakGlassRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{42}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *DecideBreakGlassRequest) GetAgentId() string {
@@ -3876,7 +3980,7 @@ type DecideBreakGlassResponse struct {
 
 func (x *DecideBreakGlassResponse) Reset() {
 	*x = DecideBreakGlassResponse{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[43]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3888,7 +3992,7 @@ func (x *DecideBreakGlassResponse) String() string {
 func (*DecideBreakGlassResponse) ProtoMessage() {}
 
 func (x *DecideBreakGlassResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[43]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3901,7 +4005,7 @@ func (x *DecideBreakGlassResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideBreakGlassResponse.ProtoReflect.Descriptor instead.
 func (*DecideBreakGlassResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{43}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *DecideBreakGlassResponse) GetGrant() *BreakGlassGrant {
@@ -3928,7 +4032,7 @@ type AuditRecords struct {
 
 func (x *AuditRecords) Reset() {
 	*x = AuditRecords{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[44]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3940,7 +4044,7 @@ func (x *AuditRecords) String() string {
 func (*AuditRecords) ProtoMessage() {}
 
 func (x *AuditRecords) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[44]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3953,7 +4057,7 @@ func (x *AuditRecords) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecords.ProtoReflect.Descriptor instead.
 func (*AuditRecords) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{44}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *AuditRecords) GetRecords() []*AuditRecord {
@@ -3985,7 +4089,7 @@ type AuditCheckpoint struct {
 
 func (x *AuditCheckpoint) Reset() {
 	*x = AuditCheckpoint{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[45]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3997,7 +4101,7 @@ func (x *AuditCheckpoint) String() string {
 func (*AuditCheckpoint) ProtoMessage() {}
 
 func (x *AuditCheckpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[45]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4010,7 +4114,7 @@ func (x *AuditCheckpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditCheckpoint.ProtoReflect.Descriptor instead.
 func (*AuditCheckpoint) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{45}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *AuditCheckpoint) GetSeq() int64 {
@@ -4062,7 +4166,7 @@ type AuditRecord struct {
 
 func (x *AuditRecord) Reset() {
 	*x = AuditRecord{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[46]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4074,7 +4178,7 @@ func (x *AuditRecord) String() string {
 func (*AuditRecord) ProtoMessage() {}
 
 func (x *AuditRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[46]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4087,7 +4191,7 @@ func (x *AuditRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
 func (*AuditRecord) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{46}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *AuditRecord) GetChain() string {
@@ -4171,7 +4275,7 @@ type ListAuditRecordsRequest struct {
 
 func (x *ListAuditRecordsRequest) Reset() {
 	*x = ListAuditRecordsRequest{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[47]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4183,7 +4287,7 @@ func (x *ListAuditRecordsRequest) String() string {
 func (*ListAuditRecordsRequest) ProtoMessage() {}
 
 func (x *ListAuditRecordsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[47]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4196,7 +4300,7 @@ func (x *ListAuditRecordsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRecordsRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRecordsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{47}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListAuditRecordsRequest) GetAgentId() string {
@@ -4243,7 +4347,7 @@ type ListAuditRecordsResponse struct {
 
 func (x *ListAuditRecordsResponse) Reset() {
 	*x = ListAuditRecordsResponse{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[48]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4255,7 +4359,7 @@ func (x *ListAuditRecordsResponse) String() string {
 func (*ListAuditRecordsResponse) ProtoMessage() {}
 
 func (x *ListAuditRecordsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[48]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4268,7 +4372,7 @@ func (x *ListAuditRecordsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRecordsResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditRecordsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{48}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListAuditRecordsResponse) GetRecords() []*AuditRecord {
@@ -4296,7 +4400,7 @@ type RevokeSelfRequest struct {
 
 func (x *RevokeSelfRequest) Reset() {
 	*x = RevokeSelfRequest{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[49]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4308,7 +4412,7 @@ func (x *RevokeSelfRequest) String() string {
 func (*RevokeSelfRequest) ProtoMessage() {}
 
 func (x *RevokeSelfRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[49]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4321,7 +4425,7 @@ func (x *RevokeSelfRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeSelfRequest.ProtoReflect.Descriptor instead.
 func (*RevokeSelfRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{49}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RevokeSelfRequest) GetAgentId() string {
@@ -4367,7 +4471,7 @@ type RevokeSelfResponse struct {
 
 func (x *RevokeSelfResponse) Reset() {
 	*x = RevokeSelfResponse{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[50]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4379,7 +4483,7 @@ func (x *RevokeSelfResponse) String() string {
 func (*RevokeSelfResponse) ProtoMessage() {}
 
 func (x *RevokeSelfResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[50]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4392,7 +4496,7 @@ func (x *RevokeSelfResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeSelfResponse.ProtoReflect.Descriptor instead.
 func (*RevokeSelfResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{50}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{51}
 }
 
 // ShellOpen asks for a support shell: a PTY on the customer's side, in
@@ -4422,7 +4526,7 @@ type ShellOpen struct {
 
 func (x *ShellOpen) Reset() {
 	*x = ShellOpen{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[51]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4434,7 +4538,7 @@ func (x *ShellOpen) String() string {
 func (*ShellOpen) ProtoMessage() {}
 
 func (x *ShellOpen) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[51]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4447,7 +4551,7 @@ func (x *ShellOpen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShellOpen.ProtoReflect.Descriptor instead.
 func (*ShellOpen) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{51}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ShellOpen) GetSessionId() string {
@@ -4526,7 +4630,7 @@ type ShellInput struct {
 
 func (x *ShellInput) Reset() {
 	*x = ShellInput{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[52]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4538,7 +4642,7 @@ func (x *ShellInput) String() string {
 func (*ShellInput) ProtoMessage() {}
 
 func (x *ShellInput) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[52]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4551,7 +4655,7 @@ func (x *ShellInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShellInput.ProtoReflect.Descriptor instead.
 func (*ShellInput) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{52}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ShellInput) GetSessionId() string {
@@ -4619,7 +4723,7 @@ type ShellEvent struct {
 
 func (x *ShellEvent) Reset() {
 	*x = ShellEvent{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[53]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4631,7 +4735,7 @@ func (x *ShellEvent) String() string {
 func (*ShellEvent) ProtoMessage() {}
 
 func (x *ShellEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[53]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4644,7 +4748,7 @@ func (x *ShellEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShellEvent.ProtoReflect.Descriptor instead.
 func (*ShellEvent) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{53}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ShellEvent) GetSessionId() string {
@@ -4706,7 +4810,7 @@ type ShellOpened struct {
 
 func (x *ShellOpened) Reset() {
 	*x = ShellOpened{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[54]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4718,7 +4822,7 @@ func (x *ShellOpened) String() string {
 func (*ShellOpened) ProtoMessage() {}
 
 func (x *ShellOpened) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[54]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4731,7 +4835,7 @@ func (x *ShellOpened) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShellOpened.ProtoReflect.Descriptor instead.
 func (*ShellOpened) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{54}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ShellOpened) GetGrantId() string {
@@ -4769,7 +4873,7 @@ type ShellEnded struct {
 
 func (x *ShellEnded) Reset() {
 	*x = ShellEnded{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[55]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4781,7 +4885,7 @@ func (x *ShellEnded) String() string {
 func (*ShellEnded) ProtoMessage() {}
 
 func (x *ShellEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[55]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4794,7 +4898,7 @@ func (x *ShellEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShellEnded.ProtoReflect.Descriptor instead.
 func (*ShellEnded) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{55}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ShellEnded) GetReason() string {
@@ -5056,7 +5160,7 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\bwrite_id\x18\x01 \x01(\x04R\awriteId\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12#\n" +
 	"\rfencing_token\x18\x03 \x01(\x03R\ffencingToken\x12,\n" +
-	"\x05lines\x18\x04 \x03(\v2\x16.byoc.agent.v1.LogLineR\x05lines\"\xa8\x04\n" +
+	"\x05lines\x18\x04 \x03(\v2\x16.byoc.agent.v1.LogLineR\x05lines\"\xf3\x04\n" +
 	"\tJobResult\x12\x19\n" +
 	"\bwrite_id\x18\x01 \x01(\x04R\awriteId\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12#\n" +
@@ -5070,10 +5174,18 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\vplan_digest\x18( \x01(\tR\n" +
 	"planDigest\x12E\n" +
 	"\x0fpolicy_findings\x18d \x03(\v2\x1c.byoc.agent.v1.PolicyFindingR\x0epolicyFindings\x12\x18\n" +
-	"\adrifted\x18e \x01(\bR\adrifted\x1a:\n" +
+	"\adrifted\x18e \x01(\bR\adrifted\x12I\n" +
+	"\rverifications\x18f \x03(\v2#.byoc.agent.v1.ArtifactVerificationR\rverifications\x1a:\n" +
 	"\fOutputsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"o\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb7\x01\n" +
+	"\x14ArtifactVerification\x12\x1a\n" +
+	"\bartifact\x18\x01 \x01(\tR\bartifact\x12\x16\n" +
+	"\x06digest\x18\x02 \x01(\tR\x06digest\x12\x15\n" +
+	"\x06key_id\x18\x03 \x01(\tR\x05keyId\x12\"\n" +
+	"\fattestations\x18\x04 \x03(\tR\fattestations\x12\x18\n" +
+	"\averdict\x18\x05 \x01(\tR\averdict\x12\x16\n" +
+	"\x06failed\x18\x06 \x03(\tR\x06failed\"o\n" +
 	"\rPolicyFinding\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x16\n" +
 	"\x06source\x18\x02 \x01(\tR\x06source\x12\x14\n" +
@@ -5271,7 +5383,7 @@ func file_byoc_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_byoc_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_byoc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
+var file_byoc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
 var file_byoc_agent_v1_agent_proto_goTypes = []any{
 	(Outcome)(0),                     // 0: byoc.agent.v1.Outcome
 	(*EnrollRequest)(nil),            // 1: byoc.agent.v1.EnrollRequest
@@ -5305,39 +5417,40 @@ var file_byoc_agent_v1_agent_proto_goTypes = []any{
 	(*LogLine)(nil),                  // 29: byoc.agent.v1.LogLine
 	(*JobLogs)(nil),                  // 30: byoc.agent.v1.JobLogs
 	(*JobResult)(nil),                // 31: byoc.agent.v1.JobResult
-	(*PolicyFinding)(nil),            // 32: byoc.agent.v1.PolicyFinding
-	(*PlannedChange)(nil),            // 33: byoc.agent.v1.PlannedChange
-	(*JobAssignment)(nil),            // 34: byoc.agent.v1.JobAssignment
-	(*RegistryGrant)(nil),            // 35: byoc.agent.v1.RegistryGrant
-	(*JobSignature)(nil),             // 36: byoc.agent.v1.JobSignature
-	(*JobCancel)(nil),                // 37: byoc.agent.v1.JobCancel
-	(*WriteAccepted)(nil),            // 38: byoc.agent.v1.WriteAccepted
-	(*WriteRejected)(nil),            // 39: byoc.agent.v1.WriteRejected
-	(*ListBreakGlassRequest)(nil),    // 40: byoc.agent.v1.ListBreakGlassRequest
-	(*ListBreakGlassResponse)(nil),   // 41: byoc.agent.v1.ListBreakGlassResponse
-	(*BreakGlassGrant)(nil),          // 42: byoc.agent.v1.BreakGlassGrant
-	(*DecideBreakGlassRequest)(nil),  // 43: byoc.agent.v1.DecideBreakGlassRequest
-	(*DecideBreakGlassResponse)(nil), // 44: byoc.agent.v1.DecideBreakGlassResponse
-	(*AuditRecords)(nil),             // 45: byoc.agent.v1.AuditRecords
-	(*AuditCheckpoint)(nil),          // 46: byoc.agent.v1.AuditCheckpoint
-	(*AuditRecord)(nil),              // 47: byoc.agent.v1.AuditRecord
-	(*ListAuditRecordsRequest)(nil),  // 48: byoc.agent.v1.ListAuditRecordsRequest
-	(*ListAuditRecordsResponse)(nil), // 49: byoc.agent.v1.ListAuditRecordsResponse
-	(*RevokeSelfRequest)(nil),        // 50: byoc.agent.v1.RevokeSelfRequest
-	(*RevokeSelfResponse)(nil),       // 51: byoc.agent.v1.RevokeSelfResponse
-	(*ShellOpen)(nil),                // 52: byoc.agent.v1.ShellOpen
-	(*ShellInput)(nil),               // 53: byoc.agent.v1.ShellInput
-	(*ShellEvent)(nil),               // 54: byoc.agent.v1.ShellEvent
-	(*ShellOpened)(nil),              // 55: byoc.agent.v1.ShellOpened
-	(*ShellEnded)(nil),               // 56: byoc.agent.v1.ShellEnded
-	nil,                              // 57: byoc.agent.v1.StackReport.InputsEntry
-	nil,                              // 58: byoc.agent.v1.StackReport.OutputsEntry
-	nil,                              // 59: byoc.agent.v1.MetricSample.LabelsEntry
-	nil,                              // 60: byoc.agent.v1.JobResult.OutputsEntry
-	nil,                              // 61: byoc.agent.v1.JobAssignment.InputsEntry
-	(*timestamppb.Timestamp)(nil),    // 62: google.protobuf.Timestamp
-	(*structpb.Value)(nil),           // 63: google.protobuf.Value
-	(*structpb.Struct)(nil),          // 64: google.protobuf.Struct
+	(*ArtifactVerification)(nil),     // 32: byoc.agent.v1.ArtifactVerification
+	(*PolicyFinding)(nil),            // 33: byoc.agent.v1.PolicyFinding
+	(*PlannedChange)(nil),            // 34: byoc.agent.v1.PlannedChange
+	(*JobAssignment)(nil),            // 35: byoc.agent.v1.JobAssignment
+	(*RegistryGrant)(nil),            // 36: byoc.agent.v1.RegistryGrant
+	(*JobSignature)(nil),             // 37: byoc.agent.v1.JobSignature
+	(*JobCancel)(nil),                // 38: byoc.agent.v1.JobCancel
+	(*WriteAccepted)(nil),            // 39: byoc.agent.v1.WriteAccepted
+	(*WriteRejected)(nil),            // 40: byoc.agent.v1.WriteRejected
+	(*ListBreakGlassRequest)(nil),    // 41: byoc.agent.v1.ListBreakGlassRequest
+	(*ListBreakGlassResponse)(nil),   // 42: byoc.agent.v1.ListBreakGlassResponse
+	(*BreakGlassGrant)(nil),          // 43: byoc.agent.v1.BreakGlassGrant
+	(*DecideBreakGlassRequest)(nil),  // 44: byoc.agent.v1.DecideBreakGlassRequest
+	(*DecideBreakGlassResponse)(nil), // 45: byoc.agent.v1.DecideBreakGlassResponse
+	(*AuditRecords)(nil),             // 46: byoc.agent.v1.AuditRecords
+	(*AuditCheckpoint)(nil),          // 47: byoc.agent.v1.AuditCheckpoint
+	(*AuditRecord)(nil),              // 48: byoc.agent.v1.AuditRecord
+	(*ListAuditRecordsRequest)(nil),  // 49: byoc.agent.v1.ListAuditRecordsRequest
+	(*ListAuditRecordsResponse)(nil), // 50: byoc.agent.v1.ListAuditRecordsResponse
+	(*RevokeSelfRequest)(nil),        // 51: byoc.agent.v1.RevokeSelfRequest
+	(*RevokeSelfResponse)(nil),       // 52: byoc.agent.v1.RevokeSelfResponse
+	(*ShellOpen)(nil),                // 53: byoc.agent.v1.ShellOpen
+	(*ShellInput)(nil),               // 54: byoc.agent.v1.ShellInput
+	(*ShellEvent)(nil),               // 55: byoc.agent.v1.ShellEvent
+	(*ShellOpened)(nil),              // 56: byoc.agent.v1.ShellOpened
+	(*ShellEnded)(nil),               // 57: byoc.agent.v1.ShellEnded
+	nil,                              // 58: byoc.agent.v1.StackReport.InputsEntry
+	nil,                              // 59: byoc.agent.v1.StackReport.OutputsEntry
+	nil,                              // 60: byoc.agent.v1.MetricSample.LabelsEntry
+	nil,                              // 61: byoc.agent.v1.JobResult.OutputsEntry
+	nil,                              // 62: byoc.agent.v1.JobAssignment.InputsEntry
+	(*timestamppb.Timestamp)(nil),    // 63: google.protobuf.Timestamp
+	(*structpb.Value)(nil),           // 64: google.protobuf.Value
+	(*structpb.Struct)(nil),          // 65: google.protobuf.Struct
 }
 var file_byoc_agent_v1_agent_proto_depIdxs = []int32{
 	3,  // 0: byoc.agent.v1.EnrollResponse.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
@@ -5347,20 +5460,20 @@ var file_byoc_agent_v1_agent_proto_depIdxs = []int32{
 	30, // 4: byoc.agent.v1.ConnectRequest.logs:type_name -> byoc.agent.v1.JobLogs
 	31, // 5: byoc.agent.v1.ConnectRequest.result:type_name -> byoc.agent.v1.JobResult
 	22, // 6: byoc.agent.v1.ConnectRequest.telemetry:type_name -> byoc.agent.v1.TelemetryBatch
-	54, // 7: byoc.agent.v1.ConnectRequest.shell:type_name -> byoc.agent.v1.ShellEvent
+	55, // 7: byoc.agent.v1.ConnectRequest.shell:type_name -> byoc.agent.v1.ShellEvent
 	8,  // 8: byoc.agent.v1.ConnectRequest.channel_hello:type_name -> byoc.agent.v1.ChannelHello
 	6,  // 9: byoc.agent.v1.ConnectResponse.challenge:type_name -> byoc.agent.v1.Challenge
 	25, // 10: byoc.agent.v1.ConnectResponse.welcome:type_name -> byoc.agent.v1.Welcome
-	34, // 11: byoc.agent.v1.ConnectResponse.assignment:type_name -> byoc.agent.v1.JobAssignment
-	37, // 12: byoc.agent.v1.ConnectResponse.cancel:type_name -> byoc.agent.v1.JobCancel
-	38, // 13: byoc.agent.v1.ConnectResponse.accepted:type_name -> byoc.agent.v1.WriteAccepted
-	39, // 14: byoc.agent.v1.ConnectResponse.rejected:type_name -> byoc.agent.v1.WriteRejected
+	35, // 11: byoc.agent.v1.ConnectResponse.assignment:type_name -> byoc.agent.v1.JobAssignment
+	38, // 12: byoc.agent.v1.ConnectResponse.cancel:type_name -> byoc.agent.v1.JobCancel
+	39, // 13: byoc.agent.v1.ConnectResponse.accepted:type_name -> byoc.agent.v1.WriteAccepted
+	40, // 14: byoc.agent.v1.ConnectResponse.rejected:type_name -> byoc.agent.v1.WriteRejected
 	27, // 15: byoc.agent.v1.ConnectResponse.renewed:type_name -> byoc.agent.v1.LeasesRenewed
-	45, // 16: byoc.agent.v1.ConnectResponse.audit:type_name -> byoc.agent.v1.AuditRecords
+	46, // 16: byoc.agent.v1.ConnectResponse.audit:type_name -> byoc.agent.v1.AuditRecords
 	13, // 17: byoc.agent.v1.ConnectResponse.update_offer:type_name -> byoc.agent.v1.UpdateOffer
 	19, // 18: byoc.agent.v1.ConnectResponse.telemetry_config:type_name -> byoc.agent.v1.TelemetryConfig
-	52, // 19: byoc.agent.v1.ConnectResponse.shell_open:type_name -> byoc.agent.v1.ShellOpen
-	53, // 20: byoc.agent.v1.ConnectResponse.shell_input:type_name -> byoc.agent.v1.ShellInput
+	53, // 19: byoc.agent.v1.ConnectResponse.shell_open:type_name -> byoc.agent.v1.ShellOpen
+	54, // 20: byoc.agent.v1.ConnectResponse.shell_input:type_name -> byoc.agent.v1.ShellInput
 	3,  // 21: byoc.agent.v1.Challenge.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
 	7,  // 22: byoc.agent.v1.Challenge.retired_keys:type_name -> byoc.agent.v1.KeyRetirement
 	9,  // 23: byoc.agent.v1.Hello.running:type_name -> byoc.agent.v1.RunningJob
@@ -5370,68 +5483,69 @@ var file_byoc_agent_v1_agent_proto_depIdxs = []int32{
 	14, // 27: byoc.agent.v1.Hello.next_key:type_name -> byoc.agent.v1.AgentKeyRotation
 	11, // 28: byoc.agent.v1.Hello.update:type_name -> byoc.agent.v1.UpdateReport
 	12, // 29: byoc.agent.v1.UpdateReport.last:type_name -> byoc.agent.v1.UpdateDecision
-	62, // 30: byoc.agent.v1.UpdateDecision.time:type_name -> google.protobuf.Timestamp
-	57, // 31: byoc.agent.v1.StackReport.inputs:type_name -> byoc.agent.v1.StackReport.InputsEntry
-	58, // 32: byoc.agent.v1.StackReport.outputs:type_name -> byoc.agent.v1.StackReport.OutputsEntry
-	62, // 33: byoc.agent.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
+	63, // 30: byoc.agent.v1.UpdateDecision.time:type_name -> google.protobuf.Timestamp
+	58, // 31: byoc.agent.v1.StackReport.inputs:type_name -> byoc.agent.v1.StackReport.InputsEntry
+	59, // 32: byoc.agent.v1.StackReport.outputs:type_name -> byoc.agent.v1.StackReport.OutputsEntry
+	63, // 33: byoc.agent.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
 	18, // 34: byoc.agent.v1.Permissions.telemetry:type_name -> byoc.agent.v1.TelemetrySetting
 	20, // 35: byoc.agent.v1.TelemetryConfig.metrics:type_name -> byoc.agent.v1.MetricsSource
 	21, // 36: byoc.agent.v1.TelemetryConfig.logs:type_name -> byoc.agent.v1.LogSource
 	23, // 37: byoc.agent.v1.TelemetryBatch.samples:type_name -> byoc.agent.v1.MetricSample
 	24, // 38: byoc.agent.v1.TelemetryBatch.lines:type_name -> byoc.agent.v1.TelemetryLine
-	59, // 39: byoc.agent.v1.MetricSample.labels:type_name -> byoc.agent.v1.MetricSample.LabelsEntry
-	62, // 40: byoc.agent.v1.MetricSample.time:type_name -> google.protobuf.Timestamp
-	62, // 41: byoc.agent.v1.TelemetryLine.time:type_name -> google.protobuf.Timestamp
+	60, // 39: byoc.agent.v1.MetricSample.labels:type_name -> byoc.agent.v1.MetricSample.LabelsEntry
+	63, // 40: byoc.agent.v1.MetricSample.time:type_name -> google.protobuf.Timestamp
+	63, // 41: byoc.agent.v1.TelemetryLine.time:type_name -> google.protobuf.Timestamp
 	3,  // 42: byoc.agent.v1.Welcome.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
 	9,  // 43: byoc.agent.v1.Heartbeat.running:type_name -> byoc.agent.v1.RunningJob
 	17, // 44: byoc.agent.v1.Heartbeat.permissions:type_name -> byoc.agent.v1.Permissions
 	15, // 45: byoc.agent.v1.Heartbeat.condition:type_name -> byoc.agent.v1.AgentCondition
 	11, // 46: byoc.agent.v1.Heartbeat.update:type_name -> byoc.agent.v1.UpdateReport
-	62, // 47: byoc.agent.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	63, // 47: byoc.agent.v1.LogLine.time:type_name -> google.protobuf.Timestamp
 	29, // 48: byoc.agent.v1.JobLogs.lines:type_name -> byoc.agent.v1.LogLine
 	0,  // 49: byoc.agent.v1.JobResult.outcome:type_name -> byoc.agent.v1.Outcome
-	60, // 50: byoc.agent.v1.JobResult.outputs:type_name -> byoc.agent.v1.JobResult.OutputsEntry
-	33, // 51: byoc.agent.v1.JobResult.planned_changes:type_name -> byoc.agent.v1.PlannedChange
-	32, // 52: byoc.agent.v1.JobResult.policy_findings:type_name -> byoc.agent.v1.PolicyFinding
-	63, // 53: byoc.agent.v1.PlannedChange.before:type_name -> google.protobuf.Value
-	63, // 54: byoc.agent.v1.PlannedChange.after:type_name -> google.protobuf.Value
-	64, // 55: byoc.agent.v1.JobAssignment.config:type_name -> google.protobuf.Struct
-	61, // 56: byoc.agent.v1.JobAssignment.inputs:type_name -> byoc.agent.v1.JobAssignment.InputsEntry
-	36, // 57: byoc.agent.v1.JobAssignment.signature:type_name -> byoc.agent.v1.JobSignature
-	35, // 58: byoc.agent.v1.JobAssignment.registry_grant:type_name -> byoc.agent.v1.RegistryGrant
-	62, // 59: byoc.agent.v1.ListBreakGlassRequest.time:type_name -> google.protobuf.Timestamp
-	42, // 60: byoc.agent.v1.ListBreakGlassResponse.grants:type_name -> byoc.agent.v1.BreakGlassGrant
-	62, // 61: byoc.agent.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
-	62, // 62: byoc.agent.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
-	62, // 63: byoc.agent.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
-	62, // 64: byoc.agent.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
-	62, // 65: byoc.agent.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
-	42, // 66: byoc.agent.v1.DecideBreakGlassResponse.grant:type_name -> byoc.agent.v1.BreakGlassGrant
-	47, // 67: byoc.agent.v1.AuditRecords.records:type_name -> byoc.agent.v1.AuditRecord
-	46, // 68: byoc.agent.v1.AuditRecords.checkpoint:type_name -> byoc.agent.v1.AuditCheckpoint
-	62, // 69: byoc.agent.v1.ListAuditRecordsRequest.time:type_name -> google.protobuf.Timestamp
-	47, // 70: byoc.agent.v1.ListAuditRecordsResponse.records:type_name -> byoc.agent.v1.AuditRecord
-	62, // 71: byoc.agent.v1.RevokeSelfRequest.time:type_name -> google.protobuf.Timestamp
-	55, // 72: byoc.agent.v1.ShellEvent.opened:type_name -> byoc.agent.v1.ShellOpened
-	56, // 73: byoc.agent.v1.ShellEvent.ended:type_name -> byoc.agent.v1.ShellEnded
-	62, // 74: byoc.agent.v1.ShellOpened.grant_expire_time:type_name -> google.protobuf.Timestamp
-	1,  // 75: byoc.agent.v1.AgentService.Enroll:input_type -> byoc.agent.v1.EnrollRequest
-	4,  // 76: byoc.agent.v1.AgentService.Connect:input_type -> byoc.agent.v1.ConnectRequest
-	40, // 77: byoc.agent.v1.AgentService.ListBreakGlass:input_type -> byoc.agent.v1.ListBreakGlassRequest
-	43, // 78: byoc.agent.v1.AgentService.DecideBreakGlass:input_type -> byoc.agent.v1.DecideBreakGlassRequest
-	48, // 79: byoc.agent.v1.AgentService.ListAuditRecords:input_type -> byoc.agent.v1.ListAuditRecordsRequest
-	50, // 80: byoc.agent.v1.AgentService.RevokeSelf:input_type -> byoc.agent.v1.RevokeSelfRequest
-	2,  // 81: byoc.agent.v1.AgentService.Enroll:output_type -> byoc.agent.v1.EnrollResponse
-	5,  // 82: byoc.agent.v1.AgentService.Connect:output_type -> byoc.agent.v1.ConnectResponse
-	41, // 83: byoc.agent.v1.AgentService.ListBreakGlass:output_type -> byoc.agent.v1.ListBreakGlassResponse
-	44, // 84: byoc.agent.v1.AgentService.DecideBreakGlass:output_type -> byoc.agent.v1.DecideBreakGlassResponse
-	49, // 85: byoc.agent.v1.AgentService.ListAuditRecords:output_type -> byoc.agent.v1.ListAuditRecordsResponse
-	51, // 86: byoc.agent.v1.AgentService.RevokeSelf:output_type -> byoc.agent.v1.RevokeSelfResponse
-	81, // [81:87] is the sub-list for method output_type
-	75, // [75:81] is the sub-list for method input_type
-	75, // [75:75] is the sub-list for extension type_name
-	75, // [75:75] is the sub-list for extension extendee
-	0,  // [0:75] is the sub-list for field type_name
+	61, // 50: byoc.agent.v1.JobResult.outputs:type_name -> byoc.agent.v1.JobResult.OutputsEntry
+	34, // 51: byoc.agent.v1.JobResult.planned_changes:type_name -> byoc.agent.v1.PlannedChange
+	33, // 52: byoc.agent.v1.JobResult.policy_findings:type_name -> byoc.agent.v1.PolicyFinding
+	32, // 53: byoc.agent.v1.JobResult.verifications:type_name -> byoc.agent.v1.ArtifactVerification
+	64, // 54: byoc.agent.v1.PlannedChange.before:type_name -> google.protobuf.Value
+	64, // 55: byoc.agent.v1.PlannedChange.after:type_name -> google.protobuf.Value
+	65, // 56: byoc.agent.v1.JobAssignment.config:type_name -> google.protobuf.Struct
+	62, // 57: byoc.agent.v1.JobAssignment.inputs:type_name -> byoc.agent.v1.JobAssignment.InputsEntry
+	37, // 58: byoc.agent.v1.JobAssignment.signature:type_name -> byoc.agent.v1.JobSignature
+	36, // 59: byoc.agent.v1.JobAssignment.registry_grant:type_name -> byoc.agent.v1.RegistryGrant
+	63, // 60: byoc.agent.v1.ListBreakGlassRequest.time:type_name -> google.protobuf.Timestamp
+	43, // 61: byoc.agent.v1.ListBreakGlassResponse.grants:type_name -> byoc.agent.v1.BreakGlassGrant
+	63, // 62: byoc.agent.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
+	63, // 63: byoc.agent.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
+	63, // 64: byoc.agent.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
+	63, // 65: byoc.agent.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
+	63, // 66: byoc.agent.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
+	43, // 67: byoc.agent.v1.DecideBreakGlassResponse.grant:type_name -> byoc.agent.v1.BreakGlassGrant
+	48, // 68: byoc.agent.v1.AuditRecords.records:type_name -> byoc.agent.v1.AuditRecord
+	47, // 69: byoc.agent.v1.AuditRecords.checkpoint:type_name -> byoc.agent.v1.AuditCheckpoint
+	63, // 70: byoc.agent.v1.ListAuditRecordsRequest.time:type_name -> google.protobuf.Timestamp
+	48, // 71: byoc.agent.v1.ListAuditRecordsResponse.records:type_name -> byoc.agent.v1.AuditRecord
+	63, // 72: byoc.agent.v1.RevokeSelfRequest.time:type_name -> google.protobuf.Timestamp
+	56, // 73: byoc.agent.v1.ShellEvent.opened:type_name -> byoc.agent.v1.ShellOpened
+	57, // 74: byoc.agent.v1.ShellEvent.ended:type_name -> byoc.agent.v1.ShellEnded
+	63, // 75: byoc.agent.v1.ShellOpened.grant_expire_time:type_name -> google.protobuf.Timestamp
+	1,  // 76: byoc.agent.v1.AgentService.Enroll:input_type -> byoc.agent.v1.EnrollRequest
+	4,  // 77: byoc.agent.v1.AgentService.Connect:input_type -> byoc.agent.v1.ConnectRequest
+	41, // 78: byoc.agent.v1.AgentService.ListBreakGlass:input_type -> byoc.agent.v1.ListBreakGlassRequest
+	44, // 79: byoc.agent.v1.AgentService.DecideBreakGlass:input_type -> byoc.agent.v1.DecideBreakGlassRequest
+	49, // 80: byoc.agent.v1.AgentService.ListAuditRecords:input_type -> byoc.agent.v1.ListAuditRecordsRequest
+	51, // 81: byoc.agent.v1.AgentService.RevokeSelf:input_type -> byoc.agent.v1.RevokeSelfRequest
+	2,  // 82: byoc.agent.v1.AgentService.Enroll:output_type -> byoc.agent.v1.EnrollResponse
+	5,  // 83: byoc.agent.v1.AgentService.Connect:output_type -> byoc.agent.v1.ConnectResponse
+	42, // 84: byoc.agent.v1.AgentService.ListBreakGlass:output_type -> byoc.agent.v1.ListBreakGlassResponse
+	45, // 85: byoc.agent.v1.AgentService.DecideBreakGlass:output_type -> byoc.agent.v1.DecideBreakGlassResponse
+	50, // 86: byoc.agent.v1.AgentService.ListAuditRecords:output_type -> byoc.agent.v1.ListAuditRecordsResponse
+	52, // 87: byoc.agent.v1.AgentService.RevokeSelf:output_type -> byoc.agent.v1.RevokeSelfResponse
+	82, // [82:88] is the sub-list for method output_type
+	76, // [76:82] is the sub-list for method input_type
+	76, // [76:76] is the sub-list for extension type_name
+	76, // [76:76] is the sub-list for extension extendee
+	0,  // [0:76] is the sub-list for field type_name
 }
 
 func init() { file_byoc_agent_v1_agent_proto_init() }
@@ -5472,7 +5586,7 @@ func file_byoc_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byoc_agent_v1_agent_proto_rawDesc), len(file_byoc_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   61,
+			NumMessages:   62,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
