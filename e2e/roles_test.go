@@ -66,7 +66,7 @@ var rpcAccess = map[string]string{
 	"ListActions": "read@install", "StartActionRun": "deploy@install", "ListActionRuns": "read@install", "GetActionRun": "read@install",
 	// Debug commands only read: support runs them as operators do.
 	"ListDebugCommands": "read@install", "RunDebugCommand": "debug@install",
-	"GetTelemetry":      "read@install",
+	"GetTelemetry": "read@install",
 	// A support shell needs break-glass (support, admin) on the install,
 	// and on the agent's side a live grant that allows sessions.
 	"SupportShell":      "break-glass@install",
