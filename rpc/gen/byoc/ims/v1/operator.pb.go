@@ -7203,10 +7203,19 @@ type CreateBundleResponse struct {
 	// repositories are the vendor registry repositories the jobs read.
 	Repositories []string `protobuf:"bytes,9,rep,name=repositories,proto3" json:"repositories,omitempty"`
 	// signing_key_id is the key the jobs are signed with.
-	SigningKeyId  string `protobuf:"bytes,10,opt,name=signing_key_id,json=signingKeyId,proto3" json:"signing_key_id,omitempty"`
-	App           string `protobuf:"bytes,11,opt,name=app,proto3" json:"app,omitempty"`
-	Install       string `protobuf:"bytes,12,opt,name=install,proto3" json:"install,omitempty"`
-	ExpireUnixMs  int64  `protobuf:"varint,13,opt,name=expire_unix_ms,json=expireUnixMs,proto3" json:"expire_unix_ms,omitempty"`
+	SigningKeyId string `protobuf:"bytes,10,opt,name=signing_key_id,json=signingKeyId,proto3" json:"signing_key_id,omitempty"`
+	App          string `protobuf:"bytes,11,opt,name=app,proto3" json:"app,omitempty"`
+	Install      string `protobuf:"bytes,12,opt,name=install,proto3" json:"install,omitempty"`
+	ExpireUnixMs int64  `protobuf:"varint,13,opt,name=expire_unix_ms,json=expireUnixMs,proto3" json:"expire_unix_ms,omitempty"`
+	// jobs_sealed is the bundle's jobs.sealed: the jobs, signed for the
+	// install's agent, sealed to that agent's key (HPKE, X25519 form of its
+	// Ed25519 key): they carry the install's sensitive values, which only
+	// the agent may read. jobs_json is then their readable view, every
+	// sensitive value masked.
+	JobsSealed []byte `protobuf:"bytes,14,opt,name=jobs_sealed,json=jobsSealed,proto3" json:"jobs_sealed,omitempty"`
+	// jobs_signature is imsd's signature over jobs_json and jobs_sealed
+	// (agentproto.SignBundleJobs), which SignBundle asks for.
+	JobsSignature []byte `protobuf:"bytes,15,opt,name=jobs_signature,json=jobsSignature,proto3" json:"jobs_signature,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -7332,13 +7341,32 @@ func (x *CreateBundleResponse) GetExpireUnixMs() int64 {
 	return 0
 }
 
+func (x *CreateBundleResponse) GetJobsSealed() []byte {
+	if x != nil {
+		return x.JobsSealed
+	}
+	return nil
+}
+
+func (x *CreateBundleResponse) GetJobsSignature() []byte {
+	if x != nil {
+		return x.JobsSignature
+	}
+	return nil
+}
+
 type SignBundleRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// manifest is the bundle's manifest.json.
 	Manifest []byte `protobuf:"bytes,1,opt,name=manifest,proto3" json:"manifest,omitempty"`
-	// jobs_json is the bundle's jobs.json, which the manifest lists.
-	JobsJson      []byte `protobuf:"bytes,2,opt,name=jobs_json,json=jobsJson,proto3" json:"jobs_json,omitempty"`
-	Install       string `protobuf:"bytes,3,opt,name=install,proto3" json:"install,omitempty"`
+	// jobs_json is the bundle's jobs.json (the readable view), which the
+	// manifest lists.
+	JobsJson []byte `protobuf:"bytes,2,opt,name=jobs_json,json=jobsJson,proto3" json:"jobs_json,omitempty"`
+	Install  string `protobuf:"bytes,3,opt,name=install,proto3" json:"install,omitempty"`
+	// jobs_sealed is the bundle's jobs.sealed, which the manifest lists.
+	JobsSealed []byte `protobuf:"bytes,4,opt,name=jobs_sealed,json=jobsSealed,proto3" json:"jobs_sealed,omitempty"`
+	// jobs_signature is CreateBundle's, over jobs_json and jobs_sealed.
+	JobsSignature []byte `protobuf:"bytes,5,opt,name=jobs_signature,json=jobsSignature,proto3" json:"jobs_signature,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -7392,6 +7420,20 @@ func (x *SignBundleRequest) GetInstall() string {
 		return x.Install
 	}
 	return ""
+}
+
+func (x *SignBundleRequest) GetJobsSealed() []byte {
+	if x != nil {
+		return x.JobsSealed
+	}
+	return nil
+}
+
+func (x *SignBundleRequest) GetJobsSignature() []byte {
+	if x != nil {
+		return x.JobsSignature
+	}
+	return nil
 }
 
 type SignBundleResponse struct {
@@ -9748,7 +9790,7 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12\x18\n" +
 	"\ainstall\x18\x03 \x01(\tR\ainstall\x12#\n" +
-	"\rvalid_seconds\x18\x04 \x01(\x03R\fvalidSeconds\"\xaa\x03\n" +
+	"\rvalid_seconds\x18\x04 \x01(\x03R\fvalidSeconds\"\xf2\x03\n" +
 	"\x14CreateBundleResponse\x12\x1b\n" +
 	"\tbundle_id\x18\x01 \x01(\tR\bbundleId\x12\x1d\n" +
 	"\n" +
@@ -9764,11 +9806,17 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	" \x01(\tR\fsigningKeyId\x12\x10\n" +
 	"\x03app\x18\v \x01(\tR\x03app\x12\x18\n" +
 	"\ainstall\x18\f \x01(\tR\ainstall\x12$\n" +
-	"\x0eexpire_unix_ms\x18\r \x01(\x03R\fexpireUnixMs\"f\n" +
+	"\x0eexpire_unix_ms\x18\r \x01(\x03R\fexpireUnixMs\x12\x1f\n" +
+	"\vjobs_sealed\x18\x0e \x01(\fR\n" +
+	"jobsSealed\x12%\n" +
+	"\x0ejobs_signature\x18\x0f \x01(\fR\rjobsSignature\"\xae\x01\n" +
 	"\x11SignBundleRequest\x12\x1a\n" +
 	"\bmanifest\x18\x01 \x01(\fR\bmanifest\x12\x1b\n" +
 	"\tjobs_json\x18\x02 \x01(\fR\bjobsJson\x12\x18\n" +
-	"\ainstall\x18\x03 \x01(\tR\ainstall\"I\n" +
+	"\ainstall\x18\x03 \x01(\tR\ainstall\x12\x1f\n" +
+	"\vjobs_sealed\x18\x04 \x01(\fR\n" +
+	"jobsSealed\x12%\n" +
+	"\x0ejobs_signature\x18\x05 \x01(\fR\rjobsSignature\"I\n" +
 	"\x12SignBundleResponse\x12\x15\n" +
 	"\x06key_id\x18\x01 \x01(\tR\x05keyId\x12\x1c\n" +
 	"\tsignature\x18\x02 \x01(\fR\tsignature\"J\n" +

@@ -1,0 +1,122 @@
+package agentproto
+
+import (
+	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// A bundle's jobs carry the install's sensitive values (inputs, secrets
+// rendered into configs), and a bundle passes through the vendor's
+// operator's hands, who may not read them (no operator answer carries a
+// sensitive value). So the jobs travel sealed to the install's agent
+// (jobs.sealed: agentchannel.SealTo, under BundleJobsInfo), beside a
+// view anyone may read (jobs.json: the same jobs, every sensitive value
+// masked, no signatures). imsd signs the pair (SignBundleJobs) when it
+// makes them, and signs a bundle's manifest only for a pair it signed.
+// The results file's copy of the jobs goes back sealed to imsd's key
+// (ResultsJobsInfo) for the same reason.
+
+const (
+	bundleJobsContext  = "byoc bundle jobs v1\x00"
+	resultsJobsContext = "byoc bundle results jobs v1\x00"
+	// jobsPairContext binds imsd's signature over a view and its sealed
+	// jobs.
+	jobsPairContext = "byoc bundle jobs pair v1\x00"
+	// Masked replaces each sensitive value in a bundle's readable view.
+	Masked = "***"
+)
+
+// BundleJobsInfo is the HPKE info a bundle's jobs are sealed under, to
+// agent agentID of install installID.
+func BundleJobsInfo(installID, agentID string) []byte {
+	return []byte(bundleJobsContext + installID + "\x00" + agentID)
+}
+
+// ResultsJobsInfo is the HPKE info a results file's jobs are sealed
+// under, to imsd, by agent agentID of install installID.
+func ResultsJobsInfo(installID, agentID string) []byte {
+	return []byte(resultsJobsContext + installID + "\x00" + agentID)
+}
+
+func jobsPair(installID string, view, sealed []byte) []byte {
+	v, s := sha256.Sum256(view), sha256.Sum256(sealed)
+	b := append([]byte(jobsPairContext), installID...)
+	b = append(b, 0)
+	b = append(b, v[:]...)
+	return append(b, s[:]...)
+}
+
+// SignBundleJobs is imsd's signature over a bundle's readable view and
+// its sealed jobs, for install installID.
+func SignBundleJobs(key ed25519.PrivateKey, installID string, view, sealed []byte) []byte {
+	return ed25519.Sign(key, jobsPair(installID, view, sealed))
+}
+
+// VerifyBundleJobs reports whether sig is pub's SignBundleJobs.
+func VerifyBundleJobs(pub ed25519.PublicKey, installID string, view, sealed, sig []byte) bool {
+	return len(pub) == ed25519.PublicKeySize && ed25519.Verify(pub, jobsPair(installID, view, sealed), sig)
+}
+
+// BundleJobsView is jobs as anyone may read them: each config's
+// sensitive values (its "sensitive" list) masked wherever they appear,
+// and no signatures (a masked config would not verify anyway).
+func BundleJobsView(jobs []BundleJob) ([]BundleJob, error) {
+	out := make([]BundleJob, len(jobs))
+	for i, j := range jobs {
+		cfg, err := j.DecodeConfig()
+		if err != nil {
+			return nil, err
+		}
+		var secrets []string
+		list, _ := cfg["sensitive"].([]any)
+		for _, v := range list {
+			if s, ok := v.(string); ok && s != "" {
+				secrets = append(secrets, s)
+			}
+		}
+		masked := maskValues(cfg, secrets)
+		b, err := json.Marshal(masked)
+		if err != nil {
+			return nil, fmt.Errorf("job %s (step %s) config: %w", j.JobID, j.Step, err)
+		}
+		j.Config, j.Signature, j.KeyID = b, nil, ""
+		out[i] = j
+	}
+	return out, nil
+}
+
+// maskValues returns v with every occurrence of each secret in its
+// strings (keys included) replaced by Masked.
+func maskValues(v any, secrets []string) any {
+	secrets = slices.Clone(secrets)
+	// The longest first: a secret inside another is masked with it.
+	slices.SortFunc(secrets, func(a, b string) int { return len(b) - len(a) })
+	mask := func(s string) string {
+		for _, x := range secrets {
+			s = strings.ReplaceAll(s, x, Masked)
+		}
+		return s
+	}
+	switch t := v.(type) {
+	case string:
+		return mask(t)
+	case []any:
+		o := make([]any, len(t))
+		for i, e := range t {
+			o[i] = maskValues(e, secrets)
+		}
+		return o
+	case map[string]any:
+		o := make(map[string]any, len(t))
+		for k, e := range t {
+			o[mask(k)] = maskValues(e, secrets)
+		}
+		return o
+	default:
+		return v
+	}
+}
