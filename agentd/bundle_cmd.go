@@ -285,32 +285,59 @@ func outcomeWord(o agentv1.Outcome) string {
 	return strings.ToLower(strings.TrimPrefix(o.String(), "OUTCOME_"))
 }
 
-// loadArtifacts copies every artifact the image jobs read from the
-// bundle's layout root into the install registry, at the repository
-// each job syncs it to.
+// loadArtifacts copies every artifact the bundle's jobs read (images'
+// sources, charts and modules by digest) from the bundle's layout root
+// into the install registry, at the repository each job reads it from.
+// A chart or module the bundle left out (the install held it when the
+// bundle was made) must be in the install registry whole: otherwise
+// nothing is loaded and the error names the step.
 func loadArtifacts(ctx context.Context, jobs []agentproto.BundleJob, layout string, reg ocicopy.Registry, creds ocicopy.Credentials) (bundleload.LoadStats, error) {
 	var loads []bundleload.Load
+	seen := map[agentproto.BundleArtifact]bool{}
+	held := 0
 	for i := range jobs {
 		j := &jobs[i]
-		if j.ComponentType != agentproto.ImageType || j.Operation == "destroy" {
-			continue
-		}
-		cfg, err := j.DecodeConfig()
+		art, ok, err := j.Artifact()
 		if err != nil {
 			return bundleload.LoadStats{}, err
 		}
-		src, _ := cfg[agentproto.ImageSourceKey].(string)
-		repo, dg, err := agentproto.ParseBuildRef(src)
-		if err != nil {
-			return bundleload.LoadStats{}, fmt.Errorf("step %s: %w", j.Step, err)
+		if !ok || seen[art] {
+			continue
 		}
-		target := repo
-		if r, ok := cfg["repository"].(string); ok && r != "" {
-			target = r
+		seen[art] = true
+		dg := digest.Digest(art.Digest)
+		if _, err := os.Stat(filepath.Join(layout, filepath.FromSlash(art.Repository), "blobs", dg.Algorithm().String(), dg.Encoded())); err != nil {
+			if j.ComponentType == agentproto.ImageType {
+				return bundleload.LoadStats{}, fmt.Errorf("step %s: %s %s@%s is not in the bundle", j.Step, art.Field, art.Repository, dg)
+			}
+			if err := heldWhole(ctx, reg, creds, art); err != nil {
+				return bundleload.LoadStats{}, fmt.Errorf("step %s: %s %s@%s is not in the bundle, and the install registry does not hold it whole: %w", j.Step, art.Field, art.Target, dg, err)
+			}
+			held++
+			continue
 		}
-		loads = append(loads, bundleload.Load{Repository: repo, Target: target, Digest: digest.Digest(dg)})
+		loads = append(loads, bundleload.Load{Repository: art.Repository, Target: art.Target, Digest: dg})
 	}
-	return bundleload.LoadImages(ctx, ocicopy.Registry{LayoutRoot: layout}, reg, creds, loads)
+	st, err := bundleload.LoadImages(ctx, ocicopy.Registry{LayoutRoot: layout}, reg, creds, loads)
+	st.Artifacts += held
+	return st, err
+}
+
+// heldWhole checks that the install registry holds art's graph whole.
+func heldWhole(ctx context.Context, reg ocicopy.Registry, creds ocicopy.Credentials, art agentproto.BundleArtifact) error {
+	r, err := ocicopy.Open(ctx, reg, art.Target, creds)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	missing, err := ocicopy.Missing(ctx, r, digest.Digest(art.Digest), false)
+	if err != nil {
+		return err
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%d of its blobs are missing, %s the first", len(missing), missing[0].Descriptor.Digest)
+	}
+	return nil
 }
 
 // inventoryCmd prints the digests an oci: install registry holds.

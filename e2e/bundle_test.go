@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -23,6 +24,7 @@ import (
 	"github.com/byoc-dev/byoc/e2e/cluster"
 	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/internal/ocicopy/ocitest"
+	"github.com/byoc-dev/byoc/internal/ocisign"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
 
@@ -412,8 +414,8 @@ func tarManifestInstall(t *testing.T, path string) string {
 func TestBundleTerraformOffline(t *testing.T) {
 	skipShort(t)
 	mirror := terraformMirror(t)
-	ims := cluster.StartIMS(t, fast)
-	cli := cluster.NewCLI(t, ims)
+	c := startCustodyBuild(t, fast, "--artifact-signing-key", "IMSD-SIGNING-KEY")
+	ims, cli := c.ims, c.cli
 	dir := t.TempDir()
 	cli.Run(0, "app", "init", dir)
 	for _, f := range []string{"components/api.toml", "components/cache.toml", "components/web.toml", "actions/migrate.toml", "actions/healthz.toml"} {
@@ -434,6 +436,24 @@ steps = [{ name = "report", script = "echo seen={{ .components.db.outputs.url }}
 			t.Fatal(err)
 		}
 	}
+	// The modules are packaged (and signed) by the build agent into the
+	// vendor registry; the components name them by that digest.
+	mods := map[string]string{}
+	for _, mod := range []string{"sandbox", "postgres"} {
+		b := printedBuild(t, cli.Run(0, "build", "package", filepath.Join(dir, "modules", mod), "--kind", "terraform", "--repo", "modules/"+mod, "--wait", "-o", "json"))
+		mods[mod] = b.Digest
+		for _, f := range []string{"sandbox.toml", "components/db.toml"} {
+			p := filepath.Join(dir, f)
+			b, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b = regexp.MustCompile(`modules/`+mod+`@sha256:[0-9a-f]{64}`).ReplaceAll(b, []byte("modules/"+mod+"@"+mods[mod]))
+			if err := os.WriteFile(p, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	appToml, _ := os.ReadFile(filepath.Join(dir, "app.toml"))
 	m := regexp.MustCompile(`(?m)^name = "([^"]+)"`).FindSubmatch(appToml)
 	if m == nil {
@@ -442,24 +462,55 @@ steps = [{ name = "report", script = "echo seen={{ .components.db.outputs.url }}
 	appName := string(m[1])
 	token := cluster.Pushed{Output: cli.Run(0, "app", "push", dir)}.EnrollToken(t)
 	state := t.TempDir()
-	agentd := filepath.Join(cluster.Binaries(t), "agentd")
-	for _, mod := range []string{"sandbox", "postgres"} {
-		if b, err := exec.Command(agentd, "module", "push", "--state-dir", state, filepath.Join(dir, "modules", mod), "modules/"+mod+":0.1.0").CombinedOutput(); err != nil {
-			t.Fatalf("agentd module push %s: %v\n%s", mod, err, b)
-		}
-	}
 	ag := cluster.StartAgent(t, ims.URL(), token, state)
 	waitConnected(t, ims, "demo")
 	ag.Stop()
+	// The customer requires imsd's signature: the modules' signatures
+	// must travel with them.
+	if out, err := exec.Command(filepath.Join(cluster.Binaries(t), "agentd"), "policy", "--state-dir", state, "supply-chain", "--require-signature").CombinedOutput(); err != nil {
+		t.Fatalf("agentd policy supply-chain: %v\n%s", err, out)
+	}
 
 	file := filepath.Join(t.TempDir(), "bundle.tar")
-	if out := cli.Run(0, "bundle", "create", appName, "--install", "demo", "-o", file); !strings.Contains(out, "provision workflow of 3 jobs, 0 artifacts") {
+	if out := cli.Run(0, "bundle", "create", appName, "--install", "demo", "-o", file); !strings.Contains(out, "provision workflow of 3 jobs, 2 artifacts") {
 		t.Fatalf("bundle create printed:\n%s", out)
 	}
 	ims.Stop()
+	// The install registry holds no module before the import: they come
+	// from the bundle.
+	registryDir := filepath.Join(state, "registry")
+	if _, err := os.Stat(filepath.Join(registryDir, "modules")); !os.IsNotExist(err) {
+		t.Fatalf("the install registry holds modules before the import: %v", err)
+	}
 	out, code := agentdBundle(t, state, "import", "--terraform-providers", mirror, file)
-	if code != 0 {
+	if code != 0 || !strings.Contains(out, "artifacts: 2 loaded into the install registry") {
 		t.Fatalf("import: exit %d:\n%s\nresults:\n%s", code, out, readResults(t, state))
+	}
+	imsdKey, err := ocisign.ReadPrivateKey(filepath.Join(ims.DataDir, "signing.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, _ := ocicopy.ParseRegistry("oci:" + registryDir)
+	for mod, dg := range mods {
+		r, err := ocicopy.Open(context.Background(), reg, "modules/"+mod, ocicopy.Credentials{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := r.Resolve(context.Background(), dg)
+		if err == nil {
+			_, err = ocisign.Verify(context.Background(), r, d, ocisign.ArtifactType, "", mod, []ed25519.PublicKey{imsdKey.Public().(ed25519.PublicKey)})
+		}
+		r.Close()
+		if err != nil {
+			t.Fatalf("module %s@%s in the install registry, with imsd's signature: %v", mod, dg, err)
+		}
+	}
+	if res := readResults(t, state); !strings.Contains(res, "supply-chain policy: modules/postgres@"+mods["postgres"]) {
+		t.Fatalf("the db job's log names no verified signature of its module:\n%s", res)
+	}
+	// Again: everything is held, nothing moves.
+	if out, code = agentdBundle(t, state, "import", "--terraform-providers", mirror, file); code != 0 || !strings.Contains(out, "0 blobs sent (0 blob bytes moved)") {
+		t.Fatalf("second import: exit %d:\n%s", code, out)
 	}
 	for _, step := range []string{"sandbox", "db", "report"} {
 		if !strings.Contains(out, "  "+step+strings.Repeat(" ", 30-len(step))+" succeeded") {

@@ -122,27 +122,25 @@ out every blob of the images that bundle's succeeded jobs loaded.`,
 				}
 			}
 			var st packStats
+			packed := map[agentproto.BundleArtifact]bool{}
 			for _, j := range jobs {
-				if j.ComponentType != agentproto.ImageType || j.Operation == "destroy" {
-					continue
-				}
-				cfg, err := j.DecodeConfig()
+				art, ok, err := j.Artifact()
 				if err != nil {
 					return err
 				}
-				src, _ := cfg[agentproto.ImageSourceKey].(string)
-				repo, dg, err := agentproto.ParseBuildRef(src)
-				if err != nil {
-					return fmt.Errorf("step %s: %w", j.Step, err)
+				if !ok || packed[art] {
+					continue
 				}
+				packed[art] = true
+				ref := art.Repository + "@" + art.Digest
 				if regLoc == "" {
-					return usagef("step %s reads %s from the vendor registry, and imsd names none: give --vendor-registry", j.Step, src)
+					return usagef("step %s reads %s from the vendor registry, and imsd names none: give --vendor-registry", j.Step, ref)
 				}
 				reg, err := ocicopy.ParseRegistry(regLoc)
 				if err != nil {
 					return usagef("--vendor-registry: %v", err)
 				}
-				if err := packArtifact(cmd, reg, ocicopy.Credentials{AccessToken: b.GetRegistryToken()}, filepath.Join(work, BundleLayoutDir), repo, digest.Digest(dg), have, &st); err != nil {
+				if err := packArtifact(cmd, reg, ocicopy.Credentials{AccessToken: b.GetRegistryToken()}, filepath.Join(work, BundleLayoutDir), j.ComponentType, art, have, &st); err != nil {
 					return fmt.Errorf("step %s: %w", j.Step, err)
 				}
 			}
@@ -185,9 +183,9 @@ out every blob of the images that bundle's succeeded jobs loaded.`,
 				return err
 			}
 			fi, _ := os.Stat(out)
-			fmt.Fprintf(a.stdout, "wrote %s: bundle %s for install %s (agent %s), app %s revision %d, %s workflow of %d jobs, %d artifacts (%d blobs, %d bytes; %d blobs left out, held by the install already), %d bytes in all; signed by imsd key %s, valid until %s\n",
+			fmt.Fprintf(a.stdout, "wrote %s: bundle %s for install %s (agent %s), app %s revision %d, %s workflow of %d jobs, %d artifacts (%d blobs, %d bytes; %d blobs left out, held by the install already%s), %d bytes in all; signed by imsd key %s, valid until %s\n",
 				out, b.GetBundleId(), b.GetInstall(), b.GetAgentId(), b.GetApp(), b.GetRevision(), b.GetWorkflowKind(), len(jobs), st.artifacts,
-				st.blobs, st.blobBytes, st.skipped, fi.Size(), sig.Msg.GetKeyId(), time.UnixMilli(b.GetExpireUnixMs()).UTC().Format(time.RFC3339))
+				st.blobs, st.blobBytes, st.skipped, wholeNote(st.heldWhole), fi.Size(), sig.Msg.GetKeyId(), time.UnixMilli(b.GetExpireUnixMs()).UTC().Format(time.RFC3339))
 			return nil
 		},
 	}
@@ -202,19 +200,34 @@ out every blob of the images that bundle's succeeded jobs loaded.`,
 }
 
 type packStats struct {
-	artifacts, blobs, skipped int
+	// heldWhole counts charts and modules left out whole (held by the
+	// install, absent from the vendor registry).
+	artifacts, blobs, skipped, heldWhole int
 	blobBytes                 int64
 }
 
-// packArtifact copies repo@dg with its referrers from reg into the
-// layout root, leaving out the blobs in have.
-func packArtifact(cmd *cobra.Command, reg ocicopy.Registry, creds ocicopy.Credentials, root, repo string, dg digest.Digest, have map[digest.Digest]bool, st *packStats) error {
+// packArtifact copies art (repo@dg) with its referrers from reg into
+// the layout root, leaving out the blobs in have. A chart or module the
+// vendor registry lacks and the install holds (have lists its manifest)
+// is left out whole: the agent finds it in the install registry.
+func packArtifact(cmd *cobra.Command, reg ocicopy.Registry, creds ocicopy.Credentials, root, typ string, art agentproto.BundleArtifact, have map[digest.Digest]bool, st *packStats) error {
 	ctx := cmd.Context()
+	repo, dg := art.Repository, digest.Digest(art.Digest)
 	src, err := ocicopy.Open(ctx, reg, repo, creds)
 	if err != nil {
 		return err
 	}
 	defer src.Close()
+	if typ != agentproto.ImageType {
+		if _, err := src.Resolve(ctx, dg.String()); err != nil {
+			if have[dg] {
+				st.heldWhole++
+				return nil
+			}
+			kind := map[string]string{"helm": "helm", "terraform": "terraform"}[typ]
+			return fmt.Errorf("%s %s@%s: not in the vendor registry %s (%v): byoc build package DIR --kind %s --repo %s puts it there, or --have-digests lists it when the install holds it", art.Field, repo, dg, reg, err, kind, repo)
+		}
+	}
 	dst, err := ocicopy.Open(ctx, ocicopy.Registry{LayoutRoot: root}, repo, ocicopy.Credentials{})
 	if err != nil {
 		return err
@@ -239,6 +252,15 @@ func packArtifact(cmd *cobra.Command, reg ocicopy.Registry, creds ocicopy.Creden
 	st.blobs += res.BlobsCopied
 	st.blobBytes += res.BlobBytes
 	return nil
+}
+
+// wholeNote is what the summary says of the charts and modules left out
+// whole.
+func wholeNote(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; %d charts or modules left out whole", n)
 }
 
 // readHaveDigests reads a file of digests, one a line (blank lines and
