@@ -203,7 +203,7 @@ type packStats struct {
 	// heldWhole counts charts and modules left out whole (held by the
 	// install, absent from the vendor registry).
 	artifacts, blobs, skipped, heldWhole int
-	blobBytes                 int64
+	blobBytes                            int64
 }
 
 // packArtifact copies art (repo@dg) with its referrers from reg into
