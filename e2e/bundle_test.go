@@ -5,14 +5,18 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
+	"crypto/rand"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -22,6 +26,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/byoc-dev/byoc/e2e/cluster"
+	"github.com/byoc-dev/byoc/imsd/server"
 	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/internal/ocicopy/ocitest"
 	"github.com/byoc-dev/byoc/internal/ocisign"
@@ -137,11 +142,40 @@ func TestBundleProvisionOffline(t *testing.T) {
 	ag.Stop()
 
 	dir := t.TempDir()
+	// An agent release travels too: one signed by imsd's key, and one
+	// signed by a key this agent never pinned.
+	rels := ocitest.StartRegistry(t, ocitest.RegistryOptions{})
+	publish := func(version, keyFile string) string {
+		t.Helper()
+		dist := t.TempDir()
+		for _, f := range []string{"agentd", "byoc-plugins"} {
+			script := "#!/bin/sh\necho '" + f + " " + version + " (fake)'\n"
+			if err := os.WriteFile(filepath.Join(dist, f+"_"+runtime.GOOS+"_"+runtime.GOARCH), []byte(script), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out := c.cli.Run(0, "agent", "publish", dist, "--version", version, "--to", rels.Host+"/byoc/agent", "--signing-key", keyFile, "-o", "json")
+		var r struct{ Reference string }
+		if err := json.Unmarshal([]byte(out), &r); err != nil || r.Reference == "" {
+			t.Fatalf("agent publish %s: %v\n%s", version, err, out)
+		}
+		return r.Reference
+	}
+	_, otherKey, _ := ed25519.GenerateKey(rand.Reader)
+	der, _ := x509.MarshalPKCS8PrivateKey(otherKey)
+	otherKeyFile := filepath.Join(t.TempDir(), "other.key")
+	if err := os.WriteFile(otherKeyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	release := publish("v9.1.0", filepath.Join(c.ims.DataDir, server.SigningKeyFileName))
+	forgedRelease := publish("v9.1.1", otherKeyFile)
 	file := filepath.Join(dir, "bundle.tar")
-	out := c.cli.Run(0, "bundle", "create", "shop", "--install", "acme", "-o", file)
-	if !strings.Contains(out, "provision workflow of 2 jobs, 1 artifacts") {
+	out := c.cli.Run(0, "bundle", "create", "shop", "--install", "acme", "-o", file, "--agent-release", release)
+	if !strings.Contains(out, "provision workflow of 2 jobs, 2 artifacts") || !strings.Contains(out, "agent release v9.1.0 (byoc/agent@sha256:") {
 		t.Fatalf("bundle create printed:\n%s", out)
 	}
+	forgedFile := filepath.Join(dir, "forged-release.tar")
+	c.cli.Run(0, "bundle", "create", "shop", "--install", "acme", "-o", forgedFile, "--agent-release", forgedRelease)
 
 	// imsd signs no manifest whose jobs it did not sign: a command changed
 	// in the jobs file is refused, naming the job.
@@ -170,6 +204,15 @@ func TestBundleProvisionOffline(t *testing.T) {
 		t.Fatalf("results were written for a tampered bundle: %v", err)
 	}
 
+	// An agent release imsd did not sign refuses the whole bundle.
+	out, code = agentdBundle(t, state, "import", forgedFile)
+	if code != 1 || !strings.Contains(out, "nothing was written: agent release v9.1.1 (byoc/agent@sha256:") || !strings.Contains(out, "(not trusted)") {
+		t.Fatalf("bundle with a forged agent release: exit %d:\n%s", code, out)
+	}
+	if _, err := os.Stat(registryDir); !os.IsNotExist(err) {
+		t.Fatalf("the install registry was written for a forged agent release: %v", err)
+	}
+
 	// The customer's permission modes hold offline too: with provision
 	// off, nothing is loaded or run.
 	agentdCmd := func(args ...string) {
@@ -189,8 +232,29 @@ func TestBundleProvisionOffline(t *testing.T) {
 	agentdCmd("permissions", "--state-dir", state, "enable", "provision")
 
 	out, code = agentdBundle(t, state, "import", file)
-	if code != 0 || !strings.Contains(out, "1 loaded into the install registry") || !strings.Contains(out, "db ") {
+	if code != 0 || !strings.Contains(out, "2 loaded into the install registry") || !strings.Contains(out, "db ") {
 		t.Fatalf("import: exit %d:\n%s\nresults:\n%s", code, out, readResults(t, state))
+	}
+	// The agent release is loaded, not applied: the import prints the
+	// command, which applies it through the updater and the customer's
+	// update policy (here manual: the customer's own apply is allowed).
+	apply := regexp.MustCompile(`(?m)^  (agentd update .* apply oci:\S+)$`).FindStringSubmatch(out)
+	if !strings.Contains(out, "agent release v9.1.0 (sha256:") || !strings.Contains(out, "your update policy (manual") || apply == nil {
+		t.Fatalf("import says nothing of the agent release:\n%s", out)
+	}
+	installDir := t.TempDir()
+	for _, f := range []string{"agentd", "byoc-plugins"} {
+		if err := os.WriteFile(filepath.Join(installDir, f), []byte("old"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	args := strings.Fields(apply[1])[1:]
+	args = append(args[:len(args)-1], "--install-dir", installDir, args[len(args)-1])
+	if b, err := exec.Command(filepath.Join(cluster.Binaries(t), "agentd"), args...).CombinedOutput(); err != nil || !strings.Contains(string(b), "swapped agentd") {
+		t.Fatalf("%s: %v\n%s", apply[1], err, b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(installDir, "agentd")); !strings.Contains(string(b), "agentd v9.1.0 (fake)") {
+		t.Fatalf("agentd after the apply: %q", b)
 	}
 	for _, step := range []string{"web", "db"} {
 		if !strings.Contains(out, "  "+step+strings.Repeat(" ", 30-len(step))+" succeeded") {

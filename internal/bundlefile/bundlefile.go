@@ -60,7 +60,21 @@ type Manifest struct {
 	Revision     int64     `json:"revision,omitempty"`
 	WorkflowKind string    `json:"workflow_kind,omitempty"`
 	Created      time.Time `json:"created"`
-	Files        []File    `json:"files"`
+	// AgentRelease is the agent release a bundle carries (byoc bundle
+	// create --agent-release), if any: the agent verifies its own
+	// signature, loads it into the install registry and checks it
+	// against the customer's update policy.
+	AgentRelease *AgentRelease `json:"agent_release,omitempty"`
+	Files        []File        `json:"files"`
+}
+
+// AgentRelease is an agent release in a bundle's layout: repository
+// Repository (of the layout, and of the install registry it is loaded
+// into), manifest Digest, its Version.
+type AgentRelease struct {
+	Repository string `json:"repository"`
+	Digest     string `json:"digest"`
+	Version    string `json:"version"`
 }
 
 // File is one file of the tar, by its slash-separated relative path.

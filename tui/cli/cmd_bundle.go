@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/byoc-dev/byoc/internal/bundlefile"
 	"github.com/byoc-dev/byoc/internal/ocicopy"
+	"github.com/byoc-dev/byoc/internal/plugindist"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
@@ -40,7 +42,7 @@ const (
 
 func (a *app) bundleCreateCommand() *cobra.Command {
 	var revision int64
-	var install, out, vendorRegistry, haveFile, sinceResults string
+	var install, out, vendorRegistry, haveFile, sinceResults, agentRelease string
 	var validFor time.Duration
 	cmd := &cobra.Command{
 		Use:   "create APP --install NAME [--revision N] -o FILE",
@@ -144,13 +146,19 @@ out every blob of the images that bundle's succeeded jobs loaded.`,
 					return fmt.Errorf("step %s: %w", j.Step, err)
 				}
 			}
+			var rel *bundlefile.AgentRelease
+			if agentRelease != "" {
+				if rel, err = packAgentRelease(cmd, agentRelease, a.vendorRegistryCreds(), filepath.Join(work, BundleLayoutDir), have, &st); err != nil {
+					return fmt.Errorf("--agent-release: %w", err)
+				}
+			}
 			files, err := bundlefile.Scan(work)
 			if err != nil {
 				return err
 			}
 			m := bundlefile.Manifest{Format: bundlefile.Format, Kind: bundlefile.KindBundle, ID: b.GetBundleId(), InstallID: b.GetInstallId(),
 				AgentID: b.GetAgentId(), App: b.GetApp(), Install: b.GetInstall(), Revision: b.GetRevision(), WorkflowKind: b.GetWorkflowKind(),
-				Created: time.Now().UTC(), Files: files}
+				Created: time.Now().UTC(), AgentRelease: rel, Files: files}
 			raw, err := json.MarshalIndent(m, "", "  ")
 			if err != nil {
 				return err
@@ -183,9 +191,9 @@ out every blob of the images that bundle's succeeded jobs loaded.`,
 				return err
 			}
 			fi, _ := os.Stat(out)
-			fmt.Fprintf(a.stdout, "wrote %s: bundle %s for install %s (agent %s), app %s revision %d, %s workflow of %d jobs, %d artifacts (%d blobs, %d bytes; %d blobs left out, held by the install already%s), %d bytes in all; signed by imsd key %s, valid until %s\n",
+			fmt.Fprintf(a.stdout, "wrote %s: bundle %s for install %s (agent %s), app %s revision %d, %s workflow of %d jobs, %d artifacts (%d blobs, %d bytes; %d blobs left out, held by the install already%s)%s, %d bytes in all; signed by imsd key %s, valid until %s\n",
 				out, b.GetBundleId(), b.GetInstall(), b.GetAgentId(), b.GetApp(), b.GetRevision(), b.GetWorkflowKind(), len(jobs), st.artifacts,
-				st.blobs, st.blobBytes, st.skipped, wholeNote(st.heldWhole), fi.Size(), sig.Msg.GetKeyId(), time.UnixMilli(b.GetExpireUnixMs()).UTC().Format(time.RFC3339))
+				st.blobs, st.blobBytes, st.skipped, wholeNote(st.heldWhole), releaseNote(rel), fi.Size(), sig.Msg.GetKeyId(), time.UnixMilli(b.GetExpireUnixMs()).UTC().Format(time.RFC3339))
 			return nil
 		},
 	}
@@ -195,6 +203,7 @@ out every blob of the images that bundle's succeeded jobs loaded.`,
 	cmd.Flags().StringVar(&vendorRegistry, "vendor-registry", "", "the vendor registry `location` to copy artifacts from (default: the one imsd names)")
 	cmd.Flags().StringVar(&haveFile, "have-digests", "", "`file` of digests the install registry holds (agentd bundle inventory): their blobs are left out")
 	cmd.Flags().StringVar(&sinceResults, "since-results", "", "a results `file` of the install's last bundle (agentd bundle export-results): the blobs of the images it loaded are left out")
+	cmd.Flags().StringVar(&agentRelease, "agent-release", "", "an agent release to carry, oci://HOST/REPOSITORY@sha256:... (byoc agent publish prints it; credentials from $BYOC_VENDOR_REGISTRY_*)")
 	cmd.Flags().DurationVar(&validFor, "valid-for", 0, "how long the bundle's signatures stay valid (default 720h, at most 2160h)")
 	return cmd
 }
@@ -228,12 +237,18 @@ func packArtifact(cmd *cobra.Command, reg ocicopy.Registry, creds ocicopy.Creden
 			return fmt.Errorf("%s %s@%s: not in the vendor registry %s (%v): byoc build package DIR --kind %s --repo %s puts it there, or --have-digests lists it when the install holds it", art.Field, repo, dg, reg, err, kind, repo)
 		}
 	}
-	dst, err := ocicopy.Open(ctx, ocicopy.Registry{LayoutRoot: root}, repo, ocicopy.Credentials{})
+	return copyInto(ctx, src, root, art, have, st)
+}
+
+// copyInto copies art from src, with its referrers, into the layout
+// root at its repository, leaving out the blobs in have.
+func copyInto(ctx context.Context, src *ocicopy.Repo, root string, art agentproto.BundleArtifact, have map[digest.Digest]bool, st *packStats) error {
+	dst, err := ocicopy.Open(ctx, ocicopy.Registry{LayoutRoot: root}, art.Repository, ocicopy.Credentials{})
 	if err != nil {
 		return err
 	}
 	defer dst.Close()
-	plan, err := ocicopy.PlanCopy(ctx, src, dst, dg, ocicopy.Options{})
+	plan, err := ocicopy.PlanCopy(ctx, src, dst, digest.Digest(art.Digest), ocicopy.Options{})
 	if err != nil {
 		return err
 	}
@@ -252,6 +267,38 @@ func packArtifact(cmd *cobra.Command, reg ocicopy.Registry, creds ocicopy.Creden
 	st.blobs += res.BlobsCopied
 	st.blobBytes += res.BlobBytes
 	return nil
+}
+
+// packAgentRelease copies the agent release ref (with its signature)
+// into the layout root at its repository, after checking it is one.
+func packAgentRelease(cmd *cobra.Command, ref string, creds ocicopy.Credentials, root string, have map[digest.Digest]bool, st *packStats) (*bundlefile.AgentRelease, error) {
+	ctx := cmd.Context()
+	r, err := plugindist.ParseRef(ref)
+	if err != nil {
+		return nil, err
+	}
+	src, err := ocicopy.Open(ctx, r.Registry, r.Repository, creds)
+	if err != nil {
+		return nil, err
+	}
+	defer src.Close()
+	m, err := plugindist.ReadAgent(ctx, src, r.Digest)
+	if err != nil {
+		return nil, err
+	}
+	art := agentproto.BundleArtifact{Field: "agent release", Repository: r.Repository, Target: r.Repository, Digest: r.Digest.String()}
+	if err := copyInto(ctx, src, root, art, have, st); err != nil {
+		return nil, err
+	}
+	return &bundlefile.AgentRelease{Repository: r.Repository, Digest: r.Digest.String(), Version: m.Version}, nil
+}
+
+// releaseNote is what the summary says of the agent release.
+func releaseNote(r *bundlefile.AgentRelease) string {
+	if r == nil {
+		return ""
+	}
+	return fmt.Sprintf(", agent release %s (%s@%s)", r.Version, r.Repository, r.Digest)
 }
 
 // wholeNote is what the summary says of the charts and modules left out
