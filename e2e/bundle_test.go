@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -25,11 +26,15 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/byoc-dev/byoc/agentd/identity"
 	"github.com/byoc-dev/byoc/e2e/cluster"
 	"github.com/byoc-dev/byoc/imsd/server"
+	"github.com/byoc-dev/byoc/internal/auditchain"
+	"github.com/byoc-dev/byoc/internal/bundlefile"
 	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/internal/ocicopy/ocitest"
 	"github.com/byoc-dev/byoc/internal/ocisign"
+	"github.com/byoc-dev/byoc/rpc/agentproto"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
 
@@ -306,6 +311,53 @@ func TestBundleProvisionOffline(t *testing.T) {
 	in := c.cli.Run(0, "install", "get", "acme", "-o", "json")
 	if !strings.Contains(in, `"state": "active"`) && !strings.Contains(in, "INSTALL_STATE_ACTIVE") {
 		t.Fatalf("install get after the results:\n%s", in)
+	}
+	// A results file that skips or rewrites part of the journal imported
+	// already is refused, naming what failed, though the agent's key
+	// signed it: the journal must continue the one imsd took.
+	journal := strings.Split(strings.TrimSpace(string(tarEntry(t, results, "journal.jsonl"))), "\n")
+	if len(journal) < 3 {
+		t.Fatalf("the journal has %d records", len(journal))
+	}
+	rechain := func(lines []string, change func(*auditchain.Record)) []string {
+		var out []string
+		var prev *auditchain.Record
+		for i, l := range lines {
+			var r auditchain.Record
+			if err := json.Unmarshal([]byte(l), &r); err != nil {
+				t.Fatal(err)
+			}
+			if i == 0 {
+				change(&r)
+			}
+			r = auditchain.Next(prev, r)
+			prev = &r
+			b, _ := json.Marshal(r)
+			out = append(out, string(b))
+		}
+		return out
+	}
+	head := regexp.MustCompile(`journal verified \((\d+) records, head ([0-9a-f]+)\)`).FindStringSubmatch(out)
+	if head == nil {
+		t.Fatalf("import-results printed no journal head:\n%s", out)
+	}
+	for _, bad := range []struct {
+		name    string
+		journal []string
+		want    string
+	}{
+		{"a record skipped", append(slices.Clone(journal[:1]), journal[2:]...), "journal.jsonl: chain agent:"},
+		{"cut short", journal[:len(journal)-1], "the agent's journal does not continue the one imported before (record " + head[1] + " had hash " + head[2] + ")"},
+		{"rewritten", rechain(journal, func(r *auditchain.Record) { r.At++ }), "the agent's journal does not continue the one imported before (record " + head[1] + " had hash " + head[2] + ")"},
+	} {
+		forged := resign(t, state, results, map[string][]byte{"journal.jsonl": []byte(strings.Join(bad.journal, "\n") + "\n")})
+		_, stderr, code := c.cli.Exec("bundle", "import-results", forged)
+		if code == 0 || !strings.Contains(stderr, bad.want) || !strings.Contains(stderr, "nothing was recorded") {
+			t.Fatalf("results with the journal %s: exit %d: %s", bad.name, code, stderr)
+		}
+		if bad.name == "a record skipped" && !strings.Contains(stderr, "record 2 removed") {
+			t.Fatalf("results with the journal %s: %s", bad.name, stderr)
+		}
 	}
 	if out = c.cli.Run(0, "bundle", "import-results", results); !strings.Contains(out, "were imported before") {
 		t.Fatalf("second import-results printed:\n%s", out)
@@ -622,4 +674,44 @@ steps = [{ name = "report", script = "echo seen={{ .components.db.outputs.url }}
 	if got := cli.Run(0, "install", "plan", "demo"); !strings.Contains(got, "No changes: install demo matches app revision 1 (3 components unchanged)") {
 		t.Fatalf("install plan after the results:\n%s", got)
 	}
+}
+
+// resign rewrites the results file at path with the entries of replace
+// and signs it with the agent's own key (from its state dir), as a
+// customer holding that key could: imsd's checks past the signature are
+// what refuse it.
+func resign(t *testing.T, state, path string, replace map[string][]byte) string {
+	t.Helper()
+	id, err := identity.Load(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := t.TempDir()
+	var m bundlefile.Manifest
+	if err := json.Unmarshal(tarEntry(t, path, bundlefile.ManifestName), &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range m.Files {
+		b := tarEntry(t, path, f.Path)
+		if r, ok := replace[f.Path]; ok {
+			b = r
+		}
+		if err := os.WriteFile(filepath.Join(work, f.Path), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m.Files, err = bundlefile.Scan(work); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := json.MarshalIndent(m, "", "  ")
+	sig := bundlefile.Signature{KeyID: agentproto.KeyID(id.PrivateKey.Public().(ed25519.PublicKey)), Signature: agentproto.SignBundleResults(id.PrivateKey, raw)}
+	var buf bytes.Buffer
+	if err := bundlefile.Write(&buf, work, raw, sig); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "resigned.tar")
+	if err := os.WriteFile(out, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
