@@ -95,6 +95,7 @@ func Run(t *testing.T, open OpenFunc) {
 		{"PolicyFindings", testPolicyFindings},
 		{"Drift", testDrift},
 		{"ComponentImport", testComponentImport},
+		{"OfflineStep", testOfflineStep},
 		{"BuildAgentRole", testBuildAgentRole},
 		{"Builds", testBuilds},
 		{"RegistryGrants", testRegistryGrants},
