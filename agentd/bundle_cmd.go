@@ -47,7 +47,8 @@ runs only the jobs that did not succeed (none again: a job is never run
 twice). An agent release in the bundle must be signed by an imsd key this
 agent pinned (or nothing is written); it is loaded into the install
 registry, not applied: the import prints whether the update policy allows
-it and the agentd update apply command that applies it. It takes agentd's
+it and the agentd update apply command that applies it. Plugin releases
+likewise: checked, loaded, and the agentd plugin install command printed. It takes agentd's
 own flags (--state-dir, --install-registry,
 --stack-config, --secrets-file, --policy-dir, --sandbox ...), before FILE.
 
@@ -187,8 +188,14 @@ func importBundle(ctx context.Context, a *agent.Agent, runner *agent.PluginRunne
 	// pinned, as agentd update apply requires.
 	var relKey string
 	if r := m.AgentRelease; r != nil {
-		if relKey, err = checkAgentRelease(ctx, a, layout, r); err != nil {
+		if relKey, err = checkRelease(ctx, a, layout, r, true); err != nil {
 			return fmt.Errorf("%s refused, nothing was written: agent release %s (%s@%s): %w", file, r.Version, r.Repository, r.Digest, err)
+		}
+	}
+	pluginKeys := make([]string, len(m.PluginReleases))
+	for i, r := range m.PluginReleases {
+		if pluginKeys[i], err = checkRelease(ctx, a, layout, &r, false); err != nil {
+			return fmt.Errorf("%s refused, nothing was written: plugin release %s %s (%s@%s): %w", file, r.Type, r.Version, r.Repository, r.Digest, err)
 		}
 	}
 	fmt.Fprintf(stdout, "bundle %s verified (imsd's signature, %d files, %d jobs) in %s\n", m.ID, len(m.Files), len(jobs), verified.Round(time.Millisecond))
@@ -203,6 +210,9 @@ func importBundle(ctx context.Context, a *agent.Agent, runner *agent.PluginRunne
 	if r := m.AgentRelease; r != nil {
 		extra = append(extra, bundleload.Load{Repository: r.Repository, Target: r.Repository, Digest: digest.Digest(r.Digest)})
 	}
+	for _, r := range m.PluginReleases {
+		extra = append(extra, bundleload.Load{Repository: r.Repository, Target: r.Repository, Digest: digest.Digest(r.Digest)})
+	}
 	st, err := loadArtifacts(ctx, jobs, layout, reg, creds, extra)
 	if err != nil {
 		return err
@@ -211,6 +221,9 @@ func importBundle(ctx context.Context, a *agent.Agent, runner *agent.PluginRunne
 		st.Artifacts, reg, st.BlobsSent, st.BlobBytes, st.BlobsHeld)
 	if r := m.AgentRelease; r != nil {
 		agentReleaseNext(stdout, filepath.Dir(runner.StateRoot), installRegistry, reg, r, relKey)
+	}
+	for i, r := range m.PluginReleases {
+		pluginReleaseNext(stdout, filepath.Dir(runner.StateRoot), installRegistry, reg, &r, pluginKeys[i])
 	}
 
 	// The jobs, in order.
@@ -347,10 +360,12 @@ func loadArtifacts(ctx context.Context, jobs []agentproto.BundleJob, layout stri
 	return st, err
 }
 
-// checkAgentRelease checks the agent release r of a bundle's layout: an
-// agent release of the version the manifest names, signed by a key of
-// imsd's this agent pinned. It returns the signing key's id.
-func checkAgentRelease(ctx context.Context, a *agent.Agent, layout string, r *bundlefile.AgentRelease) (string, error) {
+// checkRelease checks the agent release (agentRel) or plugin release r
+// of a bundle's layout: a release of the type and version the manifest
+// names, signed by a key of imsd's this agent pinned (as agentd update
+// apply and agentd plugin install require). It returns the signing key's
+// id.
+func checkRelease(ctx context.Context, a *agent.Agent, layout string, r *bundlefile.Release, agentRel bool) (string, error) {
 	dg, err := digest.Parse(r.Digest)
 	if err != nil {
 		return "", err
@@ -363,12 +378,17 @@ func checkAgentRelease(ctx context.Context, a *agent.Agent, layout string, r *bu
 		return "", err
 	}
 	defer repo.Close()
-	rm, err := plugindist.ReadAgent(ctx, repo, dg)
+	var rm *plugindist.Manifest
+	if agentRel {
+		rm, err = plugindist.ReadAgent(ctx, repo, dg)
+	} else {
+		rm, err = plugindist.Read(ctx, repo, dg)
+	}
 	if err != nil {
 		return "", err
 	}
-	if rm.Version != r.Version {
-		return "", fmt.Errorf("the manifest names version %s, the release is %s", r.Version, rm.Version)
+	if rm.Version != r.Version || rm.Type != r.Type {
+		return "", fmt.Errorf("the manifest names %s %s, the release is %s %s", r.Type, r.Version, rm.Type, rm.Version)
 	}
 	keys := a.IMSDKeys()
 	trusted := make([]ed25519.PublicKey, 0, len(keys))
@@ -387,7 +407,7 @@ func checkAgentRelease(ctx context.Context, a *agent.Agent, layout string, r *bu
 // import does not apply it: agentd update apply swaps the binaries this
 // process runs from, and the update's confirmation is the new version's
 // reconnection, which an install with no route to imsd never makes.
-func agentReleaseNext(w io.Writer, stateDir, installRegistry string, reg ocicopy.Registry, r *bundlefile.AgentRelease, keyID string) {
+func agentReleaseNext(w io.Writer, stateDir, installRegistry string, reg ocicopy.Registry, r *bundlefile.Release, keyID string) {
 	ref := ocicopy.Reference{Registry: reg, Repository: r.Repository, Digest: digest.Digest(r.Digest)}.String()
 	if !reg.IsLayout() {
 		ref = "oci://" + ref
@@ -407,6 +427,21 @@ func agentReleaseNext(w io.Writer, stateDir, installRegistry string, reg ocicopy
 		regFlag = " --install-registry " + installRegistry
 	}
 	fmt.Fprintf(w, "  your update policy (%s) allows it; apply it with:\n  agentd update --state-dir %s%s apply %s\n", st.Update, stateDir, regFlag, ref)
+}
+
+// pluginReleaseNext prints the command that installs and pins a plugin
+// release a bundle loaded (agentd plugin install, the customer's choice).
+func pluginReleaseNext(w io.Writer, stateDir, installRegistry string, reg ocicopy.Registry, r *bundlefile.Release, keyID string) {
+	ref := ocicopy.Reference{Registry: reg, Repository: r.Repository, Digest: digest.Digest(r.Digest)}.String()
+	if !reg.IsLayout() {
+		ref = "oci://" + ref
+	}
+	regFlag := ""
+	if installRegistry != "oci:"+filepath.Join(stateDir, "registry") {
+		regFlag = " --install-registry " + installRegistry
+	}
+	fmt.Fprintf(w, "plugin release %s %s (%s) loaded into the install registry, signed by imsd key %s; install and pin it with:\n  agentd plugin --state-dir %s%s install %s\n",
+		r.Type, r.Version, r.Digest, keyID, stateDir, regFlag, ref)
 }
 
 // heldWhole checks that the install registry holds art's graph whole.

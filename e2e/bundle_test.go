@@ -174,9 +174,17 @@ func TestBundleProvisionOffline(t *testing.T) {
 	}
 	release := publish("v9.1.0", filepath.Join(c.ims.DataDir, server.SigningKeyFileName))
 	forgedRelease := publish("v9.1.1", otherKeyFile)
+	// And a plugin release, for the customer to install and pin.
+	pout := c.cli.Run(0, "plugin", "publish", buildGreetingVersion(t, "0.1.0"), "--name", "greeting", "--version", "0.1.0",
+		"--to", rels.Host+"/plugins/greeting", "--signing-key", filepath.Join(c.ims.DataDir, server.SigningKeyFileName), "-o", "json")
+	var plugin struct{ Reference string }
+	if err := json.Unmarshal([]byte(pout), &plugin); err != nil || plugin.Reference == "" {
+		t.Fatalf("plugin publish: %v\n%s", err, pout)
+	}
 	file := filepath.Join(dir, "bundle.tar")
-	out := c.cli.Run(0, "bundle", "create", "shop", "--install", "acme", "-o", file, "--agent-release", release)
-	if !strings.Contains(out, "provision workflow of 2 jobs, 2 artifacts") || !strings.Contains(out, "agent release v9.1.0 (byoc/agent@sha256:") {
+	out := c.cli.Run(0, "bundle", "create", "shop", "--install", "acme", "-o", file, "--agent-release", release, "--plugin-release", plugin.Reference)
+	if !strings.Contains(out, "provision workflow of 2 jobs, 3 artifacts") || !strings.Contains(out, "agent release v9.1.0 (byoc/agent@sha256:") ||
+		!strings.Contains(out, "plugin release greeting 0.1.0 (plugins/greeting@sha256:") {
 		t.Fatalf("bundle create printed:\n%s", out)
 	}
 	forgedFile := filepath.Join(dir, "forged-release.tar")
@@ -237,7 +245,7 @@ func TestBundleProvisionOffline(t *testing.T) {
 	agentdCmd("permissions", "--state-dir", state, "enable", "provision")
 
 	out, code = agentdBundle(t, state, "import", file)
-	if code != 0 || !strings.Contains(out, "2 loaded into the install registry") || !strings.Contains(out, "db ") {
+	if code != 0 || !strings.Contains(out, "3 loaded into the install registry") || !strings.Contains(out, "db ") {
 		t.Fatalf("import: exit %d:\n%s\nresults:\n%s", code, out, readResults(t, state))
 	}
 	// The agent release is loaded, not applied: the import prints the
@@ -260,6 +268,18 @@ func TestBundleProvisionOffline(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(filepath.Join(installDir, "agentd")); !strings.Contains(string(b), "agentd v9.1.0 (fake)") {
 		t.Fatalf("agentd after the apply: %q", b)
+	}
+	// The plugin release likewise: the printed command installs and pins
+	// it from the install registry.
+	install := regexp.MustCompile(`(?m)^  (agentd plugin .* install oci:\S+)$`).FindStringSubmatch(out)
+	if install == nil || !strings.Contains(out, "plugin release greeting 0.1.0 (sha256:") {
+		t.Fatalf("import says nothing of the plugin release:\n%s", out)
+	}
+	if b, err := exec.Command(filepath.Join(cluster.Binaries(t), "agentd"), strings.Fields(install[1])[1:]...).CombinedOutput(); err != nil || !strings.Contains(string(b), "greeting") {
+		t.Fatalf("%s: %v\n%s", install[1], err, b)
+	}
+	if b, err := exec.Command(filepath.Join(cluster.Binaries(t), "agentd"), "plugin", "--state-dir", state, "list").CombinedOutput(); err != nil || !strings.Contains(string(b), "greeting") {
+		t.Fatalf("agentd plugin list after the install: %v\n%s", err, b)
 	}
 	for _, step := range []string{"web", "db"} {
 		if !strings.Contains(out, "  "+step+strings.Repeat(" ", 30-len(step))+" succeeded") {

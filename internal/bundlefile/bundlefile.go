@@ -64,14 +64,20 @@ type Manifest struct {
 	// create --agent-release), if any: the agent verifies its own
 	// signature, loads it into the install registry and checks it
 	// against the customer's update policy.
-	AgentRelease *AgentRelease `json:"agent_release,omitempty"`
-	Files        []File        `json:"files"`
+	AgentRelease *Release `json:"agent_release,omitempty"`
+	// PluginReleases are the plugin releases it carries (byoc bundle
+	// create --plugin-release): verified and loaded likewise, for the
+	// customer to install and pin (agentd plugin install).
+	PluginReleases []Release `json:"plugin_releases,omitempty"`
+	Files          []File    `json:"files"`
 }
 
-// AgentRelease is an agent release in a bundle's layout: repository
+// Release is an agent or plugin release in a bundle's layout: repository
 // Repository (of the layout, and of the install registry it is loaded
-// into), manifest Digest, its Version.
-type AgentRelease struct {
+// into), manifest Digest, its Type (agent, or the plugin's component
+// type) and Version.
+type Release struct {
+	Type       string `json:"type"`
 	Repository string `json:"repository"`
 	Digest     string `json:"digest"`
 	Version    string `json:"version"`

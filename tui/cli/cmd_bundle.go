@@ -43,6 +43,7 @@ const (
 func (a *app) bundleCreateCommand() *cobra.Command {
 	var revision int64
 	var install, out, vendorRegistry, haveFile, sinceResults, agentRelease string
+	var pluginReleases []string
 	var validFor time.Duration
 	cmd := &cobra.Command{
 		Use:   "create APP --install NAME [--revision N] -o FILE",
@@ -146,11 +147,19 @@ out every blob of the images that bundle's succeeded jobs loaded.`,
 					return fmt.Errorf("step %s: %w", j.Step, err)
 				}
 			}
-			var rel *bundlefile.AgentRelease
+			var rel *bundlefile.Release
 			if agentRelease != "" {
-				if rel, err = packAgentRelease(cmd, agentRelease, a.vendorRegistryCreds(), filepath.Join(work, BundleLayoutDir), have, &st); err != nil {
+				if rel, err = packRelease(cmd, agentRelease, true, a.vendorRegistryCreds(), filepath.Join(work, BundleLayoutDir), have, &st); err != nil {
 					return fmt.Errorf("--agent-release: %w", err)
 				}
+			}
+			var plugins []bundlefile.Release
+			for _, ref := range pluginReleases {
+				r, err := packRelease(cmd, ref, false, a.vendorRegistryCreds(), filepath.Join(work, BundleLayoutDir), have, &st)
+				if err != nil {
+					return fmt.Errorf("--plugin-release %s: %w", ref, err)
+				}
+				plugins = append(plugins, *r)
 			}
 			files, err := bundlefile.Scan(work)
 			if err != nil {
@@ -158,7 +167,7 @@ out every blob of the images that bundle's succeeded jobs loaded.`,
 			}
 			m := bundlefile.Manifest{Format: bundlefile.Format, Kind: bundlefile.KindBundle, ID: b.GetBundleId(), InstallID: b.GetInstallId(),
 				AgentID: b.GetAgentId(), App: b.GetApp(), Install: b.GetInstall(), Revision: b.GetRevision(), WorkflowKind: b.GetWorkflowKind(),
-				Created: time.Now().UTC(), AgentRelease: rel, Files: files}
+				Created: time.Now().UTC(), AgentRelease: rel, PluginReleases: plugins, Files: files}
 			raw, err := json.MarshalIndent(m, "", "  ")
 			if err != nil {
 				return err
@@ -193,7 +202,7 @@ out every blob of the images that bundle's succeeded jobs loaded.`,
 			fi, _ := os.Stat(out)
 			fmt.Fprintf(a.stdout, "wrote %s: bundle %s for install %s (agent %s), app %s revision %d, %s workflow of %d jobs, %d artifacts (%d blobs, %d bytes; %d blobs left out, held by the install already%s)%s, %d bytes in all; signed by imsd key %s, valid until %s\n",
 				out, b.GetBundleId(), b.GetInstall(), b.GetAgentId(), b.GetApp(), b.GetRevision(), b.GetWorkflowKind(), len(jobs), st.artifacts,
-				st.blobs, st.blobBytes, st.skipped, wholeNote(st.heldWhole), releaseNote(rel), fi.Size(), sig.Msg.GetKeyId(), time.UnixMilli(b.GetExpireUnixMs()).UTC().Format(time.RFC3339))
+				st.blobs, st.blobBytes, st.skipped, wholeNote(st.heldWhole), releaseNote(rel, plugins), fi.Size(), sig.Msg.GetKeyId(), time.UnixMilli(b.GetExpireUnixMs()).UTC().Format(time.RFC3339))
 			return nil
 		},
 	}
@@ -204,6 +213,7 @@ out every blob of the images that bundle's succeeded jobs loaded.`,
 	cmd.Flags().StringVar(&haveFile, "have-digests", "", "`file` of digests the install registry holds (agentd bundle inventory): their blobs are left out")
 	cmd.Flags().StringVar(&sinceResults, "since-results", "", "a results `file` of the install's last bundle (agentd bundle export-results): the blobs of the images it loaded are left out")
 	cmd.Flags().StringVar(&agentRelease, "agent-release", "", "an agent release to carry, oci://HOST/REPOSITORY@sha256:... (byoc agent publish prints it; credentials from $BYOC_VENDOR_REGISTRY_*)")
+	cmd.Flags().StringArrayVar(&pluginReleases, "plugin-release", nil, "a plugin release to carry, oci://HOST/REPOSITORY@sha256:... (byoc plugin publish prints it; repeatable)")
 	cmd.Flags().DurationVar(&validFor, "valid-for", 0, "how long the bundle's signatures stay valid (default 720h, at most 2160h)")
 	return cmd
 }
@@ -269,9 +279,10 @@ func copyInto(ctx context.Context, src *ocicopy.Repo, root string, art agentprot
 	return nil
 }
 
-// packAgentRelease copies the agent release ref (with its signature)
-// into the layout root at its repository, after checking it is one.
-func packAgentRelease(cmd *cobra.Command, ref string, creds ocicopy.Credentials, root string, have map[digest.Digest]bool, st *packStats) (*bundlefile.AgentRelease, error) {
+// packRelease copies the agent release (agent) or plugin release ref,
+// with its signature, into the layout root at its repository, after
+// checking it is one.
+func packRelease(cmd *cobra.Command, ref string, agent bool, creds ocicopy.Credentials, root string, have map[digest.Digest]bool, st *packStats) (*bundlefile.Release, error) {
 	ctx := cmd.Context()
 	r, err := plugindist.ParseRef(ref)
 	if err != nil {
@@ -282,23 +293,32 @@ func packAgentRelease(cmd *cobra.Command, ref string, creds ocicopy.Credentials,
 		return nil, err
 	}
 	defer src.Close()
-	m, err := plugindist.ReadAgent(ctx, src, r.Digest)
+	var m *plugindist.Manifest
+	if agent {
+		m, err = plugindist.ReadAgent(ctx, src, r.Digest)
+	} else {
+		m, err = plugindist.Read(ctx, src, r.Digest)
+	}
 	if err != nil {
 		return nil, err
 	}
-	art := agentproto.BundleArtifact{Field: "agent release", Repository: r.Repository, Target: r.Repository, Digest: r.Digest.String()}
+	art := agentproto.BundleArtifact{Field: "release", Repository: r.Repository, Target: r.Repository, Digest: r.Digest.String()}
 	if err := copyInto(ctx, src, root, art, have, st); err != nil {
 		return nil, err
 	}
-	return &bundlefile.AgentRelease{Repository: r.Repository, Digest: r.Digest.String(), Version: m.Version}, nil
+	return &bundlefile.Release{Type: m.Type, Repository: r.Repository, Digest: r.Digest.String(), Version: m.Version}, nil
 }
 
-// releaseNote is what the summary says of the agent release.
-func releaseNote(r *bundlefile.AgentRelease) string {
-	if r == nil {
-		return ""
+// releaseNote is what the summary says of the releases.
+func releaseNote(agent *bundlefile.Release, plugins []bundlefile.Release) string {
+	var s string
+	if agent != nil {
+		s = fmt.Sprintf(", agent release %s (%s@%s)", agent.Version, agent.Repository, agent.Digest)
 	}
-	return fmt.Sprintf(", agent release %s (%s@%s)", r.Version, r.Repository, r.Digest)
+	for _, p := range plugins {
+		s += fmt.Sprintf(", plugin release %s %s (%s@%s)", p.Type, p.Version, p.Repository, p.Digest)
+	}
+	return s
 }
 
 // wholeNote is what the summary says of the charts and modules left out
