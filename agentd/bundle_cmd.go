@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,10 +17,13 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/byoc-dev/byoc/agentd/agent"
+	"github.com/byoc-dev/byoc/agentd/permissions"
 	"github.com/byoc-dev/byoc/internal/atomicfile"
+	"github.com/byoc-dev/byoc/internal/buildinfo"
 	"github.com/byoc-dev/byoc/internal/bundlefile"
 	"github.com/byoc-dev/byoc/internal/bundlefile/bundleload"
 	"github.com/byoc-dev/byoc/internal/ocicopy"
+	"github.com/byoc-dev/byoc/internal/plugindist"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 )
@@ -31,15 +36,20 @@ import runs an offline bundle (byoc bundle create) with no connection to
 imsd. Before anything is written it checks the bundle's manifest against
 imsd's keys this agent pinned at enrolment, every file of the bundle
 against the manifest, and every job's own signature (for this agent and
-install). Then it loads the bundle's artifacts into the install registry
-(blobs the registry holds already are not sent; it prints the blob bytes
-it moved) and runs the workflow's jobs in order, each through the checks
+install). Then it loads the bundle's artifacts (images, charts, modules)
+into the install registry (blobs the registry holds already are not sent;
+it prints the blob bytes it moved) and runs the workflow's jobs in order, each through the checks
 an assigned job passes: the customer's permission modes, maintenance
 windows, policies and supply-chain policy, in the plugin sandbox. The
 audit records go into the agent's journal; the results into
 STATE-DIR/bundles/BUNDLE/results.json. Importing the same bundle again
 runs only the jobs that did not succeed (none again: a job is never run
-twice). It takes agentd's own flags (--state-dir, --install-registry,
+twice). An agent release in the bundle must be signed by an imsd key this
+agent pinned (or nothing is written); it is loaded into the install
+registry, not applied: the import prints whether the update policy allows
+it and the agentd update apply command that applies it. Plugin releases
+likewise: checked, loaded, and the agentd plugin install command printed. It takes agentd's
+own flags (--state-dir, --install-registry,
 --stack-config, --secrets-file, --policy-dir, --sandbox ...), before FILE.
 
 export-results writes the results of a bundle's jobs (default: the bundle
@@ -173,21 +183,48 @@ func importBundle(ctx context.Context, a *agent.Agent, runner *agent.PluginRunne
 			return fmt.Errorf("%s refused, nothing was written: step %s needs the %s mode: %s", file, jobs[i].Step, jobs[i].Mode, why)
 		}
 	}
+	layout := filepath.Join(staging, "oci")
+	// An agent release must carry imsd's signature by a key this agent
+	// pinned, as agentd update apply requires.
+	var relKey string
+	if r := m.AgentRelease; r != nil {
+		if relKey, err = checkRelease(ctx, a, layout, r, true); err != nil {
+			return fmt.Errorf("%s refused, nothing was written: agent release %s (%s@%s): %w", file, r.Version, r.Repository, r.Digest, err)
+		}
+	}
+	pluginKeys := make([]string, len(m.PluginReleases))
+	for i, r := range m.PluginReleases {
+		if pluginKeys[i], err = checkRelease(ctx, a, layout, &r, false); err != nil {
+			return fmt.Errorf("%s refused, nothing was written: plugin release %s %s (%s@%s): %w", file, r.Type, r.Version, r.Repository, r.Digest, err)
+		}
+	}
 	fmt.Fprintf(stdout, "bundle %s verified (imsd's signature, %d files, %d jobs) in %s\n", m.ID, len(m.Files), len(jobs), verified.Round(time.Millisecond))
 
 	// The artifacts, into the install registry.
-	layout := filepath.Join(staging, "oci")
 	reg, err := ocicopy.ParseRegistry(installRegistry)
 	if err != nil {
 		return err
 	}
 	creds := ocicopy.CredentialsFromEnv(runner.Secrets, "BYOC_INSTALL_REGISTRY")
-	st, err := loadArtifacts(ctx, jobs, layout, reg, creds)
+	var extra []bundleload.Load
+	if r := m.AgentRelease; r != nil {
+		extra = append(extra, bundleload.Load{Repository: r.Repository, Target: r.Repository, Digest: digest.Digest(r.Digest)})
+	}
+	for _, r := range m.PluginReleases {
+		extra = append(extra, bundleload.Load{Repository: r.Repository, Target: r.Repository, Digest: digest.Digest(r.Digest)})
+	}
+	st, err := loadArtifacts(ctx, jobs, layout, reg, creds, extra)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "artifacts: %d loaded into the install registry %s: %d blobs sent (%d blob bytes moved), %d blobs already there\n",
 		st.Artifacts, reg, st.BlobsSent, st.BlobBytes, st.BlobsHeld)
+	if r := m.AgentRelease; r != nil {
+		agentReleaseNext(stdout, filepath.Dir(runner.StateRoot), installRegistry, reg, r, relKey)
+	}
+	for i, r := range m.PluginReleases {
+		pluginReleaseNext(stdout, filepath.Dir(runner.StateRoot), installRegistry, reg, &r, pluginKeys[i])
+	}
 
 	// The jobs, in order.
 	dir := filepath.Join(runner.StateRoot, "..", "bundles", m.ID)
@@ -285,32 +322,143 @@ func outcomeWord(o agentv1.Outcome) string {
 	return strings.ToLower(strings.TrimPrefix(o.String(), "OUTCOME_"))
 }
 
-// loadArtifacts copies every artifact the image jobs read from the
-// bundle's layout root into the install registry, at the repository
-// each job syncs it to.
-func loadArtifacts(ctx context.Context, jobs []agentproto.BundleJob, layout string, reg ocicopy.Registry, creds ocicopy.Credentials) (bundleload.LoadStats, error) {
-	var loads []bundleload.Load
+// loadArtifacts copies every artifact the bundle's jobs read (images'
+// sources, charts and modules by digest) from the bundle's layout root
+// into the install registry, at the repository each job reads it from.
+// A chart or module the bundle left out (the install held it when the
+// bundle was made) must be in the install registry whole: otherwise
+// nothing is loaded and the error names the step.
+func loadArtifacts(ctx context.Context, jobs []agentproto.BundleJob, layout string, reg ocicopy.Registry, creds ocicopy.Credentials, extra []bundleload.Load) (bundleload.LoadStats, error) {
+	loads := slices.Clone(extra)
+	seen := map[agentproto.BundleArtifact]bool{}
+	held := 0
 	for i := range jobs {
 		j := &jobs[i]
-		if j.ComponentType != agentproto.ImageType || j.Operation == "destroy" {
-			continue
-		}
-		cfg, err := j.DecodeConfig()
+		art, ok, err := j.Artifact()
 		if err != nil {
 			return bundleload.LoadStats{}, err
 		}
-		src, _ := cfg[agentproto.ImageSourceKey].(string)
-		repo, dg, err := agentproto.ParseBuildRef(src)
-		if err != nil {
-			return bundleload.LoadStats{}, fmt.Errorf("step %s: %w", j.Step, err)
+		if !ok || seen[art] {
+			continue
 		}
-		target := repo
-		if r, ok := cfg["repository"].(string); ok && r != "" {
-			target = r
+		seen[art] = true
+		dg := digest.Digest(art.Digest)
+		if _, err := os.Stat(filepath.Join(layout, filepath.FromSlash(art.Repository), "blobs", dg.Algorithm().String(), dg.Encoded())); err != nil {
+			if j.ComponentType == agentproto.ImageType {
+				return bundleload.LoadStats{}, fmt.Errorf("step %s: %s %s@%s is not in the bundle", j.Step, art.Field, art.Repository, dg)
+			}
+			if err := heldWhole(ctx, reg, creds, art); err != nil {
+				return bundleload.LoadStats{}, fmt.Errorf("step %s: %s %s@%s is not in the bundle, and the install registry does not hold it whole: %w", j.Step, art.Field, art.Target, dg, err)
+			}
+			held++
+			continue
 		}
-		loads = append(loads, bundleload.Load{Repository: repo, Target: target, Digest: digest.Digest(dg)})
+		loads = append(loads, bundleload.Load{Repository: art.Repository, Target: art.Target, Digest: dg})
 	}
-	return bundleload.LoadImages(ctx, ocicopy.Registry{LayoutRoot: layout}, reg, creds, loads)
+	st, err := bundleload.LoadImages(ctx, ocicopy.Registry{LayoutRoot: layout}, reg, creds, loads)
+	st.Artifacts += held
+	return st, err
+}
+
+// checkRelease checks the agent release (agentRel) or plugin release r
+// of a bundle's layout: a release of the type and version the manifest
+// names, signed by a key of imsd's this agent pinned (as agentd update
+// apply and agentd plugin install require). It returns the signing key's
+// id.
+func checkRelease(ctx context.Context, a *agent.Agent, layout string, r *bundlefile.Release, agentRel bool) (string, error) {
+	dg, err := digest.Parse(r.Digest)
+	if err != nil {
+		return "", err
+	}
+	if !ocicopy.ValidRepository(r.Repository) {
+		return "", fmt.Errorf("repository %q is not a repository name", r.Repository)
+	}
+	repo, err := ocicopy.Open(ctx, ocicopy.Registry{LayoutRoot: layout}, r.Repository, ocicopy.Credentials{})
+	if err != nil {
+		return "", err
+	}
+	defer repo.Close()
+	var rm *plugindist.Manifest
+	if agentRel {
+		rm, err = plugindist.ReadAgent(ctx, repo, dg)
+	} else {
+		rm, err = plugindist.Read(ctx, repo, dg)
+	}
+	if err != nil {
+		return "", err
+	}
+	if rm.Version != r.Version || rm.Type != r.Type {
+		return "", fmt.Errorf("the manifest names %s %s, the release is %s %s", r.Type, r.Version, rm.Type, rm.Version)
+	}
+	keys := a.IMSDKeys()
+	trusted := make([]ed25519.PublicKey, 0, len(keys))
+	for _, id := range slices.Sorted(maps.Keys(keys)) {
+		trusted = append(trusted, keys[id])
+	}
+	sig, err := plugindist.Verify(ctx, repo, rm, trusted)
+	if err != nil {
+		return "", err
+	}
+	return sig, nil
+}
+
+// agentReleaseNext says what the customer's update policy makes of an
+// agent release a bundle loaded, and the command that applies it. An
+// import does not apply it: agentd update apply swaps the binaries this
+// process runs from, and the update's confirmation is the new version's
+// reconnection, which an install with no route to imsd never makes.
+func agentReleaseNext(w io.Writer, stateDir, installRegistry string, reg ocicopy.Registry, r *bundlefile.Release, keyID string) {
+	ref := ocicopy.Reference{Registry: reg, Repository: r.Repository, Digest: digest.Digest(r.Digest)}.String()
+	if !reg.IsLayout() {
+		ref = "oci://" + ref
+	}
+	fmt.Fprintf(w, "agent release %s (%s) loaded into the install registry, signed by imsd key %s; this agentd is %s\n", r.Version, r.Digest, keyID, buildinfo.Get().Short())
+	st, err := permissions.Load(stateDir)
+	if err != nil {
+		fmt.Fprintf(w, "  the update policy: %v\n", err)
+		return
+	}
+	if why := st.Update.Refusal(r.Version, time.Now(), true); why != "" {
+		fmt.Fprintf(w, "  your update policy (%s) does not allow it now: %s; it stays in the install registry\n", st.Update, why)
+		return
+	}
+	regFlag := ""
+	if installRegistry != "oci:"+filepath.Join(stateDir, "registry") {
+		regFlag = " --install-registry " + installRegistry
+	}
+	fmt.Fprintf(w, "  your update policy (%s) allows it; apply it with:\n  agentd update --state-dir %s%s apply %s\n", st.Update, stateDir, regFlag, ref)
+}
+
+// pluginReleaseNext prints the command that installs and pins a plugin
+// release a bundle loaded (agentd plugin install, the customer's choice).
+func pluginReleaseNext(w io.Writer, stateDir, installRegistry string, reg ocicopy.Registry, r *bundlefile.Release, keyID string) {
+	ref := ocicopy.Reference{Registry: reg, Repository: r.Repository, Digest: digest.Digest(r.Digest)}.String()
+	if !reg.IsLayout() {
+		ref = "oci://" + ref
+	}
+	regFlag := ""
+	if installRegistry != "oci:"+filepath.Join(stateDir, "registry") {
+		regFlag = " --install-registry " + installRegistry
+	}
+	fmt.Fprintf(w, "plugin release %s %s (%s) loaded into the install registry, signed by imsd key %s; install and pin it with:\n  agentd plugin --state-dir %s%s install %s\n",
+		r.Type, r.Version, r.Digest, keyID, stateDir, regFlag, ref)
+}
+
+// heldWhole checks that the install registry holds art's graph whole.
+func heldWhole(ctx context.Context, reg ocicopy.Registry, creds ocicopy.Credentials, art agentproto.BundleArtifact) error {
+	r, err := ocicopy.Open(ctx, reg, art.Target, creds)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	missing, err := ocicopy.Missing(ctx, r, digest.Digest(art.Digest), false)
+	if err != nil {
+		return err
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%d of its blobs are missing, %s the first", len(missing), missing[0].Descriptor.Digest)
+	}
+	return nil
 }
 
 // inventoryCmd prints the digests an oci: install registry holds.

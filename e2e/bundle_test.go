@@ -4,14 +4,20 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,9 +26,15 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/byoc-dev/byoc/agentd/identity"
 	"github.com/byoc-dev/byoc/e2e/cluster"
+	"github.com/byoc-dev/byoc/imsd/server"
+	"github.com/byoc-dev/byoc/internal/auditchain"
+	"github.com/byoc-dev/byoc/internal/bundlefile"
 	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/internal/ocicopy/ocitest"
+	"github.com/byoc-dev/byoc/internal/ocisign"
+	"github.com/byoc-dev/byoc/rpc/agentproto"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
 
@@ -135,11 +147,48 @@ func TestBundleProvisionOffline(t *testing.T) {
 	ag.Stop()
 
 	dir := t.TempDir()
+	// An agent release travels too: one signed by imsd's key, and one
+	// signed by a key this agent never pinned.
+	rels := ocitest.StartRegistry(t, ocitest.RegistryOptions{})
+	publish := func(version, keyFile string) string {
+		t.Helper()
+		dist := t.TempDir()
+		for _, f := range []string{"agentd", "byoc-plugins"} {
+			script := "#!/bin/sh\necho '" + f + " " + version + " (fake)'\n"
+			if err := os.WriteFile(filepath.Join(dist, f+"_"+runtime.GOOS+"_"+runtime.GOARCH), []byte(script), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out := c.cli.Run(0, "agent", "publish", dist, "--version", version, "--to", rels.Host+"/byoc/agent", "--signing-key", keyFile, "-o", "json")
+		var r struct{ Reference string }
+		if err := json.Unmarshal([]byte(out), &r); err != nil || r.Reference == "" {
+			t.Fatalf("agent publish %s: %v\n%s", version, err, out)
+		}
+		return r.Reference
+	}
+	_, otherKey, _ := ed25519.GenerateKey(rand.Reader)
+	der, _ := x509.MarshalPKCS8PrivateKey(otherKey)
+	otherKeyFile := filepath.Join(t.TempDir(), "other.key")
+	if err := os.WriteFile(otherKeyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	release := publish("v9.1.0", filepath.Join(c.ims.DataDir, server.SigningKeyFileName))
+	forgedRelease := publish("v9.1.1", otherKeyFile)
+	// And a plugin release, for the customer to install and pin.
+	pout := c.cli.Run(0, "plugin", "publish", buildGreetingVersion(t, "0.1.0"), "--name", "greeting", "--version", "0.1.0",
+		"--to", rels.Host+"/plugins/greeting", "--signing-key", filepath.Join(c.ims.DataDir, server.SigningKeyFileName), "-o", "json")
+	var plugin struct{ Reference string }
+	if err := json.Unmarshal([]byte(pout), &plugin); err != nil || plugin.Reference == "" {
+		t.Fatalf("plugin publish: %v\n%s", err, pout)
+	}
 	file := filepath.Join(dir, "bundle.tar")
-	out := c.cli.Run(0, "bundle", "create", "shop", "--install", "acme", "-o", file)
-	if !strings.Contains(out, "provision workflow of 2 jobs, 1 artifacts") {
+	out := c.cli.Run(0, "bundle", "create", "shop", "--install", "acme", "-o", file, "--agent-release", release, "--plugin-release", plugin.Reference)
+	if !strings.Contains(out, "provision workflow of 2 jobs, 3 artifacts") || !strings.Contains(out, "agent release v9.1.0 (byoc/agent@sha256:") ||
+		!strings.Contains(out, "plugin release greeting 0.1.0 (plugins/greeting@sha256:") {
 		t.Fatalf("bundle create printed:\n%s", out)
 	}
+	forgedFile := filepath.Join(dir, "forged-release.tar")
+	c.cli.Run(0, "bundle", "create", "shop", "--install", "acme", "-o", forgedFile, "--agent-release", forgedRelease)
 
 	// imsd signs no manifest whose jobs it did not sign: a command changed
 	// in the jobs file is refused, naming the job.
@@ -168,6 +217,15 @@ func TestBundleProvisionOffline(t *testing.T) {
 		t.Fatalf("results were written for a tampered bundle: %v", err)
 	}
 
+	// An agent release imsd did not sign refuses the whole bundle.
+	out, code = agentdBundle(t, state, "import", forgedFile)
+	if code != 1 || !strings.Contains(out, "nothing was written: agent release v9.1.1 (byoc/agent@sha256:") || !strings.Contains(out, "(not trusted)") {
+		t.Fatalf("bundle with a forged agent release: exit %d:\n%s", code, out)
+	}
+	if _, err := os.Stat(registryDir); !os.IsNotExist(err) {
+		t.Fatalf("the install registry was written for a forged agent release: %v", err)
+	}
+
 	// The customer's permission modes hold offline too: with provision
 	// off, nothing is loaded or run.
 	agentdCmd := func(args ...string) {
@@ -187,8 +245,41 @@ func TestBundleProvisionOffline(t *testing.T) {
 	agentdCmd("permissions", "--state-dir", state, "enable", "provision")
 
 	out, code = agentdBundle(t, state, "import", file)
-	if code != 0 || !strings.Contains(out, "1 loaded into the install registry") || !strings.Contains(out, "db ") {
+	if code != 0 || !strings.Contains(out, "3 loaded into the install registry") || !strings.Contains(out, "db ") {
 		t.Fatalf("import: exit %d:\n%s\nresults:\n%s", code, out, readResults(t, state))
+	}
+	// The agent release is loaded, not applied: the import prints the
+	// command, which applies it through the updater and the customer's
+	// update policy (here manual: the customer's own apply is allowed).
+	apply := regexp.MustCompile(`(?m)^  (agentd update .* apply oci:\S+)$`).FindStringSubmatch(out)
+	if !strings.Contains(out, "agent release v9.1.0 (sha256:") || !strings.Contains(out, "your update policy (manual") || apply == nil {
+		t.Fatalf("import says nothing of the agent release:\n%s", out)
+	}
+	installDir := t.TempDir()
+	for _, f := range []string{"agentd", "byoc-plugins"} {
+		if err := os.WriteFile(filepath.Join(installDir, f), []byte("old"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	args := strings.Fields(apply[1])[1:]
+	args = append(args[:len(args)-1], "--install-dir", installDir, args[len(args)-1])
+	if b, err := exec.Command(filepath.Join(cluster.Binaries(t), "agentd"), args...).CombinedOutput(); err != nil || !strings.Contains(string(b), "swapped agentd") {
+		t.Fatalf("%s: %v\n%s", apply[1], err, b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(installDir, "agentd")); !strings.Contains(string(b), "agentd v9.1.0 (fake)") {
+		t.Fatalf("agentd after the apply: %q", b)
+	}
+	// The plugin release likewise: the printed command installs and pins
+	// it from the install registry.
+	install := regexp.MustCompile(`(?m)^  (agentd plugin .* install oci:\S+)$`).FindStringSubmatch(out)
+	if install == nil || !strings.Contains(out, "plugin release greeting 0.1.0 (sha256:") {
+		t.Fatalf("import says nothing of the plugin release:\n%s", out)
+	}
+	if b, err := exec.Command(filepath.Join(cluster.Binaries(t), "agentd"), strings.Fields(install[1])[1:]...).CombinedOutput(); err != nil || !strings.Contains(string(b), "greeting") {
+		t.Fatalf("%s: %v\n%s", install[1], err, b)
+	}
+	if b, err := exec.Command(filepath.Join(cluster.Binaries(t), "agentd"), "plugin", "--state-dir", state, "list").CombinedOutput(); err != nil || !strings.Contains(string(b), "greeting") {
+		t.Fatalf("agentd plugin list after the install: %v\n%s", err, b)
 	}
 	for _, step := range []string{"web", "db"} {
 		if !strings.Contains(out, "  "+step+strings.Repeat(" ", 30-len(step))+" succeeded") {
@@ -240,6 +331,53 @@ func TestBundleProvisionOffline(t *testing.T) {
 	in := c.cli.Run(0, "install", "get", "acme", "-o", "json")
 	if !strings.Contains(in, `"state": "active"`) && !strings.Contains(in, "INSTALL_STATE_ACTIVE") {
 		t.Fatalf("install get after the results:\n%s", in)
+	}
+	// A results file that skips or rewrites part of the journal imported
+	// already is refused, naming what failed, though the agent's key
+	// signed it: the journal must continue the one imsd took.
+	journal := strings.Split(strings.TrimSpace(string(tarEntry(t, results, "journal.jsonl"))), "\n")
+	if len(journal) < 3 {
+		t.Fatalf("the journal has %d records", len(journal))
+	}
+	rechain := func(lines []string, change func(*auditchain.Record)) []string {
+		var out []string
+		var prev *auditchain.Record
+		for i, l := range lines {
+			var r auditchain.Record
+			if err := json.Unmarshal([]byte(l), &r); err != nil {
+				t.Fatal(err)
+			}
+			if i == 0 {
+				change(&r)
+			}
+			r = auditchain.Next(prev, r)
+			prev = &r
+			b, _ := json.Marshal(r)
+			out = append(out, string(b))
+		}
+		return out
+	}
+	head := regexp.MustCompile(`journal verified \((\d+) records, head ([0-9a-f]+)\)`).FindStringSubmatch(out)
+	if head == nil {
+		t.Fatalf("import-results printed no journal head:\n%s", out)
+	}
+	for _, bad := range []struct {
+		name    string
+		journal []string
+		want    string
+	}{
+		{"a record skipped", append(slices.Clone(journal[:1]), journal[2:]...), "journal.jsonl: chain agent:"},
+		{"cut short", journal[:len(journal)-1], "the agent's journal does not continue the one imported before (record " + head[1] + " had hash " + head[2] + ")"},
+		{"rewritten", rechain(journal, func(r *auditchain.Record) { r.At++ }), "the agent's journal does not continue the one imported before (record " + head[1] + " had hash " + head[2] + ")"},
+	} {
+		forged := resign(t, state, results, map[string][]byte{"journal.jsonl": []byte(strings.Join(bad.journal, "\n") + "\n")})
+		_, stderr, code := c.cli.Exec("bundle", "import-results", forged)
+		if code == 0 || !strings.Contains(stderr, bad.want) || !strings.Contains(stderr, "nothing was recorded") {
+			t.Fatalf("results with the journal %s: exit %d: %s", bad.name, code, stderr)
+		}
+		if bad.name == "a record skipped" && !strings.Contains(stderr, "record 2 removed") {
+			t.Fatalf("results with the journal %s: %s", bad.name, stderr)
+		}
 	}
 	if out = c.cli.Run(0, "bundle", "import-results", results); !strings.Contains(out, "were imported before") {
 		t.Fatalf("second import-results printed:\n%s", out)
@@ -412,8 +550,8 @@ func tarManifestInstall(t *testing.T, path string) string {
 func TestBundleTerraformOffline(t *testing.T) {
 	skipShort(t)
 	mirror := terraformMirror(t)
-	ims := cluster.StartIMS(t, fast)
-	cli := cluster.NewCLI(t, ims)
+	c := startCustodyBuild(t, fast, "--artifact-signing-key", "IMSD-SIGNING-KEY")
+	ims, cli := c.ims, c.cli
 	dir := t.TempDir()
 	cli.Run(0, "app", "init", dir)
 	for _, f := range []string{"components/api.toml", "components/cache.toml", "components/web.toml", "actions/migrate.toml", "actions/healthz.toml"} {
@@ -434,6 +572,24 @@ steps = [{ name = "report", script = "echo seen={{ .components.db.outputs.url }}
 			t.Fatal(err)
 		}
 	}
+	// The modules are packaged (and signed) by the build agent into the
+	// vendor registry; the components name them by that digest.
+	mods := map[string]string{}
+	for _, mod := range []string{"sandbox", "postgres"} {
+		b := printedBuild(t, cli.Run(0, "build", "package", filepath.Join(dir, "modules", mod), "--kind", "terraform", "--repo", "modules/"+mod, "--wait", "-o", "json"))
+		mods[mod] = b.Digest
+		for _, f := range []string{"sandbox.toml", "components/db.toml"} {
+			p := filepath.Join(dir, f)
+			b, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b = regexp.MustCompile(`modules/`+mod+`@sha256:[0-9a-f]{64}`).ReplaceAll(b, []byte("modules/"+mod+"@"+mods[mod]))
+			if err := os.WriteFile(p, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	appToml, _ := os.ReadFile(filepath.Join(dir, "app.toml"))
 	m := regexp.MustCompile(`(?m)^name = "([^"]+)"`).FindSubmatch(appToml)
 	if m == nil {
@@ -442,24 +598,55 @@ steps = [{ name = "report", script = "echo seen={{ .components.db.outputs.url }}
 	appName := string(m[1])
 	token := cluster.Pushed{Output: cli.Run(0, "app", "push", dir)}.EnrollToken(t)
 	state := t.TempDir()
-	agentd := filepath.Join(cluster.Binaries(t), "agentd")
-	for _, mod := range []string{"sandbox", "postgres"} {
-		if b, err := exec.Command(agentd, "module", "push", "--state-dir", state, filepath.Join(dir, "modules", mod), "modules/"+mod+":0.1.0").CombinedOutput(); err != nil {
-			t.Fatalf("agentd module push %s: %v\n%s", mod, err, b)
-		}
-	}
 	ag := cluster.StartAgent(t, ims.URL(), token, state)
 	waitConnected(t, ims, "demo")
 	ag.Stop()
+	// The customer requires imsd's signature: the modules' signatures
+	// must travel with them.
+	if out, err := exec.Command(filepath.Join(cluster.Binaries(t), "agentd"), "policy", "--state-dir", state, "supply-chain", "--require-signature").CombinedOutput(); err != nil {
+		t.Fatalf("agentd policy supply-chain: %v\n%s", err, out)
+	}
 
 	file := filepath.Join(t.TempDir(), "bundle.tar")
-	if out := cli.Run(0, "bundle", "create", appName, "--install", "demo", "-o", file); !strings.Contains(out, "provision workflow of 3 jobs, 0 artifacts") {
+	if out := cli.Run(0, "bundle", "create", appName, "--install", "demo", "-o", file); !strings.Contains(out, "provision workflow of 3 jobs, 2 artifacts") {
 		t.Fatalf("bundle create printed:\n%s", out)
 	}
 	ims.Stop()
+	// The install registry holds no module before the import: they come
+	// from the bundle.
+	registryDir := filepath.Join(state, "registry")
+	if _, err := os.Stat(filepath.Join(registryDir, "modules")); !os.IsNotExist(err) {
+		t.Fatalf("the install registry holds modules before the import: %v", err)
+	}
 	out, code := agentdBundle(t, state, "import", "--terraform-providers", mirror, file)
-	if code != 0 {
+	if code != 0 || !strings.Contains(out, "artifacts: 2 loaded into the install registry") {
 		t.Fatalf("import: exit %d:\n%s\nresults:\n%s", code, out, readResults(t, state))
+	}
+	imsdKey, err := ocisign.ReadPrivateKey(filepath.Join(ims.DataDir, "signing.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, _ := ocicopy.ParseRegistry("oci:" + registryDir)
+	for mod, dg := range mods {
+		r, err := ocicopy.Open(context.Background(), reg, "modules/"+mod, ocicopy.Credentials{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := r.Resolve(context.Background(), dg)
+		if err == nil {
+			_, err = ocisign.Verify(context.Background(), r, d, ocisign.ArtifactType, "", mod, []ed25519.PublicKey{imsdKey.Public().(ed25519.PublicKey)})
+		}
+		r.Close()
+		if err != nil {
+			t.Fatalf("module %s@%s in the install registry, with imsd's signature: %v", mod, dg, err)
+		}
+	}
+	if res := readResults(t, state); !strings.Contains(res, "supply-chain policy: modules/postgres@"+mods["postgres"]) {
+		t.Fatalf("the db job's log names no verified signature of its module:\n%s", res)
+	}
+	// Again: everything is held, nothing moves.
+	if out, code = agentdBundle(t, state, "import", "--terraform-providers", mirror, file); code != 0 || !strings.Contains(out, "0 blobs sent (0 blob bytes moved)") {
+		t.Fatalf("second import: exit %d:\n%s", code, out)
 	}
 	for _, step := range []string{"sandbox", "db", "report"} {
 		if !strings.Contains(out, "  "+step+strings.Repeat(" ", 30-len(step))+" succeeded") {
@@ -507,4 +694,44 @@ steps = [{ name = "report", script = "echo seen={{ .components.db.outputs.url }}
 	if got := cli.Run(0, "install", "plan", "demo"); !strings.Contains(got, "No changes: install demo matches app revision 1 (3 components unchanged)") {
 		t.Fatalf("install plan after the results:\n%s", got)
 	}
+}
+
+// resign rewrites the results file at path with the entries of replace
+// and signs it with the agent's own key (from its state dir), as a
+// customer holding that key could: imsd's checks past the signature are
+// what refuse it.
+func resign(t *testing.T, state, path string, replace map[string][]byte) string {
+	t.Helper()
+	id, err := identity.Load(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := t.TempDir()
+	var m bundlefile.Manifest
+	if err := json.Unmarshal(tarEntry(t, path, bundlefile.ManifestName), &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range m.Files {
+		b := tarEntry(t, path, f.Path)
+		if r, ok := replace[f.Path]; ok {
+			b = r
+		}
+		if err := os.WriteFile(filepath.Join(work, f.Path), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m.Files, err = bundlefile.Scan(work); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := json.MarshalIndent(m, "", "  ")
+	sig := bundlefile.Signature{KeyID: agentproto.KeyID(id.PrivateKey.Public().(ed25519.PublicKey)), Signature: agentproto.SignBundleResults(id.PrivateKey, raw)}
+	var buf bytes.Buffer
+	if err := bundlefile.Write(&buf, work, raw, sig); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "resigned.tar")
+	if err := os.WriteFile(out, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

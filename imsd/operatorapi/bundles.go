@@ -105,11 +105,10 @@ func (s *Service) CreateBundle(ctx context.Context, req *connect.Request[imsv1.C
 		j.Signature = s.cfg.SigningKey.Sign(&c)
 		j.KeyID, j.ExpireUnixMs = c.KeyID, c.Expires.UnixMilli()
 		jobs = append(jobs, j)
-		if st.Step.ComponentType == agentproto.ImageType && st.Step.Operation != "destroy" {
-			src, _ := cfg[agentproto.ImageSourceKey].(string)
-			if repo, _, err := agentproto.ParseBuildRef(src); err == nil && !slices.Contains(repos, repo) {
-				repos = append(repos, repo)
-			}
+		// The repositories the CLI copies from: images' sources, and
+		// the charts and modules named by digest.
+		if art, ok, err := j.Artifact(); err == nil && ok && !slices.Contains(repos, art.Repository) {
+			repos = append(repos, art.Repository)
 		}
 	}
 	b, err := json.MarshalIndent(jobs, "", "  ")

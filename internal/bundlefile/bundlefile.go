@@ -60,7 +60,27 @@ type Manifest struct {
 	Revision     int64     `json:"revision,omitempty"`
 	WorkflowKind string    `json:"workflow_kind,omitempty"`
 	Created      time.Time `json:"created"`
-	Files        []File    `json:"files"`
+	// AgentRelease is the agent release a bundle carries (byoc bundle
+	// create --agent-release), if any: the agent verifies its own
+	// signature, loads it into the install registry and checks it
+	// against the customer's update policy.
+	AgentRelease *Release `json:"agent_release,omitempty"`
+	// PluginReleases are the plugin releases it carries (byoc bundle
+	// create --plugin-release): verified and loaded likewise, for the
+	// customer to install and pin (agentd plugin install).
+	PluginReleases []Release `json:"plugin_releases,omitempty"`
+	Files          []File    `json:"files"`
+}
+
+// Release is an agent or plugin release in a bundle's layout: repository
+// Repository (of the layout, and of the install registry it is loaded
+// into), manifest Digest, its Type (agent, or the plugin's component
+// type) and Version.
+type Release struct {
+	Type       string `json:"type"`
+	Repository string `json:"repository"`
+	Digest     string `json:"digest"`
+	Version    string `json:"version"`
 }
 
 // File is one file of the tar, by its slash-separated relative path.

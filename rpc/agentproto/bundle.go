@@ -199,3 +199,51 @@ func RenderOutputs(v any, lookup func(component, output string) (string, bool)) 
 	}
 	return v, nil
 }
+
+// BundleArtifact is an artifact a bundle's job reads, which the bundle
+// carries: repository Repository of the vendor registry at Digest (as the
+// bundle's layout holds it), loaded into repository Target of the
+// install registry. Field is the config field naming it.
+type BundleArtifact struct {
+	Field, Repository, Target, Digest string
+}
+
+// Artifact is the artifact j deploys that a bundle carries: an image's
+// source (a build of the vendor registry, loaded into the install
+// registry at the job's repository, default the same name); a Helm
+// chart's chart or a Terraform module's module when it names a
+// repository of the install registry by digest (REPOSITORY@sha256:...),
+// which the bundle carries from the same repository of the vendor
+// registry (where byoc build package put it). ok is false for a destroy,
+// another type, or a chart or module read from elsewhere (an OCI layout
+// on the agent, another registry, a directory). An image job with no
+// build reference is an error.
+func (j *BundleJob) Artifact() (a BundleArtifact, ok bool, err error) {
+	if j.Operation == "destroy" {
+		return a, false, nil
+	}
+	field := map[string]string{ImageType: ImageSourceKey, "helm": "chart", "terraform": "module"}[j.ComponentType]
+	if field == "" {
+		return a, false, nil
+	}
+	cfg, err := j.DecodeConfig()
+	if err != nil {
+		return a, false, err
+	}
+	ref, _ := cfg[field].(string)
+	repo, dg, perr := ParseBuildRef(ref)
+	if j.ComponentType != ImageType {
+		if ref == "" || perr != nil {
+			return a, false, nil
+		}
+		return BundleArtifact{Field: field, Repository: repo, Target: repo, Digest: dg}, true, nil
+	}
+	if perr != nil {
+		return a, false, fmt.Errorf("step %s: %w", j.Step, perr)
+	}
+	target := repo
+	if r, _ := cfg["repository"].(string); r != "" {
+		target = r
+	}
+	return BundleArtifact{Field: field, Repository: repo, Target: target, Digest: dg}, true, nil
+}

@@ -74,3 +74,39 @@ func TestBundleJobVerify(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A bundle carries an image's source, and a chart or module named by
+// digest in the install registry; not one read from a layout on the
+// agent, another registry or a directory, nor anything of a destroy.
+func TestBundleJobArtifact(t *testing.T) {
+	dg := "sha256:" + strings.Repeat("ab", 32)
+	for _, c := range []struct {
+		typ, op, cfg string
+		want         *BundleArtifact
+		err          string
+	}{
+		{"image", "apply", `{"source":"acme/web@` + dg + `","repository":"web"}`, &BundleArtifact{"source", "acme/web", "web", dg}, ""},
+		{"image", "apply", `{"source":"acme/web@` + dg + `"}`, &BundleArtifact{"source", "acme/web", "acme/web", dg}, ""},
+		{"image", "apply", `{"source":"acme/web:1.0"}`, nil, "is a tag"},
+		{"image", "destroy", `{"source":"acme/web@` + dg + `"}`, nil, ""},
+		{"terraform", "apply", `{"module":"modules/db@` + dg + `"}`, &BundleArtifact{"module", "modules/db", "modules/db", dg}, ""},
+		{"terraform", "plan", `{"module":"oci:/srv/mods@` + dg + `"}`, nil, ""},
+		{"terraform", "apply", `{"module_dir":"/srv/db"}`, nil, ""},
+		{"helm", "apply", `{"chart":"charts/web@` + dg + `"}`, &BundleArtifact{"chart", "charts/web", "charts/web", dg}, ""},
+		{"helm", "apply", `{"chart":"ghcr.io/acme/web@` + dg + `"}`, nil, ""},
+		{"helm", "destroy", `{"chart":"charts/web@` + dg + `"}`, nil, ""},
+		{"action", "apply", `{"module":"modules/db@` + dg + `"}`, nil, ""},
+	} {
+		j := BundleJob{Step: "s", ComponentType: c.typ, Operation: c.op, Config: []byte(c.cfg)}
+		a, ok, err := j.Artifact()
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%s %s %s: err %v, want %q", c.typ, c.op, c.cfg, err, c.err)
+			}
+			continue
+		}
+		if err != nil || ok != (c.want != nil) || (c.want != nil && a != *c.want) {
+			t.Errorf("%s %s %s: %+v %v %v, want %+v", c.typ, c.op, c.cfg, a, ok, err, c.want)
+		}
+	}
+}

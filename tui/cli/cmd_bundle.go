@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/byoc-dev/byoc/internal/bundlefile"
 	"github.com/byoc-dev/byoc/internal/ocicopy"
+	"github.com/byoc-dev/byoc/internal/plugindist"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
@@ -40,7 +42,8 @@ const (
 
 func (a *app) bundleCreateCommand() *cobra.Command {
 	var revision int64
-	var install, out, vendorRegistry, haveFile, sinceResults string
+	var install, out, vendorRegistry, haveFile, sinceResults, agentRelease string
+	var pluginReleases []string
 	var validFor time.Duration
 	cmd := &cobra.Command{
 		Use:   "create APP --install NAME [--revision N] -o FILE",
@@ -122,29 +125,41 @@ out every blob of the images that bundle's succeeded jobs loaded.`,
 				}
 			}
 			var st packStats
+			packed := map[agentproto.BundleArtifact]bool{}
 			for _, j := range jobs {
-				if j.ComponentType != agentproto.ImageType || j.Operation == "destroy" {
-					continue
-				}
-				cfg, err := j.DecodeConfig()
+				art, ok, err := j.Artifact()
 				if err != nil {
 					return err
 				}
-				src, _ := cfg[agentproto.ImageSourceKey].(string)
-				repo, dg, err := agentproto.ParseBuildRef(src)
-				if err != nil {
-					return fmt.Errorf("step %s: %w", j.Step, err)
+				if !ok || packed[art] {
+					continue
 				}
+				packed[art] = true
+				ref := art.Repository + "@" + art.Digest
 				if regLoc == "" {
-					return usagef("step %s reads %s from the vendor registry, and imsd names none: give --vendor-registry", j.Step, src)
+					return usagef("step %s reads %s from the vendor registry, and imsd names none: give --vendor-registry", j.Step, ref)
 				}
 				reg, err := ocicopy.ParseRegistry(regLoc)
 				if err != nil {
 					return usagef("--vendor-registry: %v", err)
 				}
-				if err := packArtifact(cmd, reg, ocicopy.Credentials{AccessToken: b.GetRegistryToken()}, filepath.Join(work, BundleLayoutDir), repo, digest.Digest(dg), have, &st); err != nil {
+				if err := packArtifact(cmd, reg, ocicopy.Credentials{AccessToken: b.GetRegistryToken()}, filepath.Join(work, BundleLayoutDir), j.ComponentType, art, have, &st); err != nil {
 					return fmt.Errorf("step %s: %w", j.Step, err)
 				}
+			}
+			var rel *bundlefile.Release
+			if agentRelease != "" {
+				if rel, err = packRelease(cmd, agentRelease, true, a.vendorRegistryCreds(), filepath.Join(work, BundleLayoutDir), have, &st); err != nil {
+					return fmt.Errorf("--agent-release: %w", err)
+				}
+			}
+			var plugins []bundlefile.Release
+			for _, ref := range pluginReleases {
+				r, err := packRelease(cmd, ref, false, a.vendorRegistryCreds(), filepath.Join(work, BundleLayoutDir), have, &st)
+				if err != nil {
+					return fmt.Errorf("--plugin-release %s: %w", ref, err)
+				}
+				plugins = append(plugins, *r)
 			}
 			files, err := bundlefile.Scan(work)
 			if err != nil {
@@ -152,7 +167,7 @@ out every blob of the images that bundle's succeeded jobs loaded.`,
 			}
 			m := bundlefile.Manifest{Format: bundlefile.Format, Kind: bundlefile.KindBundle, ID: b.GetBundleId(), InstallID: b.GetInstallId(),
 				AgentID: b.GetAgentId(), App: b.GetApp(), Install: b.GetInstall(), Revision: b.GetRevision(), WorkflowKind: b.GetWorkflowKind(),
-				Created: time.Now().UTC(), Files: files}
+				Created: time.Now().UTC(), AgentRelease: rel, PluginReleases: plugins, Files: files}
 			raw, err := json.MarshalIndent(m, "", "  ")
 			if err != nil {
 				return err
@@ -185,9 +200,9 @@ out every blob of the images that bundle's succeeded jobs loaded.`,
 				return err
 			}
 			fi, _ := os.Stat(out)
-			fmt.Fprintf(a.stdout, "wrote %s: bundle %s for install %s (agent %s), app %s revision %d, %s workflow of %d jobs, %d artifacts (%d blobs, %d bytes; %d blobs left out, held by the install already), %d bytes in all; signed by imsd key %s, valid until %s\n",
+			fmt.Fprintf(a.stdout, "wrote %s: bundle %s for install %s (agent %s), app %s revision %d, %s workflow of %d jobs, %d artifacts (%d blobs, %d bytes; %d blobs left out, held by the install already%s)%s, %d bytes in all; signed by imsd key %s, valid until %s\n",
 				out, b.GetBundleId(), b.GetInstall(), b.GetAgentId(), b.GetApp(), b.GetRevision(), b.GetWorkflowKind(), len(jobs), st.artifacts,
-				st.blobs, st.blobBytes, st.skipped, fi.Size(), sig.Msg.GetKeyId(), time.UnixMilli(b.GetExpireUnixMs()).UTC().Format(time.RFC3339))
+				st.blobs, st.blobBytes, st.skipped, wholeNote(st.heldWhole), releaseNote(rel, plugins), fi.Size(), sig.Msg.GetKeyId(), time.UnixMilli(b.GetExpireUnixMs()).UTC().Format(time.RFC3339))
 			return nil
 		},
 	}
@@ -197,30 +212,53 @@ out every blob of the images that bundle's succeeded jobs loaded.`,
 	cmd.Flags().StringVar(&vendorRegistry, "vendor-registry", "", "the vendor registry `location` to copy artifacts from (default: the one imsd names)")
 	cmd.Flags().StringVar(&haveFile, "have-digests", "", "`file` of digests the install registry holds (agentd bundle inventory): their blobs are left out")
 	cmd.Flags().StringVar(&sinceResults, "since-results", "", "a results `file` of the install's last bundle (agentd bundle export-results): the blobs of the images it loaded are left out")
+	cmd.Flags().StringVar(&agentRelease, "agent-release", "", "an agent release to carry, oci://HOST/REPOSITORY@sha256:... (byoc agent publish prints it; credentials from $BYOC_VENDOR_REGISTRY_*)")
+	cmd.Flags().StringArrayVar(&pluginReleases, "plugin-release", nil, "a plugin release to carry, oci://HOST/REPOSITORY@sha256:... (byoc plugin publish prints it; repeatable)")
 	cmd.Flags().DurationVar(&validFor, "valid-for", 0, "how long the bundle's signatures stay valid (default 720h, at most 2160h)")
 	return cmd
 }
 
 type packStats struct {
-	artifacts, blobs, skipped int
-	blobBytes                 int64
+	// heldWhole counts charts and modules left out whole (held by the
+	// install, absent from the vendor registry).
+	artifacts, blobs, skipped, heldWhole int
+	blobBytes                            int64
 }
 
-// packArtifact copies repo@dg with its referrers from reg into the
-// layout root, leaving out the blobs in have.
-func packArtifact(cmd *cobra.Command, reg ocicopy.Registry, creds ocicopy.Credentials, root, repo string, dg digest.Digest, have map[digest.Digest]bool, st *packStats) error {
+// packArtifact copies art (repo@dg) with its referrers from reg into
+// the layout root, leaving out the blobs in have. A chart or module the
+// vendor registry lacks and the install holds (have lists its manifest)
+// is left out whole: the agent finds it in the install registry.
+func packArtifact(cmd *cobra.Command, reg ocicopy.Registry, creds ocicopy.Credentials, root, typ string, art agentproto.BundleArtifact, have map[digest.Digest]bool, st *packStats) error {
 	ctx := cmd.Context()
+	repo, dg := art.Repository, digest.Digest(art.Digest)
 	src, err := ocicopy.Open(ctx, reg, repo, creds)
 	if err != nil {
 		return err
 	}
 	defer src.Close()
-	dst, err := ocicopy.Open(ctx, ocicopy.Registry{LayoutRoot: root}, repo, ocicopy.Credentials{})
+	if typ != agentproto.ImageType {
+		if _, err := src.Resolve(ctx, dg.String()); err != nil {
+			if have[dg] {
+				st.heldWhole++
+				return nil
+			}
+			kind := map[string]string{"helm": "helm", "terraform": "terraform"}[typ]
+			return fmt.Errorf("%s %s@%s: not in the vendor registry %s (%v): byoc build package DIR --kind %s --repo %s puts it there, or --have-digests lists it when the install holds it", art.Field, repo, dg, reg, err, kind, repo)
+		}
+	}
+	return copyInto(ctx, src, root, art, have, st)
+}
+
+// copyInto copies art from src, with its referrers, into the layout
+// root at its repository, leaving out the blobs in have.
+func copyInto(ctx context.Context, src *ocicopy.Repo, root string, art agentproto.BundleArtifact, have map[digest.Digest]bool, st *packStats) error {
+	dst, err := ocicopy.Open(ctx, ocicopy.Registry{LayoutRoot: root}, art.Repository, ocicopy.Credentials{})
 	if err != nil {
 		return err
 	}
 	defer dst.Close()
-	plan, err := ocicopy.PlanCopy(ctx, src, dst, dg, ocicopy.Options{})
+	plan, err := ocicopy.PlanCopy(ctx, src, dst, digest.Digest(art.Digest), ocicopy.Options{})
 	if err != nil {
 		return err
 	}
@@ -239,6 +277,57 @@ func packArtifact(cmd *cobra.Command, reg ocicopy.Registry, creds ocicopy.Creden
 	st.blobs += res.BlobsCopied
 	st.blobBytes += res.BlobBytes
 	return nil
+}
+
+// packRelease copies the agent release (agent) or plugin release ref,
+// with its signature, into the layout root at its repository, after
+// checking it is one.
+func packRelease(cmd *cobra.Command, ref string, agent bool, creds ocicopy.Credentials, root string, have map[digest.Digest]bool, st *packStats) (*bundlefile.Release, error) {
+	ctx := cmd.Context()
+	r, err := plugindist.ParseRef(ref)
+	if err != nil {
+		return nil, err
+	}
+	src, err := ocicopy.Open(ctx, r.Registry, r.Repository, creds)
+	if err != nil {
+		return nil, err
+	}
+	defer src.Close()
+	var m *plugindist.Manifest
+	if agent {
+		m, err = plugindist.ReadAgent(ctx, src, r.Digest)
+	} else {
+		m, err = plugindist.Read(ctx, src, r.Digest)
+	}
+	if err != nil {
+		return nil, err
+	}
+	art := agentproto.BundleArtifact{Field: "release", Repository: r.Repository, Target: r.Repository, Digest: r.Digest.String()}
+	if err := copyInto(ctx, src, root, art, have, st); err != nil {
+		return nil, err
+	}
+	return &bundlefile.Release{Type: m.Type, Repository: r.Repository, Digest: r.Digest.String(), Version: m.Version}, nil
+}
+
+// releaseNote is what the summary says of the releases.
+func releaseNote(agent *bundlefile.Release, plugins []bundlefile.Release) string {
+	var s string
+	if agent != nil {
+		s = fmt.Sprintf(", agent release %s (%s@%s)", agent.Version, agent.Repository, agent.Digest)
+	}
+	for _, p := range plugins {
+		s += fmt.Sprintf(", plugin release %s %s (%s@%s)", p.Type, p.Version, p.Repository, p.Digest)
+	}
+	return s
+}
+
+// wholeNote is what the summary says of the charts and modules left out
+// whole.
+func wholeNote(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; %d charts or modules left out whole", n)
 }
 
 // readHaveDigests reads a file of digests, one a line (blank lines and

@@ -96,6 +96,7 @@ func Run(t *testing.T, open OpenFunc) {
 		{"ArtifactVerifications", testArtifactVerifications},
 		{"Drift", testDrift},
 		{"ComponentImport", testComponentImport},
+		{"OfflineStep", testOfflineStep},
 		{"BuildAgentRole", testBuildAgentRole},
 		{"Builds", testBuilds},
 		{"RegistryGrants", testRegistryGrants},

@@ -1,0 +1,86 @@
+package storetest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/byoc-dev/byoc/imsd/errs"
+	"github.com/byoc-dev/byoc/imsd/store"
+)
+
+// testOfflineStep: a step an agent ran from an offline bundle (byoc
+// bundle import-results) is recorded in one go: the step runs with its
+// job, which ends at once with the agent's result, attempt 1, fencing
+// token 1, its log lines and the audit events, and is never offered to
+// an agent to claim. A step no longer pending, or a result that is not
+// final, records nothing.
+func testOfflineStep(t *testing.T, e *env) {
+	ctx := e.ctx()
+	ins := e.install("offline")
+	e.agent(ins, "ag-off")
+	e.workflow("wf-off", ins, "provision", at(0))
+	started, err := e.s.StartWorkflow(ctx, "wf-off", planSteps("web", "db"), store.WorkflowRunning, []byte("{}"), at(time.Minute))
+	ok(t, err)
+	equal(t, "workflow started", started, true)
+
+	job := func(id string) store.Job {
+		j := newJob(id, ins, at(time.Minute))
+		j.ComponentType, j.Component, j.MaxAttempts = "action", "web", 1
+		return j
+	}
+	res := store.Result{State: store.JobSucceeded, ExitCode: 0, Outputs: map[string]string{"digest": "sha256:abc"}}
+	logs := lines(1, 1, 3)
+	// A result that is not final, or no end time: nothing is written.
+	wantErr(t, e.s.RecordOfflineStep(ctx, "wf-off", "web", job("job-web"), "ag-off", store.Result{State: store.JobRunning}, logs, at(2*time.Minute), at(3*time.Minute)), errs.Invalid, "state")
+	wantErr(t, e.s.RecordOfflineStep(ctx, "wf-off", "web", job("job-web"), "ag-off", res, logs, at(2*time.Minute), time.Time{}), errs.Invalid, "ended")
+	if _, err := e.s.GetJob(ctx, "job-web"); !errs.Is(err, errs.NotFound) {
+		t.Fatalf("a refused record left job-web: %v", err)
+	}
+
+	ok(t, e.s.RecordOfflineStep(ctx, "wf-off", "web", job("job-web"), "ag-off", res, logs, at(2*time.Minute), at(3*time.Minute)))
+	j := e.job("job-web")
+	equal(t, "state", j.State, store.JobSucceeded)
+	equal(t, "agent", j.AgentID, "ag-off")
+	equal(t, "attempt", j.Attempt, 1)
+	equal(t, "fencing token", j.FencingToken, int64(1))
+	equal(t, "output", j.Outputs["digest"], "sha256:abc")
+	equal(t, "started", j.StartedAt.Equal(at(2*time.Minute)), true)
+	equal(t, "ended", j.EndedAt.Equal(at(3*time.Minute)), true)
+	equal(t, "log lines", len(e.logs("job-web")), 3)
+	_, steps := e.getWorkflow("wf-off")
+	equal(t, "web's job", steps["web"].JobID, "job-web")
+	equal(t, "web's attempts", steps["web"].Attempts, 1)
+	equal(t, "db still pending", steps["db"].State, store.StepPending)
+
+	// Never offered to an agent.
+	claimed, err := e.s.ClaimJobs(ctx, ins, store.Writer{AgentID: "ag-off"}, 10, at(time.Hour), at(4*time.Minute))
+	ok(t, err)
+	equal(t, "jobs claimed", len(claimed), 0)
+
+	// Once: the step is no longer pending, and the second job is not
+	// stored.
+	wantErr(t, e.s.RecordOfflineStep(ctx, "wf-off", "web", job("job-web-2"), "ag-off", res, nil, at(5*time.Minute), at(6*time.Minute)), errs.Conflict, "not pending")
+	if _, err := e.s.GetJob(ctx, "job-web-2"); !errs.Is(err, errs.NotFound) {
+		t.Fatalf("a conflicting record left job-web-2: %v", err)
+	}
+	wantErr(t, e.s.RecordOfflineStep(ctx, "wf-off", "nope", job("job-nope"), "ag-off", res, nil, at(5*time.Minute), at(6*time.Minute)), errs.Conflict)
+
+	// A failed one records its error and exit code.
+	fj := job("job-db")
+	fj.Component = "db"
+	ok(t, e.s.RecordOfflineStep(ctx, "wf-off", "db", fj, "ag-off", store.Result{State: store.JobFailed, ExitCode: 2, Error: "boom"}, nil, at(7*time.Minute), at(8*time.Minute)))
+	j = e.job("job-db")
+	equal(t, "db state", j.State, store.JobFailed)
+	equal(t, "db exit code", j.ExitCode, 2)
+	equal(t, "db error", j.Error, "boom")
+
+	evs, err := e.s.ListAuditEvents(ctx, store.AuditFilter{Chain: ins, OneChain: true})
+	ok(t, err)
+	offline := 0
+	for _, ev := range evs {
+		if ev.Kind == "step.started" && ev.Data["offline"] == "true" {
+			offline++
+		}
+	}
+	equal(t, "offline step.started events", offline, 2)
+}
