@@ -162,13 +162,19 @@ func importBundle(ctx context.Context, a *agent.Agent, runner *agent.PluginRunne
 		return fmt.Errorf("%s refused, nothing was written: %w", file, err)
 	}
 	verified := time.Since(start)
-	b, err := os.ReadFile(filepath.Join(staging, "jobs.json"))
+	// The jobs themselves are sealed to this agent (they carry the
+	// install's sensitive values); jobs.json is only their readable view.
+	sealed, err := os.ReadFile(filepath.Join(staging, "jobs.sealed"))
 	if err != nil {
-		return fmt.Errorf("%s refused, nothing was written: jobs.json: %w", file, err)
+		return fmt.Errorf("%s refused, nothing was written: jobs.sealed: %w", file, err)
+	}
+	b, err := a.OpenBundleJobs(sealed)
+	if err != nil {
+		return fmt.Errorf("%s refused, nothing was written: %w", file, err)
 	}
 	var jobs []agentproto.BundleJob
 	if err := json.Unmarshal(b, &jobs); err != nil {
-		return fmt.Errorf("%s refused, nothing was written: jobs.json: %w", file, err)
+		return fmt.Errorf("%s refused, nothing was written: jobs.sealed: %w", file, err)
 	}
 	for i := range jobs {
 		if err := a.CheckOffline(&jobs[i]); err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/byoc-dev/byoc/agentd/auditlog"
 	"github.com/byoc-dev/byoc/agentd/identity"
 	"github.com/byoc-dev/byoc/internal/bundlefile"
+	"github.com/byoc-dev/byoc/rpc/agentchannel"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 )
 
@@ -22,6 +23,8 @@ const (
 	resultsFile = "results.json"
 	journalFile = "journal.jsonl"
 	jobsFile    = "jobs.json"
+	// sealedJobsFile is the jobs themselves, sealed to imsd's key.
+	sealedJobsFile = "jobs.sealed"
 )
 
 // exportResultsCmd runs agentd bundle export-results.
@@ -88,7 +91,38 @@ func exportResults(stateDir, bundle, out string, stdout io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(work)
-	for name, b := range map[string][]byte{resultsFile: res, journalFile: journal, jobsFile: jobs} {
+	// The jobs carry the install's sensitive values: they go back sealed
+	// to the imsd key that signed them (jobs.sealed), beside their
+	// readable view (jobs.json), as they came.
+	var full []agentproto.BundleJob
+	if err := json.Unmarshal(jobs, &full); err != nil {
+		return fmt.Errorf("%s: %w", jobsFile, err)
+	}
+	view, err := agentproto.BundleJobsView(full)
+	if err != nil {
+		return err
+	}
+	viewB, err := json.MarshalIndent(view, "", "  ")
+	if err != nil {
+		return err
+	}
+	var imsdKey ed25519.PublicKey
+	for _, k := range id.IMSDKeys {
+		if len(full) > 0 && agentproto.KeyID(k) == full[0].KeyID {
+			imsdKey = k
+		}
+	}
+	if len(full) == 0 && len(id.IMSDKeys) > 0 {
+		imsdKey = id.IMSDKeys[0]
+	}
+	if imsdKey == nil {
+		return fmt.Errorf("%s: the jobs were not signed by an imsd key this agent trusts", jobsFile)
+	}
+	sealed, err := agentchannel.SealTo(imsdKey, agentproto.ResultsJobsInfo(id.InstallID, id.AgentID), jobs)
+	if err != nil {
+		return err
+	}
+	for name, b := range map[string][]byte{resultsFile: res, journalFile: journal, jobsFile: append(viewB, '\n'), sealedJobsFile: sealed} {
 		if err := os.WriteFile(filepath.Join(work, name), b, 0o600); err != nil {
 			return err
 		}

@@ -190,14 +190,23 @@ func TestBundleProvisionOffline(t *testing.T) {
 	forgedFile := filepath.Join(dir, "forged-release.tar")
 	c.cli.Run(0, "bundle", "create", "shop", "--install", "acme", "-o", forgedFile, "--agent-release", forgedRelease)
 
-	// imsd signs no manifest whose jobs it did not sign: a command changed
-	// in the jobs file is refused, naming the job.
-	jobsJSON := tarEntry(t, file, "jobs.json")
+	// imsd signs no manifest whose jobs it did not make: a command
+	// changed in the jobs' view, beside the sealed jobs imsd made, is
+	// refused. (The jobs themselves are sealed to the agent: they carry
+	// the install's sensitive values, which the operator may not read.)
+	jobsJSON, sealedJobs := tarEntry(t, file, "jobs.json"), tarEntry(t, file, "jobs.sealed")
+	if len(sealedJobs) == 0 || bytes.Contains(sealedJobs, []byte("echo url=")) {
+		t.Fatalf("jobs.sealed is empty or readable: %q", sealedJobs)
+	}
 	forged := bytes.Replace(jobsJSON, []byte("echo url=pg-"), []byte("echo url=PG-"), 1)
-	sum := sha256.Sum256(forged)
-	forgedMan, _ := json.Marshal(map[string]any{"install_id": tarManifestInstall(t, file), "files": []map[string]string{{"path": "jobs.json", "sha256": hex.EncodeToString(sum[:])}}})
-	_, err := c.ims.Admin().SignBundle(ctx, connect.NewRequest(&imsv1.SignBundleRequest{Install: "acme", Manifest: forgedMan, JobsJson: forged}))
-	if err == nil || !strings.Contains(err.Error(), "(step db) does not carry a valid signature of this imsd") {
+	if bytes.Equal(forged, jobsJSON) {
+		t.Fatalf("jobs.json has no step to forge:\n%s", jobsJSON)
+	}
+	sum, sealedSum := sha256.Sum256(forged), sha256.Sum256(sealedJobs)
+	forgedMan, _ := json.Marshal(map[string]any{"install_id": tarManifestInstall(t, file), "files": []map[string]string{
+		{"path": "jobs.json", "sha256": hex.EncodeToString(sum[:])}, {"path": "jobs.sealed", "sha256": hex.EncodeToString(sealedSum[:])}}})
+	_, err := c.ims.Admin().SignBundle(ctx, connect.NewRequest(&imsv1.SignBundleRequest{Install: "acme", Manifest: forgedMan, JobsJson: forged, JobsSealed: sealedJobs}))
+	if err == nil || !strings.Contains(err.Error(), "are not the jobs this imsd made for install acme") {
 		t.Fatalf("SignBundle of forged jobs: %v", err)
 	}
 

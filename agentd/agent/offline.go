@@ -8,6 +8,7 @@ import (
 	"maps"
 	"time"
 
+	"github.com/byoc-dev/byoc/rpc/agentchannel"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 )
@@ -45,6 +46,17 @@ type OfflineJob struct {
 	// VendorRegistry is where the job's vendor artifacts are (the
 	// bundle's OCI image layout root, as oci:DIR), for the image type.
 	VendorRegistry string
+}
+
+// OpenBundleJobs opens a bundle's sealed jobs (jobs.sealed), which imsd
+// sealed to this agent's key: only the agent reads the install's
+// sensitive values they carry.
+func (a *Agent) OpenBundleJobs(sealed []byte) ([]byte, error) {
+	b, err := agentchannel.OpenWith(a.privateKey(), agentproto.BundleJobsInfo(a.id.InstallID, a.id.AgentID), sealed)
+	if err != nil {
+		return nil, fmt.Errorf("jobs.sealed does not open with this agent's key (%w): a bundle is sealed to the key the agent had when it was made; after a key rotation, make it again", err)
+	}
+	return b, nil
 }
 
 // CheckOffline checks a bundle job's signature as an assignment's is

@@ -24,6 +24,7 @@ import (
 	"github.com/byoc-dev/byoc/imsd/workflow"
 	"github.com/byoc-dev/byoc/internal/auditchain"
 	"github.com/byoc-dev/byoc/internal/bundlefile"
+	"github.com/byoc-dev/byoc/rpc/agentchannel"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
@@ -131,13 +132,19 @@ func (s *Service) importResults(ctx context.Context, m *imsv1.ImportBundleResult
 	if res.Bundle != man.ID || res.AgentID != agent.ID || res.InstallID != in.ID {
 		return nil, errs.E(errs.Invalid, "results file refused, nothing was recorded: %s names bundle %s of agent %s, the manifest %s of agent %s", resultsFileName, res.Bundle, res.AgentID, man.ID, agent.ID)
 	}
-	jobsB, err := read(BundleJobsFile)
+	// The jobs came back sealed to this imsd's key (they carry the
+	// install's sensitive values; jobs.json is their masked view).
+	sealedB, err := read(BundleSealedJobsFile)
 	if err != nil {
 		return nil, err
 	}
+	jobsB, err := agentchannel.OpenWith(s.cfg.SigningKey.Private, agentproto.ResultsJobsInfo(in.ID, agent.ID), sealedB)
+	if err != nil {
+		return nil, errs.E(errs.Invalid, "results file refused, nothing was recorded: %s does not open with this imsd's key %s (%v): sealed by another agent, to another imsd key, or changed", BundleSealedJobsFile, s.cfg.SigningKey.ID, err)
+	}
 	var jobs []agentproto.BundleJob
 	if err := json.Unmarshal(jobsB, &jobs); err != nil {
-		return nil, errs.E(errs.Invalid, "results file refused, nothing was recorded: %s: %v", BundleJobsFile, err)
+		return nil, errs.E(errs.Invalid, "results file refused, nothing was recorded: %s: %v", BundleSealedJobsFile, err)
 	}
 	// Only jobs imsd signed for this agent; expired signatures are fine:
 	// they ran before (the journal says when).

@@ -16,6 +16,7 @@ import (
 	"github.com/byoc-dev/byoc/imsd/auth"
 	"github.com/byoc-dev/byoc/imsd/errs"
 	"github.com/byoc-dev/byoc/imsd/registry"
+	"github.com/byoc-dev/byoc/rpc/agentchannel"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
@@ -34,8 +35,13 @@ const (
 	maxBundleManifest = 2 << 20
 )
 
-// BundleJobsFile is a bundle's jobs file, as its manifest names it.
-const BundleJobsFile = "jobs.json"
+// BundleJobsFile is a bundle's readable view of its jobs, and
+// BundleSealedJobsFile the jobs themselves, sealed to the agent, as its
+// manifest names them.
+const (
+	BundleJobsFile       = "jobs.json"
+	BundleSealedJobsFile = "jobs.sealed"
+)
 
 // CreateBundle implements byoc bundle create.
 func (s *Service) CreateBundle(ctx context.Context, req *connect.Request[imsv1.CreateBundleRequest]) (*connect.Response[imsv1.CreateBundleResponse], error) {
@@ -70,9 +76,10 @@ func (s *Service) CreateBundle(ctx context.Context, req *connect.Request[imsv1.C
 		return nil, s.err(ctx, err)
 	}
 	agentID := ""
+	var agentKey ed25519.PublicKey
 	for _, a := range agents {
 		if a.RevokedAt.IsZero() && !a.Build {
-			agentID = a.ID
+			agentID, agentKey = a.ID, ed25519.PublicKey(a.PublicKey)
 			break
 		}
 	}
@@ -111,12 +118,28 @@ func (s *Service) CreateBundle(ctx context.Context, req *connect.Request[imsv1.C
 			repos = append(repos, art.Repository)
 		}
 	}
+	// The jobs carry the install's sensitive values: sealed to the agent,
+	// beside a view with each one masked (agentproto/bundlejobs.go).
 	b, err := json.MarshalIndent(jobs, "", "  ")
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}
+	sealed, err := agentchannel.SealTo(agentKey, agentproto.BundleJobsInfo(in.ID, agentID), b)
+	if err != nil {
+		return nil, s.err(ctx, fmt.Errorf("seal the jobs to agent %s: %w", agentID, err))
+	}
+	view, err := agentproto.BundleJobsView(jobs)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	vb, err := json.MarshalIndent(view, "", "  ")
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	vb = append(vb, '\n')
 	out := &imsv1.CreateBundleResponse{BundleId: auth.NewSortableID("bdl_", now), InstallId: in.ID, AgentId: agentID, Revision: rev,
-		WorkflowKind: kind, JobsJson: append(b, '\n'), Repositories: repos, SigningKeyId: s.cfg.SigningKey.ID,
+		WorkflowKind: kind, JobsJson: vb, JobsSealed: sealed, JobsSignature: agentproto.SignBundleJobs(s.cfg.SigningKey.Private, in.ID, vb, sealed),
+		Repositories: repos, SigningKeyId: s.cfg.SigningKey.ID,
 		App: app.Name, Install: in.Name, ExpireUnixMs: expires.UnixMilli(), Registry: s.cfg.RegistryURL}
 	if s.cfg.RegistryTokens != nil && len(repos) > 0 {
 		scopes := make([]registry.Scope, 0, len(repos))
@@ -163,49 +186,26 @@ func (s *Service) SignBundle(ctx context.Context, req *connect.Request[imsv1.Sig
 	if man.InstallID != in.ID {
 		return nil, s.err(ctx, errs.E(errs.Invalid, "manifest: install_id %q is not install %s (%s)", man.InstallID, in.Name, in.ID))
 	}
-	sum := sha256.Sum256(m.JobsJson)
-	listed := false
-	for _, f := range man.Files {
-		if f.Path == BundleJobsFile {
-			if f.SHA256 != hex.EncodeToString(sum[:]) {
-				return nil, s.err(ctx, errs.E(errs.Invalid, "manifest: %s is listed with sha256 %s, and the jobs given have %x", BundleJobsFile, f.SHA256, sum))
-			}
-			listed = true
-		}
+	// Only jobs imsd made itself, for this install: a manifest signed
+	// here vouches for nothing imsd did not sign. The sealed jobs cannot
+	// be read here (they are the agent's); CreateBundle signed them with
+	// their view.
+	if !agentproto.VerifyBundleJobs(s.cfg.SigningKey.Public, in.ID, m.JobsJson, m.JobsSealed, m.JobsSignature) {
+		return nil, s.err(ctx, errs.E(errs.Invalid, "jobs_signature: %s and %s are not the jobs this imsd made for install %s (byoc bundle create makes them)", BundleJobsFile, BundleSealedJobsFile, in.Name))
 	}
-	if !listed {
-		return nil, s.err(ctx, errs.E(errs.Invalid, "manifest: lists no %s", BundleJobsFile))
-	}
-	var jobs []agentproto.BundleJob
-	if err := json.Unmarshal(m.JobsJson, &jobs); err != nil {
-		return nil, s.err(ctx, errs.E(errs.Invalid, "jobs_json: %v", err))
-	}
-	// Only jobs imsd signed itself, for this install: a manifest signed
-	// here vouches for nothing imsd did not sign.
-	keys := map[string]ed25519.PublicKey{s.cfg.SigningKey.ID: s.cfg.SigningKey.Public}
-	agents, err := s.store.AgentsForInstall(ctx, in.ID)
-	if err != nil {
-		return nil, s.err(ctx, err)
-	}
-	for i := range jobs {
-		j := &jobs[i]
-		if j.InstallID != in.ID {
-			return nil, s.err(ctx, errs.E(errs.Invalid, "jobs_json: job %s is for install %s, not %s", j.JobID, j.InstallID, in.ID))
-		}
-		cfg, err := j.DecodeConfig()
-		if err != nil {
-			return nil, s.err(ctx, errs.E(errs.Invalid, "jobs_json: %v", err))
-		}
-		ok := false
-		for _, a := range agents {
-			c, err := j.Claims(a.ID, cfg)
-			if err == nil && agentproto.VerifyJob(keys, &c, j.Signature, s.now()) == nil {
-				ok = true
-				break
+	for name, b := range map[string][]byte{BundleJobsFile: m.JobsJson, BundleSealedJobsFile: m.JobsSealed} {
+		sum := sha256.Sum256(b)
+		listed := false
+		for _, f := range man.Files {
+			if f.Path == name {
+				if f.SHA256 != hex.EncodeToString(sum[:]) {
+					return nil, s.err(ctx, errs.E(errs.Invalid, "manifest: %s is listed with sha256 %s, and the file given has %x", name, f.SHA256, sum))
+				}
+				listed = true
 			}
 		}
-		if !ok {
-			return nil, s.err(ctx, errs.E(errs.Invalid, "jobs_json: job %s (step %s) does not carry a valid signature of this imsd for an agent of install %s", j.JobID, j.Step, in.Name))
+		if !listed {
+			return nil, s.err(ctx, errs.E(errs.Invalid, "manifest: lists no %s", name))
 		}
 	}
 	sig := agentproto.SignBundleManifest(s.cfg.SigningKey.Private, m.Manifest)

@@ -32,12 +32,14 @@ func (a *app) bundleCommand() *cobra.Command {
 	)
 }
 
-// BundleJobsFile and BundleLayoutDir are where a bundle keeps its jobs
-// and its artifacts (an OCI image layout root: repository R is the
-// layout oci/R).
+// BundleJobsFile, BundleSealedJobsFile and BundleLayoutDir are where a
+// bundle keeps its jobs (a readable view, every sensitive value masked;
+// the jobs themselves, sealed to the install's agent) and its artifacts
+// (an OCI image layout root: repository R is the layout oci/R).
 const (
-	BundleJobsFile  = "jobs.json"
-	BundleLayoutDir = "oci"
+	BundleJobsFile       = "jobs.json"
+	BundleSealedJobsFile = "jobs.sealed"
+	BundleLayoutDir      = "oci"
 )
 
 func (a *app) bundleCreateCommand() *cobra.Command {
@@ -98,7 +100,12 @@ out every blob of the images that bundle's succeeded jobs loaded.`,
 				return err
 			}
 			defer os.RemoveAll(work)
+			// jobs.json is the readable view (sensitive values masked);
+			// jobs.sealed the jobs themselves, which only the agent opens.
 			if err := os.WriteFile(filepath.Join(work, BundleJobsFile), b.GetJobsJson(), 0o644); err != nil {
+				return err
+			}
+			if err := os.WriteFile(filepath.Join(work, BundleSealedJobsFile), b.GetJobsSealed(), 0o644); err != nil {
 				return err
 			}
 			var jobs []agentproto.BundleJob
@@ -172,7 +179,8 @@ out every blob of the images that bundle's succeeded jobs loaded.`,
 			if err != nil {
 				return err
 			}
-			sig, err := c.SignBundle(ctx, connect.NewRequest(&imsv1.SignBundleRequest{Manifest: raw, JobsJson: b.GetJobsJson(), Install: b.GetInstallId()}))
+			sig, err := c.SignBundle(ctx, connect.NewRequest(&imsv1.SignBundleRequest{Manifest: raw, JobsJson: b.GetJobsJson(),
+				JobsSealed: b.GetJobsSealed(), JobsSignature: b.GetJobsSignature(), Install: b.GetInstallId()}))
 			if err != nil {
 				return c.wrap(err)
 			}
