@@ -465,3 +465,45 @@ func sessionAudit(t *testing.T, c imsv1connect.OperatorServiceClient, id, kind, 
 	}
 	return out
 }
+
+// The console's support shell in a real terminal (tmux): on an install
+// with a live grant allowing sessions, e asks for the install's name,
+// hands the terminal over (the break-glass banner with the time left,
+// then the shell), and the console comes back when the shell exits,
+// with the session's end and the recording's hash in its status line.
+func TestConsoleSupportShell(t *testing.T) {
+	skipShort(t)
+	ims, cli, acme, _ := startBreakGlass(t, fast)
+	grant := requestGrant(t, cli, "acme", "--reason", "INC-10", "--for", "1h")
+	if out, code := breakglass(t, acme.StateDir, "approve", grant, "--allow-sessions"); code != 0 {
+		t.Fatalf("approve: %s", out)
+	}
+	term := cluster.StartTerminal(t, 200, 40, []string{"BYOC_CONFIG=" + filepath.Join(t.TempDir(), "config.json")},
+		filepath.Join(cluster.Binaries(t), "byoc"), "--server", ims.URL(), "--token", ims.AdminToken)
+	term.WaitFor("acme", func(s string) bool { return lineWith(s, "acme", "online") })
+	term.Keys("Enter")
+	// The install's view, with the grant's banner once polled.
+	term.WaitText("installs › acme", "BREAK-GLASS on acme", "e shell")
+	term.Keys("e")
+	term.WaitText("Confirm: open a support shell on acme under break-glass", "UNDER BREAK-GLASS grant "+grant)
+	term.Type("acme")
+	term.Keys("Enter")
+	term.WaitFor("the banner and the prompt", func(s string) bool {
+		flat := strings.ReplaceAll(s, "\n", "")
+		return strings.Contains(flat, "BREAK-GLASS support session") && regexp.MustCompile(`[0-9]s left`).MatchString(flat) && screenLine(s, "$")
+	})
+	term.Type("echo hello-from-$((6*7))-console")
+	term.Keys("Enter")
+	term.WaitFor("the command's output", func(s string) bool { return screenLine(s, "hello-from-42-console") })
+	term.Type("exit")
+	term.Keys("Enter")
+	s := term.WaitText("installs › acme", "support session ss_", "ended: the command exited", "sha256 ")
+	id := regexp.MustCompile(`ss_[a-z0-9]+`).FindString(s)
+	m, err := sessionrec.ReadMeta(sessionrec.Dir(acme.StateDir), id)
+	if err != nil || !strings.Contains(s, m.SHA256) {
+		t.Fatalf("the customer's summary of %s: %+v %v; screen:\n%s", id, m, err, s)
+	}
+	// The console has its keys back.
+	term.Keys("Escape")
+	term.WaitFor("the fleet again", func(s string) bool { return lineWith(s, "acme", "online") && !strings.Contains(s, "installs › acme") })
+}

@@ -36,8 +36,13 @@ In a script, run a command instead: byoc --help lists them (byoc install list, b
 	if err != nil {
 		return err
 	}
+	streams, err := a.connectStreams() // support shells: a bidirectional stream needs HTTP/2
+	if err != nil {
+		return err
+	}
 	opts := console.Options{
-		Conn:     &console.Conn{Context: c.target.context, Server: c.target.server, Client: c.OperatorServiceClient, Identity: identity, Access: access},
+		Conn: &console.Conn{Context: c.target.context, Server: c.target.server, Client: c.OperatorServiceClient, Streams: streams.OperatorServiceClient,
+			Identity: identity, Access: access},
 		ReadOnly: a.readOnly,
 		Settings: settings,
 	}
@@ -54,7 +59,12 @@ In a script, run a command instead: byoc --help lists them (byoc install list, b
 			if err != nil {
 				return nil, err
 			}
-			return &console.Conn{Context: c.target.context, Server: c.target.server, Client: c.OperatorServiceClient, Identity: identity, Access: access}, nil
+			streams, err := b.connectStreams()
+			if err != nil {
+				return nil, err
+			}
+			return &console.Conn{Context: c.target.context, Server: c.target.server, Client: c.OperatorServiceClient, Streams: streams.OperatorServiceClient,
+				Identity: identity, Access: access}, nil
 		}
 		opts.Contexts = func() ([]console.ContextInfo, error) {
 			cfg, err := loadConfig(path)

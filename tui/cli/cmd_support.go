@@ -2,17 +2,11 @@ package cli
 
 import (
 	"errors"
-	"fmt"
-	"io"
-	"os"
-	"os/signal"
-	"syscall"
-	"time"
 
-	"github.com/charmbracelet/x/term"
+	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
-	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
+	"github.com/byoc-dev/byoc/tui/supportshell"
 )
 
 // supportCommand groups the support engineer's interactive tools.
@@ -59,94 +53,25 @@ serves it from the replica that holds the agent's stream.`,
 }
 
 func (a *app) supportShell(cmd *cobra.Command, install, component string, command []string) error {
-	ctx := cmd.Context()
 	c, err := a.connectStreams()
 	if err != nil {
 		return err
 	}
-	in, _ := a.stdin.(*os.File)
-	out, _ := a.stdout.(*os.File)
-	tty := in != nil && out != nil && a.stdinTerminal() && a.terminal(a.stdout)
-	rows, cols := uint32(24), uint32(80)
-	if out != nil && a.terminal(a.stdout) {
-		if w, h, err := term.GetSize(out.Fd()); err == nil && w > 0 && h > 0 {
-			rows, cols = uint32(min(h, 1000)), uint32(min(w, 1000))
-		}
-	}
-	termName := a.getenv("TERM")
-	if termName == "" {
-		termName = "xterm-256color"
-	}
-	st := c.SupportShell(ctx)
-	if err := st.Send(&imsv1.SupportShellRequest{Install: install, Open: &imsv1.SupportShellOpen{Component: component, Command: command,
-		Size: &imsv1.TerminalSize{Rows: rows, Cols: cols}, Term: termName}}); err != nil && !errors.Is(err, io.EOF) {
+	res, err := supportshell.Run(cmd.Context(), c.OperatorServiceClient, supportshell.Options{
+		Install: install, Component: component, Command: command, Term: a.getenv("TERM"),
+		Stdin: a.stdin, Stdout: a.stdout, Banner: a.stderr,
+		Terminal: a.stdinTerminal() && a.terminal(a.stdout), Now: a.now,
+	})
+	switch {
+	case errors.Is(err, supportshell.ErrNoEnd):
+		return &exitCodeError{code: exitError, msg: err.Error()}
+	case errors.As(err, new(*connect.Error)):
 		return c.wrap(err)
+	case err != nil:
+		return err // the output could not be written
 	}
-	first, err := st.Receive()
-	if err != nil {
-		return c.wrap(err)
+	if res.Ended.ExitCode > 0 {
+		return &exitCodeError{code: int(res.Ended.ExitCode)}
 	}
-	if first.Started == nil {
-		return fmt.Errorf("imsd answered the session's start with no start")
-	}
-	exp := first.Started.GetGrantExpireTime().AsTime()
-	fmt.Fprintf(a.stderr, "[byoc] BREAK-GLASS support session %s on %s under grant %s (until %s, %s left); recorded by the customer's agent\r\n",
-		first.SessionId, install, first.Started.GrantId, exp.Local().Format(time.DateTime), exp.Sub(a.now()).Round(time.Second))
-	if tty {
-		old, err := term.MakeRaw(in.Fd())
-		if err == nil {
-			defer term.Restore(in.Fd(), old)
-		}
-		winch := make(chan os.Signal, 1)
-		signal.Notify(winch, syscall.SIGWINCH)
-		defer signal.Stop(winch)
-		go func() {
-			for range winch {
-				if w, h, err := term.GetSize(out.Fd()); err == nil && w > 0 && h > 0 {
-					st.Send(&imsv1.SupportShellRequest{Resize: &imsv1.TerminalSize{Rows: uint32(min(h, 1000)), Cols: uint32(min(w, 1000))}})
-				}
-			}
-		}()
-	}
-	go func() {
-		buf := make([]byte, 32<<10)
-		for {
-			n, err := a.stdin.Read(buf)
-			if n > 0 {
-				if st.Send(&imsv1.SupportShellRequest{Input: append([]byte(nil), buf[:n]...)}) != nil {
-					return
-				}
-			}
-			if err != nil {
-				return // the session ends when its command does
-			}
-		}
-	}()
-	for {
-		m, err := st.Receive()
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return &exitCodeError{code: exitError, msg: "the session ended without saying how"}
-			}
-			return c.wrap(err)
-		}
-		if len(m.Output) > 0 {
-			if _, err := a.stdout.Write(m.Output); err != nil {
-				st.Send(&imsv1.SupportShellRequest{Close: true})
-				return err
-			}
-		}
-		if e := m.Ended; e != nil {
-			st.CloseRequest()
-			fmt.Fprintf(a.stderr, "\r\n[byoc] session %s %s", first.SessionId, e.Reason)
-			if e.RecordingSha256 != "" {
-				fmt.Fprintf(a.stderr, " (the customer's recording: %d bytes, sha256 %s)", e.RecordingBytes, e.RecordingSha256)
-			}
-			fmt.Fprint(a.stderr, "\r\n")
-			if e.ExitCode > 0 {
-				return &exitCodeError{code: int(e.ExitCode)}
-			}
-			return nil
-		}
-	}
+	return nil
 }

@@ -26,11 +26,14 @@ type accessGrant struct {
 // actionRoles are the roles that allow each dangerous action
 // (docs/operator/operators-and-roles.md): run an action (support: its
 // break-glass actions only), cancel a job, request break-glass on an
-// install; releases need deploy on everything.
+// install, open a support shell there (SupportShell's rule: the
+// break-glass permission on the install); releases need deploy on
+// everything.
 var actionRoles = map[Action][]imsv1.Role{
 	ActRunAction:     {imsv1.Role_ROLE_OPERATOR, imsv1.Role_ROLE_SUPPORT, imsv1.Role_ROLE_ADMIN},
 	ActCancelJob:     {imsv1.Role_ROLE_OPERATOR, imsv1.Role_ROLE_ADMIN},
 	ActBreakGlass:    {imsv1.Role_ROLE_SUPPORT, imsv1.Role_ROLE_ADMIN},
+	ActSupportShell:  {imsv1.Role_ROLE_SUPPORT, imsv1.Role_ROLE_ADMIN},
 	ActPauseRelease:  {imsv1.Role_ROLE_OPERATOR, imsv1.Role_ROLE_ADMIN},
 	ActResumeRelease: {imsv1.Role_ROLE_OPERATOR, imsv1.Role_ROLE_ADMIN},
 	ActCancelRelease: {imsv1.Role_ROLE_OPERATOR, imsv1.Role_ROLE_ADMIN},

@@ -5,8 +5,11 @@ import (
 	"strings"
 	"testing"
 
+	tea "charm.land/bubbletea/v2"
+
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 	"github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1/imsv1connect"
+	"github.com/byoc-dev/byoc/tui/supportshell"
 )
 
 func connWith(context string, grants ...*imsv1.RoleGrant) *Conn {
@@ -88,5 +91,54 @@ func TestKeysFollowTheContext(t *testing.T) {
 	press(m, "a")
 	if _, ok := m.top().(*actionsView); ok {
 		t.Fatal("a opened the actions for a viewer after :ctx")
+	}
+}
+
+// The support-shell key follows SupportShell's rule (break-glass on the
+// install): support and admin see it on the install, in the footer and
+// on the help screen, and it asks for the install's name; viewer and
+// operator, and support scoped to another install, do not have it.
+func TestSupportShellKeyFollowsTheRoles(t *testing.T) {
+	for _, tc := range []struct {
+		role  imsv1.Role
+		scope string
+		want  bool
+	}{
+		{imsv1.Role_ROLE_VIEWER, "", false},
+		{imsv1.Role_ROLE_OPERATOR, "", false},
+		{imsv1.Role_ROLE_SUPPORT, "install:acme", true},
+		{imsv1.Role_ROLE_SUPPORT, "install:globex", false},
+		{imsv1.Role_ROLE_ADMIN, "", true},
+	} {
+		m := newTestModel(t, Options{Conn: connWith("prod", &imsv1.RoleGrant{Role: tc.role, Scope: tc.scope})})
+		m.Update(tea.WindowSizeMsg{Width: 200, Height: 60})
+		feed(m, snapshot())
+		press(m, "enter")
+		if _, ok := m.top().(*installView); !ok {
+			t.Fatalf("%s: enter did not open acme", tc.role)
+		}
+		if got := m.km.Bound(ActSupportShell); got != tc.want {
+			t.Errorf("%s on %q: support shell bound %v, want %v", tc.role, tc.scope, got, tc.want)
+		}
+		if got := strings.Contains(footer(m), "e shell"); got != tc.want {
+			t.Errorf("%s on %q: footer shows the shell key %v, want %v: %q", tc.role, tc.scope, got, tc.want, footer(m))
+		}
+		press(m, "?")
+		if got := strings.Contains(screen(m), "open a support shell"); got != tc.want {
+			t.Errorf("%s on %q: help lists the shell key %v, want %v", tc.role, tc.scope, got, tc.want)
+		}
+		press(m, "?", "e")
+		if got := m.confirm != nil && m.confirm.typed == "acme"; got != tc.want {
+			t.Errorf("%s on %q: e asked for the install's name %v, want %v", tc.role, tc.scope, got, tc.want)
+		}
+		if tc.want {
+			mustContain(t, screen(m), "Confirm: open a support shell on acme under break-glass", "no live break-glass grant of yours on acme")
+			// The session's end shows in the status line once the console is back.
+			m.confirm = nil
+			m.shellGen = 7
+			m.Update(shellEndedMsg{gen: 7, install: "acme", res: &supportshell.Result{SessionID: "ss_1",
+				Ended: &imsv1.SupportShellEnded{Reason: "ended: the command exited", RecordingSha256: "abc123", RecordingBytes: 812}}})
+			mustContain(t, footer(m), "support session ss_1 on acme ended: the command exited; the customer's recording: sha256 abc123, 812 bytes")
+		}
 	}
 }

@@ -22,6 +22,9 @@ type Conn struct {
 	Context string
 	Server  string
 	Client  imsv1connect.OperatorServiceClient
+	// Streams is a client that carries bidirectional streams (HTTP/2),
+	// for support shells; nil: Client.
+	Streams imsv1connect.OperatorServiceClient
 	// Identity says who the console is signed in as and with which
 	// roles (the header shows it); empty: not shown.
 	Identity string

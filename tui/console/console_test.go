@@ -892,6 +892,10 @@ func (n *fakeNav) startBreakGlass(s *imsv1.InstallStatus) tea.Cmd {
 	n.actions = append(n.actions, "break-glass "+s.Install.Name)
 	return nil
 }
+func (n *fakeNav) startShell(s *imsv1.InstallStatus) tea.Cmd {
+	n.actions = append(n.actions, "shell "+s.Install.Name)
+	return nil
+}
 func (n *fakeNav) startScript(s *imsv1.InstallStatus) tea.Cmd {
 	n.scripts = append(n.scripts, s.Install.Name)
 	return nil

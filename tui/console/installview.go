@@ -32,8 +32,10 @@ func (v *installView) Init() tea.Cmd {
 	return tea.Batch(v.jobList.Init(), v.loadParts(), v.loadAudit())
 }
 
-func (v *installView) Title() string      { return v.installName(v.id) }
-func (v *installView) Hints() []Action    { return []Action{ActRunAction, ActBreakGlass, ActCancelJob} }
+func (v *installView) Title() string { return v.installName(v.id) }
+func (v *installView) Hints() []Action {
+	return []Action{ActRunAction, ActBreakGlass, ActSupportShell, ActCancelJob}
+}
 func (v *installView) SetSize(w, h int)   { v.w, v.h = w, h }
 func (v *installView) SetFilter(s string) { v.setFilter(s); v.pos, v.pageOff = 0, 0 }
 
@@ -161,6 +163,9 @@ func (v *installView) Update(msg tea.Msg) tea.Cmd {
 		}
 		if v.km.Is(msg, ActBreakGlass) {
 			return v.nav.startBreakGlass(v.fleet.byID[v.id])
+		}
+		if v.km.Is(msg, ActSupportShell) {
+			return v.nav.startShell(v.fleet.byID[v.id])
 		}
 		return nil
 	}

@@ -38,11 +38,15 @@ const (
 	ActRunAction  Action = "run_action"
 	ActCancelJob  Action = "cancel_job"
 	ActBreakGlass Action = "break_glass"
-	ActDescribe   Action = "describe"
-	ActYAML       Action = "yaml"
-	ActJSON       Action = "json"
-	ActCopyID     Action = "copy_id"
-	ActSaveLog    Action = "save_log"
+	// ActSupportShell opens a support session (a shell in the install's
+	// account under the caller's live break-glass grant), handing the
+	// terminal over until it ends.
+	ActSupportShell Action = "support_shell"
+	ActDescribe     Action = "describe"
+	ActYAML         Action = "yaml"
+	ActJSON         Action = "json"
+	ActCopyID       Action = "copy_id"
+	ActSaveLog      Action = "save_log"
 	// The release view's: pause, resume and cancel the release.
 	ActPauseRelease  Action = "pause_release"
 	ActResumeRelease Action = "resume_release"
@@ -62,7 +66,7 @@ type binding struct {
 // shortHelp is the footer's word for the actions it lists.
 var shortHelp = map[Action]string{
 	ActHelp: "help", ActFilter: "filter", ActCommand: "cmd", ActOpen: "open", ActBack: "back",
-	ActSort: "sort", ActRunAction: "action", ActBreakGlass: "break-glass", ActCancelJob: "cancel", ActFollow: "follow",
+	ActSort: "sort", ActRunAction: "action", ActBreakGlass: "break-glass", ActSupportShell: "shell", ActCancelJob: "cancel", ActFollow: "follow",
 	ActWrap: "wrap", ActTimestamps: "time", ActNextMatch: "next", ActLogLevel: "level",
 	ActDescribe: "describe", ActYAML: "yaml", ActJSON: "json", ActCopyID: "copy id", ActSaveLog: "save",
 	ActPauseRelease: "pause", ActResumeRelease: "resume", ActCancelRelease: "cancel",
@@ -103,6 +107,7 @@ var keyDefaults = []struct {
 	{ActSaveLog, "logs", []string{"ctrl+s"}, "save the log held so far to JOB-ATTEMPT.log ($BYOC_LOG_DIR, or .)", false},
 	{ActRunAction, "fleet, install", []string{"a"}, "run an action on the install (asks first)", true},
 	{ActBreakGlass, "install", []string{"b"}, "request break-glass on the install (role, reason, duration)", true},
+	{ActSupportShell, "install", []string{"e"}, "open a support shell in the install under your live break-glass grant (asks first)", true},
 	{ActCancelJob, "install, jobs, logs", []string{"x"}, "cancel the job (asks first)", true},
 	{ActPauseRelease, "release", []string{"p"}, "pause the release (asks first)", true},
 	{ActResumeRelease, "release", []string{"r"}, "resume the paused or halted release (asks first)", true},

@@ -91,6 +91,9 @@ type Model struct {
 	// (an earlier request, or one sent before a context switch) is stale.
 	// They are apart from gen, which every list refresh moves on.
 	actionGen, cancelGen int
+	// shellGen is the generation of the support shell last opened
+	// (supportshell.go).
+	shellGen int
 
 	fleetGen    int
 	fleetCancel context.CancelFunc
@@ -354,7 +357,7 @@ func (m *Model) update(msg tea.Msg) tea.Cmd {
 			return nil
 		}
 		m.conn = msg.conn
-		m.actionGen, m.cancelGen = 0, 0
+		m.actionGen, m.cancelGen, m.shellGen = 0, 0, 0
 		m.bg = bgState{}
 		m.fleet = newFleet()
 		m.offline = nil
@@ -388,6 +391,9 @@ func (m *Model) update(msg tea.Msg) tea.Cmd {
 				m.setStatus(false, "asked the agent to stop job %s; its state turns cancelled once it has stopped", msg.job.Id)
 			}
 		}
+		return nil
+	case shellEndedMsg:
+		m.shellEnded(msg)
 		return nil
 	case tea.KeyPressMsg:
 		return m.key(msg)

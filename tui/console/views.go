@@ -98,6 +98,9 @@ type nav interface {
 	startAction(install *imsv1.InstallStatus) tea.Cmd
 	// startBreakGlass asks for a break-glass request on install.
 	startBreakGlass(install *imsv1.InstallStatus) tea.Cmd
+	// startShell asks, then hands the terminal over to a support shell
+	// on install (supportshell.go).
+	startShell(install *imsv1.InstallStatus) tea.Cmd
 	// startScript asks for an ad-hoc script, then for confirmation.
 	startScript(install *imsv1.InstallStatus) tea.Cmd
 	// confirmCancel asks before cancelling job.
