@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -162,6 +163,10 @@ type proxy struct {
 	mu     sync.Mutex
 	mode   netMode
 	conns  map[net.Conn]struct{}
+	// altered counts the reads from imsd a hostile proxy altered: none
+	// when imsd sent the agent nothing while the fault lasted (an idle
+	// agent's heartbeats get no answer).
+	altered atomic.Int64
 }
 
 func startProxy(t *testing.T, target string) *proxy {
@@ -225,6 +230,7 @@ func (p *proxy) pipe(dst, src net.Conn, down bool) {
 		p.mu.Unlock()
 		if n > 0 && mode == netHostile && down {
 			buf[n-1] ^= 0x20
+			p.altered.Add(1)
 		}
 		if n > 0 && (mode == netPass || mode == netHostile) {
 			if _, err := dst.Write(buf[:n]); err != nil {
