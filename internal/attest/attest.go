@@ -2,21 +2,26 @@
 // Statements (v1) about the artifact's manifest digest, such as SLSA
 // provenance (v1) of the build agent's sync or package, an SBOM the
 // source carried, or a vulnerability scan (cosign's vuln predicate),
-// each a DSSE envelope signed with an Ed25519 key
-// (go-securesystemslib/dsse) and attached, like internal/ocisign's
-// signature, as an OCI 1.1 referrer of the artifact, so it travels with
-// the artifact in every copy that carries referrers (internal/ocicopy).
+// each a Sigstore bundle (v0.3) of a DSSE envelope signed with an
+// Ed25519 key and attached, like internal/ocisign's signature, as an
+// OCI 1.1 referrer of the artifact (artifact type the bundle's media
+// type, as cosign attaches bundles), so it travels with the artifact in
+// every copy that carries referrers (internal/ocicopy). The envelope is
+// also written into cosign's .att tag (internal/cosignlayout) for
+// `cosign verify-attestation --key`.
 //
-// An envelope's signature's keyid is agentproto.KeyID of the signing
-// key, the id internal/ocisign's signatures carry; a verifier accepts
-// an attestation only when it verifies under one of the keys it
-// trusts and its statement's subject is the artifact's digest.
+// A bundle's public key hint is agentproto.KeyID of the signing key, the
+// id internal/ocisign's signatures carry; a verifier (sigstore-go's,
+// with key-based trusted material) accepts an attestation only when it
+// verifies under one of the keys it trusts and its statement's subject
+// is the artifact's digest.
 package attest
 
 import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -37,6 +42,7 @@ import (
 	"oras.land/oras-go/v2"
 	"oras.land/oras-go/v2/content"
 
+	"github.com/byoc-dev/byoc/internal/cosignlayout"
 	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 )
@@ -189,6 +195,16 @@ func Attach(ctx context.Context, repo *ocicopy.Repo, md ocispec.Descriptor, st S
 	})
 	if err != nil {
 		return ocispec.Descriptor{}, fmt.Errorf("push the attestation manifest: %w", err)
+	}
+	// The bundle's envelope goes into cosign's .att tag too, for
+	// `cosign verify-attestation --key` (internal/cosignlayout).
+	env := bun.GetDsseEnvelope()
+	ce := cosignlayout.Envelope{PayloadType: env.PayloadType, Payload: base64.StdEncoding.EncodeToString(env.Payload)}
+	for _, s := range env.Signatures {
+		ce.Signatures = append(ce.Signatures, cosignlayout.EnvelopeSignature{KeyID: s.Keyid, Sig: base64.StdEncoding.EncodeToString(s.Sig)})
+	}
+	if _, err := cosignlayout.AddAttestation(ctx, repo, md.Digest, ce, st.PredicateType); err != nil {
+		return ocispec.Descriptor{}, fmt.Errorf("push the cosign attestation: %w", err)
 	}
 	return d, nil
 }
