@@ -50,9 +50,11 @@ func cosignBinary(t *testing.T) string {
 // (attest.Attach, SLSA provenance) in a vendor registry (Debian's
 // docker-registry 2.8, no referrers API), copied by the custody copy
 // (ocicopy.Copy) into an install registry, passes `cosign verify --key`
-// and `cosign verify-attestation --key` in both, with the tlog check
-// off (byoc's keyed signatures are not in a transparency log); under
-// another key both are refused.
+// and `cosign verify-attestation --key` in both (cosign's .sig and .att
+// tags), and `cosign verify-attestation --new-bundle-format --key` (the
+// Sigstore bundle referrers), with the tlog check off (byoc's keyed
+// signatures are not in a transparency log); under another key each is
+// refused.
 func TestCosignCLIVerifies(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts registries and runs the cosign CLI")
@@ -116,6 +118,15 @@ func TestCosignCLIVerifies(t *testing.T) {
 		return string(out), err
 	}
 	flags := []string{"--insecure-ignore-tlog=true", "--allow-http-registry=true", "--allow-insecure-registry=true"}
+	// cosign's bundle path: the Sigstore bundles attest.Attach attaches
+	// as OCI 1.1 referrers (found through the referrers tag sha256-<hex>)
+	// verify with --new-bundle-format; its trusted root is empty, since
+	// the key is given and there is no transparency log.
+	emptyRoot := filepath.Join(dir, "trusted_root.json")
+	if err := os.WriteFile(emptyRoot, []byte(`{"mediaType":"application/vnd.dev.sigstore.trustedroot+json;version=0.1"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bundleFlags := append([]string{"--new-bundle-format", "--trusted-root", emptyRoot, "--type", "slsaprovenance1"}, flags...)
 	for _, ref := range []string{vendorReg.Host + "/acme/web@" + md.Digest.String(), installReg.Host + "/install/acme/web@" + md.Digest.String()} {
 		out, err := run(append([]string{"verify", "--key", vendorKey}, append(flags, ref)...)...)
 		if err != nil || !strings.Contains(out, md.Digest.String()) {
@@ -124,6 +135,13 @@ func TestCosignCLIVerifies(t *testing.T) {
 		out, err = run(append([]string{"verify-attestation", "--key", vendorKey, "--type", "slsaprovenance1"}, append(flags, ref)...)...)
 		if err != nil || !attestsProvenance(out, md.Digest.Encoded()) {
 			t.Fatalf("cosign verify-attestation --key %s: %v\n%s", ref, err, out)
+		}
+		out, err = run(append([]string{"verify-attestation", "--key", vendorKey}, append(bundleFlags, ref)...)...)
+		if err != nil || !strings.Contains(out, "The signatures were verified against the specified public key") {
+			t.Fatalf("cosign verify-attestation --new-bundle-format --key %s: %v\n%s", ref, err, out)
+		}
+		if out, err := run(append([]string{"verify-attestation", "--key", otherKey}, append(bundleFlags, ref)...)...); err == nil {
+			t.Fatalf("cosign verify-attestation --new-bundle-format under another key passed for %s:\n%s", ref, out)
 		}
 		if out, err := run(append([]string{"verify", "--key", otherKey}, append(flags, ref)...)...); err == nil {
 			t.Fatalf("cosign verify under another key passed for %s:\n%s", ref, out)
