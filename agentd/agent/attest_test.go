@@ -153,6 +153,30 @@ func TestSupplyChainAttestations(t *testing.T) {
 	}
 	scan(plain, "CRITICAL")
 	scan(withSBOM, "LOW")
+	// A provenance signed by the trusted key, then changed (its builder
+	// swapped) in the registry: a tampered bundle.
+	tampered := push(5)
+	{
+		st, _ := attest.NewStatement("acme/web", tampered.Digest, attest.SLSAProvenanceV1, json.RawMessage(`{"builder":"agentd"}`))
+		bun, err := attest.Bundle(ctx, st, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		env := bun.GetDsseEnvelope()
+		env.Payload = bytes.Replace(env.Payload, []byte(`"agentd"`), []byte(`"rogue"`), 1)
+		b, err := bun.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		layer := content.NewDescriptorFromBytes(attest.BundleMediaType, b)
+		if err := repo.Push(ctx, layer, bytes.NewReader(b)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := oras.PackManifest(ctx, repo, oras.PackManifestVersion1_1, attest.BundleMediaType, oras.PackManifestOptions{
+			Subject: &tampered, Layers: []ocispec.Descriptor{layer}}); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	var policy permissions.SupplyChainPolicy
 	check := func(d ocispec.Descriptor) ([]ArtifactVerification, error) {
@@ -177,6 +201,8 @@ func TestSupplyChainAttestations(t *testing.T) {
 		{"foreign and moved", permissions.SupplyChainPolicy{RequireAttestations: []string{"sbom", "slsa-provenance"}}, other,
 			[]string{"rule require-attestation sbom, require-attestation slsa-provenance", "not signed by a trusted key", "its subject is not the artifact " + other.Digest.String()}},
 		{"unsigned", permissions.SupplyChainPolicy{RequireSignature: true}, other, []string{"rule require-signature", "it has no signature"}},
+		{"tampered", permissions.SupplyChainPolicy{RequireAttestations: []string{"slsa-provenance"}}, tampered,
+			[]string{"rule require-attestation slsa-provenance", "no SLSA provenance signed by a trusted key", "does not verify under key " + agentproto.KeyID(pub)}},
 		{"critical", permissions.SupplyChainPolicy{DenyVulnerabilities: "critical"}, plain,
 			[]string{"rule deny-vulnerabilities critical", "lists 1 vulnerabilities of severity critical or above"}},
 		{"low only", permissions.SupplyChainPolicy{DenyVulnerabilities: "critical"}, withSBOM, nil},

@@ -2,43 +2,55 @@
 // Statements (v1) about the artifact's manifest digest, such as SLSA
 // provenance (v1) of the build agent's sync or package, an SBOM the
 // source carried, or a vulnerability scan (cosign's vuln predicate),
-// each a DSSE envelope signed with an Ed25519 key
-// (go-securesystemslib/dsse) and attached, like internal/ocisign's
-// signature, as an OCI 1.1 referrer of the artifact, so it travels with
-// the artifact in every copy that carries referrers (internal/ocicopy).
+// each a Sigstore bundle (v0.3) of a DSSE envelope signed with an
+// Ed25519 key and attached, like internal/ocisign's signature, as an
+// OCI 1.1 referrer of the artifact (artifact type the bundle's media
+// type, as cosign attaches bundles), so it travels with the artifact in
+// every copy that carries referrers (internal/ocicopy). The envelope is
+// also written into cosign's .att tag (internal/cosignlayout) for
+// `cosign verify-attestation --key`.
 //
-// An envelope's signature's keyid is agentproto.KeyID of the signing
-// key, the id internal/ocisign's signatures carry; a verifier accepts
-// an attestation only when it verifies under one of the keys it
-// trusts and its statement's subject is the artifact's digest.
+// A bundle's public key hint is agentproto.KeyID of the signing key, the
+// id internal/ocisign's signatures carry; a verifier (sigstore-go's,
+// with key-based trusted material) accepts an attestation only when it
+// verifies under one of the keys it trusts and its statement's subject
+// is the artifact's digest.
 package attest
 
 import (
 	"bytes"
 	"context"
-	"crypto"
 	"crypto/ed25519"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
-	"github.com/secure-systems-lab/go-securesystemslib/dsse"
+	protobundle "github.com/sigstore/protobuf-specs/gen/pb-go/bundle/v1"
+	protocommon "github.com/sigstore/protobuf-specs/gen/pb-go/common/v1"
+	protodsse "github.com/sigstore/protobuf-specs/gen/pb-go/dsse"
+	"github.com/sigstore/sigstore-go/pkg/bundle"
+	"github.com/sigstore/sigstore-go/pkg/root"
+	"github.com/sigstore/sigstore-go/pkg/verify"
+	"github.com/sigstore/sigstore/pkg/signature"
 	"oras.land/oras-go/v2"
 	"oras.land/oras-go/v2/content"
 
+	"github.com/byoc-dev/byoc/internal/cosignlayout"
 	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 )
 
-// The referrer's artifact type and its one layer's media type: a DSSE
-// envelope (the type sigstore bundles and cosign use for one).
+// The referrer's artifact type and its one layer's media type: a
+// Sigstore bundle v0.3 (the type cosign attaches bundles with).
 const (
-	EnvelopeArtifactType = "application/vnd.dsse.envelope.v1+json"
-	EnvelopeMediaType    = "application/vnd.dsse.envelope.v1+json"
+	BundleMediaType = "application/vnd.dev.sigstore.bundle.v0.3+json"
 	// AnnotationPredicateType, on the referrer's manifest, says what the
 	// envelope attests without reading it (cosign's referrers name it
 	// the same way).
@@ -125,55 +137,48 @@ func NewStatement(name string, md digest.Digest, predicateType string, predicate
 		Subject: []Subject{{Name: name, Digest: map[string]string{md.Algorithm().String(): md.Encoded()}}}}, nil
 }
 
-// signer is an Ed25519 dsse.SignerVerifier whose key id is
-// agentproto.KeyID.
-type signer struct {
-	priv ed25519.PrivateKey
-	pub  ed25519.PublicKey
+// pae is DSSE's pre-authentication encoding of a payload.
+func pae(payloadType string, body []byte) []byte {
+	return fmt.Appendf(nil, "DSSEv1 %d %s %d %s", len(payloadType), payloadType, len(body), body)
 }
 
-func (s signer) Sign(_ context.Context, data []byte) ([]byte, error) {
-	if s.priv == nil {
-		return nil, errors.New("a verifier cannot sign")
-	}
-	return ed25519.Sign(s.priv, data), nil
-}
-
-func (s signer) Verify(_ context.Context, data, sig []byte) error {
-	if !ed25519.Verify(s.pub, data, sig) {
-		return errors.New("the signature does not verify")
-	}
-	return nil
-}
-
-func (s signer) KeyID() (string, error)   { return agentproto.KeyID(s.pub), nil }
-func (s signer) Public() crypto.PublicKey { return s.pub }
-
-// Envelope signs st with key as a DSSE envelope.
-func Envelope(ctx context.Context, st Statement, key ed25519.PrivateKey) (*dsse.Envelope, error) {
+// Bundle signs st with key as a Sigstore bundle (v0.3): a DSSE envelope
+// of the statement whose verification material is a public key hint,
+// agentproto.KeyID of the key.
+func Bundle(_ context.Context, st Statement, key ed25519.PrivateKey) (*bundle.Bundle, error) {
 	body, err := json.Marshal(st)
 	if err != nil {
 		return nil, err
 	}
-	es, err := dsse.NewEnvelopeSigner(signer{priv: key, pub: key.Public().(ed25519.PublicKey)})
-	if err != nil {
-		return nil, err
+	id := agentproto.KeyID(key.Public().(ed25519.PublicKey))
+	pb := &protobundle.Bundle{
+		MediaType: BundleMediaType,
+		VerificationMaterial: &protobundle.VerificationMaterial{
+			Content: &protobundle.VerificationMaterial_PublicKey{PublicKey: &protocommon.PublicKeyIdentifier{Hint: id}},
+		},
+		Content: &protobundle.Bundle_DsseEnvelope{DsseEnvelope: &protodsse.Envelope{
+			Payload: body, PayloadType: PayloadType,
+			// The keyid stays empty, as in cosign's bundles: the key
+			// is named by the hint (sigstore-go's DSSE verifier would
+			// require go-securesystemslib's own key id here).
+			Signatures: []*protodsse.Signature{{Sig: ed25519.Sign(key, pae(PayloadType, body))}},
+		}},
 	}
-	return es.SignPayload(ctx, PayloadType, body)
+	return bundle.NewBundle(pb)
 }
 
 // Attach signs st with key and pushes it as a referrer of md in repo.
 // The same statement signed with the same key gives the same referrer.
 func Attach(ctx context.Context, repo *ocicopy.Repo, md ocispec.Descriptor, st Statement, key ed25519.PrivateKey) (ocispec.Descriptor, error) {
-	env, err := Envelope(ctx, st, key)
+	bun, err := Bundle(ctx, st, key)
 	if err != nil {
 		return ocispec.Descriptor{}, err
 	}
-	b, err := json.Marshal(env)
+	b, err := bun.MarshalJSON()
 	if err != nil {
 		return ocispec.Descriptor{}, err
 	}
-	ld := content.NewDescriptorFromBytes(EnvelopeMediaType, b)
+	ld := content.NewDescriptorFromBytes(BundleMediaType, b)
 	if ok, err := repo.Exists(ctx, ld); err != nil {
 		return ocispec.Descriptor{}, fmt.Errorf("push the attestation: %w", err)
 	} else if !ok {
@@ -182,7 +187,7 @@ func Attach(ctx context.Context, repo *ocicopy.Repo, md ocispec.Descriptor, st S
 		}
 	}
 	subject := ocispec.Descriptor{MediaType: md.MediaType, Digest: md.Digest, Size: md.Size}
-	d, err := oras.PackManifest(ctx, repo, oras.PackManifestVersion1_1, EnvelopeArtifactType, oras.PackManifestOptions{
+	d, err := oras.PackManifest(ctx, repo, oras.PackManifestVersion1_1, BundleMediaType, oras.PackManifestOptions{
 		Subject: &subject,
 		Layers:  []ocispec.Descriptor{ld},
 		ManifestAnnotations: map[string]string{ocispec.AnnotationCreated: "1970-01-01T00:00:00Z",
@@ -190,6 +195,16 @@ func Attach(ctx context.Context, repo *ocicopy.Repo, md ocispec.Descriptor, st S
 	})
 	if err != nil {
 		return ocispec.Descriptor{}, fmt.Errorf("push the attestation manifest: %w", err)
+	}
+	// The bundle's envelope goes into cosign's .att tag too, for
+	// `cosign verify-attestation --key` (internal/cosignlayout).
+	env := bun.GetDsseEnvelope()
+	ce := cosignlayout.Envelope{PayloadType: env.PayloadType, Payload: base64.StdEncoding.EncodeToString(env.Payload)}
+	for _, s := range env.Signatures {
+		ce.Signatures = append(ce.Signatures, cosignlayout.EnvelopeSignature{KeyID: s.Keyid, Sig: base64.StdEncoding.EncodeToString(s.Sig)})
+	}
+	if _, err := cosignlayout.AddAttestation(ctx, repo, md.Digest, ce, st.PredicateType); err != nil {
+		return ocispec.Descriptor{}, fmt.Errorf("push the cosign attestation: %w", err)
 	}
 	return d, nil
 }
@@ -242,16 +257,13 @@ func Find(ctx context.Context, repo *ocicopy.Repo, md ocispec.Descriptor, truste
 	if err != nil {
 		return Found{}, fmt.Errorf("list its attestations: %w", err)
 	}
-	var verifiers []dsse.Verifier
-	for _, k := range trusted {
-		verifiers = append(verifiers, signer{pub: k})
-	}
+	tm := trustedMaterial(trusted)
 	var f Found
 	for _, r := range refs {
-		if r.ArtifactType != EnvelopeArtifactType || r.Size > maxManifestBytes {
+		if r.ArtifactType != BundleMediaType || r.Size > maxManifestBytes {
 			continue
 		}
-		v, err := verifyOne(ctx, repo, r, md.Digest, verifiers)
+		v, err := verifyOne(ctx, repo, r, md.Digest, tm)
 		if err != nil {
 			what := r.Annotations[AnnotationPredicateType]
 			if what == "" {
@@ -265,7 +277,7 @@ func Find(ctx context.Context, repo *ocicopy.Repo, md ocispec.Descriptor, truste
 	return f, nil
 }
 
-func verifyOne(ctx context.Context, repo *ocicopy.Repo, r ocispec.Descriptor, subject digest.Digest, verifiers []dsse.Verifier) (Verified, error) {
+func verifyOne(ctx context.Context, repo *ocicopy.Repo, r ocispec.Descriptor, subject digest.Digest, tm root.TrustedMaterial) (Verified, error) {
 	b, err := content.FetchAll(ctx, repo, r)
 	if err != nil {
 		return Verified{}, err
@@ -274,41 +286,72 @@ func verifyOne(ctx context.Context, repo *ocicopy.Repo, r ocispec.Descriptor, su
 	if err := json.Unmarshal(b, &m); err != nil {
 		return Verified{}, err
 	}
-	if len(m.Layers) != 1 || m.Layers[0].MediaType != EnvelopeMediaType || m.Layers[0].Size > MaxEnvelopeBytes {
-		return Verified{}, errors.New("not one DSSE envelope layer")
+	if len(m.Layers) != 1 || m.Layers[0].MediaType != BundleMediaType || m.Layers[0].Size > MaxEnvelopeBytes {
+		return Verified{}, errors.New("not one Sigstore bundle layer")
 	}
 	eb, err := content.FetchAll(ctx, repo, m.Layers[0])
 	if err != nil {
 		return Verified{}, err
 	}
-	return VerifyEnvelope(ctx, eb, subject, verifiers)
+	return VerifyBundle(eb, subject, tm)
 }
 
-// VerifyEnvelope verifies the DSSE envelope eb of an in-toto statement
-// about subject against verifiers (none: nothing is trusted).
-func VerifyEnvelope(ctx context.Context, eb []byte, subject digest.Digest, verifiers []dsse.Verifier) (Verified, error) {
-	var env dsse.Envelope
-	if err := json.Unmarshal(eb, &env); err != nil {
-		return Verified{}, fmt.Errorf("not a DSSE envelope: %w", err)
+// trustedMaterial is sigstore-go trusted material of the Ed25519 keys
+// trusted, each found by its key id (agentproto.KeyID), valid always.
+func trustedMaterial(trusted []ed25519.PublicKey) root.TrustedMaterial {
+	keys := map[string]*root.ExpiringKey{}
+	for _, k := range trusted {
+		v, err := signature.LoadED25519Verifier(k)
+		if err != nil {
+			continue
+		}
+		keys[agentproto.KeyID(k)] = root.NewExpiringKey(v, time.Time{}, time.Time{})
+	}
+	return root.NewTrustedPublicKeyMaterialFromMapping(keys)
+}
+
+// TrustedMaterial is trustedMaterial, for callers verifying a bundle
+// they read themselves.
+func TrustedMaterial(trusted []ed25519.PublicKey) root.TrustedMaterial {
+	return trustedMaterial(trusted)
+}
+
+// VerifyBundle verifies the Sigstore bundle bb, a DSSE envelope of an
+// in-toto statement about subject, with sigstore-go's verifier against
+// the keys in tm (key-based: no transparency log, no timestamps).
+func VerifyBundle(bb []byte, subject digest.Digest, tm root.TrustedMaterial) (Verified, error) {
+	var bun bundle.Bundle
+	if err := bun.UnmarshalJSON(bb); err != nil {
+		return Verified{}, fmt.Errorf("not a Sigstore bundle: %w", err)
+	}
+	env := bun.GetDsseEnvelope()
+	if env == nil {
+		return Verified{}, errors.New("not a DSSE envelope bundle")
 	}
 	if env.PayloadType != PayloadType {
 		return Verified{}, fmt.Errorf("payload type %q, not %s", env.PayloadType, PayloadType)
 	}
-	if len(verifiers) == 0 {
-		return Verified{}, errors.New("no key is trusted")
+	hint := bun.GetVerificationMaterial().GetPublicKey().GetHint()
+	if _, err := tm.PublicKeyVerifier(hint); err != nil {
+		return Verified{}, fmt.Errorf("not signed by a trusted key (signed by key %s)", hint)
 	}
-	ev, err := dsse.NewEnvelopeVerifier(verifiers...)
+	raw, err := hex.DecodeString(subject.Encoded())
+	if err != nil || subject.Validate() != nil {
+		return Verified{}, fmt.Errorf("artifact digest %q", subject)
+	}
+	v, err := verify.NewVerifier(tm, verify.WithNoObserverTimestamps())
 	if err != nil {
 		return Verified{}, err
 	}
-	keys, body, err := ev.VerifyAndDecode(ctx, &env)
-	if err != nil || len(keys) == 0 {
-		var ids []string
-		for _, s := range env.Signatures {
-			ids = append(ids, s.KeyID)
+	if _, err := v.Verify(&bun, verify.NewPolicy(verify.WithArtifactDigest(subject.Algorithm().String(), raw), verify.WithKey())); err != nil {
+		// Signed by the key but about another artifact, or not signed?
+		if _, err2 := v.Verify(&bun, verify.NewPolicy(verify.WithoutArtifactUnsafe(), verify.WithKey())); err2 == nil {
+			return Verified{}, fmt.Errorf("its subject is not the artifact %s", subject)
 		}
-		return Verified{}, fmt.Errorf("not signed by a trusted key (signed by key(s) %s)", strings.Join(ids, ", "))
+		return Verified{}, fmt.Errorf("does not verify under key %s: %w", hint, err)
 	}
+	body := env.Payload
+	keyID := hint
 	var st Statement
 	if err := json.Unmarshal(body, &st); err != nil {
 		return Verified{}, fmt.Errorf("not an in-toto statement: %w", err)
@@ -325,7 +368,7 @@ func VerifyEnvelope(ctx context.Context, eb []byte, subject digest.Digest, verif
 	if !about {
 		return Verified{}, fmt.Errorf("its subject is not the artifact %s", subject)
 	}
-	return Verified{PredicateType: st.PredicateType, KeyID: keys[0].KeyID, Statement: st}, nil
+	return Verified{PredicateType: st.PredicateType, KeyID: keyID, Statement: st}, nil
 }
 
 // Severities, least first.

@@ -100,6 +100,11 @@ func (p *Plan) Apply(ctx context.Context, opts Options) (*Result, error) {
 			opts.Progress(Event{Descriptor: n.Descriptor, Manifest: true})
 		}
 		err := p.Dst.Push(ctx, n.Descriptor, bytes.NewReader(n.raw))
+		if n.Tag != "" && (err == nil || errors.Is(err, errdef.ErrAlreadyExists)) {
+			if terr := p.Dst.Tag(ctx, n.Descriptor, n.Tag); terr != nil {
+				return res, sideError(Destination, p.Dst, "tag "+n.Tag+" in", terr)
+			}
+		}
 		if errors.Is(err, errdef.ErrAlreadyExists) {
 			res.ManifestsSkipped++
 			continue

@@ -12,6 +12,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"golang.org/x/sync/errgroup"
 	"oras.land/oras-go/v2/content"
+	"oras.land/oras-go/v2/errdef"
 )
 
 // Options tune a copy.
@@ -104,6 +105,22 @@ type Node struct {
 	// children are a manifest's successors (config, layers, platform
 	// manifests, subject).
 	children []digest.Digest
+	// Tag is the cosign tag (CosignTag) the manifest was found by, which
+	// the copy points at it in the destination too; Present means the
+	// destination's tag names it.
+	Tag string
+}
+
+// CosignTagSuffixes are the tags of cosign's layout a copy with
+// referrers carries with its root: sha256-<hex> and one of these names
+// the root's signatures (.sig), attestations (.att) and attached SBOM
+// (.sbom) in cosign's tag layout (internal/cosignlayout writes byoc's).
+// Registries without the OCI 1.1 referrers API serve them as tags.
+var CosignTagSuffixes = []string{".sig", ".att", ".sbom"}
+
+// CosignTag is cosign's tag for the manifest d with suffix.
+func CosignTag(d digest.Digest, suffix string) string {
+	return d.Algorithm().String() + "-" + d.Encoded() + suffix
 }
 
 // Plan is what a copy of one root would do.
@@ -235,6 +252,13 @@ func checkPresent(ctx context.Context, dst *Repo, nodes []Node, which []int, lim
 			if err != nil {
 				return sideError(Destination, dst, "check "+nodes[i].Descriptor.Digest.String()+" in", err)
 			}
+			if tag := nodes[i].Tag; ok && tag != "" {
+				d, err := dst.Resolve(gctx, tag)
+				if err != nil && !errors.Is(err, errdef.ErrNotFound) {
+					return sideError(Destination, dst, "resolve "+tag+" in", err)
+				}
+				ok = err == nil && d.Digest == nodes[i].Descriptor.Digest
+			}
 			nodes[i].Present = ok
 			return nil
 		})
@@ -288,6 +312,28 @@ func walk(ctx context.Context, side Side, repo *Repo, root digest.Digest, referr
 		return nil, ocispec.Descriptor{}, err
 	}
 	if referrers {
+		// The root's cosign tags, each with its content.
+		for _, suffix := range CosignTagSuffixes {
+			tag := CosignTag(root, suffix)
+			d, err := repo.Resolve(ctx, tag)
+			if errors.Is(err, errdef.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return nil, ocispec.Descriptor{}, sideError(side, repo, "resolve "+tag+" in", err)
+			}
+			if !isManifest(d.MediaType) {
+				return nil, ocispec.Descriptor{}, fmt.Errorf("%s: tag %s names a %s, not a manifest", repo.Name(), tag, d.MediaType)
+			}
+			if err := w.visit(ctx, d, 2); err != nil {
+				return nil, ocispec.Descriptor{}, err
+			}
+			for i := range w.nodes {
+				if w.nodes[i].Descriptor.Digest == d.Digest {
+					w.nodes[i].Tag = tag
+				}
+			}
+		}
 		// Each manifest of the graph, including referrers found on the
 		// way, is asked for its referrers once.
 		for i := 0; i < len(w.nodes); i++ {

@@ -3,7 +3,9 @@
 // so it travels with the artifact in every copy that carries referrers
 // (internal/ocicopy does by default), holding one JSON layer: an Ed25519
 // signature of a type, a version and the manifest digest (SignedMessage)
-// and the signing key's id (agentproto.KeyID).
+// and the signing key's id (agentproto.KeyID). Sign also writes, with
+// the same key, cosign's signature of the manifest in cosign's tag
+// layout (internal/cosignlayout), for `cosign verify --key`.
 //
 // Plugin and agent releases (internal/plugindist) sign their type and
 // version. Artifacts the build agent syncs or packages (images, charts,
@@ -32,6 +34,7 @@ import (
 	"oras.land/oras-go/v2"
 	"oras.land/oras-go/v2/content"
 
+	"github.com/byoc-dev/byoc/internal/cosignlayout"
 	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 )
@@ -111,7 +114,25 @@ func Sign(ctx context.Context, repo *ocicopy.Repo, md ocispec.Descriptor, typ, v
 	}); err != nil {
 		return Signature{}, fmt.Errorf("push the signature manifest: %w", err)
 	}
+	// The same key signs cosign's simple-signing payload into cosign's
+	// .sig tag, so `cosign verify --key` finds it (internal/cosignlayout).
+	payload, err := cosignlayout.Payload(ImageReference(repo), md.Digest)
+	if err != nil {
+		return Signature{}, err
+	}
+	if _, err := cosignlayout.AddSignature(ctx, repo, md.Digest, payload, ed25519.Sign(key, payload)); err != nil {
+		return Signature{}, fmt.Errorf("push the cosign signature: %w", err)
+	}
 	return sig, nil
+}
+
+// ImageReference is the repository's image reference (registry host and
+// repository) as a cosign payload names it; a layout's is its name.
+func ImageReference(repo *ocicopy.Repo) string {
+	if h := repo.Registry().Host; h != "" {
+		return h + "/" + repo.Name()
+	}
+	return repo.Name()
 }
 
 // ErrUnsigned is wrapped by Verify's error for an artifact with no
