@@ -193,7 +193,7 @@ type installParts struct {
 	driftGen int
 	// drift is the components' drift state; the section is left out while
 	// there is none (or imsd could not say).
-	drift     []*imsv1.ComponentDrift
+	drift        []*imsv1.ComponentDrift
 	artifactsGen int
 	// artifacts are what the components deploy by digest (images,
 	// charts, modules) with the agent's verdict on each (the
