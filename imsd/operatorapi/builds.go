@@ -228,6 +228,29 @@ func (s *Service) ListInstallArtifacts(ctx context.Context, req *connect.Request
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}
+	out, err := installArtifacts(comps, verified, func(id string) (string, error) {
+		j, err := s.store.GetJob(ctx, id)
+		if errs.Is(err, errs.NotFound) {
+			return "", nil
+		}
+		return j.ComponentType, err
+	})
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	if k := req.Msg.Kind; k != "" {
+		out = slices.DeleteFunc(out, func(a *imsv1.InstallArtifact) bool { return a.Kind != k })
+	}
+	return connect.NewResponse(&imsv1.ListInstallArtifactsResponse{Artifacts: out}), nil
+}
+
+// installArtifacts is what ListInstallArtifacts lists of components
+// comps and verifications verified (by component): each deployed
+// artifact with the verdict on its digest ("not verified" when the
+// verification on record is of another digest), then each verification
+// of an artifact no component runs, its kind from its job's component
+// type (jobType). Sorted by component, what it runs first.
+func installArtifacts(comps []store.InstallComponent, verified map[string]store.ArtifactVerification, jobType func(jobID string) (string, error)) ([]*imsv1.InstallArtifact, error) {
 	var out []*imsv1.InstallArtifact
 	shown := map[string]bool{} // component + " " + digest
 	for _, c := range comps {
@@ -255,19 +278,14 @@ func (s *Service) ListInstallArtifacts(ctx context.Context, req *connect.Request
 		if shown[name+" "+v.Digest] {
 			continue
 		}
-		typ := ""
-		if j, err := s.store.GetJob(ctx, v.JobID); err == nil {
-			typ = j.ComponentType
-		} else if !errs.Is(err, errs.NotFound) {
-			return nil, s.err(ctx, err)
+		typ, err := jobType(v.JobID)
+		if err != nil {
+			return nil, err
 		}
 		kind, _ := artifactKind(typ)
 		a := &imsv1.InstallArtifact{Component: name, ComponentType: typ, Kind: kind, Reference: v.Artifact, Digest: v.Digest}
 		setVerification(a, v)
 		out = append(out, a)
-	}
-	if k := req.Msg.Kind; k != "" {
-		out = slices.DeleteFunc(out, func(a *imsv1.InstallArtifact) bool { return a.Kind != k })
 	}
 	// Stable: by component, what it runs before what was refused.
 	slices.SortStableFunc(out, func(a, b *imsv1.InstallArtifact) int {
@@ -282,7 +300,7 @@ func (s *Service) ListInstallArtifacts(ctx context.Context, req *connect.Request
 		}
 		return strings.Compare(a.Digest, b.Digest)
 	})
-	return connect.NewResponse(&imsv1.ListInstallArtifactsResponse{Artifacts: out}), nil
+	return out, nil
 }
 
 // setVerification puts v's verdict, deciding rules and report on a.
