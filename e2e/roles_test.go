@@ -72,7 +72,7 @@ var rpcAccess = map[string]string{
 	"SupportShell":      "break-glass@install",
 	"RequestBreakGlass": "break-glass@install", "ListBreakGlassGrants": "read@install", "GetBreakGlassPolicy": "read@install",
 	"ListAuditEvents": "read@install", "GetInstallStack": "read@install",
-	"CreateBuildAgentToken": "manage@all", "StartBuild": "manage@all", "ListBuilds": "read@any", "ListInstallImages": "read@install",
+	"CreateBuildAgentToken": "manage@all", "StartBuild": "manage@all", "ListBuilds": "read@any", "ListInstallImages": "read@install", "ListInstallArtifacts": "read@install",
 	// A release spans the fleet and names its installs: a grant on
 	// everything.
 	"CreateRelease": "deploy@all", "ListReleases": "read@all", "GetRelease": "read@all", "ApproveRelease": "deploy@all",

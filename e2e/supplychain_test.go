@@ -150,6 +150,14 @@ func TestSupplyChainRequireSignature(t *testing.T) {
 	if out := c.cli.Run(0, "install", "images", "acme", "-o", "yaml"); !strings.Contains(out, "verdict: verified") || !strings.Contains(out, "https://slsa.dev/provenance/v1") {
 		t.Fatalf("install images -o yaml:\n%s", out)
 	}
+	// byoc install artifacts: every kind, the module too, each with the
+	// key that verified it.
+	short := func(d string) string { return strings.TrimPrefix(d, "sha256:")[:12] }
+	keyID := agentproto.KeyID(imsdPub)
+	if out := c.cli.Run(0, "install", "artifacts", "acme"); !regexp.MustCompile(`(?m)^net +module +modules/network +`+short(bmod.Digest)+` +verified +- +`+keyID+` `).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^netmod +image +modules/network +`+short(bmod.Digest)+` +verified +- +`+keyID+` `).MatchString(out) {
+		t.Fatalf("install artifacts:\n%s", out)
+	}
 
 	// An unsigned module put into the install registry by hand.
 	mod2 := filepath.Join(t.TempDir(), "network2")
@@ -225,6 +233,33 @@ func TestSupplyChainRequireSignature(t *testing.T) {
 		if _, err := repo(t, installReg.Host, "rogue", "").Resolve(ctx, bad.digest); strings.HasPrefix(bad.artifact, "rogue@") && err == nil {
 			t.Fatalf("%s: the install registry holds the refused artifact", bad.name)
 		}
+	}
+	// The refused chart of a helm component never deployed is listed with
+	// its state and rule; the module still runs its signed digest.
+	var arts []struct {
+		Component, Kind, Reference, Digest, State string
+		Rules                                     []string
+		Deployed                                  bool
+	}
+	if err := json.Unmarshal([]byte(c.cli.Run(0, "install", "artifacts", "acme", "-o", "json")), &arts); err != nil {
+		t.Fatal(err)
+	}
+	var chartRow, moduleRow bool
+	for _, a := range arts {
+		switch {
+		case a.Component == "api" && a.Kind == "chart" && a.Digest == byHandChart && a.State == "refused" && !a.Deployed &&
+			len(a.Rules) > 0 && a.Rules[0] == "require-signature":
+			chartRow = true
+		case a.Component == "net" && a.Kind == "module" && a.Digest == bmod.Digest && a.Deployed:
+			moduleRow = true
+		}
+	}
+	if !chartRow || !moduleRow {
+		t.Fatalf("install artifacts -o json: chart row %v, module row %v: %+v", chartRow, moduleRow, arts)
+	}
+	if out := c.cli.Run(0, "install", "artifacts", "acme", "--kind", "chart"); !regexp.MustCompile(`(?m)^api +chart +charts/byhand \(not deployed\) +`+short(byHandChart)+` +refused +require-signature`).MatchString(out) ||
+		strings.Contains(out, "module") {
+		t.Fatalf("install artifacts --kind chart:\n%s", out)
 	}
 	// imsd's audit chain records each refusal with the rule.
 	evs, err := c.ims.Admin().ListAuditEvents(ctx, connect.NewRequest(&imsv1.ListAuditEventsRequest{Install: "acme", Limit: 5000}))

@@ -21,8 +21,9 @@ import (
 // whatever the list says.
 const VendorPoliciesKey = jobconfig.VendorPoliciesKey
 
-// policyOps are the operations whose plans policies check.
-var policyOps = []string{sdk.OpPlan, sdk.OpApply, sdk.OpDestroy, sdk.OpPlanDestroy}
+// policyOps are the operations whose plans policies check: an import
+// too, so that adopting a resource is no way around them.
+var policyOps = []string{sdk.OpPlan, sdk.OpApply, sdk.OpDestroy, sdk.OpPlanDestroy, sdk.OpImport}
 
 // CustomerPolicies reads the customer's policies: every *.rego file in
 // dir (not below it), by name. They are read again for every job, so a

@@ -63,6 +63,20 @@ func (g gated) Apply(ctx context.Context, req *sdk.ApplyRequest) (*sdk.ApplyResp
 	return &sdk.ApplyResponse{PolicyFindings: fs, Outputs: map[string]string{"applied": "yes", "component": req.Job.Component, "mode": req.Job.Mode}}, nil
 }
 
+// Import adopts what its config lists, each an input.changes entry of
+// action import, through the gate as the terraform type does.
+func (g gated) Import(ctx context.Context, req *sdk.ImportRequest) (*sdk.ImportResponse, error) {
+	var ch []sdk.PlannedChange
+	for _, c := range g.changes(req.Config) {
+		ch = append(ch, sdk.PlannedChange{Address: c.Address, Action: sdk.ActionImport})
+	}
+	fs, err := policy.Gate(ctx, req.Job, req.Log, policy.NewInput(req.Job, "gated", sdk.OpImport, ch, nil))
+	if err != nil {
+		return &sdk.ImportResponse{PolicyFindings: fs}, err
+	}
+	return &sdk.ImportResponse{PolicyFindings: fs, Outputs: map[string]string{"imported": req.ID}}, nil
+}
+
 func writePolicy(t *testing.T, dir, name, text string, mode os.FileMode) string {
 	t.Helper()
 	p := filepath.Join(dir, name)
@@ -77,6 +91,11 @@ func writePolicy(t *testing.T, dir, name, text string, mode os.FileMode) string 
 
 func runGated(t *testing.T, policyDir, typ, mode string, config map[string]any) (agent.Outcome, string) {
 	t.Helper()
+	return runGatedOp(t, policyDir, typ, sdk.OpApply, mode, config)
+}
+
+func runGatedOp(t *testing.T, policyDir, typ, op, mode string, config map[string]any) (agent.Outcome, string) {
+	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -89,7 +108,7 @@ func runGated(t *testing.T, policyDir, typ, mode string, config map[string]any) 
 	var mu sync.Mutex
 	var b strings.Builder
 	out := r.Run(t.Context(), agent.Job{ID: "job1", InstallID: "ins1", Attempt: 1, ComponentType: typ,
-		Operation: sdk.OpApply, Config: config, Timeout: time.Minute, Mode: mode, Component: "db"},
+		Operation: op, Config: config, Timeout: time.Minute, Mode: mode, Component: "db"},
 		func(_ int32, text string) {
 			mu.Lock()
 			b.WriteString(text + "\n")
@@ -133,6 +152,30 @@ func TestPolicyGate(t *testing.T) {
 			agent.VendorPoliciesKey: []any{vendorLies}})
 		if out.Outcome != agentv1.Outcome_OUTCOME_FAILED || len(out.PolicyFindings) != 1 || out.PolicyFindings[0].GetSource() != "customer" {
 			t.Fatalf("outcome %v %q, findings %v", out.Outcome, out.Error, out.PolicyFindings)
+		}
+	})
+	t.Run("an import is gated too", func(t *testing.T) {
+		// The customer's and the vendor's policies reach an import job
+		// as they reach an apply: choosing the import path is no way
+		// around them.
+		noAdopt := map[string]any{"name": "policies/noadopt.rego",
+			"rego": "package vendor.na\ndeny contains msg if { some c in input.changes; c.action == \"import\"; msg := sprintf(\"%s may not be adopted\", [c.address]) }\n"}
+		out, log := runGatedOp(t, dir, "gated", sdk.OpImport, "maintenance", map[string]any{"changes": del, "import_id": "logs",
+			agent.VendorPoliciesKey: []any{noAdopt, vendorWarn}})
+		if out.Outcome != agentv1.Outcome_OUTCOME_FAILED || !strings.Contains(out.Error, "denied by policy: aws_s3_bucket.logs may not be adopted (vendor policy policies/noadopt.rego)") ||
+			out.Outputs["imported"] != "" {
+			t.Fatalf("outcome %v %q, outputs %v\n%s", out.Outcome, out.Error, out.Outputs, log)
+		}
+		if got := findingKeys(out.PolicyFindings); !slices.Equal(got, []string{"deny vendor policies/noadopt.rego", "warn vendor policies/warn.rego"}) {
+			t.Fatalf("findings %v", got)
+		}
+		if !strings.Contains(log, "[agentd] policies: customer "+maint+", vendor policies/noadopt.rego, vendor policies/warn.rego") {
+			t.Fatalf("log:\n%s", log)
+		}
+		out, _ = runGatedOp(t, dir, "gated", sdk.OpImport, "maintenance", map[string]any{"changes": del, "import_id": "logs",
+			agent.VendorPoliciesKey: []any{vendorWarn}})
+		if out.Outcome != agentv1.Outcome_OUTCOME_SUCCEEDED || out.Outputs["imported"] != "logs" {
+			t.Fatalf("allowed import: %v %q", out.Outcome, out.Error)
 		}
 	})
 	t.Run("allowed in another mode, warn shown", func(t *testing.T) {

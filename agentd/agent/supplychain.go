@@ -194,9 +194,11 @@ func verificationsToProto(vs []ArtifactVerification) []*agentv1.ArtifactVerifica
 // logged and journalled and the job runs. It returns what it verified,
 // for imsd.
 func (r *PluginRunner) checkSupplyChain(ctx context.Context, job Job, config map[string]any, log func(int32, string)) ([]ArtifactVerification, error) {
-	// Only what deploys: a destroy (and its plan), a drift check and an
-	// import of what is already there stay possible.
-	if job.SupplyChain == nil || (job.Operation != sdk.OpPlan && job.Operation != sdk.OpApply) {
+	// What runs the artifact: a plan, an apply and an import (which
+	// runs a module's code and adopts what it manages). A destroy (and
+	// its plan) and a drift check of what is already there stay
+	// possible.
+	if job.SupplyChain == nil || (job.Operation != sdk.OpPlan && job.Operation != sdk.OpApply && job.Operation != sdk.OpImport) {
 		return nil, nil
 	}
 	p, trusted, err := job.SupplyChain()

@@ -107,6 +107,17 @@ func TestSupplyChainSignAndEnforce(t *testing.T) {
 			t.Fatalf("%s %s: %v", c.typ, c.field, err)
 		}
 	}
+	// Importing runs the module (or chart) too: the import path is no way
+	// around the policy.
+	for _, c := range []struct{ typ, field string }{{"terraform", "module"}, {"helm", "chart"}} {
+		j := job(c.typ, c.field, unsigned)
+		j.Operation = sdk.OpImport
+		journal = nil
+		_, err := r.checkSupplyChain(ctx, j, map[string]any{c.field: "acme/web@" + unsigned}, log)
+		if err == nil || !strings.Contains(err.Error(), "rule require-signature") || len(journal) != 1 || journal[0].kind != KindSupplyChainRefused {
+			t.Fatalf("%s import of an unsigned artifact: %v, journal %v", c.typ, err, journal)
+		}
+	}
 	// Destroying an unsigned component stays possible.
 	for _, op := range []string{sdk.OpPlanDestroy, sdk.OpDestroy, sdk.OpDrift} {
 		j := job("image", "source", unsigned)

@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -178,4 +181,134 @@ func (s *Service) ListInstallImages(ctx context.Context, req *connect.Request[im
 func verificationToProto(v store.ArtifactVerification) *imsv1.ArtifactVerification {
 	return &imsv1.ArtifactVerification{Artifact: v.Artifact, Digest: v.Digest, KeyId: v.KeyID, Attestations: v.Attestations,
 		Verdict: v.Verdict, Failed: v.Failed, JobId: v.JobID, VerifyTime: timestamppb.New(v.VerifiedAt)}
+}
+
+// Artifact kinds: the artifact each component type deploys, and the
+// config key that names it (as the agent's supply-chain check reads it).
+var artifactKinds = []struct{ typ, kind, key string }{
+	{agentproto.ImageType, "image", agentproto.ImageSourceKey},
+	{"helm", "chart", "chart"},
+	{"terraform", "module", "module"},
+}
+
+// artifactKind is the kind of artifact components of type typ deploy,
+// and the config key naming it; "" for a type that deploys none.
+func artifactKind(typ string) (kind, key string) {
+	for _, k := range artifactKinds {
+		if k.typ == typ {
+			return k.kind, k.key
+		}
+	}
+	return "", ""
+}
+
+// StateNotVerified is an artifact of which no verification is on record.
+const StateNotVerified = "not verified"
+
+// ListInstallArtifacts lists the artifacts an install's components
+// deploy, each with the agent's last verdict on its digest, and the
+// artifacts the agent refused or warned of for a component that does
+// not run them (a refused first deploy, a refused new digest).
+func (s *Service) ListInstallArtifacts(ctx context.Context, req *connect.Request[imsv1.ListInstallArtifactsRequest]) (*connect.Response[imsv1.ListInstallArtifactsResponse], error) {
+	if req.Msg.Install == "" {
+		return nil, s.err(ctx, errs.Field("install", "is required"))
+	}
+	if k := req.Msg.Kind; k != "" && !slices.ContainsFunc(artifactKinds, func(a struct{ typ, kind, key string }) bool { return a.kind == k }) {
+		return nil, s.err(ctx, errs.Field("kind", "must be image, chart or module, got %q", k))
+	}
+	in, err := s.store.GetInstall(ctx, req.Msg.Install)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	comps, err := s.store.InstallComponents(ctx, in.ID)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	verified, err := s.store.ArtifactVerifications(ctx, in.ID)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	out, err := installArtifacts(comps, verified, func(id string) (string, error) {
+		j, err := s.store.GetJob(ctx, id)
+		if errs.Is(err, errs.NotFound) {
+			return "", nil
+		}
+		return j.ComponentType, err
+	})
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	if k := req.Msg.Kind; k != "" {
+		out = slices.DeleteFunc(out, func(a *imsv1.InstallArtifact) bool { return a.Kind != k })
+	}
+	return connect.NewResponse(&imsv1.ListInstallArtifactsResponse{Artifacts: out}), nil
+}
+
+// installArtifacts is what ListInstallArtifacts lists of components
+// comps and verifications verified (by component): each deployed
+// artifact with the verdict on its digest ("not verified" when the
+// verification on record is of another digest), then each verification
+// of an artifact no component runs, its kind from its job's component
+// type (jobType). Sorted by component, what it runs first.
+func installArtifacts(comps []store.InstallComponent, verified map[string]store.ArtifactVerification, jobType func(jobID string) (string, error)) ([]*imsv1.InstallArtifact, error) {
+	var out []*imsv1.InstallArtifact
+	shown := map[string]bool{} // component + " " + digest
+	for _, c := range comps {
+		kind, key := artifactKind(c.ComponentType)
+		if kind == "" {
+			continue
+		}
+		var cfg map[string]any
+		_ = json.Unmarshal(c.Config, &cfg)
+		ref, _ := cfg[key].(string)
+		if ref == "" {
+			continue // a chart_dir, manifests or module_dir: no artifact
+		}
+		_, digest, _ := strings.Cut(ref, "@")
+		a := &imsv1.InstallArtifact{Component: c.Name, ComponentType: c.ComponentType, Kind: kind, Reference: ref, Digest: digest,
+			Deployed: true, State: StateNotVerified}
+		if v, ok := verified[c.Name]; ok && v.Digest == digest {
+			setVerification(a, v)
+		}
+		shown[c.Name+" "+digest] = true
+		out = append(out, a)
+	}
+	for _, name := range slices.Sorted(maps.Keys(verified)) {
+		v := verified[name]
+		if shown[name+" "+v.Digest] {
+			continue
+		}
+		typ, err := jobType(v.JobID)
+		if err != nil {
+			return nil, err
+		}
+		kind, _ := artifactKind(typ)
+		a := &imsv1.InstallArtifact{Component: name, ComponentType: typ, Kind: kind, Reference: v.Artifact, Digest: v.Digest}
+		setVerification(a, v)
+		out = append(out, a)
+	}
+	// Stable: by component, what it runs before what was refused.
+	slices.SortStableFunc(out, func(a, b *imsv1.InstallArtifact) int {
+		if c := strings.Compare(a.Component, b.Component); c != 0 {
+			return c
+		}
+		if a.Deployed != b.Deployed {
+			if a.Deployed {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.Digest, b.Digest)
+	})
+	return out, nil
+}
+
+// setVerification puts v's verdict, deciding rules and report on a.
+func setVerification(a *imsv1.InstallArtifact, v store.ArtifactVerification) {
+	a.Verification = verificationToProto(v)
+	a.State = v.Verdict
+	for _, f := range v.Failed {
+		rule, _, _ := strings.Cut(f, ": ")
+		a.Rules = append(a.Rules, rule)
+	}
 }

@@ -100,14 +100,15 @@ var rules = map[string]rule{
 	// Cutting off an install's agent: admins only.
 	imsv1connect.OperatorServiceRevokeAgentProcedure: r(access.Manage, onInstall, "install", "revoke the agent of"),
 	// Offering an agent release: deployers (the customer's policy decides).
-	imsv1connect.OperatorServiceOfferAgentUpdateProcedure:    r(access.Deploy, onInstall, "install", "offer agent updates to"),
-	imsv1connect.OperatorServiceUpdateInstallProcedure:       r(access.Deploy, onInstall, "install", "update"),
-	imsv1connect.OperatorServicePlanInstallProcedure:         r(access.Read, onInstall, "install", "plan"),
-	imsv1connect.OperatorServiceGetInstallStackProcedure:     r(access.Read, onInstall, "install", "read the stack of"),
-	imsv1connect.OperatorServiceCreateBundleProcedure:        r(access.Deploy, onInstall, "install", "create offline bundles for"),
-	imsv1connect.OperatorServiceSignBundleProcedure:          r(access.Deploy, onInstall, "install", "sign offline bundles for"),
-	imsv1connect.OperatorServiceImportBundleResultsProcedure: r(access.Deploy, onInstall, "install", "import offline results of"),
-	imsv1connect.OperatorServiceListInstallImagesProcedure:   r(access.Read, onInstall, "install", "read"),
+	imsv1connect.OperatorServiceOfferAgentUpdateProcedure:     r(access.Deploy, onInstall, "install", "offer agent updates to"),
+	imsv1connect.OperatorServiceUpdateInstallProcedure:        r(access.Deploy, onInstall, "install", "update"),
+	imsv1connect.OperatorServicePlanInstallProcedure:          r(access.Read, onInstall, "install", "plan"),
+	imsv1connect.OperatorServiceGetInstallStackProcedure:      r(access.Read, onInstall, "install", "read the stack of"),
+	imsv1connect.OperatorServiceCreateBundleProcedure:         r(access.Deploy, onInstall, "install", "create offline bundles for"),
+	imsv1connect.OperatorServiceSignBundleProcedure:           r(access.Deploy, onInstall, "install", "sign offline bundles for"),
+	imsv1connect.OperatorServiceImportBundleResultsProcedure:  r(access.Deploy, onInstall, "install", "import offline results of"),
+	imsv1connect.OperatorServiceListInstallImagesProcedure:    r(access.Read, onInstall, "install", "read"),
+	imsv1connect.OperatorServiceListInstallArtifactsProcedure: r(access.Read, onInstall, "install", "read"),
 
 	imsv1connect.OperatorServiceStartWorkflowProcedure: r(access.Deploy, onInstall, "install", "start workflows on"),
 	imsv1connect.OperatorServiceListWorkflowsProcedure: r(access.Read, onInstallOrList, "install", "read"),

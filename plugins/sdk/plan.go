@@ -18,6 +18,9 @@ const (
 	ActionUpdate  = "update"
 	ActionDelete  = "delete"
 	ActionReplace = "replace"
+	// ActionImport is an object an import would adopt, as a policy's
+	// input.changes of an import shows it (never a plan's change).
+	ActionImport = "import"
 )
 
 // Masked is what a sensitive value is replaced with in a planned change;

@@ -364,7 +364,7 @@ func (s *server) Import(req *pluginv1.ImportRequest, stream grpc.ServerStreaming
 						err = fmt.Errorf("import: %w", serr)
 					}
 				}
-				return &pluginv1.Result{ExitCode: int32(r.ExitCode), Outputs: r.Outputs}, err
+				return &pluginv1.Result{ExitCode: int32(r.ExitCode), Outputs: r.Outputs, PolicyFindings: findingsToProto(r.PolicyFindings)}, err
 			})
 		})
 }

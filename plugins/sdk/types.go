@@ -348,6 +348,10 @@ type ImportResponse struct {
 	// that keeps its state otherwise (Terraform's own state file) leaves
 	// it nil.
 	State any
+	// PolicyFindings are what the job's policies said of the import
+	// (agents from the release that evaluates policies on imports hand
+	// them over); return them with the error when one denies.
+	PolicyFindings []PolicyFinding
 }
 
 // OutputsSchemaRequest asks for the schema of a plugin's outputs.

@@ -339,6 +339,10 @@ func (p *Plugin) Import(ctx context.Context, req *sdk.ImportRequest) (*sdk.Impor
 		return nil, err
 	}
 	defer r.close()
+	findings, err := r.gateImport(ctx, pairs)
+	if err != nil {
+		return &sdk.ImportResponse{PolicyFindings: findings}, err
+	}
 	for _, pr := range pairs {
 		r.log.System(fmt.Sprintf("terraform: importing %s as %s", pr[1], pr[0]))
 		if err := r.locked(ctx, "import "+pr[0], func() error {
@@ -351,7 +355,80 @@ func (p *Plugin) Import(ctx context.Context, req *sdk.ImportRequest) (*sdk.Impor
 		return nil, err
 	}
 	outputs, err := r.outputs(ctx)
-	return &sdk.ImportResponse{Outputs: outputs}, err
+	return &sdk.ImportResponse{Outputs: outputs, PolicyFindings: findings}, err
+}
+
+// importAddr is a resource address an import block may name: modules,
+// a type and a name, each with an optional index (a number or a quoted
+// key).
+var importAddr = regexp.MustCompile(`^(module\.[A-Za-z_][\w-]*(\[(\d+|"[^"\\\n$%{}]*")\])?\.)*[A-Za-z_][\w-]*\.[A-Za-z_][\w-]*(\[(\d+|"[^"\\\n$%{}]*")\])?$`)
+
+// importFile is the file of import blocks gateImport writes into the
+// module's root for its plan, and removes after.
+const importFile = "byoc_import_gate.tf"
+
+// gateImport puts an import through the job's policies before anything
+// joins the state, as a plan is before an apply: a plan of the module
+// with an import block per pair shows what would be adopted, each
+// object an input.changes entry of action "import" (its values in after;
+// input.plan is Terraform's JSON plan, whose resource_changes also show
+// what a next apply would change). The plan is only read: the objects
+// are then imported with terraform import, which changes none. Without
+// policies it does nothing.
+func (r *run) gateImport(ctx context.Context, pairs [][2]string) ([]sdk.PolicyFinding, error) {
+	if len(r.job.Policies) == 0 {
+		return nil, nil
+	}
+	var b strings.Builder
+	for _, pr := range pairs {
+		if !importAddr.MatchString(pr[0]) {
+			return nil, fmt.Errorf("import id: %q is not a resource address (TYPE.NAME, optionally module.NAME. before and an [index] after)", pr[0])
+		}
+		id, err := json.Marshal(pr[1])
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(&b, "import {\n  to = %s\n  id = %s\n}\n", pr[0], id)
+	}
+	file := filepath.Join(r.dir, importFile)
+	if err := os.WriteFile(file, []byte(b.String()), 0o600); err != nil {
+		return nil, err
+	}
+	defer os.Remove(file)
+	r.log.System("terraform: planning the import for the policies")
+	pl, err := r.plan(ctx, planNormal)
+	if err != nil {
+		return nil, err
+	}
+	var changes []sdk.PlannedChange
+	for _, rc := range pl.json.ResourceChanges {
+		if rc == nil || rc.Change == nil || rc.Change.Importing == nil {
+			continue
+		}
+		after := maskSensitive(withUnknown(rc.Change.After, rc.Change.AfterUnknown), rc.Change.AfterSensitive, nil, sdk.Masked)
+		summary := fmt.Sprintf("%s: import %s", rc.Address, rc.Change.Importing.ID)
+		if a := actionOf(rc.Change.Actions); a != "" {
+			summary += " (then " + a + ")"
+		}
+		changes = append(changes, sdk.PlannedChange{Address: rc.Address, Action: sdk.ActionImport, After: after, Summary: summary})
+	}
+	raw, err := planJSON(pl)
+	if err != nil {
+		return nil, err
+	}
+	return policy.Gate(ctx, r.job, r.log, policy.NewInput(r.job, TypeName, sdk.OpImport, changes, raw))
+}
+
+// planJSON is Terraform's JSON plan as plain values, for a policy's
+// input.plan.
+func planJSON(pl *plan) (any, error) {
+	b, err := json.Marshal(pl.json)
+	if err != nil {
+		return nil, err
+	}
+	var raw any
+	err = json.Unmarshal(b, &raw)
+	return raw, err
 }
 
 // parseImportID reads "ADDR=ID[,ADDR=ID]...": pairs of a resource
@@ -762,12 +839,8 @@ func (r *run) gate(ctx context.Context, op string, pl *plan) ([]sdk.PolicyFindin
 	if len(r.job.Policies) == 0 {
 		return nil, nil
 	}
-	b, err := json.Marshal(pl.json)
+	raw, err := planJSON(pl)
 	if err != nil {
-		return nil, err
-	}
-	var raw any
-	if err := json.Unmarshal(b, &raw); err != nil {
 		return nil, err
 	}
 	return policy.Gate(ctx, r.job, r.log, policy.NewInput(r.job, TypeName, op, pl.changes, raw))

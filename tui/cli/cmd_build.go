@@ -263,7 +263,8 @@ digest (the build) -> install digest, and when each copy happened; and
 what the install's agent verified of it under the customer's supply-chain
 policy (agentd policy supply-chain): the key that signed it, the
 attestations found (SLSA provenance, SBOM, vulnerability scan) and the
-verdict. -o yaml shows each rule not met.`,
+verdict. -o yaml shows each rule not met. byoc install artifacts lists the
+agent's verdict on every artifact kind (images, charts, modules).`,
 		Args: exactArgs("INSTALL"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.connect()

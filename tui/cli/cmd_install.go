@@ -31,6 +31,7 @@ func (a *app) installCommand() *cobra.Command {
 		a.installDriftCommand(),
 		a.installStackCommand(),
 		a.installImagesCommand(),
+		a.installArtifactsCommand(),
 	)
 }
 

@@ -25,18 +25,19 @@ import (
 // message type of their rows (for completing the flag): each calls
 // sortRows on the rows it prints.
 var sortableCommands = map[string]protoreflect.MessageDescriptor{
-	"byoc app list":        (&imsv1.App{}).ProtoReflect().Descriptor(),
-	"byoc app revisions":   (&imsv1.AppRevision{}).ProtoReflect().Descriptor(),
-	"byoc install list":    (&imsv1.Install{}).ProtoReflect().Descriptor(),
-	"byoc install images":  (&imsv1.InstallImage{}).ProtoReflect().Descriptor(),
-	"byoc job list":        (&imsv1.Job{}).ProtoReflect().Descriptor(),
-	"byoc workflow list":   (&imsv1.Workflow{}).ProtoReflect().Descriptor(),
-	"byoc action runs":     (&imsv1.ActionRun{}).ProtoReflect().Descriptor(),
-	"byoc breakglass list": (&imsv1.BreakGlassGrant{}).ProtoReflect().Descriptor(),
-	"byoc build list":      (&imsv1.Build{}).ProtoReflect().Descriptor(),
-	"byoc plugin list":     (&imsv1.PluginType{}).ProtoReflect().Descriptor(),
-	"byoc release list":    (&imsv1.Release{}).ProtoReflect().Descriptor(),
-	"byoc token list":      (&imsv1.ApiToken{}).ProtoReflect().Descriptor(),
+	"byoc app list":          (&imsv1.App{}).ProtoReflect().Descriptor(),
+	"byoc app revisions":     (&imsv1.AppRevision{}).ProtoReflect().Descriptor(),
+	"byoc install list":      (&imsv1.Install{}).ProtoReflect().Descriptor(),
+	"byoc install images":    (&imsv1.InstallImage{}).ProtoReflect().Descriptor(),
+	"byoc install artifacts": (&imsv1.InstallArtifact{}).ProtoReflect().Descriptor(),
+	"byoc job list":          (&imsv1.Job{}).ProtoReflect().Descriptor(),
+	"byoc workflow list":     (&imsv1.Workflow{}).ProtoReflect().Descriptor(),
+	"byoc action runs":       (&imsv1.ActionRun{}).ProtoReflect().Descriptor(),
+	"byoc breakglass list":   (&imsv1.BreakGlassGrant{}).ProtoReflect().Descriptor(),
+	"byoc build list":        (&imsv1.Build{}).ProtoReflect().Descriptor(),
+	"byoc plugin list":       (&imsv1.PluginType{}).ProtoReflect().Descriptor(),
+	"byoc release list":      (&imsv1.Release{}).ProtoReflect().Descriptor(),
+	"byoc token list":        (&imsv1.ApiToken{}).ProtoReflect().Descriptor(),
 }
 
 // addSortFlags gives each of sortableCommands under cmd its --sort-by

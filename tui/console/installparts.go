@@ -170,20 +170,20 @@ func listDrift(ctx context.Context, c imsv1connect.OperatorServiceClient, gen in
 	}
 }
 
-// imagesMsg answers listImages.
-type imagesMsg struct {
-	gen    int
-	images []*imsv1.InstallImage
-	err    error
+// artifactsMsg answers listArtifacts.
+type artifactsMsg struct {
+	gen       int
+	artifacts []*imsv1.InstallArtifact
+	err       error
 }
 
-func listImages(ctx context.Context, c imsv1connect.OperatorServiceClient, gen int, install string) tea.Cmd {
+func listArtifacts(ctx context.Context, c imsv1connect.OperatorServiceClient, gen int, install string) tea.Cmd {
 	return func() tea.Msg {
-		r, err := c.ListInstallImages(ctx, connect.NewRequest(&imsv1.ListInstallImagesRequest{Install: install}))
+		r, err := c.ListInstallArtifacts(ctx, connect.NewRequest(&imsv1.ListInstallArtifactsRequest{Install: install}))
 		if err != nil {
-			return imagesMsg{gen: gen, err: err}
+			return artifactsMsg{gen: gen, err: err}
 		}
-		return imagesMsg{gen: gen, images: r.Msg.Images}
+		return artifactsMsg{gen: gen, artifacts: r.Msg.Artifacts}
 	}
 }
 
@@ -193,11 +193,12 @@ type installParts struct {
 	driftGen int
 	// drift is the components' drift state; the section is left out while
 	// there is none (or imsd could not say).
-	drift     []*imsv1.ComponentDrift
-	imagesGen int
-	// images are the image components with what the agent verified of
-	// each (the supply-chain policy); left out while there are none.
-	images         []*imsv1.InstallImage
+	drift        []*imsv1.ComponentDrift
+	artifactsGen int
+	// artifacts are what the components deploy by digest (images,
+	// charts, modules) with the agent's verdict on each (the
+	// supply-chain policy); left out while there are none.
+	artifacts      []*imsv1.InstallArtifact
 	wfGen, actGen  int
 	wfLoaded       bool
 	wfErr          error
@@ -275,25 +276,27 @@ func (v *installView) parts(jobs []*imsv1.Job) []string {
 		}
 	}
 
-	if len(p.images) > 0 {
-		out = append(out, st.accent.Render("IMAGES")+"  "+st.muted.Render("VERIFIED: what the agent checked under the customer's supply-chain policy"))
-		for _, im := range p.images {
-			verified := "-"
-			vr := im.GetVerification()
-			if vr != nil {
-				verified = strings.ToUpper(termtext.Clean(vr.Verdict, " "))
-				if vr.KeyId != "" {
-					verified += " key " + termtext.Clean(vr.KeyId, " ")
-				}
-				if n := len(vr.Attestations); n > 0 {
-					verified += fmt.Sprintf(", %d attestations", n)
-				}
+	if len(p.artifacts) > 0 {
+		out = append(out, st.accent.Render("ARTIFACTS")+"  "+st.muted.Render("STATE: what the agent verified under the customer's supply-chain policy"))
+		for _, a := range p.artifacts {
+			state := strings.ToUpper(termtext.Clean(a.State, " "))
+			vr := a.GetVerification()
+			if k := vr.GetKeyId(); k != "" {
+				state += " key " + termtext.Clean(k, " ")
 			}
-			line := fmt.Sprintf("  %-16s %-24s %s", termtext.Clean(im.Component, " "), verified, termtext.Clean(cmp.Or(im.InstallReference, im.VendorReference), " "))
-			if vr != nil && vr.Verdict != "verified" {
+			if n := len(vr.GetAttestations()); n > 0 {
+				state += fmt.Sprintf(", %d attestations", n)
+			}
+			ref := termtext.Clean(a.Reference, " ")
+			if !a.Deployed {
+				ref += " (not deployed)"
+			}
+			line := fmt.Sprintf("  %-16s %-7s %-28s %s", termtext.Clean(a.Component, " "), termtext.Clean(a.Kind, " "), state, ref)
+			switch a.State {
+			case "refused", "warned":
 				line = st.bad.Render(line)
-				if len(vr.Failed) > 0 {
-					line += "  " + st.bad.Render(termtext.Clean(vr.Failed[0], " "))
+				if f := vr.GetFailed(); len(f) > 0 {
+					line += "  " + st.bad.Render(termtext.Clean(f[0], " "))
 				}
 			}
 			out = append(out, line)
@@ -391,9 +394,9 @@ func kindText(k imsv1.WorkflowKind) string { return enumText(k, "WORKFLOW_KIND_"
 
 // loadParts asks for the workflows and actions again.
 func (v *installView) loadParts() tea.Cmd {
-	v.wfGen, v.actGen, v.driftGen, v.imagesGen = v.nextGen(), v.nextGen(), v.nextGen(), v.nextGen()
+	v.wfGen, v.actGen, v.driftGen, v.artifactsGen = v.nextGen(), v.nextGen(), v.nextGen(), v.nextGen()
 	return tea.Batch(listWorkflows(v.ctx, v.conn.Client, v.wfGen, v.id), listActions(v.ctx, v.conn.Client, v.actGen, v.id),
-		listDrift(v.ctx, v.conn.Client, v.driftGen, v.id), listImages(v.ctx, v.conn.Client, v.imagesGen, v.id))
+		listDrift(v.ctx, v.conn.Client, v.driftGen, v.id), listArtifacts(v.ctx, v.conn.Client, v.artifactsGen, v.id))
 }
 
 // partsUpdate takes the answers to loadParts and reports whether msg was one.
@@ -412,9 +415,9 @@ func (v *installView) partsUpdate(msg tea.Msg) bool {
 			v.drift = msg.drift
 		}
 		return true
-	case imagesMsg:
-		if msg.gen == v.imagesGen && msg.err == nil {
-			v.images = msg.images
+	case artifactsMsg:
+		if msg.gen == v.artifactsGen && msg.err == nil {
+			v.artifacts = msg.artifacts
 		}
 		return true
 	case actionsMsg:

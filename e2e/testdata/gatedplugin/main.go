@@ -2,7 +2,8 @@
 // plans through the policy gate as the terraform and helm types do: its
 // config lists the changes a plan would make ({"changes": [{"address":
 // "...", "action": "..."}]}); plan and apply evaluate the job's policies
-// against them, and apply "applies" only when no policy denies.
+// against them, and apply "applies" only when no policy denies; an
+// import "adopts" them (action import) only when no policy denies.
 package main
 
 import (
@@ -51,6 +52,19 @@ func (gated) Apply(ctx context.Context, req *sdk.ApplyRequest) (*sdk.ApplyRespon
 
 func (gated) Destroy(context.Context, *sdk.DestroyRequest) (*sdk.DestroyResponse, error) {
 	return &sdk.DestroyResponse{}, nil
+}
+
+func (gated) Import(ctx context.Context, req *sdk.ImportRequest) (*sdk.ImportResponse, error) {
+	var ch []sdk.PlannedChange
+	for _, c := range changes(req.Config) {
+		ch = append(ch, sdk.PlannedChange{Address: c.Address, Action: sdk.ActionImport})
+	}
+	fs, err := policy.Gate(ctx, req.Job, req.Log, policy.NewInput(req.Job, "gated", sdk.OpImport, ch, nil))
+	if err != nil {
+		return &sdk.ImportResponse{PolicyFindings: fs}, err
+	}
+	req.Log.Stdout("adopted " + req.ID)
+	return &sdk.ImportResponse{PolicyFindings: fs, Outputs: map[string]string{"id": req.ID}}, nil
 }
 
 func main() { sdk.Serve(gated{}) }

@@ -8389,6 +8389,229 @@ func (x *ListInstallImagesResponse) GetImages() []*InstallImage {
 	return nil
 }
 
+type ListInstallArtifactsRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Install string                 `protobuf:"bytes,1,opt,name=install,proto3" json:"install,omitempty"`
+	// kind, when set, keeps the artifacts of that kind only: "image",
+	// "chart" or "module".
+	Kind          string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListInstallArtifactsRequest) Reset() {
+	*x = ListInstallArtifactsRequest{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[121]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListInstallArtifactsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListInstallArtifactsRequest) ProtoMessage() {}
+
+func (x *ListInstallArtifactsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[121]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListInstallArtifactsRequest.ProtoReflect.Descriptor instead.
+func (*ListInstallArtifactsRequest) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{121}
+}
+
+func (x *ListInstallArtifactsRequest) GetInstall() string {
+	if x != nil {
+		return x.Install
+	}
+	return ""
+}
+
+func (x *ListInstallArtifactsRequest) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+// InstallArtifact is one artifact a component of an install deploys, by
+// digest, with the agent's verdict on it.
+type InstallArtifact struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Component     string                 `protobuf:"bytes,1,opt,name=component,proto3" json:"component,omitempty"`
+	ComponentType string                 `protobuf:"bytes,2,opt,name=component_type,json=componentType,proto3" json:"component_type,omitempty"`
+	// kind is "image" (an image component's source), "chart" (a helm
+	// component's chart) or "module" (a terraform component's module).
+	Kind string `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
+	// reference is what the component's config names (REPO@DIGEST or a
+	// full reference); digest is its digest.
+	Reference string `protobuf:"bytes,4,opt,name=reference,proto3" json:"reference,omitempty"`
+	Digest    string `protobuf:"bytes,5,opt,name=digest,proto3" json:"digest,omitempty"`
+	// state is the agent's verdict on this digest: "verified", "warned",
+	// "refused", or "not verified" when no verification of it is on record
+	// (no policy was set, or no plan or apply of it has run since).
+	State string `protobuf:"bytes,6,opt,name=state,proto3" json:"state,omitempty"`
+	// rules are the rules that decided a refusal or a warning (those not
+	// met, by name); empty otherwise.
+	Rules []string `protobuf:"bytes,7,rep,name=rules,proto3" json:"rules,omitempty"`
+	// deployed reports that the component runs this artifact; a refused
+	// artifact of a component not deployed (or deployed with another
+	// digest) is listed with deployed false.
+	Deployed bool `protobuf:"varint,8,opt,name=deployed,proto3" json:"deployed,omitempty"`
+	// verification is the agent's report on this digest (unset: state
+	// "not verified").
+	Verification  *ArtifactVerification `protobuf:"bytes,9,opt,name=verification,proto3" json:"verification,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InstallArtifact) Reset() {
+	*x = InstallArtifact{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[122]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InstallArtifact) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InstallArtifact) ProtoMessage() {}
+
+func (x *InstallArtifact) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[122]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InstallArtifact.ProtoReflect.Descriptor instead.
+func (*InstallArtifact) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{122}
+}
+
+func (x *InstallArtifact) GetComponent() string {
+	if x != nil {
+		return x.Component
+	}
+	return ""
+}
+
+func (x *InstallArtifact) GetComponentType() string {
+	if x != nil {
+		return x.ComponentType
+	}
+	return ""
+}
+
+func (x *InstallArtifact) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *InstallArtifact) GetReference() string {
+	if x != nil {
+		return x.Reference
+	}
+	return ""
+}
+
+func (x *InstallArtifact) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+func (x *InstallArtifact) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *InstallArtifact) GetRules() []string {
+	if x != nil {
+		return x.Rules
+	}
+	return nil
+}
+
+func (x *InstallArtifact) GetDeployed() bool {
+	if x != nil {
+		return x.Deployed
+	}
+	return false
+}
+
+func (x *InstallArtifact) GetVerification() *ArtifactVerification {
+	if x != nil {
+		return x.Verification
+	}
+	return nil
+}
+
+type ListInstallArtifactsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// artifacts are sorted by component, then deployed first.
+	Artifacts     []*InstallArtifact `protobuf:"bytes,1,rep,name=artifacts,proto3" json:"artifacts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListInstallArtifactsResponse) Reset() {
+	*x = ListInstallArtifactsResponse{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[123]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListInstallArtifactsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListInstallArtifactsResponse) ProtoMessage() {}
+
+func (x *ListInstallArtifactsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[123]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListInstallArtifactsResponse.ProtoReflect.Descriptor instead.
+func (*ListInstallArtifactsResponse) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{123}
+}
+
+func (x *ListInstallArtifactsResponse) GetArtifacts() []*InstallArtifact {
+	if x != nil {
+		return x.Artifacts
+	}
+	return nil
+}
+
 type ListDebugCommandsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// install is the install's id or name.
@@ -8399,7 +8622,7 @@ type ListDebugCommandsRequest struct {
 
 func (x *ListDebugCommandsRequest) Reset() {
 	*x = ListDebugCommandsRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[121]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8411,7 +8634,7 @@ func (x *ListDebugCommandsRequest) String() string {
 func (*ListDebugCommandsRequest) ProtoMessage() {}
 
 func (x *ListDebugCommandsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[121]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8424,7 +8647,7 @@ func (x *ListDebugCommandsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDebugCommandsRequest.ProtoReflect.Descriptor instead.
 func (*ListDebugCommandsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{121}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{124}
 }
 
 func (x *ListDebugCommandsRequest) GetInstall() string {
@@ -8447,7 +8670,7 @@ type ListDebugCommandsResponse struct {
 
 func (x *ListDebugCommandsResponse) Reset() {
 	*x = ListDebugCommandsResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[122]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[125]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8459,7 +8682,7 @@ func (x *ListDebugCommandsResponse) String() string {
 func (*ListDebugCommandsResponse) ProtoMessage() {}
 
 func (x *ListDebugCommandsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[122]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[125]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8472,7 +8695,7 @@ func (x *ListDebugCommandsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDebugCommandsResponse.ProtoReflect.Descriptor instead.
 func (*ListDebugCommandsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{122}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{125}
 }
 
 func (x *ListDebugCommandsResponse) GetAppRevision() int64 {
@@ -8510,7 +8733,7 @@ type DebugCommand struct {
 
 func (x *DebugCommand) Reset() {
 	*x = DebugCommand{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[123]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[126]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8522,7 +8745,7 @@ func (x *DebugCommand) String() string {
 func (*DebugCommand) ProtoMessage() {}
 
 func (x *DebugCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[123]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[126]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8535,7 +8758,7 @@ func (x *DebugCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DebugCommand.ProtoReflect.Descriptor instead.
 func (*DebugCommand) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{123}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{126}
 }
 
 func (x *DebugCommand) GetName() string {
@@ -8591,7 +8814,7 @@ type DebugArg struct {
 
 func (x *DebugArg) Reset() {
 	*x = DebugArg{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[124]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[127]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8603,7 +8826,7 @@ func (x *DebugArg) String() string {
 func (*DebugArg) ProtoMessage() {}
 
 func (x *DebugArg) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[124]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[127]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8616,7 +8839,7 @@ func (x *DebugArg) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DebugArg.ProtoReflect.Descriptor instead.
 func (*DebugArg) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{124}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{127}
 }
 
 func (x *DebugArg) GetName() string {
@@ -8707,7 +8930,7 @@ type RunDebugCommandRequest struct {
 
 func (x *RunDebugCommandRequest) Reset() {
 	*x = RunDebugCommandRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[125]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[128]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8719,7 +8942,7 @@ func (x *RunDebugCommandRequest) String() string {
 func (*RunDebugCommandRequest) ProtoMessage() {}
 
 func (x *RunDebugCommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[125]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[128]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8732,7 +8955,7 @@ func (x *RunDebugCommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunDebugCommandRequest.ProtoReflect.Descriptor instead.
 func (*RunDebugCommandRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{125}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{128}
 }
 
 func (x *RunDebugCommandRequest) GetInstall() string {
@@ -8782,7 +9005,7 @@ type RunDebugCommandResponse struct {
 
 func (x *RunDebugCommandResponse) Reset() {
 	*x = RunDebugCommandResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[126]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[129]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8794,7 +9017,7 @@ func (x *RunDebugCommandResponse) String() string {
 func (*RunDebugCommandResponse) ProtoMessage() {}
 
 func (x *RunDebugCommandResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[126]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[129]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8807,7 +9030,7 @@ func (x *RunDebugCommandResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunDebugCommandResponse.ProtoReflect.Descriptor instead.
 func (*RunDebugCommandResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{126}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{129}
 }
 
 func (x *RunDebugCommandResponse) GetJob() *Job {
@@ -8843,7 +9066,7 @@ type SupportShellRequest struct {
 
 func (x *SupportShellRequest) Reset() {
 	*x = SupportShellRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[127]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[130]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8855,7 +9078,7 @@ func (x *SupportShellRequest) String() string {
 func (*SupportShellRequest) ProtoMessage() {}
 
 func (x *SupportShellRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[127]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[130]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8868,7 +9091,7 @@ func (x *SupportShellRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SupportShellRequest.ProtoReflect.Descriptor instead.
 func (*SupportShellRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{127}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{130}
 }
 
 func (x *SupportShellRequest) GetInstall() string {
@@ -8920,7 +9143,7 @@ type SupportShellOpen struct {
 
 func (x *SupportShellOpen) Reset() {
 	*x = SupportShellOpen{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[128]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[131]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8932,7 +9155,7 @@ func (x *SupportShellOpen) String() string {
 func (*SupportShellOpen) ProtoMessage() {}
 
 func (x *SupportShellOpen) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[128]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[131]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8945,7 +9168,7 @@ func (x *SupportShellOpen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SupportShellOpen.ProtoReflect.Descriptor instead.
 func (*SupportShellOpen) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{128}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{131}
 }
 
 func (x *SupportShellOpen) GetComponent() string {
@@ -8987,7 +9210,7 @@ type TerminalSize struct {
 
 func (x *TerminalSize) Reset() {
 	*x = TerminalSize{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[129]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[132]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8999,7 +9222,7 @@ func (x *TerminalSize) String() string {
 func (*TerminalSize) ProtoMessage() {}
 
 func (x *TerminalSize) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[129]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[132]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9012,7 +9235,7 @@ func (x *TerminalSize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminalSize.ProtoReflect.Descriptor instead.
 func (*TerminalSize) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{129}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{132}
 }
 
 func (x *TerminalSize) GetRows() uint32 {
@@ -9043,7 +9266,7 @@ type SupportShellResponse struct {
 
 func (x *SupportShellResponse) Reset() {
 	*x = SupportShellResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[130]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[133]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9055,7 +9278,7 @@ func (x *SupportShellResponse) String() string {
 func (*SupportShellResponse) ProtoMessage() {}
 
 func (x *SupportShellResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[130]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[133]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9068,7 +9291,7 @@ func (x *SupportShellResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SupportShellResponse.ProtoReflect.Descriptor instead.
 func (*SupportShellResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{130}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{133}
 }
 
 func (x *SupportShellResponse) GetSessionId() string {
@@ -9109,7 +9332,7 @@ type SupportShellStarted struct {
 
 func (x *SupportShellStarted) Reset() {
 	*x = SupportShellStarted{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[131]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[134]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9121,7 +9344,7 @@ func (x *SupportShellStarted) String() string {
 func (*SupportShellStarted) ProtoMessage() {}
 
 func (x *SupportShellStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[131]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[134]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9134,7 +9357,7 @@ func (x *SupportShellStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SupportShellStarted.ProtoReflect.Descriptor instead.
 func (*SupportShellStarted) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{131}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{134}
 }
 
 func (x *SupportShellStarted) GetGrantId() string {
@@ -9166,7 +9389,7 @@ type SupportShellEnded struct {
 
 func (x *SupportShellEnded) Reset() {
 	*x = SupportShellEnded{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[132]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[135]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9178,7 +9401,7 @@ func (x *SupportShellEnded) String() string {
 func (*SupportShellEnded) ProtoMessage() {}
 
 func (x *SupportShellEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[132]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[135]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9191,7 +9414,7 @@ func (x *SupportShellEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SupportShellEnded.ProtoReflect.Descriptor instead.
 func (*SupportShellEnded) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{132}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{135}
 }
 
 func (x *SupportShellEnded) GetReason() string {
@@ -9891,7 +10114,22 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\vverify_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"verifyTime\"N\n" +
 	"\x19ListInstallImagesResponse\x121\n" +
-	"\x06images\x18\x01 \x03(\v2\x19.byoc.ims.v1.InstallImageR\x06images\"4\n" +
+	"\x06images\x18\x01 \x03(\v2\x19.byoc.ims.v1.InstallImageR\x06images\"K\n" +
+	"\x1bListInstallArtifactsRequest\x12\x18\n" +
+	"\ainstall\x18\x01 \x01(\tR\ainstall\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\"\xaf\x02\n" +
+	"\x0fInstallArtifact\x12\x1c\n" +
+	"\tcomponent\x18\x01 \x01(\tR\tcomponent\x12%\n" +
+	"\x0ecomponent_type\x18\x02 \x01(\tR\rcomponentType\x12\x12\n" +
+	"\x04kind\x18\x03 \x01(\tR\x04kind\x12\x1c\n" +
+	"\treference\x18\x04 \x01(\tR\treference\x12\x16\n" +
+	"\x06digest\x18\x05 \x01(\tR\x06digest\x12\x14\n" +
+	"\x05state\x18\x06 \x01(\tR\x05state\x12\x14\n" +
+	"\x05rules\x18\a \x03(\tR\x05rules\x12\x1a\n" +
+	"\bdeployed\x18\b \x01(\bR\bdeployed\x12E\n" +
+	"\fverification\x18\t \x01(\v2!.byoc.ims.v1.ArtifactVerificationR\fverification\"Z\n" +
+	"\x1cListInstallArtifactsResponse\x12:\n" +
+	"\tartifacts\x18\x01 \x03(\v2\x1c.byoc.ims.v1.InstallArtifactR\tartifacts\"4\n" +
 	"\x18ListDebugCommandsRequest\x12\x18\n" +
 	"\ainstall\x18\x01 \x01(\tR\ainstall\"\x95\x01\n" +
 	"\x19ListDebugCommandsResponse\x12!\n" +
@@ -9986,7 +10224,7 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x16LOG_STREAM_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11LOG_STREAM_STDOUT\x10\x01\x12\x15\n" +
 	"\x11LOG_STREAM_STDERR\x10\x02\x12\x15\n" +
-	"\x11LOG_STREAM_SYSTEM\x10\x032\xe50\n" +
+	"\x11LOG_STREAM_SYSTEM\x10\x032\xd21\n" +
 	"\x0fOperatorService\x12A\n" +
 	"\x06WhoAmI\x12\x1a.byoc.ims.v1.WhoAmIRequest\x1a\x1b.byoc.ims.v1.WhoAmIResponse\x12P\n" +
 	"\vCheckAccess\x12\x1f.byoc.ims.v1.CheckAccessRequest\x1a .byoc.ims.v1.CheckAccessResponse\x12Y\n" +
@@ -10063,7 +10301,8 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"StartBuild\x12\x1e.byoc.ims.v1.StartBuildRequest\x1a\x1f.byoc.ims.v1.StartBuildResponse\x12M\n" +
 	"\n" +
 	"ListBuilds\x12\x1e.byoc.ims.v1.ListBuildsRequest\x1a\x1f.byoc.ims.v1.ListBuildsResponse\x12b\n" +
-	"\x11ListInstallImages\x12%.byoc.ims.v1.ListInstallImagesRequest\x1a&.byoc.ims.v1.ListInstallImagesResponseB\xa2\x01\n" +
+	"\x11ListInstallImages\x12%.byoc.ims.v1.ListInstallImagesRequest\x1a&.byoc.ims.v1.ListInstallImagesResponse\x12k\n" +
+	"\x14ListInstallArtifacts\x12(.byoc.ims.v1.ListInstallArtifactsRequest\x1a).byoc.ims.v1.ListInstallArtifactsResponseB\xa2\x01\n" +
 	"\x0fcom.byoc.ims.v1B\rOperatorProtoP\x01Z2github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1;imsv1\xa2\x02\x03BIX\xaa\x02\vByoc.Ims.V1\xca\x02\vByoc\\Ims\\V1\xe2\x02\x17Byoc\\Ims\\V1\\GPBMetadata\xea\x02\rByoc::Ims::V1b\x06proto3"
 
 var (
@@ -10079,7 +10318,7 @@ func file_byoc_ims_v1_operator_proto_rawDescGZIP() []byte {
 }
 
 var file_byoc_ims_v1_operator_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_byoc_ims_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 145)
+var file_byoc_ims_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 148)
 var file_byoc_ims_v1_operator_proto_goTypes = []any{
 	(Role)(0),                             // 0: byoc.ims.v1.Role
 	(JobState)(0),                         // 1: byoc.ims.v1.JobState
@@ -10205,175 +10444,178 @@ var file_byoc_ims_v1_operator_proto_goTypes = []any{
 	(*InstallImage)(nil),                  // 121: byoc.ims.v1.InstallImage
 	(*ArtifactVerification)(nil),          // 122: byoc.ims.v1.ArtifactVerification
 	(*ListInstallImagesResponse)(nil),     // 123: byoc.ims.v1.ListInstallImagesResponse
-	(*ListDebugCommandsRequest)(nil),      // 124: byoc.ims.v1.ListDebugCommandsRequest
-	(*ListDebugCommandsResponse)(nil),     // 125: byoc.ims.v1.ListDebugCommandsResponse
-	(*DebugCommand)(nil),                  // 126: byoc.ims.v1.DebugCommand
-	(*DebugArg)(nil),                      // 127: byoc.ims.v1.DebugArg
-	(*RunDebugCommandRequest)(nil),        // 128: byoc.ims.v1.RunDebugCommandRequest
-	(*RunDebugCommandResponse)(nil),       // 129: byoc.ims.v1.RunDebugCommandResponse
-	(*SupportShellRequest)(nil),           // 130: byoc.ims.v1.SupportShellRequest
-	(*SupportShellOpen)(nil),              // 131: byoc.ims.v1.SupportShellOpen
-	(*TerminalSize)(nil),                  // 132: byoc.ims.v1.TerminalSize
-	(*SupportShellResponse)(nil),          // 133: byoc.ims.v1.SupportShellResponse
-	(*SupportShellStarted)(nil),           // 134: byoc.ims.v1.SupportShellStarted
-	(*SupportShellEnded)(nil),             // 135: byoc.ims.v1.SupportShellEnded
-	nil,                                   // 136: byoc.ims.v1.StackReport.InputsEntry
-	nil,                                   // 137: byoc.ims.v1.StackReport.OutputsEntry
-	nil,                                   // 138: byoc.ims.v1.Install.InputsEntry
-	nil,                                   // 139: byoc.ims.v1.Install.LabelsEntry
-	nil,                                   // 140: byoc.ims.v1.InstallSettings.OverridesEntry
-	nil,                                   // 141: byoc.ims.v1.CreateInstallRequest.InputsEntry
-	nil,                                   // 142: byoc.ims.v1.CreateInstallRequest.LabelsEntry
-	nil,                                   // 143: byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
-	nil,                                   // 144: byoc.ims.v1.LabelInstallRequest.SetEntry
-	nil,                                   // 145: byoc.ims.v1.Job.OutputsEntry
-	nil,                                   // 146: byoc.ims.v1.RunDebugCommandRequest.ArgsEntry
-	nil,                                   // 147: byoc.ims.v1.RunDebugCommandResponse.ArgsEntry
-	(*timestamppb.Timestamp)(nil),         // 148: google.protobuf.Timestamp
-	(*InstallHealth)(nil),                 // 149: byoc.ims.v1.InstallHealth
-	(*Workflow)(nil),                      // 150: byoc.ims.v1.Workflow
-	(*structpb.Struct)(nil),               // 151: google.protobuf.Struct
-	(*structpb.Value)(nil),                // 152: google.protobuf.Value
-	(WorkflowState)(0),                    // 153: byoc.ims.v1.WorkflowState
-	(*PlanInstallRequest)(nil),            // 154: byoc.ims.v1.PlanInstallRequest
-	(*StartWorkflowRequest)(nil),          // 155: byoc.ims.v1.StartWorkflowRequest
-	(*ListWorkflowsRequest)(nil),          // 156: byoc.ims.v1.ListWorkflowsRequest
-	(*GetWorkflowRequest)(nil),            // 157: byoc.ims.v1.GetWorkflowRequest
-	(*ApproveWorkflowRequest)(nil),        // 158: byoc.ims.v1.ApproveWorkflowRequest
-	(*CancelWorkflowRequest)(nil),         // 159: byoc.ims.v1.CancelWorkflowRequest
-	(*RetryWorkflowStepRequest)(nil),      // 160: byoc.ims.v1.RetryWorkflowStepRequest
-	(*CreateReleaseRequest)(nil),          // 161: byoc.ims.v1.CreateReleaseRequest
-	(*ListReleasesRequest)(nil),           // 162: byoc.ims.v1.ListReleasesRequest
-	(*GetReleaseRequest)(nil),             // 163: byoc.ims.v1.GetReleaseRequest
-	(*ApproveReleaseRequest)(nil),         // 164: byoc.ims.v1.ApproveReleaseRequest
-	(*PauseReleaseRequest)(nil),           // 165: byoc.ims.v1.PauseReleaseRequest
-	(*ResumeReleaseRequest)(nil),          // 166: byoc.ims.v1.ResumeReleaseRequest
-	(*CancelReleaseRequest)(nil),          // 167: byoc.ims.v1.CancelReleaseRequest
-	(*RetryReleaseRequest)(nil),           // 168: byoc.ims.v1.RetryReleaseRequest
-	(*RollbackReleaseRequest)(nil),        // 169: byoc.ims.v1.RollbackReleaseRequest
-	(*ListActionsRequest)(nil),            // 170: byoc.ims.v1.ListActionsRequest
-	(*StartActionRunRequest)(nil),         // 171: byoc.ims.v1.StartActionRunRequest
-	(*GetTelemetryRequest)(nil),           // 172: byoc.ims.v1.GetTelemetryRequest
-	(*ListActionRunsRequest)(nil),         // 173: byoc.ims.v1.ListActionRunsRequest
-	(*GetActionRunRequest)(nil),           // 174: byoc.ims.v1.GetActionRunRequest
-	(*ListAuditEventsRequest)(nil),        // 175: byoc.ims.v1.ListAuditEventsRequest
-	(*PlanInstallResponse)(nil),           // 176: byoc.ims.v1.PlanInstallResponse
-	(*StartWorkflowResponse)(nil),         // 177: byoc.ims.v1.StartWorkflowResponse
-	(*ListWorkflowsResponse)(nil),         // 178: byoc.ims.v1.ListWorkflowsResponse
-	(*GetWorkflowResponse)(nil),           // 179: byoc.ims.v1.GetWorkflowResponse
-	(*ApproveWorkflowResponse)(nil),       // 180: byoc.ims.v1.ApproveWorkflowResponse
-	(*CancelWorkflowResponse)(nil),        // 181: byoc.ims.v1.CancelWorkflowResponse
-	(*RetryWorkflowStepResponse)(nil),     // 182: byoc.ims.v1.RetryWorkflowStepResponse
-	(*CreateReleaseResponse)(nil),         // 183: byoc.ims.v1.CreateReleaseResponse
-	(*ListReleasesResponse)(nil),          // 184: byoc.ims.v1.ListReleasesResponse
-	(*GetReleaseResponse)(nil),            // 185: byoc.ims.v1.GetReleaseResponse
-	(*ApproveReleaseResponse)(nil),        // 186: byoc.ims.v1.ApproveReleaseResponse
-	(*PauseReleaseResponse)(nil),          // 187: byoc.ims.v1.PauseReleaseResponse
-	(*ResumeReleaseResponse)(nil),         // 188: byoc.ims.v1.ResumeReleaseResponse
-	(*CancelReleaseResponse)(nil),         // 189: byoc.ims.v1.CancelReleaseResponse
-	(*RetryReleaseResponse)(nil),          // 190: byoc.ims.v1.RetryReleaseResponse
-	(*RollbackReleaseResponse)(nil),       // 191: byoc.ims.v1.RollbackReleaseResponse
-	(*ListActionsResponse)(nil),           // 192: byoc.ims.v1.ListActionsResponse
-	(*StartActionRunResponse)(nil),        // 193: byoc.ims.v1.StartActionRunResponse
-	(*GetTelemetryResponse)(nil),          // 194: byoc.ims.v1.GetTelemetryResponse
-	(*ListActionRunsResponse)(nil),        // 195: byoc.ims.v1.ListActionRunsResponse
-	(*GetActionRunResponse)(nil),          // 196: byoc.ims.v1.GetActionRunResponse
-	(*ListAuditEventsResponse)(nil),       // 197: byoc.ims.v1.ListAuditEventsResponse
+	(*ListInstallArtifactsRequest)(nil),   // 124: byoc.ims.v1.ListInstallArtifactsRequest
+	(*InstallArtifact)(nil),               // 125: byoc.ims.v1.InstallArtifact
+	(*ListInstallArtifactsResponse)(nil),  // 126: byoc.ims.v1.ListInstallArtifactsResponse
+	(*ListDebugCommandsRequest)(nil),      // 127: byoc.ims.v1.ListDebugCommandsRequest
+	(*ListDebugCommandsResponse)(nil),     // 128: byoc.ims.v1.ListDebugCommandsResponse
+	(*DebugCommand)(nil),                  // 129: byoc.ims.v1.DebugCommand
+	(*DebugArg)(nil),                      // 130: byoc.ims.v1.DebugArg
+	(*RunDebugCommandRequest)(nil),        // 131: byoc.ims.v1.RunDebugCommandRequest
+	(*RunDebugCommandResponse)(nil),       // 132: byoc.ims.v1.RunDebugCommandResponse
+	(*SupportShellRequest)(nil),           // 133: byoc.ims.v1.SupportShellRequest
+	(*SupportShellOpen)(nil),              // 134: byoc.ims.v1.SupportShellOpen
+	(*TerminalSize)(nil),                  // 135: byoc.ims.v1.TerminalSize
+	(*SupportShellResponse)(nil),          // 136: byoc.ims.v1.SupportShellResponse
+	(*SupportShellStarted)(nil),           // 137: byoc.ims.v1.SupportShellStarted
+	(*SupportShellEnded)(nil),             // 138: byoc.ims.v1.SupportShellEnded
+	nil,                                   // 139: byoc.ims.v1.StackReport.InputsEntry
+	nil,                                   // 140: byoc.ims.v1.StackReport.OutputsEntry
+	nil,                                   // 141: byoc.ims.v1.Install.InputsEntry
+	nil,                                   // 142: byoc.ims.v1.Install.LabelsEntry
+	nil,                                   // 143: byoc.ims.v1.InstallSettings.OverridesEntry
+	nil,                                   // 144: byoc.ims.v1.CreateInstallRequest.InputsEntry
+	nil,                                   // 145: byoc.ims.v1.CreateInstallRequest.LabelsEntry
+	nil,                                   // 146: byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
+	nil,                                   // 147: byoc.ims.v1.LabelInstallRequest.SetEntry
+	nil,                                   // 148: byoc.ims.v1.Job.OutputsEntry
+	nil,                                   // 149: byoc.ims.v1.RunDebugCommandRequest.ArgsEntry
+	nil,                                   // 150: byoc.ims.v1.RunDebugCommandResponse.ArgsEntry
+	(*timestamppb.Timestamp)(nil),         // 151: google.protobuf.Timestamp
+	(*InstallHealth)(nil),                 // 152: byoc.ims.v1.InstallHealth
+	(*Workflow)(nil),                      // 153: byoc.ims.v1.Workflow
+	(*structpb.Struct)(nil),               // 154: google.protobuf.Struct
+	(*structpb.Value)(nil),                // 155: google.protobuf.Value
+	(WorkflowState)(0),                    // 156: byoc.ims.v1.WorkflowState
+	(*PlanInstallRequest)(nil),            // 157: byoc.ims.v1.PlanInstallRequest
+	(*StartWorkflowRequest)(nil),          // 158: byoc.ims.v1.StartWorkflowRequest
+	(*ListWorkflowsRequest)(nil),          // 159: byoc.ims.v1.ListWorkflowsRequest
+	(*GetWorkflowRequest)(nil),            // 160: byoc.ims.v1.GetWorkflowRequest
+	(*ApproveWorkflowRequest)(nil),        // 161: byoc.ims.v1.ApproveWorkflowRequest
+	(*CancelWorkflowRequest)(nil),         // 162: byoc.ims.v1.CancelWorkflowRequest
+	(*RetryWorkflowStepRequest)(nil),      // 163: byoc.ims.v1.RetryWorkflowStepRequest
+	(*CreateReleaseRequest)(nil),          // 164: byoc.ims.v1.CreateReleaseRequest
+	(*ListReleasesRequest)(nil),           // 165: byoc.ims.v1.ListReleasesRequest
+	(*GetReleaseRequest)(nil),             // 166: byoc.ims.v1.GetReleaseRequest
+	(*ApproveReleaseRequest)(nil),         // 167: byoc.ims.v1.ApproveReleaseRequest
+	(*PauseReleaseRequest)(nil),           // 168: byoc.ims.v1.PauseReleaseRequest
+	(*ResumeReleaseRequest)(nil),          // 169: byoc.ims.v1.ResumeReleaseRequest
+	(*CancelReleaseRequest)(nil),          // 170: byoc.ims.v1.CancelReleaseRequest
+	(*RetryReleaseRequest)(nil),           // 171: byoc.ims.v1.RetryReleaseRequest
+	(*RollbackReleaseRequest)(nil),        // 172: byoc.ims.v1.RollbackReleaseRequest
+	(*ListActionsRequest)(nil),            // 173: byoc.ims.v1.ListActionsRequest
+	(*StartActionRunRequest)(nil),         // 174: byoc.ims.v1.StartActionRunRequest
+	(*GetTelemetryRequest)(nil),           // 175: byoc.ims.v1.GetTelemetryRequest
+	(*ListActionRunsRequest)(nil),         // 176: byoc.ims.v1.ListActionRunsRequest
+	(*GetActionRunRequest)(nil),           // 177: byoc.ims.v1.GetActionRunRequest
+	(*ListAuditEventsRequest)(nil),        // 178: byoc.ims.v1.ListAuditEventsRequest
+	(*PlanInstallResponse)(nil),           // 179: byoc.ims.v1.PlanInstallResponse
+	(*StartWorkflowResponse)(nil),         // 180: byoc.ims.v1.StartWorkflowResponse
+	(*ListWorkflowsResponse)(nil),         // 181: byoc.ims.v1.ListWorkflowsResponse
+	(*GetWorkflowResponse)(nil),           // 182: byoc.ims.v1.GetWorkflowResponse
+	(*ApproveWorkflowResponse)(nil),       // 183: byoc.ims.v1.ApproveWorkflowResponse
+	(*CancelWorkflowResponse)(nil),        // 184: byoc.ims.v1.CancelWorkflowResponse
+	(*RetryWorkflowStepResponse)(nil),     // 185: byoc.ims.v1.RetryWorkflowStepResponse
+	(*CreateReleaseResponse)(nil),         // 186: byoc.ims.v1.CreateReleaseResponse
+	(*ListReleasesResponse)(nil),          // 187: byoc.ims.v1.ListReleasesResponse
+	(*GetReleaseResponse)(nil),            // 188: byoc.ims.v1.GetReleaseResponse
+	(*ApproveReleaseResponse)(nil),        // 189: byoc.ims.v1.ApproveReleaseResponse
+	(*PauseReleaseResponse)(nil),          // 190: byoc.ims.v1.PauseReleaseResponse
+	(*ResumeReleaseResponse)(nil),         // 191: byoc.ims.v1.ResumeReleaseResponse
+	(*CancelReleaseResponse)(nil),         // 192: byoc.ims.v1.CancelReleaseResponse
+	(*RetryReleaseResponse)(nil),          // 193: byoc.ims.v1.RetryReleaseResponse
+	(*RollbackReleaseResponse)(nil),       // 194: byoc.ims.v1.RollbackReleaseResponse
+	(*ListActionsResponse)(nil),           // 195: byoc.ims.v1.ListActionsResponse
+	(*StartActionRunResponse)(nil),        // 196: byoc.ims.v1.StartActionRunResponse
+	(*GetTelemetryResponse)(nil),          // 197: byoc.ims.v1.GetTelemetryResponse
+	(*ListActionRunsResponse)(nil),        // 198: byoc.ims.v1.ListActionRunsResponse
+	(*GetActionRunResponse)(nil),          // 199: byoc.ims.v1.GetActionRunResponse
+	(*ListAuditEventsResponse)(nil),       // 200: byoc.ims.v1.ListAuditEventsResponse
 }
 var file_byoc_ims_v1_operator_proto_depIdxs = []int32{
 	0,   // 0: byoc.ims.v1.RoleGrant.role:type_name -> byoc.ims.v1.Role
 	0,   // 1: byoc.ims.v1.WhoAmIResponse.role:type_name -> byoc.ims.v1.Role
 	3,   // 2: byoc.ims.v1.WhoAmIResponse.grants:type_name -> byoc.ims.v1.RoleGrant
-	148, // 3: byoc.ims.v1.WhoAmIResponse.expire_time:type_name -> google.protobuf.Timestamp
+	151, // 3: byoc.ims.v1.WhoAmIResponse.expire_time:type_name -> google.protobuf.Timestamp
 	3,   // 4: byoc.ims.v1.CheckAccessResponse.grant:type_name -> byoc.ims.v1.RoleGrant
 	0,   // 5: byoc.ims.v1.CreateApiTokenRequest.role:type_name -> byoc.ims.v1.Role
 	10,  // 6: byoc.ims.v1.CreateApiTokenResponse.info:type_name -> byoc.ims.v1.ApiToken
 	3,   // 7: byoc.ims.v1.ApiToken.grant:type_name -> byoc.ims.v1.RoleGrant
-	148, // 8: byoc.ims.v1.ApiToken.create_time:type_name -> google.protobuf.Timestamp
-	148, // 9: byoc.ims.v1.ApiToken.expire_time:type_name -> google.protobuf.Timestamp
-	148, // 10: byoc.ims.v1.ApiToken.last_used_time:type_name -> google.protobuf.Timestamp
+	151, // 8: byoc.ims.v1.ApiToken.create_time:type_name -> google.protobuf.Timestamp
+	151, // 9: byoc.ims.v1.ApiToken.expire_time:type_name -> google.protobuf.Timestamp
+	151, // 10: byoc.ims.v1.ApiToken.last_used_time:type_name -> google.protobuf.Timestamp
 	10,  // 11: byoc.ims.v1.ListApiTokensResponse.tokens:type_name -> byoc.ims.v1.ApiToken
 	10,  // 12: byoc.ims.v1.RevokeApiTokenResponse.token:type_name -> byoc.ims.v1.ApiToken
-	148, // 13: byoc.ims.v1.App.create_time:type_name -> google.protobuf.Timestamp
+	151, // 13: byoc.ims.v1.App.create_time:type_name -> google.protobuf.Timestamp
 	17,  // 14: byoc.ims.v1.CreateAppResponse.app:type_name -> byoc.ims.v1.App
 	17,  // 15: byoc.ims.v1.ListAppsResponse.apps:type_name -> byoc.ims.v1.App
 	17,  // 16: byoc.ims.v1.GetAppResponse.app:type_name -> byoc.ims.v1.App
-	148, // 17: byoc.ims.v1.AgentStatus.last_seen_time:type_name -> google.protobuf.Timestamp
-	148, // 18: byoc.ims.v1.AgentStatus.enroll_time:type_name -> google.protobuf.Timestamp
-	148, // 19: byoc.ims.v1.AgentStatus.identity_conflict_time:type_name -> google.protobuf.Timestamp
+	151, // 17: byoc.ims.v1.AgentStatus.last_seen_time:type_name -> google.protobuf.Timestamp
+	151, // 18: byoc.ims.v1.AgentStatus.enroll_time:type_name -> google.protobuf.Timestamp
+	151, // 19: byoc.ims.v1.AgentStatus.identity_conflict_time:type_name -> google.protobuf.Timestamp
 	28,  // 20: byoc.ims.v1.AgentStatus.permissions:type_name -> byoc.ims.v1.Permissions
 	27,  // 21: byoc.ims.v1.AgentStatus.stack:type_name -> byoc.ims.v1.StackReport
-	148, // 22: byoc.ims.v1.AgentStatus.health_time:type_name -> google.protobuf.Timestamp
-	148, // 23: byoc.ims.v1.AgentStatus.revoke_time:type_name -> google.protobuf.Timestamp
-	148, // 24: byoc.ims.v1.AgentStatus.key_rotate_time:type_name -> google.protobuf.Timestamp
+	151, // 22: byoc.ims.v1.AgentStatus.health_time:type_name -> google.protobuf.Timestamp
+	151, // 23: byoc.ims.v1.AgentStatus.revoke_time:type_name -> google.protobuf.Timestamp
+	151, // 24: byoc.ims.v1.AgentStatus.key_rotate_time:type_name -> google.protobuf.Timestamp
 	25,  // 25: byoc.ims.v1.AgentStatus.update:type_name -> byoc.ims.v1.AgentUpdate
 	26,  // 26: byoc.ims.v1.AgentStatus.update_offer:type_name -> byoc.ims.v1.AgentUpdateOffer
-	148, // 27: byoc.ims.v1.AgentUpdate.last_time:type_name -> google.protobuf.Timestamp
-	148, // 28: byoc.ims.v1.AgentUpdate.report_time:type_name -> google.protobuf.Timestamp
-	148, // 29: byoc.ims.v1.AgentUpdateOffer.offer_time:type_name -> google.protobuf.Timestamp
-	136, // 30: byoc.ims.v1.StackReport.inputs:type_name -> byoc.ims.v1.StackReport.InputsEntry
-	137, // 31: byoc.ims.v1.StackReport.outputs:type_name -> byoc.ims.v1.StackReport.OutputsEntry
-	148, // 32: byoc.ims.v1.StackReport.report_time:type_name -> google.protobuf.Timestamp
-	148, // 33: byoc.ims.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
-	148, // 34: byoc.ims.v1.Permissions.report_time:type_name -> google.protobuf.Timestamp
-	138, // 35: byoc.ims.v1.Install.inputs:type_name -> byoc.ims.v1.Install.InputsEntry
-	148, // 36: byoc.ims.v1.Install.create_time:type_name -> google.protobuf.Timestamp
+	151, // 27: byoc.ims.v1.AgentUpdate.last_time:type_name -> google.protobuf.Timestamp
+	151, // 28: byoc.ims.v1.AgentUpdate.report_time:type_name -> google.protobuf.Timestamp
+	151, // 29: byoc.ims.v1.AgentUpdateOffer.offer_time:type_name -> google.protobuf.Timestamp
+	139, // 30: byoc.ims.v1.StackReport.inputs:type_name -> byoc.ims.v1.StackReport.InputsEntry
+	140, // 31: byoc.ims.v1.StackReport.outputs:type_name -> byoc.ims.v1.StackReport.OutputsEntry
+	151, // 32: byoc.ims.v1.StackReport.report_time:type_name -> google.protobuf.Timestamp
+	151, // 33: byoc.ims.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
+	151, // 34: byoc.ims.v1.Permissions.report_time:type_name -> google.protobuf.Timestamp
+	141, // 35: byoc.ims.v1.Install.inputs:type_name -> byoc.ims.v1.Install.InputsEntry
+	151, // 36: byoc.ims.v1.Install.create_time:type_name -> google.protobuf.Timestamp
 	24,  // 37: byoc.ims.v1.Install.agent:type_name -> byoc.ims.v1.AgentStatus
 	30,  // 38: byoc.ims.v1.Install.settings:type_name -> byoc.ims.v1.InstallSettings
-	149, // 39: byoc.ims.v1.Install.health:type_name -> byoc.ims.v1.InstallHealth
-	139, // 40: byoc.ims.v1.Install.labels:type_name -> byoc.ims.v1.Install.LabelsEntry
-	140, // 41: byoc.ims.v1.InstallSettings.overrides:type_name -> byoc.ims.v1.InstallSettings.OverridesEntry
-	141, // 42: byoc.ims.v1.CreateInstallRequest.inputs:type_name -> byoc.ims.v1.CreateInstallRequest.InputsEntry
-	142, // 43: byoc.ims.v1.CreateInstallRequest.labels:type_name -> byoc.ims.v1.CreateInstallRequest.LabelsEntry
+	152, // 39: byoc.ims.v1.Install.health:type_name -> byoc.ims.v1.InstallHealth
+	142, // 40: byoc.ims.v1.Install.labels:type_name -> byoc.ims.v1.Install.LabelsEntry
+	143, // 41: byoc.ims.v1.InstallSettings.overrides:type_name -> byoc.ims.v1.InstallSettings.OverridesEntry
+	144, // 42: byoc.ims.v1.CreateInstallRequest.inputs:type_name -> byoc.ims.v1.CreateInstallRequest.InputsEntry
+	145, // 43: byoc.ims.v1.CreateInstallRequest.labels:type_name -> byoc.ims.v1.CreateInstallRequest.LabelsEntry
 	29,  // 44: byoc.ims.v1.CreateInstallResponse.install:type_name -> byoc.ims.v1.Install
 	33,  // 45: byoc.ims.v1.CreateInstallResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	148, // 46: byoc.ims.v1.EnrollmentToken.expire_time:type_name -> google.protobuf.Timestamp
+	151, // 46: byoc.ims.v1.EnrollmentToken.expire_time:type_name -> google.protobuf.Timestamp
 	29,  // 47: byoc.ims.v1.ListInstallsResponse.installs:type_name -> byoc.ims.v1.Install
 	29,  // 48: byoc.ims.v1.GetInstallResponse.install:type_name -> byoc.ims.v1.Install
 	58,  // 49: byoc.ims.v1.CheckInstallDriftResponse.jobs:type_name -> byoc.ims.v1.Job
 	58,  // 50: byoc.ims.v1.ImportComponentResponse.job:type_name -> byoc.ims.v1.Job
 	44,  // 51: byoc.ims.v1.ListInstallDriftResponse.components:type_name -> byoc.ims.v1.ComponentDrift
-	148, // 52: byoc.ims.v1.ComponentDrift.check_time:type_name -> google.protobuf.Timestamp
+	151, // 52: byoc.ims.v1.ComponentDrift.check_time:type_name -> google.protobuf.Timestamp
 	60,  // 53: byoc.ims.v1.ComponentDrift.changes:type_name -> byoc.ims.v1.PlannedChange
-	148, // 54: byoc.ims.v1.ComponentDrift.next_check_time:type_name -> google.protobuf.Timestamp
+	151, // 54: byoc.ims.v1.ComponentDrift.next_check_time:type_name -> google.protobuf.Timestamp
 	29,  // 55: byoc.ims.v1.InstallStatus.install:type_name -> byoc.ims.v1.Install
 	45,  // 56: byoc.ims.v1.WatchInstallsResponse.installs:type_name -> byoc.ims.v1.InstallStatus
-	143, // 57: byoc.ims.v1.UpdateInstallRequest.set_inputs:type_name -> byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
+	146, // 57: byoc.ims.v1.UpdateInstallRequest.set_inputs:type_name -> byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
 	29,  // 58: byoc.ims.v1.UpdateInstallResponse.install:type_name -> byoc.ims.v1.Install
-	150, // 59: byoc.ims.v1.UpdateInstallResponse.workflow:type_name -> byoc.ims.v1.Workflow
+	153, // 59: byoc.ims.v1.UpdateInstallResponse.workflow:type_name -> byoc.ims.v1.Workflow
 	33,  // 60: byoc.ims.v1.CreateEnrollmentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	144, // 61: byoc.ims.v1.LabelInstallRequest.set:type_name -> byoc.ims.v1.LabelInstallRequest.SetEntry
+	147, // 61: byoc.ims.v1.LabelInstallRequest.set:type_name -> byoc.ims.v1.LabelInstallRequest.SetEntry
 	29,  // 62: byoc.ims.v1.LabelInstallResponse.install:type_name -> byoc.ims.v1.Install
-	151, // 63: byoc.ims.v1.Job.config:type_name -> google.protobuf.Struct
+	154, // 63: byoc.ims.v1.Job.config:type_name -> google.protobuf.Struct
 	1,   // 64: byoc.ims.v1.Job.state:type_name -> byoc.ims.v1.JobState
-	148, // 65: byoc.ims.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	148, // 66: byoc.ims.v1.Job.start_time:type_name -> google.protobuf.Timestamp
-	148, // 67: byoc.ims.v1.Job.end_time:type_name -> google.protobuf.Timestamp
-	148, // 68: byoc.ims.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
-	145, // 69: byoc.ims.v1.Job.outputs:type_name -> byoc.ims.v1.Job.OutputsEntry
+	151, // 65: byoc.ims.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	151, // 66: byoc.ims.v1.Job.start_time:type_name -> google.protobuf.Timestamp
+	151, // 67: byoc.ims.v1.Job.end_time:type_name -> google.protobuf.Timestamp
+	151, // 68: byoc.ims.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
+	148, // 69: byoc.ims.v1.Job.outputs:type_name -> byoc.ims.v1.Job.OutputsEntry
 	60,  // 70: byoc.ims.v1.Job.planned_changes:type_name -> byoc.ims.v1.PlannedChange
 	59,  // 71: byoc.ims.v1.Job.policy_findings:type_name -> byoc.ims.v1.PolicyFinding
-	152, // 72: byoc.ims.v1.PlannedChange.before:type_name -> google.protobuf.Value
-	152, // 73: byoc.ims.v1.PlannedChange.after:type_name -> google.protobuf.Value
-	151, // 74: byoc.ims.v1.EnqueueJobRequest.config:type_name -> google.protobuf.Struct
+	155, // 72: byoc.ims.v1.PlannedChange.before:type_name -> google.protobuf.Value
+	155, // 73: byoc.ims.v1.PlannedChange.after:type_name -> google.protobuf.Value
+	154, // 74: byoc.ims.v1.EnqueueJobRequest.config:type_name -> google.protobuf.Struct
 	58,  // 75: byoc.ims.v1.EnqueueJobResponse.job:type_name -> byoc.ims.v1.Job
 	61,  // 76: byoc.ims.v1.EnqueueJobsRequest.jobs:type_name -> byoc.ims.v1.EnqueueJobRequest
 	58,  // 77: byoc.ims.v1.EnqueueJobsResponse.jobs:type_name -> byoc.ims.v1.Job
 	1,   // 78: byoc.ims.v1.ListJobsRequest.states:type_name -> byoc.ims.v1.JobState
 	58,  // 79: byoc.ims.v1.ListJobsResponse.jobs:type_name -> byoc.ims.v1.Job
 	58,  // 80: byoc.ims.v1.GetJobResponse.job:type_name -> byoc.ims.v1.Job
-	148, // 81: byoc.ims.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	151, // 81: byoc.ims.v1.LogLine.time:type_name -> google.protobuf.Timestamp
 	2,   // 82: byoc.ims.v1.LogLine.stream:type_name -> byoc.ims.v1.LogStream
 	69,  // 83: byoc.ims.v1.StreamJobLogsResponse.lines:type_name -> byoc.ims.v1.LogLine
 	58,  // 84: byoc.ims.v1.StreamJobLogsResponse.job:type_name -> byoc.ims.v1.Job
 	58,  // 85: byoc.ims.v1.CancelJobResponse.job:type_name -> byoc.ims.v1.Job
-	148, // 86: byoc.ims.v1.AppRevision.create_time:type_name -> google.protobuf.Timestamp
+	151, // 86: byoc.ims.v1.AppRevision.create_time:type_name -> google.protobuf.Timestamp
 	74,  // 87: byoc.ims.v1.PushAppRevisionRequest.files:type_name -> byoc.ims.v1.AppFile
 	17,  // 88: byoc.ims.v1.PushAppRevisionResponse.app:type_name -> byoc.ims.v1.App
 	75,  // 89: byoc.ims.v1.PushAppRevisionResponse.revision:type_name -> byoc.ims.v1.AppRevision
 	84,  // 90: byoc.ims.v1.PushAppRevisionResponse.changes:type_name -> byoc.ims.v1.ConfigChange
 	78,  // 91: byoc.ims.v1.PushAppRevisionResponse.installs:type_name -> byoc.ims.v1.InstallApplied
-	150, // 92: byoc.ims.v1.PushAppRevisionResponse.workflows:type_name -> byoc.ims.v1.Workflow
+	153, // 92: byoc.ims.v1.PushAppRevisionResponse.workflows:type_name -> byoc.ims.v1.Workflow
 	29,  // 93: byoc.ims.v1.InstallApplied.install:type_name -> byoc.ims.v1.Install
 	33,  // 94: byoc.ims.v1.InstallApplied.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
 	75,  // 95: byoc.ims.v1.ListAppRevisionsResponse.revisions:type_name -> byoc.ims.v1.AppRevision
@@ -10382,189 +10624,193 @@ var file_byoc_ims_v1_operator_proto_depIdxs = []int32{
 	84,  // 98: byoc.ims.v1.InstallConfigDiff.changes:type_name -> byoc.ims.v1.ConfigChange
 	85,  // 99: byoc.ims.v1.ConfigChange.values:type_name -> byoc.ims.v1.FieldChange
 	86,  // 100: byoc.ims.v1.ConfigDiagnostics.diagnostics:type_name -> byoc.ims.v1.ConfigDiagnostic
-	152, // 101: byoc.ims.v1.PluginType.config_schema:type_name -> google.protobuf.Value
-	152, // 102: byoc.ims.v1.PluginType.outputs_schema:type_name -> google.protobuf.Value
-	148, // 103: byoc.ims.v1.PluginType.register_time:type_name -> google.protobuf.Timestamp
+	155, // 101: byoc.ims.v1.PluginType.config_schema:type_name -> google.protobuf.Value
+	155, // 102: byoc.ims.v1.PluginType.outputs_schema:type_name -> google.protobuf.Value
+	151, // 103: byoc.ims.v1.PluginType.register_time:type_name -> google.protobuf.Timestamp
 	88,  // 104: byoc.ims.v1.RegisterPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
 	88,  // 105: byoc.ims.v1.RegisterPluginTypeResponse.replaced:type_name -> byoc.ims.v1.PluginType
 	88,  // 106: byoc.ims.v1.ListPluginTypesResponse.plugin_types:type_name -> byoc.ims.v1.PluginType
 	88,  // 107: byoc.ims.v1.GetPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
 	101, // 108: byoc.ims.v1.RequestBreakGlassResponse.grant:type_name -> byoc.ims.v1.BreakGlassGrant
 	101, // 109: byoc.ims.v1.ListBreakGlassGrantsResponse.grants:type_name -> byoc.ims.v1.BreakGlassGrant
-	148, // 110: byoc.ims.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
-	148, // 111: byoc.ims.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
-	148, // 112: byoc.ims.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
-	148, // 113: byoc.ims.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
-	148, // 114: byoc.ims.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
+	151, // 110: byoc.ims.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
+	151, // 111: byoc.ims.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
+	151, // 112: byoc.ims.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
+	151, // 113: byoc.ims.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
+	151, // 114: byoc.ims.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
 	104, // 115: byoc.ims.v1.GetBreakGlassPolicyResponse.roles:type_name -> byoc.ims.v1.BreakGlassRole
 	74,  // 116: byoc.ims.v1.GetInstallStackResponse.files:type_name -> byoc.ims.v1.AppFile
-	153, // 117: byoc.ims.v1.ImportBundleResultsResponse.workflow_state:type_name -> byoc.ims.v1.WorkflowState
-	148, // 118: byoc.ims.v1.Build.create_time:type_name -> google.protobuf.Timestamp
+	156, // 117: byoc.ims.v1.ImportBundleResultsResponse.workflow_state:type_name -> byoc.ims.v1.WorkflowState
+	151, // 118: byoc.ims.v1.Build.create_time:type_name -> google.protobuf.Timestamp
 	33,  // 119: byoc.ims.v1.CreateBuildAgentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
 	58,  // 120: byoc.ims.v1.StartBuildResponse.job:type_name -> byoc.ims.v1.Job
 	113, // 121: byoc.ims.v1.ListBuildsResponse.builds:type_name -> byoc.ims.v1.Build
 	113, // 122: byoc.ims.v1.InstallImage.build:type_name -> byoc.ims.v1.Build
-	148, // 123: byoc.ims.v1.InstallImage.copy_time:type_name -> google.protobuf.Timestamp
+	151, // 123: byoc.ims.v1.InstallImage.copy_time:type_name -> google.protobuf.Timestamp
 	122, // 124: byoc.ims.v1.InstallImage.verification:type_name -> byoc.ims.v1.ArtifactVerification
-	148, // 125: byoc.ims.v1.ArtifactVerification.verify_time:type_name -> google.protobuf.Timestamp
+	151, // 125: byoc.ims.v1.ArtifactVerification.verify_time:type_name -> google.protobuf.Timestamp
 	121, // 126: byoc.ims.v1.ListInstallImagesResponse.images:type_name -> byoc.ims.v1.InstallImage
-	126, // 127: byoc.ims.v1.ListDebugCommandsResponse.commands:type_name -> byoc.ims.v1.DebugCommand
-	127, // 128: byoc.ims.v1.DebugCommand.args:type_name -> byoc.ims.v1.DebugArg
-	146, // 129: byoc.ims.v1.RunDebugCommandRequest.args:type_name -> byoc.ims.v1.RunDebugCommandRequest.ArgsEntry
-	58,  // 130: byoc.ims.v1.RunDebugCommandResponse.job:type_name -> byoc.ims.v1.Job
-	147, // 131: byoc.ims.v1.RunDebugCommandResponse.args:type_name -> byoc.ims.v1.RunDebugCommandResponse.ArgsEntry
-	131, // 132: byoc.ims.v1.SupportShellRequest.open:type_name -> byoc.ims.v1.SupportShellOpen
-	132, // 133: byoc.ims.v1.SupportShellRequest.resize:type_name -> byoc.ims.v1.TerminalSize
-	132, // 134: byoc.ims.v1.SupportShellOpen.size:type_name -> byoc.ims.v1.TerminalSize
-	134, // 135: byoc.ims.v1.SupportShellResponse.started:type_name -> byoc.ims.v1.SupportShellStarted
-	135, // 136: byoc.ims.v1.SupportShellResponse.ended:type_name -> byoc.ims.v1.SupportShellEnded
-	148, // 137: byoc.ims.v1.SupportShellStarted.grant_expire_time:type_name -> google.protobuf.Timestamp
-	151, // 138: byoc.ims.v1.InstallSettings.OverridesEntry.value:type_name -> google.protobuf.Struct
-	4,   // 139: byoc.ims.v1.OperatorService.WhoAmI:input_type -> byoc.ims.v1.WhoAmIRequest
-	6,   // 140: byoc.ims.v1.OperatorService.CheckAccess:input_type -> byoc.ims.v1.CheckAccessRequest
-	8,   // 141: byoc.ims.v1.OperatorService.CreateApiToken:input_type -> byoc.ims.v1.CreateApiTokenRequest
-	11,  // 142: byoc.ims.v1.OperatorService.ListApiTokens:input_type -> byoc.ims.v1.ListApiTokensRequest
-	13,  // 143: byoc.ims.v1.OperatorService.RevokeApiToken:input_type -> byoc.ims.v1.RevokeApiTokenRequest
-	15,  // 144: byoc.ims.v1.OperatorService.GetLoginConfig:input_type -> byoc.ims.v1.GetLoginConfigRequest
-	18,  // 145: byoc.ims.v1.OperatorService.CreateApp:input_type -> byoc.ims.v1.CreateAppRequest
-	20,  // 146: byoc.ims.v1.OperatorService.ListApps:input_type -> byoc.ims.v1.ListAppsRequest
-	22,  // 147: byoc.ims.v1.OperatorService.GetApp:input_type -> byoc.ims.v1.GetAppRequest
-	76,  // 148: byoc.ims.v1.OperatorService.PushAppRevision:input_type -> byoc.ims.v1.PushAppRevisionRequest
-	79,  // 149: byoc.ims.v1.OperatorService.ListAppRevisions:input_type -> byoc.ims.v1.ListAppRevisionsRequest
-	81,  // 150: byoc.ims.v1.OperatorService.DiffAppRevisions:input_type -> byoc.ims.v1.DiffAppRevisionsRequest
-	31,  // 151: byoc.ims.v1.OperatorService.CreateInstall:input_type -> byoc.ims.v1.CreateInstallRequest
-	34,  // 152: byoc.ims.v1.OperatorService.ListInstalls:input_type -> byoc.ims.v1.ListInstallsRequest
-	36,  // 153: byoc.ims.v1.OperatorService.GetInstall:input_type -> byoc.ims.v1.GetInstallRequest
-	42,  // 154: byoc.ims.v1.OperatorService.ListInstallDrift:input_type -> byoc.ims.v1.ListInstallDriftRequest
-	38,  // 155: byoc.ims.v1.OperatorService.CheckInstallDrift:input_type -> byoc.ims.v1.CheckInstallDriftRequest
-	40,  // 156: byoc.ims.v1.OperatorService.ImportComponent:input_type -> byoc.ims.v1.ImportComponentRequest
-	46,  // 157: byoc.ims.v1.OperatorService.WatchInstalls:input_type -> byoc.ims.v1.WatchInstallsRequest
-	54,  // 158: byoc.ims.v1.OperatorService.CreateEnrollmentToken:input_type -> byoc.ims.v1.CreateEnrollmentTokenRequest
-	56,  // 159: byoc.ims.v1.OperatorService.LabelInstall:input_type -> byoc.ims.v1.LabelInstallRequest
-	48,  // 160: byoc.ims.v1.OperatorService.RevokeAgent:input_type -> byoc.ims.v1.RevokeAgentRequest
-	49,  // 161: byoc.ims.v1.OperatorService.OfferAgentUpdate:input_type -> byoc.ims.v1.OfferAgentUpdateRequest
-	52,  // 162: byoc.ims.v1.OperatorService.UpdateInstall:input_type -> byoc.ims.v1.UpdateInstallRequest
-	154, // 163: byoc.ims.v1.OperatorService.PlanInstall:input_type -> byoc.ims.v1.PlanInstallRequest
-	155, // 164: byoc.ims.v1.OperatorService.StartWorkflow:input_type -> byoc.ims.v1.StartWorkflowRequest
-	156, // 165: byoc.ims.v1.OperatorService.ListWorkflows:input_type -> byoc.ims.v1.ListWorkflowsRequest
-	157, // 166: byoc.ims.v1.OperatorService.GetWorkflow:input_type -> byoc.ims.v1.GetWorkflowRequest
-	158, // 167: byoc.ims.v1.OperatorService.ApproveWorkflow:input_type -> byoc.ims.v1.ApproveWorkflowRequest
-	159, // 168: byoc.ims.v1.OperatorService.CancelWorkflow:input_type -> byoc.ims.v1.CancelWorkflowRequest
-	160, // 169: byoc.ims.v1.OperatorService.RetryWorkflowStep:input_type -> byoc.ims.v1.RetryWorkflowStepRequest
-	161, // 170: byoc.ims.v1.OperatorService.CreateRelease:input_type -> byoc.ims.v1.CreateReleaseRequest
-	162, // 171: byoc.ims.v1.OperatorService.ListReleases:input_type -> byoc.ims.v1.ListReleasesRequest
-	163, // 172: byoc.ims.v1.OperatorService.GetRelease:input_type -> byoc.ims.v1.GetReleaseRequest
-	164, // 173: byoc.ims.v1.OperatorService.ApproveRelease:input_type -> byoc.ims.v1.ApproveReleaseRequest
-	165, // 174: byoc.ims.v1.OperatorService.PauseRelease:input_type -> byoc.ims.v1.PauseReleaseRequest
-	166, // 175: byoc.ims.v1.OperatorService.ResumeRelease:input_type -> byoc.ims.v1.ResumeReleaseRequest
-	167, // 176: byoc.ims.v1.OperatorService.CancelRelease:input_type -> byoc.ims.v1.CancelReleaseRequest
-	168, // 177: byoc.ims.v1.OperatorService.RetryRelease:input_type -> byoc.ims.v1.RetryReleaseRequest
-	169, // 178: byoc.ims.v1.OperatorService.RollbackRelease:input_type -> byoc.ims.v1.RollbackReleaseRequest
-	61,  // 179: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
-	63,  // 180: byoc.ims.v1.OperatorService.EnqueueJobs:input_type -> byoc.ims.v1.EnqueueJobsRequest
-	65,  // 181: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
-	67,  // 182: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
-	70,  // 183: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
-	72,  // 184: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
-	89,  // 185: byoc.ims.v1.OperatorService.RegisterPluginType:input_type -> byoc.ims.v1.RegisterPluginTypeRequest
-	91,  // 186: byoc.ims.v1.OperatorService.ListPluginTypes:input_type -> byoc.ims.v1.ListPluginTypesRequest
-	93,  // 187: byoc.ims.v1.OperatorService.GetPluginType:input_type -> byoc.ims.v1.GetPluginTypeRequest
-	95,  // 188: byoc.ims.v1.OperatorService.RemovePluginType:input_type -> byoc.ims.v1.RemovePluginTypeRequest
-	170, // 189: byoc.ims.v1.OperatorService.ListActions:input_type -> byoc.ims.v1.ListActionsRequest
-	171, // 190: byoc.ims.v1.OperatorService.StartActionRun:input_type -> byoc.ims.v1.StartActionRunRequest
-	124, // 191: byoc.ims.v1.OperatorService.ListDebugCommands:input_type -> byoc.ims.v1.ListDebugCommandsRequest
-	128, // 192: byoc.ims.v1.OperatorService.RunDebugCommand:input_type -> byoc.ims.v1.RunDebugCommandRequest
-	172, // 193: byoc.ims.v1.OperatorService.GetTelemetry:input_type -> byoc.ims.v1.GetTelemetryRequest
-	130, // 194: byoc.ims.v1.OperatorService.SupportShell:input_type -> byoc.ims.v1.SupportShellRequest
-	173, // 195: byoc.ims.v1.OperatorService.ListActionRuns:input_type -> byoc.ims.v1.ListActionRunsRequest
-	174, // 196: byoc.ims.v1.OperatorService.GetActionRun:input_type -> byoc.ims.v1.GetActionRunRequest
-	97,  // 197: byoc.ims.v1.OperatorService.RequestBreakGlass:input_type -> byoc.ims.v1.RequestBreakGlassRequest
-	99,  // 198: byoc.ims.v1.OperatorService.ListBreakGlassGrants:input_type -> byoc.ims.v1.ListBreakGlassGrantsRequest
-	102, // 199: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:input_type -> byoc.ims.v1.GetBreakGlassPolicyRequest
-	175, // 200: byoc.ims.v1.OperatorService.ListAuditEvents:input_type -> byoc.ims.v1.ListAuditEventsRequest
-	105, // 201: byoc.ims.v1.OperatorService.GetInstallStack:input_type -> byoc.ims.v1.GetInstallStackRequest
-	107, // 202: byoc.ims.v1.OperatorService.CreateBundle:input_type -> byoc.ims.v1.CreateBundleRequest
-	109, // 203: byoc.ims.v1.OperatorService.SignBundle:input_type -> byoc.ims.v1.SignBundleRequest
-	111, // 204: byoc.ims.v1.OperatorService.ImportBundleResults:input_type -> byoc.ims.v1.ImportBundleResultsRequest
-	114, // 205: byoc.ims.v1.OperatorService.CreateBuildAgentToken:input_type -> byoc.ims.v1.CreateBuildAgentTokenRequest
-	116, // 206: byoc.ims.v1.OperatorService.StartBuild:input_type -> byoc.ims.v1.StartBuildRequest
-	118, // 207: byoc.ims.v1.OperatorService.ListBuilds:input_type -> byoc.ims.v1.ListBuildsRequest
-	120, // 208: byoc.ims.v1.OperatorService.ListInstallImages:input_type -> byoc.ims.v1.ListInstallImagesRequest
-	5,   // 209: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
-	7,   // 210: byoc.ims.v1.OperatorService.CheckAccess:output_type -> byoc.ims.v1.CheckAccessResponse
-	9,   // 211: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
-	12,  // 212: byoc.ims.v1.OperatorService.ListApiTokens:output_type -> byoc.ims.v1.ListApiTokensResponse
-	14,  // 213: byoc.ims.v1.OperatorService.RevokeApiToken:output_type -> byoc.ims.v1.RevokeApiTokenResponse
-	16,  // 214: byoc.ims.v1.OperatorService.GetLoginConfig:output_type -> byoc.ims.v1.GetLoginConfigResponse
-	19,  // 215: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
-	21,  // 216: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
-	23,  // 217: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
-	77,  // 218: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
-	80,  // 219: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
-	82,  // 220: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
-	32,  // 221: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
-	35,  // 222: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
-	37,  // 223: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
-	43,  // 224: byoc.ims.v1.OperatorService.ListInstallDrift:output_type -> byoc.ims.v1.ListInstallDriftResponse
-	39,  // 225: byoc.ims.v1.OperatorService.CheckInstallDrift:output_type -> byoc.ims.v1.CheckInstallDriftResponse
-	41,  // 226: byoc.ims.v1.OperatorService.ImportComponent:output_type -> byoc.ims.v1.ImportComponentResponse
-	47,  // 227: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
-	55,  // 228: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
-	57,  // 229: byoc.ims.v1.OperatorService.LabelInstall:output_type -> byoc.ims.v1.LabelInstallResponse
-	51,  // 230: byoc.ims.v1.OperatorService.RevokeAgent:output_type -> byoc.ims.v1.RevokeAgentResponse
-	50,  // 231: byoc.ims.v1.OperatorService.OfferAgentUpdate:output_type -> byoc.ims.v1.OfferAgentUpdateResponse
-	53,  // 232: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
-	176, // 233: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
-	177, // 234: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
-	178, // 235: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
-	179, // 236: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
-	180, // 237: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
-	181, // 238: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
-	182, // 239: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
-	183, // 240: byoc.ims.v1.OperatorService.CreateRelease:output_type -> byoc.ims.v1.CreateReleaseResponse
-	184, // 241: byoc.ims.v1.OperatorService.ListReleases:output_type -> byoc.ims.v1.ListReleasesResponse
-	185, // 242: byoc.ims.v1.OperatorService.GetRelease:output_type -> byoc.ims.v1.GetReleaseResponse
-	186, // 243: byoc.ims.v1.OperatorService.ApproveRelease:output_type -> byoc.ims.v1.ApproveReleaseResponse
-	187, // 244: byoc.ims.v1.OperatorService.PauseRelease:output_type -> byoc.ims.v1.PauseReleaseResponse
-	188, // 245: byoc.ims.v1.OperatorService.ResumeRelease:output_type -> byoc.ims.v1.ResumeReleaseResponse
-	189, // 246: byoc.ims.v1.OperatorService.CancelRelease:output_type -> byoc.ims.v1.CancelReleaseResponse
-	190, // 247: byoc.ims.v1.OperatorService.RetryRelease:output_type -> byoc.ims.v1.RetryReleaseResponse
-	191, // 248: byoc.ims.v1.OperatorService.RollbackRelease:output_type -> byoc.ims.v1.RollbackReleaseResponse
-	62,  // 249: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
-	64,  // 250: byoc.ims.v1.OperatorService.EnqueueJobs:output_type -> byoc.ims.v1.EnqueueJobsResponse
-	66,  // 251: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
-	68,  // 252: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
-	71,  // 253: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
-	73,  // 254: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
-	90,  // 255: byoc.ims.v1.OperatorService.RegisterPluginType:output_type -> byoc.ims.v1.RegisterPluginTypeResponse
-	92,  // 256: byoc.ims.v1.OperatorService.ListPluginTypes:output_type -> byoc.ims.v1.ListPluginTypesResponse
-	94,  // 257: byoc.ims.v1.OperatorService.GetPluginType:output_type -> byoc.ims.v1.GetPluginTypeResponse
-	96,  // 258: byoc.ims.v1.OperatorService.RemovePluginType:output_type -> byoc.ims.v1.RemovePluginTypeResponse
-	192, // 259: byoc.ims.v1.OperatorService.ListActions:output_type -> byoc.ims.v1.ListActionsResponse
-	193, // 260: byoc.ims.v1.OperatorService.StartActionRun:output_type -> byoc.ims.v1.StartActionRunResponse
-	125, // 261: byoc.ims.v1.OperatorService.ListDebugCommands:output_type -> byoc.ims.v1.ListDebugCommandsResponse
-	129, // 262: byoc.ims.v1.OperatorService.RunDebugCommand:output_type -> byoc.ims.v1.RunDebugCommandResponse
-	194, // 263: byoc.ims.v1.OperatorService.GetTelemetry:output_type -> byoc.ims.v1.GetTelemetryResponse
-	133, // 264: byoc.ims.v1.OperatorService.SupportShell:output_type -> byoc.ims.v1.SupportShellResponse
-	195, // 265: byoc.ims.v1.OperatorService.ListActionRuns:output_type -> byoc.ims.v1.ListActionRunsResponse
-	196, // 266: byoc.ims.v1.OperatorService.GetActionRun:output_type -> byoc.ims.v1.GetActionRunResponse
-	98,  // 267: byoc.ims.v1.OperatorService.RequestBreakGlass:output_type -> byoc.ims.v1.RequestBreakGlassResponse
-	100, // 268: byoc.ims.v1.OperatorService.ListBreakGlassGrants:output_type -> byoc.ims.v1.ListBreakGlassGrantsResponse
-	103, // 269: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:output_type -> byoc.ims.v1.GetBreakGlassPolicyResponse
-	197, // 270: byoc.ims.v1.OperatorService.ListAuditEvents:output_type -> byoc.ims.v1.ListAuditEventsResponse
-	106, // 271: byoc.ims.v1.OperatorService.GetInstallStack:output_type -> byoc.ims.v1.GetInstallStackResponse
-	108, // 272: byoc.ims.v1.OperatorService.CreateBundle:output_type -> byoc.ims.v1.CreateBundleResponse
-	110, // 273: byoc.ims.v1.OperatorService.SignBundle:output_type -> byoc.ims.v1.SignBundleResponse
-	112, // 274: byoc.ims.v1.OperatorService.ImportBundleResults:output_type -> byoc.ims.v1.ImportBundleResultsResponse
-	115, // 275: byoc.ims.v1.OperatorService.CreateBuildAgentToken:output_type -> byoc.ims.v1.CreateBuildAgentTokenResponse
-	117, // 276: byoc.ims.v1.OperatorService.StartBuild:output_type -> byoc.ims.v1.StartBuildResponse
-	119, // 277: byoc.ims.v1.OperatorService.ListBuilds:output_type -> byoc.ims.v1.ListBuildsResponse
-	123, // 278: byoc.ims.v1.OperatorService.ListInstallImages:output_type -> byoc.ims.v1.ListInstallImagesResponse
-	209, // [209:279] is the sub-list for method output_type
-	139, // [139:209] is the sub-list for method input_type
-	139, // [139:139] is the sub-list for extension type_name
-	139, // [139:139] is the sub-list for extension extendee
-	0,   // [0:139] is the sub-list for field type_name
+	122, // 127: byoc.ims.v1.InstallArtifact.verification:type_name -> byoc.ims.v1.ArtifactVerification
+	125, // 128: byoc.ims.v1.ListInstallArtifactsResponse.artifacts:type_name -> byoc.ims.v1.InstallArtifact
+	129, // 129: byoc.ims.v1.ListDebugCommandsResponse.commands:type_name -> byoc.ims.v1.DebugCommand
+	130, // 130: byoc.ims.v1.DebugCommand.args:type_name -> byoc.ims.v1.DebugArg
+	149, // 131: byoc.ims.v1.RunDebugCommandRequest.args:type_name -> byoc.ims.v1.RunDebugCommandRequest.ArgsEntry
+	58,  // 132: byoc.ims.v1.RunDebugCommandResponse.job:type_name -> byoc.ims.v1.Job
+	150, // 133: byoc.ims.v1.RunDebugCommandResponse.args:type_name -> byoc.ims.v1.RunDebugCommandResponse.ArgsEntry
+	134, // 134: byoc.ims.v1.SupportShellRequest.open:type_name -> byoc.ims.v1.SupportShellOpen
+	135, // 135: byoc.ims.v1.SupportShellRequest.resize:type_name -> byoc.ims.v1.TerminalSize
+	135, // 136: byoc.ims.v1.SupportShellOpen.size:type_name -> byoc.ims.v1.TerminalSize
+	137, // 137: byoc.ims.v1.SupportShellResponse.started:type_name -> byoc.ims.v1.SupportShellStarted
+	138, // 138: byoc.ims.v1.SupportShellResponse.ended:type_name -> byoc.ims.v1.SupportShellEnded
+	151, // 139: byoc.ims.v1.SupportShellStarted.grant_expire_time:type_name -> google.protobuf.Timestamp
+	154, // 140: byoc.ims.v1.InstallSettings.OverridesEntry.value:type_name -> google.protobuf.Struct
+	4,   // 141: byoc.ims.v1.OperatorService.WhoAmI:input_type -> byoc.ims.v1.WhoAmIRequest
+	6,   // 142: byoc.ims.v1.OperatorService.CheckAccess:input_type -> byoc.ims.v1.CheckAccessRequest
+	8,   // 143: byoc.ims.v1.OperatorService.CreateApiToken:input_type -> byoc.ims.v1.CreateApiTokenRequest
+	11,  // 144: byoc.ims.v1.OperatorService.ListApiTokens:input_type -> byoc.ims.v1.ListApiTokensRequest
+	13,  // 145: byoc.ims.v1.OperatorService.RevokeApiToken:input_type -> byoc.ims.v1.RevokeApiTokenRequest
+	15,  // 146: byoc.ims.v1.OperatorService.GetLoginConfig:input_type -> byoc.ims.v1.GetLoginConfigRequest
+	18,  // 147: byoc.ims.v1.OperatorService.CreateApp:input_type -> byoc.ims.v1.CreateAppRequest
+	20,  // 148: byoc.ims.v1.OperatorService.ListApps:input_type -> byoc.ims.v1.ListAppsRequest
+	22,  // 149: byoc.ims.v1.OperatorService.GetApp:input_type -> byoc.ims.v1.GetAppRequest
+	76,  // 150: byoc.ims.v1.OperatorService.PushAppRevision:input_type -> byoc.ims.v1.PushAppRevisionRequest
+	79,  // 151: byoc.ims.v1.OperatorService.ListAppRevisions:input_type -> byoc.ims.v1.ListAppRevisionsRequest
+	81,  // 152: byoc.ims.v1.OperatorService.DiffAppRevisions:input_type -> byoc.ims.v1.DiffAppRevisionsRequest
+	31,  // 153: byoc.ims.v1.OperatorService.CreateInstall:input_type -> byoc.ims.v1.CreateInstallRequest
+	34,  // 154: byoc.ims.v1.OperatorService.ListInstalls:input_type -> byoc.ims.v1.ListInstallsRequest
+	36,  // 155: byoc.ims.v1.OperatorService.GetInstall:input_type -> byoc.ims.v1.GetInstallRequest
+	42,  // 156: byoc.ims.v1.OperatorService.ListInstallDrift:input_type -> byoc.ims.v1.ListInstallDriftRequest
+	38,  // 157: byoc.ims.v1.OperatorService.CheckInstallDrift:input_type -> byoc.ims.v1.CheckInstallDriftRequest
+	40,  // 158: byoc.ims.v1.OperatorService.ImportComponent:input_type -> byoc.ims.v1.ImportComponentRequest
+	46,  // 159: byoc.ims.v1.OperatorService.WatchInstalls:input_type -> byoc.ims.v1.WatchInstallsRequest
+	54,  // 160: byoc.ims.v1.OperatorService.CreateEnrollmentToken:input_type -> byoc.ims.v1.CreateEnrollmentTokenRequest
+	56,  // 161: byoc.ims.v1.OperatorService.LabelInstall:input_type -> byoc.ims.v1.LabelInstallRequest
+	48,  // 162: byoc.ims.v1.OperatorService.RevokeAgent:input_type -> byoc.ims.v1.RevokeAgentRequest
+	49,  // 163: byoc.ims.v1.OperatorService.OfferAgentUpdate:input_type -> byoc.ims.v1.OfferAgentUpdateRequest
+	52,  // 164: byoc.ims.v1.OperatorService.UpdateInstall:input_type -> byoc.ims.v1.UpdateInstallRequest
+	157, // 165: byoc.ims.v1.OperatorService.PlanInstall:input_type -> byoc.ims.v1.PlanInstallRequest
+	158, // 166: byoc.ims.v1.OperatorService.StartWorkflow:input_type -> byoc.ims.v1.StartWorkflowRequest
+	159, // 167: byoc.ims.v1.OperatorService.ListWorkflows:input_type -> byoc.ims.v1.ListWorkflowsRequest
+	160, // 168: byoc.ims.v1.OperatorService.GetWorkflow:input_type -> byoc.ims.v1.GetWorkflowRequest
+	161, // 169: byoc.ims.v1.OperatorService.ApproveWorkflow:input_type -> byoc.ims.v1.ApproveWorkflowRequest
+	162, // 170: byoc.ims.v1.OperatorService.CancelWorkflow:input_type -> byoc.ims.v1.CancelWorkflowRequest
+	163, // 171: byoc.ims.v1.OperatorService.RetryWorkflowStep:input_type -> byoc.ims.v1.RetryWorkflowStepRequest
+	164, // 172: byoc.ims.v1.OperatorService.CreateRelease:input_type -> byoc.ims.v1.CreateReleaseRequest
+	165, // 173: byoc.ims.v1.OperatorService.ListReleases:input_type -> byoc.ims.v1.ListReleasesRequest
+	166, // 174: byoc.ims.v1.OperatorService.GetRelease:input_type -> byoc.ims.v1.GetReleaseRequest
+	167, // 175: byoc.ims.v1.OperatorService.ApproveRelease:input_type -> byoc.ims.v1.ApproveReleaseRequest
+	168, // 176: byoc.ims.v1.OperatorService.PauseRelease:input_type -> byoc.ims.v1.PauseReleaseRequest
+	169, // 177: byoc.ims.v1.OperatorService.ResumeRelease:input_type -> byoc.ims.v1.ResumeReleaseRequest
+	170, // 178: byoc.ims.v1.OperatorService.CancelRelease:input_type -> byoc.ims.v1.CancelReleaseRequest
+	171, // 179: byoc.ims.v1.OperatorService.RetryRelease:input_type -> byoc.ims.v1.RetryReleaseRequest
+	172, // 180: byoc.ims.v1.OperatorService.RollbackRelease:input_type -> byoc.ims.v1.RollbackReleaseRequest
+	61,  // 181: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
+	63,  // 182: byoc.ims.v1.OperatorService.EnqueueJobs:input_type -> byoc.ims.v1.EnqueueJobsRequest
+	65,  // 183: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
+	67,  // 184: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
+	70,  // 185: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
+	72,  // 186: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
+	89,  // 187: byoc.ims.v1.OperatorService.RegisterPluginType:input_type -> byoc.ims.v1.RegisterPluginTypeRequest
+	91,  // 188: byoc.ims.v1.OperatorService.ListPluginTypes:input_type -> byoc.ims.v1.ListPluginTypesRequest
+	93,  // 189: byoc.ims.v1.OperatorService.GetPluginType:input_type -> byoc.ims.v1.GetPluginTypeRequest
+	95,  // 190: byoc.ims.v1.OperatorService.RemovePluginType:input_type -> byoc.ims.v1.RemovePluginTypeRequest
+	173, // 191: byoc.ims.v1.OperatorService.ListActions:input_type -> byoc.ims.v1.ListActionsRequest
+	174, // 192: byoc.ims.v1.OperatorService.StartActionRun:input_type -> byoc.ims.v1.StartActionRunRequest
+	127, // 193: byoc.ims.v1.OperatorService.ListDebugCommands:input_type -> byoc.ims.v1.ListDebugCommandsRequest
+	131, // 194: byoc.ims.v1.OperatorService.RunDebugCommand:input_type -> byoc.ims.v1.RunDebugCommandRequest
+	175, // 195: byoc.ims.v1.OperatorService.GetTelemetry:input_type -> byoc.ims.v1.GetTelemetryRequest
+	133, // 196: byoc.ims.v1.OperatorService.SupportShell:input_type -> byoc.ims.v1.SupportShellRequest
+	176, // 197: byoc.ims.v1.OperatorService.ListActionRuns:input_type -> byoc.ims.v1.ListActionRunsRequest
+	177, // 198: byoc.ims.v1.OperatorService.GetActionRun:input_type -> byoc.ims.v1.GetActionRunRequest
+	97,  // 199: byoc.ims.v1.OperatorService.RequestBreakGlass:input_type -> byoc.ims.v1.RequestBreakGlassRequest
+	99,  // 200: byoc.ims.v1.OperatorService.ListBreakGlassGrants:input_type -> byoc.ims.v1.ListBreakGlassGrantsRequest
+	102, // 201: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:input_type -> byoc.ims.v1.GetBreakGlassPolicyRequest
+	178, // 202: byoc.ims.v1.OperatorService.ListAuditEvents:input_type -> byoc.ims.v1.ListAuditEventsRequest
+	105, // 203: byoc.ims.v1.OperatorService.GetInstallStack:input_type -> byoc.ims.v1.GetInstallStackRequest
+	107, // 204: byoc.ims.v1.OperatorService.CreateBundle:input_type -> byoc.ims.v1.CreateBundleRequest
+	109, // 205: byoc.ims.v1.OperatorService.SignBundle:input_type -> byoc.ims.v1.SignBundleRequest
+	111, // 206: byoc.ims.v1.OperatorService.ImportBundleResults:input_type -> byoc.ims.v1.ImportBundleResultsRequest
+	114, // 207: byoc.ims.v1.OperatorService.CreateBuildAgentToken:input_type -> byoc.ims.v1.CreateBuildAgentTokenRequest
+	116, // 208: byoc.ims.v1.OperatorService.StartBuild:input_type -> byoc.ims.v1.StartBuildRequest
+	118, // 209: byoc.ims.v1.OperatorService.ListBuilds:input_type -> byoc.ims.v1.ListBuildsRequest
+	120, // 210: byoc.ims.v1.OperatorService.ListInstallImages:input_type -> byoc.ims.v1.ListInstallImagesRequest
+	124, // 211: byoc.ims.v1.OperatorService.ListInstallArtifacts:input_type -> byoc.ims.v1.ListInstallArtifactsRequest
+	5,   // 212: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
+	7,   // 213: byoc.ims.v1.OperatorService.CheckAccess:output_type -> byoc.ims.v1.CheckAccessResponse
+	9,   // 214: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
+	12,  // 215: byoc.ims.v1.OperatorService.ListApiTokens:output_type -> byoc.ims.v1.ListApiTokensResponse
+	14,  // 216: byoc.ims.v1.OperatorService.RevokeApiToken:output_type -> byoc.ims.v1.RevokeApiTokenResponse
+	16,  // 217: byoc.ims.v1.OperatorService.GetLoginConfig:output_type -> byoc.ims.v1.GetLoginConfigResponse
+	19,  // 218: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
+	21,  // 219: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
+	23,  // 220: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
+	77,  // 221: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
+	80,  // 222: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
+	82,  // 223: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
+	32,  // 224: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
+	35,  // 225: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
+	37,  // 226: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
+	43,  // 227: byoc.ims.v1.OperatorService.ListInstallDrift:output_type -> byoc.ims.v1.ListInstallDriftResponse
+	39,  // 228: byoc.ims.v1.OperatorService.CheckInstallDrift:output_type -> byoc.ims.v1.CheckInstallDriftResponse
+	41,  // 229: byoc.ims.v1.OperatorService.ImportComponent:output_type -> byoc.ims.v1.ImportComponentResponse
+	47,  // 230: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
+	55,  // 231: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
+	57,  // 232: byoc.ims.v1.OperatorService.LabelInstall:output_type -> byoc.ims.v1.LabelInstallResponse
+	51,  // 233: byoc.ims.v1.OperatorService.RevokeAgent:output_type -> byoc.ims.v1.RevokeAgentResponse
+	50,  // 234: byoc.ims.v1.OperatorService.OfferAgentUpdate:output_type -> byoc.ims.v1.OfferAgentUpdateResponse
+	53,  // 235: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
+	179, // 236: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
+	180, // 237: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
+	181, // 238: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
+	182, // 239: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
+	183, // 240: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
+	184, // 241: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
+	185, // 242: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
+	186, // 243: byoc.ims.v1.OperatorService.CreateRelease:output_type -> byoc.ims.v1.CreateReleaseResponse
+	187, // 244: byoc.ims.v1.OperatorService.ListReleases:output_type -> byoc.ims.v1.ListReleasesResponse
+	188, // 245: byoc.ims.v1.OperatorService.GetRelease:output_type -> byoc.ims.v1.GetReleaseResponse
+	189, // 246: byoc.ims.v1.OperatorService.ApproveRelease:output_type -> byoc.ims.v1.ApproveReleaseResponse
+	190, // 247: byoc.ims.v1.OperatorService.PauseRelease:output_type -> byoc.ims.v1.PauseReleaseResponse
+	191, // 248: byoc.ims.v1.OperatorService.ResumeRelease:output_type -> byoc.ims.v1.ResumeReleaseResponse
+	192, // 249: byoc.ims.v1.OperatorService.CancelRelease:output_type -> byoc.ims.v1.CancelReleaseResponse
+	193, // 250: byoc.ims.v1.OperatorService.RetryRelease:output_type -> byoc.ims.v1.RetryReleaseResponse
+	194, // 251: byoc.ims.v1.OperatorService.RollbackRelease:output_type -> byoc.ims.v1.RollbackReleaseResponse
+	62,  // 252: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
+	64,  // 253: byoc.ims.v1.OperatorService.EnqueueJobs:output_type -> byoc.ims.v1.EnqueueJobsResponse
+	66,  // 254: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
+	68,  // 255: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
+	71,  // 256: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
+	73,  // 257: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
+	90,  // 258: byoc.ims.v1.OperatorService.RegisterPluginType:output_type -> byoc.ims.v1.RegisterPluginTypeResponse
+	92,  // 259: byoc.ims.v1.OperatorService.ListPluginTypes:output_type -> byoc.ims.v1.ListPluginTypesResponse
+	94,  // 260: byoc.ims.v1.OperatorService.GetPluginType:output_type -> byoc.ims.v1.GetPluginTypeResponse
+	96,  // 261: byoc.ims.v1.OperatorService.RemovePluginType:output_type -> byoc.ims.v1.RemovePluginTypeResponse
+	195, // 262: byoc.ims.v1.OperatorService.ListActions:output_type -> byoc.ims.v1.ListActionsResponse
+	196, // 263: byoc.ims.v1.OperatorService.StartActionRun:output_type -> byoc.ims.v1.StartActionRunResponse
+	128, // 264: byoc.ims.v1.OperatorService.ListDebugCommands:output_type -> byoc.ims.v1.ListDebugCommandsResponse
+	132, // 265: byoc.ims.v1.OperatorService.RunDebugCommand:output_type -> byoc.ims.v1.RunDebugCommandResponse
+	197, // 266: byoc.ims.v1.OperatorService.GetTelemetry:output_type -> byoc.ims.v1.GetTelemetryResponse
+	136, // 267: byoc.ims.v1.OperatorService.SupportShell:output_type -> byoc.ims.v1.SupportShellResponse
+	198, // 268: byoc.ims.v1.OperatorService.ListActionRuns:output_type -> byoc.ims.v1.ListActionRunsResponse
+	199, // 269: byoc.ims.v1.OperatorService.GetActionRun:output_type -> byoc.ims.v1.GetActionRunResponse
+	98,  // 270: byoc.ims.v1.OperatorService.RequestBreakGlass:output_type -> byoc.ims.v1.RequestBreakGlassResponse
+	100, // 271: byoc.ims.v1.OperatorService.ListBreakGlassGrants:output_type -> byoc.ims.v1.ListBreakGlassGrantsResponse
+	103, // 272: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:output_type -> byoc.ims.v1.GetBreakGlassPolicyResponse
+	200, // 273: byoc.ims.v1.OperatorService.ListAuditEvents:output_type -> byoc.ims.v1.ListAuditEventsResponse
+	106, // 274: byoc.ims.v1.OperatorService.GetInstallStack:output_type -> byoc.ims.v1.GetInstallStackResponse
+	108, // 275: byoc.ims.v1.OperatorService.CreateBundle:output_type -> byoc.ims.v1.CreateBundleResponse
+	110, // 276: byoc.ims.v1.OperatorService.SignBundle:output_type -> byoc.ims.v1.SignBundleResponse
+	112, // 277: byoc.ims.v1.OperatorService.ImportBundleResults:output_type -> byoc.ims.v1.ImportBundleResultsResponse
+	115, // 278: byoc.ims.v1.OperatorService.CreateBuildAgentToken:output_type -> byoc.ims.v1.CreateBuildAgentTokenResponse
+	117, // 279: byoc.ims.v1.OperatorService.StartBuild:output_type -> byoc.ims.v1.StartBuildResponse
+	119, // 280: byoc.ims.v1.OperatorService.ListBuilds:output_type -> byoc.ims.v1.ListBuildsResponse
+	123, // 281: byoc.ims.v1.OperatorService.ListInstallImages:output_type -> byoc.ims.v1.ListInstallImagesResponse
+	126, // 282: byoc.ims.v1.OperatorService.ListInstallArtifacts:output_type -> byoc.ims.v1.ListInstallArtifactsResponse
+	212, // [212:283] is the sub-list for method output_type
+	141, // [141:212] is the sub-list for method input_type
+	141, // [141:141] is the sub-list for extension type_name
+	141, // [141:141] is the sub-list for extension extendee
+	0,   // [0:141] is the sub-list for field type_name
 }
 
 func init() { file_byoc_ims_v1_operator_proto_init() }
@@ -10579,14 +10825,14 @@ func file_byoc_ims_v1_operator_proto_init() {
 	file_byoc_ims_v1_workflow_proto_init()
 	file_byoc_ims_v1_operator_proto_msgTypes[27].OneofWrappers = []any{}
 	file_byoc_ims_v1_operator_proto_msgTypes[49].OneofWrappers = []any{}
-	file_byoc_ims_v1_operator_proto_msgTypes[124].OneofWrappers = []any{}
+	file_byoc_ims_v1_operator_proto_msgTypes[127].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byoc_ims_v1_operator_proto_rawDesc), len(file_byoc_ims_v1_operator_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   145,
+			NumMessages:   148,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -240,6 +240,9 @@ const (
 	// OperatorServiceListInstallImagesProcedure is the fully-qualified name of the OperatorService's
 	// ListInstallImages RPC.
 	OperatorServiceListInstallImagesProcedure = "/byoc.ims.v1.OperatorService/ListInstallImages"
+	// OperatorServiceListInstallArtifactsProcedure is the fully-qualified name of the OperatorService's
+	// ListInstallArtifacts RPC.
+	OperatorServiceListInstallArtifactsProcedure = "/byoc.ims.v1.OperatorService/ListInstallArtifacts"
 )
 
 // OperatorServiceClient is a client for the byoc.ims.v1.OperatorService service.
@@ -484,6 +487,11 @@ type OperatorServiceClient interface {
 	// ListInstallImages lists what an install's image components run, by
 	// digest, with their lineage.
 	ListInstallImages(context.Context, *connect.Request[v1.ListInstallImagesRequest]) (*connect.Response[v1.ListInstallImagesResponse], error)
+	// ListInstallArtifacts lists every artifact an install's components
+	// deploy (images, Helm charts, Terraform modules), with what the
+	// install's agent verified of each under the customer's supply-chain
+	// policy.
+	ListInstallArtifacts(context.Context, *connect.Request[v1.ListInstallArtifactsRequest]) (*connect.Response[v1.ListInstallArtifactsResponse], error)
 }
 
 // NewOperatorServiceClient constructs a client for the byoc.ims.v1.OperatorService service. By
@@ -917,6 +925,12 @@ func NewOperatorServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(operatorServiceMethods.ByName("ListInstallImages")),
 			connect.WithClientOptions(opts...),
 		),
+		listInstallArtifacts: connect.NewClient[v1.ListInstallArtifactsRequest, v1.ListInstallArtifactsResponse](
+			httpClient,
+			baseURL+OperatorServiceListInstallArtifactsProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("ListInstallArtifacts")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -992,6 +1006,7 @@ type operatorServiceClient struct {
 	startBuild            *connect.Client[v1.StartBuildRequest, v1.StartBuildResponse]
 	listBuilds            *connect.Client[v1.ListBuildsRequest, v1.ListBuildsResponse]
 	listInstallImages     *connect.Client[v1.ListInstallImagesRequest, v1.ListInstallImagesResponse]
+	listInstallArtifacts  *connect.Client[v1.ListInstallArtifactsRequest, v1.ListInstallArtifactsResponse]
 }
 
 // WhoAmI calls byoc.ims.v1.OperatorService.WhoAmI.
@@ -1344,6 +1359,11 @@ func (c *operatorServiceClient) ListInstallImages(ctx context.Context, req *conn
 	return c.listInstallImages.CallUnary(ctx, req)
 }
 
+// ListInstallArtifacts calls byoc.ims.v1.OperatorService.ListInstallArtifacts.
+func (c *operatorServiceClient) ListInstallArtifacts(ctx context.Context, req *connect.Request[v1.ListInstallArtifactsRequest]) (*connect.Response[v1.ListInstallArtifactsResponse], error) {
+	return c.listInstallArtifacts.CallUnary(ctx, req)
+}
+
 // OperatorServiceHandler is an implementation of the byoc.ims.v1.OperatorService service.
 type OperatorServiceHandler interface {
 	// WhoAmI describes the caller: its token or signed-in identity and its
@@ -1586,6 +1606,11 @@ type OperatorServiceHandler interface {
 	// ListInstallImages lists what an install's image components run, by
 	// digest, with their lineage.
 	ListInstallImages(context.Context, *connect.Request[v1.ListInstallImagesRequest]) (*connect.Response[v1.ListInstallImagesResponse], error)
+	// ListInstallArtifacts lists every artifact an install's components
+	// deploy (images, Helm charts, Terraform modules), with what the
+	// install's agent verified of each under the customer's supply-chain
+	// policy.
+	ListInstallArtifacts(context.Context, *connect.Request[v1.ListInstallArtifactsRequest]) (*connect.Response[v1.ListInstallArtifactsResponse], error)
 }
 
 // NewOperatorServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -2015,6 +2040,12 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 		connect.WithSchema(operatorServiceMethods.ByName("ListInstallImages")),
 		connect.WithHandlerOptions(opts...),
 	)
+	operatorServiceListInstallArtifactsHandler := connect.NewUnaryHandler(
+		OperatorServiceListInstallArtifactsProcedure,
+		svc.ListInstallArtifacts,
+		connect.WithSchema(operatorServiceMethods.ByName("ListInstallArtifacts")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/byoc.ims.v1.OperatorService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case OperatorServiceWhoAmIProcedure:
@@ -2157,6 +2188,8 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 			operatorServiceListBuildsHandler.ServeHTTP(w, r)
 		case OperatorServiceListInstallImagesProcedure:
 			operatorServiceListInstallImagesHandler.ServeHTTP(w, r)
+		case OperatorServiceListInstallArtifactsProcedure:
+			operatorServiceListInstallArtifactsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -2444,4 +2477,8 @@ func (UnimplementedOperatorServiceHandler) ListBuilds(context.Context, *connect.
 
 func (UnimplementedOperatorServiceHandler) ListInstallImages(context.Context, *connect.Request[v1.ListInstallImagesRequest]) (*connect.Response[v1.ListInstallImagesResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.ListInstallImages is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) ListInstallArtifacts(context.Context, *connect.Request[v1.ListInstallArtifactsRequest]) (*connect.Response[v1.ListInstallArtifactsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.ListInstallArtifacts is not implemented"))
 }

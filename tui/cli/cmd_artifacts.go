@@ -1,0 +1,94 @@
+package cli
+
+import (
+	"fmt"
+	"strings"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+
+	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
+)
+
+// installArtifactsCommand lists every artifact an install's components
+// deploy, with the agent's verdict on each: the supply-chain view of
+// all kinds, where `install images` is the lineage of images.
+func (a *app) installArtifactsCommand() *cobra.Command {
+	var kind string
+	cmd := &cobra.Command{
+		Use:   "artifacts INSTALL",
+		Short: "List the artifacts an install's components deploy, with the agent's supply-chain verdict on each",
+		Long: `For each artifact a component of INSTALL deploys (an image component's
+source, a helm component's chart, a terraform component's module), by
+digest: what the install's agent verified of it under the customer's
+supply-chain policy (agentd policy supply-chain). STATE is verified,
+warned, refused, or "not verified" when no verification of that digest is
+on record (no policy, or no plan or apply of it since). RULE names the
+rules a refusal or a warning was for; KEY the trusted key whose signature
+verified. An artifact the agent refused for a component that does not
+run it (a refused first deploy, a refused new digest) is listed too, not
+deployed. Rows are sorted by component, what it runs first.
+
+--kind keeps one kind. -o wide shows full digests and the job that
+verified; -o json|yaml each artifact with the agent's whole report (the
+attestations found, each rule not met and why). byoc install images shows
+an image's lineage (source, build, install copy).`,
+		Args: exactArgs("INSTALL"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			switch kind {
+			case "", "image", "chart", "module":
+			default:
+				return usagef("--kind must be image, chart or module, got %q", kind)
+			}
+			c, err := a.connect()
+			if err != nil {
+				return err
+			}
+			res, err := c.ListInstallArtifacts(cmd.Context(), connect.NewRequest(&imsv1.ListInstallArtifactsRequest{Install: args[0], Kind: kind}))
+			if err != nil {
+				return c.wrap(err)
+			}
+			rows := res.Msg.GetArtifacts()
+			if err := sortRows(a, rows); err != nil {
+				return err
+			}
+			if a.jsonOutput() {
+				return writeJSONList(a.stdout, rows)
+			}
+			if len(rows) == 0 {
+				what := "artifact"
+				if kind != "" {
+					what = kind
+				}
+				fmt.Fprintf(a.stdout, "Install %s deploys no %s by digest yet.\n", args[0], what)
+				return nil
+			}
+			now := a.now()
+			header := []string{"COMPONENT", "KIND", "ARTIFACT", "DIGEST", "STATE", "RULE", "KEY", "VERIFIED"}
+			if a.wideOutput() {
+				header = append(header, "JOB")
+			}
+			t := newTable(a.stdout, header...)
+			for _, r := range rows {
+				name, _, _ := strings.Cut(r.GetReference(), "@")
+				dg := shortDigest(r.GetDigest())
+				if a.wideOutput() {
+					dg = r.GetDigest()
+				}
+				if !r.GetDeployed() {
+					name += " (not deployed)"
+				}
+				v := r.GetVerification()
+				cells := []string{r.GetComponent(), r.GetKind(), name, dg, r.GetState(), strings.Join(r.GetRules(), ","), v.GetKeyId(), ago(now, v.GetVerifyTime())}
+				if a.wideOutput() {
+					cells = append(cells, v.GetJobId())
+				}
+				t.row(cells...)
+			}
+			return t.flush()
+		},
+	}
+	cmd.Flags().StringVar(&kind, "kind", "", "list only artifacts of this kind: image, chart or module")
+	_ = cmd.RegisterFlagCompletionFunc("kind", cobra.FixedCompletions([]string{"image", "chart", "module"}, cobra.ShellCompDirectiveNoFileComp))
+	return cmd
+}
