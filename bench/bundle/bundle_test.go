@@ -18,11 +18,14 @@ import (
 	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -31,6 +34,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"golang.org/x/sys/unix"
 
 	"github.com/byoc-dev/byoc/internal/bundlefile"
 	"github.com/byoc-dev/byoc/internal/bundlefile/bundleload"
@@ -110,10 +114,20 @@ type importResult struct {
 	blobsSent      int
 	blobsHeld      int
 	manifestsMoved int
+	streamed       int64
 }
 
-// importBundle verifies and unpacks the tar into staging (which must not
-// exist), then copies every image into reg, as agentd bundle import does.
+func verifier(pub ed25519.PublicKey) bundlefile.VerifyFunc {
+	keys := map[string]ed25519.PublicKey{agentproto.KeyID(pub): pub}
+	return func(raw []byte, _ *bundlefile.Manifest, sig bundlefile.Signature) error {
+		return agentproto.VerifyBundleManifest(keys, sig.KeyID, raw, sig.Signature)
+	}
+}
+
+// importBundle imports the tar as agentd bundle import does: the
+// manifest's signature and the small files checked and unpacked into
+// staging (which must not exist), then every image loaded into reg, its
+// layers streamed from their ranges in the tar. staging is removed.
 func importBundle(b *testing.B, path, staging string, pub ed25519.PublicKey, imgs []image, reg ocicopy.Registry) importResult {
 	b.Helper()
 	ctx := context.Background()
@@ -123,18 +137,17 @@ func importBundle(b *testing.B, path, staging string, pub ed25519.PublicKey, img
 		b.Fatal(err)
 	}
 	defer f.Close()
-	keys := map[string]ed25519.PublicKey{agentproto.KeyID(pub): pub}
+	defer os.RemoveAll(staging)
 	start := time.Now()
-	_, _, err = bundlefile.Read(bufio.NewReaderSize(f, 1<<20), staging, func(raw []byte, _ *bundlefile.Manifest, sig bundlefile.Signature) error {
-		return agentproto.VerifyBundleManifest(keys, sig.KeyID, raw, sig.Signature)
-	})
+	bdl, err := bundlefile.Open(f, staging, verifier(pub), bundleload.Stream)
 	if err != nil {
 		b.Fatal(err)
 	}
 	res.verify = time.Since(start)
+	res.streamed = bdl.StreamedBytes()
 	start = time.Now()
-	layout := ocicopy.Registry{LayoutRoot: filepath.Join(staging, "oci")}
-	st, err := bundleload.LoadImages(ctx, layout, reg, ocicopy.Credentials{}, loads(imgs))
+	src := bundleload.Source{Layout: ocicopy.Registry{LayoutRoot: filepath.Join(staging, bundleload.LayoutDir)}, Bundle: bdl}
+	st, err := bundleload.LoadImages(ctx, src, reg, ocicopy.Credentials{}, loads(imgs))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -143,9 +156,49 @@ func importBundle(b *testing.B, path, staging string, pub ed25519.PublicKey, img
 	return res
 }
 
-// diskWrite writes and syncs a file of size bytes in dir, and returns the
-// throughput in bytes per second.
-func diskWrite(b *testing.B, dir string, size int64) float64 {
+// unpack unpacks the whole tar into staging as the import did before
+// 2026-11-28 (2) (bundlefile.Read), for skopeo, which reads a layout.
+func unpack(b *testing.B, path, staging string, pub ed25519.PublicKey) time.Duration {
+	b.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	start := time.Now()
+	if _, _, err := bundlefile.Read(bufio.NewReaderSize(f, 1<<20), staging, verifier(pub)); err != nil {
+		b.Fatal(err)
+	}
+	return time.Since(start)
+}
+
+// dropCache writes back and drops from the page cache every file under
+// p, so that the next read of them comes from the disk.
+func dropCache(b *testing.B, p string) {
+	b.Helper()
+	err := filepath.WalkDir(p, func(q string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		f, err := os.OpenFile(q, os.O_RDWR, 0)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := f.Sync(); err != nil {
+			return err
+		}
+		return unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+}
+
+// diskProbe writes and syncs a file of size bytes in dir, drops it from
+// the page cache and reads it back, and returns both throughputs in
+// bytes per second.
+func diskProbe(b *testing.B, dir string, size int64) (write, read float64) {
 	b.Helper()
 	p := filepath.Join(dir, "disk-probe")
 	f, err := os.Create(p)
@@ -166,8 +219,65 @@ func diskWrite(b *testing.B, dir string, size int64) float64 {
 	if err := f.Sync(); err != nil {
 		b.Fatal(err)
 	}
+	write = float64(size) / time.Since(start).Seconds()
 	f.Close()
-	return float64(size) / time.Since(start).Seconds()
+	dropCache(b, p)
+	f, err = os.Open(p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	start = time.Now()
+	n, err := io.CopyBuffer(io.Discard, struct{ io.Reader }{f}, buf)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return write, float64(n) / time.Since(start).Seconds()
+}
+
+// syncTime is how long writing back what the page cache holds takes
+// (the registry does not sync what it stores).
+func syncTime() time.Duration {
+	start := time.Now()
+	syscall.Sync()
+	return time.Since(start)
+}
+
+// load is the machine's load average, for every figure (the machine is
+// shared).
+func load() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "load ?"
+	}
+	return "load " + strings.Join(f[:3], " ")
+}
+
+// cpu is the CPU time this process and the registry's spent so far.
+type cpu struct{ self, registry time.Duration }
+
+func cpuNow(reg *ocitest.Registry) cpu {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	c := cpu{self: time.Duration(ru.Utime.Nano() + ru.Stime.Nano())}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		cmd, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || !strings.Contains(string(cmd), reg.Dir) {
+			continue
+		}
+		st, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		// utime and stime are fields 14 and 15, after the ")" ending
+		// the command's name.
+		f := strings.Fields(string(st[strings.LastIndexByte(string(st), ')')+1:]))
+		if len(f) > 13 {
+			u, _ := strconv.ParseInt(f[11], 10, 64)
+			s, _ := strconv.ParseInt(f[12], 10, 64)
+			c.registry += time.Duration(u+s) * (time.Second / 100)
+		}
+	}
+	return c
 }
 
 func loads(imgs []image) []bundleload.Load {
@@ -198,7 +308,10 @@ func BenchmarkBundleLargeLayer(b *testing.B) {
 	mb := envInt("BYOC_BENCH_BUNDLE_LAYER_MB", 256)
 	dir := b.TempDir()
 	path, imgs, pub := makeBundle(b, dir, 1, int64(mb)<<20, 900)
+	dropCache(b, path)
 	reg := ocitest.StartRegistry(b, ocitest.RegistryOptions{})
+	defer os.RemoveAll(reg.Dir)
+	defer reg.Stop()
 	dst, _ := ocicopy.ParseRegistry(reg.URL())
 	runtime.GC()
 	var peak atomic.Uint64
@@ -220,6 +333,7 @@ func BenchmarkBundleLargeLayer(b *testing.B) {
 			}
 		}
 	})
+	l0 := load()
 	b.ResetTimer()
 	res := importBundle(b, path, filepath.Join(dir, "staging"), pub, imgs, dst)
 	b.StopTimer()
@@ -227,14 +341,21 @@ func BenchmarkBundleLargeLayer(b *testing.B) {
 	wg.Wait()
 	var ru syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	fmt.Printf("\nbundle import, one image of one %d MB layer (%s, %d CPUs, %s)\n", mb, runtime.GOOS+"/"+runtime.GOARCH, runtime.NumCPU(), time.Now().UTC().Format("2006-01-02"))
-	fmt.Printf("  verify+unpack %s, load %s, %d blob bytes moved\n", res.verify.Round(time.Millisecond), res.load.Round(time.Millisecond), res.blobBytes)
+	fmt.Printf("\nbundle import, one image of one %d MB layer (%s, %d CPUs, %s)\n", mb, runtime.GOOS+"/"+runtime.GOARCH, runtime.NumCPU(), time.Now().UTC().Format("2006-01-02 15:04"))
+	fmt.Printf("  verify %s, load %s (%.0f MB/s), %d blob bytes moved, %d streamed from the tar [%s before, %s after]\n", res.verify.Round(time.Millisecond),
+		res.load.Round(time.Millisecond), mbps(res.blobBytes, res.load), res.blobBytes, res.streamed, l0, load())
 	fmt.Printf("  peak Go heap in use %.1f MiB; peak RSS of the process %.1f MiB (the layer: %d MiB)\n", float64(peak.Load())/(1<<20), float64(ru.Maxrss)/1024, mb)
 }
 
-// BenchmarkBundleImport imports a bundle of 20 images into a fresh
-// registry, then the same bundle again (0 blob bytes), and copies the
-// same unpacked layout with skopeo into another fresh registry.
+// BenchmarkBundleImport measures, in one run and on one disk: the disk's
+// sequential synced write and uncached read of a file of the bundle's
+// size; the import of a bundle of 20 images into a fresh registry (the
+// tar out of the page cache first), and with the write-back of what it
+// stored; the same import again (0 blob bytes); then, the registry
+// emptied, the whole unpack the import did before 2026-11-28 (2) and
+// skopeo copy of that unpacked layout into another fresh registry. Each
+// stage's data is deleted once measured: the disk holds at most about
+// twice the bundle.
 func BenchmarkBundleImport(b *testing.B) {
 	ocitest.Need(b)
 	total := envInt("BYOC_BENCH_BUNDLE_MB", 200)
@@ -242,59 +363,75 @@ func BenchmarkBundleImport(b *testing.B) {
 	dir := b.TempDir()
 	path, imgs, pub := makeBundle(b, dir, n, int64(total)<<20/n, 100)
 	size := fileSize(b, path)
-	disk := diskWrite(b, dir, size)
+	fmt.Printf("\nbundle import, %d images of one %d MB layer, %d MB tar (%s, %d CPUs, %s)\n", n, total/n, size>>20,
+		runtime.GOOS+"/"+runtime.GOARCH, runtime.NumCPU(), time.Now().UTC().Format("2006-01-02 15:04"))
 
+	write, read := diskProbe(b, dir, size)
+	fmt.Printf("  disk, a %d MB file: sequential write (synced) %.0f MB/s, sequential read (not cached) %.0f MB/s [%s]\n", size>>20, write/1e6, read/1e6, load())
+
+	dropCache(b, path)
+	syncTime()
 	reg := ocitest.StartRegistry(b, ocitest.RegistryOptions{})
 	dst, _ := ocicopy.ParseRegistry(reg.URL())
-	staging := filepath.Join(dir, "staging")
+	c0 := cpuNow(reg)
 	b.ResetTimer()
-	first := importBundle(b, path, staging, pub, imgs, dst)
+	first := importBundle(b, path, filepath.Join(dir, "staging"), pub, imgs, dst)
 	b.StopTimer()
-	// Keep the first unpack for skopeo; the unchanged import unpacks again.
-	again := importBundle(b, path, filepath.Join(dir, "staging2"), pub, imgs, dst)
-	os.RemoveAll(filepath.Join(dir, "staging2"))
-
-	skopeo := time.Duration(0)
-	if bin, err := exec.LookPath("skopeo"); err == nil {
-		reg2 := ocitest.StartRegistry(b, ocitest.RegistryOptions{})
-		home := b.TempDir()
-		start := time.Now()
-		for _, im := range imgs {
-			cmd := exec.Command(bin, "copy", "--insecure-policy", "--preserve-digests", "--dest-tls-verify=false", "-q",
-				"oci:"+filepath.Join(staging, "oci", im.repo)+":bench", "docker://"+reg2.Host+"/"+im.repo+":bench")
-			cmd.Env = append(os.Environ(), "HOME="+home, "XDG_RUNTIME_DIR="+home)
-			if out, err := cmd.CombinedOutput(); err != nil {
-				b.Fatalf("skopeo copy %s: %v: %s", im.repo, err, out)
-			}
-		}
-		skopeo = time.Since(start)
-		d2, _ := ocicopy.ParseRegistry(reg2.URL())
-		for _, im := range imgs {
-			r, err := ocicopy.Open(context.Background(), d2, im.repo, ocicopy.Credentials{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			if missing, err := ocicopy.Missing(context.Background(), r, digest.Digest(im.root.Digest), false); err != nil || len(missing) > 0 {
-				b.Fatalf("skopeo's copy of %s lacks %d nodes: %v", im.repo, len(missing), err)
-			}
-			r.Close()
-		}
-	}
-
-	fmt.Printf("\nbundle import, %d images of one %d MB layer, %d MB tar (%s, %d CPUs, %s)\n", n, total/n, size>>20,
-		runtime.GOOS+"/"+runtime.GOARCH, runtime.NumCPU(), time.Now().UTC().Format("2006-01-02"))
+	c1 := cpuNow(reg)
+	synced := syncTime()
 	whole := first.verify + first.load
-	fmt.Printf("  disk sequential write (a %d MB file, synced): %.0f MB/s\n", size>>20, disk/1e6)
-	fmt.Printf("  first import: verify+unpack %s (%.0f MB/s), load into the registry %s (%.0f MB/s): %s in all, %.0f MB/s of bundle = %.2f x the disk's write throughput\n",
-		first.verify.Round(time.Millisecond), mbps(size, first.verify), first.load.Round(time.Millisecond), mbps(first.blobBytes, first.load),
-		whole.Round(time.Millisecond), mbps(size, whole), mbps(size, whole)*1e6/disk)
-	fmt.Printf("    %d blobs sent, %d blob bytes moved\n", first.blobsSent, first.blobBytes)
-	fmt.Printf("  unchanged import: verify+unpack %s, load %s: %d blob bytes moved, %d blobs sent, %d held already\n",
-		again.verify.Round(time.Millisecond), again.load.Round(time.Millisecond), again.blobBytes, again.blobsSent, again.blobsHeld)
-	if skopeo > 0 {
-		fmt.Printf("  skopeo copy of the same unpacked layout into a fresh registry: %s; byoc load / skopeo = %.2f (below 1: byoc is faster)\n",
-			skopeo.Round(time.Millisecond), first.load.Seconds()/skopeo.Seconds())
-	} else {
+	fmt.Printf("  import (verify %s, load %s): %s, %.0f MB/s of bundle = %.2f x the disk's write, %.2f x its read [%s]\n",
+		first.verify.Round(time.Millisecond), first.load.Round(time.Millisecond), whole.Round(time.Millisecond), mbps(size, whole),
+		mbps(size, whole)*1e6/write, mbps(size, whole)*1e6/read, load())
+	fmt.Printf("    with the write-back of what the registry stored (sync %s): %.0f MB/s = %.2f x the disk's write\n",
+		synced.Round(time.Millisecond), mbps(size, whole+synced), mbps(size, whole+synced)*1e6/write)
+	fmt.Printf("    %d blobs sent, %d blob bytes moved, %d bytes streamed from the tar (not unpacked); CPU: this process %s, the registry %s, over %s\n",
+		first.blobsSent, first.blobBytes, first.streamed, (c1.self - c0.self).Round(time.Millisecond), (c1.registry - c0.registry).Round(time.Millisecond), whole.Round(time.Millisecond))
+	again := importBundle(b, path, filepath.Join(dir, "staging2"), pub, imgs, dst)
+	fmt.Printf("  unchanged import: verify %s, load %s: %d blob bytes moved, %d blobs sent, %d held already [%s]\n",
+		again.verify.Round(time.Millisecond), again.load.Round(time.Millisecond), again.blobBytes, again.blobsSent, again.blobsHeld, load())
+	reg.Stop()
+	os.RemoveAll(reg.Dir)
+
+	// skopeo reads a layout: unpack the tar (the old import's first
+	// pass), then drop the tar.
+	dropCache(b, path)
+	staging := filepath.Join(dir, "unpacked")
+	un := unpack(b, path, staging, pub)
+	fmt.Printf("  unpacking the whole tar (the import before 2026-11-28 (2) did this first): %s, %.0f MB/s [%s]\n", un.Round(time.Millisecond), mbps(size, un), load())
+	os.Remove(path)
+	bin, err := exec.LookPath("skopeo")
+	if err != nil {
 		fmt.Println("  skopeo not found (apt-get install skopeo): no comparison")
+		return
 	}
+	dropCache(b, staging)
+	syncTime()
+	reg2 := ocitest.StartRegistry(b, ocitest.RegistryOptions{})
+	defer os.RemoveAll(reg2.Dir)
+	defer reg2.Stop()
+	home := b.TempDir()
+	start := time.Now()
+	for _, im := range imgs {
+		cmd := exec.Command(bin, "copy", "--insecure-policy", "--preserve-digests", "--dest-tls-verify=false", "-q",
+			"oci:"+filepath.Join(staging, bundleload.LayoutDir, im.repo)+":bench", "docker://"+reg2.Host+"/"+im.repo+":bench")
+		cmd.Env = append(os.Environ(), "HOME="+home, "XDG_RUNTIME_DIR="+home)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("skopeo copy %s: %v: %s", im.repo, err, out)
+		}
+	}
+	skopeo := time.Since(start)
+	d2, _ := ocicopy.ParseRegistry(reg2.URL())
+	for _, im := range imgs {
+		r, err := ocicopy.Open(context.Background(), d2, im.repo, ocicopy.Credentials{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if missing, err := ocicopy.Missing(context.Background(), r, digest.Digest(im.root.Digest), false); err != nil || len(missing) > 0 {
+			b.Fatalf("skopeo's copy of %s lacks %d nodes: %v", im.repo, len(missing), err)
+		}
+		r.Close()
+	}
+	fmt.Printf("  skopeo copy of the unpacked layout into a fresh registry: %s (%.0f MB/s); byoc's whole import from the tar / skopeo's copy = %.2f in time (below 1: byoc is faster), %.2f x with skopeo's unpack counted [%s]\n",
+		skopeo.Round(time.Millisecond), mbps(size, skopeo), whole.Seconds()/skopeo.Seconds(), whole.Seconds()/(skopeo+un).Seconds(), load())
 }
