@@ -162,22 +162,6 @@ func importBundle(b *testing.B, path, staging string, pub ed25519.PublicKey, img
 	return res
 }
 
-// unpack unpacks the whole tar into staging as the import did before
-// 2026-11-28 (2) (bundlefile.Read), for skopeo, which reads a layout.
-func unpack(b *testing.B, path, staging string, pub ed25519.PublicKey) time.Duration {
-	b.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
-	start := time.Now()
-	if _, _, err := bundlefile.Read(bufio.NewReaderSize(f, 1<<20), staging, verifier(pub)); err != nil {
-		b.Fatal(err)
-	}
-	return time.Since(start)
-}
-
 // dropCache writes back and drops from the page cache every file under
 // p, so that the next read of them comes from the disk.
 func dropCache(b *testing.B, p string) {
