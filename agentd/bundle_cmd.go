@@ -34,11 +34,14 @@ const bundleUsage = `usage: agentd bundle import [agentd flags] FILE
 
 import runs an offline bundle (byoc bundle create) with no connection to
 imsd. Before anything is written it checks the bundle's manifest against
-imsd's keys this agent pinned at enrolment, every file of the bundle
-against the manifest, and every job's own signature (for this agent and
-install). Then it loads the bundle's artifacts (images, charts, modules)
-into the install registry (blobs the registry holds already are not sent;
-it prints the blob bytes it moved) and runs the workflow's jobs in order, each through the checks
+imsd's keys this agent pinned at enrolment, every small file of the
+bundle against the manifest, and every job's own signature (for this
+agent and install). Then it loads the bundle's artifacts (images, charts,
+modules) into the install registry, the layers straight from the bundle
+(they are not unpacked), each checked against the manifest as it streams:
+a layer that does not match refuses the import, naming it, before any
+image is loaded (blobs the registry holds already are not sent; it prints
+the blob bytes it moved) and runs the workflow's jobs in order, each through the checks
 an assigned job passes: the customer's permission modes, maintenance
 windows, policies and supply-chain policy, in the plugin sandbox. The
 audit records go into the agent's journal; the results into
@@ -146,7 +149,11 @@ func importBundle(ctx context.Context, a *agent.Agent, runner *agent.PluginRunne
 	staging := filepath.Join(parent, "bundle")
 	keys := a.IMSDKeys()
 	start := time.Now()
-	m, _, err := bundlefile.Read(f, staging, func(raw []byte, m *bundlefile.Manifest, sig bundlefile.Signature) error {
+	// Only the small files are unpacked (the jobs, manifests, index.json,
+	// small blobs); the layers stay in the tar and stream from there
+	// into the install registry, checked against the signed manifest as
+	// they go (bundleload.Stream).
+	bdl, err := bundlefile.Open(f, staging, func(raw []byte, m *bundlefile.Manifest, sig bundlefile.Signature) error {
 		if err := agentproto.VerifyBundleManifest(keys, sig.KeyID, raw, sig.Signature); err != nil {
 			return err
 		}
@@ -157,10 +164,11 @@ func importBundle(ctx context.Context, a *agent.Agent, runner *agent.PluginRunne
 			return fmt.Errorf("the bundle is for agent %s of install %s, and this is agent %s of install %s", m.AgentID, m.InstallID, a.ID(), a.InstallID())
 		}
 		return nil
-	})
+	}, bundleload.Stream)
 	if err != nil {
 		return fmt.Errorf("%s refused, nothing was written: %w", file, err)
 	}
+	m := bdl.Manifest
 	verified := time.Since(start)
 	// The jobs themselves are sealed to this agent (they carry the
 	// install's sensitive values); jobs.json is only their readable view.
@@ -204,7 +212,8 @@ func importBundle(ctx context.Context, a *agent.Agent, runner *agent.PluginRunne
 			return fmt.Errorf("%s refused, nothing was written: plugin release %s %s (%s@%s): %w", file, r.Type, r.Version, r.Repository, r.Digest, err)
 		}
 	}
-	fmt.Fprintf(stdout, "bundle %s verified (imsd's signature, %d files, %d jobs) in %s\n", m.ID, len(m.Files), len(jobs), verified.Round(time.Millisecond))
+	fmt.Fprintf(stdout, "bundle %s verified (imsd's signature, %d files, %d jobs) in %s; %d bytes of layers stay in the bundle and are checked as they load\n",
+		m.ID, len(m.Files), len(jobs), verified.Round(time.Millisecond), bdl.StreamedBytes())
 
 	// The artifacts, into the install registry.
 	reg, err := ocicopy.ParseRegistry(installRegistry)
@@ -219,7 +228,10 @@ func importBundle(ctx context.Context, a *agent.Agent, runner *agent.PluginRunne
 	for _, r := range m.PluginReleases {
 		extra = append(extra, bundleload.Load{Repository: r.Repository, Target: r.Repository, Digest: digest.Digest(r.Digest)})
 	}
-	st, err := loadArtifacts(ctx, jobs, layout, reg, creds, extra)
+	st, err := loadArtifacts(ctx, jobs, bundleload.Source{Layout: ocicopy.Registry{LayoutRoot: layout}, Bundle: bdl}, reg, creds, extra)
+	if errors.Is(err, bundlefile.ErrTampered) {
+		return fmt.Errorf("%s refused, no image was loaded (the install registry may hold blobs of it that nothing references): %w", file, err)
+	}
 	if err != nil {
 		return err
 	}
@@ -334,7 +346,7 @@ func outcomeWord(o agentv1.Outcome) string {
 // A chart or module the bundle left out (the install held it when the
 // bundle was made) must be in the install registry whole: otherwise
 // nothing is loaded and the error names the step.
-func loadArtifacts(ctx context.Context, jobs []agentproto.BundleJob, layout string, reg ocicopy.Registry, creds ocicopy.Credentials, extra []bundleload.Load) (bundleload.LoadStats, error) {
+func loadArtifacts(ctx context.Context, jobs []agentproto.BundleJob, src bundleload.Source, reg ocicopy.Registry, creds ocicopy.Credentials, extra []bundleload.Load) (bundleload.LoadStats, error) {
 	loads := slices.Clone(extra)
 	seen := map[agentproto.BundleArtifact]bool{}
 	held := 0
@@ -349,7 +361,7 @@ func loadArtifacts(ctx context.Context, jobs []agentproto.BundleJob, layout stri
 		}
 		seen[art] = true
 		dg := digest.Digest(art.Digest)
-		if _, err := os.Stat(filepath.Join(layout, filepath.FromSlash(art.Repository), "blobs", dg.Algorithm().String(), dg.Encoded())); err != nil {
+		if !ocicopy.ValidRepository(art.Repository) || dg.Validate() != nil || !src.Has(art.Repository, dg) {
 			if j.ComponentType == agentproto.ImageType {
 				return bundleload.LoadStats{}, fmt.Errorf("step %s: %s %s@%s is not in the bundle", j.Step, art.Field, art.Repository, dg)
 			}
@@ -361,7 +373,7 @@ func loadArtifacts(ctx context.Context, jobs []agentproto.BundleJob, layout stri
 		}
 		loads = append(loads, bundleload.Load{Repository: art.Repository, Target: art.Target, Digest: dg})
 	}
-	st, err := bundleload.LoadImages(ctx, ocicopy.Registry{LayoutRoot: layout}, reg, creds, loads)
+	st, err := bundleload.LoadImages(ctx, src, reg, creds, loads)
 	st.Artifacts += held
 	return st, err
 }

@@ -11,7 +11,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -71,6 +73,63 @@ func agentdBundle(t *testing.T, state string, args ...string) (string, int) {
 		t.Fatal(err)
 	}
 	return out.String(), code
+}
+
+// layoutFiles lists the files under dir with their sizes, one a line.
+func layoutFiles(t *testing.T, dir string) string {
+	t.Helper()
+	var b strings.Builder
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if os.IsNotExist(err) {
+			return nil
+		}
+		if err != nil || d.IsDir() {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "%s %d\n", p, fi.Size())
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+// layoutManifests lists the blobs of the OCI layout root dir that are
+// image manifests or indexes (none when dir does not exist).
+func layoutManifests(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if os.IsNotExist(err) {
+			return nil
+		}
+		if err != nil || !d.Type().IsRegular() || !strings.Contains(p, "/blobs/") {
+			return err
+		}
+		if fi, err := d.Info(); err != nil || fi.Size() > 4<<20 {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		var m struct {
+			MediaType string `json:"mediaType"`
+		}
+		if json.Unmarshal(b, &m) == nil && (strings.Contains(m.MediaType, "manifest") || strings.Contains(m.MediaType, "index")) {
+			out = append(out, p+": "+m.MediaType)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // tamper rewrites the tar at path into a copy with one byte of its
@@ -214,14 +273,19 @@ func TestBundleProvisionOffline(t *testing.T) {
 	c.ims.Stop()
 	registryDir := filepath.Join(state, "registry")
 
+	// The tampered blob is the plugin release's binary, a layer over 4
+	// MiB: it streams from the tar and is checked as it loads, so the
+	// import may have stored blobs, but no image manifest.
 	bad, blob := tamper(t, file)
 	out, code := agentdBundle(t, state, "import", bad)
-	if code != 1 || !strings.Contains(out, blob+": sha256 ") || !strings.Contains(out, "does not match the signed manifest") || !strings.Contains(out, "nothing was written") {
+	if code != 1 || !strings.Contains(out, blob+": sha256 ") || !strings.Contains(out, "does not match the signed manifest") || !strings.Contains(out, "no image was loaded") {
 		t.Fatalf("tampered bundle: exit %d:\n%s", code, out)
 	}
-	if _, err := os.Stat(registryDir); !os.IsNotExist(err) {
-		t.Fatalf("the install registry was written for a tampered bundle: %v", err)
+	if idx := layoutManifests(t, registryDir); len(idx) > 0 {
+		t.Fatalf("the install registry got image manifests for a tampered bundle: %v", idx)
 	}
+	// What the refusals below must leave as it is.
+	stray := layoutFiles(t, registryDir)
 	if _, err := os.Stat(filepath.Join(state, "bundles")); !os.IsNotExist(err) {
 		t.Fatalf("results were written for a tampered bundle: %v", err)
 	}
@@ -231,8 +295,8 @@ func TestBundleProvisionOffline(t *testing.T) {
 	if code != 1 || !strings.Contains(out, "nothing was written: agent release v9.1.1 (byoc/agent@sha256:") || !strings.Contains(out, "(not trusted)") {
 		t.Fatalf("bundle with a forged agent release: exit %d:\n%s", code, out)
 	}
-	if _, err := os.Stat(registryDir); !os.IsNotExist(err) {
-		t.Fatalf("the install registry was written for a forged agent release: %v", err)
+	if now := layoutFiles(t, registryDir); now != stray {
+		t.Fatalf("the install registry was written for a forged agent release:\n%s\nbefore:\n%s", now, stray)
 	}
 
 	// The customer's permission modes hold offline too: with provision
@@ -248,8 +312,8 @@ func TestBundleProvisionOffline(t *testing.T) {
 	if code != 1 || !strings.Contains(out, "nothing was written: step web needs the provision mode: refused") {
 		t.Fatalf("import with provision off: exit %d:\n%s", code, out)
 	}
-	if _, err := os.Stat(registryDir); !os.IsNotExist(err) {
-		t.Fatalf("the install registry was written with provision off: %v", err)
+	if now := layoutFiles(t, registryDir); now != stray {
+		t.Fatalf("the install registry was written with provision off:\n%s\nbefore:\n%s", now, stray)
 	}
 	agentdCmd("permissions", "--state-dir", state, "enable", "provision")
 

@@ -21,6 +21,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"io/fs"
 	"os"
@@ -215,7 +216,7 @@ var ErrTampered = errors.New("does not match the signed manifest")
 // file is read, and every file's size and digest as it is copied. On any
 // error dest is removed, and the error (an *Error) names what failed.
 func Read(r io.Reader, dest string, verify VerifyFunc) (*Manifest, []byte, error) {
-	m, raw, err := read(r, dest, verify)
+	m, raw, err := read(r, dest, verify, nil, nil)
 	if err != nil {
 		os.RemoveAll(dest)
 		return nil, nil, err
@@ -223,7 +224,128 @@ func Read(r io.Reader, dest string, verify VerifyFunc) (*Manifest, []byte, error
 	return m, raw, nil
 }
 
-func read(r io.Reader, dest string, verify VerifyFunc) (*Manifest, []byte, error) {
+// Bundle is a tar opened by Open: its small files unpacked into Dir, the
+// others (those Open was told to stream) served from their byte ranges
+// in the tar by OpenFile.
+type Bundle struct {
+	Manifest *Manifest
+	// Raw is the manifest's bytes, as signed.
+	Raw []byte
+	// Dir holds the unpacked files.
+	Dir string
+
+	f      *os.File
+	ranges map[string]fileRange
+}
+
+// fileRange is where a streamed file's bytes are in the tar.
+type fileRange struct {
+	File
+	off int64
+}
+
+// Open reads the tar in f as Read does, except that the files stream
+// accepts are not unpacked, nor read: the manifest's signature is
+// checked by verify first, then every entry's name, type and size
+// against the manifest; unpacked files are hashed as they are written
+// into dest (which Open creates, and removes on any error), and streamed
+// ones are skipped over (f is seeked, not read) and recorded by offset.
+// Their content is checked against the manifest as OpenFile's reader
+// reads it. f must stay open while the Bundle is used.
+func Open(f *os.File, dest string, verify VerifyFunc, stream func(File) bool) (*Bundle, error) {
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return nil, &Error{"tar", err}
+	}
+	ranges := map[string]fileRange{}
+	pos := func() (int64, error) { return f.Seek(0, io.SeekCurrent) }
+	m, raw, err := read(f, dest, verify, func(fl File) bool { return stream != nil && stream(fl) }, func(fl File) error {
+		off, err := pos()
+		if err != nil {
+			return &Error{fl.Path, err}
+		}
+		ranges[fl.Path] = fileRange{fl, off}
+		return nil
+	})
+	if err != nil {
+		os.RemoveAll(dest)
+		return nil, err
+	}
+	return &Bundle{Manifest: m, Raw: raw, Dir: dest, f: f, ranges: ranges}, nil
+}
+
+// Streamed reports whether the file at path (as the manifest names it)
+// is served from the tar rather than unpacked into Dir.
+func (b *Bundle) Streamed(path string) bool {
+	_, ok := b.ranges[path]
+	return ok
+}
+
+// StreamedBytes is the size of the files served from the tar.
+func (b *Bundle) StreamedBytes() int64 {
+	var n int64
+	for _, r := range b.ranges {
+		n += r.Size
+	}
+	return n
+}
+
+// OpenFile reads a streamed file from its range in the tar, hashing it
+// as it goes: the last bytes are withheld, and the read fails with an
+// *Error naming the file and wrapping ErrTampered, unless the whole
+// content matches the manifest's SHA-256. So a reader that sends what it
+// reads on never sends a whole file that does not match. A path not
+// streamed is an error wrapping fs.ErrNotExist.
+func (b *Bundle) OpenFile(path string) (io.ReadCloser, error) {
+	r, ok := b.ranges[path]
+	if !ok {
+		return nil, &Error{path, fmt.Errorf("not streamed from the bundle: %w", fs.ErrNotExist)}
+	}
+	return &rangeReader{r: io.NewSectionReader(b.f, r.off, r.Size), f: r.File, h: sha256.New()}, nil
+}
+
+// rangeReader is a streamed file's reader (Bundle.OpenFile).
+type rangeReader struct {
+	r   *io.SectionReader
+	f   File
+	h   hash.Hash
+	n   int64
+	err error
+}
+
+func (r *rangeReader) Read(p []byte) (int, error) {
+	if r.err != nil {
+		return 0, r.err
+	}
+	n, err := r.r.Read(p)
+	r.h.Write(p[:n])
+	r.n += int64(n)
+	if r.n == r.f.Size {
+		if got := hex.EncodeToString(r.h.Sum(nil)); got != r.f.SHA256 {
+			r.err = &Error{r.f.Path, fmt.Errorf("sha256 %s where the manifest says %s: %w", got, r.f.SHA256, ErrTampered)}
+			return 0, r.err
+		}
+		r.err = io.EOF
+		return n, io.EOF
+	}
+	if err == io.EOF {
+		// The file shrank under us since Open.
+		r.err = &Error{r.f.Path, fmt.Errorf("%d bytes where the manifest says %d: %w", r.n, r.f.Size, ErrTampered)}
+		return 0, r.err
+	}
+	if err != nil {
+		r.err = &Error{r.f.Path, err}
+		return n, r.err
+	}
+	return n, nil
+}
+
+func (r *rangeReader) Close() error { return nil }
+
+// read reads the tar (see Read); a file skip accepts is not unpacked but
+// handed to skipped right after its header, with r positioned at its
+// first byte, and then passed over by the tar reader (which seeks when r
+// is an io.Seeker).
+func read(r io.Reader, dest string, verify VerifyFunc, skip func(File) bool, skipped func(File) error) (*Manifest, []byte, error) {
 	tr := tar.NewReader(r)
 	small := func(want string) ([]byte, error) {
 		h, err := tr.Next()
@@ -288,6 +410,12 @@ func read(r io.Reader, dest string, verify VerifyFunc) (*Manifest, []byte, error
 		}
 		if h.Size != f.Size {
 			return nil, nil, &Error{h.Name, fmt.Errorf("%d bytes where the manifest says %d: %w", h.Size, f.Size, ErrTampered)}
+		}
+		if skip != nil && skip(f) {
+			if err := skipped(f); err != nil {
+				return nil, nil, err
+			}
+			continue
 		}
 		if err := extract(tr, dest, f); err != nil {
 			return nil, nil, err

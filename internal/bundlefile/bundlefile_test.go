@@ -5,10 +5,13 @@ import (
 	"crypto/ed25519"
 	"encoding/json"
 	"errors"
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"testing/iotest"
 
 	"github.com/byoc-dev/byoc/internal/bundlefile"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
@@ -88,5 +91,76 @@ func TestRoundTripAndTamper(t *testing.T) {
 	bad4 := bytes.Replace(b, []byte(`"bdl_1"`), []byte(`"bdl_2"`), 1)
 	if _, _, err := bundlefile.Read(bytes.NewReader(bad4), filepath.Join(t.TempDir(), "w"), verifier(pub)); err == nil || !strings.Contains(err.Error(), "does not match the manifest") {
 		t.Fatalf("edited manifest: %v", err)
+	}
+}
+
+// Open unpacks the small files and leaves the streamed one in the tar,
+// unread: OpenFile serves it from its range, checked against the signed
+// manifest as it is read; a changed byte fails the read at its end,
+// naming the file, with the last bytes withheld.
+func TestOpenStreams(t *testing.T) {
+	pub, key, _ := ed25519.GenerateKey(nil)
+	b, _ := pack(t, key)
+	const layer = "oci/acme/web/blobs/sha256/aa"
+	stream := func(f bundlefile.File) bool { return f.Path == layer }
+	open := func(b []byte) (*bundlefile.Bundle, error) {
+		t.Helper()
+		p := filepath.Join(t.TempDir(), "bundle.tar")
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		return bundlefile.Open(f, filepath.Join(t.TempDir(), "x"), verifier(pub), stream)
+	}
+	bdl, err := open(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(bdl.Dir, "jobs.json")); string(got) != "[]\n" {
+		t.Fatalf("jobs.json %q", got)
+	}
+	if _, err := os.Stat(filepath.Join(bdl.Dir, filepath.FromSlash(layer))); !os.IsNotExist(err) {
+		t.Fatalf("the streamed file was unpacked: %v", err)
+	}
+	if !bdl.Streamed(layer) || bdl.Streamed("jobs.json") || bdl.StreamedBytes() != 5000 {
+		t.Fatalf("streamed: %v %v %d", bdl.Streamed(layer), bdl.Streamed("jobs.json"), bdl.StreamedBytes())
+	}
+	rc, err := bdl.OpenFile(layer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := io.ReadAll(rc); err != nil || string(got) != strings.Repeat("layer", 1000) {
+		t.Fatalf("streamed content: %v, %d bytes", err, len(got))
+	}
+	if _, err := bdl.OpenFile("jobs.json"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("OpenFile of an unpacked file: %v", err)
+	}
+
+	// The streamed file tampered with: Open does not read it, so it
+	// succeeds; the read fails, naming it, short of its last bytes.
+	bad, err := open(bytes.Replace(b, []byte("layerlayer"), []byte("layerLayer"), 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, _ = bad.OpenFile(layer)
+	got, err := io.ReadAll(iotest.OneByteReader(rc))
+	var be *bundlefile.Error
+	if !errors.As(err, &be) || be.Part != layer || !errors.Is(err, bundlefile.ErrTampered) || len(got) >= 5000 {
+		t.Fatalf("tampered streamed file: %v after %d bytes", err, len(got))
+	}
+
+	// A tar cut short inside the streamed file is refused by Open, though
+	// it skips the file's bytes.
+	i := bytes.Index(b, []byte("layerlayer"))
+	if _, err := open(b[:i+100]); err == nil {
+		t.Fatal("a truncated tar opened")
+	}
+	// An unpacked file tampered with is refused by Open, as by Read.
+	if _, err := open(bytes.Replace(b, []byte("[]\n"), []byte("{}\n"), 1)); !errors.As(err, &be) || be.Part != "jobs.json" || !errors.Is(err, bundlefile.ErrTampered) {
+		t.Fatalf("tampered unpacked file: %v", err)
 	}
 }

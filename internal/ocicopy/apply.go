@@ -49,8 +49,19 @@ func Copy(ctx context.Context, src, dst *Repo, root digest.Digest, opts Options)
 // not match), then, only once every blob is there, the missing
 // manifests children first, the root's before its referrers. So if the
 // source fails during Apply, the destination gained unreferenced blobs
-// at most.
+// at most. It is ApplyBlobs, then ApplyManifests.
 func (p *Plan) Apply(ctx context.Context, opts Options) (*Result, error) {
+	res, err := p.ApplyBlobs(ctx, opts)
+	if err != nil {
+		return res, err
+	}
+	return res, p.ApplyManifests(ctx, opts, res)
+}
+
+// ApplyBlobs copies the missing blobs (Apply's first half); a caller
+// copying several graphs can push their manifests (ApplyManifests) only
+// once every graph's blobs are there.
+func (p *Plan) ApplyBlobs(ctx context.Context, opts Options) (*Result, error) {
 	res := &Result{Root: p.Root, TotalBytes: p.TotalBytes}
 	var blobs []Node
 	for _, n := range p.Nodes {
@@ -92,6 +103,12 @@ func (p *Plan) Apply(ctx context.Context, opts Options) (*Result, error) {
 		}
 		return res, err
 	}
+	return res, nil
+}
+
+// ApplyManifests pushes the missing manifests, children first, adding
+// to res (from ApplyBlobs, which must have succeeded).
+func (p *Plan) ApplyManifests(ctx context.Context, opts Options, res *Result) error {
 	for _, n := range p.Nodes {
 		if !n.Manifest || n.Present {
 			continue
@@ -110,7 +127,7 @@ func (p *Plan) Apply(ctx context.Context, opts Options) (*Result, error) {
 			continue
 		}
 		if err != nil {
-			return res, sideError(Destination, p.Dst, "push manifest "+n.Descriptor.Digest.String()+" to", err)
+			return sideError(Destination, p.Dst, "push manifest "+n.Descriptor.Digest.String()+" to", err)
 		}
 		res.ManifestsCopied++
 		res.BytesTransferred += n.Descriptor.Size
@@ -118,7 +135,7 @@ func (p *Plan) Apply(ctx context.Context, opts Options) (*Result, error) {
 			opts.Progress(Event{Descriptor: n.Descriptor, Manifest: true, Done: true})
 		}
 	}
-	return res, nil
+	return nil
 }
 
 // copyBlob streams one blob from the source to the destination. It

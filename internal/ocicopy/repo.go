@@ -59,6 +59,22 @@ type Repo struct {
 	// reading a repository never creates it, the first push does.
 	mu     sync.Mutex
 	layout *oci.Store
+
+	// blobs serves a layout repository's blobs that are not files of
+	// its directory (ServeBlobs).
+	blobs func(ctx context.Context, desc ocispec.Descriptor) (io.ReadCloser, error)
+}
+
+// ServeBlobs makes a layout repository read blobs from fetch before its
+// own files: fetch returns an error wrapping errdef.ErrNotFound for a
+// blob it does not serve (the layout's file is read then). An offline
+// bundle serves its large blobs so, from their byte ranges in the tar
+// (internal/bundlefile), rather than unpacking them first. It must be
+// called before the repository is used; it does nothing to a registry.
+func (r *Repo) ServeBlobs(fetch func(ctx context.Context, desc ocispec.Descriptor) (io.ReadCloser, error)) {
+	if r.remote == nil {
+		r.blobs = fetch
+	}
 }
 
 // target is what both kinds of repository offer.
@@ -99,6 +115,12 @@ func (r *Repo) Registry() Registry { return r.reg }
 // Fetch reads the content desc describes. It does not verify the digest;
 // use content.ReadAll or a verifying reader.
 func (r *Repo) Fetch(ctx context.Context, desc ocispec.Descriptor) (io.ReadCloser, error) {
+	if r.blobs != nil {
+		rc, err := r.blobs(ctx, desc)
+		if !errors.Is(err, errdef.ErrNotFound) {
+			return rc, err
+		}
+	}
 	t, err := r.target(ctx, false)
 	if err != nil || t == nil {
 		return nil, cmp.Or(err, fmt.Errorf("%s: %w", desc.Digest, errdef.ErrNotFound))
