@@ -327,6 +327,9 @@ func (a *benchAgent) hello(ctx context.Context, auditCopy bool) (*agentchannel.A
 	sst, err := agentchannel.Dial(raw, m.GetChallenge(), a.key, a.id, nil, &agentv1.Hello{
 		AgentId: a.id, Signature: agentproto.SignChallenge(a.key, a.id, m.GetChallenge().Nonce), Capacity: 4,
 		AuditCopy: auditCopy,
+		// As agentd does: it verifies batch job signatures (unless
+		// BYOC_BENCH_SINGLE_SIGNATURES=1, an older agent's hello).
+		BatchSignatures: os.Getenv("BYOC_BENCH_SINGLE_SIGNATURES") != "1",
 	})
 	if err != nil {
 		return nil, err

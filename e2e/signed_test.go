@@ -55,6 +55,42 @@ func TestSignedJobRunsEndToEnd(t *testing.T) {
 	}
 }
 
+// Jobs one batch enqueue hands to a real agentd (capacity 4) at once are
+// signed with one batch signature (the agent's hello says it verifies
+// them): the agent verifies each job's proof and the root's signature,
+// runs all three and records each attempt in its replay record.
+func TestBatchSignedJobsRunEndToEnd(t *testing.T) {
+	skipShort(t)
+	ims := cluster.StartIMS(t, fast)
+	_, token := cluster.NewInstall(t, ims.Admin(), "shop", "acme")
+	state := filepath.Join(t.TempDir(), "agent")
+	cluster.StartAgent(t, ims.URL(), token, state)
+	waitConnected(t, ims, "acme")
+	req := &imsv1.EnqueueJobsRequest{}
+	for range 3 {
+		req.Jobs = append(req.Jobs, &imsv1.EnqueueJobRequest{Install: "acme", ComponentType: "action", Operation: "apply",
+			Config: actionConfig(t, "echo batch"), TimeoutSeconds: 60})
+	}
+	r, err := ims.Admin().EnqueueJobs(context.Background(), connect.NewRequest(req))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range r.Msg.Jobs {
+		if j.State != imsv1.JobState_JOB_STATE_ASSIGNED {
+			t.Fatalf("job %s stored %v, want handed to the connected agent at enqueue", j.Id, j.State)
+		}
+		if _, end := follow(t, ims.Admin(), j.Id); end.State != imsv1.JobState_JOB_STATE_SUCCEEDED {
+			t.Fatalf("job %s ended %v (%s), want succeeded", j.Id, end.State, end.Error)
+		}
+	}
+	seen, err := os.ReadFile(filepath.Join(state, agent.SeenFileName))
+	for _, j := range r.Msg.Jobs {
+		if err != nil || !strings.Contains(string(seen), ` 1 "`+j.Id+`"`) {
+			t.Fatalf("replay record %q (%v) does not hold attempt 1 of %s", seen, err, j.Id)
+		}
+	}
+}
+
 // An enrolment whose server answers with a key other than the one the
 // token names is refused, and nothing is saved; a token without a
 // fingerprint is refused before it is spent.

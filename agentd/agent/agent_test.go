@@ -544,3 +544,35 @@ func TestAgentRefusesAnotherInstall(t *testing.T) {
 		}
 	})
 }
+
+// signBatch signs as with key as imsd signs a batch: as is leaf index of
+// a batch of size jobs, the others another agent's (agt_9's) jobs, valid
+// until expires.
+func (f *fakeIMS) signBatch(as *agentv1.JobAssignment, key ed25519.PrivateKey, expires time.Time, index, size int) {
+	d, err := agentproto.ConfigDigest(as.GetConfig().AsMap())
+	if err != nil {
+		panic(err)
+	}
+	cs := make([]*agentproto.JobClaims, size)
+	for i := range cs {
+		c := agentproto.JobClaims{
+			KeyID: agentproto.KeyID(key.Public().(ed25519.PublicKey)), InstallID: as.InstallId, AgentID: "agt_9", JobID: fmt.Sprintf("job_other_%d", i), Attempt: 1,
+			FencingToken: int64(1000 + i), ComponentType: "action", Operation: "apply", TimeoutSeconds: 60, ConfigDigest: d, Expires: expires,
+		}
+		if i == index {
+			c = agentproto.JobClaims{
+				KeyID: c.KeyID, InstallID: as.InstallId, AgentID: f.agentID(), JobID: as.JobId, Attempt: int64(as.Attempt),
+				FencingToken: as.FencingToken, Mode: as.Mode, Component: as.Component, ComponentType: as.ComponentType, Operation: as.Operation, TimeoutSeconds: as.TimeoutSeconds,
+				ConfigDigest: d, Expires: expires, ApprovedPlanDigest: as.ApprovedPlanDigest,
+			}
+		}
+		cs[i] = &c
+	}
+	sig, proofs, err := agentproto.SignJobBatch(key, cs)
+	if err != nil {
+		panic(err)
+	}
+	p := proofs[index]
+	as.Signature = &agentv1.JobSignature{KeyId: cs[index].KeyID, ExpireUnixMs: expires.UnixMilli(), Signature: sig,
+		BatchSize: p.Size, BatchIndex: p.Index, BatchProof: p.Path}
+}

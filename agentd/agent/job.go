@@ -188,7 +188,14 @@ func (a *Agent) check(as *agentv1.JobAssignment, now time.Time) (map[string]any,
 		c.Grant = &agentproto.GrantClaims{ID: g.Id, Secret: g.Secret, Registry: g.Registry, Service: g.Service,
 			Scopes: g.Scopes, Expires: time.UnixMilli(g.ExpireUnixMs)}
 	}
-	if err := agentproto.VerifyJob(a.keys, &c, sig.GetSignature(), now); err != nil {
+	if n := sig.GetBatchSize(); n > 0 {
+		// Signed together with other jobs: the same claims are the leaf
+		// of the batch's Merkle tree, and the proof leads to its root.
+		p := agentproto.JobBatchProof{Index: sig.GetBatchIndex(), Size: n, Path: sig.GetBatchProof()}
+		if err := agentproto.VerifyJobBatch(a.keys, &c, sig.GetSignature(), p, now); err != nil {
+			return config, err
+		}
+	} else if err := agentproto.VerifyJob(a.keys, &c, sig.GetSignature(), now); err != nil {
 		return config, err
 	}
 	// Components reference builds, and builds are digests: an image job

@@ -85,6 +85,8 @@ func (a *Agent) session(ctx context.Context) error {
 		Condition:   a.condition(),
 		NextKey:     a.nextKeyHello(),
 		Update:      a.updateReport(),
+		// check verifies batch job signatures (agentproto.VerifyJobBatch).
+		BatchSignatures: true,
 	})
 	if err != nil {
 		return a.helloRefusal(err, ch)

@@ -486,3 +486,82 @@ func TestVersionRefusedBacksOffLong(t *testing.T) {
 		t.Fatalf("%d hellos, %d lines:\n%s", hellos.Load(), n, l)
 	}
 }
+
+// A job signed in a batch (one signature over a Merkle root, the job's
+// inclusion proof beside it) runs exactly when its single signature would:
+// the agent says in its hello that it verifies them, acks a good one, and
+// refuses, before any ack, one whose claims, proof or root signature were
+// changed, or whose leaf is another agent's.
+func TestAgentVerifiesBatchSignatures(t *testing.T) {
+	_, otherKey, _ := ed25519.GenerateKey(nil)
+	exp := func() time.Time { return time.Now().Add(time.Minute) }
+	for _, tc := range []struct {
+		name string
+		bad  func(f *fakeIMS, as *agentv1.JobAssignment)
+		why  string
+	}{
+		{"tampered operation", func(f *fakeIMS, as *agentv1.JobAssignment) {
+			f.signBatch(as, f.key, exp(), 2, 5)
+			as.Operation = "destroy"
+		}, "does not match"},
+		{"leaf signed for another agent", func(f *fakeIMS, as *agentv1.JobAssignment) {
+			f.agent = "agt_2"
+			f.signBatch(as, f.key, exp(), 2, 5)
+			f.agent = ""
+		}, "does not match"},
+		{"another leaf's proof", func(f *fakeIMS, as *agentv1.JobAssignment) {
+			f.signBatch(as, f.key, exp(), 2, 5)
+			as.Signature.BatchIndex = 3
+		}, "does not match"},
+		{"truncated proof", func(f *fakeIMS, as *agentv1.JobAssignment) {
+			f.signBatch(as, f.key, exp(), 2, 5)
+			as.Signature.BatchProof = as.Signature.BatchProof[:len(as.Signature.BatchProof)-1]
+		}, "inclusion proof"},
+		{"extended proof", func(f *fakeIMS, as *agentv1.JobAssignment) {
+			f.signBatch(as, f.key, exp(), 2, 5)
+			as.Signature.BatchProof = append(as.Signature.BatchProof, make([]byte, 32))
+		}, "inclusion proof"},
+		{"another batch's root signature", func(f *fakeIMS, as *agentv1.JobAssignment) {
+			f.signBatch(as, f.key, exp(), 1, 3)
+			other := proto.Clone(as).(*agentv1.JobAssignment)
+			other.JobId = "job_x"
+			f.signBatch(other, f.key, exp(), 1, 3)
+			as.Signature.Signature = other.Signature.Signature
+		}, "does not match"},
+		{"a single signature with batch fields", func(f *fakeIMS, as *agentv1.JobAssignment) {
+			f.signBatch(as, f.key, exp(), 0, 2)
+			single := proto.Clone(as).(*agentv1.JobAssignment)
+			f.sign(single, f.key, time.UnixMilli(as.Signature.ExpireUnixMs))
+			as.Signature.Signature = single.Signature.Signature
+		}, "does not match"},
+		{"expired", func(f *fakeIMS, as *agentv1.JobAssignment) {
+			f.signBatch(as, f.key, time.Now().Add(-time.Second), 0, 2)
+		}, "expired"},
+		{"unknown key", func(f *fakeIMS, as *agentv1.JobAssignment) { f.signBatch(as, otherKey, exp(), 0, 2) }, "unknown key"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rr := &runRecorder{release: make(chan struct{})}
+			defer close(rr.release)
+			var announced atomic.Bool
+			f := &fakeIMS{onHello: func(h *agentv1.Hello) { announced.Store(h.BatchSignatures) }}
+			dir := t.TempDir()
+			startFakeIn(t, f, rr, dir, &syncbuf.Buffer{})
+			fs := <-f.streams
+			m := f.assign("job_bad", 7, "ins_1")
+			tc.bad(f, m.GetAssignment())
+			fs.down <- m
+			wantRefused(t, fs, "job_bad", 7, tc.why)
+			ok := f.assign("job_ok", 8, "ins_1")
+			f.signBatch(ok.GetAssignment(), f.key, exp(), 4, 7)
+			fs.down <- ok
+			ack := fs.next(t).GetAck()
+			if ack == nil || ack.JobId != "job_ok" {
+				t.Fatalf("the agent wrote %v, want the ack of job_ok, signed in a batch", ack)
+			}
+			if !announced.Load() {
+				t.Fatal("the hello did not set batch_signatures")
+			}
+			wantJournal(t, dir, "assignment.refused", "job:job_bad", tc.why)
+		})
+	}
+}

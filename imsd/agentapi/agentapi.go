@@ -133,7 +133,12 @@ func New(st *store.Store, hub *dispatch.Hub, cfg Config, now func() time.Time, l
 	for i, r := range cfg.Retired {
 		retired[i] = &agentv1.KeyRetirement{Signer: r.Signer, Key: r.Key, Signature: r.Signature}
 	}
-	return &Service{store: st, hub: hub, cfg: cfg, now: now, log: log, obs: obs, chain: chain, retired: retired, admit: newAdmission(cfg.MaxHellos)}
+	s := &Service{store: st, hub: hub, cfg: cfg, now: now, log: log, obs: obs, chain: chain, retired: retired, admit: newAdmission(cfg.MaxHellos)}
+	if hub != nil {
+		// An enqueue's hand-overs are built and signed together.
+		hub.SetDeliverAll(s.deliverAll)
+	}
+	return s
 }
 
 // Enroll binds a new agent identity to the install of a single-use token.

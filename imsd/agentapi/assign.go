@@ -123,6 +123,53 @@ func (c *conn) deliver(j store.Job) {
 	}()
 }
 
+// deliverAll is the hub's DeliverAll handler: the jobs one enqueue handed
+// to agents connected here. Their assignments are built on a goroutine of
+// their own (the enqueue's answer does not wait for them) and signed
+// together: one batch signature (agentproto.SignJobBatch) over the jobs of
+// every agent that verifies batch signatures (Hello.batch_signatures). A job
+// of an older agent, one that needs a registry grant (a database write
+// each) and one whose assignment cannot be built take deliver's path: a
+// signature of its own.
+func (s *Service) deliverAll(hs []dispatch.Handover) {
+	go func() {
+		built := make([]builtAssignment, 0, len(hs))
+		for _, h := range hs {
+			c, _ := h.Session.Owner.(*conn)
+			if c == nil || !c.batchSigs || s.needsGrant(h.Job, h.Session.InstallID) {
+				h.Session.Deliver(h.Job)
+				continue
+			}
+			a, claims, err := s.unsignedAssignment(c.ctx, h.Job, h.Session.InstallID, h.Session.AgentID)
+			if err != nil {
+				c.deliver(h.Job) // builds it again and handles the error
+				continue
+			}
+			built = append(built, builtAssignment{c: c, j: h.Job, a: a, claims: claims})
+		}
+		s.signAssignments(built, true)
+		for _, b := range built {
+			go b.c.deliverBuilt(b.j, b.a)
+		}
+	}()
+}
+
+// deliverBuilt sends a job handed over at enqueue whose assignment
+// deliverAll built and signed.
+func (c *conn) deliverBuilt(j store.Job, a *agentv1.JobAssignment) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dead {
+		return // the lease expires and the sweeper requeues the job
+	}
+	c.track(j.ID, j.FencingToken)
+	if err := c.sendNow(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Assignment{Assignment: a}}); err != nil {
+		c.logger().DebugContext(c.ctx, "send assignment", "job", j.ID, "err", err)
+		return
+	}
+	c.picked(j)
+}
+
 // cancel is the hub's Cancel handler.
 func (c *conn) cancel(req dispatch.CancelRequest) {
 	go func() {
@@ -205,17 +252,22 @@ func (c *conn) claim(ctx context.Context, force bool) error {
 		if len(jobs) > 0 {
 			s.hub.FleetChanged()
 		}
+		built := make([]builtAssignment, 0, len(jobs))
 		for _, j := range jobs {
 			c.track(j.ID, j.FencingToken)
-			a, err := c.svc.assignment(ctx, j, c.agent.InstallID, c.agent.ID)
+			a, claims, err := c.svc.unsignedAssignment(ctx, j, c.agent.InstallID, c.agent.ID)
 			if err != nil {
 				c.unsendable(ctx, j, err)
 				continue
 			}
-			if err := c.send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Assignment{Assignment: a}}); err != nil {
+			built = append(built, builtAssignment{c: c, j: j, a: a, claims: claims})
+		}
+		s.signAssignments(built, c.batchSigs)
+		for _, b := range built {
+			if err := c.send(&agentv1.ConnectResponse{Msg: &agentv1.ConnectResponse_Assignment{Assignment: b.a}}); err != nil {
 				return err
 			}
-			c.picked(j)
+			c.picked(b.j)
 		}
 		if len(jobs) < free {
 			return nil
@@ -241,9 +293,59 @@ func (c *conn) picked(j store.Job) {
 // grace from now: no longer than imsd waits for the ack before it may
 // hand the job out again.
 func (s *Service) assignment(ctx context.Context, j store.Job, installID, agentID string) (*agentv1.JobAssignment, error) {
+	a, claims, err := s.unsignedAssignment(ctx, j, installID, agentID)
+	if err != nil {
+		return nil, err
+	}
+	s.signAssignments([]builtAssignment{{a: a, claims: claims}}, false)
+	return a, nil
+}
+
+// A builtAssignment is an assignment for conn c of job j, with the claims
+// its signature covers, before signAssignments signs it.
+type builtAssignment struct {
+	c      *conn
+	j      store.Job
+	a      *agentv1.JobAssignment
+	claims *agentproto.JobClaims
+}
+
+// signAssignments signs bs: with batch set and more than one, all with one
+// batch signature (each carrying its inclusion proof), else each with a
+// signature of its own.
+func (s *Service) signAssignments(bs []builtAssignment, batch bool) {
+	if batch && len(bs) > 1 && len(bs) <= agentproto.MaxJobBatch {
+		cs := make([]*agentproto.JobClaims, len(bs))
+		for i := range bs {
+			cs[i] = bs[i].claims
+		}
+		sig, proofs, err := s.cfg.SigningKey.SignBatch(cs)
+		if err == nil {
+			for i, b := range bs {
+				b.a.Signature = &agentv1.JobSignature{KeyId: b.claims.KeyID, ExpireUnixMs: b.claims.Expires.UnixMilli(), Signature: sig,
+					BatchSize: proofs[i].Size, BatchIndex: proofs[i].Index, BatchProof: proofs[i].Path}
+			}
+			return
+		}
+	}
+	for _, b := range bs {
+		sig := s.cfg.SigningKey.Sign(b.claims)
+		b.a.Signature = &agentv1.JobSignature{KeyId: b.claims.KeyID, ExpireUnixMs: b.claims.Expires.UnixMilli(), Signature: sig}
+	}
+}
+
+// needsGrant reports whether job j's assignment carries a registry grant,
+// which costs a database write to build.
+func (s *Service) needsGrant(j store.Job, installID string) bool {
+	return s.cfg.Registry != nil && grantScopes(installID, j.ComponentType, j.Operation, j.Config) != nil
+}
+
+// unsignedAssignment is assignment without the signature: the assignment
+// and the claims to sign.
+func (s *Service) unsignedAssignment(ctx context.Context, j store.Job, installID, agentID string) (*agentv1.JobAssignment, *agentproto.JobClaims, error) {
 	cfg, merged, err := withSensitive(j.ID, j.Config, s.cfg.SensitiveEnv)
 	if err != nil {
-		return nil, &unsendableError{err}
+		return nil, nil, &unsendableError{err}
 	}
 	var field []byte
 	var digest [32]byte
@@ -253,11 +355,11 @@ func (s *Service) assignment(ctx context.Context, j store.Job, installID, agentI
 		field, digest, err = configField(cfg)
 	}
 	if err != nil {
-		return nil, &unsendableError{err}
+		return nil, nil, &unsendableError{err}
 	}
 	grant, grantClaims, err := s.grant(ctx, j, installID)
 	if err != nil {
-		return nil, fmt.Errorf("registry grant: %w", err)
+		return nil, nil, fmt.Errorf("registry grant: %w", err)
 	}
 	a := &agentv1.JobAssignment{
 		JobId:          j.ID,
@@ -274,7 +376,7 @@ func (s *Service) assignment(ctx context.Context, j store.Job, installID, agentI
 
 		ApprovedPlanDigest: j.ApprovedPlanDigest,
 	}
-	claims := agentproto.JobClaims{
+	claims := &agentproto.JobClaims{
 		InstallID: installID, AgentID: agentID, JobID: j.ID, Attempt: int64(a.Attempt), FencingToken: j.FencingToken,
 		Mode: a.Mode, Component: a.Component,
 		ComponentType: j.ComponentType, Operation: j.Operation, TimeoutSeconds: a.TimeoutSeconds,
@@ -283,10 +385,9 @@ func (s *Service) assignment(ctx context.Context, j store.Job, installID, agentI
 		ApprovedPlanDigest: j.ApprovedPlanDigest,
 		WindowBound:        j.WindowBound,
 	}
-	sig := s.cfg.SigningKey.Sign(&claims)
-	a.Signature = &agentv1.JobSignature{KeyId: claims.KeyID, ExpireUnixMs: claims.Expires.UnixMilli(), Signature: sig}
+	claims.KeyID = s.cfg.SigningKey.ID
 	a.ProtoReflect().SetUnknown(field)
-	return a, nil
+	return a, claims, nil
 }
 
 // An unsendableError is why imsd cannot build a job's assignment at all,

@@ -220,6 +220,7 @@ func (s *Service) openCounted(ctx context.Context, st Stream) (_ *conn, err erro
 		perms:     agent.Permissions,
 		auditCopy: hello.AuditCopy,
 		auditSeq:  hello.AuditSeq,
+		batchSigs: hello.BatchSignatures,
 	}
 	c.ctx = ctx
 	c.sess = s.hub.Register(agent.ID, agent.InstallID, dispatch.Handlers{
@@ -230,6 +231,7 @@ func (s *Service) openCounted(ctx context.Context, st Stream) (_ *conn, err erro
 		Release:  func() { c.free.Add(1) },
 		Deliver:  c.deliver,
 		Push:     c.push,
+		Owner:    c,
 	})
 	s.obs.Connected(1)
 	return c, c.welcome(ctx, hello, nextKeyID)
@@ -347,6 +349,9 @@ type conn struct {
 	// (or that it held at its hello). audit.go.
 	auditCopy bool
 	auditSeq  int64
+	// batchSigs is set when the agent verifies batch job signatures
+	// (Hello.batch_signatures): its assignments may share one.
+	batchSigs bool
 	// lastAudit is when a heartbeat last sent the agent its records;
 	// auditDirty is set when a result added records since.
 	lastAudit  time.Time

@@ -37,6 +37,15 @@ func (k SigningKey) Sign(c *agentproto.JobClaims) []byte {
 	return agentproto.SignJob(k.Private, c)
 }
 
+// SignBatch fills in each claims' key id and signs them all with one
+// batch signature (agentproto.SignJobBatch), returning each one's proof.
+func (k SigningKey) SignBatch(cs []*agentproto.JobClaims) ([]byte, []agentproto.JobBatchProof, error) {
+	for _, c := range cs {
+		c.KeyID = k.ID
+	}
+	return agentproto.SignJobBatch(k.Private, cs)
+}
+
 // LoadSigningKey reads a signing key file: a PKCS#8 "PRIVATE KEY" PEM
 // block holding an Ed25519 key (what `openssl genpkey -algorithm
 // ed25519` writes). With create set, a missing file is created with a

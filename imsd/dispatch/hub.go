@@ -47,6 +47,9 @@ type Handlers struct {
 	// Reserve took. If the stream is gone by then, the job waits for its
 	// lease to expire, as any assignment lost on the way does.
 	Deliver func(store.Job)
+	// Owner is the stream behind the session, opaque to the hub: a
+	// DeliverAll handler (SetDeliverAll) finds it there.
+	Owner any
 	// Push sends msg (an *agentv1.ConnectResponse: a support shell's
 	// open or input) on the stream now; it may block on the stream's
 	// writes, never on the hub.
@@ -72,6 +75,9 @@ type Hub struct {
 	queued map[string]bool
 	// fleet is closed when any install's status may have changed.
 	fleet chan struct{}
+	// deliverAll hands over a batch of jobs (SetDeliverAll; nil: each
+	// session's Deliver).
+	deliverAll func([]Handover)
 	// elsewhere passes on a cancellation for an agent not connected here
 	// (SetElsewhere; nil: none).
 	elsewhere func(agentID string, req CancelRequest)
@@ -206,6 +212,40 @@ func (h *Hub) Reserve(installID string) *Session {
 		}
 	}
 	return nil
+}
+
+// A Handover is a job stored assigned to Session's agent, in the slot
+// Reserve took.
+type Handover struct {
+	Session *Session
+	Job     store.Job
+}
+
+// SetDeliverAll sets what DeliverAll calls: the agent API's handler,
+// which builds the assignments of a batch at once (and signs them with
+// one signature). fn must not block: it runs on the enqueue's goroutine.
+func (h *Hub) SetDeliverAll(fn func([]Handover)) {
+	h.mu.Lock()
+	h.deliverAll = fn
+	h.mu.Unlock()
+}
+
+// DeliverAll hands over the jobs an enqueue stored assigned: through the
+// handler SetDeliverAll set, else each session's Deliver.
+func (h *Hub) DeliverAll(hs []Handover) {
+	if len(hs) == 0 {
+		return
+	}
+	h.mu.Lock()
+	fn := h.deliverAll
+	h.mu.Unlock()
+	if fn != nil && len(hs) > 1 {
+		fn(hs)
+		return
+	}
+	for _, ho := range hs {
+		ho.Session.Deliver(ho.Job)
+	}
 }
 
 // Connected reports whether agentID has a stream on this imsd.

@@ -321,12 +321,11 @@ func (s *Service) enqueue(ctx context.Context, jobs []store.Job, batch bool, key
 		}
 		return out, nil
 	}
-	delivered := false
+	var handovers []dispatch.Handover
 	for i, j := range out {
 		sess := sessions[i]
 		if sess != nil && j.State == store.JobAssigned {
-			sess.Deliver(j)
-			delivered = true
+			handovers = append(handovers, dispatch.Handover{Session: sess, Job: j})
 			continue
 		}
 		if sess != nil {
@@ -334,7 +333,9 @@ func (s *Service) enqueue(ctx context.Context, jobs []store.Job, batch bool, key
 		}
 		s.hub.Wake(j.InstallID)
 	}
-	if delivered {
+	if len(handovers) > 0 {
+		// Together: the agent API signs a batch's assignments at once.
+		s.hub.DeliverAll(handovers)
 		s.hub.FleetChanged()
 	}
 	return out, nil

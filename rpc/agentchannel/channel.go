@@ -121,16 +121,27 @@ var errNotOpen = fmt.Errorf("%w: a sealed message does not open with this stream
 
 // Open decrypts one message Seal made on the other side.
 func (c *Channel) Open(sealed []byte) ([]byte, error) {
-	if len(sealed) < tagLen {
-		return nil, errNotOpen
+	out, err := c.openAppend(make([]byte, 0, len(sealed)), sealed)
+	if err != nil {
+		return nil, err
 	}
-	out := make([]byte, 0, len(sealed))
+	return out, nil
+}
+
+// openAppend is Open appending the plaintext to out. On an error it still
+// returns out with what it holds (the chunks that opened before), for
+// the caller to clear.
+func (c *Channel) openAppend(out, sealed []byte) ([]byte, error) {
+	if len(sealed) < tagLen {
+		return out, errNotOpen
+	}
 	for first := true; first || len(sealed) > 0; first = false {
 		k := min(len(sealed), maxNoise)
-		var err error
-		if out, err = c.recv.Decrypt(out, nil, sealed[:k]); err != nil {
-			return nil, errNotOpen
+		next, err := c.recv.Decrypt(out, nil, sealed[:k])
+		if err != nil {
+			return out, errNotOpen
 		}
+		out = next
 		sealed = sealed[k:]
 	}
 	return out, nil

@@ -4,6 +4,7 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"sync"
 
 	"google.golang.org/protobuf/proto"
 
@@ -19,13 +20,37 @@ import (
 // other end (a proxy forging one), refused.
 var ErrUnsealed = fmt.Errorf("%w: a message in the clear after the handshake (every message must be sealed)", ErrChannel)
 
+// plainBufs holds the buffers a message's plaintext passes through
+// between its encoding and its sealing (or its opening and its decoding):
+// one allocation less per message on each side. A buffer is cleared
+// before it goes back (a job's config passes through them); one grown
+// past maxPooledPlain is left to the collector.
+var plainBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+const maxPooledPlain = 64 << 10
+
+func getPlain() *[]byte { return plainBufs.Get().(*[]byte) }
+
+func putPlain(bp *[]byte, b []byte) {
+	if cap(b) > maxPooledPlain {
+		return
+	}
+	clear(b)
+	*bp = b[:0]
+	plainBufs.Put(bp)
+}
+
 // seal marshals m and seals it.
 func seal(c *Channel, m proto.Message) ([]byte, error) {
-	b, err := proto.Marshal(m)
+	bp := getPlain()
+	b, err := proto.MarshalOptions{}.MarshalAppend(*bp, m)
 	if err != nil {
+		putPlain(bp, b)
 		return nil, err
 	}
-	return c.Seal(b)
+	s, err := c.Seal(b)
+	putPlain(bp, b)
+	return s, err
 }
 
 // open opens sealed (ErrUnsealed when there is none) into into.
@@ -33,11 +58,17 @@ func open(c *Channel, sealed []byte, into proto.Message) error {
 	if sealed == nil {
 		return ErrUnsealed
 	}
-	b, err := c.Open(sealed)
+	bp := getPlain()
+	b, err := c.openAppend(*bp, sealed)
 	if err != nil {
+		putPlain(bp, b)
 		return err
 	}
-	if err := proto.Unmarshal(b, into); err != nil {
+	// Unmarshal copies what it keeps (bytes and strings): the buffer
+	// can be reused.
+	err = proto.Unmarshal(b, into)
+	putPlain(bp, b)
+	if err != nil {
 		return fmt.Errorf("%w: %w", ErrChannel, err)
 	}
 	return nil
@@ -113,14 +144,17 @@ type AgentStream struct {
 type Tap func(m *agentv1.ConnectRequest, plain []byte)
 
 func (s *AgentStream) Send(m *agentv1.ConnectRequest) error {
-	b, err := proto.Marshal(m)
+	bp := getPlain()
+	b, err := proto.MarshalOptions{}.MarshalAppend(*bp, m)
 	if err != nil {
+		putPlain(bp, b)
 		return err
 	}
 	if s.tap != nil {
 		s.tap(m, b)
 	}
 	sealed, err := s.ch.Seal(b)
+	putPlain(bp, b)
 	if err != nil {
 		return err
 	}

@@ -1090,9 +1090,14 @@ type Hello struct {
 	NextKey *AgentKeyRotation `protobuf:"bytes,93,opt,name=next_key,json=nextKey,proto3" json:"next_key,omitempty"`
 	// update is the customer's update policy for the agent itself and what
 	// became of its latest update (agentd update), for imsd to show.
-	Update        *UpdateReport `protobuf:"bytes,94,opt,name=update,proto3" json:"update,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Update *UpdateReport `protobuf:"bytes,94,opt,name=update,proto3" json:"update,omitempty"`
+	// batch_signatures says the agent verifies batch job signatures
+	// (JobSignature.batch_size): imsd may then sign this agent's
+	// assignments together with others'. An older agent, which does not
+	// set it, gets a signature of its own for each assignment.
+	BatchSignatures bool `protobuf:"varint,95,opt,name=batch_signatures,json=batchSignatures,proto3" json:"batch_signatures,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Hello) Reset() {
@@ -1228,6 +1233,13 @@ func (x *Hello) GetUpdate() *UpdateReport {
 		return x.Update
 	}
 	return nil
+}
+
+func (x *Hello) GetBatchSignatures() bool {
+	if x != nil {
+		return x.BatchSignatures
+	}
+	return false
 }
 
 // UpdateReport is the customer's update policy of the agent itself (kept
@@ -3398,14 +3410,26 @@ func (x *RegistryGrant) GetExpireUnixMs() int64 {
 // JobSignature is imsd's Ed25519 signature over a job's claims
 // (rpc/agentproto.JobClaims.Message: install, job, attempt, fencing token,
 // mode, component type, operation, timeout, the config's digest, expiry).
+// With batch_size set, signature is over the root of a Merkle tree whose
+// leaves are the claims of batch_size jobs (rpc/agentproto.SignJobBatch),
+// and batch_proof leads from this job's leaf to that root.
 type JobSignature struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// key_id is the signing key's fingerprint (rpc/agentproto.KeyID).
 	KeyId string `protobuf:"bytes,1,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
 	// expire_unix_ms is when the signature stops being valid (Unix
 	// milliseconds): an agent refuses the assignment after it.
-	ExpireUnixMs  int64  `protobuf:"varint,2,opt,name=expire_unix_ms,json=expireUnixMs,proto3" json:"expire_unix_ms,omitempty"`
-	Signature     []byte `protobuf:"bytes,3,opt,name=signature,proto3" json:"signature,omitempty"`
+	ExpireUnixMs int64  `protobuf:"varint,2,opt,name=expire_unix_ms,json=expireUnixMs,proto3" json:"expire_unix_ms,omitempty"`
+	Signature    []byte `protobuf:"bytes,3,opt,name=signature,proto3" json:"signature,omitempty"`
+	// batch_size is the number of jobs a batch signature covers (0: the
+	// signature is this job's alone); only sent to an agent whose hello set
+	// batch_signatures.
+	BatchSize uint64 `protobuf:"varint,4,opt,name=batch_size,json=batchSize,proto3" json:"batch_size,omitempty"`
+	// batch_index is this job's leaf in the batch.
+	BatchIndex uint64 `protobuf:"varint,5,opt,name=batch_index,json=batchIndex,proto3" json:"batch_index,omitempty"`
+	// batch_proof is the RFC 9162 inclusion proof of that leaf: 32-byte
+	// SHA-256 hashes, the leaf's sibling first.
+	BatchProof    [][]byte `protobuf:"bytes,6,rep,name=batch_proof,json=batchProof,proto3" json:"batch_proof,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3457,6 +3481,27 @@ func (x *JobSignature) GetExpireUnixMs() int64 {
 func (x *JobSignature) GetSignature() []byte {
 	if x != nil {
 		return x.Signature
+	}
+	return nil
+}
+
+func (x *JobSignature) GetBatchSize() uint64 {
+	if x != nil {
+		return x.BatchSize
+	}
+	return 0
+}
+
+func (x *JobSignature) GetBatchIndex() uint64 {
+	if x != nil {
+		return x.BatchIndex
+	}
+	return 0
+}
+
+func (x *JobSignature) GetBatchProof() [][]byte {
+	if x != nil {
+		return x.BatchProof
 	}
 	return nil
 }
@@ -5020,7 +5065,7 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"RunningJob\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12#\n" +
-	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\"\xdf\x04\n" +
+	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\"\x8a\x05\n" +
 	"\x05Hello\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1c\n" +
 	"\tsignature\x18\x02 \x01(\fR\tsignature\x12\x1a\n" +
@@ -5038,7 +5083,8 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\fimsd_key_ids\x18\\ \x03(\tR\n" +
 	"imsdKeyIds\x12:\n" +
 	"\bnext_key\x18] \x01(\v2\x1f.byoc.agent.v1.AgentKeyRotationR\anextKey\x123\n" +
-	"\x06update\x18^ \x01(\v2\x1b.byoc.agent.v1.UpdateReportR\x06update\"\x95\x01\n" +
+	"\x06update\x18^ \x01(\v2\x1b.byoc.agent.v1.UpdateReportR\x06update\x12)\n" +
+	"\x10batch_signatures\x18_ \x01(\bR\x0fbatchSignatures\"\x95\x01\n" +
 	"\fUpdateReport\x12\x12\n" +
 	"\x04mode\x18\x01 \x01(\tR\x04mode\x12\x10\n" +
 	"\x03pin\x18\x02 \x01(\tR\x03pin\x12\x14\n" +
@@ -5224,11 +5270,17 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\bregistry\x18\x03 \x01(\tR\bregistry\x12\x18\n" +
 	"\aservice\x18\x04 \x01(\tR\aservice\x12\x16\n" +
 	"\x06scopes\x18\x05 \x03(\tR\x06scopes\x12$\n" +
-	"\x0eexpire_unix_ms\x18\x06 \x01(\x03R\fexpireUnixMs\"i\n" +
+	"\x0eexpire_unix_ms\x18\x06 \x01(\x03R\fexpireUnixMs\"\xca\x01\n" +
 	"\fJobSignature\x12\x15\n" +
 	"\x06key_id\x18\x01 \x01(\tR\x05keyId\x12$\n" +
 	"\x0eexpire_unix_ms\x18\x02 \x01(\x03R\fexpireUnixMs\x12\x1c\n" +
-	"\tsignature\x18\x03 \x01(\fR\tsignature\":\n" +
+	"\tsignature\x18\x03 \x01(\fR\tsignature\x12\x1d\n" +
+	"\n" +
+	"batch_size\x18\x04 \x01(\x04R\tbatchSize\x12\x1f\n" +
+	"\vbatch_index\x18\x05 \x01(\x04R\n" +
+	"batchIndex\x12\x1f\n" +
+	"\vbatch_proof\x18\x06 \x03(\fR\n" +
+	"batchProof\":\n" +
 	"\tJobCancel\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"*\n" +
