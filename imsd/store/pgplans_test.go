@@ -49,6 +49,8 @@ func TestPostgresJobPlans(t *testing.T) {
 		SELECT 'j' || lpad(g::TEXT, 7, '0'), 'i' || (g % 200 + 1), 't', 'deploy', 'succeeded', 1, 1, 60000000000,
 			'a' || (g % 200), g, g, g + 1
 		FROM generate_series(1, 100000) g WHERE g % 1000 >= 4`,
+		// 300 jobs assigned, as on a busy server.
+		`UPDATE jobs SET state = 'assigned', agent_id = 'a', lease_deadline = 1 WHERE id IN (SELECT id FROM jobs ORDER BY created_at DESC LIMIT 300)`,
 		`ANALYZE jobs`,
 	} {
 		if _, err := db.ExecContext(ctx, q); err != nil {
@@ -90,6 +92,57 @@ func TestPostgresJobPlans(t *testing.T) {
 		t.Logf("%s:\n%s", c.name, p)
 		if strings.Contains(p, "Seq Scan on jobs") {
 			t.Errorf("%s reads every job:\n%s", c.name, p)
+		}
+	}
+
+	// The group commit's batched ack and finish, as prepared statements
+	// planned for their parameters (as PostgreSQL does for the first five
+	// runs, and after while that is not dearer than a generic plan), on a
+	// batch of 100: each job found by its primary key. Before, both read
+	// every assigned job through the state index and hash-joined them
+	// with the batch.
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, q := range []string{
+		`SET plan_cache_mode = force_custom_plan`,
+		`PREPARE ack(TEXT[], TEXT[], BIGINT[], BIGINT[], BIGINT[]) AS ` + store.PGAckSQL,
+		`PREPARE fin(TEXT[], TEXT[], BIGINT[], TEXT[], BIGINT[], INTEGER[], TEXT[], TEXT[], TEXT[], TEXT[], TEXT[]) AS ` + store.PGFinishSQL,
+	} {
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	var ids string
+	if err := conn.QueryRowContext(ctx, `SELECT string_agg(quote_literal(id), ', ') FROM (SELECT id FROM jobs WHERE state = 'assigned' LIMIT 100) b`).Scan(&ids); err != nil {
+		t.Fatal(err)
+	}
+	batch := `ARRAY[` + ids + `]::TEXT[]`
+	fill := func(v string) string { return `array_fill(` + v + `, ARRAY[100])` }
+	for name, q := range map[string]string{
+		"batched ack": `EXPLAIN EXECUTE ack(` + batch + `, ` + fill(`'a'::TEXT`) + `, ` + fill(`1::BIGINT`) + `, ` + fill(`1::BIGINT`) + `, ` + fill(`1::BIGINT`) + `)`,
+		"batched finish": `EXPLAIN EXECUTE fin(` + batch + `, ` + fill(`'a'::TEXT`) + `, ` + fill(`1::BIGINT`) + `, ` + fill(`'succeeded'::TEXT`) + `, ` +
+			fill(`1::BIGINT`) + `, ` + fill(`0`) + `, ` + fill(`''::TEXT`) + `, ` + fill(`''::TEXT`) + `, ` + fill(`''::TEXT`) + `, ` + fill(`''::TEXT`) + `, ` + fill(`''::TEXT`) + `)`,
+	} {
+		rows, err := conn.QueryContext(ctx, q)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var plan []string
+		for rows.Next() {
+			var line string
+			if err := rows.Scan(&line); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, line)
+		}
+		rows.Close()
+		p := strings.Join(plan, "\n")
+		t.Logf("%s:\n%s", name, p)
+		if !strings.Contains(p, "Index Scan using jobs_pkey on jobs") || strings.Contains(p, "jobs_state") || strings.Contains(p, "Seq Scan on jobs") {
+			t.Errorf("%s does not find each job by its primary key:\n%s", name, p)
 		}
 	}
 }
