@@ -38,17 +38,29 @@ type pgPre struct {
 }
 
 // pgAckPre is AckJob's usual case, one UPDATE for the batch.
+//
+// The state the job must be in comes from the unnest (v.was, 'assigned'
+// in every row), not from a constant: jobs.state = 'assigned' alone is a
+// condition the index on state (jobs_state_unsucceeded) can answer, and
+// PostgreSQL then read every assigned job of the table, and every dead
+// index entry that a bitmap scan never removes (every job ever assigned
+// since the last vacuum), to hash-join them with the batch. Compared
+// with a column of the batch it is a join condition, and each job is
+// found by its primary key.
 const pgAckSQL = `UPDATE jobs SET state = 'running', started_at = v.now, lease_deadline = v.lease
-	FROM unnest($1::TEXT[], $2::TEXT[], $3::BIGINT[], $4::BIGINT[], $5::BIGINT[]) AS v(id, agent, token, now, lease)
-	WHERE jobs.id = v.id AND jobs.agent_id = v.agent AND jobs.agent_id <> '' AND jobs.fencing_token = v.token AND jobs.state = 'assigned'
+	FROM unnest($1::TEXT[], $2::TEXT[], $3::BIGINT[], $4::BIGINT[], $5::BIGINT[], array_fill('assigned'::TEXT, ARRAY[cardinality($1::TEXT[])]))
+		AS v(id, agent, token, now, lease, was)
+	WHERE jobs.id = v.id AND jobs.agent_id = v.agent AND jobs.agent_id <> '' AND jobs.fencing_token = v.token AND jobs.state = v.was
 	RETURNING jobs.id`
 
-// pgFinishSQL is FinishJob's usual case, one UPDATE for the batch.
+// pgFinishSQL is FinishJob's usual case, one UPDATE for the batch. The
+// states the job may be in come from the unnest, as in pgAckSQL.
 const pgFinishSQL = `UPDATE jobs SET state = v.state, ended_at = v.now, exit_code = v.exit_code, error = v.error, outputs = v.outputs,
 		plan = v.plan, policy = v.policy, plan_digest = v.plan_digest, lease_deadline = 0
-	FROM unnest($1::TEXT[], $2::TEXT[], $3::BIGINT[], $4::TEXT[], $5::BIGINT[], $6::INTEGER[], $7::TEXT[], $8::TEXT[], $9::TEXT[], $10::TEXT[], $11::TEXT[])
-		AS v(id, agent, token, state, now, exit_code, error, outputs, plan, policy, plan_digest)
-	WHERE jobs.id = v.id AND jobs.agent_id = v.agent AND jobs.agent_id <> '' AND jobs.fencing_token = v.token AND jobs.state IN ('assigned', 'running')
+	FROM unnest($1::TEXT[], $2::TEXT[], $3::BIGINT[], $4::TEXT[], $5::BIGINT[], $6::INTEGER[], $7::TEXT[], $8::TEXT[], $9::TEXT[], $10::TEXT[], $11::TEXT[],
+			array_fill('assigned'::TEXT, ARRAY[cardinality($1::TEXT[])]), array_fill('running'::TEXT, ARRAY[cardinality($1::TEXT[])]))
+		AS v(id, agent, token, state, now, exit_code, error, outputs, plan, policy, plan_digest, assigned, running)
+	WHERE jobs.id = v.id AND jobs.agent_id = v.agent AND jobs.agent_id <> '' AND jobs.fencing_token = v.token AND jobs.state IN (v.assigned, v.running)
 	RETURNING jobs.id, jobs.install_id, jobs.component_type, jobs.operation, jobs.release_id`
 
 // pres runs the usual case of the batch's acks and finishes, one

@@ -64,9 +64,7 @@ func TestSQLitePermissionModes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := goose.NewProvider(goose.DialectSQLite3, db, sub, goose.WithGoMigrations(
-		goose.NewGoMigration(7, &goose.GoFunc{RunTx: sqliteChecksAsComparisons}, &goose.GoFunc{RunTx: noChange}),
-		goose.NewGoMigration(10, &goose.GoFunc{RunTx: sqlitePermissionModes}, &goose.GoFunc{RunTx: sqlitePermissionModesDown})))
+	p, err := goose.NewProvider(goose.DialectSQLite3, db, sub, goose.WithGoMigrations(sqliteGoMigrations()...))
 	if err != nil {
 		t.Fatal(err)
 	}
