@@ -2412,7 +2412,11 @@ type ListInstallsRequest struct {
 	// selector keeps the installs whose labels match a label selector in
 	// kubectl's syntax ("tier=canary,region in (eu,us),!legacy"); empty
 	// keeps all.
-	Selector      string `protobuf:"bytes,2,opt,name=selector,proto3" json:"selector,omitempty"`
+	Selector string `protobuf:"bytes,2,opt,name=selector,proto3" json:"selector,omitempty"`
+	// include_vendor also lists the vendor's build agent's reserved
+	// install (_vendor), which is no customer's and is left out otherwise
+	// (unless app names its app, _vendor).
+	IncludeVendor bool `protobuf:"varint,3,opt,name=include_vendor,json=includeVendor,proto3" json:"include_vendor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2459,6 +2463,13 @@ func (x *ListInstallsRequest) GetSelector() string {
 		return x.Selector
 	}
 	return ""
+}
+
+func (x *ListInstallsRequest) GetIncludeVendor() bool {
+	if x != nil {
+		return x.IncludeVendor
+	}
+	return false
 }
 
 type ListInstallsResponse struct {
@@ -9434,10 +9445,11 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x0fEnrollmentToken\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12;\n" +
 	"\vexpire_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"expireTime\"C\n" +
+	"expireTime\"j\n" +
 	"\x13ListInstallsRequest\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x1a\n" +
-	"\bselector\x18\x02 \x01(\tR\bselector\"H\n" +
+	"\bselector\x18\x02 \x01(\tR\bselector\x12%\n" +
+	"\x0einclude_vendor\x18\x03 \x01(\bR\rincludeVendor\"H\n" +
 	"\x14ListInstallsResponse\x120\n" +
 	"\binstalls\x18\x01 \x03(\v2\x14.byoc.ims.v1.InstallR\binstalls\"1\n" +
 	"\x11GetInstallRequest\x12\x1c\n" +
