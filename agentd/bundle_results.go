@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"crypto/ed25519"
 	"encoding/json"
 	"flag"
@@ -139,24 +138,7 @@ func exportResults(stateDir, bundle, out string, stdout io.Writer) error {
 	}
 	pub := id.PrivateKey.Public().(ed25519.PublicKey)
 	sig := bundlefile.Signature{KeyID: agentproto.KeyID(pub), Signature: agentproto.SignBundleResults(id.PrivateKey, raw)}
-	tmp := out + ".partial"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	w := bufio.NewWriter(f)
-	err = bundlefile.Write(w, work, raw, sig)
-	if err == nil {
-		err = w.Flush()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, out)
-	}
-	if err != nil {
-		os.Remove(tmp)
+	if err := bundlefile.WriteFile(out, 0o600, work, raw, sig); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "wrote %s: results of bundle %s (%d jobs) and the agent's audit journal, signed by agent %s (key %s)\n",

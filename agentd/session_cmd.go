@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/byoc-dev/byoc/agentd/sessionrec"
+	"github.com/byoc-dev/byoc/internal/asciicast"
 	"github.com/byoc-dev/byoc/internal/reltime"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 )
@@ -229,24 +230,5 @@ func sessionPlay(ctx context.Context, dir, id string, speed float64, raw bool, s
 	if err != nil {
 		return fmt.Errorf("%s: %w", sessionrec.CastPath(dir, id), err)
 	}
-	start := time.Now()
-	for _, e := range evs {
-		if e.Code != "o" {
-			continue
-		}
-		if !raw {
-			at := start.Add(time.Duration(e.Time / speed * float64(time.Second)))
-			if d := time.Until(at); d > 0 {
-				select {
-				case <-ctx.Done():
-					return nil
-				case <-time.After(d):
-				}
-			}
-		}
-		if _, err := io.WriteString(stdout, e.Data); err != nil {
-			return err
-		}
-	}
-	return nil
+	return asciicast.Play(ctx, evs, speed, raw, stdout)
 }

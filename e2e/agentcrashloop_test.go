@@ -1,21 +1,14 @@
 package e2e
 
 import (
-	"context"
-	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
-	"connectrpc.com/connect"
-
 	"github.com/byoc-dev/byoc/e2e/cluster"
-	"github.com/byoc-dev/byoc/imsd/server"
-	"github.com/byoc-dev/byoc/internal/ocicopy/ocitest"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
 
@@ -38,49 +31,22 @@ exec "$real" "$@"
 // agentd, which reconnects and reports the update rolled back, cause
 // crash_loop; imsd audits it.
 func TestAgentCrashLoopRolledBack(t *testing.T) {
-	skipShort(t)
-	ocitest.Need(t)
-	o := fast
-	o.Version = "v1.5.0"
-	ims := cluster.StartIMS(t, o)
-	cli := cluster.NewCLI(t, ims)
-	vendor := ocitest.StartRegistry(t, ocitest.RegistryOptions{})
-	repo := vendor.Host + "/byoc/agent"
-	key := filepath.Join(ims.DataDir, server.SigningKeyFileName)
 	// v1.6.0 is outside the versions imsd v1.5.0 serves: it never connects
 	// (and so never confirms) in the two seconds it lives.
-	old, crashing := buildAgentVersion(t, "v1.4.0"), buildAgentVersion(t, "v1.6.0")
-	dist := t.TempDir()
-	script := strings.Replace(crashingAgent, "REAL", filepath.Join(crashing, "agentd"), 1)
-	if err := os.WriteFile(filepath.Join(dist, "agentd_"+runtime.GOOS+"_"+runtime.GOARCH), []byte(script), 0o755); err != nil {
+	rig := startAgentRig(t, "v1.4.0", "v1.6.0")
+	ims, cli := rig.ims, rig.cli
+	crashing := rig.builds["v1.6.0"]
+	script := filepath.Join(t.TempDir(), "agentd")
+	if err := os.WriteFile(script, []byte(strings.Replace(crashingAgent, "REAL", filepath.Join(crashing, "agentd"), 1)), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	copyFile(t, filepath.Join(crashing, "byoc-plugins"), filepath.Join(dist, "byoc-plugins_"+runtime.GOOS+"_"+runtime.GOARCH))
-	var pub struct{ Reference string }
-	if err := json.Unmarshal([]byte(cli.Run(0, "agent", "publish", dist, "--version", "v1.6.0", "--to", repo, "--signing-key", key, "-o", "json")), &pub); err != nil {
-		t.Fatal(err)
-	}
+	ref := rig.publish(t, "v1.6.0", script, filepath.Join(crashing, "byoc-plugins"))
 
-	bin := t.TempDir()
-	copyFile(t, filepath.Join(old, "agentd"), filepath.Join(bin, "agentd"))
-	copyFile(t, filepath.Join(old, "byoc-plugins"), filepath.Join(bin, "byoc-plugins"))
-	_, token := cluster.NewInstall(t, ims.Admin(), "shop", "acme")
-	state := filepath.Join(t.TempDir(), "agent")
-	agent := cluster.StartAgentBin(t, filepath.Join(bin, "agentd"), nil, ims.URL(), token, state)
-	agentOf := func() *imsv1.AgentStatus {
-		r, err := ims.Admin().GetInstall(context.Background(), connect.NewRequest(&imsv1.GetInstallRequest{IdOrName: "acme"}))
-		if err != nil {
-			return nil
-		}
-		return r.Msg.Install.Agent
-	}
-	cluster.Eventually(t, 60*time.Second, "the agent to connect", func() bool { return agentOf().GetConnected() })
-	if out, err := exec.Command(filepath.Join(bin, "agentd"), "update", "--state-dir", state, "policy", "--allow", ">=1.4 <2",
-		"--window", "daily 00:00-24:00 UTC").CombinedOutput(); err != nil {
-		t.Fatalf("agentd update policy: %v\n%s", err, out)
-	}
+	started := rig.startAgent(t, "v1.4.0", "shop", "acme", "--allow", ">=1.4 <2", "--window", "daily 00:00-24:00 UTC")
+	bin, state, agent := started.bin, started.state, started.proc
+	agentOf := func() *imsv1.AgentStatus { return rig.agentOf("acme") }
 	cluster.Eventually(t, 60*time.Second, "the policy to be reported", func() bool { return agentOf().GetUpdate().GetMode() == "allow" })
-	cli.Run(0, "agent", "update", "acme", "--release", pub.Reference)
+	cli.Run(0, "agent", "update", "acme", "--release", ref)
 
 	// The agent applies it and runs the new version, which crashes; its
 	// supervisor (this test) starts it again, three times.

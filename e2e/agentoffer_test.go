@@ -1,21 +1,13 @@
 package e2e
 
 import (
-	"context"
-	"encoding/json"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
-	"connectrpc.com/connect"
-
 	"github.com/byoc-dev/byoc/e2e/cluster"
-	"github.com/byoc-dev/byoc/imsd/server"
-	"github.com/byoc-dev/byoc/internal/ocicopy/ocitest"
-	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
 
 // imsd offers an agent release (byoc agent update, issue 27) and each
@@ -25,58 +17,13 @@ import (
 // policy and decision, which byoc install get and install list -o wide
 // show.
 func TestAgentAppliesUpdateOffers(t *testing.T) {
-	skipShort(t)
-	ocitest.Need(t)
-	o := fast
-	o.Version = "v1.5.0"
-	ims := cluster.StartIMS(t, o)
-	cli := cluster.NewCLI(t, ims)
-	vendor := ocitest.StartRegistry(t, ocitest.RegistryOptions{})
-	repo := vendor.Host + "/byoc/agent"
-	key := filepath.Join(ims.DataDir, server.SigningKeyFileName)
-	builds := map[string]string{}
-	for _, v := range []string{"v1.4.0", "v1.5.0"} {
-		builds[v] = buildAgentVersion(t, v)
-	}
-	dist := t.TempDir()
-	copyFile(t, filepath.Join(builds["v1.5.0"], "agentd"), filepath.Join(dist, "agentd_"+runtime.GOOS+"_"+runtime.GOARCH))
-	copyFile(t, filepath.Join(builds["v1.5.0"], "byoc-plugins"), filepath.Join(dist, "byoc-plugins_"+runtime.GOOS+"_"+runtime.GOARCH))
-	var pub struct{ Reference string }
-	if err := json.Unmarshal([]byte(cli.Run(0, "agent", "publish", dist, "--version", "v1.5.0", "--to", repo, "--signing-key", key, "-o", "json")), &pub); err != nil {
-		t.Fatal(err)
-	}
-	v150 := pub.Reference
-
-	type agentAt struct {
-		bin, state string
-		agent      *cluster.AgentProc
-	}
-	start := func(name string, policy ...string) agentAt {
+	rig := startAgentRig(t, "v1.4.0", "v1.5.0")
+	cli, agentOf := rig.cli, rig.agentOf
+	repo := rig.repo
+	v150 := rig.publishBuild(t, "v1.5.0", "v1.5.0")
+	start := func(name string, policy ...string) rigAgent {
 		t.Helper()
-		bin := t.TempDir()
-		copyFile(t, filepath.Join(builds["v1.4.0"], "agentd"), filepath.Join(bin, "agentd"))
-		copyFile(t, filepath.Join(builds["v1.4.0"], "byoc-plugins"), filepath.Join(bin, "byoc-plugins"))
-		_, token := cluster.NewInstall(t, ims.Admin(), "shop-"+name, name)
-		state := filepath.Join(t.TempDir(), "agent")
-		ag := cluster.StartAgentBin(t, filepath.Join(bin, "agentd"), nil, ims.URL(), token, state)
-		cluster.Eventually(t, 60*time.Second, "agent "+name+" to connect", func() bool {
-			r, err := ims.Admin().GetInstall(context.Background(), connect.NewRequest(&imsv1.GetInstallRequest{IdOrName: name}))
-			return err == nil && r.Msg.Install.Agent.GetConnected()
-		})
-		if len(policy) > 0 {
-			cmd := exec.Command(filepath.Join(bin, "agentd"), append([]string{"update", "--state-dir", state, "policy"}, policy...)...)
-			if out, err := cmd.CombinedOutput(); err != nil {
-				t.Fatalf("agentd update policy: %v\n%s", err, out)
-			}
-		}
-		return agentAt{bin, state, ag}
-	}
-	agentOf := func(name string) *imsv1.AgentStatus {
-		r, err := ims.Admin().GetInstall(context.Background(), connect.NewRequest(&imsv1.GetInstallRequest{IdOrName: name}))
-		if err != nil {
-			return nil
-		}
-		return r.Msg.Install.Agent
+		return rig.startAgent(t, "v1.4.0", "shop-"+name, name, policy...)
 	}
 	auto := start("auto", "--allow", ">=1.4 <2", "--window", "daily 00:00-24:00 UTC")
 	manual := start("manual")
@@ -104,8 +51,8 @@ func TestAgentAppliesUpdateOffers(t *testing.T) {
 	cluster.Eventually(t, 60*time.Second, "the update to be confirmed", func() bool {
 		return agentOf("auto").GetUpdate().GetLastKind() == "confirmed"
 	})
-	if auto.agent.Exited() || !strings.Contains(auto.agent.Output(), "imsd offers an agent release") {
-		t.Fatalf("the auto agent:\n%s", auto.agent.Output())
+	if auto.proc.Exited() || !strings.Contains(auto.proc.Output(), "imsd offers an agent release") {
+		t.Fatalf("the auto agent:\n%s", auto.proc.Output())
 	}
 
 	cli.Run(2, "agent", "update", "--release", v150) // neither an install nor a selector

@@ -3,9 +3,6 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -13,8 +10,6 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/byoc-dev/byoc/e2e/cluster"
-	"github.com/byoc-dev/byoc/imsd/server"
-	"github.com/byoc-dev/byoc/internal/ocicopy/ocitest"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
 
@@ -27,57 +22,15 @@ import (
 // shows it and imsd audits the halt and the canary's failure, with its
 // cause.
 func TestAgentRolloutCanaryThenRest(t *testing.T) {
-	skipShort(t)
-	ocitest.Need(t)
-	o := fast
-	o.Version = "v1.5.0"
-	ims := cluster.StartIMS(t, o)
-	cli := cluster.NewCLI(t, ims)
-	vendor := ocitest.StartRegistry(t, ocitest.RegistryOptions{})
-	repo := vendor.Host + "/byoc/agent"
-	key := filepath.Join(ims.DataDir, server.SigningKeyFileName)
-	builds := map[string]string{}
-	for _, v := range []string{"v1.4.0", "v1.5.0"} {
-		builds[v] = buildAgentVersion(t, v)
-	}
-	publish := func(version, build string) string {
-		t.Helper()
-		dist := t.TempDir()
-		copyFile(t, filepath.Join(builds[build], "agentd"), filepath.Join(dist, "agentd_"+runtime.GOOS+"_"+runtime.GOARCH))
-		copyFile(t, filepath.Join(builds[build], "byoc-plugins"), filepath.Join(dist, "byoc-plugins_"+runtime.GOOS+"_"+runtime.GOARCH))
-		var pub struct{ Reference string }
-		if err := json.Unmarshal([]byte(cli.Run(0, "agent", "publish", dist, "--version", version, "--to", repo, "--signing-key", key, "-o", "json")), &pub); err != nil {
-			t.Fatal(err)
-		}
-		return pub.Reference
-	}
-	good := publish("v1.5.0", "v1.5.0")
-	bad := publish("v1.5.1", "v1.5.0") // says v1.5.1, runs as v1.5.0
+	rig := startAgentRig(t, "v1.4.0", "v1.5.0")
+	ims, cli, agentOf := rig.ims, rig.cli, rig.agentOf
+	good := rig.publishBuild(t, "v1.5.0", "v1.5.0")
+	bad := rig.publishBuild(t, "v1.5.1", "v1.5.0") // says v1.5.1, runs as v1.5.0
 
 	names := []string{"a", "b", "c"}
 	agents := map[string]*cluster.AgentProc{}
 	for _, name := range names {
-		bin := t.TempDir()
-		copyFile(t, filepath.Join(builds["v1.4.0"], "agentd"), filepath.Join(bin, "agentd"))
-		copyFile(t, filepath.Join(builds["v1.4.0"], "byoc-plugins"), filepath.Join(bin, "byoc-plugins"))
-		_, token := cluster.NewInstall(t, ims.Admin(), "shop", name)
-		state := filepath.Join(t.TempDir(), "agent")
-		cmd := exec.Command(filepath.Join(bin, "agentd"), "update", "--state-dir", state, "policy", "--allow", ">=1.4 <2", "--window", "daily 00:00-24:00 UTC")
-		agents[name] = cluster.StartAgentBin(t, filepath.Join(bin, "agentd"), nil, ims.URL(), token, state)
-		cluster.Eventually(t, 60*time.Second, "agent "+name+" to connect", func() bool {
-			r, err := ims.Admin().GetInstall(context.Background(), connect.NewRequest(&imsv1.GetInstallRequest{IdOrName: name}))
-			return err == nil && r.Msg.Install.Agent.GetConnected()
-		})
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("agentd update policy: %v\n%s", err, out)
-		}
-	}
-	agentOf := func(name string) *imsv1.AgentStatus {
-		r, err := ims.Admin().GetInstall(context.Background(), connect.NewRequest(&imsv1.GetInstallRequest{IdOrName: name}))
-		if err != nil {
-			return nil
-		}
-		return r.Msg.Install.Agent
+		agents[name] = rig.startAgent(t, "v1.4.0", "shop", name, "--allow", ">=1.4 <2", "--window", "daily 00:00-24:00 UTC").proc
 	}
 	cluster.Eventually(t, 60*time.Second, "the agents to report their update policy", func() bool {
 		for _, n := range names {

@@ -69,7 +69,7 @@ var rpcAccess = map[string]string{
 	"GetTelemetry": "read@install",
 	// A support shell needs break-glass (support, admin) on the install,
 	// and on the agent's side a live grant that allows sessions.
-	"SupportShell":      "break-glass@install",
+	"SupportShell": "break-glass@install", "ListSupportRecordings": "break-glass@install", "GetSupportRecording": "break-glass@install",
 	"RequestBreakGlass": "break-glass@install", "ListBreakGlassGrants": "read@install", "GetBreakGlassPolicy": "read@install",
 	"ListAuditEvents": "read@install", "GetInstallStack": "read@install",
 	"CreateBuildAgentToken": "manage@all", "StartBuild": "manage@all", "ListBuilds": "read@any", "ListInstallImages": "read@install", "ListInstallArtifacts": "read@install",
@@ -91,8 +91,9 @@ var rolePerms = map[imsv1.Role][]string{
 type roleFixture struct {
 	ims   *cluster.IMS
 	admin imsv1connect.OperatorServiceClient
-	// per install: a job, a workflow and an action run
-	job, wf, run map[string]string
+	// per install: a job, a workflow, an action run and a kept support
+	// session recording
+	job, wf, run, rec map[string]string
 }
 
 func startRolesFixture(t *testing.T) *roleFixture {
@@ -107,7 +108,7 @@ func startRolesFixture(t *testing.T) *roleFixture {
 	if _, err := admin.PushAppRevision(ctx, connect.NewRequest(&imsv1.PushAppRevisionRequest{Files: files})); err != nil {
 		t.Fatal(err)
 	}
-	f := &roleFixture{ims: ims, admin: admin, job: map[string]string{}, wf: map[string]string{}, run: map[string]string{}}
+	f := &roleFixture{ims: ims, admin: admin, job: map[string]string{}, wf: map[string]string{}, run: map[string]string{}, rec: map[string]string{}}
 	for _, in := range []string{"acme", "globex"} {
 		wf, err := admin.StartWorkflow(ctx, connect.NewRequest(&imsv1.StartWorkflowRequest{Install: in, Kind: imsv1.WorkflowKind_WORKFLOW_KIND_PROVISION}))
 		if err != nil {
@@ -124,6 +125,8 @@ func startRolesFixture(t *testing.T) *roleFixture {
 			t.Fatal(err)
 		}
 		f.run[in] = run.Msg.Run.Id
+		f.rec[in] = "ses_" + in
+		keepRecording(t, ims, in, f.rec[in], false)
 	}
 	return f
 }
@@ -168,6 +171,8 @@ func (f *roleFixture) request(md protoreflect.MethodDescriptor, in string) proto
 				switch {
 				case strings.Contains(name, "ActionRun"):
 					v = f.run[in]
+				case strings.Contains(name, "SupportRecording"):
+					v = f.rec[in]
 				case strings.Contains(name, "Job"):
 					v = f.job[in]
 				default:

@@ -78,6 +78,11 @@ func (s *Service) ListInstalls(ctx context.Context, req *connect.Request[imsv1.L
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}
+	if !req.Msg.IncludeVendor && appID != store.VendorAppID {
+		// The vendor's build agent's install is listed only when asked
+		// for (install list --all, or --app _vendor).
+		ins = store.CustomerInstalls(ins)
+	}
 	ins = matchInstalls(ins, sel)
 	v, err := s.readView(ctx)
 	if err != nil {

@@ -34,6 +34,7 @@ func (s *Service) selectedInstalls(ctx context.Context, field, text string) ([]s
 	if err != nil {
 		return nil, err
 	}
+	ins = store.CustomerInstalls(ins)
 	ids := []string{}
 	for _, in := range ins {
 		if sel.Matches(in.Labels) {

@@ -42,6 +42,9 @@ const (
 	// whose id the field holds.
 	onJob
 	onWorkflow
+	// onSupportRecording needs it on the install of the support session
+	// whose kept recording the field names.
+	onSupportRecording
 	// onJobs needs it on the install of every jobs[i].
 	onJobs
 )
@@ -153,10 +156,15 @@ var rules = map[string]rule{
 	// the agent needs a live grant with sessions allowed besides.
 	imsv1connect.OperatorServiceSupportShellProcedure: {perm: access.BreakGlass, on: onInstall, field: "install", verb: "open support shells on", firstOnly: true},
 
-	imsv1connect.OperatorServiceRequestBreakGlassProcedure:    r(access.BreakGlass, onInstall, "install", "request break-glass on"),
-	imsv1connect.OperatorServiceListBreakGlassGrantsProcedure: r(access.Read, onInstallOrList, "install", "read"),
-	imsv1connect.OperatorServiceGetBreakGlassPolicyProcedure:  r(access.Read, onInstall, "install", "read"),
-	imsv1connect.OperatorServiceListAuditEventsProcedure:      r(access.Read, onInstallOrList, "install", "read the audit of"),
+	// A kept support session recording shows what was typed and seen
+	// under a break-glass grant: only those who may break glass on its
+	// install (support, admin) read it; operators and viewers not.
+	imsv1connect.OperatorServiceListSupportRecordingsProcedure: r(access.BreakGlass, onInstall, "install", "read support session recordings of"),
+	imsv1connect.OperatorServiceGetSupportRecordingProcedure:   r(access.BreakGlass, onSupportRecording, "id", "read support session recordings of"),
+	imsv1connect.OperatorServiceRequestBreakGlassProcedure:     r(access.BreakGlass, onInstall, "install", "request break-glass on"),
+	imsv1connect.OperatorServiceListBreakGlassGrantsProcedure:  r(access.Read, onInstallOrList, "install", "read"),
+	imsv1connect.OperatorServiceGetBreakGlassPolicyProcedure:   r(access.Read, onInstall, "install", "read"),
+	imsv1connect.OperatorServiceListAuditEventsProcedure:       r(access.Read, onInstallOrList, "install", "read the audit of"),
 
 	imsv1connect.OperatorServiceCreateBuildAgentTokenProcedure: r(access.Manage, onEverything, "", "enrol the build agent"),
 	imsv1connect.OperatorServiceStartBuildProcedure:            r(access.Manage, onEverything, "", "start builds"),
@@ -258,6 +266,16 @@ func check(ctx context.Context, st *store.Store, p access.Principal, procedure s
 			return notFoundAsDenied(err, p, ru, access.Target{Install: "of workflow " + id})
 		}
 		return checkInstall(ctx, st, p, ru, wf.InstallID)
+	case onSupportRecording:
+		id := stringField(msg, ru.field)
+		if p.Everywhere(ru.perm) {
+			return nil
+		}
+		rec, err := st.GetSessionRecording(ctx, id)
+		if err != nil {
+			return notFoundAsDenied(err, p, ru, access.Target{Install: "of support session " + id})
+		}
+		return checkInstall(ctx, st, p, ru, rec.InstallID)
 	case onJobs:
 		m, _ := msg.(*imsv1.EnqueueJobsRequest)
 		if p.Everywhere(ru.perm) {

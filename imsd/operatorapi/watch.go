@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/byoc-dev/byoc/imsd/errs"
+	"github.com/byoc-dev/byoc/imsd/store"
 	"github.com/byoc-dev/byoc/internal/labels"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
 )
@@ -98,7 +99,11 @@ func (s *Service) fleet(ctx context.Context, appID string, sel labels.Selector) 
 	}
 	out := make(map[string]*imsv1.InstallStatus, len(fs.Installs))
 	mask := s.inputMasker()
-	for _, in := range matchInstalls(fs.Installs, sel) {
+	ins := fs.Installs
+	if appID != store.VendorAppID {
+		ins = store.CustomerInstalls(ins) // the build agent's install is no customer's
+	}
+	for _, in := range matchInstalls(ins, sel) {
 		if !v.visible(in.ID) {
 			continue
 		}

@@ -76,6 +76,7 @@ func (e *Engine) CreateAgentRollout(ctx context.Context, req AgentRolloutRequest
 	if err != nil {
 		return store.Release{}, err
 	}
+	all = store.CustomerInstalls(all) // the build agent is offered releases by name alone
 	var installs []store.Install
 	apps := map[string]bool{}
 	for _, in := range all {

@@ -208,3 +208,33 @@ func TestAgentRolloutGroupBy(t *testing.T) {
 		t.Fatalf("installs %s", states(ins))
 	}
 }
+
+// The vendor's build agent's reserved install (_vendor) is no customer's:
+// an agent rollout of every install, or of a selector it matches, and the
+// installs a release selects leave it out.
+func TestRolloutsLeaveTheVendorInstallOut(t *testing.T) {
+	r := newRig(t, 2)
+	ctx := t.Context()
+	must(t, r.st.CreateBuildAgentToken(ctx, store.EnrollmentToken{Hash: "hbuild", ExpiresAt: r.now().Add(time.Hour), CreatedAt: r.now()}))
+	_, err := r.st.Enroll(ctx, "hbuild", store.Agent{ID: "agent_build", PublicKey: []byte("kbuild"), Build: true}, r.now())
+	must(t, err)
+	for _, sel := range []string{"", "!tier"} {
+		rel, err := r.e.CreateAgentRollout(ctx, AgentRolloutRequest{Release: goodRelease, Selector: sel, By: "ops"})
+		if err != nil {
+			t.Fatalf("agent rollout of %q: %v", sel, err)
+		}
+		_, ins := r.get(rel.ID)
+		if rel.AppID != "app_1" || states(ins) != "in00:0:pending in01:0:pending" {
+			t.Fatalf("agent rollout of %q: app %s, %s", sel, rel.AppID, states(ins))
+		}
+	}
+	for _, sel := range []string{"", "!tier"} {
+		ins, err := ByLabels{Store: r.st}.Installs(ctx, "", sel)
+		must(t, err)
+		for _, in := range ins {
+			if in.ID == store.VendorInstallID {
+				t.Fatalf("ByLabels(%q) selected the vendor install", sel)
+			}
+		}
+	}
+}

@@ -50,6 +50,7 @@ func (a ByLabels) Installs(ctx context.Context, appID, selector string) ([]store
 	if err != nil {
 		return nil, err
 	}
+	all = store.CustomerInstalls(all)
 	var out []store.Install
 	for _, in := range all {
 		if sel.Matches(in.Labels) {

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -20,7 +21,7 @@ import (
 const (
 	VendorInstallID   = "vendor"
 	VendorInstallName = "_vendor"
-	vendorAppID       = "vendor"
+	VendorAppID       = "vendor"
 	vendorAppName     = "_vendor"
 	// BuildType is the component type of build jobs (agentd's built-in,
 	// served only by the build agent).
@@ -41,15 +42,15 @@ func (s *Store) CreateBuildAgentToken(ctx context.Context, t EnrollmentToken) er
 		}
 		if n == 0 {
 			if _, err := tx.ExecContext(ctx, s.bind(`INSERT INTO apps (id, name, description, created_at) VALUES (?, ?, ?, ?)
-				ON CONFLICT (id) DO NOTHING`), vendorAppID, vendorAppName, "the vendor's build agent (reserved)", nanos(t.CreatedAt)); err != nil {
+				ON CONFLICT (id) DO NOTHING`), VendorAppID, vendorAppName, "the vendor's build agent (reserved)", nanos(t.CreatedAt)); err != nil {
 				return err
 			}
 			if _, err := tx.ExecContext(ctx, s.bind(`INSERT INTO installs (id, app_id, name, inputs, created_at) VALUES (?, ?, ?, '{}', ?)`),
-				VendorInstallID, vendorAppID, VendorInstallName, nanos(t.CreatedAt)); err != nil {
+				VendorInstallID, VendorAppID, VendorInstallName, nanos(t.CreatedAt)); err != nil {
 				return err
 			}
 			if err := s.Audit(ctx, tx, AuditEvent{Chain: VendorInstallID, At: t.CreatedAt, Kind: "install.created", Subject: "install:" + VendorInstallName,
-				Data: map[string]string{"app_id": vendorAppID, "role": "build"}}); err != nil {
+				Data: map[string]string{"app_id": VendorAppID, "role": "build"}}); err != nil {
 				return err
 			}
 		}
@@ -303,4 +304,14 @@ func (s *Store) SweepRegistryGrants(ctx context.Context, cutoff time.Time) error
 		_, err := tx.ExecContext(ctx, s.bind(`DELETE FROM registry_grants WHERE expires_at < ?`), nanos(cutoff))
 		return err
 	})
+}
+
+// IsVendor reports whether in is the vendor's build agent's reserved
+// install, which is no customer's.
+func (in Install) IsVendor() bool { return in.ID == VendorInstallID }
+
+// CustomerInstalls is ins without the vendor's reserved install: what
+// install lists, the fleet view and release targeting work on.
+func CustomerInstalls(ins []Install) []Install {
+	return slices.DeleteFunc(ins, Install.IsVendor)
 }

@@ -2,8 +2,12 @@ package store
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"strconv"
 	"time"
+
+	"github.com/byoc-dev/byoc/imsd/errs"
 )
 
 // SessionRecording is the vendor's copy of a support session's recording
@@ -29,4 +33,46 @@ func (s *Store) SaveSessionRecording(ctx context.Context, r SessionRecording) er
 		return s.Audit(ctx, tx, AuditEvent{Chain: r.InstallID, At: r.At, Kind: "support.session.recording_kept", Actor: "agent:" + r.AgentID,
 			Subject: r.SessionID, Data: map[string]string{"recording_sha256": r.SHA256, "recording_bytes": strconv.Itoa(len(r.Data))}})
 	})
+}
+
+type sessionRecordingRow struct {
+	SessionID string `db:"session_id"`
+	InstallID string `db:"install_id"`
+	AgentID   string `db:"agent_id"`
+	SHA256    string `db:"sha256"`
+	Data      []byte `db:"data"`
+	CreatedAt int64  `db:"created_at"`
+}
+
+func (r sessionRecordingRow) recording() SessionRecording {
+	return SessionRecording{SessionID: r.SessionID, InstallID: r.InstallID, AgentID: r.AgentID, SHA256: r.SHA256, Data: r.Data, At: fromNanos(r.CreatedAt)}
+}
+
+// ListSessionRecordings returns the recordings kept of install
+// installID's support sessions, oldest first.
+func (s *Store) ListSessionRecordings(ctx context.Context, installID string) ([]SessionRecording, error) {
+	var rows []sessionRecordingRow
+	if err := s.r.SelectContext(ctx, &rows, s.bind(`SELECT session_id, install_id, agent_id, sha256, data, created_at
+		FROM support_session_recordings WHERE install_id = ? ORDER BY created_at, session_id`), installID); err != nil {
+		return nil, err
+	}
+	out := make([]SessionRecording, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, r.recording())
+	}
+	return out, nil
+}
+
+// GetSessionRecording returns the recording kept of support session id.
+func (s *Store) GetSessionRecording(ctx context.Context, id string) (SessionRecording, error) {
+	var r sessionRecordingRow
+	err := s.r.GetContext(ctx, &r, s.bind(`SELECT session_id, install_id, agent_id, sha256, data, created_at
+		FROM support_session_recordings WHERE session_id = ?`), id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return SessionRecording{}, errs.E(errs.NotFound, "no recording of support session %q is kept (byoc support recordings INSTALL)", id)
+	}
+	if err != nil {
+		return SessionRecording{}, err
+	}
+	return r.recording(), nil
 }

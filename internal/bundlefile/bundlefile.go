@@ -16,6 +16,7 @@ package bundlefile
 
 import (
 	"archive/tar"
+	"bufio"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -132,6 +133,36 @@ func Scan(dir string) ([]File, error) {
 	})
 	slices.SortFunc(out, func(a, b File) int { return strings.Compare(a.Path, b.Path) })
 	return out, err
+}
+
+// WriteFile writes the tar Write makes to the file out (created with
+// perm, before the umask), whole or not at all: it is written to
+// out.partial, synced and renamed into place; on an error nothing is
+// left at out.partial and out is as it was.
+func WriteFile(out string, perm os.FileMode, dir string, manifest []byte, sig Signature) error {
+	tmp := out + ".partial"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriterSize(f, 1<<20)
+	err = Write(w, dir, manifest, sig)
+	if err == nil {
+		err = w.Flush()
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, out)
+	}
+	if err != nil {
+		os.Remove(tmp)
+	}
+	return err
 }
 
 // Write writes the tar of dir's files as manifest lists them, with

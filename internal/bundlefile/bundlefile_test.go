@@ -164,3 +164,47 @@ func TestOpenStreams(t *testing.T) {
 		t.Fatalf("tampered unpacked file: %v", err)
 	}
 }
+
+// WriteFile writes the same tar as Write, with the mode asked for, and
+// leaves nothing (neither the file nor its .partial) when a file changed
+// since it was scanned.
+func TestWriteFileWholeOrNothing(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "results.json"), []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	files, err := bundlefile.Scan(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := json.Marshal(bundlefile.Manifest{Format: bundlefile.Format, Kind: bundlefile.KindResults, ID: "bdl_1", Files: files})
+	sig := bundlefile.Signature{KeyID: "k", Signature: []byte("s")}
+	var want bytes.Buffer
+	if err := bundlefile.Write(&want, dir, raw, sig); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "results.tar")
+	if err := bundlefile.WriteFile(out, 0o600, dir, raw, sig); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(out)
+	if err != nil || !bytes.Equal(got, want.Bytes()) {
+		t.Fatalf("WriteFile wrote %d bytes (%v), Write %d", len(got), err, want.Len())
+	}
+	if fi, _ := os.Stat(out); fi.Mode().Perm() != 0o600 {
+		t.Fatalf("mode %v", fi.Mode())
+	}
+
+	if err := os.WriteFile(filepath.Join(dir, "results.json"), []byte("{\"changed\":1}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out2 := filepath.Join(t.TempDir(), "results.tar")
+	if err := bundlefile.WriteFile(out2, 0o600, dir, raw, sig); err == nil || !strings.Contains(err.Error(), "results.json") {
+		t.Fatalf("changed file: %v", err)
+	}
+	for _, p := range []string{out2, out2 + ".partial"} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Fatalf("%s left behind: %v", p, err)
+		}
+	}
+}

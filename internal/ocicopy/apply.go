@@ -119,7 +119,7 @@ func (p *Plan) ApplyManifests(ctx context.Context, opts Options, res *Result) er
 		err := p.Dst.Push(ctx, n.Descriptor, bytes.NewReader(n.raw))
 		if n.Tag != "" && (err == nil || errors.Is(err, errdef.ErrAlreadyExists)) {
 			if terr := p.Dst.Tag(ctx, n.Descriptor, n.Tag); terr != nil {
-				return res, sideError(Destination, p.Dst, "tag "+n.Tag+" in", terr)
+				return sideError(Destination, p.Dst, "tag "+n.Tag+" in", terr)
 			}
 		}
 		if errors.Is(err, errdef.ErrAlreadyExists) {

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"archive/tar"
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -184,27 +183,7 @@ out every blob of the images that bundle's succeeded jobs loaded.`,
 			if err != nil {
 				return c.wrap(err)
 			}
-			tmp := out + ".partial"
-			f, err := os.Create(tmp)
-			if err != nil {
-				return err
-			}
-			w := bufio.NewWriterSize(f, 1<<20)
-			err = bundlefile.Write(w, work, raw, bundlefile.Signature{KeyID: sig.Msg.GetKeyId(), Signature: sig.Msg.GetSignature()})
-			if err == nil {
-				err = w.Flush()
-			}
-			if err == nil {
-				err = f.Sync()
-			}
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-			if err == nil {
-				err = os.Rename(tmp, out)
-			}
-			if err != nil {
-				os.Remove(tmp)
+			if err := bundlefile.WriteFile(out, 0o666, work, raw, bundlefile.Signature{KeyID: sig.Msg.GetKeyId(), Signature: sig.Msg.GetSignature()}); err != nil {
 				return err
 			}
 			fi, _ := os.Stat(out)

@@ -155,9 +155,9 @@ func (a *app) installRow(ins *imsv1.Install, appNames map[string]string, now tim
 
 func (a *app) installListCommand() *cobra.Command {
 	var appName, selector string
-	var watch bool
+	var watch, all bool
 	cmd := &cobra.Command{
-		Use:     "list [--app APP] [-l SELECTOR] [--show-labels] [--watch]",
+		Use:     "list [--app APP] [-l SELECTOR] [--show-labels] [--all] [--watch]",
 		Aliases: []string{"ls"},
 		Short:   "List installs and whether their agents are connected",
 		Args:    noArgs,
@@ -167,9 +167,12 @@ func (a *app) installListCommand() *cobra.Command {
 				return err
 			}
 			if watch {
+				if all {
+					return &usageError{"byoc install list: --all lists once; watch the build agent's install with --app _vendor --watch"}
+				}
 				return a.watchInstalls(cmd.Context(), c, appName, selector)
 			}
-			res, err := c.ListInstalls(cmd.Context(), connect.NewRequest(&imsv1.ListInstallsRequest{App: appName, Selector: selector}))
+			res, err := c.ListInstalls(cmd.Context(), connect.NewRequest(&imsv1.ListInstallsRequest{App: appName, Selector: selector, IncludeVendor: all}))
 			if err != nil {
 				return withFlags(c.wrap(err), fieldFlag{"selector", "--selector"})
 			}
@@ -198,6 +201,7 @@ func (a *app) installListCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&appName, "app", "", "only installs of this app (name or id)")
+	cmd.Flags().BoolVar(&all, "all", false, "also list the vendor's build agent's reserved install (_vendor), left out otherwise")
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "after the list, print each install again as it changes (its agent, state, health) until Ctrl-C")
 	selectorFlag(cmd, &selector, "installs")
 	cmd.Flags().BoolVar(&a.showLabels, "show-labels", false, "add a LABELS column (-o wide has it too)")

@@ -11,7 +11,8 @@ import (
 
 // supportCommand groups the support engineer's interactive tools.
 func (a *app) supportCommand() *cobra.Command {
-	return group("support", "Interactive support in an install (a shell under a break-glass grant)", a.supportShellCommand())
+	return group("support", "Interactive support in an install (a shell under a break-glass grant) and its kept recordings",
+		a.supportShellCommand(), a.supportRecordingsCommand(), a.supportPlayCommand())
 }
 
 func (a *app) supportShellCommand() *cobra.Command {

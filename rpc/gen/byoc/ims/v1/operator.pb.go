@@ -2412,7 +2412,11 @@ type ListInstallsRequest struct {
 	// selector keeps the installs whose labels match a label selector in
 	// kubectl's syntax ("tier=canary,region in (eu,us),!legacy"); empty
 	// keeps all.
-	Selector      string `protobuf:"bytes,2,opt,name=selector,proto3" json:"selector,omitempty"`
+	Selector string `protobuf:"bytes,2,opt,name=selector,proto3" json:"selector,omitempty"`
+	// include_vendor also lists the vendor's build agent's reserved
+	// install (_vendor), which is no customer's and is left out otherwise
+	// (unless app names its app, _vendor).
+	IncludeVendor bool `protobuf:"varint,3,opt,name=include_vendor,json=includeVendor,proto3" json:"include_vendor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2459,6 +2463,13 @@ func (x *ListInstallsRequest) GetSelector() string {
 		return x.Selector
 	}
 	return ""
+}
+
+func (x *ListInstallsRequest) GetIncludeVendor() bool {
+	if x != nil {
+		return x.IncludeVendor
+	}
+	return false
 }
 
 type ListInstallsResponse struct {
@@ -9049,6 +9060,298 @@ func (x *RunDebugCommandResponse) GetArgs() map[string]string {
 
 // SupportShellRequest is one message of byoc support shell. The access
 // rule applies to the first message, which must set install and open.
+type SupportRecording struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// session_id is the support session's id (byoc support play ID).
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	InstallId string `protobuf:"bytes,2,opt,name=install_id,json=installId,proto3" json:"install_id,omitempty"`
+	AgentId   string `protobuf:"bytes,3,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	// operator is who ran the session, as the agent's recording names it.
+	Operator string `protobuf:"bytes,4,opt,name=operator,proto3" json:"operator,omitempty"`
+	// start_time is the recording's start; end_time its last event.
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	EndTime   *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	// size is the recording's length in bytes.
+	Size int64 `protobuf:"varint,7,opt,name=size,proto3" json:"size,omitempty"`
+	// sha256 is the hex SHA-256 imsd computed when it kept the recording.
+	Sha256        string `protobuf:"bytes,8,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SupportRecording) Reset() {
+	*x = SupportRecording{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[130]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SupportRecording) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SupportRecording) ProtoMessage() {}
+
+func (x *SupportRecording) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[130]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SupportRecording.ProtoReflect.Descriptor instead.
+func (*SupportRecording) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{130}
+}
+
+func (x *SupportRecording) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SupportRecording) GetInstallId() string {
+	if x != nil {
+		return x.InstallId
+	}
+	return ""
+}
+
+func (x *SupportRecording) GetAgentId() string {
+	if x != nil {
+		return x.AgentId
+	}
+	return ""
+}
+
+func (x *SupportRecording) GetOperator() string {
+	if x != nil {
+		return x.Operator
+	}
+	return ""
+}
+
+func (x *SupportRecording) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *SupportRecording) GetEndTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndTime
+	}
+	return nil
+}
+
+func (x *SupportRecording) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *SupportRecording) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+type ListSupportRecordingsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// install is the install id or name.
+	Install       string `protobuf:"bytes,1,opt,name=install,proto3" json:"install,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSupportRecordingsRequest) Reset() {
+	*x = ListSupportRecordingsRequest{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[131]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSupportRecordingsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSupportRecordingsRequest) ProtoMessage() {}
+
+func (x *ListSupportRecordingsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[131]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSupportRecordingsRequest.ProtoReflect.Descriptor instead.
+func (*ListSupportRecordingsRequest) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{131}
+}
+
+func (x *ListSupportRecordingsRequest) GetInstall() string {
+	if x != nil {
+		return x.Install
+	}
+	return ""
+}
+
+type ListSupportRecordingsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Recordings    []*SupportRecording    `protobuf:"bytes,1,rep,name=recordings,proto3" json:"recordings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSupportRecordingsResponse) Reset() {
+	*x = ListSupportRecordingsResponse{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[132]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSupportRecordingsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSupportRecordingsResponse) ProtoMessage() {}
+
+func (x *ListSupportRecordingsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[132]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSupportRecordingsResponse.ProtoReflect.Descriptor instead.
+func (*ListSupportRecordingsResponse) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{132}
+}
+
+func (x *ListSupportRecordingsResponse) GetRecordings() []*SupportRecording {
+	if x != nil {
+		return x.Recordings
+	}
+	return nil
+}
+
+type GetSupportRecordingRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the support session's id.
+	Id            string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSupportRecordingRequest) Reset() {
+	*x = GetSupportRecordingRequest{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[133]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSupportRecordingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSupportRecordingRequest) ProtoMessage() {}
+
+func (x *GetSupportRecordingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[133]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSupportRecordingRequest.ProtoReflect.Descriptor instead.
+func (*GetSupportRecordingRequest) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{133}
+}
+
+func (x *GetSupportRecordingRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type GetSupportRecordingResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Recording *SupportRecording      `protobuf:"bytes,1,opt,name=recording,proto3" json:"recording,omitempty"`
+	// data is the recording, asciicast v2, as kept.
+	Data          []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSupportRecordingResponse) Reset() {
+	*x = GetSupportRecordingResponse{}
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[134]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSupportRecordingResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSupportRecordingResponse) ProtoMessage() {}
+
+func (x *GetSupportRecordingResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[134]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSupportRecordingResponse.ProtoReflect.Descriptor instead.
+func (*GetSupportRecordingResponse) Descriptor() ([]byte, []int) {
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{134}
+}
+
+func (x *GetSupportRecordingResponse) GetRecording() *SupportRecording {
+	if x != nil {
+		return x.Recording
+	}
+	return nil
+}
+
+func (x *GetSupportRecordingResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
 type SupportShellRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// install is the install's id or name.
@@ -9066,7 +9369,7 @@ type SupportShellRequest struct {
 
 func (x *SupportShellRequest) Reset() {
 	*x = SupportShellRequest{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[130]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[135]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9078,7 +9381,7 @@ func (x *SupportShellRequest) String() string {
 func (*SupportShellRequest) ProtoMessage() {}
 
 func (x *SupportShellRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[130]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[135]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9091,7 +9394,7 @@ func (x *SupportShellRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SupportShellRequest.ProtoReflect.Descriptor instead.
 func (*SupportShellRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{130}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{135}
 }
 
 func (x *SupportShellRequest) GetInstall() string {
@@ -9143,7 +9446,7 @@ type SupportShellOpen struct {
 
 func (x *SupportShellOpen) Reset() {
 	*x = SupportShellOpen{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[131]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[136]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9155,7 +9458,7 @@ func (x *SupportShellOpen) String() string {
 func (*SupportShellOpen) ProtoMessage() {}
 
 func (x *SupportShellOpen) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[131]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[136]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9168,7 +9471,7 @@ func (x *SupportShellOpen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SupportShellOpen.ProtoReflect.Descriptor instead.
 func (*SupportShellOpen) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{131}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{136}
 }
 
 func (x *SupportShellOpen) GetComponent() string {
@@ -9210,7 +9513,7 @@ type TerminalSize struct {
 
 func (x *TerminalSize) Reset() {
 	*x = TerminalSize{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[132]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[137]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9222,7 +9525,7 @@ func (x *TerminalSize) String() string {
 func (*TerminalSize) ProtoMessage() {}
 
 func (x *TerminalSize) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[132]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[137]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9235,7 +9538,7 @@ func (x *TerminalSize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminalSize.ProtoReflect.Descriptor instead.
 func (*TerminalSize) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{132}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{137}
 }
 
 func (x *TerminalSize) GetRows() uint32 {
@@ -9266,7 +9569,7 @@ type SupportShellResponse struct {
 
 func (x *SupportShellResponse) Reset() {
 	*x = SupportShellResponse{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[133]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[138]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9278,7 +9581,7 @@ func (x *SupportShellResponse) String() string {
 func (*SupportShellResponse) ProtoMessage() {}
 
 func (x *SupportShellResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[133]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[138]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9291,7 +9594,7 @@ func (x *SupportShellResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SupportShellResponse.ProtoReflect.Descriptor instead.
 func (*SupportShellResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{133}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{138}
 }
 
 func (x *SupportShellResponse) GetSessionId() string {
@@ -9332,7 +9635,7 @@ type SupportShellStarted struct {
 
 func (x *SupportShellStarted) Reset() {
 	*x = SupportShellStarted{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[134]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[139]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9344,7 +9647,7 @@ func (x *SupportShellStarted) String() string {
 func (*SupportShellStarted) ProtoMessage() {}
 
 func (x *SupportShellStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[134]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[139]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9357,7 +9660,7 @@ func (x *SupportShellStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SupportShellStarted.ProtoReflect.Descriptor instead.
 func (*SupportShellStarted) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{134}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{139}
 }
 
 func (x *SupportShellStarted) GetGrantId() string {
@@ -9389,7 +9692,7 @@ type SupportShellEnded struct {
 
 func (x *SupportShellEnded) Reset() {
 	*x = SupportShellEnded{}
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[135]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[140]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9401,7 +9704,7 @@ func (x *SupportShellEnded) String() string {
 func (*SupportShellEnded) ProtoMessage() {}
 
 func (x *SupportShellEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_ims_v1_operator_proto_msgTypes[135]
+	mi := &file_byoc_ims_v1_operator_proto_msgTypes[140]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9414,7 +9717,7 @@ func (x *SupportShellEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SupportShellEnded.ProtoReflect.Descriptor instead.
 func (*SupportShellEnded) Descriptor() ([]byte, []int) {
-	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{135}
+	return file_byoc_ims_v1_operator_proto_rawDescGZIP(), []int{140}
 }
 
 func (x *SupportShellEnded) GetReason() string {
@@ -9657,10 +9960,11 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x0fEnrollmentToken\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12;\n" +
 	"\vexpire_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"expireTime\"C\n" +
+	"expireTime\"j\n" +
 	"\x13ListInstallsRequest\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x1a\n" +
-	"\bselector\x18\x02 \x01(\tR\bselector\"H\n" +
+	"\bselector\x18\x02 \x01(\tR\bselector\x12%\n" +
+	"\x0einclude_vendor\x18\x03 \x01(\bR\rincludeVendor\"H\n" +
 	"\x14ListInstallsResponse\x120\n" +
 	"\binstalls\x18\x01 \x03(\v2\x14.byoc.ims.v1.InstallR\binstalls\"1\n" +
 	"\x11GetInstallRequest\x12\x1c\n" +
@@ -10173,7 +10477,30 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x04args\x18\x02 \x03(\v2..byoc.ims.v1.RunDebugCommandResponse.ArgsEntryR\x04args\x1a7\n" +
 	"\tArgsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc1\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa5\x02\n" +
+	"\x10SupportRecording\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1d\n" +
+	"\n" +
+	"install_id\x18\x02 \x01(\tR\tinstallId\x12\x19\n" +
+	"\bagent_id\x18\x03 \x01(\tR\aagentId\x12\x1a\n" +
+	"\boperator\x18\x04 \x01(\tR\boperator\x129\n" +
+	"\n" +
+	"start_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
+	"\bend_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12\x12\n" +
+	"\x04size\x18\a \x01(\x03R\x04size\x12\x16\n" +
+	"\x06sha256\x18\b \x01(\tR\x06sha256\"8\n" +
+	"\x1cListSupportRecordingsRequest\x12\x18\n" +
+	"\ainstall\x18\x01 \x01(\tR\ainstall\"^\n" +
+	"\x1dListSupportRecordingsResponse\x12=\n" +
+	"\n" +
+	"recordings\x18\x01 \x03(\v2\x1d.byoc.ims.v1.SupportRecordingR\n" +
+	"recordings\",\n" +
+	"\x1aGetSupportRecordingRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"n\n" +
+	"\x1bGetSupportRecordingResponse\x12;\n" +
+	"\trecording\x18\x01 \x01(\v2\x1d.byoc.ims.v1.SupportRecordingR\trecording\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"\xc1\x01\n" +
 	"\x13SupportShellRequest\x12\x18\n" +
 	"\ainstall\x18\x01 \x01(\tR\ainstall\x121\n" +
 	"\x04open\x18\x02 \x01(\v2\x1d.byoc.ims.v1.SupportShellOpenR\x04open\x12\x14\n" +
@@ -10224,7 +10551,7 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x16LOG_STREAM_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11LOG_STREAM_STDOUT\x10\x01\x12\x15\n" +
 	"\x11LOG_STREAM_STDERR\x10\x02\x12\x15\n" +
-	"\x11LOG_STREAM_SYSTEM\x10\x032\xd21\n" +
+	"\x11LOG_STREAM_SYSTEM\x10\x032\xac3\n" +
 	"\x0fOperatorService\x12A\n" +
 	"\x06WhoAmI\x12\x1a.byoc.ims.v1.WhoAmIRequest\x1a\x1b.byoc.ims.v1.WhoAmIResponse\x12P\n" +
 	"\vCheckAccess\x12\x1f.byoc.ims.v1.CheckAccessRequest\x1a .byoc.ims.v1.CheckAccessResponse\x12Y\n" +
@@ -10284,7 +10611,9 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x11ListDebugCommands\x12%.byoc.ims.v1.ListDebugCommandsRequest\x1a&.byoc.ims.v1.ListDebugCommandsResponse\x12\\\n" +
 	"\x0fRunDebugCommand\x12#.byoc.ims.v1.RunDebugCommandRequest\x1a$.byoc.ims.v1.RunDebugCommandResponse\x12S\n" +
 	"\fGetTelemetry\x12 .byoc.ims.v1.GetTelemetryRequest\x1a!.byoc.ims.v1.GetTelemetryResponse\x12W\n" +
-	"\fSupportShell\x12 .byoc.ims.v1.SupportShellRequest\x1a!.byoc.ims.v1.SupportShellResponse(\x010\x01\x12Y\n" +
+	"\fSupportShell\x12 .byoc.ims.v1.SupportShellRequest\x1a!.byoc.ims.v1.SupportShellResponse(\x010\x01\x12n\n" +
+	"\x15ListSupportRecordings\x12).byoc.ims.v1.ListSupportRecordingsRequest\x1a*.byoc.ims.v1.ListSupportRecordingsResponse\x12h\n" +
+	"\x13GetSupportRecording\x12'.byoc.ims.v1.GetSupportRecordingRequest\x1a(.byoc.ims.v1.GetSupportRecordingResponse\x12Y\n" +
 	"\x0eListActionRuns\x12\".byoc.ims.v1.ListActionRunsRequest\x1a#.byoc.ims.v1.ListActionRunsResponse\x12S\n" +
 	"\fGetActionRun\x12 .byoc.ims.v1.GetActionRunRequest\x1a!.byoc.ims.v1.GetActionRunResponse\x12b\n" +
 	"\x11RequestBreakGlass\x12%.byoc.ims.v1.RequestBreakGlassRequest\x1a&.byoc.ims.v1.RequestBreakGlassResponse\x12k\n" +
@@ -10318,7 +10647,7 @@ func file_byoc_ims_v1_operator_proto_rawDescGZIP() []byte {
 }
 
 var file_byoc_ims_v1_operator_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_byoc_ims_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 148)
+var file_byoc_ims_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 153)
 var file_byoc_ims_v1_operator_proto_goTypes = []any{
 	(Role)(0),                             // 0: byoc.ims.v1.Role
 	(JobState)(0),                         // 1: byoc.ims.v1.JobState
@@ -10453,169 +10782,174 @@ var file_byoc_ims_v1_operator_proto_goTypes = []any{
 	(*DebugArg)(nil),                      // 130: byoc.ims.v1.DebugArg
 	(*RunDebugCommandRequest)(nil),        // 131: byoc.ims.v1.RunDebugCommandRequest
 	(*RunDebugCommandResponse)(nil),       // 132: byoc.ims.v1.RunDebugCommandResponse
-	(*SupportShellRequest)(nil),           // 133: byoc.ims.v1.SupportShellRequest
-	(*SupportShellOpen)(nil),              // 134: byoc.ims.v1.SupportShellOpen
-	(*TerminalSize)(nil),                  // 135: byoc.ims.v1.TerminalSize
-	(*SupportShellResponse)(nil),          // 136: byoc.ims.v1.SupportShellResponse
-	(*SupportShellStarted)(nil),           // 137: byoc.ims.v1.SupportShellStarted
-	(*SupportShellEnded)(nil),             // 138: byoc.ims.v1.SupportShellEnded
-	nil,                                   // 139: byoc.ims.v1.StackReport.InputsEntry
-	nil,                                   // 140: byoc.ims.v1.StackReport.OutputsEntry
-	nil,                                   // 141: byoc.ims.v1.Install.InputsEntry
-	nil,                                   // 142: byoc.ims.v1.Install.LabelsEntry
-	nil,                                   // 143: byoc.ims.v1.InstallSettings.OverridesEntry
-	nil,                                   // 144: byoc.ims.v1.CreateInstallRequest.InputsEntry
-	nil,                                   // 145: byoc.ims.v1.CreateInstallRequest.LabelsEntry
-	nil,                                   // 146: byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
-	nil,                                   // 147: byoc.ims.v1.LabelInstallRequest.SetEntry
-	nil,                                   // 148: byoc.ims.v1.Job.OutputsEntry
-	nil,                                   // 149: byoc.ims.v1.RunDebugCommandRequest.ArgsEntry
-	nil,                                   // 150: byoc.ims.v1.RunDebugCommandResponse.ArgsEntry
-	(*timestamppb.Timestamp)(nil),         // 151: google.protobuf.Timestamp
-	(*InstallHealth)(nil),                 // 152: byoc.ims.v1.InstallHealth
-	(*Workflow)(nil),                      // 153: byoc.ims.v1.Workflow
-	(*structpb.Struct)(nil),               // 154: google.protobuf.Struct
-	(*structpb.Value)(nil),                // 155: google.protobuf.Value
-	(WorkflowState)(0),                    // 156: byoc.ims.v1.WorkflowState
-	(*PlanInstallRequest)(nil),            // 157: byoc.ims.v1.PlanInstallRequest
-	(*StartWorkflowRequest)(nil),          // 158: byoc.ims.v1.StartWorkflowRequest
-	(*ListWorkflowsRequest)(nil),          // 159: byoc.ims.v1.ListWorkflowsRequest
-	(*GetWorkflowRequest)(nil),            // 160: byoc.ims.v1.GetWorkflowRequest
-	(*ApproveWorkflowRequest)(nil),        // 161: byoc.ims.v1.ApproveWorkflowRequest
-	(*CancelWorkflowRequest)(nil),         // 162: byoc.ims.v1.CancelWorkflowRequest
-	(*RetryWorkflowStepRequest)(nil),      // 163: byoc.ims.v1.RetryWorkflowStepRequest
-	(*CreateReleaseRequest)(nil),          // 164: byoc.ims.v1.CreateReleaseRequest
-	(*ListReleasesRequest)(nil),           // 165: byoc.ims.v1.ListReleasesRequest
-	(*GetReleaseRequest)(nil),             // 166: byoc.ims.v1.GetReleaseRequest
-	(*ApproveReleaseRequest)(nil),         // 167: byoc.ims.v1.ApproveReleaseRequest
-	(*PauseReleaseRequest)(nil),           // 168: byoc.ims.v1.PauseReleaseRequest
-	(*ResumeReleaseRequest)(nil),          // 169: byoc.ims.v1.ResumeReleaseRequest
-	(*CancelReleaseRequest)(nil),          // 170: byoc.ims.v1.CancelReleaseRequest
-	(*RetryReleaseRequest)(nil),           // 171: byoc.ims.v1.RetryReleaseRequest
-	(*RollbackReleaseRequest)(nil),        // 172: byoc.ims.v1.RollbackReleaseRequest
-	(*ListActionsRequest)(nil),            // 173: byoc.ims.v1.ListActionsRequest
-	(*StartActionRunRequest)(nil),         // 174: byoc.ims.v1.StartActionRunRequest
-	(*GetTelemetryRequest)(nil),           // 175: byoc.ims.v1.GetTelemetryRequest
-	(*ListActionRunsRequest)(nil),         // 176: byoc.ims.v1.ListActionRunsRequest
-	(*GetActionRunRequest)(nil),           // 177: byoc.ims.v1.GetActionRunRequest
-	(*ListAuditEventsRequest)(nil),        // 178: byoc.ims.v1.ListAuditEventsRequest
-	(*PlanInstallResponse)(nil),           // 179: byoc.ims.v1.PlanInstallResponse
-	(*StartWorkflowResponse)(nil),         // 180: byoc.ims.v1.StartWorkflowResponse
-	(*ListWorkflowsResponse)(nil),         // 181: byoc.ims.v1.ListWorkflowsResponse
-	(*GetWorkflowResponse)(nil),           // 182: byoc.ims.v1.GetWorkflowResponse
-	(*ApproveWorkflowResponse)(nil),       // 183: byoc.ims.v1.ApproveWorkflowResponse
-	(*CancelWorkflowResponse)(nil),        // 184: byoc.ims.v1.CancelWorkflowResponse
-	(*RetryWorkflowStepResponse)(nil),     // 185: byoc.ims.v1.RetryWorkflowStepResponse
-	(*CreateReleaseResponse)(nil),         // 186: byoc.ims.v1.CreateReleaseResponse
-	(*ListReleasesResponse)(nil),          // 187: byoc.ims.v1.ListReleasesResponse
-	(*GetReleaseResponse)(nil),            // 188: byoc.ims.v1.GetReleaseResponse
-	(*ApproveReleaseResponse)(nil),        // 189: byoc.ims.v1.ApproveReleaseResponse
-	(*PauseReleaseResponse)(nil),          // 190: byoc.ims.v1.PauseReleaseResponse
-	(*ResumeReleaseResponse)(nil),         // 191: byoc.ims.v1.ResumeReleaseResponse
-	(*CancelReleaseResponse)(nil),         // 192: byoc.ims.v1.CancelReleaseResponse
-	(*RetryReleaseResponse)(nil),          // 193: byoc.ims.v1.RetryReleaseResponse
-	(*RollbackReleaseResponse)(nil),       // 194: byoc.ims.v1.RollbackReleaseResponse
-	(*ListActionsResponse)(nil),           // 195: byoc.ims.v1.ListActionsResponse
-	(*StartActionRunResponse)(nil),        // 196: byoc.ims.v1.StartActionRunResponse
-	(*GetTelemetryResponse)(nil),          // 197: byoc.ims.v1.GetTelemetryResponse
-	(*ListActionRunsResponse)(nil),        // 198: byoc.ims.v1.ListActionRunsResponse
-	(*GetActionRunResponse)(nil),          // 199: byoc.ims.v1.GetActionRunResponse
-	(*ListAuditEventsResponse)(nil),       // 200: byoc.ims.v1.ListAuditEventsResponse
+	(*SupportRecording)(nil),              // 133: byoc.ims.v1.SupportRecording
+	(*ListSupportRecordingsRequest)(nil),  // 134: byoc.ims.v1.ListSupportRecordingsRequest
+	(*ListSupportRecordingsResponse)(nil), // 135: byoc.ims.v1.ListSupportRecordingsResponse
+	(*GetSupportRecordingRequest)(nil),    // 136: byoc.ims.v1.GetSupportRecordingRequest
+	(*GetSupportRecordingResponse)(nil),   // 137: byoc.ims.v1.GetSupportRecordingResponse
+	(*SupportShellRequest)(nil),           // 138: byoc.ims.v1.SupportShellRequest
+	(*SupportShellOpen)(nil),              // 139: byoc.ims.v1.SupportShellOpen
+	(*TerminalSize)(nil),                  // 140: byoc.ims.v1.TerminalSize
+	(*SupportShellResponse)(nil),          // 141: byoc.ims.v1.SupportShellResponse
+	(*SupportShellStarted)(nil),           // 142: byoc.ims.v1.SupportShellStarted
+	(*SupportShellEnded)(nil),             // 143: byoc.ims.v1.SupportShellEnded
+	nil,                                   // 144: byoc.ims.v1.StackReport.InputsEntry
+	nil,                                   // 145: byoc.ims.v1.StackReport.OutputsEntry
+	nil,                                   // 146: byoc.ims.v1.Install.InputsEntry
+	nil,                                   // 147: byoc.ims.v1.Install.LabelsEntry
+	nil,                                   // 148: byoc.ims.v1.InstallSettings.OverridesEntry
+	nil,                                   // 149: byoc.ims.v1.CreateInstallRequest.InputsEntry
+	nil,                                   // 150: byoc.ims.v1.CreateInstallRequest.LabelsEntry
+	nil,                                   // 151: byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
+	nil,                                   // 152: byoc.ims.v1.LabelInstallRequest.SetEntry
+	nil,                                   // 153: byoc.ims.v1.Job.OutputsEntry
+	nil,                                   // 154: byoc.ims.v1.RunDebugCommandRequest.ArgsEntry
+	nil,                                   // 155: byoc.ims.v1.RunDebugCommandResponse.ArgsEntry
+	(*timestamppb.Timestamp)(nil),         // 156: google.protobuf.Timestamp
+	(*InstallHealth)(nil),                 // 157: byoc.ims.v1.InstallHealth
+	(*Workflow)(nil),                      // 158: byoc.ims.v1.Workflow
+	(*structpb.Struct)(nil),               // 159: google.protobuf.Struct
+	(*structpb.Value)(nil),                // 160: google.protobuf.Value
+	(WorkflowState)(0),                    // 161: byoc.ims.v1.WorkflowState
+	(*PlanInstallRequest)(nil),            // 162: byoc.ims.v1.PlanInstallRequest
+	(*StartWorkflowRequest)(nil),          // 163: byoc.ims.v1.StartWorkflowRequest
+	(*ListWorkflowsRequest)(nil),          // 164: byoc.ims.v1.ListWorkflowsRequest
+	(*GetWorkflowRequest)(nil),            // 165: byoc.ims.v1.GetWorkflowRequest
+	(*ApproveWorkflowRequest)(nil),        // 166: byoc.ims.v1.ApproveWorkflowRequest
+	(*CancelWorkflowRequest)(nil),         // 167: byoc.ims.v1.CancelWorkflowRequest
+	(*RetryWorkflowStepRequest)(nil),      // 168: byoc.ims.v1.RetryWorkflowStepRequest
+	(*CreateReleaseRequest)(nil),          // 169: byoc.ims.v1.CreateReleaseRequest
+	(*ListReleasesRequest)(nil),           // 170: byoc.ims.v1.ListReleasesRequest
+	(*GetReleaseRequest)(nil),             // 171: byoc.ims.v1.GetReleaseRequest
+	(*ApproveReleaseRequest)(nil),         // 172: byoc.ims.v1.ApproveReleaseRequest
+	(*PauseReleaseRequest)(nil),           // 173: byoc.ims.v1.PauseReleaseRequest
+	(*ResumeReleaseRequest)(nil),          // 174: byoc.ims.v1.ResumeReleaseRequest
+	(*CancelReleaseRequest)(nil),          // 175: byoc.ims.v1.CancelReleaseRequest
+	(*RetryReleaseRequest)(nil),           // 176: byoc.ims.v1.RetryReleaseRequest
+	(*RollbackReleaseRequest)(nil),        // 177: byoc.ims.v1.RollbackReleaseRequest
+	(*ListActionsRequest)(nil),            // 178: byoc.ims.v1.ListActionsRequest
+	(*StartActionRunRequest)(nil),         // 179: byoc.ims.v1.StartActionRunRequest
+	(*GetTelemetryRequest)(nil),           // 180: byoc.ims.v1.GetTelemetryRequest
+	(*ListActionRunsRequest)(nil),         // 181: byoc.ims.v1.ListActionRunsRequest
+	(*GetActionRunRequest)(nil),           // 182: byoc.ims.v1.GetActionRunRequest
+	(*ListAuditEventsRequest)(nil),        // 183: byoc.ims.v1.ListAuditEventsRequest
+	(*PlanInstallResponse)(nil),           // 184: byoc.ims.v1.PlanInstallResponse
+	(*StartWorkflowResponse)(nil),         // 185: byoc.ims.v1.StartWorkflowResponse
+	(*ListWorkflowsResponse)(nil),         // 186: byoc.ims.v1.ListWorkflowsResponse
+	(*GetWorkflowResponse)(nil),           // 187: byoc.ims.v1.GetWorkflowResponse
+	(*ApproveWorkflowResponse)(nil),       // 188: byoc.ims.v1.ApproveWorkflowResponse
+	(*CancelWorkflowResponse)(nil),        // 189: byoc.ims.v1.CancelWorkflowResponse
+	(*RetryWorkflowStepResponse)(nil),     // 190: byoc.ims.v1.RetryWorkflowStepResponse
+	(*CreateReleaseResponse)(nil),         // 191: byoc.ims.v1.CreateReleaseResponse
+	(*ListReleasesResponse)(nil),          // 192: byoc.ims.v1.ListReleasesResponse
+	(*GetReleaseResponse)(nil),            // 193: byoc.ims.v1.GetReleaseResponse
+	(*ApproveReleaseResponse)(nil),        // 194: byoc.ims.v1.ApproveReleaseResponse
+	(*PauseReleaseResponse)(nil),          // 195: byoc.ims.v1.PauseReleaseResponse
+	(*ResumeReleaseResponse)(nil),         // 196: byoc.ims.v1.ResumeReleaseResponse
+	(*CancelReleaseResponse)(nil),         // 197: byoc.ims.v1.CancelReleaseResponse
+	(*RetryReleaseResponse)(nil),          // 198: byoc.ims.v1.RetryReleaseResponse
+	(*RollbackReleaseResponse)(nil),       // 199: byoc.ims.v1.RollbackReleaseResponse
+	(*ListActionsResponse)(nil),           // 200: byoc.ims.v1.ListActionsResponse
+	(*StartActionRunResponse)(nil),        // 201: byoc.ims.v1.StartActionRunResponse
+	(*GetTelemetryResponse)(nil),          // 202: byoc.ims.v1.GetTelemetryResponse
+	(*ListActionRunsResponse)(nil),        // 203: byoc.ims.v1.ListActionRunsResponse
+	(*GetActionRunResponse)(nil),          // 204: byoc.ims.v1.GetActionRunResponse
+	(*ListAuditEventsResponse)(nil),       // 205: byoc.ims.v1.ListAuditEventsResponse
 }
 var file_byoc_ims_v1_operator_proto_depIdxs = []int32{
 	0,   // 0: byoc.ims.v1.RoleGrant.role:type_name -> byoc.ims.v1.Role
 	0,   // 1: byoc.ims.v1.WhoAmIResponse.role:type_name -> byoc.ims.v1.Role
 	3,   // 2: byoc.ims.v1.WhoAmIResponse.grants:type_name -> byoc.ims.v1.RoleGrant
-	151, // 3: byoc.ims.v1.WhoAmIResponse.expire_time:type_name -> google.protobuf.Timestamp
+	156, // 3: byoc.ims.v1.WhoAmIResponse.expire_time:type_name -> google.protobuf.Timestamp
 	3,   // 4: byoc.ims.v1.CheckAccessResponse.grant:type_name -> byoc.ims.v1.RoleGrant
 	0,   // 5: byoc.ims.v1.CreateApiTokenRequest.role:type_name -> byoc.ims.v1.Role
 	10,  // 6: byoc.ims.v1.CreateApiTokenResponse.info:type_name -> byoc.ims.v1.ApiToken
 	3,   // 7: byoc.ims.v1.ApiToken.grant:type_name -> byoc.ims.v1.RoleGrant
-	151, // 8: byoc.ims.v1.ApiToken.create_time:type_name -> google.protobuf.Timestamp
-	151, // 9: byoc.ims.v1.ApiToken.expire_time:type_name -> google.protobuf.Timestamp
-	151, // 10: byoc.ims.v1.ApiToken.last_used_time:type_name -> google.protobuf.Timestamp
+	156, // 8: byoc.ims.v1.ApiToken.create_time:type_name -> google.protobuf.Timestamp
+	156, // 9: byoc.ims.v1.ApiToken.expire_time:type_name -> google.protobuf.Timestamp
+	156, // 10: byoc.ims.v1.ApiToken.last_used_time:type_name -> google.protobuf.Timestamp
 	10,  // 11: byoc.ims.v1.ListApiTokensResponse.tokens:type_name -> byoc.ims.v1.ApiToken
 	10,  // 12: byoc.ims.v1.RevokeApiTokenResponse.token:type_name -> byoc.ims.v1.ApiToken
-	151, // 13: byoc.ims.v1.App.create_time:type_name -> google.protobuf.Timestamp
+	156, // 13: byoc.ims.v1.App.create_time:type_name -> google.protobuf.Timestamp
 	17,  // 14: byoc.ims.v1.CreateAppResponse.app:type_name -> byoc.ims.v1.App
 	17,  // 15: byoc.ims.v1.ListAppsResponse.apps:type_name -> byoc.ims.v1.App
 	17,  // 16: byoc.ims.v1.GetAppResponse.app:type_name -> byoc.ims.v1.App
-	151, // 17: byoc.ims.v1.AgentStatus.last_seen_time:type_name -> google.protobuf.Timestamp
-	151, // 18: byoc.ims.v1.AgentStatus.enroll_time:type_name -> google.protobuf.Timestamp
-	151, // 19: byoc.ims.v1.AgentStatus.identity_conflict_time:type_name -> google.protobuf.Timestamp
+	156, // 17: byoc.ims.v1.AgentStatus.last_seen_time:type_name -> google.protobuf.Timestamp
+	156, // 18: byoc.ims.v1.AgentStatus.enroll_time:type_name -> google.protobuf.Timestamp
+	156, // 19: byoc.ims.v1.AgentStatus.identity_conflict_time:type_name -> google.protobuf.Timestamp
 	28,  // 20: byoc.ims.v1.AgentStatus.permissions:type_name -> byoc.ims.v1.Permissions
 	27,  // 21: byoc.ims.v1.AgentStatus.stack:type_name -> byoc.ims.v1.StackReport
-	151, // 22: byoc.ims.v1.AgentStatus.health_time:type_name -> google.protobuf.Timestamp
-	151, // 23: byoc.ims.v1.AgentStatus.revoke_time:type_name -> google.protobuf.Timestamp
-	151, // 24: byoc.ims.v1.AgentStatus.key_rotate_time:type_name -> google.protobuf.Timestamp
+	156, // 22: byoc.ims.v1.AgentStatus.health_time:type_name -> google.protobuf.Timestamp
+	156, // 23: byoc.ims.v1.AgentStatus.revoke_time:type_name -> google.protobuf.Timestamp
+	156, // 24: byoc.ims.v1.AgentStatus.key_rotate_time:type_name -> google.protobuf.Timestamp
 	25,  // 25: byoc.ims.v1.AgentStatus.update:type_name -> byoc.ims.v1.AgentUpdate
 	26,  // 26: byoc.ims.v1.AgentStatus.update_offer:type_name -> byoc.ims.v1.AgentUpdateOffer
-	151, // 27: byoc.ims.v1.AgentUpdate.last_time:type_name -> google.protobuf.Timestamp
-	151, // 28: byoc.ims.v1.AgentUpdate.report_time:type_name -> google.protobuf.Timestamp
-	151, // 29: byoc.ims.v1.AgentUpdateOffer.offer_time:type_name -> google.protobuf.Timestamp
-	139, // 30: byoc.ims.v1.StackReport.inputs:type_name -> byoc.ims.v1.StackReport.InputsEntry
-	140, // 31: byoc.ims.v1.StackReport.outputs:type_name -> byoc.ims.v1.StackReport.OutputsEntry
-	151, // 32: byoc.ims.v1.StackReport.report_time:type_name -> google.protobuf.Timestamp
-	151, // 33: byoc.ims.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
-	151, // 34: byoc.ims.v1.Permissions.report_time:type_name -> google.protobuf.Timestamp
-	141, // 35: byoc.ims.v1.Install.inputs:type_name -> byoc.ims.v1.Install.InputsEntry
-	151, // 36: byoc.ims.v1.Install.create_time:type_name -> google.protobuf.Timestamp
+	156, // 27: byoc.ims.v1.AgentUpdate.last_time:type_name -> google.protobuf.Timestamp
+	156, // 28: byoc.ims.v1.AgentUpdate.report_time:type_name -> google.protobuf.Timestamp
+	156, // 29: byoc.ims.v1.AgentUpdateOffer.offer_time:type_name -> google.protobuf.Timestamp
+	144, // 30: byoc.ims.v1.StackReport.inputs:type_name -> byoc.ims.v1.StackReport.InputsEntry
+	145, // 31: byoc.ims.v1.StackReport.outputs:type_name -> byoc.ims.v1.StackReport.OutputsEntry
+	156, // 32: byoc.ims.v1.StackReport.report_time:type_name -> google.protobuf.Timestamp
+	156, // 33: byoc.ims.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
+	156, // 34: byoc.ims.v1.Permissions.report_time:type_name -> google.protobuf.Timestamp
+	146, // 35: byoc.ims.v1.Install.inputs:type_name -> byoc.ims.v1.Install.InputsEntry
+	156, // 36: byoc.ims.v1.Install.create_time:type_name -> google.protobuf.Timestamp
 	24,  // 37: byoc.ims.v1.Install.agent:type_name -> byoc.ims.v1.AgentStatus
 	30,  // 38: byoc.ims.v1.Install.settings:type_name -> byoc.ims.v1.InstallSettings
-	152, // 39: byoc.ims.v1.Install.health:type_name -> byoc.ims.v1.InstallHealth
-	142, // 40: byoc.ims.v1.Install.labels:type_name -> byoc.ims.v1.Install.LabelsEntry
-	143, // 41: byoc.ims.v1.InstallSettings.overrides:type_name -> byoc.ims.v1.InstallSettings.OverridesEntry
-	144, // 42: byoc.ims.v1.CreateInstallRequest.inputs:type_name -> byoc.ims.v1.CreateInstallRequest.InputsEntry
-	145, // 43: byoc.ims.v1.CreateInstallRequest.labels:type_name -> byoc.ims.v1.CreateInstallRequest.LabelsEntry
+	157, // 39: byoc.ims.v1.Install.health:type_name -> byoc.ims.v1.InstallHealth
+	147, // 40: byoc.ims.v1.Install.labels:type_name -> byoc.ims.v1.Install.LabelsEntry
+	148, // 41: byoc.ims.v1.InstallSettings.overrides:type_name -> byoc.ims.v1.InstallSettings.OverridesEntry
+	149, // 42: byoc.ims.v1.CreateInstallRequest.inputs:type_name -> byoc.ims.v1.CreateInstallRequest.InputsEntry
+	150, // 43: byoc.ims.v1.CreateInstallRequest.labels:type_name -> byoc.ims.v1.CreateInstallRequest.LabelsEntry
 	29,  // 44: byoc.ims.v1.CreateInstallResponse.install:type_name -> byoc.ims.v1.Install
 	33,  // 45: byoc.ims.v1.CreateInstallResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	151, // 46: byoc.ims.v1.EnrollmentToken.expire_time:type_name -> google.protobuf.Timestamp
+	156, // 46: byoc.ims.v1.EnrollmentToken.expire_time:type_name -> google.protobuf.Timestamp
 	29,  // 47: byoc.ims.v1.ListInstallsResponse.installs:type_name -> byoc.ims.v1.Install
 	29,  // 48: byoc.ims.v1.GetInstallResponse.install:type_name -> byoc.ims.v1.Install
 	58,  // 49: byoc.ims.v1.CheckInstallDriftResponse.jobs:type_name -> byoc.ims.v1.Job
 	58,  // 50: byoc.ims.v1.ImportComponentResponse.job:type_name -> byoc.ims.v1.Job
 	44,  // 51: byoc.ims.v1.ListInstallDriftResponse.components:type_name -> byoc.ims.v1.ComponentDrift
-	151, // 52: byoc.ims.v1.ComponentDrift.check_time:type_name -> google.protobuf.Timestamp
+	156, // 52: byoc.ims.v1.ComponentDrift.check_time:type_name -> google.protobuf.Timestamp
 	60,  // 53: byoc.ims.v1.ComponentDrift.changes:type_name -> byoc.ims.v1.PlannedChange
-	151, // 54: byoc.ims.v1.ComponentDrift.next_check_time:type_name -> google.protobuf.Timestamp
+	156, // 54: byoc.ims.v1.ComponentDrift.next_check_time:type_name -> google.protobuf.Timestamp
 	29,  // 55: byoc.ims.v1.InstallStatus.install:type_name -> byoc.ims.v1.Install
 	45,  // 56: byoc.ims.v1.WatchInstallsResponse.installs:type_name -> byoc.ims.v1.InstallStatus
-	146, // 57: byoc.ims.v1.UpdateInstallRequest.set_inputs:type_name -> byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
+	151, // 57: byoc.ims.v1.UpdateInstallRequest.set_inputs:type_name -> byoc.ims.v1.UpdateInstallRequest.SetInputsEntry
 	29,  // 58: byoc.ims.v1.UpdateInstallResponse.install:type_name -> byoc.ims.v1.Install
-	153, // 59: byoc.ims.v1.UpdateInstallResponse.workflow:type_name -> byoc.ims.v1.Workflow
+	158, // 59: byoc.ims.v1.UpdateInstallResponse.workflow:type_name -> byoc.ims.v1.Workflow
 	33,  // 60: byoc.ims.v1.CreateEnrollmentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
-	147, // 61: byoc.ims.v1.LabelInstallRequest.set:type_name -> byoc.ims.v1.LabelInstallRequest.SetEntry
+	152, // 61: byoc.ims.v1.LabelInstallRequest.set:type_name -> byoc.ims.v1.LabelInstallRequest.SetEntry
 	29,  // 62: byoc.ims.v1.LabelInstallResponse.install:type_name -> byoc.ims.v1.Install
-	154, // 63: byoc.ims.v1.Job.config:type_name -> google.protobuf.Struct
+	159, // 63: byoc.ims.v1.Job.config:type_name -> google.protobuf.Struct
 	1,   // 64: byoc.ims.v1.Job.state:type_name -> byoc.ims.v1.JobState
-	151, // 65: byoc.ims.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	151, // 66: byoc.ims.v1.Job.start_time:type_name -> google.protobuf.Timestamp
-	151, // 67: byoc.ims.v1.Job.end_time:type_name -> google.protobuf.Timestamp
-	151, // 68: byoc.ims.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
-	148, // 69: byoc.ims.v1.Job.outputs:type_name -> byoc.ims.v1.Job.OutputsEntry
+	156, // 65: byoc.ims.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	156, // 66: byoc.ims.v1.Job.start_time:type_name -> google.protobuf.Timestamp
+	156, // 67: byoc.ims.v1.Job.end_time:type_name -> google.protobuf.Timestamp
+	156, // 68: byoc.ims.v1.Job.lease_expire_time:type_name -> google.protobuf.Timestamp
+	153, // 69: byoc.ims.v1.Job.outputs:type_name -> byoc.ims.v1.Job.OutputsEntry
 	60,  // 70: byoc.ims.v1.Job.planned_changes:type_name -> byoc.ims.v1.PlannedChange
 	59,  // 71: byoc.ims.v1.Job.policy_findings:type_name -> byoc.ims.v1.PolicyFinding
-	155, // 72: byoc.ims.v1.PlannedChange.before:type_name -> google.protobuf.Value
-	155, // 73: byoc.ims.v1.PlannedChange.after:type_name -> google.protobuf.Value
-	154, // 74: byoc.ims.v1.EnqueueJobRequest.config:type_name -> google.protobuf.Struct
+	160, // 72: byoc.ims.v1.PlannedChange.before:type_name -> google.protobuf.Value
+	160, // 73: byoc.ims.v1.PlannedChange.after:type_name -> google.protobuf.Value
+	159, // 74: byoc.ims.v1.EnqueueJobRequest.config:type_name -> google.protobuf.Struct
 	58,  // 75: byoc.ims.v1.EnqueueJobResponse.job:type_name -> byoc.ims.v1.Job
 	61,  // 76: byoc.ims.v1.EnqueueJobsRequest.jobs:type_name -> byoc.ims.v1.EnqueueJobRequest
 	58,  // 77: byoc.ims.v1.EnqueueJobsResponse.jobs:type_name -> byoc.ims.v1.Job
 	1,   // 78: byoc.ims.v1.ListJobsRequest.states:type_name -> byoc.ims.v1.JobState
 	58,  // 79: byoc.ims.v1.ListJobsResponse.jobs:type_name -> byoc.ims.v1.Job
 	58,  // 80: byoc.ims.v1.GetJobResponse.job:type_name -> byoc.ims.v1.Job
-	151, // 81: byoc.ims.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	156, // 81: byoc.ims.v1.LogLine.time:type_name -> google.protobuf.Timestamp
 	2,   // 82: byoc.ims.v1.LogLine.stream:type_name -> byoc.ims.v1.LogStream
 	69,  // 83: byoc.ims.v1.StreamJobLogsResponse.lines:type_name -> byoc.ims.v1.LogLine
 	58,  // 84: byoc.ims.v1.StreamJobLogsResponse.job:type_name -> byoc.ims.v1.Job
 	58,  // 85: byoc.ims.v1.CancelJobResponse.job:type_name -> byoc.ims.v1.Job
-	151, // 86: byoc.ims.v1.AppRevision.create_time:type_name -> google.protobuf.Timestamp
+	156, // 86: byoc.ims.v1.AppRevision.create_time:type_name -> google.protobuf.Timestamp
 	74,  // 87: byoc.ims.v1.PushAppRevisionRequest.files:type_name -> byoc.ims.v1.AppFile
 	17,  // 88: byoc.ims.v1.PushAppRevisionResponse.app:type_name -> byoc.ims.v1.App
 	75,  // 89: byoc.ims.v1.PushAppRevisionResponse.revision:type_name -> byoc.ims.v1.AppRevision
 	84,  // 90: byoc.ims.v1.PushAppRevisionResponse.changes:type_name -> byoc.ims.v1.ConfigChange
 	78,  // 91: byoc.ims.v1.PushAppRevisionResponse.installs:type_name -> byoc.ims.v1.InstallApplied
-	153, // 92: byoc.ims.v1.PushAppRevisionResponse.workflows:type_name -> byoc.ims.v1.Workflow
+	158, // 92: byoc.ims.v1.PushAppRevisionResponse.workflows:type_name -> byoc.ims.v1.Workflow
 	29,  // 93: byoc.ims.v1.InstallApplied.install:type_name -> byoc.ims.v1.Install
 	33,  // 94: byoc.ims.v1.InstallApplied.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
 	75,  // 95: byoc.ims.v1.ListAppRevisionsResponse.revisions:type_name -> byoc.ims.v1.AppRevision
@@ -10624,193 +10958,201 @@ var file_byoc_ims_v1_operator_proto_depIdxs = []int32{
 	84,  // 98: byoc.ims.v1.InstallConfigDiff.changes:type_name -> byoc.ims.v1.ConfigChange
 	85,  // 99: byoc.ims.v1.ConfigChange.values:type_name -> byoc.ims.v1.FieldChange
 	86,  // 100: byoc.ims.v1.ConfigDiagnostics.diagnostics:type_name -> byoc.ims.v1.ConfigDiagnostic
-	155, // 101: byoc.ims.v1.PluginType.config_schema:type_name -> google.protobuf.Value
-	155, // 102: byoc.ims.v1.PluginType.outputs_schema:type_name -> google.protobuf.Value
-	151, // 103: byoc.ims.v1.PluginType.register_time:type_name -> google.protobuf.Timestamp
+	160, // 101: byoc.ims.v1.PluginType.config_schema:type_name -> google.protobuf.Value
+	160, // 102: byoc.ims.v1.PluginType.outputs_schema:type_name -> google.protobuf.Value
+	156, // 103: byoc.ims.v1.PluginType.register_time:type_name -> google.protobuf.Timestamp
 	88,  // 104: byoc.ims.v1.RegisterPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
 	88,  // 105: byoc.ims.v1.RegisterPluginTypeResponse.replaced:type_name -> byoc.ims.v1.PluginType
 	88,  // 106: byoc.ims.v1.ListPluginTypesResponse.plugin_types:type_name -> byoc.ims.v1.PluginType
 	88,  // 107: byoc.ims.v1.GetPluginTypeResponse.plugin_type:type_name -> byoc.ims.v1.PluginType
 	101, // 108: byoc.ims.v1.RequestBreakGlassResponse.grant:type_name -> byoc.ims.v1.BreakGlassGrant
 	101, // 109: byoc.ims.v1.ListBreakGlassGrantsResponse.grants:type_name -> byoc.ims.v1.BreakGlassGrant
-	151, // 110: byoc.ims.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
-	151, // 111: byoc.ims.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
-	151, // 112: byoc.ims.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
-	151, // 113: byoc.ims.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
-	151, // 114: byoc.ims.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
+	156, // 110: byoc.ims.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
+	156, // 111: byoc.ims.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
+	156, // 112: byoc.ims.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
+	156, // 113: byoc.ims.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
+	156, // 114: byoc.ims.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
 	104, // 115: byoc.ims.v1.GetBreakGlassPolicyResponse.roles:type_name -> byoc.ims.v1.BreakGlassRole
 	74,  // 116: byoc.ims.v1.GetInstallStackResponse.files:type_name -> byoc.ims.v1.AppFile
-	156, // 117: byoc.ims.v1.ImportBundleResultsResponse.workflow_state:type_name -> byoc.ims.v1.WorkflowState
-	151, // 118: byoc.ims.v1.Build.create_time:type_name -> google.protobuf.Timestamp
+	161, // 117: byoc.ims.v1.ImportBundleResultsResponse.workflow_state:type_name -> byoc.ims.v1.WorkflowState
+	156, // 118: byoc.ims.v1.Build.create_time:type_name -> google.protobuf.Timestamp
 	33,  // 119: byoc.ims.v1.CreateBuildAgentTokenResponse.enrollment_token:type_name -> byoc.ims.v1.EnrollmentToken
 	58,  // 120: byoc.ims.v1.StartBuildResponse.job:type_name -> byoc.ims.v1.Job
 	113, // 121: byoc.ims.v1.ListBuildsResponse.builds:type_name -> byoc.ims.v1.Build
 	113, // 122: byoc.ims.v1.InstallImage.build:type_name -> byoc.ims.v1.Build
-	151, // 123: byoc.ims.v1.InstallImage.copy_time:type_name -> google.protobuf.Timestamp
+	156, // 123: byoc.ims.v1.InstallImage.copy_time:type_name -> google.protobuf.Timestamp
 	122, // 124: byoc.ims.v1.InstallImage.verification:type_name -> byoc.ims.v1.ArtifactVerification
-	151, // 125: byoc.ims.v1.ArtifactVerification.verify_time:type_name -> google.protobuf.Timestamp
+	156, // 125: byoc.ims.v1.ArtifactVerification.verify_time:type_name -> google.protobuf.Timestamp
 	121, // 126: byoc.ims.v1.ListInstallImagesResponse.images:type_name -> byoc.ims.v1.InstallImage
 	122, // 127: byoc.ims.v1.InstallArtifact.verification:type_name -> byoc.ims.v1.ArtifactVerification
 	125, // 128: byoc.ims.v1.ListInstallArtifactsResponse.artifacts:type_name -> byoc.ims.v1.InstallArtifact
 	129, // 129: byoc.ims.v1.ListDebugCommandsResponse.commands:type_name -> byoc.ims.v1.DebugCommand
 	130, // 130: byoc.ims.v1.DebugCommand.args:type_name -> byoc.ims.v1.DebugArg
-	149, // 131: byoc.ims.v1.RunDebugCommandRequest.args:type_name -> byoc.ims.v1.RunDebugCommandRequest.ArgsEntry
+	154, // 131: byoc.ims.v1.RunDebugCommandRequest.args:type_name -> byoc.ims.v1.RunDebugCommandRequest.ArgsEntry
 	58,  // 132: byoc.ims.v1.RunDebugCommandResponse.job:type_name -> byoc.ims.v1.Job
-	150, // 133: byoc.ims.v1.RunDebugCommandResponse.args:type_name -> byoc.ims.v1.RunDebugCommandResponse.ArgsEntry
-	134, // 134: byoc.ims.v1.SupportShellRequest.open:type_name -> byoc.ims.v1.SupportShellOpen
-	135, // 135: byoc.ims.v1.SupportShellRequest.resize:type_name -> byoc.ims.v1.TerminalSize
-	135, // 136: byoc.ims.v1.SupportShellOpen.size:type_name -> byoc.ims.v1.TerminalSize
-	137, // 137: byoc.ims.v1.SupportShellResponse.started:type_name -> byoc.ims.v1.SupportShellStarted
-	138, // 138: byoc.ims.v1.SupportShellResponse.ended:type_name -> byoc.ims.v1.SupportShellEnded
-	151, // 139: byoc.ims.v1.SupportShellStarted.grant_expire_time:type_name -> google.protobuf.Timestamp
-	154, // 140: byoc.ims.v1.InstallSettings.OverridesEntry.value:type_name -> google.protobuf.Struct
-	4,   // 141: byoc.ims.v1.OperatorService.WhoAmI:input_type -> byoc.ims.v1.WhoAmIRequest
-	6,   // 142: byoc.ims.v1.OperatorService.CheckAccess:input_type -> byoc.ims.v1.CheckAccessRequest
-	8,   // 143: byoc.ims.v1.OperatorService.CreateApiToken:input_type -> byoc.ims.v1.CreateApiTokenRequest
-	11,  // 144: byoc.ims.v1.OperatorService.ListApiTokens:input_type -> byoc.ims.v1.ListApiTokensRequest
-	13,  // 145: byoc.ims.v1.OperatorService.RevokeApiToken:input_type -> byoc.ims.v1.RevokeApiTokenRequest
-	15,  // 146: byoc.ims.v1.OperatorService.GetLoginConfig:input_type -> byoc.ims.v1.GetLoginConfigRequest
-	18,  // 147: byoc.ims.v1.OperatorService.CreateApp:input_type -> byoc.ims.v1.CreateAppRequest
-	20,  // 148: byoc.ims.v1.OperatorService.ListApps:input_type -> byoc.ims.v1.ListAppsRequest
-	22,  // 149: byoc.ims.v1.OperatorService.GetApp:input_type -> byoc.ims.v1.GetAppRequest
-	76,  // 150: byoc.ims.v1.OperatorService.PushAppRevision:input_type -> byoc.ims.v1.PushAppRevisionRequest
-	79,  // 151: byoc.ims.v1.OperatorService.ListAppRevisions:input_type -> byoc.ims.v1.ListAppRevisionsRequest
-	81,  // 152: byoc.ims.v1.OperatorService.DiffAppRevisions:input_type -> byoc.ims.v1.DiffAppRevisionsRequest
-	31,  // 153: byoc.ims.v1.OperatorService.CreateInstall:input_type -> byoc.ims.v1.CreateInstallRequest
-	34,  // 154: byoc.ims.v1.OperatorService.ListInstalls:input_type -> byoc.ims.v1.ListInstallsRequest
-	36,  // 155: byoc.ims.v1.OperatorService.GetInstall:input_type -> byoc.ims.v1.GetInstallRequest
-	42,  // 156: byoc.ims.v1.OperatorService.ListInstallDrift:input_type -> byoc.ims.v1.ListInstallDriftRequest
-	38,  // 157: byoc.ims.v1.OperatorService.CheckInstallDrift:input_type -> byoc.ims.v1.CheckInstallDriftRequest
-	40,  // 158: byoc.ims.v1.OperatorService.ImportComponent:input_type -> byoc.ims.v1.ImportComponentRequest
-	46,  // 159: byoc.ims.v1.OperatorService.WatchInstalls:input_type -> byoc.ims.v1.WatchInstallsRequest
-	54,  // 160: byoc.ims.v1.OperatorService.CreateEnrollmentToken:input_type -> byoc.ims.v1.CreateEnrollmentTokenRequest
-	56,  // 161: byoc.ims.v1.OperatorService.LabelInstall:input_type -> byoc.ims.v1.LabelInstallRequest
-	48,  // 162: byoc.ims.v1.OperatorService.RevokeAgent:input_type -> byoc.ims.v1.RevokeAgentRequest
-	49,  // 163: byoc.ims.v1.OperatorService.OfferAgentUpdate:input_type -> byoc.ims.v1.OfferAgentUpdateRequest
-	52,  // 164: byoc.ims.v1.OperatorService.UpdateInstall:input_type -> byoc.ims.v1.UpdateInstallRequest
-	157, // 165: byoc.ims.v1.OperatorService.PlanInstall:input_type -> byoc.ims.v1.PlanInstallRequest
-	158, // 166: byoc.ims.v1.OperatorService.StartWorkflow:input_type -> byoc.ims.v1.StartWorkflowRequest
-	159, // 167: byoc.ims.v1.OperatorService.ListWorkflows:input_type -> byoc.ims.v1.ListWorkflowsRequest
-	160, // 168: byoc.ims.v1.OperatorService.GetWorkflow:input_type -> byoc.ims.v1.GetWorkflowRequest
-	161, // 169: byoc.ims.v1.OperatorService.ApproveWorkflow:input_type -> byoc.ims.v1.ApproveWorkflowRequest
-	162, // 170: byoc.ims.v1.OperatorService.CancelWorkflow:input_type -> byoc.ims.v1.CancelWorkflowRequest
-	163, // 171: byoc.ims.v1.OperatorService.RetryWorkflowStep:input_type -> byoc.ims.v1.RetryWorkflowStepRequest
-	164, // 172: byoc.ims.v1.OperatorService.CreateRelease:input_type -> byoc.ims.v1.CreateReleaseRequest
-	165, // 173: byoc.ims.v1.OperatorService.ListReleases:input_type -> byoc.ims.v1.ListReleasesRequest
-	166, // 174: byoc.ims.v1.OperatorService.GetRelease:input_type -> byoc.ims.v1.GetReleaseRequest
-	167, // 175: byoc.ims.v1.OperatorService.ApproveRelease:input_type -> byoc.ims.v1.ApproveReleaseRequest
-	168, // 176: byoc.ims.v1.OperatorService.PauseRelease:input_type -> byoc.ims.v1.PauseReleaseRequest
-	169, // 177: byoc.ims.v1.OperatorService.ResumeRelease:input_type -> byoc.ims.v1.ResumeReleaseRequest
-	170, // 178: byoc.ims.v1.OperatorService.CancelRelease:input_type -> byoc.ims.v1.CancelReleaseRequest
-	171, // 179: byoc.ims.v1.OperatorService.RetryRelease:input_type -> byoc.ims.v1.RetryReleaseRequest
-	172, // 180: byoc.ims.v1.OperatorService.RollbackRelease:input_type -> byoc.ims.v1.RollbackReleaseRequest
-	61,  // 181: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
-	63,  // 182: byoc.ims.v1.OperatorService.EnqueueJobs:input_type -> byoc.ims.v1.EnqueueJobsRequest
-	65,  // 183: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
-	67,  // 184: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
-	70,  // 185: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
-	72,  // 186: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
-	89,  // 187: byoc.ims.v1.OperatorService.RegisterPluginType:input_type -> byoc.ims.v1.RegisterPluginTypeRequest
-	91,  // 188: byoc.ims.v1.OperatorService.ListPluginTypes:input_type -> byoc.ims.v1.ListPluginTypesRequest
-	93,  // 189: byoc.ims.v1.OperatorService.GetPluginType:input_type -> byoc.ims.v1.GetPluginTypeRequest
-	95,  // 190: byoc.ims.v1.OperatorService.RemovePluginType:input_type -> byoc.ims.v1.RemovePluginTypeRequest
-	173, // 191: byoc.ims.v1.OperatorService.ListActions:input_type -> byoc.ims.v1.ListActionsRequest
-	174, // 192: byoc.ims.v1.OperatorService.StartActionRun:input_type -> byoc.ims.v1.StartActionRunRequest
-	127, // 193: byoc.ims.v1.OperatorService.ListDebugCommands:input_type -> byoc.ims.v1.ListDebugCommandsRequest
-	131, // 194: byoc.ims.v1.OperatorService.RunDebugCommand:input_type -> byoc.ims.v1.RunDebugCommandRequest
-	175, // 195: byoc.ims.v1.OperatorService.GetTelemetry:input_type -> byoc.ims.v1.GetTelemetryRequest
-	133, // 196: byoc.ims.v1.OperatorService.SupportShell:input_type -> byoc.ims.v1.SupportShellRequest
-	176, // 197: byoc.ims.v1.OperatorService.ListActionRuns:input_type -> byoc.ims.v1.ListActionRunsRequest
-	177, // 198: byoc.ims.v1.OperatorService.GetActionRun:input_type -> byoc.ims.v1.GetActionRunRequest
-	97,  // 199: byoc.ims.v1.OperatorService.RequestBreakGlass:input_type -> byoc.ims.v1.RequestBreakGlassRequest
-	99,  // 200: byoc.ims.v1.OperatorService.ListBreakGlassGrants:input_type -> byoc.ims.v1.ListBreakGlassGrantsRequest
-	102, // 201: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:input_type -> byoc.ims.v1.GetBreakGlassPolicyRequest
-	178, // 202: byoc.ims.v1.OperatorService.ListAuditEvents:input_type -> byoc.ims.v1.ListAuditEventsRequest
-	105, // 203: byoc.ims.v1.OperatorService.GetInstallStack:input_type -> byoc.ims.v1.GetInstallStackRequest
-	107, // 204: byoc.ims.v1.OperatorService.CreateBundle:input_type -> byoc.ims.v1.CreateBundleRequest
-	109, // 205: byoc.ims.v1.OperatorService.SignBundle:input_type -> byoc.ims.v1.SignBundleRequest
-	111, // 206: byoc.ims.v1.OperatorService.ImportBundleResults:input_type -> byoc.ims.v1.ImportBundleResultsRequest
-	114, // 207: byoc.ims.v1.OperatorService.CreateBuildAgentToken:input_type -> byoc.ims.v1.CreateBuildAgentTokenRequest
-	116, // 208: byoc.ims.v1.OperatorService.StartBuild:input_type -> byoc.ims.v1.StartBuildRequest
-	118, // 209: byoc.ims.v1.OperatorService.ListBuilds:input_type -> byoc.ims.v1.ListBuildsRequest
-	120, // 210: byoc.ims.v1.OperatorService.ListInstallImages:input_type -> byoc.ims.v1.ListInstallImagesRequest
-	124, // 211: byoc.ims.v1.OperatorService.ListInstallArtifacts:input_type -> byoc.ims.v1.ListInstallArtifactsRequest
-	5,   // 212: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
-	7,   // 213: byoc.ims.v1.OperatorService.CheckAccess:output_type -> byoc.ims.v1.CheckAccessResponse
-	9,   // 214: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
-	12,  // 215: byoc.ims.v1.OperatorService.ListApiTokens:output_type -> byoc.ims.v1.ListApiTokensResponse
-	14,  // 216: byoc.ims.v1.OperatorService.RevokeApiToken:output_type -> byoc.ims.v1.RevokeApiTokenResponse
-	16,  // 217: byoc.ims.v1.OperatorService.GetLoginConfig:output_type -> byoc.ims.v1.GetLoginConfigResponse
-	19,  // 218: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
-	21,  // 219: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
-	23,  // 220: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
-	77,  // 221: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
-	80,  // 222: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
-	82,  // 223: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
-	32,  // 224: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
-	35,  // 225: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
-	37,  // 226: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
-	43,  // 227: byoc.ims.v1.OperatorService.ListInstallDrift:output_type -> byoc.ims.v1.ListInstallDriftResponse
-	39,  // 228: byoc.ims.v1.OperatorService.CheckInstallDrift:output_type -> byoc.ims.v1.CheckInstallDriftResponse
-	41,  // 229: byoc.ims.v1.OperatorService.ImportComponent:output_type -> byoc.ims.v1.ImportComponentResponse
-	47,  // 230: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
-	55,  // 231: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
-	57,  // 232: byoc.ims.v1.OperatorService.LabelInstall:output_type -> byoc.ims.v1.LabelInstallResponse
-	51,  // 233: byoc.ims.v1.OperatorService.RevokeAgent:output_type -> byoc.ims.v1.RevokeAgentResponse
-	50,  // 234: byoc.ims.v1.OperatorService.OfferAgentUpdate:output_type -> byoc.ims.v1.OfferAgentUpdateResponse
-	53,  // 235: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
-	179, // 236: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
-	180, // 237: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
-	181, // 238: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
-	182, // 239: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
-	183, // 240: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
-	184, // 241: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
-	185, // 242: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
-	186, // 243: byoc.ims.v1.OperatorService.CreateRelease:output_type -> byoc.ims.v1.CreateReleaseResponse
-	187, // 244: byoc.ims.v1.OperatorService.ListReleases:output_type -> byoc.ims.v1.ListReleasesResponse
-	188, // 245: byoc.ims.v1.OperatorService.GetRelease:output_type -> byoc.ims.v1.GetReleaseResponse
-	189, // 246: byoc.ims.v1.OperatorService.ApproveRelease:output_type -> byoc.ims.v1.ApproveReleaseResponse
-	190, // 247: byoc.ims.v1.OperatorService.PauseRelease:output_type -> byoc.ims.v1.PauseReleaseResponse
-	191, // 248: byoc.ims.v1.OperatorService.ResumeRelease:output_type -> byoc.ims.v1.ResumeReleaseResponse
-	192, // 249: byoc.ims.v1.OperatorService.CancelRelease:output_type -> byoc.ims.v1.CancelReleaseResponse
-	193, // 250: byoc.ims.v1.OperatorService.RetryRelease:output_type -> byoc.ims.v1.RetryReleaseResponse
-	194, // 251: byoc.ims.v1.OperatorService.RollbackRelease:output_type -> byoc.ims.v1.RollbackReleaseResponse
-	62,  // 252: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
-	64,  // 253: byoc.ims.v1.OperatorService.EnqueueJobs:output_type -> byoc.ims.v1.EnqueueJobsResponse
-	66,  // 254: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
-	68,  // 255: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
-	71,  // 256: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
-	73,  // 257: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
-	90,  // 258: byoc.ims.v1.OperatorService.RegisterPluginType:output_type -> byoc.ims.v1.RegisterPluginTypeResponse
-	92,  // 259: byoc.ims.v1.OperatorService.ListPluginTypes:output_type -> byoc.ims.v1.ListPluginTypesResponse
-	94,  // 260: byoc.ims.v1.OperatorService.GetPluginType:output_type -> byoc.ims.v1.GetPluginTypeResponse
-	96,  // 261: byoc.ims.v1.OperatorService.RemovePluginType:output_type -> byoc.ims.v1.RemovePluginTypeResponse
-	195, // 262: byoc.ims.v1.OperatorService.ListActions:output_type -> byoc.ims.v1.ListActionsResponse
-	196, // 263: byoc.ims.v1.OperatorService.StartActionRun:output_type -> byoc.ims.v1.StartActionRunResponse
-	128, // 264: byoc.ims.v1.OperatorService.ListDebugCommands:output_type -> byoc.ims.v1.ListDebugCommandsResponse
-	132, // 265: byoc.ims.v1.OperatorService.RunDebugCommand:output_type -> byoc.ims.v1.RunDebugCommandResponse
-	197, // 266: byoc.ims.v1.OperatorService.GetTelemetry:output_type -> byoc.ims.v1.GetTelemetryResponse
-	136, // 267: byoc.ims.v1.OperatorService.SupportShell:output_type -> byoc.ims.v1.SupportShellResponse
-	198, // 268: byoc.ims.v1.OperatorService.ListActionRuns:output_type -> byoc.ims.v1.ListActionRunsResponse
-	199, // 269: byoc.ims.v1.OperatorService.GetActionRun:output_type -> byoc.ims.v1.GetActionRunResponse
-	98,  // 270: byoc.ims.v1.OperatorService.RequestBreakGlass:output_type -> byoc.ims.v1.RequestBreakGlassResponse
-	100, // 271: byoc.ims.v1.OperatorService.ListBreakGlassGrants:output_type -> byoc.ims.v1.ListBreakGlassGrantsResponse
-	103, // 272: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:output_type -> byoc.ims.v1.GetBreakGlassPolicyResponse
-	200, // 273: byoc.ims.v1.OperatorService.ListAuditEvents:output_type -> byoc.ims.v1.ListAuditEventsResponse
-	106, // 274: byoc.ims.v1.OperatorService.GetInstallStack:output_type -> byoc.ims.v1.GetInstallStackResponse
-	108, // 275: byoc.ims.v1.OperatorService.CreateBundle:output_type -> byoc.ims.v1.CreateBundleResponse
-	110, // 276: byoc.ims.v1.OperatorService.SignBundle:output_type -> byoc.ims.v1.SignBundleResponse
-	112, // 277: byoc.ims.v1.OperatorService.ImportBundleResults:output_type -> byoc.ims.v1.ImportBundleResultsResponse
-	115, // 278: byoc.ims.v1.OperatorService.CreateBuildAgentToken:output_type -> byoc.ims.v1.CreateBuildAgentTokenResponse
-	117, // 279: byoc.ims.v1.OperatorService.StartBuild:output_type -> byoc.ims.v1.StartBuildResponse
-	119, // 280: byoc.ims.v1.OperatorService.ListBuilds:output_type -> byoc.ims.v1.ListBuildsResponse
-	123, // 281: byoc.ims.v1.OperatorService.ListInstallImages:output_type -> byoc.ims.v1.ListInstallImagesResponse
-	126, // 282: byoc.ims.v1.OperatorService.ListInstallArtifacts:output_type -> byoc.ims.v1.ListInstallArtifactsResponse
-	212, // [212:283] is the sub-list for method output_type
-	141, // [141:212] is the sub-list for method input_type
-	141, // [141:141] is the sub-list for extension type_name
-	141, // [141:141] is the sub-list for extension extendee
-	0,   // [0:141] is the sub-list for field type_name
+	155, // 133: byoc.ims.v1.RunDebugCommandResponse.args:type_name -> byoc.ims.v1.RunDebugCommandResponse.ArgsEntry
+	156, // 134: byoc.ims.v1.SupportRecording.start_time:type_name -> google.protobuf.Timestamp
+	156, // 135: byoc.ims.v1.SupportRecording.end_time:type_name -> google.protobuf.Timestamp
+	133, // 136: byoc.ims.v1.ListSupportRecordingsResponse.recordings:type_name -> byoc.ims.v1.SupportRecording
+	133, // 137: byoc.ims.v1.GetSupportRecordingResponse.recording:type_name -> byoc.ims.v1.SupportRecording
+	139, // 138: byoc.ims.v1.SupportShellRequest.open:type_name -> byoc.ims.v1.SupportShellOpen
+	140, // 139: byoc.ims.v1.SupportShellRequest.resize:type_name -> byoc.ims.v1.TerminalSize
+	140, // 140: byoc.ims.v1.SupportShellOpen.size:type_name -> byoc.ims.v1.TerminalSize
+	142, // 141: byoc.ims.v1.SupportShellResponse.started:type_name -> byoc.ims.v1.SupportShellStarted
+	143, // 142: byoc.ims.v1.SupportShellResponse.ended:type_name -> byoc.ims.v1.SupportShellEnded
+	156, // 143: byoc.ims.v1.SupportShellStarted.grant_expire_time:type_name -> google.protobuf.Timestamp
+	159, // 144: byoc.ims.v1.InstallSettings.OverridesEntry.value:type_name -> google.protobuf.Struct
+	4,   // 145: byoc.ims.v1.OperatorService.WhoAmI:input_type -> byoc.ims.v1.WhoAmIRequest
+	6,   // 146: byoc.ims.v1.OperatorService.CheckAccess:input_type -> byoc.ims.v1.CheckAccessRequest
+	8,   // 147: byoc.ims.v1.OperatorService.CreateApiToken:input_type -> byoc.ims.v1.CreateApiTokenRequest
+	11,  // 148: byoc.ims.v1.OperatorService.ListApiTokens:input_type -> byoc.ims.v1.ListApiTokensRequest
+	13,  // 149: byoc.ims.v1.OperatorService.RevokeApiToken:input_type -> byoc.ims.v1.RevokeApiTokenRequest
+	15,  // 150: byoc.ims.v1.OperatorService.GetLoginConfig:input_type -> byoc.ims.v1.GetLoginConfigRequest
+	18,  // 151: byoc.ims.v1.OperatorService.CreateApp:input_type -> byoc.ims.v1.CreateAppRequest
+	20,  // 152: byoc.ims.v1.OperatorService.ListApps:input_type -> byoc.ims.v1.ListAppsRequest
+	22,  // 153: byoc.ims.v1.OperatorService.GetApp:input_type -> byoc.ims.v1.GetAppRequest
+	76,  // 154: byoc.ims.v1.OperatorService.PushAppRevision:input_type -> byoc.ims.v1.PushAppRevisionRequest
+	79,  // 155: byoc.ims.v1.OperatorService.ListAppRevisions:input_type -> byoc.ims.v1.ListAppRevisionsRequest
+	81,  // 156: byoc.ims.v1.OperatorService.DiffAppRevisions:input_type -> byoc.ims.v1.DiffAppRevisionsRequest
+	31,  // 157: byoc.ims.v1.OperatorService.CreateInstall:input_type -> byoc.ims.v1.CreateInstallRequest
+	34,  // 158: byoc.ims.v1.OperatorService.ListInstalls:input_type -> byoc.ims.v1.ListInstallsRequest
+	36,  // 159: byoc.ims.v1.OperatorService.GetInstall:input_type -> byoc.ims.v1.GetInstallRequest
+	42,  // 160: byoc.ims.v1.OperatorService.ListInstallDrift:input_type -> byoc.ims.v1.ListInstallDriftRequest
+	38,  // 161: byoc.ims.v1.OperatorService.CheckInstallDrift:input_type -> byoc.ims.v1.CheckInstallDriftRequest
+	40,  // 162: byoc.ims.v1.OperatorService.ImportComponent:input_type -> byoc.ims.v1.ImportComponentRequest
+	46,  // 163: byoc.ims.v1.OperatorService.WatchInstalls:input_type -> byoc.ims.v1.WatchInstallsRequest
+	54,  // 164: byoc.ims.v1.OperatorService.CreateEnrollmentToken:input_type -> byoc.ims.v1.CreateEnrollmentTokenRequest
+	56,  // 165: byoc.ims.v1.OperatorService.LabelInstall:input_type -> byoc.ims.v1.LabelInstallRequest
+	48,  // 166: byoc.ims.v1.OperatorService.RevokeAgent:input_type -> byoc.ims.v1.RevokeAgentRequest
+	49,  // 167: byoc.ims.v1.OperatorService.OfferAgentUpdate:input_type -> byoc.ims.v1.OfferAgentUpdateRequest
+	52,  // 168: byoc.ims.v1.OperatorService.UpdateInstall:input_type -> byoc.ims.v1.UpdateInstallRequest
+	162, // 169: byoc.ims.v1.OperatorService.PlanInstall:input_type -> byoc.ims.v1.PlanInstallRequest
+	163, // 170: byoc.ims.v1.OperatorService.StartWorkflow:input_type -> byoc.ims.v1.StartWorkflowRequest
+	164, // 171: byoc.ims.v1.OperatorService.ListWorkflows:input_type -> byoc.ims.v1.ListWorkflowsRequest
+	165, // 172: byoc.ims.v1.OperatorService.GetWorkflow:input_type -> byoc.ims.v1.GetWorkflowRequest
+	166, // 173: byoc.ims.v1.OperatorService.ApproveWorkflow:input_type -> byoc.ims.v1.ApproveWorkflowRequest
+	167, // 174: byoc.ims.v1.OperatorService.CancelWorkflow:input_type -> byoc.ims.v1.CancelWorkflowRequest
+	168, // 175: byoc.ims.v1.OperatorService.RetryWorkflowStep:input_type -> byoc.ims.v1.RetryWorkflowStepRequest
+	169, // 176: byoc.ims.v1.OperatorService.CreateRelease:input_type -> byoc.ims.v1.CreateReleaseRequest
+	170, // 177: byoc.ims.v1.OperatorService.ListReleases:input_type -> byoc.ims.v1.ListReleasesRequest
+	171, // 178: byoc.ims.v1.OperatorService.GetRelease:input_type -> byoc.ims.v1.GetReleaseRequest
+	172, // 179: byoc.ims.v1.OperatorService.ApproveRelease:input_type -> byoc.ims.v1.ApproveReleaseRequest
+	173, // 180: byoc.ims.v1.OperatorService.PauseRelease:input_type -> byoc.ims.v1.PauseReleaseRequest
+	174, // 181: byoc.ims.v1.OperatorService.ResumeRelease:input_type -> byoc.ims.v1.ResumeReleaseRequest
+	175, // 182: byoc.ims.v1.OperatorService.CancelRelease:input_type -> byoc.ims.v1.CancelReleaseRequest
+	176, // 183: byoc.ims.v1.OperatorService.RetryRelease:input_type -> byoc.ims.v1.RetryReleaseRequest
+	177, // 184: byoc.ims.v1.OperatorService.RollbackRelease:input_type -> byoc.ims.v1.RollbackReleaseRequest
+	61,  // 185: byoc.ims.v1.OperatorService.EnqueueJob:input_type -> byoc.ims.v1.EnqueueJobRequest
+	63,  // 186: byoc.ims.v1.OperatorService.EnqueueJobs:input_type -> byoc.ims.v1.EnqueueJobsRequest
+	65,  // 187: byoc.ims.v1.OperatorService.ListJobs:input_type -> byoc.ims.v1.ListJobsRequest
+	67,  // 188: byoc.ims.v1.OperatorService.GetJob:input_type -> byoc.ims.v1.GetJobRequest
+	70,  // 189: byoc.ims.v1.OperatorService.StreamJobLogs:input_type -> byoc.ims.v1.StreamJobLogsRequest
+	72,  // 190: byoc.ims.v1.OperatorService.CancelJob:input_type -> byoc.ims.v1.CancelJobRequest
+	89,  // 191: byoc.ims.v1.OperatorService.RegisterPluginType:input_type -> byoc.ims.v1.RegisterPluginTypeRequest
+	91,  // 192: byoc.ims.v1.OperatorService.ListPluginTypes:input_type -> byoc.ims.v1.ListPluginTypesRequest
+	93,  // 193: byoc.ims.v1.OperatorService.GetPluginType:input_type -> byoc.ims.v1.GetPluginTypeRequest
+	95,  // 194: byoc.ims.v1.OperatorService.RemovePluginType:input_type -> byoc.ims.v1.RemovePluginTypeRequest
+	178, // 195: byoc.ims.v1.OperatorService.ListActions:input_type -> byoc.ims.v1.ListActionsRequest
+	179, // 196: byoc.ims.v1.OperatorService.StartActionRun:input_type -> byoc.ims.v1.StartActionRunRequest
+	127, // 197: byoc.ims.v1.OperatorService.ListDebugCommands:input_type -> byoc.ims.v1.ListDebugCommandsRequest
+	131, // 198: byoc.ims.v1.OperatorService.RunDebugCommand:input_type -> byoc.ims.v1.RunDebugCommandRequest
+	180, // 199: byoc.ims.v1.OperatorService.GetTelemetry:input_type -> byoc.ims.v1.GetTelemetryRequest
+	138, // 200: byoc.ims.v1.OperatorService.SupportShell:input_type -> byoc.ims.v1.SupportShellRequest
+	134, // 201: byoc.ims.v1.OperatorService.ListSupportRecordings:input_type -> byoc.ims.v1.ListSupportRecordingsRequest
+	136, // 202: byoc.ims.v1.OperatorService.GetSupportRecording:input_type -> byoc.ims.v1.GetSupportRecordingRequest
+	181, // 203: byoc.ims.v1.OperatorService.ListActionRuns:input_type -> byoc.ims.v1.ListActionRunsRequest
+	182, // 204: byoc.ims.v1.OperatorService.GetActionRun:input_type -> byoc.ims.v1.GetActionRunRequest
+	97,  // 205: byoc.ims.v1.OperatorService.RequestBreakGlass:input_type -> byoc.ims.v1.RequestBreakGlassRequest
+	99,  // 206: byoc.ims.v1.OperatorService.ListBreakGlassGrants:input_type -> byoc.ims.v1.ListBreakGlassGrantsRequest
+	102, // 207: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:input_type -> byoc.ims.v1.GetBreakGlassPolicyRequest
+	183, // 208: byoc.ims.v1.OperatorService.ListAuditEvents:input_type -> byoc.ims.v1.ListAuditEventsRequest
+	105, // 209: byoc.ims.v1.OperatorService.GetInstallStack:input_type -> byoc.ims.v1.GetInstallStackRequest
+	107, // 210: byoc.ims.v1.OperatorService.CreateBundle:input_type -> byoc.ims.v1.CreateBundleRequest
+	109, // 211: byoc.ims.v1.OperatorService.SignBundle:input_type -> byoc.ims.v1.SignBundleRequest
+	111, // 212: byoc.ims.v1.OperatorService.ImportBundleResults:input_type -> byoc.ims.v1.ImportBundleResultsRequest
+	114, // 213: byoc.ims.v1.OperatorService.CreateBuildAgentToken:input_type -> byoc.ims.v1.CreateBuildAgentTokenRequest
+	116, // 214: byoc.ims.v1.OperatorService.StartBuild:input_type -> byoc.ims.v1.StartBuildRequest
+	118, // 215: byoc.ims.v1.OperatorService.ListBuilds:input_type -> byoc.ims.v1.ListBuildsRequest
+	120, // 216: byoc.ims.v1.OperatorService.ListInstallImages:input_type -> byoc.ims.v1.ListInstallImagesRequest
+	124, // 217: byoc.ims.v1.OperatorService.ListInstallArtifacts:input_type -> byoc.ims.v1.ListInstallArtifactsRequest
+	5,   // 218: byoc.ims.v1.OperatorService.WhoAmI:output_type -> byoc.ims.v1.WhoAmIResponse
+	7,   // 219: byoc.ims.v1.OperatorService.CheckAccess:output_type -> byoc.ims.v1.CheckAccessResponse
+	9,   // 220: byoc.ims.v1.OperatorService.CreateApiToken:output_type -> byoc.ims.v1.CreateApiTokenResponse
+	12,  // 221: byoc.ims.v1.OperatorService.ListApiTokens:output_type -> byoc.ims.v1.ListApiTokensResponse
+	14,  // 222: byoc.ims.v1.OperatorService.RevokeApiToken:output_type -> byoc.ims.v1.RevokeApiTokenResponse
+	16,  // 223: byoc.ims.v1.OperatorService.GetLoginConfig:output_type -> byoc.ims.v1.GetLoginConfigResponse
+	19,  // 224: byoc.ims.v1.OperatorService.CreateApp:output_type -> byoc.ims.v1.CreateAppResponse
+	21,  // 225: byoc.ims.v1.OperatorService.ListApps:output_type -> byoc.ims.v1.ListAppsResponse
+	23,  // 226: byoc.ims.v1.OperatorService.GetApp:output_type -> byoc.ims.v1.GetAppResponse
+	77,  // 227: byoc.ims.v1.OperatorService.PushAppRevision:output_type -> byoc.ims.v1.PushAppRevisionResponse
+	80,  // 228: byoc.ims.v1.OperatorService.ListAppRevisions:output_type -> byoc.ims.v1.ListAppRevisionsResponse
+	82,  // 229: byoc.ims.v1.OperatorService.DiffAppRevisions:output_type -> byoc.ims.v1.DiffAppRevisionsResponse
+	32,  // 230: byoc.ims.v1.OperatorService.CreateInstall:output_type -> byoc.ims.v1.CreateInstallResponse
+	35,  // 231: byoc.ims.v1.OperatorService.ListInstalls:output_type -> byoc.ims.v1.ListInstallsResponse
+	37,  // 232: byoc.ims.v1.OperatorService.GetInstall:output_type -> byoc.ims.v1.GetInstallResponse
+	43,  // 233: byoc.ims.v1.OperatorService.ListInstallDrift:output_type -> byoc.ims.v1.ListInstallDriftResponse
+	39,  // 234: byoc.ims.v1.OperatorService.CheckInstallDrift:output_type -> byoc.ims.v1.CheckInstallDriftResponse
+	41,  // 235: byoc.ims.v1.OperatorService.ImportComponent:output_type -> byoc.ims.v1.ImportComponentResponse
+	47,  // 236: byoc.ims.v1.OperatorService.WatchInstalls:output_type -> byoc.ims.v1.WatchInstallsResponse
+	55,  // 237: byoc.ims.v1.OperatorService.CreateEnrollmentToken:output_type -> byoc.ims.v1.CreateEnrollmentTokenResponse
+	57,  // 238: byoc.ims.v1.OperatorService.LabelInstall:output_type -> byoc.ims.v1.LabelInstallResponse
+	51,  // 239: byoc.ims.v1.OperatorService.RevokeAgent:output_type -> byoc.ims.v1.RevokeAgentResponse
+	50,  // 240: byoc.ims.v1.OperatorService.OfferAgentUpdate:output_type -> byoc.ims.v1.OfferAgentUpdateResponse
+	53,  // 241: byoc.ims.v1.OperatorService.UpdateInstall:output_type -> byoc.ims.v1.UpdateInstallResponse
+	184, // 242: byoc.ims.v1.OperatorService.PlanInstall:output_type -> byoc.ims.v1.PlanInstallResponse
+	185, // 243: byoc.ims.v1.OperatorService.StartWorkflow:output_type -> byoc.ims.v1.StartWorkflowResponse
+	186, // 244: byoc.ims.v1.OperatorService.ListWorkflows:output_type -> byoc.ims.v1.ListWorkflowsResponse
+	187, // 245: byoc.ims.v1.OperatorService.GetWorkflow:output_type -> byoc.ims.v1.GetWorkflowResponse
+	188, // 246: byoc.ims.v1.OperatorService.ApproveWorkflow:output_type -> byoc.ims.v1.ApproveWorkflowResponse
+	189, // 247: byoc.ims.v1.OperatorService.CancelWorkflow:output_type -> byoc.ims.v1.CancelWorkflowResponse
+	190, // 248: byoc.ims.v1.OperatorService.RetryWorkflowStep:output_type -> byoc.ims.v1.RetryWorkflowStepResponse
+	191, // 249: byoc.ims.v1.OperatorService.CreateRelease:output_type -> byoc.ims.v1.CreateReleaseResponse
+	192, // 250: byoc.ims.v1.OperatorService.ListReleases:output_type -> byoc.ims.v1.ListReleasesResponse
+	193, // 251: byoc.ims.v1.OperatorService.GetRelease:output_type -> byoc.ims.v1.GetReleaseResponse
+	194, // 252: byoc.ims.v1.OperatorService.ApproveRelease:output_type -> byoc.ims.v1.ApproveReleaseResponse
+	195, // 253: byoc.ims.v1.OperatorService.PauseRelease:output_type -> byoc.ims.v1.PauseReleaseResponse
+	196, // 254: byoc.ims.v1.OperatorService.ResumeRelease:output_type -> byoc.ims.v1.ResumeReleaseResponse
+	197, // 255: byoc.ims.v1.OperatorService.CancelRelease:output_type -> byoc.ims.v1.CancelReleaseResponse
+	198, // 256: byoc.ims.v1.OperatorService.RetryRelease:output_type -> byoc.ims.v1.RetryReleaseResponse
+	199, // 257: byoc.ims.v1.OperatorService.RollbackRelease:output_type -> byoc.ims.v1.RollbackReleaseResponse
+	62,  // 258: byoc.ims.v1.OperatorService.EnqueueJob:output_type -> byoc.ims.v1.EnqueueJobResponse
+	64,  // 259: byoc.ims.v1.OperatorService.EnqueueJobs:output_type -> byoc.ims.v1.EnqueueJobsResponse
+	66,  // 260: byoc.ims.v1.OperatorService.ListJobs:output_type -> byoc.ims.v1.ListJobsResponse
+	68,  // 261: byoc.ims.v1.OperatorService.GetJob:output_type -> byoc.ims.v1.GetJobResponse
+	71,  // 262: byoc.ims.v1.OperatorService.StreamJobLogs:output_type -> byoc.ims.v1.StreamJobLogsResponse
+	73,  // 263: byoc.ims.v1.OperatorService.CancelJob:output_type -> byoc.ims.v1.CancelJobResponse
+	90,  // 264: byoc.ims.v1.OperatorService.RegisterPluginType:output_type -> byoc.ims.v1.RegisterPluginTypeResponse
+	92,  // 265: byoc.ims.v1.OperatorService.ListPluginTypes:output_type -> byoc.ims.v1.ListPluginTypesResponse
+	94,  // 266: byoc.ims.v1.OperatorService.GetPluginType:output_type -> byoc.ims.v1.GetPluginTypeResponse
+	96,  // 267: byoc.ims.v1.OperatorService.RemovePluginType:output_type -> byoc.ims.v1.RemovePluginTypeResponse
+	200, // 268: byoc.ims.v1.OperatorService.ListActions:output_type -> byoc.ims.v1.ListActionsResponse
+	201, // 269: byoc.ims.v1.OperatorService.StartActionRun:output_type -> byoc.ims.v1.StartActionRunResponse
+	128, // 270: byoc.ims.v1.OperatorService.ListDebugCommands:output_type -> byoc.ims.v1.ListDebugCommandsResponse
+	132, // 271: byoc.ims.v1.OperatorService.RunDebugCommand:output_type -> byoc.ims.v1.RunDebugCommandResponse
+	202, // 272: byoc.ims.v1.OperatorService.GetTelemetry:output_type -> byoc.ims.v1.GetTelemetryResponse
+	141, // 273: byoc.ims.v1.OperatorService.SupportShell:output_type -> byoc.ims.v1.SupportShellResponse
+	135, // 274: byoc.ims.v1.OperatorService.ListSupportRecordings:output_type -> byoc.ims.v1.ListSupportRecordingsResponse
+	137, // 275: byoc.ims.v1.OperatorService.GetSupportRecording:output_type -> byoc.ims.v1.GetSupportRecordingResponse
+	203, // 276: byoc.ims.v1.OperatorService.ListActionRuns:output_type -> byoc.ims.v1.ListActionRunsResponse
+	204, // 277: byoc.ims.v1.OperatorService.GetActionRun:output_type -> byoc.ims.v1.GetActionRunResponse
+	98,  // 278: byoc.ims.v1.OperatorService.RequestBreakGlass:output_type -> byoc.ims.v1.RequestBreakGlassResponse
+	100, // 279: byoc.ims.v1.OperatorService.ListBreakGlassGrants:output_type -> byoc.ims.v1.ListBreakGlassGrantsResponse
+	103, // 280: byoc.ims.v1.OperatorService.GetBreakGlassPolicy:output_type -> byoc.ims.v1.GetBreakGlassPolicyResponse
+	205, // 281: byoc.ims.v1.OperatorService.ListAuditEvents:output_type -> byoc.ims.v1.ListAuditEventsResponse
+	106, // 282: byoc.ims.v1.OperatorService.GetInstallStack:output_type -> byoc.ims.v1.GetInstallStackResponse
+	108, // 283: byoc.ims.v1.OperatorService.CreateBundle:output_type -> byoc.ims.v1.CreateBundleResponse
+	110, // 284: byoc.ims.v1.OperatorService.SignBundle:output_type -> byoc.ims.v1.SignBundleResponse
+	112, // 285: byoc.ims.v1.OperatorService.ImportBundleResults:output_type -> byoc.ims.v1.ImportBundleResultsResponse
+	115, // 286: byoc.ims.v1.OperatorService.CreateBuildAgentToken:output_type -> byoc.ims.v1.CreateBuildAgentTokenResponse
+	117, // 287: byoc.ims.v1.OperatorService.StartBuild:output_type -> byoc.ims.v1.StartBuildResponse
+	119, // 288: byoc.ims.v1.OperatorService.ListBuilds:output_type -> byoc.ims.v1.ListBuildsResponse
+	123, // 289: byoc.ims.v1.OperatorService.ListInstallImages:output_type -> byoc.ims.v1.ListInstallImagesResponse
+	126, // 290: byoc.ims.v1.OperatorService.ListInstallArtifacts:output_type -> byoc.ims.v1.ListInstallArtifactsResponse
+	218, // [218:291] is the sub-list for method output_type
+	145, // [145:218] is the sub-list for method input_type
+	145, // [145:145] is the sub-list for extension type_name
+	145, // [145:145] is the sub-list for extension extendee
+	0,   // [0:145] is the sub-list for field type_name
 }
 
 func init() { file_byoc_ims_v1_operator_proto_init() }
@@ -10832,7 +11174,7 @@ func file_byoc_ims_v1_operator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byoc_ims_v1_operator_proto_rawDesc), len(file_byoc_ims_v1_operator_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   148,
+			NumMessages:   153,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

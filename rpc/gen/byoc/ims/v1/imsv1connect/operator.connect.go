@@ -198,6 +198,12 @@ const (
 	// OperatorServiceSupportShellProcedure is the fully-qualified name of the OperatorService's
 	// SupportShell RPC.
 	OperatorServiceSupportShellProcedure = "/byoc.ims.v1.OperatorService/SupportShell"
+	// OperatorServiceListSupportRecordingsProcedure is the fully-qualified name of the
+	// OperatorService's ListSupportRecordings RPC.
+	OperatorServiceListSupportRecordingsProcedure = "/byoc.ims.v1.OperatorService/ListSupportRecordings"
+	// OperatorServiceGetSupportRecordingProcedure is the fully-qualified name of the OperatorService's
+	// GetSupportRecording RPC.
+	OperatorServiceGetSupportRecordingProcedure = "/byoc.ims.v1.OperatorService/GetSupportRecording"
 	// OperatorServiceListActionRunsProcedure is the fully-qualified name of the OperatorService's
 	// ListActionRuns RPC.
 	OperatorServiceListActionRunsProcedure = "/byoc.ims.v1.OperatorService/ListActionRuns"
@@ -426,6 +432,15 @@ type OperatorServiceClient interface {
 	// Served by the imsd replica that holds the agent's stream. Audited as
 	// support.session.started and support.session.ended.
 	SupportShell(context.Context) *connect.BidiStreamForClient[v1.SupportShellRequest, v1.SupportShellResponse]
+	// ListSupportRecordings lists the recordings imsd keeps of an install's
+	// support sessions: those the customer's agent sent it (agentd
+	// --session-recordings-to-vendor; off by default). Needs break-glass on
+	// the install, as a support shell does.
+	ListSupportRecordings(context.Context, *connect.Request[v1.ListSupportRecordingsRequest]) (*connect.Response[v1.ListSupportRecordingsResponse], error)
+	// GetSupportRecording returns one kept recording (asciicast v2) and the
+	// SHA-256 imsd stored with it; the caller checks the one against the
+	// other before playing it. Needs break-glass on its install.
+	GetSupportRecording(context.Context, *connect.Request[v1.GetSupportRecordingRequest]) (*connect.Response[v1.GetSupportRecordingResponse], error)
 	// ListActionRuns lists an install's action runs, newest first, with
 	// their outputs.
 	ListActionRuns(context.Context, *connect.Request[v1.ListActionRunsRequest]) (*connect.Response[v1.ListActionRunsResponse], error)
@@ -841,6 +856,18 @@ func NewOperatorServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(operatorServiceMethods.ByName("SupportShell")),
 			connect.WithClientOptions(opts...),
 		),
+		listSupportRecordings: connect.NewClient[v1.ListSupportRecordingsRequest, v1.ListSupportRecordingsResponse](
+			httpClient,
+			baseURL+OperatorServiceListSupportRecordingsProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("ListSupportRecordings")),
+			connect.WithClientOptions(opts...),
+		),
+		getSupportRecording: connect.NewClient[v1.GetSupportRecordingRequest, v1.GetSupportRecordingResponse](
+			httpClient,
+			baseURL+OperatorServiceGetSupportRecordingProcedure,
+			connect.WithSchema(operatorServiceMethods.ByName("GetSupportRecording")),
+			connect.WithClientOptions(opts...),
+		),
 		listActionRuns: connect.NewClient[v1.ListActionRunsRequest, v1.ListActionRunsResponse](
 			httpClient,
 			baseURL+OperatorServiceListActionRunsProcedure,
@@ -992,6 +1019,8 @@ type operatorServiceClient struct {
 	runDebugCommand       *connect.Client[v1.RunDebugCommandRequest, v1.RunDebugCommandResponse]
 	getTelemetry          *connect.Client[v1.GetTelemetryRequest, v1.GetTelemetryResponse]
 	supportShell          *connect.Client[v1.SupportShellRequest, v1.SupportShellResponse]
+	listSupportRecordings *connect.Client[v1.ListSupportRecordingsRequest, v1.ListSupportRecordingsResponse]
+	getSupportRecording   *connect.Client[v1.GetSupportRecordingRequest, v1.GetSupportRecordingResponse]
 	listActionRuns        *connect.Client[v1.ListActionRunsRequest, v1.ListActionRunsResponse]
 	getActionRun          *connect.Client[v1.GetActionRunRequest, v1.GetActionRunResponse]
 	requestBreakGlass     *connect.Client[v1.RequestBreakGlassRequest, v1.RequestBreakGlassResponse]
@@ -1289,6 +1318,16 @@ func (c *operatorServiceClient) SupportShell(ctx context.Context) *connect.BidiS
 	return c.supportShell.CallBidiStream(ctx)
 }
 
+// ListSupportRecordings calls byoc.ims.v1.OperatorService.ListSupportRecordings.
+func (c *operatorServiceClient) ListSupportRecordings(ctx context.Context, req *connect.Request[v1.ListSupportRecordingsRequest]) (*connect.Response[v1.ListSupportRecordingsResponse], error) {
+	return c.listSupportRecordings.CallUnary(ctx, req)
+}
+
+// GetSupportRecording calls byoc.ims.v1.OperatorService.GetSupportRecording.
+func (c *operatorServiceClient) GetSupportRecording(ctx context.Context, req *connect.Request[v1.GetSupportRecordingRequest]) (*connect.Response[v1.GetSupportRecordingResponse], error) {
+	return c.getSupportRecording.CallUnary(ctx, req)
+}
+
 // ListActionRuns calls byoc.ims.v1.OperatorService.ListActionRuns.
 func (c *operatorServiceClient) ListActionRuns(ctx context.Context, req *connect.Request[v1.ListActionRunsRequest]) (*connect.Response[v1.ListActionRunsResponse], error) {
 	return c.listActionRuns.CallUnary(ctx, req)
@@ -1545,6 +1584,15 @@ type OperatorServiceHandler interface {
 	// Served by the imsd replica that holds the agent's stream. Audited as
 	// support.session.started and support.session.ended.
 	SupportShell(context.Context, *connect.BidiStream[v1.SupportShellRequest, v1.SupportShellResponse]) error
+	// ListSupportRecordings lists the recordings imsd keeps of an install's
+	// support sessions: those the customer's agent sent it (agentd
+	// --session-recordings-to-vendor; off by default). Needs break-glass on
+	// the install, as a support shell does.
+	ListSupportRecordings(context.Context, *connect.Request[v1.ListSupportRecordingsRequest]) (*connect.Response[v1.ListSupportRecordingsResponse], error)
+	// GetSupportRecording returns one kept recording (asciicast v2) and the
+	// SHA-256 imsd stored with it; the caller checks the one against the
+	// other before playing it. Needs break-glass on its install.
+	GetSupportRecording(context.Context, *connect.Request[v1.GetSupportRecordingRequest]) (*connect.Response[v1.GetSupportRecordingResponse], error)
 	// ListActionRuns lists an install's action runs, newest first, with
 	// their outputs.
 	ListActionRuns(context.Context, *connect.Request[v1.ListActionRunsRequest]) (*connect.Response[v1.ListActionRunsResponse], error)
@@ -1956,6 +2004,18 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 		connect.WithSchema(operatorServiceMethods.ByName("SupportShell")),
 		connect.WithHandlerOptions(opts...),
 	)
+	operatorServiceListSupportRecordingsHandler := connect.NewUnaryHandler(
+		OperatorServiceListSupportRecordingsProcedure,
+		svc.ListSupportRecordings,
+		connect.WithSchema(operatorServiceMethods.ByName("ListSupportRecordings")),
+		connect.WithHandlerOptions(opts...),
+	)
+	operatorServiceGetSupportRecordingHandler := connect.NewUnaryHandler(
+		OperatorServiceGetSupportRecordingProcedure,
+		svc.GetSupportRecording,
+		connect.WithSchema(operatorServiceMethods.ByName("GetSupportRecording")),
+		connect.WithHandlerOptions(opts...),
+	)
 	operatorServiceListActionRunsHandler := connect.NewUnaryHandler(
 		OperatorServiceListActionRunsProcedure,
 		svc.ListActionRuns,
@@ -2160,6 +2220,10 @@ func NewOperatorServiceHandler(svc OperatorServiceHandler, opts ...connect.Handl
 			operatorServiceGetTelemetryHandler.ServeHTTP(w, r)
 		case OperatorServiceSupportShellProcedure:
 			operatorServiceSupportShellHandler.ServeHTTP(w, r)
+		case OperatorServiceListSupportRecordingsProcedure:
+			operatorServiceListSupportRecordingsHandler.ServeHTTP(w, r)
+		case OperatorServiceGetSupportRecordingProcedure:
+			operatorServiceGetSupportRecordingHandler.ServeHTTP(w, r)
 		case OperatorServiceListActionRunsProcedure:
 			operatorServiceListActionRunsHandler.ServeHTTP(w, r)
 		case OperatorServiceGetActionRunProcedure:
@@ -2421,6 +2485,14 @@ func (UnimplementedOperatorServiceHandler) GetTelemetry(context.Context, *connec
 
 func (UnimplementedOperatorServiceHandler) SupportShell(context.Context, *connect.BidiStream[v1.SupportShellRequest, v1.SupportShellResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.SupportShell is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) ListSupportRecordings(context.Context, *connect.Request[v1.ListSupportRecordingsRequest]) (*connect.Response[v1.ListSupportRecordingsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.ListSupportRecordings is not implemented"))
+}
+
+func (UnimplementedOperatorServiceHandler) GetSupportRecording(context.Context, *connect.Request[v1.GetSupportRecordingRequest]) (*connect.Response[v1.GetSupportRecordingResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("byoc.ims.v1.OperatorService.GetSupportRecording is not implemented"))
 }
 
 func (UnimplementedOperatorServiceHandler) ListActionRuns(context.Context, *connect.Request[v1.ListActionRunsRequest]) (*connect.Response[v1.ListActionRunsResponse], error) {

@@ -1,0 +1,76 @@
+package operatorapi
+
+import (
+	"bytes"
+	"context"
+	"regexp"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/byoc-dev/byoc/imsd/errs"
+	"github.com/byoc-dev/byoc/imsd/store"
+	"github.com/byoc-dev/byoc/internal/asciicast"
+	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
+)
+
+// recordingTitle is the title the agent gives a recording (agentd/agent
+// shell.go): the session and its operator.
+var recordingTitle = regexp.MustCompile(`^byoc support session \S+ by (.+)$`)
+
+// supportRecordingToProto describes a kept recording; its operator,
+// start and end come from the recording itself (left empty when it
+// cannot be read).
+func supportRecordingToProto(r store.SessionRecording) *imsv1.SupportRecording {
+	p := &imsv1.SupportRecording{SessionId: r.SessionID, InstallId: r.InstallID, AgentId: r.AgentID, Size: int64(len(r.Data)), Sha256: r.SHA256}
+	h, evs, err := asciicast.Read(bytes.NewReader(r.Data))
+	if err != nil {
+		return p
+	}
+	if m := recordingTitle.FindStringSubmatch(h.Title); m != nil {
+		p.Operator = m[1]
+	}
+	start := time.Unix(h.Timestamp, 0).UTC()
+	p.StartTime = timestamppb.New(start)
+	end := start
+	if len(evs) > 0 {
+		end = start.Add(time.Duration(evs[len(evs)-1].Time * float64(time.Second)))
+	}
+	p.EndTime = timestamppb.New(end)
+	return p
+}
+
+// ListSupportRecordings lists the recordings kept of an install's
+// support sessions.
+func (s *Service) ListSupportRecordings(ctx context.Context, req *connect.Request[imsv1.ListSupportRecordingsRequest]) (*connect.Response[imsv1.ListSupportRecordingsResponse], error) {
+	if req.Msg.Install == "" {
+		return nil, s.err(ctx, errs.Field("install", "is required"))
+	}
+	in, err := s.store.GetInstall(ctx, req.Msg.Install)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	recs, err := s.store.ListSessionRecordings(ctx, in.ID)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	out := &imsv1.ListSupportRecordingsResponse{}
+	for _, r := range recs {
+		out.Recordings = append(out.Recordings, supportRecordingToProto(r))
+	}
+	return connect.NewResponse(out), nil
+}
+
+// GetSupportRecording returns one kept recording with its stored
+// SHA-256, which the caller checks before playing it.
+func (s *Service) GetSupportRecording(ctx context.Context, req *connect.Request[imsv1.GetSupportRecordingRequest]) (*connect.Response[imsv1.GetSupportRecordingResponse], error) {
+	if req.Msg.Id == "" {
+		return nil, s.err(ctx, errs.Field("id", "is required"))
+	}
+	r, err := s.store.GetSessionRecording(ctx, req.Msg.Id)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	return connect.NewResponse(&imsv1.GetSupportRecordingResponse{Recording: supportRecordingToProto(r), Data: r.Data}), nil
+}
