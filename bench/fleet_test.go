@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -117,12 +118,16 @@ func BenchmarkSimulatedFleet(b *testing.B) {
 			cancel()
 			wg.Wait()
 			for _, a := range f.agents {
-				a.hc.CloseIdleConnections()
+				a.tr.CloseIdleConnections()
 			}
 		})
 		f.agents = make([]*simAgent, n)
+		clients := make([]agentv1connect.AgentServiceClient, len(procs))
+		for i, p := range procs {
+			clients[i] = replicaClient(p.url)
+		}
 		for i, s := range seeds {
-			f.agents[i] = newSimAgent(s, procs[i%len(procs)].url, i)
+			f.agents[i] = newSimAgent(s, clients[i%len(procs)], i)
 		}
 		seeds = nil
 		wg.Add(1)
@@ -228,8 +233,17 @@ func BenchmarkSimulatedFleet(b *testing.B) {
 				i+1, agents, rss>>20, float64(rss-rss0[i])/1024/float64(agents), heap/(1<<20), (heap-heap0[i])/1024/float64(agents), stream/(1<<20),
 				100*c.Seconds()/window.Seconds())
 		}
+		// The load generator's live memory: collect first, and write its
+		// heap profile when BYOC_BENCH_HEAPPROFILE names a file.
+		runtime.GC()
 		var genMem runtime.MemStats
 		runtime.ReadMemStats(&genMem)
+		if path := os.Getenv("BYOC_BENCH_HEAPPROFILE"); path != "" {
+			if hf, err := os.Create(path); err == nil {
+				pprof.WriteHeapProfile(hf)
+				hf.Close()
+			}
+		}
 		genRSS := selfRSS()
 		conns := pgConnections(b, dsn)
 		fmt.Printf("steady state over %s, %d agents on %d replicas, heartbeat %s:\n", window.Round(time.Second), n, len(procs), hb)
@@ -268,9 +282,9 @@ func BenchmarkSimulatedFleet(b *testing.B) {
 				early[id] = at
 			}
 		})
-		clients := make([]imsv1connect.OperatorServiceClient, len(procs))
+		ops := make([]imsv1connect.OperatorServiceClient, len(procs))
 		for i, p := range procs {
-			clients[i] = p.client()
+			ops[i] = p.client()
 			cpu0[i] = p.cpu(b)
 		}
 		pg = pgtest.WatchBackends(dsn)
@@ -280,7 +294,7 @@ func BenchmarkSimulatedFleet(b *testing.B) {
 			<-tick.C
 			install := fmt.Sprintf("f%06d", rand.N(n))
 			t0 := time.Now()
-			r, err := clients[i%len(clients)].EnqueueJob(context.Background(), connect.NewRequest(&imsv1.EnqueueJobRequest{Install: install, ComponentType: "action", Operation: "apply", Config: noop}))
+			r, err := ops[i%len(ops)].EnqueueJob(context.Background(), connect.NewRequest(&imsv1.EnqueueJobRequest{Install: install, ComponentType: "action", Operation: "apply", Config: noop}))
 			if err != nil {
 				tick.Stop()
 				b.Fatal(err)
@@ -458,20 +472,39 @@ func (f *simFleet) heartbeats(ctx context.Context) {
 // (one TCP connection) and the stream it holds.
 type simAgent struct {
 	*benchAgent
-	hc  *http.Client
+	tr  *http.Transport
 	mu  sync.Mutex
 	st  *agentchannel.AgentStream
 	seq uint64
 	wid uint64
 }
 
-// newSimAgent makes agent i of the fleet, for imsd at url, dialling from
-// loopback source address 127.0.0.(2 + i mod 16).
-func newSimAgent(s fleetSeed, url string, i int) *simAgent {
-	hc := agent.DefaultHTTPClient()
+// transportKey carries an agent's own transport in its stream's context:
+// the agents of a replica share one connect client (about 10 KiB of
+// configuration each otherwise), which routes each request through the
+// transport of the agent making it.
+type transportKey struct{}
+
+type agentTransport struct{}
+
+func (agentTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	return r.Context().Value(transportKey{}).(*http.Transport).RoundTrip(r)
+}
+
+// replicaClient is the agent client shared by the agents of the replica
+// at url.
+func replicaClient(url string) agentv1connect.AgentServiceClient {
+	return agentv1connect.NewAgentServiceClient(&http.Client{Transport: agentTransport{}}, url)
+}
+
+// newSimAgent makes agent i of the fleet, on client (its replica's),
+// dialling from loopback source address 127.0.0.(2 + i mod 16) with a
+// transport of its own (agentd's).
+func newSimAgent(s fleetSeed, client agentv1connect.AgentServiceClient, i int) *simAgent {
+	tr := agent.DefaultHTTPClient().Transport.(*http.Transport)
 	local := &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+i%16))}
-	hc.Transport.(*http.Transport).DialContext = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second, LocalAddr: local}).DialContext
-	return &simAgent{hc: hc, benchAgent: &benchAgent{id: s.id, key: s.key, install: s.install, client: agentv1connect.NewAgentServiceClient(hc, url)}}
+	tr.DialContext = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second, LocalAddr: local}).DialContext
+	return &simAgent{tr: tr, benchAgent: &benchAgent{id: s.id, key: s.key, install: s.install, client: client}}
 }
 
 // heartbeat sends a heartbeat if the agent's stream is up.
@@ -496,7 +529,7 @@ func (a *simAgent) send(m *agentv1.ConnectRequest) {
 // acked, and finished at once when imsd accepts the ack. A stream that
 // ends before ctx counts as dropped.
 func (a *simAgent) run(ctx context.Context, f *simFleet, ready chan<- error) {
-	st, err := a.helloAdmitted(ctx, false)
+	st, err := a.helloAdmitted(context.WithValue(ctx, transportKey{}, a.tr), false)
 	if err != nil {
 		ready <- err
 		return
