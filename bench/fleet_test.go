@@ -7,6 +7,7 @@ import (
 	"database/sql"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -104,7 +105,7 @@ func BenchmarkSimulatedFleet(b *testing.B) {
 		rss0 := make([]int64, len(procs))
 		heap0 := make([]float64, len(procs))
 		for i, p := range procs {
-			rss0[i], heap0[i] = p.rss(b), p.metric(b, "go_memstats_heap_inuse_bytes")
+			rss0[i], heap0[i] = p.rss(b), fleetMetric(p, "go_memstats_heap_inuse_bytes")
 		}
 		var genMem0 runtime.MemStats
 		runtime.GC()
@@ -227,8 +228,8 @@ func BenchmarkSimulatedFleet(b *testing.B) {
 			totalCPU += c
 			rss := p.rss(b)
 			totalRSS += rss
-			heap := p.metric(b, "go_memstats_heap_inuse_bytes")
-			stream := p.metric(b, "go_memstats_stack_inuse_bytes")
+			heap := fleetMetric(p, "go_memstats_heap_inuse_bytes")
+			stream := fleetMetric(p, "go_memstats_stack_inuse_bytes")
 			agents := (n - i + len(procs) - 1) / len(procs)
 			perReplica[i] = fmt.Sprintf("imsd-%d: %d agents, RSS %d MiB (%.1f KiB/agent), heap %.0f MiB (%.1f KiB/agent), stacks %.0f MiB, CPU %.0f %% of a core",
 				i+1, agents, rss>>20, float64(rss-rss0[i])/1024/float64(agents), heap/(1<<20), (heap-heap0[i])/1024/float64(agents), stream/(1<<20),
@@ -257,8 +258,8 @@ func BenchmarkSimulatedFleet(b *testing.B) {
 		fmt.Printf("  load generator: RSS %d MiB (%.1f KiB/agent), Go heap in use %d MiB, stacks %d MiB, %d goroutines (%.1f/agent), CPU %.0f %% of a core\n",
 			genRSS>>20, float64(genRSS-genRSS0)/1024/float64(n), genMem.HeapInuse>>20, genMem.StackInuse>>20, runtime.NumGoroutine(), float64(runtime.NumGoroutine())/float64(n),
 			100*genCPU.Seconds()/window.Seconds())
-		fmt.Printf("  streams dropped so far %d, reconnected %d; the load generator's heartbeats late by up to %s; MemAvailable %d MiB [load %s]\n",
-			f.dropped.Load(), f.reconnected.Load(), time.Duration(f.hbLate.Load()).Round(time.Millisecond), memAvailable()>>20, loadAverage())
+		fmt.Printf("  streams dropped so far %d, reconnected %d; the load generator's heartbeats late by up to %s, %d skipped (the previous one still being sent); MemAvailable %d MiB [load %s]\n",
+			f.dropped.Load(), f.reconnected.Load(), time.Duration(f.hbLate.Load()).Round(time.Millisecond), f.hbSkipped.Load(), memAvailable()>>20, loadAverage())
 		b.ReportMetric(float64(totalRSS-sum(rss0))/1024/float64(n), "replica-KiB/agent")
 		b.ReportMetric(connectTime.Seconds(), "s-to-connect")
 		b.ReportMetric(hbs, "heartbeats/s")
@@ -440,6 +441,9 @@ type simFleet struct {
 	// hbLate is how late the load generator sent a heartbeat at worst
 	// (its own scheduling, on a busy machine).
 	hbLate atomic.Int64
+	// hbSkipped counts heartbeats not sent because the agent's previous
+	// one was still being sent.
+	hbSkipped atomic.Int64
 }
 
 func (f *simFleet) setPicked(fn func(string, time.Time)) {
@@ -483,8 +487,21 @@ func (f *simFleet) heartbeats(ctx context.Context) {
 					if late := -time.Until(t); late > time.Duration(f.hbLate.Load()) {
 						f.hbLate.Store(int64(late)) // a race between workers only loses a near-equal maximum
 					}
-					if a.heartbeat() {
-						f.heartbeatsSent.Add(1)
+					// Sent from a goroutine of its own: a send blocked
+					// on one stream (HTTP/2 flow control, a replica
+					// slow to read) must not hold back the other
+					// agents' heartbeats, as one agentd's does not.
+					// An agent whose last one is still being sent
+					// skips this one, as agentd's would wait.
+					if a.sending.CompareAndSwap(false, true) {
+						go func() {
+							defer a.sending.Store(false)
+							if a.heartbeat() {
+								f.heartbeatsSent.Add(1)
+							}
+						}()
+					} else {
+						f.hbSkipped.Add(1)
 					}
 				}
 			}
@@ -502,6 +519,8 @@ type simAgent struct {
 	st  *agentchannel.AgentStream
 	seq uint64
 	wid uint64
+	// sending is set while a heartbeat is being sent.
+	sending atomic.Bool
 }
 
 // transportKey carries an agent's own transport in its stream's context:
@@ -745,6 +764,26 @@ func pgConnections(b *testing.B, dsn string) string {
 		parts = append(parts, fmt.Sprintf("%s %d", name, c))
 	}
 	return fmt.Sprintf("%d connections (%s)", total, strings.Join(parts, ", "))
+}
+
+// fleetMetric is imsProc.metric, NaN when the replica does not answer
+// (a run on a saturated machine once got EOF from one): the figures
+// printed say so rather than the run ending without them.
+func fleetMetric(p *imsProc, name string) float64 {
+	r, err := http.Get(p.url + "/metrics")
+	if err != nil {
+		fmt.Printf("  %s: %v\n", p.url, err)
+		return math.NaN()
+	}
+	defer r.Body.Close()
+	sc := bufio.NewScanner(r.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			return f
+		}
+	}
+	return math.NaN()
 }
 
 func envInt(name string, def int) int {
