@@ -107,9 +107,17 @@ func TestHandedOverJobsAreBatchSigned(t *testing.T) {
 			var news []store.NewJob
 			var sessions []*dispatch.Session
 			for i := range n {
-				sess := hub.Reserve("ins_1")
-				if sess == nil {
-					t.Fatal("no free slot reserved")
+				// The claim the welcome starts takes every free slot
+				// while it runs and gives back what it did not use: wait
+				// for it.
+				var sess *dispatch.Session
+				for deadline := time.Now().Add(10 * time.Second); sess == nil; {
+					if sess = hub.Reserve("ins_1"); sess == nil {
+						if time.Now().After(deadline) {
+							t.Fatal("no free slot reserved")
+						}
+						time.Sleep(time.Millisecond)
+					}
 				}
 				sessions = append(sessions, sess)
 				news = append(news, store.NewJob{Job: store.Job{ID: fmt.Sprintf("job_%d", i), InstallID: "ins_1", ComponentType: "action", Operation: "apply",

@@ -88,6 +88,8 @@ var examples = map[string]string{
 	"byoc install get": `  byoc install get shop-acme
   byoc install get shop-acme -o go-template='{{.agent.connected}}'`,
 	"byoc install images": `  byoc install images shop-acme`,
+	"byoc install artifacts": `  byoc install artifacts shop-acme
+  byoc install artifacts shop-acme --kind chart -o json`,
 	"byoc install list": `  byoc install list
   byoc install list --app shop -o wide
   byoc install list --watch             # then each install again as it changes
