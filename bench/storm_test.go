@@ -107,6 +107,7 @@ type stormStats struct {
 	welcomed, shed, failed, gaveUp atomic.Int64
 	mu                             sync.Mutex
 	welcomes                       []time.Time
+	lastErr                        atomic.Value // string: the last failed try's error, for a failure's message
 }
 
 // storm kills every process of procs at once (SIGKILL, as a crash),
@@ -224,7 +225,8 @@ func storm(b *testing.B, label string, procs []*imsProc, agents []*benchAgent) {
 	close(stopSample)
 	<-sampleDone
 	if got := st.welcomed.Load(); got < int64(n) {
-		b.Fatalf("only %d of %d agents back after 3 minutes", got, n)
+		last, _ := st.lastErr.Load().(string)
+		b.Fatalf("only %d of %d agents back after 3 minutes (%d tries failed, %d shed, %d gave up; the last failure: %s)", got, n, st.failed.Load(), st.shed.Load(), st.gaveUp.Load(), last)
 	}
 	// Every job enqueued during the storm finishes.
 	var left int
@@ -305,6 +307,9 @@ func (a *benchAgent) reconnect(ctx context.Context, st *stormStats) {
 			return
 		} else {
 			st.failed.Add(1)
+			if err != nil {
+				st.lastErr.Store(err.Error())
+			}
 		}
 		if !backoff.Wait(ctx, delay) {
 			return

@@ -574,7 +574,7 @@ func (s *Server) newHTTPServer() *http.Server {
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
-		if _, err := s.store.CountAPITokens(ctx); err != nil {
+		if err := s.store.Ready(ctx); err != nil {
 			http.Error(w, "database not reachable", http.StatusServiceUnavailable)
 			return
 		}

@@ -60,6 +60,12 @@ type Store struct {
 	// pg is the parsed PostgreSQL config, used by Listen for its dedicated
 	// connection. Nil on SQLite.
 	pg *pgx.ConnConfig
+	// ready is Ready's own pool of one connection on PostgreSQL, so a
+	// balancer's health check never queues behind the hot path's pool (a
+	// hello storm holds all of it; a check that times out there takes the
+	// replica out of the balancer, and the storm never ends). Nil on
+	// SQLite, whose readers serve it.
+	ready *sql.DB
 	// installIDs caches what InstallID resolved: installs are never
 	// renamed or deleted, so a name or id, once found, names the same
 	// install for good.
@@ -153,8 +159,11 @@ func openPostgres(ctx context.Context, dsn string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("open postgres: %w", err)
 	}
+	ready := stdlib.OpenDB(*cfg)
+	ready.SetMaxOpenConns(1)
+	ready.SetMaxIdleConns(1)
 	x := sqlx.NewDb(db, "pgx")
-	s := &Store{dialect: DialectPostgres, w: x, r: newReader(x, false), pg: cfg}
+	s := &Store{dialect: DialectPostgres, w: x, r: newReader(x, false), pg: cfg, ready: ready}
 	s.pgc = startPGGroupCommit(s)
 	return s, nil
 }
@@ -169,7 +178,27 @@ func (s *Store) Close() error {
 		s.pgc.stop()
 	}
 	err := s.r.Close(s.r.db != s.w)
+	if s.ready != nil {
+		err = errors.Join(err, s.ready.Close())
+	}
 	return errors.Join(err, s.w.Close())
+}
+
+// Ready reports whether the database answers, for imsd's /readyz: on
+// PostgreSQL a query on a connection of its own (never one the job path
+// holds), on SQLite a read of the schema through the readers.
+func (s *Store) Ready(ctx context.Context) error {
+	if s.ready != nil {
+		var one int
+		if err := s.ready.QueryRowContext(ctx, `SELECT 1`).Scan(&one); err != nil {
+			return fmt.Errorf("database not reachable: %w", err)
+		}
+		return nil
+	}
+	if _, err := s.CountAPITokens(ctx); err != nil {
+		return fmt.Errorf("database not reachable: %w", err)
+	}
+	return nil
 }
 
 // Dialect reports which database the store uses: "sqlite" or "postgres".
