@@ -95,6 +95,11 @@ func cronField(s string, lo, hi, last int, names map[string]int) (uint64, error)
 		case rng == "*" || rng == "?":
 			from, to = lo, last
 		default:
+			// One hyphen at most: Atoi takes "-0", so "0--0" would read
+			// as the range 0-0 where cron (and robfig) refuse it.
+			if strings.Count(rng, "-") > 1 {
+				return 0, fmt.Errorf("range %q has more than one hyphen", rng)
+			}
 			a, b, isRange := strings.Cut(rng, "-")
 			var err error
 			if from, err = cronValue(a, lo, hi, names); err != nil {
