@@ -3,6 +3,7 @@ package attest_test
 import (
 	"crypto"
 	"crypto/ecdsa"
+	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/sha256"
@@ -29,9 +30,12 @@ import (
 	"github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
 	"github.com/opencontainers/go-digest"
+	"github.com/sigstore/sigstore-go/pkg/bundle"
 	"github.com/sigstore/sigstore-go/pkg/root"
 
 	"github.com/byoc-dev/byoc/internal/attest"
+	"github.com/byoc-dev/byoc/internal/ocicopy"
+	"github.com/byoc-dev/byoc/internal/ocicopy/ocitest"
 )
 
 // testCA is a certificate authority for tests.
@@ -329,6 +333,56 @@ func TestKeylessTimestampOutsideValidity(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 	t.Log(err)
+}
+
+// TestFindKeyless: keyless and keyed attestations of an artifact in a
+// real registry are found and verified together; a keyless one counts
+// only under a trusted identity and root.
+func TestFindKeyless(t *testing.T) {
+	ctx := t.Context()
+	e := newKeylessEnv(t, 0)
+	reg := ocitest.StartRegistry(t, ocitest.RegistryOptions{})
+	repo, err := ocicopy.Open(ctx, ocicopy.Registry{Host: reg.Host, PlainHTTP: true}, "acme/web", ocicopy.Credentials{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer repo.Close()
+	md, err := ocitest.Image(ctx, repo, ocitest.ImageSpec{Seed: 1, Layers: []int64{64}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bun bundle.Bundle
+	if err := bun.UnmarshalJSON(e.sign(t, buildAgent, md.Digest)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := attest.AttachBundle(ctx, repo, md, &bun, attest.SLSAProvenanceV1, buildAgent); err != nil {
+		t.Fatal(err)
+	}
+	pub, key, _ := ed25519.GenerateKey(rand.Reader)
+	st, err := attest.NewStatement("acme/web", md.Digest, attest.SPDXPredicate, map[string]string{"spdxVersion": "SPDX-2.3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := attest.Attach(ctx, repo, md, st, key); err != nil {
+		t.Fatal(err)
+	}
+	trust := attest.Trust{Keys: []ed25519.PublicKey{pub}, Root: e.root(t, e.fulcioCA),
+		Identities: []attest.Identity{{Issuer: e.iss.url, Subject: buildAgent}}}
+	f, err := attest.FindTrusted(ctx, repo, md, trust)
+	if err != nil || len(f.Verified) != 2 || len(f.Rejected) != 0 ||
+		len(f.Has(attest.SLSAProvenanceV1)) != 1 || !strings.HasPrefix(f.Has(attest.SLSAProvenanceV1)[0].KeyID, "keyless:") {
+		t.Fatalf("found %+v %v", f, err)
+	}
+	for name, tr := range map[string]attest.Trust{
+		"keys only":      {Keys: trust.Keys},
+		"other identity": {Keys: trust.Keys, Root: trust.Root, Identities: []attest.Identity{{Issuer: e.iss.url, Subject: "other"}}},
+	} {
+		f, err := attest.FindTrusted(ctx, repo, md, tr)
+		if err != nil || len(f.Verified) != 1 || f.Verified[0].PredicateType != attest.SPDXPredicate || len(f.Rejected) != 1 {
+			t.Fatalf("%s: found %+v %v", name, f, err)
+		}
+		t.Logf("%s: %s", name, f.Rejected[0])
+	}
 }
 
 func TestParseIdentity(t *testing.T) {
