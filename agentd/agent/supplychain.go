@@ -302,7 +302,15 @@ func verifyAgainst(ctx context.Context, p permissions.SupplyChainPolicy, art art
 	if sigErr != nil && p.RequireSignature {
 		fail(RuleRequireSignature, sigErr)
 	}
-	found, err := attest.Find(ctx, repo, desc, trusted)
+	ids, tr, err := p.KeylessTrust()
+	var found attest.Found
+	if err == nil {
+		trust := attest.Trust{Keys: trusted, Identities: ids}
+		if tr != nil {
+			trust.Root = tr
+		}
+		found, err = attest.FindTrusted(ctx, repo, desc, trust)
+	}
 	if err != nil {
 		if len(p.RequireAttestations) > 0 {
 			fail(RuleRequireAttestation, err)

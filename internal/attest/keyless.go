@@ -1,6 +1,6 @@
 package attest
 
-// Keyless signing and verification: the build agent signs with an
+// Keyless verification (signing: internal/attest/keylesssign): the build agent signs with an
 // ephemeral key whose short-lived certificate a Fulcio-compatible CA
 // issued for the agent's workload identity (an OIDC token the platform
 // keeps in a file), and has the signature timestamped by an RFC 3161
@@ -10,13 +10,11 @@ package attest
 // trusted root names.
 
 import (
-	"context"
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"regexp"
 	"strings"
@@ -26,59 +24,8 @@ import (
 	"github.com/sigstore/sigstore-go/pkg/bundle"
 	"github.com/sigstore/sigstore-go/pkg/fulcio/certificate"
 	"github.com/sigstore/sigstore-go/pkg/root"
-	"github.com/sigstore/sigstore-go/pkg/sign"
 	"github.com/sigstore/sigstore-go/pkg/verify"
 )
-
-// KeylessSigner signs statements keylessly.
-type KeylessSigner struct {
-	// FulcioURL is the base URL of the Fulcio-compatible CA (its v2
-	// API: POST {FulcioURL}/api/v2/signingCert).
-	FulcioURL string
-	// TSAURL is the full URL of the RFC 3161 timestamp authority.
-	TSAURL string
-	// TokenFile holds the workload identity's OIDC token; the platform
-	// refreshes it, so it is read at every signature.
-	TokenFile string
-	// Transport, if set, carries the requests to the CA and the TSA.
-	Transport http.RoundTripper
-}
-
-// Bundle signs st as a Sigstore bundle (v0.3): a DSSE envelope of the
-// statement signed with a fresh ephemeral key, the CA's certificate for
-// that key as verification material, and the TSA's RFC 3161 timestamp
-// of the signature.
-func (s KeylessSigner) Bundle(ctx context.Context, st Statement) (*bundle.Bundle, error) {
-	if s.FulcioURL == "" || s.TSAURL == "" || s.TokenFile == "" {
-		return nil, errors.New("keyless signing needs a Fulcio URL, a timestamp authority URL and an OIDC token file")
-	}
-	tok, err := os.ReadFile(s.TokenFile)
-	if err != nil {
-		return nil, fmt.Errorf("read the OIDC token: %w", err)
-	}
-	token := strings.TrimSpace(string(tok))
-	if token == "" {
-		return nil, fmt.Errorf("OIDC token file %s is empty", s.TokenFile)
-	}
-	body, err := json.Marshal(st)
-	if err != nil {
-		return nil, err
-	}
-	kp, err := sign.NewEphemeralKeypair(nil)
-	if err != nil {
-		return nil, err
-	}
-	pb, err := sign.Bundle(&sign.DSSEData{Data: body, PayloadType: PayloadType}, kp, sign.BundleOptions{
-		CertificateProvider:        sign.NewFulcio(&sign.FulcioOptions{BaseURL: strings.TrimSuffix(s.FulcioURL, "/"), Transport: s.Transport}),
-		CertificateProviderOptions: &sign.CertificateProviderOptions{IDToken: token},
-		TimestampAuthorities:       []*sign.TimestampAuthority{sign.NewTimestampAuthority(&sign.TimestampAuthorityOptions{URL: s.TSAURL, Transport: s.Transport})},
-		Context:                    ctx,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("keyless signing (CA %s, timestamp authority %s): %w", s.FulcioURL, s.TSAURL, err)
-	}
-	return bundle.NewBundle(pb)
-}
 
 // Identity is a keyless signer the customer trusts: the certificate's
 // OIDC issuer, exactly, and its subject (the certificate's subject
@@ -112,15 +59,29 @@ func anchor(re string) string { return "^(?:" + re + ")$" }
 // certificate authorities whose certificates keyless signatures may
 // carry, and the timestamp authorities whose timestamps count.
 func LoadTrustedRoot(path string) (*root.TrustedRoot, error) {
-	tr, err := root.NewTrustedRootFromPath(path)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("trusted root: %w", err)
+	}
+	tr, err := ParseTrustedRoot(b)
 	if err != nil {
 		return nil, fmt.Errorf("trusted root %s: %w", path, err)
 	}
+	return tr, nil
+}
+
+// ParseTrustedRoot parses a trusted root's JSON; it must name at least
+// one certificate authority and one timestamp authority.
+func ParseTrustedRoot(b []byte) (*root.TrustedRoot, error) {
+	tr, err := root.NewTrustedRootFromJSON(b)
+	if err != nil {
+		return nil, err
+	}
 	if len(tr.FulcioCertificateAuthorities()) == 0 {
-		return nil, fmt.Errorf("trusted root %s: no certificate authority", path)
+		return nil, errors.New("no certificate authority")
 	}
 	if len(tr.TimestampingAuthorities()) == 0 {
-		return nil, fmt.Errorf("trusted root %s: no timestamp authority (keyless signatures are accepted only with an RFC 3161 timestamp)", path)
+		return nil, errors.New("no timestamp authority (keyless signatures are accepted only with an RFC 3161 timestamp)")
 	}
 	return tr, nil
 }
