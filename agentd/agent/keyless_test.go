@@ -4,6 +4,7 @@ import (
 	"crypto/ed25519"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sigstore/sigstore-go/pkg/bundle"
 
@@ -94,5 +95,39 @@ func TestSupplyChainKeyless(t *testing.T) {
 	// An identity without a trusted root is a policy error.
 	if err := rule([]string{good}, nil).Check(); err == nil || !strings.Contains(err.Error(), "trusted root") {
 		t.Fatalf("identity without a root: %v", err)
+	}
+}
+
+// TestBuildSignsKeylessly: a build agent configured for keyless signing
+// only (no key) attaches its provenance signed keylessly, and an install
+// agent's policy trusting its identity verifies it.
+func TestBuildSignsKeylessly(t *testing.T) {
+	reg := ocitest.StartRegistry(t, ocitest.RegistryOptions{})
+	ctx := t.Context()
+	e := keylesstest.New(t, 0)
+	const subject = "https://kubernetes.io/namespaces/byoc/serviceaccounts/build-agent"
+	env := map[string]string{VendorRegistryEnv: reg.Host, VendorPlainHTTPEnv: "1", VendorTokenEnv: "t"}
+	repo, err := ocicopy.Open(ctx, ocicopy.Registry{Host: reg.Host, PlainHTTP: true}, "acme/web", ocicopy.Credentials{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer repo.Close()
+	d, err := ocitest.Image(ctx, repo, ocitest.ImageSpec{Seed: 7, Layers: []int64{64}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &PluginRunner{InstallRegistry: "http://" + reg.Host, KeylessSign: e.Signer(t, subject).Bundle}
+	out := map[string]string{"repository": "acme/web", "digest": d.Digest.String(), "source": "src/web:1", "source_digest": d.Digest.String()}
+	if err := r.signBuild(ctx, Job{ID: "job-1", ComponentType: BuildType, Operation: sdk.OpApply, registryEnv: env,
+		Config: map[string]any{"kind": "sync", "source": "src/web:1", "repository": "acme/web"}}, out, time.Now(), func(int32, string) {}); err != nil {
+		t.Fatal(err)
+	}
+	if out["attestations"] != attest.SLSAProvenanceV1 || out["signed_by"] != "" {
+		t.Fatalf("outputs %v", out)
+	}
+	f, err := attest.FindTrusted(ctx, repo, d, attest.Trust{Root: e.Root(t, e.FulcioCA),
+		Identities: []attest.Identity{{Issuer: e.Issuer.URL, Subject: subject}}})
+	if err != nil || len(f.Verified) != 1 || len(f.Rejected) != 0 || f.Verified[0].Statement.Subject[0].Name != "acme/web" {
+		t.Fatalf("found %+v %v", f, err)
 	}
 }

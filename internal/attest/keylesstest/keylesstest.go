@@ -245,16 +245,26 @@ func (e Env) Root(t *testing.T, ca CA) *root.TrustedRoot {
 	return tr
 }
 
-func (e Env) Sign(t *testing.T, subject string, md digest.Digest) []byte {
+// Signer writes a token of the issuer for subject into the token file
+// and returns the keyless signer using the fake CA and TSA.
+func (e Env) Signer(t *testing.T, subject string) keylesssign.Signer {
 	t.Helper()
 	if err := os.WriteFile(e.TokenFile, []byte(e.Issuer.Token(t, subject)+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	return keylesssign.Signer{FulcioURL: e.Fulcio.URL, TSAURL: e.TSA.URL + "/api/v1/timestamp", TokenFile: e.TokenFile}
+}
+
+// Sign signs a provenance statement about md keylessly as subject and
+// returns the bundle's JSON.
+func (e Env) Sign(t *testing.T, subject string, md digest.Digest) []byte {
+	t.Helper()
+	signer := e.Signer(t, subject)
 	st, err := attest.NewStatement("vendor/app", md, attest.SLSAProvenanceV1, map[string]string{"buildType": attest.BuildType})
 	if err != nil {
 		t.Fatal(err)
 	}
-	bun, err := keylesssign.Signer{FulcioURL: e.Fulcio.URL, TSAURL: e.TSA.URL + "/api/v1/timestamp", TokenFile: e.TokenFile}.Bundle(t.Context(), st)
+	bun, err := signer.Bundle(t.Context(), st)
 	if err != nil {
 		t.Fatal(err)
 	}
