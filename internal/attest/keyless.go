@@ -142,7 +142,7 @@ func VerifyKeyless(bb []byte, subject digest.Digest, tr root.TrustedMaterial, id
 			}
 		}
 	}
-	v, err := verify.NewSignedEntityVerifier(tr, verify.WithSignedTimestamps(1))
+	v, err := verify.NewVerifier(tr, verify.WithSignedTimestamps(1)) // NewSignedEntityVerifier, deprecated alias
 	if err != nil {
 		return Verified{}, err
 	}
