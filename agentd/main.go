@@ -53,6 +53,7 @@ import (
 	"github.com/byoc-dev/byoc/agentd/pluginhost"
 	"github.com/byoc-dev/byoc/agentd/secrets"
 	"github.com/byoc-dev/byoc/agentd/stack"
+	"github.com/byoc-dev/byoc/internal/attest/keylesssign"
 	"github.com/byoc-dev/byoc/internal/buildinfo"
 	"github.com/byoc-dev/byoc/internal/flaghelp"
 	"github.com/byoc-dev/byoc/internal/ocicopy"
@@ -395,6 +396,10 @@ func runAgent(ctx context.Context, args []string, offline *offlineFunc) int {
 	fs.Var(&sandboxReadOnly, "sandbox-read-only", "host `path` every plugin may read in its sandbox, such as a chart directory or an OCI layout named by path in development (repeatable)")
 	fs.Var(&sandboxWritable, "sandbox-writable", "host `directory` every plugin may write in its sandbox, such as where a plugin of yours keeps files outside the agent (repeatable); never the agent's state directory")
 	fs.StringVar(&artifactSigningKey, "artifact-signing-key", "", "build agent: the Ed25519 key `file` (PKCS#8 PEM, such as imsd's --signing-key) every synced or packaged artifact is signed with in the vendor registry, so that install agents' supply-chain policy can verify it")
+	var keylessFulcio, keylessTSA, keylessToken string
+	fs.StringVar(&keylessFulcio, "keyless-fulcio-url", "", "build agent: base `URL` of a Fulcio-compatible certificate authority; with --keyless-tsa-url and --keyless-token-file every attestation is also signed keylessly (an ephemeral key certified for the agent's workload identity)")
+	fs.StringVar(&keylessTSA, "keyless-tsa-url", "", "build agent: `URL` of the RFC 3161 timestamp authority that timestamps each keyless signature")
+	fs.StringVar(&keylessToken, "keyless-token-file", "", "build agent: the `file` holding the workload identity's OIDC token (refreshed by the platform; read at every signature)")
 	egressOpts.register(fs)
 	ledgerContent := fs.String("egress-ledger-content", "", "what the egress ledger (agentd egress list) keeps in full besides each message's kind, size and hash: `logs`, outputs, or logs,outputs (the job log lines and the job outputs sent to imsd); default none")
 	ledgerMax := fs.Int64("egress-ledger-max-bytes", ledger.DefaultMaxBytes, "size in `bytes` at which the egress ledger's file rotates (the ledger keeps up to twice this)")
@@ -636,8 +641,15 @@ func runAgent(ctx context.Context, args []string, offline *offlineFunc) int {
 				return 2
 			}
 		}
-	} else if artifactSigningKey != "" {
-		fmt.Fprintln(os.Stderr, "agentd: --artifact-signing-key is for the build agent (--role build)")
+		if keylessFulcio != "" || keylessTSA != "" || keylessToken != "" {
+			if keylessFulcio == "" || keylessTSA == "" || keylessToken == "" {
+				fmt.Fprintln(os.Stderr, "agentd: keyless signing needs --keyless-fulcio-url, --keyless-tsa-url and --keyless-token-file")
+				return 2
+			}
+			runner.KeylessSign = keylesssign.Signer{FulcioURL: keylessFulcio, TSAURL: keylessTSA, TokenFile: keylessToken}.Bundle
+		}
+	} else if artifactSigningKey != "" || keylessFulcio != "" || keylessTSA != "" || keylessToken != "" {
+		fmt.Fprintln(os.Stderr, "agentd: --artifact-signing-key and --keyless-* are for the build agent (--role build)")
 		return 2
 	}
 	if st != nil {

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -11,12 +13,14 @@ import (
 
 	"github.com/byoc-dev/byoc/agentd/identity"
 	"github.com/byoc-dev/byoc/agentd/permissions"
+	"github.com/byoc-dev/byoc/internal/attest"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 )
 
 const policyUsage = `usage: agentd policy --state-dir DIR supply-chain [--require-signature|--no-require-signature] [--mode refuse|warn] [--key FILE]... [--no-keys]
     [--require-attestation slsa-provenance[:level>=N]|sbom]... [--no-require-attestations]
     [--deny-vulnerabilities low|medium|high|critical|none] [--warn-on RULE]... [--no-warn-on]
+    [--identity issuer=URL,subject=REGEX]... [--no-identities] [--trusted-root FILE]
 
 The customer's supply-chain policy, kept in permissions.json (signed like
 the permission modes; imsd cannot change it). With no flags it is shown.
@@ -35,6 +39,13 @@ an artifact whose attached vulnerability scan (cosign's vuln predicate,
 signed by a trusted key) lists one at or above SEVERITY, or that has no
 scan. The mode applies to every rule; in mode refuse, --warn-on RULE
 makes one rule warn only.
+
+--identity trusts a keyless signer for attestations, beside the keys: an
+attestation whose Sigstore bundle carries a certificate counts when the
+certificate chains to a certificate authority of --trusted-root, carries
+an RFC 3161 timestamp from one of its timestamp authorities within the
+certificate's validity, and names the identity. The signature rule
+(--require-signature) stays keyed.
 
 flags:
 `
@@ -63,6 +74,10 @@ func policyCmd(args []string, stdout, stderr io.Writer, now func() time.Time) in
 	var warnOn keyFiles
 	fs.Var(&warnOn, "warn-on", "in mode refuse, only warn when this `rule` is not met: require-signature, require-attestation, \"require-attestation sbom\" or deny-vulnerabilities; repeatable; replaces the ones set before")
 	noWarnOn := fs.Bool("no-warn-on", false, "refuse on every rule (in mode refuse)")
+	var idents keyFiles
+	fs.Var(&idents, "identity", "a keyless signer whose attestations count beside the keys: issuer=URL,subject=REGEX (the certificate's OIDC issuer exactly, its subject by the whole expression); needs --trusted-root; repeatable; replaces the ones set before")
+	noIdents := fs.Bool("no-identities", false, "trust no keyless signer")
+	trustedRoot := fs.String("trusted-root", "", "the Sigstore trusted root `file` (trusted_root.json: certificate and RFC 3161 timestamp authorities) keyless signatures are verified against; copied into the policy")
 	denyVulns := fs.String("deny-vulnerabilities", "", "refuse an artifact whose signed vulnerability scan lists one of this `severity` or above (low, medium, high, critical), or that has none; none: no such rule")
 	words, code := parseWords(fs, args, stdout)
 	if words == nil {
@@ -97,8 +112,27 @@ func policyCmd(args []string, stdout, stderr io.Writer, now func() time.Time) in
 		fmt.Fprintf(stderr, "agentd policy supply-chain: %v\n", err)
 		return 1
 	}
-	if *require || *noRequire || *mode != "" || len(keys) > 0 || *noKeys || len(attests) > 0 || *noAttests || *denyVulns != "" || len(warnOn) > 0 || *noWarnOn {
+	if *require || *noRequire || *mode != "" || len(keys) > 0 || *noKeys || len(attests) > 0 || *noAttests || *denyVulns != "" || len(warnOn) > 0 || *noWarnOn || len(idents) > 0 || *noIdents || *trustedRoot != "" {
 		p := st.SupplyChain
+		if len(idents) > 0 || *noIdents {
+			p.Identities = slices.Clone([]string(idents))
+		}
+		if *noIdents {
+			p.TrustedRoot = nil
+		}
+		if *trustedRoot != "" {
+			if _, err := attest.LoadTrustedRoot(*trustedRoot); err != nil {
+				fmt.Fprintf(stderr, "agentd policy supply-chain: --trusted-root: %v\n", err)
+				return 2
+			}
+			b, _ := os.ReadFile(*trustedRoot)
+			var c bytes.Buffer
+			if err := json.Compact(&c, b); err != nil {
+				fmt.Fprintf(stderr, "agentd policy supply-chain: --trusted-root %s: %v\n", *trustedRoot, err)
+				return 2
+			}
+			p.TrustedRoot = c.Bytes()
+		}
 		if len(warnOn) > 0 || *noWarnOn {
 			p.WarnOn = slices.Clone([]string(warnOn))
 		}
@@ -155,6 +189,9 @@ func policyCmd(args []string, stdout, stderr io.Writer, now func() time.Time) in
 	extra, _ := st.SupplyChain.PublicKeys()
 	for _, k := range extra {
 		fmt.Fprintf(stdout, "  trusted: key %s (--key)\n", agentproto.KeyID(k))
+	}
+	for _, id := range st.SupplyChain.Identities {
+		fmt.Fprintf(stdout, "  trusted: keyless identity %s (--identity, under the --trusted-root)\n", id)
 	}
 	return 0
 }

@@ -16,10 +16,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sigstore/sigstore-go/pkg/bundle"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/byoc-dev/byoc/agentd/egress"
 	"github.com/byoc-dev/byoc/agentd/pluginhost"
+	"github.com/byoc-dev/byoc/internal/attest"
 	"github.com/byoc-dev/byoc/internal/stackconfig"
 	"github.com/byoc-dev/byoc/plugins/sdk"
 	"github.com/byoc-dev/byoc/plugins/sdk/jobconfig"
@@ -63,6 +65,12 @@ type PluginRunner struct {
 	// signs every artifact a build job syncs or packages, in the vendor
 	// registry (internal/ocisign), after the job succeeded.
 	ArtifactKey ed25519.PrivateKey
+	// KeylessSign, on the build agent (agentd --keyless-fulcio-url,
+	// --keyless-tsa-url, --keyless-token-file), signs every attestation
+	// of a build keylessly too (internal/attest/keylesssign): an
+	// ephemeral key certified for the agent's workload identity, with an
+	// RFC 3161 timestamp.
+	KeylessSign func(context.Context, attest.Statement) (*bundle.Bundle, error)
 	// Inputs are the customer-provided inputs the install stack holds, by
 	// name. A job's config lists those it refers to under
 	// "customer_inputs"; the agent puts each value in place of its

@@ -304,7 +304,15 @@ func verifyAgainst(ctx context.Context, p permissions.SupplyChainPolicy, art art
 	if sigErr != nil && p.RequireSignature {
 		fail(RuleRequireSignature, sigErr)
 	}
-	found, err := attest.Find(ctx, repo, desc, trusted)
+	ids, tr, err := p.KeylessTrust()
+	var found attest.Found
+	if err == nil {
+		trust := attest.Trust{Keys: trusted, Identities: ids}
+		if tr != nil {
+			trust.Root = tr
+		}
+		found, err = attest.FindTrusted(ctx, repo, desc, trust)
+	}
 	if err != nil {
 		if len(p.RequireAttestations) > 0 {
 			fail(RuleRequireAttestation, err)
@@ -373,7 +381,7 @@ func verifyAgainst(ctx context.Context, p permissions.SupplyChainPolicy, art art
 // and the attestations' predicate types (attestations) to the outputs.
 // Without ArtifactKey it does nothing.
 func (r *PluginRunner) signBuild(ctx context.Context, job Job, outputs map[string]string, begun time.Time, log func(int32, string)) error {
-	if r.ArtifactKey == nil || job.ComponentType != BuildType || job.Operation != sdk.OpApply {
+	if (r.ArtifactKey == nil && r.KeylessSign == nil) || job.ComponentType != BuildType || job.Operation != sdk.OpApply {
 		return nil
 	}
 	repoName, dg := outputs["repository"], digest.Digest(outputs["digest"])
@@ -397,12 +405,14 @@ func (r *PluginRunner) signBuild(ctx context.Context, job Job, outputs map[strin
 	if desc.Digest != dg {
 		return fmt.Errorf("sign the build %s@%s: the registry answered digest %s", repoName, dg, desc.Digest)
 	}
-	sig, err := ocisign.Sign(ctx, repo, desc, ocisign.ArtifactType, "", r.ArtifactKey)
-	if err != nil {
-		return fmt.Errorf("sign the build %s@%s: %w", repoName, dg, err)
+	var sig ocisign.Signature
+	if r.ArtifactKey != nil {
+		if sig, err = ocisign.Sign(ctx, repo, desc, ocisign.ArtifactType, "", r.ArtifactKey); err != nil {
+			return fmt.Errorf("sign the build %s@%s: %w", repoName, dg, err)
+		}
+		outputs["signed_by"] = sig.KeyID
+		log(StreamSystem, fmt.Sprintf("[agentd] signed %s@%s with key %s", repoName, dg, sig.KeyID))
 	}
-	outputs["signed_by"] = sig.KeyID
-	log(StreamSystem, fmt.Sprintf("[agentd] signed %s@%s with key %s", repoName, dg, sig.KeyID))
 
 	statements := []attest.Statement{}
 	st, err := attest.NewStatement(repoName, dg, attest.SLSAProvenanceV1, provenance(job, outputs, sig.KeyID, begun, time.Now().UTC()))
@@ -424,8 +434,19 @@ func (r *PluginRunner) signBuild(ctx context.Context, job Job, outputs map[strin
 	}
 	var types []string
 	for _, st := range statements {
-		if _, err := attest.Attach(ctx, repo, desc, st, r.ArtifactKey); err != nil {
-			return fmt.Errorf("attest the build %s@%s: %w", repoName, dg, err)
+		if r.ArtifactKey != nil {
+			if _, err := attest.Attach(ctx, repo, desc, st, r.ArtifactKey); err != nil {
+				return fmt.Errorf("attest the build %s@%s: %w", repoName, dg, err)
+			}
+		}
+		if r.KeylessSign != nil {
+			bun, err := r.KeylessSign(ctx, st)
+			if err != nil {
+				return fmt.Errorf("attest the build %s@%s keylessly: %w", repoName, dg, err)
+			}
+			if _, err := attest.AttachBundle(ctx, repo, desc, bun, st.PredicateType, "keyless"); err != nil {
+				return fmt.Errorf("attest the build %s@%s: %w", repoName, dg, err)
+			}
 		}
 		types = append(types, st.PredicateType)
 	}

@@ -1,14 +1,21 @@
 package permissions
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"crypto/x509"
 	"encoding/base64"
+	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/sigstore/sigstore-go/pkg/root"
+
+	"github.com/byoc-dev/byoc/internal/attest"
 )
 
 // Supply-chain policy modes.
@@ -49,6 +56,40 @@ type SupplyChainPolicy struct {
 	// (require-signature, require-attestation, deny-vulnerabilities),
 	// or one attestation rule ("require-attestation sbom").
 	WarnOn []string `json:"warn_on,omitempty"`
+	// Identities are keyless signers trusted beside the keys, each
+	// "issuer=URL,subject=REGEX" (internal/attest.ParseIdentity): an
+	// attestation signed keylessly counts when its certificate names one
+	// of them and verifies under TrustedRoot.
+	Identities []string `json:"identities,omitempty"`
+	// TrustedRoot is the customer's Sigstore trusted root (the contents
+	// of their trusted_root.json, kept here so that it is signed with the
+	// policy): the certificate and timestamp authorities keyless
+	// signatures are verified against. Required with Identities.
+	TrustedRoot json.RawMessage `json:"trusted_root,omitempty"`
+}
+
+// KeylessTrust parses Identities and TrustedRoot; no identities: nil,
+// nil.
+func (p SupplyChainPolicy) KeylessTrust() ([]attest.Identity, *root.TrustedRoot, error) {
+	if len(p.Identities) == 0 {
+		return nil, nil, nil
+	}
+	var ids []attest.Identity
+	for _, s := range p.Identities {
+		id, err := attest.ParseIdentity(s)
+		if err != nil {
+			return nil, nil, fmt.Errorf("identity %w", err)
+		}
+		ids = append(ids, id)
+	}
+	if len(p.TrustedRoot) == 0 {
+		return nil, nil, errors.New("identity: keyless identities need a trusted root (--trusted-root FILE)")
+	}
+	tr, err := attest.ParseTrustedRoot(p.TrustedRoot)
+	if err != nil {
+		return nil, nil, fmt.Errorf("trusted-root: %w", err)
+	}
+	return ids, tr, nil
 }
 
 // Rule names.
@@ -119,7 +160,7 @@ func (p SupplyChainPolicy) Active() bool {
 func (p SupplyChainPolicy) Equal(o SupplyChainPolicy) bool {
 	return p.RequireSignature == o.RequireSignature && p.Mode == o.Mode && slices.Equal(p.Keys, o.Keys) &&
 		slices.Equal(p.RequireAttestations, o.RequireAttestations) && p.DenyVulnerabilities == o.DenyVulnerabilities &&
-		slices.Equal(p.WarnOn, o.WarnOn)
+		slices.Equal(p.WarnOn, o.WarnOn) && slices.Equal(p.Identities, o.Identities) && bytes.Equal(p.TrustedRoot, o.TrustedRoot)
 }
 
 // Warn reports whether an unsigned artifact is only warned about.
@@ -150,6 +191,9 @@ func (p SupplyChainPolicy) Check() error {
 	}
 	if p.DenyVulnerabilities != "" && !slices.Contains(Severities, p.DenyVulnerabilities) {
 		return fmt.Errorf("deny-vulnerabilities %q: want one of %s", p.DenyVulnerabilities, strings.Join(Severities, ", "))
+	}
+	if _, _, err := p.KeylessTrust(); err != nil {
+		return err
 	}
 	_, err := p.PublicKeys()
 	return err
@@ -190,6 +234,9 @@ func (p SupplyChainPolicy) String() string {
 	}
 	if p.DenyVulnerabilities != "" {
 		rules = append(rules, "vulnerabilities of severity "+p.DenyVulnerabilities+" or above denied")
+	}
+	if len(p.Identities) > 0 {
+		keys += fmt.Sprintf(" and %d keyless identit(y/ies)", len(p.Identities))
 	}
 	warn := ""
 	if len(p.WarnOn) > 0 && !p.Warn() {

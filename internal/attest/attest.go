@@ -174,6 +174,14 @@ func Attach(ctx context.Context, repo *ocicopy.Repo, md ocispec.Descriptor, st S
 	if err != nil {
 		return ocispec.Descriptor{}, err
 	}
+	return AttachBundle(ctx, repo, md, bun, st.PredicateType, agentproto.KeyID(key.Public().(ed25519.PublicKey)))
+}
+
+// AttachBundle pushes the signed bundle bun, an attestation of
+// predicateType signed by signer (a key id, or a keyless signer's
+// identity), as a referrer of md in repo, and its envelope into
+// cosign's .att tag.
+func AttachBundle(ctx context.Context, repo *ocicopy.Repo, md ocispec.Descriptor, bun *bundle.Bundle, predicateType, signer string) (ocispec.Descriptor, error) {
 	b, err := bun.MarshalJSON()
 	if err != nil {
 		return ocispec.Descriptor{}, err
@@ -191,7 +199,7 @@ func Attach(ctx context.Context, repo *ocicopy.Repo, md ocispec.Descriptor, st S
 		Subject: &subject,
 		Layers:  []ocispec.Descriptor{ld},
 		ManifestAnnotations: map[string]string{ocispec.AnnotationCreated: "1970-01-01T00:00:00Z",
-			AnnotationPredicateType: st.PredicateType, AnnotationKeyID: agentproto.KeyID(key.Public().(ed25519.PublicKey))},
+			AnnotationPredicateType: predicateType, AnnotationKeyID: signer},
 	})
 	if err != nil {
 		return ocispec.Descriptor{}, fmt.Errorf("push the attestation manifest: %w", err)
@@ -203,7 +211,7 @@ func Attach(ctx context.Context, repo *ocicopy.Repo, md ocispec.Descriptor, st S
 	for _, s := range env.Signatures {
 		ce.Signatures = append(ce.Signatures, cosignlayout.EnvelopeSignature{KeyID: s.Keyid, Sig: base64.StdEncoding.EncodeToString(s.Sig)})
 	}
-	if _, err := cosignlayout.AddAttestation(ctx, repo, md.Digest, ce, st.PredicateType); err != nil {
+	if _, err := cosignlayout.AddAttestation(ctx, repo, md.Digest, ce, predicateType); err != nil {
 		return ocispec.Descriptor{}, fmt.Errorf("push the cosign attestation: %w", err)
 	}
 	return d, nil
@@ -253,17 +261,31 @@ func (f Found) Types() []string {
 // each: a DSSE envelope of an in-toto statement, signed by one of
 // trusted, whose subject names md's digest.
 func Find(ctx context.Context, repo *ocicopy.Repo, md ocispec.Descriptor, trusted []ed25519.PublicKey) (Found, error) {
+	return FindTrusted(ctx, repo, md, Trust{Keys: trusted})
+}
+
+// Trust is what an attestation may be signed by: one of Keys, or,
+// keylessly, one of Identities under Root (see VerifyKeyless).
+type Trust struct {
+	Keys       []ed25519.PublicKey
+	Root       root.TrustedMaterial
+	Identities []Identity
+}
+
+// FindTrusted is Find with keyless signers trusted too: an attestation
+// whose bundle carries a certificate is verified with VerifyKeyless
+// against t.Root and t.Identities (refused when there are none).
+func FindTrusted(ctx context.Context, repo *ocicopy.Repo, md ocispec.Descriptor, t Trust) (Found, error) {
 	refs, err := repo.Referrers(ctx, md, MaxAttestations)
 	if err != nil {
 		return Found{}, fmt.Errorf("list its attestations: %w", err)
 	}
-	tm := trustedMaterial(trusted)
 	var f Found
 	for _, r := range refs {
 		if r.ArtifactType != BundleMediaType || r.Size > maxManifestBytes {
 			continue
 		}
-		v, err := verifyOne(ctx, repo, r, md.Digest, tm)
+		v, err := verifyOne(ctx, repo, r, md.Digest, t)
 		if err != nil {
 			what := r.Annotations[AnnotationPredicateType]
 			if what == "" {
@@ -277,7 +299,7 @@ func Find(ctx context.Context, repo *ocicopy.Repo, md ocispec.Descriptor, truste
 	return f, nil
 }
 
-func verifyOne(ctx context.Context, repo *ocicopy.Repo, r ocispec.Descriptor, subject digest.Digest, tm root.TrustedMaterial) (Verified, error) {
+func verifyOne(ctx context.Context, repo *ocicopy.Repo, r ocispec.Descriptor, subject digest.Digest, t Trust) (Verified, error) {
 	b, err := content.FetchAll(ctx, repo, r)
 	if err != nil {
 		return Verified{}, err
@@ -293,7 +315,24 @@ func verifyOne(ctx context.Context, repo *ocicopy.Repo, r ocispec.Descriptor, su
 	if err != nil {
 		return Verified{}, err
 	}
-	return VerifyBundle(eb, subject, tm)
+	if keyless(eb) {
+		if t.Root == nil || len(t.Identities) == 0 {
+			return Verified{}, errors.New("signed keylessly, and no keyless identity is trusted")
+		}
+		return VerifyKeyless(eb, subject, t.Root, t.Identities)
+	}
+	return VerifyBundle(eb, subject, trustedMaterial(t.Keys))
+}
+
+// keyless reports whether the bundle bb's verification material is a
+// certificate (or a chain).
+func keyless(bb []byte) bool {
+	var bun bundle.Bundle
+	if err := bun.UnmarshalJSON(bb); err != nil {
+		return false
+	}
+	vm := bun.GetVerificationMaterial()
+	return vm.GetCertificate() != nil || vm.GetX509CertificateChain() != nil
 }
 
 // trustedMaterial is sigstore-go trusted material of the Ed25519 keys
