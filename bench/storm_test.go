@@ -64,6 +64,9 @@ func BenchmarkReconnectStormReplicas(b *testing.B) {
 		// balancer, as agentd --ims does.
 		agents := fleet(b, &imsProc{IMSProcess: p1.IMSProcess, url: lb.URL()}, n, func(string, time.Time) {})
 		fmt.Printf("agents per replica before the storm: %v\n", lb.Active())
+		if n, err := lb.AcceptErrors(); n > 0 {
+			fmt.Printf("the balancer's accepts failed %d times, the last: %v\n", n, err)
+		}
 		storm(b, "PostgreSQL replica pair", []*imsProc{p1, p2}, agents)
 		fmt.Printf("agents per replica after the storm: %v\n", lb.Active())
 	}

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -30,6 +31,17 @@ type Balancer struct {
 	// routed counts the connections sent to each backend; active those
 	// open now.
 	routed, active []int
+	// acceptErrs counts failed accepts (a full file table), lastAcceptErr
+	// the last one's error.
+	acceptErrs    int
+	lastAcceptErr error
+}
+
+// AcceptErrors returns how many accepts failed and the last one's error.
+func (b *Balancer) AcceptErrors() (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.acceptErrs, b.lastAcceptErr
 }
 
 // StartBalancer starts a balancer in front of backends (host:port) and
@@ -134,8 +146,19 @@ func (b *Balancer) check(ctx context.Context) {
 func (b *Balancer) serve() {
 	for {
 		c, err := b.ln.Accept()
-		if err != nil {
+		if errors.Is(err, net.ErrClosed) {
 			return
+		}
+		if err != nil {
+			// A full file table (EMFILE) and its kin pass: keep
+			// accepting, as net/http's server does, or every later
+			// connection waits in the backlog for good.
+			b.mu.Lock()
+			b.acceptErrs++
+			b.lastAcceptErr = err
+			b.mu.Unlock()
+			time.Sleep(10 * time.Millisecond)
+			continue
 		}
 		s, i := b.dial()
 		if s == nil {
