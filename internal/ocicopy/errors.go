@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"syscall"
 
 	"oras.land/oras-go/v2/registry/remote/errcode"
@@ -65,6 +66,10 @@ func sideError(side Side, r *Repo, what string, err error) error {
 const DeniedHint = "the registry refused these credentials: on Azure the job's mode identity needs AcrPush on the install registry, " +
 	"on Google Cloud the mode's service account roles/artifactregistry.writer on its repository, elsewhere check BYOC_INSTALL_REGISTRY_USERNAME/_PASSWORD/_TOKEN"
 
+// errServerClosedIdle is the text of net/http's unexported
+// errServerClosedIdle.
+const errServerClosedIdle = "http: server closed idle connection"
+
 func unreachable(err error) bool {
 	var ne net.Error
 	var dns *net.DNSError
@@ -77,6 +82,11 @@ func unreachable(err error) bool {
 		return true
 	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
 		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return true
+	case strings.Contains(err.Error(), errServerClosedIdle):
+		// net/http's own error when the registry closed the kept-alive
+		// connection a request went out on (not exported): the server
+		// went away between two requests.
 		return true
 	case errors.As(err, &resp):
 		switch resp.StatusCode {
