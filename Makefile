@@ -159,6 +159,7 @@ FUZZ_TARGETS := \
 	./imsd/registry:FuzzParseScope \
 	./rpc/agentproto:FuzzParseGrantExchangePassword \
 	./rpc/agentproto:FuzzCheckConfig \
+	./rpc/agentproto:FuzzJobBatchProof \
 	./imsd/operatorapi:FuzzEnqueueConfig \
 	./imsd/operatorapi:FuzzShownJob
 FUZZTIME ?= 10s
