@@ -128,21 +128,32 @@ const (
 	ImageOutCopiedAt  = "copied_at"
 )
 
+// deployedArtifacts reads what ListInstallImages and ListInstallArtifacts
+// join: install's components and the agent's latest verification of
+// each.
+func (s *Service) deployedArtifacts(ctx context.Context, install string) ([]store.InstallComponent, map[string]store.ArtifactVerification, error) {
+	in, err := s.store.GetInstall(ctx, install)
+	if err != nil {
+		return nil, nil, err
+	}
+	comps, err := s.store.InstallComponents(ctx, in.ID)
+	if err != nil {
+		return nil, nil, err
+	}
+	verified, err := s.store.ArtifactVerifications(ctx, in.ID)
+	if err != nil {
+		return nil, nil, err
+	}
+	return comps, verified, nil
+}
+
 // ListInstallImages lists an install's image components with their
 // lineage: the build their source names, and the install-side copy.
 func (s *Service) ListInstallImages(ctx context.Context, req *connect.Request[imsv1.ListInstallImagesRequest]) (*connect.Response[imsv1.ListInstallImagesResponse], error) {
 	if req.Msg.Install == "" {
 		return nil, s.err(ctx, errs.Field("install", "is required"))
 	}
-	in, err := s.store.GetInstall(ctx, req.Msg.Install)
-	if err != nil {
-		return nil, s.err(ctx, err)
-	}
-	comps, err := s.store.InstallComponents(ctx, in.ID)
-	if err != nil {
-		return nil, s.err(ctx, err)
-	}
-	verified, err := s.store.ArtifactVerifications(ctx, in.ID)
+	comps, verified, err := s.deployedArtifacts(ctx, req.Msg.Install)
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}
@@ -216,15 +227,7 @@ func (s *Service) ListInstallArtifacts(ctx context.Context, req *connect.Request
 	if k := req.Msg.Kind; k != "" && !slices.ContainsFunc(artifactKinds, func(a struct{ typ, kind, key string }) bool { return a.kind == k }) {
 		return nil, s.err(ctx, errs.Field("kind", "must be image, chart or module, got %q", k))
 	}
-	in, err := s.store.GetInstall(ctx, req.Msg.Install)
-	if err != nil {
-		return nil, s.err(ctx, err)
-	}
-	comps, err := s.store.InstallComponents(ctx, in.ID)
-	if err != nil {
-		return nil, s.err(ctx, err)
-	}
-	verified, err := s.store.ArtifactVerifications(ctx, in.ID)
+	comps, verified, err := s.deployedArtifacts(ctx, req.Msg.Install)
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}
