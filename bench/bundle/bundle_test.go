@@ -6,8 +6,9 @@
 // internal/ocicopy; blobs the registry holds are not sent). Against, in
 // the same run: the disk's sequential synced write and uncached read of a
 // file of the bundle's size, and skopeo copy of the same images' layouts
-// into a fresh registry of the same kind (Debian's docker-registry,
-// started here). Figures are printed, never asserted, each with the load
+// into a fresh registry of the same program; each into Debian's
+// docker-registry and into CNCF Distribution v3 built with this
+// machine's Go (make bench-tools), started here. Figures are printed, never asserted, each with the load
 // average. Sizes: BYOC_BENCH_BUNDLE_MB (default 200: 20 images of 10 MB)
 // and BYOC_BENCH_BUNDLE_LAYER_MB (default 256: one image of one layer,
 // for the memory an import takes); BYOC_BENCH_BUNDLE_DIR puts the tar on
@@ -238,11 +239,14 @@ func syncTime() time.Duration {
 // through its debug server: the registry is restarted with one) for
 // BYOC_BENCH_PROFILE_SECONDS (default 10); the returned func stops this
 // process's and waits for the registry's.
-func profiles(b *testing.B, reg *ocitest.Registry) func() {
+func profiles(b *testing.B, reg *ocitest.Registry, round int) func() {
 	b.Helper()
 	prefix := os.Getenv("BYOC_BENCH_PROFILE")
 	if prefix == "" {
 		return func() {}
+	}
+	if round > 0 {
+		prefix += fmt.Sprintf(".%d", round)
 	}
 	secs := envInt("BYOC_BENCH_PROFILE_SECONDS", 10)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -394,18 +398,53 @@ func BenchmarkBundleLargeLayer(b *testing.B) {
 	fmt.Printf("  peak Go heap in use %.1f MiB; peak RSS of the process %.1f MiB (the layer: %d MiB)\n", float64(peak.Load())/(1<<20), float64(ru.Maxrss)/1024, mb)
 }
 
+// registryKind is one registry program the import is measured into.
+type registryKind struct{ name, binary string }
+
+// registries are the install registries the import is measured into:
+// Debian's docker-registry (distribution 2.8.2, built with Go 1.19,
+// whose SHA-256 does not use the CPU's SHA extensions) and, when `make
+// bench-tools` installed it, CNCF Distribution v3.0.0 built with this
+// machine's Go (BYOC_BENCH_REGISTRY_V3 names another binary).
+// BYOC_BENCH_BUNDLE_REGISTRIES=debian or =distribution keeps one.
+func registries(b *testing.B) []registryKind {
+	want := os.Getenv("BYOC_BENCH_BUNDLE_REGISTRIES")
+	keep := func(name string) bool { return want == "" || strings.Contains(want, name) }
+	var out []registryKind
+	if keep("debian") {
+		ocitest.Need(b)
+		out = append(out, registryKind{"Debian's docker-registry 2.8.2 (Go 1.19)", ""})
+	}
+	if keep("distribution") {
+		v3 := os.Getenv("BYOC_BENCH_REGISTRY_V3")
+		if v3 == "" {
+			v3, _ = filepath.Abs("../../.cache/bench-tools/bin/registry")
+		}
+		if _, err := os.Stat(v3); err != nil {
+			fmt.Printf("  CNCF Distribution v3 not installed (make bench-tools): %v\n", err)
+		} else {
+			out = append(out, registryKind{"CNCF Distribution v3.0.0 (" + runtime.Version() + ")", v3})
+		}
+	}
+	if len(out) == 0 {
+		b.Skip("no registry to measure into")
+	}
+	return out
+}
+
 // BenchmarkBundleImport measures, in one run and on one disk: the disk's
 // sequential synced write and uncached read of a file of the bundle's
-// size; the import of a bundle of 20 images into a fresh registry (the
-// tar out of the page cache first), and with the write-back of what it
-// stored; the same import again (0 blob bytes); then, the registry
-// emptied, skopeo copy of the same images' layouts into another fresh
-// registry, each unpacked from the tar just before. Each stage's data is
+// size; then for each registry program (registries): the import of a
+// bundle of 20 images into a fresh registry (the tar out of the page
+// cache first), and with the write-back of what it stored; the same
+// import again (0 blob bytes); then, the registry emptied, skopeo copy
+// of the same images' layouts into another fresh registry of the same
+// program, each unpacked from the tar just before. Each stage's data is
 // deleted once measured: the disk holds at most the tar and one
 // registry.
 func BenchmarkBundleImport(b *testing.B) {
-	ocitest.Need(b)
 	total := envInt("BYOC_BENCH_BUNDLE_MB", 200)
+	kinds := registries(b)
 	const n = 20
 	dir := b.TempDir()
 	// The tar's directory: BYOC_BENCH_BUNDLE_DIR puts it elsewhere (on
@@ -425,48 +464,67 @@ func BenchmarkBundleImport(b *testing.B) {
 
 	path, imgs, pub := makeBundle(b, dir, tarDir, n, int64(total)<<20/n, 100)
 	size := fileSize(b, path)
+	for i, kind := range kinds {
+		fmt.Printf("  into %s:\n", kind.name)
+		if i == 0 {
+			b.ResetTimer()
+		} else {
+			b.StartTimer()
+		}
+		whole, synced := importInto(b, kind, dir, path, size, pub, imgs, write, read, i)
+		b.StopTimer()
+		skopeoInto(b, kind, tarDir, path, size, pub, imgs, whole+synced)
+	}
+}
+
+// importInto imports the bundle into a fresh registry of kind, prints
+// the figures, imports it again (unchanged), and removes the registry.
+func importInto(b *testing.B, kind registryKind, dir, path string, size int64, pub ed25519.PublicKey, imgs []image, write, read float64, round int) (whole, synced time.Duration) {
 	dropCache(b, path)
 	syncTime()
-	reg := ocitest.StartRegistry(b, ocitest.RegistryOptions{})
+	reg := ocitest.StartRegistry(b, ocitest.RegistryOptions{Binary: kind.binary})
+	defer os.RemoveAll(reg.Dir)
+	defer reg.Stop()
 	dst, _ := ocicopy.ParseRegistry(reg.URL())
-	stopProfiles := profiles(b, reg)
+	stopProfiles := profiles(b, reg, round)
 	c0 := cpuNow(reg)
 	l0 := load()
-	b.ResetTimer()
-	first := importBundle(b, path, filepath.Join(dir, "staging"), pub, imgs, dst)
-	b.StopTimer()
+	first := importBundle(b, path, filepath.Join(dir, fmt.Sprintf("staging%d", round)), pub, imgs, dst)
 	stopProfiles()
 	c1 := cpuNow(reg)
-	synced := syncTime()
-	whole := first.verify + first.load
-	fmt.Printf("  import of the %d MB tar (verify %s, load %s): %s, %.0f MB/s of bundle = %.2f x the disk's write, %.2f x its read [%s before, %s after]\n",
+	synced = syncTime()
+	whole = first.verify + first.load
+	fmt.Printf("    import of the %d MB tar (verify %s, load %s): %s, %.0f MB/s of bundle = %.2f x the disk's write, %.2f x its read [%s before, %s after]\n",
 		size>>20, first.verify.Round(time.Millisecond), first.load.Round(time.Millisecond), whole.Round(time.Millisecond), mbps(size, whole),
 		mbps(size, whole)*1e6/write, mbps(size, whole)*1e6/read, l0, load())
-	fmt.Printf("    with the write-back of what the registry stored (sync %s): %.0f MB/s = %.2f x the disk's write\n",
+	fmt.Printf("      with the write-back of what the registry stored (sync %s): %.0f MB/s = %.2f x the disk's write\n",
 		synced.Round(time.Millisecond), mbps(size, whole+synced), mbps(size, whole+synced)*1e6/write)
-	fmt.Printf("    %d blobs sent, %d blob bytes moved, %d bytes streamed from the tar (not unpacked); CPU: this process %s, the registry %s, over %s\n",
+	fmt.Printf("      %d blobs sent, %d blob bytes moved, %d bytes streamed from the tar (not unpacked); CPU: this process %s, the registry %s, over %s\n",
 		first.blobsSent, first.blobBytes, first.streamed, (c1.self - c0.self).Round(time.Millisecond), (c1.registry - c0.registry).Round(time.Millisecond), whole.Round(time.Millisecond))
-	again := importBundle(b, path, filepath.Join(dir, "staging2"), pub, imgs, dst)
-	fmt.Printf("  unchanged import: verify %s, load %s: %d blob bytes moved, %d blobs sent, %d held already [%s]\n",
+	again := importBundle(b, path, filepath.Join(dir, fmt.Sprintf("staging%d-again", round)), pub, imgs, dst)
+	fmt.Printf("    unchanged import: verify %s, load %s: %d blob bytes moved, %d blobs sent, %d held already [%s]\n",
 		again.verify.Round(time.Millisecond), again.load.Round(time.Millisecond), again.blobBytes, again.blobsSent, again.blobsHeld, load())
-	reg.Stop()
-	os.RemoveAll(reg.Dir)
+	return whole, synced
+}
 
+// skopeoInto copies the same images with skopeo into a fresh registry of
+// kind and prints the ratio against byoc's import (importSynced).
+func skopeoInto(b *testing.B, kind registryKind, tarDir, path string, size int64, pub ed25519.PublicKey, imgs []image, importSynced time.Duration) {
 	bin, err := exec.LookPath("skopeo")
 	if err != nil {
-		fmt.Println("  skopeo not found (apt-get install skopeo): no comparison")
+		fmt.Println("    skopeo not found (apt-get install skopeo): no comparison")
 		return
 	}
 	// skopeo reads a layout, not a bundle: each image's layout is
 	// unpacked from the tar beside it (the rest of the tar skipped), out
 	// of the page cache, copied, and removed, so the disk never holds
 	// more than the tar and one registry.
-	reg2 := ocitest.StartRegistry(b, ocitest.RegistryOptions{})
+	reg2 := ocitest.StartRegistry(b, ocitest.RegistryOptions{Binary: kind.binary})
 	defer os.RemoveAll(reg2.Dir)
 	defer reg2.Stop()
 	home := b.TempDir()
 	var skopeo, un time.Duration
-	l0 = load()
+	l0 := load()
 	for _, im := range imgs {
 		staging := filepath.Join(tarDir, "unpacked")
 		f, err := os.Open(path)
@@ -503,7 +561,7 @@ func BenchmarkBundleImport(b *testing.B) {
 		}
 		r.Close()
 	}
-	fmt.Printf("  unpacking the tar image by image (what the import did before 2026-11-28 (2), first): %s, %.0f MB/s\n", un.Round(time.Millisecond), mbps(size, un))
-	fmt.Printf("  skopeo copy of the unpacked layouts into a fresh registry, synced: %s (%.0f MB/s); byoc's import from the tar, synced / skopeo's copy = %.2f in time (below 1: byoc is faster), %.2f with the unpack skopeo needs counted [%s before, %s after]\n",
-		skopeo.Round(time.Millisecond), mbps(size, skopeo), (whole+synced).Seconds()/skopeo.Seconds(), (whole+synced).Seconds()/(skopeo+un).Seconds(), l0, load())
+	fmt.Printf("    unpacking the tar image by image (what skopeo needs first): %s, %.0f MB/s\n", un.Round(time.Millisecond), mbps(size, un))
+	fmt.Printf("    skopeo copy of the unpacked layouts into a fresh registry, synced: %s (%.0f MB/s); byoc's import from the tar, synced / skopeo's copy = %.2f in time (below 1: byoc is faster), %.2f with the unpack skopeo needs counted [%s before, %s after]\n",
+		skopeo.Round(time.Millisecond), mbps(size, skopeo), importSynced.Seconds()/skopeo.Seconds(), importSynced.Seconds()/(skopeo+un).Seconds(), l0, load())
 }

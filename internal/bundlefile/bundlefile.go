@@ -331,12 +331,18 @@ func (b *Bundle) OpenFile(path string) (io.ReadCloser, error) {
 	if !ok {
 		return nil, &Error{path, fmt.Errorf("not streamed from the bundle: %w", fs.ErrNotExist)}
 	}
-	return &rangeReader{r: io.NewSectionReader(b.f, r.off, r.Size), f: r.File, h: sha256.New()}, nil
+	rr := &rangeReader{f: r.File, h: sha256.New()}
+	if d := directOpen(b.f); d != nil {
+		rr.r = &directReader{f: d, fallback: b.f, pos: r.off, end: r.off + r.Size}
+	} else {
+		rr.r = io.NewSectionReader(b.f, r.off, r.Size)
+	}
+	return rr, nil
 }
 
 // rangeReader is a streamed file's reader (Bundle.OpenFile).
 type rangeReader struct {
-	r   *io.SectionReader
+	r   io.Reader // directReader, or a SectionReader of the tar
 	f   File
 	h   hash.Hash
 	n   int64
@@ -370,7 +376,12 @@ func (r *rangeReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-func (r *rangeReader) Close() error { return nil }
+func (r *rangeReader) Close() error {
+	if d, ok := r.r.(*directReader); ok {
+		d.Close()
+	}
+	return nil
+}
 
 // read reads the tar (see Read); a file skip accepts is not unpacked but
 // handed to skipped right after its header, with r positioned at its

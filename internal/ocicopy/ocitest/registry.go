@@ -38,6 +38,10 @@ type RegistryOptions struct {
 	AuthYAML string
 	// Delete enables manifest and blob deletion.
 	Delete bool
+	// Binary is another registry program taking the same "serve CONFIG"
+	// and configuration (CNCF Distribution v3 does); RegistryBinary when
+	// empty.
+	Binary string
 }
 
 // Registry is a docker-registry process on a loopback port, with its
@@ -49,6 +53,7 @@ type Registry struct {
 	Dir string
 
 	tb     testing.TB
+	bin    string
 	config string
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -84,10 +89,14 @@ func Hosts() []string {
 // StartRegistry starts a registry; it is stopped at the end of the test.
 func StartRegistry(tb testing.TB, opts RegistryOptions) *Registry {
 	tb.Helper()
-	Need(tb)
+	bin := opts.Binary
+	if bin == "" {
+		Need(tb)
+		bin = RegistryBinary
+	}
 	dir := tb.TempDir()
 	port := freePort(tb)
-	r := &Registry{Host: fmt.Sprintf("127.0.0.1:%d", port), Dir: dir, tb: tb, config: filepath.Join(dir, "config.yml")}
+	r := &Registry{Host: fmt.Sprintf("127.0.0.1:%d", port), Dir: dir, tb: tb, bin: bin, config: filepath.Join(dir, "config.yml")}
 	hostsMu.Lock()
 	hosts = append(hosts, r.Host)
 	hostsMu.Unlock()
@@ -143,11 +152,14 @@ func (r *Registry) Start() {
 		return
 	}
 	r.out = &syncbuf.Buffer{}
-	cmd := exec.Command(RegistryBinary, "serve", r.config)
+	cmd := exec.Command(r.bin, "serve", r.config)
+	// Distribution v3 traces every request through OpenTelemetry and
+	// would export the spans to an OTLP collector on localhost.
+	cmd.Env = append(os.Environ(), "OTEL_TRACES_EXPORTER=none", "OTEL_METRICS_EXPORTER=none", "OTEL_LOGS_EXPORTER=none")
 	cmd.Stdout, cmd.Stderr = r.out, r.out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		r.tb.Fatalf("start %s: %v", RegistryBinary, err)
+		r.tb.Fatalf("start %s: %v", r.bin, err)
 	}
 	r.cmd = cmd
 	deadline := time.Now().Add(30 * time.Second)
