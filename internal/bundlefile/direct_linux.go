@@ -40,4 +40,6 @@ func preadDirect(f *os.File, buf []byte, off int64) (int, error) {
 
 func isInvalid(err error) bool { return errors.Is(err, unix.EINVAL) }
 
-func addrMod(b []byte, align int) int { return int(uintptr(unsafe.Pointer(unsafe.SliceData(b))) % uintptr(align)) }
+func addrMod(b []byte, align int) int {
+	return int(uintptr(unsafe.Pointer(unsafe.SliceData(b))) % uintptr(align))
+}

@@ -16,4 +16,6 @@ func preadDirect(*os.File, []byte, int64) (int, error) { return 0, errors.ErrUns
 
 func isInvalid(err error) bool { return errors.Is(err, errors.ErrUnsupported) }
 
-func addrMod(b []byte, align int) int { return int(uintptr(unsafe.Pointer(unsafe.SliceData(b))) % uintptr(align)) }
+func addrMod(b []byte, align int) int {
+	return int(uintptr(unsafe.Pointer(unsafe.SliceData(b))) % uintptr(align))
+}
