@@ -4,6 +4,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"unsafe"
 )
 
 // A streamed file is read from the tar once, in order, and sent on: the
@@ -123,4 +124,9 @@ func (d *directReader) Close() error {
 	d.release()
 	d.fallback = nil
 	return nil
+}
+
+// addrMod is b's address modulo align.
+func addrMod(b []byte, align int) int {
+	return int(uintptr(unsafe.Pointer(unsafe.SliceData(b))) % uintptr(align))
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"os"
 	"strconv"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -39,7 +38,3 @@ func preadDirect(f *os.File, buf []byte, off int64) (int, error) {
 }
 
 func isInvalid(err error) bool { return errors.Is(err, unix.EINVAL) }
-
-func addrMod(b []byte, align int) int {
-	return int(uintptr(unsafe.Pointer(unsafe.SliceData(b))) % uintptr(align))
-}

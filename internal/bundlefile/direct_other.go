@@ -5,7 +5,6 @@ package bundlefile
 import (
 	"errors"
 	"os"
-	"unsafe"
 )
 
 // directOpen: direct I/O is used on Linux only; elsewhere the range is
@@ -15,7 +14,3 @@ func directOpen(*os.File) *os.File { return nil }
 func preadDirect(*os.File, []byte, int64) (int, error) { return 0, errors.ErrUnsupported }
 
 func isInvalid(err error) bool { return errors.Is(err, errors.ErrUnsupported) }
-
-func addrMod(b []byte, align int) int {
-	return int(uintptr(unsafe.Pointer(unsafe.SliceData(b))) % uintptr(align))
-}
