@@ -41,6 +41,24 @@ type Signer struct {
 // that key as verification material, and the TSA's RFC 3161 timestamp
 // of the signature.
 func (s Signer) Bundle(ctx context.Context, st attest.Statement) (*bundle.Bundle, error) {
+	body, err := json.Marshal(st)
+	if err != nil {
+		return nil, err
+	}
+	return s.sign(ctx, &sign.DSSEData{Data: body, PayloadType: attest.PayloadType})
+}
+
+// SignMessage signs msg itself (an artifact signature's payload, such
+// as cosign's simple-signing payload of an image) as a Sigstore bundle
+// (v0.3) whose content is a message signature: the message's SHA-256
+// digest and its ECDSA P-256 signature by a fresh ephemeral key, with
+// the CA's certificate for that key and the TSA's RFC 3161 timestamp
+// of the signature's bytes (as cosign timestamps a signature).
+func (s Signer) SignMessage(ctx context.Context, msg []byte) (*bundle.Bundle, error) {
+	return s.sign(ctx, &sign.PlainData{Data: msg})
+}
+
+func (s Signer) sign(ctx context.Context, content sign.Content) (*bundle.Bundle, error) {
 	if s.FulcioURL == "" || s.TSAURL == "" || s.TokenFile == "" {
 		return nil, errors.New("keyless signing needs a Fulcio URL, a timestamp authority URL and an OIDC token file")
 	}
@@ -52,15 +70,11 @@ func (s Signer) Bundle(ctx context.Context, st attest.Statement) (*bundle.Bundle
 	if token == "" {
 		return nil, fmt.Errorf("OIDC token file %s is empty", s.TokenFile)
 	}
-	body, err := json.Marshal(st)
-	if err != nil {
-		return nil, err
-	}
 	kp, err := sign.NewEphemeralKeypair(nil)
 	if err != nil {
 		return nil, err
 	}
-	pb, err := sign.Bundle(&sign.DSSEData{Data: body, PayloadType: attest.PayloadType}, kp, sign.BundleOptions{
+	pb, err := sign.Bundle(content, kp, sign.BundleOptions{
 		CertificateProvider:        sign.NewFulcio(&sign.FulcioOptions{BaseURL: strings.TrimSuffix(s.FulcioURL, "/"), Transport: s.Transport}),
 		CertificateProviderOptions: &sign.CertificateProviderOptions{IDToken: token},
 		TimestampAuthorities:       []*sign.TimestampAuthority{sign.NewTimestampAuthority(&sign.TimestampAuthorityOptions{URL: s.TSAURL, Transport: s.Transport})},
