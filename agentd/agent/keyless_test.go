@@ -211,7 +211,7 @@ func TestSupplyChainKeylessSignature(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		bun, err := s.SignMessage(ctx, payload)
+		bun, _, err := s.SignMessage(ctx, payload)
 		if err != nil {
 			t.Fatal(err)
 		}

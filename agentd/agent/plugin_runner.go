@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/ed25519"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -35,7 +36,7 @@ import (
 // message signature bundle.
 type KeylessSigner interface {
 	Bundle(context.Context, attest.Statement) (*bundle.Bundle, error)
-	SignMessage(context.Context, []byte) (*bundle.Bundle, error)
+	SignMessage(context.Context, []byte) (*bundle.Bundle, []*x509.Certificate, error)
 }
 
 // PluginRunner runs each job in a fresh component plugin subprocess, in a

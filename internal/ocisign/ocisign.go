@@ -140,13 +140,9 @@ func Sign(ctx context.Context, repo *ocicopy.Repo, md ocispec.Descriptor, typ, v
 const KeylessSignatureArtifactType = "application/vnd.byoc.signature.keyless.v1"
 
 // ImageReference is the repository's image reference (registry host and
-// repository) as a cosign payload names it; a layout's is its name.
-func ImageReference(repo *ocicopy.Repo) string {
-	if h := repo.Registry().Host; h != "" {
-		return h + "/" + repo.Name()
-	}
-	return repo.Name()
-}
+// repository, as its name already is) as a cosign payload names it; a
+// layout's is its name.
+func ImageReference(repo *ocicopy.Repo) string { return repo.Name() }
 
 // ErrUnsigned is wrapped by Verify's error for an artifact with no
 // signature by a trusted key.

@@ -16,6 +16,7 @@ package ocikeyless
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
@@ -41,7 +42,9 @@ const maxLayerBytes = 64 << 10
 
 // MessageSigner signs a message keylessly (keylesssign.Signer's
 // SignMessage).
-type MessageSigner func(ctx context.Context, msg []byte) (*bundle.Bundle, error)
+// It returns the signature's bundle and the CA's chain above the
+// bundle's certificate (intermediates, then the root; may be empty).
+type MessageSigner func(ctx context.Context, msg []byte) (*bundle.Bundle, []*x509.Certificate, error)
 
 // Sign signs the build artifact md keylessly with signMessage:
 // cosign's simple-signing payload of md is signed, and pushed with the
@@ -55,7 +58,7 @@ func Sign(ctx context.Context, repo *ocicopy.Repo, md ocispec.Descriptor, signMe
 	if err != nil {
 		return "", err
 	}
-	bun, err := signMessage(ctx, payload)
+	bun, chain, err := signMessage(ctx, payload)
 	if err != nil {
 		return "", err
 	}
@@ -102,7 +105,11 @@ func Sign(ctx context.Context, repo *ocicopy.Repo, md ocispec.Descriptor, signMe
 		return "", fmt.Errorf("push the keyless signature manifest: %w", err)
 	}
 	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw})
-	if _, err := cosignlayout.AddKeylessSignature(ctx, repo, md.Digest, payload, ms.GetSignature(), certPEM, nil, tss[0]); err != nil {
+	var chainPEM []byte
+	for _, c := range chain {
+		chainPEM = append(chainPEM, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})...)
+	}
+	if _, err := cosignlayout.AddKeylessSignature(ctx, repo, md.Digest, payload, ms.GetSignature(), certPEM, chainPEM, tss[0]); err != nil {
 		return "", fmt.Errorf("push the cosign keyless signature: %w", err)
 	}
 	return signer, nil
