@@ -212,6 +212,12 @@ func TestCosignCLIVerifiesKeyless(t *testing.T) {
 	if _, err := ocicopy.Copy(ctx, vendor, install, md.Digest, ocicopy.Options{}); err != nil {
 		t.Fatal(err)
 	}
+	// byoc's own referrer came along too: the customer's agent verifies
+	// it in the install registry.
+	if by, err := ocisign.VerifyTrusted(ctx, install, md, ocisign.ArtifactType, "", "the artifact", nil,
+		ocikeyless.Trust{Root: e.Root(t, e.FulcioCA), Identities: []attest.Identity{{Issuer: e.Issuer.URL, Subject: subject}}}); err != nil || by != "keyless:"+e.Issuer.URL+":"+subject {
+		t.Fatalf("byoc's keyless signature in the install registry: %q %v", by, err)
+	}
 	pemFile := func(name string, certs ...*x509.Certificate) string {
 		var b []byte
 		for _, c := range certs {
