@@ -1,13 +1,16 @@
 // Package cosignlayout writes an artifact's signatures and attestations
 // where the cosign CLI looks for them: cosign's tag layout, a manifest
 // tagged sha256-<hex>.sig (simple-signing payloads, each a layer with
-// its signature in an annotation) and one tagged sha256-<hex>.att (DSSE
+// its signature in an annotation, and for a keyless signature its
+// certificate, chain and RFC 3161 timestamp) and one tagged sha256-<hex>.att (DSSE
 // envelopes of in-toto statements), beside the artifact in its
 // repository. A registry without the OCI 1.1 referrers API (Debian's
 // docker-registry 2.8) serves these like any tag, so `cosign verify
 // --key` and `cosign verify-attestation --key` find byoc's signatures
 // in the vendor registry and, carried by internal/ocicopy (which copies
-// these tags of a root), in every install registry.
+// these tags of a root), in every install registry; `cosign verify
+// --certificate-identity-regexp ... --use-signed-timestamps` finds the
+// build agent's keyless signature the same way.
 //
 // Each write adds one layer to the tag's manifest (as cosign does when
 // a second key signs), and the same layer twice is written once, so
