@@ -397,7 +397,7 @@ func runAgent(ctx context.Context, args []string, offline *offlineFunc) int {
 	fs.Var(&sandboxWritable, "sandbox-writable", "host `directory` every plugin may write in its sandbox, such as where a plugin of yours keeps files outside the agent (repeatable); never the agent's state directory")
 	fs.StringVar(&artifactSigningKey, "artifact-signing-key", "", "build agent: the Ed25519 key `file` (PKCS#8 PEM, such as imsd's --signing-key) every synced or packaged artifact is signed with in the vendor registry, so that install agents' supply-chain policy can verify it")
 	var keylessFulcio, keylessTSA, keylessToken string
-	fs.StringVar(&keylessFulcio, "keyless-fulcio-url", "", "build agent: base `URL` of a Fulcio-compatible certificate authority; with --keyless-tsa-url and --keyless-token-file every attestation is also signed keylessly (an ephemeral key certified for the agent's workload identity)")
+	fs.StringVar(&keylessFulcio, "keyless-fulcio-url", "", "build agent: base `URL` of a Fulcio-compatible certificate authority; with --keyless-tsa-url and --keyless-token-file every artifact and attestation is also signed keylessly (an ephemeral key certified for the agent's workload identity)")
 	fs.StringVar(&keylessTSA, "keyless-tsa-url", "", "build agent: `URL` of the RFC 3161 timestamp authority that timestamps each keyless signature")
 	fs.StringVar(&keylessToken, "keyless-token-file", "", "build agent: the `file` holding the workload identity's OIDC token (refreshed by the platform; read at every signature)")
 	egressOpts.register(fs)
@@ -646,7 +646,7 @@ func runAgent(ctx context.Context, args []string, offline *offlineFunc) int {
 				fmt.Fprintln(os.Stderr, "agentd: keyless signing needs --keyless-fulcio-url, --keyless-tsa-url and --keyless-token-file")
 				return 2
 			}
-			runner.KeylessSign = keylesssign.Signer{FulcioURL: keylessFulcio, TSAURL: keylessTSA, TokenFile: keylessToken}.Bundle
+			runner.KeylessSign = keylesssign.Signer{FulcioURL: keylessFulcio, TSAURL: keylessTSA, TokenFile: keylessToken}
 		}
 	} else if artifactSigningKey != "" || keylessFulcio != "" || keylessTSA != "" || keylessToken != "" {
 		fmt.Fprintln(os.Stderr, "agentd: --artifact-signing-key and --keyless-* are for the build agent (--role build)")

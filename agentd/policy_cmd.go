@@ -27,9 +27,10 @@ the permission modes; imsd cannot change it). With no flags it is shown.
 
 Under --require-signature the agent checks, before every plan and apply of
 an image, helm or terraform component, that the artifact's digest carries
-a signature by imsd's keys the agent pinned at enrolment (or a --key); in
-mode refuse (the default) a job without one fails before its plugin runs,
-in mode warn it is logged and audited and runs.
+a signature by imsd's keys the agent pinned at enrolment (or a --key), or
+a keyless signature by an --identity; in mode refuse (the default) a job
+without one fails before its plugin runs, in mode warn it is logged and
+audited and runs.
 
 --require-attestation requires an in-toto attestation attached to the
 artifact and signed by a trusted key: SLSA provenance (the build agent's;
@@ -40,12 +41,12 @@ signed by a trusted key) lists one at or above SEVERITY, or that has no
 scan. The mode applies to every rule; in mode refuse, --warn-on RULE
 makes one rule warn only.
 
---identity trusts a keyless signer for attestations, beside the keys: an
-attestation whose Sigstore bundle carries a certificate counts when the
-certificate chains to a certificate authority of --trusted-root, carries
-an RFC 3161 timestamp from one of its timestamp authorities within the
-certificate's validity, and names the identity. The signature rule
-(--require-signature) stays keyed.
+--identity trusts a keyless signer beside the keys, for the signature
+and for attestations: a signature or an attestation whose Sigstore bundle
+carries a certificate counts when the certificate chains to a certificate
+authority of --trusted-root, the signature carries an RFC 3161 timestamp
+from one of its timestamp authorities within the certificate's validity,
+the certificate names the identity, and it is of the artifact's digest.
 
 flags:
 `
@@ -75,7 +76,7 @@ func policyCmd(args []string, stdout, stderr io.Writer, now func() time.Time) in
 	fs.Var(&warnOn, "warn-on", "in mode refuse, only warn when this `rule` is not met: require-signature, require-attestation, \"require-attestation sbom\" or deny-vulnerabilities; repeatable; replaces the ones set before")
 	noWarnOn := fs.Bool("no-warn-on", false, "refuse on every rule (in mode refuse)")
 	var idents keyFiles
-	fs.Var(&idents, "identity", "a keyless signer whose attestations count beside the keys: issuer=URL,subject=REGEX (the certificate's OIDC issuer exactly, its subject by the whole expression); needs --trusted-root; repeatable; replaces the ones set before")
+	fs.Var(&idents, "identity", "a keyless signer whose signatures and attestations count beside the keys: issuer=URL,subject=REGEX (the certificate's OIDC issuer exactly, its subject by the whole expression); needs --trusted-root; repeatable; replaces the ones set before")
 	noIdents := fs.Bool("no-identities", false, "trust no keyless signer")
 	trustedRoot := fs.String("trusted-root", "", "the Sigstore trusted root `file` (trusted_root.json: certificate and RFC 3161 timestamp authorities) keyless signatures are verified against; copied into the policy")
 	denyVulns := fs.String("deny-vulnerabilities", "", "refuse an artifact whose signed vulnerability scan lists one of this `severity` or above (low, medium, high, critical), or that has none; none: no such rule")

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/ed25519"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -29,6 +30,14 @@ import (
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 )
+
+// KeylessSigner signs keylessly (keylesssign.Signer): an attestation's
+// statement as a DSSE bundle, an artifact signature's payload as a
+// message signature bundle.
+type KeylessSigner interface {
+	Bundle(context.Context, attest.Statement) (*bundle.Bundle, error)
+	SignMessage(context.Context, []byte) (*bundle.Bundle, []*x509.Certificate, error)
+}
 
 // PluginRunner runs each job in a fresh component plugin subprocess, in a
 // workspace of its own under WorkRoot, with its component's state
@@ -66,11 +75,11 @@ type PluginRunner struct {
 	// registry (internal/ocisign), after the job succeeded.
 	ArtifactKey ed25519.PrivateKey
 	// KeylessSign, on the build agent (agentd --keyless-fulcio-url,
-	// --keyless-tsa-url, --keyless-token-file), signs every attestation
-	// of a build keylessly too (internal/attest/keylesssign): an
-	// ephemeral key certified for the agent's workload identity, with an
-	// RFC 3161 timestamp.
-	KeylessSign func(context.Context, attest.Statement) (*bundle.Bundle, error)
+	// --keyless-tsa-url, --keyless-token-file), signs every artifact a
+	// build job syncs or packages and every attestation of it keylessly
+	// too (internal/attest/keylesssign): an ephemeral key certified for
+	// the agent's workload identity, with an RFC 3161 timestamp.
+	KeylessSign KeylessSigner
 	// Inputs are the customer-provided inputs the install stack holds, by
 	// name. A job's config lists those it refers to under
 	// "customer_inputs"; the agent puts each value in place of its

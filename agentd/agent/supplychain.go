@@ -25,6 +25,7 @@ import (
 	"github.com/byoc-dev/byoc/internal/attest"
 	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/internal/ocisign"
+	"github.com/byoc-dev/byoc/internal/ocisign/ocikeyless"
 	"github.com/byoc-dev/byoc/plugins/sdk"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 )
@@ -162,7 +163,8 @@ type ArtifactVerification struct {
 	// Artifact is the reference the job's config named; Digest its
 	// digest.
 	Artifact, Digest string
-	// KeyID is the trusted key whose signature verified; empty: none did.
+	// KeyID is the trusted key whose signature verified, or the keyless
+	// signer ("keyless:ISSUER:SUBJECT"); empty: none did.
 	KeyID string
 	// Attestations are the predicate types of the attestations that
 	// verified (signed by a trusted key, about the digest).
@@ -186,7 +188,8 @@ func verificationsToProto(vs []ArtifactVerification) []*agentv1.ArtifactVerifica
 // checkSupplyChain enforces the customer's supply-chain policy on job
 // before its plugin starts: the artifact a plan or apply of an image,
 // helm or terraform component deploys must carry what the policy asks: a
-// signature (internal/ocisign) by a trusted key (require-signature),
+// signature (internal/ocisign) by a trusted key or, keylessly, by a
+// trusted identity (require-signature),
 // attestations signed by one (require-attestation: SLSA provenance, an
 // SBOM; internal/attest), and a vulnerability scan with nothing at or
 // above a severity (deny-vulnerabilities). A refusal names the artifact,
@@ -231,7 +234,9 @@ func (r *PluginRunner) checkSupplyChain(ctx context.Context, job Job, config map
 	if len(failed) == 0 {
 		v.Verdict = VerdictVerified
 		what := "verified"
-		if v.KeyID != "" {
+		if signer, ok := strings.CutPrefix(v.KeyID, "keyless:"); ok {
+			what = "signed keylessly by " + signer
+		} else if v.KeyID != "" {
 			what = "signed by key " + v.KeyID
 		}
 		if len(v.Attestations) > 0 {
@@ -298,13 +303,19 @@ func verifyAgainst(ctx context.Context, p permissions.SupplyChainPolicy, art art
 		fail(firstRule, err)
 		return rules, why
 	}
-	// The signature is looked for whatever the rules, for the report.
-	keyID, sigErr := ocisign.Verify(ctx, repo, desc, ocisign.ArtifactType, "", "the artifact", trusted)
+	// The signature is looked for whatever the rules, for the report:
+	// by a trusted key, or keylessly by a trusted identity.
+	ids, tr, trustErr := p.KeylessTrust()
+	var kl ocisign.KeylessVerifier
+	if tr != nil {
+		kl = ocikeyless.Trust{Root: tr, Identities: ids}
+	}
+	keyID, sigErr := ocisign.VerifyTrusted(ctx, repo, desc, ocisign.ArtifactType, "", "the artifact", trusted, kl)
 	v.KeyID = keyID
 	if sigErr != nil && p.RequireSignature {
 		fail(RuleRequireSignature, sigErr)
 	}
-	ids, tr, err := p.KeylessTrust()
+	err = trustErr
 	var found attest.Found
 	if err == nil {
 		trust := attest.Trust{Keys: trusted, Identities: ids}
@@ -374,12 +385,13 @@ func verifyAgainst(ctx context.Context, p permissions.SupplyChainPolicy, art art
 
 // signBuild signs the artifact a successful build job put into the
 // vendor registry (its outputs repository and digest) with ArtifactKey,
-// as an ocisign referrer, and attests it (internal/attest, referrers
+// as an ocisign referrer, and keylessly with KeylessSign
+// (ocikeyless.Sign), and attests it (internal/attest, referrers
 // too): SLSA provenance of the sync or package, and an SBOM where the
 // source carried one (an SBOM referrer of a synced artifact, or an
 // SBOM file in a packaged directory). It adds the key's id (signed_by)
 // and the attestations' predicate types (attestations) to the outputs.
-// Without ArtifactKey it does nothing.
+// Without ArtifactKey and KeylessSign it does nothing.
 func (r *PluginRunner) signBuild(ctx context.Context, job Job, outputs map[string]string, begun time.Time, log func(int32, string)) error {
 	if (r.ArtifactKey == nil && r.KeylessSign == nil) || job.ComponentType != BuildType || job.Operation != sdk.OpApply {
 		return nil
@@ -413,6 +425,13 @@ func (r *PluginRunner) signBuild(ctx context.Context, job Job, outputs map[strin
 		outputs["signed_by"] = sig.KeyID
 		log(StreamSystem, fmt.Sprintf("[agentd] signed %s@%s with key %s", repoName, dg, sig.KeyID))
 	}
+	if r.KeylessSign != nil {
+		signer, err := ocikeyless.Sign(ctx, repo, desc, r.KeylessSign.SignMessage)
+		if err != nil {
+			return fmt.Errorf("sign the build %s@%s keylessly: %w", repoName, dg, err)
+		}
+		log(StreamSystem, fmt.Sprintf("[agentd] signed %s@%s keylessly as %s", repoName, dg, signer))
+	}
 
 	statements := []attest.Statement{}
 	st, err := attest.NewStatement(repoName, dg, attest.SLSAProvenanceV1, provenance(job, outputs, sig.KeyID, begun, time.Now().UTC()))
@@ -440,7 +459,7 @@ func (r *PluginRunner) signBuild(ctx context.Context, job Job, outputs map[strin
 			}
 		}
 		if r.KeylessSign != nil {
-			bun, err := r.KeylessSign(ctx, st)
+			bun, err := r.KeylessSign.Bundle(ctx, st)
 			if err != nil {
 				return fmt.Errorf("attest the build %s@%s keylessly: %w", repoName, dg, err)
 			}

@@ -34,7 +34,9 @@ const (
 type SupplyChainPolicy struct {
 	// RequireSignature requires every artifact such a job deploys to
 	// carry a signature (internal/ocisign) by a trusted key: imsd's keys
-	// the agent pinned, and Keys.
+	// the agent pinned, and Keys; or a keyless signature
+	// (internal/ocisign/ocikeyless) by one of Identities under
+	// TrustedRoot.
 	RequireSignature bool `json:"require_signature,omitempty"`
 	// Mode is what happens to an artifact without one: refuse (the
 	// default) or warn.
@@ -57,9 +59,9 @@ type SupplyChainPolicy struct {
 	// or one attestation rule ("require-attestation sbom").
 	WarnOn []string `json:"warn_on,omitempty"`
 	// Identities are keyless signers trusted beside the keys, each
-	// "issuer=URL,subject=REGEX" (internal/attest.ParseIdentity): an
-	// attestation signed keylessly counts when its certificate names one
-	// of them and verifies under TrustedRoot.
+	// "issuer=URL,subject=REGEX" (internal/attest.ParseIdentity): a
+	// signature or an attestation signed keylessly counts when its
+	// certificate names one of them and verifies under TrustedRoot.
 	Identities []string `json:"identities,omitempty"`
 	// TrustedRoot is the customer's Sigstore trusted root (the contents
 	// of their trusted_root.json, kept here so that it is signed with the

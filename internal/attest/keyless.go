@@ -10,6 +10,7 @@ package attest
 // trusted root names.
 
 import (
+	"bytes"
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
@@ -104,27 +105,61 @@ func VerifyKeyless(bb []byte, subject digest.Digest, tr root.TrustedMaterial, id
 	if env.PayloadType != PayloadType {
 		return Verified{}, fmt.Errorf("payload type %q, not %s", env.PayloadType, PayloadType)
 	}
-	vc, err := bun.VerificationContent()
-	if err != nil {
-		return Verified{}, err
-	}
-	cert := vc.Certificate()
-	if cert == nil {
-		return Verified{}, errors.New("not signed keylessly (no certificate)")
-	}
-	if len(ids) == 0 {
-		return Verified{}, errors.New("no identity is trusted")
-	}
-	if ts, err := bun.Timestamps(); err != nil || len(ts) == 0 {
-		return Verified{}, errors.New("no RFC 3161 timestamp")
-	}
 	raw, err := hex.DecodeString(subject.Encoded())
 	if err != nil || subject.Validate() != nil {
 		return Verified{}, fmt.Errorf("artifact digest %q", subject)
 	}
+	signer, err := verifyKeyless(&bun, tr, ids, verify.WithArtifactDigest(subject.Algorithm().String(), raw),
+		"its subject is not the artifact "+subject.String())
+	if err != nil {
+		return Verified{}, err
+	}
+	var st Statement
+	if err := json.Unmarshal(env.Payload, &st); err != nil {
+		return Verified{}, fmt.Errorf("not an in-toto statement: %w", err)
+	}
+	if st.Type != StatementType && st.Type != "https://in-toto.io/Statement/v0.1" {
+		return Verified{}, fmt.Errorf("statement type %q", st.Type)
+	}
+	return Verified{PredicateType: st.PredicateType, KeyID: signer, Statement: st}, nil
+}
+
+// VerifyKeylessMessage verifies the Sigstore bundle bb, a message
+// signature of msg made keylessly, as VerifyKeyless does an envelope:
+// under tr, at a trusted timestamp, by one of ids. It returns the
+// signer, "keyless:ISSUER:SUBJECT".
+func VerifyKeylessMessage(bb, msg []byte, tr root.TrustedMaterial, ids []Identity) (string, error) {
+	var bun bundle.Bundle
+	if err := bun.UnmarshalJSON(bb); err != nil {
+		return "", fmt.Errorf("not a Sigstore bundle: %w", err)
+	}
+	if bun.GetMessageSignature() == nil {
+		return "", errors.New("not a message signature bundle")
+	}
+	return verifyKeyless(&bun, tr, ids, verify.WithArtifact(bytes.NewReader(msg)), "it signs another message")
+}
+
+// verifyKeyless verifies bun, signed keylessly, against tr and ids and
+// the artifact policy; otherArtifact is the error when the bundle
+// verifies but is not of the artifact. It returns the signer's id.
+func verifyKeyless(bun *bundle.Bundle, tr root.TrustedMaterial, ids []Identity, artifact verify.ArtifactPolicyOption, otherArtifact string) (string, error) {
+	vc, err := bun.VerificationContent()
+	if err != nil {
+		return "", err
+	}
+	cert := vc.Certificate()
+	if cert == nil {
+		return "", errors.New("not signed keylessly (no certificate)")
+	}
+	if len(ids) == 0 {
+		return "", errors.New("no identity is trusted")
+	}
+	if ts, err := bun.Timestamps(); err != nil || len(ts) == 0 {
+		return "", errors.New("no RFC 3161 timestamp")
+	}
 	sum, err := certificate.SummarizeCertificate(cert)
 	if err != nil {
-		return Verified{}, fmt.Errorf("certificate: %w", err)
+		return "", fmt.Errorf("certificate: %w", err)
 	}
 	signer := fmt.Sprintf("issuer %s, subject %s", sum.Issuer, sum.SubjectAlternativeName)
 	var opts []verify.PolicyOption
@@ -132,7 +167,7 @@ func VerifyKeyless(bb []byte, subject digest.Digest, tr root.TrustedMaterial, id
 	for _, id := range ids {
 		ci, err := verify.NewShortCertificateIdentity(id.Issuer, "", "", anchor(id.Subject))
 		if err != nil {
-			return Verified{}, fmt.Errorf("identity %s: %w", id, err)
+			return "", fmt.Errorf("identity %s: %w", id, err)
 		}
 		opts = append(opts, verify.WithCertificateIdentity(ci))
 		if id.Issuer == sum.Issuer {
@@ -144,31 +179,24 @@ func VerifyKeyless(bb []byte, subject digest.Digest, tr root.TrustedMaterial, id
 	}
 	v, err := verify.NewVerifier(tr, verify.WithSignedTimestamps(1)) // NewSignedEntityVerifier, deprecated alias
 	if err != nil {
-		return Verified{}, err
+		return "", err
 	}
-	if _, err := v.Verify(&bun, verify.NewPolicy(verify.WithArtifactDigest(subject.Algorithm().String(), raw), opts...)); err != nil {
+	if _, err := v.Verify(bun, verify.NewPolicy(artifact, opts...)); err != nil {
 		switch {
 		case !issuerKnown:
-			return Verified{}, fmt.Errorf("signed by %s: no trusted identity has that issuer", signer)
+			return "", fmt.Errorf("signed by %s: no trusted identity has that issuer", signer)
 		case !subjectKnown:
-			return Verified{}, fmt.Errorf("signed by %s: the subject matches no trusted identity of that issuer", signer)
+			return "", fmt.Errorf("signed by %s: the subject matches no trusted identity of that issuer", signer)
 		}
-		if _, err2 := v.Verify(&bun, verify.NewPolicy(verify.WithoutArtifactUnsafe(), opts...)); err2 == nil {
-			return Verified{}, fmt.Errorf("its subject is not the artifact %s", subject)
+		if why := diagnose(bun, cert, tr); why != "" {
+			return "", fmt.Errorf("signed by %s: %s", signer, why)
 		}
-		if why := diagnose(&bun, cert, tr); why != "" {
-			return Verified{}, fmt.Errorf("signed by %s: %s", signer, why)
+		if _, err2 := v.Verify(bun, verify.NewPolicy(verify.WithoutArtifactUnsafe(), opts...)); err2 == nil {
+			return "", errors.New(otherArtifact)
 		}
-		return Verified{}, fmt.Errorf("signed by %s: does not verify under the trusted root: %w", signer, err)
+		return "", fmt.Errorf("signed by %s: does not verify under the trusted root: %w", signer, err)
 	}
-	var st Statement
-	if err := json.Unmarshal(env.Payload, &st); err != nil {
-		return Verified{}, fmt.Errorf("not an in-toto statement: %w", err)
-	}
-	if st.Type != StatementType && st.Type != "https://in-toto.io/Statement/v0.1" {
-		return Verified{}, fmt.Errorf("statement type %q", st.Type)
-	}
-	return Verified{PredicateType: st.PredicateType, KeyID: "keyless:" + sum.Issuer + ":" + sum.SubjectAlternativeName, Statement: st}, nil
+	return "keyless:" + sum.Issuer + ":" + sum.SubjectAlternativeName, nil
 }
 
 // diagnose says why a keyless bundle the verifier refused fails, for

@@ -15,11 +15,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"oras.land/oras-go/v2/content"
+
 	"github.com/byoc-dev/byoc/internal/attest"
+	"github.com/byoc-dev/byoc/internal/attest/keylesstest"
 	"github.com/byoc-dev/byoc/internal/cosignlayout"
 	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/internal/ocicopy/ocitest"
 	"github.com/byoc-dev/byoc/internal/ocisign"
+	"github.com/byoc-dev/byoc/internal/ocisign/ocikeyless"
 )
 
 // CosignVersion is the cosign CLI the compatibility test runs: built
@@ -108,15 +114,7 @@ func TestCosignCLIVerifies(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	run := func(args ...string) (string, error) {
-		ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, cosign, args...)
-		// No sigstore public-good state: a private TUF root and home.
-		cmd.Env = append(os.Environ(), "HOME="+dir, "TUF_ROOT="+filepath.Join(dir, "tuf"), "SIGSTORE_NO_CACHE=1")
-		out, err := cmd.CombinedOutput()
-		return string(out), err
-	}
+	run := cosignRunner(ctx, cosign, dir)
 	flags := []string{"--insecure-ignore-tlog=true", "--allow-http-registry=true", "--allow-insecure-registry=true"}
 	// cosign's bundle path: the Sigstore bundles attest.Attach attaches
 	// as OCI 1.1 referrers (found through the referrers tag sha256-<hex>)
@@ -150,6 +148,144 @@ func TestCosignCLIVerifies(t *testing.T) {
 			t.Fatalf("cosign verify-attestation under another key passed for %s:\n%s", ref, out)
 		}
 	}
+}
+
+// cosignRunner runs the cosign CLI with no sigstore public-good state: a
+// private TUF root and home in dir.
+func cosignRunner(ctx context.Context, cosign, dir string) func(args ...string) (string, error) {
+	return func(args ...string) (string, error) {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, cosign, args...)
+		cmd.Env = append(os.Environ(), "HOME="+dir, "TUF_ROOT="+filepath.Join(dir, "tuf"), "SIGSTORE_NO_CACHE=1")
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+}
+
+// The real cosign CLI verifies the build agent's keyless signature of an
+// artifact (ocikeyless.Sign: a fake Fulcio-compatible CA's certificate
+// for the build agent's workload identity, a fake TSA's RFC 3161
+// timestamp) in cosign's .sig tag, in the vendor registry and in an
+// install registry the custody copy copied it into: `cosign verify`
+// with the identity and issuer, the CA's root (--ca-roots), the TSA's
+// chain (--timestamp-certificate-chain, --use-signed-timestamps), and
+// neither transparency log nor SCT (none is used) passes; another
+// identity, another issuer or another CA root is refused.
+func TestCosignCLIVerifiesKeyless(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts registries and runs the cosign CLI")
+	}
+	cosign := cosignBinary(t)
+	ctx := t.Context()
+	dir := t.TempDir()
+	e := keylesstest.New(t, 0)
+	const subject = "https://kubernetes.io/namespaces/byoc/serviceaccounts/build-agent"
+	vendorReg := ocitest.StartRegistry(t, ocitest.RegistryOptions{})
+	installReg := ocitest.StartRegistry(t, ocitest.RegistryOptions{})
+	vendor, err := ocicopy.Open(ctx, ocicopy.Registry{Host: vendorReg.Host, PlainHTTP: true}, "acme/web", ocicopy.Credentials{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vendor.Close()
+	md, err := ocitest.Image(ctx, vendor, ocitest.ImageSpec{Seed: 12, Layers: []int64{256}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	md.Platform = nil
+	if _, err := ocikeyless.Sign(ctx, vendor, md, e.Signer(t, subject).SignMessage); err != nil {
+		t.Fatal(err)
+	}
+	// The layer carries the CA's chain as the CA answered it (here its
+	// root alone) and the timestamp in cosign's JSON.
+	sig := sigLayers(t, vendor, md.Digest)
+	if len(sig) != 1 || sig[0].Annotations[cosignlayout.AnnotationChain] != string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: e.FulcioCA.Cert.Raw})) ||
+		!strings.HasPrefix(sig[0].Annotations[cosignlayout.AnnotationRFC3161Timestamp], `{"SignedRFC3161Timestamp":"`) ||
+		!strings.HasPrefix(sig[0].Annotations[cosignlayout.AnnotationCertificate], "-----BEGIN CERTIFICATE-----") {
+		t.Fatalf(".sig layers %+v", sig)
+	}
+	install, err := ocicopy.Open(ctx, ocicopy.Registry{Host: installReg.Host, PlainHTTP: true}, "install/acme/web", ocicopy.Credentials{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer install.Close()
+	if _, err := ocicopy.Copy(ctx, vendor, install, md.Digest, ocicopy.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	// byoc's own referrer came along too: the customer's agent verifies
+	// it in the install registry.
+	if by, err := ocisign.VerifyTrusted(ctx, install, md, ocisign.ArtifactType, "", "the artifact", nil,
+		ocikeyless.Trust{Root: e.Root(t, e.FulcioCA), Identities: []attest.Identity{{Issuer: e.Issuer.URL, Subject: subject}}}); err != nil || by != "keyless:"+e.Issuer.URL+":"+subject {
+		t.Fatalf("byoc's keyless signature in the install registry: %q %v", by, err)
+	}
+	pemFile := func(name string, certs ...*x509.Certificate) string {
+		var b []byte
+		for _, c := range certs {
+			b = append(b, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})...)
+		}
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	caRoots, otherRoots := pemFile("ca.pem", e.FulcioCA.Cert), pemFile("other-ca.pem", keylesstest.NewCA(t, "other CA").Cert)
+	otherTSACA := keylesstest.NewCA(t, "other TSA")
+	otherTSAServer, otherTSALeaf := keylesstest.FakeTSA(t, otherTSACA)
+	otherTSAServer.Close()
+	tsaChain, otherTSA := pemFile("tsa.pem", e.TSALeaf, e.TSACA.Cert), pemFile("other-tsa.pem", otherTSALeaf, otherTSACA.Cert)
+	run := cosignRunner(ctx, cosign, dir)
+	flags := func(roots, tsa, identity, issuer string) []string {
+		return []string{"verify", "--ca-roots", roots, "--timestamp-certificate-chain", tsa, "--use-signed-timestamps",
+			"--certificate-identity-regexp", identity, "--certificate-oidc-issuer", issuer,
+			"--insecure-ignore-tlog=true", "--insecure-ignore-sct=true", "--allow-http-registry=true", "--allow-insecure-registry=true"}
+	}
+	good := `^https://kubernetes\.io/namespaces/byoc/serviceaccounts/.*$`
+	for _, ref := range []string{vendorReg.Host + "/acme/web@" + md.Digest.String(), installReg.Host + "/install/acme/web@" + md.Digest.String()} {
+		out, err := run(append(flags(caRoots, tsaChain, good, e.Issuer.URL), ref)...)
+		// The payload names the vendor registry's repository, where
+		// the build agent signed.
+		if err != nil || !strings.Contains(out, md.Digest.String()) || !strings.Contains(out, subject) ||
+			!strings.Contains(out, `"docker-reference":"`+vendorReg.Host+`/acme/web"`) {
+			t.Fatalf("cosign verify (keyless) %s: %v\n%s", ref, err, out)
+		}
+		for name, args := range map[string][]string{
+			"another identity":            flags(caRoots, tsaChain, `^https://kubernetes\.io/namespaces/other/.*$`, e.Issuer.URL),
+			"another issuer":              flags(caRoots, tsaChain, good, "https://token.actions.githubusercontent.com"),
+			"another CA":                  flags(otherRoots, tsaChain, good, e.Issuer.URL),
+			"another timestamp authority": flags(caRoots, otherTSA, good, e.Issuer.URL),
+		} {
+			if out, err := run(append(args, ref)...); err == nil {
+				t.Fatalf("cosign verify (keyless) under %s passed for %s:\n%s", name, ref, out)
+			} else {
+				t.Logf("%s: %s", name, lastLine(out))
+			}
+		}
+	}
+}
+
+// sigLayers are the layers of md's .sig tag in repo.
+func sigLayers(t *testing.T, repo *ocicopy.Repo, md digest.Digest) []ocispec.Descriptor {
+	t.Helper()
+	d, err := repo.Resolve(t.Context(), cosignlayout.Tag(md, cosignlayout.SigSuffix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := content.FetchAll(t.Context(), repo, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m ocispec.Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m.Layers
+}
+
+// lastLine is out's last non-empty line.
+func lastLine(out string) string {
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	return lines[len(lines)-1]
 }
 
 // attestsProvenance reports whether cosign verify-attestation's output

@@ -1,13 +1,16 @@
 // Package cosignlayout writes an artifact's signatures and attestations
 // where the cosign CLI looks for them: cosign's tag layout, a manifest
 // tagged sha256-<hex>.sig (simple-signing payloads, each a layer with
-// its signature in an annotation) and one tagged sha256-<hex>.att (DSSE
+// its signature in an annotation, and for a keyless signature its
+// certificate, chain and RFC 3161 timestamp) and one tagged sha256-<hex>.att (DSSE
 // envelopes of in-toto statements), beside the artifact in its
 // repository. A registry without the OCI 1.1 referrers API (Debian's
 // docker-registry 2.8) serves these like any tag, so `cosign verify
 // --key` and `cosign verify-attestation --key` find byoc's signatures
 // in the vendor registry and, carried by internal/ocicopy (which copies
-// these tags of a root), in every install registry.
+// these tags of a root), in every install registry; `cosign verify
+// --certificate-identity-regexp ... --use-signed-timestamps` finds the
+// build agent's keyless signature the same way.
 //
 // Each write adds one layer to the tag's manifest (as cosign does when
 // a second key signs), and the same layer twice is written once, so
@@ -41,6 +44,16 @@ const (
 	// AnnotationSignature holds a layer's base64 signature (empty for
 	// an attestation: the envelope carries it).
 	AnnotationSignature = "dev.cosignproject.cosign/signature"
+	// AnnotationCertificate, AnnotationChain and
+	// AnnotationRFC3161Timestamp are a keyless signature's: the PEM
+	// certificate of its ephemeral key, the PEM chain of the certificate
+	// authority that issued it (may be empty), and its RFC 3161
+	// timestamp as JSON {"SignedRFC3161Timestamp": base64 of the DER
+	// TimeStampResponse}, over the raw signature's bytes (cosign's
+	// bundle.RFC3161Timestamp).
+	AnnotationCertificate      = "dev.sigstore.cosign/certificate"
+	AnnotationChain            = "dev.sigstore.cosign/chain"
+	AnnotationRFC3161Timestamp = "dev.sigstore.cosign/rfc3161timestamp"
 	// AnnotationPredicateType names an attestation's predicate type.
 	AnnotationPredicateType = "predicateType"
 	// SignatureType is the simple-signing payload's critical.type.
@@ -99,6 +112,49 @@ type EnvelopeSignature struct {
 func AddSignature(ctx context.Context, repo *ocicopy.Repo, md digest.Digest, payload, sig []byte) (ocispec.Descriptor, error) {
 	return addLayer(ctx, repo, Tag(md, SigSuffix), SimpleSigningMediaType, payload,
 		map[string]string{AnnotationSignature: base64.StdEncoding.EncodeToString(sig)})
+}
+
+// AddKeylessSignature adds to md's .sig tag in repo the layer cosign
+// writes for a keyless signature: payload, its signature sig (raw
+// bytes) by the ephemeral key certified by certPEM (the CA's chain
+// chainPEM, may be nil), and the RFC 3161 timestamp response tsr over
+// sig, for `cosign verify --certificate-identity ...
+// --use-signed-timestamps`.
+func AddKeylessSignature(ctx context.Context, repo *ocicopy.Repo, md digest.Digest, payload, sig, certPEM, chainPEM, tsr []byte) (ocispec.Descriptor, error) {
+	ts, err := json.Marshal(struct{ SignedRFC3161Timestamp []byte }{tsr})
+	if err != nil {
+		return ocispec.Descriptor{}, err
+	}
+	return addLayer(ctx, repo, Tag(md, SigSuffix), SimpleSigningMediaType, payload, map[string]string{
+		AnnotationSignature:        base64.StdEncoding.EncodeToString(sig),
+		AnnotationCertificate:      string(certPEM),
+		AnnotationChain:            string(chainPEM),
+		AnnotationRFC3161Timestamp: string(ts),
+	})
+}
+
+// PayloadDigest is the manifest digest a simple-signing payload names
+// (critical.image.docker-manifest-digest); its critical.type must be
+// SignatureType.
+func PayloadDigest(payload []byte) (digest.Digest, error) {
+	var p struct {
+		Critical struct {
+			Image struct {
+				DockerManifestDigest digest.Digest `json:"docker-manifest-digest"`
+			} `json:"image"`
+			Type string `json:"type"`
+		} `json:"critical"`
+	}
+	if err := json.Unmarshal(payload, &p); err != nil {
+		return "", fmt.Errorf("not a simple-signing payload: %w", err)
+	}
+	if p.Critical.Type != SignatureType {
+		return "", fmt.Errorf("simple-signing payload of type %q, not %q", p.Critical.Type, SignatureType)
+	}
+	if err := p.Critical.Image.DockerManifestDigest.Validate(); err != nil {
+		return "", fmt.Errorf("simple-signing payload: docker-manifest-digest: %w", err)
+	}
+	return p.Critical.Image.DockerManifestDigest, nil
 }
 
 // AddAttestation adds to md's .att tag in repo a layer holding env, an

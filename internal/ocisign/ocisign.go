@@ -7,6 +7,10 @@
 // the same key, cosign's signature of the manifest in cosign's tag
 // layout (internal/cosignlayout), for `cosign verify --key`.
 //
+// A build artifact may also be signed keylessly (internal/ocisign/ocikeyless:
+// a referrer of type KeylessSignatureArtifactType); VerifyTrusted
+// accepts such a signature when its KeylessVerifier does.
+//
 // Plugin and agent releases (internal/plugindist) sign their type and
 // version. Artifacts the build agent syncs or packages (images, charts,
 // modules) sign the type ArtifactType and an empty version; a plugin
@@ -126,14 +130,19 @@ func Sign(ctx context.Context, repo *ocicopy.Repo, md ocispec.Descriptor, typ, v
 	return sig, nil
 }
 
+// KeylessSignatureArtifactType is the artifact type of a keyless
+// signature's manifest (ocikeyless.Sign), a referrer of the signed
+// manifest. Its two layers: cosign's simple-signing payload naming the
+// manifest's digest (cosignlayout.SimpleSigningMediaType), and the
+// Sigstore bundle of the payload's keyless signature
+// (attest.BundleMediaType: a message signature, the certificate and an
+// RFC 3161 timestamp).
+const KeylessSignatureArtifactType = "application/vnd.byoc.signature.keyless.v1"
+
 // ImageReference is the repository's image reference (registry host and
-// repository) as a cosign payload names it; a layout's is its name.
-func ImageReference(repo *ocicopy.Repo) string {
-	if h := repo.Registry().Host; h != "" {
-		return h + "/" + repo.Name()
-	}
-	return repo.Name()
-}
+// repository, as its name already is) as a cosign payload names it; a
+// layout's is its name.
+func ImageReference(repo *ocicopy.Repo) string { return repo.Name() }
 
 // ErrUnsigned is wrapped by Verify's error for an artifact with no
 // signature by a trusted key.
@@ -144,6 +153,25 @@ var ErrUnsigned = errors.New("no signature by a trusted key")
 // id. An artifact with none is refused (ErrUnsigned), naming what its
 // signatures were made with; what names it in the error.
 func Verify(ctx context.Context, repo *ocicopy.Repo, md ocispec.Descriptor, typ, version, what string, trusted []ed25519.PublicKey) (string, error) {
+	return VerifyTrusted(ctx, repo, md, typ, version, what, trusted, nil)
+}
+
+// KeylessVerifier verifies keyless signatures (internal/ocisign/ocikeyless,
+// apart so that what only verifies keys does not link sigstore-go).
+type KeylessVerifier interface {
+	// VerifyKeyless verifies the keyless signature manifest r, a
+	// referrer of the manifest md in repo, and returns its signer.
+	VerifyKeyless(ctx context.Context, repo *ocicopy.Repo, r ocispec.Descriptor, md digest.Digest) (string, error)
+	// Trusted describes the signers trusted, for an error.
+	Trusted() string
+}
+
+// VerifyTrusted is Verify trusting keyless signers too: a build
+// artifact's (type ArtifactType, no version) keyless signature
+// (KeylessSignatureArtifactType) counts when kl verifies it (nil: none
+// does). It returns the key's id, or the keyless signer's
+// ("keyless:ISSUER:SUBJECT").
+func VerifyTrusted(ctx context.Context, repo *ocicopy.Repo, md ocispec.Descriptor, typ, version, what string, trusted []ed25519.PublicKey, kl KeylessVerifier) (string, error) {
 	refs, err := repo.Referrers(ctx, md, MaxSignatures)
 	if err != nil {
 		return "", fmt.Errorf("%s: list its signatures: %w", what, err)
@@ -154,7 +182,21 @@ func Verify(ctx context.Context, repo *ocicopy.Repo, md ocispec.Descriptor, typ,
 	}
 	var seen []string
 	for _, r := range refs {
-		if r.ArtifactType != SignatureArtifactType || r.Size > maxManifestBytes {
+		if r.Size > maxManifestBytes {
+			continue
+		}
+		if r.ArtifactType == KeylessSignatureArtifactType && typ == ArtifactType && version == "" {
+			signer, err := "", errors.New("signed keylessly, and no keyless identity is trusted")
+			if kl != nil {
+				signer, err = kl.VerifyKeyless(ctx, repo, r, md.Digest)
+			}
+			if err != nil {
+				seen = append(seen, fmt.Sprintf("keyless signature %s (%v)", r.Digest, err))
+				continue
+			}
+			return signer, nil
+		}
+		if r.ArtifactType != SignatureArtifactType {
 			continue
 		}
 		sig, err := readSignature(ctx, repo, r)
@@ -180,7 +222,11 @@ func Verify(ctx context.Context, repo *ocicopy.Repo, md ocispec.Descriptor, typ,
 	if len(seen) > 0 {
 		found = "its signatures: " + strings.Join(seen, "; ")
 	}
-	return "", fmt.Errorf("%s (%s): %w (trusted: keys %s); %s", what, md.Digest, ErrUnsigned, strings.Join(ids, ", "), found)
+	trust := "keys " + strings.Join(ids, ", ")
+	if kl != nil && typ == ArtifactType && version == "" {
+		trust += "; " + kl.Trusted()
+	}
+	return "", fmt.Errorf("%s (%s): %w (trusted: %s); %s", what, md.Digest, ErrUnsigned, trust, found)
 }
 
 func readSignature(ctx context.Context, repo *ocicopy.Repo, d ocispec.Descriptor) (Signature, error) {

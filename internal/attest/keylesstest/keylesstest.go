@@ -103,7 +103,7 @@ func (o OIDCIssuer) Token(t *testing.T, subject string) string {
 // calls it: it verifies the bearer token's signature against the OIDC
 // issuer's key (go-oidc), the proof of possession of the key, and issues
 // a code-signing certificate from ca whose SAN is the token's subject and
-// whose issuer extension is the token's issuer. validity shifts the
+// whose issuer extensions are the token's issuer. validity shifts the
 // certificate's window (to make one that expired before the timestamp).
 func FakeFulcio(t *testing.T, ca CA, iss OIDCIssuer, shift time.Duration) *httptest.Server {
 	verifier := oidc.NewVerifier(iss.URL, &oidc.StaticKeySet{PublicKeys: []crypto.PublicKey{iss.Key.Public()}}, &oidc.Config{ClientID: "sigstore", SupportedSigningAlgs: []string{oidc.ES256}})
@@ -150,7 +150,11 @@ func FakeFulcio(t *testing.T, ca CA, iss OIDCIssuer, shift time.Duration) *httpt
 		tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()),
 			NotBefore: now.Add(-time.Minute), NotAfter: now.Add(10 * time.Minute),
 			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageCodeSigning},
-			ExtraExtensions: []pkix.Extension{{Id: asn1.ObjectIdentifier{1, 3, 6, 1, 4, 1, 57264, 1, 8}, Value: ext}}}
+			// The issuer twice, as Fulcio writes it: the deprecated
+			// raw string (1.1, the one cosign v2 reads) and the DER
+			// UTF8String (1.8).
+			ExtraExtensions: []pkix.Extension{{Id: asn1.ObjectIdentifier{1, 3, 6, 1, 4, 1, 57264, 1, 1}, Value: []byte(idt.Issuer)},
+				{Id: asn1.ObjectIdentifier{1, 3, 6, 1, 4, 1, 57264, 1, 8}, Value: ext}}}
 		if u, err := parseURL(idt.Subject); err == nil {
 			tmpl.URIs = append(tmpl.URIs, u)
 		} else {
