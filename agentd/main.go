@@ -97,6 +97,37 @@ func probeSandbox(ctx context.Context, mode string, insecure bool) (*pluginhost.
 // where they lie inside a directory the sandbox shows (/etc, say): the
 // state directory, the secrets file, the policy dir, the install stack's
 // config and the files it reads values from.
+// checkSigningFlags checks the build agent's signing flags: the three
+// --keyless-* flags come together or not at all, and they and
+// --artifact-signing-key are for the build agent only. The error names
+// the flags given and those missing.
+func checkSigningFlags(role, artifactKey, fulcioURL, tsaURL, tokenFile string) error {
+	var given, missing []string
+	for _, f := range []struct{ name, value string }{
+		{"--artifact-signing-key", artifactKey},
+		{"--keyless-fulcio-url", fulcioURL}, {"--keyless-tsa-url", tsaURL}, {"--keyless-token-file", tokenFile},
+	} {
+		switch {
+		case f.value != "":
+			given = append(given, f.name)
+		case f.name != "--artifact-signing-key":
+			missing = append(missing, f.name)
+		}
+	}
+	if role != "build" {
+		if len(given) > 0 {
+			return fmt.Errorf("%s: for the build agent (--role build) only, and this agent's role is %s", strings.Join(given, ", "), role)
+		}
+		return nil
+	}
+	given = slices.DeleteFunc(given, func(f string) bool { return f == "--artifact-signing-key" })
+	if len(given) > 0 && len(missing) > 0 {
+		return fmt.Errorf("keyless signing needs --keyless-fulcio-url, --keyless-tsa-url and --keyless-token-file together: %s given, %s missing",
+			strings.Join(given, ", "), strings.Join(missing, ", "))
+	}
+	return nil
+}
+
 // absPaths makes the non-empty paths absolute.
 func absPaths(paths ...string) []string {
 	var out []string
@@ -111,8 +142,12 @@ func absPaths(paths ...string) []string {
 	return out
 }
 
-func agentPaths(stateDir, secretsFile, policyDir string, st *stack.Stack) []string {
-	var paths []string
+// agentPaths are the agent's own paths every plugin's sandbox hides: its
+// state directory, secrets file, policy directory, the stack's files, and
+// the build agent's signing files (its --artifact-signing-key, its
+// workload identity's --keyless-token-file).
+func agentPaths(stateDir, secretsFile, policyDir string, st *stack.Stack, signingFiles ...string) []string {
+	paths := absPaths(signingFiles...)
 	add := func(p, rel string) {
 		if p == "" {
 			return
@@ -431,6 +466,11 @@ func runAgent(ctx context.Context, args []string, offline *offlineFunc) int {
 		fmt.Fprintf(os.Stderr, "agentd: --role %q: want install or build\n", role)
 		return 2
 	}
+	// Before anything is read, started or written.
+	if err := checkSigningFlags(role, artifactSigningKey, keylessFulcio, keylessTSA, keylessToken); err != nil {
+		fmt.Fprintf(os.Stderr, "agentd: %v\n", err)
+		return 2
+	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	pinMap := map[string]string{}
 	for _, p := range pins {
@@ -630,7 +670,7 @@ func runAgent(ctx context.Context, args []string, offline *offlineFunc) int {
 	runner := &agent.PluginRunner{Loader: loader, WorkRoot: filepath.Join(stateDir, "jobs"),
 		StateRoot: filepath.Join(stateDir, "components"), LogRoot: filepath.Join(stateDir, "logs"), Secrets: secretMap, Logger: log,
 		PolicyDir: policyDir, InstallRegistry: installRegistry, PluginEnv: pluginEnv, CancelGrace: cancelGrace, Kubeconfig: kubeconfig,
-		SandboxReadOnly: sandboxReadOnly, SandboxWritable: sandboxWritable, SandboxHidden: append(agentPaths(stateDir, secretsFile, policyDir, st), absPaths(artifactSigningKey)...)}
+		SandboxReadOnly: sandboxReadOnly, SandboxWritable: sandboxWritable, SandboxHidden: agentPaths(stateDir, secretsFile, policyDir, st, artifactSigningKey, keylessToken)}
 	if role == "build" {
 		// The build agent's credentials to read private sources: the
 		// secrets BYOC_SOURCE_REGISTRY_USERNAME, _PASSWORD, _TOKEN.
@@ -641,16 +681,9 @@ func runAgent(ctx context.Context, args []string, offline *offlineFunc) int {
 				return 2
 			}
 		}
-		if keylessFulcio != "" || keylessTSA != "" || keylessToken != "" {
-			if keylessFulcio == "" || keylessTSA == "" || keylessToken == "" {
-				fmt.Fprintln(os.Stderr, "agentd: keyless signing needs --keyless-fulcio-url, --keyless-tsa-url and --keyless-token-file")
-				return 2
-			}
+		if keylessFulcio != "" { // all three (checkSigningFlags)
 			runner.KeylessSign = keylesssign.Signer{FulcioURL: keylessFulcio, TSAURL: keylessTSA, TokenFile: keylessToken}
 		}
-	} else if artifactSigningKey != "" || keylessFulcio != "" || keylessTSA != "" || keylessToken != "" {
-		fmt.Fprintln(os.Stderr, "agentd: --artifact-signing-key and --keyless-* are for the build agent (--role build)")
-		return 2
 	}
 	if st != nil {
 		runner.Credentials = stackCredentials(st, stateDir, time.Now)

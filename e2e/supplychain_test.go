@@ -6,6 +6,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -19,6 +20,7 @@ import (
 	"github.com/byoc-dev/byoc/agentd/auditlog"
 	"github.com/byoc-dev/byoc/e2e/cluster"
 	"github.com/byoc-dev/byoc/internal/attest"
+	"github.com/byoc-dev/byoc/internal/auditchain"
 	"github.com/byoc-dev/byoc/internal/ocicopy"
 	"github.com/byoc-dev/byoc/internal/ocicopy/ocitest"
 	"github.com/byoc-dev/byoc/internal/ocisign"
@@ -43,32 +45,9 @@ import (
 // --mode warn the unsigned image is deployed and the warning journalled.
 func TestSupplyChainRequireSignature(t *testing.T) {
 	skipShort(t)
-	c := startCustodyBuild(t, fast, "--artifact-signing-key", "IMSD-SIGNING-KEY")
+	sc := startSupplyChain(t, "--artifact-signing-key", "IMSD-SIGNING-KEY")
+	c, b1, bmod, bchart, app, installReg, state, policy := sc.custody, sc.image, sc.module, sc.chart, sc.app, sc.installReg, sc.state, sc.policy
 	ctx := context.Background()
-	pushImage(t, repo(t, c.source.Host, "library/hello", ""), "1.0", 1, 32<<10)
-	b1 := c.build(t, "library/hello:1.0", "hello")
-	// A Terraform module packaged (and signed) by the build agent, which
-	// an image component brings into the install registry, with its
-	// signature, for the terraform component that runs it.
-	mod := filepath.Join(t.TempDir(), "network")
-	cluster.WriteApp(t, mod, map[string]string{"main.tf": "resource \"terraform_data\" \"n\" {}\n"})
-	bmod := printedBuild(t, c.cli.Run(0, "build", "package", mod, "--kind", "terraform", "--repo", "modules/network", "--wait", "-o", "json"))
-	// A Helm chart packaged (signed and attested) by the build agent,
-	// brought into the install registry the same way.
-	chart := filepath.Join(t.TempDir(), "api")
-	cluster.WriteApp(t, chart, map[string]string{"Chart.yaml": "apiVersion: v2\nname: api\nversion: 1.4.0\n", "templates/cm.yaml": "kind: ConfigMap\n"})
-	bchart := printedBuild(t, c.cli.Run(0, "build", "package", chart, "--kind", "helm", "--repo", "charts/api", "--wait", "-o", "json"))
-	app := func(web, module string, helmChart ...string) map[string]string {
-		a := shopApp(web)
-		a["components/netmod.toml"] = "type = \"image\"\n[config]\nsource = \"modules/network@" + bmod.Digest + "\"\n"
-		a["components/net.toml"] = "type = \"terraform\"\ndependencies = [\"netmod\"]\n[config]\nmodule = \"" + module + "\"\n"
-		a["components/chartimg.toml"] = "type = \"image\"\n[config]\nsource = \"charts/api@" + bchart.Digest + "\"\n"
-		if len(helmChart) > 0 {
-			a["components/api.toml"] = "type = \"helm\"\ndependencies = [\"chartimg\"]\n[config]\nrelease = \"api\"\nnamespace = \"shop\"\nchart = \"" + helmChart[0] + "\"\n"
-		}
-		return a
-	}
-
 	// Unsigned and foreign-signed images, put into the vendor registry
 	// behind the build agent's back.
 	rogue := repo(t, c.vendor.Host, "rogue", c.mint(t, "repository:rogue:pull,push"))
@@ -90,20 +69,8 @@ func TestSupplyChainRequireSignature(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	installReg := ocitest.StartRegistry(t, ocitest.RegistryOptions{})
-	pushed := c.cli.PushApp(app("hello@"+b1.Digest, "modules/network@"+bmod.Digest))
-	state := filepath.Join(t.TempDir(), "agent")
-	cluster.StartAgent(t, c.ims.URL(), pushed.EnrollToken(t), state, "--install-registry", "http://"+installReg.Host)
-	waitConnected(t, c.ims, "acme")
-	policy := func(args ...string) string {
-		out, err := exec.Command(filepath.Join(cluster.Binaries(t), "agentd"), append([]string{"policy", "--state-dir", state, "supply-chain"}, args...)...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("agentd policy supply-chain %v: %v\n%s", args, err, out)
-		}
-		return string(out)
-	}
 	wantPolicy := "signature required, attestation slsa-provenance:level>=2 required (by imsd's pinned keys); otherwise refuse"
-	if out := policy("--require-signature", "--require-attestation", "slsa-provenance:level>=2"); !strings.Contains(out, wantPolicy) {
+	if out := policy(t, "--require-signature", "--require-attestation", "slsa-provenance:level>=2"); !strings.Contains(out, wantPolicy) {
 		t.Fatalf("policy: %s", out)
 	}
 
@@ -212,22 +179,13 @@ func TestSupplyChainRequireSignature(t *testing.T) {
 		if wf.State != imsv1.WorkflowState_WORKFLOW_STATE_FAILED {
 			t.Fatalf("%s: the deploy ended %v", bad.name, wf.State)
 		}
-		jobs, err := c.ims.Admin().ListJobs(ctx, connect.NewRequest(&imsv1.ListJobsRequest{Install: "acme"}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var failed *imsv1.Job
-		for _, j := range jobs.Msg.Jobs {
-			if j.State == imsv1.JobState_JOB_STATE_FAILED && strings.Contains(j.Error, bad.digest) {
-				failed = j
-			}
-		}
-		if failed == nil {
+		failed := sc.failedJobs(t, bad.digest)
+		if len(failed) == 0 {
 			t.Fatalf("%s: no failed job names %s", bad.name, bad.digest)
 		}
 		for _, w := range append(bad.want, bad.artifact, "refused before the plugin ran") {
-			if !strings.Contains(failed.Error, w) {
-				t.Fatalf("%s: the job's error %q lacks %q", bad.name, failed.Error, w)
+			if e := failed[len(failed)-1].Error; !strings.Contains(e, w) {
+				t.Fatalf("%s: the job's error %q lacks %q", bad.name, e, w)
 			}
 		}
 		if _, err := repo(t, installReg.Host, "rogue", "").Resolve(ctx, bad.digest); strings.HasPrefix(bad.artifact, "rogue@") && err == nil {
@@ -262,7 +220,145 @@ func TestSupplyChainRequireSignature(t *testing.T) {
 		t.Fatalf("install artifacts --kind chart:\n%s", out)
 	}
 	// imsd's audit chain records each refusal with the rule.
-	evs, err := c.ims.Admin().ListAuditEvents(ctx, connect.NewRequest(&imsv1.ListAuditEventsRequest{Install: "acme", Limit: 5000}))
+	if refusals := sc.imsdRefusals(t); len(refusals) < 6 {
+		t.Fatalf("imsd's chain records %d refused artifacts, want 6: %v", len(refusals), refusals)
+	}
+	// Nothing imsd did changed the policy: only the customer's command
+	// can (permissions.json is signed with the agent's key).
+	if out := policy(t); !strings.Contains(out, wantPolicy) {
+		t.Fatalf("policy after the vendor's deploys: %s", out)
+	}
+
+	// Mode warn: the unsigned image is deployed, with a warning in the
+	// job's log and the agent's journal.
+	if out := policy(t, "--mode", "warn"); !strings.Contains(out, "otherwise warn") {
+		t.Fatalf("policy --mode warn: %s", out)
+	}
+	c.cli.PushApp(app("rogue@"+unsigned.Digest.String(), "modules/network@"+bmod.Digest))
+	if wf := runWorkflow(t, c, imsv1.WorkflowKind_WORKFLOW_KIND_UPDATE); wf.State != imsv1.WorkflowState_WORKFLOW_STATE_SUCCEEDED {
+		t.Fatalf("deploy under mode warn ended %v:\n%s", wf.State, c.cli.Run(-1, "workflow", "get", wf.Id))
+	}
+	if _, err := repo(t, installReg.Host, "rogue", "").Resolve(ctx, unsigned.Digest.String()); err != nil {
+		t.Fatalf("mode warn: the install registry lacks the deployed image: %v", err)
+	}
+	var kinds []string
+	for _, r := range sc.journal(t, "supply_chain.") {
+		kinds = append(kinds, r.Kind)
+	}
+	if got := strings.Join(kinds, ","); !strings.Contains(got, "supply_chain.verified") || strings.Count(got, "supply_chain.refused") < 3 ||
+		!strings.Contains(got, "supply_chain.warned") {
+		t.Fatalf("journal: %s", got)
+	}
+}
+
+// supplyChain is a vendor whose build agent (started with buildArgs)
+// synced an image and packaged a Terraform module and a Helm chart (its
+// builds), and the install acme's agent, enrolled with an app deploying
+// the three (sc.app), connected, with its own install registry; its
+// supply-chain policy is still the default.
+type supplyChain struct {
+	*custody
+	builds
+	installReg *ocitest.Registry
+	// state is the install agent's state directory.
+	state string
+}
+
+func startSupplyChain(t *testing.T, buildArgs ...string) *supplyChain {
+	t.Helper()
+	sc := &supplyChain{custody: startCustodyBuild(t, fast, buildArgs...)}
+	sc.builds = sc.buildAll(t, 1)
+	sc.installReg = ocitest.StartRegistry(t, ocitest.RegistryOptions{})
+	pushed := sc.cli.PushApp(sc.app("hello@"+sc.image.Digest, "modules/network@"+sc.module.Digest))
+	sc.state = filepath.Join(t.TempDir(), "agent")
+	cluster.StartAgent(t, sc.ims.URL(), pushed.EnrollToken(t), sc.state, "--install-registry", "http://"+sc.installReg.Host)
+	waitConnected(t, sc.ims, "acme")
+	return sc
+}
+
+// builds are what the build agent built of one version of the shop app.
+type builds struct{ image, module, chart *imsv1.Build }
+
+// buildAll has the build agent build version v of the shop app's
+// artifacts: it syncs an image (hello:V.0) and packages a Terraform
+// module (modules/network) and a Helm chart (charts/api 1.V.0), each
+// signed and attested as the build agent's flags say.
+func (c *custody) buildAll(t *testing.T, v int) builds {
+	t.Helper()
+	var b builds
+	pushImage(t, repo(t, c.source.Host, "library/hello", ""), fmt.Sprintf("%d.0", v), uint64(v), 32<<10)
+	b.image = c.build(t, fmt.Sprintf("library/hello:%d.0", v), "hello")
+	// A Terraform module, which an image component brings into the
+	// install registry, with its referrers, for the terraform component
+	// that runs it.
+	mod := filepath.Join(t.TempDir(), "network")
+	cluster.WriteApp(t, mod, map[string]string{"main.tf": fmt.Sprintf("resource \"terraform_data\" \"n%d\" {}\n", v)})
+	b.module = printedBuild(t, c.cli.Run(0, "build", "package", mod, "--kind", "terraform", "--repo", "modules/network", "--wait", "-o", "json"))
+	// A Helm chart, brought into the install registry the same way.
+	chart := filepath.Join(t.TempDir(), "api")
+	cluster.WriteApp(t, chart, map[string]string{"Chart.yaml": fmt.Sprintf("apiVersion: v2\nname: api\nversion: 1.%d.0\n", v), "templates/cm.yaml": "kind: ConfigMap\n"})
+	b.chart = printedBuild(t, c.cli.Run(0, "build", "package", chart, "--kind", "helm", "--repo", "charts/api", "--wait", "-o", "json"))
+	return b
+}
+
+// app is the shop app: an image component web, b's module brought into
+// the install registry by an image component (netmod) for a terraform
+// component (net) running module, b's chart the same way (chartimg), and
+// with helmChart a helm component (api) deploying it.
+func (b builds) app(web, module string, helmChart ...string) map[string]string {
+	a := shopApp(web)
+	a["components/netmod.toml"] = "type = \"image\"\n[config]\nsource = \"modules/network@" + b.module.Digest + "\"\n"
+	a["components/net.toml"] = "type = \"terraform\"\ndependencies = [\"netmod\"]\n[config]\nmodule = \"" + module + "\"\n"
+	a["components/chartimg.toml"] = "type = \"image\"\n[config]\nsource = \"charts/api@" + b.chart.Digest + "\"\n"
+	if len(helmChart) > 0 {
+		a["components/api.toml"] = "type = \"helm\"\ndependencies = [\"chartimg\"]\n[config]\nrelease = \"api\"\nnamespace = \"shop\"\nchart = \"" + helmChart[0] + "\"\n"
+	}
+	return a
+}
+
+// policy runs the customer's agentd policy supply-chain ARGS on the
+// install agent's state directory and returns what it printed.
+func (sc *supplyChain) policy(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(filepath.Join(cluster.Binaries(t), "agentd"), append([]string{"policy", "--state-dir", sc.state, "supply-chain"}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("agentd policy supply-chain %v: %v\n%s", args, err, out)
+	}
+	return string(out)
+}
+
+// journal lists the install agent's journal records whose kind begins
+// with prefix, in order.
+func (sc *supplyChain) journal(t *testing.T, prefix string) []auditchain.Record {
+	t.Helper()
+	rs, err := auditlog.ReadFile(filepath.Join(auditlog.Dir(sc.state), auditlog.AgentFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []auditchain.Record
+	for _, r := range rs {
+		if strings.HasPrefix(r.Kind, prefix) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// jobs lists acme's jobs.
+func (sc *supplyChain) jobs(t *testing.T) []*imsv1.Job {
+	t.Helper()
+	jobs, err := sc.ims.Admin().ListJobs(t.Context(), connect.NewRequest(&imsv1.ListJobsRequest{Install: "acme"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return jobs.Msg.Jobs
+}
+
+// imsdRefusals reads acme's audit chain in imsd: the refused artifacts,
+// each with the rules it failed.
+func (sc *supplyChain) imsdRefusals(t *testing.T) map[string]string {
+	t.Helper()
+	evs, err := sc.ims.Admin().ListAuditEvents(t.Context(), connect.NewRequest(&imsv1.ListAuditEventsRequest{Install: "acme", Limit: 5000}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,41 +372,20 @@ func TestSupplyChainRequireSignature(t *testing.T) {
 			refusals[data["supply_chain_artifact"]] = data["supply_chain_failed"]
 		}
 	}
-	if len(refusals) < 6 {
-		t.Fatalf("imsd's chain records %d refused artifacts, want 6: %v", len(refusals), refusals)
-	}
-	// Nothing imsd did changed the policy: only the customer's command
-	// can (permissions.json is signed with the agent's key).
-	if out := policy(); !strings.Contains(out, wantPolicy) {
-		t.Fatalf("policy after the vendor's deploys: %s", out)
-	}
+	return refusals
+}
 
-	// Mode warn: the unsigned image is deployed, with a warning in the
-	// job's log and the agent's journal.
-	if out := policy("--mode", "warn"); !strings.Contains(out, "otherwise warn") {
-		t.Fatalf("policy --mode warn: %s", out)
-	}
-	c.cli.PushApp(app("rogue@"+unsigned.Digest.String(), "modules/network@"+bmod.Digest))
-	if wf := runWorkflow(t, c, imsv1.WorkflowKind_WORKFLOW_KIND_UPDATE); wf.State != imsv1.WorkflowState_WORKFLOW_STATE_SUCCEEDED {
-		t.Fatalf("deploy under mode warn ended %v:\n%s", wf.State, c.cli.Run(-1, "workflow", "get", wf.Id))
-	}
-	if _, err := repo(t, installReg.Host, "rogue", "").Resolve(ctx, unsigned.Digest.String()); err != nil {
-		t.Fatalf("mode warn: the install registry lacks the deployed image: %v", err)
-	}
-	rs, err := auditlog.ReadFile(filepath.Join(auditlog.Dir(state), auditlog.AgentFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var kinds []string
-	for _, r := range rs {
-		if strings.HasPrefix(r.Kind, "supply_chain.") {
-			kinds = append(kinds, r.Kind)
+// failedJobs lists acme's failed jobs whose error contains s, in
+// ListJobs' order.
+func (sc *supplyChain) failedJobs(t *testing.T, s string) []*imsv1.Job {
+	t.Helper()
+	var failed []*imsv1.Job
+	for _, j := range sc.jobs(t) {
+		if j.State == imsv1.JobState_JOB_STATE_FAILED && strings.Contains(j.Error, s) {
+			failed = append(failed, j)
 		}
 	}
-	if got := strings.Join(kinds, ","); !strings.Contains(got, "supply_chain.verified") || strings.Count(got, "supply_chain.refused") < 3 ||
-		!strings.Contains(got, "supply_chain.warned") {
-		t.Fatalf("journal: %s", got)
-	}
+	return failed
 }
 
 // swapRefs copies the referrers of from (its signatures and
