@@ -86,16 +86,17 @@ func TestSupplyChainKeyless(t *testing.T) {
 			t.Fatalf("%s: the keyless provenance did not travel: %+v %v", name, f, err)
 		}
 	}
-	// Each component's artifact was verified by its keyless provenance
-	// alone (no key), the module again by the terraform component that
-	// ran it.
+	// Each component's artifact was verified by its keyless signature
+	// and provenance alone (no key: the signer is the build agent's
+	// identity), the module again by the terraform component that ran
+	// it.
 	verified := map[string]string{}
 	for _, r := range sc.journal(t, "supply_chain.verified") {
 		var data map[string]string
 		if err := json.Unmarshal([]byte(r.Data), &data); err != nil {
 			t.Fatal(err)
 		}
-		if data["key_id"] == "" && data["attestations"] == attest.SLSAProvenanceV1 {
+		if data["key_id"] == "keyless:"+e.Issuer.URL+":"+subject && data["attestations"] == attest.SLSAProvenanceV1 {
 			verified[data["component"]] = data["artifact"]
 		}
 	}
