@@ -165,12 +165,8 @@ FUZZ_TARGETS := \
 FUZZTIME ?= 10s
 
 .PHONY: fuzz-short
-fuzz-short: ## Run each fuzz target for FUZZTIME (10s), one at a time.
-	@set -e; for t in $(FUZZ_TARGETS); do \
-		pkg=$${t%%:*}; name=$${t##*:}; \
-		echo "== $$name ($$pkg)"; \
-		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; \
-	done
+fuzz-short: ## Run each fuzz target for FUZZTIME (10s), one at a time (a bare end-of-fuzztime "context deadline exceeded", Go's go.dev/issue/75804, is run again once).
+	@GO="$(GO)" FUZZTIME=$(FUZZTIME) scripts/fuzz-short.sh $(FUZZ_TARGETS)
 
 # Example plugins are Go modules of their own, built only against the SDK.
 EXAMPLES := $(patsubst %/go.mod,%,$(wildcard plugins/examples/*/go.mod))
