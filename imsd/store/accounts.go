@@ -530,6 +530,8 @@ type agentRow struct {
 	// UpdateReport and UpdateOffer are JSON, "" for none.
 	UpdateReport string `db:"update_report"`
 	UpdateOffer  string `db:"update_offer"`
+	// PluginReport is JSON, "" for never reported.
+	PluginReport string `db:"plugin_report"`
 }
 
 func (r agentRow) agent() Agent {
@@ -565,6 +567,12 @@ func (r agentRow) agent() Agent {
 			a.UpdateOffer = &o
 		}
 	}
+	if r.PluginReport != "" {
+		var p PluginReport
+		if json.Unmarshal([]byte(r.PluginReport), &p) == nil {
+			a.Plugins = &p
+		}
+	}
 	if r.Stack != "" {
 		var st StackReport
 		if json.Unmarshal([]byte(r.Stack), &st) == nil {
@@ -576,7 +584,7 @@ func (r agentRow) agent() Agent {
 
 const agentCols = `id, install_id, public_key, hostname, version, enrolled_at, last_seen_at, conflict_at, conflict,
 	permissions, permissions_at, stack, health, health_since, health_reason, connected_at, disconnected_at, agent_condition,
-	imsd_key_id, imsd_key_acked_at, revoked_at, revoked_reason, next_public_key, key_rotated_at, update_report, update_offer`
+	imsd_key_id, imsd_key_acked_at, revoked_at, revoked_reason, next_public_key, key_rotated_at, update_report, update_offer, plugin_report`
 
 // SetAgentPermissions records the permission state agent id reported at
 // now. imsd calls it when the state differs from what it last recorded.
@@ -631,6 +639,22 @@ func (s *Store) SetAgentUpdate(ctx context.Context, id string, u AgentUpdate, de
 		}
 		return s.auditAgent(ctx, tx, id, "agent.update_"+u.LastKind, now, data)
 	}, `UPDATE agents SET update_report = ? WHERE id = ?`, string(b))
+}
+
+// SetAgentPlugins records the plugin releases agent id reported pinned
+// at now. imsd calls it when the report differs from what it last
+// recorded.
+func (s *Store) SetAgentPlugins(ctx context.Context, id string, r PluginReport, now time.Time) error {
+	if err := requireTime("now", now); err != nil {
+		return err
+	}
+	r.ReportedAt = now.UTC()
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	return s.updateAgent(ctx, "record agent plugin releases", id, nil,
+		`UPDATE agents SET plugin_report = ? WHERE id = ?`, string(b))
 }
 
 // OfferAgentUpdate records the agent release offer o for every agent of
