@@ -643,7 +643,9 @@ func (s *Store) SetAgentUpdate(ctx context.Context, id string, u AgentUpdate, de
 
 // SetAgentPlugins records the plugin releases agent id reported pinned
 // at now. imsd calls it when the report differs from what it last
-// recorded.
+// recorded. A release checked since the last report (a verdict, or a
+// check time, it did not have) goes into the install's verification
+// history.
 func (s *Store) SetAgentPlugins(ctx context.Context, id string, r PluginReport, now time.Time) error {
 	if err := requireTime("now", now); err != nil {
 		return err
@@ -653,8 +655,46 @@ func (s *Store) SetAgentPlugins(ctx context.Context, id string, r PluginReport, 
 	if err != nil {
 		return err
 	}
-	return s.updateAgent(ctx, "record agent plugin releases", id, nil,
-		`UPDATE agents SET plugin_report = ? WHERE id = ?`, string(b))
+	return s.write(ctx, "record agent plugin releases", func(tx *txn) error {
+		var cur struct {
+			InstallID    string `db:"install_id"`
+			PluginReport string `db:"plugin_report"`
+		}
+		if err := tx.GetContext(ctx, &cur, s.bind(`SELECT install_id, plugin_report FROM agents WHERE id = ?`), id); errors.Is(err, sql.ErrNoRows) {
+			return errs.E(errs.NotFound, "agent %q not found", id)
+		} else if err != nil {
+			return err
+		}
+		var old PluginReport
+		if cur.PluginReport != "" {
+			_ = json.Unmarshal([]byte(cur.PluginReport), &old) // imsd wrote it; unreadable: none
+		}
+		if _, err := tx.ExecContext(ctx, s.bind(`UPDATE agents SET plugin_report = ? WHERE id = ?`), string(b), id); err != nil {
+			return err
+		}
+		for _, p := range r.Releases {
+			if p.Verdict == "" || slices.ContainsFunc(old.Releases, func(o PluginRelease) bool {
+				return o.Type == p.Type && o.Release == p.Release && o.Verdict == p.Verdict && o.CheckedAt.Equal(p.CheckedAt)
+			}) {
+				continue
+			}
+			_, digest, _ := strings.Cut(p.Release, "@")
+			var failed []string
+			if p.Reason != "" {
+				failed = []string{p.Reason}
+			}
+			at := p.CheckedAt
+			if at.IsZero() {
+				at = now.UTC()
+			}
+			if err := s.addVerificationHistory(ctx, tx, cur.InstallID, VerificationRecord{ComponentType: p.Type, AgentID: id, Version: p.Version,
+				ArtifactVerification: ArtifactVerification{Artifact: p.Release, Digest: digest, KeyID: p.KeyID, Verdict: p.Verdict,
+					Failed: failed, VerifiedAt: at}}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // OfferAgentUpdate records the agent release offer o for every agent of

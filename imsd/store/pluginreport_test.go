@@ -2,6 +2,8 @@ package store_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"path/filepath"
 	"testing"
 	"time"
@@ -51,5 +53,45 @@ func testAgentPluginReport(t *testing.T, dsn string) {
 	}
 	if err := s.SetAgentPlugins(ctx, "nope", r, t0); err == nil {
 		t.Fatal("an unknown agent's report was recorded")
+	}
+
+	// The history: each release checked since the last report, once;
+	// newest first.
+	r2 := store.PluginReport{Releases: []store.PluginRelease{r.Releases[0],
+		{Type: "cache", Release: "reg/plugins/cache@sha256:88", Version: "0.3.1", Verdict: "verified", KeyID: "3b1f", CheckedAt: t0.Add(time.Hour)},
+		{Type: "queue", Release: "reg/plugins/queue@sha256:55"}, // pinned, not installed: no verification
+	}}
+	must(s.SetAgentPlugins(ctx, "ag", r2, t0.Add(2*time.Hour)))
+	h, err := s.VerificationHistory(ctx, "inst", 10)
+	must(err)
+	var got []string
+	for _, v := range h {
+		got = append(got, fmt.Sprintf("%s/%s %s %s %s %s %v %s", v.Component, v.ComponentType, v.AgentID, v.Artifact, v.Version, v.Verdict, v.Failed, v.VerifiedAt.Sub(t0)))
+	}
+	want := []string{
+		"/cache ag reg/plugins/cache@sha256:88 0.3.1 verified [] 1h0m0s",
+		"/cache ag reg/plugins/cache@sha256:77  refused [no signature by a trusted key] 0s",
+		"/greeting ag reg/plugins/greeting@sha256:9a 0.2.0 verified [] 0s",
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("history:\n%q\nwant\n%q", got, want)
+	}
+
+	// At most HistoryPerArtifact of one type: the newest.
+	for i := range store.HistoryPerArtifact + 5 {
+		at := t0.Add(time.Duration(3+i) * time.Hour)
+		must(s.SetAgentPlugins(ctx, "ag", store.PluginReport{Releases: []store.PluginRelease{
+			{Type: "cache", Release: "reg/plugins/cache@sha256:88", Verdict: "verified", CheckedAt: at}}}, at))
+	}
+	h, err = s.VerificationHistory(ctx, "inst", 1000)
+	must(err)
+	n := 0
+	for _, v := range h {
+		if v.ComponentType == "cache" {
+			n++
+		}
+	}
+	if n != store.HistoryPerArtifact || h[0].VerifiedAt.Sub(t0) != time.Duration(3+store.HistoryPerArtifact+4)*time.Hour {
+		t.Fatalf("kept %d of cache, newest at %v", n, h[0].VerifiedAt.Sub(t0))
 	}
 }
