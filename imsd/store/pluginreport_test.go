@@ -3,8 +3,8 @@ package store_test
 import (
 	"context"
 	"fmt"
-	"slices"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
