@@ -195,6 +195,16 @@ func TestPluginPublishedInstalledUpgraded(t *testing.T) {
 	// deployed, with the agent's reason.
 	pluginRow(`"state": "refused"`, strings.SplitN(ref3, "@", 2)[1], `"rules": [`, `"release"`,
 		"release: plugin greeting 0.3.0", "no signature by a trusted key")
+	// The history keeps both verdicts: 0.1.0 verified, 0.3.0 refused.
+	hist := cli.Run(0, "install", "artifacts", "acme", "--history", "--kind", "plugin")
+	var v1, v3 bool
+	for _, l := range strings.Split(hist, "\n") {
+		v1 = v1 || (strings.Contains(l, "type greeting") && strings.Contains(l, " 0.1.0") && strings.Contains(l, "verified"))
+		v3 = v3 || (strings.Contains(l, "type greeting") && strings.Contains(l, "refused") && strings.Contains(l, "release"))
+	}
+	if !v1 || !v3 {
+		t.Fatalf("install artifacts --history --kind plugin:\n%s", hist)
+	}
 
 	// The running agent recorded both installs in its journal.
 	rs, err := auditlog.ReadFile(filepath.Join(auditlog.Dir(state), auditlog.AgentFile))

@@ -113,3 +113,36 @@ func TestInstallArtifactsPluginReleases(t *testing.T) {
 		t.Fatalf("--kind image kept %v", images)
 	}
 }
+
+// The history lists each verification on record, newest first, none
+// deployed: a component's with its kind from its type and its rules, a
+// plugin release's as kind plugin, a refusal with rule release and the
+// agent's reason.
+func TestInstallArtifactsHistory(t *testing.T) {
+	at := time.Date(2026, 11, 28, 2, 0, 0, 0, time.UTC)
+	h := []store.VerificationRecord{
+		{ComponentType: "greeting", AgentID: "ag-1", Version: "0.2.0", ArtifactVerification: store.ArtifactVerification{
+			Artifact: "reg/plugins/greeting@sha256:9a", Digest: "sha256:9a", KeyID: "3b1f", Verdict: "verified", VerifiedAt: at.Add(time.Hour)}},
+		{ComponentType: "greeting", AgentID: "ag-1", ArtifactVerification: store.ArtifactVerification{
+			Artifact: "reg/plugins/greeting@sha256:77", Digest: "sha256:77", Verdict: "refused", Failed: []string{"no signature by a trusted key"}, VerifiedAt: at}},
+		{Component: "net", ComponentType: "terraform", ArtifactVerification: store.ArtifactVerification{
+			Artifact: "modules/net@sha256:cc", Digest: "sha256:cc", Verdict: "refused", JobID: "j2", Failed: []string{"require-signature: none"}, VerifiedAt: at}},
+	}
+	out := keepKind(historyArtifacts(h), "")
+	var got []string
+	for _, a := range out {
+		got = append(got, fmt.Sprintf("%s/%s %s %s %s %v %v %q %s", a.Component, a.ComponentType, a.Kind, a.Reference, a.State, a.Deployed, a.Rules,
+			a.GetVerification().GetFailed(), a.GetVerification().GetJobId()))
+	}
+	want := []string{
+		`/greeting plugin reg/plugins/greeting@sha256:9a verified false [] [] `,
+		`/greeting plugin reg/plugins/greeting@sha256:77 refused false [release] ["release: no signature by a trusted key"] `,
+		`net/terraform module modules/net@sha256:cc refused false [require-signature] ["require-signature: none"] j2`,
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("got\n%q\nwant\n%q", got, want)
+	}
+	if p := keepKind(historyArtifacts(h), KindPlugin); len(p) != 2 {
+		t.Fatalf("--history --kind plugin: %v", p)
+	}
+}

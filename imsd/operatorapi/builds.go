@@ -275,6 +275,17 @@ func (s *Service) ListInstallArtifacts(ctx context.Context, req *connect.Request
 	if err := checkArtifactKind(req.Msg.Kind); err != nil {
 		return nil, s.err(ctx, err)
 	}
+	if req.Msg.History {
+		in, err := s.store.GetInstall(ctx, req.Msg.Install)
+		if err != nil {
+			return nil, s.err(ctx, err)
+		}
+		h, err := s.store.VerificationHistory(ctx, in.ID, maxHistory)
+		if err != nil {
+			return nil, s.err(ctx, err)
+		}
+		return connect.NewResponse(&imsv1.ListInstallArtifactsResponse{Artifacts: keepKind(historyArtifacts(h), req.Msg.Kind)}), nil
+	}
 	in, comps, verified, err := s.deployedArtifacts(ctx, req.Msg.Install)
 	if err != nil {
 		return nil, s.err(ctx, err)
@@ -295,6 +306,33 @@ func (s *Service) ListInstallArtifacts(ctx context.Context, req *connect.Request
 	}
 	out = append(out, pluginArtifacts(agents)...)
 	return connect.NewResponse(&imsv1.ListInstallArtifactsResponse{Artifacts: keepKind(out, req.Msg.Kind)}), nil
+}
+
+// maxHistory is the most verifications ListInstallArtifacts' history
+// lists.
+const maxHistory = 1000
+
+// historyArtifacts are the verifications h on record, newest first, as
+// artifacts not deployed: a component's artifact, its kind from its
+// component type, or a plugin release an agent pinned.
+func historyArtifacts(h []store.VerificationRecord) []*imsv1.InstallArtifact {
+	out := make([]*imsv1.InstallArtifact, 0, len(h))
+	for _, r := range h {
+		v := r.ArtifactVerification
+		a := &imsv1.InstallArtifact{Component: r.Component, ComponentType: r.ComponentType, Reference: v.Artifact, Digest: v.Digest,
+			Version: r.Version, AgentId: r.AgentID}
+		if r.AgentID != "" {
+			a.Kind = KindPlugin
+			if v.Verdict == "refused" {
+				v.Failed = []string{RulePluginRelease + ": " + strings.Join(v.Failed, "; ")}
+			}
+		} else {
+			a.Kind, _ = artifactKind(r.ComponentType)
+		}
+		setVerification(a, v)
+		out = append(out, a)
+	}
+	return out
 }
 
 // checkArtifactKind checks ListInstallArtifacts' kind ("" for all).

@@ -29,6 +29,12 @@ func (f *fakeOperator) ListInstallArtifacts(ctx context.Context, req *connect.Re
 		{ComponentType: "greeting", Kind: "plugin", Reference: "10.0.3.7:5000/plugins/greeting@sha256:9a9a9a9a9a9a9a9a", Digest: "sha256:9a9a9a9a9a9a9a9a",
 			Version: "0.2.0", State: "verified", Deployed: true, AgentId: "agt_1", Verification: &imsv1.ArtifactVerification{KeyId: "3b1f", Verdict: "verified", VerifyTime: at}},
 	}
+	if req.Msg.History {
+		old := timestamppb.New(time.Now().Add(-26 * time.Hour))
+		all = []*imsv1.InstallArtifact{all[2], {ComponentType: "greeting", Kind: "plugin", Reference: "10.0.3.7:5000/plugins/greeting@sha256:0101010101010101",
+			Digest: "sha256:0101010101010101", Version: "0.1.0", State: "verified", AgentId: "agt_1", Verification: &imsv1.ArtifactVerification{KeyId: "3b1f", Verdict: "verified", VerifyTime: old}}}
+		all[0].Deployed = false
+	}
 	out := &imsv1.ListInstallArtifactsResponse{}
 	for _, a := range all {
 		if k := req.Msg.Kind; k == "" || a.Kind == k {
@@ -74,6 +80,15 @@ func TestInstallArtifactsPluginReleases(t *testing.T) {
 	if len(rows) != 2 || rows[0]["kind"] != "plugin" || rows[0]["state"] != "refused" || rows[1]["version"] != "0.2.0" ||
 		!strings.Contains(r.stdout, "no signature by a trusted key") {
 		t.Errorf("install artifacts --kind plugin -o json:\n%s", r.stdout)
+	}
+
+	// --history: every verification on record, newest first, none
+	// marked not deployed.
+	r = mustRun(t, "install", "artifacts", "shop-acme", "--history", "--kind", "plugin")
+	lines = strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[1], "greeting 0.2.0") || !strings.Contains(lines[1], "2h ago") ||
+		!strings.Contains(lines[2], "greeting 0.1.0") || !strings.Contains(lines[2], "1d2h ago") || strings.Contains(r.stdout, "not deployed") {
+		t.Errorf("install artifacts --history:\n%s", r.stdout)
 	}
 
 	if r := byoc(t, "install", "artifacts", "shop-acme", "--kind", "plugins"); r.code == 0 || !strings.Contains(r.stderr, "image, chart, module or plugin") {

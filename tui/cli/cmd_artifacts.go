@@ -15,6 +15,7 @@ import (
 // all kinds, where `install images` is the lineage of images.
 func (a *app) installArtifactsCommand() *cobra.Command {
 	var kind string
+	var history bool
 	cmd := &cobra.Command{
 		Use:   "artifacts INSTALL",
 		Short: "List the artifacts an install's components deploy, with the agent's supply-chain verdict on each",
@@ -37,6 +38,11 @@ when a job needed it: RULE release, the reason in -o json), or "not
 verified" (pinned, not installed yet). A release the agent refused is
 not deployed: the type does not run it.
 
+--history lists every verification on record instead, the newest first:
+imsd keeps the newest 100 of each component, and of each agent's plugin
+release of one type (a plugin release's once for each time the agent
+checked it).
+
 --kind keeps one kind. -o wide shows full digests and the job that
 verified (for a plugin release, the agent that reported it); -o json|yaml each artifact with the agent's whole report (the
 attestations found, each rule not met and why). byoc install images shows
@@ -52,7 +58,7 @@ an image's lineage (source, build, install copy).`,
 			if err != nil {
 				return err
 			}
-			res, err := c.ListInstallArtifacts(cmd.Context(), connect.NewRequest(&imsv1.ListInstallArtifactsRequest{Install: args[0], Kind: kind}))
+			res, err := c.ListInstallArtifacts(cmd.Context(), connect.NewRequest(&imsv1.ListInstallArtifactsRequest{Install: args[0], Kind: kind, History: history}))
 			if err != nil {
 				return c.wrap(err)
 			}
@@ -67,6 +73,10 @@ an image's lineage (source, build, install copy).`,
 				what := "artifact"
 				if kind != "" {
 					what = kind
+				}
+				if history {
+					fmt.Fprintf(a.stdout, "No verification of install %s's %ss is on record.\n", args[0], what)
+					return nil
 				}
 				fmt.Fprintf(a.stdout, "Install %s deploys no %s by digest yet.\n", args[0], what)
 				return nil
@@ -91,7 +101,7 @@ an image's lineage (source, build, install copy).`,
 				if a.wideOutput() {
 					dg = r.GetDigest()
 				}
-				if !r.GetDeployed() {
+				if !r.GetDeployed() && !history {
 					name += " (not deployed)"
 				}
 				v := r.GetVerification()
@@ -104,6 +114,7 @@ an image's lineage (source, build, install copy).`,
 			return t.flush()
 		},
 	}
+	cmd.Flags().BoolVar(&history, "history", false, "list every verification on record, newest first, instead of what each component deploys")
 	cmd.Flags().StringVar(&kind, "kind", "", "list only artifacts of this kind: image, chart, module or plugin")
 	_ = cmd.RegisterFlagCompletionFunc("kind", cobra.FixedCompletions([]string{"image", "chart", "module", "plugin"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd

@@ -8405,7 +8405,12 @@ type ListInstallArtifactsRequest struct {
 	Install string                 `protobuf:"bytes,1,opt,name=install,proto3" json:"install,omitempty"`
 	// kind, when set, keeps the artifacts of that kind only: "image",
 	// "chart", "module" or "plugin".
-	Kind          string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	// history lists every verification on record instead (the newest
+	// first, at most 1000; imsd keeps the newest 100 of each component, and
+	// of each agent's plugin release of one type), each as an artifact
+	// with deployed false.
+	History       bool `protobuf:"varint,3,opt,name=history,proto3" json:"history,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -8452,6 +8457,13 @@ func (x *ListInstallArtifactsRequest) GetKind() string {
 		return x.Kind
 	}
 	return ""
+}
+
+func (x *ListInstallArtifactsRequest) GetHistory() bool {
+	if x != nil {
+		return x.History
+	}
+	return false
 }
 
 // InstallArtifact is one artifact a component of an install deploys, by
@@ -10438,10 +10450,11 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\vverify_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"verifyTime\"N\n" +
 	"\x19ListInstallImagesResponse\x121\n" +
-	"\x06images\x18\x01 \x03(\v2\x19.byoc.ims.v1.InstallImageR\x06images\"K\n" +
+	"\x06images\x18\x01 \x03(\v2\x19.byoc.ims.v1.InstallImageR\x06images\"e\n" +
 	"\x1bListInstallArtifactsRequest\x12\x18\n" +
 	"\ainstall\x18\x01 \x01(\tR\ainstall\x12\x12\n" +
-	"\x04kind\x18\x02 \x01(\tR\x04kind\"\xe4\x02\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x18\n" +
+	"\ahistory\x18\x03 \x01(\bR\ahistory\"\xe4\x02\n" +
 	"\x0fInstallArtifact\x12\x1c\n" +
 	"\tcomponent\x18\x01 \x01(\tR\tcomponent\x12%\n" +
 	"\x0ecomponent_type\x18\x02 \x01(\tR\rcomponentType\x12\x12\n" +
