@@ -65,7 +65,9 @@ func greetingPlan(t *testing.T, ims *cluster.IMS, install string) (*imsv1.Job, s
 // a running agent with agentd plugin install (through the install
 // registry, verified, pinned), runs the agent's next job of its type;
 // the next release replaces it without restarting agentd; a release
-// signed by another key is refused and changes nothing (issue 29).
+// signed by another key is refused and changes nothing (issue 29). byoc
+// install artifacts shows the release the agent runs as verified, and a
+// pinned release it refused as refused with the reason (issue 31).
 func TestPluginPublishedInstalledUpgraded(t *testing.T) {
 	skipShort(t)
 	ocitest.Need(t)
@@ -110,6 +112,28 @@ func TestPluginPublishedInstalledUpgraded(t *testing.T) {
 	job, log := greetingPlan(t, ims, "acme")
 	if job.GetState() != imsv1.JobState_JOB_STATE_SUCCEEDED || !strings.Contains(log, "plugin greeting 0.1.0 started") {
 		t.Fatalf("plan with 0.1.0: %s %q\n%s", job.GetState(), job.GetError(), log)
+	}
+	// The agent reports the release it runs: byoc install artifacts
+	// lists it as kind plugin, verified with imsd's key.
+	pluginRow := func(want ...string) string {
+		t.Helper()
+		var out string
+		cluster.Eventually(t, 30*time.Second, "install artifacts --kind plugin to show "+strings.Join(want, ", "), func() bool {
+			out = cli.Run(0, "install", "artifacts", "acme", "--kind", "plugin", "-o", "json")
+			for _, w := range want {
+				if !strings.Contains(out, w) {
+					return false
+				}
+			}
+			return true
+		})
+		return out
+	}
+	pluginRow(`"kind": "plugin"`, `"componentType": "greeting"`, `"version": "0.1.0"`, `"state": "verified"`, `"deployed": true`,
+		`"keyId": "`, `"verifyTime": "`, strings.SplitN(ref1, "@", 2)[1])
+	if out := cli.Run(0, "install", "artifacts", "acme"); !strings.Contains(out, "type greeting") || !strings.Contains(out, "plugin") ||
+		!strings.Contains(out, "verified") {
+		t.Fatalf("install artifacts:\n%s", out)
 	}
 
 	ref2 := publish("0.2.0", key)
@@ -166,6 +190,20 @@ func TestPluginPublishedInstalledUpgraded(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(filepath.Join(state, "plugins")); len(entries) != 1 {
 		t.Fatalf("installed after the refusal: %v", entries)
+	}
+	// The agent reports the refusal: the pinned release is refused, not
+	// deployed, with the agent's reason.
+	pluginRow(`"state": "refused"`, strings.SplitN(ref3, "@", 2)[1], `"rules": [`, `"release"`,
+		"release: plugin greeting 0.3.0", "no signature by a trusted key")
+	// The history keeps both verdicts: 0.1.0 verified, 0.3.0 refused.
+	hist := cli.Run(0, "install", "artifacts", "acme", "--history", "--kind", "plugin")
+	var v1, v3 bool
+	for _, l := range strings.Split(hist, "\n") {
+		v1 = v1 || (strings.Contains(l, "type greeting") && strings.Contains(l, " 0.1.0") && strings.Contains(l, "verified"))
+		v3 = v3 || (strings.Contains(l, "type greeting") && strings.Contains(l, "refused") && strings.Contains(l, "release"))
+	}
+	if !v1 || !v3 {
+		t.Fatalf("install artifacts --history --kind plugin:\n%s", hist)
 	}
 
 	// The running agent recorded both installs in its journal.

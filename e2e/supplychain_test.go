@@ -219,6 +219,13 @@ func TestSupplyChainRequireSignature(t *testing.T) {
 		strings.Contains(out, "module") {
 		t.Fatalf("install artifacts --kind chart:\n%s", out)
 	}
+	// The history keeps what the latest replaced: net's signed module
+	// verified, then the unsigned and the swapped ones refused.
+	if out := c.cli.Run(0, "install", "artifacts", "acme", "--history", "--kind", "module"); !regexp.MustCompile(`(?m)^net +module +modules/network +`+short(bmod.Digest)+` +verified +- +`+keyID+` `).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^net +module +modules/byhand +`+short(byHand)+` +refused +require-signature`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^net +module +modules/network +`+short(swapped)+` +refused +require-signature`).MatchString(out) {
+		t.Fatalf("install artifacts --history --kind module:\n%s", out)
+	}
 	// imsd's audit chain records each refusal with the rule.
 	if refusals := sc.imsdRefusals(t); len(refusals) < 6 {
 		t.Fatalf("imsd's chain records %d refused artifacts, want 6: %v", len(refusals), refusals)

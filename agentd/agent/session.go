@@ -85,6 +85,7 @@ func (a *Agent) session(ctx context.Context) error {
 		Condition:   a.condition(),
 		NextKey:     a.nextKeyHello(),
 		Update:      a.updateReport(),
+		Plugins:     a.pluginReport(),
 		// check verifies batch job signatures (agentproto.VerifyJobBatch).
 		BatchSignatures: true,
 	})
@@ -227,7 +228,8 @@ func (a *Agent) heartbeatNow(st *agentchannel.AgentStream, ss *sessionState) err
 		ss.beats[ss.nextBeat] = heartbeatRef{sentAt: a.now(), tokens: tokens}
 	}
 	return st.Send(&agentv1.ConnectRequest{Msg: &agentv1.ConnectRequest_Heartbeat{Heartbeat: &agentv1.Heartbeat{
-		Running: running, Seq: ss.nextBeat, Permissions: perms, Condition: a.condition(), Update: a.updateReport()}}})
+		Running: running, Seq: ss.nextBeat, Permissions: perms, Condition: a.condition(), Update: a.updateReport(),
+		Plugins: a.pluginReport()}}})
 }
 
 // condition is the agent's own condition for imsd's health: how full the

@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 	agentv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/agent/v1"
 )
@@ -15,6 +17,28 @@ func (a *Agent) updateReport() *agentv1.UpdateReport {
 		return nil
 	}
 	return a.cfg.UpdateReport()
+}
+
+// pluginReport is what the hello and heartbeats say of the plugin
+// releases the customer pinned (Config.PinWatcher; nil: no pin file, or
+// one the agent cannot read: its error is logged where it is used).
+func (a *Agent) pluginReport() *agentv1.PluginReport {
+	if a.cfg.PinWatcher == nil {
+		return nil
+	}
+	rs, err := a.cfg.PinWatcher.Releases()
+	if err != nil {
+		return nil
+	}
+	out := &agentv1.PluginReport{}
+	for _, r := range rs {
+		p := &agentv1.PluginRelease{Type: r.Type, Release: r.OCI, Version: r.Version, Verdict: r.Verdict, KeyId: r.KeyID, Reason: r.Reason}
+		if !r.At.IsZero() {
+			p.CheckTime = timestamppb.New(r.At)
+		}
+		out.Releases = append(out.Releases, p)
+	}
+	return out
 }
 
 // updateOffer checks an agent release imsd offers (signed for this agent

@@ -137,6 +137,72 @@ type PinWatcher struct {
 	loaded bool
 	pins   PinFile
 	err    error
+	// refused are the agent's refusals of pinned releases (Refuse), by
+	// type.
+	refused map[string]Refusal
+}
+
+// ErrRefused is a release that failed a check of its signature, digests
+// or type: what a Fetch error wraps when the release itself is at fault
+// (not the registry's reachability).
+var ErrRefused = errors.New("refused")
+
+// Refusal is the agent's refusal of the release OCI pinned for a type,
+// when a job needed it: Reason is the refusal, At when.
+type Refusal struct {
+	OCI, Reason string
+	At          time.Time
+}
+
+// Refuse records that the agent refused the release oci pinned for typ
+// (its report to imsd says so while the pin names that release); an
+// empty oci forgets typ's refusal.
+func (w *PinWatcher) Refuse(typ, oci, reason string, at time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if oci == "" {
+		delete(w.refused, typ)
+		return
+	}
+	if w.refused == nil {
+		w.refused = map[string]Refusal{}
+	}
+	w.refused[typ] = Refusal{OCI: oci, Reason: reason, At: at}
+}
+
+// Release is one pinned plugin release with what the agent verified of
+// it: Verdict is "verified" (installed), "refused" or "" (pinned, not
+// installed yet).
+type Release struct {
+	Type, OCI, Version, Verdict, KeyID, Reason string
+	At                                         time.Time
+}
+
+// Releases are the releases the pin file names (pins with an OCI
+// reference), sorted by type, each with its verdict: a refusal of the
+// release the pin names wins over an install.
+func (w *PinWatcher) Releases() ([]Release, error) {
+	pf, err := w.File()
+	if err != nil {
+		return nil, err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []Release
+	for _, typ := range slices.Sorted(maps.Keys(pf.Pins)) {
+		p := pf.Pins[typ]
+		if p.OCI == "" {
+			continue
+		}
+		r := Release{Type: typ, OCI: p.OCI, Version: p.Version}
+		if f, ok := w.refused[typ]; ok && f.OCI == p.OCI {
+			r.Verdict, r.Reason, r.At = "refused", f.Reason, f.At
+		} else if p.SHA256 != "" && p.Installed != "" {
+			r.Verdict, r.KeyID, r.At = "verified", p.SignedBy, p.PinnedAt
+		}
+		out = append(out, r)
+	}
+	return out, nil
 }
 
 type pinStamp struct {

@@ -596,8 +596,14 @@ func (l *Loader) installed(ctx context.Context, typ string) (dir, path string, e
 		return "", "", fmt.Errorf("plugin %s: its pinned release %s is not installed, and this agent fetches none: agentd plugin install %s", typ, p.OCI, p.OCI)
 	}
 	np, err := l.Fetch(ctx, typ, p)
+	if errors.Is(err, ErrRefused) && l.PinWatcher != nil {
+		l.PinWatcher.Refuse(typ, p.OCI, strings.TrimPrefix(err.Error(), ErrRefused.Error()+": "), time.Now().UTC())
+	}
 	if err != nil {
 		return "", "", fmt.Errorf("plugin %s: install its pinned release %s: %w", typ, p.OCI, err)
+	}
+	if l.PinWatcher != nil {
+		l.PinWatcher.Refuse(typ, "", "", time.Time{})
 	}
 	return filepath.Dir(np.Installed), np.Installed, nil
 }

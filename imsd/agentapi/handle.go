@@ -38,6 +38,7 @@ func (c *conn) handle(ctx context.Context, m *agentv1.ConnectRequest) error {
 		}
 		c.reportCondition(ctx, msg.Heartbeat.Condition, now)
 		c.reportUpdate(ctx, msg.Heartbeat.Update, now)
+		c.reportPlugins(ctx, msg.Heartbeat.Plugins, now)
 		if err := c.refreshOffer(ctx, now); err != nil {
 			return err
 		}

@@ -431,6 +431,7 @@ func (c *conn) welcomeLocked(ctx context.Context, hello *agentv1.Hello, nextKeyI
 	c.reportStack(ctx, hello.Stack, now)
 	c.reportCondition(ctx, hello.Condition, now)
 	c.reportUpdate(ctx, hello.Update, now)
+	c.reportPlugins(ctx, hello.Plugins, now)
 	c.offerSeen, c.offerReadAt = c.svc.hub.Offers(), now
 	if err := c.sendOffer(now); err != nil {
 		return err

@@ -129,22 +129,22 @@ const (
 )
 
 // deployedArtifacts reads what ListInstallImages and ListInstallArtifacts
-// join: install's components and the agent's latest verification of
+// join: install, its components and the agent's latest verification of
 // each.
-func (s *Service) deployedArtifacts(ctx context.Context, install string) ([]store.InstallComponent, map[string]store.ArtifactVerification, error) {
+func (s *Service) deployedArtifacts(ctx context.Context, install string) (store.Install, []store.InstallComponent, map[string]store.ArtifactVerification, error) {
 	in, err := s.store.GetInstall(ctx, install)
 	if err != nil {
-		return nil, nil, err
+		return store.Install{}, nil, nil, err
 	}
 	comps, err := s.store.InstallComponents(ctx, in.ID)
 	if err != nil {
-		return nil, nil, err
+		return store.Install{}, nil, nil, err
 	}
 	verified, err := s.store.ArtifactVerifications(ctx, in.ID)
 	if err != nil {
-		return nil, nil, err
+		return store.Install{}, nil, nil, err
 	}
-	return comps, verified, nil
+	return in, comps, verified, nil
 }
 
 // ListInstallImages lists an install's image components with their
@@ -153,7 +153,7 @@ func (s *Service) ListInstallImages(ctx context.Context, req *connect.Request[im
 	if req.Msg.Install == "" {
 		return nil, s.err(ctx, errs.Field("install", "is required"))
 	}
-	comps, verified, err := s.deployedArtifacts(ctx, req.Msg.Install)
+	_, comps, verified, err := s.deployedArtifacts(ctx, req.Msg.Install)
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}
@@ -202,6 +202,53 @@ var artifactKinds = []struct{ typ, kind, key string }{
 	{"terraform", "module", "module"},
 }
 
+// KindPlugin is the kind of a plugin release an install's agent pinned
+// (agentd plugin install, pin --release): not a component's artifact,
+// but the code that runs a component type.
+const KindPlugin = "plugin"
+
+// RulePluginRelease names what refused a plugin release: one of the
+// agent's checks of it (its signature by a trusted imsd key, its digests,
+// its type).
+const RulePluginRelease = "release"
+
+// pluginArtifacts are the plugin releases the install's agents (not
+// revoked) last reported pinned, by type then agent: a release the
+// agent installed is verified and deployed; one it refused is refused,
+// with the refusal; one pinned but not installed yet is not verified.
+func pluginArtifacts(agents []store.Agent) []*imsv1.InstallArtifact {
+	var out []*imsv1.InstallArtifact
+	for _, ag := range agents {
+		if !ag.RevokedAt.IsZero() || ag.Plugins == nil {
+			continue
+		}
+		for _, r := range ag.Plugins.Releases {
+			_, digest, _ := strings.Cut(r.Release, "@")
+			a := &imsv1.InstallArtifact{ComponentType: r.Type, Kind: KindPlugin, Reference: r.Release, Digest: digest,
+				Version: r.Version, AgentId: ag.ID, State: StateNotVerified, Deployed: r.Verdict == "verified"}
+			if r.Verdict != "" {
+				v := &imsv1.ArtifactVerification{Artifact: r.Release, Digest: digest, KeyId: r.KeyID, Verdict: r.Verdict}
+				if !r.CheckedAt.IsZero() {
+					v.VerifyTime = timestamppb.New(r.CheckedAt)
+				}
+				if r.Verdict == "refused" {
+					v.Failed = []string{RulePluginRelease + ": " + r.Reason}
+					a.Rules = []string{RulePluginRelease}
+				}
+				a.State, a.Verification = r.Verdict, v
+			}
+			out = append(out, a)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b *imsv1.InstallArtifact) int {
+		if c := strings.Compare(a.ComponentType, b.ComponentType); c != 0 {
+			return c
+		}
+		return strings.Compare(a.AgentId, b.AgentId)
+	})
+	return out
+}
+
 // artifactKind is the kind of artifact components of type typ deploy,
 // and the config key naming it; "" for a type that deploys none.
 func artifactKind(typ string) (kind, key string) {
@@ -219,15 +266,31 @@ const StateNotVerified = "not verified"
 // ListInstallArtifacts lists the artifacts an install's components
 // deploy, each with the agent's last verdict on its digest, and the
 // artifacts the agent refused or warned of for a component that does
-// not run them (a refused first deploy, a refused new digest).
+// not run them (a refused first deploy, a refused new digest); then the
+// plugin releases the install's agents pinned (pluginArtifacts).
 func (s *Service) ListInstallArtifacts(ctx context.Context, req *connect.Request[imsv1.ListInstallArtifactsRequest]) (*connect.Response[imsv1.ListInstallArtifactsResponse], error) {
 	if req.Msg.Install == "" {
 		return nil, s.err(ctx, errs.Field("install", "is required"))
 	}
-	if k := req.Msg.Kind; k != "" && !slices.ContainsFunc(artifactKinds, func(a struct{ typ, kind, key string }) bool { return a.kind == k }) {
-		return nil, s.err(ctx, errs.Field("kind", "must be image, chart or module, got %q", k))
+	if err := checkArtifactKind(req.Msg.Kind); err != nil {
+		return nil, s.err(ctx, err)
 	}
-	comps, verified, err := s.deployedArtifacts(ctx, req.Msg.Install)
+	if req.Msg.History {
+		in, err := s.store.GetInstall(ctx, req.Msg.Install)
+		if err != nil {
+			return nil, s.err(ctx, err)
+		}
+		h, err := s.store.VerificationHistory(ctx, in.ID, maxHistory)
+		if err != nil {
+			return nil, s.err(ctx, err)
+		}
+		return connect.NewResponse(&imsv1.ListInstallArtifactsResponse{Artifacts: keepKind(historyArtifacts(h), req.Msg.Kind)}), nil
+	}
+	in, comps, verified, err := s.deployedArtifacts(ctx, req.Msg.Install)
+	if err != nil {
+		return nil, s.err(ctx, err)
+	}
+	agents, err := s.store.AgentsForInstall(ctx, in.ID)
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}
@@ -241,10 +304,51 @@ func (s *Service) ListInstallArtifacts(ctx context.Context, req *connect.Request
 	if err != nil {
 		return nil, s.err(ctx, err)
 	}
-	if k := req.Msg.Kind; k != "" {
-		out = slices.DeleteFunc(out, func(a *imsv1.InstallArtifact) bool { return a.Kind != k })
+	out = append(out, pluginArtifacts(agents)...)
+	return connect.NewResponse(&imsv1.ListInstallArtifactsResponse{Artifacts: keepKind(out, req.Msg.Kind)}), nil
+}
+
+// maxHistory is the most verifications ListInstallArtifacts' history
+// lists.
+const maxHistory = 1000
+
+// historyArtifacts are the verifications h on record, newest first, as
+// artifacts not deployed: a component's artifact, its kind from its
+// component type, or a plugin release an agent pinned.
+func historyArtifacts(h []store.VerificationRecord) []*imsv1.InstallArtifact {
+	out := make([]*imsv1.InstallArtifact, 0, len(h))
+	for _, r := range h {
+		v := r.ArtifactVerification
+		a := &imsv1.InstallArtifact{Component: r.Component, ComponentType: r.ComponentType, Reference: v.Artifact, Digest: v.Digest,
+			Version: r.Version, AgentId: r.AgentID}
+		if r.AgentID != "" {
+			a.Kind = KindPlugin
+			if v.Verdict == "refused" {
+				v.Failed = []string{RulePluginRelease + ": " + strings.Join(v.Failed, "; ")}
+			}
+		} else {
+			a.Kind, _ = artifactKind(r.ComponentType)
+		}
+		setVerification(a, v)
+		out = append(out, a)
 	}
-	return connect.NewResponse(&imsv1.ListInstallArtifactsResponse{Artifacts: out}), nil
+	return out
+}
+
+// checkArtifactKind checks ListInstallArtifacts' kind ("" for all).
+func checkArtifactKind(k string) error {
+	if k == "" || k == KindPlugin || slices.ContainsFunc(artifactKinds, func(a struct{ typ, kind, key string }) bool { return a.kind == k }) {
+		return nil
+	}
+	return errs.Field("kind", "must be image, chart, module or plugin, got %q", k)
+}
+
+// keepKind keeps the artifacts of kind k (all for "").
+func keepKind(out []*imsv1.InstallArtifact, k string) []*imsv1.InstallArtifact {
+	if k == "" {
+		return out
+	}
+	return slices.DeleteFunc(out, func(a *imsv1.InstallArtifact) bool { return a.Kind != k })
 }
 
 // installArtifacts is what ListInstallArtifacts lists of components

@@ -530,6 +530,8 @@ type agentRow struct {
 	// UpdateReport and UpdateOffer are JSON, "" for none.
 	UpdateReport string `db:"update_report"`
 	UpdateOffer  string `db:"update_offer"`
+	// PluginReport is JSON, "" for never reported.
+	PluginReport string `db:"plugin_report"`
 }
 
 func (r agentRow) agent() Agent {
@@ -565,6 +567,12 @@ func (r agentRow) agent() Agent {
 			a.UpdateOffer = &o
 		}
 	}
+	if r.PluginReport != "" {
+		var p PluginReport
+		if json.Unmarshal([]byte(r.PluginReport), &p) == nil {
+			a.Plugins = &p
+		}
+	}
 	if r.Stack != "" {
 		var st StackReport
 		if json.Unmarshal([]byte(r.Stack), &st) == nil {
@@ -576,7 +584,7 @@ func (r agentRow) agent() Agent {
 
 const agentCols = `id, install_id, public_key, hostname, version, enrolled_at, last_seen_at, conflict_at, conflict,
 	permissions, permissions_at, stack, health, health_since, health_reason, connected_at, disconnected_at, agent_condition,
-	imsd_key_id, imsd_key_acked_at, revoked_at, revoked_reason, next_public_key, key_rotated_at, update_report, update_offer`
+	imsd_key_id, imsd_key_acked_at, revoked_at, revoked_reason, next_public_key, key_rotated_at, update_report, update_offer, plugin_report`
 
 // SetAgentPermissions records the permission state agent id reported at
 // now. imsd calls it when the state differs from what it last recorded.
@@ -631,6 +639,62 @@ func (s *Store) SetAgentUpdate(ctx context.Context, id string, u AgentUpdate, de
 		}
 		return s.auditAgent(ctx, tx, id, "agent.update_"+u.LastKind, now, data)
 	}, `UPDATE agents SET update_report = ? WHERE id = ?`, string(b))
+}
+
+// SetAgentPlugins records the plugin releases agent id reported pinned
+// at now. imsd calls it when the report differs from what it last
+// recorded. A release checked since the last report (a verdict, or a
+// check time, it did not have) goes into the install's verification
+// history.
+func (s *Store) SetAgentPlugins(ctx context.Context, id string, r PluginReport, now time.Time) error {
+	if err := requireTime("now", now); err != nil {
+		return err
+	}
+	r.ReportedAt = now.UTC()
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	return s.write(ctx, "record agent plugin releases", func(tx *txn) error {
+		var cur struct {
+			InstallID    string `db:"install_id"`
+			PluginReport string `db:"plugin_report"`
+		}
+		if err := tx.GetContext(ctx, &cur, s.bind(`SELECT install_id, plugin_report FROM agents WHERE id = ?`), id); errors.Is(err, sql.ErrNoRows) {
+			return errs.E(errs.NotFound, "agent %q not found", id)
+		} else if err != nil {
+			return err
+		}
+		var old PluginReport
+		if cur.PluginReport != "" {
+			_ = json.Unmarshal([]byte(cur.PluginReport), &old) // imsd wrote it; unreadable: none
+		}
+		if _, err := tx.ExecContext(ctx, s.bind(`UPDATE agents SET plugin_report = ? WHERE id = ?`), string(b), id); err != nil {
+			return err
+		}
+		for _, p := range r.Releases {
+			if p.Verdict == "" || slices.ContainsFunc(old.Releases, func(o PluginRelease) bool {
+				return o.Type == p.Type && o.Release == p.Release && o.Verdict == p.Verdict && o.CheckedAt.Equal(p.CheckedAt)
+			}) {
+				continue
+			}
+			_, digest, _ := strings.Cut(p.Release, "@")
+			var failed []string
+			if p.Reason != "" {
+				failed = []string{p.Reason}
+			}
+			at := p.CheckedAt
+			if at.IsZero() {
+				at = now.UTC()
+			}
+			if err := s.addVerificationHistory(ctx, tx, cur.InstallID, VerificationRecord{ComponentType: p.Type, AgentID: id, Version: p.Version,
+				ArtifactVerification: ArtifactVerification{Artifact: p.Release, Digest: digest, KeyID: p.KeyID, Verdict: p.Verdict,
+					Failed: failed, VerifiedAt: at}}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // OfferAgentUpdate records the agent release offer o for every agent of

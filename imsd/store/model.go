@@ -271,6 +271,38 @@ type Agent struct {
 	// offered to it (nil: none).
 	Update      *AgentUpdate
 	UpdateOffer *UpdateOffer
+	// Plugins are the plugin releases the agent last reported pinned, with
+	// its verification of each (nil: never reported).
+	Plugins *PluginReport
+}
+
+// PluginReport is the plugin releases an agent's pin file names, as the
+// agent reported them at ReportedAt.
+type PluginReport struct {
+	Releases   []PluginRelease `json:"releases"`
+	ReportedAt time.Time       `json:"reported_at"`
+}
+
+// PluginRelease is one pinned plugin release: Verdict is "verified"
+// (installed, signed by KeyID), "refused" (for Reason) or "" (pinned,
+// not installed yet); CheckedAt when the agent checked it.
+type PluginRelease struct {
+	Type      string    `json:"type"`
+	Release   string    `json:"release"`
+	Version   string    `json:"version,omitempty"`
+	Verdict   string    `json:"verdict,omitempty"`
+	KeyID     string    `json:"key_id,omitempty"`
+	Reason    string    `json:"reason,omitempty"`
+	CheckedAt time.Time `json:"checked_at,omitzero"`
+}
+
+// SameReleases reports whether r and o list the same releases, their
+// report times aside.
+func (r PluginReport) SameReleases(o PluginReport) bool {
+	return slices.EqualFunc(r.Releases, o.Releases, func(a, b PluginRelease) bool {
+		return a.Type == b.Type && a.Release == b.Release && a.Version == b.Version && a.Verdict == b.Verdict &&
+			a.KeyID == b.KeyID && a.Reason == b.Reason && a.CheckedAt.Equal(b.CheckedAt)
+	})
 }
 
 // AgentUpdate is an agent's update policy (kept and enforced by the

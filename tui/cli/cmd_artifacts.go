@@ -15,6 +15,7 @@ import (
 // all kinds, where `install images` is the lineage of images.
 func (a *app) installArtifactsCommand() *cobra.Command {
 	var kind string
+	var history bool
 	cmd := &cobra.Command{
 		Use:   "artifacts INSTALL",
 		Short: "List the artifacts an install's components deploy, with the agent's supply-chain verdict on each",
@@ -29,22 +30,35 @@ verified. An artifact the agent refused for a component that does not
 run it (a refused first deploy, a refused new digest) is listed too, not
 deployed. Rows are sorted by component, what it runs first.
 
+Then, kind plugin, the plugin releases the install's agent pinned
+(agentd plugin install, agentd plugin pin --release), by component
+type: verified (installed, its signature by the imsd key KEY checked
+when VERIFIED says), refused (the agent's install of it failed a check
+when a job needed it: RULE release, the reason in -o json), or "not
+verified" (pinned, not installed yet). A release the agent refused is
+not deployed: the type does not run it.
+
+--history lists every verification on record instead, the newest first:
+imsd keeps the newest 100 of each component, and of each agent's plugin
+release of one type (a plugin release's once for each time the agent
+checked it).
+
 --kind keeps one kind. -o wide shows full digests and the job that
-verified; -o json|yaml each artifact with the agent's whole report (the
+verified (for a plugin release, the agent that reported it); -o json|yaml each artifact with the agent's whole report (the
 attestations found, each rule not met and why). byoc install images shows
 an image's lineage (source, build, install copy).`,
 		Args: exactArgs("INSTALL"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch kind {
-			case "", "image", "chart", "module":
+			case "", "image", "chart", "module", "plugin":
 			default:
-				return usagef("--kind must be image, chart or module, got %q", kind)
+				return usagef("--kind must be image, chart, module or plugin, got %q", kind)
 			}
 			c, err := a.connect()
 			if err != nil {
 				return err
 			}
-			res, err := c.ListInstallArtifacts(cmd.Context(), connect.NewRequest(&imsv1.ListInstallArtifactsRequest{Install: args[0], Kind: kind}))
+			res, err := c.ListInstallArtifacts(cmd.Context(), connect.NewRequest(&imsv1.ListInstallArtifactsRequest{Install: args[0], Kind: kind, History: history}))
 			if err != nil {
 				return c.wrap(err)
 			}
@@ -60,6 +74,10 @@ an image's lineage (source, build, install copy).`,
 				if kind != "" {
 					what = kind
 				}
+				if history {
+					fmt.Fprintf(a.stdout, "No verification of install %s's %ss is on record.\n", args[0], what)
+					return nil
+				}
 				fmt.Fprintf(a.stdout, "Install %s deploys no %s by digest yet.\n", args[0], what)
 				return nil
 			}
@@ -71,24 +89,33 @@ an image's lineage (source, build, install copy).`,
 			t := newTable(a.stdout, header...)
 			for _, r := range rows {
 				name, _, _ := strings.Cut(r.GetReference(), "@")
+				comp, job := r.GetComponent(), r.GetVerification().GetJobId()
+				if r.GetKind() == "plugin" {
+					// A plugin release runs a type, not a component.
+					comp, job = "type "+r.GetComponentType(), "agent "+r.GetAgentId()
+					if r.GetVersion() != "" {
+						name += " " + r.GetVersion()
+					}
+				}
 				dg := shortDigest(r.GetDigest())
 				if a.wideOutput() {
 					dg = r.GetDigest()
 				}
-				if !r.GetDeployed() {
+				if !r.GetDeployed() && !history {
 					name += " (not deployed)"
 				}
 				v := r.GetVerification()
-				cells := []string{r.GetComponent(), r.GetKind(), name, dg, r.GetState(), strings.Join(r.GetRules(), ","), v.GetKeyId(), ago(now, v.GetVerifyTime())}
+				cells := []string{comp, r.GetKind(), name, dg, r.GetState(), strings.Join(r.GetRules(), ","), v.GetKeyId(), ago(now, v.GetVerifyTime())}
 				if a.wideOutput() {
-					cells = append(cells, v.GetJobId())
+					cells = append(cells, job)
 				}
 				t.row(cells...)
 			}
 			return t.flush()
 		},
 	}
-	cmd.Flags().StringVar(&kind, "kind", "", "list only artifacts of this kind: image, chart or module")
-	_ = cmd.RegisterFlagCompletionFunc("kind", cobra.FixedCompletions([]string{"image", "chart", "module"}, cobra.ShellCompDirectiveNoFileComp))
+	cmd.Flags().BoolVar(&history, "history", false, "list every verification on record, newest first, instead of what each component deploys")
+	cmd.Flags().StringVar(&kind, "kind", "", "list only artifacts of this kind: image, chart, module or plugin")
+	_ = cmd.RegisterFlagCompletionFunc("kind", cobra.FixedCompletions([]string{"image", "chart", "module", "plugin"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }

@@ -89,7 +89,9 @@ var examples = map[string]string{
   byoc install get shop-acme -o go-template='{{.agent.connected}}'`,
 	"byoc install images": `  byoc install images shop-acme`,
 	"byoc install artifacts": `  byoc install artifacts shop-acme
-  byoc install artifacts shop-acme --kind chart -o json`,
+  byoc install artifacts shop-acme --kind chart -o json
+  byoc install artifacts shop-acme --kind plugin
+  byoc install artifacts shop-acme --history --kind module`,
 	"byoc install list": `  byoc install list
   byoc install list --app shop -o wide
   byoc install list --watch             # then each install again as it changes

@@ -579,6 +579,16 @@ func TestGoldens(t *testing.T) {
 			m.Update(jobsMsg{gen: m.top().(*installView).gen, jobs: jobs()})
 			feedInstallParts(m)
 		},
+		// The ARTIFACTS section: an image, and the plugin releases the
+		// install's agent pinned (one verified, one refused).
+		"install-artifacts": func(m *Model) {
+			press(m, "enter")
+			v := m.top().(*installView)
+			m.Update(jobsMsg{gen: v.gen})
+			feedInstallParts(m)
+			m.Update(artifactsMsg{gen: v.artifactsGen, artifacts: artifactsFixture()})
+			press(m, "end")
+		},
 		"jobs": func(m *Model) {
 			press(m, ":", "jobs", "enter")
 			m.Update(jobsMsg{gen: m.top().(*jobsView).gen, jobs: jobs()})

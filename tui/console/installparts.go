@@ -277,7 +277,7 @@ func (v *installView) parts(jobs []*imsv1.Job) []string {
 	}
 
 	if len(p.artifacts) > 0 {
-		out = append(out, st.accent.Render("ARTIFACTS")+"  "+st.muted.Render("STATE: what the agent verified under the customer's supply-chain policy"))
+		out = append(out, st.accent.Render("ARTIFACTS")+"  "+st.muted.Render("STATE: what the agent verified under the customer's supply-chain policy, or of a plugin release"))
 		for _, a := range p.artifacts {
 			state := strings.ToUpper(termtext.Clean(a.State, " "))
 			vr := a.GetVerification()
@@ -287,11 +287,18 @@ func (v *installView) parts(jobs []*imsv1.Job) []string {
 			if n := len(vr.GetAttestations()); n > 0 {
 				state += fmt.Sprintf(", %d attestations", n)
 			}
-			ref := termtext.Clean(a.Reference, " ")
+			ref, comp := termtext.Clean(a.Reference, " "), a.Component
+			if a.Kind == "plugin" {
+				// A plugin release the agent pinned runs a type.
+				comp = "type " + a.ComponentType
+				if a.Version != "" {
+					ref += " " + termtext.Clean(a.Version, " ")
+				}
+			}
 			if !a.Deployed {
 				ref += " (not deployed)"
 			}
-			line := fmt.Sprintf("  %-16s %-7s %-28s %s", termtext.Clean(a.Component, " "), termtext.Clean(a.Kind, " "), state, ref)
+			line := fmt.Sprintf("  %-16s %-7s %-28s %s", termtext.Clean(comp, " "), termtext.Clean(a.Kind, " "), state, ref)
 			switch a.State {
 			case "refused", "warned":
 				line = st.bad.Render(line)

@@ -11,7 +11,7 @@ import (
 // testArtifactVerifications: what a job's result says the agent verified
 // of its artifact is stored as its component's latest (a later job's
 // replaces it), survives a restart, and its verdict and failed rules are
-// in the job's audit record.
+// in the job's audit record. The history keeps every one.
 func testArtifactVerifications(t *testing.T, e *env) {
 	ctx := e.ctx()
 	inst := e.install("acme")
@@ -60,5 +60,17 @@ func testArtifactVerifications(t *testing.T, e *env) {
 	want.Failed, want.JobID, want.VerifiedAt = []string{}, "job-2", at(4*time.Minute)
 	if len(again) != 1 || !reflect.DeepEqual(again["network"], want) {
 		t.Fatalf("after the second job: %+v, want %+v", again, want)
+	}
+
+	// The history keeps both, newest first, with the job's component
+	// type.
+	h, err := e.second().VerificationHistory(ctx, inst, 10)
+	ok(t, err)
+	equal(t, "history length", len(h), 2)
+	equal(t, "newest", h[0].JobID+" "+h[0].Component+" "+h[0].ComponentType+" "+h[0].Verdict+" "+h[0].KeyID, "job-2 network "+h[0].ComponentType+" verified k1")
+	equal(t, "oldest", h[1].JobID+" "+h[1].Verdict+" "+h[1].Failed[0], "job-1 refused require-signature: it has no signature")
+	equal(t, "oldest's time", h[1].VerifiedAt, at(2*time.Minute))
+	if h[0].ComponentType == "" || h[0].AgentID != "" {
+		t.Fatalf("history row %+v: want the job's component type and no agent", h[0])
 	}
 }

@@ -1096,8 +1096,12 @@ type Hello struct {
 	// assignments together with others'. An older agent, which does not
 	// set it, gets a signature of its own for each assignment.
 	BatchSignatures bool `protobuf:"varint,95,opt,name=batch_signatures,json=batchSignatures,proto3" json:"batch_signatures,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// plugins are the plugin releases the customer pinned on the agent
+	// (agentd plugin install, pin --release) and what the agent verified
+	// of each, for imsd to show (as in Heartbeat).
+	Plugins       *PluginReport `protobuf:"bytes,96,opt,name=plugins,proto3" json:"plugins,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Hello) Reset() {
@@ -1242,6 +1246,162 @@ func (x *Hello) GetBatchSignatures() bool {
 	return false
 }
 
+func (x *Hello) GetPlugins() *PluginReport {
+	if x != nil {
+		return x.Plugins
+	}
+	return nil
+}
+
+// PluginReport is the plugin releases the agent's pin file names (a pin
+// of a bare checksum is not a release and is not listed); unset: an
+// older agentd, which reports none.
+type PluginReport struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Releases      []*PluginRelease       `protobuf:"bytes,1,rep,name=releases,proto3" json:"releases,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PluginReport) Reset() {
+	*x = PluginReport{}
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PluginReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PluginReport) ProtoMessage() {}
+
+func (x *PluginReport) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PluginReport.ProtoReflect.Descriptor instead.
+func (*PluginReport) Descriptor() ([]byte, []int) {
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *PluginReport) GetReleases() []*PluginRelease {
+	if x != nil {
+		return x.Releases
+	}
+	return nil
+}
+
+// PluginRelease is one pinned plugin release (byoc plugin publish) and
+// the agent's verification of it.
+type PluginRelease struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// type is the component type the release serves; release its reference
+	// in the install registry (HOST/REPOSITORY@sha256:HEX); version its
+	// version, when it was installed.
+	Type    string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	Release string `protobuf:"bytes,2,opt,name=release,proto3" json:"release,omitempty"`
+	Version string `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
+	// verdict is "verified" (installed: its signature and digests
+	// checked), "refused" (the agent's install of it failed a check:
+	// reason says which) or "" (pinned, not installed yet).
+	Verdict string `protobuf:"bytes,4,opt,name=verdict,proto3" json:"verdict,omitempty"`
+	// key_id is the imsd key whose signature verified; reason why it was
+	// refused; check_time when it was checked (installed or refused).
+	KeyId         string                 `protobuf:"bytes,5,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	Reason        string                 `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	CheckTime     *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=check_time,json=checkTime,proto3" json:"check_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PluginRelease) Reset() {
+	*x = PluginRelease{}
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PluginRelease) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PluginRelease) ProtoMessage() {}
+
+func (x *PluginRelease) ProtoReflect() protoreflect.Message {
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PluginRelease.ProtoReflect.Descriptor instead.
+func (*PluginRelease) Descriptor() ([]byte, []int) {
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *PluginRelease) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *PluginRelease) GetRelease() string {
+	if x != nil {
+		return x.Release
+	}
+	return ""
+}
+
+func (x *PluginRelease) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *PluginRelease) GetVerdict() string {
+	if x != nil {
+		return x.Verdict
+	}
+	return ""
+}
+
+func (x *PluginRelease) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+func (x *PluginRelease) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *PluginRelease) GetCheckTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CheckTime
+	}
+	return nil
+}
+
 // UpdateReport is the customer's update policy of the agent itself (kept
 // and enforced on the agent's side: imsd cannot change it) and the
 // agent's latest update decision.
@@ -1263,7 +1423,7 @@ type UpdateReport struct {
 
 func (x *UpdateReport) Reset() {
 	*x = UpdateReport{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1275,7 +1435,7 @@ func (x *UpdateReport) String() string {
 func (*UpdateReport) ProtoMessage() {}
 
 func (x *UpdateReport) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1288,7 +1448,7 @@ func (x *UpdateReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateReport.ProtoReflect.Descriptor instead.
 func (*UpdateReport) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *UpdateReport) GetMode() string {
@@ -1352,7 +1512,7 @@ type UpdateDecision struct {
 
 func (x *UpdateDecision) Reset() {
 	*x = UpdateDecision{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1364,7 +1524,7 @@ func (x *UpdateDecision) String() string {
 func (*UpdateDecision) ProtoMessage() {}
 
 func (x *UpdateDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1377,7 +1537,7 @@ func (x *UpdateDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateDecision.ProtoReflect.Descriptor instead.
 func (*UpdateDecision) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *UpdateDecision) GetKind() string {
@@ -1446,7 +1606,7 @@ type UpdateOffer struct {
 
 func (x *UpdateOffer) Reset() {
 	*x = UpdateOffer{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1458,7 +1618,7 @@ func (x *UpdateOffer) String() string {
 func (*UpdateOffer) ProtoMessage() {}
 
 func (x *UpdateOffer) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1471,7 +1631,7 @@ func (x *UpdateOffer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateOffer.ProtoReflect.Descriptor instead.
 func (*UpdateOffer) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *UpdateOffer) GetOfferId() string {
@@ -1525,7 +1685,7 @@ type AgentKeyRotation struct {
 
 func (x *AgentKeyRotation) Reset() {
 	*x = AgentKeyRotation{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1537,7 +1697,7 @@ func (x *AgentKeyRotation) String() string {
 func (*AgentKeyRotation) ProtoMessage() {}
 
 func (x *AgentKeyRotation) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1550,7 +1710,7 @@ func (x *AgentKeyRotation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentKeyRotation.ProtoReflect.Descriptor instead.
 func (*AgentKeyRotation) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AgentKeyRotation) GetPublicKey() []byte {
@@ -1591,7 +1751,7 @@ type AgentCondition struct {
 
 func (x *AgentCondition) Reset() {
 	*x = AgentCondition{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1603,7 +1763,7 @@ func (x *AgentCondition) String() string {
 func (*AgentCondition) ProtoMessage() {}
 
 func (x *AgentCondition) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1616,7 +1776,7 @@ func (x *AgentCondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentCondition.ProtoReflect.Descriptor instead.
 func (*AgentCondition) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *AgentCondition) GetDiskUsedPercent() uint32 {
@@ -1649,7 +1809,7 @@ type StackReport struct {
 
 func (x *StackReport) Reset() {
 	*x = StackReport{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1661,7 +1821,7 @@ func (x *StackReport) String() string {
 func (*StackReport) ProtoMessage() {}
 
 func (x *StackReport) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1674,7 +1834,7 @@ func (x *StackReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StackReport.ProtoReflect.Descriptor instead.
 func (*StackReport) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *StackReport) GetFormat() string {
@@ -1731,7 +1891,7 @@ type Permissions struct {
 
 func (x *Permissions) Reset() {
 	*x = Permissions{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1743,7 +1903,7 @@ func (x *Permissions) String() string {
 func (*Permissions) ProtoMessage() {}
 
 func (x *Permissions) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1756,7 +1916,7 @@ func (x *Permissions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Permissions.ProtoReflect.Descriptor instead.
 func (*Permissions) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Permissions) GetProvision() bool {
@@ -1834,7 +1994,7 @@ type TelemetrySetting struct {
 
 func (x *TelemetrySetting) Reset() {
 	*x = TelemetrySetting{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1846,7 +2006,7 @@ func (x *TelemetrySetting) String() string {
 func (*TelemetrySetting) ProtoMessage() {}
 
 func (x *TelemetrySetting) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1859,7 +2019,7 @@ func (x *TelemetrySetting) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TelemetrySetting.ProtoReflect.Descriptor instead.
 func (*TelemetrySetting) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *TelemetrySetting) GetMode() string {
@@ -1903,7 +2063,7 @@ type TelemetryConfig struct {
 
 func (x *TelemetryConfig) Reset() {
 	*x = TelemetryConfig{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1915,7 +2075,7 @@ func (x *TelemetryConfig) String() string {
 func (*TelemetryConfig) ProtoMessage() {}
 
 func (x *TelemetryConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1928,7 +2088,7 @@ func (x *TelemetryConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TelemetryConfig.ProtoReflect.Descriptor instead.
 func (*TelemetryConfig) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *TelemetryConfig) GetAppRevision() int64 {
@@ -1965,7 +2125,7 @@ type MetricsSource struct {
 
 func (x *MetricsSource) Reset() {
 	*x = MetricsSource{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1977,7 +2137,7 @@ func (x *MetricsSource) String() string {
 func (*MetricsSource) ProtoMessage() {}
 
 func (x *MetricsSource) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1990,7 +2150,7 @@ func (x *MetricsSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsSource.ProtoReflect.Descriptor instead.
 func (*MetricsSource) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *MetricsSource) GetName() string {
@@ -2027,7 +2187,7 @@ type LogSource struct {
 
 func (x *LogSource) Reset() {
 	*x = LogSource{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2039,7 +2199,7 @@ func (x *LogSource) String() string {
 func (*LogSource) ProtoMessage() {}
 
 func (x *LogSource) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2052,7 +2212,7 @@ func (x *LogSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogSource.ProtoReflect.Descriptor instead.
 func (*LogSource) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *LogSource) GetName() string {
@@ -2093,7 +2253,7 @@ type TelemetryBatch struct {
 
 func (x *TelemetryBatch) Reset() {
 	*x = TelemetryBatch{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2105,7 +2265,7 @@ func (x *TelemetryBatch) String() string {
 func (*TelemetryBatch) ProtoMessage() {}
 
 func (x *TelemetryBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2118,7 +2278,7 @@ func (x *TelemetryBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TelemetryBatch.ProtoReflect.Descriptor instead.
 func (*TelemetryBatch) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *TelemetryBatch) GetSamples() []*MetricSample {
@@ -2165,7 +2325,7 @@ type MetricSample struct {
 
 func (x *MetricSample) Reset() {
 	*x = MetricSample{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2177,7 +2337,7 @@ func (x *MetricSample) String() string {
 func (*MetricSample) ProtoMessage() {}
 
 func (x *MetricSample) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2190,7 +2350,7 @@ func (x *MetricSample) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricSample.ProtoReflect.Descriptor instead.
 func (*MetricSample) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *MetricSample) GetSource() string {
@@ -2242,7 +2402,7 @@ type TelemetryLine struct {
 
 func (x *TelemetryLine) Reset() {
 	*x = TelemetryLine{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2254,7 +2414,7 @@ func (x *TelemetryLine) String() string {
 func (*TelemetryLine) ProtoMessage() {}
 
 func (x *TelemetryLine) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2267,7 +2427,7 @@ func (x *TelemetryLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TelemetryLine.ProtoReflect.Descriptor instead.
 func (*TelemetryLine) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *TelemetryLine) GetSource() string {
@@ -2319,7 +2479,7 @@ type Welcome struct {
 
 func (x *Welcome) Reset() {
 	*x = Welcome{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2331,7 +2491,7 @@ func (x *Welcome) String() string {
 func (*Welcome) ProtoMessage() {}
 
 func (x *Welcome) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2344,7 +2504,7 @@ func (x *Welcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Welcome.ProtoReflect.Descriptor instead.
 func (*Welcome) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Welcome) GetInstallId() string {
@@ -2409,14 +2569,16 @@ type Heartbeat struct {
 	// changes.
 	Condition *AgentCondition `protobuf:"bytes,4,opt,name=condition,proto3" json:"condition,omitempty"`
 	// update is the update policy and latest decision now (as in Hello).
-	Update        *UpdateReport `protobuf:"bytes,5,opt,name=update,proto3" json:"update,omitempty"`
+	Update *UpdateReport `protobuf:"bytes,5,opt,name=update,proto3" json:"update,omitempty"`
+	// plugins are the pinned plugin releases now (as in Hello).
+	Plugins       *PluginReport `protobuf:"bytes,6,opt,name=plugins,proto3" json:"plugins,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2428,7 +2590,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2441,7 +2603,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Heartbeat) GetRunning() []*RunningJob {
@@ -2479,6 +2641,13 @@ func (x *Heartbeat) GetUpdate() *UpdateReport {
 	return nil
 }
 
+func (x *Heartbeat) GetPlugins() *PluginReport {
+	if x != nil {
+		return x.Plugins
+	}
+	return nil
+}
+
 // LeasesRenewed answers a heartbeat: the leases of job_ids were renewed
 // for a full lease from when imsd read it. The agent counts its own lease
 // on a job from when it sent the last heartbeat (or ack, or hello) whose
@@ -2495,7 +2664,7 @@ type LeasesRenewed struct {
 
 func (x *LeasesRenewed) Reset() {
 	*x = LeasesRenewed{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2507,7 +2676,7 @@ func (x *LeasesRenewed) String() string {
 func (*LeasesRenewed) ProtoMessage() {}
 
 func (x *LeasesRenewed) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2520,7 +2689,7 @@ func (x *LeasesRenewed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeasesRenewed.ProtoReflect.Descriptor instead.
 func (*LeasesRenewed) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *LeasesRenewed) GetHeartbeatSeq() uint64 {
@@ -2548,7 +2717,7 @@ type JobAck struct {
 
 func (x *JobAck) Reset() {
 	*x = JobAck{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2560,7 +2729,7 @@ func (x *JobAck) String() string {
 func (*JobAck) ProtoMessage() {}
 
 func (x *JobAck) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2573,7 +2742,7 @@ func (x *JobAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobAck.ProtoReflect.Descriptor instead.
 func (*JobAck) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *JobAck) GetWriteId() uint64 {
@@ -2610,7 +2779,7 @@ type LogLine struct {
 
 func (x *LogLine) Reset() {
 	*x = LogLine{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2622,7 +2791,7 @@ func (x *LogLine) String() string {
 func (*LogLine) ProtoMessage() {}
 
 func (x *LogLine) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2635,7 +2804,7 @@ func (x *LogLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogLine.ProtoReflect.Descriptor instead.
 func (*LogLine) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *LogLine) GetSeq() int64 {
@@ -2678,7 +2847,7 @@ type JobLogs struct {
 
 func (x *JobLogs) Reset() {
 	*x = JobLogs{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2690,7 +2859,7 @@ func (x *JobLogs) String() string {
 func (*JobLogs) ProtoMessage() {}
 
 func (x *JobLogs) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2703,7 +2872,7 @@ func (x *JobLogs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobLogs.ProtoReflect.Descriptor instead.
 func (*JobLogs) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *JobLogs) GetWriteId() uint64 {
@@ -2771,7 +2940,7 @@ type JobResult struct {
 
 func (x *JobResult) Reset() {
 	*x = JobResult{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2783,7 +2952,7 @@ func (x *JobResult) String() string {
 func (*JobResult) ProtoMessage() {}
 
 func (x *JobResult) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2796,7 +2965,7 @@ func (x *JobResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobResult.ProtoReflect.Descriptor instead.
 func (*JobResult) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *JobResult) GetWriteId() uint64 {
@@ -2912,7 +3081,7 @@ type ArtifactVerification struct {
 
 func (x *ArtifactVerification) Reset() {
 	*x = ArtifactVerification{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2924,7 +3093,7 @@ func (x *ArtifactVerification) String() string {
 func (*ArtifactVerification) ProtoMessage() {}
 
 func (x *ArtifactVerification) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2937,7 +3106,7 @@ func (x *ArtifactVerification) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArtifactVerification.ProtoReflect.Descriptor instead.
 func (*ArtifactVerification) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ArtifactVerification) GetArtifact() string {
@@ -2999,7 +3168,7 @@ type PolicyFinding struct {
 
 func (x *PolicyFinding) Reset() {
 	*x = PolicyFinding{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[32]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3011,7 +3180,7 @@ func (x *PolicyFinding) String() string {
 func (*PolicyFinding) ProtoMessage() {}
 
 func (x *PolicyFinding) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[32]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3024,7 +3193,7 @@ func (x *PolicyFinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyFinding.ProtoReflect.Descriptor instead.
 func (*PolicyFinding) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PolicyFinding) GetPolicy() string {
@@ -3073,7 +3242,7 @@ type PlannedChange struct {
 
 func (x *PlannedChange) Reset() {
 	*x = PlannedChange{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[33]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3085,7 +3254,7 @@ func (x *PlannedChange) String() string {
 func (*PlannedChange) ProtoMessage() {}
 
 func (x *PlannedChange) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[33]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3098,7 +3267,7 @@ func (x *PlannedChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlannedChange.ProtoReflect.Descriptor instead.
 func (*PlannedChange) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PlannedChange) GetAddress() string {
@@ -3180,7 +3349,7 @@ type JobAssignment struct {
 
 func (x *JobAssignment) Reset() {
 	*x = JobAssignment{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[34]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3192,7 +3361,7 @@ func (x *JobAssignment) String() string {
 func (*JobAssignment) ProtoMessage() {}
 
 func (x *JobAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[34]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3205,7 +3374,7 @@ func (x *JobAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobAssignment.ProtoReflect.Descriptor instead.
 func (*JobAssignment) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *JobAssignment) GetJobId() string {
@@ -3337,7 +3506,7 @@ type RegistryGrant struct {
 
 func (x *RegistryGrant) Reset() {
 	*x = RegistryGrant{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[35]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3349,7 +3518,7 @@ func (x *RegistryGrant) String() string {
 func (*RegistryGrant) ProtoMessage() {}
 
 func (x *RegistryGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[35]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3362,7 +3531,7 @@ func (x *RegistryGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistryGrant.ProtoReflect.Descriptor instead.
 func (*RegistryGrant) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RegistryGrant) GetId() string {
@@ -3436,7 +3605,7 @@ type JobSignature struct {
 
 func (x *JobSignature) Reset() {
 	*x = JobSignature{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[36]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3448,7 +3617,7 @@ func (x *JobSignature) String() string {
 func (*JobSignature) ProtoMessage() {}
 
 func (x *JobSignature) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[36]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3461,7 +3630,7 @@ func (x *JobSignature) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobSignature.ProtoReflect.Descriptor instead.
 func (*JobSignature) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{36}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *JobSignature) GetKeyId() string {
@@ -3516,7 +3685,7 @@ type JobCancel struct {
 
 func (x *JobCancel) Reset() {
 	*x = JobCancel{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[37]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3528,7 +3697,7 @@ func (x *JobCancel) String() string {
 func (*JobCancel) ProtoMessage() {}
 
 func (x *JobCancel) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[37]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3541,7 +3710,7 @@ func (x *JobCancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobCancel.ProtoReflect.Descriptor instead.
 func (*JobCancel) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{37}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *JobCancel) GetJobId() string {
@@ -3567,7 +3736,7 @@ type WriteAccepted struct {
 
 func (x *WriteAccepted) Reset() {
 	*x = WriteAccepted{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[38]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3579,7 +3748,7 @@ func (x *WriteAccepted) String() string {
 func (*WriteAccepted) ProtoMessage() {}
 
 func (x *WriteAccepted) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[38]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3592,7 +3761,7 @@ func (x *WriteAccepted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteAccepted.ProtoReflect.Descriptor instead.
 func (*WriteAccepted) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{38}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *WriteAccepted) GetWriteId() uint64 {
@@ -3617,7 +3786,7 @@ type WriteRejected struct {
 
 func (x *WriteRejected) Reset() {
 	*x = WriteRejected{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[39]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3629,7 +3798,7 @@ func (x *WriteRejected) String() string {
 func (*WriteRejected) ProtoMessage() {}
 
 func (x *WriteRejected) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[39]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3642,7 +3811,7 @@ func (x *WriteRejected) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteRejected.ProtoReflect.Descriptor instead.
 func (*WriteRejected) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{39}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *WriteRejected) GetWriteId() uint64 {
@@ -3687,7 +3856,7 @@ type ListBreakGlassRequest struct {
 
 func (x *ListBreakGlassRequest) Reset() {
 	*x = ListBreakGlassRequest{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[40]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3699,7 +3868,7 @@ func (x *ListBreakGlassRequest) String() string {
 func (*ListBreakGlassRequest) ProtoMessage() {}
 
 func (x *ListBreakGlassRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[40]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3712,7 +3881,7 @@ func (x *ListBreakGlassRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBreakGlassRequest.ProtoReflect.Descriptor instead.
 func (*ListBreakGlassRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{40}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListBreakGlassRequest) GetAgentId() string {
@@ -3745,7 +3914,7 @@ type ListBreakGlassResponse struct {
 
 func (x *ListBreakGlassResponse) Reset() {
 	*x = ListBreakGlassResponse{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[41]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3757,7 +3926,7 @@ func (x *ListBreakGlassResponse) String() string {
 func (*ListBreakGlassResponse) ProtoMessage() {}
 
 func (x *ListBreakGlassResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[41]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3770,7 +3939,7 @@ func (x *ListBreakGlassResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBreakGlassResponse.ProtoReflect.Descriptor instead.
 func (*ListBreakGlassResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{41}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListBreakGlassResponse) GetGrants() []*BreakGlassGrant {
@@ -3814,7 +3983,7 @@ type BreakGlassGrant struct {
 
 func (x *BreakGlassGrant) Reset() {
 	*x = BreakGlassGrant{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[42]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3826,7 +3995,7 @@ func (x *BreakGlassGrant) String() string {
 func (*BreakGlassGrant) ProtoMessage() {}
 
 func (x *BreakGlassGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[42]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3839,7 +4008,7 @@ func (x *BreakGlassGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BreakGlassGrant.ProtoReflect.Descriptor instead.
 func (*BreakGlassGrant) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{42}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *BreakGlassGrant) GetId() string {
@@ -3967,7 +4136,7 @@ type DecideBreakGlassRequest struct {
 
 func (x *DecideBreakGlassRequest) Reset() {
 	*x = DecideBreakGlassRequest{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[43]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3979,7 +4148,7 @@ func (x *DecideBreakGlassRequest) String() string {
 func (*DecideBreakGlassRequest) ProtoMessage() {}
 
 func (x *DecideBreakGlassRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[43]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3992,7 +4161,7 @@ func (x *DecideBreakGlassRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideBreakGlassRequest.ProtoReflect.Descriptor instead.
 func (*DecideBreakGlassRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{43}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *DecideBreakGlassRequest) GetAgentId() string {
@@ -4025,7 +4194,7 @@ type DecideBreakGlassResponse struct {
 
 func (x *DecideBreakGlassResponse) Reset() {
 	*x = DecideBreakGlassResponse{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[44]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4037,7 +4206,7 @@ func (x *DecideBreakGlassResponse) String() string {
 func (*DecideBreakGlassResponse) ProtoMessage() {}
 
 func (x *DecideBreakGlassResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[44]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4050,7 +4219,7 @@ func (x *DecideBreakGlassResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideBreakGlassResponse.ProtoReflect.Descriptor instead.
 func (*DecideBreakGlassResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{44}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DecideBreakGlassResponse) GetGrant() *BreakGlassGrant {
@@ -4077,7 +4246,7 @@ type AuditRecords struct {
 
 func (x *AuditRecords) Reset() {
 	*x = AuditRecords{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[45]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4089,7 +4258,7 @@ func (x *AuditRecords) String() string {
 func (*AuditRecords) ProtoMessage() {}
 
 func (x *AuditRecords) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[45]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4102,7 +4271,7 @@ func (x *AuditRecords) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecords.ProtoReflect.Descriptor instead.
 func (*AuditRecords) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{45}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *AuditRecords) GetRecords() []*AuditRecord {
@@ -4134,7 +4303,7 @@ type AuditCheckpoint struct {
 
 func (x *AuditCheckpoint) Reset() {
 	*x = AuditCheckpoint{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[46]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4146,7 +4315,7 @@ func (x *AuditCheckpoint) String() string {
 func (*AuditCheckpoint) ProtoMessage() {}
 
 func (x *AuditCheckpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[46]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4159,7 +4328,7 @@ func (x *AuditCheckpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditCheckpoint.ProtoReflect.Descriptor instead.
 func (*AuditCheckpoint) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{46}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *AuditCheckpoint) GetSeq() int64 {
@@ -4211,7 +4380,7 @@ type AuditRecord struct {
 
 func (x *AuditRecord) Reset() {
 	*x = AuditRecord{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[47]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4223,7 +4392,7 @@ func (x *AuditRecord) String() string {
 func (*AuditRecord) ProtoMessage() {}
 
 func (x *AuditRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[47]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4236,7 +4405,7 @@ func (x *AuditRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
 func (*AuditRecord) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{47}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *AuditRecord) GetChain() string {
@@ -4320,7 +4489,7 @@ type ListAuditRecordsRequest struct {
 
 func (x *ListAuditRecordsRequest) Reset() {
 	*x = ListAuditRecordsRequest{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[48]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4332,7 +4501,7 @@ func (x *ListAuditRecordsRequest) String() string {
 func (*ListAuditRecordsRequest) ProtoMessage() {}
 
 func (x *ListAuditRecordsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[48]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4345,7 +4514,7 @@ func (x *ListAuditRecordsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRecordsRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRecordsRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{48}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ListAuditRecordsRequest) GetAgentId() string {
@@ -4392,7 +4561,7 @@ type ListAuditRecordsResponse struct {
 
 func (x *ListAuditRecordsResponse) Reset() {
 	*x = ListAuditRecordsResponse{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[49]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4404,7 +4573,7 @@ func (x *ListAuditRecordsResponse) String() string {
 func (*ListAuditRecordsResponse) ProtoMessage() {}
 
 func (x *ListAuditRecordsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[49]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4417,7 +4586,7 @@ func (x *ListAuditRecordsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRecordsResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditRecordsResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{49}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ListAuditRecordsResponse) GetRecords() []*AuditRecord {
@@ -4445,7 +4614,7 @@ type RevokeSelfRequest struct {
 
 func (x *RevokeSelfRequest) Reset() {
 	*x = RevokeSelfRequest{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[50]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4457,7 +4626,7 @@ func (x *RevokeSelfRequest) String() string {
 func (*RevokeSelfRequest) ProtoMessage() {}
 
 func (x *RevokeSelfRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[50]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4470,7 +4639,7 @@ func (x *RevokeSelfRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeSelfRequest.ProtoReflect.Descriptor instead.
 func (*RevokeSelfRequest) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{50}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RevokeSelfRequest) GetAgentId() string {
@@ -4516,7 +4685,7 @@ type RevokeSelfResponse struct {
 
 func (x *RevokeSelfResponse) Reset() {
 	*x = RevokeSelfResponse{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[51]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4528,7 +4697,7 @@ func (x *RevokeSelfResponse) String() string {
 func (*RevokeSelfResponse) ProtoMessage() {}
 
 func (x *RevokeSelfResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[51]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4541,7 +4710,7 @@ func (x *RevokeSelfResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeSelfResponse.ProtoReflect.Descriptor instead.
 func (*RevokeSelfResponse) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{51}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{53}
 }
 
 // ShellOpen asks for a support shell: a PTY on the customer's side, in
@@ -4571,7 +4740,7 @@ type ShellOpen struct {
 
 func (x *ShellOpen) Reset() {
 	*x = ShellOpen{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[52]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4583,7 +4752,7 @@ func (x *ShellOpen) String() string {
 func (*ShellOpen) ProtoMessage() {}
 
 func (x *ShellOpen) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[52]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4596,7 +4765,7 @@ func (x *ShellOpen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShellOpen.ProtoReflect.Descriptor instead.
 func (*ShellOpen) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{52}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ShellOpen) GetSessionId() string {
@@ -4675,7 +4844,7 @@ type ShellInput struct {
 
 func (x *ShellInput) Reset() {
 	*x = ShellInput{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[53]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4687,7 +4856,7 @@ func (x *ShellInput) String() string {
 func (*ShellInput) ProtoMessage() {}
 
 func (x *ShellInput) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[53]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4700,7 +4869,7 @@ func (x *ShellInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShellInput.ProtoReflect.Descriptor instead.
 func (*ShellInput) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{53}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ShellInput) GetSessionId() string {
@@ -4768,7 +4937,7 @@ type ShellEvent struct {
 
 func (x *ShellEvent) Reset() {
 	*x = ShellEvent{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[54]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4780,7 +4949,7 @@ func (x *ShellEvent) String() string {
 func (*ShellEvent) ProtoMessage() {}
 
 func (x *ShellEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[54]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4793,7 +4962,7 @@ func (x *ShellEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShellEvent.ProtoReflect.Descriptor instead.
 func (*ShellEvent) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{54}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ShellEvent) GetSessionId() string {
@@ -4855,7 +5024,7 @@ type ShellOpened struct {
 
 func (x *ShellOpened) Reset() {
 	*x = ShellOpened{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[55]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4867,7 +5036,7 @@ func (x *ShellOpened) String() string {
 func (*ShellOpened) ProtoMessage() {}
 
 func (x *ShellOpened) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[55]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4880,7 +5049,7 @@ func (x *ShellOpened) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShellOpened.ProtoReflect.Descriptor instead.
 func (*ShellOpened) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{55}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ShellOpened) GetGrantId() string {
@@ -4918,7 +5087,7 @@ type ShellEnded struct {
 
 func (x *ShellEnded) Reset() {
 	*x = ShellEnded{}
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[56]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4930,7 +5099,7 @@ func (x *ShellEnded) String() string {
 func (*ShellEnded) ProtoMessage() {}
 
 func (x *ShellEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_byoc_agent_v1_agent_proto_msgTypes[56]
+	mi := &file_byoc_agent_v1_agent_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4943,7 +5112,7 @@ func (x *ShellEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShellEnded.ProtoReflect.Descriptor instead.
 func (*ShellEnded) Descriptor() ([]byte, []int) {
-	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{56}
+	return file_byoc_agent_v1_agent_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ShellEnded) GetReason() string {
@@ -5065,7 +5234,7 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"RunningJob\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12#\n" +
-	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\"\x8a\x05\n" +
+	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\"\xc1\x05\n" +
 	"\x05Hello\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1c\n" +
 	"\tsignature\x18\x02 \x01(\fR\tsignature\x12\x1a\n" +
@@ -5084,7 +5253,19 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"imsdKeyIds\x12:\n" +
 	"\bnext_key\x18] \x01(\v2\x1f.byoc.agent.v1.AgentKeyRotationR\anextKey\x123\n" +
 	"\x06update\x18^ \x01(\v2\x1b.byoc.agent.v1.UpdateReportR\x06update\x12)\n" +
-	"\x10batch_signatures\x18_ \x01(\bR\x0fbatchSignatures\"\x95\x01\n" +
+	"\x10batch_signatures\x18_ \x01(\bR\x0fbatchSignatures\x125\n" +
+	"\aplugins\x18` \x01(\v2\x1b.byoc.agent.v1.PluginReportR\aplugins\"H\n" +
+	"\fPluginReport\x128\n" +
+	"\breleases\x18\x01 \x03(\v2\x1c.byoc.agent.v1.PluginReleaseR\breleases\"\xdb\x01\n" +
+	"\rPluginRelease\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x12\x18\n" +
+	"\arelease\x18\x02 \x01(\tR\arelease\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\tR\aversion\x12\x18\n" +
+	"\averdict\x18\x04 \x01(\tR\averdict\x12\x15\n" +
+	"\x06key_id\x18\x05 \x01(\tR\x05keyId\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\x129\n" +
+	"\n" +
+	"check_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tcheckTime\"\x95\x01\n" +
 	"\fUpdateReport\x12\x12\n" +
 	"\x04mode\x18\x01 \x01(\tR\x04mode\x12\x10\n" +
 	"\x03pin\x18\x02 \x01(\tR\x03pin\x12\x14\n" +
@@ -5183,13 +5364,14 @@ const file_byoc_agent_v1_agent_proto_rawDesc = "" +
 	"reattached\x12\x12\n" +
 	"\x04lost\x18\x05 \x03(\tR\x04lost\x12:\n" +
 	"\tkey_chain\x18\x06 \x03(\v2\x1d.byoc.agent.v1.KeyEndorsementR\bkeyChain\x12\x1e\n" +
-	"\vnext_key_id\x18\a \x01(\tR\tnextKeyId\"\x82\x02\n" +
+	"\vnext_key_id\x18\a \x01(\tR\tnextKeyId\"\xb9\x02\n" +
 	"\tHeartbeat\x123\n" +
 	"\arunning\x18\x01 \x03(\v2\x19.byoc.agent.v1.RunningJobR\arunning\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12<\n" +
 	"\vpermissions\x18\x03 \x01(\v2\x1a.byoc.agent.v1.PermissionsR\vpermissions\x12;\n" +
 	"\tcondition\x18\x04 \x01(\v2\x1d.byoc.agent.v1.AgentConditionR\tcondition\x123\n" +
-	"\x06update\x18\x05 \x01(\v2\x1b.byoc.agent.v1.UpdateReportR\x06update\"M\n" +
+	"\x06update\x18\x05 \x01(\v2\x1b.byoc.agent.v1.UpdateReportR\x06update\x125\n" +
+	"\aplugins\x18\x06 \x01(\v2\x1b.byoc.agent.v1.PluginReportR\aplugins\"M\n" +
 	"\rLeasesRenewed\x12#\n" +
 	"\rheartbeat_seq\x18\x01 \x01(\x04R\fheartbeatSeq\x12\x17\n" +
 	"\ajob_ids\x18\x02 \x03(\tR\x06jobIds\"_\n" +
@@ -5435,7 +5617,7 @@ func file_byoc_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_byoc_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_byoc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
+var file_byoc_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
 var file_byoc_agent_v1_agent_proto_goTypes = []any{
 	(Outcome)(0),                     // 0: byoc.agent.v1.Outcome
 	(*EnrollRequest)(nil),            // 1: byoc.agent.v1.EnrollRequest
@@ -5448,156 +5630,162 @@ var file_byoc_agent_v1_agent_proto_goTypes = []any{
 	(*ChannelHello)(nil),             // 8: byoc.agent.v1.ChannelHello
 	(*RunningJob)(nil),               // 9: byoc.agent.v1.RunningJob
 	(*Hello)(nil),                    // 10: byoc.agent.v1.Hello
-	(*UpdateReport)(nil),             // 11: byoc.agent.v1.UpdateReport
-	(*UpdateDecision)(nil),           // 12: byoc.agent.v1.UpdateDecision
-	(*UpdateOffer)(nil),              // 13: byoc.agent.v1.UpdateOffer
-	(*AgentKeyRotation)(nil),         // 14: byoc.agent.v1.AgentKeyRotation
-	(*AgentCondition)(nil),           // 15: byoc.agent.v1.AgentCondition
-	(*StackReport)(nil),              // 16: byoc.agent.v1.StackReport
-	(*Permissions)(nil),              // 17: byoc.agent.v1.Permissions
-	(*TelemetrySetting)(nil),         // 18: byoc.agent.v1.TelemetrySetting
-	(*TelemetryConfig)(nil),          // 19: byoc.agent.v1.TelemetryConfig
-	(*MetricsSource)(nil),            // 20: byoc.agent.v1.MetricsSource
-	(*LogSource)(nil),                // 21: byoc.agent.v1.LogSource
-	(*TelemetryBatch)(nil),           // 22: byoc.agent.v1.TelemetryBatch
-	(*MetricSample)(nil),             // 23: byoc.agent.v1.MetricSample
-	(*TelemetryLine)(nil),            // 24: byoc.agent.v1.TelemetryLine
-	(*Welcome)(nil),                  // 25: byoc.agent.v1.Welcome
-	(*Heartbeat)(nil),                // 26: byoc.agent.v1.Heartbeat
-	(*LeasesRenewed)(nil),            // 27: byoc.agent.v1.LeasesRenewed
-	(*JobAck)(nil),                   // 28: byoc.agent.v1.JobAck
-	(*LogLine)(nil),                  // 29: byoc.agent.v1.LogLine
-	(*JobLogs)(nil),                  // 30: byoc.agent.v1.JobLogs
-	(*JobResult)(nil),                // 31: byoc.agent.v1.JobResult
-	(*ArtifactVerification)(nil),     // 32: byoc.agent.v1.ArtifactVerification
-	(*PolicyFinding)(nil),            // 33: byoc.agent.v1.PolicyFinding
-	(*PlannedChange)(nil),            // 34: byoc.agent.v1.PlannedChange
-	(*JobAssignment)(nil),            // 35: byoc.agent.v1.JobAssignment
-	(*RegistryGrant)(nil),            // 36: byoc.agent.v1.RegistryGrant
-	(*JobSignature)(nil),             // 37: byoc.agent.v1.JobSignature
-	(*JobCancel)(nil),                // 38: byoc.agent.v1.JobCancel
-	(*WriteAccepted)(nil),            // 39: byoc.agent.v1.WriteAccepted
-	(*WriteRejected)(nil),            // 40: byoc.agent.v1.WriteRejected
-	(*ListBreakGlassRequest)(nil),    // 41: byoc.agent.v1.ListBreakGlassRequest
-	(*ListBreakGlassResponse)(nil),   // 42: byoc.agent.v1.ListBreakGlassResponse
-	(*BreakGlassGrant)(nil),          // 43: byoc.agent.v1.BreakGlassGrant
-	(*DecideBreakGlassRequest)(nil),  // 44: byoc.agent.v1.DecideBreakGlassRequest
-	(*DecideBreakGlassResponse)(nil), // 45: byoc.agent.v1.DecideBreakGlassResponse
-	(*AuditRecords)(nil),             // 46: byoc.agent.v1.AuditRecords
-	(*AuditCheckpoint)(nil),          // 47: byoc.agent.v1.AuditCheckpoint
-	(*AuditRecord)(nil),              // 48: byoc.agent.v1.AuditRecord
-	(*ListAuditRecordsRequest)(nil),  // 49: byoc.agent.v1.ListAuditRecordsRequest
-	(*ListAuditRecordsResponse)(nil), // 50: byoc.agent.v1.ListAuditRecordsResponse
-	(*RevokeSelfRequest)(nil),        // 51: byoc.agent.v1.RevokeSelfRequest
-	(*RevokeSelfResponse)(nil),       // 52: byoc.agent.v1.RevokeSelfResponse
-	(*ShellOpen)(nil),                // 53: byoc.agent.v1.ShellOpen
-	(*ShellInput)(nil),               // 54: byoc.agent.v1.ShellInput
-	(*ShellEvent)(nil),               // 55: byoc.agent.v1.ShellEvent
-	(*ShellOpened)(nil),              // 56: byoc.agent.v1.ShellOpened
-	(*ShellEnded)(nil),               // 57: byoc.agent.v1.ShellEnded
-	nil,                              // 58: byoc.agent.v1.StackReport.InputsEntry
-	nil,                              // 59: byoc.agent.v1.StackReport.OutputsEntry
-	nil,                              // 60: byoc.agent.v1.MetricSample.LabelsEntry
-	nil,                              // 61: byoc.agent.v1.JobResult.OutputsEntry
-	nil,                              // 62: byoc.agent.v1.JobAssignment.InputsEntry
-	(*timestamppb.Timestamp)(nil),    // 63: google.protobuf.Timestamp
-	(*structpb.Value)(nil),           // 64: google.protobuf.Value
-	(*structpb.Struct)(nil),          // 65: google.protobuf.Struct
+	(*PluginReport)(nil),             // 11: byoc.agent.v1.PluginReport
+	(*PluginRelease)(nil),            // 12: byoc.agent.v1.PluginRelease
+	(*UpdateReport)(nil),             // 13: byoc.agent.v1.UpdateReport
+	(*UpdateDecision)(nil),           // 14: byoc.agent.v1.UpdateDecision
+	(*UpdateOffer)(nil),              // 15: byoc.agent.v1.UpdateOffer
+	(*AgentKeyRotation)(nil),         // 16: byoc.agent.v1.AgentKeyRotation
+	(*AgentCondition)(nil),           // 17: byoc.agent.v1.AgentCondition
+	(*StackReport)(nil),              // 18: byoc.agent.v1.StackReport
+	(*Permissions)(nil),              // 19: byoc.agent.v1.Permissions
+	(*TelemetrySetting)(nil),         // 20: byoc.agent.v1.TelemetrySetting
+	(*TelemetryConfig)(nil),          // 21: byoc.agent.v1.TelemetryConfig
+	(*MetricsSource)(nil),            // 22: byoc.agent.v1.MetricsSource
+	(*LogSource)(nil),                // 23: byoc.agent.v1.LogSource
+	(*TelemetryBatch)(nil),           // 24: byoc.agent.v1.TelemetryBatch
+	(*MetricSample)(nil),             // 25: byoc.agent.v1.MetricSample
+	(*TelemetryLine)(nil),            // 26: byoc.agent.v1.TelemetryLine
+	(*Welcome)(nil),                  // 27: byoc.agent.v1.Welcome
+	(*Heartbeat)(nil),                // 28: byoc.agent.v1.Heartbeat
+	(*LeasesRenewed)(nil),            // 29: byoc.agent.v1.LeasesRenewed
+	(*JobAck)(nil),                   // 30: byoc.agent.v1.JobAck
+	(*LogLine)(nil),                  // 31: byoc.agent.v1.LogLine
+	(*JobLogs)(nil),                  // 32: byoc.agent.v1.JobLogs
+	(*JobResult)(nil),                // 33: byoc.agent.v1.JobResult
+	(*ArtifactVerification)(nil),     // 34: byoc.agent.v1.ArtifactVerification
+	(*PolicyFinding)(nil),            // 35: byoc.agent.v1.PolicyFinding
+	(*PlannedChange)(nil),            // 36: byoc.agent.v1.PlannedChange
+	(*JobAssignment)(nil),            // 37: byoc.agent.v1.JobAssignment
+	(*RegistryGrant)(nil),            // 38: byoc.agent.v1.RegistryGrant
+	(*JobSignature)(nil),             // 39: byoc.agent.v1.JobSignature
+	(*JobCancel)(nil),                // 40: byoc.agent.v1.JobCancel
+	(*WriteAccepted)(nil),            // 41: byoc.agent.v1.WriteAccepted
+	(*WriteRejected)(nil),            // 42: byoc.agent.v1.WriteRejected
+	(*ListBreakGlassRequest)(nil),    // 43: byoc.agent.v1.ListBreakGlassRequest
+	(*ListBreakGlassResponse)(nil),   // 44: byoc.agent.v1.ListBreakGlassResponse
+	(*BreakGlassGrant)(nil),          // 45: byoc.agent.v1.BreakGlassGrant
+	(*DecideBreakGlassRequest)(nil),  // 46: byoc.agent.v1.DecideBreakGlassRequest
+	(*DecideBreakGlassResponse)(nil), // 47: byoc.agent.v1.DecideBreakGlassResponse
+	(*AuditRecords)(nil),             // 48: byoc.agent.v1.AuditRecords
+	(*AuditCheckpoint)(nil),          // 49: byoc.agent.v1.AuditCheckpoint
+	(*AuditRecord)(nil),              // 50: byoc.agent.v1.AuditRecord
+	(*ListAuditRecordsRequest)(nil),  // 51: byoc.agent.v1.ListAuditRecordsRequest
+	(*ListAuditRecordsResponse)(nil), // 52: byoc.agent.v1.ListAuditRecordsResponse
+	(*RevokeSelfRequest)(nil),        // 53: byoc.agent.v1.RevokeSelfRequest
+	(*RevokeSelfResponse)(nil),       // 54: byoc.agent.v1.RevokeSelfResponse
+	(*ShellOpen)(nil),                // 55: byoc.agent.v1.ShellOpen
+	(*ShellInput)(nil),               // 56: byoc.agent.v1.ShellInput
+	(*ShellEvent)(nil),               // 57: byoc.agent.v1.ShellEvent
+	(*ShellOpened)(nil),              // 58: byoc.agent.v1.ShellOpened
+	(*ShellEnded)(nil),               // 59: byoc.agent.v1.ShellEnded
+	nil,                              // 60: byoc.agent.v1.StackReport.InputsEntry
+	nil,                              // 61: byoc.agent.v1.StackReport.OutputsEntry
+	nil,                              // 62: byoc.agent.v1.MetricSample.LabelsEntry
+	nil,                              // 63: byoc.agent.v1.JobResult.OutputsEntry
+	nil,                              // 64: byoc.agent.v1.JobAssignment.InputsEntry
+	(*timestamppb.Timestamp)(nil),    // 65: google.protobuf.Timestamp
+	(*structpb.Value)(nil),           // 66: google.protobuf.Value
+	(*structpb.Struct)(nil),          // 67: google.protobuf.Struct
 }
 var file_byoc_agent_v1_agent_proto_depIdxs = []int32{
 	3,  // 0: byoc.agent.v1.EnrollResponse.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
 	10, // 1: byoc.agent.v1.ConnectRequest.hello:type_name -> byoc.agent.v1.Hello
-	26, // 2: byoc.agent.v1.ConnectRequest.heartbeat:type_name -> byoc.agent.v1.Heartbeat
-	28, // 3: byoc.agent.v1.ConnectRequest.ack:type_name -> byoc.agent.v1.JobAck
-	30, // 4: byoc.agent.v1.ConnectRequest.logs:type_name -> byoc.agent.v1.JobLogs
-	31, // 5: byoc.agent.v1.ConnectRequest.result:type_name -> byoc.agent.v1.JobResult
-	22, // 6: byoc.agent.v1.ConnectRequest.telemetry:type_name -> byoc.agent.v1.TelemetryBatch
-	55, // 7: byoc.agent.v1.ConnectRequest.shell:type_name -> byoc.agent.v1.ShellEvent
+	28, // 2: byoc.agent.v1.ConnectRequest.heartbeat:type_name -> byoc.agent.v1.Heartbeat
+	30, // 3: byoc.agent.v1.ConnectRequest.ack:type_name -> byoc.agent.v1.JobAck
+	32, // 4: byoc.agent.v1.ConnectRequest.logs:type_name -> byoc.agent.v1.JobLogs
+	33, // 5: byoc.agent.v1.ConnectRequest.result:type_name -> byoc.agent.v1.JobResult
+	24, // 6: byoc.agent.v1.ConnectRequest.telemetry:type_name -> byoc.agent.v1.TelemetryBatch
+	57, // 7: byoc.agent.v1.ConnectRequest.shell:type_name -> byoc.agent.v1.ShellEvent
 	8,  // 8: byoc.agent.v1.ConnectRequest.channel_hello:type_name -> byoc.agent.v1.ChannelHello
 	6,  // 9: byoc.agent.v1.ConnectResponse.challenge:type_name -> byoc.agent.v1.Challenge
-	25, // 10: byoc.agent.v1.ConnectResponse.welcome:type_name -> byoc.agent.v1.Welcome
-	35, // 11: byoc.agent.v1.ConnectResponse.assignment:type_name -> byoc.agent.v1.JobAssignment
-	38, // 12: byoc.agent.v1.ConnectResponse.cancel:type_name -> byoc.agent.v1.JobCancel
-	39, // 13: byoc.agent.v1.ConnectResponse.accepted:type_name -> byoc.agent.v1.WriteAccepted
-	40, // 14: byoc.agent.v1.ConnectResponse.rejected:type_name -> byoc.agent.v1.WriteRejected
-	27, // 15: byoc.agent.v1.ConnectResponse.renewed:type_name -> byoc.agent.v1.LeasesRenewed
-	46, // 16: byoc.agent.v1.ConnectResponse.audit:type_name -> byoc.agent.v1.AuditRecords
-	13, // 17: byoc.agent.v1.ConnectResponse.update_offer:type_name -> byoc.agent.v1.UpdateOffer
-	19, // 18: byoc.agent.v1.ConnectResponse.telemetry_config:type_name -> byoc.agent.v1.TelemetryConfig
-	53, // 19: byoc.agent.v1.ConnectResponse.shell_open:type_name -> byoc.agent.v1.ShellOpen
-	54, // 20: byoc.agent.v1.ConnectResponse.shell_input:type_name -> byoc.agent.v1.ShellInput
+	27, // 10: byoc.agent.v1.ConnectResponse.welcome:type_name -> byoc.agent.v1.Welcome
+	37, // 11: byoc.agent.v1.ConnectResponse.assignment:type_name -> byoc.agent.v1.JobAssignment
+	40, // 12: byoc.agent.v1.ConnectResponse.cancel:type_name -> byoc.agent.v1.JobCancel
+	41, // 13: byoc.agent.v1.ConnectResponse.accepted:type_name -> byoc.agent.v1.WriteAccepted
+	42, // 14: byoc.agent.v1.ConnectResponse.rejected:type_name -> byoc.agent.v1.WriteRejected
+	29, // 15: byoc.agent.v1.ConnectResponse.renewed:type_name -> byoc.agent.v1.LeasesRenewed
+	48, // 16: byoc.agent.v1.ConnectResponse.audit:type_name -> byoc.agent.v1.AuditRecords
+	15, // 17: byoc.agent.v1.ConnectResponse.update_offer:type_name -> byoc.agent.v1.UpdateOffer
+	21, // 18: byoc.agent.v1.ConnectResponse.telemetry_config:type_name -> byoc.agent.v1.TelemetryConfig
+	55, // 19: byoc.agent.v1.ConnectResponse.shell_open:type_name -> byoc.agent.v1.ShellOpen
+	56, // 20: byoc.agent.v1.ConnectResponse.shell_input:type_name -> byoc.agent.v1.ShellInput
 	3,  // 21: byoc.agent.v1.Challenge.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
 	7,  // 22: byoc.agent.v1.Challenge.retired_keys:type_name -> byoc.agent.v1.KeyRetirement
 	9,  // 23: byoc.agent.v1.Hello.running:type_name -> byoc.agent.v1.RunningJob
-	17, // 24: byoc.agent.v1.Hello.permissions:type_name -> byoc.agent.v1.Permissions
-	16, // 25: byoc.agent.v1.Hello.stack:type_name -> byoc.agent.v1.StackReport
-	15, // 26: byoc.agent.v1.Hello.condition:type_name -> byoc.agent.v1.AgentCondition
-	14, // 27: byoc.agent.v1.Hello.next_key:type_name -> byoc.agent.v1.AgentKeyRotation
-	11, // 28: byoc.agent.v1.Hello.update:type_name -> byoc.agent.v1.UpdateReport
-	12, // 29: byoc.agent.v1.UpdateReport.last:type_name -> byoc.agent.v1.UpdateDecision
-	63, // 30: byoc.agent.v1.UpdateDecision.time:type_name -> google.protobuf.Timestamp
-	58, // 31: byoc.agent.v1.StackReport.inputs:type_name -> byoc.agent.v1.StackReport.InputsEntry
-	59, // 32: byoc.agent.v1.StackReport.outputs:type_name -> byoc.agent.v1.StackReport.OutputsEntry
-	63, // 33: byoc.agent.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
-	18, // 34: byoc.agent.v1.Permissions.telemetry:type_name -> byoc.agent.v1.TelemetrySetting
-	20, // 35: byoc.agent.v1.TelemetryConfig.metrics:type_name -> byoc.agent.v1.MetricsSource
-	21, // 36: byoc.agent.v1.TelemetryConfig.logs:type_name -> byoc.agent.v1.LogSource
-	23, // 37: byoc.agent.v1.TelemetryBatch.samples:type_name -> byoc.agent.v1.MetricSample
-	24, // 38: byoc.agent.v1.TelemetryBatch.lines:type_name -> byoc.agent.v1.TelemetryLine
-	60, // 39: byoc.agent.v1.MetricSample.labels:type_name -> byoc.agent.v1.MetricSample.LabelsEntry
-	63, // 40: byoc.agent.v1.MetricSample.time:type_name -> google.protobuf.Timestamp
-	63, // 41: byoc.agent.v1.TelemetryLine.time:type_name -> google.protobuf.Timestamp
-	3,  // 42: byoc.agent.v1.Welcome.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
-	9,  // 43: byoc.agent.v1.Heartbeat.running:type_name -> byoc.agent.v1.RunningJob
-	17, // 44: byoc.agent.v1.Heartbeat.permissions:type_name -> byoc.agent.v1.Permissions
-	15, // 45: byoc.agent.v1.Heartbeat.condition:type_name -> byoc.agent.v1.AgentCondition
-	11, // 46: byoc.agent.v1.Heartbeat.update:type_name -> byoc.agent.v1.UpdateReport
-	63, // 47: byoc.agent.v1.LogLine.time:type_name -> google.protobuf.Timestamp
-	29, // 48: byoc.agent.v1.JobLogs.lines:type_name -> byoc.agent.v1.LogLine
-	0,  // 49: byoc.agent.v1.JobResult.outcome:type_name -> byoc.agent.v1.Outcome
-	61, // 50: byoc.agent.v1.JobResult.outputs:type_name -> byoc.agent.v1.JobResult.OutputsEntry
-	34, // 51: byoc.agent.v1.JobResult.planned_changes:type_name -> byoc.agent.v1.PlannedChange
-	33, // 52: byoc.agent.v1.JobResult.policy_findings:type_name -> byoc.agent.v1.PolicyFinding
-	32, // 53: byoc.agent.v1.JobResult.verifications:type_name -> byoc.agent.v1.ArtifactVerification
-	64, // 54: byoc.agent.v1.PlannedChange.before:type_name -> google.protobuf.Value
-	64, // 55: byoc.agent.v1.PlannedChange.after:type_name -> google.protobuf.Value
-	65, // 56: byoc.agent.v1.JobAssignment.config:type_name -> google.protobuf.Struct
-	62, // 57: byoc.agent.v1.JobAssignment.inputs:type_name -> byoc.agent.v1.JobAssignment.InputsEntry
-	37, // 58: byoc.agent.v1.JobAssignment.signature:type_name -> byoc.agent.v1.JobSignature
-	36, // 59: byoc.agent.v1.JobAssignment.registry_grant:type_name -> byoc.agent.v1.RegistryGrant
-	63, // 60: byoc.agent.v1.ListBreakGlassRequest.time:type_name -> google.protobuf.Timestamp
-	43, // 61: byoc.agent.v1.ListBreakGlassResponse.grants:type_name -> byoc.agent.v1.BreakGlassGrant
-	63, // 62: byoc.agent.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
-	63, // 63: byoc.agent.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
-	63, // 64: byoc.agent.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
-	63, // 65: byoc.agent.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
-	63, // 66: byoc.agent.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
-	43, // 67: byoc.agent.v1.DecideBreakGlassResponse.grant:type_name -> byoc.agent.v1.BreakGlassGrant
-	48, // 68: byoc.agent.v1.AuditRecords.records:type_name -> byoc.agent.v1.AuditRecord
-	47, // 69: byoc.agent.v1.AuditRecords.checkpoint:type_name -> byoc.agent.v1.AuditCheckpoint
-	63, // 70: byoc.agent.v1.ListAuditRecordsRequest.time:type_name -> google.protobuf.Timestamp
-	48, // 71: byoc.agent.v1.ListAuditRecordsResponse.records:type_name -> byoc.agent.v1.AuditRecord
-	63, // 72: byoc.agent.v1.RevokeSelfRequest.time:type_name -> google.protobuf.Timestamp
-	56, // 73: byoc.agent.v1.ShellEvent.opened:type_name -> byoc.agent.v1.ShellOpened
-	57, // 74: byoc.agent.v1.ShellEvent.ended:type_name -> byoc.agent.v1.ShellEnded
-	63, // 75: byoc.agent.v1.ShellOpened.grant_expire_time:type_name -> google.protobuf.Timestamp
-	1,  // 76: byoc.agent.v1.AgentService.Enroll:input_type -> byoc.agent.v1.EnrollRequest
-	4,  // 77: byoc.agent.v1.AgentService.Connect:input_type -> byoc.agent.v1.ConnectRequest
-	41, // 78: byoc.agent.v1.AgentService.ListBreakGlass:input_type -> byoc.agent.v1.ListBreakGlassRequest
-	44, // 79: byoc.agent.v1.AgentService.DecideBreakGlass:input_type -> byoc.agent.v1.DecideBreakGlassRequest
-	49, // 80: byoc.agent.v1.AgentService.ListAuditRecords:input_type -> byoc.agent.v1.ListAuditRecordsRequest
-	51, // 81: byoc.agent.v1.AgentService.RevokeSelf:input_type -> byoc.agent.v1.RevokeSelfRequest
-	2,  // 82: byoc.agent.v1.AgentService.Enroll:output_type -> byoc.agent.v1.EnrollResponse
-	5,  // 83: byoc.agent.v1.AgentService.Connect:output_type -> byoc.agent.v1.ConnectResponse
-	42, // 84: byoc.agent.v1.AgentService.ListBreakGlass:output_type -> byoc.agent.v1.ListBreakGlassResponse
-	45, // 85: byoc.agent.v1.AgentService.DecideBreakGlass:output_type -> byoc.agent.v1.DecideBreakGlassResponse
-	50, // 86: byoc.agent.v1.AgentService.ListAuditRecords:output_type -> byoc.agent.v1.ListAuditRecordsResponse
-	52, // 87: byoc.agent.v1.AgentService.RevokeSelf:output_type -> byoc.agent.v1.RevokeSelfResponse
-	82, // [82:88] is the sub-list for method output_type
-	76, // [76:82] is the sub-list for method input_type
-	76, // [76:76] is the sub-list for extension type_name
-	76, // [76:76] is the sub-list for extension extendee
-	0,  // [0:76] is the sub-list for field type_name
+	19, // 24: byoc.agent.v1.Hello.permissions:type_name -> byoc.agent.v1.Permissions
+	18, // 25: byoc.agent.v1.Hello.stack:type_name -> byoc.agent.v1.StackReport
+	17, // 26: byoc.agent.v1.Hello.condition:type_name -> byoc.agent.v1.AgentCondition
+	16, // 27: byoc.agent.v1.Hello.next_key:type_name -> byoc.agent.v1.AgentKeyRotation
+	13, // 28: byoc.agent.v1.Hello.update:type_name -> byoc.agent.v1.UpdateReport
+	11, // 29: byoc.agent.v1.Hello.plugins:type_name -> byoc.agent.v1.PluginReport
+	12, // 30: byoc.agent.v1.PluginReport.releases:type_name -> byoc.agent.v1.PluginRelease
+	65, // 31: byoc.agent.v1.PluginRelease.check_time:type_name -> google.protobuf.Timestamp
+	14, // 32: byoc.agent.v1.UpdateReport.last:type_name -> byoc.agent.v1.UpdateDecision
+	65, // 33: byoc.agent.v1.UpdateDecision.time:type_name -> google.protobuf.Timestamp
+	60, // 34: byoc.agent.v1.StackReport.inputs:type_name -> byoc.agent.v1.StackReport.InputsEntry
+	61, // 35: byoc.agent.v1.StackReport.outputs:type_name -> byoc.agent.v1.StackReport.OutputsEntry
+	65, // 36: byoc.agent.v1.Permissions.change_time:type_name -> google.protobuf.Timestamp
+	20, // 37: byoc.agent.v1.Permissions.telemetry:type_name -> byoc.agent.v1.TelemetrySetting
+	22, // 38: byoc.agent.v1.TelemetryConfig.metrics:type_name -> byoc.agent.v1.MetricsSource
+	23, // 39: byoc.agent.v1.TelemetryConfig.logs:type_name -> byoc.agent.v1.LogSource
+	25, // 40: byoc.agent.v1.TelemetryBatch.samples:type_name -> byoc.agent.v1.MetricSample
+	26, // 41: byoc.agent.v1.TelemetryBatch.lines:type_name -> byoc.agent.v1.TelemetryLine
+	62, // 42: byoc.agent.v1.MetricSample.labels:type_name -> byoc.agent.v1.MetricSample.LabelsEntry
+	65, // 43: byoc.agent.v1.MetricSample.time:type_name -> google.protobuf.Timestamp
+	65, // 44: byoc.agent.v1.TelemetryLine.time:type_name -> google.protobuf.Timestamp
+	3,  // 45: byoc.agent.v1.Welcome.key_chain:type_name -> byoc.agent.v1.KeyEndorsement
+	9,  // 46: byoc.agent.v1.Heartbeat.running:type_name -> byoc.agent.v1.RunningJob
+	19, // 47: byoc.agent.v1.Heartbeat.permissions:type_name -> byoc.agent.v1.Permissions
+	17, // 48: byoc.agent.v1.Heartbeat.condition:type_name -> byoc.agent.v1.AgentCondition
+	13, // 49: byoc.agent.v1.Heartbeat.update:type_name -> byoc.agent.v1.UpdateReport
+	11, // 50: byoc.agent.v1.Heartbeat.plugins:type_name -> byoc.agent.v1.PluginReport
+	65, // 51: byoc.agent.v1.LogLine.time:type_name -> google.protobuf.Timestamp
+	31, // 52: byoc.agent.v1.JobLogs.lines:type_name -> byoc.agent.v1.LogLine
+	0,  // 53: byoc.agent.v1.JobResult.outcome:type_name -> byoc.agent.v1.Outcome
+	63, // 54: byoc.agent.v1.JobResult.outputs:type_name -> byoc.agent.v1.JobResult.OutputsEntry
+	36, // 55: byoc.agent.v1.JobResult.planned_changes:type_name -> byoc.agent.v1.PlannedChange
+	35, // 56: byoc.agent.v1.JobResult.policy_findings:type_name -> byoc.agent.v1.PolicyFinding
+	34, // 57: byoc.agent.v1.JobResult.verifications:type_name -> byoc.agent.v1.ArtifactVerification
+	66, // 58: byoc.agent.v1.PlannedChange.before:type_name -> google.protobuf.Value
+	66, // 59: byoc.agent.v1.PlannedChange.after:type_name -> google.protobuf.Value
+	67, // 60: byoc.agent.v1.JobAssignment.config:type_name -> google.protobuf.Struct
+	64, // 61: byoc.agent.v1.JobAssignment.inputs:type_name -> byoc.agent.v1.JobAssignment.InputsEntry
+	39, // 62: byoc.agent.v1.JobAssignment.signature:type_name -> byoc.agent.v1.JobSignature
+	38, // 63: byoc.agent.v1.JobAssignment.registry_grant:type_name -> byoc.agent.v1.RegistryGrant
+	65, // 64: byoc.agent.v1.ListBreakGlassRequest.time:type_name -> google.protobuf.Timestamp
+	45, // 65: byoc.agent.v1.ListBreakGlassResponse.grants:type_name -> byoc.agent.v1.BreakGlassGrant
+	65, // 66: byoc.agent.v1.BreakGlassGrant.request_time:type_name -> google.protobuf.Timestamp
+	65, // 67: byoc.agent.v1.BreakGlassGrant.request_expire_time:type_name -> google.protobuf.Timestamp
+	65, // 68: byoc.agent.v1.BreakGlassGrant.decide_time:type_name -> google.protobuf.Timestamp
+	65, // 69: byoc.agent.v1.BreakGlassGrant.expire_time:type_name -> google.protobuf.Timestamp
+	65, // 70: byoc.agent.v1.BreakGlassGrant.revoke_time:type_name -> google.protobuf.Timestamp
+	45, // 71: byoc.agent.v1.DecideBreakGlassResponse.grant:type_name -> byoc.agent.v1.BreakGlassGrant
+	50, // 72: byoc.agent.v1.AuditRecords.records:type_name -> byoc.agent.v1.AuditRecord
+	49, // 73: byoc.agent.v1.AuditRecords.checkpoint:type_name -> byoc.agent.v1.AuditCheckpoint
+	65, // 74: byoc.agent.v1.ListAuditRecordsRequest.time:type_name -> google.protobuf.Timestamp
+	50, // 75: byoc.agent.v1.ListAuditRecordsResponse.records:type_name -> byoc.agent.v1.AuditRecord
+	65, // 76: byoc.agent.v1.RevokeSelfRequest.time:type_name -> google.protobuf.Timestamp
+	58, // 77: byoc.agent.v1.ShellEvent.opened:type_name -> byoc.agent.v1.ShellOpened
+	59, // 78: byoc.agent.v1.ShellEvent.ended:type_name -> byoc.agent.v1.ShellEnded
+	65, // 79: byoc.agent.v1.ShellOpened.grant_expire_time:type_name -> google.protobuf.Timestamp
+	1,  // 80: byoc.agent.v1.AgentService.Enroll:input_type -> byoc.agent.v1.EnrollRequest
+	4,  // 81: byoc.agent.v1.AgentService.Connect:input_type -> byoc.agent.v1.ConnectRequest
+	43, // 82: byoc.agent.v1.AgentService.ListBreakGlass:input_type -> byoc.agent.v1.ListBreakGlassRequest
+	46, // 83: byoc.agent.v1.AgentService.DecideBreakGlass:input_type -> byoc.agent.v1.DecideBreakGlassRequest
+	51, // 84: byoc.agent.v1.AgentService.ListAuditRecords:input_type -> byoc.agent.v1.ListAuditRecordsRequest
+	53, // 85: byoc.agent.v1.AgentService.RevokeSelf:input_type -> byoc.agent.v1.RevokeSelfRequest
+	2,  // 86: byoc.agent.v1.AgentService.Enroll:output_type -> byoc.agent.v1.EnrollResponse
+	5,  // 87: byoc.agent.v1.AgentService.Connect:output_type -> byoc.agent.v1.ConnectResponse
+	44, // 88: byoc.agent.v1.AgentService.ListBreakGlass:output_type -> byoc.agent.v1.ListBreakGlassResponse
+	47, // 89: byoc.agent.v1.AgentService.DecideBreakGlass:output_type -> byoc.agent.v1.DecideBreakGlassResponse
+	52, // 90: byoc.agent.v1.AgentService.ListAuditRecords:output_type -> byoc.agent.v1.ListAuditRecordsResponse
+	54, // 91: byoc.agent.v1.AgentService.RevokeSelf:output_type -> byoc.agent.v1.RevokeSelfResponse
+	86, // [86:92] is the sub-list for method output_type
+	80, // [80:86] is the sub-list for method input_type
+	80, // [80:80] is the sub-list for extension type_name
+	80, // [80:80] is the sub-list for extension extendee
+	0,  // [0:80] is the sub-list for field type_name
 }
 
 func init() { file_byoc_agent_v1_agent_proto_init() }
@@ -5638,7 +5826,7 @@ func file_byoc_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byoc_agent_v1_agent_proto_rawDesc), len(file_byoc_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   62,
+			NumMessages:   64,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -8404,8 +8404,13 @@ type ListInstallArtifactsRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Install string                 `protobuf:"bytes,1,opt,name=install,proto3" json:"install,omitempty"`
 	// kind, when set, keeps the artifacts of that kind only: "image",
-	// "chart" or "module".
-	Kind          string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	// "chart", "module" or "plugin".
+	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	// history lists every verification on record instead (the newest
+	// first, at most 1000; imsd keeps the newest 100 of each component, and
+	// of each agent's plugin release of one type), each as an artifact
+	// with deployed false.
+	History       bool `protobuf:"varint,3,opt,name=history,proto3" json:"history,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -8454,6 +8459,13 @@ func (x *ListInstallArtifactsRequest) GetKind() string {
 	return ""
 }
 
+func (x *ListInstallArtifactsRequest) GetHistory() bool {
+	if x != nil {
+		return x.History
+	}
+	return false
+}
+
 // InstallArtifact is one artifact a component of an install deploys, by
 // digest, with the agent's verdict on it.
 type InstallArtifact struct {
@@ -8461,7 +8473,9 @@ type InstallArtifact struct {
 	Component     string                 `protobuf:"bytes,1,opt,name=component,proto3" json:"component,omitempty"`
 	ComponentType string                 `protobuf:"bytes,2,opt,name=component_type,json=componentType,proto3" json:"component_type,omitempty"`
 	// kind is "image" (an image component's source), "chart" (a helm
-	// component's chart) or "module" (a terraform component's module).
+	// component's chart), "module" (a terraform component's module) or
+	// "plugin" (a plugin release the install's agent pinned for the
+	// component type component_type; component is then empty).
 	Kind string `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
 	// reference is what the component's config names (REPO@DIGEST or a
 	// full reference); digest is its digest.
@@ -8480,7 +8494,11 @@ type InstallArtifact struct {
 	Deployed bool `protobuf:"varint,8,opt,name=deployed,proto3" json:"deployed,omitempty"`
 	// verification is the agent's report on this digest (unset: state
 	// "not verified").
-	Verification  *ArtifactVerification `protobuf:"bytes,9,opt,name=verification,proto3" json:"verification,omitempty"`
+	Verification *ArtifactVerification `protobuf:"bytes,9,opt,name=verification,proto3" json:"verification,omitempty"`
+	// version is a plugin release's version; agent_id the agent that
+	// reported a plugin release (an install's agents pin their own).
+	Version       string `protobuf:"bytes,10,opt,name=version,proto3" json:"version,omitempty"`
+	AgentId       string `protobuf:"bytes,11,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -8576,6 +8594,20 @@ func (x *InstallArtifact) GetVerification() *ArtifactVerification {
 		return x.Verification
 	}
 	return nil
+}
+
+func (x *InstallArtifact) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *InstallArtifact) GetAgentId() string {
+	if x != nil {
+		return x.AgentId
+	}
+	return ""
 }
 
 type ListInstallArtifactsResponse struct {
@@ -10418,10 +10450,11 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\vverify_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"verifyTime\"N\n" +
 	"\x19ListInstallImagesResponse\x121\n" +
-	"\x06images\x18\x01 \x03(\v2\x19.byoc.ims.v1.InstallImageR\x06images\"K\n" +
+	"\x06images\x18\x01 \x03(\v2\x19.byoc.ims.v1.InstallImageR\x06images\"e\n" +
 	"\x1bListInstallArtifactsRequest\x12\x18\n" +
 	"\ainstall\x18\x01 \x01(\tR\ainstall\x12\x12\n" +
-	"\x04kind\x18\x02 \x01(\tR\x04kind\"\xaf\x02\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x18\n" +
+	"\ahistory\x18\x03 \x01(\bR\ahistory\"\xe4\x02\n" +
 	"\x0fInstallArtifact\x12\x1c\n" +
 	"\tcomponent\x18\x01 \x01(\tR\tcomponent\x12%\n" +
 	"\x0ecomponent_type\x18\x02 \x01(\tR\rcomponentType\x12\x12\n" +
@@ -10431,7 +10464,10 @@ const file_byoc_ims_v1_operator_proto_rawDesc = "" +
 	"\x05state\x18\x06 \x01(\tR\x05state\x12\x14\n" +
 	"\x05rules\x18\a \x03(\tR\x05rules\x12\x1a\n" +
 	"\bdeployed\x18\b \x01(\bR\bdeployed\x12E\n" +
-	"\fverification\x18\t \x01(\v2!.byoc.ims.v1.ArtifactVerificationR\fverification\"Z\n" +
+	"\fverification\x18\t \x01(\v2!.byoc.ims.v1.ArtifactVerificationR\fverification\x12\x18\n" +
+	"\aversion\x18\n" +
+	" \x01(\tR\aversion\x12\x19\n" +
+	"\bagent_id\x18\v \x01(\tR\aagentId\"Z\n" +
 	"\x1cListInstallArtifactsResponse\x12:\n" +
 	"\tartifacts\x18\x01 \x03(\v2\x1c.byoc.ims.v1.InstallArtifactR\tartifacts\"4\n" +
 	"\x18ListDebugCommandsRequest\x12\x18\n" +

@@ -505,7 +505,8 @@ type OperatorServiceClient interface {
 	// ListInstallArtifacts lists every artifact an install's components
 	// deploy (images, Helm charts, Terraform modules), with what the
 	// install's agent verified of each under the customer's supply-chain
-	// policy.
+	// policy, and the plugin releases the install's agents pinned, with
+	// what each agent verified of them.
 	ListInstallArtifacts(context.Context, *connect.Request[v1.ListInstallArtifactsRequest]) (*connect.Response[v1.ListInstallArtifactsResponse], error)
 }
 
@@ -1657,7 +1658,8 @@ type OperatorServiceHandler interface {
 	// ListInstallArtifacts lists every artifact an install's components
 	// deploy (images, Helm charts, Terraform modules), with what the
 	// install's agent verified of each under the customer's supply-chain
-	// policy.
+	// policy, and the plugin releases the install's agents pinned, with
+	// what each agent verified of them.
 	ListInstallArtifacts(context.Context, *connect.Request[v1.ListInstallArtifactsRequest]) (*connect.Response[v1.ListInstallArtifactsResponse], error)
 }
 
