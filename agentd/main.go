@@ -34,6 +34,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"crypto"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -49,6 +50,7 @@ import (
 	"time"
 
 	"github.com/byoc-dev/byoc/agentd/agent"
+	"github.com/byoc-dev/byoc/agentd/kmskey"
 	"github.com/byoc-dev/byoc/agentd/ledger"
 	"github.com/byoc-dev/byoc/agentd/pluginhost"
 	"github.com/byoc-dev/byoc/agentd/secrets"
@@ -126,6 +128,33 @@ func checkSigningFlags(role, artifactKey, fulcioURL, tsaURL, tokenFile string) e
 			strings.Join(given, ", "), strings.Join(missing, ", "))
 	}
 	return nil
+}
+
+// openArtifactKey opens the build agent's --artifact-signing-key: an AWS
+// KMS key (awskms://, checked with KMS now: an Ed25519 signing key) or
+// an Ed25519 key file. Nil when none is given.
+func openArtifactKey(ctx context.Context, role, key string) (crypto.Signer, error) {
+	if role != "build" || key == "" {
+		return nil, nil
+	}
+	if !kmskey.IsURI(key) {
+		k, err := ocisign.ReadPrivateKey(key)
+		if err != nil {
+			return nil, err
+		}
+		return k, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	return kmskey.Open(ctx, key, kmskey.Options{Credentials: stack.OwnCredentials(), CABundle: os.Getenv("AWS_CA_BUNDLE")})
+}
+
+// signingKeyFile is the file of --artifact-signing-key ("" for a KMS key).
+func signingKeyFile(key string) string {
+	if kmskey.IsURI(key) {
+		return ""
+	}
+	return key
 }
 
 // absPaths makes the non-empty paths absolute.
@@ -430,7 +459,7 @@ func runAgent(ctx context.Context, args []string, offline *offlineFunc) int {
 	fs.BoolVar(&insecureNoSandbox, "insecure-no-sandbox", false, "run plugins WITHOUT a sandbox: vendor code can then read and write everything the agent can, its identity and your controls included; never in production")
 	fs.Var(&sandboxReadOnly, "sandbox-read-only", "host `path` every plugin may read in its sandbox, such as a chart directory or an OCI layout named by path in development (repeatable)")
 	fs.Var(&sandboxWritable, "sandbox-writable", "host `directory` every plugin may write in its sandbox, such as where a plugin of yours keeps files outside the agent (repeatable); never the agent's state directory")
-	fs.StringVar(&artifactSigningKey, "artifact-signing-key", "", "build agent: the Ed25519 key `file` (PKCS#8 PEM, such as imsd's --signing-key) every synced or packaged artifact is signed with in the vendor registry, so that install agents' supply-chain policy can verify it")
+	fs.StringVar(&artifactSigningKey, "artifact-signing-key", "", "build agent: the Ed25519 key every synced or packaged artifact is signed with in the vendor registry, so that install agents' supply-chain policy can verify it: a key `file` (PKCS#8 PEM, such as imsd's --signing-key) or an AWS KMS key of spec ECC_NIST_EDWARDS25519, awskms:///KEY-ID-OR-ARN (credentials from the environment or the instance profile)")
 	var keylessFulcio, keylessTSA, keylessToken string
 	fs.StringVar(&keylessFulcio, "keyless-fulcio-url", "", "build agent: base `URL` of a Fulcio-compatible certificate authority; with --keyless-tsa-url and --keyless-token-file every artifact and attestation is also signed keylessly (an ephemeral key certified for the agent's workload identity)")
 	fs.StringVar(&keylessTSA, "keyless-tsa-url", "", "build agent: `URL` of the RFC 3161 timestamp authority that timestamps each keyless signature")
@@ -471,7 +500,15 @@ func runAgent(ctx context.Context, args []string, offline *offlineFunc) int {
 		fmt.Fprintf(os.Stderr, "agentd: %v\n", err)
 		return 2
 	}
+	artifactKey, err := openArtifactKey(ctx, role, artifactSigningKey)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "agentd: --artifact-signing-key: %v\n", err)
+		return 2
+	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if k, ok := artifactKey.(*kmskey.Key); ok {
+		log.Info("artifacts are signed with an AWS KMS key", "key", k.ARN, "key_id", k.KeyID())
+	}
 	pinMap := map[string]string{}
 	for _, p := range pins {
 		typ, sum, ok := strings.Cut(p, "=")
@@ -670,16 +707,13 @@ func runAgent(ctx context.Context, args []string, offline *offlineFunc) int {
 	runner := &agent.PluginRunner{Loader: loader, WorkRoot: filepath.Join(stateDir, "jobs"),
 		StateRoot: filepath.Join(stateDir, "components"), LogRoot: filepath.Join(stateDir, "logs"), Secrets: secretMap, Logger: log,
 		PolicyDir: policyDir, InstallRegistry: installRegistry, PluginEnv: pluginEnv, CancelGrace: cancelGrace, Kubeconfig: kubeconfig,
-		SandboxReadOnly: sandboxReadOnly, SandboxWritable: sandboxWritable, SandboxHidden: agentPaths(stateDir, secretsFile, policyDir, st, artifactSigningKey, keylessToken)}
+		SandboxReadOnly: sandboxReadOnly, SandboxWritable: sandboxWritable, SandboxHidden: agentPaths(stateDir, secretsFile, policyDir, st, signingKeyFile(artifactSigningKey), keylessToken)}
 	if role == "build" {
 		// The build agent's credentials to read private sources: the
 		// secrets BYOC_SOURCE_REGISTRY_USERNAME, _PASSWORD, _TOKEN.
 		runner.OperationSecretsPrefix = build.SourceCredentialsPrefix
-		if artifactSigningKey != "" {
-			if runner.ArtifactKey, err = ocisign.ReadPrivateKey(artifactSigningKey); err != nil {
-				fmt.Fprintf(os.Stderr, "agentd: --artifact-signing-key: %v\n", err)
-				return 2
-			}
+		if artifactKey != nil {
+			runner.ArtifactKey = artifactKey
 		}
 		if keylessFulcio != "" { // all three (checkSigningFlags)
 			runner.KeylessSign = keylesssign.Signer{FulcioURL: keylessFulcio, TSAURL: keylessTSA, TokenFile: keylessToken}

@@ -3,7 +3,7 @@ package agent
 import (
 	"cmp"
 	"context"
-	"crypto/ed25519"
+	"crypto"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -72,8 +72,10 @@ type PluginRunner struct {
 	InstallRegistry string
 	// ArtifactKey, on the build agent (agentd --artifact-signing-key),
 	// signs every artifact a build job syncs or packages, in the vendor
-	// registry (internal/ocisign), after the job succeeded.
-	ArtifactKey ed25519.PrivateKey
+	// registry (internal/ocisign), after the job succeeded: an Ed25519
+	// file key (ed25519.PrivateKey) or an AWS KMS key (agentd/kmskey),
+	// any crypto.Signer whose public key is Ed25519.
+	ArtifactKey crypto.Signer
 	// KeylessSign, on the build agent (agentd --keyless-fulcio-url,
 	// --keyless-tsa-url, --keyless-token-file), signs every artifact a
 	// build job syncs or packages and every attestation of it keylessly

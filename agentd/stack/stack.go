@@ -83,7 +83,7 @@ func OpenWith(path string, o OpenOptions) (*Stack, error) {
 	}
 	s := &Stack{Config: c, Path: path}
 	if c.Format == stackconfig.FormatCloudFormation {
-		cfg := aws.Config{Region: c.Region, Credentials: aws.NewCredentialsCache(ownCredentials())}
+		cfg := aws.Config{Region: c.Region, Credentials: aws.NewCredentialsCache(OwnCredentials())}
 		s.STS = sts.NewFromConfig(cfg, func(o *sts.Options) {
 			if u := c.Endpoints["sts"]; u != "" {
 				o.BaseEndpoint = aws.String(u)
@@ -108,9 +108,9 @@ func OpenWith(path string, o OpenOptions) (*Stack, error) {
 	return s, nil
 }
 
-// ownCredentials are the agent's own: from the environment when set (a
+// OwnCredentials are the agent's own: from the environment when set (a
 // developer machine, tests), else the instance profile's.
-func ownCredentials() aws.CredentialsProvider {
+func OwnCredentials() aws.CredentialsProvider {
 	if id, key := os.Getenv("AWS_ACCESS_KEY_ID"), os.Getenv("AWS_SECRET_ACCESS_KEY"); id != "" && key != "" {
 		tok := os.Getenv("AWS_SESSION_TOKEN")
 		return aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {

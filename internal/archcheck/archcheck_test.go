@@ -237,10 +237,11 @@ var rules = []rule{
 					"github.com/Azure/azure-sdk-for-go/sdk/internal", "github.com/Azure/azure-sdk-for-go/sdk/security/keyvault/azsecrets",
 					"github.com/Azure/azure-sdk-for-go/sdk/security/keyvault/internal")(dep)
 		}},
-	{name: "agentd links only the sts and secretsmanager AWS service clients (agentd/stack; every other call is made by a job with its mode's role)",
+	{name: "agentd links only the sts and secretsmanager AWS service clients (agentd/stack) and kms (agentd/kmskey, the build agent's signing key); every other call is made by a job with its mode's role",
 		from: in("agentd"), forbidden: func(dep string) bool {
 			return strings.HasPrefix(dep, "github.com/aws/aws-sdk-go-v2/service/") &&
-				!prefixes("github.com/aws/aws-sdk-go-v2/service/sts", "github.com/aws/aws-sdk-go-v2/service/secretsmanager", "github.com/aws/aws-sdk-go-v2/service/internal")(dep)
+				!prefixes("github.com/aws/aws-sdk-go-v2/service/sts", "github.com/aws/aws-sdk-go-v2/service/secretsmanager",
+					"github.com/aws/aws-sdk-go-v2/service/kms", "github.com/aws/aws-sdk-go-v2/service/internal")(dep)
 		}},
 	{name: "no binary links test helpers or the end-to-end harness",
 		// The cloud fakes, test helpers themselves, may use ocitest.

@@ -20,6 +20,7 @@ package attest
 import (
 	"bytes"
 	"context"
+	"crypto"
 	"crypto/ed25519"
 	"encoding/base64"
 	"encoding/hex"
@@ -44,6 +45,7 @@ import (
 
 	"github.com/byoc-dev/byoc/internal/cosignlayout"
 	"github.com/byoc-dev/byoc/internal/ocicopy"
+	"github.com/byoc-dev/byoc/internal/ocisign"
 	"github.com/byoc-dev/byoc/rpc/agentproto"
 )
 
@@ -145,12 +147,20 @@ func pae(payloadType string, body []byte) []byte {
 // Bundle signs st with key as a Sigstore bundle (v0.3): a DSSE envelope
 // of the statement whose verification material is a public key hint,
 // agentproto.KeyID of the key.
-func Bundle(_ context.Context, st Statement, key ed25519.PrivateKey) (*bundle.Bundle, error) {
+func Bundle(_ context.Context, st Statement, key crypto.Signer) (*bundle.Bundle, error) {
 	body, err := json.Marshal(st)
 	if err != nil {
 		return nil, err
 	}
-	id := agentproto.KeyID(key.Public().(ed25519.PublicKey))
+	pub, err := ocisign.SignerPublicKey(key)
+	if err != nil {
+		return nil, err
+	}
+	id := agentproto.KeyID(pub)
+	sig, err := ocisign.SignEd25519(key, pae(PayloadType, body))
+	if err != nil {
+		return nil, err
+	}
 	pb := &protobundle.Bundle{
 		MediaType: BundleMediaType,
 		VerificationMaterial: &protobundle.VerificationMaterial{
@@ -161,7 +171,7 @@ func Bundle(_ context.Context, st Statement, key ed25519.PrivateKey) (*bundle.Bu
 			// The keyid stays empty, as in cosign's bundles: the key
 			// is named by the hint (sigstore-go's DSSE verifier would
 			// require go-securesystemslib's own key id here).
-			Signatures: []*protodsse.Signature{{Sig: ed25519.Sign(key, pae(PayloadType, body))}},
+			Signatures: []*protodsse.Signature{{Sig: sig}},
 		}},
 	}
 	return bundle.NewBundle(pb)
@@ -169,12 +179,16 @@ func Bundle(_ context.Context, st Statement, key ed25519.PrivateKey) (*bundle.Bu
 
 // Attach signs st with key and pushes it as a referrer of md in repo.
 // The same statement signed with the same key gives the same referrer.
-func Attach(ctx context.Context, repo *ocicopy.Repo, md ocispec.Descriptor, st Statement, key ed25519.PrivateKey) (ocispec.Descriptor, error) {
+func Attach(ctx context.Context, repo *ocicopy.Repo, md ocispec.Descriptor, st Statement, key crypto.Signer) (ocispec.Descriptor, error) {
 	bun, err := Bundle(ctx, st, key)
 	if err != nil {
 		return ocispec.Descriptor{}, err
 	}
-	return AttachBundle(ctx, repo, md, bun, st.PredicateType, agentproto.KeyID(key.Public().(ed25519.PublicKey)))
+	pub, err := ocisign.SignerPublicKey(key)
+	if err != nil {
+		return ocispec.Descriptor{}, err
+	}
+	return AttachBundle(ctx, repo, md, bun, st.PredicateType, agentproto.KeyID(pub))
 }
 
 // AttachBundle pushes the signed bundle bun, an attestation of

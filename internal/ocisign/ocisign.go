@@ -20,7 +20,9 @@ package ocisign
 
 import (
 	"context"
+	"crypto"
 	"crypto/ed25519"
+	"crypto/rand"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/binary"
@@ -93,10 +95,17 @@ type Signature struct {
 // Sign pushes a signature of the manifest md (as type typ, version
 // version) by key, as a referrer of md. Signing twice with the same key
 // gives the same manifest.
-func Sign(ctx context.Context, repo *ocicopy.Repo, md ocispec.Descriptor, typ, version string, key ed25519.PrivateKey) (Signature, error) {
-	pub := key.Public().(ed25519.PublicKey)
+func Sign(ctx context.Context, repo *ocicopy.Repo, md ocispec.Descriptor, typ, version string, key crypto.Signer) (Signature, error) {
+	pub, err := SignerPublicKey(key)
+	if err != nil {
+		return Signature{}, err
+	}
+	raw, err := SignEd25519(key, SignedMessage(typ, version, md.Digest))
+	if err != nil {
+		return Signature{}, err
+	}
 	sig := Signature{Type: typ, Version: version, Manifest: md.Digest.String(), KeyID: agentproto.KeyID(pub),
-		Signature: base64.StdEncoding.EncodeToString(ed25519.Sign(key, SignedMessage(typ, version, md.Digest)))}
+		Signature: base64.StdEncoding.EncodeToString(raw)}
 	b, err := json.Marshal(sig)
 	if err != nil {
 		return Signature{}, err
@@ -124,8 +133,44 @@ func Sign(ctx context.Context, repo *ocicopy.Repo, md ocispec.Descriptor, typ, v
 	if err != nil {
 		return Signature{}, err
 	}
-	if _, err := cosignlayout.AddSignature(ctx, repo, md.Digest, payload, ed25519.Sign(key, payload)); err != nil {
+	psig, err := SignEd25519(key, payload)
+	if err != nil {
+		return Signature{}, err
+	}
+	if _, err := cosignlayout.AddSignature(ctx, repo, md.Digest, payload, psig); err != nil {
 		return Signature{}, fmt.Errorf("push the cosign signature: %w", err)
+	}
+	return sig, nil
+}
+
+// SignerPublicKey is the Ed25519 public key of key: a file key
+// (ed25519.PrivateKey) or a KMS key (agentd/kmskey).
+func SignerPublicKey(key crypto.Signer) (ed25519.PublicKey, error) {
+	if key == nil {
+		return nil, errors.New("no signing key")
+	}
+	pub, ok := key.Public().(ed25519.PublicKey)
+	if !ok || len(pub) != ed25519.PublicKeySize {
+		return nil, fmt.Errorf("the signing key is %T, not Ed25519", key.Public())
+	}
+	return pub, nil
+}
+
+// SignEd25519 signs msg whole (pure Ed25519: crypto.Hash(0)) with key,
+// and checks the signature under key's public key, so that a signer
+// answering with another key's signature (a KMS key swapped behind its
+// id) fails here, not at the customer's.
+func SignEd25519(key crypto.Signer, msg []byte) ([]byte, error) {
+	pub, err := SignerPublicKey(key)
+	if err != nil {
+		return nil, err
+	}
+	sig, err := key.Sign(rand.Reader, msg, crypto.Hash(0))
+	if err != nil {
+		return nil, fmt.Errorf("sign: %w", err)
+	}
+	if !ed25519.Verify(pub, msg, sig) {
+		return nil, fmt.Errorf("sign: the signature does not verify under the signing key %s", agentproto.KeyID(pub))
 	}
 	return sig, nil
 }

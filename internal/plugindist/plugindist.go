@@ -18,6 +18,7 @@ package plugindist
 import (
 	"bytes"
 	"context"
+	"crypto"
 	"crypto/ed25519"
 	"encoding/json"
 	"errors"
@@ -178,7 +179,7 @@ type Signature = ocisign.Signature
 
 // Sign pushes a signature of the release md (of type typ, version
 // version) by key, as a referrer of md (ocisign.Sign).
-func Sign(ctx context.Context, repo *ocicopy.Repo, md ocispec.Descriptor, typ, version string, key ed25519.PrivateKey) (Signature, error) {
+func Sign(ctx context.Context, repo *ocicopy.Repo, md ocispec.Descriptor, typ, version string, key crypto.Signer) (Signature, error) {
 	return ocisign.Sign(ctx, repo, md, typ, version, key)
 }
 

@@ -13,7 +13,9 @@
 // when they have expired or when the session policy, or an inline
 // policy put on the role (PutRolePolicy, as a revoke of older sessions
 // does), denies it or the session policy does not allow it. A role
-// otherwise allows everything. No binary links it.
+// otherwise allows everything. KMS (kms.go) fakes the two calls of the
+// build agent's KMS signing key, GetPublicKey and Sign. No binary links
+// it.
 package awsfake
 
 import (
