@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -45,12 +46,22 @@ func BenchmarkReconnectStorm(b *testing.B) {
 
 // BenchmarkReconnectStormReplicas is BenchmarkReconnectStorm on a
 // PostgreSQL replica pair: two imsd processes on one PostgreSQL behind a
-// layer-4 balancer (cluster.Balancer, as a vendor runs them), the agents
-// spread across both by the balancer, both replicas killed at once and
-// started again two seconds later. CPU and RSS are the two replicas'
-// together; the PostgreSQL backends' are not counted.
+// layer-4 balancer (as a vendor runs them), the agents spread across
+// both by the balancer, both replicas killed at once and started again
+// two seconds later. CPU and RSS are the two replicas' together; the
+// PostgreSQL backends' are not counted.
+//
+// The balancer is BYOC_BENCH_BALANCERS processes (2) sharing one port
+// with SO_REUSEPORT (cluster.StartBalancerProcesses): a relayed agent
+// holds two of a balancer's descriptors, and this container caps a
+// process at 20,000, so 10,000 agents need two. 0 runs the balancer in
+// this process (cluster.StartBalancer), as before 2026-11-28.
 func BenchmarkReconnectStormReplicas(b *testing.B) {
 	n := stormAgents()
+	nb := 2
+	if v, err := strconv.Atoi(os.Getenv("BYOC_BENCH_BALANCERS")); err == nil && v >= 0 {
+		nb = v
+	}
 	for range b.N {
 		dsn := pgtest.Start(b)
 		var dsns []string
@@ -59,17 +70,51 @@ func BenchmarkReconnectStormReplicas(b *testing.B) {
 		}
 		ps := cluster.StartReplicas(b, dsns, func(int) io.Writer { return os.Stderr }, stormArgs("")...)
 		p1, p2 := &imsProc{IMSProcess: ps[0], url: ps[0].URL()}, &imsProc{IMSProcess: ps[1], url: ps[1].URL()}
-		lb := cluster.StartBalancer(b, p1.Addr, p2.Addr)
+		var lb stormBalancer
+		var watch []watched
+		if nb == 0 {
+			lb = cluster.StartBalancer(b, p1.Addr, p2.Addr)
+		} else {
+			g := cluster.StartBalancerProcesses(b, nb, p1.Addr, p2.Addr)
+			lb = g
+			for i, pid := range g.PIDs() {
+				watch = append(watch, watched{label: fmt.Sprintf("balancer %d", i+1), pid: func() int { return pid }})
+			}
+		}
 		// Installs are made through one replica; the agents name the
 		// balancer, as agentd --ims does.
 		agents := fleet(b, &imsProc{IMSProcess: p1.IMSProcess, url: lb.URL()}, n, func(string, time.Time) {})
-		fmt.Printf("agents per replica before the storm: %v\n", lb.Active())
-		if n, err := lb.AcceptErrors(); n > 0 {
-			fmt.Printf("the balancer's accepts failed %d times, the last: %v\n", n, err)
-		}
-		storm(b, "PostgreSQL replica pair", []*imsProc{p1, p2}, agents)
-		fmt.Printf("agents per replica after the storm: %v\n", lb.Active())
+		fmt.Printf("agents per replica before the storm: %v; %s\n", lb.Active(), balancerReport(lb))
+		storm(b, "PostgreSQL replica pair", []*imsProc{p1, p2}, agents, watch...)
+		fmt.Printf("agents per replica after the storm: %v; %s\n", lb.Active(), balancerReport(lb))
 	}
+}
+
+// stormBalancer is the balancer in front of the replica pair: one in
+// this process or several processes sharing a port.
+type stormBalancer interface {
+	URL() string
+	Active() []int
+}
+
+// balancerReport says how the balancer's accepts went, per process.
+func balancerReport(lb stormBalancer) string {
+	switch lb := lb.(type) {
+	case *cluster.Balancer:
+		n, err := lb.AcceptErrors()
+		return fmt.Sprintf("the balancer's accepts failed %d times (last: %v)", n, err)
+	case *cluster.BalancerGroup:
+		st, err := lb.Stats()
+		if err != nil {
+			return fmt.Sprintf("balancer stats: %v", err)
+		}
+		var parts []string
+		for i, s := range st {
+			parts = append(parts, fmt.Sprintf("balancer %d: routed %v, active %v, failed accepts %d %s", i+1, s.Routed, s.Active, s.AcceptErrors, s.LastAcceptError))
+		}
+		return strings.Join(parts, "; ")
+	}
+	return ""
 }
 
 // stormAgents is the storm's fleet size: BYOC_BENCH_AGENTS, or 10,000.
@@ -113,13 +158,82 @@ type stormStats struct {
 	lastErr                        atomic.Value // string: the last failed try's error, for a failure's message
 }
 
+// watched is a process whose CPU, RSS and open descriptors a storm
+// samples; pid returns its process id now (a restarted imsd's is new).
+type watched struct {
+	label string
+	pid   func() int
+}
+
+// procPeaks are what a storm sampled of one process: its CPU in the
+// storm, its peak CPU (over windows of at least a second), its peak RSS
+// and its peak number of open descriptors.
+type procPeaks struct {
+	cpu0, cpu time.Duration
+	peakCPU   float64
+	peakRSS   int64
+	peakFDs   int
+}
+
+// pidCPU returns the CPU time process pid has used, user and system (0
+// when it is gone).
+func pidCPU(pid int) time.Duration {
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	_, rest, _ := strings.Cut(string(st[strings.LastIndexByte(string(st), ')'):]), " ")
+	f := strings.Fields(rest)
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+stime) * 10 * time.Millisecond
+}
+
+// pidRSS returns process pid's resident set in bytes (0 when it is gone).
+func pidRSS(pid int) int64 {
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	_, rest, _ := strings.Cut(string(st[strings.LastIndexByte(string(st), ')'):]), " ")
+	f := strings.Fields(rest)
+	if len(f) < 22 {
+		return 0
+	}
+	pages, _ := strconv.ParseInt(f[21], 10, 64)
+	return pages * int64(os.Getpagesize())
+}
+
+// pidFDs returns how many descriptors process pid has open.
+func pidFDs(pid int) int {
+	d, err := os.Open(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return 0
+	}
+	defer d.Close()
+	names, _ := d.Readdirnames(-1)
+	return len(names)
+}
+
 // storm kills every process of procs at once (SIGKILL, as a crash),
 // starts them again two seconds later while the agents reconnect, and
-// prints what label's storm took. CPU and RSS are the processes' sums.
-func storm(b *testing.B, label string, procs []*imsProc, agents []*benchAgent) {
+// prints what label's storm took. CPU and RSS are the processes' sums;
+// each process of procs, the load generator (this process) and those of
+// others are also sampled on their own.
+func storm(b *testing.B, label string, procs []*imsProc, agents []*benchAgent, others ...watched) {
 	b.Helper()
 	n := len(agents)
 	const down = 2 * time.Second
+	var watch []watched
+	for i, p := range procs {
+		watch = append(watch, watched{label: fmt.Sprintf("imsd %d", i+1), pid: p.PID})
+	}
+	watch = append(watch, watched{label: "load generator", pid: os.Getpid})
+	watch = append(watch, others...)
+	peaks := make([]procPeaks, len(watch))
 	killedPIDs := make([]int, len(procs))
 	for i, p := range procs {
 		killedPIDs[i] = p.PID()
@@ -158,7 +272,8 @@ func storm(b *testing.B, label string, procs []*imsProc, agents []*benchAgent) {
 	// Sample imsd's CPU and RSS from its start (Start returns only once
 	// /readyz answers, which in a storm is late) while the storm lasts;
 	// the peak CPU is over windows of at least a second (a late tick can
-	// follow the one before by a millisecond).
+	// follow the one before by a millisecond). Every watched process's
+	// descriptors are counted every second.
 	var peakCPU float64
 	var peakRSS int64
 	var cpu0 atomic.Int64
@@ -177,25 +292,46 @@ func storm(b *testing.B, label string, procs []*imsProc, agents []*benchAgent) {
 		type sample struct {
 			at  time.Time
 			cpu time.Duration
+			per []time.Duration
 		}
-		samples := []sample{{time.Now(), cpu()}}
+		take := func() sample {
+			s := sample{at: time.Now(), cpu: cpu(), per: make([]time.Duration, len(watch))}
+			for i, w := range watch {
+				s.per[i] = pidCPU(w.pid())
+			}
+			return s
+		}
+		samples := []sample{take()}
+		for i := range watch {
+			peaks[i].cpu0 = samples[0].per[i]
+		}
 		t := time.NewTicker(250 * time.Millisecond)
 		defer t.Stop()
-		for {
+		for tick := 0; ; tick++ {
 			select {
 			case <-stopSample:
 				return
 			case <-t.C:
 			}
-			now := sample{time.Now(), cpu()}
+			now := take()
 			for i := len(samples) - 1; i >= 0; i-- {
 				if d := now.at.Sub(samples[i].at); d >= time.Second {
 					peakCPU = max(peakCPU, float64(now.cpu-samples[i].cpu)/float64(d))
+					for j := range watch {
+						peaks[j].peakCPU = max(peaks[j].peakCPU, float64(now.per[j]-samples[i].per[j])/float64(d))
+					}
 					break
 				}
 			}
 			samples = append(samples, now)
 			peakRSS = max(peakRSS, rss())
+			for j, w := range watch {
+				peaks[j].cpu = now.per[j] - peaks[j].cpu0
+				peaks[j].peakRSS = max(peaks[j].peakRSS, pidRSS(w.pid()))
+				if tick%4 == 0 {
+					peaks[j].peakFDs = max(peaks[j].peakFDs, pidFDs(w.pid()))
+				}
+			}
 		}
 	}()
 	started := time.Now()
@@ -272,6 +408,12 @@ func storm(b *testing.B, label string, procs []*imsProc, agents []*benchAgent) {
 		label, n, all.Round(time.Millisecond), ready.Sub(started).Round(time.Millisecond), down, back.Sub(killed).Round(time.Millisecond), first.Sub(started).Round(time.Millisecond),
 		float64(n)/back.Sub(first).Seconds(), peakRate, 100*peakCPU, stormCPU.Seconds(), peakRSS>>20,
 		st.shed.Load(), shedMetric, st.failed.Load(), st.gaveUp.Load(), jobs, succeeded, left, machine())
+	for i, w := range watch {
+		p := peaks[i]
+		fmt.Printf("  %s: %.1f s of CPU in the storm, peak %.0f %% of a core, peak RSS %d MiB, peak open descriptors %d\n",
+			w.label, p.cpu.Seconds(), 100*p.peakCPU, p.peakRSS>>20, p.peakFDs)
+	}
+	fmt.Printf("  load average %s\n", loadAverage())
 	b.ReportMetric(all.Seconds(), "s-all-back")
 	b.ReportMetric(100*peakCPU, "peak-cpu-%")
 	b.ReportMetric(float64(peakRSS>>20), "peak-rss-MiB")

@@ -52,6 +52,14 @@ func StartBalancer(tb testing.TB, backends ...string) *Balancer {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	b := newBalancer(ln, backends)
+	tb.Cleanup(b.Close)
+	return b
+}
+
+// newBalancer starts a balancer accepting on ln in front of backends;
+// Close stops it.
+func newBalancer(ln net.Listener, backends []string) *Balancer {
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &Balancer{ln: ln, backends: backends, stop: cancel, conns: map[net.Conn]struct{}{},
 		healthy: make([]bool, len(backends)), routed: make([]int, len(backends)), active: make([]int, len(backends))}
@@ -61,7 +69,6 @@ func StartBalancer(tb testing.TB, backends ...string) *Balancer {
 	b.wg.Add(2)
 	go func() { defer b.wg.Done(); b.serve() }()
 	go func() { defer b.wg.Done(); b.check(ctx) }()
-	tb.Cleanup(b.Close)
 	return b
 }
 
