@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"slices"
 	"strconv"
@@ -86,7 +87,6 @@ func BenchmarkReconnectStormReplicas(b *testing.B) {
 		agents := fleet(b, &imsProc{IMSProcess: p1.IMSProcess, url: lb.URL()}, n, func(string, time.Time) {})
 		fmt.Printf("agents per replica before the storm: %v; %s\n", lb.Active(), balancerReport(lb))
 		storm(b, "PostgreSQL replica pair", []*imsProc{p1, p2}, agents, watch...)
-		fmt.Printf("agents per replica after the storm: %v; %s\n", lb.Active(), balancerReport(lb))
 	}
 }
 
@@ -335,6 +335,15 @@ func storm(b *testing.B, label string, procs []*imsProc, agents []*benchAgent, o
 		}
 	}()
 	started := time.Now()
+	// Each process's /readyz, asked every 250 ms through the storm (a
+	// balancer's health check): when it first answered 200, its slowest
+	// answer after that and how many did not answer 200 within 2 s.
+	probes := make([]readyProbe, len(procs))
+	var probing sync.WaitGroup
+	for i, p := range procs {
+		probing.Add(1)
+		go func() { defer probing.Done(); probes[i].run(p.URL(), started, stopSample) }()
+	}
 	// Every process starts at once (Start returns once its /readyz
 	// answers); the first one here, the others beside it.
 	var starting sync.WaitGroup
@@ -363,6 +372,7 @@ func storm(b *testing.B, label string, procs []*imsProc, agents []*benchAgent, o
 	stormCPU := cpu() - time.Duration(cpu0.Load())
 	close(stopSample)
 	<-sampleDone
+	probing.Wait()
 	if got := st.welcomed.Load(); got < int64(n) {
 		last, _ := st.lastErr.Load().(string)
 		b.Fatalf("only %d of %d agents back after 3 minutes (%d tries failed, %d shed, %d gave up; the last failure: %s)", got, n, st.failed.Load(), st.shed.Load(), st.gaveUp.Load(), last)
@@ -413,12 +423,50 @@ func storm(b *testing.B, label string, procs []*imsProc, agents []*benchAgent, o
 		fmt.Printf("  %s: %.1f s of CPU in the storm, peak %.0f %% of a core, peak RSS %d MiB, peak open descriptors %d\n",
 			w.label, p.cpu.Seconds(), 100*p.peakCPU, p.peakRSS>>20, p.peakFDs)
 	}
+	for i, pr := range probes {
+		fmt.Printf("  imsd %d /readyz: first 200 %s after start; after it, slowest answer %s, %d of %d checks not 200 within 2 s\n",
+			i+1, pr.first.Round(time.Millisecond), pr.slowest.Round(time.Millisecond), pr.failed, pr.checks)
+	}
 	fmt.Printf("  load average %s\n", loadAverage())
 	b.ReportMetric(all.Seconds(), "s-all-back")
 	b.ReportMetric(100*peakCPU, "peak-cpu-%")
 	b.ReportMetric(float64(peakRSS>>20), "peak-rss-MiB")
 	if st.gaveUp.Load() > 0 || left > 0 || succeeded < jobs {
 		b.Errorf("%d agents gave up; %d jobs unfinished, %d of %d succeeded", st.gaveUp.Load(), left, succeeded, jobs)
+	}
+}
+
+// readyProbe asks a process's /readyz every 250 ms, as a balancer's
+// health check does.
+type readyProbe struct {
+	first, slowest time.Duration // first is since the start; 0 if never
+	checks, failed int           // after the first 200
+}
+
+func (pr *readyProbe) run(url string, started time.Time, stop <-chan struct{}) {
+	c := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	for {
+		t0 := time.Now()
+		ok := false
+		if r, err := c.Get(url + "/readyz"); err == nil {
+			ok = r.StatusCode == http.StatusOK
+			r.Body.Close()
+		}
+		took := time.Since(t0)
+		if pr.first == 0 && ok {
+			pr.first = time.Since(started)
+		} else if pr.first != 0 {
+			pr.checks++
+			pr.slowest = max(pr.slowest, took)
+			if !ok {
+				pr.failed++
+			}
+		}
+		select {
+		case <-stop:
+			return
+		case <-time.After(250 * time.Millisecond):
+		}
 	}
 }
 
