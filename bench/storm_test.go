@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -72,7 +75,7 @@ func BenchmarkReconnectStormReplicas(b *testing.B) {
 		ps := cluster.StartReplicas(b, dsns, func(int) io.Writer { return os.Stderr }, stormArgs("")...)
 		p1, p2 := &imsProc{IMSProcess: ps[0], url: ps[0].URL()}, &imsProc{IMSProcess: ps[1], url: ps[1].URL()}
 		var lb stormBalancer
-		var watch []watched
+		watch := []watched{postgresWatched(b, dsn)}
 		if nb == 0 {
 			lb = cluster.StartBalancer(b, p1.Addr, p2.Addr)
 		} else {
@@ -163,6 +166,9 @@ type stormStats struct {
 type watched struct {
 	label string
 	pid   func() int
+	// cpu, when set, is its CPU instead of pid's own (PostgreSQL: the
+	// server and its backends).
+	cpu func() time.Duration
 }
 
 // procPeaks are what a storm sampled of one process: its CPU in the
@@ -189,6 +195,72 @@ func pidCPU(pid int) time.Duration {
 	}
 	ut, _ := strconv.ParseInt(f[11], 10, 64)
 	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+stime) * 10 * time.Millisecond
+}
+
+// postgresWatched watches the PostgreSQL server listening on dsn's port
+// (pgtest's, found by its command line): its CPU is the server's, its
+// backends' (those running and, through the server's children's times,
+// those ended) and its other processes'; RSS and descriptors are the
+// server process's own.
+func postgresWatched(b *testing.B, dsn string) watched {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	port := u.Port()
+	var pm int
+	ps, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range ps {
+		c, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(c), "\x00")
+		if !strings.HasSuffix(args[0], "/postgres") || args[0] == "runuser" {
+			continue
+		}
+		if i := slices.Index(args, "-p"); i >= 0 && i+1 < len(args) && args[i+1] == port {
+			pm, _ = strconv.Atoi(filepath.Base(filepath.Dir(p)))
+			break
+		}
+	}
+	if pm == 0 {
+		b.Fatalf("no postgres server on port %s", port)
+	}
+	return watched{label: "PostgreSQL", pid: func() int { return pm }, cpu: func() time.Duration {
+		t := pidCPU(pm) + pidChildrenCPU(pm)
+		stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+		for _, p := range stats {
+			st, err := os.ReadFile(p)
+			if err != nil || len(st) == 0 {
+				continue
+			}
+			_, rest, _ := strings.Cut(string(st[strings.LastIndexByte(string(st), ')'):]), " ")
+			f := strings.Fields(rest)
+			if len(f) > 1 && f[1] == strconv.Itoa(pm) {
+				pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+				t += pidCPU(pid)
+			}
+		}
+		return t
+	}}
+}
+
+// pidChildrenCPU returns the CPU time of process pid's children that
+// ended and were waited for (cutime and cstime).
+func pidChildrenCPU(pid int) time.Duration {
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	_, rest, _ := strings.Cut(string(st[strings.LastIndexByte(string(st), ')'):]), " ")
+	f := strings.Fields(rest)
+	if len(f) < 15 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[13], 10, 64)
+	stime, _ := strconv.ParseInt(f[14], 10, 64)
 	return time.Duration(ut+stime) * 10 * time.Millisecond
 }
 
@@ -297,7 +369,11 @@ func storm(b *testing.B, label string, procs []*imsProc, agents []*benchAgent, o
 		take := func() sample {
 			s := sample{at: time.Now(), cpu: cpu(), per: make([]time.Duration, len(watch))}
 			for i, w := range watch {
-				s.per[i] = pidCPU(w.pid())
+				if w.cpu != nil {
+					s.per[i] = w.cpu()
+				} else {
+					s.per[i] = pidCPU(w.pid())
+				}
 			}
 			return s
 		}
@@ -424,8 +500,8 @@ func storm(b *testing.B, label string, procs []*imsProc, agents []*benchAgent, o
 			w.label, p.cpu.Seconds(), 100*p.peakCPU, p.peakRSS>>20, p.peakFDs)
 	}
 	for i, pr := range probes {
-		fmt.Printf("  imsd %d /readyz: first 200 %s after start; after it, slowest answer %s, %d of %d checks not 200 within 2 s\n",
-			i+1, pr.first.Round(time.Millisecond), pr.slowest.Round(time.Millisecond), pr.failed, pr.checks)
+		fmt.Printf("  imsd %d /readyz (every 250 ms, 2 s timeout): first 200 %s after start; 200 %d times (slowest %s), other statuses %v, timeouts %d, other errors %d %s\n",
+			i+1, pr.first.Round(time.Millisecond), pr.ok, pr.slowest.Round(time.Millisecond), pr.status, pr.timeouts, pr.other, pr.lastErr)
 	}
 	fmt.Printf("  load average %s\n", loadAverage())
 	b.ReportMetric(all.Seconds(), "s-all-back")
@@ -437,30 +513,44 @@ func storm(b *testing.B, label string, procs []*imsProc, agents []*benchAgent, o
 }
 
 // readyProbe asks a process's /readyz every 250 ms, as a balancer's
-// health check does.
+// health check does (2 s timeout), and counts the answers from the
+// first that was not a refused connection (the process listening).
 type readyProbe struct {
-	first, slowest time.Duration // first is since the start; 0 if never
-	checks, failed int           // after the first 200
+	first               time.Duration // since the start: the first 200 (0: none)
+	slowest             time.Duration // the slowest 200
+	ok, timeouts, other int
+	status              map[int]int // answers other than 200, by status
+	lastErr             string
 }
 
 func (pr *readyProbe) run(url string, started time.Time, stop <-chan struct{}) {
 	c := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	pr.status = map[int]int{}
+	listening := false
 	for {
 		t0 := time.Now()
-		ok := false
-		if r, err := c.Get(url + "/readyz"); err == nil {
-			ok = r.StatusCode == http.StatusOK
-			r.Body.Close()
-		}
+		r, err := c.Get(url + "/readyz")
 		took := time.Since(t0)
-		if pr.first == 0 && ok {
-			pr.first = time.Since(started)
-		} else if pr.first != 0 {
-			pr.checks++
-			pr.slowest = max(pr.slowest, took)
-			if !ok {
-				pr.failed++
+		var ne net.Error
+		switch {
+		case err == nil:
+			listening = true
+			r.Body.Close()
+			if r.StatusCode == http.StatusOK {
+				pr.ok++
+				pr.slowest = max(pr.slowest, took)
+				if pr.first == 0 {
+					pr.first = time.Since(started)
+				}
+			} else {
+				pr.status[r.StatusCode]++
 			}
+		case errors.As(err, &ne) && ne.Timeout():
+			listening = true
+			pr.timeouts++
+		case listening:
+			pr.other++
+			pr.lastErr = err.Error()
 		}
 		select {
 		case <-stop:
