@@ -158,7 +158,47 @@ type stormStats struct {
 	welcomed, shed, failed, gaveUp atomic.Int64
 	mu                             sync.Mutex
 	welcomes                       []time.Time
-	lastErr                        atomic.Value // string: the last failed try's error, for a failure's message
+	lastErr                        atomic.Value   // string: the last failed try's error, for a failure's message
+	kinds                          map[string]int // failed tries by kind (failKind), under mu
+}
+
+// failKind is a failed try's error without its addresses and numbers,
+// to count failures by kind.
+func failKind(err error) string {
+	if err == nil {
+		return "stream ended"
+	}
+	m := err.Error()
+	if i := strings.LastIndex(m, ": "); i >= 0 {
+		m = m[i+2:]
+	}
+	return strings.Map(func(r rune) rune {
+		if r >= '0' && r <= '9' {
+			return -1
+		}
+		return r
+	}, m)
+}
+
+// listenOverflows is the kernel's count of connections dropped because a
+// listener's accept queue was full (TcpExt ListenOverflows; this network
+// namespace's, every process's).
+func listenOverflows() int64 {
+	b, err := os.ReadFile("/proc/net/netstat")
+	if err != nil {
+		return 0
+	}
+	lines := strings.Split(string(b), "\n")
+	for i := 0; i+1 < len(lines); i += 2 {
+		h, v := strings.Fields(lines[i]), strings.Fields(lines[i+1])
+		for j := range h {
+			if h[j] == "ListenOverflows" && j < len(v) {
+				n, _ := strconv.ParseInt(v[j], 10, 64)
+				return n
+			}
+		}
+	}
+	return 0
 }
 
 // watched is a process whose CPU, RSS and open descriptors a storm
@@ -312,6 +352,7 @@ func storm(b *testing.B, label string, procs []*imsProc, agents []*benchAgent, o
 		p.Kill()
 	}
 	killed := time.Now()
+	overflows0 := listenOverflows()
 	cpu := func() (t time.Duration) {
 		for _, p := range procs {
 			t += p.cpu(b)
@@ -500,9 +541,12 @@ func storm(b *testing.B, label string, procs []*imsProc, agents []*benchAgent, o
 			w.label, p.cpu.Seconds(), 100*p.peakCPU, p.peakRSS>>20, p.peakFDs)
 	}
 	for i, pr := range probes {
-		fmt.Printf("  imsd %d /readyz (every 250 ms, 2 s timeout): first 200 %s after start; 200 %d times (slowest %s), other statuses %v, timeouts %d, other errors %d %s\n",
-			i+1, pr.first.Round(time.Millisecond), pr.ok, pr.slowest.Round(time.Millisecond), pr.status, pr.timeouts, pr.other, pr.lastErr)
+		fmt.Printf("  imsd %d /readyz (every 250 ms, 2 s timeout): first 200 %s after start; 200 %d times (slowest %s), other statuses %v, timeouts connecting %d, waiting for the answer %d, other errors %d %s\n",
+			i+1, pr.first.Round(time.Millisecond), pr.ok, pr.slowest.Round(time.Millisecond), pr.status, pr.dialTimeouts, pr.timeouts, pr.other, pr.lastErr)
 	}
+	st.mu.Lock()
+	fmt.Printf("  failed tries by kind: %v; connections dropped on a full accept queue (any listener on this machine) during the storm: %d\n", st.kinds, listenOverflows()-overflows0)
+	st.mu.Unlock()
 	fmt.Printf("  load average %s\n", loadAverage())
 	b.ReportMetric(all.Seconds(), "s-all-back")
 	b.ReportMetric(100*peakCPU, "peak-cpu-%")
@@ -519,15 +563,25 @@ type readyProbe struct {
 	first               time.Duration // since the start: the first 200 (0: none)
 	slowest             time.Duration // the slowest 200
 	ok, timeouts, other int
+	dialTimeouts        int         // timed out connecting
 	status              map[int]int // answers other than 200, by status
 	lastErr             string
 }
 
 func (pr *readyProbe) run(url string, started time.Time, stop <-chan struct{}) {
-	c := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	// Whether the try's connection was made: a timeout before it is the
+	// accept queue's (the SYN dropped), after it the answer's.
+	var dialed atomic.Bool
+	c := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			dialed.Store(err == nil)
+			return c, err
+		}}}
 	pr.status = map[int]int{}
 	listening := false
 	for {
+		dialed.Store(false)
 		t0 := time.Now()
 		r, err := c.Get(url + "/readyz")
 		took := time.Since(t0)
@@ -547,7 +601,11 @@ func (pr *readyProbe) run(url string, started time.Time, stop <-chan struct{}) {
 			}
 		case errors.As(err, &ne) && ne.Timeout():
 			listening = true
-			pr.timeouts++
+			if dialed.Load() {
+				pr.timeouts++
+			} else {
+				pr.dialTimeouts++
+			}
 		case listening:
 			pr.other++
 			pr.lastErr = err.Error()
@@ -590,6 +648,12 @@ func (a *benchAgent) reconnect(ctx context.Context, st *stormStats) {
 			return
 		} else {
 			st.failed.Add(1)
+			st.mu.Lock()
+			if st.kinds == nil {
+				st.kinds = map[string]int{}
+			}
+			st.kinds[failKind(err)]++
+			st.mu.Unlock()
 			if err != nil {
 				st.lastErr.Store(err.Error())
 			}
