@@ -90,6 +90,7 @@ func BenchmarkReconnectStormReplicas(b *testing.B) {
 		agents := fleet(b, &imsProc{IMSProcess: p1.IMSProcess, url: lb.URL()}, n, func(string, time.Time) {})
 		fmt.Printf("agents per replica before the storm: %v; %s\n", lb.Active(), balancerReport(lb))
 		storm(b, "PostgreSQL replica pair", []*imsProc{p1, p2}, agents, watch...)
+		fmt.Printf("balancers after the storm: %s\n", balancerReport(lb))
 	}
 }
 
@@ -105,7 +106,7 @@ func balancerReport(lb stormBalancer) string {
 	switch lb := lb.(type) {
 	case *cluster.Balancer:
 		n, err := lb.AcceptErrors()
-		return fmt.Sprintf("the balancer's accepts failed %d times (last: %v)", n, err)
+		return fmt.Sprintf("the balancer marked the replicas unhealthy %v times; its accepts failed %d times (last: %v)", lb.Downs(), n, err)
 	case *cluster.BalancerGroup:
 		st, err := lb.Stats()
 		if err != nil {
@@ -113,7 +114,7 @@ func balancerReport(lb stormBalancer) string {
 		}
 		var parts []string
 		for i, s := range st {
-			parts = append(parts, fmt.Sprintf("balancer %d: routed %v, active %v, failed accepts %d %s", i+1, s.Routed, s.Active, s.AcceptErrors, s.LastAcceptError))
+			parts = append(parts, fmt.Sprintf("balancer %d: routed %v, active %v, marked unhealthy %v times, failed accepts %d %s", i+1, s.Routed, s.Active, s.Downs, s.AcceptErrors, s.LastAcceptError))
 		}
 		return strings.Join(parts, "; ")
 	}
@@ -541,7 +542,7 @@ func storm(b *testing.B, label string, procs []*imsProc, agents []*benchAgent, o
 			w.label, p.cpu.Seconds(), 100*p.peakCPU, p.peakRSS>>20, p.peakFDs)
 	}
 	for i, pr := range probes {
-		fmt.Printf("  imsd %d /readyz (every 250 ms, 2 s timeout): first 200 %s after start; 200 %d times (slowest %s), other statuses %v, timeouts connecting %d, waiting for the answer %d, other errors %d %s\n",
+		fmt.Printf("  imsd %d /readyz (every 250 ms, 2 s timeout, asked from the load generator's process: its times include that process's scheduling): first 200 %s after start; 200 %d times (slowest %s), other statuses %v, timeouts connecting %d, waiting for the answer %d, other errors %d %s\n",
 			i+1, pr.first.Round(time.Millisecond), pr.ok, pr.slowest.Round(time.Millisecond), pr.status, pr.dialTimeouts, pr.timeouts, pr.other, pr.lastErr)
 	}
 	st.mu.Lock()

@@ -132,11 +132,12 @@ func (g *BalancerGroup) Close() {
 }
 
 // BalancerStats is what one balancer process reports: connections
-// routed to each backend so far, open to each now, and its failed
-// accepts.
+// routed to each backend so far, open to each now, the times each was
+// marked unhealthy, and its failed accepts.
 type BalancerStats struct {
 	Routed          []int  `json:"routed"`
 	Active          []int  `json:"active"`
+	Downs           []int  `json:"downs"`
 	AcceptErrors    int    `json:"accept_errors"`
 	LastAcceptError string `json:"last_accept_error,omitempty"`
 }
@@ -214,7 +215,7 @@ func runBalancerProcess() int {
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		b.mu.Lock()
-		s := BalancerStats{Routed: append([]int(nil), b.routed...), Active: append([]int(nil), b.active...), AcceptErrors: b.acceptErrs}
+		s := BalancerStats{Routed: append([]int(nil), b.routed...), Active: append([]int(nil), b.active...), Downs: append([]int(nil), b.downs...), AcceptErrors: b.acceptErrs}
 		if b.lastAcceptErr != nil {
 			s.LastAcceptError = b.lastAcceptErr.Error()
 		}
