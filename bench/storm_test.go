@@ -6,9 +6,14 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -45,12 +50,22 @@ func BenchmarkReconnectStorm(b *testing.B) {
 
 // BenchmarkReconnectStormReplicas is BenchmarkReconnectStorm on a
 // PostgreSQL replica pair: two imsd processes on one PostgreSQL behind a
-// layer-4 balancer (cluster.Balancer, as a vendor runs them), the agents
-// spread across both by the balancer, both replicas killed at once and
-// started again two seconds later. CPU and RSS are the two replicas'
-// together; the PostgreSQL backends' are not counted.
+// layer-4 balancer (as a vendor runs them), the agents spread across
+// both by the balancer, both replicas killed at once and started again
+// two seconds later. CPU and RSS are the two replicas' together; the
+// PostgreSQL backends' are not counted.
+//
+// The balancer is BYOC_BENCH_BALANCERS processes (2) sharing one port
+// with SO_REUSEPORT (cluster.StartBalancerProcesses): a relayed agent
+// holds two of a balancer's descriptors, and this container caps a
+// process at 20,000, so 10,000 agents need two. 0 runs the balancer in
+// this process (cluster.StartBalancer), as before 2026-11-28.
 func BenchmarkReconnectStormReplicas(b *testing.B) {
 	n := stormAgents()
+	nb := 2
+	if v, err := strconv.Atoi(os.Getenv("BYOC_BENCH_BALANCERS")); err == nil && v >= 0 {
+		nb = v
+	}
 	for range b.N {
 		dsn := pgtest.Start(b)
 		var dsns []string
@@ -59,17 +74,51 @@ func BenchmarkReconnectStormReplicas(b *testing.B) {
 		}
 		ps := cluster.StartReplicas(b, dsns, func(int) io.Writer { return os.Stderr }, stormArgs("")...)
 		p1, p2 := &imsProc{IMSProcess: ps[0], url: ps[0].URL()}, &imsProc{IMSProcess: ps[1], url: ps[1].URL()}
-		lb := cluster.StartBalancer(b, p1.Addr, p2.Addr)
+		var lb stormBalancer
+		watch := []watched{postgresWatched(b, dsn)}
+		if nb == 0 {
+			lb = cluster.StartBalancer(b, p1.Addr, p2.Addr)
+		} else {
+			g := cluster.StartBalancerProcesses(b, nb, p1.Addr, p2.Addr)
+			lb = g
+			for i, pid := range g.PIDs() {
+				watch = append(watch, watched{label: fmt.Sprintf("balancer %d", i+1), pid: func() int { return pid }})
+			}
+		}
 		// Installs are made through one replica; the agents name the
 		// balancer, as agentd --ims does.
 		agents := fleet(b, &imsProc{IMSProcess: p1.IMSProcess, url: lb.URL()}, n, func(string, time.Time) {})
-		fmt.Printf("agents per replica before the storm: %v\n", lb.Active())
-		if n, err := lb.AcceptErrors(); n > 0 {
-			fmt.Printf("the balancer's accepts failed %d times, the last: %v\n", n, err)
-		}
-		storm(b, "PostgreSQL replica pair", []*imsProc{p1, p2}, agents)
-		fmt.Printf("agents per replica after the storm: %v\n", lb.Active())
+		fmt.Printf("agents per replica before the storm: %v; %s\n", lb.Active(), balancerReport(lb))
+		storm(b, "PostgreSQL replica pair", []*imsProc{p1, p2}, agents, watch...)
+		fmt.Printf("balancers after the storm: %s\n", balancerReport(lb))
 	}
+}
+
+// stormBalancer is the balancer in front of the replica pair: one in
+// this process or several processes sharing a port.
+type stormBalancer interface {
+	URL() string
+	Active() []int
+}
+
+// balancerReport says how the balancer's accepts went, per process.
+func balancerReport(lb stormBalancer) string {
+	switch lb := lb.(type) {
+	case *cluster.Balancer:
+		n, err := lb.AcceptErrors()
+		return fmt.Sprintf("the balancer marked the replicas unhealthy %v times; its accepts failed %d times (last: %v)", lb.Downs(), n, err)
+	case *cluster.BalancerGroup:
+		st, err := lb.Stats()
+		if err != nil {
+			return fmt.Sprintf("balancer stats: %v", err)
+		}
+		var parts []string
+		for i, s := range st {
+			parts = append(parts, fmt.Sprintf("balancer %d: routed %v, active %v, marked unhealthy %v times, failed accepts %d %s", i+1, s.Routed, s.Active, s.Downs, s.AcceptErrors, s.LastAcceptError))
+		}
+		return strings.Join(parts, "; ")
+	}
+	return ""
 }
 
 // stormAgents is the storm's fleet size: BYOC_BENCH_AGENTS, or 10,000.
@@ -110,22 +159,201 @@ type stormStats struct {
 	welcomed, shed, failed, gaveUp atomic.Int64
 	mu                             sync.Mutex
 	welcomes                       []time.Time
-	lastErr                        atomic.Value // string: the last failed try's error, for a failure's message
+	lastErr                        atomic.Value   // string: the last failed try's error, for a failure's message
+	kinds                          map[string]int // failed tries by kind (failKind), under mu
+}
+
+// failKind is a failed try's error without its addresses and numbers,
+// to count failures by kind.
+func failKind(err error) string {
+	if err == nil {
+		return "stream ended"
+	}
+	m := err.Error()
+	if i := strings.LastIndex(m, ": "); i >= 0 {
+		m = m[i+2:]
+	}
+	return strings.Map(func(r rune) rune {
+		if r >= '0' && r <= '9' {
+			return -1
+		}
+		return r
+	}, m)
+}
+
+// listenOverflows is the kernel's count of connections dropped because a
+// listener's accept queue was full (TcpExt ListenOverflows; this network
+// namespace's, every process's).
+func listenOverflows() int64 {
+	b, err := os.ReadFile("/proc/net/netstat")
+	if err != nil {
+		return 0
+	}
+	lines := strings.Split(string(b), "\n")
+	for i := 0; i+1 < len(lines); i += 2 {
+		h, v := strings.Fields(lines[i]), strings.Fields(lines[i+1])
+		for j := range h {
+			if h[j] == "ListenOverflows" && j < len(v) {
+				n, _ := strconv.ParseInt(v[j], 10, 64)
+				return n
+			}
+		}
+	}
+	return 0
+}
+
+// watched is a process whose CPU, RSS and open descriptors a storm
+// samples; pid returns its process id now (a restarted imsd's is new).
+type watched struct {
+	label string
+	pid   func() int
+	// cpu, when set, is its CPU instead of pid's own (PostgreSQL: the
+	// server and its backends).
+	cpu func() time.Duration
+}
+
+// procPeaks are what a storm sampled of one process: its CPU in the
+// storm, its peak CPU (over windows of at least a second), its peak RSS
+// and its peak number of open descriptors.
+type procPeaks struct {
+	cpu0, cpu time.Duration
+	peakCPU   float64
+	peakRSS   int64
+	peakFDs   int
+}
+
+// pidCPU returns the CPU time process pid has used, user and system (0
+// when it is gone).
+func pidCPU(pid int) time.Duration {
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	_, rest, _ := strings.Cut(string(st[strings.LastIndexByte(string(st), ')'):]), " ")
+	f := strings.Fields(rest)
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+stime) * 10 * time.Millisecond
+}
+
+// postgresWatched watches the PostgreSQL server listening on dsn's port
+// (pgtest's, found by its command line): its CPU is the server's, its
+// backends' (those running and, through the server's children's times,
+// those ended) and its other processes'; RSS and descriptors are the
+// server process's own.
+func postgresWatched(b *testing.B, dsn string) watched {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	port := u.Port()
+	var pm int
+	ps, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range ps {
+		c, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(c), "\x00")
+		if !strings.HasSuffix(args[0], "/postgres") || args[0] == "runuser" {
+			continue
+		}
+		if i := slices.Index(args, "-p"); i >= 0 && i+1 < len(args) && args[i+1] == port {
+			pm, _ = strconv.Atoi(filepath.Base(filepath.Dir(p)))
+			break
+		}
+	}
+	if pm == 0 {
+		b.Fatalf("no postgres server on port %s", port)
+	}
+	return watched{label: "PostgreSQL", pid: func() int { return pm }, cpu: func() time.Duration {
+		t := pidCPU(pm) + pidChildrenCPU(pm)
+		stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+		for _, p := range stats {
+			st, err := os.ReadFile(p)
+			if err != nil || len(st) == 0 {
+				continue
+			}
+			_, rest, _ := strings.Cut(string(st[strings.LastIndexByte(string(st), ')'):]), " ")
+			f := strings.Fields(rest)
+			if len(f) > 1 && f[1] == strconv.Itoa(pm) {
+				pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+				t += pidCPU(pid)
+			}
+		}
+		return t
+	}}
+}
+
+// pidChildrenCPU returns the CPU time of process pid's children that
+// ended and were waited for (cutime and cstime).
+func pidChildrenCPU(pid int) time.Duration {
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	_, rest, _ := strings.Cut(string(st[strings.LastIndexByte(string(st), ')'):]), " ")
+	f := strings.Fields(rest)
+	if len(f) < 15 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[13], 10, 64)
+	stime, _ := strconv.ParseInt(f[14], 10, 64)
+	return time.Duration(ut+stime) * 10 * time.Millisecond
+}
+
+// pidRSS returns process pid's resident set in bytes (0 when it is gone).
+func pidRSS(pid int) int64 {
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	_, rest, _ := strings.Cut(string(st[strings.LastIndexByte(string(st), ')'):]), " ")
+	f := strings.Fields(rest)
+	if len(f) < 22 {
+		return 0
+	}
+	pages, _ := strconv.ParseInt(f[21], 10, 64)
+	return pages * int64(os.Getpagesize())
+}
+
+// pidFDs returns how many descriptors process pid has open.
+func pidFDs(pid int) int {
+	d, err := os.Open(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return 0
+	}
+	defer d.Close()
+	names, _ := d.Readdirnames(-1)
+	return len(names)
 }
 
 // storm kills every process of procs at once (SIGKILL, as a crash),
 // starts them again two seconds later while the agents reconnect, and
-// prints what label's storm took. CPU and RSS are the processes' sums.
-func storm(b *testing.B, label string, procs []*imsProc, agents []*benchAgent) {
+// prints what label's storm took. CPU and RSS are the processes' sums;
+// each process of procs, the load generator (this process) and those of
+// others are also sampled on their own.
+func storm(b *testing.B, label string, procs []*imsProc, agents []*benchAgent, others ...watched) {
 	b.Helper()
 	n := len(agents)
 	const down = 2 * time.Second
+	var watch []watched
+	for i, p := range procs {
+		watch = append(watch, watched{label: fmt.Sprintf("imsd %d", i+1), pid: p.PID})
+	}
+	watch = append(watch, watched{label: "load generator", pid: os.Getpid})
+	watch = append(watch, others...)
+	peaks := make([]procPeaks, len(watch))
 	killedPIDs := make([]int, len(procs))
 	for i, p := range procs {
 		killedPIDs[i] = p.PID()
 		p.Kill()
 	}
 	killed := time.Now()
+	overflows0 := listenOverflows()
 	cpu := func() (t time.Duration) {
 		for _, p := range procs {
 			t += p.cpu(b)
@@ -158,7 +386,8 @@ func storm(b *testing.B, label string, procs []*imsProc, agents []*benchAgent) {
 	// Sample imsd's CPU and RSS from its start (Start returns only once
 	// /readyz answers, which in a storm is late) while the storm lasts;
 	// the peak CPU is over windows of at least a second (a late tick can
-	// follow the one before by a millisecond).
+	// follow the one before by a millisecond). Every watched process's
+	// descriptors are counted every second.
 	var peakCPU float64
 	var peakRSS int64
 	var cpu0 atomic.Int64
@@ -177,28 +406,62 @@ func storm(b *testing.B, label string, procs []*imsProc, agents []*benchAgent) {
 		type sample struct {
 			at  time.Time
 			cpu time.Duration
+			per []time.Duration
 		}
-		samples := []sample{{time.Now(), cpu()}}
+		take := func() sample {
+			s := sample{at: time.Now(), cpu: cpu(), per: make([]time.Duration, len(watch))}
+			for i, w := range watch {
+				if w.cpu != nil {
+					s.per[i] = w.cpu()
+				} else {
+					s.per[i] = pidCPU(w.pid())
+				}
+			}
+			return s
+		}
+		samples := []sample{take()}
+		for i := range watch {
+			peaks[i].cpu0 = samples[0].per[i]
+		}
 		t := time.NewTicker(250 * time.Millisecond)
 		defer t.Stop()
-		for {
+		for tick := 0; ; tick++ {
 			select {
 			case <-stopSample:
 				return
 			case <-t.C:
 			}
-			now := sample{time.Now(), cpu()}
+			now := take()
 			for i := len(samples) - 1; i >= 0; i-- {
 				if d := now.at.Sub(samples[i].at); d >= time.Second {
 					peakCPU = max(peakCPU, float64(now.cpu-samples[i].cpu)/float64(d))
+					for j := range watch {
+						peaks[j].peakCPU = max(peaks[j].peakCPU, float64(now.per[j]-samples[i].per[j])/float64(d))
+					}
 					break
 				}
 			}
 			samples = append(samples, now)
 			peakRSS = max(peakRSS, rss())
+			for j, w := range watch {
+				peaks[j].cpu = now.per[j] - peaks[j].cpu0
+				peaks[j].peakRSS = max(peaks[j].peakRSS, pidRSS(w.pid()))
+				if tick%4 == 0 {
+					peaks[j].peakFDs = max(peaks[j].peakFDs, pidFDs(w.pid()))
+				}
+			}
 		}
 	}()
 	started := time.Now()
+	// Each process's /readyz, asked every 250 ms through the storm (a
+	// balancer's health check): when it first answered 200, its slowest
+	// answer after that and how many did not answer 200 within 2 s.
+	probes := make([]readyProbe, len(procs))
+	var probing sync.WaitGroup
+	for i, p := range procs {
+		probing.Add(1)
+		go func() { defer probing.Done(); probes[i].run(p.URL(), started, stopSample) }()
+	}
 	// Every process starts at once (Start returns once its /readyz
 	// answers); the first one here, the others beside it.
 	var starting sync.WaitGroup
@@ -227,6 +490,7 @@ func storm(b *testing.B, label string, procs []*imsProc, agents []*benchAgent) {
 	stormCPU := cpu() - time.Duration(cpu0.Load())
 	close(stopSample)
 	<-sampleDone
+	probing.Wait()
 	if got := st.welcomed.Load(); got < int64(n) {
 		last, _ := st.lastErr.Load().(string)
 		b.Fatalf("only %d of %d agents back after 3 minutes (%d tries failed, %d shed, %d gave up; the last failure: %s)", got, n, st.failed.Load(), st.shed.Load(), st.gaveUp.Load(), last)
@@ -272,11 +536,86 @@ func storm(b *testing.B, label string, procs []*imsProc, agents []*benchAgent) {
 		label, n, all.Round(time.Millisecond), ready.Sub(started).Round(time.Millisecond), down, back.Sub(killed).Round(time.Millisecond), first.Sub(started).Round(time.Millisecond),
 		float64(n)/back.Sub(first).Seconds(), peakRate, 100*peakCPU, stormCPU.Seconds(), peakRSS>>20,
 		st.shed.Load(), shedMetric, st.failed.Load(), st.gaveUp.Load(), jobs, succeeded, left, machine())
+	for i, w := range watch {
+		p := peaks[i]
+		fmt.Printf("  %s: %.1f s of CPU in the storm, peak %.0f %% of a core, peak RSS %d MiB, peak open descriptors %d\n",
+			w.label, p.cpu.Seconds(), 100*p.peakCPU, p.peakRSS>>20, p.peakFDs)
+	}
+	for i, pr := range probes {
+		fmt.Printf("  imsd %d /readyz (every 250 ms, 2 s timeout, asked from the load generator's process: its times include that process's scheduling): first 200 %s after start; 200 %d times (slowest %s), other statuses %v, timeouts connecting %d, waiting for the answer %d, other errors %d %s\n",
+			i+1, pr.first.Round(time.Millisecond), pr.ok, pr.slowest.Round(time.Millisecond), pr.status, pr.dialTimeouts, pr.timeouts, pr.other, pr.lastErr)
+	}
+	st.mu.Lock()
+	fmt.Printf("  failed tries by kind: %v; connections dropped on a full accept queue (any listener on this machine) during the storm: %d\n", st.kinds, listenOverflows()-overflows0)
+	st.mu.Unlock()
+	fmt.Printf("  load average %s\n", loadAverage())
 	b.ReportMetric(all.Seconds(), "s-all-back")
 	b.ReportMetric(100*peakCPU, "peak-cpu-%")
 	b.ReportMetric(float64(peakRSS>>20), "peak-rss-MiB")
 	if st.gaveUp.Load() > 0 || left > 0 || succeeded < jobs {
 		b.Errorf("%d agents gave up; %d jobs unfinished, %d of %d succeeded", st.gaveUp.Load(), left, succeeded, jobs)
+	}
+}
+
+// readyProbe asks a process's /readyz every 250 ms, as a balancer's
+// health check does (2 s timeout), and counts the answers from the
+// first that was not a refused connection (the process listening).
+type readyProbe struct {
+	first               time.Duration // since the start: the first 200 (0: none)
+	slowest             time.Duration // the slowest 200
+	ok, timeouts, other int
+	dialTimeouts        int         // timed out connecting
+	status              map[int]int // answers other than 200, by status
+	lastErr             string
+}
+
+func (pr *readyProbe) run(url string, started time.Time, stop <-chan struct{}) {
+	// Whether the try's connection was made: a timeout before it is the
+	// accept queue's (the SYN dropped), after it the answer's.
+	var dialed atomic.Bool
+	c := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			dialed.Store(err == nil)
+			return c, err
+		}}}
+	pr.status = map[int]int{}
+	listening := false
+	for {
+		dialed.Store(false)
+		t0 := time.Now()
+		r, err := c.Get(url + "/readyz")
+		took := time.Since(t0)
+		var ne net.Error
+		switch {
+		case err == nil:
+			listening = true
+			r.Body.Close()
+			if r.StatusCode == http.StatusOK {
+				pr.ok++
+				pr.slowest = max(pr.slowest, took)
+				if pr.first == 0 {
+					pr.first = time.Since(started)
+				}
+			} else {
+				pr.status[r.StatusCode]++
+			}
+		case errors.As(err, &ne) && ne.Timeout():
+			listening = true
+			if dialed.Load() {
+				pr.timeouts++
+			} else {
+				pr.dialTimeouts++
+			}
+		case listening:
+			pr.other++
+			pr.lastErr = err.Error()
+		}
+		select {
+		case <-stop:
+			return
+		case <-time.After(250 * time.Millisecond):
+		}
 	}
 }
 
@@ -310,6 +649,12 @@ func (a *benchAgent) reconnect(ctx context.Context, st *stormStats) {
 			return
 		} else {
 			st.failed.Add(1)
+			st.mu.Lock()
+			if st.kinds == nil {
+				st.kinds = map[string]int{}
+			}
+			st.kinds[failKind(err)]++
+			st.mu.Unlock()
 			if err != nil {
 				st.lastErr.Store(err.Error())
 			}

@@ -31,6 +31,8 @@ type Balancer struct {
 	// routed counts the connections sent to each backend; active those
 	// open now.
 	routed, active []int
+	// downs counts the times each backend was marked unhealthy.
+	downs []int
 	// acceptErrs counts failed accepts (a full file table), lastAcceptErr
 	// the last one's error.
 	acceptErrs    int
@@ -52,16 +54,23 @@ func StartBalancer(tb testing.TB, backends ...string) *Balancer {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	b := newBalancer(ln, backends)
+	tb.Cleanup(b.Close)
+	return b
+}
+
+// newBalancer starts a balancer accepting on ln in front of backends;
+// Close stops it.
+func newBalancer(ln net.Listener, backends []string) *Balancer {
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &Balancer{ln: ln, backends: backends, stop: cancel, conns: map[net.Conn]struct{}{},
-		healthy: make([]bool, len(backends)), routed: make([]int, len(backends)), active: make([]int, len(backends))}
+		healthy: make([]bool, len(backends)), routed: make([]int, len(backends)), active: make([]int, len(backends)), downs: make([]int, len(backends))}
 	for i := range b.healthy {
 		b.healthy[i] = true // until the first check says otherwise
 	}
 	b.wg.Add(2)
 	go func() { defer b.wg.Done(); b.serve() }()
 	go func() { defer b.wg.Done(); b.check(ctx) }()
-	tb.Cleanup(b.Close)
 	return b
 }
 
@@ -89,6 +98,13 @@ func (b *Balancer) Routed() []int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return append([]int(nil), b.routed...)
+}
+
+// Downs returns how many times each backend was marked unhealthy.
+func (b *Balancer) Downs() []int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]int(nil), b.downs...)
 }
 
 // Active returns how many relayed connections each backend has now.
@@ -129,6 +145,9 @@ func (b *Balancer) check(ctx context.Context) {
 				if ok {
 					b.healthy[i] = true
 				} else if failed >= unhealthyAfter {
+					if b.healthy[i] {
+						b.downs[i]++
+					}
 					b.healthy[i] = false
 				}
 				b.mu.Unlock()

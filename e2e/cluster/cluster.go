@@ -54,7 +54,13 @@ func RepoRoot() string {
 // tests (goleak; opts add goroutines to ignore). Call it from TestMain:
 //
 //	func TestMain(m *testing.M) { cluster.Main(m) }
+//
+// A test binary that StartBalancerProcesses runs again is a balancer
+// process: Main runs the balancer instead of the tests.
 func Main(m *testing.M, opts ...goleak.Option) {
+	if os.Getenv(balancerEnv) != "" {
+		os.Exit(runBalancerProcess())
+	}
 	mainMu.Lock()
 	mainActive = true
 	mainMu.Unlock()
