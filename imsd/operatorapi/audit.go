@@ -15,6 +15,7 @@ import (
 	"github.com/byoc-dev/byoc/imsd/errs"
 	"github.com/byoc-dev/byoc/imsd/store"
 	imsv1 "github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1"
+	"github.com/byoc-dev/byoc/rpc/gen/byoc/ims/v1/imsv1connect"
 )
 
 // Auditor is a Connect interceptor that records every operator call that
@@ -41,11 +42,48 @@ var _ connect.Interceptor = (*Auditor)(nil)
 // WrapUnary implements connect.Interceptor.
 func (a *Auditor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		if err := a.record(ctx, req.Spec().Procedure, req.Any()); err != nil {
+		procedure := req.Spec().Procedure
+		if inWrite[procedure] {
+			return a.recordInWrite(ctx, procedure, req, next)
+		}
+		if err := a.record(ctx, procedure, req.Any()); err != nil {
 			return nil, err
 		}
 		return next(ctx, req)
 	}
+}
+
+// inWrite are the procedures whose record the call's own write appends,
+// in its transaction (store.WithCallRecord): the enqueues, where a write
+// of its own before the call was a second commit on the path of every
+// job's pickup (docs/performance-postgres.md). Every way these calls
+// succeed goes through one of the store's enqueue writes, which take the
+// record.
+var inWrite = map[string]bool{
+	imsv1connect.OperatorServiceEnqueueJobProcedure:  true,
+	imsv1connect.OperatorServiceEnqueueJobsProcedure: true,
+}
+
+// recordInWrite runs a call of inWrite with its record in the context,
+// for the call's write to append with its change. A call that did not
+// append it (refused before its write, or its write failed) has it
+// appended afterwards, as the attempt it was; a call that succeeded
+// without appending it (which no path of these procedures does) fails
+// when the record cannot be written then.
+func (a *Auditor) recordInWrite(ctx context.Context, procedure string, req connect.AnyRequest, next connect.UnaryFunc) (connect.AnyResponse, error) {
+	ev, ok := a.event(ctx, procedure, req.Any())
+	if !ok {
+		return next(ctx, req)
+	}
+	cctx, call := store.WithCallRecord(ctx, ev)
+	resp, err := next(cctx, req)
+	if call.Written() {
+		return resp, err
+	}
+	if werr := a.store.RecordAudit(context.WithoutCancel(ctx), ev); werr != nil && err == nil {
+		return nil, connect.NewError(connect.CodeUnavailable, errors.New("cannot write the audit record of this call; try again"))
+	}
+	return resp, err
 }
 
 // WrapStreamingClient implements connect.Interceptor; it is a no-op.
@@ -66,8 +104,21 @@ func (a *Auditor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connec
 }
 
 func (a *Auditor) record(ctx context.Context, procedure string, msg any) error {
-	if !mutating(procedure, msg) {
+	ev, ok := a.event(ctx, procedure, msg)
+	if !ok {
 		return nil
+	}
+	if err := a.store.RecordAudit(ctx, ev); err != nil {
+		return connect.NewError(connect.CodeUnavailable, errors.New("cannot write the audit record of this call, so it was not run; try again"))
+	}
+	return nil
+}
+
+// event is the operator.call record of a call, and false for a call that
+// changes nothing.
+func (a *Auditor) event(ctx context.Context, procedure string, msg any) (store.AuditEvent, bool) {
+	if !mutating(procedure, msg) {
+		return store.AuditEvent{}, false
 	}
 	p := callerFrom(ctx)
 	chain := store.VendorChain
@@ -91,12 +142,8 @@ func (a *Auditor) record(ctx context.Context, procedure string, msg any) error {
 			chain = id
 		}
 	}
-	ev := store.AuditEvent{Chain: chain, At: a.now(), Kind: "operator.call", Actor: p.Actor(),
-		Subject: procedure[strings.LastIndex(procedure, "/")+1:], Data: data}
-	if err := a.store.RecordAudit(ctx, ev); err != nil {
-		return connect.NewError(connect.CodeUnavailable, errors.New("cannot write the audit record of this call, so it was not run; try again"))
-	}
-	return nil
+	return store.AuditEvent{Chain: chain, At: a.now(), Kind: "operator.call", Actor: p.Actor(),
+		Subject: procedure[strings.LastIndex(procedure, "/")+1:], Data: data}, true
 }
 
 // installField returns a request's top-level string field "install".

@@ -158,14 +158,22 @@ func (s *Store) flushAudit(tx *txn) ([]chainHead, error) {
 		for j < len(evs) && evs[j].rec.Chain == chain {
 			j++
 		}
+		var head *auditchain.Record
 		if s.postgres() {
-			if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(7355608, hashtext($1))`, chain); err != nil {
-				return nil, fmt.Errorf("audit: lock chain %q: %w", chain, err)
+			// The chain's lock, then its head (migration 33).
+			var seq sql.NullInt64
+			var hash sql.NullString
+			if err := tx.QueryRowContext(ctx, `SELECT seq, hash FROM byoc_audit_heads(ARRAY[$1::TEXT])`, chain).Scan(&seq, &hash); err != nil {
+				return nil, fmt.Errorf("audit: lock and read chain %q: %w", chain, err)
 			}
-		}
-		head, err := s.head(ctx, tx, chain, true)
-		if err != nil {
-			return nil, err
+			if seq.Valid && hash.Valid {
+				head = &auditchain.Record{Seq: seq.Int64, Hash: hash.String}
+			}
+		} else {
+			var err error
+			if head, err = s.head(ctx, tx, chain, true); err != nil {
+				return nil, err
+			}
 		}
 		for k := i; k < j; k++ {
 			r := auditchain.Next(head, evs[k].rec)

@@ -67,8 +67,13 @@ func (s *Store) EnqueueJobsKeyed(ctx context.Context, key EnqueueKey, jobs []New
 		}
 		ids[i] = n.ID
 	}
+	call := takeCallRecord(ctx)
+	defer func() { call.done(err) }()
 	err = s.write(ctx, "enqueue jobs", func(tx *txn) error {
 		out, replayed = nil, false
+		if err := call.audit(ctx, s, tx); err != nil {
+			return err
+		}
 		// The key goes in first: on PostgreSQL a concurrent request with
 		// the same key waits here for this transaction to end, then finds
 		// the key taken. An expired key is taken over in the same step.

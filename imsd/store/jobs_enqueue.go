@@ -20,9 +20,15 @@ func (s *Store) EnqueueJob(ctx context.Context, j Job) error {
 	if err != nil {
 		return err
 	}
-	return s.writeOne(ctx, "enqueue job", func(tx *txn) error {
+	call := takeCallRecord(ctx)
+	err = s.writeOne(ctx, "enqueue job", func(tx *txn) error {
+		if err := call.audit(ctx, s, tx); err != nil {
+			return err
+		}
 		return s.insertQueued(ctx, tx, j, config)
 	})
+	call.done(err)
+	return err
 }
 
 // checkNewJob validates a job to enqueue and returns its config as stored.
@@ -112,10 +118,15 @@ func (s *Store) EnqueueAssigned(ctx context.Context, j Job, agentID string, leas
 	if err != nil {
 		return Job{}, false, err
 	}
+	call := takeCallRecord(ctx)
 	err = s.writeOne(ctx, "enqueue job", func(tx *txn) error {
+		if err := call.audit(ctx, s, tx); err != nil {
+			return err
+		}
 		out, err = s.insertNew(ctx, tx, n, config)
 		return err
 	})
+	call.done(err)
 	if err != nil {
 		return Job{}, false, err
 	}
@@ -157,10 +168,15 @@ func (s *Store) EnqueueJobs(ctx context.Context, jobs []NewJob) ([]Job, error) {
 		return nil, err
 	}
 	var out []Job
+	call := takeCallRecord(ctx)
 	err = s.writeMany(ctx, "enqueue jobs", func(tx *txn) error {
+		if err := call.audit(ctx, s, tx); err != nil {
+			return err
+		}
 		out, err = s.insertNewJobs(ctx, tx, jobs, configs)
 		return err
 	})
+	call.done(err)
 	if err != nil {
 		return nil, err
 	}

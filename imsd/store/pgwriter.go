@@ -254,9 +254,9 @@ func retryable(err error) bool {
 }
 
 // flush appends the batch's audit records to their chains and sends its
-// wake-ups: three statements for the records (lock the chains, read their
-// heads, insert every record) and one for the wake-ups, whatever the
-// batch's size.
+// wake-ups: two statements for the records (lock the chains and read
+// their heads, insert every record) and one for the wake-ups, whatever
+// the batch's size.
 func (g *pgGroupCommit) flush(t *txn, b *pgBatch) error {
 	ctx := t.ctx
 	if len(b.audit) > 0 {
@@ -266,15 +266,11 @@ func (g *pgGroupCommit) flush(t *txn, b *pgBatch) error {
 		}
 		slices.SortFunc(chains, strings.Compare)
 		chains = slices.Compact(chains)
-		// In chain order, as flushAudit locks them: a function scan
-		// returns the array's elements in order.
-		if _, err := t.tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(7355608, hashtext(c)) FROM unnest($1::TEXT[]) AS c`, chains); err != nil {
-			return fmt.Errorf("audit: lock %d chains: %w", len(chains), err)
-		}
-		rows, err := t.tx.QueryContext(ctx, `SELECT c, h.seq, h.hash FROM unnest($1::TEXT[]) AS c
-			LEFT JOIN LATERAL (SELECT seq, hash FROM audit_events WHERE chain = c ORDER BY seq DESC LIMIT 1) h ON TRUE`, chains)
+		// Locked in chain order, as flushAudit locks them, then read:
+		// one round trip (migration 33).
+		rows, err := t.tx.QueryContext(ctx, `SELECT chain, seq, hash FROM byoc_audit_heads($1::TEXT[])`, chains)
 		if err != nil {
-			return fmt.Errorf("audit: read %d chain heads: %w", len(chains), err)
+			return fmt.Errorf("audit: lock and read %d chain heads: %w", len(chains), err)
 		}
 		heads := make(map[string]*auditchain.Record, len(chains))
 		for rows.Next() {

@@ -73,6 +73,9 @@ func sqliteGoMigrations() []*goose.Migration {
 		// Version 32 narrows a PostgreSQL index only
 		// (jobs_state_unsucceeded); it keeps the dialects' versions in step.
 		goose.NewGoMigration(32, &goose.GoFunc{RunTx: noChange}, &goose.GoFunc{RunTx: noChange}),
+		// Version 33 adds a PostgreSQL function only (byoc_audit_heads,
+		// the audit chains' locks and heads in one round trip).
+		goose.NewGoMigration(33, &goose.GoFunc{RunTx: noChange}, &goose.GoFunc{RunTx: noChange}),
 	}
 }
 

@@ -418,3 +418,70 @@ func testAuditRecordsAfter(t *testing.T, e *env) {
 		t.Fatalf("verify: %v", p)
 	}
 }
+
+// testCallRecordInWrite: an operator call's record given with
+// WithCallRecord is appended by the call's enqueue, in its transaction,
+// once, before the job's own record; an enqueue that fails leaves it
+// unwritten (for the Auditor to append afterwards), and the next write
+// under the same context takes it; each of the four enqueue writes takes
+// it.
+func testCallRecordInWrite(t *testing.T, e *env) {
+	ctx := e.ctx()
+	inst := e.install("acme")
+	e.agent(inst, "ag-1")
+	call := func(n int) store.AuditEvent {
+		return store.AuditEvent{Chain: inst, At: at(time.Duration(n) * time.Second), Kind: "operator.call", Actor: "tok-admin", Subject: fmt.Sprintf("call-%d", n)}
+	}
+	before := len(e.kinds(inst))
+	want := func(what string, kinds ...string) {
+		t.Helper()
+		got := e.kinds(inst)[before:]
+		if !slices.Equal(got, kinds) {
+			t.Fatalf("%s: events %v, want %v", what, got, kinds)
+		}
+		before += len(got)
+	}
+
+	// A failed enqueue (a job of an unknown install) leaves the record
+	// free; the next enqueue under the same context appends it, once.
+	cctx, c := store.WithCallRecord(ctx, call(1))
+	err := e.s.EnqueueJob(cctx, newJob("job-x", "inst-none", T0))
+	wantErr(t, err, errs.NotFound)
+	equal(t, "written after a failed enqueue", c.Written(), false)
+	want("failed enqueue")
+	ok(t, e.s.EnqueueJob(cctx, newJob("job-1", inst, T0)))
+	equal(t, "written", c.Written(), true)
+	want("EnqueueJob", "operator.call", "job.queued")
+	ok(t, e.s.EnqueueJob(cctx, newJob("job-2", inst, T0)))
+	want("a second enqueue under the same context", "job.queued")
+
+	cctx, c = store.WithCallRecord(ctx, call(2))
+	_, assigned, err := e.s.EnqueueAssigned(cctx, newJob("job-3", inst, T0), "ag-1", at(time.Hour))
+	ok(t, err)
+	equal(t, "assigned", assigned, true)
+	equal(t, "written", c.Written(), true)
+	want("EnqueueAssigned", "operator.call", "job.assigned")
+
+	cctx, c = store.WithCallRecord(ctx, call(3))
+	_, err = e.s.EnqueueJobs(cctx, newJobs("batch", inst, 2))
+	ok(t, err)
+	equal(t, "written", c.Written(), true)
+	want("EnqueueJobs", "operator.call", "job.queued", "job.queued")
+
+	key := store.EnqueueKey{Key: "k1", RequestHash: "h1", At: T0, ExpiresAt: at(time.Hour)}
+	cctx, c = store.WithCallRecord(ctx, call(4))
+	_, _, err = e.s.EnqueueJobsKeyed(cctx, key, newJobs("keyed", inst, 1))
+	ok(t, err)
+	equal(t, "written", c.Written(), true)
+	want("EnqueueJobsKeyed", "operator.call", "job.queued")
+	// A replay stores no job, and still appends its call's record.
+	cctx, c = store.WithCallRecord(ctx, call(5))
+	_, replayed, err := e.s.EnqueueJobsKeyed(cctx, key, newJobs("keyed", inst, 1))
+	ok(t, err)
+	equal(t, "replayed", replayed, true)
+	equal(t, "written", c.Written(), true)
+	want("replay", "operator.call")
+	if p := e.verify(inst); p != nil {
+		t.Fatalf("chain: %v", p)
+	}
+}

@@ -92,6 +92,7 @@ func Run(t *testing.T, open OpenFunc) {
 		{"AuditWriteFailure", testAuditWriteFailure},
 		{"AuditConcurrent", testAuditConcurrent},
 		{"AuditRecordsAfter", testAuditRecordsAfter},
+		{"CallRecordInWrite", testCallRecordInWrite},
 		{"PolicyFindings", testPolicyFindings},
 		{"ArtifactVerifications", testArtifactVerifications},
 		{"Drift", testDrift},
