@@ -391,16 +391,18 @@ func (p *Plugin) Destroy(ctx context.Context, req *sdk.DestroyRequest) (*sdk.Des
 	if err := j.recoverPending(last); err != nil {
 		return nil, err
 	}
-	// The policies see a destroy as every deployed object deleted.
+	// The policies see a destroy as every object of the last revision
+	// deleted: that is what an uninstall deletes, whether the revision
+	// was deployed or failed (a failed install's objects are in the
+	// cluster too, and a destroy must not pass the policies because no
+	// revision is deployed).
 	var findings []sdk.PolicyFinding
-	if deployed, err := j.deployed(); err != nil {
-		return nil, err
-	} else if deployed != nil && len(req.Job.Policies) > 0 {
-		changes, err := diffManifests(manifestOf(deployed), "", j.cfg.Namespace)
+	if len(req.Job.Policies) > 0 {
+		changes, err := diffManifests(manifestOf(last), "", j.cfg.Namespace)
 		if err != nil {
 			return nil, err
 		}
-		if findings, err = j.gate(ctx, req.Job, sdk.OpDestroy, changes, manifestOf(deployed)); err != nil {
+		if findings, err = j.gate(ctx, req.Job, sdk.OpDestroy, changes, manifestOf(last)); err != nil {
 			return &sdk.DestroyResponse{PolicyFindings: findings}, err
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"helm.sh/helm/v3/pkg/release"
+
 	"github.com/byoc-dev/byoc/plugins/policy/examples"
 	"github.com/byoc-dev/byoc/plugins/sdk"
 	"github.com/byoc-dev/byoc/plugins/sdk/sdktest"
@@ -94,4 +96,40 @@ func TestPolicyGate(t *testing.T) {
 			{Name: "destroy in deprovision", Op: sdk.OpDestroy, Mode: "deprovision", Policies: policies, Config: webConfig(nil)},
 		},
 	})
+}
+
+// TestDestroyOfAFailedReleaseIsGated: an uninstall deletes the objects of
+// the release's last revision, deployed or failed; a destroy is gated on
+// them even when no revision is deployed (it used to pass the policies
+// then: the gate looked only at the deployed revision).
+func TestDestroyOfAFailedReleaseIsGated(t *testing.T) {
+	f := newFakeCluster(t)
+	customer := sdk.PolicyModule{Name: "/etc/byoc/policies/maintenance.rego", Source: sdk.PolicySourceCustomer, Rego: examples.Maintenance}
+	policies := []sdk.PolicyModule{customer}
+	sdktest.Test(t, f.plugin(), sdktest.Case{
+		SkipDestroy: true,
+		Steps:       []sdktest.Step{{Name: "install", Mode: "provision", Policies: policies, Config: webConfig(nil)}},
+	})
+	last, err := f.releases.Last("web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	last.SetStatus(release.StatusFailed, "the install failed half-way")
+	if err := f.releases.Update(last); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := f.releases.Deployed("web"); err == nil {
+		t.Fatalf("revision %d still deployed", d.Version)
+	}
+	sdktest.Test(t, f.plugin(), sdktest.Case{
+		SkipDestroy: true,
+		Steps: []sdktest.Step{
+			{Name: "destroy in maintenance", Op: sdk.OpDestroy, Mode: "maintenance", Policies: policies, Config: webConfig(nil),
+				ExpectError: regexp.MustCompile(`maintenance mode: ConfigMap/default/web-config would be deleted`)},
+			{Name: "destroy in deprovision", Op: sdk.OpDestroy, Mode: "deprovision", Policies: policies, Config: webConfig(nil)},
+		},
+	})
+	if _, err := f.releases.Last("web"); err == nil {
+		t.Fatal("the release is still there after the destroy in deprovision mode")
+	}
 }
